@@ -1,0 +1,249 @@
+"""The one exception tree shared by the SDK and the service.
+
+Every error that can cross the wire is a `ToolrefError` subclass with a stable problem
+`slug` and HTTP `status`. The service renders them as RFC 9457 problem+json; the client
+maps a problem back to the same class by its `type`, so both sides raise the same thing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+PROBLEM_BASE = "urn:toolref:problem:"
+
+
+class ToolrefError(Exception):
+    """Base of every toolref error. `detail` says what was wrong and how to fix it."""
+
+    slug: ClassVar[str] = "internal"
+    status: ClassVar[int] = 500
+    title: ClassVar[str] = "Internal error"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra: dict[str, Any] = extra
+
+    @classmethod
+    def problem_type(cls) -> str:
+        return PROBLEM_BASE + cls.slug
+
+    def http_headers(self) -> dict[str, str]:
+        """Headers the service sends with this problem (Retry-After, WWW-Authenticate)."""
+        return {}
+
+    def to_problem(self) -> dict[str, Any]:
+        """The RFC 9457 problem object for this error."""
+        problem: dict[str, Any] = {
+            "type": self.problem_type(),
+            "title": self.title,
+            "status": self.status,
+            "detail": self.detail,
+        }
+        problem.update(self.extra)
+        return problem
+
+
+# --- canonical form and refs (raised by the SDK and the service alike) ---
+
+
+class CanonicalizationError(ToolrefError, ValueError):
+    """A value has no canonical JSON form."""
+
+    slug = "not-canonicalizable"
+    status = 422
+    title = "Value has no canonical JSON form"
+
+
+class NonFiniteNumberError(CanonicalizationError):
+    """NaN or Infinity, which JSON (and RFC 8785) cannot represent."""
+
+    slug = "non-finite-number"
+    title = "NaN and Infinity are not JSON"
+
+
+class InvalidRefError(ToolrefError, ValueError):
+    """A string that is not a well-formed `tr_` ref."""
+
+    slug = "invalid-ref"
+    status = 422
+    title = "Malformed ref"
+
+
+# --- request problems (4xx) ---
+
+
+class BadRequestError(ToolrefError):
+    """The request cannot be read as sent."""
+
+    slug = "bad-request"
+    status = 400
+    title = "Bad request"
+
+
+class MalformedBodyError(BadRequestError):
+    """The body is not valid JSON or msgpack."""
+
+    slug = "malformed-body"
+    title = "Malformed request body"
+
+
+class InvalidProtocolError(BadRequestError):
+    """The `Toolref-Protocol` header is not a supported version number."""
+
+    slug = "invalid-protocol"
+    title = "Invalid Toolref-Protocol header"
+
+
+class ProtocolRequiredError(BadRequestError):
+    """The endpoint deals in refs, which protocol 1 clients never receive."""
+
+    slug = "protocol-required"
+    title = "Endpoint needs protocol 2"
+
+
+class UnsupportedMediaTypeError(ToolrefError):
+    """Unsupported `Content-Type` or `Content-Encoding`."""
+
+    slug = "unsupported-media-type"
+    status = 415
+    title = "Unsupported media type"
+
+
+class LimitExceededError(ToolrefError):
+    """A configured limit was exceeded; `limit` names it."""
+
+    slug = "limit-exceeded"
+    status = 413
+    title = "Limit exceeded"
+
+
+class BodyTooLargeError(LimitExceededError):
+    slug = "body-too-large"
+    title = "Request body too large"
+
+
+class DecompressedTooLargeError(LimitExceededError):
+    slug = "decompressed-too-large"
+    title = "Decompressed request body too large"
+
+
+class BatchTooLargeError(LimitExceededError):
+    slug = "batch-too-large"
+    title = "Batch too large"
+
+
+class ValidationError(ToolrefError):
+    """The body parsed but does not have the required shape."""
+
+    slug = "validation-failed"
+    status = 422
+    title = "Request validation failed"
+
+
+class NestingTooDeepError(ValidationError):
+    slug = "nesting-too-deep"
+    title = "JSON nesting too deep"
+
+
+class UnsupportedValueError(ValidationError):
+    """A decoded value that JSON cannot carry (msgpack bin or ext, non-string keys)."""
+
+    slug = "unsupported-value"
+    title = "Value is not JSON"
+
+
+class AuthenticationError(ToolrefError):
+    """Missing or unknown API key."""
+
+    slug = "unauthorized"
+    status = 401
+    title = "Missing or invalid API key"
+
+    def __init__(self, detail: str, *, invalid_token: bool = False, **extra: Any) -> None:
+        super().__init__(detail, **extra)
+        self.invalid_token = invalid_token
+
+    def http_headers(self) -> dict[str, str]:
+        challenge = 'Bearer realm="toolref"'
+        if self.invalid_token:
+            challenge += ', error="invalid_token"'
+        return {"WWW-Authenticate": challenge}
+
+
+class NotFoundError(ToolrefError):
+    """An unknown ref, or another tenant's: the two cannot be told apart."""
+
+    slug = "not-found"
+    status = 404
+    title = "Not found"
+
+
+class ConflictError(ToolrefError):
+    slug = "conflict"
+    status = 409
+    title = "Conflict"
+
+
+class RefCollisionError(ConflictError):
+    """Two different invocations share a 128-bit ref; the stored one is never served for it."""
+
+    slug = "ref-collision"
+    title = "Ref collision"
+
+
+class MissingRefsError(ConflictError):
+    """Refs the server does not hold; resend those payloads in full."""
+
+    slug = "missing-refs"
+    title = "Unknown refs"
+
+    def __init__(self, detail: str, missing_refs: list[str], **extra: Any) -> None:
+        super().__init__(detail, missingRefs=missing_refs, **extra)
+        self.missing_refs = missing_refs
+
+
+# --- server-side conditions (5xx) ---
+
+
+class ServiceUnavailableError(ToolrefError):
+    """The service cannot answer now; retry after `retry_after` seconds."""
+
+    slug = "unavailable"
+    status = 503
+    title = "Service unavailable"
+
+    def __init__(self, detail: str, retry_after: int = 1, **extra: Any) -> None:
+        super().__init__(detail, **extra)
+        self.retry_after = retry_after
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class StoreUnavailableError(ServiceUnavailableError):
+    slug = "store-unavailable"
+    title = "Store unavailable"
+
+
+class ConfigurationError(ToolrefError):
+    """Settings that cannot work; raised at start-up, never over the wire."""
+
+    slug = "configuration"
+    title = "Invalid configuration"
+
+
+def _all_subclasses(cls: type[ToolrefError]) -> list[type[ToolrefError]]:
+    found: list[type[ToolrefError]] = []
+    for sub in cls.__subclasses__():
+        found.append(sub)
+        found.extend(_all_subclasses(sub))
+    return found
+
+
+def error_class_for(problem_type: str) -> type[ToolrefError]:
+    """The error class whose problem `type` this is; `ToolrefError` when unknown."""
+    for cls in _all_subclasses(ToolrefError):
+        if cls.problem_type() == problem_type:
+            return cls
+    return ToolrefError

@@ -1,0 +1,115 @@
+"""Pydantic wire models: the JSON (or msgpack) shapes of DESIGN.md's REST API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic.alias_generators import to_camel
+
+from toolref.canonical import Digest, invocation_digest, invocation_object
+
+
+class WireModel(BaseModel):
+    """Base for wire models: camelCase names as on the wire, unknown members refused."""
+
+    model_config = ConfigDict(
+        extra="forbid", populate_by_name=True, frozen=True, alias_generator=to_camel
+    )
+
+
+class Invocation(WireModel):
+    """One tool invocation. Provider ids are not part of it: the same call twice is one."""
+
+    name: StrictStr = Field(description="Tool name.")
+    args: Any = Field(description="Arguments as the message carried them (any JSON).")
+    result: Any = Field(description="Result as the message carried it (any JSON).")
+    is_error: StrictBool = Field(default=False, description="True when the result is an error.")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "args": self.args,
+            "result": self.result,
+            "isError": self.is_error,
+        }
+
+    def digest(self) -> Digest:
+        return invocation_digest(self.name, self.args, self.result, self.is_error)
+
+    def canonical_object(self) -> dict[str, Any]:
+        return invocation_object(self.name, self.args, self.result, self.is_error)
+
+
+class RegisterRequest(WireModel):
+    invocations: list[Invocation] = Field(description="Invocations to store, in order.")
+
+
+class RegisteredRef(WireModel):
+    ref: str = Field(description="The invocation's ref.")
+    size: int = Field(description="Size in bytes of its canonical form.")
+    new: bool = Field(description="False when the registry already held it.")
+
+
+class RegisterResponse(WireModel):
+    refs: list[RegisteredRef] = Field(description="One entry per invocation, in request order.")
+
+
+class RefsRequest(WireModel):
+    refs: list[StrictStr] = Field(description="Refs, each `tr_` plus 26 base32 characters.")
+
+
+class FindMissingResponse(WireModel):
+    missing: list[str] = Field(description="Requested refs the registry does not hold.")
+
+
+class ResolveResponse(WireModel):
+    invocations: dict[str, Invocation] = Field(description="Held invocations by ref.")
+    missing: list[str] = Field(description="Requested refs the registry does not hold.")
+
+
+class ProtocolRange(WireModel):
+    low: int
+    high: int
+
+
+class RefScheme(WireModel):
+    prefix: str = Field(description="Ref prefix.")
+    length: int = Field(description="Characters in a ref, prefix included.")
+    digest: str = Field(description="Digest function over the canonical bytes.")
+    digest_bytes: int = Field(description="Digest bytes a ref encodes.")
+    encoding: str = Field(description="Encoding of those bytes.")
+    canonicalization: str = Field(description="How an invocation becomes bytes.")
+
+
+class Limits(WireModel):
+    max_body_bytes: int = Field(description="Largest request body, as sent.")
+    max_decompressed_bytes: int = Field(description="Largest request body once inflated.")
+    max_depth: int = Field(description="Deepest JSON nesting of a body.")
+    max_batch: int = Field(description="Most items in one batch request.")
+
+
+class Capabilities(WireModel):
+    protocol: ProtocolRange
+    ref_scheme: RefScheme = Field(description="How refs are made.")
+    encodings: list[str] = Field(description="Media types for request and response bodies.")
+    compressors: list[str] = Field(description="Accepted request Content-Encodings.")
+    limits: Limits
+    ttl_seconds: int = Field(description="Sliding lifetime of a ref.")
+    formats: list[str] = Field(description="Message formats optimize and hydrate understand.")
+    summarizers: list[str] = Field(description="Summarizer ids available to hydrate.")
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details; extra members (such as `missingRefs`) are allowed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+
+
+class Health(WireModel):
+    status: str

@@ -1,0 +1,124 @@
+"""The Starlette application: `create_app(settings)`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import cast
+
+from redis.asyncio import Redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+
+from toolref.errors import NotFoundError, ToolrefError
+from toolref_server.auth import Authenticator
+from toolref_server.codec import BodyLimits
+from toolref_server.problem import problem_response
+from toolref_server.protocol import ProtocolMiddleware
+from toolref_server.routes import invocations, meta
+from toolref_server.services import Services
+from toolref_server.settings import Settings
+from toolref_server.store import Store
+
+log = logging.getLogger("toolref_server")
+
+
+class _HttpProblem(ToolrefError):
+    """Routing errors (unknown path, wrong method) as problems."""
+
+    slug = "http"
+
+
+class _MethodNotAllowed(_HttpProblem):
+    slug = "method-not-allowed"
+    status = 405
+    title = "Method not allowed"
+
+
+def open_redis(settings: Settings, url: str) -> Redis:
+    # One quick retry covers a pooled connection the engine closed; more would only delay
+    # the 503 that tells clients to fall back to full payloads.
+    return Redis.from_url(
+        url,
+        socket_timeout=settings.redis_timeout,
+        socket_connect_timeout=settings.redis_connect_timeout,
+        max_connections=settings.redis_max_connections,
+        retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.05), 1),
+        health_check_interval=30,
+    )
+
+
+async def _toolref_error(request: Request, exc: Exception) -> Response:
+    return problem_response(cast(ToolrefError, exc))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    exc = cast(HTTPException, exc)
+    error: ToolrefError
+    if exc.status_code == 404:
+        error = NotFoundError(
+            f"no endpoint at {request.url.path}; GET /openapi.json lists the endpoints"
+        )
+    elif exc.status_code == 405:
+        error = _MethodNotAllowed(
+            f"{request.method} is not allowed on {request.url.path}; GET /openapi.json lists "
+            "the methods of each endpoint"
+        )
+    else:
+        error = _HttpProblem(str(exc.detail))
+    return problem_response(error)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return problem_response(
+        ToolrefError("the service failed unexpectedly; the error is logged, retry later")
+    )
+
+
+def create_app(settings: Settings | None = None, redis: Redis | None = None) -> Starlette:
+    """Build the service. `redis` injects a client (tests); otherwise the lifespan opens one."""
+    settings = settings or Settings()
+    settings.check_exposure()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with AsyncExitStack() as stack:
+            client = redis
+            if client is None:
+                url = settings.redis_url
+                if url is None:
+                    from toolref_server.embedded import EmbeddedEngine
+
+                    engine = EmbeddedEngine(settings.data_dir)
+                    url = engine.start()
+                    stack.callback(engine.stop)
+                client = open_redis(settings, url)
+                stack.push_async_callback(client.aclose)
+                log.info("store: %s", url)
+            app.state.services = Services(
+                settings=settings,
+                store=Store(client, settings.ttl_seconds, settings.retry_after_seconds),
+                auth=Authenticator(settings),
+                limits=BodyLimits(
+                    settings.max_body_bytes, settings.max_decompressed_bytes, settings.max_depth
+                ),
+            )
+            yield
+
+    return Starlette(
+        routes=[*meta.routes, *invocations.routes],
+        middleware=[Middleware(ProtocolMiddleware)],
+        exception_handlers={
+            ToolrefError: _toolref_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+        lifespan=lifespan,
+    )

@@ -1,0 +1,123 @@
+"""`toolref-server`: serve the registry, and make or hash API keys."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import secrets
+import sys
+from collections.abc import Sequence
+
+import pydantic
+
+from toolref.errors import ConfigurationError
+from toolref_server.auth import hash_key
+from toolref_server.settings import Settings, parse_api_keys
+
+log = logging.getLogger("toolref_server")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolref-server", description="toolref: a registry of LLM tool-call payloads."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser(
+        "serve", help="run the service (on the embedded engine when TOOLREF_REDIS_URL is unset)"
+    )
+    serve.add_argument("--host", help="address to bind (TOOLREF_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (TOOLREF_PORT, default 8750)")
+    serve.add_argument("--workers", type=int, help="worker processes (TOOLREF_WORKERS)")
+    serve.add_argument("--redis-url", help="Redis or Valkey URL (TOOLREF_REDIS_URL)")
+    serve.add_argument("--data-dir", help="embedded engine's data folder (TOOLREF_DATA_DIR)")
+    hashing = commands.add_parser(
+        "hash-key", help="print the SHA-256 of an API key, as TOOLREF_API_KEYS holds it"
+    )
+    hashing.add_argument("key", nargs="?", help="the key (read from stdin when omitted)")
+    keygen = commands.add_parser(
+        "keygen", help="make a new API key and the TOOLREF_API_KEYS entry for it"
+    )
+    keygen.add_argument("tenant", help="tenant the key belongs to")
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    overrides = {
+        "host": args.host,
+        "port": args.port,
+        "workers": args.workers,
+        "redis_url": args.redis_url,
+        "data_dir": args.data_dir,
+    }
+    # Workers are separate processes that read settings from the environment.
+    for name, value in overrides.items():
+        if value is not None:
+            os.environ[f"TOOLREF_{name.upper()}"] = str(value)
+    settings = Settings()
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    settings.check_exposure()
+    engine = None
+    if settings.redis_url is None:
+        from toolref_server.embedded import EmbeddedEngine
+
+        engine = EmbeddedEngine(settings.data_dir)
+        os.environ["TOOLREF_REDIS_URL"] = engine.start()
+        print(
+            f"toolref: embedded valkey on {engine.url} ({engine.tcp_url} for redis-cli), "
+            f"data in {engine.data_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        import uvicorn
+
+        uvicorn.run(
+            "toolref_server.app:create_app",
+            factory=True,
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            log_level=settings.log_level.lower(),
+        )
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises the Ctrl-C it has already handled gracefully
+    finally:
+        if engine is not None:
+            engine.stop()
+            print("toolref: embedded valkey stopped, data saved", file=sys.stderr, flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "hash-key":
+            key = args.key if args.key is not None else sys.stdin.readline().strip()
+            if not key:
+                print("toolref-server: no key given (argument or stdin)", file=sys.stderr)
+                return 2
+            print(hash_key(key))
+            return 0
+        key = "trk_" + secrets.token_urlsafe(32)
+        entry = f"{args.tenant}={hash_key(key)}"
+        parse_api_keys(entry)  # refuses a tenant name that TOOLREF_API_KEYS would refuse
+        print(f"key:              {key}")
+        print(f"TOOLREF_API_KEYS: {entry}")
+        return 0
+    except ConfigurationError as exc:
+        print(f"toolref-server: {exc.detail}", file=sys.stderr)
+        return 2
+    except pydantic.ValidationError as exc:
+        for error in exc.errors(include_url=False):
+            name = "TOOLREF_" + "_".join(str(p) for p in error["loc"]).upper()
+            print(f"toolref-server: {name}: {error['msg']}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

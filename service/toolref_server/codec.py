@@ -1,0 +1,339 @@
+"""Request bodies in, response bodies out: media types, compression and limits.
+
+Every limit is enforced while the body streams in, before anything is parsed or stored:
+the declared length, the bytes received, and the bytes a gzip or zstd body inflates to
+(the decompressor stops one output chunk past the limit, never later).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import IO, Any, Final, cast
+
+import msgpack
+import zstandard
+from starlette.requests import Request
+from starlette.responses import Response
+
+from toolref.errors import (
+    BodyTooLargeError,
+    DecompressedTooLargeError,
+    MalformedBodyError,
+    NestingTooDeepError,
+    NonFiniteNumberError,
+    ToolrefError,
+    UnsupportedMediaTypeError,
+    UnsupportedValueError,
+)
+
+JSON_TYPE: Final = "application/json"
+MSGPACK_TYPE: Final = "application/msgpack"
+PROBLEM_TYPE: Final = "application/problem+json"
+MSGPACK_ALIASES: Final = frozenset(
+    {MSGPACK_TYPE, "application/x-msgpack", "application/vnd.msgpack"}
+)
+ENCODINGS: Final = (JSON_TYPE, MSGPACK_TYPE)
+COMPRESSORS: Final = ("gzip", "zstd")
+_OUT_CHUNK: Final = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class BodyLimits:
+    max_body_bytes: int
+    max_decompressed_bytes: int
+    max_depth: int
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class _Inflater:
+    """Incremental decompression that refuses to produce more than `limit` bytes."""
+
+    def __init__(self, encoding: str, limit: int) -> None:
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.encoding = encoding
+        self._gzip: Any = None
+        self._zstd: Any = None
+        if encoding == "gzip":
+            self._gzip = zlib.decompressobj(wbits=31)
+        else:
+            sink = cast(IO[bytes], self)  # duck-typed: the writer only calls write()
+            self._zstd = zstandard.ZstdDecompressor().stream_writer(
+                sink, write_size=_OUT_CHUNK, write_return_read=True
+            )
+
+    def write(self, data: bytes) -> int:  # sink of the zstd stream writer
+        self._keep(data)
+        return len(data)
+
+    def _keep(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise _TooLarge
+        self.parts.append(data)
+
+    def feed(self, data: bytes) -> None:
+        try:
+            if self._zstd is not None:
+                self._zstd.write(data)
+            else:
+                self._feed_gzip(data)
+        except (zlib.error, zstandard.ZstdError) as exc:
+            raise MalformedBodyError(
+                f"the {self.encoding} body is corrupt ({exc}); compress the whole body "
+                f"as one {self.encoding} stream, or send it uncompressed"
+            ) from None
+
+    def _feed_gzip(self, data: bytes) -> None:
+        while data:
+            budget = self.limit - self.size + 1
+            self._keep(self._gzip.decompress(data, budget))
+            data = self._gzip.unconsumed_tail
+            if self._gzip.eof:
+                # gzip allows several members back to back (RFC 1952).
+                data = self._gzip.unused_data + data
+                if not data:
+                    return
+                self._gzip = zlib.decompressobj(wbits=31)
+
+    def finish(self) -> bytes:
+        if self._gzip is not None and not self._gzip.eof:
+            raise MalformedBodyError(
+                "the gzip body ends before its stream does (truncated); send the whole body"
+            )
+        if self._zstd is not None:
+            self._zstd.flush()
+        return b"".join(self.parts)
+
+
+def _media_type(header: str | None) -> str:
+    return (header or "").split(";", 1)[0].strip().lower()
+
+
+def request_decoder(request: Request) -> str:
+    """'json' or 'msgpack' from Content-Type; 415 for anything else."""
+    media = _media_type(request.headers.get("content-type"))
+    if media == JSON_TYPE or (media.startswith("application/") and media.endswith("+json")):
+        return "json"
+    if media in MSGPACK_ALIASES:
+        return "msgpack"
+    shown = media or "no Content-Type"
+    raise UnsupportedMediaTypeError(
+        f"cannot read a body sent as {shown!r}; send Content-Type: {JSON_TYPE} or {MSGPACK_TYPE}",
+        supported=list(ENCODINGS),
+    )
+
+
+def _content_encoding(request: Request) -> str:
+    encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
+    if encoding in ("identity", "", *COMPRESSORS):
+        return encoding or "identity"
+    raise UnsupportedMediaTypeError(
+        f"Content-Encoding {encoding!r} is not supported; send one of gzip, zstd or identity "
+        "(a single encoding, not a list)",
+        supported=["identity", *COMPRESSORS],
+    )
+
+
+async def read_body(request: Request, limits: BodyLimits) -> bytes:
+    """The request body, inflated, with every size limit enforced while streaming."""
+    encoding = _content_encoding(request)
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise _body_too_large(int(declared), limits.max_body_bytes)
+    inflater = (
+        None if encoding == "identity" else _Inflater(encoding, limits.max_decompressed_bytes)
+    )
+    parts: list[bytes] = []
+    received = 0
+    stream: AsyncIterator[bytes] = request.stream()
+    try:
+        async for chunk in stream:
+            received += len(chunk)
+            if received > limits.max_body_bytes:
+                raise _body_too_large(received, limits.max_body_bytes)
+            if inflater is None:
+                parts.append(chunk)
+            elif chunk:
+                inflater.feed(chunk)
+        return b"".join(parts) if inflater is None else inflater.finish()
+    except _TooLarge:
+        raise DecompressedTooLargeError(
+            f"the {encoding} body inflates past the limit of "
+            f"{limits.max_decompressed_bytes} bytes; split the request into smaller batches",
+            limit=limits.max_decompressed_bytes,
+        ) from None
+
+
+def _body_too_large(size: int, limit: int) -> BodyTooLargeError:
+    return BodyTooLargeError(
+        f"the body has at least {size} bytes, over the limit of {limit}; split the request "
+        "into smaller batches or compress it (GET /v1/capabilities lists the limits)",
+        limit=limit,
+    )
+
+
+def _reject_constant(name: str) -> Any:
+    raise NonFiniteNumberError(
+        f"{name} is not JSON; send a finite number, or a string if the value must be kept",
+        value=name,
+    )
+
+
+def decode(data: bytes, decoder: str, max_depth: int) -> Any:
+    """Parse a body and check it is JSON-shaped and no deeper than `max_depth`."""
+    if not data:
+        raise MalformedBodyError("the body is empty; send a JSON or msgpack object")
+    try:
+        if decoder == "json":
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad = data[exc.start : exc.start + 1]
+                raise MalformedBodyError(
+                    f"the body is not UTF-8 (byte {exc.start} is {bad!r}); encode JSON as UTF-8"
+                ) from None
+            value = json.loads(text, parse_constant=_reject_constant)
+        else:
+            value = unpackb(data)
+    except RecursionError:
+        raise _too_deep(max_depth) from None
+    except json.JSONDecodeError as exc:
+        raise MalformedBodyError(
+            f"the body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
+            f"(char {exc.pos}); check the JSON encoder, or the Content-Type if it is not JSON"
+        ) from None
+    except msgpack.StackError:
+        raise _too_deep(max_depth) from None
+    except (ValueError, msgpack.UnpackException) as exc:
+        if isinstance(exc, ToolrefError):
+            raise
+        raise MalformedBodyError(
+            f"the body is not valid msgpack ({type(exc).__name__}: {exc}); send one complete "
+            "msgpack object, or fix the Content-Type if it is not msgpack"
+        ) from None
+    check_json_tree(value, max_depth)
+    return value
+
+
+def _too_deep(max_depth: int) -> NestingTooDeepError:
+    return NestingTooDeepError(
+        f"the body nests deeper than {max_depth} levels; flatten it, or send deep payloads "
+        "as a JSON string",
+        limit=max_depth,
+    )
+
+
+_SCALARS: Final = frozenset({str, int, bool, type(None)})
+
+
+def check_json_tree(value: Any, max_depth: int) -> None:
+    """Refuse values JSON cannot carry (msgpack bin/ext, non-string keys, NaN) or too deep."""
+    if type(value) is not dict and type(value) is not list:
+        check_json_tree([value], max_depth)
+        return
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, depth = pop()
+        if depth > max_depth:
+            raise _too_deep(max_depth)
+        children = node.values() if type(node) is dict else node
+        if type(node) is dict:
+            for key in node:
+                if type(key) is not str:
+                    raise UnsupportedValueError(
+                        f"object key {key!r} is a {type(key).__name__}; JSON keys are strings"
+                    )
+        for child in children:
+            kind = type(child)
+            if kind is dict or kind is list:
+                push((child, depth + 1))
+            elif kind in _SCALARS:
+                continue
+            elif kind is float:
+                if not math.isfinite(child):
+                    _reject_constant(repr(child))
+            else:
+                raise UnsupportedValueError(
+                    f"a {kind.__name__} value is not JSON (msgpack bin and ext types are not "
+                    "accepted); send text as a string"
+                )
+
+
+def wants_msgpack(request: Request) -> bool:
+    """True when Accept prefers msgpack to JSON."""
+    accept = request.headers.get("accept")
+    if not accept:
+        return False
+    best_msgpack = best_json = 0.0
+    for part in accept.split(","):
+        media, *params = (p.strip() for p in part.split(";"))
+        quality = 1.0
+        for param in params:
+            name, _, raw = param.partition("=")
+            if name.strip() == "q":
+                try:
+                    quality = float(raw)
+                except ValueError:
+                    quality = 0.0
+        media = media.lower()
+        if media in MSGPACK_ALIASES:
+            best_msgpack = max(best_msgpack, quality)
+        elif media in (JSON_TYPE, "application/*", "*/*"):
+            best_json = max(best_json, quality)
+    return best_msgpack > 0 and best_msgpack >= best_json
+
+
+def dumps_json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def render(
+    request: Request,
+    value: Any,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """Encode a response body as the client's Accept header prefers."""
+    if wants_msgpack(request):
+        body, media = packb(value), MSGPACK_TYPE
+    else:
+        body, media = dumps_json(value), JSON_TYPE
+    response = Response(body, status_code=status, media_type=media, headers=headers)
+    response.headers["vary"] = "Accept, Toolref-Protocol"
+    return response
+
+
+_BIGINT_EXT: Final = 1
+
+
+def _bigint_default(value: Any) -> Any:
+    # msgpack calls this for integers beyond 64 bits (and for non-JSON types).
+    if type(value) is int:
+        return msgpack.ExtType(_BIGINT_EXT, str(value).encode())
+    raise TypeError(f"cannot pack a {type(value).__name__}")
+
+
+def packb(value: Any) -> bytes:
+    """msgpack with integers beyond 64 bits carried as ext type 1 (their decimal digits)."""
+    return msgpack.packb(value, use_bin_type=True, default=_bigint_default)  # type: ignore[no-any-return]
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _BIGINT_EXT:
+        return int(data)
+    return msgpack.ExtType(code, data)
+
+
+def unpackb(data: bytes) -> Any:
+    """Inverse of `packb`."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)

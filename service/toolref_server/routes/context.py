@@ -1,0 +1,98 @@
+"""What every route needs from a request: tenant, protocol, a validated body."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import pydantic
+from starlette.requests import Request
+
+from toolref.canonical import Ref
+from toolref.errors import (
+    BatchTooLargeError,
+    InvalidRefError,
+    ProtocolRequiredError,
+    ValidationError,
+)
+from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref_server import codec
+from toolref_server.services import Services
+
+Model = TypeVar("Model", bound=pydantic.BaseModel)
+
+
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
+
+
+def protocol(request: Request) -> int:
+    version: int = request.scope.get("state", {}).get("protocol", 1)
+    return version
+
+
+def tenant(request: Request) -> str:
+    return services(request).auth.tenant_for(request)
+
+
+def require_refs_protocol(request: Request) -> None:
+    """Ref endpoints answer with refs, which a protocol-1 client never receives."""
+    if protocol(request) < PROTOCOL_REFS:
+        raise ProtocolRequiredError(
+            f"{request.url.path} deals in refs; send `{PROTOCOL_HEADER}: {PROTOCOL_REFS}` "
+            "(a request without the header is protocol 1, which never receives refs)"
+        )
+
+
+async def body(request: Request) -> Any:
+    """The decoded request body, every limit enforced before parsing."""
+    limits = services(request).limits
+    decoder = codec.request_decoder(request)
+    data = await codec.read_body(request, limits)
+    return codec.decode(data, decoder, limits.max_depth)
+
+
+def check_batch(value: Any, member: str, request: Request) -> None:
+    """413 for a batch over the limit, checked before any item is validated."""
+    limit = services(request).settings.max_batch
+    items = value.get(member) if isinstance(value, dict) else None
+    if isinstance(items, list) and len(items) > limit:
+        raise BatchTooLargeError(
+            f"`{member}` has {len(items)} items, over the limit of {limit}; send them in "
+            f"batches of at most {limit}",
+            limit=limit,
+        )
+
+
+def validate(model: type[Model], value: Any) -> Model:
+    """Validate a decoded body, turning pydantic's errors into one 422 problem."""
+    try:
+        return model.model_validate(value)
+    except pydantic.ValidationError as exc:
+        errors = [
+            {"pointer": _pointer(err["loc"]), "message": err["msg"]}
+            for err in exc.errors(include_url=False, include_input=False)
+        ]
+        shown = "; ".join(f"{e['pointer'] or '/'}: {e['message']}" for e in errors[:5])
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        raise ValidationError(
+            f"the body does not match {model.__name__}: {shown}{more}; "
+            "see /openapi.json for the expected shape",
+            errors=errors,
+        ) from None
+
+
+def _pointer(loc: Sequence[int | str]) -> str:
+    """JSON Pointer (RFC 6901) of a pydantic error location."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in loc)
+
+
+def parse_refs(texts: Sequence[str], member: str = "refs") -> list[Ref]:
+    refs = []
+    for index, text in enumerate(texts):
+        try:
+            refs.append(Ref.parse(text))
+        except InvalidRefError as exc:
+            raise InvalidRefError(f"/{member}/{index}: {exc.detail}", **exc.extra) from None
+    return refs

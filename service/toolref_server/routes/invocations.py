@@ -1,0 +1,122 @@
+"""Invocations: register, findMissing, resolve, and GET by ref."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from toolref.canonical import Digest, Ref, canonical_json
+from toolref.errors import NotFoundError, RefCollisionError
+from toolref.models import (
+    FindMissingResponse,
+    RefsRequest,
+    RegisteredRef,
+    RegisterRequest,
+    RegisterResponse,
+)
+from toolref_server import codec, record
+from toolref_server.routes import context
+from toolref_server.store import NewRecord
+
+
+async def register(request: Request) -> Response:
+    tenant = context.tenant(request)
+    context.require_refs_protocol(request)
+    value = await context.body(request)
+    context.check_batch(value, "invocations", request)
+    body = context.validate(RegisterRequest, value)
+    threshold = context.services(request).settings.compress_threshold
+    items, answers = [], []
+    for invocation in body.invocations:
+        digest = Digest.of(canonical_json(invocation.canonical_object()))
+        ref = digest.ref
+        data = record.encode(invocation.to_wire(), digest.sha256, digest.size, threshold)
+        items.append(NewRecord(ref, digest.sha256, data))
+        answers.append((ref, digest.size))
+    outcomes = await context.services(request).store.register(tenant, items)
+    collided = [
+        str(item.ref)
+        for item, outcome in zip(items, outcomes, strict=True)
+        if outcome.stored_digest is not None and outcome.stored_digest != item.digest
+    ]
+    if collided:
+        raise RefCollisionError(
+            f"{len(collided)} invocation(s) share a 128-bit ref with a different stored "
+            "invocation; the stored one is kept and never served for yours. Send these "
+            "payloads in full.",
+            collidingRefs=collided,
+        )
+    response = RegisterResponse(
+        refs=[
+            RegisteredRef(ref=ref, size=size, new=outcome.new)
+            for (ref, size), outcome in zip(answers, outcomes, strict=True)
+        ]
+    )
+    return codec.render(request, response.model_dump(by_alias=True))
+
+
+async def _refs_body(request: Request) -> list[Ref]:
+    value = await context.body(request)
+    context.check_batch(value, "refs", request)
+    return context.parse_refs(context.validate(RefsRequest, value).refs)
+
+
+def _unique(refs: list[Ref]) -> list[Ref]:
+    return list(dict.fromkeys(refs))
+
+
+async def find_missing(request: Request) -> Response:
+    tenant = context.tenant(request)
+    context.require_refs_protocol(request)
+    refs = _unique(await _refs_body(request))
+    present = await context.services(request).store.touch(tenant, refs)
+    missing = [str(ref) for ref, here in zip(refs, present, strict=True) if not here]
+    return codec.render(request, FindMissingResponse(missing=missing).model_dump(by_alias=True))
+
+
+async def resolve(request: Request) -> Response:
+    tenant = context.tenant(request)
+    context.require_refs_protocol(request)
+    refs = _unique(await _refs_body(request))
+    records = await context.services(request).store.fetch(tenant, refs)
+    found, missing = {}, []
+    for ref, rec in zip(refs, records, strict=True):
+        if rec is None or rec.digest[: len(ref.digest_prefix)] != ref.digest_prefix:
+            missing.append(str(ref))
+        else:
+            found[str(ref)] = rec.invocation
+    # Built as plain dicts: stored invocations are already in wire form.
+    return codec.render(request, {"invocations": found, "missing": missing})
+
+
+async def get_invocation(request: Request) -> Response:
+    tenant = context.tenant(request)
+    ref = Ref.parse(request.path_params["ref"])
+    (rec,) = await context.services(request).store.fetch(tenant, [ref])
+    if rec is None or rec.digest[: len(ref.digest_prefix)] != ref.digest_prefix:
+        raise NotFoundError(
+            f"no invocation {ref} is held for this API key (never registered, expired, or "
+            "evicted); register it again with POST /v1/invocations"
+        )
+    etag = f'"{rec.digest.hex()}"'
+    ttl = context.services(request).settings.ttl_seconds
+    headers = {"ETag": etag, "Cache-Control": f"private, max-age={ttl}, immutable"}
+    if _etag_matches(etag, request.headers.get("if-none-match")):
+        return Response(status_code=304, headers=headers)
+    return codec.render(request, rec.invocation, headers=headers)
+
+
+def _etag_matches(etag: str, header: str | None) -> bool:
+    if not header:
+        return False
+    tags = {tag.strip().removeprefix("W/") for tag in header.split(",")}
+    return "*" in tags or etag in tags
+
+
+routes = [
+    Route("/v1/invocations", register, methods=["POST"]),
+    Route("/v1/invocations:findMissing", find_missing, methods=["POST"]),
+    Route("/v1/invocations:resolve", resolve, methods=["POST"]),
+    Route("/v1/invocations/{ref}", get_invocation, methods=["GET"]),
+]

@@ -1,0 +1,72 @@
+"""Negotiation, health and the API description: the routes that need no API key."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from toolref.canonical import REF_DIGEST_BYTES, REF_LENGTH, REF_PREFIX
+from toolref.errors import StoreUnavailableError
+from toolref.models import Capabilities, Health, Limits, ProtocolRange, RefScheme
+from toolref.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
+from toolref_server import codec, openapi
+from toolref_server.routes import context
+from toolref_server.settings import Settings
+
+
+def capabilities_of(settings: Settings) -> Capabilities:
+    return Capabilities(
+        protocol=ProtocolRange(low=PROTOCOL_LOW, high=PROTOCOL_HIGH),
+        ref_scheme=RefScheme(
+            prefix=REF_PREFIX,
+            length=REF_LENGTH,
+            digest="sha256",
+            digest_bytes=REF_DIGEST_BYTES,
+            encoding="base32-lower-nopad",
+            canonicalization="rfc8785+exact-integers",
+        ),
+        encodings=list(codec.ENCODINGS),
+        compressors=list(codec.COMPRESSORS),
+        limits=Limits(
+            max_body_bytes=settings.max_body_bytes,
+            max_decompressed_bytes=settings.max_decompressed_bytes,
+            max_depth=settings.max_depth,
+            max_batch=settings.max_batch,
+        ),
+        ttl_seconds=settings.ttl_seconds,
+        formats=[],
+        summarizers=[],
+    )
+
+
+async def capabilities(request: Request) -> Response:
+    services = context.services(request)
+    document = capabilities_of(services.settings).model_dump(by_alias=True)
+    return codec.render(request, document)
+
+
+async def healthz(request: Request) -> Response:
+    return codec.render(request, Health(status="ok").model_dump())
+
+
+async def readyz(request: Request) -> Response:
+    services = context.services(request)
+    if not await services.store.ping():
+        raise StoreUnavailableError(
+            "the store (Redis) does not answer PING; the service is up but cannot serve refs",
+            retry_after=services.settings.retry_after_seconds,
+        )
+    return codec.render(request, Health(status="ready").model_dump())
+
+
+async def openapi_document(request: Request) -> Response:
+    return JSONResponse(openapi.document(secured=not context.services(request).auth.open))
+
+
+routes = [
+    Route("/v1/capabilities", capabilities, methods=["GET"]),
+    Route("/healthz", healthz, methods=["GET"]),
+    Route("/readyz", readyz, methods=["GET"]),
+    Route("/openapi.json", openapi_document, methods=["GET"]),
+]

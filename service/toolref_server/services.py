@@ -1,0 +1,18 @@
+"""What the routes share, built once in the app's lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolref_server.auth import Authenticator
+from toolref_server.codec import BodyLimits
+from toolref_server.settings import Settings
+from toolref_server.store import Store
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    settings: Settings
+    store: Store
+    auth: Authenticator
+    limits: BodyLimits

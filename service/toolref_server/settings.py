@@ -1,0 +1,113 @@
+"""Service settings, read once from `TOOLREF_*` environment variables."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from toolref.errors import ConfigurationError
+
+_TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_HASH_RE = re.compile(r"[0-9a-f]{64}")
+LOCAL_TENANT = "local"
+
+
+class Settings(BaseSettings):
+    """Every setting of the service. README.md lists them with their defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="TOOLREF_", frozen=True, extra="ignore")
+
+    host: str = Field(default="127.0.0.1", description="Address to bind.")
+    port: int = Field(default=8750, ge=0, le=65535, description="TCP port to bind.")
+    workers: int = Field(default=1, ge=1, description="Worker processes.")
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis/Valkey URL; unset starts the embedded engine.",
+    )
+    data_dir: Path = Field(
+        default=Path(".toolref/data"), description="Embedded engine's persistence folder."
+    )
+    api_keys: str = Field(
+        default="",
+        description="Comma-separated `tenant=<sha256 hex of key>`; a tenant may have several.",
+    )
+    ttl_seconds: int = Field(default=86_400, ge=1, description="Sliding lifetime of a ref.")
+    max_body_bytes: int = Field(default=32 * 2**20, ge=1024, description="Request body limit.")
+    max_decompressed_bytes: int = Field(
+        default=64 * 2**20, ge=1024, description="Limit on a compressed body once inflated."
+    )
+    max_depth: int = Field(default=128, ge=2, le=512, description="JSON nesting limit.")
+    max_batch: int = Field(default=1000, ge=1, description="Items per batch request.")
+    compress_threshold: int = Field(
+        default=512, ge=0, description="Records at least this large are stored zstd-compressed."
+    )
+    redis_timeout: float = Field(
+        default=2.0, gt=0, description="Socket timeout for Redis commands, in seconds."
+    )
+    redis_connect_timeout: float = Field(
+        default=0.5, gt=0, description="Socket connect timeout for Redis, in seconds."
+    )
+    redis_max_connections: int = Field(default=64, ge=1, description="Redis pool size.")
+    retry_after_seconds: int = Field(
+        default=1, ge=1, description="Retry-After sent with 503 answers."
+    )
+    log_level: str = Field(default="info", description="Log level.")
+
+    @field_validator("api_keys")
+    @classmethod
+    def _check_keys(cls, value: str) -> str:
+        parse_api_keys(value)
+        return value
+
+    @cached_property
+    def key_hashes(self) -> dict[str, str]:
+        """sha256 hex of each key -> tenant."""
+        return parse_api_keys(self.api_keys)
+
+    @property
+    def is_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+    def check_exposure(self) -> None:
+        """Refuse to serve an unauthenticated registry beyond this machine."""
+        if not self.key_hashes and not self.is_loopback:
+            raise ConfigurationError(
+                f"refusing to bind {self.host!r} with no API keys: anyone who can reach it "
+                "could read every payload. Set TOOLREF_API_KEYS to `tenant=<sha256 hex>` "
+                "(`toolref-server keygen TENANT` makes one), or bind 127.0.0.1."
+            )
+
+
+def parse_api_keys(text: str) -> dict[str, str]:
+    """Parse `tenant=<sha256 hex>,...` into {hash: tenant}, saying exactly what is wrong."""
+    keys: dict[str, str] = {}
+    for raw in text.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        tenant, sep, digest = entry.partition("=")
+        tenant, digest = tenant.strip(), digest.strip().lower()
+        if not sep or not _TENANT_RE.fullmatch(tenant) or not _HASH_RE.fullmatch(digest):
+            shown = entry if len(entry) < 20 else entry[:16] + "..."
+            raise ConfigurationError(
+                f"TOOLREF_API_KEYS entry {shown!r} is not `tenant=<64 hex digits>`: the tenant "
+                "is 1-64 of A-Z a-z 0-9 _ . -, and the hash is the key's SHA-256 "
+                "(`toolref-server hash-key` prints it)"
+            )
+        if digest in keys and keys[digest] != tenant:
+            raise ConfigurationError(
+                f"TOOLREF_API_KEYS gives one key hash to tenants {keys[digest]!r} and {tenant!r}; "
+                "a key belongs to one tenant"
+            )
+        keys[digest] = tenant
+    return keys

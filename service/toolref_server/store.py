@@ -1,0 +1,120 @@
+"""Redis access: tenant-namespaced records, batched reads, sliding lifetimes.
+
+Every method is one round trip to Redis whatever the batch size (a pipeline, with one MGET
+for reads). Redis failures become `StoreUnavailableError`, which the service answers with
+503 and Retry-After.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from toolref.canonical import Ref
+from toolref.errors import StoreUnavailableError
+from toolref_server import record
+from toolref_server.record import Record
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    ref: Ref
+    digest: bytes
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    new: bool
+    stored_digest: bytes | None  # digest of the record now under the key; None if it vanished
+
+
+class Store:
+    def __init__(self, redis: Redis, ttl_seconds: int, retry_after: int = 1) -> None:
+        self.redis = redis
+        self.ttl = ttl_seconds
+        self.retry_after = retry_after
+
+    @staticmethod
+    def key(tenant: str, ref: Ref) -> str:
+        return f"tr:{tenant}:i:{ref.key}"
+
+    @asynccontextmanager
+    async def _guard(self, action: str) -> AsyncIterator[None]:
+        try:
+            yield
+        except RedisError as exc:
+            log.warning("store %s failed: %s: %s", action, type(exc).__name__, exc)
+            raise StoreUnavailableError(
+                f"the registry's store is unreachable ({type(exc).__name__}); retry after "
+                f"{self.retry_after}s, or send full payloads meanwhile",
+                retry_after=self.retry_after,
+            ) from None
+
+    async def register(self, tenant: str, records: Sequence[NewRecord]) -> list[Registered]:
+        """Store records that are absent; extend the lifetime of those present.
+
+        Never overwrites: SET NX. The digest read back (32 bytes at a fixed offset) tells a
+        record written just now or earlier from a different invocation with the same ref.
+        """
+        outcomes: list[Registered | None] = [None] * len(records)
+        pending = list(range(len(records)))
+        # A key that expires between SET NX and GETRANGE reads back empty: write it again.
+        for _ in range(2):
+            if not pending:
+                break
+            async with self._guard("register"):
+                pipe = self.redis.pipeline(transaction=False)
+                for i in pending:
+                    key = self.key(tenant, records[i].ref)
+                    pipe.set(key, records[i].data, nx=True, ex=self.ttl)
+                    pipe.expire(key, self.ttl)
+                    pipe.getrange(key, record.DIGEST_START, record.DIGEST_END - 1)
+                replies: list[Any] = await pipe.execute()
+            retry = []
+            for n, i in enumerate(pending):
+                stored = replies[3 * n + 2]
+                if stored:
+                    outcomes[i] = Registered(bool(replies[3 * n]), stored)
+                else:
+                    retry.append(i)
+            pending = retry
+        return [o if o is not None else Registered(False, None) for o in outcomes]
+
+    async def touch(self, tenant: str, refs: Sequence[Ref]) -> list[bool]:
+        """Extend the lifetime of each ref; True where it is present."""
+        if not refs:
+            return []
+        async with self._guard("findMissing"):
+            pipe = self.redis.pipeline(transaction=False)
+            for ref in refs:
+                pipe.expire(self.key(tenant, ref), self.ttl)
+            replies: list[Any] = await pipe.execute()
+        return [bool(reply) for reply in replies]
+
+    async def fetch(self, tenant: str, refs: Sequence[Ref]) -> list[Record | None]:
+        """Records for refs (None where absent), extending the lifetime of those read."""
+        if not refs:
+            return []
+        keys = [self.key(tenant, ref) for ref in refs]
+        async with self._guard("resolve"):
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.mget(keys)
+            for key in keys:
+                pipe.expire(key, self.ttl)
+            replies: list[Any] = await pipe.execute()
+        return [None if data is None else record.decode(data) for data in replies[0]]
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await self.redis.ping())
+        except RedisError:
+            return False

