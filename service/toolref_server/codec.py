@@ -93,9 +93,11 @@ class _Inflater:
             ) from None
 
     def _feed_gzip(self, data: bytes) -> None:
-        while data:
-            budget = self.limit - self.size + 1
-            self._keep(self._gzip.decompress(data, budget))
+        while True:
+            # Small steps: one huge step would briefly hold twice its output while resizing.
+            step = min(self.limit - self.size + 1, _OUT_CHUNK)
+            out = self._gzip.decompress(data, step)
+            self._keep(out)
             data = self._gzip.unconsumed_tail
             if self._gzip.eof:
                 # gzip allows several members back to back (RFC 1952).
@@ -103,6 +105,8 @@ class _Inflater:
                 if not data:
                     return
                 self._gzip = zlib.decompressobj(wbits=31)
+            elif not data and len(out) < step:
+                return  # input used up and no output held back
 
     def finish(self) -> bytes:
         if self._gzip is not None and not self._gzip.eof:

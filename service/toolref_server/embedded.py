@@ -94,6 +94,10 @@ class EmbeddedEngine:
         return self.data_dir / "valkey.log"
 
     @property
+    def pid_path(self) -> Path:
+        return self.data_dir / "valkey.pid"
+
+    @property
     def stderr_path(self) -> Path:
         return self.data_dir / "valkey.stderr"
 
@@ -135,6 +139,7 @@ class EmbeddedEngine:
             "appendfsync": "everysec",
             "save": "3600 1 300 100 60 10000",
             "logfile": f'"{self.log_path}"',
+            "pidfile": f'"{self.pid_path}"',
             "maxmemory-policy": "noeviction",
         }
         settings.update(self.config)

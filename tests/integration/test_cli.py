@@ -1,0 +1,246 @@
+"""`toolref-server` as a user runs it: a real process, the embedded engine, Ctrl-C, restart."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from toolref.canonical import digest_of
+from toolref_server.embedded import free_port, valkey_server_binary
+
+from ..conftest import need
+
+INVOCATION = {"name": "read_file", "args": {"path": "README.md"}, "result": "# toolref\n" * 50}
+
+
+@pytest.fixture(autouse=True)
+def engine_binary() -> None:
+    try:
+        valkey_server_binary()
+    except Exception as exc:
+        need(f"no valkey-server binary: {exc}")
+
+
+def cli_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLREF_")}
+    env["TOOLREF_LOG_LEVEL"] = "warning"
+    return env
+
+
+class Service:
+    def __init__(self, data_dir: Path, port: int) -> None:
+        self.data_dir, self.port = data_dir, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "toolref_server.cli",
+                "serve",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data_dir),
+            ],
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"serve exited early: {self.output()}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.process.kill()
+        raise AssertionError(f"serve did not become ready: {self.output()}")
+
+    def output(self) -> str:
+        assert self.process.stdout is not None
+        return self.process.stdout.read().decode(errors="replace")
+
+    @property
+    def engine_pid(self) -> int:
+        return int((self.data_dir / "valkey.pid").read_text())
+
+    def interrupt(self) -> int:
+        """Ctrl-C as a terminal sends it: SIGINT to the whole foreground process group."""
+        os.killpg(self.process.pid, signal.SIGINT)
+        return self.process.wait(30)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie still answers kill(0); check it is not one.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.mark.slow
+def test_serve_answers_and_refs_survive_ctrl_c_and_restart(data_dir: Path) -> None:
+    port = free_port()
+    service = Service(data_dir, port)
+    headers = {"Toolref-Protocol": "2"}
+    capabilities = httpx.get(service.url + "/v1/capabilities").json()
+    assert capabilities["protocol"] == {"low": 1, "high": 2}
+    registered = httpx.post(
+        service.url + "/v1/invocations", json={"invocations": [INVOCATION]}, headers=headers
+    ).json()
+    ref = registered["refs"][0]["ref"]
+    assert ref == digest_of(INVOCATION).ref
+    engine_pid = service.engine_pid
+    assert alive(engine_pid)
+
+    assert service.interrupt() == 0
+    output = service.output()
+    assert "embedded valkey stopped" in output, output
+    assert "Traceback" not in output, output
+    assert not alive(engine_pid)
+
+    again = Service(data_dir, port)
+    try:
+        resolved = httpx.post(
+            again.url + "/v1/invocations:resolve", json={"refs": [ref]}, headers=headers
+        ).json()
+        assert resolved == {"invocations": {ref: {**INVOCATION, "isError": False}}, "missing": []}
+    finally:
+        assert again.interrupt() == 0
+
+
+@pytest.mark.slow
+def test_a_data_folder_serves_one_process_at_a_time(data_dir: Path) -> None:
+    first = Service(data_dir, free_port())
+    try:
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "toolref_server.cli",
+                "serve",
+                "--port",
+                str(free_port()),
+                "--data-dir",
+                str(data_dir),
+            ],
+            env=cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert second.returncode == 2
+        assert "in use" in second.stderr
+        assert "TOOLREF_DATA_DIR" in second.stderr
+    finally:
+        first.interrupt()
+
+
+def test_refuses_a_public_bind_without_keys(data_dir: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolref_server.cli",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--data-dir",
+            str(data_dir),
+        ],
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "TOOLREF_API_KEYS" in result.stderr
+    assert not data_dir.exists()  # refused before starting anything
+
+
+def test_bad_setting_is_named(data_dir: Path) -> None:
+    env = {**cli_env(), "TOOLREF_TTL_SECONDS": "soon"}
+    result = subprocess.run(
+        [sys.executable, "-m", "toolref_server.cli", "serve", "--data-dir", str(data_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "TOOLREF_TTL_SECONDS" in result.stderr
+
+
+def test_hash_key_and_keygen() -> None:
+    hashed = subprocess.run(
+        [sys.executable, "-m", "toolref_server.cli", "hash-key"],
+        input="my-key\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert hashed.stdout.strip() == hashlib.sha256(b"my-key").hexdigest()
+    made = subprocess.run(
+        [sys.executable, "-m", "toolref_server.cli", "keygen", "acme"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = dict(line.split(":", 1) for line in made.stdout.strip().splitlines())
+    key = lines["key"].strip()
+    assert lines["TOOLREF_API_KEYS"].strip() == f"acme={hashlib.sha256(key.encode()).hexdigest()}"
+    bad = subprocess.run(
+        [sys.executable, "-m", "toolref_server.cli", "keygen", "no spaces"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 2
+
+
+@pytest.mark.slow
+def test_a_killed_service_takes_its_engine_along_and_loses_no_ref(data_dir: Path) -> None:
+    service = Service(data_dir, free_port())
+    headers = {"Toolref-Protocol": "2"}
+    registered = httpx.post(
+        service.url + "/v1/invocations", json={"invocations": [INVOCATION]}, headers=headers
+    ).json()
+    ref = registered["refs"][0]["ref"]
+    engine_pid = service.engine_pid
+    time.sleep(1.5)  # the append-only file is fsynced every second
+    os.killpg(service.process.pid, signal.SIGKILL)  # no chance to clean up
+    service.process.wait(10)
+    deadline = time.monotonic() + 10
+    while alive(engine_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(engine_pid)
+    again = Service(data_dir, free_port())
+    try:
+        found = httpx.post(
+            again.url + "/v1/invocations:findMissing", json={"refs": [ref]}, headers=headers
+        ).json()
+        assert found == {"missing": []}
+    finally:
+        again.interrupt()

@@ -1,0 +1,173 @@
+"""Body limits, decompression bounds, decoding and content negotiation."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tracemalloc
+from typing import Any
+
+import msgpack
+import pytest
+import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from starlette.requests import Request
+
+from toolref.errors import (
+    BodyTooLargeError,
+    DecompressedTooLargeError,
+    MalformedBodyError,
+    NestingTooDeepError,
+    NonFiniteNumberError,
+    ToolrefError,
+    UnsupportedValueError,
+)
+from toolref_server import codec
+
+LIMITS = codec.BodyLimits(max_body_bytes=2**20, max_decompressed_bytes=4 * 2**20, max_depth=16)
+
+
+def request(body: bytes, headers: dict[str, str], chunk: int = 16_384) -> Request:
+    """A Starlette request whose body arrives in `chunk`-sized pieces."""
+
+    pieces = [body[i : i + chunk] for i in range(0, len(body), chunk)] or [b""]
+
+    async def receive() -> dict[str, Any]:
+        piece = pieces.pop(0)
+        return {"type": "http.request", "body": piece, "more_body": bool(pieces)}
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+    }
+    return Request(scope, receive)
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+async def test_bomb_stops_within_one_chunk_of_the_limit(encoding: str) -> None:
+    raw = b"A" * (200 * 2**20)
+    packed = gzip.compress(raw, 9) if encoding == "gzip" else zstandard.compress(raw, 19)
+    assert len(packed) < LIMITS.max_body_bytes
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecompressedTooLargeError) as info:
+            await codec.read_body(request(packed, {"content-encoding": encoding}), LIMITS)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.status == 413
+    # Never holds much more than the limit, although the body would inflate to 200 MiB.
+    assert peak < LIMITS.max_decompressed_bytes + 2 * 2**20
+
+
+async def test_inflating_exactly_to_the_limit_is_allowed() -> None:
+    raw = b"x" * LIMITS.max_decompressed_bytes
+    body = await codec.read_body(request(gzip.compress(raw), {"content-encoding": "gzip"}), LIMITS)
+    assert body == raw
+    with pytest.raises(DecompressedTooLargeError):
+        await codec.read_body(
+            request(gzip.compress(raw + b"x"), {"content-encoding": "gzip"}), LIMITS
+        )
+
+
+async def test_body_over_the_limit_stops_reading() -> None:
+    with pytest.raises(BodyTooLargeError):
+        await codec.read_body(request(b"x" * (2**20 + 1), {}), LIMITS)
+    assert await codec.read_body(request(b"x" * 2**20, {}), LIMITS) == b"x" * 2**20
+
+
+async def test_streamed_zstd_without_content_size() -> None:
+    raw = json.dumps({"k": "v" * 100_000}).encode()
+    compressor = zstandard.ZstdCompressor().compressobj()
+    packed = compressor.compress(raw) + compressor.flush()
+    assert await codec.read_body(request(packed, {"content-encoding": "zstd"}, 100), LIMITS) == raw
+
+
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (b"{", MalformedBodyError),
+        (b"", MalformedBodyError),
+        (b'{"a": NaN}', NonFiniteNumberError),
+        (b"[1e400]", NonFiniteNumberError),
+        (b'{"a": ' * 17 + b"1" + b"}" * 17, NestingTooDeepError),
+        (b"[" * 50_000 + b"]" * 50_000, NestingTooDeepError),
+    ],
+)
+def test_json_decoding_errors(body: bytes, error: type[ToolrefError]) -> None:
+    with pytest.raises(error):
+        codec.decode(body, "json", LIMITS.max_depth)
+
+
+def test_depth_limit_is_exact() -> None:
+    def nest(depth: int) -> bytes:
+        return b"[" * depth + b"]" * depth
+
+    assert codec.decode(nest(16), "json", 16) == json.loads(nest(16))
+    with pytest.raises(NestingTooDeepError):
+        codec.decode(nest(17), "json", 16)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b"\x00bin", msgpack.ExtType(5, b"x"), {1: "x"}, {b"k": 1}, [float("inf")]],
+)
+def test_msgpack_values_json_cannot_carry(value: Any) -> None:
+    with pytest.raises((UnsupportedValueError, NonFiniteNumberError)):
+        codec.decode(msgpack.packb({"v": value}, use_bin_type=True), "msgpack", 16)
+
+
+def test_big_integers_travel_as_msgpack_ext_1() -> None:
+    value = {"id": 2**90, "neg": -(2**65), "small": 2**63}
+    packed = codec.packb(value)
+    assert codec.unpackb(packed) == value
+    assert codec.decode(packed, "msgpack", 16) == value
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=200), st.sampled_from(["json", "msgpack"]))
+def test_arbitrary_bytes_decode_or_raise_a_toolref_error(data: bytes, decoder: str) -> None:
+    status = 200
+    try:
+        codec.decode(data, decoder, 16)
+    except ToolrefError as exc:
+        status = exc.status
+    assert status == 200 or 400 <= status < 500
+
+
+@pytest.mark.parametrize(
+    ("accept", "msgpack_wanted"),
+    [
+        (None, False),
+        ("application/json", False),
+        ("application/msgpack", True),
+        ("application/x-msgpack", True),
+        ("*/*", False),
+        ("application/msgpack;q=0.9, application/json", False),
+        ("application/json;q=0.5, application/msgpack", True),
+        ("application/msgpack;q=0, */*", False),
+        ("application/msgpack, */*;q=0.1", True),
+        ("text/html", False),
+        ("application/msgpack;q=bogus, application/json", False),
+    ],
+)
+def test_accept_negotiation(accept: str | None, msgpack_wanted: bool) -> None:
+    headers = {"accept": accept} if accept else {}
+    assert codec.wants_msgpack(request(b"", headers)) is msgpack_wanted
+
+
+@pytest.mark.parametrize(
+    ("content_type", "decoder"),
+    [
+        ("application/json", "json"),
+        ("application/json; charset=utf-8", "json"),
+        ("application/problem+json", "json"),
+        ("Application/MsgPack", "msgpack"),
+        ("application/vnd.msgpack", "msgpack"),
+    ],
+)
+def test_content_types(content_type: str, decoder: str) -> None:
+    assert codec.request_decoder(request(b"", {"content-type": content_type})) == decoder

@@ -1,0 +1,113 @@
+"""Settings parsing, protocol negotiation and the exception tree."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+import toolref
+from toolref import errors
+from toolref.errors import ConfigurationError, MissingRefsError, ToolrefError, error_class_for
+from toolref.protocol import negotiate
+from toolref_server.settings import Settings, parse_api_keys
+
+H1 = hashlib.sha256(b"k1").hexdigest()
+H2 = hashlib.sha256(b"k2").hexdigest()
+
+
+def test_api_keys_parse_to_hash_tenant_pairs() -> None:
+    assert parse_api_keys(f" acme={H1} , globex={H2.upper()},") == {
+        H1: "acme",
+        H2: "globex",
+    }
+    assert parse_api_keys("") == {}
+    assert parse_api_keys(f"acme={H1},acme={H2}") == {H1: "acme", H2: "acme"}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["acme", f"acme:{H1}", "acme=abc", f"bad tenant={H1}", f"={H1}", f"a={H1},b={H1}"],
+)
+def test_bad_api_keys_say_what_is_wrong(text: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse_api_keys(text)
+    assert "TOOLREF_API_KEYS" in info.value.detail
+
+
+def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLREF_TTL_SECONDS", "60")
+    monkeypatch.setenv("TOOLREF_API_KEYS", f"acme={H1}")
+    monkeypatch.setenv("TOOLREF_REDIS_URL", "redis://example:6379/0")
+    settings = Settings()
+    assert settings.ttl_seconds == 60
+    assert settings.key_hashes == {H1: "acme"}
+    assert settings.redis_url == "redis://example:6379/0"
+
+
+def test_settings_refuse_bad_keys_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLREF_API_KEYS", "nonsense")
+    with pytest.raises(ConfigurationError):
+        Settings()
+
+
+@pytest.mark.parametrize(("header", "version"), [(None, 1), ("1", 1), (" 2 ", 2), ("7", 2)])
+def test_negotiate(header: str | None, version: int) -> None:
+    assert negotiate(header) == version
+
+
+@pytest.mark.parametrize("header", ["", "0", "-1", "2.0", "two", "1,2"])
+def test_negotiate_refuses_non_versions(header: str) -> None:
+    with pytest.raises(errors.InvalidProtocolError):
+        negotiate(header)
+
+
+def test_every_error_maps_back_from_its_problem_type() -> None:
+    seen = set()
+    for name in dir(errors):
+        cls = getattr(errors, name)
+        if isinstance(cls, type) and issubclass(cls, ToolrefError):
+            assert error_class_for(cls.problem_type()) is cls
+            assert 400 <= cls.status < 600
+            seen.add(cls.slug)
+    assert len(seen) == len([n for n in dir(errors) if n.endswith("Error")])  # slugs unique
+    assert error_class_for("urn:toolref:problem:nonexistent") is ToolrefError
+
+
+def test_problem_object_and_headers() -> None:
+    missing = MissingRefsError("resend these", ["tr_" + "a" * 26])
+    assert missing.to_problem() == {
+        "type": "urn:toolref:problem:missing-refs",
+        "title": "Unknown refs",
+        "status": 409,
+        "detail": "resend these",
+        "missingRefs": ["tr_" + "a" * 26],
+    }
+    unavailable = errors.StoreUnavailableError("down", retry_after=4)
+    assert unavailable.http_headers() == {"Retry-After": "4"}
+    assert isinstance(unavailable, errors.ServiceUnavailableError)
+    assert errors.AuthenticationError("x", invalid_token=True).http_headers() == {
+        "WWW-Authenticate": 'Bearer realm="toolref", error="invalid_token"'
+    }
+
+
+def test_public_api_is_exported_sorted() -> None:
+    assert toolref.__all__ == sorted(toolref.__all__, key=_ruff_sort_key)
+    for name in toolref.__all__:
+        assert hasattr(toolref, name), name
+    exported_errors = {n for n in toolref.__all__ if n.endswith("Error")}
+    defined_errors = {
+        n
+        for n in dir(errors)
+        if n.endswith("Error") and issubclass(getattr(errors, n), ToolrefError)
+    }
+    assert exported_errors == defined_errors
+
+
+def _ruff_sort_key(name: str) -> tuple[int, str]:
+    """isort-style order (ruff RUF022): CONSTANTS, then Classes, then the rest."""
+    if name.isupper():
+        return (0, name)
+    if name[0].isupper():
+        return (1, name)
+    return (2, name)
