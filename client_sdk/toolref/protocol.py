@@ -22,7 +22,7 @@ def negotiate(header: str | None, high: int = PROTOCOL_HIGH) -> int:
     if header is None:
         return PROTOCOL_FULL
     text = header.strip()
-    if not text.isdigit() or int(text) < PROTOCOL_LOW:
+    if not (text.isascii() and text.isdigit()) or int(text) < PROTOCOL_LOW:
         shown = text if len(text) <= 16 else text[:13] + "..."
         raise InvalidProtocolError(
             f"{PROTOCOL_HEADER}: {shown!r} is not a protocol version; send an integer from "

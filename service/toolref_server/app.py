@@ -112,7 +112,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             )
             yield
 
-    return Starlette(
+    app = Starlette(
         routes=[*meta.routes, *invocations.routes],
         middleware=[Middleware(ProtocolMiddleware)],
         exception_handlers={
@@ -122,3 +122,5 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
         },
         lifespan=lifespan,
     )
+    app.router.redirect_slashes = False  # a trailing slash is a 404 problem, not a redirect
+    return app

@@ -38,6 +38,8 @@ _MODELS: tuple[type[BaseModel], ...] = (
 )
 _REF_PATTERN = "^tr_[a-z2-7]{25}[aeimquy4]$"
 
+# Every endpoint sits behind the protocol middleware, so every endpoint can answer this 400.
+_BAD_PROTOCOL = "Malformed Toolref-Protocol header (not an integer of at least 1)."
 _ERRORS = {
     "400": "Malformed body or Toolref-Protocol header, or a ref endpoint called as protocol 1.",
     "401": "Missing or unknown API key.",
@@ -55,10 +57,16 @@ def _ref(model: type[BaseModel]) -> dict[str, str]:
 
 
 def _protocol_header() -> dict[str, Any]:
+    # Every response carries it, error responses included (1 when the request's header was bad).
     return {
         "description": "Protocol version the server used.",
+        "required": True,
         "schema": {"type": "integer", "minimum": PROTOCOL_LOW, "maximum": PROTOCOL_HIGH},
     }
+
+
+def _string_header(description: str) -> dict[str, Any]:
+    return {"description": description, "required": True, "schema": {"type": "string"}}
 
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
@@ -73,12 +81,18 @@ def _ok(model: type[BaseModel], description: str, **headers: Any) -> dict[str, A
     }
 
 
-def _problem(description: str) -> dict[str, Any]:
+def _problem(code: str, description: str | None = None) -> dict[str, Any]:
     headers: dict[str, Any] = {PROTOCOL_HEADER: _protocol_header()}
-    if description == _ERRORS["503"]:
-        headers["Retry-After"] = {"schema": {"type": "integer", "minimum": 0}}
+    if code == "401":
+        headers["WWW-Authenticate"] = _string_header("The Bearer challenge.")
+    if code == "503":
+        headers["Retry-After"] = {
+            "description": "Seconds to wait before retrying.",
+            "required": True,
+            "schema": {"type": "integer", "minimum": 0},
+        }
     return {
-        "description": description,
+        "description": description or _ERRORS[code],
         "headers": headers,
         "content": {PROBLEM_TYPE: {"schema": _ref(Problem)}},
     }
@@ -107,7 +121,11 @@ def _operation(
             },
             *(parameters or []),
         ],
-        "responses": {"200": ok, **{code: _problem(_ERRORS[code]) for code in errors}},
+        "responses": {
+            "200": ok,
+            "400": _problem("400", _BAD_PROTOCOL),
+            **{code: _problem(code) for code in errors},
+        },
     }
     if request is not None:
         operation["requestBody"] = {"required": True, "content": _body(request)}
@@ -130,21 +148,33 @@ def document(secured: bool = True) -> dict[str, Any]:
     schemas["Problem"]["properties"]["type"]["description"] = (
         f"Stable problem type, `{PROBLEM_BASE}<slug>`."
     )
-    ref_param = {
-        "name": "ref",
-        "in": "path",
-        "required": True,
-        "schema": {
-            "type": "string",
-            "minLength": REF_LENGTH,
-            "maxLength": REF_LENGTH,
-            "pattern": _REF_PATTERN,
-        },
+    # The models type refs as plain strings; on the wire a ref is always this (anything else
+    # in a request is answered with 422).
+    schemas["Ref"] = {
+        "description": "`tr_` plus 26 lowercase base32 characters: 16 bytes of the SHA-256.",
+        "type": "string",
+        "minLength": REF_LENGTH,
+        "maxLength": REF_LENGTH,
+        "pattern": _REF_PATTERN,
     }
+    ref_schema = {"$ref": "#/components/schemas/Ref"}
+    schemas["RefsRequest"]["properties"]["refs"]["items"] = ref_schema
+    schemas["RegisteredRef"]["properties"]["ref"].update(ref_schema)
+    schemas["FindMissingResponse"]["properties"]["missing"]["items"] = ref_schema
+    schemas["ResolveResponse"]["properties"]["missing"]["items"] = ref_schema
+    schemas["ResolveResponse"]["properties"]["invocations"]["propertyNames"] = ref_schema
+    ref_param = {"name": "ref", "in": "path", "required": True, "schema": ref_schema}
+    etag = {
+        "description": "The invocation's SHA-256 in hex, quoted.",
+        "required": True,
+        "schema": {"type": "string", "pattern": '^"[0-9a-f]{64}"$'},
+    }
+    cache_control = _string_header("`private, max-age=<TTL>, immutable`.")
     get_ok = _ok(
         Invocation,
         "The invocation. Immutable: the ETag is its SHA-256.",
-        ETag={"schema": {"type": "string"}},
+        ETag=etag,
+        **{"Cache-Control": cache_control},
     )
     get_invocation = _operation(
         "Get one invocation by ref (extends its lifetime)",
@@ -159,7 +189,11 @@ def document(secured: bool = True) -> dict[str, Any]:
     )
     get_invocation["responses"]["304"] = {
         "description": "Not modified (If-None-Match matched the ETag).",
-        "headers": {PROTOCOL_HEADER: _protocol_header(), "ETag": {"schema": {"type": "string"}}},
+        "headers": {
+            PROTOCOL_HEADER: _protocol_header(),
+            "ETag": etag,
+            "Cache-Control": cache_control,
+        },
     }
     paths: dict[str, Any] = {
         "/v1/capabilities": {
@@ -217,17 +251,17 @@ def document(secured: bool = True) -> dict[str, Any]:
             )
         },
         "/openapi.json": {
-            "get": {
-                "summary": "This document",
-                "operationId": "openapi",
-                "security": [],
-                "responses": {
-                    "200": {
-                        "description": "OpenAPI 3.1 document.",
-                        "content": {JSON_TYPE: {"schema": {"type": "object"}}},
-                    }
+            "get": _operation(
+                "This document",
+                "openapi",
+                {
+                    "description": "OpenAPI 3.1 document (always JSON, whatever Accept says).",
+                    "headers": {PROTOCOL_HEADER: _protocol_header()},
+                    "content": {JSON_TYPE: {"schema": {"type": "object"}}},
                 },
-            }
+                (),
+                secured=False,
+            )
         },
     }
     doc: dict[str, Any] = {

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
+
 from starlette.responses import Response
 
 from toolref.errors import ToolrefError
-from toolref_server.codec import PROBLEM_TYPE, dumps_json
+from toolref_server.codec import PROBLEM_TYPE
 
 
 def problem_response(error: ToolrefError) -> Response:
+    # ASCII escapes: a problem may quote back input that is not valid Unicode.
+    body = json.dumps(error.to_problem(), separators=(",", ":")).encode()
     return Response(
-        dumps_json(error.to_problem()),
+        body,
         status_code=error.status,
         media_type=PROBLEM_TYPE,
         headers=error.http_headers(),

@@ -355,3 +355,35 @@ async def test_unknown_route_and_method_are_problems(api: httpx.AsyncClient) -> 
     wrong = await api.delete("/v1/invocations")
     assert wrong.status_code == 405
     assert wrong.json()["type"] == "urn:toolref:problem:method-not-allowed"
+
+
+@pytest.mark.parametrize("header", [b"\xb2", b"\xb9", "\u0663".encode()])
+async def test_non_ascii_digits_are_not_protocol_versions(
+    api: httpx.AsyncClient, header: bytes
+) -> None:
+    # Latin-1 0xB2 is SUPERSCRIPT TWO, which str.isdigit() accepts but int() does not.
+    response = await api.get("/v1/capabilities", headers={b"Toolref-Protocol": header})
+    assert response.status_code == 400
+    assert response.json()["type"] == "urn:toolref:problem:invalid-protocol"
+
+
+async def test_lone_surrogate_in_a_ref_is_a_422_problem(api: httpx.AsyncClient) -> None:
+    response = await api.post(
+        "/v1/invocations:findMissing",
+        content=b'{"refs":["\\ud800"]}',
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 422
+    assert response.json()["type"] == "urn:toolref:problem:invalid-ref"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/v1/invocations/"), ("GET", "/healthz/"), ("POST", "/v1/invocations:resolve/")],
+)
+async def test_trailing_slash_is_a_404_problem_not_a_redirect(
+    api: httpx.AsyncClient, method: str, path: str
+) -> None:
+    response = await api.request(method, path, json={"refs": []})
+    assert response.status_code == 404
+    assert response.headers["content-type"] == "application/problem+json"
