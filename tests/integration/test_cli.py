@@ -35,6 +35,21 @@ def cli_env() -> dict[str, str]:
     return env
 
 
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `toolref-server ARGS` to completion."""
+    return subprocess.run(
+        [sys.executable, "-m", "toolref_server.cli", *args],
+        env=env or cli_env(),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
 class Service:
     def __init__(self, data_dir: Path, port: int) -> None:
         self.data_dir, self.port = data_dir, port
@@ -132,23 +147,7 @@ def test_serve_answers_and_refs_survive_ctrl_c_and_restart(data_dir: Path) -> No
 def test_a_data_folder_serves_one_process_at_a_time(data_dir: Path) -> None:
     first = Service(data_dir, free_port())
     try:
-        second = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "toolref_server.cli",
-                "serve",
-                "--port",
-                str(free_port()),
-                "--data-dir",
-                str(data_dir),
-            ],
-            env=cli_env(),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        second = run_cli("serve", "--port", str(free_port()), "--data-dir", str(data_dir))
         assert second.returncode == 2
         assert "in use" in second.stderr
         assert "TOOLREF_DATA_DIR" in second.stderr
@@ -157,23 +156,7 @@ def test_a_data_folder_serves_one_process_at_a_time(data_dir: Path) -> None:
 
 
 def test_refuses_a_public_bind_without_keys(data_dir: Path) -> None:
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "toolref_server.cli",
-            "serve",
-            "--host",
-            "0.0.0.0",
-            "--data-dir",
-            str(data_dir),
-        ],
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    result = run_cli("serve", "--host", "0.0.0.0", "--data-dir", str(data_dir))
     assert result.returncode == 2
     assert "TOOLREF_API_KEYS" in result.stderr
     assert not data_dir.exists()  # refused before starting anything
@@ -181,42 +164,20 @@ def test_refuses_a_public_bind_without_keys(data_dir: Path) -> None:
 
 def test_bad_setting_is_named(data_dir: Path) -> None:
     env = {**cli_env(), "TOOLREF_TTL_SECONDS": "soon"}
-    result = subprocess.run(
-        [sys.executable, "-m", "toolref_server.cli", "serve", "--data-dir", str(data_dir)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    result = run_cli("serve", "--data-dir", str(data_dir), env=env)
     assert result.returncode == 2
     assert "TOOLREF_TTL_SECONDS" in result.stderr
 
 
 def test_hash_key_and_keygen() -> None:
-    hashed = subprocess.run(
-        [sys.executable, "-m", "toolref_server.cli", "hash-key"],
-        input="my-key\n",
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    hashed = run_cli("hash-key", stdin="my-key\n")
+    assert hashed.returncode == 0
     assert hashed.stdout.strip() == hashlib.sha256(b"my-key").hexdigest()
-    made = subprocess.run(
-        [sys.executable, "-m", "toolref_server.cli", "keygen", "acme"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    made = run_cli("keygen", "acme")
     lines = dict(line.split(":", 1) for line in made.stdout.strip().splitlines())
     key = lines["key"].strip()
     assert lines["TOOLREF_API_KEYS"].strip() == f"acme={hashlib.sha256(key.encode()).hexdigest()}"
-    bad = subprocess.run(
-        [sys.executable, "-m", "toolref_server.cli", "keygen", "no spaces"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    bad = run_cli("keygen", "no spaces")
     assert bad.returncode == 2
 
 
