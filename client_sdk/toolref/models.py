@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from pydantic.alias_generators import to_camel
@@ -68,6 +68,46 @@ class ResolveResponse(WireModel):
     missing: list[str] = Field(description="Requested refs the registry does not hold.")
 
 
+FormatName = Literal[
+    "openai-chat", "anthropic", "openai-responses", "ai-sdk-v5", "ai-sdk-v4", "gemini"
+]
+
+
+class OptimizeRequest(WireModel):
+    format: FormatName | None = Field(
+        default=None, description="Message format; detected when absent."
+    )
+    messages: list[dict[str, Any]] = Field(description="The conversation, in that format.")
+
+
+class HydrateRequest(WireModel):
+    format: FormatName | None = Field(
+        default=None, description="Message format; detected when absent."
+    )
+    messages: list[dict[str, Any]] = Field(description="The conversation, with toolRef markers.")
+    mode: Literal["full"] = Field(
+        default="full", description="`full`: every marker becomes its payload."
+    )
+
+
+class OptimizationStats(WireModel):
+    original_bytes: int = Field(description="Compact JSON bytes of the messages with payloads.")
+    optimized_bytes: int = Field(description="Compact JSON bytes of the messages with refs.")
+    refs_used: int = Field(description="Distinct refs in the messages with refs.")
+    new_refs: int = Field(description="Invocations this request stored for the first time.")
+    cache_hits: int = Field(description="Invocations the registry already held.")
+
+
+class MessagesResponse(WireModel):
+    format: FormatName = Field(description="The format, as named or detected.")
+    messages: list[dict[str, Any]] = Field(description="The rewritten conversation.")
+    tool_references: dict[str, str] | None = Field(
+        default=None,
+        description="Tool call id -> ref of every invocation in the messages (protocol 2 only).",
+    )
+    optimization_stats: OptimizationStats
+
+
 class ProtocolRange(WireModel):
     low: int
     high: int
@@ -87,6 +127,7 @@ class Limits(WireModel):
     max_decompressed_bytes: int = Field(description="Largest request body once inflated.")
     max_depth: int = Field(description="Deepest JSON nesting of a body.")
     max_batch: int = Field(description="Most items in one batch request.")
+    max_messages: int = Field(description="Most messages in one conversation.")
 
 
 class Capabilities(WireModel):

@@ -21,7 +21,7 @@ from toolref_server.auth import Authenticator
 from toolref_server.codec import BodyLimits
 from toolref_server.problem import problem_response
 from toolref_server.protocol import ProtocolMiddleware
-from toolref_server.routes import invocations, meta
+from toolref_server.routes import invocations, messages, meta
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.store import Store
@@ -113,7 +113,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             yield
 
     app = Starlette(
-        routes=[*meta.routes, *invocations.routes],
+        routes=[*meta.routes, *invocations.routes, *messages.routes],
         middleware=[Middleware(ProtocolMiddleware)],
         exception_handlers={
             ToolrefError: _toolref_error,

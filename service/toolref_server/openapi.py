@@ -15,7 +15,10 @@ from toolref.models import (
     Capabilities,
     FindMissingResponse,
     Health,
+    HydrateRequest,
     Invocation,
+    MessagesResponse,
+    OptimizeRequest,
     Problem,
     RefsRequest,
     RegisterRequest,
@@ -29,7 +32,10 @@ _MODELS: tuple[type[BaseModel], ...] = (
     Capabilities,
     FindMissingResponse,
     Health,
+    HydrateRequest,
     Invocation,
+    MessagesResponse,
+    OptimizeRequest,
     Problem,
     RefsRequest,
     RegisterRequest,
@@ -44,7 +50,8 @@ _ERRORS = {
     "400": "Malformed body or Toolref-Protocol header, or a ref endpoint called as protocol 1.",
     "401": "Missing or unknown API key.",
     "404": "Unknown ref (never registered, expired, evicted, or another tenant's).",
-    "409": "Conflict: a 128-bit ref collision.",
+    "409": "Conflict: a 128-bit ref collision, or (hydrate) refs not held, all listed in "
+    "`missingRefs`.",
     "413": "Body, inflated body or batch over its limit.",
     "415": "Unsupported Content-Type or Content-Encoding.",
     "422": "Body parsed but invalid: shape, nesting depth, NaN/Infinity, or a malformed ref.",
@@ -236,6 +243,26 @@ def document(secured: bool = True) -> dict[str, Any]:
             )
         },
         "/v1/invocations/{ref}": {"get": get_invocation},
+        "/v1/messages:optimize": {
+            "post": _operation(
+                "Replace tool payloads in a conversation with refs (registers them)",
+                "optimizeMessages",
+                _ok(MessagesResponse, "The conversation with toolRef markers."),
+                _REF_ERRORS,
+                request=OptimizeRequest,
+                secured=secured,
+            )
+        },
+        "/v1/messages:hydrate": {
+            "post": _operation(
+                "Replace toolRef markers with their payloads (registers full payloads)",
+                "hydrateMessages",
+                _ok(MessagesResponse, "The conversation in full."),
+                ("400", "401", "409", "413", "415", "422", "503"),
+                request=HydrateRequest,
+                secured=secured,
+            )
+        },
         "/healthz": {
             "get": _operation(
                 "Liveness", "healthz", _ok(Health, "The process is up."), (), secured=False

@@ -43,6 +43,7 @@ class Settings(BaseSettings):
     )
     max_depth: int = Field(default=128, ge=2, le=512, description="JSON nesting limit.")
     max_batch: int = Field(default=1000, ge=1, description="Items per batch request.")
+    max_messages: int = Field(default=5000, ge=1, description="Messages per conversation.")
     compress_threshold: int = Field(
         default=512, ge=0, description="Records at least this large are stored zstd-compressed."
     )

@@ -111,3 +111,12 @@ def _ruff_sort_key(name: str) -> tuple[int, str]:
     if name[0].isupper():
         return (1, name)
     return (2, name)
+
+
+def test_format_names_agree_between_models_and_formats() -> None:
+    from typing import get_args
+
+    from toolref import formats
+    from toolref.models import FormatName
+
+    assert get_args(FormatName) == formats.NAMES

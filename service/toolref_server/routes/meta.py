@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from toolref import formats
 from toolref.canonical import REF_DIGEST_BYTES, REF_LENGTH, REF_PREFIX
 from toolref.errors import StoreUnavailableError
 from toolref.models import Capabilities, Health, Limits, ProtocolRange, RefScheme
@@ -33,9 +34,10 @@ def capabilities_of(settings: Settings) -> Capabilities:
             max_decompressed_bytes=settings.max_decompressed_bytes,
             max_depth=settings.max_depth,
             max_batch=settings.max_batch,
+            max_messages=settings.max_messages,
         ),
         ttl_seconds=settings.ttl_seconds,
-        formats=[],
+        formats=list(formats.NAMES),
         summarizers=[],
     )
 

@@ -1,0 +1,114 @@
+"""Message formats: find the tool invocations in a message list, swap payloads for refs and back.
+
+One module per format; each yields the `Site`s of its messages and says how strongly a
+message looks like it (`claim`). `detect` picks the format of a conversation; `scan`,
+`replace` and `fill` (from `conversation`) do the rest, the same way for every format.
+All of it is pure: no I/O, and input messages are never modified.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from toolref.errors import ValidationError
+from toolref.formats import ai_sdk_v4, ai_sdk_v5, anthropic, gemini, openai_chat, openai_responses
+from toolref.formats.conversation import Pair, Scan, fill, replace
+from toolref.formats.conversation import scan as scan_sites
+from toolref.formats.evidence import DISTINCTIVE, FOREIGN
+from toolref.formats.site import MARKER, ORDER, Site
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    name: str
+    claim: Callable[[Any], int]
+    sites: Callable[[Sequence[Any]], Iterator[Site]]
+
+
+# Order breaks ties between formats a conversation fits equally well (plain text messages).
+FORMATS: Final = {
+    module.NAME: Format(module.NAME, module.claim, module.sites)
+    for module in (openai_chat, anthropic, openai_responses, ai_sdk_v5, ai_sdk_v4, gemini)
+}
+NAMES: Final = tuple(FORMATS)
+
+
+def get(name: str) -> Format:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ValidationError(
+            f"unknown format {name!r}; use one of {', '.join(NAMES)}, or omit `format` to "
+            "have it detected",
+            formats=list(NAMES),
+        ) from None
+
+
+def check_messages(messages: Any) -> list[Any]:
+    if not isinstance(messages, list):
+        raise ValidationError(
+            f"`messages` is a {type(messages).__name__}; send a list of message objects"
+        )
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ValidationError(
+                f"message {index} is a {type(message).__name__}; every message is an object",
+                message=index,
+            )
+    return messages
+
+
+def detect(messages: Sequence[Any], name: str | None = None) -> Format:
+    """The format of `messages` (`name` when given), or 422 naming the message that breaks it."""
+    candidates = [get(name)] if name is not None else list(FORMATS.values())
+    score = dict.fromkeys((f.name for f in candidates), 0)
+    for index, message in enumerate(messages):
+        claims = {f.name: f.claim(message) for f in candidates}
+        fitting = [f for f in candidates if claims[f.name] != FOREIGN]
+        if not fitting:
+            raise _mixed(index, message, candidates, score)
+        candidates = fitting
+        for f in candidates:
+            score[f.name] += claims[f.name] == DISTINCTIVE
+    return max(candidates, key=lambda f: score[f.name])  # max keeps the first of equals
+
+
+def _mixed(
+    index: int, message: Any, before: list[Format], score: dict[str, int]
+) -> ValidationError:
+    looks = [f.name for f in FORMATS.values() if f.claim(message) == DISTINCTIVE]
+    looks = looks or [f.name for f in FORMATS.values() if f.claim(message) != FOREIGN]
+    earlier = ", ".join(f.name for f in before)
+    if len(before) == 1 and index == 0:
+        what = f"message 0 is not {earlier}"
+    else:
+        what = f"message {index} does not fit the format of the messages before it ({earlier})"
+    it = f"; it looks like {' or '.join(looks)}" if looks else ""
+    return ValidationError(
+        f"{what}{it}. A conversation is in one format: convert it, or name the right `format`",
+        message=index,
+    )
+
+
+def scan(messages: Sequence[Any], fmt: Format) -> Scan:
+    return scan_sites(messages, fmt.sites(messages))
+
+
+__all__ = [
+    "FORMATS",
+    "MARKER",
+    "NAMES",
+    "ORDER",
+    "Format",
+    "Pair",
+    "Scan",
+    "Site",
+    "check_messages",
+    "detect",
+    "fill",
+    "get",
+    "replace",
+    "scan",
+]

@@ -1,0 +1,62 @@
+"""`openai-responses`: Responses API input items.
+
+Calls are `function_call` items (`arguments`, a JSON string) and `custom_tool_call` items
+(`input`); results are `function_call_output` and `custom_tool_call_output` items (`output`),
+paired by `call_id`. The marker replaces the payload member in place::
+
+    {"type": "function_call", "call_id": "call_1", "name": "shell",
+     "toolRef": "tr_x7k2m4qpeoaccwyd6n3h5ggwmu"}
+    {"type": "function_call_output", "call_id": "call_1",
+     "toolRef": "tr_x7k2m4qpeoaccwyd6n3h5ggwmu"}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, Final
+
+from toolref.formats.evidence import DISTINCTIVE, FOREIGN, NEUTRAL, part_types
+from toolref.formats.site import MARKER, Site
+
+NAME: Final = "openai-responses"
+_ARGS: Final = {"function_call": "arguments", "custom_tool_call": "input"}
+_RESULTS: Final = frozenset({"function_call_output", "custom_tool_call_output"})
+_OWN_PARTS: Final = frozenset(
+    {"input_text", "output_text", "input_image", "input_file", "summary_text", "reasoning_text"}
+)
+_FOREIGN_PARTS: Final = frozenset({"tool_use", "tool_result", "image_url", "image", "thinking"})
+
+
+def claim(message: Any) -> int:
+    if not isinstance(message, dict) or "parts" in message or "tool_calls" in message:
+        return FOREIGN
+    kind = message.get("type")
+    if isinstance(kind, str):
+        return DISTINCTIVE
+    if kind is not None or message.get("role") in ("tool", "model"):
+        return FOREIGN
+    types = part_types(message.get("content"))
+    if types & _FOREIGN_PARTS:
+        return FOREIGN
+    return DISTINCTIVE if types & _OWN_PARTS else NEUTRAL
+
+
+def sites(messages: Sequence[Any]) -> Iterator[Site]:
+    for i, item in enumerate(messages):
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        call_id = item.get("call_id")
+        call_id = call_id if isinstance(call_id, str) else None
+        if kind in _ARGS:
+            key = _ARGS[kind]
+            if key in item or MARKER in item:
+                name = item.get("name")
+                yield Site(
+                    (i,),
+                    call_id=call_id,
+                    name=name if isinstance(name, str) else None,
+                    args_key=key,
+                )
+        elif kind in _RESULTS and ("output" in item or MARKER in item):
+            yield Site((i,), call_id=call_id, result_key="output")

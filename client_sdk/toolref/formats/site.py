@@ -1,0 +1,115 @@
+"""Where one side of a tool invocation sits in a message list, and how to edit it there.
+
+A format module walks its messages and yields `Site`s: the path to the object that holds a
+payload member (or, once rewritten, its `toolRef` marker), the id that pairs a call with its
+result, and which members carry the arguments and the result. Everything else is generic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+Path = tuple[int | str, ...]
+
+MARKER: Final = "toolRef"
+# Present only when a marker stands for two payload members whose original order the
+# default restoration (arguments, then result, at the marker's place) would not reproduce.
+ORDER: Final = "toolRefOrder"
+
+
+@dataclass(frozen=True, slots=True)
+class Site:
+    """One call side, result side, or both (formats that keep them in one object)."""
+
+    path: Path
+    call_id: str | None
+    name: str | None = None
+    args_key: str | None = None
+    result_key: str | None = None
+    is_error: bool = False
+
+    @property
+    def message(self) -> int:
+        index = self.path[0]
+        return index if isinstance(index, int) else -1
+
+    @property
+    def payload_keys(self) -> tuple[str, ...]:
+        return tuple(k for k in (self.args_key, self.result_key) if k is not None)
+
+
+def get_at(messages: Sequence[Any], path: Path) -> Any:
+    node: Any = messages
+    for step in path:
+        node = node[step]
+    return node
+
+
+def update_at(messages: list[Any], path: Path, change: Callable[[Any], Any]) -> None:
+    """Replace the object at `path` by `change(it)`, copying only the containers on the way.
+
+    `messages` is the caller's own (shallow) copy; containers below it are copied the first
+    time they are touched, so the input messages are never modified.
+    """
+    if len(path) == 1:
+        messages[path[0]] = change(messages[path[0]])  # type: ignore[index]
+        return
+    head, *rest = path
+    child = messages[head]  # type: ignore[index]
+    copy: Any = dict(child) if isinstance(child, dict) else list(child)
+    _update(copy, tuple(rest), change)
+    messages[head] = copy  # type: ignore[index]
+
+
+def _update(node: Any, path: Path, change: Callable[[Any], Any]) -> None:
+    step = path[0]
+    if len(path) == 1:
+        node[step] = change(node[step])
+        return
+    child = node[step]
+    copy: Any = dict(child) if isinstance(child, dict) else list(child)
+    _update(copy, path[1:], change)
+    node[step] = copy
+
+
+def to_marker(obj: dict[str, Any], keys: tuple[str, ...], ref: str) -> dict[str, Any]:
+    """`obj` with its payload `keys` removed and `toolRef` at the place of the first."""
+    order = list(obj)
+    first = min(order.index(k) for k in keys)
+    marker: dict[str, Any] = {}
+    for key in order:
+        if key in keys:
+            if order.index(key) == first:
+                marker[MARKER] = ref
+        else:
+            marker[key] = obj[key]
+    if _restored_order(list(marker), keys) != order:
+        marker[ORDER] = order
+    return marker
+
+
+def from_marker(marker: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Inverse of `to_marker`: `values` (payload key -> value) back in their places."""
+    keys = tuple(values)
+    order = marker.get(ORDER)
+    if not isinstance(order, list):
+        order = _restored_order([k for k in marker if k != ORDER], keys)
+    restored: dict[str, Any] = {}
+    for key in order:
+        if key in values:
+            restored[key] = values[key]
+        elif key in marker and key not in (MARKER, ORDER):
+            restored[key] = marker[key]
+    return restored
+
+
+def _restored_order(marker_keys: list[str], keys: tuple[str, ...]) -> list[str]:
+    order: list[str] = []
+    for key in marker_keys:
+        if key == MARKER:
+            order.extend(keys)
+        elif key != ORDER:
+            order.append(key)
+    return order

@@ -1,0 +1,213 @@
+"""Messages: optimize (payloads -> refs) and hydrate (refs -> payloads) whole conversations.
+
+Everything is checked before anything is stored: the format, the markers, duplicate results,
+and (hydrate) that every ref is held. A rejected request registers nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from toolref import formats
+from toolref.canonical import Ref, invocation_digest
+from toolref.errors import (
+    BatchTooLargeError,
+    MissingRefsError,
+    ProtocolRequiredError,
+    ValidationError,
+)
+from toolref.formats import Format, Pair, Scan
+from toolref.models import HydrateRequest, OptimizeRequest
+from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref_server import codec, record
+from toolref_server.routes import context
+from toolref_server.store import NewRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    fmt: Format
+    messages: list[Any]
+    scan: Scan
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    refs: dict[str, str]  # pair key -> ref, for the pairs now safely held
+    new: int
+    hits: int
+
+
+async def _conversation(
+    request: Request, model: type[OptimizeRequest] | type[HydrateRequest]
+) -> Conversation:
+    value = await context.body(request)
+    messages = value.get("messages") if isinstance(value, dict) else None
+    if messages is not None:
+        formats.check_messages(messages)
+        limit = context.services(request).settings.max_messages
+        if len(messages) > limit:
+            raise BatchTooLargeError(
+                f"`messages` has {len(messages)} messages, over the limit of {limit}; send fewer",
+                limit=limit,
+            )
+    body = context.validate(model, value)
+    fmt = formats.detect(body.messages, body.format)
+    return Conversation(fmt, body.messages, formats.scan(body.messages, fmt))
+
+
+async def _register(request: Request, tenant: str, pairs: list[Pair]) -> Registration:
+    """Store the complete invocations; a ref that collides is left out (sent in full)."""
+    threshold = context.services(request).settings.compress_threshold
+    items: dict[str, NewRecord] = {}
+    refs: dict[str, str] = {}
+    for pair in pairs:
+        invocation = pair.invocation()
+        digest = invocation_digest(
+            invocation["name"], invocation["args"], invocation["result"], invocation["isError"]
+        )
+        ref = str(digest.ref)
+        refs[pair.key] = ref
+        if ref not in items:
+            data = record.encode(invocation, digest.sha256, digest.size, threshold)
+            items[ref] = NewRecord(digest.ref, digest.sha256, data)
+    outcomes = await context.services(request).store.register(tenant, list(items.values()))
+    held = {
+        str(item.ref)
+        for item, outcome in zip(items.values(), outcomes, strict=True)
+        if outcome.stored_digest == item.digest
+    }
+    new = sum(o.new for o in outcomes)
+    return Registration(
+        refs={key: ref for key, ref in refs.items() if ref in held},
+        new=new,
+        hits=len(held) - new,
+    )
+
+
+def _size(messages: Sequence[Any]) -> int:
+    return len(codec.dumps_json(messages))
+
+
+def _references(conversation: Conversation, refs: dict[str, str]) -> dict[str, str]:
+    """toolReferences: every call id in the messages whose invocation has a held ref."""
+    found = {}
+    for pair in conversation.scan.pairs:
+        ref = pair.ref or refs.get(pair.key)
+        if ref is not None:
+            found[pair.key] = ref
+    return found
+
+
+def _answer(
+    request: Request,
+    conversation: Conversation,
+    messages: list[Any],
+    references: dict[str, str] | None,
+    stats: dict[str, int],
+) -> Response:
+    body: dict[str, Any] = {"format": conversation.fmt.name, "messages": messages}
+    if references is not None:
+        body["toolReferences"] = references
+    body["optimizationStats"] = stats
+    return codec.render(request, body)
+
+
+def _stats(original: int, optimized: int, used: int, new: int, hits: int) -> dict[str, int]:
+    return {
+        "originalBytes": original,
+        "optimizedBytes": optimized,
+        "refsUsed": used,
+        "newRefs": new,
+        "cacheHits": hits,
+    }
+
+
+async def optimize(request: Request) -> Response:
+    tenant = context.tenant(request)
+    context.require_refs_protocol(request)
+    conversation = await _conversation(request, OptimizeRequest)
+    registration = await _register(request, tenant, conversation.scan.complete)
+    optimized = formats.replace(conversation.messages, conversation.scan, registration.refs)
+    used = formats.scan(optimized, conversation.fmt).refs
+    stats = _stats(
+        _size(conversation.messages),
+        _size(optimized),
+        len(used),
+        registration.new,
+        registration.hits,
+    )
+    return _answer(
+        request, conversation, optimized, _references(conversation, registration.refs), stats
+    )
+
+
+async def hydrate(request: Request) -> Response:
+    tenant = context.tenant(request)
+    conversation = await _conversation(request, HydrateRequest)
+    refs = conversation.scan.refs
+    if context.protocol(request) < PROTOCOL_REFS:
+        if refs:
+            raise ProtocolRequiredError(
+                f"the messages carry toolRef markers, which need `{PROTOCOL_HEADER}: "
+                f"{PROTOCOL_REFS}`; protocol 1 sends full payloads"
+            )
+        size = _size(conversation.messages)
+        return _answer(
+            request, conversation, conversation.messages, None, _stats(size, size, 0, 0, 0)
+        )
+    held = await _resolve(request, tenant, refs)
+    _check_names(conversation, held)
+    registration = await _register(request, tenant, conversation.scan.complete)
+    hydrated = formats.fill(conversation.messages, conversation.scan, held)
+    stats = _stats(
+        _size(hydrated),
+        _size(conversation.messages),
+        len(refs),
+        registration.new,
+        registration.hits + len(held),
+    )
+    return _answer(
+        request, conversation, hydrated, _references(conversation, registration.refs), stats
+    )
+
+
+async def _resolve(request: Request, tenant: str, refs: list[str]) -> dict[str, dict[str, Any]]:
+    """Invocations for every ref, or 409 listing all the refs that are not held."""
+    records = await context.services(request).store.fetch(tenant, [Ref(r) for r in refs])
+    held, missing = {}, []
+    for ref, rec in zip(refs, records, strict=True):
+        if rec is None or rec.digest[:16] != Ref(ref).digest_prefix:
+            missing.append(ref)
+        else:
+            held[ref] = rec.invocation
+    if missing:
+        raise MissingRefsError(
+            f"{len(missing)} ref(s) in the messages are not held (expired, evicted, or never "
+            "registered for this API key); resend those invocations in full",
+            missing,
+        )
+    return held
+
+
+def _check_names(conversation: Conversation, held: dict[str, dict[str, Any]]) -> None:
+    for pair in conversation.scan.marked:
+        ref = pair.ref
+        stored = held[ref]["name"] if ref is not None else None
+        if pair.name and stored is not None and pair.name != stored:
+            raise ValidationError(
+                f"tool call {pair.key!r} names tool {pair.name!r} but its ref {ref} is an "
+                f"invocation of {stored!r}; send the ref of this call's own invocation",
+            )
+
+
+routes = [
+    Route("/v1/messages:optimize", optimize, methods=["POST"]),
+    Route("/v1/messages:hydrate", hydrate, methods=["POST"]),
+]
