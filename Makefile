@@ -19,6 +19,9 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+bench: $(STAMP)
+	$(BIN)/python -m loadtests.bench
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

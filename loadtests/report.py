@@ -1,0 +1,47 @@
+"""docs/benchmarks.md: one section per benchmark, each a table measured in one run."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+@dataclass
+class Section:
+    title: str
+    intro: str
+    header: list[str]
+    rows: list[list[str]]
+    figures: dict[str, float] = field(default_factory=dict)
+    verdicts: list[str] = field(default_factory=list)
+
+    def markdown(self) -> str:
+        lines = [f"## {self.title}", "", self.intro, ""]
+        lines.append("| " + " | ".join(self.header) + " |")
+        lines.append("|" + "---|" * len(self.header))
+        lines.extend("| " + " | ".join(row) + " |" for row in self.rows)
+        if self.verdicts:
+            lines.append("")
+            lines.extend(f"- {verdict}" for verdict in self.verdicts)
+        return "\n".join(lines) + "\n"
+
+
+def write(path: Path, command: str, sections: list[Section], preamble: str = "") -> str:
+    machine = f"{platform.machine()}, {platform.system()}, Python {sys.version.split()[0]}"
+    text = "\n".join(
+        [
+            "# Benchmarks",
+            "",
+            f"Produced by `{command}` on {datetime.now(UTC):%Y-%m-%d} ({machine}).",
+            "Every figure is a ratio to a baseline measured side by side in the same run;",
+            "absolute times are shown for orientation only and vary between machines.",
+            "",
+            preamble,
+            *[section.markdown() for section in sections],
+        ]
+    )
+    path.write_text(text)
+    return text

@@ -1,0 +1,57 @@
+"""The benchmark code runs and reports what it measured (timings themselves are not asserted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loadtests import report, rewriting
+from loadtests.timing import Timing, measure
+from loadtests.traces import Trace, load
+
+
+def small_trace() -> Trace:
+    messages = []
+    for n in range(5):
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{n}",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": "{}"},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": f"c{n}", "content": f"output {n}\n" * 50})
+    return Trace("synthetic", messages)
+
+
+def test_rewriting_section_reports_every_operation(tmp_path: Path) -> None:
+    section = rewriting.run([small_trace()], rounds=1, min_time=0.001)
+    assert [row[0] for row in section.rows] == [
+        "json.dumps",
+        "replace",
+        "replace + digests",
+        "fill",
+    ]
+    assert section.rows[0][2] == "1.000"
+    assert set(section.figures) == {"replace", "replace + digests", "fill"}
+    assert all(value > 0 for value in section.figures.values())
+    out = tmp_path / "benchmarks.md"
+    text = report.write(out, "make bench", [section])
+    assert out.read_text() == text
+    assert "| replace |" in text
+    assert "`make bench`" in text
+
+
+def test_timing_ratio() -> None:
+    fast = measure(lambda: None, repeats=3, min_time=0.001)
+    assert fast.seconds > 0
+    assert Timing(2.0).ratio(Timing(4.0)) == 0.5
+
+
+def test_missing_trace_folder_loads_nothing(tmp_path: Path) -> None:
+    assert load(tmp_path / "absent") == []
