@@ -482,14 +482,14 @@ HAND_BUILT = {
 
 
 @pytest.mark.parametrize(
-    ("fmt", "calls"), [("openai-chat", 2), ("anthropic", 3), ("openai-responses", 3)]
+    ("fmt", "calls"), [("openai-chat", 3), ("anthropic", 3), ("openai-responses", 3)]
 )
 async def test_hand_built_conversation_hydrates_to_sdk_types(
     api: httpx.AsyncClient, fmt: str, calls: int
 ) -> None:
     optimized, refs_used = await round_trip(api, fmt, HAND_BUILT[fmt]())
-    # Every call with a result, error results and block lists included. Not replaced, so not
-    # counted: a Chat Completions `custom` tool call (the openai-chat format replaces only
-    # `function.arguments`) and an anthropic tool_result without `content`.
+    # Every call with a result, error results, block lists and a Chat Completions `custom`
+    # tool call included. Not replaced, so not counted: an anthropic tool_result without
+    # `content`.
     assert refs_used == calls
     assert "import os" not in json.dumps(optimized)

@@ -32,6 +32,8 @@ def claim(message: Any) -> int:
     parts = message.get("parts")
     if parts is not None and not isinstance(parts, list):
         return FOREIGN
+    if any(isinstance(p, dict) and "type" not in p for p in parts or ()):
+        return FOREIGN
     types = part_types(parts)
     if (
         any(t.startswith("tool-") and t != "tool-invocation" for t in types)

@@ -15,7 +15,7 @@ from typing import Any
 
 from toolref.canonical import Ref, is_ref
 from toolref.errors import InvalidRefError, ValidationError
-from toolref.formats.site import MARKER, Site, from_marker, get_at, to_marker, update_at
+from toolref.formats.site import MARKER, ORDER, Site, from_marker, get_at, to_marker, update_at
 
 
 @dataclass(slots=True)
@@ -110,11 +110,12 @@ def scan(messages: Sequence[Any], sites: Iterable[Site]) -> Scan:
     pending: list[Pair] = []  # calls without a result yet, oldest first
     answered: set[str] = set()
     uses: dict[str, int] = defaultdict(int)
+    keys: set[str] = set()
     for site in sites:
         obj = get_at(messages, site.path)
         _check_marker(obj, site)
         if site.args_key is not None:
-            pair = Pair(key=_key(site, uses), call=site, call_obj=obj)
+            pair = Pair(key=_key(site, uses, keys), call=site, call_obj=obj)
             if site.result_key is not None:
                 pair.result, pair.result_obj = site, obj
             else:
@@ -135,7 +136,7 @@ def scan(messages: Sequence[Any], sites: Iterable[Site]) -> Scan:
                     message=site.message,
                 )
             else:
-                found.pairs.append(Pair(key=_key(site, uses), result=site, result_obj=obj))
+                found.pairs.append(Pair(key=_key(site, uses, keys), result=site, result_obj=obj))
     return found
 
 
@@ -153,10 +154,15 @@ def _answered_call(pending: list[Pair], result: Site) -> Pair | None:
     return None
 
 
-def _key(site: Site, uses: dict[str, int]) -> str:
+def _key(site: Site, uses: dict[str, int], keys: set[str]) -> str:
     base = site.call_id if site.call_id is not None else f"{site.name}@{_dotted(site.path)}"
     uses[base] += 1
-    return base if uses[base] == 1 else f"{base}#{uses[base]}"
+    key = base if uses[base] == 1 else f"{base}#{uses[base]}"
+    while key in keys:
+        uses[base] += 1
+        key = f"{base}#{uses[base]}"
+    keys.add(key)
+    return key
 
 
 def _dotted(path: tuple[int | str, ...]) -> str:
@@ -166,6 +172,13 @@ def _dotted(path: tuple[int | str, ...]) -> str:
 def _check_marker(obj: dict[str, Any], site: Site) -> None:
     if MARKER not in obj:
         return
+    order = obj.get(ORDER)
+    if ORDER in obj and not (isinstance(order, list) and all(isinstance(k, str) for k in order)):
+        raise ValidationError(
+            f"the toolRef marker at message {site.message} ({_dotted(site.path)}) has a "
+            f"{ORDER} that is not a list of member names; send markers as optimize made them",
+            message=site.message,
+        )
     value = obj[MARKER]
     if not is_ref(value):
         try:

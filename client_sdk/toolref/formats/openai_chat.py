@@ -1,8 +1,9 @@
 """`openai-chat`: Chat Completions messages.
 
-Calls are the assistant's `tool_calls` (`arguments` is a JSON string, kept as a string);
-results are `role: "tool"` messages, paired by `tool_call_id`. The marker replaces
-`arguments` inside `function`, and `content` in the tool message, in place::
+Calls are the assistant's `tool_calls`: `function.arguments` (a JSON string, kept as a
+string) or, for custom tools, `custom.input`; results are `role: "tool"` messages, paired by
+`tool_call_id`. The marker replaces `arguments` inside `function` (`input` inside `custom`),
+and `content` in the tool message, in place::
 
     {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
       "function": {"name": "read_file", "toolRef": "tr_x7k2m4qpeoaccwyd6n3h5ggwmu"}}]}
@@ -18,10 +19,14 @@ from toolref.formats.evidence import DISTINCTIVE, FOREIGN, NEUTRAL, part_types
 from toolref.formats.site import MARKER, Site
 
 NAME: Final = "openai-chat"
+# Function calls carry `arguments`; custom tool calls (`type: "custom"`) carry `input`.
+_CALL_KINDS: Final = (("function", "arguments"), ("custom", "input"))
 _OWN_PARTS: Final = frozenset({"image_url", "input_audio"})
 _FOREIGN_PARTS: Final = frozenset(
     {
         "tool_use",
+        "server_tool_use",
+        "mcp_tool_use",
         "tool_result",
         "image",
         "document",
@@ -41,7 +46,7 @@ def claim(message: Any) -> int:
     if "toolInvocations" in message or message.get("role") == "model":
         return FOREIGN
     types = part_types(message.get("content"))
-    if types & _FOREIGN_PARTS:
+    if types & _FOREIGN_PARTS or any(t.endswith("tool_result") for t in types):
         return FOREIGN
     if message.get("role") == "tool" or "tool_calls" in message or types & _OWN_PARTS:
         return DISTINCTIVE
@@ -55,14 +60,17 @@ def sites(messages: Sequence[Any]) -> Iterator[Site]:
         calls = message.get("tool_calls")
         if isinstance(calls, list):
             for j, call in enumerate(calls):
-                function = call.get("function") if isinstance(call, dict) else None
-                if isinstance(function, dict) and ("arguments" in function or MARKER in function):
-                    yield Site(
-                        (i, "tool_calls", j, "function"),
-                        call_id=_text(call.get("id")),
-                        name=_text(function.get("name")),
-                        args_key="arguments",
-                    )
+                if not isinstance(call, dict):
+                    continue
+                for kind, args_key in _CALL_KINDS:
+                    spec = call.get(kind)
+                    if isinstance(spec, dict) and (args_key in spec or MARKER in spec):
+                        yield Site(
+                            (i, "tool_calls", j, kind),
+                            call_id=_text(call.get("id")),
+                            name=_text(spec.get("name")),
+                            args_key=args_key,
+                        )
         if message.get("role") == "tool" and ("content" in message or MARKER in message):
             yield Site(
                 (i,),

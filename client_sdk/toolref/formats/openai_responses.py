@@ -24,11 +24,15 @@ _RESULTS: Final = frozenset({"function_call_output", "custom_tool_call_output"})
 _OWN_PARTS: Final = frozenset(
     {"input_text", "output_text", "input_image", "input_file", "summary_text", "reasoning_text"}
 )
-_FOREIGN_PARTS: Final = frozenset({"tool_use", "tool_result", "image_url", "image", "thinking"})
+_FOREIGN_PARTS: Final = frozenset(
+    {"tool_use", "server_tool_use", "mcp_tool_use", "tool_result", "image_url", "image", "thinking"}
+)
 
 
 def claim(message: Any) -> int:
     if not isinstance(message, dict) or "parts" in message or "tool_calls" in message:
+        return FOREIGN
+    if "toolInvocations" in message:
         return FOREIGN
     kind = message.get("type")
     if isinstance(kind, str):
@@ -36,7 +40,7 @@ def claim(message: Any) -> int:
     if kind is not None or message.get("role") in ("tool", "model"):
         return FOREIGN
     types = part_types(message.get("content"))
-    if types & _FOREIGN_PARTS:
+    if types & _FOREIGN_PARTS or any(t.endswith("tool_result") for t in types):
         return FOREIGN
     return DISTINCTIVE if types & _OWN_PARTS else NEUTRAL
 

@@ -93,9 +93,11 @@ def to_marker(obj: dict[str, Any], keys: tuple[str, ...], ref: str) -> dict[str,
 def from_marker(marker: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     """Inverse of `to_marker`: `values` (payload key -> value) back in their places."""
     keys = tuple(values)
-    order = marker.get(ORDER)
-    if not isinstance(order, list):
-        order = _restored_order([k for k in marker if k != ORDER], keys)
+    order = _restored_order([k for k in marker if k != ORDER], keys)
+    listed = marker.get(ORDER)
+    if isinstance(listed, list):
+        listed = [key for key in listed if isinstance(key, str)]
+        order = [*listed, *(key for key in order if key not in listed)]
     restored: dict[str, Any] = {}
     for key in order:
         if key in values:
