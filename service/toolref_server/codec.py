@@ -19,6 +19,13 @@ import zstandard
 from starlette.requests import Request
 from starlette.responses import Response
 
+from toolref.encoding import (
+    JSON_TYPE,
+    MSGPACK_TYPE,
+    dumps_json,
+    packb,
+    unpackb,
+)
 from toolref.errors import (
     BodyTooLargeError,
     DecompressedTooLargeError,
@@ -30,9 +37,6 @@ from toolref.errors import (
     UnsupportedValueError,
 )
 
-JSON_TYPE: Final = "application/json"
-MSGPACK_TYPE: Final = "application/msgpack"
-PROBLEM_TYPE: Final = "application/problem+json"
 MSGPACK_ALIASES: Final = frozenset(
     {MSGPACK_TYPE, "application/x-msgpack", "application/vnd.msgpack"}
 )
@@ -297,10 +301,6 @@ def wants_msgpack(request: Request) -> bool:
     return best_msgpack > 0 and best_msgpack >= best_json
 
 
-def dumps_json(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
-
-
 def render(
     request: Request,
     value: Any,
@@ -315,29 +315,3 @@ def render(
     response = Response(body, status_code=status, media_type=media, headers=headers)
     response.headers["vary"] = "Accept, Toolref-Protocol"
     return response
-
-
-_BIGINT_EXT: Final = 1
-
-
-def _bigint_default(value: Any) -> Any:
-    # msgpack calls this for integers beyond 64 bits (and for non-JSON types).
-    if type(value) is int:
-        return msgpack.ExtType(_BIGINT_EXT, str(value).encode())
-    raise TypeError(f"cannot pack a {type(value).__name__}")
-
-
-def packb(value: Any) -> bytes:
-    """msgpack with integers beyond 64 bits carried as ext type 1 (their decimal digits)."""
-    return msgpack.packb(value, use_bin_type=True, default=_bigint_default)  # type: ignore[no-any-return]
-
-
-def _ext_hook(code: int, data: bytes) -> Any:
-    if code == _BIGINT_EXT:
-        return int(data)
-    return msgpack.ExtType(code, data)
-
-
-def unpackb(data: bytes) -> Any:
-    """Inverse of `packb`."""
-    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)

@@ -10,6 +10,7 @@ from pydantic.json_schema import models_json_schema
 
 from toolref import __version__
 from toolref.canonical import REF_LENGTH
+from toolref.encoding import JSON_TYPE, MSGPACK_TYPE, PROBLEM_TYPE
 from toolref.errors import PROBLEM_BASE
 from toolref.models import (
     Capabilities,
@@ -26,7 +27,6 @@ from toolref.models import (
     ResolveResponse,
 )
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_LOW
-from toolref_server.codec import JSON_TYPE, MSGPACK_TYPE, PROBLEM_TYPE
 
 _MODELS: tuple[type[BaseModel], ...] = (
     Capabilities,

@@ -6,8 +6,8 @@ import json
 
 from starlette.responses import Response
 
+from toolref.encoding import PROBLEM_TYPE
 from toolref.errors import ToolrefError
-from toolref_server.codec import PROBLEM_TYPE
 
 
 def problem_response(error: ToolrefError) -> Response:

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import zstandard
 
-from toolref_server.codec import packb, unpackb
+from toolref.encoding import packb, unpackb
 
 VERSION: Final = 1
 DIGEST_START: Final = 1

@@ -42,8 +42,8 @@ from schemathesis.specs.openapi.schemas import OpenApiSchema
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from toolref import encoding
 from toolref.canonical import Ref, digest_of, invocation_digest
-from toolref_server import codec
 from toolref_server.app import create_app, open_redis
 from toolref_server.auth import hash_key
 from toolref_server.settings import Settings
@@ -83,7 +83,7 @@ def unpack(data: bytes) -> Any:
 
 def _pack_body(ctx: schemathesis.SerializationContext, value: Any) -> bytes:
     # Negative cases may already be raw bytes: send those as they are.
-    return value if isinstance(value, bytes) else codec.packb(value)
+    return value if isinstance(value, bytes) else encoding.packb(value)
 
 
 def _unpack_response(
@@ -372,7 +372,7 @@ async def test_a_bad_protocol_header_is_a_documented_400_everywhere(
 
 
 def encode(media: str, value: Any) -> bytes:
-    return codec.packb(value) if media == MSGPACK else json.dumps(value).encode()
+    return encoding.packb(value) if media == MSGPACK else json.dumps(value).encode()
 
 
 @pytest.mark.parametrize("media", [JSON, MSGPACK])

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.requests import Request
 
+from toolref import encoding
 from toolref.errors import (
     BodyTooLargeError,
     DecompressedTooLargeError,
@@ -122,8 +123,8 @@ def test_msgpack_values_json_cannot_carry(value: Any) -> None:
 
 def test_big_integers_travel_as_msgpack_ext_1() -> None:
     value = {"id": 2**90, "neg": -(2**65), "small": 2**63}
-    packed = codec.packb(value)
-    assert codec.unpackb(packed) == value
+    packed = encoding.packb(value)
+    assert encoding.unpackb(packed) == value
     assert codec.decode(packed, "msgpack", 16) == value
 
 

@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from toolref import formats
 from toolref.canonical import Ref, invocation_digest
+from toolref.encoding import dumps_json
 from toolref.errors import (
     BatchTooLargeError,
     MissingRefsError,
@@ -92,7 +93,7 @@ async def _register(request: Request, tenant: str, pairs: list[Pair]) -> Registr
 
 
 def _size(messages: Sequence[Any]) -> int:
-    return len(codec.dumps_json(messages))
+    return len(dumps_json(messages))
 
 
 def _references(conversation: Conversation, refs: dict[str, str]) -> dict[str, str]:

@@ -1,0 +1,43 @@
+"""Body encodings both sides share: compact JSON, and msgpack with exact big integers.
+
+msgpack integers stop at 64 bits; larger ones (JSON allows them, tool payloads carry them)
+travel as ext type 1 holding their decimal digits.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+import msgpack
+
+JSON_TYPE: Final = "application/json"
+MSGPACK_TYPE: Final = "application/msgpack"
+PROBLEM_TYPE: Final = "application/problem+json"
+BIGINT_EXT: Final = 1
+
+
+def dumps_json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _default(value: Any) -> Any:
+    # msgpack calls this for integers beyond 64 bits (and for non-JSON types).
+    if type(value) is int:
+        return msgpack.ExtType(BIGINT_EXT, str(value).encode())
+    raise TypeError(f"cannot pack a {type(value).__name__}")
+
+
+def packb(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True, default=_default)  # type: ignore[no-any-return]
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == BIGINT_EXT:
+        return int(data)
+    return msgpack.ExtType(code, data)
+
+
+def unpackb(data: bytes) -> Any:
+    """Inverse of `packb`; other ext types come back as `msgpack.ExtType`."""
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
