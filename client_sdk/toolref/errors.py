@@ -7,7 +7,8 @@ maps a problem back to the same class by its `type`, so both sides raise the sam
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, Self
 
 PROBLEM_BASE = "urn:toolref:problem:"
 
@@ -31,6 +32,11 @@ class ToolrefError(Exception):
     def http_headers(self) -> dict[str, str]:
         """Headers the service sends with this problem (Retry-After, WWW-Authenticate)."""
         return {}
+
+    @classmethod
+    def from_problem(cls, detail: str, extra: dict[str, Any], headers: Mapping[str, str]) -> Self:
+        """Rebuild the error a service answered with (the client side of `to_problem`)."""
+        return cls(detail, **extra)
 
     def to_problem(self) -> dict[str, Any]:
         """The RFC 9457 problem object for this error."""
@@ -202,6 +208,13 @@ class MissingRefsError(ConflictError):
         super().__init__(detail, missingRefs=missing_refs, **extra)
         self.missing_refs = missing_refs
 
+    @classmethod
+    def from_problem(cls, detail: str, extra: dict[str, Any], headers: Mapping[str, str]) -> Self:
+        missing = extra.pop("missingRefs", [])
+        return cls(
+            detail, [str(ref) for ref in missing] if isinstance(missing, list) else [], **extra
+        )
+
 
 # --- server-side conditions (5xx) ---
 
@@ -220,10 +233,37 @@ class ServiceUnavailableError(ToolrefError):
     def http_headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)}
 
+    @classmethod
+    def from_problem(cls, detail: str, extra: dict[str, Any], headers: Mapping[str, str]) -> Self:
+        after = headers.get("retry-after", "1")
+        return cls(detail, retry_after=int(after) if after.isdigit() else 1, **extra)
+
 
 class StoreUnavailableError(ServiceUnavailableError):
     slug = "store-unavailable"
     title = "Store unavailable"
+
+
+class RegistryUnreachableError(ServiceUnavailableError):
+    """Client side: the registry did not answer (connection errors, timeouts, 503s, retries
+    spent). Send full payloads; the client keeps track of when to try again."""
+
+    slug = "unreachable"
+    title = "Registry unreachable"
+
+
+class CircuitOpenError(RegistryUnreachableError):
+    """Client side: recent calls failed, so this one was not even tried."""
+
+    slug = "circuit-open"
+    title = "Registry skipped after repeated failures"
+
+
+class UnexpectedResponseError(ToolrefError):
+    """Client side: an answer that is not the registry's (a proxy's error page, say)."""
+
+    slug = "unexpected-response"
+    title = "Unexpected response"
 
 
 class ConfigurationError(ToolrefError):
@@ -247,3 +287,15 @@ def error_class_for(problem_type: str) -> type[ToolrefError]:
         if cls.problem_type() == problem_type:
             return cls
     return ToolrefError
+
+
+def error_from_problem(
+    problem: Mapping[str, Any], status: int, headers: Mapping[str, str]
+) -> ToolrefError:
+    """The typed error for a problem+json answer (any status, any type)."""
+    cls = error_class_for(str(problem.get("type", "")))
+    detail = str(problem.get("detail") or problem.get("title") or f"HTTP {status}")
+    extra = {k: v for k, v in problem.items() if k not in ("type", "title", "status", "detail")}
+    if cls is ToolrefError:
+        return UnexpectedResponseError(detail, httpStatus=status, **extra)
+    return cls.from_problem(detail, extra, headers)

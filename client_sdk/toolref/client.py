@@ -1,0 +1,404 @@
+"""Registry clients: `RegistryClient` (sync) and `AsyncRegistryClient`, one shared base.
+
+`BaseRegistryClient` holds everything but the I/O, as sans-I/O exchanges (see `exchange`):
+capability negotiation (fetched once; it picks the protocol version, msgpack over JSON, and
+zstd request compression above a size threshold), batching to the server's limits, retries
+with jittered exponential backoff on 503 and connection errors, a circuit breaker, and the
+mapping of problem+json answers to typed errors. The two halves only send and sleep.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Self
+
+import httpx
+import zstandard
+
+from toolref import encoding
+from toolref.breaker import CircuitBreaker
+from toolref.canonical import Ref
+from toolref.errors import (
+    CircuitOpenError,
+    ProtocolRequiredError,
+    RegistryUnreachableError,
+    ToolrefError,
+    UnexpectedResponseError,
+    error_from_problem,
+)
+from toolref.exchange import Exchange, Sleep, run_async, run_sync
+from toolref.models import Capabilities, Invocation, RegisteredRef
+from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_REFS
+
+_RETRYABLE = frozenset({502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    invocations: dict[str, Invocation]
+    missing: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class MessagesResult:
+    """What optimize and hydrate answer."""
+
+    format: str
+    messages: list[Any]
+    tool_references: dict[str, str] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> MessagesResult:
+        return cls(
+            format=body["format"],
+            messages=body["messages"],
+            tool_references=dict(body.get("toolReferences") or {}),
+            stats=dict(body.get("optimizationStats") or {}),
+        )
+
+
+InvocationLike = Invocation | Mapping[str, Any]
+
+
+def _wire(invocation: InvocationLike) -> dict[str, Any]:
+    if isinstance(invocation, Invocation):
+        return invocation.to_wire()
+    return {
+        "name": invocation["name"],
+        "args": invocation["args"],
+        "result": invocation["result"],
+        "isError": bool(invocation.get("isError", False)),
+    }
+
+
+def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)] or [items]
+
+
+class BaseRegistryClient:
+    """Configuration, negotiation and every exchange; subclasses add the I/O."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None = None,
+        timeout: float = 5.0,
+        retries: int = 2,
+        backoff: float = 0.05,
+        max_backoff: float = 2.0,
+        breaker: CircuitBreaker | None = None,
+        encoding: Literal["auto", "json", "msgpack"] = "auto",
+        compress_threshold: int = 16_384,
+        headers: Mapping[str, str] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if retries < 0 or backoff < 0 or compress_threshold < 0:
+            raise ValueError(
+                f"retries, backoff and compress_threshold must be >= 0, got {retries}, "
+                f"{backoff} and {compress_threshold}"
+            )
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.breaker = breaker or CircuitBreaker()
+        self.encoding = encoding
+        self.compress_threshold = compress_threshold
+        self._rng = rng or random.Random()  # noqa: S311 - backoff jitter, not secrets
+        self._headers = dict(headers or {})
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._capabilities: Capabilities | None = None
+        self._zstd = zstandard.ZstdCompressor(level=3)
+
+    # --- negotiation ---------------------------------------------------------------
+
+    @property
+    def negotiated(self) -> Capabilities | None:
+        """The server's capabilities, once fetched."""
+        return self._capabilities
+
+    @property
+    def protocol(self) -> int:
+        """The protocol version in use: the highest both sides speak (1 before negotiation)."""
+        if self._capabilities is None:
+            return 1
+        return min(PROTOCOL_HIGH, self._capabilities.protocol.high)
+
+    def _uses_msgpack(self, caps: Capabilities) -> bool:
+        if self.encoding == "json":
+            return False
+        return encoding.MSGPACK_TYPE in caps.encodings
+
+    def _capabilities_exchange(self) -> Exchange[Capabilities]:
+        if self._capabilities is None:
+            request = httpx.Request(
+                "GET",
+                f"{self.base_url}/v1/capabilities",
+                headers={**self._headers, "Accept": encoding.JSON_TYPE},
+            )
+            response = yield from self._send(request)
+            body = self._decode(response)
+            self._capabilities = Capabilities.model_validate(body)
+        return self._capabilities
+
+    # --- requests and responses ----------------------------------------------------
+
+    def _request(
+        self, caps: Capabilities, method: str, path: str, body: Any = None
+    ) -> httpx.Request:
+        msgpack = self._uses_msgpack(caps)
+        headers = {
+            **self._headers,
+            PROTOCOL_HEADER: str(self.protocol),
+            "Accept": f"{encoding.MSGPACK_TYPE}, {encoding.JSON_TYPE};q=0.5"
+            if msgpack
+            else encoding.JSON_TYPE,
+        }
+        content = None
+        if body is not None:
+            content = encoding.packb(body) if msgpack else encoding.dumps_json(body)
+            headers["Content-Type"] = encoding.MSGPACK_TYPE if msgpack else encoding.JSON_TYPE
+            if len(content) >= self.compress_threshold and "zstd" in caps.compressors:
+                content = self._zstd.compress(content)
+                headers["Content-Encoding"] = "zstd"
+        return httpx.Request(method, f"{self.base_url}{path}", headers=headers, content=content)
+
+    def _delay(self, attempt: int, response: httpx.Response | None) -> float:
+        """Full-jitter exponential backoff; a Retry-After shorter than the cap is honoured."""
+        ceiling = min(self.max_backoff, self.backoff * 2**attempt)
+        delay = self._rng.uniform(0, ceiling)
+        after = response.headers.get("retry-after", "") if response is not None else ""
+        if after.isdigit():
+            delay = max(delay, min(float(after), self.max_backoff))
+        return delay
+
+    def _send(self, request: httpx.Request) -> Exchange[httpx.Response]:
+        """Send with retries; the breaker counts every failed attempt."""
+        attempt = 0
+        while True:
+            if not self.breaker.allow():
+                raise CircuitOpenError(
+                    f"the registry at {self.base_url} failed repeatedly; not trying again for "
+                    f"{self.breaker.retry_in():.1f}s: send full payloads meanwhile",
+                    retry_after=max(1, round(self.breaker.retry_in())),
+                )
+            response: httpx.Response | None = None
+            try:
+                response = yield request
+            except httpx.TransportError as exc:
+                failure = f"{type(exc).__name__}: {exc}"
+            else:
+                if response is not None and response.status_code not in _RETRYABLE:
+                    # A 4xx is the registry working; a 500 is it failing (not worth a retry).
+                    if response.status_code >= 500:
+                        self.breaker.failure()
+                    else:
+                        self.breaker.success()
+                    return response
+                failure = f"HTTP {response.status_code if response is not None else '?'}"
+            self.breaker.failure()
+            if attempt >= self.retries:
+                raise self._unreachable(request, failure, response)
+            attempt += 1
+            yield Sleep(self._delay(attempt, response))
+
+    def _unreachable(
+        self, request: httpx.Request, failure: str, response: httpx.Response | None
+    ) -> ToolrefError:
+        if response is not None and _is_problem(response):
+            return error_from_problem(response.json(), response.status_code, response.headers)
+        return RegistryUnreachableError(
+            f"{request.method} {request.url.path} failed after {self.retries + 1} attempt(s) "
+            f"({failure}); send full payloads, and check that the registry at "
+            f"{self.base_url} is running",
+        )
+
+    def _decode(self, response: httpx.Response) -> Any:
+        if _is_problem(response) or response.status_code >= 400:
+            if _is_problem(response):
+                raise error_from_problem(response.json(), response.status_code, response.headers)
+            raise UnexpectedResponseError(
+                f"the registry answered HTTP {response.status_code} without a problem "
+                f"document ({response.text[:200]!r}); is {self.base_url} a toolref registry?",
+                httpStatus=response.status_code,
+            )
+        media = response.headers.get("content-type", "").split(";")[0].strip()
+        if media == encoding.MSGPACK_TYPE:
+            return encoding.unpackb(response.content)
+        return response.json()
+
+    def _call(self, method: str, path: str, body: Any = None, refs: bool = True) -> Exchange[Any]:
+        caps = yield from self._capabilities_exchange()
+        if refs and self.protocol < PROTOCOL_REFS:
+            raise ProtocolRequiredError(
+                f"the registry at {self.base_url} speaks protocol {self.protocol}, which has no "
+                "refs; upgrade it, or send full payloads"
+            )
+        response = yield from self._send(self._request(caps, method, path, body))
+        return self._decode(response)
+
+    def _batches(self, items: Sequence[Any]) -> Exchange[list[Sequence[Any]]]:
+        caps = yield from self._capabilities_exchange()
+        return _chunks(items, caps.limits.max_batch)
+
+    # --- operations, as exchanges ----------------------------------------------------
+
+    def _register(self, invocations: Iterable[InvocationLike]) -> Exchange[list[RegisteredRef]]:
+        items = [_wire(i) for i in invocations]
+        found: list[RegisteredRef] = []
+        for batch in (yield from self._batches(items)):
+            body = yield from self._call("POST", "/v1/invocations", {"invocations": list(batch)})
+            found.extend(RegisteredRef.model_validate(r) for r in body["refs"])
+        return found
+
+    def _find_missing(self, refs: Iterable[str]) -> Exchange[list[str]]:
+        wanted = [str(Ref(r)) for r in refs]
+        missing: list[str] = []
+        for batch in (yield from self._batches(wanted)):
+            body = yield from self._call(
+                "POST", "/v1/invocations:findMissing", {"refs": list(batch)}
+            )
+            missing.extend(body["missing"])
+        return missing
+
+    def _resolve(self, refs: Iterable[str]) -> Exchange[Resolved]:
+        wanted = [str(Ref(r)) for r in refs]
+        invocations: dict[str, Invocation] = {}
+        missing: list[str] = []
+        for batch in (yield from self._batches(wanted)):
+            body = yield from self._call("POST", "/v1/invocations:resolve", {"refs": list(batch)})
+            for ref, value in body["invocations"].items():
+                invocations[ref] = Invocation.model_validate(value)
+            missing.extend(body["missing"])
+        return Resolved(invocations, missing)
+
+    def _get(self, ref: str) -> Exchange[Invocation]:
+        body = yield from self._call("GET", f"/v1/invocations/{Ref(ref)}", refs=False)
+        return Invocation.model_validate(body)
+
+    def _messages(
+        self, action: str, messages: list[Any], **options: Any
+    ) -> Exchange[MessagesResult]:
+        body = {"messages": messages, **{k: v for k, v in options.items() if v is not None}}
+        answer = yield from self._call("POST", f"/v1/messages:{action}", body)
+        return MessagesResult.of(answer)
+
+    def _ready(self) -> Exchange[bool]:
+        request = httpx.Request("GET", f"{self.base_url}/readyz", headers=self._headers)
+        try:
+            response = yield from self._send(request)
+        except ToolrefError:
+            return False
+        return response.status_code == 200
+
+
+def _is_problem(response: httpx.Response) -> bool:
+    media: str = response.headers.get("content-type", "")
+    return media.startswith(encoding.PROBLEM_TYPE)
+
+
+class RegistryClient(BaseRegistryClient):
+    """Blocking client. `transport=` injects an httpx transport (tests, custom networking)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(base_url, **options)
+        self._http = httpx.Client(transport=transport, timeout=self.timeout)
+
+    def capabilities(self) -> Capabilities:
+        return run_sync(self._capabilities_exchange(), self._http.send)
+
+    def register(self, invocations: Iterable[InvocationLike]) -> list[RegisteredRef]:
+        return run_sync(self._register(invocations), self._http.send)
+
+    def find_missing(self, refs: Iterable[str]) -> list[str]:
+        return run_sync(self._find_missing(refs), self._http.send)
+
+    def resolve(self, refs: Iterable[str]) -> Resolved:
+        return run_sync(self._resolve(refs), self._http.send)
+
+    def get(self, ref: str) -> Invocation:
+        return run_sync(self._get(ref), self._http.send)
+
+    def optimize(self, messages: list[Any], format: str | None = None) -> MessagesResult:
+        return run_sync(self._messages("optimize", messages, format=format), self._http.send)
+
+    def hydrate(
+        self, messages: list[Any], format: str | None = None, mode: str | None = None
+    ) -> MessagesResult:
+        exchange = self._messages("hydrate", messages, format=format, mode=mode)
+        return run_sync(exchange, self._http.send)
+
+    def ready(self) -> bool:
+        return run_sync(self._ready(), self._http.send)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncRegistryClient(BaseRegistryClient):
+    """asyncio client. `transport=` injects an httpx transport (e.g. `httpx.ASGITransport`)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(base_url, **options)
+        self._http = httpx.AsyncClient(transport=transport, timeout=self.timeout)
+
+    async def capabilities(self) -> Capabilities:
+        return await run_async(self._capabilities_exchange(), self._http.send)
+
+    async def register(self, invocations: Iterable[InvocationLike]) -> list[RegisteredRef]:
+        return await run_async(self._register(invocations), self._http.send)
+
+    async def find_missing(self, refs: Iterable[str]) -> list[str]:
+        return await run_async(self._find_missing(refs), self._http.send)
+
+    async def resolve(self, refs: Iterable[str]) -> Resolved:
+        return await run_async(self._resolve(refs), self._http.send)
+
+    async def get(self, ref: str) -> Invocation:
+        return await run_async(self._get(ref), self._http.send)
+
+    async def optimize(self, messages: list[Any], format: str | None = None) -> MessagesResult:
+        exchange = self._messages("optimize", messages, format=format)
+        return await run_async(exchange, self._http.send)
+
+    async def hydrate(
+        self, messages: list[Any], format: str | None = None, mode: str | None = None
+    ) -> MessagesResult:
+        exchange = self._messages("hydrate", messages, format=format, mode=mode)
+        return await run_async(exchange, self._http.send)
+
+    async def ready(self) -> bool:
+        return await run_async(self._ready(), self._http.send)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

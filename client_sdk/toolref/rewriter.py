@@ -1,0 +1,237 @@
+"""`ToolReferenceManager`: send refs for payloads the server holds, everything else in full.
+
+The manager remembers the refs the server has confirmed (`toolReferences` in a chat
+backend's answer, or a register response), and rewrites outgoing messages so confirmed
+payloads travel as `toolRef` markers. The rewriting itself is the pure function `rewrite`
+over the format layer. `post` / `apost` send a rewritten request and, when the backend
+answers 409 with `missingRefs` (a ref expired or was evicted), forget those refs and resend
+those payloads in full, automatically: a conversation never fails because of a ref.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import OrderedDict
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import httpx
+
+from toolref import formats
+from toolref.canonical import digest_of, is_ref
+from toolref.encoding import JSON_TYPE, PROBLEM_TYPE, dumps_json
+from toolref.errors import MissingRefsError, ToolrefError
+from toolref.exchange import Exchange, run_async, run_sync
+from toolref.formats import Format, Pair
+from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+
+REFERENCES_HEADER = "Toolref-References"
+_MISSING_REFS = MissingRefsError.problem_type()
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """Outgoing messages, and which refs stand in them."""
+
+    messages: list[Any]
+    format: str | None
+    used: dict[str, str]  # pair key -> ref sent as a marker
+    refs: dict[str, str]  # pair key -> ref of every complete invocation, sent or not
+
+
+def ref_of(pair: Pair) -> str:
+    return str(digest_of(pair.invocation()).ref)
+
+
+def rewrite(messages: list[Any], fmt: Format, usable: Container[str]) -> Rewrite:
+    """Pure: `messages` with every complete invocation whose ref is `usable` made a marker."""
+    found = formats.scan(messages, fmt)
+    refs = {pair.key: ref_of(pair) for pair in found.complete}
+    used = {key: ref for key, ref in refs.items() if ref in usable}
+    return Rewrite(formats.replace(messages, found, used), fmt.name, used, refs)
+
+
+@dataclass
+class Savings:
+    """What went over the wire, next to what full payloads would have cost."""
+
+    requests: int = 0
+    fallbacks: int = 0
+    sent_bytes: int = 0
+    full_bytes: int = 0
+    refs_sent: int = 0
+
+    @property
+    def ratio(self) -> float:
+        return self.full_bytes / self.sent_bytes if self.sent_bytes else 1.0
+
+
+@dataclass
+class ToolReferenceManager:
+    """Client-side memory of confirmed refs, and requests that use them.
+
+    format: the conversation's message format (detected when None).
+    optimistic: also send refs for payloads this manager has sent in full before, without
+        waiting for a confirmation; the missing-ref fallback covers the rare miss.
+    messages_key: where the messages sit in the request body.
+    max_refs: how many refs to remember (least recently used are dropped first).
+    track_savings: also measure what each request would have cost with full payloads.
+    """
+
+    format: str | None = None
+    optimistic: bool = False
+    messages_key: str = "messages"
+    max_refs: int = 100_000
+    track_savings: bool = True
+    savings: Savings = field(default_factory=Savings)
+    confirmed: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    refs_accepted: bool = False  # the backend has answered as protocol 2
+
+    # --- memory --------------------------------------------------------------------
+
+    def confirm(self, refs: Iterable[str]) -> None:
+        _remember(self.confirmed, refs, self.max_refs)
+
+    def forget(self, refs: Iterable[str]) -> None:
+        for ref in refs:
+            self.confirmed.pop(ref, None)
+            self.seen.pop(ref, None)
+
+    def learn(self, body: Any) -> None:
+        """Confirm the refs in an answer: `toolReferences`, or a register response's `refs`."""
+        if not isinstance(body, Mapping):
+            return
+        references = body.get("toolReferences")
+        if isinstance(references, Mapping):
+            self.confirm(r for r in references.values() if is_ref(r))
+        registered = body.get("refs")
+        if isinstance(registered, list):
+            self.confirm(
+                r["ref"] for r in registered if isinstance(r, Mapping) and is_ref(r.get("ref"))
+            )
+
+    # --- rewriting -----------------------------------------------------------------
+
+    def usable(self) -> Container[str]:
+        if not self.refs_accepted:
+            return ()
+        if self.optimistic:
+            return _Either(self.confirmed, self.seen)
+        return self.confirmed
+
+    def rewrite(self, messages: list[Any], usable: Container[str] | None = None) -> Rewrite:
+        """`messages` with confirmed payloads as refs; unchanged if they cannot be read."""
+        try:
+            fmt = formats.detect(messages, self.format)
+            return rewrite(messages, fmt, self.usable() if usable is None else usable)
+        except ToolrefError:
+            return Rewrite(messages, None, {}, {})  # never let rewriting fail a conversation
+
+    # --- sending with fallback -------------------------------------------------------
+
+    def _post(
+        self, build: Callable[[bytes, dict[str, str]], httpx.Request], body: Mapping[str, Any]
+    ) -> Exchange[httpx.Response]:
+        messages = body[self.messages_key]
+        full = len(dumps_json(body)) if self.track_savings else 0
+        usable: Container[str] | None = None
+        attempt = 0
+        while True:
+            outgoing = self.rewrite(messages, usable)
+            content = dumps_json({**body, self.messages_key: outgoing.messages})
+            headers = {PROTOCOL_HEADER: str(PROTOCOL_REFS), "Content-Type": JSON_TYPE}
+            response = cast(httpx.Response, (yield build(content, headers)))
+            self.savings.requests += 1
+            self.savings.sent_bytes += len(content)
+            self.savings.full_bytes += full
+            self.savings.refs_sent += len(outgoing.used)
+            missing = _missing_refs(response)
+            if missing is None or not outgoing.used or attempt == 2:
+                self._learn_from(response, outgoing)
+                return response
+            # Refs expired or were evicted: forget them and send those payloads in full. If
+            # that is refused too, the last attempt sends every payload in full.
+            self.savings.fallbacks += 1
+            self.forget(missing)
+            attempt += 1
+            usable = () if attempt == 2 else None
+
+    def _learn_from(self, response: httpx.Response, outgoing: Rewrite) -> None:
+        self.refs_accepted = response.headers.get(PROTOCOL_HEADER) == str(PROTOCOL_REFS)
+        if not self.refs_accepted or response.status_code >= 400:
+            return
+        if self.optimistic:
+            _remember(self.seen, outgoing.refs.values(), self.max_refs)
+        header = response.headers.get(REFERENCES_HEADER)
+        if header:
+            with contextlib.suppress(ValueError):
+                self.learn({"toolReferences": json.loads(header)})
+        if response.headers.get("content-type", "").startswith(JSON_TYPE):
+            with contextlib.suppress(ValueError):
+                self.learn(response.json())
+
+    def post(
+        self, client: httpx.Client, url: str, json: Mapping[str, Any], **kwargs: Any
+    ) -> httpx.Response:
+        """POST `json` (holding the messages) through `client`, with refs and fallback.
+
+        Extra keyword arguments (headers, params, timeout, ...) go to `client.build_request`.
+        """
+        return run_sync(self._post(_builder(client, url, kwargs), json), client.send)
+
+    async def apost(
+        self, client: httpx.AsyncClient, url: str, json: Mapping[str, Any], **kwargs: Any
+    ) -> httpx.Response:
+        """Async `post`."""
+        return await run_async(self._post(_builder(client, url, kwargs), json), client.send)
+
+
+def _builder(
+    client: httpx.Client | httpx.AsyncClient, url: str, kwargs: dict[str, Any]
+) -> Callable[[bytes, dict[str, str]], httpx.Request]:
+    options = {k: v for k, v in kwargs.items() if k != "headers"}
+    extra_headers = dict(kwargs.get("headers") or {})
+
+    def build(content: bytes, headers: dict[str, str]) -> httpx.Request:
+        return client.build_request(
+            "POST", url, content=content, headers={**extra_headers, **headers}, **options
+        )
+
+    return build
+
+
+class _Either:
+    """Membership in either of two containers, without copying them."""
+
+    def __init__(self, first: Container[str], second: Container[str]) -> None:
+        self.first, self.second = first, second
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.first or item in self.second
+
+
+def _remember(memory: OrderedDict[str, None], refs: Iterable[str], limit: int) -> None:
+    for ref in refs:
+        memory[ref] = None
+        memory.move_to_end(ref)
+    while len(memory) > limit:
+        memory.popitem(last=False)
+
+
+def _missing_refs(response: httpx.Response) -> list[str] | None:
+    """The refs a 409 missing-refs problem lists; None for any other answer."""
+    if response.status_code != 409:
+        return None
+    if not response.headers.get("content-type", "").startswith(PROBLEM_TYPE):
+        return None
+    try:
+        problem = response.json()
+    except ValueError:
+        return None
+    if not isinstance(problem, dict) or problem.get("type") != _MISSING_REFS:
+        return None
+    missing = problem.get("missingRefs")
+    return [str(ref) for ref in missing] if isinstance(missing, list) else []
