@@ -1,5 +1,7 @@
 """toolref: content-addressed references for LLM tool-call payloads."""
 
+from toolref.asgi import ToolRefMiddleware
+from toolref.breaker import BreakerState, CircuitBreaker
 from toolref.canonical import (
     Digest,
     JSONValue,
@@ -9,12 +11,20 @@ from toolref.canonical import (
     invocation_digest,
     is_ref,
 )
+from toolref.client import (
+    AsyncRegistryClient,
+    BaseRegistryClient,
+    MessagesResult,
+    RegistryClient,
+    Resolved,
+)
 from toolref.errors import (
     AuthenticationError,
     BadRequestError,
     BatchTooLargeError,
     BodyTooLargeError,
     CanonicalizationError,
+    CircuitOpenError,
     ConfigurationError,
     ConflictError,
     DecompressedTooLargeError,
@@ -28,15 +38,18 @@ from toolref.errors import (
     NotFoundError,
     ProtocolRequiredError,
     RefCollisionError,
+    RegistryUnreachableError,
     ServiceUnavailableError,
     StoreUnavailableError,
     ToolrefError,
+    UnexpectedResponseError,
     UnsupportedMediaTypeError,
     UnsupportedValueError,
     ValidationError,
 )
-from toolref.models import Capabilities, Invocation
+from toolref.models import Capabilities, Invocation, RegisteredRef
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_LOW
+from toolref.rewriter import Rewrite, Savings, ToolReferenceManager, rewrite
 
 __version__ = "0.1.0"
 
@@ -44,12 +57,17 @@ __all__ = [
     "PROTOCOL_HEADER",
     "PROTOCOL_HIGH",
     "PROTOCOL_LOW",
+    "AsyncRegistryClient",
     "AuthenticationError",
     "BadRequestError",
+    "BaseRegistryClient",
     "BatchTooLargeError",
     "BodyTooLargeError",
+    "BreakerState",
     "CanonicalizationError",
     "Capabilities",
+    "CircuitBreaker",
+    "CircuitOpenError",
     "ConfigurationError",
     "ConflictError",
     "DecompressedTooLargeError",
@@ -60,6 +78,7 @@ __all__ = [
     "JSONValue",
     "LimitExceededError",
     "MalformedBodyError",
+    "MessagesResult",
     "MissingRefsError",
     "NestingTooDeepError",
     "NonFiniteNumberError",
@@ -67,9 +86,18 @@ __all__ = [
     "ProtocolRequiredError",
     "Ref",
     "RefCollisionError",
+    "RegisteredRef",
+    "RegistryClient",
+    "RegistryUnreachableError",
+    "Resolved",
+    "Rewrite",
+    "Savings",
     "ServiceUnavailableError",
     "StoreUnavailableError",
+    "ToolRefMiddleware",
+    "ToolReferenceManager",
     "ToolrefError",
+    "UnexpectedResponseError",
     "UnsupportedMediaTypeError",
     "UnsupportedValueError",
     "ValidationError",
@@ -78,4 +106,5 @@ __all__ = [
     "digest_of",
     "invocation_digest",
     "is_ref",
+    "rewrite",
 ]
