@@ -17,6 +17,7 @@ from toolref.canonical import digest_of
 from toolref_server.embedded import free_port, valkey_server_binary
 
 from ..conftest import need
+from .processes import Service, clean_env
 
 INVOCATION = {"name": "read_file", "args": {"path": "README.md"}, "result": "# toolref\n" * 50}
 
@@ -30,9 +31,7 @@ def engine_binary() -> None:
 
 
 def cli_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLREF_")}
-    env["TOOLREF_LOG_LEVEL"] = "warning"
-    return env
+    return clean_env()
 
 
 def run_cli(
@@ -48,53 +47,6 @@ def run_cli(
         timeout=30,
         check=False,
     )
-
-
-class Service:
-    def __init__(self, data_dir: Path, port: int) -> None:
-        self.data_dir, self.port = data_dir, port
-        self.url = f"http://127.0.0.1:{port}"
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "toolref_server.cli",
-                "serve",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data_dir),
-            ],
-            env=cli_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"serve exited early: {self.output()}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.process.kill()
-        raise AssertionError(f"serve did not become ready: {self.output()}")
-
-    def output(self) -> str:
-        assert self.process.stdout is not None
-        return self.process.stdout.read().decode(errors="replace")
-
-    @property
-    def engine_pid(self) -> int:
-        return int((self.data_dir / "valkey.pid").read_text())
-
-    def interrupt(self) -> int:
-        """Ctrl-C as a terminal sends it: SIGINT to the whole foreground process group."""
-        os.killpg(self.process.pid, signal.SIGINT)
-        return self.process.wait(30)
 
 
 def alive(pid: int) -> bool:

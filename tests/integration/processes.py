@@ -1,0 +1,77 @@
+"""Real processes for integration tests: the registry (`toolref-server serve`) and examples."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLREF_")}
+    env["TOOLREF_LOG_LEVEL"] = "warning"
+    env.update(extra)
+    return env
+
+
+class Process:
+    """A child process in its own session, ready once `ready_path` answers 200."""
+
+    def __init__(self, args: list[str], url: str, ready_path: str, env: dict[str, str]) -> None:
+        self.url = url
+        self._log = tempfile.NamedTemporaryFile(prefix="toolref-test-", suffix=".log")  # noqa: SIM115
+        self.process = subprocess.Popen(
+            args,
+            env=env,
+            cwd=ROOT,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"{args} exited early: {self.output()}")
+            try:
+                if httpx.get(url + ready_path, timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.process.kill()
+        raise AssertionError(f"{args} did not become ready: {self.output()}")
+
+    def output(self) -> str:
+        return Path(self._log.name).read_text(errors="replace")
+
+    def interrupt(self) -> int:
+        """Ctrl-C as a terminal sends it: SIGINT to the whole foreground process group."""
+        os.killpg(self.process.pid, signal.SIGINT)
+        return self.process.wait(30)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.interrupt()
+        self._log.close()
+
+
+class Service(Process):
+    """`toolref-server serve` on the embedded engine, persisted under `data_dir`."""
+
+    def __init__(self, data_dir: Path, port: int, **env: str) -> None:
+        self.data_dir, self.port = data_dir, port
+        args = [sys.executable, "-m", "toolref_server.cli", "serve", "--port", str(port)]
+        args += ["--data-dir", str(data_dir)]
+        super().__init__(args, f"http://127.0.0.1:{port}", "/readyz", clean_env(**env))
+
+    @property
+    def engine_pid(self) -> int:
+        return int((self.data_dir / "valkey.pid").read_text())

@@ -1,0 +1,67 @@
+"""The examples, run as a user would: registry, chat backend and client as real processes."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from toolref_server.embedded import free_port
+
+from .processes import ROOT, Process, Service, clean_env
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Iterator[Service]:
+    service = Service(tmp_path / "data", free_port())
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def backend(registry: Service) -> Iterator[Process]:
+    port = free_port()
+    process = Process(
+        [
+            sys.executable,
+            "examples/chat_backend.py",
+            "--registry",
+            registry.url,
+            "--port",
+            str(port),
+        ],
+        f"http://127.0.0.1:{port}",
+        "/seen",
+        clean_env(),
+    )
+    yield process
+    process.stop()
+
+
+@pytest.mark.slow
+def test_thirty_turns_upload_five_times_less_and_the_backend_sees_the_same(
+    backend: Process,
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "examples/chat_client.py", "--backend", backend.url, "--turns", "30"],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    without = int(re.search(r"without refs: ([\d,]+)", result.stdout)[1].replace(",", ""))  # type: ignore[index]
+    with_refs = int(re.search(r"with refs: +([\d,]+)", result.stdout)[1].replace(",", ""))  # type: ignore[index]
+    assert without >= 5 * with_refs, result.stdout
+    assert f"{without / with_refs:.1f}x" in result.stdout
+    seen = httpx.get(backend.url + "/seen").json()["seen"]
+    assert len(seen) == 60
+    assert seen[:30] == seen[30:]  # the same conversation, turn by turn, with refs or without
+    assert len(set(seen)) == 30
