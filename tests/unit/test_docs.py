@@ -39,3 +39,38 @@ def test_every_problem_type_is_documented() -> None:
             and cls.slug not in ("bad-request", "limit-exceeded", "conflict")  # abstract bases
         ):
             assert f"`{cls.slug}`" in README, cls.slug
+
+
+SDK_DOC = (Path(__file__).resolve().parents[2] / "docs" / "sdk.md").read_text()
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+
+
+def test_sdk_doc_integrations_are_under_15_lines_and_compile() -> None:
+    client, backend, *_ = _python_blocks(SDK_DOC)
+    for block in (client, backend):
+        assert len(block.strip().splitlines()) < 15
+        compile(block, "docs/sdk.md", "exec")
+    assert "ToolReferenceManager" in client
+    assert "ToolRefMiddleware" in backend
+
+
+async def test_sdk_doc_backend_runs() -> None:
+    import httpx
+
+    _, backend, *_ = _python_blocks(SDK_DOC)
+
+    async def call_llm(messages: list[dict[str, str]]) -> dict[str, str]:
+        return {"role": "assistant", "content": f"{len(messages)} messages"}
+
+    namespace: dict[str, object] = {"call_llm": call_llm}
+    exec(compile(backend, "docs/sdk.md", "exec"), namespace)
+    app = namespace["app"]
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]
+        base_url="http://backend",
+    ) as http:
+        reply = await http.post("/chat", json={"messages": [{"role": "user", "content": "hi"}]})
+    assert reply.json() == {"messages": [{"role": "assistant", "content": "1 messages"}]}
