@@ -66,7 +66,8 @@ class CircuitBreaker:
         """Seconds until the next probe may go out (0 when calls may go now)."""
         if self._opened_at is None:
             return 0.0
-        return max(0.0, self.reset_timeout - (self._clock() - self._opened_at))
+        since = self._probe_started if self._probing else self._opened_at
+        return max(0.0, self.reset_timeout - (self._clock() - since))
 
     def success(self) -> None:
         self._failures = 0

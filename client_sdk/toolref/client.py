@@ -9,16 +9,19 @@ mapping of problem+json answers to typed errors. The two halves only send and sl
 
 from __future__ import annotations
 
+import asyncio
 import random
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 
 import httpx
+import pydantic
 import zstandard
 
 from toolref import encoding
-from toolref.breaker import CircuitBreaker
+from toolref.breaker import BreakerState, CircuitBreaker
 from toolref.canonical import Ref
 from toolref.errors import (
     CircuitOpenError,
@@ -28,7 +31,7 @@ from toolref.errors import (
     UnexpectedResponseError,
     error_from_problem,
 )
-from toolref.exchange import Exchange, Sleep, run_async, run_sync
+from toolref.exchange import Exchange, Sleep, T, run_async, run_sync
 from toolref.models import Capabilities, Invocation, RegisteredRef
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_REFS
 
@@ -75,7 +78,7 @@ def _wire(invocation: InvocationLike) -> dict[str, Any]:
 
 
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
-    return [items[i : i + size] for i in range(0, len(items), size)] or [items]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 class BaseRegistryClient:
@@ -114,7 +117,6 @@ class BaseRegistryClient:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._capabilities: Capabilities | None = None
-        self._zstd = zstandard.ZstdCompressor(level=3)
 
     # --- negotiation ---------------------------------------------------------------
 
@@ -144,7 +146,15 @@ class BaseRegistryClient:
             )
             response = yield from self._send(request)
             body = self._decode(response)
-            self._capabilities = Capabilities.model_validate(body)
+            try:
+                self._capabilities = Capabilities.model_validate(body)
+            except pydantic.ValidationError as exc:
+                raise UnexpectedResponseError(
+                    f"{self.base_url}/v1/capabilities is not a toolref capabilities document "
+                    f"({exc.error_count()} problem(s), first: {exc.errors()[0]['msg']}); is "
+                    "this a toolref registry?",
+                    httpStatus=response.status_code,
+                ) from None
         return self._capabilities
 
     # --- requests and responses ----------------------------------------------------
@@ -165,13 +175,14 @@ class BaseRegistryClient:
             content = encoding.packb(body) if msgpack else encoding.dumps_json(body)
             headers["Content-Type"] = encoding.MSGPACK_TYPE if msgpack else encoding.JSON_TYPE
             if len(content) >= self.compress_threshold and "zstd" in caps.compressors:
-                content = self._zstd.compress(content)
+                # A compressor per call: ZstdCompressor objects are not thread-safe.
+                content = zstandard.ZstdCompressor(level=3).compress(content)
                 headers["Content-Encoding"] = "zstd"
         return httpx.Request(method, f"{self.base_url}{path}", headers=headers, content=content)
 
     def _delay(self, attempt: int, response: httpx.Response | None) -> float:
         """Full-jitter exponential backoff; a Retry-After shorter than the cap is honoured."""
-        ceiling = min(self.max_backoff, self.backoff * 2**attempt)
+        ceiling = min(self.max_backoff, self.backoff * 2**attempt)  # attempt 0: `backoff`
         delay = self._rng.uniform(0, ceiling)
         after = response.headers.get("retry-after", "") if response is not None else ""
         if after.isdigit():
@@ -203,35 +214,51 @@ class BaseRegistryClient:
                     return response
                 failure = f"HTTP {response.status_code if response is not None else '?'}"
             self.breaker.failure()
-            if attempt >= self.retries:
-                raise self._unreachable(request, failure, response)
-            attempt += 1
+            if attempt >= self.retries or self.breaker.state is BreakerState.OPEN:
+                raise self._unreachable(request, failure, response, attempt + 1)
             yield Sleep(self._delay(attempt, response))
+            attempt += 1
 
     def _unreachable(
-        self, request: httpx.Request, failure: str, response: httpx.Response | None
+        self,
+        request: httpx.Request,
+        failure: str,
+        response: httpx.Response | None,
+        attempts: int,
     ) -> ToolrefError:
         if response is not None and _is_problem(response):
-            return error_from_problem(response.json(), response.status_code, response.headers)
+            try:
+                problem = response.json()
+            except ValueError:
+                problem = None
+            if isinstance(problem, dict):
+                return error_from_problem(problem, response.status_code, response.headers)
         return RegistryUnreachableError(
-            f"{request.method} {request.url.path} failed after {self.retries + 1} attempt(s) "
+            f"{request.method} {request.url.path} failed after {attempts} attempt(s) "
             f"({failure}); send full payloads, and check that the registry at "
             f"{self.base_url} is running",
         )
 
     def _decode(self, response: httpx.Response) -> Any:
-        if _is_problem(response) or response.status_code >= 400:
-            if _is_problem(response):
-                raise error_from_problem(response.json(), response.status_code, response.headers)
-            raise UnexpectedResponseError(
-                f"the registry answered HTTP {response.status_code} without a problem "
-                f"document ({response.text[:200]!r}); is {self.base_url} a toolref registry?",
-                httpStatus=response.status_code,
-            )
         media = response.headers.get("content-type", "").split(";")[0].strip()
-        if media == encoding.MSGPACK_TYPE:
-            return encoding.unpackb(response.content)
-        return response.json()
+        problem: Any = None
+        try:
+            if _is_problem(response):
+                problem = response.json()
+            elif response.status_code < 400 and media == encoding.MSGPACK_TYPE:
+                return encoding.unpackb(response.content)
+            elif response.status_code < 400 and media == encoding.JSON_TYPE:
+                return response.json()
+        except ValueError:
+            pass  # undecodable: reported below
+        if isinstance(problem, dict):
+            raise error_from_problem(problem, response.status_code, response.headers)
+        raise UnexpectedResponseError(
+            f"the registry answered HTTP {response.status_code} ({media or 'no content type'}) "
+            f"with {response.content[:120]!r}, not a toolref answer; is {self.base_url} a "
+            "toolref registry?",
+            httpStatus=response.status_code,
+        )
 
     def _call(self, method: str, path: str, body: Any = None, refs: bool = True) -> Exchange[Any]:
         caps = yield from self._capabilities_exchange()
@@ -257,8 +284,12 @@ class BaseRegistryClient:
             found.extend(RegisteredRef.model_validate(r) for r in body["refs"])
         return found
 
+    # Refs are checked when the exchange is made, so a bad one never costs a request.
+
     def _find_missing(self, refs: Iterable[str]) -> Exchange[list[str]]:
-        wanted = [str(Ref(r)) for r in refs]
+        return self._find_missing_batches([str(Ref(r)) for r in refs])
+
+    def _find_missing_batches(self, wanted: list[str]) -> Exchange[list[str]]:
         missing: list[str] = []
         for batch in (yield from self._batches(wanted)):
             body = yield from self._call(
@@ -268,7 +299,9 @@ class BaseRegistryClient:
         return missing
 
     def _resolve(self, refs: Iterable[str]) -> Exchange[Resolved]:
-        wanted = [str(Ref(r)) for r in refs]
+        return self._resolve_batches([str(Ref(r)) for r in refs])
+
+    def _resolve_batches(self, wanted: list[str]) -> Exchange[Resolved]:
         invocations: dict[str, Invocation] = {}
         missing: list[str] = []
         for batch in (yield from self._batches(wanted)):
@@ -279,7 +312,10 @@ class BaseRegistryClient:
         return Resolved(invocations, missing)
 
     def _get(self, ref: str) -> Exchange[Invocation]:
-        body = yield from self._call("GET", f"/v1/invocations/{Ref(ref)}", refs=False)
+        return self._get_one(Ref(ref))
+
+    def _get_one(self, ref: Ref) -> Exchange[Invocation]:
+        body = yield from self._call("GET", f"/v1/invocations/{ref}", refs=False)
         return Invocation.model_validate(body)
 
     def _messages(
@@ -315,30 +351,39 @@ class RegistryClient(BaseRegistryClient):
     ) -> None:
         super().__init__(base_url, **options)
         self._http = httpx.Client(transport=transport, timeout=self.timeout)
+        self._negotiation = threading.Lock()
+
+    def _run(self, exchange: Exchange[T]) -> T:
+        # Calls racing to be first share one negotiation.
+        if self._capabilities is None:
+            with self._negotiation:
+                if self._capabilities is None:
+                    run_sync(self._capabilities_exchange(), self._http.send)
+        return run_sync(exchange, self._http.send)
 
     def capabilities(self) -> Capabilities:
-        return run_sync(self._capabilities_exchange(), self._http.send)
+        return self._run(self._capabilities_exchange())
 
     def register(self, invocations: Iterable[InvocationLike]) -> list[RegisteredRef]:
-        return run_sync(self._register(invocations), self._http.send)
+        return self._run(self._register(invocations))
 
     def find_missing(self, refs: Iterable[str]) -> list[str]:
-        return run_sync(self._find_missing(refs), self._http.send)
+        return self._run(self._find_missing(refs))
 
     def resolve(self, refs: Iterable[str]) -> Resolved:
-        return run_sync(self._resolve(refs), self._http.send)
+        return self._run(self._resolve(refs))
 
     def get(self, ref: str) -> Invocation:
-        return run_sync(self._get(ref), self._http.send)
+        return self._run(self._get(ref))
 
     def optimize(self, messages: list[Any], format: str | None = None) -> MessagesResult:
-        return run_sync(self._messages("optimize", messages, format=format), self._http.send)
+        return self._run(self._messages("optimize", messages, format=format))
 
     def hydrate(
         self, messages: list[Any], format: str | None = None, mode: str | None = None
     ) -> MessagesResult:
         exchange = self._messages("hydrate", messages, format=format, mode=mode)
-        return run_sync(exchange, self._http.send)
+        return self._run(exchange)
 
     def ready(self) -> bool:
         return run_sync(self._ready(), self._http.send)
@@ -365,31 +410,39 @@ class AsyncRegistryClient(BaseRegistryClient):
     ) -> None:
         super().__init__(base_url, **options)
         self._http = httpx.AsyncClient(transport=transport, timeout=self.timeout)
+        self._negotiation = asyncio.Lock()
+
+    async def _run(self, exchange: Exchange[T]) -> T:
+        # Calls racing to be first share one negotiation.
+        if self._capabilities is None:
+            async with self._negotiation:
+                if self._capabilities is None:
+                    await run_async(self._capabilities_exchange(), self._http.send)
+        return await run_async(exchange, self._http.send)
 
     async def capabilities(self) -> Capabilities:
-        return await run_async(self._capabilities_exchange(), self._http.send)
+        return await self._run(self._capabilities_exchange())
 
     async def register(self, invocations: Iterable[InvocationLike]) -> list[RegisteredRef]:
-        return await run_async(self._register(invocations), self._http.send)
+        return await self._run(self._register(invocations))
 
     async def find_missing(self, refs: Iterable[str]) -> list[str]:
-        return await run_async(self._find_missing(refs), self._http.send)
+        return await self._run(self._find_missing(refs))
 
     async def resolve(self, refs: Iterable[str]) -> Resolved:
-        return await run_async(self._resolve(refs), self._http.send)
+        return await self._run(self._resolve(refs))
 
     async def get(self, ref: str) -> Invocation:
-        return await run_async(self._get(ref), self._http.send)
+        return await self._run(self._get(ref))
 
     async def optimize(self, messages: list[Any], format: str | None = None) -> MessagesResult:
-        exchange = self._messages("optimize", messages, format=format)
-        return await run_async(exchange, self._http.send)
+        return await self._run(self._messages("optimize", messages, format=format))
 
     async def hydrate(
         self, messages: list[Any], format: str | None = None, mode: str | None = None
     ) -> MessagesResult:
         exchange = self._messages("hydrate", messages, format=format, mode=mode)
-        return await run_async(exchange, self._http.send)
+        return await self._run(exchange)
 
     async def ready(self) -> bool:
         return await run_async(self._ready(), self._http.send)

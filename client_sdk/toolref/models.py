@@ -11,10 +11,19 @@ from toolref.canonical import Digest, invocation_digest, invocation_object
 
 
 class WireModel(BaseModel):
-    """Base for wire models: camelCase names as on the wire, unknown members refused."""
+    """Base for request models: camelCase names as on the wire, unknown members refused."""
 
     model_config = ConfigDict(
         extra="forbid", populate_by_name=True, frozen=True, alias_generator=to_camel
+    )
+
+
+class AnswerModel(BaseModel):
+    """Base for answer models: unknown members ignored, so a newer server's additions do
+    not break an older client."""
+
+    model_config = ConfigDict(
+        extra="ignore", populate_by_name=True, frozen=True, alias_generator=to_camel
     )
 
 
@@ -45,13 +54,13 @@ class RegisterRequest(WireModel):
     invocations: list[Invocation] = Field(description="Invocations to store, in order.")
 
 
-class RegisteredRef(WireModel):
+class RegisteredRef(AnswerModel):
     ref: str = Field(description="The invocation's ref.")
     size: int = Field(description="Size in bytes of its canonical form.")
     new: bool = Field(description="False when the registry already held it.")
 
 
-class RegisterResponse(WireModel):
+class RegisterResponse(AnswerModel):
     refs: list[RegisteredRef] = Field(description="One entry per invocation, in request order.")
 
 
@@ -59,11 +68,11 @@ class RefsRequest(WireModel):
     refs: list[StrictStr] = Field(description="Refs, each `tr_` plus 26 base32 characters.")
 
 
-class FindMissingResponse(WireModel):
+class FindMissingResponse(AnswerModel):
     missing: list[str] = Field(description="Requested refs the registry does not hold.")
 
 
-class ResolveResponse(WireModel):
+class ResolveResponse(AnswerModel):
     invocations: dict[str, Invocation] = Field(description="Held invocations by ref.")
     missing: list[str] = Field(description="Requested refs the registry does not hold.")
 
@@ -90,7 +99,7 @@ class HydrateRequest(WireModel):
     )
 
 
-class OptimizationStats(WireModel):
+class OptimizationStats(AnswerModel):
     original_bytes: int = Field(description="Compact JSON bytes of the messages with payloads.")
     optimized_bytes: int = Field(description="Compact JSON bytes of the messages with refs.")
     refs_used: int = Field(description="Distinct refs in the messages with refs.")
@@ -98,7 +107,7 @@ class OptimizationStats(WireModel):
     cache_hits: int = Field(description="Invocations the registry already held.")
 
 
-class MessagesResponse(WireModel):
+class MessagesResponse(AnswerModel):
     format: FormatName = Field(description="The format, as named or detected.")
     messages: list[dict[str, Any]] = Field(description="The rewritten conversation.")
     tool_references: dict[str, str] | None = Field(
@@ -108,12 +117,12 @@ class MessagesResponse(WireModel):
     optimization_stats: OptimizationStats
 
 
-class ProtocolRange(WireModel):
+class ProtocolRange(AnswerModel):
     low: int
     high: int
 
 
-class RefScheme(WireModel):
+class RefScheme(AnswerModel):
     prefix: str = Field(description="Ref prefix.")
     length: int = Field(description="Characters in a ref, prefix included.")
     digest: str = Field(description="Digest function over the canonical bytes.")
@@ -122,7 +131,7 @@ class RefScheme(WireModel):
     canonicalization: str = Field(description="How an invocation becomes bytes.")
 
 
-class Limits(WireModel):
+class Limits(AnswerModel):
     max_body_bytes: int = Field(description="Largest request body, as sent.")
     max_decompressed_bytes: int = Field(description="Largest request body once inflated.")
     max_depth: int = Field(description="Deepest JSON nesting of a body.")
@@ -130,7 +139,7 @@ class Limits(WireModel):
     max_messages: int = Field(description="Most messages in one conversation.")
 
 
-class Capabilities(WireModel):
+class Capabilities(AnswerModel):
     protocol: ProtocolRange
     ref_scheme: RefScheme = Field(description="How refs are made.")
     encodings: list[str] = Field(description="Media types for request and response bodies.")
@@ -152,5 +161,5 @@ class Problem(BaseModel):
     detail: str
 
 
-class Health(WireModel):
+class Health(AnswerModel):
     status: str
