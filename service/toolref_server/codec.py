@@ -221,6 +221,11 @@ def decode(data: bytes, decoder: str, max_depth: int) -> Any:
         ) from None
     except msgpack.StackError:
         raise _too_deep(max_depth) from None
+    except TypeError:
+        # msgpack builds a dict with an array or map as a key, which Python cannot hash.
+        raise UnsupportedValueError(
+            "a msgpack map has an array or a map as a key; JSON object keys are strings"
+        ) from None
     except (ValueError, msgpack.UnpackException) as exc:
         if isinstance(exc, ToolrefError):
             raise

@@ -172,3 +172,9 @@ def test_accept_negotiation(accept: str | None, msgpack_wanted: bool) -> None:
 )
 def test_content_types(content_type: str, decoder: str) -> None:
     assert codec.request_decoder(request(b"", {"content-type": content_type})) == decoder
+
+
+def test_msgpack_map_with_a_container_key_is_refused() -> None:
+    # fixmap of 1 entry whose key is an empty array, value nil
+    with pytest.raises(UnsupportedValueError, match="key"):
+        codec.decode(b"\x81\x90\xc0", "msgpack", 16)
