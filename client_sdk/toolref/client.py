@@ -77,6 +77,11 @@ def _wire(invocation: InvocationLike) -> dict[str, Any]:
     }
 
 
+def _unique_refs(refs: Iterable[str]) -> list[str]:
+    """Validated refs, each once: the server dedupes within a batch, this across batches."""
+    return list(dict.fromkeys(str(Ref(r)) for r in refs))
+
+
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
@@ -287,7 +292,7 @@ class BaseRegistryClient:
     # Refs are checked when the exchange is made, so a bad one never costs a request.
 
     def _find_missing(self, refs: Iterable[str]) -> Exchange[list[str]]:
-        return self._find_missing_batches([str(Ref(r)) for r in refs])
+        return self._find_missing_batches(_unique_refs(refs))
 
     def _find_missing_batches(self, wanted: list[str]) -> Exchange[list[str]]:
         missing: list[str] = []
@@ -299,7 +304,7 @@ class BaseRegistryClient:
         return missing
 
     def _resolve(self, refs: Iterable[str]) -> Exchange[Resolved]:
-        return self._resolve_batches([str(Ref(r)) for r in refs])
+        return self._resolve_batches(_unique_refs(refs))
 
     def _resolve_batches(self, wanted: list[str]) -> Exchange[Resolved]:
         invocations: dict[str, Invocation] = {}

@@ -70,7 +70,13 @@ class Service(Process):
         self.data_dir, self.port = data_dir, port
         args = [sys.executable, "-m", "toolref_server.cli", "serve", "--port", str(port)]
         args += ["--data-dir", str(data_dir)]
-        super().__init__(args, f"http://127.0.0.1:{port}", "/readyz", clean_env(**env))
+        self._args, self._env = args, clean_env(**env)
+        super().__init__(args, f"http://127.0.0.1:{port}", "/readyz", self._env)
+
+    def restart(self) -> None:
+        """Stop (Ctrl-C) if running, then serve again on the same data folder, port and env."""
+        self.stop()
+        Process.__init__(self, self._args, self.url, "/readyz", self._env)
 
     @property
     def engine_pid(self) -> int:
