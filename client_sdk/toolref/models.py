@@ -94,8 +94,27 @@ class HydrateRequest(WireModel):
         default=None, description="Message format; detected when absent."
     )
     messages: list[dict[str, Any]] = Field(description="The conversation, with toolRef markers.")
-    mode: Literal["full"] = Field(
-        default="full", description="`full`: every marker becomes its payload."
+    mode: Literal["full", "summary"] = Field(
+        default="full",
+        description="`full`: every marker becomes its payload. `summary`: results older than "
+        "the last `keepRecent` become a placeholder naming the ref, followed by a summary.",
+    )
+    keep_recent: int = Field(
+        default=3, ge=0, description="Summary mode: this many most recent results stay full."
+    )
+    exclude_tools: list[StrictStr] = Field(
+        default_factory=list, description="Summary mode: results of these tools stay full."
+    )
+    summarizer: StrictStr | None = Field(
+        default=None, description="Summary mode: which summarizer (the server's default if absent)."
+    )
+    max_chars: int | None = Field(
+        default=None, ge=40, le=20_000, description="Summary mode: the summary budget."
+    )
+    shadow: bool = Field(
+        default=False,
+        description="Summary mode: answer the full messages, and report in the stats what "
+        "summary mode would have saved.",
     )
 
 
@@ -105,6 +124,17 @@ class OptimizationStats(AnswerModel):
     refs_used: int = Field(description="Distinct refs in the messages with refs.")
     new_refs: int = Field(description="Invocations this request stored for the first time.")
     cache_hits: int = Field(description="Invocations the registry already held.")
+    summarized: int | None = Field(
+        default=None, description="Summary mode: results replaced by a summary placeholder."
+    )
+    summary_cache_hits: int | None = Field(
+        default=None, description="Summary mode: summaries served from the cache."
+    )
+    hydrated_bytes: int | None = Field(
+        default=None,
+        description="Summary mode: compact JSON bytes of the messages summary mode gives "
+        "(also in shadow mode, where the full messages are answered).",
+    )
 
 
 class MessagesResponse(AnswerModel):
@@ -115,6 +145,18 @@ class MessagesResponse(AnswerModel):
         description="Tool call id -> ref of every invocation in the messages (protocol 2 only).",
     )
     optimization_stats: OptimizationStats
+
+
+class SummaryResponse(AnswerModel):
+    summarizer: str = Field(
+        description="Id of the summarizer that made it (model, prompt, budget)."
+    )
+    summary: str = Field(description="The summary, within the budget.")
+    cached: bool = Field(description="Made earlier (or by a concurrent request).")
+    fallback: bool = Field(
+        description="The requested summarizer failed; this is the extractive summary (not cached "
+        "under the requested summarizer's id)."
+    )
 
 
 class ProtocolRange(AnswerModel):

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import cast
 
+import httpx
 from redis.asyncio import Redis
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
@@ -25,6 +26,8 @@ from toolref_server.routes import invocations, messages, meta
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.store import Store
+from toolref_server.summaries import SummaryCache
+from toolref_server.summarizers import OpenAICompatibleSummarizer, build_summarizers
 
 log = logging.getLogger("toolref_server")
 
@@ -82,10 +85,16 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     )
 
 
-def create_app(settings: Settings | None = None, redis: Redis | None = None) -> Starlette:
-    """Build the service. `redis` injects a client (tests); otherwise the lifespan opens one."""
+def create_app(
+    settings: Settings | None = None,
+    redis: Redis | None = None,
+    llm_transport: httpx.AsyncBaseTransport | None = None,
+) -> Starlette:
+    """Build the service. `redis` injects a client (tests); otherwise the lifespan opens one.
+    `llm_transport` injects the transport of the openai-compatible summarizer (tests)."""
     settings = settings or Settings()
     settings.check_exposure()
+    settings.check_summarizer()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -102,12 +111,24 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
                 client = open_redis(settings, url)
                 stack.push_async_callback(client.aclose)
                 log.info("store: %s", url)
+            summarizers = build_summarizers(settings, llm_transport)
+            for summarizer in summarizers.values():
+                if isinstance(summarizer, OpenAICompatibleSummarizer):
+                    stack.push_async_callback(summarizer.aclose)
             app.state.services = Services(
                 settings=settings,
                 store=Store(client, settings.ttl_seconds, settings.retry_after_seconds),
                 auth=Authenticator(settings),
                 limits=BodyLimits(
                     settings.max_body_bytes, settings.max_decompressed_bytes, settings.max_depth
+                ),
+                summaries=SummaryCache(
+                    client,
+                    summarizers,
+                    ttl_seconds=settings.ttl_seconds,
+                    lock_seconds=settings.summary_lock_seconds,
+                    wait_seconds=settings.llm_timeout + 2,
+                    retry_after=settings.retry_after_seconds,
                 ),
             )
             yield

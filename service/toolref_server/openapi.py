@@ -25,6 +25,7 @@ from toolref.models import (
     RegisterRequest,
     RegisterResponse,
     ResolveResponse,
+    SummaryResponse,
 )
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_LOW
 
@@ -41,6 +42,7 @@ _MODELS: tuple[type[BaseModel], ...] = (
     RegisterRequest,
     RegisterResponse,
     ResolveResponse,
+    SummaryResponse,
 )
 _REF_PATTERN = "^tr_[a-z2-7]{25}[aeimquy4]$"
 
@@ -145,8 +147,11 @@ _REF_ERRORS = ("400", "401", "413", "415", "422", "503")
 
 
 @cache
-def document(secured: bool = True) -> dict[str, Any]:
-    """OpenAPI 3.1 description of every endpoint. `secured`: API keys are configured."""
+def document(
+    secured: bool = True, summarizers: tuple[str, ...] = ("extractive",)
+) -> dict[str, Any]:
+    """OpenAPI 3.1 description of every endpoint. `secured`: API keys are configured;
+    `summarizers`: the summarizers offered."""
     _, top = models_json_schema(
         [(model, "validation") for model in _MODELS],
         ref_template="#/components/schemas/{model}",
@@ -171,6 +176,8 @@ def document(secured: bool = True) -> dict[str, Any]:
     schemas["ResolveResponse"]["properties"]["missing"]["items"] = ref_schema
     schemas["ResolveResponse"]["properties"]["invocations"]["propertyNames"] = ref_schema
     ref_param = {"name": "ref", "in": "path", "required": True, "schema": ref_schema}
+    named = schemas["HydrateRequest"]["properties"]["summarizer"]
+    named["anyOf"] = [{"type": "string", "enum": list(summarizers)}, {"type": "null"}]
     etag = {
         "description": "The invocation's SHA-256 in hex, quoted.",
         "required": True,
@@ -243,6 +250,32 @@ def document(secured: bool = True) -> dict[str, Any]:
             )
         },
         "/v1/invocations/{ref}": {"get": get_invocation},
+        "/v1/invocations/{ref}/summary": {
+            "get": _operation(
+                "Summary of one invocation, computed once per summarizer and cached",
+                "getSummary",
+                _ok(SummaryResponse, "The summary."),
+                ("401", "404", "422", "503"),
+                secured=secured,
+                parameters=[
+                    ref_param,
+                    {
+                        "name": "summarizer",
+                        "in": "query",
+                        "required": False,
+                        "description": "Summarizer (the server's default when absent).",
+                        "schema": {"type": "string", "enum": list(summarizers)},
+                    },
+                    {
+                        "name": "maxChars",
+                        "in": "query",
+                        "required": False,
+                        "description": "Summary budget in characters (server default).",
+                        "schema": {"type": "integer", "minimum": 40, "maximum": 20000},
+                    },
+                ],
+            )
+        },
         "/v1/messages:optimize": {
             "post": _operation(
                 "Replace tool payloads in a conversation with refs (registers them)",

@@ -8,6 +8,7 @@ from toolref_server.auth import Authenticator
 from toolref_server.codec import BodyLimits
 from toolref_server.settings import Settings
 from toolref_server.store import Store
+from toolref_server.summaries import SummaryCache
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,3 +17,4 @@ class Services:
     store: Store
     auth: Authenticator
     limits: BodyLimits
+    summaries: SummaryCache

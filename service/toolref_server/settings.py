@@ -7,14 +7,16 @@ import re
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolref.errors import ConfigurationError
+from toolref.kinds import KindTable
 
 _TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
 LOCAL_TENANT = "local"
+SUMMARIZER_NAMES = ("extractive", "openai-compatible")
 
 
 class Settings(BaseSettings):
@@ -58,12 +60,61 @@ class Settings(BaseSettings):
         default=1, ge=1, description="Retry-After sent with 503 answers."
     )
     log_level: str = Field(default="info", description="Log level.")
+    summarizer: str = Field(
+        default="extractive",
+        description="Summarizer used when a request names none: extractive or openai-compatible.",
+    )
+    summary_max_chars: int = Field(
+        default=400, ge=40, le=20_000, description="Summary budget when a request names none."
+    )
+    tool_kinds: str = Field(
+        default="", description="Tool kind overrides, `name=kind,...` (see toolref.kinds)."
+    )
+    llm_base_url: str | None = Field(
+        default=None,
+        description="OpenAI-compatible API base URL; set it to offer the openai-compatible "
+        "summarizer.",
+    )
+    llm_model: str = Field(default="gpt-4o-mini", description="Model the LLM summarizer asks.")
+    llm_api_key: SecretStr | None = Field(default=None, description="API key for the LLM.")
+    llm_prompt_version: str = Field(
+        default="v1", description="Summary prompt version (part of the summarizer id)."
+    )
+    llm_timeout: float = Field(
+        default=8.0, gt=0, description="LLM call timeout in seconds; past it, extractive."
+    )
+    llm_input_chars: int = Field(
+        default=24_000, ge=1000, description="Most characters of a result sent to the LLM."
+    )
+    summary_lock_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Expiry of a summary computation lock (a crashed "
+        "holder blocks others at most this long).",
+    )
 
     @field_validator("api_keys")
     @classmethod
     def _check_keys(cls, value: str) -> str:
         parse_api_keys(value)
         return value
+
+    @field_validator("tool_kinds")
+    @classmethod
+    def _check_kinds(cls, value: str) -> str:
+        KindTable.parse(value)
+        return value
+
+    @field_validator("summarizer")
+    @classmethod
+    def _check_summarizer(cls, value: str) -> str:
+        if value not in SUMMARIZER_NAMES:
+            raise ValueError(f"use one of {', '.join(SUMMARIZER_NAMES)}")
+        return value
+
+    @cached_property
+    def kinds(self) -> KindTable:
+        return KindTable.parse(self.tool_kinds)
 
     @cached_property
     def key_hashes(self) -> dict[str, str]:
@@ -87,6 +138,17 @@ class Settings(BaseSettings):
                 "could read every payload. Set TOOLREF_API_KEYS to `tenant=<sha256 hex>` "
                 "(`toolref-server keygen TENANT` makes one), or bind 127.0.0.1."
             )
+
+    def check_summarizer(self) -> None:
+        if self.summarizer == "openai-compatible" and not self.llm_base_url:
+            raise ConfigurationError(
+                "TOOLREF_SUMMARIZER is openai-compatible but TOOLREF_LLM_BASE_URL is not set; "
+                "set it (and TOOLREF_LLM_MODEL, TOOLREF_LLM_API_KEY), or use extractive"
+            )
+
+    @property
+    def summarizer_names(self) -> list[str]:
+        return list(SUMMARIZER_NAMES if self.llm_base_url else SUMMARIZER_NAMES[:1])
 
 
 def parse_api_keys(text: str) -> dict[str, str]:

@@ -423,11 +423,11 @@ BAD: list[tuple[str, dict[str, Any], int, str, str]] = [
         "limit of 10",
     ),
     (
-        "summary mode",
-        {"messages": openai_chat(), "mode": "summary"},
+        "unknown summarizer",
+        {"messages": openai_chat(), "mode": "summary", "summarizer": "gpt-9"},
         422,
         "validation-failed",
-        "mode",
+        "summarizer",
     ),
 ]
 

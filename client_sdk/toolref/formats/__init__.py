@@ -14,10 +14,14 @@ from typing import Any, Final
 
 from toolref.errors import ValidationError
 from toolref.formats import ai_sdk_v4, ai_sdk_v5, anthropic, gemini, openai_chat, openai_responses
-from toolref.formats.conversation import Pair, Scan, fill, replace
+from toolref.formats.conversation import Pair, Scan, fill, replace, with_results
 from toolref.formats.conversation import scan as scan_sites
 from toolref.formats.evidence import DISTINCTIVE, FOREIGN
 from toolref.formats.site import MARKER, ORDER, Site
+
+
+def _as_is(text: str) -> Any:
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,11 +29,15 @@ class Format:
     name: str
     claim: Callable[[Any], int]
     sites: Callable[[Sequence[Any]], Iterator[Site]]
+    # How a text (a summary) stands in for a result: most formats take a string.
+    text_result: Callable[[str], Any] = _as_is
 
 
 # Order breaks ties between formats a conversation fits equally well (plain text messages).
 FORMATS: Final = {
-    module.NAME: Format(module.NAME, module.claim, module.sites)
+    module.NAME: Format(
+        module.NAME, module.claim, module.sites, getattr(module, "text_result", _as_is)
+    )
     for module in (openai_chat, anthropic, openai_responses, ai_sdk_v5, ai_sdk_v4, gemini)
 }
 NAMES: Final = tuple(FORMATS)
@@ -111,4 +119,5 @@ __all__ = [
     "get",
     "replace",
     "scan",
+    "with_results",
 ]

@@ -240,3 +240,26 @@ def fill(
 
             update_at(out, site.path, restore)
     return out
+
+
+def with_results(messages: Sequence[Any], found: Scan, results: Mapping[str, Any]) -> list[Any]:
+    """Copy of `messages` with the result payload of each pair in `results` (by key) replaced.
+
+    Only full (not marker) result sides change; a pair that holds call and result in one
+    object keeps its arguments.
+    """
+    out = list(messages)
+    for pair in found.pairs:
+        if pair.key not in results or pair.result is None or pair.result_obj is None:
+            continue
+        site, obj = pair.result, pair.result_obj
+        if MARKER in obj or site.result_key is None:
+            continue
+
+        def put(
+            target: dict[str, Any], key: str = site.result_key, value: Any = results[pair.key]
+        ) -> dict[str, Any]:
+            return {k: (value if k == key else v) for k, v in target.items()}
+
+        update_at(out, site.path, put)
+    return out

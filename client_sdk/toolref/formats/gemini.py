@@ -57,6 +57,11 @@ def claim(message: Any) -> int:
     return NEUTRAL
 
 
+def text_result(text: str) -> Any:
+    """A `functionResponse.response` must be an object; text goes under `output`."""
+    return {"output": text}
+
+
 def sites(messages: Sequence[Any]) -> Iterator[Site]:
     for i, message in enumerate(messages):
         parts = message.get("parts") if isinstance(message, dict) else None

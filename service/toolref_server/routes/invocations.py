@@ -7,7 +7,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from toolref.canonical import Digest, Ref, canonical_json
-from toolref.errors import NotFoundError, RefCollisionError
+from toolref.errors import NotFoundError, RefCollisionError, ValidationError
 from toolref.models import (
     FindMissingResponse,
     RefsRequest,
@@ -107,6 +107,44 @@ async def get_invocation(request: Request) -> Response:
     return codec.render(request, rec.invocation, headers=headers)
 
 
+async def get_summary(request: Request) -> Response:
+    tenant = context.tenant(request)
+    ref = Ref.parse(request.path_params["ref"])
+    services = context.services(request)
+    name = request.query_params.get("summarizer") or services.settings.summarizer
+    max_chars = _max_chars(
+        request.query_params.get("maxChars"), services.settings.summary_max_chars
+    )
+    services.summaries.summarizer(name)  # 422 for an unknown summarizer, before any work
+    (rec,) = await services.store.fetch(tenant, [ref])
+    if rec is None or rec.digest[: len(ref.digest_prefix)] != ref.digest_prefix:
+        raise NotFoundError(
+            f"no invocation {ref} is held for this API key, so it has no summary; register "
+            "it with POST /v1/invocations"
+        )
+    (summary,) = await services.summaries.many(tenant, [(ref, rec.invocation)], name, max_chars)
+    return codec.render(
+        request,
+        {
+            "summarizer": summary.summarizer,
+            "summary": summary.text,
+            "cached": summary.cached,
+            "fallback": summary.fallback,
+        },
+    )
+
+
+def _max_chars(text: str | None, default: int) -> int:
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit()) or not 40 <= int(text) <= 20_000:
+        raise ValidationError(
+            f"maxChars={text[:20]!r} is not a whole number from 40 to 20000; the summary "
+            "budget in characters",
+        )
+    return int(text)
+
+
 def _etag_matches(etag: str, header: str | None) -> bool:
     if not header:
         return False
@@ -119,4 +157,5 @@ routes = [
     Route("/v1/invocations:findMissing", find_missing, methods=["POST"]),
     Route("/v1/invocations:resolve", resolve, methods=["POST"]),
     Route("/v1/invocations/{ref}", get_invocation, methods=["GET"]),
+    Route("/v1/invocations/{ref}/summary", get_summary, methods=["GET"]),
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,9 +26,11 @@ from toolref.errors import (
 from toolref.formats import Format, Pair, Scan
 from toolref.models import HydrateRequest, OptimizeRequest
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
-from toolref_server import codec, record
+from toolref_server import codec, compaction, record
 from toolref_server.routes import context
 from toolref_server.store import NewRecord
+
+Body = TypeVar("Body", OptimizeRequest, HydrateRequest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +47,7 @@ class Registration:
     hits: int
 
 
-async def _conversation(
-    request: Request, model: type[OptimizeRequest] | type[HydrateRequest]
-) -> Conversation:
+async def _conversation(request: Request, model: type[Body]) -> tuple[Conversation, Body]:
     value = await context.body(request)
     messages = value.get("messages") if isinstance(value, dict) else None
     if messages is not None:
@@ -60,7 +60,7 @@ async def _conversation(
             )
     body = context.validate(model, value)
     fmt = formats.detect(body.messages, body.format)
-    return Conversation(fmt, body.messages, formats.scan(body.messages, fmt))
+    return Conversation(fmt, body.messages, formats.scan(body.messages, fmt)), body
 
 
 async def _register(request: Request, tenant: str, pairs: list[Pair]) -> Registration:
@@ -133,7 +133,7 @@ def _stats(original: int, optimized: int, used: int, new: int, hits: int) -> dic
 async def optimize(request: Request) -> Response:
     tenant = context.tenant(request)
     context.require_refs_protocol(request)
-    conversation = await _conversation(request, OptimizeRequest)
+    conversation, _ = await _conversation(request, OptimizeRequest)
     registration = await _register(request, tenant, conversation.scan.complete)
     optimized = formats.replace(conversation.messages, conversation.scan, registration.refs)
     used = formats.scan(optimized, conversation.fmt).refs
@@ -151,22 +151,28 @@ async def optimize(request: Request) -> Response:
 
 async def hydrate(request: Request) -> Response:
     tenant = context.tenant(request)
-    conversation = await _conversation(request, HydrateRequest)
+    conversation, body = await _conversation(request, HydrateRequest)
     refs = conversation.scan.refs
+    summary = body.mode == "summary"
     if context.protocol(request) < PROTOCOL_REFS:
-        if refs:
+        if refs or summary:
+            what = "toolRef markers" if refs else "summary mode (its placeholders name refs)"
             raise ProtocolRequiredError(
-                f"the messages carry toolRef markers, which need `{PROTOCOL_HEADER}: "
-                f"{PROTOCOL_REFS}`; protocol 1 sends full payloads"
+                f"the request uses {what}, which needs `{PROTOCOL_HEADER}: {PROTOCOL_REFS}`; "
+                "protocol 1 sends and receives full payloads"
             )
         size = _size(conversation.messages)
         return _answer(
             request, conversation, conversation.messages, None, _stats(size, size, 0, 0, 0)
         )
+    summarizer = body.summarizer or context.services(request).settings.summarizer
+    if summary:
+        context.services(request).summaries.summarizer(summarizer)  # 422 before any work
     held = await _resolve(request, tenant, refs)
     _check_names(conversation, held)
     registration = await _register(request, tenant, conversation.scan.complete)
     hydrated = formats.fill(conversation.messages, conversation.scan, held)
+    references = _references(conversation, registration.refs)
     stats = _stats(
         _size(hydrated),
         _size(conversation.messages),
@@ -174,9 +180,46 @@ async def hydrate(request: Request) -> Response:
         registration.new,
         registration.hits + len(held),
     )
-    return _answer(
-        request, conversation, hydrated, _references(conversation, registration.refs), stats
+    answer = hydrated
+    if summary:
+        answer, summary_stats = await _summarized(
+            request,
+            tenant=tenant,
+            body=body,
+            fmt=conversation.fmt,
+            hydrated=hydrated,
+            references=references,
+            summarizer=summarizer,
+        )
+        stats.update(summary_stats)
+        if body.shadow:
+            answer = hydrated
+    return _answer(request, conversation, answer, references, stats)
+
+
+async def _summarized(
+    request: Request,
+    *,
+    tenant: str,
+    body: HydrateRequest,
+    fmt: Format,
+    hydrated: list[Any],
+    references: dict[str, str],
+    summarizer: str,
+) -> tuple[list[Any], dict[str, int]]:
+    found = formats.scan(hydrated, fmt)
+    candidates = compaction.older_results(found, references, body.keep_recent, body.exclude_tools)
+    max_chars = body.max_chars or context.services(request).settings.summary_max_chars
+    summaries = await context.services(request).summaries.many(
+        tenant, [(Ref(c.ref), c.invocation) for c in candidates], summarizer, max_chars
     )
+    chosen = compaction.replacements(fmt, candidates, [s.text for s in summaries])
+    condensed = compaction.apply(hydrated, found, chosen)
+    return condensed, {
+        "summarized": len(chosen),
+        "summaryCacheHits": sum(s.cached for s in summaries),
+        "hydratedBytes": _size(condensed),
+    }
 
 
 async def _resolve(request: Request, tenant: str, refs: list[str]) -> dict[str, dict[str, Any]]:

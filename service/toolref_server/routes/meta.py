@@ -38,7 +38,7 @@ def capabilities_of(settings: Settings) -> Capabilities:
         ),
         ttl_seconds=settings.ttl_seconds,
         formats=list(formats.NAMES),
-        summarizers=[],
+        summarizers=settings.summarizer_names,
     )
 
 
@@ -63,7 +63,13 @@ async def readyz(request: Request) -> Response:
 
 
 async def openapi_document(request: Request) -> Response:
-    return JSONResponse(openapi.document(secured=not context.services(request).auth.open))
+    services = context.services(request)
+    return JSONResponse(
+        openapi.document(
+            secured=not services.auth.open,
+            summarizers=tuple(services.settings.summarizer_names),
+        )
+    )
 
 
 routes = [

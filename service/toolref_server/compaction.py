@@ -1,0 +1,55 @@
+"""Summary mode: results older than the last `keepRecent` become summary placeholders.
+
+Pure functions; the route fetches the summaries and hands them in. A result is replaced only
+when its placeholder (which names the tool and the ref, then gives the summary) is shorter
+than the result itself, so summary mode never makes a result longer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from toolref import formats
+from toolref.encoding import dumps_json
+from toolref.formats import Format, Pair, Scan
+from toolref.placeholder import placeholder
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    pair: Pair
+    ref: str
+    invocation: dict[str, Any]
+
+
+def older_results(
+    found: Scan, refs: Mapping[str, str], keep_recent: int, exclude_tools: Collection[str]
+) -> list[Candidate]:
+    """Complete invocations whose results are older than the last `keep_recent` results,
+    excluding the tools named, in result order."""
+    answered = sorted(
+        (p for p in found.pairs if p.complete and p.key in refs),
+        key=lambda p: (p.result.message, str(p.result.path)) if p.result is not None else (-1, ""),
+    )
+    older = answered[: max(0, len(answered) - keep_recent)]
+    return [
+        Candidate(pair, refs[pair.key], pair.invocation())
+        for pair in older
+        if pair.name not in exclude_tools
+    ]
+
+
+def replacements(fmt: Format, candidates: list[Candidate], summaries: list[str]) -> dict[str, Any]:
+    """Pair key -> the placeholder result, for every result its placeholder makes shorter."""
+    chosen: dict[str, Any] = {}
+    for candidate, summary in zip(candidates, summaries, strict=True):
+        value = fmt.text_result(placeholder(candidate.pair.name, candidate.ref, summary))
+        if len(dumps_json(value)) < len(dumps_json(candidate.invocation["result"])):
+            chosen[candidate.pair.key] = value
+    return chosen
+
+
+def apply(messages: list[Any], found: Scan, chosen: Mapping[str, Any]) -> list[Any]:
+    return formats.with_results(messages, found, chosen)

@@ -1,0 +1,149 @@
+"""Summarizers: an id that names model, prompt version and budget, and `summarize`.
+
+To plug in another, implement `Summarizer` (a `name`, `id(max_chars)` and an async
+`summarize(invocation, max_chars)` that returns at most `max_chars` characters or raises
+`SummarizerError`) and register it in `build_summarizers`. The id is part of the cache key,
+so change it whenever the output for the same input could change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, Final, Protocol
+
+import httpx
+
+from toolref import extractive
+from toolref.kinds import KindTable
+from toolref_server.settings import Settings
+
+# Versioned: the version is part of the summarizer id, so a new prompt never reuses old
+# summaries.
+PROMPTS: Final = {
+    "v1": (
+        "You summarize one tool result for an AI coding agent that will read the summary "
+        "instead of the full result. In at most {max_chars} characters, keep what the agent "
+        "needs to act: file paths, identifiers, numbers, error messages, and the conclusion. "
+        "Plain text, no preamble, no markdown headings."
+    ),
+}
+
+
+class SummarizerError(Exception):
+    """A summarizer could not produce a summary (timeout, HTTP error, empty answer)."""
+
+
+class Summarizer(Protocol):
+    name: str
+
+    def id(self, max_chars: int) -> str: ...
+
+    async def summarize(self, invocation: Mapping[str, Any], max_chars: int) -> str: ...
+
+
+class ExtractiveSummarizer:
+    """`toolref.extractive`: deterministic, no model."""
+
+    name = extractive.NAME
+
+    def __init__(self, kinds: KindTable) -> None:
+        self.kinds = kinds
+        overrides = json.dumps(sorted((k, v.value) for k, v in kinds.overrides.items()))
+        # Kind overrides change the output, so they are part of the id.
+        self._table = hashlib.sha256(overrides.encode()).hexdigest()[:8] if kinds.overrides else ""
+
+    def id(self, max_chars: int) -> str:
+        table = f":{self._table}" if self._table else ""
+        return f"{self.name}:{extractive.VERSION}{table}:{max_chars}"
+
+    async def summarize(self, invocation: Mapping[str, Any], max_chars: int) -> str:
+        return extractive.summarize(invocation, max_chars, self.kinds)
+
+
+class OpenAICompatibleSummarizer:
+    """`POST {base_url}/chat/completions` with a versioned prompt; short timeouts."""
+
+    name = "openai-compatible"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None,
+        prompt_version: str,
+        timeout: float,
+        input_chars: int,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if prompt_version not in PROMPTS:
+            raise ValueError(f"unknown prompt version {prompt_version!r}; one of {sorted(PROMPTS)}")
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.prompt_version = prompt_version
+        self.input_chars = input_chars
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport)
+
+    def id(self, max_chars: int) -> str:
+        return f"{self.name}:{self.model}:{self.prompt_version}:{max_chars}"
+
+    def _prompt(self, invocation: Mapping[str, Any], max_chars: int) -> list[dict[str, str]]:
+        result = invocation.get("result")
+        text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+        if len(text) > self.input_chars:
+            half = self.input_chars // 2
+            omitted = len(text) - 2 * half
+            text = f"{text[:half]}\n[... {omitted} characters omitted ...]\n{text[-half:]}"
+        args = invocation.get("args")
+        args_text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+        return [
+            {"role": "system", "content": PROMPTS[self.prompt_version].format(max_chars=max_chars)},
+            {
+                "role": "user",
+                "content": f"Tool: {invocation.get('name')}\nArguments: {args_text[:2000]}\n"
+                f"Result:\n{text}",
+            },
+        ]
+
+    async def summarize(self, invocation: Mapping[str, Any], max_chars: int) -> str:
+        body = {
+            "model": self.model,
+            "messages": self._prompt(invocation, max_chars),
+            "temperature": 0,
+            "max_tokens": max(16, max_chars // 2),
+        }
+        try:
+            response = await self._http.post(f"{self.base_url}/chat/completions", json=body)
+            response.raise_for_status()
+            text = response.json()["choices"][0]["message"]["content"]
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
+            raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
+        if not isinstance(text, str) or not text.strip():
+            raise SummarizerError("the model answered with no text")
+        text = text.strip()
+        return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+def build_summarizers(
+    settings: Settings, transport: httpx.AsyncBaseTransport | None = None
+) -> dict[str, Summarizer]:
+    """The summarizers the settings offer, by name; extractive is always there."""
+    found: dict[str, Summarizer] = {extractive.NAME: ExtractiveSummarizer(settings.kinds)}
+    if settings.llm_base_url:
+        key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+        found[OpenAICompatibleSummarizer.name] = OpenAICompatibleSummarizer(
+            settings.llm_base_url,
+            settings.llm_model,
+            api_key=key,
+            prompt_version=settings.llm_prompt_version,
+            timeout=settings.llm_timeout,
+            input_chars=settings.llm_input_chars,
+            transport=transport,
+        )
+    return found
