@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import IO
 
 import pydantic
 
@@ -39,7 +41,66 @@ def _parser() -> argparse.ArgumentParser:
         "keygen", help="make a new API key and the TOOLREF_API_KEYS entry for it"
     )
     keygen.add_argument("tenant", help="tenant the key belongs to")
+    cache = commands.add_parser(
+        "cache", help="export the registry's records and summaries to a file, or import them"
+    )
+    actions = cache.add_subparsers(dest="action", required=True)
+    for action, what in (("export", "write to FILE"), ("import", "read from FILE")):
+        sub = actions.add_parser(action, help=what)
+        sub.add_argument("file", help="the export file ('-' for stdout/stdin)")
+        sub.add_argument(
+            "--redis-url",
+            help="the engine (TOOLREF_REDIS_URL); unset: the embedded engine's data folder, "
+            "which must not be in use",
+        )
+        sub.add_argument("--data-dir", help="embedded engine's data folder (TOOLREF_DATA_DIR)")
+        if action == "export":
+            sub.add_argument("--tenant", help="only this tenant's keys")
     return parser
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from redis import Redis
+
+    from toolref_server import export
+    from toolref_server.embedded import EmbeddedEngine
+
+    for name in ("redis_url", "data_dir"):
+        if getattr(args, name) is not None:
+            os.environ[f"TOOLREF_{name.upper()}"] = str(getattr(args, name))
+    settings = Settings()
+    engine = None
+    url = settings.redis_url
+    if url is None:
+        engine = EmbeddedEngine(settings.data_dir)
+        url = engine.start()
+    try:
+        redis = Redis.from_url(url)
+        if args.action == "export":
+            with _open(args.file, "wb") as out:
+                count = export.export(redis, out, args.tenant, export.bar("exported"))
+            print(f"\ntoolref: exported {count} keys to {args.file}", file=sys.stderr)
+        else:
+            with _open(args.file, "rb") as source:
+                written, present = export.import_(redis, source, export.bar("imported"))
+            print(
+                f"\ntoolref: imported {written} keys ({present} already present) from {args.file}",
+                file=sys.stderr,
+            )
+        redis.close()
+    finally:
+        if engine is not None:
+            engine.stop()
+    return 0
+
+
+@contextlib.contextmanager
+def _open(path: str, mode: str) -> Iterator[IO[bytes]]:
+    if path == "-":
+        yield sys.stdout.buffer if "w" in mode else sys.stdin.buffer
+        return
+    with open(path, mode) as stream:
+        yield stream
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -96,6 +157,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "cache":
+            return _cache(args)
         if args.command == "hash-key":
             key = args.key if args.key is not None else sys.stdin.readline().strip()
             if not key:
