@@ -166,8 +166,7 @@ async def hydrate(request: Request) -> Response:
             request, conversation, conversation.messages, None, _stats(size, size, 0, 0, 0)
         )
     summarizer = body.summarizer or context.services(request).settings.summarizer
-    if summary:
-        context.services(request).summaries.summarizer(summarizer)  # 422 before any work
+    context.services(request).summaries.summarizer(summarizer)  # 422 before any work
     held = await _resolve(request, tenant, refs)
     _check_names(conversation, held)
     registration = await _register(request, tenant, conversation.scan.complete)
