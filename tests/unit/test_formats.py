@@ -1128,3 +1128,104 @@ def test_chat_custom_tool_calls_are_replaced_inside_custom() -> None:
     assert replaced[0]["tool_calls"][0]["custom"] == {"name": "apply_patch", "toolRef": ref}
     filled = formats.fill(replaced, formats.scan(replaced, fmt), {ref: pair.invocation()})
     assert filled == messages
+
+
+@pytest.mark.parametrize("value", [[], {}, ["user"], {"a": 1}, 3, None])
+@pytest.mark.parametrize("member", ["role", "type"])
+def test_any_json_in_role_or_type_is_judged_not_crashed(member: str, value: Any) -> None:
+    message = {member: value, "content": [{"type": value, "text": "x"}], "parts": [{"type": value}]}
+    for fmt in formats.FORMATS.values():
+        assert fmt.claim(message) in (0, 1, 2)
+        list(fmt.sites([message]))
+    with pytest.raises(ValidationError):
+        formats.detect([message, {"role": "model", "parts": [{"text": "x"}]}, {"role": "tool"}])
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=8)
+    | st.sampled_from(
+        [
+            "user",
+            "assistant",
+            "tool",
+            "model",
+            "tool_use",
+            "tool_result",
+            "text",
+            "function_call",
+            "tool-x",
+            "dynamic-tool",
+            "toolRef",
+            "content",
+            "parts",
+        ]
+    ),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "role",
+                    "type",
+                    "content",
+                    "parts",
+                    "tool_calls",
+                    "function",
+                    "id",
+                    "tool_use_id",
+                    "input",
+                    "arguments",
+                    "toolRef",
+                    "call_id",
+                    "output",
+                    "toolInvocations",
+                    "state",
+                    "args",
+                    "result",
+                    "functionCall",
+                    "name",
+                ]
+            ),
+            inner,
+            max_size=5,
+        )
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "role",
+                    "type",
+                    "content",
+                    "parts",
+                    "tool_calls",
+                    "toolInvocations",
+                    "tool_call_id",
+                    "toolRef",
+                ]
+            ),
+            _json_values,
+            max_size=4,
+        ),
+        max_size=4,
+    )
+)
+def test_arbitrary_messages_are_judged_never_crash(messages: list[Any]) -> None:
+    from toolref.errors import ToolrefError
+
+    try:
+        fmt = formats.detect(messages)
+        found = formats.scan(messages, fmt)
+        refs = {p.key: "tr_" + "a" * 26 for p in found.complete}
+        formats.replace(messages, found, refs)
+    except ToolrefError:
+        pass

@@ -21,7 +21,7 @@ from toolref.formats.evidence import DISTINCTIVE, FOREIGN, NEUTRAL, part_types
 from toolref.formats.site import MARKER, Path, Site
 
 NAME: Final = "ai-sdk-v4"
-_ROLES: Final = frozenset({"system", "user", "assistant", "data"})
+_ROLES: Final = ("system", "user", "assistant", "data")  # a tuple: roles may be any JSON
 
 
 def claim(message: Any) -> int:

@@ -21,7 +21,7 @@ from toolref.formats.evidence import DISTINCTIVE, FOREIGN, NEUTRAL, part_types
 from toolref.formats.site import MARKER, Site
 
 NAME: Final = "ai-sdk-v5"
-_ROLES: Final = frozenset({"system", "user", "assistant"})
+_ROLES: Final = ("system", "user", "assistant")  # a tuple: roles may be any JSON
 _RESULTS: Final = {"output-available": "output", "output-error": "errorText"}
 
 

@@ -21,7 +21,7 @@ from toolref.formats.evidence import DISTINCTIVE, FOREIGN, NEUTRAL, part_types
 from toolref.formats.site import MARKER, Site
 
 NAME: Final = "anthropic"
-_CALLS: Final = frozenset({"tool_use", "server_tool_use", "mcp_tool_use"})
+_CALLS: Final = ("tool_use", "server_tool_use", "mcp_tool_use")  # types may be any JSON
 _OWN_BLOCKS: Final = frozenset(
     {
         "tool_use",

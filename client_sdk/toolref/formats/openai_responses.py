@@ -50,6 +50,8 @@ def sites(messages: Sequence[Any]) -> Iterator[Site]:
         if not isinstance(item, dict):
             continue
         kind = item.get("type")
+        if not isinstance(kind, str):
+            continue
         call_id = item.get("call_id")
         call_id = call_id if isinstance(call_id, str) else None
         if kind in _ARGS:
