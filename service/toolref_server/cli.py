@@ -12,8 +12,9 @@ from collections.abc import Iterator, Sequence
 from typing import IO
 
 import pydantic
+from redis.exceptions import RedisError
 
-from toolref.errors import ConfigurationError
+from toolref.errors import ToolrefError
 from toolref_server.auth import hash_key
 from toolref_server.settings import Settings, parse_api_keys
 
@@ -172,8 +173,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"key:              {key}")
         print(f"TOOLREF_API_KEYS: {entry}")
         return 0
-    except ConfigurationError as exc:
+    except ToolrefError as exc:
         print(f"toolref-server: {exc.detail}", file=sys.stderr)
+        return 2
+    except RedisError as exc:
+        print(
+            f"toolref-server: the engine is unreachable ({exc}); check --redis-url", file=sys.stderr
+        )
         return 2
     except pydantic.ValidationError as exc:
         for error in exc.errors(include_url=False):
