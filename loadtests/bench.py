@@ -5,10 +5,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from loadtests import rewriting, traces
-from loadtests.report import write
+from loadtests import rewriting, summarization, traces
+from loadtests.report import replace_region, write
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def main() -> int:
@@ -16,8 +16,10 @@ def main() -> int:
     if not found:
         print(f"bench: the shared traces are not at {traces.TRACES}", file=sys.stderr)
         return 2
-    sections = [rewriting.run(found)]
-    text = write(DOCS, "make bench", sections)
+    summaries = summarization.run(found)
+    sections = [rewriting.run(found), summaries]
+    text = write(DOCS / "benchmarks.md", "make bench", sections)
+    replace_region(DOCS / "summaries.md", "summary-table", summaries.markdown())
     print(text)
     return 0
 

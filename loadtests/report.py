@@ -45,3 +45,14 @@ def write(path: Path, command: str, sections: list[Section], preamble: str = "")
     )
     path.write_text(text)
     return text
+
+
+def replace_region(path: Path, name: str, text: str) -> None:
+    """Put `text` between `<!-- name -->` and `<!-- /name -->` in a hand-written doc."""
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    doc = path.read_text()
+    before, found, rest = doc.partition(start)
+    _, closed, after = rest.partition(end)
+    if not found or not closed:
+        raise ValueError(f"{path} has no {start} ... {end} region")
+    path.write_text(f"{before}{start}\n{text}{end}{after}")

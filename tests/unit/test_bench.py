@@ -55,3 +55,19 @@ def test_timing_ratio() -> None:
 
 def test_missing_trace_folder_loads_nothing(tmp_path: Path) -> None:
     assert load(tmp_path / "absent") == []
+
+
+def test_summarization_section_compares_summary_mode_with_dropping(tmp_path: Path) -> None:
+    from loadtests import summarization
+
+    section = summarization.run([small_trace()])
+    [row] = section.rows
+    measured = summarization.measure(small_trace())
+    assert measured["older"] == 2  # 5 results, the last 3 kept
+    assert measured["drop"] < measured["summary"] < measured["full"]
+    assert row[0] == "synthetic"
+    assert row[5] == f"{measured['summarized']} of 2"
+    doc = tmp_path / "summaries.md"
+    doc.write_text("intro\n<!-- t -->\nold\n<!-- /t -->\nend\n")
+    report.replace_region(doc, "t", "new\n")
+    assert doc.read_text() == "intro\n<!-- t -->\nnew\n<!-- /t -->\nend\n"
