@@ -19,7 +19,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from redis.asyncio import Redis
@@ -120,11 +120,15 @@ class SummaryCache:
         if invocation.get("isError") and summarizer.name != extractive.NAME:
             return await self._fallback(invocation, summarizer, max_chars)
         task = self._inflight.get(key)
+        joined = task is not None
         if task is None:
             task = asyncio.ensure_future(self._flight(key, invocation, summarizer, max_chars))
             self._inflight[key] = task
             task.add_done_callback(lambda _: self._inflight.pop(key, None))
-        return await asyncio.shield(task)
+        summary = await asyncio.shield(task)
+        if joined and not summary.fallback:
+            return replace(summary, cached=True)  # made by the request this one joined
+        return summary
 
     async def _flight(
         self, key: str, invocation: Mapping[str, Any], summarizer: Summarizer, max_chars: int

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -81,3 +82,12 @@ class Service(Process):
     @property
     def engine_pid(self) -> int:
         return int((self.data_dir / "valkey.pid").read_text())
+
+    @property
+    def engine_url(self) -> str:
+        """URL of the embedded engine this service started, as it printed it (the socket may
+        live outside `data_dir` when that path is too long for a unix socket)."""
+        match = re.search(r"embedded valkey on (unix://\S+)", self.output())
+        if match is None:
+            raise AssertionError(f"this service started no embedded engine: {self.output()}")
+        return match[1]
