@@ -45,11 +45,13 @@ def summarize(
     name = str(invocation.get("name", ""))
     args, result = invocation.get("args"), invocation.get("result")
     kind = kinds.kind(name, args)
-    text = text_of(result)
     lead = "error from " if invocation.get("isError") else ""
-    header, body_lines = _RULES.get(kind, _other)(name, args, result, text)
-    head = f"{lead}{header}"
-    return _fit(head, body_lines, max_chars)
+    try:
+        text = text_of(result)
+        header, body_lines = _RULES.get(kind, _other)(name, args, result, text)
+    except RecursionError:  # JSON nested beyond what Python can walk
+        header, body_lines = f"{name}: a result nested too deeply to outline", []
+    return _fit(f"{lead}{header}", body_lines, max_chars)
 
 
 def _lines(text: str) -> list[str]:
@@ -94,7 +96,9 @@ def _search(name: str, args: Any, result: Any, text: str) -> tuple[str, list[str
 
 def _edit(name: str, args: Any, result: Any, text: str) -> tuple[str, list[str]]:
     found = arguments(args)
-    path = path_of(args) or "?"
+    if not found and isinstance(args, str):
+        found = {"input": args}  # apply_patch style: the patch itself is the argument
+    path = path_of(found) or _patched_path(found) or "?"
     added, removed = _changed(found)
     detail = f", +{added} -{removed} lines" if added or removed else ""
     return f"{name} {path}{detail}", _head_tail(_lines(text))
@@ -137,41 +141,60 @@ _RULES: Final = {
     Kind.FETCH: _fetch,
 }
 _FILE_HIT: Final = re.compile(r"^([^\s:][^:]*\.[A-Za-z0-9_]+):\d+")
-_TITLE: Final = re.compile(
-    r"<title[^>]*>(.*?)</title>|^#\s+(.+)$", re.IGNORECASE | re.MULTILINE | re.DOTALL
-)
+_HEADING: Final = re.compile(r"^#\s+(.+)$", re.MULTILINE)
 
 
 def _title(text: str) -> str | None:
-    match = _TITLE.search(text[:20_000])
-    if not match:
+    head = text[:20_000]
+    start = head.lower().find("<title")
+    if start >= 0:  # find, not a regex, over the page: no backtracking on odd markup
+        open_end = head.find(">", start)
+        close = head.lower().find("</title>", open_end)
+        if open_end >= 0 and close >= 0:
+            return _one_line(head[open_end + 1 : close])[:120] or None
+    match = _HEADING.search(head)
+    if match is None:
         return None
-    return _one_line(match.group(1) or match.group(2) or "")[:120] or None
+    return _one_line(match.group(1))[:120] or None
+
+
+_OLD_KEYS: Final = ("old_string", "old_str", "oldText")
+_NEW_KEYS: Final = (
+    "new_string",
+    "new_str",
+    "newText",
+    "content",
+    "file_text",
+    "new_source",
+    "code_edit",
+)
+_PATCH_FILE: Final = re.compile(r"^\*\*\* (?:Update|Add|Delete) File: (.+)$", re.MULTILINE)
 
 
 def _changed(args: Mapping[str, Any]) -> tuple[int, int]:
-    """Lines added and removed, from edit arguments (old/new strings, edits lists, content)."""
+    """Lines added and removed, from edit arguments: old/new strings, `edits` lists, whole
+    contents, or an `apply_patch` patch (its + and - lines)."""
+    patch = next((args[k] for k in ("input", "patch") if isinstance(args.get(k), str)), None)
+    if patch is not None and "*** Begin Patch" in patch:
+        lines = patch.splitlines()
+        added = sum(1 for line in lines if line.startswith("+"))
+        removed = sum(1 for line in lines if line.startswith("-"))
+        return added, removed
     added = removed = 0
     edits = args.get("edits")
-    pairs = edits if isinstance(edits, list) else [args]
-    for edit in pairs:
-        if not isinstance(edit, Mapping):
-            continue
-        old = next(
-            (edit[k] for k in ("old_string", "old_str", "oldText") if isinstance(edit.get(k), str)),
-            "",
-        )
-        new = next(
-            (
-                edit[k]
-                for k in ("new_string", "new_str", "newText", "content", "file_text")
-                if isinstance(edit.get(k), str)
-            ),
-            "",
-        )
-        removed += len(old.splitlines())
-        added += len(new.splitlines())
+    for edit in edits if isinstance(edits, list) else [args]:
+        if isinstance(edit, Mapping):
+            old = next((edit[k] for k in _OLD_KEYS if isinstance(edit.get(k), str)), "")
+            new = next((edit[k] for k in _NEW_KEYS if isinstance(edit.get(k), str)), "")
+            removed += len(old.splitlines())
+            added += len(new.splitlines())
     return added, removed
+
+
+def _patched_path(args: Mapping[str, Any]) -> str | None:
+    patch = next((args[k] for k in ("input", "patch") if isinstance(args.get(k), str)), "")
+    files = _PATCH_FILE.findall(patch)
+    return ", ".join(files) if files else None
 
 
 def _outline(value: Any, depth: int = 0) -> str:
@@ -184,6 +207,8 @@ def _outline(value: Any, depth: int = 0) -> str:
     if isinstance(value, list):
         if not value:
             return "[]"
+        if depth >= 2:
+            return f"[{len(value)} items]"
         return f"[{len(value)} × {_outline(value[0], depth + 1)}]"
     if isinstance(value, str):
         return repr(value if len(value) <= 40 else value[:30] + _ELLIPSIS + value[-8:])

@@ -102,24 +102,29 @@ EDITOR_COMMANDS: Final[Mapping[str, Kind]] = {
     "undo_edit": Kind.EDIT,
 }
 
-# Words in a tool name, tried in this order, for tools no table names.
+# Words in a tool name, tried in this order, for tools no table names. Web words come
+# before search words (a web search fetches), mode words before plan words.
 _WORDS: Final[tuple[tuple[Kind, tuple[str, ...]], ...]] = (
+    (Kind.SWITCH_MODE, ("mode",)),
     (Kind.TODO, ("todo", "plan")),
     (Kind.THINK, ("think", "reason")),
     (Kind.DELETE, ("delete", "remove", "unlink")),
     (Kind.MOVE, ("move", "rename")),
+    (Kind.FETCH, ("fetch", "http", "url", "web", "browse", "download", "request")),
     (Kind.EDIT, ("edit", "replace", "patch", "modify", "update")),
     (Kind.WRITE, ("write", "create", "save")),
     (Kind.SEARCH, ("search", "grep", "find", "glob", "list", "ls")),
     (Kind.READ, ("read", "view", "open", "cat", "get_file", "show")),
     (Kind.SHELL, ("bash", "shell", "exec", "terminal", "command", "cmd", "run", "python")),
-    (Kind.FETCH, ("fetch", "http", "url", "web", "browse", "download", "request")),
 )
-_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+# Separators, lower-to-upper steps (readFile), and the end of an acronym (HTTPRequest).
+_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 def _words(name: str) -> set[str]:
-    return {w.lower() for w in _SPLIT.split(name) if w}
+    words = {w.lower() for w in _SPLIT.split(name) if w}
+    # Plurals count as the word: write_todos, list_files.
+    return words | {w[:-1] for w in words if len(w) > 3 and w.endswith("s")}
 
 
 @dataclass(frozen=True)

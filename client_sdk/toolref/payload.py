@@ -76,7 +76,7 @@ def text_of(result: Any) -> str:
     if is_text_blocks(result):
         return "\n".join(text_of(item) for item in result)
     if isinstance(result, Mapping):
-        if isinstance(result.get("text"), str) and result.get("type") in ("text", None):
+        if isinstance(result.get("text"), str) and result.get("type") in _TEXT_TYPES:
             return str(result["text"])
         for key in _TEXT_KEYS:
             if isinstance(result.get(key), str | list) and len(result) <= 3:
@@ -91,10 +91,17 @@ def is_text_blocks(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(_is_text_block(v) for v in value)
 
 
+_TEXT_TYPES: Final = ("text", "input_text", "output_text", None)
+
+
 def _is_text_block(item: Any) -> bool:
     if isinstance(item, str):
         return True
-    return isinstance(item, Mapping) and item.get("type") in ("text", "input_text", "output_text")
+    return (
+        isinstance(item, Mapping)
+        and item.get("type") in _TEXT_TYPES[:3]
+        and isinstance(item.get("text"), str)
+    )
 
 
 _EXIT_PATTERNS: Final = (

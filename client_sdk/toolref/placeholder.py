@@ -16,8 +16,9 @@ from typing import Final
 
 _LINE: Final = "[toolref: summary of the {tool} result; the full result is ref {ref}]"
 _PARSE: Final = re.compile(
-    r"\A\[toolref: summary of the (?P<tool>.*) result; the full result is ref "
-    r"(?P<ref>tr_[a-z2-7]{26})\]\n"
+    r"\A\[toolref: summary of the (?P<tool>.*?) result; the full result is ref "
+    r"(?P<ref>tr_[a-z2-7]{26})\]\n",
+    re.DOTALL,
 )
 
 

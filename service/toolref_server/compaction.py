@@ -31,7 +31,7 @@ def older_results(
     excluding the tools named, in result order."""
     answered = sorted(
         (p for p in found.pairs if p.complete and p.key in refs),
-        key=lambda p: (p.result.message, str(p.result.path)) if p.result is not None else (-1, ""),
+        key=lambda p: _position(p.result.path) if p.result is not None else (),
     )
     older = answered[: max(0, len(answered) - keep_recent)]
     return [
@@ -39,6 +39,11 @@ def older_results(
         for pair in older
         if pair.name not in exclude_tools
     ]
+
+
+def _position(path: tuple[int | str, ...]) -> tuple[tuple[int, int | str], ...]:
+    """Document order: indexes compare as numbers (block 10 after block 2)."""
+    return tuple((0, step) if isinstance(step, int) else (1, step) for step in path)
 
 
 def replacements(fmt: Format, candidates: list[Candidate], summaries: list[str]) -> dict[str, Any]:
