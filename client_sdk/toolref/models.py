@@ -159,6 +159,56 @@ class SummaryResponse(AnswerModel):
     )
 
 
+class HandoffRequest(WireModel):
+    format: FormatName | None = Field(
+        default=None, description="Format of `messages`; detected when absent."
+    )
+    messages: list[dict[str, Any]] = Field(
+        description="The conversation so far (toolRef markers are hydrated first)."
+    )
+    max_tool_context_chars: int = Field(
+        default=40_000, ge=1000, le=2_000_000, description="The whole block fits this."
+    )
+    per_result_chars: int = Field(
+        default=4_000, ge=200, le=1_000_000, description="Each result is cut head and tail to this."
+    )
+    summarize_text: bool = Field(
+        default=True,
+        description="Open the block with a summary of the dialogue: the LLM summarizer's when "
+        "configured, otherwise a deterministic digest.",
+    )
+    request: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="The request for the new backend: answered with the block in front of its "
+        "first user message.",
+    )
+    request_format: FormatName | None = Field(
+        default=None, description="Format of `request` (the new backend's); detected when absent."
+    )
+
+
+class HandoffStats(AnswerModel):
+    tool_calls: int = Field(description="Tool calls seen.")
+    kept: int = Field(description="Tool calls carried in the block.")
+    dropped_duplicates: int = Field(description="Left out because a later one supersedes them.")
+    left_out: int = Field(description="Left out to fit maxToolContextChars (oldest first).")
+    chars_omitted: int = Field(description="Characters cut from the middle of long results.")
+    interrupted: int = Field(description="Calls that never got a result.")
+    errors: int = Field(description="Calls whose result is an error.")
+
+
+class HandoffResponse(AnswerModel):
+    format: FormatName = Field(description="Format of `messages`, as named or detected.")
+    block: str = Field(description="The [CONTEXT FROM PREVIOUS SESSION] markdown block.")
+    summary_source: str = Field(
+        description="What wrote the dialogue summary: a summarizer id, `digest`, or `none`."
+    )
+    stats: HandoffStats
+    messages: list[dict[str, Any]] | None = Field(
+        default=None, description="`request` with the block prepended (when `request` was sent)."
+    )
+
+
 class ProtocolRange(AnswerModel):
     low: int
     high: int

@@ -22,7 +22,7 @@ from toolref_server.auth import Authenticator
 from toolref_server.codec import BodyLimits
 from toolref_server.problem import problem_response
 from toolref_server.protocol import ProtocolMiddleware
-from toolref_server.routes import invocations, messages, meta
+from toolref_server.routes import handoff, invocations, messages, meta
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.store import Store
@@ -134,7 +134,7 @@ def create_app(
             yield
 
     app = Starlette(
-        routes=[*meta.routes, *invocations.routes, *messages.routes],
+        routes=[*meta.routes, *invocations.routes, *messages.routes, *handoff.routes],
         middleware=[Middleware(ProtocolMiddleware)],
         exception_handlers={
             ToolrefError: _toolref_error,

@@ -15,6 +15,8 @@ from toolref.errors import PROBLEM_BASE
 from toolref.models import (
     Capabilities,
     FindMissingResponse,
+    HandoffRequest,
+    HandoffResponse,
     Health,
     HydrateRequest,
     Invocation,
@@ -32,6 +34,8 @@ from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_LOW
 _MODELS: tuple[type[BaseModel], ...] = (
     Capabilities,
     FindMissingResponse,
+    HandoffRequest,
+    HandoffResponse,
     Health,
     HydrateRequest,
     Invocation,
@@ -293,6 +297,16 @@ def document(
                 _ok(MessagesResponse, "The conversation in full."),
                 ("400", "401", "409", "413", "415", "422", "503"),
                 request=HydrateRequest,
+                secured=secured,
+            )
+        },
+        "/v1/context:handoff": {
+            "post": _operation(
+                "Tool context for a backend switch: a deduplicated, size-capped block",
+                "handoffContext",
+                _ok(HandoffResponse, "The block, its stats, and the new request with it."),
+                ("400", "401", "409", "413", "415", "422", "503"),
+                request=HandoffRequest,
                 secured=secured,
             )
         },

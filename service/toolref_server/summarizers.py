@@ -31,6 +31,16 @@ PROMPTS: Final = {
 }
 
 
+DIALOGUE_PROMPTS: Final = {
+    "v1": (
+        "You hand a conversation between a user and an AI agent over to another model. In at "
+        "most {max_chars} characters, say what the user asked for, what was decided and done, "
+        "and what remains open. Plain text, no preamble. Do not describe tool outputs: they "
+        "are passed on verbatim."
+    ),
+}
+
+
 class SummarizerError(Exception):
     """A summarizer could not produce a summary (timeout, HTTP error, empty answer)."""
 
@@ -115,6 +125,25 @@ class OpenAICompatibleSummarizer:
             "temperature": 0,
             "max_tokens": max(16, max_chars // 2),
         }
+        return await self._complete(body, max_chars)
+
+    async def summarize_dialogue(self, transcript: str, max_chars: int) -> str:
+        """A handoff's text summary of a conversation (its user and assistant turns)."""
+        if len(transcript) > self.input_chars:
+            transcript = transcript[-self.input_chars :]  # the end matters most
+        prompt = DIALOGUE_PROMPTS.get(self.prompt_version, DIALOGUE_PROMPTS["v1"])
+        body = {
+            "model": self.model,
+            "messages": [
+                {"role": "system", "content": prompt.format(max_chars=max_chars)},
+                {"role": "user", "content": transcript},
+            ],
+            "temperature": 0,
+            "max_tokens": max(16, max_chars // 2),
+        }
+        return await self._complete(body, max_chars)
+
+    async def _complete(self, body: dict[str, Any], max_chars: int) -> str:
         try:
             response = await self._http.post(f"{self.base_url}/chat/completions", json=body)
             response.raise_for_status()

@@ -24,13 +24,13 @@ from toolref.errors import (
     ValidationError,
 )
 from toolref.formats import Format, Pair, Scan
-from toolref.models import HydrateRequest, OptimizeRequest
+from toolref.models import HandoffRequest, HydrateRequest, OptimizeRequest
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref_server import codec, compaction, record
 from toolref_server.routes import context
 from toolref_server.store import NewRecord
 
-Body = TypeVar("Body", OptimizeRequest, HydrateRequest)
+Body = TypeVar("Body", OptimizeRequest, HydrateRequest, HandoffRequest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,7 @@ class Registration:
     hits: int
 
 
-async def _conversation(request: Request, model: type[Body]) -> tuple[Conversation, Body]:
+async def conversation_of(request: Request, model: type[Body]) -> tuple[Conversation, Body]:
     value = await context.body(request)
     messages = value.get("messages") if isinstance(value, dict) else None
     if messages is not None:
@@ -133,7 +133,7 @@ def _stats(original: int, optimized: int, used: int, new: int, hits: int) -> dic
 async def optimize(request: Request) -> Response:
     tenant = context.tenant(request)
     context.require_refs_protocol(request)
-    conversation, _ = await _conversation(request, OptimizeRequest)
+    conversation, _ = await conversation_of(request, OptimizeRequest)
     registration = await _register(request, tenant, conversation.scan.complete)
     optimized = formats.replace(conversation.messages, conversation.scan, registration.refs)
     used = formats.scan(optimized, conversation.fmt).refs
@@ -151,7 +151,7 @@ async def optimize(request: Request) -> Response:
 
 async def hydrate(request: Request) -> Response:
     tenant = context.tenant(request)
-    conversation, body = await _conversation(request, HydrateRequest)
+    conversation, body = await conversation_of(request, HydrateRequest)
     refs = conversation.scan.refs
     summary = body.mode == "summary"
     if context.protocol(request) < PROTOCOL_REFS:
@@ -167,7 +167,7 @@ async def hydrate(request: Request) -> Response:
         )
     summarizer = body.summarizer or context.services(request).settings.summarizer
     context.services(request).summaries.summarizer(summarizer)  # 422 before any work
-    held = await _resolve(request, tenant, refs)
+    held = await resolve_markers(request, tenant, refs)
     _check_names(conversation, held)
     registration = await _register(request, tenant, conversation.scan.complete)
     hydrated = formats.fill(conversation.messages, conversation.scan, held)
@@ -221,7 +221,9 @@ async def _summarized(
     }
 
 
-async def _resolve(request: Request, tenant: str, refs: list[str]) -> dict[str, dict[str, Any]]:
+async def resolve_markers(
+    request: Request, tenant: str, refs: list[str]
+) -> dict[str, dict[str, Any]]:
     """Invocations for every ref, or 409 listing all the refs that are not held."""
     records = await context.services(request).store.fetch(tenant, [Ref(r) for r in refs])
     held, missing = {}, []

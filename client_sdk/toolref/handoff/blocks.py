@@ -1,0 +1,111 @@
+"""Tool blocks: each tool call of a conversation with its result, read through the format layer."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolref import formats
+from toolref.formats import Format
+from toolref.kinds import DEFAULT_KINDS, Kind, KindTable
+from toolref.payload import arguments, command_of, path_of, text_of
+
+LineRange = tuple[int, int | None]  # first line, last line (None: to the end); 1-based
+
+
+@dataclass(frozen=True, slots=True)
+class ToolBlock:
+    order: int  # position of the call in the conversation
+    key: str
+    name: str
+    kind: Kind
+    args: Any
+    result: str | None  # None: the call never got a result (interrupted)
+    is_error: bool
+    path: str | None = None
+    lines: LineRange | None = None  # reads: the range read; None is the whole file
+    command: str | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.result is None
+
+
+def tool_blocks(
+    messages: Sequence[Any], fmt: Format, kinds: KindTable = DEFAULT_KINDS
+) -> list[ToolBlock]:
+    """Every call (with or without a result) in conversation order; orphan results are skipped."""
+    blocks = []
+    for order, pair in enumerate(
+        p for p in formats.scan(messages, fmt).pairs if p.call is not None
+    ):
+        call, obj = pair.call, pair.call_obj
+        if call is None or obj is None or call.args_key is None or call.args_key not in obj:
+            continue  # a marker: hydrate before handing off
+        args = obj[call.args_key]
+        result_obj, result_site = pair.result_obj, pair.result
+        has_result = (
+            result_site is not None
+            and result_obj is not None
+            and result_site.result_key is not None
+            and result_site.result_key in result_obj
+        )
+        result = text_of(result_obj[result_site.result_key]) if has_result else None  # type: ignore[index,union-attr]
+        kind = kinds.kind(pair.name, args)
+        blocks.append(
+            ToolBlock(
+                order=order,
+                key=pair.key,
+                name=pair.name,
+                kind=kind,
+                args=args,
+                result=result,
+                is_error=bool(has_result and result_site is not None and result_site.is_error),
+                path=_path(kind, args),
+                lines=read_range(args) if kind is Kind.READ else None,
+                command=command_of(args) if kind is Kind.SHELL else None,
+            )
+        )
+    return blocks
+
+
+def _path(kind: Kind, args: Any) -> str | None:
+    if kind in (Kind.READ, Kind.EDIT, Kind.WRITE, Kind.DELETE, Kind.MOVE):
+        return path_of(args)
+    return None
+
+
+def read_range(args: Any) -> LineRange | None:
+    """The lines a read covers, from the argument names agents use; None for a whole file."""
+    found = arguments(args)
+    if found.get("should_read_entire_file") is True:
+        return None
+    view = found.get("view_range")
+    if isinstance(view, list) and len(view) == 2 and all(isinstance(v, int) for v in view):
+        start, end = view
+        return (max(1, start), None if end == -1 else end)
+    for first, last in (
+        ("start_line_one_indexed", "end_line_one_indexed_inclusive"),
+        ("start_line", "end_line"),
+        ("line_start", "line_end"),
+    ):
+        start, end = found.get(first), found.get(last)
+        if isinstance(start, int):
+            return (max(1, start), end if isinstance(end, int) else None)
+    offset, limit = found.get("offset"), found.get("limit")
+    if isinstance(offset, int) or isinstance(limit, int):
+        start = offset if isinstance(offset, int) and offset > 0 else 1
+        return (start, start + limit - 1 if isinstance(limit, int) and limit > 0 else None)
+    return None
+
+
+def covers(outer: LineRange | None, inner: LineRange | None) -> bool:
+    """Does a read of `outer` include everything a read of `inner` showed?"""
+    if outer is None:
+        return True
+    if inner is None:
+        return outer[0] <= 1 and outer[1] is None
+    if outer[0] > inner[0]:
+        return False
+    return outer[1] is None or (inner[1] is not None and outer[1] >= inner[1])

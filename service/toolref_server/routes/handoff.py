@@ -1,0 +1,81 @@
+"""POST /v1/context:handoff: the tool context a conversation carries to a new backend."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from toolref import formats, handoff
+from toolref.errors import ProtocolRequiredError
+from toolref.handoff.dialogue import turns
+from toolref.models import HandoffRequest
+from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref_server import codec
+from toolref_server.routes import context
+from toolref_server.routes.messages import conversation_of, resolve_markers
+from toolref_server.summarizers import OpenAICompatibleSummarizer, SummarizerError
+
+log = logging.getLogger(__name__)
+
+
+async def handoff_context(request: Request) -> Response:
+    tenant = context.tenant(request)
+    conversation, body = await conversation_of(request, HandoffRequest)
+    messages = conversation.messages
+    refs = conversation.scan.refs
+    if refs:
+        if context.protocol(request) < PROTOCOL_REFS:
+            raise ProtocolRequiredError(
+                f"the messages carry toolRef markers, which need `{PROTOCOL_HEADER}: "
+                f"{PROTOCOL_REFS}`"
+            )
+        held = await resolve_markers(request, tenant, refs)
+        messages = formats.fill(messages, conversation.scan, held)
+    target = None
+    if body.request is not None:
+        formats.check_messages(body.request)
+        target = formats.detect(body.request, body.request_format)
+    settings = context.services(request).settings
+    summary, source = None, "none"
+    if body.summarize_text:
+        budget = min(handoff.SUMMARY_CHARS, body.max_tool_context_chars // 4)
+        summary, source = await _text_summary(request, messages, budget)
+    result = handoff.build(
+        messages,
+        conversation.fmt,
+        summary=summary,
+        summarize_text=body.summarize_text,
+        max_tool_context_chars=body.max_tool_context_chars,
+        per_result_chars=body.per_result_chars,
+        kinds=settings.kinds,
+    )
+    answer: dict[str, Any] = {
+        "format": conversation.fmt.name,
+        "block": result.block,
+        "summarySource": source,
+        "stats": result.stats(),
+    }
+    if body.request is not None and target is not None:
+        answer["messages"] = handoff.prepend(body.request, result.block, target)
+    return codec.render(request, answer)
+
+
+async def _text_summary(request: Request, messages: list[Any], budget: int) -> tuple[str, str]:
+    """The LLM summarizer's summary of the dialogue when it is the default; else the digest."""
+    services = context.services(request)
+    summarizer = services.summaries.summarizers.get(services.settings.summarizer)
+    if isinstance(summarizer, OpenAICompatibleSummarizer):
+        transcript = "\n\n".join(f"{t.role}: {t.text}" for t in turns(messages))
+        try:
+            text = await summarizer.summarize_dialogue(transcript, budget)
+            return text, summarizer.id(budget)
+        except SummarizerError as exc:
+            log.warning("dialogue summary failed, using the digest: %s", exc)
+    return handoff.digest(messages, budget), "digest"
+
+
+routes = [Route("/v1/context:handoff", handoff_context, methods=["POST"])]
