@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from loadtests import rewriting, summarization, traces
+from loadtests import handoffs, rewriting, summarization, traces
 from loadtests.report import replace_region, write
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -17,9 +17,13 @@ def main() -> int:
         print(f"bench: the shared traces are not at {traces.TRACES}", file=sys.stderr)
         return 2
     summaries = summarization.run(found)
-    sections = [rewriting.run(found), summaries]
+    carried = handoffs.run(found)
+    sections = [rewriting.run(found), summaries, carried]
     text = write(DOCS / "benchmarks.md", "make bench", sections)
     replace_region(DOCS / "summaries.md", "summary-table", summaries.markdown())
+    replace_region(DOCS / "handoff.md", "handoff-table", carried.markdown())
+    anthropic = next(t for t in found if t.name.endswith("transcript"))
+    replace_region(DOCS / "handoff.md", "handoff-example", handoffs.example(anthropic))
     print(text)
     return 0
 

@@ -71,3 +71,14 @@ def test_summarization_section_compares_summary_mode_with_dropping(tmp_path: Pat
     doc.write_text("intro\n<!-- t -->\nold\n<!-- /t -->\nend\n")
     report.replace_region(doc, "t", "new\n")
     assert doc.read_text() == "intro\n<!-- t -->\nnew\n<!-- /t -->\nend\n"
+
+
+def test_handoff_section_and_example() -> None:
+    from loadtests import handoffs
+
+    section = handoffs.run([small_trace()])
+    [row] = section.rows
+    assert row[:5] == ["synthetic", "5", "1", "4", "0"]  # `bash {}` five times: the last kept
+    example = handoffs.example(small_trace(), lines=5)
+    assert "**Before**" in example
+    assert "[CONTEXT FROM PREVIOUS SESSION]" in example
