@@ -58,7 +58,8 @@ def example(trace: Trace, lines: int = 60) -> str:
     fence = "````"
     return "\n".join(
         [
-            f"From `{trace.name}` ({len(trace.messages)} messages, {result.tool_calls} tool calls).",
+            f"From `{trace.name}` ({len(trace.messages)} messages, "
+            f"{result.tool_calls} tool calls).",
             "",
             "**Before**: a summary made from the text blocks only, which is all a text",
             "summarizer sees. Not one line of any file read or command output survives:",

@@ -20,7 +20,7 @@ def small_trace() -> Trace:
                     {
                         "id": f"c{n}",
                         "type": "function",
-                        "function": {"name": "bash", "arguments": "{}"},
+                        "function": {"name": "bash", "arguments": '{"command": "ls"}'},
                     }
                 ],
             }
@@ -78,7 +78,7 @@ def test_handoff_section_and_example() -> None:
 
     section = handoffs.run([small_trace()])
     [row] = section.rows
-    assert row[:5] == ["synthetic", "5", "1", "4", "0"]  # `bash {}` five times: the last kept
+    assert row[:5] == ["synthetic", "5", "1", "4", "0"]  # `ls` five times: the last kept
     example = handoffs.example(small_trace(), lines=5)
     assert "**Before**" in example
     assert "[CONTEXT FROM PREVIOUS SESSION]" in example
