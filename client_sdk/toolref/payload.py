@@ -81,7 +81,7 @@ def text_of(result: Any) -> str:
         for key in _TEXT_KEYS:
             if isinstance(result.get(key), str | list) and len(result) <= 3:
                 return text_of(result[key])
-    if result is None:
+    if result is None or result == []:
         return ""
     return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
 

@@ -191,7 +191,7 @@ def test_real_argument_shapes() -> None:
         ({"content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}, "x\ny"),
         ({"output": {"nested": 1}}, '{"output":{"nested":1}}'),
         # Anything else: compact JSON, non-ASCII kept
-        ([], "[]"),
+        ([], ""),  # an empty content list is an empty result
         ([1, "two"], '[1,"two"]'),
         ({"a": 1, "b": [True, None]}, '{"a":1,"b":[true,null]}'),
         ({"content": "x", "a": 1, "b": 2, "c": 3}, '{"content":"x","a":1,"b":2,"c":3}'),

@@ -84,16 +84,14 @@ def sites(messages: Sequence[Any]) -> Iterator[Site]:
                     name=_text(block.get("name")),
                     args_key="input",
                 )
-            elif (
-                isinstance(kind, str)
-                and kind.endswith("tool_result")
-                and ("content" in block or MARKER in block)
-            ):
+            elif isinstance(kind, str) and kind.endswith("tool_result"):
+                full = "content" in block or MARKER in block
                 yield Site(
                     (i, "content", j),
                     call_id=_text(block.get("tool_use_id")),
-                    result_key="content",
+                    result_key="content" if full else None,
                     is_error=block.get("is_error") is True,
+                    bare=not full,
                 )
 
 

@@ -121,7 +121,7 @@ def scan(messages: Sequence[Any], sites: Iterable[Site]) -> Scan:
             else:
                 pending.append(pair)
             found.pairs.append(pair)
-        elif site.result_key is not None:
+        elif site.result_key is not None or site.bare:
             call = _answered_call(pending, site)
             if call is not None:
                 pending.remove(call)

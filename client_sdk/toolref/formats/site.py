@@ -29,6 +29,9 @@ class Site:
     args_key: str | None = None
     result_key: str | None = None
     is_error: bool = False
+    # A result with no payload member (an Anthropic tool_result without content): it
+    # answers its call, but there is nothing to replace.
+    bare: bool = False
 
     @property
     def message(self) -> int:

@@ -124,7 +124,16 @@ def prepend(messages: Sequence[Any], block: str, fmt: Format | str | None = None
             continue
         out[index] = updated
         return out
-    return [{"role": "user", "content": block}, *out]
+    return [_user_message(name, block), *out]
+
+
+def _user_message(name: str, block: str) -> dict[str, Any]:
+    """A user message holding `block`, in the shape of format `name`."""
+    if name == "gemini":
+        return {"role": "user", "parts": [{"text": block}]}
+    if name == "ai-sdk-v5":
+        return {"role": "user", "parts": [{"type": "text", "text": block}]}
+    return {"role": "user", "content": block}
 
 
 __all__ = [

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from toolref import formats
-from toolref.formats import Format
+from toolref.formats import Format, Pair
 from toolref.kinds import DEFAULT_KINDS, Kind, KindTable
 from toolref.payload import arguments, command_of, path_of, text_of
 
@@ -44,14 +44,7 @@ def tool_blocks(
         if call is None or obj is None or call.args_key is None or call.args_key not in obj:
             continue  # a marker: hydrate before handing off
         args = obj[call.args_key]
-        result_obj, result_site = pair.result_obj, pair.result
-        has_result = (
-            result_site is not None
-            and result_obj is not None
-            and result_site.result_key is not None
-            and result_site.result_key in result_obj
-        )
-        result = text_of(result_obj[result_site.result_key]) if has_result else None  # type: ignore[index,union-attr]
+        result = _result_text(pair)
         kind = kinds.kind(pair.name, args)
         blocks.append(
             ToolBlock(
@@ -61,13 +54,23 @@ def tool_blocks(
                 kind=kind,
                 args=args,
                 result=result,
-                is_error=bool(has_result and result_site is not None and result_site.is_error),
+                is_error=result is not None and pair.result is not None and pair.result.is_error,
                 path=_path(kind, args),
                 lines=read_range(args) if kind is Kind.READ else None,
                 command=command_of(args) if kind is Kind.SHELL else None,
             )
         )
     return blocks
+
+
+def _result_text(pair: Pair) -> str | None:
+    """The result's text; "" for a result without a payload; None when there is no result."""
+    site, obj = pair.result, pair.result_obj
+    if site is None or obj is None:
+        return None
+    if site.result_key is None or site.result_key not in obj:
+        return "" if site.bare else None
+    return text_of(obj[site.result_key])
 
 
 def _path(kind: Kind, args: Any) -> str | None:

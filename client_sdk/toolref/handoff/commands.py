@@ -1,15 +1,18 @@
 """Does a shell command change anything? The handoff keeps every command that does.
 
-A command line is split into its simple commands (at `|`, `&&`, `||`, `;`, `&` and new
-lines, outside quotes); it has side effects when any of them does:
+A command line is tokenized as a shell would (quotes, comments, heredoc bodies skipped) and
+split into its simple commands (at `|`, `&&`, `||`, `;`, `&` and new lines); it has side
+effects when any of them does:
 
-- an output redirection to a file (`>`, `>>`, `&>`, `1>`; not to `/dev/null` or a stream);
-- a file operation (`rm`, `mv`, `cp`, `mkdir`, `touch`, `chmod`, `ln`, `tar -x`, `unzip`, ...);
-- an in-place edit (`sed -i`, `perl -i`), or `tee`;
+- an output redirection to a file (`>`, `>>`, `&>`, `2>`; not to `/dev/null` or a stream);
+- a file operation (`rm`, `mv`, `cp`, `mkdir`, `touch`, `chmod`, `ln`, `tar -x`, `unzip`,
+  `find -delete`, ...), or a project scaffold (`cargo init`, `npm init`, ...);
+- an in-place edit (`sed -i`, `perl -pi`), or `tee` to a file;
 - a git command that writes (`commit`, `add`, `push`, `checkout`, `reset`, `stash`, ...);
 - a package install or removal (`pip install`, `npm install`, `apt-get install`, ...);
-- an HTTP write or download (`curl -X POST`, `curl -d`, `curl -o`, `wget`, `http PUT`);
-- process and service control (`kill`, `systemctl start`, `docker run`, ...).
+- an HTTP write or download (`curl -X POST`, `curl -d`, `curl -o FILE`, `wget`, `http PUT`);
+- process and service control (`kill`, `systemctl start`, `docker run`, ...);
+- a script piped into a shell (`curl ... | sh`), or `bash -c` with any of the above.
 
 Reading, listing, searching, building and testing are not side effects: the same command
 run twice only needs its last output.
@@ -18,16 +21,26 @@ run twice only needs its last output.
 from __future__ import annotations
 
 import re
-import shlex
 from typing import Final
 
-_SPLIT: Final = re.compile(r"\|\||&&|[|;&\n]")
-_REDIRECT: Final = re.compile(r"(?<![-=<>])(?:\d|&)?>>?(?![&=])\s*(\S+)?")
-_HARMLESS_TARGETS: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
-_WRAPPERS: Final = frozenset(
-    {"sudo", "env", "time", "nohup", "nice", "timeout", "xargs", "command", "exec"}
-)
-
+_SEPARATORS: Final = frozenset({"|", "||", "&&", ";", "&", "|&", ";;"})
+_REDIRECTS: Final = frozenset({">", ">>", "&>", "&>>", ">|"})
+_INPUTS: Final = frozenset({"<", "<<", "<<-", "<<<", "<&", ">&"})
+_HARMLESS_TARGETS: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "-"})
+_SHELLS: Final = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
+# Wrappers run the command that follows them; the options listed take a value.
+_WRAPPERS: Final = {
+    "sudo": frozenset({"-u", "-g", "-h", "-p", "-C", "-D", "-U"}),
+    "env": frozenset({"-u", "-C", "-S"}),
+    "time": frozenset({"-f", "-o"}),
+    "nohup": frozenset(),
+    "nice": frozenset({"-n"}),
+    "timeout": frozenset({"-s", "-k", "--signal", "--kill-after"}),
+    "xargs": frozenset({"-n", "-I", "-L", "-P", "-d", "-s", "-E", "-a"}),
+    "command": frozenset(),
+    "exec": frozenset({"-a"}),
+    "stdbuf": frozenset({"-i", "-o", "-e"}),
+}
 _FILE_OPS: Final = frozenset(
     {
         "rm",
@@ -46,7 +59,6 @@ _FILE_OPS: Final = frozenset(
         "rsync",
         "shred",
         "mkfifo",
-        "unzip",
         "gunzip",
         "gzip",
         "bunzip2",
@@ -69,10 +81,8 @@ _GIT_WRITES: Final = frozenset(
         "checkout",
         "switch",
         "restore",
-        "stash",
         "cherry-pick",
         "revert",
-        "tag",
         "clean",
         "rm",
         "mv",
@@ -91,21 +101,35 @@ _GIT_WRITES: Final = frozenset(
         "bisect",
     }
 )
-_INSTALLERS: Final = {
+_GIT_VALUE_OPTIONS: Final = frozenset({"-C", "-c", "--git-dir", "--work-tree", "--namespace"})
+_LISTINGS: Final = frozenset({"list", "show", "-l", "--list"})
+_SUBCOMMANDS: Final = {
     "pip": {"install", "uninstall", "download"},
     "pip3": {"install", "uninstall", "download"},
-    "npm": {"install", "i", "ci", "uninstall", "remove", "rm", "add", "update", "link", "publish"},
-    "yarn": {"add", "install", "remove", "upgrade", "publish"},
-    "pnpm": {"add", "install", "i", "remove", "update", "publish"},
+    "npm": {
+        "install",
+        "i",
+        "ci",
+        "uninstall",
+        "remove",
+        "rm",
+        "add",
+        "update",
+        "link",
+        "publish",
+        "init",
+    },
+    "yarn": {"add", "install", "remove", "upgrade", "publish", "init"},
+    "pnpm": {"add", "install", "i", "remove", "update", "publish", "init"},
     "apt": {"install", "remove", "purge", "upgrade", "update"},
     "apt-get": {"install", "remove", "purge", "upgrade", "update"},
     "brew": {"install", "uninstall", "upgrade", "update"},
-    "cargo": {"install", "add", "remove", "publish", "uninstall"},
+    "cargo": {"install", "add", "remove", "publish", "uninstall", "init", "new"},
     "go": {"get", "install"},
     "gem": {"install", "uninstall"},
-    "poetry": {"add", "install", "remove", "update", "publish"},
+    "poetry": {"add", "install", "remove", "update", "publish", "new", "init"},
     "conda": {"install", "remove", "update", "create"},
-    "uv": {"add", "remove", "sync", "pip"},
+    "uv": {"add", "remove", "sync", "init"},
     "dnf": {"install", "remove"},
     "yum": {"install", "remove"},
     "systemctl": {"start", "stop", "restart", "enable", "disable", "reload"},
@@ -126,91 +150,237 @@ _INSTALLERS: Final = {
     "kubectl": {"apply", "delete", "create", "patch", "scale", "rollout", "edit", "replace"},
 }
 _HTTP_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_HEREDOC: Final = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
+
+
+_OPERATORS: Final = (
+    "&>>",
+    "<<<",
+    "<<-",
+    ">>",
+    "&>",
+    ">&",
+    "<<",
+    "||",
+    "&&",
+    "|&",
+    ";;",
+    ">|",
+    "<&",
+    "|",
+    "&",
+    ";",
+    "<",
+    ">",
+    "(",
+    ")",
+)
+
+
+class Token(str):
+    """A word, or (`operator` true) an unquoted control or redirection operator."""
+
+    operator: bool = False
+    glued: bool = False  # no space before it (`2>`: the 2 is a file descriptor)
+
+
+def _token(text: str, operator: bool = False, glued: bool = False) -> Token:
+    token = Token(text)
+    token.operator, token.glued = operator, glued
+    return token
+
+
+def _tokens(line: str) -> list[Token]:
+    """Shell words and operators; quotes and backslashes removed from words. An open quote
+    raises ValueError (the command goes on on the next line)."""
+    tokens: list[Token] = []
+    word: list[str] = []
+    in_word = False
+    index, size = 0, len(line)
+
+    def flush() -> None:
+        nonlocal in_word
+        if in_word:
+            tokens.append(_token("".join(word)))
+            word.clear()
+            in_word = False
+
+    while index < size:
+        char = line[index]
+        if char in " \t":
+            flush()
+            index += 1
+        elif char == "#" and not in_word:
+            break  # a comment runs to the end of the line
+        elif char == "\\":
+            word.append(line[index + 1 : index + 2])
+            in_word = True
+            index += 2
+        elif char in "'\"":
+            close = _closing(line, index)
+            inner = line[index + 1 : close]
+            word.append(inner if char == "'" else re.sub(r'\\([\\"$`])', r"\1", inner))
+            in_word = True
+            index = close + 1
+        elif char in "|&;<>()":
+            glued = in_word
+            flush()
+            operator = next(op for op in _OPERATORS if line.startswith(op, index))
+            tokens.append(_token(operator, operator=True, glued=glued))
+            index += len(operator)
+        else:
+            word.append(char)
+            in_word = True
+            index += 1
+    flush()
+    return tokens
+
+
+def _closing(line: str, start: int) -> int:
+    quote, index = line[start], start + 1
+    while index < len(line):
+        if line[index] == "\\" and quote == '"':
+            index += 2
+            continue
+        if line[index] == quote:
+            return index
+        index += 1
+    raise ValueError("open quote")
+
+
+def _logical_lines(text: str) -> list[list[Token]]:
+    """Token lists, one per logical line: heredoc bodies dropped, broken quotes joined."""
+    lines = text.split("\n")
+    found: list[list[Token]] = []
+    index = 0
+    while index < len(lines):
+        chunk = lines[index]
+        index += 1
+        while True:
+            try:
+                tokens = _tokens(chunk)
+                break
+            except ValueError:  # an open quote: the command goes on
+                if index >= len(lines):
+                    tokens = [_token(w) for w in chunk.replace("'", " ").replace('"', " ").split()]
+                    break
+                chunk += "\n" + lines[index]
+                index += 1
+        heredoc = None if "<<<" in chunk else _HEREDOC.search(chunk)
+        if heredoc is not None:
+            end = heredoc.group(2)
+            while index < len(lines) and lines[index].strip() != end:
+                index += 1
+            index += 1  # the terminator line
+        found.append(tokens)
+    return found
+
+
+def _split(tokens: list[Token]) -> list[tuple[list[str], list[tuple[str, str]]]]:
+    """(argv, redirections) of each simple command."""
+    commands: list[tuple[list[str], list[tuple[str, str]]]] = []
+    argv: list[str] = []
+    redirects: list[tuple[str, str]] = []
+    index = 0
+    while index < len(tokens):
+        token = tokens[index]
+        if token.operator and token in _SEPARATORS:
+            commands.append((argv, redirects))
+            argv, redirects = [], []
+        elif token.operator and (token in _REDIRECTS or token in _INPUTS):
+            target = str(tokens[index + 1]) if index + 1 < len(tokens) else ""
+            if token.glued and argv and argv[-1].isdigit():
+                argv.pop()  # the file descriptor of `2>`
+            redirects.append((str(token), target))
+            index += 1
+        elif not token.operator:
+            argv.append(str(token))
+        index += 1
+    commands.append((argv, redirects))
+    return [(a, r) for a, r in commands if a or r]
 
 
 def simple_commands(line: str) -> list[list[str]]:
-    """The argv of each simple command in `line` (quotes respected where they parse)."""
-    commands = []
-    for part in _segments(line):
-        try:
-            argv = shlex.split(part, comments=True)
-        except ValueError:
-            argv = part.split()
-        while argv and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", argv[0]):
-            argv = argv[1:]  # VAR=value prefixes
-        while argv and argv[0] in _WRAPPERS:
-            argv = _unwrap(argv)
-        if argv:
-            commands.append(argv)
-    return commands
+    """The argv of each simple command in `line`: redirections, wrappers and `VAR=value`
+    prefixes removed."""
+    found = []
+    for tokens in _logical_lines(line):
+        for words, _ in _split(tokens):
+            argv = _unwrap(words)
+            if argv:
+                found.append(argv)
+    return found
 
 
 def _unwrap(argv: list[str]) -> list[str]:
-    rest = argv[1:]
-    while rest and (rest[0].startswith("-") or re.fullmatch(r"\d+[smhd]?", rest[0])):
-        rest = rest[1:]  # the wrapper's own options (timeout 10, nice -n 5, xargs -0)
-    return rest
+    while True:
+        while argv and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", argv[0]):
+            argv = argv[1:]  # VAR=value prefixes
+        if not argv or argv[0] not in _WRAPPERS:
+            return argv
+        takes_value = _WRAPPERS[argv[0]]
+        rest = argv[1:]
+        while rest and (
+            rest[0].startswith("-") or (argv[0] == "timeout" and _is_duration(rest[0]))
+        ):
+            rest = rest[2:] if rest[0] in takes_value else rest[1:]
+        if argv[0] == "timeout" and rest and _is_duration(rest[0]):
+            rest = rest[1:]
+        argv = rest
 
 
-def _segments(line: str) -> list[str]:
-    """Split at control operators outside single and double quotes (and heredoc bodies)."""
-    body_start = line.find("<<")
-    if body_start >= 0 and "\n" in line[body_start:]:
-        line = line[: line.index("\n", body_start)]  # the heredoc body is data, not commands
-    parts, current, quote = [], [], ""
-    index = 0
-    while index < len(line):
-        char = line[index]
-        if quote:
-            current.append(char)
-            if char == quote:
-                quote = ""
-            elif char == "\\" and quote == '"' and index + 1 < len(line):
-                current.append(line[index + 1])
-                index += 1
-        elif char in "'\"":
-            quote = char
-            current.append(char)
-        elif char == "\\" and index + 1 < len(line):
-            current.append(line[index : index + 2])
-            index += 1
-        else:
-            match = _SPLIT.match(line, index)
-            if match and not _is_redirect_amp(line, index):
-                parts.append("".join(current))
-                current = []
-                index = match.end()
-                continue
-            current.append(char)
-        index += 1
-    parts.append("".join(current))
-    return [p for p in (p.strip() for p in parts) if p]
-
-
-def _is_redirect_amp(line: str, index: int) -> bool:
-    """`&` that belongs to a redirection (`2>&1`, `&>file`, `>&2`), not a control operator."""
-    if line[index] != "&":
-        return False
-    before = line[index - 1] if index > 0 else ""
-    after = line[index + 1] if index + 1 < len(line) else ""
-    return before == ">" or after == ">"
+def _is_duration(text: str) -> bool:
+    return re.fullmatch(r"\d+(?:\.\d+)?[smhd]?", text) is not None
 
 
 def has_side_effects(line: str) -> bool:
-    if _writes_a_file(line):
-        return True
-    return any(_command_has_side_effects(argv) for argv in simple_commands(line))
-
-
-def _writes_a_file(line: str) -> bool:
-    for part in _segments(line):
-        unquoted = re.sub(r"'[^']*'|\"(?:[^\"\\\\]|\\\\.)*\"", "''", part)
-        for match in _REDIRECT.finditer(unquoted):
-            target = match.group(1) or ""
-            if target.startswith("&") or target in _HARMLESS_TARGETS:
+    lines = _logical_lines(line)
+    for tokens in lines:
+        commands = _split(tokens)
+        for position, (words, redirects) in enumerate(commands):
+            if any(_writes(op, target) for op, target in redirects):
+                return True
+            argv = _unwrap(words)
+            if not argv:
                 continue
-            return True
+            piped_into = position > 0 and _separator_before(tokens, position) in ("|", "|&")
+            if piped_into and argv[0].rsplit("/", 1)[-1] in _SHELLS and "-c" not in argv:
+                return True  # a script from stdin (curl ... | sh): it can do anything
+            if _command_has_side_effects(argv):
+                return True
     return False
+
+
+def _separator_before(tokens: list[Token], position: int) -> str:
+    seen = 0
+    for token in tokens:
+        if token.operator and token in _SEPARATORS:
+            seen += 1
+            if seen == position:
+                return token
+    return ""
+
+
+def _writes(op: str, target: str) -> bool:
+    if op not in _REDIRECTS:
+        return False
+    return not (target.startswith("&") or target in _HARMLESS_TARGETS)
+
+
+def _subcommand(
+    args: list[str], value_options: frozenset[str] = frozenset()
+) -> tuple[str, list[str]]:
+    """The first word that is not an option (skipping option values), and what follows it."""
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg in value_options:
+            index += 2
+        elif arg.startswith("-"):
+            index += 1
+        else:
+            return arg, args[index + 1 :]
+    return "", []
 
 
 def _command_has_side_effects(argv: list[str]) -> bool:
@@ -218,68 +388,121 @@ def _command_has_side_effects(argv: list[str]) -> bool:
     args = argv[1:]
     if program in _FILE_OPS or program in _PROCESS_OPS:
         return True
+    if program in _SHELLS:
+        script = args[args.index("-c") + 1] if "-c" in args[:-1] else None
+        return script is not None and has_side_effects(script)
     if program == "tee":
         return any(not a.startswith("-") and a not in _HARMLESS_TARGETS for a in args)
     if program in ("sed", "perl", "ruby"):
-        return any(a == "-i" or a.startswith(("-i", "--in-place")) for a in args)
+        return any(
+            a == "--in-place" or (a.startswith("-") and not a.startswith("--") and "i" in a)
+            for a in args
+        )
     if program == "tar":
-        return any(_tar_writes(a) for a in args[:2])
+        return _tar_writes(args)
+    if program == "unzip":
+        return not any(a in ("-l", "-t", "-Z", "-v", "-p") for a in args)
+    if program == "find":
+        return _find_writes(args)
     if program == "git":
-        sub = next((a for a in args if not a.startswith("-")), "")
-        if sub == "branch":
-            changes = {"-d", "-D", "-m", "-M", "-c", "-C", "--delete", "--move", "--copy"}
-            names = [a for a in args if not a.startswith("-")]
-            return bool(changes & set(args)) or len(names) > 1  # `git branch NAME` creates
-        if sub == "config":
-            return not any(a in ("--get", "--list", "-l", "--get-all") for a in args)
-        return sub in _GIT_WRITES
+        return _git_writes(args)
     if program in ("python", "python3") and args[:2] == ["-m", "pip"]:
-        return len(args) > 2 and args[2] in _INSTALLERS["pip"]
-    if program in _INSTALLERS:
-        sub = next((a for a in args if not a.startswith("-")), "")
-        return sub in _INSTALLERS[program]
+        sub, _ = _subcommand(args[2:])
+        return sub in _SUBCOMMANDS["pip"]
+    if program == "uv":
+        sub, rest = _subcommand(args)
+        if sub == "pip":
+            return _subcommand(rest)[0] in {"install", "uninstall", "sync"}
+        return sub in _SUBCOMMANDS["uv"]
+    if program in _SUBCOMMANDS:
+        return _subcommand(args)[0] in _SUBCOMMANDS[program]
     if program == "curl":
         return _curl_writes(args)
     if program == "wget":
-        return _wget_to_file(args)
+        return _wget_writes(args)
     if program in ("http", "https", "xh"):
-        return bool(args) and args[0].upper() in _HTTP_METHODS
+        method, _ = _subcommand(args)
+        return method.upper() in _HTTP_METHODS
     return False
 
 
-_CURL_WRITE_OPTIONS: Final = frozenset(
-    {"-d", "-F", "-T", "-o", "-O", "--output", "--remote-name", "--json"}
-)
+def _tar_writes(args: list[str]) -> bool:
+    for position, arg in enumerate(args):
+        if arg.startswith("--"):
+            if arg in ("--extract", "--get", "--create", "--append", "--update", "--delete"):
+                return True
+        elif arg.startswith("-") or position == 0:  # an option cluster (`xzf` alone is one too)
+            if set(arg.lstrip("-").split("=")[0]) & set("xcru"):
+                return True
+            if "f" in arg:
+                return False  # the next word is the archive's name, not options
+    return False
+
+
+def _find_writes(args: list[str]) -> bool:
+    if "-delete" in args:
+        return True
+    for index, arg in enumerate(args):
+        if arg in ("-exec", "-execdir", "-ok", "-okdir"):
+            command = []
+            for word in args[index + 1 :]:
+                if word in (";", "+", "\\;"):
+                    break
+                command.append(word)
+            if command and _command_has_side_effects(_unwrap(command) or command):
+                return True
+    return False
+
+
+def _git_writes(args: list[str]) -> bool:
+    sub, rest = _subcommand(args, _GIT_VALUE_OPTIONS)
+    if sub == "branch":
+        changes = {"-d", "-D", "-m", "-M", "-c", "-C", "--delete", "--move", "--copy"}
+        if changes & set(rest):
+            return True
+        names = [a for a in rest if not a.startswith("-")]
+        return bool(names) and not (_LISTINGS & set(rest))  # `git branch NAME` creates
+    if sub == "stash":
+        return not rest or rest[0] not in _LISTINGS
+    if sub == "tag":
+        return bool([a for a in rest if not a.startswith("-")]) and not (_LISTINGS & set(rest))
+    if sub == "config":
+        return not any(
+            a in ("--get", "--list", "-l", "--get-all", "--get-regexp") for a in rest
+        ) and (len([a for a in rest if not a.startswith("-")]) >= 2)
+    return sub in _GIT_WRITES
+
+
+_CURL_WRITE_OPTIONS: Final = frozenset({"-d", "-F", "-T", "-O", "--remote-name", "--json"})
 _CURL_WRITE_PREFIXES: Final = ("--data", "--form", "--upload-file")
-_CURL_COMBINED: Final = re.compile(r"-[a-zA-Z]*[dFTOo][a-zA-Z]*")  # -sSLo and the like
 
 
 def _curl_writes(args: list[str]) -> bool:
     for index, arg in enumerate(args):
-        method = ""
-        if arg in ("-X", "--request") and index + 1 < len(args):
-            method = args[index + 1]
-        elif arg.startswith("-X"):
-            method = arg[2:]
+        following = args[index + 1] if index + 1 < len(args) else ""
+        method = (
+            following if arg in ("-X", "--request") else arg[2:] if arg.startswith("-X") else ""
+        )
         if method.upper() in _HTTP_METHODS:
             return True
         if arg in _CURL_WRITE_OPTIONS or arg.startswith(_CURL_WRITE_PREFIXES):
             return True
-        if not arg.startswith("-X") and _CURL_COMBINED.fullmatch(arg):
+        if arg == "--output" or (re.fullmatch(r"-[a-zA-Z]*o", arg) is not None):
+            if following not in _HARMLESS_TARGETS:
+                return True  # -o FILE (or -sSLo FILE): a download to a file
+        elif re.fullmatch(r"-[a-zA-Z]*[dFTO][a-zA-Z]*", arg) and not arg.startswith("-X"):
             return True
     return False
 
 
-def _tar_writes(arg: str) -> bool:
-    if arg.startswith("--"):
-        return arg in ("--extract", "--create", "--append", "--update", "--delete")
-    return bool(set(arg.lstrip("-")) & set("xcru"))
-
-
-def _wget_to_file(args: list[str]) -> bool:
-    if "--spider" in args or "-O-" in args:
+def _wget_writes(args: list[str]) -> bool:
+    if "--spider" in args:
         return False
     for index, arg in enumerate(args):
-        if arg in ("-O", "--output-document") and index + 1 < len(args):
-            return args[index + 1] != "-"
+        if re.fullmatch(r"-[a-zA-Z]*O-", arg):
+            return False  # -O- and -qO-: to stdout
+        if arg in ("-O", "--output-document") or re.fullmatch(r"-[a-zA-Z]*O", arg):
+            return (args[index + 1] if index + 1 < len(args) else "") not in _HARMLESS_TARGETS
+        if arg.startswith("--output-document="):
+            return arg.split("=", 1)[1] not in _HARMLESS_TARGETS
     return True

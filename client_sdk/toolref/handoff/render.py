@@ -68,7 +68,7 @@ def _compact(args: Any, limit: int = 200) -> str:
         if isinstance(args, str)
         else json.dumps(args, ensure_ascii=False, separators=(",", ":"))
     )
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return _one_line(text, limit)  # one line: headings and list items must not break
 
 
 _DONE: Final = {"completed": "x", "in_progress": "~", "cancelled": "-"}
@@ -137,25 +137,18 @@ def render(
     if summary:
         text, _ = cut(summary.strip(), max(_MIN_CUT, max_chars // 4))
         intro += ["## Conversation summary", text, ""]
-    tail_lines = []
-    if interrupted:
-        tail_lines += ["## Interrupted Tool Calls"]
-        tail_lines += [
-            f"- {k.block.name} {_compact(k.block.args)}: no result (interrupted)"
-            for k in interrupted
-        ]
-        tail_lines.append("")
-    fixed = len("\n".join(intro)) + len("\n".join(tail_lines)) + len(CLOSE) + 200
-    budget = max_chars - fixed
+    budget = max_chars - len("\n".join(intro)) - len(CLOSE) - 200
+    stops = _interrupted_lines(interrupted, budget // 4)
+    budget -= len("\n".join(stops)) + 1
     chosen: dict[int, tuple[str, int]] = {}
-    # Most recent first: they get their full cut while the budget lasts.
+    # Most recent first: they get their full cut while the budget lasts; once one does not
+    # fit even cut short, everything older is left out too.
     for index in range(len(done) - 1, -1, -1):
-        for limit in (per_result_chars, max(_MIN_CUT, per_result_chars // 4), _MIN_CUT):
-            text, omitted = _entry(done[index], limit)
-            if len(text) + 40 <= budget:  # 40: a section heading's share
-                chosen[index] = (text, omitted)
-                budget -= len(text) + 1
-                break
+        entry = _fitting(done[index], per_result_chars, budget - 40)  # 40: a heading's share
+        if entry is None:
+            break
+        chosen[index] = entry
+        budget -= len(entry[0]) + 1
     left_out = len(done) - len(chosen)
     rendered = Rendered("", kept=len(chosen) + len(interrupted), left_out=left_out)
     body: list[str] = []
@@ -172,8 +165,36 @@ def render(
             rendered.omitted_chars += sum(omitted for _, omitted in entries)
     if left_out:
         body.append(f"({left_out} older tool result(s) left out to fit the size limit.)\n")
-    rendered.text = "\n".join([*intro, *body, *tail_lines, CLOSE])
+    rendered.text = "\n".join([*intro, *body, *stops, CLOSE])
     return rendered
+
+
+def _fitting(kept: Kept, per_result_chars: int, room: int) -> tuple[str, int] | None:
+    for limit in (per_result_chars, max(_MIN_CUT, per_result_chars // 4), _MIN_CUT):
+        text, omitted = _entry(kept, limit)
+        if len(text) <= room:
+            return text, omitted
+    return None
+
+
+def _interrupted_lines(interrupted: list[Kept], room: int) -> list[str]:
+    """The interrupted calls, most recent kept when they do not all fit in `room`."""
+    if not interrupted:
+        return []
+    lines = [
+        f"- {k.block.name} {_compact(k.block.args, 120)}: no result (interrupted)"
+        for k in interrupted
+    ]
+    shown: list[str] = []
+    used = len("## Interrupted Tool Calls") + 40
+    for line in reversed(lines):
+        if used + len(line) + 1 > room:
+            break
+        shown.insert(0, line)
+        used += len(line) + 1
+    missing = len(lines) - len(shown)
+    more = [f"- ({missing} older interrupted call(s) not listed)"] if missing else []
+    return ["## Interrupted Tool Calls", *more, *shown, ""]
 
 
 def _other(kind: Kind) -> bool:
