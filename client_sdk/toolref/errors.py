@@ -273,6 +273,27 @@ class ConfigurationError(ToolrefError):
     title = "Invalid configuration"
 
 
+class StreamError(ToolrefError, ValueError):
+    """Client side: a streamed response could not be turned into tool calls."""
+
+    slug = "stream"
+    title = "Stream problem"
+
+
+class ChunkSequenceError(StreamError):
+    """Client side: tool-call chunks arrived in an order that no provider produces."""
+
+    slug = "chunk-sequence"
+    title = "Chunks out of sequence"
+
+
+class UnusableToolCallError(StreamError):
+    """Client side: a tool call that is incomplete or invalid was asked to run or register."""
+
+    slug = "unusable-tool-call"
+    title = "Tool call cannot be used"
+
+
 def _all_subclasses(cls: type[ToolrefError]) -> list[type[ToolrefError]]:
     found: list[type[ToolrefError]] = []
     for sub in cls.__subclasses__():

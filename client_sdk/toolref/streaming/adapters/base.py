@@ -1,0 +1,171 @@
+"""What every provider adapter shares: event coercion and end-of-stream handling."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from toolref.errors import ChunkSequenceError
+from toolref.streaming.chunk import ABORTED, TRUNCATED, ToolChunk
+
+DONE_SENTINEL = "[DONE]"
+
+
+def as_event(event: Any) -> Mapping[str, Any] | None:
+    """A provider event as a mapping; `None` for OpenAI's `[DONE]` sentinel.
+
+    Takes dicts (what SSE decoders and boto3 give), SDK models (pydantic `model_dump`)
+    and JSON text (an SSE `data:` payload or an NDJSON line).
+    """
+    if type(event) is dict or isinstance(event, Mapping):
+        return event
+    if isinstance(event, bytes | bytearray):
+        event = event.decode()
+    if isinstance(event, str):
+        text = event.strip()
+        if text.startswith("data:"):
+            text = text[5:].strip()
+        if text == DONE_SENTINEL:
+            return None
+        try:
+            decoded = json.loads(text)
+        except ValueError as exc:
+            raise ChunkSequenceError(
+                f"stream event is not JSON ({exc}): {text[:80]!r}; pass decoded events or "
+                "SSE data payloads"
+            ) from None
+        if not isinstance(decoded, dict):
+            raise ChunkSequenceError(
+                f"stream event is a JSON {type(decoded).__name__}, not an object"
+            )
+        return decoded
+    dump = getattr(event, "model_dump", None)
+    if callable(dump):
+        dumped = dump(mode="json", by_alias=True, exclude_none=True)
+        if isinstance(dumped, dict):
+            return dumped
+    raise ChunkSequenceError(
+        f"cannot read a {type(event).__name__} as a stream event; pass a dict, an SDK "
+        "model or the JSON text of one event"
+    )
+
+
+def pick(mapping: Mapping[str, Any], camel: str, snake: str) -> Any:
+    """A field under its wire (camelCase) or SDK (snake_case) name."""
+    value = mapping.get(camel)
+    return mapping.get(snake) if value is None else value
+
+
+def as_int(value: Any, what: str) -> int:
+    if isinstance(value, bool):
+        raise ChunkSequenceError(f"{what} is a boolean ({value!r}); it must be an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)  # some servers send "0"
+    raise ChunkSequenceError(f"{what} {value!r} is not an integer")
+
+
+class StreamAdapter(ABC):
+    """Turns one provider's raw stream events into `ToolChunk`s. One instance per response."""
+
+    provider: ClassVar[str]
+
+    def __init__(self) -> None:
+        self._turns: set[int] = set()  # turns that have content
+        self._finished: set[int] = set()  # turns whose terminal event arrived
+
+    def feed(self, event: Any) -> list[ToolChunk]:
+        """The chunks one raw event contributes (often none: text, pings, usage)."""
+        return self._chunks(as_event(event))
+
+    @abstractmethod
+    def _chunks(self, event: Mapping[str, Any] | None) -> list[ToolChunk]: ...
+
+    def end(self) -> list[ToolChunk]:
+        """Chunks for the end of the stream: by default, turns that never got their
+        terminal event were cut off, so their open calls are incomplete."""
+        return [
+            ToolChunk(
+                turn=turn,
+                error=f"the {self.provider} stream ended before its terminal event",
+                error_type=ABORTED,
+            )
+            for turn in sorted(self._turns - self._finished)
+        ]
+
+    def _finish(
+        self,
+        turn: int,
+        reason: str | None,
+        error: str | None = None,
+        error_type: str | None = None,
+    ) -> ToolChunk:
+        self._finished.add(turn)
+        return ToolChunk(
+            turn=turn, done=True, finish_reason=reason, error=error, error_type=error_type
+        )
+
+    def _fail_all(self, message: str, error_type: str = ABORTED) -> list[ToolChunk]:
+        turns = sorted((self._turns | {0}) - self._finished)
+        return [self._finish(turn, None, message, error_type) for turn in turns]
+
+
+class BlockAdapter(StreamAdapter):
+    """Providers that open and close each call as a content block (Anthropic, Bedrock).
+
+    When tokens run out inside a call's JSON, these providers still close the block and only
+    then say `max_tokens`, so the close of the last call is held back one event: if the stop
+    reason is a truncation, that call is incomplete rather than closed.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._blocks: dict[int, int] = {}  # provider block index -> call index
+        self._started_with: dict[int, Any] = {}  # call index -> input in the start event
+        self._got_delta: set[int] = set()
+        self._held: int | None = None
+
+    def _start(self, block: int, chunk_fields: dict[str, Any], start_input: Any) -> ToolChunk:
+        index = self._blocks[block] = len(self._blocks)
+        self._turns.add(0)
+        if start_input:
+            self._started_with[index] = start_input
+        return ToolChunk(index=index, **chunk_fields)
+
+    def _delta(self, block: int, text: str) -> list[ToolChunk]:
+        index = self._blocks.get(block)
+        if index is None or not text:
+            return []
+        self._got_delta.add(index)
+        return [ToolChunk(index=index, args_delta=text)]
+
+    def _stop(self, block: int) -> None:
+        index = self._blocks.get(block)
+        if index is not None:
+            self._held = index
+
+    def _release(self, truncated_by: str | None = None) -> list[ToolChunk]:
+        """The held close, as a close or (when the message was truncated) as incomplete."""
+        index, self._held = self._held, None
+        if index is None:
+            return []
+        if truncated_by is not None:
+            return [
+                ToolChunk(
+                    index=index,
+                    error=f"stop reason {truncated_by!r} came while this call was the last "
+                    "thing generated; its arguments may be cut short",
+                    error_type=TRUNCATED,
+                )
+            ]
+        start_input = self._started_with.get(index)
+        if index not in self._got_delta and start_input:
+            # Proxies put the whole input in the start block and send no deltas.
+            return [ToolChunk(index=index, args_snapshot=start_input, done=True)]
+        return [ToolChunk(index=index, done=True)]
+
+    def end(self) -> list[ToolChunk]:
+        return self._release() + super().end()

@@ -1,0 +1,63 @@
+"""AWS Bedrock ConverseStream events, as boto3 yields them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from toolref.streaming.adapters.base import BlockAdapter, as_int
+from toolref.streaming.chunk import FILTERED, TRUNCATED, ToolChunk
+
+_STOPS = {
+    "max_tokens": TRUNCATED,
+    "model_context_window_exceeded": TRUNCATED,
+    "guardrail_intervened": FILTERED,
+    "content_filtered": FILTERED,
+}
+
+
+class BedrockAdapter(BlockAdapter):
+    provider = "bedrock"
+
+    def _chunks(self, event: Mapping[str, Any] | None) -> list[ToolChunk]:
+        if event is None:
+            return []
+        if "contentBlockDelta" in event:
+            body = event["contentBlockDelta"]
+            tool_use = (body.get("delta") or {}).get("toolUse")
+            if not tool_use:
+                return []
+            block = as_int(body.get("contentBlockIndex", 0), "contentBlockIndex")
+            return self._release() + self._delta(block, tool_use.get("input") or "")
+        if "messageStop" in event:
+            reason = event["messageStop"].get("stopReason")
+            error_type = _STOPS.get(reason or "")
+            out = self._release(reason if error_type else None)
+            error = f"stopReason {reason!r} cut the message short" if error_type else None
+            return [*out, self._finish(0, reason, error, error_type)]
+        if "metadata" in event:
+            return []
+        out = self._release()
+        if "contentBlockStart" in event:
+            body = event["contentBlockStart"]
+            tool_use = (body.get("start") or {}).get("toolUse")
+            if tool_use:
+                block = as_int(body.get("contentBlockIndex", 0), "contentBlockIndex")
+                server = tool_use.get("type") == "server_tool_use"
+                fields = {
+                    "id": tool_use.get("toolUseId"),
+                    "name": tool_use.get("name"),
+                    "kind": tool_use.get("type") or "function",
+                    "provider_executed": server,
+                    "meta": {"block_index": block},
+                }
+                out.append(self._start(block, fields, tool_use.get("input")))
+        elif "contentBlockStop" in event:
+            body = event["contentBlockStop"]
+            self._stop(as_int(body.get("contentBlockIndex", 0), "contentBlockIndex"))
+        else:
+            for key, value in event.items():
+                if key.endswith("Exception"):  # modelStreamErrorException, throttlingException...
+                    message = value.get("message") if isinstance(value, Mapping) else value
+                    return out + self._fail_all(f"Bedrock sent {key}: {message}")
+        return out

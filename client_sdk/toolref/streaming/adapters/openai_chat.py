@@ -1,0 +1,298 @@
+"""OpenAI Chat Completions chunks, with the quirks of OpenAI-compatible servers.
+
+Routing follows the merge rules in the streaming notes (§9): key by (choice, index) but open
+a new call when a different id or a new name arrives at an index whose arguments are already
+a complete JSON object; infer a missing index; keep the first id and set the name once;
+replace instead of appending when a server resends the whole argument text so far.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from toolref.errors import ChunkSequenceError
+from toolref.streaming.adapters.base import StreamAdapter, as_int
+from toolref.streaming.chunk import FILTERED, TRUNCATED, ToolChunk
+
+_KNOWN = frozenset(("index", "id", "type", "function"))
+_TRUNCATING = {"length": TRUNCATED, "content_filter": FILTERED}
+_PLACEHOLDER_IDS = frozenset(("", "null", "None"))
+
+
+class _Call:
+    """What the adapter must remember of a call to route the next fragment."""
+
+    __slots__ = ("checked", "id", "index", "is_object", "length", "name", "parts", "whole")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.id: str | None = None
+        self.name: str | None = None
+        self.parts: list[str] = []
+        self.length = 0
+        self.is_object = False
+        self.checked = -1  # length at which `whole` was last computed
+        self.whole = False
+
+    def text(self) -> str:
+        if len(self.parts) > 1:
+            self.parts = ["".join(self.parts)]
+        return self.parts[0] if self.parts else ""
+
+    def complete(self) -> bool:
+        """True when the arguments so far are a whole JSON object (cached per length)."""
+        if self.is_object:
+            return True
+        if self.checked != self.length:
+            self.checked = self.length
+            text = self.text().rstrip()
+            self.whole = False
+            if text.endswith("}"):
+                with contextlib.suppress(ValueError):
+                    self.whole = isinstance(json.loads(text), dict)
+        return self.whole
+
+
+class OpenAIChatAdapter(StreamAdapter):
+    """`chat.completion.chunk` events (also Ollama `/v1`, vLLM, Groq, DeepSeek, Mistral...)."""
+
+    provider = "openai_chat"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._by_key: dict[tuple[int, Any], _Call] = {}
+        self._calls: dict[int, list[_Call]] = {}
+        self._pending_meta: dict[int, dict[str, Any]] = {}
+        self._seen_done = False
+
+    def _chunks(self, event: Mapping[str, Any] | None) -> list[ToolChunk]:
+        if event is None:  # [DONE]
+            self._seen_done = True
+            return [self._finish(turn, None) for turn in sorted(self._turns - self._finished)]
+        out: list[ToolChunk] = []
+        error = event.get("error")
+        if error:
+            message = error.get("message") if isinstance(error, Mapping) else error
+            return self._fail_all(f"the server sent an error mid-stream: {message}")
+        choices = event.get("choices")
+        if not choices:
+            return out  # usage chunk, Azure prompt_filter_results
+        parent = event.get("id")
+        for choice in choices:
+            turn = choice.get("index")
+            turn = 0 if turn is None else as_int(turn, "choice index")
+            delta = choice.get("delta")
+            if delta:
+                calls = delta.get("tool_calls")
+                if calls:
+                    self._turns.add(turn)
+                    for call in calls if isinstance(calls, list) else (calls,):
+                        self._fragment(turn, call, parent, out)
+                legacy = delta.get("function_call")
+                if legacy:
+                    self._turns.add(turn)
+                    self._fragment(
+                        turn, {"index": "function_call", "function": legacy}, parent, out
+                    )
+            reason = choice.get("finish_reason")
+            if reason:  # after the deltas: servers put the last fragment in the same chunk
+                self._turns.add(turn)
+                kind = _TRUNCATING.get(reason)
+                error_text = f"finish_reason {reason!r} cut the response short" if kind else None
+                out.append(self._finish(turn, reason, error_text, kind))
+        return out
+
+    def end(self) -> list[ToolChunk]:
+        if self._seen_done:
+            return []
+        return super().end()
+
+    def _fragment(
+        self, turn: int, fragment: Mapping[str, Any], parent: Any, out: list[ToolChunk]
+    ) -> None:
+        raw_index = fragment.get("index")
+        if raw_index is not None and raw_index != "function_call":
+            raw_index = as_int(raw_index, "tool_calls[].index")
+        call_id = fragment.get("id")
+        if call_id is not None:
+            call_id = str(call_id)  # Poolside sends integer ids
+            if call_id in _PLACEHOLDER_IDS:
+                call_id = None  # Mistral's SDK default id is the string "null"
+        function = fragment.get("function") or {}
+        name = function.get("name") or None
+        args = function.get("arguments")
+        meta = None
+        if len(fragment) > 2:
+            extras = {k: v for k, v in fragment.items() if k not in _KNOWN and v is not None}
+            meta = extras or None
+        if call_id is None and name is None and not args:
+            if meta:  # a metadata-only delta (Gemini's thought_signature)
+                self._meta_only(turn, raw_index, meta, out)
+            return
+        call = self._route(turn, raw_index, call_id, name, args)
+        if call is None:
+            return  # the same whole call resent at another index (LocalAI)
+        if not call.parts and not call.is_object and call.id is None and call.name is None:
+            self._open(
+                call,
+                turn=turn,
+                call_id=call_id,
+                name=name,
+                args=args,
+                meta=meta,
+                parent=parent,
+                out=out,
+            )
+            return
+        self._continue(call, turn=turn, call_id=call_id, name=name, args=args, meta=meta, out=out)
+
+    def _route(
+        self, turn: int, raw_index: Any, call_id: str | None, name: str | None, args: Any
+    ) -> _Call | None:
+        calls = self._calls.setdefault(turn, [])
+        if raw_index is None:  # Gemini's compatible endpoint, old Ollama: infer it
+            current = calls[-1] if calls else None
+        else:
+            current = self._by_key.get((turn, raw_index))
+            if current is None and call_id is not None:
+                for earlier in calls:
+                    if earlier.id == call_id and self._resent(earlier, name, args):
+                        return None
+        if current is not None and not self._starts_new(current, call_id, name, args):
+            return current
+        fresh = _Call(len(calls))
+        calls.append(fresh)
+        self._by_key[(turn, raw_index)] = fresh
+        return fresh
+
+    @staticmethod
+    def _resent(call: _Call, name: str | None, args: Any) -> bool:
+        if not call.complete() or name not in (None, call.name):
+            return False
+        if isinstance(args, dict):
+            return call.is_object and json.loads(call.text()) == args
+        return isinstance(args, str) and args == call.text()
+
+    def _starts_new(self, call: _Call, call_id: str | None, name: str | None, args: Any) -> bool:
+        if call_id is not None and call.id is not None and call_id != call.id:
+            # LM Studio sends a fresh id on every fragment of one call: only a name or a
+            # finished object before it says this is another call (Ollama reuses index 0).
+            return name is not None or (call.complete() and bool(args))
+        if name is not None and call.name and call.complete():
+            if name != call.name:
+                return True
+            return bool(args) and not self._resent(call, name, args)
+        return False
+
+    def _open(
+        self,
+        call: _Call,
+        *,
+        turn: int,
+        call_id: str | None,
+        name: str | None,
+        args: Any,
+        meta: dict[str, Any] | None,
+        parent: Any,
+        out: list[ToolChunk],
+    ) -> None:
+        call.id = call_id
+        call.name = name
+        pending = self._pending_meta.pop(turn, None)
+        if pending:
+            meta = {**pending, **(meta or {})}
+        snapshot = None
+        delta = None
+        if isinstance(args, dict):
+            call.is_object = True
+            call.parts = [json.dumps(args)]
+            snapshot = args
+        elif args:
+            call.parts = [args]
+            call.length = len(args)
+            delta = args
+        out.append(
+            ToolChunk(
+                index=call.index,
+                turn=turn,
+                id=call_id,
+                name=name,
+                args_delta=delta,
+                args_snapshot=snapshot,
+                meta=meta,
+                parent_id=parent if isinstance(parent, str) else None,
+            )
+        )
+
+    def _continue(
+        self,
+        call: _Call,
+        *,
+        turn: int,
+        call_id: str | None,
+        name: str | None,
+        args: Any,
+        meta: dict[str, Any] | None,
+        out: list[ToolChunk],
+    ) -> None:
+        new_id = None
+        if call_id is not None and call.id is None:
+            call.id = new_id = call_id
+        new_name = None
+        if name is not None and name != call.name:
+            if not call.name or name.startswith(call.name):
+                call.name = name
+            else:
+                call.name += name  # a name streamed in fragments
+            new_name = call.name
+        delta: str | None = None
+        snapshot: str | dict[str, Any] | None = None
+        if isinstance(args, dict):
+            call.is_object = True
+            call.parts = [json.dumps(args)]
+            snapshot = args
+        elif args:
+            if not isinstance(args, str):
+                raise ChunkSequenceError(
+                    f"tool call arguments are a {type(args).__name__}; expected text or an object"
+                )
+            length = call.length
+            if len(args) > length > 0 and args.startswith(call.text()):
+                snapshot = args  # cumulative server: the whole text so far, again
+                call.parts = [args]
+                call.length = len(args)
+            elif len(args) == length and args == call.text() and call.complete():
+                pass  # a duplicate resend of finished arguments
+            else:
+                call.parts.append(args)
+                call.length = length + len(args)
+                delta = args
+        if new_id is None and new_name is None and delta is not None and meta is None:
+            out.append(ToolChunk(index=call.index, turn=turn, args_delta=delta))
+        elif new_id or new_name or delta is not None or snapshot is not None or meta:
+            out.append(
+                ToolChunk(
+                    index=call.index,
+                    turn=turn,
+                    id=new_id,
+                    name=new_name,
+                    args_delta=delta,
+                    args_snapshot=snapshot,
+                    meta=meta,
+                )
+            )
+
+    def _meta_only(
+        self, turn: int, raw_index: Any, meta: dict[str, Any], out: list[ToolChunk]
+    ) -> None:
+        calls = self._calls.get(turn)
+        call = self._by_key.get((turn, raw_index)) if raw_index is not None else None
+        if call is None and calls:
+            call = calls[-1]
+        if call is None:
+            self._pending_meta.setdefault(turn, {}).update(meta)
+            return
+        out.append(ToolChunk(index=call.index, turn=turn, meta=meta))

@@ -1,0 +1,399 @@
+"""ToolBuffer: normalized chunks in, complete tool calls out."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from toolref.errors import ChunkSequenceError
+from toolref.streaming.call import CallStatus, ToolCall
+from toolref.streaming.chunk import ABORTED, ArgPatch, ToolChunk
+from toolref.streaming.event import (
+    ArgumentsProgress,
+    CallCompleted,
+    CallFailed,
+    CallStarted,
+    ToolEvent,
+)
+
+_NO_EVENTS: tuple[ToolEvent, ...] = ()
+
+
+class _Slot:
+    """The mutable state of one call while it streams."""
+
+    __slots__ = (
+        "closed",
+        "id",
+        "index",
+        "kind",
+        "last_progress",
+        "meta",
+        "name",
+        "obj",
+        "parent_id",
+        "parts",
+        "provider_executed",
+        "turn",
+    )
+
+    def __init__(self, turn: int, index: int) -> None:
+        self.turn = turn
+        self.index = index
+        self.id: str | None = None
+        self.name: str | None = None
+        self.kind = "function"
+        self.provider_executed = False
+        self.parts: list[str] = []  # joined once at the end: `+=` per chunk is quadratic
+        self.obj: dict[str, Any] | None = None  # set when arguments arrive as an object
+        self.meta: dict[str, Any] = {}
+        self.parent_id: str | None = None
+        self.closed = False
+        self.last_progress = -math.inf
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _merge(into: MutableMapping[str, Any], extra: Mapping[str, Any]) -> None:
+    for key, value in extra.items():
+        current = into.get(key)
+        if isinstance(current, dict) and isinstance(value, Mapping):
+            _merge(current, value)
+        else:
+            into[key] = copy.deepcopy(value)
+
+
+def _apply_patch(obj: dict[str, Any], patch: ArgPatch) -> None:
+    if not patch.path:
+        raise ChunkSequenceError("an argument patch needs a non-empty path below the root")
+    node: Any = obj
+    for part, following in zip(patch.path, patch.path[1:], strict=False):
+        empty: Any = [] if isinstance(following, int) else {}
+        node = _child(node, part, empty, patch)
+    last = patch.path[-1]
+    value = patch.value
+    if patch.append:
+        existing = _get(node, last)
+        if isinstance(existing, str) and isinstance(value, str):
+            value = existing + value
+    _set(node, last, value, patch)
+
+
+def _get(node: Any, part: str | int) -> Any:
+    if isinstance(node, dict):
+        return node.get(part)
+    if isinstance(node, list) and isinstance(part, int) and part < len(node):
+        return node[part]
+    return None
+
+
+def _set(node: Any, part: str | int, value: Any, patch: ArgPatch) -> None:
+    if isinstance(node, dict) and isinstance(part, str):
+        node[part] = value
+    elif isinstance(node, list) and isinstance(part, int) and part >= 0:
+        node.extend([None] * (part + 1 - len(node)))
+        node[part] = value
+    else:
+        raise ChunkSequenceError(
+            f"argument patch path {list(patch.path)!r} steps with {part!r} into a "
+            f"{type(node).__name__}; a patch must follow the shape earlier patches built"
+        )
+
+
+def _child(node: Any, part: str | int, empty: Any, patch: ArgPatch) -> Any:
+    child = _get(node, part)
+    if not isinstance(child, dict | list):
+        child = empty
+        _set(node, part, child, patch)
+    return child
+
+
+class ToolBuffer:
+    """Accumulates the chunks of one streamed response into complete tool calls.
+
+    Feed it `ToolChunk`s from an adapter (`feed` returns the events they caused), then
+    `close()` at the end of the stream for the calls in call order. Calls close on their
+    provider's signal or at the end of their turn; calls cut off by truncation, an error
+    or `abort()` are `incomplete`, and arguments that are not a JSON object make a call
+    `invalid`: neither is ever `runnable`. Ids are unique within the buffer.
+
+    `progress_interval` throttles `ArgumentsProgress` events per call (seconds; `0` for
+    every delta, `None` for none).
+    """
+
+    def __init__(
+        self,
+        *,
+        progress_interval: float | None = 0.05,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._interval = progress_interval
+        self._clock = clock
+        self._slots: dict[tuple[int, int], _Slot] = {}
+        self._calls: dict[tuple[int, int], ToolCall] = {}
+        self._ids: set[str] = set()
+        self._ended: set[int] = set()
+        self._closed = False
+        self._synthesized = 0
+        self.finish_reasons: dict[int, str] = {}
+        self.errors: dict[int, tuple[str | None, str]] = {}
+
+    # --- feeding ---
+
+    def feed(self, chunk: ToolChunk) -> Sequence[ToolEvent]:
+        """Apply one chunk; raise `ChunkSequenceError` for a sequence no provider produces."""
+        if self._closed:
+            raise ChunkSequenceError(
+                "chunk fed after close() or abort(); use a new ToolBuffer per response"
+            )
+        index = chunk.index
+        if index is None:
+            return self._turn_chunk(chunk)
+        key = (chunk.turn, index)
+        slot = self._slots.get(key)
+        events: Sequence[ToolEvent] = _NO_EVENTS
+        if slot is None:
+            slot = self._open(chunk)
+            events = [CallStarted(chunk.turn, index, chunk.id, chunk.name)]
+        elif slot.closed:
+            return self._after_close(key, chunk)
+        self._apply(slot, chunk)
+        if chunk.error is not None:
+            return [*events, self._finish(slot, chunk.error, chunk.error_type)]
+        if chunk.done:
+            return [*events, self._finish(slot)]
+        if chunk.args_delta is not None or chunk.args_snapshot is not None or chunk.args_patch:
+            return self._progress(slot, events)
+        return events
+
+    def feed_all(self, chunks: Iterable[ToolChunk]) -> list[ToolEvent]:
+        events: list[ToolEvent] = []
+        for chunk in chunks:
+            events.extend(self.feed(chunk))
+        return events
+
+    def _open(self, chunk: ToolChunk) -> _Slot:
+        index = chunk.index
+        if not isinstance(index, int) or index < 0:
+            raise ChunkSequenceError(
+                f"call index {index!r} is not a non-negative integer; adapters number calls "
+                "from 0 within a turn"
+            )
+        if chunk.turn in self._ended:
+            raise ChunkSequenceError(
+                f"call {index} of turn {chunk.turn} started after that turn finished; a turn's "
+                "finish chunk must come after all of its calls"
+            )
+        slot = _Slot(chunk.turn, index)
+        self._slots[(chunk.turn, index)] = slot
+        return slot
+
+    def _apply(self, slot: _Slot, chunk: ToolChunk) -> None:
+        if chunk.id:
+            if slot.id is None or chunk.done:
+                slot.id = chunk.id  # a closing chunk is authoritative (Responses' done item)
+            elif slot.id != chunk.id:
+                raise ChunkSequenceError(
+                    f"call {slot.index} has id {slot.id!r}, and a chunk for it carries id "
+                    f"{chunk.id!r}; a call has one id (open a new index for a new call)"
+                )
+        if chunk.name:
+            slot.name = chunk.name
+        if chunk.kind is not None:
+            slot.kind = chunk.kind
+        if chunk.provider_executed is not None:
+            slot.provider_executed = chunk.provider_executed
+        if chunk.parent_id is not None:
+            slot.parent_id = chunk.parent_id
+        if chunk.meta:
+            _merge(slot.meta, chunk.meta)
+        snapshot = chunk.args_snapshot
+        if isinstance(snapshot, str):
+            slot.parts = [snapshot]
+            slot.obj = None
+        elif snapshot is not None:
+            slot.parts = []
+            slot.obj = copy.deepcopy(dict(snapshot))
+        if chunk.args_patch:
+            if slot.obj is None:
+                if "".join(slot.parts).strip():
+                    self._mixed(slot)
+                slot.obj = {}
+            for patch in chunk.args_patch:
+                _apply_patch(slot.obj, patch)
+        if chunk.args_delta is not None:
+            if slot.obj is not None:
+                self._mixed(slot)
+            slot.parts.append(chunk.args_delta)
+
+    @staticmethod
+    def _mixed(slot: _Slot) -> None:
+        raise ChunkSequenceError(
+            f"call {slot.index} ({slot.name or 'unnamed'}) got argument text and argument "
+            "patches; a call streams one or the other (send a snapshot to switch)"
+        )
+
+    def _progress(self, slot: _Slot, events: Sequence[ToolEvent]) -> Sequence[ToolEvent]:
+        if self._interval is None:
+            return events
+        now = self._clock()
+        if now - slot.last_progress < self._interval:
+            return events
+        slot.last_progress = now
+        obj = copy.deepcopy(slot.obj) if slot.obj is not None else None
+        progress = ArgumentsProgress(slot.turn, slot.index, slot.name, slot.parts, len(slot.parts))
+        progress._object = obj
+        return [*events, progress]
+
+    def _after_close(self, key: tuple[int, int], chunk: ToolChunk) -> Sequence[ToolEvent]:
+        content = (
+            chunk.args_delta,
+            chunk.args_snapshot,
+            chunk.args_patch,
+            chunk.error,
+            chunk.id,
+            chunk.name,
+        )
+        if any(part is not None for part in content):
+            raise ChunkSequenceError(
+                f"call {key[1]} of turn {key[0]} got more content after it closed; "
+                "a closed call takes only metadata"
+            )
+        if chunk.meta:
+            call = self._calls[key]
+            meta = copy.deepcopy(dict(call.meta))
+            _merge(meta, chunk.meta)
+            self._calls[key] = replace(call, meta=meta)
+        return _NO_EVENTS
+
+    def _turn_chunk(self, chunk: ToolChunk) -> Sequence[ToolEvent]:
+        if chunk.id or chunk.name or chunk.args_delta or chunk.args_snapshot or chunk.args_patch:
+            raise ChunkSequenceError(
+                "a chunk without a call index carries call content (id, name or arguments); "
+                "set `index` to the call it belongs to"
+            )
+        turn = chunk.turn
+        if chunk.finish_reason is not None:
+            self.finish_reasons[turn] = chunk.finish_reason
+        events: list[ToolEvent] = []
+        if chunk.error is not None:
+            self.errors.setdefault(turn, (chunk.error_type, chunk.error))
+            events = self._finish_turn(turn, chunk.error, chunk.error_type)
+        elif chunk.done:
+            events = self._finish_turn(turn, None, None)
+        if chunk.done or chunk.error is not None:
+            self._ended.add(turn)
+        return events
+
+    def _finish_turn(self, turn: int, error: str | None, error_type: str | None) -> list[ToolEvent]:
+        return [
+            self._finish(slot, error, error_type)
+            for slot in sorted(self._slots.values(), key=lambda s: s.index)
+            if slot.turn == turn and not slot.closed
+        ]
+
+    # --- finishing ---
+
+    def close(self) -> list[ToolCall]:
+        """The stream ended: close every open call as it stands; the calls in call order."""
+        if not self._closed:
+            for slot in self._open_slots():
+                self._finish(slot)
+            self._closed = True
+        return self.calls()
+
+    def abort(self, reason: str = "the stream was aborted") -> list[ToolCall]:
+        """The stream was cut off: every open call becomes incomplete; the calls in order."""
+        if not self._closed:
+            for slot in self._open_slots():
+                self._finish(slot, reason, ABORTED)
+            self._closed = True
+        return self.calls()
+
+    def calls(self) -> list[ToolCall]:
+        """Closed calls so far, ordered by turn and call index."""
+        return [self._calls[key] for key in sorted(self._calls)]
+
+    @property
+    def has_tool_calls(self) -> bool:
+        """True when some call is runnable, whatever finish reason the provider gave."""
+        return any(call.runnable for call in self._calls.values())
+
+    def _open_slots(self) -> list[_Slot]:
+        return [self._slots[key] for key in sorted(self._slots) if not self._slots[key].closed]
+
+    def _finish(
+        self, slot: _Slot, error: str | None = None, error_type: str | None = None
+    ) -> CallCompleted | CallFailed:
+        slot.closed = True
+        raw, arguments, status, error = self._parse(slot, error)
+        call = ToolCall(
+            index=slot.index,
+            id=self._unique_id(slot),
+            name=slot.name or "",
+            status=status,
+            arguments=arguments,
+            raw_arguments=raw,
+            error=error,
+            error_type=error_type if status is CallStatus.INCOMPLETE else None,
+            turn=slot.turn,
+            kind=slot.kind,
+            provider_executed=slot.provider_executed,
+            parent_id=slot.parent_id,
+            meta=slot.meta,
+        )
+        self._calls[(slot.turn, slot.index)] = call
+        return CallCompleted(call) if status is CallStatus.COMPLETE else CallFailed(call)
+
+    @staticmethod
+    def _parse(
+        slot: _Slot, error: str | None
+    ) -> tuple[str, dict[str, Any] | None, CallStatus, str | None]:
+        if slot.obj is not None:
+            raw = json.dumps(slot.obj, ensure_ascii=False, separators=(",", ":"))
+        else:
+            raw = "".join(slot.parts)
+        if error is not None:
+            return raw, None, CallStatus.INCOMPLETE, error
+        if slot.kind == "custom":  # freeform input (Responses custom tools), not JSON
+            value: Any = {"input": raw}
+        elif slot.obj is not None:
+            value = slot.obj
+        elif not raw.strip():
+            value = {}  # many providers send "" for a tool without arguments
+        else:
+            try:
+                value = json.loads(raw, parse_constant=_reject_constant)
+            except ValueError as exc:
+                return raw, None, CallStatus.INVALID, f"arguments are not valid JSON: {exc}"
+        if not isinstance(value, dict):
+            kind = type(value).__name__
+            return raw, None, CallStatus.INVALID, f"arguments are a JSON {kind}, not an object"
+        if not slot.name:
+            return raw, None, CallStatus.INVALID, "no tool name arrived for this call"
+        return raw, value, CallStatus.COMPLETE, None
+
+    def _unique_id(self, slot: _Slot) -> str:
+        wanted = slot.id
+        if not wanted:
+            while True:
+                self._synthesized += 1
+                wanted = f"call_toolref_{self._synthesized}"
+                if wanted not in self._ids:
+                    break
+            slot.meta["synthesized_id"] = True
+        elif wanted in self._ids:
+            slot.meta["original_id"] = wanted
+            n = 2
+            while f"{wanted}_{n}" in self._ids:
+                n += 1
+            wanted = f"{wanted}_{n}"
+        self._ids.add(wanted)
+        return wanted
