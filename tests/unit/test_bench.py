@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from loadtests import report, rewriting
+from loadtests import report, rewriting, streams
 from loadtests.timing import Timing, measure
 from loadtests.traces import Trace, load
 
@@ -82,3 +83,20 @@ def test_handoff_section_and_example() -> None:
     example = handoffs.example(small_trace(), lines=5)
     assert "**Before**" in example
     assert "[CONTEXT FROM PREVIOUS SESSION]" in example
+
+
+def test_streaming_section_compares_the_buffer_with_decoding() -> None:
+    section = streams.run(rounds=1, min_time=0.001)
+    assert [row[0] for row in section.rows] == ["openai_chat", "anthropic"]
+    assert all(row[1] == "10,000" for row in section.rows)
+    assert set(section.figures) == {"openai_chat", "anthropic"}
+    assert all(value > 0 for value in section.figures.values())
+    assert len(section.verdicts) == 2
+
+
+def test_streaming_bench_streams_have_10000_chunks_and_8_calls() -> None:
+    for provider, build in streams.STREAMS.items():
+        payloads = build()
+        assert len(payloads) == streams.CHUNKS
+        events = [json.loads(p) for p in payloads]
+        assert streams.consume(provider, events) == streams.CALLS

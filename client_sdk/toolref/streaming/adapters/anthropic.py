@@ -29,12 +29,11 @@ class AnthropicAdapter(BlockAdapter):
         if event is None:
             return []
         kind = event.get("type")
-        if kind == "content_block_delta":
-            delta = event.get("delta") or {}
-            if delta.get("type") != "input_json_delta":
+        if kind == "content_block_delta":  # the hot path: keep it lean
+            delta = event.get("delta")
+            if not delta or delta.get("type") != "input_json_delta":
                 return []
-            block = as_int(event.get("index", 0), "content block index")
-            return self._release() + self._delta(block, delta.get("partial_json") or "")
+            return self._delta(event.get("index", 0), delta.get("partial_json"))
         if kind == "ping":
             return []
         if kind == "message_delta":

@@ -135,12 +135,19 @@ class BlockAdapter(StreamAdapter):
             self._started_with[index] = start_input
         return ToolChunk(index=index, **chunk_fields)
 
-    def _delta(self, block: int, text: str) -> list[ToolChunk]:
+    def _delta(self, block: Any, text: Any) -> list[ToolChunk]:
+        """Argument text for a tool block; deltas of other blocks (text) give nothing."""
         index = self._blocks.get(block)
-        if index is None or not text:
+        if index is None:
+            if isinstance(block, str) and block.strip().isdigit():
+                return self._delta(int(block), text)
             return []
+        if not text:
+            return []
+        out = self._release() if self._held is not None else []
         self._got_delta.add(index)
-        return [ToolChunk(index=index, args_delta=text)]
+        out.append(ToolChunk(index=index, args_delta=text))
+        return out
 
     def _stop(self, block: int) -> None:
         index = self._blocks.get(block)

@@ -27,8 +27,7 @@ class BedrockAdapter(BlockAdapter):
             tool_use = (body.get("delta") or {}).get("toolUse")
             if not tool_use:
                 return []
-            block = as_int(body.get("contentBlockIndex", 0), "contentBlockIndex")
-            return self._release() + self._delta(block, tool_use.get("input") or "")
+            return self._delta(body.get("contentBlockIndex", 0), tool_use.get("input"))
         if "messageStop" in event:
             reason = event["messageStop"].get("stopReason")
             error_type = _STOPS.get(reason or "")
