@@ -25,7 +25,17 @@ _PLACEHOLDER_IDS = frozenset(("", "null", "None"))
 class _Call:
     """What the adapter must remember of a call to route the next fragment."""
 
-    __slots__ = ("checked", "id", "index", "is_object", "length", "name", "parts", "whole")
+    __slots__ = (
+        "checked",
+        "cumulative",
+        "id",
+        "index",
+        "is_object",
+        "length",
+        "name",
+        "parts",
+        "whole",
+    )
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -34,6 +44,7 @@ class _Call:
         self.parts: list[str] = []
         self.length = 0
         self.is_object = False
+        self.cumulative = False  # latched once the server resent the whole text
         self.checked = -1  # length at which `whole` was last computed
         self.whole = False
 
@@ -125,7 +136,7 @@ class OpenAIChatAdapter(StreamAdapter):
         name = function.get("name") or None
         args = function.get("arguments")
         meta = None
-        if len(fragment) > 2:
+        if len(fragment) > 2 or "function" not in fragment:
             extras = {k: v for k, v in fragment.items() if k not in _KNOWN and v is not None}
             meta = extras or None
         if call_id is None and name is None and not args:
@@ -159,14 +170,26 @@ class OpenAIChatAdapter(StreamAdapter):
             current = self._by_key.get((turn, raw_index))
             if current is None and call_id is not None:
                 for earlier in calls:
-                    if earlier.id == call_id and self._resent(earlier, name, args):
-                        return None
+                    if earlier.id == call_id and self._same_call(earlier, name, args):
+                        # LocalAI emits one call at several indexes: merge by id.
+                        self._by_key[(turn, raw_index)] = earlier
+                        return earlier
         if current is not None and not self._starts_new(current, call_id, name, args):
             return current
         fresh = _Call(len(calls))
         calls.append(fresh)
         self._by_key[(turn, raw_index)] = fresh
         return fresh
+
+    @staticmethod
+    def _same_call(call: _Call, name: str | None, args: Any) -> bool:
+        """Whether a fragment with `call`'s id at another index is `call` again (LocalAI)
+        rather than another call that reuses the id (OpenRouter upstreams)."""
+        if name not in (None, call.name):
+            return False
+        if isinstance(args, dict):
+            return call.is_object and json.loads(call.text()) == args
+        return not args or (isinstance(args, str) and call.text().startswith(args))
 
     @staticmethod
     def _resent(call: _Call, name: str | None, args: Any) -> bool:
@@ -264,8 +287,13 @@ class OpenAIChatAdapter(StreamAdapter):
                 snapshot = args  # cumulative server: the whole text so far, again
                 call.parts = [args]
                 call.length = len(args)
-            elif len(args) == length and args == call.text() and call.complete():
-                pass  # a duplicate resend of finished arguments
+                call.cumulative = True
+            elif (
+                len(args) <= length
+                and (call.cumulative or call.complete())
+                and (call.text().startswith(args))
+            ):
+                pass  # a resend of text already here (cumulative servers, LocalAI)
             else:
                 call.parts.append(args)
                 call.length = length + len(args)
