@@ -22,6 +22,7 @@ from toolref.streaming.event import (
 )
 
 _NO_EVENTS: tuple[ToolEvent, ...] = ()
+_FREEFORM = frozenset(("custom", "custom_tool_call"))
 
 
 class _Slot:
@@ -61,6 +62,13 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise ValueError(f"{text} is too large for a double")
+    return number
+
+
 def _merge(into: MutableMapping[str, Any], extra: Mapping[str, Any]) -> None:
     for key, value in extra.items():
         current = into.get(key)
@@ -89,7 +97,7 @@ def _apply_patch(obj: dict[str, Any], patch: ArgPatch) -> None:
 def _get(node: Any, part: str | int) -> Any:
     if isinstance(node, dict):
         return node.get(part)
-    if isinstance(node, list) and isinstance(part, int) and part < len(node):
+    if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
         return node[part]
     return None
 
@@ -109,9 +117,14 @@ def _set(node: Any, part: str | int, value: Any, patch: ArgPatch) -> None:
 
 def _child(node: Any, part: str | int, empty: Any, patch: ArgPatch) -> Any:
     child = _get(node, part)
-    if not isinstance(child, dict | list):
+    if child is None:
         child = empty
         _set(node, part, child, patch)
+    elif not isinstance(child, dict | list):
+        raise ChunkSequenceError(
+            f"argument patch path {list(patch.path)!r} steps through {part!r}, which holds "
+            f"a {type(child).__name__}; a patch must follow the shape earlier patches built"
+        )
     return child
 
 
@@ -362,7 +375,7 @@ class ToolBuffer:
             raw = "".join(slot.parts)
         if error is not None:
             return raw, None, CallStatus.INCOMPLETE, error
-        if slot.kind == "custom":  # freeform input (Responses custom tools), not JSON
+        if slot.kind in _FREEFORM:  # Responses custom tools take text, not JSON
             value: Any = {"input": raw}
         elif slot.obj is not None:
             value = slot.obj
@@ -370,7 +383,7 @@ class ToolBuffer:
             value = {}  # many providers send "" for a tool without arguments
         else:
             try:
-                value = json.loads(raw, parse_constant=_reject_constant)
+                value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite)
             except ValueError as exc:
                 return raw, None, CallStatus.INVALID, f"arguments are not valid JSON: {exc}"
         if not isinstance(value, dict):

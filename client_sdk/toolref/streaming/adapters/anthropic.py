@@ -38,7 +38,8 @@ class AnthropicAdapter(BlockAdapter):
             return []
         if kind == "message_delta":
             self._reason = (event.get("delta") or {}).get("stop_reason") or self._reason
-            return self._release(self._reason if _STOPS.get(self._reason or "") else None)
+            stopped = _STOPS.get(self._reason or "")
+            return self._release(self._reason, stopped) if stopped else self._release()
         out = self._release()
         if kind == "content_block_start":
             out += self._block_start(event)

@@ -22,7 +22,10 @@ def as_event(event: Any) -> Mapping[str, Any] | None:
     if type(event) is dict or isinstance(event, Mapping):
         return event
     if isinstance(event, bytes | bytearray):
-        event = event.decode()
+        try:
+            event = event.decode()
+        except UnicodeDecodeError as exc:
+            raise ChunkSequenceError(f"stream event is not UTF-8 text: {exc}") from None
     if isinstance(event, str):
         text = event.strip()
         if text.startswith("data:"):
@@ -59,6 +62,8 @@ def pick(mapping: Mapping[str, Any], camel: str, snake: str) -> Any:
 
 
 def as_int(value: Any, what: str) -> int:
+    if value is None:
+        return 0  # SDK dumps write an absent index as null
     if isinstance(value, bool):
         raise ChunkSequenceError(f"{what} is a boolean ({value!r}); it must be an integer")
     if isinstance(value, int):
@@ -154,18 +159,20 @@ class BlockAdapter(StreamAdapter):
         if index is not None:
             self._held = index
 
-    def _release(self, truncated_by: str | None = None) -> list[ToolChunk]:
-        """The held close, as a close or (when the message was truncated) as incomplete."""
+    def _release(
+        self, stopped_by: str | None = None, error_type: str = TRUNCATED
+    ) -> list[ToolChunk]:
+        """The held close, as a close or (when the message was cut short) as incomplete."""
         index, self._held = self._held, None
         if index is None:
             return []
-        if truncated_by is not None:
+        if stopped_by is not None:
             return [
                 ToolChunk(
                     index=index,
-                    error=f"stop reason {truncated_by!r} came while this call was the last "
+                    error=f"stop reason {stopped_by!r} came while this call was the last "
                     "thing generated; its arguments may be cut short",
-                    error_type=TRUNCATED,
+                    error_type=error_type,
                 )
             ]
         start_input = self._started_with.get(index)

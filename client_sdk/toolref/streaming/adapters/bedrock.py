@@ -31,7 +31,7 @@ class BedrockAdapter(BlockAdapter):
         if "messageStop" in event:
             reason = event["messageStop"].get("stopReason")
             error_type = _STOPS.get(reason or "")
-            out = self._release(reason if error_type else None)
+            out = self._release(reason, error_type) if error_type else self._release()
             error = f"stopReason {reason!r} cut the message short" if error_type else None
             return [*out, self._finish(0, reason, error, error_type)]
         if "metadata" in event:

@@ -29,6 +29,17 @@ _STEP = re.compile(
 )
 
 
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)")
+_ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = match.group(1)
+    if code.startswith("u") and len(code) == 5:
+        return chr(int(code[1:], 16))
+    return _ESCAPES.get(code, code)  # \\ \' \" \/ stand for themselves
+
+
 def json_path(text: str) -> tuple[PathPart, ...]:
     """The steps of an RFC 9535 normalized path such as `$.recipe.items[0]['a b']`."""
     if not text.startswith("$"):
@@ -46,7 +57,7 @@ def json_path(text: str) -> tuple[PathPart, ...]:
             steps.append(int(number))
         else:
             quoted = single if single is not None else double
-            steps.append(name if quoted is None else re.sub(r"\\(.)", r"\1", quoted))
+            steps.append(name if quoted is None else _ESCAPE.sub(_unescape, quoted))
         at = match.end()
     return tuple(steps)
 
