@@ -194,7 +194,7 @@ class ToolBuffer:
 
     def _open(self, chunk: ToolChunk) -> _Slot:
         index = chunk.index
-        if not isinstance(index, int) or index < 0:
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
             raise ChunkSequenceError(
                 f"call index {index!r} is not a non-negative integer; adapters number calls "
                 "from 0 within a turn"

@@ -22,6 +22,13 @@ _TRUNCATING = {"length": TRUNCATED, "content_filter": FILTERED}
 _PLACEHOLDER_IDS = frozenset(("", "null", "None"))
 
 
+def _is_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
 class _Call:
     """What the adapter must remember of a call to route the next fragment."""
 
@@ -182,6 +189,21 @@ class OpenAIChatAdapter(StreamAdapter):
         return fresh
 
     @staticmethod
+    def _cumulative(call: _Call, args: str) -> bool:
+        """Whether `args`, which is longer than the text so far, resends it whole.
+
+        A delta can begin with the text so far by chance (`{"a": ` then `{"a": 1}}`), so on
+        first sight the reading under which the arguments parse wins; undecided, a
+        cumulative server is the likelier source.
+        """
+        text = call.text()
+        if not args.startswith(text):
+            return False
+        if call.cumulative:
+            return True
+        return not (_is_object(text + args) and not _is_object(args))
+
+    @staticmethod
     def _same_call(call: _Call, name: str | None, args: Any) -> bool:
         """Whether a fragment with `call`'s id at another index is `call` again (LocalAI)
         rather than another call that reuses the id (OpenRouter upstreams)."""
@@ -283,7 +305,7 @@ class OpenAIChatAdapter(StreamAdapter):
                     f"tool call arguments are a {type(args).__name__}; expected text or an object"
                 )
             length = call.length
-            if len(args) > length > 0 and args.startswith(call.text()):
+            if len(args) > length > 0 and self._cumulative(call, args):
                 snapshot = args  # cumulative server: the whole text so far, again
                 call.parts = [args]
                 call.length = len(args)
