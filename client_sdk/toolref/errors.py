@@ -294,6 +294,27 @@ class UnusableToolCallError(StreamError):
     title = "Tool call cannot be used"
 
 
+class AcpError(ToolrefError, ValueError):
+    """Client side: an ACP notification the protocol cannot carry."""
+
+    slug = "acp"
+    title = "ACP notification refused"
+
+
+class UnknownToolCallError(AcpError):
+    """Client side: an update for a tool call id that was never announced with tool_call."""
+
+    slug = "acp-unknown-tool-call"
+    title = "Tool call never announced"
+
+
+class DuplicateToolCallError(AcpError):
+    """Client side: a second tool_call for an id; clients reset the call when they get one."""
+
+    slug = "acp-duplicate-tool-call"
+    title = "Tool call announced twice"
+
+
 def _all_subclasses(cls: type[ToolrefError]) -> list[type[ToolrefError]]:
     found: list[type[ToolrefError]] = []
     for sub in cls.__subclasses__():

@@ -1,0 +1,58 @@
+"""The state of one ACP tool call, and its wire form."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from toolref.acp.kind import ToolKind
+
+
+class ToolCallStatus(StrEnum):
+    PENDING = "pending"  # input still streaming, or awaiting approval
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+# Python attribute -> ACP field name, in the order the wire shows them.
+FIELDS: dict[str, str] = {
+    "title": "title",
+    "kind": "kind",
+    "status": "status",
+    "content": "content",
+    "locations": "locations",
+    "raw_input": "rawInput",
+    "raw_output": "rawOutput",
+}
+
+
+@dataclass(slots=True)
+class ToolCallState:
+    """What the client shows for one tool call. `raw_input` / `raw_output` of `None` mean
+    "never set": ACP v1 has no way to clear them once sent."""
+
+    id: str
+    title: str
+    kind: ToolKind = ToolKind.OTHER
+    status: ToolCallStatus = ToolCallStatus.PENDING
+    content: list[dict[str, Any]] = field(default_factory=list)
+    locations: list[dict[str, Any]] = field(default_factory=list)
+    raw_input: Any = None
+    raw_output: Any = None
+
+    def fields(self) -> dict[str, Any]:
+        """Every field with a value, by its ACP name (no `null`s: v1 reads them as no change)."""
+        out: dict[str, Any] = {}
+        for attr, wire in FIELDS.items():
+            value = getattr(self, attr)
+            if isinstance(value, StrEnum):
+                out[wire] = value.value
+            elif value is not None:
+                out[wire] = copy.deepcopy(value) if isinstance(value, list | dict) else value
+        return out
+
+    def copy(self) -> ToolCallState:
+        return copy.deepcopy(self)

@@ -1,0 +1,50 @@
+"""A human title and file locations for a tool call, from its name and arguments."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Final
+
+# The argument that says most about a call, in order of preference.
+_SUBJECTS: Final = (
+    "command",
+    "cmd",
+    "file_path",
+    "path",
+    "filename",
+    "pattern",
+    "query",
+    "url",
+    "description",
+)
+_PATHS: Final = ("file_path", "path", "filename", "notebook_path")
+_LIMIT: Final = 80
+
+
+def title_for(name: str, arguments: Any) -> str:
+    """`bash: ls -la`, `read_file: /src/app.py`, or just the name."""
+    if isinstance(arguments, Mapping):
+        for key in _SUBJECTS:
+            value = arguments.get(key)
+            if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+                value = " ".join(value)  # argv-style commands
+            if isinstance(value, str) and value.strip():
+                subject = " ".join(value.split())
+                title = f"{name}: {subject}"
+                return title if len(title) <= _LIMIT else title[: _LIMIT - 1] + "…"
+    return name or "tool call"
+
+
+def locations_for(arguments: Any) -> list[dict[str, Any]]:
+    """The absolute file path a call names, as an ACP location (with its line if given)."""
+    if not isinstance(arguments, Mapping):
+        return []
+    for key in _PATHS:
+        path = arguments.get(key)
+        if isinstance(path, str) and os.path.isabs(path):
+            line = arguments.get("line", arguments.get("offset"))
+            if isinstance(line, int) and not isinstance(line, bool) and line >= 0:
+                return [{"path": path, "line": line}]
+            return [{"path": path}]
+    return []

@@ -1,0 +1,240 @@
+"""ToolCallTracker: ACP `session/update` notifications that carry only what changed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolref.acp.builder import Change, UpdateBuilder
+from toolref.acp.content import text_content
+from toolref.acp.kind import ToolKind, tool_kind
+from toolref.acp.plan import plan_entries
+from toolref.acp.state import ToolCallState, ToolCallStatus
+from toolref.acp.title import locations_for, title_for
+from toolref.canonical import canonical_json
+from toolref.errors import AcpError, DuplicateToolCallError, UnknownToolCallError
+from toolref.streaming.call import CallStatus, ToolCall
+
+Notification = dict[str, Any]
+_FINAL = frozenset((ToolCallStatus.COMPLETED, ToolCallStatus.FAILED))
+
+
+def _digest(value: Any) -> bytes:
+    return hashlib.blake2b(canonical_json(value), digest_size=16).digest()
+
+
+def _size(update: Mapping[str, Any]) -> int:
+    return len(json.dumps(update, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+@dataclass(slots=True)
+class _Call:
+    current: ToolCallState
+    sent: dict[str, bytes] = field(default_factory=dict)  # ACP field -> digest the client has
+    held_since: float | None = None  # set while an update waits to coalesce
+
+
+class ToolCallTracker:
+    """Tracks the tool calls of one ACP session and emits minimal notifications.
+
+    `start` sends `tool_call` once per id; `update(id)...send()` sends a `tool_call_update`
+    holding only the fields whose values changed since the client last heard (compared by
+    content hash, so an edit inside one content item counts), collections whole (`[]` to
+    clear), never `null`, and nothing at all when nothing changed.
+
+    `window` (seconds) coalesces: an update is held, later ones merge into it (latest value
+    of each field), and it goes out when the window has passed (`due()`, or the next update
+    after it), on `flush()`, or at once when the status becomes `completed` or `failed`.
+    `full_objects=True` is for clients that expect complete objects: every update then
+    carries the whole state. Every notification also goes to `sink`, when given.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        window: float = 0.0,
+        full_objects: bool = False,
+        sink: Callable[[Notification], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        kinds: Mapping[str, ToolKind | str] | None = None,
+    ) -> None:
+        if window < 0:
+            raise AcpError(f"coalescing window {window!r} is negative; use 0 to send at once")
+        self.session_id = session_id
+        self.window = window
+        self.full_objects = full_objects
+        self._sink = sink
+        self._clock = clock
+        self._kinds = kinds
+        self._calls: dict[str, _Call] = {}
+        self._plan: bytes | None = None
+        self.bytes_sent = 0  # compact JSON bytes of the `update` objects sent
+        self.bytes_full = 0  # what sending every update as the full object would have cost
+        self.notifications = 0
+
+    # --- tool calls ---
+
+    def start(
+        self,
+        call_id: str,
+        title: str,
+        *,
+        kind: ToolKind | str = ToolKind.OTHER,
+        status: ToolCallStatus | str = ToolCallStatus.PENDING,
+        content: Iterable[Mapping[str, Any]] = (),
+        locations: Iterable[Mapping[str, Any]] = (),
+        raw_input: Any = None,
+        raw_output: Any = None,
+    ) -> list[Notification]:
+        """Announce a call with `tool_call` (sent at once: updates must come after it)."""
+        if not isinstance(call_id, str) or not call_id:
+            raise AcpError(f"tool call id {call_id!r} must be a non-empty string")
+        if call_id in self._calls:
+            raise DuplicateToolCallError(
+                f"tool call {call_id!r} was already announced; a second tool_call makes "
+                "clients reset it (Zed clears its content), so send updates instead",
+                toolCallId=call_id,
+            )
+        if not isinstance(title, str) or not title:
+            raise AcpError(
+                f"tool call {call_id!r} needs a non-empty title; clients show it as the label",
+                toolCallId=call_id,
+            )
+        state = ToolCallState(
+            id=call_id,
+            title=title,
+            kind=ToolKind(kind),
+            status=ToolCallStatus(status),
+            content=[dict(item) for item in content],
+            locations=[dict(item) for item in locations],
+            raw_input=raw_input,
+            raw_output=raw_output,
+        )
+        call = self._calls[call_id] = _Call(state)
+        fields = state.fields()
+        call.sent = {name: _digest(value) for name, value in fields.items()}
+        update = {"sessionUpdate": "tool_call", "toolCallId": call_id, **fields}
+        return [self._emit(update, _size(update))]
+
+    def start_call(self, call: ToolCall, *, title: str | None = None) -> list[Notification]:
+        """Announce a streamed call (`toolref.streaming.ToolCall`): title and locations from
+        its name and arguments, kind from the kind table, `rawInput` its arguments. Calls
+        that arrived invalid or incomplete are announced as `failed`, with the reason."""
+        arguments = call.arguments if call.arguments is not None else {}
+        usable = call.status is CallStatus.COMPLETE
+        return self.start(
+            call.id,
+            title or title_for(call.name, arguments),
+            kind=tool_kind(call.name, arguments, overrides=self._kinds),
+            status=ToolCallStatus.PENDING if usable else ToolCallStatus.FAILED,
+            locations=locations_for(arguments),
+            raw_input=call.arguments if usable else {"INVALID_JSON": call.raw_arguments},
+            content=() if usable else [text_content(f"not run: {call.error}")],
+        )
+
+    def update(self, call_id: str) -> UpdateBuilder:
+        """A builder for changes to `call_id`; finish it with `.send()`."""
+        self._call(call_id)
+        return UpdateBuilder(self, call_id)
+
+    def apply(self, call_id: str, changes: Iterable[Change]) -> list[Notification]:
+        """Apply builder changes to a call; the notifications sent now."""
+        call = self._call(call_id)
+        state = call.current.copy()
+        for change in changes:
+            change(state)
+        call.current = state
+        now = self._clock()
+        if self.window <= 0 or state.status in _FINAL:
+            return self._send(call)
+        if call.held_since is None:
+            call.held_since = now
+            return []
+        if now - call.held_since >= self.window:
+            return self._send(call)
+        return []
+
+    def due(self) -> list[Notification]:
+        """Send held updates whose coalescing window has passed (call it from your loop)."""
+        now = self._clock()
+        return [
+            note
+            for call in self._calls.values()
+            if call.held_since is not None and now - call.held_since >= self.window
+            for note in self._send(call)
+        ]
+
+    def flush(self, call_id: str | None = None) -> list[Notification]:
+        """Send held updates now: of one call, or of every call."""
+        calls = [self._call(call_id)] if call_id is not None else list(self._calls.values())
+        return [note for call in calls if call.held_since is not None for note in self._send(call)]
+
+    def state(self, call_id: str) -> ToolCallState:
+        """The call's current state (including changes still held for coalescing)."""
+        return self._call(call_id).current.copy()
+
+    def pending(self, call_id: str) -> bool:
+        """Whether the call has changes the client has not been sent yet."""
+        call = self._call(call_id)
+        return any(
+            call.sent.get(name) != _digest(value) for name, value in call.current.fields().items()
+        )
+
+    # --- plans ---
+
+    def plan(self, source: Any) -> list[Notification]:
+        """Send a whole `plan` from `todo_write`-style arguments (`{"todos": [...]}`),
+        `update_plan`'s `{"plan": [...]}`, or a list of entries; unchanged plans are dropped."""
+        entries = plan_entries(source)
+        digest = _digest(entries)
+        if digest == self._plan:
+            return []
+        self._plan = digest
+        update = {"sessionUpdate": "plan", "entries": entries}
+        return [self._emit(update, _size(update))]
+
+    # --- internals ---
+
+    def _call(self, call_id: str) -> _Call:
+        call = self._calls.get(call_id)
+        if call is None:
+            raise UnknownToolCallError(
+                f"tool call {call_id!r} was never announced; send start({call_id!r}, title) "
+                "first (Zed shows an update for an unknown id as a failed 'Tool call not found')",
+                toolCallId=call_id,
+            )
+        return call
+
+    def _send(self, call: _Call) -> list[Notification]:
+        call.held_since = None
+        fields = call.current.fields()
+        changed = {
+            name: value for name, value in fields.items() if call.sent.get(name) != _digest(value)
+        }
+        if not changed:
+            return []  # nothing the client does not already show
+        for name, value in changed.items():
+            call.sent[name] = _digest(value)
+        head = {"sessionUpdate": "tool_call_update", "toolCallId": call.current.id}
+        full = {**head, **fields}
+        update = full if self.full_objects else {**head, **changed}
+        return [self._emit(update, _size(full))]
+
+    def _emit(self, update: dict[str, Any], full_size: int) -> Notification:
+        note = {"sessionId": self.session_id, "update": update}
+        self.bytes_sent += _size(update)
+        self.bytes_full += full_size
+        self.notifications += 1
+        if self._sink is not None:
+            self._sink(note)
+        return note
+
+
+def jsonrpc(notification: Notification) -> dict[str, Any]:
+    """The JSON-RPC message that carries a notification."""
+    return {"jsonrpc": "2.0", "method": "session/update", "params": notification}
