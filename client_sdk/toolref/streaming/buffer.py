@@ -261,7 +261,9 @@ class ToolBuffer:
             return events
         slot.last_progress = now
         obj = copy.deepcopy(slot.obj) if slot.obj is not None else None
-        progress = ArgumentsProgress(slot.turn, slot.index, slot.name, slot.parts, len(slot.parts))
+        progress = ArgumentsProgress(
+            slot.turn, slot.index, slot.id, slot.name, slot.parts, len(slot.parts)
+        )
         progress._object = obj
         return [*events, progress]
 

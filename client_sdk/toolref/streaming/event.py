@@ -26,6 +26,7 @@ class ArgumentsProgress:
 
     turn: int
     index: int
+    id: str | None
     name: str | None
     _parts: list[str] = field(repr=False)
     _count: int = field(repr=False)
