@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loadtests import report, rewriting, streams
+from loadtests import acp_updates, report, rewriting, streams
 from loadtests.timing import Timing, measure
 from loadtests.traces import Trace, load
 
@@ -100,3 +100,11 @@ def test_streaming_bench_streams_have_10000_chunks_and_8_calls() -> None:
         assert len(payloads) == streams.CHUNKS
         events = [json.loads(p) for p in payloads]
         assert streams.consume(provider, events) == streams.CALLS
+
+
+def test_acp_section_meets_the_byte_budgets() -> None:
+    section = acp_updates.run()
+    assert section.figures["status_only_bytes"] <= 90
+    assert section.figures["status_saving"] >= 0.85
+    assert section.rows[1][1] == "20"
+    assert section.figures["run_saving"] > 0.5
