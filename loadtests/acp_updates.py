@@ -94,3 +94,22 @@ def run() -> Section:
             f"over the 20-update edit call, minimal updates send {run_saving:.1%} fewer bytes",
         ],
     )
+
+
+def life(full_objects: bool) -> str:
+    """The notifications of one `bash` call's life, as JSON lines (shown in docs/acp.md)."""
+    lines: list[str] = []
+    tracker = ToolCallTracker(
+        "sess_1",
+        full_objects=full_objects,
+        sink=lambda note: lines.append(json.dumps(note["update"], separators=(",", ":"))),
+    )
+    tracker.start(
+        "call_8d1e2f3a", "bash", kind="execute", raw_input={"command": "pytest -q tests/unit"}
+    )
+    tracker.update("call_8d1e2f3a").title("bash: pytest -q tests/unit").send()
+    tracker.update("call_8d1e2f3a").status("in_progress").text("collected 48 items").send()
+    tracker.update("call_8d1e2f3a").set_content([text_content("48 passed in 1.9s")]).send()
+    tracker.update("call_8d1e2f3a").status("in_progress").send()  # nothing changed: dropped
+    tracker.update("call_8d1e2f3a").raw_output({"exitCode": 0}).status("completed").send()
+    return "```json\n" + "\n".join(lines) + "\n```\n"

@@ -24,6 +24,8 @@ def main() -> int:
     replace_region(DOCS / "handoff.md", "handoff-table", carried.markdown())
     anthropic = next(t for t in found if t.name.endswith("transcript"))
     replace_region(DOCS / "handoff.md", "handoff-example", handoffs.example(anthropic))
+    replace_region(DOCS / "acp.md", "acp-life-minimal", acp_updates.life(full_objects=False))
+    replace_region(DOCS / "acp.md", "acp-life-full", acp_updates.life(full_objects=True))
     print(text)
     return 0
 

@@ -1,5 +1,15 @@
 """toolref: content-addressed references for LLM tool-call payloads."""
 
+from toolref.acp import (
+    ToolCallState,
+    ToolCallStatus,
+    ToolCallTracker,
+    ToolKind,
+    UpdateBuilder,
+    jsonrpc,
+    plan_entries,
+    tool_kind,
+)
 from toolref.asgi import ToolRefMiddleware
 from toolref.breaker import BreakerState, CircuitBreaker
 from toolref.canonical import (
@@ -19,6 +29,7 @@ from toolref.client import (
     Resolved,
 )
 from toolref.errors import (
+    AcpError,
     AuthenticationError,
     BadRequestError,
     BatchTooLargeError,
@@ -29,6 +40,7 @@ from toolref.errors import (
     ConfigurationError,
     ConflictError,
     DecompressedTooLargeError,
+    DuplicateToolCallError,
     InvalidProtocolError,
     InvalidRefError,
     LimitExceededError,
@@ -45,6 +57,7 @@ from toolref.errors import (
     StreamError,
     ToolrefError,
     UnexpectedResponseError,
+    UnknownToolCallError,
     UnsupportedMediaTypeError,
     UnsupportedValueError,
     UnusableToolCallError,
@@ -76,6 +89,7 @@ __all__ = [
     "PROTOCOL_HEADER",
     "PROTOCOL_HIGH",
     "PROTOCOL_LOW",
+    "AcpError",
     "ArgPatch",
     "ArgumentsProgress",
     "AsyncRegistryClient",
@@ -98,6 +112,7 @@ __all__ = [
     "ConflictError",
     "DecompressedTooLargeError",
     "Digest",
+    "DuplicateToolCallError",
     "InvalidProtocolError",
     "InvalidRefError",
     "Invocation",
@@ -124,15 +139,21 @@ __all__ = [
     "StreamError",
     "ToolBuffer",
     "ToolCall",
+    "ToolCallState",
+    "ToolCallStatus",
+    "ToolCallTracker",
     "ToolChunk",
     "ToolEvent",
+    "ToolKind",
     "ToolRefMiddleware",
     "ToolReferenceManager",
     "ToolrefError",
     "UnexpectedResponseError",
+    "UnknownToolCallError",
     "UnsupportedMediaTypeError",
     "UnsupportedValueError",
     "UnusableToolCallError",
+    "UpdateBuilder",
     "ValidationError",
     "__version__",
     "accumulate",
@@ -142,5 +163,8 @@ __all__ = [
     "digest_of",
     "invocation_digest",
     "is_ref",
+    "jsonrpc",
+    "plan_entries",
     "rewrite",
+    "tool_kind",
 ]

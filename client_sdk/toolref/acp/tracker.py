@@ -21,6 +21,7 @@ from toolref.streaming.call import CallStatus, ToolCall
 
 Notification = dict[str, Any]
 _FINAL = frozenset((ToolCallStatus.COMPLETED, ToolCallStatus.FAILED))
+_COLLECTIONS = frozenset(("content", "locations"))
 
 
 def _digest(value: Any) -> bytes:
@@ -118,8 +119,12 @@ class ToolCallTracker:
         call = self._calls[call_id] = _Call(state)
         fields = state.fields()
         call.sent = {name: _digest(value) for name, value in fields.items()}
-        update = {"sessionUpdate": "tool_call", "toolCallId": call_id, **fields}
-        return [self._emit(update, _size(update))]
+        full = {"sessionUpdate": "tool_call", "toolCallId": call_id, **fields}
+        if self.full_objects:
+            return [self._emit(full, _size(full))]
+        # Clients start a call with empty content and locations: no need to say so.
+        update = {k: v for k, v in full.items() if v != [] or k not in _COLLECTIONS}
+        return [self._emit(update, _size(full))]
 
     def start_call(self, call: ToolCall, *, title: str | None = None) -> list[Notification]:
         """Announce a streamed call (`toolref.streaming.ToolCall`): title and locations from

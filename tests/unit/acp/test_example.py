@@ -45,7 +45,8 @@ def replay(updates: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         fields = {k: v for k, v in update.items() if k not in ("sessionUpdate", "toolCallId")}
         if update["sessionUpdate"] == "tool_call":
             assert update["toolCallId"] not in calls, "tool_call sent twice"
-            calls[update["toolCallId"]] = fields
+            defaults = {"kind": "other", "status": "pending", "content": [], "locations": []}
+            calls[update["toolCallId"]] = {**defaults, **fields}
         elif update["sessionUpdate"] == "tool_call_update":
             calls[update["toolCallId"]].update(fields)  # KeyError: update before tool_call
     return calls

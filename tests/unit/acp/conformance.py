@@ -1,0 +1,85 @@
+"""Every ACP notification a test sees is checked against the official v1 schema
+(`../shared/acp/schema.v1.json`; required under CI=true, skipped only locally when absent),
+for keys outside the spec's field lists, for nulls, and for a lossless round trip through
+the `agent-client-protocol` package's pydantic models."""
+
+from __future__ import annotations
+
+import json
+import os
+from functools import cache
+from typing import Any
+
+import pytest
+from acp.schema import SessionNotification
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from tests.conftest import SHARED
+
+SCHEMA_PATH = SHARED / "acp" / "schema.v1.json"
+TOOL_CALL_FIELDS = frozenset(
+    {
+        "sessionUpdate",
+        "toolCallId",
+        "title",
+        "kind",
+        "status",
+        "content",
+        "locations",
+        "rawInput",
+        "rawOutput",
+        "_meta",
+    }
+)
+ALLOWED = {
+    "tool_call": TOOL_CALL_FIELDS,
+    "tool_call_update": TOOL_CALL_FIELDS,
+    "plan": frozenset({"sessionUpdate", "entries", "_meta"}),
+}
+
+
+@cache
+def validator() -> Draft202012Validator | None:
+    if not SCHEMA_PATH.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"required under CI=true: the ACP schema at {SCHEMA_PATH}")
+        return None
+    schema = json.loads(SCHEMA_PATH.read_text())
+    return Draft202012Validator(
+        {
+            "$schema": schema["$schema"],
+            "$defs": schema["$defs"],
+            "$ref": "#/$defs/SessionNotification",
+        }
+    )
+
+
+def _no_nulls(value: Any, where: str) -> None:
+    if value is None:
+        raise AssertionError(f"null at {where}: v1 reads null as no change, never send it")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if key not in ("rawInput", "rawOutput"):  # any JSON, nested nulls included
+                _no_nulls(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            _no_nulls(item, f"{where}[{n}]")
+
+
+def check(notification: dict[str, Any]) -> None:
+    """Raise AssertionError unless `notification` (session/update params) conforms."""
+    checker = validator()
+    if checker is not None:
+        error = best_match(checker.iter_errors(notification))
+        assert error is None, f"{error.message} at {list(error.absolute_path)}"
+    assert set(notification) == {"sessionId", "update"}, notification
+    update = notification["update"]
+    extra = set(update) - ALLOWED[update["sessionUpdate"]]
+    assert not extra, f"keys outside the spec: {sorted(extra)}"
+    _no_nulls(update, "update")
+    model = SessionNotification.model_validate(notification)
+    dumped = model.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    assert dumped == notification, (dumped, notification)
+    json.dumps(notification)  # plain JSON, no enums or other Python objects
+    assert json.loads(json.dumps(notification)) == notification
