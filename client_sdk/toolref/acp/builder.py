@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
@@ -14,6 +15,36 @@ if TYPE_CHECKING:
     from toolref.acp.tracker import ToolCallTracker
 
 Change = Callable[[ToolCallState], None]
+
+
+def clean(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of a content item or location without null members (v1 reads null as
+    "no change", and an item's optional members are simply left out)."""
+    return {k: _clean_value(v) for k, v in item.items() if v is not None}
+
+
+def _clean_value(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return clean(value)
+    if isinstance(value, list):
+        return [_clean_value(v) for v in value]
+    return value
+
+
+def as_status(value: ToolCallStatus | str) -> ToolCallStatus:
+    try:
+        return ToolCallStatus(value)
+    except ValueError:
+        valid = ", ".join(s.value for s in ToolCallStatus)
+        raise AcpError(f"tool call status {value!r} is not one of ACP v1's: {valid}") from None
+
+
+def as_kind(value: ToolKind | str) -> ToolKind:
+    try:
+        return ToolKind(value)
+    except ValueError:
+        valid = ", ".join(k.value for k in ToolKind)
+        raise AcpError(f"tool kind {value!r} is not one of ACP v1's: {valid}") from None
 
 
 def _not_null(field: str, value: Any) -> None:
@@ -39,7 +70,7 @@ class UpdateBuilder:
         return self
 
     def status(self, value: ToolCallStatus | str) -> Self:
-        status = ToolCallStatus(value)
+        status = as_status(value)
         return self._add(lambda state: setattr(state, "status", status))
 
     def title(self, value: str) -> Self:
@@ -47,16 +78,16 @@ class UpdateBuilder:
         return self._add(lambda state: setattr(state, "title", value))
 
     def kind(self, value: ToolKind | str) -> Self:
-        kind = ToolKind(value)
+        kind = as_kind(value)
         return self._add(lambda state: setattr(state, "kind", kind))
 
     def add_content(self, *items: Mapping[str, Any]) -> Self:
-        added = [dict(item) for item in items]
-        return self._add(lambda state: state.content.extend(added))
+        added = [clean(item) for item in items]
+        return self._add(lambda state: state.content.extend(copy.deepcopy(added)))
 
     def set_content(self, items: Iterable[Mapping[str, Any]]) -> Self:
-        replaced = [dict(item) for item in items]
-        return self._add(lambda state: setattr(state, "content", list(replaced)))
+        replaced = [clean(item) for item in items]
+        return self._add(lambda state: setattr(state, "content", copy.deepcopy(replaced)))
 
     def clear_content(self) -> Self:
         return self.set_content([])
@@ -71,8 +102,8 @@ class UpdateBuilder:
         return self.add_content(terminal_content(terminal_id))
 
     def set_locations(self, items: Iterable[Mapping[str, Any]]) -> Self:
-        replaced = [dict(item) for item in items]
-        return self._add(lambda state: setattr(state, "locations", list(replaced)))
+        replaced = [clean(item) for item in items]
+        return self._add(lambda state: setattr(state, "locations", copy.deepcopy(replaced)))
 
     def add_location(self, path: str, line: int | None = None) -> Self:
         return self._add(lambda state: state.locations.append(location(path, line)))
@@ -82,13 +113,16 @@ class UpdateBuilder:
 
     def raw_input(self, value: Any) -> Self:
         _not_null("rawInput", value)
-        return self._add(lambda state: setattr(state, "raw_input", value))
+        kept = copy.deepcopy(value)
+        return self._add(lambda state: setattr(state, "raw_input", copy.deepcopy(kept)))
 
     def raw_output(self, value: Any) -> Self:
         _not_null("rawOutput", value)
-        return self._add(lambda state: setattr(state, "raw_output", value))
+        kept = copy.deepcopy(value)
+        return self._add(lambda state: setattr(state, "raw_output", copy.deepcopy(kept)))
 
     def send(self) -> list[dict[str, Any]]:
         """Apply the changes; the notifications sent now (none if nothing changed or the
         update is held to coalesce with the next ones)."""
-        return self._tracker.apply(self._call_id, self._changes)
+        changes, self._changes = self._changes, []  # a builder's changes apply once
+        return self._tracker.apply(self._call_id, changes)

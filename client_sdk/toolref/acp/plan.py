@@ -42,6 +42,6 @@ def _entry(item: Any, position: int) -> dict[str, str]:
     priority = item.get("priority")
     return {
         "content": text,
-        "priority": priority if priority in PRIORITIES else "medium",
-        "status": status if status in STATUSES else "pending",
+        "priority": priority if isinstance(priority, str) and priority in PRIORITIES else "medium",
+        "status": status if isinstance(status, str) and status in STATUSES else "pending",
     }

@@ -31,7 +31,7 @@ def title_for(name: str, arguments: Any) -> str:
                 value = " ".join(value)  # argv-style commands
             if isinstance(value, str) and value.strip():
                 subject = " ".join(value.split())
-                title = f"{name}: {subject}"
+                title = f"{name or 'tool call'}: {subject}"
                 return title if len(title) <= _LIMIT else title[: _LIMIT - 1] + "…"
     return name or "tool call"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import time
@@ -9,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolref.acp.builder import Change, UpdateBuilder
+from toolref.acp.builder import Change, UpdateBuilder, as_kind, as_status, clean
 from toolref.acp.content import text_content
 from toolref.acp.kind import ToolKind, tool_kind
 from toolref.acp.plan import plan_entries
@@ -109,12 +110,12 @@ class ToolCallTracker:
         state = ToolCallState(
             id=call_id,
             title=title,
-            kind=ToolKind(kind),
-            status=ToolCallStatus(status),
-            content=[dict(item) for item in content],
-            locations=[dict(item) for item in locations],
-            raw_input=raw_input,
-            raw_output=raw_output,
+            kind=as_kind(kind),
+            status=as_status(status),
+            content=[clean(item) for item in content],
+            locations=[clean(item) for item in locations],
+            raw_input=copy.deepcopy(raw_input),  # later changes by the caller must not leak
+            raw_output=copy.deepcopy(raw_output),
         )
         call = self._calls[call_id] = _Call(state)
         fields = state.fields()
