@@ -8,7 +8,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import cast
 
 import httpx
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 from starlette.applications import Starlette
@@ -19,13 +19,14 @@ from starlette.responses import Response
 
 from toolref.errors import NotFoundError, ToolrefError
 from toolref_server.auth import Authenticator
+from toolref_server.cluster import is_cluster_url, plain_url
 from toolref_server.codec import BodyLimits
 from toolref_server.problem import problem_response
 from toolref_server.protocol import ProtocolMiddleware
 from toolref_server.routes import handoff, invocations, messages, meta
 from toolref_server.services import Services
 from toolref_server.settings import Settings
-from toolref_server.store import Store
+from toolref_server.store import Store, StoreClient
 from toolref_server.summaries import SummaryCache
 from toolref_server.summarizers import OpenAICompatibleSummarizer, build_summarizers
 
@@ -44,7 +45,16 @@ class _MethodNotAllowed(_HttpProblem):
     title = "Method not allowed"
 
 
-def open_redis(settings: Settings, url: str) -> Redis:
+def open_redis(settings: Settings, url: str) -> StoreClient:
+    if settings.redis_cluster or is_cluster_url(url):
+        # The cluster client follows MOVED and refreshes its slot map after a failover.
+        return RedisCluster.from_url(
+            plain_url(url),
+            socket_timeout=settings.redis_timeout,
+            socket_connect_timeout=settings.redis_connect_timeout,
+            max_connections=settings.redis_max_connections,
+            retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.05), 1),
+        )
     # One quick retry covers a pooled connection the engine closed; more would only delay
     # the 503 that tells clients to fall back to full payloads.
     return Redis.from_url(
@@ -87,7 +97,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 def create_app(
     settings: Settings | None = None,
-    redis: Redis | None = None,
+    redis: StoreClient | None = None,
     llm_transport: httpx.AsyncBaseTransport | None = None,
 ) -> Starlette:
     """Build the service. `redis` injects a client (tests); otherwise the lifespan opens one.

@@ -31,6 +31,10 @@ class Settings(BaseSettings):
         default=None,
         description="Redis/Valkey URL; unset starts the embedded engine.",
     )
+    redis_cluster: bool = Field(
+        default=False,
+        description="Treat the Redis URL as Redis Cluster (so does a `redis+cluster://` URL).",
+    )
     data_dir: Path = Field(
         default=Path(".toolref/data"), description="Embedded engine's persistence folder."
     )

@@ -13,7 +13,8 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.crc import key_slot
 from redis.exceptions import RedisError
 
 from toolref.canonical import Ref
@@ -22,6 +23,8 @@ from toolref_server import record
 from toolref_server.record import Record
 
 log = logging.getLogger(__name__)
+
+StoreClient = Redis | RedisCluster
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +41,9 @@ class Registered:
 
 
 class Store:
-    def __init__(self, redis: Redis, ttl_seconds: int, retry_after: int = 1) -> None:
+    def __init__(self, redis: StoreClient, ttl_seconds: int, retry_after: int = 1) -> None:
         self.redis = redis
+        self.cluster = isinstance(redis, RedisCluster)
         self.ttl = ttl_seconds
         self.retry_after = retry_after
 
@@ -105,16 +109,39 @@ class Store:
         if not refs:
             return []
         keys = [self.key(tenant, ref) for ref in refs]
+        groups = slot_groups(keys, self.cluster)
         async with self._guard("resolve"):
             pipe = self.redis.pipeline(transaction=False)
-            pipe.mget(keys)
+            for group in groups:
+                pipe.mget([keys[i] for i in group])
             for key in keys:
                 pipe.expire(key, self.ttl)
             replies: list[Any] = await pipe.execute()
-        return [None if data is None else record.decode(data) for data in replies[0]]
+        found = ungroup(groups, replies, len(keys))
+        return [None if data is None else record.decode(data) for data in found]
 
     async def ping(self) -> bool:
         try:
             return bool(await self.redis.ping())
         except RedisError:
             return False
+
+
+def slot_groups(keys: Sequence[str], cluster: bool) -> list[list[int]]:
+    """Positions of `keys` for one MGET each: all together on one node; on a cluster,
+    grouped by hash slot (a multi-key command must stay within one slot)."""
+    if not cluster:
+        return [list(range(len(keys)))]
+    groups: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key_slot(key.encode()), []).append(i)
+    return list(groups.values())
+
+
+def ungroup(groups: Sequence[Sequence[int]], replies: Sequence[Any], count: int) -> list[Any]:
+    """The values of the MGETs `slot_groups` planned (the first replies), back in key order."""
+    values: list[Any] = [None] * count
+    for group, reply in zip(groups, replies, strict=False):
+        for i, value in zip(group, reply, strict=True):
+            values[i] = value
+    return values

@@ -22,12 +22,13 @@ from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from redis.asyncio import Redis
+from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
 
 from toolref import extractive
 from toolref.canonical import Ref
 from toolref.errors import StoreUnavailableError, ValidationError
+from toolref_server.store import StoreClient, slot_groups, ungroup
 from toolref_server.summarizers import Summarizer, SummarizerError
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class Summary:
 class SummaryCache:
     def __init__(
         self,
-        redis: Redis,
+        redis: StoreClient,
         summarizers: Mapping[str, Summarizer],
         *,
         ttl_seconds: int,
@@ -93,8 +94,10 @@ class SummaryCache:
         if not keys:
             return []
         try:
+            groups = slot_groups(keys, isinstance(self.redis, RedisCluster))
             pipe = self.redis.pipeline(transaction=False)
-            pipe.mget(keys)
+            for group in groups:
+                pipe.mget([keys[i] for i in group])
             for key in keys:
                 pipe.expire(key, self.ttl)
             replies: list[Any] = await pipe.execute()
@@ -102,7 +105,7 @@ class SummaryCache:
             raise self._unavailable(exc) from None
         found: list[Summary | None] = [
             None if value is None else Summary(value.decode(), sid, cached=True, fallback=False)
-            for value in replies[0]
+            for value in ungroup(groups, replies, len(keys))
         ]
         gate = asyncio.Semaphore(_CONCURRENCY)
 
@@ -173,7 +176,10 @@ class SummaryCache:
                     raise SummarizerError(f"no summary after waiting {self.wait}s for another")
                 await asyncio.sleep(poll)
                 poll = min(poll * 1.5, 0.2)
-                value, holder = await self.redis.mget([key, lock])
+                pipe = self.redis.pipeline(transaction=False)
+                pipe.get(key)  # two GETs, not MGET: on a cluster they may sit in two slots
+                pipe.get(lock)
+                value, holder = await pipe.execute()
                 if value is not None:
                     await self.redis.expire(key, self.ttl)
                     return value.decode() if isinstance(value, bytes) else str(value), True

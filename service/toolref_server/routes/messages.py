@@ -165,7 +165,11 @@ async def hydrate(request: Request) -> Response:
         return _answer(
             request, conversation, conversation.messages, None, _stats(size, size, 0, 0, 0)
         )
-    summarizer = body.summarizer or context.services(request).settings.summarizer
+    summarizer = (
+        body.summarizer
+        if body.summarizer is not None
+        else context.services(request).settings.summarizer
+    )
     context.services(request).summaries.summarizer(summarizer)  # 422 before any work
     held = await resolve_markers(request, tenant, refs)
     _check_names(conversation, held)
