@@ -16,8 +16,11 @@ $(STAMP): pyproject.toml
 serve: $(STAMP)
 	$(BIN)/toolref-server serve $(ARGS)
 
+# Everything on one node, then the service and integration suites again on a local
+# Redis Cluster (3 primaries, 3 replicas) started from the same valkey-server binary.
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m loadtests.bench

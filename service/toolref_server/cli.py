@@ -61,9 +61,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    from redis import Redis
+    from redis import Redis, RedisCluster
 
     from toolref_server import export
+    from toolref_server.cluster import is_cluster_url, plain_url
     from toolref_server.embedded import EmbeddedEngine
 
     for name in ("redis_url", "data_dir"):
@@ -76,7 +77,11 @@ def _cache(args: argparse.Namespace) -> int:
         engine = EmbeddedEngine(settings.data_dir)
         url = engine.start()
     try:
-        redis = Redis.from_url(url)
+        redis: Redis | RedisCluster
+        if settings.redis_cluster or is_cluster_url(url):
+            redis = RedisCluster.from_url(plain_url(url))
+        else:
+            redis = Redis.from_url(url)
         if args.action == "export":
             with _open(args.file, "wb") as out:
                 count = export.export(redis, out, args.tenant, export.bar("exported"))

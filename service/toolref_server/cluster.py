@@ -93,6 +93,8 @@ class LocalCluster:
             "cluster-enabled": "yes",
             "cluster-config-file": "nodes.conf",
             "cluster-node-timeout": str(self.node_timeout_ms),
+            # A replica may always take over: a test cluster has no stale replicas to fear.
+            "cluster-replica-validity-factor": "0",
             "appendonly": "no",
             "save": '""',
         }

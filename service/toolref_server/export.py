@@ -17,7 +17,7 @@ from typing import IO, Any, Final
 
 import msgpack
 import zstandard
-from redis import Redis
+from redis import Redis, RedisCluster
 
 from toolref.errors import ValidationError
 
@@ -32,7 +32,10 @@ def _pattern(tenant: str | None) -> str:
 
 
 def export(
-    redis: Redis, out: IO[bytes], tenant: str | None = None, progress: Progress | None = None
+    redis: Redis | RedisCluster,
+    out: IO[bytes],
+    tenant: str | None = None,
+    progress: Progress | None = None,
 ) -> int:
     """Write every record and summary (of one tenant, or all) to `out`; return the count."""
     count = size = 0
@@ -61,7 +64,19 @@ def export(
     return count
 
 
-def _pages(redis: Redis, pattern: str) -> Iterator[list[bytes]]:
+def _pages(redis: Redis | RedisCluster, pattern: str) -> Iterator[list[bytes]]:
+    if isinstance(redis, RedisCluster):  # scan_iter walks every primary in turn
+        page: list[bytes] = []
+        for key in redis.scan_iter(match=pattern, count=_PAGE):
+            name = key if isinstance(key, bytes) else str(key).encode()
+            if not name.endswith(b":lock"):
+                page.append(name)
+            if len(page) >= _PAGE:
+                yield page
+                page = []
+        if page:
+            yield page
+        return
     cursor = 0
     while True:
         cursor, keys = redis.scan(cursor=cursor, match=pattern, count=_PAGE)
@@ -73,7 +88,9 @@ def _pages(redis: Redis, pattern: str) -> Iterator[list[bytes]]:
             return
 
 
-def import_(redis: Redis, source: IO[bytes], progress: Progress | None = None) -> tuple[int, int]:
+def import_(
+    redis: Redis | RedisCluster, source: IO[bytes], progress: Progress | None = None
+) -> tuple[int, int]:
     """Write the keys of an export that are absent; return (written, already present)."""
     reader = zstandard.ZstdDecompressor().stream_reader(source, closefd=False)
     unpacker = msgpack.Unpacker(reader, raw=False, max_buffer_size=256 * 2**20)

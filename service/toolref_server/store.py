@@ -112,8 +112,7 @@ class Store:
         groups = slot_groups(keys, self.cluster)
         async with self._guard("resolve"):
             pipe = self.redis.pipeline(transaction=False)
-            for group in groups:
-                pipe.mget([keys[i] for i in group])
+            queue_mgets(pipe, keys, groups)
             for key in keys:
                 pipe.expire(key, self.ttl)
             replies: list[Any] = await pipe.execute()
@@ -136,6 +135,13 @@ def slot_groups(keys: Sequence[str], cluster: bool) -> list[list[int]]:
     for i, key in enumerate(keys):
         groups.setdefault(key_slot(key.encode()), []).append(i)
     return list(groups.values())
+
+
+def queue_mgets(pipe: Any, keys: Sequence[str], groups: Sequence[Sequence[int]]) -> None:
+    """One MGET per group. The cluster pipeline refuses `mget` outright (it cannot merge
+    replies across nodes); the raw command is routed by its keys, which share one slot."""
+    for group in groups:
+        pipe.execute_command("MGET", *[keys[i] for i in group])
 
 
 def ungroup(groups: Sequence[Sequence[int]], replies: Sequence[Any], count: int) -> list[Any]:

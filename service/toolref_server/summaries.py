@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 from toolref import extractive
 from toolref.canonical import Ref
 from toolref.errors import StoreUnavailableError, ValidationError
-from toolref_server.store import StoreClient, slot_groups, ungroup
+from toolref_server.store import StoreClient, queue_mgets, slot_groups, ungroup
 from toolref_server.summarizers import Summarizer, SummarizerError
 
 log = logging.getLogger(__name__)
@@ -96,8 +96,7 @@ class SummaryCache:
         try:
             groups = slot_groups(keys, isinstance(self.redis, RedisCluster))
             pipe = self.redis.pipeline(transaction=False)
-            for group in groups:
-                pipe.mget([keys[i] for i in group])
+            queue_mgets(pipe, keys, groups)
             for key in keys:
                 pipe.expire(key, self.ttl)
             replies: list[Any] = await pipe.execute()

@@ -16,8 +16,12 @@ import pytest
 from toolref.canonical import digest_of
 from toolref_server.embedded import free_port, valkey_server_binary
 
-from ..conftest import need
+from ..conftest import ON_CLUSTER, need
 from .processes import Service, clean_env
+
+# `serve` on its own embedded engine: data folder, Ctrl-C, restart. The single-node pass
+# runs these; the cluster pass has no embedded engine to test.
+pytestmark = pytest.mark.skipif(ON_CLUSTER, reason="tests the embedded engine's lifecycle")
 
 INVOCATION = {"name": "read_file", "args": {"path": "README.md"}, "result": "# toolref\n" * 50}
 

@@ -13,12 +13,13 @@ import pytest
 
 from toolref_server.embedded import free_port
 
+from ..conftest import engine_env
 from .processes import ROOT, Process, Service, clean_env
 
 
 @pytest.fixture
-def registry(tmp_path: Path) -> Iterator[Service]:
-    service = Service(tmp_path / "data", free_port())
+def registry(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Service]:
+    service = Service(tmp_path / "data", free_port(), **engine_env(request))
     yield service
     service.stop()
 

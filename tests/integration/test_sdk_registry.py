@@ -53,7 +53,7 @@ from toolref_server.app import create_app
 from toolref_server.embedded import free_port, valkey_server_binary
 from toolref_server.settings import Settings
 
-from ..conftest import need
+from ..conftest import ON_CLUSTER, client_for, engine_env, need
 from .processes import Service
 
 MAX_BATCH = 50
@@ -247,14 +247,18 @@ def engine_socket(data_dir: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+def service(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Service]:
     """`toolref-server serve` as a real process, once for the module."""
     try:
         valkey_server_binary()
     except Exception as exc:
         need(f"no valkey-server binary: {exc}")
     data_dir = tmp_path_factory.mktemp("registry") / "data"
-    running = Service(data_dir, free_port(), TOOLREF_MAX_BATCH=str(MAX_BATCH))
+    running = Service(
+        data_dir, free_port(), TOOLREF_MAX_BATCH=str(MAX_BATCH), **engine_env(request)
+    )
     yield running
     running.stop()
 
@@ -266,13 +270,17 @@ async def setup(request: pytest.FixtureRequest) -> AsyncIterator[Setup]:
         made: Setup
         if kind == IN_PROCESS:
             url: str = request.getfixturevalue("engine_url")
-            redis = Redis.from_url(url)
+            redis = client_for(url)
             stack.push_async_callback(redis.aclose)
             app = create_app(Settings(redis_url="unused", max_batch=MAX_BATCH), redis=redis)
             await stack.enter_async_context(app.router.lifespan_context(app))
-            made = Setup(kind, "http://toolref.test", lambda: Redis.from_url(url), app=app)
+            made = Setup(kind, "http://toolref.test", lambda: client_for(url), app=app)
+        elif ON_CLUSTER:
+            running = request.getfixturevalue("service")
+            url = request.getfixturevalue("engine_url")
+            made = Setup(kind, running.url, lambda: client_for(url), running)
         else:
-            running: Service = request.getfixturevalue("service")
+            running = request.getfixturevalue("service")
             socket = engine_socket(running.data_dir)
             made = Setup(kind, running.url, lambda: Redis(unix_socket_path=socket), running)
         stack.push_async_callback(made.aclose)

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 
 from toolref_server.embedded import free_port, valkey_server_binary
 
-from ..conftest import need
+from ..conftest import ON_CLUSTER, client_for, need
 from .processes import Service
 
 MODEL = "stub-model"
@@ -97,8 +97,11 @@ class Cluster:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Two service processes on one engine (the first one's embedded engine), one stub."""
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
+    """Two service processes on one engine (the first one's embedded engine, or the test
+    cluster on the cluster run), one stub."""
     try:
         valkey_server_binary()
     except Exception as exc:
@@ -108,8 +111,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     llm = {"TOOLREF_LLM_BASE_URL": stub.url, "TOOLREF_LLM_MODEL": MODEL}
     first = second = None
     try:
-        first = Service(root / "first", free_port(), **llm)
-        engine_url = first.engine_url
+        shared = {"TOOLREF_REDIS_URL": request.getfixturevalue("engine_url")} if ON_CLUSTER else {}
+        first = Service(root / "first", free_port(), **shared, **llm)
+        engine_url = shared["TOOLREF_REDIS_URL"] if ON_CLUSTER else first.engine_url
         second = Service(root / "second", free_port(), TOOLREF_REDIS_URL=engine_url, **llm)
         yield Cluster(stub, (first, second), engine_url)
     finally:
@@ -122,7 +126,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture
 async def redis(cluster: Cluster) -> AsyncIterator[Redis]:
-    client = Redis.from_url(cluster.engine_url)
+    client = client_for(cluster.engine_url)
     yield client
     await client.aclose()
 

@@ -75,6 +75,8 @@ class UpdateBuilder:
 
     def title(self, value: str) -> Self:
         _not_null("title", value)
+        if not isinstance(value, str) or not value:
+            raise AcpError(f"title {value!r} must be a non-empty string; clients show it")
         return self._add(lambda state: setattr(state, "title", value))
 
     def kind(self, value: ToolKind | str) -> Self:
