@@ -22,6 +22,11 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration $(PYTEST_ARGS)
 
+# Serve (one worker per core), run locust headless for LOADTEST_TIME, judge failures and p95.
+LOADTEST_TIME ?= 60s
+loadtest: $(STAMP)
+	$(BIN)/python -m loadtests.loadrun --time $(LOADTEST_TIME) $(ARGS)
+
 bench: $(STAMP)
 	$(BIN)/python -m loadtests.bench
 
