@@ -73,20 +73,25 @@ def _c_encoder_ok(value: object) -> bool:
 _RARE_CONTROLS: Final = bytes(c for c in range(0x20) if c not in (0x09, 0x0A, 0x0D))
 
 
+_SHORT_ESCAPES: Final = (
+    (b"\\", b"\\\\"),  # first: the escapes below add backslashes
+    (b'"', b'\\"'),
+    (b"\n", b"\\n"),
+    (b"\r", b"\\r"),
+    (b"\t", b"\\t"),
+)
+
+
 def _string(text: str) -> bytes:
     data = _encode_utf8(text)
     if len(data) < _LONG_STRING or len(data.translate(None, _RARE_CONTROLS)) != len(data):
         return _encode_utf8(_encode_basestring(text))
     # UTF-8 never puts an ASCII byte inside a multi-byte character, so this is safe.
-    return (
-        b'"'
-        + data.replace(b"\\", b"\\\\")
-        .replace(b'"', b'\\"')
-        .replace(b"\n", b"\\n")
-        .replace(b"\r", b"\\r")
-        .replace(b"\t", b"\\t")
-        + b'"'
-    )
+    # Each replace copies the string, so skip those with nothing to replace (a memchr).
+    for char, escaped in _SHORT_ESCAPES:
+        if char in data:
+            data = data.replace(char, escaped)
+    return b"".join((b'"', data, b'"'))
 
 
 def format_float(number: float) -> str:
