@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +19,7 @@ from toolref.canonical import digest_of
 LEVEL = 3  # zstd's default level, what an HTTP client would use
 
 
-def _bytes(messages: list[object]) -> bytes:
+def _bytes(messages: Sequence[Any]) -> bytes:
     return json.dumps({"messages": messages}, separators=(",", ":"), ensure_ascii=False).encode()
 
 

@@ -111,7 +111,7 @@ class HydrateRequest(WireModel):
     max_chars: int | None = Field(
         default=None, ge=40, le=20_000, description="Summary mode: the summary budget."
     )
-    shadow: bool = Field(
+    shadow: StrictBool = Field(
         default=False,
         description="Summary mode: answer the full messages, and report in the stats what "
         "summary mode would have saved.",

@@ -189,6 +189,13 @@ def _body_too_large(size: int, limit: int) -> BodyTooLargeError:
     )
 
 
+def _finite(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        _reject_constant(f"{text} (infinity as a double)")
+    return number
+
+
 def _reject_constant(name: str) -> Any:
     raise NonFiniteNumberError(
         f"{name} is not JSON; send a finite number, or a string if the value must be kept",
@@ -209,9 +216,13 @@ def decode(data: bytes, decoder: str, max_depth: int) -> Any:
                 raise MalformedBodyError(
                     f"the body is not UTF-8 (byte {exc.start} is {bad!r}); encode JSON as UTF-8"
                 ) from None
-            value = json.loads(text, parse_constant=_reject_constant)
-        else:
-            value = unpackb(data)
+            value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+            # json.loads makes only JSON types: what is left to check is the depth.
+            bound = data.count(b"{") + data.count(b"[")  # no deeper than its brackets
+            if bound > max_depth and type(value) in _CONTAINERS:
+                check_depth(value, max_depth)
+            return value
+        value = unpackb(data)
     except RecursionError:
         raise _too_deep(max_depth) from None
     except json.JSONDecodeError as exc:
@@ -246,6 +257,22 @@ def _too_deep(max_depth: int) -> NestingTooDeepError:
 
 
 _SCALARS: Final = frozenset({str, int, bool, type(None)})
+
+
+_CONTAINERS: Final = (dict, list)
+
+
+def check_depth(value: Any, max_depth: int) -> None:
+    """Refuse a decoded JSON value nested deeper than `max_depth` (containers only)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, depth = pop()
+        if depth > max_depth:
+            raise _too_deep(max_depth)
+        for child in node.values() if type(node) is dict else node:
+            if type(child) in _CONTAINERS:
+                push((child, depth + 1))
 
 
 def check_json_tree(value: Any, max_depth: int) -> None:
@@ -311,10 +338,19 @@ def render(
     value: Any,
     status: int = 200,
     headers: dict[str, str] | None = None,
+    encoded: dict[str, bytes] | None = None,
 ) -> Response:
-    """Encode a response body as the client's Accept header prefers."""
+    """Encode a response body as the client's Accept header prefers. `encoded` holds members
+    of `value` already encoded as compact JSON (big conversations measured for their stats):
+    a JSON answer reuses those bytes instead of encoding the members again."""
     if wants_msgpack(request):
         body, media = packb(value), MSGPACK_TYPE
+    elif encoded:
+        members = (
+            dumps_json(key) + b":" + (encoded[key] if key in encoded else dumps_json(member))
+            for key, member in value.items()
+        )
+        body, media = b"{" + b",".join(members) + b"}", JSON_TYPE
     else:
         body, media = dumps_json(value), JSON_TYPE
     response = Response(body, status_code=status, media_type=media, headers=headers)

@@ -112,12 +112,14 @@ def _answer(
     messages: list[Any],
     references: dict[str, str] | None,
     stats: dict[str, int],
+    *,
+    encoded: bytes | None = None,
 ) -> Response:
     body: dict[str, Any] = {"format": conversation.fmt.name, "messages": messages}
     if references is not None:
         body["toolReferences"] = references
     body["optimizationStats"] = stats
-    return codec.render(request, body)
+    return codec.render(request, body, encoded={"messages": encoded} if encoded else None)
 
 
 def _stats(original: int, optimized: int, used: int, new: int, hits: int) -> dict[str, int]:
@@ -176,8 +178,9 @@ async def hydrate(request: Request) -> Response:
     registration = await _register(request, tenant, conversation.scan.complete)
     hydrated = formats.fill(conversation.messages, conversation.scan, held)
     references = _references(conversation, registration.refs)
+    full = dumps_json(hydrated)  # measured for the stats, and reused as the answer
     stats = _stats(
-        _size(hydrated),
+        len(full),
         _size(conversation.messages),
         len(refs),
         registration.new,
@@ -197,7 +200,8 @@ async def hydrate(request: Request) -> Response:
         stats.update(summary_stats)
         if body.shadow:
             answer = hydrated
-    return _answer(request, conversation, answer, references, stats)
+    encoded = full if answer is hydrated else None
+    return _answer(request, conversation, answer, references, stats, encoded=encoded)
 
 
 async def _summarized(
