@@ -5,7 +5,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from loadtests import acp_updates, handoffs, rewriting, streams, summarization, traces
+from loadtests import (
+    acp_updates,
+    bandwidth,
+    handoffs,
+    hashing,
+    memory,
+    rewriting,
+    service_speed,
+    streams,
+    summarization,
+    traces,
+)
 from loadtests.report import replace_region, write
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -18,7 +29,17 @@ def main() -> int:
         return 2
     summaries = summarization.run(found)
     carried = handoffs.run(found)
-    sections = [rewriting.run(found), summaries, carried, streams.run(), acp_updates.run()]
+    sections = [
+        bandwidth.run(found),
+        service_speed.run(found),
+        hashing.run(found),
+        memory.run(found),
+        rewriting.run(found),
+        summaries,
+        carried,
+        streams.run(),
+        acp_updates.run(),
+    ]
     text = write(DOCS / "benchmarks.md", "make bench", sections)
     replace_region(DOCS / "summaries.md", "summary-table", summaries.markdown())
     replace_region(DOCS / "handoff.md", "handoff-table", carried.markdown())

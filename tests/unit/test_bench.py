@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loadtests import acp_updates, report, rewriting, streams
+from loadtests import acp_updates, bandwidth, hashing, report, rewriting, streams
 from loadtests.timing import Timing, measure
 from loadtests.traces import Trace, load
 
@@ -108,3 +108,26 @@ def test_acp_section_meets_the_byte_budgets() -> None:
     assert section.figures["status_saving"] >= 0.85
     assert section.rows[1][1] == "20"
     assert section.figures["run_saving"] > 0.5
+
+
+def test_bandwidth_sends_a_payload_in_full_once_then_as_a_ref() -> None:
+    raw, with_refs = bandwidth.requests(small_trace())
+    assert len(raw) == len(with_refs) == 4  # one request per model call after the first
+    assert with_refs[0] == raw[0]  # nothing was sent before: all in full
+    assert all(len(r) < len(b) for r, b in zip(with_refs[1:], raw[1:], strict=True))
+    assert b"output 0" in raw[-1]
+    assert b"output 0" not in with_refs[-1]
+    upload = bandwidth.measure(small_trace())
+    assert upload.sizes["refs"] < upload.sizes["raw"]
+    assert upload.sizes["zstd"] < upload.sizes["raw"]
+
+
+def test_bandwidth_drops_what_only_the_recorder_kept() -> None:
+    message = {"role": "assistant", "content": "x", "extra": {"cost": 1}, "tool_calls": None}
+    assert bandwidth.on_the_wire(message, "openai-chat") == {"role": "assistant", "content": "x"}
+
+
+def test_hashing_section_compares_with_raw_sha256() -> None:
+    section = hashing.run([small_trace()], rounds=1, min_time=0.001)
+    assert [row[0] for row in section.rows] == ["sha256", "json.dumps + sha256", "canonical digest"]
+    assert 0 < section.figures["share"] < 1
