@@ -8,6 +8,7 @@ from pathlib import Path
 from loadtests import (
     acp_updates,
     bandwidth,
+    chart,
     handoffs,
     hashing,
     memory,
@@ -57,7 +58,6 @@ def main() -> int:
     carried = handoffs.run(found)
     sections = [
         bandwidth.run(found),
-        service_speed.run(found),
         hashing.run(found),
         memory.run(found),
         rewriting.run(found),
@@ -65,7 +65,12 @@ def main() -> int:
         carried,
         streams.run(),
         acp_updates.run(),
+        service_speed.run(found),  # last: its server processes must not slow the others
     ]
+    for section in sections:
+        drawn = chart.draw(section, DOCS / "bench")
+        if drawn is not None:
+            section.chart = str(drawn.relative_to(DOCS))
     text = write(DOCS / "benchmarks.md", "make bench", sections, PREAMBLE)
     replace_region(DOCS / "summaries.md", "summary-table", summaries.markdown())
     replace_region(DOCS / "handoff.md", "handoff-table", carried.markdown())

@@ -17,9 +17,12 @@ class Section:
     rows: list[list[str]]
     figures: dict[str, float] = field(default_factory=dict)
     verdicts: list[str] = field(default_factory=list)
+    chart: str | None = None  # path of its PNG, relative to the document
 
     def markdown(self) -> str:
         lines = [f"## {self.title}", "", self.intro, ""]
+        if self.chart:
+            lines += [f"![{self.title}]({self.chart})", ""]
         lines.append("| " + " | ".join(self.header) + " |")
         lines.append("|" + "---|" * len(self.header))
         lines.extend("| " + " | ".join(row) + " |" for row in self.rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loadtests import acp_updates, bandwidth, hashing, report, rewriting, streams
+from loadtests import acp_updates, bandwidth, chart, hashing, report, rewriting, streams
 from loadtests.timing import Timing, measure
 from loadtests.traces import Trace, load
 
@@ -131,3 +131,17 @@ def test_hashing_section_compares_with_raw_sha256() -> None:
     section = hashing.run([small_trace()], rounds=1, min_time=0.001)
     assert [row[0] for row in section.rows] == ["sha256", "json.dumps + sha256", "canonical digest"]
     assert 0 < section.figures["share"] < 1
+
+
+def test_each_section_gets_a_png_chart_of_its_main_column(tmp_path: Path) -> None:
+    section = report.Section(
+        title="Some Section",
+        intro="",
+        header=["name", "size", "note"],
+        rows=[["a", "1,200", "x"], ["b", "300", "y"]],
+    )
+    path = chart.draw(section, tmp_path)
+    assert path == tmp_path / "some-section.png"
+    assert path.read_bytes().startswith(b"\x89PNG")
+    empty = report.Section(title="t", intro="", header=["name"], rows=[["a"]])
+    assert chart.draw(empty, tmp_path) is None
