@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
 from redis.crc import key_slot
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from toolref.canonical import Ref
 from toolref.errors import StoreUnavailableError
@@ -25,6 +25,16 @@ from toolref_server.record import Record
 log = logging.getLogger(__name__)
 
 StoreClient = Redis | RedisCluster
+
+_READ_AND_TOUCH = """
+local values = {}
+for i, key in ipairs(KEYS) do
+  local value = redis.call('GET', key)
+  if value then redis.call('EXPIRE', key, ARGV[1]) end
+  values[i] = value
+end
+return values
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +54,9 @@ class Store:
     def __init__(self, redis: StoreClient, ttl_seconds: int, retry_after: int = 1) -> None:
         self.redis = redis
         self.cluster = isinstance(redis, RedisCluster)
+        # One node: GET and EXPIRE of a whole batch as one script call (one reply to parse
+        # instead of one per key). A cluster keeps MGET per slot plus EXPIREs.
+        self._read = None if self.cluster else redis.register_script(_READ_AND_TOUCH)
         self.ttl = ttl_seconds
         self.retry_after = retry_after
 
@@ -56,12 +69,15 @@ class Store:
         try:
             yield
         except RedisError as exc:
-            log.warning("store %s failed: %s: %s", action, type(exc).__name__, exc)
-            raise StoreUnavailableError(
-                f"the registry's store is unreachable ({type(exc).__name__}); retry after "
-                f"{self.retry_after}s, or send full payloads meanwhile",
-                retry_after=self.retry_after,
-            ) from None
+            raise self._unavailable(action, exc) from None
+
+    def _unavailable(self, action: str, exc: Exception) -> StoreUnavailableError:
+        log.warning("store %s failed: %s: %s", action, type(exc).__name__, exc)
+        return StoreUnavailableError(
+            f"the registry's store is unreachable ({type(exc).__name__}); retry after "
+            f"{self.retry_after}s, or send full payloads meanwhile",
+            retry_after=self.retry_after,
+        )
 
     async def register(self, tenant: str, records: Sequence[NewRecord]) -> list[Registered]:
         """Store records that are absent; extend the lifetime of those present.
@@ -109,6 +125,17 @@ class Store:
         if not refs:
             return []
         keys = [self.key(tenant, ref) for ref in refs]
+        if self._read is not None:
+            try:
+                values: list[Any] = await self._read(keys=keys, args=[self.ttl])
+            except ResponseError as exc:
+                if "unknown command" not in str(exc).lower():
+                    raise self._unavailable("resolve", exc) from None
+                self._read = None  # an engine without scripting: MGET and EXPIREs then
+            except RedisError as exc:
+                raise self._unavailable("resolve", exc) from None
+            else:
+                return [None if data is None else record.decode(data) for data in values]
         groups = slot_groups(keys, self.cluster)
         async with self._guard("resolve"):
             pipe = self.redis.pipeline(transaction=False)
