@@ -33,6 +33,14 @@ def _size(update: Mapping[str, Any]) -> int:
     return len(json.dumps(update, separators=(",", ":"), ensure_ascii=False).encode())
 
 
+def _changes(call: _Call) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes]]:
+    """(every field, the fields the client does not have yet, each field's digest)."""
+    fields = call.current.fields()
+    digests = {name: _digest(value) for name, value in fields.items()}
+    changed = {name: fields[name] for name, d in digests.items() if call.sent.get(name) != d}
+    return fields, changed, digests
+
+
 @dataclass(slots=True)
 class _Call:
     current: ToolCallState
@@ -186,10 +194,7 @@ class ToolCallTracker:
 
     def pending(self, call_id: str) -> bool:
         """Whether the call has changes the client has not been sent yet."""
-        call = self._call(call_id)
-        return any(
-            call.sent.get(name) != _digest(value) for name, value in call.current.fields().items()
-        )
+        return bool(_changes(self._call(call_id))[1])
 
     # --- plans ---
 
@@ -218,14 +223,10 @@ class ToolCallTracker:
 
     def _send(self, call: _Call) -> list[Notification]:
         call.held_since = None
-        fields = call.current.fields()
-        changed = {
-            name: value for name, value in fields.items() if call.sent.get(name) != _digest(value)
-        }
+        fields, changed, digests = _changes(call)
         if not changed:
             return []  # nothing the client does not already show
-        for name, value in changed.items():
-            call.sent[name] = _digest(value)
+        call.sent.update((name, digests[name]) for name in changed)
         head = {"sessionUpdate": "tool_call_update", "toolCallId": call.current.id}
         full = {**head, **fields}
         update = full if self.full_objects else {**head, **changed}

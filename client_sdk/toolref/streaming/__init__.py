@@ -30,32 +30,36 @@ from toolref.streaming.event import (
 from toolref.streaming.partial import partial_arguments
 
 
+def _prepared(
+    provider: str | StreamAdapter, buffer: ToolBuffer | None
+) -> tuple[StreamAdapter, ToolBuffer]:
+    adapter = adapter_for(provider) if isinstance(provider, str) else provider
+    return adapter, buffer if buffer is not None else ToolBuffer(progress_interval=None)
+
+
+def _finished(adapter: StreamAdapter, buffer: ToolBuffer) -> list[ToolCall]:
+    buffer.feed_all(adapter.end())
+    return buffer.close()
+
+
 def accumulate(
     events: Iterable[Any], provider: str | StreamAdapter, buffer: ToolBuffer | None = None
 ) -> list[ToolCall]:
     """Every tool call of one streamed response, in call order."""
-    adapter = adapter_for(provider) if isinstance(provider, str) else provider
-    buffer = buffer if buffer is not None else ToolBuffer(progress_interval=None)
+    adapter, buffer = _prepared(provider, buffer)
     for event in events:
-        for chunk in adapter.feed(event):
-            buffer.feed(chunk)
-    for chunk in adapter.end():
-        buffer.feed(chunk)
-    return buffer.close()
+        buffer.feed_all(adapter.feed(event))
+    return _finished(adapter, buffer)
 
 
 async def accumulate_async(
     events: AsyncIterable[Any], provider: str | StreamAdapter, buffer: ToolBuffer | None = None
 ) -> list[ToolCall]:
     """`accumulate` for an async stream (`async for event in stream`)."""
-    adapter = adapter_for(provider) if isinstance(provider, str) else provider
-    buffer = buffer if buffer is not None else ToolBuffer(progress_interval=None)
+    adapter, buffer = _prepared(provider, buffer)
     async for event in events:
-        for chunk in adapter.feed(event):
-            buffer.feed(chunk)
-    for chunk in adapter.end():
-        buffer.feed(chunk)
-    return buffer.close()
+        buffer.feed_all(adapter.feed(event))
+    return _finished(adapter, buffer)
 
 
 __all__ = [

@@ -260,11 +260,10 @@ class ToolBuffer:
         if now - slot.last_progress < self._interval:
             return events
         slot.last_progress = now
-        obj = copy.deepcopy(slot.obj) if slot.obj is not None else None
+        snapshot = copy.deepcopy(slot.obj) if slot.obj is not None else None
         progress = ArgumentsProgress(
-            slot.turn, slot.index, slot.id, slot.name, slot.parts, len(slot.parts)
+            slot.turn, slot.index, slot.id, slot.name, slot.parts, len(slot.parts), snapshot
         )
-        progress._object = obj
         return [*events, progress]
 
     def _after_close(self, key: tuple[int, int], chunk: ToolChunk) -> Sequence[ToolEvent]:

@@ -153,19 +153,22 @@ class OpenAIChatAdapter(StreamAdapter):
         call = self._route(turn, raw_index, call_id, name, args)
         if call is None:
             return  # the same whole call resent at another index (LocalAI)
+        parent_id = None
         if not call.parts and not call.is_object and call.id is None and call.name is None:
-            self._open(
-                call,
-                turn=turn,
-                call_id=call_id,
-                name=name,
-                args=args,
-                meta=meta,
-                parent=parent,
-                out=out,
-            )
-            return
-        self._continue(call, turn=turn, call_id=call_id, name=name, args=args, meta=meta, out=out)
+            pending = self._pending_meta.pop(turn, None)  # metadata that came before the call
+            if pending:
+                meta = {**pending, **(meta or {})}
+            parent_id = parent if isinstance(parent, str) else None
+        self._apply(
+            call,
+            turn=turn,
+            call_id=call_id,
+            name=name,
+            args=args,
+            meta=meta,
+            parent_id=parent_id,
+            out=out,
+        )
 
     def _route(
         self, turn: int, raw_index: Any, call_id: str | None, name: str | None, args: Any
@@ -232,7 +235,7 @@ class OpenAIChatAdapter(StreamAdapter):
             return bool(args) and not self._resent(call, name, args)
         return False
 
-    def _open(
+    def _apply(
         self,
         call: _Call,
         *,
@@ -241,48 +244,10 @@ class OpenAIChatAdapter(StreamAdapter):
         name: str | None,
         args: Any,
         meta: dict[str, Any] | None,
-        parent: Any,
+        parent_id: str | None,
         out: list[ToolChunk],
     ) -> None:
-        call.id = call_id
-        call.name = name
-        pending = self._pending_meta.pop(turn, None)
-        if pending:
-            meta = {**pending, **(meta or {})}
-        snapshot = None
-        delta = None
-        if isinstance(args, dict):
-            call.is_object = True
-            call.parts = [json.dumps(args)]
-            snapshot = args
-        elif args:
-            call.parts = [args]
-            call.length = len(args)
-            delta = args
-        out.append(
-            ToolChunk(
-                index=call.index,
-                turn=turn,
-                id=call_id,
-                name=name,
-                args_delta=delta,
-                args_snapshot=snapshot,
-                meta=meta,
-                parent_id=parent if isinstance(parent, str) else None,
-            )
-        )
-
-    def _continue(
-        self,
-        call: _Call,
-        *,
-        turn: int,
-        call_id: str | None,
-        name: str | None,
-        args: Any,
-        meta: dict[str, Any] | None,
-        out: list[ToolChunk],
-    ) -> None:
+        """Merge one fragment into `call` (§9 rules 3-5) and emit what changed."""
         new_id = None
         if call_id is not None and call.id is None:
             call.id = new_id = call_id
@@ -320,8 +285,8 @@ class OpenAIChatAdapter(StreamAdapter):
                 call.parts.append(args)
                 call.length = length + len(args)
                 delta = args
-        if new_id is None and new_name is None and delta is not None and meta is None:
-            out.append(ToolChunk(index=call.index, turn=turn, args_delta=delta))
+        if new_id is None and new_name is None and delta is not None and not meta and not parent_id:
+            out.append(ToolChunk(index=call.index, turn=turn, args_delta=delta))  # the hot path
         elif new_id or new_name or delta is not None or snapshot is not None or meta:
             out.append(
                 ToolChunk(
@@ -332,6 +297,7 @@ class OpenAIChatAdapter(StreamAdapter):
                     args_delta=delta,
                     args_snapshot=snapshot,
                     meta=meta,
+                    parent_id=parent_id,
                 )
             )
 
