@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from loadtests.report import Section
 from toolref.acp import ToolCallTracker, location, text_content
+from toolref.encoding import dumps_json
 
 CALL_ID = "call_12345678"  # 13 characters, as the done-when measures
-
-
-def _compact(value: Any) -> int:
-    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
 
 
 def status_only() -> tuple[int, int]:
@@ -22,7 +16,7 @@ def status_only() -> tuple[int, int]:
         tracker = ToolCallTracker("sess_bench", full_objects=full)
         tracker.start(CALL_ID, "Read src/app.py", kind="read", content=[text_content("x" * 2048)])
         (note,) = tracker.update(CALL_ID).status("in_progress").send()
-        sizes.append(_compact(note["update"]))
+        sizes.append(len(dumps_json(note["update"])))
     return sizes[0], sizes[1]
 
 
@@ -102,7 +96,7 @@ def life(full_objects: bool) -> str:
     tracker = ToolCallTracker(
         "sess_1",
         full_objects=full_objects,
-        sink=lambda note: lines.append(json.dumps(note["update"], separators=(",", ":"))),
+        sink=lambda note: lines.append(dumps_json(note["update"]).decode()),
     )
     tracker.start(
         "call_8d1e2f3a", "bash", kind="execute", raw_input={"command": "pytest -q tests/unit"}

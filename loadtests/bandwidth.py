@@ -4,7 +4,6 @@ every turn, with each thing a user could do instead of refs."""
 from __future__ import annotations
 
 import gzip
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,12 +14,13 @@ from loadtests.report import Section
 from loadtests.traces import Trace
 from toolref import formats
 from toolref.canonical import digest_of
+from toolref.encoding import dumps_json
 
 LEVEL = 3  # zstd's default level, what an HTTP client would use
 
 
 def _bytes(messages: Sequence[Any]) -> bytes:
-    return json.dumps({"messages": messages}, separators=(",", ":"), ensure_ascii=False).encode()
+    return dumps_json({"messages": messages})
 
 
 _WIRE = {

@@ -96,7 +96,7 @@ async def _drive(url: str, bodies: Iterator[bytes], seconds: float) -> Run:
     return Run(len(latencies), elapsed, latencies)
 
 
-def _register_bodies(bare: bool) -> Iterator[bytes]:
+def _register_bodies() -> Iterator[bytes]:
     while True:  # new invocations every time: register stores, it does not just touch
         items = [_invocation(2000, uuid.uuid4().hex) for _ in range(10)]
         yield json.dumps({"invocations": items}).encode()
@@ -112,7 +112,7 @@ def _hydrate_messages(traces: list[Trace]) -> list[dict[str, Any]]:
     return longest.messages[:200]
 
 
-def _prepare(toolref: str, bare_url: str, engine_url: str, traces: list[Trace]) -> dict[str, Any]:
+def _prepare(toolref: str, engine_url: str, traces: list[Trace]) -> dict[str, Any]:
     """Bodies for both apps, with the data each reads already stored."""
     import redis  # sync client for the set-up only
 
@@ -136,7 +136,7 @@ def _prepare(toolref: str, bare_url: str, engine_url: str, traces: list[Trace]) 
         store.set(key, json.dumps(pair.invocation()))
     store.close()
     return {
-        "register": (_register_bodies(False), _register_bodies(True)),
+        "register": (_register_bodies(), _register_bodies()),
         "resolve": (
             _repeat(json.dumps({"refs": refs}).encode()),
             _repeat(json.dumps({"refs": bare_keys}).encode()),
@@ -173,7 +173,7 @@ def measure(traces: list[Trace], seconds: float = 2.0, rounds: int = 3) -> dict[
                 _server(toolref_cmd, env, f"http://127.0.0.1:{port}") as toolref,
                 _server(bare_cmd, env, f"http://127.0.0.1:{bare_port}") as bare,
             ):
-                bodies = _prepare(toolref, bare, url, traces)
+                bodies = _prepare(toolref, url, traces)
                 for name, (path, bare_path) in PATHS.items():
                     ours, theirs = bodies[name]
                     for _ in range(rounds):  # alternate, so drift hits both alike

@@ -11,6 +11,7 @@ from typing import Any
 
 from loadtests.report import Section
 from loadtests.timing import interleaved
+from toolref.encoding import dumps_json
 from toolref.streaming import ToolBuffer, adapter_for
 
 CHUNKS = 10_000
@@ -47,7 +48,7 @@ def openai_chat() -> list[str]:
     def event(call: dict[str, Any] | None, finish: str | None = None) -> str:
         delta = {"tool_calls": [call]} if call else {}
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return _compact({**envelope, "choices": [choice]})
+        return _sse({**envelope, "choices": [choice]})
 
     payloads = [
         event(
@@ -74,10 +75,10 @@ def anthropic() -> list[str]:
     for call in range(CALLS):  # Anthropic streams one block at a time
         block = {"type": "tool_use", "id": f"toolu_{call:024d}", "name": "write_file", "input": {}}
         payloads.append(
-            _compact({"type": "content_block_start", "index": call, "content_block": block})
+            _sse({"type": "content_block_start", "index": call, "content_block": block})
         )
         payloads += [
-            _compact(
+            _sse(
                 {
                     "type": "content_block_delta",
                     "index": call,
@@ -87,17 +88,17 @@ def anthropic() -> list[str]:
             for owner, text in fragments
             if owner == call
         ]
-        payloads.append(_compact({"type": "content_block_stop", "index": call}))
-    payloads.append(_compact({"type": "message_delta", "delta": {"stop_reason": "tool_use"}}))
-    payloads.append(_compact({"type": "message_stop"}))
+        payloads.append(_sse({"type": "content_block_stop", "index": call}))
+    payloads.append(_sse({"type": "message_delta", "delta": {"stop_reason": "tool_use"}}))
+    payloads.append(_sse({"type": "message_stop"}))
     return payloads
 
 
 STREAMS: dict[str, Callable[[], list[str]]] = {"openai_chat": openai_chat, "anthropic": anthropic}
 
 
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"))  # as providers send it
+def _sse(value: Any) -> str:
+    return dumps_json(value).decode()  # compact, as providers send it
 
 
 def decode(payloads: list[str]) -> list[Any]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from toolref.acp.plan import plan_entries
 from toolref.acp.state import ToolCallState, ToolCallStatus
 from toolref.acp.title import locations_for, title_for
 from toolref.canonical import canonical_json
+from toolref.encoding import dumps_json
 from toolref.errors import AcpError, DuplicateToolCallError, UnknownToolCallError
 from toolref.streaming.call import CallStatus, ToolCall
 
@@ -30,7 +30,7 @@ def _digest(value: Any) -> bytes:
 
 
 def _size(update: Mapping[str, Any]) -> int:
-    return len(json.dumps(update, separators=(",", ":"), ensure_ascii=False).encode())
+    return len(dumps_json(update))
 
 
 def _changes(call: _Call) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes]]:
