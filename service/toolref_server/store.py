@@ -1,8 +1,9 @@
 """Redis access: tenant-namespaced records, batched reads, sliding lifetimes.
 
-Every method is one round trip to Redis whatever the batch size (a pipeline, with one MGET
-for reads). Redis failures become `StoreUnavailableError`, which the service answers with
-503 and Retry-After.
+Every method is one round trip to Redis whatever the batch size: a pipeline, and for reads
+on one node a single script call that gets and touches the whole batch (on a cluster, or an
+engine without scripting, one MGET per hash slot plus EXPIREs). Redis failures become
+`StoreUnavailableError`, which the service answers with 503 and Retry-After.
 """
 
 from __future__ import annotations
