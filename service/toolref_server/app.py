@@ -18,9 +18,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from toolref.errors import NotFoundError, ToolrefError
+from toolref_server.access import AccessMiddleware
 from toolref_server.auth import Authenticator
 from toolref_server.cluster import is_cluster_url, plain_url
 from toolref_server.codec import BodyLimits
+from toolref_server.metrics import Metrics
 from toolref_server.problem import problem_response
 from toolref_server.protocol import ProtocolMiddleware
 from toolref_server.routes import handoff, invocations, messages, meta
@@ -105,6 +107,7 @@ def create_app(
     settings = settings or Settings()
     settings.check_exposure()
     settings.check_summarizer()
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -127,7 +130,13 @@ def create_app(
                     stack.push_async_callback(summarizer.aclose)
             app.state.services = Services(
                 settings=settings,
-                store=Store(client, settings.ttl_seconds, settings.retry_after_seconds),
+                store=Store(
+                    client,
+                    settings.ttl_seconds,
+                    settings.retry_after_seconds,
+                    failure_threshold=settings.breaker_failures,
+                    metrics=metrics,
+                ),
                 auth=Authenticator(settings),
                 limits=BodyLimits(
                     settings.max_body_bytes, settings.max_decompressed_bytes, settings.max_depth
@@ -139,13 +148,15 @@ def create_app(
                     lock_seconds=settings.summary_lock_seconds,
                     wait_seconds=settings.llm_timeout + 2,
                     retry_after=settings.retry_after_seconds,
+                    metrics=metrics,
                 ),
+                metrics=metrics,
             )
             yield
 
     app = Starlette(
         routes=[*meta.routes, *invocations.routes, *messages.routes, *handoff.routes],
-        middleware=[Middleware(ProtocolMiddleware)],
+        middleware=[Middleware(AccessMiddleware, metrics=metrics), Middleware(ProtocolMiddleware)],
         exception_handlers={
             ToolrefError: _toolref_error,
             HTTPException: _http_error,

@@ -15,6 +15,7 @@ import pydantic
 from redis.exceptions import RedisError
 
 from toolref.errors import ToolrefError
+from toolref_server import logs
 from toolref_server.auth import hash_key
 from toolref_server.settings import Settings, parse_api_keys
 
@@ -122,9 +123,7 @@ def _serve(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[f"TOOLREF_{name.upper()}"] = str(value)
     settings = Settings()
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    log_config = logs.configure(settings.log_level)
     settings.check_exposure()
     engine = None
     if settings.redis_url is None:
@@ -148,6 +147,7 @@ def _serve(args: argparse.Namespace) -> int:
             port=settings.port,
             workers=settings.workers,
             log_level=settings.log_level.lower(),
+            log_config=log_config,
         )
     except KeyboardInterrupt:
         pass  # uvicorn re-raises the Ctrl-C it has already handled gracefully

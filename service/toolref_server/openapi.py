@@ -324,6 +324,19 @@ def document(
                 secured=False,
             )
         },
+        "/metrics": {
+            "get": _operation(
+                "Prometheus metrics of this process",
+                "metrics",
+                {
+                    "description": "Prometheus text exposition format (whatever Accept says).",
+                    "headers": {PROTOCOL_HEADER: _protocol_header()},
+                    "content": {"text/plain": {"schema": {"type": "string"}}},
+                },
+                (),
+                secured=False,
+            )
+        },
         "/openapi.json": {
             "get": _operation(
                 "This document",

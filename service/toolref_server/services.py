@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from toolref_server.auth import Authenticator
 from toolref_server.codec import BodyLimits
+from toolref_server.metrics import Metrics
 from toolref_server.settings import Settings
 from toolref_server.store import Store
 from toolref_server.summaries import SummaryCache
@@ -18,3 +19,4 @@ class Services:
     auth: Authenticator
     limits: BodyLimits
     summaries: SummaryCache
+    metrics: Metrics

@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     retry_after_seconds: int = Field(
         default=1, ge=1, description="Retry-After sent with 503 answers."
     )
+    breaker_failures: int = Field(
+        default=3,
+        ge=1,
+        description="Store failures in a row after which requests fail fast with 503 for "
+        "Retry-After seconds (then one request probes).",
+    )
     log_level: str = Field(default="info", description="Log level.")
     summarizer: str = Field(
         default="extractive",

@@ -4,11 +4,16 @@ Every method is one round trip to Redis whatever the batch size: a pipeline, and
 on one node a single script call that gets and touches the whole batch (on a cluster, or an
 engine without scripting, one MGET per hash slot plus EXPIREs). Redis failures become
 `StoreUnavailableError`, which the service answers with 503 and Retry-After.
+
+A circuit breaker sits in front: after `failure_threshold` failures in a row, requests fail
+fast with 503 for `retry_after` seconds instead of each waiting out a socket timeout on a dead
+or frozen engine (so nothing piles up); then one request probes, and success closes it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -18,9 +23,11 @@ from redis.asyncio import Redis, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
+from toolref.breaker import CircuitBreaker
 from toolref.canonical import Ref
 from toolref.errors import StoreUnavailableError
 from toolref_server import record
+from toolref_server.metrics import Metrics
 from toolref_server.record import Record
 
 log = logging.getLogger(__name__)
@@ -52,7 +59,15 @@ class Registered:
 
 
 class Store:
-    def __init__(self, redis: StoreClient, ttl_seconds: int, retry_after: int = 1) -> None:
+    def __init__(
+        self,
+        redis: StoreClient,
+        ttl_seconds: int,
+        retry_after: int = 1,
+        *,
+        failure_threshold: int = 3,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.redis = redis
         self.cluster = isinstance(redis, RedisCluster)
         # One node: GET and EXPIRE of a whole batch as one script call (one reply to parse
@@ -60,6 +75,9 @@ class Store:
         self._read = None if self.cluster else redis.register_script(_READ_AND_TOUCH)
         self.ttl = ttl_seconds
         self.retry_after = retry_after
+        self.breaker = CircuitBreaker(failure_threshold, reset_timeout=retry_after)
+        self.metrics = metrics or Metrics()
+        self.metrics.watch_breaker(lambda: self.breaker.state.value)
 
     @staticmethod
     def key(tenant: str, ref: Ref) -> str:
@@ -67,13 +85,27 @@ class Store:
 
     @asynccontextmanager
     async def _guard(self, action: str) -> AsyncIterator[None]:
+        if not self.breaker.allow():
+            wait = max(1, math.ceil(self.breaker.retry_in()))
+            raise StoreUnavailableError(
+                f"the registry's store failed {self.breaker.failure_threshold} times in a row, "
+                f"so requests skip it for now; retry after {wait}s, or send full payloads "
+                "meanwhile",
+                retry_after=wait,
+            )
         try:
             yield
-        except RedisError as exc:
+        except ResponseError as exc:
+            self.breaker.success()  # the engine answered (OOM, say): it is reachable
             raise self._unavailable(action, exc) from None
+        except RedisError as exc:
+            self.breaker.failure()
+            raise self._unavailable(action, exc) from None
+        self.breaker.success()
 
     def _unavailable(self, action: str, exc: Exception) -> StoreUnavailableError:
         log.warning("store %s failed: %s: %s", action, type(exc).__name__, exc)
+        self.metrics.store_errors.labels(action).inc()
         return StoreUnavailableError(
             f"the registry's store is unreachable ({type(exc).__name__}); retry after "
             f"{self.retry_after}s, or send full payloads meanwhile",
@@ -108,7 +140,11 @@ class Store:
                 else:
                     retry.append(i)
             pending = retry
-        return [o if o is not None else Registered(False, None) for o in outcomes]
+        done = [o if o is not None else Registered(False, None) for o in outcomes]
+        created = sum(o.new for o in done)
+        self.metrics.registered.labels("true").inc(created)
+        self.metrics.registered.labels("false").inc(len(done) - created)
+        return done
 
     async def touch(self, tenant: str, refs: Sequence[Ref]) -> list[bool]:
         """Extend the lifetime of each ref; True where it is present."""
@@ -119,7 +155,9 @@ class Store:
             for ref in refs:
                 pipe.expire(self.key(tenant, ref), self.ttl)
             replies: list[Any] = await pipe.execute()
-        return [bool(reply) for reply in replies]
+        present = [bool(reply) for reply in replies]
+        self.metrics.refs(present)
+        return present
 
     async def fetch(self, tenant: str, refs: Sequence[Ref]) -> list[Record | None]:
         """Records for refs (None where absent), extending the lifetime of those read."""
@@ -127,16 +165,16 @@ class Store:
             return []
         keys = [self.key(tenant, ref) for ref in refs]
         if self._read is not None:
-            try:
-                values: list[Any] = await self._read(keys=keys, args=[self.ttl])
-            except ResponseError as exc:
-                if "unknown command" not in str(exc).lower():
-                    raise self._unavailable("resolve", exc) from None
-                self._read = None  # an engine without scripting: MGET and EXPIREs then
-            except RedisError as exc:
-                raise self._unavailable("resolve", exc) from None
-            else:
-                return [None if data is None else record.decode(data) for data in values]
+            values: list[Any] | None = None
+            async with self._guard("resolve"):
+                try:
+                    values = await self._read(keys=keys, args=[self.ttl])
+                except ResponseError as exc:
+                    if "unknown command" not in str(exc).lower():
+                        raise
+                    self._read = None  # an engine without scripting: MGET and EXPIREs then
+            if values is not None:
+                return self._decoded(values)
         groups = slot_groups(keys, self.cluster)
         async with self._guard("resolve"):
             pipe = self.redis.pipeline(transaction=False)
@@ -144,14 +182,22 @@ class Store:
             for key in keys:
                 pipe.expire(key, self.ttl)
             replies: list[Any] = await pipe.execute()
-        found = ungroup(groups, replies, len(keys))
-        return [None if data is None else record.decode(data) for data in found]
+        return self._decoded(ungroup(groups, replies, len(keys)))
+
+    def _decoded(self, values: Sequence[Any]) -> list[Record | None]:
+        self.metrics.refs([data is not None for data in values])
+        return [None if data is None else record.decode(data) for data in values]
 
     async def ping(self) -> bool:
+        """Does the engine answer? Asked past the breaker, whose state it then sets: a
+        readiness probe that succeeds lets traffic back in at once."""
         try:
-            return bool(await self.redis.ping())
+            answered = bool(await self.redis.ping())
         except RedisError:
+            self.breaker.failure()
             return False
+        self.breaker.success()
+        return answered
 
 
 def slot_groups(keys: Sequence[str], cluster: bool) -> list[list[int]]:

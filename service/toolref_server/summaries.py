@@ -28,6 +28,7 @@ from redis.exceptions import RedisError
 from toolref import extractive
 from toolref.canonical import Ref
 from toolref.errors import StoreUnavailableError, ValidationError
+from toolref_server.metrics import Metrics
 from toolref_server.store import StoreClient, queue_mgets, slot_groups, ungroup
 from toolref_server.summarizers import Summarizer, SummarizerError
 
@@ -56,6 +57,7 @@ class SummaryCache:
         lock_seconds: float,
         wait_seconds: float,
         retry_after: int = 1,
+        metrics: Metrics | None = None,
     ) -> None:
         self.redis = redis
         self.summarizers = summarizers
@@ -64,7 +66,8 @@ class SummaryCache:
         self.wait = wait_seconds
         self.retry_after = retry_after
         self._inflight: dict[str, asyncio.Task[Summary]] = {}
-        self.calls = 0  # summarizer calls made by this process (metrics, tests)
+        self.calls = 0  # summarizer calls made by this process (tests)
+        self.metrics = metrics or Metrics()
 
     @staticmethod
     def key(tenant: str, ref: Ref, summarizer_id: str) -> str:
@@ -106,6 +109,9 @@ class SummaryCache:
             None if value is None else Summary(value.decode(), sid, cached=True, fallback=False)
             for value in ungroup(groups, replies, len(keys))
         ]
+        hits = sum(summary is not None for summary in found)
+        self.metrics.summary_cache.labels("hit").inc(hits)
+        self.metrics.summary_cache.labels("miss").inc(len(found) - hits)
         gate = asyncio.Semaphore(_CONCURRENCY)
 
         async def fill(index: int) -> None:
@@ -139,7 +145,13 @@ class SummaryCache:
 
         async def compute() -> str:
             self.calls += 1
-            return await summarizer.summarize(invocation, max_chars)
+            try:
+                text = await summarizer.summarize(invocation, max_chars)
+            except SummarizerError:
+                self.metrics.summarizer_calls.labels(summarizer.name, "failed").inc()
+                raise
+            self.metrics.summarizer_calls.labels(summarizer.name, "ok").inc()
+            return text
 
         try:
             text, cached = await self._single_flight(key, compute)
@@ -208,6 +220,7 @@ class SummaryCache:
         return text
 
     def _unavailable(self, exc: Exception) -> StoreUnavailableError:
+        self.metrics.store_errors.labels("summary").inc()
         return StoreUnavailableError(
             f"the summary cache (Redis) is unreachable ({type(exc).__name__}); retry after "
             f"{self.retry_after}s, or hydrate in full mode",

@@ -7,6 +7,7 @@ from typing import Any
 import fakeredis
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 
 from toolref.canonical import canonical_json, digest_of
 from toolref.errors import StoreUnavailableError
@@ -89,3 +90,96 @@ async def test_record_compression_pays_or_is_skipped() -> None:
 def test_key_layout() -> None:
     ref = digest_of(INVOCATION).ref
     assert Store.key("acme", ref) == f"tr:acme:i:{ref[3:]}"
+
+
+# --- the breaker in front of the store ------------------------------------------------------
+
+
+class Counting(fakeredis.FakeAsyncRedis):
+    """A fake engine that can go down and counts the round trips it was asked for."""
+
+    def __init__(self, server: fakeredis.FakeServer) -> None:
+        super().__init__(server=server)
+        self.trips = 0
+
+    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        self.trips += 1
+        return super().pipeline(*args, **kwargs)
+
+
+@pytest.fixture
+def flaky() -> tuple[fakeredis.FakeServer, Counting, Store]:
+    server = fakeredis.FakeServer()
+    client = Counting(server)
+    store = Store(client, ttl_seconds=100, retry_after=3, failure_threshold=2)
+    store._read = None  # every read is a pipeline, so `trips` counts them all
+    return server, client, store
+
+
+async def test_failures_in_a_row_open_the_breaker_and_requests_skip_the_store(
+    flaky: tuple[fakeredis.FakeServer, Counting, Store],
+) -> None:
+    server, client, store = flaky
+    ref = digest_of(INVOCATION).ref
+    server.connected = False
+    for _ in range(2):
+        with pytest.raises(StoreUnavailableError) as failed:
+            await store.touch("t", [ref])
+        assert "unreachable" in failed.value.detail
+    assert client.trips == 2
+    assert store.breaker.state.value == "open"
+
+    for call in (store.touch("t", [ref]), store.fetch("t", [ref])):
+        with pytest.raises(StoreUnavailableError) as skipped:
+            await call
+        assert "2 times in a row" in skipped.value.detail
+        assert 1 <= skipped.value.retry_after <= 3
+    assert client.trips == 2  # failed fast: the store was not asked
+    errors = store.metrics.registry.get_sample_value(
+        "toolref_store_errors_total", {"operation": "findMissing"}
+    )
+    assert errors == 2
+
+
+async def test_a_successful_ping_closes_the_breaker(
+    flaky: tuple[fakeredis.FakeServer, Counting, Store],
+) -> None:
+    server, _, store = flaky
+    ref = digest_of(INVOCATION).ref
+    server.connected = False
+    for _ in range(2):
+        with pytest.raises(StoreUnavailableError):
+            await store.touch("t", [ref])
+    assert not await store.ping()
+    assert store.breaker.state.value == "open"
+    server.connected = True
+    assert await store.ping()  # readiness probes reach the store past the breaker
+    assert store.breaker.state.value == "closed"
+    assert await store.touch("t", [ref]) == [False]
+
+
+async def test_an_engine_that_answers_with_an_error_does_not_open_the_breaker() -> None:
+    class Full(fakeredis.FakeAsyncRedis):
+        def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+            raise ResponseError("OOM command not allowed when used memory > 'maxmemory'")
+
+    store = Store(Full(), ttl_seconds=100, failure_threshold=1)
+    for _ in range(3):
+        with pytest.raises(StoreUnavailableError) as info:
+            await store.register("t", [new_record(INVOCATION)])
+        assert "ResponseError" in info.value.detail
+    assert store.breaker.state.value == "closed"  # reachable: each request still tries
+
+
+async def test_store_counts_refs_registered_resolved_and_missing(store: Store) -> None:
+    item = new_record(INVOCATION)
+    other = digest_of({**INVOCATION, "name": "other"}).ref
+    await store.register("t", [item])
+    await store.register("t", [item])
+    await store.fetch("t", [item.ref, other])
+    await store.touch("t", [item.ref, other, other])
+    sample = store.metrics.registry.get_sample_value
+    assert sample("toolref_refs_registered_total", {"new": "true"}) == 1
+    assert sample("toolref_refs_registered_total", {"new": "false"}) == 1
+    assert sample("toolref_refs_resolved_total") == 2
+    assert sample("toolref_refs_missing_total") == 3

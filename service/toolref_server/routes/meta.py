@@ -12,6 +12,7 @@ from toolref.errors import StoreUnavailableError
 from toolref.models import Capabilities, Health, Limits, ProtocolRange, RefScheme
 from toolref.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
 from toolref_server import codec, openapi
+from toolref_server.metrics import CONTENT_TYPE as METRICS_TYPE
 from toolref_server.routes import context
 from toolref_server.settings import Settings
 
@@ -62,6 +63,11 @@ async def readyz(request: Request) -> Response:
     return codec.render(request, Health(status="ready").model_dump())
 
 
+async def metrics(request: Request) -> Response:
+    exported = context.services(request).metrics.render()
+    return Response(exported, media_type=METRICS_TYPE)
+
+
 async def openapi_document(request: Request) -> Response:
     services = context.services(request)
     return JSONResponse(
@@ -76,5 +82,6 @@ routes = [
     Route("/v1/capabilities", capabilities, methods=["GET"]),
     Route("/healthz", healthz, methods=["GET"]),
     Route("/readyz", readyz, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
     Route("/openapi.json", openapi_document, methods=["GET"]),
 ]

@@ -1,0 +1,99 @@
+"""Structured logs: one JSON object per line, each carrying the id of its request.
+
+Nothing a client sent is logged but the request line, the status and the sizes: never a body,
+never a key. Secrets that still reach a message (an `Authorization` value, a bearer token, an
+API key in an exception text) are masked by `redact` before the line is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.config
+import re
+import time
+from contextvars import ContextVar
+from typing import Any, Final
+
+REQUEST_ID: ContextVar[str | None] = ContextVar("toolref_request_id", default=None)
+MASK: Final = "[redacted]"
+
+_SECRETS: Final = re.compile(
+    r"(?i)(authorization\s*[:=]\s*)(\S+(?:\s+\S+)?)"  # a header written out
+    r"|\b(bearer\s+)[A-Za-z0-9._~+/=-]+"  # a bearer credential anywhere
+    r"|\btrk_[A-Za-z0-9_-]+"  # a key made by `toolref-server keygen`
+)
+# LogRecord's own attributes; anything else on a record came from `extra=` and is logged.
+_STANDARD: Final = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+_SECRET_FIELDS: Final = frozenset({"authorization", "api_key", "body", "payload", "headers"})
+
+
+def redact(text: str) -> str:
+    """`text` with credentials masked."""
+
+    def mask(match: re.Match[str]) -> str:
+        if match.group(1):
+            return match.group(1) + MASK
+        if match.group(3):
+            return match.group(3) + MASK
+        return MASK
+
+    return _SECRETS.sub(mask, text)
+
+
+class JsonFormatter(logging.Formatter):
+    """A log record as one JSON line: time, level, logger, message, request id, extras."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": redact(record.getMessage()),
+        }
+        request_id = getattr(record, "request_id", None) or REQUEST_ID.get()
+        if request_id:
+            line["requestId"] = request_id
+        for name, value in record.__dict__.items():
+            if name in _STANDARD or name == "request_id" or name in line:
+                continue
+            line[name] = MASK if name.lower() in _SECRET_FIELDS else _plain(value)
+        if record.exc_info:
+            line["error"] = redact(self.formatException(record.exc_info))
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, (int, float, bool)) or value is None:
+        return value
+    return redact(str(value))
+
+
+def configure(level: str) -> dict[str, Any]:
+    """Send every log line (ours and uvicorn's) through `JsonFormatter`; returns the
+    `logging.config` dictionary, which uvicorn also takes as `log_config` for its workers."""
+    config: dict[str, Any] = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": JsonFormatter}},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "root": {"handlers": ["stderr"], "level": level.upper()},
+        "loggers": {
+            # Our access middleware logs each request once, with its id; uvicorn's own
+            # access line would repeat it without one.
+            "uvicorn.access": {"handlers": [], "propagate": False, "level": "WARNING"},
+            "uvicorn": {"handlers": [], "propagate": True},
+            "uvicorn.error": {"handlers": [], "propagate": True},
+        },
+    }
+    logging.config.dictConfig(config)
+    return config
