@@ -3,6 +3,9 @@
 The id is the client's `X-Request-Id` when it is a plain token (so a chat backend can follow
 one request through its logs and ours), otherwise a fresh one; it is sent back in the same
 header and carried by every log line written while the request runs.
+
+It is also the last line of defence: an exception no handler caught becomes a logged
+traceback and a 500 problem+json that carries the request id, instead of a bare 500.
 """
 
 from __future__ import annotations
@@ -15,8 +18,10 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolref.errors import ToolrefError
 from toolref_server.logs import REQUEST_ID
 from toolref_server.metrics import UNMATCHED, Metrics
+from toolref_server.problem import problem_response
 
 REQUEST_ID_HEADER: Final = "X-Request-Id"
 _HEADER_KEY: Final = REQUEST_ID_HEADER.lower().encode()
@@ -52,6 +57,7 @@ class AccessMiddleware:
         token = REQUEST_ID.set(request_id)
         started = time.perf_counter()
         status, received, sent = 500, 0, 0  # 500 unless an answer starts
+        answered = False
 
         async def counted_receive() -> Message:
             nonlocal received
@@ -61,9 +67,9 @@ class AccessMiddleware:
             return message
 
         async def tagged_send(message: Message) -> None:
-            nonlocal status, sent
+            nonlocal status, sent, answered
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, answered = message["status"], True
                 headers = [(k, v) for k, v in message.get("headers", []) if k != _HEADER_KEY]
                 headers.append((_HEADER_KEY, request_id.encode()))
                 message = {**message, "headers": headers}
@@ -73,6 +79,15 @@ class AccessMiddleware:
 
         try:
             await self.app(scope, counted_receive, tagged_send)
+        except Exception:
+            if answered:
+                raise  # too late for a problem answer; the server closes the connection
+            log.exception("unhandled error", extra={"request_id": request_id})
+            failure = ToolrefError(
+                f"the service failed unexpectedly; the error is logged under request id "
+                f"{request_id}; retry later, and report the id if it persists"
+            )
+            await problem_response(failure)(scope, counted_receive, tagged_send)
         finally:
             elapsed = time.perf_counter() - started
             route, method = route_of(scope), scope["method"]

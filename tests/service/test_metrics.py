@@ -10,6 +10,10 @@ import re
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from toolref.canonical import digest_of
 from toolref_server.logs import JsonFormatter
@@ -157,3 +161,33 @@ async def test_access_lines_are_json_with_the_request_id_and_no_secrets(
     text = "\n".join(formatter.format(r) for r in caplog.records)
     for secret in (SECRET_KEY, "nope-key", "must never reach a log"):
         assert secret not in text
+
+
+async def test_an_unhandled_error_is_a_500_problem_with_the_request_id(
+    make_api: Api, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = await make_api()
+    transport = api._transport
+    assert isinstance(transport, httpx.ASGITransport)
+    app = transport.app
+    assert isinstance(app, Starlette)
+
+    async def boom(request: Request) -> Response:
+        raise RuntimeError("bug with Authorization: Bearer leaked-key")
+
+    app.router.routes.append(Route("/boom", boom))
+    with caplog.at_level(logging.INFO):
+        answer = await api.get("/boom", headers={"X-Request-Id": "req-500"})
+    assert answer.status_code == 500
+    assert answer.headers["content-type"] == "application/problem+json"
+    assert answer.headers["x-request-id"] == "req-500"
+    assert "req-500" in answer.json()["detail"]
+    assert "leaked-key" not in answer.text  # the exception text stays in the log
+    formatter = JsonFormatter()
+    lines = [json.loads(formatter.format(r)) for r in caplog.records]
+    failed = next(line for line in lines if line["message"] == "unhandled error")
+    assert failed["requestId"] == "req-500"
+    assert "RuntimeError" in failed["error"]
+    assert "leaked-key" not in failed["error"]
+    samples = await scrape(api)
+    assert value(samples, "toolref_requests_total", method="GET", route="/boom", status="500") == 1
