@@ -8,9 +8,10 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import cast
 
 import httpx
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
+from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
-from redis.retry import Retry
+from redis.exceptions import ConnectionError as RedisConnectionError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -47,6 +48,16 @@ class _MethodNotAllowed(_HttpProblem):
     title = "Method not allowed"
 
 
+def _one_quick_retry() -> Retry:
+    """One reconnect for a pooled connection the engine closed (it restarted, say). Only on
+    connection errors: retrying a timeout would wait out a frozen engine twice."""
+    return Retry(
+        ExponentialWithJitterBackoff(base=0.01, cap=0.05),
+        1,
+        supported_errors=(RedisConnectionError,),
+    )
+
+
 def open_redis(settings: Settings, url: str) -> StoreClient:
     if settings.redis_cluster or is_cluster_url(url):
         # The cluster client follows MOVED and refreshes its slot map after a failover.
@@ -55,18 +66,21 @@ def open_redis(settings: Settings, url: str) -> StoreClient:
             socket_timeout=settings.redis_timeout,
             socket_connect_timeout=settings.redis_connect_timeout,
             max_connections=settings.redis_max_connections,
-            retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.05), 1),
+            retry=_one_quick_retry(),
         )
-    # One quick retry covers a pooled connection the engine closed; more would only delay
-    # the 503 that tells clients to fall back to full payloads.
-    return Redis.from_url(
+    # A burst beyond the pool waits for a free connection (at most the command timeout)
+    # rather than failing at once; more retries would only delay the 503 that tells
+    # clients to fall back to full payloads.
+    pool = BlockingConnectionPool.from_url(
         url,
+        timeout=settings.redis_timeout,
         socket_timeout=settings.redis_timeout,
         socket_connect_timeout=settings.redis_connect_timeout,
         max_connections=settings.redis_max_connections,
-        retry=Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.05), 1),
+        retry=_one_quick_retry(),
         health_check_interval=30,
     )
+    return Redis(connection_pool=pool)
 
 
 async def _toolref_error(request: Request, exc: Exception) -> Response:

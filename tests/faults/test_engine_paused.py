@@ -1,0 +1,126 @@
+"""The engine is frozen (SIGSTOP) for longer than `redis_timeout` while a burst of requests
+arrives: the kernel still accepts connections for it, but nothing answers.
+
+Every request is answered with 503 problem+json and Retry-After within `redis_timeout` and a
+small margin (those holding a pooled connection wait out the socket timeout; the rest wait
+for a free connection no longer than that); nothing piles up (no task left pending, the
+engine never holds more connections from the service than its pool allows, and no pool slot
+leaks); after SIGCONT the same app serves again at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+
+from toolref.protocol import PROTOCOL_HEADER
+from toolref_server.app import create_app
+from toolref_server.settings import Settings
+
+from .support import Engines, assert_unavailable, engine_info, make_samples, ref_operations, timed
+
+pytestmark = pytest.mark.engine
+
+REQUESTS = 50
+POOL = 16  # redis_max_connections, below REQUESTS so the pool's bound is what is tested
+TIMEOUT = 0.2  # redis_timeout
+MARGIN = 0.15  # for 50 requests through the in-process app on one event loop
+
+
+async def test_a_paused_engine_answers_every_request_in_time(engines: Engines) -> None:
+    engine = engines.start("engine", appendonly="no")
+    settings = Settings(
+        redis_url=engine.tcp_url,
+        redis_timeout=TIMEOUT,
+        redis_connect_timeout=0.1,
+        redis_max_connections=POOL,
+    )
+    service = create_app(settings)
+    async with (
+        service.router.lifespan_context(service),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=service),
+            base_url="http://registry",
+            headers={PROTOCOL_HEADER: "2"},
+        ) as api,
+    ):
+        samples = await make_samples(api)
+        operations = list(ref_operations(api, samples).values())
+        received = (await engine_info(engine, "stats"))["total_connections_received"]
+        tasks = asyncio.all_tasks()
+
+        with Engines.paused(engine):
+            stopped = time.monotonic()
+            answers = await asyncio.gather(
+                *(timed(operations[n % len(operations)]()) for n in range(REQUESTS))
+            )
+            left = asyncio.all_tasks() - tasks  # gather's own tasks are done by now
+            frozen = time.monotonic() - stopped
+        assert frozen > TIMEOUT  # stopped for longer than redis_timeout
+
+        for response, elapsed in answers:
+            assert_unavailable(response)
+            assert elapsed <= TIMEOUT + MARGIN, f"answered after {elapsed * 1000:.0f} ms"
+        assert not left, left
+
+        # After SIGCONT the same app serves at once.
+        ready = await api.get("/readyz")
+        assert ready.status_code == 200, ready.text
+        # The engine has accepted every connection queued while it was stopped (it accepts
+        # in order, and the readiness PING came last): the service opened at most one per
+        # pool slot, plus one for readiness, plus this INFO's own.
+        opened = (await engine_info(engine, "stats"))["total_connections_received"] - received
+        assert opened <= POOL + 2, opened
+        resolved = await api.post("/v1/invocations:resolve", json={"refs": [samples.ref]})
+        assert resolved.status_code == 200, resolved.text
+        assert resolved.json()["invocations"] == {samples.ref: samples.invocation}
+        # No pool slot leaked: as many concurrent requests as the pool holds all succeed.
+        burst = await asyncio.gather(
+            *(
+                api.post("/v1/invocations:findMissing", json={"refs": [samples.ref]})
+                for _ in range(POOL)
+            )
+        )
+        assert [r.status_code for r in burst] == [200] * POOL, [r.text for r in burst]
+        clients = (await engine_info(engine, "clients"))["connected_clients"]
+        assert clients <= POOL + 3, clients  # the pool (POOL), this INFO, and a few
+
+    latencies = sorted(elapsed for _, elapsed in answers)
+    waited = sum(elapsed >= TIMEOUT for elapsed in latencies)
+    print(
+        f"\npaused engine: {REQUESTS} concurrent requests all 503, worst "
+        f"{latencies[-1] * 1000:.0f} ms (redis_timeout {TIMEOUT * 1000:.0f} ms); {waited} waited "
+        f"out the timeout, {REQUESTS - waited} were refused sooner (fastest "
+        f"{latencies[0] * 1000:.1f} ms); engine stopped {frozen * 1000:.0f} ms; {opened} "
+        f"connections opened over the episode, "
+        f"{clients} connected after the burst (pool {POOL})"
+    )
+
+
+async def test_a_burst_beyond_the_pool_waits_for_a_connection(engines: Engines) -> None:
+    """A healthy engine and more concurrent requests than pooled connections: the extra ones
+    wait for a free connection instead of failing with "Too many connections"."""
+    engine = engines.start("engine", appendonly="no")
+    settings = Settings(redis_url=engine.tcp_url, redis_max_connections=4)
+    service = create_app(settings)
+    async with (
+        service.router.lifespan_context(service),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=service),
+            base_url="http://registry",
+            headers={PROTOCOL_HEADER: "2"},
+        ) as api,
+    ):
+        samples = await make_samples(api)
+        burst = await asyncio.gather(
+            *(
+                api.post("/v1/invocations:resolve", json={"refs": [samples.ref]})
+                for _ in range(REQUESTS)
+            )
+        )
+        assert [r.status_code for r in burst] == [200] * REQUESTS, burst[0].text
+        clients = (await engine_info(engine, "clients"))["connected_clients"]
+        assert clients <= 4 + 1, clients  # the pool, and this INFO's own

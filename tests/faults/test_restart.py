@@ -1,0 +1,105 @@
+"""Restarts in the middle of a conversation: no ref is lost, and the conversation goes on
+sending refs without a single resend.
+
+tests/integration/test_cli.py already proves, for one ref registered by hand, that
+`toolref-server serve` keeps it across Ctrl-C and a new process on the same data folder
+(`test_serve_answers_and_refs_survive_ctrl_c_and_restart`) and across a SIGKILL of the service
+(`test_a_killed_service_takes_its_engine_along_and_loses_no_ref`). What this adds: a real
+conversation through the SDK (`ToolReferenceManager` -> `ToolRefMiddleware` -> registry over
+HTTP) across `Service.restart()`, every ref it was told about checked afterwards, and the same
+with a separate engine (append-only file, no RDB snapshots) restarted gracefully as well.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from toolref import AsyncRegistryClient, CircuitBreaker, ToolRefMiddleware
+from toolref_server.embedded import free_port
+
+from ..integration.processes import Service
+from .support import Backend, Conversation, Engines, payload
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+BEFORE, AFTER = 5, 4  # turns before and after the restart
+
+
+async def chat_across(url: str, restart: Callable[[], None]) -> Conversation:
+    """A conversation with the registry at `url`, restarted (by `restart`) after BEFORE turns.
+    Checks that every ref the client holds survived, and that the client kept using refs."""
+    registry = AsyncRegistryClient(url, breaker=CircuitBreaker())
+    backend = Backend(result_size=8_000)
+    async with (
+        registry,
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=ToolRefMiddleware(backend.app(), registry)),
+            base_url="http://backend",
+        ) as http,
+    ):
+        conversation = Conversation(0, backend)
+        for _ in range(BEFORE):
+            await conversation.turn(http)
+        held = list(conversation.manager.confirmed)
+        # One tool call per turn, confirmed once the client has sent its result back (the
+        # last turn's result is sent with the next turn).
+        assert len(held) == BEFORE - 1
+        assert sum(conversation.refs_per_turn) > 0
+
+        restart()
+
+        assert await registry.find_missing(held) == []
+        resolved = await registry.resolve(held)
+        assert resolved.missing == []
+        results = {invocation.result for invocation in resolved.invocations.values()}
+        assert results == {payload(0, turn, backend.size(0, turn)) for turn in range(BEFORE - 1)}
+        for _ in range(AFTER):
+            await conversation.turn(http)  # 200, and the backend saw the whole history
+    # Every turn after the restart sent refs, and none was refused as missing.
+    assert all(n > 0 for n in conversation.refs_per_turn[BEFORE:]), conversation.refs_per_turn
+    assert conversation.manager.savings.fallbacks == 0
+    return conversation
+
+
+async def test_service_restart_mid_conversation(tmp_path: Path) -> None:
+    """`toolref-server serve` on its embedded engine, restarted (Ctrl-C, then serve again on
+    the same data folder) between two turns."""
+    service = Service(tmp_path / "data", free_port())
+    try:
+        engine_before = service.engine_pid
+        conversation = await chat_across(service.url, service.restart)
+        assert service.engine_pid != engine_before  # the embedded engine restarted too
+    finally:
+        service.stop()
+    print(f"\nservice restart: refs sent per turn {conversation.refs_per_turn}")
+
+
+async def test_engine_and_service_restart_mid_conversation(
+    engines: Engines, tmp_path: Path
+) -> None:
+    """The service on an engine of its own, persisted by its append-only file alone: both
+    stop (service first, then the engine gracefully), the engine starts again on the same
+    data folder and port, then the service."""
+    engine = engines.start("engine", appendonly="yes", save='""')
+    service = Service(tmp_path / "data", free_port(), TOOLREF_REDIS_URL=engine.tcp_url)
+    pids: list[int | None] = [engine.pid]
+
+    def restart_both() -> None:
+        service.stop()
+        Engines.restart(engine)  # SIGTERM: the engine flushes its append-only file and exits
+        pids.append(engine.pid)
+        service.restart()
+
+    try:
+        conversation = await chat_across(service.url, restart_both)
+    finally:
+        service.stop()
+    assert pids[0] != pids[1]  # a new engine process, which read the refs from disk
+    assert (engine.data_dir / "appendonlydir").is_dir()
+    assert not any(name.endswith(".rdb") for name in os.listdir(engine.data_dir))
+    print(f"\nengine and service restart: refs sent per turn {conversation.refs_per_turn}")
