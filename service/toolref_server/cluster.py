@@ -2,7 +2,7 @@
 
 Three primaries and three replicas by default, each an `EmbeddedEngine` with cluster mode on
 and a short node timeout, so a failover takes about two seconds. Used by the cluster test
-suite, the failover test and `toolref-server cluster` for trying the service on a cluster.
+suite, the failover test and `deploy/local-cluster.sh` for trying the service on a cluster.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ _TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
 LOCAL_TENANT = "local"
 SUMMARIZER_NAMES = ("extractive", "openai-compatible")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 class Settings(BaseSettings):
@@ -69,7 +70,9 @@ class Settings(BaseSettings):
         description="Store failures in a row after which requests fail fast with 503 for "
         "Retry-After seconds (then one request probes).",
     )
-    log_level: str = Field(default="info", description="Log level.")
+    log_level: str = Field(
+        default="info", description="Log level: critical, error, warning, info or debug."
+    )
     summarizer: str = Field(
         default="extractive",
         description="Summarizer used when a request names none: extractive or openai-compatible.",
@@ -108,6 +111,13 @@ class Settings(BaseSettings):
     def _check_keys(cls, value: str) -> str:
         parse_api_keys(value)
         return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, value: str) -> str:
+        if value.lower() not in LOG_LEVELS:
+            raise ValueError(f"use one of {', '.join(LOG_LEVELS)}")
+        return value.lower()
 
     @field_validator("tool_kinds")
     @classmethod

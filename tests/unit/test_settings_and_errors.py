@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
+import pydantic
 import pytest
 
 import toolref
@@ -48,6 +49,14 @@ def test_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
 def test_settings_refuse_bad_keys_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOOLREF_API_KEYS", "nonsense")
     with pytest.raises(ConfigurationError):
+        Settings()
+
+
+def test_log_level_is_checked_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOOLREF_LOG_LEVEL", "WARNING")
+    assert Settings().log_level == "warning"
+    monkeypatch.setenv("TOOLREF_LOG_LEVEL", "verbose")
+    with pytest.raises(pydantic.ValidationError, match="critical, error, warning, info"):
         Settings()
 
 
