@@ -1,0 +1,80 @@
+"""History refs: a digest chain over a conversation, so a client can name the part of it the
+server already holds instead of resending it.
+
+`h_0` is fixed and `h_k = SHA-256(h_{k-1} || canonical(m_k))`, over the messages in *chain
+form*: every complete tool invocation replaced by its ref marker. So a history covers tool
+refs, not payloads, and its heads do not depend on which payloads a client happened to send in
+full. A history ref is `th_` plus the encoding of tool refs (lowercase base32 of the first
+16 bytes of a head). Pure functions: no I/O.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Sequence
+from typing import Any, Final
+
+from toolref import formats
+from toolref.canonical import canonical_json, digest_of
+from toolref.errors import InvalidRefError
+from toolref.formats import Format
+
+HISTORY_PREFIX: Final = "th_"
+HISTORY_REF_LENGTH: Final = len(HISTORY_PREFIX) + 26
+H0: Final = hashlib.sha256(b"toolref history v1").digest()
+_HISTORY_RE: Final = re.compile(r"th_[a-z2-7]{25}[aeimquy4]")
+
+
+def chain_form(messages: list[Any], fmt: Format) -> list[Any]:
+    """`messages` with every complete invocation as a ref marker (markers already there
+    stay). Messages with nothing to replace are the same objects, not copies."""
+    found = formats.scan(messages, fmt)
+    refs = {pair.key: str(digest_of(pair.invocation()).ref) for pair in found.complete}
+    return formats.replace(messages, found, refs) if refs else list(messages)
+
+
+def message_digest(message: Any) -> bytes:
+    return hashlib.sha256(canonical_json(message)).digest()
+
+
+def heads(form: Sequence[Any], start: bytes = H0) -> list[bytes]:
+    """`h_1 .. h_n` for messages already in chain form, continuing from `start`."""
+    found, head = [], start
+    for message in form:
+        head = hashlib.sha256(head + canonical_json(message)).digest()
+        found.append(head)
+    return found
+
+
+def history_ref(head: bytes) -> str:
+    body = base64.b32encode(head[:16]).decode("ascii").rstrip("=").lower()
+    return HISTORY_PREFIX + body
+
+
+def is_history_ref(text: object) -> bool:
+    return isinstance(text, str) and _HISTORY_RE.fullmatch(text) is not None
+
+
+def check_history_ref(text: object) -> str:
+    """`text` if it is a history ref; otherwise `InvalidRefError` saying what is wrong."""
+    if is_history_ref(text):
+        return str(text)
+    shown = repr(text) if not isinstance(text, str) or len(text) <= 64 else repr(text[:61])
+    raise InvalidRefError(
+        f"{shown} is not a history ref (`th_` and 26 lowercase base32 characters); send the "
+        "historyRef exactly as the server confirmed it, or the full messages",
+        value=shown,
+    )
+
+
+def longest_confirmed(chain: Sequence[bytes], confirmed: Sequence[tuple[str, int]]) -> int:
+    """Index into `confirmed` of the longest (ref, length) that is still a prefix of the
+    conversation whose heads are `chain`; -1 when none is (the history was edited before
+    every confirmed head, or is shorter than each)."""
+    best, best_length = -1, 0
+    for index, (ref, length) in enumerate(confirmed):
+        if best_length < length <= len(chain) and history_ref(chain[length - 1]) == ref:
+            best, best_length = index, length
+    return best
