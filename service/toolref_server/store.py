@@ -84,7 +84,7 @@ class Store:
         return f"tr:{tenant}:i:{ref.key}"
 
     @asynccontextmanager
-    async def _guard(self, action: str) -> AsyncIterator[None]:
+    async def guard(self, action: str) -> AsyncIterator[None]:
         if not self.breaker.allow():
             wait = max(1, math.ceil(self.breaker.retry_in()))
             raise StoreUnavailableError(
@@ -124,7 +124,7 @@ class Store:
         for _ in range(2):
             if not pending:
                 break
-            async with self._guard("register"):
+            async with self.guard("register"):
                 pipe = self.redis.pipeline(transaction=False)
                 for i in pending:
                     key = self.key(tenant, records[i].ref)
@@ -150,7 +150,7 @@ class Store:
         """Extend the lifetime of each ref; True where it is present."""
         if not refs:
             return []
-        async with self._guard("findMissing"):
+        async with self.guard("findMissing"):
             pipe = self.redis.pipeline(transaction=False)
             for ref in refs:
                 pipe.expire(self.key(tenant, ref), self.ttl)
@@ -166,7 +166,7 @@ class Store:
         keys = [self.key(tenant, ref) for ref in refs]
         if self._read is not None:
             values: list[Any] | None = None
-            async with self._guard("resolve"):
+            async with self.guard("resolve"):
                 try:
                     values = await self._read(keys=keys, args=[self.ttl])
                 except ResponseError as exc:
@@ -176,7 +176,7 @@ class Store:
             if values is not None:
                 return self._decoded(values)
         groups = slot_groups(keys, self.cluster)
-        async with self._guard("resolve"):
+        async with self.guard("resolve"):
             pipe = self.redis.pipeline(transaction=False)
             queue_mgets(pipe, keys, groups)
             for key in keys:

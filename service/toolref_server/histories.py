@@ -1,0 +1,95 @@
+"""Stored histories: messages content-addressed, and one node per confirmed head.
+
+A message (in chain form, see `toolref.history`) is stored once per tenant under the first
+16 bytes of its digest, zstd-compressed canonical JSON. A node, under its history ref, is the
+list of its messages' ids (16 bytes each), so any history comes back in two batched round
+trips whatever its length: GET the node, then MGET its messages (one MGET per hash slot on a
+cluster). The rebuilt chain is checked against the ref before it is used. Lifetimes slide as
+for tool refs: loading a history extends the node and every message in it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+import zstandard
+
+from toolref.canonical import canonical_json
+from toolref.history import H0, heads, history_ref
+from toolref_server.store import Store, queue_mgets, slot_groups, ungroup
+
+_ID_BYTES: Final = 16
+_compressor = zstandard.ZstdCompressor(level=3)
+_decompressor = zstandard.ZstdDecompressor()
+
+
+def _b32(data: bytes) -> str:
+    return base64.b32encode(data).decode("ascii").rstrip("=").lower()
+
+
+class Histories:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    @staticmethod
+    def node_key(tenant: str, ref: str) -> str:
+        return f"tr:{tenant}:h:{ref[3:]}"
+
+    @staticmethod
+    def message_key(tenant: str, message_id: bytes) -> str:
+        return f"tr:{tenant}:m:{_b32(message_id)}"
+
+    async def load(self, tenant: str, ref: str) -> list[Any] | None:
+        """The chain-form messages of history `ref`, or None when it is not held (never
+        confirmed, expired, evicted, or a message of it is gone)."""
+        store, node_key = self.store, self.node_key(tenant, ref)
+        async with store.guard("history"):
+            pipe = store.redis.pipeline(transaction=False)
+            pipe.get(node_key)
+            pipe.expire(node_key, store.ttl)
+            node, _ = await pipe.execute()
+        if not node or len(node) % _ID_BYTES:
+            return None
+        ids = [node[i : i + _ID_BYTES] for i in range(0, len(node), _ID_BYTES)]
+        keys = [self.message_key(tenant, i) for i in ids]
+        groups = slot_groups(keys, store.cluster)
+        async with store.guard("history"):
+            pipe = store.redis.pipeline(transaction=False)
+            queue_mgets(pipe, keys, groups)
+            for key in keys:
+                pipe.expire(key, store.ttl)
+            replies: list[Any] = await pipe.execute()
+        values = ungroup(groups, replies, len(keys))
+        if any(value is None for value in values):
+            return None
+        form = [json.loads(_decompressor.decompress(value)) for value in values]
+        chain = heads(form)
+        if not chain or history_ref(chain[-1]) != ref:
+            return None  # not what the ref names (a 128-bit collision, or foreign bytes)
+        return form
+
+    async def save(self, tenant: str, form: Sequence[Any], start: int = 0) -> str:
+        """Store history `form` (chain form) and return its ref. Messages before `start`
+        are known to be stored already (they were just loaded): only their lifetime moved."""
+        if not form:
+            raise ValueError("an empty history has no ref")
+        store = self.store
+        encoded = [canonical_json(message) for message in form]
+        ids = [hashlib.sha256(data).digest()[:_ID_BYTES] for data in encoded]
+        head = H0
+        for data in encoded:  # `heads`, on bytes already canonical
+            head = hashlib.sha256(head + data).digest()
+        ref = history_ref(head)
+        async with store.guard("history"):
+            pipe = store.redis.pipeline(transaction=False)
+            for index in range(start, len(form)):
+                key = self.message_key(tenant, ids[index])
+                pipe.set(key, _compressor.compress(encoded[index]), nx=True, ex=store.ttl)
+                pipe.expire(key, store.ttl)
+            pipe.set(self.node_key(tenant, ref), b"".join(ids), ex=store.ttl)
+            await pipe.execute()
+        return ref
