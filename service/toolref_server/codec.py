@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,7 +18,7 @@ from typing import IO, Any, Final, cast
 
 import msgpack
 import zstandard
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from toolref.encoding import (
@@ -28,6 +30,7 @@ from toolref.encoding import (
 )
 from toolref.errors import (
     BodyTooLargeError,
+    CanonicalizationError,
     DecompressedTooLargeError,
     MalformedBodyError,
     NestingTooDeepError,
@@ -173,6 +176,13 @@ async def read_body(request: Request, limits: BodyLimits) -> bytes:
             elif chunk:
                 inflater.feed(chunk)
         return b"".join(parts) if inflater is None else inflater.finish()
+    except ClientDisconnect:
+        # The client went away mid-body (a truncated upload): its fault, not a server
+        # failure. Nobody reads this answer, but logs and metrics count a 400, not a 500.
+        shown = f" of the {declared} declared" if declared is not None else ""
+        raise MalformedBodyError(
+            f"the connection closed after {received}{shown} body bytes; send the whole body"
+        ) from None
     except _TooLarge:
         raise DecompressedTooLargeError(
             f"the {encoding} body inflates past the limit of "
@@ -216,7 +226,18 @@ def decode(data: bytes, decoder: str, max_depth: int) -> Any:
                 raise MalformedBodyError(
                     f"the body is not UTF-8 (byte {exc.start} is {bad!r}); encode JSON as UTF-8"
                 ) from None
-            value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+            try:
+                value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
+            except json.JSONDecodeError:
+                raise
+            except ValueError as exc:
+                if isinstance(exc, ToolrefError):
+                    raise
+                # Valid JSON all the same: an integer longer than Python reads (4300 digits).
+                raise UnsupportedValueError(
+                    f"a number in the body cannot be read ({exc}); send numbers of at most "
+                    f"{sys.get_int_max_str_digits()} digits, or as strings"
+                ) from None
             # json.loads makes only JSON types: what is left to check is the depth.
             bound = data.count(b"{") + data.count(b"[")  # no deeper than its brackets
             if bound > max_depth and type(value) in _CONTAINERS:
@@ -246,6 +267,39 @@ def decode(data: bytes, decoder: str, max_depth: int) -> Any:
         ) from None
     check_json_tree(value, max_depth)
     return value
+
+
+# A `\\u` escape of a UTF-16 surrogate (D800-DFFF): only these can make a JSON string that
+# no UTF-8 carries (json.loads joins valid pairs; raw bytes and msgpack must be UTF-8).
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def check_text(data: bytes, value: Any) -> None:
+    """Refuse a decoded JSON body with a lone surrogate in a string or key (`"\\ud800"`):
+    routes that send the body's text back (measured or rendered as UTF-8) could not. Costs
+    one scan of the raw bytes unless the body has surrogate escapes at all."""
+    if _SURROGATE_ESCAPE.search(data) is None:
+        return
+    stack: list[Any] = [value]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node = pop()
+        kind = type(node)
+        if kind is dict:
+            for key, child in node.items():
+                push(key)
+                push(child)
+        elif kind is list:
+            stack.extend(node)
+        elif kind is str and (found := _SURROGATE.search(node)) is not None:
+            raise CanonicalizationError(
+                f"a string in the body holds a lone UTF-16 surrogate "
+                f"(\\u{ord(found.group()):04x} without its pair), which UTF-8 cannot carry; "
+                "escape characters outside the BMP as a high and low surrogate pair, or "
+                "remove it",
+                value=f"\\u{ord(found.group()):04x}",
+            )
 
 
 def _too_deep(max_depth: int) -> NestingTooDeepError:

@@ -45,12 +45,16 @@ def require_refs_protocol(request: Request) -> None:
         )
 
 
-async def body(request: Request) -> Any:
-    """The decoded request body, every limit enforced before parsing."""
+async def body(request: Request, *, echoed: bool = False) -> Any:
+    """The decoded request body, every limit enforced before parsing. `echoed`: the route
+    sends the body's text back (messages), so strings UTF-8 cannot carry are refused."""
     limits = services(request).limits
     decoder = codec.request_decoder(request)
     data = await codec.read_body(request, limits)
-    return codec.decode(data, decoder, limits.max_depth)
+    value = codec.decode(data, decoder, limits.max_depth)
+    if echoed and decoder == "json":
+        codec.check_text(data, value)
+    return value
 
 
 def check_batch(value: Any, member: str, request: Request) -> None:

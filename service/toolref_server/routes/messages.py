@@ -48,7 +48,7 @@ class Registration:
 
 
 async def conversation_of(request: Request, model: type[Body]) -> tuple[Conversation, Body]:
-    value = await context.body(request)
+    value = await context.body(request, echoed=True)
     messages = value.get("messages") if isinstance(value, dict) else None
     if messages is not None:
         formats.check_messages(messages)
