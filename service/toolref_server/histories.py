@@ -20,7 +20,7 @@ import zstandard
 
 from toolref.canonical import canonical_json
 from toolref.history import H0, heads, history_ref
-from toolref_server.store import Store, queue_mgets, slot_groups, ungroup
+from toolref_server.store import Store
 
 _ID_BYTES: Final = 16
 _compressor = zstandard.ZstdCompressor(level=3)
@@ -56,14 +56,7 @@ class Histories:
             return None
         ids = [node[i : i + _ID_BYTES] for i in range(0, len(node), _ID_BYTES)]
         keys = [self.message_key(tenant, i) for i in ids]
-        groups = slot_groups(keys, store.cluster)
-        async with store.guard("history"):
-            pipe = store.redis.pipeline(transaction=False)
-            queue_mgets(pipe, keys, groups)
-            for key in keys:
-                pipe.expire(key, store.ttl)
-            replies: list[Any] = await pipe.execute()
-        values = ungroup(groups, replies, len(keys))
+        values = await store.read_and_touch(keys, "history")
         if any(value is None for value in values):
             return None
         form = [json.loads(_decompressor.decompress(value)) for value in values]

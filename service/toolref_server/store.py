@@ -175,14 +175,19 @@ class Store:
                     self._read = None  # an engine without scripting: MGET and EXPIREs then
             if values is not None:
                 return self._decoded(values)
+        return self._decoded(await self.read_and_touch(keys, "resolve"))
+
+    async def read_and_touch(self, keys: Sequence[str], action: str) -> list[Any]:
+        """The values under `keys` (None where absent), each lifetime extended: one round
+        trip, one MGET per hash slot on a cluster."""
         groups = slot_groups(keys, self.cluster)
-        async with self.guard("resolve"):
+        async with self.guard(action):
             pipe = self.redis.pipeline(transaction=False)
             queue_mgets(pipe, keys, groups)
             for key in keys:
                 pipe.expire(key, self.ttl)
             replies: list[Any] = await pipe.execute()
-        return self._decoded(ungroup(groups, replies, len(keys)))
+        return ungroup(groups, replies, len(keys))
 
     def _decoded(self, values: Sequence[Any]) -> list[Record | None]:
         self.metrics.refs([data is not None for data in values])
