@@ -20,6 +20,7 @@ import zstandard
 from redis import Redis, RedisCluster
 
 from toolref.errors import ValidationError
+from toolref_server.settings import TENANT_RE as TENANT_NAME  # the one tenant grammar
 
 FORMAT: Final = 1
 _PAGE: Final = 500
@@ -28,7 +29,17 @@ Progress = Callable[[int, int], None]  # (keys done, bytes done)
 
 
 def _pattern(tenant: str | None) -> str:
-    return f"tr:{tenant}:*" if tenant else "tr:*"
+    """The SCAN pattern of one tenant's keys, or of all. A tenant is matched literally: a
+    name outside the tenant grammar (empty, a glob, a colon) would widen the match to other
+    tenants' keys, so it is refused."""
+    if tenant is None:
+        return "tr:*"
+    if not TENANT_NAME.fullmatch(tenant):
+        raise ValidationError(
+            f"{tenant!r} is not a tenant name (1-64 of A-Z a-z 0-9 _ . -, as in "
+            "TOOLREF_API_KEYS); name one tenant, or leave out --tenant to export them all"
+        )
+    return f"tr:{tenant}:*"
 
 
 def export(
@@ -38,13 +49,14 @@ def export(
     progress: Progress | None = None,
 ) -> int:
     """Write every record and summary (of one tenant, or all) to `out`; return the count."""
+    pattern = _pattern(tenant)  # refuses a bad tenant before anything is written
     count = size = 0
     writer = zstandard.ZstdCompressor(level=3).stream_writer(out, closefd=False)
     packer = msgpack.Packer(use_bin_type=True)
     writer.write(
         packer.pack({"toolrefExport": FORMAT, "tenant": tenant, "created": int(time.time())})
     )
-    for keys in _pages(redis, _pattern(tenant)):
+    for keys in _pages(redis, pattern):
         pipe = redis.pipeline(transaction=False)
         for key in keys:
             pipe.get(key)

@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from toolref.errors import ConfigurationError
 from toolref.kinds import KindTable
 
-_TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
 LOCAL_TENANT = "local"
 SUMMARIZER_NAMES = ("extractive", "openai-compatible")
@@ -180,7 +180,7 @@ def parse_api_keys(text: str) -> dict[str, str]:
             continue
         tenant, sep, digest = entry.partition("=")
         tenant, digest = tenant.strip(), digest.strip().lower()
-        if not sep or not _TENANT_RE.fullmatch(tenant) or not _HASH_RE.fullmatch(digest):
+        if not sep or not TENANT_RE.fullmatch(tenant) or not _HASH_RE.fullmatch(digest):
             shown = entry if len(entry) < 20 else entry[:16] + "..."
             raise ConfigurationError(
                 f"TOOLREF_API_KEYS entry {shown!r} is not `tenant=<64 hex digits>`: the tenant "
