@@ -223,6 +223,12 @@ class Digest:
         return Ref.from_digest(self.sha256)
 
 
+def digest_key(digest: bytes) -> str:
+    """The first 16 bytes of `digest` as lowercase unpadded base32 (26 characters): the body
+    of tool refs, history refs and storage keys."""
+    return base64.b32encode(digest[:REF_DIGEST_BYTES]).decode("ascii").rstrip("=").lower()
+
+
 class Ref(str):
     """A tool ref: `tr_` + lowercase unpadded base32 of the first 16 digest bytes."""
 
@@ -250,8 +256,7 @@ class Ref(str):
             raise InvalidRefError(
                 f"a ref needs at least {REF_DIGEST_BYTES} digest bytes, got {len(sha256)}"
             )
-        body = base64.b32encode(sha256[:REF_DIGEST_BYTES]).decode("ascii").rstrip("=").lower()
-        return str.__new__(cls, REF_PREFIX + body)
+        return str.__new__(cls, REF_PREFIX + digest_key(sha256))
 
     @property
     def key(self) -> str:

@@ -10,14 +10,13 @@ full. A history ref is `th_` plus the encoding of tool refs (lowercase base32 of
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
 from toolref import formats
-from toolref.canonical import canonical_json, digest_of
+from toolref.canonical import canonical_json, digest_key, digest_of
 from toolref.errors import InvalidRefError
 from toolref.formats import Format
 
@@ -41,16 +40,20 @@ def message_digest(message: Any) -> bytes:
 
 def heads(form: Sequence[Any], start: bytes = H0) -> list[bytes]:
     """`h_1 .. h_n` for messages already in chain form, continuing from `start`."""
+    return chain(map(canonical_json, form), start)
+
+
+def chain(encoded: Iterable[bytes], start: bytes = H0) -> list[bytes]:
+    """`heads`, for messages already encoded as canonical JSON."""
     found, head = [], start
-    for message in form:
-        head = hashlib.sha256(head + canonical_json(message)).digest()
+    for data in encoded:
+        head = hashlib.sha256(head + data).digest()
         found.append(head)
     return found
 
 
 def history_ref(head: bytes) -> str:
-    body = base64.b32encode(head[:16]).decode("ascii").rstrip("=").lower()
-    return HISTORY_PREFIX + body
+    return HISTORY_PREFIX + digest_key(head)
 
 
 def is_history_ref(text: object) -> bool:

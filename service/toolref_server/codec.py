@@ -228,10 +228,8 @@ def decode(data: bytes, decoder: str, max_depth: int) -> Any:
                 ) from None
             try:
                 value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
-            except json.JSONDecodeError:
-                raise
             except ValueError as exc:
-                if isinstance(exc, ToolrefError):
+                if isinstance(exc, (json.JSONDecodeError, ToolrefError)):
                     raise
                 # Valid JSON all the same: an integer longer than Python reads (4300 digits).
                 raise UnsupportedValueError(

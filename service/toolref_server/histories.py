@@ -10,7 +10,6 @@ for tool refs: loading a history extends the node and every message in it.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 from collections.abc import Sequence
@@ -18,17 +17,13 @@ from typing import Any, Final
 
 import zstandard
 
-from toolref.canonical import canonical_json
-from toolref.history import H0, heads, history_ref
+from toolref.canonical import canonical_json, digest_key
+from toolref.history import chain, heads, history_ref
 from toolref_server.store import Store
 
 _ID_BYTES: Final = 16
 _compressor = zstandard.ZstdCompressor(level=3)
 _decompressor = zstandard.ZstdDecompressor()
-
-
-def _b32(data: bytes) -> str:
-    return base64.b32encode(data).decode("ascii").rstrip("=").lower()
 
 
 class Histories:
@@ -41,7 +36,7 @@ class Histories:
 
     @staticmethod
     def message_key(tenant: str, message_id: bytes) -> str:
-        return f"tr:{tenant}:m:{_b32(message_id)}"
+        return f"tr:{tenant}:m:{digest_key(message_id)}"
 
     async def load(self, tenant: str, ref: str) -> list[Any] | None:
         """The chain-form messages of history `ref`, or None when it is not held (never
@@ -73,10 +68,7 @@ class Histories:
         store = self.store
         encoded = [canonical_json(message) for message in form]
         ids = [hashlib.sha256(data).digest()[:_ID_BYTES] for data in encoded]
-        head = H0
-        for data in encoded:  # `heads`, on bytes already canonical
-            head = hashlib.sha256(head + data).digest()
-        ref = history_ref(head)
+        ref = history_ref(chain(encoded)[-1])
         async with store.guard("history"):
             pipe = store.redis.pipeline(transaction=False)
             for index in range(start, len(form)):

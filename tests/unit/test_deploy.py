@@ -233,6 +233,8 @@ def test_k8s_configmap_and_secret_make_valid_settings(clean_env: pytest.MonkeyPa
     cpu = str(container()["resources"]["limits"]["cpu"])
     cores = int(cpu[:-1]) / 1000 if cpu.endswith("m") else float(cpu)
     assert settings.workers <= cores
+    # /metrics is per process: one worker per pod, so a scrape of the pod sees all of it.
+    assert settings.workers == 1
 
 
 def test_compose_environment_makes_valid_settings(clean_env: pytest.MonkeyPatch) -> None:
