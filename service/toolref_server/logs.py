@@ -24,7 +24,12 @@ _SECRETS: Final = re.compile(
     r"|\btrk_[A-Za-z0-9_-]+"  # a key made by `toolref-server keygen`
 )
 # LogRecord's own attributes; anything else on a record came from `extra=` and is logged.
-_STANDARD: Final = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+# uvicorn's `color_message` repeats the message with terminal colour codes.
+_STANDARD: Final = frozenset(logging.makeLogRecord({}).__dict__) | {
+    "message",
+    "asctime",
+    "color_message",
+}
 _SECRET_FIELDS: Final = frozenset({"authorization", "api_key", "body", "payload", "headers"})
 
 

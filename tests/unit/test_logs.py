@@ -90,11 +90,14 @@ def test_configure_routes_every_logger_through_json(capsys: pytest.CaptureFixtur
     try:
         config = configure("info")
         logging.getLogger("toolref_server.store").info("hello %s", "there")
-        logging.getLogger("uvicorn.error").info("Started server process")
+        logging.getLogger("uvicorn.error").info(
+            "Started server process", extra={"color_message": "Started \x1b[36mserver\x1b[0m"}
+        )
         logging.getLogger("uvicorn.access").info("GET / 200")  # ours replaces it
     finally:
         root.handlers[:], level = saved
         root.setLevel(level)
     lines = [json.loads(text) for text in capsys.readouterr().err.splitlines()]
     assert [entry["message"] for entry in lines] == ["hello there", "Started server process"]
+    assert "color_message" not in lines[1]  # uvicorn's coloured copy of the message
     assert config["formatters"]["json"]["()"] is JsonFormatter
