@@ -40,11 +40,14 @@ from toolref.errors import (
     ConfigurationError,
     ConflictError,
     DecompressedTooLargeError,
+    DictionaryMismatchError,
     DuplicateToolCallError,
+    InvalidHistoryHeaderError,
     InvalidProtocolError,
     InvalidRefError,
     LimitExceededError,
     MalformedBodyError,
+    MissingHistoryError,
     MissingRefsError,
     NestingTooDeepError,
     NonFiniteNumberError,
@@ -62,6 +65,13 @@ from toolref.errors import (
     UnsupportedValueError,
     UnusableToolCallError,
     ValidationError,
+)
+from toolref.history import (
+    HISTORY_HEADER,
+    chain_form,
+    history_ref,
+    is_history_ref,
+    longest_confirmed,
 )
 from toolref.models import Capabilities, Invocation, RegisteredRef
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_LOW
@@ -86,6 +96,7 @@ from toolref.streaming import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "HISTORY_HEADER",
     "PROTOCOL_HEADER",
     "PROTOCOL_HIGH",
     "PROTOCOL_LOW",
@@ -111,8 +122,10 @@ __all__ = [
     "ConfigurationError",
     "ConflictError",
     "DecompressedTooLargeError",
+    "DictionaryMismatchError",
     "Digest",
     "DuplicateToolCallError",
+    "InvalidHistoryHeaderError",
     "InvalidProtocolError",
     "InvalidRefError",
     "Invocation",
@@ -120,6 +133,7 @@ __all__ = [
     "LimitExceededError",
     "MalformedBodyError",
     "MessagesResult",
+    "MissingHistoryError",
     "MissingRefsError",
     "NestingTooDeepError",
     "NonFiniteNumberError",
@@ -160,10 +174,14 @@ __all__ = [
     "accumulate_async",
     "adapter_for",
     "canonical_json",
+    "chain_form",
     "digest_of",
+    "history_ref",
     "invocation_digest",
+    "is_history_ref",
     "is_ref",
     "jsonrpc",
+    "longest_confirmed",
     "plan_entries",
     "rewrite",
     "tool_kind",

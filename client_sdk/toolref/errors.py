@@ -94,6 +94,13 @@ class MalformedBodyError(BadRequestError):
     title = "Malformed request body"
 
 
+class DictionaryMismatchError(MalformedBodyError):
+    """A zstd body sent against a history did not decompress with that history's dictionary."""
+
+    slug = "dictionary-mismatch"
+    title = "Body does not match the history's dictionary"
+
+
 class InvalidProtocolError(BadRequestError):
     """The `Toolref-Protocol` header is not a supported version number."""
 
@@ -106,6 +113,13 @@ class ProtocolRequiredError(BadRequestError):
 
     slug = "protocol-required"
     title = "Endpoint needs protocol 2"
+
+
+class InvalidHistoryHeaderError(BadRequestError):
+    """The `Toolref-History` request header is neither `?1` nor a history ref."""
+
+    slug = "invalid-history-header"
+    title = "Invalid Toolref-History header"
 
 
 class UnsupportedMediaTypeError(ToolrefError):
@@ -214,6 +228,23 @@ class MissingRefsError(ConflictError):
         return cls(
             detail, [str(ref) for ref in missing] if isinstance(missing, list) else [], **extra
         )
+
+
+class MissingHistoryError(ConflictError):
+    """A history ref the server does not hold (never confirmed, expired or evicted), or
+    one whose stored messages name tool refs it no longer holds: resend the messages in full."""
+
+    slug = "missing-history"
+    title = "Unknown history"
+
+    def __init__(self, detail: str, missing_history: str, **extra: Any) -> None:
+        super().__init__(detail, missingHistory=missing_history, **extra)
+        self.missing_history = missing_history
+
+    @classmethod
+    def from_problem(cls, detail: str, extra: dict[str, Any], headers: Mapping[str, str]) -> Self:
+        missing = extra.pop("missingHistory", "")
+        return cls(detail, str(missing), **extra)
 
 
 # --- server-side conditions (5xx) ---

@@ -17,9 +17,15 @@ from typing import Any, Final
 
 from toolref import formats
 from toolref.canonical import canonical_json, digest_key, digest_of
-from toolref.errors import InvalidRefError
+from toolref.errors import InvalidHistoryHeaderError, InvalidRefError
 from toolref.formats import Format
 
+HISTORY_HEADER: Final = "Toolref-History"
+KEEP_HISTORY: Final = "?1"  # RFC 8941 boolean true: "keep this conversation as a history"
+# A dictionary is the tail of the history's text: zstd at the levels clients use cannot
+# reach further back than its window, and the bound caps what a server rebuilds per request.
+DICTIONARY_LIMIT: Final = 1 << 20
+DICTIONARY_LEVEL: Final = 6  # new messages are small: a higher level costs next to nothing
 HISTORY_PREFIX: Final = "th_"
 HISTORY_REF_LENGTH: Final = len(HISTORY_PREFIX) + 26
 H0: Final = hashlib.sha256(b"toolref history v1").digest()
@@ -81,3 +87,39 @@ def longest_confirmed(chain: Sequence[bytes], confirmed: Sequence[tuple[str, int
         if best_length < length <= len(chain) and history_ref(chain[length - 1]) == ref:
             best, best_length = index, length
     return best
+
+
+def dictionary(messages: Iterable[Any]) -> bytes:
+    """The zstd raw-content dictionary a history stands for: the canonical JSON of its
+    messages *in full* (payloads, not markers), concatenated, at most `DICTIONARY_LIMIT`
+    bytes from the end. Client and server rebuild it from JSON-equal messages, and canonical
+    JSON makes JSON-equal messages byte-equal, so both get the same bytes."""
+    parts, size = [], 0
+    for message in reversed(list(messages)):
+        parts.append(canonical_json(message))
+        size += len(parts[-1])
+        if size >= DICTIONARY_LIMIT:
+            break
+    return b"".join(reversed(parts))[-DICTIONARY_LIMIT:]
+
+
+def history_header(value: str | None) -> tuple[bool, str | None]:
+    """(keep, continues) from a request's `Toolref-History` header: `?1` asks the server to
+    keep the conversation as a history; a history ref also says the body continues that
+    history (and that a zstd body was compressed with its dictionary); `?0` or no header
+    asks for nothing."""
+    if value is None:
+        return False, None
+    text = value.strip()
+    if text == "?0":
+        return False, None
+    if text == KEEP_HISTORY:
+        return True, None
+    if is_history_ref(text):
+        return True, text
+    shown = text if len(text) <= 64 else text[:61] + "..."
+    raise InvalidHistoryHeaderError(
+        f"{HISTORY_HEADER}: {shown!r} is neither `{KEEP_HISTORY}` (keep this conversation as a "
+        "history) nor a history ref the server confirmed (`th_` and 26 base32 characters); "
+        "send one of those, or leave the header out"
+    )

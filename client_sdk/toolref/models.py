@@ -116,6 +116,12 @@ class HydrateRequest(WireModel):
         description="Summary mode: answer the full messages, and report in the stats what "
         "summary mode would have saved.",
     )
+    history_ref: StrictStr | None = Field(
+        default=None,
+        pattern=r"^th_[a-z2-7]{25}[aeimquy4]$",
+        description="A history the server confirmed (protocol 2): `messages` are only the "
+        "messages after it. The answer holds the whole conversation and confirms its new head.",
+    )
 
 
 class OptimizationStats(AnswerModel):
@@ -145,6 +151,11 @@ class MessagesResponse(AnswerModel):
         description="Tool call id -> ref of every invocation in the messages (protocol 2 only).",
     )
     optimization_stats: OptimizationStats
+    history_ref: str | None = Field(
+        default=None,
+        description="Hydrate, when asked to keep the history (`historyRef`, or the request "
+        "header `Toolref-History: ?1`): the ref of the whole conversation, for the next turn.",
+    )
 
 
 class SummaryResponse(AnswerModel):
@@ -240,6 +251,11 @@ class Capabilities(AnswerModel):
     ttl_seconds: int = Field(description="Sliding lifetime of a ref.")
     formats: list[str] = Field(description="Message formats optimize and hydrate understand.")
     summarizers: list[str] = Field(description="Summarizer ids available to hydrate.")
+    history_refs: bool = Field(
+        default=False,
+        description="Hydrate keeps histories and accepts `historyRef` (a flag of protocol 2), "
+        "and zstd bodies compressed with a history's dictionary.",
+    )
 
 
 class Problem(BaseModel):

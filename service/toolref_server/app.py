@@ -23,6 +23,7 @@ from toolref_server.access import AccessMiddleware
 from toolref_server.auth import Authenticator
 from toolref_server.cluster import is_cluster_url, plain_url
 from toolref_server.codec import BodyLimits
+from toolref_server.histories import Histories
 from toolref_server.metrics import Metrics
 from toolref_server.problem import problem_response
 from toolref_server.protocol import ProtocolMiddleware
@@ -142,15 +143,16 @@ def create_app(
             for summarizer in summarizers.values():
                 if isinstance(summarizer, OpenAICompatibleSummarizer):
                     stack.push_async_callback(summarizer.aclose)
+            store = Store(
+                client,
+                settings.ttl_seconds,
+                settings.retry_after_seconds,
+                failure_threshold=settings.breaker_failures,
+                metrics=metrics,
+            )
             app.state.services = Services(
                 settings=settings,
-                store=Store(
-                    client,
-                    settings.ttl_seconds,
-                    settings.retry_after_seconds,
-                    failure_threshold=settings.breaker_failures,
-                    metrics=metrics,
-                ),
+                store=store,
                 auth=Authenticator(settings),
                 limits=BodyLimits(
                     settings.max_body_bytes, settings.max_decompressed_bytes, settings.max_depth
@@ -165,6 +167,7 @@ def create_app(
                     metrics=metrics,
                 ),
                 metrics=metrics,
+                histories=Histories(store),
             )
             yield
 

@@ -154,14 +154,22 @@ def _content_encoding(request: Request) -> str:
     )
 
 
-async def read_body(request: Request, limits: BodyLimits) -> bytes:
-    """The request body, inflated, with every size limit enforced while streaming."""
+def content_encoding(request: Request) -> str:
+    """The body's Content-Encoding: identity, gzip or zstd; 415 for anything else."""
+    return _content_encoding(request)
+
+
+async def read_body(request: Request, limits: BodyLimits, *, inflate: bool = True) -> bytes:
+    """The request body, inflated (unless not `inflate`: then as sent, for a caller that
+    must fetch a dictionary first), with every size limit enforced while streaming."""
     encoding = _content_encoding(request)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
         raise _body_too_large(int(declared), limits.max_body_bytes)
     inflater = (
-        None if encoding == "identity" else _Inflater(encoding, limits.max_decompressed_bytes)
+        None
+        if encoding == "identity" or not inflate
+        else _Inflater(encoding, limits.max_decompressed_bytes)
     )
     parts: list[bytes] = []
     received = 0

@@ -4,8 +4,9 @@ A message (in chain form, see `toolref.history`) is stored once per tenant under
 16 bytes of its digest, zstd-compressed canonical JSON. A node, under its history ref, is the
 list of its messages' ids (16 bytes each), so any history comes back in two batched round
 trips whatever its length: GET the node, then MGET its messages (one MGET per hash slot on a
-cluster). The rebuilt chain is checked against the ref before it is used. Lifetimes slide as
-for tool refs: loading a history extends the node and every message in it.
+cluster). The node also names the conversation's format, so a continuation reads it the same
+way. The rebuilt chain is checked against the ref before it is used. Lifetimes slide as for
+tool refs: loading a history extends the node and every message in it.
 """
 
 from __future__ import annotations
@@ -13,17 +14,27 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import zstandard
 
 from toolref.canonical import canonical_json, digest_key
-from toolref.history import chain, heads, history_ref
+from toolref.history import chain, history_ref
 from toolref_server.store import Store
 
 _ID_BYTES: Final = 16
+_SEPARATOR: Final = b"\0"  # between the format name and the ids in a node
 _compressor = zstandard.ZstdCompressor(level=3)
 _decompressor = zstandard.ZstdDecompressor()
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A loaded history: its format, and its messages in chain form."""
+
+    format: str
+    form: list[Any]
 
 
 class Histories:
@@ -38,31 +49,33 @@ class Histories:
     def message_key(tenant: str, message_id: bytes) -> str:
         return f"tr:{tenant}:m:{digest_key(message_id)}"
 
-    async def load(self, tenant: str, ref: str) -> list[Any] | None:
-        """The chain-form messages of history `ref`, or None when it is not held (never
-        confirmed, expired, evicted, or a message of it is gone)."""
+    async def load(self, tenant: str, ref: str) -> Stored | None:
+        """History `ref`, or None when it is not held (never confirmed, expired, evicted, or
+        a message of it is gone)."""
         store, node_key = self.store, self.node_key(tenant, ref)
         async with store.guard("history"):
             pipe = store.redis.pipeline(transaction=False)
             pipe.get(node_key)
             pipe.expire(node_key, store.ttl)
             node, _ = await pipe.execute()
-        if not node or len(node) % _ID_BYTES:
+        name, _, packed = (node or b"").partition(_SEPARATOR)
+        if not packed or len(packed) % _ID_BYTES:
             return None
-        ids = [node[i : i + _ID_BYTES] for i in range(0, len(node), _ID_BYTES)]
+        ids = [packed[i : i + _ID_BYTES] for i in range(0, len(packed), _ID_BYTES)]
         keys = [self.message_key(tenant, i) for i in ids]
         values = await store.read_and_touch(keys, "history")
         if any(value is None for value in values):
             return None
-        form = [json.loads(_decompressor.decompress(value)) for value in values]
-        chain = heads(form)
-        if not chain or history_ref(chain[-1]) != ref:
+        encoded = [_decompressor.decompress(value) for value in values]
+        found = chain(encoded)
+        if not found or history_ref(found[-1]) != ref:
             return None  # not what the ref names (a 128-bit collision, or foreign bytes)
-        return form
+        return Stored(name.decode("ascii", "replace"), [json.loads(data) for data in encoded])
 
-    async def save(self, tenant: str, form: Sequence[Any], start: int = 0) -> str:
-        """Store history `form` (chain form) and return its ref. Messages before `start`
-        are known to be stored already (they were just loaded): only their lifetime moved."""
+    async def save(self, tenant: str, fmt: str, form: Sequence[Any], start: int = 0) -> str:
+        """Store history `form` (chain form, in format `fmt`) and return its ref. Messages
+        before `start` are known to be stored already (they were just loaded): only their
+        lifetime moved."""
         if not form:
             raise ValueError("an empty history has no ref")
         store = self.store
@@ -75,6 +88,7 @@ class Histories:
                 key = self.message_key(tenant, ids[index])
                 pipe.set(key, _compressor.compress(encoded[index]), nx=True, ex=store.ttl)
                 pipe.expire(key, store.ttl)
-            pipe.set(self.node_key(tenant, ref), b"".join(ids), ex=store.ttl)
+            node = fmt.encode("ascii") + _SEPARATOR + b"".join(ids)
+            pipe.set(self.node_key(tenant, ref), node, ex=store.ttl)
             await pipe.execute()
         return ref

@@ -12,6 +12,7 @@ from toolref import __version__
 from toolref.canonical import REF_LENGTH
 from toolref.encoding import JSON_TYPE, MSGPACK_TYPE, PROBLEM_TYPE
 from toolref.errors import PROBLEM_BASE
+from toolref.history import HISTORY_HEADER
 from toolref.models import (
     Capabilities,
     FindMissingResponse,
@@ -49,6 +50,8 @@ _MODELS: tuple[type[BaseModel], ...] = (
     SummaryResponse,
 )
 _REF_PATTERN = "^tr_[a-z2-7]{25}[aeimquy4]$"
+_HISTORY_PATTERN = "^th_[a-z2-7]{25}[aeimquy4]$"
+_HISTORY_HEADER_PATTERN = r"^(\?[01]|th_[a-z2-7]{25}[aeimquy4])$"
 
 # Every endpoint sits behind the protocol middleware, so every endpoint can answer this 400.
 _BAD_PROTOCOL = "Malformed Toolref-Protocol header (not an integer of at least 1)."
@@ -57,7 +60,7 @@ _ERRORS = {
     "401": "Missing or unknown API key.",
     "404": "Unknown ref (never registered, expired, evicted, or another tenant's).",
     "409": "Conflict: a 128-bit ref collision, or (hydrate) refs not held, all listed in "
-    "`missingRefs`.",
+    "`missingRefs`, or a history ref not held, named in `missingHistory`.",
     "413": "Body, inflated body or batch over its limit.",
     "415": "Unsupported Content-Type or Content-Encoding.",
     "422": "Body parsed but invalid: shape, nesting depth, NaN/Infinity, or a malformed ref.",
@@ -294,10 +297,32 @@ def document(
             "post": _operation(
                 "Replace toolRef markers with their payloads (registers full payloads)",
                 "hydrateMessages",
-                _ok(MessagesResponse, "The conversation in full."),
+                _ok(
+                    MessagesResponse,
+                    "The conversation in full.",
+                    **{
+                        HISTORY_HEADER: {
+                            "description": "When asked to keep the history: its ref (also "
+                            "`historyRef` in the body), for the next turn.",
+                            "required": False,
+                            "schema": {"type": "string", "pattern": _HISTORY_PATTERN},
+                        }
+                    },
+                ),
                 ("400", "401", "409", "413", "415", "422", "503"),
                 request=HydrateRequest,
                 secured=secured,
+                parameters=[
+                    {
+                        "name": HISTORY_HEADER,
+                        "in": "header",
+                        "required": False,
+                        "description": "`?1`: keep this conversation as a history and confirm "
+                        "its ref. A history ref: the body's messages continue that history, "
+                        "and a zstd body was compressed with its dictionary.",
+                        "schema": {"type": "string", "pattern": _HISTORY_HEADER_PATTERN},
+                    }
+                ],
             )
         },
         "/v1/context:handoff": {

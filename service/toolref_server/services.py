@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from toolref_server.auth import Authenticator
 from toolref_server.codec import BodyLimits
+from toolref_server.histories import Histories
 from toolref_server.metrics import Metrics
 from toolref_server.settings import Settings
 from toolref_server.store import Store
@@ -20,3 +21,4 @@ class Services:
     limits: BodyLimits
     summaries: SummaryCache
     metrics: Metrics
+    histories: Histories

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import pydantic
 from starlette.requests import Request
 
+from toolref import compression
 from toolref.canonical import Ref
 from toolref.errors import (
     BatchTooLargeError,
@@ -45,12 +46,24 @@ def require_refs_protocol(request: Request) -> None:
         )
 
 
-async def body(request: Request, *, echoed: bool = False) -> Any:
+# A zstd body compressed against a history: the history's ref, and how to rebuild its
+# dictionary (fetched only once the compressed body is in and within its limit).
+Dictionary = tuple[str, Callable[[], Awaitable[bytes]]]
+
+
+async def body(
+    request: Request, *, echoed: bool = False, dictionary: Dictionary | None = None
+) -> Any:
     """The decoded request body, every limit enforced before parsing. `echoed`: the route
     sends the body's text back (messages), so strings UTF-8 cannot carry are refused."""
     limits = services(request).limits
     decoder = codec.request_decoder(request)
-    data = await codec.read_body(request, limits)
+    if dictionary is not None and codec.content_encoding(request) == "zstd":
+        raw = await codec.read_body(request, limits, inflate=False)
+        history, rebuild = dictionary
+        data = compression.decompress(raw, await rebuild(), limits.max_decompressed_bytes, history)
+    else:
+        data = await codec.read_body(request, limits)
     value = codec.decode(data, decoder, limits.max_depth)
     if echoed and decoder == "json":
         codec.check_text(data, value)

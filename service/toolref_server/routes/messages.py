@@ -24,10 +24,11 @@ from toolref.errors import (
     ValidationError,
 )
 from toolref.formats import Format, Pair, Scan
+from toolref.history import HISTORY_HEADER, history_header, is_history_ref
 from toolref.models import HandoffRequest, HydrateRequest, OptimizeRequest
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref_server import codec, compaction, record
-from toolref_server.routes import context
+from toolref_server.routes import context, continuation
 from toolref_server.store import NewRecord
 
 Body = TypeVar("Body", OptimizeRequest, HydrateRequest, HandoffRequest)
@@ -49,18 +50,16 @@ class Registration:
 
 async def conversation_of(request: Request, model: type[Body]) -> tuple[Conversation, Body]:
     value = await context.body(request, echoed=True)
-    messages = value.get("messages") if isinstance(value, dict) else None
-    if messages is not None:
-        formats.check_messages(messages)
-        limit = context.services(request).settings.max_messages
-        if len(messages) > limit:
-            raise BatchTooLargeError(
-                f"`messages` has {len(messages)} messages, over the limit of {limit}; send fewer",
-                limit=limit,
-            )
-    body = context.validate(model, value)
-    fmt = formats.detect(body.messages, body.format)
-    return Conversation(fmt, body.messages, formats.scan(body.messages, fmt)), body
+    return _conversation(request, value, model, None)
+
+
+def _check_length(request: Request, count: int, note: str = "") -> None:
+    limit = context.services(request).settings.max_messages
+    if count > limit:
+        raise BatchTooLargeError(
+            f"the conversation has {count} messages{note}, over the limit of {limit}; send fewer",
+            limit=limit,
+        )
 
 
 async def _register(request: Request, tenant: str, pairs: list[Pair]) -> Registration:
@@ -114,12 +113,19 @@ def _answer(
     stats: dict[str, int],
     *,
     encoded: bytes | None = None,
+    history: str | None = None,
 ) -> Response:
     body: dict[str, Any] = {"format": conversation.fmt.name, "messages": messages}
     if references is not None:
         body["toolReferences"] = references
     body["optimizationStats"] = stats
-    return codec.render(request, body, encoded={"messages": encoded} if encoded else None)
+    headers = None
+    if history is not None:
+        body["historyRef"] = history
+        headers = {HISTORY_HEADER: history}
+    return codec.render(
+        request, body, headers=headers, encoded={"messages": encoded} if encoded else None
+    )
 
 
 def _stats(original: int, optimized: int, used: int, new: int, hits: int) -> dict[str, int]:
@@ -153,7 +159,32 @@ async def optimize(request: Request) -> Response:
 
 async def hydrate(request: Request) -> Response:
     tenant = context.tenant(request)
-    conversation, body = await conversation_of(request, HydrateRequest)
+    keep, continues = history_header(request.headers.get(HISTORY_HEADER))
+    before: continuation.Continuation | None = None
+
+    async def rebuild() -> bytes:
+        nonlocal before
+        before = await _continuation(request, tenant, continues)
+        return before.dictionary()
+
+    dictionary = None if continues is None else (continues, rebuild)
+    value = await context.body(request, echoed=True, dictionary=dictionary)
+    ref = value.get("historyRef") if isinstance(value, dict) else None
+    ref = ref if isinstance(ref, str) and is_history_ref(ref) else continues
+    if ref is not None and continues is not None and ref != continues:
+        raise ValidationError(
+            f"`historyRef` is {ref} but the {HISTORY_HEADER} header says {continues}; send "
+            "one history ref (or the same in both)",
+        )
+    if ref is not None and context.protocol(request) < PROTOCOL_REFS:
+        raise ProtocolRequiredError(
+            f"a history ref needs `{PROTOCOL_HEADER}: {PROTOCOL_REFS}`; protocol 1 sends the "
+            "whole conversation"
+        )
+    if ref is not None and (before is None or before.ref != ref):
+        before = await _continuation(request, tenant, ref)
+    conversation, body = _conversation(request, value, HydrateRequest, before)
+    keep = (keep or before is not None) and context.protocol(request) >= PROTOCOL_REFS
     refs = conversation.scan.refs
     summary = body.mode == "summary"
     if context.protocol(request) < PROTOCOL_REFS:
@@ -173,7 +204,8 @@ async def hydrate(request: Request) -> Response:
         else context.services(request).settings.summarizer
     )
     context.services(request).summaries.summarizer(summarizer)  # 422 before any work
-    held = await resolve_markers(request, tenant, refs)
+    known = before.held if before is not None else {}
+    held = {**known, **await resolve_markers(request, tenant, [r for r in refs if r not in known])}
     _check_names(conversation, held)
     registration = await _register(request, tenant, conversation.scan.complete)
     hydrated = formats.fill(conversation.messages, conversation.scan, held)
@@ -200,8 +232,68 @@ async def hydrate(request: Request) -> Response:
         stats.update(summary_stats)
         if body.shadow:
             answer = hydrated
+    head = None
+    if keep and conversation.messages:
+        head = await _keep(request, tenant, conversation, registration, before)
     encoded = full if answer is hydrated else None
-    return _answer(request, conversation, answer, references, stats, encoded=encoded)
+    return _answer(request, conversation, answer, references, stats, encoded=encoded, history=head)
+
+
+async def _continuation(
+    request: Request, tenant: str, ref: str | None
+) -> continuation.Continuation:
+    if ref is None:  # pragma: no cover - callers pass a ref
+        raise ValueError("no history ref")
+    return await continuation.load(request, tenant, ref)
+
+
+def _conversation(
+    request: Request, value: Any, model: type[Body], before: continuation.Continuation | None
+) -> tuple[Conversation, Body]:
+    """The request's conversation; with `before`, that history followed by the request's
+    messages (the limit on messages applies to the whole)."""
+    messages = value.get("messages") if isinstance(value, dict) else None
+    if messages is not None:
+        formats.check_messages(messages)
+        _check_length(request, len(messages))
+    body = context.validate(model, value)
+    if before is None:
+        fmt = formats.detect(body.messages, body.format)
+        return Conversation(fmt, body.messages, formats.scan(body.messages, fmt)), body
+    return _continued(request, body.messages, body.format, before), body
+
+
+def _continued(
+    request: Request, messages: list[Any], named: str | None, before: continuation.Continuation
+) -> Conversation:
+    if named is not None and named != before.fmt.name:
+        raise ValidationError(
+            f"`format` is {named!r}, but history {before.ref} is {before.fmt.name!r}; "
+            "a conversation keeps one format: leave `format` out, or send the whole "
+            "conversation without the history",
+        )
+    whole = [*before.form, *messages]
+    _check_length(request, len(whole), f" (history {before.ref} has {len(before.form)})")
+    fmt = formats.detect(whole, before.fmt.name)
+    return Conversation(fmt, whole, formats.scan(whole, fmt))
+
+
+async def _keep(
+    request: Request,
+    tenant: str,
+    conversation: Conversation,
+    registration: Registration,
+    before: continuation.Continuation | None,
+) -> str:
+    """Store the conversation as a history (chain form) and return its ref. Messages it
+    shares with the history it continued are stored already."""
+    form = formats.replace(conversation.messages, conversation.scan, registration.refs)
+    start = 0
+    if before is not None:
+        while start < len(before.form) and form[start] is before.form[start]:
+            start += 1
+    histories = context.services(request).histories
+    return await histories.save(tenant, conversation.fmt.name, form, start)
 
 
 async def _summarized(

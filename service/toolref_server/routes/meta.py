@@ -40,6 +40,7 @@ def capabilities_of(settings: Settings) -> Capabilities:
         ttl_seconds=settings.ttl_seconds,
         formats=list(formats.NAMES),
         summarizers=settings.summarizer_names,
+        history_refs=True,
     )
 
 

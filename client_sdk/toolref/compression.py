@@ -1,0 +1,62 @@
+"""zstd request bodies compressed against a history (what `Toolref-History` names).
+
+A small body of new messages compresses poorly on its own, but well against the history it
+continues, which both sides can rebuild (`toolref.history.dictionary`). The frame must carry
+its checksum: a dictionary that differs by one byte would otherwise inflate to plausible
+wrong text, and the checksum turns that into a clear 400 the SDK answers by resending.
+"""
+
+from __future__ import annotations
+
+import zstandard
+
+from toolref.errors import DecompressedTooLargeError, DictionaryMismatchError
+
+def _dictionary(data: bytes) -> zstandard.ZstdCompressionDict:
+    return zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+
+def compress(body: bytes, dictionary: bytes, level: int) -> bytes:
+    """`body` as one zstd frame, with checksum, against raw-content `dictionary`."""
+    compressor = zstandard.ZstdCompressor(
+        level=level, dict_data=_dictionary(dictionary), write_checksum=True
+    )
+    return compressor.compress(body)
+
+
+def decompress(body: bytes, dictionary: bytes, limit: int, history: str) -> bytes:
+    """Inflate a body compressed by `compress` against `dictionary` (the dictionary of
+    `history`, named in errors). The frame must declare its size, at most `limit`, so the
+    limit holds before any work; it must be whole, alone, and match its checksum."""
+    fix = (
+        f"compress the body with the dictionary of {history} (toolref.history.dictionary of "
+        "its messages) as one zstd frame with its size and checksum, or send it without "
+        "Content-Encoding"
+    )
+    try:
+        params = zstandard.get_frame_parameters(body)
+    except zstandard.ZstdError as exc:
+        raise DictionaryMismatchError(f"the body is not a zstd frame ({exc}); {fix}") from None
+    if not params.has_checksum or params.content_size == zstandard.CONTENTSIZE_UNKNOWN:
+        raise DictionaryMismatchError(
+            f"the zstd frame does not declare its size and checksum, without which a wrong "
+            f"dictionary could not be told apart; {fix}"
+        )
+    if params.content_size > limit:
+        raise DecompressedTooLargeError(
+            f"the zstd body inflates to {params.content_size} bytes, over the limit of "
+            f"{limit}; send fewer messages",
+            limit=limit,
+        )
+    inflater = zstandard.ZstdDecompressor(dict_data=_dictionary(dictionary)).decompressobj()
+    try:
+        data = inflater.decompress(body)
+    except zstandard.ZstdError as exc:
+        raise DictionaryMismatchError(
+            f"the zstd body does not inflate with the dictionary of {history} ({exc}); {fix}"
+        ) from None
+    if not inflater.eof or inflater.unused_data or len(data) != params.content_size:
+        raise DictionaryMismatchError(
+            f"the zstd body is not one whole frame (cut short, or followed by more bytes); {fix}"
+        )
+    return data

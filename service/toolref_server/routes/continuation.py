@@ -1,0 +1,60 @@
+"""The stored history a hydrate continues: loaded, with every tool ref it names resolved.
+
+A history is usable only whole. When a tool ref inside it has expired or been evicted the
+client cannot resend just that payload (it sent a history ref, not the messages), so that
+is answered as a missing history: the SDK then resends the whole conversation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+
+from toolref import formats, history
+from toolref.canonical import Ref
+from toolref.errors import MissingHistoryError
+from toolref.formats import Format, Scan
+from toolref_server.routes import context
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    ref: str
+    fmt: Format
+    form: list[Any]  # chain form, as stored
+    scan: Scan
+    held: dict[str, dict[str, Any]]  # the invocation of every ref its markers name
+
+    def messages(self) -> list[Any]:
+        """The history in full, as the client holds it."""
+        return formats.fill(self.form, self.scan, self.held)
+
+    def dictionary(self) -> bytes:
+        return history.dictionary(self.messages())
+
+
+async def load(request: Request, tenant: str, ref: str) -> Continuation:
+    services = context.services(request)
+    stored = await services.histories.load(tenant, ref)
+    if stored is None or stored.format not in formats.FORMATS:
+        raise MissingHistoryError(
+            f"history {ref} is not held (never confirmed for this API key, expired or "
+            "evicted); send the whole conversation without it",
+            ref,
+        )
+    fmt = formats.get(stored.format)
+    scan = formats.scan(stored.form, fmt)
+    refs = scan.refs
+    records = await services.store.fetch(tenant, [Ref(r) for r in refs])
+    held: dict[str, dict[str, Any]] = {}
+    for text, record in zip(refs, records, strict=True):
+        if record is None or record.digest[:16] != Ref(text).digest_prefix:
+            raise MissingHistoryError(
+                f"history {ref} names tool ref {text}, which is no longer held (expired or "
+                "evicted); send the whole conversation without the history",
+                ref,
+            )
+        held[text] = record.invocation
+    return Continuation(ref, fmt, stored.form, scan, held)
