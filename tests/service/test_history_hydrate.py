@@ -1,0 +1,273 @@
+"""messages:hydrate with history refs, against a real engine: keeping a history, continuing
+it (plain, and zstd against its dictionary), and every way a continuation is refused."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from typing import Any
+
+import httpx
+import zstandard
+from redis.asyncio import Redis
+
+from toolref import compression, formats
+from toolref.canonical import canonical_json
+from toolref.encoding import dumps_json
+from toolref.history import (
+    DICTIONARY_LEVEL,
+    HISTORY_HEADER,
+    chain_form,
+    dictionary,
+    heads,
+    history_ref,
+)
+
+from ..conftest import Api, key_names, snapshot
+from ..unit.test_history import conversation
+
+OPENAI = formats.get("openai-chat")
+KEEP = {HISTORY_HEADER: "?1"}
+NEVER = history_ref(hashlib.sha256(b"never confirmed").digest())
+
+
+def head_of(messages: list[Any]) -> str:
+    """What a client computes: the ref of the last head over the chain form."""
+    return history_ref(heads(chain_form(messages, OPENAI))[-1])
+
+
+async def keep(api: httpx.AsyncClient, messages: list[Any]) -> str:
+    response = await api.post("/v1/messages:hydrate", json={"messages": messages}, headers=KEEP)
+    assert response.status_code == 200, response.text
+    ref: str = response.json()["historyRef"]
+    assert response.headers[HISTORY_HEADER] == ref
+    return ref
+
+
+async def continue_(
+    api: httpx.AsyncClient, ref: str, new: list[Any], **extra: Any
+) -> httpx.Response:
+    return await api.post(
+        "/v1/messages:hydrate", json={"historyRef": ref, "messages": new, **extra}
+    )
+
+
+async def test_a_kept_history_is_confirmed_with_the_ref_the_client_computes(
+    api: httpx.AsyncClient,
+) -> None:
+    messages = conversation(3)
+    assert await keep(api, messages) == head_of(messages)
+    # Without the header nothing is kept and no ref is given.
+    plain = await api.post("/v1/messages:hydrate", json={"messages": messages})
+    assert "historyRef" not in plain.json()
+    assert HISTORY_HEADER not in plain.headers
+
+
+async def test_a_continuation_answers_the_whole_conversation_and_its_new_head(
+    api: httpx.AsyncClient,
+) -> None:
+    messages = conversation(6)
+    ref = await keep(api, messages[:9])
+    response = await continue_(api, ref, messages[9:])
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["messages"] == messages
+    assert body["historyRef"] == head_of(messages) == response.headers[HISTORY_HEADER]
+    assert body["toolReferences"].keys() == {f"call_{n}" for n in range(6)}
+    # The new head continues in turn, and the old one still does (histories are immutable).
+    later = conversation(7)
+    again = await continue_(api, body["historyRef"], later[len(messages) :])
+    assert again.json()["messages"] == later
+    assert (await continue_(api, ref, messages[9:])).json()["messages"] == messages
+
+
+async def test_a_continuation_may_send_refs_for_payloads_the_registry_holds(
+    api: httpx.AsyncClient,
+) -> None:
+    messages = conversation(4)
+    ref = await keep(api, messages[:9])
+    optimized = (await api.post("/v1/messages:optimize", json={"messages": messages})).json()
+    new = optimized["messages"][9:]
+    assert any("toolRef" in str(m) for m in new)
+    response = await continue_(api, ref, new)
+    assert response.json()["messages"] == messages
+    assert response.json()["historyRef"] == head_of(messages)
+
+
+async def test_a_call_in_the_history_answered_in_the_new_messages(
+    api: httpx.AsyncClient,
+) -> None:
+    messages = conversation(2)
+    # The history ends with a call whose result comes only now.
+    ref = await keep(api, messages[:7])
+    response = await continue_(api, ref, messages[7:])
+    assert response.json()["messages"] == messages
+    assert response.json()["historyRef"] == head_of(messages)
+
+
+async def test_a_zstd_body_against_the_history_dictionary(api: httpx.AsyncClient) -> None:
+    messages = conversation(8)
+    ref = await keep(api, messages[:21])
+    body = canonical_json({"messages": messages[21:]})
+    packed = compression.compress(body, dictionary(messages[:21]), DICTIONARY_LEVEL)
+    alone = zstandard.ZstdCompressor(level=DICTIONARY_LEVEL).compress(body)
+    assert len(packed) < len(alone) / 2  # the point of it
+    response = await api.post(
+        "/v1/messages:hydrate",
+        content=packed,
+        headers={
+            "Content-Type": "application/json",
+            "Content-Encoding": "zstd",
+            HISTORY_HEADER: ref,
+        },
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["messages"] == messages
+    assert response.json()["historyRef"] == head_of(messages)
+
+
+async def test_a_body_against_another_dictionary_is_refused_and_changes_nothing(
+    api: httpx.AsyncClient, redis: Redis
+) -> None:
+    messages = conversation(4)
+    ref = await keep(api, messages[:9])
+    body = canonical_json({"messages": messages[9:]})
+    wrong = dictionary(messages[:8])
+    headers = {"Content-Type": "application/json", "Content-Encoding": "zstd", HISTORY_HEADER: ref}
+    before = await snapshot(redis)
+    cases = {
+        "another dictionary": compression.compress(body, wrong, 3),
+        "no checksum": zstandard.ZstdCompressor(
+            dict_data=zstandard.ZstdCompressionDict(
+                dictionary(messages[:9]), dict_type=zstandard.DICT_TYPE_RAWCONTENT
+            )
+        ).compress(body),
+        "cut short": compression.compress(body, dictionary(messages[:9]), 3)[:-2],
+    }
+    for case, packed in cases.items():
+        response = await api.post("/v1/messages:hydrate", content=packed, headers=headers)
+        assert response.status_code == 400, case
+        problem = response.json()
+        assert problem["type"].endswith(":dictionary-mismatch"), case
+        assert ref in problem["detail"], case
+    assert await snapshot(redis) == before
+
+
+async def test_unknown_history_is_409_and_changes_nothing(
+    api: httpx.AsyncClient, redis: Redis
+) -> None:
+    before = await snapshot(redis)
+    response = await continue_(api, NEVER, conversation(1))
+    assert response.status_code == 409
+    problem = response.json()
+    assert problem["type"] == "urn:toolref:problem:missing-history"
+    assert problem["missingHistory"] == NEVER
+    assert "send the whole conversation" in problem["detail"]
+    # The same through the header, with a zstd body: refused before inflating.
+    packed = compression.compress(b'{"messages":[]}', b"x" * 100, 3)
+    response = await api.post(
+        "/v1/messages:hydrate",
+        content=packed,
+        headers={
+            "Content-Type": "application/json",
+            "Content-Encoding": "zstd",
+            HISTORY_HEADER: NEVER,
+        },
+    )
+    assert response.status_code == 409
+    assert await snapshot(redis) == before
+
+
+async def test_a_history_whose_tool_ref_was_evicted_is_missing(
+    api: httpx.AsyncClient, redis: Redis
+) -> None:
+    messages = conversation(3)
+    ref = await keep(api, messages)
+    records = [n for n in await key_names(redis) if ":i:" in n]
+    assert records
+    await redis.delete(records[0])
+    response = await continue_(api, ref, [{"role": "user", "content": "go on"}])
+    assert response.status_code == 409
+    assert response.json()["missingHistory"] == ref
+    assert "no longer held" in response.json()["detail"]
+    # The whole conversation in full still works, and keeps a usable history again.
+    again = await keep(api, messages)
+    assert (await continue_(api, again, [])).json()["messages"] == messages
+
+
+async def test_another_tenant_cannot_continue_a_history(make_api: Api) -> None:
+    keys = ",".join(
+        f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in (("a", "ka"), ("b", "kb"))
+    )
+    acme = await make_api({"Authorization": "Bearer ka"}, api_keys=keys, host="0.0.0.0")
+    globex = await make_api({"Authorization": "Bearer kb"}, api_keys=keys, host="0.0.0.0")
+    messages = conversation(2)
+    ref = await keep(acme, messages)
+    theirs = await continue_(globex, ref, [])
+    never = await continue_(globex, NEVER, [])
+    assert theirs.status_code == never.status_code == 409
+    assert theirs.json()["detail"].replace(ref, "X") == never.json()["detail"].replace(NEVER, "X")
+
+
+async def test_refused_continuations(api: httpx.AsyncClient, make_api: Api) -> None:
+    messages = conversation(2)
+    ref = await keep(api, messages)
+    cases: list[tuple[httpx.Response, int, str]] = [
+        (
+            await api.post(
+                "/v1/messages:hydrate",
+                json={"historyRef": ref, "messages": []},
+                headers={HISTORY_HEADER: head_of(messages[:3])},
+            ),
+            422,
+            "one history ref",
+        ),
+        (await continue_(api, ref, [], format="anthropic"), 422, "keeps one format"),
+        (await continue_(api, "th_short", []), 422, "historyRef"),
+        (
+            await api.post(
+                "/v1/messages:hydrate", json={"messages": []}, headers={HISTORY_HEADER: "yes"}
+            ),
+            400,
+            "neither",
+        ),
+        (
+            await api.post(
+                "/v1/messages:hydrate",
+                json={"historyRef": ref, "messages": []},
+                headers={"Toolref-Protocol": "1"},
+            ),
+            400,
+            "protocol",
+        ),
+    ]
+    small = await make_api(max_messages=len(messages) + 1)
+    cases.append((await continue_(small, ref, conversation(1)[:2]), 413, f"has {len(messages)}"))
+    for response, status, says in cases:
+        assert response.status_code == status, response.text
+        assert says in response.json()["detail"], response.text
+
+
+async def test_protocol_1_ignores_the_keep_header(api: httpx.AsyncClient) -> None:
+    messages = conversation(1)
+    response = await api.post(
+        "/v1/messages:hydrate",
+        json={"messages": messages},
+        headers={**KEEP, "Toolref-Protocol": "1"},
+    )
+    assert response.status_code == 200
+    assert "historyRef" not in response.json()
+
+
+async def test_an_edited_message_makes_a_new_history_sharing_the_rest(
+    api: httpx.AsyncClient, redis: Redis
+) -> None:
+    messages = conversation(5)
+    first = await keep(api, messages)
+    edited = copy.deepcopy(messages)
+    edited[5]["content"] = "edited"
+    second = await keep(api, edited)
+    assert second != first == head_of(messages)
+    assert second == head_of(edited)
+    stored = [n for n in await key_names(redis) if ":m:" in n]
+    assert len(stored) == len({dumps_json(m) for m in chain_form(messages, OPENAI)}) + 1
