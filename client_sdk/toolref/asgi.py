@@ -7,33 +7,47 @@ for other answers such as event streams, a `Toolref-References` header) so the c
 which payloads it may send as refs next time. An unknown ref is answered with 409 and
 `missingRefs`, and the client's SDK resends those payloads in full.
 
+History refs: a client that sends `Toolref-History: ?1` has the conversation kept as a
+history in the registry, and the answer confirms its ref in the same header. Next turn the
+client sends only the new messages, with `historyRef` (or the ref in the header and a zstd
+body compressed against the history); the middleware has the registry rebuild the whole
+conversation, and the app sees it in full, without `historyRef`. An unknown history is a 409
+`missing-history`, which the SDK answers by resending everything. The middleware keeps the
+last histories it confirmed in memory, so that rebuilding a dictionary usually costs no
+registry call; any replica can serve any turn, since the registry holds the histories.
+
 A protocol-1 request passes through untouched, and its answer is byte for byte what the app
 alone would give. When the registry is down, requests without markers pass through and are
 answered as protocol 1 (so clients send full payloads); requests with markers get 409 with
-every ref missing, which the SDK answers by resending in full. Chatting never stops.
+every ref missing, and requests continuing a history a 409 `missing-history`, which the SDK
+answers by resending in full. Chatting never stops.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Container, MutableMapping, Sequence
 from typing import Any
 
-from toolref import formats
+from toolref import compression, formats, history
 from toolref.client import AsyncRegistryClient, MessagesResult
 from toolref.encoding import JSON_TYPE, PROBLEM_TYPE, dumps_json
 from toolref.errors import (
     AuthenticationError,
     BodyTooLargeError,
     InvalidProtocolError,
+    MissingHistoryError,
     MissingRefsError,
     ProtocolRequiredError,
     ServiceUnavailableError,
     ToolrefError,
     UnexpectedResponseError,
     UnsupportedMediaTypeError,
+    ValidationError,
 )
+from toolref.history import HISTORY_HEADER, check_history_ref, history_header
 from toolref.protocol import PROTOCOL_FULL, PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
 from toolref.rewriter import REFERENCES_HEADER
 
@@ -54,6 +68,7 @@ _REGISTRY_FAILURES = (
 )
 
 _PROTOCOL = PROTOCOL_HEADER.lower().encode()
+_HISTORY = HISTORY_HEADER.lower().encode()
 _HEADER_LIMIT = 8192  # beyond this, refs are not offered in a header (proxies cut long ones)
 
 
@@ -65,7 +80,9 @@ class ToolRefMiddleware:
     messages_keys: where the messages may sit in a request body (the first present wins).
     format: the message format (detected per request when None).
     paths: only requests to these paths are handled (all POST/PUT/PATCH when None).
-    max_body_bytes: larger protocol-2 bodies are refused with 413.
+    max_body_bytes: larger protocol-2 bodies (sent or inflated) are refused with 413.
+    recent_histories: how many confirmed histories to keep in memory, to rebuild their
+        dictionaries without a registry call.
     """
 
     def __init__(
@@ -77,6 +94,7 @@ class ToolRefMiddleware:
         format: str | None = None,
         paths: Container[str] | None = None,
         max_body_bytes: int = 32 * 2**20,
+        recent_histories: int = 32,
     ) -> None:
         self.app = app
         self.registry = registry
@@ -84,6 +102,8 @@ class ToolRefMiddleware:
         self.format = format
         self.paths = paths
         self.max_body_bytes = max_body_bytes
+        self.recent_histories = recent_histories
+        self._recent: OrderedDict[str, list[Any]] = OrderedDict()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._handles(scope):
@@ -107,11 +127,12 @@ class ToolRefMiddleware:
             return False  # not ours to judge: the app sees the request as it came
 
     async def _read(self, scope: Scope, receive: Receive) -> bytes:
-        encoding = _header(scope, b"content-encoding") or "identity"
-        if encoding.lower() != "identity":
+        encoding = (_header(scope, b"content-encoding") or "identity").strip().lower()
+        if encoding not in ("identity", "zstd"):
             raise UnsupportedMediaTypeError(
-                f"a protocol-2 request body must not be compressed (Content-Encoding: "
-                f"{encoding}); send it as plain JSON"
+                f"a protocol-2 request body may be sent as is or with Content-Encoding: zstd, "
+                f"not {encoding}; send it as plain JSON",
+                supported=["identity", "zstd"],
             )
         chunks, size = [], 0
         while True:
@@ -128,25 +149,60 @@ class ToolRefMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        return b"".join(chunks)
+        body = b"".join(chunks)
+        if encoding == "identity":
+            return body
+        _, continues = history_header(_header(scope, _HISTORY))
+        if continues is None:
+            return compression.inflate(body, self.max_body_bytes)
+        dictionary = history.dictionary(await self._history(continues))
+        return compression.decompress(body, dictionary, self.max_body_bytes, continues)
+
+    async def _history(self, ref: str) -> list[Any]:
+        """The messages of history `ref` in full: from memory, or rebuilt by the registry."""
+        found = self._recent.get(ref)
+        if found is not None:
+            self._recent.move_to_end(ref)
+            return found
+        try:
+            result = await self.registry.hydrate([], format=self.format, history_ref=ref)
+        except _REGISTRY_FAILURES as exc:
+            raise _unavailable(ref, exc) from None
+        self._remember(ref, result.messages)
+        return result.messages
+
+    def _remember(self, ref: str, messages: list[Any]) -> None:
+        self._recent[ref] = messages
+        self._recent.move_to_end(ref)
+        while len(self._recent) > self.recent_histories:
+            self._recent.popitem(last=False)
 
     async def _handle(self, scope: Scope, body: bytes, send: Send) -> None:
         data, key = self._messages(scope, body)
         if key is None:
             await self.app(scope, _replay(body), _with_protocol(send, PROTOCOL_REFS, None))
             return
+        keep, continues = history_header(_header(scope, _HISTORY))
+        ref = _history_ref(data.pop("historyRef", None), continues)
         messages = data[key]
         try:
-            result = await self.registry.hydrate(messages, format=self.format)
-        except MissingRefsError as exc:
+            result = await self.registry.hydrate(
+                messages, format=self.format, history_ref=ref, keep_history=keep
+            )
+        except (MissingRefsError, MissingHistoryError) as exc:
             await _problem(send, exc, PROTOCOL_REFS)
             return
         except _REGISTRY_FAILURES as exc:
+            if ref is not None:
+                await _problem(send, _unavailable(ref, exc), PROTOCOL_REFS)
+                return
             log.warning("registry unavailable, passing full payloads through: %s", exc.detail)
             await self._without_registry(scope, body, messages, send)
             return
+        if result.history_ref is not None:
+            self._remember(result.history_ref, result.messages)
         hydrated = dumps_json({**data, key: result.messages})
-        downstream = _with_length(scope, len(hydrated))
+        downstream = _with_length(_without_encoding(scope), len(hydrated))
         await self.app(downstream, _replay(hydrated), _with_protocol(send, PROTOCOL_REFS, result))
 
     async def _without_registry(
@@ -191,6 +247,32 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def _history_ref(member: Any, header: str | None) -> str | None:
+    """The history a request continues: `historyRef` in the body or the header's ref."""
+    if member is None:
+        return header
+    ref = check_history_ref(member)
+    if header is not None and header != ref:
+        raise ValidationError(
+            f"`historyRef` is {ref} but the {HISTORY_HEADER} header says {header}; send one "
+            "history ref (or the same in both)"
+        )
+    return ref
+
+
+def _unavailable(ref: str, exc: ToolrefError) -> MissingHistoryError:
+    return MissingHistoryError(
+        f"history {ref} cannot be rebuilt now (the registry is unavailable: {exc.detail}); "
+        "send the whole conversation",
+        ref,
+    )
+
+
+def _without_encoding(scope: Scope) -> Scope:
+    headers = [(k, v) for k, v in scope["headers"] if k != b"content-encoding"]
+    return {**scope, "headers": headers}
+
+
 def _replay(body: bytes) -> Receive:
     sent = False
 
@@ -213,14 +295,19 @@ def _with_length(scope: Scope, length: int) -> Scope:
 def _with_protocol(send: Send, protocol: int, result: MessagesResult | None) -> Send:
     """Mark the answer with the protocol used and, for protocol 2, the refs it confirms."""
     references = result.tool_references if result is not None else None
+    confirmed = result.history_ref if result is not None else None
     start: Message | None = None
     chunks: list[bytes] = []
 
     async def wrapped(message: Message) -> None:
         nonlocal start
         if message["type"] == "http.response.start":
-            headers = [(k, v) for k, v in message.get("headers", []) if k != _PROTOCOL]
+            headers = [
+                (k, v) for k, v in message.get("headers", []) if k not in (_PROTOCOL, _HISTORY)
+            ]
             headers.append((_PROTOCOL, str(protocol).encode()))
+            if confirmed is not None:
+                headers.append((_HISTORY, confirmed.encode()))
             message = {**message, "headers": headers}
             if references and _is_json(headers):
                 start = message  # held until the body is complete, to add toolReferences

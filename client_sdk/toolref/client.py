@@ -25,6 +25,7 @@ from toolref.breaker import BreakerState, CircuitBreaker
 from toolref.canonical import Ref
 from toolref.errors import (
     CircuitOpenError,
+    MissingHistoryError,
     ProtocolRequiredError,
     RegistryUnreachableError,
     ToolrefError,
@@ -32,6 +33,7 @@ from toolref.errors import (
     error_from_problem,
 )
 from toolref.exchange import Exchange, Sleep, T, run_async, run_sync
+from toolref.history import HISTORY_HEADER, KEEP_HISTORY, check_history_ref, is_history_ref
 from toolref.models import Capabilities, Invocation, RegisteredRef
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_REFS
 
@@ -52,14 +54,17 @@ class MessagesResult:
     messages: list[Any]
     tool_references: dict[str, str] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
+    history_ref: str | None = None  # hydrate, when asked to keep the history
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> MessagesResult:
+        ref = body.get("historyRef")
         return cls(
             format=body["format"],
             messages=body["messages"],
             tool_references=dict(body.get("toolReferences") or {}),
             stats=dict(body.get("optimizationStats") or {}),
+            history_ref=ref if is_history_ref(ref) else None,
         )
 
 
@@ -165,11 +170,17 @@ class BaseRegistryClient:
     # --- requests and responses ----------------------------------------------------
 
     def _request(
-        self, caps: Capabilities, method: str, path: str, body: Any = None
+        self,
+        caps: Capabilities,
+        method: str,
+        path: str,
+        body: Any = None,
+        extra: Mapping[str, str] | None = None,
     ) -> httpx.Request:
         msgpack = self._uses_msgpack(caps)
         headers = {
             **self._headers,
+            **(extra or {}),
             PROTOCOL_HEADER: str(self.protocol),
             "Accept": f"{encoding.MSGPACK_TYPE}, {encoding.JSON_TYPE};q=0.5"
             if msgpack
@@ -265,14 +276,21 @@ class BaseRegistryClient:
             httpStatus=response.status_code,
         )
 
-    def _call(self, method: str, path: str, body: Any = None, refs: bool = True) -> Exchange[Any]:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        refs: bool = True,
+        headers: Mapping[str, str] | None = None,
+    ) -> Exchange[Any]:
         caps = yield from self._capabilities_exchange()
         if refs and self.protocol < PROTOCOL_REFS:
             raise ProtocolRequiredError(
                 f"the registry at {self.base_url} speaks protocol {self.protocol}, which has no "
                 "refs; upgrade it, or send full payloads"
             )
-        response = yield from self._send(self._request(caps, method, path, body))
+        response = yield from self._send(self._request(caps, method, path, body, headers))
         return self._decode(response)
 
     def _batches(self, items: Sequence[Any]) -> Exchange[list[Sequence[Any]]]:
@@ -330,6 +348,30 @@ class BaseRegistryClient:
         answer = yield from self._call("POST", f"/v1/messages:{action}", body)
         return MessagesResult.of(answer)
 
+    def _hydrate(
+        self,
+        messages: list[Any],
+        format: str | None,
+        mode: str | None,
+        history_ref: str | None,
+        keep_history: bool,
+    ) -> Exchange[MessagesResult]:
+        body: dict[str, Any] = {"messages": messages}
+        options = {"format": format, "mode": mode, "historyRef": history_ref}
+        body.update((k, v) for k, v in options.items() if v is not None)
+        if history_ref is not None:
+            check_history_ref(history_ref)  # a bad one never costs a request
+            caps = yield from self._capabilities_exchange()
+            if not caps.history_refs:
+                raise MissingHistoryError(
+                    f"the registry at {self.base_url} keeps no histories, so it cannot "
+                    f"continue {history_ref}; send the whole conversation",
+                    history_ref,
+                )
+        headers = {HISTORY_HEADER: KEEP_HISTORY} if keep_history else None
+        answer = yield from self._call("POST", "/v1/messages:hydrate", body, headers=headers)
+        return MessagesResult.of(answer)
+
     def _ready(self) -> Exchange[bool]:
         request = httpx.Request("GET", f"{self.base_url}/readyz", headers=self._headers)
         try:
@@ -385,10 +427,18 @@ class RegistryClient(BaseRegistryClient):
         return self._run(self._messages("optimize", messages, format=format))
 
     def hydrate(
-        self, messages: list[Any], format: str | None = None, mode: str | None = None
+        self,
+        messages: list[Any],
+        format: str | None = None,
+        mode: str | None = None,
+        *,
+        history_ref: str | None = None,
+        keep_history: bool = False,
     ) -> MessagesResult:
-        exchange = self._messages("hydrate", messages, format=format, mode=mode)
-        return self._run(exchange)
+        """Messages in full. `history_ref`: `messages` continue that confirmed history, and
+        the result holds the whole conversation. `keep_history` (implied by `history_ref`):
+        keep the conversation as a history; `result.history_ref` confirms it."""
+        return self._run(self._hydrate(messages, format, mode, history_ref, keep_history))
 
     def ready(self) -> bool:
         return run_sync(self._ready(), self._http.send)
@@ -444,9 +494,16 @@ class AsyncRegistryClient(BaseRegistryClient):
         return await self._run(self._messages("optimize", messages, format=format))
 
     async def hydrate(
-        self, messages: list[Any], format: str | None = None, mode: str | None = None
+        self,
+        messages: list[Any],
+        format: str | None = None,
+        mode: str | None = None,
+        *,
+        history_ref: str | None = None,
+        keep_history: bool = False,
     ) -> MessagesResult:
-        exchange = self._messages("hydrate", messages, format=format, mode=mode)
+        """Async `RegistryClient.hydrate`."""
+        exchange = self._hydrate(messages, format, mode, history_ref, keep_history)
         return await self._run(exchange)
 
     async def ready(self) -> bool:

@@ -8,9 +8,14 @@ wrong text, and the checksum turns that into a clear 400 the SDK answers by rese
 
 from __future__ import annotations
 
+from typing import Final
+
 import zstandard
 
-from toolref.errors import DecompressedTooLargeError, DictionaryMismatchError
+from toolref.errors import DecompressedTooLargeError, DictionaryMismatchError, MalformedBodyError
+
+_CHUNK: Final = 64 * 1024
+
 
 def _dictionary(data: bytes) -> zstandard.ZstdCompressionDict:
     return zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
@@ -60,3 +65,24 @@ def decompress(body: bytes, dictionary: bytes, limit: int, history: str) -> byte
             f"the zstd body is not one whole frame (cut short, or followed by more bytes); {fix}"
         )
     return data
+
+
+def inflate(body: bytes, limit: int) -> bytes:
+    """A plain zstd body (no dictionary), producing at most `limit` bytes."""
+    reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
+    parts, size = [], 0
+    try:
+        while chunk := reader.read(_CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise DecompressedTooLargeError(
+                    f"the zstd body inflates past the limit of {limit} bytes; send fewer messages",
+                    limit=limit,
+                )
+            parts.append(chunk)
+    except zstandard.ZstdError as exc:
+        raise MalformedBodyError(
+            f"the zstd body is corrupt ({exc}); compress the whole body as one zstd stream, "
+            "or send it uncompressed"
+        ) from None
+    return b"".join(parts)

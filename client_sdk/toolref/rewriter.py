@@ -6,6 +6,12 @@ payloads travel as `toolRef` markers. The rewriting itself is the pure function 
 over the format layer. `post` / `apost` send a rewritten request and, when the backend
 answers 409 with `missingRefs` (a ref expired or was evicted), forget those refs and resend
 those payloads in full, automatically: a conversation never fails because of a ref.
+
+With history refs (on by default; used once the server confirms one), the manager also
+remembers the histories the server confirmed (`Toolref-History` in its answers) and sends
+only the messages after the longest one that still fits the conversation, compressed
+against it (see `upload`). A 409 `missing-history` (expired, evicted, or the server does not
+keep histories) or a 400 `dictionary-mismatch` is answered by resending, automatically.
 """
 
 from __future__ import annotations
@@ -22,13 +28,22 @@ import httpx
 from toolref import formats
 from toolref.canonical import digest_of, is_ref
 from toolref.encoding import JSON_TYPE, PROBLEM_TYPE, dumps_json
-from toolref.errors import MissingRefsError, ToolrefError
+from toolref.errors import (
+    DictionaryMismatchError,
+    MissingHistoryError,
+    MissingRefsError,
+    ToolrefError,
+)
 from toolref.exchange import Exchange, run_async, run_sync
 from toolref.formats import Format, Pair
+from toolref.history import HISTORY_HEADER
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref.upload import Turn, Upload, prepare
 
 REFERENCES_HEADER = "Toolref-References"
 _MISSING_REFS = MissingRefsError.problem_type()
+_MISSING_HISTORY = MissingHistoryError.problem_type()
+_DICTIONARY_MISMATCH = DictionaryMismatchError.problem_type()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +77,7 @@ class Savings:
     sent_bytes: int = 0
     full_bytes: int = 0
     refs_sent: int = 0
+    histories_used: int = 0  # requests that sent only the messages after a history
 
     @property
     def ratio(self) -> float:
@@ -78,6 +94,13 @@ class ToolReferenceManager:
     messages_key: where the messages sit in the request body.
     max_refs: how many refs to remember (least recently used are dropped first).
     track_savings: also measure what each request would have cost with full payloads.
+    history_refs: ask the server to keep each conversation as a history, and send only the
+        messages after a history it confirmed.
+    compress: zstd request bodies (new messages against their history). None: once the
+        server has confirmed a history (such a server reads zstd); True: from the first
+        request (the server is known to); False: never.
+    max_histories: how many confirmed histories to remember (one per live conversation is
+        enough; least recently used are dropped first).
     """
 
     format: str | None = None
@@ -85,10 +108,15 @@ class ToolReferenceManager:
     messages_key: str = "messages"
     max_refs: int = 100_000
     track_savings: bool = True
+    history_refs: bool = True
+    compress: bool | None = None
+    max_histories: int = 64
     savings: Savings = field(default_factory=Savings)
     confirmed: OrderedDict[str, None] = field(default_factory=OrderedDict)
     seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    histories: OrderedDict[str, int] = field(default_factory=OrderedDict)  # ref -> length
     refs_accepted: bool = False  # the backend has answered as protocol 2
+    histories_accepted: bool = False  # the backend has confirmed a history
 
     # --- memory --------------------------------------------------------------------
 
@@ -132,25 +160,53 @@ class ToolReferenceManager:
 
     # --- sending with fallback -------------------------------------------------------
 
+    def _turn(self, body: Mapping[str, Any], usable: Container[str] | None) -> tuple[Turn, Rewrite]:
+        messages = body[self.messages_key]
+        try:
+            fmt: Format | None = formats.detect(messages, self.format)
+        except ToolrefError:
+            fmt = None
+        outgoing = self.rewrite(messages, usable)
+        return Turn(body, self.messages_key, messages, outgoing.messages, fmt), outgoing
+
     def _post(
         self, build: Callable[[bytes, dict[str, str]], httpx.Request], body: Mapping[str, Any]
     ) -> Exchange[httpx.Response]:
-        messages = body[self.messages_key]
         full = len(dumps_json(body)) if self.track_savings else 0
         usable: Container[str] | None = None
         attempt = 0
+        histories = self.history_refs
+        dictionary = True
         while True:
-            outgoing = self.rewrite(messages, usable)
-            content = dumps_json({**body, self.messages_key: outgoing.messages})
-            headers = {PROTOCOL_HEADER: str(PROTOCOL_REFS), "Content-Type": JSON_TYPE}
-            response = cast(httpx.Response, (yield build(content, headers)))
+            turn, outgoing = self._turn(body, usable)
+            compress = self.compress if self.compress is not None else self.histories_accepted
+            upload = prepare(
+                turn,
+                self.histories if histories else {},
+                keep=self.history_refs,
+                compress=compress,
+                use_dictionary=dictionary,
+            )
+            response = cast(httpx.Response, (yield build(upload.content, upload.headers)))
             self.savings.requests += 1
-            self.savings.sent_bytes += len(content)
+            self.savings.sent_bytes += len(upload.content)
             self.savings.full_bytes += full
             self.savings.refs_sent += len(outgoing.used)
+            self.savings.histories_used += upload.continued is not None
+            problem = _problem_type(response)
+            if upload.continued is not None and problem == _MISSING_HISTORY:
+                # Expired or evicted: forget it and send the whole conversation.
+                self.savings.fallbacks += 1
+                self.histories.pop(upload.continued, None)
+                histories = False
+                continue
+            if upload.dictionary and problem == _DICTIONARY_MISMATCH:
+                self.savings.fallbacks += 1
+                dictionary = False
+                continue
             missing = _missing_refs(response)
             if missing is None or not outgoing.used or attempt == 2:
-                self._learn_from(response, outgoing)
+                self._learn_from(response, outgoing, upload)
                 return response
             # Refs expired or were evicted: forget them and send those payloads in full. If
             # that is refused too, the last attempt sends every payload in full.
@@ -159,7 +215,7 @@ class ToolReferenceManager:
             attempt += 1
             usable = () if attempt == 2 else None
 
-    def _learn_from(self, response: httpx.Response, outgoing: Rewrite) -> None:
+    def _learn_from(self, response: httpx.Response, outgoing: Rewrite, upload: Upload) -> None:
         self.refs_accepted = response.headers.get(PROTOCOL_HEADER) == str(PROTOCOL_REFS)
         if not self.refs_accepted or response.status_code >= 400:
             return
@@ -172,6 +228,15 @@ class ToolReferenceManager:
         if response.headers.get("content-type", "").startswith(JSON_TYPE):
             with contextlib.suppress(ValueError):
                 self.learn(response.json())
+        confirmed = response.headers.get(HISTORY_HEADER)
+        # Only a head the client computed itself is remembered: a server that chained the
+        # messages differently is never sent a ref the two would disagree on.
+        if confirmed is not None and confirmed == upload.head:
+            self.histories_accepted = True
+            self.histories[confirmed] = upload.length
+            self.histories.move_to_end(confirmed)
+            while len(self.histories) > self.max_histories:
+                self.histories.popitem(last=False)
 
     def post(
         self, client: httpx.Client, url: str, json: Mapping[str, Any], **kwargs: Any
@@ -221,9 +286,8 @@ def _remember(memory: OrderedDict[str, None], refs: Iterable[str], limit: int) -
         memory.popitem(last=False)
 
 
-def _missing_refs(response: httpx.Response) -> list[str] | None:
-    """The refs a 409 missing-refs problem lists; None for any other answer."""
-    if response.status_code != 409:
+def _problem(response: httpx.Response) -> dict[str, Any] | None:
+    if response.status_code < 400:
         return None
     if not response.headers.get("content-type", "").startswith(PROBLEM_TYPE):
         return None
@@ -231,7 +295,19 @@ def _missing_refs(response: httpx.Response) -> list[str] | None:
         problem = response.json()
     except ValueError:
         return None
-    if not isinstance(problem, dict) or problem.get("type") != _MISSING_REFS:
+    return problem if isinstance(problem, dict) else None
+
+
+def _problem_type(response: httpx.Response) -> str | None:
+    problem = _problem(response)
+    kind = problem.get("type") if problem is not None else None
+    return kind if isinstance(kind, str) else None
+
+
+def _missing_refs(response: httpx.Response) -> list[str] | None:
+    """The refs a 409 missing-refs problem lists; None for any other answer."""
+    problem = _problem(response) if response.status_code == 409 else None
+    if problem is None or problem.get("type") != _MISSING_REFS:
         return None
     missing = problem.get("missingRefs")
     return [str(ref) for ref in missing] if isinstance(missing, list) else []
