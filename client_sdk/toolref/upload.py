@@ -19,7 +19,6 @@ import zstandard
 from toolref import compression, history
 from toolref.canonical import canonical_json
 from toolref.encoding import JSON_TYPE, dumps_json
-from toolref.errors import ToolrefError
 from toolref.formats import Format
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 
@@ -72,8 +71,8 @@ def prepare(
         return _whole(turn, headers, head, compress)
     ref, start = candidates[pick]
     rest = turn.outgoing[start:]
-    plain = _canonical({**turn.body, turn.key: rest}) if compress and use_dictionary else None
-    if plain is not None:
+    if compress and use_dictionary:
+        plain = canonical_json({**turn.body, turn.key: rest})
         packed = compression.compress(
             plain, history.dictionary(turn.messages[:start]), history.DICTIONARY_LEVEL
         )
@@ -82,13 +81,6 @@ def prepare(
         return Upload(packed, headers, ref, head, length, dictionary=True)
     content = dumps_json({**turn.body, "historyRef": ref, turn.key: rest})
     return Upload(content, headers, ref, head, length, dictionary=False)
-
-
-def _canonical(body: Mapping[str, Any]) -> bytes | None:
-    try:
-        return canonical_json(body)
-    except ToolrefError:
-        return None  # a body canonical JSON cannot carry (NaN): sent plain instead
 
 
 def _whole(turn: Turn, headers: dict[str, str], head: str | None, compress: bool) -> Upload:

@@ -1,0 +1,159 @@
+"""`upload.prepare` (what a turn sends) and the manager's history fallbacks, without a server."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from toolref import ToolReferenceManager, compression, formats
+from toolref.canonical import canonical_json
+from toolref.errors import DictionaryMismatchError, MissingHistoryError
+from toolref.history import HISTORY_HEADER, chain_form, dictionary, heads, history_ref
+from toolref.upload import Turn, prepare
+
+from .test_history import conversation
+
+OPENAI = formats.get("openai-chat")
+
+
+def turn_of(messages: list[Any], **body: Any) -> Turn:
+    return Turn({"messages": messages, **body}, "messages", messages, messages, OPENAI)
+
+
+def ref_at(messages: list[Any], length: int) -> str:
+    return history_ref(heads(chain_form(messages, OPENAI))[length - 1])
+
+
+def test_a_first_turn_sends_everything_and_asks_to_keep_it() -> None:
+    messages = conversation(2)
+    upload = prepare(turn_of(messages), {}, keep=True, compress=False)
+    assert json.loads(upload.content) == {"messages": messages}
+    assert upload.headers[HISTORY_HEADER] == "?1"
+    assert upload.continued is None
+    assert upload.head == ref_at(messages, len(messages))
+    plain = prepare(turn_of(messages), {}, keep=False, compress=False)
+    assert HISTORY_HEADER not in plain.headers
+    assert plain.head is None
+
+
+def test_a_later_turn_sends_the_messages_after_the_longest_confirmed_history() -> None:
+    messages = conversation(4)
+    confirmed = {ref_at(messages, 5): 5, ref_at(messages, 9): 9, "th_" + "a" * 26: 40}
+    upload = prepare(turn_of(messages, model="m"), confirmed, keep=True, compress=False)
+    assert json.loads(upload.content) == {
+        "messages": messages[9:],
+        "model": "m",
+        "historyRef": ref_at(messages, 9),
+    }
+    assert upload.continued == ref_at(messages, 9)
+
+
+def test_compressed_against_the_history_names_it_in_the_header() -> None:
+    messages = conversation(4)
+    ref = ref_at(messages, 9)
+    upload = prepare(turn_of(messages, temperature=0.5), {ref: 9}, keep=True, compress=True)
+    assert upload.dictionary
+    assert upload.headers[HISTORY_HEADER] == ref
+    assert upload.headers["Content-Encoding"] == "zstd"
+    inflated = compression.decompress(upload.content, dictionary(messages[:9]), 10**6, ref)
+    assert inflated == canonical_json({"messages": messages[9:], "temperature": 0.5})
+    with pytest.raises(DictionaryMismatchError):
+        compression.decompress(upload.content, dictionary(messages[:8]), 10**6, ref)
+
+
+def test_unreadable_messages_travel_as_they_are() -> None:
+    messages = [{"role": "user", "content": "hi"}]
+    upload = prepare(
+        Turn({"messages": messages}, "messages", messages, messages, None),
+        {},
+        keep=True,
+        compress=True,
+    )
+    assert HISTORY_HEADER not in upload.headers
+    assert json.loads(upload.content) == {"messages": messages}  # small: not compressed
+
+
+def problem(kind: type[Exception], status: int) -> httpx.Response:
+    slug = kind.slug  # type: ignore[attr-defined]
+    return httpx.Response(
+        status,
+        json={"type": f"urn:toolref:problem:{slug}", "title": "x", "status": status, "detail": "x"},
+        headers={"Content-Type": "application/problem+json", "Toolref-Protocol": "2"},
+    )
+
+
+class Server:
+    """Confirms the head of every whole conversation; refuses continuations as told."""
+
+    def __init__(self, refuse: type[Exception] | None = None, honest: bool = True) -> None:
+        self.refuse, self.honest = refuse, honest
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        header = request.headers.get(HISTORY_HEADER, "")
+        compressed = request.headers.get("content-encoding") == "zstd"
+        if self.refuse is DictionaryMismatchError and compressed and header.startswith("th_"):
+            return problem(DictionaryMismatchError, 400)
+        if self.refuse is MissingHistoryError and (header.startswith("th_") or not compressed):
+            body = json.loads(request.content)
+            if "historyRef" in body:
+                return problem(MissingHistoryError, 409)
+        if compressed:
+            return httpx.Response(200, json={}, headers={"Toolref-Protocol": "2"})
+        messages = json.loads(request.content)["messages"]
+        head = ref_at(messages, len(messages)) if self.honest else "th_" + "b" * 26
+        return httpx.Response(200, json={}, headers={"Toolref-Protocol": "2", HISTORY_HEADER: head})
+
+
+def chat(server: Server, manager: ToolReferenceManager, messages: list[Any]) -> None:
+    with httpx.Client(transport=httpx.MockTransport(server), base_url="http://b") as client:
+        assert manager.post(client, "/chat", json={"messages": messages}).status_code == 200
+
+
+def test_a_dictionary_mismatch_is_resent_without_the_dictionary() -> None:
+    server = Server(DictionaryMismatchError)
+    manager = ToolReferenceManager()
+    chat(server, manager, conversation(2))
+    chat(server, manager, conversation(3))
+    _first, refused, resent = server.requests
+    assert refused.headers["content-encoding"] == "zstd"
+    assert "content-encoding" not in resent.headers
+    assert json.loads(resent.content)["historyRef"] == refused.headers[HISTORY_HEADER]
+    assert manager.savings.fallbacks == 1
+
+
+def test_a_missing_history_is_forgotten_and_the_whole_conversation_resent() -> None:
+    server = Server(MissingHistoryError)
+    manager = ToolReferenceManager(compress=False)
+    chat(server, manager, conversation(2))
+    assert len(manager.histories) == 1
+    chat(server, manager, conversation(3))
+    _, refused, resent = server.requests
+    assert "historyRef" in json.loads(refused.content)
+    assert json.loads(resent.content) == {"messages": conversation(3)}
+    assert ref_at(conversation(2), 9) not in manager.histories
+    assert list(manager.histories.values()) == [len(conversation(3))]
+
+
+def test_a_head_the_client_did_not_compute_is_never_used() -> None:
+    server = Server(honest=False)
+    manager = ToolReferenceManager()
+    chat(server, manager, conversation(2))
+    chat(server, manager, conversation(3))
+    assert not manager.histories
+    assert not manager.histories_accepted
+    assert all(
+        HISTORY_HEADER in r.headers and r.headers[HISTORY_HEADER] == "?1" for r in server.requests
+    )
+
+
+def test_history_refs_can_be_turned_off() -> None:
+    server = Server()
+    manager = ToolReferenceManager(history_refs=False)
+    chat(server, manager, conversation(2))
+    chat(server, manager, conversation(3))
+    assert all(HISTORY_HEADER not in r.headers for r in server.requests)
