@@ -4,6 +4,7 @@ every turn, with each thing a user could do instead of refs."""
 from __future__ import annotations
 
 import gzip
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,10 @@ from loadtests.traces import Trace
 from toolref import formats
 from toolref.canonical import digest_of
 from toolref.encoding import dumps_json
+from toolref.formats import Format
+from toolref.history import DICTIONARY_LEVEL
+from toolref.rewriter import rewrite
+from toolref.upload import Turn, prepare
 
 LEVEL = 3  # zstd's default level, what an HTTP client would use
 
@@ -44,13 +49,39 @@ def on_the_wire(message: dict[str, Any], fmt: str) -> dict[str, Any]:
     return sent
 
 
+def _conversation(trace: Trace) -> tuple[Format, list[dict[str, Any]], list[int]]:
+    fmt = formats.detect(trace.messages)
+    messages = [on_the_wire(m, fmt.name) for m in trace.messages]
+    cuts = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
+    return fmt, messages, cuts
+
+
+def history_uploads(trace: Trace, *, compress: bool = True) -> list[bytes]:
+    """The bodies `ToolReferenceManager` sends with history refs (`upload.prepare`, the
+    function the manager itself calls), against a server that confirms every head it is
+    asked to keep and holds every payload sent before. `compress`: the client knows from
+    the first request that the server reads zstd, as the zstd rows assume."""
+    fmt, messages, cuts = _conversation(trace)
+    confirmed: dict[str, int] = {}
+    known: set[str] = set()
+    bodies = []
+    for cut in cuts:
+        history = messages[:cut]
+        outgoing = rewrite(history, fmt, known)
+        turn = Turn({"messages": history}, "messages", history, outgoing.messages, fmt)
+        upload = prepare(turn, confirmed, keep=True, compress=compress or bool(confirmed))
+        bodies.append(upload.content)
+        if upload.head is not None:
+            confirmed[upload.head] = upload.length
+        known.update(outgoing.refs.values())
+    return bodies
+
+
 def requests(trace: Trace) -> tuple[list[bytes], list[bytes]]:
     """The request bodies of the conversation, raw and with refs: one request per model
     call (before each assistant message), carrying the history so far. With refs, a tool
     payload is a marker once an earlier request has carried it (the registry then holds it)."""
-    fmt = formats.detect(trace.messages)
-    messages = [on_the_wire(m, fmt.name) for m in trace.messages]
-    cuts = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
+    fmt, messages, cuts = _conversation(trace)
     raw: list[bytes] = []
     with_refs: list[bytes] = []
     known: dict[str, str] = {}
@@ -93,6 +124,7 @@ class Upload:
     trace: str
     requests: int
     sizes: dict[str, int]
+    messages: int
 
 
 METHODS: dict[str, Callable[[list[bytes], list[bytes]], int]] = {
@@ -106,38 +138,74 @@ METHODS: dict[str, Callable[[list[bytes], list[bytes]], int]] = {
 }
 
 
+HISTORY_ROW = "history refs + zstd"
+COLD = "cold"  # the same from a manager that has not yet seen the server read zstd
+
+
 def measure(trace: Trace) -> Upload:
     raw, refs = requests(trace)
-    return Upload(trace.name, len(raw), {name: f(raw, refs) for name, f in METHODS.items()})
+    sizes = {name: f(raw, refs) for name, f in METHODS.items()}
+    sizes[HISTORY_ROW] = sum(map(len, history_uploads(trace)))
+    sizes[COLD] = sum(map(len, history_uploads(trace, compress=False)))
+    return Upload(trace.name, len(raw), sizes, len(trace.messages))
 
 
 def run(traces: list[Trace]) -> Section:
     uploads = [measure(trace) for trace in traces]
     longest = max(uploads, key=lambda u: u.sizes["raw"])
     factor = longest.sizes["zstd"] / longest.sizes["refs + zstd"]
+    columns = [*METHODS, HISTORY_ROW]
     rows = [
-        [u.trace, str(u.requests)] + [f"{u.sizes[name]:,}" for name in METHODS] for u in uploads
+        [u.trace, str(u.messages), str(u.requests)] + [f"{u.sizes[name]:,}" for name in columns]
+        for u in uploads
     ]
+    delta = "zstd + previous as dictionary"
+    worst = max(uploads, key=lambda u: u.sizes[HISTORY_ROW] / u.sizes[delta])
+    against_delta = worst.sizes[HISTORY_ROW] / worst.sizes[delta]
+    long = [u for u in uploads if u.messages >= 100]
+    least = min(long, key=lambda u: u.sizes["raw"] / u.sizes[HISTORY_ROW]) if long else None
+    below_raw = least.sizes["raw"] / least.sizes[HISTORY_ROW] if least else math.inf
     verdict = "PASS" if factor >= 20 else "FAIL"
     return Section(
         title="Bandwidth",
         intro=(
             "Bytes a chat client uploads over each shared conversation, sending one request per "
-            "model call with the whole history so far. `zstd + previous as dictionary` compresses "
-            "each request against the one before (the delta compression of RFC 9842, the "
-            "strongest thing a client could do without refs); `refs` sends a payload in full "
-            f"once, then as a marker; zstd at level {LEVEL}, gzip at 6."
+            "model call with the whole history so far (request bodies only, in every column). "
+            "`zstd + previous as dictionary` compresses each request against the one before "
+            "(the delta compression of RFC 9842, the strongest thing a client could do without "
+            "refs); `refs` sends a payload in full once, then as a marker; zstd at level "
+            f"{LEVEL}, gzip at 6. `{HISTORY_ROW}` is what `ToolReferenceManager` sends with "
+            "history refs (`toolref.upload.prepare`), against a server that confirms each "
+            "history: the first request whole (zstd), then only the new messages, compressed "
+            f"at level {DICTIONARY_LEVEL} against the history they continue, whose ref travels "
+            "in the `Toolref-History` header (as RFC 9842 names its dictionary in "
+            "`Available-Dictionary`)."
         ),
-        header=["trace", "requests", *METHODS],
+        header=["trace", "messages", "requests", *columns],
         rows=rows,
-        figures={"refs_zstd_vs_zstd": factor},
+        figures={
+            "refs_zstd_vs_zstd": factor,
+            "history_vs_delta_worst": against_delta,
+            "raw_vs_history_least": below_raw,
+        },
         verdicts=[
             f"{verdict}: on the longest trace ({longest.trace}) refs + zstd upload "
             f"{factor:.1f}x less than zstd alone (target 20x)",
             "on the longest trace, zstd with the previous request as dictionary uploads "
-            f"{longest.sizes['refs + zstd'] / longest.sizes['zstd + previous as dictionary']:.0f}x "
+            f"{longest.sizes['refs + zstd'] / longest.sizes[delta]:.0f}x "
             "less than refs + zstd: the history only grows, so each request is nearly all "
             "dictionary; refs combine with it "
             f"({longest.sizes['refs + zstd + previous as dictionary']:,} bytes)",
+            f"{'PASS' if against_delta <= 1 else 'FAIL'}: history refs + zstd upload at most "
+            f"{against_delta:.3f}x what zstd with the previous request as dictionary does, on "
+            f"every trace (worst: {worst.trace}; target <= 1)",
+            f"{'PASS' if below_raw >= 100 else 'FAIL'}: on every trace of 100 messages or more, "
+            f"history refs + zstd upload at least {below_raw:.0f}x less than raw resend "
+            f"(least: {least.trace if least else 'none'}; target 100x)",
+            "a new `ToolReferenceManager` (default `compress=None`) sends its very first request "
+            "uncompressed, before the server has shown it reads zstd: a fresh manager per "
+            "conversation would upload "
+            + ", ".join(f"{u.sizes[COLD] / u.sizes[HISTORY_ROW]:.2f}x" for u in uploads)
+            + " the row above (pass `compress=True` when the server is known)",
         ],
     )

@@ -21,6 +21,7 @@ from toolref_server.settings import Settings
 
 from ..conftest import key_names
 from .test_chat_flow import Backend, Switch
+from .test_messages import trace_conversations
 
 
 class Recorder(httpx.AsyncBaseTransport):
@@ -239,3 +240,21 @@ async def test_edited_payloads_are_never_taken_from_a_stale_history(make_chat: A
     response = await manager.apost(chat.http, "/chat", json={"messages": edited})
     assert response.status_code == 200
     assert chat.backend.seen[-1] == edited
+
+
+@pytest.mark.parametrize("history_refs", [True, False], ids=["history-refs", "tool-refs-only"])
+async def test_every_shared_trace_replays_turn_by_turn(make_chat: Any, history_refs: bool) -> None:
+    """One request per model call, carrying the conversation so far, as the client recorded
+    it: the backend sees exactly that, with history refs on and off."""
+    conversations = trace_conversations()
+    for name, messages in conversations:
+        chat = make_chat()
+        manager = ToolReferenceManager(history_refs=history_refs)
+        cuts = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
+        for cut in cuts:
+            response = await manager.apost(chat.http, "/chat", json={"messages": messages[:cut]})
+            assert response.status_code == 200, (name, cut, response.text)
+            assert chat.backend.seen[-1] == messages[:cut], (name, cut)
+        assert manager.savings.fallbacks == 0, name
+        used = manager.savings.histories_used
+        assert used == (len(cuts) - 1 if history_refs else 0), name

@@ -222,7 +222,7 @@ async def test_refused_continuations(api: httpx.AsyncClient, make_api: Api) -> N
             422,
             "one history ref",
         ),
-        (await continue_(api, ref, [], format="anthropic"), 422, "keeps one format"),
+        (await continue_(api, ref, [], format="anthropic"), 422, "format"),
         (await continue_(api, "th_short", []), 422, "historyRef"),
         (
             await api.post(

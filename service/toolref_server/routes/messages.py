@@ -266,15 +266,12 @@ def _conversation(
 def _continued(
     request: Request, messages: list[Any], named: str | None, before: continuation.Continuation
 ) -> Conversation:
-    if named is not None and named != before.fmt.name:
-        raise ValidationError(
-            f"`format` is {named!r}, but history {before.ref} is {before.fmt.name!r}; "
-            "a conversation keeps one format: leave `format` out, or send the whole "
-            "conversation without the history",
-        )
+    """The history followed by the new messages, read as one conversation: its format is
+    detected over the whole (a history of plain text fits every format, so the one stored
+    with it is not binding), and the limit on messages applies to the whole."""
     whole = [*before.form, *messages]
     _check_length(request, len(whole), f" (history {before.ref} has {len(before.form)})")
-    fmt = formats.detect(whole, before.fmt.name)
+    fmt = formats.detect(whole, named)
     return Conversation(fmt, whole, formats.scan(whole, fmt))
 
 
