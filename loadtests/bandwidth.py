@@ -68,7 +68,9 @@ def history_uploads(trace: Trace, *, compress: bool = True) -> list[bytes]:
     for cut in cuts:
         history = messages[:cut]
         outgoing = rewrite(history, fmt, known)
-        turn = Turn({"messages": history}, "messages", history, outgoing.messages, fmt)
+        turn = Turn(
+            {"messages": history}, "messages", history, outgoing.messages, fmt, outgoing.refs
+        )
         upload = prepare(turn, confirmed, keep=True, compress=compress or bool(confirmed))
         bodies.append(upload.content)
         if upload.head is not None:

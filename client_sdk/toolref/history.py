@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from toolref import formats
@@ -32,11 +32,15 @@ H0: Final = hashlib.sha256(b"toolref history v1").digest()
 _HISTORY_RE: Final = re.compile(r"th_[a-z2-7]{25}[aeimquy4]")
 
 
-def chain_form(messages: list[Any], fmt: Format) -> list[Any]:
+def chain_form(
+    messages: list[Any], fmt: Format, refs: Mapping[str, str] | None = None
+) -> list[Any]:
     """`messages` with every complete invocation as a ref marker (markers already there
-    stay). Messages with nothing to replace are the same objects, not copies."""
+    stay). Messages with nothing to replace are the same objects, not copies. `refs`: the
+    ref of every complete invocation by pair key, when the caller has computed them."""
     found = formats.scan(messages, fmt)
-    refs = {pair.key: str(digest_of(pair.invocation()).ref) for pair in found.complete}
+    if refs is None:
+        refs = {pair.key: str(digest_of(pair.invocation()).ref) for pair in found.complete}
     return formats.replace(messages, found, refs) if refs else list(messages)
 
 
@@ -94,13 +98,35 @@ def dictionary(messages: Iterable[Any]) -> bytes:
     messages *in full* (payloads, not markers), concatenated, at most `DICTIONARY_LIMIT`
     bytes from the end. Client and server rebuild it from JSON-equal messages, and canonical
     JSON makes JSON-equal messages byte-equal, so both get the same bytes."""
+    return dictionary_of(map(canonical_json, reversed(list(messages))), reverse=True)
+
+
+def dictionary_of(encoded: Iterable[bytes], *, reverse: bool = False) -> bytes:
+    """`dictionary` from messages already encoded as canonical JSON (last first when
+    `reverse`, so that only the tail within the limit is ever encoded)."""
     parts, size = [], 0
-    for message in reversed(list(messages)):
-        parts.append(canonical_json(message))
-        size += len(parts[-1])
-        if size >= DICTIONARY_LIMIT:
+    for data in encoded:
+        parts.append(data)
+        size += len(data)
+        if reverse and size >= DICTIONARY_LIMIT:
             break
-    return b"".join(reversed(parts))[-DICTIONARY_LIMIT:]
+    if reverse:
+        parts.reverse()
+    return b"".join(parts)[-DICTIONARY_LIMIT:]
+
+
+def encoded_forms(
+    messages: list[Any], fmt: Format, refs: Mapping[str, str] | None = None
+) -> tuple[list[bytes], list[bytes]]:
+    """Canonical JSON of each message in full and in chain form, each message encoded once
+    when the two are the same object (nothing in it to replace)."""
+    form = chain_form(messages, fmt, refs)
+    full = [canonical_json(m) for m in messages]
+    chained = [
+        data if made is given else canonical_json(made)
+        for data, made, given in zip(full, form, messages, strict=True)
+    ]
+    return full, chained
 
 
 def history_header(value: str | None) -> tuple[bool, str | None]:

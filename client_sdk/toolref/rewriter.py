@@ -160,14 +160,15 @@ class ToolReferenceManager:
 
     # --- sending with fallback -------------------------------------------------------
 
-    def _turn(self, body: Mapping[str, Any], usable: Container[str] | None) -> tuple[Turn, Rewrite]:
+    def _turn(
+        self, body: Mapping[str, Any], usable: Container[str] | None
+    ) -> tuple[Turn, Rewrite]:
         messages = body[self.messages_key]
-        try:
-            fmt: Format | None = formats.detect(messages, self.format)
-        except ToolrefError:
-            fmt = None
         outgoing = self.rewrite(messages, usable)
-        return Turn(body, self.messages_key, messages, outgoing.messages, fmt), outgoing
+        # Messages the format layer cannot read travel as they are, without history refs.
+        fmt = formats.get(outgoing.format) if outgoing.format is not None else None
+        turn = Turn(body, self.messages_key, messages, outgoing.messages, fmt, outgoing.refs)
+        return turn, outgoing
 
     def _post(
         self, build: Callable[[bytes, dict[str, str]], httpx.Request], body: Mapping[str, Any]

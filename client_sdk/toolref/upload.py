@@ -45,6 +45,7 @@ class Turn:
     messages: list[Any]  # the conversation as the client holds it
     outgoing: list[Any]  # the same with tool refs where the server holds the payloads
     fmt: Format | None  # None when the messages could not be read (sent as they are)
+    refs: Mapping[str, str] | None = None  # pair key -> ref of every complete invocation
 
 
 def prepare(
@@ -63,7 +64,8 @@ def prepare(
     if not keep or turn.fmt is None or not turn.messages:
         return _whole(turn, headers, None, compress)
     headers[history.HISTORY_HEADER] = history.KEEP_HISTORY
-    chain = history.heads(history.chain_form(turn.messages, turn.fmt))
+    full, chained = history.encoded_forms(turn.messages, turn.fmt, turn.refs)
+    chain = history.chain(chained)
     head = history.history_ref(chain[-1])
     candidates = list(confirmed.items())
     pick = history.longest_confirmed(chain, candidates)
@@ -74,7 +76,7 @@ def prepare(
     if compress and use_dictionary:
         plain = canonical_json({**turn.body, turn.key: rest})
         packed = compression.compress(
-            plain, history.dictionary(turn.messages[:start]), history.DICTIONARY_LEVEL
+            plain, history.dictionary_of(full[:start]), history.DICTIONARY_LEVEL
         )
         headers[history.HISTORY_HEADER] = ref
         headers["Content-Encoding"] = "zstd"

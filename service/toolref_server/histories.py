@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import zstandard
@@ -31,10 +31,12 @@ _decompressor = zstandard.ZstdDecompressor()
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """A loaded history: its format, and its messages in chain form."""
+    """A loaded history: its format, and its messages in chain form (and as stored:
+    canonical JSON, so a longer history saved after it need not encode them again)."""
 
     format: str
     form: list[Any]
+    encoded: list[bytes] = field(default_factory=list, compare=False, repr=False)
 
 
 class Histories:
@@ -70,16 +72,25 @@ class Histories:
         found = chain(encoded)
         if not found or history_ref(found[-1]) != ref:
             return None  # not what the ref names (a 128-bit collision, or foreign bytes)
-        return Stored(name.decode("ascii", "replace"), [json.loads(data) for data in encoded])
+        form = [json.loads(data) for data in encoded]
+        return Stored(name.decode("ascii", "replace"), form, encoded)
 
-    async def save(self, tenant: str, fmt: str, form: Sequence[Any], start: int = 0) -> str:
+    async def save(
+        self,
+        tenant: str,
+        fmt: str,
+        form: Sequence[Any],
+        start: int = 0,
+        known: Sequence[bytes] = (),
+    ) -> str:
         """Store history `form` (chain form, in format `fmt`) and return its ref. Messages
         before `start` are known to be stored already (they were just loaded): only their
-        lifetime moved."""
+        lifetime moved, and `known` holds their canonical JSON."""
         if not form:
             raise ValueError("an empty history has no ref")
         store = self.store
-        encoded = [canonical_json(message) for message in form]
+        reused = min(start, len(known))
+        encoded = [*known[:reused], *(canonical_json(m) for m in form[reused:])]
         ids = [hashlib.sha256(data).digest()[:_ID_BYTES] for data in encoded]
         ref = history_ref(chain(encoded)[-1])
         async with store.guard("history"):

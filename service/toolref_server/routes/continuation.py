@@ -24,6 +24,7 @@ class Continuation:
     ref: str
     fmt: Format
     form: list[Any]  # chain form, as stored
+    encoded: list[bytes]  # the same as canonical JSON
     scan: Scan
     held: dict[str, dict[str, Any]]  # the invocation of every ref its markers name
 
@@ -57,4 +58,4 @@ async def load(request: Request, tenant: str, ref: str) -> Continuation:
                 ref,
             )
         held[text] = record.invocation
-    return Continuation(ref, fmt, stored.form, scan, held)
+    return Continuation(ref, fmt, stored.form, stored.encoded, scan, held)

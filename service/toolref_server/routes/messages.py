@@ -290,7 +290,8 @@ async def _keep(
         while start < len(before.form) and form[start] is before.form[start]:
             start += 1
     histories = context.services(request).histories
-    return await histories.save(tenant, conversation.fmt.name, form, start)
+    known = before.encoded if before is not None else ()
+    return await histories.save(tenant, conversation.fmt.name, form, start, known)
 
 
 async def _summarized(
