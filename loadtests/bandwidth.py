@@ -56,11 +56,12 @@ def _conversation(trace: Trace) -> tuple[Format, list[dict[str, Any]], list[int]
     return fmt, messages, cuts
 
 
-def history_uploads(trace: Trace, *, compress: bool = True) -> list[bytes]:
+def history_uploads(trace: Trace, *, compress: bool | None = True) -> list[bytes]:
     """The bodies `ToolReferenceManager` sends with history refs (`upload.prepare`, the
     function the manager itself calls), against a server that confirms every head it is
-    asked to keep and holds every payload sent before. `compress`: the client knows from
-    the first request that the server reads zstd, as the zstd rows assume."""
+    asked to keep and holds every payload sent before. `compress` as the manager's: True,
+    the client knows from the first request that the server reads zstd (as the zstd rows
+    assume); None, once the server has confirmed a history; False, never."""
     fmt, messages, cuts = _conversation(trace)
     confirmed: dict[str, int] = {}
     known: set[str] = set()
@@ -71,7 +72,8 @@ def history_uploads(trace: Trace, *, compress: bool = True) -> list[bytes]:
         turn = Turn(
             {"messages": history}, "messages", history, outgoing.messages, fmt, outgoing.refs
         )
-        upload = prepare(turn, confirmed, keep=True, compress=compress or bool(confirmed))
+        known_zstd = compress if compress is not None else bool(confirmed)
+        upload = prepare(turn, confirmed, keep=True, compress=known_zstd)
         bodies.append(upload.content)
         if upload.head is not None:
             confirmed[upload.head] = upload.length
@@ -148,7 +150,7 @@ def measure(trace: Trace) -> Upload:
     raw, refs = requests(trace)
     sizes = {name: f(raw, refs) for name, f in METHODS.items()}
     sizes[HISTORY_ROW] = sum(map(len, history_uploads(trace)))
-    sizes[COLD] = sum(map(len, history_uploads(trace, compress=False)))
+    sizes[COLD] = sum(map(len, history_uploads(trace, compress=None)))
     return Upload(trace.name, len(raw), sizes, len(trace.messages))
 
 

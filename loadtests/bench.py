@@ -44,7 +44,8 @@ Targets missed, what the profile showed, and before and after (same machine):
 - bandwidth, refs + zstd against zstd: 2.4x on the longest trace, not 20x. In that trace tool
   payloads are a third of the bytes a client resends; the rest is the model's own text, which
   refs do not replace. Delta compression with the previous request (RFC 9842) wins on
-  bandwidth alone; refs combine with it.
+  bandwidth alone; history refs (below) are toolref's answer to it: they upload at most what
+  it does on every trace, statelessly and across replicas.
 - memory: 0.53 Redis bytes per payload byte, not 0.4: tool results average about 1.2 KB, which
   zstd alone compresses to ~0.42, plus the record header and Redis's per-key overhead. A
   shared zstd dictionary is the next step (not done: it must be versioned with the records).

@@ -122,6 +122,24 @@ def test_bandwidth_sends_a_payload_in_full_once_then_as_a_ref() -> None:
     assert upload.sizes["zstd"] < upload.sizes["raw"]
 
 
+def test_history_uploads_send_each_message_about_once() -> None:
+    trace = small_trace()
+    bodies = bandwidth.history_uploads(trace, compress=False)
+    raw, _ = bandwidth.requests(trace)
+    assert len(bodies) == len(raw) == 4
+    assert json.loads(bodies[0]) == json.loads(raw[0])  # nothing confirmed yet: all of it
+    for body in bodies[1:]:
+        sent = json.loads(body)
+        assert sent["historyRef"].startswith("th_")
+        assert len(sent["messages"]) == 2  # the last turn's result and the next call
+    packed = bandwidth.history_uploads(trace)
+    assert all(b.startswith(b"\x28\xb5\x2f\xfd") for b in packed[1:])  # zstd frames
+    upload = bandwidth.measure(trace)
+    assert upload.sizes[bandwidth.HISTORY_ROW] == sum(map(len, packed))
+    assert upload.sizes[bandwidth.HISTORY_ROW] < upload.sizes["zstd"]
+    assert upload.messages == len(trace.messages)
+
+
 def test_bandwidth_drops_what_only_the_recorder_kept() -> None:
     message = {"role": "assistant", "content": "x", "extra": {"cost": 1}, "tool_calls": None}
     assert bandwidth.on_the_wire(message, "openai-chat") == {"role": "assistant", "content": "x"}
