@@ -160,9 +160,7 @@ class ToolReferenceManager:
 
     # --- sending with fallback -------------------------------------------------------
 
-    def _turn(
-        self, body: Mapping[str, Any], usable: Container[str] | None
-    ) -> tuple[Turn, Rewrite]:
+    def _turn(self, body: Mapping[str, Any], usable: Container[str] | None) -> tuple[Turn, Rewrite]:
         messages = body[self.messages_key]
         outgoing = self.rewrite(messages, usable)
         # Messages the format layer cannot read travel as they are, without history refs.
