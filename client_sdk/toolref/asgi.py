@@ -155,6 +155,7 @@ class ToolRefMiddleware:
         _, continues = history_header(_header(scope, _HISTORY))
         if continues is None:
             return compression.inflate(body, self.max_body_bytes)
+        compression.check_frame(body, self.max_body_bytes, continues)  # before any work
         dictionary = history.dictionary(await self._history(continues))
         return compression.decompress(body, dictionary, self.max_body_bytes, continues)
 

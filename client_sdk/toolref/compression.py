@@ -29,23 +29,28 @@ def compress(body: bytes, dictionary: bytes, level: int) -> bytes:
     return compressor.compress(body)
 
 
-def decompress(body: bytes, dictionary: bytes, limit: int, history: str) -> bytes:
-    """Inflate a body compressed by `compress` against `dictionary` (the dictionary of
-    `history`, named in errors). The frame must declare its size, at most `limit`, so the
-    limit holds before any work; it must be whole, alone, and match its checksum."""
-    fix = (
+def _fix(history: str) -> str:
+    return (
         f"compress the body with the dictionary of {history} (toolref.history.dictionary of "
         "its messages) as one zstd frame with its size and checksum, or send it without "
         "Content-Encoding"
     )
+
+
+def check_frame(body: bytes, limit: int, history: str) -> int:
+    """The size `body` (compressed against `history`) declares, once it is known to be at
+    most `limit` and the frame carries a checksum: checked before the dictionary is rebuilt,
+    so a body over the limit costs no work."""
     try:
         params = zstandard.get_frame_parameters(body)
     except zstandard.ZstdError as exc:
-        raise DictionaryMismatchError(f"the body is not a zstd frame ({exc}); {fix}") from None
+        raise DictionaryMismatchError(
+            f"the body is not a zstd frame ({exc}); {_fix(history)}"
+        ) from None
     if not params.has_checksum or params.content_size == zstandard.CONTENTSIZE_UNKNOWN:
         raise DictionaryMismatchError(
             f"the zstd frame does not declare its size and checksum, without which a wrong "
-            f"dictionary could not be told apart; {fix}"
+            f"dictionary could not be told apart; {_fix(history)}"
         )
     if params.content_size > limit:
         raise DecompressedTooLargeError(
@@ -53,16 +58,27 @@ def decompress(body: bytes, dictionary: bytes, limit: int, history: str) -> byte
             f"{limit}; send fewer messages",
             limit=limit,
         )
+    size: int = params.content_size
+    return size
+
+
+def decompress(body: bytes, dictionary: bytes, limit: int, history: str) -> bytes:
+    """Inflate a body compressed by `compress` against `dictionary` (the dictionary of
+    `history`, named in errors). The frame must declare its size, at most `limit` (see
+    `check_frame`); it must be whole, alone, and match its checksum."""
+    size = check_frame(body, limit, history)
     inflater = zstandard.ZstdDecompressor(dict_data=_dictionary(dictionary)).decompressobj()
     try:
         data = inflater.decompress(body)
     except zstandard.ZstdError as exc:
         raise DictionaryMismatchError(
-            f"the zstd body does not inflate with the dictionary of {history} ({exc}); {fix}"
+            f"the zstd body does not inflate with the dictionary of {history} ({exc}); "
+            f"{_fix(history)}"
         ) from None
-    if not inflater.eof or inflater.unused_data or len(data) != params.content_size:
+    if not inflater.eof or inflater.unused_data or len(data) != size:
         raise DictionaryMismatchError(
-            f"the zstd body is not one whole frame (cut short, or followed by more bytes); {fix}"
+            "the zstd body is not one whole frame (cut short, or followed by more bytes); "
+            f"{_fix(history)}"
         )
     return data
 

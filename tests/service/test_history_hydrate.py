@@ -271,3 +271,22 @@ async def test_an_edited_message_makes_a_new_history_sharing_the_rest(
     assert second == head_of(edited)
     stored = [n for n in await key_names(redis) if ":m:" in n]
     assert len(stored) == len({dumps_json(m) for m in chain_form(messages, OPENAI)}) + 1
+
+
+async def test_a_body_over_the_limit_is_refused_before_the_history_is_rebuilt(
+    make_api: Api,
+) -> None:
+    small = await make_api(max_decompressed_bytes=4096)
+    body = canonical_json({"messages": [{"role": "user", "content": "x" * 10_000}]})
+    packed = compression.compress(body, b"any dictionary", 3)
+    response = await small.post(
+        "/v1/messages:hydrate",
+        content=packed,
+        headers={
+            "Content-Type": "application/json",
+            "Content-Encoding": "zstd",
+            HISTORY_HEADER: NEVER,  # not held: a 409 would mean it was looked up first
+        },
+    )
+    assert response.status_code == 413, response.text
+    assert response.json()["type"].endswith(":decompressed-too-large")

@@ -61,6 +61,7 @@ async def body(
     if dictionary is not None and codec.content_encoding(request) == "zstd":
         raw = await codec.read_body(request, limits, inflate=False)
         history, rebuild = dictionary
+        compression.check_frame(raw, limits.max_decompressed_bytes, history)  # before work
         data = compression.decompress(raw, await rebuild(), limits.max_decompressed_bytes, history)
     else:
         data = await codec.read_body(request, limits)
