@@ -66,6 +66,13 @@ class Metrics:
             "Refs asked for and not held (never registered, expired or evicted).",
             registry=r,
         )
+        self.histories = Counter(
+            "toolref_histories",
+            "Hydrates that kept a history, by outcome: kept (a whole conversation), continued "
+            "(new messages after a held history), missing (409 missing-history).",
+            ["outcome"],
+            registry=r,
+        )
         self.summary_cache = Counter(
             "toolref_summary_cache",
             "Summary lookups; result=hit when the cache held the summary.",

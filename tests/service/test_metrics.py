@@ -103,6 +103,23 @@ async def test_summary_cache_hits_and_summarizer_calls_are_counted(api: httpx.As
     )
 
 
+async def test_histories_are_counted_by_outcome(api: httpx.AsyncClient) -> None:
+    messages = [{"role": "user", "content": "hello"}]
+    kept = await api.post(
+        "/v1/messages:hydrate", json={"messages": messages}, headers={"Toolref-History": "?1"}
+    )
+    ref = kept.json()["historyRef"]
+    for _ in range(2):
+        await api.post("/v1/messages:hydrate", json={"historyRef": ref, "messages": messages})
+    never = "th_" + "a" * 26
+    missing = await api.post("/v1/messages:hydrate", json={"historyRef": never, "messages": []})
+    assert missing.status_code == 409
+    samples = await scrape(api)
+    assert value(samples, "toolref_histories_total", outcome="kept") == 1
+    assert value(samples, "toolref_histories_total", outcome="continued") == 2
+    assert value(samples, "toolref_histories_total", outcome="missing") == 1
+
+
 async def test_each_app_has_its_own_registry(make_api: Api) -> None:
     one, two = await make_api(), await make_api()
     await one.post("/v1/invocations", json={"invocations": [INVOCATION]})

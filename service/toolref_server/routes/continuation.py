@@ -17,6 +17,7 @@ from toolref.canonical import Ref
 from toolref.errors import MissingHistoryError
 from toolref.formats import Format, Scan
 from toolref_server.routes import context
+from toolref_server.services import Services
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,14 @@ class Continuation:
 
 async def load(request: Request, tenant: str, ref: str) -> Continuation:
     services = context.services(request)
+    try:
+        return await _load(services, tenant, ref)
+    except MissingHistoryError:
+        services.metrics.histories.labels(outcome="missing").inc()
+        raise
+
+
+async def _load(services: Services, tenant: str, ref: str) -> Continuation:
     stored = await services.histories.load(tenant, ref)
     if stored is None or stored.format not in formats.FORMATS:
         raise MissingHistoryError(

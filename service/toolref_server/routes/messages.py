@@ -289,9 +289,12 @@ async def _keep(
     if before is not None:
         while start < len(before.form) and form[start] is before.form[start]:
             start += 1
-    histories = context.services(request).histories
+    services = context.services(request)
     known = before.encoded if before is not None else ()
-    return await histories.save(tenant, conversation.fmt.name, form, start, known)
+    ref = await services.histories.save(tenant, conversation.fmt.name, form, start, known)
+    outcome = "kept" if before is None else "continued"
+    services.metrics.histories.labels(outcome=outcome).inc()
+    return ref
 
 
 async def _summarized(
