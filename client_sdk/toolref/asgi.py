@@ -45,9 +45,8 @@ from toolref.errors import (
     ToolrefError,
     UnexpectedResponseError,
     UnsupportedMediaTypeError,
-    ValidationError,
 )
-from toolref.history import HISTORY_HEADER, check_history_ref, history_header
+from toolref.history import HISTORY_HEADER, history_header
 from toolref.protocol import PROTOCOL_FULL, PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
 from toolref.rewriter import REFERENCES_HEADER
 
@@ -184,7 +183,7 @@ class ToolRefMiddleware:
             await self.app(scope, _replay(body), _with_protocol(send, PROTOCOL_REFS, None))
             return
         keep, continues = history_header(_header(scope, _HISTORY))
-        ref = _history_ref(data.pop("historyRef", None), continues)
+        ref = history.continued_ref(data.pop("historyRef", None), continues)
         messages = data[key]
         try:
             result = await self.registry.hydrate(
@@ -246,19 +245,6 @@ def _header(scope: Scope, name: bytes) -> str | None:
             text: str = value.decode("latin-1")
             return text
     return None
-
-
-def _history_ref(member: Any, header: str | None) -> str | None:
-    """The history a request continues: `historyRef` in the body or the header's ref."""
-    if member is None:
-        return header
-    ref = check_history_ref(member)
-    if header is not None and header != ref:
-        raise ValidationError(
-            f"`historyRef` is {ref} but the {HISTORY_HEADER} header says {header}; send one "
-            "history ref (or the same in both)"
-        )
-    return ref
 
 
 def _unavailable(ref: str, exc: ToolrefError) -> MissingHistoryError:

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from toolref import formats
 from toolref.canonical import canonical_json, digest_key, digest_of
-from toolref.errors import InvalidHistoryHeaderError, InvalidRefError
+from toolref.errors import InvalidHistoryHeaderError, InvalidRefError, ValidationError
 from toolref.formats import Format
 
 HISTORY_HEADER: Final = "Toolref-History"
@@ -149,3 +149,17 @@ def history_header(value: str | None) -> tuple[bool, str | None]:
         "history) nor a history ref the server confirmed (`th_` and 26 base32 characters); "
         "send one of those, or leave the header out"
     )
+
+
+def continued_ref(member: object, header: str | None) -> str | None:
+    """The history a request continues: its body's `historyRef` (checked) or the ref its
+    `Toolref-History` header names; the two must agree when both are there."""
+    if member is None:
+        return header
+    ref = check_history_ref(member)
+    if header is not None and header != ref:
+        raise ValidationError(
+            f"`historyRef` is {ref} but the {HISTORY_HEADER} header says {header}; send one "
+            "history ref (or the same in both)"
+        )
+    return ref

@@ -114,3 +114,19 @@ def parse_refs(texts: Sequence[str], member: str = "refs") -> list[Ref]:
         except InvalidRefError as exc:
             raise InvalidRefError(f"/{member}/{index}: {exc.detail}", **exc.extra) from None
     return refs
+
+
+async def held(
+    request: Request, tenant: str, refs: Sequence[str]
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The invocation of every ref the store holds (lifetimes extended), and the refs it
+    does not hold (absent, or another invocation under a colliding key)."""
+    records = await services(request).store.fetch(tenant, [Ref(r) for r in refs])
+    found: dict[str, dict[str, Any]] = {}
+    missing: list[str] = []
+    for ref, record in zip(refs, records, strict=True):
+        if record is None or record.digest[:16] != Ref(ref).digest_prefix:
+            missing.append(ref)
+        else:
+            found[ref] = record.invocation
+    return found, missing

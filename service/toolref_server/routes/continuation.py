@@ -13,11 +13,9 @@ from typing import Any
 from starlette.requests import Request
 
 from toolref import formats, history
-from toolref.canonical import Ref
 from toolref.errors import MissingHistoryError
 from toolref.formats import Format, Scan
 from toolref_server.routes import context
-from toolref_server.services import Services
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,13 +38,14 @@ class Continuation:
 async def load(request: Request, tenant: str, ref: str) -> Continuation:
     services = context.services(request)
     try:
-        return await _load(services, tenant, ref)
+        return await _load(request, tenant, ref)
     except MissingHistoryError:
         services.metrics.histories.labels(outcome="missing").inc()
         raise
 
 
-async def _load(services: Services, tenant: str, ref: str) -> Continuation:
+async def _load(request: Request, tenant: str, ref: str) -> Continuation:
+    services = context.services(request)
     stored = await services.histories.load(tenant, ref)
     if stored is None or stored.format not in formats.FORMATS:
         raise MissingHistoryError(
@@ -56,15 +55,11 @@ async def _load(services: Services, tenant: str, ref: str) -> Continuation:
         )
     fmt = formats.get(stored.format)
     scan = formats.scan(stored.form, fmt)
-    refs = scan.refs
-    records = await services.store.fetch(tenant, [Ref(r) for r in refs])
-    held: dict[str, dict[str, Any]] = {}
-    for text, record in zip(refs, records, strict=True):
-        if record is None or record.digest[:16] != Ref(text).digest_prefix:
-            raise MissingHistoryError(
-                f"history {ref} names tool ref {text}, which is no longer held (expired or "
-                "evicted); send the whole conversation without the history",
-                ref,
-            )
-        held[text] = record.invocation
+    held, missing = await context.held(request, tenant, scan.refs)
+    if missing:
+        raise MissingHistoryError(
+            f"history {ref} names tool ref {missing[0]}, which is no longer held (expired or "
+            "evicted); send the whole conversation without the history",
+            ref,
+        )
     return Continuation(ref, fmt, stored.form, stored.encoded, scan, held)

@@ -24,7 +24,7 @@ from toolref.errors import (
     ValidationError,
 )
 from toolref.formats import Format, Pair, Scan
-from toolref.history import HISTORY_HEADER, history_header, is_history_ref
+from toolref.history import HISTORY_HEADER, continued_ref, history_header
 from toolref.models import HandoffRequest, HydrateRequest, OptimizeRequest
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref_server import codec, compaction, record
@@ -161,30 +161,28 @@ async def hydrate(request: Request) -> Response:
     tenant = context.tenant(request)
     keep, continues = history_header(request.headers.get(HISTORY_HEADER))
     before: continuation.Continuation | None = None
+    dictionary: context.Dictionary | None = None
+    if continues is not None:
+        named = continues
 
-    async def rebuild() -> bytes:
-        nonlocal before
-        before = await _continuation(request, tenant, continues)
-        return before.dictionary()
+        async def rebuild() -> bytes:
+            nonlocal before
+            before = await continuation.load(request, tenant, named)
+            return before.dictionary()
 
-    dictionary = None if continues is None else (continues, rebuild)
+        dictionary = (named, rebuild)
     value = await context.body(request, echoed=True, dictionary=dictionary)
-    ref = value.get("historyRef") if isinstance(value, dict) else None
-    ref = ref if isinstance(ref, str) and is_history_ref(ref) else continues
-    if ref is not None and continues is not None and ref != continues:
-        raise ValidationError(
-            f"`historyRef` is {ref} but the {HISTORY_HEADER} header says {continues}; send "
-            "one history ref (or the same in both)",
-        )
+    member = value.get("historyRef") if isinstance(value, dict) else None
+    ref = continued_ref(member, continues)
     if ref is not None and context.protocol(request) < PROTOCOL_REFS:
         raise ProtocolRequiredError(
             f"a history ref needs `{PROTOCOL_HEADER}: {PROTOCOL_REFS}`; protocol 1 sends the "
             "whole conversation"
         )
     if ref is not None and (before is None or before.ref != ref):
-        before = await _continuation(request, tenant, ref)
+        before = await continuation.load(request, tenant, ref)
     conversation, body = _conversation(request, value, HydrateRequest, before)
-    keep = (keep or before is not None) and context.protocol(request) >= PROTOCOL_REFS
+    keep = (keep and context.protocol(request) >= PROTOCOL_REFS) or before is not None
     refs = conversation.scan.refs
     summary = body.mode == "summary"
     if context.protocol(request) < PROTOCOL_REFS:
@@ -237,14 +235,6 @@ async def hydrate(request: Request) -> Response:
         head = await _keep(request, tenant, conversation, registration, before)
     encoded = full if answer is hydrated else None
     return _answer(request, conversation, answer, references, stats, encoded=encoded, history=head)
-
-
-async def _continuation(
-    request: Request, tenant: str, ref: str | None
-) -> continuation.Continuation:
-    if ref is None:  # pragma: no cover - callers pass a ref
-        raise ValueError("no history ref")
-    return await continuation.load(request, tenant, ref)
 
 
 def _conversation(
@@ -326,13 +316,7 @@ async def resolve_markers(
     request: Request, tenant: str, refs: list[str]
 ) -> dict[str, dict[str, Any]]:
     """Invocations for every ref, or 409 listing all the refs that are not held."""
-    records = await context.services(request).store.fetch(tenant, [Ref(r) for r in refs])
-    held, missing = {}, []
-    for ref, rec in zip(refs, records, strict=True):
-        if rec is None or rec.digest[:16] != Ref(ref).digest_prefix:
-            missing.append(ref)
-        else:
-            held[ref] = rec.invocation
+    held, missing = await context.held(request, tenant, refs)
     if missing:
         raise MissingRefsError(
             f"{len(missing)} ref(s) in the messages are not held (expired, evicted, or never "
