@@ -21,6 +21,7 @@ import zstandard
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from toolref import spans
 from toolref.encoding import (
     JSON_TYPE,
     MSGPACK_TYPE,
@@ -207,56 +208,32 @@ def _body_too_large(size: int, limit: int) -> BodyTooLargeError:
     )
 
 
-def _finite(text: str) -> float:
-    number = float(text)
-    if math.isinf(number):
-        _reject_constant(f"{text} (infinity as a double)")
-    return number
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """A body parsed once: its value and, for a JSON object with a list under the messages
+    key, the text of each message exactly as sent (None otherwise)."""
 
-
-def _reject_constant(name: str) -> Any:
-    raise NonFiniteNumberError(
-        f"{name} is not JSON; send a finite number, or a string if the value must be kept",
-        value=name,
-    )
+    value: Any
+    texts: list[str] | None = None
 
 
 def decode(data: bytes, decoder: str, max_depth: int) -> Any:
     """Parse a body and check it is JSON-shaped and no deeper than `max_depth`."""
+    return decode_document(data, decoder, max_depth).value
+
+
+def decode_document(
+    data: bytes, decoder: str, max_depth: int, messages_key: str | None = None
+) -> Decoded:
+    """`decode`, keeping the text of each message of a JSON body under `messages_key`."""
     if not data:
         raise MalformedBodyError("the body is empty; send a JSON or msgpack object")
     try:
         if decoder == "json":
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                bad = data[exc.start : exc.start + 1]
-                raise MalformedBodyError(
-                    f"the body is not UTF-8 (byte {exc.start} is {bad!r}); encode JSON as UTF-8"
-                ) from None
-            try:
-                value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite)
-            except ValueError as exc:
-                if isinstance(exc, (json.JSONDecodeError, ToolrefError)):
-                    raise
-                # Valid JSON all the same: an integer longer than Python reads (4300 digits).
-                raise UnsupportedValueError(
-                    f"a number in the body cannot be read ({exc}); send numbers of at most "
-                    f"{sys.get_int_max_str_digits()} digits, or as strings"
-                ) from None
-            # json.loads makes only JSON types: what is left to check is the depth.
-            bound = data.count(b"{") + data.count(b"[")  # no deeper than its brackets
-            if bound > max_depth and type(value) in _CONTAINERS:
-                check_depth(value, max_depth)
-            return value
+            return _json_document(data, max_depth, messages_key)
         value = unpackb(data)
     except RecursionError:
         raise _too_deep(max_depth) from None
-    except json.JSONDecodeError as exc:
-        raise MalformedBodyError(
-            f"the body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
-            f"(char {exc.pos}); check the JSON encoder, or the Content-Type if it is not JSON"
-        ) from None
     except msgpack.StackError:
         raise _too_deep(max_depth) from None
     except TypeError:
@@ -272,7 +249,54 @@ def decode(data: bytes, decoder: str, max_depth: int) -> Any:
             "msgpack object, or fix the Content-Type if it is not msgpack"
         ) from None
     check_json_tree(value, max_depth)
-    return value
+    return Decoded(value)
+
+
+def _json_document(data: bytes, max_depth: int, messages_key: str | None) -> Decoded:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = data[exc.start : exc.start + 1]
+        raise MalformedBodyError(
+            f"the body is not UTF-8 (byte {exc.start} is {bad!r}); encode JSON as UTF-8"
+        ) from None
+    try:
+        value, items = spans.document(text, messages_key)
+    except (spans.SpanError, json.JSONDecodeError):
+        _raise_json_error(text)
+        raise  # json.loads found nothing wrong: never reached in practice
+    except ValueError as exc:
+        if isinstance(exc, ToolrefError):
+            raise
+        # Valid JSON all the same: an integer longer than Python reads (4300 digits).
+        raise UnsupportedValueError(
+            f"a number in the body cannot be read ({exc}); send numbers of at most "
+            f"{sys.get_int_max_str_digits()} digits, or as strings"
+        ) from None
+    # The parser makes only JSON types: what is left to check is the depth.
+    bound = data.count(b"{") + data.count(b"[")  # no deeper than its brackets
+    if bound > max_depth and type(value) in _CONTAINERS:
+        check_depth(value, max_depth)
+    texts = [text[start:end] for start, end in items] if items is not None else None
+    return Decoded(value, texts)
+
+
+def _raise_json_error(text: str) -> None:
+    """The stdlib parser's account of what is wrong with `text`, as a 400."""
+    try:
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MalformedBodyError(
+            f"the body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno} "
+            f"(char {exc.pos}); check the JSON encoder, or the Content-Type if it is not JSON"
+        ) from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise NonFiniteNumberError(
+        f"{name} is not JSON; send a finite number, or a string if the value must be kept",
+        value=name,
+    )
 
 
 # A `\\u` escape of a UTF-16 surrogate (D800-DFFF): only these can make a JSON string that
@@ -414,5 +438,12 @@ def render(
     else:
         body, media = dumps_json(value), JSON_TYPE
     response = Response(body, status_code=status, media_type=media, headers=headers)
+    response.headers["vary"] = "Accept, Toolref-Protocol"
+    return response
+
+
+def raw_json(body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A JSON answer whose body is already encoded (stored text, spliced as it is)."""
+    response = Response(body, status_code=status, media_type=JSON_TYPE, headers=headers)
     response.headers["vary"] = "Accept, Toolref-Protocol"
     return response

@@ -1,12 +1,13 @@
 """Stored histories: messages content-addressed, and one node per confirmed head.
 
-A message (in chain form, see `toolref.history`) is stored once per tenant under the first
-16 bytes of its digest, zstd-compressed canonical JSON. A node, under its history ref, is the
-list of its messages' ids (16 bytes each), so any history comes back in two batched round
+A message is stored in chain form (see `toolref.history`) as the JSON text its client wrote
+(markers in place of payloads), zstd-compressed, once per tenant under the first 16 bytes of
+the SHA-256 of that text. A node, under its history ref, names the conversation's format and
+lists its messages' ids (16 bytes each), so any history comes back in two batched round
 trips whatever its length: GET the node, then MGET its messages (one MGET per hash slot on a
-cluster). The node also names the conversation's format, so a continuation reads it the same
-way. The rebuilt chain is checked against the ref before it is used. Lifetimes slide as for
-tool refs: loading a history extends the node and every message in it.
+cluster). A message's text is checked against its id, and the chain rebuilt from the texts
+against the ref, before it is used. Lifetimes slide as for tool refs: loading a history
+extends the node and every message in it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import zstandard
@@ -31,12 +32,18 @@ _decompressor = zstandard.ZstdDecompressor()
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """A loaded history: its format, and its messages in chain form (and as stored:
-    canonical JSON, so a longer history saved after it need not encode them again)."""
+    """A loaded history: its format, and its messages in chain form as values, as the text
+    their client wrote, and as canonical JSON (so a longer history saved after it need not
+    encode them again)."""
 
     format: str
     form: list[Any]
-    encoded: list[bytes] = field(default_factory=list, compare=False, repr=False)
+    texts: list[str]
+    encoded: list[bytes]
+
+
+def message_id(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()[:_ID_BYTES]
 
 
 class Histories:
@@ -48,8 +55,8 @@ class Histories:
         return f"tr:{tenant}:h:{ref[3:]}"
 
     @staticmethod
-    def message_key(tenant: str, message_id: bytes) -> str:
-        return f"tr:{tenant}:m:{digest_key(message_id)}"
+    def message_key(tenant: str, message: bytes) -> str:
+        return f"tr:{tenant}:m:{digest_key(message)}"
 
     async def load(self, tenant: str, ref: str) -> Stored | None:
         """History `ref`, or None when it is not held (never confirmed, expired, evicted, or
@@ -68,36 +75,38 @@ class Histories:
         values = await store.read_and_touch(keys, "history")
         if any(value is None for value in values):
             return None
-        encoded = [_decompressor.decompress(value) for value in values]
+        texts = [_decompressor.decompress(value).decode() for value in values]
+        if any(message_id(text) != i for text, i in zip(texts, ids, strict=True)):
+            return None  # not the bytes the node was written with
+        form = [json.loads(text) for text in texts]
+        encoded = [canonical_json(message) for message in form]
         found = chain(encoded)
         if not found or history_ref(found[-1]) != ref:
             return None  # not what the ref names (a 128-bit collision, or foreign bytes)
-        form = [json.loads(data) for data in encoded]
-        return Stored(name.decode("ascii", "replace"), form, encoded)
+        return Stored(name.decode("ascii", "replace"), form, texts, encoded)
 
     async def save(
         self,
         tenant: str,
         fmt: str,
-        form: Sequence[Any],
+        texts: Sequence[str],
+        encoded: Sequence[bytes],
         start: int = 0,
-        known: Sequence[bytes] = (),
     ) -> str:
-        """Store history `form` (chain form, in format `fmt`) and return its ref. Messages
-        before `start` are known to be stored already (they were just loaded): only their
-        lifetime moved, and `known` holds their canonical JSON."""
-        if not form:
+        """Store a history and return its ref: `texts` are its messages in chain form as
+        written, `encoded` the same as canonical JSON. Messages before `start` are known to
+        be stored already (they were just loaded): only their lifetime moved."""
+        if not texts:
             raise ValueError("an empty history has no ref")
         store = self.store
-        reused = min(start, len(known))
-        encoded = [*known[:reused], *(canonical_json(m) for m in form[reused:])]
-        ids = [hashlib.sha256(data).digest()[:_ID_BYTES] for data in encoded]
+        ids = [message_id(text) for text in texts]
         ref = history_ref(chain(encoded)[-1])
         async with store.guard("history"):
             pipe = store.redis.pipeline(transaction=False)
-            for index in range(start, len(form)):
+            for index in range(start, len(texts)):
                 key = self.message_key(tenant, ids[index])
-                pipe.set(key, _compressor.compress(encoded[index]), nx=True, ex=store.ttl)
+                packed = _compressor.compress(texts[index].encode())
+                pipe.set(key, packed, nx=True, ex=store.ttl)
                 pipe.expire(key, store.ttl)
             node = fmt.encode("ascii") + _SEPARATOR + b"".join(ids)
             pipe.set(self.node_key(tenant, ref), node, ex=store.ttl)

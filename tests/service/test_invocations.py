@@ -152,7 +152,7 @@ async def test_stored_bytes_use_the_documented_record_layout(
     raw_small: bytes = await redis.get(Store.key("local", Ref(small["ref"])))  # type: ignore[assignment]
     raw_large: bytes = await redis.get(Store.key("local", Ref(large["ref"])))  # type: ignore[assignment]
     assert raw_small[record.DIGEST_START : record.DIGEST_END] == digest_of(READ).sha256
-    assert record.decode(raw_large).invocation["result"] == text
+    assert record.decode(raw_large).invocation()["result"] == text
     assert len(raw_large) < len(text) / 4  # compressed
     assert record.decode(raw_small).size == small["size"]
 
@@ -206,7 +206,7 @@ async def test_ref_collision_is_409_and_never_served(api: httpx.AsyncClient, red
     ref = digest_of(READ).ref
     # Plant a record from a different invocation under READ's key, as a 128-bit collision would.
     other = digest_of(SHELL)
-    planted = record.encode({**SHELL}, other.sha256, other.size, 512)
+    planted = record.encode_values(SHELL, other.sha256, other.size, 512)
     await redis.set(Store.key("local", ref), planted)
     response = await api.post("/v1/invocations", json={"invocations": [READ]})
     assert response.status_code == 409

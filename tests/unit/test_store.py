@@ -19,7 +19,7 @@ INVOCATION = {"name": "read", "args": {"path": "a"}, "result": "x" * 2000, "isEr
 
 def new_record(invocation: dict[str, object]) -> NewRecord:
     digest = digest_of(invocation)
-    data = record.encode(invocation, digest.sha256, digest.size, 512)
+    data = record.encode_values(invocation, digest.sha256, digest.size, 512)
     return NewRecord(digest.ref, digest.sha256, data)
 
 
@@ -44,7 +44,7 @@ async def test_fetch_round_trips_and_reports_absent(store: Store) -> None:
     found, absent = await store.fetch("t", [item.ref, other])
     assert absent is None
     assert found is not None
-    assert found.invocation == INVOCATION
+    assert found.invocation() == INVOCATION
     assert found.digest == item.digest
     assert found.size == len(canonical_json(INVOCATION))
     assert await store.fetch("other-tenant", [item.ref]) == [None]
@@ -79,10 +79,11 @@ async def test_redis_failures_become_store_unavailable() -> None:
 
 async def test_record_compression_pays_or_is_skipped() -> None:
     digest = digest_of(INVOCATION)
-    compressed = record.encode(INVOCATION, digest.sha256, digest.size, 512)
-    plain = record.encode(INVOCATION, digest.sha256, digest.size, 10**9)
+    compressed = record.encode_values(INVOCATION, digest.sha256, digest.size, 512)
+    plain = record.encode_values(INVOCATION, digest.sha256, digest.size, 10**9)
     assert len(compressed) < len(plain) / 5
-    assert record.decode(compressed).invocation == record.decode(plain).invocation == INVOCATION
+    assert record.decode(compressed).invocation() == record.decode(plain).invocation()
+    assert record.decode(plain).invocation() == {**INVOCATION, "isError": False}
     with pytest.raises(record.CorruptRecordError):
         record.decode(b"\x09" + plain[1:])
 

@@ -7,9 +7,12 @@ result, and which members carry the arguments and the result. Everything else is
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+from toolref import spans
 
 Path = tuple[int | str, ...]
 
@@ -118,3 +121,43 @@ def _restored_order(marker_keys: list[str], keys: tuple[str, ...]) -> list[str]:
         elif key != ORDER:
             order.append(key)
     return order
+
+
+def to_marker_text(text: str, at: int, keys: tuple[str, ...], ref: str) -> tuple[str, list[str]]:
+    """`to_marker` on the object written at `text[at:]`: the marker's text, every other
+    member as written; and the text of each payload in `keys` (in that order)."""
+    found, _ = spans.members(text, at, wanted="")
+    order = list(found)
+    first = min(order.index(k) for k in keys)
+    parts: list[str] = []
+    kept: list[str] = []
+    for index, key in enumerate(order):
+        if key not in keys:
+            parts.append(spans.member_text(text, found[key]))
+            kept.append(key)
+        elif index == first:
+            parts.append(f'"{MARKER}":' + json.dumps(ref))
+            kept.append(MARKER)
+    if _restored_order(kept, keys) != order:
+        parts.append(f'"{ORDER}":' + json.dumps(order, ensure_ascii=False))
+    payloads = [text[found[k].start : found[k].end] for k in keys]
+    return "{" + ",".join(parts) + "}", payloads
+
+
+def from_marker_text(text: str, at: int, values: dict[str, str]) -> str:
+    """`from_marker` on the marker written at `text[at:]`: `values` maps each payload key
+    to its JSON text; every other member comes back as written."""
+    found, _ = spans.members(text, at, wanted=ORDER)
+    keys = tuple(values)
+    order = _restored_order([k for k in found if k != ORDER], keys)
+    listed = found[ORDER].value if ORDER in found else None
+    if isinstance(listed, list):
+        listed = [key for key in listed if isinstance(key, str)]
+        order = [*listed, *(key for key in order if key not in listed)]
+    parts: list[str] = []
+    for key in order:
+        if key in values:
+            parts.append(json.dumps(key, ensure_ascii=False) + ":" + values[key])
+        elif key in found and key not in (MARKER, ORDER):
+            parts.append(spans.member_text(text, found[key]))
+    return "{" + ",".join(parts) + "}"

@@ -18,6 +18,7 @@ from toolref.errors import (
 )
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref_server import codec
+from toolref_server.record import Record
 from toolref_server.services import Services
 
 Model = TypeVar("Model", bound=pydantic.BaseModel)
@@ -51,11 +52,20 @@ def require_refs_protocol(request: Request) -> None:
 Dictionary = tuple[str, Callable[[], Awaitable[bytes]]]
 
 
-async def body(
-    request: Request, *, echoed: bool = False, dictionary: Dictionary | None = None
-) -> Any:
-    """The decoded request body, every limit enforced before parsing. `echoed`: the route
-    sends the body's text back (messages), so strings UTF-8 cannot carry are refused."""
+async def body(request: Request) -> Any:
+    """The decoded request body, every limit enforced before parsing."""
+    return (await document(request, messages_key=None)).value
+
+
+async def document(
+    request: Request,
+    *,
+    messages_key: str | None = "messages",
+    dictionary: Dictionary | None = None,
+) -> codec.Decoded:
+    """The request body decoded once, every limit enforced before parsing, with the text
+    of each message under `messages_key` as sent. Message routes send that text back, so
+    strings UTF-8 cannot carry are refused."""
     limits = services(request).limits
     decoder = codec.request_decoder(request)
     if dictionary is not None and codec.content_encoding(request) == "zstd":
@@ -65,10 +75,10 @@ async def body(
         data = compression.decompress(raw, await rebuild(), limits.max_decompressed_bytes, history)
     else:
         data = await codec.read_body(request, limits)
-    value = codec.decode(data, decoder, limits.max_depth)
-    if echoed and decoder == "json":
-        codec.check_text(data, value)
-    return value
+    decoded = codec.decode_document(data, decoder, limits.max_depth, messages_key)
+    if messages_key is not None and decoder == "json":
+        codec.check_text(data, decoded.value)
+    return decoded
 
 
 def check_batch(value: Any, member: str, request: Request) -> None:
@@ -118,15 +128,15 @@ def parse_refs(texts: Sequence[str], member: str = "refs") -> list[Ref]:
 
 async def held(
     request: Request, tenant: str, refs: Sequence[str]
-) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """The invocation of every ref the store holds (lifetimes extended), and the refs it
-    does not hold (absent, or another invocation under a colliding key)."""
+) -> tuple[dict[str, Record], list[str]]:
+    """The record of every ref the store holds (lifetimes extended), and the refs it does
+    not hold (absent, or another invocation under a colliding key)."""
     records = await services(request).store.fetch(tenant, [Ref(r) for r in refs])
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, Record] = {}
     missing: list[str] = []
     for ref, record in zip(refs, records, strict=True):
         if record is None or record.digest[:16] != Ref(ref).digest_prefix:
             missing.append(ref)
         else:
-            found[ref] = record.invocation
+            found[ref] = record
     return found, missing

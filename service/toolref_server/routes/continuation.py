@@ -7,14 +7,17 @@ is answered as a missing history: the SDK then resends the whole conversation.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 
 from toolref import formats, history
+from toolref.canonical import canonical_json
 from toolref.errors import MissingHistoryError
-from toolref.formats import Format, Scan
+from toolref.formats import Format, Scan, source
+from toolref_server.record import Record
 from toolref_server.routes import context
 
 
@@ -23,16 +26,22 @@ class Continuation:
     ref: str
     fmt: Format
     form: list[Any]  # chain form, as stored
+    texts: list[str]  # the same as its client wrote it
     encoded: list[bytes]  # the same as canonical JSON
     scan: Scan
-    held: dict[str, dict[str, Any]]  # the invocation of every ref its markers name
+    held: dict[str, Record]  # the record of every ref its markers name
 
-    def messages(self) -> list[Any]:
+    def full_texts(self) -> list[str]:
         """The history in full, as the client holds it."""
-        return formats.fill(self.form, self.scan, self.held)
+        payloads = {ref: record.payload for ref, record in self.held.items()}
+        return source.fill(self.texts, self.scan, payloads)
 
     def dictionary(self) -> bytes:
-        return history.dictionary(self.messages())
+        """The zstd dictionary of the history: canonical JSON of its messages in full."""
+        return history.dictionary_of(
+            (canonical_json(json.loads(text)) for text in reversed(self.full_texts())),
+            reverse=True,
+        )
 
 
 async def load(request: Request, tenant: str, ref: str) -> Continuation:
@@ -62,4 +71,4 @@ async def _load(request: Request, tenant: str, ref: str) -> Continuation:
             "evicted); send the whole conversation without the history",
             ref,
         )
-    return Continuation(ref, fmt, stored.form, stored.encoded, scan, held)
+    return Continuation(ref, fmt, stored.form, stored.texts, stored.encoded, scan, held)

@@ -34,7 +34,8 @@ async def handoff_context(request: Request) -> Response:
                 f"{PROTOCOL_REFS}`"
             )
         held = await resolve_markers(request, tenant, refs)
-        messages = formats.fill(messages, conversation.scan, held)
+        invocations = {ref: rec.invocation() for ref, rec in held.items()}
+        messages = formats.fill(messages, conversation.scan, invocations)
     target = None
     if body.request is not None:
         formats.check_messages(body.request)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -16,6 +18,7 @@ from toolref.models import (
     RegisterResponse,
 )
 from toolref_server import codec, record
+from toolref_server.record import Record
 from toolref_server.routes import context
 from toolref_server.store import NewRecord
 
@@ -31,7 +34,14 @@ async def register(request: Request) -> Response:
     for invocation in body.invocations:
         digest = Digest.of(canonical_json(invocation.canonical_object()))
         ref = digest.ref
-        data = record.encode(invocation.to_wire(), digest.sha256, digest.size, threshold)
+        data = record.encode(
+            invocation.name,
+            is_error=invocation.is_error,
+            payload=record.payload_of(invocation.to_wire()),
+            digest=digest.sha256,
+            size=digest.size,
+            compress_threshold=threshold,
+        )
         items.append(NewRecord(ref, digest.sha256, data))
         answers.append((ref, digest.size))
     outcomes = await context.services(request).store.register(tenant, items)
@@ -80,14 +90,23 @@ async def resolve(request: Request) -> Response:
     context.require_refs_protocol(request)
     refs = _unique(await _refs_body(request))
     records = await context.services(request).store.fetch(tenant, refs)
-    found, missing = {}, []
+    found: dict[str, Record] = {}
+    missing: list[str] = []
     for ref, rec in zip(refs, records, strict=True):
         if rec is None or rec.digest[: len(ref.digest_prefix)] != ref.digest_prefix:
             missing.append(str(ref))
         else:
-            found[str(ref)] = rec.invocation
-    # Built as plain dicts: stored invocations are already in wire form.
-    return codec.render(request, {"invocations": found, "missing": missing})
+            found[str(ref)] = rec
+    if codec.wants_msgpack(request):
+        invocations = {ref: rec.invocation() for ref, rec in found.items()}
+        return codec.render(request, {"invocations": invocations, "missing": missing})
+    # Payloads spliced in as registered, never re-encoded.
+    held = ",".join(f"{json.dumps(ref)}:{rec.wire_text()}" for ref, rec in found.items())
+    return codec.render(
+        request,
+        {"invocations": None, "missing": missing},
+        encoded={"invocations": ("{" + held + "}").encode()},
+    )
 
 
 async def get_invocation(request: Request) -> Response:
@@ -104,7 +123,9 @@ async def get_invocation(request: Request) -> Response:
     headers = {"ETag": etag, "Cache-Control": f"private, max-age={ttl}, immutable"}
     if _etag_matches(etag, request.headers.get("if-none-match")):
         return Response(status_code=304, headers=headers)
-    return codec.render(request, rec.invocation, headers=headers)
+    if codec.wants_msgpack(request):
+        return codec.render(request, rec.invocation(), headers=headers)
+    return codec.raw_json(rec.wire_text().encode(), headers=headers)
 
 
 async def get_summary(request: Request) -> Response:
@@ -122,7 +143,7 @@ async def get_summary(request: Request) -> Response:
             f"no invocation {ref} is held for this API key, so it has no summary; register "
             "it with POST /v1/invocations"
         )
-    (summary,) = await services.summaries.many(tenant, [(ref, rec.invocation)], name, max_chars)
+    (summary,) = await services.summaries.many(tenant, [(ref, rec.invocation())], name, max_chars)
     return codec.render(
         request,
         {

@@ -1,12 +1,17 @@
 """Messages: optimize (payloads -> refs) and hydrate (refs -> payloads) whole conversations.
 
-Everything is checked before anything is stored: the format, the markers, duplicate results,
-and (hydrate) that every ref is held. A rejected request registers nothing.
+Each message travels as the text its sender wrote: payloads are cut from that text and
+markers filled back into it (`toolref.formats.source`), so everything else in a message,
+and every payload, reaches the receiver byte for byte (key order, `1.0`, `-0.0`). The values
+parsed with the text decide what to do: format, pairing, refs.
+
+Everything is checked before anything is stored: the format, the markers, and (hydrate)
+that every ref is held. A rejected request registers nothing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -15,7 +20,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from toolref import formats
-from toolref.canonical import Ref, invocation_digest
+from toolref.canonical import Ref, canonical_json, invocation_digest
 from toolref.encoding import dumps_json
 from toolref.errors import (
     BatchTooLargeError,
@@ -23,11 +28,12 @@ from toolref.errors import (
     ProtocolRequiredError,
     ValidationError,
 )
-from toolref.formats import Format, Pair, Scan
+from toolref.formats import Format, Scan, source
 from toolref.history import HISTORY_HEADER, continued_ref, history_header
 from toolref.models import HandoffRequest, HydrateRequest, OptimizeRequest
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref_server import codec, compaction, record
+from toolref_server.record import Record
 from toolref_server.routes import context, continuation
 from toolref_server.store import NewRecord
 
@@ -38,6 +44,7 @@ Body = TypeVar("Body", OptimizeRequest, HydrateRequest, HandoffRequest)
 class Conversation:
     fmt: Format
     messages: list[Any]
+    texts: list[str]  # each message as its sender wrote it
     scan: Scan
 
 
@@ -48,9 +55,26 @@ class Registration:
     hits: int
 
 
+@dataclass(frozen=True, slots=True)
+class Hydration:
+    """A hydrate request, read: the body decoded once, with the history it continues."""
+
+    tenant: str
+    protocol: int
+    body: HydrateRequest
+    conversation: Conversation
+    before: continuation.Continuation | None
+    keep: bool
+
+
+def joined(texts: list[str]) -> bytes:
+    """The JSON array of messages given as texts."""
+    return ("[" + ",".join(texts) + "]").encode()
+
+
 async def conversation_of(request: Request, model: type[Body]) -> tuple[Conversation, Body]:
-    value = await context.body(request, echoed=True)
-    return _conversation(request, value, model, None)
+    decoded = await context.document(request)
+    return _conversation(request, decoded, model, None)
 
 
 def _check_length(request: Request, count: int, note: str = "") -> None:
@@ -62,9 +86,12 @@ def _check_length(request: Request, count: int, note: str = "") -> None:
         )
 
 
-async def _register(request: Request, tenant: str, pairs: list[Pair]) -> Registration:
-    """Store the complete invocations; a ref that collides is left out (sent in full)."""
+async def _register(request: Request, tenant: str, conversation: Conversation) -> Registration:
+    """Store the complete invocations, payloads as written; a ref that collides is left
+    out (sent in full)."""
     threshold = context.services(request).settings.compress_threshold
+    pairs = conversation.scan.complete
+    texts = source.payloads(conversation.texts, pairs)
     items: dict[str, NewRecord] = {}
     refs: dict[str, str] = {}
     for pair in pairs:
@@ -75,7 +102,14 @@ async def _register(request: Request, tenant: str, pairs: list[Pair]) -> Registr
         ref = str(digest.ref)
         refs[pair.key] = ref
         if ref not in items:
-            data = record.encode(invocation, digest.sha256, digest.size, threshold)
+            data = record.encode(
+                invocation["name"],
+                is_error=invocation["isError"],
+                payload=texts[pair.key],
+                digest=digest.sha256,
+                size=digest.size,
+                compress_threshold=threshold,
+            )
             items[ref] = NewRecord(digest.ref, digest.sha256, data)
     outcomes = await context.services(request).store.register(tenant, list(items.values()))
     held = {
@@ -91,10 +125,6 @@ async def _register(request: Request, tenant: str, pairs: list[Pair]) -> Registr
     )
 
 
-def _size(messages: Sequence[Any]) -> int:
-    return len(dumps_json(messages))
-
-
 def _references(conversation: Conversation, refs: dict[str, str]) -> dict[str, str]:
     """toolReferences: every call id in the messages whose invocation has a held ref."""
     found = {}
@@ -108,14 +138,15 @@ def _references(conversation: Conversation, refs: dict[str, str]) -> dict[str, s
 def _answer(
     request: Request,
     conversation: Conversation,
-    messages: list[Any],
+    messages: bytes,
     references: dict[str, str] | None,
     stats: dict[str, int],
     *,
-    encoded: bytes | None = None,
     history: str | None = None,
 ) -> Response:
-    body: dict[str, Any] = {"format": conversation.fmt.name, "messages": messages}
+    """The answer, its messages spliced in as the JSON text made for them (parsed again only
+    for a client that asked for msgpack)."""
+    body: dict[str, Any] = {"format": conversation.fmt.name, "messages": None}
     if references is not None:
         body["toolReferences"] = references
     body["optimizationStats"] = stats
@@ -123,9 +154,10 @@ def _answer(
     if history is not None:
         body["historyRef"] = history
         headers = {HISTORY_HEADER: history}
-    return codec.render(
-        request, body, headers=headers, encoded={"messages": encoded} if encoded else None
-    )
+    if codec.wants_msgpack(request):
+        body["messages"] = json.loads(messages)
+        return codec.render(request, body, headers=headers)
+    return codec.render(request, body, headers=headers, encoded={"messages": messages})
 
 
 def _stats(original: int, optimized: int, used: int, new: int, hits: int) -> dict[str, int]:
@@ -142,23 +174,60 @@ async def optimize(request: Request) -> Response:
     tenant = context.tenant(request)
     context.require_refs_protocol(request)
     conversation, _ = await conversation_of(request, OptimizeRequest)
-    registration = await _register(request, tenant, conversation.scan.complete)
-    optimized = formats.replace(conversation.messages, conversation.scan, registration.refs)
-    used = formats.scan(optimized, conversation.fmt).refs
+    registration = await _register(request, tenant, conversation)
+    optimized, _ = source.replace(conversation.texts, conversation.scan, registration.refs)
+    used = dict.fromkeys([*conversation.scan.refs, *registration.refs.values()])
+    answer = joined(optimized)
     stats = _stats(
-        _size(conversation.messages),
-        _size(optimized),
+        len(joined(conversation.texts)),
+        len(answer),
         len(used),
         registration.new,
         registration.hits,
     )
-    return _answer(
-        request, conversation, optimized, _references(conversation, registration.refs), stats
-    )
+    references = _references(conversation, registration.refs)
+    return _answer(request, conversation, answer, references, stats)
 
 
 async def hydrate(request: Request) -> Response:
+    """Decode the body once (with the history it continues), resolve the markers, register
+    the payloads sent in full, fill, summarize if asked, keep the history, answer."""
+    ask = await _read_hydration(request)
+    conversation = ask.conversation
+    if ask.protocol < PROTOCOL_REFS:
+        return _as_sent(request, ask)
+    summarizer = _summarizer(request, ask.body)
+    held = await _resolve(request, ask)
+    registration = await _register(request, ask.tenant, conversation)
+    payloads = {ref: rec.payload for ref, rec in held.items()}
+    full = source.fill(conversation.texts, conversation.scan, payloads)
+    references = _references(conversation, registration.refs)
+    answer = joined(full)
+    stats = _stats(
+        len(answer),
+        len(joined(conversation.texts)),
+        len(conversation.scan.refs),
+        registration.new,
+        registration.hits + len(held),
+    )
+    if ask.body.mode == "summary":
+        condensed, summary_stats = await _summarized(
+            request, ask, full=full, held=held, registration=registration, summarizer=summarizer
+        )
+        stats.update(summary_stats)
+        if not ask.body.shadow:
+            answer = condensed
+    head = None
+    if ask.keep and conversation.messages:
+        head = await _keep(request, ask, registration)
+    return _answer(request, conversation, answer, references, stats, history=head)
+
+
+async def _read_hydration(request: Request) -> Hydration:
+    """The request's conversation, decoded once: a zstd body sent against a history is
+    inflated with that history's dictionary, and a continued history comes first."""
     tenant = context.tenant(request)
+    protocol = context.protocol(request)
     keep, continues = history_header(request.headers.get(HISTORY_HEADER))
     before: continuation.Continuation | None = None
     dictionary: context.Dictionary | None = None
@@ -171,90 +240,86 @@ async def hydrate(request: Request) -> Response:
             return before.dictionary()
 
         dictionary = (named, rebuild)
-    value = await context.body(request, echoed=True, dictionary=dictionary)
-    member = value.get("historyRef") if isinstance(value, dict) else None
+    decoded = await context.document(request, dictionary=dictionary)
+    member = decoded.value.get("historyRef") if isinstance(decoded.value, dict) else None
     ref = continued_ref(member, continues)
-    if ref is not None and context.protocol(request) < PROTOCOL_REFS:
+    if ref is not None and protocol < PROTOCOL_REFS:
         raise ProtocolRequiredError(
             f"a history ref needs `{PROTOCOL_HEADER}: {PROTOCOL_REFS}`; protocol 1 sends the "
             "whole conversation"
         )
     if ref is not None and (before is None or before.ref != ref):
         before = await continuation.load(request, tenant, ref)
-    conversation, body = _conversation(request, value, HydrateRequest, before)
-    keep = (keep and context.protocol(request) >= PROTOCOL_REFS) or before is not None
-    refs = conversation.scan.refs
-    summary = body.mode == "summary"
-    if context.protocol(request) < PROTOCOL_REFS:
-        if refs or summary:
-            what = "toolRef markers" if refs else "summary mode (its placeholders name refs)"
-            raise ProtocolRequiredError(
-                f"the request uses {what}, which needs `{PROTOCOL_HEADER}: {PROTOCOL_REFS}`; "
-                "protocol 1 sends and receives full payloads"
-            )
-        size = _size(conversation.messages)
-        return _answer(
-            request, conversation, conversation.messages, None, _stats(size, size, 0, 0, 0)
+    conversation, body = _conversation(request, decoded, HydrateRequest, before)
+    keep = (keep and protocol >= PROTOCOL_REFS) or before is not None
+    return Hydration(tenant, protocol, body, conversation, before, keep)
+
+
+def _as_sent(request: Request, ask: Hydration) -> Response:
+    """Protocol 1: the messages back as they came, no refs, nothing stored."""
+    conversation = ask.conversation
+    if conversation.scan.refs or ask.body.mode == "summary":
+        what = (
+            "toolRef markers"
+            if conversation.scan.refs
+            else "summary mode (its placeholders name refs)"
         )
-    summarizer = (
-        body.summarizer
-        if body.summarizer is not None
-        else context.services(request).settings.summarizer
-    )
-    context.services(request).summaries.summarizer(summarizer)  # 422 before any work
-    known = before.held if before is not None else {}
-    held = {**known, **await resolve_markers(request, tenant, [r for r in refs if r not in known])}
-    _check_names(conversation, held)
-    registration = await _register(request, tenant, conversation.scan.complete)
-    hydrated = formats.fill(conversation.messages, conversation.scan, held)
-    references = _references(conversation, registration.refs)
-    full = dumps_json(hydrated)  # measured for the stats, and reused as the answer
-    stats = _stats(
-        len(full),
-        _size(conversation.messages),
-        len(refs),
-        registration.new,
-        registration.hits + len(held),
-    )
-    answer = hydrated
-    if summary:
-        answer, summary_stats = await _summarized(
-            request,
-            tenant=tenant,
-            body=body,
-            fmt=conversation.fmt,
-            hydrated=hydrated,
-            references=references,
-            summarizer=summarizer,
+        raise ProtocolRequiredError(
+            f"the request uses {what}, which needs `{PROTOCOL_HEADER}: {PROTOCOL_REFS}`; "
+            "protocol 1 sends and receives full payloads"
         )
-        stats.update(summary_stats)
-        if body.shadow:
-            answer = hydrated
-    head = None
-    if keep and conversation.messages:
-        head = await _keep(request, tenant, conversation, registration, before)
-    encoded = full if answer is hydrated else None
-    return _answer(request, conversation, answer, references, stats, encoded=encoded, history=head)
+    messages = joined(conversation.texts)
+    size = len(messages)
+    return _answer(request, conversation, messages, None, _stats(size, size, 0, 0, 0))
+
+
+def _summarizer(request: Request, body: HydrateRequest) -> str:
+    """The summarizer summary mode would use, refused (422) before any work if unknown."""
+    services = context.services(request)
+    name = body.summarizer if body.summarizer is not None else services.settings.summarizer
+    services.summaries.summarizer(name)
+    return name
+
+
+async def _resolve(request: Request, ask: Hydration) -> dict[str, Record]:
+    """The record of every ref the markers name (a continued history's are loaded), or
+    409 listing every one that is not held."""
+    known = ask.before.held if ask.before is not None else {}
+    wanted = [r for r in ask.conversation.scan.refs if r not in known]
+    held = {**known, **await resolve_markers(request, ask.tenant, wanted)}
+    _check_names(ask.conversation, held)
+    return held
 
 
 def _conversation(
-    request: Request, value: Any, model: type[Body], before: continuation.Continuation | None
+    request: Request,
+    decoded: codec.Decoded,
+    model: type[Body],
+    before: continuation.Continuation | None,
 ) -> tuple[Conversation, Body]:
     """The request's conversation; with `before`, that history followed by the request's
     messages (the limit on messages applies to the whole)."""
+    value = decoded.value
     messages = value.get("messages") if isinstance(value, dict) else None
     if messages is not None:
         formats.check_messages(messages)
         _check_length(request, len(messages))
     body = context.validate(model, value)
+    texts = decoded.texts
+    if texts is None or len(texts) != len(body.messages):
+        texts = [dumps_json(message).decode() for message in body.messages]
     if before is None:
         fmt = formats.detect(body.messages, body.format)
-        return Conversation(fmt, body.messages, formats.scan(body.messages, fmt)), body
-    return _continued(request, body.messages, body.format, before), body
+        return Conversation(fmt, body.messages, texts, formats.scan(body.messages, fmt)), body
+    return _continued(request, body.messages, texts, body.format, before), body
 
 
 def _continued(
-    request: Request, messages: list[Any], named: str | None, before: continuation.Continuation
+    request: Request,
+    messages: list[Any],
+    texts: list[str],
+    named: str | None,
+    before: continuation.Continuation,
 ) -> Conversation:
     """The history followed by the new messages, read as one conversation: its format is
     detected over the whole (a history of plain text fits every format, so the one stored
@@ -262,26 +327,23 @@ def _continued(
     whole = [*before.form, *messages]
     _check_length(request, len(whole), f" (history {before.ref} has {len(before.form)})")
     fmt = formats.detect(whole, named)
-    return Conversation(fmt, whole, formats.scan(whole, fmt))
+    return Conversation(fmt, whole, [*before.texts, *texts], formats.scan(whole, fmt))
 
 
-async def _keep(
-    request: Request,
-    tenant: str,
-    conversation: Conversation,
-    registration: Registration,
-    before: continuation.Continuation | None,
-) -> str:
-    """Store the conversation as a history (chain form) and return its ref. Messages it
-    shares with the history it continued are stored already."""
+async def _keep(request: Request, ask: Hydration, registration: Registration) -> str:
+    """Store the conversation as a history (chain form, as written) and return its ref.
+    Messages it shares with the history it continued are stored already."""
+    conversation, before = ask.conversation, ask.before
     form = formats.replace(conversation.messages, conversation.scan, registration.refs)
+    texts, _ = source.replace(conversation.texts, conversation.scan, registration.refs)
     start = 0
     if before is not None:
         while start < len(before.form) and form[start] is before.form[start]:
             start += 1
+    encoded = [*before.encoded[:start]] if before is not None else []
+    encoded.extend(canonical_json(message) for message in form[start:])
     services = context.services(request)
-    known = before.encoded if before is not None else ()
-    ref = await services.histories.save(tenant, conversation.fmt.name, form, start, known)
+    ref = await services.histories.save(ask.tenant, conversation.fmt.name, texts, encoded, start)
     outcome = "kept" if before is None else "continued"
     services.metrics.histories.labels(outcome=outcome).inc()
     return ref
@@ -289,33 +351,39 @@ async def _keep(
 
 async def _summarized(
     request: Request,
+    ask: Hydration,
     *,
-    tenant: str,
-    body: HydrateRequest,
-    fmt: Format,
-    hydrated: list[Any],
-    references: dict[str, str],
+    full: list[str],
+    held: dict[str, Record],
+    registration: Registration,
     summarizer: str,
-) -> tuple[list[Any], dict[str, int]]:
-    found = formats.scan(hydrated, fmt)
-    candidates = compaction.older_results(found, references, body.keep_recent, body.exclude_tools)
+) -> tuple[bytes, dict[str, int]]:
+    """Results older than the last `keepRecent` replaced by their summary placeholders,
+    in the full texts (every other byte as sent)."""
+    body, conversation = ask.body, ask.conversation
+
+    candidates = compaction.older_results(
+        conversation.scan,
+        _references(conversation, registration.refs),
+        body.keep_recent,
+        body.exclude_tools,
+        {ref: rec.invocation for ref, rec in held.items()},
+    )
     max_chars = body.max_chars or context.services(request).settings.summary_max_chars
     summaries = await context.services(request).summaries.many(
-        tenant, [(Ref(c.ref), c.invocation) for c in candidates], summarizer, max_chars
+        ask.tenant, [(Ref(c.ref), c.invocation) for c in candidates], summarizer, max_chars
     )
-    chosen = compaction.replacements(fmt, candidates, [s.text for s in summaries])
-    condensed = compaction.apply(hydrated, found, chosen)
+    chosen = compaction.replacements(conversation.fmt, candidates, [s.text for s in summaries])
+    condensed = joined(compaction.apply_text(full, conversation.scan, chosen))
     return condensed, {
         "summarized": len(chosen),
         "summaryCacheHits": sum(s.cached for s in summaries),
-        "hydratedBytes": _size(condensed),
+        "hydratedBytes": len(condensed),
     }
 
 
-async def resolve_markers(
-    request: Request, tenant: str, refs: list[str]
-) -> dict[str, dict[str, Any]]:
-    """Invocations for every ref, or 409 listing all the refs that are not held."""
+async def resolve_markers(request: Request, tenant: str, refs: list[str]) -> dict[str, Record]:
+    """Records for every ref, or 409 listing all the refs that are not held."""
     held, missing = await context.held(request, tenant, refs)
     if missing:
         raise MissingRefsError(
@@ -326,10 +394,10 @@ async def resolve_markers(
     return held
 
 
-def _check_names(conversation: Conversation, held: dict[str, dict[str, Any]]) -> None:
+def _check_names(conversation: Conversation, held: dict[str, Record]) -> None:
     for pair in conversation.scan.marked:
         ref = pair.ref
-        stored = held[ref]["name"] if ref is not None else None
+        stored = held[ref].name if ref is not None else None
         if pair.name and stored is not None and pair.name != stored:
             raise ValidationError(
                 f"tool call {pair.key!r} names tool {pair.name!r} but its ref {ref} is an "

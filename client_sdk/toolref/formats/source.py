@@ -1,0 +1,146 @@
+"""A conversation as its sender wrote it: `replace` and `fill` applied to each message's
+JSON text instead of its parsed value, so that every byte not part of a payload (key order,
+number forms, escapes) reaches the receiver as it was sent.
+
+`texts[i]` is the JSON text of message `i`; the `Scan` comes from the parsed messages. Each
+message is walked once however many sites it holds (`spans.locate`), so the cost is linear
+in the text. Pure functions: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolref import spans
+from toolref.formats.conversation import Pair, Scan
+from toolref.formats.site import MARKER, Site, from_marker_text, to_marker_text
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """The JSON text of an invocation's arguments and result, as a message carried them."""
+
+    args: str
+    result: str
+
+
+# An edit of one site: the object's text in, its new text out.
+Change = Callable[[str, int], str]
+
+
+def payloads(texts: Sequence[str], pairs: Sequence[Pair]) -> dict[str, Payload]:
+    """The payload text of each complete pair, by pair key."""
+    return _replaced(texts, pairs, {}, record=True)[1]
+
+
+def replace(
+    texts: Sequence[str], found: Scan, refs: Mapping[str, str]
+) -> tuple[list[str], dict[str, Payload]]:
+    """`conversation.replace` on texts: the complete pairs whose key is in `refs` made
+    markers; also the payload text each of those pairs carried, by pair key."""
+    chosen = [p for p in found.pairs if p.key in refs and p.complete]
+    return _replaced(texts, chosen, refs, record=False)
+
+
+def _replaced(
+    texts: Sequence[str], pairs: Sequence[Pair], refs: Mapping[str, str], *, record: bool
+) -> tuple[list[str], dict[str, Payload]]:
+    changes: dict[int, dict[tuple[int | str, ...], Change]] = defaultdict(dict)
+    cut: dict[str, dict[str, str]] = defaultdict(dict)  # pair key -> payload key -> text
+    for pair in pairs:
+        for site, _ in pair.sides:
+            ref = refs.get(pair.key, "")
+
+            def mark(
+                text: str, at: int, site: Site = site, ref: str = ref, key: str = pair.key
+            ) -> str:
+                marker, taken = to_marker_text(text, at, site.payload_keys, ref)
+                cut[key].update(zip(site.payload_keys, taken, strict=True))
+                return marker
+
+            changes[site.message][site.path[1:]] = mark
+    out = _edited(texts, changes, keep=record)
+    found: dict[str, Payload] = {}
+    for pair in pairs:
+        taken = cut[pair.key]
+        call, result = pair.call, pair.result
+        if call is not None and result is not None and call.args_key and result.result_key:
+            found[pair.key] = Payload(taken[call.args_key], taken[result.result_key])
+    return out, found
+
+
+def fill(texts: Sequence[str], found: Scan, invocations: Mapping[str, Payload]) -> list[str]:
+    """`conversation.fill` on texts: every marker whose ref is in `invocations` filled back
+    with the payload texts held for that ref."""
+    changes: dict[int, dict[tuple[int | str, ...], Change]] = defaultdict(dict)
+    for pair in found.pairs:
+        ref = pair.ref
+        if ref is None or ref not in invocations:
+            continue
+        held = invocations[ref]
+        for site, obj in pair.sides:
+            if MARKER not in obj:
+                continue
+            values = {}
+            if site.args_key is not None:
+                values[site.args_key] = held.args
+            if site.result_key is not None:
+                values[site.result_key] = held.result
+
+            def restore(text: str, at: int, values: dict[str, str] = values) -> str:
+                return from_marker_text(text, at, values)
+
+            changes[site.message][site.path[1:]] = restore
+    return _edited(texts, changes, keep=False)
+
+
+def _edited(
+    texts: Sequence[str],
+    changes: Mapping[int, Mapping[tuple[int | str, ...], Change]],
+    *,
+    keep: bool,
+) -> list[str]:
+    """`texts` with each message's changes applied (or, with `keep`, only run for what
+    they record). Sites of one depth never overlap; a site inside another (a tool message
+    that also carries calls) is edited first, so the outer change reads the edited text.
+    One walk of the message per depth: at most a few."""
+    out = list(texts)
+    for index, by_path in changes.items():
+        text = texts[index]
+        if keep:
+            located = spans.locate(text, 0, by_path)
+            for path, change in by_path.items():
+                change(text, located[path][0])
+            continue
+        for depth in sorted({len(path) for path in by_path}, reverse=True):
+            level = {path: change for path, change in by_path.items() if len(path) == depth}
+            located = spans.locate(text, 0, level)
+            edits = [(*located[p], change(text, located[p][0])) for p, change in level.items()]
+            text = spans.splice(text, edits)
+        out[index] = text
+    return out
+
+
+def texts_of(messages: Sequence[Any], dump: Callable[[Any], str]) -> list[str]:
+    """Texts for messages that arrived as values (msgpack): each written once by `dump`."""
+    return [dump(message) for message in messages]
+
+
+def with_results(texts: Sequence[str], results: Sequence[tuple[Site, str]]) -> list[str]:
+    """`conversation.with_results` on texts: at each result site (holding its result in
+    full), the result member's value replaced by the given JSON text."""
+    changes: dict[int, dict[tuple[int | str, ...], Change]] = defaultdict(dict)
+    for site, new in results:
+        if site.result_key is None:
+            continue
+
+        def put(text: str, at: int, key: str = site.result_key, new: str = new) -> str:
+            found, end = spans.members(text, at, wanted="")
+            member = found[key]
+            return text[at : member.start] + new + text[member.end : end]
+
+        changes[site.message][site.path[1:]] = put
+    return _edited(texts, changes, keep=False)
