@@ -1,53 +1,42 @@
 """`ToolRefMiddleware`: refs for Python chat backends (Starlette, FastAPI, any ASGI app).
 
 For a client speaking protocol 2 (`Toolref-Protocol: 2`), the middleware hydrates the
-`toolRef` markers in the JSON request body through the registry before the app sees it, so
-the app only ever sees full messages. It adds `toolReferences` to the app's JSON answer (or,
-for other answers such as event streams, a `Toolref-References` header) so the client learns
-which payloads it may send as refs next time. An unknown ref is answered with 409 and
-`missingRefs`, and the client's SDK resends those payloads in full.
+request body through the registry before the app sees it (see `toolref.hydrator`): the app
+receives exactly the body the client would have sent without toolref, every message as the
+client wrote it. The answer tells the client what it lacks: the history ref confirmed (in
+`Toolref-History`), or the refs of payloads it sent in full (`toolReferences` added to a
+JSON answer, or a `Toolref-References` header on anything else, event streams included).
+An unknown ref is answered with 409 and `missingRefs`, and the client's SDK resends those
+payloads in full; an unknown history with 409 `missing-history`, and the SDK resends all.
 
-History refs: a client that sends `Toolref-History: ?1` has the conversation kept as a
-history in the registry, and the answer confirms its ref in the same header. Next turn the
-client sends only the new messages, with `historyRef` (or the ref in the header and a zstd
-body compressed against the history); the middleware has the registry rebuild the whole
-conversation, and the app sees it in full, without `historyRef`. An unknown history is a 409
-`missing-history`, which the SDK answers by resending everything. The middleware keeps the
-last histories it confirmed in memory, so that rebuilding a dictionary usually costs no
-registry call; any replica can serve any turn, since the registry holds the histories.
+Streaming stays streaming: after the body, the app's `receive` is the real one (it waits for
+the client to disconnect), and an answer is held back only to add `toolReferences` to a
+JSON body that arrives in one piece.
 
 A protocol-1 request passes through untouched, and its answer is byte for byte what the app
-alone would give. When the registry is down, requests without markers pass through and are
-answered as protocol 1 (so clients send full payloads); requests with markers get 409 with
-every ref missing, and requests continuing a history a 409 `missing-history`, which the SDK
-answers by resending in full. Chatting never stops.
+alone would give. When the registry is down (or refuses the middleware's key), requests
+without markers pass through and are answered as protocol 1 (so clients send full payloads);
+requests with markers get 409 with every ref missing, and requests continuing a history a
+409 `missing-history`, which the SDK answers by resending in full. Chatting never stops.
+Each such fallback is counted in `toolref_middleware_fallbacks_total{reason}`; a registry
+that is unreachable or refuses the key is logged once, at start-up (or on the first request
+when the server runs no lifespan).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Container, MutableMapping, Sequence
-from typing import Any
+from typing import Any, Final
 
-from toolref import compression, formats, history
-from toolref.client import AsyncRegistryClient, MessagesResult
-from toolref.encoding import JSON_TYPE, PROBLEM_TYPE, dumps_json
-from toolref.errors import (
-    AuthenticationError,
-    BodyTooLargeError,
-    InvalidProtocolError,
-    MissingHistoryError,
-    MissingRefsError,
-    ProtocolRequiredError,
-    ServiceUnavailableError,
-    ToolrefError,
-    UnexpectedResponseError,
-    UnsupportedMediaTypeError,
-)
-from toolref.history import HISTORY_HEADER, history_header
-from toolref.protocol import PROTOCOL_FULL, PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
+from toolref.client import AsyncRegistryClient
+from toolref.encoding import JSON_TYPE, PROBLEM_TYPE
+from toolref.errors import BodyTooLargeError, InvalidProtocolError, ToolrefError
+from toolref.history import HISTORY_HEADER
+from toolref.hydrator import Hydrated, Hydrator, PassThrough
+from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
 from toolref.rewriter import REFERENCES_HEADER
 
 log = logging.getLogger(__name__)
@@ -58,17 +47,16 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-# The registry failing us (down, refusing our key, not a registry): not the client's fault.
-_REGISTRY_FAILURES = (
-    ServiceUnavailableError,
-    AuthenticationError,
-    ProtocolRequiredError,
-    UnexpectedResponseError,
-)
 
-_PROTOCOL = PROTOCOL_HEADER.lower().encode()
-_HISTORY = HISTORY_HEADER.lower().encode()
-_HEADER_LIMIT = 8192  # beyond this, refs are not offered in a header (proxies cut long ones)
+_PROTOCOL: Final = PROTOCOL_HEADER.lower().encode()
+_HISTORY: Final = HISTORY_HEADER.lower().encode()
+_REFERENCES: Final = REFERENCES_HEADER.lower().encode()
+_HEADER_LIMIT: Final = 8192  # beyond this, refs are not offered in a header (proxies cut long ones)
+_VERIFY_SECONDS: Final = 5.0
+
+
+class _Disconnected(Exception):
+    """The client went away before its body was in: nobody to answer."""
 
 
 class ToolRefMiddleware:
@@ -79,7 +67,8 @@ class ToolRefMiddleware:
     messages_keys: where the messages may sit in a request body (the first present wins).
     format: the message format (detected per request when None).
     paths: only requests to these paths are handled (all POST/PUT/PATCH when None).
-    max_body_bytes: larger protocol-2 bodies (sent or inflated) are refused with 413.
+    max_body_bytes: larger protocol-2 bodies, as sent, are refused with 413.
+    max_inflated_bytes: the same for a gzip or zstd body once inflated.
     recent_histories: how many confirmed histories to keep in memory, to rebuild their
         dictionaries without a registry call.
     """
@@ -93,26 +82,83 @@ class ToolRefMiddleware:
         format: str | None = None,
         paths: Container[str] | None = None,
         max_body_bytes: int = 32 * 2**20,
+        max_inflated_bytes: int = 64 * 2**20,
         recent_histories: int = 32,
     ) -> None:
         self.app = app
         self.registry = registry
-        self.messages_keys = tuple(messages_keys)
-        self.format = format
         self.paths = paths
         self.max_body_bytes = max_body_bytes
-        self.recent_histories = recent_histories
-        self._recent: OrderedDict[str, list[Any]] = OrderedDict()
+        self.hydrator = Hydrator(
+            registry,
+            messages_keys=messages_keys,
+            format=format,
+            max_inflated_bytes=max_inflated_bytes,
+            recent_histories=recent_histories,
+        )
+        self.registry_problem: str | None = None  # what the start-up check found wrong
+        self._verified: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, self._on_startup(receive), send)
+            return
         if not self._handles(scope):
             await self.app(scope, receive, send)
             return
+        await self._verify_once()
         try:
-            body = await self._read(scope, receive)
-            await self._handle(scope, body, send)
+            raw = await self._read(receive)
+            headers = _headers(scope)
+            body = await self.hydrator.inflate(
+                raw, headers.get("content-encoding"), headers.get(HISTORY_HEADER.lower())
+            )
+            outcome = await self.hydrator.hydrate(body, headers)
+        except _Disconnected:
+            return
         except ToolrefError as exc:
             await _problem(send, exc, PROTOCOL_REFS)
+            return
+        downstream = _with_body(scope, len(outcome.body))
+        replay = _replay(outcome.body, receive)
+        if isinstance(outcome, PassThrough):
+            await self.app(downstream, replay, _marked(send, outcome.protocol, None))
+            return
+        await self.app(downstream, replay, _marked(send, PROTOCOL_REFS, outcome))
+
+    # --- the registry, checked once -----------------------------------------------------
+
+    def _on_startup(self, receive: Receive) -> Receive:
+        async def wrapped() -> Message:
+            message = await receive()
+            if message.get("type") == "lifespan.startup":
+                await self._verify_once()
+            return message
+
+        return wrapped
+
+    async def _verify_once(self) -> None:
+        """At start-up, or before the first request when the server runs no lifespan; requests
+        arriving meanwhile wait for the same check."""
+        if self._verified is None:
+            self._verified = asyncio.ensure_future(self._verify())
+        await asyncio.shield(self._verified)
+
+    async def _verify(self) -> None:
+        try:
+            problem = await asyncio.wait_for(self.registry.verify(), _VERIFY_SECONDS)
+        except TimeoutError:
+            problem = f"the registry at {self.registry.base_url} did not answer in time"
+        self.registry_problem = problem
+        if problem is not None:
+            log.error(
+                "toolref registry check failed: %s. Until it is fixed, protocol-2 requests "
+                "pass to the app as protocol 1 (clients send full payloads); "
+                "toolref_middleware_fallbacks_total counts them",
+                problem,
+            )
+
+    # --- the request --------------------------------------------------------------------
 
     def _handles(self, scope: Scope) -> bool:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
@@ -125,19 +171,12 @@ class ToolRefMiddleware:
         except InvalidProtocolError:
             return False  # not ours to judge: the app sees the request as it came
 
-    async def _read(self, scope: Scope, receive: Receive) -> bytes:
-        encoding = (_header(scope, b"content-encoding") or "identity").strip().lower()
-        if encoding not in ("identity", "zstd"):
-            raise UnsupportedMediaTypeError(
-                f"a protocol-2 request body may be sent as is or with Content-Encoding: zstd, "
-                f"not {encoding}; send it as plain JSON",
-                supported=["identity", "zstd"],
-            )
+    async def _read(self, receive: Receive) -> bytes:
         chunks, size = [], 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                break
+                raise _Disconnected
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
@@ -147,176 +186,90 @@ class ToolRefMiddleware:
                 )
             chunks.append(chunk)
             if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        if encoding == "identity":
-            return body
-        _, continues = history_header(_header(scope, _HISTORY))
-        if continues is None:
-            return compression.inflate(body, self.max_body_bytes)
-        compression.check_frame(body, self.max_body_bytes, continues)  # before any work
-        dictionary = history.dictionary(await self._history(continues))
-        return compression.decompress(body, dictionary, self.max_body_bytes, continues)
-
-    async def _history(self, ref: str) -> list[Any]:
-        """The messages of history `ref` in full: from memory, or rebuilt by the registry."""
-        found = self._recent.get(ref)
-        if found is not None:
-            self._recent.move_to_end(ref)
-            return found
-        try:
-            result = await self.registry.hydrate([], format=self.format, history_ref=ref)
-        except _REGISTRY_FAILURES as exc:
-            raise _unavailable(ref, exc) from None
-        self._remember(ref, result.messages)
-        return result.messages
-
-    def _remember(self, ref: str, messages: list[Any]) -> None:
-        self._recent[ref] = messages
-        self._recent.move_to_end(ref)
-        while len(self._recent) > self.recent_histories:
-            self._recent.popitem(last=False)
-
-    async def _handle(self, scope: Scope, body: bytes, send: Send) -> None:
-        data, key = self._messages(scope, body)
-        if key is None:
-            await self.app(scope, _replay(body), _with_protocol(send, PROTOCOL_REFS, None))
-            return
-        keep, continues = history_header(_header(scope, _HISTORY))
-        ref = history.continued_ref(data.pop("historyRef", None), continues)
-        messages = data[key]
-        try:
-            result = await self.registry.hydrate(
-                messages, format=self.format, history_ref=ref, keep_history=keep
-            )
-        except (MissingRefsError, MissingHistoryError) as exc:
-            await _problem(send, exc, PROTOCOL_REFS)
-            return
-        except _REGISTRY_FAILURES as exc:
-            if ref is not None:
-                await _problem(send, _unavailable(ref, exc), PROTOCOL_REFS)
-                return
-            log.warning("registry unavailable, passing full payloads through: %s", exc.detail)
-            await self._without_registry(scope, body, messages, send)
-            return
-        if result.history_ref is not None:
-            self._remember(result.history_ref, result.messages)
-        hydrated = dumps_json({**data, key: result.messages})
-        downstream = _with_length(_without_encoding(scope), len(hydrated))
-        await self.app(downstream, _replay(hydrated), _with_protocol(send, PROTOCOL_REFS, result))
-
-    async def _without_registry(
-        self, scope: Scope, body: bytes, messages: list[Any], send: Send
-    ) -> None:
-        fmt = formats.detect(messages, self.format)
-        refs = formats.scan(messages, fmt).refs
-        if refs:
-            await _problem(
-                send,
-                MissingRefsError(
-                    "the registry is unavailable, so no ref can be resolved; resend these "
-                    "payloads in full",
-                    refs,
-                ),
-                PROTOCOL_FULL,
-            )
-            return
-        await self.app(scope, _replay(body), _with_protocol(send, PROTOCOL_FULL, None))
-
-    def _messages(self, scope: Scope, body: bytes) -> tuple[dict[str, Any], str | None]:
-        media = (_header(scope, b"content-type") or "").split(";")[0].strip().lower()
-        if media != JSON_TYPE:
-            return {}, None
-        try:
-            data = json.loads(body)
-        except ValueError:
-            return {}, None  # the app answers its own malformed input
-        if not isinstance(data, dict):
-            return {}, None
-        for key in self.messages_keys:
-            if isinstance(data.get(key), list):
-                return data, key
-        return data, None
+                return b"".join(chunks)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def _headers(scope: Scope) -> dict[str, str]:
+    """Request headers by lowercase name (the first of a repeated one)."""
+    found: dict[str, str] = {}
     for key, value in scope["headers"]:
-        if key == name:
-            text: str = value.decode("latin-1")
-            return text
-    return None
+        found.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))
+    return found
 
 
-def _unavailable(ref: str, exc: ToolrefError) -> MissingHistoryError:
-    return MissingHistoryError(
-        f"history {ref} cannot be rebuilt now (the registry is unavailable: {exc.detail}); "
-        "send the whole conversation",
-        ref,
-    )
-
-
-def _without_encoding(scope: Scope) -> Scope:
-    headers = [(k, v) for k, v in scope["headers"] if k != b"content-encoding"]
-    return {**scope, "headers": headers}
-
-
-def _replay(body: bytes) -> Receive:
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if sent:
-            return {"type": "http.disconnect"}
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return receive
-
-
-def _with_length(scope: Scope, length: int) -> Scope:
-    headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+def _with_body(scope: Scope, length: int) -> Scope:
+    """The scope for the body the app gets: as written (no Content-Encoding), its length."""
+    headers = [
+        (k, v) for k, v in scope["headers"] if k not in (b"content-encoding", b"content-length")
+    ]
     headers.append((b"content-length", str(length).encode()))
     return {**scope, "headers": headers}
 
 
-def _with_protocol(send: Send, protocol: int, result: MessagesResult | None) -> Send:
-    """Mark the answer with the protocol used and, for protocol 2, the refs it confirms."""
-    references = result.tool_references if result is not None else None
-    confirmed = result.history_ref if result is not None else None
-    start: Message | None = None
-    chunks: list[bytes] = []
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body once, then the real `receive`: a streaming app waits on it for the client's
+    disconnect, as it would without the middleware."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
+def _marked(send: Send, protocol: int, outcome: Hydrated | None) -> Send:
+    """Mark the answer with the protocol used and, for protocol 2, what the client lacks.
+    Only a successful JSON answer that arrives in one piece is held, to add
+    `toolReferences` to it; anything else gets a `Toolref-References` header."""
+    references = outcome.references if outcome is not None else {}
+    confirmed = outcome.history if outcome is not None else None
+    held: Message | None = None
 
     async def wrapped(message: Message) -> None:
-        nonlocal start
-        if message["type"] == "http.response.start":
+        nonlocal held
+        kind = message["type"]
+        if kind == "http.response.start":
             headers = [
-                (k, v) for k, v in message.get("headers", []) if k not in (_PROTOCOL, _HISTORY)
+                (k, v)
+                for k, v in message.get("headers", [])
+                if k.lower() not in (_PROTOCOL, _HISTORY, _REFERENCES)
             ]
             headers.append((_PROTOCOL, str(protocol).encode()))
             if confirmed is not None:
                 headers.append((_HISTORY, confirmed.encode()))
             message = {**message, "headers": headers}
-            if references and _is_json(headers):
-                start = message  # held until the body is complete, to add toolReferences
+            if references and message.get("status", 200) < 300 and _is_json(headers):
+                held = message
                 return
-            if references:
-                header = json.dumps(references, separators=(",", ":")).encode()
-                if len(header) <= _HEADER_LIMIT:
-                    headers.append((REFERENCES_HEADER.lower().encode(), header))
-            await send(message)
-        elif message["type"] == "http.response.body" and start is not None:
-            chunks.append(message.get("body", b""))
-            if message.get("more_body", False):
+            await send(_with_references_header(message, references))
+        elif kind == "http.response.body" and held is not None:
+            start, held = held, None
+            if message.get("more_body", False):  # streamed: the body is not ours to hold
+                await send(_with_references_header(start, references))
+                await send(message)
                 return
-            body = _add_references(b"".join(chunks), references or {})
-            headers = [(k, v) for k, v in start["headers"] if k != b"content-length"]
+            body = _add_references(message.get("body", b""), references)
+            headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
             headers.append((b"content-length", str(len(body)).encode()))
             await send({**start, "headers": headers})
-            await send({"type": "http.response.body", "body": body, "more_body": False})
+            await send({**message, "body": body})
         else:
             await send(message)
 
     return wrapped
+
+
+def _with_references_header(start: Message, references: dict[str, str]) -> Message:
+    if not references:
+        return start
+    header = json.dumps(references, separators=(",", ":")).encode()
+    if len(header) > _HEADER_LIMIT:
+        return start
+    return {**start, "headers": [*start["headers"], (_REFERENCES, header)]}
 
 
 def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
@@ -330,14 +283,21 @@ def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
 
 
 def _add_references(body: bytes, references: dict[str, str]) -> bytes:
+    """`toolReferences` appended to a JSON object body, every other byte as the app wrote
+    it; any other body is left alone."""
+    stripped = body.rstrip()
+    if not stripped.endswith(b"}"):
+        return body
     try:
-        data = json.loads(body)
+        value = json.loads(body)
     except ValueError:
         return body
-    if not isinstance(data, dict):
+    if not isinstance(value, dict):
         return body
-    data["toolReferences"] = references
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    member = b'"toolReferences":' + json.dumps(references, separators=(",", ":")).encode()
+    inner = stripped[:-1].rstrip()
+    joiner = b"" if inner.endswith(b"{") else b","
+    return inner + joiner + member + b"}"
 
 
 async def _problem(send: Send, error: ToolrefError, protocol: int) -> None:

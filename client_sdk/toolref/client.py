@@ -10,6 +10,7 @@ mapping of problem+json answers to typed errors. The two halves only send and sl
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,7 +21,7 @@ import httpx
 import pydantic
 import zstandard
 
-from toolref import encoding
+from toolref import encoding, spans
 from toolref.breaker import BreakerState, CircuitBreaker
 from toolref.canonical import Ref
 from toolref.errors import (
@@ -38,6 +39,7 @@ from toolref.models import Capabilities, Invocation, RegisteredRef
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_REFS
 
 _RETRYABLE = frozenset({502, 503, 504})
+_PROBE_REF = "tr_" + "a" * 26  # a well-formed ref no invocation has: 404 with a good key
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,40 @@ class MessagesResult:
             tool_references=dict(body.get("toolReferences") or {}),
             stats=dict(body.get("optimizationStats") or {}),
             history_ref=ref if is_history_ref(ref) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HydratedText:
+    """A hydrate answer read as text: its messages stay the JSON text the registry wrote
+    (the payloads and messages exactly as their clients sent them), to be spliced."""
+
+    text: str
+    messages: tuple[int, int]  # span of the messages array in `text`
+    format: str
+    tool_references: dict[str, str]
+    history_ref: str | None
+
+    @property
+    def messages_text(self) -> str:
+        return self.text[self.messages[0] : self.messages[1]]
+
+    @classmethod
+    def of(cls, text: str) -> HydratedText:
+        document = spans.document(text)
+        found = document.members
+        if not isinstance(document.value, dict) or "messages" not in found:
+            raise ValueError("not a hydrate answer: no `messages`")
+        body = document.value
+        member = found["messages"]
+        ref = body.get("historyRef")
+        references = body.get("toolReferences")
+        return cls(
+            text,
+            (member.start, member.end),
+            str(body.get("format")),
+            dict(references) if isinstance(references, dict) else {},
+            ref if is_history_ref(ref) else None,
         )
 
 
@@ -372,6 +408,81 @@ class BaseRegistryClient:
         answer = yield from self._call("POST", "/v1/messages:hydrate", body, headers=headers)
         return MessagesResult.of(answer)
 
+    def _hydrate_text(
+        self,
+        messages: str,
+        format: str | None,
+        history_ref: str | None,
+        keep_history: bool,
+    ) -> Exchange[HydratedText]:
+        """`_hydrate` for messages given as JSON text (an array), answered as text: nothing
+        in them is parsed and written again on the way (see `HydratedText`)."""
+        caps = yield from self._capabilities_exchange()
+        if self.protocol < PROTOCOL_REFS:
+            raise ProtocolRequiredError(
+                f"the registry at {self.base_url} speaks protocol {self.protocol}, which has no "
+                "refs; upgrade it, or send full payloads"
+            )
+        options = ""
+        if format is not None:
+            options += ',"format":' + json.dumps(format)
+        if history_ref is not None:
+            check_history_ref(history_ref)
+            if not caps.history_refs:
+                raise MissingHistoryError(
+                    f"the registry at {self.base_url} keeps no histories, so it cannot "
+                    f"continue {history_ref}; send the whole conversation",
+                    history_ref,
+                )
+            options += ',"historyRef":' + json.dumps(history_ref)
+        content = ('{"messages":' + messages + options + "}").encode()
+        headers = {
+            **self._headers,
+            PROTOCOL_HEADER: str(self.protocol),
+            "Accept": encoding.JSON_TYPE,
+            "Content-Type": encoding.JSON_TYPE,
+        }
+        if keep_history:
+            headers[HISTORY_HEADER] = KEEP_HISTORY
+        if len(content) >= self.compress_threshold and "zstd" in caps.compressors:
+            content = zstandard.ZstdCompressor(level=3).compress(content)
+            headers["Content-Encoding"] = "zstd"
+        url = f"{self.base_url}/v1/messages:hydrate"
+        response = yield from self._send(
+            httpx.Request("POST", url, headers=headers, content=content)
+        )
+        media = response.headers.get("content-type", "").split(";")[0].strip()
+        if response.status_code >= 400 or media != encoding.JSON_TYPE:
+            self._decode(response)  # raises the problem (or says what came instead)
+        try:
+            return HydratedText.of(response.content.decode())
+        except ValueError:
+            raise UnexpectedResponseError(
+                f"the registry at {self.base_url} answered hydrate with "
+                f"{response.content[:120]!r}, not a hydrate answer; is it a toolref registry?",
+                httpStatus=response.status_code,
+            ) from None
+
+    def _verify(self) -> Exchange[str | None]:
+        """None when the registry accepts this client's key; else what is wrong, in words.
+        Costs two requests: capabilities (no key needed) and one GET that needs the key."""
+        try:
+            caps = yield from self._capabilities_exchange()
+            if caps.protocol.high < PROTOCOL_REFS:
+                return f"the registry at {self.base_url} speaks only protocol {caps.protocol.high}"
+            probe = httpx.Request(
+                "GET", f"{self.base_url}/v1/invocations/{_PROBE_REF}", headers=self._headers
+            )
+            response = yield from self._send(probe)
+        except ToolrefError as exc:
+            return exc.detail
+        if response.status_code in (401, 403):
+            return (
+                f"the registry at {self.base_url} refused this API key (HTTP "
+                f"{response.status_code}); set the key a TOOLREF_API_KEYS entry hashes"
+            )
+        return None
+
     def _ready(self) -> Exchange[bool]:
         request = httpx.Request("GET", f"{self.base_url}/readyz", headers=self._headers)
         try:
@@ -440,6 +551,21 @@ class RegistryClient(BaseRegistryClient):
         keep the conversation as a history; `result.history_ref` confirms it."""
         return self._run(self._hydrate(messages, format, mode, history_ref, keep_history))
 
+    def hydrate_text(
+        self,
+        messages: str,
+        format: str | None = None,
+        *,
+        history_ref: str | None = None,
+        keep_history: bool = False,
+    ) -> HydratedText:
+        """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`)."""
+        return self._run(self._hydrate_text(messages, format, history_ref, keep_history))
+
+    def verify(self) -> str | None:
+        """None when the registry answers and accepts this client's key; else what is wrong."""
+        return run_sync(self._verify(), self._http.send)
+
     def ready(self) -> bool:
         return run_sync(self._ready(), self._http.send)
 
@@ -505,6 +631,23 @@ class AsyncRegistryClient(BaseRegistryClient):
         """Async `RegistryClient.hydrate`."""
         exchange = self._hydrate(messages, format, mode, history_ref, keep_history)
         return await self._run(exchange)
+
+    async def hydrate_text(
+        self,
+        messages: str,
+        format: str | None = None,
+        *,
+        history_ref: str | None = None,
+        keep_history: bool = False,
+    ) -> HydratedText:
+        """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`):
+        what a backend uses to hand its app exactly what the client sent."""
+        exchange = self._hydrate_text(messages, format, history_ref, keep_history)
+        return await self._run(exchange)
+
+    async def verify(self) -> str | None:
+        """None when the registry answers and accepts this client's key; else what is wrong."""
+        return await run_async(self._verify(), self._http.send)
 
     async def ready(self) -> bool:
         return await run_async(self._ready(), self._http.send)

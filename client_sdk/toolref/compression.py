@@ -8,6 +8,7 @@ wrong text, and the checksum turns that into a clear 400 the SDK answers by rese
 
 from __future__ import annotations
 
+import zlib
 from typing import Final
 
 import zstandard
@@ -99,6 +100,40 @@ def inflate(body: bytes, limit: int) -> bytes:
     except zstandard.ZstdError as exc:
         raise MalformedBodyError(
             f"the zstd body is corrupt ({exc}); compress the whole body as one zstd stream, "
+            "or send it uncompressed"
+        ) from None
+    return b"".join(parts)
+
+
+def inflate_gzip(body: bytes, limit: int) -> bytes:
+    """A gzip body (members back to back allowed, RFC 1952), producing at most `limit`
+    bytes: each step asks for at most what is left under the limit, so a bomb stops one
+    chunk past it."""
+    inflater = zlib.decompressobj(wbits=31)
+    parts, size, data = [], 0, body
+    try:
+        while True:
+            out = inflater.decompress(data, min(limit - size + 1, _CHUNK))
+            size += len(out)
+            if size > limit:
+                raise DecompressedTooLargeError(
+                    f"the gzip body inflates past the limit of {limit} bytes; send fewer messages",
+                    limit=limit,
+                )
+            parts.append(out)
+            data = inflater.unconsumed_tail
+            if inflater.eof:
+                data = inflater.unused_data + data
+                if not data:
+                    break
+                inflater = zlib.decompressobj(wbits=31)
+            elif not data and not out:
+                raise MalformedBodyError(
+                    "the gzip body ends before its stream does (truncated); send the whole body"
+                )
+    except zlib.error as exc:
+        raise MalformedBodyError(
+            f"the gzip body is corrupt ({exc}); compress the whole body as one gzip stream, "
             "or send it uncompressed"
         ) from None
     return b"".join(parts)

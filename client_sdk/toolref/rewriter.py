@@ -231,6 +231,8 @@ class ToolReferenceManager:
         # Only a head the client computed itself is remembered: a server that chained the
         # messages differently is never sent a ref the two would disagree on.
         if confirmed is not None and confirmed == upload.head:
+            # Every invocation of a confirmed history is held: its refs need no telling.
+            self.confirm(outgoing.refs.values())
             self.histories_accepted = True
             self.histories[confirmed] = upload.length
             self.histories.move_to_end(confirmed)

@@ -140,16 +140,27 @@ def elements(text: str, at: int) -> tuple[list[tuple[Any, int, int]], int]:
         at = skip_ws(text, _expect(text, at, ","))
 
 
-def document(text: str, array_key: str | None = None) -> tuple[Any, list[tuple[int, int]] | None]:
-    """The value of a whole JSON document, parsed once; and, when it is an object whose
-    `array_key` member is an array, the span of each element of that array (a body's
-    messages), else None. `SpanError` if the text is not one JSON value."""
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A whole JSON document parsed once: its value; when it is an object, its members with
+    their spans; and the span of each element of the array under the key asked for."""
+
+    text: str
+    value: Any
+    members: dict[str, Member]
+    items: list[tuple[int, int]] | None
+
+
+def document(text: str, array_key: str | None = None) -> Document:
+    """Parse `text` as one JSON document (see `Document`); `SpanError` if it is not one.
+    `items` holds the spans of the elements of the `array_key` member when that member is
+    an array (a body's messages), else None."""
     at = skip_ws(text, 0)
+    found: dict[str, Member] = {}
     items: list[tuple[int, int]] | None = None
-    if array_key is None or text[at : at + 1] != "{":
-        found, at = value(text, at)
+    if text[at : at + 1] != "{":
+        whole, at = value(text, at)
     else:
-        found = {}
         at = skip_ws(text, at + 1)
         closed = text[at : at + 1] == "}"
         at += closed
@@ -160,21 +171,28 @@ def document(text: str, array_key: str | None = None) -> tuple[Any, list[tuple[i
                 key, at = _scanstring(text, at, True)
             except ValueError:
                 raise SpanError("expected an object key", key_start) from None
+            key_end = at
             at = skip_ws(text, _expect(text, skip_ws(text, at), ":"))
+            start = at
             if key == array_key and text[at : at + 1] == "[":
                 listed, at = elements(text, at)
-                found[key] = [item for item, _, _ in listed]
-                items = [(start, end) for _, start, end in listed]
+                item = [element for element, _, _ in listed]
+                items = [(first, last) for _, first, last in listed]
             else:
-                found[key], at = value(text, at)
+                item, at = value(text, at)
                 if key == array_key:
                     items = None  # a later member of that name that is no array wins
+            previous = found.get(key)
+            if previous is not None:  # the first place, as a dict keeps it
+                key_start, key_end = previous.key_start, previous.key_end
+            found[key] = Member(key, key_start, key_end, start, at, item)
             at = skip_ws(text, at)
             closed = text[at : at + 1] == "}"
             at = skip_ws(text, at + 1) if closed else skip_ws(text, _expect(text, at, ","))
+        whole = {key: member.value for key, member in found.items()}
     if skip_ws(text, at) != len(text):
         raise SpanError("extra data after the document", at)
-    return found, items
+    return Document(text, whole, found, items)
 
 
 def locate(text: str, at: int, paths: Iterable[Path]) -> dict[Path, tuple[int, int]]:

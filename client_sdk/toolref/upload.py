@@ -5,7 +5,8 @@ has confirmed that is still a prefix of the conversation (an edited or truncated
 falls back to an earlier one, or to the whole conversation). When the server is known to
 read zstd, those new messages travel compressed against the history itself, which both sides
 can rebuild: the history's ref then goes in the `Toolref-History` header, as the name of
-the dictionary, and the body is canonical JSON, so its structure matches the dictionary's.
+the dictionary. The dictionary is canonical JSON (both sides rebuild it byte for byte from
+JSON-equal messages); the body is the client's own JSON, which is what the backend gets.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from typing import Any, Final
 import zstandard
 
 from toolref import compression, history
-from toolref.canonical import canonical_json
 from toolref.encoding import JSON_TYPE, dumps_json
 from toolref.formats import Format
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
@@ -74,7 +74,7 @@ def prepare(
     ref, start = candidates[pick]
     rest = turn.outgoing[start:]
     if compress and use_dictionary:
-        plain = canonical_json({**turn.body, turn.key: rest})
+        plain = dumps_json({**turn.body, turn.key: rest})
         packed = compression.compress(
             plain, history.dictionary_of(full[:start]), history.DICTIONARY_LEVEL
         )

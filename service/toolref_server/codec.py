@@ -261,7 +261,7 @@ def _json_document(data: bytes, max_depth: int, messages_key: str | None) -> Dec
             f"the body is not UTF-8 (byte {exc.start} is {bad!r}); encode JSON as UTF-8"
         ) from None
     try:
-        value, items = spans.document(text, messages_key)
+        parsed = spans.document(text, messages_key)
     except (spans.SpanError, json.JSONDecodeError):
         _raise_json_error(text)
         raise  # json.loads found nothing wrong: never reached in practice
@@ -274,6 +274,7 @@ def _json_document(data: bytes, max_depth: int, messages_key: str | None) -> Dec
             f"{sys.get_int_max_str_digits()} digits, or as strings"
         ) from None
     # The parser makes only JSON types: what is left to check is the depth.
+    value, items = parsed.value, parsed.items
     bound = data.count(b"{") + data.count(b"[")  # no deeper than its brackets
     if bound > max_depth and type(value) in _CONTAINERS:
         check_depth(value, max_depth)

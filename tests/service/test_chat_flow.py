@@ -16,7 +16,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
+from toolref import (
+    AsyncRegistryClient,
+    CircuitBreaker,
+    ToolReferenceManager,
+    ToolRefMiddleware,
+    formats,
+)
+from toolref.rewriter import ref_of
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -207,7 +214,7 @@ async def test_streamed_answers_confirm_refs_in_a_header(setup: Setup) -> None:
     manager = ToolReferenceManager()
     history = await converse(setup, manager, 2)
     confirmed = set(manager.confirmed)
-    fresh = ToolReferenceManager()
+    fresh = ToolReferenceManager(history_refs=False)
     response = await fresh.apost(setup.http, "/stream", json={"messages": history})
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.text == "data: hello\n\n"
@@ -216,6 +223,23 @@ async def test_streamed_answers_confirm_refs_in_a_header(setup: Setup) -> None:
     assert set(references) == {"call_1", "call_2"}
     assert confirmed < set(references.values())
     assert set(fresh.confirmed) == set(references.values())
+    # Sent again, as markers now: the client knows those refs, so none is repeated.
+    again = await fresh.apost(setup.http, "/stream", json={"messages": history})
+    assert fresh.savings.refs_sent == 2
+    assert "toolref-references" not in again.headers
+
+
+async def test_a_confirmed_history_needs_no_refs_in_the_answer(setup: Setup) -> None:
+    manager = ToolReferenceManager()
+    history = await converse(setup, manager, 2)
+    fresh = ToolReferenceManager()
+    response = await fresh.apost(setup.http, "/stream", json={"messages": history})
+    assert response.headers["toolref-history"] in fresh.histories
+    assert "toolref-references" not in response.headers
+    # The confirmed head covers every invocation: the client confirms their refs itself.
+    found = formats.scan(history, formats.get("openai-chat"))
+    assert len(found.complete) == 2
+    assert set(fresh.confirmed) == {ref_of(pair) for pair in found.complete}
 
 
 async def test_optimistic_mode_sends_refs_without_waiting_for_confirmation(setup: Setup) -> None:

@@ -109,8 +109,8 @@ async def test_after_the_first_turn_only_new_messages_travel(make_chat: Any) -> 
     assert last < 1200 < len(json.dumps(history))
     assert manager.savings.ratio > 10
     # The replica remembered each history it confirmed: no registry call to rebuild one
-    # (a capabilities fetch, then one hydrate per turn).
-    assert chat.links[0].calls == 9
+    # (a capabilities fetch and the key check once, then one hydrate per turn).
+    assert chat.links[0].calls == 10
 
 
 async def test_without_compression_the_body_names_the_history(make_chat: Any) -> None:
@@ -169,10 +169,11 @@ async def test_two_replicas_serving_alternate_turns(make_chat: Any) -> None:
     assert manager.savings.fallbacks == 0
     assert manager.savings.histories_used == 9
     # Neither replica held the other's last history in memory, so each rebuilt the
-    # dictionary through the registry: 5 turns each, so a capabilities fetch, 5 hydrates,
-    # and a rebuild for every turn that continued a history (4 on the replica that served
-    # the first turn, 5 on the other). Each turn still travelled as new messages only.
-    assert [link.calls for link in chat.links] == [10, 11]
+    # dictionary through the registry: 5 turns each, so a capabilities fetch, the key check,
+    # 5 hydrates, and a rebuild for every turn that continued a history (4 on the replica
+    # that served the first turn, 5 on the other). Each turn still travelled as new
+    # messages only.
+    assert [link.calls for link in chat.links] == [11, 12]
 
 
 async def test_a_client_that_edits_message_5_of_200(make_chat: Any) -> None:

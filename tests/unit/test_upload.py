@@ -9,9 +9,10 @@ import httpx
 import pytest
 
 from toolref import ToolReferenceManager, compression, formats
-from toolref.canonical import canonical_json
+from toolref.encoding import dumps_json
 from toolref.errors import DictionaryMismatchError, MissingHistoryError
 from toolref.history import HISTORY_HEADER, chain_form, dictionary, heads, history_ref
+from toolref.rewriter import ref_of
 from toolref.upload import Turn, prepare
 
 from .test_history import conversation
@@ -59,7 +60,8 @@ def test_compressed_against_the_history_names_it_in_the_header() -> None:
     assert upload.headers[HISTORY_HEADER] == ref
     assert upload.headers["Content-Encoding"] == "zstd"
     inflated = compression.decompress(upload.content, dictionary(messages[:9]), 10**6, ref)
-    assert inflated == canonical_json({"messages": messages[9:], "temperature": 0.5})
+    # The client's own JSON (key order and number forms as it writes them), not canonical.
+    assert inflated == dumps_json({"messages": messages[9:], "temperature": 0.5})
     with pytest.raises(DictionaryMismatchError):
         compression.decompress(upload.content, dictionary(messages[:8]), 10**6, ref)
 
@@ -134,7 +136,13 @@ def test_a_missing_history_is_forgotten_and_the_whole_conversation_resent() -> N
     chat(server, manager, conversation(3))
     _, refused, resent = server.requests
     assert "historyRef" in json.loads(refused.content)
-    assert json.loads(resent.content) == {"messages": conversation(3)}
+    # The whole conversation, with the payloads the confirmed history held as refs.
+    whole = conversation(3)
+    found = formats.scan(whole, OPENAI)
+    held = {ref_of(p) for p in formats.scan(conversation(2), OPENAI).complete}
+    markers = {p.key: ref_of(p) for p in found.complete if ref_of(p) in held}
+    assert markers
+    assert json.loads(resent.content) == {"messages": formats.replace(whole, found, markers)}
     assert ref_at(conversation(2), 9) not in manager.histories
     assert list(manager.histories.values()) == [len(conversation(3))]
 
