@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Callable, Container, MutableMapping, Sequ
 from typing import Any
 
 from toolref import compression, formats, history
+from toolref.checks import check_middleware_options
 from toolref.client import AsyncRegistryClient, MessagesResult
 from toolref.encoding import JSON_TYPE, PROBLEM_TYPE, dumps_json
 from toolref.errors import (
@@ -47,6 +48,7 @@ from toolref.errors import (
     UnsupportedMediaTypeError,
 )
 from toolref.history import HISTORY_HEADER, history_header
+from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_FULL, PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
 from toolref.rewriter import REFERENCES_HEADER
 
@@ -90,11 +92,19 @@ class ToolRefMiddleware:
         registry: AsyncRegistryClient,
         *,
         messages_keys: Sequence[str] = ("messages", "input", "contents"),
-        format: str | None = None,
+        format: FormatName | None = None,
         paths: Container[str] | None = None,
         max_body_bytes: int = 32 * 2**20,
         recent_histories: int = 32,
     ) -> None:
+        check_middleware_options(
+            registry=registry,
+            messages_keys=messages_keys,
+            format=format,
+            paths=paths,
+            max_body_bytes=max_body_bytes,
+            recent_histories=recent_histories,
+        )
         self.app = app
         self.registry = registry
         self.messages_keys = tuple(messages_keys)

@@ -25,7 +25,7 @@ from toolref.errors import (
 )
 from toolref.formats import Format, Pair, Scan
 from toolref.history import HISTORY_HEADER, continued_ref, history_header
-from toolref.models import HandoffRequest, HydrateRequest, OptimizeRequest
+from toolref.models import FormatName, HandoffRequest, HydrateRequest, OptimizeRequest
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref_server import codec, compaction, record
 from toolref_server.routes import context, continuation
@@ -254,7 +254,10 @@ def _conversation(
 
 
 def _continued(
-    request: Request, messages: list[Any], named: str | None, before: continuation.Continuation
+    request: Request,
+    messages: list[Any],
+    named: FormatName | None,
+    before: continuation.Continuation,
 ) -> Conversation:
     """The history followed by the new messages, read as one conversation: its format is
     detected over the whole (a history of plain text fits every format, so the one stored
