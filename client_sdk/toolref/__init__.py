@@ -73,7 +73,7 @@ from toolref.history import (
     is_history_ref,
     longest_confirmed,
 )
-from toolref.models import Capabilities, Invocation, RegisteredRef
+from toolref.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_LOW
 from toolref.rewriter import Rewrite, Savings, ToolReferenceManager, rewrite
 from toolref.streaming import (
@@ -125,6 +125,8 @@ __all__ = [
     "DictionaryMismatchError",
     "Digest",
     "DuplicateToolCallError",
+    "FormatName",
+    "HydrateMode",
     "InvalidHistoryHeaderError",
     "InvalidProtocolError",
     "InvalidRefError",

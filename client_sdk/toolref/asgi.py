@@ -31,11 +31,13 @@ import logging
 from collections.abc import Awaitable, Callable, Container, MutableMapping, Sequence
 from typing import Any, Final
 
+from toolref.checks import check_middleware_options
 from toolref.client import AsyncRegistryClient
 from toolref.encoding import JSON_TYPE, PROBLEM_TYPE
 from toolref.errors import BodyTooLargeError, InvalidProtocolError, ToolrefError
 from toolref.history import HISTORY_HEADER
 from toolref.hydrator import Hydrated, Hydrator, PassThrough
+from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
 from toolref.rewriter import REFERENCES_HEADER
 
@@ -79,12 +81,20 @@ class ToolRefMiddleware:
         registry: AsyncRegistryClient,
         *,
         messages_keys: Sequence[str] = ("messages", "input", "contents"),
-        format: str | None = None,
+        format: FormatName | None = None,
         paths: Container[str] | None = None,
         max_body_bytes: int = 32 * 2**20,
         max_inflated_bytes: int = 64 * 2**20,
         recent_histories: int = 32,
     ) -> None:
+        check_middleware_options(
+            registry=registry,
+            messages_keys=messages_keys,
+            format=format,
+            paths=paths,
+            max_body_bytes=max_body_bytes,
+            recent_histories=recent_histories,
+        )
         self.app = app
         self.registry = registry
         self.paths = paths

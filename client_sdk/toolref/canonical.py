@@ -13,6 +13,7 @@ bytes.replace and writes floats as ECMAScript does. Both are property-tested aga
 from __future__ import annotations
 
 import base64
+import difflib
 import hashlib
 import json
 import math
@@ -22,7 +23,12 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring as _encode_basestring
 from typing import Any, Final, TypeAlias, cast
 
-from toolref.errors import CanonicalizationError, InvalidRefError, NonFiniteNumberError
+from toolref.errors import (
+    CanonicalizationError,
+    InvalidRefError,
+    NonFiniteNumberError,
+    ValidationError,
+)
 
 JSONValue: TypeAlias = dict[str, Any] | list[Any] | str | int | float | bool | None
 
@@ -316,11 +322,51 @@ def invocation_digest(name: str, args: Any, result: Any, is_error: bool = False)
     return Digest.of(invocation_bytes(name, args, result, is_error))
 
 
+INVOCATION_KEYS: Final = ("name", "args", "result", "isError")
+_REQUIRED_KEYS: Final = INVOCATION_KEYS[:3]
+_KEYS_HELP: Final = "an invocation mapping has the keys name, args, result and optionally isError"
+
+
+def invocation_members(invocation: object, where: str = "the invocation") -> dict[str, Any]:
+    """The wire form of an invocation mapping (name, args, result, isError), checked: an
+    unknown key (`is_error`), a missing one, a name that is not a str or an isError that is
+    not a bool is a `ValidationError` (a `ValueError`) naming it, never silently dropped."""
+    if not isinstance(invocation, Mapping):
+        raise ValidationError(
+            f"{where} is a {type(invocation).__name__}, not a mapping; {_KEYS_HELP}"
+        )
+    unknown = [key for key in invocation if key not in INVOCATION_KEYS]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(str(key), INVOCATION_KEYS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValidationError(f"{where} has an unknown key {key!r}{hint}; {_KEYS_HELP}")
+    missing = [key for key in _REQUIRED_KEYS if key not in invocation]
+    if missing:
+        raise ValidationError(
+            f"{where} has no {missing[0]!r} (its keys: {', '.join(map(str, invocation))}); "
+            f"{_KEYS_HELP}"
+        )
+    name, is_error = invocation["name"], invocation.get("isError", False)
+    if not isinstance(name, str):
+        raise ValidationError(
+            f"{where} has a name that is a {type(name).__name__} ({name!r}); a tool name is a str"
+        )
+    if not isinstance(is_error, bool):
+        raise ValidationError(
+            f"{where} has an isError that is a {type(is_error).__name__} ({is_error!r}); "
+            "isError is True or False"
+        )
+    return {
+        "name": name,
+        "args": invocation["args"],
+        "result": invocation["result"],
+        "isError": is_error,
+    }
+
+
 def digest_of(invocation: Mapping[str, Any]) -> Digest:
-    """Digest of an invocation mapping with members name, args, result and optional isError."""
-    return invocation_digest(
-        invocation["name"],
-        invocation["args"],
-        invocation["result"],
-        bool(invocation.get("isError", False)),
-    )
+    """Digest of an invocation mapping with members name, args, result and optional isError
+    (any other key, or a missing one, is a `ValidationError`)."""
+    wire = invocation_members(invocation)
+    return invocation_digest(wire["name"], wire["args"], wire["result"], wire["isError"])

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import Any, Final, Generic, Literal, Self, get_args
+from urllib.parse import urlsplit
 
 import httpx
 import pydantic
 import zstandard
+from typing_extensions import TypeVar
 
-from toolref import encoding, spans
+from toolref import encoding, formats, spans
 from toolref.breaker import BreakerState, CircuitBreaker
-from toolref.canonical import Ref
+from toolref.canonical import Ref, invocation_members
 from toolref.errors import (
     CircuitOpenError,
     MissingHistoryError,
@@ -31,11 +34,12 @@ from toolref.errors import (
     RegistryUnreachableError,
     ToolrefError,
     UnexpectedResponseError,
+    ValidationError,
     error_from_problem,
 )
 from toolref.exchange import Exchange, Sleep, T, run_async, run_sync
 from toolref.history import HISTORY_HEADER, KEEP_HISTORY, check_history_ref, is_history_ref
-from toolref.models import Capabilities, Invocation, RegisteredRef
+from toolref.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_REFS
 
 _RETRYABLE = frozenset({502, 503, 504})
@@ -105,52 +109,156 @@ class HydratedText:
 
 
 InvocationLike = Invocation | Mapping[str, Any]
+WireEncoding = Literal["auto", "json", "msgpack"]
+_ENCODINGS: tuple[str, ...] = get_args(WireEncoding)
+_MODES: tuple[str, ...] = get_args(HydrateMode)
 
 
-def _wire(invocation: InvocationLike) -> dict[str, Any]:
-    if isinstance(invocation, Invocation):
-        return invocation.to_wire()
-    return {
-        "name": invocation["name"],
-        "args": invocation["args"],
-        "result": invocation["result"],
-        "isError": bool(invocation.get("isError", False)),
-    }
+def _wires(invocations: Iterable[InvocationLike]) -> list[dict[str, Any]]:
+    """The wire form of each invocation; a mapping with a wrong key is a `ValidationError`."""
+    if isinstance(invocations, (Mapping, str, bytes, Invocation)):
+        raise ValidationError(
+            f"register takes a list of invocations, not one {type(invocations).__name__}; "
+            "wrap it in a list: register([invocation])"
+        )
+    return [
+        i.to_wire() if isinstance(i, Invocation) else invocation_members(i, f"invocation {n}")
+        for n, i in enumerate(invocations)
+    ]
 
 
 def _unique_refs(refs: Iterable[str]) -> list[str]:
     """Validated refs, each once: the server dedupes within a batch, this across batches."""
+    if isinstance(refs, (str, bytes)):
+        raise ValidationError(
+            f"refs is one string ({refs!r}), not a list of refs; wrap it in a list: [ref]"
+        )
     return list(dict.fromkeys(str(Ref(r)) for r in refs))
+
+
+def _check_messages_options(
+    messages: Any, format: FormatName | None, mode: HydrateMode | None = None
+) -> None:
+    """optimize and hydrate arguments, checked before any request (they would be a 422)."""
+    formats.check_messages(messages)
+    if format is not None:
+        formats.check_format(format)
+    if mode is not None and mode not in _MODES:
+        raise ValidationError(
+            f"unknown mode {mode!r}; use one of {', '.join(_MODES)} (None means full)",
+            modes=list(_MODES),
+        )
+
+
+def _check_base_url(base_url: object) -> str:
+    example = "'http://127.0.0.1:8750'"
+    if not isinstance(base_url, str):
+        raise TypeError(f"base_url is a str such as {example}, not {base_url!r}")
+    parts = urlsplit(base_url)
+    if parts.scheme not in ("http", "https"):
+        rest = base_url.split("://", 1)[-1].lstrip("/")
+        raise ValueError(
+            f"base_url {base_url!r} does not start with http:// or https://; use "
+            + (repr(f"http://{rest}") if rest else example)
+        )
+    if not parts.hostname:
+        raise ValueError(
+            f"base_url {base_url!r} has no host; use the registry's, such as {example}"
+        )
+    if parts.query or parts.fragment:
+        raise ValueError(
+            f"base_url {base_url!r} has a query or fragment; give the registry's root URL only"
+        )
+    return base_url.rstrip("/")
+
+
+def _check_api_key(api_key: object) -> str | None:
+    if api_key is None:
+        return None
+    if not isinstance(api_key, str):
+        raise TypeError(f"api_key is a str or None, not a {type(api_key).__name__}")
+    if not api_key:
+        raise ValueError("api_key is empty; pass api_key=None to send no key")
+    if api_key.lower().startswith("bearer "):
+        raise ValueError(
+            f"api_key starts with {api_key[:7]!r}; pass the key alone (the client adds 'Bearer ')"
+        )
+    if any(c.isspace() for c in api_key):
+        where = next(i for i, c in enumerate(api_key) if c.isspace())
+        raise ValueError(
+            f"api_key has whitespace ({api_key[where]!r} at index {where} of {len(api_key)}); "
+            "keys have none: strip it (a key read from a file often ends with a newline)"
+        )
+    return api_key
+
+
+# Numeric option -> (the values that work, what it is): a wrong value's error names both.
+_NUMBERS: Final = {
+    "timeout": ("> 0", "seconds per request"),
+    "retries": (">= 0", "retries after a failed attempt; 0 for none"),
+    "backoff": (">= 0", "seconds before the first retry; 0 for none"),
+    "max_backoff": (">= 0", "the longest wait between retries, in seconds"),
+    "compress_threshold": (">= 0", "bytes from which request bodies are compressed; 0 for all"),
+}
+
+
+def _check_number(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} is a number, not a {type(value).__name__} ({value!r})")
+    works, meaning = _NUMBERS[name]
+    if math.isnan(value) or value < 0 or (works == "> 0" and value == 0):
+        raise ValueError(f"{name} must be {works}, got {value!r}: it is {meaning}")
 
 
 def _chunks(items: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-class BaseRegistryClient:
-    """Configuration, negotiation and every exchange; subclasses add the I/O."""
+# The transport a client sends through; the sans-I/O base takes either kind (and uses none).
+AnyTransport = httpx.BaseTransport | httpx.AsyncBaseTransport
+TransportT_co = TypeVar("TransportT_co", bound=AnyTransport, default=AnyTransport, covariant=True)
+
+
+class BaseRegistryClient(Generic[TransportT_co]):
+    """Configuration, negotiation and every exchange; subclasses add the I/O.
+
+    Every option is a keyword argument, checked here, so a misspelt one is a TypeError and a
+    value that cannot work a ValueError when the client is made, not at its first request:
+
+    transport: the httpx transport to send through (`RegistryClient`: a sync one such as
+        `httpx.HTTPTransport` or `httpx.MockTransport`; `AsyncRegistryClient`: an async one
+        such as `httpx.ASGITransport`). None: the network.
+    api_key: sent as `Authorization: Bearer <api_key>`; None sends no key.
+    timeout: seconds per request. retries, backoff, max_backoff: see the module docstring.
+    breaker: the circuit breaker (a fresh `CircuitBreaker()` when None).
+    encoding: `auto` (msgpack when the server offers it), `json` or `msgpack`.
+    compress_threshold: zstd request bodies from this many bytes on.
+    headers: extra headers on every request. rng: the backoff jitter's random source.
+    """
 
     def __init__(
         self,
         base_url: str,
         *,
+        transport: TransportT_co | None = None,
         api_key: str | None = None,
         timeout: float = 5.0,
         retries: int = 2,
         backoff: float = 0.05,
         max_backoff: float = 2.0,
         breaker: CircuitBreaker | None = None,
-        encoding: Literal["auto", "json", "msgpack"] = "auto",
+        encoding: WireEncoding = "auto",
         compress_threshold: int = 16_384,
         headers: Mapping[str, str] | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        if retries < 0 or backoff < 0 or compress_threshold < 0:
-            raise ValueError(
-                f"retries, backoff and compress_threshold must be >= 0, got {retries}, "
-                f"{backoff} and {compress_threshold}"
-            )
-        self.base_url = base_url.rstrip("/")
+        numbers = (timeout, retries, backoff, max_backoff, compress_threshold)
+        for name, value in zip(_NUMBERS, numbers, strict=True):
+            _check_number(name, value)
+        if encoding not in _ENCODINGS:
+            raise ValueError(f"unknown encoding {encoding!r}; use one of {', '.join(_ENCODINGS)}")
+        api_key = _check_api_key(api_key)
+        self.base_url = _check_base_url(base_url)
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
@@ -163,6 +271,10 @@ class BaseRegistryClient:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._capabilities: Capabilities | None = None
+        self._open(transport)
+
+    def _open(self, transport: AnyTransport | None) -> None:
+        """Subclasses make their HTTP client here; the sans-I/O base sends nothing."""
 
     # --- negotiation ---------------------------------------------------------------
 
@@ -335,15 +447,17 @@ class BaseRegistryClient:
 
     # --- operations, as exchanges ----------------------------------------------------
 
+    # Arguments are checked when the exchange is made, so a bad one never costs a request.
+
     def _register(self, invocations: Iterable[InvocationLike]) -> Exchange[list[RegisteredRef]]:
-        items = [_wire(i) for i in invocations]
+        return self._register_batches(_wires(invocations))
+
+    def _register_batches(self, items: list[dict[str, Any]]) -> Exchange[list[RegisteredRef]]:
         found: list[RegisteredRef] = []
         for batch in (yield from self._batches(items)):
             body = yield from self._call("POST", "/v1/invocations", {"invocations": list(batch)})
             found.extend(RegisteredRef.model_validate(r) for r in body["refs"])
         return found
-
-    # Refs are checked when the exchange is made, so a bad one never costs a request.
 
     def _find_missing(self, refs: Iterable[str]) -> Exchange[list[str]]:
         return self._find_missing_batches(_unique_refs(refs))
@@ -377,6 +491,10 @@ class BaseRegistryClient:
         body = yield from self._call("GET", f"/v1/invocations/{ref}", refs=False)
         return Invocation.model_validate(body)
 
+    def _optimize(self, messages: list[Any], format: FormatName | None) -> Exchange[MessagesResult]:
+        _check_messages_options(messages, format)
+        return self._messages("optimize", messages, format=format)
+
     def _messages(
         self, action: str, messages: list[Any], **options: Any
     ) -> Exchange[MessagesResult]:
@@ -387,8 +505,21 @@ class BaseRegistryClient:
     def _hydrate(
         self,
         messages: list[Any],
-        format: str | None,
-        mode: str | None,
+        format: FormatName | None,
+        mode: HydrateMode | None,
+        history_ref: str | None,
+        keep_history: bool,
+    ) -> Exchange[MessagesResult]:
+        _check_messages_options(messages, format, mode)
+        if history_ref is not None:
+            check_history_ref(history_ref)
+        return self._hydrate_checked(messages, format, mode, history_ref, keep_history)
+
+    def _hydrate_checked(
+        self,
+        messages: list[Any],
+        format: FormatName | None,
+        mode: HydrateMode | None,
         history_ref: str | None,
         keep_history: bool,
     ) -> Exchange[MessagesResult]:
@@ -396,7 +527,6 @@ class BaseRegistryClient:
         options = {"format": format, "mode": mode, "historyRef": history_ref}
         body.update((k, v) for k, v in options.items() if v is not None)
         if history_ref is not None:
-            check_history_ref(history_ref)  # a bad one never costs a request
             caps = yield from self._capabilities_exchange()
             if not caps.history_refs:
                 raise MissingHistoryError(
@@ -411,12 +541,14 @@ class BaseRegistryClient:
     def _hydrate_text(
         self,
         messages: str,
-        format: str | None,
+        format: FormatName | None,
         history_ref: str | None,
         keep_history: bool,
     ) -> Exchange[HydratedText]:
         """`_hydrate` for messages given as JSON text (an array), answered as text: nothing
         in them is parsed and written again on the way (see `HydratedText`)."""
+        if format is not None:
+            formats.check_format(format)
         caps = yield from self._capabilities_exchange()
         if self.protocol < PROTOCOL_REFS:
             raise ProtocolRequiredError(
@@ -497,17 +629,20 @@ def _is_problem(response: httpx.Response) -> bool:
     return media.startswith(encoding.PROBLEM_TYPE)
 
 
-class RegistryClient(BaseRegistryClient):
-    """Blocking client. `transport=` injects an httpx transport (tests, custom networking)."""
+class RegistryClient(BaseRegistryClient[httpx.BaseTransport]):
+    """Blocking client. `transport=` injects an httpx transport (tests, custom networking);
+    the options are `BaseRegistryClient`'s."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        transport: httpx.BaseTransport | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(base_url, **options)
+    _http: httpx.Client
+    _negotiation: threading.Lock
+
+    def _open(self, transport: AnyTransport | None) -> None:
+        if transport is not None and not isinstance(transport, httpx.BaseTransport):
+            raise TypeError(
+                f"RegistryClient sends blocking requests, and {type(transport).__name__} is an "
+                "async transport: use AsyncRegistryClient with it, or a sync transport "
+                "(httpx.HTTPTransport, httpx.MockTransport, httpx.WSGITransport)"
+            )
         self._http = httpx.Client(transport=transport, timeout=self.timeout)
         self._negotiation = threading.Lock()
 
@@ -534,14 +669,14 @@ class RegistryClient(BaseRegistryClient):
     def get(self, ref: str) -> Invocation:
         return self._run(self._get(ref))
 
-    def optimize(self, messages: list[Any], format: str | None = None) -> MessagesResult:
-        return self._run(self._messages("optimize", messages, format=format))
+    def optimize(self, messages: list[Any], format: FormatName | None = None) -> MessagesResult:
+        return self._run(self._optimize(messages, format))
 
     def hydrate(
         self,
         messages: list[Any],
-        format: str | None = None,
-        mode: str | None = None,
+        format: FormatName | None = None,
+        mode: HydrateMode | None = None,
         *,
         history_ref: str | None = None,
         keep_history: bool = False,
@@ -554,7 +689,7 @@ class RegistryClient(BaseRegistryClient):
     def hydrate_text(
         self,
         messages: str,
-        format: str | None = None,
+        format: FormatName | None = None,
         *,
         history_ref: str | None = None,
         keep_history: bool = False,
@@ -579,17 +714,20 @@ class RegistryClient(BaseRegistryClient):
         self.close()
 
 
-class AsyncRegistryClient(BaseRegistryClient):
-    """asyncio client. `transport=` injects an httpx transport (e.g. `httpx.ASGITransport`)."""
+class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
+    """asyncio client. `transport=` injects an httpx transport (e.g. `httpx.ASGITransport`);
+    the options are `BaseRegistryClient`'s."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        transport: httpx.AsyncBaseTransport | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(base_url, **options)
+    _http: httpx.AsyncClient
+    _negotiation: asyncio.Lock
+
+    def _open(self, transport: AnyTransport | None) -> None:
+        if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+            raise TypeError(
+                f"AsyncRegistryClient sends asyncio requests, and {type(transport).__name__} "
+                "is a sync transport: use RegistryClient with it, or an async transport "
+                "(httpx.AsyncHTTPTransport, httpx.ASGITransport, httpx.MockTransport)"
+            )
         self._http = httpx.AsyncClient(transport=transport, timeout=self.timeout)
         self._negotiation = asyncio.Lock()
 
@@ -616,14 +754,16 @@ class AsyncRegistryClient(BaseRegistryClient):
     async def get(self, ref: str) -> Invocation:
         return await self._run(self._get(ref))
 
-    async def optimize(self, messages: list[Any], format: str | None = None) -> MessagesResult:
-        return await self._run(self._messages("optimize", messages, format=format))
+    async def optimize(
+        self, messages: list[Any], format: FormatName | None = None
+    ) -> MessagesResult:
+        return await self._run(self._optimize(messages, format))
 
     async def hydrate(
         self,
         messages: list[Any],
-        format: str | None = None,
-        mode: str | None = None,
+        format: FormatName | None = None,
+        mode: HydrateMode | None = None,
         *,
         history_ref: str | None = None,
         keep_history: bool = False,
@@ -635,7 +775,7 @@ class AsyncRegistryClient(BaseRegistryClient):
     async def hydrate_text(
         self,
         messages: str,
-        format: str | None = None,
+        format: FormatName | None = None,
         *,
         history_ref: str | None = None,
         keep_history: bool = False,

@@ -153,8 +153,10 @@ class BatchTooLargeError(LimitExceededError):
     title = "Batch too large"
 
 
-class ValidationError(ToolrefError):
-    """The body parsed but does not have the required shape."""
+class ValidationError(ToolrefError, ValueError):
+    """The body parsed but does not have the required shape. The SDK raises it too, before
+    any request, for a value of the wrong shape handed to it: an unknown format name or
+    mode, an invocation mapping with an unknown or missing key, a body without messages."""
 
     slug = "validation-failed"
     status = 422

@@ -41,6 +41,7 @@ from toolref.errors import (
 )
 from toolref.history import HISTORY_HEADER, history_header
 from toolref.metrics import counter
+from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_FULL, PROTOCOL_REFS
 
 log = logging.getLogger(__name__)
@@ -111,7 +112,7 @@ class Hydrator:
         registry: AsyncRegistryClient,
         *,
         messages_keys: Sequence[str] = ("messages", "input", "contents"),
-        format: str | None = None,
+        format: FormatName | None = None,
         max_inflated_bytes: int = 64 * 2**20,
         recent_histories: int = 32,
     ) -> None:

@@ -80,6 +80,10 @@ class ResolveResponse(AnswerModel):
 FormatName = Literal[
     "openai-chat", "anthropic", "openai-responses", "ai-sdk-v5", "ai-sdk-v4", "gemini"
 ]
+"""A message format's name (`toolref.formats.NAMES`, in the same order)."""
+
+HydrateMode = Literal["full", "summary"]
+"""What hydrate does with results: `full` payloads, or older ones as a `summary`."""
 
 
 class OptimizeRequest(WireModel):
@@ -94,7 +98,7 @@ class HydrateRequest(WireModel):
         default=None, description="Message format; detected when absent."
     )
     messages: list[dict[str, Any]] = Field(description="The conversation, with toolRef markers.")
-    mode: Literal["full", "summary"] = Field(
+    mode: HydrateMode = Field(
         default="full",
         description="`full`: every marker becomes its payload. `summary`: results older than "
         "the last `keepRecent` become a placeholder naming the ref, followed by a summary.",

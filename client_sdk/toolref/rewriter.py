@@ -27,6 +27,7 @@ import httpx
 
 from toolref import formats
 from toolref.canonical import digest_of, is_ref
+from toolref.checks import check_body, check_manager_options
 from toolref.encoding import JSON_TYPE, PROBLEM_TYPE, dumps_json
 from toolref.errors import (
     DictionaryMismatchError,
@@ -37,6 +38,7 @@ from toolref.errors import (
 from toolref.exchange import Exchange, run_async, run_sync
 from toolref.formats import Format, Pair
 from toolref.history import HISTORY_HEADER
+from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref.upload import Turn, Upload, prepare
 
@@ -51,7 +53,7 @@ class Rewrite:
     """Outgoing messages, and which refs stand in them."""
 
     messages: list[Any]
-    format: str | None
+    format: FormatName | None
     used: dict[str, str]  # pair key -> ref sent as a marker
     refs: dict[str, str]  # pair key -> ref of every complete invocation, sent or not
 
@@ -103,7 +105,7 @@ class ToolReferenceManager:
         enough; least recently used are dropped first).
     """
 
-    format: str | None = None
+    format: FormatName | None = None
     optimistic: bool = False
     messages_key: str = "messages"
     max_refs: int = 100_000
@@ -117,6 +119,9 @@ class ToolReferenceManager:
     histories: OrderedDict[str, int] = field(default_factory=OrderedDict)  # ref -> length
     refs_accepted: bool = False  # the backend has answered as protocol 2
     histories_accepted: bool = False  # the backend has confirmed a history
+
+    def __post_init__(self) -> None:
+        check_manager_options(self.format, self.messages_key, self.max_refs, self.max_histories)
 
     # --- memory --------------------------------------------------------------------
 
@@ -246,12 +251,14 @@ class ToolReferenceManager:
 
         Extra keyword arguments (headers, params, timeout, ...) go to `client.build_request`.
         """
+        check_body(json, self.messages_key)
         return run_sync(self._post(_builder(client, url, kwargs), json), client.send)
 
     async def apost(
         self, client: httpx.AsyncClient, url: str, json: Mapping[str, Any], **kwargs: Any
     ) -> httpx.Response:
         """Async `post`."""
+        check_body(json, self.messages_key)
         return await run_async(self._post(_builder(client, url, kwargs), json), client.send)
 
 

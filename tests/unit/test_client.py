@@ -56,7 +56,7 @@ from toolref.errors import (
     ValidationError,
 )
 from toolref.exchange import Sleep
-from toolref.models import Capabilities, Invocation, RegisteredRef
+from toolref.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
 from toolref.protocol import PROTOCOL_HEADER, negotiate
 
 BASE = "http://registry.test"
@@ -299,13 +299,18 @@ class Api:
             return await self.client.get(ref)
         return self.client.get(ref)
 
-    async def optimize(self, messages: list[Any], format: str | None = None) -> MessagesResult:
+    async def optimize(
+        self, messages: list[Any], format: FormatName | None = None
+    ) -> MessagesResult:
         if isinstance(self.client, AsyncRegistryClient):
             return await self.client.optimize(messages, format=format)
         return self.client.optimize(messages, format=format)
 
     async def hydrate(
-        self, messages: list[Any], format: str | None = None, mode: str | None = None
+        self,
+        messages: list[Any],
+        format: FormatName | None = None,
+        mode: HydrateMode | None = None,
     ) -> MessagesResult:
         if isinstance(self.client, AsyncRegistryClient):
             return await self.client.hydrate(messages, format=format, mode=mode)

@@ -19,6 +19,7 @@ from toolref.encoding import dumps_json
 from toolref.extractive import summarize
 from toolref.formats import Format, Scan
 from toolref.formats.site import get_at
+from toolref.models import FormatName
 from toolref.payload import text_of
 from toolref.placeholder import parse, placeholder
 from toolref_server.compaction import Candidate, apply, older_results, replacements
@@ -431,7 +432,7 @@ def test_gemini_wraps_the_placeholder_in_an_output_object() -> None:
 @pytest.mark.parametrize(
     "name", ["openai-chat", "openai-responses", "anthropic", "ai-sdk-v4", "ai-sdk-v5"]
 )
-def test_other_formats_take_the_placeholder_as_a_string(name: str) -> None:
+def test_other_formats_take_the_placeholder_as_a_string(name: FormatName) -> None:
     assert formats.get(name).text_result("x") == "x"
 
 

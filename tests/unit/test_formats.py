@@ -26,6 +26,7 @@ from toolref.formats import (
     openai_responses,
 )
 from toolref.formats.evidence import FOREIGN
+from toolref.models import FormatName
 
 from ..conftest import need
 from .format_strategies import CONVERSATIONS, Conversation, Path
@@ -89,7 +90,7 @@ def invocations_of(found: Scan) -> list[dict[str, Any]]:
     return [pair.invocation() for pair in found.complete]
 
 
-def round_trip(messages: list[Any], name: str) -> tuple[list[Any], list[Any]]:
+def round_trip(messages: list[Any], name: FormatName) -> tuple[list[Any], list[Any]]:
     """(replaced, filled) with the real refs of every complete invocation."""
     fmt = formats.get(name)
     found = formats.scan(messages, fmt)
@@ -104,7 +105,9 @@ def round_trip(messages: list[Any], name: str) -> tuple[list[Any], list[Any]]:
 @pytest.mark.parametrize("name", NAMES)
 @PROPERTY
 @given(data=st.data())
-def test_fill_after_replace_gives_back_the_exact_messages(name: str, data: st.DataObject) -> None:
+def test_fill_after_replace_gives_back_the_exact_messages(
+    name: FormatName, data: st.DataObject
+) -> None:
     conversation: Conversation = data.draw(CONVERSATIONS[name], label="conversation")
     messages = conversation.messages
     original = copy.deepcopy(messages)
@@ -117,7 +120,7 @@ def test_fill_after_replace_gives_back_the_exact_messages(name: str, data: st.Da
     tool_paths = conversation.marked + conversation.pending + conversation.orphans
     for index in {path[0] for path in tool_paths}:
         assert isinstance(index, int)
-        for other in NAMES:
+        for other in formats.NAMES:
             if other != name:
                 assert formats.get(other).claim(messages[index]) == FOREIGN, (index, other)
 
@@ -296,7 +299,9 @@ def test_the_documented_markers_are_detected_and_scanned(name: str) -> None:
         ["tr_x7k2m4qpeoaccwyd6n3h5ggwmu"],
     ],
 )
-def test_a_marker_with_a_malformed_ref_is_refused_naming_its_message(name: str, bad: Any) -> None:
+def test_a_marker_with_a_malformed_ref_is_refused_naming_its_message(
+    name: FormatName, bad: Any
+) -> None:
     messages = full_example(name) + copy.deepcopy(DOCUMENTED[name])
     last = len(messages) - 1
     messages[last] = set_marker(messages[last], bad)
@@ -395,7 +400,7 @@ def tool_call_of(name: str, call_id: str) -> list[Message]:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_call_without_a_result_stays_in_full(name: str) -> None:
+def test_a_call_without_a_result_stays_in_full(name: FormatName) -> None:
     messages = answered(name, "c1", "one\n" * 50) + tool_call_of(name, "c2")
     found = formats.scan(messages, formats.get(name))
     assert [(p.key, p.complete) for p in found.pairs] == [("c1", True), ("c2", False)]
@@ -408,7 +413,7 @@ def test_a_call_without_a_result_stays_in_full(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", SPLIT)
-def test_a_result_without_a_call_stays_in_full(name: str) -> None:
+def test_a_result_without_a_call_stays_in_full(name: FormatName) -> None:
     messages = [result(name, "gone", "orphan\n" * 50), *answered(name, "c1", "one\n" * 50)]
     found = formats.scan(messages, formats.get(name))
     orphan = found.pairs[0]
@@ -468,7 +473,7 @@ ERROR_RESULTS = [
 
 @pytest.mark.parametrize(("name", "outcome", "is_error"), ERROR_RESULTS)
 def test_anthropic_is_error_makes_an_error_invocation(
-    name: str, outcome: Message, is_error: bool
+    name: FormatName, outcome: Message, is_error: bool
 ) -> None:
     messages = [call(name, "c1"), outcome]
     [pair] = formats.scan(messages, formats.get(name)).complete
@@ -514,7 +519,7 @@ def test_ai_sdk_v5_output_error_makes_an_error_invocation(
 
 
 @pytest.mark.parametrize("name", ["openai-chat", "openai-responses", "gemini", "ai-sdk-v4"])
-def test_formats_without_an_error_flag_make_plain_invocations(name: str) -> None:
+def test_formats_without_an_error_flag_make_plain_invocations(name: FormatName) -> None:
     [pair] = formats.scan(answered(name, "c1", "x"), formats.get(name)).complete
     assert pair.invocation()["isError"] is False
 
@@ -889,7 +894,7 @@ def test_an_order_member_that_is_not_a_list_of_names_is_refused(order: Any) -> N
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_an_id_used_again_pairs_with_the_later_call(name: str) -> None:
+def test_an_id_used_again_pairs_with_the_later_call(name: FormatName) -> None:
     messages = answered(name, "c1", "first\n") + answered(name, "c1", "second\n")
     found = formats.scan(messages, formats.get(name))
     assert [(p.key, p.invocation()["result"]) for p in found.complete] == [
@@ -904,7 +909,7 @@ def test_an_id_used_again_pairs_with_the_later_call(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_keys_stay_unique_when_an_id_looks_like_a_repeat(name: str) -> None:
+def test_keys_stay_unique_when_an_id_looks_like_a_repeat(name: FormatName) -> None:
     messages = (
         answered(name, "c1", "one\n")
         + answered(name, "c1", "two\n")
@@ -923,7 +928,7 @@ def wire_args(name: str, args: Any) -> Any:
 
 
 @pytest.mark.parametrize("name", SPLIT)
-def test_results_pair_by_id_in_any_order(name: str) -> None:
+def test_results_pair_by_id_in_any_order(name: FormatName) -> None:
     messages = [
         call(name, "a", {"n": 1}),
         call(name, "b", {"n": 2}),
@@ -942,7 +947,7 @@ def test_results_pair_by_id_in_any_order(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", SPLIT)
-def test_a_second_result_for_an_answered_call_is_refused(name: str) -> None:
+def test_a_second_result_for_an_answered_call_is_refused(name: FormatName) -> None:
     messages = [*answered(name, "c1", "once"), result(name, "c1", "twice")]
     with pytest.raises(ValidationError) as info:
         formats.scan(messages, formats.get(name))
@@ -1018,7 +1023,7 @@ def test_mixed_formats_are_refused_naming_the_first_foreign_message(
 
 
 @pytest.mark.parametrize(("named", "actual"), [(a, b) for a in NAMES for b in NAMES if a != b])
-def test_a_named_format_that_does_not_fit_is_refused(named: str, actual: str) -> None:
+def test_a_named_format_that_does_not_fit_is_refused(named: FormatName, actual: FormatName) -> None:
     with pytest.raises(ValidationError) as info:
         formats.detect(full_example(actual), named)
     assert info.value.extra["message"] == 0
@@ -1035,7 +1040,7 @@ def test_a_named_format_is_refused_at_the_message_that_breaks_it() -> None:
 
 def test_an_unknown_format_name_is_refused_listing_the_formats() -> None:
     with pytest.raises(ValidationError) as info:
-        formats.detect(full_example("anthropic"), "claude")
+        formats.detect(full_example("anthropic"), "claude")  # type: ignore[arg-type]
     assert info.value.extra["formats"] == list(formats.NAMES)
     assert sorted(formats.NAMES) == sorted(NAMES)
     assert "'claude'" in info.value.detail

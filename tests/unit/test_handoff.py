@@ -30,6 +30,7 @@ from toolref.handoff.commands import has_side_effects
 from toolref.handoff.dedup import Kept, deduplicate
 from toolref.handoff.render import cut, render
 from toolref.kinds import Kind
+from toolref.models import FormatName
 
 from ..conftest import need
 
@@ -144,11 +145,12 @@ def shown_args(fmt: str, args: dict[str, Any]) -> str:
 
 
 def handoff(fmt: str, calls: list[Call], **options: Any) -> Handoff:
-    return build(BUILDERS[fmt](calls, REQUEST), fmt, **options)
+    return build(BUILDERS[fmt](calls, REQUEST), formats.check_format(fmt), **options)
 
 
 def dedup(fmt: str, calls: list[Call]) -> tuple[list[Kept], int]:
-    return deduplicate(tool_blocks(BUILDERS[fmt](calls, REQUEST), formats.get(fmt)))
+    messages = BUILDERS[fmt](calls, REQUEST)
+    return deduplicate(tool_blocks(messages, formats.get(formats.check_format(fmt))))
 
 
 # --- reading the block back ---------------------------------------------------------------
@@ -953,7 +955,7 @@ BLOCK = f"{OPEN}\nfacts\n{CLOSE}"
     ],
 )
 def test_prepend_puts_the_block_before_the_first_user_text(
-    fmt: str, messages: list[Message], index: int, expected: Message
+    fmt: FormatName, messages: list[Message], index: int, expected: Message
 ) -> None:
     before = copy.deepcopy(messages)
     out = prepend(messages, BLOCK, fmt)
@@ -983,7 +985,9 @@ def test_prepend_only_touches_the_first_user_message() -> None:
         ("openai-responses", [{"type": "function_call_output", "call_id": "c", "output": "x"}]),
     ],
 )
-def test_prepend_without_a_user_message_adds_one_first(fmt: str, messages: list[Message]) -> None:
+def test_prepend_without_a_user_message_adds_one_first(
+    fmt: FormatName, messages: list[Message]
+) -> None:
     before = copy.deepcopy(messages)
     out = prepend(messages, BLOCK, fmt)
     assert messages == before

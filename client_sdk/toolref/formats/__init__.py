@@ -8,9 +8,10 @@ All of it is pure: no I/O, and input messages are never modified.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 from toolref.errors import ValidationError
 from toolref.formats import ai_sdk_v4, ai_sdk_v5, anthropic, gemini, openai_chat, openai_responses
@@ -18,6 +19,7 @@ from toolref.formats.conversation import Pair, Scan, fill, replace, with_results
 from toolref.formats.conversation import scan as scan_sites
 from toolref.formats.evidence import DISTINCTIVE, FOREIGN
 from toolref.formats.site import MARKER, ORDER, Site
+from toolref.models import FormatName
 
 
 def _as_is(text: str) -> Any:
@@ -26,7 +28,7 @@ def _as_is(text: str) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class Format:
-    name: str
+    name: FormatName
     claim: Callable[[Any], int]
     sites: Callable[[Sequence[Any]], Iterator[Site]]
     # How a text (a summary) stands in for a result: most formats take a string.
@@ -34,7 +36,7 @@ class Format:
 
 
 # Order breaks ties between formats a conversation fits equally well (plain text messages).
-FORMATS: Final = {
+FORMATS: Final[dict[FormatName, Format]] = {
     module.NAME: Format(
         module.NAME, module.claim, module.sites, getattr(module, "text_result", _as_is)
     )
@@ -43,15 +45,31 @@ FORMATS: Final = {
 NAMES: Final = tuple(FORMATS)
 
 
-def get(name: str) -> Format:
-    try:
-        return FORMATS[name]
-    except KeyError:
-        raise ValidationError(
-            f"unknown format {name!r}; use one of {', '.join(NAMES)}, or omit `format` to "
-            "have it detected",
-            formats=list(NAMES),
-        ) from None
+def is_format_name(name: object) -> TypeGuard[FormatName]:
+    """True when `name` is one of `NAMES`."""
+    return isinstance(name, str) and name in FORMATS
+
+
+def check_format(name: object) -> FormatName:
+    """`name` as a `FormatName`, or `ValidationError` (a `ValueError`) listing the valid
+    names: for names that come from configuration, or from callers without a type checker."""
+    if is_format_name(name):
+        return name
+    valid = ", ".join(NAMES)
+    if not isinstance(name, str):
+        what = f"a format name is a str, not a {type(name).__name__} ({name!r})"
+    else:
+        close = difflib.get_close_matches(name, NAMES, n=1)
+        what = f"unknown format {name!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    raise ValidationError(
+        f"{what}; use one of {valid}, or omit `format` to have it detected",
+        formats=list(NAMES),
+    )
+
+
+def get(name: FormatName) -> Format:
+    """The format called `name`; `ValidationError` (a `ValueError`) for any other name."""
+    return FORMATS[check_format(name)]
 
 
 def check_messages(messages: Any) -> list[Any]:
@@ -68,8 +86,10 @@ def check_messages(messages: Any) -> list[Any]:
     return messages
 
 
-def detect(messages: Sequence[Any], name: str | None = None) -> Format:
-    """The format of `messages` (`name` when given), or 422 naming the message that breaks it."""
+def detect(messages: Sequence[Any], name: FormatName | None = None) -> Format:
+    """The format of `messages` (`name` when given), or 422 naming the message that breaks it.
+
+    An unknown `name` is an `ValidationError` (a `ValueError`), whatever the messages."""
     candidates = [get(name)] if name is not None else list(FORMATS.values())
     score = dict.fromkeys((f.name for f in candidates), 0)
     for index, message in enumerate(messages):
@@ -84,7 +104,7 @@ def detect(messages: Sequence[Any], name: str | None = None) -> Format:
 
 
 def _mixed(
-    index: int, message: Any, before: list[Format], score: dict[str, int]
+    index: int, message: Any, before: list[Format], score: dict[FormatName, int]
 ) -> ValidationError:
     looks = [f.name for f in FORMATS.values() if f.claim(message) == DISTINCTIVE]
     looks = looks or [f.name for f in FORMATS.values() if f.claim(message) != FOREIGN]
@@ -110,13 +130,16 @@ __all__ = [
     "NAMES",
     "ORDER",
     "Format",
+    "FormatName",
     "Pair",
     "Scan",
     "Site",
+    "check_format",
     "check_messages",
     "detect",
     "fill",
     "get",
+    "is_format_name",
     "replace",
     "scan",
     "with_results",

@@ -26,6 +26,7 @@ from toolref.handoff.dedup import deduplicate
 from toolref.handoff.dialogue import digest
 from toolref.handoff.render import CLOSE, OPEN, render
 from toolref.kinds import DEFAULT_KINDS, KindTable
+from toolref.models import FormatName
 
 MAX_TOOL_CONTEXT_CHARS: Final = 40_000
 PER_RESULT_CHARS: Final = 4_000
@@ -55,13 +56,13 @@ class Handoff:
         }
 
 
-def _format(messages: Sequence[Any], fmt: Format | str | None) -> Format:
+def _format(messages: Sequence[Any], fmt: Format | FormatName | None) -> Format:
     return fmt if isinstance(fmt, Format) else formats.detect(messages, fmt)
 
 
 def build(
     messages: Sequence[Any],
-    fmt: Format | str | None = None,
+    fmt: Format | FormatName | None = None,
     *,
     summary: str | None = None,
     summarize_text: bool = True,
@@ -100,7 +101,9 @@ def build(
 _TEXT_PART: Final = {"openai-responses": "input_text"}
 
 
-def prepend(messages: Sequence[Any], block: str, fmt: Format | str | None = None) -> list[Any]:
+def prepend(
+    messages: Sequence[Any], block: str, fmt: Format | FormatName | None = None
+) -> list[Any]:
     """Copy of `messages` with `block` in front of the first user message's text."""
     name = _format(messages, fmt).name
     out = list(messages)

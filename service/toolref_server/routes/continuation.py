@@ -56,7 +56,7 @@ async def load(request: Request, tenant: str, ref: str) -> Continuation:
 async def _load(request: Request, tenant: str, ref: str) -> Continuation:
     services = context.services(request)
     stored = await services.histories.load(tenant, ref)
-    if stored is None or stored.format not in formats.FORMATS:
+    if stored is None or not formats.is_format_name(stored.format):
         raise MissingHistoryError(
             f"history {ref} is not held (never confirmed for this API key, expired or "
             "evicted); send the whole conversation without it",

@@ -30,7 +30,7 @@ from toolref.errors import (
 )
 from toolref.formats import Format, Scan, source
 from toolref.history import HISTORY_HEADER, continued_ref, history_header
-from toolref.models import HandoffRequest, HydrateRequest, OptimizeRequest
+from toolref.models import FormatName, HandoffRequest, HydrateRequest, OptimizeRequest
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref_server import codec, compaction, record
 from toolref_server.record import Record
@@ -318,7 +318,7 @@ def _continued(
     request: Request,
     messages: list[Any],
     texts: list[str],
-    named: str | None,
+    named: FormatName | None,
     before: continuation.Continuation,
 ) -> Conversation:
     """The history followed by the new messages, read as one conversation: its format is
