@@ -129,12 +129,14 @@ class BlockAdapter(StreamAdapter):
     def __init__(self) -> None:
         super().__init__()
         self._blocks: dict[int, int] = {}  # provider block index -> call index
+        self._count = 0  # calls opened; several block indexes may name one call
         self._started_with: dict[int, Any] = {}  # call index -> input in the start event
         self._got_delta: set[int] = set()
         self._held: int | None = None
 
     def _start(self, block: int, chunk_fields: dict[str, Any], start_input: Any) -> ToolChunk:
-        index = self._blocks[block] = len(self._blocks)
+        index = self._blocks[block] = self._count
+        self._count += 1
         self._turns.add(0)
         if start_input:
             self._started_with[index] = start_input
@@ -167,19 +169,23 @@ class BlockAdapter(StreamAdapter):
         if index is None:
             return []
         if stopped_by is not None:
-            return [
-                ToolChunk(
-                    index=index,
-                    error=f"stop reason {stopped_by!r} came while this call was the last "
-                    "thing generated; its arguments may be cut short",
-                    error_type=error_type,
-                )
-            ]
-        start_input = self._started_with.get(index)
-        if index not in self._got_delta and start_input:
-            # Proxies put the whole input in the start block and send no deltas.
-            return [ToolChunk(index=index, args_snapshot=start_input, done=True)]
-        return [ToolChunk(index=index, done=True)]
+            return [self._cut(index, stopped_by, error_type)]
+        return [self._closed(index)]
+
+    @staticmethod
+    def _cut(index: int, stopped_by: str, error_type: str) -> ToolChunk:
+        return ToolChunk(
+            index=index,
+            error=f"stop reason {stopped_by!r} came while this call was the last thing "
+            "generated; its arguments may be cut short",
+            error_type=error_type,
+        )
+
+    def _closed(self, index: int) -> ToolChunk:
+        """The close of a call, with its start input when no delta replaced it (proxies put
+        the whole input in the start block and send no deltas)."""
+        start_input = None if index in self._got_delta else self._started_with.get(index)
+        return ToolChunk(index=index, args_snapshot=start_input or None, done=True)
 
     def end(self) -> list[ToolChunk]:
         return self._release() + super().end()
