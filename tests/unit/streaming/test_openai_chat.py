@@ -375,7 +375,7 @@ def test_quirk_arguments_as_json_object() -> None:
     assert summary(calls) == [
         ("call_o1", "get_current_weather", "complete", {"location": "Toronto", "unit": "c"}),
         ("call_o2", "grep", "complete", {"pattern": "sol"}),
-        ("call_toolref_1", "list_files", "complete", {}),
+        ("call_toolref_3", "list_files", "complete", {}),
     ]
     assert [c.raw_arguments for c in calls] == [
         '{"location":"Toronto","unit":"c"}',
