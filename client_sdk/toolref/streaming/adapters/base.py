@@ -17,7 +17,8 @@ def as_event(event: Any) -> Mapping[str, Any] | None:
     """A provider event as a mapping; `None` for OpenAI's `[DONE]` sentinel.
 
     Takes dicts (what SSE decoders and boto3 give), SDK models (pydantic `model_dump`)
-    and JSON text (an SSE `data:` payload or an NDJSON line).
+    and JSON text (an NDJSON line, an SSE `data:` payload or a whole SSE frame with its
+    `event:` line; a frame with no data, such as a keep-alive comment, is an empty event).
     """
     if type(event) is dict or isinstance(event, Mapping):
         return event
@@ -28,8 +29,10 @@ def as_event(event: Any) -> Mapping[str, Any] | None:
             raise ChunkSequenceError(f"stream event is not UTF-8 text: {exc}") from None
     if isinstance(event, str):
         text = event.strip()
-        if text.startswith("data:"):
-            text = text[5:].strip()
+        if text.startswith(_SSE_FIELDS):
+            text = _sse_data(text)
+            if not text:
+                return {}  # a comment or keep-alive frame: no event
         if text == DONE_SENTINEL:
             return None
         try:
@@ -53,6 +56,16 @@ def as_event(event: Any) -> Mapping[str, Any] | None:
         f"cannot read a {type(event).__name__} as a stream event; pass a dict, an SDK "
         "model or the JSON text of one event"
     )
+
+
+_SSE_FIELDS = ("data:", "event:", "id:", "retry:", ":")
+
+
+def _sse_data(frame: str) -> str:
+    """The data of one SSE frame (`event:` and `id:` lines, comments ignored; several `data:`
+    lines joined by newlines, as the SSE spec says)."""
+    lines = [line[5:] for line in frame.splitlines() if line.startswith("data:")]
+    return "\n".join(line[1:] if line.startswith(" ") else line for line in lines).strip()
 
 
 def pick(mapping: Mapping[str, Any], camel: str, snake: str) -> Any:
