@@ -251,8 +251,9 @@ class ToolBuffer:
     @staticmethod
     def _mixed(slot: _Slot) -> None:
         raise ChunkSequenceError(
-            f"call {slot.index} ({slot.name or 'unnamed'}) got argument text and argument "
-            "patches; a call streams one or the other (send a snapshot to switch)"
+            f"call {slot.index} ({slot.name or 'unnamed'}) got argument text and object "
+            "arguments (an object snapshot or patches); a call streams one or the other "
+            "(send a snapshot to switch)"
         )
 
     def _progress(self, slot: _Slot, events: Sequence[ToolEvent]) -> Sequence[ToolEvent]:

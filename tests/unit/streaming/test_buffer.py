@@ -178,14 +178,14 @@ def test_a_closing_chunk_may_replace_the_id() -> None:
 def test_text_then_patches_is_refused() -> None:
     buffer = quiet()
     buffer.feed(ToolChunk(index=0, id="call_1", name="f", args_delta='{"a": '))
-    with pytest.raises(ChunkSequenceError, match="argument text and argument patches"):
+    with pytest.raises(ChunkSequenceError, match="argument text and object arguments"):
         buffer.feed(ToolChunk(index=0, args_patch=patch("a", value=1)))
 
 
 def test_patches_then_text_is_refused() -> None:
     buffer = quiet()
     buffer.feed(ToolChunk(index=0, id="call_1", name="f", args_patch=patch("a", value=1)))
-    with pytest.raises(ChunkSequenceError, match="argument text and argument patches"):
+    with pytest.raises(ChunkSequenceError, match="argument text and object arguments"):
         buffer.feed(ToolChunk(index=0, args_delta=', "b": 2}'))
 
 
