@@ -25,6 +25,20 @@ _STOPS = {
 
 class AnthropicAdapter(BlockAdapter):
     provider = "anthropic"
+    # `messages.stream()` also yields text, input_json, citation, thinking and signature
+    # events derived from these, each holding the state so far.
+    wire_types = frozenset(
+        (
+            "message_start",
+            "message_delta",
+            "message_stop",
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "ping",
+            "error",
+        )
+    )
 
     def __init__(self) -> None:
         super().__init__()

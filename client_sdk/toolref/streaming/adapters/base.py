@@ -49,7 +49,9 @@ def as_event(event: Any) -> Mapping[str, Any] | None:
         return decoded
     dump = getattr(event, "model_dump", None)
     if callable(dump):
-        dumped = dump(mode="json", by_alias=True, exclude_none=True)
+        # SDK stream helpers add the state so far as `snapshot` to every event; no adapter
+        # reads it, and dumping it on every delta would be quadratic.
+        dumped = dump(mode="json", by_alias=True, exclude_none=True, exclude={"snapshot"})
         if isinstance(dumped, dict):
             return dumped
     raise ChunkSequenceError(
@@ -95,8 +97,16 @@ class StreamAdapter(ABC):
         self._turns: set[int] = set()  # turns that have content
         self._finished: set[int] = set()  # turns whose terminal event arrived
 
+    # Event types of this provider's wire; an SDK object of another type is an event an SDK
+    # stream helper derived from them (text so far, arguments so far), skipped undumped.
+    wire_types: ClassVar[frozenset[str] | None] = None
+
     def feed(self, event: Any) -> list[ToolChunk]:
         """The chunks one raw event contributes (often none: text, pings, usage)."""
+        if type(event) is not dict and self.wire_types is not None:
+            kind = getattr(event, "type", None)
+            if isinstance(kind, str) and kind not in self.wire_types:
+                return []
         return self._chunks(as_event(event))
 
     @abstractmethod

@@ -90,6 +90,9 @@ class OpenAIChatAdapter(StreamAdapter):
     """`chat.completion.chunk` events (also Ollama `/v1`, vLLM, Groq, DeepSeek, Mistral...)."""
 
     provider = "openai_chat"
+    # The SDK's `chat.completions.stream()` helper wraps each chunk in a `chunk` event and
+    # derives content and argument events from them, each holding the text so far.
+    wire_types = frozenset(("chunk",))
 
     def __init__(self) -> None:
         super().__init__()
@@ -102,6 +105,8 @@ class OpenAIChatAdapter(StreamAdapter):
         if event is None:  # [DONE]
             self._seen_done = True
             return [self._finish(turn, None) for turn in sorted(self._turns - self._finished)]
+        if event.get("type") == "chunk" and isinstance(event.get("chunk"), Mapping):
+            event = event["chunk"]  # the helper's wrapper around one chunk
         out: list[ToolChunk] = []
         error = event.get("error")
         if error:
