@@ -40,12 +40,14 @@ class _Slot:
         "parent_id",
         "parts",
         "provider_executed",
+        "seq",
         "turn",
     )
 
-    def __init__(self, turn: int, index: int) -> None:
+    def __init__(self, turn: int, index: int, seq: int) -> None:
         self.turn = turn
         self.index = index
+        self.seq = seq  # 1-based opening order: names the call if the provider gave no id
         self.id: str | None = None
         self.name: str | None = None
         self.kind = "function"
@@ -154,7 +156,7 @@ class ToolBuffer:
         self._ids: set[str] = set()
         self._ended: set[int] = set()
         self._closed = False
-        self._synthesized = 0
+        self._suffixes: dict[str, int] = {}  # id -> next suffix to try when it repeats
         self.finish_reasons: dict[int, str] = {}
         self.errors: dict[int, tuple[str | None, str]] = {}
 
@@ -204,7 +206,7 @@ class ToolBuffer:
                 f"call {index} of turn {chunk.turn} started after that turn finished; a turn's "
                 "finish chunk must come after all of its calls"
             )
-        slot = _Slot(chunk.turn, index)
+        slot = _Slot(chunk.turn, index, len(self._slots) + 1)
         self._slots[(chunk.turn, index)] = slot
         return slot
 
@@ -249,8 +251,9 @@ class ToolBuffer:
     @staticmethod
     def _mixed(slot: _Slot) -> None:
         raise ChunkSequenceError(
-            f"call {slot.index} ({slot.name or 'unnamed'}) got argument text and argument "
-            "patches; a call streams one or the other (send a snapshot to switch)"
+            f"call {slot.index} ({slot.name or 'unnamed'}) got argument text and object "
+            "arguments (an object snapshot or patches); a call streams one or the other "
+            "(send a snapshot to switch)"
         )
 
     def _progress(self, slot: _Slot, events: Sequence[ToolEvent]) -> Sequence[ToolEvent]:
@@ -397,17 +400,17 @@ class ToolBuffer:
     def _unique_id(self, slot: _Slot) -> str:
         wanted = slot.id
         if not wanted:
-            while True:
-                self._synthesized += 1
-                wanted = f"call_toolref_{self._synthesized}"
-                if wanted not in self._ids:
-                    break
+            # Numbered by opening order, not closing order: Gemini keeps whole calls open
+            # until the turn ends while Vertex closes streamed ones at once.
+            wanted = f"call_toolref_{slot.seq}"
             slot.meta["synthesized_id"] = True
         elif wanted in self._ids:
             slot.meta["original_id"] = wanted
-            n = 2
+        if wanted in self._ids:
+            n = self._suffixes.get(wanted, 2)
             while f"{wanted}_{n}" in self._ids:
                 n += 1
+            self._suffixes[wanted] = n + 1
             wanted = f"{wanted}_{n}"
         self._ids.add(wanted)
         return wanted

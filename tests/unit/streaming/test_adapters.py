@@ -930,7 +930,7 @@ def test_gemini_missing_ids_are_synthesized_and_present_ids_kept() -> None:
         g_chunk([g_call(name="g", args={})], finish="STOP"),
     ]
     calls, _ = run("gemini", events)
-    assert [call.id for call in calls] == ["call_toolref_1", "fc_7", "call_toolref_2"]
+    assert [call.id for call in calls] == ["call_toolref_1", "fc_7", "call_toolref_3"]
     assert [bool(call.meta.get("synthesized_id")) for call in calls] == [True, False, True]
 
 

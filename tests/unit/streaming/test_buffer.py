@@ -178,14 +178,14 @@ def test_a_closing_chunk_may_replace_the_id() -> None:
 def test_text_then_patches_is_refused() -> None:
     buffer = quiet()
     buffer.feed(ToolChunk(index=0, id="call_1", name="f", args_delta='{"a": '))
-    with pytest.raises(ChunkSequenceError, match="argument text and argument patches"):
+    with pytest.raises(ChunkSequenceError, match="argument text and object arguments"):
         buffer.feed(ToolChunk(index=0, args_patch=patch("a", value=1)))
 
 
 def test_patches_then_text_is_refused() -> None:
     buffer = quiet()
     buffer.feed(ToolChunk(index=0, id="call_1", name="f", args_patch=patch("a", value=1)))
-    with pytest.raises(ChunkSequenceError, match="argument text and argument patches"):
+    with pytest.raises(ChunkSequenceError, match="argument text and object arguments"):
         buffer.feed(ToolChunk(index=0, args_delta=', "b": 2}'))
 
 
@@ -492,9 +492,31 @@ def test_missing_ids_are_synthesized() -> None:
 
 def test_a_synthesized_id_skips_ids_already_taken() -> None:
     buffer = quiet()
-    buffer.feed(ToolChunk(index=0, id="call_toolref_1", name="f", args_delta="{}", done=True))
+    buffer.feed(ToolChunk(index=0, id="call_toolref_2", name="f", args_delta="{}", done=True))
     buffer.feed(ToolChunk(index=1, name="g", args_delta="{}", done=True))
+    calls = buffer.close()
+    assert [c.id for c in calls] == ["call_toolref_2", "call_toolref_2_2"]
+    assert "original_id" not in calls[1].meta
+
+
+def test_a_synthesized_id_is_the_calls_place_whatever_order_calls_close_in() -> None:
+    """Gemini keeps a whole call open until the turn ends while Vertex closes streamed calls
+    at once: the first call is still call_toolref_1."""
+    buffer = quiet()
+    buffer.feed(ToolChunk(index=0, name="f", args_snapshot={}))
+    buffer.feed(ToolChunk(index=1, name="g", args_delta="{}", done=True))
+    buffer.feed(ToolChunk(index=None, done=True))
     assert [c.id for c in buffer.close()] == ["call_toolref_1", "call_toolref_2"]
+
+
+def test_many_repeats_of_one_id_get_distinct_suffixes_in_order() -> None:
+    buffer = quiet()
+    for index in range(2000):
+        buffer.feed(ToolChunk(index=index, id="dup", name="f", args_delta="{}", done=True))
+    ids = [c.id for c in buffer.close()]
+    assert ids[:3] == ["dup", "dup_2", "dup_3"]
+    assert ids[-1] == "dup_2000"
+    assert len(set(ids)) == 2000
 
 
 def test_duplicate_ids_are_renamed_and_keep_the_original() -> None:
@@ -526,8 +548,8 @@ def test_ids_are_unique_across_turns() -> None:
     assert [(c.turn, c.id) for c in calls] == [
         (0, "call_1"),
         (1, "call_1_2"),
-        (1, "call_toolref_1"),
-        (2, "call_toolref_2"),
+        (1, "call_toolref_3"),
+        (2, "call_toolref_4"),
     ]
     assert calls[1].meta["original_id"] == "call_1"
 

@@ -375,7 +375,7 @@ def test_quirk_arguments_as_json_object() -> None:
     assert summary(calls) == [
         ("call_o1", "get_current_weather", "complete", {"location": "Toronto", "unit": "c"}),
         ("call_o2", "grep", "complete", {"pattern": "sol"}),
-        ("call_toolref_1", "list_files", "complete", {}),
+        ("call_toolref_3", "list_files", "complete", {}),
     ]
     assert [c.raw_arguments for c in calls] == [
         '{"location":"Toronto","unit":"c"}',
@@ -643,19 +643,25 @@ def test_choices_are_separate_turns_keyed_by_choice_index() -> None:
     assert buffered(events).finish_reasons == {0: "stop", 1: "tool_calls"}
 
 
-def test_stream_cut_without_finish_or_done_gives_incomplete_calls() -> None:
-    """No finish_reason and no [DONE]: the connection dropped, so even parseable arguments
-    may be cut short; the calls are incomplete (aborted)."""
+def test_stream_ending_without_finish_or_done_keeps_whole_objects_and_cuts_the_rest() -> None:
+    """No finish_reason and no [DONE] (the openai SDK swallows [DONE], some routers send no
+    finish_reason): the end of the events is the end of the stream. Arguments that are a
+    whole JSON object are complete, since no continuation could make them another valid
+    object; arguments cut mid-object are incomplete (aborted), never run."""
     events = [
         ev(call(0, "call_a", "f", '{"a": 1}')),
         ev(call(1, "call_b", "g", '{"b": ')),
     ]
     calls = run(events)
     assert [(c.id, c.status, c.error_type, c.arguments) for c in calls] == [
-        ("call_a", CallStatus.INCOMPLETE, ABORTED, None),
+        ("call_a", CallStatus.COMPLETE, None, {"a": 1}),
         ("call_b", CallStatus.INCOMPLETE, ABORTED, None),
     ]
-    assert buffered(events).has_tool_calls is False
+    assert calls[1].raw_arguments == '{"b": '
+    assert "'{\"b\": '" in (calls[1].error or "")
+    buffer = buffered(events)
+    assert buffer.has_tool_calls is True
+    assert buffer.finish_reasons == {}
 
 
 def test_done_without_finish_reason_is_a_clean_end() -> None:

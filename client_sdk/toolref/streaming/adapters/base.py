@@ -17,7 +17,8 @@ def as_event(event: Any) -> Mapping[str, Any] | None:
     """A provider event as a mapping; `None` for OpenAI's `[DONE]` sentinel.
 
     Takes dicts (what SSE decoders and boto3 give), SDK models (pydantic `model_dump`)
-    and JSON text (an SSE `data:` payload or an NDJSON line).
+    and JSON text (an NDJSON line, an SSE `data:` payload or a whole SSE frame with its
+    `event:` line; a frame with no data, such as a keep-alive comment, is an empty event).
     """
     if type(event) is dict or isinstance(event, Mapping):
         return event
@@ -28,8 +29,10 @@ def as_event(event: Any) -> Mapping[str, Any] | None:
             raise ChunkSequenceError(f"stream event is not UTF-8 text: {exc}") from None
     if isinstance(event, str):
         text = event.strip()
-        if text.startswith("data:"):
-            text = text[5:].strip()
+        if text.startswith(_SSE_FIELDS):
+            text = _sse_data(text)
+            if not text:
+                return {}  # a comment or keep-alive frame: no event
         if text == DONE_SENTINEL:
             return None
         try:
@@ -46,13 +49,25 @@ def as_event(event: Any) -> Mapping[str, Any] | None:
         return decoded
     dump = getattr(event, "model_dump", None)
     if callable(dump):
-        dumped = dump(mode="json", by_alias=True, exclude_none=True)
+        # SDK stream helpers add the state so far as `snapshot` to every event; no adapter
+        # reads it, and dumping it on every delta would be quadratic.
+        dumped = dump(mode="json", by_alias=True, exclude_none=True, exclude={"snapshot"})
         if isinstance(dumped, dict):
             return dumped
     raise ChunkSequenceError(
         f"cannot read a {type(event).__name__} as a stream event; pass a dict, an SDK "
         "model or the JSON text of one event"
     )
+
+
+_SSE_FIELDS = ("data:", "event:", "id:", "retry:", ":")
+
+
+def _sse_data(frame: str) -> str:
+    """The data of one SSE frame (`event:` and `id:` lines, comments ignored; several `data:`
+    lines joined by newlines, as the SSE spec says)."""
+    lines = [line[5:] for line in frame.splitlines() if line.startswith("data:")]
+    return "\n".join(line[1:] if line.startswith(" ") else line for line in lines).strip()
 
 
 def pick(mapping: Mapping[str, Any], camel: str, snake: str) -> Any:
@@ -82,8 +97,16 @@ class StreamAdapter(ABC):
         self._turns: set[int] = set()  # turns that have content
         self._finished: set[int] = set()  # turns whose terminal event arrived
 
+    # Event types of this provider's wire; an SDK object of another type is an event an SDK
+    # stream helper derived from them (text so far, arguments so far), skipped undumped.
+    wire_types: ClassVar[frozenset[str] | None] = None
+
     def feed(self, event: Any) -> list[ToolChunk]:
         """The chunks one raw event contributes (often none: text, pings, usage)."""
+        if type(event) is not dict and self.wire_types is not None:
+            kind = getattr(event, "type", None)
+            if isinstance(kind, str) and kind not in self.wire_types:
+                return []
         return self._chunks(as_event(event))
 
     @abstractmethod
@@ -129,12 +152,14 @@ class BlockAdapter(StreamAdapter):
     def __init__(self) -> None:
         super().__init__()
         self._blocks: dict[int, int] = {}  # provider block index -> call index
+        self._count = 0  # calls opened; several block indexes may name one call
         self._started_with: dict[int, Any] = {}  # call index -> input in the start event
         self._got_delta: set[int] = set()
         self._held: int | None = None
 
     def _start(self, block: int, chunk_fields: dict[str, Any], start_input: Any) -> ToolChunk:
-        index = self._blocks[block] = len(self._blocks)
+        index = self._blocks[block] = self._count
+        self._count += 1
         self._turns.add(0)
         if start_input:
             self._started_with[index] = start_input
@@ -167,19 +192,23 @@ class BlockAdapter(StreamAdapter):
         if index is None:
             return []
         if stopped_by is not None:
-            return [
-                ToolChunk(
-                    index=index,
-                    error=f"stop reason {stopped_by!r} came while this call was the last "
-                    "thing generated; its arguments may be cut short",
-                    error_type=error_type,
-                )
-            ]
-        start_input = self._started_with.get(index)
-        if index not in self._got_delta and start_input:
-            # Proxies put the whole input in the start block and send no deltas.
-            return [ToolChunk(index=index, args_snapshot=start_input, done=True)]
-        return [ToolChunk(index=index, done=True)]
+            return [self._cut(index, stopped_by, error_type)]
+        return [self._closed(index)]
+
+    @staticmethod
+    def _cut(index: int, stopped_by: str, error_type: str) -> ToolChunk:
+        return ToolChunk(
+            index=index,
+            error=f"stop reason {stopped_by!r} came while this call was the last thing "
+            "generated; its arguments may be cut short",
+            error_type=error_type,
+        )
+
+    def _closed(self, index: int) -> ToolChunk:
+        """The close of a call, with its start input when no delta replaced it (proxies put
+        the whole input in the start block and send no deltas)."""
+        start_input = None if index in self._got_delta else self._started_with.get(index)
+        return ToolChunk(index=index, args_snapshot=start_input or None, done=True)
 
     def end(self) -> list[ToolChunk]:
         return self._release() + super().end()

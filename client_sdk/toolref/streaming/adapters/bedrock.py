@@ -34,11 +34,9 @@ class BedrockAdapter(BlockAdapter):
             out = self._release(reason, error_type) if error_type else self._release()
             error = f"stopReason {reason!r} cut the message short" if error_type else None
             return [*out, self._finish(0, reason, error, error_type)]
-        if "metadata" in event:
-            return []
-        out = self._release()
         if "contentBlockStart" in event:
             body = event["contentBlockStart"]
+            out = self._release()
             tool_use = (body.get("start") or {}).get("toolUse")
             if tool_use:
                 block = as_int(body.get("contentBlockIndex", 0), "contentBlockIndex")
@@ -51,12 +49,14 @@ class BedrockAdapter(BlockAdapter):
                     "meta": {"block_index": block},
                 }
                 out.append(self._start(block, fields, tool_use.get("input")))
-        elif "contentBlockStop" in event:
+            return out
+        if "contentBlockStop" in event:
+            out = self._release()
             body = event["contentBlockStop"]
             self._stop(as_int(body.get("contentBlockIndex", 0), "contentBlockIndex"))
-        else:
-            for key, value in event.items():
-                if key.endswith("Exception"):  # modelStreamErrorException, throttlingException...
-                    message = value.get("message") if isinstance(value, Mapping) else value
-                    return out + self._fail_all(f"Bedrock sent {key}: {message}")
-        return out
+            return out
+        for key, value in event.items():
+            if key.endswith("Exception"):  # modelStreamErrorException, throttlingException...
+                message = value.get("message") if isinstance(value, Mapping) else value
+                return self._release() + self._fail_all(f"Bedrock sent {key}: {message}")
+        return []  # messageStart, metadata, and event kinds added later

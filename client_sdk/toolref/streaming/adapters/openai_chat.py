@@ -15,7 +15,7 @@ from typing import Any
 
 from toolref.errors import ChunkSequenceError
 from toolref.streaming.adapters.base import StreamAdapter, as_int
-from toolref.streaming.chunk import FILTERED, TRUNCATED, ToolChunk
+from toolref.streaming.chunk import ABORTED, FILTERED, TRUNCATED, ToolChunk
 
 _KNOWN = frozenset(("index", "id", "type", "function"))
 _TRUNCATING = {"length": TRUNCATED, "content_filter": FILTERED}
@@ -74,10 +74,25 @@ class _Call:
         return self.whole
 
 
+def _cut_at_end(call: _Call, turn: int) -> ToolChunk:
+    text = call.text()
+    shown = repr(text) if len(text) <= 60 else f"{len(text)} characters ending {text[-40:]!r}"
+    return ToolChunk(
+        index=call.index,
+        turn=turn,
+        error=f"the stream ended with no finish_reason or [DONE] while these arguments were "
+        f"not yet a whole JSON object ({shown}): they were cut off; retry the request",
+        error_type=ABORTED,
+    )
+
+
 class OpenAIChatAdapter(StreamAdapter):
     """`chat.completion.chunk` events (also Ollama `/v1`, vLLM, Groq, DeepSeek, Mistral...)."""
 
     provider = "openai_chat"
+    # The SDK's `chat.completions.stream()` helper wraps each chunk in a `chunk` event and
+    # derives content and argument events from them, each holding the text so far.
+    wire_types = frozenset(("chunk",))
 
     def __init__(self) -> None:
         super().__init__()
@@ -90,6 +105,8 @@ class OpenAIChatAdapter(StreamAdapter):
         if event is None:  # [DONE]
             self._seen_done = True
             return [self._finish(turn, None) for turn in sorted(self._turns - self._finished)]
+        if event.get("type") == "chunk" and isinstance(event.get("chunk"), Mapping):
+            event = event["chunk"]  # the helper's wrapper around one chunk
         out: list[ToolChunk] = []
         error = event.get("error")
         if error:
@@ -124,9 +141,20 @@ class OpenAIChatAdapter(StreamAdapter):
         return out
 
     def end(self) -> list[ToolChunk]:
+        """The end of the events is the end of the stream, as `[DONE]` would be: the openai
+        SDK (and most SSE readers) swallow `[DONE]`, and some routers send no finish_reason,
+        so nothing else marks the end. A call whose arguments are a whole JSON object is
+        complete (an object cannot grow into another valid object); one whose arguments are
+        not was cut off mid-arguments, and is incomplete."""
         if self._seen_done:
             return []
-        return super().end()
+        out: list[ToolChunk] = []
+        for turn in sorted(self._turns - self._finished):
+            for call in self._calls.get(turn, ()):
+                if not call.complete():
+                    out.append(_cut_at_end(call, turn))
+            out.append(self._finish(turn, None))
+        return out
 
     def _fragment(
         self, turn: int, fragment: Mapping[str, Any], parent: Any, out: list[ToolChunk]
