@@ -404,18 +404,6 @@ BAD: list[tuple[str, dict[str, Any], int, str, str]] = [
     ),
     ("malformed marker ref", {"messages": marker_with("tr_nope")}, 422, "invalid-ref", "message 0"),
     (
-        "two results for one call id",
-        {
-            "messages": [
-                *openai_chat()[:4],
-                {"role": "tool", "tool_call_id": "call_1", "content": "again"},
-            ]
-        },
-        422,
-        "validation-failed",
-        "second result",
-    ),
-    (
         "too many messages",
         {"messages": [{"role": "user", "content": "x"}] * 11},
         413,

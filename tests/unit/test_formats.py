@@ -947,13 +947,37 @@ def test_results_pair_by_id_in_any_order(name: FormatName) -> None:
 
 
 @pytest.mark.parametrize("name", SPLIT)
-def test_a_second_result_for_an_answered_call_is_refused(name: FormatName) -> None:
+def test_a_second_result_for_an_answered_call_travels_as_it_is(name: FormatName) -> None:
+    # Some clients repeat a result; the app alone would take it, so the rewriting must too.
     messages = [*answered(name, "c1", "once"), result(name, "c1", "twice")]
-    with pytest.raises(ValidationError) as info:
-        formats.scan(messages, formats.get(name))
-    assert info.value.extra["message"] == 2
-    assert "message 2 " in info.value.detail
-    assert "'c1'" in info.value.detail
+    fmt = formats.get(name)
+    found = formats.scan(messages, fmt)
+    [pair] = found.complete
+    assert pair.invocation()["result"] == "once"
+    second = found.pairs[-1]
+    assert second.call is None
+    assert second.result is not None
+    assert not second.complete
+    refs = {pair.key: "tr_" + "a" * 26}
+    replaced = formats.replace(messages, found, refs)
+    assert replaced[-1] == messages[-1]  # the repeated result is sent in full
+    again = formats.scan(replaced, fmt)
+    assert formats.fill(replaced, again, {refs[pair.key]: pair.invocation()}) == messages
+
+
+def test_an_object_with_its_own_order_member_is_never_replaced() -> None:
+    invocation = {
+        "state": "result",
+        "toolCallId": "c1",
+        "toolName": "t",
+        "args": {"a": 1},
+        "result": "r",
+        "toolRefOrder": "the app's own member",
+    }
+    messages = [{"role": "assistant", "content": "", "toolInvocations": [invocation]}]
+    found = formats.scan(messages, formats.get("ai-sdk-v4"))
+    assert not found.complete
+    assert formats.replace(messages, found, {"c1": "tr_" + "a" * 26}) == messages
 
 
 def test_gemini_without_ids_pairs_by_name_oldest_first() -> None:

@@ -4,6 +4,8 @@ Pure functions over the `Site`s a format yields. `scan` pairs each result with t
 unanswered call of the same id (ids do repeat in real traces: a provider may reuse an id
 for a later call), or, where a format has no ids, with the oldest unanswered call of the
 same tool name. `replace` turns complete invocations into markers, `fill` turns markers back.
+A result no pending call answers (an orphan, or a second result for an answered call) is
+left as it is.
 """
 
 from __future__ import annotations
@@ -52,8 +54,12 @@ class Pair:
 
     @property
     def complete(self) -> bool:
-        """Both payloads present in full: an invocation that can be replaced by a ref."""
+        """Both payloads present in full: an invocation that can be replaced by a ref. An
+        object that already has a `toolRefOrder` member of its own is never replaced: its
+        marker could not hold both that member and the order list."""
         if self.call is None or self.result is None or self.ref is not None:
+            return False
+        if any(ORDER in obj for _, obj in self.sides):
             return False
         return self.call.args_key is not None and self.result.result_key is not None
 
@@ -105,10 +111,9 @@ class Scan:
 
 
 def scan(messages: Sequence[Any], sites: Iterable[Site]) -> Scan:
-    """Pair the sites of `messages`, checking markers are refs and results are not doubled."""
+    """Pair the sites of `messages`, checking that markers are refs."""
     found = Scan()
     pending: list[Pair] = []  # calls without a result yet, oldest first
-    answered: set[str] = set()
     uses: dict[str, int] = defaultdict(int)
     keys: set[str] = set()
     for site in sites:
@@ -127,15 +132,9 @@ def scan(messages: Sequence[Any], sites: Iterable[Site]) -> Scan:
                 pending.remove(call)
                 call.result, call.result_obj = site, obj
                 _check_same_ref(call)
-                if site.call_id is not None:
-                    answered.add(site.call_id)
-            elif site.call_id is not None and site.call_id in answered:
-                raise ValidationError(
-                    f"message {site.message} is a second result for tool call "
-                    f"{site.call_id!r}, which already has one; send each result once",
-                    message=site.message,
-                )
             else:
+                # No call waits for it (none had its id, or a second result for an answered
+                # call, which some clients send): it travels as it is, as the app would take it.
                 found.pairs.append(Pair(key=_key(site, uses, keys), result=site, result_obj=obj))
     return found
 
