@@ -7,6 +7,7 @@ from pathlib import Path
 
 from loadtests import (
     acp_updates,
+    answers,
     bandwidth,
     chart,
     handoffs,
@@ -61,6 +62,7 @@ def main() -> int:
     carried = handoffs.run(found)
     sections = [
         bandwidth.run(found),
+        answers.run(found),
         hashing.run(found),
         memory.run(found),
         rewriting.run(found),
