@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from pathlib import Path
 
 from toolref import errors
+from toolref.canonical import canonical_json
 from toolref_server.settings import Settings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
@@ -74,3 +77,51 @@ async def test_sdk_doc_backend_runs() -> None:
     ) as http:
         reply = await http.post("/chat", json={"messages": [{"role": "user", "content": "hi"}]})
     assert reply.json() == {"messages": [{"role": "assistant", "content": "1 messages"}]}
+
+
+def _curl_example() -> tuple[list[str], str]:
+    """The README's curl example: its arguments, and the answer it documents."""
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", README, re.DOTALL) if "curl " in b)
+    command, _, answer = block.replace("\\\n", " ").partition("\n# ")
+    return shlex.split(command), answer.strip()
+
+
+async def test_readme_curl_example_answers_as_documented() -> None:
+    import fakeredis
+    import httpx
+
+    from toolref_server.app import create_app
+
+    args, documented = _curl_example()
+    assert args[:2] == ["curl", "-s"], args
+    url, headers, body = "", {}, None
+    rest = iter(args[2:])
+    for arg in rest:
+        if arg == "-H":
+            name, _, value = next(rest).partition(":")
+            headers[name] = value.strip()
+        elif arg == "-d":
+            body = next(rest)
+        else:
+            assert not arg.startswith("-"), f"the test does not know curl's {arg}"
+            url = arg
+    host, _, path = url.partition("/")
+    assert host == "localhost:8750", host  # the default port (TOOLREF_PORT)
+    app = create_app(Settings(), redis=fakeredis.FakeAsyncRedis())
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as http,
+    ):
+        answer = await http.request(
+            "POST" if body is not None else "GET", "/" + path, headers=headers, content=body
+        )
+    assert answer.status_code == 200, answer.text
+    # The exact bytes: the ref and the size are content-addressed, so they never vary.
+    assert answer.text == documented, (
+        f"README documents {documented}, the service answers {answer.text}"
+    )
+    # `size` is the length of the invocation's canonical JSON (isError defaults to false).
+    [registered] = answer.json()["refs"]
+    assert registered["size"] == len(
+        canonical_json({**json.loads(body or "")["invocations"][0], "isError": False})
+    )
