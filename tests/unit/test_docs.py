@@ -125,3 +125,13 @@ async def test_readme_curl_example_answers_as_documented() -> None:
     assert registered["size"] == len(
         canonical_json({**json.loads(body or "")["invocations"][0], "isError": False})
     )
+
+
+def test_no_doc_offers_toolref_from_a_package_index() -> None:
+    # toolref is on no index: `pip install toolref` would fail, or fetch someone else's.
+    root = Path(__file__).resolve().parents[2]
+    docs = [root / "README.md", *(root / "docs").glob("*.md"), *(root / "examples").glob("*.py")]
+    by_name = re.compile(r"pip install (-e )?['\"]?toolref\b")
+    offered = [f"{d.name}: {m[0]}" for d in docs for m in by_name.finditer(d.read_text())]
+    assert offered == [], offered
+    assert "pip install -e '.[server]'" in README
