@@ -135,3 +135,18 @@ def test_no_doc_offers_toolref_from_a_package_index() -> None:
     offered = [f"{d.name}: {m[0]}" for d in docs for m in by_name.finditer(d.read_text())]
     assert offered == [], offered
     assert "pip install -e '.[server]'" in README
+
+
+def test_the_api_table_lists_every_route_and_only_those() -> None:
+    from starlette.routing import Route
+
+    from toolref_server.app import create_app
+
+    documented = set(re.findall(r"^\| `([A-Z]+ /\S*)` \|", README, re.MULTILINE))
+    served = {
+        f"{method} {route.path}"
+        for route in create_app(Settings()).routes
+        if isinstance(route, Route)
+        for method in (route.methods or set()) - {"HEAD"}
+    }
+    assert documented == served
