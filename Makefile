@@ -1,41 +1,56 @@
 # Each target bootstraps .venv on first use, so a fresh machine needs only Python 3.11+.
+# One venv; each target installs only the extras it needs (serving needs neither the test
+# tools nor locust and matplotlib), and a stamp per set records what is installed.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed
-EXTRAS ?= server,dev,loadtest
+SERVER_STAMP   := $(VENV)/.installed-server
+LOADTEST_STAMP := $(VENV)/.installed-loadtest
+DEV_STAMP      := $(VENV)/.installed-dev
 
 .PHONY: serve test lint fmt bench loadtest clean
 
-$(STAMP): pyproject.toml
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[$(EXTRAS)]'
-	@touch $(STAMP)
 
-serve: $(STAMP)
+# A larger set covers the smaller ones, so `make serve` after `make test` installs nothing.
+$(SERVER_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[server]'
+	@touch $@
+
+$(LOADTEST_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[server,loadtest]'
+	@touch $@ $(SERVER_STAMP)
+
+# Tests import the load-test modules, and mypy checks them: dev needs loadtest too.
+$(DEV_STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[server,dev,loadtest]'
+	@touch $@ $(LOADTEST_STAMP) $(SERVER_STAMP)
+
+serve: $(SERVER_STAMP)
 	$(BIN)/toolref-server serve $(ARGS)
 
 # Everything on one node, then the service and integration suites again on a local
 # Redis Cluster (3 primaries, 3 replicas) started from the same valkey-server binary.
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration $(PYTEST_ARGS)
 
 # Serve (one worker per core), run locust headless for LOADTEST_TIME, judge failures and p95.
 LOADTEST_TIME ?= 60s
-loadtest: $(STAMP)
+loadtest: $(LOADTEST_STAMP)
 	$(BIN)/python -m loadtests.loadrun --time $(LOADTEST_TIME) $(ARGS)
 
-bench: $(STAMP)
+bench: $(LOADTEST_STAMP)
 	$(BIN)/python -m loadtests.bench
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-fmt: $(STAMP)
+fmt: $(DEV_STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 

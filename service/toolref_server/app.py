@@ -70,8 +70,9 @@ def open_redis(settings: Settings, url: str) -> StoreClient:
             retry=_one_quick_retry(),
         )
     # A burst beyond the pool waits for a free connection (at most the command timeout)
-    # rather than failing at once; more retries would only delay the 503 that tells
-    # clients to fall back to full payloads.
+    # rather than failing at once (the store queues its operations the same way, ahead of
+    # the pool); more retries would only delay the 503 that tells clients to fall back to
+    # full payloads.
     pool = BlockingConnectionPool.from_url(
         url,
         timeout=settings.redis_timeout,
@@ -149,6 +150,8 @@ def create_app(
                 settings.retry_after_seconds,
                 failure_threshold=settings.breaker_failures,
                 metrics=metrics,
+                slots=settings.redis_max_connections,
+                slot_wait=settings.redis_timeout,
             )
             app.state.services = Services(
                 settings=settings,

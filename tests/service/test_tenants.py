@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import re
+from pathlib import Path
 
 import httpx
 import pytest
 from redis.asyncio import Redis
+from starlette.routing import Route
 
 from toolref.canonical import digest_of, invocation_digest
 from toolref.errors import ConfigurationError
@@ -20,6 +23,7 @@ KEYS = ",".join(
     f"{tenant}={hashlib.sha256(key.encode()).hexdigest()}"
     for tenant, key in (("acme", ACME_KEY), ("globex", GLOBEX_KEY), ("acme", ACME_ROTATED))
 )
+ROOT = Path(__file__).resolve().parents[2]
 INVOCATION = {"name": "read_file", "args": {"path": "secret.txt"}, "result": "acme's secret"}
 
 
@@ -99,9 +103,30 @@ async def test_missing_or_wrong_key_is_401_and_changes_nothing(
     assert await snapshot(redis) == before
 
 
-async def test_public_endpoints_need_no_key(clients: dict[str, httpx.AsyncClient]) -> None:
-    for path in ("/v1/capabilities", "/healthz", "/readyz", "/openapi.json"):
+def readme_public_paths() -> list[str]:
+    """The paths the README says need no key ("`/a`, `/b` and `/c` need no key")."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    sentence = re.search(r"((?:`/[^`]+`(?:, | and )?)+) need no key", text)
+    assert sentence is not None, "README no longer lists the endpoints that need no key"
+    return re.findall(r"`(/[^`]+)`", sentence[1])
+
+
+async def test_the_endpoints_the_readme_calls_public_are_exactly_those_needing_no_key(
+    clients: dict[str, httpx.AsyncClient],
+) -> None:
+    public = readme_public_paths()
+    for path in public:
         assert (await clients["none"].get(path)).status_code == 200, path
+    ref = digest_of(INVOCATION).ref
+    routes = [r for r in create_app(Settings(api_keys=KEYS)).routes if isinstance(r, Route)]
+    assert {r.path for r in routes} >= set(public)
+    for route in routes:
+        if route.path in public:
+            continue
+        for method in sorted((route.methods or set()) - {"HEAD"}):
+            path = route.path.replace("{ref}", str(ref))
+            response = await clients["none"].request(method, path, json={})
+            assert response.status_code == 401, (method, path, response.text)
 
 
 async def test_loopback_without_keys_is_one_local_tenant(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shlex
 from pathlib import Path
 
 from toolref import errors
+from toolref.canonical import canonical_json
 from toolref_server.settings import Settings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
@@ -74,3 +77,76 @@ async def test_sdk_doc_backend_runs() -> None:
     ) as http:
         reply = await http.post("/chat", json={"messages": [{"role": "user", "content": "hi"}]})
     assert reply.json() == {"messages": [{"role": "assistant", "content": "1 messages"}]}
+
+
+def _curl_example() -> tuple[list[str], str]:
+    """The README's curl example: its arguments, and the answer it documents."""
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", README, re.DOTALL) if "curl " in b)
+    command, _, answer = block.replace("\\\n", " ").partition("\n# ")
+    return shlex.split(command), answer.strip()
+
+
+async def test_readme_curl_example_answers_as_documented() -> None:
+    import fakeredis
+    import httpx
+
+    from toolref_server.app import create_app
+
+    args, documented = _curl_example()
+    assert args[:2] == ["curl", "-s"], args
+    url, headers, body = "", {}, None
+    rest = iter(args[2:])
+    for arg in rest:
+        if arg == "-H":
+            name, _, value = next(rest).partition(":")
+            headers[name] = value.strip()
+        elif arg == "-d":
+            body = next(rest)
+        else:
+            assert not arg.startswith("-"), f"the test does not know curl's {arg}"
+            url = arg
+    host, _, path = url.partition("/")
+    assert host == "localhost:8750", host  # the default port (TOOLREF_PORT)
+    app = create_app(Settings(), redis=fakeredis.FakeAsyncRedis())
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as http,
+    ):
+        answer = await http.request(
+            "POST" if body is not None else "GET", "/" + path, headers=headers, content=body
+        )
+    assert answer.status_code == 200, answer.text
+    # The exact bytes: the ref and the size are content-addressed, so they never vary.
+    assert answer.text == documented, (
+        f"README documents {documented}, the service answers {answer.text}"
+    )
+    # `size` is the length of the invocation's canonical JSON (isError defaults to false).
+    [registered] = answer.json()["refs"]
+    assert registered["size"] == len(
+        canonical_json({**json.loads(body or "")["invocations"][0], "isError": False})
+    )
+
+
+def test_no_doc_offers_toolref_from_a_package_index() -> None:
+    # toolref is on no index: `pip install toolref` would fail, or fetch someone else's.
+    root = Path(__file__).resolve().parents[2]
+    docs = [root / "README.md", *(root / "docs").glob("*.md"), *(root / "examples").glob("*.py")]
+    by_name = re.compile(r"pip install (-e )?['\"]?toolref\b")
+    offered = [f"{d.name}: {m[0]}" for d in docs for m in by_name.finditer(d.read_text())]
+    assert offered == [], offered
+    assert "pip install -e '.[server]'" in README
+
+
+def test_the_api_table_lists_every_route_and_only_those() -> None:
+    from starlette.routing import Route
+
+    from toolref_server.app import create_app
+
+    documented = set(re.findall(r"^\| `([A-Z]+ /\S*)` \|", README, re.MULTILINE))
+    served = {
+        f"{method} {route.path}"
+        for route in create_app(Settings()).routes
+        if isinstance(route, Route)
+        for method in (route.methods or set()) - {"HEAD"}
+    }
+    assert documented == served

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import fakeredis
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from toolref.canonical import canonical_json, digest_of
 from toolref.errors import StoreUnavailableError
@@ -170,6 +172,69 @@ async def test_an_engine_that_answers_with_an_error_does_not_open_the_breaker() 
             await store.register("t", [new_record(INVOCATION)])
         assert "ResponseError" in info.value.detail
     assert store.breaker.state.value == "closed"  # reachable: each request still tries
+
+
+class Stalled(fakeredis.FakeAsyncRedis):
+    """An engine whose pipelines hang until `fail` is set, then fail as a timeout does;
+    `trips` counts the pipelines sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.trips = 0
+        self.fail = asyncio.Event()
+
+    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        self.trips += 1
+        fail = self.fail
+
+        class Hanging:
+            def expire(self, *args: Any) -> None:
+                pass
+
+            async def execute(self) -> list[Any]:
+                await fail.wait()
+                raise RedisTimeoutError("Timeout reading from socket")
+
+        return Hanging()
+
+
+async def test_requests_waiting_for_a_slot_skip_an_engine_that_failed_meanwhile() -> None:
+    # The paused-engine fault test's cause, in miniature: one slot, held by a request that
+    # times out; the two waiting for the slot get it only after the failure is recorded and
+    # the breaker is open, so neither sends anything to the engine.
+    client = Stalled()
+    store = Store(client, ttl_seconds=100, failure_threshold=1, slots=1, slot_wait=5)
+    ref = digest_of(INVOCATION).ref
+    calls = [asyncio.create_task(store.touch("t", [ref])) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    assert client.trips == 1  # one holder; the others wait for its slot
+    client.fail.set()
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    details = [o.detail for o in outcomes if isinstance(o, StoreUnavailableError)]
+    assert len(details) == 3, outcomes
+    assert "unreachable (TimeoutError)" in details[0]
+    assert all("1 times in a row" in d for d in details[1:]), details
+    assert client.trips == 1
+
+
+async def test_a_request_that_waits_too_long_for_a_slot_is_refused() -> None:
+    client = Stalled()
+    store = Store(client, ttl_seconds=100, failure_threshold=5, slots=1, slot_wait=0.05)
+    ref = digest_of(INVOCATION).ref
+    holder = asyncio.create_task(store.touch("t", [ref]))
+    await asyncio.sleep(0.01)
+    with pytest.raises(StoreUnavailableError) as waited:
+        await store.touch("t", [ref])
+    assert "all 1 connections stayed busy for 0.05s" in waited.value.detail
+    assert client.trips == 1
+    client.fail.set()
+    with pytest.raises(StoreUnavailableError):
+        await holder
+    # Both count as store failures (the wait, then the holder's timeout).
+    errors = store.metrics.registry.get_sample_value(
+        "toolref_store_errors_total", {"operation": "findMissing"}
+    )
+    assert errors == 2
 
 
 async def test_store_counts_refs_registered_resolved_and_missing(store: Store) -> None:
