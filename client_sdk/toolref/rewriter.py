@@ -319,8 +319,8 @@ class ToolReferenceManager:
         `method` must be "POST" (the messages travel in the body). The manager learns from
         the answer's headers (`Toolref-History`, `Toolref-References`); a JSON answer read
         whole in the block (`response.read()`) also teaches its `toolReferences` when the
-        block ends (one read piece by piece, with `iter_bytes`, teaches only its headers). Extra keyword arguments go to
-        `client.build_request`, as in `post`.
+        block ends (one read piece by piece, with `iter_bytes`, teaches only its headers).
+        Extra keyword arguments go to `client.build_request`, as in `post`.
         """
         check_stream_method(method)
         check_body(json, self.messages_key)

@@ -142,7 +142,12 @@ class Transport(httpx.BaseTransport, _Base2):
         tells what it saved.
     """
 
-    def __init__(self, inner: Any = None, *, manager: ToolReferenceManager | None = None) -> None:
+    def __init__(
+        self,
+        inner: httpx.BaseTransport | _Base2 | None = None,
+        *,
+        manager: ToolReferenceManager | None = None,
+    ) -> None:
         self.inner = inner
         self.manager = manager if manager is not None else ToolReferenceManager()
 
@@ -173,7 +178,12 @@ class Transport(httpx.BaseTransport, _Base2):
 class AsyncTransport(httpx.AsyncBaseTransport, _AsyncBase2):
     """`Transport` for `httpx.AsyncClient` / `httpx2.AsyncClient`."""
 
-    def __init__(self, inner: Any = None, *, manager: ToolReferenceManager | None = None) -> None:
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport | _AsyncBase2 | None = None,
+        *,
+        manager: ToolReferenceManager | None = None,
+    ) -> None:
         self.inner = inner
         self.manager = manager if manager is not None else ToolReferenceManager()
 
