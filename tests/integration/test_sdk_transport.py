@@ -344,3 +344,41 @@ def test_an_inner_transport_of_the_other_httpx_is_refused() -> None:
         pytest.raises(TypeError, match=r"inner=httpx2\.HTTPTransport\(\)"),
     ):
         client.post("http://127.0.0.1:9/v1/chat/completions", json={"messages": []})
+
+
+async def test_a_json_answer_teaches_its_tool_references_as_the_sdk_reads_it(
+    stack: Stack,
+) -> None:
+    """Not streamed: the middleware lists the refs in the JSON body (`toolReferences`), which
+    the transport reads over the SDK's shoulder, so the next request sends markers."""
+    run = Run(ToolReferenceManager(history_refs=False))
+    history: Any = [
+        {"role": "user", "content": "read README.md"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "README.md"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "x = 1\n" * 300},
+    ]
+    async with openai.AsyncOpenAI(
+        base_url=stack.url + "/v1",
+        api_key="k",
+        max_retries=0,
+        timeout=TIMEOUT,
+        http_client=_async_client(run),
+    ) as client:
+        for _ in range(2):
+            completion = await client.chat.completions.create(model="m", messages=history)
+            history.append(completion.choices[0].message.to_dict())
+            history.append({"role": "user", "content": "and then?"})
+    assert len(run.manager.confirmed) == 1
+    assert [markers(wire_body(r)) for r in run.wire] == [0, 2]
+    received = [json.loads(r) for r in stack.app.state.received]
+    assert received == [json.loads(s) for s in run.sdk]
