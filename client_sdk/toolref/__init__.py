@@ -92,6 +92,7 @@ from toolref.streaming import (
     accumulate_async,
     adapter_for,
 )
+from toolref.transport import AsyncTransport, Transport
 
 __version__ = "0.1.0"
 
@@ -104,6 +105,7 @@ __all__ = [
     "ArgPatch",
     "ArgumentsProgress",
     "AsyncRegistryClient",
+    "AsyncTransport",
     "AuthenticationError",
     "BadRequestError",
     "BaseRegistryClient",
@@ -164,6 +166,7 @@ __all__ = [
     "ToolRefMiddleware",
     "ToolReferenceManager",
     "ToolrefError",
+    "Transport",
     "UnexpectedResponseError",
     "UnknownToolCallError",
     "UnsupportedMediaTypeError",

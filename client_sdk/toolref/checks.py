@@ -71,6 +71,16 @@ def check_body(body: object, key: str) -> None:
         )
 
 
+def check_stream_method(method: object) -> None:
+    """`ToolReferenceManager.stream`'s method: the messages travel in a POST body."""
+    if not isinstance(method, str) or method.upper() != "POST":
+        raise ValueError(
+            f"stream() sends the messages in the body of a POST, so method must be 'POST', not "
+            f"{method!r}; for a request without messages use the client itself: "
+            f"client.stream({method!r}, url)"
+        )
+
+
 def check_middleware_options(
     *,
     registry: object,

@@ -6,6 +6,9 @@ payloads travel as `toolRef` markers. The rewriting itself is the pure function 
 over the format layer. `post` / `apost` send a rewritten request and, when the backend
 answers 409 with `missingRefs` (a ref expired or was evicted), forget those refs and resend
 those payloads in full, automatically: a conversation never fails because of a ref.
+`stream` / `astream` do the same for answers read as they arrive (event streams): those
+resends are all answered before the app sends anything, so the stream handed back is the
+one the app sends, unread.
 
 With history refs (on by default; used once the server confirms one), the manager also
 remembers the histories the server confirmed (`Toolref-History` in its answers) and sends
@@ -19,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -27,7 +30,7 @@ import httpx
 
 from toolref import formats
 from toolref.canonical import digest_of, is_ref
-from toolref.checks import check_body, check_manager_options
+from toolref.checks import check_body, check_manager_options, check_stream_method
 from toolref.encoding import JSON_TYPE, PROBLEM_TYPE, dumps_json
 from toolref.errors import (
     DictionaryMismatchError,
@@ -155,34 +158,63 @@ class ToolReferenceManager:
             return _Either(self.confirmed, self.seen)
         return self.confirmed
 
-    def rewrite(self, messages: list[Any], usable: Container[str] | None = None) -> Rewrite:
-        """`messages` with confirmed payloads as refs; unchanged if they cannot be read."""
+    def rewrite(
+        self,
+        messages: list[Any],
+        usable: Container[str] | None = None,
+        *,
+        format: FormatName | None = None,
+    ) -> Rewrite:
+        """`messages` with confirmed payloads as refs; unchanged if they cannot be read.
+        `format`: these messages' format, instead of the manager's."""
         try:
-            fmt = formats.detect(messages, self.format)
+            fmt = formats.detect(messages, format or self.format)
             return rewrite(messages, fmt, self.usable() if usable is None else usable)
         except ToolrefError:
             return Rewrite(messages, None, {}, {})  # never let rewriting fail a conversation
 
     # --- sending with fallback -------------------------------------------------------
 
-    def _turn(self, body: Mapping[str, Any], usable: Container[str] | None) -> tuple[Turn, Rewrite]:
-        messages = body[self.messages_key]
-        outgoing = self.rewrite(messages, usable)
+    def _turn(
+        self,
+        body: Mapping[str, Any],
+        usable: Container[str] | None,
+        fmt_name: FormatName | None,
+        key: str,
+    ) -> tuple[Turn, Rewrite]:
+        messages = body[key]
+        outgoing = self.rewrite(messages, usable, format=fmt_name)
         # Messages the format layer cannot read travel as they are, without history refs.
         fmt = formats.get(outgoing.format) if outgoing.format is not None else None
-        turn = Turn(body, self.messages_key, messages, outgoing.messages, fmt, outgoing.refs)
+        turn = Turn(body, key, messages, outgoing.messages, fmt, outgoing.refs)
         return turn, outgoing
 
-    def _post(
-        self, build: Callable[[bytes, dict[str, str]], httpx.Request], body: Mapping[str, Any]
+    def exchange(
+        self,
+        build: Callable[[bytes, dict[str, str]], httpx.Request],
+        body: Mapping[str, Any],
+        *,
+        format: FormatName | None = None,
+        messages_key: str | None = None,
+        streamed: bool = False,
     ) -> Exchange[httpx.Response]:
+        """The sans-I/O exchange under `post`, `stream` and `toolref.Transport`: yields the
+        requests `build(content, headers)` makes for `body`, and returns the answer to keep.
+
+        format / messages_key: this request's, instead of the manager's (one manager serves
+            several APIs through a transport).
+        streamed: the driver hands answers back unread, except those `may_resend` picks,
+            which it reads whole first; only the headers of the answer kept are learned from
+            (`learn_answer` learns a JSON body read later).
+        """
+        key = messages_key or self.messages_key
         full = len(dumps_json(body)) if self.track_savings else 0
         usable: Container[str] | None = None
         attempt = 0
         histories = self.history_refs
         dictionary = True
         while True:
-            turn, outgoing = self._turn(body, usable)
+            turn, outgoing = self._turn(body, usable, format, key)
             compress = self.compress if self.compress is not None else self.histories_accepted
             upload = prepare(
                 turn,
@@ -211,6 +243,8 @@ class ToolReferenceManager:
             missing = _missing_refs(response)
             if missing is None or not outgoing.used or attempt == 2:
                 self._learn_from(response, outgoing, upload)
+                if not streamed:
+                    self.learn_answer(response.status_code, response.headers, response.content)
                 return response
             # Refs expired or were evicted: forget them and send those payloads in full. If
             # that is refused too, the last attempt sends every payload in full.
@@ -229,9 +263,6 @@ class ToolReferenceManager:
         if header:
             with contextlib.suppress(ValueError):
                 self.learn({"toolReferences": json.loads(header)})
-        if response.headers.get("content-type", "").startswith(JSON_TYPE):
-            with contextlib.suppress(ValueError):
-                self.learn(response.json())
         confirmed = response.headers.get(HISTORY_HEADER)
         # Only a head the client computed itself is remembered: a server that chained the
         # messages differently is never sent a ref the two would disagree on.
@@ -244,6 +275,17 @@ class ToolReferenceManager:
             while len(self.histories) > self.max_histories:
                 self.histories.popitem(last=False)
 
+    def learn_answer(self, status: int, headers: Mapping[str, str], content: bytes) -> None:
+        """Confirm the refs a successful protocol-2 JSON answer lists in `toolReferences`
+        (headers by name, any case; `content` as decoded). `post` does this itself; a
+        streamed answer is learned from once it has been read whole."""
+        if headers.get(PROTOCOL_HEADER) != str(PROTOCOL_REFS) or status >= 400:
+            return
+        if not headers.get("content-type", "").startswith(JSON_TYPE):
+            return
+        with contextlib.suppress(ValueError):
+            self.learn(json.loads(content))
+
     def post(
         self, client: httpx.Client, url: str, json: Mapping[str, Any], **kwargs: Any
     ) -> httpx.Response:
@@ -252,14 +294,97 @@ class ToolReferenceManager:
         Extra keyword arguments (headers, params, timeout, ...) go to `client.build_request`.
         """
         check_body(json, self.messages_key)
-        return run_sync(self._post(_builder(client, url, kwargs), json), client.send)
+        return run_sync(self.exchange(_builder(client, url, kwargs), json), client.send)
 
     async def apost(
         self, client: httpx.AsyncClient, url: str, json: Mapping[str, Any], **kwargs: Any
     ) -> httpx.Response:
         """Async `post`."""
         check_body(json, self.messages_key)
-        return await run_async(self._post(_builder(client, url, kwargs), json), client.send)
+        return await run_async(self.exchange(_builder(client, url, kwargs), json), client.send)
+
+    @contextlib.contextmanager
+    def stream(
+        self,
+        client: httpx.Client,
+        method: str,
+        url: str,
+        *,
+        json: Mapping[str, Any],
+        **kwargs: Any,
+    ) -> Iterator[httpx.Response]:
+        """`client.stream("POST", url, ...)` with the rewriting and resends of `post`: the
+        answer is handed back unread (read it with `iter_lines`, `iter_bytes`, ...).
+
+        `method` must be "POST" (the messages travel in the body). The manager learns from
+        the answer's headers (`Toolref-History`, `Toolref-References`); a JSON answer read
+        whole in the block (`response.read()`) also teaches its `toolReferences` when the
+        block ends (one read piece by piece, with `iter_bytes`, teaches only its headers).
+        Extra keyword arguments go to `client.build_request`, as in `post`.
+        """
+        check_stream_method(method)
+        check_body(json, self.messages_key)
+        exchange = self.exchange(_builder(client, url, kwargs), json, streamed=True)
+        response = run_sync(exchange, lambda request: _send_streaming(client, request))
+        try:
+            yield response
+            if _is_read(response):
+                self.learn_answer(response.status_code, response.headers, response.content)
+        finally:
+            response.close()
+
+    @contextlib.asynccontextmanager
+    async def astream(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        url: str,
+        *,
+        json: Mapping[str, Any],
+        **kwargs: Any,
+    ) -> AsyncIterator[httpx.Response]:
+        """Async `stream`: `async with manager.astream(client, "POST", url, json=...)`."""
+        check_stream_method(method)
+        check_body(json, self.messages_key)
+        exchange = self.exchange(_builder(client, url, kwargs), json, streamed=True)
+        response = await run_async(exchange, lambda request: _asend_streaming(client, request))
+        try:
+            yield response
+            if _is_read(response):
+                self.learn_answer(response.status_code, response.headers, response.content)
+        finally:
+            await response.aclose()
+
+
+def may_resend(response: httpx.Response) -> bool:
+    """An answer the exchange may resend on (400 dictionary-mismatch, 409 missing-refs or
+    missing-history): a problem, sent before any of the app's answer. A streaming driver
+    reads these whole before the exchange sees them, and hands every other answer back
+    unread."""
+    media = response.headers.get("content-type", "")
+    return response.status_code in (400, 409) and media.startswith(PROBLEM_TYPE)
+
+
+def _send_streaming(client: httpx.Client, request: httpx.Request) -> httpx.Response:
+    response = client.send(request, stream=True)
+    if may_resend(response):
+        response.read()
+    return response
+
+
+async def _asend_streaming(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    response = await client.send(request, stream=True)
+    if may_resend(response):
+        await response.aread()
+    return response
+
+
+def _is_read(response: httpx.Response) -> bool:
+    try:
+        response.content  # noqa: B018 - raises until the body has been read whole
+    except httpx.ResponseNotRead:
+        return False
+    return True
 
 
 def _builder(

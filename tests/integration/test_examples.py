@@ -79,3 +79,47 @@ def test_thirty_turns_upload_what_the_readme_says_and_the_backend_sees_the_same(
     assert len(seen) == 60
     assert seen[:30] == seen[30:]  # the same conversation, turn by turn, with refs or without
     assert len(set(seen)) == 30
+
+
+@pytest.fixture
+def llm_backend(registry: Service) -> Iterator[Process]:
+    port = free_port()
+    args = ["examples/llm_backend.py", "--registry", registry.url, "--port", str(port)]
+    process = Process([sys.executable, *args], f"http://127.0.0.1:{port}", "/received", clean_env())
+    yield process
+    process.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("example", "clients"),
+    [
+        ("openai_client.py", ["openai.OpenAI", "openai.AsyncOpenAI"]),
+        ("anthropic_client.py", ["anthropic.Anthropic", "anthropic.AsyncAnthropic"]),
+    ],
+)
+def test_the_official_sdks_stream_with_refs_through_the_transport(
+    llm_backend: Process, example: str, clients: list[str]
+) -> None:
+    result = subprocess.run(
+        [sys.executable, f"examples/{example}", "--backend", llm_backend.url],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == clients
+    for line in lines:  # four tasks, each a tool call and an answer: eight requests
+        found = re.search(
+            r"in (\d+) requests; .* \(([\d.]+)x fewer\); (\d+) requests continued", line
+        )
+        assert found is not None, line
+        requests, ratio, continued = int(found[1]), float(found[2]), int(found[3])
+        assert (requests, continued) == (8, 7), line
+        assert ratio > 3, line
+    received = httpx.get(llm_backend.url + "/received").json()["received"]
+    assert len(received) == 16  # the middleware gave the app every request whole

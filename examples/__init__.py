@@ -1,0 +1,1 @@
+"""Runnable examples of the SDK; tests import their apps from here."""

@@ -1,0 +1,69 @@
+"""Every python block of docs/sdk.md runs, in order, against real servers over sockets.
+
+The registry (the app on the test engine, with the doc's `trk_...` as its one API key), the
+doc's own chat backend (its block, with a stand-in `call_llm`) and examples/llm_backend.py
+behind `ToolRefMiddleware` are served by uvicorn; the doc's placeholder addresses are
+replaced by theirs. Blocks run off the event loop (the servers are on it), each in its own
+namespace, as a reader would paste them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import io
+from typing import Any
+
+import pytest
+from examples.llm_backend import create_backend
+from redis.asyncio import Redis
+
+from toolref import AsyncRegistryClient
+from toolref_server.app import create_app
+from toolref_server.settings import Settings
+
+from ..servers import serve, serve_all
+from ..unit.test_docs import SDK_DOC, _python_blocks
+
+REGISTRY, CHAT, LLM = "http://127.0.0.1:8750", "http://127.0.0.1:8000", "http://127.0.0.1:8001"
+KEY = "trk_..."
+
+
+async def call_llm(messages: list[dict[str, Any]]) -> dict[str, str]:
+    return {"role": "assistant", "content": f"{len(messages)} messages"}
+
+
+def run(block: str, addresses: dict[str, str]) -> tuple[dict[str, Any], str]:
+    """Run `block` with the servers' addresses; its namespace and what it printed."""
+    for placeholder, url in addresses.items():
+        block = block.replace(placeholder, url)
+    namespace: dict[str, Any] = {"call_llm": call_llm, "__name__": "docs_sdk"}
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(block, "docs/sdk.md", "exec"), namespace)
+    return namespace, printed.getvalue()
+
+
+@pytest.mark.slow
+async def test_every_python_block_of_the_sdk_doc_runs(redis: Redis) -> None:
+    blocks = _python_blocks(SDK_DOC)
+    [backend] = [b for b in blocks if "ToolRefMiddleware" in b and "add_middleware" in b]
+    key_hash = hashlib.sha256(KEY.encode()).hexdigest()
+    service = create_app(Settings(redis_url="unused", api_keys=f"docs={key_hash}"), redis=redis)
+    async with serve(service) as registry_url:
+        doc_backend = run(backend, {REGISTRY: registry_url})[0]
+        chat = doc_backend["app"]
+        llm_registry = AsyncRegistryClient(registry_url, api_key=KEY)
+        async with serve_all(chat, create_backend(llm_registry)) as [chat_url, llm_url]:
+            addresses = {REGISTRY: registry_url, CHAT: chat_url, LLM: llm_url}
+            outputs = [await asyncio.to_thread(run, block, addresses) for block in blocks]
+        await llm_registry.aclose()
+        await doc_backend["registry"].aclose()
+    assert len(outputs) >= 9  # client, backend, 2 streaming, 4 official SDKs, registry
+    printed = "\n".join(text for _, text in outputs)
+    assert "uploaded" in printed  # the client app's savings line
+    assert '"object": "chat.completion.chunk"' in printed  # manager.stream's events
+    assert "You said: hi" in printed  # the SDKs' streamed text
+    assert "Savings(requests=1" in printed  # transport.manager.savings
+    assert "x = 1" in printed  # the registry block's get()

@@ -1,0 +1,94 @@
+"""`toolref.transport.recognise`: which requests the transports rewrite (a pure function)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from toolref.rewriter import may_resend
+from toolref.transport import LLMRequest, recognise
+
+JSON = {"content-type": "application/json"}
+
+
+def body(**members: Any) -> bytes:
+    return json.dumps({"model": "m", **members}).encode()
+
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(
+    ("path", "fmt", "key"),
+    [
+        ("/v1/chat/completions", "openai-chat", "messages"),
+        ("/openai/v1/chat/completions/", "openai-chat", "messages"),
+        ("/v1/responses", "openai-responses", "input"),
+        ("/v1/messages", "anthropic", "messages"),  # also ?beta=true: the query is not the path
+    ],
+)
+def test_each_api_is_rewritten_with_its_format_and_key(path: str, fmt: str, key: str) -> None:
+    content = body(**{key: MESSAGES})
+    found = recognise("POST", path, JSON, content)
+    assert found == LLMRequest(fmt, key, json.loads(content))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers", "content"),
+    [
+        ("GET", "/v1/chat/completions", JSON, body(messages=MESSAGES)),
+        ("POST", "/v1/messages/count_tokens", JSON, body(messages=MESSAGES)),
+        ("POST", "/v1/responses/input_tokens", JSON, body(input=MESSAGES)),
+        ("POST", "/v1/embeddings", JSON, body(input=["text"])),
+        ("POST", "/v1/responses", JSON, body(input="a string, not items")),
+        ("POST", "/v1/threads/t1/messages", JSON, body(role="user", content="hi")),
+        ("POST", "/v1/chat/completions", {"content-type": "text/plain"}, body(messages=[])),
+        ("POST", "/v1/chat/completions", {**JSON, "content-encoding": "gzip"}, b"\x1f\x8b"),
+        ("POST", "/v1/chat/completions", {**JSON, "Toolref-Protocol": "2"}, body(messages=[])),
+        ("POST", "/v1/chat/completions", JSON, b"{not json"),
+        ("POST", "/v1/chat/completions", JSON, b'{"messages": [], "temperature": NaN}'),
+        ("POST", "/v1/chat/completions", JSON, b"[]"),
+    ],
+    ids=[
+        "GET",
+        "anthropic-token-count",
+        "openai-token-count",
+        "other-path",
+        "responses-input-string",
+        "no-messages-list",
+        "not-json",
+        "compressed",
+        "already-toolref",
+        "malformed",
+        "non-finite",
+        "not-an-object",
+    ],
+)
+def test_everything_else_passes_through(
+    method: str, path: str, headers: dict[str, str], content: bytes
+) -> None:
+    assert recognise(method, path, headers, content) is None
+
+
+def test_header_names_are_matched_in_any_case() -> None:
+    headers = {"Content-Type": "application/json; charset=utf-8", "Content-Encoding": "identity"}
+    assert recognise("post", "/v1/chat/completions", headers, body(messages=[])) is not None
+
+
+@pytest.mark.parametrize(
+    ("status", "media", "resend"),
+    [
+        (409, "application/problem+json", True),
+        (400, "application/problem+json", True),
+        (422, "application/problem+json", False),
+        (409, "application/json", False),
+        (200, "text/event-stream", False),
+    ],
+)
+def test_only_problems_the_manager_may_resend_on_are_read_first(
+    status: int, media: str, resend: bool
+) -> None:
+    assert may_resend(httpx.Response(status, headers={"content-type": media})) is resend
