@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from toolref.kinds import DEFAULT_KINDS, Kind, KindTable
@@ -63,13 +63,13 @@ def _count(text: str) -> str:
     return f"{len(text.encode())} bytes, {lines} line{'s' if lines != 1 else ''}"
 
 
-def _read(name: str, args: Any, result: Any, text: str) -> tuple[str, list[str]]:
+def _read(name: str, args: Any, result: Any, text: str) -> tuple[str, Iterable[str]]:
     path = path_of(args) or "?"
     lines = _lines(text)
     return f"{name} {path}: {_count(text)}", _head_tail(lines)
 
 
-def _shell(name: str, args: Any, result: Any, text: str) -> tuple[str, list[str]]:
+def _shell(name: str, args: Any, result: Any, text: str) -> tuple[str, Iterable[str]]:
     command = command_of(args) or name
     status = exit_status(result)
     known = f", exit {status}" if status is not None else ""
@@ -77,24 +77,24 @@ def _shell(name: str, args: Any, result: Any, text: str) -> tuple[str, list[str]
     return f"$ {_short(_one_line(command), 160)}{known}: {_count(text)}", _tail(lines)
 
 
-def _search(name: str, args: Any, result: Any, text: str) -> tuple[str, list[str]]:
+def _search(name: str, args: Any, result: Any, text: str) -> tuple[str, Iterable[str]]:
     pattern = pattern_of(args)
     parsed = _json(result)
     if isinstance(parsed, list):  # structured results: one item per match
         what = f" {pattern!r}" if pattern else ""
-        return f"{name}{what}: {len(parsed)} result{'s' if len(parsed) != 1 else ''}", [
-            _outline(item, 1) for item in parsed
-        ]
+        count = f"{len(parsed)} result{'s' if len(parsed) != 1 else ''}"
+        # Outlined lazily: only the items that fit the budget cost anything.
+        return f"{name}{what}: {count}", (_outline(item, 1) for item in parsed)
     lines = [line for line in _lines(text) if line.strip()]
     files = sorted({m.group(1) for line in lines if (m := _FILE_HIT.match(line))})
     what = f" {pattern!r}" if pattern else ""
     where = f" in {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
     head = f"{name}{what}: {len(lines)} match{'es' if len(lines) != 1 else ''}{where}"
     shown = [f"files: {', '.join(files)}"] if files else []
-    return head, shown + lines
+    return head, [*shown, *lines]
 
 
-def _edit(name: str, args: Any, result: Any, text: str) -> tuple[str, list[str]]:
+def _edit(name: str, args: Any, result: Any, text: str) -> tuple[str, Iterable[str]]:
     found = arguments(args)
     if not found and isinstance(args, str):
         found = {"input": args}  # apply_patch style: the patch itself is the argument
@@ -104,14 +104,14 @@ def _edit(name: str, args: Any, result: Any, text: str) -> tuple[str, list[str]]
     return f"{name} {path}{detail}", _head_tail(_lines(text))
 
 
-def _fetch(name: str, args: Any, result: Any, text: str) -> tuple[str, list[str]]:
+def _fetch(name: str, args: Any, result: Any, text: str) -> tuple[str, Iterable[str]]:
     url = url_of(args) or pattern_of(args) or "?"
     title = _title(text)
     titled = f", title {title!r}" if title else ""
     return f"{name} {url}: {len(text)} chars{titled}", _head_tail(_lines(text))
 
 
-def _other(name: str, args: Any, result: Any, text: str) -> tuple[str, list[str]]:
+def _other(name: str, args: Any, result: Any, text: str) -> tuple[str, Iterable[str]]:
     data = _json(result)
     if isinstance(data, dict | list) and not is_text_blocks(result):
         return f"{name}: {_outline(data)}", []
@@ -231,7 +231,7 @@ def _tail(lines: list[str], tail: int = 8) -> list[str]:
     return [f"[… {len(lines) - tail} lines …]", *lines[-tail:]]
 
 
-def _fit(head: str, lines: list[str], max_chars: int) -> str:
+def _fit(head: str, lines: Iterable[str], max_chars: int) -> str:
     """`head` then as many `lines` as fit; lines are cut short rather than dropped early."""
     if len(head) >= max_chars:
         return head[: max_chars - 1] + _ELLIPSIS if max_chars > 1 else head[:max_chars]

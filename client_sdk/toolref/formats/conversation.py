@@ -10,14 +10,24 @@ left as it is.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from toolref.canonical import Ref, is_ref
 from toolref.errors import InvalidRefError, ValidationError
-from toolref.formats.site import MARKER, ORDER, Site, from_marker, get_at, to_marker, update_at
+from toolref.formats.site import (
+    MARKER,
+    ORDER,
+    Change,
+    Path,
+    Site,
+    from_marker,
+    get_at,
+    to_marker,
+    update_all,
+)
 
 
 @dataclass(slots=True)
@@ -113,7 +123,7 @@ class Scan:
 def scan(messages: Sequence[Any], sites: Iterable[Site]) -> Scan:
     """Pair the sites of `messages`, checking that markers are refs."""
     found = Scan()
-    pending: list[Pair] = []  # calls without a result yet, oldest first
+    pending = _Pending()  # calls without a result yet, oldest first
     uses: dict[str, int] = defaultdict(int)
     keys: set[str] = set()
     for site in sites:
@@ -124,12 +134,11 @@ def scan(messages: Sequence[Any], sites: Iterable[Site]) -> Scan:
             if site.result_key is not None:
                 pair.result, pair.result_obj = site, obj
             else:
-                pending.append(pair)
+                pending.add(pair)
             found.pairs.append(pair)
         elif site.result_key is not None or site.bare:
-            call = _answered_call(pending, site)
+            call = pending.answered_by(site)
             if call is not None:
-                pending.remove(call)
                 call.result, call.result_obj = site, obj
                 _check_same_ref(call)
             else:
@@ -139,18 +148,44 @@ def scan(messages: Sequence[Any], sites: Iterable[Site]) -> Scan:
     return found
 
 
-def _answered_call(pending: list[Pair], result: Site) -> Pair | None:
-    """The oldest pending call `result` answers: same id, else (ids absent) same name."""
-    if result.call_id is not None:
-        for pair in pending:
-            if pair.call is not None and pair.call.call_id == result.call_id:
-                return pair
-    for pair in pending:
+class _Pending:
+    """Calls without a result yet, indexed so that finding (and taking) the oldest one a
+    result answers costs O(1) amortized, however the results are ordered: by id, and by
+    tool name for the calls or results that have no id. A call taken through one index is
+    skipped when another reaches it."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, deque[Pair]] = defaultdict(deque)
+        self._by_name: dict[str | None, deque[Pair]] = defaultdict(deque)
+        self._idless_by_name: dict[str | None, deque[Pair]] = defaultdict(deque)
+        self._taken: set[int] = set()
+
+    def add(self, pair: Pair) -> None:
         call = pair.call
-        ids_absent = call is not None and (call.call_id is None or result.call_id is None)
-        if ids_absent and call is not None and call.name == result.name:
-            return pair
-    return None
+        assert call is not None
+        self._by_name[call.name].append(pair)
+        if call.call_id is None:
+            self._idless_by_name[call.name].append(pair)
+        else:
+            self._by_id[call.call_id].append(pair)
+
+    def answered_by(self, result: Site) -> Pair | None:
+        """The oldest pending call `result` answers, taken: same id, else (ids absent) the
+        same tool name."""
+        if result.call_id is not None:
+            found = self._take(self._by_id.get(result.call_id))
+            if found is None:
+                found = self._take(self._idless_by_name.get(result.name))
+            return found
+        return self._take(self._by_name.get(result.name))
+
+    def _take(self, queue: deque[Pair] | None) -> Pair | None:
+        while queue:
+            pair = queue.popleft()
+            if id(pair) not in self._taken:
+                self._taken.add(id(pair))
+                return pair
+        return None
 
 
 def _key(site: Site, uses: dict[str, int], keys: set[str]) -> str:
@@ -201,7 +236,7 @@ def _check_same_ref(pair: Pair) -> None:
 
 def replace(messages: Sequence[Any], found: Scan, refs: Mapping[str, str]) -> list[Any]:
     """Copy of `messages` with the complete pairs whose key is in `refs` made markers."""
-    out = list(messages)
+    changes: dict[Path, Change] = {}
     for pair in found.pairs:
         ref = refs.get(pair.key)
         if ref is None or not pair.complete:
@@ -211,15 +246,15 @@ def replace(messages: Sequence[Any], found: Scan, refs: Mapping[str, str]) -> li
             def mark(obj: dict[str, Any], site: Site = site, ref: str = ref) -> dict[str, Any]:
                 return to_marker(obj, site.payload_keys, ref)
 
-            update_at(out, site.path, mark)
-    return out
+            changes[site.path] = mark
+    return update_all(messages, changes)
 
 
 def fill(
     messages: Sequence[Any], found: Scan, invocations: Mapping[str, Mapping[str, Any]]
 ) -> list[Any]:
     """Copy of `messages` with every marker whose ref is in `invocations` filled back."""
-    out = list(messages)
+    changes: dict[Path, Change] = {}
     for pair in found.pairs:
         ref = pair.ref
         if ref is None or ref not in invocations:
@@ -237,8 +272,8 @@ def fill(
             def restore(marker: dict[str, Any], values: dict[str, Any] = values) -> dict[str, Any]:
                 return from_marker(marker, values)
 
-            update_at(out, site.path, restore)
-    return out
+            changes[site.path] = restore
+    return update_all(messages, changes)
 
 
 def with_results(messages: Sequence[Any], found: Scan, results: Mapping[str, Any]) -> list[Any]:
@@ -247,7 +282,7 @@ def with_results(messages: Sequence[Any], found: Scan, results: Mapping[str, Any
     Only full (not marker) result sides change; a pair that holds call and result in one
     object keeps its arguments.
     """
-    out = list(messages)
+    changes: dict[Path, Change] = {}
     for pair in found.pairs:
         if pair.key not in results or pair.result is None or pair.result_obj is None:
             continue
@@ -260,5 +295,5 @@ def with_results(messages: Sequence[Any], found: Scan, results: Mapping[str, Any
         ) -> dict[str, Any]:
             return {k: (value if k == key else v) for k, v in target.items()}
 
-        update_at(out, site.path, put)
-    return out
+        changes[site.path] = put
+    return update_all(messages, changes)

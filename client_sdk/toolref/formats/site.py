@@ -8,7 +8,7 @@ result, and which members carry the arguments and the result. Everything else is
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -53,31 +53,35 @@ def get_at(messages: Sequence[Any], path: Path) -> Any:
     return node
 
 
-def update_at(messages: list[Any], path: Path, change: Callable[[Any], Any]) -> None:
-    """Replace the object at `path` by `change(it)`, copying only the containers on the way.
-
-    `messages` is the caller's own (shallow) copy; containers below it are copied the first
-    time they are touched, so the input messages are never modified.
-    """
-    if len(path) == 1:
-        messages[path[0]] = change(messages[path[0]])  # type: ignore[index]
-        return
-    head, *rest = path
-    child = messages[head]  # type: ignore[index]
-    copy: Any = dict(child) if isinstance(child, dict) else list(child)
-    _update(copy, tuple(rest), change)
-    messages[head] = copy  # type: ignore[index]
+Change = Callable[[Any], Any]
+_CHANGE: Final[Any] = object()  # marks, in a trie of paths, the change at that node
 
 
-def _update(node: Any, path: Path, change: Callable[[Any], Any]) -> None:
-    step = path[0]
-    if len(path) == 1:
-        node[step] = change(node[step])
-        return
-    child = node[step]
-    copy: Any = dict(child) if isinstance(child, dict) else list(child)
-    _update(copy, path[1:], change)
-    node[step] = copy
+def update_all(messages: Sequence[Any], changes: Mapping[Path, Change]) -> list[Any]:
+    """Copy of `messages` with the object at each path replaced by `change(it)`. Only the
+    containers on the way are copied, each once however many changes it holds (so a message
+    with thousands of markers costs one copy of it, not one per marker); the input is never
+    modified. A change at a path below another's is made first, and the outer change
+    receives the object with it."""
+    trie: dict[Any, Any] = {}
+    for path, change in changes.items():
+        node = trie
+        for step in path:
+            node = node.setdefault(step, {})
+        node[_CHANGE] = change
+    out: list[Any] = _rebuilt(messages, trie)
+    return list(out) if out is messages else out
+
+
+def _rebuilt(value: Any, trie: dict[Any, Any]) -> Any:
+    below = [(step, sub) for step, sub in trie.items() if step is not _CHANGE]
+    if below:
+        copy: Any = dict(value) if isinstance(value, dict) else list(value)
+        for step, sub in below:
+            copy[step] = _rebuilt(copy[step], sub)
+        value = copy
+    change = trie.get(_CHANGE)
+    return change(value) if change is not None else value
 
 
 def to_marker(obj: dict[str, Any], keys: tuple[str, ...], ref: str) -> dict[str, Any]:

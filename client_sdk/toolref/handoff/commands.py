@@ -190,13 +190,38 @@ def _token(text: str, operator: bool = False, glued: bool = False) -> Token:
     return token
 
 
-def _tokens(line: str) -> list[Token]:
-    """Shell words and operators; quotes and backslashes removed from words. An open quote
-    raises ValueError (the command goes on on the next line)."""
+def _logical_lines(text: str) -> list[list[Token]]:
+    """Token lists, one per logical line: shell words and operators, quotes and backslashes
+    removed from words; a quote left open at the end of a line goes on over the next ones;
+    heredoc bodies dropped. One pass over the text: linear in its length."""
+    found: list[list[Token]] = []
+    index, size = 0, len(text)
+    while index < size:
+        start = index
+        tokens, index = _line(text, index)
+        chunk = text[start:index]
+        index += 1  # the newline ending the logical line
+        heredoc = None if "<<<" in chunk else _HEREDOC.search(chunk)
+        if heredoc is not None:
+            end = heredoc.group(2)
+            while index < size:
+                stop = text.find("\n", index)
+                stop = size if stop < 0 else stop
+                line, index = text[index:stop], stop + 1
+                if line.strip() == end:
+                    break
+        found.append(tokens)
+    return found
+
+
+def _line(text: str, index: int) -> tuple[list[Token], int]:
+    """The tokens of the logical line starting at `index`, and where it ends (its newline,
+    or the end of the text). A quote never closed makes the rest of the text one line of
+    plain words."""
     tokens: list[Token] = []
     word: list[str] = []
     in_word = False
-    index, size = 0, len(line)
+    start, size = index, len(text)
 
     def flush() -> None:
         nonlocal in_word
@@ -206,26 +231,33 @@ def _tokens(line: str) -> list[Token]:
             in_word = False
 
     while index < size:
-        char = line[index]
+        char = text[index]
+        if char == "\n":
+            break
         if char in " \t":
             flush()
             index += 1
         elif char == "#" and not in_word:
-            break  # a comment runs to the end of the line
+            stop = text.find("\n", index)  # a comment runs to the end of the line
+            index = size if stop < 0 else stop
         elif char == "\\":
-            word.append(line[index + 1 : index + 2])
+            following = text[index + 1 : index + 2]
+            word.append("" if following == "\n" else following)
             in_word = True
-            index += 2
+            index += 1 if following == "\n" else 2
         elif char in "'\"":
-            close = _closing(line, index)
-            inner = line[index + 1 : close]
+            close = _closing(text, index)
+            if close < 0:
+                rest = text[start:].replace("'", " ").replace('"', " ")
+                return [_token(w) for w in rest.split()], size
+            inner = text[index + 1 : close]
             word.append(inner if char == "'" else re.sub(r'\\([\\"$`])', r"\1", inner))
             in_word = True
             index = close + 1
         elif char in "|&;<>()":
             glued = in_word
             flush()
-            operator = next(op for op in _OPERATORS if line.startswith(op, index))
+            operator = next(op for op in _OPERATORS if text.startswith(op, index))
             tokens.append(_token(operator, operator=True, glued=glued))
             index += len(operator)
         else:
@@ -233,47 +265,25 @@ def _tokens(line: str) -> list[Token]:
             in_word = True
             index += 1
     flush()
-    return tokens
+    return tokens, index
 
 
-def _closing(line: str, start: int) -> int:
-    quote, index = line[start], start + 1
-    while index < len(line):
-        if line[index] == "\\" and quote == '"':
-            index += 2
-            continue
-        if line[index] == quote:
-            return index
-        index += 1
-    raise ValueError("open quote")
-
-
-def _logical_lines(text: str) -> list[list[Token]]:
-    """Token lists, one per logical line: heredoc bodies dropped, broken quotes joined."""
-    lines = text.split("\n")
-    found: list[list[Token]] = []
-    index = 0
-    while index < len(lines):
-        chunk = lines[index]
-        index += 1
-        while True:
-            try:
-                tokens = _tokens(chunk)
-                break
-            except ValueError:  # an open quote: the command goes on
-                if index >= len(lines):
-                    tokens = [_token(w) for w in chunk.replace("'", " ").replace('"', " ").split()]
-                    break
-                chunk += "\n" + lines[index]
-                index += 1
-        heredoc = None if "<<<" in chunk else _HEREDOC.search(chunk)
-        if heredoc is not None:
-            end = heredoc.group(2)
-            while index < len(lines) and lines[index].strip() != end:
-                index += 1
-            index += 1  # the terminator line
-        found.append(tokens)
-    return found
+def _closing(text: str, start: int) -> int:
+    """Where the quote at `start` closes (over newlines), or -1 when it never does."""
+    quote = text[start]
+    if quote == "'":
+        return text.find("'", start + 1)
+    index = start + 1
+    while True:
+        close = text.find('"', index)
+        if close < 0:
+            return -1
+        backslashes = 0
+        while text[close - 1 - backslashes] == "\\" and close - 1 - backslashes > start:
+            backslashes += 1
+        if backslashes % 2 == 0:
+            return close
+        index = close + 1
 
 
 def _split(tokens: list[Token]) -> list[tuple[list[str], list[tuple[str, str]]]]:
@@ -337,28 +347,20 @@ def has_side_effects(line: str) -> bool:
     lines = _logical_lines(line)
     for tokens in lines:
         commands = _split(tokens)
+        separators = [str(t) for t in tokens if t.operator and t in _SEPARATORS]
         for position, (words, redirects) in enumerate(commands):
             if any(_writes(op, target) for op, target in redirects):
                 return True
             argv = _unwrap(words)
             if not argv:
                 continue
-            piped_into = position > 0 and _separator_before(tokens, position) in ("|", "|&")
+            before = separators[position - 1] if 0 < position <= len(separators) else ""
+            piped_into = before in ("|", "|&")
             if piped_into and argv[0].rsplit("/", 1)[-1] in _SHELLS and "-c" not in argv:
                 return True  # a script from stdin (curl ... | sh): it can do anything
             if _command_has_side_effects(argv):
                 return True
     return False
-
-
-def _separator_before(tokens: list[Token], position: int) -> str:
-    seen = 0
-    for token in tokens:
-        if token.operator and token in _SEPARATORS:
-            seen += 1
-            if seen == position:
-                return token
-    return ""
 
 
 def _writes(op: str, target: str) -> bool:
