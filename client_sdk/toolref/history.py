@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from toolref import formats
 from toolref.canonical import canonical_json, digest_key, digest_of
+from toolref.encoding import dumps_json
 from toolref.errors import InvalidHistoryHeaderError, InvalidRefError, ValidationError
 from toolref.formats import Format
 
@@ -94,16 +95,18 @@ def longest_confirmed(chain: Sequence[bytes], confirmed: Sequence[tuple[str, int
 
 
 def dictionary(messages: Iterable[Any]) -> bytes:
-    """The zstd raw-content dictionary a history stands for: the canonical JSON of its
-    messages *in full* (payloads, not markers), concatenated, at most `DICTIONARY_LIMIT`
-    bytes from the end. Client and server rebuild it from JSON-equal messages, and canonical
-    JSON makes JSON-equal messages byte-equal, so both get the same bytes."""
-    return dictionary_of(map(canonical_json, reversed(list(messages))), reverse=True)
+    """The zstd raw-content dictionary a history stands for: its messages *in full*
+    (payloads, not markers) as their client writes them (compact JSON here), concatenated,
+    at most `DICTIONARY_LIMIT` bytes from the end. The server holds each message exactly as
+    the client wrote it and rebuilds the same bytes; a body written the same way then
+    matches the dictionary closely. A server whose bytes differ (a payload first registered
+    in another key order) answers 400 `dictionary-mismatch`, and the client resends."""
+    return dictionary_of(map(dumps_json, reversed(list(messages))), reverse=True)
 
 
 def dictionary_of(encoded: Iterable[bytes], *, reverse: bool = False) -> bytes:
-    """`dictionary` from messages already encoded as canonical JSON (last first when
-    `reverse`, so that only the tail within the limit is ever encoded)."""
+    """`dictionary` from messages already written as JSON (last first when `reverse`, so
+    that only the tail within the limit is ever written)."""
     parts, size = [], 0
     for data in encoded:
         parts.append(data)
@@ -113,20 +116,6 @@ def dictionary_of(encoded: Iterable[bytes], *, reverse: bool = False) -> bytes:
     if reverse:
         parts.reverse()
     return b"".join(parts)[-DICTIONARY_LIMIT:]
-
-
-def encoded_forms(
-    messages: list[Any], fmt: Format, refs: Mapping[str, str] | None = None
-) -> tuple[list[bytes], list[bytes]]:
-    """Canonical JSON of each message in full and in chain form, each message encoded once
-    when the two are the same object (nothing in it to replace)."""
-    form = chain_form(messages, fmt, refs)
-    full = [canonical_json(m) for m in messages]
-    chained = [
-        data if made is given else canonical_json(made)
-        for data, made, given in zip(full, form, messages, strict=True)
-    ]
-    return full, chained
 
 
 def history_header(value: str | None) -> tuple[bool, str | None]:

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from toolref import compression, formats, history, spans
-from toolref.canonical import canonical_json
 from toolref.client import AsyncRegistryClient, HydratedText
 from toolref.encoding import JSON_TYPE
 from toolref.errors import (
@@ -160,9 +159,10 @@ class Hydrator:
         else:
             self._recent.move_to_end(ref)
         if found.dictionary is None:
-            messages = spans.document(found.messages).value
+            items, _ = spans.elements(found.messages, 0)
+            text = found.messages
             found.dictionary = history.dictionary_of(
-                (canonical_json(m) for m in reversed(messages)), reverse=True
+                (text[start:end].encode() for _, start, end in reversed(items)), reverse=True
             )
         return found.dictionary
 

@@ -5,8 +5,8 @@ has confirmed that is still a prefix of the conversation (an edited or truncated
 falls back to an earlier one, or to the whole conversation). When the server is known to
 read zstd, those new messages travel compressed against the history itself, which both sides
 can rebuild: the history's ref then goes in the `Toolref-History` header, as the name of
-the dictionary. The dictionary is canonical JSON (both sides rebuild it byte for byte from
-JSON-equal messages); the body is the client's own JSON, which is what the backend gets.
+the dictionary. Both the dictionary and the body are the client's own JSON, which is what
+the server holds and the backend gets.
 """
 
 from __future__ import annotations
@@ -64,8 +64,7 @@ def prepare(
     if not keep or turn.fmt is None or not turn.messages:
         return _whole(turn, headers, None, compress)
     headers[history.HISTORY_HEADER] = history.KEEP_HISTORY
-    full, chained = history.encoded_forms(turn.messages, turn.fmt, turn.refs)
-    chain = history.chain(chained)
+    chain = history.heads(history.chain_form(turn.messages, turn.fmt, turn.refs))
     head = history.history_ref(chain[-1])
     candidates = list(confirmed.items())
     pick = history.longest_confirmed(chain, candidates)
@@ -76,7 +75,7 @@ def prepare(
     if compress and use_dictionary:
         plain = dumps_json({**turn.body, turn.key: rest})
         packed = compression.compress(
-            plain, history.dictionary_of(full[:start]), history.DICTIONARY_LEVEL
+            plain, history.dictionary(turn.messages[:start]), history.DICTIONARY_LEVEL
         )
         headers[history.HISTORY_HEADER] = ref
         headers["Content-Encoding"] = "zstd"

@@ -108,7 +108,7 @@ async def test_a_call_in_the_history_answered_in_the_new_messages(
 async def test_a_zstd_body_against_the_history_dictionary(api: httpx.AsyncClient) -> None:
     messages = conversation(8)
     ref = await keep(api, messages[:21])
-    body = canonical_json({"messages": messages[21:]})
+    body = dumps_json({"messages": messages[21:]})  # written as the dictionary is
     packed = compression.compress(body, dictionary(messages[:21]), DICTIONARY_LEVEL)
     alone = zstandard.ZstdCompressor(level=DICTIONARY_LEVEL).compress(body)
     assert len(packed) < len(alone) / 2  # the point of it

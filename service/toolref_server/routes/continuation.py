@@ -7,14 +7,12 @@ is answered as a missing history: the SDK then resends the whole conversation.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
 
 from toolref import formats, history
-from toolref.canonical import canonical_json
 from toolref.errors import MissingHistoryError
 from toolref.formats import Format, Scan, source
 from toolref_server.record import Record
@@ -37,10 +35,9 @@ class Continuation:
         return source.fill(self.texts, self.scan, payloads)
 
     def dictionary(self) -> bytes:
-        """The zstd dictionary of the history: canonical JSON of its messages in full."""
+        """The zstd dictionary of the history: its messages in full, as written."""
         return history.dictionary_of(
-            (canonical_json(json.loads(text)) for text in reversed(self.full_texts())),
-            reverse=True,
+            (text.encode() for text in reversed(self.full_texts())), reverse=True
         )
 
 
