@@ -32,7 +32,8 @@ def packb(value: Any) -> bytes:
     return msgpack.packb(value, use_bin_type=True, default=_default)  # type: ignore[no-any-return]
 
 
-def _ext_hook(code: int, data: bytes) -> Any:
+def ext_hook(code: int, data: bytes) -> Any:
+    """msgpack ext types: 1 is a big integer; others come back as `msgpack.ExtType`."""
     if code == BIGINT_EXT:
         return int(data)
     return msgpack.ExtType(code, data)
@@ -40,4 +41,4 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 def unpackb(data: bytes) -> Any:
     """Inverse of `packb`; other ext types come back as `msgpack.ExtType`."""
-    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
+    return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=ext_hook)

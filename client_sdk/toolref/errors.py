@@ -153,6 +153,14 @@ class BatchTooLargeError(LimitExceededError):
     title = "Batch too large"
 
 
+class TooManyItemsError(LimitExceededError):
+    """A body holds an array or object with more items, or more arrays and objects in all,
+    than the service decodes (refused while decoding, before they are built)."""
+
+    slug = "too-many-items"
+    title = "Too many items in the body"
+
+
 class ValidationError(ToolrefError, ValueError):
     """The body parsed but does not have the required shape. The SDK raises it too, before
     any request, for a value of the wrong shape handed to it: an unknown format name or

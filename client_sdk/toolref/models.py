@@ -244,6 +244,12 @@ class Limits(AnswerModel):
     max_depth: int = Field(description="Deepest JSON nesting of a body.")
     max_batch: int = Field(description="Most items in one batch request.")
     max_messages: int = Field(description="Most messages in one conversation.")
+    max_items: int | None = Field(
+        default=None, description="Most items in one array or object of a body."
+    )
+    max_containers: int | None = Field(
+        default=None, description="Most arrays and objects in one body."
+    )
 
 
 class Capabilities(AnswerModel):

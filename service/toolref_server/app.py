@@ -33,6 +33,7 @@ from toolref_server.settings import Settings
 from toolref_server.store import Store, StoreClient
 from toolref_server.summaries import SummaryCache
 from toolref_server.summarizers import OpenAICompatibleSummarizer, build_summarizers
+from toolref_server.workers import Workers
 
 log = logging.getLogger("toolref_server")
 
@@ -144,6 +145,8 @@ def create_app(
             for summarizer in summarizers.values():
                 if isinstance(summarizer, OpenAICompatibleSummarizer):
                     stack.push_async_callback(summarizer.aclose)
+            workers = Workers(settings.work_threads, settings.offload_bytes)
+            stack.callback(workers.close)
             store = Store(
                 client,
                 settings.ttl_seconds,
@@ -158,7 +161,11 @@ def create_app(
                 store=store,
                 auth=Authenticator(settings),
                 limits=BodyLimits(
-                    settings.max_body_bytes, settings.max_decompressed_bytes, settings.max_depth
+                    settings.max_body_bytes,
+                    settings.max_decompressed_bytes,
+                    settings.max_depth,
+                    settings.max_items,
+                    settings.max_containers,
                 ),
                 summaries=SummaryCache(
                     client,
@@ -170,7 +177,8 @@ def create_app(
                     metrics=metrics,
                 ),
                 metrics=metrics,
-                histories=Histories(store),
+                histories=Histories(store, workers),
+                workers=workers,
             )
             yield
 

@@ -26,8 +26,8 @@ from toolref.encoding import (
     JSON_TYPE,
     MSGPACK_TYPE,
     dumps_json,
+    ext_hook,
     packb,
-    unpackb,
 )
 from toolref.errors import (
     BodyTooLargeError,
@@ -37,6 +37,7 @@ from toolref.errors import (
     NestingTooDeepError,
     NonFiniteNumberError,
     ToolrefError,
+    TooManyItemsError,
     UnsupportedMediaTypeError,
     UnsupportedValueError,
 )
@@ -54,6 +55,8 @@ class BodyLimits:
     max_body_bytes: int
     max_decompressed_bytes: int
     max_depth: int
+    max_items: int = 100_000  # in one array or object
+    max_containers: int = 1_000_000  # arrays and objects in all: bounds memory per body
 
 
 class _TooLarge(Exception):
@@ -215,23 +218,30 @@ class Decoded:
 
     value: Any
     texts: list[str] | None = None
+    size: int = 0  # bytes of the body: what work on it scales with
 
 
-def decode(data: bytes, decoder: str, max_depth: int) -> Any:
-    """Parse a body and check it is JSON-shaped and no deeper than `max_depth`."""
-    return decode_document(data, decoder, max_depth).value
+def decode(data: bytes, decoder: str, limits: BodyLimits) -> Any:
+    """Parse a body and check it is JSON-shaped and within the limits."""
+    return decode_document(data, decoder, limits).value
 
 
 def decode_document(
-    data: bytes, decoder: str, max_depth: int, messages_key: str | None = None
+    data: bytes, decoder: str, limits: BodyLimits, messages_key: str | None = None
 ) -> Decoded:
-    """`decode`, keeping the text of each message of a JSON body under `messages_key`."""
+    """`decode`, keeping the text of each message of a JSON body under `messages_key`.
+
+    Cost: linear in `data`. Memory: the parsed value, whose arrays and objects number at
+    most `max_containers` with at most `max_items` each (counted before a JSON body is
+    parsed, and while a msgpack body is, so a body of empty arrays stops early)."""
+    max_depth = limits.max_depth
     if not data:
         raise MalformedBodyError("the body is empty; send a JSON or msgpack object")
     try:
         if decoder == "json":
-            return _json_document(data, max_depth, messages_key)
-        value = unpackb(data)
+            _check_containers(data, limits.max_containers)
+            return _json_document(data, limits, messages_key)
+        value = _unpack(data, limits)
     except RecursionError:
         raise _too_deep(max_depth) from None
     except msgpack.StackError:
@@ -244,15 +254,106 @@ def decode_document(
     except (ValueError, msgpack.UnpackException) as exc:
         if isinstance(exc, ToolrefError):
             raise
+        if "exceeds max_" in str(exc):
+            what = f"an array or map has more than {limits.max_items} items"
+            raise _too_many(what, limits) from None
         raise MalformedBodyError(
             f"the body is not valid msgpack ({type(exc).__name__}: {exc}); send one complete "
             "msgpack object, or fix the Content-Type if it is not msgpack"
         ) from None
     check_json_tree(value, max_depth)
-    return Decoded(value)
+    return Decoded(value, None, len(data))
 
 
-def _json_document(data: bytes, max_depth: int, messages_key: str | None) -> Decoded:
+def _too_many(what: str, limits: BodyLimits) -> TooManyItemsError:
+    return TooManyItemsError(
+        f"{what}; the service decodes at most {limits.max_items} items in one array or "
+        f"object and {limits.max_containers} arrays and objects in a body: send fewer, or "
+        "large payloads as strings",
+        limit=limits.max_items,
+    )
+
+
+def _check_containers(data: bytes, limit: int) -> None:
+    """Refuse a JSON body with more than `limit` arrays and objects, before parsing it. The
+    bracket count (a memchr each) bounds it from above; only a body over the limit by that
+    count is counted exactly, brackets inside strings left out (linear: each quote and each
+    run of backslashes is looked at once)."""
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return
+    count = _containers(data)
+    if count > limit:
+        raise TooManyItemsError(
+            f"the body holds {count} arrays and objects, over the limit of {limit}; send "
+            "fewer, or large payloads as strings",
+            limit=limit,
+        )
+
+
+def _containers(data: bytes) -> int:
+    """Opening brackets outside JSON strings."""
+    count, at, size = 0, 0, len(data)
+    while at < size:
+        quote = data.find(b'"', at)
+        end = size if quote < 0 else quote
+        count += data.count(b"[", at, end) + data.count(b"{", at, end)
+        if quote < 0:
+            break
+        at = _string_end(data, quote)
+    return count
+
+
+def _string_end(data: bytes, quote: int) -> int:
+    """Just past the quote closing the string that opens at `quote` (or the end)."""
+    at = quote + 1
+    while True:
+        close = data.find(b'"', at)
+        if close < 0:
+            return len(data)  # unterminated: the parser refuses it
+        backslashes = 0
+        while close - 1 - backslashes > quote and data[close - 1 - backslashes] == 0x5C:
+            backslashes += 1
+        if backslashes % 2 == 0:
+            return close + 1
+        at = close + 1
+
+
+def _unpack(data: bytes, limits: BodyLimits) -> Any:
+    """msgpack with every limit checked while decoding: items per array or map (before it
+    is allocated), arrays and maps in all, and string keys only, checked before a map is
+    built (so colliding keys never reach a dict)."""
+    count = 0
+
+    def counted(value: Any) -> Any:
+        nonlocal count
+        count += 1
+        if count > limits.max_containers:
+            raise _too_many(f"the body holds over {limits.max_containers} arrays and maps", limits)
+        return value
+
+    def pairs(items: list[tuple[Any, Any]]) -> dict[str, Any]:
+        counted(None)
+        for key, _ in items:
+            if type(key) is not str:
+                raise UnsupportedValueError(
+                    f"a msgpack map has a {type(key).__name__} key; JSON object keys are strings"
+                )
+        return dict(items)
+
+    return msgpack.unpackb(
+        data,
+        raw=False,
+        strict_map_key=False,  # checked in `pairs`, before the dict exists
+        object_pairs_hook=pairs,
+        list_hook=counted,
+        ext_hook=ext_hook,
+        max_array_len=limits.max_items,
+        max_map_len=limits.max_items,
+    )
+
+
+def _json_document(data: bytes, limits: BodyLimits, messages_key: str | None) -> Decoded:
+    max_depth = limits.max_depth
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -277,9 +378,9 @@ def _json_document(data: bytes, max_depth: int, messages_key: str | None) -> Dec
     value, items = parsed.value, parsed.items
     bound = data.count(b"{") + data.count(b"[")  # no deeper than its brackets
     if bound > max_depth and type(value) in _CONTAINERS:
-        check_depth(value, max_depth)
+        check_depth(value, max_depth, limits.max_items)
     texts = [text[start:end] for start, end in items] if items is not None else None
-    return Decoded(value, texts)
+    return Decoded(value, texts, len(data))
 
 
 def _raise_json_error(text: str) -> None:
@@ -347,14 +448,21 @@ _SCALARS: Final = frozenset({str, int, bool, type(None)})
 _CONTAINERS: Final = (dict, list)
 
 
-def check_depth(value: Any, max_depth: int) -> None:
-    """Refuse a decoded JSON value nested deeper than `max_depth` (containers only)."""
+def check_depth(value: Any, max_depth: int, max_items: int | None = None) -> None:
+    """Refuse a decoded JSON value nested deeper than `max_depth` (containers only), or
+    with an array or object of more than `max_items` items."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     pop, push = stack.pop, stack.append
     while stack:
         node, depth = pop()
         if depth > max_depth:
             raise _too_deep(max_depth)
+        if max_items is not None and len(node) > max_items:
+            raise TooManyItemsError(
+                f"an array or object has {len(node)} items, over the limit of {max_items}; "
+                "send fewer, or large payloads as strings",
+                limit=max_items,
+            )
         for child in node.values() if type(node) is dict else node:
             if type(child) in _CONTAINERS:
                 push((child, depth + 1))

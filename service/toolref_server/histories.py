@@ -18,16 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import zstandard
-
 from toolref.canonical import canonical_json, digest_key
 from toolref.history import chain, history_ref
+from toolref_server import compressors
 from toolref_server.store import Store
+from toolref_server.workers import Workers
 
 _ID_BYTES: Final = 16
 _SEPARATOR: Final = b"\0"  # between the format name and the ids in a node
-_compressor = zstandard.ZstdCompressor(level=3)
-_decompressor = zstandard.ZstdDecompressor()
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +40,28 @@ class Stored:
     encoded: list[bytes]
 
 
+def _stored(ref: str, name: bytes, ids: list[bytes], values: list[bytes]) -> Stored | None:
+    """A loaded history from its stored bytes, checked (linear in them); None when they are
+    not what the node names."""
+    texts = [compressors.decompress(value).decode() for value in values]
+    if any(message_id(text) != i for text, i in zip(texts, ids, strict=True)):
+        return None  # not the bytes the node was written with
+    form = [json.loads(text) for text in texts]
+    encoded = [canonical_json(message) for message in form]
+    found = chain(encoded)
+    if not found or history_ref(found[-1]) != ref:
+        return None  # not what the ref names (a 128-bit collision, or foreign bytes)
+    return Stored(name.decode("ascii", "replace"), form, texts, encoded)
+
+
 def message_id(text: str) -> bytes:
     return hashlib.sha256(text.encode()).digest()[:_ID_BYTES]
 
 
 class Histories:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, workers: Workers | None = None) -> None:
         self.store = store
+        self.workers = workers
 
     @staticmethod
     def node_key(tenant: str, ref: str) -> str:
@@ -75,15 +88,10 @@ class Histories:
         values = await store.read_and_touch(keys, "history")
         if any(value is None for value in values):
             return None
-        texts = [_decompressor.decompress(value).decode() for value in values]
-        if any(message_id(text) != i for text, i in zip(texts, ids, strict=True)):
-            return None  # not the bytes the node was written with
-        form = [json.loads(text) for text in texts]
-        encoded = [canonical_json(message) for message in form]
-        found = chain(encoded)
-        if not found or history_ref(found[-1]) != ref:
-            return None  # not what the ref names (a 128-bit collision, or foreign bytes)
-        return Stored(name.decode("ascii", "replace"), form, texts, encoded)
+        size = sum(map(len, values))
+        if self.workers is None:
+            return _stored(ref, name, ids, values)
+        return await self.workers.run(size, _stored, ref, name, ids, values)
 
     async def save(
         self,
@@ -105,7 +113,7 @@ class Histories:
             pipe = store.redis.pipeline(transaction=False)
             for index in range(start, len(texts)):
                 key = self.message_key(tenant, ids[index])
-                packed = _compressor.compress(texts[index].encode())
+                packed = compressors.compress(texts[index].encode())
                 pipe.set(key, packed, nx=True, ex=store.ttl)
                 pipe.expire(key, store.ttl)
             node = fmt.encode("ascii") + _SEPARATOR + b"".join(ids)

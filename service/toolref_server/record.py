@@ -19,10 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import zstandard
-
 from toolref.encoding import dumps_json, packb, unpackb
 from toolref.formats.source import Payload
+from toolref_server import compressors
 
 VERSION: Final = 2
 _READABLE: Final = (1, 2)
@@ -31,10 +30,6 @@ DIGEST_END: Final = 33  # exclusive
 _FLAGS_AT: Final = 33
 _BODY_AT: Final = 34
 _ZSTD: Final = 1
-_LEVEL: Final = 3
-
-_compressor = zstandard.ZstdCompressor(level=_LEVEL)
-_decompressor = zstandard.ZstdDecompressor()
 
 
 class CorruptRecordError(Exception):
@@ -101,7 +96,7 @@ def encode(
     body = packb(fields)
     flags = 0
     if len(body) >= compress_threshold:
-        packed = _compressor.compress(body)
+        packed = compressors.compress(body)
         if len(packed) < len(body):
             body, flags = packed, _ZSTD
     return bytes((VERSION,)) + digest + bytes((flags,)) + body
@@ -126,7 +121,7 @@ def decode(data: bytes) -> Record:
         raise CorruptRecordError(f"record has version {data[:1]!r}, expected {VERSION}")
     body = data[_BODY_AT:]
     if data[_FLAGS_AT] & _ZSTD:
-        body = _decompressor.decompress(body)
+        body = compressors.decompress(body)
     fields = unpackb(body)
     digest = data[DIGEST_START:DIGEST_END]
     if data[0] == 1:

@@ -11,6 +11,7 @@ from toolref_server.metrics import Metrics
 from toolref_server.settings import Settings
 from toolref_server.store import Store
 from toolref_server.summaries import SummaryCache
+from toolref_server.workers import Workers
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,3 +23,4 @@ class Services:
     summaries: SummaryCache
     metrics: Metrics
     histories: Histories
+    workers: Workers

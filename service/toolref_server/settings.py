@@ -51,6 +51,32 @@ class Settings(BaseSettings):
     max_depth: int = Field(default=128, ge=2, le=512, description="JSON nesting limit.")
     max_batch: int = Field(default=1000, ge=1, description="Items per batch request.")
     max_messages: int = Field(default=5000, ge=1, description="Messages per conversation.")
+    # Decoding and CPU work: what one body may cost, and where the work runs.
+    max_items: int = Field(
+        default=100_000,
+        ge=10,
+        description="Most items in one JSON array or object (msgpack: refused before it is "
+        "allocated).",
+    )
+    max_containers: int = Field(
+        default=1_000_000,
+        ge=100,
+        description="Most arrays and objects in one body, counted before a JSON body is "
+        "parsed: bounds the memory one body can take.",
+    )
+    work_threads: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Worker threads for CPU work on large bodies (parsing, digests, filling, "
+        "summaries, handoffs), so the event loop keeps answering small requests.",
+    )
+    offload_bytes: int = Field(
+        default=256 * 1024,
+        ge=0,
+        description="Bodies at least this large are worked on in the worker threads; smaller "
+        "ones inline (a thread hop costs more than it saves).",
+    )
     compress_threshold: int = Field(
         default=512, ge=0, description="Records at least this large are stored zstd-compressed."
     )

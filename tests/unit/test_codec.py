@@ -100,16 +100,16 @@ async def test_streamed_zstd_without_content_size() -> None:
 )
 def test_json_decoding_errors(body: bytes, error: type[ToolrefError]) -> None:
     with pytest.raises(error):
-        codec.decode(body, "json", LIMITS.max_depth)
+        codec.decode(body, "json", LIMITS)
 
 
 def test_depth_limit_is_exact() -> None:
     def nest(depth: int) -> bytes:
         return b"[" * depth + b"]" * depth
 
-    assert codec.decode(nest(16), "json", 16) == json.loads(nest(16))
+    assert codec.decode(nest(16), "json", LIMITS) == json.loads(nest(16))
     with pytest.raises(NestingTooDeepError):
-        codec.decode(nest(17), "json", 16)
+        codec.decode(nest(17), "json", LIMITS)
 
 
 @pytest.mark.parametrize(
@@ -118,14 +118,14 @@ def test_depth_limit_is_exact() -> None:
 )
 def test_msgpack_values_json_cannot_carry(value: Any) -> None:
     with pytest.raises((UnsupportedValueError, NonFiniteNumberError)):
-        codec.decode(msgpack.packb({"v": value}, use_bin_type=True), "msgpack", 16)
+        codec.decode(msgpack.packb({"v": value}, use_bin_type=True), "msgpack", LIMITS)
 
 
 def test_big_integers_travel_as_msgpack_ext_1() -> None:
     value = {"id": 2**90, "neg": -(2**65), "small": 2**63}
     packed = encoding.packb(value)
     assert encoding.unpackb(packed) == value
-    assert codec.decode(packed, "msgpack", 16) == value
+    assert codec.decode(packed, "msgpack", LIMITS) == value
 
 
 @settings(max_examples=300)
@@ -133,7 +133,7 @@ def test_big_integers_travel_as_msgpack_ext_1() -> None:
 def test_arbitrary_bytes_decode_or_raise_a_toolref_error(data: bytes, decoder: str) -> None:
     status = 200
     try:
-        codec.decode(data, decoder, 16)
+        codec.decode(data, decoder, LIMITS)
     except ToolrefError as exc:
         status = exc.status
     assert status == 200 or 400 <= status < 500
@@ -177,4 +177,4 @@ def test_content_types(content_type: str, decoder: str) -> None:
 def test_msgpack_map_with_a_container_key_is_refused() -> None:
     # fixmap of 1 entry whose key is an empty array, value nil
     with pytest.raises(UnsupportedValueError, match="key"):
-        codec.decode(b"\x81\x90\xc0", "msgpack", 16)
+        codec.decode(b"\x81\x90\xc0", "msgpack", LIMITS)

@@ -67,16 +67,32 @@ async def document(
     of each message under `messages_key` as sent. Message routes send that text back, so
     strings UTF-8 cannot carry are refused."""
     limits = services(request).limits
+    workers = services(request).workers
     decoder = codec.request_decoder(request)
     if dictionary is not None and codec.content_encoding(request) == "zstd":
         raw = await codec.read_body(request, limits, inflate=False)
         history, rebuild = dictionary
         compression.check_frame(raw, limits.max_decompressed_bytes, history)  # before work
-        data = compression.decompress(raw, await rebuild(), limits.max_decompressed_bytes, history)
+        words = await rebuild()
+        data = await workers.run(
+            len(words),
+            compression.decompress,
+            raw,
+            words,
+            limits.max_decompressed_bytes,
+            history,
+        )
     else:
         data = await codec.read_body(request, limits)
-    decoded = codec.decode_document(data, decoder, limits.max_depth, messages_key)
-    if messages_key is not None and decoder == "json":
+    echoed = messages_key is not None and decoder == "json"
+    return await workers.run(len(data), _decoded, data, decoder, limits, messages_key, echoed)
+
+
+def _decoded(
+    data: bytes, decoder: str, limits: codec.BodyLimits, messages_key: str | None, echoed: bool
+) -> codec.Decoded:
+    decoded = codec.decode_document(data, decoder, limits, messages_key)
+    if echoed:
         codec.check_text(data, decoded.value)
     return decoded
 

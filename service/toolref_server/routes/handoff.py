@@ -45,7 +45,9 @@ async def handoff_context(request: Request) -> Response:
     if body.summarize_text:
         budget = min(handoff.SUMMARY_CHARS, body.max_tool_context_chars // 4)
         summary, source = await _text_summary(request, messages, budget)
-    result = handoff.build(
+    result = await context.services(request).workers.run(
+        conversation.size,
+        handoff.build,
         messages,
         conversation.fmt,
         summary=summary,

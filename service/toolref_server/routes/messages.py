@@ -47,6 +47,11 @@ class Conversation:
     texts: list[str]  # each message as its sender wrote it
     scan: Scan
 
+    @property
+    def size(self) -> int:
+        """Characters of its text: what the CPU work on it scales with."""
+        return sum(map(len, self.texts))
+
 
 @dataclass(frozen=True, slots=True)
 class Registration:
@@ -74,11 +79,12 @@ def joined(texts: list[str]) -> bytes:
 
 async def conversation_of(request: Request, model: type[Body]) -> tuple[Conversation, Body]:
     decoded = await context.document(request)
-    return _conversation(request, decoded, model, None)
-
-
-def _check_length(request: Request, count: int, note: str = "") -> None:
     limit = context.services(request).settings.max_messages
+    workers = context.services(request).workers
+    return await workers.run(decoded.size, _conversation, limit, decoded, model, None)
+
+
+def _check_length(limit: int, count: int, note: str = "") -> None:
     if count > limit:
         raise BatchTooLargeError(
             f"the conversation has {count} messages{note}, over the limit of {limit}; send fewer",
@@ -89,7 +95,28 @@ def _check_length(request: Request, count: int, note: str = "") -> None:
 async def _register(request: Request, tenant: str, conversation: Conversation) -> Registration:
     """Store the complete invocations, payloads as written; a ref that collides is left
     out (sent in full)."""
-    threshold = context.services(request).settings.compress_threshold
+    services = context.services(request)
+    threshold = services.settings.compress_threshold
+    items, refs = await services.workers.run(conversation.size, _records, conversation, threshold)
+    outcomes = await services.store.register(tenant, list(items.values()))
+    held = {
+        str(item.ref)
+        for item, outcome in zip(items.values(), outcomes, strict=True)
+        if outcome.stored_digest == item.digest
+    }
+    new = sum(o.new for o in outcomes)
+    return Registration(
+        refs={key: ref for key, ref in refs.items() if ref in held},
+        new=new,
+        hits=len(held) - new,
+    )
+
+
+def _records(
+    conversation: Conversation, threshold: int
+) -> tuple[dict[str, NewRecord], dict[str, str]]:
+    """The record of each distinct complete invocation (by ref), and each pair's ref: the
+    digests, linear in the payloads."""
     pairs = conversation.scan.complete
     texts = source.payloads(conversation.texts, pairs)
     items: dict[str, NewRecord] = {}
@@ -111,18 +138,7 @@ async def _register(request: Request, tenant: str, conversation: Conversation) -
                 compress_threshold=threshold,
             )
             items[ref] = NewRecord(digest.ref, digest.sha256, data)
-    outcomes = await context.services(request).store.register(tenant, list(items.values()))
-    held = {
-        str(item.ref)
-        for item, outcome in zip(items.values(), outcomes, strict=True)
-        if outcome.stored_digest == item.digest
-    }
-    new = sum(o.new for o in outcomes)
-    return Registration(
-        refs={key: ref for key, ref in refs.items() if ref in held},
-        new=new,
-        hits=len(held) - new,
-    )
+    return items, refs
 
 
 def _references(conversation: Conversation, refs: dict[str, str]) -> dict[str, str]:
@@ -175,7 +191,9 @@ async def optimize(request: Request) -> Response:
     context.require_refs_protocol(request)
     conversation, _ = await conversation_of(request, OptimizeRequest)
     registration = await _register(request, tenant, conversation)
-    optimized, _ = source.replace(conversation.texts, conversation.scan, registration.refs)
+    optimized, _ = await context.services(request).workers.run(
+        conversation.size, source.replace, conversation.texts, conversation.scan, registration.refs
+    )
     used = dict.fromkeys([*conversation.scan.refs, *registration.refs.values()])
     answer = joined(optimized)
     stats = _stats(
@@ -200,7 +218,10 @@ async def hydrate(request: Request) -> Response:
     held = await _resolve(request, ask)
     registration = await _register(request, ask.tenant, conversation)
     payloads = {ref: rec.payload for ref, rec in held.items()}
-    full = source.fill(conversation.texts, conversation.scan, payloads)
+    size = conversation.size + sum(len(p.args) + len(p.result) for p in payloads.values())
+    full = await context.services(request).workers.run(
+        size, source.fill, conversation.texts, conversation.scan, payloads
+    )
     references = _references(conversation, registration.refs)
     answer = joined(full)
     stats = _stats(
@@ -237,7 +258,8 @@ async def _read_hydration(request: Request) -> Hydration:
         async def rebuild() -> bytes:
             nonlocal before
             before = await continuation.load(request, tenant, named)
-            return before.dictionary()
+            workers = context.services(request).workers
+            return await workers.run(sum(map(len, before.texts)), before.dictionary)
 
         dictionary = (named, rebuild)
     decoded = await context.document(request, dictionary=dictionary)
@@ -250,7 +272,11 @@ async def _read_hydration(request: Request) -> Hydration:
         )
     if ref is not None and (before is None or before.ref != ref):
         before = await continuation.load(request, tenant, ref)
-    conversation, body = _conversation(request, decoded, HydrateRequest, before)
+    limit = context.services(request).settings.max_messages
+    size = decoded.size + (sum(map(len, before.texts)) if before is not None else 0)
+    conversation, body = await context.services(request).workers.run(
+        size, _conversation, limit, decoded, HydrateRequest, before
+    )
     keep = (keep and protocol >= PROTOCOL_REFS) or before is not None
     return Hydration(tenant, protocol, body, conversation, before, keep)
 
@@ -292,18 +318,18 @@ async def _resolve(request: Request, ask: Hydration) -> dict[str, Record]:
 
 
 def _conversation(
-    request: Request,
+    limit: int,
     decoded: codec.Decoded,
     model: type[Body],
     before: continuation.Continuation | None,
 ) -> tuple[Conversation, Body]:
     """The request's conversation; with `before`, that history followed by the request's
-    messages (the limit on messages applies to the whole)."""
+    messages (the limit on messages, `limit`, applies to the whole)."""
     value = decoded.value
     messages = value.get("messages") if isinstance(value, dict) else None
     if messages is not None:
         formats.check_messages(messages)
-        _check_length(request, len(messages))
+        _check_length(limit, len(messages))
     body = context.validate(model, value)
     texts = decoded.texts
     if texts is None or len(texts) != len(body.messages):
@@ -311,11 +337,11 @@ def _conversation(
     if before is None:
         fmt = formats.detect(body.messages, body.format)
         return Conversation(fmt, body.messages, texts, formats.scan(body.messages, fmt)), body
-    return _continued(request, body.messages, texts, body.format, before), body
+    return _continued(limit, body.messages, texts, body.format, before), body
 
 
 def _continued(
-    request: Request,
+    limit: int,
     messages: list[Any],
     texts: list[str],
     named: FormatName | None,
@@ -325,7 +351,7 @@ def _continued(
     detected over the whole (a history of plain text fits every format, so the one stored
     with it is not binding), and the limit on messages applies to the whole."""
     whole = [*before.form, *messages]
-    _check_length(request, len(whole), f" (history {before.ref} has {len(before.form)})")
+    _check_length(limit, len(whole), f" (history {before.ref} has {len(before.form)})")
     fmt = formats.detect(whole, named)
     return Conversation(fmt, whole, [*before.texts, *texts], formats.scan(whole, fmt))
 
@@ -333,20 +359,31 @@ def _continued(
 async def _keep(request: Request, ask: Hydration, registration: Registration) -> str:
     """Store the conversation as a history (chain form, as written) and return its ref.
     Messages it shares with the history it continued are stored already."""
-    conversation, before = ask.conversation, ask.before
-    form = formats.replace(conversation.messages, conversation.scan, registration.refs)
-    texts, _ = source.replace(conversation.texts, conversation.scan, registration.refs)
+    services = context.services(request)
+    conversation = ask.conversation
+    texts, encoded, start = await services.workers.run(
+        conversation.size, _chain, conversation, registration.refs, ask.before
+    )
+    ref = await services.histories.save(ask.tenant, conversation.fmt.name, texts, encoded, start)
+    outcome = "kept" if ask.before is None else "continued"
+    services.metrics.histories.labels(outcome=outcome).inc()
+    return ref
+
+
+def _chain(
+    conversation: Conversation, refs: dict[str, str], before: continuation.Continuation | None
+) -> tuple[list[str], list[bytes], int]:
+    """The conversation in chain form, as written and as canonical JSON, and how many of
+    its messages the continued history stored already (their encoding is reused)."""
+    form = formats.replace(conversation.messages, conversation.scan, refs)
+    texts, _ = source.replace(conversation.texts, conversation.scan, refs)
     start = 0
     if before is not None:
         while start < len(before.form) and form[start] is before.form[start]:
             start += 1
     encoded = [*before.encoded[:start]] if before is not None else []
     encoded.extend(canonical_json(message) for message in form[start:])
-    services = context.services(request)
-    ref = await services.histories.save(ask.tenant, conversation.fmt.name, texts, encoded, start)
-    outcome = "kept" if before is None else "continued"
-    services.metrics.histories.labels(outcome=outcome).inc()
-    return ref
+    return texts, encoded, start
 
 
 async def _summarized(

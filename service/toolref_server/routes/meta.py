@@ -36,6 +36,8 @@ def capabilities_of(settings: Settings) -> Capabilities:
             max_depth=settings.max_depth,
             max_batch=settings.max_batch,
             max_messages=settings.max_messages,
+            max_items=settings.max_items,
+            max_containers=settings.max_containers,
         ),
         ttl_seconds=settings.ttl_seconds,
         formats=list(formats.NAMES),

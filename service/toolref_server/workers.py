@@ -1,0 +1,40 @@
+"""Worker threads for CPU work on large bodies: parsing, digests, filling, summaries and
+handoffs of a body of `threshold` bytes or more run there, so the event loop keeps answering
+small requests and `/healthz` while a large one is worked on. Smaller work runs inline: a
+thread hop costs more than it saves. The pool is bounded (`work_threads`); how many requests
+wait for it is bounded by the limit on concurrent requests."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Final, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# Pure-Python work holds the GIL; a thread is asked to hand it over after this long, so a
+# large body being worked on delays the event loop by at most about this much at a time.
+SWITCH_INTERVAL: Final = 0.001
+
+
+class Workers:
+    def __init__(self, threads: int, threshold: int) -> None:
+        self.threshold = threshold
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="toolref-work")
+        if sys.getswitchinterval() > SWITCH_INTERVAL:
+            sys.setswitchinterval(SWITCH_INTERVAL)
+
+    async def run(self, size: int, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`work(*args, **kwargs)`: in a worker thread when `size` (the bytes it works on)
+        is at least the threshold, else here."""
+        if size < self.threshold:
+            return work(*args, **kwargs)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(work, *args, **kwargs))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
