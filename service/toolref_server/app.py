@@ -141,12 +141,12 @@ def create_app(
                 client = open_redis(settings, url)
                 stack.push_async_callback(client.aclose)
                 log.info("store: %s", url)
-            summarizers = build_summarizers(settings, llm_transport)
+            workers = Workers(settings.work_threads, settings.offload_bytes)
+            stack.callback(workers.close)
+            summarizers = build_summarizers(settings, llm_transport, workers)
             for summarizer in summarizers.values():
                 if isinstance(summarizer, OpenAICompatibleSummarizer):
                     stack.push_async_callback(summarizer.aclose)
-            workers = Workers(settings.work_threads, settings.offload_bytes)
-            stack.callback(workers.close)
             store = Store(
                 client,
                 settings.ttl_seconds,

@@ -41,6 +41,7 @@ from toolref.errors import (
     UnsupportedMediaTypeError,
     UnsupportedValueError,
 )
+from toolref_server.workers import Workers
 
 MSGPACK_ALIASES: Final = frozenset(
     {MSGPACK_TYPE, "application/x-msgpack", "application/vnd.msgpack"}
@@ -163,9 +164,13 @@ def content_encoding(request: Request) -> str:
     return _content_encoding(request)
 
 
-async def read_body(request: Request, limits: BodyLimits, *, inflate: bool = True) -> bytes:
+async def read_body(
+    request: Request, limits: BodyLimits, *, inflate: bool = True, workers: Workers | None = None
+) -> bytes:
     """The request body, inflated (unless not `inflate`: then as sent, for a caller that
-    must fetch a dictionary first), with every size limit enforced while streaming."""
+    must fetch a dictionary first), with every size limit enforced while streaming. With
+    `workers`, chunks inflate in a worker thread (zlib and zstd let go of the GIL), so a
+    small body that inflates to the limit does not hold up the event loop."""
     encoding = _content_encoding(request)
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
@@ -185,9 +190,13 @@ async def read_body(request: Request, limits: BodyLimits, *, inflate: bool = Tru
                 raise _body_too_large(received, limits.max_body_bytes)
             if inflater is None:
                 parts.append(chunk)
+            elif chunk and workers is not None:
+                await workers.offload(inflater.feed, chunk)
             elif chunk:
                 inflater.feed(chunk)
-        return b"".join(parts) if inflater is None else inflater.finish()
+        if inflater is None:
+            return b"".join(parts)
+        return await workers.offload(inflater.finish) if workers else inflater.finish()
     except ClientDisconnect:
         # The client went away mid-body (a truncated upload): its fault, not a server
         # failure. Nobody reads this answer, but logs and metrics count a 400, not a 500.

@@ -18,6 +18,7 @@ import httpx
 from toolref import extractive
 from toolref.kinds import KindTable
 from toolref_server.settings import Settings
+from toolref_server.workers import Workers
 
 # Versioned: the version is part of the summarizer id, so a new prompt never reuses old
 # summaries.
@@ -58,8 +59,9 @@ class ExtractiveSummarizer:
 
     name = extractive.NAME
 
-    def __init__(self, kinds: KindTable) -> None:
+    def __init__(self, kinds: KindTable, workers: Workers | None = None) -> None:
         self.kinds = kinds
+        self.workers = workers  # summaries run there: linear, but a result may be 64 MiB
         overrides = json.dumps(sorted((k, v.value) for k, v in kinds.overrides.items()))
         # Kind overrides change the output, so they are part of the id.
         self._table = hashlib.sha256(overrides.encode()).hexdigest()[:8] if kinds.overrides else ""
@@ -69,7 +71,9 @@ class ExtractiveSummarizer:
         return f"{self.name}:{extractive.VERSION}{table}:{max_chars}"
 
     async def summarize(self, invocation: Mapping[str, Any], max_chars: int) -> str:
-        return extractive.summarize(invocation, max_chars, self.kinds)
+        if self.workers is None:
+            return extractive.summarize(invocation, max_chars, self.kinds)
+        return await self.workers.offload(extractive.summarize, invocation, max_chars, self.kinds)
 
 
 class OpenAICompatibleSummarizer:
@@ -160,10 +164,12 @@ class OpenAICompatibleSummarizer:
 
 
 def build_summarizers(
-    settings: Settings, transport: httpx.AsyncBaseTransport | None = None
+    settings: Settings,
+    transport: httpx.AsyncBaseTransport | None = None,
+    workers: Workers | None = None,
 ) -> dict[str, Summarizer]:
     """The summarizers the settings offer, by name; extractive is always there."""
-    found: dict[str, Summarizer] = {extractive.NAME: ExtractiveSummarizer(settings.kinds)}
+    found: dict[str, Summarizer] = {extractive.NAME: ExtractiveSummarizer(settings.kinds, workers)}
     if settings.llm_base_url:
         key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
         found[OpenAICompatibleSummarizer.name] = OpenAICompatibleSummarizer(

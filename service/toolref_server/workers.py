@@ -36,5 +36,11 @@ class Workers:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(work, *args, **kwargs))
 
+    async def offload(self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """`work(*args, **kwargs)` in a worker thread whatever its size (inflating a
+        compressed chunk: a few KB may inflate to the whole body limit)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, functools.partial(work, *args, **kwargs))
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

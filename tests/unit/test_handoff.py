@@ -22,12 +22,14 @@ from toolref.handoff import (
     PER_RESULT_CHARS,
     Handoff,
     build,
+    commands,
     digest,
     prepend,
 )
-from toolref.handoff.blocks import LineRange, ToolBlock, covers, read_range, tool_blocks
+from toolref.handoff import dedup as dedup_module
+from toolref.handoff.blocks import LineRange, ToolBlock, read_range, tool_blocks
 from toolref.handoff.commands import has_side_effects
-from toolref.handoff.dedup import Kept, deduplicate
+from toolref.handoff.dedup import Coverage, Kept, deduplicate
 from toolref.handoff.render import cut, render
 from toolref.kinds import Kind
 from toolref.models import FormatName
@@ -331,7 +333,49 @@ def test_tool_blocks_read_ranges_through_each_format() -> None:
     ],
 )
 def test_covers(outer: LineRange | None, inner: LineRange | None, expected: bool) -> None:
-    assert covers(outer, inner) is expected
+    coverage = Coverage()
+    coverage.add(outer)
+    assert coverage.covers(inner) is expected
+
+
+@pytest.mark.parametrize(
+    ("reads", "inner", "expected"),
+    [
+        # Adjacent or overlapping later reads cover together what neither covers alone.
+        ([(1, 10), (11, 20)], (5, 15), True),
+        ([(11, 20), (1, 10)], (1, 20), True),
+        ([(1, 10), (5, None)], None, True),
+        ([(1, 10), (12, 20)], (5, 15), False),  # line 11 was never shown again
+        ([(1, 10), (12, 20), (11, 11)], (5, 15), True),
+        ([(30, 40), (1, 5), (20, 25), (6, 19)], (1, 25), True),
+        ([(30, 40), (1, 5), (20, 25), (6, 18)], (1, 25), False),
+    ],
+)
+def test_coverage_merges_the_later_reads(
+    reads: list[LineRange], inner: LineRange | None, expected: bool
+) -> None:
+    coverage = Coverage()
+    for lines in reads:
+        coverage.add(lines)
+    assert coverage.covers(inner) is expected
+    assert all(a <= b for a, b in zip(coverage.ends, coverage.starts[1:], strict=False))
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 60), st.integers(0, 20), st.booleans()), max_size=12),
+    st.integers(1, 70),
+    st.integers(0, 20),
+)
+def test_coverage_is_the_union_of_the_reads(
+    reads: list[tuple[int, int, bool]], first: int, length: int
+) -> None:
+    coverage, shown = Coverage(), set[int]()
+    for start, span, open_end in reads:
+        lines: LineRange = (start, None) if open_end else (start, start + span)
+        coverage.add(lines)
+        shown.update(range(start, 100 if open_end else start + span + 1))
+    wanted = set(range(first, first + length + 1))
+    assert coverage.covers((first, first + length)) is (wanted <= shown)  # wanted < 100
 
 
 # --- deduplication --------------------------------------------------------------------------
@@ -494,6 +538,40 @@ def test_a_pure_command_run_again_is_kept_once_with_its_last_output(fmt: str) ->
     ]
     assert "3 failed" not in handoff(fmt, calls).block
     assert "1 failed" not in handoff(fmt, calls).block
+
+
+def shell_block(n: int, command: str) -> ToolBlock:
+    return block_of(n, Kind.SHELL, f"out {n}", name="Bash", command=command)
+
+
+def test_only_commands_that_repeat_are_classified_once_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    asked: list[str] = []
+
+    def classify(command: str) -> bool:
+        asked.append(command)
+        return command.startswith("rm")
+
+    monkeypatch.setattr(dedup_module, "has_side_effects", classify)
+    blocks = [shell_block(n, c) for n, c in enumerate(["ls", "rm x", "ls", "rm x", "ls", "cat"])]
+    kept, dropped = deduplicate(blocks)
+    assert sorted(asked) == ["ls", "rm x"]  # "cat" runs once: kept without asking
+    assert dropped == 2  # the first two `ls`
+    assert [k.block.command for k in kept] == ["rm x", "rm x", "ls", "cat"]
+
+
+def test_commands_past_the_budget_or_the_size_limit_are_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    huge = "cat a.py " + "x" * commands.MAX_COMMAND_CHARS
+    assert commands.has_side_effects(huge)  # not parsed: the conservative answer
+    assert not commands.has_side_effects(huge[: commands.MAX_COMMAND_CHARS])
+    monkeypatch.setattr(dedup_module, "CLASSIFIED_CHARS", 10)
+    blocks = [shell_block(n, c) for n, c in enumerate(["ls -la", "git log", "ls -la", "git log"])]
+    kept, dropped = deduplicate(blocks)
+    assert dropped == 1  # `git log` (7 chars) fit the budget; `ls -la` did not, so it is kept
+    assert [k.block.command for k in kept] == ["ls -la", "ls -la", "git log"]
 
 
 def test_errors_are_never_dropped_and_are_marked() -> None:

@@ -101,14 +101,3 @@ def read_range(args: Any) -> LineRange | None:
         start = offset if isinstance(offset, int) and offset > 0 else 1
         return (start, start + limit - 1 if isinstance(limit, int) and limit > 0 else None)
     return None
-
-
-def covers(outer: LineRange | None, inner: LineRange | None) -> bool:
-    """Does a read of `outer` include everything a read of `inner` showed?"""
-    if outer is None:
-        return True
-    if inner is None:
-        return outer[0] <= 1 and outer[1] is None
-    if outer[0] > inner[0]:
-        return False
-    return outer[1] is None or (inner[1] is not None and outer[1] >= inner[1])

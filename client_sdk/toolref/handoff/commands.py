@@ -177,17 +177,20 @@ _OPERATORS: Final = (
 )
 
 
-class Token(str):
-    """A word, or (`operator` true) an unquoted control or redirection operator."""
+class Operator(str):
+    """An unquoted control or redirection operator; words are plain `str`."""
 
-    operator: bool = False
-    glued: bool = False  # no space before it (`2>`: the 2 is a file descriptor)
+    __slots__ = ()
 
 
-def _token(text: str, operator: bool = False, glued: bool = False) -> Token:
-    token = Token(text)
-    token.operator, token.glued = operator, glued
-    return token
+class _GluedOperator(Operator):
+    """An operator with no space before it (`2>`: the 2 is a file descriptor)."""
+
+    __slots__ = ()
+
+
+Token = str  # a word, or an `Operator`
+_PLAIN: Final = re.compile(r"[^ \t\n'\"\\|&;<>()]+")  # a run of ordinary word characters
 
 
 def _logical_lines(text: str) -> list[list[Token]]:
@@ -226,7 +229,7 @@ def _line(text: str, index: int) -> tuple[list[Token], int]:
     def flush() -> None:
         nonlocal in_word
         if in_word:
-            tokens.append(_token("".join(word)))
+            tokens.append("".join(word))
             word.clear()
             in_word = False
 
@@ -249,21 +252,23 @@ def _line(text: str, index: int) -> tuple[list[Token], int]:
             close = _closing(text, index)
             if close < 0:
                 rest = text[start:].replace("'", " ").replace('"', " ")
-                return [_token(w) for w in rest.split()], size
+                return rest.split(), size
             inner = text[index + 1 : close]
             word.append(inner if char == "'" else re.sub(r'\\([\\"$`])', r"\1", inner))
             in_word = True
             index = close + 1
         elif char in "|&;<>()":
-            glued = in_word
+            kind = _GluedOperator if in_word else Operator
             flush()
             operator = next(op for op in _OPERATORS if text.startswith(op, index))
-            tokens.append(_token(operator, operator=True, glued=glued))
+            tokens.append(kind(operator))
             index += len(operator)
         else:
-            word.append(char)
+            run = _PLAIN.match(text, index)
+            end = run.end() if run else index + 1  # no match: a lone '#' inside a word
+            word.append(text[index:end])
             in_word = True
-            index += 1
+            index = end
     flush()
     return tokens, index
 
@@ -294,16 +299,17 @@ def _split(tokens: list[Token]) -> list[tuple[list[str], list[tuple[str, str]]]]
     index = 0
     while index < len(tokens):
         token = tokens[index]
-        if token.operator and token in _SEPARATORS:
+        operator = isinstance(token, Operator)
+        if operator and token in _SEPARATORS:
             commands.append((argv, redirects))
             argv, redirects = [], []
-        elif token.operator and (token in _REDIRECTS or token in _INPUTS):
+        elif operator and (token in _REDIRECTS or token in _INPUTS):
             target = str(tokens[index + 1]) if index + 1 < len(tokens) else ""
-            if token.glued and argv and argv[-1].isdigit():
+            if isinstance(token, _GluedOperator) and argv and argv[-1].isdigit():
                 argv.pop()  # the file descriptor of `2>`
             redirects.append((str(token), target))
             index += 1
-        elif not token.operator:
+        elif not operator:
             argv.append(str(token))
         index += 1
     commands.append((argv, redirects))
@@ -343,11 +349,19 @@ def _is_duration(text: str) -> bool:
     return re.fullmatch(r"\d+(?:\.\d+)?[smhd]?", text) is not None
 
 
+MAX_COMMAND_CHARS: Final = 16_384  # longer commands are not parsed: counted as side effects
+
+
 def has_side_effects(line: str) -> bool:
+    """Can running `line` change anything (files, processes, repositories, packages)?
+    Linear in its length; a command over `MAX_COMMAND_CHARS` is not parsed and counts as
+    yes (the conservative answer: it is kept in a handoff, never dropped as a duplicate)."""
+    if len(line) > MAX_COMMAND_CHARS:
+        return True
     lines = _logical_lines(line)
     for tokens in lines:
         commands = _split(tokens)
-        separators = [str(t) for t in tokens if t.operator and t in _SEPARATORS]
+        separators = [str(t) for t in tokens if isinstance(t, Operator) and t in _SEPARATORS]
         for position, (words, redirects) in enumerate(commands):
             if any(_writes(op, target) for op, target in redirects):
                 return True

@@ -83,7 +83,7 @@ async def document(
             history,
         )
     else:
-        data = await codec.read_body(request, limits)
+        data = await codec.read_body(request, limits, workers=workers)
     echoed = messages_key is not None and decoder == "json"
     return await workers.run(len(data), _decoded, data, decoder, limits, messages_key, echoed)
 

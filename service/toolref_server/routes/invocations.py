@@ -143,7 +143,8 @@ async def get_summary(request: Request) -> Response:
             f"no invocation {ref} is held for this API key, so it has no summary; register "
             "it with POST /v1/invocations"
         )
-    (summary,) = await services.summaries.many(tenant, [(ref, rec.invocation())], name, max_chars)
+    invocation = await services.workers.run(rec.size, rec.invocation)
+    (summary,) = await services.summaries.many(tenant, [(ref, invocation)], name, max_chars)
     return codec.render(
         request,
         {
