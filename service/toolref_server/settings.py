@@ -125,10 +125,19 @@ class Settings(BaseSettings):
         default="v1", description="Summary prompt version (part of the summarizer id)."
     )
     llm_timeout: float = Field(
-        default=8.0, gt=0, description="LLM call timeout in seconds; past it, extractive."
+        default=8.0,
+        gt=0,
+        description="Total time one LLM call may take (connect, send, the whole answer), in "
+        "seconds; past it, extractive.",
     )
     llm_input_chars: int = Field(
         default=24_000, ge=1000, description="Most characters of a result sent to the LLM."
+    )
+    llm_max_answer_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Most bytes of an LLM answer read; a larger one is cut off unread and "
+        "the extractive summary used.",
     )
     summary_lock_seconds: float = Field(
         default=30.0,

@@ -17,6 +17,7 @@ import httpx
 
 from toolref import extractive
 from toolref.kinds import KindTable
+from toolref_server.completions import CompletionError, Completions
 from toolref_server.settings import Settings
 
 # Versioned: the version is part of the summarizer id, so a new prompt never reuses old
@@ -73,7 +74,9 @@ class ExtractiveSummarizer:
 
 
 class OpenAICompatibleSummarizer:
-    """`POST {base_url}/chat/completions` with a versioned prompt; short timeouts."""
+    """`POST {base_url}/chat/completions` with a versioned prompt; each call bounded in
+    time (`timeout`, the whole call) and answer bytes (`max_answer_bytes`), see
+    `toolref_server.completions`."""
 
     name = "openai-compatible"
 
@@ -86,6 +89,7 @@ class OpenAICompatibleSummarizer:
         prompt_version: str,
         timeout: float,
         input_chars: int,
+        max_answer_bytes: int = 64 * 1024,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if prompt_version not in PROMPTS:
@@ -94,8 +98,14 @@ class OpenAICompatibleSummarizer:
         self.model = model
         self.prompt_version = prompt_version
         self.input_chars = input_chars
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport)
+        self.timeout = timeout
+        self._completions = Completions(
+            self.base_url,
+            api_key=api_key,
+            deadline=timeout,
+            max_bytes=max_answer_bytes,
+            transport=transport,
+        )
 
     def id(self, max_chars: int) -> str:
         return f"{self.name}:{self.model}:{self.prompt_version}:{max_chars}"
@@ -145,18 +155,13 @@ class OpenAICompatibleSummarizer:
 
     async def _complete(self, body: dict[str, Any], max_chars: int) -> str:
         try:
-            response = await self._http.post(f"{self.base_url}/chat/completions", json=body)
-            response.raise_for_status()
-            text = response.json()["choices"][0]["message"]["content"]
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
-        if not isinstance(text, str) or not text.strip():
-            raise SummarizerError("the model answered with no text")
-        text = text.strip()
+            text = await self._completions.text(body)
+        except CompletionError as exc:
+            raise SummarizerError(str(exc)) from exc
         return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._completions.aclose()
 
 
 def build_summarizers(
@@ -173,6 +178,7 @@ def build_summarizers(
             prompt_version=settings.llm_prompt_version,
             timeout=settings.llm_timeout,
             input_chars=settings.llm_input_chars,
+            max_answer_bytes=settings.llm_max_answer_bytes,
             transport=transport,
         )
     return found
