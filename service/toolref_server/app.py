@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import cast
+from typing import Final, cast
 
 import httpx
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
@@ -27,6 +27,7 @@ from toolref_server.histories import Histories
 from toolref_server.metrics import Metrics
 from toolref_server.problem import problem_response
 from toolref_server.protocol import ProtocolMiddleware
+from toolref_server.quotas import Quotas
 from toolref_server.routes import handoff, invocations, messages, meta
 from toolref_server.services import Services
 from toolref_server.settings import Settings
@@ -36,6 +37,10 @@ from toolref_server.summarizers import OpenAICompatibleSummarizer, build_summari
 from toolref_server.workers import Workers
 
 log = logging.getLogger("toolref_server")
+
+# How much longer than the LLM's total timeout a request waits for a summary computation
+# it started or joined (Redis round trips, parsing), before it uses the extractive one.
+JOIN_MARGIN_SECONDS: Final = 1.0
 
 
 class _HttpProblem(ToolrefError):
@@ -172,7 +177,18 @@ def create_app(
                     summarizers,
                     ttl_seconds=settings.ttl_seconds,
                     lock_seconds=settings.summary_lock_seconds,
-                    wait_seconds=settings.llm_timeout + 2,
+                    # The LLM's own deadline ends a call first; the cache's bounds (the
+                    # computation, then every request waiting for it) come just after.
+                    wait_seconds=settings.llm_timeout + JOIN_MARGIN_SECONDS,
+                    compute_seconds=settings.llm_timeout + JOIN_MARGIN_SECONDS / 2,
+                    failure_seconds=settings.llm_failure_seconds,
+                    quotas=Quotas(
+                        client,
+                        per_request=settings.llm_calls_per_request,
+                        per_tenant_minute=settings.llm_calls_per_tenant_minute,
+                        breaker_failures=settings.llm_breaker_failures,
+                        breaker_seconds=settings.llm_breaker_seconds,
+                    ),
                     retry_after=settings.retry_after_seconds,
                     metrics=metrics,
                 ),

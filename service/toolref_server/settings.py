@@ -7,7 +7,7 @@ import re
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolref.errors import ConfigurationError
@@ -128,7 +128,8 @@ class Settings(BaseSettings):
         default=8.0,
         gt=0,
         description="Total time one LLM call may take (connect, send, the whole answer), in "
-        "seconds; past it, extractive.",
+        "seconds; past it, extractive. Requests joined to a computation wait at most this "
+        "plus 1 s.",
     )
     llm_input_chars: int = Field(
         default=24_000, ge=1000, description="Most characters of a result sent to the LLM."
@@ -139,11 +140,38 @@ class Settings(BaseSettings):
         description="Most bytes of an LLM answer read; a larger one is cut off unread and "
         "the extractive summary used.",
     )
+    llm_calls_per_request: int = Field(
+        default=16,
+        ge=1,
+        description="Most LLM summaries one request computes or waits for; the rest of its "
+        "results get the extractive summary.",
+    )
+    llm_calls_per_tenant_minute: int = Field(
+        default=300,
+        ge=1,
+        description="Most LLM calls one tenant's requests start per minute (all replicas, "
+        "counted in Redis); past it, extractive.",
+    )
+    llm_breaker_failures: int = Field(
+        default=5,
+        ge=1,
+        description="LLM failures in a row (per process) after which the LLM is not called "
+        "for the cool-down; then one call probes.",
+    )
+    llm_breaker_seconds: float = Field(
+        default=30.0, gt=0, description="Cool-down of the LLM circuit breaker, in seconds."
+    )
+    llm_failure_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long a failed LLM summary (or handoff dialogue summary) is "
+        "remembered: meanwhile it is not asked again, the extractive one is used at once.",
+    )
     summary_lock_seconds: float = Field(
         default=30.0,
         gt=0,
         description="Expiry of a summary computation lock (a crashed "
-        "holder blocks others at most this long).",
+        "holder blocks others at most this long). Must exceed the LLM timeout.",
     )
 
     @field_validator("api_keys")
@@ -171,6 +199,17 @@ class Settings(BaseSettings):
         if value not in SUMMARIZER_NAMES:
             raise ValueError(f"use one of {', '.join(SUMMARIZER_NAMES)}")
         return value
+
+    @model_validator(mode="after")
+    def _check_lock(self) -> Settings:
+        if self.summary_lock_seconds <= self.llm_timeout:
+            raise ValueError(
+                f"TOOLREF_SUMMARY_LOCK_SECONDS ({self.summary_lock_seconds}) must exceed "
+                f"TOOLREF_LLM_TIMEOUT ({self.llm_timeout}): a lock that expires while its "
+                "holder still waits for the LLM lets a second request call it too; raise the "
+                "lock seconds or lower the timeout"
+            )
+        return self
 
     @cached_property
     def kinds(self) -> KindTable:
