@@ -1,7 +1,7 @@
 """The summary cache: one computation per (tenant, invocation, summarizer id), ever.
 
 Summaries are cached under `tr:<tenant>:s:<ref>:<summarizer id>` with the sliding TTL of
-refs.
+refs (a handoff's dialogue summaries under `tr:<tenant>:d:<digest of the transcript>:<id>`).
 A summary not yet cached is computed once however many requests, replicas or processes ask
 at the same time (single-flight): the first takes a Redis lock (`SET NX PX`, so a crashed
 holder blocks others only until the lock expires), the others wait for the value. Within
@@ -24,6 +24,7 @@ minute, a circuit breaker): a call a quota refuses is not made, and not a failur
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -36,12 +37,12 @@ from redis.exceptions import RedisError
 
 from toolref import extractive
 from toolref.breaker import BreakerState
-from toolref.canonical import Ref
+from toolref.canonical import Ref, digest_key
 from toolref.errors import StoreUnavailableError, ValidationError
 from toolref_server.metrics import Metrics
 from toolref_server.quotas import Quotas
 from toolref_server.store import StoreClient, queue_mgets, slot_groups, ungroup
-from toolref_server.summarizers import Summarizer, SummarizerError
+from toolref_server.summarizers import OpenAICompatibleSummarizer, Summarizer, SummarizerError
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,11 @@ class SummaryCache:
     @staticmethod
     def key(tenant: str, ref: Ref, summarizer_id: str) -> str:
         return f"tr:{tenant}:s:{ref.key}:{summarizer_id}"
+
+    @staticmethod
+    def dialogue_key(tenant: str, transcript: str, summarizer_id: str) -> str:
+        digest = hashlib.sha256(transcript.encode("utf-8", "surrogatepass")).digest()
+        return f"tr:{tenant}:d:{digest_key(digest)}:{summarizer_id}"
 
     def summarizer(self, name: str) -> Summarizer:
         try:
@@ -168,6 +174,35 @@ class SummaryCache:
             work.append(fill(index))
         await asyncio.gather(*work)
         return [summary for summary in found if summary is not None]
+
+    async def dialogue(
+        self, tenant: str, transcript: str, summarizer: OpenAICompatibleSummarizer, budget: int
+    ) -> Summary | None:
+        """The summarizer's summary of a handoff's dialogue, cached and computed once like
+        an invocation's; None when it failed or was not asked (the caller uses its digest)."""
+        sid = summarizer.id(budget)
+        key = self.dialogue_key(tenant, transcript, sid)
+        try:
+            value = await self.redis.get(key)
+            if value is not None:
+                await self.redis.expire(key, self.ttl)
+                self.metrics.summary_cache.labels("hit").inc()
+                return Summary(_text(value), sid, cached=True, fallback=False)
+            self.metrics.summary_cache.labels("miss").inc()
+        except RedisError as exc:
+            raise self._unavailable(exc) from None
+        try:
+            text, cached = await self._shared(
+                tenant,
+                key,
+                summarizer.name,
+                lambda: summarizer.summarize_dialogue(transcript, budget),
+            )
+        except SummarizerError as exc:
+            self._fell_back(summarizer.name, exc)
+            log.warning("dialogue summary %s not made, using the digest: %s", sid, exc)
+            return None
+        return Summary(text, sid, cached=cached, fallback=False)
 
     @staticmethod
     def _guarded(name: str) -> bool:

@@ -137,10 +137,13 @@ class OpenAICompatibleSummarizer:
         }
         return await self._complete(body, max_chars)
 
+    def clip_transcript(self, transcript: str) -> str:
+        """What of a dialogue the model is sent: its end, when it is long."""
+        return transcript[-self.input_chars :] if len(transcript) > self.input_chars else transcript
+
     async def summarize_dialogue(self, transcript: str, max_chars: int) -> str:
         """A handoff's text summary of a conversation (its user and assistant turns)."""
-        if len(transcript) > self.input_chars:
-            transcript = transcript[-self.input_chars :]  # the end matters most
+        transcript = self.clip_transcript(transcript)
         prompt = DIALOGUE_PROMPTS.get(self.prompt_version, DIALOGUE_PROMPTS["v1"])
         body = {
             "model": self.model,
