@@ -160,6 +160,7 @@ def create_app(
                 metrics=metrics,
                 slots=settings.redis_max_connections,
                 slot_wait=settings.redis_timeout,
+                workers=workers,
             )
             app.state.services = Services(
                 settings=settings,

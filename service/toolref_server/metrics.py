@@ -92,6 +92,12 @@ class Metrics:
             ["summarizer", "reason"],
             registry=r,
         )
+        self.corrupt = Counter(
+            "toolref_records_corrupt",
+            "Stored records that did not hold what their ref names when read (their content's "
+            "SHA-256 recomputed); never served, deleted.",
+            registry=r,
+        )
         self.store_errors = Counter(
             "toolref_store_errors",
             "Store (Redis) operations that failed, by operation.",
