@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Final, cast
+from typing import cast
 
 import httpx
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
@@ -37,10 +37,6 @@ from toolref_server.summarizers import OpenAICompatibleSummarizer, build_summari
 from toolref_server.workers import Workers
 
 log = logging.getLogger("toolref_server")
-
-# How much longer than the LLM's total timeout a request waits for a summary computation
-# it started or joined (Redis round trips, parsing), before it uses the extractive one.
-JOIN_MARGIN_SECONDS: Final = 1.0
 
 
 class _HttpProblem(ToolrefError):
@@ -180,8 +176,8 @@ def create_app(
                     lock_seconds=settings.summary_lock_seconds,
                     # The LLM's own deadline ends a call first; the cache's bounds (the
                     # computation, then every request waiting for it) come just after.
-                    wait_seconds=settings.llm_timeout + JOIN_MARGIN_SECONDS,
-                    compute_seconds=settings.llm_timeout + JOIN_MARGIN_SECONDS / 2,
+                    wait_seconds=settings.summary_wait_seconds,
+                    compute_seconds=settings.summary_compute_seconds,
                     failure_seconds=settings.llm_failure_seconds,
                     quotas=Quotas(
                         client,

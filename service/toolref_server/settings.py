@@ -18,6 +18,8 @@ _HASH_RE = re.compile(r"[0-9a-f]{64}")
 LOCAL_TENANT = "local"
 SUMMARIZER_NAMES = ("extractive", "openai-compatible")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+# How much longer than TOOLREF_LLM_TIMEOUT a request waits for a summary computation.
+JOIN_MARGIN_SECONDS = 1.0
 
 
 class Settings(BaseSettings):
@@ -244,6 +246,19 @@ class Settings(BaseSettings):
                 "TOOLREF_SUMMARIZER is openai-compatible but TOOLREF_LLM_BASE_URL is not set; "
                 "set it (and TOOLREF_LLM_MODEL, TOOLREF_LLM_API_KEY), or use extractive"
             )
+
+    @property
+    def summary_wait_seconds(self) -> float:
+        """Longest a request waits for a summary computation it started or joined (the
+        LLM's total timeout, plus a margin for Redis round trips and parsing; never past
+        the lock's expiry)."""
+        return min(self.llm_timeout + JOIN_MARGIN_SECONDS, self.summary_lock_seconds)
+
+    @property
+    def summary_compute_seconds(self) -> float:
+        """When the summary cache cuts a computation off, whatever the summarizer does (the
+        LLM's own deadline comes first; waiting requests give up just after)."""
+        return self.llm_timeout + JOIN_MARGIN_SECONDS / 2
 
     @property
     def summarizer_names(self) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 from redis.asyncio import Redis
 
 from toolref.breaker import BreakerState
+from toolref.models import Capabilities
 from toolref.placeholder import parse
 
 from .fake_llm import LLM, READ, Connection, FakeLLM, apps, completion, fake_llm, invocation
@@ -185,3 +186,21 @@ async def test_each_tenant_gets_its_calls_per_minute(redis: Redis) -> None:
         globex = await tenants["globex"].summary(await tenants["globex"].register(invocation(0)))
         assert globex["fallback"] is False  # another tenant's quota is its own
         assert llm.calls == before + 1
+
+
+async def test_capabilities_list_the_limits_a_client_needs(redis: Redis) -> None:
+    async with fake_llm() as llm, apps(redis) as build:
+        app = await build(
+            llm, llm_timeout=2.5, llm_calls_per_request=7, llm_calls_per_tenant_minute=90
+        )
+        document = (await app.http.get("/v1/capabilities")).json()
+    limits = document["limits"]
+    assert limits["summaryWaitSeconds"] == 3.5  # the LLM timeout and the margin
+    assert limits["summarizerCallsPerRequest"] == 7
+    assert limits["summarizerCallsPerMinute"] == 90
+    parsed = Capabilities.model_validate(document)
+    assert parsed.limits.summarizer_calls_per_request == 7
+    # Optional: a server that does not send them still parses.
+    for name in ("summaryWaitSeconds", "summarizerCallsPerRequest", "summarizerCallsPerMinute"):
+        del limits[name]
+    assert Capabilities.model_validate(document).limits.summary_wait_seconds is None
