@@ -98,6 +98,7 @@ async def test_a_failing_model_is_not_asked_again_at_once_by_the_next_hydrate(
         app = await build(llm, llm_breaker_failures=5, llm_breaker_seconds=30.0)
         first = await hydrate(app, conversation(RESULTS))
         made = llm.calls
+        print(f"\n200 results, failing model: {made} calls, then none")
         assert made <= 16  # the per-request cap (the 16 run at once, before the breaker opens)
         assert summarized_by_llm(first) == 0
         breaker = app.services.summaries.quotas.breaker(LLM)

@@ -75,6 +75,7 @@ async def test_requests_joined_to_a_dripping_call_return_with_it(redis: Redis) -
         elapsed = loop.time() - started
         key = f"tr:local:s:{ref[3:]}:{llm_id(200)}"
         mark = await redis.get(key + ":lock")
+    print(f"\n20 joined to a dripping call: all answered after {elapsed:.2f}s")
     assert llm.calls == 1  # one computation, 20 requests joined to it
     assert all(a["fallback"] for a in answers)
     assert elapsed < len(BODY) * DRIP / 4
@@ -134,6 +135,9 @@ async def test_joined_requests_stop_waiting_at_the_bound_whatever_the_summarizer
     rest = [cache.many("local", [(ref, READ)], "stuck", 200) for cache in caches for _ in range(10)]
     answers = [await first, *await asyncio.gather(*rest)]
     elapsed = loop.time() - started
+    print(
+        f"\n21 requests joined to a stuck summarizer, two replicas: answered after {elapsed:.2f}s"
+    )
     try:
         assert not stuck.returned  # all answered while the computation was still stuck
         assert stuck.calls == 1
