@@ -21,7 +21,7 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,8 +251,9 @@ class Store:
                 len(corrupt),
                 corrupt[0],
             )
-            async with self.guard("resolve"):
-                await self.redis.delete(*[self.key(tenant, ref) for ref in corrupt])
+            with suppress(StoreUnavailableError):  # unserved either way; the next read retries
+                async with self.guard("resolve"):
+                    await self.redis.delete(*[self.key(tenant, ref) for ref in corrupt])
         self.metrics.refs([rec is not None for rec in records])
         return records
 

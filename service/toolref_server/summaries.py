@@ -78,9 +78,9 @@ class SummaryCache:
         ttl_seconds: int,
         lock_seconds: float,
         wait_seconds: float,
+        failure_seconds: float,
+        quotas: Quotas,
         compute_seconds: float | None = None,
-        failure_seconds: float = 60.0,
-        quotas: Quotas | None = None,
         retry_after: int = 1,
         metrics: Metrics | None = None,
     ) -> None:
@@ -91,9 +91,7 @@ class SummaryCache:
         self.wait = min(wait_seconds, lock_seconds)
         self.compute_seconds = compute_seconds if compute_seconds is not None else self.wait
         self.failed_ms = max(1, int(failure_seconds * 1000))
-        self.quotas = quotas or Quotas(
-            redis, per_request=16, per_tenant_minute=300, breaker_failures=5, breaker_seconds=30
-        )
+        self.quotas = quotas
         self.retry_after = retry_after
         self._inflight: dict[str, asyncio.Task[tuple[str, bool]]] = {}
         self.calls = 0  # summarizer calls made by this process (tests)

@@ -117,6 +117,7 @@ async def test_joined_requests_stop_waiting_at_the_bound_whatever_the_summarizer
             ttl_seconds=60,
             lock_seconds=30,
             wait_seconds=wait,
+            failure_seconds=60,
             quotas=Quotas(
                 redis,
                 per_request=16,
