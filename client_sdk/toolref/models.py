@@ -250,6 +250,20 @@ class Limits(AnswerModel):
     max_containers: int | None = Field(
         default=None, description="Most arrays and objects in one body."
     )
+    summary_wait_seconds: float | None = Field(
+        default=None,
+        description="Longest a summary (or a handoff's dialogue summary) waits for a model "
+        "before the extractive one is used: set client timeouts above it.",
+    )
+    summarizer_calls_per_request: int | None = Field(
+        default=None,
+        description="Most summaries one request gets from a model; its other results get the "
+        "extractive summary.",
+    )
+    summarizer_calls_per_minute: int | None = Field(
+        default=None,
+        description="Most model calls one tenant's requests start per minute.",
+    )
 
 
 class Capabilities(AnswerModel):

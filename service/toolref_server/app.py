@@ -27,6 +27,7 @@ from toolref_server.histories import Histories
 from toolref_server.metrics import Metrics
 from toolref_server.problem import problem_response
 from toolref_server.protocol import ProtocolMiddleware
+from toolref_server.quotas import Quotas
 from toolref_server.routes import handoff, invocations, messages, meta
 from toolref_server.services import Services
 from toolref_server.settings import Settings
@@ -155,6 +156,7 @@ def create_app(
                 metrics=metrics,
                 slots=settings.redis_max_connections,
                 slot_wait=settings.redis_timeout,
+                workers=workers,
             )
             app.state.services = Services(
                 settings=settings,
@@ -172,7 +174,18 @@ def create_app(
                     summarizers,
                     ttl_seconds=settings.ttl_seconds,
                     lock_seconds=settings.summary_lock_seconds,
-                    wait_seconds=settings.llm_timeout + 2,
+                    # The LLM's own deadline ends a call first; the cache's bounds (the
+                    # computation, then every request waiting for it) come just after.
+                    wait_seconds=settings.summary_wait_seconds,
+                    compute_seconds=settings.summary_compute_seconds,
+                    failure_seconds=settings.llm_failure_seconds,
+                    quotas=Quotas(
+                        client,
+                        per_request=settings.llm_calls_per_request,
+                        per_tenant_minute=settings.llm_calls_per_tenant_minute,
+                        breaker_failures=settings.llm_breaker_failures,
+                        breaker_seconds=settings.llm_breaker_seconds,
+                    ),
                     retry_after=settings.retry_after_seconds,
                     metrics=metrics,
                 ),

@@ -110,6 +110,12 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--data-dir", help="embedded engine's data folder (TOOLREF_DATA_DIR)")
         if action == "export":
             sub.add_argument("--tenant", help="only this tenant's keys")
+        else:
+            sub.add_argument(
+                "--tenant",
+                help="refuse the file unless every key in it is this tenant's (the file's "
+                "header must name it, or no tenant)",
+            )
     return parser
 
 
@@ -142,7 +148,13 @@ def _cache(args: argparse.Namespace) -> int:
             print(f"\ntoolref: exported {count} keys to {args.file}", file=sys.stderr)
         else:
             with _open(args.file, "rb") as source:
-                written, present = export.import_(redis, source, export.bar("imported"))
+                written, present = export.import_(
+                    redis,
+                    source,
+                    export.bar("imported"),
+                    tenant=args.tenant,
+                    checked=export.bar("checked"),
+                )
             print(
                 f"\ntoolref: imported {written} keys ({present} already present) from {args.file}",
                 file=sys.stderr,

@@ -5,12 +5,28 @@ The file is a zstd-compressed stream of msgpack items: a header
 -1 for keys without expiry). Export walks the keyspace with SCAN and reads each page with
 one pipeline, so memory stays constant whatever the size; import writes with `SET NX`, so
 importing twice (or into an engine that already holds some keys) changes nothing twice.
-Summary locks are never exported.
+Exported: records (`i`), summaries (`s`), dialogue summaries (`d`), history nodes (`h`) and
+messages (`m`); never summary locks or quota counters.
+
+Import trusts nothing in the file. It reads the whole file once to check every item
+(`check_item`) and writes nothing unless all pass, then reads it again to write (a file that
+cannot be read twice, stdin, is first copied to a temporary file: memory stays constant).
+Every key must be under the tenant the header names (or `--tenant`); every record must hold
+what its ref names (the SHA-256 of its canonical invocation, recomputed, equals its stored
+digest, which starts with the ref: `record.verified`); every history message must hash to
+its id. A history node is checked for its shape here and against its ref whenever it is
+loaded (`histories`); a summary cannot be checked against anything but its key's shape, so
+an export of all tenants is only as trustworthy as its source.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any, Final
@@ -19,11 +35,20 @@ import msgpack
 import zstandard
 from redis import Redis, RedisCluster
 
+from toolref import formats
+from toolref.canonical import Ref, digest_key, is_ref
 from toolref.errors import ValidationError
+from toolref.history import is_history_ref
+from toolref_server import record
 from toolref_server.settings import TENANT_RE as TENANT_NAME  # the one tenant grammar
 
 FORMAT: Final = 1
 _PAGE: Final = 500
+EXPORTED_KINDS: Final = frozenset({"i", "s", "d", "h", "m"})
+_MAX_ITEM: Final = 256 * 2**20  # one item of the file, and one history message inflated
+_MAX_SUMMARY_CHARS: Final = 20_000  # the largest summary budget (maxChars)
+_ID_BYTES: Final = 16
+_PIECE: Final = 4096  # compressed bytes fed to the inflater at a time
 
 Progress = Callable[[int, int], None]  # (keys done, bytes done)
 
@@ -81,7 +106,7 @@ def _pages(redis: Redis | RedisCluster, pattern: str) -> Iterator[list[bytes]]:
         page: list[bytes] = []
         for key in redis.scan_iter(match=pattern, count=_PAGE):
             name = key if isinstance(key, bytes) else str(key).encode()
-            if not name.endswith(b":lock"):
+            if _exported(name):
                 page.append(name)
             if len(page) >= _PAGE:
                 yield page
@@ -93,25 +118,244 @@ def _pages(redis: Redis | RedisCluster, pattern: str) -> Iterator[list[bytes]]:
     while True:
         cursor, keys = redis.scan(cursor=cursor, match=pattern, count=_PAGE)
         names = [k if isinstance(k, bytes) else str(k).encode() for k in keys]
-        wanted = [k for k in names if not k.endswith(b":lock")]
+        wanted = [k for k in names if _exported(k)]
         if wanted:
             yield wanted
         if cursor == 0:
             return
 
 
+def _exported(key: bytes) -> bool:
+    """Is this key one an export carries? (Not a lock, a failed mark or a quota counter.)"""
+    parts = key.split(b":", 3)
+    return (
+        len(parts) == 4
+        and parts[2].decode("ascii", "replace") in EXPORTED_KINDS
+        and (not key.endswith(b":lock"))
+    )
+
+
 def import_(
-    redis: Redis | RedisCluster, source: IO[bytes], progress: Progress | None = None
+    redis: Redis | RedisCluster,
+    source: IO[bytes],
+    progress: Progress | None = None,
+    tenant: str | None = None,
+    checked: Progress | None = None,
 ) -> tuple[int, int]:
-    """Write the keys of an export that are absent; return (written, already present)."""
-    reader = zstandard.ZstdDecompressor().stream_reader(source, closefd=False)
-    unpacker = msgpack.Unpacker(reader, raw=False, max_buffer_size=256 * 2**20)
-    header = next(unpacker, None)
+    """Check every item of an export, then write the keys that are absent; return (written,
+    already present). A file with one bad item is refused whole (`ValidationError` naming
+    the first), and nothing is written. `tenant`: every key must be that tenant's."""
+    if tenant is not None:
+        _pattern(tenant)  # the tenant grammar
+    with _rereadable(source) as stream:
+        start = stream.tell()
+        verify(stream, tenant, checked)
+        stream.seek(start)
+        return _write(redis, stream, progress)
+
+
+@contextlib.contextmanager
+def _rereadable(source: IO[bytes]) -> Iterator[IO[bytes]]:
+    """`source`, or (when it cannot seek, as stdin) a temporary copy of it, read once in
+    1 MiB pieces: a file import reads twice (check everything, then write)."""
+    if source.seekable():
+        yield source
+        return
+    with tempfile.TemporaryFile() as copy:
+        shutil.copyfileobj(source, copy, 2**20)
+        copy.seek(0)
+        yield copy
+
+
+def _items(source: IO[bytes]) -> Iterator[Any]:
+    """The msgpack items of an export's zstd stream, one at a time; a `ValidationError` when
+    the stream does not end where a frame and an item end (a file cut short: zstd's stream
+    reader would hand back the prefix as if it were whole). Input is fed `_PIECE` bytes at a
+    time, so what one step inflates to stays bounded (at most 32 zstd blocks of 128 KiB per
+    KiB of input); memory otherwise holds one item."""
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=_MAX_ITEM)
+    decompressor = zstandard.ZstdDecompressor()
+    inflater, open_frame, fed, parsed = decompressor.decompressobj(), False, 0, 0
+    try:
+        while piece := source.read(_PIECE):
+            while piece:
+                open_frame = True
+                out = inflater.decompress(piece)
+                piece = b""
+                if inflater.eof:  # a frame ended; another may follow it
+                    piece = inflater.unused_data
+                    inflater, open_frame = decompressor.decompressobj(), False
+                if out:
+                    unpacker.feed(out)
+                    fed += len(out)
+                    for item in unpacker:
+                        parsed = unpacker.tell()  # where the last whole item ends
+                        yield item
+    except (zstandard.ZstdError, msgpack.UnpackException, ValueError) as exc:
+        raise _unreadable(f"{type(exc).__name__}: {exc}") from None
+    if open_frame or fed == 0:
+        raise _unreadable("its zstd stream ends before its frame does")
+    if parsed != fed:
+        raise _unreadable(f"its last {fed - parsed} bytes are part of an item")
+
+
+def _unreadable(why: str) -> ValidationError:
+    return ValidationError(
+        f"the file cannot be read to its end ({why}); nothing was imported. Copy it again, "
+        "whole, or make it again with `toolref-server cache export`"
+    )
+
+
+def _header(items: Iterator[Any]) -> dict[str, Any]:
+    header = next(items, None)
     if not isinstance(header, dict) or header.get("toolrefExport") != FORMAT:
         raise ValidationError(
             "the file is not a toolref export (version 1); make one with "
             "`toolref-server cache export`"
         )
+    return header
+
+
+def verify(source: IO[bytes], tenant: str | None = None, progress: Progress | None = None) -> int:
+    """Check every item of an export (`check_item`) without writing anything; return how
+    many there are. Linear in the file; memory: one item at a time."""
+    items = _items(source)
+    header = _header(items)
+    named = header.get("tenant")
+    if named is not None and (not isinstance(named, str) or not TENANT_NAME.fullmatch(named)):
+        raise ValidationError(
+            f"the file's header names {named!r}, which is not a tenant name; nothing was "
+            "imported. Make the file again with `toolref-server cache export --tenant NAME`"
+        )
+    if tenant is not None and named not in (None, tenant):
+        raise ValidationError(
+            f"the file is an export of tenant {named!r}, not of {tenant!r} (--tenant); nothing "
+            "was imported. Import it without --tenant, or name its tenant"
+        )
+    owner = tenant if tenant is not None else named
+    count = 0
+    for count, item in enumerate(items, start=1):
+        problem = check_item(item, owner)
+        if problem is not None:
+            shown = _shown_key(item)
+            raise ValidationError(
+                f"item {count} of the file ({shown}) {problem}; nothing was imported. The file "
+                "was changed or made by something else than `toolref-server cache export`: "
+                "make it again from the registry that holds these keys",
+                item=count,
+            )
+        if progress is not None and count % _PAGE == 0:
+            progress(count, 0)
+    if progress is not None:
+        progress(count, 0)
+    return count
+
+
+def _shown_key(item: Any) -> str:
+    key = item[0] if isinstance(item, list | tuple) and item else None
+    if isinstance(key, bytes):
+        key = key.decode("utf-8", "replace")
+    if isinstance(key, str):
+        return f"key {key[:120]!r}"
+    return f"a {type(item).__name__}, not a [key, value, ttl] item"
+
+
+def check_item(item: Any, tenant: str | None) -> str | None:
+    """What is wrong with one `[key, value, ttl_ms]` item of an export (None: nothing).
+    `tenant`: the tenant every key must belong to, when the file names one. Pure; linear
+    in the item (a record's content is hashed, a history message inflated and hashed)."""
+    if not isinstance(item, list | tuple) or len(item) != 3:
+        return "is not a [key, value, ttl] item"
+    key, value, ttl = item
+    if isinstance(key, bytes):
+        try:
+            key = key.decode("utf-8")
+        except UnicodeDecodeError:
+            return "has a key that is not UTF-8"
+    if not isinstance(key, str) or not isinstance(value, bytes):
+        return "has a key that is not text or a value that is not bytes"
+    if type(ttl) is not int or not (ttl == -1 or ttl > 0):
+        return f"has a lifetime of {ttl!r}, neither -1 nor a positive number of milliseconds"
+    parts = key.split(":", 3)
+    if len(parts) != 4 or parts[0] != "tr" or not TENANT_NAME.fullmatch(parts[1]):
+        return "has a key that is not `tr:<tenant>:<kind>:...`"
+    owner, kind, rest = parts[1], parts[2], parts[3]
+    if tenant is not None and owner != tenant:
+        return f"is under tenant {owner!r}, but the file is an export of tenant {tenant!r}"
+    check = _CHECKS.get(kind)
+    if check is None:
+        return f"is of kind {kind!r}, which exports never hold (i, s, d, h, m)"
+    return check(rest, value)
+
+
+def _check_record(rest: str, value: bytes) -> str | None:
+    if not is_ref("tr_" + rest):
+        return "has a record key whose ref is malformed"
+    if record.verified(value, Ref("tr_" + rest)) is None:
+        return (
+            "holds a record that is not the invocation its ref names (its content does not "
+            "hash to it)"
+        )
+    return None
+
+
+def _check_summary(rest: str, value: bytes) -> str | None:
+    body, _, summarizer = rest.partition(":")
+    if not is_ref("tr_" + body) or not summarizer or summarizer.endswith(":lock"):
+        return "has a summary key that is not `<ref>:<summarizer id>`"
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return "holds a summary that is not UTF-8"
+    budget = summarizer.rpartition(":")[2]
+    limit = int(budget) if budget.isdigit() else _MAX_SUMMARY_CHARS
+    if len(text) > min(limit, _MAX_SUMMARY_CHARS):
+        return f"holds a summary of {len(text)} characters, over its budget of {limit}"
+    return None
+
+
+def _check_node(rest: str, value: bytes) -> str | None:
+    if not is_history_ref("th_" + rest):
+        return "has a history key whose ref is malformed"
+    name, separator, ids = value.partition(b"\0")
+    if not separator or not formats.is_format_name(name.decode("ascii", "replace")):
+        return "holds a history node that does not start with a message format"
+    if not ids or len(ids) % _ID_BYTES:
+        return f"holds a history node whose message ids are {len(ids)} bytes, not 16 each"
+    return None
+
+
+def _check_message(rest: str, value: bytes) -> str | None:
+    if not is_ref("tr_" + rest):
+        return "has a history message key whose id is malformed"
+    try:
+        size = zstandard.frame_content_size(value)
+        if size < 0 or size > _MAX_ITEM:
+            return "holds a history message whose size is unknown or too large"
+        text = zstandard.ZstdDecompressor().decompress(value)
+        json.loads(text)
+    except (zstandard.ZstdError, ValueError):
+        return "holds a history message that is not a zstd frame of JSON text"
+    if digest_key(hashlib.sha256(text).digest()[:_ID_BYTES]) != rest:
+        return "holds a history message that does not hash to its id"
+    return None
+
+
+_CHECKS: Final[dict[str, Callable[[str, bytes], str | None]]] = {
+    "i": _check_record,
+    "s": _check_summary,
+    "d": _check_summary,
+    "h": _check_node,
+    "m": _check_message,
+}
+
+
+def _write(
+    redis: Redis | RedisCluster, source: IO[bytes], progress: Progress | None
+) -> tuple[int, int]:
+    """Write the keys of a checked export that are absent: `SET NX`, one pipeline a page."""
+    items = _items(source)
+    _header(items)
     written = present = done = 0
     batch: list[list[Any]] = []
 
@@ -125,7 +369,7 @@ def import_(
             present += not ok
         batch.clear()
 
-    for item in unpacker:
+    for item in items:
         key, value, ttl = item
         batch.append([key, value, ttl])
         done += 1

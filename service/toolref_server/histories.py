@@ -42,12 +42,16 @@ class Stored:
 
 def _stored(ref: str, name: bytes, ids: list[bytes], values: list[bytes]) -> Stored | None:
     """A loaded history from its stored bytes, checked (linear in them); None when they are
-    not what the node names."""
-    texts = [compressors.decompress(value).decode() for value in values]
-    if any(message_id(text) != i for text, i in zip(texts, ids, strict=True)):
-        return None  # not the bytes the node was written with
-    form = [json.loads(text) for text in texts]
-    encoded = [canonical_json(message) for message in form]
+    not what the node names (corrupt bytes included: a history that cannot be read is not
+    held, so the client resends the conversation)."""
+    try:
+        texts = [compressors.decompress(value).decode() for value in values]
+        if any(message_id(text) != i for text, i in zip(texts, ids, strict=True)):
+            return None  # not the bytes the node was written with
+        form = [json.loads(text) for text in texts]
+        encoded = [canonical_json(message) for message in form]
+    except Exception:  # corrupt bytes fail in many ways (zstd, UTF-8, JSON)
+        return None
     found = chain(encoded)
     if not found or history_ref(found[-1]) != ref:
         return None  # not what the ref names (a 128-bit collision, or foreign bytes)

@@ -85,6 +85,19 @@ class Metrics:
             ["summarizer", "outcome"],
             registry=r,
         )
+        self.summary_fallbacks = Counter(
+            "toolref_summary_fallbacks",
+            "Summaries a request wanted from a model and got extractive instead, by summarizer "
+            "and reason: failed, failed-recently, wait, request-cap, tenant-quota, breaker.",
+            ["summarizer", "reason"],
+            registry=r,
+        )
+        self.corrupt = Counter(
+            "toolref_records_corrupt",
+            "Stored records that did not hold what their ref names when read (their content's "
+            "SHA-256 recomputed); never served, deleted.",
+            registry=r,
+        )
         self.store_errors = Counter(
             "toolref_store_errors",
             "Store (Redis) operations that failed, by operation.",

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from toolref.canonical import Ref, invocation_digest
 from toolref.encoding import dumps_json, packb, unpackb
 from toolref.formats.source import Payload
 from toolref_server import compressors
@@ -142,3 +143,24 @@ def decode(data: bytes) -> Record:
         fields["size"],
         fields["created"],
     )
+
+
+def content_digest(rec: Record) -> bytes:
+    """The SHA-256 of the canonical invocation `rec` holds, recomputed from its payload
+    texts (parsed, then written canonically): linear in the payloads."""
+    args, result = json.loads(rec.payload.args), json.loads(rec.payload.result)
+    return invocation_digest(rec.name, args, result, rec.is_error).sha256
+
+
+def verified(data: bytes, ref: Ref) -> Record | None:
+    """The record in `data` if it holds what `ref` names: it decodes, the SHA-256 of its
+    content recomputed equals the 32-byte digest it stores, and that digest starts with the
+    ref's 16 bytes. None for anything else (bytes this code never wrote, a flipped bit, a
+    record planted under another ref), so a corrupted record is never served."""
+    try:
+        rec = decode(data)
+        if rec.digest[: len(ref.digest_prefix)] != ref.digest_prefix:
+            return None
+        return rec if content_digest(rec) == rec.digest else None
+    except Exception:  # corrupt bytes fail in many ways (zstd, msgpack, JSON, keys, types)
+        return None

@@ -7,7 +7,7 @@ import re
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolref.errors import ConfigurationError
@@ -18,6 +18,8 @@ _HASH_RE = re.compile(r"[0-9a-f]{64}")
 LOCAL_TENANT = "local"
 SUMMARIZER_NAMES = ("extractive", "openai-compatible")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+# How much longer than TOOLREF_LLM_TIMEOUT a request waits for a summary computation.
+JOIN_MARGIN_SECONDS = 1.0
 
 
 class Settings(BaseSettings):
@@ -125,16 +127,53 @@ class Settings(BaseSettings):
         default="v1", description="Summary prompt version (part of the summarizer id)."
     )
     llm_timeout: float = Field(
-        default=8.0, gt=0, description="LLM call timeout in seconds; past it, extractive."
+        default=8.0,
+        gt=0,
+        description="Total time one LLM call may take (connect, send, the whole answer), in "
+        "seconds; past it, extractive. Requests joined to a computation wait at most this "
+        "plus 1 s.",
     )
     llm_input_chars: int = Field(
         default=24_000, ge=1000, description="Most characters of a result sent to the LLM."
+    )
+    llm_max_answer_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Most bytes of an LLM answer read; a larger one is cut off unread and "
+        "the extractive summary used.",
+    )
+    llm_calls_per_request: int = Field(
+        default=16,
+        ge=1,
+        description="Most LLM summaries one request computes or waits for; the rest of its "
+        "results get the extractive summary.",
+    )
+    llm_calls_per_tenant_minute: int = Field(
+        default=300,
+        ge=1,
+        description="Most LLM calls one tenant's requests start per minute (all replicas, "
+        "counted in Redis); past it, extractive.",
+    )
+    llm_breaker_failures: int = Field(
+        default=5,
+        ge=1,
+        description="LLM failures in a row (per process) after which the LLM is not called "
+        "for the cool-down; then one call probes.",
+    )
+    llm_breaker_seconds: float = Field(
+        default=30.0, gt=0, description="Cool-down of the LLM circuit breaker, in seconds."
+    )
+    llm_failure_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long a failed LLM summary (or handoff dialogue summary) is "
+        "remembered: meanwhile it is not asked again, the extractive one is used at once.",
     )
     summary_lock_seconds: float = Field(
         default=30.0,
         gt=0,
         description="Expiry of a summary computation lock (a crashed "
-        "holder blocks others at most this long).",
+        "holder blocks others at most this long). Must exceed the LLM timeout.",
     )
 
     @field_validator("api_keys")
@@ -162,6 +201,17 @@ class Settings(BaseSettings):
         if value not in SUMMARIZER_NAMES:
             raise ValueError(f"use one of {', '.join(SUMMARIZER_NAMES)}")
         return value
+
+    @model_validator(mode="after")
+    def _check_lock(self) -> Settings:
+        if self.summary_lock_seconds <= self.llm_timeout:
+            raise ValueError(
+                f"TOOLREF_SUMMARY_LOCK_SECONDS ({self.summary_lock_seconds}) must exceed "
+                f"TOOLREF_LLM_TIMEOUT ({self.llm_timeout}): a lock that expires while its "
+                "holder still waits for the LLM lets a second request call it too; raise the "
+                "lock seconds or lower the timeout"
+            )
+        return self
 
     @cached_property
     def kinds(self) -> KindTable:
@@ -196,6 +246,19 @@ class Settings(BaseSettings):
                 "TOOLREF_SUMMARIZER is openai-compatible but TOOLREF_LLM_BASE_URL is not set; "
                 "set it (and TOOLREF_LLM_MODEL, TOOLREF_LLM_API_KEY), or use extractive"
             )
+
+    @property
+    def summary_wait_seconds(self) -> float:
+        """Longest a request waits for a summary computation it started or joined (the
+        LLM's total timeout, plus a margin for Redis round trips and parsing; never past
+        the lock's expiry)."""
+        return min(self.llm_timeout + JOIN_MARGIN_SECONDS, self.summary_lock_seconds)
+
+    @property
+    def summary_compute_seconds(self) -> float:
+        """When the summary cache cuts a computation off, whatever the summarizer does (the
+        LLM's own deadline comes first; waiting requests give up just after)."""
+        return self.llm_timeout + JOIN_MARGIN_SECONDS / 2
 
     @property
     def summarizer_names(self) -> list[str]:

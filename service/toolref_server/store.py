@@ -21,7 +21,7 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from toolref.errors import StoreUnavailableError
 from toolref_server import record
 from toolref_server.metrics import Metrics
 from toolref_server.record import Record
+from toolref_server.workers import Workers
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class Store:
         metrics: Metrics | None = None,
         slots: int = 64,
         slot_wait: float = 2.0,
+        workers: Workers | None = None,
     ) -> None:
         self.redis = redis
         self.cluster = isinstance(redis, RedisCluster)
@@ -89,6 +91,7 @@ class Store:
         self._slots = asyncio.Semaphore(slots)
         self.metrics = metrics or Metrics()
         self.metrics.watch_breaker(lambda: self.breaker.state.value)
+        self.workers = workers
 
     @staticmethod
     def key(tenant: str, ref: Ref) -> str:
@@ -205,9 +208,11 @@ class Store:
                     if "unknown command" not in str(exc).lower():
                         raise
                     self._read = None  # an engine without scripting: MGET and EXPIREs then
-            if values is not None:
-                return self._decoded(values)
-        return self._decoded(await self.read_and_touch(keys, "resolve"))
+            if values is None:
+                values = await self.read_and_touch(keys, "resolve")
+        else:
+            values = await self.read_and_touch(keys, "resolve")
+        return await self._verified(tenant, refs, values)
 
     async def read_and_touch(self, keys: Sequence[str], action: str) -> list[Any]:
         """The values under `keys` (None where absent), each lifetime extended: one round
@@ -221,9 +226,36 @@ class Store:
             replies: list[Any] = await pipe.execute()
         return ungroup(groups, replies, len(keys))
 
-    def _decoded(self, values: Sequence[Any]) -> list[Record | None]:
-        self.metrics.refs([data is not None for data in values])
-        return [None if data is None else record.decode(data) for data in values]
+    async def _verified(
+        self, tenant: str, refs: Sequence[Ref], values: Sequence[Any]
+    ) -> list[Record | None]:
+        """The records read, each checked against its ref (`record.verified`: decoded, its
+        content's SHA-256 recomputed): linear in the bytes read, in the worker threads
+        when they are many. A corrupt record is never served: it counts as missing, so the
+        client resends the payload, and it is deleted, so that resend stores it again."""
+        size = sum(len(value) for value in values if value is not None)
+        if self.workers is None:
+            records = _verified_all(refs, values)
+        else:
+            records = await self.workers.run(size, _verified_all, refs, values)
+        corrupt = [
+            ref
+            for ref, value, rec in zip(refs, values, records, strict=True)
+            if value is not None and rec is None
+        ]
+        if corrupt:
+            self.metrics.corrupt.inc(len(corrupt))
+            log.warning(
+                "%d stored record(s) do not hold what their ref names (first: %s); deleted, "
+                "so the next registration stores them again",
+                len(corrupt),
+                corrupt[0],
+            )
+            with suppress(StoreUnavailableError):  # unserved either way; the next read retries
+                async with self.guard("resolve"):
+                    await self.redis.delete(*[self.key(tenant, ref) for ref in corrupt])
+        self.metrics.refs([rec is not None for rec in records])
+        return records
 
     async def ping(self) -> bool:
         """Does the engine answer? Asked past the breaker, whose state it then sets: a
@@ -235,6 +267,13 @@ class Store:
             return False
         self.breaker.success()
         return answered
+
+
+def _verified_all(refs: Sequence[Ref], values: Sequence[Any]) -> list[Record | None]:
+    return [
+        None if value is None else record.verified(value, ref)
+        for ref, value in zip(refs, values, strict=True)
+    ]
 
 
 def slot_groups(keys: Sequence[str], cluster: bool) -> list[list[int]]:

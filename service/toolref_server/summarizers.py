@@ -17,6 +17,7 @@ import httpx
 
 from toolref import extractive
 from toolref.kinds import KindTable
+from toolref_server.completions import CompletionError, Completions
 from toolref_server.settings import Settings
 from toolref_server.workers import Workers
 
@@ -77,7 +78,9 @@ class ExtractiveSummarizer:
 
 
 class OpenAICompatibleSummarizer:
-    """`POST {base_url}/chat/completions` with a versioned prompt; short timeouts."""
+    """`POST {base_url}/chat/completions` with a versioned prompt; each call bounded in
+    time (`timeout`, the whole call) and answer bytes (`max_answer_bytes`), see
+    `toolref_server.completions`."""
 
     name = "openai-compatible"
 
@@ -90,6 +93,7 @@ class OpenAICompatibleSummarizer:
         prompt_version: str,
         timeout: float,
         input_chars: int,
+        max_answer_bytes: int = 64 * 1024,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         if prompt_version not in PROMPTS:
@@ -98,8 +102,14 @@ class OpenAICompatibleSummarizer:
         self.model = model
         self.prompt_version = prompt_version
         self.input_chars = input_chars
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(headers=headers, timeout=timeout, transport=transport)
+        self.timeout = timeout
+        self._completions = Completions(
+            self.base_url,
+            api_key=api_key,
+            deadline=timeout,
+            max_bytes=max_answer_bytes,
+            transport=transport,
+        )
 
     def id(self, max_chars: int) -> str:
         return f"{self.name}:{self.model}:{self.prompt_version}:{max_chars}"
@@ -131,10 +141,13 @@ class OpenAICompatibleSummarizer:
         }
         return await self._complete(body, max_chars)
 
+    def clip_transcript(self, transcript: str) -> str:
+        """What of a dialogue the model is sent: its end, when it is long."""
+        return transcript[-self.input_chars :] if len(transcript) > self.input_chars else transcript
+
     async def summarize_dialogue(self, transcript: str, max_chars: int) -> str:
         """A handoff's text summary of a conversation (its user and assistant turns)."""
-        if len(transcript) > self.input_chars:
-            transcript = transcript[-self.input_chars :]  # the end matters most
+        transcript = self.clip_transcript(transcript)
         prompt = DIALOGUE_PROMPTS.get(self.prompt_version, DIALOGUE_PROMPTS["v1"])
         body = {
             "model": self.model,
@@ -149,18 +162,13 @@ class OpenAICompatibleSummarizer:
 
     async def _complete(self, body: dict[str, Any], max_chars: int) -> str:
         try:
-            response = await self._http.post(f"{self.base_url}/chat/completions", json=body)
-            response.raise_for_status()
-            text = response.json()["choices"][0]["message"]["content"]
-        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError) as exc:
-            raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
-        if not isinstance(text, str) or not text.strip():
-            raise SummarizerError("the model answered with no text")
-        text = text.strip()
+            text = await self._completions.text(body)
+        except CompletionError as exc:
+            raise SummarizerError(str(exc)) from exc
         return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._completions.aclose()
 
 
 def build_summarizers(
@@ -179,6 +187,7 @@ def build_summarizers(
             prompt_version=settings.llm_prompt_version,
             timeout=settings.llm_timeout,
             input_chars=settings.llm_input_chars,
+            max_answer_bytes=settings.llm_max_answer_bytes,
             transport=transport,
         )
     return found

@@ -11,7 +11,8 @@ import pytest
 from redis import Redis, RedisCluster
 from redis.crc import key_slot
 
-from toolref_server import export
+from toolref.canonical import digest_of
+from toolref_server import export, record
 from toolref_server.cluster import LocalCluster, plain_url
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.store import slot_groups, ungroup
@@ -34,7 +35,13 @@ def test_a_cluster_exports_every_key_and_a_single_node_imports_them(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     source = RedisCluster.from_url(plain_url(cluster.url))
-    keys = {f"tr:local:i:{n:026d}": f"record {n}".encode() for n in range(500)}
+    keys = {}  # real records: import checks each against its ref
+    for n in range(500):
+        invocation = {"name": "read_file", "args": {"path": f"m{n}.py"}, "result": f"{n}\n"}
+        digest = digest_of(invocation)
+        keys[f"tr:local:i:{digest.ref.key}"] = record.encode_values(
+            invocation, digest.sha256, digest.size, 512
+        )
     for key, value in keys.items():
         source.set(key, value, ex=3600)
     assert len({key_slot(k.encode()) for k in keys}) > 100  # spread over the cluster

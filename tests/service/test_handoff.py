@@ -153,7 +153,7 @@ async def llm_api(redis: Redis) -> AsyncIterator[tuple[httpx.AsyncClient, Stub, 
 
 
 async def test_the_llm_writes_the_text_summary_when_configured(
-    llm_api: tuple[httpx.AsyncClient, httpx.AsyncClient, Stub],
+    llm_api: tuple[httpx.AsyncClient, httpx.AsyncClient, Stub], redis: Redis
 ) -> None:
     working, failing, stub = llm_api
     answer = (await post(working, messages=anthropic())).json()
@@ -162,6 +162,7 @@ async def test_the_llm_writes_the_text_summary_when_configured(
     [prompt] = stub.prompts
     assert "Read app.py" in prompt[1]["content"]  # the dialogue, not the tool output
     assert "import os" not in prompt[1]["content"]
+    await redis.flushall()  # both apps share the engine, and so the cached dialogue summary
     fallback = (await post(failing, messages=anthropic())).json()
     assert fallback["summarySource"] == "digest"
     assert "User requests:" in fallback["block"]

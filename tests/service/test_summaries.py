@@ -23,7 +23,6 @@ from toolref import extractive
 from toolref.canonical import digest_of
 from toolref.kinds import KindTable
 from toolref.placeholder import parse
-from toolref_server import summaries
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 from toolref_server.summarizers import PROMPTS
@@ -399,13 +398,12 @@ FAILURES: dict[str, Callable[[], Stub]] = {
 
 @pytest.mark.parametrize("failure", list(FAILURES))
 async def test_a_failing_model_falls_back_to_extractive_and_nothing_is_cached(
-    build: Build, redis: Redis, monkeypatch: pytest.MonkeyPatch, failure: str
+    build: Build, redis: Redis, failure: str
 ) -> None:
     # Long enough that "meanwhile" below always falls within it, however loaded the machine;
     # its expiry is then simulated by removing the mark, as Redis would.
-    monkeypatch.setattr(summaries, "_FAILED_MS", 60_000)
     stub = FAILURES[failure]()
-    api = await build(stub)
+    api = await build(stub, llm_failure_seconds=60)
     ref = await register(api, READ)
 
     first = await get_summary(api, ref, summarizer=LLM, maxChars=200)
@@ -442,11 +440,10 @@ async def test_a_failing_model_falls_back_to_extractive_and_nothing_is_cached(
 
 
 async def test_a_failing_model_is_asked_again_on_every_later_request(
-    build: Build, redis: Redis, monkeypatch: pytest.MonkeyPatch
+    build: Build, redis: Redis
 ) -> None:
-    monkeypatch.setattr(summaries, "_FAILED_MS", 100)
     stub = Stub(status=503)
-    api = await build(stub)
+    api = await build(stub, llm_failure_seconds=0.1)
     ref = await register(api, READ)
     key = summary_key(ref, llm_id(200))
     for attempt in range(1, 4):

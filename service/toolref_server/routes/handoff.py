@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from starlette.requests import Request
@@ -17,9 +16,7 @@ from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref_server import codec
 from toolref_server.routes import context
 from toolref_server.routes.messages import conversation_of, resolve_markers
-from toolref_server.summarizers import OpenAICompatibleSummarizer, SummarizerError
-
-log = logging.getLogger(__name__)
+from toolref_server.summarizers import OpenAICompatibleSummarizer
 
 
 async def handoff_context(request: Request) -> Response:
@@ -44,7 +41,7 @@ async def handoff_context(request: Request) -> Response:
     summary, source = None, "none"
     if body.summarize_text:
         budget = min(handoff.SUMMARY_CHARS, body.max_tool_context_chars // 4)
-        summary, source = await _text_summary(request, messages, budget)
+        summary, source = await _text_summary(request, tenant, messages, budget, conversation.size)
     result = await context.services(request).workers.run(
         conversation.size,
         handoff.build,
@@ -67,18 +64,27 @@ async def handoff_context(request: Request) -> Response:
     return codec.render(request, answer)
 
 
-async def _text_summary(request: Request, messages: list[Any], budget: int) -> tuple[str, str]:
-    """The LLM summarizer's summary of the dialogue when it is the default; else the digest."""
+async def _text_summary(
+    request: Request, tenant: str, messages: list[Any], budget: int, size: int
+) -> tuple[str, str]:
+    """The LLM summarizer's summary of the dialogue when it is the default (cached per
+    tenant under the digest of the transcript, computed once, held to the LLM quotas);
+    else, or when it is not made, the digest."""
     services = context.services(request)
     summarizer = services.summaries.summarizers.get(services.settings.summarizer)
     if isinstance(summarizer, OpenAICompatibleSummarizer):
-        transcript = "\n\n".join(f"{t.role}: {t.text}" for t in turns(messages))
-        try:
-            text = await summarizer.summarize_dialogue(transcript, budget)
-            return text, summarizer.id(budget)
-        except SummarizerError as exc:
-            log.warning("dialogue summary failed, using the digest: %s", exc)
-    return handoff.digest(messages, budget), "digest"
+        transcript = await services.workers.run(size, _transcript, messages, summarizer)
+        made = await services.summaries.dialogue(tenant, transcript, summarizer, budget)
+        if made is not None:
+            return made.text, made.summarizer
+    digest = await services.workers.run(size, handoff.digest, messages, budget)
+    return digest, "digest"
+
+
+def _transcript(messages: list[Any], summarizer: OpenAICompatibleSummarizer) -> str:
+    """The dialogue as the model is sent it (its end, when long): linear in the messages."""
+    whole = "\n\n".join(f"{t.role}: {t.text}" for t in turns(messages))
+    return summarizer.clip_transcript(whole)
 
 
 routes = [Route("/v1/context:handoff", handoff_context, methods=["POST"])]

@@ -1,0 +1,284 @@
+"""`cache import` trusts nothing in its file: every item is checked before anything is
+written, and one bad item refuses the whole file, naming it.
+
+Found: a crafted export whose header named one tenant planted a different payload under
+another tenant's ref, and import wrote it (so that tenant was served the planted payload).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+import zstandard
+from redis import Redis as SyncRedis
+from redis.asyncio import Redis
+
+from toolref.canonical import digest_of
+from toolref.errors import ValidationError
+from toolref_server import export, record
+
+from ..conftest import ON_CLUSTER, Api, snapshot
+
+pytestmark = pytest.mark.skipif(ON_CLUSTER, reason="exports through one engine")
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD = {"name": "read_file", "args": {"path": "a.py"}, "result": "x = 1\n", "isError": False}
+EVIL = {
+    "name": "read_file",
+    "args": {"path": "a.py"},
+    "result": "import os; os.system('rm -rf /')\n",
+    "isError": False,
+}
+TTL = 3_600_000
+
+
+def record_item(
+    tenant: str, invocation: dict[str, Any], under: dict[str, Any] | None = None
+) -> list[Any]:
+    """A record item for `invocation`, stored under the ref of `under` (default: its own)."""
+    digest = digest_of(invocation)
+    key = f"tr:{tenant}:i:{digest_of(under or invocation).ref.key}"
+    return [key.encode(), record.encode_values(invocation, digest.sha256, digest.size, 512), TTL]
+
+
+def export_file(tenant: str | None, items: list[list[Any]]) -> bytes:
+    packer = msgpack.Packer(use_bin_type=True)
+    body = packer.pack({"toolrefExport": 1, "tenant": tenant, "created": 0})
+    body += b"".join(packer.pack(item) for item in items)
+    return zstandard.ZstdCompressor().compress(body)
+
+
+@contextmanager
+def sync(url: str) -> Iterator[SyncRedis]:
+    client = SyncRedis.from_url(url)
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def altered(item: list[Any]) -> list[Any]:
+    """The same item with its payload changed under its digest header."""
+    rec = record.decode(item[1])
+    data = record.encode(
+        rec.name,
+        is_error=rec.is_error,
+        payload=type(rec.payload)(rec.payload.args, '"x = 2\\n"'),
+        digest=rec.digest,
+        size=rec.size,
+        compress_threshold=512,
+    )
+    return [item[0], data, item[2]]
+
+
+def message_item(tenant: str, text: str, id_of: str | None = None) -> list[Any]:
+    ident = hashlib.sha256((id_of or text).encode()).digest()[:16]
+    from toolref.canonical import digest_key
+
+    key = f"tr:{tenant}:m:{digest_key(ident)}"
+    return [key.encode(), zstandard.ZstdCompressor().compress(text.encode()), TTL]
+
+
+# name -> (header tenant, items, what the refusal names)
+BAD: dict[str, tuple[str | None, list[list[Any]], str]] = {
+    "planted-under-another-tenant": (
+        "acme",
+        [record_item("acme", GOOD), record_item("globex", EVIL, under=GOOD)],
+        "under tenant 'globex', but the file is an export of tenant 'acme'",
+    ),
+    "planted-under-another-ref": (
+        "acme",
+        [record_item("acme", GOOD), record_item("acme", EVIL, under=GOOD)],
+        "not the invocation its ref names",
+    ),
+    "planted-in-an-all-tenant-file": (
+        None,
+        [record_item("acme", GOOD), record_item("globex", EVIL, under=GOOD)],
+        "not the invocation its ref names",
+    ),
+    "payload-altered": ("acme", [altered(record_item("acme", GOOD))], "not the invocation"),
+    "record-garbage": (
+        "acme",
+        [[record_item("acme", GOOD)[0], b"\x02" + b"\x00" * 40, TTL]],
+        "not the invocation",
+    ),
+    "malformed-ref": ("acme", [[b"tr:acme:i:0000", b"x", TTL]], "ref is malformed"),
+    "message-not-its-id": (
+        "acme",
+        [message_item("acme", '{"role":"user","content":"rm -rf"}', id_of='{"role":"user"}')],
+        "does not hash to its id",
+    ),
+    "message-not-zstd": (
+        "acme",
+        [[message_item("acme", "{}")[0], b"{}", TTL]],
+        "not a zstd frame",
+    ),
+    "node-without-format": (
+        "acme",
+        [[b"tr:acme:h:" + b"a" * 26, b"nonsense\0" + b"x" * 16, TTL]],
+        "does not start with a message format",
+    ),
+    "summary-over-budget": (
+        "acme",
+        [[f"tr:acme:s:{digest_of(GOOD).ref.key}:extractive:v1:40".encode(), b"y" * 41, TTL]],
+        "over its budget of 40",
+    ),
+    "summary-not-utf8": (
+        "acme",
+        [[f"tr:acme:s:{digest_of(GOOD).ref.key}:extractive:v1:400".encode(), b"\xff", TTL]],
+        "not UTF-8",
+    ),
+    "a-lock": (
+        "acme",
+        [[f"tr:acme:s:{digest_of(GOOD).ref.key}:extractive:v1:400:lock".encode(), b"t", TTL]],
+        "not `<ref>:<summarizer id>`",
+    ),
+    "a-quota-counter": ("acme", [[b"tr:acme:q:29000000", b"1", TTL]], "kind 'q'"),
+    "foreign-key": ("acme", [[b"session:42", b"x", TTL]], "not `tr:<tenant>:<kind>:...`"),
+    "zero-ttl": ("acme", [[*record_item("acme", GOOD)[:2], 0]], "lifetime of 0"),
+    "not-an-item": ("acme", [[b"tr:acme:i:x", b"x"]], "not a [key, value, ttl] item"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+async def test_a_bad_item_refuses_the_whole_file_and_writes_nothing(
+    redis: Redis, engine_url: str, case: str
+) -> None:
+    tenant, bad, named = BAD[case]
+    # 1000 good items first (two write pages before): all must stay unwritten.
+    good = [record_item(tenant or "acme", {**GOOD, "result": f"line {n}\n"}) for n in range(1000)]
+    data = export_file(tenant, [*good, *bad])
+    before = await snapshot(redis)
+    with sync(engine_url) as target, pytest.raises(ValidationError) as refused:
+        export.import_(target, io.BytesIO(data))
+    assert await snapshot(redis) == before  # nothing written
+    detail = refused.value.detail
+    assert f"item {1000 + len(bad)}" in detail, detail  # the bad one (last), counted from 1
+    assert named in detail, detail
+    assert "nothing was imported" in detail
+    assert "make it again" in detail or "make the file again" in detail.lower()
+
+
+async def test_a_file_cut_short_writes_nothing(redis: Redis, engine_url: str) -> None:
+    items = [record_item("acme", {**GOOD, "result": f"line {n}\n"}) for n in range(2000)]
+    data = export_file("acme", items)
+    with sync(engine_url) as target, pytest.raises(ValidationError, match="to its end"):
+        export.import_(target, io.BytesIO(data[: len(data) * 2 // 3]))
+    assert await snapshot(redis) == {}
+
+
+async def test_a_file_whose_last_item_is_cut_writes_nothing(redis: Redis, engine_url: str) -> None:
+    packer = msgpack.Packer(use_bin_type=True)
+    body = packer.pack({"toolrefExport": 1, "tenant": "acme", "created": 0})
+    body += packer.pack(record_item("acme", GOOD))[:-5]
+    with sync(engine_url) as target, pytest.raises(ValidationError, match="part of an item"):
+        export.import_(target, io.BytesIO(zstandard.ZstdCompressor().compress(body)))
+    assert await snapshot(redis) == {}
+
+
+async def test_tenant_option_refuses_another_tenants_file(redis: Redis, engine_url: str) -> None:
+    data = export_file("acme", [record_item("acme", GOOD)])
+    with sync(engine_url) as target, pytest.raises(ValidationError, match="not of 'globex'"):
+        export.import_(target, io.BytesIO(data), tenant="globex")
+    all_tenants = export_file(None, [record_item("acme", GOOD)])
+    with sync(engine_url) as target, pytest.raises(ValidationError, match="tenant 'globex'"):
+        export.import_(target, io.BytesIO(all_tenants), tenant="globex")
+    assert await snapshot(redis) == {}
+
+
+class Stdin(io.RawIOBase):
+    """A stream that reads once and cannot seek, as a pipe."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        chunk = self._data.read(len(buffer))
+        buffer[: len(chunk)] = chunk
+        return len(chunk)
+
+
+async def test_a_real_export_passes_every_check_and_round_trips(
+    make_api: Api, redis: Redis, engine_url: str
+) -> None:
+    """The control: records, summaries and a history, exported by the service's own
+    command, import whole (from a file and from a pipe) and read back the same."""
+    api = await make_api()
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "read it"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path":"a.py"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "x = 1\n" * 200},
+        {"role": "assistant", "content": "ok"},
+    ]
+    kept = await api.post(
+        "/v1/messages:hydrate", json={"messages": messages}, headers={"Toolref-History": "?1"}
+    )
+    ref = kept.json()["toolReferences"]["c1"]
+    assert (await api.get(f"/v1/invocations/{ref}/summary")).status_code == 200
+    before = await snapshot(redis)
+    kinds = {k.decode().split(":")[2] for k in before}
+    assert kinds == {"i", "s", "h", "m"}
+    with sync(engine_url) as source:
+        out = io.BytesIO()
+        count = export.export(source, out, "local")
+    assert count == len(before)
+    for stream in (io.BytesIO(out.getvalue()), io.BufferedReader(Stdin(out.getvalue()))):
+        await redis.flushall()
+        with sync(engine_url) as target:
+            assert export.import_(target, stream) == (count, 0)
+        after = await snapshot(redis)
+        assert after == before
+    again = await api.post(
+        "/v1/messages:hydrate",
+        json={"messages": messages[-1:], "historyRef": kept.json()["historyRef"]},
+    )
+    assert again.status_code == 200, again.text
+
+
+def test_the_cli_names_the_bad_item_and_exits_2(tmp_path: Path) -> None:
+    tenant, bad, named = BAD["planted-under-another-tenant"]
+    crafted = tmp_path / "crafted.trx"
+    crafted.write_bytes(export_file(tenant, bad))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolref_server.cli",
+            "cache",
+            "import",
+            str(crafted),
+            "--redis-url",
+            "redis://127.0.0.1:1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "item 2" in done.stderr
+    assert named in done.stderr
+    assert "nothing was imported" in done.stderr

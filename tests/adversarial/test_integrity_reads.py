@@ -1,0 +1,275 @@
+"""Reads verify what they serve: a stored record whose content does not hash to its ref is
+never served. It answers as a missing ref (GET 404, resolve `missing`, hydrate 409), and it
+is deleted, so the client's resend (what the SDK does on a 409) stores it again: the
+registry heals itself, no operator needed.
+
+Found: a record whose payload bytes had changed in Redis (its 32-byte digest header intact)
+was served as the invocation its ref names; undecodable bytes under a record key were a 500.
+
+Also measured here: what the check costs per record, against the read itself and against
+the digest registration computes (`pytest -s` prints it; docs/reliability.md quotes it).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from toolref.canonical import Ref, digest_of
+from toolref_server import compressors, record
+from toolref_server.store import NewRecord, Store
+
+from ..conftest import Api
+
+SMALL = {"name": "read_file", "args": {"path": "a.py"}, "result": "x = 1\ny = 2\n"}
+LARGE = {
+    "name": "read_file",
+    "args": {"path": "store.py"},
+    "result": (Path(__file__).parents[2] / "service/toolref_server/store.py").read_text(),
+}
+OTHER = {"name": "bash", "args": {"cmd": "ls"}, "result": "a.py\nb.py\n"}
+
+
+def altered_payload(data: bytes) -> bytes:
+    """The same record with its result changed and its digest header kept: it decodes,
+    and only its content tells it is not what the ref names."""
+    rec = record.decode(data)
+    return record.encode(
+        rec.name,
+        is_error=rec.is_error,
+        payload=type(rec.payload)(rec.payload.args, rec.payload.result.replace("1", "7")),
+        digest=rec.digest,
+        size=rec.size,
+        compress_threshold=1 << 30,
+    )
+
+
+def flipped(at: int) -> Callable[[bytes], bytes]:
+    """One bit flipped at `at`, or (negative) at the first spot from the middle on where the
+    flip changes what the bytes decode to (some bits of a zstd frame change nothing)."""
+
+    def flip_at(data: bytes, spot: int) -> bytes:
+        return data[:spot] + bytes([data[spot] ^ 0x01]) + data[spot + 1 :]
+
+    def flip(data: bytes) -> bytes:
+        if at >= 0:
+            return flip_at(data, at)
+        original = record.decode(data).payload
+        for spot in range(len(data) // 2, len(data)):
+            try:
+                if record.decode(flip_at(data, spot)).payload == original:
+                    continue
+            except Exception:
+                pass
+            return flip_at(data, spot)
+        raise AssertionError("no bit flip changes the record")
+
+    return flip
+
+
+def planted(data: bytes) -> bytes:
+    """A valid record, of another invocation."""
+    digest = digest_of(OTHER)
+    return record.encode_values(OTHER, digest.sha256, digest.size, 512)
+
+
+CORRUPTIONS: dict[str, tuple[dict[str, Any], Callable[[bytes], bytes]]] = {
+    "payload-altered": (SMALL, altered_payload),
+    "digest-tail-altered": (SMALL, flipped(record.DIGEST_START + 20)),
+    "compressed-bit-flip": (LARGE, flipped(-1)),
+    "garbage-body": (SMALL, lambda data: data[:34] + b"\xc1\xff\x00garbage"),
+    "truncated": (LARGE, lambda data: data[: len(data) // 3]),
+    "wrong-version": (SMALL, lambda data: b"\x09" + data[1:]),
+    "planted": (SMALL, planted),
+}
+
+
+async def register(api: httpx.AsyncClient, invocation: dict[str, Any]) -> str:
+    response = await api.post("/v1/invocations", json={"invocations": [invocation]})
+    assert response.status_code == 200, response.text
+    ref: str = response.json()["refs"][0]["ref"]
+    return ref
+
+
+def conversation(invocation: dict[str, Any], ref: str | None) -> list[dict[str, Any]]:
+    """An openai-chat exchange holding `invocation` (its args a JSON string): with a marker
+    when `ref` is given."""
+    function: dict[str, Any] = {"name": invocation["name"]}
+    tool: dict[str, Any] = {"role": "tool", "tool_call_id": "call_1"}
+    if ref is None:
+        function["arguments"] = invocation["args"]  # a string, as openai-chat carries it
+        tool["content"] = invocation["result"]
+    else:
+        function["toolRef"] = tool["toolRef"] = ref
+    return [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "call_1", "type": "function", "function": function}],
+        },
+        tool,
+    ]
+
+
+@pytest.mark.parametrize("corruption", list(CORRUPTIONS))
+async def test_a_corrupt_record_is_never_served_and_heals_on_resend(
+    make_api: Api, redis: Redis, corruption: str
+) -> None:
+    api = await make_api()
+    invocation, corrupt = CORRUPTIONS[corruption]
+    # Registered the way a conversation registers it (arguments as a string), so the
+    # resend below is a hydrate of the same invocation.
+    invocation = {**invocation, "args": json.dumps(invocation["args"])}
+    ref = await register(api, invocation)
+    key = f"tr:local:i:{ref[3:]}"
+    good = await redis.get(key)
+    assert isinstance(good, bytes)
+
+    async def spoil() -> None:
+        await redis.set(key, corrupt(good), keepttl=True)
+
+    await spoil()
+    got = await api.get(f"/v1/invocations/{ref}")
+    assert got.status_code == 404, got.text
+    assert got.json()["type"] == "urn:toolref:problem:not-found"
+    assert await redis.get(key) is None  # deleted on sight
+
+    await spoil()
+    resolved = await api.post("/v1/invocations:resolve", json={"refs": [ref]})
+    assert resolved.status_code == 200
+    assert resolved.json() == {"invocations": {}, "missing": [ref]}
+
+    await spoil()
+    summary = await api.get(f"/v1/invocations/{ref}/summary")
+    assert summary.status_code == 404
+
+    await spoil()
+    marked = await api.post(
+        "/v1/messages:hydrate", json={"messages": conversation(invocation, ref)}
+    )
+    assert marked.status_code == 409, marked.text
+    assert marked.json()["missingRefs"] == [ref]
+
+    # The client resends the payload in full (as the SDK does on that 409): stored again.
+    resent = await api.post(
+        "/v1/messages:hydrate", json={"messages": conversation(invocation, None)}
+    )
+    assert resent.status_code == 200, resent.text
+    assert resent.json()["toolReferences"] == {"call_1": ref}
+    stored = await redis.get(key)
+    assert isinstance(stored, bytes)
+    assert record.verified(stored, Ref(ref)) is not None  # a sound record again
+    healed = await api.post(
+        "/v1/messages:hydrate", json={"messages": conversation(invocation, ref)}
+    )
+    assert healed.status_code == 200, healed.text
+    assert healed.json()["messages"][2]["content"] == invocation["result"]
+
+    metrics = (await api.get("/metrics")).text
+    assert "toolref_records_corrupt_total 4.0" in metrics
+
+
+async def test_a_corrupt_history_message_is_a_missing_history_not_a_500(
+    api: httpx.AsyncClient, redis: Redis
+) -> None:
+    messages = conversation({**SMALL, "args": json.dumps(SMALL["args"])}, None)
+    kept = await api.post(
+        "/v1/messages:hydrate", json={"messages": messages}, headers={"Toolref-History": "?1"}
+    )
+    assert kept.status_code == 200, kept.text
+    head = kept.json()["historyRef"]
+    for key in await redis.keys("tr:local:m:*"):
+        await redis.set(key, b"\x28\xb5\x2f\xfd garbage", keepttl=True)
+    more = [{"role": "assistant", "content": "done"}]
+    answer = await api.post("/v1/messages:hydrate", json={"messages": more, "historyRef": head})
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["type"] == "urn:toolref:problem:missing-history"
+
+
+def corpus(size: int, count: int) -> list[dict[str, Any]]:
+    """`count` invocations whose results are `size` characters of this repository's code."""
+    root = Path(__file__).parents[2]
+    text = "".join(p.read_text() for p in sorted((root / "service").rglob("*.py")))
+    return [
+        {
+            "name": "read_file",
+            "args": {"path": f"src/m{n}.py"},
+            "result": (text[n * 97 :] + text)[:size],
+            "isError": False,
+        }
+        for n in range(count)
+    ]
+
+
+def checks(records: list[record.Record]) -> list[bytes]:
+    return [record.content_digest(r) for r in records]
+
+
+def registration_digests(invocations: list[dict[str, Any]]) -> list[Any]:
+    return [digest_of(i) for i in invocations]
+
+
+def median_us(work: Callable[[], Any], per: int, runs: int = 7) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        work()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e6 / per
+
+
+async def test_what_the_check_costs(redis: Redis) -> None:
+    """Per record: a read (one round trip, decode, check), the check alone (the content's
+    SHA-256 recomputed from its payload texts), and the digest registration computes for
+    the same invocation (the baseline: the check repeats that work, plus parsing the
+    stored text). The bound asserted is the ratio to that baseline, measured here."""
+    store = Store(redis, 3600)
+    print()
+    for size, count in ((2_000, 60), (20_000, 30), (200_000, 6)):
+        invocations = corpus(size, count)
+        digests = [digest_of(i) for i in invocations]
+        await store.register(
+            "cost",
+            [
+                NewRecord(d.ref, d.sha256, record.encode_values(i, d.sha256, d.size, 512))
+                for i, d in zip(invocations, digests, strict=True)
+            ],
+        )
+        refs = [d.ref for d in digests]
+        reads = []
+        for _ in range(7):
+            started = time.perf_counter()
+            records = await store.fetch("cost", refs)
+            reads.append(time.perf_counter() - started)
+        assert all(r is not None for r in records)
+        held = [r for r in records if r is not None]
+        read = statistics.median(reads) * 1e6 / count
+        check = median_us(partial(checks, held), count)
+        baseline = median_us(partial(registration_digests, invocations), count)
+        print(
+            f"{size:>7}-char results: read {read:7.1f} us/record, of which the check "
+            f"{check:6.1f} us ({check / (read - check):.2f}x the read without it); "
+            f"registration's digest {baseline:6.1f} us (check / digest {check / baseline:.2f})"
+        )
+        assert check / baseline < 3, (check, baseline)
+
+
+def test_verified_refuses_what_its_ref_does_not_name() -> None:
+    for name, (invocation, corrupt) in CORRUPTIONS.items():
+        digest = digest_of(invocation)
+        data = record.encode_values(invocation, digest.sha256, digest.size, 512)
+        if invocation is LARGE:
+            assert compressors.decompress(data[34:])  # the body is one zstd frame
+        assert record.verified(data, digest.ref) is not None
+        assert record.verified(data, digest_of(OTHER).ref) is None
+        assert record.verified(corrupt(data), Ref(str(digest.ref))) is None, name

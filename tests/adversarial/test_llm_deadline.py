@@ -1,0 +1,153 @@
+"""The LLM summarizer's deadline is the whole call, and no request waits longer than its
+bound for a summary computation it started or joined.
+
+Found: the timeout was per read, so a model dripping a byte every 2 s held requests 40 s
+against a 3 s setting, and every request joined to that computation waited with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from redis.asyncio import Redis
+
+from toolref import extractive
+from toolref.canonical import digest_of
+from toolref.kinds import KindTable
+from toolref_server.quotas import Quotas
+from toolref_server.summaries import SummaryCache
+from toolref_server.summarizers import ExtractiveSummarizer
+
+from .fake_llm import READ, Connection, FakeLLM, apps, completion, fake_llm, llm_id
+
+TIMEOUT = 0.3  # TOOLREF_LLM_TIMEOUT in these tests
+DRIP = 0.05  # seconds between two bytes: far under the timeout, so no single read times out
+BODY = completion("read_file src/app.py: 300 numbered lines; nothing failed.")
+KINDS = KindTable.parse("")
+
+
+async def drip(server: FakeLLM, connection: Connection) -> None:
+    """A valid answer, one byte at a time: the whole would take len(BODY) * DRIP seconds."""
+    if not await connection.head(Content_Length=str(len(BODY))):
+        return
+    for byte in BODY:
+        await asyncio.sleep(DRIP)
+        if not await connection.send(bytes([byte])):
+            return
+
+
+async def test_a_model_dripping_its_answer_is_cut_off_at_the_total_deadline(
+    redis: Redis,
+) -> None:
+    async with fake_llm(drip) as llm, apps(redis) as build:
+        app = await build(llm, llm_timeout=TIMEOUT)
+        ref = await app.register(READ)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        answer = await app.summary(ref)
+        elapsed = loop.time() - started
+        [connection] = llm.connections
+        await asyncio.wait_for(connection.hung_up.wait(), 5)  # the service hung up on it
+        dripped = connection.sent
+    whole = len(BODY) * DRIP
+    assert answer == {
+        "summarizer": "extractive:v1:200",
+        "summary": extractive.summarize(READ, 200, KINDS),
+        "cached": False,
+        "fallback": True,
+    }
+    # Cut off at the deadline: a small part of the answer had been sent (headers included),
+    # never the whole.
+    assert dripped < len(BODY) / 2, (dripped, len(BODY))
+    assert TIMEOUT <= elapsed < whole / 4, (elapsed, whole)
+    print(f"\ndrip: answered after {elapsed:.2f}s (timeout {TIMEOUT}s; whole answer {whole:.1f}s)")
+
+
+async def test_requests_joined_to_a_dripping_call_return_with_it(redis: Redis) -> None:
+    async with fake_llm(drip) as llm, apps(redis) as build:
+        app = await build(llm, llm_timeout=TIMEOUT)
+        ref = await app.register(READ)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        answers = await asyncio.gather(*(app.summary(ref) for _ in range(20)))
+        elapsed = loop.time() - started
+        key = f"tr:local:s:{ref[3:]}:{llm_id(200)}"
+        mark = await redis.get(key + ":lock")
+    print(f"\n20 joined to a dripping call: all answered after {elapsed:.2f}s")
+    assert llm.calls == 1  # one computation, 20 requests joined to it
+    assert all(a["fallback"] for a in answers)
+    assert elapsed < len(BODY) * DRIP / 4
+    assert mark == b"failed"  # remembered, so the next requests do not call it again
+
+
+class Stuck:
+    """A plugged-in summarizer that ignores every deadline (cancellation included) until
+    the test releases it: only the cache's own bound can end the requests' wait."""
+
+    name = "stuck"
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.calls = 0
+        self.returned = False
+
+    def id(self, max_chars: int) -> str:
+        return f"stuck:v1:{max_chars}"
+
+    async def summarize(self, invocation: Mapping[str, Any], max_chars: int) -> str:
+        self.calls += 1
+        await asyncio.shield(self.release.wait())
+        self.returned = True
+        return "too late"
+
+
+async def test_joined_requests_stop_waiting_at_the_bound_whatever_the_summarizer(
+    redis: Redis,
+) -> None:
+    """In one process (joined to one task) and across two (polling the Redis lock), every
+    request answers with the extractive summary while the computation is still stuck."""
+    stuck = Stuck()
+    wait = 0.3
+    caches = [
+        SummaryCache(
+            redis,
+            {"extractive": ExtractiveSummarizer(KINDS), "stuck": stuck},
+            ttl_seconds=60,
+            lock_seconds=30,
+            wait_seconds=wait,
+            failure_seconds=60,
+            quotas=Quotas(
+                redis,
+                per_request=16,
+                per_tenant_minute=1000,
+                breaker_failures=5,
+                breaker_seconds=30,
+            ),
+        )
+        for _ in range(2)  # two replicas
+    ]
+    ref = digest_of(READ).ref
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    first = asyncio.ensure_future(caches[0].many("local", [(ref, READ)], "stuck", 200))
+    await asyncio.sleep(0.05)  # the first holds the lock; the rest join it
+    rest = [cache.many("local", [(ref, READ)], "stuck", 200) for cache in caches for _ in range(10)]
+    answers = [await first, *await asyncio.gather(*rest)]
+    elapsed = loop.time() - started
+    print(
+        f"\n21 requests joined to a stuck summarizer, two replicas: answered after {elapsed:.2f}s"
+    )
+    try:
+        assert not stuck.returned  # all answered while the computation was still stuck
+        assert stuck.calls == 1
+        for [summary] in answers:
+            assert summary.fallback
+            assert summary.summarizer == "extractive:v1:200"
+            assert summary.text == extractive.summarize(READ, 200, KINDS)
+        assert elapsed >= wait
+        assert await redis.get(f"tr:local:s:{ref.key}:stuck:v1:200") is None
+    finally:
+        stuck.release.set()
+        await asyncio.sleep(0)

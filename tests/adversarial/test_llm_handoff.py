@@ -1,0 +1,99 @@
+"""A handoff's dialogue summary is cached and computed once, like an invocation's summary.
+
+Found: every `POST /v1/context:handoff` with the LLM summarizer as default called the
+model, uncached: the same conversation handed off ten times made ten calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+from redis.asyncio import Redis
+
+from ..conftest import key_names
+from .fake_llm import Connection, FakeLLM, apps, completion, fake_llm
+
+SUMMARY = "User asked for a Rust port of app.py; it was written and tested."
+
+
+def conversation(extra: int = 0) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "Port app.py to Rust"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": '{"path": "app.py"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": "import os\nprint(os.name)\n"},
+        {"role": "assistant", "content": "Done: src/main.rs prints the OS name."},
+    ]
+    for n in range(extra):
+        messages.append({"role": "user", "content": f"And step {n}?"})
+    return messages
+
+
+async def handoff(app: Any, messages: list[dict[str, Any]], **body: Any) -> dict[str, Any]:
+    response = await app.http.post("/v1/context:handoff", json={"messages": messages, **body})
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+async def slow_answer(server: FakeLLM, connection: Connection) -> None:
+    await asyncio.sleep(0.2)  # long enough that the concurrent handoffs overlap
+    await connection.answer(completion(SUMMARY))
+
+
+async def test_the_same_dialogue_is_summarized_once(redis: Redis) -> None:
+    async with fake_llm(slow_answer) as llm, apps(redis) as build:
+        app = await build(llm, summarizer="openai-compatible")
+        answers = await asyncio.gather(*(handoff(app, conversation()) for _ in range(10)))
+        assert llm.calls == 1  # ten at once: one computation
+        assert {a["summarySource"] for a in answers} == {"openai-compatible:fake-model:v1:3000"}
+        assert all(SUMMARY in a["block"] for a in answers)
+        again = await handoff(app, conversation())
+        assert again["block"] == answers[0]["block"]
+        assert llm.calls == 1  # later: from the cache
+        # Another transcript, or another budget (part of the summarizer id): computed anew.
+        await handoff(app, conversation(extra=1))
+        await handoff(app, conversation(), maxToolContextChars=4000)
+        assert llm.calls == 3
+        keys = [k for k in await key_names(redis) if k.startswith("tr:local:d:")]
+    assert len(keys) == 3
+    assert not [k for k in keys if k.endswith(":lock")]
+
+
+async def test_a_tenant_never_gets_another_tenants_dialogue_summary(redis: Redis) -> None:
+    keys = {t: f"{t}-key" for t in ("acme", "globex")}
+    setting = ",".join(f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in keys.items())
+    async with fake_llm(slow_answer) as llm, apps(redis) as build:
+        for key in keys.values():
+            app = await build(
+                llm,
+                summarizer="openai-compatible",
+                api_keys=setting,
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            await handoff(app, conversation())
+    assert llm.calls == 2
+
+
+async def test_a_failed_dialogue_summary_is_remembered(redis: Redis) -> None:
+    async def failing(server: FakeLLM, connection: Connection) -> None:
+        await connection.answer(b"{}", status=500)
+
+    async with fake_llm(failing) as llm, apps(redis) as build:
+        app = await build(llm, summarizer="openai-compatible")
+        for _ in range(3):
+            answer = await handoff(app, conversation())
+            assert answer["summarySource"] == "digest"
+            assert "## Conversation summary" in answer["block"]
+        assert llm.calls == 1
