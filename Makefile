@@ -8,7 +8,7 @@ SERVER_STAMP   := $(VENV)/.installed-server
 LOADTEST_STAMP := $(VENV)/.installed-loadtest
 DEV_STAMP      := $(VENV)/.installed-dev
 
-.PHONY: serve test lint fmt bench loadtest clean
+.PHONY: serve test lint fmt bench loadtest loadtest-hostile clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,9 @@ test: $(DEV_STAMP)
 LOADTEST_TIME ?= 60s
 loadtest: $(LOADTEST_STAMP)
 	$(BIN)/python -m loadtests.loadrun --time $(LOADTEST_TIME) $(ARGS)
+
+loadtest-hostile: $(LOADTEST_STAMP)
+	$(BIN)/python -m loadtests.loadrun --hostile --time $(LOADTEST_TIME) $(ARGS)
 
 bench: $(LOADTEST_STAMP)
 	$(BIN)/python -m loadtests.bench

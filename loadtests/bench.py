@@ -7,6 +7,7 @@ from pathlib import Path
 
 from loadtests import (
     acp_updates,
+    adversarial,
     answers,
     bandwidth,
     chart,
@@ -19,7 +20,7 @@ from loadtests import (
     summarization,
     traces,
 )
-from loadtests.report import replace_region, write
+from loadtests.report import region, replace_region, write
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -70,13 +71,15 @@ def main() -> int:
         carried,
         streams.run(),
         acp_updates.run(),
+        adversarial.run(),
         service_speed.run(found),  # last: its server processes must not slow the others
     ]
     for section in sections:
         drawn = chart.draw(section, DOCS / "bench")
         if drawn is not None:
             section.chart = str(drawn.relative_to(DOCS))
-    text = write(DOCS / "benchmarks.md", "make bench", sections, PREAMBLE)
+    kept = region(DOCS / "benchmarks.md", "hostile-loadtest")  # written by loadtest-hostile
+    text = write(DOCS / "benchmarks.md", "make bench", sections, PREAMBLE, kept)
     replace_region(DOCS / "summaries.md", "summary-table", summaries.markdown())
     replace_region(DOCS / "handoff.md", "handoff-table", carried.markdown())
     anthropic = next(t for t in found if t.name.endswith("transcript"))

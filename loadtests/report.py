@@ -32,7 +32,9 @@ class Section:
         return "\n".join(lines) + "\n"
 
 
-def write(path: Path, command: str, sections: list[Section], preamble: str = "") -> str:
+def write(
+    path: Path, command: str, sections: list[Section], preamble: str = "", tail: str = ""
+) -> str:
     machine = f"{platform.machine()}, {platform.system()}, Python {sys.version.split()[0]}"
     text = "\n".join(
         [
@@ -44,10 +46,20 @@ def write(path: Path, command: str, sections: list[Section], preamble: str = "")
             "",
             preamble,
             *[section.markdown() for section in sections],
+            tail,
         ]
     )
     path.write_text(text)
     return text
+
+
+def region(path: Path, name: str) -> str:
+    """The `<!-- name -->` region of a doc, markers included; a fresh empty one if absent."""
+    start, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    doc = path.read_text() if path.exists() else ""
+    _, found, rest = doc.partition(start)
+    inner, closed, _ = rest.partition(end)
+    return f"{start}{inner if found and closed else chr(10)}{end}\n"
 
 
 def replace_region(path: Path, name: str, text: str) -> None:
