@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
+from toolref.numbers import whole_number
+
 PROBLEM_BASE = "urn:toolref:problem:"
 
 
@@ -276,8 +278,8 @@ class ServiceUnavailableError(ToolrefError):
 
     @classmethod
     def from_problem(cls, detail: str, extra: dict[str, Any], headers: Mapping[str, str]) -> Self:
-        after = headers.get("retry-after", "1")
-        return cls(detail, retry_after=int(after) if after.isdigit() else 1, **extra)
+        after = whole_number(headers.get("retry-after", "1"), 9)
+        return cls(detail, retry_after=after if after else 1, **extra)
 
 
 class StoreUnavailableError(ServiceUnavailableError):
