@@ -124,6 +124,29 @@ class InvalidHistoryHeaderError(BadRequestError):
     title = "Invalid Toolref-History header"
 
 
+class MalformedRequestError(BadRequestError):
+    """The request is not valid HTTP/1.1: refused by the HTTP layer before any route runs."""
+
+    slug = "malformed-request"
+    title = "Malformed HTTP request"
+
+
+class HeadersTooLargeError(MalformedRequestError):
+    """The request line and headers are longer than the HTTP layer reads."""
+
+    slug = "headers-too-large"
+    status = 431
+    title = "Request headers too large"
+
+
+class RequestTimeoutError(ToolrefError):
+    """The request (its head, or its body) did not arrive in time; the connection is closed."""
+
+    slug = "request-timeout"
+    status = 408
+    title = "Request not received in time"
+
+
 class UnsupportedMediaTypeError(ToolrefError):
     """Unsupported `Content-Type` or `Content-Encoding`."""
 
@@ -280,6 +303,14 @@ class ServiceUnavailableError(ToolrefError):
     def from_problem(cls, detail: str, extra: dict[str, Any], headers: Mapping[str, str]) -> Self:
         after = whole_number(headers.get("retry-after", "1"), 9)
         return cls(detail, retry_after=after if after else 1, **extra)
+
+
+class OverloadedError(ServiceUnavailableError):
+    """Client side too: the service holds as many connections or requests as it is set to
+    serve at once; `limit` names the setting. Retry after `retry_after` seconds."""
+
+    slug = "overloaded"
+    title = "Service overloaded"
 
 
 class StoreUnavailableError(ServiceUnavailableError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import cast
+from typing import Any, cast
 
 import httpx
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
@@ -23,6 +23,7 @@ from toolref_server.access import AccessMiddleware
 from toolref_server.auth import Authenticator
 from toolref_server.cluster import is_cluster_url, plain_url
 from toolref_server.codec import BodyLimits
+from toolref_server.connection import STATE_KEY, ConnectionLimits
 from toolref_server.histories import Histories
 from toolref_server.metrics import Metrics
 from toolref_server.problem import problem_response
@@ -127,7 +128,7 @@ def create_app(
     metrics = Metrics()
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         async with AsyncExitStack() as stack:
             client = redis
             if client is None:
@@ -180,7 +181,8 @@ def create_app(
                 histories=Histories(store, workers),
                 workers=workers,
             )
-            yield
+            # The HTTP layer (toolref_server.connection) reads its limits from here.
+            yield {STATE_KEY: ConnectionLimits.of(settings, metrics)}
 
     app = Starlette(
         routes=[*meta.routes, *invocations.routes, *messages.routes, *handoff.routes],

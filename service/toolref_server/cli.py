@@ -212,6 +212,11 @@ def _serve(args: argparse.Namespace) -> int:
             workers=settings.workers,
             log_level=settings.log_level.lower(),
             log_config=log_config,
+            # Deadlines, the connection limit and problem+json refusals; as an import path,
+            # so worker processes load it too.
+            http="toolref_server.connection:Connection",
+            ws="none",
+            timeout_graceful_shutdown=settings.shutdown_timeout,
         )
     except KeyboardInterrupt:
         pass  # uvicorn re-raises the Ctrl-C (or SIGTERM) it has already handled gracefully

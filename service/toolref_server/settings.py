@@ -77,6 +77,42 @@ class Settings(BaseSettings):
         description="Bodies at least this large are worked on in the worker threads; smaller "
         "ones inline (a thread hop costs more than it saves).",
     )
+    # The HTTP layer (toolref_server.connection): what one connection may hold, and how long.
+    header_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a request's line and headers may take to arrive, from the "
+        "connection's start or the request's first byte; then 408 (closed without an answer "
+        "if nothing came).",
+    )
+    body_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a request body may take to arrive before the minimum rate "
+        "applies; then 408.",
+    )
+    body_min_rate: int = Field(
+        default=16_384,
+        ge=1,
+        description="Bytes per second a request body must keep up past its first "
+        "body-timeout seconds: each byte received extends its deadline by 1/rate s.",
+    )
+    keep_alive_timeout: int = Field(
+        default=5, ge=1, description="Seconds an idle connection is kept open between requests."
+    )
+    max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="Open connections per worker process; past it, the oldest idle one is "
+        "closed to make room, and when none is idle new requests get 503 (bounded by the "
+        "open-files limit).",
+    )
+    shutdown_timeout: int = Field(
+        default=20,
+        ge=1,
+        description="Seconds a stop (SIGTERM, Ctrl-C) waits for requests in flight before "
+        "cancelling them.",
+    )
     compress_threshold: int = Field(
         default=512, ge=0, description="Records at least this large are stored zstd-compressed."
     )

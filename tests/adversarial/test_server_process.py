@@ -123,7 +123,8 @@ def test_idle_sockets_past_a_1024_descriptor_limit_do_not_lock_out_a_client(
     if hard != resource.RLIM_INFINITY and hard < IDLE * 2 + 200:
         need(f"the hard open-files limit {hard} leaves no room for {IDLE} sockets each side")
     with soft_open_files_limit(SOFT_LIMIT):
-        service = Service(tmp_path / "data", free_port())
+        # A connection limit above the sockets: what is tested is that they all fit.
+        service = Service(tmp_path / "data", free_port(), TOOLREF_MAX_CONNECTIONS="2000")
     with ExitStack() as stack:
         stack.callback(service.stop)
         process = psutil.Process(service.process.pid)
@@ -145,3 +146,40 @@ def test_idle_sockets_past_a_1024_descriptor_limit_do_not_lock_out_a_client(
             f"{alone * 1000:.2f} ms alone ({ratio:.1f}x); service soft limit {soft}"
         )
         assert ratio < 20, (during, alone)
+
+
+def test_a_stop_during_an_attack_is_not_held_up_by_it(tmp_path: Path) -> None:
+    """SIGTERM while idle sockets, half-sent heads and trickling uploads are open (with
+    deadlines far longer than the test): the idle ones are closed at once, the uploads are
+    cut after TOOLREF_SHUTDOWN_TIMEOUT, the engine is stopped and the process exits."""
+    service = Service(
+        tmp_path / "data",
+        free_port(),
+        TOOLREF_SHUTDOWN_TIMEOUT="1",
+        TOOLREF_HEADER_TIMEOUT="600",
+        TOOLREF_BODY_TIMEOUT="600",
+    )
+    with ExitStack() as stack:
+        stack.callback(service.stop)
+        engine_pid = service.engine_pid
+
+        def attacker() -> socket.socket:
+            return stack.enter_context(socket.create_connection(("127.0.0.1", service.port)))
+
+        for _ in range(200):
+            attacker()
+        for _ in range(20):
+            attacker().sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        head = (
+            b"POST /v1/invocations HTTP/1.1\r\nHost: x\r\nToolref-Protocol: 2\r\n"
+            b"Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"
+        )
+        for _ in range(20):
+            attacker().sendall(head)
+        time.sleep(0.5)
+        started = time.monotonic()
+        os.kill(service.process.pid, signal.SIGTERM)
+        assert service.process.wait(30) == 0, service.output()
+        print(f"\nstop during an attack: exited after {time.monotonic() - started:.2f}s")
+        assert not alive(engine_pid)
+        assert "embedded valkey stopped" in service.output()
