@@ -51,6 +51,7 @@ from toolref.errors import (
     MalformedRequestError,
     OverloadedError,
     RequestTimeoutError,
+    ServiceUnavailableError,
     ToolrefError,
 )
 from toolref.numbers import whole_number
@@ -187,6 +188,46 @@ class _Parser(h11.Connection):
         return event
 
 
+def _answering_problems(app: ASGI3Application, retry_after: int) -> ASGI3Application:
+    """`app`, except that a request it drops without an answer gets a problem+json one
+    instead of uvicorn's text/plain 500: a 503 when the request was cancelled (a stop that
+    ran out of TOOLREF_SHUTDOWN_TIMEOUT), a 500 for anything else the app let escape."""
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        started = False
+
+        async def tracked(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, receive, tracked)
+        except BaseException as exc:
+            if started or scope["type"] != "http":
+                raise
+            error: ToolrefError
+            if isinstance(exc, asyncio.CancelledError):
+                error = ServiceUnavailableError(
+                    "the service is stopping and cancelled this request; retry after "
+                    f"{retry_after}s (another replica, or this one restarted, will answer)",
+                    retry_after=retry_after,
+                )
+            else:
+                error = ToolrefError("the service failed unexpectedly; retry later")
+            response = problem_response(error)
+            response.headers["connection"] = "close"
+            await response(scope, receive, tracked)
+            raise
+        if not started and scope["type"] == "http":
+            # An app that returns without answering: uvicorn would send a text/plain 500.
+            await problem_response(ToolrefError("the service sent no answer; retry later"))(
+                scope, receive, tracked
+            )
+
+    return cast("ASGI3Application", guarded)
+
+
 class Connection(H11Protocol):
     """See the module docstring."""
 
@@ -206,6 +247,7 @@ class Connection(H11Protocol):
                 "app, with lifespan on"
             )
         self.limits = limits
+        self.app = _answering_problems(self.app, limits.retry_after)
         self.head_limit = config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
         self.parser = _Parser(self, self.head_limit)
         self.conn = self.parser

@@ -21,6 +21,7 @@ from toolref_server.embedded import free_port, valkey_server_binary
 
 from ..conftest import ON_CLUSTER, need
 from ..integration.processes import Service
+from .wire import read_reply
 
 pytestmark = [
     pytest.mark.skipif(ON_CLUSTER, reason="tests the embedded engine's lifecycle"),
@@ -174,8 +175,9 @@ def test_a_stop_during_an_attack_is_not_held_up_by_it(tmp_path: Path) -> None:
             b"POST /v1/invocations HTTP/1.1\r\nHost: x\r\nToolref-Protocol: 2\r\n"
             b"Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"
         )
-        for _ in range(20):
-            attacker().sendall(head)
+        uploads = [attacker() for _ in range(20)]
+        for upload in uploads:
+            upload.sendall(head)
         time.sleep(0.5)
         started = time.monotonic()
         os.kill(service.process.pid, signal.SIGTERM)
@@ -183,3 +185,11 @@ def test_a_stop_during_an_attack_is_not_held_up_by_it(tmp_path: Path) -> None:
         print(f"\nstop during an attack: exited after {time.monotonic() - started:.2f}s")
         assert not alive(engine_pid)
         assert "embedded valkey stopped" in service.output()
+        # The cancelled uploads were answered, as problem+json (not uvicorn's text/plain 500).
+        for upload in uploads:
+            reply = read_reply(upload)
+            assert reply is not None
+            assert reply.status == 503, reply
+            assert reply.headers["content-type"] == "application/problem+json"
+            assert reply.json()["type"] == "urn:toolref:problem:unavailable"
+            assert reply.headers["retry-after"].isdigit()
