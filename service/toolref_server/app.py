@@ -20,6 +20,7 @@ from starlette.responses import Response
 
 from toolref.errors import NotFoundError, ToolrefError
 from toolref_server.access import AccessMiddleware
+from toolref_server.admission import AdmissionMiddleware
 from toolref_server.auth import Authenticator
 from toolref_server.cluster import is_cluster_url, plain_url
 from toolref_server.codec import BodyLimits
@@ -186,7 +187,15 @@ def create_app(
 
     app = Starlette(
         routes=[*meta.routes, *invocations.routes, *messages.routes, *handoff.routes],
-        middleware=[Middleware(AccessMiddleware, metrics=metrics), Middleware(ProtocolMiddleware)],
+        middleware=[
+            Middleware(AccessMiddleware, metrics=metrics),
+            Middleware(ProtocolMiddleware),
+            Middleware(
+                AdmissionMiddleware,
+                limit=settings.max_requests_in_flight,
+                retry_after=settings.retry_after_seconds,
+            ),
+        ],
         exception_handlers={
             ToolrefError: _toolref_error,
             HTTPException: _http_error,

@@ -64,7 +64,8 @@ _ERRORS = {
     "413": "Body, inflated body or batch over its limit.",
     "415": "Unsupported Content-Type or Content-Encoding.",
     "422": "Body parsed but invalid: shape, nesting depth, NaN/Infinity, or a malformed ref.",
-    "503": "The store is unreachable; retry after Retry-After seconds.",
+    "503": "The store is unreachable (`store-unavailable`), or the service is serving as many "
+    "requests or connections as it is set to (`overloaded`); retry after Retry-After seconds.",
 }
 
 
@@ -123,7 +124,10 @@ def _operation(
     request: type[BaseModel] | None = None,
     secured: bool,
     parameters: list[dict[str, Any]] | None = None,
+    admitted: bool = False,
 ) -> dict[str, Any]:
+    """`admitted`: always served, never refused for load (`/healthz`); any other operation
+    may be answered 503 `overloaded`."""
     operation: dict[str, Any] = {
         "summary": summary,
         "operationId": op_id,
@@ -141,6 +145,7 @@ def _operation(
             "200": ok,
             "400": _problem("400", _BAD_PROTOCOL),
             **{code: _problem(code) for code in errors},
+            **({} if admitted else {"503": _problem("503")}),
         },
     }
     if request is not None:
@@ -337,7 +342,12 @@ def document(
         },
         "/healthz": {
             "get": _operation(
-                "Liveness", "healthz", _ok(Health, "The process is up."), (), secured=False
+                "Liveness",
+                "healthz",
+                _ok(Health, "The process is up."),
+                (),
+                secured=False,
+                admitted=True,
             )
         },
         "/readyz": {
@@ -381,7 +391,11 @@ def document(
         "info": {
             "title": "toolref",
             "version": __version__,
-            "description": "Content-addressed references for LLM tool-call payloads.",
+            "description": "Content-addressed references for LLM tool-call payloads. Any "
+            "request may also be refused by the HTTP layer before it reaches an operation, "
+            "as application/problem+json, closing the connection: 400 `malformed-request` (not "
+            "valid HTTP/1.1), 408 `request-timeout` (head or body too slow), 431 "
+            "`headers-too-large`, 503 `overloaded` (every connection busy).",
         },
         "paths": paths,
         "components": {"schemas": schemas},

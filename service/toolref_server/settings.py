@@ -107,6 +107,12 @@ class Settings(BaseSettings):
         "closed to make room, and when none is idle new requests get 503 (bounded by the "
         "open-files limit).",
     )
+    max_requests_in_flight: int = Field(
+        default=128,
+        ge=1,
+        description="Requests in flight per worker; past it, 503 `overloaded` with "
+        "Retry-After before the body is read (`/healthz` always answered).",
+    )
     shutdown_timeout: int = Field(
         default=20,
         ge=1,
