@@ -313,6 +313,16 @@ class OverloadedError(ServiceUnavailableError):
     title = "Service overloaded"
 
 
+class QuotaExceededError(ServiceUnavailableError):
+    """A tenant's quota is used up: `quota` names it (`requestsPerSecond`, `storedBytes`),
+    `limit` its value. Like a 503, the registry cannot serve this request now: send full
+    payloads, and try again after `retry_after` seconds."""
+
+    slug = "quota-exceeded"
+    status = 429
+    title = "Quota exceeded"
+
+
 class StoreUnavailableError(ServiceUnavailableError):
     slug = "store-unavailable"
     title = "Store unavailable"

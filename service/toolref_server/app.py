@@ -29,6 +29,7 @@ from toolref_server.histories import Histories
 from toolref_server.metrics import Metrics
 from toolref_server.problem import problem_response
 from toolref_server.protocol import ProtocolMiddleware
+from toolref_server.quotas import RequestRate, StoredBytes
 from toolref_server.routes import handoff, invocations, messages, meta
 from toolref_server.services import Services
 from toolref_server.settings import Settings
@@ -157,6 +158,7 @@ def create_app(
                 metrics=metrics,
                 slots=settings.redis_max_connections,
                 slot_wait=settings.redis_timeout,
+                quota=StoredBytes(settings.tenant_max_bytes, settings.ttl_seconds),
             )
             app.state.services = Services(
                 settings=settings,
@@ -181,6 +183,7 @@ def create_app(
                 metrics=metrics,
                 histories=Histories(store, workers),
                 workers=workers,
+                rate=RequestRate(settings.tenant_requests_per_second),
             )
             # The HTTP layer (toolref_server.connection) reads its limits from here.
             yield {STATE_KEY: ConnectionLimits.of(settings, metrics)}

@@ -64,6 +64,8 @@ _ERRORS = {
     "413": "Body, inflated body or batch over its limit.",
     "415": "Unsupported Content-Type or Content-Encoding.",
     "422": "Body parsed but invalid: shape, nesting depth, NaN/Infinity, or a malformed ref.",
+    "429": "The tenant's quota (`quota`: requestsPerSecond or storedBytes) is used up; retry "
+    "after Retry-After seconds, sending full payloads meanwhile.",
     "503": "The store is unreachable (`store-unavailable`), or the service is serving as many "
     "requests or connections as it is set to (`overloaded`); retry after Retry-After seconds.",
 }
@@ -102,7 +104,7 @@ def _problem(code: str, description: str | None = None) -> dict[str, Any]:
     headers: dict[str, Any] = {PROTOCOL_HEADER: _protocol_header()}
     if code == "401":
         headers["WWW-Authenticate"] = _string_header("The Bearer challenge.")
-    if code == "503":
+    if code in ("429", "503"):
         headers["Retry-After"] = {
             "description": "Seconds to wait before retrying.",
             "required": True,
@@ -145,6 +147,8 @@ def _operation(
             "200": ok,
             "400": _problem("400", _BAD_PROTOCOL),
             **{code: _problem(code) for code in errors},
+            # An operation with a tenant takes from its request-rate quota.
+            **({"429": _problem("429")} if "401" in errors else {}),
             **({} if admitted else {"503": _problem("503")}),
         },
     }

@@ -113,6 +113,19 @@ class Settings(BaseSettings):
         description="Requests in flight per worker; past it, 503 `overloaded` with "
         "Retry-After before the body is read (`/healthz` always answered).",
     )
+    # Per-tenant quotas (toolref_server.quotas).
+    tenant_requests_per_second: float = Field(
+        default=200.0,
+        ge=0,
+        description="Requests per second per tenant, in each worker process (bursts of one "
+        "second's worth); past it, 429 `quota-exceeded`. 0: no limit.",
+    )
+    tenant_max_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="Bytes a tenant may keep in the store (records and histories as stored); "
+        "a write past it is 429 `quota-exceeded`. 0: no limit.",
+    )
     shutdown_timeout: int = Field(
         default=20,
         ge=1,

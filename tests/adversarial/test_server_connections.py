@@ -67,7 +67,7 @@ def test_idle_connections_past_the_limit_make_room(service: Service) -> None:
         assert closed_without_answer(idle[0], timeout=5)
         assert open_connections(service) <= LIMIT + 1
         small_request(service)  # answered at once
-    attack = Attack(lambda a: _hold_idle(a, service), threads=4)
+    attack = Attack(lambda a: _hold_idle(a, service))
     cost(service, attack, f"idle connections at {LIMIT} open", bound=10)
 
 
@@ -85,7 +85,7 @@ def test_a_flood_of_new_connections_never_closes_one_whose_request_is_waiting(
     any of its connections is read, so a client whose request is already in the kernel's
     buffer looks as idle as the flood around it. It is never the one closed (before that
     check, 13 of 300 such requests in a harsher flood were closed unanswered)."""
-    attack = Attack(lambda a: _hold_idle(a, service, 0.05), threads=8)
+    attack = Attack(lambda a: _hold_idle(a, service, 0.05), threads=4)
     with attack.running():
         answered = [
             exchange(service, post("/v1/invocations:findMissing", b'{"refs": []}'))

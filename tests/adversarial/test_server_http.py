@@ -254,7 +254,7 @@ def garbage(service: Service) -> Attack:
         exchange(service, MALFORMED["NUL in a header value"])
         attack.count()
 
-    return Attack(work, threads=2)
+    return Attack(work, threads=1)
 
 
 def idle(service: Service) -> Attack:

@@ -5,6 +5,7 @@ same request's time alone, in the same test."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import socket
 import statistics
 import threading
@@ -125,61 +126,103 @@ def assert_problem(reply: Reply | None, status: int, slug: str) -> dict[str, Any
 # --- the small request, alone and during an attack ------------------------------------------
 
 
-def small_request(service: Service) -> float:
+def small_request(service: Service, headers: dict[str, str] | None = None) -> float:
     """Seconds for one small request that touches the store (findMissing of one ref) on a
     fresh connection: connect, send, read the whole answer."""
     body = b'{"refs": ["tr_aaaaaaaaaaaaaaaaaaaaaaaaaa"]}'
     started = time.perf_counter()
-    reply = exchange(service, post("/v1/invocations:findMissing", body))
+    reply = exchange(service, post("/v1/invocations:findMissing", body, headers))
     elapsed = time.perf_counter() - started
     assert reply is not None
     assert reply.status == 200, reply.body[:300]
     return elapsed
 
 
-def median_small_request(service: Service, times: int = 9) -> float:
-    return statistics.median(small_request(service) for _ in range(times))
+def median_small_request(
+    service: Service, times: int = 9, headers: dict[str, str] | None = None
+) -> float:
+    return statistics.median(small_request(service, headers) for _ in range(times))
+
+
+_FORK = multiprocessing.get_context("fork")  # the attack's closures go along as they are
 
 
 @dataclass
 class Attack:
-    """`work` run in a loop by `threads` threads until `stop` is set; it counts each
-    attacking connection it opens with `count`."""
+    """`work` run in a loop by `threads` threads in each of `processes` forked processes
+    until `stop` is set. Processes, not threads of the test's own: an attack in the test
+    process would take the measuring thread's GIL, and time it as the service's. `work`
+    counts the attacking connections it opens (`count`) and the answers it got (`answer`).
+    """
 
     work: Callable[[Attack], None]
-    threads: int = 4
-    opened: int = 0
-    stop: threading.Event = field(default_factory=threading.Event)
-    errors: list[BaseException] = field(default_factory=list)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    threads: int = 2
+    processes: int = 2
+    stop: Any = field(default_factory=_FORK.Event)
+    _opened: Any = field(default_factory=lambda: _FORK.Value("i", 0))
+    _answered: Any = field(default_factory=lambda: _FORK.Value("i", 0))
+    _refused: Any = field(default_factory=lambda: _FORK.Value("i", 0))
+    _errors: Any = field(default_factory=_FORK.Queue)
+
+    @property
+    def opened(self) -> int:
+        return int(self._opened.value)
+
+    @property
+    def answered(self) -> int:
+        return int(self._answered.value)
+
+    @property
+    def refused(self) -> int:
+        """Answers 408, 429 or 503: the service turned the attack away."""
+        return int(self._refused.value)
 
     def count(self, connections: int = 1) -> None:
-        with self._lock:
-            self.opened += connections
+        with self._opened.get_lock():
+            self._opened.value += connections
+
+    def answer(self, status: int) -> None:
+        with self._answered.get_lock():
+            self._answered.value += 1
+        if status in (408, 429, 503):
+            with self._refused.get_lock():
+                self._refused.value += 1
+
+    def _loop(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.work(self)
+            except OSError:
+                pass  # the server closed or refused: the attack goes on
+            except BaseException as exc:  # a bug in the attack: report it
+                self._errors.put(repr(exc))
+                return
+
+    def _process(self) -> None:
+        workers = [threading.Thread(target=self._loop, daemon=True) for _ in range(self.threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
 
     @contextmanager
     def running(self, warm_up: float = 0.5) -> Iterator[Attack]:
-        def loop() -> None:
-            while not self.stop.is_set():
-                try:
-                    self.work(self)
-                except OSError:
-                    pass  # the server closed or refused: the attack goes on
-                except BaseException as exc:  # a bug in the attack: report it
-                    self.errors.append(exc)
-                    return
-
-        workers = [threading.Thread(target=loop, daemon=True) for _ in range(self.threads)]
-        for worker in workers:
-            worker.start()
+        children = [_FORK.Process(target=self._process, daemon=True) for _ in range(self.processes)]
+        for child in children:
+            child.start()
         time.sleep(warm_up)
         try:
             yield self
         finally:
             self.stop.set()
-            for worker in workers:
-                worker.join(30)
-        assert not self.errors, self.errors
+            for child in children:
+                child.join(30)
+                if child.is_alive():
+                    child.kill()
+        errors = []
+        while not self._errors.empty():
+            errors.append(self._errors.get())
+        assert not errors, errors
 
     def connect(self, service: Service, how_many: int) -> list[socket.socket]:
         socks = [connect(service) for _ in range(how_many)]
@@ -187,12 +230,18 @@ class Attack:
         return socks
 
 
-def cost(service: Service, attack: Attack, name: str, bound: float) -> float:
+def cost(
+    service: Service,
+    attack: Attack,
+    name: str,
+    bound: float,
+    headers: dict[str, str] | None = None,
+) -> float:
     """The ratio of the small request's median time during `attack` to its median time
-    alone; asserted under `bound`, printed for the docs."""
-    alone = median_small_request(service)
+    alone (sent with `headers`); asserted under `bound`, printed for the docs."""
+    alone = median_small_request(service, headers=headers)
     with attack.running():
-        during = median_small_request(service)
+        during = median_small_request(service, headers=headers)
         opened = attack.opened
     ratio = during / alone
     print(
