@@ -128,6 +128,9 @@ def create_app(
     settings.check_exposure()
     settings.check_summarizer()
     metrics = Metrics()
+    open_metrics = settings.warn_open_metrics()
+    if open_metrics:
+        log.warning(open_metrics)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:

@@ -127,9 +127,13 @@ def _operation(
     secured: bool,
     parameters: list[dict[str, Any]] | None = None,
     admitted: bool = False,
+    quota: bool | None = None,
 ) -> dict[str, Any]:
     """`admitted`: always served, never refused for load (`/healthz`); any other operation
-    may be answered 503 `overloaded`."""
+    may be answered 503 `overloaded`. `quota`: counted in a tenant's request rate (429);
+    by default, the operations that take an API key (401)."""
+    if quota is None:
+        quota = "401" in errors
     operation: dict[str, Any] = {
         "summary": summary,
         "operationId": op_id,
@@ -148,7 +152,7 @@ def _operation(
             "400": _problem("400", _BAD_PROTOCOL),
             **{code: _problem(code) for code in errors},
             # An operation with a tenant takes from its request-rate quota.
-            **({"429": _problem("429")} if "401" in errors else {}),
+            **({"429": _problem("429")} if quota else {}),
             **({} if admitted else {"503": _problem("503")}),
         },
     }
@@ -164,10 +168,12 @@ _REF_ERRORS = ("400", "401", "413", "415", "422", "503")
 
 @cache
 def document(
-    secured: bool = True, summarizers: tuple[str, ...] = ("extractive",)
+    secured: bool = True,
+    summarizers: tuple[str, ...] = ("extractive",),
+    metrics_secured: bool = False,
 ) -> dict[str, Any]:
     """OpenAPI 3.1 description of every endpoint. `secured`: API keys are configured;
-    `summarizers`: the summarizers offered."""
+    `summarizers`: the summarizers offered; `metrics_secured`: /metrics needs its key."""
     _, top = models_json_schema(
         [(model, "validation") for model in _MODELS],
         ref_template="#/components/schemas/{model}",
@@ -372,8 +378,9 @@ def document(
                     "headers": {PROTOCOL_HEADER: _protocol_header()},
                     "content": {"text/plain": {"schema": {"type": "string"}}},
                 },
-                (),
+                ("401",) if metrics_secured else (),
                 secured=False,
+                quota=False,
             )
         },
         "/openapi.json": {
@@ -409,4 +416,11 @@ def document(
             "bearer": {"type": "http", "scheme": "bearer", "description": "API key."}
         }
         doc["security"] = [{"bearer": []}]
+    if metrics_secured:
+        doc["components"].setdefault("securitySchemes", {})["metricsKey"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "The key whose SHA-256 is TOOLREF_METRICS_KEY.",
+        }
+        paths["/metrics"]["get"]["security"] = [{"metricsKey": []}]
     return doc

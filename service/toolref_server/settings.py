@@ -43,6 +43,11 @@ class Settings(BaseSettings):
         default="",
         description="Comma-separated `tenant=<sha256 hex of key>`; a tenant may have several.",
     )
+    metrics_key: str = Field(
+        default="",
+        description="SHA-256 hex of the bearer key GET /metrics requires; empty: /metrics is "
+        "open to anyone who can reach the bind address.",
+    )
     ttl_seconds: int = Field(default=86_400, ge=1, description="Sliding lifetime of a ref.")
     max_body_bytes: int = Field(default=32 * 2**20, ge=1024, description="Request body limit.")
     max_decompressed_bytes: int = Field(
@@ -198,6 +203,17 @@ class Settings(BaseSettings):
         parse_api_keys(value)
         return value
 
+    @field_validator("metrics_key")
+    @classmethod
+    def _check_metrics_key(cls, value: str) -> str:
+        digest = value.strip().lower()
+        if digest and not _HASH_RE.fullmatch(digest):
+            raise ValueError(
+                "not the 64 hex digits of a SHA-256: set it to the hash of the key scrapers "
+                "will send (`toolref-server hash-key` prints it), or leave it empty"
+            )
+        return digest
+
     @field_validator("log_level")
     @classmethod
     def _check_log_level(cls, value: str) -> str:
@@ -244,6 +260,16 @@ class Settings(BaseSettings):
                 "could read every payload. Set TOOLREF_API_KEYS to `tenant=<sha256 hex>` "
                 "(`toolref-server keygen TENANT` makes one), or bind 127.0.0.1."
             )
+
+    def warn_open_metrics(self) -> str | None:
+        """What to warn about when /metrics is open beyond loopback, else None."""
+        if self.metrics_key or self.is_loopback:
+            return None
+        return (
+            f"GET /metrics needs no key and the service binds {self.host!r}: anyone who can "
+            "reach it reads the request counts; set TOOLREF_METRICS_KEY to the SHA-256 of a "
+            "scraper key (`toolref-server hash-key`), or keep /metrics off public ingress"
+        )
 
     def check_summarizer(self) -> None:
         if self.summarizer == "openai-compatible" and not self.llm_base_url:

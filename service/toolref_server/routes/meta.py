@@ -70,6 +70,7 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
+    context.services(request).auth.check_metrics(request)
     exported = context.services(request).metrics.render()
     return Response(exported, media_type=METRICS_TYPE)
 
@@ -80,6 +81,7 @@ async def openapi_document(request: Request) -> Response:
         openapi.document(
             secured=not services.auth.open,
             summarizers=tuple(services.settings.summarizer_names),
+            metrics_secured=services.auth.metrics_secured,
         )
     )
 
