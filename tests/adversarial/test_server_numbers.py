@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 import httpx
+import msgpack
 import pytest
 
 from toolref import errors
@@ -105,3 +106,30 @@ def test_sdk_parsers_refuse_odd_digits_with_their_own_errors(value: str) -> None
         json_path(f"$.items[{HUGE}]")
     unavailable = ServiceUnavailableError.from_problem("busy", {}, {"retry-after": value})
     assert unavailable.retry_after == 1
+
+
+@pytest.mark.parametrize("digits", [b"9" * 4301, b"-" + b"9" * 4301, b"1_000", b" 12", b"", b"12a"])
+async def test_a_msgpack_big_integer_python_cannot_read_is_a_422(
+    make_api: Api, digits: bytes
+) -> None:
+    api = await make_api()
+    big = msgpack.ExtType(1, digits)
+    body = msgpack.packb({"invocations": [{"name": "t", "args": {"n": big}, "result": "x"}]})
+    response = await api.post(
+        "/v1/invocations", content=body, headers={"Content-Type": "application/msgpack"}
+    )
+    problem = assert_problem(response, 422, "unsupported-value")
+    assert "ext type 1" in problem["detail"]
+
+
+async def test_a_msgpack_big_integer_within_the_limit_is_exact(make_api: Api) -> None:
+    api = await make_api()
+    number = -(10**4299)
+    body = msgpack.packb(
+        {"invocations": [{"name": "t", "args": {"n": number}, "result": "x"}]},
+        default=lambda n: msgpack.ExtType(1, str(n).encode()),
+    )
+    response = await api.post(
+        "/v1/invocations", content=body, headers={"Content-Type": "application/msgpack"}
+    )
+    assert response.status_code == 200, response.text
