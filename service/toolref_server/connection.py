@@ -13,6 +13,9 @@ HTTP parsers are installed) and adds, per connection:
   byte received, so a steady upload of any size goes through and a trickle is cut: 408 if no
   answer has started, else a close. Time during which the server itself stopped reading
   (the app had not asked for more yet) does not count, nor does a wait for `100-continue`.
+- **Send deadline.** An answer the client leaves unread (the send buffer full, for
+  `send_timeout` seconds) is dropped with its connection: it would hold the buffered answer
+  and the descriptor for ever.
 - **Keep-alive.** A connection idle between requests is closed after `keep_alive` seconds.
 - **Connection limit.** Past `max_connections` open connections in this process, a new one
   closes the oldest idle connection (one waiting for a request head) to make room; when
@@ -76,6 +79,7 @@ class ConnectionLimits:
     header_timeout: float
     body_timeout: float
     body_min_rate: int
+    send_timeout: float
     keep_alive: float
     max_connections: int
     retry_after: int
@@ -87,6 +91,7 @@ class ConnectionLimits:
             header_timeout=settings.header_timeout,
             body_timeout=settings.body_timeout,
             body_min_rate=settings.body_min_rate,
+            send_timeout=settings.send_timeout,
             keep_alive=settings.keep_alive_timeout,
             max_connections=connection_budget(settings),
             retry_after=settings.retry_after_seconds,
@@ -254,6 +259,7 @@ class Connection(H11Protocol):
         self.idle = _IDLE.setdefault(server_state, _Idle())
         self.timed_flow: _TimedFlow | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
         # Reading a head: since the connection started (`_first_byte_due` False), or idle
         # between requests until a first byte comes (True); `_head_bytes` of it so far.
         self._reading_head = True
@@ -298,7 +304,32 @@ class Connection(H11Protocol):
                 self._over_limit = True
         self._wait_for_head(self.limits.header_timeout, first_byte_due=False)
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.limits.send_timeout, self._unread)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _unread(self) -> None:
+        """The client left its answer unread for the whole send timeout: drop the
+        connection and the answer buffered for it (abort: a close would wait for the buffer
+        to drain, which it never will), ending the request if it still waits to write."""
+        self._send_timer = None
+        if self.flow.write_paused:
+            self.limits.metrics.connections_closed.labels("send-timeout").inc()
+            self._cancel_timer()
+            self.idle.discard(self)
+            self.transport.abort()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
         self._cancel_timer()
         self.idle.discard(self)
         self.limits.metrics.connections_open.dec()

@@ -104,7 +104,8 @@ class Metrics:
         self.connections_closed = Counter(
             "toolref_connections_closed",
             "Connections the HTTP layer closed, by reason: idle (keep-alive ran out), "
-            "header-timeout, body-timeout, malformed, evicted (idle, to make room), over-limit.",
+            "header-timeout, body-timeout, send-timeout (an answer left unread), malformed, "
+            "evicted (idle, to make room), over-limit.",
             ["reason"],
             registry=r,
         )

@@ -102,6 +102,12 @@ class Settings(BaseSettings):
         description="Bytes per second a request body must keep up past its first "
         "body-timeout seconds: each byte received extends its deadline by 1/rate s.",
     )
+    send_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a client may leave its answer unread (the server's send buffer "
+        "full) before the connection is dropped.",
+    )
     keep_alive_timeout: int = Field(
         default=5, ge=1, description="Seconds an idle connection is kept open between requests."
     )

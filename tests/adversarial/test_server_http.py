@@ -7,7 +7,11 @@ measured by what it costs a small request sent meanwhile (`wire.cost`)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
+import os
+import re
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +38,7 @@ HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.0
 MIN_RATE = 2_000  # bytes per second
 KEEP_ALIVE = 1
+SEND_TIMEOUT = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +52,7 @@ def service(
         TOOLREF_BODY_TIMEOUT=str(BODY_TIMEOUT),
         TOOLREF_BODY_MIN_RATE=str(MIN_RATE),
         TOOLREF_KEEP_ALIVE_TIMEOUT=str(KEEP_ALIVE),
+        TOOLREF_SEND_TIMEOUT=str(SEND_TIMEOUT),
     )
     yield running
     running.stop()
@@ -204,6 +210,63 @@ def test_a_keep_alive_connection_serves_a_second_request(service: Service) -> No
             time.sleep(KEEP_ALIVE / 3)
 
 
+def closed_for(service: Service, reason: str) -> int:
+    reply = exchange(service, head("/metrics"))
+    assert reply is not None
+    pattern = rb'^toolref_connections_closed_total\{reason="' + reason.encode() + rb'"\} (\S+)$'
+    match = re.search(pattern, reply.body, re.MULTILINE)
+    return int(float(match[1])) if match else 0
+
+
+def open_connections(service: Service) -> int:
+    reply = exchange(service, head("/metrics"))
+    assert reply is not None
+    match = re.search(rb"^toolref_connections_open (\S+)$", reply.body, re.MULTILINE)
+    assert match is not None
+    return int(float(match[1]))
+
+
+@pytest.fixture(scope="module")
+def big_refs(service: Service) -> list[str]:
+    """100 refs of 30 KB each: resolving them all is a 4 MB answer."""
+    invocations = [
+        {"name": "t", "args": {"n": n}, "result": base64.b64encode(os.urandom(30_000)).decode()}
+        for n in range(100)
+    ]
+    reply = exchange(
+        service, post("/v1/invocations", json.dumps({"invocations": invocations}).encode())
+    )
+    assert reply is not None
+    assert reply.status == 200
+    return [item["ref"] for item in reply.json()["refs"]]
+
+
+def unread_answer(service: Service, refs: list[str]) -> socket.socket:
+    """A connection that asks for a 4 MB answer and reads none of it."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", service.port))
+    sock.sendall(post("/v1/invocations:resolve", json.dumps({"refs": refs}).encode()))
+    return sock
+
+
+def test_an_answer_left_unread_is_dropped_after_the_send_timeout(
+    service: Service, big_refs: list[str]
+) -> None:
+    before, baseline = closed_for(service, "send-timeout"), open_connections(service)
+    readers = [unread_answer(service, big_refs) for _ in range(10)]
+    try:
+        time.sleep(0.3)
+        assert open_connections(service) >= baseline + 10  # held while the timeout runs
+        time.sleep(SEND_TIMEOUT + 0.5)
+        # Dropped, with the answers buffered for them: the server holds none of it now.
+        assert closed_for(service, "send-timeout") == before + 10
+        assert open_connections(service) == baseline
+    finally:
+        for sock in readers:
+            sock.close()
+
+
 # --- what the attacks cost everyone else -------------------------------------------------------
 
 
@@ -292,3 +355,19 @@ def test_a_connection_that_is_reset_mid_head_leaves_no_trace(service: Service) -
     assert reply is not None
     assert reply.status == 200
     assert "Traceback" not in service.output()
+
+
+def test_small_requests_stay_prompt_while_answers_go_unread(
+    service: Service, big_refs: list[str]
+) -> None:
+    """Connections that ask for a 4 MB answer each and never read it: the service buffers
+    what the socket does not take, until the send timeout drops it."""
+
+    def work(attack: Attack) -> None:
+        socks = [unread_answer(service, big_refs) for _ in range(5)]
+        attack.count(len(socks))
+        attack.stop.wait(2 * SEND_TIMEOUT)
+        for sock in socks:
+            sock.close()
+
+    cost(service, Attack(work), "answers left unread", bound=10)
