@@ -161,7 +161,7 @@ def create_app(
                 metrics=metrics,
                 slots=settings.redis_max_connections,
                 slot_wait=settings.redis_timeout,
-                quota=StoredBytes(settings.tenant_max_bytes, settings.ttl_seconds),
+                quota=StoredBytes(settings.tenant_bytes, settings.ttl_seconds),
             )
             app.state.services = Services(
                 settings=settings,
@@ -186,7 +186,7 @@ def create_app(
                 metrics=metrics,
                 histories=Histories(store, workers),
                 workers=workers,
-                rate=RequestRate(settings.tenant_requests_per_second),
+                rate=RequestRate(settings.tenant_rate),
             )
             # The HTTP layer (toolref_server.connection) reads its limits from here.
             yield {STATE_KEY: ConnectionLimits.of(settings, metrics)}

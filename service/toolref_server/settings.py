@@ -128,14 +128,14 @@ class Settings(BaseSettings):
     tenant_requests_per_second: float = Field(
         default=200.0,
         ge=0,
-        description="Requests per second per tenant, in each worker process (bursts of one "
-        "second's worth); past it, 429 `quota-exceeded`. 0: no limit.",
+        description="Requests per second per keyed tenant, in each worker process (bursts of "
+        "one second's worth); past it, 429 `quota-exceeded`. 0: no limit.",
     )
     tenant_max_bytes: int = Field(
         default=0,
         ge=0,
-        description="Bytes a tenant may keep in the store (records and histories as stored); "
-        "a write past it is 429 `quota-exceeded`. 0: no limit.",
+        description="Bytes a keyed tenant may keep in the store (records and histories as "
+        "stored); a write past it is 429 `quota-exceeded`. 0: no limit.",
     )
     shutdown_timeout: int = Field(
         default=20,
@@ -266,6 +266,17 @@ class Settings(BaseSettings):
                 "could read every payload. Set TOOLREF_API_KEYS to `tenant=<sha256 hex>` "
                 "(`toolref-server keygen TENANT` makes one), or bind 127.0.0.1."
             )
+
+    @property
+    def tenant_rate(self) -> float:
+        """The request-rate quota in force: none for the single local tenant of a service
+        without keys (quotas share a service among tenants; that one has it to itself)."""
+        return self.tenant_requests_per_second if self.key_hashes else 0.0
+
+    @property
+    def tenant_bytes(self) -> int:
+        """The stored-bytes quota in force (none for the local tenant, as above)."""
+        return self.tenant_max_bytes if self.key_hashes else 0
 
     def warn_open_metrics(self) -> str | None:
         """What to warn about when /metrics is open beyond loopback, else None."""

@@ -316,3 +316,24 @@ def test_stored_bytes_arithmetic() -> None:
         quota.check("t", used=60, adding=41, now=1_005.0)
     assert refused.value.retry_after == 5
     assert not StoredBytes(0, 10).enabled
+
+
+async def test_the_local_tenant_of_a_service_without_keys_has_no_quota(redis: Redis) -> None:
+    app = create_app(
+        Settings(redis_url="unused", tenant_requests_per_second=1, tenant_max_bytes=1),
+        redis=redis,
+    )
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://t",
+            headers={"Toolref-Protocol": "2"},
+        ) as api,
+    ):
+        for seed in range(5):
+            answer = await api.post("/v1/invocations", json={"invocations": [invocation(seed)]})
+            assert answer.status_code == 200, answer.text
+        limits = (await api.get("/v1/capabilities")).json()["limits"]
+        assert limits["requestsPerSecond"] is None
+        assert limits["storedBytes"] is None
