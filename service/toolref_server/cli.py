@@ -185,11 +185,13 @@ def _serve(args: argparse.Namespace) -> int:
 
     raise_open_files_limit()
     engine = None
-    # SIGTERM (`kill`, Kubernetes, systemd) stops the service as Ctrl-C does. uvicorn handles
-    # both while it serves, then raises the signal again once it has drained: by default
-    # SIGTERM would then end the process on the spot, skipping the `finally` that stops the
-    # engine (which, orphaned, would outlive the data folder's lock).
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # SIGTERM (`kill`, Kubernetes, systemd) stops the service as Ctrl-C does: it is turned
+    # into SIGINT, so whoever handles that (uvicorn while it serves, asyncio's runner, or
+    # Python's KeyboardInterrupt) takes the same path. uvicorn handles both while it serves,
+    # then raises the signal again once it has drained: by default SIGTERM would then end
+    # the process on the spot, skipping the `finally` that stops the engine (which, orphaned,
+    # would outlive the data folder's lock).
+    signal.signal(signal.SIGTERM, _as_ctrl_c)
     try:
         if settings.redis_url is None:
             from toolref_server.embedded import EmbeddedEngine
@@ -229,6 +231,10 @@ def _serve(args: argparse.Namespace) -> int:
                 engine.stop()
             print("toolref: embedded valkey stopped, data saved", file=sys.stderr, flush=True)
     return 0
+
+
+def _as_ctrl_c(signum: int, frame: object) -> None:
+    signal.raise_signal(signal.SIGINT)
 
 
 @contextlib.contextmanager

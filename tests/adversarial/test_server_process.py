@@ -17,11 +17,10 @@ import httpx
 import psutil
 import pytest
 
-from toolref_server.embedded import free_port, valkey_server_binary
+from toolref_server.embedded import valkey_server_binary
 
 from ..conftest import ON_CLUSTER, need
-from ..integration.processes import Service
-from .wire import read_reply
+from .wire import read_reply, serve
 
 pytestmark = [
     pytest.mark.skipif(ON_CLUSTER, reason="tests the embedded engine's lifecycle"),
@@ -55,7 +54,7 @@ def test_a_stop_signal_stops_the_engine_first_and_keeps_the_data(
     When the process has exited, its engine is gone too (stopped by it, not orphaned), and a
     service started at once on the same folder holds what was registered just before."""
     data_dir = tmp_path / "data"
-    service = Service(data_dir, free_port())
+    service = serve(data_dir)
     try:
         registered = httpx.post(
             service.url + "/v1/invocations", json={"invocations": [INVOCATION]}, headers=HEADERS
@@ -71,7 +70,7 @@ def test_a_stop_signal_stops_the_engine_first_and_keeps_the_data(
         assert "Traceback" not in output, output
     finally:
         service.stop()
-    again = Service(data_dir, free_port())  # at once: the data folder's lock is free
+    again = serve(data_dir)  # at once: the data folder's lock is free
     try:
         assert again.engine_pid != engine_pid
         resolved = httpx.post(
@@ -125,7 +124,7 @@ def test_idle_sockets_past_a_1024_descriptor_limit_do_not_lock_out_a_client(
         need(f"the hard open-files limit {hard} leaves no room for {IDLE} sockets each side")
     with soft_open_files_limit(SOFT_LIMIT):
         # A connection limit above the sockets: what is tested is that they all fit.
-        service = Service(tmp_path / "data", free_port(), TOOLREF_MAX_CONNECTIONS="2000")
+        service = serve(tmp_path / "data", TOOLREF_MAX_CONNECTIONS="2000")
     with ExitStack() as stack:
         stack.callback(service.stop)
         process = psutil.Process(service.process.pid)
@@ -153,9 +152,8 @@ def test_a_stop_during_an_attack_is_not_held_up_by_it(tmp_path: Path) -> None:
     """SIGTERM while idle sockets, half-sent heads and trickling uploads are open (with
     deadlines far longer than the test): the idle ones are closed at once, the uploads are
     cut after TOOLREF_SHUTDOWN_TIMEOUT, the engine is stopped and the process exits."""
-    service = Service(
+    service = serve(
         tmp_path / "data",
-        free_port(),
         TOOLREF_SHUTDOWN_TIMEOUT="1",
         TOOLREF_HEADER_TIMEOUT="600",
         TOOLREF_BODY_TIMEOUT="600",

@@ -34,10 +34,23 @@ def start_service(request: pytest.FixtureRequest, data_dir: Path, **env: str) ->
         except Exception as exc:
             need(f"no valkey-server binary: {exc}")
     try:
-        return Service(data_dir, free_port(), **env, **engine_env(request))
+        return serve(data_dir, **env, **engine_env(request))
     except AssertionError as exc:
         need(f"`toolref-server serve` did not start: {exc}")
         raise
+
+
+def serve(data_dir: Path, **env: str) -> Service:
+    """`toolref-server serve` on a free port. The port is free when picked, but the
+    service's embedded engine picks one for itself before the web server binds: if the two
+    collide (rare), start again on another."""
+    for attempt in range(3):
+        try:
+            return Service(data_dir, free_port(), **env)
+        except AssertionError as exc:
+            if "address already in use" not in str(exc).lower() or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 @dataclass
