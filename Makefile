@@ -31,11 +31,13 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 serve: $(SERVER_STAMP)
 	$(BIN)/toolref-server serve $(ARGS)
 
-# Everything on one node, then the service and integration suites again on a local
-# Redis Cluster (3 primaries, 3 replicas) started from the same valkey-server binary.
+# Everything on one node, then the service and integration suites (and the quota counting,
+# whose reads differ there) again on a local Redis Cluster (3 primaries, 3 replicas) started
+# from the same valkey-server binary.
 test: $(DEV_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
-	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration $(PYTEST_ARGS)
+	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration \
+		tests/adversarial/test_server_quotas.py $(PYTEST_ARGS)
 
 # Serve (one worker per core), run locust headless for LOADTEST_TIME, judge failures and p95.
 LOADTEST_TIME ?= 60s

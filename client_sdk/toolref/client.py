@@ -40,6 +40,7 @@ from toolref.errors import (
 from toolref.exchange import Exchange, Sleep, T, run_async, run_sync
 from toolref.history import HISTORY_HEADER, KEEP_HISTORY, check_history_ref, is_history_ref
 from toolref.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
+from toolref.numbers import whole_number
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_REFS
 
 _RETRYABLE = frozenset({502, 503, 504})
@@ -348,8 +349,9 @@ class BaseRegistryClient(Generic[TransportT_co]):
         """Full-jitter exponential backoff; a Retry-After shorter than the cap is honoured."""
         ceiling = min(self.max_backoff, self.backoff * 2**attempt)  # attempt 0: `backoff`
         delay = self._rng.uniform(0, ceiling)
-        after = response.headers.get("retry-after", "") if response is not None else ""
-        if after.isdigit():
+        header = response.headers.get("retry-after", "") if response is not None else ""
+        after = whole_number(header, 9)
+        if after is not None:
             delay = max(delay, min(float(after), self.max_backoff))
         return delay
 

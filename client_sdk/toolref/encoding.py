@@ -7,9 +7,12 @@ travel as ext type 1 holding their decimal digits.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Final
 
 import msgpack
+
+from toolref.errors import UnsupportedValueError
 
 JSON_TYPE: Final = "application/json"
 MSGPACK_TYPE: Final = "application/msgpack"
@@ -35,8 +38,22 @@ def packb(value: Any) -> bytes:
 def ext_hook(code: int, data: bytes) -> Any:
     """msgpack ext types: 1 is a big integer; others come back as `msgpack.ExtType`."""
     if code == BIGINT_EXT:
-        return int(data)
+        return _big_integer(data)
     return msgpack.ExtType(code, data)
+
+
+def _big_integer(data: bytes) -> int:
+    """The decimal digits of ext type 1 (an optional '-' first), as many as Python reads;
+    anything else, or more, is `UnsupportedValueError`, never `int()`'s ValueError."""
+    digits = data[1:] if data[:1] == b"-" else data
+    limit = sys.get_int_max_str_digits() or len(digits)
+    if not digits or not digits.isdigit() or len(digits) > limit:
+        shown = f"{len(data)} bytes" if len(data) > 24 else repr(data)
+        raise UnsupportedValueError(
+            f"a msgpack big integer (ext type 1) holds {shown}, not a decimal integer of at "
+            f"most {limit} digits; send larger numbers as strings"
+        )
+    return int(data)
 
 
 def unpackb(data: bytes) -> Any:

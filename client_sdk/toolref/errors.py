@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
+from toolref.numbers import whole_number
+
 PROBLEM_BASE = "urn:toolref:problem:"
 
 
@@ -120,6 +122,29 @@ class InvalidHistoryHeaderError(BadRequestError):
 
     slug = "invalid-history-header"
     title = "Invalid Toolref-History header"
+
+
+class MalformedRequestError(BadRequestError):
+    """The request is not valid HTTP/1.1: refused by the HTTP layer before any route runs."""
+
+    slug = "malformed-request"
+    title = "Malformed HTTP request"
+
+
+class HeadersTooLargeError(MalformedRequestError):
+    """The request line and headers are longer than the HTTP layer reads."""
+
+    slug = "headers-too-large"
+    status = 431
+    title = "Request headers too large"
+
+
+class RequestTimeoutError(ToolrefError):
+    """The request (its head, or its body) did not arrive in time; the connection is closed."""
+
+    slug = "request-timeout"
+    status = 408
+    title = "Request not received in time"
 
 
 class UnsupportedMediaTypeError(ToolrefError):
@@ -276,8 +301,26 @@ class ServiceUnavailableError(ToolrefError):
 
     @classmethod
     def from_problem(cls, detail: str, extra: dict[str, Any], headers: Mapping[str, str]) -> Self:
-        after = headers.get("retry-after", "1")
-        return cls(detail, retry_after=int(after) if after.isdigit() else 1, **extra)
+        after = whole_number(headers.get("retry-after", "1"), 9)
+        return cls(detail, retry_after=after if after else 1, **extra)
+
+
+class OverloadedError(ServiceUnavailableError):
+    """Client side too: the service holds as many connections or requests as it is set to
+    serve at once; `limit` names the setting. Retry after `retry_after` seconds."""
+
+    slug = "overloaded"
+    title = "Service overloaded"
+
+
+class QuotaExceededError(ServiceUnavailableError):
+    """A tenant's quota is used up: `quota` names it (`requestsPerSecond`, `storedBytes`),
+    `limit` its value. Like a 503, the registry cannot serve this request now: send full
+    payloads, and try again after `retry_after` seconds."""
+
+    slug = "quota-exceeded"
+    status = 429
+    title = "Quota exceeded"
 
 
 class StoreUnavailableError(ServiceUnavailableError):

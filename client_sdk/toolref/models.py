@@ -264,6 +264,21 @@ class Limits(AnswerModel):
         default=None,
         description="Most model calls one tenant's requests start per minute.",
     )
+    requests_per_second: float | None = Field(
+        default=None,
+        description="Requests per second a tenant may send to one server process (429 "
+        "`quota-exceeded` past it); absent: no limit.",
+    )
+    stored_bytes: int | None = Field(
+        default=None,
+        description="Bytes a tenant may keep in the registry, as stored (a write past it is "
+        "429 `quota-exceeded`); absent: no limit.",
+    )
+    keep_alive_seconds: int | None = Field(
+        default=None,
+        description="Seconds the server keeps an idle connection open: close pooled "
+        "connections sooner.",
+    )
 
 
 class Capabilities(AnswerModel):

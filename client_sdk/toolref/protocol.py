@@ -9,12 +9,14 @@ from __future__ import annotations
 from typing import Final
 
 from toolref.errors import InvalidProtocolError
+from toolref.numbers import describe, whole_number
 
 PROTOCOL_HEADER: Final = "Toolref-Protocol"
 PROTOCOL_FULL: Final = 1
 PROTOCOL_REFS: Final = 2
 PROTOCOL_LOW: Final = PROTOCOL_FULL
 PROTOCOL_HIGH: Final = PROTOCOL_REFS
+MAX_VERSION_DIGITS: Final = 9
 
 
 def negotiate(header: str | None, high: int = PROTOCOL_HIGH) -> int:
@@ -22,11 +24,14 @@ def negotiate(header: str | None, high: int = PROTOCOL_HIGH) -> int:
     if header is None:
         return PROTOCOL_FULL
     text = header.strip()
-    if not (text.isascii() and text.isdigit()) or int(text) < PROTOCOL_LOW:
-        shown = text if len(text) <= 16 else text[:13] + "..."
+    # A version has at most 9 digits: longer text is refused, not converted (Python reads
+    # at most 4300 digits, and a 500 would be the answer).
+    version = whole_number(text, MAX_VERSION_DIGITS)
+    if version is None or version < PROTOCOL_LOW:
         raise InvalidProtocolError(
-            f"{PROTOCOL_HEADER}: {shown!r} is not a protocol version; send an integer from "
-            f"{PROTOCOL_LOW} to {high} (or omit the header for {PROTOCOL_FULL})",
+            f"{PROTOCOL_HEADER}: {describe(text)} is not a protocol version; send an integer "
+            f"from {PROTOCOL_LOW} to {high} of at most {MAX_VERSION_DIGITS} digits (or omit "
+            f"the header for {PROTOCOL_FULL})",
             supported={"low": PROTOCOL_LOW, "high": high},
         )
-    return min(int(text), high)
+    return min(version, high)

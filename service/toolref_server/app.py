@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import cast
+from typing import Any, cast
 
 import httpx
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
@@ -20,14 +20,17 @@ from starlette.responses import Response
 
 from toolref.errors import NotFoundError, ToolrefError
 from toolref_server.access import AccessMiddleware
+from toolref_server.admission import AdmissionMiddleware
 from toolref_server.auth import Authenticator
 from toolref_server.cluster import is_cluster_url, plain_url
 from toolref_server.codec import BodyLimits
+from toolref_server.connection import STATE_KEY, ConnectionLimits
 from toolref_server.histories import Histories
 from toolref_server.metrics import Metrics
+from toolref_server.model_quotas import Quotas
 from toolref_server.problem import problem_response
 from toolref_server.protocol import ProtocolMiddleware
-from toolref_server.quotas import Quotas
+from toolref_server.quotas import RequestRate, StoredBytes
 from toolref_server.routes import handoff, invocations, messages, meta
 from toolref_server.services import Services
 from toolref_server.settings import Settings
@@ -126,9 +129,12 @@ def create_app(
     settings.check_exposure()
     settings.check_summarizer()
     metrics = Metrics()
+    open_metrics = settings.warn_open_metrics()
+    if open_metrics:
+        log.warning(open_metrics)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         async with AsyncExitStack() as stack:
             client = redis
             if client is None:
@@ -157,6 +163,7 @@ def create_app(
                 slots=settings.redis_max_connections,
                 slot_wait=settings.redis_timeout,
                 workers=workers,
+                quota=StoredBytes(settings.tenant_bytes, settings.ttl_seconds),
             )
             app.state.services = Services(
                 settings=settings,
@@ -192,12 +199,22 @@ def create_app(
                 metrics=metrics,
                 histories=Histories(store, workers),
                 workers=workers,
+                rate=RequestRate(settings.tenant_rate),
             )
-            yield
+            # The HTTP layer (toolref_server.connection) reads its limits from here.
+            yield {STATE_KEY: ConnectionLimits.of(settings, metrics)}
 
     app = Starlette(
         routes=[*meta.routes, *invocations.routes, *messages.routes, *handoff.routes],
-        middleware=[Middleware(AccessMiddleware, metrics=metrics), Middleware(ProtocolMiddleware)],
+        middleware=[
+            Middleware(AccessMiddleware, metrics=metrics),
+            Middleware(ProtocolMiddleware),
+            Middleware(
+                AdmissionMiddleware,
+                limit=settings.max_requests_in_flight,
+                retry_after=settings.retry_after_seconds,
+            ),
+        ],
         exception_handlers={
             ToolrefError: _toolref_error,
             HTTPException: _http_error,

@@ -17,17 +17,37 @@ class Authenticator:
     def __init__(self, settings: Settings) -> None:
         self._hashes = [(bytes.fromhex(h), tenant) for h, tenant in settings.key_hashes.items()]
         self.open = not self._hashes  # loopback with no keys: one local tenant
+        self._metrics = bytes.fromhex(settings.metrics_key) if settings.metrics_key else None
+
+    @property
+    def metrics_secured(self) -> bool:
+        return self._metrics is not None
+
+    def check_metrics(self, request: HTTPConnection) -> None:
+        """GET /metrics: open, or the bearer key TOOLREF_METRICS_KEY hashes."""
+        if self._metrics is None:
+            return
+        presented = _presented(request)
+        if presented is None:
+            raise AuthenticationError(
+                "GET /metrics needs a key here: send `Authorization: Bearer <key>` with the "
+                "key whose SHA-256 is TOOLREF_METRICS_KEY"
+            )
+        if not hmac.compare_digest(presented, self._metrics):
+            raise AuthenticationError(
+                "the key is not the metrics key of this registry; send the key whose SHA-256 "
+                "is TOOLREF_METRICS_KEY",
+                invalid_token=True,
+            )
 
     def tenant_for(self, request: HTTPConnection) -> str:
         if self.open:
             return LOCAL_TENANT
-        header = request.headers.get("authorization", "")
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
+        presented = _presented(request)
+        if presented is None:
             raise AuthenticationError(
                 "send `Authorization: Bearer <key>` with an API key of this registry"
             )
-        presented = hashlib.sha256(key.strip().encode()).digest()
         found: str | None = None
         # Compare against every hash, without stopping early, so timing says nothing.
         for digest, tenant in self._hashes:
@@ -40,6 +60,14 @@ class Authenticator:
                 invalid_token=True,
             )
         return found
+
+
+def _presented(request: HTTPConnection) -> bytes | None:
+    """The SHA-256 of the request's bearer key, or None when it sends none."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        return None
+    return hashlib.sha256(key.strip().encode()).digest()
 
 
 def hash_key(key: str) -> str:

@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import shlex
+import signal
 import sys
 import urllib.parse
 from collections.abc import Iterator, Sequence
@@ -192,19 +193,29 @@ def _serve(args: argparse.Namespace) -> int:
     settings = Settings()
     log_config = logs.configure(settings.log_level)
     settings.check_exposure()
-    engine = None
-    if settings.redis_url is None:
-        from toolref_server.embedded import EmbeddedEngine
+    from toolref_server.resources import raise_open_files_limit
 
-        engine = EmbeddedEngine(settings.data_dir)
-        os.environ["TOOLREF_REDIS_URL"] = engine.start()
-        print(
-            f"toolref: embedded valkey on {engine.url} ({engine.tcp_url} for redis-cli), "
-            f"data in {engine.data_dir}",
-            file=sys.stderr,
-            flush=True,
-        )
+    raise_open_files_limit()
+    engine = None
+    # SIGTERM (`kill`, Kubernetes, systemd) stops the service as Ctrl-C does: it is turned
+    # into SIGINT, so whoever handles that (uvicorn while it serves, asyncio's runner, or
+    # Python's KeyboardInterrupt) takes the same path. uvicorn handles both while it serves,
+    # then raises the signal again once it has drained: by default SIGTERM would then end
+    # the process on the spot, skipping the `finally` that stops the engine (which, orphaned,
+    # would outlive the data folder's lock).
+    signal.signal(signal.SIGTERM, _as_ctrl_c)
     try:
+        if settings.redis_url is None:
+            from toolref_server.embedded import EmbeddedEngine
+
+            engine = EmbeddedEngine(settings.data_dir)
+            os.environ["TOOLREF_REDIS_URL"] = engine.start()
+            print(
+                f"toolref: embedded valkey on {engine.url} ({engine.tcp_url} for redis-cli), "
+                f"data in {engine.data_dir}",
+                file=sys.stderr,
+                flush=True,
+            )
         import uvicorn
 
         uvicorn.run(
@@ -215,14 +226,39 @@ def _serve(args: argparse.Namespace) -> int:
             workers=settings.workers,
             log_level=settings.log_level.lower(),
             log_config=log_config,
+            # Deadlines, the connection limit and problem+json refusals; as an import path,
+            # so worker processes load it too.
+            http="toolref_server.connection:Connection",
+            ws="none",
+            timeout_graceful_shutdown=settings.shutdown_timeout,
         )
     except KeyboardInterrupt:
-        pass  # uvicorn re-raises the Ctrl-C it has already handled gracefully
+        pass  # uvicorn re-raises the Ctrl-C (or SIGTERM) it has already handled gracefully
     finally:
-        if engine is not None:
-            engine.stop()
+        if engine is not None and engine.pid is not None:
+            # A second signal must not cut the stop short: the engine saves, exits, and
+            # only then is the data folder's lock released (a restart cannot start a
+            # second engine on the same folder).
+            with _signals_held():
+                engine.stop()
             print("toolref: embedded valkey stopped, data saved", file=sys.stderr, flush=True)
     return 0
+
+
+def _as_ctrl_c(signum: int, frame: object) -> None:
+    signal.raise_signal(signal.SIGINT)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored for the block."""
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in stops}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -41,6 +41,7 @@ from toolref.errors import (
     UnsupportedMediaTypeError,
     UnsupportedValueError,
 )
+from toolref.numbers import whole_number
 from toolref_server.workers import Workers
 
 MSGPACK_ALIASES: Final = frozenset(
@@ -173,8 +174,9 @@ async def read_body(
     small body that inflates to the limit does not hold up the event loop."""
     encoding = _content_encoding(request)
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
-        raise _body_too_large(int(declared), limits.max_body_bytes)
+    length = whole_number(declared, 30) if declared is not None else None
+    if length is not None and length > limits.max_body_bytes:
+        raise _body_too_large(length, limits.max_body_bytes)
     inflater = (
         None
         if encoding == "identity" or not inflate

@@ -79,17 +79,13 @@ class Histories:
         """History `ref`, or None when it is not held (never confirmed, expired, evicted, or
         a message of it is gone)."""
         store, node_key = self.store, self.node_key(tenant, ref)
-        async with store.guard("history"):
-            pipe = store.redis.pipeline(transaction=False)
-            pipe.get(node_key)
-            pipe.expire(node_key, store.ttl)
-            node, _ = await pipe.execute()
+        (node,) = await store.read_and_touch(tenant, [node_key], "history")
         name, _, packed = (node or b"").partition(_SEPARATOR)
         if not packed or len(packed) % _ID_BYTES:
             return None
         ids = [packed[i : i + _ID_BYTES] for i in range(0, len(packed), _ID_BYTES)]
         keys = [self.message_key(tenant, i) for i in ids]
-        values = await store.read_and_touch(keys, "history")
+        values = await store.read_and_touch(tenant, keys, "history")
         if any(value is None for value in values):
             return None
         size = sum(map(len, values))
@@ -113,14 +109,21 @@ class Histories:
         store = self.store
         ids = [message_id(text) for text in texts]
         ref = history_ref(chain(encoded)[-1])
+        keys = [self.message_key(tenant, ids[index]) for index in range(start, len(texts))]
+        packed = [compressors.compress(texts[index].encode()) for index in range(start, len(texts))]
+        node_key, node = (
+            self.node_key(tenant, ref),
+            fmt.encode("ascii") + _SEPARATOR + b"".join(ids),
+        )
+        cost = await store.cost_of_writing(
+            tenant, [*keys, node_key], [*map(len, packed), len(node)]
+        )
         async with store.guard("history"):
             pipe = store.redis.pipeline(transaction=False)
-            for index in range(start, len(texts)):
-                key = self.message_key(tenant, ids[index])
-                packed = compressors.compress(texts[index].encode())
-                pipe.set(key, packed, nx=True, ex=store.ttl)
+            for key, data in zip(keys, packed, strict=True):
+                pipe.set(key, data, nx=True, ex=store.ttl)
                 pipe.expire(key, store.ttl)
-            node = fmt.encode("ascii") + _SEPARATOR + b"".join(ids)
-            pipe.set(self.node_key(tenant, ref), node, ex=store.ttl)
+            pipe.set(node_key, node, ex=store.ttl)
+            store.charge(pipe, tenant, cost)
             await pipe.execute()
         return ref

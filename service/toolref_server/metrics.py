@@ -15,6 +15,7 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Enum,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -108,6 +109,17 @@ class Metrics:
             "toolref_store_breaker",
             "State of the store circuit breaker (open: requests fail fast with 503).",
             states=["closed", "open", "half-open"],
+            registry=r,
+        )
+        self.connections_open = Gauge(
+            "toolref_connections_open", "HTTP connections open in this process.", registry=r
+        )
+        self.connections_closed = Counter(
+            "toolref_connections_closed",
+            "Connections the HTTP layer closed, by reason: idle (keep-alive ran out), "
+            "header-timeout, body-timeout, send-timeout (an answer left unread), malformed, "
+            "evicted (idle, to make room), over-limit.",
+            ["reason"],
             registry=r,
         )
         self._breaker_state: Callable[[], str] | None = None

@@ -64,7 +64,10 @@ _ERRORS = {
     "413": "Body, inflated body or batch over its limit.",
     "415": "Unsupported Content-Type or Content-Encoding.",
     "422": "Body parsed but invalid: shape, nesting depth, NaN/Infinity, or a malformed ref.",
-    "503": "The store is unreachable; retry after Retry-After seconds.",
+    "429": "The tenant's quota (`quota`: requestsPerSecond or storedBytes) is used up; retry "
+    "after Retry-After seconds, sending full payloads meanwhile.",
+    "503": "The store is unreachable (`store-unavailable`), or the service is serving as many "
+    "requests or connections as it is set to (`overloaded`); retry after Retry-After seconds.",
 }
 
 
@@ -101,7 +104,7 @@ def _problem(code: str, description: str | None = None) -> dict[str, Any]:
     headers: dict[str, Any] = {PROTOCOL_HEADER: _protocol_header()}
     if code == "401":
         headers["WWW-Authenticate"] = _string_header("The Bearer challenge.")
-    if code == "503":
+    if code in ("429", "503"):
         headers["Retry-After"] = {
             "description": "Seconds to wait before retrying.",
             "required": True,
@@ -123,7 +126,14 @@ def _operation(
     request: type[BaseModel] | None = None,
     secured: bool,
     parameters: list[dict[str, Any]] | None = None,
+    admitted: bool = False,
+    quota: bool | None = None,
 ) -> dict[str, Any]:
+    """`admitted`: always served, never refused for load (`/healthz`); any other operation
+    may be answered 503 `overloaded`. `quota`: counted in a tenant's request rate (429);
+    by default, the operations that take an API key (401)."""
+    if quota is None:
+        quota = "401" in errors
     operation: dict[str, Any] = {
         "summary": summary,
         "operationId": op_id,
@@ -141,6 +151,9 @@ def _operation(
             "200": ok,
             "400": _problem("400", _BAD_PROTOCOL),
             **{code: _problem(code) for code in errors},
+            # An operation with a tenant takes from its request-rate quota.
+            **({"429": _problem("429")} if quota else {}),
+            **({} if admitted else {"503": _problem("503")}),
         },
     }
     if request is not None:
@@ -155,10 +168,12 @@ _REF_ERRORS = ("400", "401", "413", "415", "422", "503")
 
 @cache
 def document(
-    secured: bool = True, summarizers: tuple[str, ...] = ("extractive",)
+    secured: bool = True,
+    summarizers: tuple[str, ...] = ("extractive",),
+    metrics_secured: bool = False,
 ) -> dict[str, Any]:
     """OpenAPI 3.1 description of every endpoint. `secured`: API keys are configured;
-    `summarizers`: the summarizers offered."""
+    `summarizers`: the summarizers offered; `metrics_secured`: /metrics needs its key."""
     _, top = models_json_schema(
         [(model, "validation") for model in _MODELS],
         ref_template="#/components/schemas/{model}",
@@ -337,7 +352,12 @@ def document(
         },
         "/healthz": {
             "get": _operation(
-                "Liveness", "healthz", _ok(Health, "The process is up."), (), secured=False
+                "Liveness",
+                "healthz",
+                _ok(Health, "The process is up."),
+                (),
+                secured=False,
+                admitted=True,
             )
         },
         "/readyz": {
@@ -358,8 +378,9 @@ def document(
                     "headers": {PROTOCOL_HEADER: _protocol_header()},
                     "content": {"text/plain": {"schema": {"type": "string"}}},
                 },
-                (),
+                ("401",) if metrics_secured else (),
                 secured=False,
+                quota=False,
             )
         },
         "/openapi.json": {
@@ -381,7 +402,11 @@ def document(
         "info": {
             "title": "toolref",
             "version": __version__,
-            "description": "Content-addressed references for LLM tool-call payloads.",
+            "description": "Content-addressed references for LLM tool-call payloads. Any "
+            "request may also be refused by the HTTP layer before it reaches an operation, "
+            "as application/problem+json, closing the connection: 400 `malformed-request` (not "
+            "valid HTTP/1.1), 408 `request-timeout` (head or body too slow), 431 "
+            "`headers-too-large`, 503 `overloaded` (every connection busy).",
         },
         "paths": paths,
         "components": {"schemas": schemas},
@@ -391,4 +416,11 @@ def document(
             "bearer": {"type": "http", "scheme": "bearer", "description": "API key."}
         }
         doc["security"] = [{"bearer": []}]
+    if metrics_secured:
+        doc["components"].setdefault("securitySchemes", {})["metricsKey"] = {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "The key whose SHA-256 is TOOLREF_METRICS_KEY.",
+        }
+        paths["/metrics"]["get"]["security"] = [{"metricsKey": []}]
     return doc

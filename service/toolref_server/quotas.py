@@ -1,67 +1,121 @@
-"""Quotas on model calls: how many one request may make, how many a tenant's requests may
-start each minute, and a circuit breaker per model-backed summarizer.
+"""Per-tenant quotas: requests per second, and bytes kept in the store. Both are answered 429
+`quota-exceeded` with `Retry-After`, naming the quota, its value and the fix.
 
-- Per request: `per_request` summaries computed by (or waited for from) the model; the
-  caller gives the rest the extractive summary.
-- Per tenant: a fixed one-minute window counted in Redis (`INCR tr:<tenant>:q:<minute>`,
-  expiring after two minutes), so every process and replica shares it. A call is counted
-  when it is about to start, whether it then succeeds or not.
-- Breaker: `toolref.breaker.CircuitBreaker`, one per summarizer name, per process: after
-  `breaker_failures` failures in a row the model is not called for `breaker_seconds`, then
-  one call probes. (Per process, so N replicas make at most N probes per cool-down.)
+**Requests per second** (`TOOLREF_TENANT_REQUESTS_PER_SECOND`): a token bucket per tenant,
+refilled at that rate and holding one second's worth, in each worker process (so with N
+workers a tenant may reach N times the rate). It is taken once the key is known, before the
+body is read.
 
-Nothing here calls the model; `SummaryCache` asks before it does.
+**Stored bytes** (`TOOLREF_TENANT_MAX_BYTES`): what a tenant's records, history messages and
+history nodes take in the store, as stored (compressed). Every key lives `TTL` seconds after
+it was last written or read, so the bytes a tenant keeps at time t are those it wrote or
+read since t - TTL. Time is cut into windows of one TTL, and a counter per tenant and window
+(`tr:<tenant>:q:<window>`) adds each key's size the first time the key is written or read in
+that window (a key's remaining lifetime, read before it is extended, tells whether it was
+last used before the window began). A key alive at t was used in t's window or the one
+before, so the current and the previous counters together are never below what the tenant
+keeps, and at most twice it (a key used in both windows counts in both). A write whose new
+bytes would take that sum past the quota is refused before anything is written; reads are
+never refused (they only count). Summaries are not counted: one per ref and summarizer, of at
+most 20,000 characters.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from toolref.breaker import CircuitBreaker
-from toolref_server.store import StoreClient
+from toolref.errors import QuotaExceededError
 
-WINDOW_SECONDS: Final = 60
+RATE: Final = "requestsPerSecond"
+STORED: Final = "storedBytes"
 
 
-class Quotas:
-    def __init__(
-        self,
-        redis: StoreClient,
-        *,
-        per_request: int,
-        per_tenant_minute: int,
-        breaker_failures: int,
-        breaker_seconds: float,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.redis = redis
-        self.per_request = per_request
-        self.per_tenant_minute = per_tenant_minute
-        self.breaker_failures = breaker_failures
-        self.breaker_seconds = breaker_seconds
-        self._clock = clock
-        self._breakers: dict[str, CircuitBreaker] = {}
+class RequestRate:
+    """A token bucket per tenant: `rate` requests per second, bursts of one second's worth;
+    a rate of 0 admits everything."""
 
-    def breaker(self, summarizer: str) -> CircuitBreaker:
-        found = self._breakers.get(summarizer)
-        if found is None:
-            found = self._breakers[summarizer] = CircuitBreaker(
-                self.breaker_failures, self.breaker_seconds
+    def __init__(self, rate: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = max(rate, 1.0)
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}  # tenant -> (tokens, when)
+
+    def admit(self, tenant: str) -> None:
+        """Take a token for one request of `tenant`, or raise `QuotaExceededError`."""
+        if self.rate <= 0:
+            return
+        now = self.clock()
+        tokens, then = self._buckets.get(tenant, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - then) * self.rate)
+        if tokens < 1:
+            self._buckets[tenant] = (tokens, now)
+            wait = max(1, math.ceil((1 - tokens) / self.rate))
+            raise QuotaExceededError(
+                f"tenant {tenant!r} sent more than {self.rate:g} requests per second, its "
+                "quota (TOOLREF_TENANT_REQUESTS_PER_SECOND, counted per server process); "
+                f"retry after {wait}s and send fewer, larger requests (batches), or send "
+                "full payloads meanwhile",
+                retry_after=wait,
+                quota=RATE,
+                limit=self.rate,
             )
-        return found
+        self._buckets[tenant] = (tokens - 1, now)
 
-    @staticmethod
-    def key(tenant: str, window: int) -> str:
-        return f"tr:{tenant}:q:{window}"
 
-    async def take(self, tenant: str) -> bool:
-        """Count one model call for `tenant` in this minute; False when that is over the
-        quota (the call must not be made). One round trip."""
-        key = self.key(tenant, int(self._clock() // WINDOW_SECONDS))
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.incr(key)
-        pipe.expire(key, 2 * WINDOW_SECONDS)
-        replies: list[Any] = await pipe.execute()
-        return int(replies[0]) <= self.per_tenant_minute
+class StoredBytes:
+    """The stored-bytes quota's arithmetic (the store runs the commands); `limit` 0 is no
+    quota."""
+
+    def __init__(self, limit: int, ttl: int, clock: Callable[[], float] = time.time) -> None:
+        self.limit = limit
+        self.ttl = ttl
+        self.clock = clock
+
+    @property
+    def enabled(self) -> bool:
+        return self.limit > 0
+
+    def counters(self, tenant: str, now: float) -> tuple[str, str]:
+        """The keys of `tenant`'s counters for the window of `now` and the one before."""
+        window = int(now // self.ttl)
+        return f"tr:{tenant}:q:{window}", f"tr:{tenant}:q:{window - 1}"
+
+    @property
+    def counter_lifetime(self) -> int:
+        """A counter is read until the end of the window after its own."""
+        return 2 * self.ttl + 60
+
+    def threshold(self, now: float) -> int:
+        """A key whose remaining lifetime (ms) is below this was last used before the
+        window of `now` began (keys without a lifetime, -1, and absent ones, -2, are below
+        too): it was used `ttl - remaining` ago, longer ago than the window began."""
+        return math.floor((self.ttl - now % self.ttl) * 1000)
+
+    def cost(self, sizes: Sequence[int], remaining: Sequence[Any], now: float) -> int:
+        """Bytes to count for keys of `sizes` about to be written or read, given their
+        remaining lifetimes in ms (PTTL replies) before this use."""
+        threshold = self.threshold(now)
+        return sum(
+            size
+            for size, left in zip(sizes, remaining, strict=True)
+            if size and int(left) < threshold
+        )
+
+    def check(self, tenant: str, used: int, adding: int, now: float) -> None:
+        """Refuse a write of `adding` counted bytes when the tenant's `used` bytes leave no
+        room for them."""
+        if not adding or used + adding <= self.limit:
+            return
+        wait = max(1, math.ceil(self.ttl - now % self.ttl))
+        raise QuotaExceededError(
+            f"tenant {tenant!r} keeps {used} bytes in the registry and this request would add "
+            f"{adding}, over its quota of {self.limit} bytes (TOOLREF_TENANT_MAX_BYTES); refs "
+            "not used for a while expire and free room (the count falls at the latest in "
+            f"{wait}s): send full payloads meanwhile, or ask the operator for a larger quota",
+            retry_after=wait,
+            quota=STORED,
+            limit=self.limit,
+        )

@@ -8,6 +8,7 @@ from toolref_server.auth import Authenticator
 from toolref_server.codec import BodyLimits
 from toolref_server.histories import Histories
 from toolref_server.metrics import Metrics
+from toolref_server.quotas import RequestRate
 from toolref_server.settings import Settings
 from toolref_server.store import Store
 from toolref_server.summaries import SummaryCache
@@ -24,3 +25,4 @@ class Services:
     metrics: Metrics
     histories: Histories
     workers: Workers
+    rate: RequestRate

@@ -45,6 +45,11 @@ class Settings(BaseSettings):
         default="",
         description="Comma-separated `tenant=<sha256 hex of key>`; a tenant may have several.",
     )
+    metrics_key: str = Field(
+        default="",
+        description="SHA-256 hex of the bearer key GET /metrics requires; empty: /metrics is "
+        "open to anyone who can reach the bind address.",
+    )
     ttl_seconds: int = Field(default=86_400, ge=1, description="Sliding lifetime of a ref.")
     max_body_bytes: int = Field(default=32 * 2**20, ge=1024, description="Request body limit.")
     max_decompressed_bytes: int = Field(
@@ -78,6 +83,67 @@ class Settings(BaseSettings):
         ge=0,
         description="Bodies at least this large are worked on in the worker threads; smaller "
         "ones inline (a thread hop costs more than it saves).",
+    )
+    # The HTTP layer (toolref_server.connection): what one connection may hold, and how long.
+    header_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a request's line and headers may take to arrive, from the "
+        "connection's start or the request's first byte; then 408 (closed without an answer "
+        "if nothing came).",
+    )
+    body_timeout: float = Field(
+        default=10.0,
+        gt=0,
+        description="Seconds a request body may take to arrive before the minimum rate "
+        "applies; then 408.",
+    )
+    body_min_rate: int = Field(
+        default=16_384,
+        ge=1,
+        description="Bytes per second a request body must keep up past its first "
+        "body-timeout seconds: each byte received extends its deadline by 1/rate s.",
+    )
+    send_timeout: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds a client may leave its answer unread (the server's send buffer "
+        "full) before the connection is dropped.",
+    )
+    keep_alive_timeout: int = Field(
+        default=5, ge=1, description="Seconds an idle connection is kept open between requests."
+    )
+    max_connections: int = Field(
+        default=1000,
+        ge=1,
+        description="Open connections per worker process; past it, the oldest idle one is "
+        "closed to make room, and when none is idle new requests get 503 (bounded by the "
+        "open-files limit).",
+    )
+    max_requests_in_flight: int = Field(
+        default=128,
+        ge=1,
+        description="Requests in flight per worker; past it, 503 `overloaded` with "
+        "Retry-After before the body is read (`/healthz` always answered).",
+    )
+    # Per-tenant quotas (toolref_server.quotas).
+    tenant_requests_per_second: float = Field(
+        default=200.0,
+        ge=0,
+        description="Requests per second per keyed tenant, in each worker process (bursts of "
+        "one second's worth); past it, 429 `quota-exceeded`. 0: no limit.",
+    )
+    tenant_max_bytes: int = Field(
+        default=0,
+        ge=0,
+        description="Bytes a keyed tenant may keep in the store (records and histories as "
+        "stored); a write past it is 429 `quota-exceeded`. 0: no limit.",
+    )
+    shutdown_timeout: int = Field(
+        default=20,
+        ge=1,
+        description="Seconds a stop (SIGTERM, Ctrl-C) waits for requests in flight before "
+        "cancelling them.",
     )
     compress_threshold: int = Field(
         default=512, ge=0, description="Records at least this large are stored zstd-compressed."
@@ -182,6 +248,17 @@ class Settings(BaseSettings):
         parse_api_keys(value)
         return value
 
+    @field_validator("metrics_key")
+    @classmethod
+    def _check_metrics_key(cls, value: str) -> str:
+        digest = value.strip().lower()
+        if digest and not _HASH_RE.fullmatch(digest):
+            raise ValueError(
+                "not the 64 hex digits of a SHA-256: set it to the hash of the key scrapers "
+                "will send (`toolref-server hash-key` prints it), or leave it empty"
+            )
+        return digest
+
     @field_validator("log_level")
     @classmethod
     def _check_log_level(cls, value: str) -> str:
@@ -239,6 +316,27 @@ class Settings(BaseSettings):
                 "could read every payload. Set TOOLREF_API_KEYS to `tenant=<sha256 hex>` "
                 "(`toolref-server keygen TENANT` makes one), or bind 127.0.0.1."
             )
+
+    @property
+    def tenant_rate(self) -> float:
+        """The request-rate quota in force: none for the single local tenant of a service
+        without keys (quotas share a service among tenants; that one has it to itself)."""
+        return self.tenant_requests_per_second if self.key_hashes else 0.0
+
+    @property
+    def tenant_bytes(self) -> int:
+        """The stored-bytes quota in force (none for the local tenant, as above)."""
+        return self.tenant_max_bytes if self.key_hashes else 0
+
+    def warn_open_metrics(self) -> str | None:
+        """What to warn about when /metrics is open beyond loopback, else None."""
+        if self.metrics_key or self.is_loopback:
+            return None
+        return (
+            f"GET /metrics needs no key and the service binds {self.host!r}: anyone who can "
+            "reach it reads the request counts; set TOOLREF_METRICS_KEY to the SHA-256 of a "
+            "scraper key (`toolref-server hash-key`), or keep /metrics off public ingress"
+        )
 
     def check_summarizer(self) -> None:
         if self.summarizer == "openai-compatible" and not self.llm_base_url:

@@ -34,6 +34,7 @@ from toolref.canonical import Ref
 from toolref.errors import StoreUnavailableError
 from toolref_server import record
 from toolref_server.metrics import Metrics
+from toolref_server.quotas import StoredBytes
 from toolref_server.record import Record
 from toolref_server.workers import Workers
 
@@ -47,6 +48,29 @@ for i, key in ipairs(KEYS) do
   local value = redis.call('GET', key)
   if value then redis.call('EXPIRE', key, ARGV[1]) end
   values[i] = value
+end
+return values
+"""
+
+# The same, counting for the stored-bytes quota (toolref_server.quotas): the last key is the
+# tenant's counter; a value is counted when its remaining lifetime (ms) is below ARGV[2].
+_READ_TOUCH_AND_COUNT = """
+local last = #KEYS - 1
+local values = {}
+local cost = 0
+for i = 1, last do
+  local key = KEYS[i]
+  local left = redis.call('PTTL', key)
+  local value = redis.call('GET', key)
+  if value then
+    if left < tonumber(ARGV[2]) then cost = cost + #value end
+    redis.call('EXPIRE', key, ARGV[1])
+  end
+  values[i] = value
+end
+if cost > 0 then
+  redis.call('INCRBY', KEYS[last + 1], cost)
+  redis.call('EXPIRE', KEYS[last + 1], ARGV[3])
 end
 return values
 """
@@ -77,12 +101,18 @@ class Store:
         slots: int = 64,
         slot_wait: float = 2.0,
         workers: Workers | None = None,
+        quota: StoredBytes | None = None,
     ) -> None:
         self.redis = redis
         self.cluster = isinstance(redis, RedisCluster)
         # One node: GET and EXPIRE of a whole batch as one script call (one reply to parse
         # instead of one per key). A cluster keeps MGET per slot plus EXPIREs.
         self._read = None if self.cluster else redis.register_script(_READ_AND_TOUCH)
+        # The stored-bytes quota, when there is one: every write and read counts.
+        self.quota = quota if quota is not None and quota.enabled else None
+        self._read_counted = None
+        if self.quota is not None and not self.cluster:
+            self._read_counted = redis.register_script(_READ_TOUCH_AND_COUNT)
         self.ttl = ttl_seconds
         self.retry_after = retry_after
         self.breaker = CircuitBreaker(failure_threshold, reset_timeout=retry_after)
@@ -155,6 +185,9 @@ class Store:
         """
         outcomes: list[Registered | None] = [None] * len(records)
         pending = list(range(len(records)))
+        cost = await self.cost_of_writing(
+            tenant, [self.key(tenant, r.ref) for r in records], [len(r.data) for r in records]
+        )
         # A key that expires between SET NX and GETRANGE reads back empty: write it again.
         for _ in range(2):
             if not pending:
@@ -166,6 +199,8 @@ class Store:
                     pipe.set(key, records[i].data, nx=True, ex=self.ttl)
                     pipe.expire(key, self.ttl)
                     pipe.getrange(key, record.DIGEST_START, record.DIGEST_END - 1)
+                self.charge(pipe, tenant, cost)  # after the replies read below
+                cost = 0
                 replies: list[Any] = await pipe.execute()
             retry = []
             for n, i in enumerate(pending):
@@ -185,11 +220,19 @@ class Store:
         """Extend the lifetime of each ref; True where it is present."""
         if not refs:
             return []
+        counted = self.quota is not None
         async with self.guard("findMissing"):
             pipe = self.redis.pipeline(transaction=False)
             for ref in refs:
-                pipe.expire(self.key(tenant, ref), self.ttl)
+                key = self.key(tenant, ref)
+                if counted:
+                    pipe.pttl(key)
+                    pipe.strlen(key)
+                pipe.expire(key, self.ttl)
             replies: list[Any] = await pipe.execute()
+        if counted:
+            lifetimes, sizes, replies = replies[0::3], replies[1::3], replies[2::3]
+            await self._count(tenant, sizes, lifetimes)
         present = [bool(reply) for reply in replies]
         self.metrics.refs(present)
         return present
@@ -203,28 +246,84 @@ class Store:
             values: list[Any] | None = None
             async with self.guard("resolve"):
                 try:
-                    values = await self._read(keys=keys, args=[self.ttl])
+                    if self._read_counted is not None and self.quota is not None:
+                        now = self.quota.clock()
+                        counter, _ = self.quota.counters(tenant, now)
+                        args = [self.ttl, self.quota.threshold(now), self.quota.counter_lifetime]
+                        values = await self._read_counted(keys=[*keys, counter], args=args)
+                    else:
+                        values = await self._read(keys=keys, args=[self.ttl])
                 except ResponseError as exc:
                     if "unknown command" not in str(exc).lower():
                         raise
-                    self._read = None  # an engine without scripting: MGET and EXPIREs then
+                    # An engine without scripting: MGET and EXPIREs then.
+                    self._read = self._read_counted = None
             if values is None:
-                values = await self.read_and_touch(keys, "resolve")
+                values = await self.read_and_touch(tenant, keys, "resolve")
         else:
-            values = await self.read_and_touch(keys, "resolve")
+            values = await self.read_and_touch(tenant, keys, "resolve")
         return await self._verified(tenant, refs, values)
 
-    async def read_and_touch(self, keys: Sequence[str], action: str) -> list[Any]:
+    async def read_and_touch(self, tenant: str, keys: Sequence[str], action: str) -> list[Any]:
         """The values under `keys` (None where absent), each lifetime extended: one round
-        trip, one MGET per hash slot on a cluster."""
+        trip, one MGET per hash slot on a cluster (and one more to count them for the
+        stored-bytes quota, the first time they are read in its window)."""
         groups = slot_groups(keys, self.cluster)
+        counted = self.quota is not None
         async with self.guard(action):
             pipe = self.redis.pipeline(transaction=False)
             queue_mgets(pipe, keys, groups)
+            if counted:
+                for key in keys:
+                    pipe.pttl(key)
             for key in keys:
                 pipe.expire(key, self.ttl)
             replies: list[Any] = await pipe.execute()
-        return ungroup(groups, replies, len(keys))
+        values = ungroup(groups, replies, len(keys))
+        if counted:
+            lifetimes = replies[len(groups) : len(groups) + len(keys)]
+            await self._count(tenant, [len(v) if v else 0 for v in values], lifetimes)
+        return values
+
+    # --- the stored-bytes quota (toolref_server.quotas) ----------------------------------
+
+    async def cost_of_writing(self, tenant: str, keys: Sequence[str], sizes: Sequence[int]) -> int:
+        """The bytes writing `sizes` under `keys` adds to `tenant`'s count (0 with no
+        quota); `QuotaExceededError` when they do not fit. One round trip."""
+        if self.quota is None or not keys:
+            return 0
+        now = self.quota.clock()
+        current, previous = self.quota.counters(tenant, now)
+        async with self.guard("quota"):
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.get(current)
+            pipe.get(previous)
+            for key in keys:
+                pipe.pttl(key)
+            replies: list[Any] = await pipe.execute()
+        used = int(replies[0] or 0) + int(replies[1] or 0)
+        cost = self.quota.cost(sizes, replies[2:], now)
+        self.quota.check(tenant, used, cost, now)
+        return cost
+
+    def charge(self, pipe: Any, tenant: str, cost: int) -> None:
+        """Queue on `pipe` the counting of `cost` bytes for `tenant`."""
+        if self.quota is None or cost <= 0:
+            return
+        current, _ = self.quota.counters(tenant, self.quota.clock())
+        pipe.incrby(current, cost)
+        pipe.expire(current, self.quota.counter_lifetime)
+
+    async def _count(self, tenant: str, sizes: Sequence[int], lifetimes: Sequence[Any]) -> None:
+        """Count keys just read (their lifetimes read before they were extended)."""
+        if self.quota is None:
+            return
+        cost = self.quota.cost(sizes, lifetimes, self.quota.clock())
+        if cost:
+            async with self.guard("quota"):
+                pipe = self.redis.pipeline(transaction=False)
+                self.charge(pipe, tenant, cost)
+                await pipe.execute()
 
     async def _verified(
         self, tenant: str, refs: Sequence[Ref], values: Sequence[Any]

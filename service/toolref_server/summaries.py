@@ -40,7 +40,7 @@ from toolref.breaker import BreakerState
 from toolref.canonical import Ref, digest_key
 from toolref.errors import StoreUnavailableError, ValidationError
 from toolref_server.metrics import Metrics
-from toolref_server.quotas import Quotas
+from toolref_server.model_quotas import Quotas
 from toolref_server.store import StoreClient, queue_mgets, slot_groups, ungroup
 from toolref_server.summarizers import OpenAICompatibleSummarizer, Summarizer, SummarizerError
 

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from toolref import extractive
 from toolref.canonical import digest_of
 from toolref.kinds import KindTable
-from toolref_server.quotas import Quotas
+from toolref_server.model_quotas import Quotas
 from toolref_server.summaries import SummaryCache
 from toolref_server.summarizers import ExtractiveSummarizer
 

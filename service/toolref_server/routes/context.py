@@ -35,7 +35,12 @@ def protocol(request: Request) -> int:
 
 
 def tenant(request: Request) -> str:
-    return services(request).auth.tenant_for(request)
+    """The request's tenant, whose request-rate quota it takes a token of (401 without a
+    known key, 429 past the quota; both before the body is read)."""
+    found = services(request)
+    name = found.auth.tenant_for(request)
+    found.rate.admit(name)
+    return name
 
 
 def require_refs_protocol(request: Request) -> None:

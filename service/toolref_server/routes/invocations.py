@@ -17,6 +17,7 @@ from toolref.models import (
     RegisterRequest,
     RegisterResponse,
 )
+from toolref.numbers import describe, whole_number
 from toolref_server import codec, record
 from toolref_server.record import Record
 from toolref_server.routes import context
@@ -159,12 +160,13 @@ async def get_summary(request: Request) -> Response:
 def _max_chars(text: str | None, default: int) -> int:
     if text is None:
         return default
-    if not (text.isascii() and text.isdigit()) or not 40 <= int(text) <= 20_000:
+    budget = whole_number(text, 9)
+    if budget is None or not 40 <= budget <= 20_000:
         raise ValidationError(
-            f"maxChars={text[:20]!r} is not a whole number from 40 to 20000; the summary "
-            "budget in characters",
+            f"maxChars={describe(text)} is not a whole number from 40 to 20000; send the "
+            "summary budget in characters",
         )
-    return int(text)
+    return budget
 
 
 def _etag_matches(etag: str, header: str | None) -> bool:

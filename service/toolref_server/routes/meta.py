@@ -41,6 +41,9 @@ def capabilities_of(settings: Settings) -> Capabilities:
             summary_wait_seconds=settings.summary_wait_seconds,
             summarizer_calls_per_request=settings.llm_calls_per_request,
             summarizer_calls_per_minute=settings.llm_calls_per_tenant_minute,
+            requests_per_second=settings.tenant_rate or None,
+            stored_bytes=settings.tenant_bytes or None,
+            keep_alive_seconds=settings.keep_alive_timeout,
         ),
         ttl_seconds=settings.ttl_seconds,
         formats=list(formats.NAMES),
@@ -70,6 +73,7 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
+    context.services(request).auth.check_metrics(request)
     exported = context.services(request).metrics.render()
     return Response(exported, media_type=METRICS_TYPE)
 
@@ -80,6 +84,7 @@ async def openapi_document(request: Request) -> Response:
         openapi.document(
             secured=not services.auth.open,
             summarizers=tuple(services.settings.summarizer_names),
+            metrics_secured=services.auth.metrics_secured,
         )
     )
 

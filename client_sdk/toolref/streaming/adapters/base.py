@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from toolref.errors import ChunkSequenceError
+from toolref.numbers import whole_number
 from toolref.streaming.chunk import ABORTED, TRUNCATED, ToolChunk
 
 DONE_SENTINEL = "[DONE]"
@@ -83,8 +84,10 @@ def as_int(value: Any, what: str) -> int:
         raise ChunkSequenceError(f"{what} is a boolean ({value!r}); it must be an integer")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)  # some servers send "0"
+    if isinstance(value, str):
+        number = whole_number(value.strip())  # some servers send "0"
+        if number is not None:
+            return number
     raise ChunkSequenceError(f"{what} {value!r} is not an integer")
 
 
@@ -169,9 +172,8 @@ class BlockAdapter(StreamAdapter):
         """Argument text for a tool block; deltas of other blocks (text) give nothing."""
         index = self._blocks.get(block)
         if index is None:
-            if isinstance(block, str) and block.strip().isdigit():
-                return self._delta(int(block), text)
-            return []
+            number = whole_number(block.strip()) if isinstance(block, str) else None
+            return [] if number is None else self._delta(number, text)
         if not text:
             return []
         out = self._release() if self._held is not None else []

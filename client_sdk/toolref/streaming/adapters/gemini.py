@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolref.errors import ChunkSequenceError
+from toolref.numbers import describe, whole_number
 from toolref.streaming.adapters.base import StreamAdapter, as_int, pick
 from toolref.streaming.chunk import FILTERED, MALFORMED, TRUNCATED, ArgPatch, PathPart, ToolChunk
 
@@ -25,7 +26,7 @@ _MALFORMED = {
 }
 _FILTERED = {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII", "IMAGE_SAFETY"}
 _STEP = re.compile(
-    r"\.([A-Za-z_$][\w$-]*)|\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\"((?:[^\"\\]|\\.)*)\"\]"
+    r"\.([A-Za-z_$][\w$-]*)|\[([0-9]+)\]|\['((?:[^'\\]|\\.)*)'\]|\[\"((?:[^\"\\]|\\.)*)\"\]"
 )
 
 
@@ -54,7 +55,13 @@ def json_path(text: str) -> tuple[PathPart, ...]:
             )
         name, number, single, double = match.groups()
         if number is not None:
-            steps.append(int(number))
+            position = whole_number(number)
+            if position is None:
+                raise ChunkSequenceError(
+                    f"jsonPath {describe(text)} has an index of {len(number)} digits at "
+                    f"character {at}; an array index has at most 18"
+                )
+            steps.append(position)
         else:
             quoted = single if single is not None else double
             steps.append(name if quoted is None else _ESCAPE.sub(_unescape, quoted))

@@ -1,0 +1,339 @@
+"""Per-tenant quotas: requests per second and stored bytes, both 429 `quota-exceeded`.
+
+The stored-bytes counting runs on the real engine (and, in the cluster pass, on a cluster,
+where reads are MGETs and counting takes its own round trip). Its windows are driven by a
+clock offset from real time, so a key's remaining lifetime in the engine and the quota's
+idea of "now" stay consistent. The request-rate flood runs against a real process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import random
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from toolref import formats
+from toolref.canonical import Digest, canonical_json
+from toolref.errors import QuotaExceededError, ServiceUnavailableError, error_from_problem
+from toolref.history import chain_form
+from toolref.models import Invocation
+from toolref_server import record
+from toolref_server.app import create_app
+from toolref_server.histories import Histories
+from toolref_server.quotas import StoredBytes
+from toolref_server.settings import Settings
+from toolref_server.store import NewRecord, Store
+
+from ..conftest import all_keys, snapshot
+from ..integration.processes import Service
+from ..service.test_histories import save
+from ..unit.test_history import conversation
+from .wire import Attack, connect, cost, post, read_reply, start_service
+
+pytestmark = pytest.mark.engine
+
+KEYS = {"acme": "trk_acme_key", "globex": "trk_globex_key"}
+API_KEYS = ",".join(f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in KEYS.items())
+
+
+def bearer(tenant: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[tenant]}", "Toolref-Protocol": "2"}
+
+
+@asynccontextmanager
+async def clients_for(redis: Redis, **settings: Any) -> AsyncIterator[dict[str, httpx.AsyncClient]]:
+    """One app (one set of buckets), a client per tenant, and one without a key."""
+    app = create_app(Settings(redis_url="unused", api_keys=API_KEYS, **settings), redis=redis)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        made = {
+            name: httpx.AsyncClient(transport=transport, base_url="http://t", headers=headers)
+            for name, headers in {
+                "acme": bearer("acme"),
+                "globex": bearer("globex"),
+                "anonymous": {"Toolref-Protocol": "2"},
+            }.items()
+        }
+        try:
+            yield made
+        finally:
+            for client in made.values():
+                await client.aclose()
+
+
+def assert_quota(response: httpx.Response, quota: str, limit: float) -> QuotaExceededError:
+    assert response.status_code == 429, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["type"] == "urn:toolref:problem:quota-exceeded"
+    assert problem["quota"] == quota
+    assert problem["limit"] == limit
+    assert response.headers["retry-after"].isdigit()
+    assert int(response.headers["retry-after"]) >= 1
+    error = error_from_problem(problem, 429, response.headers)
+    # The SDK reads it back as its own error, one it treats like a 503: full payloads.
+    assert isinstance(error, QuotaExceededError)
+    assert isinstance(error, ServiceUnavailableError)
+    return error
+
+
+def incompressible(seed: int, size: int) -> str:
+    """`size` characters zstd cannot shrink much (records are stored compressed)."""
+    return base64.b64encode(random.Random(seed).randbytes(size))[:size].decode()
+
+
+def invocation(seed: int, size: int = 8_000) -> dict[str, Any]:
+    return {"name": "read_file", "args": {"n": seed}, "result": incompressible(seed, size)}
+
+
+# --- requests per second -------------------------------------------------------------------
+
+
+async def test_a_tenant_past_its_rate_gets_429_and_others_do_not(redis: Redis) -> None:
+    async with clients_for(redis, tenant_requests_per_second=5) as clients:
+        acme, globex = clients["acme"], clients["globex"]
+        refs = {"refs": ["tr_aaaaaaaaaaaaaaaaaaaaaaaaaa"]}
+        answers = [await acme.post("/v1/invocations:findMissing", json=refs) for _ in range(6)]
+        assert [a.status_code for a in answers[:5]] == [200] * 5  # a second's worth
+        error = assert_quota(answers[5], "requestsPerSecond", 5)
+        assert "TOOLREF_TENANT_REQUESTS_PER_SECOND" in error.detail
+        # Another tenant has its own bucket; a request without a key is 401, not 429; the
+        # endpoints without a tenant are not counted.
+        assert (await globex.post("/v1/invocations:findMissing", json=refs)).status_code == 200
+        assert (await clients["anonymous"].get("/v1/invocations/x")).status_code == 401
+        for _ in range(10):
+            assert (await acme.get("/v1/capabilities")).status_code == 200
+        limits = (await acme.get("/v1/capabilities")).json()["limits"]
+        assert limits["requestsPerSecond"] == 5  # what a client needs to pace itself
+        assert limits["storedBytes"] is None  # no quota
+        assert limits["keepAliveSeconds"] == 5
+        await asyncio.sleep(error.retry_after)  # Retry-After says when a token is back
+        assert (await acme.post("/v1/invocations:findMissing", json=refs)).status_code == 200
+
+
+@pytest.fixture(scope="module")
+def service(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Service]:
+    running = start_service(
+        request,
+        tmp_path_factory.mktemp("quotas") / "data",
+        TOOLREF_API_KEYS=API_KEYS,
+        TOOLREF_TENANT_REQUESTS_PER_SECOND="20",
+    )
+    yield running
+    running.stop()
+
+
+def findmissing(tenant: str) -> bytes:
+    return post(
+        "/v1/invocations:findMissing",
+        b'{"refs": []}',
+        {"Authorization": f"Bearer {KEYS[tenant]}"},
+    )
+
+
+@pytest.mark.slow
+def test_a_tenants_flood_costs_another_tenant_little(service: Service) -> None:
+    """acme sends requests back to back from 4 threads, far past its 20 per second; they
+    are refused at once, and globex's small requests (measured as in every attack test;
+    its own rate is not reached) stay prompt."""
+
+    def flood(attack: Attack) -> None:
+        with connect(service) as sock:
+            attack.count()
+            for _ in range(50):
+                sock.sendall(findmissing("acme").replace(b"Connection: close\r\n", b""))
+                reply = read_reply(sock)
+                assert reply is not None
+                attack.answer(reply.status)
+
+    globex = {"Authorization": f"Bearer {KEYS['globex']}"}
+    attack = Attack(flood)
+    ratio = cost(service, attack, "acme's request flood", 25, globex)
+    assert attack.refused > 0.8 * attack.answered, (attack.refused, attack.answered)
+    print(f"acme: {attack.refused} of {attack.answered} refused; globex {ratio:.1f}x")
+
+
+# --- stored bytes ----------------------------------------------------------------------------
+
+LIMIT = 50_000
+
+
+async def test_writes_past_the_stored_bytes_quota_are_refused(redis: Redis) -> None:
+    async with clients_for(redis, tenant_max_bytes=LIMIT) as clients:
+        acme, globex = clients["acme"], clients["globex"]
+        limits = (await acme.get("/v1/capabilities")).json()["limits"]
+        assert limits["storedBytes"] == LIMIT
+        registered: list[str] = []
+        refusal = None
+        for seed in range(20):
+            answer = await acme.post("/v1/invocations", json={"invocations": [invocation(seed)]})
+            if answer.status_code != 200:
+                refusal = answer
+                break
+            registered.append(answer.json()["refs"][0]["ref"])
+        assert refusal is not None, "never refused"
+        error = assert_quota(refusal, "storedBytes", LIMIT)
+        assert "TOOLREF_TENANT_MAX_BYTES" in error.detail
+        stored = await stored_bytes(redis, "acme")
+        counted = await counted_bytes(redis, "acme")
+        # Never past the quota; refused only when the next record would not fit; the
+        # count is never below what is stored.
+        assert stored <= LIMIT
+        assert stored + 8_000 > LIMIT - 8_000
+        assert stored <= counted <= 2 * stored
+        # A refused write writes nothing; reads go on; other tenants are not affected.
+        before = await snapshot(redis)
+        again = await acme.post("/v1/invocations", json={"invocations": [invocation(99)]})
+        assert again.status_code == 429
+        assert await snapshot(redis) == before
+        resolved = await acme.post("/v1/invocations:resolve", json={"refs": registered})
+        assert resolved.status_code == 200
+        assert resolved.json()["missing"] == []
+        other = await globex.post("/v1/invocations", json={"invocations": [invocation(99)]})
+        assert other.status_code == 200
+        # Registering what is held already adds nothing in the same window.
+        held = await acme.post("/v1/invocations", json={"invocations": [invocation(0)]})
+        assert held.status_code == 200
+        assert held.json()["refs"][0]["new"] is False
+
+
+async def stored_bytes(redis: Redis, tenant: str) -> int:
+    """What the tenant's records and histories take in the engine, as stored."""
+    keys = [k for k in await all_keys(redis) if k.startswith(f"tr:{tenant}:".encode())]
+    return sum([await redis.strlen(k) for k in keys if b":q:" not in k])
+
+
+async def counted_bytes(redis: Redis, tenant: str) -> int:
+    keys = [k for k in await all_keys(redis) if k.startswith(f"tr:{tenant}:q:".encode())]
+    return sum([int(await redis.get(k) or 0) for k in keys])
+
+
+class Clock:
+    """Real time plus an offset the test moves: windows change when the test says."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def to_next_window(self, ttl: int) -> None:
+        now = self()
+        self.offset += ttl - now % ttl  # exactly at the next window's start
+
+
+TTL = 600
+
+
+def new_record(seed: int, size: int = 4_000) -> NewRecord:
+    model = Invocation.model_validate(invocation(seed, size))
+    digest = Digest.of(canonical_json(model.canonical_object()))
+    data = record.encode(
+        model.name,
+        is_error=False,
+        payload=record.payload_of(model.to_wire()),
+        digest=digest.sha256,
+        size=digest.size,
+        compress_threshold=512,
+    )
+    return NewRecord(digest.ref, digest.sha256, data)
+
+
+async def test_each_key_counts_once_per_window_and_old_windows_free_room(redis: Redis) -> None:
+    clock = Clock()
+    quota = StoredBytes(1_000_000, TTL, clock=clock)
+    store = Store(redis, TTL, quota=quota)
+    window = quota.counters("t", clock())[0]
+    records = [new_record(seed) for seed in range(3)]
+    size = sum(len(r.data) for r in records)
+    refs = [r.ref for r in records]
+
+    await store.register("t", records)
+    assert await counted_bytes(redis, "t") == size
+    # Used again in the same window (register, resolve, findMissing): not counted again.
+    await store.register("t", records)
+    await store.fetch("t", refs)
+    await store.touch("t", refs)
+    assert await counted_bytes(redis, "t") == size
+
+    await asyncio.sleep(0.05)
+    clock.to_next_window(TTL)
+    assert quota.counters("t", clock())[0] != window
+    await store.fetch("t", refs)  # kept alive into the new window: counted there
+    await store.fetch("t", refs)
+    assert int(await redis.get(quota.counters("t", clock())[0]) or 0) == size
+    assert await counted_bytes(redis, "t") == 2 * size  # both windows: at most twice
+
+    await asyncio.sleep(0.05)
+    clock.to_next_window(TTL)
+    await store.touch("t", refs[:1])  # findMissing counts too
+    assert int(await redis.get(quota.counters("t", clock())[0]) or 0) == len(records[0].data)
+
+    # Two windows without a use: nothing counted any more, whatever was written before.
+    clock.to_next_window(TTL)
+    clock.to_next_window(TTL)
+    current, previous = quota.counters("t", clock())
+    assert not await redis.exists(current, previous)
+
+
+async def test_histories_count_and_are_refused_past_the_quota(redis: Redis) -> None:
+    clock = Clock()
+    store = Store(redis, TTL, quota=StoredBytes(6_000, TTL, clock=clock))
+    histories = Histories(store)
+    form = chain_form(conversation(3), formats.get("openai-chat"))
+    ref = await save(histories, form[:4])
+    counted = await counted_bytes(redis, "t")
+    assert counted == await stored_bytes(redis, "t") > 0
+    assert await histories.load("t", ref) is not None
+    assert await counted_bytes(redis, "t") == counted  # loaded in the same window
+    big = [{"role": "user", "content": incompressible(n, 4_000)} for n in range(3)]
+    before = await snapshot(redis)
+    with pytest.raises(QuotaExceededError) as refused:
+        await save(histories, [*form[:4], *big])
+    assert refused.value.extra["quota"] == "storedBytes"
+    assert await snapshot(redis) == before
+
+
+def test_stored_bytes_arithmetic() -> None:
+    quota = StoredBytes(100, 10, clock=lambda: 1_005.0)
+    assert quota.counters("t", 1_005.0) == ("tr:t:q:100", "tr:t:q:99")
+    assert quota.threshold(1_005.0) == 5_000  # used more than 5 s ago: before this window
+    # -2 absent, -1 without a lifetime, 4.9 s left (used 5.1 s ago), 5.1 s left.
+    assert quota.cost([1, 2, 4, 8], [-2, -1, 4_900, 5_100], 1_005.0) == 7
+    quota.check("t", used=60, adding=40, now=1_005.0)  # exactly full is allowed
+    with pytest.raises(QuotaExceededError) as refused:
+        quota.check("t", used=60, adding=41, now=1_005.0)
+    assert refused.value.retry_after == 5
+    assert not StoredBytes(0, 10).enabled
+
+
+async def test_the_local_tenant_of_a_service_without_keys_has_no_quota(redis: Redis) -> None:
+    app = create_app(
+        Settings(redis_url="unused", tenant_requests_per_second=1, tenant_max_bytes=1),
+        redis=redis,
+    )
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://t",
+            headers={"Toolref-Protocol": "2"},
+        ) as api,
+    ):
+        for seed in range(5):
+            answer = await api.post("/v1/invocations", json={"invocations": [invocation(seed)]})
+            assert answer.status_code == 200, answer.text
+        limits = (await api.get("/v1/capabilities")).json()["limits"]
+        assert limits["requestsPerSecond"] is None
+        assert limits["storedBytes"] is None
