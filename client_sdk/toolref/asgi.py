@@ -71,8 +71,10 @@ class ToolRefMiddleware:
     paths: only requests to these paths are handled (all POST/PUT/PATCH when None).
     max_body_bytes: larger protocol-2 bodies, as sent, are refused with 413.
     max_inflated_bytes: the same for a gzip or zstd body once inflated.
-    recent_histories: how many confirmed histories to keep in memory, to rebuild their
-        dictionaries without a registry call.
+    recent_histories: how many confirmed histories to keep in memory, in full: the next
+        turn of one is answered by asking the registry only for the new messages, and its
+        dictionary rebuilt without a registry call.
+    recent_history_chars: at most this many characters of them in all (LRU).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class ToolRefMiddleware:
         max_body_bytes: int = 32 * 2**20,
         max_inflated_bytes: int = 64 * 2**20,
         recent_histories: int = 32,
+        recent_history_chars: int = 64 * 2**20,
     ) -> None:
         check_middleware_options(
             registry=registry,
@@ -94,6 +97,7 @@ class ToolRefMiddleware:
             paths=paths,
             max_body_bytes=max_body_bytes,
             recent_histories=recent_histories,
+            recent_history_chars=recent_history_chars,
         )
         self.app = app
         self.registry = registry
@@ -105,6 +109,7 @@ class ToolRefMiddleware:
             format=format,
             max_inflated_bytes=max_inflated_bytes,
             recent_histories=recent_histories,
+            recent_history_chars=recent_history_chars,
         )
         self.registry_problem: str | None = None  # what the start-up check found wrong
         self._verified: asyncio.Task[None] | None = None

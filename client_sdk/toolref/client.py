@@ -39,7 +39,14 @@ from toolref.errors import (
 )
 from toolref.exchange import Exchange, Sleep, T, run_async, run_sync
 from toolref.history import HISTORY_HEADER, KEEP_HISTORY, check_history_ref, is_history_ref
-from toolref.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
+from toolref.models import (
+    Capabilities,
+    FormatName,
+    HydrateMode,
+    Invocation,
+    RegisteredRef,
+    ReturnMessages,
+)
 from toolref.numbers import whole_number
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_REFS
 
@@ -85,13 +92,14 @@ class HydratedText:
     format: str
     tool_references: dict[str, str]
     history_ref: str | None
+    returned: ReturnMessages = "all"  # "new": only the messages asked about, hydrated
 
     @property
     def messages_text(self) -> str:
         return self.text[self.messages[0] : self.messages[1]]
 
     @classmethod
-    def of(cls, text: str) -> HydratedText:
+    def of(cls, text: str, returned: ReturnMessages = "all") -> HydratedText:
         document = spans.document(text)
         found = document.members
         if not isinstance(document.value, dict) or "messages" not in found:
@@ -106,6 +114,7 @@ class HydratedText:
             str(body.get("format")),
             dict(references) if isinstance(references, dict) else {},
             ref if is_history_ref(ref) else None,
+            returned,
         )
 
 
@@ -546,9 +555,11 @@ class BaseRegistryClient(Generic[TransportT_co]):
         format: FormatName | None,
         history_ref: str | None,
         keep_history: bool,
+        return_messages: ReturnMessages = "all",
     ) -> Exchange[HydratedText]:
         """`_hydrate` for messages given as JSON text (an array), answered as text: nothing
-        in them is parsed and written again on the way (see `HydratedText`)."""
+        in them is parsed and written again on the way (see `HydratedText`). `"new"` is
+        asked only of a registry that lists it (`HydratedText.returned` says what came)."""
         if format is not None:
             formats.check_format(format)
         caps = yield from self._capabilities_exchange()
@@ -569,6 +580,10 @@ class BaseRegistryClient(Generic[TransportT_co]):
                     history_ref,
                 )
             options += ',"historyRef":' + json.dumps(history_ref)
+        returned: ReturnMessages = "all"
+        if return_messages == "new" and history_ref is not None and "new" in caps.return_messages:
+            options += ',"returnMessages":"new"'
+            returned = "new"
         content = ('{"messages":' + messages + options + "}").encode()
         headers = {
             **self._headers,
@@ -589,7 +604,7 @@ class BaseRegistryClient(Generic[TransportT_co]):
         if response.status_code >= 400 or media != encoding.JSON_TYPE:
             self._decode(response)  # raises the problem (or says what came instead)
         try:
-            return HydratedText.of(response.content.decode())
+            return HydratedText.of(response.content.decode(), returned)
         except ValueError:
             raise UnexpectedResponseError(
                 f"the registry at {self.base_url} answered hydrate with "
@@ -695,9 +710,12 @@ class RegistryClient(BaseRegistryClient[httpx.BaseTransport]):
         *,
         history_ref: str | None = None,
         keep_history: bool = False,
+        return_messages: ReturnMessages = "all",
     ) -> HydratedText:
-        """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`)."""
-        return self._run(self._hydrate_text(messages, format, history_ref, keep_history))
+        """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`).
+        `return_messages="new"`: only `messages` come back (the caller holds the history)."""
+        exchange = self._hydrate_text(messages, format, history_ref, keep_history, return_messages)
+        return self._run(exchange)
 
     def verify(self) -> str | None:
         """None when the registry answers and accepts this client's key; else what is wrong."""
@@ -781,10 +799,12 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
         *,
         history_ref: str | None = None,
         keep_history: bool = False,
+        return_messages: ReturnMessages = "all",
     ) -> HydratedText:
         """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`):
-        what a backend uses to hand its app exactly what the client sent."""
-        exchange = self._hydrate_text(messages, format, history_ref, keep_history)
+        what a backend uses to hand its app exactly what the client sent.
+        `return_messages="new"`: only `messages` come back (the caller holds the history)."""
+        exchange = self._hydrate_text(messages, format, history_ref, keep_history, return_messages)
         return await self._run(exchange)
 
     async def verify(self) -> str | None:

@@ -11,6 +11,13 @@ The answer then tells the client only what it lacks: with a confirmed history, n
 the history's ref (every invocation in it is held, and the client computes their refs
 itself); otherwise the refs of the invocations it sent in full.
 
+A backend keeps the histories it confirmed, in full (bounded: `recent_history_chars`, LRU).
+When the next turn continues one it holds, it asks the registry for the new messages only
+(`returnMessages: "new"`) and hands the app the history it holds joined with them: the
+registry never sends it the conversation again, and nothing in it is parsed again. A
+history it does not hold (another replica served the last turn) comes whole from the
+registry, once.
+
 Used by `ToolRefMiddleware` and by the gateway. Outcomes are frozen dataclasses; errors the
 client must see are `ToolrefError`s, raised.
 """
@@ -87,11 +94,22 @@ Outcome = Hydrated | PassThrough
 
 @dataclass(slots=True)
 class _Recent:
-    """A history this backend saw confirmed: its messages in full, as text, and the zstd
-    dictionary built from them once it is first needed."""
+    """A history this backend saw confirmed: each message in full, as the text its client
+    wrote, and the zstd dictionary built from them once it is first needed."""
 
-    messages: str
+    texts: tuple[str, ...]
+    size: int
     dictionary: bytes | None = None
+
+    @classmethod
+    def of(cls, texts: tuple[str, ...]) -> _Recent:
+        return cls(texts, sum(map(len, texts)))
+
+
+def _elements(messages: str) -> tuple[str, ...]:
+    """The text of each message of a JSON array given as text."""
+    items, _ = spans.elements(messages, 0)
+    return tuple(messages[start:end] for _, start, end in items)
 
 
 class Hydrator:
@@ -102,8 +120,9 @@ class Hydrator:
     messages_keys: where the messages may sit in a body (the first present as a list wins).
     format: the message format (detected per request when None).
     max_inflated_bytes: a compressed body may inflate to at most this many bytes.
-    recent_histories: how many confirmed histories to keep, to rebuild their dictionaries
-        without a registry call.
+    recent_histories: how many confirmed histories to keep in full, to continue them and
+        rebuild their dictionaries without the registry sending them again.
+    recent_history_chars: at most this many characters of them in all (LRU).
     """
 
     def __init__(
@@ -114,13 +133,16 @@ class Hydrator:
         format: FormatName | None = None,
         max_inflated_bytes: int = 64 * 2**20,
         recent_histories: int = 32,
+        recent_history_chars: int = 64 * 2**20,
     ) -> None:
         self.registry = registry
         self.messages_keys = tuple(messages_keys)
         self.format = format
         self.max_inflated_bytes = max_inflated_bytes
         self.recent_histories = recent_histories
+        self.recent_history_chars = recent_history_chars
         self._recent: OrderedDict[str, _Recent] = OrderedDict()
+        self._recent_size = 0
 
     # --- the body as sent -------------------------------------------------------------
 
@@ -155,23 +177,31 @@ class Hydrator:
                 )
             except REGISTRY_FAILURES as exc:
                 raise _unavailable(ref, exc) from None
-            found = self._remember(ref, answer.messages_text)
+            found = self._remember(ref, _Recent.of(_elements(answer.messages_text)))
         else:
             self._recent.move_to_end(ref)
         if found.dictionary is None:
-            items, _ = spans.elements(found.messages, 0)
-            text = found.messages
             found.dictionary = history.dictionary_of(
-                (text[start:end].encode() for _, start, end in reversed(items)), reverse=True
+                (text.encode() for text in reversed(found.texts)), reverse=True
             )
         return found.dictionary
 
-    def _remember(self, ref: str, messages: str) -> _Recent:
-        found = self._recent[ref] = _Recent(messages)
-        self._recent.move_to_end(ref)
-        while len(self._recent) > self.recent_histories:
-            self._recent.popitem(last=False)
-        return found
+    def _remember(self, ref: str, entry: _Recent, replaces: str | None = None) -> _Recent:
+        """Keep `entry` as history `ref`; `replaces`: the history it continued, dropped
+        (its conversation moved on)."""
+        for gone in (replaces, ref):
+            dropped = self._recent.pop(gone, None) if gone is not None else None
+            if dropped is not None:
+                self._recent_size -= dropped.size
+        self._recent[ref] = entry
+        self._recent_size += entry.size
+        while self._recent and (
+            len(self._recent) > self.recent_histories
+            or self._recent_size > self.recent_history_chars
+        ):
+            _, oldest = self._recent.popitem(last=False)
+            self._recent_size -= oldest.size
+        return entry
 
     # --- hydration --------------------------------------------------------------------
 
@@ -186,9 +216,14 @@ class Hydrator:
         ref = history.continued_ref(None if member is None else member.value, continues)
         listed = document.members[key]
         messages = document.text[listed.start : listed.end]
+        held = self._recent.get(ref) if ref is not None else None
         try:
             answer = await self.registry.hydrate_text(
-                messages, self.format, history_ref=ref, keep_history=keep
+                messages,
+                self.format,
+                history_ref=ref,
+                keep_history=keep,
+                return_messages="new" if held is not None else "all",
             )
         except (MissingRefsError, MissingHistoryError):
             raise
@@ -204,10 +239,13 @@ class Hydrator:
             # Something the app alone would have taken (the registry refused the body):
             # the app gets it as sent, and the client sends full payloads.
             return self._without_registry(body, document.value[key], "refused", exc)
+        texts = _elements(answer.messages_text)
+        if answer.returned == "new" and held is not None:
+            texts = (*held.texts, *texts)
         if answer.history_ref is not None:
-            self._remember(answer.history_ref, answer.messages_text)
+            self._remember(answer.history_ref, _Recent.of(texts), replaces=ref)
         return Hydrated(
-            _spliced(document, key, answer),
+            _spliced(document, key, texts),
             _lacking(answer, messages, keep),
             answer.history_ref,
         )
@@ -257,16 +295,18 @@ def _reason(exc: ToolrefError) -> str:
     return "not-a-registry"
 
 
-def _spliced(document: spans.Document, key: str, answer: HydratedText) -> bytes:
-    """The client's body with the registry's messages in place of its own and without
-    `historyRef` (the app never saw one): every other member as the client wrote it."""
+def _spliced(document: spans.Document, key: str, messages: Sequence[str]) -> bytes:
+    """The client's body with the whole conversation (each message's text) in place of its
+    own messages and without `historyRef` (the app never saw one): every other member as
+    the client wrote it. A join of texts held: linear, in C."""
     text = document.text
     parts = []
     for name, member in document.members.items():
         if name == "historyRef":
             continue
         if name == key:
-            parts.append(text[member.key_start : member.key_end] + ":" + answer.messages_text)
+            listed = "[" + ",".join(messages) + "]"
+            parts.append(text[member.key_start : member.key_end] + ":" + listed)
         else:
             parts.append(spans.member_text(text, member))
     return ("{" + ",".join(parts) + "}").encode()

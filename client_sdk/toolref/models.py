@@ -83,6 +83,7 @@ FormatName = Literal[
 """A message format's name (`toolref.formats.NAMES`, in the same order)."""
 
 HydrateMode = Literal["full", "summary"]
+ReturnMessages = Literal["all", "new"]
 """What hydrate does with results: `full` payloads, or older ones as a `summary`."""
 
 
@@ -125,6 +126,12 @@ class HydrateRequest(WireModel):
         pattern=r"^th_[a-z2-7]{25}[aeimquy4]$",
         description="A history the server confirmed (protocol 2): `messages` are only the "
         "messages after it. The answer holds the whole conversation and confirms its new head.",
+    )
+    return_messages: ReturnMessages = Field(
+        default="all",
+        description="`all`: the answer holds the whole conversation. `new`: only this "
+        "request's messages, hydrated (a backend that holds the history splices them itself; "
+        "needs `returnMessages` in the capabilities).",
     )
 
 
@@ -294,6 +301,11 @@ class Capabilities(AnswerModel):
         default=False,
         description="Hydrate keeps histories and accepts `historyRef` (a flag of protocol 2), "
         "and zstd bodies compressed with a history's dictionary.",
+    )
+    return_messages: list[str] = Field(
+        default_factory=lambda: ["all"],
+        description="What hydrate's `returnMessages` accepts: `new` answers only a request's "
+        "own messages.",
     )
 
 

@@ -26,12 +26,13 @@ from toolref_server.cluster import is_cluster_url, plain_url
 from toolref_server.codec import BodyLimits
 from toolref_server.connection import STATE_KEY, ConnectionLimits
 from toolref_server.histories import Histories
+from toolref_server.history_cache import HistoryCache
 from toolref_server.metrics import Metrics
 from toolref_server.model_quotas import Quotas
 from toolref_server.problem import problem_response
 from toolref_server.protocol import ProtocolMiddleware
 from toolref_server.quotas import RequestRate, StoredBytes
-from toolref_server.routes import handoff, invocations, messages, meta
+from toolref_server.routes import handoff, hydration, invocations, messages, meta
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.store import Store, StoreClient
@@ -200,12 +201,19 @@ def create_app(
                 histories=Histories(store, workers),
                 workers=workers,
                 rate=RequestRate(settings.tenant_rate),
+                history_cache=HistoryCache(settings.history_cache_bytes),
             )
             # The HTTP layer (toolref_server.connection) reads its limits from here.
             yield {STATE_KEY: ConnectionLimits.of(settings, metrics)}
 
     app = Starlette(
-        routes=[*meta.routes, *invocations.routes, *messages.routes, *handoff.routes],
+        routes=[
+            *meta.routes,
+            *invocations.routes,
+            *messages.routes,
+            *hydration.routes,
+            *handoff.routes,
+        ],
         middleware=[
             Middleware(AccessMiddleware, metrics=metrics),
             Middleware(ProtocolMiddleware),

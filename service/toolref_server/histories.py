@@ -8,24 +8,103 @@ trips whatever its length: GET the node, then MGET its messages (one MGET per ha
 cluster). A message's text is checked against its id, and the chain rebuilt from the texts
 against the ref, before it is used. Lifetimes slide as for tool refs: loading a history
 extends the node and every message in it.
+
+A node also carries what continuing the history needs without reading its messages: the
+chain head, how `formats.detect` stands after them, how many calls wait for a result, and
+when every message and tool ref of it was last extended (`refreshed`). A node never outlives
+that refresh by more than the TTL, so while it exists its messages do too (unless evicted:
+then the next whole load answers missing, and the client resends). `extend` writes a
+continuation from the node alone: the new messages and the new node, O(new) plus the ids.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from toolref.canonical import canonical_json, digest_key
+from toolref.encoding import packb, unpackb
+from toolref.formats import Detection, is_format_name
 from toolref.history import chain, history_ref
 from toolref_server import compressors
 from toolref_server.store import Store
 from toolref_server.workers import Workers
 
 _ID_BYTES: Final = 16
-_SEPARATOR: Final = b"\0"  # between the format name and the ids in a node
+_SEPARATOR: Final = b"\0"  # between the format name and the ids in a version-1 node
+_NODE_V2: Final = 2  # first byte of a version-2 node (a format name never starts with it)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """What a history's node holds. `head`, `detection` and `pending` are None in a node
+    written before they were kept (version 1): such a history is continued the whole way."""
+
+    format: str
+    ids: list[bytes]
+    head: bytes | None = None
+    refreshed: int = 0  # epoch seconds: every message and tool ref extended then
+    detection: Detection | None = None
+    pending: int | None = None  # calls in the history without a result yet
+
+    def encode(self) -> bytes:
+        if self.head is None or self.detection is None or self.pending is None:
+            return self.format.encode("ascii") + _SEPARATOR + b"".join(self.ids)
+        fields = {
+            "f": self.format,
+            "h": self.head,
+            "r": self.refreshed,
+            "d": self.detection.scores,
+            "p": self.pending,
+            "i": b"".join(self.ids),
+        }
+        return bytes((_NODE_V2,)) + packb(fields)
+
+    @classmethod
+    def decode(cls, data: bytes) -> Node | None:
+        """The node in `data`; None for bytes no version wrote (read as not held)."""
+        try:
+            if data[:1] == bytes((_NODE_V2,)):
+                fields = unpackb(data[1:])
+                scores = fields["d"]
+                if not all(is_format_name(n) and type(v) is int for n, v in scores.items()):
+                    return None
+                ids = _ids(fields["i"])
+                head = fields["h"]
+                if ids is None or not isinstance(head, bytes) or len(head) != 32:
+                    return None
+                return cls(
+                    str(fields["f"]),
+                    ids,
+                    head,
+                    int(fields["r"]),
+                    Detection(scores, len(ids)),
+                    int(fields["p"]),
+                )
+        except Exception:  # corrupt bytes fail in many ways (msgpack, keys, types)
+            return None
+        name, _, packed = data.partition(_SEPARATOR)
+        ids = _ids(packed)
+        return None if ids is None else cls(name.decode("ascii", "replace"), ids)
+
+    @property
+    def count(self) -> int:
+        return len(self.ids)
+
+    def continued(self, ref: str) -> bool:
+        """True when this node can be continued without its messages: it keeps its head,
+        and the head is the one `ref` names."""
+        return self.head is not None and history_ref(self.head) == ref
+
+
+def _ids(packed: object) -> list[bytes] | None:
+    if not isinstance(packed, bytes) or not packed or len(packed) % _ID_BYTES:
+        return None
+    return [packed[i : i + _ID_BYTES] for i in range(0, len(packed), _ID_BYTES)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,23 +154,31 @@ class Histories:
     def message_key(tenant: str, message: bytes) -> str:
         return f"tr:{tenant}:m:{digest_key(message)}"
 
-    async def load(self, tenant: str, ref: str) -> Stored | None:
+    async def node(self, tenant: str, ref: str) -> Node | None:
+        """The node of history `ref` (its lifetime left as it is: a continuation writes
+        the next one), or None when it is not held. One GET."""
+        async with self.store.guard("history"):
+            data = await self.store.redis.get(self.node_key(tenant, ref))
+        return Node.decode(data) if isinstance(data, bytes) else None
+
+    async def load(self, tenant: str, ref: str, node: Node | None = None) -> Stored | None:
         """History `ref`, or None when it is not held (never confirmed, expired, evicted, or
-        a message of it is gone)."""
-        store, node_key = self.store, self.node_key(tenant, ref)
-        (node,) = await store.read_and_touch(tenant, [node_key], "history")
-        name, _, packed = (node or b"").partition(_SEPARATOR)
-        if not packed or len(packed) % _ID_BYTES:
-            return None
-        ids = [packed[i : i + _ID_BYTES] for i in range(0, len(packed), _ID_BYTES)]
-        keys = [self.message_key(tenant, i) for i in ids]
+        a message of it is gone). `node`: its node, when already read (it is then not
+        read again)."""
+        store = self.store
+        if node is None:
+            (data,) = await store.read_and_touch(tenant, [self.node_key(tenant, ref)], "history")
+            node = None if data is None else Node.decode(data)
+            if node is None:
+                return None
+        keys = [self.message_key(tenant, i) for i in node.ids]
         values = await store.read_and_touch(tenant, keys, "history")
         if any(value is None for value in values):
             return None
         size = sum(map(len, values))
         if self.workers is None:
-            return _stored(ref, name, ids, values)
-        return await self.workers.run(size, _stored, ref, name, ids, values)
+            return _stored(ref, node.format.encode(), node.ids, values)
+        return await self.workers.run(size, _stored, ref, node.format.encode(), node.ids, values)
 
     async def save(
         self,
@@ -100,30 +187,64 @@ class Histories:
         texts: Sequence[str],
         encoded: Sequence[bytes],
         start: int = 0,
+        *,
+        detection: Detection | None = None,
+        pending: int | None = None,
     ) -> str:
         """Store a history and return its ref: `texts` are its messages in chain form as
         written, `encoded` the same as canonical JSON. Messages before `start` are known to
-        be stored already (they were just loaded): only their lifetime moved."""
+        be stored already (they were just loaded, so every lifetime in it was extended
+        now). With `detection` and `pending` (see `Node`) the node lets the next turn
+        continue it without reading its messages."""
         if not texts:
             raise ValueError("an empty history has no ref")
-        store = self.store
         ids = [message_id(text) for text in texts]
-        ref = history_ref(chain(encoded)[-1])
-        keys = [self.message_key(tenant, ids[index]) for index in range(start, len(texts))]
-        packed = [compressors.compress(texts[index].encode()) for index in range(start, len(texts))]
-        node_key, node = (
-            self.node_key(tenant, ref),
-            fmt.encode("ascii") + _SEPARATOR + b"".join(ids),
-        )
+        head = chain(encoded)[-1]
+        node = Node(fmt, ids, head, int(time.time()), detection, pending)
+        return await self._write(tenant, node, ids[start:], texts[start:])
+
+    async def extend(
+        self,
+        tenant: str,
+        before: Node,
+        texts: Sequence[str],
+        encoded: Sequence[bytes],
+        *,
+        detection: Detection,
+        pending: int,
+    ) -> str:
+        """Store the history `before` followed by `texts` (chain form as written; `encoded`
+        the same as canonical JSON) and return its ref, from the node alone: O(new) but
+        for the ids. Its node keeps `before`'s refresh time, so it expires no later than
+        the messages it names."""
+        if not texts or before.head is None:
+            raise ValueError("extend needs new messages and a node that keeps its head")
+        ids = [message_id(text) for text in texts]
+        head = chain(encoded, before.head)[-1]
+        node = Node(before.format, [*before.ids, *ids], head, before.refreshed, detection, pending)
+        return await self._write(tenant, node, ids, texts)
+
+    async def _write(
+        self, tenant: str, node: Node, ids: Sequence[bytes], texts: Sequence[str]
+    ) -> str:
+        """Write the messages not yet stored and the node; the node lives until its
+        `refreshed` time plus the TTL (a message lives at least that long)."""
+        store = self.store
+        assert node.head is not None
+        ref = history_ref(node.head)
+        keys = [self.message_key(tenant, i) for i in ids]
+        packed = [compressors.compress(text.encode()) for text in texts]
+        node_key, data = self.node_key(tenant, ref), node.encode()
+        lifetime = max(1, min(store.ttl, node.refreshed + store.ttl - int(time.time())))
         cost = await store.cost_of_writing(
-            tenant, [*keys, node_key], [*map(len, packed), len(node)]
+            tenant, [*keys, node_key], [*map(len, packed), len(data)]
         )
         async with store.guard("history"):
             pipe = store.redis.pipeline(transaction=False)
-            for key, data in zip(keys, packed, strict=True):
-                pipe.set(key, data, nx=True, ex=store.ttl)
+            for key, message in zip(keys, packed, strict=True):
+                pipe.set(key, message, nx=True, ex=store.ttl)
                 pipe.expire(key, store.ttl)
-            pipe.set(node_key, node, ex=store.ttl)
+            pipe.set(node_key, data, ex=lifetime)
             store.charge(pipe, tenant, cost)
             await pipe.execute()
         return ref

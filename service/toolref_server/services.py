@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from toolref_server.auth import Authenticator
 from toolref_server.codec import BodyLimits
 from toolref_server.histories import Histories
+from toolref_server.history_cache import HistoryCache
 from toolref_server.metrics import Metrics
 from toolref_server.quotas import RequestRate
 from toolref_server.settings import Settings
@@ -26,3 +27,4 @@ class Services:
     histories: Histories
     workers: Workers
     rate: RequestRate
+    history_cache: HistoryCache

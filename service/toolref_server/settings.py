@@ -58,6 +58,21 @@ class Settings(BaseSettings):
     max_depth: int = Field(default=128, ge=2, le=512, description="JSON nesting limit.")
     max_batch: int = Field(default=1000, ge=1, description="Items per batch request.")
     max_messages: int = Field(default=5000, ge=1, description="Messages per conversation.")
+    # Histories: continuing one costs time in the new messages (routes/continuation.py).
+    history_refresh_seconds: int = Field(
+        default=3600,
+        ge=1,
+        description="A continuation extends every message and tool ref of its history (reading "
+        "it whole) once this long has passed since the last time; in between it reads only "
+        "the history's node. At most the TTL.",
+    )
+    history_cache_bytes: int = Field(
+        default=64 * 2**20,
+        ge=0,
+        description="Characters of recently kept histories (in full) each process holds, so "
+        "the next turn's answer joins them instead of reading and filling them again; 0 "
+        "keeps none.",
+    )
     # Decoding and CPU work: what one body may cost, and where the work runs.
     max_items: int = Field(
         default=100_000,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from redis.asyncio import Redis
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
 from toolref.history import HISTORY_HEADER
 from toolref_server.app import create_app
+from toolref_server.routes import continuation
 from toolref_server.settings import Settings
 
 from ..conftest import key_names
@@ -148,7 +150,10 @@ async def test_a_head_evicted_mid_conversation_is_resent_whole(make_chat: Any) -
     assert continued(chat.recorder.sent[-1]) is not None
 
 
-async def test_a_message_of_a_history_evicted_is_resent_whole(make_chat: Any) -> None:
+async def test_a_message_of_a_history_evicted_is_resent_whole(
+    make_chat: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found when the history is next read whole: here, when its refresh is due."""
     chat = make_chat()
     manager = ToolReferenceManager()
     history: list[Any] = []
@@ -156,8 +161,13 @@ async def test_a_message_of_a_history_evicted_is_resent_whole(make_chat: Any) ->
         await turn(chat, manager, history)
     messages = [n for n in await key_names(chat.redis) if ":m:" in n]
     await chat.redis.delete(messages[0])
+    later = time.time() + 3601
+    monkeypatch.setattr(continuation, "clock", lambda: later)
     await turn(chat, manager, history)
     assert manager.savings.fallbacks == 1
+    await turn(chat, manager, history)  # the resend kept a whole history again
+    assert manager.savings.fallbacks == 1
+    assert continued(chat.recorder.sent[-1]) is not None
 
 
 async def test_two_replicas_serving_alternate_turns(make_chat: Any) -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import time
 from typing import Any
 
 import httpx
+import pytest
 import zstandard
 from redis.asyncio import Redis
 
@@ -22,6 +24,8 @@ from toolref.history import (
     heads,
     history_ref,
 )
+
+from toolref_server.routes import continuation
 
 from ..conftest import Api, key_names, snapshot
 from ..unit.test_history import conversation
@@ -179,20 +183,61 @@ async def test_unknown_history_is_409_and_changes_nothing(
 
 
 async def test_a_history_whose_tool_ref_was_evicted_is_missing(
-    api: httpx.AsyncClient, redis: Redis
+    api: httpx.AsyncClient, make_api: Api, redis: Redis
 ) -> None:
     messages = conversation(3)
     ref = await keep(api, messages)
     records = [n for n in await key_names(redis) if ":i:" in n]
     assert records
     await redis.delete(records[0])
-    response = await continue_(api, ref, [{"role": "user", "content": "go on"}])
+    # Another replica (nothing of it in memory) reads the history whole and finds it broken.
+    other = await make_api()
+    response = await continue_(other, ref, [{"role": "user", "content": "go on"}])
     assert response.status_code == 409
     assert response.json()["missingHistory"] == ref
     assert "no longer held" in response.json()["detail"]
     # The whole conversation in full still works, and keeps a usable history again.
-    again = await keep(api, messages)
-    assert (await continue_(api, again, [])).json()["messages"] == messages
+    again = await keep(other, messages)
+    assert (await continue_(other, again, [])).json()["messages"] == messages
+
+
+async def test_a_continuation_reads_only_the_node_until_a_refresh_is_due(
+    api: httpx.AsyncClient, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process that kept a history answers its next turn from memory and the node
+    (a message evicted meanwhile goes unnoticed, and nothing is lost: the answer is whole);
+    once `history_refresh_seconds` have passed the history is read whole again, every
+    lifetime in it extended, and the eviction answered as a missing history."""
+    messages = conversation(3)
+    ref = await keep(api, messages)
+    stored = [n for n in await key_names(redis) if ":m:" in n]
+    await redis.delete(stored[0])
+    new = [{"role": "user", "content": "go on"}]
+    response = await continue_(api, ref, new)
+    assert response.status_code == 200, response.text
+    assert response.json()["messages"] == [*messages, *new]
+    later = time.time() + 3601
+    monkeypatch.setattr(continuation, "clock", lambda: later)
+    refused = await continue_(api, response.json()["historyRef"], [])
+    assert refused.status_code == 409
+    assert refused.json()["type"].endswith("missing-history")
+
+
+async def test_returning_new_messages_only(api: httpx.AsyncClient, make_api: Api) -> None:
+    """`returnMessages: new` answers the request's messages hydrated and confirms the
+    head of the whole conversation, from memory and, on another replica, read whole."""
+    messages = conversation(6)
+    ref = await keep(api, messages[:9])
+    for client in (api, await make_api()):
+        response = await continue_(client, ref, messages[9:], returnMessages="new")
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["messages"] == messages[9:]
+        assert body["historyRef"] == head_of(messages)
+        calls = {m["tool_call_id"] for m in messages[9:] if m.get("role") == "tool"}
+        assert set(body["toolReferences"]) == calls
+    capabilities = (await api.get("/v1/capabilities")).json()
+    assert capabilities["returnMessages"] == ["all", "new"]
 
 
 async def test_another_tenant_cannot_continue_a_history(make_api: Api) -> None:

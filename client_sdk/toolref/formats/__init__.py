@@ -90,17 +90,57 @@ def detect(messages: Sequence[Any], name: FormatName | None = None) -> Format:
     """The format of `messages` (`name` when given), or 422 naming the message that breaks it.
 
     An unknown `name` is an `ValidationError` (a `ValueError`), whatever the messages."""
-    candidates = [get(name)] if name is not None else list(FORMATS.values())
-    score = dict.fromkeys((f.name for f in candidates), 0)
+    return detection(messages, name).best()
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """Where `detect` stands after some messages: the formats they all fit, in `FORMATS`
+    order, each with how many of them looked distinctively like it. A fold: detecting a
+    conversation continued from a stored `Detection` is detecting it whole."""
+
+    scores: dict[FormatName, int]
+    count: int = 0  # messages seen
+
+    def best(self) -> Format:
+        formats = [FORMATS[name] for name in self.scores]
+        return max(formats, key=lambda f: self.scores[f.name])  # max keeps the first of equals
+
+    def fits(self, name: FormatName) -> bool:
+        return name in self.scores
+
+
+def detection(
+    messages: Sequence[Any], name: FormatName | None = None, before: Detection | None = None
+) -> Detection:
+    """`detect`'s state after `messages`, continuing `before` (the messages ahead of them);
+    422 naming the message (counted from the first of `before`) that fits no candidate."""
+    if before is None:
+        candidates = [get(name)] if name is not None else list(FORMATS.values())
+        score = dict.fromkeys((f.name for f in candidates), 0)
+        offset = 0
+    else:
+        kept = [n for n in before.scores if name is None or n == name]
+        if name is not None:
+            get(name)  # an unknown name is refused whatever the history fits
+        if not kept:
+            raise ValidationError(
+                f"the {before.count} messages before message {before.count} are not {name}. "
+                "A conversation is in one format: convert it, or name the right `format`",
+                message=before.count,
+            )
+        candidates = [FORMATS[n] for n in kept]
+        score = {n: before.scores[n] for n in kept}
+        offset = before.count
     for index, message in enumerate(messages):
         claims = {f.name: f.claim(message) for f in candidates}
         fitting = [f for f in candidates if claims[f.name] != FOREIGN]
         if not fitting:
-            raise _mixed(index, message, candidates, score)
+            raise _mixed(offset + index, message, candidates, score)
         candidates = fitting
         for f in candidates:
             score[f.name] += claims[f.name] == DISTINCTIVE
-    return max(candidates, key=lambda f: score[f.name])  # max keeps the first of equals
+    return Detection({f.name: score[f.name] for f in candidates}, offset + len(messages))
 
 
 def _mixed(
@@ -129,6 +169,7 @@ __all__ = [
     "MARKER",
     "NAMES",
     "ORDER",
+    "Detection",
     "Format",
     "FormatName",
     "Pair",
@@ -137,6 +178,7 @@ __all__ = [
     "check_format",
     "check_messages",
     "detect",
+    "detection",
     "fill",
     "get",
     "is_format_name",

@@ -148,11 +148,11 @@ def parse_refs(texts: Sequence[str], member: str = "refs") -> list[Ref]:
 
 
 async def held(
-    request: Request, tenant: str, refs: Sequence[str]
+    found_in: Services, tenant: str, refs: Sequence[str]
 ) -> tuple[dict[str, Record], list[str]]:
     """The record of every ref the store holds (lifetimes extended), and the refs it does
     not hold (absent, or another invocation under a colliding key)."""
-    records = await services(request).store.fetch(tenant, [Ref(r) for r in refs])
+    records = await found_in.store.fetch(tenant, [Ref(r) for r in refs])
     found: dict[str, Record] = {}
     missing: list[str] = []
     for ref, record in zip(refs, records, strict=True):

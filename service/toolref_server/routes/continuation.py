@@ -1,4 +1,14 @@
-"""The stored history a hydrate continues: loaded, with every tool ref it names resolved.
+"""The stored history a hydrate continues, two ways.
+
+- **Tail**: from its node alone (one GET), when the node keeps its head and where format
+  detection and pairing stand (`histories.Node`), the history has no call waiting for a
+  result, and its messages and tool refs were extended less than
+  `history_refresh_seconds` ago. Only the request's messages are then read, scanned,
+  filled and chained: the turn costs time in the new messages.
+- **Whole**: the node, every message and every tool ref it names, read in one batched
+  round trip each and checked; this also extends all their lifetimes (a refresh). Used
+  for older nodes, a due refresh, summary mode, a dictionary to rebuild, or any tail the
+  node cannot vouch for.
 
 A history is usable only whole. When a tool ref inside it has expired or been evicted the
 client cannot resend just that payload (it sent a history ref, not the messages), so that
@@ -7,27 +17,43 @@ is answered as a missing history: the SDK then resends the whole conversation.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import Request
-
 from toolref import formats, history
-from toolref.errors import MissingHistoryError
-from toolref.formats import Format, Scan, source
+from toolref.canonical import canonical_json
+from toolref.errors import MissingHistoryError, ToolrefError
+from toolref.formats import Detection, Format, Scan, source
+from toolref.models import FormatName
+from toolref_server import codec
+from toolref_server.histories import Node
+from toolref_server.history_cache import Hydrated
 from toolref_server.record import Record
 from toolref_server.routes import context
+from toolref_server.routes.messages import Conversation, check_length, messages_of
+from toolref_server.services import Services
+
+clock = time.time  # read once per continuation; tests move it on
 
 
 @dataclass(frozen=True, slots=True)
 class Continuation:
+    """A history read whole."""
+
     ref: str
+    node: Node
     fmt: Format
     form: list[Any]  # chain form, as stored
     texts: list[str]  # the same as its client wrote it
     encoded: list[bytes]  # the same as canonical JSON
     scan: Scan
     held: dict[str, Record]  # the record of every ref its markers name
+
+    @property
+    def size(self) -> int:
+        return sum(map(len, self.texts))
 
     def full_texts(self) -> list[str]:
         """The history in full, as the client holds it."""
@@ -36,36 +62,140 @@ class Continuation:
 
     def dictionary(self) -> bytes:
         """The zstd dictionary of the history: its messages in full, as written."""
-        return history.dictionary_of(
-            (text.encode() for text in reversed(self.full_texts())), reverse=True
-        )
+        return dictionary_of(self.full_texts())
 
 
-async def load(request: Request, tenant: str, ref: str) -> Continuation:
-    services = context.services(request)
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """A history known by its node; `hydrated`: its messages in full, when this process
+    holds them (needed only for an answer holding the whole conversation)."""
+
+    ref: str
+    node: Node
+    hydrated: Hydrated | None
+
+
+def dictionary_of(texts: Sequence[str]) -> bytes:
+    return history.dictionary_of((text.encode() for text in reversed(texts)), reverse=True)
+
+
+def _missing(ref: str) -> MissingHistoryError:
+    return MissingHistoryError(
+        f"history {ref} is not held (never confirmed for this API key, expired or "
+        "evicted); send the whole conversation without it",
+        ref,
+    )
+
+
+async def tail(services: Services, tenant: str, ref: str, new_only: bool) -> Tail | None:
+    """History `ref` by its node, when the tail path may take it (see the module
+    docstring); None sends the request the whole way (which answers a missing history)."""
+    node = await services.histories.node(tenant, ref)
+    if node is None or not node.continued(ref) or node.pending != 0:
+        return None
+    if clock() - node.refreshed >= services.settings.history_refresh_seconds:
+        return None
+    hydrated = services.history_cache.get(tenant, ref)
+    if hydrated is None and not new_only:
+        return None
+    return Tail(ref, node, hydrated)
+
+
+def tail_conversation(
+    limit: int, decoded: codec.Decoded, named: FormatName | None, before: Tail
+) -> Conversation | None:
+    """The request's messages as the continuation of `before`: format detection goes on
+    from where the node left it, and pairing stays within them. None when the node cannot
+    vouch for them (a result whose call is not among them, a format the history does not
+    fit): the whole path then decides, with its own errors."""
+    messages, texts = messages_of(decoded)
+    note = f" (history {before.ref} has {before.node.count})"
+    check_length(limit, before.node.count + len(messages), note)
+    assert before.node.detection is not None
     try:
-        return await _load(request, tenant, ref)
+        detection = formats.detection(messages, named, before.node.detection)
+        fmt = formats.get(named) if named is not None else detection.best()
+        if named is not None:  # the node keeps the unnamed detection
+            detection = formats.detection(messages, None, before.node.detection)
+        scan = formats.scan(messages, fmt)
+    except ToolrefError:
+        return None
+    if any(pair.call is None for pair in scan.pairs):
+        return None
+    return Conversation(fmt, messages, texts, scan, detection)
+
+
+async def load(services: Services, tenant: str, ref: str) -> Continuation:
+    """History `ref` read whole, every lifetime in it extended; 409 when any part of it
+    is gone."""
+    try:
+        return await _load(services, tenant, ref)
     except MissingHistoryError:
         services.metrics.histories.labels(outcome="missing").inc()
         raise
 
 
-async def _load(request: Request, tenant: str, ref: str) -> Continuation:
-    services = context.services(request)
-    stored = await services.histories.load(tenant, ref)
-    if stored is None or not formats.is_format_name(stored.format):
-        raise MissingHistoryError(
-            f"history {ref} is not held (never confirmed for this API key, expired or "
-            "evicted); send the whole conversation without it",
-            ref,
-        )
+async def _load(services: Services, tenant: str, ref: str) -> Continuation:
+    store, histories = services.store, services.histories
+    (data,) = await store.read_and_touch(tenant, [histories.node_key(tenant, ref)], "history")
+    node = None if data is None else Node.decode(data)
+    stored = None if node is None else await histories.load(tenant, ref, node)
+    if node is None or stored is None or not formats.is_format_name(stored.format):
+        raise _missing(ref)
     fmt = formats.get(stored.format)
     scan = formats.scan(stored.form, fmt)
-    held, missing = await context.held(request, tenant, scan.refs)
+    found, missing = await context.held(services, tenant, scan.refs)
     if missing:
         raise MissingHistoryError(
             f"history {ref} names tool ref {missing[0]}, which is no longer held (expired or "
             "evicted); send the whole conversation without the history",
             ref,
         )
-    return Continuation(ref, fmt, stored.form, stored.texts, stored.encoded, scan, held)
+    return Continuation(ref, node, fmt, stored.form, stored.texts, stored.encoded, scan, found)
+
+
+def whole_conversation(
+    limit: int, decoded: codec.Decoded, named: FormatName | None, before: Continuation
+) -> Conversation:
+    """The history followed by the new messages, read as one conversation: its format is
+    detected over the whole (a history of plain text fits every format, so the one stored
+    with it is not binding), and the limit on messages applies to the whole."""
+    messages, texts = messages_of(decoded)
+    whole = [*before.form, *messages]
+    check_length(limit, len(whole), f" (history {before.ref} has {len(before.form)})")
+    fmt = formats.detect(whole, named)
+    start = before.node.detection
+    if start is not None and start.count == len(before.form):
+        detection = formats.detection(messages, None, start)
+    else:
+        detection = formats.detection(whole)
+    return Conversation(fmt, whole, [*before.texts, *texts], formats.scan(whole, fmt), detection)
+
+
+@dataclass(frozen=True, slots=True)
+class Chained:
+    """A conversation in chain form, ready to keep: as written, as canonical JSON (from
+    `start` on: the messages before it are stored already), and the node's state."""
+
+    texts: list[str]
+    encoded: list[bytes]
+    start: int
+    detection: Detection
+    pending: int
+
+
+def chained(
+    conversation: Conversation, refs: dict[str, str], before: Continuation | None
+) -> Chained:
+    """The conversation in chain form; messages it shares with a history read whole reuse
+    that history's encoding."""
+    form = formats.replace(conversation.messages, conversation.scan, refs)
+    texts, _ = source.replace(conversation.texts, conversation.scan, refs)
+    start = 0
+    if before is not None:
+        while start < len(before.form) and form[start] is before.form[start]:
+            start += 1
+    encoded = [*before.encoded[:start]] if before is not None else []
+    encoded.extend(canonical_json(message) for message in form[start:])
+    pending = sum(1 for p in conversation.scan.pairs if p.call is not None and p.result is None)
+    return Chained(texts, encoded, start, conversation.detection, pending)

@@ -30,7 +30,7 @@ async def handoff_context(request: Request) -> Response:
                 f"the messages carry toolRef markers, which need `{PROTOCOL_HEADER}: "
                 f"{PROTOCOL_REFS}`"
             )
-        held = await resolve_markers(request, tenant, refs)
+        held = await resolve_markers(context.services(request), tenant, refs)
         invocations = {ref: rec.invocation() for ref, rec in held.items()}
         messages = formats.fill(messages, conversation.scan, invocations)
     target = None

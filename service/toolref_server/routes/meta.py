@@ -49,6 +49,7 @@ def capabilities_of(settings: Settings) -> Capabilities:
         formats=list(formats.NAMES),
         summarizers=settings.summarizer_names,
         history_refs=True,
+        return_messages=["all", "new"],
     )
 
 

@@ -1,0 +1,376 @@
+"""`POST /v1/messages:hydrate`, as a pipeline of named steps over a body decoded once:
+
+    read -> continue the history -> resolve -> register -> fill -> (summarize) -> keep -> answer
+
+Continuing a history costs time in the new messages when its node allows (see
+`continuation`): the node alone gives the chain head and where format detection and
+pairing stand, so only the new messages are scanned, filled and chained. The history
+itself is then needed only for an answer holding the whole conversation, and comes from
+this process's `HistoryCache` when it holds it; otherwise it is read whole (one batched
+read) and the whole conversation goes through the same steps.
+
+`returnMessages: "new"` asks for the messages of the request only, hydrated: a backend that
+holds the history (the middleware keeps the ones it confirmed) splices them itself, so the
+registry never sends it the conversation again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from toolref.canonical import Ref
+from toolref.errors import ProtocolRequiredError, ValidationError
+from toolref.formats import source
+from toolref.history import HISTORY_HEADER, continued_ref, history_header
+from toolref.models import HydrateRequest
+from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref_server import codec, compaction
+from toolref_server.history_cache import Hydrated
+from toolref_server.record import Record
+from toolref_server.routes import context, continuation
+from toolref_server.routes.continuation import Continuation, Tail
+from toolref_server.routes.messages import (
+    Conversation,
+    Registration,
+    answer,
+    conversation_of_decoded,
+    joined,
+    references_of,
+    register,
+    resolve_markers,
+    shallow,
+    stats,
+)
+from toolref_server.services import Services
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A hydrate request, read: the body decoded once."""
+
+    tenant: str
+    protocol: int
+    body: HydrateRequest
+    decoded: codec.Decoded
+    keep: bool  # keep the conversation as a history
+    ref: str | None  # the history it continues
+    loaded: Continuation | None  # that history, when its dictionary needed it whole
+
+    @property
+    def new_only(self) -> bool:
+        return self.body.return_messages == "new"
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What the steps work on: the whole conversation (after `before`, a history read
+    whole, if any), or only the request's messages after a history known by its node
+    (`tail`). The request's own messages are the last `requested`."""
+
+    conversation: Conversation
+    requested: int
+    before: Continuation | None = None
+    tail: Tail | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Filled:
+    """The conversation worked on, in full; `ahead`: the history before it, in full, when
+    only the tail was worked on and this process holds that history."""
+
+    work: Work
+    held: dict[str, Record]
+    registration: Registration
+    texts: list[str]
+    ahead: Hydrated | None
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.work.conversation
+
+
+async def hydrate(request: Request) -> Response:
+    services = context.services(request)
+    ask = await read(request, services)
+    if ask.protocol < PROTOCOL_REFS:
+        return as_sent(request, services, ask)
+    summarizer = _summarizer(services, ask.body)
+    work = await continue_history(services, ask)
+    held = await resolve(services, ask.tenant, work)
+    registration = await register(services, ask.tenant, work.conversation)
+    filled = await fill(services, work, held, registration)
+    texts, summary = filled.texts, dict[str, int]()
+    if ask.body.mode == "summary":
+        texts, summary = await summarize(services, ask, filled, summarizer)
+    head = await keep(services, ask, filled) if ask.keep else None
+    return reply(request, ask, filled, texts, summary, head)
+
+
+# --- read ------------------------------------------------------------------------------
+
+
+async def read(request: Request, services: Services) -> Ask:
+    """Decode the body once. A zstd body sent against a history is inflated with that
+    history's dictionary (from the cache, or from the history read whole)."""
+    tenant = context.tenant(request)
+    protocol = context.protocol(request)
+    keep, named = history_header(request.headers.get(HISTORY_HEADER))
+    loaded: Continuation | None = None
+    dictionary: context.Dictionary | None = None
+    if named is not None:
+        wanted: str = named
+
+        async def rebuild() -> bytes:
+            nonlocal loaded
+            cached = services.history_cache.get(tenant, wanted)
+            if cached is not None:
+                return await services.workers.run(
+                    cached.size, continuation.dictionary_of, cached.texts
+                )
+            loaded = await continuation.load(services, tenant, wanted)
+            return await services.workers.run(loaded.size, loaded.dictionary)
+
+        dictionary = (named, rebuild)
+    decoded = await context.document(request, dictionary=dictionary)
+    member = decoded.value.get("historyRef") if isinstance(decoded.value, dict) else None
+    ref = continued_ref(member, named)
+    if ref is not None and protocol < PROTOCOL_REFS:
+        raise ProtocolRequiredError(
+            f"a history ref needs `{PROTOCOL_HEADER}: {PROTOCOL_REFS}`; protocol 1 sends the "
+            "whole conversation"
+        )
+    body = context.validate(HydrateRequest, shallow(decoded.value))
+    if loaded is not None and loaded.ref != ref:
+        loaded = None
+    keep = (keep and protocol >= PROTOCOL_REFS) or ref is not None
+    return Ask(tenant, protocol, body, decoded, keep, ref, loaded)
+
+
+def as_sent(request: Request, services: Services, ask: Ask) -> Response:
+    """Protocol 1: the messages back as they came, no refs, nothing stored."""
+    limit = services.settings.max_messages
+    conversation = conversation_of_decoded(limit, ask.decoded, ask.body.format)
+    if conversation.scan.refs or ask.body.mode == "summary":
+        what = (
+            "toolRef markers"
+            if conversation.scan.refs
+            else "summary mode (its placeholders name refs)"
+        )
+        raise ProtocolRequiredError(
+            f"the request uses {what}, which needs `{PROTOCOL_HEADER}: {PROTOCOL_REFS}`; "
+            "protocol 1 sends and receives full payloads"
+        )
+    messages = joined(conversation.texts)
+    size = len(messages)
+    return answer(request, conversation.fmt.name, messages, None, stats(size, size, 0, 0, 0))
+
+
+def _summarizer(services: Services, body: HydrateRequest) -> str:
+    """The summarizer summary mode would use, refused (422) before any work if unknown."""
+    name = body.summarizer if body.summarizer is not None else services.settings.summarizer
+    services.summaries.summarizer(name)
+    return name
+
+
+# --- continue the history ----------------------------------------------------------------
+
+
+async def continue_history(services: Services, ask: Ask) -> Work:
+    """The conversation to work on. A continuation takes the tail path when the node
+    vouches for it and the answer does not need the history (or the cache holds it); any
+    doubt (an older node, a call the new messages answer, a refresh due, summary mode)
+    takes the whole path."""
+    limit = services.settings.max_messages
+    decoded, named = ask.decoded, ask.body.format
+    if ask.ref is None:
+        conversation = await services.workers.run(
+            decoded.size, conversation_of_decoded, limit, decoded, named
+        )
+        return Work(conversation, len(conversation.messages))
+    if ask.loaded is None and ask.body.mode == "full":
+        tail = await continuation.tail(services, ask.tenant, ask.ref, ask.new_only)
+        if tail is not None:
+            found = await services.workers.run(
+                decoded.size, continuation.tail_conversation, limit, decoded, named, tail
+            )
+            if found is not None:
+                return Work(found, len(found.messages), tail=tail)
+    before = ask.loaded or await continuation.load(services, ask.tenant, ask.ref)
+    conversation = await services.workers.run(
+        decoded.size + before.size,
+        continuation.whole_conversation,
+        limit,
+        decoded,
+        named,
+        before,
+    )
+    return Work(conversation, len(conversation.messages) - len(before.form), before=before)
+
+
+# --- resolve, register, fill ---------------------------------------------------------------
+
+
+async def resolve(services: Services, tenant: str, work: Work) -> dict[str, Record]:
+    """The record of every ref the markers name (a history read whole brings its own), or
+    409 listing every one that is not held."""
+    known = work.before.held if work.before is not None else {}
+    wanted = [r for r in work.conversation.scan.refs if r not in known]
+    held = {**known, **await resolve_markers(services, tenant, wanted)}
+    _check_names(work.conversation, held)
+    return held
+
+
+def _check_names(conversation: Conversation, held: dict[str, Record]) -> None:
+    for pair in conversation.scan.marked:
+        ref = pair.ref
+        stored = held[ref].name if ref is not None else None
+        if pair.name and stored is not None and pair.name != stored:
+            raise ValidationError(
+                f"tool call {pair.key!r} names tool {pair.name!r} but its ref {ref} is an "
+                f"invocation of {stored!r}; send the ref of this call's own invocation",
+            )
+
+
+async def fill(
+    services: Services, work: Work, held: dict[str, Record], registration: Registration
+) -> Filled:
+    """Every marker filled with the payload text held for its ref: stored bytes, never
+    written again."""
+    conversation = work.conversation
+    payloads = {ref: rec.payload for ref, rec in held.items()}
+    size = conversation.size + sum(len(p.args) + len(p.result) for p in payloads.values())
+    texts = await services.workers.run(
+        size, source.fill, conversation.texts, conversation.scan, payloads
+    )
+    ahead = work.tail.hydrated if work.tail is not None else None
+    return Filled(work, held, registration, texts, ahead)
+
+
+# --- summarize ---------------------------------------------------------------------------
+
+
+async def summarize(
+    services: Services, ask: Ask, filled: Filled, summarizer: str
+) -> tuple[list[str], dict[str, int]]:
+    """Results older than the last `keepRecent` replaced by their summary placeholders in
+    the full texts (every other byte as sent); with `shadow`, the full texts and the
+    figures. Summary mode always works on the whole conversation."""
+    body, conversation = ask.body, filled.conversation
+    candidates = compaction.older_results(
+        conversation.scan,
+        references_of(conversation, filled.registration.refs),
+        body.keep_recent,
+        body.exclude_tools,
+        {ref: rec.invocation for ref, rec in filled.held.items()},
+    )
+    max_chars = body.max_chars or services.settings.summary_max_chars
+    summaries = await services.summaries.many(
+        ask.tenant, [(Ref(c.ref), c.invocation) for c in candidates], summarizer, max_chars
+    )
+    chosen = compaction.replacements(conversation.fmt, candidates, [s.text for s in summaries])
+    condensed = compaction.apply_text(filled.texts, conversation.scan, chosen)
+    figures = {
+        "summarized": len(chosen),
+        "summaryCacheHits": sum(s.cached for s in summaries),
+        "hydratedBytes": len(joined(condensed)),
+    }
+    return (filled.texts if body.shadow else condensed), figures
+
+
+# --- keep ------------------------------------------------------------------------------------
+
+
+async def keep(services: Services, ask: Ask, filled: Filled) -> str | None:
+    """Store the conversation as a history (chain form, as written) and return its ref;
+    the history in full goes to the cache for the next turn. Messages it shares with the
+    history it continued are stored already."""
+    work = filled.work
+    conversation = work.conversation
+    if work.tail is not None and not conversation.messages:
+        return work.tail.ref  # nothing new: the same history
+    if not conversation.messages:
+        return None
+    chained = await services.workers.run(
+        conversation.size, continuation.chained, conversation, filled.registration.refs, work.before
+    )
+    if work.tail is not None:
+        ref = await services.histories.extend(
+            ask.tenant,
+            work.tail.node,
+            chained.texts,
+            chained.encoded,
+            detection=chained.detection,
+            pending=chained.pending,
+        )
+    else:
+        ref = await services.histories.save(
+            ask.tenant,
+            conversation.fmt.name,
+            chained.texts,
+            chained.encoded,
+            chained.start,
+            detection=chained.detection,
+            pending=chained.pending,
+        )
+    outcome = "kept" if ask.ref is None else "continued"
+    services.metrics.histories.labels(outcome=outcome).inc()
+    _remember(services, ask, filled, ref)
+    return ref
+
+
+def _remember(services: Services, ask: Ask, filled: Filled, ref: str) -> None:
+    """The history just kept, in full, for this process's next turn of it."""
+    references = references_of(filled.conversation, filled.registration.refs)
+    ahead = filled.ahead
+    if filled.work.tail is not None and ahead is None:
+        return  # the history before the tail is not held here
+    texts = tuple(filled.texts) if ahead is None else (*ahead.texts, *filled.texts)
+    if ahead is not None:
+        references = {**ahead.references, **references}
+    services.history_cache.put(ask.tenant, ref, Hydrated.of(texts, references), ask.ref)
+
+
+# --- answer ------------------------------------------------------------------------------------
+
+
+def reply(  # noqa: PLR0917 - the pipeline's results, each named at the call
+    request: Request,
+    ask: Ask,
+    filled: Filled,
+    texts: list[str],
+    summary: dict[str, int],
+    head: str | None,
+) -> Response:
+    """The messages answered (the whole conversation, or with `returnMessages: new` the
+    request's own), the refs of the tool calls in them, and the figures."""
+    work, conversation = filled.work, filled.conversation
+    references = references_of(conversation, filled.registration.refs)
+    start = len(texts) - work.requested
+    sent = joined(conversation.texts[len(conversation.texts) - work.requested :])
+    if ask.new_only:
+        texts = texts[start:]
+        references = {
+            pair.key: references[pair.key]
+            for pair in conversation.scan.pairs
+            if pair.key in references and any(site.message >= start for site, _ in pair.sides)
+        }
+    elif filled.ahead is not None:
+        texts = [*filled.ahead.texts, *texts]
+        references = {**filled.ahead.references, **references}
+    messages = joined(texts)
+    figures = stats(
+        len(messages),
+        len(sent),
+        len(conversation.scan.refs),
+        filled.registration.new,
+        filled.registration.hits + len(filled.held),
+    )
+    figures.update(summary)
+    return answer(request, conversation.fmt.name, messages, references, figures, history=head)
+
+
+routes = [Route("/v1/messages:hydrate", hydrate, methods=["POST"])]
