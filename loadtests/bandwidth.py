@@ -49,7 +49,7 @@ def on_the_wire(message: dict[str, Any], fmt: str) -> dict[str, Any]:
     return sent
 
 
-def _conversation(trace: Trace) -> tuple[Format, list[dict[str, Any]], list[int]]:
+def turns_of(trace: Trace) -> tuple[Format, list[dict[str, Any]], list[int]]:
     fmt = formats.detect(trace.messages)
     messages = [on_the_wire(m, fmt.name) for m in trace.messages]
     cuts = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
@@ -62,7 +62,7 @@ def history_uploads(trace: Trace, *, compress: bool | None = True) -> list[bytes
     asked to keep and holds every payload sent before. `compress` as the manager's: True,
     the client knows from the first request that the server reads zstd (as the zstd rows
     assume); None, once the server has confirmed a history; False, never."""
-    fmt, messages, cuts = _conversation(trace)
+    fmt, messages, cuts = turns_of(trace)
     confirmed: dict[str, int] = {}
     known: set[str] = set()
     bodies = []
@@ -85,7 +85,7 @@ def requests(trace: Trace) -> tuple[list[bytes], list[bytes]]:
     """The request bodies of the conversation, raw and with refs: one request per model
     call (before each assistant message), carrying the history so far. With refs, a tool
     payload is a marker once an earlier request has carried it (the registry then holds it)."""
-    fmt, messages, cuts = _conversation(trace)
+    fmt, messages, cuts = turns_of(trace)
     raw: list[bytes] = []
     with_refs: list[bytes] = []
     known: dict[str, str] = {}

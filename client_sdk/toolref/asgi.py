@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from toolref.checks import check_middleware_options
 from toolref.client import AsyncRegistryClient
-from toolref.encoding import JSON_TYPE, PROBLEM_TYPE
+from toolref.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
 from toolref.errors import BodyTooLargeError, InvalidProtocolError, ToolrefError
 from toolref.history import HISTORY_HEADER
 from toolref.hydrator import Hydrated, Hydrator, PassThrough
@@ -304,7 +304,7 @@ def _add_references(body: bytes, references: dict[str, str]) -> bytes:
     if not stripped.endswith(b"}"):
         return body
     try:
-        value = json.loads(body)
+        value = loads_fast(body)  # only whether it is an object matters
     except ValueError:
         return body
     if not isinstance(value, dict):

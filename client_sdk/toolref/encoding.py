@@ -11,6 +11,7 @@ import sys
 from typing import Any, Final
 
 import msgpack
+import orjson
 
 from toolref.errors import UnsupportedValueError
 
@@ -18,6 +19,18 @@ JSON_TYPE: Final = "application/json"
 MSGPACK_TYPE: Final = "application/msgpack"
 PROBLEM_TYPE: Final = "application/problem+json"
 BIGINT_EXT: Final = 1
+
+
+def loads_fast(data: bytes | str) -> Any:
+    """`json.loads`, about twice as fast (orjson), for values a digest then confirms: it
+    reads every JSON text as `json.loads` does (types, key order, `-0.0`, lone surrogates
+    and `NaN` through the stdlib, which also raises every error) except integers beyond 64
+    bits, which it reads as floats. A caller checks the value against its digest and, on a
+    mismatch, reads it again with `json.loads` (records and history messages do)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 def dumps_json(value: Any) -> bytes:

@@ -40,6 +40,7 @@ from toolref.canonical import Ref, digest_key, is_ref
 from toolref.errors import ValidationError
 from toolref.history import is_history_ref
 from toolref_server import record
+from toolref_server.histories import Node
 from toolref_server.settings import TENANT_RE as TENANT_NAME  # the one tenant grammar
 
 FORMAT: Final = 1
@@ -317,6 +318,13 @@ def _check_summary(rest: str, value: bytes) -> str | None:
 def _check_node(rest: str, value: bytes) -> str | None:
     if not is_history_ref("th_" + rest):
         return "has a history key whose ref is malformed"
+    if value[:1] == b"\x02":  # a node that keeps its head (histories.Node, version 2)
+        node = Node.decode(value)
+        if node is None or not formats.is_format_name(node.format):
+            return "holds a history node (version 2) that does not decode"
+        if not node.continued("th_" + rest):
+            return "holds a history node whose head is not the one its key names"
+        return None
     name, separator, ids = value.partition(b"\0")
     if not separator or not formats.is_format_name(name.decode("ascii", "replace")):
         return "holds a history node that does not start with a message format"

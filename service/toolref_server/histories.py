@@ -22,12 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from toolref.canonical import canonical_json, digest_key
-from toolref.encoding import packb, unpackb
+from toolref.encoding import loads_fast, packb, unpackb
 from toolref.formats import Detection, is_format_name
 from toolref.history import chain, history_ref
 from toolref_server import compressors
@@ -127,14 +127,27 @@ def _stored(ref: str, name: bytes, ids: list[bytes], values: list[bytes]) -> Sto
         texts = [compressors.decompress(value).decode() for value in values]
         if any(message_id(text) != i for text, i in zip(texts, ids, strict=True)):
             return None  # not the bytes the node was written with
-        form = [json.loads(text) for text in texts]
+    except Exception:  # corrupt bytes fail in many ways (zstd, UTF-8)
+        return None
+    # Integers beyond 64 bits are read exactly only by the stdlib: asked before refusing.
+    parsed = _parsed(texts, loads_fast, ref) or _parsed(texts, json.loads, ref)
+    if parsed is None:
+        return None  # not what the ref names (a 128-bit collision, or foreign bytes)
+    form, encoded = parsed
+    return Stored(name.decode("ascii", "replace"), form, texts, encoded)
+
+
+def _parsed(
+    texts: list[str], loads: Callable[[str], Any], ref: str
+) -> tuple[list[Any], list[bytes]] | None:
+    """The messages read by `loads` and as canonical JSON, if they chain to `ref`."""
+    try:
+        form = [loads(text) for text in texts]
         encoded = [canonical_json(message) for message in form]
-    except Exception:  # corrupt bytes fail in many ways (zstd, UTF-8, JSON)
+    except Exception:  # not JSON, or not canonical (NaN)
         return None
     found = chain(encoded)
-    if not found or history_ref(found[-1]) != ref:
-        return None  # not what the ref names (a 128-bit collision, or foreign bytes)
-    return Stored(name.decode("ascii", "replace"), form, texts, encoded)
+    return (form, encoded) if found and history_ref(found[-1]) == ref else None
 
 
 def message_id(text: str) -> bytes:

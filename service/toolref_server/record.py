@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from toolref.canonical import Ref, invocation_digest
-from toolref.encoding import dumps_json, packb, unpackb
+from toolref.encoding import dumps_json, loads_fast, packb, unpackb
 from toolref.formats.source import Payload
 from toolref_server import compressors
 
@@ -145,10 +145,10 @@ def decode(data: bytes) -> Record:
     )
 
 
-def content_digest(rec: Record) -> bytes:
+def content_digest(rec: Record, loads: Callable[[str], Any] = json.loads) -> bytes:
     """The SHA-256 of the canonical invocation `rec` holds, recomputed from its payload
-    texts (parsed, then written canonically): linear in the payloads."""
-    args, result = json.loads(rec.payload.args), json.loads(rec.payload.result)
+    texts (parsed by `loads`, then written canonically): linear in the payloads."""
+    args, result = loads(rec.payload.args), loads(rec.payload.result)
     return invocation_digest(rec.name, args, result, rec.is_error).sha256
 
 
@@ -159,8 +159,18 @@ def verified(data: bytes, ref: Ref) -> Record | None:
     record planted under another ref), so a corrupted record is never served."""
     try:
         rec = decode(data)
-        if rec.digest[: len(ref.digest_prefix)] != ref.digest_prefix:
-            return None
-        return rec if content_digest(rec) == rec.digest else None
-    except Exception:  # corrupt bytes fail in many ways (zstd, msgpack, JSON, keys, types)
+    except Exception:  # corrupt bytes fail in many ways (zstd, msgpack, keys, types)
         return None
+    if rec.digest[: len(ref.digest_prefix)] != ref.digest_prefix:
+        return None
+    # Integers beyond 64 bits are read exactly only by the stdlib: asked before refusing.
+    if _holds(rec, loads_fast) or _holds(rec, json.loads):
+        return rec
+    return None
+
+
+def _holds(rec: Record, loads: Callable[[str], Any]) -> bool:
+    try:
+        return content_digest(rec, loads) == rec.digest
+    except Exception:  # not JSON, or not canonical (NaN)
+        return False

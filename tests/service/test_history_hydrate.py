@@ -24,7 +24,6 @@ from toolref.history import (
     heads,
     history_ref,
 )
-
 from toolref_server.routes import continuation
 
 from ..conftest import Api, key_names, snapshot

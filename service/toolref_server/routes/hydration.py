@@ -350,20 +350,21 @@ def reply(  # noqa: PLR0917 - the pipeline's results, each named at the call
     work, conversation = filled.work, filled.conversation
     references = references_of(conversation, filled.registration.refs)
     start = len(texts) - work.requested
-    sent = joined(conversation.texts[len(conversation.texts) - work.requested :])
+    sent = joined(conversation.texts[start:])
+    full, condensed = filled.texts, texts is not filled.texts
     if ask.new_only:
-        texts = texts[start:]
+        texts, full = texts[start:], full[start:]
         references = {
             pair.key: references[pair.key]
             for pair in conversation.scan.pairs
             if pair.key in references and any(site.message >= start for site, _ in pair.sides)
         }
     elif filled.ahead is not None:
-        texts = [*filled.ahead.texts, *texts]
+        texts, full = [*filled.ahead.texts, *texts], [*filled.ahead.texts, *full]
         references = {**filled.ahead.references, **references}
     messages = joined(texts)
     figures = stats(
-        len(messages),
+        len(joined(full)) if condensed else len(messages),
         len(sent),
         len(conversation.scan.refs),
         filled.registration.new,
