@@ -38,6 +38,7 @@ from toolref_server.settings import Settings
 from toolref_server.store import Store, StoreClient
 from toolref_server.summaries import SummaryCache
 from toolref_server.summarizers import OpenAICompatibleSummarizer, build_summarizers
+from toolref_server.verifier import Verifier
 from toolref_server.workers import Workers
 
 log = logging.getLogger("toolref_server")
@@ -165,6 +166,7 @@ def create_app(
                 slot_wait=settings.redis_timeout,
                 workers=workers,
                 quota=StoredBytes(settings.tenant_bytes, settings.ttl_seconds),
+                verifier=Verifier(settings.verified_records),
             )
             app.state.services = Services(
                 settings=settings,

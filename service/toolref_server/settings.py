@@ -66,6 +66,13 @@ class Settings(BaseSettings):
         "it whole) once this long has passed since the last time; in between it reads only "
         "the history's node. At most the TTL.",
     )
+    verified_records: int = Field(
+        default=100_000,
+        ge=0,
+        description="Records whose bytes each process remembers as checked (about 100 bytes "
+        "each), so reading them again hashes their bytes instead of recomputing their "
+        "digest; 0 checks every read in full.",
+    )
     history_cache_bytes: int = Field(
         default=64 * 2**20,
         ge=0,

@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 from toolref.canonical import Ref, digest_of
 from toolref_server import compressors, record
 from toolref_server.store import NewRecord, Store
+from toolref_server.verifier import Verifier
 
 from ..conftest import Api
 
@@ -275,3 +276,36 @@ def test_verified_refuses_what_its_ref_does_not_name() -> None:
         assert record.verified(data, digest.ref) is not None
         assert record.verified(data, digest_of(OTHER).ref) is None
         assert record.verified(corrupt(data), Ref(str(digest.ref))) is None, name
+
+
+def test_bytes_once_sound_are_known_by_their_hash_and_any_change_is_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`Verifier`: the full check runs once per distinct bytes; a record read sound and
+    then changed by one byte (or planted under another ref) is checked again, and refused."""
+    calls: list[bytes] = []
+    check = record.verified
+
+    def counted(data: bytes, ref: Ref) -> record.Record | None:
+        calls.append(data)
+        return check(data, ref)
+
+    monkeypatch.setattr(record, "verified", counted)
+    verifier = Verifier(limit=2)
+    invocation = {**SMALL, "args": json.dumps(SMALL["args"])}
+    digest = digest_of(invocation)
+    data = record.encode_values(invocation, digest.sha256, digest.size, 512)
+    for _ in range(3):
+        assert verifier(data, digest.ref) is not None
+    assert len(calls) == 1
+    flipped = data.replace(b"x = 1", b"x = 2")
+    assert flipped != data
+    assert verifier(flipped, digest.ref) is None
+    assert len(calls) == 2
+    other = digest_of({**invocation, "name": "other"})
+    assert verifier(data, other.ref) is None  # sound bytes, but not what this ref names
+    for n in range(3):  # the memory stays within its bound
+        more = {**invocation, "result": f"r{n}"}
+        d = digest_of(more)
+        assert verifier(record.encode_values(more, d.sha256, d.size, 512), d.ref) is not None
+    assert len(verifier) == 2

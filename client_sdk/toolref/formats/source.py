@@ -9,14 +9,16 @@ in the text. Pure functions: no I/O.
 
 from __future__ import annotations
 
+import json
+import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from toolref import spans
 from toolref.formats.conversation import Pair, Scan
-from toolref.formats.site import MARKER, Site, from_marker_text, to_marker_text
+from toolref.formats.site import MARKER, ORDER, Site, from_marker_text, to_marker_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +76,15 @@ def _replaced(
 
 def fill(texts: Sequence[str], found: Scan, invocations: Mapping[str, Payload]) -> list[str]:
     """`conversation.fill` on texts: every marker whose ref is in `invocations` filled back
-    with the payload texts held for that ref."""
+    with the payload texts held for that ref.
+
+    A message whose markers can be told apart by their refs alone (each names another ref,
+    none lists its own member order, and the text holds no other `"toolRef":"tr_..."`
+    member) has each marker's `toolRef` member replaced in place, found by one regular
+    expression scan; any other message is walked (`spans.locate`)."""
     changes: dict[int, dict[tuple[int | str, ...], Change]] = defaultdict(dict)
+    quick: dict[int, dict[str, dict[str, str]]] = defaultdict(dict)  # message -> ref -> values
+    crowded: set[int] = set()  # messages with a ref on two markers
     for pair in found.pairs:
         ref = pair.ref
         if ref is None or ref not in invocations:
@@ -94,7 +103,40 @@ def fill(texts: Sequence[str], found: Scan, invocations: Mapping[str, Payload]) 
                 return from_marker_text(text, at, values)
 
             changes[site.message][site.path[1:]] = restore
-    return _edited(texts, changes, keep=False)
+            if ref in quick[site.message]:
+                crowded.add(site.message)
+            quick[site.message][ref] = values
+    out = list(texts)
+    for index, by_ref in quick.items():
+        filled = None if index in crowded else _filled_in_place(texts[index], by_ref)
+        if filled is not None:
+            out[index] = filled
+            del changes[index]
+    return _edited(out, changes, keep=False)
+
+
+_MARKER_MEMBER: Final = re.compile(r'"toolRef"\s*:\s*"(tr_[a-z2-7]{26})"')
+
+
+def _filled_in_place(text: str, by_ref: Mapping[str, Mapping[str, str]]) -> str | None:
+    """`text` with the `toolRef` member of each marker replaced by its payload members, or
+    None when the members found are not exactly the markers expected (the walk decides)."""
+    if ORDER in text:
+        return None
+    found = list(_MARKER_MEMBER.finditer(text))
+    if len(found) != len(by_ref) or {m.group(1) for m in found} != by_ref.keys():
+        return None
+    parts: list[str] = []
+    at = 0
+    for match in found:
+        members = ",".join(
+            json.dumps(key, ensure_ascii=False) + ":" + value
+            for key, value in by_ref[match.group(1)].items()
+        )
+        parts += (text[at : match.start()], members)
+        at = match.end()
+    parts.append(text[at:])
+    return "".join(parts)
 
 
 def _edited(
