@@ -385,13 +385,34 @@ def _json_document(data: bytes, limits: BodyLimits, messages_key: str | None) ->
             f"a number in the body cannot be read ({exc}); send numbers of at most "
             f"{sys.get_int_max_str_digits()} digits, or as strings"
         ) from None
-    # The parser makes only JSON types: what is left to check is the depth.
+    # The parser makes only JSON types: what is left to check is the depth (and the items
+    # per container, which the container count before parsing does not bound).
     value, items = parsed.value, parsed.items
+    texts = [text[start:end] for start, end in items] if items is not None else None
     bound = data.count(b"{") + data.count(b"[")  # no deeper than its brackets
     if bound > max_depth and type(value) in _CONTAINERS:
-        check_depth(value, max_depth, limits.max_items)
-    texts = [text[start:end] for start, end in items] if items is not None else None
+        if texts is None or messages_key is None:
+            check_depth(value, max_depth, limits.max_items)
+        else:
+            _check_messages_depth(value, messages_key, texts, limits)
     return Decoded(value, texts, len(data))
+
+
+def _check_messages_depth(
+    value: dict[str, Any], key: str, texts: list[str], limits: BodyLimits
+) -> None:
+    """`check_depth` for a body of messages, walking only the messages whose text could
+    break a limit: more brackets than the depth allows, or more commas than the items
+    (counted in C). A message sits at depth 3 (body, list, message)."""
+    messages = value[key]
+    check_depth({**value, key: []}, limits.max_depth, limits.max_items)
+    if len(messages) > limits.max_items:
+        check_depth(messages, 1, limits.max_items)  # refused for its length
+    depth = limits.max_depth - 2
+    for message, text in zip(messages, texts, strict=True):
+        brackets = text.count("{") + text.count("[")
+        if brackets > depth or text.count(",") >= limits.max_items:
+            check_depth(message, depth, limits.max_items)
 
 
 def _raise_json_error(text: str) -> None:

@@ -22,6 +22,7 @@ from toolref.errors import (
     NestingTooDeepError,
     NonFiniteNumberError,
     ToolrefError,
+    TooManyItemsError,
     UnsupportedValueError,
 )
 from toolref_server import codec
@@ -178,3 +179,32 @@ def test_msgpack_map_with_a_container_key_is_refused() -> None:
     # fixmap of 1 entry whose key is an empty array, value nil
     with pytest.raises(UnsupportedValueError, match="key"):
         codec.decode(b"\x81\x90\xc0", "msgpack", LIMITS)
+
+
+def _nested(levels: int) -> Any:
+    value: Any = 0
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("body", "refused"),
+    [
+        ({"messages": [{"a": 1}] * 40, "deep": _nested(16)}, NestingTooDeepError),
+        ({"messages": [{"a": 1}] * 40 + [{"a": _nested(14)}]}, NestingTooDeepError),
+        ({"messages": [{"a": 1}] * 40 + [{"a": _nested(13)}]}, None),  # at the limit
+        ({"messages": [{"a": 1}] * 40 + [{"a": [0] * 201}]}, TooManyItemsError),
+        ({"messages": [{"a": 1}] * 201}, TooManyItemsError),
+    ],
+)
+def test_a_body_of_messages_is_held_to_depth_and_items_message_by_message(
+    body: dict[str, Any], refused: type[Exception] | None
+) -> None:
+    limits = codec.BodyLimits(2**20, 2**20, max_depth=16, max_items=200)
+    data = json.dumps(body).encode()
+    if refused is None:
+        assert codec.decode_document(data, "json", limits, "messages").value == body
+        return
+    with pytest.raises(refused):
+        codec.decode_document(data, "json", limits, "messages")
