@@ -1,13 +1,20 @@
 """Stored histories: messages content-addressed, and one node per confirmed head.
 
 A message is stored in chain form (see `toolref.history`) as the JSON text its client wrote
-(markers in place of payloads), zstd-compressed, once per tenant under the first 16 bytes of
+(markers in place of payloads), zstd-compressed with the shipped messages dictionary
+(`compressors.writing`), once per tenant under the first 16 bytes of
 the SHA-256 of that text. A node, under its history ref, names the conversation's format and
 lists its messages' ids (16 bytes each), so any history comes back in two batched round
 trips whatever its length: GET the node, then MGET its messages (one MGET per hash slot on a
 cluster). A message's text is checked against its id, and the chain rebuilt from the texts
 against the ref, before it is used. Lifetimes slide as for tool refs: loading a history
 extends the node and every message in it.
+
+A node lists all its messages, so the nodes of one conversation confirmed at every turn hold
+O(turns²) ids. Clients continue the newest head, and an older one only after an edit, so
+when a history is continued the node it continued (now superseded) keeps only
+`superseded_ttl` seconds of life (TOOLREF_HISTORY_SUPERSEDED_TTL): past it, continuing it
+costs the client one resend of the whole conversation, which it does by itself.
 """
 
 from __future__ import annotations
@@ -63,9 +70,13 @@ def message_id(text: str) -> bytes:
 
 
 class Histories:
-    def __init__(self, store: Store, workers: Workers | None = None) -> None:
+    def __init__(
+        self, store: Store, workers: Workers | None = None, *, superseded_ttl: int | None = None
+    ) -> None:
         self.store = store
         self.workers = workers
+        # Never longer than the full lifetime; None: superseded nodes keep it.
+        self.superseded_ttl = min(superseded_ttl or store.ttl, store.ttl)
 
     @staticmethod
     def node_key(tenant: str, ref: str) -> str:
@@ -108,9 +119,13 @@ class Histories:
             raise ValueError("an empty history has no ref")
         store = self.store
         ids = [message_id(text) for text in texts]
-        ref = history_ref(chain(encoded)[-1])
+        found = chain(encoded)
+        ref = history_ref(found[-1])
         keys = [self.message_key(tenant, ids[index]) for index in range(start, len(texts))]
-        packed = [compressors.compress(texts[index].encode()) for index in range(start, len(texts))]
+        packed = [
+            compressors.compress(texts[index].encode(), "messages")
+            for index in range(start, len(texts))
+        ]
         node_key, node = (
             self.node_key(tenant, ref),
             fmt.encode("ascii") + _SEPARATOR + b"".join(ids),
@@ -124,6 +139,10 @@ class Histories:
                 pipe.set(key, data, nx=True, ex=store.ttl)
                 pipe.expire(key, store.ttl)
             pipe.set(node_key, node, ex=store.ttl)
+            if 0 < start < len(texts) and self.superseded_ttl < store.ttl:
+                # The head this continues: LT only ever shortens (never revives) it.
+                superseded = self.node_key(tenant, history_ref(found[start - 1]))
+                pipe.expire(superseded, self.superseded_ttl, lt=True)
             store.charge(pipe, tenant, cost)
             await pipe.execute()
         return ref
