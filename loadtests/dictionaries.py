@@ -460,12 +460,30 @@ def generated_json(rng: random.Random) -> tuple[Any, str, dict[str, Any]]:
 # --- as clients send them ------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Writer:
+    """How one client writes JSON: compact or with Python's spaces, keys as given or sorted
+    (as Go's encoding/json writes maps, or `sort_keys=True`)."""
+
+    spaced: bool
+    sort_keys: bool
+
+    def __call__(self, value: Any) -> str:
+        separators = (", ", ": ") if self.spaced else (",", ":")
+        return json.dumps(
+            value, separators=separators, sort_keys=self.sort_keys, ensure_ascii=self.spaced
+        )
+
+
+def _writer(rng: random.Random) -> _Writer:
+    return _Writer(spaced=rng.random() < 0.4, sort_keys=rng.random() < 0.35)
+
+
 def payload(rng: random.Random, args: dict[str, Any], output: str) -> Payload:
     """The texts a client would write for these arguments and this output: arguments as an
     object or as the JSON text of one (OpenAI's `arguments`), written compact or as Python's
     `json.dumps` does; the output as a string, content blocks or an MCP result."""
-    spaced = rng.random() < 0.5
-    dump: Callable[[Any], str] = json.dumps if spaced else (lambda v: dumps_json(v).decode())
+    dump = _writer(rng).__call__
     args_text = dump(dump(args)) if rng.random() < 0.5 else dump(args)
     shape = rng.random()
     if shape < 0.6:
@@ -552,10 +570,8 @@ def message_samples(src: Source, count: int = SAMPLES, seed: int = SEED) -> list
         fmt = formats.get(rng.choice(("openai-chat", "anthropic")))
         messages = conversation(src, rng, fmt.name, rng.randrange(3, 25))
         form = history.chain_form(messages, fmt)
-        write: Callable[[Any], bytes] = (
-            dumps_json if rng.random() < 0.7 else (lambda v: json.dumps(v).encode())
-        )
-        samples.extend(write(message) for message in form)
+        write = _writer(rng)
+        samples.extend(write(message).encode() for message in form)
     return samples[:count]
 
 
