@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from toolref.errors import NotFoundError, ToolrefError
+from toolref_server import compressors
 from toolref_server.access import AccessMiddleware
 from toolref_server.admission import AdmissionMiddleware
 from toolref_server.auth import Authenticator
@@ -130,6 +131,12 @@ def create_app(
     settings = settings or Settings()
     settings.check_exposure()
     settings.check_summarizer()
+    # What new records and history messages are written with (one choice per process).
+    compressors.configure(
+        records=settings.record_dictionary,
+        messages=settings.message_dictionary,
+        level=settings.compress_level,
+    )
     metrics = Metrics()
     open_metrics = settings.warn_open_metrics()
     if open_metrics:
@@ -200,7 +207,7 @@ def create_app(
                     metrics=metrics,
                 ),
                 metrics=metrics,
-                histories=Histories(store, workers),
+                histories=Histories(store, workers, superseded_ttl=settings.history_superseded_ttl),
                 workers=workers,
                 rate=RequestRate(settings.tenant_rate),
                 history_cache=HistoryCache(settings.history_cache_bytes),

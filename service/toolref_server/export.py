@@ -39,7 +39,7 @@ from toolref import formats
 from toolref.canonical import Ref, digest_key, is_ref
 from toolref.errors import ValidationError
 from toolref.history import is_history_ref
-from toolref_server import record
+from toolref_server import compressors, record
 from toolref_server.histories import Node
 from toolref_server.settings import TENANT_RE as TENANT_NAME  # the one tenant grammar
 
@@ -292,6 +292,12 @@ def check_item(item: Any, tenant: str | None) -> str | None:
 def _check_record(rest: str, value: bytes) -> str | None:
     if not is_ref("tr_" + rest):
         return "has a record key whose ref is malformed"
+    try:
+        record.decode(value)
+    except record.UnknownDictionaryError as exc:
+        return f"holds a record that cannot be read here: {exc}"
+    except Exception:  # noqa: S110 - any other failure is reported just below
+        pass
     if record.verified(value, Ref("tr_" + rest)) is None:
         return (
             "holds a record that is not the invocation its ref names (its content does not "
@@ -340,8 +346,10 @@ def _check_message(rest: str, value: bytes) -> str | None:
         size = zstandard.frame_content_size(value)
         if size < 0 or size > _MAX_ITEM:
             return "holds a history message whose size is unknown or too large"
-        text = zstandard.ZstdDecompressor().decompress(value)
+        text = compressors.decompress(value)
         json.loads(text)
+    except compressors.UnknownDictionaryError as exc:
+        return f"holds a history message that cannot be read here: {exc}"
     except (zstandard.ZstdError, ValueError):
         return "holds a history message that is not a zstd frame of JSON text"
     if digest_key(hashlib.sha256(text).digest()[:_ID_BYTES]) != rest:

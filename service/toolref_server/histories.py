@@ -1,7 +1,8 @@
 """Stored histories: messages content-addressed, and one node per confirmed head.
 
 A message is stored in chain form (see `toolref.history`) as the JSON text its client wrote
-(markers in place of payloads), zstd-compressed, once per tenant under the first 16 bytes of
+(markers in place of payloads), zstd-compressed with the shipped messages dictionary
+(`compressors.writing`), once per tenant under the first 16 bytes of
 the SHA-256 of that text. A node, under its history ref, names the conversation's format and
 lists its messages' ids (16 bytes each), so any history comes back in two batched round
 trips whatever its length: GET the node, then MGET its messages (one MGET per hash slot on a
@@ -15,6 +16,12 @@ when every message and tool ref of it was last extended (`refreshed`). A node ne
 that refresh by more than the TTL, so while it exists its messages do too (unless evicted:
 then the next whole load answers missing, and the client resends). `extend` writes a
 continuation from the node alone: the new messages and the new node, O(new) plus the ids.
+
+A node lists all its messages, so the nodes of one conversation confirmed at every turn hold
+O(turns²) ids. Clients continue the newest head, and an older one only after an edit, so
+when a history is continued the node it continued (now superseded) keeps only
+`superseded_ttl` seconds of life (TOOLREF_HISTORY_SUPERSEDED_TTL): past it, continuing it
+costs the client one resend of the whole conversation, which it does by itself.
 """
 
 from __future__ import annotations
@@ -155,9 +162,13 @@ def message_id(text: str) -> bytes:
 
 
 class Histories:
-    def __init__(self, store: Store, workers: Workers | None = None) -> None:
+    def __init__(
+        self, store: Store, workers: Workers | None = None, *, superseded_ttl: int | None = None
+    ) -> None:
         self.store = store
         self.workers = workers
+        # Never longer than the full lifetime; None: superseded nodes keep it.
+        self.superseded_ttl = min(superseded_ttl or store.ttl, store.ttl)
 
     @staticmethod
     def node_key(tenant: str, ref: str) -> str:
@@ -212,9 +223,10 @@ class Histories:
         if not texts:
             raise ValueError("an empty history has no ref")
         ids = [message_id(text) for text in texts]
-        head = chain(encoded)[-1]
-        node = Node(fmt, ids, head, int(time.time()), detection, pending)
-        return await self._write(tenant, node, ids[start:], texts[start:])
+        found = chain(encoded)
+        node = Node(fmt, ids, found[-1], int(time.time()), detection, pending)
+        superseded = history_ref(found[start - 1]) if 0 < start < len(texts) else None
+        return await self._write(tenant, node, ids[start:], texts[start:], superseded)
 
     async def extend(
         self,
@@ -235,18 +247,24 @@ class Histories:
         ids = [message_id(text) for text in texts]
         head = chain(encoded, before.head)[-1]
         node = Node(before.format, [*before.ids, *ids], head, before.refreshed, detection, pending)
-        return await self._write(tenant, node, ids, texts)
+        return await self._write(tenant, node, ids, texts, history_ref(before.head))
 
     async def _write(
-        self, tenant: str, node: Node, ids: Sequence[bytes], texts: Sequence[str]
+        self,
+        tenant: str,
+        node: Node,
+        ids: Sequence[bytes],
+        texts: Sequence[str],
+        superseded: str | None,
     ) -> str:
         """Write the messages not yet stored and the node; the node lives until its
-        `refreshed` time plus the TTL (a message lives at least that long)."""
+        `refreshed` time plus the TTL (a message lives at least that long). `superseded`:
+        the history this one continues, whose lifetime is shortened."""
         store = self.store
         assert node.head is not None
         ref = history_ref(node.head)
         keys = [self.message_key(tenant, i) for i in ids]
-        packed = [compressors.compress(text.encode()) for text in texts]
+        packed = [compressors.compress(text.encode(), "messages") for text in texts]
         node_key, data = self.node_key(tenant, ref), node.encode()
         lifetime = max(1, min(store.ttl, node.refreshed + store.ttl - int(time.time())))
         cost = await store.cost_of_writing(
@@ -258,6 +276,10 @@ class Histories:
                 pipe.set(key, message, nx=True, ex=store.ttl)
                 pipe.expire(key, store.ttl)
             pipe.set(node_key, data, ex=lifetime)
+            if superseded is not None and superseded != ref and self.superseded_ttl < store.ttl:
+                # The head this continues: LT only ever shortens (never revives) it.
+                key = self.node_key(tenant, superseded)
+                pipe.expire(key, self.superseded_ttl, lt=True)
             store.charge(pipe, tenant, cost)
             await pipe.execute()
         return ref

@@ -1,14 +1,18 @@
 """The stored form of one invocation.
 
-Layout: one version byte, the 32-byte SHA-256 digest, one flags byte, then a msgpack map,
+Layout: one version byte, the 32-byte SHA-256 digest, one flags byte, then a msgpack body,
 zstd-compressed when that is smaller. The digest sits at a fixed offset so a collision check
 reads 32 bytes (GETRANGE) instead of the whole payload.
 
-Version 2 keeps the arguments and the result as the JSON text the registering client wrote
-(`{"name", "err", "args", "result", "size", "created"}`), so a marker is filled back with
-exactly those bytes (key order, `1.0`, `-0.0`), never a re-encoding. Version 1 records
-(`{"inv": invocation, "size", "created"}`) are still read: their payloads are written as
-compact JSON.
+Version 3 (written now) is a msgpack array `[name, err, args, result, size, created]`, the
+arguments and the result as the JSON text the registering client wrote, so a marker is
+filled back with exactly those bytes (key order, `1.0`, `-0.0`), never a re-encoding. Its
+zstd frame may be compressed with a shipped dictionary (`toolref_server.dictionaries`); the
+frame names it by its id, so records written with any shipped dictionary stay readable, and
+one naming a dictionary this version lacks is corrupt (read as missing: the client resends).
+Still read: version 2, the same fields as a msgpack map (`{"name", "err", "args", "result",
+"size", "created"}`), and version 1 (`{"inv": invocation, "size", "created"}`), whose payloads
+are written as compact JSON; neither used a dictionary.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from toolref.encoding import dumps_json, loads_fast, packb, unpackb
 from toolref.formats.source import Payload
 from toolref_server import compressors
 
-VERSION: Final = 2
-_READABLE: Final = (1, 2)
+VERSION: Final = 3
+_READABLE: Final = (1, 2, 3)
 DIGEST_START: Final = 1
 DIGEST_END: Final = 33  # exclusive
 _FLAGS_AT: Final = 33
@@ -35,6 +39,10 @@ _ZSTD: Final = 1
 
 class CorruptRecordError(Exception):
     """Bytes under a record key that are not a record this code wrote."""
+
+
+class UnknownDictionaryError(CorruptRecordError):
+    """A record compressed with a dictionary this version does not ship (a newer one's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +85,11 @@ def payload_of(invocation: Mapping[str, Any]) -> Payload:
     )
 
 
+def body(name: str, is_error: bool, payload: Payload, size: int, created: int) -> bytes:
+    """The uncompressed body of a version 3 record (what its dictionary is trained on)."""
+    return packb([name, is_error, payload.args, payload.result, size, created])
+
+
 def encode(
     name: str,
     *,
@@ -86,21 +99,14 @@ def encode(
     size: int,
     compress_threshold: int,
 ) -> bytes:
-    fields = {
-        "name": name,
-        "err": is_error,
-        "args": payload.args,
-        "result": payload.result,
-        "size": size,
-        "created": int(time.time()),
-    }
-    body = packb(fields)
+    """A version 3 record, compressed as `compressors.writing` says (dictionary, level)."""
+    data = body(name, is_error, payload, size, int(time.time()))
     flags = 0
-    if len(body) >= compress_threshold:
-        packed = compressors.compress(body)
-        if len(packed) < len(body):
-            body, flags = packed, _ZSTD
-    return bytes((VERSION,)) + digest + bytes((flags,)) + body
+    if len(data) >= compress_threshold:
+        packed = compressors.compress(data, "records")
+        if len(packed) < len(data):
+            data, flags = packed, _ZSTD
+    return bytes((VERSION,)) + digest + bytes((flags,)) + data
 
 
 def encode_values(
@@ -120,11 +126,19 @@ def encode_values(
 def decode(data: bytes) -> Record:
     if len(data) < _BODY_AT or data[0] not in _READABLE:
         raise CorruptRecordError(f"record has version {data[:1]!r}, expected {VERSION}")
-    body = data[_BODY_AT:]
+    packed = data[_BODY_AT:]
     if data[_FLAGS_AT] & _ZSTD:
-        body = compressors.decompress(body)
-    fields = unpackb(body)
+        try:
+            packed = compressors.decompress(packed)
+        except compressors.UnknownDictionaryError as exc:
+            raise UnknownDictionaryError(str(exc)) from None
+    fields = unpackb(packed)
     digest = data[DIGEST_START:DIGEST_END]
+    if data[0] == 3:
+        name, is_error, args, result, size, created = fields
+        if not (isinstance(args, str) and isinstance(result, str)):
+            raise CorruptRecordError("record payloads are not JSON text")
+        return Record(name, bool(is_error), Payload(args, result), digest, size, created)
     if data[0] == 1:
         invocation = fields["inv"]
         return Record(

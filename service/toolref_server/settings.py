@@ -7,11 +7,13 @@ import re
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolref.errors import ConfigurationError
 from toolref.kinds import KindTable
+from toolref_server import dictionaries
+from toolref_server.dictionaries import Kind
 
 TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
@@ -168,7 +170,34 @@ class Settings(BaseSettings):
         "cancelling them.",
     )
     compress_threshold: int = Field(
-        default=512, ge=0, description="Records at least this large are stored zstd-compressed."
+        default=64,
+        ge=0,
+        description="Records at least this large are stored zstd-compressed (when that is "
+        "smaller; with a dictionary even small ones shrink).",
+    )
+    compress_level: int = Field(
+        default=3,
+        ge=1,
+        le=22,
+        description="zstd level of stored records and history messages: higher stores fewer "
+        "bytes for more CPU on every payload a request carries in full.",
+    )
+    record_dictionary: int = Field(
+        default=1,
+        ge=0,
+        description="Shipped zstd dictionary new records are compressed with (0: none); "
+        "records written with any shipped one stay readable.",
+    )
+    message_dictionary: int = Field(
+        default=1,
+        ge=0,
+        description="Shipped zstd dictionary new history messages are compressed with (0: none).",
+    )
+    history_superseded_ttl: int = Field(
+        default=600,
+        ge=1,
+        description="Seconds a history head keeps once a longer one continues it (at most "
+        "the TTL); the newest head keeps the full TTL.",
     )
     redis_timeout: float = Field(
         default=2.0, gt=0, description="Socket timeout for Redis commands, in seconds."
@@ -299,6 +328,18 @@ class Settings(BaseSettings):
     def _check_summarizer(cls, value: str) -> str:
         if value not in SUMMARIZER_NAMES:
             raise ValueError(f"use one of {', '.join(SUMMARIZER_NAMES)}")
+        return value
+
+    @field_validator("record_dictionary", "message_dictionary")
+    @classmethod
+    def _check_dictionary(cls, value: int, info: ValidationInfo) -> int:
+        kind: Kind = "records" if info.field_name == "record_dictionary" else "messages"
+        shipped = dictionaries.numbers(kind)
+        if value and value not in shipped:
+            raise ValueError(
+                f"no {kind} dictionary {value} ships with this version; use one of "
+                f"{', '.join(map(str, shipped))}, or 0 to write without one"
+            )
         return value
 
     @model_validator(mode="after")

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tomllib
 import venv
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,3 +124,21 @@ def test_toolref_server_without_the_server_extra_says_how_to_install_it(
     assert dry.returncode == 0, dry.stderr
     planned = {normalized(i["metadata"]["name"]) for i in json.loads(report.read_text())["install"]}
     assert {normalized(n) for n in server_extra()} <= planned, planned
+
+
+def test_the_wheel_ships_the_zstd_dictionaries(base_install: Installed) -> None:
+    """Records and history messages written with a shipped dictionary need it to be read:
+    the wheel carries every one, and each loads from the installed package."""
+    from toolref_server import dictionaries
+
+    with zipfile.ZipFile(base_install.wheel) as wheel:
+        names = set(wheel.namelist())
+    for shipped in dictionaries.SHIPPED:
+        assert f"toolref_server/dictionaries/{shipped.file}" in names, sorted(names)
+    check = (
+        "from toolref_server import dictionaries as d; "
+        "print(sorted(d.by_id(s.dict_id).dict_id() for s in d.SHIPPED))"
+    )
+    loaded = run([str(base_install.bin / "python"), "-c", check])
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == str(sorted(s.dict_id for s in dictionaries.SHIPPED))
