@@ -86,26 +86,44 @@ def check_messages(messages: Any) -> list[Any]:
     return messages
 
 
+# Where `detect` stands after some messages: the formats they all fit (in `FORMATS` order),
+# each with how many of them were distinctive of it. A client resumes it from a kept prefix.
+Detection = tuple[tuple[FormatName, int], ...]
+
+
 def detect(messages: Sequence[Any], name: FormatName | None = None) -> Format:
     """The format of `messages` (`name` when given), or 422 naming the message that breaks it.
 
     An unknown `name` is an `ValidationError` (a `ValueError`), whatever the messages."""
-    candidates = [get(name)] if name is not None else list(FORMATS.values())
-    score = dict.fromkeys((f.name for f in candidates), 0)
+    state = detection(name)
     for index, message in enumerate(messages):
-        claims = {f.name: f.claim(message) for f in candidates}
-        fitting = [f for f in candidates if claims[f.name] != FOREIGN]
-        if not fitting:
-            raise _mixed(index, message, candidates, score)
-        candidates = fitting
-        for f in candidates:
-            score[f.name] += claims[f.name] == DISTINCTIVE
-    return max(candidates, key=lambda f: score[f.name])  # max keeps the first of equals
+        state = narrow(state, message, index)
+    return detected(state)
 
 
-def _mixed(
-    index: int, message: Any, before: list[Format], score: dict[FormatName, int]
-) -> ValidationError:
+def detection(name: FormatName | None = None) -> Detection:
+    """`detect` before any message: every format, or only `name`."""
+    return ((check_format(name), 0),) if name is not None else tuple((n, 0) for n in NAMES)
+
+
+def narrow(state: Detection, message: Any, index: int) -> Detection:
+    """`state` after `message` (at `index`): the formats it fits too; 422 when none."""
+    fitting = []
+    for name, score in state:
+        claim = FORMATS[name].claim(message)
+        if claim != FOREIGN:
+            fitting.append((name, score + (claim == DISTINCTIVE)))
+    if not fitting:
+        raise _mixed(index, message, [FORMATS[name] for name, _ in state])
+    return tuple(fitting)
+
+
+def detected(state: Detection) -> Format:
+    """The format `state` settles on: the most distinctive claims, the first of equals."""
+    return FORMATS[max(state, key=lambda item: item[1])[0]]  # max keeps the first of equals
+
+
+def _mixed(index: int, message: Any, before: list[Format]) -> ValidationError:
     looks = [f.name for f in FORMATS.values() if f.claim(message) == DISTINCTIVE]
     looks = looks or [f.name for f in FORMATS.values() if f.claim(message) != FOREIGN]
     earlier = ", ".join(f.name for f in before)
@@ -129,6 +147,7 @@ __all__ = [
     "MARKER",
     "NAMES",
     "ORDER",
+    "Detection",
     "Format",
     "FormatName",
     "Pair",
@@ -137,9 +156,12 @@ __all__ = [
     "check_format",
     "check_messages",
     "detect",
+    "detected",
+    "detection",
     "fill",
     "get",
     "is_format_name",
+    "narrow",
     "replace",
     "scan",
     "with_results",
