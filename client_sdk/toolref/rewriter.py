@@ -219,7 +219,7 @@ class ToolReferenceManager:
         key: str,
     ) -> _Sending:
         messages = body[key]
-        if self.max_transcripts and messages:
+        if self.max_transcripts and isinstance(messages, list) and messages:
             # What a transcript cannot hold (a message the stdlib cannot write, messages in
             # no one format), the plain path below computes, or fails on, as it always did.
             with contextlib.suppress(ValueError, TypeError, RecursionError):
