@@ -141,7 +141,8 @@ class Transcript:
     def dictionary(self, length: int) -> bytes:
         """`history.dictionary` of the first `length` messages, from their kept text."""
         total = self.ends[length - 1] if length else 0
-        # The last message before which at least the limit's worth of text remains.
+        # From the last message that, with those after it, reaches the limit: none before
+        # it would survive the cut to the last DICTIONARY_LIMIT bytes.
         first = bisect.bisect_right(self.ends, total - DICTIONARY_LIMIT, 0, length)
         return b"".join(self.texts[first:length])[-DICTIONARY_LIMIT:]
 
