@@ -28,7 +28,13 @@ def check_key(name: str, value: object) -> None:
 
 
 def check_manager_options(
-    format: object, messages_key: object, max_refs: object, max_histories: object
+    format: object,
+    messages_key: object,
+    max_refs: object,
+    max_histories: object,
+    *,
+    max_transcripts: object,
+    max_transcript_bytes: object,
 ) -> None:
     """`ToolReferenceManager`'s options (an unknown format would otherwise be skipped quietly:
     the manager sends messages it cannot read as they are)."""
@@ -42,6 +48,18 @@ def check_manager_options(
         1,
         "it is how many confirmed histories the manager remembers (history_refs=False turns "
         "history refs off)",
+    )
+    check_count(
+        "max_transcripts",
+        max_transcripts,
+        0,
+        "it is how many conversations' transcripts the manager keeps (0 keeps none)",
+    )
+    check_count(
+        "max_transcript_bytes",
+        max_transcript_bytes,
+        0,
+        "it is how many bytes the transcripts may hold together",
     )
 
 

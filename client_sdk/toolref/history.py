@@ -87,11 +87,12 @@ def longest_confirmed(chain: Sequence[bytes], confirmed: Sequence[tuple[str, int
     """Index into `confirmed` of the longest (ref, length) that is still a prefix of the
     conversation whose heads are `chain`; -1 when none is (the history was edited before
     every confirmed head, or is shorter than each)."""
-    best, best_length = -1, 0
-    for index, (ref, length) in enumerate(confirmed):
-        if best_length < length <= len(chain) and history_ref(chain[length - 1]) == ref:
-            best, best_length = index, length
-    return best
+    # Longest first, so that usually one ref is computed (the last turn's), not one each.
+    for index in sorted(range(len(confirmed)), key=lambda i: confirmed[i][1], reverse=True):
+        ref, length = confirmed[index]
+        if 0 < length <= len(chain) and history_ref(chain[length - 1]) == ref:
+            return index
+    return -1
 
 
 def dictionary(messages: Iterable[Any]) -> bytes:

@@ -22,7 +22,15 @@ from __future__ import annotations
 import contextlib
 import json
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Container,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -43,6 +51,7 @@ from toolref.formats import Format, Pair
 from toolref.history import HISTORY_HEADER
 from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref.transcript import Transcripts, keys_of, transcribe
 from toolref.upload import Turn, Upload, prepare
 
 REFERENCES_HEADER = "Toolref-References"
@@ -71,6 +80,16 @@ def rewrite(messages: list[Any], fmt: Format, usable: Container[str]) -> Rewrite
     refs = {pair.key: ref_of(pair) for pair in found.complete}
     used = {key: ref for key, ref in refs.items() if ref in usable}
     return Rewrite(formats.replace(messages, found, used), fmt.name, used, refs)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sending:
+    """One attempt of a turn: what `prepare` builds the upload from, and its refs."""
+
+    turn: Turn
+    refs: Sequence[str]  # the ref of every complete invocation, in the order of their calls
+    used: int  # how many of them travel as markers
+    text_size: int | None  # len(dumps_json(messages)), when known without writing them again
 
 
 @dataclass
@@ -106,6 +125,12 @@ class ToolReferenceManager:
         request (the server is known to); False: never.
     max_histories: how many confirmed histories to remember (one per live conversation is
         enough; least recently used are dropped first).
+    max_transcripts: how many conversations to keep the transcript of (each message's JSON
+        text, chain head and refs), so that preparing a turn costs in proportion to its new
+        messages; least recently used are dropped first; 0 keeps none (every turn is then
+        prepared from scratch). See `toolref.transcript`.
+    max_transcript_bytes: the most the transcripts hold together, roughly (about the size of
+        the conversations' JSON text, once each); a larger conversation is not kept.
     """
 
     format: FormatName | None = None
@@ -116,15 +141,26 @@ class ToolReferenceManager:
     history_refs: bool = True
     compress: bool | None = None
     max_histories: int = 64
+    max_transcripts: int = 64
+    max_transcript_bytes: int = 64 << 20
     savings: Savings = field(default_factory=Savings)
     confirmed: OrderedDict[str, None] = field(default_factory=OrderedDict)
     seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
     histories: OrderedDict[str, int] = field(default_factory=OrderedDict)  # ref -> length
     refs_accepted: bool = False  # the backend has answered as protocol 2
     histories_accepted: bool = False  # the backend has confirmed a history
+    transcripts: Transcripts = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        check_manager_options(self.format, self.messages_key, self.max_refs, self.max_histories)
+        check_manager_options(
+            self.format,
+            self.messages_key,
+            self.max_refs,
+            self.max_histories,
+            max_transcripts=self.max_transcripts,
+            max_transcript_bytes=self.max_transcript_bytes,
+        )
+        self.transcripts = Transcripts(self.max_transcripts, self.max_transcript_bytes)
 
     # --- memory --------------------------------------------------------------------
 
@@ -181,13 +217,47 @@ class ToolReferenceManager:
         usable: Container[str] | None,
         fmt_name: FormatName | None,
         key: str,
-    ) -> tuple[Turn, Rewrite]:
+    ) -> _Sending:
         messages = body[key]
+        if self.max_transcripts and isinstance(messages, list) and messages:
+            # What a transcript cannot hold (a message the stdlib cannot write, messages in
+            # no one format), the plain path below computes, or fails on, as it always did.
+            with contextlib.suppress(ValueError, TypeError, RecursionError):
+                return self._transcribed(body, messages, usable, fmt_name, key)
         outgoing = self.rewrite(messages, usable, format=fmt_name)
         # Messages the format layer cannot read travel as they are, without history refs.
         fmt = formats.get(outgoing.format) if outgoing.format is not None else None
         turn = Turn(body, key, messages, outgoing.messages, fmt, outgoing.refs)
-        return turn, outgoing
+        return _Sending(turn, list(outgoing.refs.values()), len(outgoing.used), None)
+
+    def _transcribed(
+        self,
+        body: Mapping[str, Any],
+        messages: list[Any],
+        usable: Container[str] | None,
+        fmt_name: FormatName | None,
+        key: str,
+    ) -> _Sending:
+        """`_turn` from the transcript of the conversation: only the messages after the
+        longest unchanged prefix it holds are read, scanned, digested and written."""
+        requested = fmt_name or self.format
+        keys = keys_of(messages)
+        kept, common = self.transcripts.find(requested, keys)
+        transcript = transcribe(messages, keys, requested, kept, common)
+        self.transcripts.keep(transcript, kept)
+        markers = self.usable() if usable is None else usable
+        refs = list(transcript.all_refs())
+        turn = Turn(
+            body,
+            key,
+            messages,
+            transcript.outgoing(messages, markers),
+            formats.get(transcript.format),
+            heads=transcript.heads,
+            dictionary=transcript.dictionary,
+        )
+        used = sum(map(markers.__contains__, refs))
+        return _Sending(turn, refs, used, transcript.text_size)
 
     def exchange(
         self,
@@ -208,16 +278,18 @@ class ToolReferenceManager:
             (`learn_answer` learns a JSON body read later).
         """
         key = messages_key or self.messages_key
-        full = len(dumps_json(body)) if self.track_savings else 0
+        full: int | None = None
         usable: Container[str] | None = None
         attempt = 0
         histories = self.history_refs
         dictionary = True
         while True:
-            turn, outgoing = self._turn(body, usable, format, key)
+            sending = self._turn(body, usable, format, key)
+            if full is None:
+                full = _full_size(body, key, sending) if self.track_savings else 0
             compress = self.compress if self.compress is not None else self.histories_accepted
             upload = prepare(
-                turn,
+                sending.turn,
                 self.histories if histories else {},
                 keep=self.history_refs,
                 compress=compress,
@@ -227,7 +299,7 @@ class ToolReferenceManager:
             self.savings.requests += 1
             self.savings.sent_bytes += len(upload.content)
             self.savings.full_bytes += full
-            self.savings.refs_sent += len(outgoing.used)
+            self.savings.refs_sent += sending.used
             self.savings.histories_used += upload.continued is not None
             problem = _problem_type(response)
             if upload.continued is not None and problem == _MISSING_HISTORY:
@@ -241,8 +313,8 @@ class ToolReferenceManager:
                 dictionary = False
                 continue
             missing = _missing_refs(response)
-            if missing is None or not outgoing.used or attempt == 2:
-                self._learn_from(response, outgoing, upload)
+            if missing is None or not sending.used or attempt == 2:
+                self._learn_from(response, sending.refs, upload)
                 if not streamed:
                     self.learn_answer(response.status_code, response.headers, response.content)
                 return response
@@ -253,12 +325,12 @@ class ToolReferenceManager:
             attempt += 1
             usable = () if attempt == 2 else None
 
-    def _learn_from(self, response: httpx.Response, outgoing: Rewrite, upload: Upload) -> None:
+    def _learn_from(self, response: httpx.Response, refs: Sequence[str], upload: Upload) -> None:
         self.refs_accepted = response.headers.get(PROTOCOL_HEADER) == str(PROTOCOL_REFS)
         if not self.refs_accepted or response.status_code >= 400:
             return
         if self.optimistic:
-            _remember(self.seen, outgoing.refs.values(), self.max_refs)
+            _remember(self.seen, refs, self.max_refs)
         header = response.headers.get(REFERENCES_HEADER)
         if header:
             with contextlib.suppress(ValueError):
@@ -268,7 +340,7 @@ class ToolReferenceManager:
         # messages differently is never sent a ref the two would disagree on.
         if confirmed is not None and confirmed == upload.head:
             # Every invocation of a confirmed history is held: its refs need no telling.
-            self.confirm(outgoing.refs.values())
+            self.confirm(refs)
             self.histories_accepted = True
             self.histories[confirmed] = upload.length
             self.histories.move_to_end(confirmed)
@@ -354,6 +426,15 @@ class ToolReferenceManager:
                 self.learn_answer(response.status_code, response.headers, response.content)
         finally:
             await response.aclose()
+
+
+def _full_size(body: Mapping[str, Any], key: str, sending: _Sending) -> int:
+    """`len(dumps_json(body))`, from the transcript's sizes when the turn has them: the JSON
+    of a list is its items' joined by commas, in brackets."""
+    size, messages = sending.text_size, body[key]
+    if size is None or type(body) is not dict:
+        return len(dumps_json(body))
+    return len(dumps_json({**body, key: []})) + size + max(len(messages) - 1, 0)
 
 
 def may_resend(response: httpx.Response) -> bool:

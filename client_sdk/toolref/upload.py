@@ -11,7 +11,7 @@ the server holds and the backend gets.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -43,9 +43,13 @@ class Turn:
     body: Mapping[str, Any]  # the request body as the caller gave it
     key: str  # where the messages sit in it
     messages: list[Any]  # the conversation as the client holds it
-    outgoing: list[Any]  # the same with tool refs where the server holds the payloads
+    outgoing: Sequence[Any]  # the same with tool refs where the server holds the payloads
     fmt: Format | None  # None when the messages could not be read (sent as they are)
     refs: Mapping[str, str] | None = None  # pair key -> ref of every complete invocation
+    # What a caller that keeps its conversations' transcripts has already computed: the
+    # chain heads of the messages, and the dictionary of their first n.
+    heads: Sequence[bytes] | None = None
+    dictionary: Callable[[int], bytes] | None = None
 
 
 def prepare(
@@ -64,19 +68,23 @@ def prepare(
     if not keep or turn.fmt is None or not turn.messages:
         return _whole(turn, headers, None, compress)
     headers[history.HISTORY_HEADER] = history.KEEP_HISTORY
-    chain = history.heads(history.chain_form(turn.messages, turn.fmt, turn.refs))
+    chain = turn.heads
+    if chain is None:
+        chain = history.heads(history.chain_form(turn.messages, turn.fmt, turn.refs))
     head = history.history_ref(chain[-1])
     candidates = list(confirmed.items())
     pick = history.longest_confirmed(chain, candidates)
     if pick < 0:
         return _whole(turn, headers, head, compress)
     ref, start = candidates[pick]
-    rest = turn.outgoing[start:]
+    rest = list(turn.outgoing[start:])
     if compress and use_dictionary:
         plain = dumps_json({**turn.body, turn.key: rest})
-        packed = compression.compress(
-            plain, history.dictionary(turn.messages[:start]), history.DICTIONARY_LEVEL
-        )
+        if turn.dictionary is not None:
+            dictionary = turn.dictionary(start)
+        else:
+            dictionary = history.dictionary(turn.messages[:start])
+        packed = compression.compress(plain, dictionary, history.DICTIONARY_LEVEL)
         headers[history.HISTORY_HEADER] = ref
         headers["Content-Encoding"] = "zstd"
         return Upload(packed, headers, ref, head, length, dictionary=True)
@@ -85,7 +93,7 @@ def prepare(
 
 
 def _whole(turn: Turn, headers: dict[str, str], head: str | None, compress: bool) -> Upload:
-    content = dumps_json({**turn.body, turn.key: turn.outgoing})
+    content = dumps_json({**turn.body, turn.key: list(turn.outgoing)})
     if compress and len(content) >= COMPRESS_FROM:
         content = zstandard.ZstdCompressor(level=LEVEL).compress(content)
         headers["Content-Encoding"] = "zstd"

@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loadtests import acp_updates, bandwidth, chart, hashing, report, rewriting, streams
+from loadtests import (
+    acp_updates,
+    bandwidth,
+    chart,
+    hashing,
+    preparation,
+    report,
+    rewriting,
+    streams,
+)
 from loadtests.timing import Timing, measure
 from loadtests.traces import Trace, load
 
@@ -163,3 +172,15 @@ def test_each_section_gets_a_png_chart_of_its_main_column(tmp_path: Path) -> Non
     assert path.read_bytes().startswith(b"\x89PNG")
     empty = report.Section(title="t", intro="", header=["name"], rows=[["a"]])
     assert chart.draw(empty, tmp_path) is None
+
+
+def test_preparation_section_compares_transcripts_with_scratch() -> None:
+    section = preparation.run([small_trace()], rounds=1)
+    assert [row[0] for row in section.rows] == list(preparation.MODES)
+    assert set(section.figures) == {
+        "from_scratch_growth",
+        "transcripts_growth",
+        "transcripts_no_zstd_growth",
+        "from_scratch_over_transcripts_last",
+    }
+    assert all(value > 0 for value in section.figures.values())

@@ -342,6 +342,8 @@ def test_client_options_of_the_wrong_type_are_refused() -> None:
         ({"messages_key": ""}, TypeError, "messages_key is the non-empty str key"),
         ({"messages_key": None}, TypeError, "not None"),
         ({"max_refs": "100"}, TypeError, "max_refs is an int, not a str ('100')"),
+        ({"max_transcripts": -1}, ValueError, "max_transcripts must be >= 0, got -1"),
+        ({"max_transcript_bytes": 1.5}, TypeError, "max_transcript_bytes is an int, not a float"),
     ],
 )
 def test_manager_options_that_cannot_work_are_refused(
