@@ -27,6 +27,10 @@ KEEP_HISTORY: Final = "?1"  # RFC 8941 boolean true: "keep this conversation as 
 # reach further back than its window, and the bound caps what a server rebuilds per request.
 DICTIONARY_LIMIT: Final = 1 << 20
 DICTIONARY_LEVEL: Final = 6  # new messages are small: a higher level costs next to nothing
+# A client compresses against this tail of the dictionary only: zstd indexes all of the
+# dictionary it is given, each turn, so the whole would cost time that grows with the
+# history. Offsets count back from the body, so the frame decodes with the whole dictionary.
+COMPRESS_WINDOW: Final = 128 << 10
 HISTORY_PREFIX: Final = "th_"
 HISTORY_REF_LENGTH: Final = len(HISTORY_PREFIX) + 26
 H0: Final = hashlib.sha256(b"toolref history v1").digest()

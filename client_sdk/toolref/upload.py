@@ -84,7 +84,8 @@ def prepare(
             dictionary = turn.dictionary(start)
         else:
             dictionary = history.dictionary(turn.messages[:start])
-        packed = compression.compress(plain, dictionary, history.DICTIONARY_LEVEL)
+        window = dictionary[-history.COMPRESS_WINDOW :]
+        packed = compression.compress(plain, window, history.DICTIONARY_LEVEL)
         headers[history.HISTORY_HEADER] = ref
         headers["Content-Encoding"] = "zstd"
         return Upload(packed, headers, ref, head, length, dictionary=True)

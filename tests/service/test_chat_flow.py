@@ -159,7 +159,10 @@ async def test_evicted_refs_are_resent_transparently(setup: Setup) -> None:
             await setup.redis.delete(*rng.sample(keys, max(1, len(keys) // 2)))
 
     await converse(setup, manager, 10, evict)
-    assert manager.savings.fallbacks >= 5
+    # Each turn checks the backend saw exactly the client's conversation. A continuation
+    # reads only its history's node, so an eviction costs a resend only where it matters
+    # (the head itself, or a ref the new messages name).
+    assert manager.savings.fallbacks >= 1
     assert manager.savings.refs_sent > 0
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from toolref import ToolReferenceManager, compression, formats
+from toolref import ToolReferenceManager, compression, formats, history
 from toolref.encoding import dumps_json
 from toolref.errors import DictionaryMismatchError, MissingHistoryError
 from toolref.history import HISTORY_HEADER, chain_form, dictionary, heads, history_ref
@@ -165,3 +165,16 @@ def test_history_refs_can_be_turned_off() -> None:
     chat(server, manager, conversation(2))
     chat(server, manager, conversation(3))
     assert all(HISTORY_HEADER not in r.headers for r in server.requests)
+
+
+def test_a_body_compressed_against_the_window_decodes_with_the_whole_dictionary() -> None:
+    """The client compresses against the dictionary's last COMPRESS_WINDOW bytes; the server
+    inflates with the whole (1 MiB at most): the same body, whatever the history's length."""
+    whole = b"".join(
+        b'{"role":"tool","content":"line %d of an old file"}' % n for n in range(20_000)
+    )
+    assert len(whole) > 4 * history.COMPRESS_WINDOW
+    body = whole[-5_000:] + b'{"role":"user","content":"and now something new"}'
+    packed = compression.compress(body, whole[-history.COMPRESS_WINDOW :], history.DICTIONARY_LEVEL)
+    assert len(packed) < len(body) // 10  # it did use the window
+    assert compression.decompress(packed, whole, 2**20, "th_x") == body
