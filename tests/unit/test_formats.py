@@ -1263,3 +1263,49 @@ def test_arbitrary_messages_are_judged_never_crash(messages: list[Any]) -> None:
         formats.replace(messages, found, refs)
     except ToolrefError:
         pass
+
+
+def test_text_fill_in_place_and_by_walking_agree_with_value_fill() -> None:
+    """`source.fill` replaces markers in place when their refs tell them apart, and walks
+    the message otherwise (a ref on two markers, a marker with its own member order, a
+    `toolRef` member inside data): every way, the same values as `formats.fill`."""
+    from toolref.formats import source
+    from toolref.formats.source import Payload
+
+    ref, other = "tr_" + "a" * 26, "tr_" + "b" * 26
+    fake = {"toolRef": other}  # data that looks like a marker, in a result sent in full
+    messages = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "toolRef": ref}},
+                {"id": "c2", "type": "function", "function": {"name": "f", "toolRef": ref}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "toolRef": ref},
+        {
+            "role": "tool",
+            "tool_call_id": "c2",
+            "toolRefOrder": ["toolRef", "role"],
+            "toolRef": ref,
+            "role": "tool",
+        },
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c3", "type": "function", "function": {"name": "g", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c3", "content": [fake]},
+    ]
+    fmt = formats.get("openai-chat")
+    found = formats.scan(messages, fmt)
+    payload = Payload('"{\\"x\\": 1.0}"', '"out"')
+    texts = [json.dumps(m) for m in messages]
+    filled = [json.loads(t) for t in source.fill(texts, found, {ref: payload})]
+    invocation = {"name": "f", "args": '{"x": 1.0}', "result": "out", "isError": False}
+    assert filled == formats.fill(messages, found, {ref: invocation})
+    assert filled[5]["content"] == [fake]  # the data kept as it was

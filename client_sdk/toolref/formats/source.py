@@ -9,6 +9,7 @@ in the text. Pure functions: no I/O.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import defaultdict
@@ -82,9 +83,7 @@ def fill(texts: Sequence[str], found: Scan, invocations: Mapping[str, Payload]) 
     none lists its own member order, and the text holds no other `"toolRef":"tr_..."`
     member) has each marker's `toolRef` member replaced in place, found by one regular
     expression scan; any other message is walked (`spans.locate`)."""
-    changes: dict[int, dict[tuple[int | str, ...], Change]] = defaultdict(dict)
-    quick: dict[int, dict[str, dict[str, str]]] = defaultdict(dict)  # message -> ref -> values
-    crowded: set[int] = set()  # messages with a ref on two markers
+    wanted: dict[int, list[tuple[Site, str, dict[str, str]]]] = defaultdict(list)
     for pair in found.pairs:
         ref = pair.ref
         if ref is None or ref not in invocations:
@@ -98,24 +97,34 @@ def fill(texts: Sequence[str], found: Scan, invocations: Mapping[str, Payload]) 
                 values[site.args_key] = held.args
             if site.result_key is not None:
                 values[site.result_key] = held.result
-
-            def restore(text: str, at: int, values: dict[str, str] = values) -> str:
-                return from_marker_text(text, at, values)
-
-            changes[site.message][site.path[1:]] = restore
-            if ref in quick[site.message]:
-                crowded.add(site.message)
-            quick[site.message][ref] = values
+            wanted[site.message].append((site, ref, values))
     out = list(texts)
-    for index, by_ref in quick.items():
-        filled = None if index in crowded else _filled_in_place(texts[index], by_ref)
+    changes: dict[int, dict[tuple[int | str, ...], Change]] = {}
+    for index, sites in wanted.items():
+        by_ref = {ref: values for _, ref, values in sites}
+        filled = None
+        if len(by_ref) == len(sites):  # no ref on two markers of the message
+            filled = _filled_in_place(texts[index], by_ref)
         if filled is not None:
             out[index] = filled
-            del changes[index]
+            continue
+        changes[index] = {site.path[1:]: _restorer(values) for site, _, values in sites}
     return _edited(out, changes, keep=False)
 
 
+def _restorer(values: dict[str, str]) -> Change:
+    def restore(text: str, at: int) -> str:
+        return from_marker_text(text, at, values)
+
+    return restore
+
+
 _MARKER_MEMBER: Final = re.compile(r'"toolRef"\s*:\s*"(tr_[a-z2-7]{26})"')
+
+
+@functools.lru_cache(maxsize=64)
+def _key_text(key: str) -> str:
+    return json.dumps(key, ensure_ascii=False)
 
 
 def _filled_in_place(text: str, by_ref: Mapping[str, Mapping[str, str]]) -> str | None:
@@ -130,8 +139,7 @@ def _filled_in_place(text: str, by_ref: Mapping[str, Mapping[str, str]]) -> str 
     at = 0
     for match in found:
         members = ",".join(
-            json.dumps(key, ensure_ascii=False) + ":" + value
-            for key, value in by_ref[match.group(1)].items()
+            _key_text(key) + ":" + value for key, value in by_ref[match.group(1)].items()
         )
         parts += (text[at : match.start()], members)
         at = match.end()
