@@ -1286,9 +1286,8 @@ def test_text_fill_in_place_and_by_walking_agree_with_value_fill() -> None:
         },
         {"role": "tool", "tool_call_id": "c1", "toolRef": ref},
         {
-            "role": "tool",
             "tool_call_id": "c2",
-            "toolRefOrder": ["toolRef", "role"],
+            "toolRefOrder": ["toolRef", "tool_call_id", "role"],
             "toolRef": ref,
             "role": "tool",
         },
