@@ -1,6 +1,7 @@
 """The engine runs out of memory and evicts refs (allkeys-lru) while clients chat with large
-tool results: the SDK resends evicted payloads on 409 missingRefs, every turn answers 200,
-and the backend always sees exactly the conversation the client holds."""
+tool results: the SDK resends evicted payloads on 409 missingRefs (or, with history refs, the
+conversation on 409 missing-history), every turn answers 200, and the backend always sees
+exactly the conversation the client holds."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from collections import Counter
 import httpx
 import pytest
 
-from toolref import AsyncRegistryClient, CircuitBreaker, ToolRefMiddleware
+from toolref import (
+    AsyncRegistryClient,
+    CircuitBreaker,
+    ToolReferenceManager,
+    ToolRefMiddleware,
+)
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -26,7 +32,14 @@ RESULT_SIZE, SPREAD = 20_000, 30_000  # characters of incompressible text per to
 MAXMEMORY = "2mb"
 
 
-async def test_evicted_refs_are_resent_and_every_turn_succeeds(engines: Engines) -> None:
+@pytest.mark.parametrize("history_refs", [False, True])
+async def test_evicted_refs_are_resent_and_every_turn_succeeds(
+    engines: Engines, history_refs: bool
+) -> None:
+    """Without history refs every turn names its payloads by ref, so evictions come back as
+    409s and resends. With them a turn sends only its new messages and the registry reads
+    only the history's node: an eviction costs a resend only where a turn needs what was
+    evicted, and every turn still answers 200 with the client's exact conversation."""
     engine = engines.start(
         "engine",
         appendonly="no",
@@ -48,7 +61,10 @@ async def test_evicted_refs_are_resent_and_every_turn_succeeds(engines: Engines)
                 base_url="http://backend",
             ) as http,
         ):
-            conversations = [Conversation(n, backend) for n in range(CONVERSATIONS)]
+            conversations = [
+                Conversation(n, backend, ToolReferenceManager(history_refs=history_refs))
+                for n in range(CONVERSATIONS)
+            ]
 
             async def chat(conversation: Conversation) -> None:
                 for _ in range(TURNS):
@@ -65,7 +81,8 @@ async def test_evicted_refs_are_resent_and_every_turn_succeeds(engines: Engines)
     # The registry answered every hydrate: with the conversation, or 409 for evicted refs
     # (never 503: the engine evicts to make room rather than refusing writes).
     assert set(statuses) <= {200, 409}, statuses
-    assert statuses[409] > 0, statuses
+    if not history_refs:
+        assert statuses[409] > 0, statuses
     resends = sum(c.manager.savings.fallbacks for c in conversations)
     assert resends == statuses[409]  # each 409 was answered by resending, once
     refs_sent = sum(c.manager.savings.refs_sent for c in conversations)
