@@ -78,9 +78,11 @@ class Switch(httpx.AsyncBaseTransport):
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner, self.down, self.calls = inner, False, 0
+        self.bodies: list[bytes] = []
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         self.calls += 1
+        self.bodies.append(await request.aread())
         if self.down:
             raise httpx.ConnectError("registry stopped", request=request)
         return await self.inner.handle_async_request(request)

@@ -54,7 +54,7 @@ async def make_chat(redis: Redis) -> AsyncIterator[Any]:
     async with service.router.lifespan_context(service):
         clients: list[httpx.AsyncClient] = []
 
-        def build(replicas: int = 1) -> Chat:
+        def build(replicas: int = 1, **options: Any) -> Chat:
             backend = Backend()
             links: list[Switch] = []
             transports: list[httpx.AsyncBaseTransport] = []
@@ -67,7 +67,7 @@ async def make_chat(redis: Redis) -> AsyncIterator[Any]:
                     breaker=CircuitBreaker(failure_threshold=2, reset_timeout=0),
                 )
                 links.append(link)
-                wrapped = ToolRefMiddleware(backend.app(), registry)
+                wrapped = ToolRefMiddleware(backend.app(), registry, **options)
                 transports.append(httpx.ASGITransport(app=wrapped))
             recorder = Recorder(transports)
             http = httpx.AsyncClient(transport=recorder, base_url="http://b")
@@ -113,6 +113,28 @@ async def test_after_the_first_turn_only_new_messages_travel(make_chat: Any) -> 
     # The replica remembered each history it confirmed: no registry call to rebuild one
     # (a capabilities fetch and the key check once, then one hydrate per turn).
     assert chat.links[0].calls == 10
+
+
+def asked_new(link: Any) -> list[bool]:
+    """For each hydrate the middleware sent the registry: did it ask for new messages only?"""
+    hydrates = [b for b in link.bodies if b'"messages"' in b and b'"messages":[]' not in b]
+    return [b'"returnMessages":"new"' in body for body in hydrates]
+
+
+async def test_the_backend_asks_only_for_new_messages_of_a_history_it_holds(
+    make_chat: Any,
+) -> None:
+    """A backend holding the history a turn continues gets only the new messages from the
+    registry; one whose memory is too small for it gets the whole conversation. Both hand
+    the app exactly the client's conversation (`turn` checks)."""
+    for chars, expected in ((64 * 2**20, True), (10, False)):
+        chat = make_chat(recent_history_chars=chars)
+        manager = ToolReferenceManager()
+        history: list[Any] = []
+        for _ in range(5):
+            await turn(chat, manager, history)
+        assert asked_new(chat.links[0]) == [False] + [expected] * 4
+        assert manager.savings.histories_used == 4
 
 
 async def test_without_compression_the_body_names_the_history(make_chat: Any) -> None:

@@ -411,6 +411,11 @@ async def test_apost_checks_the_body_too() -> None:
         ),
         ({"max_body_bytes": 0}, ValueError, "max_body_bytes must be >= 1, got 0"),
         ({"recent_histories": -1}, ValueError, "recent_histories must be >= 0, got -1"),
+        (
+            {"recent_history_chars": -5},
+            ValueError,
+            "recent_history_chars must be >= 0, got -5",
+        ),
     ],
 )
 def test_middleware_options_that_cannot_work_are_refused(
