@@ -173,7 +173,7 @@ def create_app(
                 slot_wait=settings.redis_timeout,
                 workers=workers,
                 quota=StoredBytes(settings.tenant_bytes, settings.ttl_seconds),
-                verifier=Verifier(settings.verified_records),
+                verifier=Verifier(settings.verified_records, settings.verified_chars),
             )
             app.state.services = Services(
                 settings=settings,

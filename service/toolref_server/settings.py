@@ -71,9 +71,14 @@ class Settings(BaseSettings):
     verified_records: int = Field(
         default=100_000,
         ge=0,
-        description="Records whose bytes each process remembers as checked (about 100 bytes "
-        "each), so reading them again hashes their bytes instead of recomputing their "
-        "digest; 0 checks every read in full.",
+        description="Records each process keeps decoded once checked, so reading the same "
+        "bytes again hashes them instead of checking and decoding them; 0 checks every read "
+        "in full.",
+    )
+    verified_chars: int = Field(
+        default=32 * 2**20,
+        ge=0,
+        description="At most this many characters of payloads in those records (LRU).",
     )
     history_cache_bytes: int = Field(
         default=64 * 2**20,

@@ -309,3 +309,16 @@ def test_bytes_once_sound_are_known_by_their_hash_and_any_change_is_checked(
         d = digest_of(more)
         assert verifier(record.encode_values(more, d.sha256, d.size, 512), d.ref) is not None
     assert len(verifier) == 2
+
+
+def test_the_verifier_keeps_at_most_its_characters_of_payloads() -> None:
+    invocation = {**SMALL, "args": json.dumps(SMALL["args"])}
+    digest = digest_of(invocation)
+    data = record.encode_values(invocation, digest.sha256, digest.size, 512)
+    small = Verifier(limit=10, chars=5)  # smaller than this record's payloads
+    assert small(data, digest.ref) is not None
+    assert len(small) == 0  # checked, not kept: the next read is checked again
+    roomy = Verifier(limit=10)
+    first = roomy(data, digest.ref)
+    assert first is not None
+    assert roomy(data, digest.ref) is first  # kept decoded: neither checked nor decoded
