@@ -39,6 +39,7 @@ from toolref_server.routes.messages import (
     answer,
     conversation_of_decoded,
     joined,
+    joined_size,
     references_of,
     register,
     resolve_markers,
@@ -276,7 +277,7 @@ async def summarize(
     figures = {
         "summarized": len(chosen),
         "summaryCacheHits": sum(s.cached for s in summaries),
-        "hydratedBytes": len(joined(condensed)),
+        "hydratedBytes": joined_size(condensed),
     }
     return (filled.texts if body.shadow else condensed), figures
 
@@ -350,7 +351,7 @@ def reply(  # noqa: PLR0917 - the pipeline's results, each named at the call
     work, conversation = filled.work, filled.conversation
     references = references_of(conversation, filled.registration.refs)
     start = len(texts) - work.requested
-    sent = joined(conversation.texts[start:])
+    sent = joined_size(conversation.texts[start:])
     full, condensed = filled.texts, texts is not filled.texts
     if ask.new_only:
         texts, full = texts[start:], full[start:]
@@ -364,8 +365,8 @@ def reply(  # noqa: PLR0917 - the pipeline's results, each named at the call
         references = {**filled.ahead.references, **references}
     messages = joined(texts)
     figures = stats(
-        len(joined(full)) if condensed else len(messages),
-        len(sent),
+        joined_size(full) if condensed else len(messages),
+        sent,
         len(conversation.scan.refs),
         filled.registration.new,
         filled.registration.hits + len(filled.held),
