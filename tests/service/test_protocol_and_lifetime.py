@@ -151,3 +151,18 @@ async def test_store_down_is_503_with_retry_after() -> None:
                 assert response.json()["type"] == "urn:toolref:problem:store-unavailable"
             assert (await client.get("/healthz")).status_code == 200
     await redis.aclose()
+
+
+async def test_the_service_tunes_the_cyclic_collector_once(make_api: Api) -> None:
+    """Start-up objects frozen out of collections, and collections far apart: a parsed body
+    is freed by reference counting (see `app._tune_collector`)."""
+    import gc
+
+    from toolref_server import app
+
+    await make_api()
+    assert gc.get_threshold() == app.GC_THRESHOLDS
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    await make_api()  # a second app in the same process freezes nothing more
+    assert gc.get_freeze_count() <= frozen  # (frozen objects may still be freed)
