@@ -15,16 +15,15 @@ from toolref_server.connection import connection_budget
 from toolref_server.settings import Settings
 
 from ..integration.processes import Service
+from ..sockets import connect, read_reply
 from .wire import (
     Attack,
     assert_problem,
     closed_without_answer,
-    connect,
     cost,
     exchange,
     head,
     post,
-    read_reply,
     small_request,
     start_service,
 )

@@ -19,16 +19,15 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from ..integration.processes import Service
+from ..sockets import connect, read_reply
 from .wire import (
     Attack,
     assert_problem,
     closed_without_answer,
-    connect,
     cost,
     exchange,
     head,
     post,
-    read_reply,
     start_service,
 )
 

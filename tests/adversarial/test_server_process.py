@@ -20,7 +20,8 @@ import pytest
 from toolref_server.embedded import valkey_server_binary
 
 from ..conftest import ON_CLUSTER, need
-from .wire import read_reply, serve
+from ..sockets import read_reply
+from .wire import serve
 
 pytestmark = [
     pytest.mark.skipif(ON_CLUSTER, reason="tests the embedded engine's lifecycle"),

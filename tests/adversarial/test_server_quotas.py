@@ -36,8 +36,9 @@ from toolref_server.store import NewRecord, Store
 from ..conftest import all_keys, snapshot
 from ..integration.processes import Service
 from ..service.test_histories import save
+from ..sockets import connect, read_reply
 from ..unit.test_history import conversation
-from .wire import Attack, connect, cost, post, read_reply, start_service
+from .wire import Attack, cost, post, start_service
 
 pytestmark = pytest.mark.engine
 

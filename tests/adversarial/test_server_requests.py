@@ -12,16 +12,8 @@ from contextlib import ExitStack
 import pytest
 
 from ..integration.processes import Service
-from .wire import (
-    assert_problem,
-    connect,
-    exchange,
-    head,
-    post,
-    read_reply,
-    small_request,
-    start_service,
-)
+from ..sockets import connect, read_reply
+from .wire import assert_problem, exchange, head, post, small_request, start_service
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 

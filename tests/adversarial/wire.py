@@ -4,7 +4,6 @@ same request's time alone, in the same test."""
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import socket
 import statistics
@@ -22,6 +21,7 @@ from toolref_server.embedded import free_port, valkey_server_binary
 
 from ..conftest import ON_CLUSTER, engine_env, need
 from ..integration.processes import Service
+from ..sockets import Reply, connect, read_reply
 
 PROBLEM: Final = "application/problem+json"
 
@@ -53,20 +53,6 @@ def serve(data_dir: Path, **env: str) -> Service:
     raise AssertionError("unreachable")
 
 
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def connect(service: Service, timeout: float = 10.0) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", service.port), timeout=timeout)
-
-
 def head(
     path: str, headers: dict[str, str] | None = None, method: str = "GET", *, close: bool = True
 ) -> bytes:
@@ -80,33 +66,6 @@ def head(
 def post(path: str, body: bytes, headers: dict[str, str] | None = None) -> bytes:
     fields = {"Content-Type": "application/json", "Content-Length": str(len(body))}
     return head(path, {**fields, **(headers or {})}, "POST") + body
-
-
-def read_reply(sock: socket.socket, timeout: float = 10.0) -> Reply | None:
-    """The next response on `sock`, or None when the server closes without one."""
-    sock.settimeout(timeout)
-    data = b""
-    while b"\r\n\r\n" not in data:
-        try:
-            chunk = sock.recv(65536)
-        except (ConnectionResetError, BrokenPipeError):
-            return None
-        if not chunk:
-            return None
-        data += chunk
-    top, _, rest = data.partition(b"\r\n\r\n")
-    status_line, *lines = top.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0"))
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        rest += chunk
-    return Reply(int(status_line.split()[1]), headers, rest[:length])
 
 
 def closed_without_answer(sock: socket.socket, timeout: float = 10.0) -> bool:

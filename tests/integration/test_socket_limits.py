@@ -38,6 +38,7 @@ import zstandard
 from toolref_server.embedded import free_port, valkey_server_binary
 
 from ..conftest import ON_CLUSTER, engine_env, need
+from ..sockets import Reply, connect, read_reply
 from .processes import Service
 
 MiB: Final = 2**20
@@ -86,52 +87,10 @@ def service(
 # --- raw HTTP/1.1 ---
 
 
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def connect(service: Service, timeout: float = 10.0) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", service.port), timeout=timeout)
-
-
 def head(path: str, headers: dict[str, str], method: str = "POST") -> bytes:
     lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Toolref-Protocol: 2"]
     lines += [f"{name}: {value}" for name, value in headers.items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
-def read_reply(sock: socket.socket, timeout: float = 10.0, buffered: bytes = b"") -> Reply | None:
-    """The next response on `sock` (its first bytes already read into `buffered`), or None
-    when the server closes without one."""
-    sock.settimeout(timeout)
-    data = buffered
-    while b"\r\n\r\n" not in data:
-        try:
-            chunk = sock.recv(65536)
-        except (ConnectionResetError, BrokenPipeError):
-            return None
-        if not chunk:
-            return None
-        data += chunk
-    top, _, rest = data.partition(b"\r\n\r\n")
-    status_line, *header_lines = top.decode("latin-1").split("\r\n")
-    headers = {}
-    for line in header_lines:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0"))
-    while len(rest) < length:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        rest += chunk
-    return Reply(int(status_line.split()[1]), headers, rest[:length])
 
 
 def exchange(service: Service, path: str, body: bytes, headers: dict[str, str]) -> Reply:
