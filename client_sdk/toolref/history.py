@@ -109,6 +109,12 @@ def dictionary(messages: Iterable[Any]) -> bytes:
     return dictionary_of(map(dumps_json, reversed(list(messages))), reverse=True)
 
 
+def dictionary_of_texts(texts: Sequence[str]) -> bytes:
+    """`dictionary` from each message's JSON text as its client wrote it (only the texts
+    within the limit from the end are encoded)."""
+    return dictionary_of((text.encode() for text in reversed(texts)), reverse=True)
+
+
 def dictionary_of(encoded: Iterable[bytes], *, reverse: bool = False) -> bytes:
     """`dictionary` from messages already written as JSON (last first when `reverse`, so
     that only the tail within the limit is ever written)."""

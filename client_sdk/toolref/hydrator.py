@@ -181,9 +181,7 @@ class Hydrator:
         else:
             self._recent.move_to_end(ref)
         if found.dictionary is None:
-            found.dictionary = history.dictionary_of(
-                (text.encode() for text in reversed(found.texts)), reverse=True
-            )
+            found.dictionary = history.dictionary_of_texts(found.texts)
         return found.dictionary
 
     def _remember(self, ref: str, entry: _Recent, replaces: str | None = None) -> _Recent:

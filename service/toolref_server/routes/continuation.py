@@ -18,7 +18,6 @@ is answered as a missing history: the SDK then resends the whole conversation.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +61,7 @@ class Continuation:
 
     def dictionary(self) -> bytes:
         """The zstd dictionary of the history: its messages in full, as written."""
-        return dictionary_of(self.full_texts())
+        return history.dictionary_of_texts(self.full_texts())
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +72,6 @@ class Tail:
     ref: str
     node: Node
     hydrated: Hydrated | None
-
-
-def dictionary_of(texts: Sequence[str]) -> bytes:
-    return history.dictionary_of((text.encode() for text in reversed(texts)), reverse=True)
 
 
 def _missing(ref: str) -> MissingHistoryError:
@@ -113,10 +108,10 @@ def tail_conversation(
     check_length(limit, before.node.count + len(messages), note)
     assert before.node.detection is not None
     try:
-        detection = formats.detection(messages, named, before.node.detection)
+        detection = formats.detection(messages, None, before.node.detection)  # kept unnamed
+        if named is not None and not detection.fits(named):
+            return None  # the whole path says which message does not fit
         fmt = formats.get(named) if named is not None else detection.best()
-        if named is not None:  # the node keeps the unnamed detection
-            detection = formats.detection(messages, None, before.node.detection)
         scan = formats.scan(messages, fmt)
     except ToolrefError:
         return None

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from toolref import history
 from toolref.canonical import Ref
 from toolref.errors import ProtocolRequiredError, ValidationError
 from toolref.formats import source
@@ -130,7 +131,7 @@ async def read(request: Request, services: Services) -> Ask:
             cached = services.history_cache.get(tenant, wanted)
             if cached is not None:
                 return await services.workers.run(
-                    cached.size, continuation.dictionary_of, cached.texts
+                    cached.size, history.dictionary_of_texts, cached.texts
                 )
             loaded = await continuation.load(services, tenant, wanted)
             return await services.workers.run(loaded.size, loaded.dictionary)
