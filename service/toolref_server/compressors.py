@@ -86,6 +86,16 @@ def compress(data: bytes, kind: Kind | None = None) -> bytes:
     return _compressor(dict_id, writing.level).compress(data)
 
 
+def inflated_size(data: bytes) -> int:
+    """The size one zstd frame declares for its content, read without inflating it (the
+    frame's own length when it declares none, or is not a frame)."""
+    try:
+        declared = zstandard.get_frame_parameters(data).content_size
+    except zstandard.ZstdError:
+        return len(data)
+    return int(declared) if declared > 0 else len(data)
+
+
 def decompress(data: bytes) -> bytes:
     """The content of one zstd frame that records its size (all this service writes), with
     the dictionary it names; `UnknownDictionaryError` for one this version lacks."""

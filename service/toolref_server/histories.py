@@ -199,7 +199,7 @@ class Histories:
         values = await store.read_and_touch(tenant, keys, "history")
         if any(value is None for value in values):
             return None
-        size = sum(map(len, values))
+        size = sum(map(compressors.inflated_size, values))  # the work, not the bytes read
         if self.workers is None:
             return _stored(ref, node.format.encode(), node.ids, values)
         return await self.workers.run(size, _stored, ref, node.format.encode(), node.ids, values)

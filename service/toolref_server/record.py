@@ -123,6 +123,15 @@ def encode_values(
     )
 
 
+def work_size(data: bytes) -> int:
+    """Bytes that checking the record in `data` works on: its content once inflated (the
+    size its zstd frame declares, read without inflating), so a small compressed record
+    that inflates to megabytes is not taken for small work."""
+    if len(data) > _BODY_AT and data[_FLAGS_AT] & _ZSTD:
+        return _BODY_AT + compressors.inflated_size(data[_BODY_AT:])
+    return len(data)
+
+
 def decode(data: bytes) -> Record:
     if len(data) < _BODY_AT or data[0] not in _READABLE:
         raise CorruptRecordError(f"record has version {data[:1]!r}, expected {VERSION}")

@@ -336,7 +336,7 @@ class Store:
         the bytes read, in the worker threads
         when they are many. A corrupt record is never served: it counts as missing, so the
         client resends the payload, and it is deleted, so that resend stores it again."""
-        size = sum(len(value) for value in values if value is not None)
+        size = sum(record.work_size(value) for value in values if value is not None)
         if self.workers is None:
             records = _verified_all(self.verifier, refs, values)
         else:

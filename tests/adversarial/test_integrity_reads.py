@@ -322,3 +322,14 @@ def test_the_verifier_keeps_at_most_its_characters_of_payloads() -> None:
     first = roomy(data, digest.ref)
     assert first is not None
     assert roomy(data, digest.ref) is first  # kept decoded: neither checked nor decoded
+
+
+def test_a_record_is_sized_for_the_work_by_its_content_not_its_compressed_bytes() -> None:
+    """A result of 2 MB that compresses to a few KB is still 2 MB of checking: the store
+    sends its check to the worker threads by this size."""
+    invocation = {"name": "read_file", "args": "{}", "result": "line\n" * 400_000, "isError": False}
+    digest = digest_of(invocation)
+    data = record.encode_values(invocation, digest.sha256, digest.size, 512)
+    assert len(data) < 50_000
+    assert record.work_size(data) > 2_000_000
+    assert compressors.inflated_size(b"not a frame") == len(b"not a frame")
