@@ -8,7 +8,7 @@ SERVER_STAMP   := $(VENV)/.installed-server
 LOADTEST_STAMP := $(VENV)/.installed-loadtest
 DEV_STAMP      := $(VENV)/.installed-dev
 
-.PHONY: serve test lint fmt bench loadtest loadtest-hostile clean
+.PHONY: serve test e2e e2e-install lint fmt bench loadtest loadtest-hostile clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,16 @@ test: $(DEV_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration \
 		tests/adversarial/test_server_quotas.py $(PYTEST_ARGS)
+
+# Real agent CLIs (Claude Code, Codex, Qwen Code; pinned npm packages under .toolref/e2e)
+# through whole tool-calling sessions against a fake provider, in a network namespace with
+# only loopback when unshare is permitted (tests/e2e/isolate.py). Needs node and npm; under
+# CI=true their absence fails. TOOLREF_E2E_CHAIN=direct|relay picks what sits between.
+e2e: e2e-install
+	$(BIN)/python -m tests.e2e.isolate $(BIN)/python -m pytest -m e2e tests/e2e $(PYTEST_ARGS)
+
+e2e-install: $(DEV_STAMP)
+	$(BIN)/python -m tests.e2e.agents install
 
 # Serve (one worker per core), run locust headless for LOADTEST_TIME, judge failures and p95.
 LOADTEST_TIME ?= 60s

@@ -1,0 +1,273 @@
+"""Real agent CLIs for the end-to-end tests: pinned npm installs and offline runs.
+
+Each CLI is installed with `npm install --prefix .toolref/e2e/<name> <package>@<version>`
+(skipped when that version is already there) and run as /work/shared/notes/relay.md says:
+a scratch HOME (and CODEX_HOME), an environment of its own (no proxies, no keys from the
+machine), its base URL pointed at the fake provider or the relay, telemetry and updates
+off, bounded by `timeout`.
+
+    python -m tests.e2e.agents install [claude codex qwen]   # what `make e2e` runs first
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import IN_CI
+from tests.e2e.fake_provider import Api
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALLS = ROOT / ".toolref" / "e2e"
+PROMPT = "Run the scripted steps, one tool call at a time, then report."
+TIMEOUT = 300.0  # seconds for a whole session
+
+
+@dataclass(frozen=True, slots=True)
+class Cli:
+    name: str
+    package: str
+    version: str
+    api: Api  # the API it speaks
+    bin: str
+
+    @property
+    def prefix(self) -> Path:
+        return INSTALLS / self.name
+
+    @property
+    def binary(self) -> Path:
+        return self.prefix / "node_modules" / ".bin" / self.bin
+
+    def installed_version(self) -> str | None:
+        manifest = self.prefix / "node_modules" / self.package / "package.json"
+        try:
+            version = json.loads(manifest.read_text()).get("version")
+        except (OSError, ValueError):
+            return None
+        return version if isinstance(version, str) and self.binary.exists() else None
+
+
+CLIS: dict[str, Cli] = {
+    cli.name: cli
+    for cli in (
+        Cli("claude", "@anthropic-ai/claude-code", "2.1.330", "messages", "claude"),
+        Cli("codex", "@openai/codex", "0.169.0", "responses", "codex"),
+        Cli("qwen", "@qwen-code/qwen-code", "0.24.4", "chat", "qwen"),
+    )
+}
+
+
+def missing_node() -> str | None:
+    """Why the CLIs cannot be installed or run here, or None."""
+    absent = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    return f"{' and '.join(absent)} not on PATH" if absent else None
+
+
+def install(cli: Cli) -> float | None:
+    """Install `cli` at its pinned version; seconds taken, None when it already was."""
+    if cli.installed_version() == cli.version:
+        return None
+    cli.prefix.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    done = subprocess.run(
+        [
+            "npm",
+            "install",
+            "--prefix",
+            str(cli.prefix),
+            "--no-audit",
+            "--no-fund",
+            "--loglevel=error",
+            f"{cli.package}@{cli.version}",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode != 0 or cli.installed_version() != cli.version:
+        raise RuntimeError(
+            f"npm install {cli.package}@{cli.version} failed ({done.returncode}): "
+            f"{done.stderr.strip()[-2000:]}"
+        )
+    return time.monotonic() - start
+
+
+# --- running one --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    cli: Cli
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def _env(home: Path) -> dict[str, str]:
+    """A clean environment: the CLI sees no proxy, key or config of the machine's."""
+    node = shutil.which("node")
+    path = [str(Path(node).parent)] if node else []
+    home.mkdir(parents=True, exist_ok=True)
+    tmp = home / "tmp"
+    tmp.mkdir(exist_ok=True)
+    return {
+        "PATH": os.pathsep.join([*path, "/usr/local/bin", "/usr/bin", "/bin"]),
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        "NO_COLOR": "1",
+    }
+
+
+def command(
+    cli: Cli, base: str, workdir: Path, home: Path, prompt: str
+) -> tuple[list[str], dict[str, str]]:
+    """argv and environment running `cli` against `base` (the provider's root URL: the
+    fake's, or the relay's `/llm/<name>`); files it needs are written under `home`."""
+    env = _env(home)
+    workdir.mkdir(parents=True, exist_ok=True)
+    if cli.name == "claude":
+        env |= {
+            "ANTHROPIC_BASE_URL": base,
+            "ANTHROPIC_API_KEY": "e2e-fake-key",
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_TELEMETRY": "1",
+            "DISABLE_AUTOUPDATER": "1",
+            "DISABLE_ERROR_REPORTING": "1",
+            "DISABLE_BUG_COMMAND": "1",
+            "CLAUDE_CODE_MAX_RETRIES": "2",
+        }
+        argv = [
+            str(cli.binary),
+            "-p",
+            prompt,
+            "--model",
+            "claude-sonnet-4-5",
+            "--allowedTools",
+            "Bash,Read",
+            "--output-format",
+            "json",
+        ]
+        return argv, env
+    if cli.name == "codex":
+        codex_home = home / ".codex"
+        codex_home.mkdir(parents=True, exist_ok=True)
+        (codex_home / "config.toml").write_text(codex_config(base + "/v1"))
+        env |= {"CODEX_HOME": str(codex_home), "FAKE_API_KEY": "e2e-fake-key"}
+        return [str(cli.binary), "exec", "--skip-git-repo-check", prompt], env
+    if cli.name == "qwen":
+        settings = home / ".qwen" / "settings.json"
+        settings.parent.mkdir(parents=True, exist_ok=True)
+        settings.write_text(json.dumps(QWEN_SETTINGS))
+        env |= {
+            "OPENAI_API_KEY": "e2e-fake-key",
+            "OPENAI_BASE_URL": base + "/v1",
+            "OPENAI_MODEL": "fake-model",
+            "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
+        }
+        return [str(cli.binary), "-p", prompt, "--yolo"], env
+    raise ValueError(f"no such CLI {cli.name!r}")
+
+
+def codex_config(base_url: str) -> str:
+    return f"""\
+model = "gpt-5-codex"
+model_provider = "fake"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+
+[features]
+plugins = false
+
+[analytics]
+enabled = false
+
+[model_providers.fake]
+name = "fake"
+base_url = {json.dumps(base_url)}
+env_key = "FAKE_API_KEY"
+wire_api = "responses"
+request_max_retries = 1
+stream_max_retries = 1
+"""
+
+
+QWEN_SETTINGS = {
+    "security": {"auth": {"selectedType": "openai"}},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+    "model": {"name": "fake-model"},
+}
+
+
+async def run(
+    cli: Cli,
+    base: str,
+    workdir: Path,
+    home: Path,
+    prompt: str = PROMPT,
+    seconds: float = TIMEOUT,
+) -> Run:
+    """Run one session of `cli` in `workdir` (on this loop's terms: the fake provider may
+    be served by the same event loop)."""
+    argv, env = command(cli, base, workdir, home, prompt)
+    argv = ["timeout", "-k", "5", str(int(seconds)), *argv]
+    start = time.monotonic()
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=workdir,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), seconds + 15)
+    except TimeoutError:
+        process.kill()
+        out, err = await process.communicate()
+    return Run(
+        cli,
+        argv,
+        process.returncode if process.returncode is not None else -1,
+        out.decode(errors="replace"),
+        err.decode(errors="replace"),
+        time.monotonic() - start,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] != "install":
+        print("usage: python -m tests.e2e.agents install [claude codex qwen]", file=sys.stderr)
+        return 2
+    reason = missing_node()
+    if reason is not None:
+        print(f"e2e: cannot install the agent CLIs: {reason}", file=sys.stderr)
+        return 1 if IN_CI else 0  # locally the tests skip, saying why; CI fails here
+    for name in args[1:] or list(CLIS):
+        cli = CLIS[name]
+        seconds = install(cli)
+        state = "already installed" if seconds is None else f"installed in {seconds:.1f} s"
+        print(f"e2e: {cli.package}@{cli.version} {state} ({cli.prefix})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

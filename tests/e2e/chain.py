@@ -1,0 +1,245 @@
+"""What stands between an agent and the fake provider, with the bytes of every hop counted.
+
+A `Chain` is given the fake's URL and yields a `Hops`: the base URL the agent uses, and one
+`RecordingProxy` per hop (each forwards to the next, keeping what passed, as it passed).
+
+- `direct`: agent -> fake (one hop, recorded by a proxy in front of the fake);
+- `relay`: agent -> relay -> gateway -> fake: the toolref relay (`toolref relay --gateway
+  GW --port RP`, a process) in front of the toolref service's gateway (`create_app` with
+  `upstreams="fake=..."`, in process on the test engine), the agent's base URL
+  `http://127.0.0.1:RP/llm/fake`.
+
+TOOLREF_E2E_CHAIN picks one (default below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+import httpx
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import ASGIApp
+
+from tests.e2e.fake_provider import Recorded, decode_body
+from tests.servers import serve
+
+CHAINS: Final = ("direct", "relay")
+DEFAULT_CHAIN: Final = "direct"
+UPSTREAM: Final = "fake"  # the fake's name at the gateway
+HOP_BY_HOP: Final = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host"}
+)
+
+
+def chain_name() -> str:
+    name = os.environ.get("TOOLREF_E2E_CHAIN", DEFAULT_CHAIN)
+    if name not in CHAINS:
+        raise ValueError(f"TOOLREF_E2E_CHAIN={name!r}: one of {', '.join(CHAINS)}")
+    return name
+
+
+@dataclass
+class RecordingProxy:
+    """Forwards every request to `target` (streaming the answer back as it comes) and
+    records each: the request as it arrived, and the bytes of its answer."""
+
+    name: str
+    target: str
+    requests: list[Recorded] = field(default_factory=list)
+    answered: list[int] = field(default_factory=list)  # answer body bytes, per request
+    statuses: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(600, connect=10))
+        self.app = Starlette(
+            routes=[Route("/{rest:path}", self._forward, methods=["GET", "POST", "HEAD", "PUT"])],
+        )
+
+    @property
+    def sent_bytes(self) -> int:
+        return sum(len(r.wire) for r in self.requests)
+
+    @property
+    def received_bytes(self) -> int:
+        return sum(self.answered)
+
+    async def _forward(self, request: Request) -> Response:
+        wire = await request.body()
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+        encoding = request.headers.get("content-encoding", "")
+        try:
+            body = decode_body(wire, encoding) if encoding else wire
+        except ValueError:
+            body = wire
+        record = Recorded(
+            index=len(self.requests),
+            method=request.method,
+            path=request.url.path,
+            query=request.url.query,
+            headers=headers,
+            wire=wire,
+            body=body,
+        )
+        self.requests.append(record)
+        slot = len(self.answered)
+        self.answered.append(0)
+        url = self.target.rstrip("/") + request.url.path
+        if request.url.query:
+            url += "?" + request.url.query
+        upstream = httpx.Request(  # not `build_request`: no headers of the client's own
+            request.method,
+            url,
+            headers=[(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP],
+            content=wire,
+        )
+        answer = await self.client.send(upstream, stream=True)
+        self.statuses.append(answer.status_code)
+
+        async def relay() -> AsyncIterator[bytes]:
+            async for chunk in answer.aiter_raw():
+                self.answered[slot] += len(chunk)
+                yield chunk
+
+        return StreamingResponse(
+            relay(),
+            status_code=answer.status_code,
+            headers={k: v for k, v in answer.headers.items() if k.lower() not in HOP_BY_HOP},
+            background=BackgroundTask(answer.aclose),
+        )
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+@dataclass
+class Hops:
+    """The agent's base URL (a provider root: the CLI adds `/v1` where it needs it) and the
+    hops in order, the agent's first."""
+
+    chain: str
+    base: str
+    hops: list[RecordingProxy]
+
+    @property
+    def first(self) -> RecordingProxy:
+        return self.hops[0]
+
+    @property
+    def last(self) -> RecordingProxy:
+        return self.hops[-1]
+
+
+Chain = Callable[[str], AbstractAsyncContextManager[Hops]]
+
+
+@asynccontextmanager
+async def proxied(name: str, target: str) -> AsyncIterator[tuple[RecordingProxy, str]]:
+    proxy = RecordingProxy(name, target)
+    try:
+        async with serve(proxy.app) as url:
+            yield proxy, url
+    finally:
+        await proxy.aclose()
+
+
+@asynccontextmanager
+async def direct(fake_url: str) -> AsyncIterator[Hops]:
+    async with proxied("agent->fake", fake_url) as (proxy, url):
+        yield Hops("direct", url, [proxy])
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def relay_command(gateway: str, port: int) -> list[str]:
+    """`toolref relay --gateway GATEWAY --port PORT`, from this venv."""
+    script = Path(sys.executable).with_name("toolref")
+    if not script.exists():
+        found = shutil.which("toolref")
+        if found is None:
+            raise RuntimeError(
+                "no `toolref` command in this venv: the relay (toolref relay) has not "
+                "landed on this branch yet"
+            )
+        script = Path(found)
+    return [str(script), "relay", "--gateway", gateway, "--port", str(port)]
+
+
+async def wait_listening(port: int, process: asyncio.subprocess.Process, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process.returncode is not None:
+            raise RuntimeError(f"the relay exited ({process.returncode}) before it listened")
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.05)
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
+    raise RuntimeError(f"the relay did not listen on {port} within {seconds} s")
+
+
+def relay_chain(
+    gateway_app: Callable[[str], AbstractAsyncContextManager[ASGIApp]], log: Path
+) -> Chain:
+    """agent -> relay -> gateway -> fake. `gateway_app(upstream_url)` gives the toolref
+    service with `upstreams="fake=<upstream_url>"` (and cleans up after it); the relay runs
+    as a process, its output in `log`."""
+
+    @asynccontextmanager
+    async def chain(fake_url: str) -> AsyncIterator[Hops]:
+        async with AsyncExitStack() as stack:
+            to_fake, to_fake_url = await stack.enter_async_context(
+                proxied("gateway->fake", fake_url)
+            )
+            app = await stack.enter_async_context(gateway_app(to_fake_url))
+            gateway_url = await stack.enter_async_context(serve(app))
+            to_gateway, to_gateway_url = await stack.enter_async_context(
+                proxied("relay->gateway", gateway_url)
+            )
+            port = free_port()
+            out = stack.enter_context(log.open("ab"))
+            process = await asyncio.create_subprocess_exec(
+                *relay_command(to_gateway_url, port),
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+
+            async def stop() -> None:
+                if process.returncode is None:
+                    process.terminate()
+                    try:
+                        await asyncio.wait_for(process.wait(), 10)
+                    except TimeoutError:
+                        process.kill()
+                        await process.wait()
+
+            stack.push_async_callback(stop)
+            await wait_listening(port, process, 30)
+            to_relay, to_relay_url = await stack.enter_async_context(
+                proxied("agent->relay", f"http://127.0.0.1:{port}")
+            )
+            yield Hops("relay", f"{to_relay_url}/llm/{UPSTREAM}", [to_relay, to_gateway, to_fake])
+
+    return chain

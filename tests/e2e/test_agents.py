@@ -1,0 +1,191 @@
+"""Real agent CLIs (Claude Code, Codex, Qwen Code) through a whole scripted session against
+the fake provider: 20+ tool calls each CLI runs for real in a scratch directory, then the
+final text.
+
+`make e2e` runs these (`pytest -m e2e tests/e2e`), inside a network namespace with only
+loopback when the machine permits one (tests/e2e/isolate.py). The chain between agent and
+fake is TOOLREF_E2E_CHAIN's (tests/e2e/chain.py): `direct`, or `relay` (agent -> relay ->
+gateway -> fake). Each run leaves a report of its request sizes, per hop and per turn, in
+.toolref/e2e/results/<cli>-<chain>.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.types import ASGIApp
+
+from tests.conftest import client_for, need
+from tests.e2e import agents
+from tests.e2e.agents import CLIS, INSTALLS, Cli, missing_node
+from tests.e2e.chain import UPSTREAM, Chain, Hops, chain_name, direct, relay_chain
+from tests.e2e.fake_provider import (
+    FINAL_TEXT,
+    FakeProvider,
+    Recorded,
+    Script,
+    marker,
+    step_file,
+    tool_results,
+)
+from tests.e2e.isolate import FLAG, isolated
+from tests.servers import serve
+
+pytestmark = pytest.mark.e2e
+
+CALLS = int(os.environ.get("TOOLREF_E2E_CALLS", "20"))
+RESULTS = INSTALLS / "results"
+
+
+def installed(cli: Cli) -> Cli:
+    """`cli` at its pinned version (installed now when it is not yet)."""
+    reason = missing_node()
+    if reason is not None:
+        need(f"{reason}: the e2e tests run real agent CLIs installed with npm")
+    try:
+        agents.install(cli)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        need(f"{cli.package}@{cli.version} is not installed and npm could not install it: {exc}")
+    return cli
+
+
+@pytest.fixture
+def chain(request: pytest.FixtureRequest, tmp_path: Path) -> Chain:
+    """Given the fake's URL: the agent's base URL, the hops' recorders, and the teardown."""
+    if chain_name() == "direct":
+        return direct
+    engine_url: str = request.getfixturevalue("engine_url")
+
+    @asynccontextmanager
+    async def gateway(upstream: str) -> AsyncIterator[ASGIApp]:
+        from toolref_server.app import create_app
+        from toolref_server.settings import Settings
+
+        redis = client_for(engine_url)
+        try:
+            await redis.flushall()
+            settings = Settings(redis_url="unused", upstreams=f"{UPSTREAM}={upstream}")
+            yield create_app(settings, redis=redis)
+        finally:
+            await redis.aclose()
+
+    return relay_chain(gateway, tmp_path / "relay.log")
+
+
+def canonical(body: bytes) -> str:
+    """A body's JSON with its key order kept (equal iff JSON-equal in the same order)."""
+    return json.dumps(json.loads(body, object_pairs_hook=list))
+
+
+def llm_posts(records: list[Recorded]) -> list[Recorded]:
+    return [r for r in records if r.method == "POST" and "/v1/" in r.path]
+
+
+def report(cli: Cli, hops: Hops, fake: FakeProvider, run: agents.Run) -> dict[str, Any]:
+    turns = fake.turns(cli.api)
+    data: dict[str, Any] = {
+        "cli": f"{cli.package}@{cli.version}",
+        "chain": hops.chain,
+        "isolated": isolated(),
+        "seconds": round(run.seconds, 2),
+        "returncode": run.returncode,
+        "requests": len(fake.requests),
+        "turns": [
+            {"tool_results": r.results, "wire_bytes": len(r.wire), "body_bytes": len(r.body)}
+            for r in turns
+        ],
+        "hops": {
+            hop.name: {
+                "requests": [
+                    {"path": r.path, "wire_bytes": len(r.wire), "body_bytes": len(r.body)}
+                    for r in hop.requests
+                ],
+                "sent_bytes": hop.sent_bytes,
+                "answer_bytes": hop.received_bytes,
+            }
+            for hop in hops.hops
+        },
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{cli.name}-{hops.chain}.json").write_text(json.dumps(data, indent=1))
+    return data
+
+
+def diagnostics(run: agents.Run, fake: FakeProvider) -> str:
+    answers = [(r.path, r.results, r.answer) for r in fake.requests]
+    return (
+        f"exit {run.returncode} after {run.seconds:.1f} s\nstdout: {run.stdout[-3000:]}\n"
+        f"stderr: {run.stderr[-3000:]}\nrequests: {answers}"
+    )
+
+
+@pytest.mark.parametrize("name", list(CLIS))
+async def test_agent_session(name: str, tmp_path: Path, chain: Chain) -> None:
+    cli = installed(CLIS[name])
+    workdir, home = tmp_path / "work", tmp_path / "home"
+    script = Script(CALLS, workdir)
+    fake = FakeProvider(script, dump=tmp_path / "requests")
+    async with serve(fake.app) as fake_url, chain(fake_url) as hops:
+        run = await agents.run(cli, hops.base, workdir, home)
+    data = report(cli, hops, fake, run)
+    sizes = [t["wire_bytes"] for t in data["turns"]]
+    print(
+        f"\n{cli.name} via {hops.chain}: exit {run.returncode} in {run.seconds:.1f} s, "
+        f"isolated={data['isolated']}, {len(sizes)} turns, request bytes {sizes}"
+    )
+    if os.environ.get(FLAG) != "1":
+        print(f"note: {cli.name} ran without network isolation (not under tests/e2e/isolate.py)")
+
+    # The session ran to its end: the CLI exited 0 and printed the final text.
+    assert run.returncode == 0, diagnostics(run, fake)
+    assert FINAL_TEXT in run.stdout, diagnostics(run, fake)
+
+    # At least CALLS tool calls were executed, for real: the files the shell steps wrote
+    # are there, and the last request carries every step's real output.
+    turns = fake.turns(cli.api)
+    assert turns, diagnostics(run, fake)
+    assert turns[-1].answer == "text"
+    assert turns[-1].results >= CALLS
+    for k in range(CALLS):
+        if script.kind(k) == "shell":
+            assert step_file(workdir, k).read_text().strip() == marker(k)
+
+    # Every request's body parses, and each turn carries the real outputs of the calls
+    # before it (the agent resends the whole conversation).
+    for record in fake.requests:
+        if record.method == "POST":
+            record.json()
+    for record in turns:
+        results = tool_results(cli.api, record.json())
+        assert len(results) == record.results
+        for k, text in enumerate(results[:CALLS]):
+            assert script.expected(k) in text, (record.index, k, text[:500])
+    assert [r.results for r in turns] == sorted(r.results for r in turns)
+
+    # The fake received exactly what the agent sent (JSON-equal, keys in the same order).
+    sent = sorted(canonical(r.body) for r in llm_posts(hops.first.requests))
+    got = sorted(canonical(r.body) for r in llm_posts(fake.requests))
+    assert sent == got
+
+    if hops.chain == "relay":
+        check_relay_savings(hops)
+
+
+def check_relay_savings(hops: Hops) -> None:
+    """From the second turn on, the relay sends the gateway much less than the agent sent
+    the relay (a history ref and the new messages, compressed)."""
+    to_relay, to_gateway, to_fake = hops.hops
+    agent = [r for r in llm_posts(to_relay.requests) if "count_tokens" not in r.path]
+    relay = [r for r in llm_posts(to_gateway.requests) if "count_tokens" not in r.path]
+    upstream = [r for r in llm_posts(to_fake.requests) if "count_tokens" not in r.path]
+    assert len(agent) == len(upstream) > 2
+    later_agent = sum(len(r.wire) for r in agent[1:])
+    later_relay = sum(len(r.wire) for r in relay[1:])
+    assert later_relay < later_agent / 4, (later_relay, later_agent)
