@@ -83,13 +83,15 @@ class Call:
 class Script:
     """`calls` tool calls in `workdir`, the kinds cycling through `kinds` ("shell" or
     "read"; a read needs the file the step before wrote, so step 0 is always a shell
-    call), the tools found by the first of `shell`/`read` names the request offers."""
+    call), the tools found by the first of `shell`/`read` names the request offers.
+    `settle`: for an agent that may lose the output of a command that exits at once."""
 
     calls: int
     workdir: Path
     kinds: tuple[str, ...] = ("shell", "read")
     shell: tuple[str, ...] = SHELL_TOOLS
     read: tuple[str, ...] = READ_TOOLS
+    settle: float = 0.0  # seconds each shell command sleeps after its output
 
     def kind(self, k: int) -> str:
         return "shell" if k == 0 else self.kinds[k % len(self.kinds)]
@@ -111,6 +113,8 @@ class Script:
             target = shlex.quote(str(step_file(self.workdir, k)))
             command = f"echo e2e-out-$((1000+{k})) | tee {target} && ls"
             expect = marker(k)
+        if self.settle:
+            command += f"; sleep {self.settle}"
         name = _first(self.shell, tools)
         if name is None:
             raise LookupError(f"no shell tool among {sorted(tools)} (looked for {self.shell})")
