@@ -40,6 +40,7 @@ from tests.servers import serve
 CHAINS: Final = ("direct", "relay")
 DEFAULT_CHAIN: Final = "direct"
 UPSTREAM: Final = "fake"  # the fake's name at the gateway
+KEY: Final = "e2e-tenant-key"  # the tenant's toolref key, the relay's to send
 HOP_BY_HOP: Final = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host"}
 )
@@ -221,6 +222,7 @@ def relay_chain(
             out = stack.enter_context(log.open("ab"))
             process = await asyncio.create_subprocess_exec(
                 *relay_command(to_gateway_url, port),
+                env={**os.environ, "TOOLREF_KEY": KEY},
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 stdin=asyncio.subprocess.DEVNULL,

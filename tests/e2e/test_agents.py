@@ -11,6 +11,7 @@ gateway -> fake). Each run leaves a report of its request sizes, per hop and per
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -25,7 +26,7 @@ from starlette.types import ASGIApp
 from tests.conftest import client_for, need
 from tests.e2e import agents
 from tests.e2e.agents import CLIS, INSTALLS, Cli, missing_node
-from tests.e2e.chain import UPSTREAM, Chain, Hops, chain_name, direct, relay_chain
+from tests.e2e.chain import KEY, UPSTREAM, Chain, Hops, chain_name, direct, relay_chain
 from tests.e2e.fake_provider import (
     FINAL_TEXT,
     FakeProvider,
@@ -75,7 +76,10 @@ def chain(request: pytest.FixtureRequest, tmp_path: Path) -> Chain:
         redis = client_for(engine_url)
         try:
             await redis.flushall()
-            settings = Settings(redis_url="unused", upstreams=f"{UPSTREAM}={upstream}")
+            tenant = f"e2e={hashlib.sha256(KEY.encode()).hexdigest()}"
+            settings = Settings(
+                redis_url="unused", upstreams=f"{UPSTREAM}={upstream}", api_keys=tenant
+            )
             yield create_app(settings, redis=redis)
         finally:
             await redis.aclose()
