@@ -9,7 +9,7 @@ A `Chain` is given the fake's URL and yields a `Hops`: the base URL the agent us
   `upstreams="fake=..."`, in process on the test engine), the agent's base URL
   `http://127.0.0.1:RP/llm/fake`.
 
-TOOLREF_E2E_CHAIN picks one (default below).
+TOOLREF_E2E_CHAIN picks some (comma-separated); the tests run each CLI through all by default.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from tests.e2e.fake_provider import Recorded, decode_body
 from tests.servers import serve
 
 CHAINS: Final = ("direct", "relay")
-DEFAULT_CHAIN: Final = "direct"
 UPSTREAM: Final = "fake"  # the fake's name at the gateway
 KEY: Final = "e2e-tenant-key"  # the tenant's toolref key, the relay's to send
 HOP_BY_HOP: Final = frozenset(
@@ -46,11 +45,13 @@ HOP_BY_HOP: Final = frozenset(
 )
 
 
-def chain_name() -> str:
-    name = os.environ.get("TOOLREF_E2E_CHAIN", DEFAULT_CHAIN)
-    if name not in CHAINS:
-        raise ValueError(f"TOOLREF_E2E_CHAIN={name!r}: one of {', '.join(CHAINS)}")
-    return name
+def chain_names() -> list[str]:
+    """The chains to run: TOOLREF_E2E_CHAIN's (comma-separated), else all of them."""
+    names = [n for n in os.environ.get("TOOLREF_E2E_CHAIN", "").split(",") if n]
+    for name in names:
+        if name not in CHAINS:
+            raise ValueError(f"TOOLREF_E2E_CHAIN={name!r}: one of {', '.join(CHAINS)}")
+    return names or list(CHAINS)
 
 
 @dataclass
@@ -177,8 +178,9 @@ def relay_command(gateway: str, port: int) -> list[str]:
         found = shutil.which("toolref")
         if found is None:
             raise RuntimeError(
-                "no `toolref` command in this venv: the relay (toolref relay) has not "
-                "landed on this branch yet"
+                "no `toolref` command in this venv: the relay (`toolref relay`) has not "
+                "landed on this branch yet. The relay chain fails until it does "
+                "(TOOLREF_E2E_CHAIN=direct runs the direct chain alone)"
             )
         script = Path(found)
     return [str(script), "relay", "--gateway", gateway, "--port", str(port)]
