@@ -97,9 +97,9 @@ def turn_line(number: int, upload: Upload, tally: Tally) -> str:
 
 
 def session(tally: Tally) -> str:
+    ratio = f"{tally.ratio:.1f}x" if tally.wire else "nothing sent"
     return (
-        f"agent sent {size(tally.raw)}, sent {size(tally.wire)}, {tally.ratio:.1f}x "
-        f"over {tally.turns} turns"
+        f"agent sent {size(tally.raw)}, sent {size(tally.wire)}, {ratio} over {tally.turns} turns"
     )
 
 
