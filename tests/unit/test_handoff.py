@@ -28,7 +28,7 @@ from toolref.handoff import (
 )
 from toolref.handoff import dedup as dedup_module
 from toolref.handoff.blocks import LineRange, ToolBlock, read_range, tool_blocks
-from toolref.handoff.commands import has_side_effects
+from toolref.handoff.commands import has_side_effects, touches_files
 from toolref.handoff.dedup import Coverage, Kept, deduplicate
 from toolref.handoff.render import FILE_KINDS, cut, render
 from toolref.kinds import Kind
@@ -1262,3 +1262,40 @@ def test_openai_chat_traces_keep_one_run_of_each_repeated_pure_command() -> None
         for command in repeated:
             assert sum(is_title_of(t, command) for t in titles) <= 1, (label, command)
     assert repeated_total >= 10
+
+
+@pytest.mark.parametrize(
+    ("line", "touches"),
+    [
+        ("cat src/app.py", True),
+        ("cd /testbed && sed -n '444,550p' django/db/models/fields/related.py", True),
+        ("head -n 20 README.md", True),
+        ("cat > /tmp/fix.py << 'EOF'\nprint(1)\nEOF", True),
+        ("sed -i 's/a/b/' f.py", True),
+        ("git diff > patch.txt", True),
+        ("cp a b", True),
+        ("tool --help", False),
+        ("grep -rn needle src", False),
+        ("python -m pytest -q", False),
+        ("ls -la", False),
+        ("sed 's/a/b/'", False),
+        ("cat", False),
+        ("echo hi > /dev/null", False),
+    ],
+)
+def test_shell_commands_that_read_or_write_files(line: str, touches: bool) -> None:
+    assert touches_files(line) is touches
+
+
+def test_shell_file_reads_come_before_other_command_output() -> None:
+    calls = [
+        Call("bash", {"command": "sed -n '1,200p' src/app.py"}, "APP-SOURCE\n" + "a" * 3000),
+        *(
+            Call("bash", {"command": f"tool{n} --help"}, f"HELP-{n:02d}\n" + "h" * 3000)
+            for n in range(20)
+        ),
+    ]
+    result = handoff("openai-chat", calls, max_tool_context_chars=12_000, summarize_text=False)
+    titles = [e.title for e in parse(result.block).section("Commands Run")]
+    assert "$ sed -n '1,200p' src/app.py" in titles[0]
+    assert titles[-1] == "$ tool19 --help"

@@ -2,7 +2,8 @@
 
 Each result is cut head and tail to `per_result_chars` with an explicit
 `[... N characters omitted ...]` line. The whole block fits `max_chars`: when something must
-give, files read or changed are placed before command output and other results, the most
+give, files read or changed (by a file tool, or a shell command that reads or writes one:
+`cat F`, `sed -n '1,9p' F`, `cat > F`) are placed before other command output and results, the most
 recent first in each, older ones get a shorter cut, and the oldest are left out (the block
 says how many).
 """
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from toolref.handoff.blocks import ToolBlock
+from toolref.handoff.commands import touches_files
 from toolref.handoff.dedup import Kept
 from toolref.kinds import Kind
 from toolref.payload import arguments, exit_status
@@ -148,7 +150,7 @@ def render(
     # budget lasts; once one does not fit even cut short, everything older is left out.
     for first in (True, False):
         for index in range(len(done) - 1, -1, -1):
-            if (done[index].block.kind in FILE_KINDS) is not first:
+            if _about_files(done[index].block) is not first:
                 continue
             entry = _fitting(done[index], per_result_chars, budget - 40)  # 40: a heading
             if entry is None:
@@ -173,6 +175,13 @@ def render(
         body.append(f"({left_out} older tool result(s) left out to fit the size limit.)\n")
     rendered.text = "\n".join([*intro, *body, *stops, CLOSE])
     return rendered
+
+
+def _about_files(block: ToolBlock) -> bool:
+    """A file read or changed, by a file tool or a shell command (`cat`, `sed -n`, `>`)."""
+    if block.kind in FILE_KINDS:
+        return True
+    return block.kind is Kind.SHELL and block.command is not None and touches_files(block.command)
 
 
 def _fitting(kept: Kept, per_result_chars: int, room: int) -> tuple[str, int] | None:
