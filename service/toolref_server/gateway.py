@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from collections import OrderedDict
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolref.asgi import ToolRefMiddleware
 from toolref.client import AsyncRegistryClient
 from toolref.errors import AuthenticationError, NotFoundError, OverloadedError, ToolrefError
+from toolref.handoff.switch import switched
 from toolref.models import FormatName
 from toolref_server.auth import Authenticator
 from toolref_server.forwarder import ROUTE_KEY, Forwarder
@@ -45,6 +47,9 @@ _KEY: Final = KEY_HEADER.lower().encode()
 _SAVINGS: Final = SAVINGS_HEADER.lower().encode()
 _INTERNAL_URL: Final = "http://toolref.internal"  # never resolved: the transport is in process
 _COUNT_KEY: Final = "toolref.upload"
+_ENDPOINT_KEY: Final = "toolref.endpoint"
+SWITCHED_HEADER: Final = "Toolref-Switched-From"
+_SWITCHED: Final = SWITCHED_HEADER.lower().encode()
 _REGISTRY_SECONDS: Final = 30.0  # in process: only the registry's own work takes time
 _FORMATS: Final = 3  # endpoint formats a tenant may use; the history budget is split by them
 
@@ -137,16 +142,22 @@ class Gateway:
                 await self.forwarder(upstream, receive, send)
                 return
             middleware = self._middleware(tenant, key, llm)
-            await self._hydrated(middleware, upstream, receive, send)
+            await self._hydrated(middleware, llm, upstream, receive, send)
         finally:
             self.in_flight -= 1
 
     async def _hydrated(
-        self, middleware: ToolRefMiddleware, scope: Scope, receive: Receive, send: Send
+        self,
+        middleware: ToolRefMiddleware,
+        llm: Endpoint,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
     ) -> None:
         """Through the middleware to `_counted_forward`, counting the bytes as they arrive."""
         count = _Count()
         scope[_COUNT_KEY] = count
+        scope[_ENDPOINT_KEY] = llm
 
         async def counted() -> Message:
             message = await receive()
@@ -162,6 +173,12 @@ class Gateway:
         told in `Toolref-Savings`, then forwarded. A body the middleware did not read (a
         protocol-1 request) is streamed on as it is: its two sizes are the same."""
         count: _Count = scope[_COUNT_KEY]
+        switch = _header(scope, _SWITCHED)
+        if switch is not None and count.whole:
+            body = await _whole(receive)
+            body = switch_body(body, scope[_ENDPOINT_KEY], switch)
+            scope = {**scope, "headers": _with_length(scope["headers"], len(body))}
+            receive = _replay(body, receive)
         raw = _length(scope)
         wire = count.wire if count.whole else raw
         self.metrics.upload_bytes.labels("wire").inc(wire)
@@ -258,6 +275,51 @@ class Gateway:
             f"no upstream for {path}: gateway paths are /llm/{{name}}/{{path}} with a name from "
             f"TOOLREF_UPSTREAMS (configured: {names})"
         )
+
+
+def switch_body(body: bytes, llm: Endpoint, header: str) -> bytes:
+    """The body for the upstream a conversation switched to (`toolref.handoff.switch`).
+    `header`: `<previous upstream>[; at=<messages from before the switch>]`. The body is
+    written again (a switch changes it anyway); one that is not a JSON object with its
+    messages passes as it is."""
+    _, _, option = header.partition(";")
+    name, _, value = option.strip().partition("=")
+    at = int(value) if name.strip() == "at" and value.strip().isdigit() else None
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(document, dict) or not isinstance(document.get(llm.messages_key), list):
+        return body
+    rewritten = switched(document, llm.format, llm.messages_key, at)
+    return json.dumps(rewritten, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+async def _whole(receive: Receive) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
+def _with_length(headers: list[tuple[bytes, bytes]], length: int) -> list[tuple[bytes, bytes]]:
+    kept = [(k, v) for k, v in headers if k != b"content-length"]
+    return [*kept, (b"content-length", str(length).encode())]
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hashlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -258,3 +259,51 @@ async def test_body_limits_hold_on_the_wire_and_once_inflated(redis: Redis) -> N
     assert "65536" in over_inflated.json()["detail"]
     assert recorder.requests == []
     assert await redis.dbsize() == 0
+
+
+async def test_a_switched_conversation_reaches_the_new_upstream_with_its_tool_context(
+    stack: Stack,
+) -> None:
+    """`Toolref-Switched-From` (the relay's `--switch`): ids mapped, opaque fields of the
+    previous backend dropped, the handoff block in front; without it, the body as sent."""
+    messages = [
+        {"role": "user", "content": "read it"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "thinking", "thinking": "t", "signature": "SIG-OF-A"},
+                {
+                    "type": "tool_use",
+                    "id": "fn.read:0",
+                    "name": "Read",
+                    "input": {"file_path": "/a"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "fn.read:0", "content": "A-TEXT"}],
+        },
+        {"role": "user", "content": "go on"},
+    ]
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    headers = {"content-type": "application/json", "toolref-protocol": "2"}
+    async with httpx.AsyncClient(base_url=stack.gateway) as client:
+        switched = await client.post(
+            "/llm/rec/v1/messages",
+            content=body,
+            headers={**headers, "toolref-switched-from": "up; at=3"},
+        )
+        plain = await client.post("/llm/rec/v1/messages", content=body, headers=headers)
+    assert switched.status_code == plain.status_code == 200
+    sent = json.loads(stack.recorder.requests[0][3])
+    text = json.dumps(sent)
+    assert "SIG-OF-A" not in text
+    assert "fn.read:0" not in text
+    assert "[CONTEXT FROM PREVIOUS SESSION]" in text
+    assert "A-TEXT" in json.dumps(sent["messages"][0])
+    # Without the header: the body as sent, up to the serializer's whitespace.
+    assert json.dumps(json.loads(stack.recorder.requests[1][3])) == json.dumps(json.loads(body))
+    assert int(switched.headers["toolref-savings"].split(",")[0].removeprefix("raw=")) == len(
+        stack.recorder.requests[0][3]
+    )
