@@ -1,27 +1,33 @@
-"""A stand-in for the service's gateway, until it lands, and providers to put behind it.
+"""The service's gateway as the relay's tests use it, and providers to put behind it.
 
-`StandInGateway` speaks the gateway's contract: `/llm/{name}/{path}` goes through
-`ToolRefMiddleware` (hydrating refs and history refs through the real registry) to the
-provider app called `name`, with `/{path}`; every other path is the registry service
-itself, as on the real service's one base URL. It keeps what arrived on its wire.
+`gateway` serves the real service (registry and gateway in one app, on the test engine)
+with upstreams served next to it; `Recorded` keeps what arrived on the gateway's wire from
+the relay: path, headers, body bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from toolref import AsyncRegistryClient, ToolRefMiddleware
 from toolref.asgi import ASGIApp, Message, Receive, Scope, Send
+from toolref_server.app import create_app
+from toolref_server.settings import Settings
+
+from ..servers import serve, serve_all
+
+KEY = "tenant-key-never-logged"
 
 
 @dataclass
@@ -35,41 +41,42 @@ class Arrival:
 
 
 @dataclass
-class StandInGateway:
-    service: ASGIApp  # the registry app, its lifespan run by the caller
-    providers: dict[str, ASGIApp]
-    max_body_bytes: int = 32 * 2**20
+class Recorded:
+    """`app`, keeping every `/llm/` request that reached it."""
+
+    app: ASGIApp
+    url: str = ""
     arrivals: list[Arrival] = field(default_factory=list)
 
-    def __post_init__(self) -> None:
-        self.registry = AsyncRegistryClient(
-            "http://registry.test", transport=httpx.ASGITransport(app=self.service), retries=0
-        )
-        self.hydrating = {
-            name: ToolRefMiddleware(app, registry=self.registry, max_body_bytes=self.max_body_bytes)
-            for name, app in self.providers.items()
-        }
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+        if scope["type"] != "http" or not scope["path"].startswith("/llm/"):
+            await self.app(scope, receive, send)
             return
-        path: str = scope["path"]
-        if scope["type"] != "http" or not path.startswith("/llm/"):
-            await self.service(scope, receive, send)
-            return
-        _, _, name, rest = path.split("/", 3)
         query = scope.get("query_string", b"").decode()
         arrival = Arrival(
             scope["method"],
-            path + (f"?{query}" if query else ""),
+            scope["path"] + (f"?{query}" if query else ""),
             {k.decode().lower(): v.decode() for k, v in scope["headers"]},
         )
         self.arrivals.append(arrival)
-        inner = {**scope, "path": "/" + rest, "raw_path": ("/" + rest).encode()}
-        await self.hydrating[name](inner, _kept(receive, arrival), send)
+        await self.app(scope, _kept(receive, arrival), send)
+
+
+@asynccontextmanager
+async def gateway(
+    redis: Redis, providers: dict[str, ASGIApp], **settings: Any
+) -> AsyncIterator[Recorded]:
+    """The service with `providers` as its upstreams (by name), one tenant whose key is
+    `KEY`; `settings`: more of the service's settings."""
+    names = list(providers)
+    async with serve_all(*providers.values()) as urls:
+        upstreams = ",".join(f"{n}={u}" for n, u in zip(names, urls, strict=True))
+        tenant = f"t={hashlib.sha256(KEY.encode()).hexdigest()}"
+        config = Settings(redis_url="unused", upstreams=upstreams, api_keys=tenant, **settings)
+        recorded = Recorded(create_app(config, redis=redis))
+        async with serve(recorded) as url:
+            recorded.url = url
+            yield recorded
 
 
 def _kept(receive: Receive, arrival: Arrival) -> Receive:

@@ -1,5 +1,5 @@
-"""The relay over real sockets: the official SDKs pointed at it, the gateway behind it
-(a stand-in speaking the gateway's contract, on the real registry), a provider behind that.
+"""The relay over real sockets: the official SDKs pointed at it, the service's gateway
+behind it (on the test engine, with a tenant key), providers behind that.
 
 Every conversation must reach the provider as the SDK built it (JSON-equal, key order too),
 while the relay sends its later turns as history refs, zstd; answers stream through as they
@@ -27,46 +27,40 @@ import zstandard
 from examples import anthropic_client, openai_client
 from examples.llm_backend import create_backend
 from redis.asyncio import Redis
-from starlette.applications import Starlette
 
 from toolref.relay import Relay, RelayConfig
 from toolref.relay.savings import UPLOAD_BYTES
-from toolref_server.app import create_app
-from toolref_server.settings import Settings
 
 from ..servers import serve
-from .relay_gateway import Scripted, StandInGateway
+from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway
 
 TIMEOUT = 30
-KEY = "tenant-key-never-logged"
 TASKS = anthropic_client.TASKS[:3]
 SAVINGS = re.compile(r"^raw=(\d+), wire=(\d+), ratio=(\d+\.\d)$")
-
-
-@pytest.fixture
-async def service(redis: Redis) -> AsyncIterator[Starlette]:
-    """The registry service on the test engine (its lifespan run here)."""
-    app = create_app(Settings(redis_url="unused"), redis=redis)
-    async with app.router.lifespan_context(app):
-        yield app
 
 
 @dataclass
 class Stack:
     relay_url: str
-    gateway_url: str
+    gateway: Recorded
     relay: Relay
     lines: list[str] = field(default_factory=list)
 
 
 @asynccontextmanager
-async def relayed(gateway: Any, **options: Any) -> AsyncIterator[Stack]:
-    """The gateway served, and the relay in front of it (`options`: `RelayConfig`'s)."""
-    async with serve(gateway) as gateway_url:
+async def relayed(
+    redis: Redis,
+    providers: dict[str, Any],
+    settings: dict[str, Any] | None = None,
+    **options: Any,
+) -> AsyncIterator[Stack]:
+    """The gateway with `providers` as upstreams, and the relay in front of it
+    (`settings`: the service's; `options`: `RelayConfig`'s)."""
+    async with gateway(redis, providers, **(settings or {})) as recorded:
         lines: list[str] = []
-        relay = Relay(RelayConfig(gateway_url, key=KEY, **options), report=lines.append)
+        relay = Relay(RelayConfig(recorded.url, key=KEY, **options), report=lines.append)
         async with serve(relay) as relay_url:
-            yield Stack(relay_url, gateway_url, relay, lines)
+            yield Stack(relay_url, recorded, relay, lines)
 
 
 def closed_port_url() -> str:
@@ -99,10 +93,9 @@ def assert_same_bodies(built: list[bytes], received: list[Any]) -> None:
         assert json.dumps(json.loads(got)) == json.dumps(json.loads(sent))  # key order too
 
 
-def assert_history_refs_after_the_first(gateway: StandInGateway) -> None:
+def assert_history_refs_after_the_first(turns: list[Arrival]) -> None:
     """The first turn travels whole; every later one continues a confirmed history, as its
     new messages only, zstd against it."""
-    turns = gateway.arrivals
     assert turns[0].headers.get("toolref-history") == "?1"
     assert "content-encoding" not in turns[0].headers
     for later in turns[1:]:
@@ -111,10 +104,10 @@ def assert_history_refs_after_the_first(gateway: StandInGateway) -> None:
         assert later.headers["toolref-protocol"] == "2"
 
 
-async def test_the_anthropic_sdk_converses_through_the_relay_exactly(service: Starlette) -> None:
+async def test_the_anthropic_sdk_converses_through_the_relay_exactly(redis: Redis) -> None:
     backend = create_backend(None, delay=0.001)
-    gateway = StandInGateway(service, {"anthropic": backend})
-    async with relayed(gateway) as stack:
+    providers = {"anthropic": backend}
+    async with relayed(redis, providers) as stack:
         http, built, answers = recording_client()
         async with anthropic.AsyncAnthropic(
             base_url=stack.relay_url + "/llm/anthropic",
@@ -126,8 +119,8 @@ async def test_the_anthropic_sdk_converses_through_the_relay_exactly(service: St
             messages = await anthropic_client.aconverse(client, TASKS)
     assert len(messages) == 4 * len(TASKS)  # task, tool call, its result, answer
     assert_same_bodies(built, backend.state.received)
-    assert_history_refs_after_the_first(gateway)
-    for arrival in gateway.arrivals:  # credentials pass through; the key travels apart
+    assert_history_refs_after_the_first(stack.gateway.arrivals)
+    for arrival in stack.gateway.arrivals:  # credentials pass through; the key travels apart
         assert arrival.headers["authorization"] == "Bearer sk-ant-provider-credential"
         assert arrival.headers["toolref-key"] == KEY
     # Fewer bytes on the relay's wire than the agent sent, turn by turn, and said so.
@@ -139,15 +132,15 @@ async def test_the_anthropic_sdk_converses_through_the_relay_exactly(service: St
     turns = [line for line in stack.lines if " turn " in line]
     assert len(turns) == len(built)
     assert stack.lines[-1].startswith("toolref relay: agent sent")  # the summary, at exit
-    relay_sent = sum(len(a.body) for a in gateway.arrivals)
+    relay_sent = sum(len(a.body) for a in stack.gateway.arrivals)
     assert stack.relay.tally.wire == relay_sent
     assert stack.relay.tally.raw == sum(len(b) for b in built)
 
 
-async def test_the_openai_sdk_converses_through_the_relay_exactly(service: Starlette) -> None:
+async def test_the_openai_sdk_converses_through_the_relay_exactly(redis: Redis) -> None:
     backend = create_backend(None, delay=0.001)
-    gateway = StandInGateway(service, {"openai": backend})
-    async with relayed(gateway) as stack:
+    providers = {"openai": backend}
+    async with relayed(redis, providers) as stack:
         http, built, _ = recording_client()
         async with openai.AsyncOpenAI(
             base_url=stack.relay_url + "/llm/openai/v1",
@@ -161,19 +154,17 @@ async def test_the_openai_sdk_converses_through_the_relay_exactly(service: Starl
             answer = await client.responses.create(model="scripted-1", input="hello")
     assert answer.output_text == "You said: hello"
     assert_same_bodies(built, backend.state.received)
-    chat = StandInGateway(service, {})
-    chat.arrivals = gateway.arrivals[:-1]
-    assert_history_refs_after_the_first(chat)
+    assert_history_refs_after_the_first(stack.gateway.arrivals[:-1])
     assert all(
-        a.headers["authorization"] == "Bearer sk-openai-credential" for a in gateway.arrivals
+        a.headers["authorization"] == "Bearer sk-openai-credential" for a in stack.gateway.arrivals
     )
 
 
-async def test_an_event_stream_arrives_as_the_provider_sends_it(service: Starlette) -> None:
+async def test_an_event_stream_arrives_as_the_provider_sends_it(redis: Redis) -> None:
     scripted = Scripted(gate=asyncio.Event())
-    gateway = StandInGateway(service, {"anthropic": scripted.app()})
+    providers = {"anthropic": scripted.app()}
     body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [_user("hi")]}
-    async with relayed(gateway) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
         url = stack.relay_url + "/llm/anthropic/v1/messages"
         async with agent.stream("POST", url, json=body) as answer:
             lines = answer.aiter_lines()
@@ -186,11 +177,11 @@ async def test_an_event_stream_arrives_as_the_provider_sends_it(service: Starlet
     assert answer.headers["content-type"].startswith("text/event-stream")
 
 
-async def test_an_agent_that_hangs_up_cancels_the_request_upstream(service: Starlette) -> None:
+async def test_an_agent_that_hangs_up_cancels_the_request_upstream(redis: Redis) -> None:
     scripted = Scripted(gate=asyncio.Event())  # never set: the stream waits forever
-    gateway = StandInGateway(service, {"anthropic": scripted.app()})
+    providers = {"anthropic": scripted.app()}
     body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [_user("hi")]}
-    async with relayed(gateway) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
         url = stack.relay_url + "/llm/anthropic/v1/messages"
         async with agent.stream("POST", url, json=body) as answer:
             await asyncio.wait_for(anext(answer.aiter_lines()), TIMEOUT)
@@ -198,12 +189,12 @@ async def test_an_agent_that_hangs_up_cancels_the_request_upstream(service: Star
 
 
 async def test_a_stream_that_breaks_off_upstream_breaks_off_for_the_agent(
-    service: Starlette,
+    redis: Redis,
 ) -> None:
     scripted = Scripted(die=True)
-    gateway = StandInGateway(service, {"anthropic": scripted.app()})
+    providers = {"anthropic": scripted.app()}
     body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [_user("hi")]}
-    async with relayed(gateway) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
         url = stack.relay_url + "/llm/anthropic/v1/messages"
 
         async def read_all() -> None:
@@ -216,31 +207,31 @@ async def test_a_stream_that_breaks_off_upstream_breaks_off_for_the_agent(
 
 
 @pytest.mark.parametrize("encoding", ["gzip", "zstd"])
-async def test_compressed_requests_are_inflated(service: Starlette, encoding: str) -> None:
+async def test_compressed_requests_are_inflated(redis: Redis, encoding: str) -> None:
     scripted = Scripted()
-    gateway = StandInGateway(service, {"openai": scripted.app()})
+    providers = {"openai": scripted.app()}
     body = json.dumps({"model": "m", "messages": [_user("x" * 5000)]}).encode()
     packed = gzip.compress(body) if encoding == "gzip" else zstandard.compress(body)
     headers = {"content-type": "application/json", "content-encoding": encoding}
-    async with relayed(gateway) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
         url = stack.relay_url + "/llm/openai/v1/chat/completions"
         answer = await agent.post(url, content=packed, headers=headers)
     assert answer.status_code == 200
     assert_same_bodies([body], scripted.received)
     raw, wire, _ = SAVINGS.match(answer.headers["toolref-savings"]).groups()  # type: ignore[union-attr]
     assert int(raw) == len(packed)
-    assert int(wire) == len(gateway.arrivals[0].body)
+    assert int(wire) == len(stack.gateway.arrivals[0].body)
     assert stack.relay.tally.inflated == len(body)
 
 
 async def test_a_body_that_inflates_past_the_limit_is_refused_in_the_provider_shape(
-    service: Starlette,
+    redis: Redis,
 ) -> None:
-    gateway = StandInGateway(service, {"anthropic": Scripted().app()})
+    providers = {"anthropic": Scripted().app()}
     body = json.dumps({"model": "m", "messages": [_user("x" * 200_000)]}).encode()
     headers = {"content-type": "application/json", "content-encoding": "zstd"}
     async with (
-        relayed(gateway, max_inflated_bytes=100_000) as stack,
+        relayed(redis, providers, max_inflated_bytes=100_000) as stack,
         httpx.AsyncClient(timeout=TIMEOUT) as agent,
     ):
         url = stack.relay_url + "/llm/anthropic/v1/messages"
@@ -250,7 +241,7 @@ async def test_a_body_that_inflates_past_the_limit_is_refused_in_the_provider_sh
     assert error["type"] == "error"
     assert error["error"]["type"] == "request_too_large"
     assert "--max-inflated-bytes" in error["error"]["message"]
-    assert gateway.arrivals == []
+    assert stack.gateway.arrivals == []
 
 
 async def test_a_gateway_that_is_down_sends_the_request_to_the_fallback() -> None:
@@ -344,10 +335,11 @@ def _tool_conversation(result: str) -> list[Any]:
     ]
 
 
-async def test_a_413_is_retried_with_the_biggest_tool_results_as_refs(service: Starlette) -> None:
+async def test_a_413_is_retried_with_the_biggest_tool_results_as_refs(redis: Redis) -> None:
     backend = create_backend(None, delay=0.001)
-    gateway = StandInGateway(service, {"anthropic": backend}, max_body_bytes=20_000)
-    async with relayed(gateway) as stack:
+    providers = {"anthropic": backend}
+    settings = {"max_body_bytes": 20_000}
+    async with relayed(redis, providers, settings) as stack:
         http, built, _ = recording_client()
         async with anthropic.AsyncAnthropic(
             base_url=stack.relay_url + "/llm/anthropic",
@@ -361,16 +353,16 @@ async def test_a_413_is_retried_with_the_biggest_tool_results_as_refs(service: S
             )
     assert message.content[0].text == "The tool returned 60000 characters."  # type: ignore[union-attr]
     assert_same_bodies(built, backend.state.received)  # the retry reached it, whole
-    refused, retried = gateway.arrivals
+    refused, retried = stack.gateway.arrivals
     assert len(refused.body) > 60_000 > 20_000 > len(retried.body)
     assert b"toolRef" in retried.body
 
 
-async def test_a_413_that_stays_names_the_biggest_tool_results(service: Starlette) -> None:
+async def test_a_413_that_stays_names_the_biggest_tool_results(redis: Redis) -> None:
     provider = Scripted(limit=20_000)  # the provider refuses the conversation itself
-    gateway = StandInGateway(service, {"anthropic": provider.app()})
+    providers = {"anthropic": provider.app()}
     async with (
-        relayed(gateway) as stack,
+        relayed(redis, providers) as stack,
         anthropic.AsyncAnthropic(
             base_url=stack.relay_url + "/llm/anthropic", api_key="k", max_retries=0, timeout=TIMEOUT
         ) as client,
@@ -389,10 +381,10 @@ async def test_a_413_that_stays_names_the_biggest_tool_results(service: Starlett
 
 
 async def test_headers_hop_by_hop_stay_behind_and_toolref_headers_stay_home(
-    service: Starlette,
+    redis: Redis,
 ) -> None:
     scripted = Scripted()
-    gateway = StandInGateway(service, {"anthropic": scripted.app()})
+    providers = {"anthropic": scripted.app()}
     headers = {
         "x-api-key": "sk-ant-credential",
         "authorization": "Bearer provider",
@@ -404,12 +396,12 @@ async def test_headers_hop_by_hop_stay_behind_and_toolref_headers_stay_home(
         "anthropic-version": "2023-06-01",
     }
     body = {"model": "m", "max_tokens": 5, "messages": [_user("hi")]}
-    async with relayed(gateway) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
         url = stack.relay_url + "/llm/anthropic/v1/messages?beta=true"
         answer = await agent.post(url, json=body, headers=headers)
         models = await agent.get(stack.relay_url + "/llm/anthropic/v1/models", headers=headers)
     assert answer.status_code == models.status_code == 200
-    [turn, listing] = gateway.arrivals
+    [turn, listing] = stack.gateway.arrivals
     assert turn.path == "/llm/anthropic/v1/messages?beta=true"
     assert turn.headers["toolref-protocol"] == "2"  # an LLM request: through the manager
     assert "toolref-protocol" not in listing.headers  # anything else: passed through
@@ -427,25 +419,25 @@ async def test_headers_hop_by_hop_stay_behind_and_toolref_headers_stay_home(
     assert "toolref-savings" not in models.headers
 
 
-async def test_other_requests_stream_through_both_ways(service: Starlette) -> None:
+async def test_other_requests_stream_through_both_ways(redis: Redis) -> None:
     scripted = Scripted()
-    gateway = StandInGateway(service, {"anthropic": scripted.app()})
+    providers = {"anthropic": scripted.app()}
 
     async def pieces() -> AsyncIterator[bytes]:
         for n in range(5):
             yield bytes([n]) * 10_000
 
-    async with relayed(gateway) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
         answer = await agent.put(stack.relay_url + "/llm/anthropic/echo", content=pieces())
     assert answer.content == b"".join(bytes([n]) * 10_000 for n in range(5))
     assert scripted.received == [answer.content]
 
 
-async def test_counters_and_metrics(service: Starlette) -> None:
-    gateway = StandInGateway(service, {"anthropic": Scripted().app()})
+async def test_counters_and_metrics(redis: Redis) -> None:
+    providers = {"anthropic": Scripted().app()}
     before = dict(UPLOAD_BYTES.counts)
     body = json.dumps({"model": "m", "max_tokens": 5, "messages": [_user("hi")]}).encode()
-    async with relayed(gateway) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
         await agent.post(
             stack.relay_url + "/llm/anthropic/v1/messages",
             content=body,
@@ -453,19 +445,21 @@ async def test_counters_and_metrics(service: Starlette) -> None:
         )
         metrics = await agent.get(stack.relay_url + "/metrics")
     assert UPLOAD_BYTES.counts["raw"] - before.get("raw", 0) == len(body)
-    assert UPLOAD_BYTES.counts["wire"] - before.get("wire", 0) == len(gateway.arrivals[0].body)
+    assert UPLOAD_BYTES.counts["wire"] - before.get("wire", 0) == len(
+        stack.gateway.arrivals[0].body
+    )
     assert f'toolref_upload_bytes_total{{kind="raw"}} {float(UPLOAD_BYTES.counts["raw"])}' in (
         metrics.text
     )
     assert 'toolref_relay_turns_total{route="gateway"}' in metrics.text
 
 
-async def test_switching_upstreams_names_the_one_left(service: Starlette) -> None:
+async def test_switching_upstreams_names_the_one_left(redis: Redis) -> None:
     first, second = Scripted(), Scripted()
-    gateway = StandInGateway(service, {"a": first.app(), "b": second.app()})
+    providers = {"a": first.app(), "b": second.app()}
     turn = [_user("hi")]
     async with (
-        relayed(gateway, switch=("a", "b")) as stack,
+        relayed(redis, providers, switch=("a", "b")) as stack,
         httpx.AsyncClient(timeout=TIMEOUT) as agent,
     ):
         url = stack.relay_url + "/llm/a/v1/messages"
@@ -484,11 +478,17 @@ async def test_switching_upstreams_names_the_one_left(service: Starlette) -> Non
         unknown = await agent.post(stack.relay_url + "/toolref/switch", json={"upstream": "c"})
     assert unknown.status_code == 400
     assert "a, b" in unknown.json()["error"]
-    paths = [a.path for a in gateway.arrivals]
+    paths = [a.path for a in stack.gateway.arrivals]
     assert paths == ["/llm/a/v1/messages", "/llm/b/v1/messages", "/llm/b/v1/messages"]
-    assert [a.headers.get("toolref-switched-from") for a in gateway.arrivals] == [None, "a", None]
+    assert [a.headers.get("toolref-switched-from") for a in stack.gateway.arrivals] == [
+        None,
+        "a",
+        None,
+    ]
     assert len(second.received) == 2
-    assert json.loads(second.received[0])["messages"] == turn[:3]
+    # The gateway prepended the handoff to the first turn the new upstream saw.
+    opening = json.loads(second.received[0])["messages"][0]["content"]
+    assert opening.startswith("[CONTEXT FROM PREVIOUS SESSION]")
 
 
 def _user(text: str) -> dict[str, Any]:
