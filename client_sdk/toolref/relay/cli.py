@@ -3,7 +3,8 @@
     toolref relay --gateway https://toolref.example.com --key "$TOOLREF_KEY"
     ANTHROPIC_BASE_URL=http://127.0.0.1:8760/llm/anthropic claude
 
-Needs the `relay` extra (`pip install 'toolref[relay]'`): uvicorn serves the app.
+Needs the `relay` extra (from a toolref checkout: `pip install -e '.[relay]'`): uvicorn
+serves the app.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         import uvicorn
     except ImportError:
-        sys.exit("toolref relay needs uvicorn: pip install 'toolref[relay]'")
+        sys.exit("toolref relay needs uvicorn: from a toolref checkout, pip install -e '.[relay]'")
     from .app import Relay
 
     logging.basicConfig(level=args.log_level.upper(), format="%(name)s: %(message)s")
