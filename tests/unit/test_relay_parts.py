@@ -205,18 +205,20 @@ def test_the_switchboard_routes_selects_and_names_the_upstream_left() -> None:
     board = Switchboard(("a", "b", "c"))
     assert board.route("a") == "a"
     assert board.route("other") == "other"  # not switched: a name the relay does not switch
-    assert board.moved("conv", "a") is None
+    assert board.moved("conv", "a", 1) is None
     assert board.select("b") == "a"
     assert board.route("a") == "b"
-    assert board.moved("conv", "b") == "a"
-    assert board.moved("conv", "b") is None  # told once
+    assert board.moved("conv", "b", 3) == "a; at=2"
+    # Told on every later request too: the gateway rewrites each the same way.
+    assert board.moved("conv", "b", 5) == "a; at=2"
+    assert board.moved("conv", "a", 7) == "b; at=6"  # and back
     assert board.cycle() == "c"
     assert board.cycle() == "a"
     with pytest.raises(ValueError, match="a, b, c"):
         board.select("d")
     with pytest.raises(ValueError, match="--switch"):
         Switchboard().cycle()
-    assert Switchboard().moved("conv", "a") is None
+    assert Switchboard().moved("conv", "a", 1) is None
 
 
 def test_a_conversation_is_known_by_its_opening() -> None:

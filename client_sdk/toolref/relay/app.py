@@ -293,7 +293,9 @@ class Relay:
 
         moved = None
         if self.config.switch and (llm := parsed()) is not None:
-            moved = self.switchboard.moved(conversation_of(llm.body, llm.messages_key), upstream)
+            conversation = conversation_of(llm.body, llm.messages_key)
+            count = len(llm.body[llm.messages_key])
+            moved = self.switchboard.moved(conversation, upstream, count)
         headers = to_gateway(
             call.headers, key=self.config.key, switched_from=moved, body_changed=changed
         )

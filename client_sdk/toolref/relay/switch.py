@@ -1,9 +1,10 @@
 """`Switchboard`: which upstream the relay sends to when it may switch between several,
 and which conversations must be told they moved.
 
-The gateway prepends a handoff (the tool context of the conversation so far) to the first
-request a conversation sends a new upstream; the relay's part is to name, in
-`Toolref-Switched-From`, the upstream a conversation last used. A conversation is known by
+On a switch the gateway rewrites each request of the conversation for the new upstream (the
+handoff in front, tool ids mapped, the old backend's opaque fields dropped); the relay's part
+is to say, in `Toolref-Switched-From`, the upstream it came from and how many messages came
+before the switch, on every request after it. A conversation is known by
 its opening (system prompt and first message), which stays the same every turn.
 """
 
@@ -39,7 +40,8 @@ class Switchboard:
 
     names: tuple[str, ...] = ()
     selected: str | None = None
-    _last: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    # conversation -> (upstream it last used, its Toolref-Switched-From value or None)
+    _last: OrderedDict[str, tuple[str, str | None]] = field(default_factory=OrderedDict)
 
     def __post_init__(self) -> None:
         if self.names and self.selected is None:
@@ -67,14 +69,20 @@ class Switchboard:
         self.select(self.names[(at + 1) % len(self.names)])
         return self.names[(at + 1) % len(self.names)]
 
-    def moved(self, conversation: str | None, upstream: str) -> str | None:
-        """Note that `conversation` now goes to `upstream`; the upstream it used before
-        when that was another (so the gateway prepends a handoff), else None."""
+    def moved(self, conversation: str | None, upstream: str, count: int) -> str | None:
+        """Note that `conversation` (`count` messages now) goes to `upstream`. The value of
+        `Toolref-Switched-From` for it: `<previous upstream>; at=<messages from before the
+        switch>` on this and every later request on the new upstream (the gateway rewrites
+        each the same way, so the new upstream's prompt cache keeps hitting), else None."""
         if conversation is None or not self.names:
             return None
         before = self._last.get(conversation)
-        self._last[conversation] = upstream
+        if before is None or before[0] == upstream:
+            found = before[1] if before is not None else None
+        else:  # the newest message is the first the new upstream answers
+            found = f"{before[0]}; at={max(0, count - 1)}"
+        self._last[conversation] = (upstream, found)
         self._last.move_to_end(conversation)
         while len(self._last) > _REMEMBERED:
             self._last.popitem(last=False)
-        return before if before is not None and before != upstream else None
+        return found
