@@ -16,6 +16,7 @@ from loadtests import (
     hashing,
     memory,
     per_turn,
+    relay,
     rewriting,
     service_speed,
     streams,
@@ -91,6 +92,7 @@ def main() -> int:
         acp_updates.run(),
         adversarial.run(),
         per_turn.run(found),
+        relay.run(found),
         service_speed.run(found),  # last: its server processes must not slow the others
     ]
     for section in sections:

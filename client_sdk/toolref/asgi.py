@@ -75,6 +75,9 @@ class ToolRefMiddleware:
         turn of one is answered by asking the registry only for the new messages, and its
         dictionary rebuilt without a registry call.
     recent_history_chars: at most this many characters of them in all (LRU).
+    alter_answers: add `toolReferences` to a JSON answer (held whole for it); False: the
+        answer's body is never changed or held, and refs travel only in the
+        `Toolref-References` header (the gateway, forwarding a provider's answer).
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class ToolRefMiddleware:
         max_inflated_bytes: int = 64 * 2**20,
         recent_histories: int = 32,
         recent_history_chars: int = 64 * 2**20,
+        alter_answers: bool = True,
     ) -> None:
         check_middleware_options(
             registry=registry,
@@ -103,6 +107,7 @@ class ToolRefMiddleware:
         self.registry = registry
         self.paths = paths
         self.max_body_bytes = max_body_bytes
+        self.alter_answers = alter_answers
         self.hydrator = Hydrator(
             registry,
             messages_keys=messages_keys,
@@ -139,7 +144,9 @@ class ToolRefMiddleware:
         if isinstance(outcome, PassThrough):
             await self.app(downstream, replay, _marked(send, outcome.protocol, None))
             return
-        await self.app(downstream, replay, _marked(send, PROTOCOL_REFS, outcome))
+        await self.app(
+            downstream, replay, _marked(send, PROTOCOL_REFS, outcome, hold=self.alter_answers)
+        )
 
     # --- the registry, checked once -----------------------------------------------------
 
@@ -236,9 +243,9 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-def _marked(send: Send, protocol: int, outcome: Hydrated | None) -> Send:
+def _marked(send: Send, protocol: int, outcome: Hydrated | None, *, hold: bool = True) -> Send:
     """Mark the answer with the protocol used and, for protocol 2, what the client lacks.
-    Only a successful JSON answer that arrives in one piece is held, to add
+    Only a successful JSON answer that arrives in one piece is held (with `hold`), to add
     `toolReferences` to it; anything else gets a `Toolref-References` header."""
     references = outcome.references if outcome is not None else {}
     confirmed = outcome.history if outcome is not None else None
@@ -257,7 +264,7 @@ def _marked(send: Send, protocol: int, outcome: Hydrated | None) -> Send:
             if confirmed is not None:
                 headers.append((_HISTORY, confirmed.encode()))
             message = {**message, "headers": headers}
-            if references and message.get("status", 200) < 300 and _is_json(headers):
+            if hold and references and message.get("status", 200) < 300 and _is_json(headers):
                 held = message
                 return
             await send(_with_references_header(message, references))

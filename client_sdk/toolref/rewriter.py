@@ -507,7 +507,7 @@ def _problem(response: httpx.Response) -> dict[str, Any] | None:
         return None
     try:
         problem = response.json()
-    except ValueError:
+    except (ValueError, httpx.ResponseNotRead):  # a streamed problem (413, say) is not read
         return None
     return problem if isinstance(problem, dict) else None
 

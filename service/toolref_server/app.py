@@ -27,6 +27,7 @@ from toolref_server.auth import Authenticator
 from toolref_server.cluster import is_cluster_url, plain_url
 from toolref_server.codec import BodyLimits
 from toolref_server.connection import STATE_KEY, ConnectionLimits
+from toolref_server.gateway import Gateway
 from toolref_server.histories import Histories
 from toolref_server.history_cache import HistoryCache
 from toolref_server.metrics import Metrics
@@ -240,6 +241,9 @@ def create_app(
         ],
         middleware=[
             Middleware(AccessMiddleware, metrics=metrics),
+            # Before the registry's own layers: gateway requests speak the provider's
+            # protocol, with their own limits (TOOLREF_GATEWAY_*).
+            Middleware(Gateway, settings=settings, metrics=metrics),
             Middleware(ProtocolMiddleware),
             Middleware(
                 AdmissionMiddleware,

@@ -41,13 +41,24 @@ class Authenticator:
             )
 
     def tenant_for(self, request: HTTPConnection) -> str:
+        return self._tenant_of(
+            _presented(request),
+            "send `Authorization: Bearer <key>` with an API key of this registry",
+        )
+
+    def tenant_for_key(self, key: str | None, *, header: str) -> str:
+        """The tenant of a key sent alone in `header` (the gateway's `Toolref-Key`: there
+        `Authorization` is the provider's)."""
+        presented = hashlib.sha256(key.encode()).digest() if key else None
+        return self._tenant_of(
+            presented, f"send `{header}: <key>` with an API key of this registry"
+        )
+
+    def _tenant_of(self, presented: bytes | None, missing: str) -> str:
         if self.open:
             return LOCAL_TENANT
-        presented = _presented(request)
         if presented is None:
-            raise AuthenticationError(
-                "send `Authorization: Bearer <key>` with an API key of this registry"
-            )
+            raise AuthenticationError(missing)
         found: str | None = None
         # Compare against every hash, without stopping early, so timing says nothing.
         for digest, tenant in self._hashes:

@@ -122,6 +122,13 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.upload_bytes = Counter(
+            "toolref_upload_bytes",
+            "Gateway LLM request bytes: raw (the body forwarded upstream, as its client "
+            "wrote it) and wire (the body received, with refs, history refs and compression).",
+            ["kind"],
+            registry=r,
+        )
         self._breaker_state: Callable[[], str] | None = None
 
     def refs(self, found: list[bool]) -> None:

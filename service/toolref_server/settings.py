@@ -14,6 +14,7 @@ from toolref.errors import ConfigurationError
 from toolref.kinds import KindTable
 from toolref_server import dictionaries
 from toolref_server.dictionaries import Kind
+from toolref_server.upstreams import parse_upstreams
 
 TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
@@ -299,10 +300,52 @@ class Settings(BaseSettings):
         "holder blocks others at most this long). Must exceed the LLM timeout.",
     )
 
+    upstreams: str = Field(
+        default="",
+        description="Gateway upstreams, comma-separated `name=base_url`: `/llm/{name}/{path}` "
+        "forwards to `base_url/{path}`, hydrating the LLM endpoints it knows; empty: no gateway.",
+    )
+    gateway_connect_timeout: float = Field(
+        default=10.0, gt=0, description="Seconds to connect to an upstream."
+    )
+    gateway_read_timeout: float = Field(
+        default=600.0,
+        gt=0,
+        description="Most seconds between two pieces of an upstream's answer (a model may "
+        "think long before its first token).",
+    )
+    gateway_max_connections: int = Field(
+        default=256, ge=1, description="Connections open to upstreams, at most, per process."
+    )
+    gateway_max_requests_in_flight: int = Field(
+        default=512,
+        ge=1,
+        description="Gateway requests in flight per process (streams last minutes, so they "
+        "have their own limit, apart from the registry's); past it, 503 with Retry-After.",
+    )
+    gateway_tenants: int = Field(
+        default=16,
+        ge=1,
+        description="Tenants whose gateway state (the histories held in full) is kept, LRU.",
+    )
+    gateway_history_chars: int = Field(
+        default=128 * 2**20,
+        ge=0,
+        description="Characters of confirmed histories the gateway holds in full, in all "
+        "(shared evenly by the tenants and endpoints kept); a continuation of one held asks "
+        "the registry for the new messages only.",
+    )
+
     @field_validator("api_keys")
     @classmethod
     def _check_keys(cls, value: str) -> str:
         parse_api_keys(value)
+        return value
+
+    @field_validator("upstreams")
+    @classmethod
+    def _check_upstreams(cls, value: str) -> str:
+        parse_upstreams(value)
         return value
 
     @field_validator("metrics_key")
@@ -367,6 +410,11 @@ class Settings(BaseSettings):
     def key_hashes(self) -> dict[str, str]:
         """sha256 hex of each key -> tenant."""
         return parse_api_keys(self.api_keys)
+
+    @cached_property
+    def upstream_urls(self) -> dict[str, str]:
+        """Gateway upstream name -> base URL."""
+        return parse_upstreams(self.upstreams)
 
     @property
     def is_loopback(self) -> bool:

@@ -28,9 +28,9 @@ from toolref.handoff import (
 )
 from toolref.handoff import dedup as dedup_module
 from toolref.handoff.blocks import LineRange, ToolBlock, read_range, tool_blocks
-from toolref.handoff.commands import has_side_effects
+from toolref.handoff.commands import has_side_effects, touches_files
 from toolref.handoff.dedup import Coverage, Kept, deduplicate
-from toolref.handoff.render import cut, render
+from toolref.handoff.render import FILE_KINDS, cut, render
 from toolref.kinds import Kind
 from toolref.models import FormatName
 
@@ -791,6 +791,27 @@ def test_over_budget_the_most_recent_results_are_kept_and_the_oldest_left_out() 
     assert "OUT-29" in result.block
 
 
+def test_over_budget_files_read_or_edited_come_before_command_output() -> None:
+    """A file read long before the end outlives the command output after it (strict
+    recency used to drop it for `--help` output)."""
+    calls = [
+        Call("Read", {"file_path": "/src/app.py"}, "APP-SOURCE\n" + "a" * 3000),
+        Call("Edit", {"file_path": "/src/util.py", "old_string": "x", "new_string": "y"}, "ok"),
+        *(
+            Call("Bash", {"command": f"tool{n} --help"}, f"HELP-{n:02d}\n" + "h" * 3000)
+            for n in range(20)
+        ),
+    ]
+    result = handoff("anthropic", calls, max_tool_context_chars=12_000, summarize_text=False)
+    found = parse(result.block)
+    assert [e.body.split("\n")[0] for e in found.section("Files Read")] == ["APP-SOURCE"]
+    assert len(found.section("Files Modified")) == 1
+    shown = [e.title for e in found.section("Commands Run")]
+    assert 0 < len(shown) < 20
+    assert shown[-1] == "$ tool19 --help"  # the newest commands fill what is left
+    assert result.left_out == 20 - len(shown)
+
+
 def test_no_note_when_nothing_is_left_out() -> None:
     result = handoff("anthropic", [Call("Bash", {"command": "ls"}, "a")])
     assert result.left_out == 0
@@ -870,7 +891,9 @@ def test_the_block_always_fits(
     note = f"({rendered.left_out} older tool result(s) left out to fit the size limit.)"
     assert (note in text) is (rendered.left_out > 0)
     if results and max_chars >= 3000:
-        newest = len(results) - 1
+        # The newest of the first class present (files before everything else) is kept.
+        files = [n for n, ((_, kind), *_) in enumerate(results) if kind in FILE_KINDS]
+        newest = files[-1] if files else len(results) - 1
         assert any(e.body.startswith(f"R{newest}:") for e in found.entries)
 
 
@@ -1239,3 +1262,40 @@ def test_openai_chat_traces_keep_one_run_of_each_repeated_pure_command() -> None
         for command in repeated:
             assert sum(is_title_of(t, command) for t in titles) <= 1, (label, command)
     assert repeated_total >= 10
+
+
+@pytest.mark.parametrize(
+    ("line", "touches"),
+    [
+        ("cat src/app.py", True),
+        ("cd /testbed && sed -n '444,550p' django/db/models/fields/related.py", True),
+        ("head -n 20 README.md", True),
+        ("cat > /tmp/fix.py << 'EOF'\nprint(1)\nEOF", True),
+        ("sed -i 's/a/b/' f.py", True),
+        ("git diff > patch.txt", True),
+        ("cp a b", True),
+        ("tool --help", False),
+        ("grep -rn needle src", False),
+        ("python -m pytest -q", False),
+        ("ls -la", False),
+        ("sed 's/a/b/'", False),
+        ("cat", False),
+        ("echo hi > /dev/null", False),
+    ],
+)
+def test_shell_commands_that_read_or_write_files(line: str, touches: bool) -> None:
+    assert touches_files(line) is touches
+
+
+def test_shell_file_reads_come_before_other_command_output() -> None:
+    calls = [
+        Call("bash", {"command": "sed -n '1,200p' src/app.py"}, "APP-SOURCE\n" + "a" * 3000),
+        *(
+            Call("bash", {"command": f"tool{n} --help"}, f"HELP-{n:02d}\n" + "h" * 3000)
+            for n in range(20)
+        ),
+    ]
+    result = handoff("openai-chat", calls, max_tool_context_chars=12_000, summarize_text=False)
+    titles = [e.title for e in parse(result.block).section("Commands Run")]
+    assert "$ sed -n '1,200p' src/app.py" in titles[0]
+    assert titles[-1] == "$ tool19 --help"

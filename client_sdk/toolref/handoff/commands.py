@@ -522,3 +522,43 @@ def _wget_writes(args: list[str]) -> bool:
         if arg.startswith("--output-document="):
             return arg.split("=", 1)[1] not in _HARMLESS_TARGETS
     return True
+
+
+# Programs that print a file given as an operand: such a command is a file read.
+_READERS: Final = frozenset({"cat", "head", "tail", "nl", "less", "more", "bat", "batcat", "sed"})
+
+
+def touches_files(line: str) -> bool:
+    """Does `line` read a file (`cat F`, `sed -n '1,9p' F`, `head F`, ...) or write one (a
+    redirection, an in-place edit, `tee`, a file operation)? A handoff places such commands
+    with the files read and changed, before other output. Linear in its length; a command
+    over `MAX_COMMAND_CHARS` is not parsed and counts as no."""
+    if len(line) > MAX_COMMAND_CHARS:
+        return False
+    for tokens in _logical_lines(line):
+        for words, redirects in _split(tokens):
+            if any(_writes(op, target) for op, target in redirects):
+                return True
+            argv = _unwrap(words)
+            if argv and (_reads_file(argv) or _writes_file(argv)):
+                return True
+    return False
+
+
+def _reads_file(argv: list[str]) -> bool:
+    program = argv[0].rsplit("/", 1)[-1]
+    if program not in _READERS:
+        return False
+    operands = [a for a in argv[1:] if not a.startswith("-")]
+    if program == "sed":
+        operands = operands[1:] if "-e" not in argv and "-f" not in argv else operands
+    return any(a not in _HARMLESS_TARGETS for a in operands)
+
+
+def _writes_file(argv: list[str]) -> bool:
+    program = argv[0].rsplit("/", 1)[-1]
+    if program in _FILE_OPS:
+        return True
+    if program in ("tee", "sed", "perl", "ruby"):
+        return _command_has_side_effects(argv)
+    return False

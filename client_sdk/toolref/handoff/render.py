@@ -2,8 +2,10 @@
 
 Each result is cut head and tail to `per_result_chars` with an explicit
 `[... N characters omitted ...]` line. The whole block fits `max_chars`: when something must
-give, the most recent results are placed first, older ones get a shorter cut, and the oldest
-are left out (the block says how many).
+give, files read or changed (by a file tool, or a shell command that reads or writes one:
+`cat F`, `sed -n '1,9p' F`, `cat > F`) are placed before other command output and results, the most
+recent first in each, older ones get a shorter cut, and the oldest are left out (the block
+says how many).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from toolref.handoff.blocks import ToolBlock
+from toolref.handoff.commands import touches_files
 from toolref.handoff.dedup import Kept
 from toolref.kinds import Kind
 from toolref.payload import arguments, exit_status
@@ -31,6 +34,7 @@ _SECTIONS: Final = (
     ("Commands Run", (Kind.SHELL,)),
     ("Other Tool Results", None),
 )
+FILE_KINDS: Final = frozenset({Kind.READ, Kind.EDIT, Kind.WRITE, Kind.DELETE, Kind.MOVE})
 _MIN_CUT: Final = 200
 
 
@@ -141,14 +145,18 @@ def render(
     stops = _interrupted_lines(interrupted, budget // 4)
     budget -= len("\n".join(stops)) + 1
     chosen: dict[int, tuple[str, int]] = {}
-    # Most recent first: they get their full cut while the budget lasts; once one does not
-    # fit even cut short, everything older is left out too.
-    for index in range(len(done) - 1, -1, -1):
-        entry = _fitting(done[index], per_result_chars, budget - 40)  # 40: a heading's share
-        if entry is None:
-            break
-        chosen[index] = entry
-        budget -= len(entry[0]) + 1
+    # Files read or changed first (what the next model must not quote from memory), then
+    # everything else. In each, most recent first: they get their full cut while the
+    # budget lasts; once one does not fit even cut short, everything older is left out.
+    for first in (True, False):
+        for index in range(len(done) - 1, -1, -1):
+            if _about_files(done[index].block) is not first:
+                continue
+            entry = _fitting(done[index], per_result_chars, budget - 40)  # 40: a heading
+            if entry is None:
+                break
+            chosen[index] = entry
+            budget -= len(entry[0]) + 1
     left_out = len(done) - len(chosen)
     rendered = Rendered("", kept=len(chosen) + len(interrupted), left_out=left_out)
     body: list[str] = []
@@ -167,6 +175,13 @@ def render(
         body.append(f"({left_out} older tool result(s) left out to fit the size limit.)\n")
     rendered.text = "\n".join([*intro, *body, *stops, CLOSE])
     return rendered
+
+
+def _about_files(block: ToolBlock) -> bool:
+    """A file read or changed, by a file tool or a shell command (`cat`, `sed -n`, `>`)."""
+    if block.kind in FILE_KINDS:
+        return True
+    return block.kind is Kind.SHELL and block.command is not None and touches_files(block.command)
 
 
 def _fitting(kept: Kept, per_result_chars: int, room: int) -> tuple[str, int] | None:

@@ -1,0 +1,184 @@
+"""`Forwarder`: an ASGI app that sends its request to an upstream and streams the answer back.
+
+Nothing is buffered in either direction: a request body still arriving is streamed on, and
+the answer's bytes (as the upstream encoded them) go to the client as they come, so a
+stream's time to first byte is the upstream's plus a loop turn. Cancellation crosses both
+ways: the client going away closes the upstream request; the upstream failing mid-answer
+aborts the client's connection (a truncated answer never looks complete).
+
+Headers pass as they are but for hop-by-hop ones and toolref's own: provider credentials
+(`x-api-key`, `Authorization`) reach the upstream untouched, and are never logged here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+import httpx
+from starlette.types import Message, Receive, Scope, Send
+
+from toolref.errors import ServiceUnavailableError, ToolrefError
+from toolref_server.problem import problem_response
+from toolref_server.upstreams import Route
+
+log = logging.getLogger(__name__)
+
+ROUTE_KEY: Final = "toolref.upstream"  # the scope entry holding the request's `Route`
+# Hop-by-hop headers (RFC 9110 7.6.1) and what the client's HTTP layer sets itself.
+HOP_BY_HOP: Final = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
+    }
+)
+# toolref's request headers, for the gateway alone.
+OWN_HEADERS: Final = frozenset(
+    {b"toolref-key", b"toolref-protocol", b"toolref-history", b"toolref-switched-from"}
+)
+
+
+class UpstreamUnreachableError(ServiceUnavailableError):
+    slug = "upstream-unreachable"
+    status = 502
+    title = "Upstream unreachable"
+
+
+class UpstreamTimeoutError(ServiceUnavailableError):
+    slug = "upstream-timeout"
+    status = 504
+    title = "Upstream timed out"
+
+
+def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
+    """The client's headers for the upstream: all but hop-by-hop ones and toolref's."""
+    return [(k, v) for k, v in scope["headers"] if k not in HOP_BY_HOP and k not in OWN_HEADERS]
+
+
+def answer_headers(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
+    """The upstream's headers for the client (raw bytes, encoding and length included:
+    the body is passed as the upstream encoded it)."""
+    return [(k.lower(), v) for k, v in headers.raw if k.lower() not in HOP_BY_HOP]
+
+
+class Forwarder:
+    """See the module docstring. `client`: the pool of upstream connections (its timeouts
+    bound every read and connect)."""
+
+    def __init__(self, client: Callable[[], httpx.AsyncClient]) -> None:
+        self._client = client
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        upstream: Route = scope[ROUTE_KEY]
+        first = await receive()
+        if first["type"] == "http.disconnect":
+            return
+        body: bytes | AsyncIterator[bytes] = first.get("body", b"")
+        if first.get("more_body", False):
+            body = _rest(first.get("body", b""), receive)
+        request = self._client().build_request(
+            scope["method"],
+            upstream.url(scope.get("query_string", b"")),
+            headers=request_headers(scope),
+            content=body,
+        )
+        try:
+            response = await self._client().send(request, stream=True)
+        except httpx.TimeoutException:
+            await _refuse(scope, send, UpstreamTimeoutError(_timeout(upstream)))
+            return
+        except httpx.TransportError as exc:
+            await _refuse(scope, send, UpstreamUnreachableError(_unreachable(upstream, exc)))
+            return
+        try:
+            await _relay(response, receive, send)
+        finally:
+            await response.aclose()
+
+
+async def _rest(first: bytes, receive: Receive) -> AsyncIterator[bytes]:
+    """A body still arriving, piece by piece as it comes."""
+    yield first
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        yield message.get("body", b"")
+        if not message.get("more_body", False):
+            return
+
+
+class _ClientGone(Exception):
+    """The client went away mid-request: the upstream request is dropped."""
+
+
+async def _relay(response: httpx.Response, receive: Receive, send: Send) -> None:
+    """The answer to the client as it arrives, while watching for the client leaving (which
+    cancels the upstream read)."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status_code,
+            "headers": answer_headers(response.headers),
+        }
+    )
+    streaming = asyncio.ensure_future(_pieces(response, send))
+    watching = asyncio.ensure_future(_disconnect(receive))
+    try:
+        done, _ = await asyncio.wait({streaming, watching}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (streaming, watching):
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+    if streaming in done:
+        streaming.result()  # the upstream failing mid-answer aborts the client's connection
+    else:
+        with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError, OSError):
+            await streaming
+
+
+async def _pieces(response: httpx.Response, send: Send) -> None:
+    async for piece in response.aiter_raw():
+        if piece:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _disconnect(receive: Receive) -> None:
+    while True:
+        message: Message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _refuse(scope: Scope, send: Send, error: ToolrefError) -> None:
+    async def nothing() -> Message:
+        return {"type": "http.disconnect"}
+
+    await problem_response(error)(scope, nothing, send)
+
+
+def _timeout(upstream: Route) -> str:
+    return (
+        f"upstream {upstream.name!r} ({upstream.base_url}) did not answer in time; retry, or "
+        "raise TOOLREF_GATEWAY_CONNECT_TIMEOUT / TOOLREF_GATEWAY_READ_TIMEOUT"
+    )
+
+
+def _unreachable(upstream: Route, exc: Any) -> str:
+    return (
+        f"upstream {upstream.name!r} ({upstream.base_url}) cannot be reached "
+        f"({type(exc).__name__}); check TOOLREF_UPSTREAMS and that the upstream is up"
+    )

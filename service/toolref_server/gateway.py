@@ -1,0 +1,346 @@
+"""`Gateway`: `/llm/{name}/{path}` forwarded to an upstream LLM API, hydrated on the way.
+
+A request to an LLM endpoint the gateway knows (`toolref_server.upstreams.ENDPOINTS`) that
+speaks protocol 2 goes through the middleware's machinery (`toolref.asgi.ToolRefMiddleware`
+and its `Hydrator`): its body is checked against the wire limit as it arrives, inflated
+within the inflated limit, its history continued and its markers hydrated, all before the
+upstream sees it; then `toolref_server.forwarder.Forwarder` sends it on and streams the
+answer back. The upstream receives the body the client's agent wrote, byte for byte up to
+the serializer's whitespace, so provider prompt caching keeps hitting. Everything else
+passes through, streamed both ways.
+
+The registry it hydrates through is this process's own, called in process (no socket) with
+the tenant's key from the `Toolref-Key` header: the same authentication, quotas and limits
+as any client. Each tenant has its own hydrators (and so its own held histories: one
+tenant's history is never answered from another's memory). The answer's body is never
+changed; what the client lacks travels in `Toolref-*` headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import httpx
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from toolref.asgi import ToolRefMiddleware
+from toolref.client import AsyncRegistryClient
+from toolref.errors import AuthenticationError, NotFoundError, OverloadedError, ToolrefError
+from toolref.handoff.switch import switched
+from toolref.models import FormatName
+from toolref_server.auth import Authenticator
+from toolref_server.forwarder import ROUTE_KEY, Forwarder
+from toolref_server.metrics import Metrics
+from toolref_server.problem import problem_response
+from toolref_server.settings import Settings
+from toolref_server.upstreams import PREFIX, Endpoint, endpoint, route
+
+KEY_HEADER: Final = "Toolref-Key"
+SAVINGS_HEADER: Final = "Toolref-Savings"
+_KEY: Final = KEY_HEADER.lower().encode()
+_SAVINGS: Final = SAVINGS_HEADER.lower().encode()
+_INTERNAL_URL: Final = "http://toolref.internal"  # never resolved: the transport is in process
+_COUNT_KEY: Final = "toolref.upload"
+_ENDPOINT_KEY: Final = "toolref.endpoint"
+SWITCHED_HEADER: Final = "Toolref-Switched-From"
+_SWITCHED: Final = SWITCHED_HEADER.lower().encode()
+_REGISTRY_SECONDS: Final = 30.0  # in process: only the registry's own work takes time
+_FORMATS: Final = 3  # endpoint formats a tenant may use; the history budget is split by them
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """What the access log and metrics label gateway requests with (never the raw path)."""
+
+    path: str = "/llm/{name}/{path}"
+
+
+def savings_header(raw: int, wire: int) -> bytes:
+    """`raw=<bytes forwarded>, wire=<bytes received>, ratio=<raw/wire>`."""
+    ratio = raw / wire if wire else 1.0
+    return f"raw={raw}, wire={wire}, ratio={ratio:.1f}".encode()
+
+
+@dataclass(slots=True)
+class _Count:
+    """A request's bytes as received, and whether all of them were."""
+
+    wire: int = 0
+    whole: bool = False
+
+
+@dataclass(slots=True)
+class _Tenant:
+    """One tenant's registry client and its hydrating middlewares, one per format."""
+
+    registry: AsyncRegistryClient
+    middlewares: dict[FormatName, ToolRefMiddleware] = field(default_factory=dict)
+
+
+class Gateway:
+    """ASGI middleware: `/llm/...` requests are the gateway's, the rest go to `app`."""
+
+    def __init__(self, app: ASGIApp, settings: Settings, metrics: Metrics) -> None:
+        self.app = app
+        self.settings = settings
+        self.metrics = metrics
+        self.upstreams = settings.upstream_urls
+        self.auth = Authenticator(settings)
+        self.forwarder = Forwarder(self._upstream_client)
+        self.in_flight = 0
+        self._client: httpx.AsyncClient | None = None
+        self._tenants: OrderedDict[str, _Tenant] = OrderedDict()
+        # What each hydrating middleware may hold in full (see TOOLREF_GATEWAY_HISTORY_CHARS).
+        self._history_chars = settings.gateway_history_chars // (
+            settings.gateway_tenants * _FORMATS
+        )
+        self._service: ASGIApp | None = None  # the whole app, for in-process registry calls
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            self._service = scope.get("app", self._service)
+            await self.app(scope, self._closing(receive), send)
+            return
+        if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
+            await self.app(scope, receive, send)
+            return
+        if self._service is None:
+            self._service = scope.get("app")
+        scope["route"] = Template()
+        try:
+            await self._forward(scope, receive, send)
+        except ToolrefError as exc:
+            await problem_response(exc)(scope, receive, send)
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = route(self.upstreams, scope["path"])
+        if found is None:
+            raise NotFoundError(self._unknown(scope["path"]))
+        key = _header(scope, _KEY)
+        tenant = self.auth.tenant_for_key(key, header=KEY_HEADER)
+        limit = self.settings.gateway_max_requests_in_flight
+        if self.in_flight >= limit:
+            raise OverloadedError(
+                f"this gateway process has {self.in_flight} requests in flight, its limit "
+                f"(TOOLREF_GATEWAY_MAX_REQUESTS_IN_FLIGHT={limit}); retry after "
+                f"{self.settings.retry_after_seconds}s",
+                retry_after=self.settings.retry_after_seconds,
+                limit=limit,
+            )
+        self.in_flight += 1
+        try:
+            path = found.path
+            upstream = {**scope, "path": path, "raw_path": path.encode(), ROUTE_KEY: found}
+            llm = endpoint(scope["method"], found.path)
+            if llm is None:
+                await self.forwarder(upstream, receive, send)
+                return
+            middleware = self._middleware(tenant, key, llm)
+            await self._hydrated(middleware, llm, upstream, receive, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _hydrated(
+        self,
+        middleware: ToolRefMiddleware,
+        llm: Endpoint,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        """Through the middleware to `_counted_forward`, counting the bytes as they arrive."""
+        count = _Count()
+        scope[_COUNT_KEY] = count
+        scope[_ENDPOINT_KEY] = llm
+
+        async def counted() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                count.wire += len(message.get("body", b""))
+                count.whole = not message.get("more_body", False)
+            return message
+
+        await middleware(scope, counted, send)
+
+    async def _counted_forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The middleware's app: the upload counted (bytes received, bytes forwarded) and
+        told in `Toolref-Savings`, then forwarded. A body the middleware did not read (a
+        protocol-1 request) is streamed on as it is: its two sizes are the same."""
+        count: _Count = scope[_COUNT_KEY]
+        switch = _header(scope, _SWITCHED)
+        if switch is not None and count.whole:
+            body = await _whole(receive)
+            body = switch_body(body, scope[_ENDPOINT_KEY], switch)
+            scope = {**scope, "headers": _with_length(scope["headers"], len(body))}
+            receive = _replay(body, receive)
+        raw = _length(scope)
+        wire = count.wire if count.whole else raw
+        self.metrics.upload_bytes.labels("wire").inc(wire)
+        self.metrics.upload_bytes.labels("raw").inc(raw)
+        told = savings_header(raw, wire)
+
+        async def with_savings(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", []), (_SAVINGS, told)]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.forwarder(scope, receive, with_savings)
+
+    # --- tenants ------------------------------------------------------------------------
+
+    def _middleware(self, tenant: str, key: str | None, llm: Endpoint) -> ToolRefMiddleware:
+        """The tenant's hydrating middleware for this endpoint's format (LRU of tenants;
+        kept by key, since the registry client presents it)."""
+        name = hashlib.sha256((key or "").encode()).hexdigest() + ":" + tenant
+        state = self._tenants.get(name)
+        if state is None:
+            state = self._tenants[name] = _Tenant(self._registry(key))
+            while len(self._tenants) > self.settings.gateway_tenants:
+                _, dropped = self._tenants.popitem(last=False)
+                _background(dropped.registry.aclose())
+        else:
+            self._tenants.move_to_end(name)
+        found = state.middlewares.get(llm.format)
+        if found is None:
+            found = state.middlewares[llm.format] = ToolRefMiddleware(
+                self._counted_forward,
+                state.registry,
+                messages_keys=(llm.messages_key,),
+                format=llm.format,
+                max_body_bytes=self.settings.max_body_bytes,
+                max_inflated_bytes=self.settings.max_decompressed_bytes,
+                recent_histories=64,
+                recent_history_chars=self._history_chars,
+                alter_answers=False,
+            )
+        return found
+
+    def _registry(self, key: str | None) -> AsyncRegistryClient:
+        if self._service is None:
+            raise RuntimeError("the gateway runs inside create_app's service (none seen yet)")
+        try:
+            return AsyncRegistryClient(
+                _INTERNAL_URL,
+                api_key=None if self.auth.open else key,
+                timeout=_REGISTRY_SECONDS,
+                transport=httpx.ASGITransport(app=self._service),
+            )
+        except ValueError as exc:
+            raise AuthenticationError(
+                f"the {KEY_HEADER} header is not usable as a key ({exc}); send the tenant's "
+                "toolref key alone",
+                invalid_token=True,
+            ) from None
+
+    def _upstream_client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            s = self.settings
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(
+                    s.gateway_read_timeout,
+                    connect=s.gateway_connect_timeout,
+                    pool=s.gateway_connect_timeout,
+                ),
+                limits=httpx.Limits(
+                    max_connections=s.gateway_max_connections,
+                    max_keepalive_connections=s.gateway_max_connections,
+                ),
+                follow_redirects=False,
+                trust_env=False,  # the upstreams are the operator's, not the environment's
+            )
+        return self._client
+
+    def _closing(self, receive: Receive) -> Receive:
+        """The lifespan's `receive`, closing the upstream pool at shutdown."""
+
+        async def wrapped() -> Message:
+            message = await receive()
+            if message.get("type") == "lifespan.shutdown" and self._client is not None:
+                client, self._client = self._client, None
+                await client.aclose()
+            return message
+
+        return wrapped
+
+    def _unknown(self, path: str) -> str:
+        names = ", ".join(sorted(self.upstreams)) or "none"
+        return (
+            f"no upstream for {path}: gateway paths are /llm/{{name}}/{{path}} with a name from "
+            f"TOOLREF_UPSTREAMS (configured: {names})"
+        )
+
+
+def switch_body(body: bytes, llm: Endpoint, header: str) -> bytes:
+    """The body for the upstream a conversation switched to (`toolref.handoff.switch`).
+    `header`: `<previous upstream>[; at=<messages from before the switch>]`. The body is
+    written again (a switch changes it anyway); one that is not a JSON object with its
+    messages passes as it is."""
+    _, _, option = header.partition(";")
+    name, _, value = option.strip().partition("=")
+    at = int(value) if name.strip() == "at" and value.strip().isdigit() else None
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return body
+    if not isinstance(document, dict) or not isinstance(document.get(llm.messages_key), list):
+        return body
+    rewritten = switched(document, llm.format, llm.messages_key, at)
+    return json.dumps(rewritten, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+async def _whole(receive: Receive) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
+def _with_length(headers: list[tuple[bytes, bytes]], length: int) -> list[tuple[bytes, bytes]]:
+    kept = [(k, v) for k, v in headers if k != b"content-length"]
+    return [*kept, (b"content-length", str(length).encode())]
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1")).strip() or None
+    return None
+
+
+def _length(scope: Scope) -> int:
+    for key, value in scope["headers"]:
+        if key == b"content-length" and value.isdigit():
+            return int(value)
+    return 0
+
+
+_tasks: set[asyncio.Task[None]] = set()
+
+
+def _background(closing: Coroutine[Any, Any, None]) -> None:
+    """Close an evicted tenant's client without making the request wait for it."""
+    task = asyncio.ensure_future(closing)
+    _tasks.add(task)
+    task.add_done_callback(_tasks.discard)

@@ -1,0 +1,187 @@
+"""The service's gateway as the relay's tests use it, and providers to put behind it.
+
+`gateway` serves the real service (registry and gateway in one app, on the test engine)
+with upstreams served next to it; `Recorded` keeps what arrived on the gateway's wire from
+the relay: path, headers, body bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from toolref.asgi import ASGIApp, Message, Receive, Scope, Send
+from toolref_server.app import create_app
+from toolref_server.settings import Settings
+
+from ..servers import serve, serve_all
+
+KEY = "tenant-key-never-logged"
+
+
+@dataclass
+class Arrival:
+    """A request as it reached the gateway: path (query included), headers, body bytes."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes = b""
+
+
+@dataclass
+class Recorded:
+    """`app`, keeping every `/llm/` request that reached it."""
+
+    app: ASGIApp
+    url: str = ""
+    arrivals: list[Arrival] = field(default_factory=list)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/llm/"):
+            await self.app(scope, receive, send)
+            return
+        query = scope.get("query_string", b"").decode()
+        arrival = Arrival(
+            scope["method"],
+            scope["path"] + (f"?{query}" if query else ""),
+            {k.decode().lower(): v.decode() for k, v in scope["headers"]},
+        )
+        self.arrivals.append(arrival)
+        await self.app(scope, _kept(receive, arrival), send)
+
+
+@asynccontextmanager
+async def gateway(
+    redis: Redis, providers: dict[str, ASGIApp], **settings: Any
+) -> AsyncIterator[Recorded]:
+    """The service with `providers` as its upstreams (by name), one tenant whose key is
+    `KEY`; `settings`: more of the service's settings."""
+    names = list(providers)
+    async with serve_all(*providers.values()) as urls:
+        upstreams = ",".join(f"{n}={u}" for n, u in zip(names, urls, strict=True))
+        tenant = f"t={hashlib.sha256(KEY.encode()).hexdigest()}"
+        config = Settings(redis_url="unused", upstreams=upstreams, api_keys=tenant, **settings)
+        recorded = Recorded(create_app(config, redis=redis))
+        async with serve(recorded) as url:
+            recorded.url = url
+            yield recorded
+
+
+def _kept(receive: Receive, arrival: Arrival) -> Receive:
+    async def wrapped() -> Message:
+        message = await receive()
+        arrival.body += message.get("body", b"")
+        return message
+
+    return wrapped
+
+
+@dataclass
+class Scripted:
+    """A provider answering Anthropic Messages and OpenAI Chat Completions with one text
+    event stream or JSON answer; what it received, and switches for the tests.
+
+    gate: set, the stream goes on past its first event (None: no waiting).
+    limit: bodies larger than this are refused with 413 in Anthropic's shape.
+    die: the stream breaks off after its first event.
+    """
+
+    gate: asyncio.Event | None = None
+    limit: int | None = None
+    die: bool = False
+    received: list[bytes] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # a stream's generator ended
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/messages", self._answer, methods=["POST"]),
+                Route("/v1/chat/completions", self._answer, methods=["POST"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/echo", self._echo, methods=["POST", "PUT"]),
+            ]
+        )
+
+    async def _models(self, request: Request) -> Response:
+        self.headers.append(dict(request.headers))
+        return JSONResponse({"data": [{"id": "scripted-1"}]}, headers={"x-provider": "yes"})
+
+    async def _echo(self, request: Request) -> Response:
+        self.headers.append(dict(request.headers))
+        body = await request.body()
+        self.received.append(body)
+        return Response(body, media_type="application/octet-stream")
+
+    async def _answer(self, request: Request) -> Response:
+        body = await request.body()
+        self.received.append(body)
+        self.headers.append(dict(request.headers))
+        if self.limit is not None and len(body) > self.limit:
+            error = {"type": "error", "error": {"type": "request_too_large", "message": "big"}}
+            return JSONResponse(error, status_code=413)
+        value = json.loads(body)
+        if not value.get("stream"):
+            return JSONResponse(_message("ok"), headers={"x-provider": "yes"})
+        return StreamingResponse(self._events(), media_type="text/event-stream")
+
+    async def _events(self) -> AsyncIterator[bytes]:
+        try:
+            yield _sse("message_start", {"type": "message_start", "message": _message("")})
+            if self.die:
+                raise RuntimeError("the provider died mid-stream (on purpose)")
+            if self.gate is not None:
+                await self.gate.wait()
+            yield _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": _text("")},
+            )
+            delta = {"type": "text_delta", "text": "ok"}
+            yield _sse(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            )
+            yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+            yield _sse(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": 1},
+                },
+            )
+            yield _sse("message_stop", {"type": "message_stop"})
+        finally:
+            self.ended.set()
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def _message(text: str) -> dict[str, Any]:
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "scripted-1",
+        "content": [_text(text)] if text else [],
+        "stop_reason": "end_turn" if text else None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()

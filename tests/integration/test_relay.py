@@ -1,0 +1,497 @@
+"""The relay over real sockets: the official SDKs pointed at it, the service's gateway
+behind it (on the test engine, with a tenant key), providers behind that.
+
+Every conversation must reach the provider as the SDK built it (JSON-equal, key order too),
+while the relay sends its later turns as history refs, zstd; answers stream through as they
+come; and no failure of the gateway bricks a session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import re
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import anthropic
+import httpx
+import httpx2
+import openai
+import pytest
+import zstandard
+from examples import anthropic_client, openai_client
+from examples.llm_backend import create_backend
+from redis.asyncio import Redis
+
+from toolref.relay import Relay, RelayConfig
+from toolref.relay.savings import UPLOAD_BYTES
+
+from ..servers import serve
+from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway
+
+TIMEOUT = 30
+TASKS = anthropic_client.TASKS[:3]
+SAVINGS = re.compile(r"^raw=(\d+), wire=(\d+), ratio=(\d+\.\d)$")
+
+
+@dataclass
+class Stack:
+    relay_url: str
+    gateway: Recorded
+    relay: Relay
+    lines: list[str] = field(default_factory=list)
+
+
+@asynccontextmanager
+async def relayed(
+    redis: Redis,
+    providers: dict[str, Any],
+    settings: dict[str, Any] | None = None,
+    **options: Any,
+) -> AsyncIterator[Stack]:
+    """The gateway with `providers` as upstreams, and the relay in front of it
+    (`settings`: the service's; `options`: `RelayConfig`'s)."""
+    async with gateway(redis, providers, **(settings or {})) as recorded:
+        lines: list[str] = []
+        relay = Relay(RelayConfig(recorded.url, key=KEY, **options), report=lines.append)
+        async with serve(relay) as relay_url:
+            yield Stack(relay_url, recorded, relay, lines)
+
+
+def closed_port_url() -> str:
+    """A loopback URL nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def recording_client() -> tuple[httpx2.AsyncClient, list[bytes], list[httpx2.Response]]:
+    """An SDK's HTTP client keeping the bodies the SDK built and the answers it got."""
+    built: list[bytes] = []
+    answers: list[httpx2.Response] = []
+
+    async def request(request: httpx2.Request) -> None:
+        built.append(await request.aread())
+
+    async def response(response: httpx2.Response) -> None:
+        answers.append(response)
+
+    client = httpx2.AsyncClient(event_hooks={"request": [request], "response": [response]})
+    return client, built, answers
+
+
+def assert_same_bodies(built: list[bytes], received: list[Any]) -> None:
+    assert len(built) == len(received)
+    for sent, got in zip(built, received, strict=True):
+        assert json.loads(got) == json.loads(sent)
+        assert json.dumps(json.loads(got)) == json.dumps(json.loads(sent))  # key order too
+
+
+def assert_history_refs_after_the_first(turns: list[Arrival]) -> None:
+    """The first turn travels whole; every later one continues a confirmed history, as its
+    new messages only, zstd against it."""
+    assert turns[0].headers.get("toolref-history") == "?1"
+    assert "content-encoding" not in turns[0].headers
+    for later in turns[1:]:
+        assert later.headers["toolref-history"].startswith("th_")
+        assert later.headers["content-encoding"] == "zstd"
+        assert later.headers["toolref-protocol"] == "2"
+
+
+async def test_the_anthropic_sdk_converses_through_the_relay_exactly(redis: Redis) -> None:
+    backend = create_backend(None, delay=0.001)
+    providers = {"anthropic": backend}
+    async with relayed(redis, providers) as stack:
+        http, built, answers = recording_client()
+        async with anthropic.AsyncAnthropic(
+            base_url=stack.relay_url + "/llm/anthropic",
+            api_key="sk-ant-provider-credential",
+            max_retries=0,
+            timeout=TIMEOUT,
+            http_client=http,
+        ) as client:
+            messages = await anthropic_client.aconverse(client, TASKS)
+    assert len(messages) == 4 * len(TASKS)  # task, tool call, its result, answer
+    assert_same_bodies(built, backend.state.received)
+    assert_history_refs_after_the_first(stack.gateway.arrivals)
+    for arrival in stack.gateway.arrivals:  # credentials pass through; the key travels apart
+        assert arrival.headers["authorization"] == "Bearer sk-ant-provider-credential"
+        assert arrival.headers["toolref-key"] == KEY
+    # Fewer bytes on the relay's wire than the agent sent, turn by turn, and said so.
+    later = [SAVINGS.match(a.headers["toolref-savings"]) for a in answers[1:]]
+    assert all(m is not None and int(m[2]) < int(m[1]) for m in later)
+    assert all(
+        not k.startswith("toolref-") or k == "toolref-savings" for a in answers for k in a.headers
+    )
+    turns = [line for line in stack.lines if " turn " in line]
+    assert len(turns) == len(built)
+    assert stack.lines[-1].startswith("toolref relay: agent sent")  # the summary, at exit
+    relay_sent = sum(len(a.body) for a in stack.gateway.arrivals)
+    assert stack.relay.tally.wire == relay_sent
+    assert stack.relay.tally.raw == sum(len(b) for b in built)
+
+
+async def test_the_openai_sdk_converses_through_the_relay_exactly(redis: Redis) -> None:
+    backend = create_backend(None, delay=0.001)
+    providers = {"openai": backend}
+    async with relayed(redis, providers) as stack:
+        http, built, _ = recording_client()
+        async with openai.AsyncOpenAI(
+            base_url=stack.relay_url + "/llm/openai/v1",
+            api_key="sk-openai-credential",
+            max_retries=0,
+            timeout=TIMEOUT,
+            http_client=http,
+        ) as client:
+            await openai_client.aconverse(client, openai_client.TASKS[:3])
+            # The Responses API too, one turn, not streamed.
+            answer = await client.responses.create(model="scripted-1", input="hello")
+    assert answer.output_text == "You said: hello"
+    assert_same_bodies(built, backend.state.received)
+    assert_history_refs_after_the_first(stack.gateway.arrivals[:-1])
+    assert all(
+        a.headers["authorization"] == "Bearer sk-openai-credential" for a in stack.gateway.arrivals
+    )
+
+
+async def test_an_event_stream_arrives_as_the_provider_sends_it(redis: Redis) -> None:
+    scripted = Scripted(gate=asyncio.Event())
+    providers = {"anthropic": scripted.app()}
+    body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [_user("hi")]}
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        url = stack.relay_url + "/llm/anthropic/v1/messages"
+        async with agent.stream("POST", url, json=body) as answer:
+            lines = answer.aiter_lines()
+            first = await asyncio.wait_for(anext(lines), TIMEOUT)
+            assert first == "event: message_start"  # while the provider is still held
+            assert not scripted.ended.is_set()
+            scripted.gate.set()  # type: ignore[union-attr]
+            rest = [line async for line in lines]
+    assert "event: message_stop" in rest
+    assert answer.headers["content-type"].startswith("text/event-stream")
+
+
+async def test_an_agent_that_hangs_up_cancels_the_request_upstream(redis: Redis) -> None:
+    scripted = Scripted(gate=asyncio.Event())  # never set: the stream waits forever
+    providers = {"anthropic": scripted.app()}
+    body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [_user("hi")]}
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        url = stack.relay_url + "/llm/anthropic/v1/messages"
+        async with agent.stream("POST", url, json=body) as answer:
+            await asyncio.wait_for(anext(answer.aiter_lines()), TIMEOUT)
+        await asyncio.wait_for(scripted.ended.wait(), TIMEOUT)  # the provider stopped
+
+
+async def test_a_stream_that_breaks_off_upstream_breaks_off_for_the_agent(
+    redis: Redis,
+) -> None:
+    scripted = Scripted(die=True)
+    providers = {"anthropic": scripted.app()}
+    body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [_user("hi")]}
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        url = stack.relay_url + "/llm/anthropic/v1/messages"
+
+        async def read_all() -> None:
+            async with agent.stream("POST", url, json=body) as answer:
+                async for _ in answer.aiter_bytes():
+                    pass
+
+        with pytest.raises(httpx.RemoteProtocolError):  # not a clean, shorter answer
+            await read_all()
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "zstd"])
+async def test_compressed_requests_are_inflated(redis: Redis, encoding: str) -> None:
+    scripted = Scripted()
+    providers = {"openai": scripted.app()}
+    body = json.dumps({"model": "m", "messages": [_user("x" * 5000)]}).encode()
+    packed = gzip.compress(body) if encoding == "gzip" else zstandard.compress(body)
+    headers = {"content-type": "application/json", "content-encoding": encoding}
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        url = stack.relay_url + "/llm/openai/v1/chat/completions"
+        answer = await agent.post(url, content=packed, headers=headers)
+    assert answer.status_code == 200
+    assert_same_bodies([body], scripted.received)
+    raw, wire, _ = SAVINGS.match(answer.headers["toolref-savings"]).groups()  # type: ignore[union-attr]
+    assert int(raw) == len(packed)
+    assert int(wire) == len(stack.gateway.arrivals[0].body)
+    assert stack.relay.tally.inflated == len(body)
+
+
+async def test_a_body_that_inflates_past_the_limit_is_refused_in_the_provider_shape(
+    redis: Redis,
+) -> None:
+    providers = {"anthropic": Scripted().app()}
+    body = json.dumps({"model": "m", "messages": [_user("x" * 200_000)]}).encode()
+    headers = {"content-type": "application/json", "content-encoding": "zstd"}
+    async with (
+        relayed(redis, providers, max_inflated_bytes=100_000) as stack,
+        httpx.AsyncClient(timeout=TIMEOUT) as agent,
+    ):
+        url = stack.relay_url + "/llm/anthropic/v1/messages"
+        answer = await agent.post(url, content=zstandard.compress(body), headers=headers)
+    assert answer.status_code == 413
+    error = answer.json()
+    assert error["type"] == "error"
+    assert error["error"]["type"] == "request_too_large"
+    assert "--max-inflated-bytes" in error["error"]["message"]
+    assert stack.gateway.arrivals == []
+
+
+async def test_a_gateway_that_is_down_sends_the_request_to_the_fallback() -> None:
+    provider = Scripted()
+    async with serve(provider.app()) as provider_url:
+        lines: list[str] = []
+        config = RelayConfig(closed_port_url(), key=KEY, fallback=provider_url)
+        async with serve(Relay(config, report=lines.append)) as relay_url:
+            http, built, answers = recording_client()
+            async with anthropic.AsyncAnthropic(
+                base_url=relay_url + "/llm/anthropic",
+                api_key="sk-ant-provider-credential",
+                max_retries=0,
+                timeout=TIMEOUT,
+                http_client=http,
+            ) as client:
+                message = await client.messages.create(
+                    model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+                )
+    assert message.content[0].text == "ok"  # type: ignore[union-attr]
+    assert provider.received == built  # the agent's request as it came
+    [headers] = provider.headers
+    assert headers["authorization"] == "Bearer sk-ant-provider-credential"
+    assert not any(k.startswith("toolref-") for k in headers)  # the key stays home
+    assert "does not answer" in lines[0]
+    assert "fallback" in next(line for line in lines if " turn 1 " in line)
+    assert (
+        answers[0].headers["toolref-savings"]
+        == f"raw={len(built[0])}, wire={len(built[0])}, ratio=1.0"
+    )
+
+
+async def test_a_gateway_that_is_down_is_a_502_the_anthropic_sdk_shows() -> None:
+    gateway = closed_port_url()
+    async with (
+        serve(Relay(RelayConfig(gateway), report=lambda _: None)) as relay_url,
+        anthropic.AsyncAnthropic(
+            base_url=relay_url + "/llm/anthropic", api_key="k", max_retries=0, timeout=TIMEOUT
+        ) as client,
+    ):
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            await client.messages.create(
+                model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}]
+            )
+    assert raised.value.status_code == 502
+    assert raised.value.body == {
+        "type": "error",
+        "error": {"type": "api_error", "message": raised.value.body["error"]["message"]},  # type: ignore[index]
+    }
+    assert gateway in raised.value.message
+    assert "--fallback" in raised.value.message
+
+
+async def test_a_gateway_that_is_down_is_a_502_the_openai_sdk_shows() -> None:
+    gateway = closed_port_url()
+    async with (
+        serve(Relay(RelayConfig(gateway), report=lambda _: None)) as relay_url,
+        openai.AsyncOpenAI(
+            base_url=relay_url + "/llm/openai/v1", api_key="k", max_retries=0, timeout=TIMEOUT
+        ) as client,
+    ):
+        with pytest.raises(openai.APIStatusError) as raised:
+            await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}]
+            )
+    assert raised.value.status_code == 502
+    assert raised.value.code == "toolref_gateway_unreachable"
+    assert raised.value.type == "server_error"
+    assert gateway in raised.value.message
+    assert "--fallback" in raised.value.message
+
+
+def _tool_conversation(result: str) -> list[Any]:
+    return [
+        _user("read big.txt"),
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_01",
+                    "name": "read_file",
+                    "input": {"path": "big.txt"},
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "toolu_01", "content": result}],
+        },
+    ]
+
+
+async def test_a_413_is_retried_with_the_biggest_tool_results_as_refs(redis: Redis) -> None:
+    backend = create_backend(None, delay=0.001)
+    providers = {"anthropic": backend}
+    settings = {"max_body_bytes": 20_000}
+    async with relayed(redis, providers, settings) as stack:
+        http, built, _ = recording_client()
+        async with anthropic.AsyncAnthropic(
+            base_url=stack.relay_url + "/llm/anthropic",
+            api_key="k",
+            max_retries=0,
+            timeout=TIMEOUT,
+            http_client=http,
+        ) as client:
+            message = await client.messages.create(
+                model="m", max_tokens=5, messages=_tool_conversation("y" * 60_000)
+            )
+    assert message.content[0].text == "The tool returned 60000 characters."  # type: ignore[union-attr]
+    assert_same_bodies(built, backend.state.received)  # the retry reached it, whole
+    refused, retried = stack.gateway.arrivals
+    assert len(refused.body) > 60_000 > 20_000 > len(retried.body)
+    assert b"toolRef" in retried.body
+
+
+async def test_a_413_that_stays_names_the_biggest_tool_results(redis: Redis) -> None:
+    provider = Scripted(limit=20_000)  # the provider refuses the conversation itself
+    providers = {"anthropic": provider.app()}
+    async with (
+        relayed(redis, providers) as stack,
+        anthropic.AsyncAnthropic(
+            base_url=stack.relay_url + "/llm/anthropic", api_key="k", max_retries=0, timeout=TIMEOUT
+        ) as client,
+    ):
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            await client.messages.create(
+                model="m", max_tokens=5, messages=_tool_conversation("y" * 60_000)
+            )
+    assert raised.value.status_code == 413
+    assert raised.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
+    message = raised.value.message
+    assert "read_file (call toolu_01)" in message
+    assert "60.1 KB" in message
+    assert "was refused too" in message
+    assert len(provider.received) == 2  # tried once more, with the result as a ref
+
+
+async def test_headers_hop_by_hop_stay_behind_and_toolref_headers_stay_home(
+    redis: Redis,
+) -> None:
+    scripted = Scripted()
+    providers = {"anthropic": scripted.app()}
+    headers = {
+        "x-api-key": "sk-ant-credential",
+        "authorization": "Bearer provider",
+        "connection": "keep-alive, x-hop",
+        "x-hop": "1",
+        "keep-alive": "timeout=5",
+        "proxy-authorization": "Basic proxy",
+        "toolref-key": "one-the-agent-made-up",
+        "anthropic-version": "2023-06-01",
+    }
+    body = {"model": "m", "max_tokens": 5, "messages": [_user("hi")]}
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        url = stack.relay_url + "/llm/anthropic/v1/messages?beta=true"
+        answer = await agent.post(url, json=body, headers=headers)
+        models = await agent.get(stack.relay_url + "/llm/anthropic/v1/models", headers=headers)
+    assert answer.status_code == models.status_code == 200
+    [turn, listing] = stack.gateway.arrivals
+    assert turn.path == "/llm/anthropic/v1/messages?beta=true"
+    assert turn.headers["toolref-protocol"] == "2"  # an LLM request: through the manager
+    assert "toolref-protocol" not in listing.headers  # anything else: passed through
+    for arrival in (turn, listing):
+        assert arrival.headers["x-api-key"] == "sk-ant-credential"
+        assert arrival.headers["authorization"] == "Bearer provider"
+        assert arrival.headers["anthropic-version"] == "2023-06-01"
+        assert arrival.headers["toolref-key"] == KEY
+        for dropped in ("x-hop", "keep-alive", "proxy-authorization"):
+            assert dropped not in arrival.headers
+    for got in (answer, models):
+        assert got.headers["x-provider"] == "yes"
+        assert not any(k.startswith("toolref-") and k != "toolref-savings" for k in got.headers)
+    assert "toolref-savings" in answer.headers
+    assert "toolref-savings" not in models.headers
+
+
+async def test_other_requests_stream_through_both_ways(redis: Redis) -> None:
+    scripted = Scripted()
+    providers = {"anthropic": scripted.app()}
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for n in range(5):
+            yield bytes([n]) * 10_000
+
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        answer = await agent.put(stack.relay_url + "/llm/anthropic/echo", content=pieces())
+    assert answer.content == b"".join(bytes([n]) * 10_000 for n in range(5))
+    assert scripted.received == [answer.content]
+
+
+async def test_counters_and_metrics(redis: Redis) -> None:
+    providers = {"anthropic": Scripted().app()}
+    before = dict(UPLOAD_BYTES.counts)
+    body = json.dumps({"model": "m", "max_tokens": 5, "messages": [_user("hi")]}).encode()
+    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        await agent.post(
+            stack.relay_url + "/llm/anthropic/v1/messages",
+            content=body,
+            headers={"content-type": "application/json"},
+        )
+        metrics = await agent.get(stack.relay_url + "/metrics")
+    assert UPLOAD_BYTES.counts["raw"] - before.get("raw", 0) == len(body)
+    assert UPLOAD_BYTES.counts["wire"] - before.get("wire", 0) == len(
+        stack.gateway.arrivals[0].body
+    )
+    assert f'toolref_upload_bytes_total{{kind="raw"}} {float(UPLOAD_BYTES.counts["raw"])}' in (
+        metrics.text
+    )
+    assert 'toolref_relay_turns_total{route="gateway"}' in metrics.text
+
+
+async def test_switching_upstreams_names_the_one_left(redis: Redis) -> None:
+    first, second = Scripted(), Scripted()
+    providers = {"a": first.app(), "b": second.app()}
+    turn = [_user("hi")]
+    async with (
+        relayed(redis, providers, switch=("a", "b")) as stack,
+        httpx.AsyncClient(timeout=TIMEOUT) as agent,
+    ):
+        url = stack.relay_url + "/llm/a/v1/messages"
+
+        async def say(messages: list[Any]) -> None:
+            body = {"model": "m", "max_tokens": 5, "messages": messages}
+            assert (await agent.post(url, json=body)).status_code == 200
+
+        await say(turn)
+        switched = await agent.post(stack.relay_url + "/toolref/switch", json={"upstream": "b"})
+        assert switched.json() == {"upstreams": ["a", "b"], "selected": "b"}
+        turn += [{"role": "assistant", "content": "ok"}, _user("and now?")]
+        await say(turn)
+        turn += [{"role": "assistant", "content": "ok"}, _user("and then?")]
+        await say(turn)
+        unknown = await agent.post(stack.relay_url + "/toolref/switch", json={"upstream": "c"})
+    assert unknown.status_code == 400
+    assert "a, b" in unknown.json()["error"]
+    paths = [a.path for a in stack.gateway.arrivals]
+    assert paths == ["/llm/a/v1/messages", "/llm/b/v1/messages", "/llm/b/v1/messages"]
+    assert [a.headers.get("toolref-switched-from") for a in stack.gateway.arrivals] == [
+        None,
+        "a; at=2",
+        "a; at=2",
+    ]
+    assert len(second.received) == 2
+    # The gateway prepended the handoff to every turn the new upstream saw, the same way:
+    # the second starts with the first (its prompt cache keeps hitting).
+    one, two = (json.loads(body)["messages"] for body in second.received)
+    assert one[0]["content"].startswith("[CONTEXT FROM PREVIOUS SESSION]")
+    assert two[: len(one)] == one
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}

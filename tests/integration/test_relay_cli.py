@@ -1,0 +1,77 @@
+"""`toolref relay` as a person runs it: the console script, its help, one turn, and what
+it prints at exit (SIGTERM), never the key."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from .processes import Process, clean_env
+
+TOOLREF = str(Path(sys.executable).with_name("toolref"))
+KEY = "tenant-key-that-must-not-show"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_help_names_every_option() -> None:
+    done = subprocess.run([TOOLREF, "relay", "--help"], capture_output=True, text=True, check=True)
+    for option in ("--gateway", "--port", "--host", "--key", "--fallback", "--switch"):
+        assert option in done.stdout
+    assert "--max-inflated-bytes" in done.stdout
+
+
+def test_a_bad_option_is_refused_with_the_fix() -> None:
+    done = subprocess.run(
+        [TOOLREF, "relay", "--gateway", "localhost:8750"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "http(s) base URL" in done.stderr
+
+
+def test_a_turn_is_told_and_the_session_summed_up_at_exit() -> None:
+    port, gateway = free_port(), f"http://127.0.0.1:{free_port()}"  # no gateway there
+    args = [TOOLREF, "relay", "--gateway", gateway, "--port", str(port), "--switch", "a,b"]
+    args += ["--log-level", "info"]
+    relay = Process(args, f"http://127.0.0.1:{port}", "/toolref/switch", clean_env(TOOLREF_KEY=KEY))
+    try:
+        body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        answer = httpx.post(
+            f"{relay.url}/llm/a/v1/chat/completions",
+            json=body,
+            headers={"authorization": "Bearer sk-provider-secret"},
+        )
+        assert answer.status_code == 502
+        assert gateway in answer.json()["error"]["message"]
+        os.kill(relay.process.pid, signal.SIGUSR1)  # the next upstream
+        switched = httpx.get(f"{relay.url}/toolref/switch").json()
+        assert switched == {"upstreams": ["a", "b"], "selected": "b"}
+        relay.process.send_signal(signal.SIGTERM)
+        # uvicorn shuts down, then raises the signal again: the exit says what stopped it
+        assert relay.process.wait(30) in (0, -signal.SIGTERM)
+        output = relay.output()
+    finally:
+        relay.stop()
+    assert "does not answer" in output
+    assert "toolref relay: turn 1  agent sent" in output
+    assert "switched from a to b (SIGUSR1)" in output
+    assert any(
+        line.startswith("toolref relay: agent sent 57 B, sent 0 B") for line in output.splitlines()
+    )
+    assert "POST /llm/a/v1/chat/completions -> a 502" in output  # --log-level info
+    assert KEY not in output
+    assert "sk-provider-secret" not in output

@@ -1,0 +1,102 @@
+"""`toolref.handoff.switch`: a request for the backend a conversation switched to."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolref.handoff.render import OPEN
+from toolref.handoff.switch import ID_PATTERN, mapped_id, original_id, switched
+
+
+def anthropic_conversation() -> dict[str, Any]:
+    return {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "read the file"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "hmm", "signature": "SIG-FROM-A"},
+                    {"type": "redacted_thinking", "data": "opaque"},
+                    {
+                        "type": "tool_use",
+                        "id": "functions.read_file:0",
+                        "name": "Read",
+                        "input": {"file_path": "/src/app.py"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "functions.read_file:0",
+                        "content": "APP-SOURCE",
+                    }
+                ],
+            },
+            {"role": "user", "content": "now on the new backend"},
+        ],
+    }
+
+
+def test_ids_are_mapped_opaque_blocks_dropped_and_the_handoff_prepended() -> None:
+    out = switched(anthropic_conversation(), "anthropic", "messages", at=3)
+    text = json.dumps(out)
+    assert "SIG-FROM-A" not in text
+    assert "redacted_thinking" not in text
+    call = out["messages"][1]["content"][0]
+    result = out["messages"][2]["content"][0]
+    assert call["type"] == "tool_use"
+    assert ID_PATTERN.fullmatch(call["id"])
+    assert result["tool_use_id"] == call["id"]
+    assert original_id(call["id"]) == "functions.read_file:0"
+    first = out["messages"][0]["content"]
+    assert OPEN in json.dumps(first)
+    assert "APP-SOURCE" in json.dumps(first)  # the tool context, verbatim
+    assert out["messages"][-1] == {"role": "user", "content": "now on the new backend"}
+
+
+def test_the_same_request_always_gives_the_same_result() -> None:
+    """Every later turn gets the same prefix: the new backend's prompt cache keeps hitting."""
+    one = switched(anthropic_conversation(), "anthropic", "messages", at=3)
+    two = switched(anthropic_conversation(), "anthropic", "messages", at=3)
+    assert json.dumps(one) == json.dumps(two)
+
+
+def test_opaque_fields_after_the_switch_are_the_new_backends_and_stay() -> None:
+    body = anthropic_conversation()
+    body["messages"].append(
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "B"}]}
+    )
+    out = switched(body, "anthropic", "messages", at=3)
+    assert out["messages"][-1]["content"][0]["signature"] == "B"
+
+
+def test_encrypted_reasoning_items_of_the_responses_api_are_dropped() -> None:
+    body = {
+        "input": [
+            {"role": "user", "content": "hi"},
+            {"type": "reasoning", "id": "rs_1", "encrypted_content": "OPAQUE", "summary": []},
+            {"type": "function_call", "call_id": "call:1", "name": "shell", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "call:1", "output": "done"},
+        ]
+    }
+    out = switched(body, "openai-responses", "input")
+    assert "OPAQUE" not in json.dumps(out)
+    calls = [i for i in out["input"] if i.get("type", "").startswith("function_call")]
+    assert calls[0]["call_id"] == calls[1]["call_id"] == mapped_id("call:1")
+
+
+@given(st.text(max_size=80))
+def test_mapped_ids_fit_the_pattern_and_map_back(value: str) -> None:
+    mapped = mapped_id(value)
+    assert ID_PATTERN.fullmatch(mapped) or len(mapped) > 256
+    assert original_id(mapped) == value
+    if ID_PATTERN.fullmatch(value) and not value.startswith("tid_"):
+        assert mapped == value  # the new backend's own ids pass as they are

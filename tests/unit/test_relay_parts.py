@@ -1,0 +1,275 @@
+"""The relay's pure parts: headers, error shapes, bodies, savings, switching, 413 items."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+from typing import Any
+
+import pytest
+import zstandard
+
+from toolref.asgi import Message
+from toolref.errors import BodyTooLargeError, DecompressedTooLargeError, MalformedBodyError
+from toolref.relay import (
+    RelayConfig,
+    Switchboard,
+    Tally,
+    Upload,
+    conversation_of,
+    error_reply,
+    inline_items,
+    provider_of,
+    savings_header,
+    size,
+    summary,
+    too_large_message,
+    turn_line,
+    worth_registering,
+)
+from toolref.relay.bodies import Disconnected, inflated, read_body, readable
+from toolref.relay.headers import end_to_end, to_agent, to_gateway, to_provider
+from toolref.transport import recognise
+
+AGENT = [
+    ("Host", "127.0.0.1:8760"),
+    ("Connection", "keep-alive, X-Hop"),
+    ("X-Hop", "1"),
+    ("Keep-Alive", "timeout=5"),
+    ("Proxy-Authorization", "Basic abc"),
+    ("TE", "trailers"),
+    ("x-api-key", "sk-ant"),
+    ("Authorization", "Bearer sk"),
+    ("Content-Type", "application/json"),
+    ("Content-Length", "120"),
+    ("Content-Encoding", "zstd"),
+    ("Toolref-Key", "made up by the agent"),
+]
+
+
+def names(pairs: Any) -> list[str]:
+    return [(k.decode() if isinstance(k, bytes) else k).lower() for k, _ in pairs]
+
+
+def test_hop_by_hop_headers_stay_behind() -> None:
+    assert names(end_to_end(AGENT)) == [
+        "x-api-key",
+        "authorization",
+        "content-type",
+        "content-length",
+        "content-encoding",
+        "toolref-key",
+    ]
+
+
+def test_the_gateway_gets_credentials_and_the_relay_s_key_and_body_headers_when_changed() -> None:
+    sent = to_gateway(AGENT, key="k", switched_from="a", body_changed=True)
+    assert sent == [
+        ("x-api-key", "sk-ant"),
+        ("Authorization", "Bearer sk"),
+        ("Content-Type", "application/json"),
+        ("Toolref-Key", "k"),
+        ("Toolref-Switched-From", "a"),
+    ]
+    kept = to_gateway(AGENT, key=None, switched_from=None, body_changed=False)
+    assert "content-length" in names(kept)
+    assert "toolref-key" not in names(kept)
+
+
+def test_the_provider_gets_the_agent_s_request_without_toolref() -> None:
+    assert names(to_provider(AGENT)) == [
+        "x-api-key",
+        "authorization",
+        "content-type",
+        "content-length",
+        "content-encoding",
+    ]
+
+
+def test_the_agent_gets_the_answer_without_toolref_headers() -> None:
+    answer = [
+        ("content-type", "text/event-stream"),
+        ("Toolref-Protocol", "2"),
+        ("Toolref-History", "th_x"),
+        ("Toolref-References", "{}"),
+        ("transfer-encoding", "chunked"),
+        ("content-encoding", "gzip"),
+        ("request-id", "req_1"),
+    ]
+    assert to_agent(answer, extra=[("Toolref-Savings", "raw=1, wire=1, ratio=1.0")]) == [
+        (b"content-type", b"text/event-stream"),
+        (b"content-encoding", b"gzip"),
+        (b"request-id", b"req_1"),
+        (b"toolref-savings", b"raw=1, wire=1, ratio=1.0"),
+    ]
+    assert "content-encoding" not in names(to_agent(answer, body_changed=True))
+
+
+def test_the_provider_is_told_by_path_or_header() -> None:
+    assert provider_of("/v1/messages", []) == "anthropic"
+    assert provider_of("/v1/messages/count_tokens", []) == "anthropic"
+    assert provider_of("/v1/models", [("anthropic-version", "2023-06-01")]) == "anthropic"
+    assert provider_of("/v1/chat/completions", []) == "openai"
+    assert provider_of("/v1/responses", []) == "openai"
+
+
+def test_errors_take_the_provider_s_shape() -> None:
+    anthropic = error_reply("anthropic", 502, "down", "toolref_gateway_unreachable")
+    assert anthropic.status == 502
+    assert json.loads(anthropic.body) == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "down"},
+    }
+    big = json.loads(error_reply("anthropic", 413, "big", "c").body)
+    assert big["error"]["type"] == "request_too_large"
+    openai = error_reply("openai", 502, "down", "toolref_gateway_unreachable")
+    assert json.loads(openai.body) == {
+        "error": {
+            "message": "down",
+            "type": "server_error",
+            "param": None,
+            "code": "toolref_gateway_unreachable",
+        }
+    }
+    assert json.loads(error_reply("openai", 413, "big", "c").body)["error"]["type"] == (
+        "invalid_request_error"
+    )
+
+
+def _receiver(*messages: Message) -> Any:
+    queue = list(messages)
+
+    async def receive() -> Message:
+        return queue.pop(0)
+
+    return receive
+
+
+def test_bodies_are_read_within_the_wire_limit() -> None:
+    chunks = (
+        {"type": "http.request", "body": b"ab", "more_body": True},
+        {"type": "http.request", "body": b"cd", "more_body": False},
+    )
+    assert asyncio.run(read_body(_receiver(*chunks), 4)) == b"abcd"
+    with pytest.raises(BodyTooLargeError, match="--max-body-bytes"):
+        asyncio.run(read_body(_receiver(*chunks), 3))
+    with pytest.raises(Disconnected):
+        asyncio.run(read_body(_receiver({"type": "http.disconnect"}), 3))
+
+
+def test_bodies_are_inflated_within_the_size_limit() -> None:
+    body = b'{"messages": []}' * 100
+    assert inflated(gzip.compress(body), "gzip", len(body)) == body
+    assert inflated(zstandard.compress(body), " ZSTD ", len(body)) == body
+    assert inflated(body, None, 1) == body  # as sent: the wire limit applies
+    with pytest.raises(DecompressedTooLargeError):
+        inflated(zstandard.compress(body), "zstd", len(body) - 1)
+    with pytest.raises(DecompressedTooLargeError):
+        inflated(gzip.compress(body), "gzip", len(body) - 1)
+    with pytest.raises(MalformedBodyError):
+        inflated(b"not gzip", "gzip", 100)
+    assert readable("identity")
+    assert readable("gzip")
+    assert not readable("br")
+
+
+def test_sizes_read_as_a_person_reads_them() -> None:
+    assert size(999) == "999 B"
+    assert size(88_100) == "88.1 KB"
+    assert size(2_300) == "2.3 KB"
+    assert size(56_000_000_000) == "56.0 GB"
+
+
+def test_each_turn_and_the_session_are_told() -> None:
+    tally = Tally()
+    first = Upload(raw=88_100, inflated=88_100, wire=2_300)
+    assert savings_header(first) == "raw=88100, wire=2300, ratio=38.3"
+    assert turn_line(tally.add(first), first, tally) == (
+        "toolref relay: turn 1  agent sent 88.1 KB  sent 2.3 KB  38.3x  "
+        "(session: agent sent 88.1 KB, sent 2.3 KB, 38.3x over 1 turns)"
+    )
+    fallback = Upload(raw=1000, inflated=4000, wire=1000, route="fallback")
+    line = turn_line(tally.add(fallback), fallback, tally)
+    assert "turn 2" in line
+    assert "fallback: gateway unreachable" in line
+    refused = Upload(raw=10, inflated=0, wire=0, route="refused")
+    assert "refused" in turn_line(tally.add(refused), refused, tally)
+    assert summary(tally) == (
+        "toolref relay: agent sent 89.1 KB, sent 3.3 KB, 27.0x over 3 turns (agent bodies "
+        "inflated: 92.1 KB); 1 went to the fallback, 1 refused"
+    )
+
+
+def test_the_switchboard_routes_selects_and_names_the_upstream_left() -> None:
+    board = Switchboard(("a", "b", "c"))
+    assert board.route("a") == "a"
+    assert board.route("other") == "other"  # not switched: a name the relay does not switch
+    assert board.moved("conv", "a", 1) is None
+    assert board.select("b") == "a"
+    assert board.route("a") == "b"
+    assert board.moved("conv", "b", 3) == "a; at=2"
+    # Told on every later request too: the gateway rewrites each the same way.
+    assert board.moved("conv", "b", 5) == "a; at=2"
+    assert board.moved("conv", "a", 7) == "b; at=6"  # and back
+    assert board.cycle() == "c"
+    assert board.cycle() == "a"
+    with pytest.raises(ValueError, match="a, b, c"):
+        board.select("d")
+    with pytest.raises(ValueError, match="--switch"):
+        Switchboard().cycle()
+    assert Switchboard().moved("conv", "a", 1) is None
+
+
+def test_a_conversation_is_known_by_its_opening() -> None:
+    first = {"system": "s", "messages": [{"role": "user", "content": "hi"}]}
+    later = {**first, "messages": [*first["messages"], {"role": "assistant", "content": "yo"}]}
+    other = {**first, "system": "t"}
+    assert conversation_of(first, "messages") == conversation_of(later, "messages")
+    assert conversation_of(first, "messages") != conversation_of(other, "messages")
+    assert conversation_of({"messages": []}, "messages") is None
+
+
+def _request(result_sizes: list[int]) -> Any:
+    messages: list[Any] = [{"role": "user", "content": "go"}]
+    for n, length in enumerate(result_sizes):
+        call = f"toolu_{n}"
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": call, "name": "Read", "input": {"n": n}}],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": call, "content": "x" * length}],
+            }
+        )
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    return recognise("POST", "/v1/messages", {"content-type": "application/json"}, body)
+
+
+def test_the_biggest_inline_tool_results_are_found_and_named() -> None:
+    items = inline_items(_request([500, 50_000, 5_000]))
+    assert [i.call_id for i in items] == ["toolu_1", "toolu_2", "toolu_0"]
+    assert items[0].name == "Read"
+    assert items[0].invocation["result"] == "x" * 50_000
+    chosen = worth_registering(items, {items[1].ref})
+    assert [i.call_id for i in chosen] == ["toolu_1"]  # held already, or too small: not
+    message = too_large_message(items, "tried")
+    assert "Read (call toolu_1) 50.1 KB (50058 bytes)" in message
+    assert "/compact" in message
+
+
+def test_options_that_cannot_work_are_refused_with_the_fix() -> None:
+    assert RelayConfig("http://g:1/").gateway == "http://g:1"
+    with pytest.raises(ValueError, match="--gateway"):
+        RelayConfig("g:1")
+    with pytest.raises(ValueError, match="--fallback"):
+        RelayConfig("http://g", fallback="api.anthropic.com")
+    with pytest.raises(ValueError, match="twice"):
+        RelayConfig("http://g", switch=("a", "a"))
+    with pytest.raises(ValueError, match="--max-body-bytes"):
+        RelayConfig("http://g", max_body_bytes=0)
+    assert "secret" not in repr(RelayConfig("http://g", key="secret"))
