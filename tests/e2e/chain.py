@@ -9,7 +9,8 @@ A `Chain` is given the fake's URL and yields a `Hops`: the base URL the agent us
   `upstreams="fake=..."`, in process on the test engine), the agent's base URL
   `http://127.0.0.1:RP/llm/fake`.
 
-TOOLREF_E2E_CHAIN picks some (comma-separated); the tests run each CLI through all by default.
+TOOLREF_E2E_CHAIN picks some (comma-separated); by default the tests run each CLI through
+the relay.
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ HOP_BY_HOP: Final = frozenset(
 
 
 def chain_names() -> list[str]:
-    """The chains to run: TOOLREF_E2E_CHAIN's (comma-separated), else all of them."""
+    """The chains to run: TOOLREF_E2E_CHAIN's (comma-separated: `direct,relay` runs both),
+    else the relay's."""
     names = [n for n in os.environ.get("TOOLREF_E2E_CHAIN", "").split(",") if n]
     for name in names:
         if name not in CHAINS:
             raise ValueError(f"TOOLREF_E2E_CHAIN={name!r}: one of {', '.join(CHAINS)}")
-    return names or list(CHAINS)
+    return names or ["relay"]
 
 
 @dataclass
@@ -178,9 +180,8 @@ def relay_command(gateway: str, port: int) -> list[str]:
         found = shutil.which("toolref")
         if found is None:
             raise RuntimeError(
-                "no `toolref` command in this venv: the relay (`toolref relay`) has not "
-                "landed on this branch yet. The relay chain fails until it does "
-                "(TOOLREF_E2E_CHAIN=direct runs the direct chain alone)"
+                "no `toolref` command in this venv (`make e2e` installs it): the relay chain "
+                "needs `toolref relay` (TOOLREF_E2E_CHAIN=direct runs the direct chain alone)"
             )
         script = Path(found)
     return [str(script), "relay", "--gateway", gateway, "--port", str(port)]
