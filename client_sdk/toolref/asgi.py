@@ -78,6 +78,7 @@ class ToolRefMiddleware:
     alter_answers: add `toolReferences` to a JSON answer (held whole for it); False: the
         answer's body is never changed or held, and refs travel only in the
         `Toolref-References` header (the gateway, forwarding a provider's answer).
+    offload_bytes: see `toolref.hydrator.Hydrator` (None: every step on the event loop).
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class ToolRefMiddleware:
         recent_histories: int = 32,
         recent_history_chars: int = 64 * 2**20,
         alter_answers: bool = True,
+        offload_bytes: int | None = None,
     ) -> None:
         check_middleware_options(
             registry=registry,
@@ -115,6 +117,7 @@ class ToolRefMiddleware:
             max_inflated_bytes=max_inflated_bytes,
             recent_histories=recent_histories,
             recent_history_chars=recent_history_chars,
+            offload_bytes=offload_bytes,
         )
         self.registry_problem: str | None = None  # what the start-up check found wrong
         self._verified: asyncio.Task[None] | None = None
@@ -139,13 +142,13 @@ class ToolRefMiddleware:
         except ToolrefError as exc:
             await _problem(send, exc, PROTOCOL_REFS)
             return
-        downstream = _with_body(scope, len(outcome.body))
-        replay = _replay(outcome.body, receive)
+        downstream = with_body(scope, len(outcome.body))
+        replayed = replay(outcome.body, receive)
         if isinstance(outcome, PassThrough):
-            await self.app(downstream, replay, _marked(send, outcome.protocol, None))
+            await self.app(downstream, replayed, _marked(send, outcome.protocol, None))
             return
         await self.app(
-            downstream, replay, _marked(send, PROTOCOL_REFS, outcome, hold=self.alter_answers)
+            downstream, replayed, _marked(send, PROTOCOL_REFS, outcome, hold=self.alter_answers)
         )
 
     # --- the registry, checked once -----------------------------------------------------
@@ -219,7 +222,7 @@ def _headers(scope: Scope) -> dict[str, str]:
     return found
 
 
-def _with_body(scope: Scope, length: int) -> Scope:
+def with_body(scope: Scope, length: int) -> Scope:
     """The scope for the body the app gets: as written (no Content-Encoding), its length."""
     headers = [
         (k, v) for k, v in scope["headers"] if k not in (b"content-encoding", b"content-length")
@@ -228,7 +231,7 @@ def _with_body(scope: Scope, length: int) -> Scope:
     return {**scope, "headers": headers}
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay(body: bytes, receive: Receive) -> Receive:
     """The body once, then the real `receive`: a streaming app waits on it for the client's
     disconnect, as it would without the middleware."""
     sent = False

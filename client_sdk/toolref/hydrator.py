@@ -24,12 +24,13 @@ client must see are `ToolrefError`s, raised.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from toolref import compression, formats, history, spans
 from toolref.client import AsyncRegistryClient, HydratedText
@@ -51,6 +52,7 @@ from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_FULL, PROTOCOL_REFS
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The registry failing us (down, refusing our key, not a registry): not the client's fault.
 REGISTRY_FAILURES: Final = (
@@ -123,6 +125,9 @@ class Hydrator:
     recent_histories: how many confirmed histories to keep in full, to continue them and
         rebuild their dictionaries without the registry sending them again.
     recent_history_chars: at most this many characters of them in all (LRU).
+    offload_bytes: bodies (and answers) at least this large are inflated, parsed and spliced
+        in a worker thread, so a large one does not hold up the event loop's other requests
+        (each step is linear in the body); None: always on the loop.
     """
 
     def __init__(
@@ -134,8 +139,10 @@ class Hydrator:
         max_inflated_bytes: int = 64 * 2**20,
         recent_histories: int = 32,
         recent_history_chars: int = 64 * 2**20,
+        offload_bytes: int | None = None,
     ) -> None:
         self.registry = registry
+        self.offload_bytes = offload_bytes
         self.messages_keys = tuple(messages_keys)
         self.format = format
         self.max_inflated_bytes = max_inflated_bytes
@@ -154,7 +161,7 @@ class Hydrator:
         if name == "identity":
             return body
         if name == "gzip":
-            return compression.inflate_gzip(body, limit)
+            return await self._work(len(body), compression.inflate_gzip, body, limit)
         if name != "zstd":
             raise UnsupportedMediaTypeError(
                 f"a protocol-2 request body may be sent as is, gzip or zstd, not {name!r}; "
@@ -163,10 +170,12 @@ class Hydrator:
             )
         _, continues = history_header(history_ref)
         if continues is None:
-            return compression.inflate(body, limit)
+            return await self._work(len(body), compression.inflate, body, limit)
         compression.check_frame(body, limit, continues)  # before any work
         dictionary = await self._dictionary(continues)
-        return compression.decompress(body, dictionary, limit, continues)
+        return await self._work(
+            len(body), compression.decompress, body, dictionary, limit, continues
+        )
 
     async def _dictionary(self, ref: str) -> bytes:
         found = self._recent.get(ref)
@@ -205,7 +214,7 @@ class Hydrator:
 
     async def hydrate(self, body: bytes, headers: Mapping[str, str]) -> Outcome:
         """The outcome for an inflated protocol-2 body; `headers` by lowercase name."""
-        read = self._read(body, headers.get("content-type"))
+        read = await self._work(len(body), self._read, body, headers.get("content-type"))
         if read is None:
             return PassThrough(body, PROTOCOL_REFS)
         document, key = read
@@ -237,16 +246,23 @@ class Hydrator:
             # Something the app alone would have taken (the registry refused the body):
             # the app gets it as sent, and the client sends full payloads.
             return self._without_registry(body, document.value[key], "refused", exc)
-        texts = _elements(answer.messages_text)
+        size = len(answer.messages_text)
+        texts = await self._work(size, _elements, answer.messages_text)
         if answer.returned == "new" and held is not None:
             texts = (*held.texts, *texts)
         if answer.history_ref is not None:
             self._remember(answer.history_ref, _Recent.of(texts), replaces=ref)
         return Hydrated(
-            _spliced(document, key, texts),
+            await self._work(len(body) + size, _spliced, document, key, texts),
             _lacking(answer, messages, keep),
             answer.history_ref,
         )
+
+    async def _work(self, size: int, step: Callable[..., T], *args: Any) -> T:
+        """`step(*args)`, in a worker thread when its input is `offload_bytes` or more."""
+        if self.offload_bytes is not None and size >= self.offload_bytes:
+            return await asyncio.to_thread(step, *args)
+        return step(*args)
 
     def _read(self, body: bytes, content_type: str | None) -> tuple[spans.Document, str] | None:
         """The body's JSON document and where its messages are; None when there are no

@@ -22,31 +22,13 @@ import httpx
 from starlette.types import Message, Receive, Scope, Send
 
 from toolref.errors import ServiceUnavailableError, ToolrefError
+from toolref.hops import decoded, encoded, end_to_end, without_toolref
 from toolref_server.problem import problem_response
 from toolref_server.upstreams import Route
 
 log = logging.getLogger(__name__)
 
 ROUTE_KEY: Final = "toolref.upstream"  # the scope entry holding the request's `Route`
-# Hop-by-hop headers (RFC 9110 7.6.1) and what the client's HTTP layer sets itself.
-HOP_BY_HOP: Final = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-authenticate",
-        b"proxy-authorization",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"host",
-    }
-)
-# toolref's request headers, for the gateway alone.
-OWN_HEADERS: Final = frozenset(
-    {b"toolref-key", b"toolref-protocol", b"toolref-history", b"toolref-switched-from"}
-)
 
 
 class UpstreamUnreachableError(ServiceUnavailableError):
@@ -62,14 +44,15 @@ class UpstreamTimeoutError(ServiceUnavailableError):
 
 
 def request_headers(scope: Scope) -> list[tuple[bytes, bytes]]:
-    """The client's headers for the upstream: all but hop-by-hop ones and toolref's."""
-    return [(k, v) for k, v in scope["headers"] if k not in HOP_BY_HOP and k not in OWN_HEADERS]
+    """The client's headers for the upstream: end to end, without toolref's (for the
+    gateway alone)."""
+    return encoded(without_toolref(end_to_end(decoded(scope["headers"]))))
 
 
 def answer_headers(headers: httpx.Headers) -> list[tuple[bytes, bytes]]:
-    """The upstream's headers for the client (raw bytes, encoding and length included:
+    """The upstream's headers for the client, end to end (encoding and length included:
     the body is passed as the upstream encoded it)."""
-    return [(k.lower(), v) for k, v in headers.raw if k.lower() not in HOP_BY_HOP]
+    return encoded(end_to_end(decoded(headers.raw)))
 
 
 class Forwarder:

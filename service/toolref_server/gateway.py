@@ -29,10 +29,11 @@ from typing import Any, Final
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolref.asgi import ToolRefMiddleware
+from toolref.asgi import ToolRefMiddleware, replay, with_body
 from toolref.client import AsyncRegistryClient
 from toolref.errors import AuthenticationError, NotFoundError, OverloadedError, ToolrefError
 from toolref.handoff.switch import switched
+from toolref.hops import KEY_HEADER, SAVINGS_HEADER, SWITCHED_FROM_HEADER, savings_value
 from toolref.models import FormatName
 from toolref_server.auth import Authenticator
 from toolref_server.forwarder import ROUTE_KEY, Forwarder
@@ -41,15 +42,12 @@ from toolref_server.problem import problem_response
 from toolref_server.settings import Settings
 from toolref_server.upstreams import PREFIX, Endpoint, endpoint, route
 
-KEY_HEADER: Final = "Toolref-Key"
-SAVINGS_HEADER: Final = "Toolref-Savings"
 _KEY: Final = KEY_HEADER.lower().encode()
 _SAVINGS: Final = SAVINGS_HEADER.lower().encode()
 _INTERNAL_URL: Final = "http://toolref.internal"  # never resolved: the transport is in process
 _COUNT_KEY: Final = "toolref.upload"
 _ENDPOINT_KEY: Final = "toolref.endpoint"
-SWITCHED_HEADER: Final = "Toolref-Switched-From"
-_SWITCHED: Final = SWITCHED_HEADER.lower().encode()
+_SWITCHED: Final = SWITCHED_FROM_HEADER.lower().encode()
 _REGISTRY_SECONDS: Final = 30.0  # in process: only the registry's own work takes time
 _FORMATS: Final = 3  # endpoint formats a tenant may use; the history budget is split by them
 
@@ -59,12 +57,6 @@ class Template:
     """What the access log and metrics label gateway requests with (never the raw path)."""
 
     path: str = "/llm/{name}/{path}"
-
-
-def savings_header(raw: int, wire: int) -> bytes:
-    """`raw=<bytes forwarded>, wire=<bytes received>, ratio=<raw/wire>`."""
-    ratio = raw / wire if wire else 1.0
-    return f"raw={raw}, wire={wire}, ratio={ratio:.1f}".encode()
 
 
 @dataclass(slots=True)
@@ -176,14 +168,18 @@ class Gateway:
         switch = _header(scope, _SWITCHED)
         if switch is not None and count.whole:
             body = await _whole(receive)
-            body = switch_body(body, scope[_ENDPOINT_KEY], switch)
-            scope = {**scope, "headers": _with_length(scope["headers"], len(body))}
-            receive = _replay(body, receive)
+            llm: Endpoint = scope[_ENDPOINT_KEY]
+            if len(body) >= self.settings.offload_bytes:  # a parse and a handoff: linear
+                body = await asyncio.to_thread(switch_body, body, llm, switch)
+            else:
+                body = switch_body(body, llm, switch)
+            scope = with_body(scope, len(body))
+            receive = replay(body, receive)
         raw = _length(scope)
         wire = count.wire if count.whole else raw
         self.metrics.upload_bytes.labels("wire").inc(wire)
         self.metrics.upload_bytes.labels("raw").inc(raw)
-        told = savings_header(raw, wire)
+        told = savings_value(raw, wire).encode()
 
         async def with_savings(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -219,6 +215,7 @@ class Gateway:
                 recent_histories=64,
                 recent_history_chars=self._history_chars,
                 alter_answers=False,
+                offload_bytes=self.settings.offload_bytes,
             )
         return found
 
@@ -302,24 +299,6 @@ async def _whole(receive: Receive) -> bytes:
         parts.append(message.get("body", b""))
         if not message.get("more_body", False):
             return b"".join(parts)
-
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if sent:
-            return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return replayed
-
-
-def _with_length(headers: list[tuple[bytes, bytes]], length: int) -> list[tuple[bytes, bytes]]:
-    kept = [(k, v) for k, v in headers if k != b"content-length"]
-    return [*kept, (b"content-length", str(length).encode())]
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

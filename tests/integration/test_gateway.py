@@ -113,6 +113,20 @@ async def test_each_sdk_reaches_the_provider_through_the_gateway_unchanged(
     assert run.manager.savings.fallbacks == 0
 
 
+async def test_bodies_worked_on_in_worker_threads_arrive_the_same(redis: Redis) -> None:
+    """With TOOLREF_OFFLOAD_BYTES=0 every inflate, parse and splice of the gateway runs off
+    the event loop: the provider still receives exactly what the SDK built."""
+    provider = create_backend(None, delay=0.001)
+    async with serve(provider) as provider_url:
+        settings = Settings(redis_url="unused", upstreams=f"up={provider_url}", offload_bytes=0)
+        async with serve(create_app(settings, redis=redis)) as url:
+            run = await CLIENTS["anthropic.AsyncAnthropic"](
+                url + "/llm/up", Run(ToolReferenceManager())
+            )
+    assert_received_what_the_sdk_sent(run, provider)
+    assert all(history_ref(wire) is not None for wire in run.wire[1:])
+
+
 async def test_answers_tell_the_bytes_saved_and_metrics_count_them(stack: Stack) -> None:
     run = await CLIENTS["openai.AsyncOpenAI"](
         stack.gateway + "/llm/up", Run(ToolReferenceManager())

@@ -12,6 +12,7 @@ import zstandard
 
 from toolref.asgi import Message
 from toolref.errors import BodyTooLargeError, DecompressedTooLargeError, MalformedBodyError
+from toolref.hops import end_to_end
 from toolref.relay import (
     RelayConfig,
     Switchboard,
@@ -29,7 +30,7 @@ from toolref.relay import (
     worth_registering,
 )
 from toolref.relay.bodies import Disconnected, inflated, read_body, readable
-from toolref.relay.headers import end_to_end, to_agent, to_gateway, to_provider
+from toolref.relay.headers import to_agent, to_gateway, to_provider
 from toolref.transport import recognise
 
 AGENT = [

@@ -292,7 +292,8 @@ class Relay:
             return recognise("POST", call.path, media, content)
 
         moved = None
-        if self.config.switch and (llm := parsed()) is not None:
+        llm = parsed() if self.config.switch else None
+        if llm is not None:
             conversation = conversation_of(llm.body, llm.messages_key)
             count = len(llm.body[llm.messages_key])
             moved = self.switchboard.moved(conversation, upstream, count)
@@ -317,7 +318,7 @@ class Relay:
                     answer,
                     transport=transport,
                     build=build,
-                    llm=parsed(),
+                    llm=llm if llm is not None else parsed(),
                     manager=manager,
                     call=call,
                 )

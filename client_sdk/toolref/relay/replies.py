@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 
 from toolref.asgi import Receive, Send
+from toolref.hops import decoded, encoded
 
-from .headers import decoded, encoded, to_agent
+from .headers import to_agent
 from .shapes import ErrorReply
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from toolref.hops import savings_value
 from toolref.metrics import counter
 
 Route = Literal["gateway", "fallback", "refused"]
@@ -112,5 +113,5 @@ def summary(tally: Tally) -> str:
 
 
 def savings_header(upload: Upload) -> str:
-    """The `Toolref-Savings` value: raw=<bytes>, wire=<bytes>, ratio=<raw/wire>."""
-    return f"raw={upload.raw}, wire={upload.wire}, ratio={upload.ratio:.1f}"
+    """The `Toolref-Savings` value of `upload` (`toolref.hops.savings_value`)."""
+    return savings_value(upload.raw, upload.wire)

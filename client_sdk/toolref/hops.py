@@ -1,0 +1,65 @@
+"""Headers across a proxy hop (the relay's and the gateway's): toolref's own header names,
+which headers are one connection's business, and the `Toolref-Savings` value. Pure
+functions over (name, value) pairs, names in any case."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+KEY_HEADER: Final = "Toolref-Key"
+SWITCH_HEADER: Final = "Toolref-Switch"
+SWITCHED_FROM_HEADER: Final = "Toolref-Switched-From"
+SAVINGS_HEADER: Final = "Toolref-Savings"
+
+# One connection's business (RFC 9110 7.6.1), never another's; `host` is the next hop's.
+HOP_BY_HOP: Final = frozenset(
+    {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host"}
+)
+TOOLREF_PREFIX: Final = "toolref-"
+
+Pairs = Sequence[tuple[str, str]]
+
+
+def decoded(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[str, str]]:
+    """ASGI header pairs as text (HTTP header bytes are latin-1)."""
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in raw]
+
+
+def encoded(pairs: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
+
+
+def first(pairs: Pairs, name: str) -> str | None:
+    """The first value of header `name`, or None."""
+    wanted = name.lower()
+    return next((v for k, v in pairs if k.lower() == wanted), None)
+
+
+def end_to_end(pairs: Pairs) -> list[tuple[str, str]]:
+    """`pairs` without hop-by-hop headers: the fixed ones, `proxy-*`, and any the
+    `Connection` header names."""
+    named = {
+        token.strip().lower()
+        for k, v in pairs
+        if k.lower() == "connection"
+        for token in v.split(",")
+    }
+    return [
+        (k, v)
+        for k, v in pairs
+        if (low := k.lower()) not in HOP_BY_HOP
+        and not low.startswith("proxy-")
+        and low not in named
+    ]
+
+
+def without_toolref(pairs: Pairs) -> list[tuple[str, str]]:
+    """`pairs` without toolref's own headers (for a hop that does not speak toolref)."""
+    return [(k, v) for k, v in pairs if not k.lower().startswith(TOOLREF_PREFIX)]
+
+
+def savings_value(raw: int, wire: int) -> str:
+    """The `Toolref-Savings` value: raw=<bytes>, wire=<bytes>, ratio=<raw/wire>."""
+    ratio = raw / wire if wire else 1.0
+    return f"raw={raw}, wire={wire}, ratio={ratio:.1f}"
