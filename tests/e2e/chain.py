@@ -37,13 +37,11 @@ from starlette.types import ASGIApp
 
 from tests.e2e.fake_provider import Recorded, decode_body
 from tests.servers import serve
+from toolref.hops import HOP_BY_HOP
 
 CHAINS: Final = ("direct", "relay")
 UPSTREAM: Final = "fake"  # the fake's name at the gateway
 KEY: Final = "e2e-tenant-key"  # the tenant's toolref key, the relay's to send
-HOP_BY_HOP: Final = frozenset(
-    {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host"}
-)
 
 
 def chain_names() -> list[str]:
