@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 from collections import OrderedDict
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolref.asgi import ToolRefMiddleware, replay, with_body
 from toolref.client import AsyncRegistryClient
 from toolref.errors import AuthenticationError, NotFoundError, OverloadedError, ToolrefError
-from toolref.handoff.switch import switched
+from toolref.handoff.switch import switched_text
 from toolref.hops import KEY_HEADER, SAVINGS_HEADER, SWITCHED_FROM_HEADER, savings_value
 from toolref.models import FormatName
 from toolref_server.auth import Authenticator
@@ -275,21 +274,19 @@ class Gateway:
 
 
 def switch_body(body: bytes, llm: Endpoint, header: str) -> bytes:
-    """The body for the upstream a conversation switched to (`toolref.handoff.switch`).
-    `header`: `<previous upstream>[; at=<messages from before the switch>]`. The body is
-    written again (a switch changes it anyway); one that is not a JSON object with its
-    messages passes as it is."""
+    """The body for the upstream a conversation switched to
+    (`toolref.handoff.switch.switched_text`); `header`: `<previous upstream>[; at=<messages
+    from before the switch>]`. A body that is not a JSON object holding its messages passes
+    as it is."""
     _, _, option = header.partition(";")
     name, _, value = option.strip().partition("=")
     at = int(value) if name.strip() == "at" and value.strip().isdigit() else None
     try:
-        document = json.loads(body)
-    except ValueError:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
         return body
-    if not isinstance(document, dict) or not isinstance(document.get(llm.messages_key), list):
-        return body
-    rewritten = switched(document, llm.format, llm.messages_key, at)
-    return json.dumps(rewritten, ensure_ascii=False, separators=(",", ":")).encode()
+    rewritten = switched_text(text, llm.format, llm.messages_key, at)
+    return body if rewritten is None else rewritten.encode()
 
 
 async def _whole(receive: Receive) -> bytes:

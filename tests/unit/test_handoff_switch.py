@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolref.handoff.render import OPEN
-from toolref.handoff.switch import ID_PATTERN, mapped_id, original_id, switched
+from toolref.handoff.switch import ID_PATTERN, mapped_id, original_id, switched, switched_text
 
 
 def anthropic_conversation() -> dict[str, Any]:
@@ -100,3 +100,25 @@ def test_mapped_ids_fit_the_pattern_and_map_back(value: str) -> None:
     assert original_id(mapped) == value
     if ID_PATTERN.fullmatch(value) and not value.startswith("tid_"):
         assert mapped == value  # the new backend's own ids pass as they are
+
+
+def test_the_text_rewrite_keeps_the_bytes_of_everything_it_leaves_alone() -> None:
+    body = anthropic_conversation()
+    body["messages"].append(
+        {"role": "assistant", "content": [{"type": "text", "text": "x", "n": 1.0, "z": -0.0}]}
+    )
+    text = json.dumps(body, separators=(",", ":")).replace('"n":1.0', '"n":1.0e0')
+    text = text.replace('"model":"m"', '"model":"m","temperature":1e-7')
+    out = switched_text(text, "anthropic", "messages", at=3)
+    assert out is not None
+    assert '"temperature":1e-7' in out  # members kept as written
+    assert '{"type":"text","text":"x","n":1.0e0,"z":-0.0}' in out  # after the switch: kept
+    assert '"content":"now on the new backend"' in out
+    assert json.loads(out) == switched(json.loads(text), "anthropic", "messages", at=3)
+    assert "SIG-FROM-A" not in out
+
+
+def test_a_body_that_is_no_object_with_messages_is_left_to_travel_as_it_is() -> None:
+    assert switched_text("[1]", "anthropic", "messages", None) is None
+    assert switched_text('{"messages": "hi"}', "anthropic", "messages", None) is None
+    assert switched_text("{", "anthropic", "messages", None) is None

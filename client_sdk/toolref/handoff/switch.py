@@ -13,15 +13,19 @@ first `at` messages (those from before the switch):
 
 and the handoff block of those messages (`toolref.handoff.build`) goes in front of the first
 user message. The same request always gives the same result, so every later turn on the new
-backend gets the same prefix and its prompt cache keeps hitting.
+backend gets the same prefix and its prompt cache keeps hitting. `switched_text` does it on
+a body's text: every member and message it leaves unchanged keeps its bytes (key order,
+`1.0`, `-0.0`, `1e-7`); only what it rewrites is written again.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any, Final
 
+from toolref import spans
 from toolref.handoff import build, prepend
 from toolref.models import FormatName
 
@@ -62,6 +66,40 @@ def switched(
     out = dict(body)
     out[messages_key] = prepend([*cleaned, *rest], handoff.block, fmt)
     return out
+
+
+def switched_text(text: str, fmt: FormatName, messages_key: str, at: int | None) -> str | None:
+    """`switched` on a body's JSON text; None when it is not an object holding its messages
+    as a list (it then travels as it is). Messages and members the switch leaves as they
+    were keep their text; the rest is written by `json` (no other bytes change). Linear in
+    the text."""
+    try:
+        document = spans.document(text, messages_key)
+    except (ValueError, RecursionError):
+        return None
+    if document.items is None or not isinstance(document.value, dict):
+        return None
+    old = document.value[messages_key]
+    new = switched(document.value, fmt, messages_key, at)[messages_key]
+    texts = [_dumped(m) for m in new]
+    # The messages after the switch keep their place at the end of the list; those the
+    # rewrite left equal keep their bytes.
+    for back in range(1, min(len(old), len(new)) + 1):
+        if new[-back] == old[-back]:
+            first, last = document.items[-back]
+            texts[-back] = text[first:last]
+    listed = "[" + ",".join(texts) + "]"
+    parts = []
+    for name, member in document.members.items():
+        if name == messages_key:
+            parts.append(text[member.key_start : member.key_end] + ":" + listed)
+        else:
+            parts.append(spans.member_text(text, member))
+    return "{" + ",".join(parts) + "}"
+
+
+def _dumped(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _cleaned(message: Any, *, strip: bool) -> Any:
