@@ -35,6 +35,7 @@ def check_manager_options(
     *,
     max_transcripts: object,
     max_transcript_bytes: object,
+    max_prior_bytes: object = 0,
 ) -> None:
     """`ToolReferenceManager`'s options (an unknown format would otherwise be skipped quietly:
     the manager sends messages it cannot read as they are)."""
@@ -60,6 +61,12 @@ def check_manager_options(
         max_transcript_bytes,
         0,
         "it is how many bytes the transcripts may hold together",
+    )
+    check_count(
+        "max_prior_bytes",
+        max_prior_bytes,
+        0,
+        "it is how many bytes the bodies kept to compress against may hold together (0 keeps none)",
     )
 
 

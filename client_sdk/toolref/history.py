@@ -22,6 +22,10 @@ from toolref.errors import InvalidHistoryHeaderError, InvalidRefError, Validatio
 from toolref.formats import Format
 
 HISTORY_HEADER: Final = "Toolref-History"
+# Names a history whose dictionary, followed by the body of the request it was confirmed for,
+# a zstd body was compressed against; `?1` in an answer: the server keeps this request's body
+# with the history it confirms.
+DICTIONARY_HEADER: Final = "Toolref-Dictionary"
 KEEP_HISTORY: Final = "?1"  # RFC 8941 boolean true: "keep this conversation as a history"
 # A dictionary is the tail of the history's text: zstd at the levels clients use cannot
 # reach further back than its window, and the bound caps what a server rebuilds per request.
@@ -127,6 +131,29 @@ def dictionary_of(encoded: Iterable[bytes], *, reverse: bool = False) -> bytes:
     if reverse:
         parts.reverse()
     return b"".join(parts)[-DICTIONARY_LIMIT:]
+
+
+def primed(dictionary: bytes, prior: bytes) -> bytes:
+    """The dictionary `Toolref-Dictionary` names: a history's `dictionary` followed by the
+    body (as sent, inflated) of the request its head was confirmed for, at most
+    `DICTIONARY_LIMIT` bytes from the end. The members around the messages (`tools`, a
+    system prompt), resent every turn, then cost a few bytes, and so does a conversation
+    resent whole after a change to its last message (a moved `cache_control` mark)."""
+    return (dictionary[-DICTIONARY_LIMIT:] + prior[-DICTIONARY_LIMIT:])[-DICTIONARY_LIMIT:]
+
+
+def dictionary_header(value: str | None) -> str | None:
+    """The history a request's `Toolref-Dictionary` header names (None without one)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if is_history_ref(text):
+        return text
+    shown = text if len(text) <= 64 else text[:61] + "..."
+    raise InvalidHistoryHeaderError(
+        f"{DICTIONARY_HEADER}: {shown!r} is not a history ref; name a history the server "
+        f"confirmed with a {DICTIONARY_HEADER} answer header, or leave the header out"
+    )
 
 
 def history_header(value: str | None) -> tuple[bool, str | None]:

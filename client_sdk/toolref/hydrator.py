@@ -7,6 +7,10 @@ messages exactly as their clients wrote them), and that text is spliced into the
 body in place of its own messages. Nothing is parsed and written again on the way, so key
 order, number forms (`1.0`, `-0.0`, `1e-7`) and escapes reach the app unchanged.
 
+A backend also keeps the body of the request it confirmed a history for (as sent,
+inflated) and says so (`Toolref-Dictionary` in the answer): the client may compress a later
+body against the history's dictionary followed by that body (`history.primed`).
+
 The answer then tells the client only what it lacks: with a confirmed history, nothing but
 the history's ref (every invocation in it is held, and the client computes their refs
 itself); otherwise the refs of the invocations it sent in full.
@@ -38,6 +42,7 @@ from toolref.encoding import JSON_TYPE
 from toolref.errors import (
     AuthenticationError,
     ConflictError,
+    DictionaryMismatchError,
     MissingHistoryError,
     MissingRefsError,
     ProtocolRequiredError,
@@ -46,7 +51,13 @@ from toolref.errors import (
     UnexpectedResponseError,
     UnsupportedMediaTypeError,
 )
-from toolref.history import HISTORY_HEADER, history_header
+from toolref.history import (
+    DICTIONARY_HEADER,
+    DICTIONARY_LIMIT,
+    HISTORY_HEADER,
+    dictionary_header,
+    history_header,
+)
 from toolref.metrics import counter
 from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_FULL, PROTOCOL_REFS
@@ -79,6 +90,7 @@ class Hydrated:
     body: bytes
     references: dict[str, str]  # call id -> ref, only refs the client has not been told
     history: str | None  # the history ref confirmed for the whole conversation
+    primed: bool = False  # this body is kept with that history, to compress against
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,15 +109,19 @@ Outcome = Hydrated | PassThrough
 @dataclass(slots=True)
 class _Recent:
     """A history this backend saw confirmed: each message in full, as the text its client
-    wrote, and the zstd dictionary built from them once it is first needed."""
+    wrote, the body of the request it was confirmed for (its last `DICTIONARY_LIMIT` bytes),
+    and the zstd dictionaries built from them once first needed."""
 
     texts: tuple[str, ...]
     size: int
+    prior: bytes | None = None
     dictionary: bytes | None = None
+    primed: bytes | None = None
 
     @classmethod
-    def of(cls, texts: tuple[str, ...]) -> _Recent:
-        return cls(texts, sum(map(len, texts)))
+    def of(cls, texts: tuple[str, ...], prior: bytes | None = None) -> _Recent:
+        prior = prior[-DICTIONARY_LIMIT:] if prior is not None else None
+        return cls(texts, sum(map(len, texts)) + len(prior or b""), prior)
 
 
 def _elements(messages: str) -> tuple[str, ...]:
@@ -153,9 +169,16 @@ class Hydrator:
 
     # --- the body as sent -------------------------------------------------------------
 
-    async def inflate(self, body: bytes, encoding: str | None, history_ref: str | None) -> bytes:
-        """The body as written: gzip or zstd undone (zstd against the dictionary of the
-        history the `Toolref-History` header names, if it names one), within the limit."""
+    async def inflate(
+        self,
+        body: bytes,
+        encoding: str | None,
+        history_ref: str | None,
+        dictionary_ref: str | None = None,
+    ) -> bytes:
+        """The body as written: gzip or zstd undone (zstd against the primed dictionary of
+        the history the `Toolref-Dictionary` header names, or else the dictionary of the
+        history the `Toolref-History` header names, if either does), within the limit."""
         name = (encoding or "identity").strip().lower()
         limit = self.max_inflated_bytes
         if name == "identity":
@@ -169,6 +192,12 @@ class Hydrator:
                 supported=list(ENCODINGS),
             )
         _, continues = history_header(history_ref)
+        named = dictionary_header(dictionary_ref)
+        if named is not None:
+            compression.check_frame(body, limit, named)  # before any work
+            return await self._work(
+                len(body), compression.decompress, body, self._primed(named), limit, named
+            )
         if continues is None:
             return await self._work(len(body), compression.inflate, body, limit)
         compression.check_frame(body, limit, continues)  # before any work
@@ -192,6 +221,24 @@ class Hydrator:
         if found.dictionary is None:
             found.dictionary = history.dictionary_of_texts(found.texts)
         return found.dictionary
+
+    def _primed(self, ref: str) -> bytes:
+        """`history.primed` for history `ref`, from what this backend holds (the prior body
+        is held nowhere else: another replica answers 400, and the client asks again
+        without it)."""
+        found = self._recent.get(ref)
+        if found is None or found.prior is None:
+            raise DictionaryMismatchError(
+                f"{DICTIONARY_HEADER}: {ref} names a request body this server does not hold "
+                "(another replica confirmed it, or it was evicted); send the body without "
+                f"{DICTIONARY_HEADER}"
+            )
+        self._recent.move_to_end(ref)
+        if found.primed is None:
+            if found.dictionary is None:
+                found.dictionary = history.dictionary_of_texts(found.texts)
+            found.primed = history.primed(found.dictionary, found.prior)
+        return found.primed
 
     def _remember(self, ref: str, entry: _Recent, replaces: str | None = None) -> _Recent:
         """Keep `entry` as history `ref`; `replaces`: the history it continued, dropped
@@ -250,12 +297,15 @@ class Hydrator:
         texts = await self._work(size, _elements, answer.messages_text)
         if answer.returned == "new" and held is not None:
             texts = (*held.texts, *texts)
+        primed = False
         if answer.history_ref is not None:
-            self._remember(answer.history_ref, _Recent.of(texts), replaces=ref)
+            self._remember(answer.history_ref, _Recent.of(texts, body), replaces=ref)
+            primed = answer.history_ref in self._recent
         return Hydrated(
             await self._work(len(body) + size, _spliced, document, key, texts),
             _lacking(answer, messages, keep),
             answer.history_ref,
+            primed,
         )
 
     async def _work(self, size: int, step: Callable[..., T], *args: Any) -> T:

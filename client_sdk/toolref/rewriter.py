@@ -48,11 +48,11 @@ from toolref.errors import (
 )
 from toolref.exchange import Exchange, run_async, run_sync
 from toolref.formats import Format, Pair
-from toolref.history import HISTORY_HEADER
+from toolref.history import DICTIONARY_HEADER, DICTIONARY_LIMIT, HISTORY_HEADER, KEEP_HISTORY
 from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref.transcript import Transcripts, keys_of, transcribe
-from toolref.upload import Turn, Upload, prepare
+from toolref.upload import Prior, Turn, Upload, prepare
 
 REFERENCES_HEADER = "Toolref-References"
 _MISSING_REFS = MissingRefsError.problem_type()
@@ -131,6 +131,9 @@ class ToolReferenceManager:
         prepared from scratch). See `toolref.transcript`.
     max_transcript_bytes: the most the transcripts hold together, roughly (about the size of
         the conversations' JSON text, once each); a larger conversation is not kept.
+    max_prior_bytes: the most the bodies kept to compress against hold together (one per
+        confirmed history the server keeps the body of, `Toolref-Dictionary`, each at most
+        1 MiB; least recently used are dropped first); 0 keeps none.
     """
 
     format: FormatName | None = None
@@ -143,10 +146,16 @@ class ToolReferenceManager:
     max_histories: int = 64
     max_transcripts: int = 64
     max_transcript_bytes: int = 64 << 20
+    max_prior_bytes: int = 16 << 20
     savings: Savings = field(default_factory=Savings)
     confirmed: OrderedDict[str, None] = field(default_factory=OrderedDict)
     seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
     histories: OrderedDict[str, int] = field(default_factory=OrderedDict)  # ref -> length
+    priors: OrderedDict[str, Prior] = field(default_factory=OrderedDict)  # ref -> its body
+    # Backends without affinity refuse priors another replica keeps: after the n-th refusal
+    # in a row, the next 2**n - 1 turns send none, so they cost O(log turns) round trips.
+    prior_refusals: int = 0
+    prior_pause: int = 0
     refs_accepted: bool = False  # the backend has answered as protocol 2
     histories_accepted: bool = False  # the backend has confirmed a history
     transcripts: Transcripts = field(init=False, repr=False, compare=False)
@@ -159,6 +168,7 @@ class ToolReferenceManager:
             self.max_histories,
             max_transcripts=self.max_transcripts,
             max_transcript_bytes=self.max_transcript_bytes,
+            max_prior_bytes=self.max_prior_bytes,
         )
         self.transcripts = Transcripts(self.max_transcripts, self.max_transcript_bytes)
 
@@ -283,6 +293,8 @@ class ToolReferenceManager:
         attempt = 0
         histories = self.history_refs
         dictionary = True
+        priors = self.prior_pause == 0
+        self.prior_pause = max(self.prior_pause - 1, 0)
         while True:
             sending = self._turn(body, usable, format, key)
             if full is None:
@@ -294,6 +306,7 @@ class ToolReferenceManager:
                 keep=self.history_refs,
                 compress=compress,
                 use_dictionary=dictionary,
+                priors=self.priors if priors else None,
             )
             response = cast(httpx.Response, (yield build(upload.content, upload.headers)))
             self.savings.requests += 1
@@ -306,12 +319,23 @@ class ToolReferenceManager:
                 # Expired or evicted: forget it and send the whole conversation.
                 self.savings.fallbacks += 1
                 self.histories.pop(upload.continued, None)
+                self.priors.pop(upload.continued, None)
                 histories = False
                 continue
             if upload.dictionary and problem == _DICTIONARY_MISMATCH:
+                # A server that no longer holds the prior body (another replica, evicted)
+                # is asked again without it; a history's own dictionary, without any.
                 self.savings.fallbacks += 1
-                dictionary = False
+                if upload.prior is not None:
+                    self.priors.pop(upload.prior, None)
+                    self.prior_refusals += 1
+                    self.prior_pause = 2**self.prior_refusals - 1
+                    priors = False
+                else:
+                    dictionary = False
                 continue
+            if upload.prior is not None and problem is None:
+                self.prior_refusals = 0
             missing = _missing_refs(response)
             if missing is None or not sending.used or attempt == 2:
                 self._learn_from(response, sending.refs, upload)
@@ -346,6 +370,25 @@ class ToolReferenceManager:
             self.histories.move_to_end(confirmed)
             while len(self.histories) > self.max_histories:
                 self.histories.popitem(last=False)
+            if response.headers.get(DICTIONARY_HEADER) == KEEP_HISTORY:
+                self._keep_prior(confirmed, upload)
+
+    def _keep_prior(self, ref: str, upload: Upload) -> None:
+        """Keep the body the server keeps for history `ref`, within `max_prior_bytes`."""
+        body = upload.text[-DICTIONARY_LIMIT:]
+        if upload.first is None or len(body) > self.max_prior_bytes:
+            return
+        # One per conversation: the server lets the one a continuation continued go, and a
+        # newer one compresses the next turn better than any older.
+        for older in [k for k, prior in self.priors.items() if prior.first == upload.first]:
+            del self.priors[older]
+        self.priors[ref] = Prior(upload.first, body)
+        size = sum(len(prior.body) for prior in self.priors.values())  # max_histories at most
+        while self.priors and (
+            size > self.max_prior_bytes or len(self.priors) > self.max_histories
+        ):
+            _, oldest = self.priors.popitem(last=False)
+            size -= len(oldest.body)
 
     def learn_answer(self, status: int, headers: Mapping[str, str], content: bytes) -> None:
         """Confirm the refs a successful protocol-2 JSON answer lists in `toolReferences`

@@ -7,6 +7,12 @@ read zstd, those new messages travel compressed against the history itself, whic
 can rebuild: the history's ref then goes in the `Toolref-History` header, as the name of
 the dictionary. Both the dictionary and the body are the client's own JSON, which is what
 the server holds and the backend gets.
+
+A server that says it keeps the body of the request it confirmed a history for
+(`Toolref-Dictionary` in its answer) lets the next body be compressed against that body too
+(`history.primed`): what travels again every turn around the messages (`tools`, a system
+prompt) then costs a few bytes, and so does a conversation resent whole because its last
+message changed (Claude Code moves its `cache_control` mark every turn).
 """
 
 from __future__ import annotations
@@ -33,7 +39,19 @@ class Upload:
     continued: str | None  # the history ref the body continues
     head: str | None  # the ref the server should confirm for the whole conversation
     length: int  # messages in the whole conversation
-    dictionary: bool  # compressed against the continued history
+    dictionary: bool  # compressed against a history's dictionary
+    text: bytes = b""  # the body before compression
+    prior: str | None = None  # the history whose primed dictionary was used
+    first: bytes | None = None  # the chain head of the first message: which conversation
+
+
+@dataclass(frozen=True, slots=True)
+class Prior:
+    """The body of the request a history was confirmed for (its last `DICTIONARY_LIMIT`
+    bytes, as sent, uncompressed), which the server said it keeps for that history."""
+
+    first: bytes  # the chain head of its conversation's first message
+    body: bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +77,14 @@ def prepare(
     keep: bool,
     compress: bool,
     use_dictionary: bool = True,
+    priors: Mapping[str, Prior] | None = None,
 ) -> Upload:
     """The upload for `turn`. `confirmed`: history ref -> length of every history the server
     confirmed. `keep`: ask the server to keep this conversation as a history (and continue
-    one, when a confirmed one fits). `compress`: the server is known to read zstd."""
+    one, when a confirmed one fits). `compress`: the server is known to read zstd.
+    `priors`: history ref -> the body the server keeps for it (least recent first)."""
     headers = {PROTOCOL_HEADER: str(PROTOCOL_REFS), "Content-Type": JSON_TYPE}
+    priors = priors if use_dictionary and priors is not None else {}
     length = len(turn.messages)
     if not keep or turn.fmt is None or not turn.messages:
         return _whole(turn, headers, None, compress)
@@ -75,7 +96,8 @@ def prepare(
     candidates = list(confirmed.items())
     pick = history.longest_confirmed(chain, candidates)
     if pick < 0:
-        return _whole(turn, headers, head, compress)
+        same = _same_conversation(priors, chain[0])
+        return _whole(turn, headers, head, compress, prior=same, first=chain[0])
     ref, start = candidates[pick]
     rest = list(turn.outgoing[start:])
     if compress and use_dictionary:
@@ -85,17 +107,51 @@ def prepare(
         else:
             dictionary = history.dictionary(turn.messages[:start])
         window = dictionary[-history.COMPRESS_WINDOW :]
+        prior = priors.get(ref)
+        if prior is not None:
+            window = history.primed(window, prior.body)
+            headers[history.DICTIONARY_HEADER] = ref
         packed = compression.compress(plain, window, history.DICTIONARY_LEVEL)
         headers[history.HISTORY_HEADER] = ref
         headers["Content-Encoding"] = "zstd"
-        return Upload(packed, headers, ref, head, length, dictionary=True)
+        named = ref if prior is not None else None
+        return Upload(packed, headers, ref, head, length, True, plain, named, chain[0])
     content = dumps_json({**turn.body, "historyRef": ref, turn.key: rest})
-    return Upload(content, headers, ref, head, length, dictionary=False)
+    return Upload(content, headers, ref, head, length, False, content, None, chain[0])
 
 
-def _whole(turn: Turn, headers: dict[str, str], head: str | None, compress: bool) -> Upload:
-    content = dumps_json({**turn.body, turn.key: list(turn.outgoing)})
-    if compress and len(content) >= COMPRESS_FROM:
-        content = zstandard.ZstdCompressor(level=LEVEL).compress(content)
+def _same_conversation(priors: Mapping[str, Prior], first: bytes) -> tuple[str, Prior] | None:
+    """The most recent prior of a conversation with the same first message (one confirmed
+    before its last message changed, most likely), else the most recent of any: any prior
+    decodes right, another conversation's only compresses worse (an agent's conversations
+    share their tools and system prompt, though)."""
+    for ref in reversed(list(priors)):
+        if priors[ref].first == first:
+            return ref, priors[ref]
+    return next(((ref, priors[ref]) for ref in reversed(list(priors))), None)
+
+
+def _whole(
+    turn: Turn,
+    headers: dict[str, str],
+    head: str | None,
+    compress: bool,
+    *,
+    prior: tuple[str, Prior] | None = None,
+    first: bytes | None = None,
+) -> Upload:
+    text = dumps_json({**turn.body, turn.key: list(turn.outgoing)})
+    content, named = text, None
+    if compress and prior is not None:
+        # The prior body is a tail of its history's primed dictionary, so the frame decodes
+        # with the whole of it.
+        named = prior[0]
+        content = compression.compress(text, prior[1].body, history.DICTIONARY_LEVEL)
+        headers[history.DICTIONARY_HEADER] = named
         headers["Content-Encoding"] = "zstd"
-    return Upload(content, headers, None, head, len(turn.messages), dictionary=False)
+    elif compress and len(text) >= COMPRESS_FROM:
+        content = zstandard.ZstdCompressor(level=LEVEL).compress(text)
+        headers["Content-Encoding"] = "zstd"
+    return Upload(
+        content, headers, None, head, len(turn.messages), named is not None, text, named, first
+    )

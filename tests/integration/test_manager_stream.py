@@ -193,7 +193,7 @@ async def test_a_missing_history_is_resent_whole_then_streamed(
 async def test_a_dictionary_mismatch_is_resent_uncompressed_then_streamed(
     stack: Stack, blocking: bool
 ) -> None:
-    client = Client(stack, ToolReferenceManager(), blocking)
+    client = Client(stack, ToolReferenceManager(max_prior_bytes=0), blocking)
     await client.turn()
 
     def other_dictionary(request: httpx.Request) -> httpx.Request:
@@ -212,6 +212,34 @@ async def test_a_dictionary_mismatch_is_resent_uncompressed_then_streamed(
     assert compressed.headers["toolref-history"].startswith("th_")
     assert body_of(plain)["historyRef"] == compressed.headers["toolref-history"]
     assert client.manager.savings.fallbacks == 1
+
+
+@BLOCKING
+async def test_a_refused_prior_body_is_resent_against_the_history_alone(
+    stack: Stack, blocking: bool
+) -> None:
+    """A body compressed against a history and the body kept with it, refused (here it
+    names a body the backend never kept, as another replica would see it): resent
+    compressed against the history's own dictionary."""
+    client = Client(stack, ToolReferenceManager(), blocking)
+    await client.turn()
+    [named] = client.manager.priors
+    elsewhere = "th_" + "a" * 26
+
+    def other_replica(request: httpx.Request) -> httpx.Request:
+        if request.headers.get("toolref-dictionary") != named:
+            return request
+        headers = {**request.headers, "toolref-dictionary": elsewhere}
+        return httpx.Request(request.method, request.url, headers=headers, content=request.content)
+
+    _, sent = await client.turn(other_replica)
+    primed, compressed = sent
+    assert primed.headers["toolref-dictionary"] == elsewhere
+    assert "toolref-dictionary" not in compressed.headers
+    assert compressed.headers["content-encoding"] == "zstd"
+    assert compressed.headers["toolref-history"] == named
+    assert client.manager.savings.fallbacks == 1
+    assert client.manager.prior_refusals == 1
 
 
 @BLOCKING

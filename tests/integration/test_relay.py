@@ -9,8 +9,10 @@ come; and no failure of the gateway bricks a session.
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
+import random
 import re
 import socket
 from collections.abc import AsyncIterator
@@ -335,10 +337,20 @@ def _tool_conversation(result: str) -> list[Any]:
     ]
 
 
+def _noise(size: int) -> str:
+    """`size` characters zstd cannot shrink (the relay compresses every body)."""
+    return base64.b64encode(random.Random(size).randbytes(size)).decode()[:size]
+
+
 async def test_a_413_is_retried_with_the_biggest_tool_results_as_refs(redis: Redis) -> None:
+    """The relay compresses every body, so the limit is on zstd bytes: a system prompt zstd
+    cannot shrink (15 KB) and a tool result that shrinks to about 12 KB together go over
+    20 KB; registered first, the result travels as a ref and the retry fits."""
     backend = create_backend(None, delay=0.001)
     providers = {"anthropic": backend}
     settings = {"max_body_bytes": 20_000}
+    rng = random.Random(1)
+    result = "".join(rng.choice("acgt") for _ in range(48_000))
     async with relayed(redis, providers, settings) as stack:
         http, built, _ = recording_client()
         async with anthropic.AsyncAnthropic(
@@ -349,13 +361,17 @@ async def test_a_413_is_retried_with_the_biggest_tool_results_as_refs(redis: Red
             http_client=http,
         ) as client:
             message = await client.messages.create(
-                model="m", max_tokens=5, messages=_tool_conversation("y" * 60_000)
+                model="m",
+                max_tokens=5,
+                system=_noise(15_000),
+                messages=_tool_conversation(result),
             )
-    assert message.content[0].text == "The tool returned 60000 characters."  # type: ignore[union-attr]
+    assert message.content[0].text == "The tool returned 48000 characters."  # type: ignore[union-attr]
     assert_same_bodies(built, backend.state.received)  # the retry reached it, whole
     refused, retried = stack.gateway.arrivals
-    assert len(refused.body) > 60_000 > 20_000 > len(retried.body)
-    assert b"toolRef" in retried.body
+    assert len(refused.body) > 20_000 > len(retried.body)
+    inflated = zstandard.ZstdDecompressor().decompressobj().decompress(retried.body)
+    assert b"toolRef" in inflated
 
 
 async def test_a_413_that_stays_names_the_biggest_tool_results(redis: Redis) -> None:
@@ -369,7 +385,7 @@ async def test_a_413_that_stays_names_the_biggest_tool_results(redis: Redis) -> 
     ):
         with pytest.raises(anthropic.APIStatusError) as raised:
             await client.messages.create(
-                model="m", max_tokens=5, messages=_tool_conversation("y" * 60_000)
+                model="m", max_tokens=5, messages=_tool_conversation(_noise(60_000))
             )
     assert raised.value.status_code == 413
     assert raised.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]

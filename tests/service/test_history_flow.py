@@ -194,7 +194,8 @@ async def test_a_message_of_a_history_evicted_is_resent_whole(
 
 async def test_two_replicas_serving_alternate_turns(make_chat: Any) -> None:
     chat = make_chat(replicas=2)
-    manager = ToolReferenceManager()
+    # Without the bodies kept to compress against (each replica keeps its own): see below.
+    manager = ToolReferenceManager(max_prior_bytes=0)
     history: list[Any] = []
     for _ in range(10):
         await turn(chat, manager, history)
@@ -206,6 +207,21 @@ async def test_two_replicas_serving_alternate_turns(make_chat: Any) -> None:
     # that served the first turn, 5 on the other). Each turn still travelled as new
     # messages only.
     assert [link.calls for link in chat.links] == [11, 12]
+
+
+async def test_replicas_refusing_each_others_prior_bodies_cost_log_turns(
+    make_chat: Any,
+) -> None:
+    """A replica does not hold the body another replica kept (`Toolref-Dictionary`): it
+    answers 400 dictionary-mismatch, the manager resends without it and pauses priors for
+    longer after each refusal in a row, so 32 alternating turns cost a handful of retries."""
+    chat = make_chat(replicas=2)
+    manager = ToolReferenceManager()
+    history: list[Any] = []
+    for _ in range(32):
+        await turn(chat, manager, history)
+    assert 1 <= manager.savings.fallbacks <= 5
+    assert manager.savings.histories_used == 31 + manager.savings.fallbacks
 
 
 async def test_a_client_that_edits_message_5_of_200(make_chat: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from typing import Any
 
 import httpx
@@ -10,10 +11,14 @@ import pytest
 
 from toolref import ToolReferenceManager, compression, formats, history
 from toolref.encoding import dumps_json
-from toolref.errors import DictionaryMismatchError, MissingHistoryError
+from toolref.errors import (
+    DictionaryMismatchError,
+    InvalidHistoryHeaderError,
+    MissingHistoryError,
+)
 from toolref.history import HISTORY_HEADER, chain_form, dictionary, heads, history_ref
 from toolref.rewriter import ref_of
-from toolref.upload import Turn, prepare
+from toolref.upload import Prior, Turn, prepare
 
 from .test_history import conversation
 
@@ -178,3 +183,71 @@ def test_a_body_compressed_against_the_window_decodes_with_the_whole_dictionary(
     packed = compression.compress(body, whole[-history.COMPRESS_WINDOW :], history.DICTIONARY_LEVEL)
     assert len(packed) < len(body) // 10  # it did use the window
     assert compression.decompress(packed, whole, 2**20, "th_x") == body
+
+
+def _prior_for(messages: list[Any], length: int, **body: Any) -> tuple[str, Prior]:
+    """The history of `messages[:length]` and the body a server kept for it."""
+    kept = prepare(turn_of(messages[:length], **body), {}, keep=True, compress=False)
+    assert kept.first is not None
+    return ref_at(messages, length), Prior(kept.first, kept.text)
+
+
+def test_a_continuation_compresses_against_the_history_and_the_body_kept() -> None:
+    """The frame decodes with the whole primed dictionary, as a server rebuilds it: the
+    history's dictionary followed by the body of the request it was confirmed for."""
+    messages = conversation(4)
+    tools = [
+        {"name": f"t{i}", "description": random.Random(i).randbytes(200).hex()} for i in range(30)
+    ]
+    ref, prior = _prior_for(messages, 9, tools=tools)
+    turn = turn_of(messages, tools=tools)
+    upload = prepare(turn, {ref: 9}, keep=True, compress=True, priors={ref: prior})
+    assert upload.headers[history.DICTIONARY_HEADER] == ref == upload.prior
+    primed = history.primed(dictionary(messages[:9]), prior.body)
+    body = compression.decompress(upload.content, primed, 1 << 24, ref)
+    assert body == upload.text == dumps_json({"messages": messages[9:], "tools": tools})
+    plain = prepare(turn, {ref: 9}, keep=True, compress=True)
+    assert history.DICTIONARY_HEADER not in plain.headers
+    assert plain.prior is None
+    assert len(upload.content) * 20 < len(plain.content)  # the tools cost next to nothing
+
+
+def test_a_conversation_resent_whole_compresses_against_its_last_body() -> None:
+    """The last message changed (a moved cache mark): no history is a prefix, the whole
+    conversation travels, against the body kept for its last history; another
+    conversation's kept body is used only when its own is missing."""
+    messages = conversation(4)
+    ref, prior = _prior_for(messages, 9)
+    changed = [*messages[:8], {**messages[8], "cache": True}, *messages[9:]]
+    other_ref, other = _prior_for(conversation(3)[1:], 3)
+    priors = {ref: prior, other_ref: other}  # the other one is more recent
+    upload = prepare(turn_of(changed), {ref: 9}, keep=True, compress=True, priors=priors)
+    assert upload.continued is None
+    assert upload.prior == ref
+    primed = history.primed(dictionary(messages[:9]), prior.body)
+    assert compression.decompress(upload.content, primed, 1 << 24, ref) == upload.text
+    assert json.loads(upload.text) == {"messages": changed}
+    alone = prepare(turn_of(changed), {}, keep=True, compress=True, priors={other_ref: other})
+    assert alone.prior == other_ref
+
+
+def test_the_dictionary_header_must_name_a_history() -> None:
+    assert history.dictionary_header(None) is None
+    assert history.dictionary_header(" th_" + "a" * 26 + " ") == "th_" + "a" * 26
+    with pytest.raises(InvalidHistoryHeaderError, match="is not a history ref"):
+        history.dictionary_header("tr_" + "a" * 26)
+
+
+def test_priors_are_bounded_and_one_per_conversation() -> None:
+    manager = ToolReferenceManager(max_prior_bytes=20_000)
+    with pytest.raises(ValueError, match="max_prior_bytes must be >= 0"):
+        ToolReferenceManager(max_prior_bytes=-1)
+    messages = conversation(4)
+    for length in (3, 5, 9):
+        kept = prepare(turn_of(messages[:length]), {}, keep=True, compress=False)
+        manager._keep_prior(ref_at(messages, length), kept)
+    assert list(manager.priors) == [ref_at(messages, 9)]  # one per conversation
+    big = prepare(turn_of(conversation(40)), {}, keep=True, compress=False)
+    assert len(big.text) > 20_000
+    manager._keep_prior(ref_at(conversation(40), 3), big)  # over the bound: not kept
+    assert list(manager.priors) == [ref_at(messages, 9)]

@@ -132,7 +132,8 @@ class Relay:
         """The manager of `upstream` (made on first use)."""
         found = self.managers.get(upstream)
         if found is None:
-            found = ToolReferenceManager(max_transcripts=self.config.max_transcripts)
+            # The gateway reads zstd: compress from the first request, not the first history.
+            found = ToolReferenceManager(max_transcripts=self.config.max_transcripts, compress=True)
             self.managers[upstream] = found
         return found
 
