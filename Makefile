@@ -57,7 +57,8 @@ loadtest: $(LOADTEST_STAMP)
 loadtest-hostile: $(LOADTEST_STAMP)
 	$(BIN)/python -m loadtests.loadrun --hostile --time $(LOADTEST_TIME) $(ARGS)
 
-bench: $(LOADTEST_STAMP)
+# The agent CLIs' section runs the pinned CLIs of `make e2e` (installed by e2e-install).
+bench: e2e-install
 	$(BIN)/python -m loadtests.bench
 
 lint: $(DEV_STAMP)

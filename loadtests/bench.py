@@ -8,6 +8,7 @@ from pathlib import Path
 from loadtests import (
     acp_updates,
     adversarial,
+    agents,
     answers,
     bandwidth,
     chart,
@@ -93,6 +94,7 @@ def main() -> int:
         adversarial.run(),
         per_turn.run(found),
         relay.run(found),
+        *agents.run(),
         service_speed.run(found),  # last: its server processes must not slow the others
     ]
     for section in sections:

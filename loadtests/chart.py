@@ -29,7 +29,7 @@ def draw(section: Section, folder: Path) -> Path | None:
     from matplotlib import pyplot
 
     column = _column(section)
-    if column is None or not section.rows:
+    if column is None or not section.rows or not section.plotted:
         return None
     labels = [" / ".join(row[:column][:2])[:48] for row in section.rows]
     values = [_number(row[column]) or 0.0 for row in section.rows]

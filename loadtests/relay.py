@@ -147,8 +147,8 @@ def run(found: list[Trace]) -> Section:
             "examples/llm_backend.py (no toolref). `agent sent` is every request body the "
             "agent sent, `relay sent` every body the relay sent the gateway (resends "
             "included); time to first byte is the median over the turns, directly to the "
-            "provider and through relay and gateway, in the same run. The real agent CLIs' "
-            "bytes per hop are measured by `make e2e` (docs/relay.md). Command: `make bench` "
+            "provider and through relay and gateway, in the same run. The real agent CLIs "
+            "are in the next section. Command: `make bench` "
             "(this section alone: `python -m loadtests.relay`)."
         ),
         header=["trace", "agent sent", "relay sent", "ratio", "TTFB direct", "TTFB relayed"],

@@ -18,6 +18,7 @@ class Section:
     figures: dict[str, float] = field(default_factory=dict)
     verdicts: list[str] = field(default_factory=list)
     chart: str | None = None  # path of its PNG, relative to the document
+    plotted: bool = True  # False: a table too long or too mixed for one bar chart
 
     def markdown(self) -> str:
         lines = [f"## {self.title}", "", self.intro, ""]

@@ -64,6 +64,8 @@ class RecordingProxy:
     requests: list[Recorded] = field(default_factory=list)
     answered: list[int] = field(default_factory=list)  # answer body bytes, per request
     statuses: list[int] = field(default_factory=list)
+    # Seconds from a request's arrival (whole) to the first byte of its answer's body.
+    first_byte: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(600, connect=10))
@@ -81,6 +83,7 @@ class RecordingProxy:
 
     async def _forward(self, request: Request) -> Response:
         wire = await request.body()
+        arrived = time.perf_counter()
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
         encoding = request.headers.get("content-encoding", "")
         try:
@@ -99,6 +102,7 @@ class RecordingProxy:
         self.requests.append(record)
         slot = len(self.answered)
         self.answered.append(0)
+        self.first_byte.append(0.0)
         url = self.target.rstrip("/") + request.url.path
         if request.url.query:
             url += "?" + request.url.query
@@ -113,6 +117,8 @@ class RecordingProxy:
 
         async def relay() -> AsyncIterator[bytes]:
             async for chunk in answer.aiter_raw():
+                if not self.answered[slot]:
+                    self.first_byte[slot] = time.perf_counter() - arrived
                 self.answered[slot] += len(chunk)
                 yield chunk
 
