@@ -9,6 +9,7 @@ conversation replayed gives the same chunks. Commands in the user's text pick th
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +28,7 @@ def plan(text: str, turn: int) -> list[Call]:
     """The tool calls the model makes for the user's `text` on turn `turn` (1-based)."""
     words = text.split()
     calls: list[Call] = []
-    for verb, arg in zip(words, words[1:], strict=False):
+    for verb, arg in itertools.pairwise(words):
         if verb == "read":
             calls.append(("read_file", {"path": arg}))
         elif verb == "list":

@@ -13,16 +13,47 @@ import random
 from typing import Any
 
 WORDS = (
-    "request response cache store record digest history message payload stream chunk "
-    "buffer index token session client server registry tenant quota limit window retry "
-    "backoff circuit breaker encoder decoder parser writer reader schema marker ref"
-).split()
+    "request",
+    "response",
+    "cache",
+    "store",
+    "record",
+    "digest",
+    "history",
+    "message",
+    "payload",
+    "stream",
+    "chunk",
+    "buffer",
+    "index",
+    "token",
+    "session",
+    "client",
+    "server",
+    "registry",
+    "tenant",
+    "quota",
+    "limit",
+    "window",
+    "retry",
+    "backoff",
+    "circuit",
+    "breaker",
+    "encoder",
+    "decoder",
+    "parser",
+    "writer",
+    "reader",
+    "schema",
+    "marker",
+    "ref",
+)
 PACKAGES = ("core", "api", "store", "wire", "util", "auth", "jobs", "web")
 
 
 def _rng(*key: object) -> random.Random:
     seed = hashlib.sha256(repr(key).encode()).digest()
-    return random.Random(int.from_bytes(seed[:8], "big"))
+    return random.Random(int.from_bytes(seed[:8], "big"))  # noqa: S311 (made-up data)
 
 
 def _name(rng: random.Random, parts: int = 2) -> str:
