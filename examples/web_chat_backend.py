@@ -26,7 +26,7 @@ from pathlib import Path
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from examples import web_chat_model
@@ -68,7 +68,7 @@ def create_backend(
     async def no_page(request: Request) -> Response:
         return PlainTextResponse(f"{page} is missing: run `make demo` (it builds the page)", 503)
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/api/chat", chat, methods=["POST"]),
         Route("/api/received", received_bodies, methods=["GET"]),
     ]

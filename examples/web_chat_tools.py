@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from collections.abc import Callable
 from typing import Any
 
 WORDS = (
@@ -119,7 +120,11 @@ def search(query: str) -> dict[str, Any]:
     return {"query": query, "matches": matches, "truncated": len(matches) > 40}
 
 
-TOOLS = {"read_file": read_file, "list_dir": list_dir, "search": search}
+TOOLS: dict[str, Callable[..., dict[str, Any]]] = {
+    "read_file": read_file,
+    "list_dir": list_dir,
+    "search": search,
+}
 
 
 def run(name: str, args: dict[str, Any]) -> dict[str, Any]:
