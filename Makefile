@@ -8,7 +8,8 @@ SERVER_STAMP   := $(VENV)/.installed-server
 LOADTEST_STAMP := $(VENV)/.installed-loadtest
 DEV_STAMP      := $(VENV)/.installed-dev
 
-.PHONY: serve test e2e e2e-install lint fmt bench loadtest loadtest-hostile clean
+.PHONY: serve test e2e e2e-install lint fmt bench loadtest loadtest-hostile clean \
+	demo web-build chromium browser-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +35,7 @@ serve: $(SERVER_STAMP)
 # Everything on one node, then the service and integration suites (and the quota counting,
 # whose reads differ there) again on a local Redis Cluster (3 primaries, 3 replicas) started
 # from the same valkey-server binary.
-test: $(DEV_STAMP)
+test: $(DEV_STAMP) web-build chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration \
 		tests/adversarial/test_server_quotas.py $(PYTEST_ARGS)
@@ -57,8 +58,33 @@ loadtest: $(LOADTEST_STAMP)
 loadtest-hostile: $(LOADTEST_STAMP)
 	$(BIN)/python -m loadtests.loadrun --hostile --time $(LOADTEST_TIME) $(ARGS)
 
-bench: $(LOADTEST_STAMP)
+bench: $(LOADTEST_STAMP) web-build chromium
 	$(BIN)/python -m loadtests.bench
+
+# The web-chat demo (examples/web-chat: Vite + React + AI SDK 5 useChat) behind
+# examples/web_chat_backend.py (ToolRefMiddleware, a scripted model) and a registry on the
+# embedded engine; prints the URL. Ctrl-C stops both.
+WEB := examples/web-chat
+
+demo: $(SERVER_STAMP) web-build
+	$(BIN)/python -m examples.web_chat_demo $(ARGS)
+
+# npm ci when the lock file changed, then the page's build (tsc --strict, vite build).
+$(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json
+	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+
+web-build: $(WEB)/node_modules/.package-lock.json
+	cd $(WEB) && npm run --silent build
+
+# Debian's Chromium for the browser test, where it is missing.
+chromium:
+	@test -x /usr/bin/chromium || apt-get install -y chromium \
+		|| (apt-get update && apt-get install -y chromium)
+
+# The demo in headless Chromium (playwright-core): 30 turns, a registry restart; `make test`
+# runs it too (tests/browser).
+browser-test: $(DEV_STAMP) web-build chromium
+	$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
@@ -70,4 +96,4 @@ fmt: $(DEV_STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .toolref .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .toolref .pytest_cache .mypy_cache .ruff_cache $(WEB)/node_modules $(WEB)/dist
