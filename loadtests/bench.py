@@ -22,6 +22,7 @@ from loadtests import (
     streams,
     summarization,
     traces,
+    web_chat,
 )
 from loadtests.report import region, replace_region, write
 
@@ -93,6 +94,7 @@ def main() -> int:
         adversarial.run(),
         per_turn.run(found),
         relay.run(found),
+        web_chat.run(),
         service_speed.run(found),  # last: its server processes must not slow the others
     ]
     for section in sections:
