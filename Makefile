@@ -69,8 +69,18 @@ WEB := examples/web-chat
 demo: $(SERVER_STAMP) web-build
 	$(BIN)/python -m examples.web_chat_demo $(ARGS)
 
-# npm ci when the lock file changed, then the page's build (tsc --strict, vite build).
-$(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json
+# The page depends on the JS SDK as `file:../../client_sdk/js`: npm links it, so the SDK
+# needs its own node_modules and its dist/ built first. npm ci only when a lock changed.
+JS := client_sdk/js
+
+$(JS)/node_modules/.package-lock.json: $(JS)/package-lock.json
+	cd $(JS) && npm ci --no-audit --no-fund --loglevel=error
+
+$(JS)/dist/index.js: $(JS)/node_modules/.package-lock.json $(JS)/package.json \
+		$(shell find $(JS)/src -name '*.ts' 2>/dev/null)
+	cd $(JS) && npm run --silent build
+
+$(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json $(JS)/dist/index.js
 	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
 
 web-build: $(WEB)/node_modules/.package-lock.json

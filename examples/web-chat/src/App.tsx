@@ -1,4 +1,5 @@
 import { useChat } from "@ai-sdk/react";
+import { toolrefFetch } from "@toolref/client";
 import { DefaultChatTransport, type UIMessage } from "ai";
 import { useEffect, useRef, useState, type FormEvent } from "react";
 import { type Exchange, plainFetch } from "./exchange";
@@ -21,7 +22,9 @@ export function App() {
   const [transport] = useState(() => {
     const onExchange = (exchange: Exchange) =>
       setTurns((previous) => addExchange(previous, turnRef.current, exchange));
-    return new DefaultChatTransport({ api: "/api/chat", fetch: plainFetch(onExchange) });
+    // The one line toolref asks of a useChat app: its fetch for the transport.
+    const fetch = toolrefOn ? toolrefFetch({ onExchange }) : plainFetch(onExchange);
+    return new DefaultChatTransport({ api: "/api/chat", fetch });
   });
   const { messages, sendMessage, status, error } = useChat({ transport });
   const [input, setInput] = useState("");

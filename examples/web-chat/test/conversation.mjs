@@ -90,6 +90,9 @@ try {
         .response()
         .then(async (response) => {
           entry.status = response ? response.status() : null;
+          const answer = response ? await response.allHeaders() : {};
+          entry.answerProtocol = answer["toolref-protocol"] ?? null;
+          entry.answerHistory = answer["toolref-history"] ?? null;
           if (response) await response.finished();
           const timing = request.timing(); // ms from the request's start
           if (timing.responseEnd > 0 && timing.responseStart > 0)
