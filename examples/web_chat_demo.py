@@ -206,6 +206,10 @@ def _lines(stream: IO[str], deadline: float) -> Iterable[str]:
             yield line
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8770, help="the page and /api/chat")
@@ -214,6 +218,9 @@ def main() -> None:
     args = parser.parse_args()
     if not (WEB / "dist" / "index.html").exists():
         sys.exit(f"{WEB}/dist is missing: run `make demo` (it builds the page)")
+    # SIGTERM (and SIGINT where a background shell ignored it) stops the children too.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     with Stack(args.data_dir, args.port, args.registry_port, delay=0.03) as stack:
         print(f"registry: {stack.registry_url} (data in {args.data_dir})")
         print(f"web chat: {stack.url}  (toolref off, to compare: {stack.url}?toolref=off)")

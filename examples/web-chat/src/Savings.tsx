@@ -26,7 +26,7 @@ export function Savings({ turns }: { turns: Turn[] }) {
             <tr key={t.turn} data-turn={t.turn} data-raw={t.rawBytes} data-wire={t.wireBytes}>
               <td>
                 {t.turn}
-                {t.historyRef ? " ⟲" : ""}
+                {t.continued ? " ⟲" : ""}
                 {t.resent ? " ↻" : ""}
               </td>
               <td>{formatBytes(t.rawBytes)}</td>
@@ -36,7 +36,7 @@ export function Savings({ turns }: { turns: Turn[] }) {
           ))}
         </tbody>
       </table>
-      <p className="legend">⟲ continued a history ref · ↻ resent after the backend lacked a ref</p>
+      <p className="legend">⟲ sent only what followed a history the backend kept · ↻ resent in full after the backend lacked a ref or history</p>
     </aside>
   );
 }

@@ -2,7 +2,8 @@
 export interface Exchange {
   rawBytes: number; // the JSON body useChat built, as it would go without toolref
   wireBytes: number; // what the request put on the wire
-  historyRef: string | null; // the history it continued, if any
+  historyRef: string | null; // the history the backend confirmed for the conversation
+  continued?: string | null; // the history it continued (only newer messages were sent)
   resent: boolean; // a resend after the backend lacked a ref or a history
 }
 
@@ -16,7 +17,7 @@ export function plainFetch(onExchange: (exchange: Exchange) => void): FetchFunct
   return async (input, init) => {
     const body = init?.body;
     const bytes = typeof body === "string" ? encoder.encode(body).length : 0;
-    onExchange({ rawBytes: bytes, wireBytes: bytes, historyRef: null, resent: false });
+    onExchange({ rawBytes: bytes, wireBytes: bytes, historyRef: null, continued: null, resent: false });
     return globalThis.fetch(input, init);
   };
 }

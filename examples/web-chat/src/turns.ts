@@ -7,6 +7,7 @@ export interface Turn {
   rawBytes: number;
   wireBytes: number;
   historyRef: string | null;
+  continued: boolean; // a request continued a history
   resent: boolean;
 }
 
@@ -19,11 +20,14 @@ export function addExchange(turns: Turn[], turn: number, exchange: Exchange): Tu
       rawBytes: last.rawBytes + exchange.rawBytes,
       wireBytes: last.wireBytes + exchange.wireBytes,
       historyRef: exchange.historyRef ?? last.historyRef,
+      continued: last.continued || Boolean(exchange.continued),
       resent: last.resent || exchange.resent,
     };
     return [...turns.slice(0, -1), merged];
   }
-  return [...turns, { turn, requests: 1, ...exchange }];
+  const { rawBytes, wireBytes, historyRef, resent } = exchange;
+  const continued = Boolean(exchange.continued);
+  return [...turns, { turn, requests: 1, rawBytes, wireBytes, historyRef, continued, resent }];
 }
 
 export function formatBytes(bytes: number): string {
