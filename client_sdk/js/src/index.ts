@@ -32,3 +32,5 @@ export {
 } from "./protocol.js";
 export { ToolReferenceManager, type ManagerOptions, type Post, type Savings, type Sent, type Upload } from "./manager.js";
 export { toolrefFetch, type ExchangeInfo, type ToolrefFetchOptions } from "./fetch.js";
+export { withToolRef, type Handler, type ToolRefBackendOptions } from "./backend.js";
+export { memberSpans, type MemberSpan } from "./spans.js";
