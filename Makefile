@@ -8,7 +8,7 @@ SERVER_STAMP   := $(VENV)/.installed-server
 LOADTEST_STAMP := $(VENV)/.installed-loadtest
 DEV_STAMP      := $(VENV)/.installed-dev
 
-.PHONY: serve test e2e e2e-install lint fmt bench loadtest loadtest-hostile clean
+.PHONY: serve test js-test e2e e2e-install lint fmt bench loadtest loadtest-hostile clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,17 @@ test: $(DEV_STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration \
 		tests/adversarial/test_server_quotas.py $(PYTEST_ARGS)
+	$(MAKE) js-test
+
+# The TypeScript SDK (client_sdk/js): install from package-lock.json, type-check (strict),
+# and vitest, whose integration tests start the Python registry and a chat backend from
+# .venv. Needs node and npm (the machine's); their absence is a failure, not a skip.
+JS_DIR := client_sdk/js
+js-test: $(DEV_STAMP)
+	@command -v npm >/dev/null || { echo "js-test needs node >= 20.19 and npm: apt-get install nodejs npm"; exit 1; }
+	cd $(JS_DIR) && npm ci --no-audit --no-fund
+	cd $(JS_DIR) && npx tsc --noEmit -p tsconfig.json
+	cd $(JS_DIR) && npx vitest run
 
 # Real agent CLIs (Claude Code, Codex, Qwen Code; pinned npm packages under .toolref/e2e)
 # through whole tool-calling sessions against a fake provider, in a network namespace with
