@@ -8,7 +8,7 @@ SERVER_STAMP   := $(VENV)/.installed-server
 LOADTEST_STAMP := $(VENV)/.installed-loadtest
 DEV_STAMP      := $(VENV)/.installed-dev
 
-.PHONY: serve test e2e e2e-install lint fmt bench loadtest loadtest-hostile clean \
+.PHONY: serve test js-test e2e e2e-install lint fmt bench loadtest loadtest-hostile clean \
 	demo web-build chromium browser-test
 
 $(BIN)/python:
@@ -39,6 +39,17 @@ test: $(DEV_STAMP) web-build chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration \
 		tests/adversarial/test_server_quotas.py $(PYTEST_ARGS)
+	$(MAKE) js-test
+
+# The TypeScript SDK (client_sdk/js): install from package-lock.json, type-check (strict),
+# and vitest, whose integration tests start the Python registry and a chat backend from
+# .venv. Needs node and npm (the machine's); their absence is a failure, not a skip.
+JS_DIR := client_sdk/js
+js-test: $(DEV_STAMP)
+	@command -v npm >/dev/null || { echo "js-test needs node >= 20.19 and npm: apt-get install nodejs npm"; exit 1; }
+	cd $(JS_DIR) && npm ci --no-audit --no-fund
+	cd $(JS_DIR) && npx tsc --noEmit -p tsconfig.json
+	cd $(JS_DIR) && npx vitest run
 
 # Real agent CLIs (Claude Code, Codex, Qwen Code; pinned npm packages under .toolref/e2e)
 # through whole tool-calling sessions against a fake provider, in a network namespace with
@@ -71,16 +82,14 @@ demo: $(SERVER_STAMP) web-build
 
 # The page depends on the JS SDK as `file:../../client_sdk/js`: npm links it, so the SDK
 # needs its own node_modules and its dist/ built first. npm ci only when a lock changed.
-JS := client_sdk/js
+$(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package-lock.json
+	cd $(JS_DIR) && npm ci --no-audit --no-fund --loglevel=error
 
-$(JS)/node_modules/.package-lock.json: $(JS)/package-lock.json
-	cd $(JS) && npm ci --no-audit --no-fund --loglevel=error
+$(JS_DIR)/dist/index.js: $(JS_DIR)/node_modules/.package-lock.json $(JS_DIR)/package.json \
+		$(shell find $(JS_DIR)/src -name '*.ts' 2>/dev/null)
+	cd $(JS_DIR) && npm run --silent build
 
-$(JS)/dist/index.js: $(JS)/node_modules/.package-lock.json $(JS)/package.json \
-		$(shell find $(JS)/src -name '*.ts' 2>/dev/null)
-	cd $(JS) && npm run --silent build
-
-$(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json $(JS)/dist/index.js
+$(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json $(JS_DIR)/dist/index.js
 	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
 
 web-build: $(WEB)/node_modules/.package-lock.json
