@@ -8,7 +8,8 @@ SERVER_STAMP   := $(VENV)/.installed-server
 LOADTEST_STAMP := $(VENV)/.installed-loadtest
 DEV_STAMP      := $(VENV)/.installed-dev
 
-.PHONY: serve test e2e e2e-install lint fmt bench loadtest loadtest-hostile clean
+.PHONY: serve test js-test e2e e2e-install lint fmt bench loadtest loadtest-hostile clean \
+	demo web-build chromium browser-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,10 +35,21 @@ serve: $(SERVER_STAMP)
 # Everything on one node, then the service and integration suites (and the quota counting,
 # whose reads differ there) again on a local Redis Cluster (3 primaries, 3 replicas) started
 # from the same valkey-server binary.
-test: $(DEV_STAMP)
+test: $(DEV_STAMP) web-build chromium
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration \
 		tests/adversarial/test_server_quotas.py $(PYTEST_ARGS)
+	$(MAKE) js-test
+
+# The TypeScript SDK (client_sdk/js): install from package-lock.json, type-check (strict),
+# and vitest, whose integration tests start the Python registry and a chat backend from
+# .venv. Needs node and npm (the machine's); their absence is a failure, not a skip.
+JS_DIR := client_sdk/js
+js-test: $(DEV_STAMP)
+	@command -v npm >/dev/null || { echo "js-test needs node >= 20.19 and npm: apt-get install nodejs npm"; exit 1; }
+	cd $(JS_DIR) && npm ci --no-audit --no-fund
+	cd $(JS_DIR) && npx tsc --noEmit -p tsconfig.json
+	cd $(JS_DIR) && npx vitest run
 
 # Real agent CLIs (Claude Code, Codex, Qwen Code; pinned npm packages under .toolref/e2e)
 # through whole tool-calling sessions against a fake provider, in a network namespace with
@@ -57,9 +69,43 @@ loadtest: $(LOADTEST_STAMP)
 loadtest-hostile: $(LOADTEST_STAMP)
 	$(BIN)/python -m loadtests.loadrun --hostile --time $(LOADTEST_TIME) $(ARGS)
 
-# The agent CLIs' section runs the pinned CLIs of `make e2e` (installed by e2e-install).
-bench: e2e-install
+# The agent CLIs' section runs the pinned CLIs of `make e2e` (installed by e2e-install);
+# the web chat's, the demo page in Chromium.
+bench: e2e-install web-build chromium
 	$(BIN)/python -m loadtests.bench
+
+# The web-chat demo (examples/web-chat: Vite + React + AI SDK 5 useChat) behind
+# examples/web_chat_backend.py (ToolRefMiddleware, a scripted model) and a registry on the
+# embedded engine; prints the URL. Ctrl-C stops both.
+WEB := examples/web-chat
+
+demo: $(SERVER_STAMP) web-build
+	$(BIN)/python -m examples.web_chat_demo $(ARGS)
+
+# The page depends on the JS SDK as `file:../../client_sdk/js`: npm links it, so the SDK
+# needs its own node_modules and its dist/ built first. npm ci only when a lock changed.
+$(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package-lock.json
+	cd $(JS_DIR) && npm ci --no-audit --no-fund --loglevel=error
+
+$(JS_DIR)/dist/index.js: $(JS_DIR)/node_modules/.package-lock.json $(JS_DIR)/package.json \
+		$(shell find $(JS_DIR)/src -name '*.ts' 2>/dev/null)
+	cd $(JS_DIR) && npm run --silent build
+
+$(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json $(JS_DIR)/dist/index.js
+	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
+
+web-build: $(WEB)/node_modules/.package-lock.json
+	cd $(WEB) && npm run --silent build
+
+# Debian's Chromium for the browser test, where it is missing.
+chromium:
+	@test -x /usr/bin/chromium || apt-get install -y chromium \
+		|| (apt-get update && apt-get install -y chromium)
+
+# The demo in headless Chromium (playwright-core): 30 turns, a registry restart; `make test`
+# runs it too (tests/browser).
+browser-test: $(DEV_STAMP) web-build chromium
+	$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
@@ -71,4 +117,4 @@ fmt: $(DEV_STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .toolref .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .toolref .pytest_cache .mypy_cache .ruff_cache $(WEB)/node_modules $(WEB)/dist

@@ -23,6 +23,7 @@ from loadtests import (
     streams,
     summarization,
     traces,
+    web_chat,
 )
 from loadtests.report import region, replace_region, write
 
@@ -95,6 +96,7 @@ def main() -> int:
         per_turn.run(found),
         relay.run(found),
         *agents.run(),
+        web_chat.run(),
         service_speed.run(found),  # last: its server processes must not slow the others
     ]
     for section in sections:

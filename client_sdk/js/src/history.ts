@@ -1,0 +1,80 @@
+/**
+ * History refs (docs/history.md): a digest chain over a conversation in chain form, so a
+ * client can name the part of it the server already holds. Pure functions, as history.py.
+ */
+
+import { canonicalBytes } from "./canonical.js";
+import { digestKey, sha256, sha256Pair } from "./digest.js";
+
+export const HISTORY_HEADER = "Toolref-History";
+export const KEEP_HISTORY = "?1";
+export const HISTORY_PREFIX = "th_";
+/** A zstd dictionary is at most this tail of the history's text. */
+export const DICTIONARY_LIMIT = 1 << 20;
+const HISTORY_RE = /^th_[a-z2-7]{25}[aeimquy4]$/;
+const encoder = new TextEncoder();
+
+/** h_0 = SHA-256("toolref history v1"). */
+export const H0: Uint8Array = sha256(encoder.encode("toolref history v1"));
+
+/** h_1 .. h_n of messages already in chain form, continuing from `start`. */
+export function heads(form: readonly unknown[], start: Uint8Array = H0): Uint8Array[] {
+  const found: Uint8Array[] = [];
+  let head = start;
+  for (const message of form) {
+    head = nextHead(head, message);
+    found.push(head);
+  }
+  return found;
+}
+
+/** h_k from h_{k-1} and message k in chain form. */
+export function nextHead(head: Uint8Array, message: unknown): Uint8Array {
+  return sha256Pair(head, canonicalBytes(message));
+}
+
+export function historyRef(head: Uint8Array): string {
+  return HISTORY_PREFIX + digestKey(head);
+}
+
+export function isHistoryRef(text: unknown): text is string {
+  return typeof text === "string" && HISTORY_RE.test(text);
+}
+
+/**
+ * Index into `confirmed` of the longest (ref, length) still a prefix of the conversation
+ * whose heads are `chain`; -1 when none is.
+ */
+export function longestConfirmed(
+  chain: readonly Uint8Array[],
+  confirmed: readonly (readonly [string, number])[],
+): number {
+  const order = confirmed.map((_, index) => index).sort((a, b) => confirmed[b]![1] - confirmed[a]![1]);
+  for (const index of order) {
+    const [ref, length] = confirmed[index]!;
+    if (length > 0 && length <= chain.length && historyRef(chain[length - 1]!) === ref) return index;
+  }
+  return -1;
+}
+
+/**
+ * The zstd raw-content dictionary a history stands for: its messages in full, as this client
+ * writes them (JSON.stringify), concatenated, at most the last DICTIONARY_LIMIT bytes.
+ */
+export function dictionary(texts: readonly string[]): Uint8Array {
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  for (let index = texts.length - 1; index >= 0 && size < DICTIONARY_LIMIT; index--) {
+    const bytes = encoder.encode(texts[index]!);
+    parts.push(bytes);
+    size += bytes.length;
+  }
+  parts.reverse();
+  const joined = new Uint8Array(size);
+  let at = 0;
+  for (const part of parts) {
+    joined.set(part, at);
+    at += part.length;
+  }
+  return size > DICTIONARY_LIMIT ? joined.slice(size - DICTIONARY_LIMIT) : joined;
+}

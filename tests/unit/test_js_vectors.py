@@ -1,0 +1,36 @@
+"""The TypeScript SDK's test vectors (client_sdk/js/test/vectors.json) are what the Python
+SDK computes now: a change to canonical JSON, refs, markers or history heads that is not
+carried to the vectors (`python -m tests.js_vectors --write`) fails here, and the JS suite
+then checks the TypeScript SDK against the new ones."""
+
+from __future__ import annotations
+
+import json
+
+from tests import js_vectors
+
+
+def test_committed_vectors_are_current() -> None:
+    assert js_vectors.VECTORS.exists(), "run `python -m tests.js_vectors --write`"
+    committed = js_vectors.VECTORS.read_text()
+    assert committed == js_vectors.render(), (
+        "client_sdk/js/test/vectors.json is stale: run `python -m tests.js_vectors --write` "
+        "and `make js-test`"
+    )
+
+
+def test_vectors_cover_the_cases_the_contract_names() -> None:
+    vectors = json.loads(js_vectors.render())
+    names = {case["name"] for case in vectors["canonical"]}
+    assert {"astral", "escapes", "controls", "floats", "deep nesting", "utf-16 key order"} <= names
+    floats = next(case for case in vectors["canonical"] if case["name"] == "floats")["canonical"]
+    for text in ("1e+21", "1e-7", "5e-324", "1.7976931348623157e+308"):
+        assert text in floats
+    assert {case["exact"] for case in vectors["bigIntegers"]} == {True, False}
+    assert {case["format"] for case in vectors["conversations"]} == {"ai-sdk-v5", "ai-sdk-v4"}
+    assert len(vectors["errors"]) >= 3  # lone surrogates: Python refuses them
+    # Every conversation has at least one marker, and its refs are the markers' refs.
+    for case in vectors["conversations"][:4]:
+        text = json.dumps(case["optimized"])
+        assert case["toolReferences"]
+        assert all(ref in text for ref in case["toolReferences"].values())
