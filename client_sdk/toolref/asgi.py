@@ -75,7 +75,8 @@ class ToolRefMiddleware:
     recent_histories: how many confirmed histories to keep in memory, in full: the next
         turn of one is answered by asking the registry only for the new messages, and its
         dictionary rebuilt without a registry call.
-    recent_history_chars: at most this many characters of them in all (LRU).
+    recent_history_chars: at most this many characters of them in all, with the request
+        bodies kept to compress against (LRU).
     alter_answers: add `toolReferences` to a JSON answer (held whole for it); False: the
         answer's body is never changed or held, and refs travel only in the
         `Toolref-References` header (the gateway, forwarding a provider's answer).

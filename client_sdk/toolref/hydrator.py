@@ -110,13 +110,12 @@ Outcome = Hydrated | PassThrough
 class _Recent:
     """A history this backend saw confirmed: each message in full, as the text its client
     wrote, the body of the request it was confirmed for (its last `DICTIONARY_LIMIT` bytes),
-    and the zstd dictionaries built from them once first needed."""
+    and the zstd dictionary built from the texts once first needed."""
 
     texts: tuple[str, ...]
     size: int
     prior: bytes | None = None
     dictionary: bytes | None = None
-    primed: bytes | None = None
 
     @classmethod
     def of(cls, texts: tuple[str, ...], prior: bytes | None = None) -> _Recent:
@@ -140,7 +139,8 @@ class Hydrator:
     max_inflated_bytes: a compressed body may inflate to at most this many bytes.
     recent_histories: how many confirmed histories to keep in full, to continue them and
         rebuild their dictionaries without the registry sending them again.
-    recent_history_chars: at most this many characters of them in all (LRU).
+    recent_history_chars: at most this many characters of them in all, with the request
+        bodies kept to compress against (LRU).
     offload_bytes: bodies (and answers) at least this large are inflated, parsed and spliced
         in a worker thread, so a large one does not hold up the event loop's other requests
         (each step is linear in the body); None: always on the loop.
@@ -234,11 +234,10 @@ class Hydrator:
                 f"{DICTIONARY_HEADER}"
             )
         self._recent.move_to_end(ref)
-        if found.primed is None:
-            if found.dictionary is None:
-                found.dictionary = history.dictionary_of_texts(found.texts)
-            found.primed = history.primed(found.dictionary, found.prior)
-        return found.primed
+        if found.dictionary is None:
+            found.dictionary = history.dictionary_of_texts(found.texts)
+        # Not kept: a history is continued once, and its successor has a body of its own.
+        return history.primed(found.dictionary, found.prior)
 
     def _remember(self, ref: str, entry: _Recent, replaces: str | None = None) -> _Recent:
         """Keep `entry` as history `ref`; `replaces`: the history it continued, dropped
