@@ -206,6 +206,36 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     expect(last.rawBytes / last.wireBytes).toBeGreaterThan(10);
   });
 
+  it("ai-sdk-v4 (toolInvocations): the registry confirms the heads the client computes", async () => {
+    const seenBodies: string[] = [];
+    const handle = withToolRef(
+      async (request) => (seenBodies.push(await request.text()), new Response("{}", { headers: { "content-type": "application/json" } })),
+      { registry: reg.service.url },
+    );
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: async (input, init) => handle(new Request(input as string, init)), onExchange: (info) => exchanges.push(info) });
+    const messages: unknown[] = [];
+    const bodies: string[] = [];
+    for (let index = 0; index < 6; index++) {
+      messages.push({ id: `u${index}`, role: "user", content: `list dir ${index}` });
+      bodies.push(JSON.stringify({ messages }));
+      const answer = await send("http://backend.test/api/chat", { method: "POST", body: JSON.stringify({ messages }) });
+      expect(answer.status).toBe(200);
+      messages.push({
+        id: `a${index}`,
+        role: "assistant",
+        content: "",
+        toolInvocations: [
+          { state: "result", toolCallId: `call_${index}`, toolName: "list_dir", args: { path: `d${index}`, depth: 1.5 }, result: "f.py\n".repeat(300) + index },
+          { state: "call", toolCallId: `pending_${index}`, toolName: "list_dir", args: { path: "later" } },
+        ],
+      });
+    }
+    expect(seenBodies).toEqual(bodies);
+    expect(exchanges.every((info) => info.historyRef !== null && !info.resent)).toBe(true);
+    expect(exchanges.slice(1).every((info) => info.continued !== null)).toBe(true);
+  });
+
   it("keeps a non-JS client's number forms and member order byte for byte", async () => {
     const chat = jsChat();
     const handle = withToolRef(chat.handle, { registry: reg.service.url });

@@ -238,6 +238,32 @@ describe("toolrefFetch against a scripted server", () => {
     await post(send, conversation(3));
     expect(fake.requests[1]!.headers.get("content-encoding")).toBe("gzip");
   });
+
+  it("a 400 dictionary-mismatch is answered by one resend without compression", async () => {
+    const fake = server(({ headers }) =>
+      headers.get("content-encoding") ? problem(400, "dictionary-mismatch", {}) : new Response("ok", { headers: { "Toolref-Protocol": "2" } }),
+    );
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: fake.fetch, compress: true, onExchange: (info) => exchanges.push(info) });
+    const answer = await post(send, conversation(2));
+    expect(await answer.text()).toBe("ok");
+    expect(fake.requests.map((request) => request.headers.get("content-encoding"))).toEqual(["gzip", null]);
+    expect(exchanges[0]!.resent).toBe(true);
+  });
+
+  it("hands back the very Response the server sent (a stream stays a stream)", async () => {
+    const sent: Response[] = [];
+    const stream = () => new ReadableStream<Uint8Array>({ pull: (controller) => controller.enqueue(new Uint8Array(1)) }); // endless
+    const fake = server(() => {
+      const response = new Response(stream(), { headers: { "content-type": "text/event-stream", "Toolref-Protocol": "2" } });
+      sent.push(response);
+      return response;
+    });
+    const answer = await post(toolrefFetch({ fetch: fake.fetch }), conversation(1));
+    expect(answer).toBe(sent[0]);
+    expect(answer.bodyUsed).toBe(false);
+    await answer.body!.cancel();
+  });
 });
 
 describe("manager options", () => {
