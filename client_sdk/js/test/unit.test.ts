@@ -17,6 +17,8 @@ import {
   refOf,
   toMarker,
   toolrefFetch,
+  withToolRef,
+  gzip,
   type ExchangeInfo,
 } from "../src/index.js";
 
@@ -297,5 +299,52 @@ describe("manager options", () => {
       expect(new TextDecoder().decode(a.body)).toBe(new TextDecoder().decode(b.body));
       expect(a.head).toBe(b.head);
     }
+  });
+});
+
+describe("withToolRef without a registry call", () => {
+  const never = (async () => {
+    throw new Error("the registry must not be called");
+  }) as typeof fetch;
+  const echo = async (request: Request) => new Response(await request.text());
+
+  it("misuse fails loudly with the fix", () => {
+    expect(() => withToolRef(echo, { registry: "localhost:8750" })).toThrow(/base URL such as "http:\/\/127.0.0.1:8750"/);
+  });
+
+  it("protocol-1 requests reach the handler untouched", async () => {
+    const handle = withToolRef(echo, { registry: "http://registry.test", fetch: never });
+    const answer = await handle(new Request("http://app.test/", { method: "POST", body: '{"messages":[1.0]}' }));
+    expect(await answer.text()).toBe('{"messages":[1.0]}');
+  });
+
+  it("refuses bodies over the limits, before any work", async () => {
+    const handle = withToolRef(echo, { registry: "http://registry.test", fetch: never, maxBodyBytes: 1000, maxInflatedBytes: 5000 });
+    const headers = { "Toolref-Protocol": "2", "Content-Type": "application/json" };
+    const big = JSON.stringify({ messages: [{ role: "user", content: "x".repeat(2000) }] });
+    const tooBig = await handle(new Request("http://app.test/", { method: "POST", headers, body: big }));
+    expect(tooBig.status).toBe(413);
+    expect(((await tooBig.json()) as { type: string }).type).toBe("urn:toolref:problem:body-too-large");
+    const bomb = await gzip(new TextEncoder().encode(JSON.stringify({ messages: [{ role: "user", content: "x".repeat(100_000) }] })));
+    expect(bomb.length).toBeLessThan(1000);
+    const inflated = await handle(
+      new Request("http://app.test/", { method: "POST", headers: { ...headers, "Content-Encoding": "gzip" }, body: bomb as BodyInit }),
+    );
+    expect(inflated.status).toBe(413);
+    expect(((await inflated.json()) as { type: string }).type).toBe("urn:toolref:problem:decompressed-too-large");
+  });
+
+  it("an unreachable registry: full payloads pass as protocol 1, refs get a 409 to resend", async () => {
+    const handle = withToolRef(echo, { registry: "http://registry.test", fetch: never });
+    const headers = { "Toolref-Protocol": "2", "Content-Type": "application/json" };
+    const full = '{"messages":[{"role":"user","parts":[{"type":"text","text":"hi"}]}]}';
+    const passed = await handle(new Request("http://app.test/", { method: "POST", headers, body: full }));
+    expect(await passed.text()).toBe(full);
+    expect(passed.headers.get("Toolref-Protocol")).toBe("1");
+    const ref = refOf({ name: "t", args: 1, result: 2 });
+    const marked = JSON.stringify({ messages: [{ role: "assistant", parts: [{ type: "tool-t", toolCallId: "c", state: "output-available", toolRef: ref }] }] });
+    const refused = await handle(new Request("http://app.test/", { method: "POST", headers, body: marked }));
+    expect(refused.status).toBe(409);
+    expect(((await refused.json()) as { missingRefs: string[] }).missingRefs).toEqual([ref]);
   });
 });
