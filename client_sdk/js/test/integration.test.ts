@@ -90,6 +90,28 @@ describe.skipIf(missing !== null)("against the Python service", () => {
     expect(raw / wire).toBeGreaterThan(5);
   });
 
+  it("regenerate and edit: a conversation cut back or changed continues the longest history still valid", async () => {
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ onExchange: (info) => exchanges.push(info) });
+    const messages: Message[] = [];
+    for (let index = 0; index < 4; index++) {
+      messages.push(user(index));
+      messages.push((await turn(send, chat.url, messages)).reply);
+    }
+    const before = (await seen(chat)).length;
+    // Regenerate: the last answer dropped, the same question sent again (nothing new at all).
+    messages.pop();
+    await turn(send, chat.url, messages);
+    // Edit the second question: only the history of the first question still fits.
+    const edited = [...messages.slice(0, 2), { ...user(1), parts: [{ type: "text", text: "read module 9 instead" }] }];
+    await turn(send, chat.url, edited);
+    expect((await seen(chat)).slice(before)).toEqual([JSON.stringify(messages), JSON.stringify(edited)]);
+    const [regenerate, edit] = exchanges.slice(-2);
+    expect(regenerate!.continued).toBe(exchanges[3]!.historyRef);
+    expect(edit!.continued).toBe(exchanges[0]!.historyRef); // the history of [u0]: the only one still valid
+    expect(exchanges.every((info) => !info.resent && info.historyRef !== null)).toBe(true);
+  });
+
   it("a backend without toolref gets full payloads and works unchanged", async () => {
     const exchanges: ExchangeInfo[] = [];
     const send = toolrefFetch({ onExchange: (info) => exchanges.push(info) });
