@@ -391,6 +391,29 @@ def conversation_cases() -> list[dict[str, Any]]:
     return cases
 
 
+def dictionary_cases() -> list[dict[str, Any]]:
+    """`history.dictionary_of_texts`: the history's message texts joined, the last 1 MiB.
+    Each text is given as `[unit, times]` (the text is `unit * times`), to keep the file small."""
+    cases = []
+    specs: list[tuple[str, list[tuple[str, int]]]] = [
+        ("small", [('{"a":1}', 1), ('{"b":"é😀"}', 1)]),
+        ("over the limit", [("a", 700_000), ("é", 300_000), ('{"z":"😀"}', 1)]),
+        ("one huge message", [("x", 1_500_000), ("😀", 1)]),
+        ("empty", []),
+    ]
+    for name, spec in specs:
+        data = history.dictionary_of_texts([unit * times for unit, times in spec])
+        cases.append(
+            {
+                "name": name,
+                "texts": spec,
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        )
+    return cases
+
+
 def build() -> dict[str, Any]:
     return {
         "comment": "Written by `python -m tests.js_vectors --write` (the Python SDK); do not edit.",
@@ -401,6 +424,7 @@ def build() -> dict[str, Any]:
         "bigIntegers": big_integer_cases(),
         "invocations": invocation_cases(),
         "conversations": conversation_cases(),
+        "dictionaries": dictionary_cases(),
     }
 
 

@@ -13,7 +13,7 @@
  * the registry (a ref or history it no longer holds) goes back to the client, which resends.
  */
 
-import { gunzip } from "./compression.js";
+import { TooLargeError, gunzip, readAll } from "./compression.js";
 import { UsageError } from "./errors.js";
 import type { FormatName } from "./formats/index.js";
 import { HISTORY_HEADER, KEEP_HISTORY, isHistoryRef } from "./history.js";
@@ -34,6 +34,10 @@ export interface ToolRefBackendOptions {
   messagesKey?: string;
   /** The messages' format; the registry detects it when absent. */
   format?: FormatName;
+  /** Larger protocol-2 bodies, as sent, are refused with 413. Default 32 MiB (as ToolRefMiddleware). */
+  maxBodyBytes?: number;
+  /** The same for a gzip body once inflated. Default 64 MiB. */
+  maxInflatedBytes?: number;
 }
 
 const MARKER_REF = /"toolRef":"(tr_[a-z2-7]{26})"/g;
@@ -54,9 +58,26 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
     const version = Number((request.headers.get(PROTOCOL_HEADER) ?? "1").trim());
     if (request.method !== "POST" || !(version >= 2)) return handler(request);
     const encoding = (request.headers.get("content-encoding") ?? "identity").trim().toLowerCase();
-    let raw: Uint8Array = new Uint8Array(await request.arrayBuffer());
-    if (encoding === "gzip") raw = await gunzip(raw);
-    else if (encoding !== "identity") {
+    const maxBody = options.maxBodyBytes ?? 32 << 20;
+    const maxInflated = options.maxInflatedBytes ?? 64 << 20;
+    let raw: Uint8Array;
+    let inflated = false; // where a limit was hit: reading the body, or inflating it
+    try {
+      raw = request.body === null ? new Uint8Array(0) : await readAll(request.body, maxBody);
+      inflated = true;
+      if (encoding === "gzip") raw = await gunzip(raw, maxInflated);
+    } catch (error) {
+      if (error instanceof TooLargeError) {
+        return problem(
+          413,
+          inflated ? "decompressed-too-large" : "body-too-large",
+          `the ${inflated ? "inflated " : ""}body is over the limit of ${error.limit} bytes; send fewer messages`,
+          { limit: error.limit },
+        );
+      }
+      return problem(400, "malformed-body", `the gzip body is corrupt (${String(error)}); send it whole, or uncompressed`);
+    }
+    if (encoding !== "identity" && encoding !== "gzip") {
       // zstd against a history needs its dictionary: answering a mismatch makes a toolref
       // client resend the body without it (docs/js.md, "The backend helper").
       const history = request.headers.get(HISTORY_HEADER);
@@ -94,8 +115,11 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
       return new Response(await answer.text(), { status: answer.status, headers });
     }
     const answerText = await answer.text();
+    const hydrated = readBody(answerText, "messages")?.find((span) => span.key === "messages");
+    if (hydrated === undefined) {
+      return unavailable(handler, request, raw, sentMessages, historyRef, `${registry} answered hydrate with no messages: is it a toolref registry?`);
+    }
     const parsed = JSON.parse(answerText) as { toolReferences?: Record<string, string>; historyRef?: string };
-    const hydrated = readBody(answerText, "messages")!.find((span) => span.key === "messages")!;
     const body = spliced(text, spans, key, answerText.slice(hydrated.valueStart, hydrated.end));
     const response = await handler(rebuilt(request, encoder.encode(body)));
     const extra: Record<string, string> = { [PROTOCOL_HEADER]: "2" };

@@ -10,8 +10,41 @@ export async function gzip(data: Uint8Array): Promise<Uint8Array> {
   return transform(data, new CompressionStream("gzip"));
 }
 
-export async function gunzip(data: Uint8Array): Promise<Uint8Array> {
-  return transform(data, new DecompressionStream("gzip"));
+/** Thrown by {@link gunzip} and {@link readAll} past their limit. */
+export class TooLargeError extends Error {
+  override name = "TooLargeError";
+  constructor(readonly limit: number) {
+    super(`more than ${limit} bytes`);
+  }
+}
+
+/** A gzip body inflated, at most `limit` bytes (a bomb stops one chunk past it). */
+export async function gunzip(data: Uint8Array, limit = Infinity): Promise<Uint8Array> {
+  return readAll(new Blob([data as BlobPart]).stream().pipeThrough(new DecompressionStream("gzip")), limit);
+}
+
+/** Every byte of `stream`, at most `limit` (then it is cancelled and TooLargeError thrown). */
+export async function readAll(stream: ReadableStream<Uint8Array>, limit = Infinity): Promise<Uint8Array> {
+  const reader = stream.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    size += value.length;
+    if (size > limit) {
+      await reader.cancel();
+      throw new TooLargeError(limit);
+    }
+    chunks.push(value);
+  }
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    out.set(chunk, at);
+    at += chunk.length;
+  }
+  return out;
 }
 
 async function transform(data: Uint8Array, stream: CompressionStream | DecompressionStream): Promise<Uint8Array> {

@@ -10,6 +10,7 @@
  */
 
 import { ToolReferenceManager, type ManagerOptions } from "./manager.js";
+import { UsageError } from "./errors.js";
 import { JSON_TYPE } from "./protocol.js";
 
 type Fetch = typeof globalThis.fetch;
@@ -47,6 +48,14 @@ const encoder = new TextEncoder();
 
 /** A fetch-compatible function that sends refs and history refs. */
 export function toolrefFetch(options: ToolrefFetchOptions = {}): Fetch {
+  for (const name of ["fetch", "onExchange"] as const) {
+    if (options[name] !== undefined && typeof options[name] !== "function") {
+      throw new UsageError(`toolrefFetch({ ${name} }) takes a function, not ${typeof options[name]}; pass one or leave it out`);
+    }
+  }
+  if (options.manager !== undefined && !(options.manager instanceof ToolReferenceManager)) {
+    throw new UsageError("toolrefFetch({ manager }) takes a ToolReferenceManager (new ToolReferenceManager(options)); or leave it out");
+  }
   const manager = options.manager ?? new ToolReferenceManager(options);
   const key = manager.messagesKey;
   const send: Fetch = (input, init) => (options.fetch ?? globalThis.fetch)(input, init);

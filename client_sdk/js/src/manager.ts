@@ -271,10 +271,11 @@ export class ToolReferenceManager {
     let wire = 0;
     let refsSent = 0;
     let useHistories = true;
+    let plain = false; // after a 400 dictionary-mismatch: no compression at all
     for (;;) {
       const usable =
         !this.refsAccepted || attempt === 2 ? () => false : (ref: string) => this.confirmed.has(ref);
-      const compress = this.compress ?? this.historiesAccepted;
+      const compress = !plain && (this.compress ?? this.historiesAccepted);
       const upload = await this.upload(body, usable, useHistories, compress);
       let response = await post(upload.body, upload.headers);
       attempts += 1;
@@ -299,8 +300,10 @@ export class ToolReferenceManager {
         useHistories = false;
         continue;
       }
-      if (kind === DICTIONARY_MISMATCH && upload.headers["Content-Encoding"] === "zstd") {
+      if (kind === DICTIONARY_MISMATCH && upload.headers["Content-Encoding"] !== undefined && !plain) {
+        // The server could not inflate the body as sent: once more, uncompressed.
         this.savings.fallbacks += 1;
+        plain = true;
         continue;
       }
       if (response.status === 409 && kind === MISSING_REFS && upload.used > 0 && attempt < 2) {

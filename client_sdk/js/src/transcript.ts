@@ -117,6 +117,7 @@ export class Transcripts {
   /** Remember `transcript`, made from `continued`: it replaces `continued` when it continues
    * it (or differs only in the last message), else it is kept beside it (a fork). */
   keep(transcript: Transcript, continued: Transcript | null): void {
+    if (transcript.size > this.bytes) return; // never kept: the others stay
     if (continued !== null) {
       const at = this.kept.indexOf(continued);
       if (at >= 0 && commonPrefix(continued.texts, transcript.texts) >= continued.texts.length - 1) {

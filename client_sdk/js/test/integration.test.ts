@@ -90,6 +90,28 @@ describe.skipIf(missing !== null)("against the Python service", () => {
     expect(raw / wire).toBeGreaterThan(5);
   });
 
+  it("regenerate and edit: a conversation cut back or changed continues the longest history still valid", async () => {
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ onExchange: (info) => exchanges.push(info) });
+    const messages: Message[] = [];
+    for (let index = 0; index < 4; index++) {
+      messages.push(user(index));
+      messages.push((await turn(send, chat.url, messages)).reply);
+    }
+    const before = (await seen(chat)).length;
+    // Regenerate: the last answer dropped, the same question sent again (nothing new at all).
+    messages.pop();
+    await turn(send, chat.url, messages);
+    // Edit the second question: only the history of the first question still fits.
+    const edited = [...messages.slice(0, 2), { ...user(1), parts: [{ type: "text", text: "read module 9 instead" }] }];
+    await turn(send, chat.url, edited);
+    expect((await seen(chat)).slice(before)).toEqual([JSON.stringify(messages), JSON.stringify(edited)]);
+    const [regenerate, edit] = exchanges.slice(-2);
+    expect(regenerate!.continued).toBe(exchanges[3]!.historyRef);
+    expect(edit!.continued).toBe(exchanges[0]!.historyRef); // the history of [u0]: the only one still valid
+    expect(exchanges.every((info) => !info.resent && info.historyRef !== null)).toBe(true);
+  });
+
   it("a backend without toolref gets full payloads and works unchanged", async () => {
     const exchanges: ExchangeInfo[] = [];
     const send = toolrefFetch({ onExchange: (info) => exchanges.push(info) });
@@ -204,6 +226,36 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     expect(exchanges.slice(1).every((info) => info.continued !== null && info.historyRef !== null)).toBe(true);
     const last = exchanges.at(-1)!;
     expect(last.rawBytes / last.wireBytes).toBeGreaterThan(10);
+  });
+
+  it("ai-sdk-v4 (toolInvocations): the registry confirms the heads the client computes", async () => {
+    const seenBodies: string[] = [];
+    const handle = withToolRef(
+      async (request) => (seenBodies.push(await request.text()), new Response("{}", { headers: { "content-type": "application/json" } })),
+      { registry: reg.service.url },
+    );
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: async (input, init) => handle(new Request(input as string, init)), onExchange: (info) => exchanges.push(info) });
+    const messages: unknown[] = [];
+    const bodies: string[] = [];
+    for (let index = 0; index < 6; index++) {
+      messages.push({ id: `u${index}`, role: "user", content: `list dir ${index}` });
+      bodies.push(JSON.stringify({ messages }));
+      const answer = await send("http://backend.test/api/chat", { method: "POST", body: JSON.stringify({ messages }) });
+      expect(answer.status).toBe(200);
+      messages.push({
+        id: `a${index}`,
+        role: "assistant",
+        content: "",
+        toolInvocations: [
+          { state: "result", toolCallId: `call_${index}`, toolName: "list_dir", args: { path: `d${index}`, depth: 1.5 }, result: "f.py\n".repeat(300) + index },
+          { state: "call", toolCallId: `pending_${index}`, toolName: "list_dir", args: { path: "later" } },
+        ],
+      });
+    }
+    expect(seenBodies).toEqual(bodies);
+    expect(exchanges.every((info) => info.historyRef !== null && !info.resent)).toBe(true);
+    expect(exchanges.slice(1).every((info) => info.continued !== null)).toBe(true);
   });
 
   it("keeps a non-JS client's number forms and member order byte for byte", async () => {

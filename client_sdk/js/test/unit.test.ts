@@ -17,6 +17,8 @@ import {
   refOf,
   toMarker,
   toolrefFetch,
+  withToolRef,
+  gzip,
   type ExchangeInfo,
 } from "../src/index.js";
 
@@ -238,10 +240,37 @@ describe("toolrefFetch against a scripted server", () => {
     await post(send, conversation(3));
     expect(fake.requests[1]!.headers.get("content-encoding")).toBe("gzip");
   });
+
+  it("a 400 dictionary-mismatch is answered by one resend without compression", async () => {
+    const fake = server(({ headers }) =>
+      headers.get("content-encoding") ? problem(400, "dictionary-mismatch", {}) : new Response("ok", { headers: { "Toolref-Protocol": "2" } }),
+    );
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: fake.fetch, compress: true, onExchange: (info) => exchanges.push(info) });
+    const answer = await post(send, conversation(2));
+    expect(await answer.text()).toBe("ok");
+    expect(fake.requests.map((request) => request.headers.get("content-encoding"))).toEqual(["gzip", null]);
+    expect(exchanges[0]!.resent).toBe(true);
+  });
+
+  it("hands back the very Response the server sent (a stream stays a stream)", async () => {
+    const sent: Response[] = [];
+    const stream = () => new ReadableStream<Uint8Array>({ pull: (controller) => controller.enqueue(new Uint8Array(1)) }); // endless
+    const fake = server(() => {
+      const response = new Response(stream(), { headers: { "content-type": "text/event-stream", "Toolref-Protocol": "2" } });
+      sent.push(response);
+      return response;
+    });
+    const answer = await post(toolrefFetch({ fetch: fake.fetch }), conversation(1));
+    expect(answer).toBe(sent[0]);
+    expect(answer.bodyUsed).toBe(false);
+    await answer.body!.cancel();
+  });
 });
 
 describe("manager options", () => {
   it("misuse fails loudly with the fix", () => {
+    expect(() => toolrefFetch({ onExchange: "log" as unknown as () => void })).toThrow(/takes a function/);
     expect(() => new ToolReferenceManager({ format: "openai-chat" as "ai-sdk-v5" })).toThrow(/use "ai-sdk-v5" or "ai-sdk-v4"/);
     expect(() => new ToolReferenceManager({ maxRefs: 0 })).toThrow(UsageError);
     expect(() => new ToolReferenceManager({ messagesKey: "" })).toThrow(/messagesKey/);
@@ -271,5 +300,52 @@ describe("manager options", () => {
       expect(new TextDecoder().decode(a.body)).toBe(new TextDecoder().decode(b.body));
       expect(a.head).toBe(b.head);
     }
+  });
+});
+
+describe("withToolRef without a registry call", () => {
+  const never = (async () => {
+    throw new Error("the registry must not be called");
+  }) as typeof fetch;
+  const echo = async (request: Request) => new Response(await request.text());
+
+  it("misuse fails loudly with the fix", () => {
+    expect(() => withToolRef(echo, { registry: "localhost:8750" })).toThrow(/base URL such as "http:\/\/127.0.0.1:8750"/);
+  });
+
+  it("protocol-1 requests reach the handler untouched", async () => {
+    const handle = withToolRef(echo, { registry: "http://registry.test", fetch: never });
+    const answer = await handle(new Request("http://app.test/", { method: "POST", body: '{"messages":[1.0]}' }));
+    expect(await answer.text()).toBe('{"messages":[1.0]}');
+  });
+
+  it("refuses bodies over the limits, before any work", async () => {
+    const handle = withToolRef(echo, { registry: "http://registry.test", fetch: never, maxBodyBytes: 1000, maxInflatedBytes: 5000 });
+    const headers = { "Toolref-Protocol": "2", "Content-Type": "application/json" };
+    const big = JSON.stringify({ messages: [{ role: "user", content: "x".repeat(2000) }] });
+    const tooBig = await handle(new Request("http://app.test/", { method: "POST", headers, body: big }));
+    expect(tooBig.status).toBe(413);
+    expect(((await tooBig.json()) as { type: string }).type).toBe("urn:toolref:problem:body-too-large");
+    const bomb = await gzip(new TextEncoder().encode(JSON.stringify({ messages: [{ role: "user", content: "x".repeat(100_000) }] })));
+    expect(bomb.length).toBeLessThan(1000);
+    const inflated = await handle(
+      new Request("http://app.test/", { method: "POST", headers: { ...headers, "Content-Encoding": "gzip" }, body: bomb as BodyInit }),
+    );
+    expect(inflated.status).toBe(413);
+    expect(((await inflated.json()) as { type: string }).type).toBe("urn:toolref:problem:decompressed-too-large");
+  });
+
+  it("an unreachable registry: full payloads pass as protocol 1, refs get a 409 to resend", async () => {
+    const handle = withToolRef(echo, { registry: "http://registry.test", fetch: never });
+    const headers = { "Toolref-Protocol": "2", "Content-Type": "application/json" };
+    const full = '{"messages":[{"role":"user","parts":[{"type":"text","text":"hi"}]}]}';
+    const passed = await handle(new Request("http://app.test/", { method: "POST", headers, body: full }));
+    expect(await passed.text()).toBe(full);
+    expect(passed.headers.get("Toolref-Protocol")).toBe("1");
+    const ref = refOf({ name: "t", args: 1, result: 2 });
+    const marked = JSON.stringify({ messages: [{ role: "assistant", parts: [{ type: "tool-t", toolCallId: "c", state: "output-available", toolRef: ref }] }] });
+    const refused = await handle(new Request("http://app.test/", { method: "POST", headers, body: marked }));
+    expect(refused.status).toBe(409);
+    expect(((await refused.json()) as { missingRefs: string[] }).missingRefs).toEqual([ref]);
   });
 });

@@ -7,6 +7,7 @@ import {
   canonicalJson,
   chainForm,
   detect,
+  dictionary,
   fill,
   heads,
   historyRef,
@@ -35,6 +36,7 @@ interface Vectors {
     toolReferences: Record<string, string>;
     historyRefs: string[];
   }[];
+  dictionaries: { name: string; texts: [string, number][]; size: number; sha256: string }[];
 }
 
 const vectors = JSON.parse(readFileSync(new URL("./vectors.json", import.meta.url), "utf8")) as Vectors;
@@ -90,6 +92,14 @@ describe("vectors from the Python SDK", () => {
     it(`invocation ref: ${item.invocation.name}/${String(item.invocation.isError ?? false)}`, () => {
       expect(canonicalJson({ ...item.invocation, isError: item.invocation.isError ?? false })).toBe(item.canonical);
       expect(refOf(item.invocation)).toBe(item.ref);
+    });
+  }
+
+  for (const item of vectors.dictionaries) {
+    it(`history dictionary: ${item.name}`, () => {
+      const data = dictionary(item.texts.map(([unit, times]) => unit.repeat(times)));
+      expect(data.length).toBe(item.size);
+      expect(toHex(sha256(data))).toBe(item.sha256);
     });
   }
 
