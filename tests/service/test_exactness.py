@@ -38,6 +38,7 @@ from toolref import (
     formats,
 )
 from toolref.encoding import dumps_json
+from toolref.history import DICTIONARY_HEADER
 from toolref.rewriter import ref_of
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
@@ -46,7 +47,9 @@ from ..conftest import all_keys
 from ..unit.format_strategies import CONVERSATIONS
 from .test_chat_flow import Switch
 
-FAULTS = ("none", "none", "evict-refs", "evict-history", "registry-down")
+# "mark-last": the client changes its last message, as Claude Code moves its cache mark: no
+# confirmed history is a prefix, and the conversation goes whole against the last body kept.
+FAULTS = ("none", "none", "evict-refs", "evict-history", "registry-down", "mark-last")
 
 
 @dataclass
@@ -140,9 +143,13 @@ async def test_the_backend_receives_every_body_as_the_client_wrote_it(
             await evict(chain.redis, "i" if fault == "evict-refs" else "h")
         chain.link.down = fault == "registry-down"
         messages = conversation[:cut]
+        if fault == "mark-last" and isinstance(messages[-1], dict):
+            messages = [*messages[:-1], {**messages[-1], "mark": data.draw(NUMBERS)}]
         body = {"model": "m", "messages": messages, "temperature": data.draw(NUMBERS)}
         response = await manager.apost(chain.http, "/chat", json=body)
         assert response.status_code == 200, response.text
+        if DICTIONARY_HEADER in response.request.headers:
+            event("compressed against a kept body")
         received = chain.received[-1]
         assert json.loads(received) == body
         if spelled_twice(messages):
