@@ -35,7 +35,7 @@ from toolref.checks import check_middleware_options
 from toolref.client import AsyncRegistryClient
 from toolref.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
 from toolref.errors import BodyTooLargeError, InvalidProtocolError, ToolrefError
-from toolref.history import DICTIONARY_HEADER, HISTORY_HEADER
+from toolref.history import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
 from toolref.hydrator import Hydrated, Hydrator, PassThrough
 from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
@@ -53,6 +53,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 _PROTOCOL: Final = PROTOCOL_HEADER.lower().encode()
 _HISTORY: Final = HISTORY_HEADER.lower().encode()
 _DICTIONARY: Final = DICTIONARY_HEADER.lower().encode()
+_CHECKPOINT: Final = CHECKPOINT_HEADER.lower().encode()
 _REFERENCES: Final = REFERENCES_HEADER.lower().encode()
 _HEADER_LIMIT: Final = 8192  # beyond this, refs are not offered in a header (proxies cut long ones)
 _VERIFY_SECONDS: Final = 5.0
@@ -258,6 +259,7 @@ def _marked(send: Send, protocol: int, outcome: Hydrated | None, *, hold: bool =
     references = outcome.references if outcome is not None else {}
     confirmed = outcome.history if outcome is not None else None
     primed = outcome is not None and outcome.primed
+    checkpoint = outcome.checkpoint if outcome is not None else None
     held: Message | None = None
 
     async def wrapped(message: Message) -> None:
@@ -267,13 +269,15 @@ def _marked(send: Send, protocol: int, outcome: Hydrated | None, *, hold: bool =
             headers = [
                 (k, v)
                 for k, v in message.get("headers", [])
-                if k.lower() not in (_PROTOCOL, _HISTORY, _DICTIONARY, _REFERENCES)
+                if k.lower() not in (_PROTOCOL, _HISTORY, _DICTIONARY, _CHECKPOINT, _REFERENCES)
             ]
             headers.append((_PROTOCOL, str(protocol).encode()))
             if confirmed is not None:
                 headers.append((_HISTORY, confirmed.encode()))
                 if primed:  # this body is kept with that history, to compress against
                     headers.append((_DICTIONARY, b"?1"))
+                if checkpoint is not None:
+                    headers.append((_CHECKPOINT, checkpoint.encode()))
             message = {**message, "headers": headers}
             if hold and references and message.get("status", 200) < 300 and _is_json(headers):
                 held = message

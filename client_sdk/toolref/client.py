@@ -93,6 +93,7 @@ class HydratedText:
     tool_references: dict[str, str]
     history_ref: str | None
     returned: ReturnMessages = "all"  # "new": only the messages asked about, hydrated
+    checkpoint: tuple[str, int] | None = None  # (ref, length) of the prefix kept too
 
     @property
     def messages_text(self) -> str:
@@ -108,6 +109,10 @@ class HydratedText:
         member = found["messages"]
         ref = body.get("historyRef")
         references = body.get("toolReferences")
+        checkpoint, length = body.get("checkpointRef"), body.get("checkpointLength")
+        kept = None
+        if is_history_ref(checkpoint) and type(length) is int and length > 0:
+            kept = (str(checkpoint), length)
         return cls(
             text,
             (member.start, member.end),
@@ -115,6 +120,7 @@ class HydratedText:
             dict(references) if isinstance(references, dict) else {},
             ref if is_history_ref(ref) else None,
             returned,
+            kept,
         )
 
 
@@ -556,6 +562,8 @@ class BaseRegistryClient(Generic[TransportT_co]):
         history_ref: str | None,
         keep_history: bool,
         return_messages: ReturnMessages = "all",
+        *,
+        checkpoint: bool = False,
     ) -> Exchange[HydratedText]:
         """`_hydrate` for messages given as JSON text (an array), answered as text: nothing
         in them is parsed and written again on the way (see `HydratedText`). `"new"` is
@@ -584,6 +592,8 @@ class BaseRegistryClient(Generic[TransportT_co]):
         if return_messages == "new" and history_ref is not None and "new" in caps.return_messages:
             options += ',"returnMessages":"new"'
             returned = "new"
+        if checkpoint and keep_history and caps.checkpoints:
+            options += ',"checkpoint":true'
         content = ('{"messages":' + messages + options + "}").encode()
         headers = {
             **self._headers,
@@ -711,10 +721,14 @@ class RegistryClient(BaseRegistryClient[httpx.BaseTransport]):
         history_ref: str | None = None,
         keep_history: bool = False,
         return_messages: ReturnMessages = "all",
+        checkpoint: bool = False,
     ) -> HydratedText:
         """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`).
-        `return_messages="new"`: only `messages` come back (the caller holds the history)."""
-        exchange = self._hydrate_text(messages, format, history_ref, keep_history, return_messages)
+        `return_messages="new"`: only `messages` come back (the caller holds the history).
+        `checkpoint`: keep the conversation's checkpoint too, where the registry can."""
+        exchange = self._hydrate_text(
+            messages, format, history_ref, keep_history, return_messages, checkpoint=checkpoint
+        )
         return self._run(exchange)
 
     def verify(self) -> str | None:
@@ -800,11 +814,15 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
         history_ref: str | None = None,
         keep_history: bool = False,
         return_messages: ReturnMessages = "all",
+        checkpoint: bool = False,
     ) -> HydratedText:
         """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`):
         what a backend uses to hand its app exactly what the client sent.
-        `return_messages="new"`: only `messages` come back (the caller holds the history)."""
-        exchange = self._hydrate_text(messages, format, history_ref, keep_history, return_messages)
+        `return_messages="new"`: only `messages` come back (the caller holds the history).
+        `checkpoint`: keep the conversation's checkpoint too, where the registry can."""
+        exchange = self._hydrate_text(
+            messages, format, history_ref, keep_history, return_messages, checkpoint=checkpoint
+        )
         return await self._run(exchange)
 
     async def verify(self) -> str | None:

@@ -26,6 +26,9 @@ HISTORY_HEADER: Final = "Toolref-History"
 # a zstd body was compressed against; `?1` in an answer: the server keeps this request's body
 # with the history it confirms.
 DICTIONARY_HEADER: Final = "Toolref-Dictionary"
+# `?1` in a request: keep the conversation's checkpoint too (the longest prefix before its
+# last message with no call waiting); in the answer, that checkpoint's history ref.
+CHECKPOINT_HEADER: Final = "Toolref-Checkpoint"
 KEEP_HISTORY: Final = "?1"  # RFC 8941 boolean true: "keep this conversation as a history"
 # A dictionary is the tail of the history's text: zstd at the levels clients use cannot
 # reach further back than its window, and the bound caps what a server rebuilds per request.

@@ -52,6 +52,7 @@ from toolref.errors import (
     UnsupportedMediaTypeError,
 )
 from toolref.history import (
+    CHECKPOINT_HEADER,
     DICTIONARY_HEADER,
     DICTIONARY_LIMIT,
     HISTORY_HEADER,
@@ -91,6 +92,7 @@ class Hydrated:
     references: dict[str, str]  # call id -> ref, only refs the client has not been told
     history: str | None  # the history ref confirmed for the whole conversation
     primed: bool = False  # this body is kept with that history, to compress against
+    checkpoint: str | None = None  # the checkpoint kept too, when asked
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +272,7 @@ class Hydrator:
         listed = document.members[key]
         messages = document.text[listed.start : listed.end]
         held = self._recent.get(ref) if ref is not None else None
+        checkpoint = keep and headers.get(CHECKPOINT_HEADER.lower(), "").strip() == "?1"
         try:
             answer = await self.registry.hydrate_text(
                 messages,
@@ -277,6 +280,7 @@ class Hydrator:
                 history_ref=ref,
                 keep_history=keep,
                 return_messages="new" if held is not None else "all",
+                checkpoint=checkpoint,
             )
         except (MissingRefsError, MissingHistoryError):
             raise
@@ -300,11 +304,15 @@ class Hydrator:
         if answer.history_ref is not None:
             self._remember(answer.history_ref, _Recent.of(texts, body), replaces=ref)
             primed = answer.history_ref in self._recent
+        kept = answer.checkpoint if answer.history_ref is not None else None
+        if kept is not None and kept[1] < len(texts):
+            self._remember(kept[0], _Recent.of(texts[: kept[1]], body))
         return Hydrated(
             await self._work(len(body) + size, _spliced, document, key, texts),
             _lacking(answer, messages, keep),
             answer.history_ref,
             primed,
+            kept[0] if kept is not None else None,
         )
 
     async def _work(self, size: int, step: Callable[..., T], *args: Any) -> T:

@@ -133,6 +133,13 @@ class HydrateRequest(WireModel):
         "request's messages, hydrated (a backend that holds the history splices them itself; "
         "needs `returnMessages` in the capabilities).",
     )
+    checkpoint: StrictBool = Field(
+        default=False,
+        description="With the history kept: also keep the longest prefix of the conversation "
+        "that ends before its last message with no call waiting for a result, and confirm it "
+        "in `checkpointRef`, for a client that changes its last message every turn (needs "
+        "`checkpoints` in the capabilities).",
+    )
 
 
 class OptimizationStats(AnswerModel):
@@ -166,6 +173,14 @@ class MessagesResponse(AnswerModel):
         default=None,
         description="Hydrate, when asked to keep the history (`historyRef`, or the request "
         "header `Toolref-History: ?1`): the ref of the whole conversation, for the next turn.",
+    )
+    checkpoint_ref: str | None = Field(
+        default=None,
+        description="Hydrate with `checkpoint`: the ref of the history of the first "
+        "`checkpointLength` messages, kept too (absent when no such prefix is new here).",
+    )
+    checkpoint_length: int | None = Field(
+        default=None, description="Hydrate with `checkpoint`: how many messages it holds."
     )
 
 
@@ -306,6 +321,9 @@ class Capabilities(AnswerModel):
         default_factory=lambda: ["all"],
         description="What hydrate's `returnMessages` accepts: `new` answers only a request's "
         "own messages.",
+    )
+    checkpoints: bool = Field(
+        default=False, description="Hydrate accepts `checkpoint` (see the request)."
     )
 
 

@@ -48,7 +48,14 @@ from toolref.errors import (
 )
 from toolref.exchange import Exchange, run_async, run_sync
 from toolref.formats import Format, Pair
-from toolref.history import DICTIONARY_HEADER, DICTIONARY_LIMIT, HISTORY_HEADER, KEEP_HISTORY
+from toolref.history import (
+    CHECKPOINT_HEADER,
+    DICTIONARY_HEADER,
+    DICTIONARY_LIMIT,
+    HISTORY_HEADER,
+    KEEP_HISTORY,
+    history_ref,
+)
 from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref.transcript import Transcripts, keys_of, transcribe
@@ -156,6 +163,10 @@ class ToolReferenceManager:
     # in a row, the next 2**n - 1 turns send none, so they cost O(log turns) round trips.
     prior_refusals: int = 0
     prior_pause: int = 0
+    # A conversation that changes its last message every turn (Claude Code moves its cache
+    # mark) is no prefix of any history confirmed for it: once seen, every turn asks the
+    # server to keep its checkpoint too, which the next turn continues.
+    checkpoints: bool = False
     refs_accepted: bool = False  # the backend has answered as protocol 2
     histories_accepted: bool = False  # the backend has confirmed a history
     transcripts: Transcripts = field(init=False, repr=False, compare=False)
@@ -307,7 +318,9 @@ class ToolReferenceManager:
                 compress=compress,
                 use_dictionary=dictionary,
                 priors=self.priors if priors else None,
+                checkpoint=self.checkpoints,
             )
+            self.checkpoints = self.checkpoints or upload.rewound
             response = cast(httpx.Response, (yield build(upload.content, upload.headers)))
             self.savings.requests += 1
             self.savings.sent_bytes += len(upload.content)
@@ -366,15 +379,24 @@ class ToolReferenceManager:
             # Every invocation of a confirmed history is held: its refs need no telling.
             self.confirm(refs)
             self.histories_accepted = True
-            self.histories[confirmed] = upload.length
-            self.histories.move_to_end(confirmed)
-            while len(self.histories) > self.max_histories:
-                self.histories.popitem(last=False)
+            refs_kept = [confirmed]
+            checkpoint = _checkpoint(response.headers.get(CHECKPOINT_HEADER), upload)
+            if checkpoint is not None:
+                self._remember_history(*checkpoint)
+                refs_kept.append(checkpoint[0])
+            self._remember_history(confirmed, upload.length)
             if response.headers.get(DICTIONARY_HEADER) == KEEP_HISTORY:
-                self._keep_prior(confirmed, upload)
+                self._keep_prior(refs_kept, upload)
 
-    def _keep_prior(self, ref: str, upload: Upload) -> None:
-        """Keep the body the server keeps for history `ref`, within `max_prior_bytes`."""
+    def _remember_history(self, ref: str, length: int) -> None:
+        self.histories[ref] = length
+        self.histories.move_to_end(ref)
+        while len(self.histories) > self.max_histories:
+            self.histories.popitem(last=False)
+
+    def _keep_prior(self, refs: Sequence[str], upload: Upload) -> None:
+        """Keep the body the server keeps for histories `refs` (a head and its checkpoint
+        share it), within `max_prior_bytes`."""
         body = upload.text[-DICTIONARY_LIMIT:]
         if upload.first is None or len(body) > self.max_prior_bytes:
             return
@@ -382,13 +404,17 @@ class ToolReferenceManager:
         # newer one compresses the next turn better than any older.
         for older in [k for k, prior in self.priors.items() if prior.first == upload.first]:
             del self.priors[older]
-        self.priors[ref] = Prior(upload.first, body)
-        size = sum(len(prior.body) for prior in self.priors.values())  # max_histories at most
+        kept = Prior(upload.first, body)
+        for ref in refs:
+            self.priors[ref] = kept
+        # Each body once (a checkpoint shares its head's); max_histories entries at most.
+        size = sum(len(p.body) for p in {id(p): p for p in self.priors.values()}.values())
         while self.priors and (
             size > self.max_prior_bytes or len(self.priors) > self.max_histories
         ):
             _, oldest = self.priors.popitem(last=False)
-            size -= len(oldest.body)
+            if all(p is not oldest for p in self.priors.values()):
+                size -= len(oldest.body)
 
     def learn_answer(self, status: int, headers: Mapping[str, str], content: bytes) -> None:
         """Confirm the refs a successful protocol-2 JSON answer lists in `toolReferences`
@@ -469,6 +495,19 @@ class ToolReferenceManager:
                 self.learn_answer(response.status_code, response.headers, response.content)
         finally:
             await response.aclose()
+
+
+def _checkpoint(header: str | None, upload: Upload) -> tuple[str, int] | None:
+    """(ref, length) of the checkpoint the server confirmed, when it is a prefix this
+    client computed itself (a checkpoint ends a few messages before the end)."""
+    if header is None or not upload.chain:
+        return None
+    ref = header.strip()
+    chain = upload.chain
+    for length in range(len(chain) - 1, max(len(chain) - 65, 0), -1):
+        if history_ref(chain[length - 1]) == ref:
+            return ref, length
+    return None
 
 
 def _full_size(body: Mapping[str, Any], key: str, sending: _Sending) -> int:

@@ -30,7 +30,7 @@ import httpx
 
 from toolref.encoding import JSON_TYPE
 from toolref.exchange import Exchange, run_async, run_sync
-from toolref.history import DICTIONARY_HEADER, HISTORY_HEADER
+from toolref.history import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
 from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref.rewriter import ToolReferenceManager, may_resend
@@ -77,6 +77,7 @@ _REPLACED: Final = frozenset(
         PROTOCOL_HEADER.lower(),
         HISTORY_HEADER.lower(),
         DICTIONARY_HEADER.lower(),
+        CHECKPOINT_HEADER.lower(),
     }
 )
 _TEE_LIMIT: Final = 8 * 2**20  # a JSON answer larger than this is not read for refs

@@ -17,6 +17,7 @@ message changed (Claude Code moves its `cache_control` mark every turn).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -43,6 +44,8 @@ class Upload:
     text: bytes = b""  # the body before compression
     prior: str | None = None  # the history whose primed dictionary was used
     first: bytes | None = None  # the chain head of the first message: which conversation
+    chain: Sequence[bytes] = ()  # the chain heads of the whole conversation
+    rewound: bool = False  # a history of this conversation was confirmed, but is no prefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,11 +81,14 @@ def prepare(
     compress: bool,
     use_dictionary: bool = True,
     priors: Mapping[str, Prior] | None = None,
+    checkpoint: bool = False,
 ) -> Upload:
     """The upload for `turn`. `confirmed`: history ref -> length of every history the server
     confirmed. `keep`: ask the server to keep this conversation as a history (and continue
     one, when a confirmed one fits). `compress`: the server is known to read zstd.
-    `priors`: history ref -> the body the server keeps for it (least recent first)."""
+    `priors`: history ref -> the body the server keeps for it (least recent first).
+    `checkpoint`: ask the server to keep the conversation's checkpoint too (asked anyway
+    when a history of this conversation is no prefix of it: its last message changed)."""
     headers = {PROTOCOL_HEADER: str(PROTOCOL_REFS), "Content-Type": JSON_TYPE}
     priors = priors if use_dictionary and priors is not None else {}
     length = len(turn.messages)
@@ -97,7 +103,13 @@ def prepare(
     pick = history.longest_confirmed(chain, candidates)
     if pick < 0:
         same = _same_conversation(priors, chain[0])
-        return _whole(turn, headers, head, compress, prior=same, first=chain[0])
+        rewound = same is not None and same[1].first == chain[0]
+        if checkpoint or rewound:
+            headers[history.CHECKPOINT_HEADER] = history.KEEP_HISTORY
+        whole = _whole(turn, headers, head, compress, prior=same, first=chain[0])
+        return dataclasses.replace(whole, chain=chain, rewound=rewound)
+    if checkpoint:
+        headers[history.CHECKPOINT_HEADER] = history.KEEP_HISTORY
     ref, start = candidates[pick]
     rest = list(turn.outgoing[start:])
     if compress and use_dictionary:
@@ -115,9 +127,9 @@ def prepare(
         headers[history.HISTORY_HEADER] = ref
         headers["Content-Encoding"] = "zstd"
         named = ref if prior is not None else None
-        return Upload(packed, headers, ref, head, length, True, plain, named, chain[0])
+        return Upload(packed, headers, ref, head, length, True, plain, named, chain[0], chain)
     content = dumps_json({**turn.body, "historyRef": ref, turn.key: rest})
-    return Upload(content, headers, ref, head, length, False, content, None, chain[0])
+    return Upload(content, headers, ref, head, length, False, content, None, chain[0], chain)
 
 
 def _same_conversation(priors: Mapping[str, Prior], first: bytes) -> tuple[str, Prior] | None:

@@ -249,6 +249,23 @@ class Histories:
         node = Node(before.format, [*before.ids, *ids], head, before.refreshed, detection, pending)
         return await self._write(tenant, node, ids, texts, history_ref(before.head))
 
+    async def checkpoint(self, tenant: str, node: Node) -> str:
+        """Write the node of a checkpoint (its messages are stored already, by the history
+        it is a prefix of) and return its ref. It is for the next turn only, so it lives
+        `superseded_ttl` at most."""
+        store = self.store
+        assert node.head is not None
+        ref = history_ref(node.head)
+        key, data = self.node_key(tenant, ref), node.encode()
+        lifetime = max(1, min(self.superseded_ttl, node.refreshed + store.ttl - int(time.time())))
+        cost = await store.cost_of_writing(tenant, [key], [len(data)])
+        async with store.guard("history"):
+            pipe = store.redis.pipeline(transaction=False)
+            pipe.set(key, data, ex=lifetime)
+            store.charge(pipe, tenant, cost)
+            await pipe.execute()
+        return ref
+
     async def _write(
         self,
         tenant: str,

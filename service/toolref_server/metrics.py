@@ -70,7 +70,8 @@ class Metrics:
         self.histories = Counter(
             "toolref_histories",
             "Hydrates that kept a history, by outcome: kept (a whole conversation), continued "
-            "(new messages after a held history), missing (409 missing-history).",
+            "(new messages after a held history), missing (409 missing-history), checkpoint "
+            "(a prefix kept too, asked with `checkpoint`).",
             ["outcome"],
             registry=r,
         )

@@ -334,3 +334,57 @@ async def test_a_body_over_the_limit_is_refused_before_the_history_is_rebuilt(
     )
     assert response.status_code == 413, response.text
     assert response.json()["type"].endswith(":decompressed-too-large")
+
+
+def prefix_ref(messages: list[Any], length: int) -> str:
+    return history_ref(heads(chain_form(messages, OPENAI))[length - 1])
+
+
+async def test_a_checkpoint_is_kept_before_the_last_message_with_no_call_waiting(
+    api: httpx.AsyncClient,
+) -> None:
+    """`checkpoint`: the longest prefix before the last message that leaves no call
+    waiting, kept and confirmed with the ref the client computes; continued next turn,
+    from the whole conversation or from a history's tail alike."""
+    caps = (await api.get("/v1/capabilities")).json()
+    assert caps["checkpoints"] is True
+    messages = conversation(2)  # ..., call_1, its result, a text answer
+    ask = {"messages": messages, "checkpoint": True}
+    whole = await api.post("/v1/messages:hydrate", json=ask, headers=KEEP)
+    body = whole.json()
+    assert body["checkpointLength"] == len(messages) - 1
+    assert body["checkpointRef"] == prefix_ref(messages, len(messages) - 1)
+    # From the tail: the new messages end with a call and its result, so the call waits
+    # in every prefix that ends between them: the checkpoint ends before the call.
+    later = conversation(3)[:12]  # ..., "read file 2", call_2, its result
+    assert later[-2]["tool_calls"][0]["id"] == later[-1]["tool_call_id"] == "call_2"
+    tail = await continue_(
+        api,
+        body["checkpointRef"],
+        later[len(messages) - 1 :],
+        checkpoint=True,
+        returnMessages="new",
+    )
+    assert tail.status_code == 200, tail.text
+    answered = tail.json()
+    assert answered["historyRef"] == head_of(later)
+    assert answered["checkpointLength"] == len(later) - 2
+    assert answered["checkpointRef"] == prefix_ref(later, len(later) - 2)
+    # The next turn continues that checkpoint.
+    final = conversation(3)
+    again = await continue_(api, answered["checkpointRef"], final[len(later) - 2 :])
+    assert again.status_code == 200, again.text
+    assert again.json()["historyRef"] == head_of(final)
+
+
+async def test_no_checkpoint_without_a_kept_history_or_a_prefix(api: httpx.AsyncClient) -> None:
+    single = [{"role": "user", "content": "hi"}]
+    kept = await api.post(
+        "/v1/messages:hydrate", json={"messages": single, "checkpoint": True}, headers=KEEP
+    )
+    assert "checkpointRef" not in kept.json()
+    plain = await api.post(
+        "/v1/messages:hydrate", json={"messages": conversation(2), "checkpoint": True}
+    )
+    assert "checkpointRef" not in plain.json()
+    assert "historyRef" not in plain.json()

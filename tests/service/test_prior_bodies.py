@@ -21,9 +21,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from toolref import AsyncRegistryClient, ToolReferenceManager, ToolRefMiddleware, compression
-from toolref.history import DICTIONARY_HEADER, HISTORY_HEADER
+from toolref.history import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
+
+from ..conftest import key_names
 
 
 class Recording:
@@ -118,13 +120,15 @@ async def session(
     *,
     turns: int,
     mark: bool,
+    messages: list[dict[str, Any]] | None = None,
 ) -> list[httpx.Request]:
-    """An agent's session; every body the app gets must be the agent's, member for member."""
-    messages: list[dict[str, Any]] = [
-        {"role": "user", "content": [{"type": "text", "text": "fix the tests"}]}
-    ]
+    """An agent's session (or more turns of `messages`); every body the app gets must be
+    the agent's, member for member."""
+    if messages is None:
+        messages = [{"role": "user", "content": [{"type": "text", "text": "fix the tests"}]}]
     sent: list[httpx.Request] = []
-    for n in range(turns):
+    done = sum(m["role"] == "assistant" for m in messages)
+    for n in range(done, done + turns):
         if mark:
             move_mark(messages)
         body = {"model": "m", "system": "You are an agent. " * 200, "messages": messages}
@@ -158,19 +162,30 @@ async def test_tools_and_system_travel_again_as_a_few_bytes(
     assert sum(sizes[0]) > 5 * sum(sizes[16 << 20])
 
 
-async def test_a_moving_cache_mark_does_not_resend_the_conversation(
-    backend: tuple[Recording, list[httpx.AsyncClient]],
+async def test_a_moving_cache_mark_continues_a_checkpoint(
+    backend: tuple[Recording, list[httpx.AsyncClient]], redis: Redis
 ) -> None:
-    """No history stays a prefix (the last message of each changes next turn), so each turn
-    is resent whole: against the last body, it costs what the new messages do."""
+    """No confirmed history stays a prefix: the last message of each changes next turn.
+    A turn goes whole, against the last body, and shows the manager the moving mark; from
+    then on each turn asks the server to keep its checkpoint too (the prefix before the
+    last message with no call waiting), and the next turn continues that: the tail path,
+    which reads no stored message (tested by deleting them all)."""
     recording, clients = backend
     manager = ToolReferenceManager(compress=True)
-    sent = await session(clients[:1], recording, manager, turns=12, mark=True)
-    assert manager.savings.histories_used == 0
-    assert all(r.headers.get(DICTIONARY_HEADER, "").startswith("th_") for r in sent[1:])
+    messages = [{"role": "user", "content": [{"type": "text", "text": "fix the tests"}]}]
+    sent = await session(clients[:1], recording, manager, turns=8, mark=True, messages=messages)
+    assert manager.checkpoints
+    # The first turn's mark sat on the first message, so the second turn is another
+    # conversation by its first message: the third is the one that shows the moving mark.
+    continued = [r.headers.get(HISTORY_HEADER, "").startswith("th_") for r in sent]
+    assert continued == [False, False, False, *[True] * 5]
+    assert all(CHECKPOINT_HEADER in r.headers for r in sent[2:])
+    stored = [key for key in await key_names(redis) if ":m:" in key]
+    await redis.delete(*stored)
+    more = await session(clients[:1], recording, manager, turns=4, mark=True, messages=messages)
     assert manager.savings.fallbacks == 0
-    sizes = [len(r.content) for r in sent[1:]]
-    assert max(sizes) < 1200
+    assert all(r.headers[HISTORY_HEADER].startswith("th_") for r in more)
+    assert max(len(r.content) for r in [*sent[1:], *more]) < 1200
     assert manager.savings.ratio > 20
 
 

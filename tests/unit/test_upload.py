@@ -245,9 +245,9 @@ def test_priors_are_bounded_and_one_per_conversation() -> None:
     messages = conversation(4)
     for length in (3, 5, 9):
         kept = prepare(turn_of(messages[:length]), {}, keep=True, compress=False)
-        manager._keep_prior(ref_at(messages, length), kept)
+        manager._keep_prior([ref_at(messages, length)], kept)
     assert list(manager.priors) == [ref_at(messages, 9)]  # one per conversation
     big = prepare(turn_of(conversation(40)), {}, keep=True, compress=False)
     assert len(big.text) > 20_000
-    manager._keep_prior(ref_at(conversation(40), 3), big)  # over the bound: not kept
+    manager._keep_prior([ref_at(conversation(40), 3)], big)  # over the bound: not kept
     assert list(manager.priors) == [ref_at(messages, 9)]

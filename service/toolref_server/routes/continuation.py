@@ -27,7 +27,7 @@ from toolref.errors import MissingHistoryError, ToolrefError
 from toolref.formats import Detection, Format, Scan, source
 from toolref.models import FormatName
 from toolref_server import codec
-from toolref_server.histories import Node
+from toolref_server.histories import Node, message_id
 from toolref_server.history_cache import Hydrated
 from toolref_server.record import Record
 from toolref_server.routes import context
@@ -194,3 +194,48 @@ def chained(
     encoded.extend(canonical_json(message) for message in form[start:])
     pending = sum(1 for p in conversation.scan.pairs if p.call is not None and p.result is None)
     return Chained(texts, encoded, start, conversation.detection, pending)
+
+
+def checkpoint_length(conversation: Conversation) -> int:
+    """The longest prefix of `conversation` that ends before its last message and leaves
+    no call waiting for a result (counted in its messages, from 1); 0 when there is none.
+    A client that changes its last message every turn (Claude Code moves its cache mark)
+    continues this prefix next turn, and the tail path takes it: nothing in it waits for
+    a result in the messages after it. Linear in the messages and their calls."""
+    count = len(conversation.messages)
+    open_at = [0] * (count + 1)  # calls waiting from each message's end on
+    for pair in conversation.scan.pairs:
+        if pair.call is None or pair.call.message < 0:
+            continue
+        until = pair.result.message if pair.result is not None else count
+        if until > pair.call.message:
+            open_at[pair.call.message + 1] += 1
+            open_at[min(until, count - 1) + 1] -= 1
+    waiting, best = 0, 0
+    for length in range(1, count):
+        waiting += open_at[length]
+        if waiting == 0:
+            best = length
+    return best
+
+
+def checkpoint_node(
+    conversation: Conversation, chained: Chained, before: Node | None, now: int
+) -> Node | None:
+    """The node of `conversation`'s checkpoint (`checkpoint_length`), when it falls
+    within the messages worked on: after the node `before` (the tail path: the messages
+    are only the new ones), or anywhere (the whole conversation). Its messages are those
+    the history stores already; its state is computed as a continuation's would be."""
+    length = checkpoint_length(conversation)
+    if length == 0:
+        return None
+    messages = conversation.messages[:length]
+    ids = [message_id(text) for text in chained.texts[:length]]
+    if before is None:
+        head = history.chain(chained.encoded[:length])[-1]
+        return Node(conversation.fmt.name, ids, head, now, formats.detection(messages), pending=0)
+    if before.head is None or before.detection is None:
+        return None
+    head = history.chain(chained.encoded[:length], before.head)[-1]
+    detection = formats.detection(messages, None, before.detection)
+    return Node(before.format, [*before.ids, *ids], head, before.refreshed, detection, 0)

@@ -16,6 +16,7 @@ registry never sends it the conversation again.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -108,8 +109,8 @@ async def hydrate(request: Request) -> Response:
     texts, summary = filled.texts, dict[str, int]()
     if ask.body.mode == "summary":
         texts, summary = await summarize(services, ask, filled, summarizer)
-    head = await keep(services, ask, filled) if ask.keep else None
-    return reply(request, ask, filled, texts, summary, head)
+    kept = await keep(services, ask, filled) if ask.keep else Kept(None)
+    return reply(request, ask, filled, texts, summary, kept)
 
 
 # --- read ------------------------------------------------------------------------------
@@ -286,16 +287,25 @@ async def summarize(
 # --- keep ------------------------------------------------------------------------------------
 
 
-async def keep(services: Services, ask: Ask, filled: Filled) -> str | None:
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """The history kept (its ref), and the checkpoint kept with it, if asked and new."""
+
+    head: str | None
+    checkpoint: str | None = None
+    checkpoint_length: int = 0
+
+
+async def keep(services: Services, ask: Ask, filled: Filled) -> Kept:
     """Store the conversation as a history (chain form, as written) and return its ref;
     the history in full goes to the cache for the next turn. Messages it shares with the
-    history it continued are stored already."""
+    history it continued are stored already. With `checkpoint`, its checkpoint too."""
     work = filled.work
     conversation = work.conversation
     if work.tail is not None and not conversation.messages:
-        return work.tail.ref  # nothing new: the same history
+        return Kept(work.tail.ref)  # nothing new: the same history
     if not conversation.messages:
-        return None
+        return Kept(None)
     chained = await services.workers.run(
         conversation.size, continuation.chained, conversation, filled.registration.refs, work.before
     )
@@ -321,7 +331,22 @@ async def keep(services: Services, ask: Ask, filled: Filled) -> str | None:
     outcome = "kept" if ask.ref is None else "continued"
     services.metrics.histories.labels(outcome=outcome).inc()
     _remember(services, ask, filled, ref)
-    return ref
+    if not ask.body.checkpoint:
+        return Kept(ref)
+    before = work.tail.node if work.tail is not None else None
+    node = await services.workers.run(
+        conversation.size,
+        continuation.checkpoint_node,
+        conversation,
+        chained,
+        before,
+        int(time.time()),
+    )
+    if node is None:
+        return Kept(ref)
+    checkpoint = await services.histories.checkpoint(ask.tenant, node)
+    services.metrics.histories.labels(outcome="checkpoint").inc()
+    return Kept(ref, checkpoint, len(node.ids))
 
 
 def _remember(services: Services, ask: Ask, filled: Filled, ref: str) -> None:
@@ -345,7 +370,7 @@ def reply(  # noqa: PLR0917 - the pipeline's results, each named at the call
     filled: Filled,
     texts: list[str],
     summary: dict[str, int],
-    head: str | None,
+    kept: Kept,
 ) -> Response:
     """The messages answered (the whole conversation, or with `returnMessages: new` the
     request's own), the refs of the tool calls in them, and the figures."""
@@ -373,7 +398,16 @@ def reply(  # noqa: PLR0917 - the pipeline's results, each named at the call
         filled.registration.hits + len(filled.held),
     )
     figures.update(summary)
-    return answer(request, conversation.fmt.name, messages, references, figures, history=head)
+    checkpoint = (kept.checkpoint, kept.checkpoint_length) if kept.checkpoint else None
+    return answer(
+        request,
+        conversation.fmt.name,
+        messages,
+        references,
+        figures,
+        history=kept.head,
+        checkpoint=checkpoint,
+    )
 
 
 routes = [Route("/v1/messages:hydrate", hydrate, methods=["POST"])]

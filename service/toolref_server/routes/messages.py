@@ -203,6 +203,7 @@ def answer(
     stats: dict[str, int],
     *,
     history: str | None = None,
+    checkpoint: tuple[str, int] | None = None,
 ) -> Response:
     """The answer, its messages spliced in as the JSON text made for them (parsed again only
     for a client that asked for msgpack)."""
@@ -214,6 +215,8 @@ def answer(
     if history is not None:
         body["historyRef"] = history
         headers = {HISTORY_HEADER: history}
+    if checkpoint is not None:
+        body["checkpointRef"], body["checkpointLength"] = checkpoint
     if codec.wants_msgpack(request):
         body["messages"] = json.loads(messages)
         return codec.render(request, body, headers=headers)

@@ -50,6 +50,7 @@ def capabilities_of(settings: Settings) -> Capabilities:
         summarizers=settings.summarizer_names,
         history_refs=True,
         return_messages=["all", "new"],
+        checkpoints=True,
     )
 
 
