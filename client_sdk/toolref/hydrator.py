@@ -118,6 +118,9 @@ class _Recent:
     size: int
     prior: bytes | None = None
     dictionary: bytes | None = None
+    # The other history confirmed by the same answer (a head and its checkpoint): once
+    # either is continued, the other is not needed any more.
+    sibling: str | None = None
 
     @classmethod
     def of(cls, texts: tuple[str, ...], prior: bytes | None = None) -> _Recent:
@@ -244,7 +247,9 @@ class Hydrator:
     def _remember(self, ref: str, entry: _Recent, replaces: str | None = None) -> _Recent:
         """Keep `entry` as history `ref`; `replaces`: the history it continued, dropped
         (its conversation moved on)."""
-        for gone in (replaces, ref):
+        continued = self._recent.get(replaces) if replaces is not None else None
+        sibling = continued.sibling if continued is not None else None
+        for gone in (replaces, sibling, ref):
             dropped = self._recent.pop(gone, None) if gone is not None else None
             if dropped is not None:
                 self._recent_size -= dropped.size
@@ -304,15 +309,19 @@ class Hydrator:
         if answer.history_ref is not None:
             self._remember(answer.history_ref, _Recent.of(texts, body), replaces=ref)
             primed = answer.history_ref in self._recent
-        kept = answer.checkpoint if answer.history_ref is not None else None
-        if kept is not None and kept[1] < len(texts):
-            self._remember(kept[0], _Recent.of(texts[: kept[1]], body))
+        kept = answer.checkpoint
+        if answer.history_ref is not None and kept is not None and kept[1] < len(texts):
+            point = self._remember(kept[0], _Recent.of(texts[: kept[1]], body))
+            point.sibling = answer.history_ref
+            head = self._recent.get(answer.history_ref)
+            if head is not None:
+                head.sibling = kept[0]
         return Hydrated(
             await self._work(len(body) + size, _spliced, document, key, texts),
             _lacking(answer, messages, keep),
             answer.history_ref,
             primed,
-            kept[0] if kept is not None else None,
+            kept[0] if answer.history_ref is not None and kept is not None else None,
         )
 
     async def _work(self, size: int, step: Callable[..., T], *args: Any) -> T:

@@ -187,6 +187,12 @@ async def test_a_moving_cache_mark_continues_a_checkpoint(
     assert all(r.headers[HISTORY_HEADER].startswith("th_") for r in more)
     assert max(len(r.content) for r in [*sent[1:], *more]) < 1200
     assert manager.savings.ratio > 20
+    # The backend holds this conversation's last head and checkpoint, not one per turn:
+    # continuing either lets both go (plus, at most, the two whole turns before).
+    transport = clients[0]._transport
+    assert isinstance(transport, httpx.ASGITransport)
+    assert isinstance(transport.app, ToolRefMiddleware)
+    assert len(transport.app.hydrator._recent) <= 4
 
 
 async def test_a_replica_without_the_body_is_asked_again_without_it(
