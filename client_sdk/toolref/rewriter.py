@@ -158,6 +158,9 @@ class ToolReferenceManager:
     confirmed: OrderedDict[str, None] = field(default_factory=OrderedDict)
     seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
     histories: OrderedDict[str, int] = field(default_factory=OrderedDict)  # ref -> length
+    # ref -> the chain head of its first message, for the histories above (which
+    # conversation each belongs to)
+    openings: dict[str, bytes] = field(default_factory=dict)
     priors: OrderedDict[str, Prior] = field(default_factory=OrderedDict)  # ref -> its body
     # Backends without affinity refuse priors another replica keeps: after the n-th refusal
     # in a row, the next 2**n - 1 turns send none, so they cost O(log turns) round trips.
@@ -319,6 +322,7 @@ class ToolReferenceManager:
                 use_dictionary=dictionary,
                 priors=self.priors if priors else None,
                 checkpoint=self.checkpoints,
+                openings=self.openings,
             )
             self.checkpoints = self.checkpoints or upload.rewound
             response = cast(httpx.Response, (yield build(upload.content, upload.headers)))
@@ -331,8 +335,7 @@ class ToolReferenceManager:
             if upload.continued is not None and problem == _MISSING_HISTORY:
                 # Expired or evicted: forget it and send the whole conversation.
                 self.savings.fallbacks += 1
-                self.histories.pop(upload.continued, None)
-                self.priors.pop(upload.continued, None)
+                self._forget_history(upload.continued)
                 histories = False
                 continue
             if upload.dictionary and problem == _DICTIONARY_MISMATCH:
@@ -340,9 +343,7 @@ class ToolReferenceManager:
                 # is asked again without it; a history's own dictionary, without any.
                 self.savings.fallbacks += 1
                 if upload.prior is not None:
-                    self.priors.pop(upload.prior, None)
-                    self.prior_refusals += 1
-                    self.prior_pause = 2**self.prior_refusals - 1
+                    self._refused_prior(upload.prior)
                     priors = False
                 else:
                     dictionary = False
@@ -382,17 +383,33 @@ class ToolReferenceManager:
             refs_kept = [confirmed]
             checkpoint = _checkpoint(response.headers.get(CHECKPOINT_HEADER), upload)
             if checkpoint is not None:
-                self._remember_history(*checkpoint)
+                self._remember_history(*checkpoint, upload.first)
                 refs_kept.append(checkpoint[0])
-            self._remember_history(confirmed, upload.length)
-            if response.headers.get(DICTIONARY_HEADER) == KEEP_HISTORY:
+            self._remember_history(confirmed, upload.length, upload.first)
+            kept_body = response.headers.get(DICTIONARY_HEADER) == KEEP_HISTORY
+            if kept_body and self.compress is not False:  # only zstd bodies use it
                 self._keep_prior(refs_kept, upload)
 
-    def _remember_history(self, ref: str, length: int) -> None:
+    def _forget_history(self, ref: str) -> None:
+        self.histories.pop(ref, None)
+        self.openings.pop(ref, None)
+        self.priors.pop(ref, None)
+
+    def _refused_prior(self, ref: str) -> None:
+        """The server does not hold the body kept for `ref`: forget it, and send none for
+        the next 2**n - 1 turns after the n-th refusal in a row."""
+        self.priors.pop(ref, None)
+        self.prior_refusals += 1
+        self.prior_pause = 2**self.prior_refusals - 1
+
+    def _remember_history(self, ref: str, length: int, first: bytes | None) -> None:
         self.histories[ref] = length
         self.histories.move_to_end(ref)
+        if first is not None:
+            self.openings[ref] = first
         while len(self.histories) > self.max_histories:
-            self.histories.popitem(last=False)
+            gone, _ = self.histories.popitem(last=False)
+            self.openings.pop(gone, None)
 
     def _keep_prior(self, refs: Sequence[str], upload: Upload) -> None:
         """Keep the body the server keeps for histories `refs` (a head and its checkpoint

@@ -82,13 +82,15 @@ def prepare(
     use_dictionary: bool = True,
     priors: Mapping[str, Prior] | None = None,
     checkpoint: bool = False,
+    openings: Mapping[str, bytes] | None = None,
 ) -> Upload:
     """The upload for `turn`. `confirmed`: history ref -> length of every history the server
     confirmed. `keep`: ask the server to keep this conversation as a history (and continue
     one, when a confirmed one fits). `compress`: the server is known to read zstd.
     `priors`: history ref -> the body the server keeps for it (least recent first).
     `checkpoint`: ask the server to keep the conversation's checkpoint too (asked anyway
-    when a history of this conversation is no prefix of it: its last message changed)."""
+    when a history of this conversation is no prefix of it: its last message changed).
+    `openings`: history ref -> the chain head of its first message (which conversation)."""
     headers = {PROTOCOL_HEADER: str(PROTOCOL_REFS), "Content-Type": JSON_TYPE}
     priors = priors if use_dictionary and priors is not None else {}
     length = len(turn.messages)
@@ -103,7 +105,7 @@ def prepare(
     pick = history.longest_confirmed(chain, candidates)
     if pick < 0:
         same = _same_conversation(priors, chain[0])
-        rewound = same is not None and same[1].first == chain[0]
+        rewound = openings is not None and any(openings.get(ref) == chain[0] for ref in confirmed)
         if checkpoint or rewound:
             headers[history.CHECKPOINT_HEADER] = history.KEEP_HISTORY
         whole = _whole(turn, headers, head, compress, prior=same, first=chain[0])

@@ -242,3 +242,17 @@ async def test_a_body_named_wrongly_is_refused_and_changes_nothing(
         assert problem["type"].endswith(kind), problem
         assert says in problem["detail"], problem
     assert len(recording.bodies) == seen
+
+
+async def test_checkpoints_need_no_compression(
+    backend: tuple[Recording, list[httpx.AsyncClient]],
+) -> None:
+    """Without zstd (so without the kept bodies) the manager still sees the moving mark
+    from the histories it was confirmed, and continues checkpoints."""
+    recording, clients = backend
+    manager = ToolReferenceManager(compress=False)
+    sent = await session(clients[:1], recording, manager, turns=8, mark=True)
+    assert manager.checkpoints
+    assert not manager.priors
+    continued = [json.loads(r.content).get("historyRef") is not None for r in sent]
+    assert continued == [False, False, False, *[True] * 5]
