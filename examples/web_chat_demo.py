@@ -207,6 +207,10 @@ def _lines(stream: IO[str], deadline: float) -> Iterable[str]:
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    # Once: a second signal (make passes one on, a shell another) must not cut the cleanup
+    # short and leave the backend running; the cleanup ends itself (a kill after 10 s).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
