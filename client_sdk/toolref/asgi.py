@@ -34,9 +34,10 @@ from typing import Any, Final
 from toolref.checks import check_middleware_options
 from toolref.client import AsyncRegistryClient
 from toolref.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
-from toolref.errors import BodyTooLargeError, InvalidProtocolError, ToolrefError
+from toolref.errors import InvalidProtocolError, ToolrefError
 from toolref.history import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
 from toolref.hydrator import Hydrated, Hydrator, PassThrough
+from toolref.inbound import Disconnected, read_body
 from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
 from toolref.rewriter import REFERENCES_HEADER
@@ -57,10 +58,6 @@ _CHECKPOINT: Final = CHECKPOINT_HEADER.lower().encode()
 _REFERENCES: Final = REFERENCES_HEADER.lower().encode()
 _HEADER_LIMIT: Final = 8192  # beyond this, refs are not offered in a header (proxies cut long ones)
 _VERIFY_SECONDS: Final = 5.0
-
-
-class _Disconnected(Exception):
-    """The client went away before its body was in: nobody to answer."""
 
 
 class ToolRefMiddleware:
@@ -143,7 +140,7 @@ class ToolRefMiddleware:
                 headers.get(DICTIONARY_HEADER.lower()),
             )
             outcome = await self.hydrator.hydrate(body, headers)
-        except _Disconnected:
+        except Disconnected:
             return
         except ToolrefError as exc:
             await _problem(send, exc, PROTOCOL_REFS)
@@ -203,21 +200,7 @@ class ToolRefMiddleware:
             return False  # not ours to judge: the app sees the request as it came
 
     async def _read(self, receive: Receive) -> bytes:
-        chunks, size = [], 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise _Disconnected
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                raise BodyTooLargeError(
-                    f"the request body is over {self.max_body_bytes} bytes; send fewer messages",
-                    limit=self.max_body_bytes,
-                )
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        return await read_body(receive, self.max_body_bytes, "send fewer messages")
 
 
 def _headers(scope: Scope) -> dict[str, str]:

@@ -486,7 +486,7 @@ class ToolReferenceManager:
         response = run_sync(exchange, lambda request: _send_streaming(client, request))
         try:
             yield response
-            if _is_read(response):
+            if is_read(response):
                 self.learn_answer(response.status_code, response.headers, response.content)
         finally:
             response.close()
@@ -508,7 +508,7 @@ class ToolReferenceManager:
         response = await run_async(exchange, lambda request: _asend_streaming(client, request))
         try:
             yield response
-            if _is_read(response):
+            if is_read(response):
                 self.learn_answer(response.status_code, response.headers, response.content)
         finally:
             await response.aclose()
@@ -559,7 +559,8 @@ async def _asend_streaming(client: httpx.AsyncClient, request: httpx.Request) ->
     return response
 
 
-def _is_read(response: httpx.Response) -> bool:
+def is_read(response: httpx.Response) -> bool:
+    """The answer was read whole (a streamed answer not yet read is not)."""
     try:
         response.content  # noqa: B018 - raises until the body has been read whole
     except httpx.ResponseNotRead:

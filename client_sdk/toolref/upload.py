@@ -139,10 +139,9 @@ def _same_conversation(priors: Mapping[str, Prior], first: bytes) -> tuple[str, 
     before its last message changed, most likely), else the most recent of any: any prior
     decodes right, another conversation's only compresses worse (an agent's conversations
     share their tools and system prompt, though)."""
-    for ref in reversed(list(priors)):
-        if priors[ref].first == first:
-            return ref, priors[ref]
-    return next(((ref, priors[ref]) for ref in reversed(list(priors))), None)
+    newest_first = list(priors.items())[::-1]
+    same = next(((ref, p) for ref, p in newest_first if p.first == first), None)
+    return same or next(iter(newest_first), None)
 
 
 def _whole(

@@ -23,6 +23,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from toolref.errors import ServiceUnavailableError, ToolrefError
 from toolref.hops import decoded, encoded, end_to_end, without_toolref
+from toolref.inbound import body_pieces
 from toolref_server.problem import problem_response
 from toolref_server.upstreams import Route
 
@@ -69,7 +70,7 @@ class Forwarder:
             return
         body: bytes | AsyncIterator[bytes] = first.get("body", b"")
         if first.get("more_body", False):
-            body = _rest(first.get("body", b""), receive)
+            body = body_pieces(receive, first.get("body", b""))
         request = self._client().build_request(
             scope["method"],
             upstream.url(scope.get("query_string", b"")),
@@ -88,22 +89,6 @@ class Forwarder:
             await _relay(response, receive, send)
         finally:
             await response.aclose()
-
-
-async def _rest(first: bytes, receive: Receive) -> AsyncIterator[bytes]:
-    """A body still arriving, piece by piece as it comes."""
-    yield first
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise _ClientGone
-        yield message.get("body", b"")
-        if not message.get("more_body", False):
-            return
-
-
-class _ClientGone(Exception):
-    """The client went away mid-request: the upstream request is dropped."""
 
 
 async def _relay(response: httpx.Response, receive: Receive, send: Send) -> None:

@@ -13,6 +13,7 @@ import zstandard
 from toolref.asgi import Message
 from toolref.errors import BodyTooLargeError, DecompressedTooLargeError, MalformedBodyError
 from toolref.hops import end_to_end
+from toolref.inbound import Disconnected, read_body
 from toolref.relay import (
     RelayConfig,
     Switchboard,
@@ -29,7 +30,7 @@ from toolref.relay import (
     turn_line,
     worth_registering,
 )
-from toolref.relay.bodies import Disconnected, inflated, read_body, readable
+from toolref.relay.bodies import TOO_LARGE, inflated, readable
 from toolref.relay.headers import to_agent, to_gateway, to_provider
 from toolref.transport import recognise
 
@@ -152,11 +153,11 @@ def test_bodies_are_read_within_the_wire_limit() -> None:
         {"type": "http.request", "body": b"ab", "more_body": True},
         {"type": "http.request", "body": b"cd", "more_body": False},
     )
-    assert asyncio.run(read_body(_receiver(*chunks), 4)) == b"abcd"
+    assert asyncio.run(read_body(_receiver(*chunks), 4, TOO_LARGE)) == b"abcd"
     with pytest.raises(BodyTooLargeError, match="--max-body-bytes"):
-        asyncio.run(read_body(_receiver(*chunks), 3))
+        asyncio.run(read_body(_receiver(*chunks), 3, TOO_LARGE))
     with pytest.raises(Disconnected):
-        asyncio.run(read_body(_receiver({"type": "http.disconnect"}), 3))
+        asyncio.run(read_body(_receiver({"type": "http.disconnect"}), 3, TOO_LARGE))
 
 
 def test_bodies_are_inflated_within_the_size_limit() -> None:

@@ -34,11 +34,12 @@ import httpx
 from toolref.asgi import Receive, Scope, Send
 from toolref.client import AsyncRegistryClient
 from toolref.errors import LimitExceededError, MalformedBodyError, ToolrefError
+from toolref.inbound import Disconnected, body_pieces, read_body
 from toolref.rewriter import ToolReferenceManager
 from toolref.transport import AsyncTransport, LLMRequest, endpoint, recognise
 
 from . import oversize
-from .bodies import Disconnected, inflated, read_body, readable
+from .bodies import TOO_LARGE, inflated, readable
 from .config import RelayConfig
 from .headers import (
     SAVINGS_HEADER,
@@ -58,6 +59,7 @@ log = logging.getLogger("toolref.relay")
 
 _ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
 _UNREACHABLE: Final = (httpx.ConnectError, httpx.ConnectTimeout)
+_SWITCH_FIX: Final = "a switch request is a small JSON object"
 _OFFLOAD: Final = 256 * 1024  # compressed bodies larger than this inflate off the event loop
 
 
@@ -238,7 +240,7 @@ class Relay:
         board = self.switchboard
         if method == "POST":
             try:
-                body = json.loads(await read_body(receive, 4096))
+                body = json.loads(await read_body(receive, 4096, _SWITCH_FIX))
                 self._select(str(body["upstream"]))
             except Disconnected:
                 return
@@ -256,7 +258,7 @@ class Relay:
     async def _turn(self, call: Call, receive: Receive, send: Send) -> None:
         limits = self.config
         try:
-            raw = await read_body(receive, limits.max_body_bytes)
+            raw = await read_body(receive, limits.max_body_bytes, TOO_LARGE)
         except Disconnected:
             return
         except LimitExceededError as exc:
@@ -427,14 +429,9 @@ class Relay:
         async def body() -> AsyncIterator[bytes]:
             nonlocal started
             started = True
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    raise Disconnected
-                yield message.get("body", b"")
-                if not message.get("more_body", False):
-                    body_done.set()
-                    return
+            async for piece in body_pieces(receive):
+                yield piece
+            body_done.set()
 
         if not has_body:
             body_done.set()

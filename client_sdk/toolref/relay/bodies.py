@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from toolref.asgi import Receive
 from toolref.compression import inflate, inflate_gzip
-from toolref.errors import BodyTooLargeError
 
 _INFLATERS: Final[dict[str, Callable[[bytes, int], bytes]]] = {
     "gzip": inflate_gzip,
@@ -16,30 +14,10 @@ _INFLATERS: Final[dict[str, Callable[[bytes, int], bytes]]] = {
     "zstd": inflate,
 }
 _IDENTITY: Final = ("", "identity")
-
-
-class Disconnected(Exception):
-    """The agent went away before its request was in: nobody to answer."""
-
-
-async def read_body(receive: Receive, limit: int) -> bytes:
-    """The whole request body; `BodyTooLargeError` once more than `limit` bytes arrive."""
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise Disconnected
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLargeError(
-                f"the request body is over {limit} bytes as sent; start the relay with a "
-                "larger --max-body-bytes, or shorten the conversation (/compact)",
-                limit=limit,
-            )
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
+# What the relay tells an agent whose body is over its wire limit.
+TOO_LARGE: Final = (
+    "start the relay with a larger --max-body-bytes, or shorten the conversation (/compact)"
+)
 
 
 def readable(encoding: str | None) -> bool:

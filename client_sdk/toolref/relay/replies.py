@@ -13,6 +13,7 @@ import httpx
 
 from toolref.asgi import Receive, Send
 from toolref.hops import decoded, encoded
+from toolref.rewriter import is_read
 
 from .headers import to_agent
 from .shapes import ErrorReply
@@ -36,15 +37,6 @@ async def reply_json(send: Send, status: int, value: Any) -> None:
 
 async def reply_error(send: Send, error: ErrorReply, extra: Sequence[tuple[str, str]] = ()) -> None:
     await reply(send, error.status, error.body, error.media_type, extra)
-
-
-def is_read(response: httpx.Response) -> bool:
-    """The transport read this answer whole (a problem it may resend on)."""
-    try:
-        response.content  # noqa: B018 - raises until the body has been read whole
-    except httpx.ResponseNotRead:
-        return False
-    return True
 
 
 async def relay_answer(
