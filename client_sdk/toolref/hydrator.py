@@ -189,7 +189,9 @@ class Hydrator:
         if name == "identity":
             return body
         if name == "gzip":
-            return await self._work(len(body), compression.inflate_gzip, body, limit)
+            # Deflate shrinks at most about 1032:1: the work is sized by what it may become.
+            size = min(limit, len(body) * 1032)
+            return await self._work(size, compression.inflate_gzip, body, limit)
         if name != "zstd":
             raise UnsupportedMediaTypeError(
                 f"a protocol-2 request body may be sent as is, gzip or zstd, not {name!r}; "
@@ -198,18 +200,18 @@ class Hydrator:
             )
         _, continues = history_header(history_ref)
         named = dictionary_header(dictionary_ref)
+        # The work is sized by what the frame declares it inflates to, not by its bytes.
         if named is not None:
-            compression.check_frame(body, limit, named)  # before any work
+            size = compression.check_frame(body, limit, named)  # before any work
             return await self._work(
-                len(body), compression.decompress, body, self._primed(named), limit, named
+                size, compression.decompress, body, self._primed(named), limit, named
             )
         if continues is None:
-            return await self._work(len(body), compression.inflate, body, limit)
-        compression.check_frame(body, limit, continues)  # before any work
+            # Frames after the first may say nothing of their size: sized as the limit.
+            return await self._work(limit, compression.inflate, body, limit)
+        size = compression.check_frame(body, limit, continues)  # before any work
         dictionary = await self._dictionary(continues)
-        return await self._work(
-            len(body), compression.decompress, body, dictionary, limit, continues
-        )
+        return await self._work(size, compression.decompress, body, dictionary, limit, continues)
 
     async def _dictionary(self, ref: str) -> bytes:
         found = self._recent.get(ref)
