@@ -60,7 +60,6 @@ log = logging.getLogger("toolref.relay")
 _ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
 _UNREACHABLE: Final = (httpx.ConnectError, httpx.ConnectTimeout)
 _SWITCH_FIX: Final = "a switch request is a small JSON object"
-_OFFLOAD: Final = 256 * 1024  # compressed bodies larger than this inflate off the event loop
 
 
 def _stderr(line: str) -> None:
@@ -489,9 +488,10 @@ def encoding_of(headers: Pairs) -> str:
 
 
 async def _inflate(raw: bytes, encoding: str | None, limit: int) -> bytes:
-    if len(raw) > _OFFLOAD and (encoding or "identity").strip().lower() != "identity":
+    # Any compressed body may become megabytes, however small it arrives: off the loop.
+    if (encoding or "identity").strip().lower() not in ("", "identity"):
         return await asyncio.to_thread(inflated, raw, encoding, limit)
-    return inflated(raw, encoding, limit)
+    return raw
 
 
 def _failed(call: Call, where: str, error: httpx.HTTPError, more: str = "") -> ErrorReply:
