@@ -38,7 +38,7 @@ from toolref import (
     formats,
 )
 from toolref.encoding import dumps_json
-from toolref.history import DICTIONARY_HEADER
+from toolref.history import DICTIONARY_HEADER, HISTORY_HEADER
 from toolref.rewriter import ref_of
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
@@ -150,6 +150,8 @@ async def test_the_backend_receives_every_body_as_the_client_wrote_it(
         assert response.status_code == 200, response.text
         if DICTIONARY_HEADER in response.request.headers:
             event("compressed against a kept body")
+        if manager.checkpoints and response.request.headers.get(HISTORY_HEADER, "?")[0] == "t":
+            event("continued, with checkpoints asked")
         received = chain.received[-1]
         assert json.loads(received) == body
         if spelled_twice(messages):
