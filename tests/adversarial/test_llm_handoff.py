@@ -123,6 +123,7 @@ async def test_dialogue_summaries_count_in_the_stored_bytes_quota(redis: Redis) 
         assert llm.calls == 10
         kept = [k for k in await key_names(redis) if k.startswith("tr:acme:d:")]
         assert 0 < len(kept) < 10
+        print(f"\n{len(kept)} of 10 dialogue summaries kept")
         # Everything the tenant holds (summaries and the model-call counter, a few bytes)
         # within the quota; every summary counted.
         assert await stored_bytes(redis, "acme") <= 300
