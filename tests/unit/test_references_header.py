@@ -54,6 +54,7 @@ def test_the_python_sdk_confirms_the_refs_of_that_header() -> None:
     body = {"messages": conversation("x" * 2_000)}
     exchange = manager.exchange(build, body, format="openai-chat")
     first = next(exchange)
+    assert isinstance(first, httpx.Request)
     sent = json.loads(first.content)
     assert sent["messages"][2]["content"] == "x" * 2_000  # not confirmed yet: in full
     answer = httpx.Response(
