@@ -202,7 +202,7 @@ def create_app(
                     settings.max_containers,
                 ),
                 summaries=SummaryCache(
-                    client,
+                    store,
                     summarizers,
                     ttl_seconds=settings.ttl_seconds,
                     lock_seconds=settings.summary_lock_seconds,

@@ -77,7 +77,9 @@ class Metrics:
         )
         self.summary_cache = Counter(
             "toolref_summary_cache",
-            "Summary lookups; result=hit when the cache held the summary.",
+            "Summary lookups; result=hit when the cache held the summary, miss when not; "
+            "result=not-kept counts summaries made and not kept (over the tenant's "
+            "stored-bytes quota).",
             ["result"],
             registry=r,
         )

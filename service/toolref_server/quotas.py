@@ -6,8 +6,9 @@ refilled at that rate and holding one second's worth, in each worker process (so
 workers a tenant may reach N times the rate). It is taken once the key is known, before the
 body is read.
 
-**Stored bytes** (`TOOLREF_TENANT_MAX_BYTES`): what a tenant's records, history messages and
-history nodes take in the store, as stored (compressed). Every key lives `TTL` seconds after
+**Stored bytes** (`TOOLREF_TENANT_MAX_BYTES`): what a tenant's records, history messages,
+history nodes (checkpoints included) and summaries (of invocations and of handoff dialogues)
+take in the store, as stored (compressed). Every key lives `TTL` seconds after
 it was last written or read, so the bytes a tenant keeps at time t are those it wrote or
 read since t - TTL. Time is cut into windows of one TTL, and a counter per tenant and window
 (`tr:<tenant>:q:<window>`) adds each key's size the first time the key is written or read in
@@ -16,8 +17,15 @@ last used before the window began). A key alive at t was used in t's window or t
 before, so the current and the previous counters together are never below what the tenant
 keeps, and at most twice it (a key used in both windows counts in both). A write whose new
 bytes would take that sum past the quota is refused before anything is written; reads are
-never refused (they only count). Summaries are not counted: one per ref and summarizer, of at
-most 20,000 characters.
+never refused (they only count). A summary past the quota is answered and not kept
+(`toolref_server.summaries`): making it is a read.
+
+What else a tenant makes the service store is bounded without counting: summary locks
+(one per summary being made, deleted when it is, under 100 bytes) and failure marks (one per
+failed model call, which `TOOLREF_LLM_CALLS_PER_TENANT_MINUTE` bounds, for
+`TOOLREF_LLM_FAILURE_SECONDS`), the model-call counters (`tr:<tenant>:c:<minute>`, two
+alive) and these counters (three alive). `cache import` is the operator's, not a tenant's:
+what it writes counts when it is next read.
 """
 
 from __future__ import annotations

@@ -167,8 +167,9 @@ class Settings(BaseSettings):
     tenant_max_bytes: int = Field(
         default=0,
         ge=0,
-        description="Bytes a keyed tenant may keep in the store (records and histories as "
-        "stored); a write past it is 429 `quota-exceeded`. 0: no limit.",
+        description="Bytes a keyed tenant may keep in the store (records, histories and "
+        "summaries as stored); a write past it is 429 `quota-exceeded` (a summary past it "
+        "is answered, not kept). 0: no limit.",
     )
     shutdown_timeout: int = Field(
         default=20,

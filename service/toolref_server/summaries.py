@@ -19,6 +19,16 @@ instead, so the waiting requests fall back at once, and so do later ones until t
 expires (the model is not asked again for that result meanwhile). Error results are never
 sent to a model. Model calls are also held to the `Quotas` (per request, per tenant per
 minute, a circuit breaker): a call a quota refuses is not made, and not a failure.
+
+Summaries count in the tenant's stored-bytes quota (`toolref_server.quotas`) like records:
+read through the `Store` (counted the first time a summary is read in a window), and
+written only when they fit. A summary that does not fit is still answered, computed and not
+kept (`cached` false): a summary is a read of a ref the tenant holds, and reads are never
+refused; the model calls it then repeats are held to the `Quotas` above. Locks and failure
+marks are not counted: a lock lives while its summary is computed (at most `lock_seconds`,
+at most 16 per request in flight), a failure mark `failure_seconds` after a model call
+failed (at most one per model call, which the tenant's minute quota bounds); each is under
+100 bytes.
 """
 
 from __future__ import annotations
@@ -32,16 +42,15 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, Final
 
-from redis.asyncio import RedisCluster
 from redis.exceptions import RedisError
 
 from toolref import extractive
 from toolref.breaker import BreakerState
 from toolref.canonical import Ref, digest_key
-from toolref.errors import StoreUnavailableError, ValidationError
+from toolref.errors import QuotaExceededError, StoreUnavailableError, ValidationError
 from toolref_server.metrics import Metrics
 from toolref_server.model_quotas import Quotas
-from toolref_server.store import StoreClient, queue_mgets, slot_groups, ungroup
+from toolref_server.store import Store
 from toolref_server.summarizers import OpenAICompatibleSummarizer, Summarizer, SummarizerError
 
 log = logging.getLogger(__name__)
@@ -70,9 +79,12 @@ class Skipped(SummarizerError):
 
 
 class SummaryCache:
+    """`store`: where summaries are kept and counted (its quota, if any, is the tenant's
+    stored-bytes quota); the locks go to its engine directly."""
+
     def __init__(
         self,
-        redis: StoreClient,
+        store: Store,
         summarizers: Mapping[str, Summarizer],
         *,
         ttl_seconds: int,
@@ -84,7 +96,8 @@ class SummaryCache:
         retry_after: int = 1,
         metrics: Metrics | None = None,
     ) -> None:
-        self.redis = redis
+        self.store = store
+        self.redis = store.redis
         self.summarizers = summarizers
         self.ttl = ttl_seconds
         self.lock_ms = int(lock_seconds * 1000)
@@ -130,18 +143,11 @@ class SummaryCache:
         keys = [self.key(tenant, ref, sid) for ref, _ in items]
         if not keys:
             return []
-        try:
-            groups = slot_groups(keys, isinstance(self.redis, RedisCluster))
-            pipe = self.redis.pipeline(transaction=False)
-            queue_mgets(pipe, keys, groups)
-            for key in keys:
-                pipe.expire(key, self.ttl)
-            replies: list[Any] = await pipe.execute()
-        except RedisError as exc:
-            raise self._unavailable(exc) from None
+        # One round trip (one MGET per hash slot), lifetimes extended, counted for the quota.
+        values = await self.store.read_and_touch(tenant, keys, "summary")
         found: list[Summary | None] = [
             None if value is None else Summary(value.decode(), sid, cached=True, fallback=False)
-            for value in ungroup(groups, replies, len(keys))
+            for value in values
         ]
         hits = sum(summary is not None for summary in found)
         self.metrics.summary_cache.labels("hit").inc(hits)
@@ -180,15 +186,11 @@ class SummaryCache:
         an invocation's; None when it failed or was not asked (the caller uses its digest)."""
         sid = summarizer.id(budget)
         key = self.dialogue_key(tenant, transcript, sid)
-        try:
-            value = await self.redis.get(key)
-            if value is not None:
-                await self.redis.expire(key, self.ttl)
-                self.metrics.summary_cache.labels("hit").inc()
-                return Summary(_text(value), sid, cached=True, fallback=False)
-            self.metrics.summary_cache.labels("miss").inc()
-        except RedisError as exc:
-            raise self._unavailable(exc) from None
+        (value,) = await self.store.read_and_touch(tenant, [key], "summary")
+        if value is not None:
+            self.metrics.summary_cache.labels("hit").inc()
+            return Summary(_text(value), sid, cached=True, fallback=False)
+        self.metrics.summary_cache.labels("miss").inc()
         try:
             text, cached = await self._shared(
                 tenant,
@@ -279,7 +281,7 @@ class SummaryCache:
             return text
 
         try:
-            return await self._single_flight(key, call)
+            return await self._single_flight(tenant, key, call)
         except Skipped:
             raise
         except SummarizerError as exc:
@@ -318,7 +320,7 @@ class SummaryCache:
         failed = self._guarded(summarizer.name) and not invocation.get("isError")
         return Summary(text, backup.id(max_chars), cached=False, fallback=failed)
 
-    async def _single_flight(self, key: str, compute: Compute) -> tuple[str, bool]:
+    async def _single_flight(self, tenant: str, key: str, compute: Compute) -> tuple[str, bool]:
         """(summary, made elsewhere): compute under the lock, or wait for whoever holds it
         (polling, at most `self.wait`)."""
         lock = key + ":lock"
@@ -327,7 +329,7 @@ class SummaryCache:
         while True:
             token = uuid.uuid4().hex
             if await self.redis.set(lock, token, nx=True, px=self.lock_ms):
-                return await self._compute_holding(key, lock, compute), False
+                return await self._compute_holding(tenant, key, lock, compute), False
             poll = 0.02
             while True:
                 pipe = self.redis.pipeline(transaction=False)
@@ -335,7 +337,8 @@ class SummaryCache:
                 pipe.get(lock)
                 value, holder = await pipe.execute()
                 if value is not None:
-                    await self.redis.expire(key, self.ttl)
+                    # Written since this request missed it (within `self.wait`), with its
+                    # whole lifetime: nothing to extend, so nothing to count.
                     return _text(value), True
                 if holder == _FAILED:
                     raise Skipped("failed-recently", "this summary failed moments ago")
@@ -346,7 +349,7 @@ class SummaryCache:
                 await asyncio.sleep(poll)
                 poll = min(poll * 1.5, 0.2)
 
-    async def _compute_holding(self, key: str, lock: str, compute: Compute) -> str:
+    async def _compute_holding(self, tenant: str, key: str, lock: str, compute: Compute) -> str:
         try:
             text = await compute()
         except Skipped:
@@ -363,11 +366,30 @@ class SummaryCache:
             with suppress(RedisError):
                 await self.redis.delete(lock)
             raise
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.set(key, text.encode(), ex=self.ttl)
-        pipe.delete(lock)
-        await pipe.execute()
+        await self._keep(tenant, key, lock, text.encode())
         return text
+
+    async def _keep(self, tenant: str, key: str, lock: str, data: bytes) -> None:
+        """Store `data` under `key` when it fits the tenant's stored-bytes quota (counted),
+        and release `lock` in any case. Over the quota the summary is answered, not kept."""
+        store = self.store
+        try:
+            cost = await store.cost_of_writing(tenant, [key], [len(data)])
+        except QuotaExceededError:
+            self.metrics.summary_cache.labels("not-kept").inc()
+            with suppress(RedisError):
+                await self.redis.delete(lock)
+            return
+        except BaseException:
+            with suppress(RedisError):
+                await self.redis.delete(lock)
+            raise
+        async with store.guard("summary"):
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.set(key, data, ex=self.ttl)
+            store.charge(pipe, tenant, cost)
+            pipe.delete(lock)
+            await pipe.execute()
 
     def _unavailable(self, exc: Exception) -> StoreUnavailableError:
         self.metrics.store_errors.labels("summary").inc()

@@ -17,6 +17,7 @@ from toolref import extractive
 from toolref.canonical import digest_of
 from toolref.kinds import KindTable
 from toolref_server.model_quotas import Quotas
+from toolref_server.store import Store
 from toolref_server.summaries import SummaryCache
 from toolref_server.summarizers import ExtractiveSummarizer
 
@@ -112,7 +113,7 @@ async def test_joined_requests_stop_waiting_at_the_bound_whatever_the_summarizer
     wait = 0.3
     caches = [
         SummaryCache(
-            redis,
+            Store(redis, 60),
             {"extractive": ExtractiveSummarizer(KINDS), "stuck": stuck},
             ttl_seconds=60,
             lock_seconds=30,

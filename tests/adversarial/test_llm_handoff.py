@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 
 from ..conftest import key_names
 from .fake_llm import Connection, FakeLLM, apps, completion, fake_llm
+from .test_server_quotas import counted_bytes, stored_bytes
 
 SUMMARY = "User asked for a Rust port of app.py; it was written and tested."
 
@@ -97,3 +98,33 @@ async def test_a_failed_dialogue_summary_is_remembered(redis: Redis) -> None:
             assert answer["summarySource"] == "digest"
             assert "## Conversation summary" in answer["block"]
         assert llm.calls == 1
+
+
+async def test_dialogue_summaries_count_in_the_stored_bytes_quota(redis: Redis) -> None:
+    """Issue 28, finding 6, for handoffs: a dialogue summary is cached per budget, so each
+    `maxToolContextChars` value stored one more outside the quota (on the code before the
+    fix the ten budgets below stored ten summaries, 660 bytes for a quota of 300). Now they
+    count: kept while they fit, then made and not kept, every handoff still summarized."""
+    key = "acme-key"
+    async with fake_llm(slow_answer) as llm, apps(redis) as build:
+        app = await build(
+            llm,
+            summarizer="openai-compatible",
+            api_keys=f"acme={hashlib.sha256(key.encode()).hexdigest()}",
+            headers={"Authorization": f"Bearer {key}"},
+            tenant_max_bytes=300,
+        )
+        answers = [
+            await handoff(app, conversation(), maxToolContextChars=4_000 + 40 * n)
+            for n in range(10)
+        ]
+        assert {a["summarySource"].split(":")[0] for a in answers} == {"openai-compatible"}
+        assert all(SUMMARY in a["block"] for a in answers)
+        assert llm.calls == 10
+        kept = [k for k in await key_names(redis) if k.startswith("tr:acme:d:")]
+        assert 0 < len(kept) < 10
+        print(f"\n{len(kept)} of 10 dialogue summaries kept")
+        # Everything the tenant holds (summaries and the model-call counter, a few bytes)
+        # within the quota; every summary counted.
+        assert await stored_bytes(redis, "acme") <= 300
+        assert await stored_bytes(redis, "acme", kind="d") == await counted_bytes(redis, "acme")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import random
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -209,9 +210,10 @@ async def test_writes_past_the_stored_bytes_quota_are_refused(redis: Redis) -> N
         assert held.json()["refs"][0]["new"] is False
 
 
-async def stored_bytes(redis: Redis, tenant: str) -> int:
-    """What the tenant's records and histories take in the engine, as stored."""
-    keys = [k for k in await all_keys(redis) if k.startswith(f"tr:{tenant}:".encode())]
+async def stored_bytes(redis: Redis, tenant: str, kind: str = "") -> int:
+    """What the tenant keeps in the engine, as stored (every key but its quota counters);
+    `kind`: only keys of that kind (`s` summaries, `i` records...)."""
+    keys = [k for k in await all_keys(redis) if k.startswith(f"tr:{tenant}:{kind}".encode())]
     return sum([await redis.strlen(k) for k in keys if b":q:" not in k])
 
 
@@ -338,3 +340,88 @@ async def test_the_local_tenant_of_a_service_without_keys_has_no_quota(redis: Re
         limits = (await api.get("/v1/capabilities")).json()["limits"]
         assert limits["requestsPerSecond"] is None
         assert limits["storedBytes"] is None
+
+
+# --- summaries (issue 28, finding 6) ---------------------------------------------------------
+
+
+def tool_turn(seed: int) -> list[dict[str, Any]]:
+    """An openai-chat tool call with an 8,000-character result zstd cannot shrink much."""
+    call = f"call_{seed}"
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": call,
+                    "type": "function",
+                    "function": {"name": "read_file", "arguments": json.dumps({"n": seed})},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": call, "content": invocation(seed)["result"]},
+    ]
+
+
+async def test_summaries_count_in_the_stored_bytes_quota(redis: Redis) -> None:
+    """Issue 28, finding 6: summaries were cached per `maxChars` outside the quota, so a
+    tenant at its quota stored 44 times it by asking for many `maxChars` values (on the code
+    before the fix the engine held 1.19 MB, 24 times LIMIT, at the end of this test). Now they
+    are counted like records: kept while they fit, then answered (computed) and not kept,
+    and the engine never holds more than the quota, summaries and all."""
+    async with clients_for(redis, tenant_max_bytes=LIMIT) as clients:
+        acme = clients["acme"]
+        conversation = [{"role": "user", "content": "read"}]
+        for seed in range(3):
+            conversation += tool_turn(seed)
+        conversation.append({"role": "user", "content": "go on"})
+        full = await acme.post("/v1/messages:hydrate", json={"messages": conversation})
+        assert full.status_code == 200, full.text
+        refs = list(full.json()["toolReferences"].values())
+        assert len(refs) == 3
+        # While there is room a summary is kept, and counted like a record.
+        url = f"/v1/invocations/{refs[0]}/summary"
+        first = (await acme.get(url, params={"maxChars": 2_000})).json()
+        again = (await acme.get(url, params={"maxChars": 2_000})).json()
+        assert (first["cached"], again["cached"]) == (False, True)
+        assert again["summary"] == first["summary"]
+        assert await counted_bytes(redis, "acme") == await stored_bytes(redis, "acme")
+
+        # The attack: every maxChars value, over every ref, through both ways of asking.
+        answers = []
+        for max_chars in range(1_000, 8_000, 97):
+            for ref in refs:
+                asked = {"maxChars": max_chars}
+                answers.append(await acme.get(f"/v1/invocations/{ref}/summary", params=asked))
+        for max_chars in range(1_050, 8_000, 499):
+            body = {
+                "messages": conversation,
+                "mode": "summary",
+                "keepRecent": 0,
+                "maxChars": max_chars,
+            }
+            answers.append(await acme.post("/v1/messages:hydrate", json=body))
+        # Every request answered, with its summary: nothing refused, nothing failed.
+        assert {a.status_code for a in answers} == {200}, answers[-1].text[:300]
+        hydrated = answers[-1].json()
+        assert hydrated["optimizationStats"]["summarized"] == 3
+        assert all(a.json()["summary"] for a in answers if "summary" in a.json())
+        stored = await stored_bytes(redis, "acme")
+        summaries = await stored_bytes(redis, "acme", kind="s")
+        print(f"\nacme holds {stored} bytes ({summaries} of summaries) for a quota of {LIMIT}")
+        assert stored <= LIMIT
+        assert summaries > 0  # some were kept while they fit
+        assert stored <= await counted_bytes(redis, "acme")
+
+        # Over the quota a summary is made each time and never kept.
+        last = (await acme.get(url, params={"maxChars": 7_999})).json()
+        assert last["cached"] is False
+        assert last["summary"]
+        before = await snapshot(redis)
+        last = (await acme.get(url, params={"maxChars": 7_999})).json()
+        assert last["cached"] is False
+        after = await snapshot(redis)
+        assert {k: v for k, v in after.items() if b":q:" not in k} == {
+            k: v for k, v in before.items() if b":q:" not in k
+        }

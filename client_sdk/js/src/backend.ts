@@ -11,13 +11,27 @@
  * handed back unread (streams stay streams) with the confirmation headers added:
  * `Toolref-History` (the head the registry confirmed) or `Toolref-References`. A 409 from
  * the registry (a ref or history it no longer holds) goes back to the client, which resends.
+ *
+ * Bounded as ToolRefMiddleware: the body as sent and inflated, the registry call (a deadline,
+ * aborted when the client leaves, no redirect followed, its answer capped: `registry.ts`), and
+ * the `Toolref-References` header (ASCII, at most 8 KiB, else left out).
  */
 
 import { TooLargeError, gunzip, readAll } from "./compression.js";
 import { UsageError } from "./errors.js";
 import type { FormatName } from "./formats/index.js";
 import { HISTORY_HEADER, KEEP_HISTORY, isHistoryRef } from "./history.js";
-import { JSON_TYPE, MISSING_HISTORY, MISSING_REFS, PROBLEM_TYPE, PROTOCOL_HEADER, REFERENCES_HEADER } from "./protocol.js";
+import {
+  HEADER_LIMIT,
+  JSON_TYPE,
+  MISSING_HISTORY,
+  MISSING_REFS,
+  PROBLEM_TYPE,
+  PROTOCOL_HEADER,
+  REFERENCES_HEADER,
+  asciiJson,
+} from "./protocol.js";
+import { ClientGone, postBounded, type RegistryAnswer } from "./registry.js";
 import { memberSpans, type MemberSpan } from "./spans.js";
 
 type Fetch = typeof globalThis.fetch;
@@ -38,7 +52,20 @@ export interface ToolRefBackendOptions {
   maxBodyBytes?: number;
   /** The same for a gzip body once inflated. Default 64 MiB. */
   maxInflatedBytes?: number;
+  /** The registry call's deadline, its answer read included, in ms. Default 5000 (the Python client's 5 s). */
+  timeoutMs?: number;
+  /** The most bytes of a registry answer read; a larger one is the registry unavailable. Default 128 MiB. */
+  maxAnswerBytes?: number;
 }
+
+/** Each limit: its unit, its default, its largest value. */
+const LIMITS = {
+  maxBodyBytes: ["bytes", 32 << 20, Number.MAX_SAFE_INTEGER],
+  maxInflatedBytes: ["bytes", 64 << 20, Number.MAX_SAFE_INTEGER],
+  timeoutMs: ["milliseconds", 5000, 2 ** 31 - 1], // setTimeout's longest delay (24.8 days)
+  maxAnswerBytes: ["bytes", 128 << 20, Number.MAX_SAFE_INTEGER],
+} as const;
+type Limit = keyof typeof LIMITS;
 
 const MARKER_REF = /"toolRef":"(tr_[a-z2-7]{26})"/g;
 const decoder = new TextDecoder();
@@ -51,6 +78,10 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
       `withToolRef needs options.registry, the registry's base URL such as "http://127.0.0.1:8750"; got ${JSON.stringify(options?.registry)}`,
     );
   }
+  if (options.fetch !== undefined && typeof options.fetch !== "function") {
+    throw new UsageError(`withToolRef({ fetch }) takes a function, not ${typeof options.fetch}; pass one or leave it out`);
+  }
+  const limits = checkedLimits(options);
   const registry = options.registry.replace(/\/+$/, "");
   const key = options.messagesKey ?? "messages";
 
@@ -58,8 +89,7 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
     const version = Number((request.headers.get(PROTOCOL_HEADER) ?? "1").trim());
     if (request.method !== "POST" || !(version >= 2)) return handler(request);
     const encoding = (request.headers.get("content-encoding") ?? "identity").trim().toLowerCase();
-    const maxBody = options.maxBodyBytes ?? 32 << 20;
-    const maxInflated = options.maxInflatedBytes ?? 64 << 20;
+    const { maxBodyBytes: maxBody, maxInflatedBytes: maxInflated } = limits;
     let raw: Uint8Array;
     let inflated = false; // where a limit was hit: reading the body, or inflating it
     try {
@@ -67,6 +97,7 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
       inflated = true;
       if (encoding === "gzip") raw = await gunzip(raw, maxInflated);
     } catch (error) {
+      if (request.signal?.aborted) return gone();
       if (error instanceof TooLargeError) {
         return problem(
           413,
@@ -99,22 +130,23 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
     }
     const keep = header === KEEP_HISTORY || historyRef !== null;
     const sentMessages = text.slice(messages.valueStart, messages.end);
-    let answer: Response;
+    let answer: RegistryAnswer;
     try {
-      answer = await hydrate(options, registry, sentMessages, historyRef, keep);
+      answer = await hydrate(options, limits, request.signal ?? null, registry, sentMessages, historyRef, keep);
     } catch (error) {
-      return unavailable(handler, request, raw, sentMessages, historyRef, String(error));
+      if (error instanceof ClientGone) return gone();
+      return unavailable(handler, request, raw, sentMessages, historyRef, error instanceof Error ? error.message : String(error));
     }
-    const type = answer.headers.get("content-type") ?? "";
+    const type = answer.contentType;
     if (answer.status >= 500 || answer.status === 401 || answer.status === 403) {
       return unavailable(handler, request, raw, sentMessages, historyRef, `registry answered ${answer.status}`);
     }
     if (answer.status >= 400) {
       // The client's to fix or resend (409 missing-refs / missing-history, 400, 413, 422).
       const headers = new Headers({ "content-type": type.startsWith(PROBLEM_TYPE) ? type : PROBLEM_TYPE, [PROTOCOL_HEADER]: "2" });
-      return new Response(await answer.text(), { status: answer.status, headers });
+      return new Response(answer.text, { status: answer.status, headers });
     }
-    const answerText = await answer.text();
+    const answerText = answer.text;
     const hydrated = readBody(answerText, "messages")?.find((span) => span.key === "messages");
     if (hydrated === undefined) {
       return unavailable(handler, request, raw, sentMessages, historyRef, `${registry} answered hydrate with no messages: is it a toolref registry?`);
@@ -128,7 +160,10 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
     } else {
       const known = new Set([...sentMessages.matchAll(MARKER_REF)].map((match) => match[1]));
       const lacking = Object.fromEntries(Object.entries(parsed.toolReferences ?? {}).filter(([, ref]) => !known.has(ref)));
-      if (Object.keys(lacking).length) extra[REFERENCES_HEADER] = JSON.stringify(lacking);
+      // Any call id fits (ASCII); a header past 8 KiB is left out: those refs are confirmed
+      // on a later turn, as ToolRefMiddleware leaves them.
+      const header = asciiJson(lacking);
+      if (Object.keys(lacking).length && header.length <= HEADER_LIMIT) extra[REFERENCES_HEADER] = header;
     }
     return withHeaders(response, extra);
   };
@@ -144,13 +179,29 @@ function readBody(text: string, key: string): MemberSpan[] | null {
   return memberSpans(text);
 }
 
+/** The limits in force: each option a whole number within its bounds, or its default. */
+function checkedLimits(options: ToolRefBackendOptions): Record<Limit, number> {
+  const found = {} as Record<Limit, number>;
+  for (const [name, [unit, fallback, most]] of Object.entries(LIMITS) as [Limit, readonly [string, number, number]][]) {
+    const value = options[name] ?? fallback;
+    if (!Number.isSafeInteger(value) || value < 1 || value > most) {
+      const range = most === Number.MAX_SAFE_INTEGER ? "of at least 1" : `from 1 to ${most}`;
+      throw new UsageError(`withToolRef({ ${name} }) is ${String(value)}; use a whole number of ${unit} ${range}, or leave it out for ${fallback}`);
+    }
+    found[name] = value;
+  }
+  return found;
+}
+
 async function hydrate(
   options: ToolRefBackendOptions,
+  limits: Record<Limit, number>,
+  signal: AbortSignal | null,
   registry: string,
   messages: string,
   historyRef: string | null,
   keep: boolean,
-): Promise<Response> {
+): Promise<RegistryAnswer> {
   let body = '{"messages":' + messages + ',"mode":"full"';
   if (options.format) body += ',"format":' + JSON.stringify(options.format);
   if (historyRef !== null) body += ',"historyRef":' + JSON.stringify(historyRef);
@@ -158,7 +209,11 @@ async function hydrate(
   const headers: Record<string, string> = { [PROTOCOL_HEADER]: "2", "Content-Type": JSON_TYPE, Accept: JSON_TYPE };
   if (keep) headers[HISTORY_HEADER] = KEEP_HISTORY;
   if (options.key) headers["Authorization"] = `Bearer ${options.key}`;
-  return (options.fetch ?? globalThis.fetch)(registry + "/v1/messages:hydrate", { method: "POST", headers, body });
+  return postBounded(options.fetch ?? globalThis.fetch, registry + "/v1/messages:hydrate", headers, body, {
+    timeoutMs: limits.timeoutMs,
+    maxAnswerBytes: limits.maxAnswerBytes,
+    signal,
+  });
 }
 
 /** The client's body with `messages` in place of its own and without `historyRef`. */
@@ -202,6 +257,11 @@ async function unavailable(
   }
   const response = await handler(rebuilt(request, raw));
   return withHeaders(response, { [PROTOCOL_HEADER]: "1" });
+}
+
+/** The client left: the handler is not called, and this answer reaches nobody. */
+function gone(): Response {
+  return problem(499, "client-closed-request", "the client closed the request before it was answered; nothing was sent to the handler");
 }
 
 function problem(status: number, slug: string, detail: string, extra: Record<string, unknown> = {}): Response {

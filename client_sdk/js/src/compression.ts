@@ -23,20 +23,29 @@ export async function gunzip(data: Uint8Array, limit = Infinity): Promise<Uint8A
   return readAll(new Blob([data as BlobPart]).stream().pipeThrough(new DecompressionStream("gzip")), limit);
 }
 
-/** Every byte of `stream`, at most `limit` (then it is cancelled and TooLargeError thrown). */
-export async function readAll(stream: ReadableStream<Uint8Array>, limit = Infinity): Promise<Uint8Array> {
+/** Every byte of `stream`, at most `limit` (then it is cancelled and TooLargeError thrown).
+ * `signal` cancels it too, whatever its source does with signals (then its reason is thrown). */
+export async function readAll(stream: ReadableStream<Uint8Array>, limit = Infinity, signal?: AbortSignal): Promise<Uint8Array> {
   const reader = stream.getReader();
+  const stop = (): void => void reader.cancel().catch(() => undefined); // a pending read ends
+  signal?.addEventListener("abort", stop, { once: true });
   const chunks: Uint8Array[] = [];
   let size = 0;
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    size += value.length;
-    if (size > limit) {
-      await reader.cancel();
-      throw new TooLargeError(limit);
+  try {
+    for (;;) {
+      signal?.throwIfAborted();
+      const { value, done } = await reader.read();
+      signal?.throwIfAborted(); // cancelled: what was read is not the whole
+      if (done) break;
+      size += value.length;
+      if (size > limit) {
+        await reader.cancel();
+        throw new TooLargeError(limit);
+      }
+      chunks.push(value);
     }
-    chunks.push(value);
+  } finally {
+    signal?.removeEventListener("abort", stop);
   }
   const out = new Uint8Array(size);
   let at = 0;

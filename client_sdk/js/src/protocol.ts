@@ -14,3 +14,14 @@ export const DICTIONARY_MISMATCH = PROBLEM_BASE + "dictionary-mismatch";
 export function mayResend(status: number, contentType: string | null): boolean {
   return (status === 400 || status === 409) && (contentType ?? "").startsWith(PROBLEM_TYPE);
 }
+
+/** The most a `Toolref-References` header carries, in bytes; larger, it is left out (proxies
+ * cut long headers), as ToolRefMiddleware does. */
+export const HEADER_LIMIT = 8192;
+
+/** `value` as JSON in ASCII, every other character a `\u` escape, as Python's `json.dumps`
+ * writes it: a header value is bytes (fetch refuses any character above U+00FF), and both
+ * SDKs read it back with a JSON parser. */
+export function asciiJson(value: unknown): string {
+  return JSON.stringify(value).replace(/[\u007f-\uffff]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
+}

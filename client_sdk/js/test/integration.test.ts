@@ -289,6 +289,33 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     expect(chat.seen[1]).toBe(text);
   });
 
+  it("a call id above U+00FF (call_€) is confirmed in an ASCII header, and sent as a ref on the next turn", async () => {
+    // Issue 28: `Toolref-References` was written as JSON.stringify wrote it, and fetch refuses
+    // header characters above U+00FF, so every turn of such a conversation threw.
+    const chat = jsChat();
+    const handle = withToolRef(chat.handle, { registry: reg.service.url });
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({
+      historyRefs: false, // refs confirmed one by one, in the header
+      fetch: async (input, init) => handle(new Request(input as string, init)),
+      onExchange: (info) => exchanges.push(info),
+    });
+    const tool = { type: "tool-read_file", toolCallId: "call_€😀", state: "output-available", input: { path: "a.py" }, output: "x = 1\n".repeat(400) };
+    const messages: Message[] = [user(0), { id: "a0", role: "assistant", parts: [tool] }, user(1)];
+    const first = await send("http://backend.test/api/chat", { method: "POST", body: JSON.stringify({ messages }) });
+    expect(first.status).toBe(200);
+    const header = first.headers.get("Toolref-References")!;
+    expect(header).toMatch(/^[\x20-\x7e]+$/);
+    expect(Object.keys(JSON.parse(header) as object)).toEqual(["call_€😀"]);
+    await first.text();
+    messages.push({ id: "a1", role: "assistant", parts: [{ type: "text", text: "ok" }] }, user(2));
+    const second = await send("http://backend.test/api/chat", { method: "POST", body: JSON.stringify({ messages }) });
+    expect(second.status).toBe(200);
+    await second.text();
+    expect(exchanges.map((info) => info.refsSent)).toEqual([0, 1]);
+    expect(chat.seen[1]).toBe(JSON.stringify({ messages })); // the handler got it in full
+  });
+
   it("a ref the registry does not hold is a 409 the client resends on", async () => {
     const chat = jsChat();
     const handle = withToolRef(chat.handle, { registry: reg.service.url });
