@@ -41,6 +41,12 @@ COMPRESS_WINDOW: Final = 128 << 10
 HISTORY_PREFIX: Final = "th_"
 HISTORY_REF_LENGTH: Final = len(HISTORY_PREFIX) + 26
 H0: Final = hashlib.sha256(b"toolref history v1").digest()
+# Messages that come before a conversation's own (a system prompt in the messages) have
+# these roles; a conversation is known by them and the message after them (`opening`).
+_LEADING_ROLES: Final = frozenset({"system", "developer"})
+# A mark an agent moves from turn to turn (Claude Code: on the newest user message's last
+# block), which says nothing about which conversation a message belongs to.
+CACHE_MARK: Final = "cache_control"
 _HISTORY_RE: Final = re.compile(r"th_[a-z2-7]{25}[aeimquy4]")
 
 
@@ -72,6 +78,46 @@ def chain(encoded: Iterable[bytes], start: bytes = H0) -> list[bytes]:
         head = hashlib.sha256(head + data).digest()
         found.append(head)
     return found
+
+
+def opening(messages: Sequence[Any], fmt: Format, chain: Sequence[bytes]) -> bytes:
+    """Which conversation `messages` (chain heads `chain`) is: the chain head of its
+    opening, that is its leading system or developer messages and the message after them
+    (Claude Code's first user message, a Chat Completions system prompt and first user
+    message), as if no block in it carried a cache mark: Claude Code's first turn marks
+    its first message, its second does not. Linear in the opening; hashes it again only
+    when a mark is there (a first turn)."""
+    count = 1
+    while count < len(messages) and _role(messages[count - 1]) in _LEADING_ROLES:
+        count += 1
+    head = messages[:count]
+    if not any(map(_marked, head)):
+        return chain[count - 1]
+    return heads(chain_form([_unmarked(m) for m in head], fmt))[-1]
+
+
+def _role(message: Any) -> object:
+    return message.get("role") if isinstance(message, Mapping) else None
+
+
+def _blocks(message: Any) -> list[Any]:
+    content = message.get("content") if isinstance(message, Mapping) else None
+    return content if isinstance(content, list) else []
+
+
+def _marked(message: Any) -> bool:
+    return any(isinstance(b, Mapping) and CACHE_MARK in b for b in _blocks(message))
+
+
+def _unmarked(message: Any) -> Any:
+    """`message` without the cache marks on its blocks (a copy when it had any)."""
+    if not _marked(message):
+        return message
+    blocks = [
+        {k: v for k, v in b.items() if k != CACHE_MARK} if isinstance(b, Mapping) else b
+        for b in _blocks(message)
+    ]
+    return {**message, "content": blocks}
 
 
 def history_ref(head: bytes) -> str:

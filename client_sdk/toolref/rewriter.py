@@ -158,8 +158,8 @@ class ToolReferenceManager:
     confirmed: OrderedDict[str, None] = field(default_factory=OrderedDict)
     seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
     histories: OrderedDict[str, int] = field(default_factory=OrderedDict)  # ref -> length
-    # ref -> the chain head of its first message, for the histories above (which
-    # conversation each belongs to)
+    # ref -> its `history.opening`, for the histories above (which conversation each
+    # belongs to)
     openings: dict[str, bytes] = field(default_factory=dict)
     priors: OrderedDict[str, Prior] = field(default_factory=OrderedDict)  # ref -> its body
     # Backends without affinity refuse priors another replica keeps: after the n-th refusal

@@ -13,6 +13,12 @@ A server that says it keeps the body of the request it confirmed a history for
 (`history.primed`): what travels again every turn around the messages (`tools`, a system
 prompt) then costs a few bytes, and so does a conversation resent whole because its last
 message changed (Claude Code moves its `cache_control` mark every turn).
+
+A body is compressed only against what the same conversation sent before (its
+`history.opening`): a kept body is used only for the conversation it was kept from, never
+another's. Compressed against another conversation's body, a body's size would say how
+much of it that conversation holds, and a sender who sees the size (`Toolref-Savings`)
+could recover it a guess at a time (CRIME).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ class Upload:
     dictionary: bool  # compressed against a history's dictionary
     text: bytes = b""  # the body before compression
     prior: str | None = None  # the history whose primed dictionary was used
-    first: bytes | None = None  # the chain head of the first message: which conversation
+    first: bytes | None = None  # `history.opening`: which conversation
     chain: Sequence[bytes] = ()  # the chain heads of the whole conversation
     rewound: bool = False  # a history of this conversation was confirmed, but is no prefix
 
@@ -53,7 +59,7 @@ class Prior:
     """The body of the request a history was confirmed for (its last `DICTIONARY_LIMIT`
     bytes, as sent, uncompressed), which the server said it keeps for that history."""
 
-    first: bytes  # the chain head of its conversation's first message
+    first: bytes  # its conversation's `history.opening`
     body: bytes
 
 
@@ -90,7 +96,8 @@ def prepare(
     `priors`: history ref -> the body the server keeps for it (least recent first).
     `checkpoint`: ask the server to keep the conversation's checkpoint too (asked anyway
     when a history of this conversation is no prefix of it: its last message changed).
-    `openings`: history ref -> the chain head of its first message (which conversation)."""
+    `openings`: history ref -> its `history.opening` (which conversation). A prior body is
+    used only for its own conversation."""
     headers = {PROTOCOL_HEADER: str(PROTOCOL_REFS), "Content-Type": JSON_TYPE}
     priors = priors if use_dictionary and priors is not None else {}
     length = len(turn.messages)
@@ -101,14 +108,15 @@ def prepare(
     if chain is None:
         chain = history.heads(history.chain_form(turn.messages, turn.fmt, turn.refs))
     head = history.history_ref(chain[-1])
+    first = history.opening(turn.messages, turn.fmt, chain)
     candidates = list(confirmed.items())
     pick = history.longest_confirmed(chain, candidates)
     if pick < 0:
-        same = _same_conversation(priors, chain[0])
-        rewound = openings is not None and any(openings.get(ref) == chain[0] for ref in confirmed)
+        same = _same_conversation(priors, first)
+        rewound = openings is not None and any(openings.get(ref) == first for ref in confirmed)
         if checkpoint or rewound:
             headers[history.CHECKPOINT_HEADER] = history.KEEP_HISTORY
-        whole = _whole(turn, headers, head, compress, prior=same, first=chain[0])
+        whole = _whole(turn, headers, head, compress, prior=same, first=first)
         return dataclasses.replace(whole, chain=chain, rewound=rewound)
     if checkpoint:
         headers[history.CHECKPOINT_HEADER] = history.KEEP_HISTORY
@@ -122,6 +130,10 @@ def prepare(
             dictionary = history.dictionary(turn.messages[:start])
         window = dictionary[-history.COMPRESS_WINDOW :]
         prior = priors.get(ref)
+        if prior is not None and prior.first != first:
+            # A short history (a system prompt alone) is a prefix of other conversations
+            # too: the body kept with it is its own conversation's, never another's.
+            prior = None
         if prior is not None:
             window = history.primed(window, prior.body)
             headers[history.DICTIONARY_HEADER] = ref
@@ -129,19 +141,18 @@ def prepare(
         headers[history.HISTORY_HEADER] = ref
         headers["Content-Encoding"] = "zstd"
         named = ref if prior is not None else None
-        return Upload(packed, headers, ref, head, length, True, plain, named, chain[0], chain)
+        return Upload(packed, headers, ref, head, length, True, plain, named, first, chain)
     content = dumps_json({**turn.body, "historyRef": ref, turn.key: rest})
-    return Upload(content, headers, ref, head, length, False, content, None, chain[0], chain)
+    return Upload(content, headers, ref, head, length, False, content, None, first, chain)
 
 
 def _same_conversation(priors: Mapping[str, Prior], first: bytes) -> tuple[str, Prior] | None:
-    """The most recent prior of a conversation with the same first message (one confirmed
-    before its last message changed, most likely), else the most recent of any: any prior
-    decodes right, another conversation's only compresses worse (an agent's conversations
-    share their tools and system prompt, though)."""
-    newest_first = list(priors.items())[::-1]
-    same = next(((ref, p) for ref, p in newest_first if p.first == first), None)
-    return same or next(iter(newest_first), None)
+    """The most recent prior of this conversation (its `history.opening` is `first`): one
+    confirmed before its last message changed, most likely; None when it has none. Never
+    another conversation's: compressed against it, this body's size would tell how much of
+    it that conversation holds (see the module docstring)."""
+    newest_first = reversed(list(priors.items()))
+    return next(((ref, p) for ref, p in newest_first if p.first == first), None)
 
 
 def _whole(

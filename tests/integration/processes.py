@@ -24,9 +24,16 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 class Process:
-    """A child process in its own session, ready once `ready_path` answers 200."""
+    """A child process in its own session, ready once `ready_path` answers `ready_status`."""
 
-    def __init__(self, args: list[str], url: str, ready_path: str, env: dict[str, str]) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        url: str,
+        ready_path: str,
+        env: dict[str, str],
+        ready_status: int = 200,
+    ) -> None:
         self.url = url
         self._log = tempfile.NamedTemporaryFile(prefix="toolref-test-", suffix=".log")  # noqa: SIM115
         self.process = subprocess.Popen(
@@ -42,7 +49,7 @@ class Process:
             if self.process.poll() is not None:
                 raise AssertionError(f"{args} exited early: {self.output()}")
             try:
-                if httpx.get(url + ready_path, timeout=1).status_code == 200:
+                if httpx.get(url + ready_path, timeout=1).status_code == ready_status:
                     return
             except httpx.HTTPError:
                 pass

@@ -65,6 +65,11 @@ async def relayed(
             yield Stack(relay_url, recorded, relay, lines)
 
 
+def control(stack: Stack) -> dict[str, str]:
+    """The header the relay's control endpoints need: this start's token."""
+    return {"authorization": f"Bearer {stack.relay.config.token}"}
+
+
 def closed_port_url() -> str:
     """A loopback URL nothing listens on."""
     with socket.socket() as sock:
@@ -459,7 +464,7 @@ async def test_counters_and_metrics(redis: Redis) -> None:
             content=body,
             headers={"content-type": "application/json"},
         )
-        metrics = await agent.get(stack.relay_url + "/metrics")
+        metrics = await agent.get(stack.relay_url + "/metrics", headers=control(stack))
     assert UPLOAD_BYTES.counts["raw"] - before.get("raw", 0) == len(body)
     assert UPLOAD_BYTES.counts["wire"] - before.get("wire", 0) == len(
         stack.gateway.arrivals[0].body
@@ -485,13 +490,17 @@ async def test_switching_upstreams_names_the_one_left(redis: Redis) -> None:
             assert (await agent.post(url, json=body)).status_code == 200
 
         await say(turn)
-        switched = await agent.post(stack.relay_url + "/toolref/switch", json={"upstream": "b"})
+        switched = await agent.post(
+            stack.relay_url + "/toolref/switch", json={"upstream": "b"}, headers=control(stack)
+        )
         assert switched.json() == {"upstreams": ["a", "b"], "selected": "b"}
         turn += [{"role": "assistant", "content": "ok"}, _user("and now?")]
         await say(turn)
         turn += [{"role": "assistant", "content": "ok"}, _user("and then?")]
         await say(turn)
-        unknown = await agent.post(stack.relay_url + "/toolref/switch", json={"upstream": "c"})
+        unknown = await agent.post(
+            stack.relay_url + "/toolref/switch", json={"upstream": "c"}, headers=control(stack)
+        )
     assert unknown.status_code == 400
     assert "a, b" in unknown.json()["error"]
     paths = [a.path for a in stack.gateway.arrivals]

@@ -1,11 +1,14 @@
-"""`toolref relay` as a person runs it: the console script, its help, one turn, and what
-it prints at exit (SIGTERM), never the key."""
+"""`toolref relay` as a person runs it: the console script, its help, one turn, what it
+prints at exit (SIGTERM), never the key; its control token, printed and in a file only the
+user can read."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +32,8 @@ def test_help_names_every_option() -> None:
     done = subprocess.run([TOOLREF, "relay", "--help"], capture_output=True, text=True, check=True)
     for option in ("--gateway", "--port", "--host", "--key", "--fallback", "--switch"):
         assert option in done.stdout
+    for option in ("--max-clients", "--token-file"):
+        assert option in done.stdout
     assert "--max-inflated-bytes" in done.stdout
 
 
@@ -43,12 +48,28 @@ def test_a_bad_option_is_refused_with_the_fix() -> None:
     assert "http(s) base URL" in done.stderr
 
 
-def test_a_turn_is_told_and_the_session_summed_up_at_exit() -> None:
+def test_a_turn_is_told_and_the_session_summed_up_at_exit(tmp_path: Path) -> None:
+    """Also: the control token is printed with an example, and written to the file the
+    line names, 0600, removed at exit (issue 28: there was no token)."""
     port, gateway = free_port(), f"http://127.0.0.1:{free_port()}"  # no gateway there
+    token_file = tmp_path / "private" / "relay.token"
     args = [TOOLREF, "relay", "--gateway", gateway, "--port", str(port), "--switch", "a,b"]
-    args += ["--log-level", "info"]
-    relay = Process(args, f"http://127.0.0.1:{port}", "/toolref/switch", clean_env(TOOLREF_KEY=KEY))
+    args += ["--log-level", "info", "--token-file", str(token_file)]
+    env = clean_env(TOOLREF_KEY=KEY)
+    relay = Process(args, f"http://127.0.0.1:{port}", "/toolref/switch", env, ready_status=401)
     try:
+        token = token_file.read_text().strip()
+        assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+        assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
+        printed = re.search(
+            r'curl -H "Authorization: Bearer ([^"]+)" (\S+)/metrics', relay.output()
+        )
+        assert printed is not None, relay.output()
+        assert printed[1] == token
+        assert printed[2] == relay.url
+        assert str(token_file) in relay.output()
+        control = {"authorization": f"Bearer {token}"}
+        assert httpx.get(f"{relay.url}/metrics", headers=control).status_code == 200
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
         answer = httpx.post(
             f"{relay.url}/llm/a/v1/chat/completions",
@@ -58,7 +79,7 @@ def test_a_turn_is_told_and_the_session_summed_up_at_exit() -> None:
         assert answer.status_code == 502
         assert gateway in answer.json()["error"]["message"]
         os.kill(relay.process.pid, signal.SIGUSR1)  # the next upstream
-        switched = httpx.get(f"{relay.url}/toolref/switch").json()
+        switched = httpx.get(f"{relay.url}/toolref/switch", headers=control).json()
         assert switched == {"upstreams": ["a", "b"], "selected": "b"}
         relay.process.send_signal(signal.SIGTERM)
         # uvicorn shuts down, then raises the signal again: the exit says what stopped it
@@ -75,3 +96,4 @@ def test_a_turn_is_told_and_the_session_summed_up_at_exit() -> None:
     assert "POST /llm/a/v1/chat/completions -> a 502" in output  # --log-level info
     assert KEY not in output
     assert "sk-provider-secret" not in output
+    assert not token_file.exists()  # this start's token is gone with it

@@ -175,11 +175,13 @@ async def test_a_moving_cache_mark_continues_a_checkpoint(
     messages = [{"role": "user", "content": [{"type": "text", "text": "fix the tests"}]}]
     sent = await session(clients[:1], recording, manager, turns=8, mark=True, messages=messages)
     assert manager.checkpoints
-    # The first turn's mark sat on the first message, so the second turn is another
-    # conversation by its first message: the third is the one that shows the moving mark.
+    # The first turn's mark sat on the first message; a conversation is known by its
+    # opening without cache marks, so the second turn is the one that shows the moving mark
+    # (it goes whole, against the first turn's body), and the third continues a checkpoint.
     continued = [r.headers.get(HISTORY_HEADER, "").startswith("th_") for r in sent]
-    assert continued == [False, False, False, *[True] * 5]
-    assert all(CHECKPOINT_HEADER in r.headers for r in sent[2:])
+    assert continued == [False, False, *[True] * 6]
+    assert all(CHECKPOINT_HEADER in r.headers for r in sent[1:])
+    assert DICTIONARY_HEADER in sent[1].headers
     stored = [key for key in await key_names(redis) if ":m:" in key]
     await redis.delete(*stored)
     more = await session(clients[:1], recording, manager, turns=4, mark=True, messages=messages)
@@ -255,4 +257,4 @@ async def test_checkpoints_need_no_compression(
     assert manager.checkpoints
     assert not manager.priors
     continued = [json.loads(r.content).get("historyRef") is not None for r in sent]
-    assert continued == [False, False, False, *[True] * 5]
+    assert continued == [False, False, *[True] * 6]

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
+import zstandard
 
 from toolref import ToolReferenceManager, compression, formats, history
 from toolref.encoding import dumps_json
@@ -215,7 +216,9 @@ def test_a_continuation_compresses_against_the_history_and_the_body_kept() -> No
 def test_a_conversation_resent_whole_compresses_against_its_last_body() -> None:
     """The last message changed (a moved cache mark): no history is a prefix, the whole
     conversation travels, against the body kept for its last history; another
-    conversation's kept body is used only when its own is missing."""
+    conversation's kept body is never used, even when its own is missing (it was, before
+    issue 28: compressed against another conversation, a body's size told a sender what
+    that conversation held)."""
     messages = conversation(4)
     ref, prior = _prior_for(messages, 9)
     changed = [*messages[:8], {**messages[8], "cache": True}, *messages[9:]]
@@ -228,7 +231,64 @@ def test_a_conversation_resent_whole_compresses_against_its_last_body() -> None:
     assert compression.decompress(upload.content, primed, 1 << 24, ref) == upload.text
     assert json.loads(upload.text) == {"messages": changed}
     alone = prepare(turn_of(changed), {}, keep=True, compress=True, priors={other_ref: other})
-    assert alone.prior == other_ref
+    assert alone.prior is None
+    assert history.DICTIONARY_HEADER not in alone.headers
+    assert other.body not in zstandard.ZstdDecompressor().decompress(alone.content)
+
+
+def test_a_conversation_with_the_same_system_prompt_is_another_conversation() -> None:
+    """Chat Completions puts the system prompt first: every conversation of an agent shares
+    it. A new one (another first user message) gets no kept body of the other, whether sent
+    whole or continuing the system prompt's history (a history that short is a prefix of
+    both). Before issue 28 both used the other's body: the first as the fallback, the
+    second because the body kept with a history was used for any continuation of it."""
+    secret = conversation(2)  # [system, user, ...]: the body kept holds its tool results
+    ref, prior = _prior_for(secret, 5)
+    system_ref = ref_at(secret, 1)
+    probe = [secret[0], {"role": "user", "content": "line 0\nline 0\nline 0"}]
+    priors = {ref: prior, system_ref: prior}  # a checkpoint shares its head's body
+    whole = prepare(turn_of(probe), {}, keep=True, compress=True, priors=priors)
+    after = prepare(turn_of(probe), {system_ref: 1}, keep=True, compress=True, priors=priors)
+    assert after.continued == system_ref
+    for upload in (whole, after):
+        assert upload.prior is None
+        assert history.DICTIONARY_HEADER not in upload.headers
+    # The conversation itself, continued, still uses its body.
+    own = prepare(turn_of(conversation(3)), {ref: 5}, keep=True, compress=True, priors=priors)
+    assert own.prior == ref
+
+
+def test_claude_code_s_second_turn_is_its_first_turn_s_conversation() -> None:
+    """Claude Code marks the newest user message's last block (`cache_control`): on the
+    first turn that is the first message, on the second it no longer is. The conversation
+    is known by its opening without marks, so the second turn, resent whole, compresses
+    against the first turn's body."""
+    anthropic = formats.get("anthropic")
+    mark = {"type": "ephemeral"}
+    first = [
+        {"role": "user", "content": [{"type": "text", "text": "fix it", "cache_control": mark}]}
+    ]
+    kept = prepare(
+        Turn({"messages": first}, "messages", first, first, anthropic),
+        {},
+        keep=True,
+        compress=False,
+    )
+    assert kept.first is not None
+    prior = Prior(kept.first, kept.text)
+    ref = history.history_ref(kept.chain[-1])
+    second = [
+        {"role": "user", "content": [{"type": "text", "text": "fix it"}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+        {"role": "user", "content": [{"type": "text", "text": "thanks", "cache_control": mark}]},
+    ]
+    turn = Turn({"messages": second}, "messages", second, second, anthropic)
+    upload = prepare(
+        turn, {ref: 1}, keep=True, compress=True, priors={ref: prior}, openings={ref: kept.first}
+    )
+    assert upload.continued is None  # the marked first message is no prefix
+    assert upload.prior == ref
+    assert upload.rewound  # so it asks for its checkpoint, which the next turn continues
 
 
 def test_the_dictionary_header_must_name_a_history() -> None:

@@ -8,9 +8,15 @@ as refs, a conversation after a history the gateway confirmed as its new message
 against that history; missing refs and histories are resent before the agent sees anything.
 Every other request passes through, streamed both ways.
 
-One `ToolReferenceManager` per upstream name serves every conversation sent there: its
-transcripts tell conversations apart by their content (`max_transcripts` of them, least
-recently used dropped first), so an agent running several sessions needs nothing more.
+One `ToolReferenceManager` per client (an upstream and a provider credential, `clients`)
+serves every conversation that client sends there: its transcripts tell conversations apart
+by their content (`max_transcripts` of them, least recently used dropped first), so an agent
+running several sessions needs nothing more, and a process without the agent's credential
+shares nothing with it.
+
+Only requests for the relay's own address are served, none with an `Origin` (`guard`: a
+web page, after DNS rebinding); `/metrics`, `/toolref/switch` and `Toolref-Switch` need
+this start's control token (`control`).
 
 Never brick a session: a gateway that cannot be reached sends the agent's request, as it
 came, to `--fallback`, or answers 502 in the provider's error shape; a 413 is retried once
@@ -20,13 +26,13 @@ with the request's biggest tool results registered first (see `oversize`).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import httpx
@@ -38,8 +44,9 @@ from toolref.inbound import Disconnected, body_pieces, read_body
 from toolref.rewriter import ToolReferenceManager
 from toolref.transport import AsyncTransport, LLMRequest, endpoint, recognise
 
-from . import oversize
+from . import control, guard, oversize
 from .bodies import TOO_LARGE, inflated, readable
+from .clients import Clients
 from .config import RelayConfig
 from .headers import (
     SAVINGS_HEADER,
@@ -50,8 +57,8 @@ from .headers import (
     to_gateway,
     to_provider,
 )
-from .replies import relay_answer, reply, reply_error, reply_json, while_connected
-from .savings import TURNS, UPLOAD_BYTES, Route, Tally, Upload, savings_header, summary, turn_line
+from .replies import relay_answer, reply_error, reply_json, while_connected
+from .savings import Route, Tally, Upload, savings_header, summary, turn_line
 from .shapes import ErrorReply, Provider, error_reply, provider_of
 from .switch import Switchboard, conversation_of
 
@@ -59,7 +66,6 @@ log = logging.getLogger("toolref.relay")
 
 _ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
 _UNREACHABLE: Final = (httpx.ConnectError, httpx.ConnectTimeout)
-_SWITCH_FIX: Final = "a switch request is a small JSON object"
 
 
 def _stderr(line: str) -> None:
@@ -118,7 +124,7 @@ class Relay:
         self.report = report
         self.tally = Tally()
         self.switchboard = Switchboard(config.switch)
-        self.managers: dict[str, ToolReferenceManager] = {}
+        self.clients = Clients(self._new_manager, config.max_clients)
         self._pool = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._registry: AsyncRegistryClient | None = None
         self._signals = signals
@@ -129,14 +135,13 @@ class Relay:
             "pool": config.connect_timeout,
         }
 
-    def manager(self, upstream: str) -> ToolReferenceManager:
-        """The manager of `upstream` (made on first use)."""
-        found = self.managers.get(upstream)
-        if found is None:
-            # The gateway reads zstd: compress from the first request, not the first history.
-            found = ToolReferenceManager(max_transcripts=self.config.max_transcripts, compress=True)
-            self.managers[upstream] = found
-        return found
+    def manager(self, upstream: str, call: Call) -> ToolReferenceManager:
+        """The manager of `call`'s client on `upstream` (made on first use)."""
+        return self.clients.manager(upstream, call.headers, call.query)
+
+    def _new_manager(self) -> ToolReferenceManager:
+        # The gateway reads zstd: compress from the first request, not the first history.
+        return ToolReferenceManager(max_transcripts=self.config.max_transcripts, compress=True)
 
     # --- ASGI ---------------------------------------------------------------------------
 
@@ -147,18 +152,28 @@ class Relay:
         if scope["type"] != "http":
             return  # no WebSockets: the server refuses them
         path, method = scope["path"], scope["method"]
-        if path == "/metrics" and method == "GET":
-            await _metrics(send)
+        headers = decoded(scope["headers"])
+        refused = guard.host_refusal(first(headers, "host"), scope.get("server"))
+        refused = refused or guard.origin_refusal(first(headers, "origin"))
+        if refused is not None:
+            shape = provider_of(path, headers)
+            await reply_error(send, error_reply(shape, 403, refused, "toolref_forbidden"))
             return
-        if path == "/toolref/switch":
-            await self._switch(method, receive, send)
+        if path in control.CONTROL_PATHS:
+            config = self.config
+            await control.serve(
+                control.Request(path, method, headers, config.token, config.token_file),
+                receive,
+                send,
+                self.switchboard,
+                self._select,
+            )
             return
         raw_path = scope.get("raw_path") or path.encode()
         found = _ROUTE.match(raw_path.decode("latin-1"))
         if found is None:
             await reply_json(send, 404, {"error": _NOT_SERVED.format(path=path)})
             return
-        headers = decoded(scope["headers"])
         rest = found.group(2) or "/"
         call = Call(
             method,
@@ -170,8 +185,12 @@ class Relay:
         )
         wanted = first(headers, SWITCH_HEADER)
         if wanted:
+            name, refused = control.switch_header(wanted, self.config.token, self.config.token_file)
+            if refused is not None:
+                await reply_error(send, error_reply(call.provider, 403, refused, "toolref_token"))
+                return
             try:
-                self._select(wanted)
+                self._select(name)
             except ValueError as exc:
                 await reply_error(send, error_reply(call.provider, 400, str(exc), "toolref_switch"))
                 return
@@ -199,6 +218,8 @@ class Relay:
     async def shutdown(self) -> None:
         if self.tally.turns:
             self.report(summary(self.tally))
+        if self.config.token_file:  # this start's token means nothing once it stops
+            control.remove(Path(self.config.token_file), self.config.token)
         if self._registry is not None:
             await self._registry.aclose()
         await self._pool.aclose()
@@ -234,23 +255,6 @@ class Relay:
         previous = self.switchboard.selected
         now = self.switchboard.cycle()
         self.report(f"toolref relay: switched from {previous} to {now} (SIGUSR1)")
-
-    async def _switch(self, method: str, receive: Receive, send: Send) -> None:
-        board = self.switchboard
-        if method == "POST":
-            try:
-                body = json.loads(await read_body(receive, 4096, _SWITCH_FIX))
-                self._select(str(body["upstream"]))
-            except Disconnected:
-                return
-            except (ToolrefError, ValueError, KeyError, TypeError) as exc:
-                detail = f'{exc}; send {{"upstream": NAME}} naming one of {list(board.names)}'
-                await reply_json(send, 400, {"error": detail})
-                return
-        elif method != "GET":
-            await reply_json(send, 405, {"error": "GET or POST /toolref/switch"})
-            return
-        await reply_json(send, 200, {"upstreams": list(board.names), "selected": board.selected})
 
     # --- LLM requests ---------------------------------------------------------------------
 
@@ -310,7 +314,7 @@ class Relay:
             )
 
         meter = _Meter(self._pool)
-        manager = self.manager(upstream)
+        manager = self.manager(upstream, call)
         transport = AsyncTransport(meter, manager=manager)
         route: Route = "gateway"
         try:
@@ -511,18 +515,3 @@ def _log(call: Call, upstream: str, status: int, sent: int | None, wire: int | N
     """Method, path (never the query: some providers take keys there), status, sizes."""
     sizes = f" agent sent {sent} bytes, relay sent {wire}" if sent is not None else ""
     log.info("%s /llm/%s%s -> %s %d%s", call.method, call.name, call.path, upstream, status, sizes)
-
-
-async def _metrics(send: Send) -> None:
-    """Prometheus text: every metric of the process when prometheus_client is installed,
-    else the relay's own counters."""
-    try:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-    except ImportError:
-        lines = []
-        for made in (UPLOAD_BYTES, TURNS):
-            lines.append(f"# TYPE {made.name} counter")
-            lines += [f'{made.name}{{{made.label}="{v}"}} {n}' for v, n in made.counts.items()]
-        await reply(send, 200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4")
-        return
-    await reply(send, 200, generate_latest(), CONTENT_TYPE_LATEST)

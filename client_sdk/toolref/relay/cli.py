@@ -4,17 +4,23 @@
     ANTHROPIC_BASE_URL=http://127.0.0.1:8760/llm/anthropic claude
 
 Needs the `relay` extra (from a toolref checkout: `pip install -e '.[relay]'`): uvicorn
-serves the app.
+serves the app. The port is bound first, then the control token of this start is written
+(`control.write`) and printed, then the app is served on that socket: a relay that cannot
+bind leaves the token file of the one running on the port alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from . import control
 from .config import MIB, RelayConfig
 
 _DESCRIPTION = (
@@ -64,6 +70,19 @@ def parser() -> argparse.ArgumentParser:
         help="largest a gzip or zstd LLM request may inflate to (64 MiB)",
     )
     relay.add_argument(
+        "--max-clients",
+        type=int,
+        default=8,
+        help="clients (an upstream and a provider credential) whose state the relay keeps, "
+        "least recently used dropped first (8)",
+    )
+    relay.add_argument(
+        "--token-file",
+        default=None,
+        help="where to write this start's control token, readable only by you "
+        "(~/.toolref/relay-PORT.token)",
+    )
+    relay.add_argument(
         "--log-level",
         default="warning",
         choices=("debug", "info", "warning", "error"),
@@ -80,6 +99,7 @@ def config_of(args: argparse.Namespace) -> RelayConfig:
         switch=tuple(name.strip() for name in args.switch.split(",") if name.strip()),
         max_body_bytes=args.max_body_bytes,
         max_inflated_bytes=args.max_inflated_bytes,
+        max_clients=args.max_clients,
     )
 
 
@@ -96,20 +116,47 @@ def main(argv: Sequence[str] | None = None) -> None:
     from .app import Relay
 
     logging.basicConfig(level=args.log_level.upper(), format="%(name)s: %(message)s")
-    print(
-        f"toolref relay: listening on http://{args.host}:{args.port}/llm/NAME "
-        f"(ANTHROPIC_BASE_URL=http://{args.host}:{args.port}/llm/anthropic)",
-        file=sys.stderr,
-        flush=True,
+    sock = _bind(args.host, args.port)
+    port = sock.getsockname()[1]
+    token_file = Path(args.token_file) if args.token_file else control.default_path(port)
+    base = f"http://{args.host}:{port}"
+    _say(f"toolref relay: listening on {base}/llm/NAME (ANTHROPIC_BASE_URL={base}/llm/anthropic)")
+    try:
+        control.write(token_file, config.token)
+        where = f"in {token_file} (readable only by you)"
+        config = dataclasses.replace(config, token_file=str(token_file))
+    except OSError as exc:
+        where = f"not written to {token_file} ({exc.strerror or exc}): it is shown here only"
+    _say(
+        f"toolref relay: /metrics and /toolref/switch need this start's token, {where}; "
+        f'e.g. curl -H "Authorization: Bearer {config.token}" {base}/metrics'
     )
-    uvicorn.run(
+    served = uvicorn.Config(
         Relay(config, signals=True),
-        host=args.host,
-        port=args.port,
         log_level=args.log_level,
         access_log=False,  # its lines carry query strings, where some providers take keys
         lifespan="on",
     )
+    uvicorn.Server(served).run(sockets=[sock])  # the app deletes the token file at exit
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A listening socket on `host`:`port` (0: one the system picks), or the exit saying why."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        sys.exit(f"toolref relay: cannot listen on {host}:{port} ({exc.strerror or exc})")
+    sock.set_inheritable(True)
+    return sock
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

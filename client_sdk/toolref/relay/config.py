@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
+from .control import new_token
+
 MIB: Final = 2**20
+MIN_TOKEN: Final = 16  # characters of a control token given rather than drawn
 
 
 def _base_url(option: str, value: str) -> str:
@@ -32,7 +35,13 @@ class RelayConfig:
     max_inflated_bytes: the most a gzip or zstd LLM request may inflate to.
     connect_timeout / read_timeout: seconds to connect, and to wait between two pieces of
         an answer (a model may think for minutes before its first token).
-    max_transcripts: conversations each upstream's manager keeps the transcript of.
+    max_transcripts: conversations each client's manager keeps the transcript of.
+    max_clients: clients (an upstream and a provider credential) whose managers are kept;
+        the least recently used is dropped first (`clients`).
+    token: the control token `/metrics`, `/toolref/switch` and `Toolref-Switch` need (one
+        drawn at each start by default; never logged).
+    token_file: where `toolref relay` wrote the token: the answers that ask for it name
+        it, and the relay deletes it when it stops (if it still holds this token).
     """
 
     gateway: str
@@ -44,6 +53,9 @@ class RelayConfig:
     connect_timeout: float = 5.0
     read_timeout: float = 600.0
     max_transcripts: int = 64
+    max_clients: int = 8
+    token: str = field(default_factory=new_token, repr=False)
+    token_file: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gateway", _base_url("--gateway", self.gateway))
@@ -61,9 +73,15 @@ class RelayConfig:
             ("--max-body-bytes", self.max_body_bytes),
             ("--max-inflated-bytes", self.max_inflated_bytes),
             ("max_transcripts", self.max_transcripts + 1),
+            ("--max-clients", self.max_clients),
         ):
             if number < 1:
-                raise ValueError(f"{option} is {number}; give a positive number of bytes")
+                raise ValueError(f"{option} is {number}; give a positive number")
+        if len(self.token) < MIN_TOKEN:
+            raise ValueError(
+                f"the control token has {len(self.token)} characters; give at least "
+                f"{MIN_TOKEN} (or none: one is drawn at each start)"
+            )
         if self.connect_timeout <= 0 or self.read_timeout <= 0:
             raise ValueError(
                 f"timeouts are {self.connect_timeout} and {self.read_timeout} seconds; "

@@ -17,10 +17,15 @@ Provider = Literal["anthropic", "openai"]
 # Anthropic's error types by status (docs.anthropic.com, "Errors").
 _ANTHROPIC_TYPES: Final = {
     400: "invalid_request_error",
+    403: "permission_error",
     413: "request_too_large",
     502: "api_error",
 }
-_OPENAI_TYPES: Final = {400: "invalid_request_error", 413: "invalid_request_error"}
+_OPENAI_TYPES: Final = {
+    400: "invalid_request_error",
+    403: "invalid_request_error",
+    413: "invalid_request_error",
+}
 
 
 @dataclass(frozen=True, slots=True)

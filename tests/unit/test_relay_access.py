@@ -1,0 +1,140 @@
+"""Who may use the relay, as pure parts: the clients a credential makes, the Host values
+served, the control token and its file (issue 28)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from toolref.relay import RelayConfig
+from toolref.relay.clients import Clients, credential_digest
+from toolref.relay.control import bearer, remove, same, switch_header, switch_request, write
+from toolref.relay.guard import host_refusal, origin_refusal, served_hosts
+from toolref.rewriter import ToolReferenceManager
+
+SECRET = b"k" * 32
+
+
+def test_a_client_is_its_provider_credential_whatever_the_order_or_case() -> None:
+    one = credential_digest([("X-Api-Key", "sk-1"), ("Accept", "*/*")], "", SECRET)
+    assert one == credential_digest([("accept", "json"), ("x-api-key", "sk-1")], "", SECRET)
+    assert one != credential_digest([("x-api-key", "sk-2")], "", SECRET)
+    assert one != credential_digest([("x-api-key", "sk-1")], "", b"another start")
+    both = [("authorization", "Bearer a"), ("x-api-key", "b")]
+    assert credential_digest(both, "", SECRET) == credential_digest(both[::-1], "", SECRET)
+    assert credential_digest(both, "", SECRET) != credential_digest(both[:1], "", SECRET)
+    gemini = credential_digest([], "alt=sse&key=AIza1", SECRET)
+    assert gemini == credential_digest([], "key=AIza1&alt=json", SECRET)
+    assert gemini != credential_digest([], "key=AIza2", SECRET)
+    assert gemini != credential_digest([("x-goog-api-key", "AIza1")], "", SECRET)
+    none = credential_digest([("accept", "*/*")], "alt=sse", SECRET)
+    assert none == credential_digest([], "", SECRET)  # no credential: one client
+    # A value split differently across headers is another credential (lengths are hashed).
+    assert credential_digest([("api-key", "ab")], "", SECRET) != credential_digest(
+        [("api-key", "a"), ("api-key", "b")], "", SECRET
+    )
+
+
+def test_clients_are_kept_by_upstream_and_credential_least_recent_dropped() -> None:
+    made: list[ToolReferenceManager] = []
+
+    def make() -> ToolReferenceManager:
+        made.append(ToolReferenceManager())
+        return made[-1]
+
+    clients = Clients(make, 2)
+    victim = [("x-api-key", "sk-victim-never-stored")]
+    first = clients.manager("a", victim, "")
+    assert clients.manager("a", victim, "") is first
+    assert clients.manager("b", victim, "") is not first  # another upstream: another client
+    assert clients.manager("a", victim, "") is first  # used: now the most recent
+    other = clients.manager("a", [("x-api-key", "sk-other")], "")  # drops upstream b's
+    assert len(clients) == 2
+    assert len(made) == 3
+    assert clients.manager("a", victim, "") is first
+    assert clients.manager("a", [("x-api-key", "sk-other")], "") is other
+    assert clients.manager("b", victim, "") is not made[1]  # dropped: made again
+    assert "sk-victim" not in repr(vars(clients))
+    with pytest.raises(ValueError, match="--max-clients is 0"):
+        Clients(make, 0)
+
+
+def test_the_hosts_a_relay_serves() -> None:
+    assert served_hosts(("127.0.0.1", 8760)) == frozenset(
+        {"127.0.0.1:8760", "localhost:8760", "[::1]:8760"}
+    )
+    assert served_hosts(("::1", 8760)) == served_hosts(("127.0.0.1", 8760))
+    assert "192.168.1.5:8760" in (served_hosts(("192.168.1.5", 8760)) or ())
+    assert "[fe80::1]:8760" in (served_hosts(("fe80::1", 8760)) or ())
+    assert "localhost" in (served_hosts(("127.0.0.1", 80)) or ())
+    assert served_hosts(None) is None
+    assert served_hosts(("/run/relay.sock", None)) is None
+    assert host_refusal("LocalHost:8760", ("127.0.0.1", 8760)) is None
+    assert host_refusal("anything", None) is None  # a Unix socket: no page reaches it
+    for refused in ("evil.example:8760", "localhost:8761", "localhost", None, "x" * 500):
+        message = host_refusal(refused, ("127.0.0.1", 8760))
+        assert message is not None
+        assert "127.0.0.1:8760" in message
+        assert "DNS rebinding" in message
+        assert len(message) < 500
+    assert origin_refusal(None) is None
+    assert "evil.example" in (origin_refusal("https://evil.example") or "")
+
+
+def test_the_token_travels_as_a_bearer_or_a_switch_parameter() -> None:
+    token = "t" * 43
+    assert bearer([("Authorization", f"Bearer {token}")]) == token
+    assert bearer([("authorization", f"bearer  {token} ")]) == token
+    assert bearer([("authorization", f"Basic {token}")]) is None
+    assert bearer([]) is None
+    assert same(token, token)
+    assert not same(None, token)
+    assert not same(token[:-1], token)
+    assert not same("é" * 43, token)
+    assert switch_request(f' kimi ; token="{token}"') == ("kimi", token)
+    assert switch_request("kimi") == ("kimi", None)
+    assert switch_header(f"kimi; token={token}", token, None) == ("kimi", None)
+    name, refused = switch_header("kimi", token, "/home/u/.toolref/relay-8760.token")
+    assert name == "kimi"
+    assert refused is not None
+    assert "/home/u/.toolref/relay-8760.token" in refused
+    assert token not in refused
+
+
+def test_the_token_file_is_the_user_s_alone(tmp_path: Path) -> None:
+    """Written 0600 in a 0700 folder; a file already there (0644) or a link there is
+    replaced, never written through; removed only while it holds this start's token."""
+    path = tmp_path / "state" / "relay-8760.token"
+    write(path, "first-token")
+    assert path.read_text() == "first-token\n"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    path.chmod(0o644)
+    write(path, "second-token")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    target = tmp_path / "elsewhere"
+    target.write_text("keep me")
+    path.unlink()
+    path.symlink_to(target)
+    write(path, "third-token")
+    assert target.read_text() == "keep me"
+    assert not path.is_symlink()
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary left
+    remove(path, "second-token")  # another start's: left alone
+    assert path.exists()
+    remove(path, "third-token")
+    assert not path.exists()
+    remove(path, "third-token")  # already gone: quietly
+
+
+def test_relay_options_for_clients_and_the_token() -> None:
+    config = RelayConfig("http://g", token="s" * 20)
+    assert "s" * 20 not in repr(config)
+    assert RelayConfig("http://g").token != RelayConfig("http://g").token
+    assert len(RelayConfig("http://g").token) >= 43
+    with pytest.raises(ValueError, match="control token has 5 characters"):
+        RelayConfig("http://g", token="short")
+    with pytest.raises(ValueError, match="--max-clients is 0"):
+        RelayConfig("http://g", max_clients=0)
