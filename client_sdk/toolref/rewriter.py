@@ -357,11 +357,13 @@ class ToolReferenceManager:
                     self.learn_answer(response.status_code, response.headers, response.content)
                 return response
             # Refs expired or were evicted: forget them and send those payloads in full. If
-            # that is refused too, the last attempt sends every payload in full.
+            # that is refused too, the last attempt sends the whole conversation, every
+            # payload in full (a ref the server misses may be one of the history's).
             self.savings.fallbacks += 1
             self.forget(missing)
             attempt += 1
             usable = () if attempt == 2 else None
+            histories = histories and attempt < 2
 
     def _learn_from(self, response: httpx.Response, refs: Sequence[str], upload: Upload) -> None:
         self.refs_accepted = response.headers.get(PROTOCOL_HEADER) == str(PROTOCOL_REFS)

@@ -37,6 +37,7 @@ from toolref.canonical import canonical_json, digest_key
 from toolref.encoding import loads_fast, packb, unpackb
 from toolref.formats import Detection, is_format_name
 from toolref.history import chain, history_ref
+from toolref.models import FormatName
 from toolref_server import compressors
 from toolref_server.store import Store
 from toolref_server.workers import Workers
@@ -235,18 +236,20 @@ class Histories:
         texts: Sequence[str],
         encoded: Sequence[bytes],
         *,
+        format: FormatName,
         detection: Detection,
         pending: int,
     ) -> str:
         """Store the history `before` followed by `texts` (chain form as written; `encoded`
         the same as canonical JSON) and return its ref, from the node alone: O(new) but
         for the ids. Its node keeps `before`'s refresh time, so it expires no later than
-        the messages it names."""
+        the messages it names; its format is the one the whole conversation was read in
+        (`before`'s may have been a guess, made when its messages fitted several)."""
         if not texts or before.head is None:
             raise ValueError("extend needs new messages and a node that keeps its head")
         ids = [message_id(text) for text in texts]
         head = chain(encoded, before.head)[-1]
-        node = Node(before.format, [*before.ids, *ids], head, before.refreshed, detection, pending)
+        node = Node(format, [*before.ids, *ids], head, before.refreshed, detection, pending)
         return await self._write(tenant, node, ids, texts, history_ref(before.head))
 
     async def checkpoint(self, tenant: str, node: Node) -> str:

@@ -200,6 +200,46 @@ async def test_a_history_whose_tool_ref_was_evicted_is_missing(
     assert (await continue_(other, again, [])).json()["messages"] == messages
 
 
+async def test_a_history_first_kept_in_a_guessed_format_misses_as_a_history(
+    api: httpx.AsyncClient, redis: Redis
+) -> None:
+    """A first turn of plain text fits every format, so its node's format is a guess; the
+    tail that shows the conversation is Anthropic's must not leave that guess in the node.
+    Before the fix the node kept it: a later whole read scanned the history as another
+    format, saw none of its markers, and a record evicted meanwhile came back as 409
+    `missing-refs` (refs the client never sent, so its resends could not help) instead of
+    `missing-history`. Found by the exactness property test."""
+    first = {"role": "user", "content": [{"type": "text", "text": ""}]}
+    calls = {
+        "role": "assistant",
+        "content": [
+            {"type": "tool_use", "id": f"toolu_{n}", "name": "read_file", "input": {}}
+            for n in (1, 2, 3)
+        ],
+    }
+    results = {
+        "role": "user",
+        "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "x"} for n in (1, 2)
+        ],
+    }
+    ref = await keep(api, [first])
+    response = await api.post(
+        "/v1/messages:hydrate",
+        json={"historyRef": ref, "messages": [calls, results]},
+        headers=KEEP,
+    )
+    assert response.status_code == 200, response.text
+    head = response.json()["historyRef"]
+    for name in await key_names(redis):
+        if ":i:" in name:
+            await redis.delete(name)
+    # toolu_3 waits for its result: the continuation reads the history whole.
+    again = await continue_(api, head, [])
+    assert again.status_code == 409, again.text
+    assert again.json()["missingHistory"] == head
+
+
 async def test_a_continuation_reads_only_the_node_until_a_refresh_is_due(
     api: httpx.AsyncClient, redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -74,6 +74,15 @@ class Tail:
     hydrated: Hydrated | None
 
 
+def lost_ref(ref: str, lost: str) -> MissingHistoryError:
+    """History `ref` names tool ref `lost`, which the store no longer holds."""
+    return MissingHistoryError(
+        f"history {ref} names tool ref {lost}, which is no longer held (expired or "
+        "evicted); send the whole conversation without the history",
+        ref,
+    )
+
+
 def _missing(ref: str) -> MissingHistoryError:
     return MissingHistoryError(
         f"history {ref} is not held (never confirmed for this API key, expired or "
@@ -141,11 +150,7 @@ async def _load(services: Services, tenant: str, ref: str) -> Continuation:
     scan = formats.scan(stored.form, fmt)
     found, missing = await context.held(services, tenant, scan.refs)
     if missing:
-        raise MissingHistoryError(
-            f"history {ref} names tool ref {missing[0]}, which is no longer held (expired or "
-            "evicted); send the whole conversation without the history",
-            ref,
-        )
+        raise lost_ref(ref, missing[0])
     return Continuation(ref, node, fmt, stored.form, stored.texts, stored.encoded, scan, found)
 
 
@@ -238,4 +243,5 @@ def checkpoint_node(
         return None
     head = history.chain(chained.encoded[:length], before.head)[-1]
     detection = formats.detection(messages, None, before.detection)
-    return Node(before.format, [*before.ids, *ids], head, before.refreshed, detection, 0)
+    fmt = conversation.fmt.name
+    return Node(fmt, [*before.ids, *ids], head, before.refreshed, detection, 0)

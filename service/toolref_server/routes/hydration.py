@@ -42,6 +42,7 @@ from toolref_server.routes.messages import (
     conversation_of_decoded,
     joined,
     joined_size,
+    missing_refs,
     references_of,
     register,
     resolve_markers,
@@ -219,10 +220,29 @@ async def continue_history(services: Services, ask: Ask) -> Work:
 
 async def resolve(services: Services, tenant: str, work: Work) -> dict[str, Record]:
     """The record of every ref the markers name (a history read whole brings its own), or
-    409 listing every one that is not held."""
-    known = work.before.held if work.before is not None else {}
+    409 listing every one that is not held: `missing-history` when a marker of the history
+    is among them (the client sent a history ref, not those markers, so it can only resend
+    the whole conversation), else `missing-refs`."""
+    before = work.before
+    known = before.held if before is not None else {}
     wanted = [r for r in work.conversation.scan.refs if r not in known]
-    held = {**known, **await resolve_markers(services, tenant, wanted)}
+    if before is None or not wanted:
+        held = {**known, **await resolve_markers(services, tenant, wanted)}
+    else:
+        # The history read whole in the conversation's format: a marker of it that its
+        # stored format did not show (an older node) is the history's, not the client's.
+        stored = len(before.form)
+        ahead = {
+            pair.ref
+            for pair in work.conversation.scan.marked
+            if any(site.message < stored for site, _ in pair.sides)
+        }
+        found, missing = await context.held(services, tenant, wanted)
+        lost = next((ref for ref in missing if ref in ahead), None)
+        if lost is not None:
+            raise continuation.lost_ref(before.ref, lost)
+        missing_refs(missing)
+        held = {**known, **found}
     _check_names(work.conversation, held)
     return held
 
@@ -315,6 +335,7 @@ async def keep(services: Services, ask: Ask, filled: Filled) -> Kept:
             work.tail.node,
             chained.texts,
             chained.encoded,
+            format=conversation.fmt.name,
             detection=chained.detection,
             pending=chained.pending,
         )

@@ -258,13 +258,18 @@ async def optimize(request: Request) -> Response:
 async def resolve_markers(services: Services, tenant: str, refs: list[str]) -> dict[str, Record]:
     """Records for every ref, or 409 listing all the refs that are not held."""
     held, missing = await context.held(services, tenant, refs)
+    missing_refs(missing)
+    return held
+
+
+def missing_refs(missing: list[str]) -> None:
+    """409 `missing-refs` listing `missing`, if any."""
     if missing:
         raise MissingRefsError(
             f"{len(missing)} ref(s) in the messages are not held (expired, evicted, or never "
             "registered for this API key); resend those invocations in full",
             missing,
         )
-    return held
 
 
 routes = [Route("/v1/messages:optimize", optimize, methods=["POST"])]
