@@ -42,7 +42,14 @@ from toolref_server.metrics import Metrics
 from toolref_server.problem import problem_response
 from toolref_server.settings import Settings
 from toolref_server.upstream_pool import Timeouts, UpstreamPool
-from toolref_server.upstreams import PREFIX, Endpoint, endpoint, route, unsafe_query
+from toolref_server.upstreams import (
+    METHODS,
+    PREFIX,
+    Endpoint,
+    endpoint,
+    route,
+    unsafe_query,
+)
 
 _KEY: Final = KEY_HEADER.lower().encode()
 _SAVINGS: Final = SAVINGS_HEADER.lower().encode()
@@ -119,13 +126,18 @@ class Gateway:
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Every refusal before anything is read or stored: the key first (nothing about
-        the upstreams is told without one), then the path, the switch header and the
-        requests in flight."""
+        the upstreams is told without one), then the path, the method, the query, the
+        switch header and the requests in flight."""
         key = _header(scope, _KEY)
         tenant = self.auth.tenant_for_key(key, header=KEY_HEADER)
         found = route(self.upstreams, scope["path"], scope.get("raw_path"))
         if found is None:
             raise NotFoundError(self._unknown(scope["path"]))
+        if scope["method"] not in METHODS:
+            raise BadRequestError(
+                f"the gateway forwards {', '.join(sorted(METHODS))}, not "
+                f"{describe(scope['method'])} (a tunnel or a trace is not an LLM API's)"
+            )
         if unsafe_query(scope.get("query_string", b"")):
             raise BadRequestError(
                 "the gateway request's query holds bytes a request target may not carry; "

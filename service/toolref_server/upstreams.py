@@ -20,6 +20,9 @@ from toolref.errors import BadRequestError, ConfigurationError
 from toolref.models import FormatName
 
 NAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# Methods forwarded; CONNECT (a tunnel) and TRACE (which echoes the request, credentials
+# the gateway added included) are not, nor any other.
+METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 PREFIX: Final = "/llm/"
 _RAW_PREFIX: Final = PREFIX.encode()
 # A raw path segment: visible ASCII but `%`, or a `%` and two hex digits (RFC 3986).

@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import h11
 import uvicorn
 from redis.asyncio import Redis
 
@@ -191,6 +192,7 @@ async def gateway(redis: Redis, **settings: Any) -> AsyncIterator[str]:
         host="127.0.0.1",
         port=0,
         http="toolref_server.connection:Connection",
+        ws="none",  # as `toolref-server serve` runs it
         log_config=None,
         access_log=False,
         lifespan="on",
@@ -280,3 +282,80 @@ async def read_reply(reader: asyncio.StreamReader) -> Reply:
     else:
         reply.body = await reader.read()
     return reply
+
+
+# --- a strict upstream ------------------------------------------------------------------
+
+
+class StrictUpstream:
+    """An upstream that reads with h11 (what a strict HTTP/1.1 server accepts) and answers
+    every request 200 `{"ok":true}` (`X-Fake-Upstream: 1`), keep-alive: so an answer of
+    another status, or without that header, is the gateway's own. What h11 refused of what
+    the gateway sent is kept in `refused`; the request targets in `targets`."""
+
+    def __init__(self) -> None:
+        self.targets: list[bytes] = []
+        self.refused: list[str] = []
+        self._server: asyncio.Server | None = None
+        self._url: str | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def url(self) -> str:
+        assert self._url is not None, "not started"
+        return self._url
+
+    async def __aenter__(self) -> StrictUpstream:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        state = h11.Connection(h11.SERVER)
+        method = b""
+        try:
+            while True:
+                event = state.next_event()
+                if event is h11.NEED_DATA:
+                    state.receive_data(await reader.read(65536))
+                elif isinstance(event, h11.Request):
+                    method = event.method
+                    self.targets.append(event.target)
+                elif isinstance(event, h11.EndOfMessage):
+                    writer.write(_answer(state, method))
+                    await writer.drain()
+                    state.start_next_cycle()
+                elif isinstance(event, h11.ConnectionClosed):
+                    break
+        except h11.RemoteProtocolError as exc:
+            if state.their_state is not h11.CLOSED and not reader.at_eof():
+                self.refused.append(repr(exc))
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+            self._tasks.discard(task)
+
+
+def _answer(state: h11.Connection, method: bytes) -> bytes:
+    body = b'{"ok":true}'
+    headers = [
+        ("Content-Type", "application/json"),
+        ("X-Fake-Upstream", "1"),
+        ("Content-Length", str(len(body))),
+    ]
+    out = state.send(h11.Response(status_code=200, headers=headers)) or b""
+    if method != b"HEAD":
+        out += state.send(h11.Data(data=body)) or b""
+    return out + (state.send(h11.EndOfMessage()) or b"")

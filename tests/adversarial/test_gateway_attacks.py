@@ -256,6 +256,19 @@ async def test_upstream_credentials_and_names_are_never_shown(
         assert "beta-down" not in reply.body.decode()
 
 
+@pytest.mark.parametrize("method", ["TRACE", "CONNECT", "FOO"])
+async def test_methods_no_llm_api_uses_are_not_forwarded(redis: Redis, method: str) -> None:
+    """TRACE would echo the request back, the `Authorization` the gateway adds from the
+    base URL's credentials included; CONNECT would open a tunnel. Before: forwarded (a
+    CONNECT answered 2xx left the client's connection switched to a tunnel)."""
+    async with RawUpstream() as upstream:
+        base = upstream.url.replace("http://", "http://gwuser:UP-PASSWORD@")
+        async with gateway(redis, upstreams=f"up={base}", api_keys=KEYS) as url:
+            reply = await exchange(url, request_bytes(method, "/llm/up/v1/models", AS_A))
+    assert_problem(reply, 400, "GET, HEAD, OPTIONS, PATCH, POST, PUT")
+    assert upstream.requests == []
+
+
 # --- 8: paths stay under the upstream's base ---------------------------------------------
 
 
