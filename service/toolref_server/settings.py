@@ -303,7 +303,8 @@ class Settings(BaseSettings):
     upstreams: str = Field(
         default="",
         description="Gateway upstreams, comma-separated `name=base_url`: `/llm/{name}/{path}` "
-        "forwards to `base_url/{path}`, hydrating the LLM endpoints it knows; empty: no gateway.",
+        "forwards to `base_url/{path}`, hydrating the LLM endpoints it knows; empty: no gateway. "
+        "A base URL's `user:password@` is sent as Basic auth and never shown.",
     )
     gateway_connect_timeout: float = Field(
         default=10.0, gt=0, description="Seconds to connect to an upstream."
