@@ -30,16 +30,26 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolref.asgi import ToolRefMiddleware, replay, with_body
 from toolref.client import AsyncRegistryClient
-from toolref.errors import AuthenticationError, NotFoundError, OverloadedError, ToolrefError
+from toolref.errors import AuthenticationError, BadRequestError, NotFoundError, ToolrefError
 from toolref.handoff.switch import switched_text
 from toolref.hops import KEY_HEADER, SAVINGS_HEADER, SWITCHED_FROM_HEADER, savings_value
 from toolref.models import FormatName
+from toolref.numbers import describe, whole_number
 from toolref_server.auth import Authenticator
 from toolref_server.forwarder import ROUTE_KEY, Forwarder
+from toolref_server.inflight import InFlight
 from toolref_server.metrics import Metrics
 from toolref_server.problem import problem_response
 from toolref_server.settings import Settings
-from toolref_server.upstreams import PREFIX, Endpoint, endpoint, route
+from toolref_server.upstream_pool import Timeouts, UpstreamPool
+from toolref_server.upstreams import (
+    METHODS,
+    PREFIX,
+    Endpoint,
+    endpoint,
+    route,
+    unsafe_query,
+)
 
 _KEY: Final = KEY_HEADER.lower().encode()
 _SAVINGS: Final = SAVINGS_HEADER.lower().encode()
@@ -47,6 +57,7 @@ _INTERNAL_URL: Final = "http://toolref.internal"  # never resolved: the transpor
 _COUNT_KEY: Final = "toolref.upload"
 _ENDPOINT_KEY: Final = "toolref.endpoint"
 _SWITCHED: Final = SWITCHED_FROM_HEADER.lower().encode()
+_SWITCH_KEY: Final = "toolref.switch"  # the scope entry holding the parsed switch header
 _REGISTRY_SECONDS: Final = 30.0  # in process: only the registry's own work takes time
 _FORMATS: Final = 3  # endpoint formats a tenant may use; the history budget is split by them
 
@@ -83,9 +94,13 @@ class Gateway:
         self.metrics = metrics
         self.upstreams = settings.upstream_urls
         self.auth = Authenticator(settings)
-        self.forwarder = Forwarder(self._upstream_client)
-        self.in_flight = 0
-        self._client: httpx.AsyncClient | None = None
+        self.forwarder = Forwarder(self._upstream_pool, settings.retry_after_seconds)
+        self.in_flight = InFlight(
+            settings.gateway_max_requests_in_flight,
+            settings.gateway_tenant_requests_in_flight,
+            settings.retry_after_seconds,
+        )
+        self._pool: UpstreamPool | None = None
         self._tenants: OrderedDict[str, _Tenant] = OrderedDict()
         # What each hydrating middleware may hold in full (see TOOLREF_GATEWAY_HISTORY_CHARS).
         self._history_chars = settings.gateway_history_chars // (
@@ -110,32 +125,39 @@ class Gateway:
             await problem_response(exc)(scope, receive, send)
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = route(self.upstreams, scope["path"])
-        if found is None:
-            raise NotFoundError(self._unknown(scope["path"]))
+        """Every refusal before anything is read or stored: the key first (nothing about
+        the upstreams is told without one), then the path, the method, the query, the
+        switch header and the requests in flight."""
         key = _header(scope, _KEY)
         tenant = self.auth.tenant_for_key(key, header=KEY_HEADER)
-        limit = self.settings.gateway_max_requests_in_flight
-        if self.in_flight >= limit:
-            raise OverloadedError(
-                f"this gateway process has {self.in_flight} requests in flight, its limit "
-                f"(TOOLREF_GATEWAY_MAX_REQUESTS_IN_FLIGHT={limit}); retry after "
-                f"{self.settings.retry_after_seconds}s",
-                retry_after=self.settings.retry_after_seconds,
-                limit=limit,
+        found = route(self.upstreams, scope["path"], scope.get("raw_path"))
+        if found is None:
+            raise NotFoundError(self._unknown(scope["path"]))
+        if scope["method"] not in METHODS:
+            raise BadRequestError(
+                f"the gateway forwards {', '.join(sorted(METHODS))}, not "
+                f"{describe(scope['method'])} (a tunnel or a trace is not an LLM API's)"
             )
-        self.in_flight += 1
-        try:
-            path = found.path
-            upstream = {**scope, "path": path, "raw_path": path.encode(), ROUTE_KEY: found}
+        if unsafe_query(scope.get("query_string", b"")):
+            raise BadRequestError(
+                "the gateway request's query holds bytes a request target may not carry; "
+                "percent-encode them"
+            )
+        at = switch_at(_header(scope, _SWITCHED))
+        with self.in_flight.held(tenant):
+            upstream = {
+                **scope,
+                "path": found.path,
+                "raw_path": found.raw_path,
+                ROUTE_KEY: found,
+                _SWITCH_KEY: at,
+            }
             llm = endpoint(scope["method"], found.path)
             if llm is None:
                 await self.forwarder(upstream, receive, send)
                 return
             middleware = self._middleware(tenant, key, llm)
             await self._hydrated(middleware, llm, upstream, receive, send)
-        finally:
-            self.in_flight -= 1
 
     async def _hydrated(
         self,
@@ -164,14 +186,14 @@ class Gateway:
         told in `Toolref-Savings`, then forwarded. A body the middleware did not read (a
         protocol-1 request) is streamed on as it is: its two sizes are the same."""
         count: _Count = scope[_COUNT_KEY]
-        switch = _header(scope, _SWITCHED)
-        if switch is not None and count.whole:
+        if _header(scope, _SWITCHED) is not None and count.whole:
+            at: int | None = scope[_SWITCH_KEY]
             body = await _whole(receive)
             llm: Endpoint = scope[_ENDPOINT_KEY]
             if len(body) >= self.settings.offload_bytes:  # a parse and a handoff: linear
-                body = await asyncio.to_thread(switch_body, body, llm, switch)
+                body = await asyncio.to_thread(switch_body, body, llm, at)
             else:
-                body = switch_body(body, llm, switch)
+                body = switch_body(body, llm, at)
             scope = with_body(scope, len(body))
             receive = replay(body, receive)
         raw = _length(scope)
@@ -192,8 +214,12 @@ class Gateway:
 
     def _middleware(self, tenant: str, key: str | None, llm: Endpoint) -> ToolRefMiddleware:
         """The tenant's hydrating middleware for this endpoint's format (LRU of tenants;
-        kept by key, since the registry client presents it)."""
-        name = hashlib.sha256((key or "").encode()).hexdigest() + ":" + tenant
+        kept by key, since the registry client presents it; in open mode the one tenant's
+        whatever `Toolref-Key` says, so made-up keys cannot evict its state)."""
+        if self.auth.open:
+            name = tenant
+        else:  # `key` is a valid key of `tenant`: only the operator's keys make entries
+            name = hashlib.sha256((key or "").encode()).hexdigest() + ":" + tenant
         state = self._tenants.get(name)
         if state is None:
             state = self._tenants[name] = _Tenant(self._registry(key))
@@ -235,32 +261,23 @@ class Gateway:
                 invalid_token=True,
             ) from None
 
-    def _upstream_client(self) -> httpx.AsyncClient:
-        if self._client is None:
+    def _upstream_pool(self) -> UpstreamPool:
+        if self._pool is None:
             s = self.settings
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(
-                    s.gateway_read_timeout,
-                    connect=s.gateway_connect_timeout,
-                    pool=s.gateway_connect_timeout,
-                ),
-                limits=httpx.Limits(
-                    max_connections=s.gateway_max_connections,
-                    max_keepalive_connections=s.gateway_max_connections,
-                ),
-                follow_redirects=False,
-                trust_env=False,  # the upstreams are the operator's, not the environment's
+            self._pool = UpstreamPool(
+                max_connections=s.gateway_max_connections,
+                timeouts=Timeouts(s.gateway_connect_timeout, s.gateway_read_timeout),
             )
-        return self._client
+        return self._pool
 
     def _closing(self, receive: Receive) -> Receive:
         """The lifespan's `receive`, closing the upstream pool at shutdown."""
 
         async def wrapped() -> Message:
             message = await receive()
-            if message.get("type") == "lifespan.shutdown" and self._client is not None:
-                client, self._client = self._client, None
-                await client.aclose()
+            if message.get("type") == "lifespan.shutdown" and self._pool is not None:
+                pool, self._pool = self._pool, None
+                await pool.aclose()
             return message
 
         return wrapped
@@ -273,14 +290,33 @@ class Gateway:
         )
 
 
-def switch_body(body: bytes, llm: Endpoint, header: str) -> bytes:
+def switch_at(header: str | None) -> int | None:
+    """`at` of a `Toolref-Switched-From: <previous upstream>[; at=<n>]` header: how many
+    messages came before the switch (None: all of them, or no header). `n` is 1-9 ASCII
+    digits, else `BadRequestError`; other parameters are ignored. Bounded: the header is
+    within the HTTP layer's head limit, and `n` is converted only when short."""
+    if header is None:
+        return None
+    for option in header.split(";")[1:]:
+        name, _, value = option.partition("=")
+        if name.strip().lower() != "at":
+            continue
+        at = whole_number(value.strip(), 9)
+        if at is None:
+            raise BadRequestError(
+                f"{SWITCHED_FROM_HEADER} says at={describe(value.strip())}; send "
+                f"`{SWITCHED_FROM_HEADER}: <previous upstream>; at=<n>` with n the count of "
+                "messages from before the switch (1-9 digits), or leave `at` out for all"
+            )
+        return at
+    return None
+
+
+def switch_body(body: bytes, llm: Endpoint, at: int | None) -> bytes:
     """The body for the upstream a conversation switched to
-    (`toolref.handoff.switch.switched_text`); `header`: `<previous upstream>[; at=<messages
-    from before the switch>]`. A body that is not a JSON object holding its messages passes
-    as it is."""
-    _, _, option = header.partition(";")
-    name, _, value = option.strip().partition("=")
-    at = int(value) if name.strip() == "at" and value.strip().isdigit() else None
+    (`toolref.handoff.switch.switched_text`); `at`: messages from before the switch (None:
+    all). Total: a body that is not a JSON object holding its messages in the endpoint's
+    format passes as it is."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:

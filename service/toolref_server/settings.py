@@ -14,7 +14,7 @@ from toolref.errors import ConfigurationError
 from toolref.kinds import KindTable
 from toolref_server import dictionaries
 from toolref_server.dictionaries import Kind
-from toolref_server.upstreams import parse_upstreams
+from toolref_server.upstreams import Upstream, parse_upstreams
 
 TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
@@ -304,7 +304,8 @@ class Settings(BaseSettings):
     upstreams: str = Field(
         default="",
         description="Gateway upstreams, comma-separated `name=base_url`: `/llm/{name}/{path}` "
-        "forwards to `base_url/{path}`, hydrating the LLM endpoints it knows; empty: no gateway.",
+        "forwards to `base_url/{path}`, hydrating the LLM endpoints it knows; empty: no gateway. "
+        "A base URL's `user:password@` is sent as Basic auth and never shown.",
     )
     gateway_connect_timeout: float = Field(
         default=10.0, gt=0, description="Seconds to connect to an upstream."
@@ -323,6 +324,13 @@ class Settings(BaseSettings):
         ge=1,
         description="Gateway requests in flight per process (streams last minutes, so they "
         "have their own limit, apart from the registry's); past it, 503 with Retry-After.",
+    )
+    gateway_tenant_requests_in_flight: int = Field(
+        default=64,
+        ge=1,
+        description="Gateway requests in flight per tenant and process; past it, 429 "
+        "`quota-exceeded` with Retry-After. Below TOOLREF_GATEWAY_MAX_CONNECTIONS, so one "
+        "tenant never holds every upstream connection.",
     )
     gateway_tenants: int = Field(
         default=16,
@@ -413,8 +421,8 @@ class Settings(BaseSettings):
         return parse_api_keys(self.api_keys)
 
     @cached_property
-    def upstream_urls(self) -> dict[str, str]:
-        """Gateway upstream name -> base URL."""
+    def upstream_urls(self) -> dict[str, Upstream]:
+        """Gateway upstream name -> where it is (`toolref_server.upstreams.Upstream`)."""
         return parse_upstreams(self.upstreams)
 
     @property

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from toolref import spans
+from toolref.errors import ValidationError
 from toolref.handoff import build, prepend
 from toolref.models import FormatName
 
@@ -80,7 +81,10 @@ def switched_text(text: str, fmt: FormatName, messages_key: str, at: int | None)
     if document.items is None or not isinstance(document.value, dict):
         return None
     old = document.value[messages_key]
-    new = switched(document.value, fmt, messages_key, at)[messages_key]
+    try:
+        new = switched(document.value, fmt, messages_key, at)[messages_key]
+    except ValidationError:  # messages that are not in `fmt`: nothing to rewrite
+        return None
     texts = [_dumped(m) for m in new]
     # The messages after the switch keep their place at the end of the list; those the
     # rewrite left equal keep their bytes.
@@ -113,14 +117,18 @@ def _cleaned(message: Any, *, strip: bool) -> Any:
     content = out.get("content")
     if isinstance(content, list):
         out["content"] = [
-            _cleaned(block, strip=strip)
-            for block in content
-            if not (strip and isinstance(block, dict) and block.get("type") in _OPAQUE_BLOCKS)
+            _cleaned(block, strip=strip) for block in content if not (strip and _opaque(block))
         ]
     calls = out.get("tool_calls")
     if isinstance(calls, list):
         out["tool_calls"] = [_cleaned(call, strip=strip) for call in calls]
     return out
+
+
+def _opaque(block: Any) -> bool:
+    """A thinking or redacted-thinking block (any JSON may come: a `type` of any kind)."""
+    kind = block.get("type") if isinstance(block, dict) else None
+    return isinstance(kind, str) and kind in _OPAQUE_BLOCKS
 
 
 def _mapped(key: str, value: Any) -> Any:

@@ -1,0 +1,118 @@
+"""`UpstreamPool`: the gateway's HTTP/1.1 connections to its upstreams, shared by every
+tenant, each reused only when its last answer ended exactly where its framing said.
+
+It is httpcore's connection pool, sending exactly the request it is given. httpx's client
+is not used in front of it: the client adds headers the agent never sent (`Accept`,
+`Accept-Encoding`, `User-Agent`, `Connection`), keeps the cookies of every answer for the
+next request (whichever tenant sends it), normalizes and re-encodes paths, and logs each
+URL at INFO with its query and credentials.
+
+**Reuse.** httpcore returns an HTTP/1.1 connection to the pool once both sides of its h11
+state machine are DONE, even when h11 still holds bytes the upstream sent past the answer's
+end (`trailing_data`): those bytes would be read as the next request's answer, whoever
+sends it. `_ExactHTTP11Connection` closes such a connection instead. Bytes that come after
+the answer, while the connection is idle, make its socket readable, and httpcore closes a
+readable idle connection rather than reuse it (`AsyncHTTP11Connection.has_expired`).
+`tests/adversarial/test_gateway_attacks.py` pins both against a real socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable
+from dataclasses import dataclass
+from typing import Final
+
+import httpcore
+import httpx
+
+_KEEP_ALIVE_SECONDS: Final = 5.0  # an idle connection is closed after this (httpx's default)
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds: to connect (and to wait for a pooled connection), and between two reads or
+    writes."""
+
+    connect: float
+    read: float
+
+
+class _ExactHTTP11Connection(httpcore.AsyncHTTP11Connection):
+    """Closed, not reused, when its answer left bytes unread past its end."""
+
+    async def _response_closed(self) -> None:
+        extra, closed = self._h11_state.trailing_data
+        if extra or closed:
+            async with self._state_lock:
+                await self.aclose()
+            return
+        await super()._response_closed()
+
+
+class _ExactConnection(httpcore.AsyncHTTPConnection):
+    """`AsyncHTTPConnection` (connect on first use) whose protocol is always
+    `_ExactHTTP11Connection`."""
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        if self._connection is None:
+            async with self._request_lock:
+                if self._connection is None:
+                    try:
+                        stream = await self._connect(request)
+                    except BaseException:
+                        self._connect_failed = True
+                        raise
+                    self._connection = _ExactHTTP11Connection(
+                        origin=self._origin, stream=stream, keepalive_expiry=self._keepalive_expiry
+                    )
+        return await super().handle_async_request(request)
+
+
+class UpstreamPool(httpcore.AsyncConnectionPool):
+    """See the module docstring. `max_connections`: open at most, kept alive as many."""
+
+    def __init__(self, *, max_connections: int, timeouts: Timeouts) -> None:
+        # httpx's certificates (certifi), not the environment's: the upstreams are the
+        # operator's. HTTP/1.1 only (the ALPN httpcore offers), which the check above needs.
+        self._context = httpx.create_ssl_context(trust_env=False)
+        super().__init__(
+            ssl_context=self._context,
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=_KEEP_ALIVE_SECONDS,
+            http1=True,
+            http2=False,
+        )
+        self.timeouts = timeouts
+        self.max_connections = max_connections
+
+    def create_connection(self, origin: httpcore.Origin) -> httpcore.AsyncConnectionInterface:
+        return _ExactConnection(
+            origin=origin, ssl_context=self._context, keepalive_expiry=_KEEP_ALIVE_SECONDS
+        )
+
+    async def send(
+        self,
+        method: bytes,
+        url: httpcore.URL,
+        headers: list[tuple[bytes, bytes]],
+        content: bytes | AsyncIterable[bytes],
+    ) -> httpcore.Response:
+        """The answer's head, its body still to read (`aiter_stream`, then `aclose`); the
+        request is sent as given (its framing headers included)."""
+        t = self.timeouts
+        request = httpcore.Request(
+            method,
+            url,
+            headers=headers,
+            content=content,
+            extensions={
+                "timeout": {
+                    "connect": t.connect,
+                    "pool": t.connect,
+                    "read": t.read,
+                    "write": t.read,
+                }
+            },
+        )
+        return await self.handle_async_request(request)

@@ -1,0 +1,96 @@
+"""`toolref_server.upstreams`: `TOOLREF_UPSTREAMS` parsed, and the route of a gateway path."""
+
+from __future__ import annotations
+
+import base64
+from urllib.parse import unquote, unquote_to_bytes
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolref.errors import BadRequestError, ConfigurationError
+from toolref_server.upstreams import Upstream, parse_upstreams, route
+
+UPSTREAMS = parse_upstreams("up=https://api.example.com/api/,local=http://127.0.0.1:8080")
+
+
+def test_entries_are_parsed_with_their_credentials_apart() -> None:
+    found = parse_upstreams(
+        "a=https://api.example.com, b=http://us%40r:p%3Ass@[::1]:8443/v/,c=https://xn--bcher-kva.example:443"
+    )
+    assert found["a"] == Upstream("a", "https", "api.example.com", 443, "")
+    b = found["b"]
+    assert (b.host, b.port, b.base_path, b.host_header) == ("::1", 8443, "/v", "[::1]:8443")
+    assert b.authorization == "Basic " + base64.b64encode(b"us@r:p:ss").decode()
+    assert b.shown == "http://[::1]:8443/v"  # never the credentials
+    assert found["c"].host_header == "xn--bcher-kva.example"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a=ftp://host",
+        "a=https://host?x=1",
+        "a=https://host/#f",
+        "a=https://host:99999",
+        "a=https://host/a/../b",
+        "a=https://host/a b",
+        "a=https://u:SECRET@host/%zz",
+        "bad name=https://host",
+        "a=https://x,a=https://y",
+    ],
+)
+def test_a_wrong_entry_says_what_is_wrong_and_never_shows_credentials(text: str) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        parse_upstreams(text)
+    assert "TOOLREF_UPSTREAMS" in str(caught.value)
+    assert "SECRET" not in str(caught.value)
+
+
+def test_the_raw_path_and_query_are_forwarded_as_the_client_encoded_them() -> None:
+    found = route(UPSTREAMS, "/llm/up/v1/a b?c#d", b"/llm/up/v1/a%20b%3Fc%23d?x=%2F")
+    assert found is not None
+    assert found.path == "/v1/a b?c#d"  # decoded, to match endpoints
+    assert found.target(b"x=%2F") == b"/api/v1/a%20b%3Fc%23d?x=%2F"
+    assert route(UPSTREAMS, "/llm/nope/v1", b"/llm/nope/v1") is None
+
+
+@pytest.mark.parametrize(
+    ("path", "raw"),
+    [
+        ("/llm/up/../x", b"/llm/up/../x"),
+        ("/llm/up/../x", b"/llm/up/%2e%2e/x"),
+        ("/llm/up/v1/../../x", b"/llm/up/v1/..%2f..%2fx"),
+        ("/llm/up/..;/x", b"/llm/up/..;/x"),
+        ("/llm/up/a\\b", b"/llm/up/a\\b"),
+        ("/llm/up/a\x00", b"/llm/up/a%00"),
+        ("/llm/up/%zz", b"/llm/up/%zz"),
+        ("/llm/up/v1", b"/ll%6d/up/v1"),
+        ("/llm/up/./v1", None),
+    ],
+)
+def test_paths_that_could_leave_the_base_are_refused(path: str, raw: bytes | None) -> None:
+    with pytest.raises(BadRequestError) as caught:
+        route(UPSTREAMS, path, raw)
+    assert "gateway path" in str(caught.value)
+
+
+SEGMENT = st.text(alphabet="a.%2eEfF/\\;:?#\x00 é5c", max_size=12)
+
+
+@given(st.lists(SEGMENT, max_size=5))
+def test_a_routed_path_never_leaves_the_upstreams_base(segments: list[str]) -> None:
+    """Whatever the client sends: refused with `BadRequestError`, or a target under the
+    base path whose segments, decoded, hold no dot segment and no separator."""
+    raw = ("/llm/up/" + "/".join(segments)).encode()
+    try:
+        found = route(UPSTREAMS, unquote(raw.decode()), raw)
+    except BadRequestError:
+        return
+    assert found is not None
+    target = found.target(b"")
+    assert target.startswith(b"/api/")
+    for piece in target.split(b"/"):
+        assert unquote_to_bytes(piece) not in (b".", b"..")
+        assert b"\\" not in unquote_to_bytes(piece)
