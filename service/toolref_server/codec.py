@@ -22,6 +22,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from toolref import spans
+from toolref.budget import Account, charge
 from toolref.encoding import (
     JSON_TYPE,
     MSGPACK_TYPE,
@@ -65,33 +66,50 @@ class _TooLarge(Exception):
     pass
 
 
-class _Inflater:
-    """Incremental decompression that refuses to produce more than `limit` bytes."""
+class _Kept:
+    """Where inflated output goes: its chunks, counted against the body's limit and charged
+    to the request's account before each is kept. The sink of the zstd stream writer, so it
+    holds no reference to the writer or the `_Inflater`: the C writer is not tracked by the
+    cyclic collector, and a cycle through it (writer -> sink -> writer) would never be freed
+    (every zstd body leaked whole before)."""
 
-    def __init__(self, encoding: str, limit: int) -> None:
+    __slots__ = ("__weakref__", "account", "limit", "parts", "size")
+
+    def __init__(self, limit: int, account: Account | None) -> None:
         self.limit = limit
+        self.account = account
         self.parts: list[bytes] = []
         self.size = 0
+
+    def write(self, data: bytes) -> int:  # the zstd stream writer's sink
+        self.keep(data)
+        return len(data)
+
+    def keep(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise _TooLarge
+        charge(self.account, len(data))
+        self.parts.append(data)
+
+
+class _Inflater:
+    """Incremental decompression that refuses to produce more than `limit` bytes, charging
+    each chunk of output (at most 64 KiB) to `account` before keeping it. Nothing here
+    outlives the request: the decompressor is referenced by this object alone."""
+
+    def __init__(self, encoding: str, limit: int, account: Account | None = None) -> None:
+        self.kept = _Kept(limit, account)
         self.encoding = encoding
         self._gzip: Any = None
         self._zstd: Any = None
         if encoding == "gzip":
             self._gzip = zlib.decompressobj(wbits=31)
         else:
-            sink = cast(IO[bytes], self)  # duck-typed: the writer only calls write()
+            sink = cast(IO[bytes], self.kept)  # duck-typed: the writer only calls write()
             self._zstd = zstandard.ZstdDecompressor().stream_writer(
                 sink, write_size=_OUT_CHUNK, write_return_read=True
             )
-
-    def write(self, data: bytes) -> int:  # sink of the zstd stream writer
-        self._keep(data)
-        return len(data)
-
-    def _keep(self, data: bytes) -> None:
-        self.size += len(data)
-        if self.size > self.limit:
-            raise _TooLarge
-        self.parts.append(data)
 
     def feed(self, data: bytes) -> None:
         try:
@@ -106,11 +124,12 @@ class _Inflater:
             ) from None
 
     def _feed_gzip(self, data: bytes) -> None:
+        kept = self.kept
         while True:
             # Small steps: one huge step would briefly hold twice its output while resizing.
-            step = min(self.limit - self.size + 1, _OUT_CHUNK)
+            step = min(kept.limit - kept.size + 1, _OUT_CHUNK)
             out = self._gzip.decompress(data, step)
-            self._keep(out)
+            kept.keep(out)
             data = self._gzip.unconsumed_tail
             if self._gzip.eof:
                 # gzip allows several members back to back (RFC 1952).
@@ -128,7 +147,8 @@ class _Inflater:
             )
         if self._zstd is not None:
             self._zstd.flush()
-        return b"".join(self.parts)
+        parts, self.kept.parts = self.kept.parts, []
+        return b"".join(parts)
 
 
 def _media_type(header: str | None) -> str:
@@ -166,12 +186,19 @@ def content_encoding(request: Request) -> str:
 
 
 async def read_body(
-    request: Request, limits: BodyLimits, *, inflate: bool = True, workers: Workers | None = None
+    request: Request,
+    limits: BodyLimits,
+    *,
+    inflate: bool = True,
+    workers: Workers | None = None,
+    account: Account | None = None,
 ) -> bytes:
     """The request body, inflated (unless not `inflate`: then as sent, for a caller that
     must fetch a dictionary first), with every size limit enforced while streaming. With
     `workers`, chunks inflate in a worker thread (zlib and zstd let go of the GIL), so a
-    small body that inflates to the limit does not hold up the event loop."""
+    small body that inflates to the limit does not hold up the event loop. Every byte kept
+    (a piece as sent, a chunk of inflated output) is charged to `account` first: past the
+    process's budget, `OverloadedError` at once."""
     encoding = _content_encoding(request)
     declared = request.headers.get("content-length")
     length = whole_number(declared, 30) if declared is not None else None
@@ -180,7 +207,7 @@ async def read_body(
     inflater = (
         None
         if encoding == "identity" or not inflate
-        else _Inflater(encoding, limits.max_decompressed_bytes)
+        else _Inflater(encoding, limits.max_decompressed_bytes, account)
     )
     parts: list[bytes] = []
     received = 0
@@ -191,6 +218,7 @@ async def read_body(
             if received > limits.max_body_bytes:
                 raise _body_too_large(received, limits.max_body_bytes)
             if inflater is None:
+                charge(account, len(chunk))
                 parts.append(chunk)
             elif chunk and workers is not None:
                 await workers.offload(inflater.feed, chunk)
@@ -571,11 +599,13 @@ def render(
     if wants_msgpack(request):
         body, media = packb(value), MSGPACK_TYPE
     elif encoded:
-        members = (
-            dumps_json(key) + b":" + (encoded[key] if key in encoded else dumps_json(member))
-            for key, member in value.items()
-        )
-        body, media = b"{" + b",".join(members) + b"}", JSON_TYPE
+        # One join: an encoded member (a conversation, megabytes) is copied once, into the body.
+        pieces = [b"{"]
+        for key, member in value.items():
+            text = encoded[key] if key in encoded else dumps_json(member)
+            pieces += (dumps_json(key), b":", text, b",")
+        pieces[-1] = b"}" if value else b"{}"
+        body, media = b"".join(pieces), JSON_TYPE
     else:
         body, media = dumps_json(value), JSON_TYPE
     response = Response(body, status_code=status, media_type=media, headers=headers)

@@ -21,6 +21,7 @@ from typing import Any, Final
 import httpx
 from starlette.types import Message, Receive, Scope, Send
 
+from toolref.budget import SCOPE_KEY, Account
 from toolref.errors import ServiceUnavailableError, ToolrefError
 from toolref.hops import decoded, encoded, end_to_end, without_toolref
 from toolref.inbound import body_pieces
@@ -69,8 +70,12 @@ class Forwarder:
         if first["type"] == "http.disconnect":
             return
         body: bytes | AsyncIterator[bytes] = first.get("body", b"")
+        account: Account | None = scope.get(SCOPE_KEY)
         if first.get("more_body", False):
             body = body_pieces(receive, first.get("body", b""))
+        elif account is not None and isinstance(body, bytes):
+            body = _sent_once(body, account)  # a hydrated body: given back once sent
+        del first
         request = self._client().build_request(
             scope["method"],
             upstream.url(scope.get("query_string", b"")),
@@ -89,6 +94,17 @@ class Forwarder:
             await _relay(response, receive, send)
         finally:
             await response.aclose()
+
+
+async def _sent_once(body: bytes, account: Account) -> AsyncIterator[bytes]:
+    """`body` for the upstream, then dropped, and the request's account on the budget of
+    bodies in flight closed: the hydrated body is held by nothing once sent, so a stream
+    that lasts minutes does not keep it charged (or in memory). The request carries its
+    `Content-Length` (the middleware set it), so it is not sent chunked."""
+    held = [body]
+    del body
+    yield held.pop()
+    account.close()
 
 
 async def _relay(response: httpx.Response, receive: Receive, send: Send) -> None:

@@ -64,6 +64,13 @@ def parser() -> argparse.ArgumentParser:
         help="largest a gzip or zstd LLM request may inflate to (64 MiB)",
     )
     relay.add_argument(
+        "--max-inflated-in-flight",
+        type=int,
+        default=256 * MIB,
+        help="most bytes every LLM request in flight may hold at once, as sent and inflated; "
+        "past it a turn is answered 503 with Retry-After (256 MiB)",
+    )
+    relay.add_argument(
         "--log-level",
         default="warning",
         choices=("debug", "info", "warning", "error"),
@@ -80,6 +87,7 @@ def config_of(args: argparse.Namespace) -> RelayConfig:
         switch=tuple(name.strip() for name in args.switch.split(",") if name.strip()),
         max_body_bytes=args.max_body_bytes,
         max_inflated_bytes=args.max_inflated_bytes,
+        max_inflated_in_flight=args.max_inflated_in_flight,
     )
 
 

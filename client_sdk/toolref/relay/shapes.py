@@ -19,6 +19,7 @@ _ANTHROPIC_TYPES: Final = {
     400: "invalid_request_error",
     413: "request_too_large",
     502: "api_error",
+    503: "overloaded_error",
 }
 _OPENAI_TYPES: Final = {400: "invalid_request_error", 413: "invalid_request_error"}
 
