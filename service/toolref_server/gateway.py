@@ -85,7 +85,9 @@ class Gateway:
         self.settings = settings
         self.metrics = metrics
         # Bodies in flight, shared with the registry's REST reader (TOOLREF_MAX_INFLATED_*).
-        self.budget = budget if budget is not None else Budget(settings.max_inflated_in_flight)
+        self.budget = budget or Budget(
+            settings.max_inflated_in_flight, setting="TOOLREF_MAX_INFLATED_IN_FLIGHT"
+        )
         self.upstreams = settings.upstream_urls
         self.auth = Authenticator(settings)
         self.forwarder = Forwarder(self._upstream_client)

@@ -179,7 +179,7 @@ async def test_a_hydrated_gateway_request_peaks_within_its_multiple_and_keeps_no
                 assert len(body) * 0.99 < answer.json()["received"] <= len(body)
                 multiple = peak / len(body)
                 print(f"\npeak {peak} bytes for {len(body)} inflated: {multiple:.2f}x")
-                assert multiple <= GATEWAY_PEAK
+                assert multiple <= GATEWAY_PEAK, f"request {n}: {multiple:.2f}x"
                 del answer, body, sent_as
             gc.collect()
             kept = tracemalloc.get_traced_memory()[0] - start
