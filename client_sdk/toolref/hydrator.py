@@ -288,7 +288,8 @@ class Hydrator:
     ) -> Outcome:
         """The outcome for an inflated protocol-2 body; `headers` by lowercase name. What
         the conversation's history adds to the body (the hydrated body is larger than the
-        one sent by the history's text) is charged to `account` before it is spliced."""
+        one sent by the history's text) is charged to `account` before it is spliced: a
+        history held here before the registry is called, one it sends back on arrival."""
         read = await self._work(len(body), self._read, body, headers.get("content-type"))
         if read is None:
             return PassThrough(body, PROTOCOL_REFS)
@@ -299,6 +300,8 @@ class Hydrator:
         listed = document.members[key]
         messages = document.text[listed.start : listed.end]
         held = self._recent.get(ref) if ref is not None else None
+        if held is not None:  # the history held joins the hydrated body: charged first
+            charge(account, sum(map(len, held.texts)))
         checkpoint = keep and headers.get(CHECKPOINT_HEADER.lower(), "").strip() == "?1"
         try:
             answer = await self.registry.hydrate_text(
@@ -326,8 +329,9 @@ class Hydrator:
         start, end = answer.messages
         size = end - start
         new_only = answer.returned == "new" and held is not None
-        added = sum(map(len, held.texts)) if new_only and held is not None else 0
-        charge(account, size + added - len(messages))  # what the history adds
+        # A history the registry sent back (none held here) is known only now, after the
+        # registry registered the request's tool results (idempotent: a retry finds them).
+        charge(account, size - len(messages))
         lacking = _lacking(answer, messages, keep)
         del messages  # held no longer: the answer's texts take its place
         texts = await self._work(size, _elements, answer.text, start)

@@ -15,6 +15,7 @@ Every test here fails on today's code, which has no budget: all the bombs are ta
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, Final
 
 import httpx
@@ -216,6 +217,54 @@ async def test_a_chat_backends_middleware_refuses_bombs_past_its_budget(redis: R
         await registry.aclose()
     assert budget.in_flight == 0
     assert budget.high_water <= BUDGET
+
+
+async def test_a_small_turn_is_charged_for_the_history_it_is_hydrated_with(
+    redis: Redis,
+) -> None:
+    """A turn of one short message continuing a 900 KiB history becomes a 900 KiB body
+    for the app: the history is charged before it is joined, so with the budget nearly
+    held by other requests the turn is refused (503), and served once they end."""
+    service = create_app(Settings(redis_url="unused"), redis=redis)
+    async with service.router.lifespan_context(service):
+        registry = AsyncRegistryClient("http://r", transport=httpx.ASGITransport(app=service))
+        budget = Budget(BUDGET, setting="budget=")
+        backend = ToolRefMiddleware(
+            _count_messages,
+            registry,
+            budget=budget,
+            max_body_bytes=BODY_LIMIT,
+            max_inflated_bytes=INFLATED_LIMIT,
+        )
+        transport = httpx.ASGITransport(app=backend)
+        async with httpx.AsyncClient(transport=transport, base_url="http://b") as client:
+            whole = sent(chat_body(0, BOMB, bomb=True), "gzip")
+            whole["headers"]["toolref-history"] = "?1"  # keep it as a history
+            first = await client.post("/chat", **whole)
+            assert first.status_code == 200, first.text
+            history = first.headers["toolref-history"]
+            turn = b'{"messages": [{"role": "user", "content": "and then?"}]}'
+            headers = {**PROTOCOL, "toolref-history": history}
+            others = budget.account()
+            others.charge(BUDGET - 100 * KIB)
+            refused = await client.post("/chat", content=turn, headers=headers)
+            assert_overloaded(refused, "budget=", BUDGET)
+            others.close()
+            served = await client.post("/chat", content=turn, headers=headers)
+        await registry.aclose()
+    assert served.status_code == 200, served.text
+    assert served.json() == {"messages": 4}  # the history's three and the new one
+    assert budget.in_flight == 0
+
+
+async def _count_messages(scope: Any, receive: Any, send: Any) -> None:
+    """A chat app that answers how many messages it was given."""
+    message = await receive()
+    count = len(json.loads(message["body"])["messages"])
+    body = json.dumps({"messages": count}).encode()
+    headers = [(b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def test_the_relay_refuses_a_turn_past_its_budget_in_the_providers_shape() -> None:
