@@ -11,13 +11,11 @@ import json
 import math
 import re
 import sys
-import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import IO, Any, Final, cast
+from typing import Any, Final
 
 import msgpack
-import zstandard
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
@@ -43,6 +41,7 @@ from toolref.errors import (
     UnsupportedValueError,
 )
 from toolref.numbers import whole_number
+from toolref_server.inflater import Inflater, TooLarge
 from toolref_server.workers import Workers
 
 MSGPACK_ALIASES: Final = frozenset(
@@ -50,7 +49,6 @@ MSGPACK_ALIASES: Final = frozenset(
 )
 ENCODINGS: Final = (JSON_TYPE, MSGPACK_TYPE)
 COMPRESSORS: Final = ("gzip", "zstd")
-_OUT_CHUNK: Final = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,95 +58,6 @@ class BodyLimits:
     max_depth: int
     max_items: int = 100_000  # in one array or object
     max_containers: int = 1_000_000  # arrays and objects in all: bounds memory per body
-
-
-class _TooLarge(Exception):
-    pass
-
-
-class _Kept:
-    """Where inflated output goes: its chunks, counted against the body's limit and charged
-    to the request's account before each is kept. The sink of the zstd stream writer, so it
-    holds no reference to the writer or the `_Inflater`: the C writer is not tracked by the
-    cyclic collector, and a cycle through it (writer -> sink -> writer) would never be freed
-    (every zstd body leaked whole before)."""
-
-    __slots__ = ("__weakref__", "account", "limit", "parts", "size")
-
-    def __init__(self, limit: int, account: Account | None) -> None:
-        self.limit = limit
-        self.account = account
-        self.parts: list[bytes] = []
-        self.size = 0
-
-    def write(self, data: bytes) -> int:  # the zstd stream writer's sink
-        self.keep(data)
-        return len(data)
-
-    def keep(self, data: bytes) -> None:
-        self.size += len(data)
-        if self.size > self.limit:
-            raise _TooLarge
-        charge(self.account, len(data))
-        self.parts.append(data)
-
-
-class _Inflater:
-    """Incremental decompression that refuses to produce more than `limit` bytes, charging
-    each chunk of output (at most 64 KiB) to `account` before keeping it. Nothing here
-    outlives the request: the decompressor is referenced by this object alone."""
-
-    def __init__(self, encoding: str, limit: int, account: Account | None = None) -> None:
-        self.kept = _Kept(limit, account)
-        self.encoding = encoding
-        self._gzip: Any = None
-        self._zstd: Any = None
-        if encoding == "gzip":
-            self._gzip = zlib.decompressobj(wbits=31)
-        else:
-            sink = cast(IO[bytes], self.kept)  # duck-typed: the writer only calls write()
-            self._zstd = zstandard.ZstdDecompressor().stream_writer(
-                sink, write_size=_OUT_CHUNK, write_return_read=True
-            )
-
-    def feed(self, data: bytes) -> None:
-        try:
-            if self._zstd is not None:
-                self._zstd.write(data)
-            else:
-                self._feed_gzip(data)
-        except (zlib.error, zstandard.ZstdError) as exc:
-            raise MalformedBodyError(
-                f"the {self.encoding} body is corrupt ({exc}); compress the whole body "
-                f"as one {self.encoding} stream, or send it uncompressed"
-            ) from None
-
-    def _feed_gzip(self, data: bytes) -> None:
-        kept = self.kept
-        while True:
-            # Small steps: one huge step would briefly hold twice its output while resizing.
-            step = min(kept.limit - kept.size + 1, _OUT_CHUNK)
-            out = self._gzip.decompress(data, step)
-            kept.keep(out)
-            data = self._gzip.unconsumed_tail
-            if self._gzip.eof:
-                # gzip allows several members back to back (RFC 1952).
-                data = self._gzip.unused_data + data
-                if not data:
-                    return
-                self._gzip = zlib.decompressobj(wbits=31)
-            elif not data and len(out) < step:
-                return  # input used up and no output held back
-
-    def finish(self) -> bytes:
-        if self._gzip is not None and not self._gzip.eof:
-            raise MalformedBodyError(
-                "the gzip body ends before its stream does (truncated); send the whole body"
-            )
-        if self._zstd is not None:
-            self._zstd.flush()
-        parts, self.kept.parts = self.kept.parts, []
-        return b"".join(parts)
 
 
 def _media_type(header: str | None) -> str:
@@ -207,7 +116,7 @@ async def read_body(
     inflater = (
         None
         if encoding == "identity" or not inflate
-        else _Inflater(encoding, limits.max_decompressed_bytes, account)
+        else Inflater(encoding, limits.max_decompressed_bytes, account)
     )
     parts: list[bytes] = []
     received = 0
@@ -234,7 +143,7 @@ async def read_body(
         raise MalformedBodyError(
             f"the connection closed after {received}{shown} body bytes; send the whole body"
         ) from None
-    except _TooLarge:
+    except TooLarge:
         raise DecompressedTooLargeError(
             f"the {encoding} body inflates past the limit of "
             f"{limits.max_decompressed_bytes} bytes; split the request into smaller batches",
