@@ -28,9 +28,11 @@ client must see are `ToolrefError`s, raised.
 Memory: each step charges what it keeps to the request's `toolref.budget.Account` before it
 keeps it (the body inflated, a history fetched for its dictionary, what the history adds to
 the hydrated body). One hydrated gateway request (inflate, parse, the in-process registry
-call, splice, forward) peaks at about 9.3 times its inflated bytes, measured with
-tracemalloc (tests/adversarial/test_memory_bounds.py holds it under 10): the body, its text
-and parsed members, the messages sent to the registry, the registry's own parse and answer.
+call, splice, forward) peaks at about 9.3 times its inflated bytes for a conversation of
+many tool results, 11 when one tool result is the whole body (its registration holds a few
+copies of it), measured with tracemalloc (tests/adversarial/test_memory_bounds.py holds them
+under 10 and 12): the body, its text and parsed members, the messages sent to the registry,
+the registry's own parse, registration and answer.
 No step copies the conversation only to measure it or to add brackets to it.
 """
 

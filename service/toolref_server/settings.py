@@ -64,8 +64,8 @@ class Settings(BaseSettings):
         description="Bytes of request bodies (as sent and as inflated) all requests of a "
         "worker hold at once, REST and gateway together; past it, 503 `overloaded` with "
         "Retry-After before more is inflated. Default: four bodies at the inflated limit, or "
-        "hundreds of typical turns, while a burst of bombs costs at most about 2.5 GB "
-        "(gateway) or 1.1 GB (REST) of memory, not all there is (docs/operations.md). At "
+        "hundreds of typical turns, while a burst of bombs costs at most about 3 GB "
+        "(gateway) or 1.6 GB (REST) of memory, not all there is (docs/operations.md). At "
         "least the body limit plus the inflated limit.",
     )
     max_depth: int = Field(default=128, ge=2, le=512, description="JSON nesting limit.")

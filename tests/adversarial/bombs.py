@@ -77,8 +77,8 @@ def chat_body(n: int, size: int, results: int = 1, *, bomb: bool = False) -> byt
     return json.dumps({"model": "m", "messages": chat(n, size, results, bomb=bomb)}).encode()
 
 
-def hydrate_body(n: int, size: int, *, bomb: bool = False) -> bytes:
-    return json.dumps({"messages": chat(n, size, bomb=bomb)}).encode()
+def hydrate_body(n: int, size: int, results: int = 1, *, bomb: bool = False) -> bytes:
+    return json.dumps({"messages": chat(n, size, results, bomb=bomb)}).encode()
 
 
 async def stored_records(redis: Redis) -> int:
