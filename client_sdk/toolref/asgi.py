@@ -31,12 +31,13 @@ import logging
 from collections.abc import Awaitable, Callable, Container, MutableMapping, Sequence
 from typing import Any, Final
 
+from toolref.budget import SCOPE_KEY, Account, Budget, shared
 from toolref.checks import check_middleware_options
 from toolref.client import AsyncRegistryClient
 from toolref.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
 from toolref.errors import InvalidProtocolError, ToolrefError
 from toolref.history import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
-from toolref.hydrator import Hydrated, Hydrator, PassThrough
+from toolref.hydrator import Hydrated, Hydrator, Outcome, PassThrough
 from toolref.inbound import Disconnected, read_body
 from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
@@ -79,6 +80,11 @@ class ToolRefMiddleware:
         answer's body is never changed or held, and refs travel only in the
         `Toolref-References` header (the gateway, forwarding a provider's answer).
     offload_bytes: see `toolref.hydrator.Hydrator` (None: every step on the event loop).
+    budget: the bytes of request bodies the process may hold at once, inflated, shared by
+        every middleware given it (`toolref.budget.shared`, 256 MiB, when None); a request
+        past it is answered 503 `overloaded` with `Retry-After`, before it costs more. The
+        app may close the account in `scope[toolref.budget.SCOPE_KEY]` once it has sent
+        the body on and holds it no more (the gateway does).
     """
 
     def __init__(
@@ -95,6 +101,7 @@ class ToolRefMiddleware:
         recent_history_chars: int = 64 * 2**20,
         alter_answers: bool = True,
         offload_bytes: int | None = None,
+        budget: Budget | None = None,
     ) -> None:
         check_middleware_options(
             registry=registry,
@@ -110,6 +117,14 @@ class ToolRefMiddleware:
         self.paths = paths
         self.max_body_bytes = max_body_bytes
         self.alter_answers = alter_answers
+        self.budget = budget if budget is not None else shared
+        if self.budget.limit < max_body_bytes + max_inflated_bytes:
+            raise ValueError(
+                f"the budget of bodies in flight ({self.budget.limit} bytes) is below what one "
+                f"request may hold (max_body_bytes {max_body_bytes} as sent plus "
+                f"max_inflated_bytes {max_inflated_bytes}), so such a request could never be "
+                "served; pass budget=toolref.budget.Budget(<a few times that>)"
+            )
         self.hydrator = Hydrator(
             registry,
             messages_keys=messages_keys,
@@ -130,29 +145,40 @@ class ToolRefMiddleware:
             await self.app(scope, receive, send)
             return
         await self._verify_once()
-        try:
-            raw = await self._read(receive)
-            headers = _headers(scope)
-            body = await self.hydrator.inflate(
-                raw,
-                headers.get("content-encoding"),
-                headers.get(HISTORY_HEADER.lower()),
-                headers.get(DICTIONARY_HEADER.lower()),
-            )
-            outcome = await self.hydrator.hydrate(body, headers)
-        except Disconnected:
-            return
-        except ToolrefError as exc:
-            await _problem(send, exc, PROTOCOL_REFS)
-            return
-        downstream = with_body(scope, len(outcome.body))
-        replayed = replay(outcome.body, receive)
-        if isinstance(outcome, PassThrough):
-            await self.app(downstream, replayed, _marked(send, outcome.protocol, None))
-            return
-        await self.app(
-            downstream, replayed, _marked(send, PROTOCOL_REFS, outcome, hold=self.alter_answers)
+        with self.budget.account() as account:
+            try:
+                outcome = await self._outcome(scope, receive, account)
+            except Disconnected:
+                return
+            except ToolrefError as exc:
+                await _problem(send, exc, PROTOCOL_REFS)
+                return
+            downstream = with_body(scope, len(outcome.body))
+            # An app done with the body (sent on, not held) may close the account early.
+            downstream[SCOPE_KEY] = account
+            replayed = replay(outcome.body, receive)
+            if isinstance(outcome, PassThrough):
+                marked = _marked(send, outcome.protocol, None)
+            else:
+                marked = _marked(send, PROTOCOL_REFS, outcome, hold=self.alter_answers)
+            del outcome  # the body is held by `replayed` alone, until the app takes it
+            await self.app(downstream, replayed, marked)
+
+    async def _outcome(self, scope: Scope, receive: Receive, account: Account) -> Outcome:
+        """The request's body read, inflated and hydrated, charged to `account` as it
+        grows (each piece as it arrives, each chunk of inflated output, what the history
+        adds)."""
+        raw = await read_body(receive, self.max_body_bytes, "send fewer messages", account)
+        headers = _headers(scope)
+        body = await self.hydrator.inflate(
+            raw,
+            headers.get("content-encoding"),
+            headers.get(HISTORY_HEADER.lower()),
+            headers.get(DICTIONARY_HEADER.lower()),
+            account,
         )
+        del raw  # a compressed body as sent is not needed once inflated
+        return await self.hydrator.hydrate(body, headers, account)
 
     # --- the registry, checked once -----------------------------------------------------
 
@@ -199,9 +225,6 @@ class ToolRefMiddleware:
         except InvalidProtocolError:
             return False  # not ours to judge: the app sees the request as it came
 
-    async def _read(self, receive: Receive) -> bytes:
-        return await read_body(receive, self.max_body_bytes, "send fewer messages")
-
 
 def _headers(scope: Scope) -> dict[str, str]:
     """Request headers by lowercase name (the first of a repeated one)."""
@@ -222,15 +245,17 @@ def with_body(scope: Scope, length: int) -> Scope:
 
 def replay(body: bytes, receive: Receive) -> Receive:
     """The body once, then the real `receive`: a streaming app waits on it for the client's
-    disconnect, as it would without the middleware."""
-    sent = False
+    disconnect, as it would without the middleware. Once given, the body is not held here."""
+    held: bytes | None = body
+    del body
 
     async def replayed() -> Message:
-        nonlocal sent
-        if sent:
+        nonlocal held
+        if held is None:
             return await receive()
-        sent = True
-        return {"type": "http.request", "body": body, "more_body": False}
+        message = {"type": "http.request", "body": held, "more_body": False}
+        held = None
+        return message
 
     return replayed
 

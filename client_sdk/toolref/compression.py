@@ -4,6 +4,11 @@ A small body of new messages compresses poorly on its own, but well against the 
 continues, which both sides can rebuild (`toolref.history.dictionary`). The frame must carry
 its checksum: a dictionary that differs by one byte would otherwise inflate to plausible
 wrong text, and the checksum turns that into a clear 400 the SDK answers by resending.
+
+Plain gzip and zstd bodies inflate here too, in chunks of at most 64 KiB, each counted
+against the body's limit and charged to the request's `toolref.budget.Account` (when given)
+before it is kept. No compressor or decompressor outlives its call: each is made per body
+and referenced by nothing but the call's frame (no sink object refers back to it).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Final
 
 import zstandard
 
+from toolref.budget import Account, charge
 from toolref.errors import DecompressedTooLargeError, DictionaryMismatchError, MalformedBodyError
 
 _CHUNK: Final = 64 * 1024
@@ -63,11 +69,15 @@ def check_frame(body: bytes, limit: int, history: str) -> int:
     return size
 
 
-def decompress(body: bytes, dictionary: bytes, limit: int, history: str) -> bytes:
+def decompress(
+    body: bytes, dictionary: bytes, limit: int, history: str, account: Account | None = None
+) -> bytes:
     """Inflate a body compressed by `compress` against `dictionary` (the dictionary of
     `history`, named in errors). The frame must declare its size, at most `limit` (see
-    `check_frame`); it must be whole, alone, and match its checksum."""
+    `check_frame`), charged to `account` before inflating; it must be whole, alone, and
+    match its checksum."""
     size = check_frame(body, limit, history)
+    charge(account, size)
     inflater = zstandard.ZstdDecompressor(dict_data=_dictionary(dictionary)).decompressobj()
     try:
         data = inflater.decompress(body)
@@ -84,8 +94,9 @@ def decompress(body: bytes, dictionary: bytes, limit: int, history: str) -> byte
     return data
 
 
-def inflate(body: bytes, limit: int) -> bytes:
-    """A plain zstd body (no dictionary), producing at most `limit` bytes."""
+def inflate(body: bytes, limit: int, account: Account | None = None) -> bytes:
+    """A plain zstd body (no dictionary), producing at most `limit` bytes, each chunk
+    charged to `account` before it is kept."""
     reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
     parts, size = [], 0
     try:
@@ -96,6 +107,7 @@ def inflate(body: bytes, limit: int) -> bytes:
                     f"the zstd body inflates past the limit of {limit} bytes; send fewer messages",
                     limit=limit,
                 )
+            charge(account, len(chunk))
             parts.append(chunk)
     except zstandard.ZstdError as exc:
         raise MalformedBodyError(
@@ -105,10 +117,10 @@ def inflate(body: bytes, limit: int) -> bytes:
     return b"".join(parts)
 
 
-def inflate_gzip(body: bytes, limit: int) -> bytes:
+def inflate_gzip(body: bytes, limit: int, account: Account | None = None) -> bytes:
     """A gzip body (members back to back allowed, RFC 1952), producing at most `limit`
     bytes: each step asks for at most what is left under the limit, so a bomb stops one
-    chunk past it."""
+    chunk past it. Each chunk is charged to `account` before it is kept."""
     inflater = zlib.decompressobj(wbits=31)
     parts, size, data = [], 0, body
     try:
@@ -120,6 +132,7 @@ def inflate_gzip(body: bytes, limit: int) -> bytes:
                     f"the gzip body inflates past the limit of {limit} bytes; send fewer messages",
                     limit=limit,
                 )
+            charge(account, len(out))
             parts.append(out)
             data = inflater.unconsumed_tail
             if inflater.eof:

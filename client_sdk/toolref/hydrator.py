@@ -24,6 +24,16 @@ registry, once.
 
 Used by `ToolRefMiddleware` and by the gateway. Outcomes are frozen dataclasses; errors the
 client must see are `ToolrefError`s, raised.
+
+Memory: each step charges what it keeps to the request's `toolref.budget.Account` before it
+keeps it (the body inflated, a history fetched for its dictionary, what the history adds to
+the hydrated body). One hydrated gateway request (inflate, parse, the in-process registry
+call, splice, forward) peaks at about 9.3 times its inflated bytes for a conversation of
+many tool results, 11 when one tool result is the whole body (its registration holds a few
+copies of it), measured with tracemalloc (tests/adversarial/test_memory_bounds.py holds them
+under 10 and 12): the body, its text and parsed members, the messages sent to the registry,
+the registry's own parse, registration and answer.
+No step copies the conversation only to measure it or to add brackets to it.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from toolref import compression, formats, history, spans
+from toolref.budget import Account, charge
 from toolref.client import AsyncRegistryClient, HydratedText
 from toolref.encoding import JSON_TYPE
 from toolref.errors import (
@@ -128,10 +139,10 @@ class _Recent:
         return cls(texts, sum(map(len, texts)) + len(prior or b""), prior)
 
 
-def _elements(messages: str) -> tuple[str, ...]:
-    """The text of each message of a JSON array given as text."""
-    items, _ = spans.elements(messages, 0)
-    return tuple(messages[start:end] for _, start, end in items)
+def _elements(text: str, at: int = 0) -> tuple[str, ...]:
+    """The text of each message of the JSON array at `at` in `text` (not copied whole)."""
+    items, _ = spans.elements(text, at)
+    return tuple(text[start:end] for _, start, end in items)
 
 
 class Hydrator:
@@ -180,10 +191,13 @@ class Hydrator:
         encoding: str | None,
         history_ref: str | None,
         dictionary_ref: str | None = None,
+        account: Account | None = None,
     ) -> bytes:
         """The body as written: gzip or zstd undone (zstd against the primed dictionary of
         the history the `Toolref-Dictionary` header names, or else the dictionary of the
-        history the `Toolref-History` header names, if either does), within the limit."""
+        history the `Toolref-History` header names, if either does), within the limit.
+        What it inflates to is charged to `account` before it is kept (a frame that
+        declares its size: that size, before any work)."""
         name = (encoding or "identity").strip().lower()
         limit = self.max_inflated_bytes
         if name == "identity":
@@ -191,7 +205,7 @@ class Hydrator:
         if name == "gzip":
             # Deflate shrinks at most about 1032:1: the work is sized by what it may become.
             size = min(limit, len(body) * 1032)
-            return await self._work(size, compression.inflate_gzip, body, limit)
+            return await self._work(size, compression.inflate_gzip, body, limit, account)
         if name != "zstd":
             raise UnsupportedMediaTypeError(
                 f"a protocol-2 request body may be sent as is, gzip or zstd, not {name!r}; "
@@ -204,16 +218,18 @@ class Hydrator:
         if named is not None:
             size = compression.check_frame(body, limit, named)  # before any work
             return await self._work(
-                size, compression.decompress, body, self._primed(named), limit, named
+                size, compression.decompress, body, self._primed(named), limit, named, account
             )
         if continues is None:
             # Frames after the first may say nothing of their size: sized as the limit.
-            return await self._work(limit, compression.inflate, body, limit)
+            return await self._work(limit, compression.inflate, body, limit, account)
         size = compression.check_frame(body, limit, continues)  # before any work
-        dictionary = await self._dictionary(continues)
-        return await self._work(size, compression.decompress, body, dictionary, limit, continues)
+        dictionary = await self._dictionary(continues, account)
+        return await self._work(
+            size, compression.decompress, body, dictionary, limit, continues, account
+        )
 
-    async def _dictionary(self, ref: str) -> bytes:
+    async def _dictionary(self, ref: str, account: Account | None = None) -> bytes:
         found = self._recent.get(ref)
         if found is None:
             try:
@@ -222,7 +238,9 @@ class Hydrator:
                 )
             except REGISTRY_FAILURES as exc:
                 raise _unavailable(ref, exc) from None
-            found = self._remember(ref, _Recent.of(_elements(answer.messages_text)))
+            start, end = answer.messages
+            charge(account, end - start)  # the history, held while its dictionary is built
+            found = self._remember(ref, _Recent.of(_elements(answer.text, start)))
         else:
             self._recent.move_to_end(ref)
         if found.dictionary is None:
@@ -267,8 +285,13 @@ class Hydrator:
 
     # --- hydration --------------------------------------------------------------------
 
-    async def hydrate(self, body: bytes, headers: Mapping[str, str]) -> Outcome:
-        """The outcome for an inflated protocol-2 body; `headers` by lowercase name."""
+    async def hydrate(
+        self, body: bytes, headers: Mapping[str, str], account: Account | None = None
+    ) -> Outcome:
+        """The outcome for an inflated protocol-2 body; `headers` by lowercase name. What
+        the conversation's history adds to the body (the hydrated body is larger than the
+        one sent by the history's text) is charged to `account` before it is spliced: a
+        history held here before the registry is called, one it sends back on arrival."""
         read = await self._work(len(body), self._read, body, headers.get("content-type"))
         if read is None:
             return PassThrough(body, PROTOCOL_REFS)
@@ -279,6 +302,8 @@ class Hydrator:
         listed = document.members[key]
         messages = document.text[listed.start : listed.end]
         held = self._recent.get(ref) if ref is not None else None
+        if held is not None:  # the history held joins the hydrated body: charged first
+            charge(account, sum(map(len, held.texts)))
         checkpoint = keep and headers.get(CHECKPOINT_HEADER.lower(), "").strip() == "?1"
         try:
             answer = await self.registry.hydrate_text(
@@ -303,27 +328,35 @@ class Hydrator:
             # Something the app alone would have taken (the registry refused the body):
             # the app gets it as sent, and the client sends full payloads.
             return self._without_registry(body, document.value[key], "refused", exc)
-        size = len(answer.messages_text)
-        texts = await self._work(size, _elements, answer.messages_text)
-        if answer.returned == "new" and held is not None:
+        start, end = answer.messages
+        size = end - start
+        new_only = answer.returned == "new" and held is not None
+        # A history the registry sent back (none held here) is known only now, after the
+        # registry registered the request's tool results (idempotent: a retry finds them).
+        charge(account, size - len(messages))
+        lacking = _lacking(answer, messages, keep)
+        del messages  # held no longer: the answer's texts take its place
+        texts = await self._work(size, _elements, answer.text, start)
+        confirmed, kept = answer.history_ref, answer.checkpoint
+        del answer
+        if new_only and held is not None:
             texts = (*held.texts, *texts)
         primed = False
-        if answer.history_ref is not None:
-            self._remember(answer.history_ref, _Recent.of(texts, body), replaces=ref)
-            primed = answer.history_ref in self._recent
-        kept = answer.checkpoint
-        if answer.history_ref is not None and kept is not None and kept[1] < len(texts):
+        if confirmed is not None:
+            self._remember(confirmed, _Recent.of(texts, body), replaces=ref)
+            primed = confirmed in self._recent
+        if confirmed is not None and kept is not None and kept[1] < len(texts):
             point = self._remember(kept[0], _Recent.of(texts[: kept[1]], body))
-            point.sibling = answer.history_ref
-            head = self._recent.get(answer.history_ref)
+            point.sibling = confirmed
+            head = self._recent.get(confirmed)
             if head is not None:
                 head.sibling = kept[0]
         return Hydrated(
             await self._work(len(body) + size, _spliced, document, key, texts),
-            _lacking(answer, messages, keep),
-            answer.history_ref,
+            lacking,
+            confirmed,
             primed,
-            kept[0] if answer.history_ref is not None and kept is not None else None,
+            kept[0] if confirmed is not None and kept is not None else None,
         )
 
     async def _work(self, size: int, step: Callable[..., T], *args: Any) -> T:
@@ -380,18 +413,26 @@ def _reason(exc: ToolrefError) -> str:
 def _spliced(document: spans.Document, key: str, messages: Sequence[str]) -> bytes:
     """The client's body with the whole conversation (each message's text) in place of its
     own messages and without `historyRef` (the app never saw one): every other member as
-    the client wrote it. A join of texts held: linear, in C."""
+    the client wrote it. One join of texts held (linear, in C): the body's text is built
+    once and encoded once, no piece copied on the way."""
     text = document.text
-    parts = []
+    pieces: list[str] = []
     for name, member in document.members.items():
         if name == "historyRef":
             continue
+        pieces.append(",")
         if name == key:
-            listed = "[" + ",".join(messages) + "]"
-            parts.append(text[member.key_start : member.key_end] + ":" + listed)
+            pieces += (text[member.key_start : member.key_end], ":[")
+            for index, message in enumerate(messages):
+                if index:
+                    pieces.append(",")
+                pieces.append(message)
+            pieces.append("]")
         else:
-            parts.append(spans.member_text(text, member))
-    return ("{" + ",".join(parts) + "}").encode()
+            pieces.append(spans.member_text(text, member))
+    pieces[0] = "{"  # in place of the first member's comma
+    pieces.append("}")
+    return "".join(pieces).encode()
 
 
 def _lacking(answer: HydratedText, sent: str, asked_history: bool) -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from typing import Any
 
+from toolref.budget import Account, charge
 from toolref.errors import BodyTooLargeError
 
 Message = MutableMapping[str, Any]
@@ -16,9 +17,12 @@ class Disconnected(Exception):
     """The client went away before its body was in: nobody to answer."""
 
 
-async def read_body(receive: Receive, limit: int, fix: str) -> bytes:
+async def read_body(
+    receive: Receive, limit: int, fix: str, account: Account | None = None
+) -> bytes:
     """The whole body; `BodyTooLargeError` (saying `fix`) as soon as more than `limit`
-    bytes have arrived, so an oversized body is never held whole."""
+    bytes have arrived, so an oversized body is never held whole. Each piece is charged to
+    `account` as it arrives (`OverloadedError` past the process's budget)."""
     chunks, size = [], 0
     async for chunk in body_pieces(receive):
         size += len(chunk)
@@ -26,6 +30,7 @@ async def read_body(receive: Receive, limit: int, fix: str) -> bytes:
             raise BodyTooLargeError(
                 f"the request body is over {limit} bytes as sent; {fix}", limit=limit
             )
+        charge(account, len(chunk))
         chunks.append(chunk)
     return b"".join(chunks)
 

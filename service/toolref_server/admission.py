@@ -5,6 +5,12 @@ built) and a share of one event loop. Past the limit a request is answered 503 `
 with `Retry-After` before its body is read, so a burst sheds load instead of making every
 request slower; the SDK and the middleware retry, then send full payloads. `/healthz` is
 always admitted: a liveness probe must not fail because the process is busy.
+
+Each admitted request gets an account on the process's budget of body bytes in flight
+(`toolref.budget`, TOOLREF_MAX_INFLATED_IN_FLIGHT) in `scope[SCOPE_KEY]`, which the body
+reader charges as the body arrives and inflates, given back when the request ends. A
+request that comes with the entry set (the gateway's in-process registry calls, whose bytes
+the gateway request making them has paid for) is not charged again.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Final
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from toolref.budget import SCOPE_KEY, Budget
 from toolref.errors import OverloadedError
 from toolref_server.problem import problem_response
 
@@ -20,10 +27,11 @@ EXEMPT: Final = frozenset({"/healthz"})
 
 
 class AdmissionMiddleware:
-    def __init__(self, app: ASGIApp, limit: int, retry_after: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, retry_after: int, budget: Budget) -> None:
         self.app = app
         self.limit = limit
         self.retry_after = retry_after
+        self.budget = budget
         self.in_flight = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -42,6 +50,11 @@ class AdmissionMiddleware:
             return
         self.in_flight += 1
         try:
-            await self.app(scope, receive, send)
+            if SCOPE_KEY in scope:
+                await self.app(scope, receive, send)
+                return
+            with self.budget.account() as account:
+                scope[SCOPE_KEY] = account
+                await self.app(scope, receive, send)
         finally:
             self.in_flight -= 1

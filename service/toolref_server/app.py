@@ -19,6 +19,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
+from toolref.budget import Budget
 from toolref.errors import NotFoundError, ToolrefError
 from toolref_server import compressors
 from toolref_server.access import AccessMiddleware
@@ -153,6 +154,12 @@ def create_app(
         level=settings.compress_level,
     )
     metrics = Metrics()
+    # Request bodies in flight, REST and gateway together (one budget per process).
+    budget = Budget(
+        settings.max_inflated_in_flight,
+        setting="TOOLREF_MAX_INFLATED_IN_FLIGHT",
+        retry_after=settings.retry_after_seconds,
+    )
     open_metrics = settings.warn_open_metrics()
     if open_metrics:
         log.warning(open_metrics)
@@ -243,12 +250,13 @@ def create_app(
             Middleware(AccessMiddleware, metrics=metrics),
             # Before the registry's own layers: gateway requests speak the provider's
             # protocol, with their own limits (TOOLREF_GATEWAY_*).
-            Middleware(Gateway, settings=settings, metrics=metrics),
+            Middleware(Gateway, settings=settings, metrics=metrics, budget=budget),
             Middleware(ProtocolMiddleware),
             Middleware(
                 AdmissionMiddleware,
                 limit=settings.max_requests_in_flight,
                 retry_after=settings.retry_after_seconds,
+                budget=budget,
             ),
         ],
         exception_handlers={
@@ -258,5 +266,6 @@ def create_app(
         },
         lifespan=lifespan,
     )
+    app.state.budget = budget
     app.router.redirect_slashes = False  # a trailing slash is a 404 problem, not a redirect
     return app

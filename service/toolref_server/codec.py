@@ -11,17 +11,16 @@ import json
 import math
 import re
 import sys
-import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import IO, Any, Final, cast
+from typing import Any, Final
 
 import msgpack
-import zstandard
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from toolref import spans
+from toolref.budget import Account, charge
 from toolref.encoding import (
     JSON_TYPE,
     MSGPACK_TYPE,
@@ -42,6 +41,7 @@ from toolref.errors import (
     UnsupportedValueError,
 )
 from toolref.numbers import whole_number
+from toolref_server.inflater import Inflater, TooLarge
 from toolref_server.workers import Workers
 
 MSGPACK_ALIASES: Final = frozenset(
@@ -49,7 +49,6 @@ MSGPACK_ALIASES: Final = frozenset(
 )
 ENCODINGS: Final = (JSON_TYPE, MSGPACK_TYPE)
 COMPRESSORS: Final = ("gzip", "zstd")
-_OUT_CHUNK: Final = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,76 +58,6 @@ class BodyLimits:
     max_depth: int
     max_items: int = 100_000  # in one array or object
     max_containers: int = 1_000_000  # arrays and objects in all: bounds memory per body
-
-
-class _TooLarge(Exception):
-    pass
-
-
-class _Inflater:
-    """Incremental decompression that refuses to produce more than `limit` bytes."""
-
-    def __init__(self, encoding: str, limit: int) -> None:
-        self.limit = limit
-        self.parts: list[bytes] = []
-        self.size = 0
-        self.encoding = encoding
-        self._gzip: Any = None
-        self._zstd: Any = None
-        if encoding == "gzip":
-            self._gzip = zlib.decompressobj(wbits=31)
-        else:
-            sink = cast(IO[bytes], self)  # duck-typed: the writer only calls write()
-            self._zstd = zstandard.ZstdDecompressor().stream_writer(
-                sink, write_size=_OUT_CHUNK, write_return_read=True
-            )
-
-    def write(self, data: bytes) -> int:  # sink of the zstd stream writer
-        self._keep(data)
-        return len(data)
-
-    def _keep(self, data: bytes) -> None:
-        self.size += len(data)
-        if self.size > self.limit:
-            raise _TooLarge
-        self.parts.append(data)
-
-    def feed(self, data: bytes) -> None:
-        try:
-            if self._zstd is not None:
-                self._zstd.write(data)
-            else:
-                self._feed_gzip(data)
-        except (zlib.error, zstandard.ZstdError) as exc:
-            raise MalformedBodyError(
-                f"the {self.encoding} body is corrupt ({exc}); compress the whole body "
-                f"as one {self.encoding} stream, or send it uncompressed"
-            ) from None
-
-    def _feed_gzip(self, data: bytes) -> None:
-        while True:
-            # Small steps: one huge step would briefly hold twice its output while resizing.
-            step = min(self.limit - self.size + 1, _OUT_CHUNK)
-            out = self._gzip.decompress(data, step)
-            self._keep(out)
-            data = self._gzip.unconsumed_tail
-            if self._gzip.eof:
-                # gzip allows several members back to back (RFC 1952).
-                data = self._gzip.unused_data + data
-                if not data:
-                    return
-                self._gzip = zlib.decompressobj(wbits=31)
-            elif not data and len(out) < step:
-                return  # input used up and no output held back
-
-    def finish(self) -> bytes:
-        if self._gzip is not None and not self._gzip.eof:
-            raise MalformedBodyError(
-                "the gzip body ends before its stream does (truncated); send the whole body"
-            )
-        if self._zstd is not None:
-            self._zstd.flush()
-        return b"".join(self.parts)
 
 
 def _media_type(header: str | None) -> str:
@@ -166,12 +95,19 @@ def content_encoding(request: Request) -> str:
 
 
 async def read_body(
-    request: Request, limits: BodyLimits, *, inflate: bool = True, workers: Workers | None = None
+    request: Request,
+    limits: BodyLimits,
+    *,
+    inflate: bool = True,
+    workers: Workers | None = None,
+    account: Account | None = None,
 ) -> bytes:
     """The request body, inflated (unless not `inflate`: then as sent, for a caller that
     must fetch a dictionary first), with every size limit enforced while streaming. With
     `workers`, chunks inflate in a worker thread (zlib and zstd let go of the GIL), so a
-    small body that inflates to the limit does not hold up the event loop."""
+    small body that inflates to the limit does not hold up the event loop. Every byte kept
+    (a piece as sent, a chunk of inflated output) is charged to `account` first: past the
+    process's budget, `OverloadedError` at once."""
     encoding = _content_encoding(request)
     declared = request.headers.get("content-length")
     length = whole_number(declared, 30) if declared is not None else None
@@ -180,7 +116,7 @@ async def read_body(
     inflater = (
         None
         if encoding == "identity" or not inflate
-        else _Inflater(encoding, limits.max_decompressed_bytes)
+        else Inflater(encoding, limits.max_decompressed_bytes, account)
     )
     parts: list[bytes] = []
     received = 0
@@ -191,6 +127,7 @@ async def read_body(
             if received > limits.max_body_bytes:
                 raise _body_too_large(received, limits.max_body_bytes)
             if inflater is None:
+                charge(account, len(chunk))
                 parts.append(chunk)
             elif chunk and workers is not None:
                 await workers.offload(inflater.feed, chunk)
@@ -206,7 +143,7 @@ async def read_body(
         raise MalformedBodyError(
             f"the connection closed after {received}{shown} body bytes; send the whole body"
         ) from None
-    except _TooLarge:
+    except TooLarge:
         raise DecompressedTooLargeError(
             f"the {encoding} body inflates past the limit of "
             f"{limits.max_decompressed_bytes} bytes; split the request into smaller batches",
@@ -571,11 +508,13 @@ def render(
     if wants_msgpack(request):
         body, media = packb(value), MSGPACK_TYPE
     elif encoded:
-        members = (
-            dumps_json(key) + b":" + (encoded[key] if key in encoded else dumps_json(member))
-            for key, member in value.items()
-        )
-        body, media = b"{" + b",".join(members) + b"}", JSON_TYPE
+        # One join: an encoded member (a conversation, megabytes) is copied once, into the body.
+        pieces = [b"{"]
+        for key, member in value.items():
+            text = encoded[key] if key in encoded else dumps_json(member)
+            pieces += (dumps_json(key), b":", text, b",")
+        pieces[-1] = b"}" if value else b"{}"
+        body, media = b"".join(pieces), JSON_TYPE
     else:
         body, media = dumps_json(value), JSON_TYPE
     response = Response(body, status_code=status, media_type=media, headers=headers)

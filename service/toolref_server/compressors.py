@@ -4,6 +4,12 @@ pool compresses and decompresses records and history messages off the event loop
 What is written (which shipped dictionary for records and for history messages, at which
 level) is `writing`, set once from the settings when the app starts; what is read is any
 frame this version can decode: plain, or with a shipped dictionary, which the frame names.
+
+These are the only zstd objects kept past a request, on purpose: bounded by (threads) x
+(shipped dictionaries) x (levels in use), each a context with no reference back to anything
+of a request (the C objects are not tracked by the cyclic collector, so a cycle through one
+would never be freed; none exists here). Every other compressor and decompressor, here and
+in the SDK, lives for one call or one request body.
 """
 
 from __future__ import annotations

@@ -77,6 +77,8 @@ def export(
     """Write every record and summary (of one tenant, or all) to `out`; return the count."""
     pattern = _pattern(tenant)  # refuses a bad tenant before anything is written
     count = size = 0
+    # The writer's sink is `out`, which refers to nothing of it: no cycle through the C
+    # writer (which the collector does not track); it is freed when the export returns.
     writer = zstandard.ZstdCompressor(level=3).stream_writer(out, closefd=False)
     packer = msgpack.Packer(use_bin_type=True)
     writer.write(

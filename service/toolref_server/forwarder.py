@@ -33,6 +33,7 @@ from typing import Final
 import httpcore
 from starlette.types import Message, Receive, Scope, Send
 
+from toolref.budget import SCOPE_KEY, Account
 from toolref.errors import OverloadedError, ServiceUnavailableError, ToolrefError
 from toolref.hops import decoded, encoded, end_to_end, without_toolref
 from toolref.inbound import Disconnected
@@ -92,7 +93,8 @@ class Forwarder:
         if first["type"] == "http.disconnect":
             return
         inbound = _Inbound(receive)
-        content, framing = inbound.content(scope, first)
+        content, framing = inbound.content(scope, first, scope.get(SCOPE_KEY))
+        del first
         url = httpcore.URL(
             scheme=upstream.upstream.scheme,
             host=upstream.upstream.host,
@@ -158,16 +160,20 @@ class _Inbound:
         self._whole = asyncio.Event()
 
     def content(
-        self, scope: Scope, first: Message
+        self, scope: Scope, first: Message, account: Account | None = None
     ) -> tuple[bytes | AsyncIterator[bytes], list[tuple[bytes, bytes]]]:
         """The body (bytes when `first` holds all of it, else its pieces as they come) and
-        the framing headers that describe exactly it."""
+        the framing headers that describe exactly it. A whole body charged to `account`
+        (hydrated) is handed over once and then let go (`_sent_once`)."""
         body: bytes = first.get("body", b"")
         framed = any(k.decode("latin-1").lower() in _FRAMING for k, _ in scope["headers"])
         if not first.get("more_body", False):
             self._whole.set()
             length = [(b"content-length", str(len(body)).encode())]
-            return body, length if body or framed else []
+            framing = length if body or framed else []
+            if account is not None and body:
+                return _sent_once(body, account), framing
+            return body, framing
         declared = _declared_length(scope)
         framing = [_CHUNKED] if declared is None else [(b"content-length", declared)]
         return self._pieces(body), framing
@@ -203,6 +209,17 @@ def _declared_length(scope: Scope) -> bytes | None:
         return None
     value = whole_number(lengths[0].decode("latin-1"), 18)
     return None if value is None else str(value).encode()
+
+
+async def _sent_once(body: bytes, account: Account) -> AsyncIterator[bytes]:
+    """`body` for the upstream, then dropped, and the request's account on the budget of
+    bodies in flight closed: the hydrated body is held by nothing once sent, so a stream
+    that lasts minutes does not keep it charged (or in memory). The request carries its
+    `Content-Length` (the middleware set it), so it is not sent chunked."""
+    held = [body]
+    del body
+    yield held.pop()
+    account.close()
 
 
 async def _relay(response: httpcore.Response, hang_up: asyncio.Future[None], send: Send) -> None:

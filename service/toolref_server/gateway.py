@@ -29,6 +29,7 @@ import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolref.asgi import ToolRefMiddleware, replay, with_body
+from toolref.budget import SCOPE_KEY, Budget
 from toolref.client import AsyncRegistryClient
 from toolref.errors import AuthenticationError, BadRequestError, NotFoundError, ToolrefError
 from toolref.handoff.switch import switched_text
@@ -88,10 +89,16 @@ class _Tenant:
 class Gateway:
     """ASGI middleware: `/llm/...` requests are the gateway's, the rest go to `app`."""
 
-    def __init__(self, app: ASGIApp, settings: Settings, metrics: Metrics) -> None:
+    def __init__(
+        self, app: ASGIApp, settings: Settings, metrics: Metrics, budget: Budget | None = None
+    ) -> None:
         self.app = app
         self.settings = settings
         self.metrics = metrics
+        # Bodies in flight, shared with the registry's REST reader (TOOLREF_MAX_INFLATED_*).
+        self.budget = budget or Budget(
+            settings.max_inflated_in_flight, setting="TOOLREF_MAX_INFLATED_IN_FLIGHT"
+        )
         self.upstreams = settings.upstream_urls
         self.auth = Authenticator(settings)
         self.forwarder = Forwarder(self._upstream_pool, settings.retry_after_seconds)
@@ -196,6 +203,7 @@ class Gateway:
                 body = switch_body(body, llm, at)
             scope = with_body(scope, len(body))
             receive = replay(body, receive)
+            del body  # held by `receive` alone, until the forwarder sends it on
         raw = _length(scope)
         wire = count.wire if count.whole else raw
         self.metrics.upload_bytes.labels("wire").inc(wire)
@@ -241,6 +249,7 @@ class Gateway:
                 recent_history_chars=self._history_chars,
                 alter_answers=False,
                 offload_bytes=self.settings.offload_bytes,
+                budget=self.budget,
             )
         return found
 
@@ -252,7 +261,7 @@ class Gateway:
                 _INTERNAL_URL,
                 api_key=None if self.auth.open else key,
                 timeout=_REGISTRY_SECONDS,
-                transport=httpx.ASGITransport(app=self._service),
+                transport=httpx.ASGITransport(app=_paid_for(self._service)),
             )
         except ValueError as exc:
             raise AuthenticationError(
@@ -346,6 +355,19 @@ def _length(scope: Scope) -> int:
         if key == b"content-length" and value.isdigit():
             return int(value)
     return 0
+
+
+def _paid_for(service: ASGIApp) -> ASGIApp:
+    """`service` for the gateway's in-process registry calls: their bodies come from the
+    gateway request making them, whose account already holds what its body costs (the
+    multiple in docs/operations.md counts these calls), so admission charges them nothing
+    and a busy budget never refuses one halfway through a request it admitted."""
+
+    async def paid(scope: Scope, receive: Receive, send: Send) -> None:
+        scope[SCOPE_KEY] = None
+        await service(scope, receive, send)
+
+    return paid
 
 
 _tasks: set[asyncio.Task[None]] = set()

@@ -38,8 +38,9 @@ from typing import Any, Final
 import httpx
 
 from toolref.asgi import Receive, Scope, Send
+from toolref.budget import Account, Budget
 from toolref.client import AsyncRegistryClient
-from toolref.errors import LimitExceededError, MalformedBodyError, ToolrefError
+from toolref.errors import LimitExceededError, MalformedBodyError, OverloadedError, ToolrefError
 from toolref.inbound import Disconnected, body_pieces, read_body
 from toolref.rewriter import ToolReferenceManager
 from toolref.transport import AsyncTransport, LLMRequest, endpoint, recognise
@@ -126,6 +127,7 @@ class Relay:
         self.switchboard = Switchboard(config.switch)
         self.clients = Clients(self._new_manager, config.max_clients)
         self._pool = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self.budget = Budget(config.max_inflated_in_flight, setting="--max-inflated-in-flight")
         self._registry: AsyncRegistryClient | None = None
         self._signals = signals
         self._timeouts = {
@@ -259,20 +261,34 @@ class Relay:
     # --- LLM requests ---------------------------------------------------------------------
 
     async def _turn(self, call: Call, receive: Receive, send: Send) -> None:
+        # The turn's body bytes, as sent and inflated, on the relay's budget of bodies in
+        # flight (--max-inflated-in-flight) until the turn ends.
+        with self.budget.account() as account:
+            await self._turn_within(call, receive, send, account)
+
+    async def _turn_within(
+        self, call: Call, receive: Receive, send: Send, account: Account
+    ) -> None:
         limits = self.config
         try:
-            raw = await read_body(receive, limits.max_body_bytes, TOO_LARGE)
+            raw = await read_body(receive, limits.max_body_bytes, TOO_LARGE, account)
         except Disconnected:
             return
         except LimitExceededError as exc:
             too_large = error_reply(call.provider, 413, exc.detail, "toolref_request_too_large")
             await self._refuse(call, send, too_large, 0)
             return
+        except OverloadedError as exc:
+            await self._busy(call, send, exc, 0)
+            return
         encoding = first(call.headers, "content-encoding")
         content, changed = raw, False
         if readable(encoding):
             try:
-                content = await _inflate(raw, encoding, limits.max_inflated_bytes)
+                content = await _inflate(raw, encoding, limits.max_inflated_bytes, account)
+            except OverloadedError as exc:
+                await self._busy(call, send, exc, len(raw))
+                return
             except LimitExceededError as exc:
                 message = f"{exc.detail}; or start the relay with a larger --max-inflated-bytes"
                 too_large = error_reply(call.provider, 413, message, "toolref_request_too_large")
@@ -404,11 +420,18 @@ class Relay:
         )
         return error_reply(call.provider, 502, message, "toolref_gateway_unreachable")
 
-    async def _refuse(self, call: Call, send: Send, error: ErrorReply, raw: int) -> None:
+    async def _refuse(
+        self, call: Call, send: Send, error: ErrorReply, raw: int, extra: Pairs = ()
+    ) -> None:
         upload = Upload(raw, 0, 0, "refused")
         self.report(turn_line(self.tally.add(upload), upload, self.tally))
-        await reply_error(send, error, [(SAVINGS_HEADER, savings_header(upload))])
+        await reply_error(send, error, [(SAVINGS_HEADER, savings_header(upload)), *extra])
         _log(call, call.name, error.status, raw, 0)
+
+    async def _busy(self, call: Call, send: Send, exc: OverloadedError, raw: int) -> None:
+        """503 with Retry-After: the turns in flight hold the relay's whole budget."""
+        busy = error_reply(call.provider, 503, exc.detail, "toolref_overloaded")
+        await self._refuse(call, send, busy, raw, [("retry-after", str(exc.retry_after))])
 
     def _registry_client(self) -> AsyncRegistryClient:
         if self._registry is None:
@@ -491,10 +514,10 @@ def encoding_of(headers: Pairs) -> str:
     return (first(headers, "content-encoding") or "identity").strip().lower()
 
 
-async def _inflate(raw: bytes, encoding: str | None, limit: int) -> bytes:
+async def _inflate(raw: bytes, encoding: str | None, limit: int, account: Account) -> bytes:
     # Any compressed body may become megabytes, however small it arrives: off the loop.
     if (encoding or "identity").strip().lower() not in ("", "identity"):
-        return await asyncio.to_thread(inflated, raw, encoding, limit)
+        return await asyncio.to_thread(inflated, raw, encoding, limit, account)
     return raw
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from toolref.budget import Account
 from toolref.compression import inflate, inflate_gzip
 
-_INFLATERS: Final[dict[str, Callable[[bytes, int], bytes]]] = {
+_INFLATERS: Final[dict[str, Callable[[bytes, int, Account | None], bytes]]] = {
     "gzip": inflate_gzip,
     "x-gzip": inflate_gzip,
     "zstd": inflate,
@@ -25,10 +26,13 @@ def readable(encoding: str | None) -> bool:
     return (encoding or "").strip().lower() in (*_IDENTITY, *_INFLATERS)
 
 
-def inflated(body: bytes, encoding: str | None, limit: int) -> bytes:
+def inflated(
+    body: bytes, encoding: str | None, limit: int, account: Account | None = None
+) -> bytes:
     """`body` decoded from a `readable` encoding, at most `limit` bytes
-    (`DecompressedTooLargeError` past it, `MalformedBodyError` when corrupt)."""
+    (`DecompressedTooLargeError` past it, `MalformedBodyError` when corrupt), each chunk
+    charged to `account` before it is kept (`OverloadedError` past the relay's budget)."""
     name = (encoding or "").strip().lower()
     if name in _IDENTITY:
         return body
-    return _INFLATERS[name](body, limit)
+    return _INFLATERS[name](body, limit, account)

@@ -83,6 +83,13 @@ def parser() -> argparse.ArgumentParser:
         "(~/.toolref/relay-PORT.token)",
     )
     relay.add_argument(
+        "--max-inflated-in-flight",
+        type=int,
+        default=256 * MIB,
+        help="most bytes every LLM request in flight may hold at once, as sent and inflated; "
+        "past it a turn is answered 503 with Retry-After (256 MiB)",
+    )
+    relay.add_argument(
         "--log-level",
         default="warning",
         choices=("debug", "info", "warning", "error"),
@@ -100,6 +107,7 @@ def config_of(args: argparse.Namespace) -> RelayConfig:
         max_body_bytes=args.max_body_bytes,
         max_inflated_bytes=args.max_inflated_bytes,
         max_clients=args.max_clients,
+        max_inflated_in_flight=args.max_inflated_in_flight,
     )
 
 

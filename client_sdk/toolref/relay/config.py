@@ -33,6 +33,9 @@ class RelayConfig:
     switch: upstream names the relay may switch between (the first is selected at start).
     max_body_bytes: the most an agent's LLM request may take on the wire.
     max_inflated_bytes: the most a gzip or zstd LLM request may inflate to.
+    max_inflated_in_flight: the most every LLM request in flight may hold at once, as sent
+        and inflated (`toolref.budget`); past it a turn is answered 503 with Retry-After.
+        At least the two limits above together, so any one turn within them can be served.
     connect_timeout / read_timeout: seconds to connect, and to wait between two pieces of
         an answer (a model may think for minutes before its first token).
     max_transcripts: conversations each client's manager keeps the transcript of.
@@ -50,6 +53,7 @@ class RelayConfig:
     switch: tuple[str, ...] = ()
     max_body_bytes: int = 64 * MIB
     max_inflated_bytes: int = 64 * MIB
+    max_inflated_in_flight: int = 256 * MIB
     connect_timeout: float = 5.0
     read_timeout: float = 600.0
     max_transcripts: int = 64
@@ -81,6 +85,13 @@ class RelayConfig:
             raise ValueError(
                 f"the control token has {len(self.token)} characters; give at least "
                 f"{MIN_TOKEN} (or none: one is drawn at each start)"
+            )
+        largest = self.max_body_bytes + self.max_inflated_bytes  # as sent, and inflated
+        if self.max_inflated_in_flight < largest:
+            raise ValueError(
+                f"--max-inflated-in-flight is {self.max_inflated_in_flight}, below what one "
+                f"turn may hold ({largest}: --max-body-bytes plus --max-inflated-bytes), so "
+                "such a turn could never be served; give a few times that"
             )
         if self.connect_timeout <= 0 or self.read_timeout <= 0:
             raise ValueError(

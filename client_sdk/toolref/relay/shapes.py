@@ -20,6 +20,7 @@ _ANTHROPIC_TYPES: Final = {
     403: "permission_error",
     413: "request_too_large",
     502: "api_error",
+    503: "overloaded_error",
 }
 _OPENAI_TYPES: Final = {
     400: "invalid_request_error",

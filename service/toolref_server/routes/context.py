@@ -9,6 +9,7 @@ import pydantic
 from starlette.requests import Request
 
 from toolref import compression
+from toolref.budget import SCOPE_KEY, Account
 from toolref.canonical import Ref
 from toolref.errors import (
     BatchTooLargeError,
@@ -74,8 +75,10 @@ async def document(
     limits = services(request).limits
     workers = services(request).workers
     decoder = codec.request_decoder(request)
+    # This request's share of the process's budget of bodies in flight (admission.py).
+    account: Account | None = request.scope.get(SCOPE_KEY)
     if dictionary is not None and codec.content_encoding(request) == "zstd":
-        raw = await codec.read_body(request, limits, inflate=False)
+        raw = await codec.read_body(request, limits, inflate=False, account=account)
         history, rebuild = dictionary
         compression.check_frame(raw, limits.max_decompressed_bytes, history)  # before work
         words = await rebuild()
@@ -86,9 +89,10 @@ async def document(
             words,
             limits.max_decompressed_bytes,
             history,
+            account,
         )
     else:
-        data = await codec.read_body(request, limits, workers=workers)
+        data = await codec.read_body(request, limits, workers=workers, account=account)
     echoed = messages_key is not None and decoder == "json"
     return await workers.run(len(data), _decoded, data, decoder, limits, messages_key, echoed)
 

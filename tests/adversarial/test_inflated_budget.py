@@ -1,0 +1,303 @@
+"""One budget of request-body bytes in flight per process (issue 28, finding 2).
+
+Found: a few KB of compressed body took gigabytes. One 2 KB zstd body at the gateway cost
+578 MB; 24 at once (47 KB sent) peaked at 16.2 GB and stalled `/healthz` for 28.9 s; 20
+stalled gzip uploads of 61 KB held 1.27 GB of the registry's memory. Nothing bounded the
+inflated bytes in flight across requests. Now every reader of bodies (the registry's REST
+reader, the middleware and the gateway, the relay) charges one budget per process before it
+keeps bytes (TOOLREF_MAX_INFLATED_IN_FLIGHT, `budget=`, --max-inflated-in-flight): a request
+past it is answered 503 `overloaded` at once, nothing it sent is stored, and the requests
+within it are served.
+
+Every test here fails on today's code, which has no budget: all the bombs are taken in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Final
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from toolref import AsyncRegistryClient, ToolRefMiddleware
+from toolref.budget import Budget, shared
+from toolref.relay.app import Relay
+from toolref.relay.cli import config_of, parser
+from toolref.relay.config import RelayConfig
+from toolref_server.app import create_app
+from toolref_server.settings import Settings
+
+from ..servers import serve
+from .bombs import (
+    CHAT,
+    ENCODINGS,
+    PROTOCOL,
+    Upstream,
+    assert_overloaded,
+    charged,
+    chat_body,
+    compressed,
+    register_body,
+    sent,
+    stalled,
+    stored_records,
+    until,
+)
+
+pytestmark = pytest.mark.engine
+
+KIB: Final = 1024
+BODY_LIMIT: Final = 64 * KIB  # as sent: every bomb here is a few hundred bytes
+INFLATED_LIMIT: Final = 1024 * KIB
+BUDGET: Final = 4096 * KIB
+BOMB: Final = 900 * KIB  # what each bomb inflates to: within the limit, so alone it is served
+FITS: Final = BUDGET // BOMB  # bombs held at once (4); the next one is refused
+SETTING: Final = "TOOLREF_MAX_INFLATED_IN_FLIGHT"
+LIMITS: Final[dict[str, Any]] = {
+    "max_body_bytes": BODY_LIMIT,
+    "max_decompressed_bytes": INFLATED_LIMIT,
+    "max_inflated_in_flight": BUDGET,
+}
+
+
+async def test_registry_bombs_past_the_budget_get_503_and_the_rest_are_served(
+    redis: Redis,
+) -> None:
+    """FITS uploads, each a bomb that inflates to BOMB bytes and then stalls (held in the
+    registry, inflated, until the test lets them end), fill the budget; every further bomb,
+    gzip or zstd, is refused at once while `/healthz` answers; once the held ones end they
+    are stored, and nothing of a refused one is."""
+    app = create_app(Settings(redis_url="unused", **LIMITS), redis=redis)
+    budget = app.state.budget
+    release = asyncio.Event()
+    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+        held, holding = [], 0
+        for n in range(FITS):
+            encoding = ENCODINGS[n % 2]
+            body = register_body(n, BOMB)
+            bomb = compressed(body, encoding)
+            assert len(bomb) < 4 * KIB
+            headers = {**PROTOCOL, "content-encoding": encoding}
+            held.append(
+                asyncio.ensure_future(
+                    client.post("/v1/invocations", content=stalled(bomb, release), headers=headers)
+                )
+            )
+            holding += len(body)
+            await charged(budget, holding)  # inflated, and held
+        for n in range(FITS, FITS + 8):
+            refused = await client.post(
+                "/v1/invocations", **sent(register_body(n, BOMB), ENCODINGS[n % 2])
+            )
+            assert_overloaded(refused, SETTING, BUDGET)
+        health = await client.get("/healthz")
+        assert health.status_code == 200
+        assert not any(upload.done() for upload in held)
+        release.set()
+        served = await asyncio.gather(*held)
+    assert [answer.status_code for answer in served] == [200] * FITS
+    assert await stored_records(redis) == FITS
+    assert budget.high_water <= BUDGET
+    assert budget.in_flight == 0
+
+
+async def test_a_burst_of_registry_bombs_never_passes_the_budget(redis: Redis) -> None:
+    """24 bombs at once (gzip and zstd, 24 x 900 KiB inflated against a 4 MiB budget):
+    each is served or refused 503, the budget's high-water mark stays within it, and the
+    engine holds exactly the served ones."""
+    app = create_app(Settings(redis_url="unused", **LIMITS), redis=redis)
+    budget = app.state.budget
+    async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+        answers = await asyncio.gather(
+            *(
+                client.post("/v1/invocations", **sent(register_body(n, BOMB), ENCODINGS[n % 2]))
+                for n in range(24)
+            )
+        )
+        health = await client.get("/healthz")
+    assert health.status_code == 200
+    served = [answer for answer in answers if answer.status_code == 200]
+    print(f"\n{len(served)} of {len(answers)} served, high-water {budget.high_water}")
+    for answer in answers:
+        if answer.status_code != 200:
+            assert_overloaded(answer, SETTING, BUDGET)
+    assert served
+    assert await stored_records(redis) == len(served)
+    assert budget.high_water <= BUDGET
+    assert budget.in_flight == 0
+
+
+async def test_gateway_bombs_past_the_budget_get_503_and_a_sent_body_holds_none(
+    redis: Redis,
+) -> None:
+    """The gateway has one upstream connection (TOOLREF_GATEWAY_MAX_CONNECTIONS=1), held by
+    a first request whose answer streams on: its body was sent, so it holds nothing of the
+    budget (nor of memory). FITS bombs, hydrated (inflated, parsed, their tool results
+    registered) and waiting for that connection with their bodies, fill the budget; every
+    further bomb is refused 503 at once, stores nothing and reaches no upstream, while
+    `/healthz` answers; when the stream ends, the waiting ones are forwarded."""
+    upstream = Upstream(hold=True)
+    async with upstream.serving() as upstream_url:
+        settings = Settings(
+            redis_url="unused",
+            upstreams=f"up={upstream_url}",
+            gateway_max_connections=1,
+            gateway_connect_timeout=60,  # also how long a request waits for the connection
+            **LIMITS,
+        )
+        app = create_app(settings, redis=redis)
+        budget = app.state.budget
+        async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+            first = b'{"model": "m", "messages": [{"role": "user", "content": "hello"}]}'
+            async with client.stream("POST", CHAT, content=first, headers=PROTOCOL) as streaming:
+                assert streaming.status_code == 200
+                await until(lambda: len(upstream.bodies) == 1)
+                assert budget.in_flight == 0  # sent on: given back while the answer streams
+                waiting, holding = [], 0
+                for n in range(FITS):
+                    body = chat_body(n, BOMB, bomb=True)
+                    bomb = sent(body, ENCODINGS[n % 2])
+                    assert len(bomb["content"]) < 4 * KIB
+                    waiting.append(asyncio.ensure_future(client.post(CHAT, **bomb)))
+                    holding += len(body)
+                    await charged(budget, holding)  # hydrated, waiting for the connection
+                for _ in range(3000):  # their tool results, registered on the way
+                    if await stored_records(redis) == FITS:
+                        break
+                    await asyncio.sleep(0.01)
+                for n in range(FITS, FITS + 8):
+                    refused = await client.post(
+                        CHAT, **sent(chat_body(n, BOMB, bomb=True), ENCODINGS[n % 2])
+                    )
+                    assert_overloaded(refused, SETTING, BUDGET)
+                health = await client.get("/healthz")
+                assert health.status_code == 200
+                assert not any(request.done() for request in waiting)
+                upstream.release.set()
+                assert [piece async for piece in streaming.aiter_bytes()]
+            forwarded = await asyncio.gather(*waiting)
+    assert [answer.status_code for answer in forwarded] == [200] * FITS
+    assert len(upstream.bodies) == 1 + FITS  # no refused bomb reached the upstream
+    assert await stored_records(redis) == FITS  # nor the registry
+    assert budget.high_water <= BUDGET
+    assert budget.in_flight == 0
+
+
+async def test_a_chat_backends_middleware_refuses_bombs_past_its_budget(redis: Redis) -> None:
+    """`ToolRefMiddleware` in a chat backend: the process's shared budget unless given one;
+    a request past it is refused 503 before its body is inflated further, and a budget
+    too small for one request within the limits is refused at construction."""
+    service = create_app(Settings(redis_url="unused"), redis=redis)
+    async with service.router.lifespan_context(service):
+        registry = AsyncRegistryClient("http://r", transport=httpx.ASGITransport(app=service))
+
+        async def app(scope: object, receive: object, send: object) -> None:
+            raise AssertionError("a refused request never reaches the app")
+
+        assert ToolRefMiddleware(app, registry).budget is shared
+        with pytest.raises(ValueError, match="budget="):
+            ToolRefMiddleware(app, registry, budget=Budget(1000))
+        budget = Budget(BUDGET, setting="budget=")
+        backend = ToolRefMiddleware(
+            app, registry, budget=budget, max_body_bytes=BODY_LIMIT, max_inflated_bytes=BOMB
+        )
+        others = budget.account()
+        others.charge(BUDGET - BOMB // 2)  # requests in flight hold all but half a bomb
+        transport = httpx.ASGITransport(app=backend)
+        async with httpx.AsyncClient(transport=transport, base_url="http://b") as client:
+            for encoding in ENCODINGS:
+                refused = await client.post(
+                    "/chat", **sent(chat_body(0, BOMB - KIB, bomb=True), encoding)
+                )
+                assert_overloaded(refused, "budget=", BUDGET)
+        others.close()
+        await registry.aclose()
+    assert budget.in_flight == 0
+    assert budget.high_water <= BUDGET
+
+
+async def test_a_small_turn_is_charged_for_the_history_it_is_hydrated_with(
+    redis: Redis,
+) -> None:
+    """A turn of one short message continuing a 900 KiB history becomes a 900 KiB body
+    for the app: the history is charged before it is joined, so with the budget nearly
+    held by other requests the turn is refused (503), and served once they end."""
+    service = create_app(Settings(redis_url="unused"), redis=redis)
+    async with service.router.lifespan_context(service):
+        registry = AsyncRegistryClient("http://r", transport=httpx.ASGITransport(app=service))
+        budget = Budget(BUDGET, setting="budget=")
+        backend = ToolRefMiddleware(
+            _count_messages,
+            registry,
+            budget=budget,
+            max_body_bytes=BODY_LIMIT,
+            max_inflated_bytes=INFLATED_LIMIT,
+        )
+        transport = httpx.ASGITransport(app=backend)
+        async with httpx.AsyncClient(transport=transport, base_url="http://b") as client:
+            whole = sent(chat_body(0, BOMB, bomb=True), "gzip")
+            whole["headers"]["toolref-history"] = "?1"  # keep it as a history
+            first = await client.post("/chat", **whole)
+            assert first.status_code == 200, first.text
+            history = first.headers["toolref-history"]
+            turn = b'{"messages": [{"role": "user", "content": "and then?"}]}'
+            headers = {**PROTOCOL, "toolref-history": history}
+            others = budget.account()
+            others.charge(BUDGET - 100 * KIB)
+            refused = await client.post("/chat", content=turn, headers=headers)
+            assert_overloaded(refused, "budget=", BUDGET)
+            others.close()
+            served = await client.post("/chat", content=turn, headers=headers)
+        await registry.aclose()
+    assert served.status_code == 200, served.text
+    assert served.json() == {"messages": 4}  # the history's three and the new one
+    assert budget.in_flight == 0
+
+
+async def _count_messages(scope: Any, receive: Any, send: Any) -> None:
+    """A chat app that answers how many messages it was given."""
+    message = await receive()
+    count = len(json.loads(message["body"])["messages"])
+    body = json.dumps({"messages": count}).encode()
+    headers = [(b"content-type", b"application/json")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def test_the_relay_refuses_a_turn_past_its_budget_in_the_providers_shape() -> None:
+    """The relay's own budget (--max-inflated-in-flight): a turn that does not fit is
+    answered 503 with Retry-After in the agent's provider's error shape; once there is room
+    the same turn goes on to the gateway (here: none, so 502)."""
+    config = config_of(
+        parser().parse_args(
+            ["relay", "--gateway", "http://127.0.0.1:9", "--max-inflated-in-flight", "200000000"]
+        )
+    )
+    assert config.max_inflated_in_flight == 200_000_000
+    with pytest.raises(ValueError, match="--max-inflated-in-flight"):
+        RelayConfig("http://g", max_inflated_in_flight=100 * 2**20)  # < 64 MiB + 64 MiB
+    relay = Relay(config, report=lambda line: None)
+    others = relay.budget.account()
+    others.charge(config.max_inflated_in_flight - BOMB // 2)
+    body = compressed(chat_body(0, BOMB, bomb=True), "gzip")
+    headers = {
+        "content-type": "application/json",
+        "content-encoding": "gzip",
+        "anthropic-version": "2023-06-01",
+    }
+    transport = httpx.ASGITransport(app=relay)
+    async with httpx.AsyncClient(transport=transport, base_url="http://relay") as client:
+        refused = await client.post("/llm/up/v1/messages", content=body, headers=headers)
+        others.close()
+        passed = await client.post("/llm/up/v1/messages", content=body, headers=headers)
+    assert refused.status_code == 503
+    assert refused.headers["retry-after"].isdigit()
+    error = refused.json()
+    assert error["type"] == "error"
+    assert error["error"]["type"] == "overloaded_error"
+    assert "--max-inflated-in-flight" in error["error"]["message"]
+    assert passed.status_code == 502  # past the budget now: on to the (absent) gateway
+    assert relay.budget.in_flight == 0
