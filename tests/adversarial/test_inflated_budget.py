@@ -301,3 +301,70 @@ async def test_the_relay_refuses_a_turn_past_its_budget_in_the_providers_shape()
     assert "--max-inflated-in-flight" in error["error"]["message"]
     assert passed.status_code == 502  # past the budget now: on to the (absent) gateway
     assert relay.budget.in_flight == 0
+
+
+def _amplifier(ref: str, markers: int) -> dict[str, Any]:
+    """An OpenAI Chat Completions conversation whose `markers` tool calls all name `ref`:
+    a few KB that fills to `markers` times the record."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "read it again and again"}]
+    for n in range(markers):
+        call = f"call_{n}"
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": call,
+                        "type": "function",
+                        "function": {"name": "read_file", "toolRef": ref},
+                    }
+                ],
+            }
+        )
+        messages.append({"role": "tool", "tool_call_id": call, "toolRef": ref})
+    return {"messages": messages}
+
+
+async def test_markers_that_fill_past_the_limit_or_the_budget_are_refused(redis: Redis) -> None:
+    """Found (issue 28's memory round): a 51 KB hydrate body of 200 markers naming one 100 KB
+    record filled to a 20 MB answer (391x) with nothing bounding it. Now the filled size is
+    known before filling: past the inflated limit (what the client could have sent in full)
+    it is 413 `decompressed-too-large`; within it, it is charged to the request's share of
+    the budget, so one that the budget cannot hold is 503 `overloaded`; one that fits both
+    is answered in full. Before the fix the first two were answered 200 with the whole fill."""
+    record = 100 * KIB
+    invocation = {"name": "read_file", "args": {}, "result": "r" * record}
+    limits = {**LIMITS, "max_decompressed_bytes": 2048 * KIB, "max_body_bytes": 256 * KIB}
+    for budget_bytes, markers, expected in (
+        (8192 * KIB, 30, 413),  # fills to 3 MB: over the 2 MiB limit
+        (2304 * KIB, 15, 503),  # fills to 1.5 MB, charged twice (texts and answer): over budget
+        (8192 * KIB, 15, 200),
+    ):
+        settings = Settings(
+            redis_url="unused", **{**limits, "max_inflated_in_flight": budget_bytes}
+        )
+        app = create_app(settings, redis=redis)
+        async with app.router.lifespan_context(app):
+            budget: Budget = app.state.budget
+            async with httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://t", headers=PROTOCOL
+            ) as client:
+                made = await client.post("/v1/invocations", json={"invocations": [invocation]})
+                ref = made.json()["refs"][0]["ref"]
+                body = _amplifier(ref, markers)
+                assert len(json.dumps(body)) < 8 * KIB
+                before = await redis.dbsize()
+                answer = await client.post("/v1/messages:hydrate", json=body)
+            assert answer.status_code == expected, answer.text
+            if expected == 413:
+                assert answer.json()["type"] == "urn:toolref:problem:decompressed-too-large"
+                assert "TOOLREF_MAX_DECOMPRESSED_BYTES" in answer.json()["detail"]
+            if expected == 503:
+                assert_overloaded(answer, SETTING, budget_bytes)
+            if expected == 200:
+                assert len(answer.content) > markers * record
+                assert budget.high_water >= 2 * markers * record  # charged before filling
+            else:
+                assert await redis.dbsize() == before  # nothing new kept
+            assert budget.in_flight == 0

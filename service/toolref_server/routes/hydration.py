@@ -24,9 +24,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from toolref import history
+from toolref.budget import SCOPE_KEY, Account, charge
 from toolref.canonical import Ref
-from toolref.errors import ProtocolRequiredError, ValidationError
+from toolref.errors import DecompressedTooLargeError, ProtocolRequiredError, ValidationError
 from toolref.formats import source
+from toolref.formats.source import Payload
 from toolref.history import HISTORY_HEADER, continued_ref, history_header
 from toolref.models import HydrateRequest
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
@@ -63,6 +65,7 @@ class Ask:
     keep: bool  # keep the conversation as a history
     ref: str | None  # the history it continues
     loaded: Continuation | None  # that history, when its dictionary needed it whole
+    account: Account | None = None  # the request's share of the budget of bodies in flight
 
     @property
     def new_only(self) -> bool:
@@ -106,7 +109,7 @@ async def hydrate(request: Request) -> Response:
     work = await continue_history(services, ask)
     held = await resolve(services, ask.tenant, work)
     registration = await register(services, ask.tenant, work.conversation)
-    filled = await fill(services, work, held, registration)
+    filled = await fill(services, ask, work, held, registration)
     texts, summary = filled.texts, dict[str, int]()
     if ask.body.mode == "summary":
         texts, summary = await summarize(services, ask, filled, summarizer)
@@ -151,7 +154,7 @@ async def read(request: Request, services: Services) -> Ask:
     if loaded is not None and loaded.ref != ref:
         loaded = None
     keep = (keep and protocol >= PROTOCOL_REFS) or ref is not None
-    return Ask(tenant, protocol, body, decoded, keep, ref, loaded)
+    return Ask(tenant, protocol, body, decoded, keep, ref, loaded, request.scope.get(SCOPE_KEY))
 
 
 def as_sent(request: Request, services: Services, ask: Ask) -> Response:
@@ -204,6 +207,9 @@ async def continue_history(services: Services, ask: Ask) -> Work:
             if found is not None:
                 return Work(found, len(found.messages), tail=tail)
     before = ask.loaded or await continuation.load(services, ask.tenant, ask.ref)
+    # A small turn may continue a large history: what reading it whole holds (its texts,
+    # chain form and encoding) is the request's to pay for.
+    charge(ask.account, 2 * before.size)
     conversation = await services.workers.run(
         decoded.size + before.size,
         continuation.whole_conversation,
@@ -259,18 +265,49 @@ def _check_names(conversation: Conversation, held: dict[str, Record]) -> None:
 
 
 async def fill(
-    services: Services, work: Work, held: dict[str, Record], registration: Registration
+    services: Services, ask: Ask, work: Work, held: dict[str, Record], registration: Registration
 ) -> Filled:
     """Every marker filled with the payload text held for its ref: stored bytes, never
-    written again."""
+    written again. What the filled conversation (and the history held before it, when the
+    answer joins it) will take is bounded first: at most the inflated limit (what the
+    client could have sent in full), and charged to the request's share of the budget of
+    bodies in flight, since a small body of markers may fill to many times its size."""
     conversation = work.conversation
     payloads = {ref: rec.payload for ref, rec in held.items()}
-    size = conversation.size + sum(len(p.args) + len(p.result) for p in payloads.values())
-    texts = await services.workers.run(
-        size, source.fill, conversation.texts, conversation.scan, payloads
-    )
     ahead = work.tail.hydrated if work.tail is not None else None
+    added = _filled_growth(conversation, payloads)
+    before = ahead.size if ahead is not None and not ask.new_only else 0
+    _bound(services, ask, conversation.size + added + before, added + before)
+    texts = await services.workers.run(
+        conversation.size + added, source.fill, conversation.texts, conversation.scan, payloads
+    )
     return Filled(work, held, registration, texts, ahead)
+
+
+def _filled_growth(conversation: Conversation, payloads: dict[str, Payload]) -> int:
+    """At most how many bytes filling the markers adds: each marker's payload, as often as
+    a marker names it (a body of 200 markers to one 100 KB record fills to 20 MB)."""
+    added = 0
+    for pair in conversation.scan.marked:
+        payload = payloads.get(pair.ref) if pair.ref is not None else None
+        if payload is not None:
+            added += len(payload.args) + len(payload.result)
+    return added
+
+
+def _bound(services: Services, ask: Ask, size: int, added: int) -> None:
+    """Refuse an answer of more than the inflated limit (413), and charge what filling and
+    joining it add to the request's account: the filled texts, and the answer joined from
+    them (twice `added`), before they are made."""
+    limit = services.limits.max_decompressed_bytes
+    if size > limit:
+        raise DecompressedTooLargeError(
+            f"the conversation hydrates to at least {size} bytes, over the limit of {limit} "
+            "(TOOLREF_MAX_DECOMPRESSED_BYTES, the most the service takes a body in full); "
+            "send fewer messages, or start a new conversation from a summary",
+            limit=limit,
+        )
+    charge(ask.account, 2 * added)
 
 
 # --- summarize ---------------------------------------------------------------------------
