@@ -41,6 +41,7 @@ from toolref.hydrator import Hydrated, Hydrator, Outcome, PassThrough
 from toolref.inbound import Disconnected, read_body
 from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
+from toolref.registry.port import Registry
 from toolref.rewriter import REFERENCES_HEADER
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ class ToolRefMiddleware:
     """Hydrate refs in requests and confirm refs in answers; see the module docstring.
 
     registry: the `AsyncRegistryClient` to hydrate through (its breaker decides when the
-        registry is skipped).
+        registry is skipped), or any `toolref.registry.port.Registry`.
     messages_keys: where the messages may sit in a request body (the first present wins).
     format: the message format (detected per request when None).
     paths: only requests to these paths are handled (all POST/PUT/PATCH when None).
@@ -90,7 +91,7 @@ class ToolRefMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        registry: AsyncRegistryClient,
+        registry: Registry | AsyncRegistryClient,
         *,
         messages_keys: Sequence[str] = ("messages", "input", "contents"),
         format: FormatName | None = None,
@@ -146,39 +147,16 @@ class ToolRefMiddleware:
             return
         await self._verify_once()
         with self.budget.account() as account:
-            try:
-                outcome = await self._outcome(scope, receive, account)
-            except Disconnected:
-                return
-            except ToolrefError as exc:
-                await _problem(send, exc, PROTOCOL_REFS)
-                return
-            downstream = with_body(scope, len(outcome.body))
-            # An app done with the body (sent on, not held) may close the account early.
-            downstream[SCOPE_KEY] = account
-            replayed = replay(outcome.body, receive)
-            if isinstance(outcome, PassThrough):
-                marked = _marked(send, outcome.protocol, None)
-            else:
-                marked = _marked(send, PROTOCOL_REFS, outcome, hold=self.alter_answers)
-            del outcome  # the body is held by `replayed` alone, until the app takes it
-            await self.app(downstream, replayed, marked)
-
-    async def _outcome(self, scope: Scope, receive: Receive, account: Account) -> Outcome:
-        """The request's body read, inflated and hydrated, charged to `account` as it
-        grows (each piece as it arrives, each chunk of inflated output, what the history
-        adds)."""
-        raw = await read_body(receive, self.max_body_bytes, "send fewer messages", account)
-        headers = _headers(scope)
-        body = await self.hydrator.inflate(
-            raw,
-            headers.get("content-encoding"),
-            headers.get(HISTORY_HEADER.lower()),
-            headers.get(DICTIONARY_HEADER.lower()),
-            account,
-        )
-        del raw  # a compressed body as sent is not needed once inflated
-        return await self.hydrator.hydrate(body, headers, account)
+            await hydrate_request(
+                self.app,
+                self.hydrator,
+                scope,
+                receive,
+                send,
+                account=account,
+                max_body_bytes=self.max_body_bytes,
+                alter_answers=self.alter_answers,
+            )
 
     # --- the registry, checked once -----------------------------------------------------
 
@@ -199,10 +177,11 @@ class ToolRefMiddleware:
         await asyncio.shield(self._verified)
 
     async def _verify(self) -> None:
+        registry = self.hydrator.registry
         try:
-            problem = await asyncio.wait_for(self.registry.verify(), _VERIFY_SECONDS)
+            problem = await asyncio.wait_for(registry.verify(), _VERIFY_SECONDS)
         except TimeoutError:
-            problem = f"the registry at {self.registry.base_url} did not answer in time"
+            problem = f"{registry.location} did not answer in time"
         self.registry_problem = problem
         if problem is not None:
             log.error(
@@ -219,11 +198,69 @@ class ToolRefMiddleware:
             return False
         if self.paths is not None and scope["path"] not in self.paths:
             return False
-        values = [v.decode("latin-1") for k, v in scope["headers"] if k == _PROTOCOL]
-        try:
-            return negotiate(",".join(values) if values else None) >= PROTOCOL_REFS
-        except InvalidProtocolError:
-            return False  # not ours to judge: the app sees the request as it came
+        return speaks_refs(scope)
+
+
+def speaks_refs(scope: Scope) -> bool:
+    """The request asks for protocol 2 or later (a header that is no version is not ours to
+    judge: the app sees the request as it came)."""
+    values = [v.decode("latin-1") for k, v in scope["headers"] if k == _PROTOCOL]
+    try:
+        return negotiate(",".join(values) if values else None) >= PROTOCOL_REFS
+    except InvalidProtocolError:
+        return False
+
+
+async def hydrate_request(
+    app: ASGIApp,
+    hydrator: Hydrator,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    account: Account,
+    max_body_bytes: int,
+    alter_answers: bool,
+) -> None:
+    """One protocol-2 request through `hydrator` to `app`: its body read (within
+    `max_body_bytes`), inflated and hydrated, charged to `account` as it grows; a refusal
+    answered as a problem; the answer marked with what the client lacks (`alter_answers`:
+    refs added to a JSON answer, held whole for it)."""
+    try:
+        outcome = await _outcome(hydrator, scope, receive, account, max_body_bytes)
+    except Disconnected:
+        return
+    except ToolrefError as exc:
+        await _problem(send, exc, PROTOCOL_REFS)
+        return
+    downstream = with_body(scope, len(outcome.body))
+    # An app done with the body (sent on, not held) may close the account early.
+    downstream[SCOPE_KEY] = account
+    replayed = replay(outcome.body, receive)
+    if isinstance(outcome, PassThrough):
+        marked = _marked(send, outcome.protocol, None)
+    else:
+        marked = _marked(send, PROTOCOL_REFS, outcome, hold=alter_answers)
+    del outcome  # the body is held by `replayed` alone, until the app takes it
+    await app(downstream, replayed, marked)
+
+
+async def _outcome(
+    hydrator: Hydrator, scope: Scope, receive: Receive, account: Account, limit: int
+) -> Outcome:
+    """The request's body read, inflated and hydrated, charged to `account` as it grows
+    (each piece as it arrives, each chunk of inflated output, what the history adds)."""
+    raw = await read_body(receive, limit, "send fewer messages", account)
+    headers = _headers(scope)
+    body = await hydrator.inflate(
+        raw,
+        headers.get("content-encoding"),
+        headers.get(HISTORY_HEADER.lower()),
+        headers.get(DICTIONARY_HEADER.lower()),
+        account,
+    )
+    del raw  # a compressed body as sent is not needed once inflated
+    return await hydrator.hydrate(body, headers, account)
 
 
 def _headers(scope: Scope) -> dict[str, str]:

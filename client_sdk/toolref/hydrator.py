@@ -41,14 +41,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from toolref import compression, formats, history, spans
 from toolref.budget import Account, charge
-from toolref.client import AsyncRegistryClient, HydratedText
+from toolref.client import AsyncRegistryClient
 from toolref.encoding import JSON_TYPE
 from toolref.errors import (
     AuthenticationError,
@@ -65,7 +64,6 @@ from toolref.errors import (
 from toolref.history import (
     CHECKPOINT_HEADER,
     DICTIONARY_HEADER,
-    DICTIONARY_LIMIT,
     HISTORY_HEADER,
     dictionary_header,
     history_header,
@@ -73,6 +71,8 @@ from toolref.history import (
 from toolref.metrics import counter
 from toolref.models import FormatName
 from toolref.protocol import PROTOCOL_FULL, PROTOCOL_REFS
+from toolref.recent import Entry, Recent
+from toolref.registry.port import Hydration, Messages, Registry, registry_port
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -119,52 +119,29 @@ class PassThrough:
 Outcome = Hydrated | PassThrough
 
 
-@dataclass(slots=True)
-class _Recent:
-    """A history this backend saw confirmed: each message in full, as the text its client
-    wrote, the body of the request it was confirmed for (its last `DICTIONARY_LIMIT` bytes),
-    and the zstd dictionary built from the texts once first needed."""
-
-    texts: tuple[str, ...]
-    size: int
-    prior: bytes | None = None
-    dictionary: bytes | None = None
-    # The other history confirmed by the same answer (a head and its checkpoint): once
-    # either is continued, the other is not needed any more.
-    sibling: str | None = None
-
-    @classmethod
-    def of(cls, texts: tuple[str, ...], prior: bytes | None = None) -> _Recent:
-        prior = prior[-DICTIONARY_LIMIT:] if prior is not None else None
-        return cls(texts, sum(map(len, texts)) + len(prior or b""), prior)
-
-
-def _elements(text: str, at: int = 0) -> tuple[str, ...]:
-    """The text of each message of the JSON array at `at` in `text` (not copied whole)."""
-    items, _ = spans.elements(text, at)
-    return tuple(text[start:end] for _, start, end in items)
-
-
 class Hydrator:
     """See the module docstring.
 
-    registry: the `AsyncRegistryClient` to hydrate through (its breaker decides when the
-        registry is skipped).
+    registry: the `Registry` to hydrate through (`toolref.registry.port`), or an
+        `AsyncRegistryClient` (its breaker decides when the registry is skipped).
     messages_keys: where the messages may sit in a body (the first present as a list wins).
     format: the message format (detected per request when None).
     max_inflated_bytes: a compressed body may inflate to at most this many bytes.
-    recent_histories: how many confirmed histories to keep in full, to continue them and
-        rebuild their dictionaries without the registry sending them again.
+    recent_histories: how many confirmed histories to keep, to continue them and rebuild
+        their dictionaries without the registry sending them again (in full only when the
+        registry does not hold them itself).
     recent_history_chars: at most this many characters of them in all, with the request
         bodies kept to compress against (LRU).
     offload_bytes: bodies (and answers) at least this large are inflated, parsed and spliced
         in a worker thread, so a large one does not hold up the event loop's other requests
         (each step is linear in the body); None: always on the loop.
+    memory, scope: where those histories are kept (a `Recent` shared by several hydrators,
+        under `scope`: the gateway's, one scope per tenant); a memory of its own when None.
     """
 
     def __init__(
         self,
-        registry: AsyncRegistryClient,
+        registry: Registry | AsyncRegistryClient,
         *,
         messages_keys: Sequence[str] = ("messages", "input", "contents"),
         format: FormatName | None = None,
@@ -172,16 +149,18 @@ class Hydrator:
         recent_histories: int = 32,
         recent_history_chars: int = 64 * 2**20,
         offload_bytes: int | None = None,
+        memory: Recent | None = None,
+        scope: str = "",
     ) -> None:
-        self.registry = registry
+        self.registry = registry_port(registry)
         self.offload_bytes = offload_bytes
         self.messages_keys = tuple(messages_keys)
         self.format = format
         self.max_inflated_bytes = max_inflated_bytes
-        self.recent_histories = recent_histories
-        self.recent_history_chars = recent_history_chars
-        self._recent: OrderedDict[str, _Recent] = OrderedDict()
-        self._recent_size = 0
+        self.memory = (
+            memory if memory is not None else Recent(recent_histories, recent_history_chars)
+        )
+        self.scope = scope
 
     # --- the body as sent -------------------------------------------------------------
 
@@ -217,8 +196,9 @@ class Hydrator:
         # The work is sized by what the frame declares it inflates to, not by its bytes.
         if named is not None:
             size = compression.check_frame(body, limit, named)  # before any work
+            primed = await self._primed(named, account)
             return await self._work(
-                size, compression.decompress, body, self._primed(named), limit, named, account
+                size, compression.decompress, body, primed, limit, named, account
             )
         if continues is None:
             # Frames after the first may say nothing of their size: sized as the limit.
@@ -230,58 +210,46 @@ class Hydrator:
         )
 
     async def _dictionary(self, ref: str, account: Account | None = None) -> bytes:
-        found = self._recent.get(ref)
-        if found is None:
-            try:
-                answer = await self.registry.hydrate_text(
-                    "[]", self.format, history_ref=ref, keep_history=False
-                )
-            except REGISTRY_FAILURES as exc:
-                raise _unavailable(ref, exc) from None
-            start, end = answer.messages
-            charge(account, end - start)  # the history, held while its dictionary is built
-            found = self._remember(ref, _Recent.of(_elements(answer.text, start)))
+        """The zstd dictionary of history `ref`: built from its messages (held here, or
+        asked of the registry), once per history."""
+        found = self.memory.get(self.scope, ref)
+        if found is not None and found.dictionary is not None:
+            return found.dictionary
+        if found is not None and found.texts:
+            texts: Sequence[str] = found.texts
         else:
-            self._recent.move_to_end(ref)
-        if found.dictionary is None:
-            found.dictionary = history.dictionary_of_texts(found.texts)
-        return found.dictionary
+            texts = await self._history(ref, account)
+        dictionary = history.dictionary_of_texts(texts)
+        if found is None:
+            kept = () if self.registry.holds_histories else tuple(texts)
+            found = Entry.of(kept)
+            self.memory.remember(self.scope, ref, found)
+        found.dictionary = dictionary
+        return dictionary
 
-    def _primed(self, ref: str) -> bytes:
-        """`history.primed` for history `ref`, from what this backend holds (the prior body
-        is held nowhere else: another replica answers 400, and the client asks again
+    async def _history(self, ref: str, account: Account | None) -> Sequence[str]:
+        """The messages of history `ref`, asked of the registry (charged to `account`:
+        held while its dictionary is built)."""
+        try:
+            answer = await self.registry.history(ref, self.format)
+        except REGISTRY_FAILURES as exc:
+            raise _unavailable(ref, exc) from None
+        charge(account, answer.size)
+        return await self._work(answer.size, answer.split)
+
+    async def _primed(self, ref: str, account: Account | None) -> bytes:
+        """`history.primed` for history `ref`, from the body this backend keeps for it (the
+        body is held nowhere else: another replica answers 400, and the client asks again
         without it)."""
-        found = self._recent.get(ref)
+        found = self.memory.get(self.scope, ref)
         if found is None or found.prior is None:
             raise DictionaryMismatchError(
                 f"{DICTIONARY_HEADER}: {ref} names a request body this server does not hold "
                 "(another replica confirmed it, or it was evicted); send the body without "
                 f"{DICTIONARY_HEADER}"
             )
-        self._recent.move_to_end(ref)
-        if found.dictionary is None:
-            found.dictionary = history.dictionary_of_texts(found.texts)
         # Not kept: a history is continued once, and its successor has a body of its own.
-        return history.primed(found.dictionary, found.prior)
-
-    def _remember(self, ref: str, entry: _Recent, replaces: str | None = None) -> _Recent:
-        """Keep `entry` as history `ref`; `replaces`: the history it continued, dropped
-        (its conversation moved on)."""
-        continued = self._recent.get(replaces) if replaces is not None else None
-        sibling = continued.sibling if continued is not None else None
-        for gone in (replaces, sibling, ref):
-            dropped = self._recent.pop(gone, None) if gone is not None else None
-            if dropped is not None:
-                self._recent_size -= dropped.size
-        self._recent[ref] = entry
-        self._recent_size += entry.size
-        while self._recent and (
-            len(self._recent) > self.recent_histories
-            or self._recent_size > self.recent_history_chars
-        ):
-            _, oldest = self._recent.popitem(last=False)
-            self._recent_size -= oldest.size
-        return entry
+        return history.primed(await self._dictionary(ref, account), found.prior)
 
     # --- hydration --------------------------------------------------------------------
 
@@ -300,13 +268,16 @@ class Hydrator:
         member = document.members.get("historyRef")
         ref = history.continued_ref(None if member is None else member.value, continues)
         listed = document.members[key]
-        messages = document.text[listed.start : listed.end]
-        held = self._recent.get(ref) if ref is not None else None
+        text = document.text[listed.start : listed.end]
+        items = document.items if len(self.messages_keys) == 1 else None
+        messages = Messages(text, document.value[key], document.text, items)
+        holds = self.registry.holds_histories
+        held = None if holds else self.memory.get(self.scope, ref)
         if held is not None:  # the history held joins the hydrated body: charged first
             charge(account, sum(map(len, held.texts)))
         checkpoint = keep and headers.get(CHECKPOINT_HEADER.lower(), "").strip() == "?1"
         try:
-            answer = await self.registry.hydrate_text(
+            answer = await self.registry.hydrate(
                 messages,
                 self.format,
                 history_ref=ref,
@@ -323,34 +294,32 @@ class Hydrator:
         except ConflictError:
             raise
         except ToolrefError as exc:
-            if ref is not None or _MARKER_REF.search(messages):
+            if ref is not None or _MARKER_REF.search(text):
                 raise
             # Something the app alone would have taken (the registry refused the body):
             # the app gets it as sent, and the client sends full payloads.
             return self._without_registry(body, document.value[key], "refused", exc)
-        start, end = answer.messages
-        size = end - start
+        size = answer.size
         new_only = answer.returned == "new" and held is not None
         # A history the registry sent back (none held here) is known only now, after the
         # registry registered the request's tool results (idempotent: a retry finds them).
-        charge(account, size - len(messages))
-        lacking = _lacking(answer, messages, keep)
-        del messages  # held no longer: the answer's texts take its place
-        texts = await self._work(size, _elements, answer.text, start)
+        charge(account, size - len(text))
+        lacking = _lacking(answer, text, keep)
+        del text, messages  # held no longer: the answer's texts take their place
+        texts = answer.texts if answer.texts is not None else await self._work(size, answer.split)
         confirmed, kept = answer.history_ref, answer.checkpoint
         del answer
         if new_only and held is not None:
             texts = (*held.texts, *texts)
         primed = False
         if confirmed is not None:
-            self._remember(confirmed, _Recent.of(texts, body), replaces=ref)
-            primed = confirmed in self._recent
+            whole = () if holds else tuple(texts)
+            self.memory.remember(self.scope, confirmed, Entry.of(whole, body), replaces=ref)
+            primed = (self.scope, confirmed) in self.memory
         if confirmed is not None and kept is not None and kept[1] < len(texts):
-            point = self._remember(kept[0], _Recent.of(texts[: kept[1]], body))
-            point.sibling = confirmed
-            head = self._recent.get(confirmed)
-            if head is not None:
-                head.sibling = kept[0]
+            before = () if holds else tuple(texts[: kept[1]])
+            self.memory.remember(self.scope, kept[0], Entry.of(before, body))
+            self.memory.pair(self.scope, confirmed, kept[0])
         return Hydrated(
             await self._work(len(body) + size, _spliced, document, key, texts),
             lacking,
@@ -371,8 +340,10 @@ class Hydrator:
         media = (content_type or "").split(";")[0].strip().lower()
         if media != JSON_TYPE:
             return None
+        # With one messages key, the spans of its messages come with the one parse.
+        array_key = self.messages_keys[0] if len(self.messages_keys) == 1 else None
         try:
-            document = spans.document(body.decode("utf-8"))
+            document = spans.document(body.decode("utf-8"), array_key)
         except (ValueError, RecursionError):
             return None  # the app answers its own malformed input
         if not isinstance(document.value, dict):
@@ -435,7 +406,7 @@ def _spliced(document: spans.Document, key: str, messages: Sequence[str]) -> byt
     return "".join(pieces).encode()
 
 
-def _lacking(answer: HydratedText, sent: str, asked_history: bool) -> dict[str, str]:
+def _lacking(answer: Hydration, sent: str, asked_history: bool) -> dict[str, str]:
     """The refs the client has not been told: none when its history was confirmed (every
     invocation in it is held, and the client computes refs itself), else those of the
     invocations it sent in full (it sent markers for the others)."""

@@ -194,7 +194,7 @@ async def test_a_moving_cache_mark_continues_a_checkpoint(
     transport = clients[0]._transport
     assert isinstance(transport, httpx.ASGITransport)
     assert isinstance(transport.app, ToolRefMiddleware)
-    assert len(transport.app.hydrator._recent) <= 4
+    assert len(transport.app.hydrator.memory) <= 4
 
 
 async def test_a_replica_without_the_body_is_asked_again_without_it(

@@ -1,0 +1,101 @@
+"""`LRU`: a mapping bounded by its number of entries and by the total size of its values,
+least recently used dropped first. The one bounded memory every cache of toolref is built
+on (confirmed refs and histories, transcripts, kept bodies, relay clients, the registry's
+history cache and record checks).
+
+Not thread-safe: a cache shared by threads holds a lock around its calls. Every operation
+is O(1) but for `put`, which is O(entries it drops).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _nothing(_: object) -> int:
+    return 0
+
+
+class LRU(Generic[K, V]):
+    """At most `count` entries and `size` in all as `weigh` measures the values (None: no
+    bound on size). `dropped` is told of each entry dropped for a bound (not of `pop`)."""
+
+    def __init__(
+        self,
+        count: int,
+        size: int | None = None,
+        weigh: Callable[[V], int] = _nothing,
+        dropped: Callable[[K, V], None] | None = None,
+    ) -> None:
+        self.count = count
+        self.limit = size
+        self._weigh = weigh
+        self._dropped = dropped
+        self._entries: OrderedDict[K, V] = OrderedDict()
+        self._size = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[K]:
+        """Keys, least recently used first."""
+        return iter(self._entries)
+
+    @property
+    def size(self) -> int:
+        """The values' total, as `weigh` measures them."""
+        return self._size
+
+    def get(self, key: K) -> V | None:
+        """The value of `key`, made the most recently used; None when absent."""
+        found = self._entries.get(key)
+        if found is not None:
+            self._entries.move_to_end(key)
+        return found
+
+    def peek(self, key: K) -> V | None:
+        """The value of `key`, leaving the order as it is."""
+        return self._entries.get(key)
+
+    def put(self, key: K, value: V) -> None:
+        """Keep `value` as the most recently used; then drop the least recently used past
+        either bound (a value larger than the size bound is not kept at all)."""
+        self.pop(key)
+        self._entries[key] = value
+        self._size += self._weigh(value)
+        limit = self.limit
+        while self._entries and (
+            len(self._entries) > self.count or (limit is not None and self._size > limit)
+        ):
+            gone, old = self._entries.popitem(last=False)
+            self._size -= self._weigh(old)
+            if self._dropped is not None:
+                self._dropped(gone, old)
+
+    def pop(self, key: K) -> V | None:
+        """Forget `key`; its value, or None."""
+        found = self._entries.pop(key, None)
+        if found is not None:
+            self._size -= self._weigh(found)
+        return found
+
+    def touch(self, key: K) -> None:
+        """Make `key` the most recently used, when present."""
+        if key in self._entries:
+            self._entries.move_to_end(key)
+
+    def items(self) -> list[tuple[K, V]]:
+        """(key, value) pairs, least recently used first (a copy)."""
+        return list(self._entries.items())
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._size = 0
