@@ -19,8 +19,8 @@ worker threads (where inflation runs) as well as the event loop: the budget is g
 a lock held only for an addition.
 
 Memory: what a process holds for request bodies is about k times the budget, k the peak
-cost per body byte of its costliest path, measured with tracemalloc: 9.3 for a hydrated
-gateway request of many tool results, 11 when one tool result is the whole body; 4.2 and 6
+cost per body byte of its costliest path, measured with tracemalloc: 6.4 for a hydrated
+gateway request of many tool results, 9 when one tool result is the whole body; 4.2 and 6
 for the registry's REST hydrate (docs/operations.md, "Memory per request";
 tests/adversarial/test_memory_bounds.py holds each under its bound).
 """

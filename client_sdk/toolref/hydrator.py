@@ -27,12 +27,12 @@ client must see are `ToolrefError`s, raised.
 
 Memory: each step charges what it keeps to the request's `toolref.budget.Account` before it
 keeps it (the body inflated, a history fetched for its dictionary, what the history adds to
-the hydrated body). One hydrated gateway request (inflate, parse, the in-process registry
-call, splice, forward) peaks at about 9.3 times its inflated bytes for a conversation of
-many tool results, 11 when one tool result is the whole body (its registration holds a few
+the hydrated body). One hydrated gateway request (inflate, parse, the registry's steps in
+process, splice, forward) peaks at about 6.4 times its inflated bytes for a conversation of
+many tool results, 9 when one tool result is the whole body (its registration holds a few
 copies of it), measured with tracemalloc (tests/adversarial/test_memory_bounds.py holds them
-under 10 and 12): the body, its text and parsed members, the messages sent to the registry,
-the registry's own parse, registration and answer.
+under 7 and 10): the body, its text and parsed members, the registry's registration and
+filled texts, the spliced body.
 No step copies the conversation only to measure it or to add brackets to it.
 """
 

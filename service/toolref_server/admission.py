@@ -8,9 +8,7 @@ always admitted: a liveness probe must not fail because the process is busy.
 
 Each admitted request gets an account on the process's budget of body bytes in flight
 (`toolref.budget`, TOOLREF_MAX_INFLATED_IN_FLIGHT) in `scope[SCOPE_KEY]`, which the body
-reader charges as the body arrives and inflates, given back when the request ends. A
-request that comes with the entry set (the gateway's in-process registry calls, whose bytes
-the gateway request making them has paid for) is not charged again.
+reader charges as the body arrives and inflates, given back when the request ends.
 """
 
 from __future__ import annotations
@@ -50,9 +48,6 @@ class AdmissionMiddleware:
             return
         self.in_flight += 1
         try:
-            if SCOPE_KEY in scope:
-                await self.app(scope, receive, send)
-                return
             with self.budget.account() as account:
                 scope[SCOPE_KEY] = account
                 await self.app(scope, receive, send)

@@ -1,46 +1,47 @@
 """`Gateway`: `/llm/{name}/{path}` forwarded to an upstream LLM API, hydrated on the way.
 
 A request to an LLM endpoint the gateway knows (`toolref_server.upstreams.ENDPOINTS`) that
-speaks protocol 2 goes through the middleware's machinery (`toolref.asgi.ToolRefMiddleware`
-and its `Hydrator`): its body is checked against the wire limit as it arrives, inflated
-within the inflated limit, its history continued and its markers hydrated, all before the
-upstream sees it; then `toolref_server.forwarder.Forwarder` sends it on and streams the
-answer back. The upstream receives the body the client's agent wrote, byte for byte up to
-the serializer's whitespace, so provider prompt caching keeps hitting. Everything else
-passes through, streamed both ways.
+speaks protocol 2 goes through the middleware's per-request pipeline
+(`toolref.asgi.hydrate_request` and a `Hydrator`): its body is checked against the wire
+limit as it arrives, inflated within the inflated limit, its history continued and its
+markers hydrated, all before the upstream sees it; then `toolref_server.forwarder.Forwarder`
+sends it on and streams the answer back. The upstream receives the body the client's agent
+wrote, byte for byte up to the serializer's whitespace, so provider prompt caching keeps
+hitting. Everything else passes through, streamed both ways.
 
-The registry it hydrates through is this process's own, called in process (no socket) with
-the tenant's key from the `Toolref-Key` header: the same authentication, quotas and limits
-as any client. Each tenant has its own hydrators (and so its own held histories: one
-tenant's history is never answered from another's memory). The answer's body is never
-changed; what the client lacks travels in `Toolref-*` headers.
+The registry it hydrates through is this process's own, called in process through the
+registry port (`toolref_server.inprocess.InProcessRegistry`): the body is parsed once, and
+the registry's steps take its messages as they are, with the tenant the `Toolref-Key`
+header names (the same authentication, quotas and limits as any client). Histories are
+held once, in the registry's history cache; what the gateway keeps of each (the body it
+was confirmed for, to decompress `Toolref-Dictionary` bodies) is one memory for every
+tenant, each under its own scope: one tenant's history is never answered from another's.
+The answer's body is never changed; what the client lacks travels in `Toolref-*` headers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-from collections import OrderedDict
-from collections.abc import Coroutine
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final
 
-import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolref.asgi import ToolRefMiddleware, replay, with_body
-from toolref.budget import SCOPE_KEY, Budget
-from toolref.client import AsyncRegistryClient
-from toolref.errors import AuthenticationError, BadRequestError, NotFoundError, ToolrefError
+from toolref.asgi import hydrate_request, replay, speaks_refs, with_body
+from toolref.budget import Budget
+from toolref.errors import BadRequestError, NotFoundError, ToolrefError
 from toolref.handoff.switch import switched_text
 from toolref.hops import KEY_HEADER, SAVINGS_HEADER, SWITCHED_FROM_HEADER, savings_value
-from toolref.models import FormatName
+from toolref.hydrator import Hydrator
 from toolref.numbers import describe, whole_number
+from toolref.recent import Recent
 from toolref_server.auth import Authenticator
 from toolref_server.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.inflight import InFlight
+from toolref_server.inprocess import InProcessRegistry
 from toolref_server.metrics import Metrics
 from toolref_server.problem import problem_response
+from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.upstream_pool import Timeouts, UpstreamPool
 from toolref_server.upstreams import (
@@ -54,13 +55,11 @@ from toolref_server.upstreams import (
 
 _KEY: Final = KEY_HEADER.lower().encode()
 _SAVINGS: Final = SAVINGS_HEADER.lower().encode()
-_INTERNAL_URL: Final = "http://toolref.internal"  # never resolved: the transport is in process
 _COUNT_KEY: Final = "toolref.upload"
 _ENDPOINT_KEY: Final = "toolref.endpoint"
 _SWITCHED: Final = SWITCHED_FROM_HEADER.lower().encode()
 _SWITCH_KEY: Final = "toolref.switch"  # the scope entry holding the parsed switch header
-_REGISTRY_SECONDS: Final = 30.0  # in process: only the registry's own work takes time
-_FORMATS: Final = 3  # endpoint formats a tenant may use; the history budget is split by them
+_HISTORIES_PER_TENANT: Final = 64  # kept bodies: a tenant's live conversations, about
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,14 +75,6 @@ class _Count:
 
     wire: int = 0
     whole: bool = False
-
-
-@dataclass(slots=True)
-class _Tenant:
-    """One tenant's registry client and its hydrating middlewares, one per format."""
-
-    registry: AsyncRegistryClient
-    middlewares: dict[FormatName, ToolRefMiddleware] = field(default_factory=dict)
 
 
 class Gateway:
@@ -108,12 +99,11 @@ class Gateway:
             settings.retry_after_seconds,
         )
         self._pool: UpstreamPool | None = None
-        self._tenants: OrderedDict[str, _Tenant] = OrderedDict()
-        # What each hydrating middleware may hold in full (see TOOLREF_GATEWAY_HISTORY_CHARS).
-        self._history_chars = settings.gateway_history_chars // (
-            settings.gateway_tenants * _FORMATS
+        # The bodies kept with the histories the gateway confirmed (TOOLREF_GATEWAY_*).
+        self.memory = Recent(
+            _HISTORIES_PER_TENANT * settings.gateway_tenants, settings.gateway_history_chars
         )
-        self._service: ASGIApp | None = None  # the whole app, for in-process registry calls
+        self._service: ASGIApp | None = None  # the whole app: its services, once started
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -163,18 +153,13 @@ class Gateway:
             if llm is None:
                 await self.forwarder(upstream, receive, send)
                 return
-            middleware = self._middleware(tenant, key, llm)
-            await self._hydrated(middleware, llm, upstream, receive, send)
+            await self._hydrated(tenant, llm, upstream, receive, send)
 
     async def _hydrated(
-        self,
-        middleware: ToolRefMiddleware,
-        llm: Endpoint,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
+        self, tenant: str, llm: Endpoint, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        """Through the middleware to `_counted_forward`, counting the bytes as they arrive."""
+        """Hydrated in process (a protocol-2 request), then to `_counted_forward`, counting
+        the bytes as they arrive."""
         count = _Count()
         scope[_COUNT_KEY] = count
         scope[_ENDPOINT_KEY] = llm
@@ -186,7 +171,30 @@ class Gateway:
                 count.whole = not message.get("more_body", False)
             return message
 
-        await middleware(scope, counted, send)
+        if not speaks_refs(scope):  # a client without toolref: passed on as it is
+            await self._counted_forward(scope, counted, send)
+            return
+        settings = self.settings
+        hydrator = Hydrator(
+            InProcessRegistry(self._services(), tenant),
+            messages_keys=(llm.messages_key,),
+            format=llm.format,
+            max_inflated_bytes=settings.max_decompressed_bytes,
+            offload_bytes=settings.offload_bytes,
+            memory=self.memory,
+            scope=tenant,
+        )
+        with self.budget.account() as account:
+            await hydrate_request(
+                self._counted_forward,
+                hydrator,
+                scope,
+                counted,
+                send,
+                account=account,
+                max_body_bytes=settings.max_body_bytes,
+                alter_answers=False,
+            )
 
     async def _counted_forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The middleware's app: the upload counted (bytes received, bytes forwarded) and
@@ -218,57 +226,11 @@ class Gateway:
 
         await self.forwarder(scope, receive, with_savings)
 
-    # --- tenants ------------------------------------------------------------------------
-
-    def _middleware(self, tenant: str, key: str | None, llm: Endpoint) -> ToolRefMiddleware:
-        """The tenant's hydrating middleware for this endpoint's format (LRU of tenants;
-        kept by key, since the registry client presents it; in open mode the one tenant's
-        whatever `Toolref-Key` says, so made-up keys cannot evict its state)."""
-        if self.auth.open:
-            name = tenant
-        else:  # `key` is a valid key of `tenant`: only the operator's keys make entries
-            name = hashlib.sha256((key or "").encode()).hexdigest() + ":" + tenant
-        state = self._tenants.get(name)
-        if state is None:
-            state = self._tenants[name] = _Tenant(self._registry(key))
-            while len(self._tenants) > self.settings.gateway_tenants:
-                _, dropped = self._tenants.popitem(last=False)
-                _background(dropped.registry.aclose())
-        else:
-            self._tenants.move_to_end(name)
-        found = state.middlewares.get(llm.format)
-        if found is None:
-            found = state.middlewares[llm.format] = ToolRefMiddleware(
-                self._counted_forward,
-                state.registry,
-                messages_keys=(llm.messages_key,),
-                format=llm.format,
-                max_body_bytes=self.settings.max_body_bytes,
-                max_inflated_bytes=self.settings.max_decompressed_bytes,
-                recent_histories=64,
-                recent_history_chars=self._history_chars,
-                alter_answers=False,
-                offload_bytes=self.settings.offload_bytes,
-                budget=self.budget,
-            )
-        return found
-
-    def _registry(self, key: str | None) -> AsyncRegistryClient:
-        if self._service is None:
-            raise RuntimeError("the gateway runs inside create_app's service (none seen yet)")
-        try:
-            return AsyncRegistryClient(
-                _INTERNAL_URL,
-                api_key=None if self.auth.open else key,
-                timeout=_REGISTRY_SECONDS,
-                transport=httpx.ASGITransport(app=_paid_for(self._service)),
-            )
-        except ValueError as exc:
-            raise AuthenticationError(
-                f"the {KEY_HEADER} header is not usable as a key ({exc}); send the tenant's "
-                "toolref key alone",
-                invalid_token=True,
-            ) from None
+    def _services(self) -> Services:
+        services: Services | None = getattr(getattr(self._service, "state", None), "services", None)
+        if services is None:
+            raise RuntimeError("the gateway runs inside create_app's service, once it started")
+        return services
 
     def _upstream_pool(self) -> UpstreamPool:
         if self._pool is None:
@@ -355,26 +317,3 @@ def _length(scope: Scope) -> int:
         if key == b"content-length" and value.isdigit():
             return int(value)
     return 0
-
-
-def _paid_for(service: ASGIApp) -> ASGIApp:
-    """`service` for the gateway's in-process registry calls: their bodies come from the
-    gateway request making them, whose account already holds what its body costs (the
-    multiple in docs/operations.md counts these calls), so admission charges them nothing
-    and a busy budget never refuses one halfway through a request it admitted."""
-
-    async def paid(scope: Scope, receive: Receive, send: Send) -> None:
-        scope[SCOPE_KEY] = None
-        await service(scope, receive, send)
-
-    return paid
-
-
-_tasks: set[asyncio.Task[None]] = set()
-
-
-def _background(closing: Coroutine[Any, Any, None]) -> None:
-    """Close an evicted tenant's client without making the request wait for it."""
-    task = asyncio.ensure_future(closing)
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)

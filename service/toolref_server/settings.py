@@ -345,14 +345,17 @@ class Settings(BaseSettings):
     gateway_tenants: int = Field(
         default=16,
         ge=1,
-        description="Tenants whose gateway state (the histories held in full) is kept, LRU.",
+        description="Tenants the gateway keeps confirmed-history bodies for, about: its "
+        "memory of them holds 64 histories per tenant counted here (one LRU for all "
+        "tenants, each under its own scope).",
     )
     gateway_history_chars: int = Field(
         default=128 * 2**20,
         ge=0,
-        description="Characters of confirmed histories the gateway holds in full, in all "
-        "(shared evenly by the tenants and endpoints kept); a continuation of one held asks "
-        "the registry for the new messages only.",
+        description="Characters the gateway keeps of confirmed histories, in all tenants: "
+        "the body each was confirmed for (to decompress a body sent against it, "
+        "Toolref-Dictionary) and its zstd dictionary. The histories themselves are held "
+        "once, in the registry's cache (TOOLREF_HISTORY_CACHE_BYTES).",
     )
 
     @field_validator("api_keys")

@@ -16,14 +16,11 @@ import json
 import logging
 from typing import Any
 
+import httpx
 import pytest
 from redis.asyncio import Redis
-from starlette.applications import Starlette
 
-from toolref_server.gateway import Gateway
-from toolref_server.metrics import Metrics
-from toolref_server.settings import LOCAL_TENANT, Settings
-from toolref_server.upstreams import ENDPOINTS
+from toolref import ToolReferenceManager
 
 from ..conftest import snapshot
 from .gateway_wire import (
@@ -468,14 +465,33 @@ async def test_toolref_headers_from_an_upstream_never_reach_the_client(redis: Re
 # --- Low: garbage keys in open mode -------------------------------------------------------
 
 
-def test_garbage_keys_in_open_mode_cannot_evict_the_users_state() -> None:
-    """Open mode (no API keys) has one tenant whatever `Toolref-Key` says. Before: its
-    state was kept per key hash, so 40 garbage keys evicted the user's held histories."""
-    settings = Settings(redis_url="unused", upstreams="up=http://127.0.0.1:9", gateway_tenants=4)
-    gate = Gateway(Starlette(), settings, Metrics())
-    gate._service = Starlette()  # the app registry calls would go to (none are made)
-    llm = dict(ENDPOINTS)["/messages"]
-    mine = gate._middleware(LOCAL_TENANT, None, llm)
-    for n in range(40):
-        gate._middleware(LOCAL_TENANT, f"garbage-{n}", llm)
-    assert gate._middleware(LOCAL_TENANT, None, llm) is mine
+async def test_garbage_keys_in_open_mode_cannot_evict_the_users_state(redis: Redis) -> None:
+    """Open mode (no API keys) has one tenant whatever `Toolref-Key` says. Before: the
+    gateway kept its state per key hash (an LRU of 4 here), so 40 garbage keys evicted the
+    user's held histories and kept bodies, and the user's next turn, compressed against its
+    kept body, was refused (400 `dictionary-mismatch`) and sent again. Now state is kept
+    per tenant (a key makes none): the next turn is accepted as sent."""
+    async with (
+        RawUpstream(echo) as upstream,
+        gateway(redis, upstreams=f"up={upstream.url}", gateway_tenants=4) as url,
+    ):
+        base = f"{url}/llm/up/v1/chat/completions"
+        manager = ToolReferenceManager(compress=True)
+        conversation: list[dict[str, Any]] = [{"role": "user", "content": "x " * 4000}]
+        async with httpx.AsyncClient() as client:
+            first = await manager.apost(client, base, json={"model": "m", "messages": conversation})
+            assert first.headers.get("toolref-dictionary") == "?1"
+            for n in range(40):
+                other = {"model": "m", "messages": [{"role": "user", "content": f"other {n}"}]}
+                garbage = {"Toolref-Key": f"garbage-{n}", "Toolref-History": "?1"}
+                made = await manager.apost(client, base, json=other, headers=garbage)
+                assert made.status_code == 200
+            conversation += [
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "y " * 4000},
+            ]
+            fallbacks = manager.savings.fallbacks
+            again = await manager.apost(client, base, json={"model": "m", "messages": conversation})
+        assert again.status_code == 200
+        assert again.request.headers.get("toolref-dictionary") == first.headers["toolref-history"]
+        assert manager.savings.fallbacks == fallbacks  # nothing sent again

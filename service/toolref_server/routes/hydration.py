@@ -105,6 +105,27 @@ async def hydrate(request: Request) -> Response:
     ask = await read(request, services)
     if ask.protocol < PROTOCOL_REFS:
         return as_sent(request, services, ask)
+    return reply(request, ask, await run(services, ask))
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """What the steps made of a request: the conversation filled, the texts to answer
+    (summarized in summary mode), summary mode's figures, and what was kept."""
+
+    filled: Filled
+    texts: list[str]
+    summary: dict[str, int]
+    kept: Kept
+
+    def references(self) -> dict[str, str]:
+        """The ref of every tool call of the conversation worked on."""
+        return references_of(self.filled.conversation, self.filled.registration.refs)
+
+
+async def run(services: Services, ask: Ask) -> Done:
+    """The steps after `read`, for a request read from HTTP or handed over in process
+    (`toolref_server.inprocess`)."""
     summarizer = _summarizer(services, ask.body)
     work = await continue_history(services, ask)
     held = await resolve(services, ask.tenant, work)
@@ -114,7 +135,7 @@ async def hydrate(request: Request) -> Response:
     if ask.body.mode == "summary":
         texts, summary = await summarize(services, ask, filled, summarizer)
     kept = await keep(services, ask, filled) if ask.keep else Kept(None)
-    return reply(request, ask, filled, texts, summary, kept)
+    return Done(filled, texts, summary, kept)
 
 
 # --- read ------------------------------------------------------------------------------
@@ -388,7 +409,7 @@ async def keep(services: Services, ask: Ask, filled: Filled) -> Kept:
         )
     outcome = "kept" if ask.ref is None else "continued"
     services.metrics.histories.labels(outcome=outcome).inc()
-    _remember(services, ask, filled, ref)
+    whole = _remember(services, ask, filled, ref)
     if not ask.body.checkpoint:
         return Kept(ref)
     before = work.tail.node if work.tail is not None else None
@@ -404,36 +425,38 @@ async def keep(services: Services, ask: Ask, filled: Filled) -> Kept:
         return Kept(ref)
     checkpoint = await services.histories.checkpoint(ask.tenant, node)
     services.metrics.histories.labels(outcome="checkpoint").inc()
-    return Kept(ref, checkpoint, len(node.ids))
+    length = len(node.ids)
+    if whole is not None:  # the checkpoint is the head's prefix: held too, for its next turn
+        prefix = whole.texts[:length]
+        services.history_cache.put(ask.tenant, checkpoint, Hydrated.of(prefix, whole.references))
+        services.history_cache.pair(ask.tenant, ref, checkpoint)
+    return Kept(ref, checkpoint, length)
 
 
-def _remember(services: Services, ask: Ask, filled: Filled, ref: str) -> None:
-    """The history just kept, in full, for this process's next turn of it."""
+def _remember(services: Services, ask: Ask, filled: Filled, ref: str) -> Hydrated | None:
+    """The history just kept, in full, for this process's next turn of it (None when the
+    history before the tail is not held here)."""
     references = references_of(filled.conversation, filled.registration.refs)
     ahead = filled.ahead
     if filled.work.tail is not None and ahead is None:
-        return  # the history before the tail is not held here
+        return None
     texts = tuple(filled.texts) if ahead is None else (*ahead.texts, *filled.texts)
     if ahead is not None:
         references = {**ahead.references, **references}
-    services.history_cache.put(ask.tenant, ref, Hydrated.of(texts, references), ask.ref)
+    whole = Hydrated.of(texts, references)
+    services.history_cache.put(ask.tenant, ref, whole, ask.ref)
+    return whole
 
 
 # --- answer ------------------------------------------------------------------------------------
 
 
-def reply(  # noqa: PLR0917 - the pipeline's results, each named at the call
-    request: Request,
-    ask: Ask,
-    filled: Filled,
-    texts: list[str],
-    summary: dict[str, int],
-    kept: Kept,
-) -> Response:
+def reply(request: Request, ask: Ask, done: Done) -> Response:
     """The messages answered (the whole conversation, or with `returnMessages: new` the
     request's own), the refs of the tool calls in them, and the figures."""
+    filled, texts, kept = done.filled, done.texts, done.kept
     work, conversation = filled.work, filled.conversation
-    references = references_of(conversation, filled.registration.refs)
+    references = done.references()
     start = len(texts) - work.requested
     sent = joined_size(conversation.texts[start:])
     full, condensed = filled.texts, texts is not filled.texts
@@ -455,7 +478,7 @@ def reply(  # noqa: PLR0917 - the pipeline's results, each named at the call
         filled.registration.new,
         filled.registration.hits + len(filled.held),
     )
-    figures.update(summary)
+    figures.update(done.summary)
     checkpoint = (kept.checkpoint, kept.checkpoint_length) if kept.checkpoint else None
     return answer(
         request,
