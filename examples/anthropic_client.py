@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL = "scripted-1"
 SYSTEM = "You answer questions about a code repository."
 TASKS = (
-    "read client_sdk/toolref/rewriter.py",
+    "read client_sdk/toolref/sending/manager.py",
     "list client_sdk/toolref",
-    "read client_sdk/toolref/transport.py",
+    "read client_sdk/toolref/sending/transport.py",
     "read docs/sdk.md",
 )
 TOOLS: list[ToolParam] = [

@@ -17,16 +17,16 @@ import httpx
 from toolref import ToolReferenceManager
 
 REQUESTS = [
-    "read client_sdk/toolref/canonical.py",
+    "read client_sdk/toolref/wire/canonical.py",
     "list client_sdk/toolref",
-    "read client_sdk/toolref/client.py",
+    "read client_sdk/toolref/registry/client.py",
     "grep def in client_sdk/toolref/formats",
-    "read client_sdk/toolref/rewriter.py",
-    "read service/toolref_server/store.py",
+    "read client_sdk/toolref/sending/manager.py",
+    "read service/toolref_server/storage/store.py",
     "list service/toolref_server",
-    "read service/toolref_server/codec.py",
+    "read service/toolref_server/http/codec.py",
     "grep class in service/toolref_server",
-    "read client_sdk/toolref/asgi.py",
+    "read client_sdk/toolref/receiving/middleware.py",
 ]
 
 

@@ -32,9 +32,9 @@ import toolref
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "scripted-1"
 TASKS = (
-    "read client_sdk/toolref/rewriter.py",
+    "read client_sdk/toolref/sending/manager.py",
     "list client_sdk/toolref",
-    "read client_sdk/toolref/transport.py",
+    "read client_sdk/toolref/sending/transport.py",
     "read docs/sdk.md",
 )
 TOOLS: list[ChatCompletionToolParam] = [

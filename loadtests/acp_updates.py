@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loadtests.report import Section
 from toolref.acp import ToolCallTracker, location, text_content
-from toolref.encoding import dumps_json
+from toolref.wire.encoding import dumps_json
 
 CALL_ID = "call_12345678"  # 13 characters, as the done-when measures
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import msgpack
 
-from toolref.encoding import BIGINT_EXT
 from toolref.handoff.commands import MAX_COMMAND_CHARS
-from toolref.protocol import PROTOCOL_HEADER
+from toolref.wire.encoding import BIGINT_EXT
+from toolref.wire.protocol import PROTOCOL_HEADER
 
 JSON = {"content-type": "application/json", PROTOCOL_HEADER: "2"}
 MSGPACK = {"content-type": "application/msgpack", PROTOCOL_HEADER: "2"}

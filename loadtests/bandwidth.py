@@ -14,12 +14,12 @@ import zstandard
 from loadtests.report import Section
 from loadtests.traces import Trace
 from toolref import formats
-from toolref.canonical import digest_of
-from toolref.encoding import dumps_json
 from toolref.formats import Format
 from toolref.history import DICTIONARY_LEVEL
-from toolref.rewriter import rewrite
-from toolref.upload import Turn, prepare
+from toolref.sending.manager import rewrite
+from toolref.sending.upload import Turn, prepare
+from toolref.wire.canonical import digest_of
+from toolref.wire.encoding import dumps_json
 
 LEVEL = 3  # zstd's default level, what an HTTP client would use
 
@@ -179,7 +179,7 @@ def run(traces: list[Trace]) -> Section:
             "(the delta compression of RFC 9842, the strongest thing a client could do without "
             "refs); `refs` sends a payload in full once, then as a marker; zstd at level "
             f"{LEVEL}, gzip at 6. `{HISTORY_ROW}` is what `ToolReferenceManager` sends with "
-            "history refs (`toolref.upload.prepare`), against a server that confirms each "
+            "history refs (`toolref.sending.upload.prepare`), against a server that confirms each "
             "history: the first request whole (zstd), then only the new messages, compressed "
             f"at level {DICTIONARY_LEVEL} against the history they continue, whose ref travels "
             "in the `Toolref-History` header (as RFC 9842 names its dictionary in "

@@ -32,7 +32,7 @@ from loadtests.bandwidth import on_the_wire
 from loadtests.report import Section
 from loadtests.traces import Trace, load
 from toolref import AsyncRegistryClient, ToolReferenceManager, ToolRefMiddleware, formats
-from toolref.encoding import dumps_json
+from toolref.wire.encoding import dumps_json
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.settings import Settings

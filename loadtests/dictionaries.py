@@ -35,12 +35,13 @@ import zstandard
 from loadtests.report import Section
 from loadtests.traces import Trace, load
 from toolref import formats, history
-from toolref.canonical import invocation_digest
-from toolref.encoding import dumps_json
 from toolref.formats.source import Payload
-from toolref_server import dictionaries, record
+from toolref.wire.canonical import invocation_digest
+from toolref.wire.encoding import dumps_json
+from toolref_server import dictionaries
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.settings import Settings
+from toolref_server.storage import record
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 OUT: Final = ROOT / "service" / "toolref_server" / "dictionaries"

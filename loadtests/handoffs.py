@@ -5,7 +5,7 @@ from __future__ import annotations
 from loadtests.report import Section
 from loadtests.traces import Trace
 from toolref import formats, handoff
-from toolref.encoding import dumps_json
+from toolref.wire.encoding import dumps_json
 
 
 def run(traces: list[Trace]) -> Section:

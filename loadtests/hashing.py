@@ -10,7 +10,7 @@ from loadtests.report import Section
 from loadtests.timing import interleaved
 from loadtests.traces import Trace
 from toolref import formats
-from toolref.canonical import canonical_json, digest_of
+from toolref.wire.canonical import canonical_json, digest_of
 
 
 def payloads(traces: list[Trace], minimum: int = 10_000) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from loadtests.report import Section
 from loadtests.traces import Trace
 from toolref import formats
-from toolref.canonical import canonical_json
+from toolref.wire.canonical import canonical_json
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.settings import Settings

@@ -32,7 +32,7 @@ from loadtests.report import Section
 from loadtests.service_speed import _server
 from loadtests.traces import Trace
 from toolref import AsyncRegistryClient, ToolReferenceManager, ToolRefMiddleware
-from toolref.encoding import dumps_json
+from toolref.wire.encoding import dumps_json
 from toolref_server.embedded import EmbeddedEngine, free_port
 
 WINDOW = 20

@@ -31,7 +31,7 @@ from examples.llm_backend import create_backend
 from loadtests.bandwidth import turns_of
 from loadtests.report import Section
 from loadtests.traces import Trace, load
-from toolref.relay import Relay, RelayConfig
+from toolref_relay import Relay, RelayConfig
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.settings import Settings

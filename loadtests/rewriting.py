@@ -8,7 +8,7 @@ from loadtests.report import Section
 from loadtests.timing import interleaved
 from loadtests.traces import Trace
 from toolref import formats
-from toolref.canonical import digest_of
+from toolref.wire.canonical import digest_of
 
 
 def run(traces: list[Trace], rounds: int = 5, min_time: float = 0.05) -> Section:

@@ -23,7 +23,7 @@ import httpx
 from loadtests.report import Section
 from loadtests.traces import Trace
 from toolref import formats
-from toolref.canonical import digest_of
+from toolref.wire.canonical import digest_of
 from toolref_server.embedded import EmbeddedEngine, free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,8 +11,8 @@ from typing import Any
 
 from loadtests.report import Section
 from loadtests.timing import interleaved
-from toolref.encoding import dumps_json
 from toolref.streaming import ToolBuffer, adapter_for
+from toolref.wire.encoding import dumps_json
 
 CHUNKS = 10_000
 CALLS = 8

@@ -13,9 +13,9 @@ from typing import Any
 from loadtests.report import Section
 from loadtests.traces import Trace
 from toolref import extractive, formats
-from toolref.canonical import digest_of
-from toolref.encoding import dumps_json
-from toolref_server import compaction
+from toolref.wire.canonical import digest_of
+from toolref.wire.encoding import dumps_json
+from toolref_server.registry import compaction
 
 KEEP = 3
 BUDGET = 400

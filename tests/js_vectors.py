@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from toolref import formats, history
-from toolref.canonical import canonical_json, digest_of
-from toolref.errors import CanonicalizationError
-from toolref.rewriter import rewrite
+from toolref.sending.manager import rewrite
+from toolref.wire.canonical import canonical_json, digest_of
+from toolref.wire.errors import CanonicalizationError
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 VECTORS: Final = ROOT / "client_sdk" / "js" / "test" / "vectors.json"

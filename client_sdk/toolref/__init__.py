@@ -10,9 +10,41 @@ from toolref.acp import (
     plan_entries,
     tool_kind,
 )
-from toolref.asgi import ToolRefMiddleware
-from toolref.breaker import BreakerState, CircuitBreaker
-from toolref.canonical import (
+from toolref.history import (
+    HISTORY_HEADER,
+    chain_form,
+    history_ref,
+    is_history_ref,
+    longest_confirmed,
+)
+from toolref.receiving.middleware import ToolRefMiddleware
+from toolref.registry.breaker import BreakerState, CircuitBreaker
+from toolref.registry.client import (
+    AsyncRegistryClient,
+    BaseRegistryClient,
+    MessagesResult,
+    RegistryClient,
+    Resolved,
+)
+from toolref.sending.manager import Rewrite, Savings, ToolReferenceManager, rewrite
+from toolref.sending.transport import AsyncTransport, Transport
+from toolref.streaming import (
+    ArgPatch,
+    ArgumentsProgress,
+    CallCompleted,
+    CallFailed,
+    CallStarted,
+    CallStatus,
+    StreamAdapter,
+    ToolBuffer,
+    ToolCall,
+    ToolChunk,
+    ToolEvent,
+    accumulate,
+    accumulate_async,
+    adapter_for,
+)
+from toolref.wire.canonical import (
     Digest,
     JSONValue,
     Ref,
@@ -21,14 +53,7 @@ from toolref.canonical import (
     invocation_digest,
     is_ref,
 )
-from toolref.client import (
-    AsyncRegistryClient,
-    BaseRegistryClient,
-    MessagesResult,
-    RegistryClient,
-    Resolved,
-)
-from toolref.errors import (
+from toolref.wire.errors import (
     AcpError,
     AuthenticationError,
     BadRequestError,
@@ -72,33 +97,8 @@ from toolref.errors import (
     UnusableToolCallError,
     ValidationError,
 )
-from toolref.history import (
-    HISTORY_HEADER,
-    chain_form,
-    history_ref,
-    is_history_ref,
-    longest_confirmed,
-)
-from toolref.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
-from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_LOW
-from toolref.rewriter import Rewrite, Savings, ToolReferenceManager, rewrite
-from toolref.streaming import (
-    ArgPatch,
-    ArgumentsProgress,
-    CallCompleted,
-    CallFailed,
-    CallStarted,
-    CallStatus,
-    StreamAdapter,
-    ToolBuffer,
-    ToolCall,
-    ToolChunk,
-    ToolEvent,
-    accumulate,
-    accumulate_async,
-    adapter_for,
-)
-from toolref.transport import AsyncTransport, Transport
+from toolref.wire.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
+from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_LOW
 
 __version__ = "0.1.0"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from toolref import formats
-from toolref.client import RegistryClient
-from toolref.errors import ValidationError
+from toolref.registry.client import RegistryClient
+from toolref.wire.errors import ValidationError
 
 
 def check_count(name: str, value: object, minimum: int, fix: str = "") -> None:

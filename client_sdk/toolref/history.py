@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from toolref import formats
-from toolref.canonical import canonical_json, digest_key, digest_of
-from toolref.encoding import dumps_json
-from toolref.errors import InvalidHistoryHeaderError, InvalidRefError, ValidationError
 from toolref.formats import Format
+from toolref.wire.canonical import canonical_json, digest_key, digest_of
+from toolref.wire.encoding import dumps_json
+from toolref.wire.errors import InvalidHistoryHeaderError, InvalidRefError, ValidationError
 
 HISTORY_HEADER: Final = "Toolref-History"
 # Names a history whose dictionary, followed by the body of the request it was confirmed for,

@@ -18,7 +18,7 @@ from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not
 from json.scanner import make_scanner
 from typing import Any, Final
 
-from toolref.errors import NonFiniteNumberError
+from toolref.wire.errors import NonFiniteNumberError
 
 Path = tuple[int | str, ...]
 Edit = tuple[int, int, str]  # replace text[start:end] by the string

@@ -19,30 +19,30 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
-from toolref.budget import Budget
-from toolref.errors import NotFoundError, ToolrefError
-from toolref_server import compressors
-from toolref_server.access import AccessMiddleware
-from toolref_server.admission import AdmissionMiddleware
-from toolref_server.auth import Authenticator
-from toolref_server.cluster import is_cluster_url, plain_url
-from toolref_server.codec import BodyLimits
-from toolref_server.connection import STATE_KEY, ConnectionLimits
-from toolref_server.gateway import Gateway
-from toolref_server.histories import Histories
-from toolref_server.history_cache import HistoryCache
+from toolref.receiving.budget import Budget
+from toolref.wire.errors import NotFoundError, ToolrefError
+from toolref_server.gateway.gateway import Gateway
+from toolref_server.http.access import AccessMiddleware
+from toolref_server.http.admission import AdmissionMiddleware
+from toolref_server.http.auth import Authenticator
+from toolref_server.http.codec import BodyLimits
+from toolref_server.http.connection import STATE_KEY, ConnectionLimits
+from toolref_server.http.problem import problem_response
+from toolref_server.http.protocol import ProtocolMiddleware
 from toolref_server.metrics import Metrics
-from toolref_server.model_quotas import Quotas
-from toolref_server.problem import problem_response
-from toolref_server.protocol import ProtocolMiddleware
-from toolref_server.quotas import RequestRate, StoredBytes
+from toolref_server.registry.llm_quotas import Quotas
+from toolref_server.registry.summaries import SummaryCache
+from toolref_server.registry.summarizers import OpenAICompatibleSummarizer, build_summarizers
 from toolref_server.routes import handoff, hydration, invocations, messages, meta
 from toolref_server.services import Services
 from toolref_server.settings import Settings
-from toolref_server.store import Store, StoreClient
-from toolref_server.summaries import SummaryCache
-from toolref_server.summarizers import OpenAICompatibleSummarizer, build_summarizers
-from toolref_server.verifier import Verifier
+from toolref_server.storage import compressors
+from toolref_server.storage.histories import Histories
+from toolref_server.storage.history_cache import HistoryCache
+from toolref_server.storage.quotas import RequestRate, StoredBytes
+from toolref_server.storage.redis import is_cluster_url, plain_url
+from toolref_server.storage.store import Store, StoreClient
+from toolref_server.storage.verifier import Verifier
 from toolref_server.workers import Workers
 
 log = logging.getLogger("toolref_server")
@@ -235,7 +235,7 @@ def create_app(
                 history_cache=HistoryCache(settings.history_cache_bytes),
             )
             _tune_collector()
-            # The HTTP layer (toolref_server.connection) reads its limits from here.
+            # The HTTP layer (toolref_server.http.connection) reads its limits from here.
             yield {STATE_KEY: ConnectionLimits.of(settings, metrics)}
 
     app = Starlette(

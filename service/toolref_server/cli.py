@@ -24,7 +24,7 @@ from typing import IO
 
 import pydantic
 
-from toolref.errors import ToolrefError
+from toolref.wire.errors import ToolrefError
 from toolref_server import logs
 
 log = logging.getLogger("toolref_server")
@@ -124,9 +124,9 @@ def _cache(args: argparse.Namespace) -> int:
     from redis import Redis, RedisCluster
 
     from toolref_server import export
-    from toolref_server.cluster import is_cluster_url, plain_url
     from toolref_server.embedded import EmbeddedEngine
     from toolref_server.settings import Settings
+    from toolref_server.storage.redis import is_cluster_url, plain_url
 
     for name in ("redis_url", "data_dir"):
         if getattr(args, name) is not None:
@@ -228,7 +228,7 @@ def _serve(args: argparse.Namespace) -> int:
             log_config=log_config,
             # Deadlines, the connection limit and problem+json refusals; as an import path,
             # so worker processes load it too.
-            http="toolref_server.connection:Connection",
+            http="toolref_server.http.connection:Connection",
             ws="none",
             timeout_graceful_shutdown=settings.shutdown_timeout,
         )
@@ -268,7 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from redis.exceptions import RedisError
 
-    from toolref_server.auth import hash_key
+    from toolref_server.http.auth import hash_key
     from toolref_server.settings import parse_api_keys
 
     args = _parser().parse_args(argv)

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from toolref.errors import ConfigurationError
+from toolref.wire.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 

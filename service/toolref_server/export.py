@@ -36,12 +36,12 @@ import zstandard
 from redis import Redis, RedisCluster
 
 from toolref import formats
-from toolref.canonical import Ref, digest_key, is_ref
-from toolref.errors import ValidationError
 from toolref.history import is_history_ref
-from toolref_server import compressors, record
-from toolref_server.histories import Node
+from toolref.wire.canonical import Ref, digest_key, is_ref
+from toolref.wire.errors import ValidationError
 from toolref_server.settings import TENANT_RE as TENANT_NAME  # the one tenant grammar
+from toolref_server.storage import compressors, record
+from toolref_server.storage.histories import Node
 
 FORMAT: Final = 1
 _PAGE: Final = 500

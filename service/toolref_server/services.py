@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolref_server.auth import Authenticator
-from toolref_server.codec import BodyLimits
-from toolref_server.histories import Histories
-from toolref_server.history_cache import HistoryCache
+from toolref_server.http.auth import Authenticator
+from toolref_server.http.codec import BodyLimits
 from toolref_server.metrics import Metrics
-from toolref_server.quotas import RequestRate
+from toolref_server.registry.summaries import SummaryCache
 from toolref_server.settings import Settings
-from toolref_server.store import Store
-from toolref_server.summaries import SummaryCache
+from toolref_server.storage.histories import Histories
+from toolref_server.storage.history_cache import HistoryCache
+from toolref_server.storage.quotas import RequestRate
+from toolref_server.storage.store import Store
 from toolref_server.workers import Workers
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from toolref.errors import ConfigurationError
 from toolref.kinds import KindTable
+from toolref.wire.errors import ConfigurationError
 from toolref_server import dictionaries
 from toolref_server.dictionaries import Kind
-from toolref_server.upstreams import Upstream, parse_upstreams
+from toolref_server.gateway.upstreams import Upstream, parse_upstreams
 
 TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _HASH_RE = re.compile(r"[0-9a-f]{64}")
@@ -125,7 +125,7 @@ class Settings(BaseSettings):
         "ones inline (at most about 15 ms of the event loop; offloading costs concurrent "
         "requests of that size a third of their throughput, in cache misses and GIL hand-offs).",
     )
-    # The HTTP layer (toolref_server.connection): what one connection may hold, and how long.
+    # The HTTP layer (toolref_server.http.connection): what one connection may hold, and how long.
     header_timeout: float = Field(
         default=10.0,
         gt=0,
@@ -167,7 +167,7 @@ class Settings(BaseSettings):
         description="Requests in flight per worker; past it, 503 `overloaded` with "
         "Retry-After before the body is read (`/healthz` always answered).",
     )
-    # Per-tenant quotas (toolref_server.quotas).
+    # Per-tenant quotas (toolref_server.storage.quotas).
     tenant_requests_per_second: float = Field(
         default=200.0,
         ge=0,
@@ -448,7 +448,7 @@ class Settings(BaseSettings):
 
     @cached_property
     def upstream_urls(self) -> dict[str, Upstream]:
-        """Gateway upstream name -> where it is (`toolref_server.upstreams.Upstream`)."""
+        """Gateway upstream name -> where it is (`toolref_server.gateway.upstreams.Upstream`)."""
         return parse_upstreams(self.upstreams)
 
     @property

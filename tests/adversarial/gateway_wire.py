@@ -1,5 +1,5 @@
 """The gateway over real sockets: the service served in process by uvicorn with the HTTP
-layer `toolref-server serve` runs (`toolref_server.connection.Connection`), a raw HTTP/1.1
+layer `toolref-server serve` runs (`toolref_server.http.connection.Connection`), a raw HTTP/1.1
 upstream that does what a test asks (plant bytes past an answer, hold a request, record
 every byte and every hang-up), and a raw client that sends what no client library would
 (dot segments, `%00`, both `Content-Length` and `Transfer-Encoding`).
@@ -191,7 +191,7 @@ async def gateway(redis: Redis, **settings: Any) -> AsyncIterator[str]:
         app,
         host="127.0.0.1",
         port=0,
-        http="toolref_server.connection:Connection",
+        http="toolref_server.http.connection:Connection",
         ws="none",  # as `toolref-server serve` runs it
         log_config=None,
         access_log=False,

@@ -22,9 +22,10 @@ import zstandard
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
-from toolref.canonical import digest_of
-from toolref.errors import ValidationError
-from toolref_server import export, record
+from toolref.wire.canonical import digest_of
+from toolref.wire.errors import ValidationError
+from toolref_server import export
+from toolref_server.storage import record
 
 from ..conftest import ON_CLUSTER, Api, snapshot
 
@@ -82,7 +83,7 @@ def altered(item: list[Any]) -> list[Any]:
 
 def message_item(tenant: str, text: str, id_of: str | None = None) -> list[Any]:
     ident = hashlib.sha256((id_of or text).encode()).digest()[:16]
-    from toolref.canonical import digest_key
+    from toolref.wire.canonical import digest_key
 
     key = f"tr:{tenant}:m:{digest_key(ident)}"
     return [key.encode(), zstandard.ZstdCompressor().compress(text.encode()), TTL]

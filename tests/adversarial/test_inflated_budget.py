@@ -23,10 +23,10 @@ import pytest
 from redis.asyncio import Redis
 
 from toolref import AsyncRegistryClient, ToolRefMiddleware
-from toolref.budget import Budget, shared
-from toolref.relay.app import Relay
-from toolref.relay.cli import config_of, parser
-from toolref.relay.config import RelayConfig
+from toolref.receiving.budget import Budget, shared
+from toolref_relay.app import Relay
+from toolref_relay.cli import config_of, parser
+from toolref_relay.config import RelayConfig
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

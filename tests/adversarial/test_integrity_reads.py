@@ -24,10 +24,10 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from toolref.canonical import Ref, digest_of
-from toolref_server import compressors, record
-from toolref_server.store import NewRecord, Store
-from toolref_server.verifier import Verifier
+from toolref.wire.canonical import Ref, digest_of
+from toolref_server.storage import compressors, record
+from toolref_server.storage.store import NewRecord, Store
+from toolref_server.storage.verifier import Verifier
 
 from ..conftest import Api
 
@@ -35,7 +35,7 @@ SMALL = {"name": "read_file", "args": {"path": "a.py"}, "result": "x = 1\ny = 2\
 LARGE = {
     "name": "read_file",
     "args": {"path": "store.py"},
-    "result": (Path(__file__).parents[2] / "service/toolref_server/store.py").read_text(),
+    "result": (Path(__file__).parents[2] / "service/toolref_server/storage/store.py").read_text(),
 }
 OTHER = {"name": "bash", "args": {"cmd": "ls"}, "result": "a.py\nb.py\n"}
 

@@ -14,12 +14,12 @@ from typing import Any
 from redis.asyncio import Redis
 
 from toolref import extractive
-from toolref.canonical import digest_of
 from toolref.kinds import KindTable
-from toolref_server.model_quotas import Quotas
-from toolref_server.store import Store
-from toolref_server.summaries import SummaryCache
-from toolref_server.summarizers import ExtractiveSummarizer
+from toolref.wire.canonical import digest_of
+from toolref_server.registry.llm_quotas import Quotas
+from toolref_server.registry.summaries import SummaryCache
+from toolref_server.registry.summarizers import ExtractiveSummarizer
+from toolref_server.storage.store import Store
 
 from .fake_llm import READ, Connection, FakeLLM, apps, completion, fake_llm, llm_id
 

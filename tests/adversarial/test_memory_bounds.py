@@ -32,9 +32,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from toolref import AsyncRegistryClient, ToolRefMiddleware
-from toolref.budget import Budget
+from toolref.receiving.budget import Budget
 from toolref_server.app import create_app
-from toolref_server.inflater import Inflater, Kept, TooLarge
+from toolref_server.http.inflater import Inflater, Kept, TooLarge
 from toolref_server.settings import Settings
 
 from .bombs import (
@@ -83,7 +83,7 @@ def in_process(app: Any, base_url: str = "http://toolref.test") -> httpx.AsyncCl
 
 def test_every_inflater_and_its_sink_are_freed() -> None:
     """The registry's inflater (`codec._Inflater` before, the same class moved to
-    `toolref_server.inflater`) and its sink. Failed on the code before: every zstd
+    `toolref_server.http.inflater`) and its sink. Failed on the code before: every zstd
     inflater stayed alive after a collection (4,200 of these 8,200 weakrefs)."""
     zstd_body = zstandard.compress(b'{"a": 1}' * 4096)
     gzip_body = gzip.compress(b'{"a": 1}' * 4096)

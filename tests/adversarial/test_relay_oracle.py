@@ -25,7 +25,7 @@ import pytest
 import zstandard
 from redis.asyncio import Redis
 
-from toolref.relay import Relay, RelayConfig
+from toolref_relay import Relay, RelayConfig
 
 from ..integration.relay_gateway import KEY, Recorded, Scripted, gateway
 from ..servers import serve

@@ -14,11 +14,11 @@ import httpx
 import msgpack
 import pytest
 
-from toolref import errors
-from toolref.errors import ChunkSequenceError, ServiceUnavailableError
-from toolref.protocol import negotiate
 from toolref.streaming.adapters.base import as_int
 from toolref.streaming.adapters.gemini import json_path
+from toolref.wire import errors
+from toolref.wire.errors import ChunkSequenceError, ServiceUnavailableError
+from toolref.wire.protocol import negotiate
 
 from ..conftest import Api
 

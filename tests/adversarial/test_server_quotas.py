@@ -23,16 +23,16 @@ import pytest
 from redis.asyncio import Redis
 
 from toolref import formats
-from toolref.canonical import Digest, canonical_json
-from toolref.errors import QuotaExceededError, ServiceUnavailableError, error_from_problem
 from toolref.history import chain_form
-from toolref.models import Invocation
-from toolref_server import record
+from toolref.wire.canonical import Digest, canonical_json
+from toolref.wire.errors import QuotaExceededError, ServiceUnavailableError, error_from_problem
+from toolref.wire.models import Invocation
 from toolref_server.app import create_app
-from toolref_server.histories import Histories
-from toolref_server.quotas import StoredBytes
 from toolref_server.settings import Settings
-from toolref_server.store import NewRecord, Store
+from toolref_server.storage import record
+from toolref_server.storage.histories import Histories
+from toolref_server.storage.quotas import StoredBytes
+from toolref_server.storage.store import NewRecord, Store
 
 from ..conftest import all_keys, snapshot
 from ..integration.processes import Service

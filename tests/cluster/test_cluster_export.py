@@ -11,11 +11,12 @@ import pytest
 from redis import Redis, RedisCluster
 from redis.crc import key_slot
 
-from toolref.canonical import digest_of
-from toolref_server import export, record
-from toolref_server.cluster import LocalCluster, plain_url
+from toolref.wire.canonical import digest_of
+from toolref_server import export
 from toolref_server.embedded import EmbeddedEngine
-from toolref_server.store import slot_groups, ungroup
+from toolref_server.storage import record
+from toolref_server.storage.redis import LocalCluster, plain_url
+from toolref_server.storage.store import slot_groups, ungroup
 
 from ..conftest import need
 

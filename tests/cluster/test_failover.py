@@ -14,8 +14,8 @@ import pytest
 
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
 from toolref_server.app import create_app
-from toolref_server.cluster import LocalCluster
 from toolref_server.settings import Settings
+from toolref_server.storage.redis import LocalCluster
 
 from ..conftest import need
 from ..service.test_chat_flow import Backend

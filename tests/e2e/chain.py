@@ -37,7 +37,7 @@ from starlette.types import ASGIApp
 
 from tests.e2e.fake_provider import Recorded, decode_body
 from tests.servers import serve
-from toolref.hops import HOP_BY_HOP
+from toolref.receiving.hops import HOP_BY_HOP
 
 CHAINS: Final = ("direct", "relay")
 UPSTREAM: Final = "fake"  # the fake's name at the gateway

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from toolref import ToolReferenceManager
-from toolref.encoding import PROBLEM_TYPE
+from toolref.wire.encoding import PROBLEM_TYPE
 from toolref_server.embedded import EmbeddedEngine, free_port
 
 from ..conftest import need

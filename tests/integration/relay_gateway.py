@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from toolref.asgi import ASGIApp, Message, Receive, Scope, Send
+from toolref.receiving.middleware import ASGIApp, Message, Receive, Scope, Send
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

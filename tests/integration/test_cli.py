@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from toolref.canonical import digest_of
+from toolref.wire.canonical import digest_of
 from toolref_server.embedded import free_port, valkey_server_binary
 
 from ..conftest import ON_CLUSTER, need

@@ -136,7 +136,7 @@ async def test_ten_thousand_records_resolve_identically_after_export_and_import(
 async def test_export_of_one_tenant(
     engines: tuple[EmbeddedEngine, EmbeddedEngine], stack: list[Any], tmp_path: Path
 ) -> None:
-    from toolref_server.auth import hash_key
+    from toolref_server.http.auth import hash_key
 
     source, target = engines
     keys = f"acme={hash_key('a')},globex={hash_key('g')}"

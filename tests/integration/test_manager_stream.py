@@ -22,7 +22,7 @@ import pytest
 from redis.asyncio import Redis
 
 from toolref import ToolReferenceManager
-from toolref.compression import compress
+from toolref.wire.compression import compress
 
 from ..conftest import key_names
 from ..servers import markers

@@ -30,8 +30,8 @@ from examples import anthropic_client, openai_client
 from examples.llm_backend import create_backend
 from redis.asyncio import Redis
 
-from toolref.relay import Relay, RelayConfig
-from toolref.relay.savings import UPLOAD_BYTES
+from toolref_relay import Relay, RelayConfig
+from toolref_relay.savings import UPLOAD_BYTES
 
 from ..servers import serve
 from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway

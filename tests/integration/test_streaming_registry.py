@@ -20,7 +20,6 @@ import pytest
 from redis.asyncio import Redis
 
 from toolref import AsyncRegistryClient, Invocation
-from toolref.errors import UnusableToolCallError
 from toolref.streaming import (
     TRUNCATED,
     CallStatus,
@@ -28,6 +27,7 @@ from toolref.streaming import (
     accumulate,
     accumulate_async,
 )
+from toolref.wire.errors import UnusableToolCallError
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

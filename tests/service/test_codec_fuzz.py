@@ -44,8 +44,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from toolref import encoding
-from toolref.canonical import digest_of
+from toolref.wire import encoding
+from toolref.wire.canonical import digest_of
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

@@ -8,11 +8,11 @@ from typing import Any
 from redis.asyncio import Redis
 
 from toolref import formats
-from toolref.canonical import canonical_json
-from toolref.encoding import dumps_json
 from toolref.history import chain_form, heads, history_ref
-from toolref_server.histories import Histories, Stored
-from toolref_server.store import Store
+from toolref.wire.canonical import canonical_json
+from toolref.wire.encoding import dumps_json
+from toolref_server.storage.histories import Histories, Stored
+from toolref_server.storage.store import Store
 
 from ..conftest import key_names
 from ..unit.test_history import conversation

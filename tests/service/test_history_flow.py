@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
 from toolref.history import HISTORY_HEADER
 from toolref_server.app import create_app
-from toolref_server.routes import continuation
+from toolref_server.registry import continuation
 from toolref_server.settings import Settings
 
 from ..conftest import key_names

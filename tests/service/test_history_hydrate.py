@@ -13,9 +13,7 @@ import pytest
 import zstandard
 from redis.asyncio import Redis
 
-from toolref import compression, formats
-from toolref.canonical import canonical_json
-from toolref.encoding import dumps_json
+from toolref import formats
 from toolref.history import (
     DICTIONARY_LEVEL,
     HISTORY_HEADER,
@@ -24,7 +22,10 @@ from toolref.history import (
     heads,
     history_ref,
 )
-from toolref_server.routes import continuation
+from toolref.wire import compression
+from toolref.wire.canonical import canonical_json
+from toolref.wire.encoding import dumps_json
+from toolref_server.registry import continuation
 
 from ..conftest import Api, key_names, snapshot
 from ..unit.test_history import conversation

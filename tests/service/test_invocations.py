@@ -10,9 +10,9 @@ import msgpack
 import pytest
 from redis.asyncio import Redis
 
-from toolref.canonical import Ref, digest_of, invocation_digest
-from toolref_server import record
-from toolref_server.store import Store
+from toolref.wire.canonical import Ref, digest_of, invocation_digest
+from toolref_server.storage import record
+from toolref_server.storage.store import Store
 
 READ = {"name": "read_file", "args": {"path": "src/app.py"}, "result": "print('hi')\n"}
 SHELL = {"name": "bash", "args": '{"command": "ls"}', "result": "a\nb\n", "isError": True}

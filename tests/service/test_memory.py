@@ -10,12 +10,12 @@ import zstandard
 from redis.asyncio import Redis
 
 from toolref import formats
-from toolref.canonical import canonical_json, digest_of
-from toolref.encoding import dumps_json
 from toolref.history import chain_form
-from toolref_server import compressors, record
-from toolref_server.histories import Histories
-from toolref_server.store import Store
+from toolref.wire.canonical import canonical_json, digest_of
+from toolref.wire.encoding import dumps_json
+from toolref_server.storage import compressors, record
+from toolref_server.storage.histories import Histories
+from toolref_server.storage.store import Store
 
 from ..conftest import Api, key_names
 from ..unit.test_history import conversation

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from toolref.canonical import Ref, digest_of
-from toolref_server.store import Store
+from toolref.wire.canonical import Ref, digest_of
+from toolref_server.storage.store import Store
 
 from ..conftest import SHARED, Api, need, snapshot
 
@@ -329,7 +329,7 @@ async def test_hydrate_extends_the_lifetime_of_the_refs_it_uses(
 
 
 async def test_another_tenants_marker_is_missing(make_api: Api) -> None:
-    from toolref_server.auth import hash_key
+    from toolref_server.http.auth import hash_key
 
     keys = f"acme={hash_key('a')},globex={hash_key('g')}"
     acme = await make_api(api_keys=keys, headers={"Authorization": "Bearer a"})

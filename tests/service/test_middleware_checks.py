@@ -21,9 +21,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
-from toolref.hydrator import fallbacks
+from toolref.receiving.hydrator import fallbacks
 from toolref_server.app import create_app
-from toolref_server.auth import hash_key
+from toolref_server.http.auth import hash_key
 from toolref_server.settings import Settings
 
 PROTOCOL_2 = {"Toolref-Protocol": "2"}

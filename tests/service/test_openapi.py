@@ -42,10 +42,10 @@ from schemathesis.specs.openapi.schemas import OpenApiSchema
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from toolref import encoding
-from toolref.canonical import Ref, digest_of, invocation_digest
+from toolref.wire import encoding
+from toolref.wire.canonical import Ref, digest_of, invocation_digest
 from toolref_server.app import create_app, open_redis
-from toolref_server.auth import hash_key
+from toolref_server.http.auth import hash_key
 from toolref_server.settings import Settings
 
 from ..conftest import Api

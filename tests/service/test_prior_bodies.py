@@ -20,8 +20,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from toolref import AsyncRegistryClient, ToolReferenceManager, ToolRefMiddleware, compression
+from toolref import AsyncRegistryClient, ToolReferenceManager, ToolRefMiddleware
 from toolref.history import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
+from toolref.wire import compression
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

@@ -6,11 +6,11 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from toolref.canonical import Ref, digest_of
+from toolref.wire.canonical import Ref, digest_of
 from toolref_server.app import create_app, open_redis
 from toolref_server.embedded import free_port
 from toolref_server.settings import Settings
-from toolref_server.store import Store
+from toolref_server.storage.store import Store
 
 from ..conftest import Api
 

@@ -20,12 +20,12 @@ import pytest
 from redis.asyncio import Redis
 
 from toolref import extractive
-from toolref.canonical import digest_of
 from toolref.kinds import KindTable
 from toolref.placeholder import parse
+from toolref.wire.canonical import digest_of
 from toolref_server.app import create_app
+from toolref_server.registry.summarizers import PROMPTS
 from toolref_server.settings import Settings
-from toolref_server.summarizers import PROMPTS
 
 from ..conftest import Api, key_names
 

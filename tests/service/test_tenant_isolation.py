@@ -41,12 +41,12 @@ from redis import RedisCluster as SyncCluster
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
-from toolref.canonical import Ref, digest_of
-from toolref.errors import ValidationError
+from toolref.wire.canonical import Ref, digest_of
+from toolref.wire.errors import ValidationError
 from toolref_server import export
 from toolref_server.app import create_app
-from toolref_server.cluster import is_cluster_url, plain_url
 from toolref_server.settings import Settings
+from toolref_server.storage.redis import is_cluster_url, plain_url
 
 from ..conftest import all_keys, key_names
 from ..integration.processes import ROOT, clean_env

@@ -11,8 +11,8 @@ import pytest
 from redis.asyncio import Redis
 from starlette.routing import Route
 
-from toolref.canonical import digest_of, invocation_digest
-from toolref.errors import ConfigurationError
+from toolref.wire.canonical import digest_of, invocation_digest
+from toolref.wire.errors import ConfigurationError
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

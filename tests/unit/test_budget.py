@@ -1,4 +1,4 @@
-"""`toolref.budget`: one process's bytes of request bodies in flight, charged by accounts,
+"""`toolref.receiving.budget`: one process's bytes of request bodies in flight, charged by accounts,
 refused at once past the limit, released whole."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from toolref.budget import Budget, charge, shared
-from toolref.errors import OverloadedError
+from toolref.receiving.budget import Budget, charge, shared
+from toolref.wire.errors import OverloadedError
 
 
 def test_charges_add_up_and_a_closed_account_gives_everything_back() -> None:

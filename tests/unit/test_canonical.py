@@ -12,7 +12,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolref.canonical import (
+from toolref.wire.canonical import (
     REF_LENGTH,
     Digest,
     Ref,
@@ -22,7 +22,7 @@ from toolref.canonical import (
     invocation_digest,
     is_ref,
 )
-from toolref.errors import CanonicalizationError, InvalidRefError, NonFiniteNumberError
+from toolref.wire.errors import CanonicalizationError, InvalidRefError, NonFiniteNumberError
 
 SAFE = 2**53 - 1
 

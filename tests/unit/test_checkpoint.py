@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from toolref import formats
-from toolref_server.routes.continuation import checkpoint_length
+from toolref_server.registry.continuation import checkpoint_length
 from toolref_server.routes.messages import Conversation
 
 

@@ -28,18 +28,19 @@ import msgpack
 import pytest
 import zstandard
 
-import toolref.exchange
-from toolref import encoding
-from toolref.breaker import BreakerState, CircuitBreaker
-from toolref.canonical import Ref, digest_of
-from toolref.client import (
+import toolref.registry.exchange
+from toolref.registry.breaker import BreakerState, CircuitBreaker
+from toolref.registry.client import (
     AsyncRegistryClient,
     BaseRegistryClient,
     MessagesResult,
     RegistryClient,
     Resolved,
 )
-from toolref.errors import (
+from toolref.registry.exchange import Sleep
+from toolref.wire import encoding
+from toolref.wire.canonical import Ref, digest_of
+from toolref.wire.errors import (
     PROBLEM_BASE,
     AuthenticationError,
     BatchTooLargeError,
@@ -55,9 +56,8 @@ from toolref.errors import (
     UnexpectedResponseError,
     ValidationError,
 )
-from toolref.exchange import Sleep
-from toolref.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
-from toolref.protocol import PROTOCOL_HEADER, negotiate
+from toolref.wire.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
+from toolref.wire.protocol import PROTOCOL_HEADER, negotiate
 
 BASE = "http://registry.test"
 JSON = encoding.JSON_TYPE
@@ -368,8 +368,8 @@ def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     async def async_sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    monkeypatch.setattr(toolref.exchange, "time", SimpleNamespace(sleep=slept.append))
-    monkeypatch.setattr(toolref.exchange, "asyncio", SimpleNamespace(sleep=async_sleep))
+    monkeypatch.setattr(toolref.registry.exchange, "time", SimpleNamespace(sleep=slept.append))
+    monkeypatch.setattr(toolref.registry.exchange, "asyncio", SimpleNamespace(sleep=async_sleep))
     return slept
 
 

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from starlette.requests import Request
 
-from toolref import encoding
-from toolref.errors import (
+from toolref.wire import encoding
+from toolref.wire.errors import (
     BodyTooLargeError,
     DecompressedTooLargeError,
     MalformedBodyError,
@@ -25,7 +25,7 @@ from toolref.errors import (
     TooManyItemsError,
     UnsupportedValueError,
 )
-from toolref_server import codec
+from toolref_server.http import codec
 
 LIMITS = codec.BodyLimits(max_body_bytes=2**20, max_decompressed_bytes=4 * 2**20, max_depth=16)
 

@@ -14,15 +14,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolref import formats
-from toolref.canonical import digest_of, is_ref
-from toolref.encoding import dumps_json
 from toolref.extractive import summarize
 from toolref.formats import Format, Scan
 from toolref.formats.site import get_at
-from toolref.models import FormatName
 from toolref.payload import text_of
 from toolref.placeholder import parse, placeholder
-from toolref_server.compaction import Candidate, apply, older_results, replacements
+from toolref.wire.canonical import digest_of, is_ref
+from toolref.wire.encoding import dumps_json
+from toolref.wire.models import FormatName
+from toolref_server.registry.compaction import Candidate, apply, older_results, replacements
 
 from ..conftest import need
 

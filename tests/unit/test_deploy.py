@@ -26,7 +26,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 from tests.conftest import SHARED, need
-from toolref.errors import ConfigurationError
+from toolref.wire.errors import ConfigurationError
 from toolref_server.app import create_app
 from toolref_server.settings import Settings, parse_api_keys
 
@@ -564,7 +564,7 @@ def test_local_cluster_script_is_runnable() -> None:
     assert checked.returncode == 0, checked.stderr
     # The names its embedded Python imports exist.
     imports = re.findall(r"^from (toolref[\w.]*) import (\w+)$", script.read_text(), re.M)
-    assert ("toolref_server.cluster", "LocalCluster") in imports
+    assert ("toolref_server.storage.redis", "LocalCluster") in imports
     for module, name in imports:
         assert hasattr(__import__(module, fromlist=[name]), name), f"{module}.{name}"
 

@@ -15,10 +15,11 @@ import pydantic
 import pytest
 import zstandard
 
-from toolref.canonical import Ref, digest_of
-from toolref.encoding import dumps_json
-from toolref_server import compressors, dictionaries, record
+from toolref.wire.canonical import Ref, digest_of
+from toolref.wire.encoding import dumps_json
+from toolref_server import dictionaries
 from toolref_server.settings import Settings
+from toolref_server.storage import compressors, record
 
 from ..conftest import SHARED, need
 

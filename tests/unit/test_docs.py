@@ -7,8 +7,8 @@ import re
 import shlex
 from pathlib import Path
 
-from toolref import errors
-from toolref.canonical import canonical_json
+from toolref.wire import errors
+from toolref.wire.canonical import canonical_json
 from toolref_server.settings import Settings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()

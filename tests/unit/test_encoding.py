@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolref.canonical import canonical_json, digest_of
-from toolref.encoding import dumps_json, loads_fast
 from toolref.history import chain, history_ref
-from toolref_server import compressors, record
-from toolref_server.histories import _stored, message_id
+from toolref.wire.canonical import canonical_json, digest_of
+from toolref.wire.encoding import dumps_json, loads_fast
+from toolref_server.storage import compressors, record
+from toolref_server.storage.histories import _stored, message_id
 
 WITHIN_64_BITS = st.integers(min_value=-(2**63), max_value=2**64 - 1)
 SCALARS = (

@@ -14,8 +14,6 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from toolref import formats
-from toolref.canonical import digest_of, is_ref
-from toolref.errors import InvalidRefError, ValidationError
 from toolref.formats import (
     Scan,
     ai_sdk_v4,
@@ -26,7 +24,9 @@ from toolref.formats import (
     openai_responses,
 )
 from toolref.formats.evidence import FOREIGN
-from toolref.models import FormatName
+from toolref.wire.canonical import digest_of, is_ref
+from toolref.wire.errors import InvalidRefError, ValidationError
+from toolref.wire.models import FormatName
 
 from ..conftest import need
 from .format_strategies import CONVERSATIONS, Conversation, Path
@@ -1254,7 +1254,7 @@ _json_values = st.recursive(
     )
 )
 def test_arbitrary_messages_are_judged_never_crash(messages: list[Any]) -> None:
-    from toolref.errors import ToolrefError
+    from toolref.wire.errors import ToolrefError
 
     try:
         fmt = formats.detect(messages)

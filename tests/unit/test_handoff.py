@@ -32,7 +32,7 @@ from toolref.handoff.commands import has_side_effects, touches_files
 from toolref.handoff.dedup import Coverage, Kept, deduplicate
 from toolref.handoff.render import FILE_KINDS, cut, render
 from toolref.kinds import Kind
-from toolref.models import FormatName
+from toolref.wire.models import FormatName
 
 from ..conftest import need
 

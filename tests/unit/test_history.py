@@ -11,8 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolref import formats
-from toolref.canonical import canonical_json
-from toolref.errors import InvalidRefError
 from toolref.history import (
     H0,
     HISTORY_REF_LENGTH,
@@ -24,7 +22,9 @@ from toolref.history import (
     longest_confirmed,
     message_digest,
 )
-from toolref.rewriter import rewrite
+from toolref.sending.manager import rewrite
+from toolref.wire.canonical import canonical_json
+from toolref.wire.errors import InvalidRefError
 
 
 def conversation(turns: int) -> list[dict[str, Any]]:

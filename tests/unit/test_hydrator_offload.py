@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import zstandard
 
-from toolref import AsyncRegistryClient, compression
-from toolref.hydrator import Hydrator
+from toolref import AsyncRegistryClient
+from toolref.receiving.hydrator import Hydrator
+from toolref.wire import compression
 
 BODY = b'{"messages":[{"role":"user","content":"' + b"a" * (4 << 20) + b'"}]}'
 

@@ -89,7 +89,7 @@ def test_configure_routes_every_logger_through_json(capsys: pytest.CaptureFixtur
     saved = root.handlers[:], root.level
     try:
         config = configure("info")
-        logging.getLogger("toolref_server.store").info("hello %s", "there")
+        logging.getLogger("toolref_server.storage.store").info("hello %s", "there")
         logging.getLogger("uvicorn.error").info(
             "Started server process", extra={"color_message": "Started \x1b[36mserver\x1b[0m"}
         )

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 
 from toolref import ToolReferenceManager
-from toolref.asgi import _with_references_header
-from toolref.rewriter import REFERENCES_HEADER
+from toolref.receiving.middleware import _with_references_header
+from toolref.sending.manager import REFERENCES_HEADER
 
 REF = "tr_aaaaaaaaaaaaaaaaaaaaaaaaaa"
 HEADER = '{"call_\\u20ac":"tr_aaaaaaaaaaaaaaaaaaaaaaaaaa"}'

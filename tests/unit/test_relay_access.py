@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from toolref.relay import RelayConfig
-from toolref.relay.clients import Clients, credential_digest
-from toolref.relay.control import bearer, remove, same, switch_header, switch_request, write
-from toolref.relay.guard import host_refusal, origin_refusal, served_hosts
-from toolref.rewriter import ToolReferenceManager
+from toolref.sending.manager import ToolReferenceManager
+from toolref_relay import RelayConfig
+from toolref_relay.clients import Clients, credential_digest
+from toolref_relay.control import bearer, remove, same, switch_header, switch_request, write
+from toolref_relay.guard import host_refusal, origin_refusal, served_hosts
 
 SECRET = b"k" * 32
 

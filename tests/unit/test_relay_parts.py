@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import zstandard
 
-from toolref.asgi import Message
-from toolref.errors import BodyTooLargeError, DecompressedTooLargeError, MalformedBodyError
-from toolref.hops import end_to_end
-from toolref.inbound import Disconnected, read_body
-from toolref.relay import (
+from toolref.receiving.asgi_io import Disconnected, read_body
+from toolref.receiving.hops import end_to_end
+from toolref.receiving.middleware import Message
+from toolref.sending.transport import recognise
+from toolref.wire.errors import BodyTooLargeError, DecompressedTooLargeError, MalformedBodyError
+from toolref_relay import (
     RelayConfig,
     Switchboard,
     Tally,
@@ -30,9 +31,8 @@ from toolref.relay import (
     turn_line,
     worth_registering,
 )
-from toolref.relay.bodies import TOO_LARGE, inflated, readable
-from toolref.relay.headers import to_agent, to_gateway, to_provider
-from toolref.transport import recognise
+from toolref_relay.bodies import TOO_LARGE, inflated, readable
+from toolref_relay.headers import to_agent, to_gateway, to_provider
 
 AGENT = [
     ("Host", "127.0.0.1:8760"),

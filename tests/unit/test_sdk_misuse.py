@@ -29,7 +29,7 @@ from toolref import (
     formats,
     handoff,
 )
-from toolref.errors import error_class_for
+from toolref.wire.errors import error_class_for
 
 BASE = "http://registry.test"
 MESSAGES: list[Any] = [

@@ -8,9 +8,9 @@ import pydantic
 import pytest
 
 import toolref
-from toolref import errors
-from toolref.errors import ConfigurationError, MissingRefsError, ToolrefError, error_class_for
-from toolref.protocol import negotiate
+from toolref.wire import errors
+from toolref.wire.errors import ConfigurationError, MissingRefsError, ToolrefError, error_class_for
+from toolref.wire.protocol import negotiate
 from toolref_server.settings import Settings, parse_api_keys
 
 H1 = hashlib.sha256(b"k1").hexdigest()
@@ -126,6 +126,6 @@ def test_format_names_agree_between_models_and_formats() -> None:
     from typing import get_args
 
     from toolref import formats
-    from toolref.models import FormatName
+    from toolref.wire.models import FormatName
 
     assert get_args(FormatName) == formats.NAMES

@@ -11,10 +11,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from toolref.canonical import canonical_json, digest_of
-from toolref.errors import StoreUnavailableError
-from toolref_server import record
-from toolref_server.store import NewRecord, Store
+from toolref.wire.canonical import canonical_json, digest_of
+from toolref.wire.errors import StoreUnavailableError
+from toolref_server.storage import record
+from toolref_server.storage.store import NewRecord, Store
 
 INVOCATION = {"name": "read", "args": {"path": "a"}, "result": "x" * 2000, "isError": False}
 

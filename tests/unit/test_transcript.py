@@ -14,14 +14,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolref import ToolReferenceManager, formats, transcript
-from toolref.canonical import canonical_json
-from toolref.encoding import dumps_json
-from toolref.errors import DictionaryMismatchError, MissingHistoryError, MissingRefsError
-from toolref.exchange import Exchange
+from toolref import ToolReferenceManager, formats
 from toolref.history import HISTORY_HEADER, chain_form, dictionary, heads, history_ref
-from toolref.rewriter import ref_of
-from toolref.transcript import Transcripts, key_of, keys_of, transcribe
+from toolref.registry.exchange import Exchange
+from toolref.sending import transcript
+from toolref.sending.manager import ref_of
+from toolref.sending.transcript import Transcripts, key_of, keys_of, transcribe
+from toolref.wire.canonical import canonical_json
+from toolref.wire.encoding import dumps_json
+from toolref.wire.errors import DictionaryMismatchError, MissingHistoryError, MissingRefsError
 
 from .format_strategies import CONVERSATIONS, LONG_TEXT, SCALARS, STRINGS
 from .test_history import conversation
@@ -274,9 +275,9 @@ class Counter:
             return real_dumps(value)
 
         # Where each is looked up: digests (canonical), heads (history, transcript), scans.
-        for module in ("toolref.canonical", "toolref.history", "toolref.transcript"):
+        for module in ("toolref.wire.canonical", "toolref.history", "toolref.sending.transcript"):
             monkeypatch.setattr(f"{module}.canonical_json", counted_canonical)
-        monkeypatch.setattr("toolref.transcript.dumps_json", counted_dumps)
+        monkeypatch.setattr("toolref.sending.transcript.dumps_json", counted_dumps)
         monkeypatch.setattr("toolref.formats.scan", counted_scan)
 
     def reset(self) -> None:

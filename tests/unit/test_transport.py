@@ -1,4 +1,4 @@
-"""`toolref.transport.recognise`: which requests the transports rewrite (a pure function)."""
+"""`toolref.sending.transport.recognise`: which requests the transports rewrite (pure)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 
-from toolref.rewriter import may_resend
-from toolref.transport import LLMRequest, recognise
+from toolref.sending.manager import may_resend
+from toolref.sending.transport import LLMRequest, recognise
 
 JSON = {"content-type": "application/json"}
 

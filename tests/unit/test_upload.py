@@ -10,16 +10,17 @@ import httpx
 import pytest
 import zstandard
 
-from toolref import ToolReferenceManager, compression, formats, history
-from toolref.encoding import dumps_json
-from toolref.errors import (
+from toolref import ToolReferenceManager, formats, history
+from toolref.history import HISTORY_HEADER, chain_form, dictionary, heads, history_ref
+from toolref.sending.manager import ref_of
+from toolref.sending.upload import Prior, Turn, prepare
+from toolref.wire import compression
+from toolref.wire.encoding import dumps_json
+from toolref.wire.errors import (
     DictionaryMismatchError,
     InvalidHistoryHeaderError,
     MissingHistoryError,
 )
-from toolref.history import HISTORY_HEADER, chain_form, dictionary, heads, history_ref
-from toolref.rewriter import ref_of
-from toolref.upload import Prior, Turn, prepare
 
 from .test_history import conversation
 

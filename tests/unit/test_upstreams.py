@@ -1,4 +1,4 @@
-"""`toolref_server.upstreams`: `TOOLREF_UPSTREAMS` parsed, and the route of a gateway path."""
+"""`toolref_server.gateway.upstreams`: `TOOLREF_UPSTREAMS` parsed, and a gateway path's route."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolref.errors import BadRequestError, ConfigurationError
-from toolref_server.upstreams import Upstream, parse_upstreams, route
+from toolref.wire.errors import BadRequestError, ConfigurationError
+from toolref_server.gateway.upstreams import Upstream, parse_upstreams, route
 
 UPSTREAMS = parse_upstreams("up=https://api.example.com/api/,local=http://127.0.0.1:8080")
 

@@ -1,5 +1,5 @@
 /**
- * Canonical JSON: RFC 8785 (JCS), bit-identical to client_sdk/toolref/canonical.py.
+ * Canonical JSON: RFC 8785 (JCS), bit-identical to client_sdk/toolref/wire/canonical.py.
  *
  * JCS writes numbers as ECMAScript does and sorts keys by UTF-16 code units, which is what
  * `String(number)` and the default string order already are here. The one extension of the

@@ -1,6 +1,6 @@
 /**
  * Transcripts: what the manager keeps of each conversation it prepared, so a turn costs
- * work in proportion to its new messages (client_sdk/toolref/transcript.py, simplified for
+ * work in proportion to its new messages (client_sdk/toolref/sending/transcript.py, simplified for
  * formats that keep a call and its result in one message: a message's chain form depends on
  * that message alone).
  *

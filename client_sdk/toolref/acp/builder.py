@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Self
 from toolref.acp.content import diff_content, location, terminal_content, text_content
 from toolref.acp.kind import ToolKind
 from toolref.acp.state import ToolCallState, ToolCallStatus
-from toolref.errors import AcpError
+from toolref.wire.errors import AcpError
 
 if TYPE_CHECKING:
     from toolref.acp.tracker import ToolCallTracker

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolref.errors import AcpError
+from toolref.wire.errors import AcpError
 
 STATUSES: Final = frozenset(("pending", "in_progress", "completed"))
 PRIORITIES: Final = frozenset(("high", "medium", "low"))

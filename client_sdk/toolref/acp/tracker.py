@@ -15,10 +15,10 @@ from toolref.acp.kind import ToolKind, tool_kind
 from toolref.acp.plan import plan_entries
 from toolref.acp.state import ToolCallState, ToolCallStatus
 from toolref.acp.title import locations_for, title_for
-from toolref.canonical import canonical_json
-from toolref.encoding import dumps_json
-from toolref.errors import AcpError, DuplicateToolCallError, UnknownToolCallError
 from toolref.streaming.call import CallStatus, ToolCall
+from toolref.wire.canonical import canonical_json
+from toolref.wire.encoding import dumps_json
+from toolref.wire.errors import AcpError, DuplicateToolCallError, UnknownToolCallError
 
 Notification = dict[str, Any]
 _FINAL = frozenset((ToolCallStatus.COMPLETED, ToolCallStatus.FAILED))

@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
-from toolref.errors import ValidationError
 from toolref.formats import ai_sdk_v4, ai_sdk_v5, anthropic, gemini, openai_chat, openai_responses
 from toolref.formats.conversation import Pair, Scan, fill, replace, with_results
 from toolref.formats.conversation import scan as scan_sites
 from toolref.formats.evidence import DISTINCTIVE, FOREIGN
 from toolref.formats.site import MARKER, ORDER, Site
-from toolref.models import FormatName
+from toolref.wire.errors import ValidationError
+from toolref.wire.models import FormatName
 
 
 def _as_is(text: str) -> Any:

@@ -15,8 +15,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolref.canonical import Ref, is_ref
-from toolref.errors import InvalidRefError, ValidationError
 from toolref.formats.site import (
     MARKER,
     ORDER,
@@ -28,6 +26,8 @@ from toolref.formats.site import (
     to_marker,
     update_all,
 )
+from toolref.wire.canonical import Ref, is_ref
+from toolref.wire.errors import InvalidRefError, ValidationError
 
 
 @dataclass(slots=True)

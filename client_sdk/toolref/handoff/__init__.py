@@ -26,7 +26,7 @@ from toolref.handoff.dedup import deduplicate
 from toolref.handoff.dialogue import digest
 from toolref.handoff.render import CLOSE, OPEN, render
 from toolref.kinds import DEFAULT_KINDS, KindTable
-from toolref.models import FormatName
+from toolref.wire.models import FormatName
 
 MAX_TOOL_CONTEXT_CHARS: Final = 40_000
 PER_RESULT_CHARS: Final = 4_000

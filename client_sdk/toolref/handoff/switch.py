@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from toolref import spans
-from toolref.errors import ValidationError
 from toolref.handoff import build, prepend
-from toolref.models import FormatName
+from toolref.wire.errors import ValidationError
+from toolref.wire.models import FormatName
 
 ID_PATTERN: Final = re.compile(r"[a-zA-Z0-9_-]{1,256}")
 _PREFIX: Final = "tid_"

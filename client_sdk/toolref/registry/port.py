@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toolref import spans
-from toolref.client import AsyncRegistryClient
-from toolref.models import FormatName, ReturnMessages
+from toolref.registry.client import AsyncRegistryClient
+from toolref.wire.models import FormatName, ReturnMessages
 
 
 @dataclass(frozen=True, slots=True)

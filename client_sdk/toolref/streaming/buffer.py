@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequenc
 from dataclasses import replace
 from typing import Any
 
-from toolref.errors import ChunkSequenceError
 from toolref.streaming.call import CallStatus, ToolCall
 from toolref.streaming.chunk import ABORTED, ArgPatch, ToolChunk
 from toolref.streaming.event import (
@@ -20,6 +19,7 @@ from toolref.streaming.event import (
     CallStarted,
     ToolEvent,
 )
+from toolref.wire.errors import ChunkSequenceError
 
 _NO_EVENTS: tuple[ToolEvent, ...] = ()
 _FREEFORM = frozenset(("custom", "custom_tool_call"))

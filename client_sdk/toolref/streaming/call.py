@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from toolref.canonical import Ref
-from toolref.errors import UnusableToolCallError
-from toolref.models import Invocation
+from toolref.wire.canonical import Ref
+from toolref.wire.errors import UnusableToolCallError
+from toolref.wire.models import Invocation
 
 
 class CallStatus(StrEnum):

@@ -8,19 +8,19 @@ from typing import Any, TypeVar
 import pydantic
 from starlette.requests import Request
 
-from toolref import compression
-from toolref.budget import SCOPE_KEY, Account
-from toolref.canonical import Ref
-from toolref.errors import (
+from toolref.receiving.budget import SCOPE_KEY, Account
+from toolref.wire import compression
+from toolref.wire.canonical import Ref
+from toolref.wire.errors import (
     BatchTooLargeError,
     InvalidRefError,
     ProtocolRequiredError,
     ValidationError,
 )
-from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
-from toolref_server import codec
-from toolref_server.record import Record
+from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref_server.http import codec
 from toolref_server.services import Services
+from toolref_server.storage.record import Record
 
 Model = TypeVar("Model", bound=pydantic.BaseModel)
 

@@ -9,14 +9,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from toolref import formats, handoff
-from toolref.errors import ProtocolRequiredError
 from toolref.handoff.dialogue import turns
-from toolref.models import HandoffRequest
-from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
-from toolref_server import codec
+from toolref.wire.errors import ProtocolRequiredError
+from toolref.wire.models import HandoffRequest
+from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref_server.http import codec
+from toolref_server.registry.summarizers import OpenAICompatibleSummarizer
 from toolref_server.routes import context
 from toolref_server.routes.messages import conversation_of, resolve_markers
-from toolref_server.summarizers import OpenAICompatibleSummarizer
 
 
 async def handoff_context(request: Request) -> Response:

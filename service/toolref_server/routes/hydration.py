@@ -24,19 +24,18 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from toolref import history
-from toolref.budget import SCOPE_KEY, Account, charge
-from toolref.canonical import Ref
-from toolref.errors import DecompressedTooLargeError, ProtocolRequiredError, ValidationError
 from toolref.formats import source
 from toolref.formats.source import Payload
 from toolref.history import HISTORY_HEADER, continued_ref, history_header
-from toolref.models import HydrateRequest
-from toolref.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
-from toolref_server import codec, compaction
-from toolref_server.history_cache import Hydrated
-from toolref_server.record import Record
-from toolref_server.routes import context, continuation
-from toolref_server.routes.continuation import Continuation, Tail
+from toolref.receiving.budget import SCOPE_KEY, Account, charge
+from toolref.wire.canonical import Ref
+from toolref.wire.errors import DecompressedTooLargeError, ProtocolRequiredError, ValidationError
+from toolref.wire.models import HydrateRequest
+from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref_server.http import codec
+from toolref_server.registry import compaction, continuation
+from toolref_server.registry.continuation import Continuation, Tail
+from toolref_server.routes import context
 from toolref_server.routes.messages import (
     Conversation,
     Registration,
@@ -52,6 +51,8 @@ from toolref_server.routes.messages import (
     stats,
 )
 from toolref_server.services import Services
+from toolref_server.storage.history_cache import Hydrated
+from toolref_server.storage.record import Record
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +126,7 @@ class Done:
 
 async def run(services: Services, ask: Ask) -> Done:
     """The steps after `read`, for a request read from HTTP or handed over in process
-    (`toolref_server.inprocess`)."""
+    (`toolref_server.gateway.inprocess`)."""
     summarizer = _summarizer(services, ask.body)
     work = await continue_history(services, ask)
     held = await resolve(services, ask.tenant, work)

@@ -8,20 +8,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from toolref.canonical import Digest, Ref, canonical_json
-from toolref.errors import NotFoundError, RefCollisionError, ValidationError
-from toolref.models import (
+from toolref.wire.canonical import Digest, Ref, canonical_json
+from toolref.wire.errors import NotFoundError, RefCollisionError, ValidationError
+from toolref.wire.models import (
     FindMissingResponse,
     RefsRequest,
     RegisteredRef,
     RegisterRequest,
     RegisterResponse,
 )
-from toolref.numbers import describe, whole_number
-from toolref_server import codec, record
-from toolref_server.record import Record
+from toolref.wire.numbers import describe, whole_number
+from toolref_server.http import codec
 from toolref_server.routes import context
-from toolref_server.store import NewRecord
+from toolref_server.storage import record
+from toolref_server.storage.record import Record
+from toolref_server.storage.store import NewRecord
 
 
 async def register(request: Request) -> Response:

@@ -21,17 +21,18 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from toolref import formats
-from toolref.canonical import invocation_digest
-from toolref.encoding import dumps_json
-from toolref.errors import BatchTooLargeError, MissingRefsError, ValidationError
 from toolref.formats import Detection, Format, Scan, source
 from toolref.history import HISTORY_HEADER
-from toolref.models import FormatName, HandoffRequest, HydrateRequest, OptimizeRequest
-from toolref_server import codec, record
-from toolref_server.record import Record
+from toolref.wire.canonical import invocation_digest
+from toolref.wire.encoding import dumps_json
+from toolref.wire.errors import BatchTooLargeError, MissingRefsError, ValidationError
+from toolref.wire.models import FormatName, HandoffRequest, HydrateRequest, OptimizeRequest
+from toolref_server.http import codec
 from toolref_server.routes import context
 from toolref_server.services import Services
-from toolref_server.store import NewRecord
+from toolref_server.storage import record
+from toolref_server.storage.record import Record
+from toolref_server.storage.store import NewRecord
 
 Body = TypeVar("Body", OptimizeRequest, HydrateRequest, HandoffRequest)
 

@@ -7,11 +7,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from toolref import formats
-from toolref.canonical import REF_DIGEST_BYTES, REF_LENGTH, REF_PREFIX
-from toolref.errors import StoreUnavailableError
-from toolref.models import Capabilities, Health, Limits, ProtocolRange, RefScheme
-from toolref.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
-from toolref_server import codec, openapi
+from toolref.wire.canonical import REF_DIGEST_BYTES, REF_LENGTH, REF_PREFIX
+from toolref.wire.errors import StoreUnavailableError
+from toolref.wire.models import Capabilities, Health, Limits, ProtocolRange, RefScheme
+from toolref.wire.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
+from toolref_server.http import codec, openapi
 from toolref_server.metrics import CONTENT_TYPE as METRICS_TYPE
 from toolref_server.routes import context
 from toolref_server.settings import Settings

@@ -28,9 +28,9 @@ from toolref.acp import (
     title_for,
     tool_kind,
 )
-from toolref.errors import AcpError, DuplicateToolCallError, UnknownToolCallError
 from toolref.kinds import Kind, KindTable
 from toolref.streaming import CallStatus, ToolCall
+from toolref.wire.errors import AcpError, DuplicateToolCallError, UnknownToolCallError
 
 MakeTracker = Callable[..., ToolCallTracker]
 Sent = list[dict[str, Any]]

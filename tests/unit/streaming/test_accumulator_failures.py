@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests.fixtures.streams import replay
-from toolref.errors import ChunkSequenceError
 from toolref.streaming import ArgumentsProgress, CallStatus, ToolBuffer, accumulate, adapter_for
+from toolref.wire.errors import ChunkSequenceError
 
 
 def chunk(*calls: dict[str, Any], finish: str | None = None) -> dict[str, Any]:

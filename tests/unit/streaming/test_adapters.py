@@ -14,10 +14,10 @@ from openai.types.responses import (
     ResponseOutputItemAddedEvent,
 )
 
-from toolref.errors import ChunkSequenceError, ConfigurationError
 from toolref.streaming import ADAPTERS, CallStatus, ToolBuffer, ToolCall, adapter_for
 from toolref.streaming.adapters.base import as_event
 from toolref.streaming.adapters.gemini import json_path
+from toolref.wire.errors import ChunkSequenceError, ConfigurationError
 
 Event = dict[str, Any]
 

@@ -11,9 +11,6 @@ from typing import Any
 import pytest
 
 import toolref.streaming.event as event_module
-from toolref.canonical import digest_of
-from toolref.errors import ChunkSequenceError, UnusableToolCallError
-from toolref.models import Invocation
 from toolref.streaming import (
     ABORTED,
     TRUNCATED,
@@ -30,6 +27,9 @@ from toolref.streaming import (
     accumulate,
     partial_arguments,
 )
+from toolref.wire.canonical import digest_of
+from toolref.wire.errors import ChunkSequenceError, UnusableToolCallError
+from toolref.wire.models import Invocation
 
 # --- helpers -----------------------------------------------------------------------------
 

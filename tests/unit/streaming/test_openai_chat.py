@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from toolref.errors import UnusableToolCallError
 from toolref.streaming import (
     ABORTED,
     FILTERED,
@@ -19,6 +18,7 @@ from toolref.streaming import (
     ToolCall,
     accumulate,
 )
+from toolref.wire.errors import UnusableToolCallError
 
 NO_INDEX = object()  # `call(index=NO_INDEX)`: the fragment has no "index" key at all
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from toolref.errors import ChunkSequenceError
 from toolref.streaming import CallStatus, accumulate
 from toolref.streaming.adapters.base import as_event
+from toolref.wire.errors import ChunkSequenceError
 
 PAYLOAD = {"type": "message_start", "message": {"id": "msg_1", "content": []}}
 TEXT = json.dumps(PAYLOAD)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from toolref.errors import ConfigurationError
 from toolref.streaming.adapters.anthropic import AnthropicAdapter
 from toolref.streaming.adapters.base import StreamAdapter
 from toolref.streaming.adapters.bedrock import BedrockAdapter
@@ -11,6 +10,7 @@ from toolref.streaming.adapters.gemini import GeminiAdapter
 from toolref.streaming.adapters.ollama import OllamaAdapter
 from toolref.streaming.adapters.openai_chat import OpenAIChatAdapter
 from toolref.streaming.adapters.openai_responses import OpenAIResponsesAdapter
+from toolref.wire.errors import ConfigurationError
 
 ADAPTERS: dict[str, type[StreamAdapter]] = {
     cls.provider: cls

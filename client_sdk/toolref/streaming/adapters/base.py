@@ -7,9 +7,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from toolref.errors import ChunkSequenceError
-from toolref.numbers import whole_number
 from toolref.streaming.chunk import ABORTED, TRUNCATED, ToolChunk
+from toolref.wire.errors import ChunkSequenceError
+from toolref.wire.numbers import whole_number
 
 DONE_SENTINEL = "[DONE]"
 

@@ -12,10 +12,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from toolref.errors import ChunkSequenceError
-from toolref.numbers import describe, whole_number
 from toolref.streaming.adapters.base import StreamAdapter, as_int, pick
 from toolref.streaming.chunk import FILTERED, MALFORMED, TRUNCATED, ArgPatch, PathPart, ToolChunk
+from toolref.wire.errors import ChunkSequenceError
+from toolref.wire.numbers import describe, whole_number
 
 _MALFORMED = {
     "MALFORMED_FUNCTION_CALL",

@@ -13,9 +13,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from toolref.errors import ChunkSequenceError
 from toolref.streaming.adapters.base import StreamAdapter, as_int
 from toolref.streaming.chunk import ABORTED, FILTERED, TRUNCATED, ToolChunk
+from toolref.wire.errors import ChunkSequenceError
 
 _KNOWN = frozenset(("index", "id", "type", "function"))
 _TRUNCATING = {"length": TRUNCATED, "content_filter": FILTERED}

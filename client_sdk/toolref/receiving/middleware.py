@@ -1,0 +1,394 @@
+"""`ToolRefMiddleware`: refs for Python chat backends (Starlette, FastAPI, any ASGI app).
+
+For a client speaking protocol 2 (`Toolref-Protocol: 2`), the middleware hydrates the
+request body through the registry before the app sees it (see `toolref.receiving.hydrator`): the app
+receives exactly the body the client would have sent without toolref, every message as the
+client wrote it. The answer tells the client what it lacks: the history ref confirmed (in
+`Toolref-History`), or the refs of payloads it sent in full (`toolReferences` added to a
+JSON answer, or a `Toolref-References` header on anything else, event streams included).
+An unknown ref is answered with 409 and `missingRefs`, and the client's SDK resends those
+payloads in full; an unknown history with 409 `missing-history`, and the SDK resends all.
+
+Streaming stays streaming: after the body, the app's `receive` is the real one (it waits for
+the client to disconnect), and an answer is held back only to add `toolReferences` to a
+JSON body that arrives in one piece.
+
+A protocol-1 request passes through untouched, and its answer is byte for byte what the app
+alone would give. When the registry is down (or refuses the middleware's key), requests
+without markers pass through and are answered as protocol 1 (so clients send full payloads);
+requests with markers get 409 with every ref missing, and requests continuing a history a
+409 `missing-history`, which the SDK answers by resending in full. Chatting never stops.
+Each such fallback is counted in `toolref_middleware_fallbacks_total{reason}`; a registry
+that is unreachable or refuses the key is logged once, at start-up (or on the first request
+when the server runs no lifespan).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Container, MutableMapping, Sequence
+from typing import Any, Final
+
+from toolref.checks import check_middleware_options
+from toolref.history import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
+from toolref.receiving.asgi_io import Disconnected, read_body
+from toolref.receiving.budget import SCOPE_KEY, Account, Budget, shared
+from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough
+from toolref.registry.client import AsyncRegistryClient
+from toolref.registry.port import Registry
+from toolref.sending.manager import REFERENCES_HEADER
+from toolref.wire.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
+from toolref.wire.errors import InvalidProtocolError, ToolrefError
+from toolref.wire.models import FormatName
+from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
+
+log = logging.getLogger(__name__)
+
+# The ASGI types, spelled out so the SDK does not depend on Starlette.
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_PROTOCOL: Final = PROTOCOL_HEADER.lower().encode()
+_HISTORY: Final = HISTORY_HEADER.lower().encode()
+_DICTIONARY: Final = DICTIONARY_HEADER.lower().encode()
+_CHECKPOINT: Final = CHECKPOINT_HEADER.lower().encode()
+_REFERENCES: Final = REFERENCES_HEADER.lower().encode()
+_HEADER_LIMIT: Final = 8192  # beyond this, refs are not offered in a header (proxies cut long ones)
+_VERIFY_SECONDS: Final = 5.0
+
+
+class ToolRefMiddleware:
+    """Hydrate refs in requests and confirm refs in answers; see the module docstring.
+
+    registry: the `AsyncRegistryClient` to hydrate through (its breaker decides when the
+        registry is skipped), or any `toolref.registry.port.Registry`.
+    messages_keys: where the messages may sit in a request body (the first present wins).
+    format: the message format (detected per request when None).
+    paths: only requests to these paths are handled (all POST/PUT/PATCH when None).
+    max_body_bytes: larger protocol-2 bodies, as sent, are refused with 413.
+    max_inflated_bytes: the same for a gzip or zstd body once inflated.
+    recent_histories: how many confirmed histories to keep in memory, in full: the next
+        turn of one is answered by asking the registry only for the new messages, and its
+        dictionary rebuilt without a registry call.
+    recent_history_chars: at most this many characters of them in all, with the request
+        bodies kept to compress against (LRU).
+    alter_answers: add `toolReferences` to a JSON answer (held whole for it); False: the
+        answer's body is never changed or held, and refs travel only in the
+        `Toolref-References` header (the gateway, forwarding a provider's answer).
+    offload_bytes: see `toolref.receiving.hydrator.Hydrator` (None: every step on the event loop).
+    budget: the bytes of request bodies the process may hold at once, inflated, shared by
+        every middleware given it (`toolref.receiving.budget.shared`, 256 MiB, when None); a request
+        past it is answered 503 `overloaded` with `Retry-After`, before it costs more. The
+        app may close the account in `scope[toolref.receiving.budget.SCOPE_KEY]` once it has sent
+        the body on and holds it no more (the gateway does).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        registry: Registry | AsyncRegistryClient,
+        *,
+        messages_keys: Sequence[str] = ("messages", "input", "contents"),
+        format: FormatName | None = None,
+        paths: Container[str] | None = None,
+        max_body_bytes: int = 32 * 2**20,
+        max_inflated_bytes: int = 64 * 2**20,
+        recent_histories: int = 32,
+        recent_history_chars: int = 64 * 2**20,
+        alter_answers: bool = True,
+        offload_bytes: int | None = None,
+        budget: Budget | None = None,
+    ) -> None:
+        check_middleware_options(
+            registry=registry,
+            messages_keys=messages_keys,
+            format=format,
+            paths=paths,
+            max_body_bytes=max_body_bytes,
+            recent_histories=recent_histories,
+            recent_history_chars=recent_history_chars,
+        )
+        self.app = app
+        self.registry = registry
+        self.paths = paths
+        self.max_body_bytes = max_body_bytes
+        self.alter_answers = alter_answers
+        self.budget = budget if budget is not None else shared
+        if self.budget.limit < max_body_bytes + max_inflated_bytes:
+            raise ValueError(
+                f"the budget of bodies in flight ({self.budget.limit} bytes) is below what one "
+                f"request may hold (max_body_bytes {max_body_bytes} as sent plus "
+                f"max_inflated_bytes {max_inflated_bytes}), so such a request could never be "
+                "served; pass budget=toolref.receiving.budget.Budget(<a few times that>)"
+            )
+        self.hydrator = Hydrator(
+            registry,
+            messages_keys=messages_keys,
+            format=format,
+            max_inflated_bytes=max_inflated_bytes,
+            recent_histories=recent_histories,
+            recent_history_chars=recent_history_chars,
+            offload_bytes=offload_bytes,
+        )
+        self.registry_problem: str | None = None  # what the start-up check found wrong
+        self._verified: asyncio.Task[None] | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, self._on_startup(receive), send)
+            return
+        if not self._handles(scope):
+            await self.app(scope, receive, send)
+            return
+        await self._verify_once()
+        with self.budget.account() as account:
+            await hydrate_request(
+                self.app,
+                self.hydrator,
+                scope,
+                receive,
+                send,
+                account=account,
+                max_body_bytes=self.max_body_bytes,
+                alter_answers=self.alter_answers,
+            )
+
+    # --- the registry, checked once -----------------------------------------------------
+
+    def _on_startup(self, receive: Receive) -> Receive:
+        async def wrapped() -> Message:
+            message = await receive()
+            if message.get("type") == "lifespan.startup":
+                await self._verify_once()
+            return message
+
+        return wrapped
+
+    async def _verify_once(self) -> None:
+        """At start-up, or before the first request when the server runs no lifespan; requests
+        arriving meanwhile wait for the same check."""
+        if self._verified is None:
+            self._verified = asyncio.ensure_future(self._verify())
+        await asyncio.shield(self._verified)
+
+    async def _verify(self) -> None:
+        registry = self.hydrator.registry
+        try:
+            problem = await asyncio.wait_for(registry.verify(), _VERIFY_SECONDS)
+        except TimeoutError:
+            problem = f"{registry.location} did not answer in time"
+        self.registry_problem = problem
+        if problem is not None:
+            log.error(
+                "toolref registry check failed: %s. Until it is fixed, protocol-2 requests "
+                "pass to the app as protocol 1 (clients send full payloads); "
+                "toolref_middleware_fallbacks_total counts them",
+                problem,
+            )
+
+    # --- the request --------------------------------------------------------------------
+
+    def _handles(self, scope: Scope) -> bool:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            return False
+        if self.paths is not None and scope["path"] not in self.paths:
+            return False
+        return speaks_refs(scope)
+
+
+def speaks_refs(scope: Scope) -> bool:
+    """The request asks for protocol 2 or later (a header that is no version is not ours to
+    judge: the app sees the request as it came)."""
+    values = [v.decode("latin-1") for k, v in scope["headers"] if k == _PROTOCOL]
+    try:
+        return negotiate(",".join(values) if values else None) >= PROTOCOL_REFS
+    except InvalidProtocolError:
+        return False
+
+
+async def hydrate_request(
+    app: ASGIApp,
+    hydrator: Hydrator,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    account: Account,
+    max_body_bytes: int,
+    alter_answers: bool,
+) -> None:
+    """One protocol-2 request through `hydrator` to `app`: its body read (within
+    `max_body_bytes`), inflated and hydrated, charged to `account` as it grows; a refusal
+    answered as a problem; the answer marked with what the client lacks (`alter_answers`:
+    refs added to a JSON answer, held whole for it)."""
+    try:
+        outcome = await _outcome(hydrator, scope, receive, account, max_body_bytes)
+    except Disconnected:
+        return
+    except ToolrefError as exc:
+        await _problem(send, exc, PROTOCOL_REFS)
+        return
+    downstream = with_body(scope, len(outcome.body))
+    # An app done with the body (sent on, not held) may close the account early.
+    downstream[SCOPE_KEY] = account
+    replayed = replay(outcome.body, receive)
+    if isinstance(outcome, PassThrough):
+        marked = _marked(send, outcome.protocol, None)
+    else:
+        marked = _marked(send, PROTOCOL_REFS, outcome, hold=alter_answers)
+    del outcome  # the body is held by `replayed` alone, until the app takes it
+    await app(downstream, replayed, marked)
+
+
+async def _outcome(
+    hydrator: Hydrator, scope: Scope, receive: Receive, account: Account, limit: int
+) -> Outcome:
+    """The request's body read, inflated and hydrated, charged to `account` as it grows
+    (each piece as it arrives, each chunk of inflated output, what the history adds)."""
+    raw = await read_body(receive, limit, "send fewer messages", account)
+    headers = _headers(scope)
+    body = await hydrator.inflate(
+        raw,
+        headers.get("content-encoding"),
+        headers.get(HISTORY_HEADER.lower()),
+        headers.get(DICTIONARY_HEADER.lower()),
+        account,
+    )
+    del raw  # a compressed body as sent is not needed once inflated
+    return await hydrator.hydrate(body, headers, account)
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    """Request headers by lowercase name (the first of a repeated one)."""
+    found: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        found.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))
+    return found
+
+
+def with_body(scope: Scope, length: int) -> Scope:
+    """The scope for the body the app gets: as written (no Content-Encoding), its length."""
+    headers = [
+        (k, v) for k, v in scope["headers"] if k not in (b"content-encoding", b"content-length")
+    ]
+    headers.append((b"content-length", str(length).encode()))
+    return {**scope, "headers": headers}
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """The body once, then the real `receive`: a streaming app waits on it for the client's
+    disconnect, as it would without the middleware. Once given, the body is not held here."""
+    held: bytes | None = body
+    del body
+
+    async def replayed() -> Message:
+        nonlocal held
+        if held is None:
+            return await receive()
+        message = {"type": "http.request", "body": held, "more_body": False}
+        held = None
+        return message
+
+    return replayed
+
+
+def _marked(send: Send, protocol: int, outcome: Hydrated | None, *, hold: bool = True) -> Send:
+    """Mark the answer with the protocol used and, for protocol 2, what the client lacks.
+    Only a successful JSON answer that arrives in one piece is held (with `hold`), to add
+    `toolReferences` to it; anything else gets a `Toolref-References` header."""
+    references = outcome.references if outcome is not None else {}
+    confirmed = outcome.history if outcome is not None else None
+    primed = outcome is not None and outcome.primed
+    checkpoint = outcome.checkpoint if outcome is not None else None
+    held: Message | None = None
+
+    async def wrapped(message: Message) -> None:
+        nonlocal held
+        kind = message["type"]
+        if kind == "http.response.start":
+            headers = [
+                (k, v)
+                for k, v in message.get("headers", [])
+                if k.lower() not in (_PROTOCOL, _HISTORY, _DICTIONARY, _CHECKPOINT, _REFERENCES)
+            ]
+            headers.append((_PROTOCOL, str(protocol).encode()))
+            if confirmed is not None:
+                headers.append((_HISTORY, confirmed.encode()))
+                if primed:  # this body is kept with that history, to compress against
+                    headers.append((_DICTIONARY, b"?1"))
+                if checkpoint is not None:
+                    headers.append((_CHECKPOINT, checkpoint.encode()))
+            message = {**message, "headers": headers}
+            if hold and references and message.get("status", 200) < 300 and _is_json(headers):
+                held = message
+                return
+            await send(_with_references_header(message, references))
+        elif kind == "http.response.body" and held is not None:
+            start, held = held, None
+            if message.get("more_body", False):  # streamed: the body is not ours to hold
+                await send(_with_references_header(start, references))
+                await send(message)
+                return
+            body = _add_references(message.get("body", b""), references)
+            headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+            headers.append((b"content-length", str(len(body)).encode()))
+            await send({**start, "headers": headers})
+            await send({**message, "body": body})
+        else:
+            await send(message)
+
+    return wrapped
+
+
+def _with_references_header(start: Message, references: dict[str, str]) -> Message:
+    if not references:
+        return start
+    header = json.dumps(references, separators=(",", ":")).encode()
+    if len(header) > _HEADER_LIMIT:
+        return start
+    return {**start, "headers": [*start["headers"], (_REFERENCES, header)]}
+
+
+def _is_json(headers: list[tuple[bytes, bytes]]) -> bool:
+    media = b""
+    for key, value in headers:
+        if key.lower() == b"content-type":
+            media = value.split(b";")[0].strip().lower()
+        if key.lower() == b"content-encoding" and value.strip().lower() != b"identity":
+            return False
+    return media == JSON_TYPE.encode()
+
+
+def _add_references(body: bytes, references: dict[str, str]) -> bytes:
+    """`toolReferences` appended to a JSON object body, every other byte as the app wrote
+    it; any other body is left alone."""
+    stripped = body.rstrip()
+    if not stripped.endswith(b"}"):
+        return body
+    try:
+        value = loads_fast(body)  # only whether it is an object matters
+    except ValueError:
+        return body
+    if not isinstance(value, dict):
+        return body
+    member = b'"toolReferences":' + json.dumps(references, separators=(",", ":")).encode()
+    inner = stripped[:-1].rstrip()
+    joiner = b"" if inner.endswith(b"{") else b","
+    return inner + joiner + member + b"}"
+
+
+async def _problem(send: Send, error: ToolrefError, protocol: int) -> None:
+    body = json.dumps(error.to_problem(), separators=(",", ":")).encode()
+    headers = [
+        (b"content-type", PROBLEM_TYPE.encode()),
+        (b"content-length", str(len(body)).encode()),
+        (_PROTOCOL, str(protocol).encode()),
+        *((k.lower().encode(), v.encode()) for k, v in error.http_headers().items()),
+    ]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})

@@ -1,0 +1,629 @@
+"""`ToolReferenceManager`: send refs for payloads the server holds, everything else in full.
+
+The manager remembers the refs the server has confirmed (`toolReferences` in a chat
+backend's answer, or a register response), and rewrites outgoing messages so confirmed
+payloads travel as `toolRef` markers. The rewriting itself is the pure function `rewrite`
+over the format layer. `post` / `apost` send a rewritten request and, when the backend
+answers 409 with `missingRefs` (a ref expired or was evicted), forget those refs and resend
+those payloads in full, automatically: a conversation never fails because of a ref.
+`stream` / `astream` do the same for answers read as they arrive (event streams): those
+resends are all answered before the app sends anything, so the stream handed back is the
+one the app sends, unread.
+
+With history refs (on by default; used once the server confirms one), the manager also
+remembers the histories the server confirmed (`Toolref-History` in its answers) and sends
+only the messages after the longest one that still fits the conversation, compressed
+against it (see `upload`). A 409 `missing-history` (expired, evicted, or the server does not
+keep histories) or a 400 `dictionary-mismatch` is answered by resending, automatically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections import OrderedDict
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Container,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import httpx
+
+from toolref import formats
+from toolref.checks import check_body, check_manager_options, check_stream_method
+from toolref.formats import Format, Pair
+from toolref.history import (
+    CHECKPOINT_HEADER,
+    DICTIONARY_HEADER,
+    DICTIONARY_LIMIT,
+    HISTORY_HEADER,
+    KEEP_HISTORY,
+    history_ref,
+)
+from toolref.registry.exchange import Exchange, run_async, run_sync
+from toolref.sending.transcript import Transcripts, keys_of, transcribe
+from toolref.sending.upload import Prior, Turn, Upload, prepare
+from toolref.wire.canonical import digest_of, is_ref
+from toolref.wire.encoding import JSON_TYPE, PROBLEM_TYPE, dumps_json
+from toolref.wire.errors import (
+    DictionaryMismatchError,
+    MissingHistoryError,
+    MissingRefsError,
+    ToolrefError,
+)
+from toolref.wire.models import FormatName
+from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+
+REFERENCES_HEADER = "Toolref-References"
+_MISSING_REFS = MissingRefsError.problem_type()
+_MISSING_HISTORY = MissingHistoryError.problem_type()
+_DICTIONARY_MISMATCH = DictionaryMismatchError.problem_type()
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """Outgoing messages, and which refs stand in them."""
+
+    messages: list[Any]
+    format: FormatName | None
+    used: dict[str, str]  # pair key -> ref sent as a marker
+    refs: dict[str, str]  # pair key -> ref of every complete invocation, sent or not
+
+
+def ref_of(pair: Pair) -> str:
+    return str(digest_of(pair.invocation()).ref)
+
+
+def rewrite(messages: list[Any], fmt: Format, usable: Container[str]) -> Rewrite:
+    """Pure: `messages` with every complete invocation whose ref is `usable` made a marker."""
+    found = formats.scan(messages, fmt)
+    refs = {pair.key: ref_of(pair) for pair in found.complete}
+    used = {key: ref for key, ref in refs.items() if ref in usable}
+    return Rewrite(formats.replace(messages, found, used), fmt.name, used, refs)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sending:
+    """One attempt of a turn: what `prepare` builds the upload from, and its refs."""
+
+    turn: Turn
+    refs: Sequence[str]  # the ref of every complete invocation, in the order of their calls
+    used: int  # how many of them travel as markers
+    text_size: int | None  # len(dumps_json(messages)), when known without writing them again
+
+
+@dataclass
+class Savings:
+    """What went over the wire, next to what full payloads would have cost."""
+
+    requests: int = 0
+    fallbacks: int = 0
+    sent_bytes: int = 0
+    full_bytes: int = 0
+    refs_sent: int = 0
+    histories_used: int = 0  # requests that sent only the messages after a history
+
+    @property
+    def ratio(self) -> float:
+        return self.full_bytes / self.sent_bytes if self.sent_bytes else 1.0
+
+
+@dataclass
+class ToolReferenceManager:
+    """Client-side memory of confirmed refs, and requests that use them.
+
+    format: the conversation's message format (detected when None).
+    optimistic: also send refs for payloads this manager has sent in full before, without
+        waiting for a confirmation; the missing-ref fallback covers the rare miss.
+    messages_key: where the messages sit in the request body.
+    max_refs: how many refs to remember (least recently used are dropped first).
+    track_savings: also measure what each request would have cost with full payloads.
+    history_refs: ask the server to keep each conversation as a history, and send only the
+        messages after a history it confirmed.
+    compress: zstd request bodies (new messages against their history). None: once the
+        server has confirmed a history (such a server reads zstd); True: from the first
+        request (the server is known to); False: never.
+    max_histories: how many confirmed histories to remember (one per live conversation is
+        enough; least recently used are dropped first).
+    max_transcripts: how many conversations to keep the transcript of (each message's JSON
+        text, chain head and refs), so that preparing a turn costs in proportion to its new
+        messages; least recently used are dropped first; 0 keeps none (every turn is then
+        prepared from scratch). See `toolref.sending.transcript`.
+    max_transcript_bytes: the most the transcripts hold together, roughly (about the size of
+        the conversations' JSON text, once each); a larger conversation is not kept.
+    max_prior_bytes: the most the bodies kept to compress against hold together (one per
+        confirmed history the server keeps the body of, `Toolref-Dictionary`, each at most
+        1 MiB; least recently used are dropped first); 0 keeps none.
+    """
+
+    format: FormatName | None = None
+    optimistic: bool = False
+    messages_key: str = "messages"
+    max_refs: int = 100_000
+    track_savings: bool = True
+    history_refs: bool = True
+    compress: bool | None = None
+    max_histories: int = 64
+    max_transcripts: int = 64
+    max_transcript_bytes: int = 64 << 20
+    max_prior_bytes: int = 16 << 20
+    savings: Savings = field(default_factory=Savings)
+    confirmed: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    histories: OrderedDict[str, int] = field(default_factory=OrderedDict)  # ref -> length
+    # ref -> its `history.opening`, for the histories above (which conversation each
+    # belongs to)
+    openings: dict[str, bytes] = field(default_factory=dict)
+    priors: OrderedDict[str, Prior] = field(default_factory=OrderedDict)  # ref -> its body
+    # Backends without affinity refuse priors another replica keeps: after the n-th refusal
+    # in a row, the next 2**n - 1 turns send none, so they cost O(log turns) round trips.
+    prior_refusals: int = 0
+    prior_pause: int = 0
+    # A conversation that changes its last message every turn (Claude Code moves its cache
+    # mark) is no prefix of any history confirmed for it: once seen, every turn asks the
+    # server to keep its checkpoint too, which the next turn continues.
+    checkpoints: bool = False
+    refs_accepted: bool = False  # the backend has answered as protocol 2
+    histories_accepted: bool = False  # the backend has confirmed a history
+    transcripts: Transcripts = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_manager_options(
+            self.format,
+            self.messages_key,
+            self.max_refs,
+            self.max_histories,
+            max_transcripts=self.max_transcripts,
+            max_transcript_bytes=self.max_transcript_bytes,
+            max_prior_bytes=self.max_prior_bytes,
+        )
+        self.transcripts = Transcripts(self.max_transcripts, self.max_transcript_bytes)
+
+    # --- memory --------------------------------------------------------------------
+
+    def confirm(self, refs: Iterable[str]) -> None:
+        _remember(self.confirmed, refs, self.max_refs)
+
+    def forget(self, refs: Iterable[str]) -> None:
+        for ref in refs:
+            self.confirmed.pop(ref, None)
+            self.seen.pop(ref, None)
+
+    def learn(self, body: Any) -> None:
+        """Confirm the refs in an answer: `toolReferences`, or a register response's `refs`."""
+        if not isinstance(body, Mapping):
+            return
+        references = body.get("toolReferences")
+        if isinstance(references, Mapping):
+            self.confirm(r for r in references.values() if is_ref(r))
+        registered = body.get("refs")
+        if isinstance(registered, list):
+            self.confirm(
+                r["ref"] for r in registered if isinstance(r, Mapping) and is_ref(r.get("ref"))
+            )
+
+    # --- rewriting -----------------------------------------------------------------
+
+    def usable(self) -> Container[str]:
+        if not self.refs_accepted:
+            return ()
+        if self.optimistic:
+            return _Either(self.confirmed, self.seen)
+        return self.confirmed
+
+    def rewrite(
+        self,
+        messages: list[Any],
+        usable: Container[str] | None = None,
+        *,
+        format: FormatName | None = None,
+    ) -> Rewrite:
+        """`messages` with confirmed payloads as refs; unchanged if they cannot be read.
+        `format`: these messages' format, instead of the manager's."""
+        try:
+            fmt = formats.detect(messages, format or self.format)
+            return rewrite(messages, fmt, self.usable() if usable is None else usable)
+        except ToolrefError:
+            return Rewrite(messages, None, {}, {})  # never let rewriting fail a conversation
+
+    # --- sending with fallback -------------------------------------------------------
+
+    def _turn(
+        self,
+        body: Mapping[str, Any],
+        usable: Container[str] | None,
+        fmt_name: FormatName | None,
+        key: str,
+    ) -> _Sending:
+        messages = body[key]
+        if self.max_transcripts and isinstance(messages, list) and messages:
+            # What a transcript cannot hold (a message the stdlib cannot write, messages in
+            # no one format), the plain path below computes, or fails on, as it always did.
+            with contextlib.suppress(ValueError, TypeError, RecursionError):
+                return self._transcribed(body, messages, usable, fmt_name, key)
+        outgoing = self.rewrite(messages, usable, format=fmt_name)
+        # Messages the format layer cannot read travel as they are, without history refs.
+        fmt = formats.get(outgoing.format) if outgoing.format is not None else None
+        turn = Turn(body, key, messages, outgoing.messages, fmt, outgoing.refs)
+        return _Sending(turn, list(outgoing.refs.values()), len(outgoing.used), None)
+
+    def _transcribed(
+        self,
+        body: Mapping[str, Any],
+        messages: list[Any],
+        usable: Container[str] | None,
+        fmt_name: FormatName | None,
+        key: str,
+    ) -> _Sending:
+        """`_turn` from the transcript of the conversation: only the messages after the
+        longest unchanged prefix it holds are read, scanned, digested and written."""
+        requested = fmt_name or self.format
+        keys = keys_of(messages)
+        kept, common = self.transcripts.find(requested, keys)
+        transcript = transcribe(messages, keys, requested, kept, common)
+        self.transcripts.keep(transcript, kept)
+        markers = self.usable() if usable is None else usable
+        refs = list(transcript.all_refs())
+        turn = Turn(
+            body,
+            key,
+            messages,
+            transcript.outgoing(messages, markers),
+            formats.get(transcript.format),
+            heads=transcript.heads,
+            dictionary=transcript.dictionary,
+        )
+        used = sum(map(markers.__contains__, refs))
+        return _Sending(turn, refs, used, transcript.text_size)
+
+    def exchange(
+        self,
+        build: Callable[[bytes, dict[str, str]], httpx.Request],
+        body: Mapping[str, Any],
+        *,
+        format: FormatName | None = None,
+        messages_key: str | None = None,
+        streamed: bool = False,
+    ) -> Exchange[httpx.Response]:
+        """The sans-I/O exchange under `post`, `stream` and `toolref.Transport`: yields the
+        requests `build(content, headers)` makes for `body`, and returns the answer to keep.
+
+        format / messages_key: this request's, instead of the manager's (one manager serves
+            several APIs through a transport).
+        streamed: the driver hands answers back unread, except those `may_resend` picks,
+            which it reads whole first; only the headers of the answer kept are learned from
+            (`learn_answer` learns a JSON body read later).
+        """
+        key = messages_key or self.messages_key
+        full: int | None = None
+        usable: Container[str] | None = None
+        attempt = 0
+        histories = self.history_refs
+        dictionary = True
+        priors = self.prior_pause == 0
+        self.prior_pause = max(self.prior_pause - 1, 0)
+        while True:
+            sending = self._turn(body, usable, format, key)
+            if full is None:
+                full = _full_size(body, key, sending) if self.track_savings else 0
+            compress = self.compress if self.compress is not None else self.histories_accepted
+            upload = prepare(
+                sending.turn,
+                self.histories if histories else {},
+                keep=self.history_refs,
+                compress=compress,
+                use_dictionary=dictionary,
+                priors=self.priors if priors else None,
+                checkpoint=self.checkpoints,
+                openings=self.openings,
+            )
+            self.checkpoints = self.checkpoints or upload.rewound
+            response = cast(httpx.Response, (yield build(upload.content, upload.headers)))
+            self.savings.requests += 1
+            self.savings.sent_bytes += len(upload.content)
+            self.savings.full_bytes += full
+            self.savings.refs_sent += sending.used
+            self.savings.histories_used += upload.continued is not None
+            problem = _problem_type(response)
+            if upload.continued is not None and problem == _MISSING_HISTORY:
+                # Expired or evicted: forget it and send the whole conversation.
+                self.savings.fallbacks += 1
+                self._forget_history(upload.continued)
+                histories = False
+                continue
+            if upload.dictionary and problem == _DICTIONARY_MISMATCH:
+                # A server that no longer holds the prior body (another replica, evicted)
+                # is asked again without it; a history's own dictionary, without any.
+                self.savings.fallbacks += 1
+                if upload.prior is not None:
+                    self._refused_prior(upload.prior)
+                    priors = False
+                else:
+                    dictionary = False
+                continue
+            if upload.prior is not None and problem is None:
+                self.prior_refusals = 0
+            missing = _missing_refs(response)
+            if missing is None or not sending.used or attempt == 2:
+                self._learn_from(response, sending.refs, upload)
+                if not streamed:
+                    self.learn_answer(response.status_code, response.headers, response.content)
+                return response
+            # Refs expired or were evicted: forget them and send those payloads in full. If
+            # that is refused too, the last attempt sends the whole conversation, every
+            # payload in full (a ref the server misses may be one of the history's).
+            self.savings.fallbacks += 1
+            self.forget(missing)
+            attempt += 1
+            usable = () if attempt == 2 else None
+            histories = histories and attempt < 2
+
+    def _learn_from(self, response: httpx.Response, refs: Sequence[str], upload: Upload) -> None:
+        self.refs_accepted = response.headers.get(PROTOCOL_HEADER) == str(PROTOCOL_REFS)
+        if not self.refs_accepted or response.status_code >= 400:
+            return
+        if self.optimistic:
+            _remember(self.seen, refs, self.max_refs)
+        header = response.headers.get(REFERENCES_HEADER)
+        if header:
+            with contextlib.suppress(ValueError):
+                self.learn({"toolReferences": json.loads(header)})
+        confirmed = response.headers.get(HISTORY_HEADER)
+        # Only a head the client computed itself is remembered: a server that chained the
+        # messages differently is never sent a ref the two would disagree on.
+        if confirmed is not None and confirmed == upload.head:
+            # Every invocation of a confirmed history is held: its refs need no telling.
+            self.confirm(refs)
+            self.histories_accepted = True
+            refs_kept = [confirmed]
+            checkpoint = _checkpoint(response.headers.get(CHECKPOINT_HEADER), upload)
+            if checkpoint is not None:
+                self._remember_history(*checkpoint, upload.first)
+                refs_kept.append(checkpoint[0])
+            self._remember_history(confirmed, upload.length, upload.first)
+            kept_body = response.headers.get(DICTIONARY_HEADER) == KEEP_HISTORY
+            if kept_body and self.compress is not False:  # only zstd bodies use it
+                self._keep_prior(refs_kept, upload)
+
+    def _forget_history(self, ref: str) -> None:
+        self.histories.pop(ref, None)
+        self.openings.pop(ref, None)
+        self.priors.pop(ref, None)
+
+    def _refused_prior(self, ref: str) -> None:
+        """The server does not hold the body kept for `ref`: forget it, and send none for
+        the next 2**n - 1 turns after the n-th refusal in a row."""
+        self.priors.pop(ref, None)
+        self.prior_refusals += 1
+        self.prior_pause = 2**self.prior_refusals - 1
+
+    def _remember_history(self, ref: str, length: int, first: bytes | None) -> None:
+        self.histories[ref] = length
+        self.histories.move_to_end(ref)
+        if first is not None:
+            self.openings[ref] = first
+        while len(self.histories) > self.max_histories:
+            gone, _ = self.histories.popitem(last=False)
+            self.openings.pop(gone, None)
+
+    def _keep_prior(self, refs: Sequence[str], upload: Upload) -> None:
+        """Keep the body the server keeps for histories `refs` (a head and its checkpoint
+        share it), within `max_prior_bytes`."""
+        body = upload.text[-DICTIONARY_LIMIT:]
+        if upload.first is None or len(body) > self.max_prior_bytes:
+            return
+        # One per conversation: the server lets the one a continuation continued go, and a
+        # newer one compresses the next turn better than any older.
+        for older in [k for k, prior in self.priors.items() if prior.first == upload.first]:
+            del self.priors[older]
+        kept = Prior(upload.first, body)
+        for ref in refs:
+            self.priors[ref] = kept
+        # Each body once (a checkpoint shares its head's); max_histories entries at most.
+        size = sum(len(p.body) for p in {id(p): p for p in self.priors.values()}.values())
+        while self.priors and (
+            size > self.max_prior_bytes or len(self.priors) > self.max_histories
+        ):
+            _, oldest = self.priors.popitem(last=False)
+            if all(p is not oldest for p in self.priors.values()):
+                size -= len(oldest.body)
+
+    def learn_answer(self, status: int, headers: Mapping[str, str], content: bytes) -> None:
+        """Confirm the refs a successful protocol-2 JSON answer lists in `toolReferences`
+        (headers by name, any case; `content` as decoded). `post` does this itself; a
+        streamed answer is learned from once it has been read whole."""
+        if headers.get(PROTOCOL_HEADER) != str(PROTOCOL_REFS) or status >= 400:
+            return
+        if not headers.get("content-type", "").startswith(JSON_TYPE):
+            return
+        with contextlib.suppress(ValueError):
+            self.learn(json.loads(content))
+
+    def post(
+        self, client: httpx.Client, url: str, json: Mapping[str, Any], **kwargs: Any
+    ) -> httpx.Response:
+        """POST `json` (holding the messages) through `client`, with refs and fallback.
+
+        Extra keyword arguments (headers, params, timeout, ...) go to `client.build_request`.
+        """
+        check_body(json, self.messages_key)
+        return run_sync(self.exchange(_builder(client, url, kwargs), json), client.send)
+
+    async def apost(
+        self, client: httpx.AsyncClient, url: str, json: Mapping[str, Any], **kwargs: Any
+    ) -> httpx.Response:
+        """Async `post`."""
+        check_body(json, self.messages_key)
+        return await run_async(self.exchange(_builder(client, url, kwargs), json), client.send)
+
+    @contextlib.contextmanager
+    def stream(
+        self,
+        client: httpx.Client,
+        method: str,
+        url: str,
+        *,
+        json: Mapping[str, Any],
+        **kwargs: Any,
+    ) -> Iterator[httpx.Response]:
+        """`client.stream("POST", url, ...)` with the rewriting and resends of `post`: the
+        answer is handed back unread (read it with `iter_lines`, `iter_bytes`, ...).
+
+        `method` must be "POST" (the messages travel in the body). The manager learns from
+        the answer's headers (`Toolref-History`, `Toolref-References`); a JSON answer read
+        whole in the block (`response.read()`) also teaches its `toolReferences` when the
+        block ends (one read piece by piece, with `iter_bytes`, teaches only its headers).
+        Extra keyword arguments go to `client.build_request`, as in `post`.
+        """
+        check_stream_method(method)
+        check_body(json, self.messages_key)
+        exchange = self.exchange(_builder(client, url, kwargs), json, streamed=True)
+        response = run_sync(exchange, lambda request: _send_streaming(client, request))
+        try:
+            yield response
+            if is_read(response):
+                self.learn_answer(response.status_code, response.headers, response.content)
+        finally:
+            response.close()
+
+    @contextlib.asynccontextmanager
+    async def astream(
+        self,
+        client: httpx.AsyncClient,
+        method: str,
+        url: str,
+        *,
+        json: Mapping[str, Any],
+        **kwargs: Any,
+    ) -> AsyncIterator[httpx.Response]:
+        """Async `stream`: `async with manager.astream(client, "POST", url, json=...)`."""
+        check_stream_method(method)
+        check_body(json, self.messages_key)
+        exchange = self.exchange(_builder(client, url, kwargs), json, streamed=True)
+        response = await run_async(exchange, lambda request: _asend_streaming(client, request))
+        try:
+            yield response
+            if is_read(response):
+                self.learn_answer(response.status_code, response.headers, response.content)
+        finally:
+            await response.aclose()
+
+
+def _checkpoint(header: str | None, upload: Upload) -> tuple[str, int] | None:
+    """(ref, length) of the checkpoint the server confirmed, when it is a prefix this
+    client computed itself (a checkpoint ends a few messages before the end)."""
+    if header is None or not upload.chain:
+        return None
+    ref = header.strip()
+    chain = upload.chain
+    for length in range(len(chain) - 1, max(len(chain) - 65, 0), -1):
+        if history_ref(chain[length - 1]) == ref:
+            return ref, length
+    return None
+
+
+def _full_size(body: Mapping[str, Any], key: str, sending: _Sending) -> int:
+    """`len(dumps_json(body))`, from the transcript's sizes when the turn has them: the JSON
+    of a list is its items' joined by commas, in brackets."""
+    size, messages = sending.text_size, body[key]
+    if size is None or type(body) is not dict:
+        return len(dumps_json(body))
+    return len(dumps_json({**body, key: []})) + size + max(len(messages) - 1, 0)
+
+
+def may_resend(response: httpx.Response) -> bool:
+    """An answer the exchange may resend on (400 dictionary-mismatch, 409 missing-refs or
+    missing-history): a problem, sent before any of the app's answer. A streaming driver
+    reads these whole before the exchange sees them, and hands every other answer back
+    unread."""
+    media = response.headers.get("content-type", "")
+    return response.status_code in (400, 409) and media.startswith(PROBLEM_TYPE)
+
+
+def _send_streaming(client: httpx.Client, request: httpx.Request) -> httpx.Response:
+    response = client.send(request, stream=True)
+    if may_resend(response):
+        response.read()
+    return response
+
+
+async def _asend_streaming(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
+    response = await client.send(request, stream=True)
+    if may_resend(response):
+        await response.aread()
+    return response
+
+
+def is_read(response: httpx.Response) -> bool:
+    """The answer was read whole (a streamed answer not yet read is not)."""
+    try:
+        response.content  # noqa: B018 - raises until the body has been read whole
+    except httpx.ResponseNotRead:
+        return False
+    return True
+
+
+def _builder(
+    client: httpx.Client | httpx.AsyncClient, url: str, kwargs: dict[str, Any]
+) -> Callable[[bytes, dict[str, str]], httpx.Request]:
+    options = {k: v for k, v in kwargs.items() if k != "headers"}
+    extra_headers = dict(kwargs.get("headers") or {})
+
+    def build(content: bytes, headers: dict[str, str]) -> httpx.Request:
+        return client.build_request(
+            "POST", url, content=content, headers={**extra_headers, **headers}, **options
+        )
+
+    return build
+
+
+class _Either:
+    """Membership in either of two containers, without copying them."""
+
+    def __init__(self, first: Container[str], second: Container[str]) -> None:
+        self.first, self.second = first, second
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.first or item in self.second
+
+
+def _remember(memory: OrderedDict[str, None], refs: Iterable[str], limit: int) -> None:
+    for ref in refs:
+        memory[ref] = None
+        memory.move_to_end(ref)
+    while len(memory) > limit:
+        memory.popitem(last=False)
+
+
+def _problem(response: httpx.Response) -> dict[str, Any] | None:
+    if response.status_code < 400:
+        return None
+    if not response.headers.get("content-type", "").startswith(PROBLEM_TYPE):
+        return None
+    try:
+        problem = response.json()
+    except (ValueError, httpx.ResponseNotRead):  # a streamed problem (413, say) is not read
+        return None
+    return problem if isinstance(problem, dict) else None
+
+
+def _problem_type(response: httpx.Response) -> str | None:
+    problem = _problem(response)
+    kind = problem.get("type") if problem is not None else None
+    return kind if isinstance(kind, str) else None
+
+
+def _missing_refs(response: httpx.Response) -> list[str] | None:
+    """The refs a 409 missing-refs problem lists; None for any other answer."""
+    problem = _problem(response) if response.status_code == 409 else None
+    if problem is None or problem.get("type") != _MISSING_REFS:
+        return None
+    missing = problem.get("missingRefs")
+    return [str(ref) for ref in missing] if isinstance(missing, list) else []

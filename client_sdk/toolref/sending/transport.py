@@ -1,0 +1,345 @@
+"""`Transport` / `AsyncTransport`: refs for the official LLM SDKs, with no other change.
+
+    client = openai.OpenAI(base_url=..., http_client=httpx2.Client(transport=Transport()))
+    client = anthropic.Anthropic(base_url=..., http_client=httpx2.Client(transport=Transport()))
+
+Each wraps an inner transport (by default the plain HTTP transport of the client's httpx:
+`httpx`, or `httpx2`, its successor, which openai 3 and anthropic 2 are built on) and puts
+every LLM request it recognises (`recognise`: OpenAI Chat Completions, OpenAI Responses,
+Anthropic Messages) through a `ToolReferenceManager`, with that API's format and messages
+key: confirmed payloads travel as refs, the conversation after a confirmed history as its
+new messages only, and a 409 missing-refs / missing-history or 400 dictionary-mismatch is
+resent before the SDK sees it. The answer is the inner transport's, unread, so a stream
+stays a stream; only a problem the manager may resend on is read whole first. Everything
+else (other methods and paths, bodies that are not plain JSON, token counts) passes through
+untouched.
+
+A backend that does not speak toolref never answers `Toolref-Protocol: 2`, so it is never
+sent a ref or a compressed body: it gets the SDK's request, JSON-equal.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, cast, overload
+
+import httpx
+
+from toolref.history import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
+from toolref.registry.exchange import Exchange, run_async, run_sync
+from toolref.sending.manager import ToolReferenceManager, may_resend
+from toolref.wire.encoding import JSON_TYPE
+from toolref.wire.models import FormatName
+from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+
+if TYPE_CHECKING:
+    import httpx2
+    from httpx2 import AsyncBaseTransport as _AsyncBase2
+    from httpx2 import AsyncByteStream as _AsyncStream2
+    from httpx2 import BaseTransport as _Base2
+    from httpx2 import SyncByteStream as _SyncStream2
+else:
+    try:  # a transport (and its streams) must be of the client's own httpx: serve both
+        from httpx2 import AsyncBaseTransport as _AsyncBase2
+        from httpx2 import AsyncByteStream as _AsyncStream2
+        from httpx2 import BaseTransport as _Base2
+        from httpx2 import SyncByteStream as _SyncStream2
+    except ImportError:
+
+        class _Base2: ...
+
+        class _AsyncBase2: ...
+
+        class _SyncStream2: ...
+
+        class _AsyncStream2: ...
+
+
+# path suffix -> the API's message format and where its messages sit. Token counts
+# (`/messages/count_tokens`, `/responses/input_tokens`) end otherwise and pass through: a count
+# is of the exact conversation, and its answer confirms nothing.
+ENDPOINTS: Final[tuple[tuple[str, FormatName, str], ...]] = (
+    ("/chat/completions", "openai-chat", "messages"),
+    ("/responses", "openai-responses", "input"),
+    ("/messages", "anthropic", "messages"),
+)
+_PACKAGES: Final = ("httpx", "httpx2")
+# Headers the manager sets for the body it sends; the SDK's others travel as they are.
+_REPLACED: Final = frozenset(
+    {
+        "content-length",
+        "content-type",
+        "content-encoding",
+        "transfer-encoding",
+        PROTOCOL_HEADER.lower(),
+        HISTORY_HEADER.lower(),
+        DICTIONARY_HEADER.lower(),
+        CHECKPOINT_HEADER.lower(),
+    }
+)
+_TEE_LIMIT: Final = 8 * 2**20  # a JSON answer larger than this is not read for refs
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRequest:
+    """A request the transports rewrite: its API's format, where its messages sit, its body."""
+
+    format: FormatName
+    messages_key: str
+    body: dict[str, Any]
+
+
+def endpoint(method: str, path: str) -> tuple[FormatName, str] | None:
+    """(format, messages key) of the LLM API a POST to `path` calls; None for anything else."""
+    if method.upper() != "POST":
+        return None
+    path = path.rstrip("/")
+    for suffix, fmt, key in ENDPOINTS:
+        if path.endswith(suffix):
+            return fmt, key
+    return None
+
+
+def recognise(
+    method: str, path: str, headers: Mapping[str, str], content: bytes
+) -> LLMRequest | None:
+    """Pure: the LLM request `content` is, or None when it is to pass through untouched (not
+    an LLM endpoint, not plain JSON, already speaking toolref, no list of messages: an OpenAI
+    Responses `input` string, say)."""
+    found = endpoint(method, path)
+    if found is None or not _plain_json(headers):
+        return None
+    fmt, key = found
+    try:
+        body = json.loads(content, parse_constant=_not_json)
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get(key), list):
+        return None
+    return LLMRequest(fmt, key, body)
+
+
+def _plain_json(headers: Mapping[str, str]) -> bool:
+    named = {k.lower(): v for k, v in headers.items()}
+    if PROTOCOL_HEADER.lower() in named:  # the caller speaks toolref itself
+        return False
+    if named.get("content-encoding", "identity").strip().lower() != "identity":
+        return False
+    return named.get("content-type", "").split(";")[0].strip().lower() == JSON_TYPE
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not JSON")
+
+
+class Transport(httpx.BaseTransport, _Base2):
+    """An httpx (or httpx2) transport sending LLM requests through a `ToolReferenceManager`;
+    see the module docstring.
+
+    inner: the transport that sends (default: a new `HTTPTransport` of the client's httpx).
+    manager: the manager to rewrite with (default: a new one); `transport.manager.savings`
+        tells what it saved.
+    """
+
+    def __init__(
+        self,
+        inner: httpx.BaseTransport | _Base2 | None = None,
+        *,
+        manager: ToolReferenceManager | None = None,
+    ) -> None:
+        self.inner = inner
+        self.manager = manager if manager is not None else ToolReferenceManager()
+
+    @overload
+    def handle_request(self, request: httpx.Request) -> httpx.Response: ...
+    @overload
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response: ...
+    def handle_request(self, request: Any) -> Any:
+        inner = self.inner = _inner(self.inner, request, "HTTPTransport")
+        found = _recognised(request, request.read()) if _candidate(request) else None
+        if found is None:
+            return inner.handle_request(request)
+
+        def send(step: httpx.Request) -> httpx.Response:
+            response = inner.handle_request(step)
+            if may_resend(response):
+                response.read()
+            return cast(httpx.Response, response)
+
+        response = run_sync(_exchange(self.manager, request, found), send)
+        return _teed(response, self.manager, _SyncTee)
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+
+
+class AsyncTransport(httpx.AsyncBaseTransport, _AsyncBase2):
+    """`Transport` for `httpx.AsyncClient` / `httpx2.AsyncClient`."""
+
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport | _AsyncBase2 | None = None,
+        *,
+        manager: ToolReferenceManager | None = None,
+    ) -> None:
+        self.inner = inner
+        self.manager = manager if manager is not None else ToolReferenceManager()
+
+    @overload
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response: ...
+    @overload
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response: ...
+    async def handle_async_request(self, request: Any) -> Any:
+        inner = self.inner = _inner(self.inner, request, "AsyncHTTPTransport")
+        found = _recognised(request, await request.aread()) if _candidate(request) else None
+        if found is None:
+            return await inner.handle_async_request(request)
+
+        async def send(step: httpx.Request) -> httpx.Response:
+            response = await inner.handle_async_request(step)
+            if may_resend(response):
+                await response.aread()
+            return cast(httpx.Response, response)
+
+        response = await run_async(_exchange(self.manager, request, found), send)
+        return _teed(response, self.manager, _AsyncTee)
+
+    async def aclose(self) -> None:
+        if self.inner is not None:
+            await self.inner.aclose()
+
+
+def _candidate(request: Any) -> bool:
+    """Worth reading the body of (the body is read only for these)."""
+    return endpoint(request.method, request.url.path) is not None and _plain_json(request.headers)
+
+
+def _recognised(request: Any, content: bytes) -> LLMRequest | None:
+    return recognise(request.method, request.url.path, request.headers, content)
+
+
+def _exchange(
+    manager: ToolReferenceManager, request: Any, found: LLMRequest
+) -> Exchange[httpx.Response]:
+    return manager.exchange(
+        _rebuilder(request),
+        found.body,
+        format=found.format,
+        messages_key=found.messages_key,
+        streamed=True,
+    )
+
+
+def _package(value: object) -> set[str]:
+    """The httpx packages `value`'s class comes from ("httpx", "httpx2", or both)."""
+    return {
+        top for cls in type(value).__mro__ if (top := cls.__module__.partition(".")[0]) in _PACKAGES
+    }
+
+
+def _inner(inner: Any, request: Any, default: str) -> Any:
+    """The inner transport for `request`: the one given, or a new one of its httpx."""
+    [package] = _package(request) or {"httpx"}
+    if inner is None:
+        return getattr(importlib.import_module(package), default)()
+    made = _package(inner)
+    if made and package not in made:
+        other = made.pop()
+        raise TypeError(
+            f"the inner transport is an {other} transport ({type(inner).__name__}) but the "
+            f"client is an {package} client, and each only takes its own; pass "
+            f"inner={package}.{default}() (or leave inner out), or use an {other} client"
+        )
+    return inner
+
+
+def _rebuilder(request: Any) -> Callable[[bytes, dict[str, str]], httpx.Request]:
+    """The SDK's request again (same class, URL, headers, extensions) with the manager's
+    body and headers."""
+    kept = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in _REPLACED]
+
+    def build(content: bytes, headers: dict[str, str]) -> httpx.Request:
+        made = type(request)(
+            request.method,
+            request.url,
+            headers=[*kept, *headers.items()],
+            content=content,
+            extensions=request.extensions,
+        )
+        return cast(httpx.Request, made)
+
+    return build
+
+
+def _teed(response: httpx.Response, manager: ToolReferenceManager, tee: type[Any]) -> Any:
+    """A successful protocol-2 JSON answer with its bytes copied as the SDK reads them, so
+    that its `toolReferences` are learned once it has been read whole; any other answer (an
+    event stream, say) as it is."""
+    headers = response.headers
+    if (
+        headers.get(PROTOCOL_HEADER) != str(PROTOCOL_REFS)
+        or response.status_code >= 400
+        or not headers.get("content-type", "").startswith(JSON_TYPE)
+        or headers.get("content-encoding", "identity").strip().lower() != "identity"
+    ):
+        return response
+    status = response.status_code
+
+    def learn(content: bytes) -> None:
+        manager.learn_answer(status, headers, content)
+
+    response.stream = tee(response.stream, learn)
+    return response
+
+
+class _Copy:
+    """The bytes seen, up to `_TEE_LIMIT`; handed to `done` once, at the end."""
+
+    def __init__(self, done: Callable[[bytes], None]) -> None:
+        self.done: Callable[[bytes], None] | None = done
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def keep(self, chunk: bytes) -> None:
+        self.size += len(chunk)
+        if self.size > _TEE_LIMIT:
+            self.done = None
+        elif self.done is not None:
+            self.parts.append(chunk)
+
+    def end(self) -> None:
+        done, self.done = self.done, None
+        if done is not None:
+            done(b"".join(self.parts))
+
+
+class _SyncTee(httpx.SyncByteStream, _SyncStream2):
+    def __init__(self, stream: Any, done: Callable[[bytes], None]) -> None:
+        self._stream, self._copy = stream, _Copy(done)
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._stream:
+            self._copy.keep(chunk)
+            yield chunk
+        self._copy.end()
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class _AsyncTee(httpx.AsyncByteStream, _AsyncStream2):
+    def __init__(self, stream: Any, done: Callable[[bytes], None]) -> None:
+        self._stream, self._copy = stream, _Copy(done)
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._stream:
+            self._copy.keep(chunk)
+            yield chunk
+        self._copy.end()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()

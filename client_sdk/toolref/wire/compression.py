@@ -1,0 +1,157 @@
+"""zstd request bodies compressed against a history (what `Toolref-History` names).
+
+A small body of new messages compresses poorly on its own, but well against the history it
+continues, which both sides can rebuild (`toolref.history.dictionary`). The frame must carry
+its checksum: a dictionary that differs by one byte would otherwise inflate to plausible
+wrong text, and the checksum turns that into a clear 400 the SDK answers by resending.
+
+Plain gzip and zstd bodies inflate here too, in chunks of at most 64 KiB, each counted
+against the body's limit and charged to the request's
+`toolref.receiving.budget.Account` (when given)
+before it is kept. No compressor or decompressor outlives its call: each is made per body
+and referenced by nothing but the call's frame (no sink object refers back to it).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Final
+
+import zstandard
+
+from toolref.receiving.budget import Account, charge
+from toolref.wire.errors import (
+    DecompressedTooLargeError,
+    DictionaryMismatchError,
+    MalformedBodyError,
+)
+
+_CHUNK: Final = 64 * 1024
+
+
+def _dictionary(data: bytes) -> zstandard.ZstdCompressionDict:
+    return zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+
+def compress(body: bytes, dictionary: bytes, level: int) -> bytes:
+    """`body` as one zstd frame, with checksum, against raw-content `dictionary`."""
+    compressor = zstandard.ZstdCompressor(
+        level=level, dict_data=_dictionary(dictionary), write_checksum=True
+    )
+    return compressor.compress(body)
+
+
+def _fix(history: str) -> str:
+    return (
+        f"compress the body with the dictionary of {history} (toolref.history.dictionary of "
+        "its messages) as one zstd frame with its size and checksum, or send it without "
+        "Content-Encoding"
+    )
+
+
+def check_frame(body: bytes, limit: int, history: str) -> int:
+    """The size `body` (compressed against `history`) declares, once it is known to be at
+    most `limit` and the frame carries a checksum: checked before the dictionary is rebuilt,
+    so a body over the limit costs no work."""
+    try:
+        params = zstandard.get_frame_parameters(body)
+    except zstandard.ZstdError as exc:
+        raise DictionaryMismatchError(
+            f"the body is not a zstd frame ({exc}); {_fix(history)}"
+        ) from None
+    if not params.has_checksum or params.content_size == zstandard.CONTENTSIZE_UNKNOWN:
+        raise DictionaryMismatchError(
+            f"the zstd frame does not declare its size and checksum, without which a wrong "
+            f"dictionary could not be told apart; {_fix(history)}"
+        )
+    if params.content_size > limit:
+        raise DecompressedTooLargeError(
+            f"the zstd body inflates to {params.content_size} bytes, over the limit of "
+            f"{limit}; send fewer messages",
+            limit=limit,
+        )
+    size: int = params.content_size
+    return size
+
+
+def decompress(
+    body: bytes, dictionary: bytes, limit: int, history: str, account: Account | None = None
+) -> bytes:
+    """Inflate a body compressed by `compress` against `dictionary` (the dictionary of
+    `history`, named in errors). The frame must declare its size, at most `limit` (see
+    `check_frame`), charged to `account` before inflating; it must be whole, alone, and
+    match its checksum."""
+    size = check_frame(body, limit, history)
+    charge(account, size)
+    inflater = zstandard.ZstdDecompressor(dict_data=_dictionary(dictionary)).decompressobj()
+    try:
+        data = inflater.decompress(body)
+    except zstandard.ZstdError as exc:
+        raise DictionaryMismatchError(
+            f"the zstd body does not inflate with the dictionary of {history} ({exc}); "
+            f"{_fix(history)}"
+        ) from None
+    if not inflater.eof or inflater.unused_data or len(data) != size:
+        raise DictionaryMismatchError(
+            "the zstd body is not one whole frame (cut short, or followed by more bytes); "
+            f"{_fix(history)}"
+        )
+    return data
+
+
+def inflate(body: bytes, limit: int, account: Account | None = None) -> bytes:
+    """A plain zstd body (no dictionary), producing at most `limit` bytes, each chunk
+    charged to `account` before it is kept."""
+    reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
+    parts, size = [], 0
+    try:
+        while chunk := reader.read(_CHUNK):
+            size += len(chunk)
+            if size > limit:
+                raise DecompressedTooLargeError(
+                    f"the zstd body inflates past the limit of {limit} bytes; send fewer messages",
+                    limit=limit,
+                )
+            charge(account, len(chunk))
+            parts.append(chunk)
+    except zstandard.ZstdError as exc:
+        raise MalformedBodyError(
+            f"the zstd body is corrupt ({exc}); compress the whole body as one zstd stream, "
+            "or send it uncompressed"
+        ) from None
+    return b"".join(parts)
+
+
+def inflate_gzip(body: bytes, limit: int, account: Account | None = None) -> bytes:
+    """A gzip body (members back to back allowed, RFC 1952), producing at most `limit`
+    bytes: each step asks for at most what is left under the limit, so a bomb stops one
+    chunk past it. Each chunk is charged to `account` before it is kept."""
+    inflater = zlib.decompressobj(wbits=31)
+    parts, size, data = [], 0, body
+    try:
+        while True:
+            out = inflater.decompress(data, min(limit - size + 1, _CHUNK))
+            size += len(out)
+            if size > limit:
+                raise DecompressedTooLargeError(
+                    f"the gzip body inflates past the limit of {limit} bytes; send fewer messages",
+                    limit=limit,
+                )
+            charge(account, len(out))
+            parts.append(out)
+            data = inflater.unconsumed_tail
+            if inflater.eof:
+                data = inflater.unused_data + data
+                if not data:
+                    break
+                inflater = zlib.decompressobj(wbits=31)
+            elif not data and not out:
+                raise MalformedBodyError(
+                    "the gzip body ends before its stream does (truncated); send the whole body"
+                )
+    except zlib.error as exc:
+        raise MalformedBodyError(
+            f"the gzip body is corrupt ({exc}); compress the whole body as one gzip stream, "
+            "or send it uncompressed"
+        ) from None
+    return b"".join(parts)

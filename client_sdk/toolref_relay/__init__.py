@@ -1,0 +1,46 @@
+"""The toolref relay: agents change their base URL to a loopback port, and their LLM
+requests reach the provider through a toolref gateway with tool results and history as
+refs. See docs/relay.md, and `toolref_relay.app` for the behaviour.
+
+The SDK does not depend on the relay's server parts: `toolref relay` (`toolref_relay.cli`)
+needs the `relay` extra.
+"""
+
+from toolref_relay.app import Call, Relay
+from toolref_relay.config import RelayConfig
+from toolref_relay.headers import (
+    KEY_HEADER,
+    SAVINGS_HEADER,
+    SWITCH_HEADER,
+    SWITCHED_FROM_HEADER,
+)
+from toolref_relay.oversize import InlineItem, inline_items, too_large_message, worth_registering
+from toolref_relay.savings import Tally, Upload, savings_header, size, summary, turn_line
+from toolref_relay.shapes import ErrorReply, Provider, error_reply, provider_of
+from toolref_relay.switch import Switchboard, conversation_of
+
+__all__ = [
+    "KEY_HEADER",
+    "SAVINGS_HEADER",
+    "SWITCHED_FROM_HEADER",
+    "SWITCH_HEADER",
+    "Call",
+    "ErrorReply",
+    "InlineItem",
+    "Provider",
+    "Relay",
+    "RelayConfig",
+    "Switchboard",
+    "Tally",
+    "Upload",
+    "conversation_of",
+    "error_reply",
+    "inline_items",
+    "provider_of",
+    "savings_header",
+    "size",
+    "summary",
+    "too_large_message",
+    "turn_line",
+    "worth_registering",
+]

@@ -1,0 +1,545 @@
+"""`Relay`: the relay's ASGI app (serve it on loopback; `toolref relay` does).
+
+`/llm/{name}/{path}` goes to `{gateway}/llm/{name}/{path}` (query kept). An LLM request
+(`toolref.sending.transport.endpoint`: Anthropic Messages, OpenAI Chat Completions and Responses)
+is read whole, inflated when the agent compressed it, and sent through
+`toolref.AsyncTransport` with the manager of its upstream: payloads the gateway holds travel
+as refs, a conversation after a history the gateway confirmed as its new messages, zstd
+against that history; missing refs and histories are resent before the agent sees anything.
+Every other request passes through, streamed both ways.
+
+One `ToolReferenceManager` per client (an upstream and a provider credential, `clients`)
+serves every conversation that client sends there: its transcripts tell conversations apart
+by their content (`max_transcripts` of them, least recently used dropped first), so an agent
+running several sessions needs nothing more, and a process without the agent's credential
+shares nothing with it.
+
+Only requests for the relay's own address are served, none with an `Origin` (`guard`: a
+web page, after DNS rebinding); `/metrics`, `/toolref/switch` and `Toolref-Switch` need
+this start's control token (`control`).
+
+Never brick a session: a gateway that cannot be reached sends the agent's request, as it
+came, to `--fallback`, or answers 502 in the provider's error shape; a 413 is retried once
+with the request's biggest tool results registered first (see `oversize`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+
+from toolref.receiving.asgi_io import Disconnected, body_pieces, read_body
+from toolref.receiving.budget import Account, Budget
+from toolref.receiving.middleware import Receive, Scope, Send
+from toolref.registry.client import AsyncRegistryClient
+from toolref.sending.manager import ToolReferenceManager
+from toolref.sending.transport import AsyncTransport, LLMRequest, endpoint, recognise
+from toolref.wire.errors import (
+    LimitExceededError,
+    MalformedBodyError,
+    OverloadedError,
+    ToolrefError,
+)
+
+from . import control, guard, oversize
+from .bodies import TOO_LARGE, inflated, readable
+from .clients import Clients
+from .config import RelayConfig
+from .headers import (
+    SAVINGS_HEADER,
+    SWITCH_HEADER,
+    Pairs,
+    decoded,
+    first,
+    to_gateway,
+    to_provider,
+)
+from .replies import relay_answer, reply_error, reply_json, while_connected
+from .savings import Route, Tally, Upload, savings_header, summary, turn_line
+from .shapes import ErrorReply, Provider, error_reply, provider_of
+from .switch import Switchboard, conversation_of
+
+log = logging.getLogger("toolref_relay")
+
+_ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
+_UNREACHABLE: Final = (httpx.ConnectError, httpx.ConnectTimeout)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request from the agent, as the relay routes it."""
+
+    method: str
+    name: str  # the upstream the agent addressed
+    path: str  # the provider path after /llm/{name}
+    query: str
+    headers: Pairs
+    provider: Provider
+
+    def suffix(self) -> str:
+        return self.path + (f"?{self.query}" if self.query else "")
+
+
+class _Meter(httpx.AsyncBaseTransport):
+    """The shared connection pool, counting the request bytes sent through it."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner, self.sent = inner, 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        size = len(request.content)
+        self.sent += size
+        try:
+            return await self.inner.handle_async_request(request)
+        except _UNREACHABLE:
+            self.sent -= size  # never connected: nothing went out
+            raise
+
+
+class Relay:
+    """The relay app; see the module docstring.
+
+    report: where the per-turn lines and the summary go (stderr by default).
+    transport: the connection pool to the gateway and the fallback (a new one by default).
+    signals: on SIGUSR1, switch to the next `--switch` upstream (the CLI's choice; an app
+        served inside tests leaves the process's signals alone).
+    """
+
+    def __init__(
+        self,
+        config: RelayConfig,
+        *,
+        report: Callable[[str], None] = _stderr,
+        transport: httpx.AsyncBaseTransport | None = None,
+        signals: bool = False,
+    ) -> None:
+        self.config = config
+        self.report = report
+        self.tally = Tally()
+        self.switchboard = Switchboard(config.switch)
+        self.clients = Clients(self._new_manager, config.max_clients)
+        self._pool = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self.budget = Budget(config.max_inflated_in_flight, setting="--max-inflated-in-flight")
+        self._registry: AsyncRegistryClient | None = None
+        self._signals = signals
+        self._timeouts = {
+            "connect": config.connect_timeout,
+            "read": config.read_timeout,
+            "write": config.read_timeout,
+            "pool": config.connect_timeout,
+        }
+
+    def manager(self, upstream: str, call: Call) -> ToolReferenceManager:
+        """The manager of `call`'s client on `upstream` (made on first use)."""
+        return self.clients.manager(upstream, call.headers, call.query)
+
+    def _new_manager(self) -> ToolReferenceManager:
+        # The gateway reads zstd: compress from the first request, not the first history.
+        return ToolReferenceManager(max_transcripts=self.config.max_transcripts, compress=True)
+
+    # --- ASGI ---------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return  # no WebSockets: the server refuses them
+        path, method = scope["path"], scope["method"]
+        headers = decoded(scope["headers"])
+        refused = guard.host_refusal(first(headers, "host"), scope.get("server"))
+        refused = refused or guard.origin_refusal(first(headers, "origin"))
+        if refused is not None:
+            shape = provider_of(path, headers)
+            await reply_error(send, error_reply(shape, 403, refused, "toolref_forbidden"))
+            return
+        if path in control.CONTROL_PATHS:
+            config = self.config
+            await control.serve(
+                control.Request(path, method, headers, config.token, config.token_file),
+                receive,
+                send,
+                self.switchboard,
+                self._select,
+            )
+            return
+        raw_path = scope.get("raw_path") or path.encode()
+        found = _ROUTE.match(raw_path.decode("latin-1"))
+        if found is None:
+            await reply_json(send, 404, {"error": _NOT_SERVED.format(path=path)})
+            return
+        rest = found.group(2) or "/"
+        call = Call(
+            method,
+            found.group(1),
+            rest,
+            scope.get("query_string", b"").decode("latin-1"),
+            headers,
+            provider_of(rest, headers),
+        )
+        wanted = first(headers, SWITCH_HEADER)
+        if wanted:
+            name, refused = control.switch_header(wanted, self.config.token, self.config.token_file)
+            if refused is not None:
+                await reply_error(send, error_reply(call.provider, 403, refused, "toolref_token"))
+                return
+            try:
+                self._select(name)
+            except ValueError as exc:
+                await reply_error(send, error_reply(call.provider, 400, str(exc), "toolref_switch"))
+                return
+        if endpoint(method, rest) is not None:
+            await self._turn(call, receive, send)
+        else:
+            await self._pass(call, receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await self.startup()
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def startup(self) -> None:
+        if self._signals and self.config.switch:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, self._cycle)
+        self.report(await self._probe())
+
+    async def shutdown(self) -> None:
+        if self.tally.turns:
+            self.report(summary(self.tally))
+        if self.config.token_file:  # this start's token means nothing once it stops
+            control.remove(Path(self.config.token_file), self.config.token)
+        if self._registry is not None:
+            await self._registry.aclose()
+        await self._pool.aclose()
+
+    async def _probe(self) -> str:
+        """A line on whether the gateway answers, at start."""
+        request = httpx.Request(
+            "GET", f"{self.config.gateway}/healthz", extensions={"timeout": self._timeouts}
+        )
+        try:
+            response = await self._pool.handle_async_request(request)
+            await response.aclose()
+        except httpx.HTTPError as exc:
+            then = (
+                f"requests go to the fallback {self.config.fallback}"
+                if self.config.fallback
+                else "LLM requests are answered 502"
+            )
+            return (
+                f"toolref relay: the gateway {self.config.gateway} does not answer "
+                f"({type(exc).__name__}); until it does, {then}"
+            )
+        return f"toolref relay: gateway {self.config.gateway} answers ({response.status_code})"
+
+    # --- switching ------------------------------------------------------------------------
+
+    def _select(self, name: str) -> None:
+        previous = self.switchboard.select(name)
+        if previous != name:
+            self.report(f"toolref relay: switched from {previous} to {name}")
+
+    def _cycle(self) -> None:
+        previous = self.switchboard.selected
+        now = self.switchboard.cycle()
+        self.report(f"toolref relay: switched from {previous} to {now} (SIGUSR1)")
+
+    # --- LLM requests ---------------------------------------------------------------------
+
+    async def _turn(self, call: Call, receive: Receive, send: Send) -> None:
+        # The turn's body bytes, as sent and inflated, on the relay's budget of bodies in
+        # flight (--max-inflated-in-flight) until the turn ends.
+        with self.budget.account() as account:
+            await self._turn_within(call, receive, send, account)
+
+    async def _turn_within(
+        self, call: Call, receive: Receive, send: Send, account: Account
+    ) -> None:
+        limits = self.config
+        try:
+            raw = await read_body(receive, limits.max_body_bytes, TOO_LARGE, account)
+        except Disconnected:
+            return
+        except LimitExceededError as exc:
+            too_large = error_reply(call.provider, 413, exc.detail, "toolref_request_too_large")
+            await self._refuse(call, send, too_large, 0)
+            return
+        except OverloadedError as exc:
+            await self._busy(call, send, exc, 0)
+            return
+        encoding = first(call.headers, "content-encoding")
+        content, changed = raw, False
+        if readable(encoding):
+            try:
+                content = await _inflate(raw, encoding, limits.max_inflated_bytes, account)
+            except OverloadedError as exc:
+                await self._busy(call, send, exc, len(raw))
+                return
+            except LimitExceededError as exc:
+                message = f"{exc.detail}; or start the relay with a larger --max-inflated-bytes"
+                too_large = error_reply(call.provider, 413, message, "toolref_request_too_large")
+                await self._refuse(call, send, too_large, len(raw))
+                return
+            except MalformedBodyError as exc:
+                bad = error_reply(call.provider, 400, exc.detail, "toolref_bad_body")
+                await self._refuse(call, send, bad, len(raw))
+                return
+            changed = content is not raw
+        await while_connected(self._exchange(call, raw, content, changed, send), receive)
+
+    async def _exchange(
+        self, call: Call, raw: bytes, content: bytes, changed: bool, send: Send
+    ) -> None:
+        upstream = self.switchboard.route(call.name)
+        media = {
+            "content-type": first(call.headers, "content-type") or "",
+            "content-encoding": "identity" if changed else encoding_of(call.headers),
+        }
+
+        def parsed() -> LLMRequest | None:  # only switching and a 413 need the body read
+            return recognise("POST", call.path, media, content)
+
+        moved = None
+        llm = parsed() if self.config.switch else None
+        if llm is not None:
+            conversation = conversation_of(llm.body, llm.messages_key)
+            count = len(llm.body[llm.messages_key])
+            moved = self.switchboard.moved(conversation, upstream, count)
+        headers = to_gateway(
+            call.headers, key=self.config.key, switched_from=moved, body_changed=changed
+        )
+        url = f"{self.config.gateway}/llm/{upstream}{call.suffix()}"
+
+        def build() -> httpx.Request:
+            return httpx.Request(
+                "POST", url, headers=headers, content=content, extensions=self._extensions()
+            )
+
+        meter = _Meter(self._pool)
+        manager = self.manager(upstream, call)
+        transport = AsyncTransport(meter, manager=manager)
+        route: Route = "gateway"
+        try:
+            answer: httpx.Response | ErrorReply = await transport.handle_async_request(build())
+            if isinstance(answer, httpx.Response) and answer.status_code == 413:
+                answer = await self._smaller(
+                    answer,
+                    transport=transport,
+                    build=build,
+                    llm=llm if llm is not None else parsed(),
+                    manager=manager,
+                    call=call,
+                )
+        except _UNREACHABLE as exc:
+            answer, route = await self._unreachable(call, raw, exc, meter), "fallback"
+        except httpx.HTTPError as exc:
+            answer = _failed(call, self.config.gateway, exc)
+        if isinstance(answer, ErrorReply):
+            route = "refused"
+        upload = Upload(len(raw), len(content), meter.sent, route)
+        number = self.tally.add(upload)
+        self.report(turn_line(number, upload, self.tally))
+        extra = [(SAVINGS_HEADER, savings_header(upload))]
+        if isinstance(answer, ErrorReply):
+            await reply_error(send, answer, extra)
+            _log(call, upstream, answer.status, len(raw), meter.sent)
+            return
+        _log(call, upstream, answer.status_code, len(raw), meter.sent)
+        await relay_answer(send, answer, extra)
+
+    async def _smaller(
+        self,
+        refused: httpx.Response,
+        *,
+        transport: AsyncTransport,
+        build: Callable[[], httpx.Request],
+        llm: LLMRequest | None,
+        manager: ToolReferenceManager,
+        call: Call,
+    ) -> httpx.Response | ErrorReply:
+        """The answer to a 413: the request again, once, with its biggest tool results
+        registered first (so they travel as refs); or a 413 naming them."""
+        await refused.aclose()
+        items = oversize.inline_items(llm) if llm is not None else []
+        chosen = oversize.worth_registering(items, manager.confirmed)
+        if not chosen or not manager.refs_accepted:
+            tried = "no tool result in it could be moved off the wire"
+            return _too_large(call, items, tried)
+        try:
+            registered = await self._registry_client().register([i.invocation for i in chosen])
+        except (ToolrefError, httpx.HTTPError) as exc:
+            tried = f"registering its {len(chosen)} biggest tool results failed ({exc})"
+            return _too_large(call, items, tried)
+        manager.confirm(r.ref for r in registered)
+        answer = await transport.handle_async_request(build())
+        if answer.status_code != 413:
+            return answer
+        await answer.aclose()
+        moved = sum(i.size for i in chosen)
+        tried = f"a retry with its {len(chosen)} biggest tool results ({moved} bytes) as refs"
+        return _too_large(call, items, tried + " was refused too")
+
+    async def _unreachable(
+        self, call: Call, raw: bytes, error: httpx.HTTPError, meter: _Meter
+    ) -> httpx.Response | ErrorReply:
+        """The agent's request as it came, to the fallback; or a 502 saying what to do."""
+        fallback = self.config.fallback
+        if fallback is None:
+            return self._gateway_down(call, error)
+        request = httpx.Request(
+            call.method,
+            fallback + call.suffix(),
+            headers=to_provider(call.headers),
+            content=raw,
+            extensions=self._extensions(),
+        )
+        try:
+            return await meter.handle_async_request(request)
+        except httpx.HTTPError as exc:
+            return _failed(call, fallback, exc, f"; the gateway {self.config.gateway} is down too")
+
+    def _gateway_down(self, call: Call, error: httpx.HTTPError) -> ErrorReply:
+        message = (
+            f"toolref relay: cannot reach the gateway {self.config.gateway} "
+            f"({type(error).__name__}); start it, or start the relay with "
+            "--fallback <the provider's base URL> to go straight to the provider meanwhile"
+        )
+        return error_reply(call.provider, 502, message, "toolref_gateway_unreachable")
+
+    async def _refuse(
+        self, call: Call, send: Send, error: ErrorReply, raw: int, extra: Pairs = ()
+    ) -> None:
+        upload = Upload(raw, 0, 0, "refused")
+        self.report(turn_line(self.tally.add(upload), upload, self.tally))
+        await reply_error(send, error, [(SAVINGS_HEADER, savings_header(upload)), *extra])
+        _log(call, call.name, error.status, raw, 0)
+
+    async def _busy(self, call: Call, send: Send, exc: OverloadedError, raw: int) -> None:
+        """503 with Retry-After: the turns in flight hold the relay's whole budget."""
+        busy = error_reply(call.provider, 503, exc.detail, "toolref_overloaded")
+        await self._refuse(call, send, busy, raw, [("retry-after", str(exc.retry_after))])
+
+    def _registry_client(self) -> AsyncRegistryClient:
+        if self._registry is None:
+            self._registry = AsyncRegistryClient(self.config.gateway, api_key=self.config.key)
+        return self._registry
+
+    def _extensions(self) -> dict[str, Any]:
+        return {"timeout": dict(self._timeouts)}
+
+    # --- everything else ------------------------------------------------------------------
+
+    async def _pass(self, call: Call, receive: Receive, send: Send) -> None:
+        """Any other request, streamed both ways; to the fallback too when the gateway
+        cannot be reached before the body started to flow."""
+        has_body = any(
+            k.lower() in ("content-length", "transfer-encoding") for k, _ in call.headers
+        )
+        body_done = asyncio.Event()
+        started = False
+
+        async def body() -> AsyncIterator[bytes]:
+            nonlocal started
+            started = True
+            async for piece in body_pieces(receive):
+                yield piece
+            body_done.set()
+
+        if not has_body:
+            body_done.set()
+
+        async def forward() -> None:
+            upstream = self.switchboard.route(call.name)
+            request = httpx.Request(
+                call.method,
+                f"{self.config.gateway}/llm/{upstream}{call.suffix()}",
+                headers=to_gateway(
+                    call.headers, key=self.config.key, switched_from=None, body_changed=False
+                ),
+                content=body() if has_body else None,
+                extensions=self._extensions(),
+            )
+            try:
+                answer = await self._pool.handle_async_request(request)
+            except Disconnected:
+                return
+            except _UNREACHABLE as exc:
+                fallback = self.config.fallback
+                if fallback is None or started:  # a body already read cannot be sent again
+                    await reply_error(send, self._gateway_down(call, exc))
+                    return
+                request = httpx.Request(
+                    call.method,
+                    fallback + call.suffix(),
+                    headers=to_provider(call.headers),
+                    content=body() if has_body else None,
+                    extensions=self._extensions(),
+                )
+                try:
+                    answer = await self._pool.handle_async_request(request)
+                except httpx.HTTPError as again:
+                    await reply_error(send, _failed(call, fallback, again))
+                    return
+            except httpx.HTTPError as exc:
+                await reply_error(send, _failed(call, self.config.gateway, exc))
+                return
+            _log(call, upstream, answer.status_code, None, None)
+            await relay_answer(send, answer)
+
+        await while_connected(forward(), receive, body_done)
+
+
+_NOT_SERVED: Final = (
+    "the relay serves /llm/{{name}}/... (not {path}): point the agent at "
+    "http://127.0.0.1:8760/llm/anthropic (ANTHROPIC_BASE_URL) or .../llm/openai/v1 "
+    "(OPENAI_BASE_URL), naming an upstream the gateway knows"
+)
+
+
+def encoding_of(headers: Pairs) -> str:
+    return (first(headers, "content-encoding") or "identity").strip().lower()
+
+
+async def _inflate(raw: bytes, encoding: str | None, limit: int, account: Account) -> bytes:
+    # Any compressed body may become megabytes, however small it arrives: off the loop.
+    if (encoding or "identity").strip().lower() not in ("", "identity"):
+        return await asyncio.to_thread(inflated, raw, encoding, limit, account)
+    return raw
+
+
+def _failed(call: Call, where: str, error: httpx.HTTPError, more: str = "") -> ErrorReply:
+    message = (
+        f"toolref relay: the request to {where} failed ({type(error).__name__}){more}; "
+        "try again, and check that it runs"
+    )
+    return error_reply(call.provider, 502, message, "toolref_gateway_failed")
+
+
+def _too_large(call: Call, items: list[oversize.InlineItem], tried: str) -> ErrorReply:
+    message = oversize.too_large_message(items, tried)
+    return error_reply(call.provider, 413, message, "toolref_request_too_large")
+
+
+def _log(call: Call, upstream: str, status: int, sent: int | None, wire: int | None) -> None:
+    """Method, path (never the query: some providers take keys there), status, sizes."""
+    sizes = f" agent sent {sent} bytes, relay sent {wire}" if sent is not None else ""
+    log.info("%s /llm/%s%s -> %s %d%s", call.method, call.name, call.path, upstream, status, sizes)

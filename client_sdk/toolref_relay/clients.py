@@ -1,0 +1,77 @@
+"""`Clients`: the relay's memory per client, one `ToolReferenceManager` for each upstream
+and provider credential, so that a process without the agent's credential shares nothing
+with the agent.
+
+A manager holds what its client sent: refs the gateway confirmed, histories, transcripts,
+and the bodies kept to compress against. Shared, one client's request would be sent as a
+ref because another's conversation held the payload, or compressed against another's body,
+and its size (`Toolref-Savings`) would tell the sender what the other sent. A client is
+known by the credential its requests carry for the provider (`CREDENTIAL_HEADERS`, Gemini's
+`key` query parameter): a keyed digest of it, made with a secret drawn at each start, never
+the value itself, never logged. Requests without any credential are one client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Final
+from urllib.parse import parse_qsl
+
+from toolref.receiving.hops import Pairs
+from toolref.sending.manager import ToolReferenceManager
+
+# Where the providers the relay speaks take their credential (Anthropic `x-api-key` or an
+# OAuth bearer, OpenAI `Authorization`, Azure `api-key`, Gemini `x-goog-api-key`).
+CREDENTIAL_HEADERS: Final = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
+CREDENTIAL_PARAMS: Final = frozenset({"key"})  # Gemini's ?key=
+
+
+def credential_digest(headers: Pairs, query: str, secret: bytes) -> bytes:
+    """HMAC-SHA256 under `secret` of the request's provider credentials (every value of the
+    headers and query parameters named above, in a fixed order); the same for every request
+    of a client, and for every request with none. Linear in the headers and the query."""
+    found = sorted(
+        [(name.lower(), value) for name, value in headers if name.lower() in CREDENTIAL_HEADERS]
+        + [
+            ("?" + name, value)
+            for name, value in parse_qsl(query, keep_blank_values=True)
+            if name in CREDENTIAL_PARAMS
+        ]
+    )
+    mac = hmac.new(secret, digestmod=hashlib.sha256)
+    for name, value in found:
+        for part in (name.encode("latin-1"), value.encode("latin-1", "replace")):
+            mac.update(len(part).to_bytes(8, "big") + part)
+    return mac.digest()
+
+
+class Clients:
+    """The managers of the clients seen last: at most `limit` (least recently used dropped
+    first, with all they held: that client's next turn travels whole once). `make`: a new,
+    empty manager."""
+
+    def __init__(self, make: Callable[[], ToolReferenceManager], limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"--max-clients is {limit}; give a positive number of clients")
+        self.limit, self._make = limit, make
+        self._secret = secrets.token_bytes(32)  # this start's: digests mean nothing after
+        self._managers: OrderedDict[tuple[str, bytes], ToolReferenceManager] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._managers)
+
+    def manager(self, upstream: str, headers: Pairs, query: str) -> ToolReferenceManager:
+        """The manager of the client that sent `headers` and `query`, for `upstream` (made on
+        first use)."""
+        key = (upstream, credential_digest(headers, query, self._secret))
+        found = self._managers.get(key)
+        if found is None:
+            found = self._managers[key] = self._make()
+            while len(self._managers) > self.limit:
+                self._managers.popitem(last=False)
+        self._managers.move_to_end(key)
+        return found

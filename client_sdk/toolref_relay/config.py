@@ -1,0 +1,100 @@
+"""`RelayConfig`: what `toolref relay` was started with, checked once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+from urllib.parse import urlsplit
+
+from .control import new_token
+
+MIB: Final = 2**20
+MIN_TOKEN: Final = 16  # characters of a control token given rather than drawn
+
+
+def _base_url(option: str, value: str) -> str:
+    """`value` without its trailing slash, once it is an http(s) URL with no query."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+        raise ValueError(
+            f"{option} is {value!r}, not an http(s) base URL; give one such as "
+            f"http://127.0.0.1:8750 (no query string)"
+        )
+    return value.rstrip("/")
+
+
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    """gateway: the toolref service the relay sends to (its `/llm/{name}/...` gateway and
+        its registry API share this base URL).
+    key: the tenant's toolref key, sent as `Toolref-Key` (never to `fallback`, never logged).
+    fallback: the provider's own base URL (https://api.anthropic.com), where the agent's
+        request goes unchanged when the gateway cannot be reached; None answers 502 instead.
+    switch: upstream names the relay may switch between (the first is selected at start).
+    max_body_bytes: the most an agent's LLM request may take on the wire.
+    max_inflated_bytes: the most a gzip or zstd LLM request may inflate to.
+    max_inflated_in_flight: the most every LLM request in flight may hold at once, as sent
+        and inflated (`toolref.receiving.budget`); past it a turn is answered 503 with Retry-After.
+        At least the two limits above together, so any one turn within them can be served.
+    connect_timeout / read_timeout: seconds to connect, and to wait between two pieces of
+        an answer (a model may think for minutes before its first token).
+    max_transcripts: conversations each client's manager keeps the transcript of.
+    max_clients: clients (an upstream and a provider credential) whose managers are kept;
+        the least recently used is dropped first (`clients`).
+    token: the control token `/metrics`, `/toolref/switch` and `Toolref-Switch` need (one
+        drawn at each start by default; never logged).
+    token_file: where `toolref relay` wrote the token: the answers that ask for it name
+        it, and the relay deletes it when it stops (if it still holds this token).
+    """
+
+    gateway: str
+    key: str | None = field(default=None, repr=False)
+    fallback: str | None = None
+    switch: tuple[str, ...] = ()
+    max_body_bytes: int = 64 * MIB
+    max_inflated_bytes: int = 64 * MIB
+    max_inflated_in_flight: int = 256 * MIB
+    connect_timeout: float = 5.0
+    read_timeout: float = 600.0
+    max_transcripts: int = 64
+    max_clients: int = 8
+    token: str = field(default_factory=new_token, repr=False)
+    token_file: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gateway", _base_url("--gateway", self.gateway))
+        if self.fallback is not None:
+            object.__setattr__(self, "fallback", _base_url("--fallback", self.fallback))
+        for name in self.switch:
+            if not name or "/" in name:
+                raise ValueError(
+                    f"--switch names {name!r}, not an upstream name; give names as the "
+                    f"gateway knows them, comma-separated (anthropic,kimi)"
+                )
+        if len(set(self.switch)) != len(self.switch):
+            raise ValueError(f"--switch names an upstream twice ({','.join(self.switch)})")
+        for option, number in (
+            ("--max-body-bytes", self.max_body_bytes),
+            ("--max-inflated-bytes", self.max_inflated_bytes),
+            ("max_transcripts", self.max_transcripts + 1),
+            ("--max-clients", self.max_clients),
+        ):
+            if number < 1:
+                raise ValueError(f"{option} is {number}; give a positive number")
+        if len(self.token) < MIN_TOKEN:
+            raise ValueError(
+                f"the control token has {len(self.token)} characters; give at least "
+                f"{MIN_TOKEN} (or none: one is drawn at each start)"
+            )
+        largest = self.max_body_bytes + self.max_inflated_bytes  # as sent, and inflated
+        if self.max_inflated_in_flight < largest:
+            raise ValueError(
+                f"--max-inflated-in-flight is {self.max_inflated_in_flight}, below what one "
+                f"turn may hold ({largest}: --max-body-bytes plus --max-inflated-bytes), so "
+                "such a turn could never be served; give a few times that"
+            )
+        if self.connect_timeout <= 0 or self.read_timeout <= 0:
+            raise ValueError(
+                f"timeouts are {self.connect_timeout} and {self.read_timeout} seconds; "
+                "give positive numbers"
+            )

@@ -1,0 +1,71 @@
+"""Which headers travel where: the agent's to the gateway (or the fallback), the answer's
+back to the agent. Pure functions over (name, value) pairs, names in any case; the rules
+both proxies share are `toolref.receiving.hops`."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from toolref.receiving.hops import (
+    KEY_HEADER,
+    SAVINGS_HEADER,
+    SWITCH_HEADER,
+    SWITCHED_FROM_HEADER,
+    Pairs,
+    decoded,
+    encoded,
+    end_to_end,
+    first,
+    without_toolref,
+)
+
+# Set again for the body the relay sends, when it sends another than the agent's.
+_BODY: Final = frozenset({"content-length", "content-encoding"})
+
+__all__ = [
+    "KEY_HEADER",
+    "SAVINGS_HEADER",
+    "SWITCHED_FROM_HEADER",
+    "SWITCH_HEADER",
+    "Pairs",
+    "decoded",
+    "first",
+    "to_agent",
+    "to_gateway",
+    "to_provider",
+]
+
+
+def to_gateway(
+    pairs: Pairs, *, key: str | None, switched_from: str | None, body_changed: bool
+) -> list[tuple[str, str]]:
+    """The agent's headers for the gateway: credentials and the rest as they are; the
+    agent's own `Toolref-*` headers dropped (the relay speaks toolref for it); the body's
+    length and encoding dropped when the relay sends another body (inflated)."""
+    kept = [(k, v) for k, v in without_toolref(end_to_end(pairs)) if not _resized(k, body_changed)]
+    if key:
+        kept.append((KEY_HEADER, key))
+    if switched_from:
+        kept.append((SWITCHED_FROM_HEADER, switched_from))
+    return kept
+
+
+def to_provider(pairs: Pairs) -> list[tuple[str, str]]:
+    """The agent's headers for the fallback (the provider itself): as the agent sent them,
+    minus hop-by-hop; nothing of toolref's."""
+    return without_toolref(end_to_end(pairs))
+
+
+def to_agent(
+    pairs: Pairs, *, body_changed: bool = False, extra: Pairs = ()
+) -> list[tuple[bytes, bytes]]:
+    """An answer's headers for the agent: minus hop-by-hop and toolref's own (the agent
+    does not speak toolref), plus `extra`. `body_changed`: the relay sends the body
+    decoded (a problem it had to read), so its length and encoding are the server's to
+    set again."""
+    kept = [(k, v) for k, v in without_toolref(end_to_end(pairs)) if not _resized(k, body_changed)]
+    return encoded([*kept, *extra])
+
+
+def _resized(name: str, body_changed: bool) -> bool:
+    return body_changed and name.lower() in _BODY

@@ -1,0 +1,272 @@
+"""`Forwarder`: an ASGI app that sends its request to an upstream and streams the answer back.
+
+Nothing is buffered in either direction: a request body still arriving is streamed on, and
+the answer's bytes (as the upstream encoded them) go to the client as they come, so a
+stream's time to first byte is the upstream's plus a loop turn. Cancellation crosses both
+ways: the client hanging up at any stage (while its body is sent, while the upstream
+thinks before its answer's head, while the answer streams) closes the upstream request and
+its connection at once; the upstream failing mid-answer aborts the client's connection (a
+truncated answer never looks complete).
+
+What the upstream receives: the client's method, its path and query as it encoded them
+(under the upstream's base path), its end-to-end headers as they came, in order, without
+toolref's own; `Host` for the upstream; `Authorization: Basic` when the upstream's base URL
+carries credentials (in place of the client's); and framing that describes the bytes sent
+(`Content-Length` of a body received whole, the client's own while it streams one it
+framed that way, else chunked). Nothing else: no `User-Agent`, `Accept-Encoding` or cookie
+the client did not send. Provider credentials (`x-api-key`, `Authorization`) pass
+untouched and are never logged here.
+
+What the client receives: the upstream's status, end-to-end headers and body bytes, but
+no `Toolref-*` header (toolref's headers are the gateway's to send: an upstream cannot
+forge a history or refs). Problems name an upstream by its name and URL without
+credentials; the request's path and query are never logged or shown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Final
+
+import httpcore
+from starlette.types import Message, Receive, Scope, Send
+
+from toolref.receiving.asgi_io import Disconnected
+from toolref.receiving.budget import SCOPE_KEY, Account
+from toolref.receiving.hops import decoded, encoded, end_to_end, without_toolref
+from toolref.wire.errors import OverloadedError, ServiceUnavailableError, ToolrefError
+from toolref.wire.numbers import whole_number
+from toolref_server.gateway.upstream_pool import UpstreamPool
+from toolref_server.gateway.upstreams import Route
+from toolref_server.http.problem import problem_response
+
+ROUTE_KEY: Final = "toolref.upstream"  # the scope entry holding the request's `Route`
+_FRAMING: Final = frozenset({"content-length", "transfer-encoding"})
+_CHUNKED: Final = (b"transfer-encoding", b"chunked")
+
+
+class UpstreamUnreachableError(ServiceUnavailableError):
+    slug = "upstream-unreachable"
+    status = 502
+    title = "Upstream unreachable"
+
+
+class UpstreamTimeoutError(ServiceUnavailableError):
+    slug = "upstream-timeout"
+    status = 504
+    title = "Upstream timed out"
+
+
+def request_headers(scope: Scope, upstream: Route) -> list[tuple[bytes, bytes]]:
+    """The client's headers for the upstream: end to end, without toolref's (for the
+    gateway alone) and without framing (set for the bytes actually sent); `Host` and the
+    base URL's credentials first."""
+    pairs = without_toolref(end_to_end(decoded(scope["headers"])))
+    own = upstream.upstream.authorization
+    replaced = _FRAMING | ({"authorization"} if own is not None else set())
+    kept = [(k, v) for k, v in pairs if k.lower() not in replaced]
+    first = [("host", upstream.upstream.host_header)]
+    if own is not None:
+        first.append(("authorization", own))
+    return encoded([*first, *kept])
+
+
+def answer_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The upstream's headers for the client: end to end (encoding and length included:
+    the body is passed as the upstream encoded it), without any `Toolref-*`."""
+    return encoded(without_toolref(end_to_end(decoded(headers))))
+
+
+class Forwarder:
+    """See the module docstring. `pool`: the upstream connections (its timeouts bound
+    every connect, read and write); `retry_after`: seconds, told when they are all busy."""
+
+    def __init__(self, pool: Callable[[], UpstreamPool], retry_after: int) -> None:
+        self._pool = pool
+        self._retry_after = retry_after
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        upstream: Route = scope[ROUTE_KEY]
+        first = await receive()
+        if first["type"] == "http.disconnect":
+            return
+        inbound = _Inbound(receive)
+        content, framing = inbound.content(scope, first, scope.get(SCOPE_KEY))
+        del first
+        url = httpcore.URL(
+            scheme=upstream.upstream.scheme,
+            host=upstream.upstream.host,
+            port=upstream.upstream.port,
+            target=upstream.target(scope.get("query_string", b"")),
+        )
+        exchange = asyncio.ensure_future(
+            self._pool().send(
+                scope["method"].encode("ascii"),
+                url,
+                [*request_headers(scope, upstream), *framing],
+                content,
+            )
+        )
+        hang_up = asyncio.ensure_future(inbound.hang_up())
+        try:
+            await asyncio.wait({exchange, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+            if not exchange.done():  # the client left before the answer's head
+                return
+            try:
+                response = exchange.result()
+            except Disconnected:  # the client left while its body was sent
+                return
+            except httpcore.PoolTimeout:
+                await _refuse(scope, send, self._busy())
+                return
+            except httpcore.TimeoutException:
+                await _refuse(scope, send, UpstreamTimeoutError(_timeout(upstream)))
+                return
+            except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
+                await _refuse(scope, send, UpstreamUnreachableError(_unreachable(upstream, exc)))
+                return
+            try:
+                await _relay(response, hang_up, send)
+            finally:
+                await response.aclose()
+        finally:
+            for task in (exchange, hang_up):
+                task.cancel()  # a no-op once it is done
+            await asyncio.wait({exchange, hang_up})
+            for task in (exchange, hang_up):
+                if not task.cancelled():
+                    task.exception()  # retrieved: never logged as "never retrieved"
+
+    def _busy(self) -> OverloadedError:
+        limit = self._pool().max_connections
+        return OverloadedError(
+            f"every upstream connection of this gateway process stayed busy for "
+            f"TOOLREF_GATEWAY_CONNECT_TIMEOUT (TOOLREF_GATEWAY_MAX_CONNECTIONS={limit}); "
+            f"retry after {self._retry_after}s",
+            retry_after=self._retry_after,
+            limit=limit,
+        )
+
+
+class _Inbound:
+    """The client's side of one request: its body for the upstream, then its hang-up.
+    `receive` has one reader at a time: the body's pieces while they come, then
+    `hang_up`, which starts once the body is whole."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._whole = asyncio.Event()
+
+    def content(
+        self, scope: Scope, first: Message, account: Account | None = None
+    ) -> tuple[bytes | AsyncIterator[bytes], list[tuple[bytes, bytes]]]:
+        """The body (bytes when `first` holds all of it, else its pieces as they come) and
+        the framing headers that describe exactly it. A whole body charged to `account`
+        (hydrated) is handed over once and then let go (`_sent_once`)."""
+        body: bytes = first.get("body", b"")
+        framed = any(k.decode("latin-1").lower() in _FRAMING for k, _ in scope["headers"])
+        if not first.get("more_body", False):
+            self._whole.set()
+            length = [(b"content-length", str(len(body)).encode())]
+            framing = length if body or framed else []
+            if account is not None and body:
+                return _sent_once(body, account), framing
+            return body, framing
+        declared = _declared_length(scope)
+        framing = [_CHUNKED] if declared is None else [(b"content-length", declared)]
+        return self._pieces(body), framing
+
+    async def _pieces(self, first: bytes) -> AsyncIterator[bytes]:
+        if first:
+            yield first
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                raise Disconnected
+            piece = message.get("body", b"")
+            if piece:
+                yield piece
+            if not message.get("more_body", False):
+                self._whole.set()
+                return
+
+    async def hang_up(self) -> None:
+        """Returns when the client hangs up (after its body: until then the body's reader
+        sees it)."""
+        await self._whole.wait()
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+
+
+def _declared_length(scope: Scope) -> bytes | None:
+    """The client's `Content-Length` when it alone frames the body (one value, at most 18
+    digits, no `Transfer-Encoding`): the HTTP layer then delivers exactly that many bytes."""
+    lengths = [v for k, v in scope["headers"] if k.lower() == b"content-length"]
+    chunked = any(k.lower() == b"transfer-encoding" for k, _ in scope["headers"])
+    if chunked or len(lengths) != 1:
+        return None
+    value = whole_number(lengths[0].decode("latin-1"), 18)
+    return None if value is None else str(value).encode()
+
+
+async def _sent_once(body: bytes, account: Account) -> AsyncIterator[bytes]:
+    """`body` for the upstream, then dropped, and the request's account on the budget of
+    bodies in flight closed: the hydrated body is held by nothing once sent, so a stream
+    that lasts minutes does not keep it charged (or in memory). The request carries its
+    `Content-Length` (the middleware set it), so it is not sent chunked."""
+    held = [body]
+    del body
+    yield held.pop()
+    account.close()
+
+
+async def _relay(response: httpcore.Response, hang_up: asyncio.Future[None], send: Send) -> None:
+    """The answer to the client as it arrives, while watching for the client leaving (which
+    cancels the upstream read)."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": response.status,
+            "headers": answer_headers(response.headers),
+        }
+    )
+    streaming = asyncio.ensure_future(_pieces(response, send))
+    try:
+        done, _ = await asyncio.wait({streaming, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        streaming.cancel()  # a no-op once it is done
+    if streaming in done:
+        streaming.result()  # the upstream failing mid-answer aborts the client's connection
+        return
+    with contextlib.suppress(asyncio.CancelledError, httpcore.NetworkError, OSError):
+        await streaming
+
+
+async def _pieces(response: httpcore.Response, send: Send) -> None:
+    async for piece in response.aiter_stream():
+        if piece:
+            await send({"type": "http.response.body", "body": piece, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _refuse(scope: Scope, send: Send, error: ToolrefError) -> None:
+    async def nothing() -> Message:
+        return {"type": "http.disconnect"}
+
+    await problem_response(error)(scope, nothing, send)
+
+
+def _timeout(upstream: Route) -> str:
+    return (
+        f"upstream {upstream.name!r} ({upstream.upstream.shown}) did not answer in time; "
+        "retry, or raise TOOLREF_GATEWAY_CONNECT_TIMEOUT / TOOLREF_GATEWAY_READ_TIMEOUT"
+    )
+
+
+def _unreachable(upstream: Route, exc: Exception) -> str:
+    return (
+        f"upstream {upstream.name!r} ({upstream.upstream.shown}) cannot be reached "
+        f"({type(exc).__name__}); check TOOLREF_UPSTREAMS and that the upstream is up"
+    )

@@ -1,0 +1,320 @@
+"""`Gateway`: `/llm/{name}/{path}` forwarded to an upstream LLM API, hydrated on the way.
+
+A request to an LLM endpoint the gateway knows (`toolref_server.gateway.upstreams.ENDPOINTS`) that
+speaks protocol 2 goes through the middleware's per-request pipeline
+(`toolref.receiving.middleware.hydrate_request` and a `Hydrator`): its body is checked
+against the wire
+limit as it arrives, inflated within the inflated limit, its history continued and its
+markers hydrated, all before the upstream sees it; then `toolref_server.gateway.forwarder.Forwarder`
+sends it on and streams the answer back. The upstream receives the body the client's agent
+wrote, byte for byte up to the serializer's whitespace, so provider prompt caching keeps
+hitting. Everything else passes through, streamed both ways.
+
+The registry it hydrates through is this process's own, called in process through the
+registry port (`toolref_server.gateway.inprocess.InProcessRegistry`): the body is parsed once, and
+the registry's steps take its messages as they are, with the tenant the `Toolref-Key`
+header names (the same authentication, quotas and limits as any client). Histories are
+held once, in the registry's history cache; what the gateway keeps of each (the body it
+was confirmed for, to decompress `Toolref-Dictionary` bodies) is one memory for every
+tenant, each under its own scope: one tenant's history is never answered from another's.
+The answer's body is never changed; what the client lacks travels in `Toolref-*` headers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Final
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from toolref.handoff.switch import switched_text
+from toolref.receiving.budget import Budget
+from toolref.receiving.hops import KEY_HEADER, SAVINGS_HEADER, SWITCHED_FROM_HEADER, savings_value
+from toolref.receiving.hydrator import Hydrator
+from toolref.receiving.middleware import hydrate_request, replay, speaks_refs, with_body
+from toolref.receiving.recent import Recent
+from toolref.wire.errors import BadRequestError, NotFoundError, ToolrefError
+from toolref.wire.numbers import describe, whole_number
+from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
+from toolref_server.gateway.inflight import InFlight
+from toolref_server.gateway.inprocess import InProcessRegistry
+from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool
+from toolref_server.gateway.upstreams import (
+    METHODS,
+    PREFIX,
+    Endpoint,
+    endpoint,
+    route,
+    unsafe_query,
+)
+from toolref_server.http.auth import Authenticator
+from toolref_server.http.problem import problem_response
+from toolref_server.metrics import Metrics
+from toolref_server.services import Services
+from toolref_server.settings import Settings
+
+_KEY: Final = KEY_HEADER.lower().encode()
+_SAVINGS: Final = SAVINGS_HEADER.lower().encode()
+_COUNT_KEY: Final = "toolref.sending.upload"
+_ENDPOINT_KEY: Final = "toolref.endpoint"
+_SWITCHED: Final = SWITCHED_FROM_HEADER.lower().encode()
+_SWITCH_KEY: Final = "toolref.switch"  # the scope entry holding the parsed switch header
+_HISTORIES_PER_TENANT: Final = 64  # kept bodies: a tenant's live conversations, about
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """What the access log and metrics label gateway requests with (never the raw path)."""
+
+    path: str = "/llm/{name}/{path}"
+
+
+@dataclass(slots=True)
+class _Count:
+    """A request's bytes as received, and whether all of them were."""
+
+    wire: int = 0
+    whole: bool = False
+
+
+class Gateway:
+    """ASGI middleware: `/llm/...` requests are the gateway's, the rest go to `app`."""
+
+    def __init__(
+        self, app: ASGIApp, settings: Settings, metrics: Metrics, budget: Budget | None = None
+    ) -> None:
+        self.app = app
+        self.settings = settings
+        self.metrics = metrics
+        # Bodies in flight, shared with the registry's REST reader (TOOLREF_MAX_INFLATED_*).
+        self.budget = budget or Budget(
+            settings.max_inflated_in_flight, setting="TOOLREF_MAX_INFLATED_IN_FLIGHT"
+        )
+        self.upstreams = settings.upstream_urls
+        self.auth = Authenticator(settings)
+        self.forwarder = Forwarder(self._upstream_pool, settings.retry_after_seconds)
+        self.in_flight = InFlight(
+            settings.gateway_max_requests_in_flight,
+            settings.gateway_tenant_requests_in_flight,
+            settings.retry_after_seconds,
+        )
+        self._pool: UpstreamPool | None = None
+        # The bodies kept with the histories the gateway confirmed (TOOLREF_GATEWAY_*).
+        self.memory = Recent(
+            _HISTORIES_PER_TENANT * settings.gateway_tenants, settings.gateway_history_chars
+        )
+        self._service: ASGIApp | None = None  # the whole app: its services, once started
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            self._service = scope.get("app", self._service)
+            await self.app(scope, self._closing(receive), send)
+            return
+        if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
+            await self.app(scope, receive, send)
+            return
+        if self._service is None:
+            self._service = scope.get("app")
+        scope["route"] = Template()
+        try:
+            await self._forward(scope, receive, send)
+        except ToolrefError as exc:
+            await problem_response(exc)(scope, receive, send)
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Every refusal before anything is read or stored: the key first (nothing about
+        the upstreams is told without one), then the path, the method, the query, the
+        switch header and the requests in flight."""
+        key = _header(scope, _KEY)
+        tenant = self.auth.tenant_for_key(key, header=KEY_HEADER)
+        found = route(self.upstreams, scope["path"], scope.get("raw_path"))
+        if found is None:
+            raise NotFoundError(self._unknown(scope["path"]))
+        if scope["method"] not in METHODS:
+            raise BadRequestError(
+                f"the gateway forwards {', '.join(sorted(METHODS))}, not "
+                f"{describe(scope['method'])} (a tunnel or a trace is not an LLM API's)"
+            )
+        if unsafe_query(scope.get("query_string", b"")):
+            raise BadRequestError(
+                "the gateway request's query holds bytes a request target may not carry; "
+                "percent-encode them"
+            )
+        at = switch_at(_header(scope, _SWITCHED))
+        with self.in_flight.held(tenant):
+            upstream = {
+                **scope,
+                "path": found.path,
+                "raw_path": found.raw_path,
+                ROUTE_KEY: found,
+                _SWITCH_KEY: at,
+            }
+            llm = endpoint(scope["method"], found.path)
+            if llm is None:
+                await self.forwarder(upstream, receive, send)
+                return
+            await self._hydrated(tenant, llm, upstream, receive, send)
+
+    async def _hydrated(
+        self, tenant: str, llm: Endpoint, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """Hydrated in process (a protocol-2 request), then to `_counted_forward`, counting
+        the bytes as they arrive."""
+        count = _Count()
+        scope[_COUNT_KEY] = count
+        scope[_ENDPOINT_KEY] = llm
+
+        async def counted() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                count.wire += len(message.get("body", b""))
+                count.whole = not message.get("more_body", False)
+            return message
+
+        if not speaks_refs(scope):  # a client without toolref: passed on as it is
+            await self._counted_forward(scope, counted, send)
+            return
+        settings = self.settings
+        hydrator = Hydrator(
+            InProcessRegistry(self._services(), tenant),
+            messages_keys=(llm.messages_key,),
+            format=llm.format,
+            max_inflated_bytes=settings.max_decompressed_bytes,
+            offload_bytes=settings.offload_bytes,
+            memory=self.memory,
+            scope=tenant,
+        )
+        with self.budget.account() as account:
+            await hydrate_request(
+                self._counted_forward,
+                hydrator,
+                scope,
+                counted,
+                send,
+                account=account,
+                max_body_bytes=settings.max_body_bytes,
+                alter_answers=False,
+            )
+
+    async def _counted_forward(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The middleware's app: the upload counted (bytes received, bytes forwarded) and
+        told in `Toolref-Savings`, then forwarded. A body the middleware did not read (a
+        protocol-1 request) is streamed on as it is: its two sizes are the same."""
+        count: _Count = scope[_COUNT_KEY]
+        if _header(scope, _SWITCHED) is not None and count.whole:
+            at: int | None = scope[_SWITCH_KEY]
+            body = await _whole(receive)
+            llm: Endpoint = scope[_ENDPOINT_KEY]
+            if len(body) >= self.settings.offload_bytes:  # a parse and a handoff: linear
+                body = await asyncio.to_thread(switch_body, body, llm, at)
+            else:
+                body = switch_body(body, llm, at)
+            scope = with_body(scope, len(body))
+            receive = replay(body, receive)
+            del body  # held by `receive` alone, until the forwarder sends it on
+        raw = _length(scope)
+        wire = count.wire if count.whole else raw
+        self.metrics.upload_bytes.labels("wire").inc(wire)
+        self.metrics.upload_bytes.labels("raw").inc(raw)
+        told = savings_value(raw, wire).encode()
+
+        async def with_savings(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [*message.get("headers", []), (_SAVINGS, told)]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.forwarder(scope, receive, with_savings)
+
+    def _services(self) -> Services:
+        services: Services | None = getattr(getattr(self._service, "state", None), "services", None)
+        if services is None:
+            raise RuntimeError("the gateway runs inside create_app's service, once it started")
+        return services
+
+    def _upstream_pool(self) -> UpstreamPool:
+        if self._pool is None:
+            s = self.settings
+            self._pool = UpstreamPool(
+                max_connections=s.gateway_max_connections,
+                timeouts=Timeouts(s.gateway_connect_timeout, s.gateway_read_timeout),
+            )
+        return self._pool
+
+    def _closing(self, receive: Receive) -> Receive:
+        """The lifespan's `receive`, closing the upstream pool at shutdown."""
+
+        async def wrapped() -> Message:
+            message = await receive()
+            if message.get("type") == "lifespan.shutdown" and self._pool is not None:
+                pool, self._pool = self._pool, None
+                await pool.aclose()
+            return message
+
+        return wrapped
+
+    def _unknown(self, path: str) -> str:
+        names = ", ".join(sorted(self.upstreams)) or "none"
+        return (
+            f"no upstream for {path}: gateway paths are /llm/{{name}}/{{path}} with a name from "
+            f"TOOLREF_UPSTREAMS (configured: {names})"
+        )
+
+
+def switch_at(header: str | None) -> int | None:
+    """`at` of a `Toolref-Switched-From: <previous upstream>[; at=<n>]` header: how many
+    messages came before the switch (None: all of them, or no header). `n` is 1-9 ASCII
+    digits, else `BadRequestError`; other parameters are ignored. Bounded: the header is
+    within the HTTP layer's head limit, and `n` is converted only when short."""
+    if header is None:
+        return None
+    for option in header.split(";")[1:]:
+        name, _, value = option.partition("=")
+        if name.strip().lower() != "at":
+            continue
+        at = whole_number(value.strip(), 9)
+        if at is None:
+            raise BadRequestError(
+                f"{SWITCHED_FROM_HEADER} says at={describe(value.strip())}; send "
+                f"`{SWITCHED_FROM_HEADER}: <previous upstream>; at=<n>` with n the count of "
+                "messages from before the switch (1-9 digits), or leave `at` out for all"
+            )
+        return at
+    return None
+
+
+def switch_body(body: bytes, llm: Endpoint, at: int | None) -> bytes:
+    """The body for the upstream a conversation switched to
+    (`toolref.handoff.switch.switched_text`); `at`: messages from before the switch (None:
+    all). Total: a body that is not a JSON object holding its messages in the endpoint's
+    format passes as it is."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return body
+    rewritten = switched_text(text, llm.format, llm.messages_key, at)
+    return body if rewritten is None else rewritten.encode()
+
+
+async def _whole(receive: Receive) -> bytes:
+    parts = []
+    while True:
+        message = await receive()
+        parts.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            return b"".join(parts)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1")).strip() or None
+    return None
+
+
+def _length(scope: Scope) -> int:
+    for key, value in scope["headers"]:
+        if key == b"content-length" and value.isdigit():
+            return int(value)
+    return 0

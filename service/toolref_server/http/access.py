@@ -1,0 +1,114 @@
+"""The access middleware: a request id, one access log line and the metrics of each request.
+
+The id is the client's `X-Request-Id` when it is a plain token (so a chat backend can follow
+one request through its logs and ours), otherwise a fresh one; it is sent back in the same
+header and carried by every log line written while the request runs.
+
+It is also the last line of defence: an exception no handler caught becomes a logged
+traceback and a 500 problem+json that carries the request id, instead of a bare 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Final
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from toolref.wire.errors import ToolrefError
+from toolref_server.http.problem import problem_response
+from toolref_server.logs import REQUEST_ID
+from toolref_server.metrics import UNMATCHED, Metrics
+
+REQUEST_ID_HEADER: Final = "X-Request-Id"
+_HEADER_KEY: Final = REQUEST_ID_HEADER.lower().encode()
+_TOKEN: Final = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+
+log = logging.getLogger("toolref_server.http.access")
+
+
+def request_id_of(scope: Scope) -> str:
+    for key, value in scope["headers"]:
+        if key == _HEADER_KEY and _TOKEN.fullmatch(value):
+            return str(value.decode())
+    return uuid.uuid4().hex
+
+
+def route_of(scope: Scope) -> str:
+    """The route template (`/v1/invocations/{ref}`), never the raw path: labels stay few."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else UNMATCHED
+
+
+class AccessMiddleware:
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = request_id_of(scope)
+        token = REQUEST_ID.set(request_id)
+        started = time.perf_counter()
+        status, received, sent = 500, 0, 0  # 500 unless an answer starts
+        answered = False
+
+        async def counted_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+            return message
+
+        async def tagged_send(message: Message) -> None:
+            nonlocal status, sent, answered
+            if message["type"] == "http.response.start":
+                status, answered = message["status"], True
+                headers = [(k, v) for k, v in message.get("headers", []) if k != _HEADER_KEY]
+                headers.append((_HEADER_KEY, request_id.encode()))
+                message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body":
+                sent += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, tagged_send)
+        except Exception:
+            if answered:
+                raise  # too late for a problem answer; the server closes the connection
+            log.exception("unhandled error", extra={"request_id": request_id})
+            failure = ToolrefError(
+                f"the service failed unexpectedly; the error is logged under request id "
+                f"{request_id}; retry later, and report the id if it persists"
+            )
+            await problem_response(failure)(scope, counted_receive, tagged_send)
+        finally:
+            elapsed = time.perf_counter() - started
+            route, method = route_of(scope), scope["method"]
+            m = self.metrics
+            m.requests.labels(method, route, str(status)).inc()
+            m.latency.labels(method, route).observe(elapsed)
+            m.bytes_in.labels(route).inc(received)
+            m.bytes_out.labels(route).inc(sent)
+            log.info(
+                "%s %s %d",
+                method,
+                route,
+                status,
+                extra={
+                    "request_id": request_id,
+                    "method": method,
+                    "route": route,
+                    "status": status,
+                    "durationMs": round(elapsed * 1000, 2),
+                    "bytesIn": received,
+                    "bytesOut": sent,
+                },
+            )
+            REQUEST_ID.reset(token)

@@ -1,0 +1,55 @@
+"""Admission: at most `limit` requests in flight in this process; past it, 503 at once.
+
+Every request in flight holds memory (its body, the values parsed from it, the answer being
+built) and a share of one event loop. Past the limit a request is answered 503 `overloaded`
+with `Retry-After` before its body is read, so a burst sheds load instead of making every
+request slower; the SDK and the middleware retry, then send full payloads. `/healthz` is
+always admitted: a liveness probe must not fail because the process is busy.
+
+Each admitted request gets an account on the process's budget of body bytes in flight
+(`toolref.receiving.budget`, TOOLREF_MAX_INFLATED_IN_FLIGHT) in `scope[SCOPE_KEY]`, which the body
+reader charges as the body arrives and inflates, given back when the request ends.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from toolref.receiving.budget import SCOPE_KEY, Budget
+from toolref.wire.errors import OverloadedError
+from toolref_server.http.problem import problem_response
+
+EXEMPT: Final = frozenset({"/healthz"})
+
+
+class AdmissionMiddleware:
+    def __init__(self, app: ASGIApp, limit: int, retry_after: int, budget: Budget) -> None:
+        self.app = app
+        self.limit = limit
+        self.retry_after = retry_after
+        self.budget = budget
+        self.in_flight = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in EXEMPT:
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight >= self.limit:
+            refusal = OverloadedError(
+                f"this server process has {self.in_flight} requests in flight, its limit "
+                f"(TOOLREF_MAX_REQUESTS_IN_FLIGHT={self.limit}); retry after "
+                f"{self.retry_after}s, or send full payloads meanwhile",
+                retry_after=self.retry_after,
+                limit=self.limit,
+            )
+            await problem_response(refusal)(scope, receive, send)
+            return
+        self.in_flight += 1
+        try:
+            with self.budget.account() as account:
+                scope[SCOPE_KEY] = account
+                await self.app(scope, receive, send)
+        finally:
+            self.in_flight -= 1

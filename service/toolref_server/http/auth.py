@@ -1,0 +1,86 @@
+"""API keys to tenants: `Authorization: Bearer <key>`, keys configured as SHA-256 hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from starlette.requests import HTTPConnection
+
+from toolref.wire.errors import AuthenticationError
+from toolref_server.settings import LOCAL_TENANT, Settings
+
+
+class Authenticator:
+    """Maps a request to its tenant, or raises `AuthenticationError`."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._hashes = [(bytes.fromhex(h), tenant) for h, tenant in settings.key_hashes.items()]
+        self.open = not self._hashes  # loopback with no keys: one local tenant
+        self._metrics = bytes.fromhex(settings.metrics_key) if settings.metrics_key else None
+
+    @property
+    def metrics_secured(self) -> bool:
+        return self._metrics is not None
+
+    def check_metrics(self, request: HTTPConnection) -> None:
+        """GET /metrics: open, or the bearer key TOOLREF_METRICS_KEY hashes."""
+        if self._metrics is None:
+            return
+        presented = _presented(request)
+        if presented is None:
+            raise AuthenticationError(
+                "GET /metrics needs a key here: send `Authorization: Bearer <key>` with the "
+                "key whose SHA-256 is TOOLREF_METRICS_KEY"
+            )
+        if not hmac.compare_digest(presented, self._metrics):
+            raise AuthenticationError(
+                "the key is not the metrics key of this registry; send the key whose SHA-256 "
+                "is TOOLREF_METRICS_KEY",
+                invalid_token=True,
+            )
+
+    def tenant_for(self, request: HTTPConnection) -> str:
+        return self._tenant_of(
+            _presented(request),
+            "send `Authorization: Bearer <key>` with an API key of this registry",
+        )
+
+    def tenant_for_key(self, key: str | None, *, header: str) -> str:
+        """The tenant of a key sent alone in `header` (the gateway's `Toolref-Key`: there
+        `Authorization` is the provider's)."""
+        presented = hashlib.sha256(key.encode()).digest() if key else None
+        return self._tenant_of(
+            presented, f"send `{header}: <key>` with an API key of this registry"
+        )
+
+    def _tenant_of(self, presented: bytes | None, missing: str) -> str:
+        if self.open:
+            return LOCAL_TENANT
+        if presented is None:
+            raise AuthenticationError(missing)
+        found: str | None = None
+        # Compare against every hash, without stopping early, so timing says nothing.
+        for digest, tenant in self._hashes:
+            if hmac.compare_digest(presented, digest):
+                found = tenant
+        if found is None:
+            raise AuthenticationError(
+                "the API key is not known to this registry; check the key, or ask the operator "
+                "to add its hash to TOOLREF_API_KEYS",
+                invalid_token=True,
+            )
+        return found
+
+
+def _presented(request: HTTPConnection) -> bytes | None:
+    """The SHA-256 of the request's bearer key, or None when it sends none."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        return None
+    return hashlib.sha256(key.strip().encode()).digest()
+
+
+def hash_key(key: str) -> str:
+    """The hex SHA-256 of an API key, as TOOLREF_API_KEYS holds it."""
+    return hashlib.sha256(key.encode()).hexdigest()

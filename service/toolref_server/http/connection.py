@@ -1,0 +1,531 @@
+"""The HTTP layer: uvicorn's h11 protocol with deadlines, a connection limit, and every
+refusal as problem+json.
+
+uvicorn as configured by default waits for a request's head and body as long as the client
+likes, keeps any number of connections, and answers a malformed request in text/plain.
+`Connection` subclasses its h11 protocol (`toolref-server serve` always runs it, whichever
+HTTP parsers are installed) and adds, per connection:
+
+- **Head deadline.** The request line and headers must arrive within `header_timeout`
+  seconds of the connection's start, or of the first byte of a later request. Past it: 408
+  problem+json if part of a head came, a silent close if nothing did (an idle socket).
+- **Body deadline.** A body has `body_timeout` seconds, plus 1/`body_min_rate` second per
+  byte received, so a steady upload of any size goes through and a trickle is cut: 408 if no
+  answer has started, else a close. Time during which the server itself stopped reading
+  (the app had not asked for more yet) does not count, nor does a wait for `100-continue`.
+- **Send deadline.** An answer the client leaves unread (the send buffer full, for
+  `send_timeout` seconds) is dropped with its connection: it would hold the buffered answer
+  and the descriptor for ever.
+- **Keep-alive.** A connection idle between requests is closed after `keep_alive` seconds.
+- **Connection limit.** Past `max_connections` open connections in this process, a new one
+  closes the oldest idle connection (one waiting for a request head) to make room; when
+  every connection is busy, its requests are answered 503 `overloaded` (`/healthz` is
+  still answered) and it is closed.
+- **Refusals as problems.** A request h11 cannot parse is a 400 `malformed-request` (431
+  `headers-too-large` past h11's 16 KiB head limit) in application/problem+json.
+
+The limits come from the app: its lifespan publishes `ConnectionLimits` in the lifespan
+state, which uvicorn hands to every protocol instance, so they are the app's own settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import sys
+import termios
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, cast
+from weakref import WeakKeyDictionary
+
+import h11
+from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
+from starlette.types import Receive, Scope, Send
+from uvicorn.config import Config
+from uvicorn.protocols.http.flow_control import FlowControl
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
+
+from toolref.wire.errors import (
+    ConfigurationError,
+    HeadersTooLargeError,
+    MalformedRequestError,
+    OverloadedError,
+    RequestTimeoutError,
+    ServiceUnavailableError,
+    ToolrefError,
+)
+from toolref.wire.numbers import whole_number
+from toolref_server.http.problem import problem_message, problem_response
+from toolref_server.metrics import Metrics
+from toolref_server.resources import open_files_limit
+from toolref_server.settings import Settings
+
+if TYPE_CHECKING:
+    from uvicorn._types import ASGI3Application
+
+log = logging.getLogger(__name__)
+
+STATE_KEY: Final = "toolref.connections"
+HEALTH_PATH: Final = b"/healthz"
+_RESERVED_FILES: Final = 64  # listening socket, logs, the engine's pipes, threads' files
+_MIN_REARM: Final = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    header_timeout: float
+    body_timeout: float
+    body_min_rate: int
+    send_timeout: float
+    keep_alive: float
+    max_connections: int
+    retry_after: int
+    metrics: Metrics
+
+    @classmethod
+    def of(cls, settings: Settings, metrics: Metrics) -> ConnectionLimits:
+        return cls(
+            header_timeout=settings.header_timeout,
+            body_timeout=settings.body_timeout,
+            body_min_rate=settings.body_min_rate,
+            send_timeout=settings.send_timeout,
+            keep_alive=settings.keep_alive_timeout,
+            max_connections=connection_budget(settings),
+            retry_after=settings.retry_after_seconds,
+            metrics=metrics,
+        )
+
+
+def connection_budget(settings: Settings) -> int:
+    """TOOLREF_MAX_CONNECTIONS, lowered to what the open-files limit leaves: each connection
+    is a descriptor, and the Redis pool and the process need some of their own."""
+    limit = open_files_limit()
+    room = limit - settings.redis_max_connections - _RESERVED_FILES
+    if settings.max_connections <= room:
+        return settings.max_connections
+    allowed = max(room, 16)
+    log.warning(
+        "TOOLREF_MAX_CONNECTIONS=%d is more than the open-files limit %d leaves after the "
+        "Redis pool and the process's own files; serving at most %d connections: raise the "
+        "hard limit (ulimit -Hn) or lower TOOLREF_MAX_CONNECTIONS",
+        settings.max_connections,
+        limit,
+        allowed,
+    )
+    return allowed
+
+
+class _Idle:
+    """The connections of one server waiting for a request head, longest waiting first."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[Connection, None] = {}
+
+    def add(self, connection: Connection) -> None:
+        self.waiting.pop(connection, None)
+        self.waiting[connection] = None
+
+    def discard(self, connection: Connection) -> None:
+        self.waiting.pop(connection, None)
+
+    def oldest(self, other_than: Connection) -> Connection | None:
+        """The connection to close for a new one: the one idle longest that has sent
+        nothing, else the one whose head has been arriving longest. Never one with bytes
+        waiting to be read: a client that has sent its request is not idle, even if the
+        server has not read it yet (a burst of new connections is accepted before any of
+        them is read)."""
+        partial: Connection | None = None
+        for connection in self.waiting:
+            if connection is other_than or connection.unread_bytes():
+                continue
+            if not connection.head_bytes:
+                return connection
+            partial = partial or connection
+        return partial
+
+
+_IDLE: WeakKeyDictionary[ServerState, _Idle] = WeakKeyDictionary()
+
+
+class _TimedFlow(FlowControl):
+    """uvicorn's flow control, also timing how long the server stopped reading."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        super().__init__(transport)
+        self._paused_at: float | None = None
+        self._paused_total = 0.0
+
+    def pause_reading(self) -> None:
+        if not self.read_paused:
+            self._paused_at = time.monotonic()
+        super().pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._paused_at is not None:
+            self._paused_total += time.monotonic() - self._paused_at
+            self._paused_at = None
+        super().resume_reading()
+
+    def paused_seconds(self) -> float:
+        ongoing = 0.0 if self._paused_at is None else time.monotonic() - self._paused_at
+        return self._paused_total + ongoing
+
+
+class _Parser(h11.Connection):
+    """h11's server side, telling its connection what it parsed, and keeping the error
+    uvicorn reduces to a message."""
+
+    def __init__(self, owner: Connection, max_incomplete_event_size: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size)
+        self.owner = owner
+        self.error: h11.RemoteProtocolError | None = None
+
+    def next_event(self) -> Any:
+        try:
+            event = super().next_event()
+        except h11.RemoteProtocolError as exc:
+            self.error = exc
+            raise
+        self.owner.saw(event)
+        return event
+
+
+def _answering_problems(app: ASGI3Application, retry_after: int) -> ASGI3Application:
+    """`app`, except that a request it drops without an answer gets a problem+json one
+    instead of uvicorn's text/plain 500: a 503 when the request was cancelled (a stop that
+    ran out of TOOLREF_SHUTDOWN_TIMEOUT), a 500 for anything else the app let escape."""
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        started = False
+
+        async def tracked(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, receive, tracked)
+        except BaseException as exc:
+            if started or scope["type"] != "http":
+                raise
+            error: ToolrefError
+            if isinstance(exc, asyncio.CancelledError):
+                error = ServiceUnavailableError(
+                    "the service is stopping and cancelled this request; retry after "
+                    f"{retry_after}s (another replica, or this one restarted, will answer)",
+                    retry_after=retry_after,
+                )
+            else:
+                error = ToolrefError("the service failed unexpectedly; retry later")
+            response = problem_response(error)
+            response.headers["connection"] = "close"
+            await response(scope, receive, tracked)
+            raise
+        if not started and scope["type"] == "http":
+            # An app that returns without answering: uvicorn would send a text/plain 500.
+            await problem_response(ToolrefError("the service sent no answer; retry later"))(
+                scope, receive, tracked
+            )
+
+    return cast("ASGI3Application", guarded)
+
+
+class Connection(H11Protocol):
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        limits = app_state.get(STATE_KEY)
+        if not isinstance(limits, ConnectionLimits):
+            raise ConfigurationError(
+                f"{type(self).__name__} needs the app's lifespan to publish ConnectionLimits "
+                f"under {STATE_KEY!r} (toolref_server.app.create_app does); run it with that "
+                "app, with lifespan on"
+            )
+        self.limits = limits
+        self.app = _answering_problems(self.app, limits.retry_after)
+        self.head_limit = config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
+        self.parser = _Parser(self, self.head_limit)
+        self.conn = self.parser
+        self.idle = _IDLE.setdefault(server_state, _Idle())
+        self.timed_flow: _TimedFlow | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._send_timer: asyncio.TimerHandle | None = None
+        # Reading a head: since the connection started (`_first_byte_due` False), or idle
+        # between requests until a first byte comes (True); `_head_bytes` of it so far.
+        self._reading_head = True
+        self._first_byte_due = False
+        self._head_bytes = 0
+        # Reading a body, and answering a request (both start with its head).
+        self._reading_body = False
+        self._answering = False
+        self._body_started = 0.0
+        self._body_paused = 0.0
+        self._body_received = 0
+        self._body_declared: int | None = None
+        self._over_limit = False
+        self._refusal: tuple[ToolrefError, str] | None = None
+
+    @property
+    def head_bytes(self) -> int:
+        """Bytes of a request head received so far (0 when idle between requests)."""
+        return self._head_bytes if self._reading_head else 0
+
+    def unread_bytes(self) -> int:
+        """Bytes the client sent that the server has not read yet (0 if unknown)."""
+        sock = self.transport.get_extra_info("socket") if self.transport else None
+        try:
+            found = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0") if sock else b""
+        except OSError:
+            return 0
+        return int.from_bytes(found, sys.byteorder) if found else 0
+
+    # --- uvicorn's protocol interface -------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.timed_flow = _TimedFlow(transport)
+        self.flow = self.timed_flow
+        self.limits.metrics.connections_open.inc()
+        if len(self.connections) > self.limits.max_connections:
+            oldest = self.idle.oldest(other_than=self)
+            if oldest is not None:
+                oldest.evict()
+            else:
+                self._over_limit = True
+        self._wait_for_head(self.limits.header_timeout, first_byte_due=False)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.limits.send_timeout, self._unread)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+
+    def _unread(self) -> None:
+        """The client left its answer unread for the whole send timeout: drop the
+        connection and the answer buffered for it (abort: a close would wait for the buffer
+        to drain, which it never will), ending the request if it still waits to write."""
+        self._send_timer = None
+        if self.flow.write_paused:
+            self.limits.metrics.connections_closed.labels("send-timeout").inc()
+            self._cancel_timer()
+            self.idle.discard(self)
+            self.transport.abort()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+        self._cancel_timer()
+        self.idle.discard(self)
+        self.limits.metrics.connections_open.dec()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._reading_head:
+            if self._first_byte_due:
+                self._first_byte_due = False
+                self._arm(self.limits.header_timeout)
+            self._head_bytes += len(data)
+        super().data_received(data)
+
+    def on_response_complete(self) -> None:
+        self._answering = False
+        if self._over_limit:
+            self._close("over-limit")  # /healthz was answered; nothing else is
+            return
+        if not self._reading_body:
+            self._wait_for_head(self.limits.keep_alive, first_byte_due=True)
+        super().on_response_complete()
+        self._unset_keepalive_if_required()  # the deadline above replaces uvicorn's timer
+        buffered = self.parser.trailing_data[0]
+        if self._reading_head and self._first_byte_due and buffered:
+            # Part of a pipelined request is here already: its head is due from now.
+            self._first_byte_due = False
+            self._head_bytes = len(buffered)
+            self._arm(self.limits.header_timeout)
+
+    def send_400_response(self, msg: str) -> None:
+        error = self.parser.error
+        problem: ToolrefError
+        if error is not None and error.error_status_hint == 431:
+            problem = self._head_too_large()
+        else:
+            kind = str(error).split(":", 1)[0] if error is not None else msg
+            problem = MalformedRequestError(
+                f"the request is not valid HTTP/1.1 ({kind}); check the request line and "
+                "the headers: a NUL, CR or LF inside a header value, a space or a control "
+                "character in the path, or a malformed Content-Length are the usual causes"
+            )
+        log.debug("refused a malformed request: %s", problem.detail)
+        self._refuse(problem, "malformed")
+
+    # --- what the parser saw ------------------------------------------------------------
+
+    def saw(self, event: Any) -> None:
+        if isinstance(event, h11.Request):
+            self._head_arrived(event)
+        elif isinstance(event, h11.Data):
+            self._body_received += len(event.data)
+        elif isinstance(event, h11.EndOfMessage):
+            self._reading_body = False
+            self._cancel_timer()
+            if not self._answering:  # answered before its body was all in
+                self._wait_for_head(self.limits.keep_alive, first_byte_due=True)
+
+    def _head_arrived(self, request: h11.Request) -> None:
+        self._reading_head = False
+        self.idle.discard(self)
+        self._reading_body = self._answering = True
+        self._body_started = time.monotonic()
+        self._body_paused = self._paused()
+        self._body_received = 0
+        declared = dict(request.headers).get(b"content-length")
+        self._body_declared = whole_number(declared.decode("ascii"), 30) if declared else None
+        self._arm(self.limits.body_timeout)
+        # h11 bounds a head only while it is incomplete: one that came whole in a single
+        # read may be longer. Its size as sent, give or take the spaces around the colons:
+        size = len(request.method) + len(request.target) + 12
+        size += sum(len(name) + len(value) + 4 for name, value in request.headers)
+        if size > self.head_limit:
+            self._refusal = (self._head_too_large(), "malformed")
+        elif self._over_limit and request.target.partition(b"?")[0] != HEALTH_PATH:
+            self._refusal = (self._overloaded("every other connection is busy"), "over-limit")
+        else:
+            return
+        self.app = cast("ASGI3Application", self._refuse_request)
+
+    # --- deadlines ------------------------------------------------------------------------
+
+    def _wait_for_head(self, seconds: float, *, first_byte_due: bool) -> None:
+        self._reading_head, self._first_byte_due, self._head_bytes = True, first_byte_due, 0
+        self.idle.add(self)
+        self._arm(seconds)
+
+    def _arm(self, seconds: float) -> None:
+        self._cancel_timer()
+        self._timer = self.loop.call_later(seconds, self._deadline)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _paused(self) -> float:
+        return self.timed_flow.paused_seconds() if self.timed_flow is not None else 0.0
+
+    def _deadline(self) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        if self._reading_body:
+            self._check_body()
+        elif self._reading_head:
+            if self._head_bytes:
+                self._refuse(
+                    RequestTimeoutError(
+                        f"the request line and headers did not arrive within "
+                        f"{self.limits.header_timeout:g}s ({self._head_bytes} bytes came; "
+                        "TOOLREF_HEADER_TIMEOUT); send the whole head at once, ended by an "
+                        "empty line"
+                    ),
+                    "header-timeout",
+                )
+            else:
+                self._close("idle" if self._first_byte_due else "header-timeout")
+
+    def _check_body(self) -> None:
+        now = time.monotonic()
+        if self.cycle is not None and self.cycle.waiting_for_100_continue:
+            # The client waits for our `100 Continue`: its time starts when that is sent.
+            self._body_started, self._body_paused = now, self._paused()
+            self._arm(self.limits.body_timeout)
+            return
+        active = now - self._body_started - (self._paused() - self._body_paused)
+        allowed = self.limits.body_timeout + self._body_received / self.limits.body_min_rate
+        if active < allowed:
+            self._arm(max(allowed - active, _MIN_REARM))
+            return
+        if self.cycle is not None and self.cycle.response_started:
+            self._close("body-timeout")  # answered already: too late for a problem
+            return
+        of = f" of the {self._body_declared} declared" if self._body_declared is not None else ""
+        self._refuse(
+            RequestTimeoutError(
+                f"the request body arrived too slowly: {self._body_received}{of} bytes in "
+                f"{active:.1f}s, where past its first {self.limits.body_timeout:g}s a body must "
+                f"keep up {self.limits.body_min_rate} bytes per second (TOOLREF_BODY_TIMEOUT, "
+                "TOOLREF_BODY_MIN_RATE); send the body at once, and as many bytes as "
+                "Content-Length declares"
+            ),
+            "body-timeout",
+        )
+
+    # --- closing ------------------------------------------------------------------------
+
+    def evict(self) -> None:
+        """Close this idle connection to make room for a new one."""
+        if self.head_bytes:
+            self._refuse(self._overloaded("it waited longest for a request head"), "evicted")
+        else:
+            self._close("evicted")
+
+    def _overloaded(self, why: str) -> OverloadedError:
+        limit = self.limits.max_connections
+        return OverloadedError(
+            f"this server process has {len(self.connections)} connections open, over its "
+            f"limit of {limit} (TOOLREF_MAX_CONNECTIONS), and this one was closed: {why}; "
+            f"retry after {self.limits.retry_after}s on a new connection",
+            retry_after=self.limits.retry_after,
+            limit=limit,
+        )
+
+    def _head_too_large(self) -> HeadersTooLargeError:
+        return HeadersTooLargeError(
+            f"the request line and headers are longer than {self.head_limit} bytes, all this "
+            "server reads; send fewer or shorter headers"
+        )
+
+    async def _refuse_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app for a request refused at its head (`_refusal`): answer, then close."""
+        assert self._refusal is not None
+        error, reason = self._refusal
+        self.limits.metrics.connections_closed.labels(reason).inc()
+        response = problem_response(error)
+        response.headers["connection"] = "close"
+        response.headers["toolref-protocol"] = "1"
+        await response(scope, receive, send)
+
+    def _refuse(self, error: ToolrefError, reason: str) -> None:
+        """Answer `error` as problem+json and close; an answer the app may still try to
+        send is dropped (its request reads as disconnected)."""
+        if self.cycle is not None and not self.cycle.response_complete:
+            if self.cycle.response_started:
+                self._close(reason)
+                return
+            self.cycle.disconnected = True
+            self.cycle.message_event.set()
+        self.transport.write(problem_message(error))
+        self._close(reason)
+
+    def _close(self, reason: str) -> None:
+        self._cancel_timer()
+        self.idle.discard(self)
+        self._reading_head = self._reading_body = False
+        if not self.transport.is_closing():
+            self.limits.metrics.connections_closed.labels(reason).inc()
+            self.transport.close()

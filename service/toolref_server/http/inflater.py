@@ -1,0 +1,109 @@
+"""A request body inflated as it arrives: gzip or zstd undone chunk by chunk, within the
+body's limit and the process's budget of bodies in flight (`toolref.receiving.budget`).
+
+Each chunk of output (at most `OUT_CHUNK` bytes) is counted against the limit and charged to
+the request's account before it is kept, so a bomb stops one chunk past the limit, and a
+request past the budget at once. Nothing here outlives the request: no object refers back to
+a decompressor (see `Kept`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import IO, Any, Final, cast
+
+import zstandard
+
+from toolref.receiving.budget import Account, charge
+from toolref.wire.errors import MalformedBodyError
+
+OUT_CHUNK: Final = 64 * 1024
+
+
+class TooLarge(Exception):
+    """The body inflates past its limit (the reader says which, and what to do)."""
+
+
+class Kept:
+    """Where inflated output goes: its chunks, counted against the body's limit and charged
+    to the request's account before each is kept. The sink of the zstd stream writer, so it
+    holds no reference to the writer or the `Inflater`: the C writer is not tracked by the
+    cyclic collector, and a cycle through it (writer -> sink -> writer) would never be freed
+    (every zstd body leaked whole before)."""
+
+    __slots__ = ("__weakref__", "account", "limit", "parts", "size")
+
+    def __init__(self, limit: int, account: Account | None) -> None:
+        self.limit = limit
+        self.account = account
+        self.parts: list[bytes] = []
+        self.size = 0
+
+    def write(self, data: bytes) -> int:  # the zstd stream writer's sink
+        self.keep(data)
+        return len(data)
+
+    def keep(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.limit:
+            raise TooLarge
+        charge(self.account, len(data))
+        self.parts.append(data)
+
+
+class Inflater:
+    """Incremental decompression that refuses to produce more than `limit` bytes, charging
+    each chunk of output (at most 64 KiB) to `account` before keeping it. Nothing here
+    outlives the request: the decompressor is referenced by this object alone."""
+
+    def __init__(self, encoding: str, limit: int, account: Account | None = None) -> None:
+        self.kept = Kept(limit, account)
+        self.encoding = encoding
+        self._gzip: Any = None
+        self._zstd: Any = None
+        if encoding == "gzip":
+            self._gzip = zlib.decompressobj(wbits=31)
+        else:
+            sink = cast(IO[bytes], self.kept)  # duck-typed: the writer only calls write()
+            self._zstd = zstandard.ZstdDecompressor().stream_writer(
+                sink, write_size=OUT_CHUNK, write_return_read=True
+            )
+
+    def feed(self, data: bytes) -> None:
+        try:
+            if self._zstd is not None:
+                self._zstd.write(data)
+            else:
+                self._feed_gzip(data)
+        except (zlib.error, zstandard.ZstdError) as exc:
+            raise MalformedBodyError(
+                f"the {self.encoding} body is corrupt ({exc}); compress the whole body "
+                f"as one {self.encoding} stream, or send it uncompressed"
+            ) from None
+
+    def _feed_gzip(self, data: bytes) -> None:
+        kept = self.kept
+        while True:
+            # Small steps: one huge step would briefly hold twice its output while resizing.
+            step = min(kept.limit - kept.size + 1, OUT_CHUNK)
+            out = self._gzip.decompress(data, step)
+            kept.keep(out)
+            data = self._gzip.unconsumed_tail
+            if self._gzip.eof:
+                # gzip allows several members back to back (RFC 1952).
+                data = self._gzip.unused_data + data
+                if not data:
+                    return
+                self._gzip = zlib.decompressobj(wbits=31)
+            elif not data and len(out) < step:
+                return  # input used up and no output held back
+
+    def finish(self) -> bytes:
+        if self._gzip is not None and not self._gzip.eof:
+            raise MalformedBodyError(
+                "the gzip body ends before its stream does (truncated); send the whole body"
+            )
+        if self._zstd is not None:
+            self._zstd.flush()
+        parts, self.kept.parts = self.kept.parts, []
+        return b"".join(parts)

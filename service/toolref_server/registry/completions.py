@@ -1,0 +1,125 @@
+"""Chat completions from an OpenAI-compatible endpoint, bounded in time, bytes and shape.
+
+One call is `POST {base_url}/chat/completions`. Whatever the endpoint does:
+
+- **time**: the whole call (connecting, sending, the status line, every byte of the answer)
+  ends within `deadline` seconds. A per-read timeout alone is not a bound: a server that
+  sends one byte a second never trips it.
+- **bytes**: at most `max_bytes` of answer are read. An answer that declares more
+  (`Content-Length`) is refused before its first byte; one that does not is refused one
+  network read past the limit, and the connection is closed (never drained). The answer is
+  asked for uncompressed (`Accept-Encoding: identity`); a compressed one is refused, so the
+  limit is on what is held in memory.
+- **shape**: the answer is parsed by the service's own bounded decoder (`codec.decode`:
+  UTF-8, nesting depth `ANSWER_DEPTH`, containers counted before parsing) and must hold
+  `choices[0].message.content` as text. Anything else (a deep nest, bad UTF-8, a number
+  Python cannot read, the wrong shape) is a `CompletionError`, never another exception.
+
+The caller (a summarizer) turns a `CompletionError` into its fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+import httpx
+
+from toolref.wire.errors import ToolrefError
+from toolref_server.http import codec
+
+# A chat completion nests about 6 levels (choices, message, tool_calls, logprobs); an
+# answer nested deeper than this is not one.
+ANSWER_DEPTH: Final = 32
+
+
+class CompletionError(Exception):
+    """The endpoint gave no usable answer: an HTTP error, a timeout, too many bytes, not a
+    chat completion, or no text in it."""
+
+
+class Completions:
+    """A client for one OpenAI-compatible endpoint."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None,
+        deadline: float,
+        max_bytes: int,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.deadline = deadline
+        self.max_bytes = max_bytes
+        self.limits = codec.BodyLimits(max_bytes, max_bytes, ANSWER_DEPTH)
+        headers = {"Accept-Encoding": "identity"}
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        # httpx's own timeouts (per connect, per read) stay as an inner bound.
+        self._http = httpx.AsyncClient(headers=headers, timeout=deadline, transport=transport)
+
+    async def text(self, body: dict[str, Any]) -> str:
+        """The text of the completion `body` asks for (stripped, never empty)."""
+        try:
+            async with asyncio.timeout(self.deadline):
+                data = await self._answer(body)
+        except TimeoutError:
+            raise CompletionError(
+                f"no complete answer within {self.deadline}s (TOOLREF_LLM_TIMEOUT bounds the "
+                "whole call)"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise CompletionError(f"{type(exc).__name__}: {exc}") from exc
+        return answer_text(data, self.limits)
+
+    async def _answer(self, body: dict[str, Any]) -> bytes:
+        """The answer's bytes, read up to the limit. Memory: at most `max_bytes` plus one
+        network read."""
+        async with self._http.stream("POST", self.url, json=body) as response:
+            if not response.is_success:
+                raise CompletionError(f"HTTP {response.status_code} from {self.url}")
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise CompletionError(
+                    f"the answer is {encoding}-encoded although identity was asked; its size "
+                    "could not be bounded before inflating it"
+                )
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self.max_bytes:
+                raise CompletionError(self._too_large(f"declares {declared} bytes"))
+            parts: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():  # identity: as received
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise CompletionError(self._too_large(f"ran past {size} bytes"))
+                parts.append(chunk)
+        return b"".join(parts)
+
+    def _too_large(self, what: str) -> str:
+        return (
+            f"the answer {what}, over the limit of {self.max_bytes} "
+            "(TOOLREF_LLM_MAX_ANSWER_BYTES); the rest was not read"
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+def answer_text(data: bytes, limits: codec.BodyLimits) -> str:
+    """`choices[0].message.content` of a chat completion's bytes, stripped; a
+    `CompletionError` for anything else. Linear in `data` (at most `limits.max_body_bytes`,
+    so small enough to parse on the event loop)."""
+    try:
+        value = codec.decode(data, "json", limits)
+    except ToolrefError as exc:
+        raise CompletionError(f"the answer is not a JSON chat completion: {exc.detail}") from None
+    choices = value.get("choices") if isinstance(value, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    text = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(text, str) or not text.strip():
+        raise CompletionError("the answer holds no text at choices[0].message.content")
+    return text.strip()

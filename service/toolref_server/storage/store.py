@@ -1,0 +1,408 @@
+"""Redis access: tenant-namespaced records, batched reads, sliding lifetimes.
+
+Every method is one round trip to Redis whatever the batch size: a pipeline, and for reads
+on one node a single script call that gets and touches the whole batch (on a cluster, or an
+engine without scripting, one MGET per hash slot plus EXPIREs). Redis failures become
+`StoreUnavailableError`, which the service answers with 503 and Retry-After.
+
+A circuit breaker sits in front: after `failure_threshold` failures in a row, requests fail
+fast with 503 for `retry_after` seconds instead of each waiting out a socket timeout on a dead
+or frozen engine (so nothing piles up); then one request probes, and success closes it.
+
+At most `slots` operations (the pool's size) go to the engine at once; the others wait for a
+slot, at most `slot_wait` seconds, and ask the breaker only once they hold one. An operation
+records its outcome before it hands its slot on, so a request that waited while the engine
+froze fails fast instead of opening a new connection to it and waiting out another timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis, RedisCluster
+from redis.crc import key_slot
+from redis.exceptions import RedisError, ResponseError
+
+from toolref.registry.breaker import BreakerState, CircuitBreaker
+from toolref.wire.canonical import Ref
+from toolref.wire.errors import StoreUnavailableError
+from toolref_server.metrics import Metrics
+from toolref_server.storage import record
+from toolref_server.storage.quotas import StoredBytes
+from toolref_server.storage.record import Record
+from toolref_server.storage.verifier import Verifier
+from toolref_server.workers import Workers
+
+log = logging.getLogger(__name__)
+
+StoreClient = Redis | RedisCluster
+
+_READ_AND_TOUCH = """
+local values = {}
+for i, key in ipairs(KEYS) do
+  local value = redis.call('GET', key)
+  if value then redis.call('EXPIRE', key, ARGV[1]) end
+  values[i] = value
+end
+return values
+"""
+
+# The same, counting for the stored-bytes quota (toolref_server.storage.quotas): the last key is the
+# tenant's counter; a value is counted when its remaining lifetime (ms) is below ARGV[2].
+_READ_TOUCH_AND_COUNT = """
+local last = #KEYS - 1
+local values = {}
+local cost = 0
+for i = 1, last do
+  local key = KEYS[i]
+  local left = redis.call('PTTL', key)
+  local value = redis.call('GET', key)
+  if value then
+    if left < tonumber(ARGV[2]) then cost = cost + #value end
+    redis.call('EXPIRE', key, ARGV[1])
+  end
+  values[i] = value
+end
+if cost > 0 then
+  redis.call('INCRBY', KEYS[last + 1], cost)
+  redis.call('EXPIRE', KEYS[last + 1], ARGV[3])
+end
+return values
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class NewRecord:
+    ref: Ref
+    digest: bytes
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    new: bool
+    stored_digest: bytes | None  # digest of the record now under the key; None if it vanished
+
+
+class Store:
+    def __init__(
+        self,
+        redis: StoreClient,
+        ttl_seconds: int,
+        retry_after: int = 1,
+        *,
+        failure_threshold: int = 3,
+        metrics: Metrics | None = None,
+        slots: int = 64,
+        slot_wait: float = 2.0,
+        workers: Workers | None = None,
+        quota: StoredBytes | None = None,
+        verifier: Verifier | None = None,
+    ) -> None:
+        self.redis = redis
+        self.cluster = isinstance(redis, RedisCluster)
+        # One node: GET and EXPIRE of a whole batch as one script call (one reply to parse
+        # instead of one per key). A cluster keeps MGET per slot plus EXPIREs.
+        self._read = None if self.cluster else redis.register_script(_READ_AND_TOUCH)
+        # The stored-bytes quota, when there is one: every write and read counts.
+        self.quota = quota if quota is not None and quota.enabled else None
+        self._read_counted = None
+        if self.quota is not None and not self.cluster:
+            self._read_counted = redis.register_script(_READ_TOUCH_AND_COUNT)
+        self.ttl = ttl_seconds
+        self.retry_after = retry_after
+        self.breaker = CircuitBreaker(failure_threshold, reset_timeout=retry_after)
+        self.slots = slots
+        self.slot_wait = slot_wait
+        self._slots = asyncio.Semaphore(slots)
+        self.metrics = metrics or Metrics()
+        self.metrics.watch_breaker(lambda: self.breaker.state.value)
+        self.workers = workers
+        self.verifier = verifier or Verifier(100_000)
+
+    @staticmethod
+    def key(tenant: str, ref: Ref) -> str:
+        return f"tr:{tenant}:i:{ref.key}"
+
+    @asynccontextmanager
+    async def guard(self, action: str) -> AsyncIterator[None]:
+        # Open: refuse before queueing for a slot (a half-open breaker is asked once a slot
+        # is held, so that only one request probes).
+        if self.breaker.state is BreakerState.OPEN:
+            raise self._skipped()
+        try:
+            async with asyncio.timeout(self.slot_wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            self.breaker.failure()  # as redis-py's own pool counts a wait for a connection
+            raise self._unavailable(
+                action, f"all {self.slots} connections stayed busy for {self.slot_wait}s"
+            ) from None
+        try:
+            # The breaker may have opened while this request waited for its slot.
+            if not self.breaker.allow():
+                raise self._skipped()
+            try:
+                yield
+            except ResponseError as exc:
+                self.breaker.success()  # the engine answered (OOM, say): it is reachable
+                raise self._unavailable(action, type(exc).__name__, exc) from None
+            except RedisError as exc:
+                self.breaker.failure()
+                raise self._unavailable(action, type(exc).__name__, exc) from None
+            self.breaker.success()
+        finally:
+            self._slots.release()  # after the outcome is recorded: the next holder sees it
+
+    def _skipped(self) -> StoreUnavailableError:
+        wait = max(1, math.ceil(self.breaker.retry_in()))
+        return StoreUnavailableError(
+            f"the registry's store failed {self.breaker.failure_threshold} times in a row, "
+            f"so requests skip it for now; retry after {wait}s, or send full payloads "
+            "meanwhile",
+            retry_after=wait,
+        )
+
+    def _unavailable(
+        self, action: str, cause: str, exc: Exception | None = None
+    ) -> StoreUnavailableError:
+        log.warning("store %s failed: %s%s", action, cause, f": {exc}" if exc else "")
+        self.metrics.store_errors.labels(action).inc()
+        return StoreUnavailableError(
+            f"the registry's store is unreachable ({cause}); retry after "
+            f"{self.retry_after}s, or send full payloads meanwhile",
+            retry_after=self.retry_after,
+        )
+
+    async def register(self, tenant: str, records: Sequence[NewRecord]) -> list[Registered]:
+        """Store records that are absent; extend the lifetime of those present.
+
+        Never overwrites: SET NX. The digest read back (32 bytes at a fixed offset) tells a
+        record written just now or earlier from a different invocation with the same ref.
+        """
+        outcomes: list[Registered | None] = [None] * len(records)
+        pending = list(range(len(records)))
+        cost = await self.cost_of_writing(
+            tenant, [self.key(tenant, r.ref) for r in records], [len(r.data) for r in records]
+        )
+        # A key that expires between SET NX and GETRANGE reads back empty: write it again.
+        for _ in range(2):
+            if not pending:
+                break
+            async with self.guard("register"):
+                pipe = self.redis.pipeline(transaction=False)
+                for i in pending:
+                    key = self.key(tenant, records[i].ref)
+                    pipe.set(key, records[i].data, nx=True, ex=self.ttl)
+                    pipe.expire(key, self.ttl)
+                    pipe.getrange(key, record.DIGEST_START, record.DIGEST_END - 1)
+                self.charge(pipe, tenant, cost)  # after the replies read below
+                cost = 0
+                replies: list[Any] = await pipe.execute()
+            retry = []
+            for n, i in enumerate(pending):
+                stored = replies[3 * n + 2]
+                if stored:
+                    outcomes[i] = Registered(bool(replies[3 * n]), stored)
+                else:
+                    retry.append(i)
+            pending = retry
+        done = [o if o is not None else Registered(False, None) for o in outcomes]
+        created = sum(o.new for o in done)
+        self.metrics.registered.labels("true").inc(created)
+        self.metrics.registered.labels("false").inc(len(done) - created)
+        return done
+
+    async def touch(self, tenant: str, refs: Sequence[Ref]) -> list[bool]:
+        """Extend the lifetime of each ref; True where it is present."""
+        if not refs:
+            return []
+        counted = self.quota is not None
+        async with self.guard("findMissing"):
+            pipe = self.redis.pipeline(transaction=False)
+            for ref in refs:
+                key = self.key(tenant, ref)
+                if counted:
+                    pipe.pttl(key)
+                    pipe.strlen(key)
+                pipe.expire(key, self.ttl)
+            replies: list[Any] = await pipe.execute()
+        if counted:
+            lifetimes, sizes, replies = replies[0::3], replies[1::3], replies[2::3]
+            await self._count(tenant, sizes, lifetimes)
+        present = [bool(reply) for reply in replies]
+        self.metrics.refs(present)
+        return present
+
+    async def fetch(self, tenant: str, refs: Sequence[Ref]) -> list[Record | None]:
+        """Records for refs (None where absent), extending the lifetime of those read."""
+        if not refs:
+            return []
+        keys = [self.key(tenant, ref) for ref in refs]
+        if self._read is not None:
+            values: list[Any] | None = None
+            async with self.guard("resolve"):
+                try:
+                    if self._read_counted is not None and self.quota is not None:
+                        now = self.quota.clock()
+                        counter, _ = self.quota.counters(tenant, now)
+                        args = [self.ttl, self.quota.threshold(now), self.quota.counter_lifetime]
+                        values = await self._read_counted(keys=[*keys, counter], args=args)
+                    else:
+                        values = await self._read(keys=keys, args=[self.ttl])
+                except ResponseError as exc:
+                    if "unknown command" not in str(exc).lower():
+                        raise
+                    # An engine without scripting: MGET and EXPIREs then.
+                    self._read = self._read_counted = None
+            if values is None:
+                values = await self.read_and_touch(tenant, keys, "resolve")
+        else:
+            values = await self.read_and_touch(tenant, keys, "resolve")
+        return await self._verified(tenant, refs, values)
+
+    async def read_and_touch(self, tenant: str, keys: Sequence[str], action: str) -> list[Any]:
+        """The values under `keys` (None where absent), each lifetime extended: one round
+        trip, one MGET per hash slot on a cluster (and one more to count them for the
+        stored-bytes quota, the first time they are read in its window)."""
+        groups = slot_groups(keys, self.cluster)
+        counted = self.quota is not None
+        async with self.guard(action):
+            pipe = self.redis.pipeline(transaction=False)
+            queue_mgets(pipe, keys, groups)
+            if counted:
+                for key in keys:
+                    pipe.pttl(key)
+            for key in keys:
+                pipe.expire(key, self.ttl)
+            replies: list[Any] = await pipe.execute()
+        values = ungroup(groups, replies, len(keys))
+        if counted:
+            lifetimes = replies[len(groups) : len(groups) + len(keys)]
+            await self._count(tenant, [len(v) if v else 0 for v in values], lifetimes)
+        return values
+
+    # --- the stored-bytes quota (toolref_server.storage.quotas) ----------------------------------
+
+    async def cost_of_writing(self, tenant: str, keys: Sequence[str], sizes: Sequence[int]) -> int:
+        """The bytes writing `sizes` under `keys` adds to `tenant`'s count (0 with no
+        quota); `QuotaExceededError` when they do not fit. One round trip."""
+        if self.quota is None or not keys:
+            return 0
+        now = self.quota.clock()
+        current, previous = self.quota.counters(tenant, now)
+        async with self.guard("quota"):
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.get(current)
+            pipe.get(previous)
+            for key in keys:
+                pipe.pttl(key)
+            replies: list[Any] = await pipe.execute()
+        used = int(replies[0] or 0) + int(replies[1] or 0)
+        cost = self.quota.cost(sizes, replies[2:], now)
+        self.quota.check(tenant, used, cost, now)
+        return cost
+
+    def charge(self, pipe: Any, tenant: str, cost: int) -> None:
+        """Queue on `pipe` the counting of `cost` bytes for `tenant`."""
+        if self.quota is None or cost <= 0:
+            return
+        current, _ = self.quota.counters(tenant, self.quota.clock())
+        pipe.incrby(current, cost)
+        pipe.expire(current, self.quota.counter_lifetime)
+
+    async def _count(self, tenant: str, sizes: Sequence[int], lifetimes: Sequence[Any]) -> None:
+        """Count keys just read (their lifetimes read before they were extended)."""
+        if self.quota is None:
+            return
+        cost = self.quota.cost(sizes, lifetimes, self.quota.clock())
+        if cost:
+            async with self.guard("quota"):
+                pipe = self.redis.pipeline(transaction=False)
+                self.charge(pipe, tenant, cost)
+                await pipe.execute()
+
+    async def _verified(
+        self, tenant: str, refs: Sequence[Ref], values: Sequence[Any]
+    ) -> list[Record | None]:
+        """The records read, each checked against its ref (`record.verified`: decoded, its
+        content's SHA-256 recomputed, or the same bytes known sound: `Verifier`): linear in
+        the bytes read, in the worker threads
+        when they are many. A corrupt record is never served: it counts as missing, so the
+        client resends the payload, and it is deleted, so that resend stores it again."""
+        size = sum(record.work_size(value) for value in values if value is not None)
+        if self.workers is None:
+            records = _verified_all(self.verifier, refs, values)
+        else:
+            records = await self.workers.run(size, _verified_all, self.verifier, refs, values)
+        corrupt = [
+            ref
+            for ref, value, rec in zip(refs, values, records, strict=True)
+            if value is not None and rec is None
+        ]
+        if corrupt:
+            self.metrics.corrupt.inc(len(corrupt))
+            log.warning(
+                "%d stored record(s) do not hold what their ref names (first: %s); deleted, "
+                "so the next registration stores them again",
+                len(corrupt),
+                corrupt[0],
+            )
+            with suppress(StoreUnavailableError):  # unserved either way; the next read retries
+                async with self.guard("resolve"):
+                    await self.redis.delete(*[self.key(tenant, ref) for ref in corrupt])
+        self.metrics.refs([rec is not None for rec in records])
+        return records
+
+    async def ping(self) -> bool:
+        """Does the engine answer? Asked past the breaker, whose state it then sets: a
+        readiness probe that succeeds lets traffic back in at once."""
+        try:
+            answered = bool(await self.redis.ping())
+        except RedisError:
+            self.breaker.failure()
+            return False
+        self.breaker.success()
+        return answered
+
+
+def _verified_all(
+    verifier: Verifier, refs: Sequence[Ref], values: Sequence[Any]
+) -> list[Record | None]:
+    return [
+        None if value is None else verifier(value, ref)
+        for ref, value in zip(refs, values, strict=True)
+    ]
+
+
+def slot_groups(keys: Sequence[str], cluster: bool) -> list[list[int]]:
+    """Positions of `keys` for one MGET each: all together on one node; on a cluster,
+    grouped by hash slot (a multi-key command must stay within one slot)."""
+    if not cluster:
+        return [list(range(len(keys)))]
+    groups: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key_slot(key.encode()), []).append(i)
+    return list(groups.values())
+
+
+def queue_mgets(pipe: Any, keys: Sequence[str], groups: Sequence[Sequence[int]]) -> None:
+    """One MGET per group. The cluster pipeline refuses `mget` outright (it cannot merge
+    replies across nodes); the raw command is routed by its keys, which share one slot."""
+    for group in groups:
+        pipe.execute_command("MGET", *[keys[i] for i in group])
+
+
+def ungroup(groups: Sequence[Sequence[int]], replies: Sequence[Any], count: int) -> list[Any]:
+    """The values of the MGETs `slot_groups` planned (the first replies), back in key order."""
+    values: list[Any] = [None] * count
+    for group, reply in zip(groups, replies, strict=False):
+        for i, value in zip(group, reply, strict=True):
+            values[i] = value
+    return values

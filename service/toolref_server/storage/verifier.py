@@ -1,0 +1,57 @@
+"""Record checks, remembered: a record's bytes are checked against its ref once
+(`record.verified`: decoded, its content's SHA-256 recomputed, linear in the payloads and
+in Python), and the same bytes read again are known sound by their own SHA-256 (C, several
+times faster). Records are immutable, so bytes once sound stay sound; any other bytes under
+the key (a flipped bit, a record planted) hash differently and are checked in full.
+
+Records are kept decoded, so a record read again costs one SHA-256 of its bytes, neither
+the check nor the decoding. Bounded: at most `limit` records and `chars` characters of
+payloads (LRU). Thread-safe: the checks run in worker threads."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from threading import Lock
+
+from toolref.wire.canonical import Ref
+from toolref_server.storage import record
+from toolref_server.storage.record import Record
+
+
+class Verifier:
+    """See the module docstring. `limit`: records remembered; `chars`: at most this many
+    characters of their payloads, kept decoded (a record read again is then neither
+    checked nor decoded)."""
+
+    def __init__(self, limit: int, chars: int = 32 << 20) -> None:
+        self.limit = limit
+        self.chars = chars
+        self._sound: OrderedDict[bytes, Record] = OrderedDict()  # SHA-256 of bytes -> record
+        self._held = 0  # payload characters in `_sound`
+        self._lock = Lock()
+
+    def __call__(self, data: bytes, ref: Ref) -> Record | None:
+        """`record.verified(data, ref)`, by the memory when these bytes were sound before."""
+        key = hashlib.sha256(data).digest()
+        with self._lock:
+            known = self._sound.get(key)
+            if known is not None:
+                self._sound.move_to_end(key)
+        if known is not None:
+            # The same bytes, sound before: sound still, but they must name this ref too.
+            return known if known.digest[: len(ref.digest_prefix)] == ref.digest_prefix else None
+        found = record.verified(data, ref)
+        size = len(found.payload.args) + len(found.payload.result) if found is not None else 0
+        if found is not None and self.limit > 0 and size <= self.chars:
+            with self._lock:
+                if key not in self._sound:
+                    self._sound[key] = found
+                    self._held += size
+                while len(self._sound) > self.limit or self._held > self.chars:
+                    _, gone = self._sound.popitem(last=False)
+                    self._held -= len(gone.payload.args) + len(gone.payload.result)
+        return found
+
+    def __len__(self) -> int:
+        return len(self._sound)
