@@ -21,11 +21,11 @@ from starlette.responses import Response
 
 from toolref.receiving.budget import Budget
 from toolref.wire.errors import NotFoundError, ToolrefError
+from toolref_server.documents import BodyLimits
 from toolref_server.gateway.gateway import Gateway
 from toolref_server.http.access import AccessMiddleware
 from toolref_server.http.admission import AdmissionMiddleware
 from toolref_server.http.auth import Authenticator
-from toolref_server.http.codec import BodyLimits
 from toolref_server.http.connection import STATE_KEY, ConnectionLimits
 from toolref_server.http.problem import problem_response
 from toolref_server.http.protocol import ProtocolMiddleware

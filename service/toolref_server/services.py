@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from toolref_server.documents import BodyLimits
 from toolref_server.http.auth import Authenticator
-from toolref_server.http.codec import BodyLimits
 from toolref_server.metrics import Metrics
 from toolref_server.registry.summaries import SummaryCache
 from toolref_server.settings import Settings

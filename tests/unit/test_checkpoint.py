@@ -7,7 +7,7 @@ from typing import Any
 
 from toolref import formats
 from toolref_server.registry.continuation import checkpoint_length
-from toolref_server.routes.messages import Conversation
+from toolref_server.registry.conversation import Conversation
 
 
 def of(messages: list[Any]) -> Conversation:

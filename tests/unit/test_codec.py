@@ -25,9 +25,10 @@ from toolref.wire.errors import (
     TooManyItemsError,
     UnsupportedValueError,
 )
+from toolref_server import documents
 from toolref_server.http import codec
 
-LIMITS = codec.BodyLimits(max_body_bytes=2**20, max_decompressed_bytes=4 * 2**20, max_depth=16)
+LIMITS = documents.BodyLimits(max_body_bytes=2**20, max_decompressed_bytes=4 * 2**20, max_depth=16)
 
 
 def request(body: bytes, headers: dict[str, str], chunk: int = 16_384) -> Request:
@@ -101,16 +102,16 @@ async def test_streamed_zstd_without_content_size() -> None:
 )
 def test_json_decoding_errors(body: bytes, error: type[ToolrefError]) -> None:
     with pytest.raises(error):
-        codec.decode(body, "json", LIMITS)
+        documents.decode(body, "json", LIMITS)
 
 
 def test_depth_limit_is_exact() -> None:
     def nest(depth: int) -> bytes:
         return b"[" * depth + b"]" * depth
 
-    assert codec.decode(nest(16), "json", LIMITS) == json.loads(nest(16))
+    assert documents.decode(nest(16), "json", LIMITS) == json.loads(nest(16))
     with pytest.raises(NestingTooDeepError):
-        codec.decode(nest(17), "json", LIMITS)
+        documents.decode(nest(17), "json", LIMITS)
 
 
 @pytest.mark.parametrize(
@@ -119,14 +120,14 @@ def test_depth_limit_is_exact() -> None:
 )
 def test_msgpack_values_json_cannot_carry(value: Any) -> None:
     with pytest.raises((UnsupportedValueError, NonFiniteNumberError)):
-        codec.decode(msgpack.packb({"v": value}, use_bin_type=True), "msgpack", LIMITS)
+        documents.decode(msgpack.packb({"v": value}, use_bin_type=True), "msgpack", LIMITS)
 
 
 def test_big_integers_travel_as_msgpack_ext_1() -> None:
     value = {"id": 2**90, "neg": -(2**65), "small": 2**63}
     packed = encoding.packb(value)
     assert encoding.unpackb(packed) == value
-    assert codec.decode(packed, "msgpack", LIMITS) == value
+    assert documents.decode(packed, "msgpack", LIMITS) == value
 
 
 @settings(max_examples=300)
@@ -134,7 +135,7 @@ def test_big_integers_travel_as_msgpack_ext_1() -> None:
 def test_arbitrary_bytes_decode_or_raise_a_toolref_error(data: bytes, decoder: str) -> None:
     status = 200
     try:
-        codec.decode(data, decoder, LIMITS)
+        documents.decode(data, decoder, LIMITS)
     except ToolrefError as exc:
         status = exc.status
     assert status == 200 or 400 <= status < 500
@@ -178,7 +179,7 @@ def test_content_types(content_type: str, decoder: str) -> None:
 def test_msgpack_map_with_a_container_key_is_refused() -> None:
     # fixmap of 1 entry whose key is an empty array, value nil
     with pytest.raises(UnsupportedValueError, match="key"):
-        codec.decode(b"\x81\x90\xc0", "msgpack", LIMITS)
+        documents.decode(b"\x81\x90\xc0", "msgpack", LIMITS)
 
 
 def _nested(levels: int) -> Any:
@@ -201,10 +202,10 @@ def _nested(levels: int) -> Any:
 def test_a_body_of_messages_is_held_to_depth_and_items_message_by_message(
     body: dict[str, Any], refused: type[Exception] | None
 ) -> None:
-    limits = codec.BodyLimits(2**20, 2**20, max_depth=16, max_items=200)
+    limits = documents.BodyLimits(2**20, 2**20, max_depth=16, max_items=200)
     data = json.dumps(body).encode()
     if refused is None:
-        assert codec.decode_document(data, "json", limits, "messages").value == body
+        assert documents.decode_document(data, "json", limits, "messages").value == body
         return
     with pytest.raises(refused):
-        codec.decode_document(data, "json", limits, "messages")
+        documents.decode_document(data, "json", limits, "messages")

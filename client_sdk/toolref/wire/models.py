@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any, Literal, TypeVar
 
+import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from pydantic.alias_generators import to_camel
 
 from toolref.wire.canonical import Digest, invocation_digest, invocation_object
+from toolref.wire.errors import ValidationError
 
 
 class WireModel(BaseModel):
@@ -340,3 +343,30 @@ class Problem(BaseModel):
 
 class Health(AnswerModel):
     status: str
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def validated(model: type[Model], value: Any) -> Model:
+    """`value` (a decoded body) as `model`: pydantic's errors become one 422 problem
+    (`ValidationError`: each error a JSON Pointer and a message)."""
+    try:
+        return model.model_validate(value)
+    except pydantic.ValidationError as exc:
+        errors = [
+            {"pointer": _pointer(err["loc"]), "message": err["msg"]}
+            for err in exc.errors(include_url=False, include_input=False)
+        ]
+        shown = "; ".join(f"{e['pointer'] or '/'}: {e['message']}" for e in errors[:5])
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        raise ValidationError(
+            f"the body does not match {model.__name__}: {shown}{more}; "
+            "see /openapi.json for the expected shape",
+            errors=errors,
+        ) from None
+
+
+def _pointer(loc: Sequence[int | str]) -> str:
+    """JSON Pointer (RFC 6901) of a pydantic error location."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in loc)

@@ -1,5 +1,6 @@
 """`InProcessRegistry`: the registry port (`toolref.registry.port.Registry`) for the gateway,
-served by this process's own registry steps (`routes.hydration.run`), one tenant at a time.
+served by this process's own registry steps (`toolref_server.registry.hydrate.run`), one
+tenant at a time.
 
 The gateway's hydrator parsed the agent's body once; its messages (each one's value and
 text) are handed to the registry's steps as they are: no request text is written or read
@@ -17,11 +18,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from toolref.registry.port import Hydration, Messages
-from toolref.wire.models import FormatName, HydrateRequest, ReturnMessages
+from toolref.wire.models import FormatName, HydrateRequest, ReturnMessages, validated
 from toolref.wire.protocol import PROTOCOL_REFS
-from toolref_server.http import codec
-from toolref_server.registry import continuation
-from toolref_server.routes import context, hydration
+from toolref_server import documents
+from toolref_server.registry import continuation, hydrate
 from toolref_server.services import Services
 
 LOCATION = "this service's registry"
@@ -53,11 +53,11 @@ class InProcessRegistry:
         services.rate.admit(self.tenant)
         values, texts = messages.values, None
         if values is None:
-            document = codec.decode_document(
+            document = documents.decode_document(
                 ('{"messages":' + messages.text + "}").encode(), "json", services.limits, "messages"
             )
             values, texts = document.value["messages"], document.texts
-        decoded = codec.Decoded(
+        decoded = documents.Decoded(
             {"messages": values},
             list(texts if texts is not None else messages.texts()),
             len(messages.text),
@@ -67,10 +67,10 @@ class InProcessRegistry:
             options["format"] = format
         if history_ref is not None:
             options["historyRef"] = history_ref
-        body = context.validate(HydrateRequest, options)
+        body = validated(HydrateRequest, options)
         keep = keep_history or history_ref is not None
-        ask = hydration.Ask(self.tenant, PROTOCOL_REFS, body, decoded, keep, history_ref, None)
-        done = await hydration.run(services, ask)
+        ask = hydrate.Ask(self.tenant, PROTOCOL_REFS, body, decoded, keep, history_ref, None)
+        done = await hydrate.run(services, ask)
         filled, kept = done.filled, done.kept
         answered: Sequence[str] = done.texts
         references = done.references()

@@ -10,7 +10,7 @@ One call is `POST {base_url}/chat/completions`. Whatever the endpoint does:
   network read past the limit, and the connection is closed (never drained). The answer is
   asked for uncompressed (`Accept-Encoding: identity`); a compressed one is refused, so the
   limit is on what is held in memory.
-- **shape**: the answer is parsed by the service's own bounded decoder (`codec.decode`:
+- **shape**: the answer is parsed by the service's own bounded decoder (`documents.decode`:
   UTF-8, nesting depth `ANSWER_DEPTH`, containers counted before parsing) and must hold
   `choices[0].message.content` as text. Anything else (a deep nest, bad UTF-8, a number
   Python cannot read, the wrong shape) is a `CompletionError`, never another exception.
@@ -26,7 +26,7 @@ from typing import Any, Final
 import httpx
 
 from toolref.wire.errors import ToolrefError
-from toolref_server.http import codec
+from toolref_server import documents
 
 # A chat completion nests about 6 levels (choices, message, tool_calls, logprobs); an
 # answer nested deeper than this is not one.
@@ -53,7 +53,7 @@ class Completions:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.deadline = deadline
         self.max_bytes = max_bytes
-        self.limits = codec.BodyLimits(max_bytes, max_bytes, ANSWER_DEPTH)
+        self.limits = documents.BodyLimits(max_bytes, max_bytes, ANSWER_DEPTH)
         headers = {"Accept-Encoding": "identity"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
@@ -108,12 +108,12 @@ class Completions:
         await self._http.aclose()
 
 
-def answer_text(data: bytes, limits: codec.BodyLimits) -> str:
+def answer_text(data: bytes, limits: documents.BodyLimits) -> str:
     """`choices[0].message.content` of a chat completion's bytes, stripped; a
     `CompletionError` for anything else. Linear in `data` (at most `limits.max_body_bytes`,
     so small enough to parse on the event loop)."""
     try:
-        value = codec.decode(data, "json", limits)
+        value = documents.decode(data, "json", limits)
     except ToolrefError as exc:
         raise CompletionError(f"the answer is not a JSON chat completion: {exc.detail}") from None
     choices = value.get("choices") if isinstance(value, dict) else None

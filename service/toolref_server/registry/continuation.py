@@ -26,9 +26,13 @@ from toolref.formats import Detection, Format, Scan, source
 from toolref.wire.canonical import canonical_json
 from toolref.wire.errors import MissingHistoryError, ToolrefError
 from toolref.wire.models import FormatName
-from toolref_server.http import codec
-from toolref_server.routes import context
-from toolref_server.routes.messages import Conversation, check_length, messages_of
+from toolref_server import documents
+from toolref_server.registry.conversation import (
+    Conversation,
+    check_length,
+    held_records,
+    messages_of,
+)
 from toolref_server.services import Services
 from toolref_server.storage.histories import Node, message_id
 from toolref_server.storage.history_cache import Hydrated
@@ -106,7 +110,7 @@ async def tail(services: Services, tenant: str, ref: str, new_only: bool) -> Tai
 
 
 def tail_conversation(
-    limit: int, decoded: codec.Decoded, named: FormatName | None, before: Tail
+    limit: int, decoded: documents.Decoded, named: FormatName | None, before: Tail
 ) -> Conversation | None:
     """The request's messages as the continuation of `before`: format detection goes on
     from where the node left it, and pairing stays within them. None when the node cannot
@@ -148,14 +152,14 @@ async def _load(services: Services, tenant: str, ref: str) -> Continuation:
         raise _missing(ref)
     fmt = formats.get(stored.format)
     scan = formats.scan(stored.form, fmt)
-    found, missing = await context.held(services, tenant, scan.refs)
+    found, missing = await held_records(services, tenant, scan.refs)
     if missing:
         raise lost_ref(ref, missing[0])
     return Continuation(ref, node, fmt, stored.form, stored.texts, stored.encoded, scan, found)
 
 
 def whole_conversation(
-    limit: int, decoded: codec.Decoded, named: FormatName | None, before: Continuation
+    limit: int, decoded: documents.Decoded, named: FormatName | None, before: Continuation
 ) -> Conversation:
     """The history followed by the new messages, read as one conversation: its format is
     detected over the whole (a history of plain text fits every format, so the one stored

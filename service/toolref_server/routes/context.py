@@ -15,12 +15,11 @@ from toolref.wire.errors import (
     BatchTooLargeError,
     InvalidRefError,
     ProtocolRequiredError,
-    ValidationError,
 )
 from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref_server import documents
 from toolref_server.http import codec
 from toolref_server.services import Services
-from toolref_server.storage.record import Record
 
 Model = TypeVar("Model", bound=pydantic.BaseModel)
 
@@ -68,7 +67,7 @@ async def document(
     *,
     messages_key: str | None = "messages",
     dictionary: Dictionary | None = None,
-) -> codec.Decoded:
+) -> documents.Decoded:
     """The request body decoded once, every limit enforced before parsing, with the text
     of each message under `messages_key` as sent. Message routes send that text back, so
     strings UTF-8 cannot carry are refused."""
@@ -98,11 +97,11 @@ async def document(
 
 
 def _decoded(
-    data: bytes, decoder: str, limits: codec.BodyLimits, messages_key: str | None, echoed: bool
-) -> codec.Decoded:
-    decoded = codec.decode_document(data, decoder, limits, messages_key)
+    data: bytes, decoder: str, limits: documents.BodyLimits, messages_key: str | None, echoed: bool
+) -> documents.Decoded:
+    decoded = documents.decode_document(data, decoder, limits, messages_key)
     if echoed:
-        codec.check_text(data, decoded.value)
+        documents.check_text(data, decoded.value)
     return decoded
 
 
@@ -118,29 +117,6 @@ def check_batch(value: Any, member: str, request: Request) -> None:
         )
 
 
-def validate(model: type[Model], value: Any) -> Model:
-    """Validate a decoded body, turning pydantic's errors into one 422 problem."""
-    try:
-        return model.model_validate(value)
-    except pydantic.ValidationError as exc:
-        errors = [
-            {"pointer": _pointer(err["loc"]), "message": err["msg"]}
-            for err in exc.errors(include_url=False, include_input=False)
-        ]
-        shown = "; ".join(f"{e['pointer'] or '/'}: {e['message']}" for e in errors[:5])
-        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
-        raise ValidationError(
-            f"the body does not match {model.__name__}: {shown}{more}; "
-            "see /openapi.json for the expected shape",
-            errors=errors,
-        ) from None
-
-
-def _pointer(loc: Sequence[int | str]) -> str:
-    """JSON Pointer (RFC 6901) of a pydantic error location."""
-    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in loc)
-
-
 def parse_refs(texts: Sequence[str], member: str = "refs") -> list[Ref]:
     refs = []
     for index, text in enumerate(texts):
@@ -149,19 +125,3 @@ def parse_refs(texts: Sequence[str], member: str = "refs") -> list[Ref]:
         except InvalidRefError as exc:
             raise InvalidRefError(f"/{member}/{index}: {exc.detail}", **exc.extra) from None
     return refs
-
-
-async def held(
-    found_in: Services, tenant: str, refs: Sequence[str]
-) -> tuple[dict[str, Record], list[str]]:
-    """The record of every ref the store holds (lifetimes extended), and the refs it does
-    not hold (absent, or another invocation under a colliding key)."""
-    records = await found_in.store.fetch(tenant, [Ref(r) for r in refs])
-    found: dict[str, Record] = {}
-    missing: list[str] = []
-    for ref, record in zip(refs, records, strict=True):
-        if record is None or record.digest[:16] != Ref(ref).digest_prefix:
-            missing.append(ref)
-        else:
-            found[ref] = record
-    return found, missing

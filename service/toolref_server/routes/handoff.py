@@ -14,9 +14,10 @@ from toolref.wire.errors import ProtocolRequiredError
 from toolref.wire.models import HandoffRequest
 from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
 from toolref_server.http import codec
+from toolref_server.registry.conversation import resolve_markers
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer
 from toolref_server.routes import context
-from toolref_server.routes.messages import conversation_of, resolve_markers
+from toolref_server.routes.messages import conversation_of
 
 
 async def handoff_context(request: Request) -> Response:

@@ -16,6 +16,7 @@ from toolref.wire.models import (
     RegisteredRef,
     RegisterRequest,
     RegisterResponse,
+    validated,
 )
 from toolref.wire.numbers import describe, whole_number
 from toolref_server.http import codec
@@ -30,7 +31,7 @@ async def register(request: Request) -> Response:
     context.require_refs_protocol(request)
     value = await context.body(request)
     context.check_batch(value, "invocations", request)
-    body = context.validate(RegisterRequest, value)
+    body = validated(RegisterRequest, value)
     threshold = context.services(request).settings.compress_threshold
     items, answers = [], []
     for invocation in body.invocations:
@@ -71,7 +72,7 @@ async def register(request: Request) -> Response:
 async def _refs_body(request: Request) -> list[Ref]:
     value = await context.body(request)
     context.check_batch(value, "refs", request)
-    return context.parse_refs(context.validate(RefsRequest, value).refs)
+    return context.parse_refs(validated(RefsRequest, value).refs)
 
 
 def _unique(refs: list[Ref]) -> list[Ref]:

@@ -1,120 +1,40 @@
-"""Messages: what optimize (payloads -> refs) and hydrate (`hydration`) share, and optimize.
-
-Each message travels as the text its sender wrote: payloads are cut from that text and
-markers filled back into it (`toolref.formats.source`), so everything else in a message,
-and every payload, reaches the receiver byte for byte (key order, `1.0`, `-0.0`). The values
-parsed with the text decide what to do: format, pairing, refs.
-
-Everything is checked before anything is stored: the format, the markers, and (hydrate)
-that every ref is held. A rejected request registers nothing.
-"""
+"""`POST /v1/messages:optimize`, and the answer every messages route renders (optimize and
+hydrate: their messages spliced in as the JSON text made for them)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from toolref import formats
-from toolref.formats import Detection, Format, Scan, source
+from toolref.formats import source
 from toolref.history import HISTORY_HEADER
-from toolref.wire.canonical import invocation_digest
-from toolref.wire.encoding import dumps_json
-from toolref.wire.errors import BatchTooLargeError, MissingRefsError, ValidationError
-from toolref.wire.models import FormatName, HandoffRequest, HydrateRequest, OptimizeRequest
+from toolref.wire.models import (
+    FormatName,
+    HandoffRequest,
+    HydrateRequest,
+    OptimizeRequest,
+    validated,
+)
+from toolref_server import documents
 from toolref_server.http import codec
+from toolref_server.registry.conversation import (
+    Conversation,
+    check_length,
+    conversation_of_decoded,
+    joined,
+    joined_size,
+    references_of,
+    register,
+    shallow,
+    stats,
+)
 from toolref_server.routes import context
-from toolref_server.services import Services
-from toolref_server.storage import record
-from toolref_server.storage.record import Record
-from toolref_server.storage.store import NewRecord
 
 Body = TypeVar("Body", OptimizeRequest, HydrateRequest, HandoffRequest)
-
-
-@dataclass(frozen=True, slots=True)
-class Conversation:
-    fmt: Format
-    messages: list[Any]
-    texts: list[str]  # each message as its sender wrote it
-    scan: Scan
-    detection: Detection  # where format detection stands after the messages (unnamed)
-
-    @property
-    def size(self) -> int:
-        """Characters of its text: what the CPU work on it scales with."""
-        return sum(map(len, self.texts))
-
-
-@dataclass(frozen=True, slots=True)
-class Registration:
-    refs: dict[str, str]  # pair key -> ref, for the pairs now safely held
-    new: int
-    hits: int
-
-
-def joined(texts: Sequence[str]) -> bytes:
-    """The JSON array of messages given as texts. Each is encoded on its own: one non-ASCII
-    message would make a joined string wide, and its encoding slow, for all of them. One
-    join, brackets included: the array is built once, not copied again to add them."""
-    pieces = [b"["]
-    for text in texts:
-        pieces += (text.encode(), b",")
-    pieces[-1] = b"]" if texts else b"[]"
-    return b"".join(pieces)
-
-
-def joined_size(texts: Sequence[str]) -> int:
-    """`len(joined(texts))` without building it (an ASCII text's length is its size)."""
-    size = sum(len(text) if text.isascii() else len(text.encode()) for text in texts)
-    return size + max(len(texts) - 1, 0) + 2
-
-
-def messages_of(decoded: codec.Decoded) -> tuple[list[Any], list[str]]:
-    """The body's messages (checked to be a list of objects) and the text of each as sent."""
-    value = decoded.value
-    messages = formats.check_messages(value.get("messages") if isinstance(value, dict) else None)
-    texts = decoded.texts
-    if texts is None or len(texts) != len(messages):
-        texts = [dumps_json(message).decode() for message in messages]
-    return messages, texts
-
-
-def shallow(value: Any) -> Any:
-    """A body with its messages left out, for validating its other members: the format
-    layer checks the messages as it reads them (validating them again would copy the
-    whole conversation)."""
-    if isinstance(value, dict) and isinstance(value.get("messages"), list):
-        return {**value, "messages": []}
-    return value
-
-
-def detected(messages: list[Any], named: FormatName | None) -> tuple[Format, Detection]:
-    """The conversation's format (`named` when given) and the unnamed detection a history
-    node keeps (a conversation that fits `named` always leaves it among the candidates)."""
-    try:
-        detection = formats.detection(messages)
-    except ValidationError:
-        formats.detect(messages, named)  # the named format's own error, when it has one
-        raise
-    if named is None:
-        return detection.best(), detection
-    return formats.detect(messages, named), detection
-
-
-def conversation_of_decoded(
-    limit: int, decoded: codec.Decoded, named: FormatName | None
-) -> Conversation:
-    """The body's conversation: read, its format detected, its invocations paired. Linear."""
-    messages, texts = messages_of(decoded)
-    check_length(limit, len(messages))
-    fmt, detection = detected(messages, named)
-    return Conversation(fmt, messages, texts, formats.scan(messages, fmt), detection)
 
 
 async def conversation_of(request: Request, model: type[Body]) -> tuple[Conversation, Body]:
@@ -125,80 +45,14 @@ async def conversation_of(request: Request, model: type[Body]) -> tuple[Conversa
 
 
 def _conversation(
-    limit: int, decoded: codec.Decoded, model: type[Body]
+    limit: int, decoded: documents.Decoded, model: type[Body]
 ) -> tuple[Conversation, Body]:
     value = decoded.value
     messages = value.get("messages") if isinstance(value, dict) else None
     if isinstance(messages, list):
         check_length(limit, len(messages))
-    body = context.validate(model, shallow(value))
+    body = validated(model, shallow(value))
     return conversation_of_decoded(limit, decoded, body.format), body
-
-
-def check_length(limit: int, count: int, note: str = "") -> None:
-    if count > limit:
-        raise BatchTooLargeError(
-            f"the conversation has {count} messages{note}, over the limit of {limit}; send fewer",
-            limit=limit,
-        )
-
-
-async def register(services: Services, tenant: str, conversation: Conversation) -> Registration:
-    """Store the complete invocations, payloads as written; a ref that collides is left
-    out (sent in full)."""
-    threshold = services.settings.compress_threshold
-    items, refs = await services.workers.run(conversation.size, _records, conversation, threshold)
-    outcomes = await services.store.register(tenant, list(items.values()))
-    held = {
-        str(item.ref)
-        for item, outcome in zip(items.values(), outcomes, strict=True)
-        if outcome.stored_digest == item.digest
-    }
-    new = sum(o.new for o in outcomes)
-    return Registration(
-        refs={key: ref for key, ref in refs.items() if ref in held},
-        new=new,
-        hits=len(held) - new,
-    )
-
-
-def _records(
-    conversation: Conversation, threshold: int
-) -> tuple[dict[str, NewRecord], dict[str, str]]:
-    """The record of each distinct complete invocation (by ref), and each pair's ref: the
-    digests, linear in the payloads."""
-    pairs = conversation.scan.complete
-    texts = source.payloads(conversation.texts, pairs)
-    items: dict[str, NewRecord] = {}
-    refs: dict[str, str] = {}
-    for pair in pairs:
-        invocation = pair.invocation()
-        digest = invocation_digest(
-            invocation["name"], invocation["args"], invocation["result"], invocation["isError"]
-        )
-        ref = str(digest.ref)
-        refs[pair.key] = ref
-        if ref not in items:
-            data = record.encode(
-                invocation["name"],
-                is_error=invocation["isError"],
-                payload=texts[pair.key],
-                digest=digest.sha256,
-                size=digest.size,
-                compress_threshold=threshold,
-            )
-            items[ref] = NewRecord(digest.ref, digest.sha256, data)
-    return items, refs
-
-
-def references_of(conversation: Conversation, refs: dict[str, str]) -> dict[str, str]:
-    """toolReferences: every call id in the messages whose invocation has a held ref."""
-    found = {}
-    for pair in conversation.scan.pairs:
-        ref = pair.ref or refs.get(pair.key)
-        if ref is not None:
-            found[pair.key] = ref
-    return found
 
 
 def answer(
@@ -229,16 +83,6 @@ def answer(
     return codec.render(request, body, headers=headers, encoded={"messages": messages})
 
 
-def stats(original: int, optimized: int, used: int, new: int, hits: int) -> dict[str, int]:
-    return {
-        "originalBytes": original,
-        "optimizedBytes": optimized,
-        "refsUsed": used,
-        "newRefs": new,
-        "cacheHits": hits,
-    }
-
-
 async def optimize(request: Request) -> Response:
     tenant = context.tenant(request)
     context.require_refs_protocol(request)
@@ -259,23 +103,6 @@ async def optimize(request: Request) -> Response:
     )
     references = references_of(conversation, registration.refs)
     return answer(request, conversation.fmt.name, answered, references, figures)
-
-
-async def resolve_markers(services: Services, tenant: str, refs: list[str]) -> dict[str, Record]:
-    """Records for every ref, or 409 listing all the refs that are not held."""
-    held, missing = await context.held(services, tenant, refs)
-    missing_refs(missing)
-    return held
-
-
-def missing_refs(missing: list[str]) -> None:
-    """409 `missing-refs` listing `missing`, if any."""
-    if missing:
-        raise MissingRefsError(
-            f"{len(missing)} ref(s) in the messages are not held (expired, evicted, or never "
-            "registered for this API key); resend those invocations in full",
-            missing,
-        )
 
 
 routes = [Route("/v1/messages:optimize", optimize, methods=["POST"])]
