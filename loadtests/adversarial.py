@@ -22,7 +22,7 @@ import httpx
 
 from loadtests import attacks
 from loadtests.report import Section
-from toolref.wire.protocol import PROTOCOL_HEADER
+from toolref.wire.headers import PROTOCOL_HEADER
 from toolref_server.embedded import EmbeddedEngine, free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,7 +19,7 @@ import msgpack
 
 from toolref.handoff.commands import MAX_COMMAND_CHARS
 from toolref.wire.encoding import BIGINT_EXT
-from toolref.wire.protocol import PROTOCOL_HEADER
+from toolref.wire.headers import PROTOCOL_HEADER
 
 JSON = {"content-type": "application/json", PROTOCOL_HEADER: "2"}
 MSGPACK = {"content-type": "application/msgpack", PROTOCOL_HEADER: "2"}

@@ -22,8 +22,9 @@ from loadtests.bandwidth import on_the_wire
 from loadtests.report import Section
 from loadtests.traces import Trace, load
 from toolref import ToolReferenceManager, formats
-from toolref.history import HISTORY_HEADER, chain_form, heads, history_ref
+from toolref.history import chain_form, heads, history_ref
 from toolref.wire.encoding import dumps_json
+from toolref.wire.headers import HISTORY_HEADER
 
 EDGE = 20  # turns averaged at each end of the conversation
 

@@ -10,15 +10,9 @@ from toolref.acp import (
     plan_entries,
     tool_kind,
 )
-from toolref.history import (
-    HISTORY_HEADER,
-    chain_form,
-    history_ref,
-    is_history_ref,
-    longest_confirmed,
-)
+from toolref.breaker import BreakerState, CircuitBreaker
+from toolref.history import chain_form, history_ref, is_history_ref, longest_confirmed
 from toolref.receiving.middleware import ToolRefMiddleware
-from toolref.registry.breaker import BreakerState, CircuitBreaker
 from toolref.registry.client import (
     AsyncRegistryClient,
     BaseRegistryClient,
@@ -97,8 +91,9 @@ from toolref.wire.errors import (
     UnusableToolCallError,
     ValidationError,
 )
+from toolref.wire.headers import HISTORY_HEADER, PROTOCOL_HEADER
 from toolref.wire.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
-from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_LOW
+from toolref.wire.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
 
 __version__ = "0.1.0"
 

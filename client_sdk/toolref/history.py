@@ -20,16 +20,8 @@ from toolref.formats import Format
 from toolref.wire.canonical import canonical_json, digest_key, digest_of
 from toolref.wire.encoding import dumps_json
 from toolref.wire.errors import InvalidHistoryHeaderError, InvalidRefError, ValidationError
+from toolref.wire.headers import DICTIONARY_HEADER, HISTORY_HEADER, KEEP_HISTORY
 
-HISTORY_HEADER: Final = "Toolref-History"
-# Names a history whose dictionary, followed by the body of the request it was confirmed for,
-# a zstd body was compressed against; `?1` in an answer: the server keeps this request's body
-# with the history it confirms.
-DICTIONARY_HEADER: Final = "Toolref-Dictionary"
-# `?1` in a request: keep the conversation's checkpoint too (the longest prefix before its
-# last message with no call waiting); in the answer, that checkpoint's history ref.
-CHECKPOINT_HEADER: Final = "Toolref-Checkpoint"
-KEEP_HISTORY: Final = "?1"  # RFC 8941 boolean true: "keep this conversation as a history"
 # A dictionary is the tail of the history's text: zstd at the levels clients use cannot
 # reach further back than its window, and the bound caps what a server rebuilds per request.
 DICTIONARY_LIMIT: Final = 1 << 20

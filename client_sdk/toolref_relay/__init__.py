@@ -6,14 +6,9 @@ The SDK does not depend on the relay's server parts: `toolref relay` (`toolref_r
 needs the `relay` extra.
 """
 
+from toolref.wire.headers import KEY_HEADER, SAVINGS_HEADER, SWITCH_HEADER, SWITCHED_FROM_HEADER
 from toolref_relay.app import Call, Relay
 from toolref_relay.config import RelayConfig
-from toolref_relay.headers import (
-    KEY_HEADER,
-    SAVINGS_HEADER,
-    SWITCH_HEADER,
-    SWITCHED_FROM_HEADER,
-)
 from toolref_relay.oversize import InlineItem, inline_items, too_large_message, worth_registering
 from toolref_relay.savings import Tally, Upload, savings_header, size, summary, turn_line
 from toolref_relay.shapes import ErrorReply, Provider, error_reply, provider_of

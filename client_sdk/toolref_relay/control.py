@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Final
 
 from toolref.receiving.asgi_io import Disconnected, read_body
-from toolref.receiving.hops import SWITCH_HEADER, Pairs, first
+from toolref.receiving.hops import Pairs, first
 from toolref.receiving.middleware import Receive, Send
 from toolref.wire.errors import ToolrefError
+from toolref.wire.headers import SWITCH_HEADER
 
 from .replies import reply, reply_json
 from .savings import TURNS, UPLOAD_BYTES

@@ -6,18 +6,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from toolref.receiving.hops import (
-    KEY_HEADER,
-    SAVINGS_HEADER,
-    SWITCH_HEADER,
-    SWITCHED_FROM_HEADER,
-    Pairs,
-    decoded,
-    encoded,
-    end_to_end,
-    first,
-    without_toolref,
-)
+from toolref.receiving.hops import Pairs, decoded, encoded, end_to_end, first, without_toolref
+from toolref.wire.headers import KEY_HEADER, SAVINGS_HEADER, SWITCH_HEADER, SWITCHED_FROM_HEADER
 
 # Set again for the body the relay sends, when it sends another than the agent's.
 _BODY: Final = frozenset({"content-length", "content-encoding"})

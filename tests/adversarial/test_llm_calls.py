@@ -16,8 +16,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from toolref.breaker import BreakerState
 from toolref.placeholder import parse
-from toolref.registry.breaker import BreakerState
 from toolref.wire.models import Capabilities
 
 from .fake_llm import LLM, READ, Connection, FakeLLM, apps, completion, fake_llm, invocation

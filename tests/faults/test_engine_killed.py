@@ -20,7 +20,7 @@ import pytest
 from starlette.applications import Starlette
 
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolRefMiddleware
-from toolref.wire.protocol import PROTOCOL_HEADER
+from toolref.wire.headers import PROTOCOL_HEADER
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.settings import Settings

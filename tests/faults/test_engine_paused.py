@@ -17,7 +17,7 @@ import time
 import httpx
 import pytest
 
-from toolref.wire.protocol import PROTOCOL_HEADER
+from toolref.wire.headers import PROTOCOL_HEADER
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

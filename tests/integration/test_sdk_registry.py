@@ -48,7 +48,7 @@ from toolref import (
     digest_of,
 )
 from toolref.wire.encoding import JSON_TYPE, MSGPACK_TYPE, dumps_json, unpackb
-from toolref.wire.protocol import PROTOCOL_HEADER
+from toolref.wire.headers import PROTOCOL_HEADER
 from toolref_server.app import create_app
 from toolref_server.embedded import free_port, valkey_server_binary
 from toolref_server.settings import Settings

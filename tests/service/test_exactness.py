@@ -37,9 +37,9 @@ from toolref import (
     ToolRefMiddleware,
     formats,
 )
-from toolref.history import DICTIONARY_HEADER, HISTORY_HEADER
 from toolref.sending.manager import ref_of
 from toolref.wire.encoding import dumps_json
+from toolref.wire.headers import DICTIONARY_HEADER, HISTORY_HEADER
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

@@ -16,7 +16,7 @@ import pytest
 from redis.asyncio import Redis
 
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
-from toolref.history import HISTORY_HEADER
+from toolref.wire.headers import HISTORY_HEADER
 from toolref_server.app import create_app
 from toolref_server.registry import continuation
 from toolref_server.settings import Settings

@@ -14,17 +14,11 @@ import zstandard
 from redis.asyncio import Redis
 
 from toolref import formats
-from toolref.history import (
-    DICTIONARY_LEVEL,
-    HISTORY_HEADER,
-    chain_form,
-    dictionary,
-    heads,
-    history_ref,
-)
+from toolref.history import DICTIONARY_LEVEL, chain_form, dictionary, heads, history_ref
 from toolref.wire import compression
 from toolref.wire.canonical import canonical_json
 from toolref.wire.encoding import dumps_json
+from toolref.wire.headers import HISTORY_HEADER
 from toolref_server.registry import continuation
 
 from ..conftest import Api, key_names, snapshot

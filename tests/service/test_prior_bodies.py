@@ -21,8 +21,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from toolref import AsyncRegistryClient, ToolReferenceManager, ToolRefMiddleware
-from toolref.history import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
 from toolref.wire import compression
+from toolref.wire.headers import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

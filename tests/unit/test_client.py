@@ -29,7 +29,7 @@ import pytest
 import zstandard
 
 import toolref.registry.exchange
-from toolref.registry.breaker import BreakerState, CircuitBreaker
+from toolref.breaker import BreakerState, CircuitBreaker
 from toolref.registry.client import (
     AsyncRegistryClient,
     BaseRegistryClient,
@@ -56,8 +56,9 @@ from toolref.wire.errors import (
     UnexpectedResponseError,
     ValidationError,
 )
+from toolref.wire.headers import PROTOCOL_HEADER
 from toolref.wire.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
-from toolref.wire.protocol import PROTOCOL_HEADER, negotiate
+from toolref.wire.protocol import negotiate
 
 BASE = "http://registry.test"
 JSON = encoding.JSON_TYPE

@@ -16,7 +16,7 @@ import httpx
 
 from toolref import ToolReferenceManager
 from toolref.receiving.middleware import _with_references_header
-from toolref.sending.manager import REFERENCES_HEADER
+from toolref.wire.headers import REFERENCES_HEADER
 
 REF = "tr_aaaaaaaaaaaaaaaaaaaaaaaaaa"
 HEADER = '{"call_\\u20ac":"tr_aaaaaaaaaaaaaaaaaaaaaaaaaa"}'

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolref import ToolReferenceManager, formats
-from toolref.history import HISTORY_HEADER, chain_form, dictionary, heads, history_ref
+from toolref.history import chain_form, dictionary, heads, history_ref
 from toolref.registry.exchange import Exchange
 from toolref.sending import transcript
 from toolref.sending.manager import ref_of
@@ -23,6 +23,7 @@ from toolref.sending.transcript import Transcripts, key_of, keys_of, transcribe
 from toolref.wire.canonical import canonical_json
 from toolref.wire.encoding import dumps_json
 from toolref.wire.errors import DictionaryMismatchError, MissingHistoryError, MissingRefsError
+from toolref.wire.headers import HISTORY_HEADER
 
 from .format_strategies import CONVERSATIONS, LONG_TEXT, SCALARS, STRINGS
 from .test_history import conversation

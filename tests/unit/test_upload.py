@@ -11,16 +11,17 @@ import pytest
 import zstandard
 
 from toolref import ToolReferenceManager, formats, history
-from toolref.history import HISTORY_HEADER, chain_form, dictionary, heads, history_ref
+from toolref.history import chain_form, dictionary, heads, history_ref
 from toolref.sending.manager import ref_of
 from toolref.sending.upload import Prior, Turn, prepare
-from toolref.wire import compression
+from toolref.wire import compression, headers
 from toolref.wire.encoding import dumps_json
 from toolref.wire.errors import (
     DictionaryMismatchError,
     InvalidHistoryHeaderError,
     MissingHistoryError,
 )
+from toolref.wire.headers import HISTORY_HEADER
 
 from .test_history import conversation
 
@@ -204,12 +205,12 @@ def test_a_continuation_compresses_against_the_history_and_the_body_kept() -> No
     ref, prior = _prior_for(messages, 9, tools=tools)
     turn = turn_of(messages, tools=tools)
     upload = prepare(turn, {ref: 9}, keep=True, compress=True, priors={ref: prior})
-    assert upload.headers[history.DICTIONARY_HEADER] == ref == upload.prior
+    assert upload.headers[headers.DICTIONARY_HEADER] == ref == upload.prior
     primed = history.primed(dictionary(messages[:9]), prior.body)
     body = compression.decompress(upload.content, primed, 1 << 24, ref)
     assert body == upload.text == dumps_json({"messages": messages[9:], "tools": tools})
     plain = prepare(turn, {ref: 9}, keep=True, compress=True)
-    assert history.DICTIONARY_HEADER not in plain.headers
+    assert headers.DICTIONARY_HEADER not in plain.headers
     assert plain.prior is None
     assert len(upload.content) * 20 < len(plain.content)  # the tools cost next to nothing
 
@@ -233,7 +234,7 @@ def test_a_conversation_resent_whole_compresses_against_its_last_body() -> None:
     assert json.loads(upload.text) == {"messages": changed}
     alone = prepare(turn_of(changed), {}, keep=True, compress=True, priors={other_ref: other})
     assert alone.prior is None
-    assert history.DICTIONARY_HEADER not in alone.headers
+    assert headers.DICTIONARY_HEADER not in alone.headers
     assert other.body not in zstandard.ZstdDecompressor().decompress(alone.content)
 
 
@@ -253,7 +254,7 @@ def test_a_conversation_with_the_same_system_prompt_is_another_conversation() ->
     assert after.continued == system_ref
     for upload in (whole, after):
         assert upload.prior is None
-        assert history.DICTIONARY_HEADER not in upload.headers
+        assert headers.DICTIONARY_HEADER not in upload.headers
     # The conversation itself, continued, still uses its body.
     own = prepare(turn_of(conversation(3)), {ref: 5}, keep=True, compress=True, priors=priors)
     assert own.prior == ref

@@ -7,16 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-KEY_HEADER: Final = "Toolref-Key"
-SWITCH_HEADER: Final = "Toolref-Switch"
-SWITCHED_FROM_HEADER: Final = "Toolref-Switched-From"
-SAVINGS_HEADER: Final = "Toolref-Savings"
+from toolref.wire.headers import TOOLREF_PREFIX
 
 # One connection's business (RFC 9110 7.6.1), never another's; `host` is the next hop's.
 HOP_BY_HOP: Final = frozenset(
     {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "host"}
 )
-TOOLREF_PREFIX: Final = "toolref-"
 
 Pairs = Sequence[tuple[str, str]]
 

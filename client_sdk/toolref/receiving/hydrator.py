@@ -47,13 +47,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from toolref import formats, history, spans
-from toolref.history import (
-    CHECKPOINT_HEADER,
-    DICTIONARY_HEADER,
-    HISTORY_HEADER,
-    dictionary_header,
-    history_header,
-)
+from toolref.history import dictionary_header, history_header
 from toolref.receiving.budget import Account, charge
 from toolref.receiving.metrics import counter
 from toolref.receiving.recent import Entry, Recent
@@ -73,6 +67,7 @@ from toolref.wire.errors import (
     UnexpectedResponseError,
     UnsupportedMediaTypeError,
 )
+from toolref.wire.headers import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
 from toolref.wire.models import FormatName
 from toolref.wire.protocol import PROTOCOL_FULL, PROTOCOL_REFS
 

@@ -31,18 +31,23 @@ import logging
 from collections.abc import Awaitable, Callable, Container, MutableMapping, Sequence
 from typing import Any, Final
 
-from toolref.checks import check_middleware_options
-from toolref.history import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
 from toolref.receiving.asgi_io import Disconnected, read_body
 from toolref.receiving.budget import SCOPE_KEY, Account, Budget, shared
+from toolref.receiving.checks import check_middleware_options
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Registry
-from toolref.sending.manager import REFERENCES_HEADER
 from toolref.wire.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
 from toolref.wire.errors import InvalidProtocolError, ToolrefError
+from toolref.wire.headers import (
+    CHECKPOINT_HEADER,
+    DICTIONARY_HEADER,
+    HISTORY_HEADER,
+    PROTOCOL_HEADER,
+    REFERENCES_HEADER,
+)
 from toolref.wire.models import FormatName
-from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS, negotiate
+from toolref.wire.protocol import PROTOCOL_REFS, negotiate
 
 log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ import zstandard
 from typing_extensions import TypeVar
 
 from toolref import formats, spans
-from toolref.history import HISTORY_HEADER, KEEP_HISTORY, check_history_ref, is_history_ref
-from toolref.registry.breaker import BreakerState, CircuitBreaker
+from toolref.breaker import BreakerState, CircuitBreaker
+from toolref.history import check_history_ref, is_history_ref
 from toolref.registry.exchange import Exchange, Sleep, T, run_async, run_sync
 from toolref.wire import encoding
 from toolref.wire.canonical import Ref, invocation_members
@@ -40,6 +40,7 @@ from toolref.wire.errors import (
     ValidationError,
     error_from_problem,
 )
+from toolref.wire.headers import HISTORY_HEADER, KEEP_HISTORY, PROTOCOL_HEADER
 from toolref.wire.models import (
     Capabilities,
     FormatName,
@@ -49,7 +50,7 @@ from toolref.wire.models import (
     ReturnMessages,
 )
 from toolref.wire.numbers import whole_number
-from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_REFS
+from toolref.wire.protocol import PROTOCOL_HIGH, PROTOCOL_REFS
 
 _RETRYABLE = frozenset({502, 503, 504})
 _PROBE_REF = "tr_" + "a" * 26  # a well-formed ref no invocation has: 404 with a good key

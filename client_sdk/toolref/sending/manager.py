@@ -37,17 +37,10 @@ from typing import Any, cast
 import httpx
 
 from toolref import formats
-from toolref.checks import check_body, check_manager_options, check_stream_method
 from toolref.formats import Format, Pair
-from toolref.history import (
-    CHECKPOINT_HEADER,
-    DICTIONARY_HEADER,
-    DICTIONARY_LIMIT,
-    HISTORY_HEADER,
-    KEEP_HISTORY,
-    history_ref,
-)
+from toolref.history import DICTIONARY_LIMIT, history_ref
 from toolref.registry.exchange import Exchange, run_async, run_sync
+from toolref.sending.checks import check_body, check_manager_options, check_stream_method
 from toolref.sending.transcript import Transcripts, keys_of, transcribe
 from toolref.sending.upload import Prior, Turn, Upload, prepare
 from toolref.wire.canonical import digest_of, is_ref
@@ -58,10 +51,17 @@ from toolref.wire.errors import (
     MissingRefsError,
     ToolrefError,
 )
+from toolref.wire.headers import (
+    CHECKPOINT_HEADER,
+    DICTIONARY_HEADER,
+    HISTORY_HEADER,
+    KEEP_HISTORY,
+    PROTOCOL_HEADER,
+    REFERENCES_HEADER,
+)
 from toolref.wire.models import FormatName
-from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref.wire.protocol import PROTOCOL_REFS
 
-REFERENCES_HEADER = "Toolref-References"
 _MISSING_REFS = MissingRefsError.problem_type()
 _MISSING_HISTORY = MissingHistoryError.problem_type()
 _DICTIONARY_MISMATCH = DictionaryMismatchError.problem_type()

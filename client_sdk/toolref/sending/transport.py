@@ -28,12 +28,17 @@ from typing import TYPE_CHECKING, Any, Final, cast, overload
 
 import httpx
 
-from toolref.history import CHECKPOINT_HEADER, DICTIONARY_HEADER, HISTORY_HEADER
 from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.sending.manager import ToolReferenceManager, may_resend
 from toolref.wire.encoding import JSON_TYPE
+from toolref.wire.headers import (
+    CHECKPOINT_HEADER,
+    DICTIONARY_HEADER,
+    HISTORY_HEADER,
+    PROTOCOL_HEADER,
+)
 from toolref.wire.models import FormatName
-from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref.wire.protocol import PROTOCOL_REFS
 
 if TYPE_CHECKING:
     import httpx2

@@ -34,7 +34,14 @@ from toolref import history
 from toolref.formats import Format
 from toolref.wire import compression
 from toolref.wire.encoding import JSON_TYPE, dumps_json
-from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref.wire.headers import (
+    CHECKPOINT_HEADER,
+    DICTIONARY_HEADER,
+    HISTORY_HEADER,
+    KEEP_HISTORY,
+    PROTOCOL_HEADER,
+)
+from toolref.wire.protocol import PROTOCOL_REFS
 
 COMPRESS_FROM: Final = 1024  # smaller whole bodies gain too little from plain zstd
 LEVEL: Final = 3
@@ -104,7 +111,7 @@ def prepare(
     length = len(turn.messages)
     if not keep or turn.fmt is None or not turn.messages:
         return _whole(turn, headers, None, compress)
-    headers[history.HISTORY_HEADER] = history.KEEP_HISTORY
+    headers[HISTORY_HEADER] = KEEP_HISTORY
     chain = turn.heads
     if chain is None:
         chain = history.heads(history.chain_form(turn.messages, turn.fmt, turn.refs))
@@ -116,11 +123,11 @@ def prepare(
         same = _same_conversation(priors, first)
         rewound = openings is not None and any(openings.get(ref) == first for ref in confirmed)
         if checkpoint or rewound:
-            headers[history.CHECKPOINT_HEADER] = history.KEEP_HISTORY
+            headers[CHECKPOINT_HEADER] = KEEP_HISTORY
         whole = _whole(turn, headers, head, compress, prior=same, first=first)
         return dataclasses.replace(whole, chain=chain, rewound=rewound)
     if checkpoint:
-        headers[history.CHECKPOINT_HEADER] = history.KEEP_HISTORY
+        headers[CHECKPOINT_HEADER] = KEEP_HISTORY
     ref, start = candidates[pick]
     rest = list(turn.outgoing[start:])
     if compress and use_dictionary:
@@ -137,9 +144,9 @@ def prepare(
             prior = None
         if prior is not None:
             window = history.primed(window, prior.body)
-            headers[history.DICTIONARY_HEADER] = ref
+            headers[DICTIONARY_HEADER] = ref
         packed = compression.compress(plain, window, history.DICTIONARY_LEVEL)
-        headers[history.HISTORY_HEADER] = ref
+        headers[HISTORY_HEADER] = ref
         headers["Content-Encoding"] = "zstd"
         named = ref if prior is not None else None
         return Upload(packed, headers, ref, head, length, True, plain, named, first, chain)
@@ -172,7 +179,7 @@ def _whole(
         # with the whole of it.
         named = prior[0]
         content = compression.compress(text, prior[1].body, history.DICTIONARY_LEVEL)
-        headers[history.DICTIONARY_HEADER] = named
+        headers[DICTIONARY_HEADER] = named
         headers["Content-Encoding"] = "zstd"
     elif compress and len(text) >= COMPRESS_FROM:
         content = zstandard.ZstdCompressor(level=LEVEL).compress(text)

@@ -15,16 +15,28 @@ and referenced by nothing but the call's frame (no sink object refers back to it
 from __future__ import annotations
 
 import zlib
-from typing import Final
+from typing import Final, Protocol
 
 import zstandard
 
-from toolref.receiving.budget import Account, charge
 from toolref.wire.errors import (
     DecompressedTooLargeError,
     DictionaryMismatchError,
     MalformedBodyError,
 )
+
+
+class Meter(Protocol):
+    """What inflated bytes are charged to before they are kept (a request's
+    `toolref.receiving.budget.Account`)."""
+
+    def charge(self, size: int) -> None: ...
+
+
+def _charge(meter: Meter | None, size: int) -> None:
+    if meter is not None:
+        meter.charge(size)
+
 
 _CHUNK: Final = 64 * 1024
 
@@ -75,14 +87,14 @@ def check_frame(body: bytes, limit: int, history: str) -> int:
 
 
 def decompress(
-    body: bytes, dictionary: bytes, limit: int, history: str, account: Account | None = None
+    body: bytes, dictionary: bytes, limit: int, history: str, account: Meter | None = None
 ) -> bytes:
     """Inflate a body compressed by `compress` against `dictionary` (the dictionary of
     `history`, named in errors). The frame must declare its size, at most `limit` (see
     `check_frame`), charged to `account` before inflating; it must be whole, alone, and
     match its checksum."""
     size = check_frame(body, limit, history)
-    charge(account, size)
+    _charge(account, size)
     inflater = zstandard.ZstdDecompressor(dict_data=_dictionary(dictionary)).decompressobj()
     try:
         data = inflater.decompress(body)
@@ -99,7 +111,7 @@ def decompress(
     return data
 
 
-def inflate(body: bytes, limit: int, account: Account | None = None) -> bytes:
+def inflate(body: bytes, limit: int, account: Meter | None = None) -> bytes:
     """A plain zstd body (no dictionary), producing at most `limit` bytes, each chunk
     charged to `account` before it is kept."""
     reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
@@ -112,7 +124,7 @@ def inflate(body: bytes, limit: int, account: Account | None = None) -> bytes:
                     f"the zstd body inflates past the limit of {limit} bytes; send fewer messages",
                     limit=limit,
                 )
-            charge(account, len(chunk))
+            _charge(account, len(chunk))
             parts.append(chunk)
     except zstandard.ZstdError as exc:
         raise MalformedBodyError(
@@ -122,7 +134,7 @@ def inflate(body: bytes, limit: int, account: Account | None = None) -> bytes:
     return b"".join(parts)
 
 
-def inflate_gzip(body: bytes, limit: int, account: Account | None = None) -> bytes:
+def inflate_gzip(body: bytes, limit: int, account: Meter | None = None) -> bytes:
     """A gzip body (members back to back allowed, RFC 1952), producing at most `limit`
     bytes: each step asks for at most what is left under the limit, so a bomb stops one
     chunk past it. Each chunk is charged to `account` before it is kept."""
@@ -137,7 +149,7 @@ def inflate_gzip(body: bytes, limit: int, account: Account | None = None) -> byt
                     f"the gzip body inflates past the limit of {limit} bytes; send fewer messages",
                     limit=limit,
                 )
-            charge(account, len(out))
+            _charge(account, len(out))
             parts.append(out)
             data = inflater.unconsumed_tail
             if inflater.eof:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Final
 
 from toolref.wire.errors import InvalidProtocolError
+from toolref.wire.headers import PROTOCOL_HEADER
 from toolref.wire.numbers import describe, whole_number
 
-PROTOCOL_HEADER: Final = "Toolref-Protocol"
 PROTOCOL_FULL: Final = 1
 PROTOCOL_REFS: Final = 2
 PROTOCOL_LOW: Final = PROTOCOL_FULL

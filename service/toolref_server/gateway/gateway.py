@@ -30,11 +30,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolref.handoff.switch import switched_text
 from toolref.receiving.budget import Budget
-from toolref.receiving.hops import KEY_HEADER, SAVINGS_HEADER, SWITCHED_FROM_HEADER, savings_value
+from toolref.receiving.hops import savings_value
 from toolref.receiving.hydrator import Hydrator
 from toolref.receiving.middleware import hydrate_request, replay, speaks_refs, with_body
 from toolref.receiving.recent import Recent
 from toolref.wire.errors import BadRequestError, NotFoundError, ToolrefError
+from toolref.wire.headers import KEY_HEADER, SAVINGS_HEADER, SWITCHED_FROM_HEADER
 from toolref.wire.numbers import describe, whole_number
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.gateway.inflight import InFlight

@@ -9,10 +9,10 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from toolref import __version__
-from toolref.history import HISTORY_HEADER
 from toolref.wire.canonical import REF_LENGTH
 from toolref.wire.encoding import JSON_TYPE, MSGPACK_TYPE, PROBLEM_TYPE
 from toolref.wire.errors import PROBLEM_BASE
+from toolref.wire.headers import HISTORY_HEADER, PROTOCOL_HEADER
 from toolref.wire.models import (
     Capabilities,
     FindMissingResponse,
@@ -30,7 +30,7 @@ from toolref.wire.models import (
     ResolveResponse,
     SummaryResponse,
 )
-from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_HIGH, PROTOCOL_LOW
+from toolref.wire.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
 
 _MODELS: tuple[type[BaseModel], ...] = (
     Capabilities,

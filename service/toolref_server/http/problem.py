@@ -10,7 +10,8 @@ from starlette.responses import Response
 
 from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.errors import ToolrefError
-from toolref.wire.protocol import PROTOCOL_FULL, PROTOCOL_HEADER
+from toolref.wire.headers import PROTOCOL_HEADER
+from toolref.wire.protocol import PROTOCOL_FULL
 
 
 def problem_body(error: ToolrefError) -> bytes:

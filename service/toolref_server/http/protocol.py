@@ -5,7 +5,8 @@ from __future__ import annotations
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolref.wire.errors import InvalidProtocolError
-from toolref.wire.protocol import PROTOCOL_HEADER, negotiate
+from toolref.wire.headers import PROTOCOL_HEADER
+from toolref.wire.protocol import negotiate
 from toolref_server.http.problem import problem_response
 
 _HEADER_KEY = PROTOCOL_HEADER.lower().encode()

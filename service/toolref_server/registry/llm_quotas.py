@@ -6,7 +6,7 @@ start each minute, and a circuit breaker per model-backed summarizer.
 - Per tenant: a fixed one-minute window counted in Redis (`INCR tr:<tenant>:c:<minute>`,
   expiring after two minutes), so every process and replica shares it. A call is counted
   when it is about to start, whether it then succeeds or not.
-- Breaker: `toolref.registry.breaker.CircuitBreaker`, one per summarizer name, per process: after
+- Breaker: `toolref.breaker.CircuitBreaker`, one per summarizer name, per process: after
   `breaker_failures` failures in a row the model is not called for `breaker_seconds`, then
   one call probes. (Per process, so N replicas make at most N probes per cool-down.)
 
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from toolref.registry.breaker import CircuitBreaker
+from toolref.breaker import CircuitBreaker
 from toolref_server.storage.store import StoreClient
 
 WINDOW_SECONDS: Final = 60

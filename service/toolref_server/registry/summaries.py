@@ -45,7 +45,7 @@ from typing import Any, Final
 from redis.exceptions import RedisError
 
 from toolref import extractive
-from toolref.registry.breaker import BreakerState
+from toolref.breaker import BreakerState
 from toolref.wire.canonical import Ref, digest_key
 from toolref.wire.errors import QuotaExceededError, StoreUnavailableError, ValidationError
 from toolref_server.metrics import Metrics

@@ -16,7 +16,8 @@ from toolref.wire.errors import (
     InvalidRefError,
     ProtocolRequiredError,
 )
-from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref.wire.headers import PROTOCOL_HEADER
+from toolref.wire.protocol import PROTOCOL_REFS
 from toolref_server import documents
 from toolref_server.http import codec
 from toolref_server.services import Services

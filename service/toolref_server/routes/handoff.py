@@ -11,8 +11,9 @@ from starlette.routing import Route
 from toolref import formats, handoff
 from toolref.handoff.dialogue import turns
 from toolref.wire.errors import ProtocolRequiredError
+from toolref.wire.headers import PROTOCOL_HEADER
 from toolref.wire.models import HandoffRequest
-from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref.wire.protocol import PROTOCOL_REFS
 from toolref_server.http import codec
 from toolref_server.registry.conversation import resolve_markers
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer

@@ -13,11 +13,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from toolref import history
-from toolref.history import HISTORY_HEADER, continued_ref, history_header
+from toolref.history import continued_ref, history_header
 from toolref.receiving.budget import SCOPE_KEY
 from toolref.wire.errors import ProtocolRequiredError
+from toolref.wire.headers import HISTORY_HEADER, PROTOCOL_HEADER
 from toolref.wire.models import HydrateRequest, validated
-from toolref.wire.protocol import PROTOCOL_HEADER, PROTOCOL_REFS
+from toolref.wire.protocol import PROTOCOL_REFS
 from toolref_server.registry import continuation
 from toolref_server.registry.continuation import Continuation
 from toolref_server.registry.conversation import (

@@ -11,7 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from toolref.formats import source
-from toolref.history import HISTORY_HEADER
+from toolref.wire.headers import HISTORY_HEADER
 from toolref.wire.models import (
     FormatName,
     HandoffRequest,

@@ -29,7 +29,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
-from toolref.registry.breaker import BreakerState, CircuitBreaker
+from toolref.breaker import BreakerState, CircuitBreaker
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.metrics import Metrics

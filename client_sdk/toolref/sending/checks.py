@@ -1,0 +1,91 @@
+"""Checks of what `ToolReferenceManager` is given: its options, and each body and method.
+
+Each raises where the mistake is made (the constructor, or the call), with a message that
+names the value and the fix."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from toolref import formats
+from toolref.checks import check_count, check_key
+from toolref.wire.errors import ValidationError
+
+
+def check_manager_options(
+    format: object,
+    messages_key: object,
+    max_refs: object,
+    max_histories: object,
+    *,
+    max_transcripts: object,
+    max_transcript_bytes: object,
+    max_prior_bytes: object = 0,
+) -> None:
+    """`ToolReferenceManager`'s options (an unknown format would otherwise be skipped quietly:
+    the manager sends messages it cannot read as they are)."""
+    if format is not None:
+        formats.check_format(format)
+    check_key("messages_key", messages_key)
+    check_count("max_refs", max_refs, 1, "it is how many confirmed refs the manager remembers")
+    check_count(
+        "max_histories",
+        max_histories,
+        1,
+        "it is how many confirmed histories the manager remembers (history_refs=False turns "
+        "history refs off)",
+    )
+    check_count(
+        "max_transcripts",
+        max_transcripts,
+        0,
+        "it is how many conversations' transcripts the manager keeps (0 keeps none)",
+    )
+    check_count(
+        "max_transcript_bytes",
+        max_transcript_bytes,
+        0,
+        "it is how many bytes the transcripts may hold together",
+    )
+    check_count(
+        "max_prior_bytes",
+        max_prior_bytes,
+        0,
+        "it is how many bytes the bodies kept to compress against may hold together (0 keeps none)",
+    )
+
+
+def check_body(body: object, key: str) -> None:
+    """A request body for `ToolReferenceManager.post`: a mapping holding a list at `key`."""
+    if not isinstance(body, Mapping):
+        raise ValidationError(
+            f"json is the request body, a mapping holding the messages under {key!r}, not a "
+            f"{type(body).__name__}: post(client, url, json={{{key!r}: messages}})"
+        )
+    if key not in body:
+        lists = [str(k) for k, v in body.items() if isinstance(v, list)]
+        hint = (
+            f", or make the manager with messages_key={lists[0]!r}"
+            if len(lists) == 1
+            else " (or set the manager's messages_key)"
+        )
+        raise ValidationError(
+            f"the request body has no {key!r} key (its keys: "
+            f"{', '.join(map(repr, body)) or 'none'}); put the messages under {key!r}{hint}"
+        )
+    messages = body[key]
+    if not isinstance(messages, list):
+        raise ValidationError(
+            f"the request body's {key!r} is a {type(messages).__name__}, not a list of messages; "
+            f"send the conversation as a list under {key!r}"
+        )
+
+
+def check_stream_method(method: object) -> None:
+    """`ToolReferenceManager.stream`'s method: the messages travel in a POST body."""
+    if not isinstance(method, str) or method.upper() != "POST":
+        raise ValueError(
+            f"stream() sends the messages in the body of a POST, so method must be 'POST', not "
+            f"{method!r}; for a request without messages use the client itself: "
+            f"client.stream({method!r}, url)"
+        )

@@ -1,0 +1,40 @@
+"""Every header toolref speaks, named once. Names are as sent (HTTP compares them in any case;
+ASGI hands them over lowercased: `asgi_name`).
+
+Between a client and a backend or the registry:
+- `Toolref-Protocol`: the version asked for and the version used (`toolref.wire.protocol`).
+- `Toolref-History`: `?1` keep this conversation as a history; a history ref: the body's
+  messages continue it (and name the dictionary a zstd body was compressed against).
+- `Toolref-Dictionary`: a history ref whose kept body the zstd body was compressed against
+  (in an answer, `?1`: the body of this request is kept with its history).
+- `Toolref-Checkpoint`: `?1` keep the conversation's checkpoint too (in an answer, its ref).
+- `Toolref-References`: the refs of the payloads a client sent in full (JSON, ASCII).
+
+Between a relay and a gateway:
+- `Toolref-Key`: the tenant's toolref key (provider credentials keep their own headers).
+- `Toolref-Switch`: switch the relay's upstream (needs the relay's control token).
+- `Toolref-Switched-From`: `<previous upstream>[; at=<messages before the switch>]`.
+- `Toolref-Savings`: `raw=<bytes>, wire=<bytes>, ratio=<raw/wire>` of the request answered.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+PROTOCOL_HEADER: Final = "Toolref-Protocol"
+HISTORY_HEADER: Final = "Toolref-History"
+DICTIONARY_HEADER: Final = "Toolref-Dictionary"
+CHECKPOINT_HEADER: Final = "Toolref-Checkpoint"
+REFERENCES_HEADER: Final = "Toolref-References"
+KEY_HEADER: Final = "Toolref-Key"
+SWITCH_HEADER: Final = "Toolref-Switch"
+SWITCHED_FROM_HEADER: Final = "Toolref-Switched-From"
+SAVINGS_HEADER: Final = "Toolref-Savings"
+
+KEEP_HISTORY: Final = "?1"  # RFC 8941 boolean true: "keep this conversation as a history"
+TOOLREF_PREFIX: Final = "toolref-"  # every header above, lowercased, starts with it
+
+
+def asgi_name(header: str) -> bytes:
+    """`header` as ASGI hands it over: lowercase latin-1 bytes."""
+    return header.lower().encode("latin-1")
