@@ -42,7 +42,8 @@ from toolref.receiving.budget import Account, Budget
 from toolref.receiving.middleware import Receive, Scope, Send
 from toolref.registry.client import AsyncRegistryClient
 from toolref.sending.manager import ToolReferenceManager
-from toolref.sending.transport import AsyncTransport, LLMRequest, endpoint, recognise
+from toolref.sending.transport import AsyncTransport, LLMRequest, recognise
+from toolref.wire.endpoints import endpoint
 from toolref.wire.errors import (
     LimitExceededError,
     MalformedBodyError,

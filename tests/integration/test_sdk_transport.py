@@ -260,7 +260,12 @@ async def test_evicted_histories_and_refs_are_resent_before_the_sdk_sees_a_409(
     assert history_ref(run.wire[-1]) is not None  # the history confirmed again, continued
 
 
-async def test_token_counts_and_other_requests_pass_through_untouched(stack: Stack) -> None:
+async def test_a_token_count_rides_the_path_of_its_messages(stack: Stack) -> None:
+    """`/v1/messages/count_tokens` carries the conversation `/v1/messages` would, and is in
+    the one endpoint table the gateway hydrates (toolref.wire.endpoints): the transport sends
+    it as protocol 2, its confirmed payloads as refs, and the backend (behind the
+    middleware) counts exactly the SDK's body. Before, the transport passed counts through
+    whole while the gateway hydrated them."""
     run = Run(ToolReferenceManager())
     await anthropic_async(stack.url, run, TASKS[:1])
     stack.app.state.received.clear()
@@ -274,10 +279,9 @@ async def test_token_counts_and_other_requests_pass_through_untouched(stack: Sta
     ) as client:
         count = await client.messages.count_tokens(model="m", messages=messages)  # type: ignore[arg-type]
     assert count.input_tokens > 0
-    # Byte for byte the SDK's request, with no toolref header.
     [received] = stack.app.state.received
-    assert received.encode() == run.sdk[-1] == run.wire[-1].read()
-    assert "toolref-protocol" not in run.wire[-1].headers
+    assert json.loads(received) == json.loads(run.sdk[-1])
+    assert run.wire[-1].headers["toolref-protocol"] == "2"
 
 
 async def test_the_responses_api_with_its_input_items(stack: Stack) -> None:

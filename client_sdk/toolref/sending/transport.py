@@ -31,6 +31,7 @@ import httpx
 from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.sending.manager import ToolReferenceManager, may_resend
 from toolref.wire.encoding import JSON_TYPE
+from toolref.wire.endpoints import endpoint
 from toolref.wire.headers import (
     CHECKPOINT_HEADER,
     DICTIONARY_HEADER,
@@ -63,14 +64,6 @@ else:
         class _AsyncStream2: ...
 
 
-# path suffix -> the API's message format and where its messages sit. Token counts
-# (`/messages/count_tokens`, `/responses/input_tokens`) end otherwise and pass through: a count
-# is of the exact conversation, and its answer confirms nothing.
-ENDPOINTS: Final[tuple[tuple[str, FormatName, str], ...]] = (
-    ("/chat/completions", "openai-chat", "messages"),
-    ("/responses", "openai-responses", "input"),
-    ("/messages", "anthropic", "messages"),
-)
 _PACKAGES: Final = ("httpx", "httpx2")
 # Headers the manager sets for the body it sends; the SDK's others travel as they are.
 _REPLACED: Final = frozenset(
@@ -97,17 +90,6 @@ class LLMRequest:
     body: dict[str, Any]
 
 
-def endpoint(method: str, path: str) -> tuple[FormatName, str] | None:
-    """(format, messages key) of the LLM API a POST to `path` calls; None for anything else."""
-    if method.upper() != "POST":
-        return None
-    path = path.rstrip("/")
-    for suffix, fmt, key in ENDPOINTS:
-        if path.endswith(suffix):
-            return fmt, key
-    return None
-
-
 def recognise(
     method: str, path: str, headers: Mapping[str, str], content: bytes
 ) -> LLMRequest | None:
@@ -117,7 +99,7 @@ def recognise(
     found = endpoint(method, path)
     if found is None or not _plain_json(headers):
         return None
-    fmt, key = found
+    fmt, key = found.format, found.messages_key
     try:
         body = json.loads(content, parse_constant=_not_json)
     except ValueError:

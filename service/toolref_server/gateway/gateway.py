@@ -1,6 +1,6 @@
 """`Gateway`: `/llm/{name}/{path}` forwarded to an upstream LLM API, hydrated on the way.
 
-A request to an LLM endpoint the gateway knows (`toolref_server.gateway.upstreams.ENDPOINTS`) that
+A request to an LLM endpoint toolref knows (`toolref.wire.endpoints.ENDPOINTS`) that
 speaks protocol 2 goes through the middleware's per-request pipeline
 (`toolref.receiving.middleware.hydrate_request` and a `Hydrator`): its body is checked
 against the wire
@@ -34,6 +34,7 @@ from toolref.receiving.hops import savings_value
 from toolref.receiving.hydrator import Hydrator
 from toolref.receiving.middleware import hydrate_request, replay, speaks_refs, with_body
 from toolref.receiving.recent import Recent
+from toolref.wire.endpoints import Endpoint, endpoint
 from toolref.wire.errors import BadRequestError, NotFoundError, ToolrefError
 from toolref.wire.headers import KEY_HEADER, SAVINGS_HEADER, SWITCHED_FROM_HEADER
 from toolref.wire.numbers import describe, whole_number
@@ -41,14 +42,7 @@ from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.gateway.inflight import InFlight
 from toolref_server.gateway.inprocess import InProcessRegistry
 from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool
-from toolref_server.gateway.upstreams import (
-    METHODS,
-    PREFIX,
-    Endpoint,
-    endpoint,
-    route,
-    unsafe_query,
-)
+from toolref_server.gateway.upstreams import METHODS, PREFIX, route, unsafe_query
 from toolref_server.http.auth import Authenticator
 from toolref_server.http.problem import problem_response
 from toolref_server.metrics import Metrics

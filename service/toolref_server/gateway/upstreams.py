@@ -17,7 +17,6 @@ from typing import Final
 from urllib.parse import quote, unquote, unquote_to_bytes, urlsplit
 
 from toolref.wire.errors import BadRequestError, ConfigurationError
-from toolref.wire.models import FormatName
 
 NAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # Methods forwarded; CONNECT (a tunnel) and TRACE (which echoes the request, credentials
@@ -31,35 +30,6 @@ _QUERY: Final = re.compile(rb"[\x21-\x7e]*")
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 _SAFE: Final = "/!$&'()*+,;=:@~"  # left as they are when a server gives no raw path
 _SHOWN_CHARS: Final = 120  # of a refused path, quoted back to its client
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """An LLM endpoint the gateway hydrates: its message format and messages key."""
-
-    format: FormatName
-    messages_key: str
-
-
-# path suffix -> endpoint; a suffix, so an upstream whose base URL has its own prefix
-# (`https://host/api` with `/v1/...` after it) is matched as well.
-ENDPOINTS: Final[tuple[tuple[str, Endpoint], ...]] = (
-    ("/messages/count_tokens", Endpoint("anthropic", "messages")),
-    ("/messages", Endpoint("anthropic", "messages")),
-    ("/chat/completions", Endpoint("openai-chat", "messages")),
-    ("/responses", Endpoint("openai-responses", "input")),
-)
-
-
-def endpoint(method: str, path: str) -> Endpoint | None:
-    """The LLM endpoint a request calls; None for anything to pass through as it is."""
-    if method != "POST":
-        return None
-    trimmed = path.rstrip("/")
-    for suffix, found in ENDPOINTS:
-        if trimmed.endswith(suffix):
-            return found
-    return None
 
 
 @dataclass(frozen=True, slots=True)

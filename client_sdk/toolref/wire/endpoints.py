@@ -1,0 +1,66 @@
+"""Where things are: the registry's REST paths, and the one table of LLM endpoints whose
+requests toolref rewrites (the relay and the transports, sending) and hydrates (the
+gateway, receiving). Pure: matching only.
+
+An LLM endpoint is matched by the end of its path, so an upstream whose base URL has its
+own prefix (`https://host/api`, then `/v1/messages`) is matched as well. Anthropic's token
+count (`/v1/messages/count_tokens`) carries the same conversation as `/v1/messages` and
+rides the same path; OpenAI's (`/v1/responses/input_tokens`) is not rewritten yet (it
+passes through as it is).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from toolref.wire.models import FormatName
+
+# --- the registry's REST API (prefix /v1) -----------------------------------------------
+
+CAPABILITIES: Final = "/v1/capabilities"
+INVOCATIONS: Final = "/v1/invocations"
+FIND_MISSING: Final = "/v1/invocations:findMissing"
+RESOLVE: Final = "/v1/invocations:resolve"
+INVOCATION: Final = "/v1/invocations/{ref}"
+SUMMARY: Final = "/v1/invocations/{ref}/summary"
+OPTIMIZE: Final = "/v1/messages:optimize"
+HYDRATE: Final = "/v1/messages:hydrate"
+HANDOFF: Final = "/v1/context:handoff"
+HEALTHZ: Final = "/healthz"
+READYZ: Final = "/readyz"
+METRICS: Final = "/metrics"
+OPENAPI: Final = "/openapi.json"
+GATEWAY: Final = "/llm/{name}/{path}"  # the service's gateway, when it has upstreams
+
+# --- LLM endpoints ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """An LLM API whose requests toolref reads: its message format, and where its
+    messages sit in a request body."""
+
+    format: FormatName
+    messages_key: str
+
+
+# path suffix -> endpoint, the longer suffix of two first.
+ENDPOINTS: Final[tuple[tuple[str, Endpoint], ...]] = (
+    ("/messages/count_tokens", Endpoint("anthropic", "messages")),
+    ("/messages", Endpoint("anthropic", "messages")),
+    ("/chat/completions", Endpoint("openai-chat", "messages")),
+    ("/responses", Endpoint("openai-responses", "input")),
+)
+
+
+def endpoint(method: str, path: str) -> Endpoint | None:
+    """The LLM endpoint a request calls (a POST whose path ends as one of `ENDPOINTS`,
+    a trailing slash ignored); None for anything to pass through as it is."""
+    if method.upper() != "POST":
+        return None
+    trimmed = path.rstrip("/")
+    for suffix, found in ENDPOINTS:
+        if trimmed.endswith(suffix):
+            return found
+    return None
