@@ -30,18 +30,20 @@ from toolref_server.http.connection import STATE_KEY, ConnectionLimits
 from toolref_server.http.problem import problem_response
 from toolref_server.http.protocol import ProtocolMiddleware
 from toolref_server.metrics import Metrics
-from toolref_server.registry.llm_quotas import Quotas
+from toolref_server.registry.llm_quotas import ModelCallQuotas
 from toolref_server.registry.summaries import SummaryCache
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer, build_summarizers
 from toolref_server.routes import handoff, hydration, invocations, messages, meta
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.storage import compressors
+from toolref_server.storage.counters import ModelCallCounters
 from toolref_server.storage.histories import Histories
 from toolref_server.storage.history_cache import HistoryCache
 from toolref_server.storage.quotas import RequestRate, StoredBytes
 from toolref_server.storage.redis import is_cluster_url, plain_url
 from toolref_server.storage.store import Store, StoreClient
+from toolref_server.storage.summaries import SummaryStore
 from toolref_server.storage.verifier import Verifier
 from toolref_server.workers import Workers
 
@@ -209,23 +211,23 @@ def create_app(
                     settings.max_containers,
                 ),
                 summaries=SummaryCache(
-                    store,
+                    SummaryStore(
+                        store,
+                        lock_seconds=settings.summary_lock_seconds,
+                        failure_seconds=settings.llm_failure_seconds,
+                    ),
                     summarizers,
-                    ttl_seconds=settings.ttl_seconds,
-                    lock_seconds=settings.summary_lock_seconds,
                     # The LLM's own deadline ends a call first; the cache's bounds (the
                     # computation, then every request waiting for it) come just after.
                     wait_seconds=settings.summary_wait_seconds,
                     compute_seconds=settings.summary_compute_seconds,
-                    failure_seconds=settings.llm_failure_seconds,
-                    quotas=Quotas(
-                        client,
+                    quotas=ModelCallQuotas(
+                        ModelCallCounters(store),
                         per_request=settings.llm_calls_per_request,
                         per_tenant_minute=settings.llm_calls_per_tenant_minute,
                         breaker_failures=settings.llm_breaker_failures,
                         breaker_seconds=settings.llm_breaker_seconds,
                     ),
-                    retry_after=settings.retry_after_seconds,
                     metrics=metrics,
                 ),
                 metrics=metrics,

@@ -2,11 +2,11 @@
 
 The file is a zstd-compressed stream of msgpack items: a header
 `{"toolrefExport": 1, "tenant": ...}`, then one `[key, value, ttl_ms]` per key (`ttl_ms` is
--1 for keys without expiry). Export walks the keyspace with SCAN and reads each page with
-one pipeline, so memory stays constant whatever the size; import writes with `SET NX`, so
-importing twice (or into an engine that already holds some keys) changes nothing twice.
-Exported: records (`i`), summaries (`s`), dialogue summaries (`d`), history nodes (`h`) and
-messages (`m`); never summary locks or quota counters.
+-1 for keys without expiry). The engine is read and written by `storage.keyspace`: export
+reads a page of keys at a time, so memory stays constant whatever the size; import writes
+with `SET NX`, so importing twice (or into an engine that already holds some keys) changes
+nothing twice. Exported (`storage.keys.EXPORTED`): records (`i`), summaries (`s`), dialogue
+summaries (`d`), history nodes (`h`) and messages (`m`); never summary locks or counters.
 
 Import trusts nothing in the file. It reads the whole file once to check every item
 (`check_item`) and writes nothing unless all pass, then reads it again to write (a file that
@@ -33,19 +33,18 @@ from typing import IO, Any, Final
 
 import msgpack
 import zstandard
-from redis import Redis, RedisCluster
 
 from toolref import formats
 from toolref.history import is_history_ref
 from toolref.wire.canonical import Ref, digest_key, is_ref
 from toolref.wire.errors import ValidationError
 from toolref_server.settings import TENANT_RE as TENANT_NAME  # the one tenant grammar
-from toolref_server.storage import compressors, record
+from toolref_server.storage import compressors, keys, keyspace, record
 from toolref_server.storage.histories import Node
+from toolref_server.storage.keyspace import Client
 
 FORMAT: Final = 1
-_PAGE: Final = 500
-EXPORTED_KINDS: Final = frozenset({"i", "s", "d", "h", "m"})
+_PAGE: Final = keyspace.PAGE
 _MAX_ITEM: Final = 256 * 2**20  # one item of the file, and one history message inflated
 _MAX_SUMMARY_CHARS: Final = 20_000  # the largest summary budget (maxChars)
 _ID_BYTES: Final = 16
@@ -54,28 +53,24 @@ _PIECE: Final = 4096  # compressed bytes fed to the inflater at a time
 Progress = Callable[[int, int], None]  # (keys done, bytes done)
 
 
-def _pattern(tenant: str | None) -> str:
-    """The SCAN pattern of one tenant's keys, or of all. A tenant is matched literally: a
-    name outside the tenant grammar (empty, a glob, a colon) would widen the match to other
-    tenants' keys, so it is refused."""
-    if tenant is None:
-        return "tr:*"
-    if not TENANT_NAME.fullmatch(tenant):
+def _check_tenant(tenant: str | None) -> None:
+    """A tenant is matched literally: a name outside the tenant grammar (empty, a glob, a
+    colon) would widen the match to other tenants' keys, so it is refused."""
+    if tenant is not None and not TENANT_NAME.fullmatch(tenant):
         raise ValidationError(
             f"{tenant!r} is not a tenant name (1-64 of A-Z a-z 0-9 _ . -, as in "
             "TOOLREF_API_KEYS); name one tenant, or leave out --tenant to export them all"
         )
-    return f"tr:{tenant}:*"
 
 
 def export(
-    redis: Redis | RedisCluster,
+    redis: Client,
     out: IO[bytes],
     tenant: str | None = None,
     progress: Progress | None = None,
 ) -> int:
     """Write every record and summary (of one tenant, or all) to `out`; return the count."""
-    pattern = _pattern(tenant)  # refuses a bad tenant before anything is written
+    _check_tenant(tenant)  # refuses a bad tenant before anything is written
     count = size = 0
     # The writer's sink is `out`, which refers to nothing of it: no cycle through the C
     # writer (which the collector does not track); it is freed when the export returns.
@@ -84,16 +79,8 @@ def export(
     writer.write(
         packer.pack({"toolrefExport": FORMAT, "tenant": tenant, "created": int(time.time())})
     )
-    for keys in _pages(redis, pattern):
-        pipe = redis.pipeline(transaction=False)
-        for key in keys:
-            pipe.get(key)
-            pipe.pttl(key)
-        replies: list[Any] = pipe.execute()
-        for index, key in enumerate(keys):
-            value, ttl = replies[2 * index], replies[2 * index + 1]
-            if value is None or ttl == -2:
-                continue  # expired while we read
+    for page in keyspace.items(redis, tenant):
+        for key, value, ttl in page:
             item = packer.pack([key, value, ttl])
             writer.write(item)
             count += 1
@@ -104,42 +91,8 @@ def export(
     return count
 
 
-def _pages(redis: Redis | RedisCluster, pattern: str) -> Iterator[list[bytes]]:
-    if isinstance(redis, RedisCluster):  # scan_iter walks every primary in turn
-        page: list[bytes] = []
-        for key in redis.scan_iter(match=pattern, count=_PAGE):
-            name = key if isinstance(key, bytes) else str(key).encode()
-            if _exported(name):
-                page.append(name)
-            if len(page) >= _PAGE:
-                yield page
-                page = []
-        if page:
-            yield page
-        return
-    cursor = 0
-    while True:
-        cursor, keys = redis.scan(cursor=cursor, match=pattern, count=_PAGE)
-        names = [k if isinstance(k, bytes) else str(k).encode() for k in keys]
-        wanted = [k for k in names if _exported(k)]
-        if wanted:
-            yield wanted
-        if cursor == 0:
-            return
-
-
-def _exported(key: bytes) -> bool:
-    """Is this key one an export carries? (Not a lock, a failed mark or a quota counter.)"""
-    parts = key.split(b":", 3)
-    return (
-        len(parts) == 4
-        and parts[2].decode("ascii", "replace") in EXPORTED_KINDS
-        and (not key.endswith(b":lock"))
-    )
-
-
 def import_(
-    redis: Redis | RedisCluster,
+    redis: Client,
     source: IO[bytes],
     progress: Progress | None = None,
     tenant: str | None = None,
@@ -148,8 +101,7 @@ def import_(
     """Check every item of an export, then write the keys that are absent; return (written,
     already present). A file with one bad item is refused whole (`ValidationError` naming
     the first), and nothing is written. `tenant`: every key must be that tenant's."""
-    if tenant is not None:
-        _pattern(tenant)  # the tenant grammar
+    _check_tenant(tenant)
     with _rereadable(source) as stream:
         start = stream.tell()
         verify(stream, tenant, checked)
@@ -279,10 +231,10 @@ def check_item(item: Any, tenant: str | None) -> str | None:
         return "has a key that is not text or a value that is not bytes"
     if type(ttl) is not int or not (ttl == -1 or ttl > 0):
         return f"has a lifetime of {ttl!r}, neither -1 nor a positive number of milliseconds"
-    parts = key.split(":", 3)
-    if len(parts) != 4 or parts[0] != "tr" or not TENANT_NAME.fullmatch(parts[1]):
-        return "has a key that is not `tr:<tenant>:<kind>:...`"
-    owner, kind, rest = parts[1], parts[2], parts[3]
+    parts = keys.parse(key)
+    if parts is None or not TENANT_NAME.fullmatch(parts.tenant):
+        return f"has a key that is not `{keys.SHAPE}`"
+    owner, kind, rest = parts
     if tenant is not None and owner != tenant:
         return f"is under tenant {owner!r}, but the file is an export of tenant {tenant!r}"
     check = _CHECKS.get(kind)
@@ -310,7 +262,7 @@ def _check_record(rest: str, value: bytes) -> str | None:
 
 def _check_summary(rest: str, value: bytes) -> str | None:
     body, _, summarizer = rest.partition(":")
-    if not is_ref("tr_" + body) or not summarizer or summarizer.endswith(":lock"):
+    if not is_ref("tr_" + body) or not summarizer or keys.is_lock(summarizer):
         return "has a summary key that is not `<ref>:<summarizer id>`"
     try:
         text = value.decode("utf-8")
@@ -368,9 +320,7 @@ _CHECKS: Final[dict[str, Callable[[str, bytes], str | None]]] = {
 }
 
 
-def _write(
-    redis: Redis | RedisCluster, source: IO[bytes], progress: Progress | None
-) -> tuple[int, int]:
+def _write(redis: Client, source: IO[bytes], progress: Progress | None) -> tuple[int, int]:
     """Write the keys of a checked export that are absent: `SET NX`, one pipeline a page."""
     items = _items(source)
     _header(items)
@@ -379,12 +329,9 @@ def _write(
 
     def flush() -> None:
         nonlocal written, present
-        pipe = redis.pipeline(transaction=False)
-        for key, value, ttl in batch:
-            pipe.set(key, value, nx=True, px=ttl if ttl > 0 else None)
-        for ok in pipe.execute():
-            written += bool(ok)
-            present += not ok
+        done_now, there = keyspace.put_absent(redis, batch)
+        written += done_now
+        present += there
         batch.clear()
 
     for item in items:

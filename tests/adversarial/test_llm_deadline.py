@@ -16,10 +16,12 @@ from redis.asyncio import Redis
 from toolref import extractive
 from toolref.kinds import KindTable
 from toolref.wire.canonical import digest_of
-from toolref_server.registry.llm_quotas import Quotas
+from toolref_server.registry.llm_quotas import ModelCallQuotas
 from toolref_server.registry.summaries import SummaryCache
 from toolref_server.registry.summarizers import ExtractiveSummarizer
+from toolref_server.storage.counters import ModelCallCounters
 from toolref_server.storage.store import Store
+from toolref_server.storage.summaries import SummaryStore
 
 from .fake_llm import READ, Connection, FakeLLM, apps, completion, fake_llm, llm_id
 
@@ -111,23 +113,21 @@ async def test_joined_requests_stop_waiting_at_the_bound_whatever_the_summarizer
     request answers with the extractive summary while the computation is still stuck."""
     stuck = Stuck()
     wait = 0.3
+    stores = [Store(redis, 60) for _ in range(2)]  # two replicas
     caches = [
         SummaryCache(
-            Store(redis, 60),
+            SummaryStore(store, lock_seconds=30, failure_seconds=60),
             {"extractive": ExtractiveSummarizer(KINDS), "stuck": stuck},
-            ttl_seconds=60,
-            lock_seconds=30,
             wait_seconds=wait,
-            failure_seconds=60,
-            quotas=Quotas(
-                redis,
+            quotas=ModelCallQuotas(
+                ModelCallCounters(store),
                 per_request=16,
                 per_tenant_minute=1000,
                 breaker_failures=5,
                 breaker_seconds=30,
             ),
         )
-        for _ in range(2)  # two replicas
+        for store in stores
     ]
     ref = digest_of(READ).ref
     loop = asyncio.get_running_loop()

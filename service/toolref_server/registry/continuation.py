@@ -144,9 +144,8 @@ async def load(services: Services, tenant: str, ref: str) -> Continuation:
 
 
 async def _load(services: Services, tenant: str, ref: str) -> Continuation:
-    store, histories = services.store, services.histories
-    (data,) = await store.read_and_touch(tenant, [histories.node_key(tenant, ref)], "history")
-    node = None if data is None else Node.decode(data)
+    histories = services.histories
+    node = await histories.read_node(tenant, ref)
     stored = None if node is None else await histories.load(tenant, ref, node)
     if node is None or stored is None or not formats.is_format_name(stored.format):
         raise _missing(ref)

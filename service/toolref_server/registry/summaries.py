@@ -1,11 +1,9 @@
 """The summary cache: one computation per (tenant, invocation, summarizer id), ever.
 
-Summaries are cached under `tr:<tenant>:s:<ref>:<summarizer id>` with the sliding TTL of
-refs (a handoff's dialogue summaries under `tr:<tenant>:d:<digest of the transcript>:<id>`).
-A summary not yet cached is computed once however many requests, replicas or processes ask
-at the same time (single-flight): the first takes a Redis lock (`SET NX PX`, so a crashed
-holder blocks others only until the lock expires), the others wait for the value. Within
-one process, concurrent requests also share one task.
+A summary not yet kept (`toolref_server.storage.summaries`: where and how) is computed once
+however many requests, replicas or processes ask at the same time
+(`toolref_server.registry.single_flight`). This module holds the policy: which summarizer,
+which budget, when a model may be asked, and what to answer when it is not.
 
 No request waits without bound: each waits for the computation it started or joined at
 most `wait_seconds` (the LLM's total timeout plus a margin, at most the lock's expiry), then
@@ -14,55 +12,45 @@ whatever the summarizer does.
 
 Failures are never cached: when the requested summarizer fails (an LLM timing out, a
 malformed answer, any exception), the answer uses the extractive summary and nothing is
-stored under the failed summarizer's id. The lock is marked failed for `failure_seconds`
-instead, so the waiting requests fall back at once, and so do later ones until the mark
-expires (the model is not asked again for that result meanwhile). Error results are never
-sent to a model. Model calls are also held to the `Quotas` (per request, per tenant per
-minute, a circuit breaker): a call a quota refuses is not made, and not a failure.
+kept under the failed summarizer's id. A failure mark is kept instead for
+`failure_seconds`, so the waiting requests fall back at once, and so do later ones until the
+mark expires (the model is not asked again for that result meanwhile). Error results are
+never sent to a model. Model calls are also held to the `ModelCallQuotas` (per request, per
+tenant per minute, a circuit breaker): a call a quota refuses is not made, and not a failure.
 
-Summaries count in the tenant's stored-bytes quota (`toolref_server.storage.quotas`) like records:
-read through the `Store` (counted the first time a summary is read in a window), and
-written only when they fit. A summary that does not fit is still answered, computed and not
-kept (`cached` false): a summary is a read of a ref the tenant holds, and reads are never
-refused; the model calls it then repeats are held to the `Quotas` above. Locks and failure
-marks are not counted: a lock lives while its summary is computed (at most `lock_seconds`,
-at most 16 per request in flight), a failure mark `failure_seconds` after a model call
-failed (at most one per model call, which the tenant's minute quota bounds); each is under
-100 bytes.
+Summaries count in the tenant's stored-bytes quota (`toolref_server.storage.quotas`) like
+records. A summary that does not fit is still answered, computed and not kept (`cached`
+false): a summary is a read of a ref the tenant holds, and reads are never refused; the
+model calls it then repeats are held to the `ModelCallQuotas` above.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import suppress
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from redis.exceptions import RedisError
-
 from toolref import extractive
 from toolref.breaker import BreakerState
-from toolref.wire.canonical import Ref, digest_key
-from toolref.wire.errors import QuotaExceededError, StoreUnavailableError, ValidationError
+from toolref.wire.canonical import Ref
+from toolref.wire.errors import ValidationError
 from toolref_server.metrics import Metrics
-from toolref_server.registry.llm_quotas import Quotas
+from toolref_server.registry.llm_quotas import ModelCallQuotas
+from toolref_server.registry.single_flight import Create, SingleFlight, Skipped
 from toolref_server.registry.summarizers import (
     OpenAICompatibleSummarizer,
     Summarizer,
     SummarizerError,
 )
-from toolref_server.storage.store import Store
+from toolref_server.storage.summaries import Slot, SummaryStore
 
 log = logging.getLogger(__name__)
 
-_FAILED: Final = b"failed"
 _CONCURRENCY: Final = 16
 
-Compute = Callable[[], Awaitable[str]]
+__all__ = ["Skipped", "Summary", "SummaryCache"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,55 +61,27 @@ class Summary:
     fallback: bool  # the requested summarizer failed or was not asked; this is extractive
 
 
-class Skipped(SummarizerError):
-    """The model was not asked: a quota, the breaker, a recent failure or the bound on
-    waiting said no. Not a failure of the model (nothing is marked failed)."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-
-
 class SummaryCache:
-    """`store`: where summaries are kept and counted (its quota, if any, is the tenant's
-    stored-bytes quota); the locks go to its engine directly."""
+    """`store`: where summaries are kept, counted and locked (`SummaryStore`)."""
 
     def __init__(
         self,
-        store: Store,
+        store: SummaryStore,
         summarizers: Mapping[str, Summarizer],
         *,
-        ttl_seconds: int,
-        lock_seconds: float,
         wait_seconds: float,
-        failure_seconds: float,
-        quotas: Quotas,
+        quotas: ModelCallQuotas,
         compute_seconds: float | None = None,
-        retry_after: int = 1,
         metrics: Metrics | None = None,
     ) -> None:
         self.store = store
-        self.redis = store.redis
         self.summarizers = summarizers
-        self.ttl = ttl_seconds
-        self.lock_ms = int(lock_seconds * 1000)
-        self.wait = min(wait_seconds, lock_seconds)
+        self.wait = min(wait_seconds, store.lock_seconds)
         self.compute_seconds = compute_seconds if compute_seconds is not None else self.wait
-        self.failed_ms = max(1, int(failure_seconds * 1000))
         self.quotas = quotas
-        self.retry_after = retry_after
-        self._inflight: dict[str, asyncio.Task[tuple[str, bool]]] = {}
+        self.flight = SingleFlight(store, wait=self.wait)
         self.calls = 0  # summarizer calls made by this process (tests)
         self.metrics = metrics or Metrics()
-
-    @staticmethod
-    def key(tenant: str, ref: Ref, summarizer_id: str) -> str:
-        return f"tr:{tenant}:s:{ref.key}:{summarizer_id}"
-
-    @staticmethod
-    def dialogue_key(tenant: str, transcript: str, summarizer_id: str) -> str:
-        digest = hashlib.sha256(transcript.encode("utf-8", "surrogatepass")).digest()
-        return f"tr:{tenant}:d:{digest_key(digest)}:{summarizer_id}"
 
     def summarizer(self, name: str) -> Summarizer:
         try:
@@ -144,14 +104,14 @@ class SummaryCache:
         most `quotas.per_request` of them from a model (the rest extractive at once)."""
         summarizer = self.summarizer(name)
         sid = summarizer.id(max_chars)
-        keys = [self.key(tenant, ref, sid) for ref, _ in items]
-        if not keys:
+        slots = [self.store.invocation(tenant, ref, sid) for ref, _ in items]
+        if not slots:
             return []
         # One round trip (one MGET per hash slot), lifetimes extended, counted for the quota.
-        values = await self.store.read_and_touch(tenant, keys, "summary")
+        texts = await self.store.read(tenant, slots)
         found: list[Summary | None] = [
-            None if value is None else Summary(value.decode(), sid, cached=True, fallback=False)
-            for value in values
+            None if text is None else Summary(text, sid, cached=True, fallback=False)
+            for text in texts
         ]
         hits = sum(summary is not None for summary in found)
         self.metrics.summary_cache.labels("hit").inc(hits)
@@ -163,7 +123,7 @@ class SummaryCache:
             invocation = items[index][1]
             async with gate:
                 found[index] = await self._one(
-                    tenant, keys[index], invocation, summarizer, max_chars
+                    tenant, slots[index], invocation, summarizer, max_chars
                 )
 
         async def capped(index: int) -> None:
@@ -189,16 +149,16 @@ class SummaryCache:
         """The summarizer's summary of a handoff's dialogue, cached and computed once like
         an invocation's; None when it failed or was not asked (the caller uses its digest)."""
         sid = summarizer.id(budget)
-        key = self.dialogue_key(tenant, transcript, sid)
-        (value,) = await self.store.read_and_touch(tenant, [key], "summary")
-        if value is not None:
+        slot = self.store.dialogue(tenant, transcript, sid)
+        (text,) = await self.store.read(tenant, [slot])
+        if text is not None:
             self.metrics.summary_cache.labels("hit").inc()
-            return Summary(_text(value), sid, cached=True, fallback=False)
+            return Summary(text, sid, cached=True, fallback=False)
         self.metrics.summary_cache.labels("miss").inc()
         try:
             text, cached = await self._shared(
                 tenant,
-                key,
+                slot,
                 summarizer.name,
                 lambda: summarizer.summarize_dialogue(transcript, budget),
             )
@@ -216,7 +176,7 @@ class SummaryCache:
     async def _one(
         self,
         tenant: str,
-        key: str,
+        slot: Slot,
         invocation: Mapping[str, Any],
         summarizer: Summarizer,
         max_chars: int,
@@ -228,40 +188,20 @@ class SummaryCache:
             return summarizer.summarize(invocation, max_chars)
 
         try:
-            text, cached = await self._shared(tenant, key, summarizer.name, compute)
+            text, cached = await self._shared(tenant, slot, summarizer.name, compute)
         except SummarizerError as exc:
             self._fell_back(summarizer.name, exc)
             return await self._fallback(invocation, summarizer, max_chars)
         return Summary(text, summarizer.id(max_chars), cached=cached, fallback=False)
 
-    async def _shared(self, tenant: str, key: str, name: str, compute: Compute) -> tuple[str, bool]:
-        """(text, made elsewhere) for `key`: from the task of this process that is already
-        computing it, or from a new one. Waits at most `self.wait`; raises
-        `SummarizerError` when the summarizer failed or was not asked."""
+    async def _shared(
+        self, tenant: str, slot: Slot, name: str, compute: Create
+    ) -> tuple[str, bool]:
+        """(text, made elsewhere) for `slot`, made once (`SingleFlight`) by a call the
+        quotas admit. Raises `SummarizerError` when the summarizer failed or was not asked."""
         guarded = self._guarded(name)
         if guarded and self.quotas.breaker(name).state is BreakerState.OPEN:
             raise Skipped("breaker", f"{name} failed repeatedly; not asked during its cool-down")
-        task = self._inflight.get(key)
-        joined = task is not None
-        if task is None:
-            task = asyncio.ensure_future(self._flight(tenant, key, name, compute))
-            self._inflight[key] = task
-            task.add_done_callback(lambda done: self._landed(key, done))
-        try:
-            async with asyncio.timeout(self.wait):
-                text, cached = await asyncio.shield(task)
-        except TimeoutError:
-            log.warning("no summary for %s within %ss; using extractive", key, self.wait)
-            raise Skipped("wait", f"no summary within {self.wait}s") from None
-        return text, cached or joined
-
-    def _landed(self, key: str, task: asyncio.Task[tuple[str, bool]]) -> None:
-        self._inflight.pop(key, None)
-        if not task.cancelled():
-            task.exception()  # retrieved, even when every waiter gave up before it ended
-
-    async def _flight(self, tenant: str, key: str, name: str, compute: Compute) -> tuple[str, bool]:
-        guarded = self._guarded(name)
 
         async def call() -> str:
             if guarded:
@@ -272,27 +212,19 @@ class SummaryCache:
                     text = await compute()
             except Exception as exc:  # any failure of the summarizer is its failure
                 self._failed(name, guarded)
-                if isinstance(exc, SummarizerError):
+                failure = exc if isinstance(exc, SummarizerError) else _failure(name, exc)
+                log.warning(
+                    "summarizer %s failed for %s, using extractive: %s", name, slot, failure
+                )
+                if failure is exc:
                     raise
-                if not isinstance(exc, TimeoutError):
-                    log.exception("summarizer %s raised", name)
-                raise SummarizerError(
-                    f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-                ) from exc
+                raise failure from exc
             if guarded:
                 self.quotas.breaker(name).success()
             self.metrics.summarizer_calls.labels(name, "ok").inc()
             return text
 
-        try:
-            return await self._single_flight(tenant, key, call)
-        except Skipped:
-            raise
-        except SummarizerError as exc:
-            log.warning("summarizer %s failed for %s, using extractive: %s", name, key, exc)
-            raise
-        except RedisError as exc:
-            raise self._unavailable(exc) from None
+        return await self.flight.get_or_create(slot, call)
 
     async def _admit(self, tenant: str, name: str) -> None:
         """May the model be called now? The tenant's minute quota, then the breaker (whose
@@ -324,85 +256,10 @@ class SummaryCache:
         failed = self._guarded(summarizer.name) and not invocation.get("isError")
         return Summary(text, backup.id(max_chars), cached=False, fallback=failed)
 
-    async def _single_flight(self, tenant: str, key: str, compute: Compute) -> tuple[str, bool]:
-        """(summary, made elsewhere): compute under the lock, or wait for whoever holds it
-        (polling, at most `self.wait`)."""
-        lock = key + ":lock"
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.wait
-        while True:
-            token = uuid.uuid4().hex
-            if await self.redis.set(lock, token, nx=True, px=self.lock_ms):
-                return await self._compute_holding(tenant, key, lock, compute), False
-            poll = 0.02
-            while True:
-                pipe = self.redis.pipeline(transaction=False)
-                pipe.get(key)  # two GETs, not MGET: on a cluster they may sit in two slots
-                pipe.get(lock)
-                value, holder = await pipe.execute()
-                if value is not None:
-                    # Written since this request missed it (within `self.wait`), with its
-                    # whole lifetime: nothing to extend, so nothing to count.
-                    return _text(value), True
-                if holder == _FAILED:
-                    raise Skipped("failed-recently", "this summary failed moments ago")
-                if holder is None:
-                    break  # the holder is gone without a value: take the lock ourselves
-                if loop.time() >= deadline:
-                    raise Skipped("wait", f"no summary after waiting {self.wait}s for another")
-                await asyncio.sleep(poll)
-                poll = min(poll * 1.5, 0.2)
 
-    async def _compute_holding(self, tenant: str, key: str, lock: str, compute: Compute) -> str:
-        try:
-            text = await compute()
-        except Skipped:
-            with suppress(RedisError):
-                await self.redis.delete(lock)  # nothing failed: the next ask may call it
-            raise
-        except SummarizerError:
-            # Remember the failure: the waiters fall back now, and so does every request
-            # until the mark expires (then the next one asks the model again).
-            with suppress(RedisError):
-                await self.redis.set(lock, _FAILED, px=self.failed_ms)
-            raise
-        except BaseException:
-            with suppress(RedisError):
-                await self.redis.delete(lock)
-            raise
-        await self._keep(tenant, key, lock, text.encode())
-        return text
-
-    async def _keep(self, tenant: str, key: str, lock: str, data: bytes) -> None:
-        """Store `data` under `key` when it fits the tenant's stored-bytes quota (counted),
-        and release `lock` in any case. Over the quota the summary is answered, not kept."""
-        store = self.store
-        try:
-            cost = await store.cost_of_writing(tenant, [key], [len(data)])
-        except QuotaExceededError:
-            self.metrics.summary_cache.labels("not-kept").inc()
-            with suppress(RedisError):
-                await self.redis.delete(lock)
-            return
-        except BaseException:
-            with suppress(RedisError):
-                await self.redis.delete(lock)
-            raise
-        async with store.guard("summary"):
-            pipe = self.redis.pipeline(transaction=False)
-            pipe.set(key, data, ex=self.ttl)
-            store.charge(pipe, tenant, cost)
-            pipe.delete(lock)
-            await pipe.execute()
-
-    def _unavailable(self, exc: Exception) -> StoreUnavailableError:
-        self.metrics.store_errors.labels("summary").inc()
-        return StoreUnavailableError(
-            f"the summary cache (Redis) is unreachable ({type(exc).__name__}); retry after "
-            f"{self.retry_after}s, or hydrate in full mode",
-            retry_after=self.retry_after,
-        )
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _failure(name: str, exc: Exception) -> SummarizerError:
+    """A summarizer's exception other than `SummarizerError`, as one (logged with its
+    traceback unless it is the timeout)."""
+    if not isinstance(exc, TimeoutError):
+        log.exception("summarizer %s raised", name)
+    return SummarizerError(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)

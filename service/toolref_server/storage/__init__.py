@@ -1,2 +1,3 @@
-"""Storage: the only code that names a Redis key. Records, histories and their cache,
-summaries, quotas kept in Redis, zstd contexts, and opening the Redis client."""
+"""Storage: the only code that names a Redis key (every key spelled in `keys`). Records,
+histories and their cache, summaries with their locks, quotas and counters kept in Redis,
+the keyspace an export walks, zstd contexts, and opening the Redis client."""

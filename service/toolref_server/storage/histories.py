@@ -35,11 +35,11 @@ from typing import Any, Final
 
 from toolref.formats import Detection, is_format_name
 from toolref.history import chain, history_ref
-from toolref.wire.canonical import canonical_json, digest_key
+from toolref.wire.canonical import canonical_json
 from toolref.wire.encoding import loads_fast, packb, unpackb
 from toolref.wire.models import FormatName
-from toolref_server.storage import compressors
-from toolref_server.storage.store import Store
+from toolref_server.storage import compressors, keys
+from toolref_server.storage.store import Put, Store
 from toolref_server.workers import Workers
 
 _ID_BYTES: Final = 16
@@ -173,31 +173,35 @@ class Histories:
 
     @staticmethod
     def node_key(tenant: str, ref: str) -> str:
-        return f"tr:{tenant}:h:{ref[3:]}"
+        return keys.history_node(tenant, ref)
 
     @staticmethod
     def message_key(tenant: str, message: bytes) -> str:
-        return f"tr:{tenant}:m:{digest_key(message)}"
+        return keys.history_message(tenant, message)
 
     async def node(self, tenant: str, ref: str) -> Node | None:
         """The node of history `ref` (its lifetime left as it is: a continuation writes
         the next one), or None when it is not held. One GET."""
-        async with self.store.guard("history"):
-            data = await self.store.redis.get(self.node_key(tenant, ref))
-        return Node.decode(data) if isinstance(data, bytes) else None
+        data = await self.store.get(self.node_key(tenant, ref), "history")
+        return None if data is None else Node.decode(data)
+
+    async def read_node(self, tenant: str, ref: str) -> Node | None:
+        """The node of history `ref` as a load reads it (its lifetime extended, counted for
+        the stored-bytes quota), or None when it is not held. One round trip."""
+        key = self.node_key(tenant, ref)
+        (data,) = await self.store.read_and_touch(tenant, [key], "history")
+        return None if data is None else Node.decode(data)
 
     async def load(self, tenant: str, ref: str, node: Node | None = None) -> Stored | None:
         """History `ref`, or None when it is not held (never confirmed, expired, evicted, or
         a message of it is gone). `node`: its node, when already read (it is then not
         read again)."""
-        store = self.store
         if node is None:
-            (data,) = await store.read_and_touch(tenant, [self.node_key(tenant, ref)], "history")
-            node = None if data is None else Node.decode(data)
+            node = await self.read_node(tenant, ref)
             if node is None:
                 return None
-        keys = [self.message_key(tenant, i) for i in node.ids]
-        values = await store.read_and_touch(tenant, keys, "history")
+        names = [self.message_key(tenant, i) for i in node.ids]
+        values = await self.store.read_and_touch(tenant, names, "history")
         if any(value is None for value in values):
             return None
         size = sum(map(compressors.inflated_size, values))  # the work, not the bytes read
@@ -259,14 +263,10 @@ class Histories:
         store = self.store
         assert node.head is not None
         ref = history_ref(node.head)
-        key, data = self.node_key(tenant, ref), node.encode()
         lifetime = max(1, min(self.superseded_ttl, node.refreshed + store.ttl - int(time.time())))
-        cost = await store.cost_of_writing(tenant, [key], [len(data)])
-        async with store.guard("history"):
-            pipe = store.redis.pipeline(transaction=False)
-            pipe.set(key, data, ex=lifetime)
-            store.charge(pipe, tenant, cost)
-            await pipe.execute()
+        await store.put(
+            tenant, "history", [Put(self.node_key(tenant, ref), node.encode(), lifetime)]
+        )
         return ref
 
     async def _write(
@@ -283,23 +283,20 @@ class Histories:
         store = self.store
         assert node.head is not None
         ref = history_ref(node.head)
-        keys = [self.message_key(tenant, i) for i in ids]
-        packed = [compressors.compress(text.encode(), "messages") for text in texts]
-        node_key, data = self.node_key(tenant, ref), node.encode()
+        puts = [
+            Put(
+                self.message_key(tenant, i),
+                compressors.compress(text.encode(), "messages"),
+                store.ttl,
+                keep=True,
+            )
+            for i, text in zip(ids, texts, strict=True)
+        ]
         lifetime = max(1, min(store.ttl, node.refreshed + store.ttl - int(time.time())))
-        cost = await store.cost_of_writing(
-            tenant, [*keys, node_key], [*map(len, packed), len(data)]
-        )
-        async with store.guard("history"):
-            pipe = store.redis.pipeline(transaction=False)
-            for key, message in zip(keys, packed, strict=True):
-                pipe.set(key, message, nx=True, ex=store.ttl)
-                pipe.expire(key, store.ttl)
-            pipe.set(node_key, data, ex=lifetime)
-            if superseded is not None and superseded != ref and self.superseded_ttl < store.ttl:
-                # The head this continues: LT only ever shortens (never revives) it.
-                key = self.node_key(tenant, superseded)
-                pipe.expire(key, self.superseded_ttl, lt=True)
-            store.charge(pipe, tenant, cost)
-            await pipe.execute()
+        puts.append(Put(self.node_key(tenant, ref), node.encode(), lifetime))
+        shorten = []
+        if superseded is not None and superseded != ref and self.superseded_ttl < store.ttl:
+            # The head this continues: shortened only (never revived or lengthened).
+            shorten.append((self.node_key(tenant, superseded), self.superseded_ttl))
+        await store.put(tenant, "history", puts, shorten=shorten)
         return ref

@@ -11,19 +11,19 @@ history nodes (checkpoints included) and summaries (of invocations and of handof
 take in the store, as stored (compressed). Every key lives `TTL` seconds after
 it was last written or read, so the bytes a tenant keeps at time t are those it wrote or
 read since t - TTL. Time is cut into windows of one TTL, and a counter per tenant and window
-(`tr:<tenant>:q:<window>`) adds each key's size the first time the key is written or read in
+(`keys.stored_bytes`) adds each key's size the first time the key is written or read in
 that window (a key's remaining lifetime, read before it is extended, tells whether it was
 last used before the window began). A key alive at t was used in t's window or the one
 before, so the current and the previous counters together are never below what the tenant
 keeps, and at most twice it (a key used in both windows counts in both). A write whose new
 bytes would take that sum past the quota is refused before anything is written; reads are
 never refused (they only count). A summary past the quota is answered and not kept
-(`toolref_server.registry.summaries`): making it is a read.
+(`toolref_server.storage.summaries`): making it is a read.
 
 What else a tenant makes the service store is bounded without counting: summary locks
 (one per summary being made, deleted when it is, under 100 bytes) and failure marks (one per
 failed model call, which `TOOLREF_LLM_CALLS_PER_TENANT_MINUTE` bounds, for
-`TOOLREF_LLM_FAILURE_SECONDS`), the model-call counters (`tr:<tenant>:c:<minute>`, two
+`TOOLREF_LLM_FAILURE_SECONDS`), the model-call counters (`counters`, two
 alive) and these counters (three alive). `cache import` is the operator's, not a tenant's:
 what it writes counts when it is next read.
 """
@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from toolref.wire.errors import QuotaExceededError
+from toolref_server.storage import keys
 
 RATE: Final = "requestsPerSecond"
 STORED: Final = "storedBytes"
@@ -89,7 +90,7 @@ class StoredBytes:
     def counters(self, tenant: str, now: float) -> tuple[str, str]:
         """The keys of `tenant`'s counters for the window of `now` and the one before."""
         window = int(now // self.ttl)
-        return f"tr:{tenant}:q:{window}", f"tr:{tenant}:q:{window - 1}"
+        return keys.stored_bytes(tenant, window), keys.stored_bytes(tenant, window - 1)
 
     @property
     def counter_lifetime(self) -> int:

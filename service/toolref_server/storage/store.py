@@ -13,6 +13,11 @@ At most `slots` operations (the pool's size) go to the engine at once; the other
 slot, at most `slot_wait` seconds, and ask the breaker only once they hold one. An operation
 records its outcome before it hands its slot on, so a request that waited while the engine
 froze fails fast instead of opening a new connection to it and waiting out another timeout.
+
+The other stores of this package (histories, summaries) keep values through `put` and read
+them through `get` and `read_and_touch`, so that every value kept is counted for the
+stored-bytes quota and passes the breaker (the summary locks and the model-call counters are
+commands on the engine directly: `summaries`, `counters`). Keys are spelled in `keys`.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from toolref.wire.canonical import Ref
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.metrics import Metrics
 from toolref_server.storage import record
+from toolref_server.storage.keys import record as record_key
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.record import Record
 from toolref_server.storage.verifier import Verifier
@@ -90,6 +96,17 @@ class Registered:
     stored_digest: bytes | None  # digest of the record now under the key; None if it vanished
 
 
+@dataclass(frozen=True, slots=True)
+class Put:
+    """One value to write for `Store.put`, to live `ttl` seconds. `keep`: write it only
+    where the key is absent (SET NX), and extend an existing value's lifetime instead."""
+
+    key: str
+    value: bytes
+    ttl: int
+    keep: bool = False
+
+
 class Store:
     def __init__(
         self,
@@ -128,7 +145,8 @@ class Store:
 
     @staticmethod
     def key(tenant: str, ref: Ref) -> str:
-        return f"tr:{tenant}:i:{ref.key}"
+        """The key of the record of `ref` (`keys.record`)."""
+        return record_key(tenant, ref)
 
     @asynccontextmanager
     async def guard(self, action: str) -> AsyncIterator[None]:
@@ -287,6 +305,43 @@ class Store:
             lifetimes = replies[len(groups) : len(groups) + len(keys)]
             await self._count(tenant, [len(v) if v else 0 for v in values], lifetimes)
         return values
+
+    async def get(self, key: str, action: str) -> bytes | None:
+        """The value under `key` (None where absent), its lifetime left as it is. One GET."""
+        async with self.guard(action):
+            value = await self.redis.get(key)
+        return value if isinstance(value, bytes) else None
+
+    async def put(
+        self,
+        tenant: str,
+        action: str,
+        puts: Sequence[Put],
+        *,
+        shorten: Sequence[tuple[str, int]] = (),
+        delete: Sequence[str] = (),
+    ) -> None:
+        """Write `puts` for `tenant`, counted for its stored-bytes quota: refused whole
+        (`QuotaExceededError`) before anything is written when they do not fit. With them,
+        in the same round trip: each (key, seconds) of `shorten` gets at most that lifetime
+        left (EXPIRE LT: never revived, never lengthened), and the keys of `delete` go. Two
+        round trips (the quota's read, then the writes), one with no quota; linear in the
+        keys."""
+        cost = await self.cost_of_writing(
+            tenant, [p.key for p in puts], [len(p.value) for p in puts]
+        )
+        async with self.guard(action):
+            pipe = self.redis.pipeline(transaction=False)
+            for p in puts:
+                pipe.set(p.key, p.value, nx=p.keep, ex=p.ttl)
+                if p.keep:
+                    pipe.expire(p.key, p.ttl)
+            for key, seconds in shorten:
+                pipe.expire(key, seconds, lt=True)
+            self.charge(pipe, tenant, cost)
+            for key in delete:
+                pipe.delete(key)
+            await pipe.execute()
 
     # --- the stored-bytes quota (toolref_server.storage.quotas) ----------------------------------
 
