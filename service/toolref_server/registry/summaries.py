@@ -111,7 +111,6 @@ class SummaryCache:
         self.quotas = quotas
         self.retry_after = retry_after
         self._inflight: dict[str, asyncio.Task[tuple[str, bool]]] = {}
-        self.calls = 0  # summarizer calls made by this process (tests)
         self.metrics = metrics or Metrics()
 
     @staticmethod
@@ -266,7 +265,6 @@ class SummaryCache:
         async def call() -> str:
             if guarded:
                 await self._admit(tenant, name)
-            self.calls += 1
             try:
                 async with asyncio.timeout(self.compute_seconds):
                     text = await compute()
