@@ -21,11 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.servers import serve, serve_all
 from toolref.receiving.middleware import ASGIApp, Message, Receive, Scope, Send
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
-
-from ..servers import serve, serve_all
 
 KEY = "tenant-key-never-logged"
 
