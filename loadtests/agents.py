@@ -1,6 +1,6 @@
 """The relay under the real agent CLIs: Claude Code, Codex and Qwen Code (the pinned npm
 installs of `make e2e`), each through a scripted session of 20 tool calls against the fake
-provider of tests/e2e, once straight to the provider and once through `toolref relay` and
+provider of tests/support, once straight to the provider and once through `toolref relay` and
 the service's gateway, in the same run.
 
 Per CLI and per turn: the bytes the agent sent, the bytes the relay sent the gateway, and
@@ -24,11 +24,11 @@ from pathlib import Path
 from typing import Final
 
 from starlette.types import ASGIApp
-from tests.e2e import agents
-from tests.e2e.agents import CLIS, Cli, missing_node
-from tests.e2e.chain import KEY, UPSTREAM, Hops, direct, relay_chain
-from tests.e2e.fake_provider import FakeProvider, Recorded, Script
-from tests.servers import serve
+from tests.support import agents
+from tests.support.agents import CLIS, Cli, missing_node
+from tests.support.chain import KEY, UPSTREAM, Hops, direct, relay_chain
+from tests.support.fake_provider import FakeProvider, Recorded, Script
+from tests.support.servers import serve
 
 from loadtests.report import Section
 from toolref_server.app import create_app
@@ -158,7 +158,7 @@ def run() -> list[Section]:
     intro = (
         "Claude Code, Codex and Qwen Code (pinned as in `make e2e`), each through a "
         f"session of {CALLS} tool calls it runs for real, against the fake provider of "
-        "tests/e2e (its own API, streamed); once straight to the provider, once through "
+        "tests/support (its own API, streamed); once straight to the provider, once through "
         "`toolref relay` (a process) and the service's gateway on an embedded engine. "
         "`agent sent` is each request body as the agent put it on the wire, `relay sent` "
         "each body the relay sent the gateway (resends included). Time to first byte is "

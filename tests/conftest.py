@@ -12,12 +12,13 @@ import httpx
 import pytest
 from redis.asyncio import Redis, RedisCluster
 
+from tests.support import IN_CI
+from tests.support.cluster import LocalCluster
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.settings import Settings
-from toolref_server.storage.redis import LocalCluster, is_cluster_url, plain_url
+from toolref_server.storage.redis import is_cluster_url, plain_url
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # TOOLREF_TEST_CLUSTER=1 runs the engine tests on a local Redis Cluster (3 + 3 nodes).
 ON_CLUSTER = os.environ.get("TOOLREF_TEST_CLUSTER", "").lower() in ("1", "true", "yes")
 SHARED = Path(__file__).resolve().parents[2] / "shared"

@@ -22,6 +22,7 @@ import zstandard
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
+from tests.support.records import encode_values
 from toolref.wire.canonical import digest_of
 from toolref.wire.errors import ValidationError
 from toolref_server import export
@@ -48,7 +49,7 @@ def record_item(
     """A record item for `invocation`, stored under the ref of `under` (default: its own)."""
     digest = digest_of(invocation)
     key = f"tr:{tenant}:i:{digest_of(under or invocation).ref.key}"
-    return [key.encode(), record.encode_values(invocation, digest.sha256, digest.size, 512), TTL]
+    return [key.encode(), encode_values(invocation, digest.sha256, digest.size, 512), TTL]
 
 
 def export_file(tenant: str | None, items: list[list[Any]]) -> bytes:

@@ -22,6 +22,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from tests.support.servers import serve
 from toolref import AsyncRegistryClient, ToolRefMiddleware
 from toolref.receiving.budget import Budget, shared
 from toolref_relay.app import Relay
@@ -30,7 +31,6 @@ from toolref_relay.config import RelayConfig
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
-from ..servers import serve
 from .bombs import (
     CHAT,
     ENCODINGS,

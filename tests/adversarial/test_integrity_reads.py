@@ -24,6 +24,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from tests.support.records import encode_values
 from toolref.wire.canonical import Ref, digest_of
 from toolref_server.storage import compressors, record
 from toolref_server.storage.store import NewRecord, Store
@@ -80,7 +81,7 @@ def flipped(at: int) -> Callable[[bytes], bytes]:
 def planted(data: bytes) -> bytes:
     """A valid record, of another invocation."""
     digest = digest_of(OTHER)
-    return record.encode_values(OTHER, digest.sha256, digest.size, 512)
+    return encode_values(OTHER, digest.sha256, digest.size, 512)
 
 
 CORRUPTIONS: dict[str, tuple[dict[str, Any], Callable[[bytes], bytes]]] = {
@@ -244,7 +245,7 @@ async def test_what_the_check_costs(redis: Redis) -> None:
         await store.register(
             "cost",
             [
-                NewRecord(d.ref, d.sha256, record.encode_values(i, d.sha256, d.size, 512))
+                NewRecord(d.ref, d.sha256, encode_values(i, d.sha256, d.size, 512))
                 for i, d in zip(invocations, digests, strict=True)
             ],
         )
@@ -270,7 +271,7 @@ async def test_what_the_check_costs(redis: Redis) -> None:
 def test_verified_refuses_what_its_ref_does_not_name() -> None:
     for name, (invocation, corrupt) in CORRUPTIONS.items():
         digest = digest_of(invocation)
-        data = record.encode_values(invocation, digest.sha256, digest.size, 512)
+        data = encode_values(invocation, digest.sha256, digest.size, 512)
         if invocation is LARGE:
             assert compressors.decompress(data[34:])  # the body is one zstd frame
         assert record.verified(data, digest.ref) is not None
@@ -294,7 +295,7 @@ def test_bytes_once_sound_are_known_by_their_hash_and_any_change_is_checked(
     verifier = Verifier(limit=2)
     invocation = {**SMALL, "args": json.dumps(SMALL["args"])}
     digest = digest_of(invocation)
-    data = record.encode_values(invocation, digest.sha256, digest.size, 512)
+    data = encode_values(invocation, digest.sha256, digest.size, 512)
     for _ in range(3):
         assert verifier(data, digest.ref) is not None
     assert len(calls) == 1
@@ -307,14 +308,14 @@ def test_bytes_once_sound_are_known_by_their_hash_and_any_change_is_checked(
     for n in range(3):  # the memory stays within its bound
         more = {**invocation, "result": f"r{n}"}
         d = digest_of(more)
-        assert verifier(record.encode_values(more, d.sha256, d.size, 512), d.ref) is not None
+        assert verifier(encode_values(more, d.sha256, d.size, 512), d.ref) is not None
     assert len(verifier) == 2
 
 
 def test_the_verifier_keeps_at_most_its_characters_of_payloads() -> None:
     invocation = {**SMALL, "args": json.dumps(SMALL["args"])}
     digest = digest_of(invocation)
-    data = record.encode_values(invocation, digest.sha256, digest.size, 512)
+    data = encode_values(invocation, digest.sha256, digest.size, 512)
     small = Verifier(limit=10, chars=5)  # smaller than this record's payloads
     assert small(data, digest.ref) is not None
     assert len(small) == 0  # checked, not kept: the next read is checked again
@@ -329,7 +330,7 @@ def test_a_record_is_sized_for_the_work_by_its_content_not_its_compressed_bytes(
     sends its check to the worker threads by this size."""
     invocation = {"name": "read_file", "args": "{}", "result": "line\n" * 400_000, "isError": False}
     digest = digest_of(invocation)
-    data = record.encode_values(invocation, digest.sha256, digest.size, 512)
+    data = encode_values(invocation, digest.sha256, digest.size, 512)
     assert len(data) < 50_000
     assert record.work_size(data) > 2_000_000
     assert compressors.inflated_size(b"not a frame") == len(b"not a frame")

@@ -16,10 +16,11 @@ import json
 import pytest
 from redis.asyncio import Redis
 
+from tests.support.fake_provider.raw import Connection, RawProvider, completion, raw_provider
 from toolref import extractive
 from toolref.kinds import KindTable
 
-from .fake_llm import READ, Connection, FakeLLM, apps, completion, fake_llm, llm_id
+from .summarizer_app import READ, apps, llm_id
 
 KINDS = KindTable.parse("")
 LIMIT = 64 * 1024  # the default TOOLREF_LLM_MAX_ANSWER_BYTES
@@ -35,12 +36,12 @@ async def flood(connection: Connection) -> None:
             pass
 
 
-async def huge_declared(server: FakeLLM, connection: Connection) -> None:
+async def huge_declared(server: RawProvider, connection: Connection) -> None:
     if await connection.head(Content_Length=str(HUGE)):
         await flood(connection)
 
 
-async def huge_chunked(server: FakeLLM, connection: Connection) -> None:
+async def huge_chunked(server: RawProvider, connection: Connection) -> None:
     if not await connection.head(Transfer_Encoding="chunked"):
         return
     if await connection.send(b"%x\r\n%s\r\n" % (len(OPEN), OPEN)):
@@ -48,14 +49,14 @@ async def huge_chunked(server: FakeLLM, connection: Connection) -> None:
             pass
 
 
-async def huge_until_close(server: FakeLLM, connection: Connection) -> None:
+async def huge_until_close(server: RawProvider, connection: Connection) -> None:
     if await connection.head():  # no length: the body ends when the connection does
         await flood(connection)
 
 
 @pytest.mark.parametrize("behaviour", [huge_declared, huge_chunked, huge_until_close])
 async def test_a_huge_answer_is_not_read_past_the_limit(redis: Redis, behaviour: object) -> None:
-    async with fake_llm(behaviour) as llm, apps(redis) as build:  # type: ignore[arg-type]
+    async with raw_provider(behaviour) as llm, apps(redis) as build:  # type: ignore[arg-type]
         app = await build(llm, llm_timeout=5.0)
         ref = await app.register(READ)
         answer = await app.summary(ref)
@@ -76,10 +77,10 @@ async def test_an_answer_under_the_limit_is_used(redis: Redis) -> None:
     body = completion(text)
     assert len(body) < LIMIT
 
-    async def large(server: FakeLLM, connection: Connection) -> None:
+    async def large(server: RawProvider, connection: Connection) -> None:
         await connection.answer(body)
 
-    async with fake_llm(large) as llm, apps(redis) as build:
+    async with raw_provider(large) as llm, apps(redis) as build:
         app = await build(llm)
         answer = await app.summary(await app.register(READ))
     assert answer["summarizer"] == llm_id(200)
@@ -92,7 +93,7 @@ DEPTH = 30_000  # 60 KB of brackets: within the byte limit, far past what Python
 
 
 def sends(body: bytes, status: int = 200, **headers: str) -> object:
-    async def behaviour(server: FakeLLM, connection: Connection) -> None:
+    async def behaviour(server: RawProvider, connection: Connection) -> None:
         if await connection.head(status, Content_Length=str(len(body)), **headers):
             await connection.send(body)
 
@@ -100,7 +101,7 @@ def sends(body: bytes, status: int = 200, **headers: str) -> object:
 
 
 def cut_short(body: bytes) -> object:
-    async def behaviour(server: FakeLLM, connection: Connection) -> None:
+    async def behaviour(server: RawProvider, connection: Connection) -> None:
         if await connection.head(Content_Length=str(len(body) * 2)):
             await connection.send(body)  # then the connection closes, half sent
 
@@ -129,7 +130,7 @@ JUNK: dict[str, object] = {
 async def test_a_malformed_answer_is_a_fallback_for_every_waiting_request(
     redis: Redis, junk: str
 ) -> None:
-    async with fake_llm(JUNK[junk]) as llm, apps(redis) as build:  # type: ignore[arg-type]
+    async with raw_provider(JUNK[junk]) as llm, apps(redis) as build:  # type: ignore[arg-type]
         app = await build(llm)
         ref = await app.register(READ)
         responses = await asyncio.gather(

@@ -16,16 +16,17 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from tests.support.fake_provider.raw import Connection, RawProvider, completion, raw_provider
 from toolref.breaker import BreakerState
 from toolref.placeholder import parse
 from toolref.wire.models import Capabilities
 
-from .fake_llm import LLM, READ, Connection, FakeLLM, apps, completion, fake_llm, invocation
+from .summarizer_app import LLM, READ, apps, invocation
 
 RESULTS = 200
 
 
-async def failing(server: FakeLLM, connection: Connection) -> None:
+async def failing(server: RawProvider, connection: Connection) -> None:
     await connection.answer(b'{"error": "overloaded"}', status=503)
 
 
@@ -73,10 +74,10 @@ def summarized_by_llm(answer: dict[str, Any]) -> int:
 async def test_a_hydrate_of_200_results_makes_at_most_the_per_request_calls(
     redis: Redis,
 ) -> None:
-    async def answers(server: FakeLLM, connection: Connection) -> None:
+    async def answers(server: RawProvider, connection: Connection) -> None:
         await connection.answer(completion("from the model"))
 
-    async with fake_llm(answers) as llm, apps(redis) as build:
+    async with raw_provider(answers) as llm, apps(redis) as build:
         app = await build(llm, llm_calls_per_request=16)
         first = await hydrate(app, conversation(RESULTS))
         assert llm.calls == 16
@@ -94,7 +95,7 @@ async def test_a_failing_model_is_not_asked_again_at_once_by_the_next_hydrate(
 ) -> None:
     """The finding itself: 200 results, a model that fails every call, the same hydrate
     again 2 s later (here: at once, and after the old 2 s mark would have expired)."""
-    async with fake_llm(failing) as llm, apps(redis) as build:
+    async with raw_provider(failing) as llm, apps(redis) as build:
         app = await build(llm, llm_breaker_failures=5, llm_breaker_seconds=30.0)
         first = await hydrate(app, conversation(RESULTS))
         made = llm.calls
@@ -115,13 +116,13 @@ async def test_a_failing_model_is_not_asked_again_at_once_by_the_next_hydrate(
 async def test_the_breaker_lets_one_probe_through_after_its_cool_down(redis: Redis) -> None:
     healthy = False
 
-    async def flaky(server: FakeLLM, connection: Connection) -> None:
+    async def flaky(server: RawProvider, connection: Connection) -> None:
         if healthy:
             await connection.answer(completion("from the model"))
         else:
             await failing(server, connection)
 
-    async with fake_llm(flaky) as llm, apps(redis) as build:
+    async with raw_provider(flaky) as llm, apps(redis) as build:
         app = await build(llm, llm_breaker_failures=3, llm_breaker_seconds=0.3)
         refs = [await app.register(invocation(n)) for n in range(8)]
         for ref in refs[:3]:
@@ -141,7 +142,7 @@ async def test_the_breaker_lets_one_probe_through_after_its_cool_down(redis: Red
 
 
 async def test_a_failure_is_remembered_for_its_setting_then_asked_again(redis: Redis) -> None:
-    async with fake_llm(failing) as llm, apps(redis) as build:
+    async with raw_provider(failing) as llm, apps(redis) as build:
         app = await build(llm, llm_failure_seconds=0.4, llm_breaker_failures=100)
         ref = await app.register(READ)
         assert (await app.summary(ref))["fallback"] is True
@@ -159,12 +160,12 @@ async def test_a_failure_is_remembered_for_its_setting_then_asked_again(redis: R
 
 
 async def test_each_tenant_gets_its_calls_per_minute(redis: Redis) -> None:
-    async def answers(server: FakeLLM, connection: Connection) -> None:
+    async def answers(server: RawProvider, connection: Connection) -> None:
         await connection.answer(completion("from the model"))
 
     keys = {t: f"{t}-key" for t in ("acme", "globex")}
     setting = ",".join(f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in keys.items())
-    async with fake_llm(answers) as llm, apps(redis) as build:
+    async with raw_provider(answers) as llm, apps(redis) as build:
         tenants = {
             t: await build(
                 llm,
@@ -190,7 +191,7 @@ async def test_each_tenant_gets_its_calls_per_minute(redis: Redis) -> None:
 
 
 async def test_capabilities_list_the_limits_a_client_needs(redis: Redis) -> None:
-    async with fake_llm() as llm, apps(redis) as build:
+    async with raw_provider() as llm, apps(redis) as build:
         app = await build(
             llm, llm_timeout=2.5, llm_calls_per_request=7, llm_calls_per_tenant_minute=90
         )

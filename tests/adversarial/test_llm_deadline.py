@@ -13,6 +13,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from tests.support.fake_provider.raw import Connection, RawProvider, completion, raw_provider
 from toolref import extractive
 from toolref.kinds import KindTable
 from toolref.wire.canonical import digest_of
@@ -23,7 +24,7 @@ from toolref_server.storage.counters import ModelCallCounters
 from toolref_server.storage.store import Store
 from toolref_server.storage.summaries import SummaryStore
 
-from .fake_llm import READ, Connection, FakeLLM, apps, completion, fake_llm, llm_id
+from .summarizer_app import READ, apps, llm_id
 
 TIMEOUT = 0.3  # TOOLREF_LLM_TIMEOUT in these tests
 DRIP = 0.05  # seconds between two bytes: far under the timeout, so no single read times out
@@ -31,7 +32,7 @@ BODY = completion("read_file src/app.py: 300 numbered lines; nothing failed.")
 KINDS = KindTable.parse("")
 
 
-async def drip(server: FakeLLM, connection: Connection) -> None:
+async def drip(server: RawProvider, connection: Connection) -> None:
     """A valid answer, one byte at a time: the whole would take len(BODY) * DRIP seconds."""
     if not await connection.head(Content_Length=str(len(BODY))):
         return
@@ -44,7 +45,7 @@ async def drip(server: FakeLLM, connection: Connection) -> None:
 async def test_a_model_dripping_its_answer_is_cut_off_at_the_total_deadline(
     redis: Redis,
 ) -> None:
-    async with fake_llm(drip) as llm, apps(redis) as build:
+    async with raw_provider(drip) as llm, apps(redis) as build:
         app = await build(llm, llm_timeout=TIMEOUT)
         ref = await app.register(READ)
         loop = asyncio.get_running_loop()
@@ -69,7 +70,7 @@ async def test_a_model_dripping_its_answer_is_cut_off_at_the_total_deadline(
 
 
 async def test_requests_joined_to_a_dripping_call_return_with_it(redis: Redis) -> None:
-    async with fake_llm(drip) as llm, apps(redis) as build:
+    async with raw_provider(drip) as llm, apps(redis) as build:
         app = await build(llm, llm_timeout=TIMEOUT)
         ref = await app.register(READ)
         loop = asyncio.get_running_loop()

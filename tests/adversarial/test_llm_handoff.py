@@ -12,8 +12,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from tests.support.fake_provider.raw import Connection, RawProvider, completion, raw_provider
+
 from ..conftest import key_names
-from .fake_llm import Connection, FakeLLM, apps, completion, fake_llm
+from .summarizer_app import apps
 from .test_server_quotas import counted_bytes, stored_bytes
 
 SUMMARY = "User asked for a Rust port of app.py; it was written and tested."
@@ -48,13 +50,13 @@ async def handoff(app: Any, messages: list[dict[str, Any]], **body: Any) -> dict
     return answer
 
 
-async def slow_answer(server: FakeLLM, connection: Connection) -> None:
+async def slow_answer(server: RawProvider, connection: Connection) -> None:
     await asyncio.sleep(0.2)  # long enough that the concurrent handoffs overlap
     await connection.answer(completion(SUMMARY))
 
 
 async def test_the_same_dialogue_is_summarized_once(redis: Redis) -> None:
-    async with fake_llm(slow_answer) as llm, apps(redis) as build:
+    async with raw_provider(slow_answer) as llm, apps(redis) as build:
         app = await build(llm, summarizer="openai-compatible")
         answers = await asyncio.gather(*(handoff(app, conversation()) for _ in range(10)))
         assert llm.calls == 1  # ten at once: one computation
@@ -75,7 +77,7 @@ async def test_the_same_dialogue_is_summarized_once(redis: Redis) -> None:
 async def test_a_tenant_never_gets_another_tenants_dialogue_summary(redis: Redis) -> None:
     keys = {t: f"{t}-key" for t in ("acme", "globex")}
     setting = ",".join(f"{t}={hashlib.sha256(k.encode()).hexdigest()}" for t, k in keys.items())
-    async with fake_llm(slow_answer) as llm, apps(redis) as build:
+    async with raw_provider(slow_answer) as llm, apps(redis) as build:
         for key in keys.values():
             app = await build(
                 llm,
@@ -88,10 +90,10 @@ async def test_a_tenant_never_gets_another_tenants_dialogue_summary(redis: Redis
 
 
 async def test_a_failed_dialogue_summary_is_remembered(redis: Redis) -> None:
-    async def failing(server: FakeLLM, connection: Connection) -> None:
+    async def failing(server: RawProvider, connection: Connection) -> None:
         await connection.answer(b"{}", status=500)
 
-    async with fake_llm(failing) as llm, apps(redis) as build:
+    async with raw_provider(failing) as llm, apps(redis) as build:
         app = await build(llm, summarizer="openai-compatible")
         for _ in range(3):
             answer = await handoff(app, conversation())
@@ -106,7 +108,7 @@ async def test_dialogue_summaries_count_in_the_stored_bytes_quota(redis: Redis) 
     fix the ten budgets below stored ten summaries, 660 bytes for a quota of 300). Now they
     count: kept while they fit, then made and not kept, every handoff still summarized."""
     key = "acme-key"
-    async with fake_llm(slow_answer) as llm, apps(redis) as build:
+    async with raw_provider(slow_answer) as llm, apps(redis) as build:
         app = await build(
             llm,
             summarizer="openai-compatible",

@@ -25,10 +25,10 @@ import pytest
 import zstandard
 from redis.asyncio import Redis
 
+from tests.support.servers import serve
 from toolref_relay import Relay, RelayConfig
 
 from ..integration.relay_gateway import KEY, Recorded, Scripted, gateway
-from ..servers import serve
 
 pytestmark = pytest.mark.engine
 

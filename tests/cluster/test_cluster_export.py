@@ -11,11 +11,12 @@ import pytest
 from redis import Redis, RedisCluster
 from redis.crc import key_slot
 
+from tests.support.cluster import LocalCluster
+from tests.support.records import encode_values
 from toolref.wire.canonical import digest_of
 from toolref_server import export
 from toolref_server.embedded import EmbeddedEngine
-from toolref_server.storage import record
-from toolref_server.storage.redis import LocalCluster, plain_url
+from toolref_server.storage.redis import plain_url
 from toolref_server.storage.store import slot_groups, ungroup
 
 from ..conftest import need
@@ -40,7 +41,7 @@ def test_a_cluster_exports_every_key_and_a_single_node_imports_them(
     for n in range(500):
         invocation = {"name": "read_file", "args": {"path": f"m{n}.py"}, "result": f"{n}\n"}
         digest = digest_of(invocation)
-        keys[f"tr:local:i:{digest.ref.key}"] = record.encode_values(
+        keys[f"tr:local:i:{digest.ref.key}"] = encode_values(
             invocation, digest.sha256, digest.size, 512
         )
     for key, value in keys.items():

@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.cluster import LocalCluster
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
-from toolref_server.storage.redis import LocalCluster
 
 from ..conftest import need
 from ..service.test_chat_flow import Backend

@@ -4,7 +4,7 @@ final text.
 
 `make e2e` runs these (`pytest -m e2e tests/e2e`), inside a network namespace with only
 loopback when the machine permits one (tests/e2e/isolate.py). The chain between agent and
-fake is tests/e2e/chain.py's `relay` (agent -> relay -> gateway -> fake); TOOLREF_E2E_CHAIN
+fake is tests/support/chain.py's `relay` (agent -> relay -> gateway -> fake); TOOLREF_E2E_CHAIN
 picks others (`direct`, or `direct,relay` for both). Each run leaves a report of its request
 sizes, per hop and per turn, in .toolref/e2e/results/<cli>-<chain>.json.
 """
@@ -24,10 +24,11 @@ import pytest
 from starlette.types import ASGIApp
 
 from tests.conftest import client_for, need
-from tests.e2e import agents
-from tests.e2e.agents import CLIS, INSTALLS, Cli, missing_node
-from tests.e2e.chain import KEY, UPSTREAM, Chain, Hops, chain_names, direct, relay_chain
-from tests.e2e.fake_provider import (
+from tests.e2e.isolate import FLAG, isolated
+from tests.support import agents
+from tests.support.agents import CLIS, INSTALLS, Cli, missing_node
+from tests.support.chain import KEY, UPSTREAM, Chain, Hops, chain_names, direct, relay_chain
+from tests.support.fake_provider import (
     FINAL_TEXT,
     FakeProvider,
     Recorded,
@@ -36,8 +37,7 @@ from tests.e2e.fake_provider import (
     step_file,
     tool_results,
 )
-from tests.e2e.isolate import FLAG, isolated
-from tests.servers import serve
+from tests.support.servers import serve
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ import anthropic
 import openai
 import pytest
 
-from tests.e2e.fake_provider import (
+from tests.support.fake_provider import (
     FINAL_TEXT,
     SIDE_TEXT,
     Api,
@@ -25,7 +25,7 @@ from tests.e2e.fake_provider import (
     step_file,
     tool_results,
 )
-from tests.servers import serve
+from tests.support.servers import serve
 
 CALLS = 6
 TIMEOUT = 20.0

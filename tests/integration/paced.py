@@ -20,7 +20,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from examples.llm_backend import Reply, anthropic_events, chat_chunks
 from redis.asyncio import Redis
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.applications import Starlette
@@ -28,17 +27,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.fake_provider import wire
+from tests.support.servers import serve, serve_all
 from toolref import AsyncRegistryClient, ToolRefMiddleware
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
-from ..servers import serve, serve_all
-
-CALL_B = Reply(name="read_file", arguments=json.dumps({"path": "b.py"}))
+CALL_B = wire.Reply(call=wire.Call("read_file", {"path": "b.py"}), index=1)
 Frame = tuple[str | None, str]  # (event name, data) of one server-sent event
-OPENAI: list[Frame] = [(None, json.dumps(c)) for c in chat_chunks(CALL_B, 1)]
+OPENAI: list[Frame] = [
+    (None, json.dumps(c)) for c in wire.chat_chunks(CALL_B, "scripted-1", 1, False)
+]
 OPENAI.append((None, "[DONE]"))
-ANTHROPIC: list[Frame] = [(e, json.dumps(d)) for e, d in anthropic_events(CALL_B, 1)]
+ANTHROPIC: list[Frame] = [
+    (e, json.dumps(d)) for e, d in wire.anthropic_events(CALL_B, "scripted-1", 1)
+]
 
 
 PAYLOAD = "x = 1\n" * 300

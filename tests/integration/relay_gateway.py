@@ -21,13 +21,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.fake_provider import wire
+from tests.support.servers import serve, serve_all
 from toolref.receiving.middleware import ASGIApp, Message, Receive, Scope, Send
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
-from ..servers import serve, serve_all
-
 KEY = "tenant-key-never-logged"
+MODEL = "scripted-1"
+OK = wire.Reply(text="ok")  # what `Scripted` answers, as Anthropic Messages
 
 
 @dataclass
@@ -91,7 +93,9 @@ def _kept(receive: Receive, arrival: Arrival) -> Receive:
 @dataclass
 class Scripted:
     """A provider answering Anthropic Messages and OpenAI Chat Completions with one text
-    event stream or JSON answer; what it received, and switches for the tests.
+    event stream or JSON answer (`OK`, as the fake provider writes Anthropic's, whatever
+    the path); what it received, and switches for the relay's tests that the fake provider
+    has not (a stream held or broken after its first event, a 413, `/echo`, `/v1/models`).
 
     gate: set, the stream goes on past its first event (None: no waiting).
     limit: bodies larger than this are refused with 413 in Anthropic's shape.
@@ -117,7 +121,7 @@ class Scripted:
 
     async def _models(self, request: Request) -> Response:
         self.headers.append(dict(request.headers))
-        return JSONResponse({"data": [{"id": "scripted-1"}]}, headers={"x-provider": "yes"})
+        return JSONResponse({"data": [{"id": MODEL}]}, headers={"x-provider": "yes"})
 
     async def _echo(self, request: Request) -> Response:
         self.headers.append(dict(request.headers))
@@ -134,54 +138,18 @@ class Scripted:
             return JSONResponse(error, status_code=413)
         value = json.loads(body)
         if not value.get("stream"):
-            return JSONResponse(_message("ok"), headers={"x-provider": "yes"})
+            return JSONResponse(wire.anthropic_message(OK, MODEL, 1), headers={"x-provider": "yes"})
         return StreamingResponse(self._events(), media_type="text/event-stream")
 
     async def _events(self) -> AsyncIterator[bytes]:
+        first, *rest = wire.anthropic_events(OK, MODEL, 1)
         try:
-            yield _sse("message_start", {"type": "message_start", "message": _message("")})
+            yield wire.sse(first[1], first[0])
             if self.die:
                 raise RuntimeError("the provider died mid-stream (on purpose)")
             if self.gate is not None:
                 await self.gate.wait()
-            yield _sse(
-                "content_block_start",
-                {"type": "content_block_start", "index": 0, "content_block": _text("")},
-            )
-            delta = {"type": "text_delta", "text": "ok"}
-            yield _sse(
-                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
-            )
-            yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-            yield _sse(
-                "message_delta",
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                    "usage": {"output_tokens": 1},
-                },
-            )
-            yield _sse("message_stop", {"type": "message_stop"})
+            for event, data in rest:
+                yield wire.sse(data, event)
         finally:
             self.ended.set()
-
-
-def _text(text: str) -> dict[str, Any]:
-    return {"type": "text", "text": text}
-
-
-def _message(text: str) -> dict[str, Any]:
-    return {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "scripted-1",
-        "content": [_text(text)] if text else [],
-        "stop_reason": "end_turn" if text else None,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 1, "output_tokens": 1},
-    }
-
-
-def _sse(event: str, data: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()

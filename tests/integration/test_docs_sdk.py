@@ -19,11 +19,11 @@ import pytest
 from examples.llm_backend import create_backend
 from redis.asyncio import Redis
 
+from tests.support.servers import serve, serve_all
 from toolref import AsyncRegistryClient
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
-from ..servers import serve, serve_all
 from ..unit.test_docs import SDK_DOC, _python_blocks
 
 REGISTRY, CHAT, LLM = "http://127.0.0.1:8750", "http://127.0.0.1:8000", "http://127.0.0.1:8001"

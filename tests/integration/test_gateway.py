@@ -24,11 +24,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.servers import history_ref, serve, serve_all
 from toolref import ToolReferenceManager
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
-from ..servers import history_ref, serve, serve_all
 from .test_sdk_transport import (
     CLIENTS,
     Client,

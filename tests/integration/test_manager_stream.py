@@ -21,11 +21,11 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from tests.support.servers import markers
 from toolref import ToolReferenceManager
 from toolref.wire.compression import compress
 
 from ..conftest import key_names
-from ..servers import markers
 from .paced import (
     OPENAI,
     TIMEOUT,

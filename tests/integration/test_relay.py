@@ -30,10 +30,10 @@ from examples import anthropic_client, openai_client
 from examples.llm_backend import create_backend
 from redis.asyncio import Redis
 
+from tests.support.servers import serve
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.savings import UPLOAD_BYTES
 
-from ..servers import serve
 from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway
 
 TIMEOUT = 30
@@ -125,7 +125,7 @@ async def test_the_anthropic_sdk_converses_through_the_relay_exactly(redis: Redi
         ) as client:
             messages = await anthropic_client.aconverse(client, TASKS)
     assert len(messages) == 4 * len(TASKS)  # task, tool call, its result, answer
-    assert_same_bodies(built, backend.state.received)
+    assert_same_bodies(built, backend.state.provider.bodies())
     assert_history_refs_after_the_first(stack.gateway.arrivals)
     for arrival in stack.gateway.arrivals:  # credentials pass through; the key travels apart
         assert arrival.headers["authorization"] == "Bearer sk-ant-provider-credential"
@@ -160,7 +160,7 @@ async def test_the_openai_sdk_converses_through_the_relay_exactly(redis: Redis) 
             # The Responses API too, one turn, not streamed.
             answer = await client.responses.create(model="scripted-1", input="hello")
     assert answer.output_text == "You said: hello"
-    assert_same_bodies(built, backend.state.received)
+    assert_same_bodies(built, backend.state.provider.bodies())
     assert_history_refs_after_the_first(stack.gateway.arrivals[:-1])
     assert all(
         a.headers["authorization"] == "Bearer sk-openai-credential" for a in stack.gateway.arrivals
@@ -372,7 +372,7 @@ async def test_a_413_is_retried_with_the_biggest_tool_results_as_refs(redis: Red
                 messages=_tool_conversation(result),
             )
     assert message.content[0].text == "The tool returned 48000 characters."  # type: ignore[union-attr]
-    assert_same_bodies(built, backend.state.received)  # the retry reached it, whole
+    assert_same_bodies(built, backend.state.provider.bodies())  # the retry reached it, whole
     refused, retried = stack.gateway.arrivals
     assert len(refused.body) > 20_000 > len(retried.body)
     inflated = zstandard.ZstdDecompressor().decompressobj().decompress(retried.body)

@@ -26,12 +26,12 @@ from examples.llm_backend import create_backend
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
+from tests.support.servers import AsyncWire, Wire, history_ref, markers, serve, serve_all, wire_body
 from toolref import AsyncRegistryClient, AsyncTransport, ToolReferenceManager, Transport
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
 from ..conftest import key_names
-from ..servers import AsyncWire, Wire, history_ref, markers, serve, serve_all, wire_body
 
 # A net for a hang, not a timing check: a buffered stream never shows its first event.
 TIMEOUT = 30
@@ -152,7 +152,7 @@ CLIENTS = {
 
 
 def assert_received_what_the_sdk_sent(run: Run, app: Starlette) -> None:
-    received: list[str] = app.state.received
+    received = app.state.provider.bodies()
     assert len(received) == len(run.sdk) == 2 * len(TASKS)  # a tool call and an answer each
     for sent, got in zip(run.sdk, received, strict=True):
         assert json.loads(got) == json.loads(sent)
@@ -268,7 +268,7 @@ async def test_a_token_count_rides_the_path_of_its_messages(stack: Stack) -> Non
     whole while the gateway hydrated them."""
     run = Run(ToolReferenceManager())
     await anthropic_async(stack.url, run, TASKS[:1])
-    stack.app.state.received.clear()
+    stack.app.state.provider.requests.clear()
     messages = [{"role": "user", "content": "read README.md"}]
     async with anthropic.AsyncAnthropic(
         base_url=stack.url,
@@ -279,7 +279,7 @@ async def test_a_token_count_rides_the_path_of_its_messages(stack: Stack) -> Non
     ) as client:
         count = await client.messages.count_tokens(model="m", messages=messages)  # type: ignore[arg-type]
     assert count.input_tokens > 0
-    [received] = stack.app.state.received
+    [received] = stack.app.state.provider.bodies()
     assert json.loads(received) == json.loads(run.sdk[-1])
     assert run.wire[-1].headers["toolref-protocol"] == "2"
 
@@ -309,12 +309,12 @@ async def test_the_responses_api_with_its_input_items(stack: Stack) -> None:
             items.append({"role": "user", "content": "read docs/sdk.md"})
         # An `input` string has no items to rewrite: it passes through as the SDK wrote it.
         await client.responses.create(model="m", input="hello")
-    received = stack.app.state.received
+    received = stack.app.state.provider.bodies()
     for sent, got in zip(run.sdk, received, strict=True):
         assert json.dumps(json.loads(got)) == json.dumps(json.loads(sent))
     assert history_ref(run.wire[1]) is not None
     assert len(run.wire[1].read()) < len(run.sdk[1]) / 2
-    assert received[-1].encode() == run.sdk[-1] == run.wire[-1].read()
+    assert received[-1] == run.sdk[-1] == run.wire[-1].read()
 
 
 async def test_openai_on_a_legacy_httpx_client(stack: Stack) -> None:
@@ -337,7 +337,7 @@ async def test_openai_on_a_legacy_httpx_client(stack: Stack) -> None:
             return list(openai_client.converse(client, TASKS[:2]))
 
     await asyncio.to_thread(converse)
-    received = stack.app.state.received
+    received = stack.app.state.provider.bodies()
     assert [json.loads(r) for r in received] == [json.loads(s) for s in sent]
     assert manager.savings.histories_used == len(sent) - 1
 
@@ -384,5 +384,5 @@ async def test_a_json_answer_teaches_its_tool_references_as_the_sdk_reads_it(
             history.append({"role": "user", "content": "and then?"})
     assert len(run.manager.confirmed) == 1
     assert [markers(wire_body(r)) for r in run.wire] == [0, 2]
-    received = [json.loads(r) for r in stack.app.state.received]
+    received = [json.loads(r) for r in stack.app.state.provider.bodies()]
     assert received == [json.loads(s) for s in run.sdk]

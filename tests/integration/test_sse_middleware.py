@@ -25,9 +25,9 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
+from tests.support.servers import AsyncWire, history_ref, markers, wire_body
 from toolref import AsyncTransport, ToolReferenceManager, formats, rewrite
 
-from ..servers import AsyncWire, history_ref, markers, wire_body
 from .paced import (
     ANTHROPIC,
     OPENAI,

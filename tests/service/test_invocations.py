@@ -10,6 +10,7 @@ import msgpack
 import pytest
 from redis.asyncio import Redis
 
+from tests.support.records import encode_values
 from toolref.wire.canonical import Ref, digest_of, invocation_digest
 from toolref_server.storage import record
 from toolref_server.storage.store import Store
@@ -206,7 +207,7 @@ async def test_ref_collision_is_409_and_never_served(api: httpx.AsyncClient, red
     ref = digest_of(READ).ref
     # Plant a record from a different invocation under READ's key, as a 128-bit collision would.
     other = digest_of(SHELL)
-    planted = record.encode_values(SHELL, other.sha256, other.size, 512)
+    planted = encode_values(SHELL, other.sha256, other.size, 512)
     await redis.set(Store.key("local", ref), planted)
     response = await api.post("/v1/invocations", json={"invocations": [READ]})
     assert response.status_code == 409

@@ -562,9 +562,9 @@ def test_local_cluster_script_is_runnable() -> None:
         ["bash", "-n", str(script)], capture_output=True, text=True, check=False
     )
     assert checked.returncode == 0, checked.stderr
-    # The names its embedded Python imports exist.
-    imports = re.findall(r"^from (toolref[\w.]*) import (\w+)$", script.read_text(), re.M)
-    assert ("toolref_server.storage.redis", "LocalCluster") in imports
+    # The names its embedded Python imports exist (tests.support from the checkout's root).
+    imports = re.findall(r"^from ((?:toolref|tests)[\w.]*) import (\w+)$", script.read_text(), re.M)
+    assert ("tests.support.cluster", "LocalCluster") in imports
     for module, name in imports:
         assert hasattr(__import__(module, fromlist=[name]), name), f"{module}.{name}"
 

@@ -15,6 +15,7 @@ import pydantic
 import pytest
 import zstandard
 
+from tests.support.records import encode_values
 from toolref.wire.canonical import Ref, digest_of
 from toolref.wire.encoding import dumps_json
 from toolref_server import dictionaries
@@ -62,7 +63,7 @@ def test_every_shipped_dictionary_loads_from_the_package_with_its_id() -> None:
 
 
 def test_a_new_record_names_its_dictionary_and_decodes() -> None:
-    data = record.encode_values(INVOCATION, DIGEST.sha256, DIGEST.size, 64)
+    data = encode_values(INVOCATION, DIGEST.sha256, DIGEST.size, 64)
     assert data[0] == 3
     assert data[record.DIGEST_START : record.DIGEST_END] == DIGEST.sha256
     assert frame_dictionary(data) == dictionaries.BASES["records"] + 1
@@ -70,7 +71,7 @@ def test_a_new_record_names_its_dictionary_and_decodes() -> None:
     assert record.decode(data).invocation() == INVOCATION
     # Smaller than without the dictionary.
     compressors.configure(records=0, messages=1, level=3)
-    plain = record.encode_values(INVOCATION, DIGEST.sha256, DIGEST.size, 64)
+    plain = encode_values(INVOCATION, DIGEST.sha256, DIGEST.size, 64)
     assert frame_dictionary(plain) == 0
     assert record.decode(plain).invocation() == INVOCATION
     assert len(data) < len(plain)
@@ -186,6 +187,6 @@ def test_the_dictionaries_hold_no_shared_trace_text() -> None:
 
 def test_a_ref_keeps_naming_the_record() -> None:
     """The digest stays at its fixed offset, so the GETRANGE collision check reads it."""
-    data = record.encode_values(INVOCATION, DIGEST.sha256, DIGEST.size, 0)
+    data = encode_values(INVOCATION, DIGEST.sha256, DIGEST.size, 0)
     assert data[record.DIGEST_START : record.DIGEST_END] == DIGEST.sha256
     assert record.verified(data, Ref(str(DIGEST.ref))) is not None

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.records import encode_values
 from toolref.history import chain, history_ref
 from toolref.wire.canonical import canonical_json, digest_of
 from toolref.wire.encoding import dumps_json, loads_fast
@@ -114,7 +115,7 @@ def test_a_record_with_any_value_still_verifies(value: Any) -> None:
         digest = digest_of(invocation)
     except Exception:
         return  # not canonicalizable (lone surrogates in keys, say): never stored
-    data = record.encode_values(invocation, digest.sha256, digest.size, 512)
+    data = encode_values(invocation, digest.sha256, digest.size, 512)
     found = record.verified(data, digest.ref)
     assert found is not None
     assert same(found.invocation()["args"], invocation["args"])

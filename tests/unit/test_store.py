@@ -11,6 +11,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from tests.support.records import encode_values
 from toolref.wire.canonical import canonical_json, digest_of
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.storage import record
@@ -21,7 +22,7 @@ INVOCATION = {"name": "read", "args": {"path": "a"}, "result": "x" * 2000, "isEr
 
 def new_record(invocation: dict[str, object]) -> NewRecord:
     digest = digest_of(invocation)
-    data = record.encode_values(invocation, digest.sha256, digest.size, 512)
+    data = encode_values(invocation, digest.sha256, digest.size, 512)
     return NewRecord(digest.ref, digest.sha256, data)
 
 
@@ -81,8 +82,8 @@ async def test_redis_failures_become_store_unavailable() -> None:
 
 async def test_record_compression_pays_or_is_skipped() -> None:
     digest = digest_of(INVOCATION)
-    compressed = record.encode_values(INVOCATION, digest.sha256, digest.size, 512)
-    plain = record.encode_values(INVOCATION, digest.sha256, digest.size, 10**9)
+    compressed = encode_values(INVOCATION, digest.sha256, digest.size, 512)
+    plain = encode_values(INVOCATION, digest.sha256, digest.size, 10**9)
     assert len(compressed) < len(plain) / 5
     assert record.decode(compressed).invocation() == record.decode(plain).invocation()
     assert record.decode(plain).invocation() == {**INVOCATION, "isError": False}

@@ -80,7 +80,6 @@ class SummaryCache:
         self.compute_seconds = compute_seconds if compute_seconds is not None else self.wait
         self.quotas = quotas
         self.flight = SingleFlight(store, wait=self.wait)
-        self.calls = 0  # summarizer calls made by this process (tests)
         self.metrics = metrics or Metrics()
 
     def summarizer(self, name: str) -> Summarizer:
@@ -206,7 +205,6 @@ class SummaryCache:
         async def call() -> str:
             if guarded:
                 await self._admit(tenant, name)
-            self.calls += 1
             try:
                 async with asyncio.timeout(self.compute_seconds):
                     text = await compute()

@@ -109,20 +109,6 @@ def encode(
     return bytes((VERSION,)) + digest + bytes((flags,)) + data
 
 
-def encode_values(
-    invocation: Mapping[str, Any], digest: bytes, size: int, compress_threshold: int
-) -> bytes:
-    """`encode` for an invocation that arrived as values (payloads written compact)."""
-    return encode(
-        invocation["name"],
-        is_error=bool(invocation.get("isError", False)),
-        payload=payload_of(invocation),
-        digest=digest,
-        size=size,
-        compress_threshold=compress_threshold,
-    )
-
-
 def work_size(data: bytes) -> int:
     """Bytes that checking the record in `data` works on: its content once inflated (the
     size its zstd frame declares, read without inflating), so a small compressed record

@@ -1,10 +1,11 @@
-"""A fake OpenAI-compatible LLM on a real socket, that misbehaves as a test asks; and the
-app under test wired to it.
+"""The fake provider on a raw socket, for answers no well-behaved server sends: an
+OpenAI-compatible `POST /v1/chat/completions` that misbehaves as a test asks.
 
 The server runs on the test's own event loop (asyncio), speaks just enough HTTP/1.1 to
 read a request and answer it, and records what happened on the wire: connections,
 requests, the bytes it managed to send and whether the client hung up first. A behaviour
-is an async function `(server, connection) -> None` that writes the answer.
+is an async function `(server, connection) -> None` that writes the answer; the default
+one answers `ANSWER` as a Chat Completions body (`wire.chat_completion`).
 """
 
 from __future__ import annotations
@@ -12,44 +13,22 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-from redis.asyncio import Redis
-from starlette.applications import Starlette
-
-from toolref_server.app import create_app
-from toolref_server.services import Services
-from toolref_server.settings import Settings
+from tests.support.fake_provider.wire import Reply, chat_completion
 
 MODEL = "fake-model"
 ANSWER = "read_file src/app.py: 300 numbered lines; nothing failed."
-LLM = "openai-compatible"
-LINES = "".join(f"line {i:04d}\n" for i in range(300))
-READ = {"name": "read_file", "args": {"path": "src/app.py"}, "result": LINES}
-
-
-def llm_id(max_chars: int) -> str:
-    return f"{LLM}:{MODEL}:v1:{max_chars}"
 
 
 def completion(content: Any) -> bytes:
-    return json.dumps(
-        {
-            "id": "chatcmpl-fake",
-            "object": "chat.completion",
-            "model": MODEL,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ],
-        }
-    ).encode()
+    """A Chat Completions answer whose message content is `content` (any JSON value: a
+    test may send what no model should)."""
+    body = chat_completion(Reply(), MODEL, 1)
+    body["choices"][0]["message"]["content"] = content
+    return json.dumps(body).encode()
 
 
 @dataclass
@@ -83,15 +62,15 @@ class Connection:
             await self.send(body)
 
 
-Behaviour = Callable[["FakeLLM", Connection], Awaitable[None]]
+Behaviour = Callable[["RawProvider", Connection], Awaitable[None]]
 
 
-async def answers(server: FakeLLM, connection: Connection) -> None:
+async def answers(server: RawProvider, connection: Connection) -> None:
     """A well-behaved model: answers ANSWER."""
     await connection.answer(completion(ANSWER))
 
 
-class FakeLLM:
+class RawProvider:
     """`POST /v1/chat/completions` on 127.0.0.1, answered by `behaviour`."""
 
     def __init__(self, behaviour: Behaviour = answers) -> None:
@@ -162,75 +141,10 @@ class FakeLLM:
 
 
 @asynccontextmanager
-async def fake_llm(behaviour: Behaviour = answers) -> AsyncIterator[FakeLLM]:
-    server = FakeLLM(behaviour)
+async def raw_provider(behaviour: Behaviour = answers) -> AsyncIterator[RawProvider]:
+    server = RawProvider(behaviour)
     await server.start()
     try:
         yield server
     finally:
         await server.stop()
-
-
-@dataclass
-class App:
-    app: Starlette
-    http: httpx.AsyncClient
-
-    @property
-    def services(self) -> Services:
-        found: Services = self.app.state.services
-        return found
-
-    async def register(self, invocation: dict[str, Any]) -> str:
-        response = await self.http.post("/v1/invocations", json={"invocations": [invocation]})
-        assert response.status_code == 200, response.text
-        ref: str = response.json()["refs"][0]["ref"]
-        return ref
-
-    async def summary(self, ref: str, max_chars: int = 200) -> dict[str, Any]:
-        response = await self.http.get(
-            f"/v1/invocations/{ref}/summary", params={"summarizer": LLM, "maxChars": max_chars}
-        )
-        assert response.status_code == 200, response.text
-        answer: dict[str, Any] = response.json()
-        return answer
-
-
-Build = Callable[..., Awaitable[App]]
-
-
-@asynccontextmanager
-async def apps(redis: Redis) -> AsyncIterator[Build]:
-    """Builds the app on the test engine with the openai-compatible summarizer pointed at a
-    fake LLM (over its real socket), lifespan run; all closed together at the end."""
-    async with AsyncExitStack() as stack:
-
-        async def build(
-            llm: FakeLLM, headers: dict[str, str] | None = None, **settings: Any
-        ) -> App:
-            config = Settings(
-                **{
-                    "redis_url": "unused",
-                    "llm_base_url": llm.url,
-                    "llm_model": MODEL,
-                    "llm_input_chars": 1000,
-                    **settings,
-                }
-            )
-            app = create_app(config, redis=redis)
-            await stack.enter_async_context(app.router.lifespan_context(app))
-            http = httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app),
-                base_url="http://toolref.test",
-                headers={"Toolref-Protocol": "2", **(headers or {})},
-                timeout=60,
-            )
-            await stack.enter_async_context(http)
-            return App(app, http)
-
-        yield build
-
-
-def invocation(n: int, result: str = LINES) -> dict[str, Any]:
-    """A distinct read of `src/module_{n}.py`."""
-    return {"name": f"read_{n}", "args": {"path": f"src/module_{n}.py"}, "result": result}

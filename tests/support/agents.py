@@ -6,7 +6,7 @@ a scratch HOME (and CODEX_HOME), an environment of its own (no proxies, no keys 
 machine), its base URL pointed at the fake provider or the relay, telemetry and updates
 off, bounded by `timeout`.
 
-    python -m tests.e2e.agents install [claude codex qwen]   # what `make e2e` runs first
+    python -m tests.support.agents install [claude codex qwen]   # what `make e2e` runs first
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conftest import IN_CI
-from tests.e2e.fake_provider import Api
+from tests.support import IN_CI
+from tests.support.fake_provider import Api
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLS = ROOT / ".toolref" / "e2e"
@@ -255,7 +255,7 @@ async def run(
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "install":
-        print("usage: python -m tests.e2e.agents install [claude codex qwen]", file=sys.stderr)
+        print("usage: python -m tests.support.agents install [claude codex qwen]", file=sys.stderr)
         return 2
     reason = missing_node()
     if reason is not None:

@@ -35,8 +35,8 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from tests.e2e.fake_provider import Recorded, decode_body
-from tests.servers import serve
+from tests.support.fake_provider import Recorded, decode_body
+from tests.support.servers import serve
 from toolref.receiving.hops import HOP_BY_HOP
 
 CHAINS: Final = ("direct", "relay")

@@ -1,0 +1,169 @@
+"""What a request to the fake provider carries (its tools, its tool results, the turn it
+asks about), and how the fake records it."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import zstandard
+
+from tests.support.fake_provider.wire import Api
+
+
+def offered_tools(api: Api, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The request's tools: name -> the JSON schema of the arguments ({} when none)."""
+    tools: dict[str, dict[str, Any]] = {}
+    for tool in body.get("tools") or ():
+        if not isinstance(tool, dict):
+            continue
+        if api == "chat":
+            function = tool.get("function") or {}
+            name, schema = function.get("name"), function.get("parameters")
+        elif api == "messages":
+            name, schema = tool.get("name"), tool.get("input_schema")
+        else:
+            name, schema = tool.get("name"), tool.get("parameters")
+        if isinstance(name, str):
+            tools[name] = schema if isinstance(schema, dict) else {}
+    return tools
+
+
+def text_of(content: Any) -> str:
+    """Text of a message's or a tool result's content: a string, or parts with `text`."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(text_of(part) for part in content)
+    if isinstance(content, dict):
+        if isinstance(content.get("text"), str):
+            return str(content["text"])
+        return text_of(content.get("content"))
+    return ""
+
+
+def _messages(body: dict[str, Any]) -> list[dict[str, Any]]:
+    found = body.get("messages")
+    return [m for m in found if isinstance(m, dict)] if isinstance(found, list) else []
+
+
+def _items(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Responses request's input items (a string input is one user message)."""
+    found = body.get("input")
+    if isinstance(found, str):
+        return [{"role": "user", "content": found}]
+    return [i for i in found if isinstance(i, dict)] if isinstance(found, list) else []
+
+
+def _blocks(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
+
+
+def tool_results(api: Api, body: dict[str, Any]) -> list[str]:
+    """The texts of the tool results in a request, in order."""
+    if api == "messages":
+        return [
+            text_of(block.get("content"))
+            for message in _messages(body)
+            for block in _blocks(message, "tool_result")
+        ]
+    if api == "chat":
+        return [text_of(m.get("content")) for m in _messages(body) if m.get("role") == "tool"]
+    return [
+        text_of(item.get("output"))
+        for item in _items(body)
+        if str(item.get("type", "")).endswith("_call_output")
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What a conversation ends with: the user's last words, when they spoke last; the last
+    tool result, when one came last; and the tool calls made so far."""
+
+    user: str | None
+    result: str | None
+    calls: int
+
+
+def last_turn(api: Api, body: dict[str, Any]) -> Turn:
+    if api == "responses":
+        items = _items(body)
+        calls = sum(1 for i in items if i.get("type") == "function_call")
+        last = items[-1] if items else {}
+        if last.get("type") == "function_call_output":
+            return Turn(None, text_of(last.get("output")), calls)
+        return Turn(text_of(last.get("content")), None, calls)
+    messages = _messages(body)
+    last = messages[-1] if messages else {}
+    if api == "chat":
+        calls = sum(len(m.get("tool_calls") or []) for m in messages)
+        if last.get("role") == "tool":
+            return Turn(None, text_of(last.get("content")), calls)
+        return Turn(text_of(last.get("content")), None, calls)
+    calls = sum(len(_blocks(m, "tool_use")) for m in messages)
+    results = _blocks(last, "tool_result")
+    if results:
+        return Turn(None, text_of(results[-1].get("content")), calls)
+    return Turn(text_of(last.get("content")), None, calls)
+
+
+def decode_body(raw: bytes, encoding: str) -> bytes:
+    """A request body without its `Content-Encoding` (zstd from Codex, gzip, deflate)."""
+    for coding in reversed([c.strip().lower() for c in encoding.split(",") if c.strip()]):
+        if coding == "zstd":
+            raw = zstandard.ZstdDecompressor().decompressobj().decompress(raw)
+        elif coding in ("gzip", "x-gzip"):
+            raw = gzip.decompress(raw)
+        elif coding == "deflate":
+            raw = zlib.decompress(raw)
+        elif coding != "identity":
+            raise ValueError(f"unsupported content-encoding {coding!r}")
+    return raw
+
+
+@dataclass(slots=True)
+class Recorded:
+    """One request as the fake got it, and what it answered."""
+
+    index: int
+    method: str
+    path: str
+    query: str
+    headers: list[tuple[str, str]]
+    wire: bytes  # as it came over the wire
+    body: bytes  # without its Content-Encoding
+    api: Api | None = None
+    stream: bool = False
+    results: int = 0  # tool results in the request
+    answer: str = ""  # "tool:NAME", "text", "side", "count_tokens", "error: ..."
+    at: float = field(default_factory=time.time)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "method": self.method,
+            "path": self.path,
+            "query": self.query,
+            "api": self.api,
+            "stream": self.stream,
+            "wire_bytes": len(self.wire),
+            "body_bytes": len(self.body),
+            "content_encoding": self.header("content-encoding"),
+            "tool_results": self.results,
+            "answer": self.answer,
+            "at": self.at,
+        }

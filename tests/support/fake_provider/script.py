@@ -1,0 +1,124 @@
+"""The scripted agent session: a model for the fake provider that has an agent run real
+tool calls.
+
+The script is stateless: it counts the tool results already in the request (k of them) and
+answers tool call k while k < `calls`, then a final text. A resent or retried request
+therefore gets the same answer. Tool calls alternate between a shell tool (`echo
+e2e-out-$((1000+k)) | tee step-kk.txt`: the output is computed by the shell, so it proves
+the command really ran) and a read tool (the file the previous step wrote), using the names
+and argument shapes of the tools the request offers (`Bash`/`Read` for Claude Code,
+`shell`/`exec_command` for Codex, `run_shell_command`/`read_file` for Qwen Code). Requests
+without tools (titles, summaries, quota probes) get plain text.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.support.fake_provider.reading import offered_tools, tool_results
+from tests.support.fake_provider.wire import Api, Call, Reply
+
+FINAL_TEXT = "E2E-DONE: the scripted session is complete."
+SIDE_TEXT = "Scripted side answer."
+SHELL_TOOLS = ("Bash", "run_shell_command", "shell_command", "exec_command", "shell")
+READ_TOOLS = ("Read", "read_file", "ReadFile")
+
+
+def marker(k: int) -> str:
+    """What step k's shell command prints (the shell computes it: the command's text
+    does not contain it)."""
+    return f"e2e-out-{1000 + k}"
+
+
+def step_file(workdir: Path, k: int) -> Path:
+    return workdir / f"step-{k:02d}.txt"
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """`calls` tool calls in `workdir`, the kinds cycling through `kinds` ("shell" or
+    "read"; a read needs the file the step before wrote, so step 0 is always a shell
+    call), the tools found by the first of `shell`/`read` names the request offers.
+    `settle`: for an agent that may lose the output of a command that exits at once."""
+
+    calls: int
+    workdir: Path
+    kinds: tuple[str, ...] = ("shell", "read")
+    shell: tuple[str, ...] = SHELL_TOOLS
+    read: tuple[str, ...] = READ_TOOLS
+    settle: float = 0.0  # seconds each shell command sleeps after its output
+
+    def __call__(self, api: Api, body: dict[str, Any]) -> Reply:
+        """The answer to a request (a `Model`)."""
+        tools = offered_tools(api, body)
+        k = len(tool_results(api, body))
+        if not tools:
+            return Reply(text=SIDE_TEXT, index=k, kind="side")
+        if k >= self.calls:
+            return Reply(text=f"{FINAL_TEXT} ({k} tool calls)", index=k)
+        try:
+            call = self.step(k, tools)
+        except LookupError as exc:
+            return Reply(text=f"E2E-ERROR: {exc}", index=k, kind=f"error: {exc}")
+        return Reply(call=call, index=k)
+
+    def kind(self, k: int) -> str:
+        return "shell" if k == 0 else self.kinds[k % len(self.kinds)]
+
+    def expected(self, k: int) -> str:
+        """The text tool result k must contain."""
+        return marker(k) if self.kind(k) == "shell" else marker(k - 1)
+
+    def step(self, k: int, tools: dict[str, dict[str, Any]]) -> Call:
+        """Tool call k, with tools (name -> JSON schema of its arguments) from the request."""
+        if self.kind(k) == "read":
+            name = _first(self.read, tools)
+            if name is not None:
+                path = str(step_file(self.workdir, k - 1))
+                return Call(name, read_arguments(tools[name], path), marker(k - 1))
+            command = f"cat {shlex.quote(str(step_file(self.workdir, k - 1)))}"
+            expect = marker(k - 1)
+        else:
+            target = shlex.quote(str(step_file(self.workdir, k)))
+            command = f"echo e2e-out-$((1000+{k})) | tee {target} && ls"
+            expect = marker(k)
+        if self.settle:
+            command += f"; sleep {self.settle}"
+        name = _first(self.shell, tools)
+        if name is None:
+            raise LookupError(f"no shell tool among {sorted(tools)} (looked for {self.shell})")
+        return Call(name, shell_arguments(tools[name], command, self.workdir), expect)
+
+
+def _first(names: Sequence[str], tools: dict[str, dict[str, Any]]) -> str | None:
+    return next((name for name in names if name in tools), None)
+
+
+def shell_arguments(schema: dict[str, Any], command: str, workdir: Path) -> dict[str, Any]:
+    """Arguments running `command` for a shell tool with this schema."""
+    props: dict[str, Any] = schema.get("properties") or {}
+    args: dict[str, Any] = {}
+    if "cmd" in props and "command" not in props:
+        args["cmd"] = command  # Codex's exec_command
+    elif (props.get("command") or {}).get("type") == "array":
+        args["command"] = ["bash", "-lc", command]  # Codex's shell
+    else:
+        args["command"] = command
+    if "workdir" in props:
+        args["workdir"] = str(workdir)
+    required = set(schema.get("required") or ())
+    if "description" in props:
+        args["description"] = "scripted e2e step"
+    if "is_background" in props and "is_background" in required:
+        args["is_background"] = False
+    return args
+
+
+def read_arguments(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    props: dict[str, Any] = schema.get("properties") or {}
+    key = next((k for k in ("file_path", "absolute_path", "path") if k in props), "file_path")
+    return {key: path}
