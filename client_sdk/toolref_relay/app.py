@@ -38,6 +38,7 @@ import httpx
 from toolref.receiving.asgi_io import Disconnected, read_body
 from toolref.receiving.budget import Account, Budget
 from toolref.receiving.middleware import Receive, Scope, Send
+from toolref.receiving.workers import Workers
 from toolref.registry.client import AsyncRegistryClient
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.transport import AsyncTransport, LLMRequest, recognise
@@ -424,10 +425,13 @@ _NOT_SERVED: Final = (
 )
 
 
+# Any compressed body may become megabytes, however small it arrives: off the loop, always.
+_WORKERS: Final = Workers(None, 0)
+
+
 async def _inflate(raw: bytes, encoding: str | None, limit: int, account: Account) -> bytes:
-    # Any compressed body may become megabytes, however small it arrives: off the loop.
     if (encoding or "identity").strip().lower() not in ("", "identity"):
-        return await asyncio.to_thread(inflated, raw, encoding, limit, account)
+        return await _WORKERS.run(len(raw), inflated, raw, encoding, limit, account)
     return raw
 
 

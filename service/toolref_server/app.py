@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from toolref.receiving.budget import Budget
+from toolref.receiving.workers import Workers
 from toolref.wire.errors import NotFoundError, ToolrefError
 from toolref_server.documents import BodyLimits
 from toolref_server.gateway.gateway import Gateway
@@ -45,7 +46,6 @@ from toolref_server.storage.redis import is_cluster_url, plain_url
 from toolref_server.storage.store import Store, StoreClient
 from toolref_server.storage.summaries import SummaryStore
 from toolref_server.storage.verifier import Verifier
-from toolref_server.workers import Workers
 
 log = logging.getLogger("toolref_server")
 GC_THRESHOLDS: Final = (50_000, 20, 20)  # see _tune_collector

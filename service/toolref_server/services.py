@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from toolref.receiving.workers import Workers
 from toolref_server.documents import BodyLimits
 from toolref_server.http.auth import Authenticator
 from toolref_server.metrics import Metrics
@@ -13,7 +14,6 @@ from toolref_server.storage.histories import Histories
 from toolref_server.storage.history_cache import HistoryCache
 from toolref_server.storage.quotas import RequestRate
 from toolref_server.storage.store import Store
-from toolref_server.workers import Workers
 
 
 @dataclass(frozen=True, slots=True)

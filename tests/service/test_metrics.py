@@ -167,7 +167,7 @@ async def test_access_lines_are_json_with_the_request_id_and_no_secrets(
     assert wrong.status_code == 200  # a public route; the key is not looked at
     formatter = JsonFormatter()
     lines = [json.loads(formatter.format(r)) for r in caplog.records]
-    access = [line for line in lines if line["logger"] == "toolref_server.http.access"]
+    access = [line for line in lines if line["logger"] == "toolref_server.access"]
     first = next(line for line in access if line.get("requestId") == "req-1")
     assert first["route"] == "/v1/invocations"
     assert first["status"] == 200

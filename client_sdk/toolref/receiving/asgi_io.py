@@ -1,5 +1,7 @@
-"""A request body as an ASGI server hands it over: read whole within a limit, or piece by
-piece as it arrives. Shared by the middleware, the gateway and the relay."""
+"""A request as an ASGI server hands it over: its headers (by name, in any case), and its
+body read whole within a limit or piece by piece as it arrives; the scope and `receive` of
+the body the app is handed instead. Shared by the middleware, the gateway, the relay and the
+service's HTTP layer."""
 
 from __future__ import annotations
 
@@ -11,6 +13,55 @@ from toolref.wire.errors import BodyTooLargeError
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
+Scope = MutableMapping[str, Any]
+
+
+def header_values(scope: Scope, name: str) -> list[str]:
+    """Every value of header `name` (any case) in the request, in order, as latin-1 text."""
+    wanted = name.lower().encode("latin-1")
+    return [v.decode("latin-1") for k, v in scope["headers"] if k.lower() == wanted]
+
+
+def header(scope: Scope, name: str) -> str | None:
+    """The first value of header `name` (any case), stripped; None when absent or empty."""
+    for value in header_values(scope, name):
+        return value.strip() or None
+    return None
+
+
+def headers_of(scope: Scope) -> dict[str, str]:
+    """Request headers by lowercase name (the first of a repeated one)."""
+    found: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        found.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))
+    return found
+
+
+def with_body(scope: Scope, length: int) -> Scope:
+    """The scope for a body the app gets instead of the one sent: as written (no
+    Content-Encoding), and its length."""
+    headers = [
+        (k, v) for k, v in scope["headers"] if k not in (b"content-encoding", b"content-length")
+    ]
+    headers.append((b"content-length", str(length).encode()))
+    return {**scope, "headers": headers}
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """The body once, then the real `receive`: a streaming app waits on it for the client's
+    disconnect, as it would without the middleware. Once given, the body is not held here."""
+    held: bytes | None = body
+    del body
+
+    async def replayed() -> Message:
+        nonlocal held
+        if held is None:
+            return await receive()
+        message = {"type": "http.request", "body": held, "more_body": False}
+        held = None
+        return message
+
+    return replayed
 
 
 class Disconnected(Exception):

@@ -39,7 +39,6 @@ No step copies the conversation only to measure it or to add brackets to it.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +50,7 @@ from toolref.history import dictionary_header, history_header
 from toolref.receiving.budget import Account, charge
 from toolref.receiving.metrics import counter
 from toolref.receiving.recent import Entry, Recent
+from toolref.receiving.workers import Workers
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Hydration, Messages, Registry, registry_port
 from toolref.wire import compression
@@ -132,6 +132,8 @@ class Hydrator:
     offload_bytes: bodies (and answers) at least this large are inflated, parsed and spliced
         in a worker thread, so a large one does not hold up the event loop's other requests
         (each step is linear in the body); None: always on the loop.
+    workers: the threads to offload to (the service's bounded pool; by default the event
+        loop's executor, from `offload_bytes` on).
     memory, scope: where those histories are kept (a `Recent` shared by several hydrators,
         under `scope`: the gateway's, one scope per tenant); a memory of its own when None.
     """
@@ -148,9 +150,11 @@ class Hydrator:
         offload_bytes: int | None = None,
         memory: Recent | None = None,
         scope: str = "",
+        workers: Workers | None = None,
     ) -> None:
         self.registry = registry_port(registry)
         self.offload_bytes = offload_bytes
+        self.workers = workers if workers is not None else Workers(None, offload_bytes)
         self.messages_keys = tuple(messages_keys)
         self.format = format
         self.max_inflated_bytes = max_inflated_bytes
@@ -327,9 +331,7 @@ class Hydrator:
 
     async def _work(self, size: int, step: Callable[..., T], *args: Any) -> T:
         """`step(*args)`, in a worker thread when its input is `offload_bytes` or more."""
-        if self.offload_bytes is not None and size >= self.offload_bytes:
-            return await asyncio.to_thread(step, *args)
-        return step(*args)
+        return await self.workers.run(size, step, *args)
 
     def _read(self, body: bytes, content_type: str | None) -> tuple[spans.Document, str] | None:
         """The body's JSON document and where its messages are; None when there are no

@@ -31,7 +31,14 @@ import logging
 from collections.abc import Awaitable, Callable, Container, MutableMapping, Sequence
 from typing import Any, Final
 
-from toolref.receiving.asgi_io import Disconnected, read_body
+from toolref.receiving.asgi_io import (
+    Disconnected,
+    header_values,
+    headers_of,
+    read_body,
+    replay,
+    with_body,
+)
 from toolref.receiving.budget import SCOPE_KEY, Account, Budget, shared
 from toolref.receiving.checks import check_middleware_options
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough
@@ -209,7 +216,7 @@ class ToolRefMiddleware:
 def speaks_refs(scope: Scope) -> bool:
     """The request asks for protocol 2 or later (a header that is no version is not ours to
     judge: the app sees the request as it came)."""
-    values = [v.decode("latin-1") for k, v in scope["headers"] if k == _PROTOCOL]
+    values = header_values(scope, PROTOCOL_HEADER)
     try:
         return negotiate(",".join(values) if values else None) >= PROTOCOL_REFS
     except InvalidProtocolError:
@@ -256,7 +263,7 @@ async def _outcome(
     """The request's body read, inflated and hydrated, charged to `account` as it grows
     (each piece as it arrives, each chunk of inflated output, what the history adds)."""
     raw = await read_body(receive, limit, "send fewer messages", account)
-    headers = _headers(scope)
+    headers = headers_of(scope)
     body = await hydrator.inflate(
         raw,
         headers.get("content-encoding"),
@@ -266,40 +273,6 @@ async def _outcome(
     )
     del raw  # a compressed body as sent is not needed once inflated
     return await hydrator.hydrate(body, headers, account)
-
-
-def _headers(scope: Scope) -> dict[str, str]:
-    """Request headers by lowercase name (the first of a repeated one)."""
-    found: dict[str, str] = {}
-    for key, value in scope["headers"]:
-        found.setdefault(key.decode("latin-1").lower(), value.decode("latin-1"))
-    return found
-
-
-def with_body(scope: Scope, length: int) -> Scope:
-    """The scope for the body the app gets: as written (no Content-Encoding), its length."""
-    headers = [
-        (k, v) for k, v in scope["headers"] if k not in (b"content-encoding", b"content-length")
-    ]
-    headers.append((b"content-length", str(length).encode()))
-    return {**scope, "headers": headers}
-
-
-def replay(body: bytes, receive: Receive) -> Receive:
-    """The body once, then the real `receive`: a streaming app waits on it for the client's
-    disconnect, as it would without the middleware. Once given, the body is not held here."""
-    held: bytes | None = body
-    del body
-
-    async def replayed() -> Message:
-        nonlocal held
-        if held is None:
-            return await receive()
-        message = {"type": "http.request", "body": held, "more_body": False}
-        held = None
-        return message
-
-    return replayed
 
 
 def _marked(send: Send, protocol: int, outcome: Hydrated | None, *, hold: bool = True) -> Send:

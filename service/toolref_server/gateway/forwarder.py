@@ -33,7 +33,7 @@ from typing import Final
 import httpcore
 from starlette.types import Message, Receive, Scope, Send
 
-from toolref.receiving.asgi_io import Disconnected
+from toolref.receiving.asgi_io import Disconnected, header_values
 from toolref.receiving.budget import SCOPE_KEY, Account
 from toolref.receiving.hops import decoded, encoded, end_to_end, without_toolref
 from toolref.wire.errors import OverloadedError, ServiceUnavailableError, ToolrefError
@@ -203,11 +203,10 @@ class _Inbound:
 def _declared_length(scope: Scope) -> bytes | None:
     """The client's `Content-Length` when it alone frames the body (one value, at most 18
     digits, no `Transfer-Encoding`): the HTTP layer then delivers exactly that many bytes."""
-    lengths = [v for k, v in scope["headers"] if k.lower() == b"content-length"]
-    chunked = any(k.lower() == b"transfer-encoding" for k, _ in scope["headers"])
-    if chunked or len(lengths) != 1:
+    lengths = header_values(scope, "content-length")
+    if header_values(scope, "transfer-encoding") or len(lengths) != 1:
         return None
-    value = whole_number(lengths[0].decode("latin-1"), 18)
+    value = whole_number(lengths[0], 18)
     return None if value is None else str(value).encode()
 
 

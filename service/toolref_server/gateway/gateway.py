@@ -22,17 +22,17 @@ The answer's body is never changed; what the client lacks travels in `Toolref-*`
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolref.handoff.switch import switched_text
+from toolref.receiving.asgi_io import header, replay, with_body
 from toolref.receiving.budget import Budget
 from toolref.receiving.hops import savings_value
 from toolref.receiving.hydrator import Hydrator
-from toolref.receiving.middleware import hydrate_request, replay, speaks_refs, with_body
+from toolref.receiving.middleware import hydrate_request, speaks_refs
 from toolref.receiving.recent import Recent
 from toolref.wire.endpoints import Endpoint, endpoint
 from toolref.wire.errors import BadRequestError, NotFoundError, ToolrefError
@@ -49,11 +49,9 @@ from toolref_server.metrics import Metrics
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 
-_KEY: Final = KEY_HEADER.lower().encode()
 _SAVINGS: Final = SAVINGS_HEADER.lower().encode()
-_COUNT_KEY: Final = "toolref.sending.upload"
+_COUNT_KEY: Final = "toolref.upload"
 _ENDPOINT_KEY: Final = "toolref.endpoint"
-_SWITCHED: Final = SWITCHED_FROM_HEADER.lower().encode()
 _SWITCH_KEY: Final = "toolref.switch"  # the scope entry holding the parsed switch header
 _HISTORIES_PER_TENANT: Final = 64  # kept bodies: a tenant's live conversations, about
 
@@ -121,7 +119,7 @@ class Gateway:
         """Every refusal before anything is read or stored: the key first (nothing about
         the upstreams is told without one), then the path, the method, the query, the
         switch header and the requests in flight."""
-        key = _header(scope, _KEY)
+        key = header(scope, KEY_HEADER)
         tenant = self.auth.tenant_for_key(key, header=KEY_HEADER)
         found = route(self.upstreams, scope["path"], scope.get("raw_path"))
         if found is None:
@@ -136,7 +134,7 @@ class Gateway:
                 "the gateway request's query holds bytes a request target may not carry; "
                 "percent-encode them"
             )
-        at = switch_at(_header(scope, _SWITCHED))
+        at = switch_at(header(scope, SWITCHED_FROM_HEADER))
         with self.in_flight.held(tenant):
             upstream = {
                 **scope,
@@ -177,6 +175,7 @@ class Gateway:
             format=llm.format,
             max_inflated_bytes=settings.max_decompressed_bytes,
             offload_bytes=settings.offload_bytes,
+            workers=self._services().workers,
             memory=self.memory,
             scope=tenant,
         )
@@ -197,14 +196,12 @@ class Gateway:
         told in `Toolref-Savings`, then forwarded. A body the middleware did not read (a
         protocol-1 request) is streamed on as it is: its two sizes are the same."""
         count: _Count = scope[_COUNT_KEY]
-        if _header(scope, _SWITCHED) is not None and count.whole:
+        if header(scope, SWITCHED_FROM_HEADER) is not None and count.whole:
             at: int | None = scope[_SWITCH_KEY]
             body = await _whole(receive)
             llm: Endpoint = scope[_ENDPOINT_KEY]
-            if len(body) >= self.settings.offload_bytes:  # a parse and a handoff: linear
-                body = await asyncio.to_thread(switch_body, body, llm, at)
-            else:
-                body = switch_body(body, llm, at)
+            # A parse and a handoff: linear, off the loop when large.
+            body = await self._services().workers.run(len(body), switch_body, body, llm, at)
             scope = with_body(scope, len(body))
             receive = replay(body, receive)
             del body  # held by `receive` alone, until the forwarder sends it on
@@ -301,15 +298,6 @@ async def _whole(receive: Receive) -> bytes:
             return b"".join(parts)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return str(value.decode("latin-1")).strip() or None
-    return None
-
-
 def _length(scope: Scope) -> int:
-    for key, value in scope["headers"]:
-        if key == b"content-length" and value.isdigit():
-            return int(value)
-    return 0
+    value = header(scope, "content-length")
+    return int(value) if value is not None and value.isdigit() else 0

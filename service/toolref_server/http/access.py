@@ -27,7 +27,7 @@ REQUEST_ID_HEADER: Final = "X-Request-Id"
 _HEADER_KEY: Final = REQUEST_ID_HEADER.lower().encode()
 _TOKEN: Final = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 
-log = logging.getLogger("toolref_server.http.access")
+log = logging.getLogger("toolref_server.access")  # the name operators filter on: kept
 
 
 def request_id_of(scope: Scope) -> str:

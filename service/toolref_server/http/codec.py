@@ -14,6 +14,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from toolref.receiving.budget import Account, charge
+from toolref.receiving.workers import Workers
 from toolref.wire.encoding import (
     JSON_TYPE,
     MSGPACK_TYPE,
@@ -29,7 +30,6 @@ from toolref.wire.errors import (
 from toolref.wire.numbers import whole_number
 from toolref_server.documents import BodyLimits
 from toolref_server.http.inflater import Inflater, TooLarge
-from toolref_server.workers import Workers
 
 MSGPACK_ALIASES: Final = frozenset(
     {MSGPACK_TYPE, "application/x-msgpack", "application/vnd.msgpack"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolref.receiving.asgi_io import header_values
 from toolref.wire.errors import InvalidProtocolError
 from toolref.wire.headers import PROTOCOL_HEADER
 from toolref.wire.protocol import negotiate
@@ -22,7 +23,7 @@ class ProtocolMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        raw = [v.decode("latin-1") for k, v in scope["headers"] if k == _HEADER_KEY]
+        raw = header_values(scope, PROTOCOL_HEADER)
         try:
             version = negotiate(",".join(raw) if raw else None)
         except InvalidProtocolError as exc:

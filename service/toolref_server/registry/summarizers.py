@@ -17,9 +17,9 @@ import httpx
 
 from toolref import extractive
 from toolref.kinds import KindTable
+from toolref.receiving.workers import Workers
 from toolref_server.registry.completions import CompletionError, Completions
 from toolref_server.settings import Settings
-from toolref_server.workers import Workers
 
 # Versioned: the version is part of the summarizer id, so a new prompt never reuses old
 # summaries.

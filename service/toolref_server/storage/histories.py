@@ -35,12 +35,12 @@ from typing import Any, Final
 
 from toolref.formats import Detection, is_format_name
 from toolref.history import chain, history_ref
+from toolref.receiving.workers import Workers
 from toolref.wire.canonical import canonical_json
 from toolref.wire.encoding import loads_fast, packb, unpackb
 from toolref.wire.models import FormatName
 from toolref_server.storage import compressors, keys
 from toolref_server.storage.store import Put, Store
-from toolref_server.workers import Workers
 
 _ID_BYTES: Final = 16
 _SEPARATOR: Final = b"\0"  # between the format name and the ids in a version-1 node

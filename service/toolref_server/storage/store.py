@@ -35,6 +35,7 @@ from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
 from toolref.breaker import BreakerState, CircuitBreaker
+from toolref.receiving.workers import Workers
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.metrics import Metrics
@@ -43,7 +44,6 @@ from toolref_server.storage.keys import record as record_key
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.record import Record
 from toolref_server.storage.verifier import Verifier
-from toolref_server.workers import Workers
 
 log = logging.getLogger(__name__)
 
