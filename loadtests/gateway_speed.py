@@ -238,6 +238,14 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
         f"a core while a system was loaded; the load's client (this process) at most "
         f"{client:.0%} of a core.",
     ]
+    for target in systems.targets:
+        f = figures[target.label, target.code]
+        waited = f.median_ms - direct.median_ms - f.cpu_ms
+        if waited > f.cpu_ms:  # more time waiting than working: not a matter of CPU
+            verdicts.append(
+                f"{target.label} ({target.code}) adds {f.median_ms - direct.median_ms:.1f} ms "
+                f"(median) for {f.cpu_ms:.1f} ms of CPU: {waited:.1f} ms of it is waiting."
+            )
     block_count = len(next(iter(measured.blocks.values())))
     block_size = len(next(iter(measured.blocks.values()))[0].seconds)
     intro = (
@@ -251,8 +259,9 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
         "that knows nothing of toolref sends it (passed through), protocol 2 the same with "
         "`Toolref-Protocol: 2` (through the hydration pipeline); relay + gateway is "
         "`toolref relay --gateway` in front of it. "
-        f"{note(systems.files)} CPU is user + system seconds of every process of the "
-        "system (the gateway's engine included), per request: sequential, "
+        f"{note(systems.files)} CPU is the time every thread of every process of "
+        "the system ran (the gateway's engine included; Linux's schedstat, in ns), per "
+        "request: sequential, "
         f"{block_count} blocks of {block_size} requests per system, the systems alternating; "
         "and at 32 busy connections. Added time: the system's median (p95) time to the whole "
         "answer minus the fake upstream's alone (its row shows its own times). Ratios are to "

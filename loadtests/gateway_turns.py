@@ -308,8 +308,9 @@ def section(
         "byte sent to its whole answer, and its CPU taken meanwhile. A turn is a continuation "
         "when the relay's body named a `Toolref-History`, whole when it named none. Added "
         "time: the system's time minus the fake upstream's for the same body (median and p95 "
-        "over the turns); CPU: per turn, mean, every process of the system (relay, gateway "
-        "and its engine). Ratios to the floor and to `before`. The traces are the messages "
+        "over the turns); CPU: per turn, mean, the time every thread of every process of the "
+        "system ran (relay, gateway and its engine). Ratios to the floor and to `before`. "
+        "The traces are the messages "
         f"only (no tools, no system prompt). {note(systems.files)} Command: `{command}`."
     )
     return Section(
