@@ -206,12 +206,14 @@ def _kinds(turns: list[Turn], hops: dict[str, Hop]) -> dict[tuple[str, str], Kin
         for sent in hop.forwarded:
             first.setdefault(sent.turn, sent)
         for n, turn in enumerate(turns):
-            sent = first[n]
+            opening = first.get(n)
+            if opening is None:  # the relay answered it without the gateway: no share to time
+                continue
             kind = kinds.setdefault(
-                (label, "continuation" if sent.continuation else "whole"), Kind()
+                (label, "continuation" if opening.continuation else "whole"), Kind()
             )
             direct = turn.seconds["direct"]
-            kind.wire.append(sent.wire)
+            kind.wire.append(opening.wire)
             kind.agent.append(turn.agent_bytes)
             kind.add("floor", turn.seconds["floor"] - direct, turn.cpu["floor"])
             every = [f for f in hop.forwarded if f.turn == n]  # resends included

@@ -133,10 +133,14 @@ class Proc:
         """CPU seconds of the process and of every process under it: the time each of their
         threads ran (Linux's schedstat, in nanoseconds), else psutil's user + system time
         (in clock ticks: 10 ms steps, too coarse for one request)."""
-        if not self.tree:  # found once: the engine a gateway starts is there by then
+        if not self.tree:  # found once (`forget` to look again): the engine is there by then
             root = psutil.Process(self.popen.pid)
             self.tree = [root, *root.children(recursive=True)]
         return sum(_ran(process) for process in self.tree)
+
+    def forget(self) -> None:
+        """Look for the process's children again at the next `cpu` (workers started late)."""
+        self.tree = []
 
 
 def _ran(process: psutil.Process) -> float:
@@ -216,12 +220,13 @@ class Launcher:
         ]  # fmt: skip
         return self.start("stack-floor", command, AFTER.env(BENCH_UPSTREAM=upstream.url), ROOT)
 
-    def gateway(self, code: Code, upstream: Proc, name: str) -> Proc:
-        """`toolref-server serve`, one worker, on its own embedded engine (a child)."""
+    def gateway(self, code: Code, upstream: Proc, name: str, workers: int = 1) -> Proc:
+        """`toolref-server serve` on its own embedded engine (a child); with more than one
+        worker, uvicorn's supervisor binds the socket and the workers are its children."""
         env = code.env(
             TOOLREF_UPSTREAMS=f"{UPSTREAM_NAME}={upstream.url}",
             TOOLREF_DATA_DIR=str(self.scratch / f"{name}-data"),
-            TOOLREF_WORKERS="1",
+            TOOLREF_WORKERS=str(workers),
             TOOLREF_LOG_LEVEL="warning",
         )
         command = [sys.executable, "-m", "toolref_server.cli", "serve", "--port", str(free_port())]
