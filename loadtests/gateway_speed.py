@@ -275,7 +275,8 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
         f"{block_count} blocks of {block_size} requests per system, the systems alternating; "
         "and at 32 busy connections. Added time: the system's median (p95) time to the whole "
         "answer minus the fake upstream's alone (its row shows its own times). Ratios are to "
-        f"the floor and to `before`. Command: `{command}`."
+        "the floor and to `before`. Where the CPU goes: `python -m loadtests.gateway_profile` "
+        f"(py-spy, installed apart). Command: `{command}`."
     )
     return Section(
         title="Gateway speed: small chat requests",
