@@ -13,6 +13,7 @@ from loadtests import (
     bandwidth,
     chart,
     conversation_memory,
+    gateway_speed,
     handoffs,
     hashing,
     memory,
@@ -97,6 +98,7 @@ def main() -> int:
         relay.run(found),
         *agents.run(),
         web_chat.run(),
+        *gateway_speed.run(found),  # its own processes, stopped before the next section
         service_speed.run(found),  # last: its server processes must not slow the others
     ]
     for section in sections:
