@@ -31,8 +31,10 @@ state, which uvicorn hands to every protocol instance, so they are the app's own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
+import socket
 import sys
 import termios
 import time
@@ -293,6 +295,7 @@ class Connection(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        _no_delay(transport)
         self.timed_flow = _TimedFlow(transport)
         self.flow = self.timed_flow
         self.limits.metrics.connections_open.inc()
@@ -529,3 +532,13 @@ class Connection(H11Protocol):
         if not self.transport.is_closing():
             self.limits.metrics.connections_closed.labels(reason).inc()
             self.transport.close()
+
+
+def _no_delay(transport: asyncio.Transport) -> None:
+    """TCP_NODELAY on the connection, whoever made its listening socket: uvicorn's own, bound
+    without naming IPPROTO_TCP when it runs several workers, leaves it off, and an answer's
+    head and body written apart then wait ~40 ms for the client's delayed ACK."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
