@@ -16,7 +16,7 @@ from loadtests.traces import Trace
 from toolref import formats
 from toolref.formats import Format
 from toolref.history import DICTIONARY_LEVEL
-from toolref.sending.manager import rewrite
+from toolref.sending.rewrite import rewrite
 from toolref.sending.upload import Turn, prepare
 from toolref.wire.canonical import digest_of
 from toolref.wire.encoding import dumps_json

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from toolref import formats, history
-from toolref.sending.manager import rewrite
+from toolref.sending.rewrite import rewrite
 from toolref.wire.canonical import canonical_json, digest_of
 from toolref.wire.errors import CanonicalizationError
 

@@ -20,7 +20,9 @@ from toolref.registry.client import (
     RegistryClient,
     Resolved,
 )
-from toolref.sending.manager import Rewrite, Savings, ToolReferenceManager, rewrite
+from toolref.sending.manager import ToolReferenceManager
+from toolref.sending.rewrite import Rewrite, rewrite
+from toolref.sending.savings import Savings
 from toolref.sending.transport import AsyncTransport, Transport
 from toolref.streaming import (
     ArgPatch,

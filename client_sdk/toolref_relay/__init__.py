@@ -7,7 +7,8 @@ needs the `relay` extra.
 """
 
 from toolref.wire.headers import KEY_HEADER, SAVINGS_HEADER, SWITCH_HEADER, SWITCHED_FROM_HEADER
-from toolref_relay.app import Call, Relay
+from toolref_relay.app import Relay
+from toolref_relay.calls import Call
 from toolref_relay.config import RelayConfig
 from toolref_relay.oversize import InlineItem, inline_items, too_large_message, worth_registering
 from toolref_relay.savings import Tally, Upload, savings_header, size, summary, turn_line

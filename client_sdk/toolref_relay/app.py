@@ -26,18 +26,16 @@ with the request's biggest tool results registered first (see `oversize`).
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
 
-from toolref.receiving.asgi_io import Disconnected, body_pieces, read_body
+from toolref.receiving.asgi_io import Disconnected, read_body
 from toolref.receiving.budget import Account, Budget
 from toolref.receiving.middleware import Receive, Scope, Send
 from toolref.registry.client import AsyncRegistryClient
@@ -53,6 +51,7 @@ from toolref.wire.errors import (
 
 from . import control, guard, oversize
 from .bodies import TOO_LARGE, inflated, readable
+from .calls import UNREACHABLE, Call, Meter, encoding_of, failed, log_call
 from .clients import Clients
 from .config import RelayConfig
 from .headers import (
@@ -64,50 +63,17 @@ from .headers import (
     to_gateway,
     to_provider,
 )
+from .passthrough import pass_through
 from .replies import relay_answer, reply_error, reply_json, while_connected
 from .savings import Route, Tally, Upload, savings_header, summary, turn_line
-from .shapes import ErrorReply, Provider, error_reply, provider_of
+from .shapes import ErrorReply, error_reply, provider_of
 from .switch import Switchboard, conversation_of
 
-log = logging.getLogger("toolref_relay")
-
 _ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
-_UNREACHABLE: Final = (httpx.ConnectError, httpx.ConnectTimeout)
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One request from the agent, as the relay routes it."""
-
-    method: str
-    name: str  # the upstream the agent addressed
-    path: str  # the provider path after /llm/{name}
-    query: str
-    headers: Pairs
-    provider: Provider
-
-    def suffix(self) -> str:
-        return self.path + (f"?{self.query}" if self.query else "")
-
-
-class _Meter(httpx.AsyncBaseTransport):
-    """The shared connection pool, counting the request bytes sent through it."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner, self.sent = inner, 0
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        size = len(request.content)
-        self.sent += size
-        try:
-            return await self.inner.handle_async_request(request)
-        except _UNREACHABLE:
-            self.sent -= size  # never connected: nothing went out
-            raise
 
 
 class Relay:
@@ -132,7 +98,7 @@ class Relay:
         self.tally = Tally()
         self.switchboard = Switchboard(config.switch)
         self.clients = Clients(self._new_manager, config.max_clients)
-        self._pool = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self.pool = transport if transport is not None else httpx.AsyncHTTPTransport()
         self.budget = Budget(config.max_inflated_in_flight, setting="--max-inflated-in-flight")
         self._registry: AsyncRegistryClient | None = None
         self._signals = signals
@@ -230,7 +196,7 @@ class Relay:
             control.remove(Path(self.config.token_file), self.config.token)
         if self._registry is not None:
             await self._registry.aclose()
-        await self._pool.aclose()
+        await self.pool.aclose()
 
     async def _probe(self) -> str:
         """A line on whether the gateway answers, at start."""
@@ -238,7 +204,7 @@ class Relay:
             "GET", f"{self.config.gateway}/healthz", extensions={"timeout": self._timeouts}
         )
         try:
-            response = await self._pool.handle_async_request(request)
+            response = await self.pool.handle_async_request(request)
             await response.aclose()
         except httpx.HTTPError as exc:
             then = (
@@ -332,10 +298,10 @@ class Relay:
 
         def build() -> httpx.Request:
             return httpx.Request(
-                "POST", url, headers=headers, content=content, extensions=self._extensions()
+                "POST", url, headers=headers, content=content, extensions=self.extensions()
             )
 
-        meter = _Meter(self._pool)
+        meter = Meter(self.pool)
         manager = self.manager(upstream, call)
         transport = AsyncTransport(meter, manager=manager)
         route: Route = "gateway"
@@ -350,10 +316,10 @@ class Relay:
                     manager=manager,
                     call=call,
                 )
-        except _UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             answer, route = await self._unreachable(call, raw, exc, meter), "fallback"
         except httpx.HTTPError as exc:
-            answer = _failed(call, self.config.gateway, exc)
+            answer = failed(call, self.config.gateway, exc)
         if isinstance(answer, ErrorReply):
             route = "refused"
         upload = Upload(len(raw), len(content), meter.sent, route)
@@ -362,9 +328,9 @@ class Relay:
         extra = [(SAVINGS_HEADER, savings_header(upload))]
         if isinstance(answer, ErrorReply):
             await reply_error(send, answer, extra)
-            _log(call, upstream, answer.status, len(raw), meter.sent)
+            log_call(call, upstream, answer.status, len(raw), meter.sent)
             return
-        _log(call, upstream, answer.status_code, len(raw), meter.sent)
+        log_call(call, upstream, answer.status_code, len(raw), meter.sent)
         await relay_answer(send, answer, extra)
 
     async def _smaller(
@@ -400,25 +366,25 @@ class Relay:
         return _too_large(call, items, tried + " was refused too")
 
     async def _unreachable(
-        self, call: Call, raw: bytes, error: httpx.HTTPError, meter: _Meter
+        self, call: Call, raw: bytes, error: httpx.HTTPError, meter: Meter
     ) -> httpx.Response | ErrorReply:
         """The agent's request as it came, to the fallback; or a 502 saying what to do."""
         fallback = self.config.fallback
         if fallback is None:
-            return self._gateway_down(call, error)
+            return self.gateway_down(call, error)
         request = httpx.Request(
             call.method,
             fallback + call.suffix(),
             headers=to_provider(call.headers),
             content=raw,
-            extensions=self._extensions(),
+            extensions=self.extensions(),
         )
         try:
             return await meter.handle_async_request(request)
         except httpx.HTTPError as exc:
-            return _failed(call, fallback, exc, f"; the gateway {self.config.gateway} is down too")
+            return failed(call, fallback, exc, f"; the gateway {self.config.gateway} is down too")
 
-    def _gateway_down(self, call: Call, error: httpx.HTTPError) -> ErrorReply:
+    def gateway_down(self, call: Call, error: httpx.HTTPError) -> ErrorReply:
         message = (
             f"toolref relay: cannot reach the gateway {self.config.gateway} "
             f"({type(error).__name__}); start it, or start the relay with "
@@ -432,7 +398,7 @@ class Relay:
         upload = Upload(raw, 0, 0, "refused")
         self.report(turn_line(self.tally.add(upload), upload, self.tally))
         await reply_error(send, error, [(SAVINGS_HEADER, savings_header(upload)), *extra])
-        _log(call, call.name, error.status, raw, 0)
+        log_call(call, call.name, error.status, raw, 0)
 
     async def _busy(self, call: Call, send: Send, exc: OverloadedError, raw: int) -> None:
         """503 with Retry-After: the turns in flight hold the relay's whole budget."""
@@ -444,69 +410,11 @@ class Relay:
             self._registry = AsyncRegistryClient(self.config.gateway, api_key=self.config.key)
         return self._registry
 
-    def _extensions(self) -> dict[str, Any]:
+    def extensions(self) -> dict[str, Any]:
         return {"timeout": dict(self._timeouts)}
 
-    # --- everything else ------------------------------------------------------------------
-
     async def _pass(self, call: Call, receive: Receive, send: Send) -> None:
-        """Any other request, streamed both ways; to the fallback too when the gateway
-        cannot be reached before the body started to flow."""
-        has_body = any(
-            k.lower() in ("content-length", "transfer-encoding") for k, _ in call.headers
-        )
-        body_done = asyncio.Event()
-        started = False
-
-        async def body() -> AsyncIterator[bytes]:
-            nonlocal started
-            started = True
-            async for piece in body_pieces(receive):
-                yield piece
-            body_done.set()
-
-        if not has_body:
-            body_done.set()
-
-        async def forward() -> None:
-            upstream = self.switchboard.route(call.name)
-            request = httpx.Request(
-                call.method,
-                f"{self.config.gateway}/llm/{upstream}{call.suffix()}",
-                headers=to_gateway(
-                    call.headers, key=self.config.key, switched_from=None, body_changed=False
-                ),
-                content=body() if has_body else None,
-                extensions=self._extensions(),
-            )
-            try:
-                answer = await self._pool.handle_async_request(request)
-            except Disconnected:
-                return
-            except _UNREACHABLE as exc:
-                fallback = self.config.fallback
-                if fallback is None or started:  # a body already read cannot be sent again
-                    await reply_error(send, self._gateway_down(call, exc))
-                    return
-                request = httpx.Request(
-                    call.method,
-                    fallback + call.suffix(),
-                    headers=to_provider(call.headers),
-                    content=body() if has_body else None,
-                    extensions=self._extensions(),
-                )
-                try:
-                    answer = await self._pool.handle_async_request(request)
-                except httpx.HTTPError as again:
-                    await reply_error(send, _failed(call, fallback, again))
-                    return
-            except httpx.HTTPError as exc:
-                await reply_error(send, _failed(call, self.config.gateway, exc))
-                return
-            _log(call, upstream, answer.status_code, None, None)
-            await relay_answer(send, answer)
-
-        await while_connected(forward(), receive, body_done)
+        await pass_through(self, call, receive, send)
 
 
 _NOT_SERVED: Final = (
@@ -516,10 +424,6 @@ _NOT_SERVED: Final = (
 )
 
 
-def encoding_of(headers: Pairs) -> str:
-    return (first(headers, "content-encoding") or "identity").strip().lower()
-
-
 async def _inflate(raw: bytes, encoding: str | None, limit: int, account: Account) -> bytes:
     # Any compressed body may become megabytes, however small it arrives: off the loop.
     if (encoding or "identity").strip().lower() not in ("", "identity"):
@@ -527,20 +431,6 @@ async def _inflate(raw: bytes, encoding: str | None, limit: int, account: Accoun
     return raw
 
 
-def _failed(call: Call, where: str, error: httpx.HTTPError, more: str = "") -> ErrorReply:
-    message = (
-        f"toolref relay: the request to {where} failed ({type(error).__name__}){more}; "
-        "try again, and check that it runs"
-    )
-    return error_reply(call.provider, 502, message, "toolref_gateway_failed")
-
-
 def _too_large(call: Call, items: list[oversize.InlineItem], tried: str) -> ErrorReply:
     message = oversize.too_large_message(items, tried)
     return error_reply(call.provider, 413, message, "toolref_request_too_large")
-
-
-def _log(call: Call, upstream: str, status: int, sent: int | None, wire: int | None) -> None:
-    """Method, path (never the query: some providers take keys there), status, sizes."""
-    sizes = f" agent sent {sent} bytes, relay sent {wire}" if sent is not None else ""
-    log.info("%s /llm/%s%s -> %s %d%s", call.method, call.name, call.path, upstream, status, sizes)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from toolref import formats
-from toolref.sending.manager import ref_of
+from toolref.sending.rewrite import ref_of
 from toolref.sending.transport import LLMRequest
 from toolref.wire.encoding import dumps_json
 from toolref.wire.errors import ToolrefError

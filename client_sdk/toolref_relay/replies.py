@@ -13,7 +13,7 @@ import httpx
 
 from toolref.receiving.hops import decoded, encoded
 from toolref.receiving.middleware import Receive, Send
-from toolref.sending.manager import is_read
+from toolref.sending.answers import is_read
 
 from .headers import to_agent
 from .shapes import ErrorReply

@@ -23,7 +23,7 @@ from toolref import (
     ToolRefMiddleware,
     formats,
 )
-from toolref.sending.manager import ref_of
+from toolref.sending.rewrite import ref_of
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

@@ -37,7 +37,7 @@ from toolref import (
     ToolRefMiddleware,
     formats,
 )
-from toolref.sending.manager import ref_of
+from toolref.sending.rewrite import ref_of
 from toolref.wire.encoding import dumps_json
 from toolref.wire.headers import DICTIONARY_HEADER, HISTORY_HEADER
 from toolref_server.app import create_app

@@ -22,7 +22,7 @@ from toolref.history import (
     longest_confirmed,
     message_digest,
 )
-from toolref.sending.manager import rewrite
+from toolref.sending.rewrite import rewrite
 from toolref.wire.canonical import canonical_json
 from toolref.wire.errors import InvalidRefError
 

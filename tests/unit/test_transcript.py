@@ -18,7 +18,7 @@ from toolref import ToolReferenceManager, formats
 from toolref.history import chain_form, dictionary, heads, history_ref
 from toolref.registry.exchange import Exchange
 from toolref.sending import transcript
-from toolref.sending.manager import ref_of
+from toolref.sending.rewrite import ref_of
 from toolref.sending.transcript import Transcripts, key_of, keys_of, transcribe
 from toolref.wire.canonical import canonical_json
 from toolref.wire.encoding import dumps_json

@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from toolref.sending.manager import may_resend
+from toolref.sending.answers import may_resend
 from toolref.sending.transport import LLMRequest, recognise
 
 JSON = {"content-type": "application/json"}

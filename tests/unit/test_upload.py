@@ -12,7 +12,7 @@ import zstandard
 
 from toolref import ToolReferenceManager, formats, history
 from toolref.history import chain_form, dictionary, heads, history_ref
-from toolref.sending.manager import ref_of
+from toolref.sending.rewrite import ref_of
 from toolref.sending.upload import Prior, Turn, prepare
 from toolref.wire import compression, headers
 from toolref.wire.encoding import dumps_json

@@ -37,18 +37,17 @@ from typing import Any, cast
 import httpx
 
 from toolref import formats
-from toolref.formats import Format, Pair
-from toolref.history import DICTIONARY_LIMIT, history_ref
+from toolref.history import DICTIONARY_LIMIT
 from toolref.registry.exchange import Exchange, run_async, run_sync
+from toolref.sending import answers
 from toolref.sending.checks import check_body, check_manager_options, check_stream_method
+from toolref.sending.rewrite import Either, Rewrite, rewrite
+from toolref.sending.savings import Savings, full_size
 from toolref.sending.transcript import Transcripts, keys_of, transcribe
 from toolref.sending.upload import Prior, Turn, Upload, prepare
-from toolref.wire.canonical import digest_of, is_ref
-from toolref.wire.encoding import JSON_TYPE, PROBLEM_TYPE, dumps_json
+from toolref.wire.canonical import is_ref
+from toolref.wire.encoding import JSON_TYPE
 from toolref.wire.errors import (
-    DictionaryMismatchError,
-    MissingHistoryError,
-    MissingRefsError,
     ToolrefError,
 )
 from toolref.wire.headers import (
@@ -62,32 +61,6 @@ from toolref.wire.headers import (
 from toolref.wire.models import FormatName
 from toolref.wire.protocol import PROTOCOL_REFS
 
-_MISSING_REFS = MissingRefsError.problem_type()
-_MISSING_HISTORY = MissingHistoryError.problem_type()
-_DICTIONARY_MISMATCH = DictionaryMismatchError.problem_type()
-
-
-@dataclass(frozen=True, slots=True)
-class Rewrite:
-    """Outgoing messages, and which refs stand in them."""
-
-    messages: list[Any]
-    format: FormatName | None
-    used: dict[str, str]  # pair key -> ref sent as a marker
-    refs: dict[str, str]  # pair key -> ref of every complete invocation, sent or not
-
-
-def ref_of(pair: Pair) -> str:
-    return str(digest_of(pair.invocation()).ref)
-
-
-def rewrite(messages: list[Any], fmt: Format, usable: Container[str]) -> Rewrite:
-    """Pure: `messages` with every complete invocation whose ref is `usable` made a marker."""
-    found = formats.scan(messages, fmt)
-    refs = {pair.key: ref_of(pair) for pair in found.complete}
-    used = {key: ref for key, ref in refs.items() if ref in usable}
-    return Rewrite(formats.replace(messages, found, used), fmt.name, used, refs)
-
 
 @dataclass(frozen=True, slots=True)
 class _Sending:
@@ -97,22 +70,6 @@ class _Sending:
     refs: Sequence[str]  # the ref of every complete invocation, in the order of their calls
     used: int  # how many of them travel as markers
     text_size: int | None  # len(dumps_json(messages)), when known without writing them again
-
-
-@dataclass
-class Savings:
-    """What went over the wire, next to what full payloads would have cost."""
-
-    requests: int = 0
-    fallbacks: int = 0
-    sent_bytes: int = 0
-    full_bytes: int = 0
-    refs_sent: int = 0
-    histories_used: int = 0  # requests that sent only the messages after a history
-
-    @property
-    def ratio(self) -> float:
-        return self.full_bytes / self.sent_bytes if self.sent_bytes else 1.0
 
 
 @dataclass
@@ -215,7 +172,7 @@ class ToolReferenceManager:
         if not self.refs_accepted:
             return ()
         if self.optimistic:
-            return _Either(self.confirmed, self.seen)
+            return Either(self.confirmed, self.seen)
         return self.confirmed
 
     def rewrite(
@@ -312,7 +269,7 @@ class ToolReferenceManager:
         while True:
             sending = self._turn(body, usable, format, key)
             if full is None:
-                full = _full_size(body, key, sending) if self.track_savings else 0
+                full = full_size(body, key, sending.text_size) if self.track_savings else 0
             compress = self.compress if self.compress is not None else self.histories_accepted
             upload = prepare(
                 sending.turn,
@@ -331,14 +288,14 @@ class ToolReferenceManager:
             self.savings.full_bytes += full
             self.savings.refs_sent += sending.used
             self.savings.histories_used += upload.continued is not None
-            problem = _problem_type(response)
-            if upload.continued is not None and problem == _MISSING_HISTORY:
+            problem = answers.problem_type(response)
+            if upload.continued is not None and problem == answers.MISSING_HISTORY:
                 # Expired or evicted: forget it and send the whole conversation.
                 self.savings.fallbacks += 1
                 self._forget_history(upload.continued)
                 histories = False
                 continue
-            if upload.dictionary and problem == _DICTIONARY_MISMATCH:
+            if upload.dictionary and problem == answers.DICTIONARY_MISMATCH:
                 # A server that no longer holds the prior body (another replica, evicted)
                 # is asked again without it; a history's own dictionary, without any.
                 self.savings.fallbacks += 1
@@ -350,7 +307,7 @@ class ToolReferenceManager:
                 continue
             if upload.prior is not None and problem is None:
                 self.prior_refusals = 0
-            missing = _missing_refs(response)
+            missing = answers.missing_refs(response)
             if missing is None or not sending.used or attempt == 2:
                 self._learn_from(response, sending.refs, upload)
                 if not streamed:
@@ -383,7 +340,7 @@ class ToolReferenceManager:
             self.confirm(refs)
             self.histories_accepted = True
             refs_kept = [confirmed]
-            checkpoint = _checkpoint(response.headers.get(CHECKPOINT_HEADER), upload)
+            checkpoint = answers.checkpoint(response.headers.get(CHECKPOINT_HEADER), upload)
             if checkpoint is not None:
                 self._remember_history(*checkpoint, upload.first)
                 refs_kept.append(checkpoint[0])
@@ -454,14 +411,16 @@ class ToolReferenceManager:
         Extra keyword arguments (headers, params, timeout, ...) go to `client.build_request`.
         """
         check_body(json, self.messages_key)
-        return run_sync(self.exchange(_builder(client, url, kwargs), json), client.send)
+        return run_sync(self.exchange(answers.builder(client, url, kwargs), json), client.send)
 
     async def apost(
         self, client: httpx.AsyncClient, url: str, json: Mapping[str, Any], **kwargs: Any
     ) -> httpx.Response:
         """Async `post`."""
         check_body(json, self.messages_key)
-        return await run_async(self.exchange(_builder(client, url, kwargs), json), client.send)
+        return await run_async(
+            self.exchange(answers.builder(client, url, kwargs), json), client.send
+        )
 
     @contextlib.contextmanager
     def stream(
@@ -484,11 +443,11 @@ class ToolReferenceManager:
         """
         check_stream_method(method)
         check_body(json, self.messages_key)
-        exchange = self.exchange(_builder(client, url, kwargs), json, streamed=True)
-        response = run_sync(exchange, lambda request: _send_streaming(client, request))
+        exchange = self.exchange(answers.builder(client, url, kwargs), json, streamed=True)
+        response = run_sync(exchange, lambda request: answers.send_streaming(client, request))
         try:
             yield response
-            if is_read(response):
+            if answers.is_read(response):
                 self.learn_answer(response.status_code, response.headers, response.content)
         finally:
             response.close()
@@ -506,92 +465,16 @@ class ToolReferenceManager:
         """Async `stream`: `async with manager.astream(client, "POST", url, json=...)`."""
         check_stream_method(method)
         check_body(json, self.messages_key)
-        exchange = self.exchange(_builder(client, url, kwargs), json, streamed=True)
-        response = await run_async(exchange, lambda request: _asend_streaming(client, request))
+        exchange = self.exchange(answers.builder(client, url, kwargs), json, streamed=True)
+        response = await run_async(
+            exchange, lambda request: answers.asend_streaming(client, request)
+        )
         try:
             yield response
-            if is_read(response):
+            if answers.is_read(response):
                 self.learn_answer(response.status_code, response.headers, response.content)
         finally:
             await response.aclose()
-
-
-def _checkpoint(header: str | None, upload: Upload) -> tuple[str, int] | None:
-    """(ref, length) of the checkpoint the server confirmed, when it is a prefix this
-    client computed itself (a checkpoint ends a few messages before the end)."""
-    if header is None or not upload.chain:
-        return None
-    ref = header.strip()
-    chain = upload.chain
-    for length in range(len(chain) - 1, max(len(chain) - 65, 0), -1):
-        if history_ref(chain[length - 1]) == ref:
-            return ref, length
-    return None
-
-
-def _full_size(body: Mapping[str, Any], key: str, sending: _Sending) -> int:
-    """`len(dumps_json(body))`, from the transcript's sizes when the turn has them: the JSON
-    of a list is its items' joined by commas, in brackets."""
-    size, messages = sending.text_size, body[key]
-    if size is None or type(body) is not dict:
-        return len(dumps_json(body))
-    return len(dumps_json({**body, key: []})) + size + max(len(messages) - 1, 0)
-
-
-def may_resend(response: httpx.Response) -> bool:
-    """An answer the exchange may resend on (400 dictionary-mismatch, 409 missing-refs or
-    missing-history): a problem, sent before any of the app's answer. A streaming driver
-    reads these whole before the exchange sees them, and hands every other answer back
-    unread."""
-    media = response.headers.get("content-type", "")
-    return response.status_code in (400, 409) and media.startswith(PROBLEM_TYPE)
-
-
-def _send_streaming(client: httpx.Client, request: httpx.Request) -> httpx.Response:
-    response = client.send(request, stream=True)
-    if may_resend(response):
-        response.read()
-    return response
-
-
-async def _asend_streaming(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
-    response = await client.send(request, stream=True)
-    if may_resend(response):
-        await response.aread()
-    return response
-
-
-def is_read(response: httpx.Response) -> bool:
-    """The answer was read whole (a streamed answer not yet read is not)."""
-    try:
-        response.content  # noqa: B018 - raises until the body has been read whole
-    except httpx.ResponseNotRead:
-        return False
-    return True
-
-
-def _builder(
-    client: httpx.Client | httpx.AsyncClient, url: str, kwargs: dict[str, Any]
-) -> Callable[[bytes, dict[str, str]], httpx.Request]:
-    options = {k: v for k, v in kwargs.items() if k != "headers"}
-    extra_headers = dict(kwargs.get("headers") or {})
-
-    def build(content: bytes, headers: dict[str, str]) -> httpx.Request:
-        return client.build_request(
-            "POST", url, content=content, headers={**extra_headers, **headers}, **options
-        )
-
-    return build
-
-
-class _Either:
-    """Membership in either of two containers, without copying them."""
-
-    def __init__(self, first: Container[str], second: Container[str]) -> None:
-        self.first, self.second = first, second
-
-    def __contains__(self, item: object) -> bool:
-        return item in self.first or item in self.second
 
 
 def _remember(memory: OrderedDict[str, None], refs: Iterable[str], limit: int) -> None:
@@ -600,30 +483,3 @@ def _remember(memory: OrderedDict[str, None], refs: Iterable[str], limit: int) -
         memory.move_to_end(ref)
     while len(memory) > limit:
         memory.popitem(last=False)
-
-
-def _problem(response: httpx.Response) -> dict[str, Any] | None:
-    if response.status_code < 400:
-        return None
-    if not response.headers.get("content-type", "").startswith(PROBLEM_TYPE):
-        return None
-    try:
-        problem = response.json()
-    except (ValueError, httpx.ResponseNotRead):  # a streamed problem (413, say) is not read
-        return None
-    return problem if isinstance(problem, dict) else None
-
-
-def _problem_type(response: httpx.Response) -> str | None:
-    problem = _problem(response)
-    kind = problem.get("type") if problem is not None else None
-    return kind if isinstance(kind, str) else None
-
-
-def _missing_refs(response: httpx.Response) -> list[str] | None:
-    """The refs a 409 missing-refs problem lists; None for any other answer."""
-    problem = _problem(response) if response.status_code == 409 else None
-    if problem is None or problem.get("type") != _MISSING_REFS:
-        return None
-    missing = problem.get("missingRefs")
-    return [str(ref) for ref in missing] if isinstance(missing, list) else []

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, Final, cast, overload
 import httpx
 
 from toolref.registry.exchange import Exchange, run_async, run_sync
-from toolref.sending.manager import ToolReferenceManager, may_resend
+from toolref.sending.answers import may_resend
+from toolref.sending.manager import ToolReferenceManager
 from toolref.wire.encoding import JSON_TYPE
 from toolref.wire.endpoints import endpoint
 from toolref.wire.headers import (

@@ -1,0 +1,45 @@
+"""Rewriting outgoing messages: every complete invocation whose ref the server holds becomes
+a `toolRef` marker (a pure function over the format layer)."""
+
+from __future__ import annotations
+
+from collections.abc import Container
+from dataclasses import dataclass
+from typing import Any
+
+from toolref import formats
+from toolref.formats import Format, Pair
+from toolref.wire.canonical import digest_of
+from toolref.wire.models import FormatName
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """Outgoing messages, and which refs stand in them."""
+
+    messages: list[Any]
+    format: FormatName | None
+    used: dict[str, str]  # pair key -> ref sent as a marker
+    refs: dict[str, str]  # pair key -> ref of every complete invocation, sent or not
+
+
+def ref_of(pair: Pair) -> str:
+    return str(digest_of(pair.invocation()).ref)
+
+
+def rewrite(messages: list[Any], fmt: Format, usable: Container[str]) -> Rewrite:
+    """Pure: `messages` with every complete invocation whose ref is `usable` made a marker."""
+    found = formats.scan(messages, fmt)
+    refs = {pair.key: ref_of(pair) for pair in found.complete}
+    used = {key: ref for key, ref in refs.items() if ref in usable}
+    return Rewrite(formats.replace(messages, found, used), fmt.name, used, refs)
+
+
+class Either:
+    """Membership in either of two containers, without copying them."""
+
+    def __init__(self, first: Container[str], second: Container[str]) -> None:
+        self.first, self.second = first, second
+
+    def __contains__(self, item: object) -> bool:
+        return item in self.first or item in self.second

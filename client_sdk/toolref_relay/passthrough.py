@@ -1,0 +1,78 @@
+"""Requests the relay does not rewrite (anything but an LLM turn), streamed both ways: to the
+gateway, or to `--fallback` when the gateway cannot be reached before the body flowed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import httpx
+
+from toolref.receiving.asgi_io import Disconnected, body_pieces
+from toolref.receiving.middleware import Receive, Send
+
+from .calls import UNREACHABLE, Call, failed, log_call
+from .headers import to_gateway, to_provider
+from .replies import relay_answer, reply_error, while_connected
+
+if TYPE_CHECKING:
+    from .app import Relay
+
+
+async def pass_through(relay: Relay, call: Call, receive: Receive, send: Send) -> None:
+    """Any other request, streamed both ways; to the fallback too when the gateway
+    cannot be reached before the body started to flow."""
+    has_body = any(k.lower() in ("content-length", "transfer-encoding") for k, _ in call.headers)
+    body_done = asyncio.Event()
+    started = False
+
+    async def body() -> AsyncIterator[bytes]:
+        nonlocal started
+        started = True
+        async for piece in body_pieces(receive):
+            yield piece
+        body_done.set()
+
+    if not has_body:
+        body_done.set()
+
+    async def forward() -> None:
+        upstream = relay.switchboard.route(call.name)
+        request = httpx.Request(
+            call.method,
+            f"{relay.config.gateway}/llm/{upstream}{call.suffix()}",
+            headers=to_gateway(
+                call.headers, key=relay.config.key, switched_from=None, body_changed=False
+            ),
+            content=body() if has_body else None,
+            extensions=relay.extensions(),
+        )
+        try:
+            answer = await relay.pool.handle_async_request(request)
+        except Disconnected:
+            return
+        except UNREACHABLE as exc:
+            fallback = relay.config.fallback
+            if fallback is None or started:  # a body already read cannot be sent again
+                await reply_error(send, relay.gateway_down(call, exc))
+                return
+            request = httpx.Request(
+                call.method,
+                fallback + call.suffix(),
+                headers=to_provider(call.headers),
+                content=body() if has_body else None,
+                extensions=relay.extensions(),
+            )
+            try:
+                answer = await relay.pool.handle_async_request(request)
+            except httpx.HTTPError as again:
+                await reply_error(send, failed(call, fallback, again))
+                return
+        except httpx.HTTPError as exc:
+            await reply_error(send, failed(call, relay.config.gateway, exc))
+            return
+        log_call(call, upstream, answer.status_code, None, None)
+        await relay_answer(send, answer)
+
+    await while_connected(forward(), receive, body_done)
