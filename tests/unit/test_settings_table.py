@@ -186,3 +186,19 @@ def test_every_setting_is_in_the_readme_table() -> None:
     (tests/unit/test_docs.py checks the defaults it shows)."""
     rows = set(re.findall(r"^\| `(TOOLREF_[A-Z0-9_]+)` \|", (ROOT / "README.md").read_text(), re.M))
     assert rows == set(EVERY)
+
+
+def test_the_readme_table_is_grouped_as_the_code() -> None:
+    """Each README row sits under the heading of the module that declares it."""
+    text = (ROOT / "README.md").read_text()
+    grouped: dict[str, set[str]] = {}
+    group = ""
+    for line in text.splitlines():
+        heading = re.fullmatch(r"\*\*.+\*\* \(`toolref_server\.settings\.(\w+)`\)", line)
+        if heading:
+            group = heading.group(1)
+        row = re.match(r"\| `(TOOLREF_[A-Z0-9_]+)` \|", line)
+        if row:
+            grouped.setdefault(group, set()).add(row.group(1))
+    expected = {cls.__module__.rsplit(".", 1)[1]: set(rows) for cls, rows in TABLE.items()}
+    assert grouped == expected
