@@ -27,7 +27,7 @@ from toolref_server.gateway.gateway import Gateway
 from toolref_server.http.access import AccessMiddleware
 from toolref_server.http.admission import AdmissionMiddleware
 from toolref_server.http.auth import Authenticator
-from toolref_server.http.connection import STATE_KEY, ConnectionLimits
+from toolref_server.http.connection_limits import STATE_KEY, ConnectionLimits
 from toolref_server.http.problem import problem_response
 from toolref_server.http.protocol import ProtocolMiddleware
 from toolref_server.metrics import Metrics

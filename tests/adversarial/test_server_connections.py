@@ -11,7 +11,7 @@ from contextlib import ExitStack
 
 import pytest
 
-from toolref_server.http.connection import connection_budget
+from toolref_server.http.connection_limits import connection_budget
 from toolref_server.settings import Settings
 
 from ..integration.processes import Service
@@ -132,9 +132,9 @@ def test_a_refused_connection_is_closed_after_its_answer(service: Service) -> No
 
 
 def test_the_limit_fits_the_open_files_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    from toolref_server.http import connection
+    from toolref_server.http import connection_limits
 
-    monkeypatch.setattr(connection, "open_files_limit", lambda: 1024)
+    monkeypatch.setattr(connection_limits, "open_files_limit", lambda: 1024)
     settings = Settings(max_connections=5000, redis_max_connections=64)
     assert connection_budget(settings) == 1024 - 64 - 64
     assert connection_budget(Settings(max_connections=100)) == 100

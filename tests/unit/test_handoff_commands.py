@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from toolref.handoff.commands import has_side_effects, simple_commands
+from toolref.handoff.commands import has_side_effects
+from toolref.handoff.shell import simple_commands
 
 
 def bug(command: str, expected: bool, reason: str) -> Any:

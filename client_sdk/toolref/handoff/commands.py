@@ -1,8 +1,8 @@
 """Does a shell command change anything? The handoff keeps every command that does.
 
-A command line is tokenized as a shell would (quotes, comments, heredoc bodies skipped) and
-split into its simple commands (at `|`, `&&`, `||`, `;`, `&` and new lines); it has side
-effects when any of them does:
+A command line is read as a shell would (`toolref.handoff.shell`: quotes, comments,
+heredoc bodies skipped) and split into its simple commands (at `|`, `&&`, `||`, `;`, `&`
+and new lines); it has side effects when any of them does:
 
 - an output redirection to a file (`>`, `>>`, `&>`, `2>`; not to `/dev/null` or a stream);
 - a file operation (`rm`, `mv`, `cp`, `mkdir`, `touch`, `chmod`, `ln`, `tar -x`, `unzip`,
@@ -23,24 +23,17 @@ from __future__ import annotations
 import re
 from typing import Final
 
-_SEPARATORS: Final = frozenset({"|", "||", "&&", ";", "&", "|&", ";;"})
-_REDIRECTS: Final = frozenset({">", ">>", "&>", "&>>", ">|"})
-_INPUTS: Final = frozenset({"<", "<<", "<<-", "<<<", "<&", ">&"})
+from toolref.handoff.shell import (
+    REDIRECTS,
+    SEPARATORS,
+    Operator,
+    logical_lines,
+    split_commands,
+    unwrap,
+)
+
 _HARMLESS_TARGETS: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "-"})
 _SHELLS: Final = frozenset({"sh", "bash", "zsh", "dash", "ksh"})
-# Wrappers run the command that follows them; the options listed take a value.
-_WRAPPERS: Final = {
-    "sudo": frozenset({"-u", "-g", "-h", "-p", "-C", "-D", "-U"}),
-    "env": frozenset({"-u", "-C", "-S"}),
-    "time": frozenset({"-f", "-o"}),
-    "nohup": frozenset(),
-    "nice": frozenset({"-n"}),
-    "timeout": frozenset({"-s", "-k", "--signal", "--kill-after"}),
-    "xargs": frozenset({"-n", "-I", "-L", "-P", "-d", "-s", "-E", "-a"}),
-    "command": frozenset(),
-    "exec": frozenset({"-a"}),
-    "stdbuf": frozenset({"-i", "-o", "-e"}),
-}
 _FILE_OPS: Final = frozenset(
     {
         "rm",
@@ -150,204 +143,6 @@ _SUBCOMMANDS: Final = {
     "kubectl": {"apply", "delete", "create", "patch", "scale", "rollout", "edit", "replace"},
 }
 _HTTP_METHODS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE"})
-_HEREDOC: Final = re.compile(r"<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1")
-
-
-_OPERATORS: Final = (
-    "&>>",
-    "<<<",
-    "<<-",
-    ">>",
-    "&>",
-    ">&",
-    "<<",
-    "||",
-    "&&",
-    "|&",
-    ";;",
-    ">|",
-    "<&",
-    "|",
-    "&",
-    ";",
-    "<",
-    ">",
-    "(",
-    ")",
-)
-
-
-class Operator(str):
-    """An unquoted control or redirection operator; words are plain `str`."""
-
-    __slots__ = ()
-
-
-class _GluedOperator(Operator):
-    """An operator with no space before it (`2>`: the 2 is a file descriptor)."""
-
-    __slots__ = ()
-
-
-Token = str  # a word, or an `Operator`
-_PLAIN: Final = re.compile(r"[^ \t\n'\"\\|&;<>()]+")  # a run of ordinary word characters
-
-
-def _logical_lines(text: str) -> list[list[Token]]:
-    """Token lists, one per logical line: shell words and operators, quotes and backslashes
-    removed from words; a quote left open at the end of a line goes on over the next ones;
-    heredoc bodies dropped. One pass over the text: linear in its length."""
-    found: list[list[Token]] = []
-    index, size = 0, len(text)
-    while index < size:
-        start = index
-        tokens, index = _line(text, index)
-        chunk = text[start:index]
-        index += 1  # the newline ending the logical line
-        heredoc = None if "<<<" in chunk else _HEREDOC.search(chunk)
-        if heredoc is not None:
-            end = heredoc.group(2)
-            while index < size:
-                stop = text.find("\n", index)
-                stop = size if stop < 0 else stop
-                line, index = text[index:stop], stop + 1
-                if line.strip() == end:
-                    break
-        found.append(tokens)
-    return found
-
-
-def _line(text: str, index: int) -> tuple[list[Token], int]:
-    """The tokens of the logical line starting at `index`, and where it ends (its newline,
-    or the end of the text). A quote never closed makes the rest of the text one line of
-    plain words."""
-    tokens: list[Token] = []
-    word: list[str] = []
-    in_word = False
-    start, size = index, len(text)
-
-    def flush() -> None:
-        nonlocal in_word
-        if in_word:
-            tokens.append("".join(word))
-            word.clear()
-            in_word = False
-
-    while index < size:
-        char = text[index]
-        if char == "\n":
-            break
-        if char in " \t":
-            flush()
-            index += 1
-        elif char == "#" and not in_word:
-            stop = text.find("\n", index)  # a comment runs to the end of the line
-            index = size if stop < 0 else stop
-        elif char == "\\":
-            following = text[index + 1 : index + 2]
-            word.append("" if following == "\n" else following)
-            in_word = True
-            index += 1 if following == "\n" else 2
-        elif char in "'\"":
-            close = _closing(text, index)
-            if close < 0:
-                rest = text[start:].replace("'", " ").replace('"', " ")
-                return rest.split(), size
-            inner = text[index + 1 : close]
-            word.append(inner if char == "'" else re.sub(r'\\([\\"$`])', r"\1", inner))
-            in_word = True
-            index = close + 1
-        elif char in "|&;<>()":
-            kind = _GluedOperator if in_word else Operator
-            flush()
-            operator = next(op for op in _OPERATORS if text.startswith(op, index))
-            tokens.append(kind(operator))
-            index += len(operator)
-        else:
-            run = _PLAIN.match(text, index)
-            end = run.end() if run else index + 1  # no match: a lone '#' inside a word
-            word.append(text[index:end])
-            in_word = True
-            index = end
-    flush()
-    return tokens, index
-
-
-def _closing(text: str, start: int) -> int:
-    """Where the quote at `start` closes (over newlines), or -1 when it never does."""
-    quote = text[start]
-    if quote == "'":
-        return text.find("'", start + 1)
-    index = start + 1
-    while True:
-        close = text.find('"', index)
-        if close < 0:
-            return -1
-        backslashes = 0
-        while text[close - 1 - backslashes] == "\\" and close - 1 - backslashes > start:
-            backslashes += 1
-        if backslashes % 2 == 0:
-            return close
-        index = close + 1
-
-
-def _split(tokens: list[Token]) -> list[tuple[list[str], list[tuple[str, str]]]]:
-    """(argv, redirections) of each simple command."""
-    commands: list[tuple[list[str], list[tuple[str, str]]]] = []
-    argv: list[str] = []
-    redirects: list[tuple[str, str]] = []
-    index = 0
-    while index < len(tokens):
-        token = tokens[index]
-        operator = isinstance(token, Operator)
-        if operator and token in _SEPARATORS:
-            commands.append((argv, redirects))
-            argv, redirects = [], []
-        elif operator and (token in _REDIRECTS or token in _INPUTS):
-            target = str(tokens[index + 1]) if index + 1 < len(tokens) else ""
-            if isinstance(token, _GluedOperator) and argv and argv[-1].isdigit():
-                argv.pop()  # the file descriptor of `2>`
-            redirects.append((str(token), target))
-            index += 1
-        elif not operator:
-            argv.append(str(token))
-        index += 1
-    commands.append((argv, redirects))
-    return [(a, r) for a, r in commands if a or r]
-
-
-def simple_commands(line: str) -> list[list[str]]:
-    """The argv of each simple command in `line`: redirections, wrappers and `VAR=value`
-    prefixes removed."""
-    found = []
-    for tokens in _logical_lines(line):
-        for words, _ in _split(tokens):
-            argv = _unwrap(words)
-            if argv:
-                found.append(argv)
-    return found
-
-
-def _unwrap(argv: list[str]) -> list[str]:
-    while True:
-        while argv and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", argv[0]):
-            argv = argv[1:]  # VAR=value prefixes
-        if not argv or argv[0] not in _WRAPPERS:
-            return argv
-        takes_value = _WRAPPERS[argv[0]]
-        rest = argv[1:]
-        while rest and (
-            rest[0].startswith("-") or (argv[0] == "timeout" and _is_duration(rest[0]))
-        ):
-            rest = rest[2:] if rest[0] in takes_value else rest[1:]
-        if argv[0] == "timeout" and rest and _is_duration(rest[0]):
-            rest = rest[1:]
-        argv = rest
-
-
-def _is_duration(text: str) -> bool:
-    return re.fullmatch(r"\d+(?:\.\d+)?[smhd]?", text) is not None
-
 
 MAX_COMMAND_CHARS: Final = 16_384  # longer commands are not parsed: counted as side effects
 
@@ -358,14 +153,14 @@ def has_side_effects(line: str) -> bool:
     yes (the conservative answer: it is kept in a handoff, never dropped as a duplicate)."""
     if len(line) > MAX_COMMAND_CHARS:
         return True
-    lines = _logical_lines(line)
+    lines = logical_lines(line)
     for tokens in lines:
-        commands = _split(tokens)
-        separators = [str(t) for t in tokens if isinstance(t, Operator) and t in _SEPARATORS]
+        commands = split_commands(tokens)
+        separators = [str(t) for t in tokens if isinstance(t, Operator) and t in SEPARATORS]
         for position, (words, redirects) in enumerate(commands):
             if any(_writes(op, target) for op, target in redirects):
                 return True
-            argv = _unwrap(words)
+            argv = unwrap(words)
             if not argv:
                 continue
             before = separators[position - 1] if 0 < position <= len(separators) else ""
@@ -378,7 +173,7 @@ def has_side_effects(line: str) -> bool:
 
 
 def _writes(op: str, target: str) -> bool:
-    if op not in _REDIRECTS:
+    if op not in REDIRECTS:
         return False
     return not (target.startswith("&") or target in _HARMLESS_TARGETS)
 
@@ -465,7 +260,7 @@ def _find_writes(args: list[str]) -> bool:
                 if word in (";", "+", "\\;"):
                     break
                 command.append(word)
-            if command and _command_has_side_effects(_unwrap(command) or command):
+            if command and _command_has_side_effects(unwrap(command) or command):
                 return True
     return False
 
@@ -535,11 +330,11 @@ def touches_files(line: str) -> bool:
     over `MAX_COMMAND_CHARS` is not parsed and counts as no."""
     if len(line) > MAX_COMMAND_CHARS:
         return False
-    for tokens in _logical_lines(line):
-        for words, redirects in _split(tokens):
+    for tokens in logical_lines(line):
+        for words, redirects in split_commands(tokens):
             if any(_writes(op, target) for op, target in redirects):
                 return True
-            argv = _unwrap(words)
+            argv = unwrap(words)
             if argv and (_reads_file(argv) or _writes_file(argv)):
                 return True
     return False

@@ -26,6 +26,9 @@ HTTP parsers are installed) and adds, per connection:
 
 The limits come from the app: its lifespan publishes `ConnectionLimits` in the lifespan
 state, which uvicorn hands to every protocol instance, so they are the app's own settings.
+Beside this module: `connection_limits` (those limits, and which idle connection makes room
+for a new one), `reading` (the timed flow control and the parser that report to the
+deadlines), `unanswered` (problem+json for a request the app drops).
 """
 
 from __future__ import annotations
@@ -38,15 +41,12 @@ import socket
 import sys
 import termios
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, cast
-from weakref import WeakKeyDictionary
 
 import h11
 from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from starlette.types import Receive, Scope, Send
 from uvicorn.config import Config
-from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
@@ -56,183 +56,26 @@ from toolref.wire.errors import (
     MalformedRequestError,
     OverloadedError,
     RequestTimeoutError,
-    ServiceUnavailableError,
     ToolrefError,
 )
 from toolref.wire.numbers import whole_number
+from toolref_server.http.connection_limits import (
+    STATE_KEY,
+    ConnectionLimits,
+    IdleConnections,
+    idle_connections,
+)
 from toolref_server.http.problem import problem_message, problem_response
-from toolref_server.metrics import Metrics
-from toolref_server.resources import open_files_limit
-from toolref_server.settings import Settings
+from toolref_server.http.reading import Parser, TimedFlow
+from toolref_server.http.unanswered import answering_problems
 
 if TYPE_CHECKING:
     from uvicorn._types import ASGI3Application
 
 log = logging.getLogger(__name__)
 
-STATE_KEY: Final = "toolref.connections"
 HEALTH_PATH: Final = b"/healthz"
-_RESERVED_FILES: Final = 64  # listening socket, logs, the engine's pipes, threads' files
 _MIN_REARM: Final = 0.1
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    header_timeout: float
-    body_timeout: float
-    body_min_rate: int
-    send_timeout: float
-    keep_alive: float
-    max_connections: int
-    retry_after: int
-    metrics: Metrics
-
-    @classmethod
-    def of(cls, settings: Settings, metrics: Metrics) -> ConnectionLimits:
-        return cls(
-            header_timeout=settings.header_timeout,
-            body_timeout=settings.body_timeout,
-            body_min_rate=settings.body_min_rate,
-            send_timeout=settings.send_timeout,
-            keep_alive=settings.keep_alive_timeout,
-            max_connections=connection_budget(settings),
-            retry_after=settings.retry_after_seconds,
-            metrics=metrics,
-        )
-
-
-def connection_budget(settings: Settings) -> int:
-    """TOOLREF_MAX_CONNECTIONS, lowered to what the open-files limit leaves: each connection
-    is a descriptor, and the Redis pool and the process need some of their own."""
-    limit = open_files_limit()
-    room = limit - settings.redis_max_connections - _RESERVED_FILES
-    if settings.max_connections <= room:
-        return settings.max_connections
-    allowed = max(room, 16)
-    log.warning(
-        "TOOLREF_MAX_CONNECTIONS=%d is more than the open-files limit %d leaves after the "
-        "Redis pool and the process's own files; serving at most %d connections: raise the "
-        "hard limit (ulimit -Hn) or lower TOOLREF_MAX_CONNECTIONS",
-        settings.max_connections,
-        limit,
-        allowed,
-    )
-    return allowed
-
-
-class _Idle:
-    """The connections of one server waiting for a request head, longest waiting first."""
-
-    def __init__(self) -> None:
-        self.waiting: dict[Connection, None] = {}
-
-    def add(self, connection: Connection) -> None:
-        self.waiting.pop(connection, None)
-        self.waiting[connection] = None
-
-    def discard(self, connection: Connection) -> None:
-        self.waiting.pop(connection, None)
-
-    def oldest(self, other_than: Connection) -> Connection | None:
-        """The connection to close for a new one: the one idle longest that has sent
-        nothing, else the one whose head has been arriving longest. Never one with bytes
-        waiting to be read: a client that has sent its request is not idle, even if the
-        server has not read it yet (a burst of new connections is accepted before any of
-        them is read)."""
-        partial: Connection | None = None
-        for connection in self.waiting:
-            if connection is other_than or connection.unread_bytes():
-                continue
-            if not connection.head_bytes:
-                return connection
-            partial = partial or connection
-        return partial
-
-
-_IDLE: WeakKeyDictionary[ServerState, _Idle] = WeakKeyDictionary()
-
-
-class _TimedFlow(FlowControl):
-    """uvicorn's flow control, also timing how long the server stopped reading."""
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        super().__init__(transport)
-        self._paused_at: float | None = None
-        self._paused_total = 0.0
-
-    def pause_reading(self) -> None:
-        if not self.read_paused:
-            self._paused_at = time.monotonic()
-        super().pause_reading()
-
-    def resume_reading(self) -> None:
-        if self._paused_at is not None:
-            self._paused_total += time.monotonic() - self._paused_at
-            self._paused_at = None
-        super().resume_reading()
-
-    def paused_seconds(self) -> float:
-        ongoing = 0.0 if self._paused_at is None else time.monotonic() - self._paused_at
-        return self._paused_total + ongoing
-
-
-class _Parser(h11.Connection):
-    """h11's server side, telling its connection what it parsed, and keeping the error
-    uvicorn reduces to a message."""
-
-    def __init__(self, owner: Connection, max_incomplete_event_size: int) -> None:
-        super().__init__(h11.SERVER, max_incomplete_event_size)
-        self.owner = owner
-        self.error: h11.RemoteProtocolError | None = None
-
-    def next_event(self) -> Any:
-        try:
-            event = super().next_event()
-        except h11.RemoteProtocolError as exc:
-            self.error = exc
-            raise
-        self.owner.saw(event)
-        return event
-
-
-def _answering_problems(app: ASGI3Application, retry_after: int) -> ASGI3Application:
-    """`app`, except that a request it drops without an answer gets a problem+json one
-    instead of uvicorn's text/plain 500: a 503 when the request was cancelled (a stop that
-    ran out of TOOLREF_SHUTDOWN_TIMEOUT), a 500 for anything else the app let escape."""
-
-    async def guarded(scope: Any, receive: Any, send: Any) -> None:
-        started = False
-
-        async def tracked(message: Any) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await app(scope, receive, tracked)
-        except BaseException as exc:
-            if started or scope["type"] != "http":
-                raise
-            error: ToolrefError
-            if isinstance(exc, asyncio.CancelledError):
-                error = ServiceUnavailableError(
-                    "the service is stopping and cancelled this request; retry after "
-                    f"{retry_after}s (another replica, or this one restarted, will answer)",
-                    retry_after=retry_after,
-                )
-            else:
-                error = ToolrefError("the service failed unexpectedly; retry later")
-            response = problem_response(error)
-            response.headers["connection"] = "close"
-            await response(scope, receive, tracked)
-            raise
-        if not started and scope["type"] == "http":
-            # An app that returns without answering: uvicorn would send a text/plain 500.
-            await problem_response(ToolrefError("the service sent no answer; retry later"))(
-                scope, receive, tracked
-            )
-
-    return cast("ASGI3Application", guarded)
 
 
 class Connection(H11Protocol):
@@ -254,12 +97,12 @@ class Connection(H11Protocol):
                 "app, with lifespan on"
             )
         self.limits = limits
-        self.app = _answering_problems(self.app, limits.retry_after)
+        self.app = answering_problems(self.app, limits.retry_after)
         self.head_limit = config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
-        self.parser = _Parser(self, self.head_limit)
+        self.parser = Parser(self, self.head_limit)
         self.conn = self.parser
-        self.idle = _IDLE.setdefault(server_state, _Idle())
-        self.timed_flow: _TimedFlow | None = None
+        self.idle: IdleConnections = idle_connections(server_state)
+        self.timed_flow: TimedFlow | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
         # Reading a head: since the connection started (`_first_byte_due` False), or idle
@@ -296,7 +139,7 @@ class Connection(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         _no_delay(transport)
-        self.timed_flow = _TimedFlow(transport)
+        self.timed_flow = TimedFlow(transport)
         self.flow = self.timed_flow
         self.limits.metrics.connections_open.inc()
         if len(self.connections) > self.limits.max_connections:

@@ -1,0 +1,54 @@
+"""An app's dropped requests answered in problem+json: what the HTTP layer sends when the
+app raises, is cancelled by a stop, or returns without answering (uvicorn would send a
+text/plain 500)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, cast
+
+from toolref.wire.errors import ServiceUnavailableError, ToolrefError
+from toolref_server.http.problem import problem_response
+
+if TYPE_CHECKING:
+    from uvicorn._types import ASGI3Application
+
+
+def answering_problems(app: ASGI3Application, retry_after: int) -> ASGI3Application:
+    """`app`, except that a request it drops without an answer gets a problem+json one
+    instead of uvicorn's text/plain 500: a 503 when the request was cancelled (a stop that
+    ran out of TOOLREF_SHUTDOWN_TIMEOUT), a 500 for anything else the app let escape."""
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        started = False
+
+        async def tracked(message: Any) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, receive, tracked)
+        except BaseException as exc:
+            if started or scope["type"] != "http":
+                raise
+            error: ToolrefError
+            if isinstance(exc, asyncio.CancelledError):
+                error = ServiceUnavailableError(
+                    "the service is stopping and cancelled this request; retry after "
+                    f"{retry_after}s (another replica, or this one restarted, will answer)",
+                    retry_after=retry_after,
+                )
+            else:
+                error = ToolrefError("the service failed unexpectedly; retry later")
+            response = problem_response(error)
+            response.headers["connection"] = "close"
+            await response(scope, receive, tracked)
+            raise
+        if not started and scope["type"] == "http":
+            # An app that returns without answering: uvicorn would send a text/plain 500.
+            await problem_response(ToolrefError("the service sent no answer; retry later"))(
+                scope, receive, tracked
+            )
+
+    return cast("ASGI3Application", guarded)

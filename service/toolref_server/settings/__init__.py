@@ -1,0 +1,79 @@
+"""Service settings, read once from `TOOLREF_*` environment variables: one `Settings`
+object whose fields are declared by concern, one module (and base class) each.
+
+- `serving`: the process: bind address, workers, CPU work threads, log level, Retry-After,
+  stopping;
+- `connections`: the HTTP layer: a connection's deadlines, connections and requests per
+  worker;
+- `bodies`: what one request body may be, and the bodies a worker holds at once;
+- `access`: tenants' API keys, the /metrics key, per-tenant quotas;
+- `store`: the Redis/Valkey engine: URL, timeouts, pool, breaker;
+- `records`: lifetimes and compression of what is stored;
+- `caches`: the per-process caches of verified records and histories;
+- `summaries`: the summarizers and the LLM one's bounds;
+- `gateway`: upstreams and the gateway's limits.
+
+Each field's environment variable is `TOOLREF_` + its name in capitals, whichever group
+declares it; README.md lists them all with their defaults.
+"""
+
+from __future__ import annotations
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from toolref.wire.errors import ConfigurationError
+from toolref_server.settings.access import (
+    LOCAL_TENANT,
+    TENANT_RE,
+    AccessSettings,
+    parse_api_keys,
+)
+from toolref_server.settings.bodies import BodyLimits
+from toolref_server.settings.caches import CacheSettings
+from toolref_server.settings.connections import ConnectionSettings
+from toolref_server.settings.gateway import GatewaySettings
+from toolref_server.settings.records import RecordSettings
+from toolref_server.settings.serving import ServingSettings
+from toolref_server.settings.store import StoreSettings
+from toolref_server.settings.summaries import SummarySettings
+
+__all__ = ["LOCAL_TENANT", "TENANT_RE", "Settings", "parse_api_keys"]
+
+
+class Settings(
+    ServingSettings,
+    ConnectionSettings,
+    BodyLimits,
+    AccessSettings,
+    StoreSettings,
+    RecordSettings,
+    CacheSettings,
+    SummarySettings,
+    GatewaySettings,
+    BaseSettings,
+):
+    """Every setting of the service (the bases' fields). README.md lists them with their
+    defaults."""
+
+    model_config = SettingsConfigDict(env_prefix="TOOLREF_", frozen=True, extra="ignore")
+
+    # What spans groups: exposure is the bind address (serving) against the keys (access).
+
+    def check_exposure(self) -> None:
+        """Refuse to serve an unauthenticated registry beyond this machine."""
+        if not self.key_hashes and not self.is_loopback:
+            raise ConfigurationError(
+                f"refusing to bind {self.host!r} with no API keys: anyone who can reach it "
+                "could read every payload. Set TOOLREF_API_KEYS to `tenant=<sha256 hex>` "
+                "(`toolref-server keygen TENANT` makes one), or bind 127.0.0.1."
+            )
+
+    def warn_open_metrics(self) -> str | None:
+        """What to warn about when /metrics is open beyond loopback, else None."""
+        if self.metrics_key or self.is_loopback:
+            return None
+        return (
+            f"GET /metrics needs no key and the service binds {self.host!r}: anyone who can "
+            "reach it reads the request counts; set TOOLREF_METRICS_KEY to the SHA-256 of a "
+            "scraper key (`toolref-server hash-key`), or keep /metrics off public ingress"
+        )

@@ -1,0 +1,55 @@
+"""Settings of what one request body may be: its size as sent and inflated, its nesting and
+items, its batch and conversation lengths, and the bytes of bodies a worker holds at once."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import BaseModel, Field, model_validator
+
+
+class BodyLimits(BaseModel):
+    """What one body may cost to read and decode, and all bodies in flight together."""
+
+    max_body_bytes: int = Field(default=32 * 2**20, ge=1024, description="Request body limit.")
+    max_decompressed_bytes: int = Field(
+        default=64 * 2**20, ge=1024, description="Limit on a compressed body once inflated."
+    )
+    max_inflated_in_flight: int = Field(
+        default=256 * 2**20,
+        ge=1024,
+        description="Bytes of request bodies (as sent and as inflated) all requests of a "
+        "worker hold at once, REST and gateway together; past it, 503 `overloaded` with "
+        "Retry-After before more is inflated. Default: four bodies at the inflated limit, or "
+        "hundreds of typical turns, while a burst of bombs costs at most about 3 GB "
+        "(gateway) or 1.6 GB (REST) of memory, not all there is (docs/operations.md). At "
+        "least the body limit plus the inflated limit.",
+    )
+    max_depth: int = Field(default=128, ge=2, le=512, description="JSON nesting limit.")
+    max_items: int = Field(
+        default=100_000,
+        ge=10,
+        description="Most items in one JSON array or object (msgpack: refused before it is "
+        "allocated).",
+    )
+    max_containers: int = Field(
+        default=1_000_000,
+        ge=100,
+        description="Most arrays and objects in one body, counted before a JSON body is "
+        "parsed: bounds the memory one body can take.",
+    )
+    max_batch: int = Field(default=1000, ge=1, description="Items per batch request.")
+    max_messages: int = Field(default=5000, ge=1, description="Messages per conversation.")
+
+    @model_validator(mode="after")
+    def _check_inflated_budget(self) -> Self:
+        # One request may hold its body as sent and as inflated, each at its limit.
+        largest = self.max_body_bytes + self.max_decompressed_bytes
+        if self.max_inflated_in_flight < largest:
+            raise ValueError(
+                f"TOOLREF_MAX_INFLATED_IN_FLIGHT ({self.max_inflated_in_flight}) is below what "
+                f"one request may hold ({largest}: TOOLREF_MAX_BODY_BYTES as sent plus "
+                "TOOLREF_MAX_DECOMPRESSED_BYTES inflated), so such a request could never be "
+                "served; raise it to a few times that, or lower those limits"
+            )
+        return self

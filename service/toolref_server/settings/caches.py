@@ -1,0 +1,30 @@
+"""Settings of what each process remembers to spare the store: records it has verified, and
+recently kept histories in full."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class CacheSettings(BaseModel):
+    """Sizes of the per-process caches of verified records and of histories."""
+
+    verified_records: int = Field(
+        default=100_000,
+        ge=0,
+        description="Records each process keeps decoded once checked, so reading the same "
+        "bytes again hashes them instead of checking and decoding them; 0 checks every read "
+        "in full.",
+    )
+    verified_chars: int = Field(
+        default=32 * 2**20,
+        ge=0,
+        description="At most this many characters of payloads in those records (LRU).",
+    )
+    history_cache_bytes: int = Field(
+        default=64 * 2**20,
+        ge=0,
+        description="Characters of recently kept histories (in full) each process holds, so "
+        "the next turn's answer joins them instead of reading and filling them again; 0 "
+        "keeps none.",
+    )

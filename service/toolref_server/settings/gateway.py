@@ -1,0 +1,72 @@
+"""Settings of the gateway (`/llm/{name}/{path}`): its upstreams, the timeouts and
+connections to them, its requests in flight, and its memory of confirmed histories."""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from pydantic import BaseModel, Field, field_validator
+
+from toolref_server.gateway.upstreams import Upstream, parse_upstreams
+
+
+class GatewaySettings(BaseModel):
+    """Upstreams; connecting to and reading from them; gateway limits and caches."""
+
+    upstreams: str = Field(
+        default="",
+        description="Gateway upstreams, comma-separated `name=base_url`: `/llm/{name}/{path}` "
+        "forwards to `base_url/{path}`, hydrating the LLM endpoints it knows; empty: no gateway. "
+        "A base URL's `user:password@` is sent as Basic auth and never shown.",
+    )
+    gateway_connect_timeout: float = Field(
+        default=10.0, gt=0, description="Seconds to connect to an upstream."
+    )
+    gateway_read_timeout: float = Field(
+        default=600.0,
+        gt=0,
+        description="Most seconds between two pieces of an upstream's answer (a model may "
+        "think long before its first token).",
+    )
+    gateway_max_connections: int = Field(
+        default=256, ge=1, description="Connections open to upstreams, at most, per process."
+    )
+    gateway_max_requests_in_flight: int = Field(
+        default=512,
+        ge=1,
+        description="Gateway requests in flight per process (streams last minutes, so they "
+        "have their own limit, apart from the registry's); past it, 503 with Retry-After.",
+    )
+    gateway_tenant_requests_in_flight: int = Field(
+        default=64,
+        ge=1,
+        description="Gateway requests in flight per tenant and process; past it, 429 "
+        "`quota-exceeded` with Retry-After. Below TOOLREF_GATEWAY_MAX_CONNECTIONS, so one "
+        "tenant never holds every upstream connection.",
+    )
+    gateway_tenants: int = Field(
+        default=16,
+        ge=1,
+        description="Tenants the gateway keeps confirmed-history bodies for, about: its "
+        "memory of them holds 64 histories per tenant counted here (one LRU for all "
+        "tenants, each under its own scope).",
+    )
+    gateway_history_chars: int = Field(
+        default=128 * 2**20,
+        ge=0,
+        description="Characters the gateway keeps of confirmed histories, in all tenants: "
+        "the body each was confirmed for (to decompress a body sent against it, "
+        "Toolref-Dictionary) and its zstd dictionary. The histories themselves are held "
+        "once, in the registry's cache (TOOLREF_HISTORY_CACHE_BYTES).",
+    )
+
+    @field_validator("upstreams")
+    @classmethod
+    def _check_upstreams(cls, value: str) -> str:
+        parse_upstreams(value)
+        return value
+
+    @cached_property
+    def upstream_urls(self) -> dict[str, Upstream]:
+        """Gateway upstream name -> where it is (`toolref_server.gateway.upstreams.Upstream`)."""
+        return parse_upstreams(self.upstreams)

@@ -1,0 +1,66 @@
+"""Settings of what the store keeps and how: lifetimes of refs and history heads, when a
+continued history refreshes them, and the zstd compression and dictionaries of records and
+history messages."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
+
+from toolref_server import dictionaries
+from toolref_server.dictionaries import Kind
+
+
+class RecordSettings(BaseModel):
+    """Lifetimes (TTLs and their refresh) and compression of what is stored."""
+
+    ttl_seconds: int = Field(default=86_400, ge=1, description="Sliding lifetime of a ref.")
+    history_superseded_ttl: int = Field(
+        default=600,
+        ge=1,
+        description="Seconds a history head keeps once a longer one continues it (at most "
+        "the TTL); the newest head keeps the full TTL.",
+    )
+    # Continuing a history costs time in the new messages (routes/continuation.py).
+    history_refresh_seconds: int = Field(
+        default=3600,
+        ge=1,
+        description="A continuation extends every message and tool ref of its history (reading "
+        "it whole) once this long has passed since the last time; in between it reads only "
+        "the history's node. At most the TTL.",
+    )
+    compress_threshold: int = Field(
+        default=64,
+        ge=0,
+        description="Records at least this large are stored zstd-compressed (when that is "
+        "smaller; with a dictionary even small ones shrink).",
+    )
+    compress_level: int = Field(
+        default=3,
+        ge=1,
+        le=22,
+        description="zstd level of stored records and history messages: higher stores fewer "
+        "bytes for more CPU on every payload a request carries in full.",
+    )
+    record_dictionary: int = Field(
+        default=1,
+        ge=0,
+        description="Shipped zstd dictionary new records are compressed with (0: none); "
+        "records written with any shipped one stay readable.",
+    )
+    message_dictionary: int = Field(
+        default=1,
+        ge=0,
+        description="Shipped zstd dictionary new history messages are compressed with (0: none).",
+    )
+
+    @field_validator("record_dictionary", "message_dictionary")
+    @classmethod
+    def _check_dictionary(cls, value: int, info: ValidationInfo) -> int:
+        kind: Kind = "records" if info.field_name == "record_dictionary" else "messages"
+        shipped = dictionaries.numbers(kind)
+        if value and value not in shipped:
+            raise ValueError(
+                f"no {kind} dictionary {value} ships with this version; use one of "
+                f"{', '.join(map(str, shipped))}, or 0 to write without one"
+            )
+        return value

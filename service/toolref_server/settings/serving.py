@@ -1,0 +1,61 @@
+"""Settings of the serving process: where it binds, its workers and threads, its log level,
+how it answers when busy, and how it stops."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from pydantic import BaseModel, Field, field_validator
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+class ServingSettings(BaseModel):
+    """The process: bind address, workers, CPU work threads, logs, Retry-After, stopping."""
+
+    host: str = Field(default="127.0.0.1", description="Address to bind.")
+    port: int = Field(default=8750, ge=0, le=65535, description="TCP port to bind.")
+    workers: int = Field(default=1, ge=1, description="Worker processes.")
+    # CPU work: where the work on a large body runs.
+    work_threads: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Worker threads for CPU work on large bodies (parsing, digests, filling, "
+        "summaries, handoffs), so the event loop keeps answering small requests.",
+    )
+    offload_bytes: int = Field(
+        default=512 * 1024,
+        ge=0,
+        description="Bodies at least this large are worked on in the worker threads; smaller "
+        "ones inline (at most about 15 ms of the event loop; offloading costs concurrent "
+        "requests of that size a third of their throughput, in cache misses and GIL hand-offs).",
+    )
+    shutdown_timeout: int = Field(
+        default=20,
+        ge=1,
+        description="Seconds a stop (SIGTERM, Ctrl-C) waits for requests in flight before "
+        "cancelling them.",
+    )
+    retry_after_seconds: int = Field(
+        default=1, ge=1, description="Retry-After sent with 503 answers."
+    )
+    log_level: str = Field(
+        default="info", description="Log level: critical, error, warning, info or debug."
+    )
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, value: str) -> str:
+        if value.lower() not in LOG_LEVELS:
+            raise ValueError(f"use one of {', '.join(LOG_LEVELS)}")
+        return value.lower()
+
+    @property
+    def is_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
