@@ -136,10 +136,16 @@ def longest_confirmed(chain: Sequence[bytes], confirmed: Sequence[tuple[str, int
     """Index into `confirmed` of the longest (ref, length) that is still a prefix of the
     conversation whose heads are `chain`; -1 when none is (the history was edited before
     every confirmed head, or is shorter than each)."""
-    # Longest first, so that usually one ref is computed (the last turn's), not one each.
+    # Longest first, so that usually one ref is computed (the last turn's), not one each;
+    # and once per length (several conversations may have a history of the same length).
+    refs: dict[int, str] = {}
     for index in sorted(range(len(confirmed)), key=lambda i: confirmed[i][1], reverse=True):
         ref, length = confirmed[index]
-        if 0 < length <= len(chain) and history_ref(chain[length - 1]) == ref:
+        if not 0 < length <= len(chain):
+            continue
+        if length not in refs:
+            refs[length] = history_ref(chain[length - 1])
+        if refs[length] == ref:
             return index
     return -1
 

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolref.wire.errors import BadRequestError, ConfigurationError
-from toolref_server.gateway.upstreams import Upstream, parse_upstreams, route
+from toolref_server.gateway.upstreams import route
+from toolref_server.settings.upstreams import Upstream, parse_upstreams
 
 UPSTREAMS = parse_upstreams("up=https://api.example.com/api/,local=http://127.0.0.1:8080")
 

@@ -43,7 +43,13 @@ from toolref.wire.headers import (
 )
 from toolref.wire.protocol import PROTOCOL_REFS
 
-COMPRESS_FROM: Final = 1024  # smaller whole bodies gain too little from plain zstd
+COMPRESS_FROM: Final = 1024
+# A body is compressed against at most this many bytes of its dictionary's end per byte of
+# it (and at least `_MIN_REACH`): loading a dictionary costs time in its size, and a small
+# body finds its matches near the end. The server decompresses with the whole dictionary,
+# which ends in the same bytes: a frame's matches reach back the same distances.
+_REACH_PER_BYTE: Final = 32
+_MIN_REACH: Final = 32 << 10  # smaller whole bodies gain too little from plain zstd
 LEVEL: Final = 3
 
 
@@ -145,7 +151,9 @@ def prepare(
         if prior is not None:
             window = history.primed(window, prior.body)
             headers[DICTIONARY_HEADER] = ref
-        packed = compression.compress(plain, window, history.DICTIONARY_LEVEL)
+        packed = compression.compress(
+            plain, window[-_reach(len(plain)) :], history.DICTIONARY_LEVEL
+        )
         headers[HISTORY_HEADER] = ref
         headers["Content-Encoding"] = "zstd"
         named = ref if prior is not None else None
@@ -187,3 +195,8 @@ def _whole(
     return Upload(
         content, headers, None, head, len(turn.messages), named is not None, text, named, first
     )
+
+
+def _reach(size: int) -> int:
+    """How much of the dictionary's end a body of `size` bytes is compressed against."""
+    return max(_MIN_REACH, _REACH_PER_BYTE * size)

@@ -1,5 +1,4 @@
-"""The gateway's upstreams (`TOOLREF_UPSTREAMS`), the route of a gateway path, and the LLM
-endpoints it hydrates.
+"""The route of a gateway path to one of its upstreams (`toolref_server.settings.upstreams`).
 
 `/llm/{name}/{path}` forwards to `{base_url}/{path}`, the path and query as the client
 encoded them, byte for byte. A path that could leave the base (dot segments, plain or
@@ -9,51 +8,25 @@ refused before anything is read. Pure: parsing and matching only.
 
 from __future__ import annotations
 
-import base64
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import quote, unquote, unquote_to_bytes, urlsplit
+from urllib.parse import quote, unquote, unquote_to_bytes
 
-from toolref.wire.errors import BadRequestError, ConfigurationError
+from toolref.wire.errors import BadRequestError
+from toolref_server.settings.upstreams import RAW_SEGMENT, Upstream
 
-NAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # Methods forwarded; CONNECT (a tunnel) and TRACE (which echoes the request, credentials
 # the gateway added included) are not, nor any other.
 METHODS: Final = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 PREFIX: Final = "/llm/"
 _RAW_PREFIX: Final = PREFIX.encode()
 # A raw path segment: visible ASCII but `%`, or a `%` and two hex digits (RFC 3986).
-_RAW_SEGMENT: Final = re.compile(rb"(?:[\x21-\x24\x26-\x7e]|%[0-9A-Fa-f]{2})*")
 _QUERY: Final = re.compile(rb"[\x21-\x7e]*")
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 _SAFE: Final = "/!$&'()*+,;=:@~"  # left as they are when a server gives no raw path
 _SHOWN_CHARS: Final = 120  # of a refused path, quoted back to its client
-
-
-@dataclass(frozen=True, slots=True)
-class Upstream:
-    """One `TOOLREF_UPSTREAMS` entry: where its requests go. Its credentials (a base URL's
-    `user:password@`) become `authorization` and are never shown: `shown` is the URL
-    without them, for problem details and logs."""
-
-    name: str
-    scheme: str  # "http" or "https"
-    host: str  # ASCII (IDNA for a name that is not); an IPv6 address without brackets
-    port: int
-    base_path: str  # "" or "/api": raw, as configured, without a trailing slash
-    authorization: str | None = None  # `Basic ...` from the base URL's userinfo
-
-    @property
-    def host_header(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        default = 443 if self.scheme == "https" else 80
-        return host if self.port == default else f"{host}:{self.port}"
-
-    @property
-    def shown(self) -> str:
-        return f"{self.scheme}://{self.host_header}{self.base_path}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,62 +46,6 @@ class Route:
         """The request target for the upstream: its base path, the raw path, the query."""
         tail = b"?" + query if query else b""
         return self.upstream.base_path.encode("ascii") + self.raw_path + tail
-
-
-def parse_upstreams(text: str) -> dict[str, Upstream]:
-    """`name=base_url,...` into {name: Upstream}, saying exactly what is wrong (never
-    quoting a URL's credentials)."""
-    found: dict[str, Upstream] = {}
-    for raw in text.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
-        name, sep, url = (part.strip() for part in entry.partition("="))
-        if not sep or not NAME_RE.fullmatch(name):
-            raise ConfigurationError(
-                f"TOOLREF_UPSTREAMS entry {_without_userinfo(entry)!r} is not `name=base_url`: "
-                "the name is 1-64 of A-Z a-z 0-9 _ . - (it becomes the path /llm/{name}/...)"
-            )
-        if name in found:
-            raise ConfigurationError(
-                f"TOOLREF_UPSTREAMS names {name!r} twice; give each upstream one name"
-            )
-        found[name] = _upstream(name, url)
-    return found
-
-
-def _upstream(name: str, url: str) -> Upstream:
-    wrong = ConfigurationError(
-        f"TOOLREF_UPSTREAMS gives {name!r} the base URL {_without_userinfo(url)!r}; use an "
-        "http(s) URL with a host, a port if any of 1-65535, a path of plain segments and no "
-        "query or fragment, such as https://api.anthropic.com"
-    )
-    parts = urlsplit(url)
-    base = parts.path.rstrip("/")
-    if (
-        parts.scheme not in ("http", "https")
-        or not parts.hostname
-        or parts.query
-        or parts.fragment
-        or not all(_RAW_SEGMENT.fullmatch(s.encode()) for s in base.split("/"))
-        or any(s in (".", "..") for s in base.split("/"))
-    ):
-        raise wrong
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        host = parts.hostname.encode("idna").decode("ascii")
-    except (ValueError, UnicodeError):
-        raise wrong from None
-    authorization = None
-    if parts.username is not None or parts.password is not None:
-        pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
-        authorization = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-    return Upstream(name, parts.scheme, host, port, base, authorization)
-
-
-def _without_userinfo(text: str) -> str:
-    """`text` with any `user:password@` of a URL in it left out."""
-    return re.sub(r"//[^/@]*@", "//", text)
 
 
 def route(upstreams: Mapping[str, Upstream], path: str, raw_path: bytes | None) -> Route | None:
@@ -157,7 +74,7 @@ def _unsafe(path: str, raw: bytes) -> str | None:
     if not raw.startswith(_RAW_PREFIX):
         return "spells /llm/ with escapes"
     for piece in raw.split(b"/"):
-        if not _RAW_SEGMENT.fullmatch(piece):
+        if not RAW_SEGMENT.fullmatch(piece):
             return "has a character that is not visible ASCII, or a % without two hex digits"
         if problem := _unsafe_segment(unquote_to_bytes(piece).decode("latin-1")):
             return problem

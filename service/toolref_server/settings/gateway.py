@@ -7,7 +7,7 @@ from functools import cached_property
 
 from pydantic import BaseModel, Field, field_validator
 
-from toolref_server.gateway.upstreams import Upstream, parse_upstreams
+from toolref_server.settings.upstreams import Upstream, parse_upstreams
 
 
 class GatewaySettings(BaseModel):
