@@ -10,7 +10,7 @@ is O(1) but for `put`, which is O(entries it drops).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 K = TypeVar("K")
@@ -21,9 +21,11 @@ def _nothing(_: object) -> int:
     return 0
 
 
-class LRU(Generic[K, V]):
+class LRU(Mapping[K, V], Generic[K, V]):
     """At most `count` entries and `size` in all as `weigh` measures the values (None: no
-    bound on size). `dropped` is told of each entry dropped for a bound (not of `pop`)."""
+    bound on size). `dropped` is told of each entry dropped for a bound (not of `pop`).
+    A read-only `Mapping` too (`m[key]`, `items()`, ...: none of them reorders it); `get`
+    makes what it finds the most recently used."""
 
     def __init__(
         self,
@@ -49,12 +51,15 @@ class LRU(Generic[K, V]):
         """Keys, least recently used first."""
         return iter(self._entries)
 
+    def __getitem__(self, key: K) -> V:
+        return self._entries[key]
+
     @property
     def size(self) -> int:
         """The values' total, as `weigh` measures them."""
         return self._size
 
-    def get(self, key: K) -> V | None:
+    def get(self, key: K, default: None = None) -> V | None:  # type: ignore[override]
         """The value of `key`, made the most recently used; None when absent."""
         found = self._entries.get(key)
         if found is not None:
@@ -91,10 +96,6 @@ class LRU(Generic[K, V]):
         """Make `key` the most recently used, when present."""
         if key in self._entries:
             self._entries.move_to_end(key)
-
-    def items(self) -> list[tuple[K, V]]:
-        """(key, value) pairs, least recently used first (a copy)."""
-        return list(self._entries.items())
 
     def clear(self) -> None:
         self._entries.clear()

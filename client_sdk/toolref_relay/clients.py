@@ -16,11 +16,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final
 from urllib.parse import parse_qsl
 
+from toolref.lru import LRU
 from toolref.receiving.hops import Pairs
 from toolref.sending.manager import ToolReferenceManager
 
@@ -59,7 +59,7 @@ class Clients:
             raise ValueError(f"--max-clients is {limit}; give a positive number of clients")
         self.limit, self._make = limit, make
         self._secret = secrets.token_bytes(32)  # this start's: digests mean nothing after
-        self._managers: OrderedDict[tuple[str, bytes], ToolReferenceManager] = OrderedDict()
+        self._managers: LRU[tuple[str, bytes], ToolReferenceManager] = LRU(limit)
 
     def __len__(self) -> int:
         return len(self._managers)
@@ -70,8 +70,6 @@ class Clients:
         key = (upstream, credential_digest(headers, query, self._secret))
         found = self._managers.get(key)
         if found is None:
-            found = self._managers[key] = self._make()
-            while len(self._managers) > self.limit:
-                self._managers.popitem(last=False)
-        self._managers.move_to_end(key)
+            found = self._make()
+            self._managers.put(key, found)
         return found

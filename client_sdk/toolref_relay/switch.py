@@ -11,11 +11,11 @@ its opening (system prompt and first message), which stays the same every turn.
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from toolref.lru import LRU
 from toolref.wire.encoding import dumps_json
 
 _REMEMBERED: Final = 4096  # conversations whose last upstream is kept (least recent dropped)
@@ -41,7 +41,7 @@ class Switchboard:
     names: tuple[str, ...] = ()
     selected: str | None = None
     # conversation -> (upstream it last used, its Toolref-Switched-From value or None)
-    _last: OrderedDict[str, tuple[str, str | None]] = field(default_factory=OrderedDict)
+    _last: LRU[str, tuple[str, str | None]] = field(default_factory=lambda: LRU(_REMEMBERED))
 
     def __post_init__(self) -> None:
         if self.names and self.selected is None:
@@ -81,8 +81,5 @@ class Switchboard:
             found = before[1] if before is not None else None
         else:  # the newest message is the first the new upstream answers
             found = f"{before[0]}; at={max(0, count - 1)}"
-        self._last[conversation] = (upstream, found)
-        self._last.move_to_end(conversation)
-        while len(self._last) > _REMEMBERED:
-            self._last.popitem(last=False)
+        self._last.put(conversation, (upstream, found))
         return found

@@ -38,6 +38,7 @@ import httpx
 
 from toolref import formats
 from toolref.history import DICTIONARY_LIMIT
+from toolref.lru import LRU
 from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.sending import answers
 from toolref.sending.checks import check_body, check_manager_options, check_stream_method
@@ -112,9 +113,11 @@ class ToolReferenceManager:
     max_transcript_bytes: int = 64 << 20
     max_prior_bytes: int = 16 << 20
     savings: Savings = field(default_factory=Savings)
-    confirmed: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    histories: OrderedDict[str, int] = field(default_factory=OrderedDict)  # ref -> length
+    # Refs the server confirmed, refs sent in full (`optimistic`), histories (ref -> length):
+    # each an LRU bound by max_refs or max_histories.
+    confirmed: LRU[str, None] = field(init=False, repr=False, compare=False)
+    seen: LRU[str, None] = field(init=False, repr=False, compare=False)
+    histories: LRU[str, int] = field(init=False, repr=False, compare=False)
     # ref -> its `history.opening`, for the histories above (which conversation each
     # belongs to)
     openings: dict[str, bytes] = field(default_factory=dict)
@@ -142,16 +145,20 @@ class ToolReferenceManager:
             max_prior_bytes=self.max_prior_bytes,
         )
         self.transcripts = Transcripts(self.max_transcripts, self.max_transcript_bytes)
+        self.confirmed = LRU(self.max_refs)
+        self.seen = LRU(self.max_refs)
+        self.histories = LRU(self.max_histories, dropped=self._history_dropped)
 
     # --- memory --------------------------------------------------------------------
 
     def confirm(self, refs: Iterable[str]) -> None:
-        _remember(self.confirmed, refs, self.max_refs)
+        for ref in refs:
+            self.confirmed.put(ref, None)
 
     def forget(self, refs: Iterable[str]) -> None:
         for ref in refs:
-            self.confirmed.pop(ref, None)
-            self.seen.pop(ref, None)
+            self.confirmed.pop(ref)
+            self.seen.pop(ref)
 
     def learn(self, body: Any) -> None:
         """Confirm the refs in an answer: `toolReferences`, or a register response's `refs`."""
@@ -327,7 +334,8 @@ class ToolReferenceManager:
         if not self.refs_accepted or response.status_code >= 400:
             return
         if self.optimistic:
-            _remember(self.seen, refs, self.max_refs)
+            for ref in refs:
+                self.seen.put(ref, None)
         header = response.headers.get(REFERENCES_HEADER)
         if header:
             with contextlib.suppress(ValueError):
@@ -350,7 +358,7 @@ class ToolReferenceManager:
                 self._keep_prior(refs_kept, upload)
 
     def _forget_history(self, ref: str) -> None:
-        self.histories.pop(ref, None)
+        self.histories.pop(ref)
         self.openings.pop(ref, None)
         self.priors.pop(ref, None)
 
@@ -362,13 +370,12 @@ class ToolReferenceManager:
         self.prior_pause = 2**self.prior_refusals - 1
 
     def _remember_history(self, ref: str, length: int, first: bytes | None) -> None:
-        self.histories[ref] = length
-        self.histories.move_to_end(ref)
         if first is not None:
             self.openings[ref] = first
-        while len(self.histories) > self.max_histories:
-            gone, _ = self.histories.popitem(last=False)
-            self.openings.pop(gone, None)
+        self.histories.put(ref, length)
+
+    def _history_dropped(self, ref: str, _: int) -> None:
+        self.openings.pop(ref, None)
 
     def _keep_prior(self, refs: Sequence[str], upload: Upload) -> None:
         """Keep the body the server keeps for histories `refs` (a head and its checkpoint
@@ -475,11 +482,3 @@ class ToolReferenceManager:
                 self.learn_answer(response.status_code, response.headers, response.content)
         finally:
             await response.aclose()
-
-
-def _remember(memory: OrderedDict[str, None], refs: Iterable[str], limit: int) -> None:
-    for ref in refs:
-        memory[ref] = None
-        memory.move_to_end(ref)
-    while len(memory) > limit:
-        memory.popitem(last=False)

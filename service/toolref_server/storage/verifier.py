@@ -11,9 +11,9 @@ payloads (LRU). Thread-safe: the checks run in worker threads."""
 from __future__ import annotations
 
 import hashlib
-from collections import OrderedDict
 from threading import Lock
 
+from toolref.lru import LRU
 from toolref.wire.canonical import Ref
 from toolref_server.storage import record
 from toolref_server.storage.record import Record
@@ -27,8 +27,8 @@ class Verifier:
     def __init__(self, limit: int, chars: int = 32 << 20) -> None:
         self.limit = limit
         self.chars = chars
-        self._sound: OrderedDict[bytes, Record] = OrderedDict()  # SHA-256 of bytes -> record
-        self._held = 0  # payload characters in `_sound`
+        # SHA-256 of bytes -> record, its payload characters counted
+        self._sound: LRU[bytes, Record] = LRU(max(limit, 1), chars, _chars)
         self._lock = Lock()
 
     def __call__(self, data: bytes, ref: Ref) -> Record | None:
@@ -36,8 +36,6 @@ class Verifier:
         key = hashlib.sha256(data).digest()
         with self._lock:
             known = self._sound.get(key)
-            if known is not None:
-                self._sound.move_to_end(key)
         if known is not None:
             # The same bytes, sound before: sound still, but they must name this ref too.
             return known if known.digest[: len(ref.digest_prefix)] == ref.digest_prefix else None
@@ -46,12 +44,12 @@ class Verifier:
         if found is not None and self.limit > 0 and size <= self.chars:
             with self._lock:
                 if key not in self._sound:
-                    self._sound[key] = found
-                    self._held += size
-                while len(self._sound) > self.limit or self._held > self.chars:
-                    _, gone = self._sound.popitem(last=False)
-                    self._held -= len(gone.payload.args) + len(gone.payload.result)
+                    self._sound.put(key, found)
         return found
 
     def __len__(self) -> int:
         return len(self._sound)
+
+
+def _chars(found: Record) -> int:
+    return len(found.payload.args) + len(found.payload.result)
