@@ -39,11 +39,11 @@ from toolref.wire.errors import BadRequestError, NotFoundError, ToolrefError
 from toolref.wire.headers import KEY_HEADER, SAVINGS_HEADER, SWITCHED_FROM_HEADER
 from toolref.wire.numbers import describe, whole_number
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
-from toolref_server.gateway.inflight import InFlight
 from toolref_server.gateway.inprocess import InProcessRegistry
 from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool
 from toolref_server.gateway.upstreams import METHODS, PREFIX, route, unsafe_query
 from toolref_server.http.auth import Authenticator
+from toolref_server.http.inflight import InFlight
 from toolref_server.http.problem import problem_response
 from toolref_server.metrics import Metrics
 from toolref_server.services import Services

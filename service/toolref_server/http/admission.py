@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolref.receiving.budget import SCOPE_KEY, Budget
 from toolref.wire.errors import OverloadedError
+from toolref_server.http.inflight import InFlight
 from toolref_server.http.problem import problem_response
 
 EXEMPT: Final = frozenset({"/healthz"})
@@ -27,29 +28,27 @@ EXEMPT: Final = frozenset({"/healthz"})
 class AdmissionMiddleware:
     def __init__(self, app: ASGIApp, limit: int, retry_after: int, budget: Budget) -> None:
         self.app = app
-        self.limit = limit
-        self.retry_after = retry_after
         self.budget = budget
-        self.in_flight = 0
+        self.in_flight = InFlight(
+            limit,
+            None,
+            retry_after,
+            setting="TOOLREF_MAX_REQUESTS_IN_FLIGHT",
+            fix=", or send full payloads meanwhile",
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in EXEMPT:
             await self.app(scope, receive, send)
             return
-        if self.in_flight >= self.limit:
-            refusal = OverloadedError(
-                f"this server process has {self.in_flight} requests in flight, its limit "
-                f"(TOOLREF_MAX_REQUESTS_IN_FLIGHT={self.limit}); retry after "
-                f"{self.retry_after}s, or send full payloads meanwhile",
-                retry_after=self.retry_after,
-                limit=self.limit,
-            )
+        try:
+            self.in_flight.take()
+        except OverloadedError as refusal:
             await problem_response(refusal)(scope, receive, send)
             return
-        self.in_flight += 1
         try:
             with self.budget.account() as account:
                 scope[SCOPE_KEY] = account
                 await self.app(scope, receive, send)
         finally:
-            self.in_flight -= 1
+            self.in_flight.give()
