@@ -35,7 +35,7 @@ from typing import Any, Final
 
 import httpx
 
-from toolref.receiving.asgi_io import Disconnected, read_body
+from toolref.receiving.asgi_io import Disconnected, read_body, while_connected
 from toolref.receiving.budget import Account, Budget
 from toolref.receiving.middleware import Receive, Scope, Send
 from toolref.receiving.workers import Workers
@@ -65,7 +65,7 @@ from .headers import (
     to_provider,
 )
 from .passthrough import pass_through
-from .replies import relay_answer, reply_error, reply_json, while_connected
+from .replies import relay_answer, reply_error, reply_json
 from .savings import Route, Tally, Upload, savings_header, summary, turn_line
 from .shapes import ErrorReply, error_reply, provider_of
 from .switch import Switchboard, conversation_of

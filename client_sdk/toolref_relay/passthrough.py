@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from toolref.receiving.asgi_io import Disconnected, body_pieces
+from toolref.receiving.asgi_io import Disconnected, body_pieces, while_connected
 from toolref.receiving.middleware import Receive, Send
 
 from .calls import UNREACHABLE, Call, failed, log_call
 from .headers import to_gateway, to_provider
-from .replies import relay_answer, reply_error, while_connected
+from .replies import relay_answer, reply_error
 
 if TYPE_CHECKING:
     from .app import Relay

@@ -3,16 +3,14 @@ arrive, and work that stops when the agent goes away."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
 
 from toolref.receiving.hops import decoded, encoded
-from toolref.receiving.middleware import Receive, Send
+from toolref.receiving.middleware import Send
 from toolref.sending.answers import is_read
 
 from .headers import to_agent
@@ -73,32 +71,3 @@ async def relay_answer(
         await response.aclose()
     await send({"type": "http.response.body", "body": b"", "more_body": False})
     return sent
-
-
-async def _disconnect(receive: Receive, body_done: asyncio.Event | None) -> None:
-    if body_done is not None:
-        await body_done.wait()  # until then the request body's reader owns `receive`
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
-async def while_connected(
-    work: Coroutine[Any, Any, None], receive: Receive, body_done: asyncio.Event | None = None
-) -> None:
-    """Run `work` until it ends or the agent disconnects, whichever comes first: a
-    disconnect cancels it (and with it the request upstream). `body_done`: set once the
-    request body has been read, by a reader that shares `receive`."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_disconnect(receive, body_done))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await watcher  # a failed watch changes nothing for the work
-    if not task.cancelled():
-        task.result()  # raises what stopped the work

@@ -5,7 +5,9 @@ service's HTTP layer."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 
 from toolref.receiving.budget import Account, charge
@@ -98,3 +100,32 @@ async def body_pieces(receive: Receive, first: bytes | None = None) -> AsyncIter
         yield message.get("body", b"")
         if not message.get("more_body", False):
             return
+
+
+async def _disconnect(receive: Receive, body_done: asyncio.Event | None) -> None:
+    if body_done is not None:
+        await body_done.wait()  # until then the request body's reader owns `receive`
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def while_connected(
+    work: Coroutine[Any, Any, None], receive: Receive, body_done: asyncio.Event | None = None
+) -> None:
+    """Run `work` until it ends or the client disconnects, whichever comes first: a
+    disconnect cancels it (and with it the request upstream). `body_done`: set once the
+    request body has been read, by a reader that shares `receive`."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnect(receive, body_done))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watcher  # a failed watch changes nothing for the work
+    if not task.cancelled():
+        task.result()  # raises what stopped the work

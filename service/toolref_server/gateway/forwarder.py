@@ -26,14 +26,13 @@ credentials; the request's path and query are never logged or shown.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import httpcore
 from starlette.types import Message, Receive, Scope, Send
 
-from toolref.receiving.asgi_io import Disconnected, header_values
+from toolref.receiving.asgi_io import Disconnected, header_values, while_connected
 from toolref.receiving.budget import SCOPE_KEY, Account
 from toolref.receiving.hops import decoded, encoded, end_to_end, without_toolref
 from toolref.wire.errors import OverloadedError, ServiceUnavailableError, ToolrefError
@@ -101,43 +100,52 @@ class Forwarder:
             port=upstream.upstream.port,
             target=upstream.target(scope.get("query_string", b"")),
         )
-        exchange = asyncio.ensure_future(
-            self._pool().send(
+        work = self._exchange(scope, send, url, content, framing=framing)
+        try:
+            await while_connected(work, receive, inbound.whole)
+        except Disconnected:  # the client left while its body was sent
+            return
+
+    async def _exchange(
+        self,
+        scope: Scope,
+        send: Send,
+        url: httpcore.URL,
+        content: bytes | AsyncIterator[bytes],
+        *,
+        framing: list[tuple[bytes, bytes]],
+    ) -> None:
+        """The request sent and its answer streamed back; a refusal when the upstream
+        cannot be had. Cancelled at any stage by the client hanging up."""
+        upstream: Route = scope[ROUTE_KEY]
+        try:
+            response = await self._pool().send(
                 scope["method"].encode("ascii"),
                 url,
                 [*request_headers(scope, upstream), *framing],
                 content,
             )
-        )
-        hang_up = asyncio.ensure_future(inbound.hang_up())
+        except httpcore.PoolTimeout:
+            await _refuse(scope, send, self._busy())
+            return
+        except httpcore.TimeoutException:
+            await _refuse(scope, send, UpstreamTimeoutError(_timeout(upstream)))
+            return
+        except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
+            await _refuse(scope, send, UpstreamUnreachableError(_unreachable(upstream, exc)))
+            return
         try:
-            await asyncio.wait({exchange, hang_up}, return_when=asyncio.FIRST_COMPLETED)
-            if not exchange.done():  # the client left before the answer's head
-                return
-            try:
-                response = exchange.result()
-            except Disconnected:  # the client left while its body was sent
-                return
-            except httpcore.PoolTimeout:
-                await _refuse(scope, send, self._busy())
-                return
-            except httpcore.TimeoutException:
-                await _refuse(scope, send, UpstreamTimeoutError(_timeout(upstream)))
-                return
-            except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
-                await _refuse(scope, send, UpstreamUnreachableError(_unreachable(upstream, exc)))
-                return
-            try:
-                await _relay(response, hang_up, send)
-            finally:
-                await response.aclose()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status,
+                    "headers": answer_headers(response.headers),
+                }
+            )
+            # The upstream failing mid-answer raises: the client's connection is aborted.
+            await _pieces(response, send)
         finally:
-            for task in (exchange, hang_up):
-                task.cancel()  # a no-op once it is done
-            await asyncio.wait({exchange, hang_up})
-            for task in (exchange, hang_up):
-                if not task.cancelled():
-                    task.exception()  # retrieved: never logged as "never retrieved"
+            await response.aclose()
 
     def _busy(self) -> OverloadedError:
         limit = self._pool().max_connections
@@ -151,13 +159,13 @@ class Forwarder:
 
 
 class _Inbound:
-    """The client's side of one request: its body for the upstream, then its hang-up.
-    `receive` has one reader at a time: the body's pieces while they come, then
-    `hang_up`, which starts once the body is whole."""
+    """The client's side of one request: its body for the upstream. `receive` has one reader
+    at a time: the body's pieces while they come, then (once `whole` is set) the watch for
+    the client hanging up (`asgi_io.while_connected`)."""
 
     def __init__(self, receive: Receive) -> None:
         self._receive = receive
-        self._whole = asyncio.Event()
+        self.whole = asyncio.Event()
 
     def content(
         self, scope: Scope, first: Message, account: Account | None = None
@@ -168,7 +176,7 @@ class _Inbound:
         body: bytes = first.get("body", b"")
         framed = any(k.decode("latin-1").lower() in _FRAMING for k, _ in scope["headers"])
         if not first.get("more_body", False):
-            self._whole.set()
+            self.whole.set()
             length = [(b"content-length", str(len(body)).encode())]
             framing = length if body or framed else []
             if account is not None and body:
@@ -189,15 +197,8 @@ class _Inbound:
             if piece:
                 yield piece
             if not message.get("more_body", False):
-                self._whole.set()
+                self.whole.set()
                 return
-
-    async def hang_up(self) -> None:
-        """Returns when the client hangs up (after its body: until then the body's reader
-        sees it)."""
-        await self._whole.wait()
-        while (await self._receive())["type"] != "http.disconnect":
-            pass
 
 
 def _declared_length(scope: Scope) -> bytes | None:
@@ -219,28 +220,6 @@ async def _sent_once(body: bytes, account: Account) -> AsyncIterator[bytes]:
     del body
     yield held.pop()
     account.close()
-
-
-async def _relay(response: httpcore.Response, hang_up: asyncio.Future[None], send: Send) -> None:
-    """The answer to the client as it arrives, while watching for the client leaving (which
-    cancels the upstream read)."""
-    await send(
-        {
-            "type": "http.response.start",
-            "status": response.status,
-            "headers": answer_headers(response.headers),
-        }
-    )
-    streaming = asyncio.ensure_future(_pieces(response, send))
-    try:
-        done, _ = await asyncio.wait({streaming, hang_up}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        streaming.cancel()  # a no-op once it is done
-    if streaming in done:
-        streaming.result()  # the upstream failing mid-answer aborts the client's connection
-        return
-    with contextlib.suppress(asyncio.CancelledError, httpcore.NetworkError, OSError):
-        await streaming
 
 
 async def _pieces(response: httpcore.Response, send: Send) -> None:
