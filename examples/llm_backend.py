@@ -9,9 +9,9 @@ and answers in text once the tool's result is in; the client runs the tools.
 
 The middleware hydrates the refs and history refs clients send (see
 examples/openai_client.py and examples/anthropic_client.py), so this code only ever sees
-whole requests. GET /received lists every request body the app was given, as it got it.
-`--plain` serves the same app without the middleware (a backend that knows nothing of
-toolref).
+whole requests. GET /received lists every request body the app was given, as it got it
+(`--no-record`: none are kept, for runs that last hours). `--plain` serves the same app
+without the middleware (a backend that knows nothing of toolref).
 
     python examples/llm_backend.py --registry http://127.0.0.1:8750 --port 8001
 """
@@ -312,9 +312,12 @@ def responses_events(reply: Reply, calls: int) -> list[dict[str, Any]]:
 # --- the app ------------------------------------------------------------------------------
 
 
-def create_backend(registry: AsyncRegistryClient | None, delay: float = 0.01) -> Starlette:
+def create_backend(
+    registry: AsyncRegistryClient | None, delay: float = 0.01, record: bool = True
+) -> Starlette:
     """The backend app; `registry` None: without the middleware. `delay`: seconds between
-    streamed events."""
+    streamed events. `record`: keep every request body for GET /received (tests); off, a
+    long run's memory stays flat."""
     received: list[str] = []
 
     async def streamed(frames: list[bytes]) -> AsyncIterator[bytes]:
@@ -330,7 +333,8 @@ def create_backend(registry: AsyncRegistryClient | None, delay: float = 0.01) ->
 
     async def read(request: Request) -> dict[str, Any]:
         text = (await request.body()).decode()
-        received.append(text)
+        if record:
+            received.append(text)
         body: dict[str, Any] = json.loads(text)
         return body
 
@@ -388,11 +392,15 @@ def main() -> None:
     parser.add_argument("--api-key", default=os.environ.get("TOOLREF_API_KEY"))
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--plain", action="store_true", help="without ToolRefMiddleware")
+    parser.add_argument(
+        "--no-record", action="store_true", help="keep no request bodies (GET /received is empty)"
+    )
     args = parser.parse_args()
     import uvicorn
 
     registry = None if args.plain else AsyncRegistryClient(args.registry, api_key=args.api_key)
-    uvicorn.run(create_backend(registry), host="127.0.0.1", port=args.port, log_level="warning")
+    app = create_backend(registry, record=not args.no_record)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

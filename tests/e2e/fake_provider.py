@@ -20,7 +20,8 @@ Requests without tools (titles, summaries, quota probes) get plain text.
 Every request is recorded (method, path, headers, the bytes as they came over the wire
 and decoded from `Content-Encoding`), kept in `FakeProvider.requests`, listed by
 `GET /_fake/requests` (one summary per request; `GET /_fake/requests/N` is request N's
-body), and optionally written to a directory.
+body), and optionally written to a directory; with `record=False` (`--no-record`) none is
+kept, for runs that last hours.
 
     python -m tests.e2e.fake_provider --port 8090 --calls 20 --workdir /tmp/work
 """
@@ -528,13 +529,14 @@ def responses_frames(reply: Reply, model: str, input_tokens: int) -> list[bytes]
 
 class FakeProvider:
     """The fake: `scripts` per API (one `Script` for all when given one), `requests` as
-    they came, `dump` a directory each request is also written to."""
+    they came (unless not `record`), `dump` a directory each request is also written to."""
 
     def __init__(
         self,
         script: Script | dict[Api, Script],
         dump: Path | None = None,
         delay: float = 0.0,
+        record: bool = True,
     ) -> None:
         self.scripts: dict[Api, Script] = (
             dict(script) if isinstance(script, dict) else dict.fromkeys(APIS, script)
@@ -542,6 +544,7 @@ class FakeProvider:
         self.requests: list[Recorded] = []
         self.dump = dump
         self.delay = delay  # seconds between streamed events
+        self.record = record
         self._ids = itertools.count()
         self.app = Starlette(
             routes=[
@@ -576,7 +579,8 @@ class FakeProvider:
             wire=wire,
             body=decode_body(wire, encoding) if encoding else wire,
         )
-        self.requests.append(record)
+        if self.record:
+            self.requests.append(record)
         if self.dump is not None:
             self.dump.mkdir(parents=True, exist_ok=True)
             stem = self.dump / f"{record.index:03d}"
@@ -694,10 +698,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=20, help="tool calls before the final text")
     parser.add_argument("--workdir", type=Path, required=True, help="where the agent works")
     parser.add_argument("--dump", type=Path, help="write each request's body and headers here")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds between streamed events")
+    parser.add_argument("--no-record", action="store_true", help="keep no requests in memory")
     args = parser.parse_args(argv)
     import uvicorn
 
-    fake = FakeProvider(Script(args.calls, args.workdir.resolve()), dump=args.dump)
+    script = Script(args.calls, args.workdir.resolve())
+    fake = FakeProvider(script, dump=args.dump, delay=args.delay, record=not args.no_record)
     uvicorn.run(fake.app, host=args.host, port=args.port, log_level="warning")
 
 
