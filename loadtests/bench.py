@@ -103,7 +103,10 @@ def main() -> int:
         drawn = chart.draw(section, DOCS / "bench")
         if drawn is not None:
             section.chart = str(drawn.relative_to(DOCS))
-    kept = region(DOCS / "benchmarks.md", "hostile-loadtest")  # written by loadtest-hostile
+    # Written by `make loadtest-hostile` and `make soak` (30 minutes: not run here).
+    kept = region(DOCS / "benchmarks.md", "hostile-loadtest") + region(
+        DOCS / "benchmarks.md", "soak"
+    )
     text = write(DOCS / "benchmarks.md", "make bench", sections, PREAMBLE, kept)
     replace_region(DOCS / "summaries.md", "summary-table", summaries.markdown())
     replace_region(DOCS / "handoff.md", "handoff-table", carried.markdown())
