@@ -31,7 +31,9 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 PREAMBLE = """Load test: `make loadtest` (60 s, 50 users, a worker per core) passes with no failed
 request; its last report is [loadtest/report.html](loadtest/report.html)
-([stats](loadtest/stats.csv)). Sizing advice: [operations.md](operations.md).
+([stats](loadtest/stats.csv)). Sizing advice: [operations.md](operations.md). Memory over
+a long run: `make soak` (30 minutes against real processes; its last run is the Soak
+section at the end, which `make bench` keeps).
 
 Targets missed, what the profile showed, and before and after (same machine):
 

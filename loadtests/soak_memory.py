@@ -24,6 +24,7 @@ import psutil
 
 MIB: Final = 2**20
 PER: Final = 10_000  # slopes are given per this many requests
+SPAN_MIB: Final = 16.0  # each chart's RSS axis spans at least this
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +35,10 @@ class Sample:
 
 
 class Sampler:
-    """Samples the RSS of each named process and its descendants (labelled `name
-    (child's name)`) every `every` seconds, from a thread, with the requests completed."""
+    """Samples the RSS of each named process and of its children (labelled `name (child's
+    name)`, numbered when two share a name) every `every` seconds, from a thread, with the
+    requests completed. Children only, not their own: the engine forks a copy of itself to
+    save, which would otherwise be sampled, now and then, under the engine's name."""
 
     def __init__(self, roots: dict[str, int], requests: Callable[[], int], every: float) -> None:
         self.roots = {name: psutil.Process(pid) for name, pid in roots.items()}
@@ -55,14 +58,21 @@ class Sampler:
         self._thread.join(30)
 
     def sample(self) -> Sample:
-        rss = {}
+        rss: dict[str, int] = {}
         for name, root in self.roots.items():
-            for process in [root, *root.children(recursive=True)]:
-                label = name if process.pid == root.pid else f"{name} ({process.name()})"
+            for process in [root, *root.children()]:
                 try:
-                    rss[label] = process.memory_info().rss
+                    label = name if process is root else f"{name} ({process.name()})"
+                    if process.status() == psutil.STATUS_ZOMBIE:
+                        continue
+                    size = process.memory_info().rss
                 except psutil.NoSuchProcess:
                     continue
+                base, count = label, 1
+                while label in rss:
+                    count += 1
+                    label = f"{base} #{count}"
+                rss[label] = size
         return Sample(time.monotonic() - self._start, self.requests(), rss)
 
     def _loop(self) -> None:
@@ -169,6 +179,10 @@ def draw(
             verdict = "pass" if found.passes(limit) else "FAIL"
             axis.plot([x0 / 1e3, x1 / 1e3], fit, "r--", lw=1,
                       label=f"{found.per_10k_mib:+.2f} MiB / 10k requests ({verdict})")  # fmt: skip
+        low, high = axis.get_ylim()
+        if high - low < SPAN_MIB:  # a flat line drawn flat, not its noise magnified
+            middle = (low + high) / 2
+            axis.set_ylim(middle - SPAN_MIB / 2, middle + SPAN_MIB / 2)
         axis.set_title(found.process, fontsize=9)
         axis.set_ylabel("RSS MiB", fontsize=8)
         axis.legend(fontsize=7, loc="upper left")

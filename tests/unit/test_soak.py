@@ -4,12 +4,16 @@ samples and conversations the tests make (the soak itself runs in `make soak` an
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import signal
+import subprocess
+import time
 from typing import Any
 
 import pytest
 from loadtests import soak, soak_memory, workload
-from loadtests.soak_memory import MIB, Limit, Sample, growth, timeline
+from loadtests.soak_memory import MIB, Limit, Sample, Sampler, growth, timeline
 from loadtests.soak_traffic import Conversations
 
 LIMIT = Limit(soak.LIMIT_MIB, soak.FLOOR_MIB)
@@ -90,6 +94,25 @@ def test_a_short_run_is_allowed_its_floor_and_a_long_one_its_rate() -> None:
 
 def test_too_few_samples_after_warm_up_judge_nothing() -> None:
     assert growth(_samples(0, 0, count=10), warmup=60) == []
+
+
+def test_a_process_and_its_children_are_sampled_not_their_children() -> None:
+    """Two children of one name are told apart; a grandchild (the engine's fork for a
+    background save) is not sampled under its parent's name."""
+    shell = subprocess.Popen(
+        ["sh", "-c", "sleep 30 & sleep 30 & sh -c 'sleep 30; :' & wait"], start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 10
+        sampler = Sampler({"root": shell.pid}, lambda: 7, every=1.0)
+        while len((found := sampler.sample()).rss) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sorted(found.rss) == ["root", "root (sh)", "root (sleep)", "root (sleep) #2"]
+        assert found.requests == 7
+        assert all(size > 0 for size in found.rss.values())
+    finally:
+        os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait()
 
 
 def test_the_timeline_spans_the_run() -> None:
