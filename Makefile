@@ -8,7 +8,7 @@ SERVER_STAMP   := $(VENV)/.installed-server
 LOADTEST_STAMP := $(VENV)/.installed-loadtest
 DEV_STAMP      := $(VENV)/.installed-dev
 
-.PHONY: serve test js-test e2e e2e-install lint fmt bench loadtest loadtest-hostile clean \
+.PHONY: serve test js-test e2e e2e-install lint fmt bench loadtest loadtest-hostile soak clean \
 	demo web-build chromium browser-test
 
 $(BIN)/python:
@@ -68,6 +68,14 @@ loadtest: $(LOADTEST_STAMP)
 
 loadtest-hostile: $(LOADTEST_STAMP)
 	$(BIN)/python -m loadtests.loadrun --hostile --time $(LOADTEST_TIME) $(ARGS)
+
+# Mixed traffic (REST, middleware, relay -> gateway -> fake provider, zstd and gzip bodies,
+# streams, disconnects) against real processes for SOAK_TIME; fails when a process's RSS
+# grows after warm-up (loadtests/soak.py). A run of 30 minutes or more is recorded in
+# docs/benchmarks.md (the `soak` region, which `make bench` keeps).
+SOAK_TIME ?= 30m
+soak: $(DEV_STAMP)
+	$(BIN)/python -m loadtests.soak --time $(SOAK_TIME) $(ARGS)
 
 # The agent CLIs' section runs the pinned CLIs of `make e2e` (installed by e2e-install);
 # the web chat's, the demo page in Chromium.

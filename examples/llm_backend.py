@@ -52,10 +52,13 @@ def scripted_model(api: Api, body: dict[str, Any]) -> Reply:
     return Reply(text=f"You said: {turn.user}", index=turn.calls)
 
 
-def create_backend(registry: AsyncRegistryClient | None, delay: float = 0.01) -> Starlette:
+def create_backend(
+    registry: AsyncRegistryClient | None, delay: float = 0.01, record: bool = True
+) -> Starlette:
     """The backend app; `registry` None: without the middleware. `delay`: seconds between
-    streamed events. `app.state.provider.requests`: every request the app was given."""
-    provider = FakeProvider(scripted_model, delay=delay)
+    streamed events. `app.state.provider.requests`: every request the app was given (none
+    kept without `record`: a long run's memory stays flat)."""
+    provider = FakeProvider(scripted_model, delay=delay, record=record)
 
     async def received(request: Request) -> JSONResponse:
         return JSONResponse({"received": [r.body.decode() for r in provider.requests]})
@@ -75,11 +78,15 @@ def main() -> None:
     parser.add_argument("--api-key", default=os.environ.get("TOOLREF_API_KEY"))
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--plain", action="store_true", help="without ToolRefMiddleware")
+    parser.add_argument(
+        "--no-record", action="store_true", help="keep no request bodies (GET /received is empty)"
+    )
     args = parser.parse_args()
     import uvicorn
 
     registry = None if args.plain else AsyncRegistryClient(args.registry, api_key=args.api_key)
-    uvicorn.run(create_backend(registry), host="127.0.0.1", port=args.port, log_level="warning")
+    app = create_backend(registry, record=not args.no_record)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 PREAMBLE = """Load test: `make loadtest` (60 s, 50 users, a worker per core) passes with no failed
 request; its last report is [loadtest/report.html](loadtest/report.html)
-([stats](loadtest/stats.csv)). Sizing advice: [operations.md](operations.md).
+([stats](loadtest/stats.csv)). Sizing advice: [operations.md](operations.md). Memory over
+a long run: `make soak` (30 minutes against real processes; its last run is the Soak
+section at the end, which `make bench` keeps).
 
 Targets missed, what the profile showed, and before and after (same machine):
 
@@ -105,7 +107,10 @@ def main() -> int:
         drawn = chart.draw(section, DOCS / "bench")
         if drawn is not None:
             section.chart = str(drawn.relative_to(DOCS))
-    kept = region(DOCS / "benchmarks.md", "hostile-loadtest")  # written by loadtest-hostile
+    # Written by `make loadtest-hostile` and `make soak` (30 minutes: not run here).
+    kept = region(DOCS / "benchmarks.md", "hostile-loadtest") + region(
+        DOCS / "benchmarks.md", "soak"
+    )
     text = write(DOCS / "benchmarks.md", "make bench", sections, PREAMBLE, kept)
     replace_region(DOCS / "summaries.md", "summary-table", summaries.markdown())
     replace_region(DOCS / "handoff.md", "handoff-table", carried.markdown())

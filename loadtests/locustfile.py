@@ -11,63 +11,25 @@ grow; where the traces are absent, synthetic coding-agent conversations stand in
 from __future__ import annotations
 
 import itertools
-import json
 import random
-import uuid
 from typing import Any
 
 from locust import between, task
 from locust.contrib.fasthttp import FastHttpUser
 
 from loadtests import traces
+from loadtests.workload import invocation, synthetic
 
 HEADERS = {"Toolref-Protocol": "2", "Content-Type": "application/json"}
 
 
-def _synthetic(n: int) -> list[dict[str, Any]]:
-    """A coding-agent conversation: reads, greps and edits with realistic result sizes."""
-    rng = random.Random(n)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "You are a coding agent."}]
-    for turn in range(40):
-        call_id = f"call_{n}_{turn}"
-        path = f"src/module_{rng.randrange(30)}.py"
-        messages.append({"role": "user", "content": f"step {turn}"})
-        messages.append(
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
-                    }
-                ],
-            }
-        )
-        body = "".join(f"    line_{k} = compute({k})\n" for k in range(rng.randrange(20, 400)))
-        messages.append({"role": "tool", "tool_call_id": call_id, "content": body})
-    return messages
-
-
 def conversations() -> list[list[dict[str, Any]]]:
     found = [trace.messages for trace in traces.load()]
-    return found or [_synthetic(n) for n in range(8)]
+    return found or [synthetic(n) for n in range(8)]
 
 
 CONVERSATIONS = conversations()
 _next = itertools.count()
-
-
-def _invocation(size: int) -> dict[str, Any]:
-    """A tool invocation of about `size` bytes, unique per call (new refs every time)."""
-    token = uuid.uuid4().hex
-    return {
-        "name": "read_file",
-        "args": {"path": f"src/{token}.py"},
-        "result": f"{token}\n" + "x = compute(1)\n" * (size // 15),
-        "isError": False,
-    }
 
 
 class ChatBackend(FastHttpUser):
@@ -117,7 +79,7 @@ class SdkClient(FastHttpUser):
 
     @task(2)
     def register(self) -> None:
-        body = {"invocations": [_invocation(random.choice((400, 4000, 20000))) for _ in range(5)]}
+        body = {"invocations": [invocation(random.choice((400, 4000, 20000))) for _ in range(5)]}
         with self.client.post(
             "/v1/invocations", json=body, headers=HEADERS, name="register", catch_response=True
         ) as answer:
@@ -148,7 +110,7 @@ class SummaryReader(FastHttpUser):
     wait_time = between(0.1, 0.3)
 
     def on_start(self) -> None:
-        body = {"invocations": [_invocation(6000) for _ in range(10)]}
+        body = {"invocations": [invocation(6000) for _ in range(10)]}
         answer = self.client.post("/v1/invocations", json=body, headers=HEADERS, name="register")
         self.refs = [r["ref"] for r in answer.json()["refs"]] if answer.status_code == 200 else []
 

@@ -8,7 +8,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from .integration.processes import Service
+from tests.support.processes import Service
 
 
 @dataclass

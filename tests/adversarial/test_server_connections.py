@@ -11,10 +11,10 @@ from contextlib import ExitStack
 
 import pytest
 
+from tests.support.processes import Service
 from toolref_server.http.connection_limits import connection_budget
 from toolref_server.settings import Settings
 
-from ..integration.processes import Service
 from ..sockets import connect, read_reply
 from .wire import (
     Attack,

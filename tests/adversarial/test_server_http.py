@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ..integration.processes import Service
+from tests.support.processes import Service
+
 from ..sockets import connect, read_reply
 from .wire import (
     Attack,

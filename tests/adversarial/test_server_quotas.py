@@ -22,6 +22,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from tests.support.processes import Service
 from toolref import formats
 from toolref.history import chain_form
 from toolref.wire.canonical import Digest, canonical_json
@@ -35,7 +36,6 @@ from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.store import NewRecord, Store
 
 from ..conftest import all_keys, snapshot
-from ..integration.processes import Service
 from ..service.test_histories import save
 from ..sockets import connect, read_reply
 from ..unit.test_history import conversation

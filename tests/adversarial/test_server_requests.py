@@ -11,7 +11,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from ..integration.processes import Service
+from tests.support.processes import Service
+
 from ..sockets import connect, read_reply
 from .wire import assert_problem, exchange, head, post, small_request, start_service
 

@@ -17,10 +17,10 @@ from typing import Any, Final
 
 import pytest
 
+from tests.support.processes import Service
 from toolref_server.embedded import free_port, valkey_server_binary
 
 from ..conftest import ON_CLUSTER, engine_env, need
-from ..integration.processes import Service
 from ..sockets import Reply, connect, read_reply
 
 PROBLEM: Final = "application/problem+json"

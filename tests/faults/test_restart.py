@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.processes import Service
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolRefMiddleware
 from toolref_server.embedded import free_port
 
-from ..integration.processes import Service
 from .support import Backend, Conversation, Engines, payload
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]

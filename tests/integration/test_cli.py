@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.processes import Service, clean_env
 from toolref.wire.canonical import digest_of
 from toolref_server.embedded import free_port, valkey_server_binary
 
 from ..conftest import ON_CLUSTER, need
-from .processes import Service, clean_env
 
 # `serve` on its own embedded engine: data folder, Ctrl-C, restart. The single-node pass
 # runs these; the cluster pass has no embedded engine to test.

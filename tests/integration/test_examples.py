@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.processes import ROOT, Process, Service, clean_env
 from toolref_server.embedded import free_port
 
 from ..conftest import engine_env
-from .processes import ROOT, Process, Service, clean_env
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from tests.support.processes import ROOT, clean_env
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine, valkey_server_binary
 from toolref_server.settings import Settings
 
 from ..conftest import ON_CLUSTER, key_names, need
-from .processes import ROOT, clean_env
 
 # Between two embedded engines; tests/cluster/test_cluster_export.py moves a cluster's keys.
 pytestmark = pytest.mark.skipif(ON_CLUSTER, reason="exports between two embedded engines")

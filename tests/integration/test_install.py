@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import ROOT, clean_env
 from toolref_server.cli import SERVER_MODULES
 
 from ..conftest import ON_CLUSTER, need
-from .processes import ROOT, clean_env
 
 pytestmark = [
     pytest.mark.slow,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from .processes import Process, clean_env
+from tests.support.processes import Process, clean_env
 
 TOOLREF = str(Path(sys.executable).with_name("toolref"))
 KEY = "tenant-key-that-must-not-show"

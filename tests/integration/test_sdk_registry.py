@@ -30,6 +30,7 @@ import zstandard
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
+from tests.support.processes import Service
 from toolref import (
     AsyncRegistryClient,
     BreakerState,
@@ -54,7 +55,6 @@ from toolref_server.embedded import free_port, valkey_server_binary
 from toolref_server.settings import Settings
 
 from ..conftest import ON_CLUSTER, client_for, engine_env, need
-from .processes import Service
 
 MAX_BATCH = 50
 SYNC, ASYNC, IN_PROCESS = "sync-socket", "async-socket", "in-process"

@@ -16,10 +16,10 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from tests.support.processes import Service
 from toolref_server.embedded import free_port, valkey_server_binary
 
 from ..conftest import ON_CLUSTER, client_for, need
-from .processes import Service
 
 MODEL = "stub-model"
 ANSWER = "read_file src/app.py: 400 numbered lines, nothing failed."

@@ -35,11 +35,11 @@ import psutil
 import pytest
 import zstandard
 
+from tests.support.processes import Service
 from toolref_server.embedded import free_port, valkey_server_binary
 
 from ..conftest import ON_CLUSTER, engine_env, need
 from ..sockets import Reply, connect, read_reply
-from .processes import Service
 
 MiB: Final = 2**20
 LIMIT: Final = 1 * MiB

@@ -41,6 +41,7 @@ from redis import RedisCluster as SyncCluster
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
+from tests.support.processes import ROOT, clean_env
 from toolref.wire.canonical import Ref, digest_of
 from toolref.wire.errors import ValidationError
 from toolref_server import export
@@ -49,7 +50,6 @@ from toolref_server.settings import Settings
 from toolref_server.storage.redis import is_cluster_url, plain_url
 
 from ..conftest import all_keys, key_names
-from ..integration.processes import ROOT, clean_env
 
 ACME, GLOBEX = "acme-key-1", "globex-key-1"
 KEYS: Final = ",".join(

@@ -16,6 +16,7 @@ from toolref.wire.canonical import canonical_json, digest_of
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.storage import record
 from toolref_server.storage.store import NewRecord, Store
+from toolref_server.storage.verifier import Verifier
 
 INVOCATION = {"name": "read", "args": {"path": "a"}, "result": "x" * 2000, "isError": False}
 
@@ -29,6 +30,20 @@ def new_record(invocation: dict[str, object]) -> NewRecord:
 @pytest.fixture
 def store() -> Store:
     return Store(fakeredis.FakeAsyncRedis(), ttl_seconds=100)
+
+
+async def test_the_store_keeps_the_verifier_it_is_given() -> None:
+    """TOOLREF_VERIFIED_RECORDS and TOOLREF_VERIFIED_CHARS bound what the store keeps. The
+    verifier the app builds from them is empty at start, and an empty `Verifier` is falsy:
+    the store took it for none and made its own (100,000 records, 32 MiB), whatever the
+    settings said. Found by the soak (issue 28): its 2 MiB cache grew past 20 MiB."""
+    given = Verifier(limit=100, chars=3000)  # room for one record of 2,000 characters
+    store = Store(fakeredis.FakeAsyncRedis(), ttl_seconds=100, verifier=given)
+    assert store.verifier is given
+    items = [new_record({**INVOCATION, "result": str(n) * 2000}) for n in range(3)]
+    await store.register("t", items)
+    assert all(await store.fetch("t", [item.ref for item in items]))
+    assert len(given) == 1
 
 
 async def test_register_is_set_if_absent(store: Store) -> None:

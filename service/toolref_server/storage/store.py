@@ -141,7 +141,9 @@ class Store:
         self.metrics = metrics or Metrics()
         self.metrics.watch_breaker(lambda: self.breaker.state.value)
         self.workers = workers
-        self.verifier = verifier or Verifier(100_000)
+        # `is not None`: an empty Verifier is falsy (it has a length), and the app's, built
+        # from TOOLREF_VERIFIED_RECORDS and TOOLREF_VERIFIED_CHARS, is empty at start.
+        self.verifier = verifier if verifier is not None else Verifier(100_000)
 
     @staticmethod
     def key(tenant: str, ref: Ref) -> str:

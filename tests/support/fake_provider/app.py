@@ -37,15 +37,16 @@ def _tokens(body: bytes) -> int:
 
 
 class FakeProvider:
-    """The fake: `model` answers (one per API when given a dict), `requests` as they came,
-    `dump` a directory each request is also written to, `delay` seconds between streamed
-    events."""
+    """The fake: `model` answers (one per API when given a dict), `requests` as they came
+    (none kept without `record`, for runs that last hours), `dump` a directory each request
+    is also written to, `delay` seconds between streamed events."""
 
     def __init__(
         self,
         model: Model | dict[Api, Model],
         dump: Path | None = None,
         delay: float = 0.0,
+        record: bool = True,
     ) -> None:
         self.models: dict[Api, Model] = (
             dict(model) if isinstance(model, dict) else dict.fromkeys(APIS, model)
@@ -53,6 +54,7 @@ class FakeProvider:
         self.requests: list[Recorded] = []
         self.dump = dump
         self.delay = delay
+        self.record = record
         self._ids = itertools.count()
         self.app = Starlette(
             routes=[
@@ -91,7 +93,8 @@ class FakeProvider:
             wire=wire,
             body=decode_body(wire, encoding) if encoding else wire,
         )
-        self.requests.append(record)
+        if self.record:
+            self.requests.append(record)
         if self.dump is not None:
             self.dump.mkdir(parents=True, exist_ok=True)
             stem = self.dump / f"{record.index:03d}"
@@ -170,8 +173,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=20, help="tool calls before the final text")
     parser.add_argument("--workdir", type=Path, required=True, help="where the agent works")
     parser.add_argument("--dump", type=Path, help="write each request's body and headers here")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds between streamed events")
+    parser.add_argument("--no-record", action="store_true", help="keep no requests in memory")
     args = parser.parse_args(argv)
     import uvicorn
 
-    fake = FakeProvider(Script(args.calls, args.workdir.resolve()), dump=args.dump)
+    script = Script(args.calls, args.workdir.resolve())
+    fake = FakeProvider(script, dump=args.dump, delay=args.delay, record=not args.no_record)
     uvicorn.run(fake.app, host=args.host, port=args.port, log_level="warning")
