@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
@@ -86,6 +86,8 @@ FormatName = Literal[
 """A message format's name (`toolref.formats.NAMES`, in the same order)."""
 
 HydrateMode = Literal["full", "summary"]
+MIN_SUMMARY_CHARS: Final = 40  # a summary budget, in characters (hydrate's, a summary's)
+MAX_SUMMARY_CHARS: Final = 20_000
 ReturnMessages = Literal["all", "new"]
 """What hydrate does with results: `full` payloads, or older ones as a `summary`."""
 
@@ -117,7 +119,10 @@ class HydrateRequest(WireModel):
         default=None, description="Summary mode: which summarizer (the server's default if absent)."
     )
     max_chars: int | None = Field(
-        default=None, ge=40, le=20_000, description="Summary mode: the summary budget."
+        default=None,
+        ge=MIN_SUMMARY_CHARS,
+        le=MAX_SUMMARY_CHARS,
+        description="Summary mode: the summary budget.",
     )
     shadow: StrictBool = Field(
         default=False,
@@ -164,9 +169,11 @@ class OptimizationStats(AnswerModel):
     )
 
 
-class MessagesResponse(AnswerModel):
+class MessagesAnswer(AnswerModel):
+    """What optimize and hydrate answer besides the messages (`MessagesResponse`): read and
+    written on its own where the messages travel as the JSON text made for them."""
+
     format: FormatName = Field(description="The format, as named or detected.")
-    messages: list[dict[str, Any]] = Field(description="The rewritten conversation.")
     tool_references: dict[str, str] | None = Field(
         default=None,
         description="Tool call id -> ref of every invocation in the messages (protocol 2 only).",
@@ -185,6 +192,10 @@ class MessagesResponse(AnswerModel):
     checkpoint_length: int | None = Field(
         default=None, description="Hydrate with `checkpoint`: how many messages it holds."
     )
+
+
+class MessagesResponse(MessagesAnswer):
+    messages: list[dict[str, Any]] = Field(description="The rewritten conversation.")
 
 
 class SummaryResponse(AnswerModel):
