@@ -86,6 +86,7 @@ FormatName = Literal[
 """A message format's name (`toolref.formats.NAMES`, in the same order)."""
 
 HydrateMode = Literal["full", "summary"]
+HISTORY_REF_PATTERN: Final = r"^th_[a-z2-7]{25}[aeimquy4]$"  # toolref.history's grammar
 MIN_SUMMARY_CHARS: Final = 40  # a summary budget, in characters (hydrate's, a summary's)
 MAX_SUMMARY_CHARS: Final = 20_000
 ReturnMessages = Literal["all", "new"]
@@ -131,7 +132,7 @@ class HydrateRequest(WireModel):
     )
     history_ref: StrictStr | None = Field(
         default=None,
-        pattern=r"^th_[a-z2-7]{25}[aeimquy4]$",
+        pattern=HISTORY_REF_PATTERN,
         description="A history the server confirmed (protocol 2): `messages` are only the "
         "messages after it. The answer holds the whole conversation and confirms its new head.",
     )
@@ -181,16 +182,18 @@ class MessagesAnswer(AnswerModel):
     optimization_stats: OptimizationStats
     history_ref: str | None = Field(
         default=None,
+        pattern=HISTORY_REF_PATTERN,
         description="Hydrate, when asked to keep the history (`historyRef`, or the request "
         "header `Toolref-History: ?1`): the ref of the whole conversation, for the next turn.",
     )
     checkpoint_ref: str | None = Field(
         default=None,
+        pattern=HISTORY_REF_PATTERN,
         description="Hydrate with `checkpoint`: the ref of the history of the first "
         "`checkpointLength` messages, kept too (absent when no such prefix is new here).",
     )
     checkpoint_length: int | None = Field(
-        default=None, description="Hydrate with `checkpoint`: how many messages it holds."
+        default=None, ge=1, description="Hydrate with `checkpoint`: how many messages it holds."
     )
 
 
@@ -366,7 +369,7 @@ def validated(model: type[Model], value: Any) -> Model:
         return model.model_validate(value)
     except pydantic.ValidationError as exc:
         errors = [
-            {"pointer": _pointer(err["loc"]), "message": err["msg"]}
+            {"pointer": pointer(err["loc"]), "message": err["msg"]}
             for err in exc.errors(include_url=False, include_input=False)
         ]
         shown = "; ".join(f"{e['pointer'] or '/'}: {e['message']}" for e in errors[:5])
@@ -378,6 +381,6 @@ def validated(model: type[Model], value: Any) -> Model:
         ) from None
 
 
-def _pointer(loc: Sequence[int | str]) -> str:
+def pointer(loc: Sequence[int | str]) -> str:
     """JSON Pointer (RFC 6901) of a pydantic error location."""
     return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in loc)

@@ -17,7 +17,12 @@ from toolref.receiving.budget import SCOPE_KEY
 from toolref.wire import endpoints
 from toolref.wire.errors import ProtocolRequiredError
 from toolref.wire.headers import HISTORY_HEADER, PROTOCOL_HEADER
-from toolref.wire.models import HydrateRequest, MessagesResponse, validated
+from toolref.wire.models import (
+    HISTORY_REF_PATTERN,
+    HydrateRequest,
+    MessagesResponse,
+    validated,
+)
 from toolref.wire.protocol import PROTOCOL_REFS
 from toolref_server.http.operation import ApiRoute, Header, Operation, Parameter, Reply
 from toolref_server.registry import continuation
@@ -150,7 +155,7 @@ HYDRATE = Operation(
                 HISTORY_HEADER,
                 "When asked to keep the history: its ref (also `historyRef` in the body), for "
                 "the next turn.",
-                {"type": "string", "pattern": "^th_[a-z2-7]{25}[aeimquy4]$"},
+                {"type": "string", "pattern": HISTORY_REF_PATTERN},
                 required=False,
             ),
         ),
@@ -161,7 +166,7 @@ HYDRATE = Operation(
         Parameter(
             HISTORY_HEADER,
             "header",
-            {"type": "string", "pattern": r"^(\?[01]|th_[a-z2-7]{25}[aeimquy4])$"},
+            {"type": "string", "pattern": r"^(\?[01]|" + HISTORY_REF_PATTERN[1:-1] + ")$"},
             "`?1`: keep this conversation as a history and confirm its ref. A history ref: "
             "the body's messages continue that history, and a zstd body was compressed with "
             "its dictionary.",
