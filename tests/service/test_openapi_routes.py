@@ -28,7 +28,8 @@ from tests.support.fake_provider import FakeProvider, Reply
 from tests.support.servers import serve as serve_app
 from toolref.wire.canonical import invocation_digest
 from toolref_server.app import create_app
-from toolref_server.http import openapi
+from toolref_server.http import admission, openapi
+from toolref_server.http.operation import ApiRoute
 from toolref_server.settings import Settings
 
 from ..conftest import Api
@@ -105,6 +106,19 @@ def test_a_route_that_declares_no_operation_cannot_be_documented() -> None:
     app = create_app(Settings(redis_url="unused"))
     with pytest.raises(TypeError, match="declares no operation"):
         openapi.document([*app.routes, Route("/v1/undocumented", undocumented)])
+
+
+def test_the_document_promises_no_503_exactly_where_admission_never_refuses() -> None:
+    """An operation declared `admitted` is one the admission layer lets through whatever
+    the load (a liveness probe), and no other."""
+    app = create_app(Settings(redis_url="unused"))
+    declared = {r.path for r in app.routes if isinstance(r, ApiRoute) and r.operation.admitted}
+    assert declared == set(admission.EXEMPT) == {"/healthz"}
+    document = openapi.document(app.routes)
+    for path, item in document["paths"].items():
+        assert ("503" not in item["get" if "get" in item else "post"]["responses"]) is (
+            path in declared
+        )
 
 
 async def test_the_gateway_forwards_exactly_the_documented_methods(make_api: Api) -> None:

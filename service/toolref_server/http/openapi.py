@@ -51,14 +51,12 @@ _INFO = (
     "`request-timeout` (head or body too slow), 431 `headers-too-large`, 503 `overloaded` "
     "(every connection busy)."
 )
-_SECURITY: Final = {
-    "bearer": {"type": "http", "scheme": "bearer", "description": "API key."},
-    "toolrefKey": {
-        "type": "apiKey",
-        "in": "header",
-        "name": KEY_HEADER,
-        "description": "API key, for the gateway (`Authorization` is the upstream's).",
-    },
+_BEARER: Final = {"type": "http", "scheme": "bearer", "description": "API key."}
+_TOOLREF_KEY: Final = {
+    "type": "apiKey",
+    "in": "header",
+    "name": KEY_HEADER,
+    "description": "API key, for the gateway (`Authorization` is the upstream's).",
 }
 _METRICS_KEY: Final = {
     "type": "http",
@@ -99,9 +97,11 @@ def document(
     for path, method, operation in served:
         paths.setdefault(path, {})[method.lower()] = _operation(operation, method, settings)
     components: dict[str, Any] = {"schemas": _schemas(served, summarizers, upstreams)}
-    schemes = {name: scheme for name, scheme in _SECURITY.items() if secured}
-    if not upstreams:
-        schemes.pop("toolrefKey", None)
+    schemes: dict[str, Any] = {}
+    if secured:
+        schemes["bearer"] = _BEARER
+        if upstreams:
+            schemes["toolrefKey"] = _TOOLREF_KEY
     if metrics_secured:
         schemes["metricsKey"] = _METRICS_KEY
     if schemes:
