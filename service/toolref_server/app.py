@@ -24,6 +24,7 @@ from toolref.receiving.workers import Workers
 from toolref.wire.errors import NotFoundError, ToolrefError
 from toolref_server.documents import BodyLimits
 from toolref_server.gateway.gateway import Gateway
+from toolref_server.gateway.gateway import operations as gateway_operations
 from toolref_server.http.access import AccessMiddleware
 from toolref_server.http.admission import AdmissionMiddleware
 from toolref_server.http.auth import Authenticator
@@ -269,5 +270,6 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.budget = budget
+    app.state.mounted = gateway_operations(settings)  # what the OpenAPI document adds
     app.router.redirect_slashes = False  # a trailing slash is a 404 problem, not a redirect
     return app

@@ -1,9 +1,10 @@
 """GET /openapi.json is accurate.
 
-It lists exactly the app's routes, it is valid OpenAPI 3.1, and every response the service
-gives is one it describes: status code, content type, headers and body, for requests that
-schemathesis generates from the document itself (valid and invalid alike) and for a
-register / resolve / GET round trip in JSON and in msgpack.
+It lists exactly the app's routes (test_openapi_routes.py, the gateway's too), it is valid
+OpenAPI 3.1, and every response the service gives is one it describes: status code, content
+type, headers and body, for requests that schemathesis generates from the document itself
+(valid and invalid alike) and for a register / resolve / GET round trip in JSON and in
+msgpack.
 
 schemathesis drives an in-process app on the real engine: its strategies make the requests,
 httpx sends them through the same ASGI transport the other service tests use (the Redis
@@ -28,7 +29,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis import APIOperation, Case, CheckFunction, GenerationMode
 from schemathesis.checks import not_a_server_error
-from schemathesis.core.result import Ok
 from schemathesis.errors import FailureGroup
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
@@ -198,25 +198,7 @@ def assert_conforms(case: Case[Any], response: httpx.Response) -> None:
         assert response.json()["status"] == response.status_code
 
 
-# --- 1. the document lists exactly the app's routes ---
-
-
-@pytest.mark.parametrize("keyed", [False, True], ids=["open", "keyed"])
-async def test_document_lists_exactly_the_routes_of_the_app(make_api: Api, keyed: bool) -> None:
-    keys = KEYS if keyed else ""
-    served = await serve(make_api, api_keys=keys)
-    app = create_app(Settings(redis_url="unused", api_keys=keys))
-    routes = route_operations(app)
-    documented = documented_operations(served.document)
-    assert routes - documented == set(), "routes missing from /openapi.json"
-    assert documented - routes == set(), "documented operations the app does not serve"
-    assert len(routes) == len(OPERATIONS) >= 8
-    # schemathesis sees the same operations (it would ignore a malformed path item).
-    loaded = set()
-    for result in served.schema.get_all_operations():
-        assert isinstance(result, Ok), result
-        loaded.add((result.ok().method.upper(), result.ok().path))
-    assert loaded == routes
+# --- 1. the document lists exactly the app's routes: test_openapi_routes.py ---
 
 
 # --- 2. the document is valid OpenAPI 3.1 ---

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
@@ -86,6 +86,9 @@ FormatName = Literal[
 """A message format's name (`toolref.formats.NAMES`, in the same order)."""
 
 HydrateMode = Literal["full", "summary"]
+HISTORY_REF_PATTERN: Final = r"^th_[a-z2-7]{25}[aeimquy4]$"  # toolref.history's grammar
+MIN_SUMMARY_CHARS: Final = 40  # a summary budget, in characters (hydrate's, a summary's)
+MAX_SUMMARY_CHARS: Final = 20_000
 ReturnMessages = Literal["all", "new"]
 """What hydrate does with results: `full` payloads, or older ones as a `summary`."""
 
@@ -117,7 +120,10 @@ class HydrateRequest(WireModel):
         default=None, description="Summary mode: which summarizer (the server's default if absent)."
     )
     max_chars: int | None = Field(
-        default=None, ge=40, le=20_000, description="Summary mode: the summary budget."
+        default=None,
+        ge=MIN_SUMMARY_CHARS,
+        le=MAX_SUMMARY_CHARS,
+        description="Summary mode: the summary budget.",
     )
     shadow: StrictBool = Field(
         default=False,
@@ -126,7 +132,7 @@ class HydrateRequest(WireModel):
     )
     history_ref: StrictStr | None = Field(
         default=None,
-        pattern=r"^th_[a-z2-7]{25}[aeimquy4]$",
+        pattern=HISTORY_REF_PATTERN,
         description="A history the server confirmed (protocol 2): `messages` are only the "
         "messages after it. The answer holds the whole conversation and confirms its new head.",
     )
@@ -164,9 +170,11 @@ class OptimizationStats(AnswerModel):
     )
 
 
-class MessagesResponse(AnswerModel):
+class MessagesAnswer(AnswerModel):
+    """What optimize and hydrate answer besides the messages (`MessagesResponse`): read and
+    written on its own where the messages travel as the JSON text made for them."""
+
     format: FormatName = Field(description="The format, as named or detected.")
-    messages: list[dict[str, Any]] = Field(description="The rewritten conversation.")
     tool_references: dict[str, str] | None = Field(
         default=None,
         description="Tool call id -> ref of every invocation in the messages (protocol 2 only).",
@@ -174,17 +182,23 @@ class MessagesResponse(AnswerModel):
     optimization_stats: OptimizationStats
     history_ref: str | None = Field(
         default=None,
+        pattern=HISTORY_REF_PATTERN,
         description="Hydrate, when asked to keep the history (`historyRef`, or the request "
         "header `Toolref-History: ?1`): the ref of the whole conversation, for the next turn.",
     )
     checkpoint_ref: str | None = Field(
         default=None,
+        pattern=HISTORY_REF_PATTERN,
         description="Hydrate with `checkpoint`: the ref of the history of the first "
         "`checkpointLength` messages, kept too (absent when no such prefix is new here).",
     )
     checkpoint_length: int | None = Field(
-        default=None, description="Hydrate with `checkpoint`: how many messages it holds."
+        default=None, ge=1, description="Hydrate with `checkpoint`: how many messages it holds."
     )
+
+
+class MessagesResponse(MessagesAnswer):
+    messages: list[dict[str, Any]] = Field(description="The rewritten conversation.")
 
 
 class SummaryResponse(AnswerModel):
@@ -355,7 +369,7 @@ def validated(model: type[Model], value: Any) -> Model:
         return model.model_validate(value)
     except pydantic.ValidationError as exc:
         errors = [
-            {"pointer": _pointer(err["loc"]), "message": err["msg"]}
+            {"pointer": pointer(err["loc"]), "message": err["msg"]}
             for err in exc.errors(include_url=False, include_input=False)
         ]
         shown = "; ".join(f"{e['pointer'] or '/'}: {e['message']}" for e in errors[:5])
@@ -367,6 +381,6 @@ def validated(model: type[Model], value: Any) -> Model:
         ) from None
 
 
-def _pointer(loc: Sequence[int | str]) -> str:
+def pointer(loc: Sequence[int | str]) -> str:
     """JSON Pointer (RFC 6901) of a pydantic error location."""
     return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in loc)

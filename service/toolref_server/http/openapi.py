@@ -1,184 +1,141 @@
-"""The OpenAPI 3.1 document, built from the same pydantic models the routes use."""
+"""The OpenAPI 3.1 document, generated: every route of the app with the operation it
+declares (`toolref_server.http.operation.ApiRoute`), the gateway's operation
+(`/llm/{name}/{path}`) when it has upstreams, and the schemas of the pydantic models those
+operations take and answer. What every operation shares (the protocol header, problems,
+admission, security) is added here, once."""
 
 from __future__ import annotations
 
-from functools import cache
-from typing import Any
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
 from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
+from starlette.routing import BaseRoute
 
 from toolref import __version__
 from toolref.wire.canonical import REF_LENGTH
 from toolref.wire.encoding import JSON_TYPE, MSGPACK_TYPE, PROBLEM_TYPE
 from toolref.wire.errors import PROBLEM_BASE
-from toolref.wire.headers import HISTORY_HEADER, PROTOCOL_HEADER
-from toolref.wire.models import (
-    Capabilities,
-    FindMissingResponse,
-    HandoffRequest,
-    HandoffResponse,
-    Health,
-    HydrateRequest,
-    Invocation,
-    MessagesResponse,
-    OptimizeRequest,
-    Problem,
-    RefsRequest,
-    RegisterRequest,
-    RegisterResponse,
-    ResolveResponse,
-    SummaryResponse,
-)
+from toolref.wire.headers import KEY_HEADER, PROTOCOL_HEADER
+from toolref.wire.models import Problem
 from toolref.wire.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
+from toolref_server.http.operation import ApiRoute, Header, Operation, Parameter, Reply, Schema
 
-_MODELS: tuple[type[BaseModel], ...] = (
-    Capabilities,
-    FindMissingResponse,
-    HandoffRequest,
-    HandoffResponse,
-    Health,
-    HydrateRequest,
-    Invocation,
-    MessagesResponse,
-    OptimizeRequest,
-    Problem,
-    RefsRequest,
-    RegisterRequest,
-    RegisterResponse,
-    ResolveResponse,
-    SummaryResponse,
-)
 _REF_PATTERN = "^tr_[a-z2-7]{25}[aeimquy4]$"
-_HISTORY_PATTERN = "^th_[a-z2-7]{25}[aeimquy4]$"
-_HISTORY_HEADER_PATTERN = r"^(\?[01]|th_[a-z2-7]{25}[aeimquy4])$"
 
-# Every endpoint sits behind the protocol middleware, so every endpoint can answer this 400.
+# Every registry endpoint sits behind the protocol middleware, so each can answer this 400.
 _BAD_PROTOCOL = "Malformed Toolref-Protocol header (not an integer of at least 1)."
-_ERRORS = {
-    "400": "Malformed body or Toolref-Protocol header, or a ref endpoint called as protocol 1.",
-    "401": "Missing or unknown API key.",
-    "404": "Unknown ref (never registered, expired, evicted, or another tenant's).",
-    "409": "Conflict: a 128-bit ref collision, or (hydrate) refs not held, all listed in "
+PROBLEMS: Final = {
+    400: "Malformed body or Toolref-Protocol header, or a ref endpoint called as protocol 1.",
+    401: "Missing or unknown API key.",
+    404: "Unknown ref (never registered, expired, evicted, or another tenant's).",
+    409: "Conflict: a 128-bit ref collision, or (hydrate) refs not held, all listed in "
     "`missingRefs`, or a history ref not held, named in `missingHistory`.",
-    "413": "Body, inflated body or batch over its limit.",
-    "415": "Unsupported Content-Type or Content-Encoding.",
-    "422": "Body parsed but invalid: shape, nesting depth, NaN/Infinity, or a malformed ref.",
-    "429": "The tenant's quota (`quota`: requestsPerSecond or storedBytes) is used up; retry "
+    413: "Body, inflated body or batch over its limit.",
+    415: "Unsupported Content-Type or Content-Encoding.",
+    422: "Body parsed but invalid: shape, nesting depth, NaN/Infinity, or a malformed ref.",
+    429: "The tenant's quota (`quota`: requestsPerSecond or storedBytes) is used up; retry "
     "after Retry-After seconds, sending full payloads meanwhile.",
-    "503": "The store is unreachable (`store-unavailable`), or the service is serving as many "
+    503: "The store is unreachable (`store-unavailable`), or the service is serving as many "
     "requests or connections as it is set to (`overloaded`); retry after Retry-After seconds.",
+}
+_INFO = (
+    "Content-addressed references for LLM tool-call payloads. Any request may also be "
+    "refused by the HTTP layer before it reaches an operation, as application/problem+json, "
+    "closing the connection: 400 `malformed-request` (not valid HTTP/1.1), 408 "
+    "`request-timeout` (head or body too slow), 431 `headers-too-large`, 503 `overloaded` "
+    "(every connection busy)."
+)
+_BEARER: Final = {"type": "http", "scheme": "bearer", "description": "API key."}
+_TOOLREF_KEY: Final = {
+    "type": "apiKey",
+    "in": "header",
+    "name": KEY_HEADER,
+    "description": "API key, for the gateway (`Authorization` is the upstream's).",
+}
+_METRICS_KEY: Final = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "The key whose SHA-256 is TOOLREF_METRICS_KEY.",
 }
 
 
-def _ref(model: type[BaseModel]) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{model.__name__}"}
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """What the operations' security depends on: API keys, the metrics key."""
+
+    secured: bool
+    metrics_secured: bool
 
 
-def _protocol_header() -> dict[str, Any]:
-    # Every response carries it, error responses included (1 when the request's header was bad).
-    return {
-        "description": "Protocol version the server used.",
-        "required": True,
-        "schema": {"type": "integer", "minimum": PROTOCOL_LOW, "maximum": PROTOCOL_HIGH},
-    }
-
-
-def _string_header(description: str) -> dict[str, Any]:
-    return {"description": description, "required": True, "schema": {"type": "string"}}
-
-
-def _body(model: type[BaseModel]) -> dict[str, Any]:
-    return {JSON_TYPE: {"schema": _ref(model)}, MSGPACK_TYPE: {"schema": _ref(model)}}
-
-
-def _ok(model: type[BaseModel], description: str, **headers: Any) -> dict[str, Any]:
-    return {
-        "description": description,
-        "headers": {PROTOCOL_HEADER: _protocol_header(), **headers},
-        "content": _body(model),
-    }
-
-
-def _problem(code: str, description: str | None = None) -> dict[str, Any]:
-    headers: dict[str, Any] = {PROTOCOL_HEADER: _protocol_header()}
-    if code == "401":
-        headers["WWW-Authenticate"] = _string_header("The Bearer challenge.")
-    if code in ("429", "503"):
-        headers["Retry-After"] = {
-            "description": "Seconds to wait before retrying.",
-            "required": True,
-            "schema": {"type": "integer", "minimum": 0},
-        }
-    return {
-        "description": description or _ERRORS[code],
-        "headers": headers,
-        "content": {PROBLEM_TYPE: {"schema": _ref(Problem)}},
-    }
-
-
-def _operation(
-    summary: str,
-    op_id: str,
-    ok: dict[str, Any],
-    errors: tuple[str, ...],
-    *,
-    request: type[BaseModel] | None = None,
-    secured: bool,
-    parameters: list[dict[str, Any]] | None = None,
-    admitted: bool = False,
-    quota: bool | None = None,
-) -> dict[str, Any]:
-    """`admitted`: always served, never refused for load (`/healthz`); any other operation
-    may be answered 503 `overloaded`. `quota`: counted in a tenant's request rate (429);
-    by default, the operations that take an API key (401)."""
-    if quota is None:
-        quota = "401" in errors
-    operation: dict[str, Any] = {
-        "summary": summary,
-        "operationId": op_id,
-        "parameters": [
-            {
-                "name": PROTOCOL_HEADER,
-                "in": "header",
-                "required": False,
-                "description": "Highest protocol version the client speaks; absent means 1.",
-                "schema": {"type": "integer", "minimum": PROTOCOL_LOW},
-            },
-            *(parameters or []),
-        ],
-        "responses": {
-            "200": ok,
-            "400": _problem("400", _BAD_PROTOCOL),
-            **{code: _problem(code) for code in errors},
-            # An operation with a tenant takes from its request-rate quota.
-            **({"429": _problem("429")} if quota else {}),
-            **({} if admitted else {"503": _problem("503")}),
-        },
-    }
-    if request is not None:
-        operation["requestBody"] = {"required": True, "content": _body(request)}
-    if not secured:
-        operation["security"] = []
-    return operation
-
-
-_REF_ERRORS = ("400", "401", "413", "415", "422", "503")
-
-
-@cache
 def document(
+    routes: Iterable[BaseRoute],
+    *,
     secured: bool = True,
     summarizers: tuple[str, ...] = ("extractive",),
     metrics_secured: bool = False,
+    upstreams: tuple[str, ...] = (),
+    mounted: Sequence[tuple[str, str, Operation]] = (),
 ) -> dict[str, Any]:
-    """OpenAPI 3.1 description of every endpoint. `secured`: API keys are configured;
-    `summarizers`: the summarizers offered; `metrics_secured`: /metrics needs its key."""
+    """OpenAPI 3.1 description of `routes` (each an `ApiRoute`: a route that declares no
+    operation is a `TypeError`) and of what is `mounted` beside them ((path, method,
+    operation): the gateway's, `gateway.gateway.operations`). `secured`: API keys are
+    configured; `summarizers`: the summarizers offered; `metrics_secured`: /metrics needs
+    its key; `upstreams`: the gateway's upstream names."""
+    served: list[tuple[str, str, Operation]] = []
+    for route in routes:
+        if not isinstance(route, ApiRoute):
+            raise TypeError(f"{route!r} declares no operation: declare it as an ApiRoute")
+        served.append((route.path, route.method, route.operation))
+    served += mounted
+    settings = _Settings(secured, metrics_secured)
+    paths: dict[str, Any] = {}
+    for path, method, operation in served:
+        paths.setdefault(path, {})[method.lower()] = _operation(operation, method, settings)
+    components: dict[str, Any] = {"schemas": _schemas(served, summarizers, upstreams)}
+    schemes: dict[str, Any] = {}
+    if secured:
+        schemes["bearer"] = _BEARER
+        if upstreams:
+            schemes["toolrefKey"] = _TOOLREF_KEY
+    if metrics_secured:
+        schemes["metricsKey"] = _METRICS_KEY
+    if schemes:
+        components["securitySchemes"] = schemes
+    doc: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {"title": "toolref", "version": __version__, "description": _INFO},
+        "paths": paths,
+        "components": components,
+    }
+    if secured:
+        doc["security"] = [{"bearer": []}]
+    return doc
+
+
+# --- schemas ------------------------------------------------------------------------------
+
+
+def _schemas(
+    served: list[tuple[str, str, Operation]],
+    summarizers: tuple[str, ...],
+    upstreams: tuple[str, ...],
+) -> dict[str, Any]:
+    """The models' schemas, with refs typed by their grammar and the server's choices
+    (summarizers, upstreams) as enums."""
+    models: dict[type[BaseModel], None] = {Problem: None}
+    for _, _, operation in served:
+        replies = [operation.ok, *operation.replies.values()]
+        for model in (operation.request, *(reply.model for reply in replies)):
+            if model is not None:
+                models[model] = None
     _, top = models_json_schema(
-        [(model, "validation") for model in _MODELS],
+        [(model, "validation") for model in models],
         ref_template="#/components/schemas/{model}",
     )
-    schemas = top.get("$defs", {})
+    schemas: dict[str, Any] = top.get("$defs", {})
     schemas["Problem"]["properties"]["type"]["description"] = (
         f"Stable problem type, `{PROBLEM_BASE}<slug>`."
     )
@@ -191,236 +148,155 @@ def document(
         "maxLength": REF_LENGTH,
         "pattern": _REF_PATTERN,
     }
-    ref_schema = {"$ref": "#/components/schemas/Ref"}
-    schemas["RefsRequest"]["properties"]["refs"]["items"] = ref_schema
-    schemas["RegisteredRef"]["properties"]["ref"].update(ref_schema)
-    schemas["FindMissingResponse"]["properties"]["missing"]["items"] = ref_schema
-    schemas["ResolveResponse"]["properties"]["missing"]["items"] = ref_schema
-    schemas["ResolveResponse"]["properties"]["invocations"]["propertyNames"] = ref_schema
-    ref_param = {"name": "ref", "in": "path", "required": True, "schema": ref_schema}
-    named = schemas["HydrateRequest"]["properties"]["summarizer"]
-    named["anyOf"] = [{"type": "string", "enum": list(summarizers)}, {"type": "null"}]
-    etag = {
-        "description": "The invocation's SHA-256 in hex, quoted.",
-        "required": True,
-        "schema": {"type": "string", "pattern": '^"[0-9a-f]{64}"$'},
+    ref = {"$ref": "#/components/schemas/Ref"}
+    typed = {
+        ("RefsRequest", "refs"): "items",
+        ("FindMissingResponse", "missing"): "items",
+        ("ResolveResponse", "missing"): "items",
+        ("ResolveResponse", "invocations"): "propertyNames",
     }
-    cache_control = _string_header("`private, max-age=<TTL>, immutable`.")
-    get_ok = _ok(
-        Invocation,
-        "The invocation. Immutable: the ETag is its SHA-256.",
-        ETag=etag,
-        **{"Cache-Control": cache_control},
-    )
-    get_invocation = _operation(
-        "Get one invocation by ref (extends its lifetime)",
-        "getInvocation",
-        get_ok,
-        ("401", "404", "422", "503"),
-        secured=secured,
-        parameters=[
-            ref_param,
-            {"name": "If-None-Match", "in": "header", "schema": {"type": "string"}},
-        ],
-    )
-    get_invocation["responses"]["304"] = {
-        "description": "Not modified (If-None-Match matched the ETag).",
-        "headers": {
-            PROTOCOL_HEADER: _protocol_header(),
-            "ETag": etag,
-            "Cache-Control": cache_control,
-        },
+    for (name, member), where in typed.items():
+        if name in schemas:
+            schemas[name]["properties"][member][where] = ref
+    if "RegisteredRef" in schemas:
+        schemas["RegisteredRef"]["properties"]["ref"].update(ref)
+    schemas["Summarizer"] = {
+        "description": "A summarizer this server offers.",
+        "type": "string",
+        "enum": list(summarizers),
     }
-    paths: dict[str, Any] = {
-        "/v1/capabilities": {
-            "get": _operation(
-                "Negotiation document: protocol range, ref scheme, encodings, limits",
-                "getCapabilities",
-                _ok(Capabilities, "What this server supports."),
-                (),
-                secured=False,
-            )
-        },
-        "/v1/invocations": {
-            "post": _operation(
-                "Register invocations (idempotent; never overwrites)",
-                "registerInvocations",
-                _ok(RegisterResponse, "One ref per invocation, in request order."),
-                ("400", "401", "409", "413", "415", "422", "503"),
-                request=RegisterRequest,
-                secured=secured,
-            )
-        },
-        "/v1/invocations:findMissing": {
-            "post": _operation(
-                "Which refs the registry lacks (extends the lifetime of those present)",
-                "findMissingInvocations",
-                _ok(FindMissingResponse, "Refs not held."),
-                _REF_ERRORS,
-                request=RefsRequest,
-                secured=secured,
-            )
-        },
-        "/v1/invocations:resolve": {
-            "post": _operation(
-                "Invocations for refs (extends the lifetime of those returned)",
-                "resolveInvocations",
-                _ok(ResolveResponse, "Invocations held, and refs not held."),
-                _REF_ERRORS,
-                request=RefsRequest,
-                secured=secured,
-            )
-        },
-        "/v1/invocations/{ref}": {"get": get_invocation},
-        "/v1/invocations/{ref}/summary": {
-            "get": _operation(
-                "Summary of one invocation, computed once per summarizer and cached",
-                "getSummary",
-                _ok(SummaryResponse, "The summary."),
-                ("401", "404", "422", "503"),
-                secured=secured,
-                parameters=[
-                    ref_param,
-                    {
-                        "name": "summarizer",
-                        "in": "query",
-                        "required": False,
-                        "description": "Summarizer (the server's default when absent).",
-                        "schema": {"type": "string", "enum": list(summarizers)},
-                    },
-                    {
-                        "name": "maxChars",
-                        "in": "query",
-                        "required": False,
-                        "description": "Summary budget in characters (server default).",
-                        "schema": {"type": "integer", "minimum": 40, "maximum": 20000},
-                    },
-                ],
-            )
-        },
-        "/v1/messages:optimize": {
-            "post": _operation(
-                "Replace tool payloads in a conversation with refs (registers them)",
-                "optimizeMessages",
-                _ok(MessagesResponse, "The conversation with toolRef markers."),
-                _REF_ERRORS,
-                request=OptimizeRequest,
-                secured=secured,
-            )
-        },
-        "/v1/messages:hydrate": {
-            "post": _operation(
-                "Replace toolRef markers with their payloads (registers full payloads)",
-                "hydrateMessages",
-                _ok(
-                    MessagesResponse,
-                    "The conversation in full.",
-                    **{
-                        HISTORY_HEADER: {
-                            "description": "When asked to keep the history: its ref (also "
-                            "`historyRef` in the body), for the next turn.",
-                            "required": False,
-                            "schema": {"type": "string", "pattern": _HISTORY_PATTERN},
-                        }
-                    },
-                ),
-                ("400", "401", "409", "413", "415", "422", "503"),
-                request=HydrateRequest,
-                secured=secured,
-                parameters=[
-                    {
-                        "name": HISTORY_HEADER,
-                        "in": "header",
-                        "required": False,
-                        "description": "`?1`: keep this conversation as a history and confirm "
-                        "its ref. A history ref: the body's messages continue that history, "
-                        "and a zstd body was compressed with its dictionary.",
-                        "schema": {"type": "string", "pattern": _HISTORY_HEADER_PATTERN},
-                    }
-                ],
-            )
-        },
-        "/v1/context:handoff": {
-            "post": _operation(
-                "Tool context for a backend switch: a deduplicated, size-capped block",
-                "handoffContext",
-                _ok(HandoffResponse, "The block, its stats, and the new request with it."),
-                ("400", "401", "409", "413", "415", "422", "503"),
-                request=HandoffRequest,
-                secured=secured,
-            )
-        },
-        "/healthz": {
-            "get": _operation(
-                "Liveness",
-                "healthz",
-                _ok(Health, "The process is up."),
-                (),
-                secured=False,
-                admitted=True,
-            )
-        },
-        "/readyz": {
-            "get": _operation(
-                "Readiness: the store answers",
-                "readyz",
-                _ok(Health, "Ready to serve."),
-                ("503",),
-                secured=False,
-            )
-        },
-        "/metrics": {
-            "get": _operation(
-                "Prometheus metrics of this process",
-                "metrics",
-                {
-                    "description": "Prometheus text exposition format (whatever Accept says).",
-                    "headers": {PROTOCOL_HEADER: _protocol_header()},
-                    "content": {"text/plain": {"schema": {"type": "string"}}},
-                },
-                ("401",) if metrics_secured else (),
-                secured=False,
-                quota=False,
-            )
-        },
-        "/openapi.json": {
-            "get": _operation(
-                "This document",
-                "openapi",
-                {
-                    "description": "OpenAPI 3.1 document (always JSON, whatever Accept says).",
-                    "headers": {PROTOCOL_HEADER: _protocol_header()},
-                    "content": {JSON_TYPE: {"schema": {"type": "object"}}},
-                },
-                (),
-                secured=False,
-            )
-        },
-    }
-    doc: dict[str, Any] = {
-        "openapi": "3.1.0",
-        "info": {
-            "title": "toolref",
-            "version": __version__,
-            "description": "Content-addressed references for LLM tool-call payloads. Any "
-            "request may also be refused by the HTTP layer before it reaches an operation, "
-            "as application/problem+json, closing the connection: 400 `malformed-request` (not "
-            "valid HTTP/1.1), 408 `request-timeout` (head or body too slow), 431 "
-            "`headers-too-large`, 503 `overloaded` (every connection busy).",
-        },
-        "paths": paths,
-        "components": {"schemas": schemas},
-    }
-    if secured:
-        doc["components"]["securitySchemes"] = {
-            "bearer": {"type": "http", "scheme": "bearer", "description": "API key."}
+    if "HydrateRequest" in schemas:
+        named = schemas["HydrateRequest"]["properties"]["summarizer"]
+        named["anyOf"] = [{"$ref": "#/components/schemas/Summarizer"}, {"type": "null"}]
+    if upstreams:
+        schemas["Upstream"] = {
+            "description": "An upstream of this gateway (TOOLREF_UPSTREAMS).",
+            "type": "string",
+            "enum": list(upstreams),
         }
-        doc["security"] = [{"bearer": []}]
-    if metrics_secured:
-        doc["components"].setdefault("securitySchemes", {})["metricsKey"] = {
-            "type": "http",
-            "scheme": "bearer",
-            "description": "The key whose SHA-256 is TOOLREF_METRICS_KEY.",
+    return schemas
+
+
+# --- operations ---------------------------------------------------------------------------
+
+
+def _operation(operation: Operation, method: str, settings: _Settings) -> dict[str, Any]:
+    forwarded = operation.forwarded
+    parameters = [_parameter(p) for p in operation.parameters]
+    if not forwarded:
+        protocol = Parameter(
+            PROTOCOL_HEADER,
+            "header",
+            {"type": "integer", "minimum": PROTOCOL_LOW},
+            "Highest protocol version the client speaks; absent means 1.",
+        )
+        parameters.insert(0, _parameter(protocol))
+    found: dict[str, Any] = {
+        "summary": operation.summary,
+        "operationId": operation.id + (method.title() if forwarded else ""),
+    }
+    if operation.description is not None:
+        found["description"] = operation.description
+    found["parameters"] = parameters
+    responses = {("default" if forwarded else "200"): _reply(operation.ok, forwarded)}
+    responses.update((str(code), _reply(r, forwarded)) for code, r in operation.replies.items())
+    for code in _problems(operation, settings):
+        note = operation.notes.get(code) or PROBLEMS.get(code)
+        if code == 400 and 400 not in operation.problems:
+            note = _BAD_PROTOCOL
+        responses[str(code)] = _problem(code, note or "", forwarded)
+    found["responses"] = responses
+    if operation.request is not None:
+        found["requestBody"] = {"required": True, "content": _bodies(operation.request)}
+    elif forwarded:
+        found["requestBody"] = {
+            "required": False,
+            "description": "Any body, forwarded (hydrated first where the description says).",
+            "content": {"*/*": {"schema": {}}},
         }
-        paths["/metrics"]["get"]["security"] = [{"metricsKey": []}]
-    return doc
+    security = _security(operation, settings)
+    if security is not None:
+        found["security"] = security
+    return found
+
+
+def _problems(operation: Operation, settings: _Settings) -> list[int]:
+    """Every problem status the operation may answer: its own, its auth's (401, and 429 for
+    a tenant's quota), the protocol header's (400) and admission's (503)."""
+    codes = set(operation.problems)
+    if not operation.forwarded:
+        codes.add(400)
+    if operation.auth in ("key", "gateway"):
+        codes.add(429)
+    if (operation.auth in ("key", "gateway") and settings.secured) or (
+        operation.auth == "metrics" and settings.metrics_secured
+    ):
+        codes.add(401)
+    if not operation.admitted:
+        codes.add(503)
+    return sorted(codes)
+
+
+def _security(operation: Operation, settings: _Settings) -> list[dict[str, list[str]]] | None:
+    """The operation's security requirement; None: the document's (a bearer key)."""
+    if operation.auth == "key":
+        return None if settings.secured else []
+    if operation.auth == "gateway":
+        return [{"toolrefKey": []}] if settings.secured else []
+    if operation.auth == "metrics" and settings.metrics_secured:
+        return [{"metricsKey": []}]
+    return []
+
+
+def _parameter(parameter: Parameter) -> dict[str, Any]:
+    found: dict[str, Any] = {"name": parameter.name, "in": parameter.where}
+    found["required"] = parameter.required or parameter.where == "path"
+    if parameter.description is not None:
+        found["description"] = parameter.description
+    found["schema"] = dict(parameter.schema)
+    return found
+
+
+def _bodies(model: type[BaseModel]) -> dict[str, Any]:
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {JSON_TYPE: {"schema": schema}, MSGPACK_TYPE: {"schema": schema}}
+
+
+def _protocol_header(forwarded: bool) -> Header:
+    # Every registry response carries it, error responses included (1 when the request's
+    # header was bad); a forwarded one when the gateway hydrated its request.
+    schema = {"type": "integer", "minimum": PROTOCOL_LOW, "maximum": PROTOCOL_HIGH}
+    return Header(PROTOCOL_HEADER, "Protocol version the server used.", schema, not forwarded)
+
+
+def _reply(reply: Reply, forwarded: bool) -> dict[str, Any]:
+    headers = (_protocol_header(forwarded), *reply.headers)
+    found: dict[str, Any] = {"description": reply.description, "headers": _headers(headers)}
+    if reply.model is not None:
+        found["content"] = _bodies(reply.model)
+    elif reply.media is not None:
+        found["content"] = {media: {"schema": dict(s)} for media, s in reply.media.items()}
+    return found
+
+
+def _headers(headers: Iterable[Header]) -> dict[str, Any]:
+    return {
+        h.name: {"description": h.description, "required": h.required, "schema": dict(h.schema)}
+        for h in headers
+    }
+
+
+def _problem(code: int, description: str, forwarded: bool) -> dict[str, Any]:
+    """A problem+json answer; forwarded, or the upstream's own answer with that status."""
+    headers = [_protocol_header(forwarded)]
+    if code == 401:
+        headers.append(Header("WWW-Authenticate", "The Bearer challenge.", {"type": "string"}))
+    if code in (429, 503):
+        after: Schema = {"type": "integer", "minimum": 0}
+        headers.append(Header("Retry-After", "Seconds to wait before retrying.", after))
+    if forwarded:
+        headers = [Header(h.name, h.description, h.schema, required=False) for h in headers]
+    content: dict[str, Any] = {PROBLEM_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    if forwarded:
+        content["*/*"] = {"schema": {}}
+    return {"description": description, "headers": _headers(headers), "content": content}

@@ -6,15 +6,16 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from toolref import formats, handoff
 from toolref.handoff.dialogue import turns
+from toolref.wire import endpoints
 from toolref.wire.errors import ProtocolRequiredError
 from toolref.wire.headers import PROTOCOL_HEADER
-from toolref.wire.models import HandoffRequest
+from toolref.wire.models import HandoffRequest, HandoffResponse, HandoffStats
 from toolref.wire.protocol import PROTOCOL_REFS
 from toolref_server.http import codec
+from toolref_server.http.operation import ApiRoute, Operation, Reply
 from toolref_server.registry.conversation import resolve_markers
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer
 from toolref_server.routes import context
@@ -55,12 +56,14 @@ async def handoff_context(request: Request) -> Response:
         per_result_chars=body.per_result_chars,
         kinds=settings.kinds,
     )
-    answer: dict[str, Any] = {
-        "format": conversation.fmt.name,
-        "block": result.block,
-        "summarySource": source,
-        "stats": result.stats(),
-    }
+    # The members through the answer's model; the new request's messages, the client's own
+    # with the block prepended, are put in after it (never validated and copied again).
+    answer = HandoffResponse(
+        format=conversation.fmt.name,
+        block=result.block,
+        summary_source=source,
+        stats=HandoffStats.model_validate(result.stats()),
+    ).model_dump(by_alias=True, exclude_none=True)
     if body.request is not None and target is not None:
         answer["messages"] = handoff.prepend(body.request, result.block, target)
     return codec.render(request, answer)
@@ -89,4 +92,12 @@ def _transcript(messages: list[Any], summarizer: OpenAICompatibleSummarizer) -> 
     return summarizer.clip_transcript(whole)
 
 
-routes = [Route("/v1/context:handoff", handoff_context, methods=["POST"])]
+HANDOFF = Operation(
+    "handoffContext",
+    "Tool context for a backend switch: a deduplicated, size-capped block",
+    Reply("The block, its stats, and the new request with it.", HandoffResponse),
+    (400, 409, 413, 415, 422),
+    request=HandoffRequest,
+)
+
+routes = [ApiRoute(endpoints.HANDOFF, "POST", handoff_context, HANDOFF)]

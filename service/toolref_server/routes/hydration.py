@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from toolref import history
 from toolref.history import continued_ref, history_header
 from toolref.receiving.budget import SCOPE_KEY
+from toolref.wire import endpoints
 from toolref.wire.errors import ProtocolRequiredError
 from toolref.wire.headers import HISTORY_HEADER, PROTOCOL_HEADER
-from toolref.wire.models import HydrateRequest, validated
+from toolref.wire.models import (
+    HISTORY_REF_PATTERN,
+    HydrateRequest,
+    MessagesResponse,
+    validated,
+)
 from toolref.wire.protocol import PROTOCOL_REFS
+from toolref_server.http.operation import ApiRoute, Header, Operation, Parameter, Reply
 from toolref_server.registry import continuation
 from toolref_server.registry.continuation import Continuation
 from toolref_server.registry.conversation import (
@@ -138,4 +144,34 @@ def reply(request: Request, ask: Ask, done: Done) -> Response:
     )
 
 
-routes = [Route("/v1/messages:hydrate", hydrate, methods=["POST"])]
+HYDRATE = Operation(
+    "hydrateMessages",
+    "Replace toolRef markers with their payloads (registers full payloads)",
+    Reply(
+        "The conversation in full.",
+        MessagesResponse,
+        headers=(
+            Header(
+                HISTORY_HEADER,
+                "When asked to keep the history: its ref (also `historyRef` in the body), for "
+                "the next turn.",
+                {"type": "string", "pattern": HISTORY_REF_PATTERN},
+                required=False,
+            ),
+        ),
+    ),
+    (400, 409, 413, 415, 422),
+    request=HydrateRequest,
+    parameters=(
+        Parameter(
+            HISTORY_HEADER,
+            "header",
+            {"type": "string", "pattern": r"^(\?[01]|" + HISTORY_REF_PATTERN[1:-1] + ")$"},
+            "`?1`: keep this conversation as a history and confirm its ref. A history ref: "
+            "the body's messages continue that history, and a zstd body was compressed with "
+            "its dictionary.",
+        ),
+    ),
+)
+
+routes = [ApiRoute(endpoints.HYDRATE, "POST", hydrate, HYDRATE)]

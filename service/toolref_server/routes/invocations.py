@@ -6,20 +6,34 @@ import json
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
+from toolref.wire import endpoints
 from toolref.wire.canonical import Digest, Ref, canonical_json
 from toolref.wire.errors import NotFoundError, RefCollisionError, ValidationError
 from toolref.wire.models import (
+    MAX_SUMMARY_CHARS,
+    MIN_SUMMARY_CHARS,
     FindMissingResponse,
+    Invocation,
     RefsRequest,
     RegisteredRef,
     RegisterRequest,
     RegisterResponse,
+    ResolveResponse,
+    SummaryResponse,
     validated,
 )
 from toolref.wire.numbers import describe, whole_number
 from toolref_server.http import codec
+from toolref_server.http.operation import (
+    REF,
+    SUMMARIZER,
+    ApiRoute,
+    Header,
+    Operation,
+    Parameter,
+    Reply,
+)
 from toolref_server.routes import context
 from toolref_server.storage import record
 from toolref_server.storage.record import Record
@@ -100,16 +114,14 @@ async def resolve(request: Request) -> Response:
             missing.append(str(ref))
         else:
             found[str(ref)] = rec
+    # The answer's members through its model; the payloads, held as registered, are put in
+    # after it: spliced as their stored text (JSON), never re-encoded.
+    answer = ResolveResponse(invocations={}, missing=missing).model_dump(by_alias=True)
     if codec.wants_msgpack(request):
-        invocations = {ref: rec.invocation() for ref, rec in found.items()}
-        return codec.render(request, {"invocations": invocations, "missing": missing})
-    # Payloads spliced in as registered, never re-encoded.
+        answer["invocations"] = {ref: rec.invocation() for ref, rec in found.items()}
+        return codec.render(request, answer)
     held = ",".join(f"{json.dumps(ref)}:{rec.wire_text()}" for ref, rec in found.items())
-    return codec.render(
-        request,
-        {"invocations": None, "missing": missing},
-        encoded={"invocations": ("{" + held + "}").encode()},
-    )
+    return codec.render(request, answer, encoded={"invocations": ("{" + held + "}").encode()})
 
 
 async def get_invocation(request: Request) -> Response:
@@ -119,7 +131,7 @@ async def get_invocation(request: Request) -> Response:
     if rec is None or rec.digest[: len(ref.digest_prefix)] != ref.digest_prefix:
         raise NotFoundError(
             f"no invocation {ref} is held for this API key (never registered, expired, or "
-            "evicted); register it again with POST /v1/invocations"
+            f"evicted); register it again with POST {endpoints.INVOCATIONS}"
         )
     etag = f'"{rec.digest.hex()}"'
     ttl = context.services(request).settings.ttl_seconds
@@ -144,29 +156,27 @@ async def get_summary(request: Request) -> Response:
     if rec is None or rec.digest[: len(ref.digest_prefix)] != ref.digest_prefix:
         raise NotFoundError(
             f"no invocation {ref} is held for this API key, so it has no summary; register "
-            "it with POST /v1/invocations"
+            f"it with POST {endpoints.INVOCATIONS}"
         )
     invocation = await services.workers.run(rec.size, rec.invocation)
     (summary,) = await services.summaries.many(tenant, [(ref, invocation)], name, max_chars)
-    return codec.render(
-        request,
-        {
-            "summarizer": summary.summarizer,
-            "summary": summary.text,
-            "cached": summary.cached,
-            "fallback": summary.fallback,
-        },
+    answer = SummaryResponse(
+        summarizer=summary.summarizer,
+        summary=summary.text,
+        cached=summary.cached,
+        fallback=summary.fallback,
     )
+    return codec.render(request, answer.model_dump(by_alias=True))
 
 
 def _max_chars(text: str | None, default: int) -> int:
     if text is None:
         return default
     budget = whole_number(text, 9)
-    if budget is None or not 40 <= budget <= 20_000:
+    if budget is None or not MIN_SUMMARY_CHARS <= budget <= MAX_SUMMARY_CHARS:
         raise ValidationError(
-            f"maxChars={describe(text)} is not a whole number from 40 to 20000; send the "
-            "summary budget in characters",
+            f"maxChars={describe(text)} is not a whole number from {MIN_SUMMARY_CHARS} to "
+            f"{MAX_SUMMARY_CHARS}; send the summary budget in characters",
         )
     return budget
 
@@ -178,10 +188,78 @@ def _etag_matches(etag: str, header: str | None) -> bool:
     return "*" in tags or etag in tags
 
 
+# --- the routes and their operations -------------------------------------------------------
+
+_REF = Parameter("ref", "path", REF)
+# Problems of the batch endpoints (401, 429 and 503 come with every keyed operation).
+_BATCH_PROBLEMS = (400, 413, 415, 422)
+_ETAG = Header(
+    "ETag",
+    "The invocation's SHA-256 in hex, quoted.",
+    {"type": "string", "pattern": '^"[0-9a-f]{64}"$'},
+)
+_CACHE_CONTROL = Header("Cache-Control", "`private, max-age=<TTL>, immutable`.", {"type": "string"})
+
+REGISTER = Operation(
+    "registerInvocations",
+    "Register invocations (idempotent; never overwrites)",
+    Reply("One ref per invocation, in request order.", RegisterResponse),
+    (400, 409, 413, 415, 422),
+    request=RegisterRequest,
+)
+FIND_MISSING = Operation(
+    "findMissingInvocations",
+    "Which refs the registry lacks (extends the lifetime of those present)",
+    Reply("Refs not held.", FindMissingResponse),
+    _BATCH_PROBLEMS,
+    request=RefsRequest,
+)
+RESOLVE = Operation(
+    "resolveInvocations",
+    "Invocations for refs (extends the lifetime of those returned)",
+    Reply("Invocations held, and refs not held.", ResolveResponse),
+    _BATCH_PROBLEMS,
+    request=RefsRequest,
+)
+GET_INVOCATION = Operation(
+    "getInvocation",
+    "Get one invocation by ref (extends its lifetime)",
+    Reply(
+        "The invocation. Immutable: the ETag is its SHA-256.",
+        Invocation,
+        headers=(_ETAG, _CACHE_CONTROL),
+    ),
+    (404, 422),
+    parameters=(_REF, Parameter("If-None-Match", "header", {"type": "string"})),
+    replies={
+        304: Reply(
+            "Not modified (If-None-Match matched the ETag).", headers=(_ETAG, _CACHE_CONTROL)
+        )
+    },
+)
+GET_SUMMARY = Operation(
+    "getSummary",
+    "Summary of one invocation, computed once per summarizer and cached",
+    Reply("The summary.", SummaryResponse),
+    (404, 422),
+    parameters=(
+        _REF,
+        Parameter(
+            "summarizer", "query", SUMMARIZER, "Summarizer (the server's default when absent)."
+        ),
+        Parameter(
+            "maxChars",
+            "query",
+            {"type": "integer", "minimum": MIN_SUMMARY_CHARS, "maximum": MAX_SUMMARY_CHARS},
+            "Summary budget in characters (server default).",
+        ),
+    ),
+)
+
 routes = [
-    Route("/v1/invocations", register, methods=["POST"]),
-    Route("/v1/invocations:findMissing", find_missing, methods=["POST"]),
-    Route("/v1/invocations:resolve", resolve, methods=["POST"]),
-    Route("/v1/invocations/{ref}", get_invocation, methods=["GET"]),
-    Route("/v1/invocations/{ref}/summary", get_summary, methods=["GET"]),
+    ApiRoute(endpoints.INVOCATIONS, "POST", register, REGISTER),
+    ApiRoute(endpoints.FIND_MISSING, "POST", find_missing, FIND_MISSING),
+    ApiRoute(endpoints.RESOLVE, "POST", resolve, RESOLVE),
+    ApiRoute(endpoints.INVOCATION, "GET", get_invocation, GET_INVOCATION),
+    ApiRoute(endpoints.SUMMARY, "GET", get_summary, GET_SUMMARY),
 ]

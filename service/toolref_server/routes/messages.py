@@ -8,19 +8,23 @@ from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from toolref.formats import source
+from toolref.wire import endpoints
 from toolref.wire.headers import HISTORY_HEADER
 from toolref.wire.models import (
     FormatName,
     HandoffRequest,
     HydrateRequest,
+    MessagesAnswer,
+    MessagesResponse,
+    OptimizationStats,
     OptimizeRequest,
     validated,
 )
 from toolref_server import documents
 from toolref_server.http import codec
+from toolref_server.http.operation import ApiRoute, Operation, Reply
 from toolref_server.registry.conversation import (
     Conversation,
     check_length,
@@ -65,18 +69,20 @@ def answer(
     history: str | None = None,
     checkpoint: tuple[str, int] | None = None,
 ) -> Response:
-    """The answer, its messages spliced in as the JSON text made for them (parsed again only
-    for a client that asked for msgpack)."""
-    body: dict[str, Any] = {"format": fmt, "messages": None}
-    if references is not None:
-        body["toolReferences"] = references
-    body["optimizationStats"] = stats
-    headers = None
-    if history is not None:
-        body["historyRef"] = history
-        headers = {HISTORY_HEADER: history}
-    if checkpoint is not None:
-        body["checkpointRef"], body["checkpointLength"] = checkpoint
+    """The answer (`MessagesResponse`): its members written through `MessagesAnswer`, its
+    messages spliced in as the JSON text made for them (parsed again only for a client that
+    asked for msgpack)."""
+    members = MessagesAnswer(
+        format=fmt,
+        tool_references=references,
+        optimization_stats=OptimizationStats.model_validate(stats),
+        history_ref=history,
+        checkpoint_ref=checkpoint[0] if checkpoint else None,
+        checkpoint_length=checkpoint[1] if checkpoint else None,
+    )
+    written = members.model_dump(by_alias=True, exclude_none=True)
+    body: dict[str, Any] = {"format": written.pop("format"), "messages": None, **written}
+    headers = {HISTORY_HEADER: history} if history is not None else None
     if codec.wants_msgpack(request):
         body["messages"] = json.loads(messages)
         return codec.render(request, body, headers=headers)
@@ -105,4 +111,12 @@ async def optimize(request: Request) -> Response:
     return answer(request, conversation.fmt.name, answered, references, figures)
 
 
-routes = [Route("/v1/messages:optimize", optimize, methods=["POST"])]
+OPTIMIZE = Operation(
+    "optimizeMessages",
+    "Replace tool payloads in a conversation with refs (registers them)",
+    Reply("The conversation with toolRef markers.", MessagesResponse),
+    (400, 413, 415, 422),
+    request=OptimizeRequest,
+)
+
+routes = [ApiRoute(endpoints.OPTIMIZE, "POST", optimize, OPTIMIZE)]

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from toolref import formats
+from toolref.wire import endpoints
 from toolref.wire.canonical import REF_DIGEST_BYTES, REF_LENGTH, REF_PREFIX
+from toolref.wire.encoding import JSON_TYPE
 from toolref.wire.errors import StoreUnavailableError
 from toolref.wire.models import Capabilities, Health, Limits, ProtocolRange, RefScheme
 from toolref.wire.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
 from toolref_server.http import codec, openapi
+from toolref_server.http.operation import ApiRoute, Operation, Reply
 from toolref_server.metrics import CONTENT_TYPE as METRICS_TYPE
 from toolref_server.routes import context
 from toolref_server.settings import Settings
@@ -81,20 +85,58 @@ async def metrics(request: Request) -> Response:
 
 
 async def openapi_document(request: Request) -> Response:
-    services = context.services(request)
-    return JSONResponse(
-        openapi.document(
+    """The document of this app's routes, built on its first request (routes and settings
+    are fixed by then) and kept."""
+    state = request.app.state
+    built: dict[str, Any] | None = getattr(state, "openapi", None)
+    if built is None:
+        services = context.services(request)
+        built = state.openapi = openapi.document(
+            request.app.routes,
             secured=not services.auth.open,
             summarizers=tuple(services.settings.summarizer_names),
             metrics_secured=services.auth.metrics_secured,
+            upstreams=tuple(sorted(services.settings.upstream_urls)),
+            mounted=getattr(state, "mounted", ()),
         )
-    )
+    return JSONResponse(built)
 
+
+CAPABILITIES = Operation(
+    "getCapabilities",
+    "Negotiation document: protocol range, ref scheme, encodings, limits",
+    Reply("What this server supports.", Capabilities),
+    auth="none",
+)
+HEALTHZ = Operation(
+    "healthz", "Liveness", Reply("The process is up.", Health), auth="none", admitted=True
+)
+READYZ = Operation(
+    "readyz", "Readiness: the store answers", Reply("Ready to serve.", Health), (503,), auth="none"
+)
+METRICS = Operation(
+    "metrics",
+    "Prometheus metrics of this process",
+    Reply(
+        "Prometheus text exposition format (whatever Accept says).",
+        media={"text/plain": {"type": "string"}},
+    ),
+    auth="metrics",
+)
+OPENAPI = Operation(
+    "openapi",
+    "This document",
+    Reply(
+        "OpenAPI 3.1 document (always JSON, whatever Accept says).",
+        media={JSON_TYPE: {"type": "object"}},
+    ),
+    auth="none",
+)
 
 routes = [
-    Route("/v1/capabilities", capabilities, methods=["GET"]),
-    Route("/healthz", healthz, methods=["GET"]),
-    Route("/readyz", readyz, methods=["GET"]),
-    Route("/metrics", metrics, methods=["GET"]),
-    Route("/openapi.json", openapi_document, methods=["GET"]),
+    ApiRoute(endpoints.CAPABILITIES, "GET", capabilities, CAPABILITIES),
+    ApiRoute(endpoints.HEALTHZ, "GET", healthz, HEALTHZ),
+    ApiRoute(endpoints.READYZ, "GET", readyz, READYZ),
+    ApiRoute(endpoints.METRICS, "GET", metrics, METRICS),
+    ApiRoute(endpoints.OPENAPI, "GET", openapi_document, OPENAPI),
 ]

@@ -1,0 +1,234 @@
+"""`BaseRegistryClient`: every registry operation as a sans-I/O exchange (see `exchange`),
+made of the `Session`'s exchanges; `RegistryClient` and `AsyncRegistryClient` only send and
+sleep. Arguments are checked when the exchange is made, so a bad one never costs a request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+
+from toolref import formats
+from toolref.history import check_history_ref
+from toolref.registry.answers import HydratedText, MessagesResult, Resolved
+from toolref.registry.exchange import Exchange
+from toolref.registry.options import (
+    InvocationLike,
+    check_messages_options,
+    unique_refs,
+    wires,
+)
+from toolref.registry.session import Session, TransportT_co
+from toolref.wire import encoding, endpoints
+from toolref.wire.canonical import Ref
+from toolref.wire.errors import MissingHistoryError, ToolrefError, UnexpectedResponseError
+from toolref.wire.headers import HISTORY_HEADER, KEEP_HISTORY, PROTOCOL_HEADER
+from toolref.wire.models import (
+    Capabilities,
+    FindMissingResponse,
+    FormatName,
+    HydrateMode,
+    Invocation,
+    MessagesResponse,
+    RegisteredRef,
+    RegisterResponse,
+    ResolveResponse,
+    ReturnMessages,
+)
+from toolref.wire.protocol import PROTOCOL_REFS
+
+_PROBE_REF = "tr_" + "a" * 26  # a well-formed ref no invocation has: 404 with a good key
+
+
+class BaseRegistryClient(Session[TransportT_co]):
+    """Configuration, negotiation and every exchange; subclasses add the I/O.
+
+    Every option is a keyword argument, checked here, so a misspelt one is a TypeError and a
+    value that cannot work a ValueError when the client is made, not at its first request:
+
+    transport: the httpx transport to send through (`RegistryClient`: a sync one such as
+        `httpx.HTTPTransport` or `httpx.MockTransport`; `AsyncRegistryClient`: an async one
+        such as `httpx.ASGITransport`). None: the network.
+    api_key: sent as `Authorization: Bearer <api_key>`; None sends no key.
+    timeout: seconds per request. retries, backoff, max_backoff: see `session`.
+    breaker: the circuit breaker (a fresh `CircuitBreaker()` when None).
+    encoding: `auto` (msgpack when the server offers it), `json` or `msgpack`.
+    compress_threshold: zstd request bodies from this many bytes on.
+    headers: extra headers on every request. rng: the backoff jitter's random source.
+    """
+
+    def _register(self, invocations: Iterable[InvocationLike]) -> Exchange[list[RegisteredRef]]:
+        return self._register_batches(wires(invocations))
+
+    def _register_batches(self, items: list[dict[str, Any]]) -> Exchange[list[RegisteredRef]]:
+        found: list[RegisteredRef] = []
+        for batch in (yield from self._batches(items)):
+            body = {"invocations": list(batch)}
+            answer = yield from self._call("POST", endpoints.INVOCATIONS, RegisterResponse, body)
+            found.extend(answer.refs)
+        return found
+
+    def _find_missing(self, refs: Iterable[str]) -> Exchange[list[str]]:
+        return self._find_missing_batches(unique_refs(refs))
+
+    def _find_missing_batches(self, wanted: list[str]) -> Exchange[list[str]]:
+        missing: list[str] = []
+        for batch in (yield from self._batches(wanted)):
+            body = {"refs": list(batch)}
+            answer = yield from self._call(
+                "POST", endpoints.FIND_MISSING, FindMissingResponse, body
+            )
+            missing.extend(answer.missing)
+        return missing
+
+    def _resolve(self, refs: Iterable[str]) -> Exchange[Resolved]:
+        return self._resolve_batches(unique_refs(refs))
+
+    def _resolve_batches(self, wanted: list[str]) -> Exchange[Resolved]:
+        invocations: dict[str, Invocation] = {}
+        missing: list[str] = []
+        for batch in (yield from self._batches(wanted)):
+            body = {"refs": list(batch)}
+            answer = yield from self._call("POST", endpoints.RESOLVE, ResolveResponse, body)
+            invocations.update(answer.invocations)
+            missing.extend(answer.missing)
+        return Resolved(invocations, missing)
+
+    def _get(self, ref: str) -> Exchange[Invocation]:
+        return self._get_one(Ref(ref))
+
+    def _get_one(self, ref: Ref) -> Exchange[Invocation]:
+        path = endpoints.INVOCATION.format(ref=ref)
+        return (yield from self._call("GET", path, Invocation, refs=False))
+
+    def _optimize(self, messages: list[Any], format: FormatName | None) -> Exchange[MessagesResult]:
+        check_messages_options(messages, format)
+        return self._messages(endpoints.OPTIMIZE, {"messages": messages, "format": format})
+
+    def _messages(
+        self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> Exchange[MessagesResult]:
+        """optimize or hydrate: `body` without its None members, the answer read whole."""
+        sent = {k: v for k, v in body.items() if v is not None}
+        answer = yield from self._call("POST", path, MessagesResponse, sent, headers=headers)
+        return MessagesResult.of(answer)
+
+    def _hydrate(
+        self,
+        messages: list[Any],
+        format: FormatName | None,
+        mode: HydrateMode | None,
+        history_ref: str | None,
+        keep_history: bool,
+    ) -> Exchange[MessagesResult]:
+        check_messages_options(messages, format, mode)
+        if history_ref is not None:
+            check_history_ref(history_ref)
+        return self._hydrate_checked(messages, format, mode, history_ref, keep_history)
+
+    def _hydrate_checked(
+        self,
+        messages: list[Any],
+        format: FormatName | None,
+        mode: HydrateMode | None,
+        history_ref: str | None,
+        keep_history: bool,
+    ) -> Exchange[MessagesResult]:
+        if history_ref is not None:
+            caps = yield from self._capabilities_exchange()
+            self._check_continues(caps, history_ref)
+        body = {"messages": messages, "format": format, "mode": mode, "historyRef": history_ref}
+        headers = {HISTORY_HEADER: KEEP_HISTORY} if keep_history else None
+        return (yield from self._messages(endpoints.HYDRATE, body, headers))
+
+    def _check_continues(self, caps: Capabilities, history_ref: str) -> None:
+        if not caps.history_refs:
+            raise MissingHistoryError(
+                f"the registry at {self.base_url} keeps no histories, so it cannot "
+                f"continue {history_ref}; send the whole conversation",
+                history_ref,
+            )
+
+    def _hydrate_text(
+        self,
+        messages: str,
+        format: FormatName | None,
+        history_ref: str | None,
+        keep_history: bool,
+        return_messages: ReturnMessages = "all",
+        *,
+        checkpoint: bool = False,
+    ) -> Exchange[HydratedText]:
+        """`_hydrate` for messages given as JSON text (an array), answered as text: nothing
+        in them is parsed and written again on the way (see `HydratedText`). `"new"` is
+        asked only of a registry that lists it (`HydratedText.returned` says what came)."""
+        if format is not None:
+            formats.check_format(format)
+        caps = yield from self._capabilities_exchange()
+        self._require_refs()
+        options = ""
+        if format is not None:
+            options += ',"format":' + json.dumps(format)
+        if history_ref is not None:
+            check_history_ref(history_ref)
+            self._check_continues(caps, history_ref)
+            options += ',"historyRef":' + json.dumps(history_ref)
+        returned: ReturnMessages = "all"
+        if return_messages == "new" and history_ref is not None and "new" in caps.return_messages:
+            options += ',"returnMessages":"new"'
+            returned = "new"
+        if checkpoint and keep_history and caps.checkpoints:
+            options += ',"checkpoint":true'
+        headers = {
+            **self._headers,
+            PROTOCOL_HEADER: str(self.protocol),
+            "Accept": encoding.JSON_TYPE,
+            "Content-Type": encoding.JSON_TYPE,
+        }
+        if keep_history:
+            headers[HISTORY_HEADER] = KEEP_HISTORY
+        content = ('{"messages":' + messages + options + "}").encode()
+        content = self._compressed(caps, content, headers)
+        url = self._url(endpoints.HYDRATE)
+        request = httpx.Request("POST", url, headers=headers, content=content)
+        response = yield from self._send(request)
+        media = response.headers.get("content-type", "").split(";")[0].strip()
+        if response.status_code >= 400 or media != encoding.JSON_TYPE:
+            self._decode(response)  # raises the problem (or says what came instead)
+        try:
+            return HydratedText.of(response.content.decode(), returned)
+        except ValueError as exc:
+            raise UnexpectedResponseError(
+                f"the registry at {self.base_url} answered hydrate with "
+                f"{response.content[:120]!r} ({exc}); is it a toolref registry?",
+                httpStatus=response.status_code,
+            ) from None
+
+    def _verify(self) -> Exchange[str | None]:
+        """None when the registry accepts this client's key; else what is wrong, in words.
+        Costs two requests: capabilities (no key needed) and one GET that needs the key."""
+        try:
+            caps = yield from self._capabilities_exchange()
+            if caps.protocol.high < PROTOCOL_REFS:
+                return f"the registry at {self.base_url} speaks only protocol {caps.protocol.high}"
+            url = self._url(endpoints.INVOCATION.format(ref=_PROBE_REF))
+            response = yield from self._send(httpx.Request("GET", url, headers=self._headers))
+        except ToolrefError as exc:
+            return exc.detail
+        if response.status_code in (401, 403):
+            return (
+                f"the registry at {self.base_url} refused this API key (HTTP "
+                f"{response.status_code}); set the key a TOOLREF_API_KEYS entry hashes"
+            )
+        return None
+
+    def _ready(self) -> Exchange[bool]:
+        request = httpx.Request("GET", self._url(endpoints.READYZ), headers=self._headers)
+        try:
+            response = yield from self._send(request)
+        except ToolrefError:
+            return False
+        return response.status_code == 200
