@@ -1,0 +1,142 @@
+"""An edit: the new request as ranges of a base recipe kept, pieces named, segments inline.
+
+`diff` writes one from the client's side: every run of entries the base holds in the same
+order is kept as a range, wherever it sits (an edit, a deletion or an insertion in the
+middle costs what changed, not what follows); a piece the registry holds elsewhere is
+named; anything else travels inline. `apply` is the registry's side: the new entries from
+the base's and the edit's, in time linear in the result (a kept range is a slice).
+
+`dictionary_order` says which of the base's segments the inline bytes are compressed
+against, and in what order: those the base keeps, then those the edit removed (a segment
+replaced by a near copy of itself, a moved cache mark say, matches its old bytes last).
+Both sides take the last `size` bytes of that concatenation (`dictionary`), the size the
+client chose and the edit states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass
+
+from toolref.edits.recipe import Entry, entry_of, is_piece, piece_of
+
+
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """Base entries `start` to `end` (excluded)."""
+
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """A piece the registry holds (by id)."""
+
+    piece: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Inline:
+    """A new segment, its bytes."""
+
+    data: bytes
+
+
+Op = Keep | Named | Inline
+
+
+class EditError(ValueError):
+    """An edit that does not fit its base (a range outside it, say)."""
+
+
+def diff(
+    base: Sequence[Entry],
+    new: Sequence[Entry],
+    segments: Sequence[bytes],
+    held: Container[bytes] = (),
+) -> list[Op]:
+    """The edit from `base` to `new` (entries; `segments` the bytes of each of `new`).
+    `held`: piece ids the registry is known to hold beyond the base. Greedy and linear: a
+    run of kept entries starts at a piece the base holds and goes on while the next
+    entries follow it there too (glue, a comma say, starts no run: it stands everywhere)."""
+    first: dict[Entry, int] = {}
+    for index, entry in enumerate(base):
+        if is_piece(entry):
+            first.setdefault(entry, index)
+    ops: list[Op] = []
+    run: int | None = None  # the base entry the current run would keep next
+    for at, entry in enumerate(new):
+        if run is not None and run < len(base) and base[run] == entry:
+            last = ops[-1]
+            assert isinstance(last, Keep)
+            ops[-1] = Keep(last.start, run + 1)
+            run += 1
+            continue
+        start = first.get(entry)
+        if start is not None:
+            ops.append(Keep(start, start + 1))
+            run = start + 1
+            continue
+        run = None
+        if is_piece(entry) and piece_of(entry) in held:
+            ops.append(Named(piece_of(entry)))
+        else:
+            ops.append(Inline(segments[at]))
+    return ops
+
+
+def apply(base: Sequence[Entry], ops: Sequence[Op]) -> list[Entry]:
+    """The new recipe's entries; `EditError` for a range outside the base."""
+    entries: list[Entry] = []
+    for op in ops:
+        if isinstance(op, Keep):
+            if not 0 <= op.start < op.end <= len(base):
+                raise EditError(
+                    f"the edit keeps entries {op.start} to {op.end} of a base of {len(base)}"
+                )
+            entries.extend(base[op.start : op.end])
+        elif isinstance(op, Named):
+            entries.append(b"\x00" + op.piece)
+        else:
+            entries.append(entry_of(op.data))
+    return entries
+
+
+def dictionary_order(base_length: int, ops: Sequence[Op]) -> list[int]:
+    """The base's entries inline bytes are compressed against: kept ones in base order,
+    then removed ones in base order (see the module docstring)."""
+    kept = [False] * base_length
+    for op in ops:
+        if isinstance(op, Keep):
+            for index in range(max(op.start, 0), min(op.end, base_length)):
+                kept[index] = True
+    return [i for i in range(base_length) if kept[i]] + [
+        i for i in range(base_length) if not kept[i]
+    ]
+
+
+def dictionary(order: Sequence[int], segment: Callable[[int], bytes], size: int) -> bytes:
+    """The last `size` bytes of the base's segments in `order` (`segment(i)`: the bytes of
+    base entry i): only the segments that reach into them are asked for."""
+    parts: list[bytes] = []
+    left = size
+    for index in reversed(order):
+        if left <= 0:
+            break
+        data = segment(index)
+        parts.append(data[-left:] if len(data) > left else data)
+        left -= len(data)
+    return b"".join(reversed(parts))
+
+
+def needed(order: Sequence[int], sizes: Callable[[int], int], size: int) -> list[int]:
+    """The base entries `dictionary` reads for `size` bytes (to fetch them first)."""
+    found: list[int] = []
+    left = size
+    for index in reversed(order):
+        if left <= 0:
+            break
+        found.append(index)
+        left -= sizes(index)
+    return found

@@ -1,0 +1,96 @@
+"""Recipes: a request as its list of entries, and the refs that name pieces and recipes.
+
+An entry is a segment as the registry keeps it: a piece (`PIECE` then its 16-byte id, the
+first 16 bytes of the segment's SHA-256) for a segment of `PIECE_MIN` bytes or more, else
+the segment itself (`LITERAL` then its bytes). A recipe's ref (`tb_`, 26 base32 characters)
+digests its entries in order, each with its length: client and registry compute it alike,
+and a registry confirms the ref the client computed or answers a problem.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from toolref.wire.canonical import digest_key
+
+PIECE_MIN: Final = 64  # a shorter segment is kept in the recipe itself
+ID_BYTES: Final = 16
+PIECE: Final = b"\x00"
+LITERAL: Final = b"\x01"
+PIECE_PREFIX: Final = "tp_"
+RECIPE_PREFIX: Final = "tb_"
+_REF_RE: Final = re.compile(r"[a-z2-7]{25}[aeimquy4]")
+_START: Final = hashlib.sha256(b"toolref recipe v1").digest()
+
+Entry = bytes  # PIECE + id, or LITERAL + the segment's bytes
+
+
+def piece_id(segment: bytes) -> bytes:
+    return hashlib.sha256(segment).digest()[:ID_BYTES]
+
+
+def entry_of(segment: bytes) -> Entry:
+    """The entry a recipe keeps for `segment`."""
+    if len(segment) >= PIECE_MIN:
+        return PIECE + piece_id(segment)
+    return LITERAL + segment
+
+
+def is_piece(entry: Entry) -> bool:
+    return entry[:1] == PIECE
+
+
+def piece_of(entry: Entry) -> bytes:
+    """The id of a piece entry."""
+    return entry[1:]
+
+
+def literal_of(entry: Entry) -> bytes:
+    """The bytes of a literal entry."""
+    return entry[1:]
+
+
+def piece_ref(piece: bytes) -> str:
+    return PIECE_PREFIX + _base32(piece)
+
+
+def parse_piece_ref(text: object) -> bytes | None:
+    """The id a `tp_` ref names; None when `text` is not one."""
+    return _parse(text, PIECE_PREFIX)
+
+
+def recipe_ref(entries: Iterable[Entry]) -> str:
+    """The ref of the recipe of `entries` (linear in them)."""
+    digest = hashlib.sha256(_START)
+    for entry in entries:
+        digest.update(len(entry).to_bytes(4, "big"))
+        digest.update(entry)
+    return RECIPE_PREFIX + _base32(digest.digest()[:ID_BYTES])
+
+
+def is_recipe_ref(text: object) -> bool:
+    return _parse(text, RECIPE_PREFIX) is not None
+
+
+def size_of(entries: Sequence[Entry], piece_sizes: dict[bytes, int]) -> int:
+    """Bytes of the request the entries stand for, from the sizes of their pieces."""
+    return sum(
+        piece_sizes[entry[1:]] if entry[:1] == PIECE else len(entry) - 1 for entry in entries
+    )
+
+
+def _base32(data: bytes) -> str:
+    return digest_key(data)
+
+
+def _parse(text: object, prefix: str) -> bytes | None:
+    if not isinstance(text, str) or not text.startswith(prefix):
+        return None
+    body = text[len(prefix) :]
+    if not _REF_RE.fullmatch(body):
+        return None
+    return base64.b32decode(body.upper() + "======")[:ID_BYTES]

@@ -1,0 +1,64 @@
+"""A request as a recipe: its segments (headers first), their entries and its ref; and the
+request a recipe stands for, its headers and body restored byte for byte.
+
+Linear in the request: one cut, one SHA-256 per piece, one join.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from toolref.edits.recipe import Entry, entry_of, recipe_ref
+from toolref.edits.segments import cut_body, header_segment, restore_headers
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """A request cut: `segments` (the headers' first), their `entries`, the recipe's `ref`,
+    and the credentials that travel as real headers (`secrets`)."""
+
+    segments: list[bytes]
+    entries: list[Entry]
+    ref: str
+    secrets: list[tuple[str, str]]
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self.segments[1:])
+
+
+def cut(headers: Iterable[tuple[str, str]], body: bytes, messages_key: str | None) -> Cut | None:
+    """The recipe of a request whose body is one JSON object in UTF-8; None otherwise (such
+    a request is sent as it is)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    parts = cut_body(text, messages_key)
+    if parts is None:
+        return None
+    header, secrets = header_segment(headers)
+    codec = "ascii" if body.isascii() else "utf-8"
+    segments = [header, *(part.encode(codec) for part in parts)]
+    entries = [entry_of(segment) for segment in segments]
+    return Cut(segments, entries, recipe_ref(entries), secrets)
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """What a recipe stands for: the headers (credentials filled in) and the body."""
+
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+def restore(segments: Sequence[bytes], secrets: Sequence[tuple[str, str]]) -> Restored | None:
+    """The request `segments` (a recipe's, in order) stand for; None when the first is not a
+    headers segment these `secrets` fill."""
+    if not segments:
+        return None
+    headers = restore_headers(segments[0], secrets)
+    if headers is None:
+        return None
+    return Restored(headers, b"".join(segments[1:]))

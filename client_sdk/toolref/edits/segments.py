@@ -1,0 +1,190 @@
+"""Cutting a request into segments whose concatenation is the request, byte for byte.
+
+The headers come first, as one segment (`header_segment`): every end-to-end header but the
+credentials, as `name: value` lines in the client's order; a credential keeps its place as
+a line with its name alone, and its value travels as a real header on every request (never
+stored). Then the body (`cut_body`): a JSON object is cut at the boundaries of its
+members and, under its messages key, of each message; a member's value of `LARGE` bytes or
+more (`tools`, `system`) is a segment of its own, and so is each message; what lies between
+(keys, commas, whitespace, small members) is glue. Nothing is parsed to be written again:
+every segment is a slice of the client's own text, so whitespace, number spellings,
+escapes (lone surrogates included) and repeated keys are kept as they came.
+
+Linear in the request: one scan of the body, values skipped by the stdlib's C scanner
+(numbers are not converted, so a number no double holds, or of any length, is only text).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not in stubs
+from json.scanner import make_scanner
+from typing import Any, Final
+
+LARGE: Final = 256  # a member value at least this long is a segment of its own
+
+# Header names whose values are credentials: they travel on every request, never in a segment.
+SECRET_HEADERS: Final = frozenset(
+    {"authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"}
+)
+_SECRET_WORDS: Final = ("key", "token", "secret", "auth", "cookie", "password")
+# Headers that describe the bytes on one hop, not the request: never in a segment.
+_NOT_KEPT: Final = frozenset(
+    {
+        "host",
+        "content-length",
+        "content-encoding",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "expect",
+    }
+)
+_LINE: Final = re.compile(rb"([^:\r\n]+):(?: ([^\r\n]*))?\r\n")
+
+
+def _ignore(_: str) -> None:
+    return None
+
+
+# Values are only skipped: numbers and constants are not converted (any length, any size).
+_scan: Final[Callable[[str, int], tuple[Any, int]]] = make_scanner(
+    json.JSONDecoder(parse_float=_ignore, parse_int=_ignore, parse_constant=_ignore)  # type: ignore[arg-type]
+)
+_WS: Final = re.compile(r"[ \t\n\r]*")
+
+
+class _NotAnObject(ValueError):
+    pass
+
+
+def is_secret(name: str) -> bool:
+    """A header whose value is a credential (by name, or by a word in it)."""
+    low = name.lower()
+    return low in SECRET_HEADERS or any(word in low for word in _SECRET_WORDS)
+
+
+def header_segment(pairs: Iterable[tuple[str, str]]) -> tuple[bytes, list[tuple[str, str]]]:
+    """The headers' segment, and the credentials that travel apart (name, value), in order.
+    `pairs`: the client's end-to-end headers (toolref's own and hop-by-hop ones left out by
+    the caller); those describing the hop (`_NOT_KEPT`) are dropped here."""
+    lines: list[bytes] = []
+    secrets: list[tuple[str, str]] = []
+    for name, value in pairs:
+        low = name.lower()
+        if low in _NOT_KEPT or (low.startswith("proxy-") and low != "proxy-authorization"):
+            continue
+        raw = name.encode("latin-1")
+        if is_secret(low):
+            secrets.append((name, value))
+            lines.append(raw + b":\r\n")
+        else:
+            lines.append(raw + b": " + value.encode("latin-1") + b"\r\n")
+    return b"".join(lines), secrets
+
+
+def restore_headers(
+    segment: bytes, secrets: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]] | None:
+    """The headers `segment` stands for, each credential line filled with the value of the
+    same name in `secrets` (in order); None when the segment is not headers, or names a
+    credential `secrets` lacks."""
+    found: list[tuple[str, str]] = []
+    waiting: dict[str, list[str]] = {}
+    for secret, given in secrets:
+        waiting.setdefault(secret.lower(), []).append(given)
+    at = 0
+    while at < len(segment):
+        line = _LINE.match(segment, at)
+        if line is None:
+            return None
+        name = line.group(1).decode("latin-1")
+        value = line.group(2)
+        if value is None:
+            values = waiting.get(name.lower())
+            if not values:
+                return None
+            found.append((name, values.pop(0)))
+        else:
+            found.append((name, value.decode("latin-1")))
+        at = line.end()
+    return found
+
+
+def cut_body(text: str, messages_key: str | None) -> list[str] | None:
+    """The body's segments (see the module docstring); None when it is not one JSON object
+    (such a body is sent as one segment by the caller, or passed on as it is)."""
+    try:
+        cuts = _cuts(text, messages_key)
+    except (_NotAnObject, StopIteration, ValueError, IndexError, RecursionError):
+        return None
+    segments: list[str] = []
+    at = 0
+    for start, end in cuts:
+        if start > at:
+            segments.append(text[at:start])
+        segments.append(text[start:end])
+        at = end
+    if at < len(text):
+        segments.append(text[at:])
+    return segments
+
+
+def _skip(text: str, at: int) -> int:
+    end: int = _WS.match(text, at).end()  # type: ignore[union-attr]  # always matches
+    return end
+
+
+def _expect(text: str, at: int, char: str) -> int:
+    if text[at : at + 1] != char:
+        raise _NotAnObject(f"expected {char!r} at char {at}")
+    return at + 1
+
+
+def _cuts(text: str, messages_key: str | None) -> list[tuple[int, int]]:
+    """The spans that are segments of their own: large member values, and each message."""
+    at = _skip(text, 0)
+    at = _skip(text, _expect(text, at, "{"))
+    cuts: list[tuple[int, int]] = []
+    if text[at : at + 1] == "}":
+        return _end(text, at + 1, cuts)
+    while True:
+        at = _expect(text, at, '"')
+        key, at = scanstring(text, at, True)
+        at = _skip(text, _expect(text, _skip(text, at), ":"))
+        start = at
+        if key == messages_key and text[at : at + 1] == "[":
+            at = _messages(text, at, cuts)
+        else:
+            _, at = _scan(text, at)
+            if at - start >= LARGE:
+                cuts.append((start, at))
+        at = _skip(text, at)
+        if text[at : at + 1] == "}":
+            return _end(text, at + 1, cuts)
+        at = _skip(text, _expect(text, at, ","))
+
+
+def _messages(text: str, at: int, cuts: list[tuple[int, int]]) -> int:
+    at = _skip(text, at + 1)
+    if text[at : at + 1] == "]":
+        return at + 1
+    while True:
+        start = at
+        _, at = _scan(text, at)
+        cuts.append((start, at))
+        at = _skip(text, at)
+        if text[at : at + 1] == "]":
+            return at + 1
+        at = _skip(text, _expect(text, at, ","))
+
+
+def _end(text: str, at: int, cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    if _skip(text, at) != len(text):
+        raise _NotAnObject(f"extra data after the object at char {at}")
+    return cuts

@@ -1,0 +1,173 @@
+"""An edit on the wire (`application/vnd.toolref.edit`): a JSON header line, then the inline
+segments' bytes.
+
+    {"v":1,"b":"tb_..."|null,"o":[[0,57],"tp_...",312,...],"n":<inline bytes>,"z":<size>}\\n
+    <the inline segments, one after the other; zstd when "z" is there>
+
+Ops in `"o"`, in order: `[start, end]` keeps base entries start to end (excluded), a `tp_`
+ref names a piece the registry holds, an integer is the length of the next inline segment.
+`"n"` is the inline bytes in all. With `"z"`, those bytes are one zstd frame (size and
+checksum declared) compressed against the last `z` bytes of the base's segments in
+`edit.dictionary_order` (`"z": 0`: plain zstd); without it, they come as they are.
+
+The header is JSON so that any peer can read it; it is small (a few bytes per op). Reading
+it is bounded: `MAX_HEADER` bytes, `MAX_OPS` ops, and the inline bytes within the limit the
+caller gives, refused before any is inflated.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import zstandard
+
+from toolref.edits.edit import Keep, Named, Op
+from toolref.edits.recipe import is_recipe_ref, parse_piece_ref, piece_ref
+from toolref.wire import compression
+from toolref.wire.compression import Meter
+from toolref.wire.errors import (
+    DecompressedTooLargeError,
+    DictionaryMismatchError,
+    MalformedBodyError,
+)
+
+MEDIA_TYPE: Final = "application/vnd.toolref.edit"
+VERSION: Final = 1
+MAX_HEADER: Final = 4 << 20  # bytes of the header line
+MAX_OPS: Final = 200_000
+LEVEL: Final = 3  # zstd level of the inline bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """An edit as read, before its inline bytes are: `ops` hold an `int` (the length of
+    the next inline segment) where the edit carries a segment."""
+
+    base: str | None
+    ops: list[Keep | Named | int]
+    inline: int  # inline bytes in all
+    dictionary: int | None  # zstd against the last this many bytes (0: none); None: as is
+
+
+def encode(base: str | None, ops: Sequence[Op], dictionary: bytes | None) -> bytes:
+    """The edit's bytes. `dictionary`: compress the inline bytes against it (b"": plain
+    zstd); None: send them as they are (a peer that reads no zstd)."""
+    listed: list[Any] = []
+    blobs: list[bytes] = []
+    for op in ops:
+        if isinstance(op, Keep):
+            listed.append([op.start, op.end])
+        elif isinstance(op, Named):
+            listed.append(piece_ref(op.piece))
+        else:
+            listed.append(len(op.data))
+            blobs.append(op.data)
+    blob = b"".join(blobs)
+    header: dict[str, Any] = {"v": VERSION, "b": base, "o": listed, "n": len(blob)}
+    if dictionary is not None:
+        header["z"] = len(dictionary)
+        blob = _compress(blob, dictionary)
+    line = json.dumps(header, separators=(",", ":")).encode("ascii")
+    return line + b"\n" + blob
+
+
+def _compress(data: bytes, dictionary: bytes) -> bytes:
+    if dictionary:
+        return compression.compress(data, dictionary, LEVEL)
+    compressor = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
+    return compressor.compress(data)
+
+
+def read(data: bytes, max_inline: int) -> tuple[Header, bytes]:
+    """The header and the bytes after it; `MalformedBodyError` for anything else, with
+    what is wrong and the fix; `DecompressedTooLargeError` for inline bytes past
+    `max_inline` (before any is inflated)."""
+    end = data.find(b"\n", 0, MAX_HEADER + 1)
+    if end < 0:
+        raise _malformed(f"no header line within the first {MAX_HEADER} bytes")
+    try:
+        header = json.loads(data[:end])
+    except ValueError as exc:
+        raise _malformed(f"the header line is not JSON ({exc})") from None
+    if not isinstance(header, dict) or header.get("v") != VERSION:
+        raise _malformed(f"the header is not a version-{VERSION} edit object")
+    base = header.get("b")
+    if base is not None and not is_recipe_ref(base):
+        raise _malformed(f"`b` is {_shown(base)}, not null or a recipe ref (tb_...)")
+    listed, inline = header.get("o"), header.get("n")
+    if not isinstance(listed, list) or len(listed) > MAX_OPS:
+        raise _malformed(f"`o` is not a list of at most {MAX_OPS} ops")
+    if type(inline) is not int or inline < 0:
+        raise _malformed("`n` is not the count of inline bytes")
+    if inline > max_inline:
+        raise DecompressedTooLargeError(
+            f"the edit carries {inline} inline bytes, over the limit of {max_inline}; send "
+            "fewer new segments, or the request whole",
+            limit=max_inline,
+        )
+    dictionary = header.get("z")
+    if dictionary is not None and (type(dictionary) is not int or dictionary < 0):
+        raise _malformed("`z` is not a dictionary size")
+    ops = [_op(op, index) for index, op in enumerate(listed)]
+    if sum(op for op in ops if type(op) is int) != inline:
+        raise _malformed("the inline lengths of `o` do not add up to `n`")
+    if base is None and any(isinstance(op, Keep) for op in ops):
+        raise _malformed("an edit with no base (`b` null) keeps nothing")
+    return Header(base, ops, inline, dictionary), data[end + 1 :]
+
+
+def _op(op: object, index: int) -> Keep | Named | int:
+    if type(op) is int and op >= 0:
+        return op
+    if isinstance(op, list) and len(op) == 2 and all(type(i) is int for i in op):
+        start, end = op
+        if 0 <= start < end:
+            return Keep(start, end)
+    found = parse_piece_ref(op)
+    if found is not None:
+        return Named(found)
+    raise _malformed(f"op {index} is {_shown(op)}: an op is [start, end], a tp_ ref or a length")
+
+
+def inline(header: Header, blob: bytes, dictionary: bytes, meter: Meter | None) -> list[bytes]:
+    """The inline segments, in order: `blob` inflated against `dictionary` (the last
+    `header.dictionary` bytes the edit names; charged to `meter` before), and cut."""
+    raw = header.dictionary is None
+    data = blob if raw else _inflate(blob, dictionary, header.inline, meter)
+    if len(data) != header.inline:
+        raise _malformed(f"the inline bytes are {len(data)}, not the {header.inline} of `n`")
+    found: list[bytes] = []
+    at = 0
+    for op in header.ops:
+        if type(op) is int:
+            found.append(data[at : at + op])
+            at += op
+    return found
+
+
+def _inflate(blob: bytes, dictionary: bytes, size: int, meter: Meter | None) -> bytes:
+    name = "the edit's base"
+    if not dictionary:
+        return compression.inflate(blob, size, meter)
+    try:
+        return compression.decompress(blob, dictionary, size, name, meter)
+    except DictionaryMismatchError as exc:
+        raise DictionaryMismatchError(
+            f"{exc.detail.split(';')[0]}; send the edit again with its inline bytes against "
+            "the base's segments in edit order (toolref.edits.edit.dictionary), or as they are"
+        ) from None
+
+
+def _malformed(what: str) -> MalformedBodyError:
+    return MalformedBodyError(
+        f"the edit ({MEDIA_TYPE}) cannot be read: {what}; send a header line as "
+        "toolref.edits.wire.encode writes it, or the request whole"
+    )
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

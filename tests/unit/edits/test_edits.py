@@ -1,0 +1,259 @@
+"""toolref.edits: a request cut into segments and put back byte for byte, edits between
+any two requests applied to give the second exactly, and their wire format, for any JSON
+any writer writes (compact, spaced, pretty, ASCII-escaped, raw UTF-8, every number
+spelling, repeated keys, lone surrogates)."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolref.edits import wire
+from toolref.edits.edit import Inline, Keep, Named, apply, dictionary, dictionary_order, diff
+from toolref.edits.recipe import PIECE_MIN, entry_of, is_piece, piece_of, recipe_ref
+from toolref.edits.request import cut, restore
+from toolref.edits.segments import cut_body, header_segment, restore_headers
+from toolref.wire.errors import DictionaryMismatchError, MalformedBodyError
+
+HEADERS = [
+    ("Content-Type", "application/json"),
+    ("x-api-key", "sk-secret"),
+    ("anthropic-version", "2023-06-01"),
+    ("User-Agent", "claude-cli/2.1"),
+    ("Authorization", "Bearer tok"),
+]
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**30), max_value=10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=40),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+NUMBERS = st.sampled_from(
+    ["1e5", "1E-7", "-0", "-0.0", "1.0", "1e400", "123456789012345678901234567890", "0.1e+2"]
+)
+
+
+def written(value: Any, style: str) -> str:
+    """`value` as one of the writers clients use."""
+    if style == "compact":
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    if style == "spaced":
+        return json.dumps(value, ensure_ascii=False)
+    if style == "pretty":
+        return json.dumps(value, indent=2, ensure_ascii=False)
+    return json.dumps(value)  # ASCII-escaped
+
+
+STYLES = st.sampled_from(["compact", "spaced", "pretty", "ascii"])
+
+
+def body_of(messages: list[Any], extra: dict[str, Any], style: str) -> str:
+    return written({"model": "m", **extra, "messages": messages}, style)
+
+
+@given(
+    st.lists(JSON_VALUES, max_size=6),
+    st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=3),
+    STYLES,
+)
+@settings(max_examples=200, deadline=None)
+def test_a_body_cut_is_the_body_joined(
+    messages: list[Any], extra: dict[str, Any], style: str
+) -> None:
+    text = body_of(messages, extra, style)
+    parts = cut_body(text, "messages")
+    assert parts is not None
+    assert "".join(parts) == text
+
+
+@given(NUMBERS, st.sampled_from(['"\\ud83d"', '"\\udc00x"', '"é"', '"\\u00e9"']), STYLES)
+def test_spellings_json_parsers_change_are_kept(number: str, string: str, style: str) -> None:
+    """Numbers no double holds, exponent spellings, negative zero, lone surrogate escapes
+    and repeated keys: a slice of the text, never written again."""
+    gap = {"compact": "", "spaced": " ", "pretty": "\n  ", "ascii": ""}[style]
+    text = (
+        f'{{"model":{gap}"m",{gap}"n":{gap}{number},{gap}"n":{gap}2,{gap}"messages":{gap}'
+        f'[{{"role":"user","content":{string}}},{gap}{{"x":{number}}}]}}'
+    )
+    made = cut(HEADERS, text.encode(), "messages")
+    assert made is not None
+    assert made.body == text.encode()
+    back = restore(made.segments, made.secrets)
+    assert back is not None
+    assert back.body == text.encode()
+
+
+def test_what_is_not_one_json_object_is_not_cut() -> None:
+    for text in ["[1,2]", '{"a":1} x', "{", "", '{"a":1}{"b":2}', '"s"']:
+        assert cut_body(text, "messages") is None
+    assert cut(HEADERS, b'{"a":"\xff"}', "messages") is None  # not UTF-8
+
+
+def test_messages_and_large_members_are_segments_of_their_own() -> None:
+    tools = [{"name": f"tool{i}", "description": "x" * 40} for i in range(10)]
+    text = json.dumps({"model": "m", "tools": tools, "messages": [{"a": 1}, {"b": 2}], "t": 1})
+    parts = cut_body(text, "messages")
+    assert parts is not None
+    assert json.dumps(tools) in parts
+    assert '{"a": 1}' in parts
+    assert '{"b": 2}' in parts
+
+
+def test_credentials_travel_apart_and_come_back_in_their_place() -> None:
+    segment, secrets = header_segment([*HEADERS, ("Content-Length", "10"), ("Host", "h")])
+    assert b"sk-secret" not in segment
+    assert b"Bearer" not in segment
+    assert b"content-length" not in segment.lower()
+    assert secrets == [("x-api-key", "sk-secret"), ("Authorization", "Bearer tok")]
+    assert restore_headers(segment, secrets) == HEADERS
+    assert restore_headers(segment, secrets[:1]) is None  # a credential missing
+    assert restore_headers(b"not headers", []) is None
+
+
+def test_segments_become_pieces_from_their_size() -> None:
+    assert not is_piece(entry_of(b"x" * (PIECE_MIN - 1)))
+    assert is_piece(entry_of(b"x" * PIECE_MIN))
+    assert recipe_ref([entry_of(b"a"), entry_of(b"b")]) != recipe_ref([entry_of(b"ab")])
+
+
+ROLES = ("user", "assistant")
+
+
+def conversation(turns: int, seed: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [
+        {
+            "role": ["user", "assistant"][n % 2],
+            "content": f"turn {n} " + "w" * rng.randrange(1, 300),
+        }
+        for n in range(turns)
+    ]
+
+
+EDITS = st.sampled_from(
+    ["append", "edit-middle", "delete-middle", "insert-middle", "mark", "compact", "same"]
+)
+
+
+def edited(messages: list[dict[str, Any]], how: str, rng: random.Random) -> list[dict[str, Any]]:
+    out = [dict(m) for m in messages]
+    middle = len(out) // 2
+    if how == "append":
+        out += [{"role": "user", "content": "new " * 30}, {"role": "assistant", "content": "ok"}]
+    elif how == "edit-middle" and out:
+        out[middle]["content"] = "edited " + out[middle]["content"]
+    elif how == "delete-middle" and out:
+        del out[middle]
+    elif how == "insert-middle":
+        out.insert(middle, {"role": "user", "content": "inserted " * 20})
+    elif how == "mark" and out:
+        out[-1] = {**out[-1], "cache_control": {"type": "ephemeral"}}
+        if len(out) > 2:
+            out[-3].pop("cache_control", None)
+    elif how == "compact":
+        out = [{"role": "user", "content": "summary " * 40}, *out[-2:]]
+    return out
+
+
+@given(st.integers(1, 30), st.integers(0, 10**6), st.lists(EDITS, min_size=1, max_size=4), STYLES)
+@settings(max_examples=150, deadline=None)
+def test_an_edit_applied_gives_the_new_request_exactly(
+    turns: int, seed: int, hows: list[str], style: str
+) -> None:
+    rng = random.Random(seed)
+    messages = conversation(turns, seed)
+    base = cut(HEADERS, body_of(messages, {"tools": ["t" * 300]}, style).encode(), "messages")
+    assert base is not None
+    store = dict(zip(base.entries, base.segments, strict=True))
+    for how in hows:
+        messages = edited(messages, how, rng)
+        new = cut(HEADERS, body_of(messages, {"tools": ["t" * 300]}, style).encode(), "messages")
+        assert new is not None
+        ops = diff(base.entries, new.entries, new.segments)
+        entries = apply(base.entries, ops)
+        assert entries == new.entries
+        assert recipe_ref(entries) == new.ref
+        inline = sum(len(op.data) for op in ops if isinstance(op, Inline))
+        before = set(base.entries)
+        pairs = zip(new.entries, new.segments, strict=True)
+        changed = sum(len(segment) for entry, segment in pairs if entry not in before)
+        # What travels inline is at most what the base lacks, and per op a literal (glue,
+        # or a message too short to be a piece, which starts no run).
+        assert inline <= changed + PIECE_MIN * len(ops)
+        # Through the wire, compressed against the base's segments, on both sides.
+        order = dictionary_order(len(base.entries), ops)
+        size = min(sum(map(len, base.segments)), 64 << 10)
+        words = dictionary(order, base.segments.__getitem__, size)
+        data = wire.encode(base.ref, ops, words)
+        header, blob = wire.read(data, 1 << 30)
+        assert header.base == base.ref
+        pieces = iter(wire.inline(header, blob, words, None))
+        rebuilt = []
+        for op in header.ops:
+            if isinstance(op, Keep):
+                rebuilt += base.segments[op.start : op.end]
+            elif isinstance(op, Named):
+                rebuilt.append(store[b"\x00" + op.piece])
+            else:
+                rebuilt.append(next(pieces))
+        assert b"".join(rebuilt[1:]) == new.body
+        store.update(zip(new.entries, new.segments, strict=True))
+        base = new
+
+
+def test_a_piece_held_elsewhere_is_named() -> None:
+    big = b"p" * 200
+    ops = diff([], [entry_of(big)], [big], held={piece_of(entry_of(big))})
+    assert ops == [Named(piece_of(entry_of(big)))]
+
+
+def test_a_moved_mark_compresses_against_the_segment_it_replaced() -> None:
+    messages = conversation(40, 7)
+    before = cut(HEADERS, body_of(messages, {}, "compact").encode(), "messages")
+    messages[-1] = {**messages[-1], "cache_control": {"type": "ephemeral"}}
+    after = cut(HEADERS, body_of(messages, {}, "compact").encode(), "messages")
+    assert before is not None
+    assert after is not None
+    ops = diff(before.entries, after.entries, after.segments)
+    order = dictionary_order(len(before.entries), ops)
+    words = dictionary(order, lambda i: before.segments[i], 16 << 10)
+    data = wire.encode(before.ref, ops, words)
+    assert len(data) < 200  # the whole message travels inline, as a few bytes
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"no newline",
+        b"not json\n",
+        b'{"v":2,"b":null,"o":[],"n":0}\n',
+        b'{"v":1,"b":"th_x","o":[],"n":0}\n',
+        b'{"v":1,"b":null,"o":[[0,1]],"n":0}\n',
+        b'{"v":1,"b":null,"o":[5],"n":4}\n',
+        b'{"v":1,"b":null,"o":[[3,1]],"n":0}\n',
+        b'{"v":1,"b":null,"o":["tp_x"],"n":0}\n',
+        b'{"v":1,"b":null,"o":[],"n":0,"z":-1}\n',
+    ],
+)
+def test_a_malformed_edit_is_refused_saying_what(line: bytes) -> None:
+    with pytest.raises(MalformedBodyError) as found:
+        wire.read(line, 1 << 20)
+    assert "toolref.edits.wire.encode" in found.value.detail
+
+
+def test_inline_bytes_against_another_dictionary_are_a_mismatch() -> None:
+    data = wire.encode(None, [Inline(b"the base is long, " * 40)], b"the base is long, " * 50)
+    header, blob = wire.read(data, 1 << 20)
+    with pytest.raises(DictionaryMismatchError):
+        wire.inline(header, blob, b"another base, another text " * 50, None)
