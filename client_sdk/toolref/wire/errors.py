@@ -282,6 +282,25 @@ class MissingHistoryError(ConflictError):
         return cls(detail, str(missing), **extra)
 
 
+class MissingPiecesError(ConflictError):
+    """Pieces an edit names (`tp_` refs) that the server does not hold (never kept for this
+    API key, expired or evicted): send the edit again with those segments inline."""
+
+    slug = "missing-pieces"
+    title = "Unknown pieces"
+
+    def __init__(self, detail: str, missing_pieces: list[str], **extra: Any) -> None:
+        super().__init__(detail, missingPieces=missing_pieces, **extra)
+        self.missing_pieces = missing_pieces
+
+    @classmethod
+    def from_problem(cls, detail: str, extra: dict[str, Any], headers: Mapping[str, str]) -> Self:
+        missing = extra.pop("missingPieces", [])
+        return cls(
+            detail, [str(ref) for ref in missing] if isinstance(missing, list) else [], **extra
+        )
+
+
 # --- server-side conditions (5xx) ---
 
 
