@@ -39,6 +39,10 @@ BODY_TIMEOUT = 1.0
 MIN_RATE = 2_000  # bytes per second
 KEEP_ALIVE = 1
 SEND_TIMEOUT = 1.0
+# The server's timers and this process's clock are two clocks: a deadline may be seen to
+# fire a little early from here. Waits are polled to a generous bound, never slept once.
+CLOCK_SLACK = 0.05
+PATIENCE = 15.0
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +113,7 @@ def test_a_head_that_never_ends_is_a_408_problem(service: Service) -> None:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # no empty line
         problem = assert_problem(read_reply(sock), 408, "request-timeout")
         elapsed = time.monotonic() - started
-    assert elapsed >= HEADER_TIMEOUT
+    assert elapsed >= HEADER_TIMEOUT - CLOCK_SLACK
     assert "TOOLREF_HEADER_TIMEOUT" in problem["detail"]
 
 
@@ -136,7 +140,7 @@ def test_an_idle_socket_is_closed_without_an_answer(service: Service) -> None:
     with connect(service) as sock:
         started = time.monotonic()
         assert closed_without_answer(sock)
-        assert time.monotonic() - started >= HEADER_TIMEOUT
+        assert time.monotonic() - started >= HEADER_TIMEOUT - CLOCK_SLACK
 
 
 def test_a_body_shorter_than_its_content_length_is_a_408_problem(service: Service) -> None:
@@ -147,7 +151,7 @@ def test_a_body_shorter_than_its_content_length_is_a_408_problem(service: Servic
         sock.sendall(raw)
         problem = assert_problem(read_reply(sock), 408, "request-timeout")
         elapsed = time.monotonic() - started
-    assert elapsed >= BODY_TIMEOUT
+    assert elapsed >= BODY_TIMEOUT - CLOCK_SLACK
     assert f"{len(body)} of the {len(body) + 10} declared bytes" in problem["detail"]
 
 
@@ -256,12 +260,10 @@ def test_an_answer_left_unread_is_dropped_after_the_send_timeout(
     before, baseline = closed_for(service, "send-timeout"), open_connections(service)
     readers = [unread_answer(service, big_refs) for _ in range(10)]
     try:
-        time.sleep(0.3)
-        assert open_connections(service) >= baseline + 10  # held while the timeout runs
-        time.sleep(SEND_TIMEOUT + 0.5)
+        assert eventually(lambda: open_connections(service) >= baseline + 10)  # held
         # Dropped, with the answers buffered for them: the server holds none of it now.
-        assert closed_for(service, "send-timeout") == before + 10
-        assert open_connections(service) == baseline
+        assert eventually(lambda: closed_for(service, "send-timeout") == before + 10)
+        assert eventually(lambda: open_connections(service) == baseline)
     finally:
         for sock in readers:
             sock.close()
@@ -371,3 +373,14 @@ def test_small_requests_stay_prompt_while_answers_go_unread(
             sock.close()
 
     cost(service, Attack(work), "answers left unread", bound=10)
+
+
+def eventually(holds: Callable[[], bool]) -> bool:
+    """Whether `holds()` becomes true within `PATIENCE` seconds (polled): a server's timer
+    fires on its own clock, later on a loaded machine, never at a time a test can name."""
+    deadline = time.monotonic() + PATIENCE
+    while not holds():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
