@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from toolref.sending.answers import may_resend
-from toolref.sending.transport import LLMRequest, recognise
+from toolref.sending.transport import LLMRequest, Transport, recognise
 
 JSON = {"content-type": "application/json"}
 
@@ -19,6 +19,13 @@ def body(**members: Any) -> bytes:
 
 
 MESSAGES = [{"role": "user", "content": "hi"}]
+# Valid JSON a manager cannot write back, each of which providers accept.
+UNCARRIABLE = {
+    # What JSON.stringify writes for a string cut inside an emoji.
+    "lone-surrogate": b'{"model":"m","messages":[{"role":"user","content":"cut \\ud83d"}]}',
+    "past-a-double": b'{"model":"m","messages":[{"role":"user","content":"x"}],"seed":1e400}',
+    "past-int-digits": b'{"model":"m","messages":[],"n":' + b"9" * 5000 + b"}",
+}
 
 
 @pytest.mark.parametrize(
@@ -53,6 +60,9 @@ def test_each_api_is_rewritten_with_its_format_and_key(path: str, fmt: str, key:
         ("POST", "/v1/chat/completions", JSON, b"{not json"),
         ("POST", "/v1/chat/completions", JSON, b'{"messages": [], "temperature": NaN}'),
         ("POST", "/v1/chat/completions", JSON, b"[]"),
+        ("POST", "/v1/chat/completions", JSON, UNCARRIABLE["lone-surrogate"]),
+        ("POST", "/v1/chat/completions", JSON, UNCARRIABLE["past-a-double"]),
+        ("POST", "/v1/chat/completions", JSON, UNCARRIABLE["past-int-digits"]),
     ],
     ids=[
         "GET",
@@ -66,6 +76,9 @@ def test_each_api_is_rewritten_with_its_format_and_key(path: str, fmt: str, key:
         "malformed",
         "non-finite",
         "not-an-object",
+        "lone-surrogate",
+        "past-a-double",
+        "past-int-digits",
     ],
 )
 def test_everything_else_passes_through(
@@ -93,3 +106,29 @@ def test_only_problems_the_manager_may_resend_on_are_read_first(
     status: int, media: str, resend: bool
 ) -> None:
     assert may_resend(httpx.Response(status, headers={"content-type": media})) is resend
+
+
+def test_paired_surrogate_escapes_are_rewritten() -> None:
+    """An emoji written as an escaped pair is ordinary text: the body is still rewritten."""
+    content = b'{"model":"m","messages":[{"role":"user","content":"\\ud83d\\ude00"}]}'
+    found = recognise("POST", "/v1/chat/completions", JSON, content)
+    assert found is not None
+    assert found.body["messages"][0]["content"] == "\U0001f600"
+
+
+@pytest.mark.parametrize("name", sorted(UNCARRIABLE))
+def test_a_body_the_manager_cannot_carry_reaches_the_provider_as_it_came(name: str) -> None:
+    """Fails before the fix: the transport raised (UnicodeEncodeError, ValueError) on every
+    try, so the conversation could not go on while the value stayed in its history."""
+    seen: list[bytes] = []
+
+    def provider(request: httpx.Request) -> httpx.Response:
+        seen.append(request.read())
+        return httpx.Response(200, json={"id": "r"})
+
+    with httpx.Client(transport=Transport(httpx.MockTransport(provider))) as client:
+        answer = client.post(
+            "https://llm.test/v1/chat/completions", content=UNCARRIABLE[name], headers=JSON
+        )
+    assert answer.status_code == 200
+    assert seen == [UNCARRIABLE[name]]

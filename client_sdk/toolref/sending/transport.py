@@ -11,8 +11,9 @@ key: confirmed payloads travel as refs, the conversation after a confirmed histo
 new messages only, and a 409 missing-refs / missing-history or 400 dictionary-mismatch is
 resent before the SDK sees it. The answer is the inner transport's, unread, so a stream
 stays a stream; only a problem the manager may resend on is read whole first. Everything
-else (other methods and paths, bodies that are not plain JSON, token counts) passes through
-untouched.
+else (other methods and paths, bodies that are not plain JSON, JSON holding values the
+manager cannot write back: a lone surrogate escape, a number no double holds) passes
+through untouched.
 
 A backend that does not speak toolref never answers `Toolref-Protocol: 2`, so it is never
 sent a ref or a compressed body: it gets the SDK's request, JSON-equal.
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
+import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, cast, overload
@@ -102,12 +105,38 @@ def recognise(
         return None
     fmt, key = found.format, found.messages_key
     try:
-        body = json.loads(content, parse_constant=_not_json)
-    except ValueError:
+        body = json.loads(content, parse_constant=_not_json, parse_float=_finite)
+    except ValueError:  # not JSON, or an integer past Python's digit limit
         return None
     if not isinstance(body, dict) or not isinstance(body.get(key), list):
         return None
+    if _SURROGATE_ESCAPE.search(content) is not None and not _encodable(body):
+        return None
     return LLMRequest(fmt, key, body)
+
+
+# `\ud800`-`\udfff`: a surrogate escape, lone if `json.loads` did not pair it. Valid JSON
+# (what `JSON.stringify` writes for a string cut inside an emoji) that UTF-8 cannot carry.
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _finite(text: str) -> float:
+    """A JSON number as a double, refusing one no double holds (`1e400` reads as inf, which
+    JSON cannot write back): such a body passes through as it came."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} does not fit a double")
+    return value
+
+
+def _encodable(body: object) -> bool:
+    """Whether every string of `body` is UTF-8 (no lone surrogate); O(size of `body`), run only
+    when the text holds a surrogate escape."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _plain_json(headers: Mapping[str, str]) -> bool:
