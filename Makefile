@@ -8,25 +8,35 @@ SERVER_STAMP   := $(VENV)/.installed-server
 LOADTEST_STAMP := $(VENV)/.installed-loadtest
 DEV_STAMP      := $(VENV)/.installed-dev
 
-.PHONY: serve test js-test e2e e2e-install lint fmt bench loadtest loadtest-hostile soak clean \
+.PHONY: serve test check package js-test e2e e2e-install lint fmt bench loadtest loadtest-hostile soak clean \
 	demo web-build chromium browser-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# After each editable install: the source folders on sys.path as well (a .pth file), so a
+# regular package found there wins over a folder named `toolref` beside a user's script (a
+# clone, say), which setuptools' editable finder alone would let shadow the SDK.
+SOURCES_ON_PATH = $(BIN)/python -c 'import pathlib, sysconfig; \
+	pathlib.Path(sysconfig.get_path("purelib"), "toolref-sources.pth").write_text( \
+	"".join(str(pathlib.Path(d).resolve()) + chr(10) for d in ("client_sdk", "service")))'
+
 # A larger set covers the smaller ones, so `make serve` after `make test` installs nothing.
 $(SERVER_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[server]'
+	$(SOURCES_ON_PATH)
 	@touch $@
 
 $(LOADTEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[server,loadtest]'
+	$(SOURCES_ON_PATH)
 	@touch $@ $(SERVER_STAMP)
 
 # Tests import the load-test modules, and mypy checks them: dev needs loadtest too.
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[server,dev,loadtest]'
+	$(SOURCES_ON_PATH)
 	@touch $@ $(LOADTEST_STAMP) $(SERVER_STAMP)
 
 serve: $(SERVER_STAMP)
@@ -114,6 +124,18 @@ chromium:
 # runs it too (tests/browser).
 browser-test: $(DEV_STAMP) web-build chromium
 	$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS)
+
+# Before a commit (under 2 minutes here): lint, and the unit tests that need no engine.
+check: $(DEV_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest tests/unit -q -m "not engine and not slow" -p no:cacheprovider
+
+# The wheel and the npm package built as users get them, installed into clean environments
+# outside the checkout, and used (.ci/packages).
+package: $(DEV_STAMP)
+	PYTHON=$(BIN)/python .ci/packages
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
