@@ -44,12 +44,16 @@ serve: $(SERVER_STAMP)
 
 # Everything on one node, then the service and integration suites (and the quota counting,
 # whose reads differ there) again on a local Redis Cluster (3 primaries, 3 replicas) started
-# from the same valkey-server binary.
+# from the same valkey-server binary; then the TypeScript SDK. Fail-late: every pass runs,
+# and the last line names the passes that failed.
 test: $(DEV_STAMP) web-build chromium
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@failed=""; \
+	$(BIN)/python -m pytest $(PYTEST_ARGS) || failed="$$failed one-node"; \
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration \
-		tests/adversarial/test_server_quotas.py $(PYTEST_ARGS)
-	$(MAKE) js-test
+		tests/adversarial/test_server_quotas.py $(PYTEST_ARGS) || failed="$$failed cluster"; \
+	$(MAKE) --no-print-directory js-test || failed="$$failed js-test"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED passes:$$failed (every pass ran)"; exit 1; fi; \
+	echo "make test: all passes passed (one-node, cluster, js-test)"
 
 # The TypeScript SDK (client_sdk/js): install from package-lock.json, type-check (strict),
 # and vitest, whose integration tests start the Python registry and a chat backend from
@@ -115,10 +119,16 @@ $(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json $(JS_DIR)/dist/
 web-build: $(WEB)/node_modules/.package-lock.json
 	cd $(WEB) && npm run --silent build
 
-# Debian's Chromium for the browser test, where it is missing.
+# Debian's Chromium for the browser tests, where it is missing: the one thing `make test`
+# installs system-wide (the README says so), announced before apt-get runs. NO_SYSTEM_INSTALL=1
+# refuses instead; CHROMIUM=/path/to/chromium uses a Chromium of your own (the tests read it).
 chromium:
-	@test -x /usr/bin/chromium || apt-get install -y chromium \
-		|| (apt-get update && apt-get install -y chromium)
+	@test -x "$${CHROMIUM:-/usr/bin/chromium}" || { \
+		if [ -n "$(NO_SYSTEM_INSTALL)" ]; then \
+			echo "make: no Chromium at $${CHROMIUM:-/usr/bin/chromium}: install Debian's chromium, or set CHROMIUM=/path/to/chromium"; exit 1; fi; \
+		echo "make: installing Debian's chromium system-wide (apt-get install -y chromium) for the browser tests;"; \
+		echo "      NO_SYSTEM_INSTALL=1 refuses; CHROMIUM=/path/to/chromium uses your own."; \
+		apt-get install -y chromium || (apt-get update && apt-get install -y chromium); }
 
 # The demo in headless Chromium (playwright-core): 30 turns, a registry restart; `make test`
 # runs it too (tests/browser).
