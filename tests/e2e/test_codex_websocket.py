@@ -111,8 +111,8 @@ async def test_codex_stays_on_its_websocket_through_the_relay(
         f"bytes per message {[len(r.wire) for r in frames]}"
     )
     if chain == "relay":
-        turns = [line for line in relay_lines.splitlines() if " turn " in line]
-        print("\n".join(turns[-3:]))
+        said = [line for line in relay_lines.splitlines() if " turn " in line]
+        print("\n".join(said[-3:]))
     detail = f"{run.stdout[-2000:]}\n{run.stderr[-3000:]}\n{relay_lines[-2000:]}"
     assert run.returncode == 0, detail
     assert FINAL_TEXT in run.stdout, detail

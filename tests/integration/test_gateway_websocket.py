@@ -178,3 +178,25 @@ async def test_an_idle_socket_is_closed_with_1001(redis: Redis) -> None:
     assert isinstance(closed, Closed)
     assert closed.code == 1001
     assert "no message" in closed.reason
+
+
+async def test_an_open_socket_holds_one_of_the_tenants_gateway_slots(redis: Redis) -> None:
+    fake = FakeProvider(_model)
+    async with gateway(redis, {"fake": fake.app}, gateway_tenant_requests_in_flight=1) as service:
+        held = await open_socket(service.url)
+        with pytest.raises(Refusal) as refused:
+            await open_socket(service.url)
+        assert refused.value.status == 429
+        assert json.loads(refused.value.body)["quota"] == "gatewayRequestsInFlight"
+        await held.close()
+        await asyncio.wait_for(fake.sockets[0].ended.wait(), 10)
+        for _ in range(100):  # the slot comes back once the gateway saw the close
+            try:
+                again = await open_socket(service.url)
+                break
+            except Refusal:
+                await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the slot never came back")
+        await again.close()
+    assert len(fake.sockets) == 2
