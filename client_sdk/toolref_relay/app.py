@@ -6,7 +6,8 @@ is read whole, inflated when the agent compressed it, and sent through
 `toolref.AsyncTransport` with the manager of its upstream: payloads the gateway holds travel
 as refs, a conversation after a history the gateway confirmed as its new messages, zstd
 against that history; missing refs and histories are resent before the agent sees anything.
-Every other request passes through, streamed both ways.
+Every other request passes through, streamed both ways. An upgrade to a WebSocket (Codex's
+Responses WebSocket) is joined to the gateway's (`sockets`), or answered 426 at once.
 
 One `ToolReferenceManager` per client (an upstream and a provider credential, `clients`)
 serves every conversation that client sends there: its transcripts tell conversations apart
@@ -68,6 +69,7 @@ from .passthrough import pass_through
 from .replies import relay_answer, reply_error, reply_json
 from .savings import Route, Tally, Upload, savings_header, summary, turn_line
 from .shapes import ErrorReply, error_reply, provider_of
+from .sockets import serve_socket
 from .switch import Switchboard, conversation_of
 
 _ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
@@ -124,8 +126,11 @@ class Relay:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        if scope["type"] == "websocket":
+            await serve_socket(self, scope, receive, send)  # WebSocket mode (`sockets`)
+            return
         if scope["type"] != "http":
-            return  # no WebSockets: the server refuses them
+            return
         path, method = scope["path"], scope["method"]
         headers = decoded(scope["headers"])
         refused = guard.host_refusal(first(headers, "host"), scope.get("server"))

@@ -144,6 +144,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_level=args.log_level,
         access_log=False,  # its lines carry query strings, where some providers take keys
         lifespan="on",
+        # WebSocket mode (toolref_relay.sockets) over wsproto; messages within the body
+        # limit; no permessage-deflate (a small frame could inflate past any limit).
+        ws="wsproto",
+        ws_max_size=config.max_body_bytes,
+        ws_per_message_deflate=False,
     )
     uvicorn.Server(served).run(sockets=[sock])  # the app deletes the token file at exit
 

@@ -229,7 +229,12 @@ def _serve(args: argparse.Namespace) -> int:
             # Deadlines, the connection limit and problem+json refusals; as an import path,
             # so worker processes load it too.
             http="toolref_server.http.connection:Connection",
-            ws="none",
+            # WebSockets (`/llm/...` upgraded: toolref_server.gateway.sockets) over wsproto,
+            # messages up to the gateway's limit; no permessage-deflate (a small frame
+            # could inflate past any limit before it is counted).
+            ws="wsproto",
+            ws_max_size=settings.gateway_ws_max_message_bytes,
+            ws_per_message_deflate=False,
             timeout_graceful_shutdown=settings.shutdown_timeout,
         )
     except KeyboardInterrupt:

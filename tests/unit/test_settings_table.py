@@ -120,6 +120,9 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_GATEWAY_TENANT_REQUESTS_IN_FLIGHT": ("int", 64, "ge=1"),
         "TOOLREF_GATEWAY_TENANTS": ("int", 16, "ge=1"),
         "TOOLREF_GATEWAY_HISTORY_CHARS": ("int", 128 * MiB, "ge=0"),
+        "TOOLREF_GATEWAY_WS_MAX_MESSAGE_BYTES": ("int", 16 * MiB, "ge=1024"),
+        "TOOLREF_GATEWAY_WS_IDLE_TIMEOUT": ("float", 900.0, "gt=0"),
+        "TOOLREF_GATEWAY_WS_LIFETIME": ("float", 3600.0, "gt=0"),
     },
 }
 EVERY = {name: row for rows in TABLE.values() for name, row in rows.items()}
