@@ -152,6 +152,20 @@ async def test_a_conversation_of_edits_reaches_the_upstream_byte_for_byte(one: S
     assert len(sender.sent[-1]) < len(body) / 5
 
 
+async def test_with_no_cache_every_turn_reads_the_store_and_is_exact(redis: Redis) -> None:
+    """TOOLREF_EDIT_CACHE_BYTES=0: nothing held in memory, the same bytes upstream."""
+    async for stack in stack_of(redis, 1, edit_cache_bytes=0):
+        sender = await client(stack.gateways[0])
+        rng = random.Random(3)
+        messages = conversation(9, 3)
+        for how in ["append", "edit-middle", "mark", "append", "compact", "append"]:
+            messages = edited(messages, how, rng)
+            answer = await sender.send(body_of(messages))
+            assert answer.status_code == 200, answer.text
+            assert_exact(stack, body_of(messages))
+        assert len(sender.answers) == 6
+
+
 @settings(
     max_examples=12,
     deadline=None,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -196,8 +196,10 @@ class Recipes:
         snapshot_every: int = 8,
         superseded_ttl: int | None = None,
         refresh_seconds: int = 3600,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
+        self.clock = clock
         self.cache = cache
         self.workers = workers or Workers(None, None)
         self.snapshot_every = max(1, snapshot_every)
@@ -282,7 +284,7 @@ class Recipes:
         bytes but every `snapshot_every`-th recipe, whose node lists its entries."""
         store = self.store
         ref = recipe_ref(entries)
-        now = int(time.time())
+        now = int(self.clock())
         refresh = base is None or now - base.node.refreshed >= self.refresh_seconds
         refreshed = now if refresh or base is None else base.node.refreshed
         lifetime = max(1, min(store.ttl, refreshed + store.ttl - now))
