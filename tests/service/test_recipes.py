@@ -156,7 +156,9 @@ async def test_a_piece_that_does_not_hash_to_its_id_is_not_held(redis: Redis) ->
     recipes = recipes_on(redis, clock)
     held = await keep(recipes, request(3), None)
     piece, other = pieces_of(held)[1:3]
-    await redis.set(keys.edit_piece("t", piece), await redis.get(keys.edit_piece("t", other)))
+    value = await redis.get(keys.edit_piece("t", other))
+    assert isinstance(value, bytes)
+    await redis.set(keys.edit_piece("t", piece), value)
     found = await recipes_on(redis, clock).pieces("t", [piece, other])
     assert list(found) == [other]
 
