@@ -23,10 +23,12 @@ The answer's body is never changed; what the client lacks travels in `Toolref-*`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolref.edits.wire import MEDIA_TYPE
 from toolref.handoff.switch import switched_text
 from toolref.receiving.asgi_io import header, replay, with_body
 from toolref.receiving.budget import Budget
@@ -47,6 +49,7 @@ from toolref.wire.headers import (
     SWITCHED_FROM_HEADER,
 )
 from toolref.wire.numbers import describe, whole_number
+from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.gateway.inprocess import InProcessRegistry
 from toolref_server.gateway.sockets import Sockets
@@ -126,7 +129,8 @@ OPERATION: Final = Operation(
         401: f"Missing or unknown `{KEY_HEADER}`.",
         404: "No upstream of that name (the configured names are listed to a known key).",
         409: "Hydration: refs not held, listed in `missingRefs`, or a history not held, named "
-        "in `missingHistory`; the client resends in full.",
+        "in `missingHistory`; the client resends in full. An edit: its base not held "
+        "(`missingHistory`), or pieces it names not held, every one in `missingPieces`.",
         413: "Body, or body inflated, over its limit.",
         415: "Unsupported Content-Encoding of a body to hydrate.",
         422: "A body to hydrate that is invalid (a malformed ref, say).",
@@ -142,8 +146,11 @@ OPERATION: Final = Operation(
     description="Any method the gateway forwards, to `{base_url}/{path}` of the upstream "
     f"`name`. A POST to an LLM endpoint it knows, whose path ends in {_HYDRATED}, sent with "
     f"`{PROTOCOL_HEADER}: 2`, is hydrated first: its history continued and its toolRef "
-    "markers filled, the rest of the body as the client wrote it. Every other request is "
-    "forwarded as it is. Each status may also be the upstream's own answer.",
+    "markers filled, the rest of the body as the client wrote it. A request sent with "
+    f"`Content-Type: {MEDIA_TYPE}` is an edit of a request the registry holds "
+    "(docs/history.md, Edits): the request it stands for is forwarded, headers and body, and "
+    f"the answer carries `{HISTORY_HEADER}: tb_...`. Every other request is forwarded as it "
+    "is. Each status may also be the upstream's own answer.",
 )
 
 
@@ -242,6 +249,21 @@ class Gateway:
                 _SWITCH_KEY: at,
             }
             llm = endpoint(scope["method"], found.path)
+            if is_edit(scope):
+                rewrite = None
+                if llm is not None and header(scope, SWITCHED_FROM_HEADER) is not None:
+                    rewrite = partial(switch_body, llm=llm, at=at)
+                await forward_edit(
+                    upstream,
+                    receive,
+                    send,
+                    services=self._services(),
+                    forwarder=self.forwarder,
+                    budget=self.budget,
+                    tenant=tenant,
+                    rewrite=rewrite,
+                )
+                return
             if llm is None:
                 await self.forwarder(upstream, receive, send)
                 return
