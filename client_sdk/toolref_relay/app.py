@@ -65,6 +65,7 @@ from .headers import (
     to_provider,
 )
 from .passthrough import pass_through
+from .problems import as_provider_error
 from .replies import relay_answer, reply_error, reply_json
 from .savings import Route, Tally, Upload, savings_header, summary, turn_line
 from .shapes import ErrorReply, error_reply, provider_of
@@ -317,13 +318,16 @@ class Relay:
                     manager=manager,
                     call=call,
                 )
+            if isinstance(answer, httpx.Response):  # the gateway's own refusal, told
+                answer = await as_provider_error(answer, call, self.config.gateway) or answer
         except UNREACHABLE as exc:
             answer, route = await self._unreachable(call, raw, exc, meter), "fallback"
         except httpx.HTTPError as exc:
             answer = failed(call, self.config.gateway, exc)
-        if isinstance(answer, ErrorReply):
-            route = "refused"
-        upload = Upload(len(raw), len(content), meter.sent, route)
+        if isinstance(answer, ErrorReply) and meter.sent == 0:
+            route = "refused"  # nothing went out: the relay answered itself
+        status = answer.status if isinstance(answer, ErrorReply) else answer.status_code
+        upload = Upload(len(raw), len(content), meter.sent, route, status)
         number = self.tally.add(upload)
         self.report(turn_line(number, upload, self.tally))
         extra = [(SAVINGS_HEADER, savings_header(upload))]
@@ -396,7 +400,7 @@ class Relay:
     async def _refuse(
         self, call: Call, send: Send, error: ErrorReply, raw: int, extra: Pairs = ()
     ) -> None:
-        upload = Upload(raw, 0, 0, "refused")
+        upload = Upload(raw, 0, 0, "refused", error.status)
         self.report(turn_line(self.tally.add(upload), upload, self.tally))
         await reply_error(send, error, [(SAVINGS_HEADER, savings_header(upload)), *extra])
         log_call(call, call.name, error.status, raw, 0)

@@ -28,7 +28,7 @@ from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import SWITCH_HEADER
 
 from .replies import reply, reply_json
-from .savings import TURNS, UPLOAD_BYTES
+from .savings import FAILED, TURNS, UPLOAD_BYTES
 from .switch import Switchboard
 
 CONTROL_PATHS: Final = frozenset({"/metrics", "/toolref/switch"})
@@ -152,7 +152,7 @@ async def _metrics(send: Send) -> None:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     except ImportError:
         lines = []
-        for made in (UPLOAD_BYTES, TURNS):
+        for made in (UPLOAD_BYTES, TURNS, FAILED):
             lines.append(f"# TYPE {made.name} counter")
             lines += [f'{made.name}{{{made.label}="{v}"}} {n}' for v, n in made.counts.items()]
         await reply(send, 200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4")
