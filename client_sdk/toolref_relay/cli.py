@@ -4,14 +4,18 @@
     ANTHROPIC_BASE_URL=http://127.0.0.1:8760/llm/anthropic claude
 
 Needs the `relay` extra (from a toolref checkout: `pip install -e '.[relay]'`): uvicorn
-serves the app. The port is bound first, then the control token of this start is written
-(`control.write`) and printed, then the app is served on that socket: a relay that cannot
-bind leaves the token file of the one running on the port alone.
+serves the app. The port is bound first (a busy one fails before anything else is said),
+then the gateway is checked (`preflight`: a gateway that is not toolref's, refuses the key
+or lacks a `--switch` upstream stops the start, unless `--no-gateway-check`), then
+"listening" and each agent's set-up are printed (`agents`), the control token of this start
+is written (`control.write`) and printed, and the app is served on that socket: a relay that
+cannot bind leaves the token file of the one running on the port alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
 import os
@@ -21,7 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import control
+from .agents import set_up_lines
 from .config import MIB, RelayConfig
+from .preflight import check as check_gateway
 
 _DESCRIPTION = (
     "Serve the relay on loopback: an agent pointed at http://HOST:PORT/llm/NAME sends its "
@@ -90,6 +96,12 @@ def parser() -> argparse.ArgumentParser:
         "past it a turn is answered 503 with Retry-After (256 MiB)",
     )
     relay.add_argument(
+        "--no-gateway-check",
+        action="store_true",
+        help="start even when --gateway is not a toolref gateway, refuses the key, or lacks "
+        "the upstreams --switch names (by default the relay exits saying so)",
+    )
+    relay.add_argument(
         "--log-level",
         default="warning",
         choices=("debug", "info", "warning", "error"),
@@ -124,11 +136,27 @@ def main(argv: Sequence[str] | None = None) -> None:
     from .app import Relay
 
     logging.basicConfig(level=args.log_level.upper(), format="%(name)s: %(message)s")
-    sock = _bind(args.host, args.port)
+    sock = _bind(args.host, args.port)  # first: a busy port fails before anything is said
     port = sock.getsockname()[1]
+    found = asyncio.run(
+        check_gateway(
+            config.gateway,
+            config.key,
+            switch=config.switch,
+            fallback=config.fallback,
+            request_timeout=config.connect_timeout,
+        )
+    )
+    _say(found.line)
+    if found.problem is not None and not args.no_gateway_check:
+        sock.close()
+        sys.exit(1)
     token_file = Path(args.token_file) if args.token_file else control.default_path(port)
-    base = f"http://{args.host}:{port}"
-    _say(f"toolref relay: listening on {base}/llm/NAME (ANTHROPIC_BASE_URL={base}/llm/anthropic)")
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    base = f"http://{host}:{port}"
+    _say(f"toolref relay: listening on {base}/llm/NAME")
+    for line in set_up_lines(base, found.upstreams):
+        _say(line)
     try:
         control.write(token_file, config.token)
         where = f"in {token_file} (readable only by you)"
@@ -140,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f'e.g. curl -H "Authorization: Bearer {config.token}" {base}/metrics'
     )
     served = uvicorn.Config(
-        Relay(config, signals=True),
+        Relay(config, signals=True, preflight=found),
         log_level=args.log_level,
         access_log=False,  # its lines carry query strings, where some providers take keys
         lifespan="on",

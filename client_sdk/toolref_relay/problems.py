@@ -23,6 +23,7 @@ from toolref.wire.errors import PROBLEM_BASE
 
 from .calls import Call
 from .headers import first
+from .preflight import OVERRIDE
 from .shapes import ErrorReply, error_reply
 
 MAX_PROBLEM_BYTES: Final = 64 * 1024  # a problem document the gateway writes is < 2 KiB
@@ -82,3 +83,16 @@ def _fix(status: int, call: Call) -> str:
             "is not the provider's key)"
         )
     return ""
+
+
+async def not_a_gateway_reply(
+    response: httpx.Response, call: Call, problem: str
+) -> httpx.Response | ErrorReply:
+    """A failed answer from a `--gateway` the start found wrong (`problem`, started anyway
+    with `--no-gateway-check`) as a 400 that says so; any other answer as it is."""
+    if response.status_code < 400:
+        return response
+    await response.aclose()
+    said = problem.removesuffix(f"; {OVERRIDE}")
+    message = f"{said} (this request was answered {response.status_code})"
+    return error_reply(call.provider, 400, message, "toolref_not_a_gateway")
