@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import control
 from .agents import set_up_lines
-from .config import MIB, RelayConfig
+from .config import MIB, RelayConfig, misspelt_key
 from .preflight import check as check_gateway
 
 _DESCRIPTION = (
@@ -138,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(name)s: %(message)s")
     sock = _bind(args.host, args.port)  # first: a busy port fails before anything is said
     port = sock.getsockname()[1]
+    hint = misspelt_key(os.environ) if config.key is None else None
+    if hint is not None:
+        _say(hint)
     found = asyncio.run(
         check_gateway(
             config.gateway,

@@ -50,13 +50,14 @@ def anthropic_like() -> Starlette:
     return Starlette(routes=[Route("/{path:path}", not_found, methods=["GET", "POST"])])
 
 
-async def run_to_exit(*args: str, key: str = KEY) -> tuple[int, str]:
-    """`toolref relay ARGS` until it exits (30 s at most): its exit code and output."""
+async def run_to_exit(*args: str, key: str = KEY, **env: str) -> tuple[int, str]:
+    """`toolref relay ARGS` until it exits (30 s at most): its exit code and output
+    (`key`: TOOLREF_KEY, "" for none; `env`: more variables)."""
     process = await asyncio.create_subprocess_exec(
         TOOLREF,
         "relay",
         *args,
-        env=clean_env(TOOLREF_KEY=key),
+        env=clean_env(**({"TOOLREF_KEY": key} if key else {}), **env),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         stdin=asyncio.subprocess.DEVNULL,
@@ -168,6 +169,17 @@ async def test_a_key_the_gateway_refuses_stops_the_start(redis: Redis) -> None:
     assert "not the provider's key" in said
     assert "not-the-tenant-key" not in said
     assert "listening" not in said
+
+
+async def test_a_misspelt_key_variable_is_named(redis: Redis) -> None:
+    """The relay's one variable: `TOOLREF_KYE=` was ignored, the relay sent no key."""
+    async with gateway(redis, {"anthropic": Scripted().app()}) as recorded:
+        args = ("--gateway", recorded.url, "--port", str(free_port()))
+        code, said = await run_to_exit(*args, key="", TOOLREF_KYE=KEY)
+    assert code == 1  # the gateway wants a key
+    assert "TOOLREF_KYE is set; did you mean TOOLREF_KEY?" in said
+    assert "refuses a request without a key" in said
+    assert KEY not in said
 
 
 async def test_a_switch_upstream_the_gateway_lacks_stops_the_start(redis: Redis) -> None:
