@@ -35,6 +35,7 @@ from typing import Any, Final
 
 import httpx
 
+from toolref import __version__
 from toolref.receiving.asgi_io import Disconnected, read_body, while_connected
 from toolref.receiving.budget import Account, Budget
 from toolref.receiving.middleware import Receive, Scope, Send
@@ -149,6 +150,7 @@ class Relay:
                 send,
                 self.switchboard,
                 self._select,
+                check=self._check,
             )
             return
         raw_path = scope.get("raw_path") or path.encode()
@@ -206,6 +208,16 @@ class Relay:
         if self._registry is not None:
             await self._registry.aclose()
         await self.pool.aclose()
+
+    async def _check(self) -> dict[str, object]:
+        """The gateway checked now, as JSON (`GET /toolref/check`); kept as what is known."""
+        await self._probe()
+        assert self.preflight is not None
+        return {
+            "relay": __version__,
+            "selected": self.switchboard.selected,
+            **self.preflight.shown(),
+        }
 
     async def _probe(self) -> str:
         """A line on the gateway, at start (`preflight`)."""

@@ -23,8 +23,9 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from . import control
+from . import control, doctor
 from .agents import set_up_lines
 from .config import MIB, RelayConfig, misspelt_key
 from .preflight import check as check_gateway
@@ -107,6 +108,21 @@ def parser() -> argparse.ArgumentParser:
         choices=("debug", "info", "warning", "error"),
         help="info logs each request: method, path, status, sizes (never keys or bodies)",
     )
+    doctor = commands.add_parser(
+        "doctor",
+        help="probe the chain: relay, gateway, key, each upstream",
+        description="Send one probe through relay, gateway and each upstream (GET .../v1/models: "
+        "no tokens spent) and report each hop with its status and time; exit 1 when one fails.",
+    )
+    doctor.add_argument(
+        "--relay", default="http://127.0.0.1:8760", help="the relay's URL (http://127.0.0.1:8760)"
+    )
+    doctor.add_argument(
+        "--token-file",
+        default=None,
+        help="the relay's control token file (~/.toolref/relay-PORT.token, as it wrote it)",
+    )
+    doctor.add_argument("--timeout", type=float, default=10.0, help="seconds for each request (10)")
     return made
 
 
@@ -125,6 +141,8 @@ def config_of(args: argparse.Namespace) -> RelayConfig:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    if args.command == "doctor":
+        sys.exit(_doctor(args))
     try:
         config = config_of(args)
     except ValueError as exc:
@@ -177,6 +195,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         lifespan="on",
     )
     uvicorn.Server(served).run(sockets=[sock])  # the app deletes the token file at exit
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    relay = args.relay.rstrip("/")
+    port = urlsplit(relay).port or 80
+    token_file = Path(args.token_file) if args.token_file else control.default_path(port)
+    try:
+        token: str | None = token_file.read_text().strip()
+    except OSError:
+        token = None  # the relay hop says what to do
+    hops = asyncio.run(doctor.probe(relay, token, request_timeout=args.timeout))
+    return 0 if doctor.report(hops, _say) else 1
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -34,6 +34,7 @@ class Preflight:
     toolref: it answered capabilities in toolref's shape.
     version: the toolref release it runs (None: older, or not toolref).
     upstreams: its upstream names (None: not listed: an older gateway, or a key it refuses).
+    key: why it refuses the relay's key (None: accepted, or not asked).
     problem: what would fail every turn, with the fix (None: nothing).
     line: the line to print about it.
     seconds: how long the check took.
@@ -44,9 +45,25 @@ class Preflight:
     toolref: bool = False
     version: str | None = None
     upstreams: tuple[str, ...] | None = None
+    key: str | None = None
     problem: str | None = None
     line: str = ""
     seconds: float = 0.0
+
+    def shown(self) -> dict[str, object]:
+        """As JSON (`GET /toolref/check`, `toolref doctor`)."""
+        upstreams = list(self.upstreams) if self.upstreams is not None else None
+        return {
+            "gateway": self.gateway,
+            "reached": self.reached,
+            "toolref": self.toolref,
+            "version": self.version,
+            "upstreams": upstreams,
+            "key": self.key,
+            "problem": self.problem,
+            "line": self.line,
+            "seconds": round(self.seconds, 4),
+        }
 
 
 async def check(
@@ -76,7 +93,7 @@ async def check(
                 f"toolref relay: the gateway {gateway} does not answer "
                 f"({type(exc).__name__}); until it does, {then}"
             )
-            return Preflight(gateway, False, line=line, seconds=time.monotonic() - started)
+            return Preflight(gateway, False, line=line, seconds=_since(started))
     caps = _capabilities(answer)
     if caps is None:
         problem = not_a_gateway(gateway, answer)
@@ -91,7 +108,7 @@ async def check(
     problem = _problem(found, key, refused, switch)
     line = problem or _described(found)
     return Preflight(
-        gateway, True, True, caps.version, upstreams, problem, line, time.monotonic() - started
+        gateway, True, True, caps.version, upstreams, refused, problem, line, _since(started)
     )
 
 
