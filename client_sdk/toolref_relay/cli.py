@@ -185,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except OSError as exc:
         where = f"not written to {token_file} ({exc.strerror or exc}): it is shown here only"
     _say(
-        f"toolref relay: /metrics and /toolref/switch need this start's token, {where}; "
+        f"toolref relay: /metrics, /toolref/switch and /toolref/check (toolref doctor) need "
+        f"this start's token, {where}; "
         f'e.g. curl -H "Authorization: Bearer {config.token}" {base}/metrics'
     )
     served = uvicorn.Config(

@@ -84,7 +84,9 @@ async def _relay_hop(
     if answer.status_code != 200 or not isinstance(check, dict) or "gateway" not in check:
         detail = f"answered {answer.status_code} {answer.text[:SHOWN_CHARS]!r}: not a toolref relay"
         return [Hop(f"relay {relay}", False, answer.status_code, seconds, detail)], None
-    relay_hop = Hop(f"relay {relay}", True, 200, seconds, f"toolref {check.get('relay')}")
+    # The relay's own time: the answer's, less the gateway's check it waited for.
+    own = max(0.0, seconds - float(check.get("seconds") or 0.0))
+    relay_hop = Hop(f"relay {relay}", True, 200, own, f"toolref {check.get('relay')}")
     return [relay_hop], check
 
 
