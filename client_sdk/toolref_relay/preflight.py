@@ -105,10 +105,10 @@ async def check(
         refused = await registry.verify()
     finally:
         await registry.aclose()
-    problem = _problem(found, key, refused, switch)
-    line = problem or _described(found)
+    trouble = _problem(found, key, refused, switch)
+    line = trouble or _described(found)
     return Preflight(
-        gateway, True, True, caps.version, upstreams, refused, problem, line, _since(started)
+        gateway, True, True, caps.version, upstreams, refused, trouble, line, _since(started)
     )
 
 

@@ -60,7 +60,7 @@ async def as_provider_error(
     if not isinstance(kind, str) or not kind.startswith(PROBLEM_BASE):
         # problem+json, but not toolref's: the provider's own, forwarded; as it came
         return ErrorReply(response.status_code, body, response.headers["content-type"])
-    detail = str(problem.get("detail") or problem.get("title") or "")  # type: ignore[union-attr]
+    detail = str(problem.get("detail") or problem.get("title") or "")
     status = response.status_code
     message = f"toolref gateway {gateway}: {detail}{_fix(status, call)}"
     shown = status if status >= 500 or status in _KEPT else 400

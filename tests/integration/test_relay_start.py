@@ -16,6 +16,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 from redis.asyncio import Redis
@@ -104,7 +105,7 @@ async def running(*args: str, key: str = KEY) -> AsyncIterator[tuple[str, list[s
 async def test_a_toolref_gateway_is_named_with_its_upstreams_and_each_agents_set_up(
     redis: Redis,
 ) -> None:
-    providers = {"anthropic": Scripted().app(), "openai": Scripted().app()}
+    providers: dict[str, Any] = {"anthropic": Scripted().app(), "openai": Scripted().app()}
     async with (
         gateway(redis, providers) as recorded,
         running("--gateway", recorded.url) as (url, output),
