@@ -7,6 +7,8 @@ An agent's SDK reads only its provider's shape: a problem document reached Claud
 retrying cannot cure (a name no upstream has, a key the gateway does not know, a body it
 refuses) becomes 400 (`invalid_request_error`: shown at once, never retried); 413 and 429
 stay, and so do 5xx (the gateway busy or its upstream down: retrying may cure those).
+Seen with Claude Code 2.1.330: a 400 shows `API Error: 400 <message>` verbatim; a 404 shows
+only "There's an issue with the selected model"; a 401 "Failed to authenticate".
 The provider's own errors, forwarded by the gateway, pass as they came: they are already
 in the agent's shape.
 """
