@@ -36,6 +36,7 @@ from typing import Any, Final
 
 import httpx
 
+from toolref import __version__
 from toolref.receiving.asgi_io import Disconnected, read_body, while_connected
 from toolref.receiving.budget import Account, Budget
 from toolref.receiving.middleware import Receive, Scope, Send
@@ -66,6 +67,9 @@ from .headers import (
     to_provider,
 )
 from .passthrough import pass_through
+from .preflight import Preflight
+from .preflight import check as check_gateway
+from .problems import as_provider_error, not_a_gateway_reply
 from .replies import relay_answer, reply_error, reply_json
 from .savings import Route, Tally, Upload, savings_header, summary, turn_line
 from .shapes import ErrorReply, error_reply, provider_of
@@ -86,6 +90,8 @@ class Relay:
     transport: the connection pool to the gateway and the fallback (a new one by default).
     signals: on SIGUSR1, switch to the next `--switch` upstream (the CLI's choice; an app
         served inside tests leaves the process's signals alone).
+    preflight: what `toolref relay` found of the gateway before serving (`preflight`);
+        None: the app checks at its start, and reports what it found.
     """
 
     def __init__(
@@ -95,8 +101,10 @@ class Relay:
         report: Callable[[str], None] = _stderr,
         transport: httpx.AsyncBaseTransport | None = None,
         signals: bool = False,
+        preflight: Preflight | None = None,
     ) -> None:
         self.config = config
+        self.preflight = preflight  # what the start found of the gateway (None: check then)
         self.report = report
         self.tally = Tally()
         self.switchboard = Switchboard(config.switch)
@@ -147,6 +155,7 @@ class Relay:
                 send,
                 self.switchboard,
                 self._select,
+                check=self._check,
             )
             return
         raw_path = scope.get("raw_path") or path.encode()
@@ -193,7 +202,8 @@ class Relay:
     async def startup(self) -> None:
         if self._signals and self.config.switch:
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, self._cycle)
-        self.report(await self._probe())
+        if self.preflight is None:
+            self.report(await self._probe())
 
     async def shutdown(self) -> None:
         if self.tally.turns:
@@ -204,25 +214,27 @@ class Relay:
             await self._registry.aclose()
         await self.pool.aclose()
 
+    async def _check(self) -> dict[str, object]:
+        """The gateway checked now, as JSON (`GET /toolref/check`); kept as what is known."""
+        await self._probe()
+        assert self.preflight is not None
+        return {
+            "relay": __version__,
+            "selected": self.switchboard.selected,
+            **self.preflight.shown(),
+        }
+
     async def _probe(self) -> str:
-        """A line on whether the gateway answers, at start."""
-        request = httpx.Request(
-            "GET", f"{self.config.gateway}/healthz", extensions={"timeout": self._timeouts}
+        """A line on the gateway, at start (`preflight`)."""
+        config = self.config
+        self.preflight = await check_gateway(
+            config.gateway,
+            config.key,
+            switch=config.switch,
+            fallback=config.fallback,
+            request_timeout=config.connect_timeout,
         )
-        try:
-            response = await self.pool.handle_async_request(request)
-            await response.aclose()
-        except httpx.HTTPError as exc:
-            then = (
-                f"requests go to the fallback {self.config.fallback}"
-                if self.config.fallback
-                else "LLM requests are answered 502"
-            )
-            return (
-                f"toolref relay: the gateway {self.config.gateway} does not answer "
-                f"({type(exc).__name__}); until it does, {then}"
-            )
-        return f"toolref relay: gateway {self.config.gateway} answers ({response.status_code})"
+        return self.preflight.line
 
     # --- switching ------------------------------------------------------------------------
 
@@ -322,13 +334,19 @@ class Relay:
                     manager=manager,
                     call=call,
                 )
+            if isinstance(answer, httpx.Response):  # the gateway's own refusal, told
+                answer = await as_provider_error(answer, call, self.config.gateway) or answer
+            found = self.preflight
+            if isinstance(answer, httpx.Response) and found is not None and found.problem:
+                answer = await not_a_gateway_reply(answer, call, found.problem)
         except UNREACHABLE as exc:
             answer, route = await self._unreachable(call, raw, exc, meter), "fallback"
         except httpx.HTTPError as exc:
             answer = failed(call, self.config.gateway, exc)
-        if isinstance(answer, ErrorReply):
-            route = "refused"
-        upload = Upload(len(raw), len(content), meter.sent, route)
+        if isinstance(answer, ErrorReply) and meter.sent == 0:
+            route = "refused"  # nothing went out: the relay answered itself
+        status = answer.status if isinstance(answer, ErrorReply) else answer.status_code
+        upload = Upload(len(raw), len(content), meter.sent, route, status)
         number = self.tally.add(upload)
         self.report(turn_line(number, upload, self.tally))
         extra = [(SAVINGS_HEADER, savings_header(upload))]
@@ -401,7 +419,7 @@ class Relay:
     async def _refuse(
         self, call: Call, send: Send, error: ErrorReply, raw: int, extra: Pairs = ()
     ) -> None:
-        upload = Upload(raw, 0, 0, "refused")
+        upload = Upload(raw, 0, 0, "refused", error.status)
         self.report(turn_line(self.tally.add(upload), upload, self.tally))
         await reply_error(send, error, [(SAVINGS_HEADER, savings_header(upload)), *extra])
         log_call(call, call.name, error.status, raw, 0)

@@ -131,7 +131,7 @@ def _cache(args: argparse.Namespace) -> int:
     for name in ("redis_url", "data_dir"):
         if getattr(args, name) is not None:
             os.environ[f"TOOLREF_{name.upper()}"] = str(getattr(args, name))
-    settings = Settings()
+    settings = Settings.from_environment()
     engine = None
     url = settings.redis_url
     if url is None:
@@ -190,7 +190,7 @@ def _serve(args: argparse.Namespace) -> int:
     for name, value in overrides.items():
         if value is not None:
             os.environ[f"TOOLREF_{name.upper()}"] = str(value)
-    settings = Settings()
+    settings = Settings.from_environment()
     log_config = logs.configure(settings.log_level)
     settings.check_exposure()
     from toolref_server.resources import raise_open_files_limit
