@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument(
         "--registry", default=os.environ.get("TOOLREF_URL", "http://127.0.0.1:8750")
     )
-    parser.add_argument("--api-key", default=os.environ.get("TOOLREF_API_KEY"))
+    parser.add_argument("--api-key", default=os.environ.get("TOOLREF_KEY"))
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--plain", action="store_true", help="without ToolRefMiddleware")
     parser.add_argument(

@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument(
         "--registry", default=os.environ.get("TOOLREF_URL", "http://127.0.0.1:8750")
     )
-    parser.add_argument("--api-key", default=os.environ.get("TOOLREF_API_KEY"))
+    parser.add_argument("--api-key", default=os.environ.get("TOOLREF_KEY"))
     parser.add_argument("--port", type=int, default=8770)
     parser.add_argument("--delay", type=float, default=0.01, help="seconds between text events")
     args = parser.parse_args()

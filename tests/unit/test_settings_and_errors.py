@@ -59,12 +59,14 @@ def test_unknown_variables_are_named_with_the_nearest_setting() -> None:
         "TOOLREF_UPSTREAM": "a=http://x",
         "toolref_max_body_byte": "1",  # read in any case, as the settings are
         "TOOLREF_NONSENSE": "1",
+        "TOOLREF_API_KEY": "acme=0",  # the API keys, one letter short
         "TOOLREF_UPSTREAMS": "a=http://x",
         "TOOLREF_KEY": "k",  # the relay's
         "TOOLREF_TEST_REDIS_URL": "redis://x",  # the test suite's
         "PATH": "/bin",
     }
     assert unknown_variables(environ, Settings.variables()) == [
+        "unknown variable TOOLREF_API_KEY; did you mean TOOLREF_API_KEYS?",
         "unknown variable TOOLREF_NONSENSE",
         "unknown variable TOOLREF_UPSTREAM; did you mean TOOLREF_UPSTREAMS?",
         "unknown variable toolref_max_body_byte; did you mean TOOLREF_MAX_BODY_BYTES?",

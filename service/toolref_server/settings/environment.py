@@ -20,9 +20,8 @@ PREFIX: Final = "TOOLREF_"
 
 # Read by other parts of toolref, which a shell may set next to the service's settings.
 ELSEWHERE: Final = {
-    "TOOLREF_KEY": "the tenant's key `toolref relay` and `toolref doctor` send",
+    "TOOLREF_KEY": "the tenant's key `toolref relay`, `toolref doctor` and the examples send",
     "TOOLREF_URL": "the registry URL of the examples (examples/*.py)",
-    "TOOLREF_API_KEY": "the registry key of the examples (examples/*.py)",
     "TOOLREF_VALKEY_SERVER": "the valkey-server binary of the embedded engine",
 }
 # Prefixes of the test suite's and benchmarks' own variables (TOOLREF_TEST_REDIS_URL, ...).
