@@ -11,23 +11,19 @@ sizes, per hop and per turn, in .toolref/e2e/results/<cli>-<chain>.json.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from starlette.types import ASGIApp
 
-from tests.conftest import client_for, need
+from tests.conftest import need
 from tests.e2e.isolate import FLAG, isolated
 from tests.support import agents
 from tests.support.agents import CLIS, INSTALLS, Cli, missing_node
-from tests.support.chain import KEY, UPSTREAM, Chain, Hops, chain_names, direct, relay_chain
+from tests.support.chain import UPSTREAM, Chain, Hops
 from tests.support.fake_provider import (
     FINAL_TEXT,
     FakeProvider,
@@ -57,42 +53,17 @@ SCRIPT_OPTIONS: dict[str, dict[str, Any]] = {
 
 def installed(cli: Cli) -> Cli:
     """`cli` at its pinned version (installed now when it is not yet)."""
-    reason = missing_node()
+    reason = missing_node() if cli.registry == "npm" else None
     if reason is not None:
         need(f"{reason}: the e2e tests run real agent CLIs installed with npm")
     try:
         agents.install(cli)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-        need(f"{cli.package}@{cli.version} is not installed and npm could not install it: {exc}")
+        need(
+            f"{cli.package}@{cli.version} is not installed and {cli.registry} could not "
+            f"install it: {exc}"
+        )
     return cli
-
-
-@pytest.fixture(params=chain_names())
-def chain(request: pytest.FixtureRequest, tmp_path: Path) -> Chain:
-    """Given the fake's URL: the agent's base URL, the hops' recorders, and the teardown.
-    `relay` (agent -> relay -> gateway -> fake) fails, saying so, while `toolref relay` has
-    not landed."""
-    if request.param == "direct":
-        return direct
-    engine_url: str = request.getfixturevalue("engine_url")
-
-    @asynccontextmanager
-    async def gateway(upstream: str) -> AsyncIterator[ASGIApp]:
-        from toolref_server.app import create_app
-        from toolref_server.settings import Settings
-
-        redis = client_for(engine_url)
-        try:
-            await redis.flushall()
-            tenant = f"e2e={hashlib.sha256(KEY.encode()).hexdigest()}"
-            settings = Settings(
-                redis_url="unused", upstreams=f"{UPSTREAM}={upstream}", api_keys=tenant
-            )
-            yield create_app(settings, redis=redis)
-        finally:
-            await redis.aclose()
-
-    return relay_chain(gateway, tmp_path / "relay.log")
 
 
 def canonical(body: bytes) -> str:

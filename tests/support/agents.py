@@ -41,10 +41,11 @@ class Cli:
     api: Api  # the API it speaks
     bin: str
     registry: Literal["npm", "pypi"] = "npm"
+    installs: str = ""  # the folder under INSTALLS, when another Cli's (default: name)
 
     @property
     def prefix(self) -> Path:
-        return INSTALLS / self.name
+        return INSTALLS / (self.installs or self.name)
 
     @property
     def binary(self) -> Path:
@@ -83,7 +84,12 @@ CLIS: dict[str, Cli] = {
 CODEX_WS = Cli("codex-ws", "@openai/codex", "0.171.0", "responses", "codex")
 # aider (PyPI, through litellm): its own session (edits and a test command, not tool
 # calls; tests/e2e/test_aider.py).
+# Its OpenAI path (`--openai-api-base`) and its Anthropic path (`ANTHROPIC_API_BASE`), one
+# install.
 AIDER = Cli("aider", "aider-chat", "0.86.2", "chat", "aider", registry="pypi")
+AIDER_ANTHROPIC = Cli(
+    "aider-anthropic", "aider-chat", "0.86.2", "messages", "aider", "pypi", installs="aider"
+)
 INSTALLABLE: dict[str, Cli] = {**CLIS, CODEX_WS.name: CODEX_WS, AIDER.name: AIDER}
 
 
@@ -245,6 +251,8 @@ def command(
         config.write_text(json.dumps(opencode_config(base + "/v1")))
         env |= {"OPENCODE_PERMISSION": json.dumps({"*": "allow"})}
         return [str(cli.binary), "run", prompt], env
+    if cli.name in ("aider", "aider-anthropic"):
+        return aider_command(cli, base, workdir, prompt, env)
     raise ValueError(f"no such CLI {cli.name!r}")
 
 
@@ -324,6 +332,27 @@ def opencode_config(base_url: str) -> dict[str, Any]:
             }
         },
     }
+
+
+def aider_command(
+    cli: Cli, base: str, workdir: Path, prompt: str, env: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """aider on one message: no git, every question answered yes, its test command
+    `sh check.sh` run after each edit (its failing output sent back: up to 3 times), nothing
+    fetched that it can do without (litellm's price map read from the package)."""
+    env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "AIDER_CHECK_UPDATE": "false"}
+    if cli.api == "messages":
+        env |= {"ANTHROPIC_API_KEY": "e2e-fake-key", "ANTHROPIC_API_BASE": base}
+        model = "anthropic/claude-sonnet-4-5"
+    else:
+        env |= {"OPENAI_API_KEY": "e2e-fake-key", "OPENAI_API_BASE": base + "/v1"}
+        model = "openai/fake-model"
+    quiet = ["--no-check-update", "--no-show-release-notes", "--analytics-disable"]
+    quiet += ["--no-show-model-warnings", "--no-pretty", "--no-fancy-input", "--no-detect-urls"]
+    argv = [str(cli.binary), "--model", model, "--no-git", "--yes-always", *quiet]
+    argv += ["--map-tokens", "0", "--edit-format", "whole"]
+    argv += ["--auto-test", "--test-cmd", "sh check.sh", "--message", prompt]
+    return argv, env
 
 
 async def run(
