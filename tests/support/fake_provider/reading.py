@@ -32,7 +32,27 @@ def offered_tools(api: Api, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
             name, schema = tool.get("name"), tool.get("parameters")
         if isinstance(name, str):
             tools[name] = schema if isinstance(schema, dict) else {}
+    if api == "responses":
+        for item in _items(body):
+            if item.get("type") == "additional_tools":
+                _responses_tools(item.get("tools"), tools, 0)
     return tools
+
+
+def _responses_tools(found: Any, tools: dict[str, dict[str, Any]], depth: int) -> None:
+    """The tools of a Responses `additional_tools` item (the latest Codex's default model
+    gets its tools so), namespaces opened (depth bounded at 4): a function's schema, or a
+    freeform (`custom`) tool's `{"x-custom": its format}`."""
+    for tool in found if isinstance(found, list) and depth < 4 else ():
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            continue
+        if tool.get("type") == "namespace":
+            _responses_tools(tool.get("tools"), tools, depth + 1)
+        elif tool.get("type") == "custom":
+            tools[tool["name"]] = {"x-custom": tool.get("format") or {}}
+        else:
+            schema = tool.get("parameters")
+            tools[tool["name"]] = schema if isinstance(schema, dict) else {}
 
 
 def _gemini_tools(body: dict[str, Any]) -> dict[str, dict[str, Any]]:

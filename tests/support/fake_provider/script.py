@@ -27,7 +27,10 @@ from tests.support.fake_provider.wire import Api, Call, Reply
 
 FINAL_TEXT = "E2E-DONE: the scripted session is complete."
 SIDE_TEXT = "Scripted side answer."
-SHELL_TOOLS = ("Bash", "run_shell_command", "shell_command", "exec_command", "shell", "bash")
+SHELL_TOOLS = (
+    *("Bash", "run_shell_command", "shell_command", "exec_command", "shell", "bash"),
+    "exec",  # the latest Codex's default model: JavaScript calling tools.exec_command
+)
 READ_TOOLS = ("Read", "read_file", "ReadFile", "read")
 
 
@@ -102,6 +105,8 @@ class Script:
         name = _first(self.shell, tools)
         if name is None:
             raise LookupError(f"no shell tool among {sorted(tools)} (looked for {self.shell})")
+        if "x-custom" in tools[name]:
+            return Call(name, {}, expect, input=exec_source(command, self.workdir))
         return Call(name, shell_arguments(tools[name], command, self.workdir), expect)
 
 
@@ -163,6 +168,13 @@ def shell_arguments(schema: dict[str, Any], command: str, workdir: Path) -> dict
     if "is_background" in props and "is_background" in required:
         args["is_background"] = False
     return args
+
+
+def exec_source(command: str, workdir: Path) -> str:
+    """JavaScript for Codex's freeform `exec` tool running `command` through its nested
+    `exec_command`, the result its output."""
+    args = json.dumps({"cmd": command, "workdir": str(workdir)})
+    return f"const result = await tools.exec_command({args});\ntext(result);\n"
 
 
 def read_arguments(schema: dict[str, Any], path: str) -> dict[str, Any]:

@@ -32,6 +32,9 @@ class Call:
     name: str
     arguments: dict[str, Any]
     expect: str = ""
+    # A freeform tool's input (Responses `custom_tool_call`: Codex's JavaScript `exec`),
+    # in place of JSON arguments.
+    input: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +49,9 @@ class Reply:
 
     @property
     def arguments(self) -> str:
-        return json.dumps(self.call.arguments) if self.call else ""
+        if self.call is None:
+            return ""
+        return self.call.input if self.call.input is not None else json.dumps(self.call.arguments)
 
     @property
     def answer(self) -> str:
@@ -217,6 +222,15 @@ def responses_item(reply: Reply) -> dict[str, Any]:
             "status": "completed",
             "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
         }
+    if reply.call.input is not None:
+        return {
+            "type": "custom_tool_call",
+            "id": f"ctc_e2e_{reply.index:03d}",
+            "call_id": f"call_e2e_{reply.index:03d}",
+            "name": reply.call.name,
+            "input": reply.call.input,
+            "status": "completed",
+        }
     return {
         "type": "function_call",
         "id": f"fc_e2e_{reply.index:03d}",
@@ -281,6 +295,20 @@ def responses_events(reply: Reply, model: str, input_tokens: int) -> list[dict[s
             ),
             {"type": "response.output_text.done", **where, "text": reply.text, "logprobs": []},
             {"type": "response.content_part.done", **where, "part": item["content"][0]},
+        ]
+    elif item["type"] == "custom_tool_call":
+        where = {"item_id": item["id"], "output_index": 0}
+        events += [
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": {**item, "status": "in_progress", "input": ""},
+            },
+            *(
+                {"type": "response.custom_tool_call_input.delta", **where, "delta": p}
+                for p in _pieces(reply.arguments)
+            ),
+            {"type": "response.custom_tool_call_input.done", **where, "input": reply.arguments},
         ]
     else:
         where = {"item_id": item["id"], "output_index": 0}
