@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import need
 from tests.e2e.isolate import FLAG, isolated
 from tests.support import agents
-from tests.support.agents import CLIS, INSTALLS, Cli, missing_node
+from tests.support.agents import INSTALLS, SESSION_CLIS, Cli, missing_node
 from tests.support.chain import UPSTREAM, Chain, Hops
 from tests.support.fake_provider import (
     FINAL_TEXT,
@@ -133,9 +133,9 @@ def diagnostics(run: agents.Run, fake: FakeProvider) -> str:
     )
 
 
-@pytest.mark.parametrize("name", list(CLIS))
+@pytest.mark.parametrize("name", list(SESSION_CLIS))
 async def test_agent_session(name: str, tmp_path: Path, chain: Chain) -> None:
-    cli = installed(CLIS[name])
+    cli = installed(SESSION_CLIS[name])
     workdir, home = tmp_path / "work", tmp_path / "home"
     script = Script(CALLS, workdir, **SCRIPT_OPTIONS.get(name, {}))
     fake = FakeProvider(script, dump=tmp_path / "requests")

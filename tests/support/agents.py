@@ -73,10 +73,18 @@ CLIS: dict[str, Cli] = {
         Cli("claude", "@anthropic-ai/claude-code", "2.1.330", "messages", "claude"),
         Cli("codex", "@openai/codex", "0.169.0", "responses", "codex"),
         Cli("qwen", "@qwen-code/qwen-code", "0.24.4", "chat", "qwen"),
+    )
+}
+# More agents through the same scripted session (tests/e2e/test_agents.py); `make bench`
+# (loadtests/agents.py) times the three above.
+MORE_CLIS: dict[str, Cli] = {
+    cli.name: cli
+    for cli in (
         Cli("gemini", "@google/gemini-cli", "0.61.0", "gemini", "gemini"),
         Cli("opencode", "opencode-ai", "1.18.33", "chat", "opencode"),
     )
 }
+SESSION_CLIS: dict[str, Cli] = {**CLIS, **MORE_CLIS}
 
 
 # The latest Codex on its built-in OpenAI provider (`openai_base_url`): it prefers the
@@ -90,7 +98,7 @@ AIDER = Cli("aider", "aider-chat", "0.86.2", "chat", "aider", registry="pypi")
 AIDER_ANTHROPIC = Cli(
     "aider-anthropic", "aider-chat", "0.86.2", "messages", "aider", "pypi", installs="aider"
 )
-INSTALLABLE: dict[str, Cli] = {**CLIS, CODEX_WS.name: CODEX_WS, AIDER.name: AIDER}
+INSTALLABLE: dict[str, Cli] = {**SESSION_CLIS, CODEX_WS.name: CODEX_WS, AIDER.name: AIDER}
 
 
 def missing_node() -> str | None:
