@@ -1,6 +1,6 @@
-"""Real agent CLIs (Claude Code, Codex, Qwen Code) through a whole scripted session against
-the fake provider: 20+ tool calls each CLI runs for real in a scratch directory, then the
-final text.
+"""Real agent CLIs (Claude Code, Codex, Qwen Code, Gemini CLI, opencode) through a whole
+scripted session against the fake provider: 20+ tool calls each CLI runs for real in a
+scratch directory, then the final text.
 
 `make e2e` runs these (`pytest -m e2e tests/e2e`), inside a network namespace with only
 loopback when the machine permits one (tests/e2e/isolate.py). The chain between agent and
@@ -11,23 +11,19 @@ sizes, per hop and per turn, in .toolref/e2e/results/<cli>-<chain>.json.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from starlette.types import ASGIApp
 
-from tests.conftest import client_for, need
+from tests.conftest import need
 from tests.e2e.isolate import FLAG, isolated
 from tests.support import agents
-from tests.support.agents import CLIS, INSTALLS, Cli, missing_node
-from tests.support.chain import KEY, UPSTREAM, Chain, Hops, chain_names, direct, relay_chain
+from tests.support.agents import INSTALLS, SESSION_CLIS, Cli, missing_node
+from tests.support.chain import UPSTREAM, Chain, Hops
 from tests.support.fake_provider import (
     FINAL_TEXT,
     FakeProvider,
@@ -38,55 +34,36 @@ from tests.support.fake_provider import (
     tool_results,
 )
 from tests.support.servers import serve
+from toolref.wire.endpoints import endpoint
 
 pytestmark = pytest.mark.e2e
 
 CALLS = int(os.environ.get("TOOLREF_E2E_CALLS", "20"))
 RESULTS = INSTALLS / "results"
-# Qwen Code 0.24.4 (child_process, not streaming) settles a command on its `exit` event,
-# before its stdout is drained: under load the output of a command that exits at once is
-# lost now and then ("Output: (empty)"). Its commands sleep a little after their output.
-SETTLE = {"qwen": 0.3}
+# The script's options per CLI. Qwen Code 0.24.4 (child_process, not streaming) settles a
+# command on its `exit` event, before its stdout is drained: under load the output of a
+# command that exits at once is lost now and then ("Output: (empty)"), so its commands
+# sleep a little after their output. Gemini CLI 0.61.0 refuses a command holding `$((`
+# ("Command injection detected"): its marker is printed with printf.
+SCRIPT_OPTIONS: dict[str, dict[str, Any]] = {
+    "qwen": {"settle": 0.3},
+    "gemini": {"arithmetic": False},
+}
 
 
 def installed(cli: Cli) -> Cli:
     """`cli` at its pinned version (installed now when it is not yet)."""
-    reason = missing_node()
+    reason = missing_node() if cli.registry == "npm" else None
     if reason is not None:
         need(f"{reason}: the e2e tests run real agent CLIs installed with npm")
     try:
         agents.install(cli)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-        need(f"{cli.package}@{cli.version} is not installed and npm could not install it: {exc}")
+        need(
+            f"{cli.package}@{cli.version} is not installed and {cli.registry} could not "
+            f"install it: {exc}"
+        )
     return cli
-
-
-@pytest.fixture(params=chain_names())
-def chain(request: pytest.FixtureRequest, tmp_path: Path) -> Chain:
-    """Given the fake's URL: the agent's base URL, the hops' recorders, and the teardown.
-    `relay` (agent -> relay -> gateway -> fake) fails, saying so, while `toolref relay` has
-    not landed."""
-    if request.param == "direct":
-        return direct
-    engine_url: str = request.getfixturevalue("engine_url")
-
-    @asynccontextmanager
-    async def gateway(upstream: str) -> AsyncIterator[ASGIApp]:
-        from toolref_server.app import create_app
-        from toolref_server.settings import Settings
-
-        redis = client_for(engine_url)
-        try:
-            await redis.flushall()
-            tenant = f"e2e={hashlib.sha256(KEY.encode()).hexdigest()}"
-            settings = Settings(
-                redis_url="unused", upstreams=f"{UPSTREAM}={upstream}", api_keys=tenant
-            )
-            yield create_app(settings, redis=redis)
-        finally:
-            await redis.aclose()
-
-    return relay_chain(gateway, tmp_path / "relay.log")
 
 
 def canonical(body: bytes) -> str:
@@ -95,7 +72,17 @@ def canonical(body: bytes) -> str:
 
 
 def llm_posts(records: list[Recorded]) -> list[Recorded]:
-    return [r for r in records if r.method == "POST" and "/v1/" in r.path]
+    """The POSTs to a provider's API (`/v1/...`, Gemini's `/v1beta/...`)."""
+    return [r for r in records if r.method == "POST" and "/v1" in r.path]
+
+
+def turn_posts(records: list[Recorded]) -> list[Recorded]:
+    """The LLM POSTs that are turns (token counts left out)."""
+    return [
+        r
+        for r in llm_posts(records)
+        if "count_tokens" not in r.path and ":countTokens" not in r.path
+    ]
 
 
 def report(cli: Cli, hops: Hops, fake: FakeProvider, run: agents.Run) -> dict[str, Any]:
@@ -146,11 +133,11 @@ def diagnostics(run: agents.Run, fake: FakeProvider) -> str:
     )
 
 
-@pytest.mark.parametrize("name", list(CLIS))
+@pytest.mark.parametrize("name", list(SESSION_CLIS))
 async def test_agent_session(name: str, tmp_path: Path, chain: Chain) -> None:
-    cli = installed(CLIS[name])
+    cli = installed(SESSION_CLIS[name])
     workdir, home = tmp_path / "work", tmp_path / "home"
-    script = Script(CALLS, workdir, settle=SETTLE.get(name, 0.0))
+    script = Script(CALLS, workdir, **SCRIPT_OPTIONS.get(name, {}))
     fake = FakeProvider(script, dump=tmp_path / "requests")
     async with serve(fake.app) as fake_url, chain(fake_url) as hops:
         run = await agents.run(cli, hops.base, workdir, home)
@@ -189,10 +176,14 @@ async def test_agent_session(name: str, tmp_path: Path, chain: Chain) -> None:
             assert script.expected(k) in text, (record.index, k, text[:500])
     assert [r.results for r in turns] == sorted(r.results for r in turns)
 
-    # The fake received exactly what the agent sent (JSON-equal, keys in the same order).
-    sent = sorted(canonical(r.body) for r in llm_posts(hops.first.requests))
-    got = sorted(canonical(r.body) for r in llm_posts(fake.requests))
-    assert sent == got
+    # The fake received exactly what the agent sent: the same bytes (then surely the same
+    # JSON, keys in the same order), on the same paths.
+    sent = llm_posts(hops.first.requests)
+    got = llm_posts(fake.requests)
+    assert sorted(canonical(r.body) for r in sent) == sorted(canonical(r.body) for r in got)
+    assert sorted(r.body for r in sent) == sorted(r.body for r in got)
+    prefix = f"/llm/{UPSTREAM}" if hops.chain == "relay" else ""
+    assert sorted(r.path.removeprefix(prefix) for r in sent) == sorted(r.path for r in got)
 
     if hops.chain == "relay":
         check_relay_savings(hops, cli)
@@ -205,16 +196,20 @@ def check_relay_savings(hops: Hops, cli: Cli) -> None:
     """Over the session the relay sends the gateway at least `TARGET` times fewer bytes
     than the agent sent the relay: the first turn compressed, each later one a history ref
     (or the whole conversation, when the agent changed its last message: Claude Code moves
-    its `cache_control` mark) compressed against the body before it."""
+    its `cache_control` mark) compressed against the body before it. An API the relay does
+    not rewrite (Gemini's) passes through: each body as the agent sent it."""
     to_relay, to_gateway, to_fake = hops.hops
-    agent = [r for r in llm_posts(to_relay.requests) if "count_tokens" not in r.path]
-    relay = [r for r in llm_posts(to_gateway.requests) if "count_tokens" not in r.path]
-    upstream = [r for r in llm_posts(to_fake.requests) if "count_tokens" not in r.path]
+    agent = turn_posts(to_relay.requests)
+    relay = turn_posts(to_gateway.requests)
+    upstream = turn_posts(to_fake.requests)
     assert len(agent) == len(upstream) > 2
     sent, forwarded = sum(len(r.wire) for r in agent), sum(len(r.wire) for r in relay)
     sizes = [(len(a.wire), len(r.wire)) for a, r in zip(agent, relay[-len(agent) :], strict=False)]
     print(
         f"{cli.name}: the agent sent {sent} bytes, the relay {forwarded}: "
-        f"{sent / forwarded:.1f}x (agent, relay bytes per turn: {sizes})"
+        f"{sent / forwarded:.1f}x (agent, relay->gateway bytes per turn: {sizes})"
     )
+    if all(endpoint(r.method, r.path) is None for r in agent):
+        assert [r.wire for r in relay] == [r.wire for r in agent]
+        return
     assert sent >= TARGET * forwarded, (sent, forwarded, sizes)

@@ -9,8 +9,9 @@ line, every turn a `response.create` message at the provider (none over HTTP), t
 complete, each tool call run for real.
 
 `gpt-5-codex` runs the scripted session (`exec_command` tool calls); Codex's default model
-(which calls tools through a JavaScript `exec` tool the script does not write) runs one
-turn, answered with text, over the same transport.
+runs it too, through its JavaScript `exec` tool (a `custom_tool_call` whose source calls
+`tools.exec_command`), through the chain of tests/e2e/conftest.py (recording each
+WebSocket message on every hop).
 """
 
 from __future__ import annotations
@@ -28,10 +29,9 @@ import pytest
 from tests.conftest import client_for
 from tests.e2e.test_agents import installed
 from tests.support import agents
-from tests.support.chain import free_port, relay_command, wait_listening
+from tests.support.chain import Chain, free_port, relay_command, wait_listening
 from tests.support.fake_provider import (
     FINAL_TEXT,
-    SIDE_TEXT,
     FakeProvider,
     Script,
     marker,
@@ -132,20 +132,50 @@ async def test_codex_stays_on_its_websocket_through_the_relay(
     assert all("previous_response_id" in event for event in continued)
 
 
-async def test_codex_on_its_default_model_completes_a_turn_over_the_relay(
-    tmp_path: Path, engine_url: str
+async def test_codex_on_its_default_model_runs_the_session_through_the_chain(
+    tmp_path: Path, chain: Chain
 ) -> None:
+    """Codex's default model (no `model` in its config) calls its tools through one
+    freeform JavaScript `exec` tool (`additional_tools`): the script has it run each shell
+    step through `tools.exec_command`, CALLS of them, then the final text, all over the
+    Responses WebSocket. Each message reaches the provider exactly as Codex sent it; through
+    the relay, each one after the first crosses relay->gateway smaller than Codex sent it."""
     cli = installed(agents.CODEX_WS)
     workdir, home = tmp_path / "work", tmp_path / "home"
-    fake = FakeProvider(Script(0, workdir))
-    async with (
-        serve(fake.app) as fake_url,
-        relayed(fake_url, engine_url, tmp_path / "relay.log") as base,
-    ):
-        run = await agents.run(cli, base, workdir, home, prompt="Say hello.")
-    print(f"\ncodex {cli.version} (default model) via relay: {run.seconds:.2f} s")
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert SIDE_TEXT in run.stdout or FINAL_TEXT in run.stdout, run.stdout[-2000:]
+    script = Script(CALLS, workdir)
+    fake = FakeProvider(script, dump=tmp_path / "requests")
+    async with serve(fake.app) as fake_url, chain(fake_url) as hops:
+        run = await agents.run(cli, hops.base, workdir, home)
+    sent = [r for r in hops.first.requests if r.method == "WS"]
+    got = [r for r in fake.requests if r.method == "WS"]
+    model = json.loads(got[-1].wire).get("model") if got else None
+    print(
+        f"\ncodex {cli.version} (default model {model}) via {hops.chain}: exit "
+        f"{run.returncode} in {run.seconds:.2f} s, {len(fake.sockets)} socket(s), "
+        f"{len(got)} messages, bytes per message {[len(r.wire) for r in got]}"
+    )
+    detail = f"{run.stdout[-2000:]}\n{run.stderr[-3000:]}"
+    assert run.returncode == 0, detail
+    assert FINAL_TEXT in run.stdout, detail
     _no_fallback(run)
-    assert fake.sockets
-    assert not [r for r in fake.requests if r.method == "POST"]
+    assert fake.sockets, detail
+    assert not [r for r in fake.requests if r.method == "POST"], detail
+    assert model not in (None, "gpt-5-codex")
+    turns = fake.turns("responses")
+    assert [r.answer for r in turns] == ["tool:exec"] * CALLS + ["text"], detail
+    assert turns[-1].results >= CALLS
+    for k in range(CALLS):
+        if script.kind(k) == "shell":
+            assert step_file(workdir, k).read_text().strip() == marker(k)
+    # Exact: the provider got each message as Codex sent it, in order.
+    assert [r.wire for r in sent] == [r.wire for r in got]
+    if hops.chain == "relay":
+        relayed = [r for r in hops.hops[1].requests if r.method == "WS"]
+        per_turn = [(len(a.wire), len(r.wire)) for a, r in zip(sent, relayed, strict=True)]
+        agent_bytes, relay_bytes = sum(a for a, _ in per_turn), sum(r for _, r in per_turn)
+        print(
+            f"codex default model: the agent sent {agent_bytes} bytes, the relay "
+            f"{relay_bytes}: {agent_bytes / relay_bytes:.1f}x (agent, relay->gateway bytes "
+            f"per message: {per_turn})"
+        )
+        assert all(r < a for a, r in per_turn[1:]), per_turn

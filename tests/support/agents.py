@@ -1,12 +1,13 @@
-"""Real agent CLIs for the end-to-end tests: pinned npm installs and offline runs.
+"""Real agent CLIs for the end-to-end tests: pinned npm (and PyPI) installs and offline runs.
 
 Each CLI is installed with `npm install --prefix .toolref/e2e/<name> <package>@<version>`
-(skipped when that version is already there) and run as /work/shared/notes/relay.md says:
+(aider: `pip install aider-chat==<version>` into the venv `.toolref/e2e/aider/venv`),
+skipped when that version is already there, and run as /work/shared/notes/relay.md says:
 a scratch HOME (and CODEX_HOME), an environment of its own (no proxies, no keys from the
 machine), its base URL pointed at the fake provider or the relay, telemetry and updates
 off, bounded by `timeout`.
 
-    python -m tests.support.agents install [claude codex qwen codex-ws]  # `make e2e` runs it
+    python -m tests.support.agents install [NAME ...]  # all of INSTALLABLE; `make e2e` runs it
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 from tests.support import IN_CI
 from tests.support.fake_provider import Api
@@ -38,16 +40,25 @@ class Cli:
     version: str
     api: Api  # the API it speaks
     bin: str
+    registry: Literal["npm", "pypi"] = "npm"
+    installs: str = ""  # the folder under INSTALLS, when another Cli's (default: name)
 
     @property
     def prefix(self) -> Path:
-        return INSTALLS / self.name
+        return INSTALLS / (self.installs or self.name)
 
     @property
     def binary(self) -> Path:
+        if self.registry == "pypi":
+            return self.prefix / "venv" / "bin" / self.bin
         return self.prefix / "node_modules" / ".bin" / self.bin
 
     def installed_version(self) -> str | None:
+        if self.registry == "pypi":
+            stem = self.package.replace("-", "_")
+            found = sorted(self.prefix.glob(f"venv/lib/python*/site-packages/{stem}-*.dist-info"))
+            versions = [d.name.removeprefix(f"{stem}-").removesuffix(".dist-info") for d in found]
+            return versions[-1] if versions and self.binary.exists() else None
         manifest = self.prefix / "node_modules" / self.package / "package.json"
         try:
             version = json.loads(manifest.read_text()).get("version")
@@ -64,12 +75,30 @@ CLIS: dict[str, Cli] = {
         Cli("qwen", "@qwen-code/qwen-code", "0.24.4", "chat", "qwen"),
     )
 }
+# More agents through the same scripted session (tests/e2e/test_agents.py); `make bench`
+# (loadtests/agents.py) times the three above.
+MORE_CLIS: dict[str, Cli] = {
+    cli.name: cli
+    for cli in (
+        Cli("gemini", "@google/gemini-cli", "0.61.0", "gemini", "gemini"),
+        Cli("opencode", "opencode-ai", "1.18.33", "chat", "opencode"),
+    )
+}
+SESSION_CLIS: dict[str, Cli] = {**CLIS, **MORE_CLIS}
 
 
 # The latest Codex on its built-in OpenAI provider (`openai_base_url`): it prefers the
 # Responses WebSocket (tests/e2e/test_codex_websocket.py). Installed with the others.
 CODEX_WS = Cli("codex-ws", "@openai/codex", "0.171.0", "responses", "codex")
-INSTALLABLE: dict[str, Cli] = {**CLIS, CODEX_WS.name: CODEX_WS}
+# aider (PyPI, through litellm): its own session (edits and a test command, not tool
+# calls; tests/e2e/test_aider.py).
+# Its OpenAI path (`--openai-api-base`) and its Anthropic path (`ANTHROPIC_API_BASE`), one
+# install.
+AIDER = Cli("aider", "aider-chat", "0.86.2", "chat", "aider", registry="pypi")
+AIDER_ANTHROPIC = Cli(
+    "aider-anthropic", "aider-chat", "0.86.2", "messages", "aider", "pypi", installs="aider"
+)
+INSTALLABLE: dict[str, Cli] = {**SESSION_CLIS, CODEX_WS.name: CODEX_WS, AIDER.name: AIDER}
 
 
 def missing_node() -> str | None:
@@ -84,6 +113,9 @@ def install(cli: Cli) -> float | None:
         return None
     cli.prefix.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
+    if cli.registry == "pypi":
+        _pip_install(cli)
+        return time.monotonic() - start
     done = subprocess.run(
         [
             "npm",
@@ -106,6 +138,25 @@ def install(cli: Cli) -> float | None:
             f"{done.stderr.strip()[-2000:]}"
         )
     return time.monotonic() - start
+
+
+def _pip_install(cli: Cli) -> None:
+    """`cli` into a venv of its own (its dependencies never meet the project's)."""
+    venv = cli.prefix / "venv"
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        [*pip, "--disable-pip-version-check", f"{cli.package}=={cli.version}"],
+    ]
+    for step in steps:
+        done = subprocess.run(step, check=False, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(step[:4])} ... for {cli.package}=={cli.version} failed "
+                f"({done.returncode}): {(done.stderr or done.stdout).strip()[-2000:]}"
+            )
+    if cli.installed_version() != cli.version:
+        raise RuntimeError(f"pip installed no {cli.package}=={cli.version} in {venv}")
 
 
 # --- running one --------------------------------------------------------------------------
@@ -192,6 +243,24 @@ def command(
             "QWEN_CODE_SUPPRESS_YOLO_WARNING": "1",
         }
         return [str(cli.binary), "-p", prompt, "--yolo"], env
+    if cli.name == "gemini":
+        settings = home / ".gemini" / "settings.json"
+        settings.parent.mkdir(parents=True, exist_ok=True)
+        settings.write_text(json.dumps(GEMINI_SETTINGS))
+        env |= {
+            "GEMINI_API_KEY": "e2e-fake-key",
+            "GOOGLE_GEMINI_BASE_URL": base,  # it adds /v1beta/models/...
+            "GEMINI_CLI_TRUST_WORKSPACE": "true",  # else exit 55 in a folder not trusted
+        }
+        return [str(cli.binary), "-p", prompt, "--yolo"], env
+    if cli.name == "opencode":
+        config = home / ".config" / "opencode" / "opencode.json"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(json.dumps(opencode_config(base + "/v1")))
+        env |= {"OPENCODE_PERMISSION": json.dumps({"*": "allow"})}
+        return [str(cli.binary), "run", prompt], env
+    if cli.name in ("aider", "aider-anthropic"):
+        return aider_command(cli, base, workdir, prompt, env)
     raise ValueError(f"no such CLI {cli.name!r}")
 
 
@@ -244,6 +313,54 @@ QWEN_SETTINGS = {
     "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
     "model": {"name": "fake-model"},
 }
+
+
+# With GOOGLE_GEMINI_BASE_URL alone Gemini CLI 0.61.0 picks its "gateway" auth and says
+# "Invalid auth method selected."; the API key's auth takes the base URL as well.
+GEMINI_SETTINGS = {
+    "security": {"auth": {"selectedType": "gemini-api-key"}},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+}
+
+
+def opencode_config(base_url: str) -> dict[str, Any]:
+    """A provider of opencode's bundled `@ai-sdk/openai-compatible` at `base_url` (Chat
+    Completions), its one model the default."""
+    return {
+        "model": "fake/fake-model",
+        "autoupdate": False,
+        "share": "disabled",
+        "provider": {
+            "fake": {
+                "npm": "@ai-sdk/openai-compatible",
+                "options": {"baseURL": base_url, "apiKey": "e2e-fake-key"},
+                "models": {"fake-model": {}},
+            }
+        },
+    }
+
+
+def aider_command(
+    cli: Cli, base: str, workdir: Path, prompt: str, env: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """aider on one message: no git, every question answered yes, its test command
+    `sh check.sh` run after each edit (its failing output sent back: up to 3 times), nothing
+    fetched that it can do without (litellm's price map read from the package)."""
+    env |= {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "AIDER_CHECK_UPDATE": "false"}
+    if cli.api == "messages":
+        env |= {"ANTHROPIC_API_KEY": "e2e-fake-key", "ANTHROPIC_API_BASE": base}
+        model = "anthropic/claude-sonnet-4-5"
+    else:
+        env |= {"OPENAI_API_KEY": "e2e-fake-key", "OPENAI_API_BASE": base + "/v1"}
+        model = "openai/fake-model"
+    quiet = ["--no-check-update", "--no-show-release-notes", "--analytics-disable"]
+    quiet += ["--no-show-model-warnings", "--no-pretty", "--no-fancy-input", "--no-detect-urls"]
+    argv = [str(cli.binary), "--model", model, "--no-git", "--yes-always", *quiet]
+    argv += ["--map-tokens", "0", "--edit-format", "whole"]
+    argv += ["--auto-test", "--test-cmd", "sh check.sh", "--message", prompt]
+    return argv, env
 
 
 async def run(

@@ -32,14 +32,23 @@ from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
+from starlette.websockets import WebSocket
 
 from tests.support.fake_provider import Recorded, decode_body
 from tests.support.servers import serve
 from toolref.receiving.hops import HOP_BY_HOP
+from toolref.websocket.bridge import Limits, bridge
+from toolref.websocket.driver import Refusal, Unreachable, connect
 
 CHAINS: Final = ("direct", "relay")
+# An upgrade's own headers: the proxy's client writes its own for the next hop.
+_HANDSHAKE: Final = frozenset(
+    {"sec-websocket-key", "sec-websocket-version", "sec-websocket-extensions"}
+    | {"sec-websocket-protocol", "sec-websocket-accept"}
+)
+_WS_LIMITS: Final = Limits(max_message=64 * 1024 * 1024, idle=600.0, lifetime=3600.0)
 UPSTREAM: Final = "fake"  # the fake's name at the gateway
 KEY: Final = "e2e-tenant-key"  # the tenant's toolref key, the relay's to send
 
@@ -57,7 +66,9 @@ def chain_names() -> list[str]:
 @dataclass
 class RecordingProxy:
     """Forwards every request to `target` (streaming the answer back as it comes) and
-    records each: the request as it arrived, and the bytes of its answer."""
+    records each: the request as it arrived, and the bytes of its answer. A WebSocket
+    is joined to one opened to `target` (refused with the status the next hop answered),
+    each client message recorded as it came (`Recorded`, method `WS`)."""
 
     name: str
     target: str
@@ -70,7 +81,10 @@ class RecordingProxy:
     def __post_init__(self) -> None:
         self.client = httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(600, connect=10))
         self.app = Starlette(
-            routes=[Route("/{rest:path}", self._forward, methods=["GET", "POST", "HEAD", "PUT"])],
+            routes=[
+                WebSocketRoute("/{rest:path}", self._socket),
+                Route("/{rest:path}", self._forward, methods=["GET", "POST", "HEAD", "PUT"]),
+            ],
         )
 
     @property
@@ -128,6 +142,48 @@ class RecordingProxy:
             headers={k: v for k, v in answer.headers.items() if k.lower() not in HOP_BY_HOP},
             background=BackgroundTask(answer.aclose),
         )
+
+    async def _socket(self, websocket: WebSocket) -> None:
+        if (await websocket.receive())["type"] != "websocket.connect":
+            return
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in websocket.scope["headers"]
+            if k.decode("latin-1").lower() not in HOP_BY_HOP | _HANDSHAKE
+        ]
+        path, query = websocket.url.path, websocket.url.query
+        url = self.target.rstrip("/") + path + (f"?{query}" if query else "")
+        try:
+            upstream = await connect(
+                url,
+                headers,
+                subprotocols=list(websocket.scope.get("subprotocols") or ()),
+                max_message=_WS_LIMITS.max_message,
+                connect_timeout=10,
+            )
+        except Refusal as exc:
+            await websocket.send({"type": "websocket.close", "code": 1008})
+            self.statuses.append(exc.status)
+            return
+        except Unreachable:
+            await websocket.send({"type": "websocket.close", "code": 1011})
+            return
+        self.statuses.append(101)
+        accepted = upstream.accepted
+        await websocket.send(
+            {"type": "websocket.accept", "subprotocol": accepted.subprotocol, "headers": []}
+        )
+
+        async def recorded(message: str | bytes) -> str | bytes:
+            wire = message.encode() if isinstance(message, str) else message
+            self.requests.append(
+                Recorded(len(self.requests), "WS", path, query, headers, wire, wire)
+            )
+            self.answered.append(0)
+            self.first_byte.append(0.0)
+            return message
+
+        await bridge(websocket.receive, websocket.send, upstream, _WS_LIMITS, inbound=recorded)
 
     async def aclose(self) -> None:
         await self.client.aclose()

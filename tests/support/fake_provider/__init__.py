@@ -5,7 +5,8 @@ It answers as the providers do (`wire`: Anthropic Messages, OpenAI Chat Completi
 Responses, one JSON body or the provider's own server-sent events; Responses over its
 WebSocket mode too, `sockets`), with what a model
 (`app.Model`: a request's API and JSON body -> a `Reply`) says; the session a real agent
-runs is one such model (`script.Script`). Two servers speak it:
+runs is one such model (`script.Script`; `edits.EditScript` for aider, which edits files
+by text and runs a test command rather than calling tools). Two servers speak it:
 
 - `app.FakeProvider`, an ASGI app (serve it with `tests.support.servers.serve`, uvicorn),
   that keeps every request (`reading.Recorded`: headers, the bytes as they came and
@@ -18,6 +19,7 @@ runs is one such model (`script.Script`). Two servers speak it:
 """
 
 from tests.support.fake_provider.app import FakeProvider, Model
+from tests.support.fake_provider.edits import TEST_SCRIPT, EditScript, edit_line, run_markers
 from tests.support.fake_provider.reading import (
     Recorded,
     Turn,
@@ -40,8 +42,10 @@ __all__ = [
     "APIS",
     "FINAL_TEXT",
     "SIDE_TEXT",
+    "TEST_SCRIPT",
     "Api",
     "Call",
+    "EditScript",
     "FakeProvider",
     "Model",
     "Recorded",
@@ -50,9 +54,11 @@ __all__ = [
     "SocketLog",
     "Turn",
     "decode_body",
+    "edit_line",
     "last_turn",
     "marker",
     "offered_tools",
+    "run_markers",
     "step_file",
     "tool_results",
 ]

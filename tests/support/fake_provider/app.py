@@ -3,7 +3,9 @@
 Anthropic Messages (`POST /v1/messages`, `?beta=true` too, and `/v1/messages/count_tokens`),
 OpenAI Chat Completions (`POST /v1/chat/completions`) and OpenAI Responses
 (`POST /v1/responses`), streamed when the request says `"stream": true` (`delay` seconds
-between events, as a model's tokens come), one JSON answer otherwise; and the Responses
+between events, as a model's tokens come), one JSON answer otherwise; Gemini
+(`POST /v1beta/models/MODEL:generateContent`, `:streamGenerateContent?alt=sse`, streamed
+by its method, and `:countTokens`); and the Responses
 WebSocket mode (`GET /v1/responses` upgraded: `sockets`; `websockets=False` refuses it).
 `GET /_fake/requests` lists a summary per request, `GET /_fake/requests/N` is request N's
 body.
@@ -70,6 +72,8 @@ class FakeProvider:
                 Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
                 Route("/v1/chat/completions", self._answer("chat"), methods=["POST"]),
                 Route("/v1/responses", self._answer("responses"), methods=["POST"]),
+                Route("/v1beta/models/{target}", self._gemini, methods=["POST"]),
+                Route("/v1/models/{target}", self._gemini, methods=["POST"]),
                 Route("/_fake/requests", self._list, methods=["GET"]),
                 Route("/_fake/requests/{index:int}", self._one, methods=["GET"]),
                 Route("/{rest:path}", self._other, methods=["GET", "POST", "HEAD", "PUT"]),
@@ -139,18 +143,44 @@ class FakeProvider:
             record, body = await self._parse(request)
             if isinstance(body, Response):
                 return body
-            record.api, record.stream = api, bool(body.get("stream"))
-            record.results = len(tool_results(api, body))
-            reply = self.models[api](api, body)
-            record.answer = reply.answer
-            model, tokens = str(body.get("model", "fake")), _tokens(record.body)
-            if not record.stream:
-                return JSONResponse(whole(api, reply, model, tokens))
             options = body.get("stream_options") or {}
             usage = bool(isinstance(options, dict) and options.get("include_usage"))
-            return self._stream(frames(api, reply, model, tokens, usage))
+            model = str(body.get("model", "fake"))
+            return self._reply(api, record, body, model, bool(body.get("stream")), usage)
 
         return answer
+
+    def _reply(
+        self,
+        api: Api,
+        record: Recorded,
+        body: dict[str, Any],
+        model: str,
+        stream: bool,
+        usage: bool = False,
+    ) -> Response:
+        record.api, record.stream = api, stream
+        record.results = len(tool_results(api, body))
+        reply = self.models[api](api, body)
+        record.answer = reply.answer
+        tokens = _tokens(record.body)
+        if not stream:
+            return JSONResponse(whole(api, reply, model, tokens))
+        return self._stream(frames(api, reply, model, tokens, usage))
+
+    async def _gemini(self, request: Request) -> Response:
+        """`models/MODEL:METHOD`: a turn (`generateContent`, `streamGenerateContent`, which
+        Gemini CLI asks with `alt=sse`) or a token count (`countTokens`)."""
+        model, _, method = str(request.path_params["target"]).partition(":")
+        if method not in ("generateContent", "streamGenerateContent", "countTokens"):
+            return await self._other(request)
+        record, body = await self._parse(request)
+        if isinstance(body, Response):
+            return body
+        if method == "countTokens":
+            record.api, record.answer = "gemini", "count_tokens"
+            return JSONResponse({"totalTokens": _tokens(record.body)})
+        return self._reply("gemini", record, body, model, method == "streamGenerateContent")
 
     def _stream(self, events: list[bytes]) -> StreamingResponse:
         async def paced() -> AsyncIterator[bytes]:

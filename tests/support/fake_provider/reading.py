@@ -18,6 +18,8 @@ from tests.support.fake_provider.wire import Api
 def offered_tools(api: Api, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """The request's tools: name -> the JSON schema of the arguments ({} when none)."""
     tools: dict[str, dict[str, Any]] = {}
+    if api == "gemini":
+        return _gemini_tools(body)
     for tool in body.get("tools") or ():
         if not isinstance(tool, dict):
             continue
@@ -30,7 +32,53 @@ def offered_tools(api: Api, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
             name, schema = tool.get("name"), tool.get("parameters")
         if isinstance(name, str):
             tools[name] = schema if isinstance(schema, dict) else {}
+    if api == "responses":
+        for item in _items(body):
+            if item.get("type") == "additional_tools":
+                _responses_tools(item.get("tools"), tools, 0)
     return tools
+
+
+def _responses_tools(found: Any, tools: dict[str, dict[str, Any]], depth: int) -> None:
+    """The tools of a Responses `additional_tools` item (the latest Codex's default model
+    gets its tools so), namespaces opened (depth bounded at 4): a function's schema, or a
+    freeform (`custom`) tool's `{"x-custom": its format}`."""
+    for tool in found if isinstance(found, list) and depth < 4 else ():
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            continue
+        if tool.get("type") == "namespace":
+            _responses_tools(tool.get("tools"), tools, depth + 1)
+        elif tool.get("type") == "custom":
+            tools[tool["name"]] = {"x-custom": tool.get("format") or {}}
+        else:
+            schema = tool.get("parameters")
+            tools[tool["name"]] = schema if isinstance(schema, dict) else {}
+
+
+def _gemini_tools(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Gemini's `tools[].functionDeclarations[]`, their schema in `parametersJsonSchema`
+    (Gemini CLI) or `parameters`."""
+    tools: dict[str, dict[str, Any]] = {}
+    for tool in body.get("tools") or ():
+        for declared in (tool.get("functionDeclarations") or ()) if isinstance(tool, dict) else ():
+            if not isinstance(declared, dict) or not isinstance(declared.get("name"), str):
+                continue
+            schema = declared.get("parametersJsonSchema", declared.get("parameters"))
+            tools[declared["name"]] = schema if isinstance(schema, dict) else {}
+    return tools
+
+
+def _gemini_parts(body: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    """The `kind` members (`functionCall`, `functionResponse`) of every part of every
+    content, in order."""
+    found = body.get("contents")
+    contents = [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+    return [
+        part[kind]
+        for content in contents
+        for part in content.get("parts") or ()
+        if isinstance(part, dict) and isinstance(part.get(kind), dict)
+    ]
 
 
 def text_of(content: Any) -> str:
@@ -42,6 +90,8 @@ def text_of(content: Any) -> str:
     if isinstance(content, dict):
         if isinstance(content.get("text"), str):
             return str(content["text"])
+        if isinstance(content.get("output"), str):  # Gemini's functionResponse.response
+            return str(content["output"])
         return text_of(content.get("content"))
     return ""
 
@@ -76,6 +126,8 @@ def tool_results(api: Api, body: dict[str, Any]) -> list[str]:
         ]
     if api == "chat":
         return [text_of(m.get("content")) for m in _messages(body) if m.get("role") == "tool"]
+    if api == "gemini":
+        return [text_of(r.get("response")) for r in _gemini_parts(body, "functionResponse")]
     return [
         text_of(item.get("output"))
         for item in _items(body)
@@ -94,6 +146,21 @@ class Turn:
 
 
 def last_turn(api: Api, body: dict[str, Any]) -> Turn:
+    if api == "gemini":
+        found = body.get("contents")
+        contents = [c for c in found if isinstance(c, dict)] if isinstance(found, list) else []
+        parts = (
+            [p for p in (contents[-1].get("parts") or ()) if isinstance(p, dict)]
+            if contents
+            else []
+        )
+        calls = len(_gemini_parts(body, "functionCall"))
+        answered = [
+            p["functionResponse"] for p in parts if isinstance(p.get("functionResponse"), dict)
+        ]
+        if answered:
+            return Turn(None, text_of(answered[-1].get("response")), calls)
+        return Turn(text_of(parts), None, calls)
     if api == "responses":
         items = _items(body)
         calls = sum(1 for i in items if i.get("type") == "function_call")

@@ -7,12 +7,15 @@ therefore gets the same answer. Tool calls alternate between a shell tool (`echo
 e2e-out-$((1000+k)) | tee step-kk.txt`: the output is computed by the shell, so it proves
 the command really ran) and a read tool (the file the previous step wrote), using the names
 and argument shapes of the tools the request offers (`Bash`/`Read` for Claude Code,
-`shell`/`exec_command` for Codex, `run_shell_command`/`read_file` for Qwen Code). Requests
-without tools (titles, summaries, quota probes) get plain text.
+`shell`/`exec_command` for Codex, `run_shell_command`/`read_file` for Qwen Code and Gemini
+CLI, `bash`/`read` for opencode); for an agent that refuses `$((...))` (Gemini CLI) the
+shell prints the marker with printf's `%d`. Requests without tools (titles, summaries,
+quota probes) get plain text, or the least JSON of the schema a Gemini request asks for.
 """
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,8 +27,11 @@ from tests.support.fake_provider.wire import Api, Call, Reply
 
 FINAL_TEXT = "E2E-DONE: the scripted session is complete."
 SIDE_TEXT = "Scripted side answer."
-SHELL_TOOLS = ("Bash", "run_shell_command", "shell_command", "exec_command", "shell")
-READ_TOOLS = ("Read", "read_file", "ReadFile")
+SHELL_TOOLS = (
+    *("Bash", "run_shell_command", "shell_command", "exec_command", "shell", "bash"),
+    "exec",  # the latest Codex's default model: JavaScript calling tools.exec_command
+)
+READ_TOOLS = ("Read", "read_file", "ReadFile", "read")
 
 
 def marker(k: int) -> str:
@@ -51,13 +57,16 @@ class Script:
     shell: tuple[str, ...] = SHELL_TOOLS
     read: tuple[str, ...] = READ_TOOLS
     settle: float = 0.0  # seconds each shell command sleeps after its output
+    # `$((...))` in the command (False: printf's `%d`, for an agent that refuses command
+    # substitution, as Gemini CLI does)
+    arithmetic: bool = True
 
     def __call__(self, api: Api, body: dict[str, Any]) -> Reply:
         """The answer to a request (a `Model`)."""
         tools = offered_tools(api, body)
         k = len(tool_results(api, body))
         if not tools:
-            return Reply(text=SIDE_TEXT, index=k, kind="side")
+            return Reply(text=side_text(api, body), index=k, kind="side")
         if k >= self.calls:
             return Reply(text=f"{FINAL_TEXT} ({k} tool calls)", index=k)
         try:
@@ -84,14 +93,57 @@ class Script:
             expect = marker(k - 1)
         else:
             target = shlex.quote(str(step_file(self.workdir, k)))
-            command = f"echo e2e-out-$((1000+{k})) | tee {target} && ls"
+            printed = (
+                f"echo e2e-out-$((1000+{k}))"
+                if self.arithmetic
+                else f"printf 'e2e-out-%d\\n' {1000 + k}"
+            )
+            command = f"{printed} | tee {target} && ls"
             expect = marker(k)
         if self.settle:
             command += f"; sleep {self.settle}"
         name = _first(self.shell, tools)
         if name is None:
             raise LookupError(f"no shell tool among {sorted(tools)} (looked for {self.shell})")
+        if "x-custom" in tools[name]:
+            return Call(name, {}, expect, input=exec_source(command, self.workdir))
         return Call(name, shell_arguments(tools[name], command, self.workdir), expect)
+
+
+def side_text(api: Api, body: dict[str, Any]) -> str:
+    """The answer to a request without tools: SIDE_TEXT, or, when a Gemini request asks
+    for JSON of a schema (Gemini CLI's model router and next-speaker check), the least
+    JSON that schema takes."""
+    config = body.get("generationConfig") if api == "gemini" else None
+    if isinstance(config, dict):
+        schema = config.get("responseJsonSchema", config.get("responseSchema"))
+        if isinstance(schema, dict):
+            return json.dumps(instance(schema))
+    return SIDE_TEXT
+
+
+def instance(schema: dict[str, Any], depth: int = 0) -> Any:
+    """The least value of a JSON schema (Gemini's types in upper or lower case): an
+    object of its required properties, an enum's first value, 1, false, a short string.
+    Depth bounded at 8."""
+    kind = str(schema.get("type", "object")).lower()
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    if kind == "object" and depth < 8:
+        props = schema.get("properties") or {}
+        required = schema.get("required") or list(props)
+        return {
+            name: instance(props[name], depth + 1)
+            for name in required
+            if isinstance(props.get(name), dict)
+        }
+    if kind in ("integer", "number"):
+        return 1
+    if kind == "boolean":
+        return False
+    if kind == "array":
+        return []
+    return SIDE_TEXT
 
 
 def _first(names: Sequence[str], tools: dict[str, dict[str, Any]]) -> str | None:
@@ -118,7 +170,15 @@ def shell_arguments(schema: dict[str, Any], command: str, workdir: Path) -> dict
     return args
 
 
+def exec_source(command: str, workdir: Path) -> str:
+    """JavaScript for Codex's freeform `exec` tool running `command` through its nested
+    `exec_command`, the result its output."""
+    args = json.dumps({"cmd": command, "workdir": str(workdir)})
+    return f"const result = await tools.exec_command({args});\ntext(result);\n"
+
+
 def read_arguments(schema: dict[str, Any], path: str) -> dict[str, Any]:
     props: dict[str, Any] = schema.get("properties") or {}
-    key = next((k for k in ("file_path", "absolute_path", "path") if k in props), "file_path")
+    names = ("file_path", "absolute_path", "filePath", "path")
+    key = next((k for k in names if k in props), "file_path")
     return {key: path}

@@ -4,7 +4,9 @@ events of a stream (server-sent events, `sse` frames them).
 - Anthropic Messages: `anthropic_message`, `anthropic_events`;
 - OpenAI Chat Completions: `chat_completion`, `chat_chunks` (the usage chunk when the
   request asks `stream_options.include_usage`);
-- OpenAI Responses: `responses_response`, `responses_events`.
+- OpenAI Responses: `responses_response`, `responses_events`;
+- Gemini `generateContent` / `streamGenerateContent?alt=sse`: `gemini_response`,
+  `gemini_chunks` (a function call arrives whole, in one chunk, as Gemini sends it).
 
 An answer is a `Reply`: a text, or one tool call (`Call`). Its ids are numbered by
 `Reply.index` (the step), so a resent request gets the same ids.
@@ -17,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Api = Literal["messages", "chat", "responses"]
-APIS: tuple[Api, ...] = ("messages", "chat", "responses")
+Api = Literal["messages", "chat", "responses", "gemini"]
+APIS: tuple[Api, ...] = ("messages", "chat", "responses", "gemini")
 PIECE = 32  # characters of text or arguments per streamed event
 
 
@@ -30,6 +32,9 @@ class Call:
     name: str
     arguments: dict[str, Any]
     expect: str = ""
+    # A freeform tool's input (Responses `custom_tool_call`: Codex's JavaScript `exec`),
+    # in place of JSON arguments.
+    input: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,17 +49,21 @@ class Reply:
 
     @property
     def arguments(self) -> str:
-        return json.dumps(self.call.arguments) if self.call else ""
+        if self.call is None:
+            return ""
+        return self.call.input if self.call.input is not None else json.dumps(self.call.arguments)
 
     @property
     def answer(self) -> str:
         return f"tool:{self.call.name}" if self.call else self.kind
 
 
-def sse(data: Any, event: str | None = None) -> bytes:
-    """One server-sent event."""
-    head = f"event: {event}\n" if event else ""
-    return f"{head}data: {json.dumps(data)}\n\n".encode()
+def sse(data: Any, event: str | None = None, crlf: bool = False) -> bytes:
+    """One server-sent event (its lines ended by CRLF as Google's servers end them, when
+    `crlf`)."""
+    end = "\r\n" if crlf else "\n"
+    head = f"event: {event}{end}" if event else ""
+    return f"{head}data: {json.dumps(data)}{end}{end}".encode()
 
 
 def _pieces(text: str) -> list[str]:
@@ -213,6 +222,15 @@ def responses_item(reply: Reply) -> dict[str, Any]:
             "status": "completed",
             "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
         }
+    if reply.call.input is not None:
+        return {
+            "type": "custom_tool_call",
+            "id": f"ctc_e2e_{reply.index:03d}",
+            "call_id": f"call_e2e_{reply.index:03d}",
+            "name": reply.call.name,
+            "input": reply.call.input,
+            "status": "completed",
+        }
     return {
         "type": "function_call",
         "id": f"fc_e2e_{reply.index:03d}",
@@ -278,6 +296,20 @@ def responses_events(reply: Reply, model: str, input_tokens: int) -> list[dict[s
             {"type": "response.output_text.done", **where, "text": reply.text, "logprobs": []},
             {"type": "response.content_part.done", **where, "part": item["content"][0]},
         ]
+    elif item["type"] == "custom_tool_call":
+        where = {"item_id": item["id"], "output_index": 0}
+        events += [
+            {
+                "type": "response.output_item.added",
+                "output_index": 0,
+                "item": {**item, "status": "in_progress", "input": ""},
+            },
+            *(
+                {"type": "response.custom_tool_call_input.delta", **where, "delta": p}
+                for p in _pieces(reply.arguments)
+            ),
+            {"type": "response.custom_tool_call_input.done", **where, "input": reply.arguments},
+        ]
     else:
         where = {"item_id": item["id"], "output_index": 0}
         events += [
@@ -303,6 +335,60 @@ def responses_events(reply: Reply, model: str, input_tokens: int) -> list[dict[s
     return [{**e, "sequence_number": n} for n, e in enumerate(events)]
 
 
+# --- Gemini -------------------------------------------------------------------------------
+
+
+def _gemini_usage(input_tokens: int) -> dict[str, int]:
+    return {
+        "promptTokenCount": input_tokens,
+        "candidatesTokenCount": 8,
+        "totalTokenCount": input_tokens + 8,
+    }
+
+
+def _gemini_chunk(
+    reply: Reply, model: str, parts: list[dict[str, Any]], finish: str | None, usage: Any
+) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"parts": parts, "role": "model"}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    chunk: dict[str, Any] = {"candidates": [candidate]}
+    if usage is not None:
+        chunk["usageMetadata"] = usage
+    return chunk | {"modelVersion": model, "responseId": f"gemini-e2e-{reply.index:03d}"}
+
+
+def _gemini_parts(reply: Reply) -> list[dict[str, Any]]:
+    if reply.call is None:
+        return [{"text": reply.text}]
+    return [{"functionCall": {"name": reply.call.name, "args": reply.call.arguments}}]
+
+
+def gemini_response(reply: Reply, model: str, input_tokens: int) -> dict[str, Any]:
+    """A `generateContent` answer: one candidate, its parts whole."""
+    usage = _gemini_usage(input_tokens)
+    return _gemini_chunk(reply, model, _gemini_parts(reply), "STOP", usage)
+
+
+def gemini_chunks(reply: Reply, model: str, input_tokens: int) -> list[dict[str, Any]]:
+    """The `streamGenerateContent` chunks for `reply`: a text in pieces, the last one with
+    `finishReason` and `usageMetadata`; a function call whole, in one chunk."""
+    usage = _gemini_usage(input_tokens)
+    if reply.call is not None:
+        return [_gemini_chunk(reply, model, _gemini_parts(reply), "STOP", usage)]
+    pieces = _pieces(reply.text)
+    return [
+        _gemini_chunk(
+            reply,
+            model,
+            [{"text": p}],
+            "STOP" if n == len(pieces) - 1 else None,
+            usage if n == len(pieces) - 1 else None,
+        )
+        for n, p in enumerate(pieces)
+    ]
+
+
 # --- per API ------------------------------------------------------------------------------
 
 
@@ -312,6 +398,8 @@ def whole(api: Api, reply: Reply, model: str, input_tokens: int) -> dict[str, An
         return anthropic_message(reply, model, input_tokens)
     if api == "chat":
         return chat_completion(reply, model, input_tokens)
+    if api == "gemini":
+        return gemini_response(reply, model, input_tokens)
     return responses_response(reply, model, input_tokens)
 
 
@@ -322,4 +410,6 @@ def frames(api: Api, reply: Reply, model: str, input_tokens: int, usage: bool) -
     if api == "chat":
         chunks = chat_chunks(reply, model, input_tokens, usage)
         return [*(sse(c) for c in chunks), b"data: [DONE]\n\n"]
+    if api == "gemini":
+        return [sse(c, crlf=True) for c in gemini_chunks(reply, model, input_tokens)]
     return [sse(e, e["type"]) for e in responses_events(reply, model, input_tokens)]
