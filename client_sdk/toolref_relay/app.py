@@ -40,6 +40,7 @@ from toolref.receiving.budget import Account, Budget
 from toolref.receiving.middleware import Receive, Scope, Send
 from toolref.receiving.workers import Workers
 from toolref.registry.client import AsyncRegistryClient
+from toolref.sending.editor import Editor
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.transport import AsyncTransport, LLMRequest, recognise
 from toolref.wire.endpoints import endpoint
@@ -53,8 +54,10 @@ from toolref.wire.errors import (
 from . import control, guard, oversize
 from .bodies import TOO_LARGE, inflated, readable
 from .calls import UNREACHABLE, Call, Meter, encoding_of, failed, log_call
-from .clients import Clients
+from .capabilities import Capabilities
+from .clients import Client, Clients
 from .config import RelayConfig
+from .edited import as_edit
 from .headers import (
     SAVINGS_HEADER,
     SWITCH_HEADER,
@@ -98,7 +101,8 @@ class Relay:
         self.report = report
         self.tally = Tally()
         self.switchboard = Switchboard(config.switch)
-        self.clients = Clients(self._new_manager, config.max_clients)
+        self.clients = Clients(self._new_client, config.max_clients)
+        self.capabilities = Capabilities(config.edits)
         self.pool = transport if transport is not None else httpx.AsyncHTTPTransport()
         self.budget = Budget(config.max_inflated_in_flight, setting="--max-inflated-in-flight")
         self._registry: AsyncRegistryClient | None = None
@@ -112,11 +116,15 @@ class Relay:
 
     def manager(self, upstream: str, call: Call) -> ToolReferenceManager:
         """The manager of `call`'s client on `upstream` (made on first use)."""
-        return self.clients.manager(upstream, call.headers, call.query)
+        return self.clients.client(upstream, call.headers, call.query).manager
 
-    def _new_manager(self) -> ToolReferenceManager:
-        # The gateway reads zstd: compress from the first request, not the first history.
-        return ToolReferenceManager(max_transcripts=self.config.max_transcripts, compress=True)
+    def _new_client(self) -> Client:
+        config = self.config
+        return Client(
+            Editor(config.max_recipes, config.max_recipe_bytes),
+            # The gateway reads zstd: compress from the first request, not the first history.
+            ToolReferenceManager(max_transcripts=config.max_transcripts, compress=True),
+        )
 
     # --- ASGI ---------------------------------------------------------------------------
 
@@ -292,32 +300,30 @@ class Relay:
             conversation = conversation_of(llm.body, llm.messages_key)
             count = len(llm.body[llm.messages_key])
             moved = self.switchboard.moved(conversation, upstream, count)
-        headers = to_gateway(
-            call.headers, key=self.config.key, switched_from=moved, body_changed=changed
-        )
         url = f"{self.config.gateway}/llm/{upstream}{call.suffix()}"
-
-        def build() -> httpx.Request:
-            return httpx.Request(
-                "POST", url, headers=headers, content=content, extensions=self.extensions()
-            )
-
-        meter = Meter(self.pool)
-        manager = self.manager(upstream, call)
-        transport = AsyncTransport(meter, manager=manager)
+        client = self.clients.client(upstream, call.headers, call.query)
+        meter = Meter(self.pool, headers=True)
         route: Route = "gateway"
         try:
-            answer: httpx.Response | ErrorReply = await transport.handle_async_request(build())
-            if isinstance(answer, httpx.Response) and answer.status_code == 413:
-                answer = await self._smaller(
-                    answer,
-                    transport=transport,
-                    build=build,
-                    llm=llm if llm is not None else parsed(),
-                    manager=manager,
-                    call=call,
+            edited = await as_edit(
+                self, call, client, url=url, body=content, moved=moved, meter=meter
+            )
+            answer: httpx.Response | ErrorReply
+            if edited is not None:
+                answer = edited
+            else:
+                answer = await self._managed(
+                    call,
+                    client.manager,
+                    url=url,
+                    content=content,
+                    changed=changed,
+                    moved=moved,
+                    meter=meter,
+                    llm=llm or parsed,
                 )
         except UNREACHABLE as exc:
+            meter.headers = False  # the agent's request as it came: its body counted
             answer, route = await self._unreachable(call, raw, exc, meter), "fallback"
         except httpx.HTTPError as exc:
             answer = failed(call, self.config.gateway, exc)
@@ -333,6 +339,42 @@ class Relay:
             return
         log_call(call, upstream, answer.status_code, len(raw), meter.sent)
         await relay_answer(send, answer, extra)
+
+    async def _managed(
+        self,
+        call: Call,
+        manager: ToolReferenceManager,
+        *,
+        url: str,
+        content: bytes,
+        changed: bool,
+        moved: str | None,
+        meter: Meter,
+        llm: LLMRequest | Callable[[], LLMRequest | None] | None,
+    ) -> httpx.Response | ErrorReply:
+        """The turn through the manager (`AsyncTransport`): the path before edits."""
+        headers = to_gateway(
+            call.headers, key=self.config.key, switched_from=moved, body_changed=changed
+        )
+
+        def build() -> httpx.Request:
+            return httpx.Request(
+                "POST", url, headers=headers, content=content, extensions=self.extensions()
+            )
+
+        meter.headers = False  # the manager's path counts bodies, as before edits
+        transport = AsyncTransport(meter, manager=manager)
+        answer: httpx.Response | ErrorReply = await transport.handle_async_request(build())
+        if isinstance(answer, httpx.Response) and answer.status_code == 413:
+            answer = await self._smaller(
+                answer,
+                transport=transport,
+                build=build,
+                llm=llm() if callable(llm) else llm,
+                manager=manager,
+                call=call,
+            )
+        return answer
 
     async def _smaller(
         self,
