@@ -43,6 +43,8 @@ from toolref_server.storage.counters import ModelCallCounters
 from toolref_server.storage.histories import Histories
 from toolref_server.storage.history_cache import HistoryCache
 from toolref_server.storage.quotas import RequestRate, StoredBytes
+from toolref_server.storage.recipe_cache import RecipeCache
+from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.redis import is_cluster_url, plain_url
 from toolref_server.storage.store import Store, StoreClient
 from toolref_server.storage.summaries import SummaryStore
@@ -236,6 +238,14 @@ def create_app(
                 workers=workers,
                 rate=RequestRate(settings.tenant_rate),
                 history_cache=HistoryCache(settings.history_cache_bytes),
+                recipes=Recipes(
+                    store,
+                    RecipeCache(settings.edit_cache_bytes),
+                    workers,
+                    snapshot_every=settings.edit_snapshot_every,
+                    superseded_ttl=settings.history_superseded_ttl,
+                    refresh_seconds=settings.history_refresh_seconds,
+                ),
             )
             _tune_collector()
             # The HTTP layer (toolref_server.http.connection) reads its limits from here.

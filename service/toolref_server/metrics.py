@@ -132,6 +132,14 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.edits = Counter(
+            "toolref_edits",
+            "Gateway requests sent as edits (application/vnd.toolref.edit), by outcome: "
+            "applied, or the problem's slug (missing-history, missing-pieces, "
+            "dictionary-mismatch, ...).",
+            ["outcome"],
+            registry=r,
+        )
         self._breaker_state: Callable[[], str] | None = None
 
     def refs(self, found: list[bool]) -> None:

@@ -13,6 +13,7 @@ from toolref_server.settings import Settings
 from toolref_server.storage.histories import Histories
 from toolref_server.storage.history_cache import HistoryCache
 from toolref_server.storage.quotas import RequestRate
+from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.store import Store
 
 
@@ -28,3 +29,4 @@ class Services:
     workers: Workers
     rate: RequestRate
     history_cache: HistoryCache
+    recipes: Recipes

@@ -342,6 +342,12 @@ class Capabilities(AnswerModel):
     checkpoints: bool = Field(
         default=False, description="Hydrate accepts `checkpoint` (see the request)."
     )
+    edits: int = Field(
+        default=0,
+        ge=0,
+        description="The version of edits the gateway applies (`application/vnd.toolref.edit`, "
+        "toolref.edits.wire); 0: none (send requests whole).",
+    )
 
 
 class Problem(BaseModel):

@@ -23,6 +23,7 @@ The answer's body is never changed; what the client lacks travels in `Toolref-*`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -47,6 +48,7 @@ from toolref.wire.headers import (
     SWITCHED_FROM_HEADER,
 )
 from toolref.wire.numbers import describe, whole_number
+from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.gateway.inprocess import InProcessRegistry
 from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool
@@ -234,6 +236,21 @@ class Gateway:
                 _SWITCH_KEY: at,
             }
             llm = endpoint(scope["method"], found.path)
+            if is_edit(scope):
+                rewrite = None
+                if llm is not None and header(scope, SWITCHED_FROM_HEADER) is not None:
+                    rewrite = partial(switch_body, llm=llm, at=at)
+                await forward_edit(
+                    upstream,
+                    receive,
+                    send,
+                    services=self._services(),
+                    forwarder=self.forwarder,
+                    budget=self.budget,
+                    tenant=tenant,
+                    rewrite=rewrite,
+                )
+                return
             if llm is None:
                 await self.forwarder(upstream, receive, send)
                 return

@@ -8,6 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from toolref import formats
+from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.wire import endpoints
 from toolref.wire.canonical import REF_DIGEST_BYTES, REF_LENGTH, REF_PREFIX
 from toolref.wire.encoding import JSON_TYPE
@@ -55,6 +56,7 @@ def capabilities_of(settings: Settings) -> Capabilities:
         history_refs=True,
         return_messages=["all", "new"],
         checkpoints=True,
+        edits=EDITS_VERSION,
     )
 
 

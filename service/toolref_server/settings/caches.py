@@ -28,3 +28,10 @@ class CacheSettings(BaseModel):
         "the next turn's answer joins them instead of reading and filling them again; 0 "
         "keeps none.",
     )
+    edit_cache_bytes: int = Field(
+        default=64 * 2**20,
+        ge=0,
+        description="Bytes of edited requests' pieces and recipes each process holds, so the "
+        "next turn it serves of a conversation reads neither from the store again; 0 keeps "
+        "none (every turn reads the store: a few batched reads).",
+    )

@@ -28,6 +28,14 @@ class RecordSettings(BaseModel):
         "it whole) once this long has passed since the last time; in between it reads only "
         "the history's node. At most the TTL.",
     )
+    edit_snapshot_every: int = Field(
+        default=8,
+        ge=1,
+        le=64,
+        description="An edited request's recipe is kept as a snapshot (every entry) once in "
+        "this many edits, else as the edits since its snapshot: a turn writes about this many "
+        "edits' bytes, and loading a recipe replays at most this many edits.",
+    )
     compress_threshold: int = Field(
         default=64,
         ge=0,

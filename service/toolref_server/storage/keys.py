@@ -8,6 +8,8 @@ of one tenant scans) and no two tenants share a key:
 | `i` | an invocation record (`record`) | the ref's 26-character body (`Ref.key`) |
 | `h` | a history node (`histories.Node`) | the history ref's body |
 | `m` | a history message | the message id (`digest_key` of 16 bytes) |
+| `p` | a piece of an edited request (`recipes`) | the piece id (`digest_key` of 16 bytes) |
+| `b` | a recipe's node (`recipes.RecipeNode`) | the recipe ref's body (`tb_` dropped) |
 | `s` | a summary of an invocation | `<ref body>:<summarizer id>` |
 | `d` | a summary of a handoff's dialogue | `<digest of the transcript>:<summarizer id>` |
 | `q` | a stored-bytes counter (`quotas.StoredBytes`) | the window (epoch seconds // TTL) |
@@ -15,8 +17,9 @@ of one tenant scans) and no two tenants share a key:
 
 A summary's single-flight lock (and its failure mark, the same key holding `failed`) is its
 summary's key followed by `:lock`. Exports carry the kinds in `EXPORTED`, never locks or
-counters. Pure functions; the tenant is taken as given (the HTTP layer checks its grammar,
-`settings.TENANT_RE`).
+counters (nor pieces and recipes: a client whose base is gone sends its request whole
+again, by itself). Pure functions; the tenant is taken as given (the HTTP layer checks its
+grammar, `settings.TENANT_RE`).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ _LOCK: Final = ":lock"
 RECORD: Final = "i"
 HISTORY_NODE: Final = "h"
 HISTORY_MESSAGE: Final = "m"
+EDIT_PIECE: Final = "p"
+RECIPE_NODE: Final = "b"
 SUMMARY: Final = "s"
 DIALOGUE_SUMMARY: Final = "d"
 STORED_BYTES: Final = "q"
@@ -55,6 +60,16 @@ def history_node(tenant: str, ref: str) -> str:
 
 def history_message(tenant: str, message_id: bytes) -> str:
     return _key(tenant, HISTORY_MESSAGE, digest_key(message_id))
+
+
+def edit_piece(tenant: str, piece_id: bytes) -> str:
+    """A piece of an edited request (`toolref.edits.recipe`), under its 16-byte id."""
+    return _key(tenant, EDIT_PIECE, digest_key(piece_id))
+
+
+def recipe_node(tenant: str, ref: str) -> str:
+    """The node of recipe `ref` (`tb_` and its body)."""
+    return _key(tenant, RECIPE_NODE, ref[3:])
 
 
 def summary(tenant: str, ref: Ref, summarizer_id: str) -> str:

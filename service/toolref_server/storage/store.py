@@ -308,6 +308,18 @@ class Store:
             await self._count(tenant, [len(v) if v else 0 for v in values], lifetimes)
         return values
 
+    async def get_many(self, keys: Sequence[str], action: str) -> list[bytes | None]:
+        """The values under `keys` (None where absent), lifetimes left as they are: one
+        round trip, one MGET per hash slot on a cluster; linear in the keys."""
+        if not keys:
+            return []
+        groups = slot_groups(keys, self.cluster)
+        async with self.guard(action):
+            pipe = self.redis.pipeline(transaction=False)
+            queue_mgets(pipe, keys, groups)
+            replies: list[Any] = await pipe.execute()
+        return ungroup(groups, replies, len(keys))
+
     async def get(self, key: str, action: str) -> bytes | None:
         """The value under `key` (None where absent), its lifetime left as it is. One GET."""
         async with self.guard(action):
@@ -322,13 +334,15 @@ class Store:
         *,
         shorten: Sequence[tuple[str, int]] = (),
         delete: Sequence[str] = (),
+        extend: Sequence[tuple[str, int]] = (),
     ) -> None:
         """Write `puts` for `tenant`, counted for its stored-bytes quota: refused whole
         (`QuotaExceededError`) before anything is written when they do not fit. With them,
         in the same round trip: each (key, seconds) of `shorten` gets at most that lifetime
-        left (EXPIRE LT: never revived, never lengthened), and the keys of `delete` go. Two
-        round trips (the quota's read, then the writes), one with no quota; linear in the
-        keys."""
+        left (EXPIRE LT: never revived, never lengthened), each of `extend` at least that
+        lifetime (EXPIRE GT: never revived, never shortened), and the keys of `delete` go.
+        Two round trips (the quota's read, then the writes), one with no quota; linear in
+        the keys."""
         cost = await self.cost_of_writing(
             tenant, [p.key for p in puts], [len(p.value) for p in puts]
         )
@@ -340,6 +354,8 @@ class Store:
                     pipe.expire(p.key, p.ttl)
             for key, seconds in shorten:
                 pipe.expire(key, seconds, lt=True)
+            for key, seconds in extend:
+                pipe.expire(key, seconds, gt=True)
             self.charge(pipe, tenant, cost)
             for key in delete:
                 pipe.delete(key)

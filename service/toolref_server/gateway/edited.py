@@ -1,0 +1,126 @@
+"""A gateway request sent as an edit (`Content-Type: application/vnd.toolref.edit`): the
+request it stands for restored and forwarded.
+
+The steps, in order, each a function below: read the edit within the body limit, charged
+to the request's budget account (`read`); the credentials the relay sent as real headers
+(`credentials`); the edit applied by the registry (`toolref_server.registry.edits`: its
+base, pieces, dictionary, the request restored and its recipe kept); the switch rewrite
+when `Toolref-Switched-From` (`switched`); the scope the upstream is sent with: exactly the
+restored headers and the body's length (`restored_scope`); the answer marked with the
+recipe's ref and the bytes saved (`marked`); then `Forwarder` sends the body byte for byte
+and streams the answer back untouched.
+
+Everything it needs is in the request or the store, so any worker or replica serves any
+turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from starlette.types import Message, Receive, Scope, Send
+
+from toolref.edits.segments import is_secret
+from toolref.edits.wire import MEDIA_TYPE
+from toolref.receiving.asgi_io import Disconnected, header, read_body, replay
+from toolref.receiving.budget import SCOPE_KEY, Account, Budget
+from toolref.receiving.hops import decoded, encoded, savings_value
+from toolref.wire.errors import ToolrefError
+from toolref.wire.headers import HISTORY_HEADER, SAVINGS_HEADER, TOOLREF_PREFIX, asgi_name
+from toolref_server.gateway.forwarder import Forwarder
+from toolref_server.registry.edits import Applied, apply_edit
+from toolref_server.services import Services
+
+_HISTORY: Final = asgi_name(HISTORY_HEADER)
+_SAVINGS: Final = asgi_name(SAVINGS_HEADER)
+
+
+def is_edit(scope: Scope) -> bool:
+    """The request's body is an edit (its media type, any parameters and case)."""
+    value = header(scope, "content-type")
+    return value is not None and value.split(";")[0].strip().lower() == MEDIA_TYPE
+
+
+async def forward_edit(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    services: Services,
+    forwarder: Forwarder,
+    budget: Budget,
+    tenant: str,
+    rewrite: Callable[[bytes], bytes] | None,
+) -> None:
+    """The edited request to the upstream, its answer back (see the module docstring).
+    `rewrite`: the switch's rewrite of the body, when the conversation switched here."""
+    metrics = services.metrics
+    with budget.account() as account:
+        try:
+            data = await read(receive, services.settings.max_body_bytes, account)
+            applied = await apply_edit(services, tenant, data, credentials(scope), account)
+        except Disconnected:
+            return
+        except ToolrefError as exc:
+            metrics.edits.labels(exc.slug).inc()
+            raise
+        metrics.edits.labels("applied").inc()
+        body = await switched(services, rewrite, applied.request.body)
+        metrics.upload_bytes.labels("wire").inc(applied.wire)
+        metrics.upload_bytes.labels("raw").inc(len(body))
+        upstream = restored_scope(scope, applied, len(body), account)
+        await forwarder(upstream, replay(body, receive), marked(send, applied, len(body)))
+
+
+async def read(receive: Receive, limit: int, account: Account) -> bytes:
+    """The edit's bytes, within `limit` (TOOLREF_MAX_BODY_BYTES), charged as they come."""
+    return await read_body(
+        receive, limit, "send fewer segments inline, or raise TOOLREF_MAX_BODY_BYTES", account
+    )
+
+
+def credentials(scope: Scope) -> list[tuple[str, str]]:
+    """The credentials sent as real headers, in order (toolref's own key is not one)."""
+    return [
+        (name, value)
+        for name, value in decoded(scope["headers"])
+        if is_secret(name) and not name.lower().startswith(TOOLREF_PREFIX)
+    ]
+
+
+async def switched(
+    services: Services, rewrite: Callable[[bytes], bytes] | None, body: bytes
+) -> bytes:
+    """The body for the upstream a conversation switched to (`rewrite`, the gateway's
+    `switch_body`, as for any request), off the loop when large."""
+    if rewrite is None:
+        return body
+    return await services.workers.run(len(body), rewrite, body)
+
+
+def restored_scope(scope: Scope, applied: Applied, length: int, account: Account) -> Scope:
+    """The scope the forwarder sends: the restored headers exactly (then framing for the
+    body), the request's account to close once the body is sent."""
+    headers: Sequence[tuple[bytes, bytes]] = encoded(applied.request.headers)
+    return {
+        **scope,
+        "headers": [*headers, (b"content-length", str(length).encode())],
+        SCOPE_KEY: account,
+    }
+
+
+def marked(send: Send, applied: Applied, raw: int) -> Send:
+    """`send`, adding to the answer's head the recipe kept (`Toolref-History: tb_...`)
+    and the bytes saved (`Toolref-Savings`)."""
+    told = [
+        (_HISTORY, applied.ref.encode("ascii")),
+        (_SAVINGS, savings_value(raw, applied.wire).encode()),
+    ]
+
+    async def with_marks(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *told]}
+        await send(message)
+
+    return with_marks

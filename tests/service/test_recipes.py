@@ -1,0 +1,174 @@
+"""Stored recipes on the real engine: lifetimes (a superseded node keeps
+TOOLREF_HISTORY_SUPERSEDED_TTL, a snapshot lives as long as the deltas on it, a refresh
+extends every piece), bounded round trips whatever the length, and pieces that do not hash
+to their id never served. The clock is the test's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from tests.unit.edits.test_edits import HEADERS
+from toolref.edits.edit import Inline, Keep, Op, apply, diff
+from toolref.edits.recipe import is_piece, piece_of
+from toolref.edits.request import Cut, cut
+from toolref_server.storage import keys
+from toolref_server.storage.recipe_cache import RecipeCache
+from toolref_server.storage.recipes import Held, Recipes
+from toolref_server.storage.store import Store
+
+from .test_histories import Counted
+
+pytestmark = pytest.mark.engine
+
+TTL, SUPERSEDED, REFRESH = 1000, 60, 300
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def request(turns: int) -> Cut:
+    messages = ",".join(
+        f'{{"role":"user","content":"turn {n} {"w" * (80 + n)}"}}' for n in range(turns)
+    )
+    made = cut(HEADERS, f'{{"model":"m","messages":[{messages}]}}'.encode(), "messages")
+    assert made is not None
+    return made
+
+
+def recipes_on(redis: Any, clock: Clock, cache: int = 0, every: int = 3) -> Recipes:
+    return Recipes(
+        Store(redis, TTL),
+        RecipeCache(cache),
+        snapshot_every=every,
+        superseded_ttl=SUPERSEDED,
+        refresh_seconds=REFRESH,
+        clock=clock,
+    )
+
+
+async def keep(recipes: Recipes, new: Cut, base: Held | None) -> Held:
+    ops: list[Op] = (
+        diff(base.entries, new.entries, new.segments) if base else [Inline(s) for s in new.segments]
+    )
+    entries = apply(base.entries if base else [], ops)
+    carried = {
+        piece_of(e): s
+        for e, s, op in zip(new.entries, new.segments, _flat(ops, len(new.entries)), strict=True)
+        if is_piece(e) and op
+    }
+    ref = await recipes.keep("t", entries, ops, base=base, pieces=carried, named=())
+    assert ref == new.ref
+    held = await recipes.load("t", ref)
+    assert held is not None
+    return held
+
+
+def _flat(ops: list[Op], count: int) -> list[bool]:
+    """For each new entry: did the edit carry it inline?"""
+    found: list[bool] = []
+    for op in ops:
+        if isinstance(op, Keep):
+            found += [False] * (op.end - op.start)
+        else:
+            found.append(isinstance(op, Inline))
+    assert len(found) == count
+    return found
+
+
+def pieces_of(held: Held) -> list[bytes]:
+    return [piece_of(e) for e in held.entries if is_piece(e)]
+
+
+async def ttl(redis: Redis, ref: str) -> int:
+    return int(await redis.ttl(keys.recipe_node("t", ref)))
+
+
+async def test_lifetimes_of_nodes_and_snapshots(redis: Redis) -> None:
+    clock = Clock()
+    recipes = recipes_on(redis, clock)
+    first = await keep(recipes, request(3), None)  # a snapshot
+    second = await keep(recipes, request(4), first)  # a delta on it
+    assert first.node.snapshot is None
+    assert second.node.snapshot == first.ref
+    assert await ttl(redis, first.ref) > SUPERSEDED  # the snapshot a live delta needs
+    third = await keep(recipes, request(5), second)  # a delta on the same snapshot
+    assert third.node.depth == 2
+    assert await ttl(redis, second.ref) <= SUPERSEDED  # superseded
+    assert await ttl(redis, first.ref) > SUPERSEDED
+    fourth = await keep(recipes, request(6), third)  # every 3rd: a snapshot again
+    assert fourth.node.snapshot is None
+    assert await ttl(redis, third.ref) <= SUPERSEDED
+    assert await ttl(redis, first.ref) <= SUPERSEDED  # the snapshot it replaces
+    assert await ttl(redis, fourth.ref) > TTL - 5
+
+
+async def test_a_refresh_extends_every_piece_once_its_time_has_come(redis: Redis) -> None:
+    clock = Clock()
+    recipes = recipes_on(redis, clock)
+    held = await keep(recipes, request(3), None)
+    first_piece = keys.edit_piece("t", pieces_of(held)[1])
+    await redis.expire(first_piece, 500)  # as if time passed for it alone
+    clock.now += REFRESH - 1
+    held = await keep(recipes, request(4), held)
+    assert await redis.ttl(first_piece) <= 500  # kept, not extended: not due yet
+    assert held.node.refreshed == 1_000_000
+    clock.now += 1
+    held = await keep(recipes, request(5), held)
+    assert await redis.ttl(first_piece) > 500  # due: every piece extended
+    assert held.node.refreshed == int(clock.now)
+
+
+async def test_a_recipe_loads_in_bounded_round_trips_whatever_its_length(redis: Redis) -> None:
+    clock = Clock()
+    counted = Counted(redis)
+    for turns in (5, 60):
+        recipes = recipes_on(counted, clock)
+        held = None
+        for n in range(turns - 4, turns + 1):
+            held = await keep(recipes, request(n), held)
+        assert held is not None
+        cold = recipes_on(counted, clock)  # another replica: nothing cached
+        gets_before, trips_before = await _gets(redis), counted.trips
+        loaded = await cold.load("t", held.ref)
+        assert loaded is not None
+        assert loaded.entries == held.entries
+        pieces = await cold.pieces("t", [piece_of(e) for e in held.entries if is_piece(e)])
+        assert len(pieces) == sum(map(is_piece, held.entries))
+        assert await _gets(redis) - gets_before <= 2  # the node, its snapshot
+        assert counted.trips - trips_before == 1  # one MGET of every piece
+
+
+async def _gets(redis: Redis) -> int:
+    stats = await redis.info("commandstats")
+    return int(stats.get("cmdstat_get", {}).get("calls", 0))
+
+
+async def test_a_piece_that_does_not_hash_to_its_id_is_not_held(redis: Redis) -> None:
+    clock = Clock()
+    recipes = recipes_on(redis, clock)
+    held = await keep(recipes, request(3), None)
+    piece, other = pieces_of(held)[1:3]
+    value = await redis.get(keys.edit_piece("t", other))
+    assert isinstance(value, bytes)
+    await redis.set(keys.edit_piece("t", piece), value)
+    found = await recipes_on(redis, clock).pieces("t", [piece, other])
+    assert list(found) == [other]
+
+
+async def test_the_cache_spares_the_store_and_is_not_needed(redis: Redis) -> None:
+    clock = Clock()
+    cached = recipes_on(redis, clock, cache=1 << 20)
+    held = await keep(cached, request(4), None)
+    before = await _gets(redis)
+    assert await cached.load("t", held.ref) == held
+    assert await _gets(redis) == before  # from memory
+    await redis.flushall()
+    assert await recipes_on(redis, clock).load("t", held.ref) is None  # the store decides
