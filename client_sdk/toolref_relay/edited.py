@@ -9,7 +9,9 @@ missing-pieces and a 400 dictionary-mismatch are resent (at most three times, th
 everything inline) before the agent sees anything; the answer the gateway gives after that
 goes back to the agent as it arrives. A body that is not one JSON object in UTF-8 is not
 sent as an edit (`NOT_AN_EDIT`), nor is anything after a gateway answers 415 to the media
-type (`UNSUPPORTED`): the caller takes the manager's path.
+type (`UNSUPPORTED`): the caller takes the manager's path, as it does for a turn answered 413
+(too large for the gateway or the provider: the manager retries it with its biggest tool
+results registered, as refs, or names them).
 """
 
 from __future__ import annotations
@@ -80,7 +82,12 @@ async def as_edit(
             "take the history path from now on"
         )
         return None
-    return None if answer == NOT_AN_EDIT else answer
+    if answer == NOT_AN_EDIT:
+        return None
+    if answer.status_code == 413:  # too large as an edit, or for the provider: the manager
+        await answer.aclose()  # path retries it with its biggest tool results as refs
+        return None
+    return answer
 
 
 def agent_headers(pairs: Pairs) -> list[tuple[str, str]]:
