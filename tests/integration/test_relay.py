@@ -468,11 +468,11 @@ async def test_headers_hop_by_hop_stay_behind_and_toolref_headers_stay_home(
         in zstandard.ZstdDecompressor().decompressobj().decompress(turn.body.split(b"\n", 1)[1])
     )
     assert listing.headers["anthropic-version"] == "2023-06-01"  # anything else: passed through
-    for got in scripted.headers:  # the provider: the agent's headers, toolref's none
-        assert got["anthropic-version"] == "2023-06-01"
-        assert got["x-api-key"] == "sk-ant-credential"
-        assert got["authorization"] == "Bearer provider"
-        assert not any(k.startswith("toolref-") for k in got)
+    for seen in scripted.headers:  # the provider: the agent's headers, toolref's none
+        assert seen["anthropic-version"] == "2023-06-01"
+        assert seen["x-api-key"] == "sk-ant-credential"
+        assert seen["authorization"] == "Bearer provider"
+        assert not any(k.startswith("toolref-") for k in seen)
     for arrival in (turn, listing):
         assert arrival.headers["x-api-key"] == "sk-ant-credential"
         assert arrival.headers["authorization"] == "Bearer provider"
