@@ -83,6 +83,7 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_TTL_SECONDS": ("int", 86_400, "ge=1"),
         "TOOLREF_HISTORY_SUPERSEDED_TTL": ("int", 600, "ge=1"),
         "TOOLREF_HISTORY_REFRESH_SECONDS": ("int", 3600, "ge=1"),
+        "TOOLREF_EDIT_SNAPSHOT_EVERY": ("int", 8, "ge=1 le=64"),  # issue 30
         "TOOLREF_COMPRESS_THRESHOLD": ("int", 64, "ge=0"),
         "TOOLREF_COMPRESS_LEVEL": ("int", 3, "ge=1 le=22"),
         "TOOLREF_RECORD_DICTIONARY": ("int", 1, "ge=0"),
@@ -92,6 +93,7 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_VERIFIED_RECORDS": ("int", 100_000, "ge=0"),
         "TOOLREF_VERIFIED_CHARS": ("int", 32 * MiB, "ge=0"),
         "TOOLREF_HISTORY_CACHE_BYTES": ("int", 64 * MiB, "ge=0"),
+        "TOOLREF_EDIT_CACHE_BYTES": ("int", 64 * MiB, "ge=0"),  # issue 30
     },
     SummarySettings: {
         "TOOLREF_SUMMARIZER": ("str", "extractive", ""),

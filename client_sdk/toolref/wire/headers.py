@@ -4,7 +4,9 @@ ASGI hands them over lowercased: `asgi_name`).
 Between a client and a backend or the registry:
 - `Toolref-Protocol`: the version asked for and the version used (`toolref.wire.protocol`).
 - `Toolref-History`: `?1` keep this conversation as a history; a history ref: the body's
-  messages continue it (and name the dictionary a zstd body was compressed against).
+  messages continue it (and name the dictionary a zstd body was compressed against). In
+  the gateway's answer to an edit (`Content-Type: application/vnd.toolref.edit`,
+  `toolref.edits.wire.MEDIA_TYPE`), the recipe kept (`tb_...`): the base of the next edit.
 - `Toolref-Dictionary`: a history ref whose kept body the zstd body was compressed against
   (in an answer, `?1`: the body of this request is kept with its history).
 - `Toolref-Checkpoint`: `?1` keep the conversation's checkpoint too (in an answer, its ref).

@@ -28,6 +28,7 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolref.edits.wire import MEDIA_TYPE
 from toolref.handoff.switch import switched_text
 from toolref.receiving.asgi_io import header, replay, with_body
 from toolref.receiving.budget import Budget
@@ -127,7 +128,8 @@ OPERATION: Final = Operation(
         401: f"Missing or unknown `{KEY_HEADER}`.",
         404: "No upstream of that name (the configured names are listed to a known key).",
         409: "Hydration: refs not held, listed in `missingRefs`, or a history not held, named "
-        "in `missingHistory`; the client resends in full.",
+        "in `missingHistory`; the client resends in full. An edit: its base not held "
+        "(`missingHistory`), or pieces it names not held, every one in `missingPieces`.",
         413: "Body, or body inflated, over its limit.",
         415: "Unsupported Content-Encoding of a body to hydrate.",
         422: "A body to hydrate that is invalid (a malformed ref, say).",
@@ -143,8 +145,11 @@ OPERATION: Final = Operation(
     description="Any method the gateway forwards, to `{base_url}/{path}` of the upstream "
     f"`name`. A POST to an LLM endpoint it knows, whose path ends in {_HYDRATED}, sent with "
     f"`{PROTOCOL_HEADER}: 2`, is hydrated first: its history continued and its toolRef "
-    "markers filled, the rest of the body as the client wrote it. Every other request is "
-    "forwarded as it is. Each status may also be the upstream's own answer.",
+    "markers filled, the rest of the body as the client wrote it. A request sent with "
+    f"`Content-Type: {MEDIA_TYPE}` is an edit of a request the registry holds "
+    "(docs/history.md, Edits): the request it stands for is forwarded, headers and body, and "
+    f"the answer carries `{HISTORY_HEADER}: tb_...`. Every other request is forwarded as it "
+    "is. Each status may also be the upstream's own answer.",
 )
 
 
