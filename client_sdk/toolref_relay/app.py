@@ -1,16 +1,18 @@
 """`Relay`: the relay's ASGI app (serve it on loopback; `toolref relay` does).
 
 `/llm/{name}/{path}` goes to `{gateway}/llm/{name}/{path}` (query kept). An LLM request
-(`toolref.sending.transport.endpoint`: Anthropic Messages, OpenAI Chat Completions and Responses)
-is read whole, inflated when the agent compressed it, and sent through
-`toolref.AsyncTransport` with the manager of its upstream: payloads the gateway holds travel
-as refs, a conversation after a history the gateway confirmed as its new messages, zstd
-against that history; missing refs and histories are resent before the agent sees anything.
-Every other request passes through, streamed both ways.
+(`toolref.wire.endpoints`: Anthropic Messages and token counts, OpenAI Chat Completions and
+Responses, Gemini generateContent) is read whole and inflated when the agent compressed it.
+When the gateway takes edits (`capabilities`), it is sent as an edit of a request of the
+same conversation the gateway confirmed (`edited`, with the client's `Editor`); otherwise
+through `toolref.AsyncTransport` with the client's manager: payloads the gateway holds as
+refs, a conversation after a confirmed history as its new messages, zstd against it. Misses
+are resent before the agent sees anything. Every other request passes through, streamed
+both ways.
 
-One `ToolReferenceManager` per client (an upstream and a provider credential, `clients`)
-serves every conversation that client sends there: its transcripts tell conversations apart
-by their content (`max_transcripts` of them, least recently used dropped first), so an agent
+One `Client` (an `Editor` and a `ToolReferenceManager`) per upstream and provider
+credential (`clients`) serves every conversation that client sends there: they tell
+conversations apart by their content (least recently used dropped first), so an agent
 running several sessions needs nothing more, and a process without the agent's credential
 shares nothing with it.
 
