@@ -147,7 +147,7 @@ class Stack:
 
 @asynccontextmanager
 async def relayed(
-    redis: Redis, gateways: int = 1, wrap: Any = None, **settings: Any
+    redis: Redis, gateways: int = 1, wrap: Any = None, edits: bool = True, **settings: Any
 ) -> AsyncIterator[Stack]:
     """The relay before `gateways` instances of the service (one engine), alternating."""
     provider = Provider()
@@ -165,7 +165,8 @@ async def relayed(
         async with serve_all(*apps) as urls:
             balancer = Alternating(urls)
             lines: list[str] = []
-            relay = Relay(RelayConfig(urls[0], key=KEY), report=lines.append, transport=balancer)
+            config = RelayConfig(urls[0], key=KEY, edits=edits)
+            relay = Relay(config, report=lines.append, transport=balancer)
             async with serve(relay) as relay_url:
                 yield Stack(relay_url, relay, provider, balancer, lines)
 
@@ -337,14 +338,20 @@ async def test_count_tokens_rides_the_edit_path(redis: Redis) -> None:
         "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
     ],
 )
+@pytest.mark.parametrize("edits", [True, False], ids=["edits", "history"])
 async def test_gemini_rides_the_edit_path_and_its_stream_comes_back_untouched(
-    redis: Redis, path: str
+    redis: Redis, path: str, edits: bool
 ) -> None:
-    """Gemini CLI's requests (`contents`): edits after the first turn, the provider gets
-    each body and the query as sent, the event stream comes back byte for byte."""
+    """Gemini CLI's requests (`contents`): edits after the first turn (or, with a gateway
+    without edits, history refs: the gateway hydrates the `gemini` format), the provider
+    gets each body and the query as sent, the event stream comes back byte for byte.
+    Before, these paths passed through whole (issue 30: 1.0x)."""
     headers = [("content-type", "application/json"), ("x-goog-api-key", "AIza-gemini-key")]
     contents: list[Any] = []
-    async with relayed(redis) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with (
+        relayed(redis, edits=edits) as stack,
+        httpx.AsyncClient(timeout=TIMEOUT) as agent,
+    ):
         for turn in range(4):
             contents += [
                 {"role": "user", "parts": [{"text": f"question {turn} " + "q" * 200}]},
@@ -356,11 +363,16 @@ async def test_gemini_rides_the_edit_path_and_its_stream_comes_back_untouched(
             )
             assert answer.status_code == 200
             got_path, got_headers, got = stack.provider.seen[-1]
-            assert (got_path, got) == (path, body)
+            assert got_path == path
+            assert got == body if edits else json.loads(got) == json.loads(body)
             assert ("x-goog-api-key", "AIza-gemini-key") in got_headers
             if "stream" in path:
                 assert answer.content == GEMINI_EVENTS
             sent = stack.balancer.requests[-1]
+            if not edits:
+                assert sent.headers["toolref-protocol"] == "2"
+                assert (turn == 0) or sent.headers["toolref-history"].startswith("th_")
+                continue
             assert sent.headers["content-type"] == MEDIA_TYPE
             base = json.loads(sent.content.split(b"\n")[0])["b"]
             assert (base is None) == (turn == 0)
