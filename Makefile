@@ -8,25 +8,35 @@ SERVER_STAMP   := $(VENV)/.installed-server
 LOADTEST_STAMP := $(VENV)/.installed-loadtest
 DEV_STAMP      := $(VENV)/.installed-dev
 
-.PHONY: serve test js-test e2e e2e-install lint fmt bench loadtest loadtest-hostile soak clean \
+.PHONY: serve test check package js-test e2e e2e-install lint fmt bench loadtest loadtest-hostile soak clean \
 	demo web-build chromium browser-test
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# After each editable install: the source folders on sys.path as well (a .pth file), so a
+# regular package found there wins over a folder named `toolref` beside a user's script (a
+# clone, say), which setuptools' editable finder alone would let shadow the SDK.
+SOURCES_ON_PATH = $(BIN)/python -c 'import pathlib, sysconfig; \
+	pathlib.Path(sysconfig.get_path("purelib"), "toolref-sources.pth").write_text( \
+	"".join(str(pathlib.Path(d).resolve()) + chr(10) for d in ("client_sdk", "service")))'
+
 # A larger set covers the smaller ones, so `make serve` after `make test` installs nothing.
 $(SERVER_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[server]'
+	$(SOURCES_ON_PATH)
 	@touch $@
 
 $(LOADTEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[server,loadtest]'
+	$(SOURCES_ON_PATH)
 	@touch $@ $(SERVER_STAMP)
 
 # Tests import the load-test modules, and mypy checks them: dev needs loadtest too.
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[server,dev,loadtest]'
+	$(SOURCES_ON_PATH)
 	@touch $@ $(LOADTEST_STAMP) $(SERVER_STAMP)
 
 serve: $(SERVER_STAMP)
@@ -34,12 +44,16 @@ serve: $(SERVER_STAMP)
 
 # Everything on one node, then the service and integration suites (and the quota counting,
 # whose reads differ there) again on a local Redis Cluster (3 primaries, 3 replicas) started
-# from the same valkey-server binary.
+# from the same valkey-server binary; then the TypeScript SDK. Fail-late: every pass runs,
+# and the last line names the passes that failed.
 test: $(DEV_STAMP) web-build chromium
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	@failed=""; \
+	$(BIN)/python -m pytest $(PYTEST_ARGS) || failed="$$failed one-node"; \
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration \
-		tests/adversarial/test_server_quotas.py $(PYTEST_ARGS)
-	$(MAKE) js-test
+		tests/adversarial/test_server_quotas.py $(PYTEST_ARGS) || failed="$$failed cluster"; \
+	$(MAKE) --no-print-directory js-test || failed="$$failed js-test"; \
+	if [ -n "$$failed" ]; then echo "make test: FAILED passes:$$failed (every pass ran)"; exit 1; fi; \
+	echo "make test: all passes passed (one-node, cluster, js-test)"
 
 # The TypeScript SDK (client_sdk/js): install from package-lock.json, type-check (strict),
 # and vitest, whose integration tests start the Python registry and a chat backend from
@@ -51,9 +65,10 @@ js-test: $(DEV_STAMP)
 	cd $(JS_DIR) && npx tsc --noEmit -p tsconfig.json
 	cd $(JS_DIR) && npx vitest run
 
-# Real agent CLIs (Claude Code, Codex, Qwen Code; pinned npm packages under .toolref/e2e)
-# through whole tool-calling sessions against a fake provider, in a network namespace with
-# only loopback when unshare is permitted (tests/e2e/isolate.py). Needs node and npm; under
+# Real agent CLIs (Claude Code, Codex, Qwen Code, and the latest Codex on its WebSocket;
+# pinned npm packages under .toolref/e2e) through whole tool-calling sessions against a
+# fake provider, in a network namespace with only loopback when unshare is permitted
+# (tests/e2e/isolate.py). Needs node and npm; under
 # CI=true their absence fails. TOOLREF_E2E_CHAIN=direct|relay picks what sits between.
 e2e: e2e-install
 	$(BIN)/python -m tests.e2e.isolate $(BIN)/python -m pytest -m e2e tests/e2e $(PYTEST_ARGS)
@@ -105,15 +120,33 @@ $(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json $(JS_DIR)/dist/
 web-build: $(WEB)/node_modules/.package-lock.json
 	cd $(WEB) && npm run --silent build
 
-# Debian's Chromium for the browser test, where it is missing.
+# Debian's Chromium for the browser tests, where it is missing: the one thing `make test`
+# installs system-wide (the README says so), announced before apt-get runs. NO_SYSTEM_INSTALL=1
+# refuses instead; CHROMIUM=/path/to/chromium uses a Chromium of your own (the tests read it).
 chromium:
-	@test -x /usr/bin/chromium || apt-get install -y chromium \
-		|| (apt-get update && apt-get install -y chromium)
+	@test -x "$${CHROMIUM:-/usr/bin/chromium}" || { \
+		if [ -n "$(NO_SYSTEM_INSTALL)" ]; then \
+			echo "make: no Chromium at $${CHROMIUM:-/usr/bin/chromium}: install Debian's chromium, or set CHROMIUM=/path/to/chromium"; exit 1; fi; \
+		echo "make: installing Debian's chromium system-wide (apt-get install -y chromium) for the browser tests;"; \
+		echo "      NO_SYSTEM_INSTALL=1 refuses; CHROMIUM=/path/to/chromium uses your own."; \
+		apt-get install -y chromium || (apt-get update && apt-get install -y chromium); }
 
 # The demo in headless Chromium (playwright-core): 30 turns, a registry restart; `make test`
 # runs it too (tests/browser).
 browser-test: $(DEV_STAMP) web-build chromium
 	$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS)
+
+# Before a commit (under 2 minutes here): lint, and the unit tests that need no engine.
+check: $(DEV_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/python -m pytest tests/unit -q -m "not engine and not slow" -p no:cacheprovider
+
+# The wheel and the npm package built as users get them, installed into clean environments
+# outside the checkout, and used (.ci/packages).
+package: $(DEV_STAMP)
+	PYTHON=$(BIN)/python .ci/packages
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .

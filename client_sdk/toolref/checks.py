@@ -1,4 +1,5 @@
-"""Checks of the options a caller gives toolref's classes: the shared ones (counts, keys).
+"""Checks of the options a caller gives toolref's classes: the shared ones (counts, keys,
+the name a misspelt one most likely meant).
 
 The manager's are in `toolref.sending.checks`, the middleware's in
 `toolref.receiving.checks`.
@@ -9,6 +10,9 @@ names the value and the fix, instead of the mistake surfacing later as a silent 
 """
 
 from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
 
 
 def check_count(name: str, value: object, minimum: int, fix: str = "") -> None:
@@ -22,3 +26,10 @@ def check_count(name: str, value: object, minimum: int, fix: str = "") -> None:
 def check_key(name: str, value: object) -> None:
     if not isinstance(value, str) or not value:
         raise TypeError(f"{name} is the non-empty str key of the messages, not {value!r}")
+
+
+def nearest(name: str, known: Iterable[str]) -> str | None:
+    """The known name `name` is most likely a misspelling of (difflib's closest, at least
+    0.75 alike), or None. Linear in the known names (each compared once, names are short)."""
+    found = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+    return found[0] if found else None

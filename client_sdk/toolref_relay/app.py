@@ -8,7 +8,8 @@ same conversation the gateway confirmed (`edited`, with the client's `Editor`); 
 through `toolref.AsyncTransport` with the client's manager: payloads the gateway holds as
 refs, a conversation after a confirmed history as its new messages, zstd against it. Misses
 are resent before the agent sees anything. Every other request passes through, streamed
-both ways.
+both ways. An upgrade to a WebSocket (Codex's Responses WebSocket) is joined to the
+gateway's (`sockets`), or answered 426 at once.
 
 One `Client` (an `Editor` and a `ToolReferenceManager`) per upstream and provider
 credential (`clients`) serves every conversation that client sends there: they tell
@@ -37,6 +38,7 @@ from typing import Any, Final
 
 import httpx
 
+from toolref import __version__
 from toolref.receiving.asgi_io import Disconnected, read_body, while_connected
 from toolref.receiving.budget import Account, Budget
 from toolref.receiving.middleware import Receive, Scope, Send
@@ -44,16 +46,15 @@ from toolref.receiving.workers import Workers
 from toolref.registry.client import AsyncRegistryClient
 from toolref.sending.editor import Editor
 from toolref.sending.manager import ToolReferenceManager
-from toolref.sending.transport import AsyncTransport, LLMRequest, recognise
+from toolref.sending.transport import LLMRequest, recognise
 from toolref.wire.endpoints import endpoint
 from toolref.wire.errors import (
     LimitExceededError,
     MalformedBodyError,
     OverloadedError,
-    ToolrefError,
 )
 
-from . import control, guard, oversize
+from . import control, guard
 from .bodies import TOO_LARGE, inflated, readable
 from .calls import UNREACHABLE, Call, Meter, encoding_of, failed, log_call
 from .capabilities import Capabilities
@@ -66,13 +67,17 @@ from .headers import (
     Pairs,
     decoded,
     first,
-    to_gateway,
     to_provider,
 )
+from .managed import managed
 from .passthrough import pass_through
+from .preflight import Preflight
+from .preflight import check as check_gateway
+from .problems import as_provider_error, not_a_gateway_reply
 from .replies import relay_answer, reply_error, reply_json
 from .savings import Route, Tally, Upload, savings_header, summary, turn_line
 from .shapes import ErrorReply, error_reply, provider_of
+from .sockets import serve_socket
 from .switch import Switchboard, conversation_of
 
 _ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
@@ -89,6 +94,8 @@ class Relay:
     transport: the connection pool to the gateway and the fallback (a new one by default).
     signals: on SIGUSR1, switch to the next `--switch` upstream (the CLI's choice; an app
         served inside tests leaves the process's signals alone).
+    preflight: what `toolref relay` found of the gateway before serving (`preflight`);
+        None: the app checks at its start, and reports what it found.
     """
 
     def __init__(
@@ -98,8 +105,10 @@ class Relay:
         report: Callable[[str], None] = _stderr,
         transport: httpx.AsyncBaseTransport | None = None,
         signals: bool = False,
+        preflight: Preflight | None = None,
     ) -> None:
         self.config = config
+        self.preflight = preflight  # what the start found of the gateway (None: check then)
         self.report = report
         self.tally = Tally()
         self.switchboard = Switchboard(config.switch)
@@ -134,8 +143,11 @@ class Relay:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
+        if scope["type"] == "websocket":
+            await serve_socket(self, scope, receive, send)  # WebSocket mode (`sockets`)
+            return
         if scope["type"] != "http":
-            return  # no WebSockets: the server refuses them
+            return
         path, method = scope["path"], scope["method"]
         headers = decoded(scope["headers"])
         refused = guard.host_refusal(first(headers, "host"), scope.get("server"))
@@ -152,6 +164,7 @@ class Relay:
                 send,
                 self.switchboard,
                 self._select,
+                check=self._check,
             )
             return
         raw_path = scope.get("raw_path") or path.encode()
@@ -198,7 +211,8 @@ class Relay:
     async def startup(self) -> None:
         if self._signals and self.config.switch:
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, self._cycle)
-        self.report(await self._probe())
+        if self.preflight is None:
+            self.report(await self._probe())
 
     async def shutdown(self) -> None:
         if self.tally.turns:
@@ -209,25 +223,27 @@ class Relay:
             await self._registry.aclose()
         await self.pool.aclose()
 
+    async def _check(self) -> dict[str, object]:
+        """The gateway checked now, as JSON (`GET /toolref/check`); kept as what is known."""
+        await self._probe()
+        assert self.preflight is not None
+        return {
+            "relay": __version__,
+            "selected": self.switchboard.selected,
+            **self.preflight.shown(),
+        }
+
     async def _probe(self) -> str:
-        """A line on whether the gateway answers, at start."""
-        request = httpx.Request(
-            "GET", f"{self.config.gateway}/healthz", extensions={"timeout": self._timeouts}
+        """A line on the gateway, at start (`preflight`)."""
+        config = self.config
+        self.preflight = await check_gateway(
+            config.gateway,
+            config.key,
+            switch=config.switch,
+            fallback=config.fallback,
+            request_timeout=config.connect_timeout,
         )
-        try:
-            response = await self.pool.handle_async_request(request)
-            await response.aclose()
-        except httpx.HTTPError as exc:
-            then = (
-                f"requests go to the fallback {self.config.fallback}"
-                if self.config.fallback
-                else "LLM requests are answered 502"
-            )
-            return (
-                f"toolref relay: the gateway {self.config.gateway} does not answer "
-                f"({type(exc).__name__}); until it does, {then}"
-            )
-        return f"toolref relay: gateway {self.config.gateway} answers ({response.status_code})"
+        return self.preflight.line
 
     # --- switching ------------------------------------------------------------------------
 
@@ -314,7 +330,8 @@ class Relay:
             if edited is not None:
                 answer = edited
             else:
-                answer = await self._managed(
+                answer = await managed(
+                    self,
                     call,
                     client.manager,
                     url=url,
@@ -324,14 +341,20 @@ class Relay:
                     meter=meter,
                     llm=llm or parsed,
                 )
+            if isinstance(answer, httpx.Response):  # the gateway's own refusal, told
+                answer = await as_provider_error(answer, call, self.config.gateway) or answer
+            found = self.preflight
+            if isinstance(answer, httpx.Response) and found is not None and found.problem:
+                answer = await not_a_gateway_reply(answer, call, found.problem)
         except UNREACHABLE as exc:
             meter.headers = False  # the agent's request as it came: its body counted
             answer, route = await self._unreachable(call, raw, exc, meter), "fallback"
         except httpx.HTTPError as exc:
             answer = failed(call, self.config.gateway, exc)
-        if isinstance(answer, ErrorReply):
-            route = "refused"
-        upload = Upload(len(raw), len(content), meter.sent, route)
+        if isinstance(answer, ErrorReply) and meter.sent == 0:
+            route = "refused"  # nothing went out: the relay answered itself
+        status = answer.status if isinstance(answer, ErrorReply) else answer.status_code
+        upload = Upload(len(raw), len(content), meter.sent, route, status)
         number = self.tally.add(upload)
         self.report(turn_line(number, upload, self.tally))
         extra = [(SAVINGS_HEADER, savings_header(upload))]
@@ -341,74 +364,6 @@ class Relay:
             return
         log_call(call, upstream, answer.status_code, len(raw), meter.sent)
         await relay_answer(send, answer, extra)
-
-    async def _managed(
-        self,
-        call: Call,
-        manager: ToolReferenceManager,
-        *,
-        url: str,
-        content: bytes,
-        changed: bool,
-        moved: str | None,
-        meter: Meter,
-        llm: LLMRequest | Callable[[], LLMRequest | None] | None,
-    ) -> httpx.Response | ErrorReply:
-        """The turn through the manager (`AsyncTransport`): the path before edits."""
-        headers = to_gateway(
-            call.headers, key=self.config.key, switched_from=moved, body_changed=changed
-        )
-
-        def build() -> httpx.Request:
-            return httpx.Request(
-                "POST", url, headers=headers, content=content, extensions=self.extensions()
-            )
-
-        meter.headers = False  # the manager's path counts bodies, as before edits
-        transport = AsyncTransport(meter, manager=manager)
-        answer: httpx.Response | ErrorReply = await transport.handle_async_request(build())
-        if isinstance(answer, httpx.Response) and answer.status_code == 413:
-            answer = await self._smaller(
-                answer,
-                transport=transport,
-                build=build,
-                llm=llm() if callable(llm) else llm,
-                manager=manager,
-                call=call,
-            )
-        return answer
-
-    async def _smaller(
-        self,
-        refused: httpx.Response,
-        *,
-        transport: AsyncTransport,
-        build: Callable[[], httpx.Request],
-        llm: LLMRequest | None,
-        manager: ToolReferenceManager,
-        call: Call,
-    ) -> httpx.Response | ErrorReply:
-        """The answer to a 413: the request again, once, with its biggest tool results
-        registered first (so they travel as refs); or a 413 naming them."""
-        await refused.aclose()
-        items = oversize.inline_items(llm) if llm is not None else []
-        chosen = oversize.worth_registering(items, manager.confirmed)
-        if not chosen or not manager.refs_accepted:
-            tried = "no tool result in it could be moved off the wire"
-            return _too_large(call, items, tried)
-        try:
-            registered = await self._registry_client().register([i.invocation for i in chosen])
-        except (ToolrefError, httpx.HTTPError) as exc:
-            tried = f"registering its {len(chosen)} biggest tool results failed ({exc})"
-            return _too_large(call, items, tried)
-        manager.confirm(r.ref for r in registered)
-        answer = await transport.handle_async_request(build())
-        if answer.status_code != 413:
-            return answer
-        await answer.aclose()
-        moved = sum(i.size for i in chosen)
-        tried = f"a retry with its {len(chosen)} biggest tool results ({moved} bytes) as refs"
-        return _too_large(call, items, tried + " was refused too")
 
     async def _unreachable(
         self, call: Call, raw: bytes, error: httpx.HTTPError, meter: Meter
@@ -440,7 +395,7 @@ class Relay:
     async def _refuse(
         self, call: Call, send: Send, error: ErrorReply, raw: int, extra: Pairs = ()
     ) -> None:
-        upload = Upload(raw, 0, 0, "refused")
+        upload = Upload(raw, 0, 0, "refused", error.status)
         self.report(turn_line(self.tally.add(upload), upload, self.tally))
         await reply_error(send, error, [(SAVINGS_HEADER, savings_header(upload)), *extra])
         log_call(call, call.name, error.status, raw, 0)
@@ -450,7 +405,7 @@ class Relay:
         busy = error_reply(call.provider, 503, exc.detail, "toolref_overloaded")
         await self._refuse(call, send, busy, raw, [("retry-after", str(exc.retry_after))])
 
-    def _registry_client(self) -> AsyncRegistryClient:
+    def registry_client(self) -> AsyncRegistryClient:
         if self._registry is None:
             self._registry = AsyncRegistryClient(self.config.gateway, api_key=self.config.key)
         return self._registry
@@ -477,8 +432,3 @@ async def _inflate(raw: bytes, encoding: str | None, limit: int, account: Accoun
     if (encoding or "identity").strip().lower() not in ("", "identity"):
         return await _WORKERS.run(len(raw), inflated, raw, encoding, limit, account)
     return raw
-
-
-def _too_large(call: Call, items: list[oversize.InlineItem], tried: str) -> ErrorReply:
-    message = oversize.too_large_message(items, tried)
-    return error_reply(call.provider, 413, message, "toolref_request_too_large")

@@ -4,14 +4,18 @@
     ANTHROPIC_BASE_URL=http://127.0.0.1:8760/llm/anthropic claude
 
 Needs the `relay` extra (from a toolref checkout: `pip install -e '.[relay]'`): uvicorn
-serves the app. The port is bound first, then the control token of this start is written
-(`control.write`) and printed, then the app is served on that socket: a relay that cannot
-bind leaves the token file of the one running on the port alone.
+serves the app. The port is bound first (a busy one fails before anything else is said),
+then the gateway is checked (`preflight`: a gateway that is not toolref's, refuses the key
+or lacks a `--switch` upstream stops the start, unless `--no-gateway-check`), then
+"listening" and each agent's set-up are printed (`agents`), the control token of this start
+is written (`control.write`) and printed, and the app is served on that socket: a relay that
+cannot bind leaves the token file of the one running on the port alone.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import logging
 import os
@@ -19,9 +23,12 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from . import control
-from .config import MIB, RelayConfig
+from . import control, doctor
+from .agents import set_up_lines
+from .config import MIB, RelayConfig, misspelt_key
+from .preflight import check as check_gateway
 
 _DESCRIPTION = (
     "Serve the relay on loopback: an agent pointed at http://HOST:PORT/llm/NAME sends its "
@@ -109,11 +116,32 @@ def parser() -> argparse.ArgumentParser:
         "past it a turn is answered 503 with Retry-After (256 MiB)",
     )
     relay.add_argument(
+        "--no-gateway-check",
+        action="store_true",
+        help="start even when --gateway is not a toolref gateway, refuses the key, or lacks "
+        "the upstreams --switch names (by default the relay exits saying so)",
+    )
+    relay.add_argument(
         "--log-level",
         default="warning",
         choices=("debug", "info", "warning", "error"),
         help="info logs each request: method, path, status, sizes (never keys or bodies)",
     )
+    doctor = commands.add_parser(
+        "doctor",
+        help="probe the chain: relay, gateway, key, each upstream",
+        description="Send one probe through relay, gateway and each upstream (GET .../v1/models: "
+        "no tokens spent) and report each hop with its status and time; exit 1 when one fails.",
+    )
+    doctor.add_argument(
+        "--relay", default="http://127.0.0.1:8760", help="the relay's URL (http://127.0.0.1:8760)"
+    )
+    doctor.add_argument(
+        "--token-file",
+        default=None,
+        help="the relay's control token file (~/.toolref/relay-PORT.token, as it wrote it)",
+    )
+    doctor.add_argument("--timeout", type=float, default=10.0, help="seconds for each request (10)")
     return made
 
 
@@ -135,6 +163,8 @@ def config_of(args: argparse.Namespace) -> RelayConfig:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    if args.command == "doctor":
+        sys.exit(_doctor(args))
     try:
         config = config_of(args)
     except ValueError as exc:
@@ -146,11 +176,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     from .app import Relay
 
     logging.basicConfig(level=args.log_level.upper(), format="%(name)s: %(message)s")
-    sock = _bind(args.host, args.port)
+    sock = _bind(args.host, args.port)  # first: a busy port fails before anything is said
     port = sock.getsockname()[1]
+    hint = misspelt_key(os.environ) if config.key is None else None
+    if hint is not None:
+        _say(hint)
+    found = asyncio.run(
+        check_gateway(
+            config.gateway,
+            config.key,
+            switch=config.switch,
+            fallback=config.fallback,
+            request_timeout=config.connect_timeout,
+        )
+    )
+    _say(found.line)
+    if found.problem is not None and not args.no_gateway_check:
+        sock.close()
+        sys.exit(1)
     token_file = Path(args.token_file) if args.token_file else control.default_path(port)
-    base = f"http://{args.host}:{port}"
-    _say(f"toolref relay: listening on {base}/llm/NAME (ANTHROPIC_BASE_URL={base}/llm/anthropic)")
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    base = f"http://{host}:{port}"
+    _say(f"toolref relay: listening on {base}/llm/NAME")
+    for line in set_up_lines(base, found.upstreams):
+        _say(line)
     try:
         control.write(token_file, config.token)
         where = f"in {token_file} (readable only by you)"
@@ -158,16 +207,34 @@ def main(argv: Sequence[str] | None = None) -> None:
     except OSError as exc:
         where = f"not written to {token_file} ({exc.strerror or exc}): it is shown here only"
     _say(
-        f"toolref relay: /metrics and /toolref/switch need this start's token, {where}; "
+        f"toolref relay: /metrics, /toolref/switch and /toolref/check (toolref doctor) need "
+        f"this start's token, {where}; "
         f'e.g. curl -H "Authorization: Bearer {config.token}" {base}/metrics'
     )
     served = uvicorn.Config(
-        Relay(config, signals=True),
+        Relay(config, signals=True, preflight=found),
         log_level=args.log_level,
         access_log=False,  # its lines carry query strings, where some providers take keys
         lifespan="on",
+        # WebSocket mode (toolref_relay.sockets) over wsproto; messages within the body
+        # limit; no permessage-deflate (a small frame could inflate past any limit).
+        ws="wsproto",
+        ws_max_size=config.max_body_bytes,
+        ws_per_message_deflate=False,
     )
     uvicorn.Server(served).run(sockets=[sock])  # the app deletes the token file at exit
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    relay = args.relay.rstrip("/")
+    port = urlsplit(relay).port or 80
+    token_file = Path(args.token_file) if args.token_file else control.default_path(port)
+    try:
+        token: str | None = token_file.read_text().strip()
+    except OSError:
+        token = None  # the relay hop says what to do
+    hops = asyncio.run(doctor.probe(relay, token, request_timeout=args.timeout))
+    return 0 if doctor.report(hops, _say) else 1
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
+
+from toolref.checks import nearest
 
 from .control import new_token
 
 MIB: Final = 2**20
 MIN_TOKEN: Final = 16  # characters of a control token given rather than drawn
+KEY_VARIABLE: Final = "TOOLREF_KEY"  # the one variable the relay reads
+
+
+def misspelt_key(environ: Mapping[str, str]) -> str | None:
+    """With no key given: the `TOOLREF_*` variable set that most likely meant
+    `TOOLREF_KEY` (`TOOLREF_KYE`), said as a line; else None. The relay refuses no other
+    name: the service's settings may be set in the same shell."""
+    names = [n for n in environ if n.upper().startswith("TOOLREF_") and n != KEY_VARIABLE]
+    for name in sorted(names):
+        if nearest(name.upper(), [KEY_VARIABLE]) is not None:
+            return (
+                f"toolref relay: no --key and no {KEY_VARIABLE}, but {name} is set; did you "
+                f"mean {KEY_VARIABLE}? (the relay reads no other variable)"
+            )
+    return None
 
 
 def _base_url(option: str, value: str) -> str:

@@ -1,4 +1,5 @@
-"""The relay's control endpoints (`GET /metrics`, `/toolref/switch`) and the token they
+"""The relay's control endpoints (`GET /metrics`, `/toolref/switch`, `GET /toolref/check`:
+its gateway checked now, for `toolref doctor`) and the token they
 need: drawn at each start, asked of every request that controls the relay or reads its
 counters (those endpoints, a `Toolref-Switch` header), compared in constant time, and
 written to a file only its user can read.
@@ -16,7 +17,7 @@ import json
 import os
 import secrets
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -28,10 +29,11 @@ from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import SWITCH_HEADER
 
 from .replies import reply, reply_json
-from .savings import TURNS, UPLOAD_BYTES
+from .savings import FAILED, TURNS, UPLOAD_BYTES
 from .switch import Switchboard
 
-CONTROL_PATHS: Final = frozenset({"/metrics", "/toolref/switch"})
+CHECK_PATH: Final = "/toolref/check"
+CONTROL_PATHS: Final = frozenset({"/metrics", "/toolref/switch", CHECK_PATH})
 _SWITCH_FIX: Final = "a switch request is a small JSON object"
 _SWITCH_LIMIT: Final = 4096  # bytes of a switch request
 _CHALLENGE: Final = ("www-authenticate", 'Bearer realm="toolref relay"')
@@ -110,9 +112,11 @@ async def serve(
     send: Send,
     board: Switchboard,
     select: Callable[[str], None],
+    *,
+    check: Callable[[], Awaitable[dict[str, object]]],
 ) -> None:
     """Answer a control endpoint (`CONTROL_PATHS`): 401 without the token; `select` switches
-    to the upstream a `POST /toolref/switch` names."""
+    to the upstream a `POST /toolref/switch` names; `check` checks the gateway now."""
     if not same(bearer(request.headers), request.token):
         how = "the header Authorization: Bearer <token>"
         refused = needs_token(request.path, how, request.token_file)
@@ -120,6 +124,11 @@ async def serve(
         await reply(send, 401, body, "application/json", [_CHALLENGE])
     elif request.path == "/toolref/switch":
         await _switch(request.method, receive, send, board, select)
+    elif request.path == CHECK_PATH:
+        if request.method != "GET":
+            await reply_json(send, 405, {"error": f"GET {CHECK_PATH}"})
+            return
+        await reply_json(send, 200, await check())
     elif request.method == "GET":
         await _metrics(send)
     else:
@@ -152,7 +161,7 @@ async def _metrics(send: Send) -> None:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
     except ImportError:
         lines = []
-        for made in (UPLOAD_BYTES, TURNS):
+        for made in (UPLOAD_BYTES, TURNS, FAILED):
             lines.append(f"# TYPE {made.name} counter")
             lines += [f'{made.name}{{{made.label}="{v}"}} {n}' for v, n in made.counts.items()]
         await reply(send, 200, ("\n".join(lines) + "\n").encode(), "text/plain; version=0.0.4")

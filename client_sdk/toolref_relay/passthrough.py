@@ -14,6 +14,7 @@ from toolref.receiving.middleware import Receive, Send
 
 from .calls import UNREACHABLE, Call, failed, log_call
 from .headers import to_gateway, to_provider
+from .problems import as_provider_error
 from .replies import relay_answer, reply_error
 
 if TYPE_CHECKING:
@@ -73,6 +74,10 @@ async def pass_through(relay: Relay, call: Call, receive: Receive, send: Send) -
             await reply_error(send, failed(call, relay.config.gateway, exc))
             return
         log_call(call, upstream, answer.status_code, None, None)
+        told = await as_provider_error(answer, call, relay.config.gateway)
+        if told is not None:  # the gateway's own refusal, in the agent's shape
+            await reply_error(send, told)
+            return
         await relay_answer(send, answer)
 
     await while_connected(forward(), receive, body_done)

@@ -3,6 +3,7 @@ SDK raises its own error type and shows the message (never a toolref problem doc
 
 Anthropic: `{"type": "error", "error": {"type": ..., "message": ...}}`.
 OpenAI: `{"error": {"message": ..., "type": ..., "param": null, "code": ...}}`.
+Gemini: `{"error": {"code": <status>, "message": ..., "status": "INVALID_ARGUMENT"}}`.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-Provider = Literal["anthropic", "openai"]
+Provider = Literal["anthropic", "openai", "gemini"]
 
 # Anthropic's error types by status (docs.anthropic.com, "Errors").
 _ANTHROPIC_TYPES: Final = {
     400: "invalid_request_error",
     403: "permission_error",
     413: "request_too_large",
+    429: "rate_limit_error",
     502: "api_error",
     503: "overloaded_error",
 }
@@ -26,7 +28,19 @@ _OPENAI_TYPES: Final = {
     400: "invalid_request_error",
     403: "invalid_request_error",
     413: "invalid_request_error",
+    429: "rate_limit_error",
 }
+# Google's canonical codes by status (cloud.google.com/apis/design/errors).
+_GEMINI_STATUSES: Final = {
+    400: "INVALID_ARGUMENT",
+    403: "PERMISSION_DENIED",
+    413: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+_GEMINI_PATH: Final = (":generateContent", ":streamGenerateContent", ":countTokens", "/v1beta/")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,18 +53,26 @@ class ErrorReply:
 
 
 def provider_of(path: str, headers: Sequence[tuple[str, str]]) -> Provider:
-    """Anthropic for its Messages API paths or an `anthropic-version` header; OpenAI's
-    shape for everything else (the shape most other providers copy)."""
-    if "/messages" in path or any(k.lower() == "anthropic-version" for k, _ in headers):
+    """Gemini for its API's paths or an `x-goog-api-key` header; Anthropic for its
+    Messages API paths or an `anthropic-version` header; OpenAI's shape for everything else
+    (the shape most other providers copy)."""
+    names = {k.lower() for k, _ in headers}
+    if any(part in path for part in _GEMINI_PATH) or "x-goog-api-key" in names:
+        return "gemini"
+    if "/messages" in path or "anthropic-version" in names:
         return "anthropic"
     return "openai"
 
 
 def error_reply(provider: Provider, status: int, message: str, code: str) -> ErrorReply:
     """The provider's error body for `status`; `code` is toolref's (OpenAI's `code`)."""
+    body: object
     if provider == "anthropic":
         kind = _ANTHROPIC_TYPES.get(status, "api_error")
-        body: object = {"type": "error", "error": {"type": kind, "message": message}}
+        body = {"type": "error", "error": {"type": kind, "message": message}}
+    elif provider == "gemini":
+        canonical = _GEMINI_STATUSES.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
+        body = {"error": {"code": status, "message": message, "status": canonical}}
     else:
         kind = _OPENAI_TYPES.get(status, "server_error")
         body = {"error": {"message": message, "type": kind, "param": None, "code": code}}

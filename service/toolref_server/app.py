@@ -149,7 +149,7 @@ def create_app(
 ) -> Starlette:
     """Build the service. `redis` injects a client (tests); otherwise the lifespan opens one.
     `llm_transport` injects the transport of the openai-compatible summarizer (tests)."""
-    settings = settings or Settings()
+    settings = settings or Settings.from_environment()
     settings.check_exposure()
     settings.check_summarizer()
     # What new records and history messages are written with (one choice per process).

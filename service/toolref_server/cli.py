@@ -131,7 +131,7 @@ def _cache(args: argparse.Namespace) -> int:
     for name in ("redis_url", "data_dir"):
         if getattr(args, name) is not None:
             os.environ[f"TOOLREF_{name.upper()}"] = str(getattr(args, name))
-    settings = Settings()
+    settings = Settings.from_environment()
     engine = None
     url = settings.redis_url
     if url is None:
@@ -190,7 +190,7 @@ def _serve(args: argparse.Namespace) -> int:
     for name, value in overrides.items():
         if value is not None:
             os.environ[f"TOOLREF_{name.upper()}"] = str(value)
-    settings = Settings()
+    settings = Settings.from_environment()
     log_config = logs.configure(settings.log_level)
     settings.check_exposure()
     from toolref_server.resources import raise_open_files_limit
@@ -229,7 +229,12 @@ def _serve(args: argparse.Namespace) -> int:
             # Deadlines, the connection limit and problem+json refusals; as an import path,
             # so worker processes load it too.
             http="toolref_server.http.connection:Connection",
-            ws="none",
+            # WebSockets (`/llm/...` upgraded: toolref_server.gateway.sockets) over wsproto,
+            # messages up to the gateway's limit; no permessage-deflate (a small frame
+            # could inflate past any limit before it is counted).
+            ws="wsproto",
+            ws_max_size=settings.gateway_ws_max_message_bytes,
+            ws_per_message_deflate=False,
             timeout_graceful_shutdown=settings.shutdown_timeout,
         )
     except KeyboardInterrupt:

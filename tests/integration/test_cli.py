@@ -125,6 +125,19 @@ def test_bad_setting_is_named(data_dir: Path) -> None:
     assert "TOOLREF_TTL_SECONDS" in result.stderr
 
 
+def test_a_misspelt_variable_is_refused_with_the_name_meant(data_dir: Path) -> None:
+    """Issue 31: `TOOLREF_UPSTREAM=` was ignored, the gateway left with no upstream. Now the
+    service refuses to start, before anything starts, naming the setting meant (it started
+    and ignored the variable before the fix)."""
+    env = {**cli_env(), "TOOLREF_UPSTREAM": "anthropic=https://api.anthropic.com"}
+    env["TOOLREF_KEY"] = "a relay's key, in the same shell"  # known: not refused
+    result = run_cli("serve", "--data-dir", str(data_dir), env=env)
+    assert result.returncode == 2
+    assert "unknown variable TOOLREF_UPSTREAM; did you mean TOOLREF_UPSTREAMS?" in result.stderr
+    assert "TOOLREF_KEY" not in result.stderr
+    assert not data_dir.exists()  # refused before starting anything
+
+
 def test_hash_key_and_keygen() -> None:
     hashed = run_cli("hash-key", stdin="my-key\n")
     assert hashed.returncode == 0

@@ -34,7 +34,7 @@ from tests.support.servers import serve
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.savings import UPLOAD_BYTES
 
-from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway
+from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway, wire_bytes
 
 TIMEOUT = 30
 TASKS = anthropic_client.TASKS[:3]
@@ -109,11 +109,6 @@ def assert_edits_after_the_first(turns: list[Arrival]) -> None:
         assert "toolref-history" not in turn.headers
     for later in turns[1:]:
         assert later.body.startswith(b'{"v":1,"b":"tb_')
-
-
-def wire_bytes(arrival: Arrival) -> int:
-    """What the relay counts on its wire for a turn sent as an edit: body and header lines."""
-    return len(arrival.body) + sum(len(k) + len(v) + 4 for k, v in arrival.headers.items())
 
 
 def assert_history_refs_after_the_first(turns: list[Arrival]) -> None:

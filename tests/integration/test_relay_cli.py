@@ -88,10 +88,11 @@ def test_a_turn_is_told_and_the_session_summed_up_at_exit(tmp_path: Path) -> Non
     finally:
         relay.stop()
     assert "does not answer" in output
-    assert "toolref relay: turn 1  agent sent" in output
+    assert "toolref relay: turn 1  502  agent sent 57 B  refused by the relay" in output
     assert "switched from a to b (SIGUSR1)" in output
     assert any(
-        line.startswith("toolref relay: agent sent 57 B, sent 0 B") for line in output.splitlines()
+        line.startswith("toolref relay: agent sent 0 B, sent 0 B, nothing sent over 0 answered")
+        for line in output.splitlines()
     )
     assert "POST /llm/a/v1/chat/completions -> a 502" in output  # --log-level info
     assert KEY not in output

@@ -165,8 +165,8 @@ async def relayed(
         async with serve_all(*apps) as urls:
             balancer = Alternating(urls)
             lines: list[str] = []
-            config = RelayConfig(urls[0], key=KEY, edits=edits)
-            relay = Relay(config, report=lines.append, transport=balancer)
+            options = RelayConfig(urls[0], key=KEY, edits=edits)
+            relay = Relay(options, report=lines.append, transport=balancer)
             async with serve(relay) as relay_url:
                 yield Stack(relay_url, relay, provider, balancer, lines)
 

@@ -6,7 +6,7 @@ a scratch HOME (and CODEX_HOME), an environment of its own (no proxies, no keys 
 machine), its base URL pointed at the fake provider or the relay, telemetry and updates
 off, bounded by `timeout`.
 
-    python -m tests.support.agents install [claude codex qwen]   # what `make e2e` runs first
+    python -m tests.support.agents install [claude codex qwen codex-ws]  # `make e2e` runs it
 """
 
 from __future__ import annotations
@@ -64,6 +64,12 @@ CLIS: dict[str, Cli] = {
         Cli("qwen", "@qwen-code/qwen-code", "0.24.4", "chat", "qwen"),
     )
 }
+
+
+# The latest Codex on its built-in OpenAI provider (`openai_base_url`): it prefers the
+# Responses WebSocket (tests/e2e/test_codex_websocket.py). Installed with the others.
+CODEX_WS = Cli("codex-ws", "@openai/codex", "0.171.0", "responses", "codex")
+INSTALLABLE: dict[str, Cli] = {**CLIS, CODEX_WS.name: CODEX_WS}
 
 
 def missing_node() -> str | None:
@@ -133,10 +139,11 @@ def _env(home: Path) -> dict[str, str]:
 
 
 def command(
-    cli: Cli, base: str, workdir: Path, home: Path, prompt: str
+    cli: Cli, base: str, workdir: Path, home: Path, prompt: str, model: str | None = None
 ) -> tuple[list[str], dict[str, str]]:
     """argv and environment running `cli` against `base` (the provider's root URL: the
-    fake's, or the relay's `/llm/<name>`); files it needs are written under `home`."""
+    fake's, or the relay's `/llm/<name>`); files it needs are written under `home`.
+    `model`: the model to ask for, where the CLI is told one (None: its default)."""
     env = _env(home)
     workdir.mkdir(parents=True, exist_ok=True)
     if cli.name == "claude":
@@ -167,6 +174,12 @@ def command(
         codex_home.mkdir(parents=True, exist_ok=True)
         (codex_home / "config.toml").write_text(codex_config(base + "/v1"))
         env |= {"CODEX_HOME": str(codex_home), "FAKE_API_KEY": "e2e-fake-key"}
+        return [str(cli.binary), "exec", "--skip-git-repo-check", prompt], env
+    if cli.name == "codex-ws":
+        codex_home = home / ".codex"
+        codex_home.mkdir(parents=True, exist_ok=True)
+        (codex_home / "config.toml").write_text(codex_ws_config(base + "/v1", model))
+        env |= {"CODEX_HOME": str(codex_home), "OPENAI_API_KEY": "e2e-fake-key"}
         return [str(cli.binary), "exec", "--skip-git-repo-check", prompt], env
     if cli.name == "qwen":
         settings = home / ".qwen" / "settings.json"
@@ -206,6 +219,24 @@ stream_max_retries = 1
 """
 
 
+def codex_ws_config(base_url: str, model: str | None) -> str:
+    """The built-in OpenAI provider at `base_url`: Codex opens the Responses WebSocket
+    (`GET .../v1/responses` upgraded) and falls back to HTTP only when refused."""
+    chosen = f"model = {json.dumps(model)}\n" if model else ""
+    return f"""\
+{chosen}openai_base_url = {json.dumps(base_url)}
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+
+[features]
+plugins = false
+
+[analytics]
+enabled = false
+"""
+
+
 QWEN_SETTINGS = {
     "security": {"auth": {"selectedType": "openai"}},
     "privacy": {"usageStatisticsEnabled": False},
@@ -222,10 +253,11 @@ async def run(
     home: Path,
     prompt: str = PROMPT,
     seconds: float = TIMEOUT,
+    model: str | None = None,
 ) -> Run:
     """Run one session of `cli` in `workdir` (on this loop's terms: the fake provider may
     be served by the same event loop)."""
-    argv, env = command(cli, base, workdir, home, prompt)
+    argv, env = command(cli, base, workdir, home, prompt, model)
     argv = ["timeout", "-k", "5", str(int(seconds)), *argv]
     start = time.monotonic()
     process = await asyncio.create_subprocess_exec(
@@ -255,14 +287,17 @@ async def run(
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "install":
-        print("usage: python -m tests.support.agents install [claude codex qwen]", file=sys.stderr)
+        print(
+            "usage: python -m tests.support.agents install [claude codex qwen codex-ws]",
+            file=sys.stderr,
+        )
         return 2
     reason = missing_node()
     if reason is not None:
         print(f"e2e: cannot install the agent CLIs: {reason}", file=sys.stderr)
         return 1 if IN_CI else 0  # locally the tests skip, saying why; CI fails here
-    for name in args[1:] or list(CLIS):
-        cli = CLIS[name]
+    for name in args[1:] or list(INSTALLABLE):
+        cli = INSTALLABLE[name]
         seconds = install(cli)
         state = "already installed" if seconds is None else f"installed in {seconds:.1f} s"
         print(f"e2e: {cli.package}@{cli.version} {state} ({cli.prefix})")

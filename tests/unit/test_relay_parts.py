@@ -190,18 +190,23 @@ def test_each_turn_and_the_session_are_told() -> None:
     first = Upload(raw=88_100, inflated=88_100, wire=2_300)
     assert savings_header(first) == "raw=88100, wire=2300, ratio=38.3"
     assert turn_line(tally.add(first), first, tally) == (
-        "toolref relay: turn 1  agent sent 88.1 KB  sent 2.3 KB  38.3x  "
-        "(session: agent sent 88.1 KB, sent 2.3 KB, 38.3x over 1 turns)"
+        "toolref relay: turn 1  200  agent sent 88.1 KB  sent 2.3 KB  38.3x  "
+        "(session: agent sent 88.1 KB, sent 2.3 KB, 38.3x over 1 answered turns)"
     )
     fallback = Upload(raw=1000, inflated=4000, wire=1000, route="fallback")
     line = turn_line(tally.add(fallback), fallback, tally)
     assert "turn 2" in line
     assert "fallback: gateway unreachable" in line
-    refused = Upload(raw=10, inflated=0, wire=0, route="refused")
-    assert "refused" in turn_line(tally.add(refused), refused, tally)
+    refused = Upload(raw=10, inflated=0, wire=0, route="refused", status=413)
+    assert "turn 3  413  agent sent 10 B  refused by the relay, not counted" in turn_line(
+        tally.add(refused), refused, tally
+    )
+    failed = Upload(raw=500, inflated=500, wire=50, status=404)  # the gateway's or provider's
+    line = turn_line(tally.add(failed), failed, tally)
+    assert line.startswith("toolref relay: turn 4  404  agent sent 500 B  sent 50 B  failed")
     assert summary(tally) == (
-        "toolref relay: agent sent 89.1 KB, sent 3.3 KB, 27.0x over 3 turns (agent bodies "
-        "inflated: 92.1 KB); 1 went to the fallback, 1 refused"
+        "toolref relay: agent sent 89.1 KB, sent 3.3 KB, 27.0x over 2 answered turns, "
+        "2 failed (agent bodies inflated: 92.1 KB); 1 went to the fallback, 1 refused"
     )
 
 

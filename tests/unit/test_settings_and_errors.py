@@ -12,6 +12,7 @@ from toolref.wire import errors
 from toolref.wire.errors import ConfigurationError, MissingRefsError, ToolrefError, error_class_for
 from toolref.wire.protocol import negotiate
 from toolref_server.settings import Settings, parse_api_keys
+from toolref_server.settings.environment import unknown_variables
 
 H1 = hashlib.sha256(b"k1").hexdigest()
 H2 = hashlib.sha256(b"k2").hexdigest()
@@ -50,6 +51,37 @@ def test_settings_refuse_bad_keys_at_load(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("TOOLREF_API_KEYS", "nonsense")
     with pytest.raises(ConfigurationError):
         Settings()
+
+
+def test_unknown_variables_are_named_with_the_nearest_setting() -> None:
+    """Issue 31: a misspelt `TOOLREF_*` variable was read by nobody, without a word."""
+    environ = {
+        "TOOLREF_UPSTREAM": "a=http://x",
+        "toolref_max_body_byte": "1",  # read in any case, as the settings are
+        "TOOLREF_NONSENSE": "1",
+        "TOOLREF_UPSTREAMS": "a=http://x",
+        "TOOLREF_KEY": "k",  # the relay's
+        "TOOLREF_TEST_REDIS_URL": "redis://x",  # the test suite's
+        "PATH": "/bin",
+    }
+    assert unknown_variables(environ, Settings.variables()) == [
+        "unknown variable TOOLREF_NONSENSE",
+        "unknown variable TOOLREF_UPSTREAM; did you mean TOOLREF_UPSTREAMS?",
+        "unknown variable toolref_max_body_byte; did you mean TOOLREF_MAX_BODY_BYTES?",
+    ]
+
+
+def test_settings_from_the_environment_refuse_an_unknown_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TOOLREF_GATEWAY_TIMEOUT", "5")
+    with pytest.raises(ConfigurationError) as info:
+        Settings.from_environment()
+    assert "did you mean TOOLREF_GATEWAY_READ_TIMEOUT?" in info.value.detail
+    assert "docs/operations.md" in info.value.detail
+    monkeypatch.delenv("TOOLREF_GATEWAY_TIMEOUT")
+    monkeypatch.setenv("TOOLREF_GATEWAY_READ_TIMEOUT", "5")
+    assert Settings.from_environment().gateway_read_timeout == 5
 
 
 def test_log_level_is_checked_at_load(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -24,6 +24,7 @@ from toolref_server.settings.access import AccessSettings
 from toolref_server.settings.bodies import BodyLimits
 from toolref_server.settings.caches import CacheSettings
 from toolref_server.settings.connections import ConnectionSettings
+from toolref_server.settings.environment import ELSEWHERE
 from toolref_server.settings.gateway import GatewaySettings
 from toolref_server.settings.records import RecordSettings
 from toolref_server.settings.serving import ServingSettings
@@ -122,6 +123,9 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_GATEWAY_TENANT_REQUESTS_IN_FLIGHT": ("int", 64, "ge=1"),
         "TOOLREF_GATEWAY_TENANTS": ("int", 16, "ge=1"),
         "TOOLREF_GATEWAY_HISTORY_CHARS": ("int", 128 * MiB, "ge=0"),
+        "TOOLREF_GATEWAY_WS_MAX_MESSAGE_BYTES": ("int", 16 * MiB, "ge=1024"),
+        "TOOLREF_GATEWAY_WS_IDLE_TIMEOUT": ("float", 900.0, "gt=0"),
+        "TOOLREF_GATEWAY_WS_LIFETIME": ("float", 3600.0, "gt=0"),
     },
 }
 EVERY = {name: row for rows in TABLE.values() for name, row in rows.items()}
@@ -129,6 +133,8 @@ EVERY = {name: row for rows in TABLE.values() for name, row in rows.items()}
 NOT_SETTINGS = {
     "TOOLREF_TEST_REDIS_URL": "tests/conftest.py: the engine the tests use instead of their own",
     "TOOLREF_TEST_CLUSTER": "tests/cluster: runs the cluster tests",
+    "TOOLREF_UPSTREAM": "docs/operations.md: the misspelling the service refuses",
+    **ELSEWHERE,
 }
 ENV_NAME = re.compile(r"\bTOOLREF_[A-Z0-9_]*[A-Z0-9]\b")
 

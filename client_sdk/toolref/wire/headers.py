@@ -17,6 +17,8 @@ Between a relay and a gateway:
 - `Toolref-Switch`: switch the relay's upstream (needs the relay's control token).
 - `Toolref-Switched-From`: `<previous upstream>[; at=<messages before the switch>]`.
 - `Toolref-Savings`: `raw=<bytes>, wire=<bytes>, ratio=<raw/wire>` of the request answered.
+- `Toolref-Frames`: on a WebSocket upgrade, `1`: the messages that follow are
+  `toolref.wire.frames` (each text message compressed against the one before it).
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ KEY_HEADER: Final = "Toolref-Key"
 SWITCH_HEADER: Final = "Toolref-Switch"
 SWITCHED_FROM_HEADER: Final = "Toolref-Switched-From"
 SAVINGS_HEADER: Final = "Toolref-Savings"
+FRAMES_HEADER: Final = "Toolref-Frames"
+FRAMES_VERSION: Final = "1"
 
 KEEP_HISTORY: Final = "?1"  # RFC 8941 boolean true: "keep this conversation as a history"
 TOOLREF_PREFIX: Final = "toolref-"  # every header above, lowercased, starts with it

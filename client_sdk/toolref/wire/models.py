@@ -329,6 +329,13 @@ class Capabilities(AnswerModel):
     ttl_seconds: int = Field(description="Sliding lifetime of a ref.")
     formats: list[str] = Field(description="Message formats optimize and hydrate understand.")
     summarizers: list[str] = Field(description="Summarizer ids available to hydrate.")
+    version: str | None = Field(default=None, description="The toolref release serving.")
+    upstreams: list[str] | None = Field(
+        default=None,
+        description="The gateway's upstream names (`/llm/{name}/...`, TOOLREF_UPSTREAMS), "
+        "never their URLs: to a known key, or to anyone when the service has no API keys; "
+        "null otherwise.",
+    )
     history_refs: bool = Field(
         default=False,
         description="Hydrate keeps histories and accepts `historyRef` (a flag of protocol 2), "

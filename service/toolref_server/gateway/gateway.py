@@ -52,6 +52,7 @@ from toolref.wire.numbers import describe, whole_number
 from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.gateway.inprocess import InProcessRegistry
+from toolref_server.gateway.sockets import Sockets
 from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool
 from toolref_server.gateway.upstreams import METHODS, PREFIX, route, unsafe_query
 from toolref_server.http.auth import Authenticator
@@ -195,11 +196,18 @@ class Gateway:
             _HISTORIES_PER_TENANT * settings.gateway_tenants, settings.gateway_history_chars
         )
         self._service: ASGIApp | None = None  # the whole app: its services, once started
+        self.sockets = Sockets(
+            settings, self.auth, self.in_flight, self.budget, lambda: self._services().workers
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             self._service = scope.get("app", self._service)
             await self.app(scope, self._closing(receive), send)
+            return
+        if scope["type"] == "websocket" and scope["path"].startswith(PREFIX):
+            self._service = self._service or scope.get("app")
+            await self.sockets(scope, receive, send)
             return
         if scope["type"] != "http" or not scope["path"].startswith(PREFIX):
             await self.app(scope, receive, send)

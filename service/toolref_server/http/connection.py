@@ -205,6 +205,25 @@ class Connection(H11Protocol):
             self._head_bytes = len(buffered)
             self._arm(self.limits.header_timeout)
 
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        """The connection becomes a WebSocket (uvicorn's wsproto protocol takes the
+        transport): a head refused (too large, over the connection limit) is answered as
+        any request's; otherwise this protocol's deadlines end here, it leaves the idle set
+        and the open-connection gauge (its `connection_lost` is never called now), and the
+        WebSocket counts among the server's connections from here on."""
+        if self._refusal is not None:
+            error, reason = self._refusal
+            self._refuse(error, reason)
+            return
+        self._cancel_timer()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+        self._reading_head = self._reading_body = self._answering = False
+        self.idle.discard(self)
+        self.limits.metrics.connections_open.dec()
+        super().handle_websocket_upgrade(event)
+
     def send_400_response(self, msg: str) -> None:
         error = self.parser.error
         problem: ToolrefError

@@ -7,22 +7,25 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from toolref import formats
+from toolref import __version__, formats
 from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.wire import endpoints
 from toolref.wire.canonical import REF_DIGEST_BYTES, REF_LENGTH, REF_PREFIX
 from toolref.wire.encoding import JSON_TYPE
-from toolref.wire.errors import StoreUnavailableError
+from toolref.wire.errors import AuthenticationError, StoreUnavailableError
+from toolref.wire.headers import KEY_HEADER
 from toolref.wire.models import Capabilities, Health, Limits, ProtocolRange, RefScheme
 from toolref.wire.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
 from toolref_server.http import codec, openapi
+from toolref_server.http.auth import Authenticator
 from toolref_server.http.operation import ApiRoute, Operation, Reply
 from toolref_server.metrics import CONTENT_TYPE as METRICS_TYPE
 from toolref_server.routes import context
 from toolref_server.settings import Settings
 
 
-def capabilities_of(settings: Settings) -> Capabilities:
+def capabilities_of(settings: Settings, *, upstreams: bool = False) -> Capabilities:
+    """What this service supports; `upstreams`: with the gateway's upstream names."""
     return Capabilities(
         protocol=ProtocolRange(low=PROTOCOL_LOW, high=PROTOCOL_HIGH),
         ref_scheme=RefScheme(
@@ -53,6 +56,8 @@ def capabilities_of(settings: Settings) -> Capabilities:
         ttl_seconds=settings.ttl_seconds,
         formats=list(formats.NAMES),
         summarizers=settings.summarizer_names,
+        version=__version__,
+        upstreams=sorted(settings.upstream_urls) if upstreams else None,
         history_refs=True,
         return_messages=["all", "new"],
         checkpoints=True,
@@ -62,8 +67,23 @@ def capabilities_of(settings: Settings) -> Capabilities:
 
 async def capabilities(request: Request) -> Response:
     services = context.services(request)
-    document = capabilities_of(services.settings).model_dump(by_alias=True)
+    shown = _knows_key(services.auth, request)
+    document = capabilities_of(services.settings, upstreams=shown).model_dump(by_alias=True)
     return codec.render(request, document)
+
+
+def _knows_key(auth: Authenticator, request: Request) -> bool:
+    """Whether the request may see the upstream names: the service has no API keys, or it
+    sends a known one (`Authorization: Bearer`, or the gateway's `Toolref-Key`). Nothing is
+    refused here: capabilities need no key."""
+    try:
+        if request.headers.get("authorization"):
+            auth.tenant_for(request)
+        else:
+            auth.tenant_for_key(request.headers.get(KEY_HEADER), header=KEY_HEADER)
+    except AuthenticationError:
+        return False
+    return True
 
 
 async def healthz(request: Request) -> Response:
@@ -106,7 +126,7 @@ async def openapi_document(request: Request) -> Response:
 
 CAPABILITIES = Operation(
     "getCapabilities",
-    "Negotiation document: protocol range, ref scheme, encodings, limits",
+    "Negotiation document: protocol range, ref scheme, encodings, limits, upstream names",
     Reply("What this server supports.", Capabilities),
     auth="none",
 )

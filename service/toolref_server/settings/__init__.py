@@ -11,13 +11,16 @@ object whose fields are declared by concern, one module (and base class) each.
 - `records`: lifetimes and compression of what is stored;
 - `caches`: the per-process caches of verified records and histories;
 - `summaries`: the summarizers and the LLM one's bounds;
-- `gateway`: upstreams and the gateway's limits.
+- `gateway`: upstreams and the gateway's limits;
+- `environment`: the `TOOLREF_*` variables known, and the check refusing any other.
 
 Each field's environment variable is `TOOLREF_` + its name in capitals, whichever group
 declares it; README.md lists them all with their defaults.
 """
 
 from __future__ import annotations
+
+import os
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -31,6 +34,7 @@ from toolref_server.settings.access import (
 from toolref_server.settings.bodies import BodyLimits
 from toolref_server.settings.caches import CacheSettings
 from toolref_server.settings.connections import ConnectionSettings
+from toolref_server.settings.environment import PREFIX, check_variables
 from toolref_server.settings.gateway import GatewaySettings
 from toolref_server.settings.records import RecordSettings
 from toolref_server.settings.serving import ServingSettings
@@ -55,7 +59,20 @@ class Settings(
     """Every setting of the service (the bases' fields). README.md lists them with their
     defaults."""
 
-    model_config = SettingsConfigDict(env_prefix="TOOLREF_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore")
+
+    @classmethod
+    def variables(cls) -> list[str]:
+        """The environment variable of each setting."""
+        return [PREFIX + name.upper() for name in cls.model_fields]
+
+    @classmethod
+    def from_environment(cls) -> Settings:
+        """The settings of this process's environment, once every `TOOLREF_*` variable in
+        it is known (else `ConfigurationError` naming each unknown one and the setting it
+        most likely meant: see `environment`)."""
+        check_variables(os.environ, cls.variables())
+        return cls()
 
     # What spans groups: exposure is the bind address (serving) against the keys (access).
 

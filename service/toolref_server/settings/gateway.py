@@ -60,6 +60,26 @@ class GatewaySettings(BaseModel):
         "once, in the registry's cache (TOOLREF_HISTORY_CACHE_BYTES).",
     )
 
+    gateway_ws_max_message_bytes: int = Field(
+        default=16 * 2**20,
+        ge=1024,
+        description="Bytes of one WebSocket message through the gateway (`/llm/...` "
+        "upgraded), either way, as it arrives (a relay's compressed message: once restored); "
+        "past it the socket is closed with 1009. The HTTP layer holds a message to this size.",
+    )
+    gateway_ws_idle_timeout: float = Field(
+        default=900.0,
+        gt=0,
+        description="Seconds a gateway WebSocket may pass without a message either way; then "
+        "it is closed with 1001 (the agent opens a new one).",
+    )
+    gateway_ws_lifetime: float = Field(
+        default=3600.0,
+        gt=0,
+        description="Seconds a gateway WebSocket may stay open; then it is closed with 1001 "
+        "(OpenAI's own Responses sockets last 60 minutes).",
+    )
+
     @field_validator("upstreams")
     @classmethod
     def _check_upstreams(cls, value: str) -> str:

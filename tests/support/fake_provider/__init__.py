@@ -2,7 +2,8 @@
 the examples' LLM backend, the load tests and the adversarial LLM tests.
 
 It answers as the providers do (`wire`: Anthropic Messages, OpenAI Chat Completions and
-Responses, one JSON body or the provider's own server-sent events), with what a model
+Responses, one JSON body or the provider's own server-sent events; Responses over its
+WebSocket mode too, `sockets`), with what a model
 (`app.Model`: a request's API and JSON body -> a `Reply`) says; the session a real agent
 runs is one such model (`script.Script`). Two servers speak it:
 
@@ -32,6 +33,7 @@ from tests.support.fake_provider.script import (
     marker,
     step_file,
 )
+from tests.support.fake_provider.sockets import SocketLog
 from tests.support.fake_provider.wire import APIS, Api, Call, Reply
 
 __all__ = [
@@ -45,6 +47,7 @@ __all__ = [
     "Recorded",
     "Reply",
     "Script",
+    "SocketLog",
     "Turn",
     "decode_body",
     "last_turn",

@@ -3,8 +3,10 @@
 Anthropic Messages (`POST /v1/messages`, `?beta=true` too, and `/v1/messages/count_tokens`),
 OpenAI Chat Completions (`POST /v1/chat/completions`) and OpenAI Responses
 (`POST /v1/responses`), streamed when the request says `"stream": true` (`delay` seconds
-between events, as a model's tokens come), one JSON answer otherwise. `GET /_fake/requests`
-lists a summary per request, `GET /_fake/requests/N` is request N's body.
+between events, as a model's tokens come), one JSON answer otherwise; and the Responses
+WebSocket mode (`GET /v1/responses` upgraded: `sockets`; `websockets=False` refuses it).
+`GET /_fake/requests` lists a summary per request, `GET /_fake/requests/N` is request N's
+body.
 
     python -m tests.support.fake_provider --port 8090 --calls 20 --workdir /tmp/work
 """
@@ -22,10 +24,12 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
+from tests.support.fake_provider import sockets
 from tests.support.fake_provider.reading import Recorded, decode_body, tool_results
 from tests.support.fake_provider.script import Script
+from tests.support.fake_provider.sockets import SocketLog
 from tests.support.fake_provider.wire import APIS, Api, Reply, frames, whole
 
 # The model: the answer to a request of an API (its JSON body).
@@ -47,17 +51,21 @@ class FakeProvider:
         dump: Path | None = None,
         delay: float = 0.0,
         record: bool = True,
+        websockets: bool = True,
     ) -> None:
         self.models: dict[Api, Model] = (
             dict(model) if isinstance(model, dict) else dict.fromkeys(APIS, model)
         )
         self.requests: list[Recorded] = []
+        self.sockets: list[SocketLog] = []
         self.dump = dump
         self.delay = delay
         self.record = record
         self._ids = itertools.count()
+        ws = [WebSocketRoute("/v1/responses", sockets.route(self))] if websockets else []
         self.app = Starlette(
             routes=[
+                *ws,
                 Route("/v1/messages", self._answer("messages"), methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
                 Route("/v1/chat/completions", self._answer("chat"), methods=["POST"]),
@@ -78,14 +86,19 @@ class FakeProvider:
         """The requests of one API that offered tools (the session's turns; side calls and
         token counts left out)."""
         return [
-            r for r in self.requests if r.api == api and r.answer not in ("side", "count_tokens")
+            r
+            for r in self.requests
+            if r.api == api and r.answer not in ("side", "count_tokens", "prewarm")
         ]
+
+    def next_index(self) -> int:
+        return next(self._ids)
 
     async def _record(self, request: Request) -> Recorded:
         wire = await request.body()
         encoding = request.headers.get("content-encoding", "")
         record = Recorded(
-            index=next(self._ids),
+            index=self.next_index(),
             method=request.method,
             path=request.url.path,
             query=request.url.query,
@@ -93,6 +106,10 @@ class FakeProvider:
             wire=wire,
             body=decode_body(wire, encoding) if encoding else wire,
         )
+        return self.keep(record)
+
+    def keep(self, record: Recorded) -> Recorded:
+        """Keep a request (when recording), and dump it (when dumping)."""
         if self.record:
             self.requests.append(record)
         if self.dump is not None:

@@ -204,7 +204,7 @@ def chat_chunks(reply: Reply, model: str, input_tokens: int, usage: bool) -> lis
 # --- OpenAI Responses ---------------------------------------------------------------------
 
 
-def _responses_item(reply: Reply) -> dict[str, Any]:
+def responses_item(reply: Reply) -> dict[str, Any]:
     if reply.call is None:
         return {
             "type": "message",
@@ -235,7 +235,7 @@ def responses_response(
         "status": status,
         "error": None,
         "incomplete_details": None,
-        "output": [_responses_item(reply)] if done else [],
+        "output": [responses_item(reply)] if done else [],
         "parallel_tool_calls": False,
         "tool_choice": "auto",
         "tools": [],
@@ -255,7 +255,7 @@ def responses_response(
 
 def responses_events(reply: Reply, model: str, input_tokens: int) -> list[dict[str, Any]]:
     """The Responses API events streamed for `reply` (one output item), numbered."""
-    item = _responses_item(reply)
+    item = responses_item(reply)
     created = responses_response(reply, model, input_tokens, "in_progress")
     events: list[dict[str, Any]] = [
         {"type": "response.created", "response": created},

@@ -1,0 +1,213 @@
+"""`bridge`: an accepted ASGI WebSocket and a `Socket` to the next hop, joined until either
+ends: the relay's (agent -> gateway) and the gateway's (relay -> provider), written once.
+
+Messages cross as they come, each whole, in order, one direction not waiting on the other.
+The client's messages may be changed on the way (`inbound`: the relay compresses them, the
+gateway restores them); the upstream's pass exactly as they came. Either side closing
+closes the other with its code (1005 and 1006, which no close frame may carry, become
+1000 and 1011). The bridge also ends a connection over its `lifetime` or `idle` (seconds
+without a message either way: 1001), a client message over `max_message` bytes (1009;
+the upstream's are bounded by its `Client` as they arrive), and one `inbound` refused (a
+`ToolrefError`: 1009 for a limit, 1013 when the process is overloaded, else 1007). Each
+message is charged to a fresh `account()` (the process's budget of bytes in flight) while
+it is held. Memory: one message each way, at most.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from toolref.websocket.client import TOO_LARGE, Closed, close_reason
+from toolref.websocket.driver import Socket
+from toolref.wire.errors import LimitExceededError, OverloadedError, ToolrefError
+
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+Inbound = Callable[[str | bytes], Awaitable[str | bytes]]
+
+GOING_AWAY: Final = 1001
+INVALID: Final = 1007
+INTERNAL: Final = 1011
+TRY_LATER: Final = 1013
+_NOT_SENT: Final = {1005: 1000, 1006: INTERNAL}  # codes no close frame may carry
+
+
+class Charge(Protocol):
+    def charge(self, size: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """max_message: bytes of one client message; idle, lifetime: seconds."""
+
+    max_message: int
+    idle: float
+    lifetime: float
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """How a bridged connection ended: `by` the "client", the "upstream", or the bridge
+    ("idle", "lifetime", "refused": a message over the limit or one `inbound` refused),
+    with the close code and reason; the messages and bytes that crossed each way."""
+
+    by: str
+    code: int
+    reason: str
+    sent: int = 0  # client messages sent upstream
+    sent_bytes: int = 0  # their bytes, as they travelled upstream
+    received: int = 0  # upstream messages sent to the client
+
+
+class _Stop(Exception):
+    def __init__(self, by: str, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.by, self.code, self.reason = by, code, reason
+
+
+def code_for(error: ToolrefError) -> int:
+    """The close code a refused message ends its connection with."""
+    if isinstance(error, LimitExceededError):
+        return TOO_LARGE
+    if isinstance(error, OverloadedError):
+        return TRY_LATER
+    return INVALID
+
+
+def _size(data: str | bytes) -> int:
+    return len(data.encode()) if isinstance(data, str) else len(data)
+
+
+def _frame(data: str | bytes) -> Message:
+    if isinstance(data, str):
+        return {"type": "websocket.send", "text": data}
+    return {"type": "websocket.send", "bytes": data}
+
+
+async def bridge(
+    receive: Receive,
+    send: Send,
+    upstream: Socket,
+    limits: Limits,
+    *,
+    inbound: Inbound | None = None,
+    account: Callable[[], AbstractContextManager[Charge]] | None = None,
+) -> Ended:
+    """Join the accepted ASGI socket (`receive`, `send`) and `upstream` until one ends;
+    both are closed when this returns (see the module docstring)."""
+    joined = _Bridge(
+        receive, send, upstream, limits, inbound=inbound, account=account or _no_account
+    )
+    work = (joined.from_client, joined.from_upstream, joined.watch)
+    tasks = [asyncio.create_task(one()) for one in work]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    ended = _outcome(next(iter(done)))
+    await _close_both(ended, send, upstream)
+    return Ended(
+        ended.by, ended.code, ended.reason, joined.sent, joined.sent_bytes, joined.received
+    )
+
+
+class _Bridge:
+    def __init__(
+        self,
+        receive: Receive,
+        send: Send,
+        upstream: Socket,
+        limits: Limits,
+        *,
+        inbound: Inbound | None,
+        account: Callable[[], AbstractContextManager[Charge]],
+    ) -> None:
+        self.receive, self.send, self.upstream = receive, send, upstream
+        self.limits, self.inbound, self.account = limits, inbound, account
+        self.sent = self.sent_bytes = self.received = 0
+        self.last = time.monotonic()
+
+    async def from_client(self) -> Ended:
+        while True:
+            message = await self.receive()
+            if message["type"] == "websocket.disconnect":
+                code = int(message.get("code", 1000))
+                return Ended("client", code, str(message.get("reason") or ""))
+            text = message.get("text")
+            data: str | bytes = text if text is not None else message.get("bytes") or b""
+            size = _size(data)
+            if size > self.limits.max_message:
+                raise _Stop("refused", TOO_LARGE, f"message over {self.limits.max_message} bytes")
+            with self.account() as charged:
+                charged.charge(size)
+                if self.inbound is not None:
+                    try:
+                        data = await self.inbound(data)
+                    except ToolrefError as exc:
+                        raise _Stop("refused", code_for(exc), exc.detail) from None
+                    charged.charge(_size(data))
+                await self.upstream.send(data)
+            self.sent += 1
+            self.sent_bytes += _size(data)
+            self.last = time.monotonic()
+
+    async def from_upstream(self) -> Ended:
+        while True:
+            event = await self.upstream.receive()
+            if isinstance(event, Closed):
+                return Ended("upstream", event.code, event.reason)
+            with self.account() as charged:
+                charged.charge(_size(event.data))
+                await self.send(_frame(event.data))
+            self.received += 1
+            self.last = time.monotonic()
+
+    async def watch(self) -> Ended:
+        limits, start = self.limits, time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now - start >= limits.lifetime:
+                return Ended("lifetime", GOING_AWAY, f"open longer than {limits.lifetime:g}s")
+            if now - self.last >= limits.idle:
+                return Ended("idle", GOING_AWAY, f"no message for {limits.idle:g}s")
+            due = min(start + limits.lifetime, self.last + limits.idle)
+            await asyncio.sleep(max(due - now, 0.01))
+
+
+def _outcome(task: asyncio.Task[Ended]) -> Ended:
+    error = task.exception()
+    if isinstance(error, _Stop):
+        return Ended(error.by, error.code, error.reason)
+    if isinstance(error, OSError | ConnectionError):
+        return Ended("upstream", INTERNAL, f"the upstream connection failed ({error})")
+    if error is not None:
+        raise error
+    return task.result()
+
+
+async def _close_both(ended: Ended, send: Send, upstream: Socket) -> None:
+    code = _NOT_SENT.get(ended.code, ended.code)
+    reason = close_reason(ended.reason)
+    await upstream.close(code, reason)  # nothing more is sent once the upstream closed
+    if ended.by != "client":
+        with contextlib.suppress(Exception):  # the client may be gone already
+            await send({"type": "websocket.close", "code": code, "reason": reason})
+
+
+class _Nothing:
+    def charge(self, size: int) -> None:
+        return None
+
+
+@contextlib.contextmanager
+def _no_account() -> Any:
+    yield _Nothing()

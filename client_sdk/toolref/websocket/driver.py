@@ -1,0 +1,167 @@
+"""`connect` and `Socket`: the sans-I/O `Client` over an asyncio stream (TCP, TLS for
+`wss://`/`https://`).
+
+`connect` opens the connection and sends the upgrade within `connect_timeout` seconds, or raises
+`Unreachable` (no connection, no answer in time, or the connection ended first) or
+`Refusal` (the server answered with a plain HTTP status: its status, headers and body).
+The socket then sends whole messages and receives them one at a time (`receive`: a
+`Message`, then, once, the `Closed` that ends the connection); pings are answered as they
+come. Reads take at most `READ` bytes at a time, and a message is held only up to the
+client's `max_message`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl as ssl_module
+from collections import deque
+from collections.abc import Sequence
+from typing import Final
+from urllib.parse import urlsplit
+
+from toolref.websocket.client import ABNORMAL, Accepted, Client, Closed, Event, Message, Refused
+
+READ: Final = 64 * 1024  # bytes read from the socket at a time
+_SCHEMES: Final = {"ws": False, "http": False, "wss": True, "https": True}
+
+
+class Unreachable(Exception):
+    """The WebSocket could not be opened: no connection, or no answer to the upgrade."""
+
+
+class Refusal(Exception):
+    """The server answered the upgrade with a plain HTTP answer (not 101)."""
+
+    def __init__(self, refused: Refused) -> None:
+        super().__init__(f"the upgrade was answered {refused.status}")
+        self.status = refused.status
+        self.headers = refused.headers
+        self.body = refused.body
+
+
+async def connect(
+    url: str,
+    headers: Sequence[tuple[str, str]] = (),
+    *,
+    max_message: int,
+    connect_timeout: float,
+    subprotocols: Sequence[str] = (),
+    ssl: ssl_module.SSLContext | None = None,
+) -> Socket:
+    """A WebSocket to `url` (`ws://`, `wss://`; `http(s)://` as their equivalents), its
+    upgrade request carrying `headers` after the handshake's own."""
+    parts = urlsplit(url)
+    if parts.scheme not in _SCHEMES or not parts.hostname:
+        raise ValueError(f"{url!r} is not a ws://, wss://, http:// or https:// URL")
+    secure = _SCHEMES[parts.scheme]
+    port = parts.port or (443 if secure else 80)
+    host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
+    if ":" in parts.hostname:  # IPv6
+        host = f"[{parts.hostname}]" + (f":{parts.port}" if parts.port else "")
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    context = (ssl or ssl_module.create_default_context()) if secure else None
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(parts.hostname, port, ssl=context, limit=READ), connect_timeout
+        )
+    except (OSError, TimeoutError, ssl_module.SSLError) as exc:
+        raise Unreachable(f"cannot connect to {parts.hostname}:{port} ({_named(exc)})") from exc
+    raw = writer.get_extra_info("socket")
+    if raw is not None:
+        with contextlib.suppress(OSError):
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    client = Client(host, target, headers, subprotocols=subprotocols, max_message=max_message)
+    opened = Socket(reader, writer, client)
+    try:
+        await asyncio.wait_for(opened.handshake(), connect_timeout)
+    except TimeoutError:
+        opened.abort()
+        raise Unreachable(f"no answer to the upgrade within {connect_timeout:g}s") from None
+    except BaseException:
+        opened.abort()
+        raise
+    return opened
+
+
+def _named(exc: BaseException) -> str:
+    return type(exc).__name__ + (f": {exc}" if str(exc) else "")
+
+
+class Socket:
+    """One open WebSocket; see the module docstring."""
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client: Client
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self.client = client
+        self._events: deque[Event] = deque()
+        self.accepted = Accepted((), None)
+
+    async def handshake(self) -> None:
+        self._writer.write(self.client.handshake())
+        while True:
+            event = await self._next()
+            if isinstance(event, Accepted):
+                self.accepted = event
+                return
+            if isinstance(event, Refused):
+                raise Refusal(event)
+            if isinstance(event, Closed):
+                raise Unreachable(f"the connection ended during the upgrade ({event.reason})")
+
+    async def _next(self) -> Event:
+        while not self._events:
+            try:
+                data = await self._reader.read(READ)
+            except (OSError, ssl_module.SSLError):
+                data = b""
+            self._events.extend(self.client.receive(data))
+            pending = self.client.outgoing()
+            if pending and not self._writer.is_closing():
+                self._writer.write(pending)
+            if not data and not self._events:
+                self._events.append(self.client.closed or Closed(ABNORMAL))
+        return self._events.popleft()
+
+    async def receive(self) -> Message | Closed:
+        """The next message, or the `Closed` ending the connection (then the transport is
+        closed, and every later call returns the same `Closed`)."""
+        if self._events and isinstance(self._events[0], Closed):
+            return self._events[0]
+        while True:
+            event = await self._next()
+            if isinstance(event, Message):
+                return event
+            if isinstance(event, Closed):
+                self._events.appendleft(event)  # kept: what every later call returns
+                await self._drain_quietly()
+                self._writer.close()
+                return event
+
+    async def send(self, data: str | bytes) -> None:
+        """One message (text for `str`); waits while the peer is slow to read."""
+        frame = self.client.send(data)
+        if frame and not self._writer.is_closing():
+            self._writer.write(frame)
+            await self._writer.drain()
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """Send the close frame, then close the transport (the peer's answer is not
+        waited for: nothing more is read from this socket)."""
+        frame = self.client.close(code, reason)
+        if frame and not self._writer.is_closing():
+            self._writer.write(frame)
+            await self._drain_quietly()
+        self._writer.close()
+
+    def abort(self) -> None:
+        """Drop the connection at once (no close frame)."""
+        self._writer.transport.abort()
+
+    async def _drain_quietly(self) -> None:
+        with contextlib.suppress(OSError, ConnectionError):
+            await self._writer.drain()

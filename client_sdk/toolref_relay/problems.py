@@ -1,0 +1,100 @@
+"""The gateway's own refusals (toolref problem+json) told to the agent in its provider's
+error shape, with the fix, so that the agent shows them as they are.
+
+An agent's SDK reads only its provider's shape: a problem document reached Claude Code as
+"There's an issue with the selected model" (a 404), and an unknown key as "Please run
+/login" (a 401). So the status changes where the agent would misread it: a refusal that
+retrying cannot cure (a name no upstream has, a key the gateway does not know, a body it
+refuses) becomes 400 (`invalid_request_error`: shown at once, never retried); 413 and 429
+stay, and so do 5xx (the gateway busy or its upstream down: retrying may cure those).
+Seen with Claude Code 2.1.330: a 400 shows `API Error: 400 <message>` verbatim; a 404 shows
+only "There's an issue with the selected model"; a 401 "Failed to authenticate".
+The provider's own errors, forwarded by the gateway, pass as they came: they are already
+in the agent's shape.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Final
+
+import httpx
+
+from toolref.wire.encoding import PROBLEM_TYPE
+from toolref.wire.errors import PROBLEM_BASE
+
+from .calls import Call
+from .headers import first
+from .preflight import OVERRIDE
+from .shapes import ErrorReply, error_reply
+
+MAX_PROBLEM_BYTES: Final = 64 * 1024  # a problem document the gateway writes is < 2 KiB
+_KEPT: Final = (413, 429)
+
+
+def is_gateway_problem(response: httpx.Response) -> bool:
+    """A problem document of toolref's (not an answer the gateway forwarded), small enough
+    to read whole (`MAX_PROBLEM_BYTES`, as its `Content-Length` says)."""
+    media = response.headers.get("content-type", "")
+    length = response.headers.get("content-length", "")
+    return (
+        media.startswith(PROBLEM_TYPE)
+        and length.isdigit()
+        and int(length) <= MAX_PROBLEM_BYTES
+        and "content-encoding" not in response.headers
+    )
+
+
+async def as_provider_error(
+    response: httpx.Response, call: Call, gateway: str
+) -> ErrorReply | None:
+    """`response` (a gateway problem: `is_gateway_problem`) in the agent's shape, its body
+    read and closed; None (nothing read) when it is not toolref's after all."""
+    if not is_gateway_problem(response):
+        return None
+    body = await response.aread()
+    await response.aclose()
+    try:
+        problem = json.loads(body)
+    except ValueError:
+        problem = None
+    kind = problem.get("type") if isinstance(problem, dict) else None
+    if not isinstance(kind, str) or not kind.startswith(PROBLEM_BASE):
+        # problem+json, but not toolref's: the provider's own, forwarded; as it came
+        return ErrorReply(response.status_code, body, response.headers["content-type"])
+    detail = str(problem.get("detail") or problem.get("title") or "")
+    status = response.status_code
+    message = f"toolref gateway {gateway}: {detail}{_fix(status, call)}"
+    shown = status if status >= 500 or status in _KEPT else 400
+    return error_reply(call.provider, shown, message, f"toolref_{kind[len(PROBLEM_BASE) :]}")
+
+
+def _fix(status: int, call: Call) -> str:
+    """What the relay's user does about a refusal the gateway's own text cannot name."""
+    if status == 404:
+        return (
+            f" (fix: add `{call.name}=<the provider's base URL>` to TOOLREF_UPSTREAMS where "
+            "the gateway runs, or give the agent the relay's URL with a name it lists: "
+            f"http://{first(call.headers, 'host') or '127.0.0.1:8760'}/llm/NAME; "
+            "`toolref doctor` lists them)"
+        )
+    if status == 401:
+        return (
+            " (fix: the relay sends its --key, or TOOLREF_KEY, as Toolref-Key: restart it "
+            "with the tenant's key, whose SHA-256 the gateway's TOOLREF_API_KEYS holds; this "
+            "is not the provider's key)"
+        )
+    return ""
+
+
+async def not_a_gateway_reply(
+    response: httpx.Response, call: Call, problem: str
+) -> httpx.Response | ErrorReply:
+    """A failed answer from a `--gateway` the start found wrong (`problem`, started anyway
+    with `--no-gateway-check`) as a 400 that says so; any other answer as it is."""
+    if response.status_code < 400:
+        return response
+    await response.aclose()
+    said = problem.removesuffix(f"; {OVERRIDE}")
+    message = f"{said} (this request was answered {response.status_code})"
+    return error_reply(call.provider, 400, message, "toolref_not_a_gateway")

@@ -1,0 +1,205 @@
+"""`Sockets`: a WebSocket to `/llm/{name}/{path}` joined to the upstream's own WebSocket at
+`{base_url}/{path}` (the OpenAI Responses API's WebSocket mode, say), as the gateway.
+
+Refusals come before anything is accepted, each as a plain HTTP answer to the upgrade
+(problem+json): the `Toolref-Key` (401), the path (400, 404), the tenant's and the
+process's gateway requests in flight (429, 503: a socket holds one slot while it is open).
+Then the gateway opens the upstream's WebSocket (`toolref.websocket`: `ws://` or `wss://`
+from the base URL, the same path and query, the client's end-to-end headers and
+credentials as they came, none of toolref's) and accepts the client's only once the
+upstream accepted it: an upstream that refuses the upgrade (no WebSocket there, an old
+server, any status) makes the gateway answer **426** (`websocket-unavailable`), one it
+cannot reach 502, so a client falls back to HTTP at once.
+
+Once open, `toolref.websocket.bridge` joins them: the upstream's messages reach the client
+exactly, in order, as they come; the client's go upstream, restored first when the relay
+sent them as `toolref.wire.frames` (`Toolref-Frames: 1`: each text message compressed
+against the one before it), so the upstream receives the agent's bytes exactly. Limits
+(TOOLREF_GATEWAY_WS_*): a message's bytes (1009), seconds without a message (idle) and
+seconds open (lifetime), both 1001; each message is charged to the process's budget of
+bytes in flight while it is held.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Final
+
+from starlette.types import Receive, Scope, Send
+
+from toolref.receiving.asgi_io import header
+from toolref.receiving.budget import Budget
+from toolref.receiving.hops import decoded, encoded, end_to_end, without_toolref
+from toolref.receiving.workers import Workers
+from toolref.websocket.bridge import Limits, bridge
+from toolref.websocket.driver import Refusal, Unreachable, connect
+from toolref.wire.encoding import PROBLEM_TYPE
+from toolref.wire.errors import BadRequestError, NotFoundError, ToolrefError
+from toolref.wire.frames import Decoder
+from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSION, KEY_HEADER
+from toolref_server.gateway.forwarder import UpstreamUnreachableError, request_headers
+from toolref_server.gateway.upstreams import Route, route, unsafe_query
+from toolref_server.http.auth import Authenticator
+from toolref_server.http.inflight import InFlight
+from toolref_server.http.problem import problem_body
+from toolref_server.settings import Settings
+
+log = logging.getLogger("toolref.gateway")
+
+# The upgrade's own headers: the gateway's client writes its own for the upstream.
+_HANDSHAKE: Final = frozenset(
+    {
+        "sec-websocket-key",
+        "sec-websocket-version",
+        "sec-websocket-extensions",
+        "sec-websocket-protocol",
+        "sec-websocket-accept",
+        "host",
+        "content-length",
+    }
+)
+
+
+class WebSocketUnavailableError(ToolrefError):
+    """The upstream does not serve a WebSocket at this path (it refused the upgrade)."""
+
+    slug = "websocket-unavailable"
+    status = 426
+    title = "WebSocket unavailable"
+
+
+def upstream_headers(scope: Scope, found: Route) -> list[tuple[str, str]]:
+    """The client's upgrade headers for the upstream's: end to end, none of toolref's and
+    none of the handshake's own (the gateway's client writes those), the base URL's
+    credentials in place of the client's `Authorization` (as over HTTP)."""
+    return [
+        (k.decode("latin-1"), v.decode("latin-1"))
+        for k, v in request_headers(scope, found)
+        if k.decode("latin-1").lower() not in _HANDSHAKE
+    ]
+
+
+def accept_headers(headers: tuple[tuple[bytes, bytes], ...]) -> list[tuple[bytes, bytes]]:
+    """The upstream's accepting headers for the client: end to end, none of toolref's and
+    none of the handshake's (the client's server writes its own)."""
+    kept = without_toolref(end_to_end(decoded(headers)))
+    return encoded([(k, v) for k, v in kept if k.lower() not in _HANDSHAKE])
+
+
+def websocket_url(found: Route, query: bytes) -> str:
+    scheme = "wss" if found.upstream.scheme == "https" else "ws"
+    return f"{scheme}://{found.upstream.host_header}{found.target(query).decode('ascii')}"
+
+
+class Sockets:
+    """See the module docstring. Shares the gateway's authenticator, requests in flight,
+    budget and workers."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        auth: Authenticator,
+        in_flight: InFlight,
+        budget: Budget,
+        workers: Callable[[], Workers],
+    ) -> None:
+        self.settings = settings
+        self.auth = auth
+        self.in_flight = in_flight
+        self.budget = budget
+        self.workers = workers
+        self.limits = Limits(
+            settings.gateway_ws_max_message_bytes,
+            settings.gateway_ws_idle_timeout,
+            settings.gateway_ws_lifetime,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        try:
+            tenant = self.auth.tenant_for_key(header(scope, KEY_HEADER), header=KEY_HEADER)
+            found = route(self.settings.upstream_urls, scope["path"], scope.get("raw_path"))
+            if found is None:
+                names = ", ".join(sorted(self.settings.upstream_urls)) or "none"
+                raise NotFoundError(
+                    f"no upstream for {scope['path']}: gateway paths are /llm/{{name}}/{{path}} "
+                    f"with a name from TOOLREF_UPSTREAMS (configured: {names})"
+                )
+            if unsafe_query(scope.get("query_string", b"")):
+                raise BadRequestError(
+                    "the gateway request's query holds bytes a request target may not carry; "
+                    "percent-encode them"
+                )
+            with self.in_flight.held(tenant):
+                await self._joined(scope, receive, send, found)
+        except ToolrefError as exc:
+            await refuse(send, exc)
+
+    async def _joined(self, scope: Scope, receive: Receive, send: Send, found: Route) -> None:
+        settings = self.settings
+        try:
+            upstream = await connect(
+                websocket_url(found, scope.get("query_string", b"")),
+                upstream_headers(scope, found),
+                subprotocols=scope.get("subprotocols") or (),
+                max_message=settings.gateway_ws_max_message_bytes,
+                connect_timeout=settings.gateway_connect_timeout,
+            )
+        except Refusal as exc:
+            raise WebSocketUnavailableError(
+                f"upstream {found.name!r} ({found.upstream.shown}) answered the WebSocket "
+                f"upgrade with {exc.status}: it serves no WebSocket at this path; use HTTP "
+                "(a client that gets 426 falls back to it)"
+            ) from None
+        except Unreachable as exc:
+            raise UpstreamUnreachableError(
+                f"upstream {found.name!r} ({found.upstream.shown}) cannot be reached for a "
+                f"WebSocket ({exc}); check TOOLREF_UPSTREAMS and that the upstream is up"
+            ) from None
+        accepted = upstream.accepted
+        await send(
+            {
+                "type": "websocket.accept",
+                "subprotocol": accepted.subprotocol,
+                "headers": accept_headers(accepted.headers),
+            }
+        )
+        decoder = None
+        if header(scope, FRAMES_HEADER) == FRAMES_VERSION:
+            decoder = Decoder(settings.gateway_ws_max_message_bytes)
+        inbound = None
+        if decoder is not None:
+            restore = decoder.decode
+
+            async def inbound(message: str | bytes) -> str | bytes:
+                return await self.workers().run(len(message), restore, message)
+
+        ended = await bridge(
+            receive, send, upstream, self.limits, inbound=inbound, account=self.budget.account
+        )
+        log.info(
+            "WebSocket /llm/%s%s ended by the %s (%d %s): %d messages up, %d down",
+            found.name,
+            found.path,
+            ended.by,
+            ended.code,
+            ended.reason,
+            ended.sent,
+            ended.received,
+        )
+
+
+async def refuse(send: Send, error: ToolrefError) -> None:
+    """`error` as the plain HTTP answer to a WebSocket upgrade (problem+json)."""
+    body = problem_body(error)
+    headers = [
+        (b"content-type", PROBLEM_TYPE.encode()),
+        (b"content-length", str(len(body)).encode()),
+        *((k.lower().encode(), v.encode()) for k, v in error.http_headers().items()),
+    ]
+    await send(
+        {"type": "websocket.http.response.start", "status": error.status, "headers": headers}
+    )
+    await send({"type": "websocket.http.response.body", "body": body})

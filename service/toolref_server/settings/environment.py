@@ -1,0 +1,60 @@
+"""The `TOOLREF_*` variables this process may be given, and the check that refuses any other:
+a misspelt setting (`TOOLREF_UPSTREAM=` for `TOOLREF_UPSTREAMS`) read by nobody would leave
+its setting at its default without a word.
+
+Known: every setting's variable (`TOOLREF_` + a field of `Settings`), the variables other
+parts of toolref read that a shell may hold next to the service's (`ELSEWHERE`), and those
+of the test suite (`ELSEWHERE_PREFIXES`). Pure: the caller hands over the environment, and
+the same check serves any other source of `TOOLREF_*` names (a config file's keys).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from toolref.checks import nearest
+from toolref.wire.errors import ConfigurationError
+
+PREFIX: Final = "TOOLREF_"
+
+# Read by other parts of toolref, which a shell may set next to the service's settings.
+ELSEWHERE: Final = {
+    "TOOLREF_KEY": "the tenant's key `toolref relay` and `toolref doctor` send",
+    "TOOLREF_URL": "the registry URL of the examples (examples/*.py)",
+    "TOOLREF_API_KEY": "the registry key of the examples (examples/*.py)",
+    "TOOLREF_VALKEY_SERVER": "the valkey-server binary of the embedded engine",
+}
+# Prefixes of the test suite's and benchmarks' own variables (TOOLREF_TEST_REDIS_URL, ...).
+ELSEWHERE_PREFIXES: Final = ("TOOLREF_TEST_", "TOOLREF_E2E_", "TOOLREF_FUZZ_", "TOOLREF_JS_")
+
+
+def unknown_variables(names: Iterable[str], settings: Iterable[str]) -> list[str]:
+    """One line per name in `names` that starts with `TOOLREF_` (any case, as the settings
+    are read) and is neither a setting's variable (`settings`) nor known elsewhere: the name,
+    and the nearest known one when there is one. Linear in the names (each compared with
+    the ~70 known names once)."""
+    known = {name.upper() for name in settings} | set(ELSEWHERE)
+    suffixes = {name[len(PREFIX) :]: name for name in known}
+    lines = []
+    for name in sorted(names):
+        upper = name.upper()
+        if not upper.startswith(PREFIX) or upper in known:
+            continue
+        if upper.startswith(ELSEWHERE_PREFIXES):
+            continue
+        meant = nearest(upper[len(PREFIX) :], suffixes)
+        hint = f"; did you mean {suffixes[meant]}?" if meant is not None else ""
+        lines.append(f"unknown variable {name}{hint}")
+    return lines
+
+
+def check_variables(environ: Mapping[str, str], settings: Iterable[str]) -> None:
+    """`ConfigurationError` naming every unknown `TOOLREF_*` variable of `environ`."""
+    lines = unknown_variables(environ, settings)
+    if lines:
+        said = " ".join(line if line.endswith("?") else f"{line}." for line in lines)
+        raise ConfigurationError(
+            f"{said} toolref reads no such variable, so a misspelt setting would stay at its "
+            "default: fix or unset it (docs/operations.md lists every setting)"
+        )

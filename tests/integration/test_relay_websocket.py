@@ -1,0 +1,156 @@
+"""The relay's WebSocket mode end to end over real sockets: an agent's socket (the
+`toolref.websocket` client, as Codex opens it) -> the relay -> the service's gateway (on
+the test engine) -> the fake provider's Responses WebSocket. Before WebSocket mode the
+relay returned without accepting (uvicorn answered 500, and Codex retried seven times):
+every test here failed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket as sockets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from tests.integration.test_gateway_websocket import create, events_until_done, response_id
+from tests.support.fake_provider import FakeProvider, Reply
+from tests.support.servers import serve
+from toolref.websocket.client import Closed, Message
+from toolref.websocket.driver import Refusal, Socket, connect
+from toolref_relay import Relay, RelayConfig
+
+from .relay_gateway import KEY, Scripted, gateway
+
+
+def _model(api: str, body: dict[str, Any]) -> Reply:
+    return Reply(text=f"seen {len(body['input'])} items", index=len(body["input"]))
+
+
+@asynccontextmanager
+async def relayed(
+    redis: Redis, fake: FakeProvider, lines: list[str], **options: Any
+) -> AsyncIterator[str]:
+    async with gateway(redis, {"fake": fake.app}) as service:
+        relay = Relay(RelayConfig(service.url, key=KEY, **options), report=lines.append)
+        async with serve(relay) as url:
+            yield url
+
+
+async def agent_socket(relay_url: str, *headers: tuple[str, str]) -> Socket:
+    return await connect(
+        relay_url.replace("http://", "ws://") + "/llm/fake/v1/responses",
+        [("Authorization", "Bearer sk-agent"), *headers],
+        max_message=1 << 20,
+        connect_timeout=10,
+    )
+
+
+def closed_port_url() -> str:
+    with sockets.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+async def test_a_session_reaches_the_provider_byte_for_byte_and_streams_back_exactly(
+    redis: Redis,
+) -> None:
+    fake, lines = FakeProvider(_model), list[str]()
+    async with relayed(redis, fake, lines) as relay_url:
+        socket = await agent_socket(relay_url, ("OpenAI-Beta", "responses_websockets=2026-02-06"))
+        sent, received = [create(0, generate=False)], []
+        await socket.send(sent[0])
+        received += await events_until_done(socket)
+        previous = response_id(received)
+        for n in range(1, 6):
+            sent.append(create(n, previous))
+            await socket.send(sent[-1])
+            turn = await events_until_done(socket)
+            received += turn
+            previous = response_id(turn)
+        await socket.close()
+        [log] = fake.sockets
+        await asyncio.wait_for(log.ended.wait(), 10)
+    assert log.received == [s.encode() for s in sent]  # the agent's bytes, in order
+    assert [r.encode() for r in received] == log.sent  # the provider's events, in order
+    headers = {k.lower(): v for k, v in log.headers}
+    assert headers["authorization"] == "Bearer sk-agent"
+    assert headers["openai-beta"] == "responses_websockets=2026-02-06"
+    assert not any(k.startswith("toolref-") for k in headers)  # the key stayed at the gateway
+    # One turn line per message; the later turns travel as a small part of their size.
+    turns = [line for line in lines if " turn " in line]
+    assert len(turns) == len(sent)
+    ratios = [float(line.split("x  (session")[0].rsplit(" ", 1)[1]) for line in turns]
+    assert all(ratio > 5 for ratio in ratios[2:]), turns
+
+
+async def test_an_upstream_without_websockets_is_answered_426_at_once(redis: Redis) -> None:
+    fake, lines = FakeProvider(_model, websockets=False), list[str]()
+    async with relayed(redis, fake, lines) as relay_url:
+        with pytest.raises(Refusal) as refused:
+            await agent_socket(relay_url)
+    assert refused.value.status == 426
+    error = json.loads(refused.value.body)["error"]  # OpenAI's error shape
+    assert error["code"] == "toolref_no_websocket"
+    assert "426" in error["message"]
+    assert any("WebSocket to the gateway" in line for line in lines)
+
+
+@pytest.mark.parametrize("gateway_kind", ["old", "down"])
+async def test_a_gateway_that_cannot_serve_a_websocket_is_answered_426(gateway_kind: str) -> None:
+    """An old gateway (HTTP only: a plain app answers the upgrade 403) or none listening."""
+    provider = Scripted()
+
+    @asynccontextmanager
+    async def gateway_url() -> AsyncIterator[str]:
+        if gateway_kind == "down":
+            yield closed_port_url()
+            return
+        async with serve(provider.app()) as url:
+            yield url
+
+    async with gateway_url() as url, serve(Relay(RelayConfig(url, key=KEY))) as relay_url:
+        with pytest.raises(Refusal) as refused:
+            await agent_socket(relay_url)
+    assert refused.value.status == 426
+
+
+async def test_the_agent_leaving_mid_answer_closes_the_providers_socket(redis: Redis) -> None:
+    fake = FakeProvider(_model, delay=0.05)
+    async with relayed(redis, fake, []) as relay_url:
+        socket = await agent_socket(relay_url)
+        await socket.send(create(0))
+        first = await asyncio.wait_for(socket.receive(), 10)
+        assert isinstance(first, Message)
+        socket.abort()
+        await asyncio.wait_for(fake.sockets[0].ended.wait(), 10)
+    events = [json.loads(e)["type"] for e in fake.sockets[0].sent]
+    assert "response.completed" not in events
+
+
+async def test_a_message_over_the_relays_limit_closes_with_1009(redis: Redis) -> None:
+    fake = FakeProvider(_model)
+    limit = 4096
+    async with relayed(
+        redis, fake, [], max_body_bytes=limit, max_inflated_bytes=limit
+    ) as relay_url:
+        socket = await agent_socket(relay_url)
+        await socket.send("x" * (limit + 1))
+        closed = await asyncio.wait_for(socket.receive(), 10)
+        await asyncio.wait_for(fake.sockets[0].ended.wait(), 10)
+    assert isinstance(closed, Closed)
+    assert closed.code == 1009
+    assert fake.sockets[0].received == []
+
+
+async def test_a_web_page_cannot_open_a_socket_through_the_relay(redis: Redis) -> None:
+    fake = FakeProvider(_model)
+    async with relayed(redis, fake, []) as relay_url:
+        with pytest.raises(Refusal) as refused:
+            await agent_socket(relay_url, ("Origin", "https://evil.example"))
+    assert refused.value.status == 403
+    assert fake.sockets == []
