@@ -15,11 +15,12 @@ credential are one client.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import parse_qsl
 
@@ -36,11 +37,12 @@ CREDENTIAL_PARAMS: Final = frozenset({"key"})  # Gemini's ?key=
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """One client's state: its editor (edits, when the gateway takes them) and its manager
-    (the path before edits)."""
+    """One client's state: its editor (edits, when the gateway takes them), the lock its
+    turns take to use it one at a time, and its manager (the path before edits)."""
 
     editor: Editor
     manager: ToolReferenceManager
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def credential_digest(headers: Pairs, query: str, secret: bytes) -> bytes:

@@ -11,6 +11,7 @@ dozen bytes of the agent's credentials; `count_tokens` and Gemini ride the same 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import AsyncIterator
@@ -31,6 +32,7 @@ from tests.unit.edits.agents import HEADERS, Agent
 from toolref.edits.wire import MEDIA_TYPE
 from toolref.receiving.middleware import Receive, Scope, Send
 from toolref_relay import Relay, RelayConfig
+from toolref_relay.edited import OFFLOAD_BYTES
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -376,3 +378,24 @@ async def test_gemini_rides_the_edit_path_and_its_stream_comes_back_untouched(
             assert sent.headers["content-type"] == MEDIA_TYPE
             base = json.loads(sent.content.split(b"\n")[0])["b"]
             assert (base is None) == (turn == 0)
+
+
+async def test_large_turns_of_one_client_at_once_are_exact(redis: Redis) -> None:
+    """Bodies past `OFFLOAD_BYTES` are cut in a worker thread; two turns of one client at
+    once (a count and a message, as Claude Code sends) take its editor in turn."""
+    conversation = Agent(9)
+    for _ in range(3):
+        conversation.step()
+    conversation.messages.append({"role": "user", "content": "r" * (OFFLOAD_BYTES + 1000)})
+    async with relayed(redis) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        body = conversation.body()
+        count = body.replace(b',"stream":true', b"")
+        await asyncio.gather(
+            post(agent, stack, body), post(agent, stack, count, "/v1/messages/count_tokens")
+        )
+        assert sorted(got for _, _, got in stack.provider.seen) == sorted([body, count])
+        conversation.step()
+        answer = await post(agent, stack, conversation.body())
+        assert_exact(stack, conversation.body())
+    raw, wire = (int(p.split("=")[1]) for p in answer.headers["toolref-savings"].split(", ")[:2])
+    assert wire < raw / 20  # the large message kept by reference
