@@ -1,17 +1,19 @@
 """`Relay`: the relay's ASGI app (serve it on loopback; `toolref relay` does).
 
 `/llm/{name}/{path}` goes to `{gateway}/llm/{name}/{path}` (query kept). An LLM request
-(`toolref.sending.transport.endpoint`: Anthropic Messages, OpenAI Chat Completions and Responses)
-is read whole, inflated when the agent compressed it, and sent through
-`toolref.AsyncTransport` with the manager of its upstream: payloads the gateway holds travel
-as refs, a conversation after a history the gateway confirmed as its new messages, zstd
-against that history; missing refs and histories are resent before the agent sees anything.
-Every other request passes through, streamed both ways. An upgrade to a WebSocket (Codex's
-Responses WebSocket) is joined to the gateway's (`sockets`), or answered 426 at once.
+(`toolref.wire.endpoints`: Anthropic Messages and token counts, OpenAI Chat Completions and
+Responses, Gemini generateContent) is read whole and inflated when the agent compressed it.
+When the gateway takes edits (`capabilities`), it is sent as an edit of a request of the
+same conversation the gateway confirmed (`edited`, with the client's `Editor`); otherwise
+through `toolref.AsyncTransport` with the client's manager: payloads the gateway holds as
+refs, a conversation after a confirmed history as its new messages, zstd against it. Misses
+are resent before the agent sees anything. Every other request passes through, streamed
+both ways. An upgrade to a WebSocket (Codex's Responses WebSocket) is joined to the
+gateway's (`sockets`), or answered 426 at once.
 
-One `ToolReferenceManager` per client (an upstream and a provider credential, `clients`)
-serves every conversation that client sends there: its transcripts tell conversations apart
-by their content (`max_transcripts` of them, least recently used dropped first), so an agent
+One `Client` (an `Editor` and a `ToolReferenceManager`) per upstream and provider
+credential (`clients`) serves every conversation that client sends there: they tell
+conversations apart by their content (least recently used dropped first), so an agent
 running several sessions needs nothing more, and a process without the agent's credential
 shares nothing with it.
 
@@ -42,30 +44,32 @@ from toolref.receiving.budget import Account, Budget
 from toolref.receiving.middleware import Receive, Scope, Send
 from toolref.receiving.workers import Workers
 from toolref.registry.client import AsyncRegistryClient
+from toolref.sending.editor import Editor
 from toolref.sending.manager import ToolReferenceManager
-from toolref.sending.transport import AsyncTransport, LLMRequest, recognise
+from toolref.sending.transport import LLMRequest, recognise
 from toolref.wire.endpoints import endpoint
 from toolref.wire.errors import (
     LimitExceededError,
     MalformedBodyError,
     OverloadedError,
-    ToolrefError,
 )
 
-from . import control, guard, oversize
+from . import control, guard
 from .bodies import TOO_LARGE, inflated, readable
 from .calls import UNREACHABLE, Call, Meter, encoding_of, failed, log_call
-from .clients import Clients
+from .capabilities import Capabilities
+from .clients import Client, Clients
 from .config import RelayConfig
+from .edited import as_edit
 from .headers import (
     SAVINGS_HEADER,
     SWITCH_HEADER,
     Pairs,
     decoded,
     first,
-    to_gateway,
     to_provider,
 )
+from .managed import managed
 from .passthrough import pass_through
 from .preflight import Preflight
 from .preflight import check as check_gateway
@@ -108,7 +112,8 @@ class Relay:
         self.report = report
         self.tally = Tally()
         self.switchboard = Switchboard(config.switch)
-        self.clients = Clients(self._new_manager, config.max_clients)
+        self.clients = Clients(self._new_client, config.max_clients)
+        self.capabilities = Capabilities(config.edits)
         self.pool = transport if transport is not None else httpx.AsyncHTTPTransport()
         self.budget = Budget(config.max_inflated_in_flight, setting="--max-inflated-in-flight")
         self._registry: AsyncRegistryClient | None = None
@@ -122,11 +127,15 @@ class Relay:
 
     def manager(self, upstream: str, call: Call) -> ToolReferenceManager:
         """The manager of `call`'s client on `upstream` (made on first use)."""
-        return self.clients.manager(upstream, call.headers, call.query)
+        return self.clients.client(upstream, call.headers, call.query).manager
 
-    def _new_manager(self) -> ToolReferenceManager:
-        # The gateway reads zstd: compress from the first request, not the first history.
-        return ToolReferenceManager(max_transcripts=self.config.max_transcripts, compress=True)
+    def _new_client(self) -> Client:
+        config = self.config
+        return Client(
+            Editor(config.max_recipes, config.max_recipe_bytes),
+            # The gateway reads zstd: compress from the first request, not the first history.
+            ToolReferenceManager(max_transcripts=config.max_transcripts, compress=True),
+        )
 
     # --- ASGI ---------------------------------------------------------------------------
 
@@ -309,30 +318,28 @@ class Relay:
             conversation = conversation_of(llm.body, llm.messages_key)
             count = len(llm.body[llm.messages_key])
             moved = self.switchboard.moved(conversation, upstream, count)
-        headers = to_gateway(
-            call.headers, key=self.config.key, switched_from=moved, body_changed=changed
-        )
         url = f"{self.config.gateway}/llm/{upstream}{call.suffix()}"
-
-        def build() -> httpx.Request:
-            return httpx.Request(
-                "POST", url, headers=headers, content=content, extensions=self.extensions()
-            )
-
-        meter = Meter(self.pool)
-        manager = self.manager(upstream, call)
-        transport = AsyncTransport(meter, manager=manager)
+        client = self.clients.client(upstream, call.headers, call.query)
+        meter = Meter(self.pool, headers=True)
         route: Route = "gateway"
         try:
-            answer: httpx.Response | ErrorReply = await transport.handle_async_request(build())
-            if isinstance(answer, httpx.Response) and answer.status_code == 413:
-                answer = await self._smaller(
-                    answer,
-                    transport=transport,
-                    build=build,
-                    llm=llm if llm is not None else parsed(),
-                    manager=manager,
-                    call=call,
+            edited = await as_edit(
+                self, call, client, url=url, body=content, moved=moved, meter=meter
+            )
+            answer: httpx.Response | ErrorReply
+            if edited is not None:
+                answer = edited
+            else:
+                answer = await managed(
+                    self,
+                    call,
+                    client.manager,
+                    url=url,
+                    content=content,
+                    changed=changed,
+                    moved=moved,
+                    meter=meter,
+                    llm=llm or parsed,
                 )
             if isinstance(answer, httpx.Response):  # the gateway's own refusal, told
                 answer = await as_provider_error(answer, call, self.config.gateway) or answer
@@ -340,6 +347,7 @@ class Relay:
             if isinstance(answer, httpx.Response) and found is not None and found.problem:
                 answer = await not_a_gateway_reply(answer, call, found.problem)
         except UNREACHABLE as exc:
+            meter.headers = False  # the agent's request as it came: its body counted
             answer, route = await self._unreachable(call, raw, exc, meter), "fallback"
         except httpx.HTTPError as exc:
             answer = failed(call, self.config.gateway, exc)
@@ -356,38 +364,6 @@ class Relay:
             return
         log_call(call, upstream, answer.status_code, len(raw), meter.sent)
         await relay_answer(send, answer, extra)
-
-    async def _smaller(
-        self,
-        refused: httpx.Response,
-        *,
-        transport: AsyncTransport,
-        build: Callable[[], httpx.Request],
-        llm: LLMRequest | None,
-        manager: ToolReferenceManager,
-        call: Call,
-    ) -> httpx.Response | ErrorReply:
-        """The answer to a 413: the request again, once, with its biggest tool results
-        registered first (so they travel as refs); or a 413 naming them."""
-        await refused.aclose()
-        items = oversize.inline_items(llm) if llm is not None else []
-        chosen = oversize.worth_registering(items, manager.confirmed)
-        if not chosen or not manager.refs_accepted:
-            tried = "no tool result in it could be moved off the wire"
-            return _too_large(call, items, tried)
-        try:
-            registered = await self._registry_client().register([i.invocation for i in chosen])
-        except (ToolrefError, httpx.HTTPError) as exc:
-            tried = f"registering its {len(chosen)} biggest tool results failed ({exc})"
-            return _too_large(call, items, tried)
-        manager.confirm(r.ref for r in registered)
-        answer = await transport.handle_async_request(build())
-        if answer.status_code != 413:
-            return answer
-        await answer.aclose()
-        moved = sum(i.size for i in chosen)
-        tried = f"a retry with its {len(chosen)} biggest tool results ({moved} bytes) as refs"
-        return _too_large(call, items, tried + " was refused too")
 
     async def _unreachable(
         self, call: Call, raw: bytes, error: httpx.HTTPError, meter: Meter
@@ -429,7 +405,7 @@ class Relay:
         busy = error_reply(call.provider, 503, exc.detail, "toolref_overloaded")
         await self._refuse(call, send, busy, raw, [("retry-after", str(exc.retry_after))])
 
-    def _registry_client(self) -> AsyncRegistryClient:
+    def registry_client(self) -> AsyncRegistryClient:
         if self._registry is None:
             self._registry = AsyncRegistryClient(self.config.gateway, api_key=self.config.key)
         return self._registry
@@ -456,8 +432,3 @@ async def _inflate(raw: bytes, encoding: str | None, limit: int, account: Accoun
     if (encoding or "identity").strip().lower() not in ("", "identity"):
         return await _WORKERS.run(len(raw), inflated, raw, encoding, limit, account)
     return raw
-
-
-def _too_large(call: Call, items: list[oversize.InlineItem], tried: str) -> ErrorReply:
-    message = oversize.too_large_message(items, tried)
-    return error_reply(call.provider, 413, message, "toolref_request_too_large")

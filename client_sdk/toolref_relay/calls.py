@@ -33,19 +33,27 @@ class Call:
 
 
 class Meter(httpx.AsyncBaseTransport):
-    """The shared connection pool, counting the request bytes sent through it."""
+    """The shared connection pool, counting the request bytes sent through it: bodies, and
+    header lines too with `headers` (`name: value` and its line end, each)."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self.inner, self.sent = inner, 0
+    def __init__(self, inner: httpx.AsyncBaseTransport, *, headers: bool = False) -> None:
+        self.inner, self.sent, self.headers = inner, 0, headers
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         size = len(request.content)
+        if self.headers:
+            size += header_bytes(request)
         self.sent += size
         try:
             return await self.inner.handle_async_request(request)
         except UNREACHABLE:
             self.sent -= size  # never connected: nothing went out
             raise
+
+
+def header_bytes(request: httpx.Request) -> int:
+    """The bytes of `request`'s header lines on the wire (HTTP/1.1)."""
+    return sum(len(name) + len(value) + 4 for name, value in request.headers.raw)
 
 
 def encoding_of(headers: Pairs) -> str:

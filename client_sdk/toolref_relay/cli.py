@@ -84,6 +84,25 @@ def parser() -> argparse.ArgumentParser:
         "least recently used dropped first (8)",
     )
     relay.add_argument(
+        "--max-recipes",
+        type=int,
+        default=64,
+        help="requests of each client the relay remembers to send the next as an edit of, "
+        "least recently used dropped first (64)",
+    )
+    relay.add_argument(
+        "--max-recipe-bytes",
+        type=int,
+        default=32 * MIB,
+        help="most bytes each client's remembered requests may hold, each piece counted "
+        "once (32 MiB)",
+    )
+    relay.add_argument(
+        "--no-edits",
+        action="store_true",
+        help="never send requests as edits (the history path, as before edits)",
+    )
+    relay.add_argument(
         "--token-file",
         default=None,
         help="where to write this start's control token, readable only by you "
@@ -135,6 +154,9 @@ def config_of(args: argparse.Namespace) -> RelayConfig:
         max_body_bytes=args.max_body_bytes,
         max_inflated_bytes=args.max_inflated_bytes,
         max_clients=args.max_clients,
+        edits=not args.no_edits,
+        max_recipes=args.max_recipes,
+        max_recipe_bytes=args.max_recipe_bytes,
         max_inflated_in_flight=args.max_inflated_in_flight,
     )
 

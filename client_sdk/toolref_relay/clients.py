@@ -1,33 +1,48 @@
-"""`Clients`: the relay's memory per client, one `ToolReferenceManager` for each upstream
-and provider credential, so that a process without the agent's credential shares nothing
-with the agent.
+"""`Clients`: the relay's memory per client, one `Client` (an `Editor` and a
+`ToolReferenceManager`) for each upstream and provider credential, so that a process
+without the agent's credential shares nothing with the agent.
 
-A manager holds what its client sent: refs the gateway confirmed, histories, transcripts,
-and the bodies kept to compress against. Shared, one client's request would be sent as a
-ref because another's conversation held the payload, or compressed against another's body,
-and its size (`Toolref-Savings`) would tell the sender what the other sent. A client is
-known by the credential its requests carry for the provider (`CREDENTIAL_HEADERS`, Gemini's
-`key` query parameter): a keyed digest of it, made with a secret drawn at each start, never
-the value itself, never logged. Requests without any credential are one client.
+A client's state holds what it sent: the recipes the gateway confirmed (the editor), or
+refs, histories, transcripts and the bodies kept to compress against (the manager, for a
+gateway without edits). Shared, one client's request would be sent as an edit of another's
+recipe, a ref because another's conversation held the payload, or compressed against
+another's body, and its size (`Toolref-Savings`) would tell the sender what the other sent.
+A client is known by the credential its requests carry for the provider
+(`CREDENTIAL_HEADERS`, Gemini's `key` query parameter): a keyed digest of it, made with a
+secret drawn at each start, never the value itself, never logged. Requests without any
+credential are one client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import secrets
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import parse_qsl
 
 from toolref.lru import LRU
 from toolref.receiving.hops import Pairs
+from toolref.sending.editor import Editor
 from toolref.sending.manager import ToolReferenceManager
 
 # Where the providers the relay speaks take their credential (Anthropic `x-api-key` or an
 # OAuth bearer, OpenAI `Authorization`, Azure `api-key`, Gemini `x-goog-api-key`).
 CREDENTIAL_HEADERS: Final = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
 CREDENTIAL_PARAMS: Final = frozenset({"key"})  # Gemini's ?key=
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """One client's state: its editor (edits, when the gateway takes them), the lock its
+    turns take to use it one at a time, and its manager (the path before edits)."""
+
+    editor: Editor
+    manager: ToolReferenceManager
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 def credential_digest(headers: Pairs, query: str, secret: bytes) -> bytes:
@@ -50,26 +65,26 @@ def credential_digest(headers: Pairs, query: str, secret: bytes) -> bytes:
 
 
 class Clients:
-    """The managers of the clients seen last: at most `limit` (least recently used dropped
+    """The state of the clients seen last: at most `limit` (least recently used dropped
     first, with all they held: that client's next turn travels whole once). `make`: a new,
-    empty manager."""
+    empty client."""
 
-    def __init__(self, make: Callable[[], ToolReferenceManager], limit: int) -> None:
+    def __init__(self, make: Callable[[], Client], limit: int) -> None:
         if limit < 1:
             raise ValueError(f"--max-clients is {limit}; give a positive number of clients")
         self.limit, self._make = limit, make
         self._secret = secrets.token_bytes(32)  # this start's: digests mean nothing after
-        self._managers: LRU[tuple[str, bytes], ToolReferenceManager] = LRU(limit)
+        self._clients: LRU[tuple[str, bytes], Client] = LRU(limit)
 
     def __len__(self) -> int:
-        return len(self._managers)
+        return len(self._clients)
 
-    def manager(self, upstream: str, headers: Pairs, query: str) -> ToolReferenceManager:
-        """The manager of the client that sent `headers` and `query`, for `upstream` (made on
+    def client(self, upstream: str, headers: Pairs, query: str) -> Client:
+        """The state of the client that sent `headers` and `query`, for `upstream` (made on
         first use)."""
         key = (upstream, credential_digest(headers, query, self._secret))
-        found = self._managers.get(key)
+        found = self._clients.get(key)
         if found is None:
             found = self._make()
-            self._managers.put(key, found)
+            self._clients.put(key, found)
         return found

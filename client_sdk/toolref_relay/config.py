@@ -57,8 +57,13 @@ class RelayConfig:
     connect_timeout / read_timeout: seconds to connect, and to wait between two pieces of
         an answer (a model may think for minutes before its first token).
     max_transcripts: conversations each client's manager keeps the transcript of.
-    max_clients: clients (an upstream and a provider credential) whose managers are kept;
-        the least recently used is dropped first (`clients`).
+    max_clients: clients (an upstream and a provider credential) whose state is kept; the
+        least recently used is dropped first (`clients`).
+    edits: send LLM requests as edits when the gateway takes them (`edited`); False keeps
+        to the manager's path (history refs and kept bodies).
+    max_recipes / max_recipe_bytes: the recipes each client's editor keeps, and the bytes
+        they may hold together (`toolref.sending.recipes`): the relay holds at most
+        max_clients x max_recipe_bytes of them.
     token: the control token `/metrics`, `/toolref/switch` and `Toolref-Switch` need (one
         drawn at each start by default; never logged).
     token_file: where `toolref relay` wrote the token: the answers that ask for it name
@@ -76,6 +81,9 @@ class RelayConfig:
     read_timeout: float = 600.0
     max_transcripts: int = 64
     max_clients: int = 8
+    edits: bool = True
+    max_recipes: int = 64
+    max_recipe_bytes: int = 32 * MIB
     token: str = field(default_factory=new_token, repr=False)
     token_file: str | None = None
 
@@ -96,6 +104,8 @@ class RelayConfig:
             ("--max-inflated-bytes", self.max_inflated_bytes),
             ("max_transcripts", self.max_transcripts + 1),
             ("--max-clients", self.max_clients),
+            ("--max-recipes", self.max_recipes),
+            ("--max-recipe-bytes", self.max_recipe_bytes),
         ):
             if number < 1:
                 raise ValueError(f"{option} is {number}; give a positive number")

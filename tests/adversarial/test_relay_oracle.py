@@ -14,6 +14,7 @@ service's gateway on the test engine, a scripted provider behind it.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -94,6 +95,7 @@ async def _say(
     return int(found[2])
 
 
+@pytest.mark.parametrize("edits", [True, False], ids=["edits", "history"])
 @pytest.mark.parametrize(
     "attacker",
     [
@@ -104,7 +106,7 @@ async def _say(
     ],
 )
 async def test_a_guess_at_another_conversation_s_secret_travels_the_same_size(
-    redis: Redis, attacker: dict[str, str]
+    redis: Redis, attacker: dict[str, str], edits: bool
 ) -> None:
     """The victim's conversation holds the secret, and the gateway keeps the body of its
     latest turn (the victim's next turn compresses against it). Between two of the
@@ -112,11 +114,14 @@ async def test_a_guess_at_another_conversation_s_secret_travels_the_same_size(
     right one and three wrong ones travel the same number of bytes, and none is
     compressed against the victim's body (no `Toolref-Dictionary`). Before the fix the
     right guess was smaller and every guess named the victim's latest history (fails on
-    the code before)."""
+    the code before). As edits (issue 30): a guess is a new conversation, sent with no
+    base and no dictionary; the attacker's own first request (its system prompt) goes first,
+    so that every guess finds the same state of its own."""
     secret_text = f"Deploy with this .env:\nDEPLOY_TOKEN={SECRET}\nREGION=eu-west-1\n"
     victim = _body(secret_text)
     sizes, probes, turns = {}, [], []
-    async with relayed(redis) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with relayed(redis, edits=edits) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        await _say(agent, stack, _body("the attacker's own first conversation"), attacker)
         for n, guess in enumerate((SECRET, *WRONG)):
             await _say(agent, stack, victim, VICTIM)
             turns.append(stack.gateway.arrivals[-1])
@@ -130,6 +135,14 @@ async def test_a_guess_at_another_conversation_s_secret_travels_the_same_size(
         await _say(agent, stack, victim, VICTIM)
         turns.append(stack.gateway.arrivals[-1])
     assert len(set(sizes.values())) == 1, sizes
+    if edits:
+        assert len({len(a.body) for a in probes}) == 1
+        for arrival in probes:  # no base, so no dictionary: its own bytes only
+            assert arrival.body.startswith(b'{"v":1,"b":null,'), arrival.body[:80]
+            assert b'"z":' not in arrival.body.split(b"\n")[0] or b'"z":0}' in arrival.body
+        for turn in turns[1:]:  # the victim's turns: edits of its own recipe before
+            assert turn.body.startswith(b'{"v":1,"b":"tb_')
+        return
     assert [len(a.body) for a in probes] == list(sizes.values())
     for arrival in probes:
         assert "toolref-dictionary" not in arrival.headers, arrival.headers
@@ -140,11 +153,13 @@ async def test_a_guess_at_another_conversation_s_secret_travels_the_same_size(
         assert turn.headers["toolref-dictionary"] == turn.headers["toolref-history"]
 
 
-async def test_clients_share_no_confirmed_refs(redis: Redis) -> None:
+@pytest.mark.parametrize("edits", [True, False], ids=["edits", "history"])
+async def test_clients_share_no_confirmed_refs(redis: Redis, edits: bool) -> None:
     """A tool result the victim's conversation holds travels as a ref only in the victim's
     own later requests: a guess at it by another client is sent in full, so its size does
     not say whether the victim holds it (before the fix, one manager per upstream: the
-    guess travelled as a ref, a few hundred bytes smaller; fails on the code before)."""
+    guess travelled as a ref, a few hundred bytes smaller; fails on the code before). As
+    edits: the result's piece is named only by the victim's own editor."""
     result = "AWS_SECRET_ACCESS_KEY=" + SECRET * 20
 
     def conversation(opening: str) -> dict[str, Any]:
@@ -154,10 +169,18 @@ async def test_clients_share_no_confirmed_refs(redis: Redis) -> None:
         body["messages"].append({"role": "user", "content": [answer]})
         return body
 
-    async with relayed(redis) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with relayed(redis, edits=edits) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
         await _say(agent, stack, conversation("read .env"), VICTIM)
         await _say(agent, stack, conversation("read .env, the guess"), {"x-api-key": "other"})
         await _say(agent, stack, conversation("read .env, the victim again"), VICTIM)
+    if edits:
+        _, guess, again = (json.loads(a.body.split(b"\n", 1)[0]) for a in stack.gateway.arrivals)
+        assert guess["b"] is None
+        assert not any(isinstance(op, str) for op in guess["o"])  # nothing named: inline
+        assert guess["n"] > len(result)
+        assert again["b"] is not None  # the victim's own recipe, the result kept in it
+        assert again["n"] < len(result)
+        return
     assert "toolref-dictionary" not in stack.gateway.arrivals[1].headers
     _, guess, again = (_inflated(a.body) for a in stack.gateway.arrivals)
     assert b"toolRef" not in guess

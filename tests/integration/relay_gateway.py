@@ -42,6 +42,11 @@ class Arrival:
     body: bytes = b""
 
 
+def wire_bytes(arrival: Arrival) -> int:
+    """What the relay counts on its wire for a turn sent as an edit: body and header lines."""
+    return len(arrival.body) + sum(len(k) + len(v) + 4 for k, v in arrival.headers.items())
+
+
 @dataclass
 class Recorded:
     """`app`, keeping every `/llm/` request that reached it."""

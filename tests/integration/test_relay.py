@@ -34,7 +34,7 @@ from tests.support.servers import serve
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.savings import UPLOAD_BYTES
 
-from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway
+from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway, wire_bytes
 
 TIMEOUT = 30
 TASKS = anthropic_client.TASKS[:3]
@@ -100,6 +100,17 @@ def assert_same_bodies(built: list[bytes], received: list[Any]) -> None:
         assert json.dumps(json.loads(got)) == json.dumps(json.loads(sent))  # key order too
 
 
+def assert_edits_after_the_first(turns: list[Arrival]) -> None:
+    """Every turn travels as an edit: the first with no base, every later one against a
+    recipe the gateway confirmed (issue 30)."""
+    assert turns[0].body.startswith(b'{"v":1,"b":null,')
+    for turn in turns:
+        assert turn.headers["content-type"] == "application/vnd.toolref.edit"
+        assert "toolref-history" not in turn.headers
+    for later in turns[1:]:
+        assert later.body.startswith(b'{"v":1,"b":"tb_')
+
+
 def assert_history_refs_after_the_first(turns: list[Arrival]) -> None:
     """The first turn travels whole; every later one continues a confirmed history, as its
     new messages only, zstd against it."""
@@ -111,10 +122,15 @@ def assert_history_refs_after_the_first(turns: list[Arrival]) -> None:
         assert later.headers["toolref-protocol"] == "2"
 
 
-async def test_the_anthropic_sdk_converses_through_the_relay_exactly(redis: Redis) -> None:
+@pytest.mark.parametrize("edits", [True, False], ids=["edits", "history"])
+async def test_the_anthropic_sdk_converses_through_the_relay_exactly(
+    redis: Redis, edits: bool
+) -> None:
+    """As edits (a gateway that takes them), and through the manager (`--no-edits`, or a
+    gateway without them): the provider gets what the SDK built, every turn."""
     backend = create_backend(None, delay=0.001)
     providers = {"anthropic": backend}
-    async with relayed(redis, providers) as stack:
+    async with relayed(redis, providers, edits=edits) as stack:
         http, built, answers = recording_client()
         async with anthropic.AsyncAnthropic(
             base_url=stack.relay_url + "/llm/anthropic",
@@ -126,7 +142,10 @@ async def test_the_anthropic_sdk_converses_through_the_relay_exactly(redis: Redi
             messages = await anthropic_client.aconverse(client, TASKS)
     assert len(messages) == 4 * len(TASKS)  # task, tool call, its result, answer
     assert_same_bodies(built, backend.state.provider.bodies())
-    assert_history_refs_after_the_first(stack.gateway.arrivals)
+    if edits:
+        assert_edits_after_the_first(stack.gateway.arrivals)
+    else:
+        assert_history_refs_after_the_first(stack.gateway.arrivals)
     for arrival in stack.gateway.arrivals:  # credentials pass through; the key travels apart
         assert arrival.headers["authorization"] == "Bearer sk-ant-provider-credential"
         assert arrival.headers["toolref-key"] == KEY
@@ -139,7 +158,8 @@ async def test_the_anthropic_sdk_converses_through_the_relay_exactly(redis: Redi
     turns = [line for line in stack.lines if " turn " in line]
     assert len(turns) == len(built)
     assert stack.lines[-1].startswith("toolref relay: agent sent")  # the summary, at exit
-    relay_sent = sum(len(a.body) for a in stack.gateway.arrivals)
+    size = wire_bytes if edits else (lambda arrival: len(arrival.body))
+    relay_sent = sum(size(a) for a in stack.gateway.arrivals)
     assert stack.relay.tally.wire == relay_sent
     assert stack.relay.tally.raw == sum(len(b) for b in built)
 
@@ -161,7 +181,8 @@ async def test_the_openai_sdk_converses_through_the_relay_exactly(redis: Redis) 
             answer = await client.responses.create(model="scripted-1", input="hello")
     assert answer.output_text == "You said: hello"
     assert_same_bodies(built, backend.state.provider.bodies())
-    assert_history_refs_after_the_first(stack.gateway.arrivals[:-1])
+    assert_edits_after_the_first(stack.gateway.arrivals[:-1])
+    assert stack.gateway.arrivals[-1].body.startswith(b'{"v":1,"b":null,')  # another conversation
     assert all(
         a.headers["authorization"] == "Bearer sk-openai-credential" for a in stack.gateway.arrivals
     )
@@ -227,7 +248,7 @@ async def test_compressed_requests_are_inflated(redis: Redis, encoding: str) -> 
     assert_same_bodies([body], scripted.received)
     raw, wire, _ = SAVINGS.match(answer.headers["toolref-savings"]).groups()  # type: ignore[union-attr]
     assert int(raw) == len(packed)
-    assert int(wire) == len(stack.gateway.arrivals[0].body)
+    assert int(wire) == wire_bytes(stack.gateway.arrivals[0])
     assert stack.relay.tally.inflated == len(body)
 
 
@@ -373,7 +394,8 @@ async def test_a_413_is_retried_with_the_biggest_tool_results_as_refs(redis: Red
             )
     assert message.content[0].text == "The tool returned 48000 characters."  # type: ignore[union-attr]
     assert_same_bodies(built, backend.state.provider.bodies())  # the retry reached it, whole
-    refused, retried = stack.gateway.arrivals
+    edit, refused, retried = stack.gateway.arrivals  # as an edit, then through the manager
+    assert len(edit.body) > 20_000
     assert len(refused.body) > 20_000 > len(retried.body)
     inflated = zstandard.ZstdDecompressor().decompressobj().decompress(retried.body)
     assert b"toolRef" in inflated
@@ -398,7 +420,8 @@ async def test_a_413_that_stays_names_the_biggest_tool_results(redis: Redis) -> 
     assert "read_file (call toolu_01)" in message
     assert "60.1 KB" in message
     assert "was refused too" in message
-    assert len(provider.received) == 2  # tried once more, with the result as a ref
+    # As an edit, through the manager, and once more with the result as a ref.
+    assert len(provider.received) == 3
 
 
 async def test_headers_hop_by_hop_stay_behind_and_toolref_headers_stay_home(
@@ -424,12 +447,30 @@ async def test_headers_hop_by_hop_stay_behind_and_toolref_headers_stay_home(
     assert answer.status_code == models.status_code == 200
     [turn, listing] = stack.gateway.arrivals
     assert turn.path == "/llm/anthropic/v1/messages?beta=true"
-    assert turn.headers["toolref-protocol"] == "2"  # an LLM request: through the manager
-    assert "toolref-protocol" not in listing.headers  # anything else: passed through
+    # An LLM request: an edit, the agent's headers in it but its credentials; nothing else.
+    assert turn.headers["content-type"] == "application/vnd.toolref.edit"
+    assert set(turn.headers) == {
+        "host",
+        "content-length",
+        "content-type",
+        "x-api-key",
+        "authorization",
+        "toolref-key",
+    }
+    assert "anthropic-version" not in turn.headers
+    assert (
+        b"anthropic-version: 2023-06-01\r\n"
+        in zstandard.ZstdDecompressor().decompressobj().decompress(turn.body.split(b"\n", 1)[1])
+    )
+    assert listing.headers["anthropic-version"] == "2023-06-01"  # anything else: passed through
+    for seen in scripted.headers:  # the provider: the agent's headers, toolref's none
+        assert seen["anthropic-version"] == "2023-06-01"
+        assert seen["x-api-key"] == "sk-ant-credential"
+        assert seen["authorization"] == "Bearer provider"
+        assert not any(k.startswith("toolref-") for k in seen)
     for arrival in (turn, listing):
         assert arrival.headers["x-api-key"] == "sk-ant-credential"
         assert arrival.headers["authorization"] == "Bearer provider"
-        assert arrival.headers["anthropic-version"] == "2023-06-01"
         assert arrival.headers["toolref-key"] == KEY
         for dropped in ("x-hop", "keep-alive", "proxy-authorization"):
             assert dropped not in arrival.headers
@@ -466,12 +507,17 @@ async def test_counters_and_metrics(redis: Redis) -> None:
         )
         metrics = await agent.get(stack.relay_url + "/metrics", headers=control(stack))
     assert UPLOAD_BYTES.counts["raw"] - before.get("raw", 0) == len(body)
-    assert UPLOAD_BYTES.counts["wire"] - before.get("wire", 0) == len(
-        stack.gateway.arrivals[0].body
+    assert UPLOAD_BYTES.counts["wire"] - before.get("wire", 0) == wire_bytes(
+        stack.gateway.arrivals[0]
     )
-    assert f'toolref_upload_bytes_total{{kind="raw"}} {float(UPLOAD_BYTES.counts["raw"])}' in (
-        metrics.text
-    )
+    # The counters are the process's: past 1e6 the exposition writes 2.17e+06, so compare
+    # numbers (this failed once another test had sent a megabyte first).
+    [shown] = [
+        line.split()[-1]
+        for line in metrics.text.splitlines()
+        if line.startswith('toolref_upload_bytes_total{kind="raw"}')
+    ]
+    assert float(shown) == float(UPLOAD_BYTES.counts["raw"])
     assert 'toolref_relay_turns_total{route="gateway"}' in metrics.text
 
 

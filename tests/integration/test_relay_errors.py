@@ -22,7 +22,7 @@ from tests.support.servers import serve
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.savings import FAILED, UPLOAD_BYTES
 
-from .relay_gateway import Scripted, gateway
+from .relay_gateway import Scripted, gateway, wire_bytes
 from .test_relay import relayed
 
 TIMEOUT = 30
@@ -156,7 +156,8 @@ async def test_a_failed_turn_shows_its_status_and_counts_no_savings(redis: Redis
     assert tally.turns == 3
     assert tally.failed == 1
     assert tally.raw == 2 * len(body)  # the two that reached the provider
-    assert tally.wire == sum(len(a.body) for a in stack.gateway.arrivals if "nope" not in a.path)
+    # As edits: bodies and header lines (the agent's headers travel in the edit).
+    assert tally.wire == sum(wire_bytes(a) for a in stack.gateway.arrivals if "nope" not in a.path)
     assert UPLOAD_BYTES.counts["raw"] - before_raw == 2 * len(body)
     assert FAILED.counts["400"] - before_failed == 1
     assert "1 failed" in stack.lines[-1]  # the summary at exit

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from toolref.sending.editor import Editor
 from toolref.sending.manager import ToolReferenceManager
 from toolref_relay import RelayConfig
-from toolref_relay.clients import Clients, credential_digest
+from toolref_relay.clients import Client, Clients, credential_digest
 from toolref_relay.control import bearer, remove, same, switch_header, switch_request, write
 from toolref_relay.guard import host_refusal, origin_refusal, served_hosts
 
@@ -38,24 +39,24 @@ def test_a_client_is_its_provider_credential_whatever_the_order_or_case() -> Non
 
 
 def test_clients_are_kept_by_upstream_and_credential_least_recent_dropped() -> None:
-    made: list[ToolReferenceManager] = []
+    made: list[Client] = []
 
-    def make() -> ToolReferenceManager:
-        made.append(ToolReferenceManager())
+    def make() -> Client:
+        made.append(Client(Editor(), ToolReferenceManager()))
         return made[-1]
 
     clients = Clients(make, 2)
     victim = [("x-api-key", "sk-victim-never-stored")]
-    first = clients.manager("a", victim, "")
-    assert clients.manager("a", victim, "") is first
-    assert clients.manager("b", victim, "") is not first  # another upstream: another client
-    assert clients.manager("a", victim, "") is first  # used: now the most recent
-    other = clients.manager("a", [("x-api-key", "sk-other")], "")  # drops upstream b's
+    first = clients.client("a", victim, "")
+    assert clients.client("a", victim, "") is first
+    assert clients.client("b", victim, "") is not first  # another upstream: another client
+    assert clients.client("a", victim, "") is first  # used: now the most recent
+    other = clients.client("a", [("x-api-key", "sk-other")], "")  # drops upstream b's
     assert len(clients) == 2
     assert len(made) == 3
-    assert clients.manager("a", victim, "") is first
-    assert clients.manager("a", [("x-api-key", "sk-other")], "") is other
-    assert clients.manager("b", victim, "") is not made[1]  # dropped: made again
+    assert clients.client("a", victim, "") is first
+    assert clients.client("a", [("x-api-key", "sk-other")], "") is other
+    assert clients.client("b", victim, "") is not made[1]  # dropped: made again
     assert "sk-victim" not in repr(vars(clients))
     with pytest.raises(ValueError, match="--max-clients is 0"):
         Clients(make, 0)

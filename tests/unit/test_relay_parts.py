@@ -7,6 +7,7 @@ import gzip
 import json
 from typing import Any
 
+import httpx
 import pytest
 import zstandard
 
@@ -32,6 +33,7 @@ from toolref_relay import (
     worth_registering,
 )
 from toolref_relay.bodies import TOO_LARGE, inflated, readable
+from toolref_relay.capabilities import Capabilities
 from toolref_relay.headers import to_agent, to_gateway, to_provider
 
 AGENT = [
@@ -280,3 +282,54 @@ def test_options_that_cannot_work_are_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match="--max-body-bytes"):
         RelayConfig("http://g", max_body_bytes=0)
     assert "secret" not in repr(RelayConfig("http://g", key="secret"))
+
+
+@pytest.mark.parametrize(
+    ("status", "document", "takes"),
+    [
+        (200, {"edits": 1}, True),
+        (200, {"edits": True}, False),  # a boolean is not the version this relay writes
+        (200, {"edits": 2}, False),
+        (200, {"historyRefs": True}, False),  # a gateway from before edits
+        (404, {"edits": 1}, False),
+        (200, "not a document", False),
+    ],
+)
+def test_edits_are_sent_only_when_the_gateway_says_it_reads_them(
+    status: int, document: Any, takes: bool
+) -> None:
+    """Asked once per start: the answer is kept, and a 415 turns edits off."""
+    asked: list[int] = []
+
+    async def ask() -> httpx.Response:
+        asked.append(1)
+        body = json.dumps(document).encode() if isinstance(document, dict) else b"{not json"
+        return httpx.Response(status, content=body)
+
+    async def run() -> tuple[bool, bool]:
+        found = Capabilities()
+        return await found.edits(ask), await found.edits(ask)
+
+    assert asyncio.run(run()) == (takes, takes)
+    assert len(asked) == 1
+    refused = Capabilities()
+    refused.refused()
+    assert asyncio.run(refused.edits(ask)) is False
+    assert asyncio.run(Capabilities(enabled=False).edits(ask)) is False
+    assert len(asked) == 1
+
+
+def test_a_gateway_that_cannot_be_reached_is_asked_again() -> None:
+    calls: list[int] = []
+
+    async def ask() -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            raise httpx.ConnectError("down")
+        return httpx.Response(200, json={"edits": 1})
+
+    async def run() -> tuple[bool, bool]:
+        found = Capabilities()
+        return await found.edits(ask), await found.edits(ask)
+
+    assert asyncio.run(run()) == (False, True)

@@ -38,6 +38,9 @@ UNCARRIABLE = {
         # A token count carries the conversation /v1/messages would: the same path, the same
         # table as the gateway's (toolref.wire.endpoints), so its bytes are saved too.
         ("/v1/messages/count_tokens", "anthropic", "messages"),
+        # Gemini (issue 30: these passed through at 1.0x), the stream's `?alt=sse` a query.
+        ("/v1beta/models/gemini-2.5-pro:generateContent", "gemini", "contents"),
+        ("/v1beta/models/gemini-2.5-pro:streamGenerateContent", "gemini", "contents"),
     ],
 )
 def test_each_api_is_rewritten_with_its_format_and_key(path: str, fmt: str, key: str) -> None:

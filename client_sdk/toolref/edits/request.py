@@ -10,18 +10,20 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from toolref.edits.recipe import Entry, entry_of, recipe_ref
-from toolref.edits.segments import cut_body, header_segment, restore_headers
+from toolref.edits.segments import cut_messages, header_segment, restore_headers
 
 
 @dataclass(frozen=True, slots=True)
 class Cut:
     """A request cut: `segments` (the headers' first), their `entries`, the recipe's `ref`,
-    and the credentials that travel as real headers (`secrets`)."""
+    the credentials that travel as real headers (`secrets`), and the index in `segments`
+    of each message of its conversation (`messages`)."""
 
     segments: list[bytes]
     entries: list[Entry]
     ref: str
     secrets: list[tuple[str, str]]
+    messages: tuple[int, ...] = ()
 
     @property
     def body(self) -> bytes:
@@ -35,14 +37,16 @@ def cut(headers: Iterable[tuple[str, str]], body: bytes, messages_key: str | Non
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    parts = cut_body(text, messages_key)
-    if parts is None:
+    found = cut_messages(text, messages_key)
+    if found is None:
         return None
+    parts, messages = found
     header, secrets = header_segment(headers)
     codec = "ascii" if body.isascii() else "utf-8"
     segments = [header, *(part.encode(codec) for part in parts)]
     entries = [entry_of(segment) for segment in segments]
-    return Cut(segments, entries, recipe_ref(entries), secrets)
+    at = tuple(index + 1 for index in messages)  # after the headers' segment
+    return Cut(segments, entries, recipe_ref(entries), secrets, at)
 
 
 @dataclass(frozen=True, slots=True)

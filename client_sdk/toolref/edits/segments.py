@@ -119,20 +119,32 @@ def restore_headers(
 def cut_body(text: str, messages_key: str | None) -> list[str] | None:
     """The body's segments (see the module docstring); None when it is not one JSON object
     (such a body is sent as one segment by the caller, or passed on as it is)."""
+    found = cut_messages(text, messages_key)
+    return None if found is None else found[0]
+
+
+def cut_messages(text: str, messages_key: str | None) -> tuple[list[str], list[int]] | None:
+    """`cut_body`, and the index in its segments of each message, in order (a client
+    tells its conversations apart by their first messages)."""
+    messages: list[int] = []
     try:
-        cuts = _cuts(text, messages_key)
+        cuts = _cuts(text, messages_key, messages)
     except (_NotAnObject, StopIteration, ValueError, IndexError, RecursionError):
         return None
     segments: list[str] = []
-    at = 0
+    marks: list[int] = []
+    message = set(messages)
+    at, cut = 0, 0
     for start, end in cuts:
         if start > at:
             segments.append(text[at:start])
+        if cut in message:
+            marks.append(len(segments))
         segments.append(text[start:end])
-        at = end
+        at, cut = end, cut + 1
     if at < len(text):
         segments.append(text[at:])
-    return segments
+    return segments, marks
 
 
 def _skip(text: str, at: int) -> int:
@@ -146,8 +158,9 @@ def _expect(text: str, at: int, char: str) -> int:
     return at + 1
 
 
-def _cuts(text: str, messages_key: str | None) -> list[tuple[int, int]]:
-    """The spans that are segments of their own: large member values, and each message."""
+def _cuts(text: str, messages_key: str | None, messages: list[int]) -> list[tuple[int, int]]:
+    """The spans that are segments of their own: large member values, and each message
+    (their indexes in the spans added to `messages`)."""
     at = _skip(text, 0)
     at = _skip(text, _expect(text, at, "{"))
     cuts: list[tuple[int, int]] = []
@@ -159,7 +172,7 @@ def _cuts(text: str, messages_key: str | None) -> list[tuple[int, int]]:
         at = _skip(text, _expect(text, _skip(text, at), ":"))
         start = at
         if key == messages_key and text[at : at + 1] == "[":
-            at = _messages(text, at, cuts)
+            at = _messages(text, at, cuts, messages)
         else:
             _, at = _scan(text, at)
             if at - start >= LARGE:
@@ -170,13 +183,14 @@ def _cuts(text: str, messages_key: str | None) -> list[tuple[int, int]]:
         at = _skip(text, _expect(text, at, ","))
 
 
-def _messages(text: str, at: int, cuts: list[tuple[int, int]]) -> int:
+def _messages(text: str, at: int, cuts: list[tuple[int, int]], messages: list[int]) -> int:
     at = _skip(text, at + 1)
     if text[at : at + 1] == "]":
         return at + 1
     while True:
         start = at
         _, at = _scan(text, at)
+        messages.append(len(cuts))
         cuts.append((start, at))
         at = _skip(text, at)
         if text[at : at + 1] == "]":

@@ -6,7 +6,9 @@ An LLM endpoint is matched by the end of its path, so an upstream whose base URL
 own prefix (`https://host/api`, then `/v1/messages`) is matched as well. Anthropic's token
 count (`/v1/messages/count_tokens`) carries the same conversation as `/v1/messages` and
 rides the same path; OpenAI's (`/v1/responses/input_tokens`) is not rewritten yet (it
-passes through as it is).
+passes through as it is). Gemini's `generateContent` and `streamGenerateContent`
+(`/v1beta/models/{model}:generateContent`, `:streamGenerateContent?alt=sse`: the query is
+not part of the path) carry their conversation under `contents`.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ ENDPOINTS: Final[tuple[tuple[str, Endpoint], ...]] = (
     ("/messages", Endpoint("anthropic", "messages")),
     ("/chat/completions", Endpoint("openai-chat", "messages")),
     ("/responses", Endpoint("openai-responses", "input")),
+    (":generateContent", Endpoint("gemini", "contents")),
+    (":streamGenerateContent", Endpoint("gemini", "contents")),
 )
 
 

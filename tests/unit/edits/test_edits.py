@@ -77,6 +77,22 @@ def test_a_body_cut_is_the_body_joined(
     assert "".join(parts) == text
 
 
+@given(
+    st.lists(JSON_VALUES, max_size=6),
+    st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=3),
+    STYLES,
+)
+@settings(max_examples=100, deadline=None)
+def test_a_cut_says_where_each_message_is(
+    messages: list[Any], extra: dict[str, Any], style: str
+) -> None:
+    """`Cut.messages`: the index of each message's segment, in order (the client tells
+    conversations apart by their first messages)."""
+    made = cut(HEADERS, body_of(messages, extra, style).encode(), "messages")
+    assert made is not None
+    assert [json.loads(made.segments[i]) for i in made.messages] == messages
+
+
 @given(NUMBERS, st.sampled_from(['"\\ud83d"', '"\\udc00x"', '"é"', '"\\u00e9"']), STYLES)
 def test_spellings_json_parsers_change_are_kept(number: str, string: str, style: str) -> None:
     """Numbers no double holds, exponent spellings, negative zero, lone surrogate escapes

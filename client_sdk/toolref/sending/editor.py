@@ -1,0 +1,182 @@
+"""`Editor`: a client's LLM requests sent as edits of the recipes its gateway confirmed
+(issue 30; `toolref.edits` is the algorithm, this is its client's memory and choices).
+
+Sans-I/O: `prepare` turns a request (headers, body) into an `Edit` (the body and headers to
+send); the caller sends it and hands the answer back: `confirm` when it names the recipe
+(`Toolref-History`), `on_miss` for a problem the editor resends on (409 missing-history,
+409 missing-pieces, 400 dictionary-mismatch), which gives the next attempt. At most
+`MAX_RESENDS` resends, the last with every segment inline and no base: every miss recovers
+by itself.
+
+Per request:
+- The base is the confirmed recipe sharing the most piece bytes with it (ties: the most
+  recently used), among those sharing a piece of one of its messages: a conversation is
+  only ever sent against its own past (a base sharing only the envelope, the headers,
+  `tools` or `system`, is not used: those pieces are named instead). No such recipe: no
+  base, every piece a confirmed recipe holds named by its id, the rest inline, plain zstd.
+- The ops are `edit.diff` against the base, with the pieces of every confirmed recipe as
+  held (named by id when the base lacks them).
+- The inline bytes are compressed against the last `z` bytes of the base's segments in
+  edit order, z = min(base bytes, max(32 KiB, 32 x inline bytes), 1 MiB); only the chosen
+  base's bytes, never another conversation's. When that does not make them smaller they
+  travel as they are.
+- Once confirmed, the recipe is kept (`recipes.Recipes`, bounded) and its base dropped when
+  it holds at least half of the base's bytes (the conversation moved on: one recipe per
+  live conversation, so choosing a base stays linear).
+
+Cost: linear in the request (a cut, one look-up per piece, a diff, at most 1 MiB of
+dictionary and one zstd pass over the inline bytes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from toolref.edits import wire
+from toolref.edits.edit import Inline, Op, dictionary, dictionary_order, diff
+from toolref.edits.recipe import parse_piece_ref
+from toolref.edits.request import Cut, cut
+from toolref.sending.recipes import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, Recipe, Recipes
+from toolref.wire.errors import DictionaryMismatchError, MissingHistoryError, MissingPiecesError
+
+MAX_RESENDS: Final = 3
+MIN_DICTIONARY: Final = 32 << 10
+MAX_DICTIONARY: Final = 1 << 20
+DICTIONARY_PER_INLINE: Final = 32
+
+MISSING_HISTORY: Final = MissingHistoryError.problem_type()
+MISSING_PIECES: Final = MissingPiecesError.problem_type()
+DICTIONARY_MISMATCH: Final = DictionaryMismatchError.problem_type()
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """One attempt of a request as an edit: `body` and `headers` to send (the media type and
+    the request's credentials; the caller adds its own: the tenant's key, say), the recipe
+    it makes (`ref`), its base, and how it was built (for the next attempt)."""
+
+    cut: Cut
+    body: bytes
+    headers: tuple[tuple[str, str], ...]
+    base: str | None
+    shared: int  # piece bytes the base shares with the request
+    inline: int  # inline bytes, before compression
+    resends: int = 0
+    unheld: frozenset[bytes] = frozenset()  # pieces the gateway said it lacks
+    plain: bool = False  # no dictionary (after a mismatch)
+    whole: bool = False  # no base, nothing named: every segment inline
+
+    @property
+    def ref(self) -> str:
+        return self.cut.ref
+
+
+class _Held:
+    """Pieces of any confirmed recipe, but those the gateway said it lacks."""
+
+    def __init__(self, recipes: Recipes, unheld: frozenset[bytes]) -> None:
+        self.recipes, self.unheld = recipes, unheld
+
+    def __contains__(self, piece: object) -> bool:
+        return isinstance(piece, bytes) and self.recipes.holds(piece) and piece not in self.unheld
+
+
+class Editor:
+    """One client's edits (see the module docstring). max_recipes / max_bytes: the bound of
+    the recipes kept (`recipes.Recipes`). Not thread-safe: one event loop."""
+
+    def __init__(
+        self, max_recipes: int = DEFAULT_MAX_RECIPES, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
+        self.recipes = Recipes(max_recipes, max_bytes)
+
+    def prepare(
+        self, headers: Iterable[tuple[str, str]], body: bytes, messages_key: str | None
+    ) -> Edit | None:
+        """The first attempt of a request; None when its body is not one JSON object in
+        UTF-8 (send it as it is). `headers`: the agent's end-to-end headers, toolref's own
+        left out."""
+        made = cut(headers, body, messages_key)
+        if made is None:
+            return None
+        match = self.recipes.best_base(made.entries, made.segments, made.messages)
+        if match is None:
+            return self._build(made, None, 0)
+        self.recipes.touch(match.recipe.ref)
+        return self._build(made, match.recipe, match.shared)
+
+    def confirm(self, edit: Edit, history: str | None) -> bool:
+        """Keep the recipe `edit` made when the answer names it (`Toolref-History`);
+        whether it did."""
+        if history is None or history.strip() != edit.ref:
+            return False
+        made = edit.cut
+        kept = self.recipes.keep(made.ref, made.entries, made.segments)
+        base = self.recipes.get(edit.base) if edit.base is not None else None
+        if kept and base is not None and base.ref != made.ref and 2 * edit.shared >= base.size:
+            self.recipes.drop(base.ref)
+        return kept
+
+    def on_miss(self, edit: Edit, status: int, problem: Mapping[str, Any] | None) -> Edit | None:
+        """The next attempt after a problem the editor resends on; None for any other
+        answer (it is the agent's), or once `MAX_RESENDS` were made."""
+        kind = problem.get("type") if problem is not None else None
+        if edit.resends >= MAX_RESENDS or kind is None:
+            return None
+        base = self.recipes.get(edit.base) if edit.base is not None else None
+        shared, unheld, plain = edit.shared, edit.unheld, edit.plain
+        if status == 409 and kind == MISSING_HISTORY:
+            if base is not None:
+                self.recipes.drop(base.ref)
+            base, shared = None, 0
+        elif status == 409 and kind == MISSING_PIECES:
+            listed = problem.get("missingPieces") if problem is not None else None
+            lacking = [parse_piece_ref(ref) for ref in listed] if isinstance(listed, list) else []
+            found = [piece for piece in lacking if piece is not None]
+            self.recipes.drop_holding(found)
+            unheld = unheld | frozenset(found)
+            base = self.recipes.get(base.ref) if base is not None else None
+        elif status == 400 and kind == DICTIONARY_MISMATCH:
+            plain = True
+        else:
+            return None
+        resends = edit.resends + 1
+        if resends == MAX_RESENDS:
+            return self._build(edit.cut, None, 0, resends=resends, whole=True)
+        if base is None:
+            shared = 0
+        return self._build(edit.cut, base, shared, resends=resends, unheld=unheld, plain=plain)
+
+    def _build(
+        self,
+        made: Cut,
+        base: Recipe | None,
+        shared: int,
+        *,
+        resends: int = 0,
+        unheld: frozenset[bytes] = frozenset(),
+        plain: bool = False,
+        whole: bool = False,
+    ) -> Edit:
+        held: _Held | tuple[()] = () if whole else _Held(self.recipes, unheld)
+        entries = base.entries if base is not None else ()
+        ops = diff(entries, made.entries, made.segments, held)
+        inline = sum(len(op.data) for op in ops if isinstance(op, Inline))
+        ref = base.ref if base is not None else None
+        body = wire.encode(ref, ops, None)  # as they are
+        if inline:
+            words = b""
+            if base is not None and not plain:
+                words = self._dictionary(base, ops, inline)
+            packed = wire.encode(ref, ops, words)
+            if len(packed) < len(body):
+                body = packed
+        headers = (("Content-Type", wire.MEDIA_TYPE), *made.secrets)
+        return Edit(made, body, headers, ref, shared, inline, resends, unheld, plain, whole)
+
+    def _dictionary(self, base: Recipe, ops: list[Op], inline: int) -> bytes:
+        size = min(base.size, max(MIN_DICTIONARY, DICTIONARY_PER_INLINE * inline), MAX_DICTIONARY)
+        order = dictionary_order(len(base.entries), ops)
+        return dictionary(order, lambda index: self.recipes.segment(base, index), size)

@@ -1,0 +1,60 @@
+"""Whether the gateway takes edits (`application/vnd.toolref.edit`): asked once per start
+(`GET /v1/capabilities`, `"edits": 1`) and kept; a 415 to an edit says no as well. Until it
+is known (the gateway down at start, say), a turn takes the manager's path."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import httpx
+
+EDITS_VERSION: Final = 1
+
+
+class Capabilities:
+    """What this start learnt of the gateway. `enabled`: False never sends an edit."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self._edits: bool | None = None if enabled else False
+        self._lock = asyncio.Lock()
+
+    @property
+    def known(self) -> bool | None:
+        """Whether the gateway takes edits; None while not known."""
+        return self._edits
+
+    async def edits(self, ask: Callable[[], Awaitable[httpx.Response]]) -> bool:
+        """Whether to send edits; `ask` gets the capabilities document (once: the answer is
+        kept; a gateway that cannot be reached is asked again at the next turn)."""
+        if self._edits is not None:
+            return self._edits
+        async with self._lock:  # one question in flight, however many turns wait on it
+            if self._edits is None:
+                try:
+                    response = await ask()
+                    try:
+                        body = await response.aread()
+                    finally:
+                        await response.aclose()
+                except httpx.HTTPError:
+                    return False
+                self._edits = response.status_code == 200 and _takes_edits(body)
+        return self._edits
+
+    def refused(self) -> None:
+        """The gateway answered 415 to an edit: the manager's path from now on."""
+        self._edits = False
+
+
+def _takes_edits(body: bytes) -> bool:
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return False
+    if not isinstance(document, dict):
+        return False
+    found = document.get("edits")
+    return type(found) is int and found == EDITS_VERSION  # the version this relay writes

@@ -1,0 +1,152 @@
+"""One LLM turn sent to the gateway as an edit (`toolref.sending.editor.Editor`, issue 30).
+
+The request goes to the same target, `POST {gateway}/llm/{upstream}{path}?{query}`, with the
+edit as its body and these headers only: `Content-Type: application/vnd.toolref.edit`, the
+agent's credentials as real headers (the gateway fills them into the agent's headers, which
+travel inside the edit as segment 0, kept by reference while they do not change),
+`Toolref-Key`, and `Toolref-Switched-From` when switching. A 409 missing-history or
+missing-pieces and a 400 dictionary-mismatch are resent (at most three times, the last with
+everything inline) before the agent sees anything; the answer the gateway gives after that
+goes back to the agent as it arrives. A body that is not one JSON object in UTF-8 is not
+sent as an edit (`NOT_AN_EDIT`), nor is anything after a gateway answers 415 to the media
+type (`UNSUPPORTED`): the caller takes the manager's path, as it does for a turn answered 413
+(too large for the gateway or the provider: the manager retries it with its biggest tool
+results registered, as refs, or names them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import httpx
+
+from toolref.receiving.hops import Pairs, end_to_end, without_toolref
+from toolref.receiving.workers import Workers
+from toolref.sending.answers import may_resend, problem_of
+from toolref.sending.editor import Edit
+from toolref.wire.endpoints import CAPABILITIES, endpoint
+from toolref.wire.headers import HISTORY_HEADER, KEY_HEADER, SWITCHED_FROM_HEADER
+
+from .calls import Call, Meter
+from .clients import Client
+
+if TYPE_CHECKING:
+    from .app import Relay
+
+NOT_AN_EDIT: Final = "not-an-edit"
+UNSUPPORTED: Final = "unsupported"
+Declined = Literal["not-an-edit", "unsupported"]
+
+
+async def as_edit(
+    relay: Relay,
+    call: Call,
+    client: Client,
+    *,
+    url: str,
+    body: bytes,
+    moved: str | None,
+    meter: Meter,
+) -> httpx.Response | None:
+    """The gateway's answer to the turn sent as an edit; None when it is not sent as one (a
+    gateway without edits, a body that is not one JSON object): the manager's path then.
+    `body`: the agent's, inflated; `moved`: the `Toolref-Switched-From` value."""
+    found = endpoint("POST", call.path)
+    if found is None:
+        return None
+    config = relay.config
+
+    async def ask() -> httpx.Response:
+        request = httpx.Request("GET", config.gateway + CAPABILITIES, extensions=relay.extensions())
+        return await relay.pool.handle_async_request(request)
+
+    if not await relay.capabilities.edits(ask):
+        return None
+    extra = [(KEY_HEADER, config.key)] if config.key else []
+    if moved:
+        extra.append((SWITCHED_FROM_HEADER, moved))
+    answer = await send_edit(
+        meter,
+        client,
+        url=url,
+        agent=call.headers,
+        extra=extra,
+        content=body,
+        messages_key=found.messages_key,
+        extensions=relay.extensions(),
+    )
+    if answer == UNSUPPORTED:
+        relay.capabilities.refused()
+        relay.report(
+            f"toolref relay: the gateway {config.gateway} refused an edit (415); requests "
+            "take the history path from now on"
+        )
+        return None
+    if answer == NOT_AN_EDIT:
+        return None
+    if answer.status_code == 413:  # too large as an edit, or for the provider: the manager
+        await answer.aclose()  # path retries it with its biggest tool results as refs
+        return None
+    return answer
+
+
+def agent_headers(pairs: Pairs) -> list[tuple[str, str]]:
+    """The agent's headers as they go into segment 0: end to end, none of toolref's (the
+    cut itself leaves out the ones describing the hop: length, encoding, host)."""
+    return without_toolref(end_to_end(pairs))
+
+
+async def send_edit(
+    pool: httpx.AsyncBaseTransport,
+    client: Client,
+    *,
+    url: str,
+    agent: Pairs,
+    extra: Sequence[tuple[str, str]],
+    content: bytes,
+    messages_key: str,
+    extensions: dict[str, Any],
+) -> httpx.Response | Declined:
+    """The gateway's answer to the turn sent as an edit (resends done); `extra`: the
+    relay's own headers (`Toolref-Key`, `Toolref-Switched-From`). The client's editor is
+    used by one turn at a time (`Client.lock`), in a worker thread for a large body; the
+    request's round trips hold no lock."""
+    editor = client.editor
+    async with client.lock:
+        edit: Edit | None = await _WORKERS.run(
+            len(content), editor.prepare, agent_headers(agent), content, messages_key
+        )
+    if edit is None:
+        return NOT_AN_EDIT
+    while True:
+        request = httpx.Request(
+            "POST",
+            url,
+            headers=[*edit.headers, *extra],
+            content=edit.body,
+            extensions=extensions,
+        )
+        response = await pool.handle_async_request(request)
+        if response.status_code == 415 and HISTORY_HEADER not in response.headers:
+            await response.aclose()  # the gateway's (the provider's would name the recipe)
+            return UNSUPPORTED
+        if may_resend(response):
+            await response.aread()
+            async with client.lock:
+                following = await _WORKERS.run(
+                    len(content), editor.on_miss, edit, response.status_code, problem_of(response)
+                )
+            if following is not None:
+                await response.aclose()
+                edit = following
+                continue
+        async with client.lock:
+            editor.confirm(edit, response.headers.get(HISTORY_HEADER))  # linear in the entries
+        return response
+
+
+# Cutting and diffing a body (a SHA-256 per piece, zstd against up to 1 MiB): about 14 ms a
+# MB measured; past this size, in a worker thread.
+OFFLOAD_BYTES: Final = 256 << 10
+_WORKERS: Final = Workers(None, OFFLOAD_BYTES)
