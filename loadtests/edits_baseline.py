@@ -10,8 +10,9 @@ The baseline is a lower bound of that scheme: it counts no dictionary hash (RFC 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Final
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
 
 import zstandard
 
@@ -100,3 +101,28 @@ def baseline(
         sizes.append(len(head(target, host, headers, len(frame), encoding)) + len(frame))
         previous[conversation] = body
     return sizes
+
+
+def _unmarked(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _unmarked(v) for k, v in value.items() if k != "cache_control"}
+    if isinstance(value, list):
+        return [_unmarked(v) for v in value]
+    return value
+
+
+def content_bytes(bodies: Iterable[dict[str, Any]], messages_key: str = "messages") -> int:
+    """Raw JSON bytes of what a conversation said: every distinct message it ever sent and
+    every distinct rest of its bodies (model, system, tools...), each once, cache marks
+    aside (a message whose mark moved is the same message). For a conversation that only
+    grows, its last body; for one compacted or rewound, also what it said before."""
+    seen: set[str] = set()
+    total = 0
+    for body in bodies:
+        rest = {k: v for k, v in body.items() if k != messages_key}
+        for part in [rest, *body.get(messages_key, [])]:
+            text = json.dumps(_unmarked(part), ensure_ascii=False, separators=(",", ":"))
+            if text not in seen:
+                seen.add(text)
+                total += len(text.encode())
+    return total

@@ -10,8 +10,9 @@ baseline (`edits_baseline`: zstd against the previous body, under the agent's he
 the service's CPU per turn (every thread of the gateway process, registry included; the
 engine's apart), the last 20 turns over the first 20; and the Redis bytes (MEMORY USAGE of
 the keys the conversation added, counters left out) right after its last turn, per raw
-JSON byte of its last body. Then with `--workers 4`, and with two service processes on one
-engine, conversations of 200 turns: the extra round trips. Ratios within one run only.
+JSON byte of what it said (each distinct message once). Then with `--workers 4`, and with
+two service processes on one engine, conversations of 200 turns: the extra round trips.
+Ratios within one run only.
 
 Whatever path the relay takes is measured: the code under test is this tree, or the
 relay and gateway of another revision (`--code REV`, written out with `git archive`); the
@@ -44,7 +45,7 @@ from redis.asyncio import Redis
 from loadtests import edits_report
 from loadtests.bandwidth import turns_of
 from loadtests.counting_hop import CountingHop, Sent
-from loadtests.edits_baseline import AGENT_HEADERS, PROVIDER_HOSTS, baseline
+from loadtests.edits_baseline import AGENT_HEADERS, PROVIDER_HOSTS, baseline, content_bytes
 from loadtests.patterns import PATTERNS, Pattern, Turn, encode, one_mark
 from loadtests.rawhttp import Connection, request
 from loadtests.report import Section
@@ -86,7 +87,7 @@ class Measured:
     engine: list[float]  # the engine's
     redis: int = 0  # MEMORY USAGE of the keys it added
     keys: dict[str, int] = field(default_factory=dict)
-    raw: int = 0  # bytes of the last body of each of its conversations
+    raw: int = 0  # raw JSON bytes of what it said (`edits_baseline.content_bytes`)
     served: list[int] = field(default_factory=list)  # turns per worker or process
 
     @property
@@ -274,14 +275,14 @@ class Run:
         finally:
             await agent.close()
         redis, keys = await _usage(self.redis, await _keys(self.redis) - before)
-        last = {conversation: len(body) for conversation, body in bodies}
+        said = content_bytes(turn.body for turn in pattern.turns)
         sizes = baseline(
             pattern.path, PROVIDER_HOSTS[pattern.fmt], AGENT_HEADERS[pattern.fmt], bodies
         )
         sent = system.hop.of(range(start, self.turn))
         return Measured(
             pattern.name, kind, pattern.fmt, len(bodies), sum(len(b) for _, b in bodies),
-            sum(sizes), sent, cpu, engine, redis, keys, sum(last.values()), served,
+            sum(sizes), sent, cpu, engine, redis, keys, said, served,
         )  # fmt: skip
 
 

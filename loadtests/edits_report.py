@@ -105,8 +105,11 @@ def conversations_section(measured: list[Measured], plan: Plan, code: str, trace
         "the service process's (gateway and registry, in process) per turn, mean of the "
         "first and of the last 20 turns (half the turns when fewer than 40); the engine's "
         "ratio beside it. Redis: MEMORY USAGE of the keys the conversation added, right "
-        "after its last turn (superseded heads still held; counters left out), per byte of "
-        "the last body of each of its conversations. `path`: what the relay sent (history "
+        "after its last turn (superseded heads still held; counters left out), per raw JSON "
+        "byte of what the conversation said: every distinct message it sent and the rest of "
+        "its bodies, once each, cache marks aside (`edits_baseline.content_bytes`: the last "
+        "body of a conversation that only grows; with the history a summary replaced, or a "
+        "rewound branch, for the others). `path`: what the relay sent (history "
         f"refs, or edits). Code: {code}. Command: `{plan.command}`. {traces}"
     )
     return Section(

@@ -221,6 +221,19 @@ def test_the_baseline_compresses_each_body_against_the_previous_one_of_its_conve
     assert sizes == [wire(first, None), wire(other, None), wire(second, first)]
 
 
+def test_what_a_conversation_said_counts_each_message_once_marks_aside() -> None:
+    grown = patterns.one_mark(10, 1)
+    last = grown.turns[-1].body
+    marks = len(json.dumps({"cache_control": patterns.MARK}, separators=(",", ":"))) - 1
+    # only growing: the last body, less its one mark, its brackets and commas
+    expected = len(encode(last)) - marks - len("messages") - 4 - len(last["messages"]) - 1
+    assert edits_baseline.content_bytes(t.body for t in grown.turns) == expected
+    compacted = patterns.compaction(30, 1)
+    said = edits_baseline.content_bytes(t.body for t in compacted.turns)
+    assert said > len(encode(compacted.turns[19].body)) + len(encode(compacted.turns[-1].body)) / 2
+    assert said > max(len(encode(t.body)) for t in compacted.turns) * 1.2  # before the summary too
+
+
 # --- the hop ---------------------------------------------------------------------------------
 
 
