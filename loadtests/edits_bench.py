@@ -67,6 +67,7 @@ class Plan:
     replica_patterns: tuple[str, ...] = ("one-mark", "edited")
     patterns: tuple[str, ...] = tuple(PATTERNS)
     command: str = "make bench (this section alone: python -m loadtests.edits_bench)"
+    suffix: str = ""  # after the sections' titles: the code, when not this tree's
 
 
 QUICK: Final = Plan(40, 40, 60, command="python -m loadtests.edits_bench --quick")
@@ -386,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"edits bench: no shared traces ({why}): patterns only", file=sys.stderr)
     plan = QUICK if args.quick else Plan()
     command = " ".join(["python -m loadtests.edits_bench", *(argv or sys.argv[1:])])
-    plan = replace(plan, command=command)
+    plan = replace(plan, command=command, suffix=f", at {args.code}" if args.code else "")
     if args.turns:
         plan = replace(plan, turns=args.turns, trace_turns=args.turns, replica_turns=args.turns)
     if args.patterns:

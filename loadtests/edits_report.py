@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from loadtests.edits_bench import Measured, Plan
 
 TITLE: Final = "Any conversation, any replica (issue 30)"
-REPLICAS_TITLE: Final = f"{TITLE}: workers and replicas"
+REPLICAS: Final = ": workers and replicas"
 BYTES: Final = 1.0  # relay -> gateway bytes over the baseline's, at most
 CPU: Final = 1.3  # service CPU per turn, last 20 turns over the first 20, at most
 REDIS: Final = 0.5  # Redis bytes of a kept conversation per raw JSON byte, at most
@@ -113,7 +113,7 @@ def conversations_section(measured: list[Measured], plan: Plan, code: str, trace
         f"refs, or edits). Code: {code}. Command: `{plan.command}`. {traces}"
     )
     return Section(
-        title=TITLE,
+        title=TITLE + plan.suffix,
         intro=intro,
         header=[
             "conversation",
@@ -175,7 +175,7 @@ def replicas_section(replicas: list[tuple[str, Measured]], plan: Plan, code: str
         f"Code: {code}. Command: `{plan.command}`."
     )
     return Section(
-        title=REPLICAS_TITLE,
+        title=TITLE + plan.suffix + REPLICAS,
         intro=intro,
         header=[
             "service",
