@@ -87,7 +87,7 @@ class Measured:
     cpu: list[float]  # the service's CPU seconds, per turn
     engine: list[float]  # the engine's
     redis: int = 0  # MEMORY USAGE of the keys it added
-    keys: dict[str, int] = field(default_factory=dict)
+    keys: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind: (keys, bytes)
     raw: int = 0  # raw JSON bytes of what it said (`edits_baseline.content_bytes`)
     served: list[int] = field(default_factory=list)  # turns per worker or process
 
@@ -291,18 +291,20 @@ async def _keys(redis: Redis) -> set[bytes]:
     return {key async for key in redis.scan_iter(match="tr:*", count=1000)}
 
 
-async def _usage(redis: Redis, keys: set[bytes]) -> tuple[int, dict[str, int]]:
-    """MEMORY USAGE summed over `keys` (counters left out), and the keys by kind."""
+async def _usage(redis: Redis, keys: set[bytes]) -> tuple[int, dict[str, tuple[int, int]]]:
+    """MEMORY USAGE summed over `keys` (counters left out), and per kind of key: how many,
+    and their bytes."""
     chosen = [k for k in keys if k.split(b":")[2].decode() not in COUNTERS]
-    kinds: dict[str, int] = {}
-    for key in chosen:
-        kind = key.split(b":")[2].decode()
-        kinds[kind] = kinds.get(kind, 0) + 1
     pipe = redis.pipeline(transaction=False)
     for key in chosen:
         pipe.memory_usage(key, samples=0)
-    sizes = await pipe.execute() if chosen else []
-    return sum(int(s or 0) for s in sizes), kinds
+    sizes = [int(s or 0) for s in await pipe.execute()] if chosen else []
+    kinds: dict[str, tuple[int, int]] = {}
+    for key, size in zip(chosen, sizes, strict=True):
+        kind = key.split(b":")[2].decode()
+        count, total = kinds.get(kind, (0, 0))
+        kinds[kind] = (count + 1, total + size)
+    return sum(sizes), kinds
 
 
 def conversations(found: list[Trace], plan: Plan) -> list[tuple[str, Pattern]]:

@@ -50,7 +50,7 @@ def _row(m: Measured) -> tuple[list[str], float, float, float]:
     engine_last, engine_first, _ = growth(m.engine)
     engine = engine_last / engine_first if engine_first else float("inf")
     memory = m.redis / m.raw
-    keys = " ".join(f"{k}:{n}" for k, n in sorted(m.keys.items()))
+    keys = ", ".join(f"{k} {n}: {_kb(b)}" for k, (n, b) in sorted(m.keys.items()))
     row = [
         f"{m.name} ({m.kind}, {m.fmt})",
         str(m.turns),
@@ -125,7 +125,7 @@ def conversations_section(measured: list[Measured], plan: Plan, code: str, trace
             "service CPU ms/turn, first → last (window)",
             "last ÷ first",
             "engine last ÷ first",
-            "Redis bytes (keys)",
+            "Redis bytes (kind, keys: bytes)",
             "Redis ÷ raw JSON",
             "extra round trips",
             "path",

@@ -289,7 +289,7 @@ def test_a_conversation_is_judged_against_each_target() -> None:
     requests = [sent(0), sent(1, 400, "dictionary-mismatch"), sent(1), sent(2)]
     cpu = [0.002] * 20 + [0.003] * 20  # grows by 1.5x: over 1.3x
     measured = Measured(
-        "p", "pattern", "anthropic", 3, 900, 500, requests, cpu, cpu, 40, {"h": 2}, 100, [3]
+        "p", "pattern", "anthropic", 3, 900, 500, requests, cpu, cpu, 40, {"h": (2, 40)}, 100, [3]
     )
     assert measured.extra == 1
     assert measured.problems == {"400 dictionary-mismatch": 1}
@@ -302,6 +302,7 @@ def test_a_conversation_is_judged_against_each_target() -> None:
     row = conversations.rows[0]
     assert row[5] == "0.80 PASS"  # 400 bytes against a baseline of 500
     assert row[7] == "1.50 FAIL"
+    assert row[9] == "40 (h 2: 0.0 KB)"
     assert row[10] == "0.40 PASS"
     assert replicas.rows[0][4] == "1"
     assert replicas.rows[0][-1] == "FAIL"
