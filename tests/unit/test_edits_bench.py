@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import zstandard
 from loadtests import edits_baseline, edits_report, fast_upstream, patterns
+from loadtests.bandwidth import on_the_wire
 from loadtests.counting_hop import CountingHop, Sent
-from loadtests.edits_bench import Measured, Plan
+from loadtests.edits_bench import Measured, Plan, conversations, from_trace
 from loadtests.patterns import PATTERNS, Pattern, encode
 from loadtests.rawhttp import Connection, request
 from loadtests.report import Section, replace_section
@@ -232,6 +233,28 @@ def test_what_a_conversation_said_counts_each_message_once_marks_aside() -> None
     said = edits_baseline.content_bytes(t.body for t in compacted.turns)
     assert said > len(encode(compacted.turns[19].body)) + len(encode(compacted.turns[-1].body)) / 2
     assert said > max(len(encode(t.body)) for t in compacted.turns) * 1.2  # before the summary too
+
+
+def test_a_trace_is_replayed_as_the_bodies_its_agent_sent_turn_by_turn() -> None:
+    from tests.unit.test_bench import small_trace
+
+    trace = small_trace()  # OpenAI Chat: five calls and their results
+    pattern = from_trace(trace, None)
+    assert pattern is not None
+    assert pattern.fmt == "openai-chat"
+    assert [len(t.messages) for t in pattern.turns] == [2, 4, 6, 8]  # before each model call
+    sent = [on_the_wire(m, "openai-chat") for m in trace.messages[:8]]  # as a client sends
+    assert pattern.turns[-1].messages == sent
+    assert "max_tokens" not in pattern.turns[0].body
+    limited = from_trace(trace, 2)
+    assert limited is not None
+    assert len(limited.turns) == 2
+    chosen = conversations([trace], Plan(turns=4, patterns=("one-mark", "interleaved-2")))
+    assert [(kind, p.name, len(p.turns)) for kind, p in chosen] == [
+        ("trace", "synthetic", 4),
+        ("pattern", "one-mark", 4),
+        ("pattern", "interleaved-2", 8),
+    ]
 
 
 # --- the hop ---------------------------------------------------------------------------------
