@@ -55,6 +55,11 @@ from toolref.edits.wire import MEDIA_TYPE
 from toolref_server.embedded import EmbeddedEngine
 
 COUNTERS: Final = frozenset({"q", "c"})  # per tenant, not per conversation
+# After each turn, a request of constant cost through relay and gateway (a path the relay
+# passes through and the gateway forwards as it is): the service's CPU for it says how fast
+# the machine ran then, so that CPU growth is judged against it (other work shares the cores).
+CONTROL_PATH: Final = "/v1/bench-control"
+CONTROL_BODY: Final = b'{"control":"' + b"c" * 16_000 + b'"}'
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,7 @@ class Measured:
     baseline: int
     sent: list[Sent]  # what the relay sent the gateway meanwhile
     cpu: list[float]  # the service's CPU seconds, per turn
+    control: list[float]  # the service's CPU seconds for the control request after each turn
     engine: list[float]  # the engine's
     redis: int = 0  # MEMORY USAGE of the keys it added
     keys: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind: (keys, bytes)
@@ -255,7 +261,8 @@ class Run:
         url = f"{system.relay.url}/llm/{UPSTREAM_NAME}{pattern.path}"
         headers = dict(AGENT_HEADERS[pattern.fmt])
         agent = Connection.to(system.relay.url)
-        bodies, cpu, engine, served = [], [], [], [0] * len(servers)
+        bodies, cpu, engine, control, served = [], [], [], [], [0] * len(servers)
+        probe = request(f"{system.relay.url}/llm/{UPSTREAM_NAME}{CONTROL_PATH}", CONTROL_BODY)
         try:
             for n, turn in enumerate(pattern.turns):
                 body = encode(turn.body)
@@ -273,6 +280,12 @@ class Run:
                     )
                 deltas = [cpu_of(s) - u for s, u in zip(servers, used, strict=True)]
                 served[deltas.index(max(deltas))] += 1  # the one that worked most
+                system.hop.turn = -1  # not the conversation's
+                service = system.cpu()
+                checked = await agent.send(probe)
+                control.append(system.cpu() - service)
+                if checked.status != 200:
+                    raise RuntimeError(f"the control request: {checked.status}")
         finally:
             await agent.close()
         redis, keys = await _usage(self.redis, await _keys(self.redis) - before)
@@ -283,7 +296,7 @@ class Run:
         sent = system.hop.of(range(start, self.turn))
         return Measured(
             pattern.name, kind, pattern.fmt, len(bodies), sum(len(b) for _, b in bodies),
-            sum(sizes), sent, cpu, engine, redis, keys, said, served,
+            sum(sizes), sent, cpu, control, engine, redis, keys, said, served,
         )  # fmt: skip
 
 

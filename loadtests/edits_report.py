@@ -46,7 +46,10 @@ def _problems(found: dict[str, int]) -> str:
 def _row(m: Measured) -> tuple[list[str], float, float, float]:
     ratio = m.wire / m.baseline
     last, first, size = growth(m.cpu)
-    cpu = last / first if first else float("inf")
+    raw_cpu = last / first if first else float("inf")
+    control_last, control_first, _ = growth(m.control)
+    speed = control_last / control_first if control_first else 1.0
+    cpu = raw_cpu / speed  # the growth at the speed the machine ran the first turns
     engine_last, engine_first, _ = growth(m.engine)
     engine = engine_last / engine_first if engine_first else float("inf")
     memory = m.redis / m.raw
@@ -59,6 +62,8 @@ def _row(m: Measured) -> tuple[list[str], float, float, float]:
         _kb(m.baseline),
         f"{ratio:.2f} {judged(ratio, BYTES)}",
         f"{first * 1e3:.2f} → {last * 1e3:.2f} ({size})",
+        f"{raw_cpu:.2f}",
+        f"{speed:.2f}",
         f"{cpu:.2f} {judged(cpu, CPU)}",
         f"{engine:.2f}",
         f"{m.redis:,} ({keys})",
@@ -103,8 +108,12 @@ def conversations_section(measured: list[Measured], plan: Plan, code: str, trace
         "body zstd-compressed (level 3) against the previous body of its conversation "
         "(`loadtests/edits_baseline.py`, RFC 9842 style, no dictionary hash counted). CPU: "
         "the service process's (gateway and registry, in process) per turn, mean of the "
-        "first and of the last 20 turns (half the turns when fewer than 40); the engine's "
-        "ratio beside it. Redis: MEMORY USAGE of the keys the conversation added, right "
+        "first and of the last 20 turns (half the turns when fewer than 40); after each turn "
+        "a control request of constant cost (16 KB to a path relay and gateway pass through "
+        "untouched; not counted in the bytes) measures how fast the machine ran then, and "
+        "the growth judged is last ÷ first divided by the control's (other work shares "
+        "these cores: unnormalized, the ratio moved by up to 0.6 between runs); the "
+        "engine's ratio beside it. Redis: MEMORY USAGE of the keys the conversation added, right "
         "after its last turn (superseded heads still held; counters left out), per raw JSON "
         "byte of what the conversation said: every distinct message it sent and the rest of "
         "its bodies, once each, cache marks aside (`edits_baseline.content_bytes`: the last "
@@ -124,6 +133,8 @@ def conversations_section(measured: list[Measured], plan: Plan, code: str, trace
             "÷ baseline",
             "service CPU ms/turn, first → last (window)",
             "last ÷ first",
+            "control last ÷ first",
+            "CPU growth (÷ control)",
             "engine last ÷ first",
             "Redis bytes (kind, keys: bytes)",
             "Redis ÷ raw JSON",

@@ -311,8 +311,10 @@ def sent(turn: int, status: int = 200, problem: str = "", media: str = "x") -> S
 def test_a_conversation_is_judged_against_each_target() -> None:
     requests = [sent(0), sent(1, 400, "dictionary-mismatch"), sent(1), sent(2)]
     cpu = [0.002] * 20 + [0.003] * 20  # grows by 1.5x: over 1.3x
+    slower = [0.001] * 20 + [0.0011] * 20  # the machine ran 10% slower at the end
+    keys = {"h": (2, 40)}
     measured = Measured(
-        "p", "pattern", "anthropic", 3, 900, 500, requests, cpu, cpu, 40, {"h": (2, 40)}, 100, [3]
+        "p", "pattern", "anthropic", 3, 900, 500, requests, cpu, slower, cpu, 40, keys, 100, [3]
     )
     assert measured.extra == 1
     assert measured.problems == {"400 dictionary-mismatch": 1}
@@ -324,14 +326,14 @@ def test_a_conversation_is_judged_against_each_target() -> None:
     )
     row = conversations.rows[0]
     assert row[5] == "0.80 PASS"  # 400 bytes against a baseline of 500
-    assert row[7] == "1.50 FAIL"
-    assert row[9] == "40 (h 2: 0.0 KB)"
-    assert row[10] == "0.40 PASS"
+    assert row[7:10] == ["1.50", "1.10", "1.36 FAIL"]  # 1.5x at 1.1x slower: 1.36x
+    assert row[11] == "40 (h 2: 0.0 KB)"
+    assert row[12] == "0.40 PASS"
     assert replicas.rows[0][4] == "1"
     assert replicas.rows[0][-1] == "FAIL"
     assert conversations.verdicts[1].startswith("FAIL")
     edit = sent(0, media="application/vnd.toolref.edit")
-    assert Measured("e", "pattern", "anthropic", 1, 1, 1, [edit], [], []).path == "edits"
+    assert Measured("e", "pattern", "anthropic", 1, 1, 1, [edit], [], [], []).path == "edits"
 
 
 def test_a_section_is_replaced_in_place_or_added_before_the_regions(tmp_path: Any) -> None:
