@@ -4,7 +4,8 @@ status and problem type, and which gateway served it.
 
 The relay is pointed at the hop (`--gateway <hop>`); the hop forwards each request as it
 came to one of its gateways, in turn (no affinity: with several gateways a conversation's
-turns alternate between them), on a kept-alive connection per gateway, or on a new one per
+turns alternate between them; a request outside any turn, `turn` -1, goes to the next one
+without moving the rotation), on a kept-alive connection per gateway, or on a new one per
 request (`fresh`: so that the kernel hands each request to whichever worker of a
 multi-worker server accepts it first). Answers are read whole and written back framed by
 length (timing is not this hop's concern).
@@ -95,7 +96,8 @@ class CountingHop:
                 head, body = await read_request(reader)
                 async with self._lock:
                     index = self._next % len(self.gateways)
-                    self._next += 1
+                    if self.turn >= 0:  # outside a turn (-1): the rotation does not move
+                        self._next += 1
                     answer = await self._forward(index, head + body)
                 method, target = head.split(b" ", 2)[:2]
                 media = _MEDIA.search(head)

@@ -301,6 +301,21 @@ async def test_the_hop_counts_the_bytes_written_and_alternates_between_its_gatew
     assert (second.wire, second.gateway, second.llm) == (len(chunked), 1, True)
 
 
+async def test_requests_outside_a_turn_leave_the_rotation_where_it_was() -> None:
+    """Found: the bench's control request after each turn took every other slot, so all of
+    a conversation's turns went to one of two gateways."""
+    async with serving(fast_upstream.handle) as one, serving(fast_upstream.handle) as two:
+        hop = CountingHop([one, two])
+        async with serving(hop.handle) as url:
+            client = Connection.to(url)
+            for turn in range(4):
+                for hop.turn in (turn, -1):  # a turn, then a control request
+                    await client.send(request(url + "/llm/x/v1/messages", b"{}"))
+            await client.close()
+        await hop.close()
+    assert [s.gateway for s in hop.sent if s.turn >= 0] == [0, 1, 0, 1]
+
+
 # --- the report ------------------------------------------------------------------------------
 
 
