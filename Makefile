@@ -8,7 +8,7 @@ SERVER_STAMP   := $(VENV)/.installed-server
 LOADTEST_STAMP := $(VENV)/.installed-loadtest
 DEV_STAMP      := $(VENV)/.installed-dev
 
-.PHONY: serve test check package js-test e2e e2e-install lint fmt bench loadtest loadtest-hostile soak clean \
+.PHONY: serve test check package js-test e2e e2e-install lint fmt bench bench-edits loadtest loadtest-hostile soak clean \
 	demo web-build chromium browser-test
 
 $(BIN)/python:
@@ -97,6 +97,14 @@ soak: $(DEV_STAMP)
 # the web chat's, the demo page in Chromium.
 bench: e2e-install web-build chromium
 	$(BIN)/python -m loadtests.bench
+
+# Issue 30's sections alone ("Any conversation, any replica"), written in place into
+# docs/benchmarks.md: every shared trace and edit pattern through relay and gateway, then
+# --workers 4 and two service processes. EDITS_ARGS="" for the full run `make bench` does;
+# --code REV measures the relay and gateway of another git revision.
+EDITS_ARGS ?= --quick
+bench-edits: $(DEV_STAMP)
+	$(BIN)/python -m loadtests.edits_bench --write $(EDITS_ARGS)
 
 # The web-chat demo (examples/web-chat: Vite + React + AI SDK 5 useChat) behind
 # examples/web_chat_backend.py (ToolRefMiddleware, a scripted model) and a registry on the

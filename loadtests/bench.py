@@ -13,6 +13,7 @@ from loadtests import (
     bandwidth,
     chart,
     conversation_memory,
+    edits_bench,
     gateway_speed,
     handoffs,
     hashing,
@@ -98,6 +99,7 @@ def main() -> int:
         adversarial.run(),
         per_turn.run(found),
         relay.run(found),
+        *edits_bench.run(found),  # its own processes, stopped before the next section
         *agents.run(),
         web_chat.run(),
         *gateway_speed.run(found),  # its own processes, stopped before the next section

@@ -72,3 +72,22 @@ def replace_region(path: Path, name: str, text: str) -> None:
     if not found or not closed:
         raise ValueError(f"{path} has no {start} ... {end} region")
     path.write_text(f"{before}{start}\n{text}{end}{after}")
+
+
+def replace_section(path: Path, section: Section) -> None:
+    """Put `section` in place of the one of its title in a generated doc (up to the next
+    `## ` heading or `<!-- ` region); before the first region, or at the end, if absent."""
+    doc = path.read_text() if path.exists() else ""
+    heading = f"## {section.title}\n"
+    text = section.markdown()
+    at = doc.find(heading)
+    if at >= 0:
+        ends = [i for i in (doc.find("\n## ", at + 1), doc.find("\n<!-- ", at + 1)) if i >= 0]
+        end = min(ends) + 1 if ends else len(doc)
+        path.write_text(doc[:at] + text + ("\n" if end < len(doc) else "") + doc[end:])
+        return
+    region = doc.find("\n<!-- ")
+    if region >= 0:
+        path.write_text(doc[: region + 1] + text + "\n" + doc[region + 1 :])
+    else:
+        path.write_text(doc + ("\n" if doc and not doc.endswith("\n") else "") + text)

@@ -1,0 +1,147 @@
+"""A hop between the relay and the gateway that counts what crosses it: each request's bytes
+as the relay wrote them (request line, headers and body, framing included), its answer's
+status and problem type, and which gateway served it.
+
+The relay is pointed at the hop (`--gateway <hop>`); the hop forwards each request as it
+came to one of its gateways, in turn (no affinity: with several gateways a conversation's
+turns alternate between them; a request outside any turn, `turn` -1, goes to the next one
+without moving the rotation), on a kept-alive connection per gateway, or on a new one per
+request (`fresh`: so that the kernel hands each request to whichever worker of a
+multi-worker server accepts it first). Answers are read whole and written back framed by
+length (timing is not this hop's concern).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Final
+
+from loadtests.rawhttp import Answer, Connection
+
+_LENGTH: Final = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.IGNORECASE)
+_CHUNKED: Final = re.compile(rb"\r\ntransfer-encoding:\s*chunked", re.IGNORECASE)
+_MEDIA: Final = re.compile(rb"\r\ncontent-type:\s*([^\r\n;]*)", re.IGNORECASE)
+_DROP: Final = {"content-length", "transfer-encoding", "connection"}
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One request the relay sent the gateway."""
+
+    turn: int  # the bench's turn number when it crossed
+    method: str
+    target: str
+    media: str  # its content-type
+    wire: int  # bytes as written: request line, headers, body and its framing
+    status: int
+    problem: str  # the answer's problem type (application/problem+json), else ""
+    gateway: int  # which of the hop's gateways served it
+
+    @property
+    def llm(self) -> bool:
+        return self.target.startswith("/llm/")
+
+
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """The head and the body of the next request, the body as it came (chunks and all)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    found = _LENGTH.search(head)
+    if found:
+        return head, await reader.readexactly(int(found.group(1)))
+    if not _CHUNKED.search(head):
+        return head, b""
+    parts = []
+    while True:
+        size_line = await reader.readuntil(b"\r\n")
+        size = int(size_line[:-2].split(b";")[0], 16)
+        parts.append(size_line)
+        if size == 0:
+            while True:
+                line = await reader.readuntil(b"\r\n")
+                parts.append(line)
+                if line == b"\r\n":
+                    return head, b"".join(parts)
+        parts.append(await reader.readexactly(size + 2))
+
+
+def problem_of(answer: Answer) -> str:
+    if not answer.headers.get("content-type", "").startswith("application/problem+json"):
+        return ""
+    try:
+        found = json.loads(answer.body)
+    except ValueError:
+        return "unreadable"
+    kind = str(found.get("type", "")) if isinstance(found, dict) else ""
+    return kind.rsplit("/", 1)[-1].rsplit(":", 1)[-1]  # .../problems/x or urn:...:x
+
+
+@dataclass
+class CountingHop:
+    """relay -> hop -> gateways; see the module docstring."""
+
+    gateways: list[str]
+    fresh: bool = False
+    turn: int = -1
+    sent: list[Sent] = field(default_factory=list)
+    _next: int = 0
+    _kept: dict[int, Connection] = field(default_factory=dict)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # one request at a time
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head, body = await read_request(reader)
+                async with self._lock:
+                    index = self._next % len(self.gateways)
+                    if self.turn >= 0:  # outside a turn (-1): the rotation does not move
+                        self._next += 1
+                    answer = await self._forward(index, head + body)
+                method, target = head.split(b" ", 2)[:2]
+                media = _MEDIA.search(head)
+                self.sent.append(
+                    Sent(
+                        self.turn,
+                        method.decode("latin-1"),
+                        target.decode("latin-1"),
+                        media.group(1).decode("latin-1").strip() if media else "",
+                        len(head) + len(body),
+                        answer.status,
+                        problem_of(answer),
+                        index,
+                    )
+                )
+                kept = [f"{k}: {v}" for k, v in answer.headers.items() if k not in _DROP]
+                kept.append(f"content-length: {len(answer.body)}")
+                back = f"HTTP/1.1 {answer.status} X\r\n" + "\r\n".join(kept) + "\r\n\r\n"
+                writer.write(back.encode("latin-1") + answer.body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except asyncio.CancelledError:  # the run is over: end quietly
+            pass
+        finally:
+            writer.close()
+
+    async def _forward(self, index: int, raw: bytes) -> Answer:
+        if self.fresh:
+            connection = Connection.to(self.gateways[index])
+            try:
+                return await connection.send(raw)
+            finally:
+                await connection.close()
+        kept = self._kept.get(index)
+        if kept is None:
+            kept = self._kept[index] = Connection.to(self.gateways[index])
+        return await kept.send(raw)
+
+    async def close(self) -> None:
+        for connection in self._kept.values():
+            await connection.close()
+        self._kept.clear()
+
+    def of(self, turns: range) -> list[Sent]:
+        """The requests that crossed during `turns`."""
+        return [s for s in self.sent if s.turn in turns]
