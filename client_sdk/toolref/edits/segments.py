@@ -5,8 +5,9 @@ credentials, as `name: value` lines in the client's order; a credential keeps it
 a line with its name alone, and its value travels as a real header on every request (never
 stored). Then the body (`cut_body`): a JSON object is cut at the boundaries of its
 members and, under its messages key, of each message; a member's value of `LARGE` bytes or
-more (`tools`, `system`) is a segment of its own, and so is each message; what lies between
-(keys, commas, whitespace, small members) is glue. Nothing is parsed to be written again:
+more (`tools`, `system`) is a segment of its own, and so is each message, less its closing
+brackets and its cache marks (`MARK_KEYS`); what lies between (keys, commas, whitespace,
+small members, closing brackets, marks) is glue. Nothing is parsed to be written again:
 every segment is a slice of the client's own text, so whitespace, number spellings,
 escapes (lone surrogates included) and repeated keys are kept as they came.
 
@@ -57,6 +58,13 @@ _scan: Final[Callable[[str, int], tuple[Any, int]]] = make_scanner(
     json.JSONDecoder(parse_float=_ignore, parse_int=_ignore, parse_constant=_ignore)  # type: ignore[arg-type]
 )
 _WS: Final = re.compile(r"[ \t\n\r]*")
+# Members that mark a prompt-cache breakpoint, which clients move from turn to turn (Anthropic's
+# `cache_control`, also on OpenAI-compatible routers): cut out of a message's piece.
+MARK_KEYS: Final = ("cache_control",)
+_MARK: Final = re.compile(
+    r"[ \t\n\r]*,[ \t\n\r]*\"(?:" + "|".join(map(re.escape, MARK_KEYS)) + r")\"[ \t\n\r]*:"
+)
+_CLOSING: Final = frozenset("}] \t\n\r")
 
 
 class _NotAnObject(ValueError):
@@ -191,11 +199,32 @@ def _messages(text: str, at: int, cuts: list[tuple[int, int]], messages: list[in
         start = at
         _, at = _scan(text, at)
         messages.append(len(cuts))
-        cuts.append((start, at))
+        cuts.extend(_message_spans(text, start, at))
         at = _skip(text, at)
         if text[at : at + 1] == "]":
             return at + 1
         at = _skip(text, _expect(text, at, ","))
+
+
+def _message_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """A message's spans: the message without its closing run (the brackets and whitespace
+    that end it) and without its cache marks (`MARK_KEYS` members with their comma), which
+    are left to the glue. A message keeps its piece whether or not a mark sits on it: a mark
+    moving on costs its few bytes of glue, not the message again (issue 30: two moving marks
+    stored and sent every marked message twice). Sound on valid JSON: a quote after a comma
+    and whitespace opens a string, so a match is a member of an object of the message.
+    Linear: one regex pass over the message, one value skipped per mark."""
+    close = end
+    while close > start and text[close - 1] in _CLOSING:
+        close -= 1
+    spans: list[tuple[int, int]] = []
+    at = start
+    for mark in _MARK.finditer(text, start, close):
+        _, after = _scan(text, _skip(text, mark.end()))
+        spans.append((at, mark.start()))
+        at = after
+    spans.append((at, close))
+    return [(a, b) for a, b in spans if b > a] or [(start, end)]
 
 
 def _end(text: str, at: int, cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:

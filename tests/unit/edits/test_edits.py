@@ -86,11 +86,44 @@ def test_a_body_cut_is_the_body_joined(
 def test_a_cut_says_where_each_message_is(
     messages: list[Any], extra: dict[str, Any], style: str
 ) -> None:
-    """`Cut.messages`: the index of each message's segment, in order (the client tells
-    conversations apart by their first messages)."""
+    """`Cut.messages`: the index of each message's first segment, in order (the client
+    tells conversations apart by their first messages)."""
     made = cut(HEADERS, body_of(messages, extra, style).encode(), "messages")
     assert made is not None
-    assert [json.loads(made.segments[i]) for i in made.messages] == messages
+    decoder = json.JSONDecoder()
+    found = [decoder.raw_decode(b"".join(made.segments[i:]).decode())[0] for i in made.messages]
+    assert found == messages
+
+
+MARKED = '{"role":"user","content":[{"type":"text","text":"%s"%s}]}'
+
+
+@pytest.mark.parametrize("spacing", ["", " ", "\n  "])
+def test_a_cache_mark_moving_off_a_message_leaves_its_piece(spacing: str) -> None:
+    """Issue 30: a message with a cache mark and the same message without it share their
+    piece; the mark and the closing brackets are glue (before, every turn a mark moved sent
+    and stored the marked message again)."""
+    mark = f',{spacing}"cache_control":{spacing}{{"type": "ephemeral"}}'
+    text = "read " * 40
+    marked = '{"messages":[%s]}' % (MARKED % (text, mark))
+    plain = '{"messages":[%s]}' % (MARKED % (text, ""))
+    one, two = (cut(HEADERS, body.encode(), "messages") for body in (marked, plain))
+    assert one is not None
+    assert two is not None
+    assert one.body == marked.encode()
+    assert two.body == plain.encode()
+    assert one.segments[one.messages[0]] == two.segments[two.messages[0]]
+    assert b"cache_control" not in one.segments[one.messages[0]]
+    assert len(one.segments[one.messages[0]]) > PIECE_MIN
+
+
+def test_a_mark_inside_a_string_is_text() -> None:
+    """A `, "cache_control":` inside a string is escaped text, never a cut."""
+    inner = json.dumps('x, "cache_control": {} ' * 10)
+    body = f'{{"messages":[{{"role":"user","content":{inner}}}]}}'
+    made = cut(HEADERS, body.encode(), "messages")
+    assert made is not None
+    assert made.segments[made.messages[0]] == b'{"role":"user","content":' + inner.encode()
 
 
 @given(NUMBERS, st.sampled_from(['"\\ud83d"', '"\\udc00x"', '"é"', '"\\u00e9"']), STYLES)
@@ -122,8 +155,8 @@ def test_messages_and_large_members_are_segments_of_their_own() -> None:
     parts = cut_body(text, "messages")
     assert parts is not None
     assert json.dumps(tools) in parts
-    assert '{"a": 1}' in parts
-    assert '{"b": 2}' in parts
+    assert '{"a": 1' in parts  # a message less its closing brace (glue)
+    assert '{"b": 2' in parts
 
 
 def test_credentials_travel_apart_and_come_back_in_their_place() -> None:
