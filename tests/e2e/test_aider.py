@@ -118,19 +118,11 @@ async def test_aider_anthropic_session(tmp_path: Path, chain: Chain) -> None:
     await session(AIDER_ANTHROPIC, tmp_path, chain)
 
 
-SPACED = (
-    "byte for byte (issue 31 item 3): litellm's Anthropic path writes ', ' and ': ' "
-    "separators, which relay and gateway re-serialize compact"
-)
-
-
 async def test_aider_anthropic_bytes_reach_the_provider_exactly(
-    tmp_path: Path, chain: Chain, request: pytest.FixtureRequest
+    tmp_path: Path, chain: Chain
 ) -> None:
-    """The provider receives the bytes aider sent, its spaced separators included.
-    Expected to fail through the relay until relay and gateway splice the agent's own
-    text (strict: it flips when that lands)."""
-    if request.node.callspec.params.get("chain") == "relay":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=SPACED))
+    """The provider receives the bytes aider sent, its spaced separators included (issue 31
+    item 3: litellm's Anthropic path writes ', ' and ': ', which relay and gateway used to
+    re-serialize compact; edits carry the agent's own text)."""
     done = await session(AIDER_ANTHROPIC, tmp_path, chain)
     assert same_bytes(done)
