@@ -376,11 +376,11 @@ def _chat_conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
                 spec = {"name": "read", "arguments": args}
                 calls.append({"id": call_id, "type": "function", "function": spec})
         messages.append({"role": "assistant", "content": None, "tool_calls": calls})
-        for index, call in enumerate(calls):
+        for index, made in enumerate(calls):
             if turn % 5 == 4 and index == 0:
                 continue  # a call without its result
             content = f"line {index}\n" * rng.randint(1, 40)
-            messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+            messages.append({"role": "tool", "tool_call_id": made["id"], "content": content})
         if turn == 1:
             messages.append({"role": "tool", "tool_call_id": "orphan", "content": "lost"})
         messages.append({"role": "assistant", "content": f"done {turn}"})
@@ -457,9 +457,9 @@ def _responses_conversation(rng: random.Random, turns: int) -> list[dict[str, An
                     }
                 )
         items.extend(calls)
-        for call in calls:
-            kind = call["type"] + "_output"
-            items.append({"type": kind, "call_id": call["call_id"], "output": "m😀\n" * 12})
+        for made in calls:
+            kind = made["type"] + "_output"
+            items.append({"type": kind, "call_id": made["call_id"], "output": "m😀\n" * 12})
         items.append(
             {
                 "type": "message",
