@@ -126,8 +126,20 @@ $(JS_DIR)/dist/index.js: $(JS_DIR)/node_modules/.package-lock.json $(JS_DIR)/pac
 $(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json $(JS_DIR)/dist/index.js
 	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
 
-web-build: $(WEB)/node_modules/.package-lock.json
+# The one-line page once per AI SDK major (examples/web-chat/majors/ai5, ai6, ai7: each its
+# own package-lock with that major's ai and @ai-sdk/react; Vite and TypeScript are the
+# demo's), built into majors/dist/aiN for tests/browser/test_web_chat_majors.py.
+MAJORS := $(WEB)/majors
+AI_MAJORS := 5 6 7
+MAJOR_STAMPS := $(foreach m,$(AI_MAJORS),$(MAJORS)/ai$(m)/node_modules/.package-lock.json)
+
+$(MAJORS)/ai%/node_modules/.package-lock.json: $(MAJORS)/ai%/package-lock.json $(JS_DIR)/dist/index.js \
+		$(WEB)/node_modules/.package-lock.json
+	cd $(MAJORS)/ai$* && npm ci --no-audit --no-fund --loglevel=error
+
+web-build: $(WEB)/node_modules/.package-lock.json $(MAJOR_STAMPS)
 	cd $(WEB) && npm run --silent build
+	@for m in $(AI_MAJORS); do (cd $(MAJORS)/ai$$m && npm run --silent build) || exit 1; done
 
 # Debian's Chromium for the browser tests, where it is missing: the one thing `make test`
 # installs system-wide (the README says so), announced before apt-get runs. NO_SYSTEM_INSTALL=1
@@ -167,4 +179,5 @@ fmt: $(DEV_STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) .toolref .pytest_cache .mypy_cache .ruff_cache $(WEB)/node_modules $(WEB)/dist
+	rm -rf $(VENV) .toolref .pytest_cache .mypy_cache .ruff_cache $(WEB)/node_modules $(WEB)/dist \
+		$(MAJORS)/ai*/node_modules $(MAJORS)/dist

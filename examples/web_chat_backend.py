@@ -89,11 +89,14 @@ def main() -> None:
     parser.add_argument("--api-key", default=os.environ.get("TOOLREF_KEY"))
     parser.add_argument("--port", type=int, default=8770)
     parser.add_argument("--delay", type=float, default=0.01, help="seconds between text events")
+    parser.add_argument(
+        "--page", type=Path, default=PAGE, help="the built page to serve (default: the demo's)"
+    )
     args = parser.parse_args()
     import uvicorn
 
     registry = AsyncRegistryClient(args.registry, api_key=args.api_key)
-    app = create_backend(registry, delay=args.delay)
+    app = create_backend(registry, page=args.page, delay=args.delay)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 

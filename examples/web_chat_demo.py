@@ -24,11 +24,14 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import IO, Any, Final, Self
 
 ROOT = Path(__file__).resolve().parents[1]
 WEB = ROOT / "examples" / "web-chat"
 DRIVER = WEB / "test" / "conversation.mjs"
+# The one-line page built once per AI SDK major (`make web-build`): served under /ai5/ etc.
+MAJORS = WEB / "majors"
+AI_MAJORS: Final = (5, 6, 7)
 CHROMIUM = Path(os.environ.get("CHROMIUM", "/usr/bin/chromium"))
 
 
@@ -49,6 +52,9 @@ def missing() -> str | None:
         return f"{WEB}/node_modules is missing: make web-build (npm ci there)"
     if not (WEB / "dist" / "index.html").exists():
         return f"{WEB}/dist is missing: make web-build (vite build)"
+    for major in AI_MAJORS:
+        if not (MAJORS / "dist" / f"ai{major}" / "index.html").exists():
+            return f"{MAJORS}/dist/ai{major} is missing: make web-build (it builds each major)"
     return None
 
 
@@ -103,9 +109,14 @@ class Stack:
     """The registry on its embedded engine, and the backend in front of it."""
 
     def __init__(
-        self, data_dir: Path, port: int = 0, registry_port: int = 0, delay: float = 0.01
+        self,
+        data_dir: Path,
+        port: int = 0,
+        registry_port: int = 0,
+        delay: float = 0.01,
+        page: Path | None = None,
     ) -> None:
-        self.data_dir = data_dir
+        self.data_dir, self.page = data_dir, page
         self.port, self.registry_port = port or free_port(), registry_port or free_port()
         self.delay = delay
         self.url = f"http://127.0.0.1:{self.port}/"
@@ -118,7 +129,8 @@ class Stack:
             self.start_registry()
             self.backend = Child(
                 [sys.executable, "-m", "examples.web_chat_backend", "--port", str(self.port),
-                 "--registry", self.registry_url, "--delay", str(self.delay)],
+                 "--registry", self.registry_url, "--delay", str(self.delay),
+                 *(["--page", str(self.page)] if self.page is not None else [])],
                 f"http://127.0.0.1:{self.port}/api/received", "backend",
             )  # fmt: skip
         except BaseException:

@@ -359,6 +359,117 @@ def _v4_conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
     return messages
 
 
+def _chat_conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
+    """Chat Completions: calls in the assistant's `tool_calls`, results in later `tool`
+    messages (paired by id, an id reused, one result missing, one orphan)."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You read files."}]
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"read file {turn} é😀"})
+        calls = []
+        for call in range(rng.randint(1, 3)):
+            call_id = "call_same" if turn % 4 == 3 else f"call_{turn}_{call}"
+            if call == 2:
+                spec = {"name": "patch", "input": f"*** edit {turn}"}
+                calls.append({"id": call_id, "type": "custom", "custom": spec})
+            else:
+                args = json.dumps({"path": f"src/m{turn}_{call}.py", "limit": 1.5})
+                spec = {"name": "read", "arguments": args}
+                calls.append({"id": call_id, "type": "function", "function": spec})
+        messages.append({"role": "assistant", "content": None, "tool_calls": calls})
+        for index, made in enumerate(calls):
+            if turn % 5 == 4 and index == 0:
+                continue  # a call without its result
+            content = f"line {index}\n" * rng.randint(1, 40)
+            messages.append({"role": "tool", "tool_call_id": made["id"], "content": content})
+        if turn == 1:
+            messages.append({"role": "tool", "tool_call_id": "orphan", "content": "lost"})
+        messages.append({"role": "assistant", "content": f"done {turn}"})
+    return messages
+
+
+def _anthropic_conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
+    """Messages: `tool_use` blocks, `tool_result` blocks in the next user message (an error,
+    a result without content, member order of its own)."""
+    messages: list[dict[str, Any]] = []
+    for turn in range(turns):
+        messages.append({"role": "user", "content": f"list dir {turn}"})
+        uses = []
+        for call in range(rng.randint(1, 3)):
+            uses.append(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{turn}_{call}",
+                    "name": "list_dir",
+                    "input": {"path": f"dir{turn}", "depth": rng.choice([1, 2.5, 1e21])},
+                }
+            )
+        text = {"type": "text", "text": "looking"}
+        messages.append({"role": "assistant", "content": [text, *uses]})
+        results: list[dict[str, Any]] = []
+        for index, use in enumerate(uses):
+            if index == 1 and turn % 2:
+                results.append({"type": "tool_result", "tool_use_id": use["id"]})  # bare
+            elif index == 2:
+                results.append(
+                    {
+                        "content": "EACCES",
+                        "is_error": True,
+                        "tool_use_id": use["id"],
+                        "type": "tool_result",
+                    }
+                )
+            else:
+                listing = [{"type": "text", "text": "\n".join(f"f{i}.py" for i in range(9))}]
+                results.append(
+                    {"type": "tool_result", "tool_use_id": use["id"], "content": listing}
+                )
+        messages.append({"role": "user", "content": results})
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": "ok"}]})
+    return messages
+
+
+def _responses_conversation(rng: random.Random, turns: int) -> list[dict[str, Any]]:
+    """Responses: `function_call` and `custom_tool_call` items, their outputs later."""
+    items: list[dict[str, Any]] = []
+    for turn in range(turns):
+        items.append(
+            {"role": "user", "content": [{"type": "input_text", "text": f"grep {turn} 😀"}]}
+        )
+        calls = []
+        for call in range(rng.randint(1, 2)):
+            call_id = f"fc_{turn}_{call}"
+            if call == 1:
+                calls.append(
+                    {
+                        "type": "custom_tool_call",
+                        "call_id": call_id,
+                        "name": "apply_patch",
+                        "input": "*** Begin Patch",
+                    }
+                )
+            else:
+                calls.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call_id,
+                        "name": "grep",
+                        "arguments": json.dumps({"q": f"x{turn}"}),
+                    }
+                )
+        items.extend(calls)
+        for made in calls:
+            kind = made["type"] + "_output"
+            items.append({"type": kind, "call_id": made["call_id"], "output": "m😀\n" * 12})
+        items.append(
+            {
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": f"found {turn}"}],
+            }
+        )
+    return items
+
+
 def conversation_cases() -> list[dict[str, Any]]:
     rng = random.Random(5)
     conversations = [
@@ -371,6 +482,14 @@ def conversation_cases() -> list[dict[str, Any]]:
             "ai-sdk-v5",
             [{"id": "1", "role": "user", "parts": [{"type": "text", "text": "hi"}]}],
         ),
+    ]
+    other = random.Random(7)  # the LLM APIs' formats: calls and results in different messages
+    conversations += [
+        ("openai-chat short", "openai-chat", _chat_conversation(other, 3)),
+        ("openai-chat long", "openai-chat", _chat_conversation(other, 10)),
+        ("anthropic short", "anthropic", _anthropic_conversation(other, 3)),
+        ("anthropic long", "anthropic", _anthropic_conversation(other, 8)),
+        ("openai-responses", "openai-responses", _responses_conversation(other, 6)),
     ]
     cases = []
     for name, fmt_name, messages in conversations:

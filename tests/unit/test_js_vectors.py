@@ -27,7 +27,13 @@ def test_vectors_cover_the_cases_the_contract_names() -> None:
     for text in ("1e+21", "1e-7", "5e-324", "1.7976931348623157e+308"):
         assert text in floats
     assert {case["exact"] for case in vectors["bigIntegers"]} == {True, False}
-    assert {case["format"] for case in vectors["conversations"]} == {"ai-sdk-v5", "ai-sdk-v4"}
+    assert {case["format"] for case in vectors["conversations"]} == {
+        "ai-sdk-v5",
+        "ai-sdk-v4",
+        "openai-chat",
+        "anthropic",
+        "openai-responses",
+    }
     assert any(case["size"] == 1 << 20 for case in vectors["dictionaries"])
     assert len(vectors["errors"]) >= 3  # lone surrogates: Python refuses them
     # Every conversation has at least one marker, and its refs are the markers' refs.

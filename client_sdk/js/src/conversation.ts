@@ -1,61 +1,161 @@
 /**
- * The tool invocations of a conversation: find them, name them, replace payloads by refs
- * and back (client_sdk/toolref/formats/conversation.py, for formats that keep a call and
- * its result in one object). Pure functions: inputs are never modified.
+ * The tool invocations of a conversation: pair calls with results, name them, replace
+ * payloads by refs and back (client_sdk/toolref/formats/conversation.py). Pure functions:
+ * inputs are never modified.
+ *
+ * `scan` pairs each result with the oldest unanswered call of the same id (ids do repeat in
+ * real traces), or, where a format has no ids, with the oldest unanswered call of the same
+ * tool name. A result no pending call answers (an orphan, or a second result for an
+ * answered call) is left as it is.
  */
 
 import { UsageError } from "./errors.js";
 import type { Format } from "./formats/index.js";
-import { MARKER, ORDER, fromMarker, getAt, has, toMarker, updateAt, type JsonObject, type Site } from "./formats/site.js";
+import { MARKER, ORDER, fromMarker, getAt, has, payloadKeys, toMarker, updateAt, type JsonObject, type Site } from "./formats/site.js";
 import { isRef, refOf, type Invocation } from "./ref.js";
 
-/** One invocation found in a message. */
-export interface Found {
-  /** The `toolReferences` key: the call id, made unique (`id#2`) when reused. */
-  readonly key: string;
+/** One side of an invocation: the message it is in, where, and the object there. */
+export interface Side {
   readonly message: number;
   readonly site: Site;
   readonly obj: JsonObject;
-  /** The ref its marker carries, if it is already a marker. */
-  readonly marker: string | null;
-  /** Both payloads present in full (and no toolRefOrder of its own): it can be a ref. */
-  readonly complete: boolean;
+}
+
+/** A call and its result (the same side in the AI SDK formats); either may be missing. */
+export class Found {
+  constructor(
+    /** The `toolReferences` key: the call id, made unique (`id#2`) when reused. */
+    readonly key: string,
+    public call: Side | null,
+    public result: Side | null = null,
+  ) {}
+
+  /** The sides, each object once. */
+  get sides(): Side[] {
+    const found: Side[] = [];
+    if (this.call !== null) found.push(this.call);
+    if (this.result !== null && this.result.obj !== this.call?.obj) found.push(this.result);
+    return found;
+  }
+
+  /** The ref a marker on either side carries (both agree: `scan` checks). */
+  get marker(): string | null {
+    for (const side of this.sides) if (has(side.obj, MARKER)) return side.obj[MARKER] as string;
+    return null;
+  }
+
+  /** Both payloads in full (and no toolRefOrder of their own): it can be a ref. */
+  get complete(): boolean {
+    if (this.call === null || this.result === null || this.marker !== null) return false;
+    if (this.sides.some((side) => has(side.obj, ORDER))) return false;
+    return this.call.site.argsKey !== null && this.result.site.resultKey !== null;
+  }
+
+  get name(): string {
+    return this.call?.site.name ?? this.result?.site.name ?? "";
+  }
 }
 
 export function invocationOf(found: Found): Invocation {
-  const { site, obj } = found;
-  if (!found.complete || site.resultKey === null) {
+  const { call, result } = found;
+  if (!found.complete || call === null || result === null) {
     throw new UsageError(`tool call ${JSON.stringify(found.key)} has no complete invocation`);
   }
-  return { name: site.name ?? "", args: obj[site.argsKey], result: obj[site.resultKey], isError: site.isError };
+  return {
+    name: found.name,
+    args: call.obj[call.site.argsKey!],
+    result: result.obj[result.site.resultKey!],
+    isError: result.site.isError,
+  };
 }
 
-/** Every invocation in `messages`, in order, keyed as the Python SDK keys them. */
-export function scan(messages: readonly unknown[], format: Format): Found[] {
+/** Calls waiting for their result, by id, by name, and by name for those without an id;
+ * taking the oldest one a result answers is O(1) amortized. */
+class Pending {
+  private readonly byId = new Map<string, Found[]>();
+  private readonly byName = new Map<string | null, Found[]>();
+  private readonly idlessByName = new Map<string | null, Found[]>();
+  private readonly taken = new Set<Found>();
+
+  add(found: Found): void {
+    const site = found.call!.site;
+    push(this.byName, site.name, found);
+    if (site.callId === null) push(this.idlessByName, site.name, found);
+    else push(this.byId, site.callId, found);
+  }
+
+  answeredBy(site: Site): Found | null {
+    if (site.callId !== null) return this.take(this.byId.get(site.callId)) ?? this.take(this.idlessByName.get(site.name));
+    return this.take(this.byName.get(site.name));
+  }
+
+  private take(queue: Found[] | undefined): Found | null {
+    while (queue !== undefined && queue.length > 0) {
+      const found = queue.shift()!;
+      if (!this.taken.has(found)) {
+        this.taken.add(found);
+        return found;
+      }
+    }
+    return null;
+  }
+}
+
+function push<K>(map: Map<K, Found[]>, key: K, found: Found): void {
+  const queue = map.get(key);
+  if (queue === undefined) map.set(key, [found]);
+  else queue.push(found);
+}
+
+/** Every invocation in `messages`, in order of first appearance, keyed as the Python SDK
+ * keys them; `offset` is the index of `messages[0]` in the conversation (for the keys of
+ * sides without an id). */
+export function scan(messages: readonly unknown[], format: Format, offset = 0): Found[] {
   const found: Found[] = [];
+  const pending = new Pending();
   const uses = new Map<string, number>();
   const keys = new Set<string>();
   messages.forEach((message, index) => {
     for (const site of format.sites(message)) {
       const obj = getAt(message, site.path) as JsonObject;
-      const marker = has(obj, MARKER) ? obj[MARKER] : null;
-      if (marker !== null && !isRef(marker)) {
-        throw new UsageError(
-          `the toolRef marker at message ${index} (${site.path.join(".")}) is ${JSON.stringify(marker)}, not a ref; send markers as the SDK made them`,
-        );
+      checkMarker(obj, index + offset, site);
+      const side: Side = { message: index, site, obj };
+      if (site.argsKey !== null) {
+        const pair = new Found(keyOf(site, index + offset, uses, keys), side);
+        if (site.resultKey !== null) pair.result = side;
+        else pending.add(pair);
+        found.push(pair);
+      } else if (site.resultKey !== null || site.bare === true) {
+        const call = pending.answeredBy(site);
+        if (call !== null) {
+          call.result = side;
+          checkSameRef(call);
+        } else {
+          found.push(new Found(keyOf(site, index + offset, uses, keys), null, side));
+        }
       }
-      const complete = marker === null && site.resultKey !== null && !has(obj, ORDER);
-      found.push({
-        key: keyOf(site, index, uses, keys),
-        message: index,
-        site,
-        obj,
-        marker: marker as string | null,
-        complete,
-      });
     }
   });
   return found;
+}
+
+function checkMarker(obj: JsonObject, message: number, site: Site): void {
+  if (!has(obj, MARKER)) return;
+  const marker = obj[MARKER];
+  if (!isRef(marker)) {
+    throw new UsageError(
+      `the toolRef marker at message ${message} (${site.path.join(".")}) is ${JSON.stringify(marker)}, not a ref; send markers as the SDK made them`,
+    );
+  }
+}
+
+function checkSameRef(found: Found): void {
+  const refs = new Set(found.sides.filter((side) => has(side.obj, MARKER)).map((side) => side.obj[MARKER]));
+  if (refs.size > 1) {
+    throw new UsageError(
+      `tool call ${JSON.stringify(found.key)} carries different refs on its call and its result; both sides carry the ref of the same invocation`,
+    );
+  }
 }
 
 function keyOf(site: Site, message: number, uses: Map<string, number>, keys: Set<string>): string {
@@ -71,12 +171,17 @@ function keyOf(site: Site, message: number, uses: Map<string, number>, keys: Set
   return key;
 }
 
-/** The message with the invocations at these sites as markers (the same object if none). */
-export function marked(message: unknown, marks: readonly { site: Site; ref: string }[]): unknown {
+/** One side of a complete invocation in its message: where, and the invocation's ref. */
+export interface Mark {
+  readonly site: Site;
+  readonly ref: string;
+}
+
+/** The message with these sides as markers (the same object if none). */
+export function marked(message: unknown, marks: readonly Mark[]): unknown {
   let out = message;
   for (const { site, ref } of marks) {
-    const keys = site.resultKey === null ? [site.argsKey] : [site.argsKey, site.resultKey];
-    out = updateAt(out, site.path, (obj) => toMarker(obj as JsonObject, keys, ref));
+    out = updateAt(out, site.path, (obj) => toMarker(obj as JsonObject, payloadKeys(site), ref));
   }
   return out;
 }
@@ -97,14 +202,14 @@ export function rewrite(
 ): Rewrite {
   const refs: Record<string, string> = {};
   const used: Record<string, string> = {};
-  const marks: { site: Site; ref: string }[][] = messages.map(() => []);
+  const marks: Mark[][] = messages.map(() => []);
   for (const found of scan(messages, format)) {
     if (!found.complete) continue;
     const ref = refOf(invocationOf(found));
     refs[found.key] = ref;
     if (usable(ref)) {
       used[found.key] = ref;
-      marks[found.message]!.push({ site: found.site, ref });
+      for (const side of found.sides) marks[side.message]!.push({ site: side.site, ref });
     }
   }
   return { messages: messages.map((message, index) => marked(message, marks[index]!)), used, refs };
@@ -123,11 +228,16 @@ export function fill(
 ): unknown[] {
   const out = [...messages];
   for (const found of scan(messages, format)) {
-    const invocation = found.marker === null ? undefined : invocations[found.marker];
+    const ref = found.marker;
+    const invocation = ref === null ? undefined : invocations[ref];
     if (invocation === undefined) continue;
-    const values: JsonObject = { [found.site.argsKey]: invocation.args };
-    if (found.site.resultKey !== null) values[found.site.resultKey] = invocation.result;
-    out[found.message] = updateAt(out[found.message], found.site.path, (obj) => fromMarker(obj as JsonObject, values));
+    for (const { message, site, obj } of found.sides) {
+      if (!has(obj, MARKER)) continue;
+      const values: JsonObject = {};
+      if (site.argsKey !== null) values[site.argsKey] = invocation.args;
+      if (site.resultKey !== null) values[site.resultKey] = invocation.result;
+      out[message] = updateAt(out[message], site.path, (marker) => fromMarker(marker as JsonObject, values));
+    }
   }
   return out;
 }

@@ -19,8 +19,8 @@ export {
   nextHead,
 } from "./history.js";
 export { FORMATS, detect, getFormat, type Format, type FormatName } from "./formats/index.js";
-export { MARKER, ORDER, fromMarker, toMarker } from "./formats/site.js";
-export { chainForm, fill, rewrite, scan, type Found, type Rewrite } from "./conversation.js";
+export { MARKER, ORDER, fromMarker, payloadKeys, toMarker } from "./formats/site.js";
+export { Found, chainForm, fill, rewrite, scan, type Rewrite, type Side } from "./conversation.js";
 export { COMPRESS_FROM, gunzip, gzip } from "./compression.js";
 export {
   DICTIONARY_MISMATCH,
@@ -30,7 +30,9 @@ export {
   PROTOCOL_REFS,
   REFERENCES_HEADER,
 } from "./protocol.js";
-export { ToolReferenceManager, type ManagerOptions, type Post, type Savings, type Sent, type Upload } from "./manager.js";
+export { MANAGER_OPTIONS, ToolReferenceManager, type ManagerOptions, type Post, type Savings, type Sent, type Upload } from "./manager.js";
 export { toolrefFetch, type ExchangeInfo, type ToolrefFetchOptions } from "./fetch.js";
+export { SHARED_ENDPOINTS, forgetSharedState, sharedEndpoints } from "./shared.js";
+export { ENDPOINTS, endpoint, type Endpoint } from "./endpoints.js";
 export { withToolRef, type Handler, type ToolRefBackendOptions } from "./backend.js";
 export { memberSpans, type MemberSpan } from "./spans.js";

@@ -16,6 +16,7 @@ import { UsageError } from "./errors.js";
 import { FORMATS, type FormatName } from "./formats/index.js";
 import { HISTORY_HEADER, KEEP_HISTORY, historyRef, isHistoryRef, longestConfirmed } from "./history.js";
 import { LruMap } from "./memory.js";
+import { checkOptions, type Spec } from "./options.js";
 import {
   DICTIONARY_MISMATCH,
   JSON_TYPE,
@@ -103,6 +104,42 @@ function positive(name: string, value: number, zero = false): number {
   return value;
 }
 
+/** The manager's options and what each holds (checked: an unknown name fails with the nearest). */
+export const MANAGER_OPTIONS: Spec = {
+  format: "format",
+  messagesKey: "string",
+  historyRefs: "boolean",
+  compress: "nullable-boolean",
+  maxRefs: "integer",
+  maxHistories: "integer",
+  maxConversations: "integer",
+  maxConversationBytes: "integer",
+};
+
+/** Every manager option with its default, or a `UsageError` naming the option, the value
+ * and the fix (the checks `toolrefFetch` runs when called, before any request). */
+export function settle(options: ManagerOptions): Required<ManagerOptions> {
+  if (options.format != null && !FORMATS.some((f) => f.name === options.format)) {
+    throw new UsageError(
+      `format ${JSON.stringify(options.format)} is not one the JS SDK reads; use one of ${FORMATS.map((f) => JSON.stringify(f.name)).join(", ")}, or omit it to have it detected`,
+    );
+  }
+  const messagesKey = options.messagesKey ?? "messages";
+  if (typeof messagesKey !== "string" || !messagesKey) {
+    throw new UsageError(`messagesKey is ${JSON.stringify(messagesKey)}; name the body member holding the messages`);
+  }
+  return {
+    format: options.format ?? null,
+    messagesKey,
+    historyRefs: options.historyRefs ?? true,
+    compress: options.compress ?? null,
+    maxRefs: positive("maxRefs", options.maxRefs ?? 100_000),
+    maxHistories: positive("maxHistories", options.maxHistories ?? 64),
+    maxConversations: positive("maxConversations", options.maxConversations ?? 16, true),
+    maxConversationBytes: positive("maxConversationBytes", options.maxConversationBytes ?? 32 << 20),
+  };
+}
+
 export class ToolReferenceManager {
   readonly format: FormatName | null;
   readonly messagesKey: string;
@@ -118,24 +155,15 @@ export class ToolReferenceManager {
   private readonly transcripts: Transcripts;
 
   constructor(options: ManagerOptions = {}) {
-    if (options.format != null && !FORMATS.some((f) => f.name === options.format)) {
-      throw new UsageError(
-        `format ${JSON.stringify(options.format)} is not one the JS SDK reads; use "ai-sdk-v5" or "ai-sdk-v4", or omit it`,
-      );
-    }
-    this.format = options.format ?? null;
-    this.messagesKey = options.messagesKey ?? "messages";
-    if (typeof this.messagesKey !== "string" || !this.messagesKey) {
-      throw new UsageError(`messagesKey is ${JSON.stringify(this.messagesKey)}; name the body member holding the messages`);
-    }
-    this.historyRefs = options.historyRefs ?? true;
-    this.compress = options.compress ?? null;
-    this.confirmed = new LruMap(positive("maxRefs", options.maxRefs ?? 100_000));
-    this.histories = new LruMap(positive("maxHistories", options.maxHistories ?? 64));
-    this.transcripts = new Transcripts(
-      positive("maxConversations", options.maxConversations ?? 16, true),
-      positive("maxConversationBytes", options.maxConversationBytes ?? 32 << 20),
-    );
+    checkOptions("new ToolReferenceManager", options, MANAGER_OPTIONS);
+    const settled = settle(options);
+    this.format = settled.format;
+    this.messagesKey = settled.messagesKey;
+    this.historyRefs = settled.historyRefs;
+    this.compress = settled.compress;
+    this.confirmed = new LruMap(settled.maxRefs);
+    this.histories = new LruMap(settled.maxHistories);
+    this.transcripts = new Transcripts(settled.maxConversations, settled.maxConversationBytes);
   }
 
   // --- memory --------------------------------------------------------------------
@@ -207,7 +235,7 @@ export class ToolReferenceManager {
     if (messages === null || transcript === null || messages.length === 0) {
       return this.whole(body, headers, null, compress, [], 0, messages?.length ?? 0);
     }
-    const refs = transcript.marks.flatMap((marks) => marks.map((mark) => mark.ref));
+    const refs = transcript.marks.flatMap((marks) => marks.filter((mark) => mark.site.argsKey !== null).map((mark) => mark.ref));
     const used = refs.filter(usable).length;
     const outgoing = (from: number) =>
       messages.slice(from).map((message, index) => {
@@ -232,7 +260,7 @@ export class ToolReferenceManager {
       content = await gzip(content);
       headers["Content-Encoding"] = "gzip";
     }
-    const usedAfter = transcript.marks.slice(start).flat().filter((mark) => usable(mark.ref)).length;
+    const usedAfter = new Set(transcript.marks.slice(start).flat().map((mark) => mark.ref).filter(usable)).size;
     return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter };
   }
 

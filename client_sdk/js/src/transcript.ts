@@ -1,27 +1,24 @@
 /**
  * Transcripts: what the manager keeps of each conversation it prepared, so a turn costs
- * work in proportion to its new messages (client_sdk/toolref/sending/transcript.py, simplified for
- * formats that keep a call and its result in one message: a message's chain form depends on
- * that message alone).
+ * work in proportion to its new messages (client_sdk/toolref/sending/transcript.py).
  *
  * Each turn every message is written again with JSON.stringify, only to be compared with the
  * kept text: the longest unchanged prefix is reused and the rest computed, so an edited,
- * truncated or mutated-in-place history is seen, never trusted.
+ * truncated or mutated-in-place history is seen, never trusted. One exception: a call still
+ * waiting for its result. In the formats whose results come in a later message (openai-chat,
+ * anthropic, openai-responses), a result changes its call's chain form, so the prefix reused
+ * ends before any call answered after it (`reach`) and before any call still waiting.
  */
 
-import { invocationOf, marked, scan } from "./conversation.js";
+import { invocationOf, marked, scan, type Mark } from "./conversation.js";
 import { bestFormat, detectNext, startDetection, type Detection, type Format, type FormatName } from "./formats/index.js";
-import type { Site } from "./formats/site.js";
 import { H0, nextHead } from "./history.js";
 import { refOf } from "./ref.js";
 
+export type { Mark } from "./conversation.js";
+
 /** What a kept message costs beyond its text (heads, marks, array slots), roughly. */
 export const MESSAGE_OVERHEAD = 256;
-
-export interface Mark {
-  readonly site: Site;
-  readonly ref: string;
-}
 
 /** One conversation as prepared: an entry per message. */
 export interface Transcript {
@@ -30,8 +27,18 @@ export interface Transcript {
   readonly texts: readonly string[]; // JSON.stringify of each message
   readonly detections: readonly Detection[]; // after each message
   readonly heads: readonly Uint8Array[]; // h_1 .. h_n (empty when format is null)
-  readonly marks: readonly (readonly Mark[])[]; // complete invocations of each message
+  readonly marks: readonly (readonly Mark[])[]; // sides of complete invocations in each message
+  readonly reach: readonly number[]; // the last message answering a call made up to each message; -1
+  readonly waiting: number; // the first message with a call still waiting for its result (length: none)
   readonly size: number; // approximate bytes held (UTF-16 text + overhead)
+}
+
+/** The longest prefix of at most `limit` messages that a later message cannot change: its
+ * calls all answered inside it, none of them waiting (formats pairing across messages). */
+function cut(kept: Transcript, limit: number, across: boolean): number {
+  let at = across ? Math.min(limit, kept.waiting) : limit;
+  while (at > 0 && kept.reach[at - 1]! >= at) at--;
+  return at;
 }
 
 export function commonPrefix(kept: readonly string[], texts: readonly string[]): number {
@@ -56,25 +63,41 @@ export function transcribe(
     detections.push(state);
   }
   const format: Format | null = messages.length ? bestFormat(state) : null;
-  const reuse = kept !== null && format !== null && kept.format === format.name ? common : 0;
+  const same = kept !== null && format !== null && kept.format === format.name;
+  const reuse = same ? cut(kept, common, format.across) : 0;
   const heads = kept === null ? [] : kept.heads.slice(0, reuse);
-  const marks = kept === null ? [] : kept.marks.slice(0, reuse);
+  const marks: Mark[][] = kept === null ? [] : kept.marks.slice(0, reuse).map((list) => [...list]);
+  const reach = kept === null ? [] : kept.reach.slice(0, reuse);
+  let waiting = messages.length;
   if (format !== null) {
-    let head = heads.at(-1) ?? H0;
-    for (let index = reuse; index < messages.length; index++) {
-      const message = messages[index];
-      const found: Mark[] = [];
-      for (const item of scan([message], format)) {
-        if (item.complete) found.push({ site: item.site, ref: refOf(invocationOf(item)) });
+    const tail = messages.slice(reuse);
+    const found = tail.map((): Mark[] => []);
+    const answers = tail.map(() => -1);
+    for (const item of scan(tail, format, reuse)) {
+      const call = item.call;
+      if (call === null) continue; // a result no call here answers: it stays as it is
+      if (item.result === null) {
+        waiting = Math.min(waiting, reuse + call.message);
+        continue;
       }
-      head = nextHead(head, marked(message, found));
-      heads.push(head);
-      marks.push(found);
+      answers[call.message] = Math.max(answers[call.message]!, reuse + item.result.message);
+      if (!item.complete) continue;
+      const ref = refOf(invocationOf(item));
+      for (const side of item.sides) found[side.message]!.push({ site: side.site, ref });
     }
+    let head = heads.at(-1) ?? H0;
+    let last = reach.at(-1) ?? -1;
+    tail.forEach((message, index) => {
+      head = nextHead(head, marked(message, found[index]!));
+      heads.push(head);
+      marks.push(found[index]!);
+      last = Math.max(last, answers[index]!);
+      reach.push(last);
+    });
   }
   let size = 0;
   for (const text of texts) size += text.length * 2 + MESSAGE_OVERHEAD;
-  return { requested, format: format?.name ?? null, texts, detections, heads, marks, size };
+  return { requested, format: format?.name ?? null, texts, detections, heads, marks, reach, waiting, size };
 }
 
 /**

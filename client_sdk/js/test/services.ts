@@ -39,12 +39,13 @@ export class Service {
     readonly command: string[],
     readonly url: string,
     readonly probe: string,
+    readonly env: Record<string, string> = {},
   ) {}
 
   async start(timeoutMs = 60_000): Promise<void> {
     const [program, ...args] = this.command;
     this.output = "";
-    const child = spawn(program!, args, { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env } });
+    const child = spawn(program!, args, { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...this.env } });
     this.child = child;
     child.stdout?.on("data", (chunk: Buffer) => (this.output += chunk.toString()));
     child.stderr?.on("data", (chunk: Buffer) => (this.output += chunk.toString()));
@@ -79,13 +80,14 @@ export class Service {
 export async function registry(
   port?: number,
   embedded = false,
+  env: Record<string, string> = {},
 ): Promise<{ service: Service; cleanup: () => Promise<void> }> {
   const chosen = port ?? (await freePort());
   const data = mkdtempSync(join(tmpdir(), "toolref-js-"));
   const redis = embedded ? undefined : process.env["TOOLREF_TEST_REDIS_URL"];
   const args = ["serve", "--port", String(chosen), "--data-dir", data];
   if (redis) args.push("--redis-url", redis);
-  const service = new Service("registry", [join(BIN, "toolref-server"), ...args], `http://127.0.0.1:${chosen}`, "/readyz");
+  const service = new Service("registry", [join(BIN, "toolref-server"), ...args], `http://127.0.0.1:${chosen}`, "/readyz", env);
   await service.start();
   return {
     service,

@@ -271,7 +271,7 @@ describe("toolrefFetch against a scripted server", () => {
 describe("manager options", () => {
   it("misuse fails loudly with the fix", () => {
     expect(() => toolrefFetch({ onExchange: "log" as unknown as () => void })).toThrow(/takes a function/);
-    expect(() => new ToolReferenceManager({ format: "openai-chat" as "ai-sdk-v5" })).toThrow(/use "ai-sdk-v5" or "ai-sdk-v4"/);
+    expect(() => new ToolReferenceManager({ format: "gemini" as "ai-sdk-v5" })).toThrow(/use one of "openai-chat", "anthropic", "openai-responses", "ai-sdk-v5", "ai-sdk-v4"/);
     expect(() => new ToolReferenceManager({ maxRefs: 0 })).toThrow(UsageError);
     expect(() => new ToolReferenceManager({ messagesKey: "" })).toThrow(/messagesKey/);
   });

@@ -102,6 +102,7 @@ try {
     );
   });
   await page.goto(values.url, { waitUntil: "networkidle" });
+  record.ai = await page.evaluate(() => window.chat?.ai ?? null); // the AI SDK the page was built with
   const input = page.getByLabel("message");
   for (turn = 1; turn <= turns; turn++) {
     if (pauses.has(turn)) {

@@ -1,5 +1,7 @@
 /**
- * `ai-sdk-v5`: AI SDK 5 UIMessage `parts` (client_sdk/toolref/formats/ai_sdk_v5.py).
+ * `ai-sdk-v5`: AI SDK 5, 6 and 7 UIMessage `parts` (client_sdk/toolref/formats/ai_sdk_v5.py):
+ * the three majors write tool parts alike (6 and 7 add states that hold no result yet:
+ * `approval-requested`, `approval-responded`, `output-denied`).
  *
  * Tool parts are `{type: "tool-<name>", toolCallId, state, input, output | errorText}` and
  * `{type: "dynamic-tool", toolName, ...}`. A part holds a complete invocation when its state

@@ -1,7 +1,8 @@
 /**
- * Where one tool invocation sits in a message, and how its marker is made and undone
- * (client_sdk/toolref/formats/site.py). The AI SDK formats keep call and result in one
- * object, so a site is always inside one message and holds both sides.
+ * Where one side of a tool invocation sits in a message, and how its marker is made and
+ * undone (client_sdk/toolref/formats/site.py). The AI SDK formats keep call and result in
+ * one object (a site holding both sides); the LLM APIs' formats keep the call in one
+ * message and the result in a later one, paired by id (`conversation.ts`).
  */
 
 export type Path = readonly (string | number)[];
@@ -16,10 +17,19 @@ export interface Site {
   readonly path: Path;
   readonly callId: string | null;
   readonly name: string | null;
-  readonly argsKey: string;
-  /** null while the call waits for its result. */
+  /** The arguments' member; null on a result side. */
+  readonly argsKey: string | null;
+  /** The result's member; null on a call side, and on a call waiting for its result. */
   readonly resultKey: string | null;
   readonly isError: boolean;
+  /** A result with no payload member (an Anthropic tool_result without content): it
+   * answers its call, but there is nothing to replace. */
+  readonly bare?: boolean;
+}
+
+/** The payload members a site's marker replaces, arguments first. */
+export function payloadKeys(site: Site): string[] {
+  return [site.argsKey, site.resultKey].filter((key): key is string => key !== null);
 }
 
 export function isObject(value: unknown): value is JsonObject {

@@ -1,0 +1,45 @@
+/**
+ * `openai-responses`: Responses API input items (client_sdk/toolref/formats/
+ * openai_responses.py).
+ *
+ * Calls are `function_call` items (`arguments`, a JSON string) and `custom_tool_call` items
+ * (`input`); results are `function_call_output` and `custom_tool_call_output` items
+ * (`output`), paired by `call_id`. The marker replaces the payload member in place.
+ */
+
+import { DISTINCTIVE, FOREIGN, NEUTRAL, partTypes } from "./evidence.js";
+import { MARKER, has, isObject, type Site } from "./site.js";
+
+export const NAME = "openai-responses";
+const ARGS: Record<string, string> = { function_call: "arguments", custom_tool_call: "input" };
+const RESULTS = new Set(["function_call_output", "custom_tool_call_output"]);
+const OWN_PARTS = new Set(["input_text", "output_text", "input_image", "input_file", "summary_text", "reasoning_text"]);
+const FOREIGN_PARTS = new Set(["tool_use", "server_tool_use", "mcp_tool_use", "tool_result", "image_url", "image", "thinking"]);
+
+export function claim(message: unknown): number {
+  if (!isObject(message) || has(message, "parts") || has(message, "tool_calls")) return FOREIGN;
+  if (has(message, "toolInvocations")) return FOREIGN;
+  const kind = message["type"];
+  if (typeof kind === "string") return DISTINCTIVE;
+  if ((kind !== undefined && kind !== null) || message["role"] === "tool" || message["role"] === "model") return FOREIGN;
+  const types = [...partTypes(message["content"])];
+  if (types.some((t) => FOREIGN_PARTS.has(t) || t.endsWith("tool_result"))) return FOREIGN;
+  return types.some((t) => OWN_PARTS.has(t)) ? DISTINCTIVE : NEUTRAL;
+}
+
+export function sites(item: unknown): Site[] {
+  if (!isObject(item)) return [];
+  const kind = item["type"];
+  if (typeof kind !== "string") return [];
+  const callId = typeof item["call_id"] === "string" ? item["call_id"] : null;
+  const argsKey = ARGS[kind];
+  if (argsKey !== undefined && Object.prototype.hasOwnProperty.call(ARGS, kind)) {
+    if (!(has(item, argsKey) || has(item, MARKER))) return [];
+    const name = typeof item["name"] === "string" ? item["name"] : null;
+    return [{ path: [], callId, name, argsKey, resultKey: null, isError: false }];
+  }
+  if (RESULTS.has(kind) && (has(item, "output") || has(item, MARKER))) {
+    return [{ path: [], callId, name: null, argsKey: null, resultKey: "output", isError: false }];
+  }
+  return [];
+}

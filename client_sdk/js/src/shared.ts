@@ -1,0 +1,77 @@
+/**
+ * The state `toolrefFetch` keeps, shared per endpoint: one `ToolReferenceManager` per
+ * (endpoint, options), however many `toolrefFetch()` calls there are.
+ *
+ * The documented one-liner is written inline in a React component, so every render calls
+ * `toolrefFetch()` again, and AI SDK 6 and 7 send each turn through the newest transport.
+ * Before, each call had its own manager: the history confirmed by one turn's answer was
+ * held by a fetch the next turn no longer used, and every turn went whole (raw = wire). Now
+ * every `toolrefFetch()` for the same endpoint, with the same options, uses the same
+ * manager. The endpoint is the request URL's origin and path (its query ignored); the
+ * options are the manager's (format, messagesKey, historyRefs, compress, the memory
+ * bounds) and the identity of `options.fetch` (another fetch may reach another server).
+ * `onExchange` is not part of it: each fetch reports its own requests.
+ *
+ * Bounded: at most {@link SHARED_ENDPOINTS} managers, least recently used dropped first
+ * (a dropped endpoint starts again from nothing: its next turn goes whole, then it saves).
+ */
+
+import { MANAGER_OPTIONS, ToolReferenceManager, type ManagerOptions } from "./manager.js";
+import { LruMap } from "./memory.js";
+
+/** The most managers kept across all endpoints (each within its own memory bounds). */
+export const SHARED_ENDPOINTS = 16;
+
+
+const managers = new LruMap<string, ToolReferenceManager>(SHARED_ENDPOINTS);
+const fetchIds = new WeakMap<object, number>();
+let nextFetchId = 1;
+
+/** The manager options among `options` (the others are the fetch's own). */
+export function managerOptions(options: ManagerOptions): ManagerOptions {
+  const picked: Record<string, unknown> = {};
+  for (const name of Object.keys(MANAGER_OPTIONS) as (keyof ManagerOptions)[]) if (options[name] !== undefined) picked[name] = options[name];
+  return picked as ManagerOptions;
+}
+
+/** Origin and path of a request URL, resolved against the page's location in a browser;
+ * the text itself when it is no URL. */
+export function endpointOf(url: string): string {
+  const base = (globalThis as { location?: { href?: unknown } }).location?.href;
+  try {
+    const parsed = new URL(url, typeof base === "string" ? base : undefined);
+    return parsed.origin + parsed.pathname;
+  } catch {
+    return url;
+  }
+}
+
+function fetchId(send: object | undefined): number {
+  if (send === undefined) return 0;
+  let id = fetchIds.get(send);
+  if (id === undefined) {
+    id = nextFetchId++;
+    fetchIds.set(send, id);
+  }
+  return id;
+}
+
+/** The manager every `toolrefFetch` with these options uses for `endpoint`. */
+export function sharedManager(endpoint: string, options: ManagerOptions, send?: object): ToolReferenceManager {
+  const picked = managerOptions(options);
+  const key = JSON.stringify([endpoint, fetchId(send), Object.entries(picked).sort(([a], [b]) => (a < b ? -1 : 1))]);
+  let manager = managers.get(key);
+  if (manager === undefined) manager = new ToolReferenceManager(picked);
+  managers.set(key, manager); // now the most recently used
+  return manager;
+}
+
+/** How many endpoints have shared state now. */
+export function sharedEndpoints(): number {
+  return managers.size;
+}
+
+/** Forget every endpoint's state (a user who logs out; tests): the next turns go whole. */
+export function forgetSharedState(): void {
+  for (const [key] of managers.entries()) managers.delete(key);
+}

@@ -1,0 +1,4 @@
+import { fileURLToPath } from "node:url";
+import { majorConfig } from "../vite.shared";
+
+export default majorConfig(fileURLToPath(new URL(".", import.meta.url)), "5");
