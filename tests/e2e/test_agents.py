@@ -194,10 +194,9 @@ TARGET = 20  # issue 20: at least 20x fewer bytes over the session than the agen
 
 def check_relay_savings(hops: Hops, cli: Cli) -> None:
     """Over the session the relay sends the gateway at least `TARGET` times fewer bytes
-    than the agent sent the relay: the first turn compressed, each later one a history ref
-    (or the whole conversation, when the agent changed its last message: Claude Code moves
-    its `cache_control` mark) compressed against the body before it. An API the relay does
-    not rewrite (Gemini's) passes through: each body as the agent sent it."""
+    than the agent sent the relay: the first turn compressed, each later one an edit of the
+    turn before it (the pieces it keeps named, only what changed inline), Gemini's included
+    (issue 30: it passed through at 1.0x before)."""
     to_relay, to_gateway, to_fake = hops.hops
     agent = turn_posts(to_relay.requests)
     relay = turn_posts(to_gateway.requests)
@@ -209,7 +208,5 @@ def check_relay_savings(hops: Hops, cli: Cli) -> None:
         f"{cli.name}: the agent sent {sent} bytes, the relay {forwarded}: "
         f"{sent / forwarded:.1f}x (agent, relay->gateway bytes per turn: {sizes})"
     )
-    if all(endpoint(r.method, r.path) is None for r in agent):
-        assert [r.wire for r in relay] == [r.wire for r in agent]
-        return
+    assert all(endpoint(r.method, r.path) is not None for r in agent)
     assert sent >= TARGET * forwarded, (sent, forwarded, sizes)
