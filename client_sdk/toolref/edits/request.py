@@ -17,7 +17,7 @@ from toolref.edits.segments import cut_messages, header_segment, restore_headers
 class Cut:
     """A request cut: `segments` (the headers' first), their `entries`, the recipe's `ref`,
     the credentials that travel as real headers (`secrets`), and the index in `segments`
-    of each message of its conversation (`messages`)."""
+    of each message's largest segment, what it says (`messages`)."""
 
     segments: list[bytes]
     entries: list[Entry]

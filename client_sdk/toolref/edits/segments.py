@@ -61,6 +61,8 @@ _WS: Final = re.compile(r"[ \t\n\r]*")
 # Members that mark a prompt-cache breakpoint, which clients move from turn to turn (Anthropic's
 # `cache_control`, also on OpenAI-compatible routers): cut out of a message's piece.
 MARK_KEYS: Final = ("cache_control",)
+# A message's own members that name it, not what it says: cut out of its piece too.
+ID_KEYS: Final = frozenset({"id"})
 _MARK: Final = re.compile(
     r"[ \t\n\r]*,[ \t\n\r]*\"(?:" + "|".join(map(re.escape, MARK_KEYS)) + r")\"[ \t\n\r]*:"
 )
@@ -132,8 +134,8 @@ def cut_body(text: str, messages_key: str | None) -> list[str] | None:
 
 
 def cut_messages(text: str, messages_key: str | None) -> tuple[list[str], list[int]] | None:
-    """`cut_body`, and the index in its segments of each message, in order (a client
-    tells its conversations apart by their first messages)."""
+    """`cut_body`, and the index in its segments of each message's largest span (what it
+    says), in order (a client tells its conversations apart by their messages)."""
     messages: list[int] = []
     try:
         cuts = _cuts(text, messages_key, messages)
@@ -197,32 +199,67 @@ def _messages(text: str, at: int, cuts: list[tuple[int, int]], messages: list[in
         return at + 1
     while True:
         start = at
-        _, at = _scan(text, at)
-        messages.append(len(cuts))
-        cuts.extend(_message_spans(text, start, at))
+        at, own = _message(text, at)
+        spans = _message_spans(text, start, at, own)
+        largest = max(range(len(spans)), key=lambda k: spans[k][1] - spans[k][0])
+        messages.append(len(cuts) + largest)  # what the message says, its ids and marks aside
+        cuts.extend(spans)
         at = _skip(text, at)
         if text[at : at + 1] == "]":
             return at + 1
         at = _skip(text, _expect(text, at, ","))
 
 
-def _message_spans(text: str, start: int, end: int) -> list[tuple[int, int]]:
+def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]]]:
+    """A message's end, and the spans of its own `ID_KEYS` members (each with the comma
+    that joins it to its neighbours): one scan, member by member when it is an object."""
+    if text[at : at + 1] != "{":
+        return _scan(text, at)[1], []
+    own: list[tuple[int, int]] = []
+    at = _skip(text, at + 1)
+    if text[at : at + 1] == "}":
+        return at + 1, own
+    before: int | None = None  # the end of the member before (None: this is the first)
+    while True:
+        key_at = at
+        key, at = scanstring(text, _expect(text, at, '"'), True)
+        _, at = _scan(text, _skip(text, _expect(text, _skip(text, at), ":")))
+        end, at = at, _skip(text, at)
+        if key in ID_KEYS:
+            if before is not None:
+                own.append((before, end))
+            elif text[at : at + 1] == ",":
+                own.append((key_at, _skip(text, at + 1)))
+        if text[at : at + 1] == "}":
+            return at + 1, own
+        before, at = end, _skip(text, _expect(text, at, ","))
+
+
+def _message_spans(
+    text: str, start: int, end: int, own: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
     """A message's spans: the message without its closing run (the brackets and whitespace
-    that end it) and without its cache marks (`MARK_KEYS` members with their comma), which
-    are left to the glue. A message keeps its piece whether or not a mark sits on it: a mark
-    moving on costs its few bytes of glue, not the message again (issue 30: two moving marks
-    stored and sent every marked message twice). Sound on valid JSON: a quote after a comma
-    and whitespace opens a string, so a match is a member of an object of the message.
-    Linear: one regex pass over the message, one value skipped per mark."""
-    close = end
-    while close > start and text[close - 1] in _CLOSING:
-        close -= 1
+    that end it), its own ids (`own`: a client may give every message a new id each run, as
+    Codex does) and its cache marks (`MARK_KEYS` members with their comma, at any depth),
+    which are left to the glue. A message keeps its piece whether or not a mark sits on it,
+    and from one run of a prompt to the next: a mark moving on costs its few bytes of glue,
+    not the message again (issue 30: two moving marks stored and sent every marked message
+    twice; issue 31: a repeated Codex session had no message in common with the run
+    before). Sound on valid JSON: a quote after a comma and whitespace opens a string, so a
+    match is a member of an object of the message. Linear: one regex pass over the
+    message, one value skipped per mark."""
+    cuts = list(own)
+    for mark in _MARK.finditer(text, start, end):
+        cuts.append((mark.start(), _scan(text, _skip(text, mark.end()))[1]))
     spans: list[tuple[int, int]] = []
     at = start
-    for mark in _MARK.finditer(text, start, close):
-        _, after = _scan(text, _skip(text, mark.end()))
-        spans.append((at, mark.start()))
-        at = after
+    for cut_start, cut_end in sorted(cuts):
+        if cut_start >= at:  # never overlapping on valid JSON; kept safe all the same
+            spans.append((at, cut_start))
+            at = cut_end
+    close = end
+    while close > at and text[close - 1] in _CLOSING:
+        close -= 1
     spans.append((at, close))
     return [(a, b) for a, b in spans if b > a] or [(start, end)]
 

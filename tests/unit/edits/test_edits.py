@@ -77,22 +77,27 @@ def test_a_body_cut_is_the_body_joined(
     assert "".join(parts) == text
 
 
-@given(
-    st.lists(JSON_VALUES, max_size=6),
-    st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=3),
-    STYLES,
-)
-@settings(max_examples=100, deadline=None)
-def test_a_cut_says_where_each_message_is(
-    messages: list[Any], extra: dict[str, Any], style: str
-) -> None:
-    """`Cut.messages`: the index of each message's first segment, in order (the client
-    tells conversations apart by their first messages)."""
-    made = cut(HEADERS, body_of(messages, extra, style).encode(), "messages")
+@given(st.integers(min_value=0, max_value=5), STYLES)
+@settings(max_examples=60, deadline=None)
+def test_a_cut_says_where_each_message_is(count: int, style: str) -> None:
+    """`Cut.messages`: for each message, in order, the index of its largest segment, what
+    it says, its id and cache mark aside (the client tells conversations apart by them)."""
+    messages = [
+        {
+            "type": "message",
+            "id": f"msg_{k}_{'9' * k}",
+            "content": [{"type": "text", "text": f"said-{k}. " * 12}],
+        }
+        for k in range(count)
+    ]
+    made = cut(HEADERS, body_of(messages, {"model": "m"}, style).encode(), "messages")
     assert made is not None
-    decoder = json.JSONDecoder()
-    found = [decoder.raw_decode(b"".join(made.segments[i:]).decode())[0] for i in made.messages]
-    assert found == messages
+    assert len(made.messages) == count
+    for k, index in enumerate(made.messages):
+        said = made.segments[index]
+        assert f"said-{k}. ".encode() in said
+        assert b"msg_" not in said
+    assert list(made.messages) == sorted(made.messages)
 
 
 MARKED = '{"role":"user","content":[{"type":"text","text":"%s"%s}]}'
@@ -306,3 +311,25 @@ def test_inline_bytes_against_another_dictionary_are_a_mismatch() -> None:
     header, blob = wire.read(data, 1 << 20)
     with pytest.raises(DictionaryMismatchError):
         wire.inline(header, blob, b"another base, another text " * 50, None)
+
+
+@pytest.mark.parametrize("first", [True, False])
+def test_a_message_with_a_new_id_keeps_its_piece(first: bool) -> None:
+    """Issue 31 item 5: Codex gives every message a new id on each run of a prompt; the id
+    is glue, so a repeated session's messages are pieces the registry holds (before, a
+    repeat shared nothing with the run before and its first turn travelled whole)."""
+    text = "the same instructions " * 20
+
+    def body(message_id: str) -> bytes:
+        own = f'"id":"{message_id}"'
+        rest = f'"role":"developer","content":"{text}"'
+        message = "{" + (f"{own},{rest}" if first else f'"type":"message",{own},{rest}') + "}"
+        return ('{"model":"m","input":[%s]}' % message).encode()  # noqa: UP031
+
+    one, two = (cut(HEADERS, body(i), "input") for i in ("msg_aaaa", "msg_bbbbbbbb"))
+    assert one is not None
+    assert two is not None
+    assert one.body == body("msg_aaaa")
+    assert two.body == body("msg_bbbbbbbb")
+    assert one.segments[one.messages[0]] == two.segments[two.messages[0]]
+    assert len(one.segments[one.messages[0]]) > PIECE_MIN
