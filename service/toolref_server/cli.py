@@ -20,12 +20,15 @@ import signal
 import sys
 import urllib.parse
 from collections.abc import Iterator, Sequence
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 import pydantic
 
 from toolref.wire.errors import ToolrefError
 from toolref_server import logs
+
+if TYPE_CHECKING:
+    from toolref_server.settings import Settings
 
 log = logging.getLogger("toolref_server")
 
@@ -196,7 +199,6 @@ def _serve(args: argparse.Namespace) -> int:
     from toolref_server.resources import raise_open_files_limit
 
     raise_open_files_limit()
-    engine = None
     # SIGTERM (`kill`, Kubernetes, systemd) stops the service as Ctrl-C does: it is turned
     # into SIGINT, so whoever handles that (uvicorn while it serves, asyncio's runner, or
     # Python's KeyboardInterrupt) takes the same path. uvicorn handles both while it serves,
@@ -204,6 +206,16 @@ def _serve(args: argparse.Namespace) -> int:
     # the process on the spot, skipping the `finally` that stops the engine (which, orphaned,
     # would outlive the data folder's lock).
     signal.signal(signal.SIGTERM, _as_ctrl_c)
+    from toolref_server import workers_metrics
+
+    # Several workers write their metrics to a fresh private folder, read whole by a
+    # scrape of any of them (toolref_server.workers_metrics); removed when serving ends.
+    with workers_metrics.serving(settings.workers):
+        return _serving(settings, log_config)
+
+
+def _serving(settings: Settings, log_config: dict[str, Any]) -> int:
+    engine = None
     try:
         if settings.redis_url is None:
             from toolref_server.embedded import EmbeddedEngine
