@@ -91,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, help="worker processes (TOOLREF_WORKERS)")
     serve.add_argument("--redis-url", help="Redis or Valkey URL (TOOLREF_REDIS_URL)")
     serve.add_argument("--data-dir", help="embedded engine's data folder (TOOLREF_DATA_DIR)")
+    serve.add_argument(
+        "--config",
+        help="a TOML file of settings, a table per group (deploy/toolref.example.toml); "
+        "TOOLREF_* variables win over it, these flags over both",
+    )
     hashing = commands.add_parser(
         "hash-key", help="print the SHA-256 of an API key, as TOOLREF_API_KEYS holds it"
     )
@@ -193,7 +198,20 @@ def _serve(args: argparse.Namespace) -> int:
     for name, value in overrides.items():
         if value is not None:
             os.environ[f"TOOLREF_{name.upper()}"] = str(value)
-    settings = Settings.from_environment()
+    from_file: dict[str, str] = {}
+    if args.config is not None:
+        from pathlib import Path
+
+        from toolref_server.settings import config_file
+
+        # The file's settings become the variables it stands for, where none is set.
+        applied = config_file.apply(config_file.read(Path(args.config)), os.environ)
+        from_file = {setting.variable: setting.where for setting in applied}
+    try:
+        settings = Settings.from_environment()
+    except pydantic.ValidationError as exc:
+        _invalid(exc, from_file)
+        return 2
     log_config = logs.configure(settings.log_level)
     settings.check_exposure()
     from toolref_server.resources import raise_open_files_limit
@@ -316,10 +334,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     except pydantic.ValidationError as exc:
-        for error in exc.errors(include_url=False):
-            name = "TOOLREF_" + "_".join(str(p) for p in error["loc"]).upper()
-            print(f"toolref-server: {name}: {error['msg']}", file=sys.stderr)
+        _invalid(exc)
         return 2
+
+
+def _invalid(exc: pydantic.ValidationError, from_file: dict[str, str] | None = None) -> None:
+    """Each bad setting named as it was given: its variable, or its place in the file."""
+    for error in exc.errors(include_url=False):
+        name = "TOOLREF_" + "_".join(str(p) for p in error["loc"]).upper()
+        where = (from_file or {}).get(name, name)
+        print(f"toolref-server: {where}: {error['msg']}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def collected(folder: str) -> CollectorRegistry:
     from prometheus_client.multiprocess import MultiProcessCollector
 
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=folder)
+    MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
     return registry
 
 
@@ -90,7 +90,7 @@ def forget_dead(folder: str) -> list[int]:
 
     dead = sorted(pid for pid in pids(folder) if not alive(pid))
     for pid in dead:
-        mark_process_dead(pid, folder)
+        mark_process_dead(pid, folder)  # type: ignore[no-untyped-call]
     return dead
 
 
@@ -98,4 +98,4 @@ def forget(folder: str) -> None:
     """This worker's live gauges removed (it stops)."""
     from prometheus_client.multiprocess import mark_process_dead
 
-    mark_process_dead(os.getpid(), folder)
+    mark_process_dead(os.getpid(), folder)  # type: ignore[no-untyped-call]

@@ -11,6 +11,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -30,7 +31,7 @@ ROUTE = "/v1/capabilities"
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> Service:
+def service(tmp_path: Path) -> Iterator[Service]:
     try:
         valkey_server_binary()
     except Exception as exc:

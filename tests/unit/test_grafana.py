@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.metrics import MetricWrapperBase
 
 from toolref_server.metrics import Metrics
 
@@ -34,9 +35,10 @@ SUFFIXES = {
 def exported() -> dict[str, set[str]]:
     """Each sample name the service exports, and its labels (`le` on buckets)."""
     found: dict[str, set[str]] = {}
-    for collector in list(Metrics().registry._collector_to_names):  # every metric declared
-        for family in collector.describe():
-            labels = set(getattr(collector, "_labelnames", ()))
+    declared = [m for m in vars(Metrics()).values() if isinstance(m, MetricWrapperBase)]
+    for metric in declared:
+        for family in metric.describe():
+            labels = set(metric._labelnames)
             for suffix in SUFFIXES[family.type]:
                 found[family.name + suffix] = labels | ({"le"} if suffix == "_bucket" else set())
     return found
