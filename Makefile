@@ -7,9 +7,10 @@ BIN    := $(VENV)/bin
 SERVER_STAMP   := $(VENV)/.installed-server
 LOADTEST_STAMP := $(VENV)/.installed-loadtest
 DEV_STAMP      := $(VENV)/.installed-dev
+SAVINGS_DRIVER := tests/browser/savings
 
 .PHONY: serve test check package js-test e2e e2e-install lint fmt bench bench-edits loadtest loadtest-hostile soak clean \
-	demo web-build chromium browser-test
+	demo web-build chromium browser-test savings-page
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,7 +47,7 @@ serve: $(SERVER_STAMP)
 # whose reads differ there) again on a local Redis Cluster (3 primaries, 3 replicas) started
 # from the same valkey-server binary; then the TypeScript SDK. Fail-late: every pass runs,
 # and the last line names the passes that failed.
-test: $(DEV_STAMP) web-build chromium
+test: $(DEV_STAMP) web-build chromium $(SAVINGS_DRIVER)/node_modules/.package-lock.json
 	@failed=""; \
 	$(BIN)/python -m pytest $(PYTEST_ARGS) || failed="$$failed one-node"; \
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest tests/service tests/integration \
@@ -154,8 +155,17 @@ chromium:
 
 # The demo in headless Chromium (playwright-core): 30 turns, a registry restart; `make test`
 # runs it too (tests/browser).
-browser-test: $(DEV_STAMP) web-build chromium
+# and the service's savings page (tests/browser/test_savings_page.py: playwright-core alone).
+browser-test: $(DEV_STAMP) web-build chromium $(SAVINGS_DRIVER)/node_modules/.package-lock.json
 	$(BIN)/python -m pytest tests/browser $(PYTEST_ARGS)
+
+$(SAVINGS_DRIVER)/node_modules/.package-lock.json: $(SAVINGS_DRIVER)/package-lock.json
+	cd $(SAVINGS_DRIVER) && npm ci --no-audit --no-fund --loglevel=error
+
+# docs/savings-page.png: the screenshot the savings page's browser test takes.
+savings-page: $(DEV_STAMP) chromium $(SAVINGS_DRIVER)/node_modules/.package-lock.json
+	$(BIN)/python -m pytest tests/browser/test_savings_page.py -q
+	cp .toolref/browser-test/savings-page.png docs/savings-page.png
 
 # Before a commit (under 2 minutes here): lint, and the unit tests that need no engine.
 check: $(DEV_STAMP)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -21,7 +23,8 @@ from starlette.responses import Response
 
 from toolref.receiving.budget import Budget
 from toolref.receiving.workers import Workers
-from toolref.wire.errors import NotFoundError, ToolrefError
+from toolref.wire.errors import NotFoundError, StoreUnavailableError, ToolrefError
+from toolref_server import workers_metrics
 from toolref_server.documents import BodyLimits
 from toolref_server.gateway.gateway import Gateway
 from toolref_server.gateway.gateway import operations as gateway_operations
@@ -35,7 +38,7 @@ from toolref_server.metrics import Metrics
 from toolref_server.registry.llm_quotas import ModelCallQuotas
 from toolref_server.registry.summaries import SummaryCache
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer, build_summarizers
-from toolref_server.routes import handoff, hydration, invocations, messages, meta
+from toolref_server.routes import handoff, hydration, invocations, messages, meta, savings
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.storage import compressors
@@ -48,6 +51,7 @@ from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.redis import is_cluster_url, plain_url
 from toolref_server.storage.store import Store, StoreClient
 from toolref_server.storage.summaries import SummaryStore
+from toolref_server.storage.usage import UsageCounters
 from toolref_server.storage.verifier import Verifier
 
 log = logging.getLogger("toolref_server")
@@ -64,6 +68,37 @@ def _tune_collector() -> None:
         gc.collect()
         gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+async def _sampling(metrics: Metrics, usage: UsageCounters, every: float) -> None:
+    """Every `every` seconds (TOOLREF_SAMPLE_SECONDS): what this worker's gauges read, the
+    gauges of workers gone forgotten (several workers; a scrape reads them all), and the
+    gateway usage counted added to the store's per-minute counters (kept for the next
+    time when the store fails)."""
+    while True:
+        await asyncio.sleep(every)
+        metrics.sample()
+        if metrics.directory is not None:
+            workers_metrics.forget_dead(metrics.directory)
+        try:
+            await usage.flush(metrics.pending)
+        except StoreUnavailableError as exc:
+            log.warning("gateway usage not added to the store yet: %s", exc.detail)
+
+
+async def _last_flush(metrics: Metrics, usage: UsageCounters) -> None:
+    with contextlib.suppress(StoreUnavailableError):
+        await usage.flush(metrics.pending)
+
+
+@contextlib.asynccontextmanager
+async def _running(work: asyncio.Task[None]) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
 
 
 class _HttpProblem(ToolrefError):
@@ -165,6 +200,7 @@ def create_app(
         setting="TOOLREF_MAX_INFLATED_IN_FLIGHT",
         retry_after=settings.retry_after_seconds,
     )
+    metrics.watch_budget(budget)
     open_metrics = settings.warn_open_metrics()
     if open_metrics:
         log.warning(open_metrics)
@@ -172,6 +208,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
         async with AsyncExitStack() as stack:
+            if metrics.directory is not None:  # several workers share their metrics
+                workers_metrics.forget_dead(metrics.directory)
+                stack.callback(workers_metrics.forget, metrics.directory)
             client = redis
             if client is None:
                 url = settings.redis_url
@@ -246,8 +285,13 @@ def create_app(
                     superseded_ttl=settings.history_superseded_ttl,
                     refresh_seconds=settings.history_refresh_seconds,
                 ),
+                usage=UsageCounters(store),
             )
             _tune_collector()
+            usage = app.state.services.usage
+            stack.push_async_callback(_last_flush, metrics, usage)
+            sampler = asyncio.create_task(_sampling(metrics, usage, settings.sample_seconds))
+            await stack.enter_async_context(_running(sampler))
             # The HTTP layer (toolref_server.http.connection) reads its limits from here.
             yield {STATE_KEY: ConnectionLimits.of(settings, metrics)}
 
@@ -258,6 +302,7 @@ def create_app(
             *messages.routes,
             *hydration.routes,
             *handoff.routes,
+            *savings.routes,
         ],
         middleware=[
             Middleware(AccessMiddleware, metrics=metrics),

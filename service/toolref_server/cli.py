@@ -20,12 +20,15 @@ import signal
 import sys
 import urllib.parse
 from collections.abc import Iterator, Sequence
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
 
 import pydantic
 
 from toolref.wire.errors import ToolrefError
 from toolref_server import logs
+
+if TYPE_CHECKING:
+    from toolref_server.settings import Settings
 
 log = logging.getLogger("toolref_server")
 
@@ -88,6 +91,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, help="worker processes (TOOLREF_WORKERS)")
     serve.add_argument("--redis-url", help="Redis or Valkey URL (TOOLREF_REDIS_URL)")
     serve.add_argument("--data-dir", help="embedded engine's data folder (TOOLREF_DATA_DIR)")
+    serve.add_argument(
+        "--config",
+        help="a TOML file of settings, a table per group (deploy/toolref.example.toml); "
+        "TOOLREF_* variables win over it, these flags over both",
+    )
     hashing = commands.add_parser(
         "hash-key", help="print the SHA-256 of an API key, as TOOLREF_API_KEYS holds it"
     )
@@ -190,13 +198,25 @@ def _serve(args: argparse.Namespace) -> int:
     for name, value in overrides.items():
         if value is not None:
             os.environ[f"TOOLREF_{name.upper()}"] = str(value)
-    settings = Settings.from_environment()
+    from_file: dict[str, str] = {}
+    if args.config is not None:
+        from pathlib import Path
+
+        from toolref_server.settings import config_file
+
+        # The file's settings become the variables it stands for, where none is set.
+        applied = config_file.apply(config_file.read(Path(args.config)), os.environ)
+        from_file = {setting.variable: setting.where for setting in applied}
+    try:
+        settings = Settings.from_environment()
+    except pydantic.ValidationError as exc:
+        _invalid(exc, from_file)
+        return 2
     log_config = logs.configure(settings.log_level)
     settings.check_exposure()
     from toolref_server.resources import raise_open_files_limit
 
     raise_open_files_limit()
-    engine = None
     # SIGTERM (`kill`, Kubernetes, systemd) stops the service as Ctrl-C does: it is turned
     # into SIGINT, so whoever handles that (uvicorn while it serves, asyncio's runner, or
     # Python's KeyboardInterrupt) takes the same path. uvicorn handles both while it serves,
@@ -204,6 +224,16 @@ def _serve(args: argparse.Namespace) -> int:
     # the process on the spot, skipping the `finally` that stops the engine (which, orphaned,
     # would outlive the data folder's lock).
     signal.signal(signal.SIGTERM, _as_ctrl_c)
+    from toolref_server import workers_metrics
+
+    # Several workers write their metrics to a fresh private folder, read whole by a
+    # scrape of any of them (toolref_server.workers_metrics); removed when serving ends.
+    with workers_metrics.serving(settings.workers):
+        return _serving(settings, log_config)
+
+
+def _serving(settings: Settings, log_config: dict[str, Any]) -> int:
+    engine = None
     try:
         if settings.redis_url is None:
             from toolref_server.embedded import EmbeddedEngine
@@ -304,10 +334,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     except pydantic.ValidationError as exc:
-        for error in exc.errors(include_url=False):
-            name = "TOOLREF_" + "_".join(str(p) for p in error["loc"]).upper()
-            print(f"toolref-server: {name}: {error['msg']}", file=sys.stderr)
+        _invalid(exc)
         return 2
+
+
+def _invalid(exc: pydantic.ValidationError, from_file: dict[str, str] | None = None) -> None:
+    """Each bad setting named as it was given: its variable, or its place in the file."""
+    for error in exc.errors(include_url=False):
+        name = "TOOLREF_" + "_".join(str(p) for p in error["loc"]).upper()
+        where = (from_file or {}).get(name, name)
+        print(f"toolref-server: {where}: {error['msg']}", file=sys.stderr)
 
 
 if __name__ == "__main__":

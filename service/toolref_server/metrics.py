@@ -1,8 +1,16 @@
 """Prometheus metrics: one registry per app, served at GET /metrics.
 
 A registry per app (not the process-global one) keeps two apps in one process, as tests build
-them, from counting into each other. With several uvicorn workers each worker has its own
-registry, so scrape pods that run one worker each (the Kubernetes manifests do).
+them, from counting into each other. With several uvicorn workers, `toolref-server serve`
+gives them a private folder (`PROMETHEUS_MULTIPROC_DIR`, prometheus-client's multiprocess
+mode: `toolref_server.workers_metrics`): each worker writes its values to files there, and a
+scrape of any worker reads every worker's, so counters add up and never go backwards.
+Gauges name how workers combine (`multiprocess_mode`); what moves by the clock or lives
+outside the metrics (the breaker, the bytes in flight) is sampled at each scrape and every
+`TOOLREF_SAMPLE_SECONDS` by each worker.
+
+Labels are bounded by configuration: routes are templates, tenants those of
+`TOOLREF_API_KEYS` (or `local`), upstreams those of `TOOLREF_UPSTREAMS`.
 """
 
 from __future__ import annotations
@@ -14,11 +22,15 @@ from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
     Counter,
-    Enum,
     Gauge,
     Histogram,
     generate_latest,
 )
+
+from toolref.breaker import BreakerState
+from toolref.receiving.budget import Budget
+from toolref_server import workers_metrics
+from toolref_server.usage import Counts, Pending
 
 # Latency buckets from 1 ms to 10 s: ref operations sit at the low end, summaries high.
 _BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -108,14 +120,39 @@ class Metrics:
             ["operation"],
             registry=r,
         )
-        self.breaker = Enum(
+        self.breaker = Gauge(
             "toolref_store_breaker",
-            "State of the store circuit breaker (open: requests fail fast with 503).",
-            states=["closed", "open", "half-open"],
+            "State of the store circuit breaker (open: requests fail fast with 503): 1 for "
+            "the state a worker is in (several workers: each state any live worker is in).",
+            ["toolref_store_breaker"],
+            multiprocess_mode="livemax",
             registry=r,
         )
         self.connections_open = Gauge(
-            "toolref_connections_open", "HTTP connections open in this process.", registry=r
+            "toolref_connections_open",
+            "HTTP connections open (several workers: all live workers').",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.inflated_in_flight = Gauge(
+            "toolref_inflated_bytes_in_flight",
+            "Bytes of request bodies held now, charged to the memory budget "
+            "(TOOLREF_MAX_INFLATED_IN_FLIGHT; several workers: all live workers').",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.inflated_limit = Gauge(
+            "toolref_inflated_bytes_limit",
+            "The memory budget of request bodies (TOOLREF_MAX_INFLATED_IN_FLIGHT, per worker; "
+            "several workers: their sum).",
+            multiprocess_mode="livesum",
+            registry=r,
+        )
+        self.inflated_high_water = Gauge(
+            "toolref_inflated_bytes_high_water",
+            "The most bytes of request bodies one worker held at once since it started.",
+            multiprocess_mode="livemax",
+            registry=r,
         )
         self.connections_closed = Counter(
             "toolref_connections_closed",
@@ -128,8 +165,23 @@ class Metrics:
         self.upload_bytes = Counter(
             "toolref_upload_bytes",
             "Gateway LLM request bytes: raw (the body forwarded upstream, as its client "
-            "wrote it) and wire (the body received, with refs, history refs and compression).",
-            ["kind"],
+            "wrote it) and wire (the body received, with refs, history refs and compression), "
+            "by tenant and upstream.",
+            ["kind", "tenant", "upstream"],
+            registry=r,
+        )
+        self.gateway_requests = Counter(
+            "toolref_gateway_requests",
+            "Gateway requests to an LLM endpoint (hydrated, or sent as edits), by tenant and "
+            "upstream, whatever their answer.",
+            ["tenant", "upstream"],
+            registry=r,
+        )
+        self.gateway_resends = Counter(
+            "toolref_gateway_resends",
+            "Gateway LLM requests answered 409 (refs, a history or pieces not held), each of "
+            "which its client sends again in full, by tenant and upstream.",
+            ["tenant", "upstream"],
             registry=r,
         )
         self.edits = Counter(
@@ -141,6 +193,10 @@ class Metrics:
             registry=r,
         )
         self._breaker_state: Callable[[], str] | None = None
+        self._budget: Budget | None = None
+        # Gateway usage not yet in the store's per-minute counters (the savings page).
+        self.pending = Pending()
+        self.directory = workers_metrics.directory()
 
     def refs(self, found: list[bool]) -> None:
         held = sum(found)
@@ -149,11 +205,40 @@ class Metrics:
         if held < len(found):
             self.missing.inc(len(found) - held)
 
+    def gateway_usage(self, tenant: str, upstream: str, counts: Counts) -> None:
+        """Gateway traffic of `tenant` to `upstream`: counted here, and for the store's
+        per-minute counters."""
+        if counts.requests:
+            self.gateway_requests.labels(tenant, upstream).inc(counts.requests)
+        if counts.resends:
+            self.gateway_resends.labels(tenant, upstream).inc(counts.resends)
+        if counts.raw or counts.wire:
+            self.upload_bytes.labels("raw", tenant, upstream).inc(counts.raw)
+            self.upload_bytes.labels("wire", tenant, upstream).inc(counts.wire)
+        self.pending.add(tenant, upstream, counts)
+
     def watch_breaker(self, state: Callable[[], str]) -> None:
         """Read the breaker's state at scrape time (it moves by the clock, not by calls)."""
         self._breaker_state = state
 
-    def render(self) -> bytes:
+    def watch_budget(self, budget: Budget) -> None:
+        """Read the memory budget's bytes in flight at scrape time (and when sampled)."""
+        self._budget = budget
+        self.inflated_limit.set(budget.limit)
+
+    def sample(self) -> None:
+        """Write what is read, not counted: the breaker's state and the budget's bytes."""
         if self._breaker_state is not None:
-            self.breaker.state(self._breaker_state())
-        return generate_latest(self.registry)
+            now = self._breaker_state()
+            for state in BreakerState:
+                self.breaker.labels(state.value).set(1 if state.value == now else 0)
+        if self._budget is not None:
+            self.inflated_in_flight.set(self._budget.in_flight)
+            self.inflated_high_water.set(self._budget.high_water)
+
+    def render(self) -> bytes:
+        """The exposition: this app's registry, or every worker's values (multiprocess)."""
+        self.sample()
+        if self.directory is None:
+            return generate_latest(self.registry)
+        return generate_latest(workers_metrics.collected(self.directory))

@@ -15,6 +15,7 @@ from toolref_server.storage.history_cache import HistoryCache
 from toolref_server.storage.quotas import RequestRate
 from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.store import Store
+from toolref_server.storage.usage import UsageCounters
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,3 +31,4 @@ class Services:
     rate: RequestRate
     history_cache: HistoryCache
     recipes: Recipes
+    usage: UsageCounters

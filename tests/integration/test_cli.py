@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.processes import Service, clean_env
+from tests.support.processes import Process, Service, clean_env
 from toolref.wire.canonical import digest_of
 from toolref_server.embedded import free_port, valkey_server_binary
 
@@ -135,6 +135,60 @@ def test_a_misspelt_variable_is_refused_with_the_name_meant(data_dir: Path) -> N
     assert result.returncode == 2
     assert "unknown variable TOOLREF_UPSTREAM; did you mean TOOLREF_UPSTREAMS?" in result.stderr
     assert "TOOLREF_KEY" not in result.stderr
+    assert not data_dir.exists()  # refused before starting anything
+
+
+def test_a_config_file_serves_its_settings_and_the_environment_wins(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 32: `serve --config toolref.toml` (there was no such flag). The file's settings
+    reach every worker (two, from the file; the metrics key, from the file, keys /metrics),
+    and a variable of the environment wins over the file's (the TTL)."""
+    config = tmp_path / "toolref.toml"
+    scraper = "scraper-key"
+    config.write_text(
+        "[serving]\nworkers = 2\n"
+        f'[access]\nmetrics_key = "{hashlib.sha256(scraper.encode()).hexdigest()}"\n'
+        "[records]\nttl_seconds = 60\n"
+    )
+    port = free_port()
+    args = [sys.executable, "-m", "toolref_server.cli", "serve", "--port", str(port)]
+    args += ["--data-dir", str(data_dir), "--config", str(config)]
+    env = clean_env(TOOLREF_TTL_SECONDS="3600")
+    service = Process(args, f"http://127.0.0.1:{port}", "/readyz", env)
+    try:
+        capabilities = httpx.get(service.url + "/v1/capabilities").json()
+        assert capabilities["ttlSeconds"] == 3600  # the environment's, not the file's 60
+        for _ in range(6):  # whichever worker answers
+            assert httpx.get(service.url + "/metrics").status_code == 401
+            keyed = httpx.get(
+                service.url + "/metrics", headers={"Authorization": f"Bearer {scraper}"}
+            )
+            assert keyed.status_code == 200
+        children = Path(f"/proc/{service.process.pid}/task/{service.process.pid}/children")
+        spawned = [
+            pid
+            for pid in children.read_text().split()
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        assert len(spawned) == 2
+    finally:
+        service.stop()
+
+
+def test_a_config_file_key_that_is_no_setting_is_refused(data_dir: Path, tmp_path: Path) -> None:
+    config = tmp_path / "toolref.toml"
+    config.write_text('[gateway]\nupstream = "anthropic=https://api.anthropic.com"\n')
+    result = run_cli("serve", "--data-dir", str(data_dir), "--config", str(config))
+    assert result.returncode == 2
+    assert (
+        f"{config} [gateway] upstream: no setting is named `upstream`; did you mean "
+        "`upstreams` (under [gateway])?"
+    ) in result.stderr
+    config.write_text("[bodies]\nmax_depth = 1\n")  # a bad value: named where the file has it
+    result = run_cli("serve", "--data-dir", str(data_dir), "--config", str(config))
+    assert result.returncode == 2
+    assert f"toolref-server: {config} [bodies] max_depth: Input should be greater" in result.stderr
     assert not data_dir.exists()  # refused before starting anything
 
 

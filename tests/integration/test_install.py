@@ -142,3 +142,11 @@ def test_the_wheel_ships_the_zstd_dictionaries(base_install: Installed) -> None:
     loaded = run([str(base_install.bin / "python"), "-c", check])
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip() == str(sorted(s.dict_id for s in dictionaries.SHIPPED))
+
+
+def test_the_wheel_ships_the_savings_page(base_install: Installed) -> None:
+    """The page `GET /savings` serves is package data (issue 32): no build step, no file
+    outside the package."""
+    with zipfile.ZipFile(base_install.wheel) as wheel:
+        page = wheel.read("toolref_server/routes/savings.html").decode()
+    assert '"/v1/savings"' in page

@@ -57,6 +57,7 @@ KEYS = f"acme={hash_key(KEY)}"
 READ = {"name": "read_file", "args": {"path": "src/app.py"}, "result": "print('hi')\n"}
 BIG = {"name": "lookup", "args": {"id": 2**70}, "result": [1.5, None, "ü"], "isError": True}
 UNKNOWN = str(invocation_digest("never", {}, "registered").ref)
+PAGES = ("/savings", "/docs")  # HTML for a person, whatever Accept says
 # Integers beyond 64 bits travel in msgpack as ext type 1 holding their decimal digits.
 BIGINT_EXT = 1
 
@@ -265,11 +266,13 @@ async def check_generated(
         assert response.headers["content-type"] == PROBLEM
         assert problem["status"] == response.status_code
         assert problem["type"].startswith("urn:toolref:problem:")
-    elif response.status_code == 200 and path not in ("/openapi.json", "/metrics"):
+    elif response.status_code == 200 and path not in ("/openapi.json", "/metrics", *PAGES):
         # Responses follow Accept.
         expected = MSGPACK if accept.startswith(MSGPACK) else JSON
         assert response.headers["content-type"] == expected
     assert response.headers["Toolref-Protocol"] == "2"
+    if path in PAGES and response.status_code == 200:
+        assert response.headers["content-type"] == "text/html; charset=utf-8"
     meta = case.meta
     assert meta is not None
     if meta.generation.mode.is_positive and method == "POST":

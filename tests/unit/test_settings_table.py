@@ -44,6 +44,7 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_OFFLOAD_BYTES": ("int", 512 * 1024, "ge=0"),
         "TOOLREF_SHUTDOWN_TIMEOUT": ("int", 20, "ge=1"),
         "TOOLREF_RETRY_AFTER_SECONDS": ("int", 1, "ge=1"),
+        "TOOLREF_SAMPLE_SECONDS": ("float", 5.0, "gt=0 le=60"),  # issue 32
         "TOOLREF_LOG_LEVEL": ("str", "info", ""),
     },
     ConnectionSettings: {

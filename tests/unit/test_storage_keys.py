@@ -32,6 +32,7 @@ KEY_FUNCTIONS = {
     "summary_lock",
     "stored_bytes",
     "model_calls",
+    "usage",
     "scan_pattern",
 }
 # Outside storage, these build the Redis client the storage layer is handed: the service's
@@ -80,6 +81,9 @@ def test_the_spellings_are_those_stored_data_is_under() -> None:
     assert keys.summary_lock("tr:acme:s:x:y") == "tr:acme:s:x:y:lock"
     assert keys.stored_bytes("acme", 100) == "tr:acme:q:100"
     assert keys.model_calls("acme", 7) == "tr:acme:c:7"
+    assert keys.usage("acme", 29_000_000) == "tr:acme:u:29000000"
+    assert keys.usage_field("anthropic", "raw") == "anthropic:raw"
+    assert keys.usage_fields(b"open.ai-2:resends") == ("open.ai-2", "resends")
     assert keys.scan_pattern(None) == "tr:*"
     assert keys.scan_pattern("acme") == "tr:acme:*"
 
@@ -93,6 +97,7 @@ def test_exports_carry_values_never_locks_or_counters() -> None:
     assert not keys.exported(keys.summary_lock(summary).encode())
     assert not keys.exported(keys.stored_bytes("acme", 1).encode())
     assert not keys.exported(keys.model_calls("acme", 1).encode())
+    assert not keys.exported(keys.usage("acme", 1).encode())
     assert keys.parse(summary) == ("acme", "s", summary.split(":", 3)[3])
     assert keys.parse("session:42") is None
 

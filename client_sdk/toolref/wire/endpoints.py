@@ -33,6 +33,10 @@ HEALTHZ: Final = "/healthz"
 READYZ: Final = "/readyz"
 METRICS: Final = "/metrics"
 OPENAPI: Final = "/openapi.json"
+SAVINGS: Final = "/v1/savings"  # gateway usage per tenant and upstream, by the metrics key
+SAVINGS_PAGE: Final = "/savings"  # the page showing it
+INDEX: Final = "/"  # points to the savings page
+DOCS: Final = "/docs"  # a short index of the endpoints, for a person
 GATEWAY: Final = "/llm/{name}/{path}"  # the service's gateway, when it has upstreams
 
 # --- LLM endpoints ----------------------------------------------------------------------

@@ -28,9 +28,10 @@ from toolref.receiving.budget import SCOPE_KEY, Account, Budget
 from toolref.receiving.hops import decoded, encoded, savings_value
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import HISTORY_HEADER, SAVINGS_HEADER, TOOLREF_PREFIX, asgi_name
-from toolref_server.gateway.forwarder import Forwarder
+from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.registry.edits import Applied, apply_edit
 from toolref_server.services import Services
+from toolref_server.usage import Counts
 
 _HISTORY: Final = asgi_name(HISTORY_HEADER)
 _SAVINGS: Final = asgi_name(SAVINGS_HEADER)
@@ -67,8 +68,8 @@ async def forward_edit(
             raise
         metrics.edits.labels("applied").inc()
         body = await switched(services, rewrite, applied.request.body)
-        metrics.upload_bytes.labels("wire").inc(applied.wire)
-        metrics.upload_bytes.labels("raw").inc(len(body))
+        upstream_name = scope[ROUTE_KEY].name
+        metrics.gateway_usage(tenant, upstream_name, Counts(raw=len(body), wire=applied.wire))
         upstream = restored_scope(scope, applied, len(body), account)
         await forwarder(upstream, replay(body, receive), marked(send, applied, len(body)))
 

@@ -62,6 +62,7 @@ from toolref_server.http.problem import problem_response
 from toolref_server.metrics import Metrics
 from toolref_server.services import Services
 from toolref_server.settings import Settings
+from toolref_server.usage import Counts
 
 _SAVINGS: Final = SAVINGS_HEADER.lower().encode()
 _COUNT_KEY: Final = "toolref.upload"
@@ -163,10 +164,14 @@ class Template:
 
 @dataclass(slots=True)
 class _Count:
-    """A request's bytes as received, and whether all of them were."""
+    """A request's tenant and upstream, its bytes as received, whether all of them were,
+    and whether it was sent on (a 409 before that is the gateway's, a resend to come)."""
 
+    tenant: str
+    upstream: str
     wire: int = 0
     whole: bool = False
+    forwarded: bool = False
 
 
 class Gateway:
@@ -249,12 +254,37 @@ class Gateway:
                 _SWITCH_KEY: at,
             }
             llm = endpoint(scope["method"], found.path)
+            if is_edit(scope) or llm is not None:
+                await self._llm(tenant, llm, upstream, receive, send)
+            else:
+                await self.forwarder(upstream, receive, send)
+
+    async def _llm(
+        self, tenant: str, llm: Endpoint | None, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """A request to an LLM endpoint (or an edit of one), counted for its tenant and
+        upstream (`Metrics.gateway_usage`): one request, and a resend when the gateway
+        answers it 409 (its client sends it again in full)."""
+        count = _Count(tenant, scope[ROUTE_KEY].name)
+        self.metrics.gateway_usage(count.tenant, count.upstream, Counts(requests=1))
+
+        async def watched(message: Message) -> None:
+            # A hydrated request's 409 is answered, not raised: seen on its way out.
+            if (
+                message["type"] == "http.response.start"
+                and message["status"] == 409
+                and not count.forwarded
+            ):
+                self.metrics.gateway_usage(count.tenant, count.upstream, Counts(resends=1))
+            await send(message)
+
+        try:
             if is_edit(scope):
                 rewrite = None
                 if llm is not None and header(scope, SWITCHED_FROM_HEADER) is not None:
-                    rewrite = partial(switch_body, llm=llm, at=at)
+                    rewrite = partial(switch_body, llm=llm, at=scope[_SWITCH_KEY])
                 await forward_edit(
-                    upstream,
+                    scope,
                     receive,
                     send,
                     services=self._services(),
@@ -263,18 +293,19 @@ class Gateway:
                     tenant=tenant,
                     rewrite=rewrite,
                 )
-                return
-            if llm is None:
-                await self.forwarder(upstream, receive, send)
-                return
-            await self._hydrated(tenant, llm, upstream, receive, send)
+            elif llm is not None:
+                await self._hydrated(count, llm, scope, receive, watched)
+        except ToolrefError as exc:
+            if exc.status == 409:  # an edit's base or pieces not held: answered by __call__
+                self.metrics.gateway_usage(count.tenant, count.upstream, Counts(resends=1))
+            raise
 
     async def _hydrated(
-        self, tenant: str, llm: Endpoint, scope: Scope, receive: Receive, send: Send
+        self, count: _Count, llm: Endpoint, scope: Scope, receive: Receive, send: Send
     ) -> None:
         """Hydrated in process (a protocol-2 request), then to `_counted_forward`, counting
         the bytes as they arrive."""
-        count = _Count()
+        tenant = count.tenant
         scope[_COUNT_KEY] = count
         scope[_ENDPOINT_KEY] = llm
 
@@ -327,8 +358,8 @@ class Gateway:
             del body  # held by `receive` alone, until the forwarder sends it on
         raw = _length(scope)
         wire = count.wire if count.whole else raw
-        self.metrics.upload_bytes.labels("wire").inc(wire)
-        self.metrics.upload_bytes.labels("raw").inc(raw)
+        count.forwarded = True
+        self.metrics.gateway_usage(count.tenant, count.upstream, Counts(raw=raw, wire=wire))
         told = savings_value(raw, wire).encode()
 
         async def with_savings(message: Message) -> None:

@@ -24,14 +24,15 @@ class Authenticator:
         return self._metrics is not None
 
     def check_metrics(self, request: HTTPConnection) -> None:
-        """GET /metrics: open, or the bearer key TOOLREF_METRICS_KEY hashes."""
+        """GET /metrics (and the savings data): open, or the bearer key TOOLREF_METRICS_KEY
+        hashes."""
         if self._metrics is None:
             return
         presented = _presented(request)
         if presented is None:
             raise AuthenticationError(
-                "GET /metrics needs a key here: send `Authorization: Bearer <key>` with the "
-                "key whose SHA-256 is TOOLREF_METRICS_KEY"
+                f"GET {request.url.path} needs a key here: send `Authorization: Bearer <key>` "
+                "with the key whose SHA-256 is TOOLREF_METRICS_KEY"
             )
         if not hmac.compare_digest(presented, self._metrics):
             raise AuthenticationError(

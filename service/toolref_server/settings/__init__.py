@@ -12,7 +12,9 @@ object whose fields are declared by concern, one module (and base class) each.
 - `caches`: the per-process caches of verified records and histories;
 - `summaries`: the summarizers and the LLM one's bounds;
 - `gateway`: upstreams and the gateway's limits;
-- `environment`: the `TOOLREF_*` variables known, and the check refusing any other.
+- `environment`: the `TOOLREF_*` variables known, and the check refusing any other;
+- `config_file`: `serve --config toolref.toml`, a table per group, read into the variables
+  it stands for where the environment has none.
 
 Each field's environment variable is `TOOLREF_` + its name in capitals, whichever group
 declares it; README.md lists them all with their defaults.

@@ -28,6 +28,15 @@ ELSEWHERE: Final = {
 ELSEWHERE_PREFIXES: Final = ("TOOLREF_TEST_", "TOOLREF_E2E_", "TOOLREF_FUZZ_", "TOOLREF_JS_")
 
 
+def meant(name: str, known: Iterable[str]) -> str | None:
+    """Which of `known` `name` most likely misspells, compared in capitals (as settings are
+    read: `TOOLREF_UPSTREAM` or a config file's `upstream` both mean `upstreams`), or None.
+    The one nearest-name rule of the variables' check and the config file's keys."""
+    by_upper = {name.upper(): name for name in known}
+    found = nearest(name.upper(), by_upper)
+    return by_upper[found] if found is not None else None
+
+
 def unknown_variables(names: Iterable[str], settings: Iterable[str]) -> list[str]:
     """One line per name in `names` that starts with `TOOLREF_` (any case, as the settings
     are read) and is neither a setting's variable (`settings`) nor known elsewhere: the name,
@@ -42,8 +51,8 @@ def unknown_variables(names: Iterable[str], settings: Iterable[str]) -> list[str
             continue
         if upper.startswith(ELSEWHERE_PREFIXES):
             continue
-        meant = nearest(upper[len(PREFIX) :], suffixes)
-        hint = f"; did you mean {suffixes[meant]}?" if meant is not None else ""
+        found = meant(upper[len(PREFIX) :], suffixes)
+        hint = f"; did you mean {suffixes[found]}?" if found is not None else ""
         lines.append(f"unknown variable {name}{hint}")
     return lines
 

@@ -40,6 +40,15 @@ class ServingSettings(BaseModel):
     retry_after_seconds: int = Field(
         default=1, ge=1, description="Retry-After sent with 503 answers."
     )
+    sample_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="Each worker, this often: writes what its gauges read (the store "
+        "breaker, bytes in flight) for scrapes of another worker, forgets the gauges of "
+        "workers gone, and adds its gateway usage to the store's per-minute counters (the "
+        "savings page).",
+    )
     log_level: str = Field(
         default="info", description="Log level: critical, error, warning, info or debug."
     )

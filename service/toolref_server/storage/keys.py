@@ -14,6 +14,7 @@ of one tenant scans) and no two tenants share a key:
 | `d` | a summary of a handoff's dialogue | `<digest of the transcript>:<summarizer id>` |
 | `q` | a stored-bytes counter (`quotas.StoredBytes`) | the window (epoch seconds // TTL) |
 | `c` | a model-call counter (`counters.ModelCallCounters`) | the minute (epoch seconds // 60) |
+| `u` | a minute's gateway usage (`usage.UsageCounters`), `<upstream>:<field>` | the minute |
 
 A summary's single-flight lock (and its failure mark, the same key holding `failed`) is its
 summary's key followed by `:lock`. Exports carry the kinds in `EXPORTED`, never locks or
@@ -40,6 +41,7 @@ SUMMARY: Final = "s"
 DIALOGUE_SUMMARY: Final = "d"
 STORED_BYTES: Final = "q"
 MODEL_CALLS: Final = "c"
+USAGE: Final = "u"
 
 EXPORTED: Final = frozenset({RECORD, SUMMARY, DIALOGUE_SUMMARY, HISTORY_NODE, HISTORY_MESSAGE})
 SHAPE: Final = "tr:<tenant>:<kind>:..."  # for messages that name the grammar
@@ -97,6 +99,23 @@ def stored_bytes(tenant: str, window: int) -> str:
 
 def model_calls(tenant: str, minute: int) -> str:
     return _key(tenant, MODEL_CALLS, str(minute))
+
+
+def usage(tenant: str, minute: int) -> str:
+    return _key(tenant, USAGE, str(minute))
+
+
+def usage_field(upstream: str, name: str) -> str:
+    """A field of a usage hash: the upstream (`settings.upstreams.NAME_RE`: no colon) and
+    what it counts."""
+    return f"{upstream}:{name}"
+
+
+def usage_fields(field: bytes | str) -> tuple[str, str]:
+    """(upstream, what it counts) of a usage hash's field."""
+    text = field.decode() if isinstance(field, bytes) else field
+    upstream, _, name = text.rpartition(":")
+    return upstream, name
 
 
 def scan_pattern(tenant: str | None) -> str:

@@ -1,0 +1,152 @@
+"""`toolref-server serve --config toolref.toml`: the settings in a TOML file, one table per
+group of `Settings` (`[serving]`, `[connections]`, `[bodies]`, `[access]`, `[store]`,
+`[records]`, `[caches]`, `[summaries]`, `[gateway]`), each key a setting's name in lower
+case (`TOOLREF_MAX_BODY_BYTES` is `max_body_bytes` under `[bodies]`).
+
+The file is read once, by the command, into the environment variables it stands for
+(`read`), which the command sets where the environment has none (`apply`): the environment
+wins over the file, the command's flags over both, and every process (each uvicorn worker)
+reads its settings once from its environment as before. A table that is no group, a key
+that is no setting, or a setting under another group's table, is refused with the name
+most likely meant (`environment.meant`, the rule unknown `TOOLREF_*` variables are refused
+by). Values are TOML strings, numbers or booleans; the comma-separated lists (`upstreams`,
+`api_keys`, `tool_kinds`) may also be tables (`[gateway.upstreams]` with
+`anthropic = "https://api.anthropic.com"`; an API key's tenant may list several hashes).
+Pure but for reading the file; linear in its size.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import BaseModel
+
+from toolref.wire.errors import ConfigurationError
+from toolref_server.settings.access import AccessSettings
+from toolref_server.settings.bodies import BodyLimits
+from toolref_server.settings.caches import CacheSettings
+from toolref_server.settings.connections import ConnectionSettings
+from toolref_server.settings.environment import PREFIX, meant
+from toolref_server.settings.gateway import GatewaySettings
+from toolref_server.settings.records import RecordSettings
+from toolref_server.settings.serving import ServingSettings
+from toolref_server.settings.store import StoreSettings
+from toolref_server.settings.summaries import SummarySettings
+
+# Table -> the group it holds: the module name of each group of `Settings`.
+GROUPS: Final[dict[str, type[BaseModel]]] = {
+    group.__module__.rsplit(".", 1)[1]: group
+    for group in (
+        ServingSettings,
+        ConnectionSettings,
+        BodyLimits,
+        AccessSettings,
+        StoreSettings,
+        RecordSettings,
+        CacheSettings,
+        SummarySettings,
+        GatewaySettings,
+    )
+}
+# Settings written `name=value,...`, which a table may give instead.
+LISTS: Final = frozenset({"upstreams", "api_keys", "tool_kinds"})
+HOME: Final = {field: table for table, group in GROUPS.items() for field in group.model_fields}
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One setting the file gives: its variable, its text, and where the file says it."""
+
+    variable: str
+    text: str
+    where: str  # `toolref.toml [bodies] max_body_bytes`
+
+
+def read(path: Path) -> list[Setting]:
+    """The settings `path` gives (`ConfigurationError` saying what is wrong, and where)."""
+    try:
+        document = tomllib.loads(path.read_text("utf-8"))
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot read the config file {str(path)!r} ({exc.strerror or exc}); give "
+            "--config the path of a TOML file (deploy/toolref.example.toml shows one)"
+        ) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(
+            f"the config file {str(path)!r} is not TOML: {exc}; fix it (deploy/"
+            "toolref.example.toml shows the format)"
+        ) from None
+    return parse(document, str(path))
+
+
+def parse(document: Mapping[str, Any], name: str) -> list[Setting]:
+    """The settings of a parsed file (`name` names it in messages)."""
+    found = []
+    for table, body in document.items():
+        if table not in GROUPS or not isinstance(body, dict):
+            raise ConfigurationError(_unknown_table(name, table, body))
+        for key, value in body.items():
+            where = f"{name} [{table}] {key}"
+            home = HOME.get(key)
+            if home is None:
+                guess = meant(key, HOME)
+                hint = f"; did you mean `{guess}` (under [{HOME[guess]}])?" if guess else "."
+                raise ConfigurationError(
+                    f"{where}: no setting is named `{key}`{hint} toolref reads no such key, "
+                    "so it would stay at its default: fix or remove it (docs/operations.md "
+                    "lists every setting)"
+                )
+            if home != table:
+                raise ConfigurationError(
+                    f"{where}: `{key}` is a setting of [{home}], not [{table}]; move it there"
+                )
+            found.append(Setting(PREFIX + key.upper(), _text(where, key, value), where))
+    return found
+
+
+def apply(settings: list[Setting], environ: MutableMapping[str, str]) -> list[Setting]:
+    """Each setting of the file set in `environ` unless a variable of its name (any case)
+    is there already: the environment wins. The settings the file gave that are in force."""
+    present = {name.upper() for name in environ}
+    applied = []
+    for setting in settings:
+        if setting.variable not in present:
+            environ[setting.variable] = setting.text
+            applied.append(setting)
+    return applied
+
+
+def _unknown_table(name: str, table: str, body: object) -> str:
+    if not isinstance(body, dict):
+        home = HOME.get(table)
+        if home is not None:
+            return f"{name}: `{table}` is a setting of [{home}]; put it under that table"
+        return f"{name}: `{table}` is outside any table; settings go under [{'], ['.join(GROUPS)}]"
+    guess = meant(table, GROUPS)
+    hint = f"; did you mean [{guess}]?" if guess else "."
+    return (
+        f"{name}: no group of settings is named [{table}]{hint} The tables are "
+        f"[{'], ['.join(GROUPS)}]."
+    )
+
+
+def _text(where: str, key: str, value: object) -> str:
+    """A TOML value as the environment variable's text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    if isinstance(value, dict) and key in LISTS:
+        entries = []
+        for name, given in value.items():
+            for one in given if isinstance(given, list) else [given]:
+                if not isinstance(one, str):
+                    raise ConfigurationError(f"{where}.{name}: give a string, not {one!r}")
+                entries.append(f"{name}={one}")
+        return ",".join(entries)
+    shape = "a string or a table of strings" if key in LISTS else "a string, number or boolean"
+    raise ConfigurationError(f"{where}: give {shape}, not a TOML {type(value).__name__}")

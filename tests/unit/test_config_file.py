@@ -1,0 +1,137 @@
+"""`serve --config toolref.toml` (`toolref_server.settings.config_file`): a table per group,
+a key per setting, the environment winning, and anything unknown refused with the name
+most likely meant. Before issue 32 there was no config file: every setting was one of ~70
+environment variables."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from toolref.wire.errors import ConfigurationError
+from toolref_server.settings import Settings
+from toolref_server.settings.config_file import GROUPS, HOME, Setting, apply, parse, read
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "deploy" / "toolref.example.toml"
+
+
+def given(text: str) -> dict[str, str]:
+    return {s.variable: s.text for s in parse(tomllib.loads(text), "toolref.toml")}
+
+
+def refused(text: str) -> str:
+    with pytest.raises(ConfigurationError) as caught:
+        parse(tomllib.loads(text), "toolref.toml")
+    return caught.value.detail
+
+
+def test_the_example_names_every_setting_under_its_group_and_loads() -> None:
+    text = EXAMPLE.read_text()
+    table, seen = "", {}
+    for line in text.splitlines():
+        heading = re.fullmatch(r"\[(\w+)(?:\.(\w+))?\]", line)
+        if heading:
+            table = heading[1]
+            if heading[2]:
+                seen[heading[2]] = table
+            continue
+        key = re.match(r"#? ?(\w+) = ", line)
+        if key and key[1] in HOME:
+            seen[key[1]] = table
+    assert seen == HOME  # every setting, each under the table of its group
+    values = {s.variable: s.text for s in read(EXAMPLE)}
+    settings = Settings.model_validate(
+        {name[len("TOOLREF_") :].lower(): v for name, v in values.items()}
+    )
+    assert settings.workers == 2
+    assert sorted(settings.upstream_urls) == ["anthropic", "openai"]
+    assert settings.upstream_urls["anthropic"].shown == "https://api.anthropic.com"
+    settings.check_exposure()  # servable as it is
+
+
+def test_values_become_the_variables_they_stand_for() -> None:
+    assert given(
+        """
+        [serving]
+        workers = 3
+        [bodies]
+        max_body_bytes = 1048576
+        [store]
+        redis_cluster = true
+        [summaries]
+        llm_timeout = 2.5
+        [gateway.upstreams]
+        anthropic = "https://api.anthropic.com"
+        local = "http://127.0.0.1:8080/v1"
+        [access.api_keys]
+        acme = ["aaa", "bbb"]
+        globex = "ccc"
+        """
+    ) == {
+        "TOOLREF_WORKERS": "3",
+        "TOOLREF_MAX_BODY_BYTES": "1048576",
+        "TOOLREF_REDIS_CLUSTER": "true",
+        "TOOLREF_LLM_TIMEOUT": "2.5",
+        "TOOLREF_UPSTREAMS": "anthropic=https://api.anthropic.com,local=http://127.0.0.1:8080/v1",
+        "TOOLREF_API_KEYS": "acme=aaa,acme=bbb,globex=ccc",
+    }
+    assert set(GROUPS) == {
+        "serving",
+        "connections",
+        "bodies",
+        "access",
+        "store",
+        "records",
+        "caches",
+        "summaries",
+        "gateway",
+    }
+
+
+def test_the_environment_wins_over_the_file() -> None:
+    settings = [
+        Setting("TOOLREF_WORKERS", "4", "toolref.toml [serving] workers"),
+        Setting("TOOLREF_PORT", "9000", "toolref.toml [serving] port"),
+    ]
+    environ = {"toolref_workers": "2", "PATH": "/bin"}  # any case, as settings are read
+    applied = apply(settings, environ)
+    assert environ == {"toolref_workers": "2", "PATH": "/bin", "TOOLREF_PORT": "9000"}
+    assert [s.variable for s in applied] == ["TOOLREF_PORT"]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('[gateway]\nupstream = "a=http://x"', "no setting is named `upstream`; did you mean "
+         "`upstreams` (under [gateway])?"),
+        ("[bodies]\nmax_body_byte = 10", "did you mean `max_body_bytes` (under [bodies])?"),
+        ("[serving]\nMAX_BODY_BYTES = 10", "did you mean `max_body_bytes` (under [bodies])?"),
+        ("[serving]\nmax_body_bytes = 10", "`max_body_bytes` is a setting of [bodies], not "
+         "[serving]; move it there"),
+        ("[gatway]\nupstreams = ''", "no group of settings is named [gatway]; did you mean "
+         "[gateway]?"),
+        ("[limits]\nx = 1", "no group of settings is named [limits]. The tables are [serving]"),
+        ("workers = 2", "`workers` is a setting of [serving]; put it under that table"),
+        ("colour = 2", "`colour` is outside any table"),
+        ("[serving]\nworkers = [2]", "toolref.toml [serving] workers: give a string, number or "
+         "boolean, not a TOML list"),
+        ("[gateway.upstreams]\na = 1", "toolref.toml [gateway] upstreams.a: give a string"),
+        ("[summaries]\ntotally_unrelated = 1", "no setting is named `totally_unrelated`. toolref "
+         "reads no such key"),
+    ],
+)  # fmt: skip
+def test_anything_unknown_is_refused_with_the_name_meant(text: str, said: str) -> None:
+    assert said in refused(text)
+
+
+def test_a_file_that_is_not_toml_or_not_there_is_named(tmp_path: Path) -> None:
+    broken = tmp_path / "toolref.toml"
+    broken.write_text("[serving\nworkers = 2\n")
+    with pytest.raises(ConfigurationError, match=r"toolref.toml' is not TOML: .*line 1"):
+        read(broken)
+    with pytest.raises(ConfigurationError, match="cannot read the config file"):
+        read(tmp_path / "absent.toml")
