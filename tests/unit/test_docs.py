@@ -1,4 +1,5 @@
-"""The README says what the code does: every setting with its default, every problem type."""
+"""The docs say what the code does: the README opens with the two commands; docs/api.md
+lists every setting with its default, every problem type and every route."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from toolref.wire.canonical import canonical_json
 from toolref_server.settings import Settings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+API = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
 
 
 def test_readme_opens_with_the_two_commands() -> None:
@@ -21,7 +23,7 @@ def test_readme_opens_with_the_two_commands() -> None:
 
 
 def test_every_setting_is_documented_with_its_default() -> None:
-    rows = dict(re.findall(r"^\| `(TOOLREF_[A-Z_]+)` \| ([^|]+) \|", README, re.MULTILINE))
+    rows = dict(re.findall(r"^\| `(TOOLREF_[A-Z_]+)` \| ([^|]+) \|", API, re.MULTILINE))
     fields = Settings.model_fields
     assert set(rows) == {f"TOOLREF_{name.upper()}" for name in fields}
     for name, field in fields.items():
@@ -41,7 +43,7 @@ def test_every_problem_type_is_documented() -> None:
             and cls.status < 500
             and cls.slug not in ("bad-request", "limit-exceeded", "conflict")  # abstract bases
         ):
-            assert f"`{cls.slug}`" in README, cls.slug
+            assert f"`{cls.slug}`" in API, cls.slug
 
 
 SDK_DOC = (Path(__file__).resolve().parents[2] / "docs" / "sdk.md").read_text()
@@ -80,8 +82,8 @@ async def test_sdk_doc_backend_runs() -> None:
 
 
 def _curl_example() -> tuple[list[str], str]:
-    """The README's curl example: its arguments, and the answer it documents."""
-    block = next(b for b in re.findall(r"```sh\n(.*?)```", README, re.DOTALL) if "curl " in b)
+    """docs/api.md's curl example: its arguments, and the answer it documents."""
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", API, re.DOTALL) if "curl " in b)
     command, _, answer = block.replace("\\\n", " ").partition("\n# ")
     return shlex.split(command), answer.strip()
 
@@ -118,7 +120,7 @@ async def test_readme_curl_example_answers_as_documented() -> None:
     assert answer.status_code == 200, answer.text
     # The exact bytes: the ref and the size are content-addressed, so they never vary.
     assert answer.text == documented, (
-        f"README documents {documented}, the service answers {answer.text}"
+        f"docs/api.md documents {documented}, the service answers {answer.text}"
     )
     # `size` is the length of the invocation's canonical JSON (isError defaults to false).
     [registered] = answer.json()["refs"]
@@ -142,7 +144,7 @@ def test_the_api_table_lists_every_route_and_only_those() -> None:
 
     from toolref_server.app import create_app
 
-    documented = set(re.findall(r"^\| `([A-Z]+ /\S*)` \|", README, re.MULTILINE))
+    documented = set(re.findall(r"^\| `([A-Z]+ /\S*)` \|", API, re.MULTILINE))
     served = {
         f"{method} {route.path}"
         for route in create_app(Settings()).routes

@@ -17,7 +17,7 @@ object whose fields are declared by concern, one module (and base class) each.
   it stands for where the environment has none.
 
 Each field's environment variable is `TOOLREF_` + its name in capitals, whichever group
-declares it; README.md lists them all with their defaults.
+declares it; docs/api.md lists them all with their defaults.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Settings(
     GatewaySettings,
     BaseSettings,
 ):
-    """Every setting of the service (the bases' fields). README.md lists them with their
+    """Every setting of the service (the bases' fields). docs/api.md lists them with their
     defaults."""
 
     model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore")
