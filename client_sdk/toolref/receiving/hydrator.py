@@ -382,27 +382,44 @@ def _reason(exc: ToolrefError) -> str:
 
 def _spliced(document: spans.Document, key: str, messages: Sequence[str]) -> bytes:
     """The client's body with the whole conversation (each message's text) in place of its
-    own messages and without `historyRef` (the app never saw one): every other member as
-    the client wrote it. One join of texts held (linear, in C): the body's text is built
-    once and encoded once, no piece copied on the way."""
+    own messages and without `historyRef` (the app never saw one): everything else as the
+    client wrote it, byte for byte (whitespace, repeated keys, number spellings; the
+    client's own separator between messages). One join of texts held (linear, in C): the
+    body's text is built once and encoded once, no piece copied on the way."""
     text = document.text
+    array = document.members[key]
+    items = document.items
+    if items:
+        separator = text[items[0][1] : items[1][0]] if len(items) > 1 else ","
+        lead, trail = text[array.start + 1 : items[0][0]], text[items[-1][1] : array.end - 1]
+    else:
+        separator, lead, trail = ",", "", ""
+    listed = "".join(["[", lead, separator.join(messages), trail, "]"])
+    cuts = [(array.start, array.end, listed)]
+    history = document.members.get("historyRef")
+    if history is not None:
+        cuts.append((*_member_span(text, history), ""))
     pieces: list[str] = []
-    for name, member in document.members.items():
-        if name == "historyRef":
-            continue
-        pieces.append(",")
-        if name == key:
-            pieces += (text[member.key_start : member.key_end], ":[")
-            for index, message in enumerate(messages):
-                if index:
-                    pieces.append(",")
-                pieces.append(message)
-            pieces.append("]")
-        else:
-            pieces.append(spans.member_text(text, member))
-    pieces[0] = "{"  # in place of the first member's comma
-    pieces.append("}")
+    at = 0
+    for start, end, replacement in sorted(cuts):
+        pieces += (text[at:start], replacement)
+        at = end
+    pieces.append(text[at:])
     return "".join(pieces).encode()
+
+
+def _member_span(text: str, member: spans.Member) -> tuple[int, int]:
+    """The span to cut to remove `member` and one comma beside it (the one before, unless it
+    is the first member): what is left is the same object, as written, without it."""
+    before = member.key_start
+    while before > 0 and text[before - 1] in " \t\n\r":
+        before -= 1
+    if text[before - 1 : before] == ",":
+        return before - 1, member.end
+    after = spans.skip_ws(text, member.end)
+    if text[after : after + 1] == ",":
+        return member.key_start, spans.skip_ws(text, after + 1)
+    return member.key_start, member.end
 
 
 def _lacking(answer: Hydration, sent: str, asked_history: bool) -> dict[str, str]:
