@@ -1,28 +1,34 @@
-"""Stored recipes of edited requests: their pieces, and one node per recipe.
+"""Stored recipes of edited requests: their pieces, their chunks, and one node per recipe.
 
 A piece (a segment of `toolref.edits.recipe.PIECE_MIN` bytes or more) is stored once per
 tenant under its 16-byte id, zstd-compressed as history messages are (`compressors`, the
 shipped messages dictionary), written SET NX; read back, it is inflated and checked against
-its id before it is used (a piece that does not hash to its id is not held).
+its id before it is used (a piece that does not hash to its id is not held). A shorter
+segment is a literal entry: it lives in the recipe's own node and chunks.
 
-A recipe's node, under its ref, is either a snapshot (every entry of the recipe) or a
-delta: the ref of the snapshot it grows from and the edits since, in order (each edit: the
-ranges of the recipe before it kept, and the entries it adds). A delta is written for each
-edit of a recipe but every `snapshot_every`-th (TOOLREF_EDIT_SNAPSHOT_EVERY), which writes a
-snapshot: a turn writes O(edit x snapshot_every) bytes, never every entry again, and a
-recipe comes back in a bounded number of round trips whatever the conversation's length:
-GET the node, GET its snapshot, MGET the pieces (one MGET per hash slot on a cluster).
+A recipe's node, under its ref (`recipe_nodes`), is either a snapshot, the ids of its
+chunks (`recipe_chunks`: content-defined runs of entries, literals with their bytes, each
+compressed as one value and shared by every snapshot that holds it), or a delta: its own
+edit, the snapshot it grows from and the deltas between. A delta is written for each edit
+of a recipe but every `snapshot_every`-th (TOOLREF_EDIT_SNAPSHOT_EVERY), which writes a
+snapshot and the chunks no earlier snapshot stored (an appended turn: the last one or two).
+A turn writes O(edit) bytes (a delta: its edit and at most `snapshot_every` ids), a
+snapshot O(chunks x 16) and its new chunks, never every entry again. A recipe comes back
+in at most four round trips whatever the conversation's length: GET the node, MGET its
+snapshot and the deltas between (those after the newest one this process holds), MGET the
+snapshot's chunks, MGET the pieces (one MGET per hash slot on a cluster, in one round trip).
 
 Lifetimes: a piece lives at least as long as every node naming it. A node carries when
 every piece of it was last extended (`refreshed`), and lives until then plus the TTL at
-most. Keeping a recipe extends every piece of it once `refresh_seconds` have passed since
-(TOOLREF_HISTORY_REFRESH_SECONDS), else only the pieces it writes or names anew (those it
-keeps from its base live as long as the base's refresh promised). A delta extends its
-snapshot to its own lifetime; the node a recipe continues (now superseded) keeps at most
-`superseded_ttl` seconds (TOOLREF_HISTORY_SUPERSEDED_TTL), and so does the snapshot a new
-snapshot replaces.
+most. Keeping a recipe extends every piece (and chunk) of it once `refresh_seconds` have
+passed since (TOOLREF_HISTORY_REFRESH_SECONDS), else only the pieces it writes or names anew.
+A delta extends its snapshot and the deltas between to its own lifetime; a snapshot
+supersedes the chain it replaces (its base's snapshot and deltas, and the chunks of that
+snapshot it does not hold): each keeps at most `superseded_ttl` seconds
+(TOOLREF_HISTORY_SUPERSEDED_TTL).
 
-What this process read or kept is held in its `RecipeCache` too; nothing depends on it.
+What this process read or kept is held in its `RecipeCache` too (a `Held`, with the bytes
+of every segment): the next turn on this process reads nothing; nothing depends on it.
 """
 
 from __future__ import annotations
@@ -30,132 +36,39 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Final
+from dataclasses import replace
+from itertools import chain
+from typing import Final, TypeGuard
 
-from toolref.edits.edit import Inline, Keep, Named, Op, apply
-from toolref.edits.recipe import ID_BYTES, PIECE, Entry, is_piece, is_recipe_ref, recipe_ref
+from toolref.edits.edit import EditError
+from toolref.edits.recipe import (
+    ID_BYTES,
+    PIECE,
+    framed,
+    parse_recipe_ref,
+    recipe_ref_of,
+    ref_of_framed,
+)
 from toolref.receiving.workers import Workers
-from toolref.wire.encoding import packb, unpackb
 from toolref_server.storage import compressors, keys
 from toolref_server.storage.recipe_cache import RecipeCache
+from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, chunk_id, settled
+from toolref_server.storage.recipe_held import Held, Parts, context, derive
+from toolref_server.storage.recipe_nodes import (
+    Delta,
+    Snapshot,
+    decode_chunk,
+    decode_node,
+    delta_of,
+    edit_of,
+    encode_chunk,
+    encode_node,
+)
 from toolref_server.storage.store import Put, Store
 
-_VERSION: Final = 1  # the first byte of a node
-_ENTRY_OVERHEAD: Final = 64  # what a held entry costs in memory beyond its bytes, about
+__all__ = ["Held", "Recipes", "piece_id"]
 
-StoredOp = tuple[int, int] | bytes  # a range of the recipe before kept, or an entry added
-StoredEdit = tuple[StoredOp, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RecipeNode:
-    """A recipe as stored: a snapshot (`snapshot` None, `entries` all of them), or a delta
-    (`snapshot` the ref it grows from, `edits` since, in order)."""
-
-    snapshot: str | None
-    entries: tuple[Entry, ...]
-    edits: tuple[StoredEdit, ...]
-    refreshed: int  # epoch seconds: every piece of the recipe extended then
-
-    @property
-    def depth(self) -> int:
-        """Edits since the snapshot (0: a snapshot)."""
-        return len(self.edits)
-
-    def encode(self) -> bytes:
-        """Version byte, then msgpack; linear in the node."""
-        fields: dict[str, Any] = {"r": self.refreshed}
-        if self.snapshot is None:
-            fields["e"] = list(self.entries)
-        else:
-            fields["s"] = self.snapshot
-            fields["x"] = [
-                [list(op) if isinstance(op, tuple) else op for op in e] for e in self.edits
-            ]
-        return bytes((_VERSION,)) + packb(fields)
-
-    @classmethod
-    def decode(cls, data: bytes) -> RecipeNode | None:
-        """The node in `data`; None for bytes no version wrote (read as not held)."""
-        if data[:1] != bytes((_VERSION,)):
-            return None
-        try:
-            fields = unpackb(data[1:])
-            refreshed = fields["r"]
-            if type(refreshed) is not int:
-                return None
-            if "e" in fields:
-                entries = tuple(fields["e"])
-                if not all(_is_entry(e) for e in entries):
-                    return None
-                return cls(None, entries, (), refreshed)
-            snapshot = fields["s"]
-            if not is_recipe_ref(snapshot):
-                return None
-            edits = tuple(tuple(_stored_op(op) for op in edit) for edit in fields["x"])
-            return cls(snapshot, (), edits, refreshed)
-        except Exception:  # corrupt bytes fail in many ways (msgpack, keys, types)
-            return None
-
-
-def _is_entry(entry: object) -> bool:
-    if not isinstance(entry, bytes) or not entry:
-        return False
-    return len(entry) == 1 + ID_BYTES if entry[:1] == PIECE else entry[:1] == b"\x01"
-
-
-def _stored_op(op: object) -> StoredOp:
-    if isinstance(op, list) and len(op) == 2 and all(type(i) is int for i in op):
-        return (op[0], op[1])
-    if _is_entry(op):
-        assert isinstance(op, bytes)
-        return op
-    raise ValueError("not an op")
-
-
-def stored_edit(ops: Sequence[Op], entries: Sequence[Entry]) -> StoredEdit:
-    """The edit `ops` made `entries` with, as a node keeps it: ranges kept, entries added
-    (linear in the ops)."""
-    found: list[StoredOp] = []
-    at = 0
-    for op in ops:
-        if isinstance(op, Keep):
-            found.append((op.start, op.end))
-            at += op.end - op.start
-        else:
-            found.append(entries[at])
-            at += 1
-    return tuple(found)
-
-
-def replayed(entries: Sequence[Entry], edit: StoredEdit) -> list[Entry]:
-    """The entries after `edit`; `EditError` when it does not fit them. Linear in the
-    result (a kept range is a slice)."""
-    ops: list[Op] = []
-    for op in edit:
-        if isinstance(op, tuple):
-            ops.append(Keep(op[0], op[1]))
-        elif is_piece(op):
-            ops.append(Named(op[1:]))
-        else:
-            ops.append(Inline(op[1:]))
-    return apply(entries, ops)
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """A recipe as loaded: its ref, node and entries."""
-
-    ref: str
-    node: RecipeNode
-    entries: list[Entry]
-
-    @property
-    def size(self) -> int:
-        """Bytes it holds in memory, about (for the cache's bound)."""
-        edits = sum(len(op) if isinstance(op, bytes) else 16 for e in self.node.edits for op in e)
-        return sum(len(e) + _ENTRY_OVERHEAD for e in self.entries) + edits
+_ACTION: Final = "recipe"
 
 
 def piece_id(data: bytes) -> bytes:
@@ -184,8 +97,45 @@ def _compressed(pieces: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, byte
     return [(piece, compressors.compress(data, "messages")) for piece, data in pieces]
 
 
+def _encoded_chunks(runs: Sequence[Sequence[bytes]]) -> list[bytes]:
+    return [encode_chunk(run) for run in runs]
+
+
+def _decoded_chunks(pairs: Sequence[tuple[bytes, bytes | None]]) -> list[list[bytes]] | None:
+    found = []
+    for expected, value in pairs:
+        entries = None if value is None else decode_chunk(value, expected)
+        if entries is None:
+            return None
+        found.append(entries)
+    return found
+
+
+def _ids(refs: Iterable[str]) -> tuple[bytes, ...]:
+    found = tuple(parse_recipe_ref(ref) for ref in refs)
+    assert all(found)
+    return found  # type: ignore[return-value]
+
+
+def _piece(op: object) -> TypeGuard[bytes]:
+    return isinstance(op, bytes) and op[:1] == PIECE
+
+
+def _added(edit: StoredEdit, pieces: Mapping[bytes, bytes]) -> list[bytes] | None:
+    """The bytes of the entries `edit` adds; None when a piece is not held."""
+    found: list[bytes] = []
+    for op in edit:
+        if isinstance(op, bytes):
+            data = pieces.get(op[1:]) if op[:1] == PIECE else op[1:]
+            if data is None:
+                return None
+            found.append(data)
+    return found
+
+
 class Recipes:
-    """The recipes and pieces of every tenant in `store` (see the module docstring)."""
+    """The recipes, chunks and pieces of every tenant in `store` (see the module
+    docstring)."""
 
     def __init__(
         self,
@@ -206,42 +156,110 @@ class Recipes:
         self.superseded_ttl = min(superseded_ttl or store.ttl, store.ttl)
         self.refresh_seconds = min(refresh_seconds, store.ttl)
 
+    # --- reading --------------------------------------------------------------------------
+
     async def load(self, tenant: str, ref: str) -> Held | None:
-        """Recipe `ref`, or None when it is not held (never kept, expired, evicted, or its
-        snapshot gone). From the cache, else at most two GETs; linear in the recipe's
-        entries times the edits since its snapshot (at most `snapshot_every`)."""
+        """Recipe `ref` with the bytes of every segment, or None when it is not held whole
+        (never kept, expired, evicted; its snapshot, a delta between, a chunk or a piece
+        gone). From the cache, else at most four round trips (module docstring); linear in
+        the recipe."""
         held = self.cache.recipe(tenant, ref)
         if held is not None:
             return held
-        data = await self.store.get(keys.recipe_node(tenant, ref), "recipe")
-        node = None if data is None else RecipeNode.decode(data)
+        data = await self.store.get(keys.recipe_node(tenant, ref), _ACTION)
+        node = None if data is None else decode_node(data)
         if node is None:
             return None
-        if node.snapshot is None:
-            entries = list(node.entries)
+        if isinstance(node, Snapshot):
+            held, _ = await self._snapshot(tenant, ref, node)
         else:
-            base = await self._snapshot(tenant, node.snapshot)
-            if base is None:
-                return None
-            entries = list(base.entries)
-            try:
-                for edit in node.edits:
-                    entries = replayed(entries, edit)
-            except ValueError:  # an edit that does not fit: not what was kept
-                return None
-        if recipe_ref(entries) != ref:
+            held = await self._delta(tenant, ref, node)
+        if held is None or held.ref != ref:
             return None  # not the bytes the node was written with
-        held = Held(ref, node, entries)
         self.cache.keep_recipe(tenant, ref, held)
         return held
 
-    async def _snapshot(self, tenant: str, ref: str) -> RecipeNode | None:
-        cached = self.cache.recipe(tenant, ref)
-        if cached is not None:
-            return RecipeNode(None, tuple(cached.entries), (), cached.node.refreshed)
-        data = await self.store.get(keys.recipe_node(tenant, ref), "recipe")
-        node = None if data is None else RecipeNode.decode(data)
-        return node if node is not None and node.snapshot is None else None
+    async def _snapshot(
+        self, tenant: str, ref: str, node: Snapshot, added: Sequence[bytes] = ()
+    ) -> tuple[Held | None, dict[bytes, bytes]]:
+        """The snapshot `node` of `ref`, its chunks read, then its pieces and `added` (the
+        pieces of deltas on it) in one read; and those pieces."""
+        stored = node.ids
+        values = await self.store.get_many([keys.recipe_chunk(tenant, c) for c in stored], _ACTION)
+        pairs = list(zip(stored, values, strict=True))
+        runs = await self.workers.run(sum(len(v or b"") for v in values), _decoded_chunks, pairs)
+        if runs is None:
+            return None, {}
+        by_id = dict(zip(stored, runs, strict=True))
+        slices = [by_id[c][offset : offset + length] for c, offset, length in node.chunks]
+        if any(len(s) != length for s, (_, _, length) in zip(slices, node.chunks, strict=True)):
+            return None, {}
+        entries = list(chain.from_iterable(slices))
+        wanted = [e[1:] for e in entries if e[:1] == PIECE]
+        pieces = await self.pieces(tenant, [*wanted, *added])
+        segments: list[bytes] = []
+        for entry in entries:
+            data = pieces.get(entry[1:]) if entry[:1] == PIECE else entry[1:]
+            if data is None:
+                return None, pieces
+            segments.append(data)
+        framed_entries = [framed(e) for e in entries]
+        if ref_of_framed(framed_entries) != ref:
+            return None, pieces
+        chunks = Chunks.of(
+            [length for _, _, length in node.chunks],
+            [c for c, _, _ in node.chunks],
+            [offset for _, offset, _ in node.chunks],
+            [len(by_id[c]) for c, _, _ in node.chunks],
+        )
+        held = Held(ref, entries, framed_entries, segments, chunks, node, None, (), stored)
+        return held, pieces
+
+    async def _delta(self, tenant: str, ref: str, node: Delta) -> Held | None:
+        """The delta `node` of `ref`: replayed from the newest recipe of its chain this
+        process holds, else from its snapshot."""
+        chain_refs = [recipe_ref_of(a) for a in node.ancestors]
+        snapshot_ref = recipe_ref_of(node.snapshot)
+        start: Held | None = None
+        later = chain_refs
+        for index in range(len(chain_refs) - 1, -1, -1):
+            start = self.cache.recipe(tenant, chain_refs[index])
+            if start is not None:
+                later = chain_refs[index + 1 :]
+                break
+        else:
+            start = self.cache.recipe(tenant, snapshot_ref)
+        wanted = later if start is not None else [snapshot_ref, *later]
+        values = await self.store.get_many([keys.recipe_node(tenant, r) for r in wanted], _ACTION)
+        nodes = [None if v is None else decode_node(v) for v in values]
+        deltas = [*nodes[len(wanted) - len(later) :], node]
+        if not all(isinstance(d, Delta) for d in deltas):
+            return None
+        added = [op[1:] for d in deltas if isinstance(d, Delta) for op in d.ops if _piece(op)]
+        if start is None:
+            first = nodes[0]
+            if not isinstance(first, Snapshot):
+                return None
+            start, pieces = await self._snapshot(tenant, snapshot_ref, first, added)
+            if start is None:
+                return None
+        else:
+            pieces = await self.pieces(tenant, added)
+        held = start
+        path = list(chain_refs[: len(chain_refs) - len(later)])
+        for delta_ref, delta in zip([*later, ref], deltas, strict=True):
+            assert isinstance(delta, Delta)
+            edit = edit_of(delta, context(held.segments, delta.context))
+            segments = None if edit is None else _added(edit, pieces)
+            if edit is None or segments is None:
+                return None
+            try:
+                parts = derive(held, edit, segments)
+            except EditError:  # an edit that does not fit: not what was kept
+                return None
+            path.append(delta_ref)
+            held = _held(parts, delta, snapshot_ref, tuple(path), held.stored)
+        return held
 
     async def pieces(self, tenant: str, ids: Iterable[bytes]) -> dict[bytes, bytes]:
         """The bytes of each piece of `ids` this tenant holds (the others left out): from
@@ -258,7 +276,7 @@ class Recipes:
         if not lacking:
             return found
         values = await self.store.get_many(
-            [keys.edit_piece(tenant, piece) for piece in lacking], "recipe"
+            [keys.edit_piece(tenant, piece) for piece in lacking], _ACTION
         )
         pairs = [(p, v) for p, v in zip(lacking, values, strict=True) if v is not None]
         size = sum(compressors.inflated_size(v) for _, v in pairs)
@@ -267,28 +285,30 @@ class Recipes:
         found.update(read)
         return found
 
+    # --- keeping --------------------------------------------------------------------------
+
     async def keep(
         self,
         tenant: str,
-        entries: list[Entry],
-        ops: Sequence[Op],
+        parts: Parts,
+        edit: StoredEdit,
         *,
         base: Held | None,
         pieces: Mapping[bytes, bytes],
         named: Collection[bytes],
-    ) -> str:
-        """Keep the recipe of `entries`, made by `ops` from `base` (None: a recipe of its
-        own), and return its ref. `pieces`: the bytes of the pieces the request carried
+    ) -> Held:
+        """Keep the recipe `parts`, made by `edit` from `base` (None: a recipe of its own),
+        and return it as held. `pieces`: the bytes of the pieces the request carried
         (written SET NX); `named`: ids of pieces held elsewhere that it names (extended).
-        One write round trip (two with a stored-bytes quota); O(edit x snapshot_every)
-        bytes but every `snapshot_every`-th recipe, whose node lists its entries."""
+        One write round trip (two with a stored-bytes quota); O(edit + snapshot_every)
+        bytes but every `snapshot_every`-th recipe: its node (16 bytes a chunk) and the
+        chunks no snapshot stored."""
         store = self.store
-        ref = recipe_ref(entries)
+        ref = parts.ref
         now = int(self.clock())
-        refresh = base is None or now - base.node.refreshed >= self.refresh_seconds
-        refreshed = now if refresh or base is None else base.node.refreshed
+        refresh = base is None or now - base.refreshed >= self.refresh_seconds
+        refreshed = now if refresh or base is None else base.refreshed
         lifetime = max(1, min(store.ttl, refreshed + store.ttl - now))
-        node = self._node(ref, entries, ops, base, refreshed)
         compressed = await self.workers.run(
             sum(map(len, pieces.values())), _compressed, list(pieces.items())
         )
@@ -296,51 +316,106 @@ class Recipes:
             Put(keys.edit_piece(tenant, piece), value, store.ttl, keep=True)
             for piece, value in compressed
         ]
-        node_key = keys.recipe_node(tenant, ref)
-        puts.append(Put(node_key, node.encode(), lifetime))
-        extended = set(named) if not refresh else {e[1:] for e in entries if is_piece(e)}
-        extend = [(keys.edit_piece(tenant, p), store.ttl) for p in extended if p not in pieces]
-        if node.snapshot is not None:
-            extend.append((keys.recipe_node(tenant, node.snapshot), lifetime))
-        shorten = [
-            (keys.recipe_node(tenant, old), self.superseded_ttl)
-            for old in _superseded(ref, node, base)
-        ]
-        await store.put(tenant, "recipe", puts, shorten=shorten, extend=extend)
+        extend: list[tuple[str, int]] = []
+        shorten: list[tuple[str, int]] = []
+        if base is not None and ref == base.ref:  # the same recipe again: its node, refreshed
+            held = _refreshed(base, refreshed)
+        elif (
+            base is None
+            or base.depth + 1 >= self.snapshot_every
+            or ref == base.snapshot
+            or ref in base.path
+        ):
+            held, written = await self._snapshot_of(parts, edit, refreshed)
+            puts += [Put(keys.recipe_chunk(tenant, c), v, store.ttl, keep=True) for c, v in written]
+            fresh = {c for c, _ in written}
+            extend += [
+                (keys.recipe_chunk(tenant, c), store.ttl) for c in held.stored if c not in fresh
+            ]
+            if base is not None:
+                old = [base.snapshot or base.ref, *base.path]
+                shorten += [
+                    (keys.recipe_node(tenant, r), self.superseded_ttl) for r in old if r != ref
+                ]
+                kept = set(held.stored)
+                shorten += [
+                    (keys.recipe_chunk(tenant, c), self.superseded_ttl)
+                    for c in base.stored
+                    if c not in kept
+                ]
+        else:
+            held = _delta_of(parts, edit, base, refreshed)
+            chain_refs = [held.snapshot or "", *base.path]
+            extend += [(keys.recipe_node(tenant, r), lifetime) for r in chain_refs]
+            if refresh:
+                extend += [(keys.recipe_chunk(tenant, c), store.ttl) for c in held.stored]
+        puts.append(Put(keys.recipe_node(tenant, ref), encode_node(held.node), lifetime))
+        extended = set(named) if not refresh else {e[1:] for e in held.entries if e[:1] == PIECE}
+        extend += [(keys.edit_piece(tenant, p), store.ttl) for p in extended if p not in pieces]
+        await store.put(tenant, _ACTION, puts, shorten=shorten, extend=extend)
         self.cache.keep_pieces(tenant, pieces.items())
-        self.cache.keep_recipe(tenant, ref, Held(ref, node, entries))
-        return ref
+        self.cache.keep_recipe(tenant, ref, held)
+        return held
 
-    def _node(
-        self,
-        ref: str,
-        entries: list[Entry],
-        ops: Sequence[Op],
-        base: Held | None,
-        refreshed: int,
-    ) -> RecipeNode:
-        """A snapshot for a recipe of its own, every `snapshot_every`-th edit, and for the
-        recipe a delta's snapshot names (never a delta on itself); the base's own node for
-        the same recipe again; else a delta."""
-        if base is None or base.node.depth + 1 >= self.snapshot_every:
-            return RecipeNode(None, tuple(entries), (), refreshed)
-        if ref == base.node.snapshot:
-            return RecipeNode(None, tuple(entries), (), refreshed)
-        if ref == base.ref:
-            return replace(base.node, refreshed=refreshed)
-        snapshot = base.node.snapshot or base.ref
-        edits = (*base.node.edits, stored_edit(ops, entries))
-        return RecipeNode(snapshot, (), edits, refreshed)
+    async def _snapshot_of(
+        self, parts: Parts, edit: StoredEdit, refreshed: int
+    ) -> tuple[Held, list[tuple[bytes, bytes]]]:
+        """The recipe as a snapshot, and the chunks to write (id, value): its fresh runs,
+        settled (`recipe_chunks.settled`). O(slices + the fresh entries)."""
+        chunks = settled(parts.chunks, parts.entries)
+        ids = list(chunks.ids)
+        runs: list[list[bytes]] = []
+        fresh: list[bytes] = []
+        for index, known in enumerate(ids):
+            if known is None:
+                start, end = chunks.starts[index], chunks.ends[index]
+                made = chunk_id(parts.framed[start:end])
+                ids[index] = made
+                fresh.append(made)
+                runs.append(parts.entries[start:end])
+        size = sum(len(e) for run in runs for e in run)
+        values = await self.workers.run(size, _encoded_chunks, runs)
+        done = Chunks(
+            chunks.lengths, chunks.starts, chunks.ends, ids, chunks.offsets, chunks.totals
+        )
+        node = Snapshot(tuple(done.slices), refreshed)
+        held = Held(
+            parts.ref,
+            parts.entries,
+            parts.framed,
+            parts.segments,
+            done,
+            node,
+            None,
+            (),
+            node.ids,
+        )
+        return held, list(zip(fresh, values, strict=True))
 
 
-def _superseded(ref: str, node: RecipeNode, base: Held | None) -> list[str]:
-    """The nodes keeping `node` as recipe `ref` supersedes: its base (unless the base is
-    its snapshot), and the base's snapshot when `node` starts a new one; never `ref`."""
-    if base is None:
-        return []
-    old = []
-    if base.ref != node.snapshot:
-        old.append(base.ref)
-    if node.snapshot is None and base.node.snapshot is not None:
-        old.append(base.node.snapshot)
-    return [r for r in old if r != ref]
+def _held(
+    parts: Parts, node: Delta, snapshot: str, path: tuple[str, ...], stored: tuple[bytes, ...]
+) -> Held:
+    return Held(
+        parts.ref,
+        parts.entries,
+        parts.framed,
+        parts.segments,
+        parts.chunks,
+        node,
+        snapshot,
+        path,
+        stored,
+    )
+
+
+def _refreshed(base: Held, refreshed: int) -> Held:
+    return replace(base, node=replace(base.node, refreshed=refreshed))
+
+
+def _delta_of(parts: Parts, edit: StoredEdit, base: Held, refreshed: int) -> Held:
+    """The recipe as a delta on `base`: its literals compressed against the base's end."""
+    snapshot = base.snapshot or base.ref
+    (snapshot_id,) = _ids([snapshot])
+    node = delta_of(snapshot_id, _ids(base.path), edit, context(base.segments), refreshed)
+    return _held(parts, node, snapshot, (*base.path, parts.ref), base.stored)

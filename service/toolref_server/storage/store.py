@@ -99,7 +99,8 @@ class Registered:
 @dataclass(frozen=True, slots=True)
 class Put:
     """One value to write for `Store.put`, to live `ttl` seconds. `keep`: write it only
-    where the key is absent (SET NX), and extend an existing value's lifetime instead."""
+    where the key is absent (SET NX), and extend an existing value's lifetime to `ttl`
+    instead (never shortened: EXPIRE GT)."""
 
     key: str
     value: bytes
@@ -351,7 +352,7 @@ class Store:
             for p in puts:
                 pipe.set(p.key, p.value, nx=p.keep, ex=p.ttl)
                 if p.keep:
-                    pipe.expire(p.key, p.ttl)
+                    pipe.expire(p.key, p.ttl, gt=True)
             for key, seconds in shorten:
                 pipe.expire(key, seconds, lt=True)
             for key, seconds in extend:

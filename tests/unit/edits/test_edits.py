@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from toolref.edits import wire
 from toolref.edits.edit import Inline, Keep, Named, apply, dictionary, dictionary_order, diff
-from toolref.edits.recipe import PIECE_MIN, entry_of, is_piece, piece_of, recipe_ref
+from toolref.edits.recipe import PIECE_MIN, RUN_MIN, entry_of, is_piece, piece_of, recipe_ref
 from toolref.edits.request import cut, restore
 from toolref.edits.segments import cut_body, header_segment, restore_headers
 from toolref.wire.errors import DictionaryMismatchError, MalformedBodyError
@@ -188,9 +188,9 @@ def test_an_edit_applied_gives_the_new_request_exactly(
         before = set(base.entries)
         pairs = zip(new.entries, new.segments, strict=True)
         changed = sum(len(segment) for entry, segment in pairs if entry not in before)
-        # What travels inline is at most what the base lacks, and per op a literal (glue,
-        # or a message too short to be a piece, which starts no run).
-        assert inline <= changed + PIECE_MIN * len(ops)
+        # What travels inline is at most what the base lacks, and per op a literal too
+        # short to start a run (glue: a comma, a bracket).
+        assert inline <= changed + RUN_MIN * len(ops)
         # Through the wire, compressed against the base's segments, on both sides.
         order = dictionary_order(len(base.entries), ops)
         size = min(sum(map(len, base.segments)), 64 << 10)
@@ -213,7 +213,7 @@ def test_an_edit_applied_gives_the_new_request_exactly(
 
 
 def test_a_piece_held_elsewhere_is_named() -> None:
-    big = b"p" * 200
+    big = b"p" * PIECE_MIN
     ops = diff([], [entry_of(big)], [big], held={piece_of(entry_of(big))})
     assert ops == [Named(piece_of(entry_of(big)))]
 
