@@ -58,7 +58,7 @@ async def engine_cpu(redis: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-REPEATS = 3
+REPEATS = 5
 
 
 def turns(messages: list[Any], cuts: list[int]) -> list[tuple[bytes, Cut, bytes]]:

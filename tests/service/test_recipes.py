@@ -37,9 +37,14 @@ class Clock:
         return self.now
 
 
-def request(turns: int) -> Cut:
+def size(n: int) -> int:
+    """The first two messages are pieces; the others literals."""
+    return 17_000 if n < 2 else 2100
+
+
+def request(turns: int, word: str = "turn") -> Cut:
     messages = ",".join(
-        f'{{"role":"user","content":"turn {n} {"w" * (2100 + n)}"}}' for n in range(turns)
+        f'{{"role":"user","content":"{word} {n} {"w" * (size(n) + n)}"}}' for n in range(turns)
     )
     made = cut(HEADERS, f'{{"model":"m","messages":[{messages}]}}'.encode(), "messages")
     assert made is not None
@@ -98,18 +103,24 @@ async def test_lifetimes_of_nodes_and_snapshots(redis: Redis) -> None:
     assert await ttl(redis, first.ref) > SUPERSEDED
     fourth = await keep(recipes, request(6), third)  # every 3rd: a snapshot again
     assert fourth.snapshot is None
-    for old in (first, second, third):  # the chain it replaces: superseded
-        assert await ttl(redis, old.ref) <= SUPERSEDED
+    for old in (first, second, third):  # they hold the literals chunks refer to
+        assert await ttl(redis, old.ref) > SUPERSEDED
     assert await ttl(redis, fourth.ref) > TTL - 5
-    for chunk in fourth.stored:  # its chunks, shared with the snapshot before or new
-        assert await redis.ttl(keys.recipe_chunk("t", chunk)) > TTL - 5
+    assert set(first.stored) & set(fourth.stored)  # appends: the first chunk is shared
+    fifth = await keep(recipes, request(2, "new"), fourth)  # all replaced: a compaction
+    sixth = await keep(recipes, request(3, "new"), fifth)
+    seventh = await keep(recipes, request(4, "new"), sixth)  # a snapshot
+    assert seventh.snapshot is None
+    assert set(fourth.stored) - set(seventh.stored)
+    for chunk in set(fourth.stored) - set(seventh.stored):  # chunks no longer held
+        assert await redis.ttl(keys.recipe_chunk("t", chunk)) <= SUPERSEDED
 
 
 async def test_a_refresh_extends_every_piece_once_its_time_has_come(redis: Redis) -> None:
     clock = Clock()
     recipes = recipes_on(redis, clock)
     held = await keep(recipes, request(3), None)
-    first_piece = keys.edit_piece("t", pieces_of(held)[1])
+    first_piece = keys.edit_piece("t", pieces_of(held)[0])
     await redis.expire(first_piece, 500)  # as if time passed for it alone
     clock.now += REFRESH - 1
     held = await keep(recipes, request(4), held)

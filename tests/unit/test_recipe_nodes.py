@@ -1,9 +1,10 @@
 """Recipe nodes and chunks as stored (`toolref_server.storage.recipe_nodes`,
-`recipe_chunks`, `recipe_held`): encoded and read back as they were; a chain of deltas
-(each its own edit, literals compressed against its base's end) replayed to the same
-recipes; snapshots cut into chunks that later snapshots share, each slice of a stored
-chunk holding exactly the entries it stands for; and bytes no version wrote, or a chunk
-that does not hash to its id, read as not held."""
+`recipe_chunks`, `recipe_groups`, `recipe_held`): encoded and read back as they were; a
+group's literals (each node's compressed against those before it) read back in order and
+only in order; recipes made by any edits, every other one a snapshot, whose chunks (slices
+of the chunks earlier snapshots stored, and new ones naming where each literal is stored)
+hold exactly its entries; appends writing one chunk per snapshot; and bytes no version
+wrote, or a chunk that does not hash to its id, read as not held."""
 
 from __future__ import annotations
 
@@ -15,30 +16,27 @@ from hypothesis import strategies as st
 
 from tests.unit.edits.test_edits import EDITS, HEADERS, body_of, conversation, edited
 from toolref.edits.edit import Inline, Keep, Op, diff
-from toolref.edits.recipe import LITERAL, PIECE, Entry, entry_of, framed, recipe_ref
+from toolref.edits.recipe import LITERAL, PIECE, entry_of, recipe_ref_of
 from toolref.edits.request import Cut, cut
 from toolref_server.storage.recipe_cache import RecipeCache
-from toolref_server.storage.recipe_chunks import (
-    Chunks,
-    StoredEdit,
-    StoredOp,
-    chunk_id,
-    rechunk,
-    settled,
-)
-from toolref_server.storage.recipe_held import Held, Parts, context, derive
+from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, StoredOp, rechunk, settled
+from toolref_server.storage.recipe_groups import chunk_entries, chunk_of, group_literals
+from toolref_server.storage.recipe_held import Held, Parts, derive
 from toolref_server.storage.recipe_nodes import (
+    Chunk,
     Delta,
     Snapshot,
+    blob_of,
     decode_chunk,
     decode_node,
-    delta_of,
-    edit_of,
     encode_chunk,
     encode_node,
+    literals_of,
+    node_ops,
 )
 
 ID = b"i" * 16
+TOOLS = {"tools": ["t" * 20_000]}  # a piece
 
 
 def stored(ops: list[Op], new: Cut) -> tuple[StoredEdit, list[bytes]]:
@@ -57,27 +55,42 @@ def stored(ops: list[Op], new: Cut) -> tuple[StoredEdit, list[bytes]]:
     return tuple(edit), added
 
 
-def held_of(parts: Parts, node: Snapshot | Delta) -> Held:
+def held_of(parts: Parts, chunks: Chunks | None = None) -> Held:
+    """`parts` held, its literals stored in its own node (a group of one)."""
     return Held(
-        parts.ref, parts.entries, parts.framed, parts.segments, parts.chunks, node, None, (), ()
+        parts.ref,
+        parts.entries,
+        parts.framed,
+        parts.segments,
+        parts.placed((parts.ref,)),
+        chunks or parts.chunks,
+        Snapshot((), (), b"", 1),
+        None,
+        (),
+        (),
+        b"",
     )
 
 
-def snapshot(parts: Parts, chunks_held: dict[bytes, list[Entry]]) -> Chunks:
-    """The chunks a snapshot of `parts` stores (written to `chunks_held`), every slice
-    checked against the chunk it names."""
-    cut_up = settled(parts.chunks, parts.entries)
+def snapshot(held: Held, literals: dict[str, list[bytes]]) -> Chunks:
+    """The chunks a snapshot of `held` stores, each new one written and read back (its
+    literals from `literals`, each node's), every slice within its chunk."""
+    cut_up = settled(held.chunks, held.entries)
     ids: list[bytes | None] = []
-    for index, known in enumerate(cut_up.ids):
+    for index, was in enumerate(cut_up.ids):
         start, end = cut_up.starts[index], cut_up.ends[index]
-        made = known or chunk_id(parts.framed[start:end])
+        known = was
         if known is None:
-            chunks_held[made] = decode_chunk(encode_chunk(parts.entries[start:end]), made) or []
-        ids.append(made)
-        run = chunks_held[made]
-        offset = cut_up.offsets[index]
-        assert run[offset : offset + end - start] == parts.entries[start:end]
-        assert len(run) == cut_up.totals[index]
+            made, data = encode_chunk(chunk_of(held.entries[start:end], held.sources[start:end]))
+            assert decode_chunk(data, b"x" * 16) is None  # not its id
+            chunk = decode_chunk(data, made)
+            assert chunk is not None
+            by_group = {g: [literals[recipe_ref_of(i)] for i in g] for g in chunk.groups}
+            read = chunk_entries(chunk, by_group)
+            assert read == (held.entries[start:end], held.sources[start:end])
+            known = made
+        ids.append(known)
+        assert cut_up.offsets[index] + end - start <= cut_up.totals[index]
     return Chunks(cut_up.lengths, cut_up.starts, cut_up.ends, ids, cut_up.offsets, cut_up.totals)
 
 
@@ -86,76 +99,105 @@ def snapshot(parts: Parts, chunks_held: dict[bytes, list[Entry]]) -> Chunks:
         st.tuples(st.binary(min_size=16, max_size=16), st.integers(0, 99), st.integers(1, 99)),
         max_size=20,
     ),
+    st.lists(st.integers(0, 5000), max_size=5),
+    st.binary(max_size=40),
     st.integers(0, 2**40),
 )
-def test_a_snapshot_comes_back_as_written(slices: list[Any], refreshed: int) -> None:
-    node = Snapshot(tuple(slices), refreshed)
+def test_a_snapshot_comes_back_as_written(
+    slices: list[Any], lengths: list[int], blob: bytes, refreshed: int
+) -> None:
+    node = Snapshot(tuple(slices), tuple(lengths), blob, refreshed)
     assert decode_node(encode_node(node)) == node
+
+
+def test_a_group_reads_back_in_order_and_only_so() -> None:
+    rng = random.Random(5)
+    words = [bytes(rng.choice(b"abcdefgh ") for _ in range(300)) for _ in range(12)]
+    turns = [[words[i], words[i + 1] + b"!"] for i in range(0, 12, 2)]
+    nodes: list[Snapshot | Delta] = []
+    stream = b""
+    for n, literals in enumerate(turns):
+        blob, context = blob_of(literals, stream)
+        node: Snapshot | Delta
+        if n == 0:
+            assert context == 0
+            node = Snapshot((), tuple(map(len, literals)), blob, 1)
+        else:
+            node = Delta(ID, (ID,) * (n - 1), tuple(map(len, literals)), blob, context, 1)
+        assert decode_node(encode_node(node)) == node
+        nodes.append(node)
+        stream = (stream + b"".join(literals))[-(32 << 10) :]
+    found = group_literals(nodes)
+    assert found is not None
+    assert found[0] == turns
+    assert group_literals(nodes[1:]) is None  # without the nodes before: not read
+    assert literals_of(nodes[2], b"z" * nodes[2].context) is None
 
 
 @given(st.integers(1, 25), st.integers(0, 10**6), st.lists(EDITS, min_size=1, max_size=10))
 @settings(max_examples=100, deadline=None)
-def test_deltas_and_snapshots_give_every_recipe_exactly(
+def test_chunks_hold_exactly_the_entries_of_any_recipe(
     turns: int, seed: int, hows: list[str]
 ) -> None:
-    """A chain snapshot -> delta -> delta ..., each delta written and read back, its
-    literals inflated against its base's end, replays to every recipe of the chain; every
-    other recipe is also a snapshot, whose chunks (slices of the chunks earlier snapshots
-    stored, and the new ones) hold exactly its entries."""
+    """Recipes made by any edits: each derived from the one before exactly (the client's
+    cut), every other one a snapshot whose chunks, written and read back, hold exactly its
+    entries and where each literal is stored."""
     rng = random.Random(seed)
     messages = conversation(turns, seed)
-    extra = {"tools": ["t" * 3000]}
-    first = cut(HEADERS, body_of(messages, extra, "compact").encode(), "messages")
+    first = cut(HEADERS, body_of(messages, TOOLS, "compact").encode(), "messages")
     assert first is not None
-    chunks_held: dict[bytes, list[Entry]] = {}
     edit, added = stored([Inline(s) for s in first.segments], first)
     parts = derive(None, edit, added)
     assert parts.ref == first.ref
-    base = held_of(parts, Snapshot((), 1))
+    literals = {parts.ref: [parts.segments[at] for at in parts.added]}
+    base = held_of(parts)
+    base = held_of(parts, snapshot(base, literals))
+    kept = {base.ref: base}
     for n, how in enumerate(hows):
         messages = edited(messages, how, rng)
-        new = cut(HEADERS, body_of(messages, extra, "compact").encode(), "messages")
+        new = cut(HEADERS, body_of(messages, TOOLS, "compact").encode(), "messages")
         assert new is not None
-        ops = diff(base.entries, new.entries, new.segments)
-        edit, added = stored(ops, new)
+        edit, added = stored(diff(base.entries, new.entries, new.segments), new)
         parts = derive(base, edit, added)
         assert (parts.ref, parts.entries, parts.segments) == (new.ref, new.entries, new.segments)
         assert sum(parts.chunks.lengths) == len(parts.entries)
-        node = decode_node(encode_node(delta_of(ID, (ID,), edit, context(base.segments), 1)))
-        assert isinstance(node, Delta)
-        assert edit_of(node, context(base.segments, node.context)) == edit
-        assert edit_of(node, context(base.segments, node.context)[1:] + b"x") in (None, edit)
+        assert node_ops(edit)[1] == [parts.segments[at] for at in parts.added]
+        if parts.ref in kept:  # kept before: its node is never written over
+            base = kept[parts.ref]
+            continue
+        literals[parts.ref] = node_ops(edit)[1]
+        base = held_of(parts)
         if n % 2:
-            chunks = snapshot(parts, chunks_held)
-            parts = Parts(parts.ref, parts.entries, parts.framed, parts.segments, chunks)
-        base = held_of(parts, Snapshot((), 1))
+            base = held_of(parts, snapshot(base, literals))
+        kept[base.ref] = base
 
 
 def test_appends_write_only_what_they_add() -> None:
     """A conversation that only grows: each snapshot writes one new chunk, the entries
     added since the last (the chunk before stays, as a slice without the closing glue)."""
-    chunks_held: dict[bytes, list[Entry]] = {}
     messages = [{"role": "user", "content": "q" * 3000}]
     made = cut(HEADERS, body_of(messages, {}, "compact").encode(), "messages")
     assert made is not None
     edit, added = stored([Inline(s) for s in made.segments], made)
     parts = derive(None, edit, added)
-    parts = Parts(parts.ref, parts.entries, parts.framed, parts.segments, snapshot(parts, {}))
-    previous = made
+    literals = {parts.ref: [parts.segments[at] for at in parts.added]}
+    held = held_of(parts)
+    held = held_of(parts, snapshot(held, literals))
+    written = []
     for turn in range(40):
         messages = [*messages, {"role": "assistant", "content": f"a{turn} " + "w" * 600}]
         new = cut(HEADERS, body_of(messages, {}, "compact").encode(), "messages")
         assert new is not None
-        edit, added = stored(diff(previous.entries, new.entries, new.segments), new)
-        base = held_of(parts, Snapshot((), 1))
-        parts = derive(base, edit, added)
+        edit, added = stored(diff(held.entries, new.entries, new.segments), new)
+        parts = derive(held, edit, added)
+        literals[parts.ref] = node_ops(edit)[1]
+        held = held_of(parts)
         if turn % 8 == 7:
-            before = set(chunks_held)
-            chunks = snapshot(parts, chunks_held)
-            assert len(set(chunks_held) - before) == 1, turn
-            parts = Parts(parts.ref, parts.entries, parts.framed, parts.segments, chunks)
-        previous = new
-    assert len(parts.chunks.ids) <= 6  # one per snapshot (and the first)
+            chunks = snapshot(held, literals)
+            written.append(len(set(chunks.ids) - set(held.chunks.ids)))
+            held = held_of(parts, chunks)
+    assert written == [1] * 5
+    assert len(held.chunks.ids) <= 6  # one per snapshot (and the first)
 
 
 def test_rechunk_reads_no_entry() -> None:
@@ -173,25 +215,12 @@ def test_rechunk_reads_no_entry() -> None:
 def test_bytes_no_version_wrote_are_not_a_node() -> None:
     for data in [b"", b"\x00", b"\x01", b"\x02", b"\x02\x80", b"\x02\x81\xa1r\xa1x", b"\x04abc"]:
         assert decode_node(data) is None
-    good = encode_node(Snapshot(((ID, 0, 1),), 1))
+    good = encode_node(Snapshot(((ID, 0, 1),), (), b"", 1))
     assert decode_node(good[:-1]) is None
-    entries = [entry_of(b"x" * 40), entry_of(b"y" * 3000)]
-    data = encode_chunk(entries)
-    assert decode_chunk(data, chunk_id([framed(e) for e in entries])) == entries
-    assert decode_chunk(data, ID) is None  # not what it hashes to
-    assert decode_chunk(encode_chunk([b"\x00short"]), chunk_id([framed(b"\x00short")])) is None
-
-
-def test_a_delta_against_another_base_is_not_read() -> None:
-    rng = random.Random(1)
-    base = [b"h" * 50, bytes(rng.randrange(256) for _ in range(5000))]
-    edit: StoredEdit = ((0, 2), LITERAL + base[1][1000:3000] + b"and new words")
-    node = delta_of(ID, (), edit, context(base), 1)
-    assert node.context > 0
-    assert len(node.literals) < 200  # the base's bytes, by reference
-    assert edit_of(node, context(base, node.context)) == edit
-    assert edit_of(node, context([b"z" * 5050], node.context)) is None
-    assert recipe_ref([b"\x01" + b"x" * 20]) != recipe_ref([b"\x01" + b"y" * 20])
+    chunk = Chunk(((ID,),), (entry_of(b"y" * 20_000), (0, 0, 0)))
+    assert decode_chunk(encode_chunk(chunk)[1], encode_chunk(chunk)[0]) == chunk
+    for bad in [Chunk(((ID,),), ((1, 0, 0),)), Chunk((), (b"\x00short",))]:  # no group 1
+        assert decode_chunk(*reversed(encode_chunk(bad))) is None
 
 
 def test_the_cache_is_bounded_by_bytes_and_keeps_tenants_apart() -> None:

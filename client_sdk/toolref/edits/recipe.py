@@ -7,9 +7,10 @@ digests its entries in order, each with its length (`framed`: a long literal by 
 digest): client and registry compute it alike, and a registry confirms the ref the client
 computed or answers a problem.
 
-`PIECE_MIN` is 1 KiB: a message shorter than that travels inside the recipe (the registry
-keeps it in the recipe's compressed chunks, beside its neighbours, instead of as a value of
-its own); a kept range covers it as it covers a piece.
+`PIECE_MIN` is 16 KiB: a segment shorter than that (most messages) is a literal, which the
+registry stores once, compressed beside the literals of the turns around it, instead of as
+a value of its own; a kept range covers it as it covers a piece. Pieces are the large
+segments (a tool list, a system prompt, a long tool result): named across recipes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Final
 
 from toolref.wire.canonical import digest_key
 
-PIECE_MIN: Final = 2048  # a shorter segment is kept in the recipe itself
+PIECE_MIN: Final = 16 << 10  # a shorter segment is kept in the recipe itself
 RUN_MIN: Final = 16  # a segment this long or longer can start a kept range (`edit.diff`)
 ID_BYTES: Final = 16
 PIECE: Final = b"\x00"

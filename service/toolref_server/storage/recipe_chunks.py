@@ -2,13 +2,13 @@
 conversation share every chunk, and a snapshot writes only the entries no earlier one
 stored.
 
-A snapshot stores chunks (runs of entries, each under its id, `chunk_id`: a digest of its
-framed entries) and lists, in order, the slices of them its recipe is made of. Every recipe
-knows how its entries lie over chunks (`Chunks`): slices of stored chunks, and fresh runs
-(id None) between them. A recipe's chunks are derived from its base's in O(ops)
-(`rechunk`): what a kept range holds of a stored chunk, whole or in part, stays a slice of
-it (list slices for the chunks held whole); every entry added is fresh. No entry is looked
-at.
+A snapshot stores chunks (runs of entries, each under its id, a digest of what it
+stores: `recipe_nodes.encode_chunk`) and lists, in order, the slices of them its recipe
+is made of. Every recipe knows how its entries lie over chunks (`Chunks`): slices of
+stored chunks, and fresh runs (id None) between them. A recipe's chunks are derived from
+its base's in O(ops) (`rechunk`): what a kept range holds of a stored chunk, whole or in
+part, stays a slice of it (list slices for the chunks held whole); every entry added is
+fresh. No entry is looked at.
 
 A snapshot settles its fresh runs (`settled`), looking at their entries only: each is cut
 every `MAX_BYTES`; a slice of less than half its chunk (the rest no longer used) is fresh
@@ -21,14 +21,13 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import hashlib
 from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from typing import Final
 
-from toolref.edits.recipe import ID_BYTES, Entry
+from toolref.edits.recipe import Entry
 
 MIN_BYTES: Final = 2 << 10  # a slice this small before a fresh run joins it
 MAX_BYTES: Final = 64 << 10  # a chunk holds at most about this many bytes (a bound)
@@ -69,11 +68,6 @@ class Chunks:
         stored."""
         assert None not in self.ids
         return list(zip(self.ids, self.offsets, self.lengths, strict=True))  # type: ignore[arg-type]
-
-
-def chunk_id(framed: Sequence[bytes]) -> bytes:
-    """A chunk's id: the first 16 bytes of the SHA-256 of its framed entries."""
-    return hashlib.sha256(b"".join(framed)).digest()[:ID_BYTES]
 
 
 class _Builder:

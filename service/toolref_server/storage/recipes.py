@@ -1,31 +1,31 @@
-"""Stored recipes of edited requests: their pieces, their chunks, and one node per recipe.
+"""Stored recipes of edited requests: their pieces, one node per recipe, and chunks.
 
 A piece (a segment of `toolref.edits.recipe.PIECE_MIN` bytes or more) is stored once per
 tenant under its 16-byte id, zstd-compressed as history messages are (`compressors`, the
 shipped messages dictionary), written SET NX; read back, it is inflated and checked against
-its id before it is used (a piece that does not hash to its id is not held). A shorter
-segment is a literal entry: it lives in the recipe's own node and chunks.
+its id before it is used (a piece that does not hash to its id is not held).
 
-A recipe's node, under its ref (`recipe_nodes`), is either a snapshot, the ids of its
-chunks (`recipe_chunks`: content-defined runs of entries, literals with their bytes, each
-compressed as one value and shared by every snapshot that holds it), or a delta: its own
-edit, the snapshot it grows from and the deltas between. A delta is written for each edit
-of a recipe but every `snapshot_every`-th (TOOLREF_EDIT_SNAPSHOT_EVERY), which writes a
-snapshot and the chunks no earlier snapshot stored (an appended turn: the last one or two).
-A turn writes O(edit) bytes (a delta: its edit and at most `snapshot_every` ids), a
-snapshot O(chunks x 16) and its new chunks, never every entry again. A recipe comes back
-in at most four round trips whatever the conversation's length: GET the node, MGET its
-snapshot and the deltas between (those after the newest one this process holds), MGET the
-snapshot's chunks, MGET the pieces (one MGET per hash slot on a cluster, in one round trip).
+A shorter segment is a literal, stored once: in the node of the recipe whose edit brought
+it (`recipe_nodes`), compressed against the literals its group (the snapshot it grows from
+and the deltas between) stored before it. A recipe's node is a snapshot or a delta: a
+delta is written for each edit of a recipe but every `snapshot_every`-th
+(TOOLREF_EDIT_SNAPSHOT_EVERY), which writes a snapshot: the slices of chunks its entries
+are (`recipe_chunks`: runs of entries, a literal by where it is stored, shared by every
+snapshot holding them), and the chunks no earlier snapshot stored (an append: one, the
+entries added since). A turn writes its own edit, its literals and at most
+`snapshot_every` ids, never every entry again. A recipe comes back in at most four round
+trips whatever the conversation's length: GET its node; MGET its snapshot and the deltas
+between (those after the newest one this process holds); MGET the snapshot's chunks; MGET
+the nodes those chunks' literals are stored in and every piece (one MGET per hash slot on
+a cluster, in one round trip).
 
-Lifetimes: a piece lives at least as long as every node naming it. A node carries when
-every piece of it was last extended (`refreshed`), and lives until then plus the TTL at
-most. Keeping a recipe extends every piece (and chunk) of it once `refresh_seconds` have
-passed since (TOOLREF_HISTORY_REFRESH_SECONDS), else only the pieces it writes or names anew.
-A delta extends its snapshot and the deltas between to its own lifetime; a snapshot
-supersedes the chain it replaces (its base's snapshot and deltas, and the chunks of that
-snapshot it does not hold): each keeps at most `superseded_ttl` seconds
-(TOOLREF_HISTORY_SUPERSEDED_TTL).
+Lifetimes: a node lives until its `refreshed` time plus the TTL, and so does everything it
+needs (its group, the pieces and chunks of its recipe, the nodes their literals are in):
+keeping a recipe extends all of them once `refresh_seconds` have passed since
+(TOOLREF_HISTORY_REFRESH_SECONDS), else only what it writes, names anew or is read through
+(a delta: its group). A node holds literals others may read, so it is never shortened; a
+snapshot shortens the chunks of the snapshot before it that it no longer holds to
+`superseded_ttl` seconds (TOOLREF_HISTORY_SUPERSEDED_TTL).
 
 What this process read or kept is held in its `RecipeCache` too (a `Held`, with the bytes
 of every segment): the next turn on this process reads nothing; nothing depends on it.
@@ -37,8 +37,7 @@ import hashlib
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
-from itertools import chain
-from typing import Final, TypeGuard
+from typing import Final
 
 from toolref.edits.edit import EditError
 from toolref.edits.recipe import (
@@ -52,17 +51,21 @@ from toolref.edits.recipe import (
 from toolref.receiving.workers import Workers
 from toolref_server.storage import compressors, keys
 from toolref_server.storage.recipe_cache import RecipeCache
-from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, chunk_id, settled
-from toolref_server.storage.recipe_held import Held, Parts, context, derive
+from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, settled
+from toolref_server.storage.recipe_groups import chunk_entries, chunk_of, group_literals, replayed
+from toolref_server.storage.recipe_held import Held, Parts, Source
 from toolref_server.storage.recipe_nodes import (
+    CONTEXT,
+    Chunk,
     Delta,
+    RecipeNode,
     Snapshot,
+    blob_of,
     decode_chunk,
     decode_node,
-    delta_of,
-    edit_of,
     encode_chunk,
     encode_node,
+    node_ops,
 )
 from toolref_server.storage.store import Put, Store
 
@@ -97,40 +100,18 @@ def _compressed(pieces: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, byte
     return [(piece, compressors.compress(data, "messages")) for piece, data in pieces]
 
 
-def _encoded_chunks(runs: Sequence[Sequence[bytes]]) -> list[bytes]:
-    return [encode_chunk(run) for run in runs]
+def _encoded(chunks: Sequence[Chunk]) -> list[tuple[bytes, bytes]]:
+    return [encode_chunk(chunk) for chunk in chunks]
 
 
-def _decoded_chunks(pairs: Sequence[tuple[bytes, bytes | None]]) -> list[list[bytes]] | None:
-    found = []
-    for expected, value in pairs:
-        entries = None if value is None else decode_chunk(value, expected)
-        if entries is None:
-            return None
-        found.append(entries)
+def _id(ref: str) -> bytes:
+    found = parse_recipe_ref(ref)
+    assert found is not None
     return found
 
 
-def _ids(refs: Iterable[str]) -> tuple[bytes, ...]:
-    found = tuple(parse_recipe_ref(ref) for ref in refs)
-    assert all(found)
-    return found  # type: ignore[return-value]
-
-
-def _piece(op: object) -> TypeGuard[bytes]:
-    return isinstance(op, bytes) and op[:1] == PIECE
-
-
-def _added(edit: StoredEdit, pieces: Mapping[bytes, bytes]) -> list[bytes] | None:
-    """The bytes of the entries `edit` adds; None when a piece is not held."""
-    found: list[bytes] = []
-    for op in edit:
-        if isinstance(op, bytes):
-            data = pieces.get(op[1:]) if op[:1] == PIECE else op[1:]
-            if data is None:
-                return None
-            found.append(data)
-    return found
+def _pieces_of(entries: Iterable[bytes | object]) -> list[bytes]:
+    return [e[1:] for e in entries if isinstance(e, bytes) and e[:1] == PIECE]
 
 
 class Recipes:
@@ -160,9 +141,8 @@ class Recipes:
 
     async def load(self, tenant: str, ref: str) -> Held | None:
         """Recipe `ref` with the bytes of every segment, or None when it is not held whole
-        (never kept, expired, evicted; its snapshot, a delta between, a chunk or a piece
-        gone). From the cache, else at most four round trips (module docstring); linear in
-        the recipe."""
+        (never kept, expired, evicted; a node, chunk or piece it needs gone). From the
+        cache, else at most four round trips (module docstring); linear in the recipe."""
         held = self.cache.recipe(tenant, ref)
         if held is not None:
             return held
@@ -170,62 +150,27 @@ class Recipes:
         node = None if data is None else decode_node(data)
         if node is None:
             return None
-        if isinstance(node, Snapshot):
-            held, _ = await self._snapshot(tenant, ref, node)
-        else:
-            held = await self._delta(tenant, ref, node)
+        try:
+            held = await self._loaded(tenant, ref, node)
+        except (EditError, KeyError, IndexError, ValueError):  # not what was kept
+            return None
         if held is None or held.ref != ref:
-            return None  # not the bytes the node was written with
+            return None
         self.cache.keep_recipe(tenant, ref, held)
         return held
 
-    async def _snapshot(
-        self, tenant: str, ref: str, node: Snapshot, added: Sequence[bytes] = ()
-    ) -> tuple[Held | None, dict[bytes, bytes]]:
-        """The snapshot `node` of `ref`, its chunks read, then its pieces and `added` (the
-        pieces of deltas on it) in one read; and those pieces."""
-        stored = node.ids
-        values = await self.store.get_many([keys.recipe_chunk(tenant, c) for c in stored], _ACTION)
-        pairs = list(zip(stored, values, strict=True))
-        runs = await self.workers.run(sum(len(v or b"") for v in values), _decoded_chunks, pairs)
-        if runs is None:
-            return None, {}
-        by_id = dict(zip(stored, runs, strict=True))
-        slices = [by_id[c][offset : offset + length] for c, offset, length in node.chunks]
-        if any(len(s) != length for s, (_, _, length) in zip(slices, node.chunks, strict=True)):
-            return None, {}
-        entries = list(chain.from_iterable(slices))
-        wanted = [e[1:] for e in entries if e[:1] == PIECE]
-        pieces = await self.pieces(tenant, [*wanted, *added])
-        segments: list[bytes] = []
-        for entry in entries:
-            data = pieces.get(entry[1:]) if entry[:1] == PIECE else entry[1:]
-            if data is None:
-                return None, pieces
-            segments.append(data)
-        framed_entries = [framed(e) for e in entries]
-        if ref_of_framed(framed_entries) != ref:
-            return None, pieces
-        chunks = Chunks.of(
-            [length for _, _, length in node.chunks],
-            [c for c, _, _ in node.chunks],
-            [offset for _, offset, _ in node.chunks],
-            [len(by_id[c]) for c, _, _ in node.chunks],
-        )
-        held = Held(ref, entries, framed_entries, segments, chunks, node, None, (), stored)
-        return held, pieces
-
-    async def _delta(self, tenant: str, ref: str, node: Delta) -> Held | None:
-        """The delta `node` of `ref`: replayed from the newest recipe of its chain this
-        process holds, else from its snapshot."""
-        chain_refs = [recipe_ref_of(a) for a in node.ancestors]
+    async def _loaded(self, tenant: str, ref: str, node: RecipeNode) -> Held | None:
+        if isinstance(node, Snapshot):
+            held, _ = await self._snapshot(tenant, ref, node, [])
+            return held
+        chain = [recipe_ref_of(a) for a in node.ancestors]
         snapshot_ref = recipe_ref_of(node.snapshot)
         start: Held | None = None
-        later = chain_refs
-        for index in range(len(chain_refs) - 1, -1, -1):
-            start = self.cache.recipe(tenant, chain_refs[index])
+        later = chain
+        for index in range(len(chain) - 1, -1, -1):  # the newest of its group held here
+            start = self.cache.recipe(tenant, chain[index])
             if start is not None:
-                later = chain_refs[index + 1 :]
+                later = chain[index + 1 :]
                 break
         else:
             start = self.cache.recipe(tenant, snapshot_ref)
@@ -235,54 +180,143 @@ class Recipes:
         deltas = [*nodes[len(wanted) - len(later) :], node]
         if not all(isinstance(d, Delta) for d in deltas):
             return None
-        added = [op[1:] for d in deltas if isinstance(d, Delta) for op in d.ops if _piece(op)]
+        added = [p for d in deltas if isinstance(d, Delta) for p in _pieces_of(d.ops)]
         if start is None:
-            first = nodes[0]
-            if not isinstance(first, Snapshot):
+            head = nodes[0]
+            if not isinstance(head, Snapshot):
                 return None
-            start, pieces = await self._snapshot(tenant, snapshot_ref, first, added)
+            start, pieces = await self._snapshot(tenant, snapshot_ref, head, added)
             if start is None:
                 return None
         else:
             pieces = await self.pieces(tenant, added)
         held = start
-        path = list(chain_refs[: len(chain_refs) - len(later)])
         for delta_ref, delta in zip([*later, ref], deltas, strict=True):
             assert isinstance(delta, Delta)
-            edit = edit_of(delta, context(held.segments, delta.context))
-            segments = None if edit is None else _added(edit, pieces)
-            if edit is None or segments is None:
+            held = replayed(held, delta_ref, delta, pieces)
+            if held is None:
                 return None
-            try:
-                parts = derive(held, edit, segments)
-            except EditError:  # an edit that does not fit: not what was kept
-                return None
-            path.append(delta_ref)
-            held = _held(parts, delta, snapshot_ref, tuple(path), held.stored)
         return held
+
+    async def _snapshot(
+        self, tenant: str, ref: str, node: Snapshot, added: Sequence[bytes]
+    ) -> tuple[Held | None, dict[bytes, bytes]]:
+        """The snapshot `node` of `ref`: its chunks read, then the nodes their literals are
+        stored in and its pieces and `added` (the pieces of deltas on it) in one read; and
+        those pieces."""
+        stored = node.ids
+        values = await self.store.get_many([keys.recipe_chunk(tenant, c) for c in stored], _ACTION)
+        pairs = zip(values, stored, strict=True)
+        chunks = [None if v is None else decode_chunk(v, c) for v, c in pairs]
+        if not all(chunks):
+            return None, {}
+        read = [c for c in chunks if c is not None]
+        groups = list(dict.fromkeys(g for c in read for g in c.groups))
+        members = list(dict.fromkeys(m for g in groups for m in g))
+        own = _id(ref)
+        wanted = _pieces_of(e for c in read for e in c.entries)
+        nodes, pieces = await self._nodes_and_pieces(
+            tenant, [m for m in members if m != own], [*wanted, *added]
+        )
+        nodes[own] = node
+        literals: dict[tuple[bytes, ...], list[list[bytes]]] = {}
+        for group in groups:
+            found = (
+                group_literals([nodes[m] for m in group])
+                if all(m in nodes for m in group)
+                else None
+            )
+            if found is None:
+                return None, pieces
+            literals[group] = found[0]
+        runs = [chunk_entries(c, literals) for c in read]
+        if not all(runs):
+            return None, pieces
+        by_id = dict(zip(stored, runs, strict=True))
+        entries: list[bytes] = []
+        sources: list[Source | None] = []
+        for chunk, offset, length in node.chunks:
+            run = by_id[chunk]
+            assert run is not None
+            if offset + length > len(run[0]):
+                return None, pieces
+            entries += run[0][offset : offset + length]
+            sources += run[1][offset : offset + length]
+        segments = [e[1:] if e[:1] != PIECE else pieces.get(e[1:]) for e in entries]
+        if None in segments:
+            return None, pieces
+        framed_entries = [framed(e) for e in entries]
+        if ref_of_framed(framed_entries) != ref:
+            return None, pieces
+        own_literals = group_literals([node])
+        if own_literals is None:
+            return None, pieces
+        chunks_of = Chunks.of(
+            [length for _, _, length in node.chunks],
+            [c for c, _, _ in node.chunks],
+            [offset for _, offset, _ in node.chunks],
+            [len(by_id[c][0]) for c, _, _ in node.chunks],  # type: ignore[index]
+        )
+        held = Held(
+            ref,
+            entries,
+            framed_entries,
+            segments,  # type: ignore[arg-type]  # no None left
+            sources,
+            chunks_of,
+            node,
+            None,
+            (),
+            stored,
+            own_literals[1],
+        )
+        return held, pieces
+
+    async def _nodes_and_pieces(
+        self, tenant: str, ids: Sequence[bytes], wanted: Iterable[bytes]
+    ) -> tuple[dict[bytes, RecipeNode], dict[bytes, bytes]]:
+        """The nodes of `ids` held here or in the store, and the pieces of `wanted`: one
+        read for both."""
+        nodes: dict[bytes, RecipeNode] = {}
+        lacking_nodes: list[bytes] = []
+        for node_id in ids:
+            cached = self.cache.recipe(tenant, recipe_ref_of(node_id))
+            if cached is None:
+                lacking_nodes.append(node_id)
+            else:
+                nodes[node_id] = cached.node
+        pieces: dict[bytes, bytes] = {}
+        lacking: list[bytes] = []
+        for piece in dict.fromkeys(wanted):
+            data = self.cache.piece(tenant, piece)
+            if data is None:
+                lacking.append(piece)
+            else:
+                pieces[piece] = data
+        node_keys = [keys.recipe_node(tenant, recipe_ref_of(i)) for i in lacking_nodes]
+        piece_keys = [keys.edit_piece(tenant, p) for p in lacking]
+        values = await self.store.get_many([*node_keys, *piece_keys], _ACTION)
+        for node_id, value in zip(lacking_nodes, values, strict=False):
+            found = None if value is None else decode_node(value)
+            if found is not None:
+                nodes[node_id] = found
+        read = await self._inflate(lacking, values[len(node_keys) :])
+        self.cache.keep_pieces(tenant, read.items())
+        pieces.update(read)
+        return nodes, pieces
+
+    async def _inflate(
+        self, ids: Sequence[bytes], values: Sequence[bytes | None]
+    ) -> dict[bytes, bytes]:
+        pairs = [(p, v) for p, v in zip(ids, values, strict=True) if v is not None]
+        size = sum(compressors.inflated_size(v) for _, v in pairs)
+        return await self.workers.run(size, _inflated, pairs)
 
     async def pieces(self, tenant: str, ids: Iterable[bytes]) -> dict[bytes, bytes]:
         """The bytes of each piece of `ids` this tenant holds (the others left out): from
         the cache, the rest in one batched read, inflated and checked (in a worker thread
         when large). Linear in the ids and the bytes read."""
-        found: dict[bytes, bytes] = {}
-        lacking: list[bytes] = []
-        for piece in dict.fromkeys(ids):
-            data = self.cache.piece(tenant, piece)
-            if data is None:
-                lacking.append(piece)
-            else:
-                found[piece] = data
-        if not lacking:
-            return found
-        values = await self.store.get_many(
-            [keys.edit_piece(tenant, piece) for piece in lacking], _ACTION
-        )
-        pairs = [(p, v) for p, v in zip(lacking, values, strict=True) if v is not None]
-        size = sum(compressors.inflated_size(v) for _, v in pairs)
-        read = await self.workers.run(size, _inflated, pairs)
-        self.cache.keep_pieces(tenant, read.items())
-        found.update(read)
+        _, found = await self._nodes_and_pieces(tenant, [], ids)
         return found
 
     # --- keeping --------------------------------------------------------------------------
@@ -300,9 +334,9 @@ class Recipes:
         """Keep the recipe `parts`, made by `edit` from `base` (None: a recipe of its own),
         and return it as held. `pieces`: the bytes of the pieces the request carried
         (written SET NX); `named`: ids of pieces held elsewhere that it names (extended).
-        One write round trip (two with a stored-bytes quota); O(edit + snapshot_every)
-        bytes but every `snapshot_every`-th recipe: its node (16 bytes a chunk) and the
-        chunks no snapshot stored."""
+        One write round trip (two with a stored-bytes quota); its own literals and
+        O(ops + snapshot_every) bytes but every `snapshot_every`-th recipe: its node (a
+        slice a chunk) and the chunks no snapshot stored."""
         store = self.store
         ref = parts.ref
         now = int(self.clock())
@@ -319,103 +353,116 @@ class Recipes:
         extend: list[tuple[str, int]] = []
         shorten: list[tuple[str, int]] = []
         if base is not None and ref == base.ref:  # the same recipe again: its node, refreshed
-            held = _refreshed(base, refreshed)
+            held = replace(base, node=replace(base.node, refreshed=refreshed))
         elif (
             base is None
             or base.depth + 1 >= self.snapshot_every
             or ref == base.snapshot
             or ref in base.path
         ):
-            held, written = await self._snapshot_of(parts, edit, refreshed)
+            held, written = await self._snapshot_of(parts, refreshed)
             puts += [Put(keys.recipe_chunk(tenant, c), v, store.ttl, keep=True) for c, v in written]
             fresh = {c for c, _ in written}
-            extend += [
-                (keys.recipe_chunk(tenant, c), store.ttl) for c in held.stored if c not in fresh
-            ]
+            old = [c for c in held.stored if c not in fresh]
+            extend += [(keys.recipe_chunk(tenant, c), store.ttl) for c in old]
             if base is not None:
-                old = [base.snapshot or base.ref, *base.path]
-                shorten += [
-                    (keys.recipe_node(tenant, r), self.superseded_ttl) for r in old if r != ref
-                ]
                 kept = set(held.stored)
-                shorten += [
-                    (keys.recipe_chunk(tenant, c), self.superseded_ttl)
-                    for c in base.stored
-                    if c not in kept
-                ]
+                gone = [c for c in base.stored if c not in kept]
+                shorten += [(keys.recipe_chunk(tenant, c), self.superseded_ttl) for c in gone]
         else:
-            held = _delta_of(parts, edit, base, refreshed)
-            chain_refs = [held.snapshot or "", *base.path]
-            extend += [(keys.recipe_node(tenant, r), lifetime) for r in chain_refs]
-            if refresh:
-                extend += [(keys.recipe_chunk(tenant, c), store.ttl) for c in held.stored]
-        puts.append(Put(keys.recipe_node(tenant, ref), encode_node(held.node), lifetime))
-        extended = set(named) if not refresh else {e[1:] for e in held.entries if e[:1] == PIECE}
-        extend += [(keys.edit_piece(tenant, p), store.ttl) for p in extended if p not in pieces]
-        await store.put(tenant, _ACTION, puts, shorten=shorten, extend=extend)
+            held = await self._delta_of(parts, edit, base, refreshed)
+            extend += [(keys.recipe_node(tenant, r), lifetime) for r in base.group]
+        same = base is not None and ref == base.ref  # its own node again, refreshed
+        node_put = Put(keys.recipe_node(tenant, ref), encode_node(held.node), lifetime, not same)
+        puts.append(node_put)
+        if refresh:
+            extend += _everything(tenant, held, lifetime, store.ttl)
+        else:
+            extend += [(keys.edit_piece(tenant, p), store.ttl) for p in named if p not in pieces]
+        done = await store.put(tenant, _ACTION, puts, shorten=shorten, extend=extend)
         self.cache.keep_pieces(tenant, pieces.items())
-        self.cache.keep_recipe(tenant, ref, held)
+        if done[-1] or same:
+            self.cache.keep_recipe(tenant, ref, held)
+        else:  # kept before, as another node (never written over): that one is the recipe
+            self.cache.drop_recipe(tenant, ref)
         return held
 
     async def _snapshot_of(
-        self, parts: Parts, edit: StoredEdit, refreshed: int
+        self, parts: Parts, refreshed: int
     ) -> tuple[Held, list[tuple[bytes, bytes]]]:
-        """The recipe as a snapshot, and the chunks to write (id, value): its fresh runs,
-        settled (`recipe_chunks.settled`). O(slices + the fresh entries)."""
+        """The recipe as a snapshot (its literals stored in its node), and the chunks to
+        write (id, value): its fresh runs, settled (`recipe_chunks.settled`). O(slices +
+        the entries of its fresh runs)."""
+        sources = parts.placed((parts.ref,))
+        literals = [parts.segments[at] for at in parts.added]
         chunks = settled(parts.chunks, parts.entries)
         ids = list(chunks.ids)
-        runs: list[list[bytes]] = []
-        fresh: list[bytes] = []
+        made: list[Chunk] = []
+        places: list[int] = []
         for index, known in enumerate(ids):
             if known is None:
                 start, end = chunks.starts[index], chunks.ends[index]
-                made = chunk_id(parts.framed[start:end])
-                ids[index] = made
-                fresh.append(made)
-                runs.append(parts.entries[start:end])
-        size = sum(len(e) for run in runs for e in run)
-        values = await self.workers.run(size, _encoded_chunks, runs)
+                made.append(chunk_of(parts.entries[start:end], sources[start:end]))
+                places.append(index)
+        written = await self.workers.run(8 * sum(len(c.entries) for c in made), _encoded, made)
+        for index, (made_id, _) in zip(places, written, strict=True):
+            ids[index] = made_id
+        blob, _ = await self.workers.run(sum(map(len, literals)), blob_of, literals, b"")
         done = Chunks(
             chunks.lengths, chunks.starts, chunks.ends, ids, chunks.offsets, chunks.totals
         )
-        node = Snapshot(tuple(done.slices), refreshed)
+        lengths = tuple(map(len, literals))
+        node = Snapshot(tuple(done.slices), lengths, blob, refreshed)
+        stream = b"".join(literals)[-CONTEXT:]
         held = Held(
             parts.ref,
             parts.entries,
             parts.framed,
             parts.segments,
+            sources,
             done,
             node,
             None,
             (),
             node.ids,
+            stream,
         )
-        return held, list(zip(fresh, values, strict=True))
+        return held, written
+
+    async def _delta_of(self, parts: Parts, edit: StoredEdit, base: Held, refreshed: int) -> Held:
+        """The recipe as a delta on `base`: its literals compressed against its group's."""
+        snapshot = base.snapshot or base.ref
+        path = (*base.path, parts.ref)
+        ops, literals = node_ops(edit)
+        blob, context = await self.workers.run(
+            sum(map(len, literals)), blob_of, literals, base.stream
+        )
+        node = Delta(_id(snapshot), tuple(map(_id, base.path)), ops, blob, context, refreshed)
+        stream = (base.stream + b"".join(literals))[-CONTEXT:]
+        sources = parts.placed((snapshot, *path))
+        return Held(
+            parts.ref,
+            parts.entries,
+            parts.framed,
+            parts.segments,
+            sources,
+            parts.chunks,
+            node,
+            snapshot,
+            path,
+            base.stored,
+            stream,
+        )
 
 
-def _held(
-    parts: Parts, node: Delta, snapshot: str, path: tuple[str, ...], stored: tuple[bytes, ...]
-) -> Held:
-    return Held(
-        parts.ref,
-        parts.entries,
-        parts.framed,
-        parts.segments,
-        parts.chunks,
-        node,
-        snapshot,
-        path,
-        stored,
-    )
-
-
-def _refreshed(base: Held, refreshed: int) -> Held:
-    return replace(base, node=replace(base.node, refreshed=refreshed))
-
-
-def _delta_of(parts: Parts, edit: StoredEdit, base: Held, refreshed: int) -> Held:
-    """The recipe as a delta on `base`: its literals compressed against the base's end."""
-    snapshot = base.snapshot or base.ref
-    (snapshot_id,) = _ids([snapshot])
-    node = delta_of(snapshot_id, _ids(base.path), edit, context(base.segments), refreshed)
-    return _held(parts, node, snapshot, (*base.path, parts.ref), base.stored)
+def _everything(tenant: str, held: Held, lifetime: int, ttl: int) -> list[tuple[str, int]]:
+    """Every key `held` needs, extended (a refresh): its group's nodes, the nodes its
+    literals are stored in, its chunks and pieces. Linear in its entries (once per
+    TOOLREF_HISTORY_REFRESH_SECONDS)."""
+    nodes = {ref for source in held.sources if source is not None for ref in source[0]}
+    nodes.update(held.group)
+    nodes.discard(held.ref)
+    found = [(keys.recipe_node(tenant, r), lifetime) for r in nodes]
+    found += [(keys.recipe_chunk(tenant, c), ttl) for c in held.stored]
+    found += [(keys.edit_piece(tenant, p), ttl) for p in set(_pieces_of(held.entries))]
+    return found
