@@ -1,7 +1,8 @@
-"""Stored recipes on the real engine: lifetimes (a superseded node keeps
-TOOLREF_HISTORY_SUPERSEDED_TTL, a snapshot lives as long as the deltas on it, a refresh
-extends every piece), bounded round trips whatever the length, and pieces that do not hash
-to their id never served. The clock is the test's."""
+"""Stored recipes on the real engine: lifetimes (a delta keeps its snapshot and the deltas
+before it alive; a snapshot supersedes the chain it replaces, which keeps
+TOOLREF_HISTORY_SUPERSEDED_TTL; a refresh extends every piece), bounded round trips
+whatever the length, and pieces that do not hash to their id never served. The clock is
+the test's."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.unit.edits.test_edits import HEADERS
-from toolref.edits.edit import Inline, Keep, Op, apply, diff
+from tests.unit.test_recipe_nodes import stored
+from toolref.edits.edit import Inline, Op, diff
 from toolref.edits.recipe import is_piece, piece_of
 from toolref.edits.request import Cut, cut
 from toolref_server.storage import keys
 from toolref_server.storage.recipe_cache import RecipeCache
+from toolref_server.storage.recipe_held import derive
 from toolref_server.storage.recipes import Held, Recipes
 from toolref_server.storage.store import Store
 
@@ -34,9 +37,14 @@ class Clock:
         return self.now
 
 
-def request(turns: int) -> Cut:
+def size(n: int) -> int:
+    """The first two messages are pieces; the others literals."""
+    return 17_000 if n < 2 else 2100
+
+
+def request(turns: int, word: str = "turn") -> Cut:
     messages = ",".join(
-        f'{{"role":"user","content":"turn {n} {"w" * (80 + n)}"}}' for n in range(turns)
+        f'{{"role":"user","content":"{word} {n} {"w" * (size(n) + n)}"}}' for n in range(turns)
     )
     made = cut(HEADERS, f'{{"model":"m","messages":[{messages}]}}'.encode(), "messages")
     assert made is not None
@@ -58,29 +66,18 @@ async def keep(recipes: Recipes, new: Cut, base: Held | None) -> Held:
     ops: list[Op] = (
         diff(base.entries, new.entries, new.segments) if base else [Inline(s) for s in new.segments]
     )
-    entries = apply(base.entries if base else [], ops)
+    edit, added = stored(ops, new)
+    parts = derive(base, edit, added)
     carried = {
-        piece_of(e): s
-        for e, s, op in zip(new.entries, new.segments, _flat(ops, len(new.entries)), strict=True)
-        if is_piece(e) and op
+        piece_of(op): data
+        for op, data in zip([op for op in edit if isinstance(op, bytes)], added, strict=True)
+        if is_piece(op)
     }
-    ref = await recipes.keep("t", entries, ops, base=base, pieces=carried, named=())
-    assert ref == new.ref
-    held = await recipes.load("t", ref)
+    kept = await recipes.keep("t", parts, edit, base=base, pieces=carried, named=())
+    assert kept.ref == new.ref
+    held = await recipes.load("t", kept.ref)
     assert held is not None
     return held
-
-
-def _flat(ops: list[Op], count: int) -> list[bool]:
-    """For each new entry: did the edit carry it inline?"""
-    found: list[bool] = []
-    for op in ops:
-        if isinstance(op, Keep):
-            found += [False] * (op.end - op.start)
-        else:
-            found.append(isinstance(op, Inline))
-    assert len(found) == count
-    return found
 
 
 def pieces_of(held: Held) -> list[bytes]:
@@ -96,25 +93,34 @@ async def test_lifetimes_of_nodes_and_snapshots(redis: Redis) -> None:
     recipes = recipes_on(redis, clock)
     first = await keep(recipes, request(3), None)  # a snapshot
     second = await keep(recipes, request(4), first)  # a delta on it
-    assert first.node.snapshot is None
-    assert second.node.snapshot == first.ref
+    assert first.snapshot is None
+    assert second.snapshot == first.ref
     assert await ttl(redis, first.ref) > SUPERSEDED  # the snapshot a live delta needs
     third = await keep(recipes, request(5), second)  # a delta on the same snapshot
-    assert third.node.depth == 2
-    assert await ttl(redis, second.ref) <= SUPERSEDED  # superseded
+    assert third.depth == 2
+    assert third.path == (second.ref, third.ref)
+    assert await ttl(redis, second.ref) > SUPERSEDED  # a delta it is read through
     assert await ttl(redis, first.ref) > SUPERSEDED
     fourth = await keep(recipes, request(6), third)  # every 3rd: a snapshot again
-    assert fourth.node.snapshot is None
-    assert await ttl(redis, third.ref) <= SUPERSEDED
-    assert await ttl(redis, first.ref) <= SUPERSEDED  # the snapshot it replaces
+    assert fourth.snapshot is None
+    for old in (first, second, third):  # they hold the literals chunks refer to
+        assert await ttl(redis, old.ref) > SUPERSEDED
     assert await ttl(redis, fourth.ref) > TTL - 5
+    assert set(first.stored) & set(fourth.stored)  # appends: the first chunk is shared
+    fifth = await keep(recipes, request(2, "new"), fourth)  # all replaced: a compaction
+    sixth = await keep(recipes, request(3, "new"), fifth)
+    seventh = await keep(recipes, request(4, "new"), sixth)  # a snapshot
+    assert seventh.snapshot is None
+    assert set(fourth.stored) - set(seventh.stored)
+    for chunk in set(fourth.stored) - set(seventh.stored):  # chunks no longer held
+        assert await redis.ttl(keys.recipe_chunk("t", chunk)) <= SUPERSEDED
 
 
 async def test_a_refresh_extends_every_piece_once_its_time_has_come(redis: Redis) -> None:
     clock = Clock()
     recipes = recipes_on(redis, clock)
     held = await keep(recipes, request(3), None)
-    first_piece = keys.edit_piece("t", pieces_of(held)[1])
+    first_piece = keys.edit_piece("t", pieces_of(held)[0])
     await redis.expire(first_piece, 500)  # as if time passed for it alone
     clock.now += REFRESH - 1
     held = await keep(recipes, request(4), held)
@@ -139,11 +145,11 @@ async def test_a_recipe_loads_in_bounded_round_trips_whatever_its_length(redis: 
         gets_before, trips_before = await _gets(redis), counted.trips
         loaded = await cold.load("t", held.ref)
         assert loaded is not None
-        assert loaded.entries == held.entries
-        pieces = await cold.pieces("t", [piece_of(e) for e in held.entries if is_piece(e)])
-        assert len(pieces) == sum(map(is_piece, held.entries))
-        assert await _gets(redis) - gets_before <= 2  # the node, its snapshot
-        assert counted.trips - trips_before == 1  # one MGET of every piece
+        assert (loaded.entries, loaded.segments) == (held.entries, held.segments)
+        assert held.depth == 1
+        assert await _gets(redis) - gets_before == 1  # the node
+        # MGET its snapshot and the deltas between, MGET the chunks, MGET every piece
+        assert counted.trips - trips_before == 3
 
 
 async def _gets(redis: Redis) -> int:
@@ -155,7 +161,7 @@ async def test_a_piece_that_does_not_hash_to_its_id_is_not_held(redis: Redis) ->
     clock = Clock()
     recipes = recipes_on(redis, clock)
     held = await keep(recipes, request(3), None)
-    piece, other = pieces_of(held)[1:3]
+    piece, other = pieces_of(held)[0:2]
     value = await redis.get(keys.edit_piece("t", other))
     assert isinstance(value, bytes)
     await redis.set(keys.edit_piece("t", piece), value)

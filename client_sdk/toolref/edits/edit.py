@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
-from toolref.edits.recipe import Entry, entry_of, is_piece, piece_of
+from toolref.edits.recipe import RUN_MIN, Entry, entry_of, is_piece, piece_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +58,12 @@ def diff(
 ) -> list[Op]:
     """The edit from `base` to `new` (entries; `segments` the bytes of each of `new`).
     `held`: piece ids the registry is known to hold beyond the base. Greedy and linear: a
-    run of kept entries starts at a piece the base holds and goes on while the next
-    entries follow it there too (glue, a comma say, starts no run: it stands everywhere)."""
+    run of kept entries starts at an entry of `RUN_MIN` bytes or more the base holds (a
+    piece, or a message too short to be one) and goes on while the next entries follow it
+    there too (glue, a comma say, starts no run: it stands everywhere)."""
     first: dict[Entry, int] = {}
     for index, entry in enumerate(base):
-        if is_piece(entry):
+        if len(entry) > RUN_MIN:
             first.setdefault(entry, index)
     ops: list[Op] = []
     run: int | None = None  # the base entry the current run would keep next
@@ -106,14 +107,33 @@ def apply(base: Sequence[Entry], ops: Sequence[Op]) -> list[Entry]:
 def dictionary_order(base_length: int, ops: Sequence[Op]) -> list[int]:
     """The base's entries inline bytes are compressed against: kept ones in base order,
     then removed ones in base order (see the module docstring)."""
-    kept = [False] * base_length
-    for op in ops:
-        if isinstance(op, Keep):
-            for index in range(max(op.start, 0), min(op.end, base_length)):
-                kept[index] = True
-    return [i for i in range(base_length) if kept[i]] + [
-        i for i in range(base_length) if not kept[i]
-    ]
+    return [i for start, end in dictionary_ranges(base_length, ops) for i in range(start, end)]
+
+
+def dictionary_ranges(base_length: int, ops: Sequence[Op]) -> list[tuple[int, int]]:
+    """`dictionary_order` as ranges of base entries (start, end excluded), in that order:
+    O(ops log ops), whatever the base's length (a holder of the base's segments joins each
+    range at C speed)."""
+    spans = sorted(
+        (max(op.start, 0), min(op.end, base_length))
+        for op in ops
+        if isinstance(op, Keep) and max(op.start, 0) < min(op.end, base_length)
+    )
+    kept: list[tuple[int, int]] = []
+    for start, end in spans:
+        if kept and start <= kept[-1][1]:
+            kept[-1] = (kept[-1][0], max(kept[-1][1], end))
+        else:
+            kept.append((start, end))
+    removed: list[tuple[int, int]] = []
+    at = 0
+    for start, end in kept:
+        if start > at:
+            removed.append((at, start))
+        at = end
+    if at < base_length:
+        removed.append((at, base_length))
+    return kept + removed
 
 
 def dictionary(order: Sequence[int], segment: Callable[[int], bytes], size: int) -> bytes:

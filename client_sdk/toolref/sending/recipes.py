@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from toolref.checks import check_count
-from toolref.edits.recipe import Entry, is_piece, literal_of, piece_of
+from toolref.edits.recipe import RUN_MIN, Entry, is_piece, literal_of, piece_of
 from toolref.lru import LRU
 
 ENTRY_COST: Final = 96  # bytes of bookkeeping counted per entry kept (CPython, measured)
@@ -60,7 +60,10 @@ class Recipes:
         self.max_bytes = max_bytes
         self._recipes: LRU[str, Recipe] = LRU(max_recipes, dropped=self._release_dropped)
         self._pieces: dict[bytes, bytes] = {}  # piece id -> its bytes, once
-        self._holders: dict[bytes, set[str]] = {}  # piece id -> refs of the recipes naming it
+        # What a request shares with a recipe: piece id, or a literal entry of `RUN_MIN`
+        # bytes or more (most messages are literals: `PIECE_MIN` is 16 KiB) -> the refs of
+        # the recipes holding it
+        self._holders: dict[bytes, set[str]] = {}
         self._bytes = 0  # as the module docstring counts them
 
     def __len__(self) -> int:
@@ -109,8 +112,9 @@ class Recipes:
         self._pieces.update(fresh)
         self._bytes += sum(map(len, fresh.values())) + recipe.cost
         for entry in entries:
-            if is_piece(entry):
-                self._holders.setdefault(piece_of(entry), set()).add(ref)
+            key = _shared_key(entry)
+            if key is not None:
+                self._holders.setdefault(key, set()).add(ref)
         self._recipes.put(ref, recipe)  # may drop the oldest past max_recipes
         while self._bytes > self.max_bytes and len(self._recipes) > 1:
             self.drop(next(iter(self._recipes)))
@@ -134,21 +138,21 @@ class Recipes:
     def best_base(
         self, entries: Sequence[Entry], segments: Sequence[bytes], messages: Sequence[int]
     ) -> Match | None:
-        """The confirmed recipe sharing the most piece bytes with a request (ties: the most
-        recently used), among those that share one of its messages' pieces (the same
+        """The confirmed recipe sharing the most bytes (pieces, long literals) with a request
+        (ties: the most recently used), among those sharing one of its messages (the same
         conversation: an unrelated one is never a base); None when none does."""
         shared: dict[str, int] = {}
         related: set[str] = set()
         is_message = set(messages)
         seen: set[bytes] = set()
         for index, entry in enumerate(entries):
-            if not is_piece(entry):
+            key = _shared_key(entry)
+            if key is None or key in seen:
                 continue
-            piece = piece_of(entry)
-            holders = self._holders.get(piece)
-            if not holders or piece in seen:
+            holders = self._holders.get(key)
+            if not holders:
                 continue
-            seen.add(piece)
+            seen.add(key)
             size = len(segments[index])
             for ref in holders:
                 shared[ref] = shared.get(ref, 0) + size
@@ -166,13 +170,20 @@ class Recipes:
     def _release(self, recipe: Recipe) -> None:
         self._bytes -= recipe.cost
         for entry in recipe.entries:
-            if not is_piece(entry):
-                continue
-            piece = piece_of(entry)
-            holders = self._holders.get(piece)
-            if holders is None:
+            key = _shared_key(entry)
+            holders = self._holders.get(key) if key is not None else None
+            if key is None or holders is None:
                 continue
             holders.discard(recipe.ref)
             if not holders:
-                del self._holders[piece]
-                self._bytes -= len(self._pieces.pop(piece))
+                del self._holders[key]
+                if is_piece(entry):
+                    self._bytes -= len(self._pieces.pop(key))
+
+
+def _shared_key(entry: Entry) -> bytes | None:
+    """What identifies `entry` across recipes: a piece's id, a literal of `RUN_MIN` bytes
+    or more itself (a shorter one, glue, identifies nothing)."""
+    if is_piece(entry):
+        return piece_of(entry)
+    return entry if len(entry) > RUN_MIN else None

@@ -2,41 +2,34 @@
 new recipe.
 
 The steps, each a function below, in order: read the edit (`toolref.edits.wire.read`); its
-base (`Recipes.load`: the cache, else the node and its snapshot); the bytes of the base's
-pieces and of the pieces it names (`Recipes.pieces`: one batched read); the dictionary its
-inline bytes were compressed against; the inline segments; the new entries
-(`toolref.edits.edit.apply`); every segment of the new recipe; the request restored
+base with the bytes of every segment (`Recipes.load`: the cache, else a few batched
+reads); the bytes of the pieces it names (`Recipes.pieces`: the cache, else one batched
+read); the dictionary its inline bytes were compressed against (slices of the base's
+segments); the inline segments; the new recipe (`storage.recipe_held.derive`: entries,
+segments and chunks from the base's in O(edit)); the request restored
 (`toolref.edits.request.restore`); then the recipe kept (`Recipes.keep`). Every refusal
-comes before anything is stored: a base not held (409 `missing-history`), pieces named and
-not held (409 `missing-pieces`, every one at once), inline bytes against another dictionary
-(400 `dictionary-mismatch`), an edit that does not fit its base or a first segment that is
-not headers (400), a request past the inflated limit (413).
+comes before anything is stored: a base not held whole (409 `missing-history`), pieces
+named and not held (409 `missing-pieces`, every one at once), inline bytes against another
+dictionary (400 `dictionary-mismatch`), an edit that does not fit its base or a first
+segment that is not headers (400), a request past the inflated limit (413).
 
-Cost: linear in the edit and the new bytes, but for what a request is made of (the
-entries' list, O(17 B) each, copied and digested once; the body joined once, a copy) and,
-on a worker that holds neither the base nor its pieces, the base read once. Inflating,
-digests and the join run in a worker thread when large (`Workers`).
+Cost, with the base held by this process: Python steps linear in the edit (its ops, the
+entries it adds, the pieces it names, the entries scanned for chunk boundaries around
+what changed); C-speed steps linear in the request (list slices, the dictionary's join, the
+body's join, one SHA-256 over the framed entries). On a worker that does not hold the base,
+the base is read once (linear in it). Inflating, the dictionary and the join run in a
+worker thread when large (`Workers`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from toolref.edits import wire
-from toolref.edits.edit import (
-    EditError,
-    Inline,
-    Keep,
-    Named,
-    Op,
-    apply,
-    dictionary,
-    dictionary_order,
-    needed,
-)
-from toolref.edits.recipe import PIECE_MIN, Entry, is_piece, literal_of, piece_of, piece_ref
+from toolref.edits.edit import EditError, Inline, Keep, Named, Op, dictionary_ranges
+from toolref.edits.recipe import LITERAL, PIECE, PIECE_MIN, piece_ref
 from toolref.edits.request import Restored, restore
 from toolref.receiving.budget import Account
 from toolref.wire.errors import (
@@ -46,9 +39,11 @@ from toolref.wire.errors import (
     MissingPiecesError,
 )
 from toolref_server.services import Services
-from toolref_server.storage.recipes import Held, piece_id
+from toolref_server.storage.recipe_chunks import StoredEdit, StoredOp
+from toolref_server.storage.recipe_held import Held, Parts, context, derive
+from toolref_server.storage.recipes import piece_id
 
-_GAP: Final = Inline(b"")  # an inline op before its bytes are read (dictionary_order)
+_GAP: Final = Inline(b"")  # an inline op before its bytes are read (dictionary_ranges)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +55,6 @@ class Applied:
     request: Restored
     raw: int
     wire: int
-
-
-class _Lacking(Exception):
-    """A base piece the dictionary reaches into is not held."""
 
 
 async def apply_edit(
@@ -79,18 +70,16 @@ async def apply_edit(
     limit = settings.max_decompressed_bytes
     header, blob = wire.read(data, max_inline=limit)  # O(header): ops and lengths
     services.rate.admit(tenant)
-    base = await _base(services, tenant, header.base)  # cache, else <= 2 GETs
+    base = await _base(services, tenant, header.base)  # cache, else a few batched reads
     named = [op.piece for op in header.ops if isinstance(op, Named)]
-    wanted = [*(piece_of(e) for e in base.entries if is_piece(e)), *named] if base else named
-    held = await recipes.pieces(tenant, wanted)  # cache, else one batched read
-    words = _dictionary(base, header, held)  # O(z)
+    held = await recipes.pieces(tenant, named)  # cache, else one batched read
+    words = await workers.run(header.dictionary or 0, _dictionary, base, header)  # O(ops + z)
     account.charge(len(words))
     inline = await workers.run(header.inline, wire.inline, header, blob, words, account)
-    ops = _ops(header.ops, inline)
-    entries = _applied(base, ops)  # O(entries): slices of the base's
     carried = {piece_id(s): s for s in inline if len(s) >= PIECE_MIN}  # O(inline)
-    segments = _segments(base, entries, frozenset(named), carried, held)  # O(entries)
-    raw = sum(map(len, segments)) - len(segments[0])
+    edit, added = _edit(header.ops, inline, carried, held)  # O(ops)
+    parts = _derived(base, edit, added)  # O(edit), slices of the base's lists
+    raw = sum(map(len, parts.segments)) - len(parts.segments[0])
     if raw > limit:
         raise DecompressedTooLargeError(
             f"the edit stands for a body of {raw} bytes, over the limit of {limit} "
@@ -98,7 +87,7 @@ async def apply_edit(
             limit=limit,
         )
     account.charge(raw)  # before the join
-    request = await workers.run(raw, restore, segments, secrets)  # O(body): one join
+    request = await workers.run(raw, restore, parts.segments, secrets)  # O(body): one join
     if request is None:
         raise BadRequestError(
             "the edit's first segment is not the request's headers with a line for each "
@@ -107,12 +96,13 @@ async def apply_edit(
             "request whole"
         )
     named_held = [p for p in named if p not in carried]
-    ref = await recipes.keep(tenant, entries, ops, base=base, pieces=carried, named=named_held)
-    return Applied(ref, request, raw, len(data))
+    kept = await recipes.keep(tenant, parts, edit, base=base, pieces=carried, named=named_held)
+    return Applied(kept.ref, request, raw, len(data))
 
 
 async def _base(services: Services, tenant: str, ref: str | None) -> Held | None:
-    """The base the edit names (None: none); `MissingHistoryError` when it is not held."""
+    """The base the edit names (None: none); `MissingHistoryError` when it is not held
+    whole."""
     if ref is None:
         return None
     held = await services.recipes.load(tenant, ref)
@@ -126,88 +116,66 @@ async def _base(services: Services, tenant: str, ref: str | None) -> Held | None
     return held
 
 
-def _dictionary(base: Held | None, header: wire.Header, held: dict[bytes, bytes]) -> bytes:
-    """The last `z` bytes of the base's segments in dictionary order (b"" for none);
-    `MissingHistoryError` when a segment they reach into is not held. O(ops + z)."""
+def _dictionary(base: Held | None, header: wire.Header) -> bytes:
+    """The last `z` bytes of the base's segments in dictionary order (b"" for none), as
+    `toolref.edits.edit.dictionary` gives them: each range joined from the end, until `z`
+    bytes. O(ops log ops) steps, C-speed joins."""
     size = header.dictionary or 0
     if not size or base is None:
         return b""
-    entries = base.entries
-
-    def segment(index: int) -> bytes:
-        entry = entries[index]
-        if not is_piece(entry):
-            return literal_of(entry)
-        found = held.get(piece_of(entry))
-        if found is None:
-            raise _Lacking(piece_of(entry))
-        return found
-
     ops: list[Op] = [_GAP if type(op) is int else op for op in header.ops]  # type: ignore[misc]
-    order = dictionary_order(len(entries), ops)
-    try:
-        for index in needed(order, lambda i: len(segment(i)), size):
-            segment(index)
-    except _Lacking as lacking:
-        raise MissingHistoryError(
-            f"the edit's base {base.ref} is not held whole (its piece "
-            f"{piece_ref(lacking.args[0])} is gone); send the edit again with no base",
-            base.ref,
-        ) from None
-    return dictionary(order, segment, size)
+    found: list[bytes] = []
+    left = size
+    for start, end in reversed(dictionary_ranges(len(base.entries), ops)):
+        if left <= 0:
+            break
+        data = context(base.segments[start:end], left)  # O(left), not O(range)
+        found.append(data)
+        left -= len(data)
+    return b"".join(reversed(found))
 
 
-def _ops(listed: Sequence[Keep | Named | int], inline: Sequence[bytes]) -> list[Op]:
-    """The header's ops with their inline segments in place of their lengths. O(ops)."""
+def _edit(
+    listed: Sequence[Keep | Named | int],
+    inline: Sequence[bytes],
+    carried: Mapping[bytes, bytes],
+    held: Mapping[bytes, bytes],
+) -> tuple[StoredEdit, list[bytes]]:
+    """The edit as stored (ranges kept, entries added) and the bytes of the entries it
+    adds; `MissingPiecesError` listing every piece named and not held. O(ops)."""
     segments = iter(inline)
-    return [Inline(next(segments)) if type(op) is int else op for op in listed]  # type: ignore[misc]
+    edit: list[StoredOp] = []
+    added: list[bytes] = []
+    lacking: dict[bytes, None] = {}
+    for op in listed:
+        if isinstance(op, Keep):
+            edit.append((op.start, op.end))
+        elif isinstance(op, Named):
+            found = carried.get(op.piece) or held.get(op.piece)
+            if found is None:
+                lacking[op.piece] = None
+                continue
+            edit.append(PIECE + op.piece)
+            added.append(found)
+        else:
+            data = next(segments)
+            edit.append(PIECE + piece_id(data) if len(data) >= PIECE_MIN else LITERAL + data)
+            added.append(data)
+    if lacking:
+        raise MissingPiecesError(
+            f"the edit names {len(lacking)} piece(s) this registry does not hold (never kept "
+            "for this API key, expired or evicted): missingPieces lists them; send the edit "
+            "again with those segments inline",
+            [piece_ref(p) for p in lacking],
+        )
+    return tuple(edit), added
 
 
-def _applied(base: Held | None, ops: Sequence[Op]) -> list[Entry]:
+def _derived(base: Held | None, edit: StoredEdit, added: Sequence[bytes]) -> Parts:
     try:
-        return apply(base.entries if base is not None else [], ops)
+        return derive(base, edit, added)
     except EditError as exc:
         raise BadRequestError(
             f"{exc}; compute the edit against the base it names (toolref.edits.edit.diff), "
             "or send the request whole"
         ) from None
-
-
-def _segments(
-    base: Held | None,
-    entries: Sequence[Entry],
-    named: frozenset[bytes],
-    carried: dict[bytes, bytes],
-    held: dict[bytes, bytes],
-) -> list[bytes]:
-    """Each entry's bytes; `MissingHistoryError` for a piece kept from the base that is
-    gone, else `MissingPiecesError` listing every piece named and not held. O(entries)."""
-    segments: list[bytes] = []
-    lacking: dict[bytes, None] = {}
-    for entry in entries:
-        if not is_piece(entry):
-            segments.append(literal_of(entry))
-            continue
-        piece = piece_of(entry)
-        found = carried.get(piece)
-        if found is None:
-            found = held.get(piece)
-        if found is None:
-            lacking[piece] = None
-        else:
-            segments.append(found)
-    if not lacking:
-        return segments
-    kept = [piece for piece in lacking if piece not in named]
-    if base is not None and kept:
-        raise MissingHistoryError(
-            f"the edit's base {base.ref} is not held whole (its piece {piece_ref(kept[0])} "
-            "is gone); send the edit again with no base (`b` null)",
-            base.ref,
-        )
-    raise MissingPiecesError(
-        f"the edit names {len(lacking)} piece(s) this registry does not hold (never kept for "
-        "this API key, expired or evicted): missingPieces lists them; send the edit again "
-        "with those segments inline",
-        [piece_ref(p) for p in lacking],
-    )

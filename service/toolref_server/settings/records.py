@@ -17,8 +17,9 @@ class RecordSettings(BaseModel):
     history_superseded_ttl: int = Field(
         default=600,
         ge=1,
-        description="Seconds a history head keeps once a longer one continues it (at most "
-        "the TTL); the newest head keeps the full TTL.",
+        description="Seconds a history head keeps once a longer one continues it, and an "
+        "edited request's chunk once a newer snapshot no longer holds it (at most the TTL); "
+        "the newest head keeps the full TTL.",
     )
     # Continuing a history costs time in the new messages (routes/continuation.py).
     history_refresh_seconds: int = Field(
@@ -32,9 +33,10 @@ class RecordSettings(BaseModel):
         default=8,
         ge=1,
         le=64,
-        description="An edited request's recipe is kept as a snapshot (every entry) once in "
-        "this many edits, else as the edits since its snapshot: a turn writes about this many "
-        "edits' bytes, and loading a recipe replays at most this many edits.",
+        description="An edited request's recipe is kept as a snapshot (slices of chunks shared "
+        "between snapshots) once in this many edits, else as its own edit and the ids of the "
+        "deltas back to its snapshot; a snapshot and its deltas compress their literals "
+        "together, and loading a recipe reads at most this many of them.",
     )
     compress_threshold: int = Field(
         default=64,

@@ -9,7 +9,8 @@ of one tenant scans) and no two tenants share a key:
 | `h` | a history node (`histories.Node`) | the history ref's body |
 | `m` | a history message | the message id (`digest_key` of 16 bytes) |
 | `p` | a piece of an edited request (`recipes`) | the piece id (`digest_key` of 16 bytes) |
-| `b` | a recipe's node (`recipes.RecipeNode`) | the recipe ref's body (`tb_` dropped) |
+| `b` | a recipe's node (`recipe_nodes`) | the recipe ref's body (`tb_` dropped) |
+| `k` | a chunk of recipe entries (`recipe_chunks`) | the chunk id (`digest_key` of 16 bytes) |
 | `s` | a summary of an invocation | `<ref body>:<summarizer id>` |
 | `d` | a summary of a handoff's dialogue | `<digest of the transcript>:<summarizer id>` |
 | `q` | a stored-bytes counter (`quotas.StoredBytes`) | the window (epoch seconds // TTL) |
@@ -37,6 +38,7 @@ HISTORY_NODE: Final = "h"
 HISTORY_MESSAGE: Final = "m"
 EDIT_PIECE: Final = "p"
 RECIPE_NODE: Final = "b"
+RECIPE_CHUNK: Final = "k"
 SUMMARY: Final = "s"
 DIALOGUE_SUMMARY: Final = "d"
 STORED_BYTES: Final = "q"
@@ -72,6 +74,11 @@ def edit_piece(tenant: str, piece_id: bytes) -> str:
 def recipe_node(tenant: str, ref: str) -> str:
     """The node of recipe `ref` (`tb_` and its body)."""
     return _key(tenant, RECIPE_NODE, ref[3:])
+
+
+def recipe_chunk(tenant: str, chunk_id: bytes) -> str:
+    """A chunk of recipe entries, under its 16-byte id."""
+    return _key(tenant, RECIPE_CHUNK, digest_key(chunk_id))
 
 
 def summary(tenant: str, ref: Ref, summarizer_id: str) -> str:

@@ -65,6 +65,10 @@ class RecipeCache(Generic[R]):
         with self._lock:
             self._entries.put((tenant, _RECIPE, ref), recipe)
 
+    def drop_recipe(self, tenant: str, ref: str) -> None:
+        with self._lock:
+            self._entries.pop((tenant, _RECIPE, ref))
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()

@@ -1,28 +1,34 @@
-"""Stored recipes of edited requests: their pieces, and one node per recipe.
+"""Stored recipes of edited requests: their pieces, one node per recipe, and chunks.
 
 A piece (a segment of `toolref.edits.recipe.PIECE_MIN` bytes or more) is stored once per
 tenant under its 16-byte id, zstd-compressed as history messages are (`compressors`, the
 shipped messages dictionary), written SET NX; read back, it is inflated and checked against
 its id before it is used (a piece that does not hash to its id is not held).
 
-A recipe's node, under its ref, is either a snapshot (every entry of the recipe) or a
-delta: the ref of the snapshot it grows from and the edits since, in order (each edit: the
-ranges of the recipe before it kept, and the entries it adds). A delta is written for each
-edit of a recipe but every `snapshot_every`-th (TOOLREF_EDIT_SNAPSHOT_EVERY), which writes a
-snapshot: a turn writes O(edit x snapshot_every) bytes, never every entry again, and a
-recipe comes back in a bounded number of round trips whatever the conversation's length:
-GET the node, GET its snapshot, MGET the pieces (one MGET per hash slot on a cluster).
+A shorter segment is a literal, stored once: in the node of the recipe whose edit brought
+it (`recipe_nodes`), compressed against the literals its group (the snapshot it grows from
+and the deltas between) stored before it. A recipe's node is a snapshot or a delta: a
+delta is written for each edit of a recipe but every `snapshot_every`-th
+(TOOLREF_EDIT_SNAPSHOT_EVERY), which writes a snapshot: the slices of chunks its entries
+are (`recipe_chunks`: runs of entries, a literal by where it is stored, shared by every
+snapshot holding them), and the chunks no earlier snapshot stored (an append: one, the
+entries added since). A turn writes its own edit, its literals and at most
+`snapshot_every` ids, never every entry again. A recipe comes back in at most four round
+trips whatever the conversation's length: GET its node; MGET its snapshot and the deltas
+between (those after the newest one this process holds); MGET the snapshot's chunks; MGET
+the nodes those chunks' literals are stored in and every piece (one MGET per hash slot on
+a cluster, in one round trip).
 
-Lifetimes: a piece lives at least as long as every node naming it. A node carries when
-every piece of it was last extended (`refreshed`), and lives until then plus the TTL at
-most. Keeping a recipe extends every piece of it once `refresh_seconds` have passed since
-(TOOLREF_HISTORY_REFRESH_SECONDS), else only the pieces it writes or names anew (those it
-keeps from its base live as long as the base's refresh promised). A delta extends its
-snapshot to its own lifetime; the node a recipe continues (now superseded) keeps at most
-`superseded_ttl` seconds (TOOLREF_HISTORY_SUPERSEDED_TTL), and so does the snapshot a new
-snapshot replaces.
+Lifetimes: a node lives until its `refreshed` time plus the TTL, and so does everything it
+needs (its group, the pieces and chunks of its recipe, the nodes their literals are in):
+keeping a recipe extends all of them once `refresh_seconds` have passed since
+(TOOLREF_HISTORY_REFRESH_SECONDS), else only what it writes, names anew or is read through
+(a delta: its group). A node holds literals others may read, so it is never shortened; a
+snapshot shortens the chunks of the snapshot before it that it no longer holds to
+`superseded_ttl` seconds (TOOLREF_HISTORY_SUPERSEDED_TTL).
 
-What this process read or kept is held in its `RecipeCache` too; nothing depends on it.
+What this process read or kept is held in its `RecipeCache` too (a `Held`, with the bytes
+of every segment): the next turn on this process reads nothing; nothing depends on it.
 """
 
 from __future__ import annotations
@@ -30,132 +36,42 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Final
+from dataclasses import replace
+from typing import Final
 
-from toolref.edits.edit import Inline, Keep, Named, Op, apply
-from toolref.edits.recipe import ID_BYTES, PIECE, Entry, is_piece, is_recipe_ref, recipe_ref
+from toolref.edits.edit import EditError
+from toolref.edits.recipe import (
+    ID_BYTES,
+    PIECE,
+    framed,
+    parse_recipe_ref,
+    recipe_ref_of,
+    ref_of_framed,
+)
 from toolref.receiving.workers import Workers
-from toolref.wire.encoding import packb, unpackb
 from toolref_server.storage import compressors, keys
 from toolref_server.storage.recipe_cache import RecipeCache
+from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, settled
+from toolref_server.storage.recipe_groups import chunk_entries, chunk_of, group_literals, replayed
+from toolref_server.storage.recipe_held import Held, Parts, Source
+from toolref_server.storage.recipe_nodes import (
+    CONTEXT,
+    Chunk,
+    Delta,
+    RecipeNode,
+    Snapshot,
+    blob_of,
+    decode_chunk,
+    decode_node,
+    encode_chunk,
+    encode_node,
+    node_ops,
+)
 from toolref_server.storage.store import Put, Store
 
-_VERSION: Final = 1  # the first byte of a node
-_ENTRY_OVERHEAD: Final = 64  # what a held entry costs in memory beyond its bytes, about
+__all__ = ["Held", "Recipes", "piece_id"]
 
-StoredOp = tuple[int, int] | bytes  # a range of the recipe before kept, or an entry added
-StoredEdit = tuple[StoredOp, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RecipeNode:
-    """A recipe as stored: a snapshot (`snapshot` None, `entries` all of them), or a delta
-    (`snapshot` the ref it grows from, `edits` since, in order)."""
-
-    snapshot: str | None
-    entries: tuple[Entry, ...]
-    edits: tuple[StoredEdit, ...]
-    refreshed: int  # epoch seconds: every piece of the recipe extended then
-
-    @property
-    def depth(self) -> int:
-        """Edits since the snapshot (0: a snapshot)."""
-        return len(self.edits)
-
-    def encode(self) -> bytes:
-        """Version byte, then msgpack; linear in the node."""
-        fields: dict[str, Any] = {"r": self.refreshed}
-        if self.snapshot is None:
-            fields["e"] = list(self.entries)
-        else:
-            fields["s"] = self.snapshot
-            fields["x"] = [
-                [list(op) if isinstance(op, tuple) else op for op in e] for e in self.edits
-            ]
-        return bytes((_VERSION,)) + packb(fields)
-
-    @classmethod
-    def decode(cls, data: bytes) -> RecipeNode | None:
-        """The node in `data`; None for bytes no version wrote (read as not held)."""
-        if data[:1] != bytes((_VERSION,)):
-            return None
-        try:
-            fields = unpackb(data[1:])
-            refreshed = fields["r"]
-            if type(refreshed) is not int:
-                return None
-            if "e" in fields:
-                entries = tuple(fields["e"])
-                if not all(_is_entry(e) for e in entries):
-                    return None
-                return cls(None, entries, (), refreshed)
-            snapshot = fields["s"]
-            if not is_recipe_ref(snapshot):
-                return None
-            edits = tuple(tuple(_stored_op(op) for op in edit) for edit in fields["x"])
-            return cls(snapshot, (), edits, refreshed)
-        except Exception:  # corrupt bytes fail in many ways (msgpack, keys, types)
-            return None
-
-
-def _is_entry(entry: object) -> bool:
-    if not isinstance(entry, bytes) or not entry:
-        return False
-    return len(entry) == 1 + ID_BYTES if entry[:1] == PIECE else entry[:1] == b"\x01"
-
-
-def _stored_op(op: object) -> StoredOp:
-    if isinstance(op, list) and len(op) == 2 and all(type(i) is int for i in op):
-        return (op[0], op[1])
-    if _is_entry(op):
-        assert isinstance(op, bytes)
-        return op
-    raise ValueError("not an op")
-
-
-def stored_edit(ops: Sequence[Op], entries: Sequence[Entry]) -> StoredEdit:
-    """The edit `ops` made `entries` with, as a node keeps it: ranges kept, entries added
-    (linear in the ops)."""
-    found: list[StoredOp] = []
-    at = 0
-    for op in ops:
-        if isinstance(op, Keep):
-            found.append((op.start, op.end))
-            at += op.end - op.start
-        else:
-            found.append(entries[at])
-            at += 1
-    return tuple(found)
-
-
-def replayed(entries: Sequence[Entry], edit: StoredEdit) -> list[Entry]:
-    """The entries after `edit`; `EditError` when it does not fit them. Linear in the
-    result (a kept range is a slice)."""
-    ops: list[Op] = []
-    for op in edit:
-        if isinstance(op, tuple):
-            ops.append(Keep(op[0], op[1]))
-        elif is_piece(op):
-            ops.append(Named(op[1:]))
-        else:
-            ops.append(Inline(op[1:]))
-    return apply(entries, ops)
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """A recipe as loaded: its ref, node and entries."""
-
-    ref: str
-    node: RecipeNode
-    entries: list[Entry]
-
-    @property
-    def size(self) -> int:
-        """Bytes it holds in memory, about (for the cache's bound)."""
-        edits = sum(len(op) if isinstance(op, bytes) else 16 for e in self.node.edits for op in e)
-        return sum(len(e) + _ENTRY_OVERHEAD for e in self.entries) + edits
+_ACTION: Final = "recipe"
 
 
 def piece_id(data: bytes) -> bytes:
@@ -184,8 +100,23 @@ def _compressed(pieces: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, byte
     return [(piece, compressors.compress(data, "messages")) for piece, data in pieces]
 
 
+def _encoded(chunks: Sequence[Chunk]) -> list[tuple[bytes, bytes]]:
+    return [encode_chunk(chunk) for chunk in chunks]
+
+
+def _id(ref: str) -> bytes:
+    found = parse_recipe_ref(ref)
+    assert found is not None
+    return found
+
+
+def _pieces_of(entries: Iterable[bytes | object]) -> list[bytes]:
+    return [e[1:] for e in entries if isinstance(e, bytes) and e[:1] == PIECE]
+
+
 class Recipes:
-    """The recipes and pieces of every tenant in `store` (see the module docstring)."""
+    """The recipes, chunks and pieces of every tenant in `store` (see the module
+    docstring)."""
 
     def __init__(
         self,
@@ -206,89 +137,212 @@ class Recipes:
         self.superseded_ttl = min(superseded_ttl or store.ttl, store.ttl)
         self.refresh_seconds = min(refresh_seconds, store.ttl)
 
+    # --- reading --------------------------------------------------------------------------
+
     async def load(self, tenant: str, ref: str) -> Held | None:
-        """Recipe `ref`, or None when it is not held (never kept, expired, evicted, or its
-        snapshot gone). From the cache, else at most two GETs; linear in the recipe's
-        entries times the edits since its snapshot (at most `snapshot_every`)."""
+        """Recipe `ref` with the bytes of every segment, or None when it is not held whole
+        (never kept, expired, evicted; a node, chunk or piece it needs gone). From the
+        cache, else at most four round trips (module docstring); linear in the recipe."""
         held = self.cache.recipe(tenant, ref)
         if held is not None:
             return held
-        data = await self.store.get(keys.recipe_node(tenant, ref), "recipe")
-        node = None if data is None else RecipeNode.decode(data)
+        data = await self.store.get(keys.recipe_node(tenant, ref), _ACTION)
+        node = None if data is None else decode_node(data)
         if node is None:
             return None
-        if node.snapshot is None:
-            entries = list(node.entries)
-        else:
-            base = await self._snapshot(tenant, node.snapshot)
-            if base is None:
-                return None
-            entries = list(base.entries)
-            try:
-                for edit in node.edits:
-                    entries = replayed(entries, edit)
-            except ValueError:  # an edit that does not fit: not what was kept
-                return None
-        if recipe_ref(entries) != ref:
-            return None  # not the bytes the node was written with
-        held = Held(ref, node, entries)
+        try:
+            held = await self._loaded(tenant, ref, node)
+        except (EditError, KeyError, IndexError, ValueError):  # not what was kept
+            return None
+        if held is None or held.ref != ref:
+            return None
         self.cache.keep_recipe(tenant, ref, held)
         return held
 
-    async def _snapshot(self, tenant: str, ref: str) -> RecipeNode | None:
-        cached = self.cache.recipe(tenant, ref)
-        if cached is not None:
-            return RecipeNode(None, tuple(cached.entries), (), cached.node.refreshed)
-        data = await self.store.get(keys.recipe_node(tenant, ref), "recipe")
-        node = None if data is None else RecipeNode.decode(data)
-        return node if node is not None and node.snapshot is None else None
+    async def _loaded(self, tenant: str, ref: str, node: RecipeNode) -> Held | None:
+        if isinstance(node, Snapshot):
+            held, _ = await self._snapshot(tenant, ref, node, [])
+            return held
+        chain = [recipe_ref_of(a) for a in node.ancestors]
+        snapshot_ref = recipe_ref_of(node.snapshot)
+        start: Held | None = None
+        later = chain
+        for index in range(len(chain) - 1, -1, -1):  # the newest of its group held here
+            start = self.cache.recipe(tenant, chain[index])
+            if start is not None:
+                later = chain[index + 1 :]
+                break
+        else:
+            start = self.cache.recipe(tenant, snapshot_ref)
+        wanted = later if start is not None else [snapshot_ref, *later]
+        values = await self.store.get_many([keys.recipe_node(tenant, r) for r in wanted], _ACTION)
+        nodes = [None if v is None else decode_node(v) for v in values]
+        deltas = [*nodes[len(wanted) - len(later) :], node]
+        if not all(isinstance(d, Delta) for d in deltas):
+            return None
+        added = [p for d in deltas if isinstance(d, Delta) for p in _pieces_of(d.ops)]
+        if start is None:
+            head = nodes[0]
+            if not isinstance(head, Snapshot):
+                return None
+            start, pieces = await self._snapshot(tenant, snapshot_ref, head, added)
+            if start is None:
+                return None
+        else:
+            pieces = await self.pieces(tenant, added)
+        held = start
+        for delta_ref, delta in zip([*later, ref], deltas, strict=True):
+            assert isinstance(delta, Delta)
+            held = replayed(held, delta_ref, delta, pieces)
+            if held is None:
+                return None
+        return held
+
+    async def _snapshot(
+        self, tenant: str, ref: str, node: Snapshot, added: Sequence[bytes]
+    ) -> tuple[Held | None, dict[bytes, bytes]]:
+        """The snapshot `node` of `ref`: its chunks read, then the nodes their literals are
+        stored in and its pieces and `added` (the pieces of deltas on it) in one read; and
+        those pieces."""
+        stored = node.ids
+        values = await self.store.get_many([keys.recipe_chunk(tenant, c) for c in stored], _ACTION)
+        pairs = zip(values, stored, strict=True)
+        chunks = [None if v is None else decode_chunk(v, c) for v, c in pairs]
+        if not all(chunks):
+            return None, {}
+        read = [c for c in chunks if c is not None]
+        groups = list(dict.fromkeys(g for c in read for g in c.groups))
+        members = list(dict.fromkeys(m for g in groups for m in g))
+        own = _id(ref)
+        wanted = _pieces_of(e for c in read for e in c.entries)
+        nodes, pieces = await self._nodes_and_pieces(
+            tenant, [m for m in members if m != own], [*wanted, *added]
+        )
+        nodes[own] = node
+        literals: dict[tuple[bytes, ...], list[list[bytes]]] = {}
+        for group in groups:
+            found = (
+                group_literals([nodes[m] for m in group])
+                if all(m in nodes for m in group)
+                else None
+            )
+            if found is None:
+                return None, pieces
+            literals[group] = found[0]
+        runs = [chunk_entries(c, literals) for c in read]
+        if not all(runs):
+            return None, pieces
+        by_id = dict(zip(stored, runs, strict=True))
+        entries: list[bytes] = []
+        sources: list[Source | None] = []
+        for chunk, offset, length in node.chunks:
+            run = by_id[chunk]
+            assert run is not None
+            if offset + length > len(run[0]):
+                return None, pieces
+            entries += run[0][offset : offset + length]
+            sources += run[1][offset : offset + length]
+        segments = [e[1:] if e[:1] != PIECE else pieces.get(e[1:]) for e in entries]
+        if None in segments:
+            return None, pieces
+        framed_entries = [framed(e) for e in entries]
+        if ref_of_framed(framed_entries) != ref:
+            return None, pieces
+        own_literals = group_literals([node])
+        if own_literals is None:
+            return None, pieces
+        chunks_of = Chunks.of(
+            [length for _, _, length in node.chunks],
+            [c for c, _, _ in node.chunks],
+            [offset for _, offset, _ in node.chunks],
+            [len(by_id[c][0]) for c, _, _ in node.chunks],  # type: ignore[index]
+        )
+        held = Held(
+            ref,
+            entries,
+            framed_entries,
+            segments,  # type: ignore[arg-type]  # no None left
+            sources,
+            chunks_of,
+            node,
+            None,
+            (),
+            stored,
+            own_literals[1],
+        )
+        return held, pieces
+
+    async def _nodes_and_pieces(
+        self, tenant: str, ids: Sequence[bytes], wanted: Iterable[bytes]
+    ) -> tuple[dict[bytes, RecipeNode], dict[bytes, bytes]]:
+        """The nodes of `ids` held here or in the store, and the pieces of `wanted`: one
+        read for both."""
+        nodes: dict[bytes, RecipeNode] = {}
+        lacking_nodes: list[bytes] = []
+        for node_id in ids:
+            cached = self.cache.recipe(tenant, recipe_ref_of(node_id))
+            if cached is None:
+                lacking_nodes.append(node_id)
+            else:
+                nodes[node_id] = cached.node
+        pieces: dict[bytes, bytes] = {}
+        lacking: list[bytes] = []
+        for piece in dict.fromkeys(wanted):
+            data = self.cache.piece(tenant, piece)
+            if data is None:
+                lacking.append(piece)
+            else:
+                pieces[piece] = data
+        node_keys = [keys.recipe_node(tenant, recipe_ref_of(i)) for i in lacking_nodes]
+        piece_keys = [keys.edit_piece(tenant, p) for p in lacking]
+        values = await self.store.get_many([*node_keys, *piece_keys], _ACTION)
+        for node_id, value in zip(lacking_nodes, values, strict=False):
+            found = None if value is None else decode_node(value)
+            if found is not None:
+                nodes[node_id] = found
+        read = await self._inflate(lacking, values[len(node_keys) :])
+        self.cache.keep_pieces(tenant, read.items())
+        pieces.update(read)
+        return nodes, pieces
+
+    async def _inflate(
+        self, ids: Sequence[bytes], values: Sequence[bytes | None]
+    ) -> dict[bytes, bytes]:
+        pairs = [(p, v) for p, v in zip(ids, values, strict=True) if v is not None]
+        size = sum(compressors.inflated_size(v) for _, v in pairs)
+        return await self.workers.run(size, _inflated, pairs)
 
     async def pieces(self, tenant: str, ids: Iterable[bytes]) -> dict[bytes, bytes]:
         """The bytes of each piece of `ids` this tenant holds (the others left out): from
         the cache, the rest in one batched read, inflated and checked (in a worker thread
         when large). Linear in the ids and the bytes read."""
-        found: dict[bytes, bytes] = {}
-        lacking: list[bytes] = []
-        for piece in dict.fromkeys(ids):
-            data = self.cache.piece(tenant, piece)
-            if data is None:
-                lacking.append(piece)
-            else:
-                found[piece] = data
-        if not lacking:
-            return found
-        values = await self.store.get_many(
-            [keys.edit_piece(tenant, piece) for piece in lacking], "recipe"
-        )
-        pairs = [(p, v) for p, v in zip(lacking, values, strict=True) if v is not None]
-        size = sum(compressors.inflated_size(v) for _, v in pairs)
-        read = await self.workers.run(size, _inflated, pairs)
-        self.cache.keep_pieces(tenant, read.items())
-        found.update(read)
+        _, found = await self._nodes_and_pieces(tenant, [], ids)
         return found
+
+    # --- keeping --------------------------------------------------------------------------
 
     async def keep(
         self,
         tenant: str,
-        entries: list[Entry],
-        ops: Sequence[Op],
+        parts: Parts,
+        edit: StoredEdit,
         *,
         base: Held | None,
         pieces: Mapping[bytes, bytes],
         named: Collection[bytes],
-    ) -> str:
-        """Keep the recipe of `entries`, made by `ops` from `base` (None: a recipe of its
-        own), and return its ref. `pieces`: the bytes of the pieces the request carried
+    ) -> Held:
+        """Keep the recipe `parts`, made by `edit` from `base` (None: a recipe of its own),
+        and return it as held. `pieces`: the bytes of the pieces the request carried
         (written SET NX); `named`: ids of pieces held elsewhere that it names (extended).
-        One write round trip (two with a stored-bytes quota); O(edit x snapshot_every)
-        bytes but every `snapshot_every`-th recipe, whose node lists its entries."""
+        One write round trip (two with a stored-bytes quota); its own literals and
+        O(ops + snapshot_every) bytes but every `snapshot_every`-th recipe: its node (a
+        slice a chunk) and the chunks no snapshot stored."""
         store = self.store
-        ref = recipe_ref(entries)
+        ref = parts.ref
         now = int(self.clock())
-        refresh = base is None or now - base.node.refreshed >= self.refresh_seconds
-        refreshed = now if refresh or base is None else base.node.refreshed
+        refresh = base is None or now - base.refreshed >= self.refresh_seconds
+        refreshed = now if refresh or base is None else base.refreshed
         lifetime = max(1, min(store.ttl, refreshed + store.ttl - now))
-        node = self._node(ref, entries, ops, base, refreshed)
         compressed = await self.workers.run(
             sum(map(len, pieces.values())), _compressed, list(pieces.items())
         )
@@ -296,51 +350,119 @@ class Recipes:
             Put(keys.edit_piece(tenant, piece), value, store.ttl, keep=True)
             for piece, value in compressed
         ]
-        node_key = keys.recipe_node(tenant, ref)
-        puts.append(Put(node_key, node.encode(), lifetime))
-        extended = set(named) if not refresh else {e[1:] for e in entries if is_piece(e)}
-        extend = [(keys.edit_piece(tenant, p), store.ttl) for p in extended if p not in pieces]
-        if node.snapshot is not None:
-            extend.append((keys.recipe_node(tenant, node.snapshot), lifetime))
-        shorten = [
-            (keys.recipe_node(tenant, old), self.superseded_ttl)
-            for old in _superseded(ref, node, base)
-        ]
-        await store.put(tenant, "recipe", puts, shorten=shorten, extend=extend)
+        extend: list[tuple[str, int]] = []
+        shorten: list[tuple[str, int]] = []
+        if base is not None and ref == base.ref:  # the same recipe again: its node, refreshed
+            held = replace(base, node=replace(base.node, refreshed=refreshed))
+        elif (
+            base is None
+            or base.depth + 1 >= self.snapshot_every
+            or ref == base.snapshot
+            or ref in base.path
+        ):
+            held, written = await self._snapshot_of(parts, refreshed)
+            puts += [Put(keys.recipe_chunk(tenant, c), v, store.ttl, keep=True) for c, v in written]
+            fresh = {c for c, _ in written}
+            old = [c for c in held.stored if c not in fresh]
+            extend += [(keys.recipe_chunk(tenant, c), store.ttl) for c in old]
+            if base is not None:
+                kept = set(held.stored)
+                gone = [c for c in base.stored if c not in kept]
+                shorten += [(keys.recipe_chunk(tenant, c), self.superseded_ttl) for c in gone]
+        else:
+            held = await self._delta_of(parts, edit, base, refreshed)
+            extend += [(keys.recipe_node(tenant, r), lifetime) for r in base.group]
+        same = base is not None and ref == base.ref  # its own node again, refreshed
+        node_put = Put(keys.recipe_node(tenant, ref), encode_node(held.node), lifetime, not same)
+        puts.append(node_put)
+        if refresh:
+            extend += _everything(tenant, held, lifetime, store.ttl)
+        else:
+            extend += [(keys.edit_piece(tenant, p), store.ttl) for p in named if p not in pieces]
+        done = await store.put(tenant, _ACTION, puts, shorten=shorten, extend=extend)
         self.cache.keep_pieces(tenant, pieces.items())
-        self.cache.keep_recipe(tenant, ref, Held(ref, node, entries))
-        return ref
+        if done[-1] or same:
+            self.cache.keep_recipe(tenant, ref, held)
+        else:  # kept before, as another node (never written over): that one is the recipe
+            self.cache.drop_recipe(tenant, ref)
+        return held
 
-    def _node(
-        self,
-        ref: str,
-        entries: list[Entry],
-        ops: Sequence[Op],
-        base: Held | None,
-        refreshed: int,
-    ) -> RecipeNode:
-        """A snapshot for a recipe of its own, every `snapshot_every`-th edit, and for the
-        recipe a delta's snapshot names (never a delta on itself); the base's own node for
-        the same recipe again; else a delta."""
-        if base is None or base.node.depth + 1 >= self.snapshot_every:
-            return RecipeNode(None, tuple(entries), (), refreshed)
-        if ref == base.node.snapshot:
-            return RecipeNode(None, tuple(entries), (), refreshed)
-        if ref == base.ref:
-            return replace(base.node, refreshed=refreshed)
-        snapshot = base.node.snapshot or base.ref
-        edits = (*base.node.edits, stored_edit(ops, entries))
-        return RecipeNode(snapshot, (), edits, refreshed)
+    async def _snapshot_of(
+        self, parts: Parts, refreshed: int
+    ) -> tuple[Held, list[tuple[bytes, bytes]]]:
+        """The recipe as a snapshot (its literals stored in its node), and the chunks to
+        write (id, value): its fresh runs, settled (`recipe_chunks.settled`). O(slices +
+        the entries of its fresh runs)."""
+        sources = parts.placed((parts.ref,))
+        literals = [parts.segments[at] for at in parts.added]
+        chunks = settled(parts.chunks, parts.entries)
+        ids = list(chunks.ids)
+        made: list[Chunk] = []
+        places: list[int] = []
+        for index, known in enumerate(ids):
+            if known is None:
+                start, end = chunks.starts[index], chunks.ends[index]
+                made.append(chunk_of(parts.entries[start:end], sources[start:end]))
+                places.append(index)
+        written = await self.workers.run(8 * sum(len(c.entries) for c in made), _encoded, made)
+        for index, (made_id, _) in zip(places, written, strict=True):
+            ids[index] = made_id
+        blob, _ = await self.workers.run(sum(map(len, literals)), blob_of, literals, b"")
+        done = Chunks(
+            chunks.lengths, chunks.starts, chunks.ends, ids, chunks.offsets, chunks.totals
+        )
+        lengths = tuple(map(len, literals))
+        node = Snapshot(tuple(done.slices), lengths, blob, refreshed)
+        stream = b"".join(literals)[-CONTEXT:]
+        held = Held(
+            parts.ref,
+            parts.entries,
+            parts.framed,
+            parts.segments,
+            sources,
+            done,
+            node,
+            None,
+            (),
+            node.ids,
+            stream,
+        )
+        return held, written
+
+    async def _delta_of(self, parts: Parts, edit: StoredEdit, base: Held, refreshed: int) -> Held:
+        """The recipe as a delta on `base`: its literals compressed against its group's."""
+        snapshot = base.snapshot or base.ref
+        path = (*base.path, parts.ref)
+        ops, literals = node_ops(edit)
+        blob, context = await self.workers.run(
+            sum(map(len, literals)), blob_of, literals, base.stream
+        )
+        node = Delta(_id(snapshot), tuple(map(_id, base.path)), ops, blob, context, refreshed)
+        stream = (base.stream + b"".join(literals))[-CONTEXT:]
+        sources = parts.placed((snapshot, *path))
+        return Held(
+            parts.ref,
+            parts.entries,
+            parts.framed,
+            parts.segments,
+            sources,
+            parts.chunks,
+            node,
+            snapshot,
+            path,
+            base.stored,
+            stream,
+        )
 
 
-def _superseded(ref: str, node: RecipeNode, base: Held | None) -> list[str]:
-    """The nodes keeping `node` as recipe `ref` supersedes: its base (unless the base is
-    its snapshot), and the base's snapshot when `node` starts a new one; never `ref`."""
-    if base is None:
-        return []
-    old = []
-    if base.ref != node.snapshot:
-        old.append(base.ref)
-    if node.snapshot is None and base.node.snapshot is not None:
-        old.append(base.node.snapshot)
-    return [r for r in old if r != ref]
+def _everything(tenant: str, held: Held, lifetime: int, ttl: int) -> list[tuple[str, int]]:
+    """Every key `held` needs, extended (a refresh): its group's nodes, the nodes its
+    literals are stored in, its chunks and pieces. Linear in its entries (once per
+    TOOLREF_HISTORY_REFRESH_SECONDS)."""
+    nodes = {ref for source in held.sources if source is not None for ref in source[0]}
+    nodes.update(held.group)
+    nodes.discard(held.ref)
+    found = [(keys.recipe_node(tenant, r), lifetime) for r in nodes]
+    found += [(keys.recipe_chunk(tenant, c), ttl) for c in held.stored]
+    found += [(keys.edit_piece(tenant, p), ttl) for p in set(_pieces_of(held.entries))]
+    return found

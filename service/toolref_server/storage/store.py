@@ -99,7 +99,8 @@ class Registered:
 @dataclass(frozen=True, slots=True)
 class Put:
     """One value to write for `Store.put`, to live `ttl` seconds. `keep`: write it only
-    where the key is absent (SET NX), and extend an existing value's lifetime instead."""
+    where the key is absent (SET NX), and extend an existing value's lifetime to `ttl`
+    instead (never shortened: EXPIRE GT)."""
 
     key: str
     value: bytes
@@ -335,14 +336,15 @@ class Store:
         shorten: Sequence[tuple[str, int]] = (),
         delete: Sequence[str] = (),
         extend: Sequence[tuple[str, int]] = (),
-    ) -> None:
+    ) -> list[bool]:
         """Write `puts` for `tenant`, counted for its stored-bytes quota: refused whole
         (`QuotaExceededError`) before anything is written when they do not fit. With them,
         in the same round trip: each (key, seconds) of `shorten` gets at most that lifetime
         left (EXPIRE LT: never revived, never lengthened), each of `extend` at least that
         lifetime (EXPIRE GT: never revived, never shortened), and the keys of `delete` go.
         Two round trips (the quota's read, then the writes), one with no quota; linear in
-        the keys."""
+        the keys. Returns, for each put, whether it was written (False: a `keep` put whose
+        key was there already)."""
         cost = await self.cost_of_writing(
             tenant, [p.key for p in puts], [len(p.value) for p in puts]
         )
@@ -351,7 +353,7 @@ class Store:
             for p in puts:
                 pipe.set(p.key, p.value, nx=p.keep, ex=p.ttl)
                 if p.keep:
-                    pipe.expire(p.key, p.ttl)
+                    pipe.expire(p.key, p.ttl, gt=True)
             for key, seconds in shorten:
                 pipe.expire(key, seconds, lt=True)
             for key, seconds in extend:
@@ -359,7 +361,13 @@ class Store:
             self.charge(pipe, tenant, cost)
             for key in delete:
                 pipe.delete(key)
-            await pipe.execute()
+            replies: list[Any] = await pipe.execute()
+        written: list[bool] = []
+        at = 0
+        for p in puts:
+            written.append(bool(replies[at]))
+            at += 2 if p.keep else 1
+        return written
 
     # --- the stored-bytes quota (toolref_server.storage.quotas) ----------------------------------
 

@@ -19,6 +19,11 @@ HEADERS = [
     ("x-stainless-lang", "js"),
 ]
 STYLES = ("compact", "spaced", "pretty", "ascii")
+# An agent's tool list as large as real ones (Claude Code's is 40-80 KB): past `PIECE_MIN`
+# (16 KiB), so it is a piece, named by id across conversations.
+TOOLS = [
+    {"name": f"tool{i}", "description": f"Use tool{i} to do task {i}. " * 24} for i in range(28)
+]
 # Spellings a parser changes, kept as raw text inside messages (never parsed by the test).
 ODD = (
     '{"role":"user","content":"lone \\ud83d surrogate","n":1E5,"n":-0.0,"big":1e400}',
@@ -105,7 +110,7 @@ class Agent:
                 "model": "claude-sonnet-4",
                 "max_tokens": 32000,
                 "system": [{"type": "text", "text": "You are an agent. " * 30}],
-                "tools": [{"name": f"tool{i}", "description": "d" * 60} for i in range(8)],
+                "tools": TOOLS,
                 "messages": values,
                 "stream": True,
             },

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tests.unit.edits.agents import HEADERS, STYLES, Agent, turns
 from tests.unit.edits.oracle import Answer, Registry, send
 from toolref.edits import wire
-from toolref.edits.recipe import is_piece
+from toolref.edits.recipe import RUN_MIN, is_piece
 from toolref.edits.request import cut
 from toolref.sending.editor import MAX_RESENDS, MISSING_HISTORY, Editor
 from toolref.sending.recipes import Recipes
@@ -37,12 +37,16 @@ ACTIONS = st.sampled_from(
 
 def changed(before: bytes | None, after: bytes) -> tuple[int, int] | None:
     """(bytes, count) of the segments of `after` that `before` (as cut) lacks; None when
-    they share no message piece (not the same conversation: `after` takes no base)."""
+    they share no message (not the same conversation: `after` takes no base). A message is
+    identified by its entry (a piece's id, or a literal of `RUN_MIN` bytes or more)."""
     new = cut(HEADERS, after, "messages")
     assert new is not None
     old = cut(HEADERS, before, "messages") if before is not None else None
     held = set(old.entries) if old is not None else set()
-    if not any(is_piece(new.entries[i]) and new.entries[i] in held for i in new.messages):
+    if not any(
+        (is_piece(new.entries[i]) or len(new.entries[i]) > RUN_MIN) and new.entries[i] in held
+        for i in new.messages
+    ):
         return None
     fresh = [s for e, s in zip(new.entries, new.segments, strict=True) if e not in held]
     return sum(map(len, fresh)), len(fresh)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from toolref.edits import wire
 from toolref.edits.edit import Inline, Keep, Named, apply, dictionary, dictionary_order, diff
-from toolref.edits.recipe import PIECE_MIN, entry_of, is_piece, piece_of, recipe_ref
+from toolref.edits.recipe import PIECE_MIN, RUN_MIN, entry_of, is_piece, piece_of, recipe_ref
 from toolref.edits.request import cut, restore
 from toolref.edits.segments import cut_body, header_segment, restore_headers
 from toolref.wire.errors import DictionaryMismatchError, MalformedBodyError
@@ -119,7 +119,7 @@ def test_a_cache_mark_moving_off_a_message_leaves_its_piece(spacing: str) -> Non
     assert two.body == plain.encode()
     assert one.segments[one.messages[0]] == two.segments[two.messages[0]]
     assert b"cache_control" not in one.segments[one.messages[0]]
-    assert len(one.segments[one.messages[0]]) > PIECE_MIN
+    assert len(one.segments[one.messages[0]]) > RUN_MIN  # it identifies the message
 
 
 def test_a_mark_inside_a_string_is_text() -> None:
@@ -242,9 +242,9 @@ def test_an_edit_applied_gives_the_new_request_exactly(
         before = set(base.entries)
         pairs = zip(new.entries, new.segments, strict=True)
         changed = sum(len(segment) for entry, segment in pairs if entry not in before)
-        # What travels inline is at most what the base lacks, and per op a literal (glue,
-        # or a message too short to be a piece, which starts no run).
-        assert inline <= changed + PIECE_MIN * len(ops)
+        # What travels inline is at most what the base lacks, and per op a literal too
+        # short to start a run (glue: a comma, a bracket).
+        assert inline <= changed + RUN_MIN * len(ops)
         # Through the wire, compressed against the base's segments, on both sides.
         order = dictionary_order(len(base.entries), ops)
         size = min(sum(map(len, base.segments)), 64 << 10)
@@ -267,7 +267,7 @@ def test_an_edit_applied_gives_the_new_request_exactly(
 
 
 def test_a_piece_held_elsewhere_is_named() -> None:
-    big = b"p" * 200
+    big = b"p" * PIECE_MIN
     ops = diff([], [entry_of(big)], [big], held={piece_of(entry_of(big))})
     assert ops == [Named(piece_of(entry_of(big)))]
 
@@ -332,4 +332,4 @@ def test_a_message_with_a_new_id_keeps_its_piece(first: bool) -> None:
     assert one.body == body("msg_aaaa")
     assert two.body == body("msg_bbbbbbbb")
     assert one.segments[one.messages[0]] == two.segments[two.messages[0]]
-    assert len(one.segments[one.messages[0]]) > PIECE_MIN
+    assert len(one.segments[one.messages[0]]) > RUN_MIN  # it identifies the message

@@ -1,0 +1,127 @@
+"""What a turn of an edited conversation costs the registry in Python steps, counted (no
+clock): a 200-turn conversation through `registry.edits.apply_edit` on the real engine,
+each turn an append of one exchange. The helpers that touch one entry at a time (framing
+an entry for the ref, telling pieces from literals, making an entry), the pieces looked
+up, and the entries a snapshot cuts into chunks and writes are counted per turn: bounded
+by what the turn adds (and, on a snapshot turn, by what the turns since the last one
+added), the same at turn 200 as at turn 20.
+
+Fails on the first layout (commit 82ba9e9), where every turn looked at every entry in
+Python (the pieces to read, each segment's bytes, the ref digested entry by entry)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+import toolref.edits.edit
+import toolref.edits.recipe
+import toolref_server.registry.edits
+import toolref_server.storage.recipe_chunks
+import toolref_server.storage.recipe_groups
+import toolref_server.storage.recipe_held
+import toolref_server.storage.recipe_nodes
+import toolref_server.storage.recipes
+from tests.unit.edits.test_edits import HEADERS
+from toolref.edits import wire
+from toolref.edits.edit import Inline, diff
+from toolref.edits.request import Cut, cut
+from toolref.receiving.budget import Budget
+from toolref_server.app import create_app
+from toolref_server.registry.edits import apply_edit
+from toolref_server.settings import LOCAL_TENANT, Settings
+
+pytestmark = pytest.mark.engine
+
+PER_ENTRY = ("framed", "entry_of", "is_piece", "piece_of", "literal_of")
+MODULES = (
+    toolref.edits.recipe,
+    toolref.edits.edit,
+    toolref_server.registry.edits,
+    toolref_server.storage.recipes,
+    toolref_server.storage.recipe_held,
+    toolref_server.storage.recipe_groups,
+    toolref_server.storage.recipe_nodes,
+    toolref_server.storage.recipe_chunks,
+)
+
+
+def counting(counts: Counter[str], name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        counts[name] += 1
+        return function(*args, **kwargs)
+
+    return counted
+
+
+def edit_of(base: Cut | None, new: Cut) -> bytes:
+    if base is None:
+        return wire.encode(None, [Inline(s) for s in new.segments], b"")
+    return wire.encode(base.ref, diff(base.entries, new.entries, new.segments), b"")
+
+
+async def test_a_turn_costs_python_steps_for_what_it_adds_not_for_the_conversation(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counts: Counter[str] = Counter()
+    for module in MODULES:
+        for name in PER_ENTRY:
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, counting(counts, name, getattr(module, name)))
+    recipes = toolref_server.storage.recipes.Recipes
+    pieces = recipes.pieces
+
+    async def looked_up(self: Any, tenant: str, ids: Any) -> Any:
+        ids = list(ids)
+        counts["pieces looked up"] += len(ids)
+        return await pieces(self, tenant, ids)
+
+    monkeypatch.setattr(recipes, "pieces", looked_up)
+    chunk_of = toolref_server.storage.recipe_groups.chunk_of
+    cuts = toolref_server.storage.recipe_chunks._cuts
+
+    def chunked(entries: Any, sources: Any) -> Any:
+        counts["entries chunked"] += len(entries)
+        return chunk_of(entries, sources)
+
+    def cut_up(entries: Any, start: int, end: int) -> Any:
+        counts["entries sized"] += end - start
+        return cuts(entries, start, end)
+
+    monkeypatch.setattr(toolref_server.storage.recipes, "chunk_of", chunked)
+    monkeypatch.setattr(toolref_server.storage.recipe_chunks, "_cuts", cut_up)
+    app = create_app(Settings(redis_url="unused"), redis=redis)
+    budget = Budget(1 << 30)
+    per_turn: list[Counter[str]] = []
+    messages: list[Any] = [{"role": "system", "content": "s" * 20_000}]  # a piece
+    base: Cut | None = None
+    async with app.router.lifespan_context(app):
+        services = app.state.services
+        for turn in range(200):
+            messages += [
+                {"role": "user", "content": f"question {turn} " + "q" * (100 + turn % 7)},
+                {"role": "assistant", "content": f"answer {turn} " + "a" * (300 + turn % 5)},
+            ]
+            body = json.dumps({"model": "m", "messages": messages}).encode()
+            new = cut(HEADERS, body, "messages")
+            assert new is not None
+            data = edit_of(base, new)
+            counts.clear()
+            with budget.account() as account:
+                applied = await apply_edit(services, LOCAL_TENANT, data, new.secrets, account)
+            per_turn.append(Counter(counts))
+            assert applied.request.body == body
+            assert applied.ref == new.ref
+            base = new
+    # A turn adds 4 entries (two messages, two commas); a snapshot turn (one in 8) looks
+    # at what the 8 turns since the last added. None looks at the conversation's ~800.
+    for turn, counted in enumerate(per_turn[1:], start=1):
+        assert sum(counted.values()) <= 3 * 4 * 8 + 8, (turn, counted)
+    early = max(sum(c.values()) for c in per_turn[8:40])
+    late = max(sum(c.values()) for c in per_turn[-32:])
+    assert late <= early, (early, late)
