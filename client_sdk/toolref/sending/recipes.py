@@ -25,6 +25,9 @@ from toolref.lru import LRU
 
 ENTRY_COST: Final = 96  # bytes of bookkeeping counted per entry kept (CPython, measured)
 DEFAULT_MAX_RECIPES: Final = 64
+# A message shared byte for byte makes two requests one conversation from this many bytes
+# (a shorter one, "ok" or "continue", may open any conversation: it relates none).
+RELATED_MIN: Final = 64
 DEFAULT_MAX_BYTES: Final = 64 << 20
 
 
@@ -139,7 +142,8 @@ class Recipes:
         self, entries: Sequence[Entry], segments: Sequence[bytes], messages: Sequence[int]
     ) -> Match | None:
         """The confirmed recipe sharing the most bytes (pieces, long literals) with a request
-        (ties: the most recently used), among those sharing one of its messages (the same
+        (ties: the most recently used), among those sharing one of its messages of
+        `RELATED_MIN` bytes or more (the same
         conversation: an unrelated one is never a base); None when none does."""
         shared: dict[str, int] = {}
         related: set[str] = set()
@@ -156,7 +160,7 @@ class Recipes:
             size = len(segments[index])
             for ref in holders:
                 shared[ref] = shared.get(ref, 0) + size
-            if index in is_message:
+            if index in is_message and size >= RELATED_MIN:
                 related.update(holders)
         if not related:
             return None

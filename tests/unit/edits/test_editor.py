@@ -315,3 +315,23 @@ def test_a_conversation_costs_the_previous_body_baseline_and_its_header_line(
 
 
 LINE = 110
+
+
+def test_a_short_message_in_common_relates_no_conversations() -> None:
+    """Two conversations that both hold `{"role":"user","content":"continue"}` (under
+    `RELATED_MIN` bytes) are not one: the second takes no base and no dictionary of the
+    first, though the message is a literal both recipes hold; a long message in common
+    (a repeated prompt) makes them one."""
+    editor, registry = Editor(), Registry()
+    short = {"role": "user", "content": "continue"}
+    one, two = Agent(1), Agent(2)
+    one.messages.append(short)
+    send(editor, registry, HEADERS, one.body())
+    two.messages = [short]
+    edit = editor.prepare(HEADERS, two.body(), "messages")
+    assert edit is not None
+    assert edit.base is None
+    again = Agent(1)  # the same first message as `one`: a repeat of its prompt
+    edit = editor.prepare(HEADERS, again.body(), "messages")
+    assert edit is not None
+    assert edit.base is not None
