@@ -45,10 +45,10 @@ def backend(registry: Service) -> Iterator[Process]:
 
 
 def claimed_saving() -> int:
-    """The saving the README promises for the examples ("at least Nx fewer bytes")."""
-    text = " ".join((ROOT / "README.md").read_text().split())
+    """The saving docs/api.md promises for the examples ("at least Nx fewer bytes")."""
+    text = " ".join((ROOT / "docs" / "api.md").read_text().split())
     found = re.search(r"examples/chat_client\.py`: .*? at least (\d+)x fewer bytes", text)
-    assert found is not None, "README no longer states the examples' saving"
+    assert found is not None, "docs/api.md no longer states the examples' saving"
     return int(found[1])
 
 
@@ -68,11 +68,11 @@ def test_thirty_turns_upload_what_the_readme_says_and_the_backend_sees_the_same(
     assert result.returncode == 0, result.stderr
     without = int(re.search(r"without refs: ([\d,]+)", result.stdout)[1].replace(",", ""))  # type: ignore[index]
     with_refs = int(re.search(r"with refs: +([\d,]+)", result.stdout)[1].replace(",", ""))  # type: ignore[index]
-    # 153x when the README's bound was set: it moves a little with the files read.
+    # 153x when the documented bound was set: it moves a little with the files read.
     claimed = claimed_saving()
     assert without >= claimed * with_refs, (
-        f"measured {without / with_refs:.1f}x, the README says at least {claimed}x: find why "
-        f"the saving fell, or state what is measured in README.md\n{result.stdout}"
+        f"measured {without / with_refs:.1f}x, docs/api.md says at least {claimed}x: find why "
+        f"the saving fell, or state what is measured in docs/api.md\n{result.stdout}"
     )
     assert f"{without / with_refs:.1f}x" in result.stdout
     seen = httpx.get(backend.url + "/seen").json()["seen"]
