@@ -394,15 +394,21 @@ def _spliced(document: spans.Document, key: str, messages: Sequence[str]) -> byt
         lead, trail = text[array.start + 1 : items[0][0]], text[items[-1][1] : array.end - 1]
     else:
         separator, lead, trail = ",", "", ""
-    listed = "".join(["[", lead, separator.join(messages), trail, "]"])
+    listed: list[str] = ["[", lead]
+    for index, message in enumerate(messages):
+        if index:
+            listed.append(separator)
+        listed.append(message)
+    listed += (trail, "]")
     cuts = [(array.start, array.end, listed)]
     history = document.members.get("historyRef")
     if history is not None:
-        cuts.append((*_member_span(text, history), ""))
-    pieces: list[str] = []
+        cuts.append((*_member_span(text, history), []))
+    pieces: list[str] = []  # texts held already, joined once (no message copied twice)
     at = 0
     for start, end, replacement in sorted(cuts):
-        pieces += (text[at:start], replacement)
+        pieces.append(text[at:start])
+        pieces += replacement
         at = end
     pieces.append(text[at:])
     return "".join(pieces).encode()
