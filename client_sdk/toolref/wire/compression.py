@@ -65,21 +65,27 @@ def check_frame(body: bytes, limit: int, history: str) -> int:
     """The size `body` (compressed against `history`) declares, once it is known to be at
     most `limit` and the frame carries a checksum: checked before the dictionary is rebuilt,
     so a body over the limit costs no work."""
+    return frame_size(body, limit, _fix(history))
+
+
+def frame_size(frame: bytes, limit: int, fix: str, less: str = "send fewer messages") -> int:
+    """The size a zstd `frame` declares, at most `limit`, with a checksum declared too (a
+    wrong dictionary is then told apart), checked before any byte is inflated; `fix`: what
+    the sender should do when the frame is not one (`DictionaryMismatchError`); `less`:
+    when it declares more than `limit` (`DecompressedTooLargeError`)."""
     try:
-        params = zstandard.get_frame_parameters(body)
+        params = zstandard.get_frame_parameters(frame)
     except zstandard.ZstdError as exc:
-        raise DictionaryMismatchError(
-            f"the body is not a zstd frame ({exc}); {_fix(history)}"
-        ) from None
+        raise DictionaryMismatchError(f"the body is not a zstd frame ({exc}); {fix}") from None
     if not params.has_checksum or params.content_size == zstandard.CONTENTSIZE_UNKNOWN:
         raise DictionaryMismatchError(
             f"the zstd frame does not declare its size and checksum, without which a wrong "
-            f"dictionary could not be told apart; {_fix(history)}"
+            f"dictionary could not be told apart; {fix}"
         )
     if params.content_size > limit:
         raise DecompressedTooLargeError(
-            f"the zstd body inflates to {params.content_size} bytes, over the limit of "
-            f"{limit}; send fewer messages",
+            f"the zstd frame inflates to {params.content_size} bytes, over the limit of "
+            f"{limit}; {less}",
             limit=limit,
         )
     size: int = params.content_size

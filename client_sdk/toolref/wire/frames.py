@@ -25,11 +25,8 @@ from typing import Final
 
 import zstandard
 
-from toolref.wire.errors import (
-    DecompressedTooLargeError,
-    DictionaryMismatchError,
-    MalformedBodyError,
-)
+from toolref.wire.compression import frame_size
+from toolref.wire.errors import DictionaryMismatchError, MalformedBodyError
 
 TEXT_ZSTD: Final = 0x01
 BINARY: Final = 0x02
@@ -100,21 +97,7 @@ class Decoder:
         return text
 
     def _inflate(self, frame: bytes) -> bytes:
-        try:
-            params = zstandard.get_frame_parameters(frame)
-        except zstandard.ZstdError as exc:
-            raise DictionaryMismatchError(
-                f"the message is not a zstd frame ({exc}); {_FIX}"
-            ) from None
-        size = params.content_size
-        if not params.has_checksum or size == zstandard.CONTENTSIZE_UNKNOWN:
-            raise DictionaryMismatchError(f"the zstd frame declares no size or checksum; {_FIX}")
-        if size > self.limit:
-            raise DecompressedTooLargeError(
-                f"a compressed message inflates to {size} bytes, over the limit of "
-                f"{self.limit}; send smaller messages",
-                limit=self.limit,
-            )
+        size = frame_size(frame, self.limit, _FIX, less="send smaller messages")
         inflater = _decompressor(self.base).decompressobj()
         try:
             data = inflater.decompress(frame)

@@ -24,33 +24,17 @@ from pathlib import Path
 from typing import Any, Final
 
 from pydantic import BaseModel
+from pydantic_settings import BaseSettings
 
 from toolref.wire.errors import ConfigurationError
-from toolref_server.settings.access import AccessSettings
-from toolref_server.settings.bodies import BodyLimits
-from toolref_server.settings.caches import CacheSettings
-from toolref_server.settings.connections import ConnectionSettings
+from toolref_server.settings import Settings
 from toolref_server.settings.environment import PREFIX, meant
-from toolref_server.settings.gateway import GatewaySettings
-from toolref_server.settings.records import RecordSettings
-from toolref_server.settings.serving import ServingSettings
-from toolref_server.settings.store import StoreSettings
-from toolref_server.settings.summaries import SummarySettings
 
 # Table -> the group it holds: the module name of each group of `Settings`.
 GROUPS: Final[dict[str, type[BaseModel]]] = {
     group.__module__.rsplit(".", 1)[1]: group
-    for group in (
-        ServingSettings,
-        ConnectionSettings,
-        BodyLimits,
-        AccessSettings,
-        StoreSettings,
-        RecordSettings,
-        CacheSettings,
-        SummarySettings,
-        GatewaySettings,
-    )
+    for group in Settings.__bases__
+    if issubclass(group, BaseModel) and group is not BaseSettings
 }
 # Settings written `name=value,...`, which a table may give instead.
 LISTS: Final = frozenset({"upstreams", "api_keys", "tool_kinds"})
