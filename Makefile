@@ -43,33 +43,24 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 serve: $(SERVER_STAMP)
 	$(BIN)/toolref-server serve $(ARGS)
 
-# Everything on one node; beside it (the machine has two cores), what reads Redis differently
-# on a cluster again on a local Redis Cluster (3 primaries, 3 replicas) started from the same
-# valkey-server binary: the service suite, the quota counting, and the integration tests that
-# keep and read through the registry (CLUSTER_TESTS); then the TypeScript SDK. Fail-late:
-# every pass runs, and the last line names the passes that failed.
+# Everything on one node; then what reads Redis differently on a cluster again, on a local
+# Redis Cluster (3 primaries, 3 replicas) started from the same valkey-server binary: the
+# service suite, the quota counting, and the integration tests that keep and read through the
+# registry (CLUSTER_TESTS); then the TypeScript SDK. One after another: the promptness tests
+# measure latency under attack and need the cores to themselves. Fail-late: every pass runs,
+# and the last line names the passes that failed.
 CLUSTER_TESTS := tests/service tests/adversarial/test_server_quotas.py \
 	tests/integration/test_gateway.py tests/integration/test_gateway_edits.py \
 	tests/integration/test_relay.py tests/integration/test_relay_edits.py \
 	tests/integration/test_sdk_registry.py tests/integration/test_sdk_transport.py \
 	tests/integration/test_single_flight.py tests/integration/test_manager_stream.py \
 	tests/integration/test_streaming_registry.py tests/integration/test_savings.py
-LOGS := .toolref/test-logs
 test: $(DEV_STAMP) web-build chromium $(SAVINGS_DRIVER)/node_modules/.package-lock.json
-	@mkdir -p $(LOGS); failed=""; \
-	echo "make test: the cluster pass, then js-test, run beside the one-node pass (output: $(LOGS)/)"; \
-	( TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest $(CLUSTER_TESTS) $(PYTEST_ARGS) \
-		> $(LOGS)/cluster.log 2>&1; echo $$? > $(LOGS)/cluster.rc; \
-	  $(MAKE) --no-print-directory js-test > $(LOGS)/js-test.log 2>&1; \
-	  echo $$? > $(LOGS)/js-test.rc ) & side=$$!; \
+	@failed=""; \
 	$(BIN)/python -m pytest $(PYTEST_ARGS) || failed="$$failed one-node"; \
-	wait $$side; \
-	for pass in cluster js-test; do \
-		if [ "$$(cat $(LOGS)/$$pass.rc)" = 0 ]; then \
-			echo "== $$pass passed ($(LOGS)/$$pass.log):"; tail -n 3 $(LOGS)/$$pass.log; \
-		else echo "== $$pass FAILED ($(LOGS)/$$pass.log):"; cat $(LOGS)/$$pass.log; \
-			failed="$$failed $$pass"; fi; \
-	done; \
+	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest $(CLUSTER_TESTS) $(PYTEST_ARGS) \
+		|| failed="$$failed cluster"; \
+	$(MAKE) --no-print-directory js-test || failed="$$failed js-test"; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED passes:$$failed (every pass ran)"; exit 1; fi; \
 	echo "make test: all passes passed (one-node, cluster, js-test)"
 
