@@ -46,31 +46,40 @@ serve: $(SERVER_STAMP)
 # Everything on one node; then what reads Redis differently on a cluster again, on a local
 # Redis Cluster (3 primaries, 3 replicas) started from the same valkey-server binary: the
 # service suite, the quota counting, and the integration tests that keep and read through the
-# registry (CLUSTER_TESTS); then the TypeScript SDK. One after another: the promptness tests
-# measure latency under attack and need the cores to themselves. Fail-late: every pass runs,
-# and the last line names the passes that failed.
+# registry (CLUSTER_TESTS); then the TypeScript SDK; then the `latency` tests. The first two
+# run on TEST_WORKERS pytest-xdist workers (one test file each at a time, each worker with
+# its own engine or cluster); the latency tests (how soon answers come under attack, as a
+# ratio to the same requests alone) last and alone, since they need the cores to themselves.
+# What the passes need is installed first, in parallel (pip and each npm ci are
+# independent). Fail-late: every pass runs, and the last line names the passes that failed.
 CLUSTER_TESTS := tests/service tests/adversarial/test_server_quotas.py \
 	tests/integration/test_gateway.py tests/integration/test_gateway_edits.py \
 	tests/integration/test_relay.py tests/integration/test_relay_edits.py \
 	tests/integration/test_sdk_registry.py tests/integration/test_sdk_transport.py \
 	tests/integration/test_single_flight.py tests/integration/test_manager_stream.py \
 	tests/integration/test_streaming_registry.py tests/integration/test_savings.py
-test: $(DEV_STAMP) web-build chromium $(SAVINGS_DRIVER)/node_modules/.package-lock.json
+TEST_WORKERS ?= 2
+PARALLEL := -n $(TEST_WORKERS) --dist loadfile
+TEST_NEEDS = $(DEV_STAMP) web-build chromium $(SAVINGS_DRIVER)/node_modules/.package-lock.json \
+	$(JS_DIR)/node_modules/.package-lock.json
+
+test:
+	@$(MAKE) --no-print-directory -j4 $(TEST_NEEDS)
 	@failed=""; \
-	$(BIN)/python -m pytest $(PYTEST_ARGS) || failed="$$failed one-node"; \
-	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest $(CLUSTER_TESTS) $(PYTEST_ARGS) \
-		|| failed="$$failed cluster"; \
+	$(BIN)/python -m pytest $(PARALLEL) -m "not e2e and not latency" $(PYTEST_ARGS) \
+		|| failed="$$failed one-node"; \
+	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest $(PARALLEL) -m "not e2e and not latency" \
+		$(CLUSTER_TESTS) $(PYTEST_ARGS) || failed="$$failed cluster"; \
 	$(MAKE) --no-print-directory js-test || failed="$$failed js-test"; \
+	$(BIN)/python -m pytest -m "latency and not e2e" $(PYTEST_ARGS) || failed="$$failed latency"; \
 	if [ -n "$$failed" ]; then echo "make test: FAILED passes:$$failed (every pass ran)"; exit 1; fi; \
-	echo "make test: all passes passed (one-node, cluster, js-test)"
+	echo "make test: all passes passed (one-node, cluster, js-test, latency)"
 
 # The TypeScript SDK (client_sdk/js): install from package-lock.json, type-check (strict),
 # and vitest, whose integration tests start the Python registry and a chat backend from
 # .venv. Needs node and npm (the machine's); their absence is a failure, not a skip.
 JS_DIR := client_sdk/js
-js-test: $(DEV_STAMP)
-	@command -v npm >/dev/null || { echo "js-test needs node >= 20.19 and npm: apt-get install nodejs npm"; exit 1; }
-	cd $(JS_DIR) && npm ci --no-audit --no-fund
+js-test: $(DEV_STAMP) $(JS_DIR)/node_modules/.package-lock.json
 	cd $(JS_DIR) && npx tsc --noEmit -p tsconfig.json
 	cd $(JS_DIR) && npx vitest run
 
@@ -124,15 +133,17 @@ demo: $(SERVER_STAMP) web-build
 	$(BIN)/python -m examples.web_chat_demo $(ARGS)
 
 # The page depends on the JS SDK as `file:../../client_sdk/js`: npm links it, so the SDK
-# needs its own node_modules and its dist/ built first. npm ci only when a lock changed.
+# needs its own node_modules and its dist/ built first (order only: a link sees a new dist/).
+# npm ci only when a lock changed.
 $(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "the JS SDK needs node >= 20.19 and npm: apt-get install nodejs npm"; exit 1; }
 	cd $(JS_DIR) && npm ci --no-audit --no-fund --loglevel=error
 
 $(JS_DIR)/dist/index.js: $(JS_DIR)/node_modules/.package-lock.json $(JS_DIR)/package.json \
 		$(shell find $(JS_DIR)/src -name '*.ts' 2>/dev/null)
 	cd $(JS_DIR) && npm run --silent build
 
-$(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json $(JS_DIR)/dist/index.js
+$(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json | $(JS_DIR)/dist/index.js
 	cd $(WEB) && npm ci --no-audit --no-fund --loglevel=error
 
 # The one-line page once per AI SDK major (examples/web-chat/majors/ai5, ai6, ai7: each its
@@ -140,15 +151,23 @@ $(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json $(JS_DIR)/dist/
 # demo's), built into majors/dist/aiN for tests/browser/test_web_chat_majors.py.
 MAJORS := $(WEB)/majors
 AI_MAJORS := 5 6 7
-MAJOR_STAMPS := $(foreach m,$(AI_MAJORS),$(MAJORS)/ai$(m)/node_modules/.package-lock.json)
 
-$(MAJORS)/ai%/node_modules/.package-lock.json: $(MAJORS)/ai%/package-lock.json $(JS_DIR)/dist/index.js \
-		$(WEB)/node_modules/.package-lock.json
+$(MAJORS)/ai%/node_modules/.package-lock.json: $(MAJORS)/ai%/package-lock.json \
+		| $(JS_DIR)/dist/index.js $(WEB)/node_modules/.package-lock.json
 	cd $(MAJORS)/ai$* && npm ci --no-audit --no-fund --loglevel=error
 
-web-build: $(WEB)/node_modules/.package-lock.json $(MAJOR_STAMPS)
+# Each page is built again only when its sources, its lock or the SDK changed.
+$(WEB)/dist/index.html: $(WEB)/node_modules/.package-lock.json $(JS_DIR)/dist/index.js \
+		$(shell find $(WEB)/src -type f 2>/dev/null) $(WEB)/index.html $(WEB)/vite.config.ts \
+		$(WEB)/tsconfig.json
 	cd $(WEB) && npm run --silent build
-	@for m in $(AI_MAJORS); do (cd $(MAJORS)/ai$$m && npm run --silent build) || exit 1; done
+
+$(MAJORS)/dist/ai%/index.html: $(MAJORS)/ai%/node_modules/.package-lock.json $(JS_DIR)/dist/index.js \
+		$(wildcard $(MAJORS)/page/*) $(MAJORS)/vite.shared.ts $(MAJORS)/ai%/index.html \
+		$(MAJORS)/ai%/vite.config.ts $(MAJORS)/ai%/tsconfig.json
+	cd $(MAJORS)/ai$* && npm run --silent build
+
+web-build: $(WEB)/dist/index.html $(foreach m,$(AI_MAJORS),$(MAJORS)/dist/ai$(m)/index.html)
 
 # Debian's Chromium for the browser tests, where it is missing: the one thing `make test`
 # installs system-wide (the README says so), announced before apt-get runs. NO_SYSTEM_INSTALL=1
@@ -173,7 +192,7 @@ $(SAVINGS_DRIVER)/node_modules/.package-lock.json: $(SAVINGS_DRIVER)/package-loc
 # docs/savings-page.png: the screenshot the savings page's browser test takes.
 savings-page: $(DEV_STAMP) chromium $(SAVINGS_DRIVER)/node_modules/.package-lock.json
 	$(BIN)/python -m pytest tests/browser/test_savings_page.py -q
-	cp .toolref/browser-test/savings-page.png docs/savings-page.png
+	cp .toolref/browser-savings/savings-page.png docs/savings-page.png
 
 # Before a commit (under 2 minutes here): lint, and the unit tests that need no engine.
 check: $(DEV_STAMP)

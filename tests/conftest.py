@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -31,12 +32,29 @@ def need(reason: str) -> None:
     pytest.skip(reason)
 
 
+def worker_database(url: str) -> str:
+    """`url` for this pytest-xdist worker (`make test` runs two): worker gwN uses database
+    N of the given engine, so the workers never flush each other's keys. A cluster has
+    one database only: one worker then (TEST_WORKERS=1)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or os.environ.get("PYTEST_XDIST_WORKER_COUNT") == "1":
+        return url
+    if is_cluster_url(url):
+        pytest.fail(
+            f"TOOLREF_TEST_REDIS_URL={url} is a cluster, which has one database, and the "
+            "tests run on several workers that flush it: run them on one (TEST_WORKERS=1)"
+        )
+    parts = urlsplit(url)
+    first = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{first + int(worker[2:])}"))
+
+
 @pytest.fixture(scope="session")
 def engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """URL of a real Redis-compatible engine: TOOLREF_TEST_REDIS_URL, or a private valkey."""
     url = os.environ.get("TOOLREF_TEST_REDIS_URL")
     if url:
-        yield url
+        yield worker_database(url)
         return
     if ON_CLUSTER:
         cluster = LocalCluster(tmp_path_factory.mktemp("cluster"))

@@ -52,6 +52,7 @@ def _largest(factory: Callable[[int], attacks.Attack]) -> attacks.Attack:
 _FAKE_ANSWER = {"refs": [{"ref": "tr_" + "a" * 26}]}
 
 
+@pytest.mark.latency
 @pytest.mark.parametrize("factory", attacks.ALL, ids=lambda f: f.__name__)
 def test_the_attack_is_answered_and_small_requests_stay_prompt(
     service: adversarial.Service, factory: Callable[[int], attacks.Attack]

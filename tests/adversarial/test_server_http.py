@@ -340,6 +340,7 @@ def idle(service: Service) -> Attack:
 ATTACKS = [(slowloris, 10), (drip, 10), (idle, 10), (garbage, 25)]
 
 
+@pytest.mark.latency
 @pytest.mark.parametrize(("attack", "bound"), ATTACKS, ids=[a.__name__ for a, _ in ATTACKS])
 def test_small_requests_stay_prompt_during_the_attack(
     service: Service, attack: Callable[[Service], Attack], bound: float
@@ -359,6 +360,7 @@ def test_a_connection_that_is_reset_mid_head_leaves_no_trace(service: Service) -
     assert "Traceback" not in service.output()
 
 
+@pytest.mark.latency
 def test_small_requests_stay_prompt_while_answers_go_unread(
     service: Service, big_refs: list[str]
 ) -> None:

@@ -115,6 +115,7 @@ def median_healthz(port: int, times: int = 7) -> float:
     return statistics.median(healthz_seconds(port) for _ in range(times))
 
 
+@pytest.mark.latency
 def test_idle_sockets_past_a_1024_descriptor_limit_do_not_lock_out_a_client(
     tmp_path: Path,
 ) -> None:

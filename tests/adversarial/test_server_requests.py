@@ -48,6 +48,7 @@ def refused_seconds(service: Service) -> float:
     return elapsed
 
 
+@pytest.mark.latency
 def test_past_the_limit_requests_are_refused_at_once_and_healthz_answered(
     service: Service,
 ) -> None:

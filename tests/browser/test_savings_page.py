@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 
 DRIVER = Path(__file__).parent / "savings" / "page.mjs"
 CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = ROOT / ".toolref" / "browser-test"
+ARTIFACTS = ROOT / ".toolref" / "browser-savings"  # its own: test_web_chat empties browser-test
 SHOT = ARTIFACTS / "savings-page.png"
 KEYS = {"acme": "acme-key-0001", "globex": "globex-key-0002"}
 SCRAPER = "scraper-key-0003"

@@ -38,7 +38,7 @@ from .support import (
     timed,
 )
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.latency]  # answers within a deadline: run alone
 
 CONVERSATIONS = 4
 HEALTHY, OUTAGE, RECOVERED = 4, 4, 3  # turns of every conversation in each phase

@@ -23,7 +23,7 @@ from toolref_server.settings import Settings
 
 from .support import Engines, assert_unavailable, engine_info, make_samples, ref_operations, timed
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.latency]  # answers within a deadline: run alone
 
 REQUESTS = 50
 POOL = 16  # redis_max_connections, below REQUESTS so the pool's bound is what is tested
