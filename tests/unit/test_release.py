@@ -38,7 +38,8 @@ def test_both_packages_carry_the_license_they_name() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     package = json.loads((JS / "package.json").read_text())
     text = (ROOT / "LICENSE").read_text()
-    assert project["project"]["license"] == {"text": "MIT"}
+    assert project["project"]["license"] == "MIT"  # an SPDX expression (PEP 639)
+    assert project["project"]["license-files"] == ["LICENSE"]
     assert package["license"] == "MIT"
     assert text.startswith("MIT License")
     assert (JS / "LICENSE").read_text() == text
