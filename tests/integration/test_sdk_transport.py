@@ -134,9 +134,15 @@ async def anthropic_sync(url: str, run: Run, tasks: tuple[str, ...] = TASKS) -> 
     return run
 
 
-async def anthropic_async(url: str, run: Run, tasks: tuple[str, ...] = TASKS) -> Run:
+async def anthropic_async(
+    url: str, run: Run, tasks: tuple[str, ...] = TASKS, before: Hook | None = None
+) -> Run:
     async with anthropic.AsyncAnthropic(
-        base_url=url, api_key="k", max_retries=0, timeout=TIMEOUT, http_client=_async_client(run)
+        base_url=url,
+        api_key="k",
+        max_retries=0,
+        timeout=TIMEOUT,
+        http_client=_async_client(run, before),
     ) as client:
         run.messages = list(await anthropic_client.aconverse(client, tasks))
     return run
