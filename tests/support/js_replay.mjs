@@ -6,8 +6,9 @@
 //
 //   node tests/support/js_replay.mjs
 //   stdin:  {"url": "http://127.0.0.1:8750/llm/up/v1/chat/completions", "body": "<JSON text>",
-//            "headers": {...}}
-//   stdout: {"status": 200, "attempts": [{"bytes": 412, "history": "?1", "encoding": "gzip",
+//            "headers": {...}, "origin": "http://127.0.0.1:8751" (optional: where its attempts
+//            really go, as a load balancer in front of replicas would send them)}
+//   stdout: {"status": 200, "attempts": [{"bytes": 412, "history": "?1", "encoding": "gzip"|"zstd",
 //                                          "continues": "th_..." or null}],
 //            "info": <toolrefFetch's ExchangeInfo>, "answer": <bytes of the answer>}
 import { createInterface } from "node:readline";
@@ -23,24 +24,32 @@ function size(body) {
   return body.byteLength;
 }
 
-/** The history an attempt continues: its body's `historyRef` (the JS SDK names it there,
- * where Python's names it in the Toolref-History header), or null. */
-function continues(body, encoding) {
+/** The history an attempt continues, or null: named in the Toolref-History header (a zstd
+ * body, compressed against it) or in the body's `historyRef` (plain or gzip). */
+function continues(body, encoding, history) {
+  if (encoding === "zstd") return history?.startsWith("th_") ? history : null;
   let bytes = typeof body === "string" ? Buffer.from(body) : Buffer.from(body);
   if (encoding === "gzip") bytes = gunzipSync(bytes);
   const value = JSON.parse(bytes.toString("utf8"));
   return typeof value.historyRef === "string" ? value.historyRef : null;
 }
 
+let origin = null; // the line's "origin": where its attempts go (a replica behind one URL)
+
 /** The real fetch, noting each attempt's body size and headers as toolref sent them. */
 async function wire(input, init = {}) {
+  if (origin !== null) {
+    const url = new URL(String(input instanceof Request ? input.url : input));
+    input = origin + url.pathname + url.search;
+  }
   const headers = new Headers(init.headers);
   const encoding = headers.get("content-encoding");
   attempts.push({
     bytes: size(init.body),
     history: headers.get("toolref-history"),
+    dictionary: headers.get("toolref-dictionary"),
     encoding,
-    continues: continues(init.body, encoding),
+    continues: continues(init.body, encoding, headers.get("toolref-history")),
   });
   return fetch(input, init);
 }
@@ -50,6 +59,7 @@ const send = toolrefFetch({ fetch: wire, onExchange: (exchange) => (info = excha
 for await (const line of createInterface({ input: process.stdin })) {
   if (!line.trim()) continue;
   const { url, body, headers } = JSON.parse(line);
+  origin = JSON.parse(line).origin ?? null;
   attempts.length = 0;
   info = null;
   const response = await send(url, { method: "POST", headers, body });

@@ -11,6 +11,13 @@ export const KEEP_HISTORY = "?1";
 export const HISTORY_PREFIX = "th_";
 /** A zstd dictionary is at most this tail of the history's text. */
 export const DICTIONARY_LIMIT = 1 << 20;
+/** Names the kept body a zstd body was compressed against too (request); says the body was
+ * kept with its history (answer, `?1`). */
+export const DICTIONARY_HEADER = "Toolref-Dictionary";
+/** A continuation is compressed against at most this tail of its history's dictionary. */
+export const COMPRESS_WINDOW = 128 << 10;
+const REACH_PER_BYTE = 32;
+const MIN_REACH = 32 << 10;
 const HISTORY_RE = /^th_[a-z2-7]{25}[aeimquy4]$/;
 const encoder = new TextEncoder();
 
@@ -77,4 +84,34 @@ export function dictionary(texts: readonly string[]): Uint8Array {
     at += part.length;
   }
   return size > DICTIONARY_LIMIT ? joined.slice(size - DICTIONARY_LIMIT) : joined;
+}
+
+/** The dictionary `Toolref-Dictionary` names: a history's `dictionary` followed by the body
+ * (as sent, inflated) of the request its head was confirmed for, at most DICTIONARY_LIMIT
+ * bytes from the end (Python's `history.primed`): the members around the messages (`tools`,
+ * a system prompt), sent again every turn, then cost a few bytes. */
+export function primed(dictionary: Uint8Array, prior: Uint8Array): Uint8Array {
+  const joined = new Uint8Array(dictionary.length + prior.length);
+  joined.set(dictionary, 0);
+  joined.set(prior, dictionary.length);
+  return joined.length > DICTIONARY_LIMIT ? joined.slice(joined.length - DICTIONARY_LIMIT) : joined;
+}
+
+/** How much of a dictionary's end a body of `size` bytes is compressed against (loading a
+ * dictionary costs time in its size; a small body finds its matches near the end). The
+ * server inflates with the whole dictionary, of which this is the tail. */
+export function reach(size: number): number {
+  return Math.max(MIN_REACH, REACH_PER_BYTE * size);
+}
+
+const LEADING_ROLES = new Set(["system", "developer"]);
+
+/** Which conversation messages with chain heads `heads` are: the head of their opening (the
+ * leading system or developer messages and the message after them). A body kept for one
+ * conversation is used for that conversation only: compressed against another's, a body's
+ * size would tell how much of it that conversation holds (CRIME). */
+export function opening(messages: readonly unknown[], heads: readonly Uint8Array[]): string {
+  let count = 1;
+  while (count < messages.length && LEADING_ROLES.has(String((messages[count - 1] as { role?: unknown } | null)?.role))) count++;
+  return historyRef(heads[count - 1]!);
 }

@@ -14,7 +14,20 @@ import { COMPRESS_FROM, gzip } from "./compression.js";
 import { marked } from "./conversation.js";
 import { UsageError } from "./errors.js";
 import { FORMATS, type FormatName } from "./formats/index.js";
-import { HISTORY_HEADER, KEEP_HISTORY, historyRef, isHistoryRef, longestConfirmed } from "./history.js";
+import {
+  COMPRESS_WINDOW,
+  DICTIONARY_HEADER,
+  HISTORY_HEADER,
+  KEEP_HISTORY,
+  dictionary,
+  historyRef,
+  isHistoryRef,
+  longestConfirmed,
+  opening,
+  primed,
+  reach,
+} from "./history.js";
+import { KeptBodies } from "./kept.js";
 import { LruMap } from "./memory.js";
 import { checkOptions, type Spec } from "./options.js";
 import {
@@ -29,6 +42,7 @@ import {
 } from "./protocol.js";
 import { isRef } from "./ref.js";
 import { Transcripts, transcribe, type Transcript } from "./transcript.js";
+import { platformZstd, type Zstd } from "./zstd.js";
 
 const encoder = new TextEncoder();
 
@@ -39,7 +53,9 @@ export interface ManagerOptions {
   messagesKey?: string;
   /** Ask the server to keep each conversation, and send only what follows a confirmed one. Default true. */
   historyRefs?: boolean;
-  /** gzip request bodies: true always, false never, null/absent once the server confirmed a history. */
+  /** Compress request bodies (a continuation as zstd against its history where the platform
+   * has it and the server keeps bodies, gzip otherwise): true always, false never,
+   * null/absent once the server confirmed a history. */
   compress?: boolean | null;
   /** Refs remembered (LRU). Default 100,000 (about 6 MB). */
   maxRefs?: number;
@@ -72,6 +88,10 @@ export interface Upload {
   readonly length: number;
   readonly refs: readonly string[];
   readonly used: number;
+  /** The body as sent, before compression (what a server keeps with the history). */
+  readonly plain?: Uint8Array;
+  /** The conversation's opening (`history.opening`), when it has messages in a format. */
+  readonly first?: string;
 }
 
 /** The outcome of {@link ToolReferenceManager.send}: the answer kept, and what it cost. */
@@ -153,6 +173,13 @@ export class ToolReferenceManager {
   private readonly confirmed: LruMap<string, true>;
   private readonly histories: LruMap<string, number>; // ref -> messages it holds
   private readonly transcripts: Transcripts;
+  /** zstd with a dictionary on this platform (Node's zlib), or null: gzip. */
+  private readonly zstd: Zstd | null = platformZstd();
+  /** The server keeps each confirmed history's body (`Toolref-Dictionary: ?1`): a Python
+   * middleware or gateway, which reads zstd against a history. Only such a server is sent
+   * zstd (a JS backend reads gzip). */
+  keepsBodies = false;
+  private readonly kept: KeptBodies;
 
   constructor(options: ManagerOptions = {}) {
     checkOptions("new ToolReferenceManager", options, MANAGER_OPTIONS);
@@ -163,6 +190,7 @@ export class ToolReferenceManager {
     this.compress = settled.compress;
     this.confirmed = new LruMap(settled.maxRefs);
     this.histories = new LruMap(settled.maxHistories);
+    this.kept = new KeptBodies(settled.maxHistories);
     this.transcripts = new Transcripts(settled.maxConversations, settled.maxConversationBytes);
   }
 
@@ -222,12 +250,16 @@ export class ToolReferenceManager {
     }
   }
 
-  /** The upload of `body` for one attempt (pure but for gzip, which is async). */
+  /** The upload of `body` for one attempt (pure but for gzip, which is async). `zstd`: may
+   * compress a continuation with zstd against its history (where the platform and the
+   * server can); `usePrior`: against the body the server kept for it too. */
   async upload(
     body: Record<string, unknown>,
     usable: (ref: string) => boolean,
     useHistories: boolean,
     compress: boolean,
+    zstd = true,
+    usePrior = true,
   ): Promise<Upload> {
     const headers: Record<string, string> = { [PROTOCOL_HEADER]: String(PROTOCOL_REFS), "Content-Type": JSON_TYPE };
     const key = this.messagesKey;
@@ -250,18 +282,37 @@ export class ToolReferenceManager {
     const candidates = useHistories ? this.histories.entries() : [];
     const pick = longestConfirmed(transcript.heads, candidates);
     if (pick < 0) {
-      return this.whole({ ...body, [key]: outgoing(0) }, headers, head, compress, refs, used, messages.length);
+      const first = opening(messages, transcript.heads);
+      return this.whole({ ...body, [key]: outgoing(0) }, headers, head, compress, refs, used, messages.length, first);
     }
     const [ref, start] = candidates[pick]!;
     this.histories.set(ref, start); // in use: least recently used no more
+    const usedAfter = new Set(transcript.marks.slice(start).flat().map((mark) => mark.ref).filter(usable)).size;
+    const first = opening(messages, transcript.heads);
+    if (compress && zstd && this.zstd !== null && this.keepsBodies) {
+      // As Python's upload.prepare: the new messages against the history (and the body the
+      // server kept for it, this conversation's only), the ref in the header.
+      const plain = encoder.encode(JSON.stringify({ ...body, [key]: outgoing(start) }));
+      let window = dictionary(transcript.texts.slice(0, start));
+      window = window.length > COMPRESS_WINDOW ? window.slice(window.length - COMPRESS_WINDOW) : window;
+      const prior = usePrior ? this.kept.get(ref, first) : undefined;
+      if (prior !== undefined) {
+        window = primed(window, prior);
+        headers[DICTIONARY_HEADER] = ref;
+      }
+      const tail = window.length > reach(plain.length) ? window.slice(window.length - reach(plain.length)) : window;
+      headers[HISTORY_HEADER] = ref;
+      headers["Content-Encoding"] = "zstd";
+      const content = this.zstd(plain, tail);
+      return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter, plain, first };
+    }
     const text = JSON.stringify({ ...body, historyRef: ref, [key]: outgoing(start) });
     let content: Uint8Array = encoder.encode(text);
     if (compress && content.length >= COMPRESS_FROM) {
       content = await gzip(content);
       headers["Content-Encoding"] = "gzip";
     }
-    const usedAfter = new Set(transcript.marks.slice(start).flat().map((mark) => mark.ref).filter(usable)).size;
-    return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter };
+    return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter, plain: encoder.encode(text), first };
   }
 
   private async whole(
@@ -272,13 +323,15 @@ export class ToolReferenceManager {
     refs: readonly string[],
     used: number,
     length: number,
+    first?: string,
   ): Promise<Upload> {
-    let content: Uint8Array = encoder.encode(JSON.stringify(body));
+    const plain = encoder.encode(JSON.stringify(body));
+    let content: Uint8Array = plain;
     if (compress && content.length >= COMPRESS_FROM) {
       content = await gzip(content);
       headers["Content-Encoding"] = "gzip";
     }
-    return { body: content, headers, continued: null, head, length, refs, used };
+    return { body: content, headers, continued: null, head, length, refs, used, plain, ...(first === undefined ? {} : { first }) };
   }
 
   // --- sending with fallback -----------------------------------------------------
@@ -299,12 +352,13 @@ export class ToolReferenceManager {
     let wire = 0;
     let refsSent = 0;
     let useHistories = true;
-    let plain = false; // after a 400 dictionary-mismatch: no compression at all
+    let plain = false; // after a 400 dictionary-mismatch of a body with no kept one: uncompressed
+    let usePrior = this.kept.turn(); // after a kept body was refused: none for a while
     for (;;) {
       const usable =
         !this.refsAccepted || attempt === 2 ? () => false : (ref: string) => this.confirmed.has(ref);
       const compress = !plain && (this.compress ?? this.historiesAccepted);
-      const upload = await this.upload(body, usable, useHistories, compress);
+      const upload = await this.upload(body, usable, useHistories, compress, true, usePrior);
       let response = await post(upload.body, upload.headers);
       attempts += 1;
       wire += upload.body.length;
@@ -326,6 +380,14 @@ export class ToolReferenceManager {
         this.savings.fallbacks += 1;
         this.histories.delete(upload.continued);
         useHistories = false;
+        continue;
+      }
+      if (kind === DICTIONARY_MISMATCH && upload.headers[DICTIONARY_HEADER] !== undefined && usePrior) {
+        // The server does not hold the body it kept (another replica, or evicted): this one
+        // against the history alone.
+        this.savings.fallbacks += 1;
+        this.kept.refused(upload.continued ?? "");
+        usePrior = false;
         continue;
       }
       if (kind === DICTIONARY_MISMATCH && upload.headers["Content-Encoding"] !== undefined && !plain) {
@@ -361,6 +423,12 @@ export class ToolReferenceManager {
       this.confirm(upload.refs); // every invocation of a confirmed history is held
       this.historiesAccepted = true;
       this.histories.set(confirmed, upload.length);
+      if (upload.headers[DICTIONARY_HEADER] !== undefined) this.kept.accepted();
+      if (response.headers.get(DICTIONARY_HEADER) === KEEP_HISTORY) {
+        this.keepsBodies = true;
+        const { plain, first } = upload;
+        if (this.zstd !== null && plain !== undefined && first !== undefined) this.kept.keep(confirmed, first, plain);
+      }
       return confirmed;
     }
     return null;

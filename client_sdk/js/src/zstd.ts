@@ -1,0 +1,61 @@
+/**
+ * zstd against a raw-content dictionary, where the platform has it: Node's zlib
+ * (`zstdCompressSync` with its `dictionary` option), reached through
+ * `process.getBuiltinModule` so that a browser bundle never imports `node:zlib`. Elsewhere
+ * (browsers, a Node whose zstd takes no dictionary) `platformZstd()` is null and the SDK
+ * gzips (docs/js.md, "Compression"). Frames carry their content size and checksum, which
+ * the server requires of a frame compressed against a dictionary.
+ */
+
+/** The level of Python's `history.DICTIONARY_LEVEL`: new messages are small. */
+export const ZSTD_LEVEL = 6;
+
+/** One zstd frame of `data` against `dictionary` (raw content). */
+export type Zstd = (data: Uint8Array, dictionary: Uint8Array) => Uint8Array;
+
+interface Zlib {
+  zstdCompressSync?: (data: Uint8Array, options: Record<string, unknown>) => Uint8Array;
+  constants?: Record<string, number | undefined>;
+}
+
+interface NodeProcess {
+  getBuiltinModule?: (id: string) => unknown;
+}
+
+let detected: Zstd | null | undefined;
+
+/** The platform's zstd with a dictionary, or null; detected once. */
+export function platformZstd(): Zstd | null {
+  if (detected === undefined) detected = detect();
+  return detected;
+}
+
+function detect(): Zstd | null {
+  const proc = (globalThis as { process?: NodeProcess }).process;
+  if (typeof proc?.getBuiltinModule !== "function") return null;
+  let zlib: Zlib | undefined;
+  try {
+    zlib = proc.getBuiltinModule("node:zlib") as Zlib | undefined;
+  } catch {
+    return null;
+  }
+  const compress = zlib?.zstdCompressSync;
+  const level = zlib?.constants?.["ZSTD_c_compressionLevel"];
+  const checksum = zlib?.constants?.["ZSTD_c_checksumFlag"];
+  if (typeof compress !== "function" || level === undefined || checksum === undefined) return null;
+  const zstd: Zstd = (data, dictionary) =>
+    new Uint8Array(compress(data, { dictionary, pledgedSrcSize: data.length, params: { [level]: ZSTD_LEVEL, [checksum]: 1 } }));
+  // A zstd that ignores `dictionary` (Node's before it took one) gains nothing over gzip: a
+  // probe of 1 KiB that does not repeat itself shrinks to a few bytes only against itself.
+  const probe = new Uint8Array(1024);
+  let seed = 0x2545f491;
+  for (let index = 0; index < probe.length; index++) {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    probe[index] = 97 + ((seed >>> 16) % 26);
+  }
+  try {
+    return zstd(probe, probe).length < 64 ? zstd : null;
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,76 @@
+// The pure parts of compressing a continuation as Python does (src/kept.ts, and
+// src/history.ts's primed, reach and opening): what the parity test
+// (tests/integration/test_js_parity.py) relies on, on a Node with zstd, against the server.
+import { describe, expect, it } from "vitest";
+import { DICTIONARY_LIMIT, H0, heads, historyRef, opening, primed, reach } from "../src/history.js";
+import { KeptBodies } from "../src/kept.js";
+
+const bytes = (text: string) => new TextEncoder().encode(text);
+
+describe("kept bodies", () => {
+  it("keep one body per conversation, the newest, and only for that conversation", () => {
+    const kept = new KeptBodies(8);
+    kept.keep("th_a", "first-1", bytes("one"));
+    kept.keep("th_b", "first-1", bytes("two")); // the same conversation, a newer history
+    kept.keep("th_c", "first-2", bytes("other"));
+    expect(kept.get("th_a", "first-1")).toBeUndefined();
+    expect(kept.get("th_b", "first-1")).toEqual(bytes("two"));
+    expect(kept.get("th_b", "first-2")).toBeUndefined(); // never another conversation's
+    expect(kept.size).toBe(2);
+  });
+
+  it("drop the least recently kept past the count and the bytes", () => {
+    const byCount = new KeptBodies(2);
+    for (const name of ["a", "b", "c"]) byCount.keep(`th_${name}`, name, bytes(name));
+    expect(byCount.get("th_a", "a")).toBeUndefined();
+    expect(byCount.size).toBe(2);
+    const byBytes = new KeptBodies(8, 10);
+    byBytes.keep("th_a", "a", bytes("123456"));
+    byBytes.keep("th_b", "b", bytes("7890123"));
+    expect(byBytes.get("th_a", "a")).toBeUndefined();
+    expect(byBytes.get("th_b", "b")).toEqual(bytes("7890123"));
+    byBytes.keep("th_c", "c", bytes("x".repeat(11))); // larger than all may hold: not kept
+    expect(byBytes.get("th_c", "c")).toBeUndefined();
+  });
+
+  it("name none for 2**n - 1 turns after the n-th refusal in a row", () => {
+    const kept = new KeptBodies(8);
+    kept.keep("th_a", "a", bytes("body"));
+    const pattern = (turns: number) => Array.from({ length: turns }, () => kept.turn());
+    expect(pattern(2)).toEqual([true, true]);
+    kept.refused("th_a");
+    expect(kept.get("th_a", "a")).toBeUndefined();
+    expect(pattern(2)).toEqual([false, true]);
+    kept.refused("th_b");
+    expect(pattern(4)).toEqual([false, false, false, true]);
+    kept.accepted();
+    kept.refused("th_c");
+    expect(pattern(2)).toEqual([false, true]); // counted afresh after an accepted one
+  });
+});
+
+describe("the dictionary of a continuation", () => {
+  it("primes a history's dictionary with the kept body, at most DICTIONARY_LIMIT from the end", () => {
+    expect(primed(bytes("history"), bytes("+body"))).toEqual(bytes("history+body"));
+    const long = primed(new Uint8Array(DICTIONARY_LIMIT).fill(1), bytes("tail"));
+    expect(long.length).toBe(DICTIONARY_LIMIT);
+    expect(long.slice(-4)).toEqual(bytes("tail"));
+  });
+
+  it("reaches 32 KiB at least, 32 bytes a byte of the body beyond", () => {
+    expect(reach(10)).toBe(32 << 10);
+    expect(reach(4096)).toBe(32 * 4096);
+  });
+
+  it("names a conversation by its leading system messages and the message after them", () => {
+    const messages = [
+      { role: "system", content: "s" },
+      { role: "developer", content: "d" },
+      { role: "user", content: "u" },
+      { role: "assistant", content: "a" },
+    ];
+    const chain = heads(messages, H0);
+    expect(opening(messages, chain)).toBe(historyRef(chain[2]!));
+    expect(opening(messages.slice(2), heads(messages.slice(2), H0))).toBe(historyRef(heads(messages.slice(2), H0)[0]!));
+  });
+});
