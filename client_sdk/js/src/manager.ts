@@ -303,7 +303,7 @@ export class ToolReferenceManager {
       const tail = window.length > reach(plain.length) ? window.slice(window.length - reach(plain.length)) : window;
       headers[HISTORY_HEADER] = ref;
       headers["Content-Encoding"] = "zstd";
-      const content = this.zstd(plain, tail);
+      const content = await this.zstd(plain, tail);
       return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter, plain, first };
     }
     const text = JSON.stringify({ ...body, historyRef: ref, [key]: outgoing(start) });

@@ -10,11 +10,15 @@
 /** The level of Python's `history.DICTIONARY_LEVEL`: new messages are small. */
 export const ZSTD_LEVEL = 6;
 
-/** One zstd frame of `data` against `dictionary` (raw content). */
-export type Zstd = (data: Uint8Array, dictionary: Uint8Array) => Uint8Array;
+/** One zstd frame of `data` against `dictionary` (raw content), compressed in libuv's
+ * thread pool: a large new tool result never holds the app's event loop. */
+export type Zstd = (data: Uint8Array, dictionary: Uint8Array) => Promise<Uint8Array>;
+
+type Done = (error: Error | null, result: Uint8Array) => void;
 
 interface Zlib {
   zstdCompressSync?: (data: Uint8Array, options: Record<string, unknown>) => Uint8Array;
+  zstdCompress?: (data: Uint8Array, options: Record<string, unknown>, done: Done) => void;
   constants?: Record<string, number | undefined>;
 }
 
@@ -39,14 +43,25 @@ function detect(): Zstd | null {
   } catch {
     return null;
   }
-  const compress = zlib?.zstdCompressSync;
+  const compressSync = zlib?.zstdCompressSync;
+  const compress = zlib?.zstdCompress;
   const level = zlib?.constants?.["ZSTD_c_compressionLevel"];
   const checksum = zlib?.constants?.["ZSTD_c_checksumFlag"];
-  if (typeof compress !== "function" || level === undefined || checksum === undefined) return null;
+  if (typeof compressSync !== "function" || typeof compress !== "function" || level === undefined || checksum === undefined) {
+    return null;
+  }
+  const options = (data: Uint8Array, dictionary: Uint8Array) => ({
+    dictionary,
+    pledgedSrcSize: data.length, // the frame declares its size, which the server requires
+    params: { [level]: ZSTD_LEVEL, [checksum]: 1 },
+  });
   const zstd: Zstd = (data, dictionary) =>
-    new Uint8Array(compress(data, { dictionary, pledgedSrcSize: data.length, params: { [level]: ZSTD_LEVEL, [checksum]: 1 } }));
+    new Promise((done, fail) =>
+      compress.call(zlib, data, options(data, dictionary), (error, result) => (error ? fail(error) : done(new Uint8Array(result)))),
+    );
   // A zstd that ignores `dictionary` (Node's before it took one) gains nothing over gzip: a
-  // probe of 1 KiB that does not repeat itself shrinks to a few bytes only against itself.
+  // probe of 1 KiB that does not repeat itself shrinks to a few bytes only against itself
+  // (once, synchronously: it is tiny).
   const probe = new Uint8Array(1024);
   let seed = 0x2545f491;
   for (let index = 0; index < probe.length; index++) {
@@ -54,7 +69,7 @@ function detect(): Zstd | null {
     probe[index] = 97 + ((seed >>> 16) % 26);
   }
   try {
-    return zstd(probe, probe).length < 64 ? zstd : null;
+    return compressSync.call(zlib, probe, options(probe, probe)).length < 64 ? zstd : null;
   } catch {
     return null;
   }
