@@ -14,6 +14,9 @@ export const DICTIONARY_LIMIT = 1 << 20;
 /** Names the kept body a zstd body was compressed against too (request); says the body was
  * kept with its history (answer, `?1`). */
 export const DICTIONARY_HEADER = "Toolref-Dictionary";
+/** Asks the server to keep the conversation's checkpoint too (request, `?1`); names the
+ * checkpoint it kept (answer, a history ref a few messages before the end). */
+export const CHECKPOINT_HEADER = "Toolref-Checkpoint";
 /** A continuation is compressed against at most this tail of its history's dictionary. */
 export const COMPRESS_WINDOW = 128 << 10;
 const REACH_PER_BYTE = 32;
@@ -114,4 +117,15 @@ export function opening(messages: readonly unknown[], heads: readonly Uint8Array
   let count = 1;
   while (count < messages.length && LEADING_ROLES.has(String((messages[count - 1] as { role?: unknown } | null)?.role))) count++;
   return historyRef(heads[count - 1]!);
+}
+
+/** [ref, length] of the checkpoint an answer names (`Toolref-Checkpoint`), when it is a
+ * prefix of `chain` this client computed itself, at most 64 messages before its end. */
+export function checkpointOf(header: string | null, chain: readonly Uint8Array[] | undefined): [string, number] | null {
+  if (header === null || chain === undefined || chain.length === 0) return null;
+  const ref = header.trim();
+  for (let length = chain.length - 1; length > Math.max(chain.length - 65, 0); length--) {
+    if (historyRef(chain[length - 1]!) === ref) return [ref, length];
+  }
+  return null;
 }

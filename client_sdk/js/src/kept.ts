@@ -40,19 +40,29 @@ export class KeptBodies {
     return found !== undefined && found.first === first ? found.body : undefined;
   }
 
-  /** Keep `body` for history `ref` of conversation `first`, in place of the conversation's
-   * older one; the least recently kept go first past the limits. */
-  keep(ref: string, first: string, body: Uint8Array): void {
-    if (body.length > this.maxBytes) return;
+  /** The most recent body kept for conversation `first` and the history it was kept for:
+   * what a conversation resent whole (its last message changed) is compressed against. */
+  newest(first: string): [string, Uint8Array] | undefined {
+    let found: [string, Uint8Array] | undefined;
+    for (const [ref, kept] of this.kept) if (kept.first === first) found = [ref, kept.body];
+    return found;
+  }
+
+  /** Keep `body` for histories `refs` of conversation `first` (a head and its checkpoint
+   * share one), in place of the conversation's older one; the least recently kept go first
+   * past the limits. */
+  keep(refs: readonly string[], first: string, body: Uint8Array): void {
+    if (body.length > this.maxBytes || refs.length === 0) return;
     for (const [older, found] of this.kept) if (found.first === first) this.kept.delete(older);
-    const tail = body.length > DICTIONARY_LIMIT ? body.slice(body.length - DICTIONARY_LIMIT) : body;
-    this.kept.set(ref, { first, body: tail });
+    const kept = { first, body: body.length > DICTIONARY_LIMIT ? body.slice(body.length - DICTIONARY_LIMIT) : body };
+    for (const ref of refs) this.kept.set(ref, kept);
+    const bodies = () => new Set(this.kept.values());
     let size = 0;
-    for (const found of this.kept.values()) size += found.body.length;
+    for (const found of bodies()) size += found.body.length;
     for (const [older, found] of this.kept) {
       if (size <= this.maxBytes && this.kept.size <= this.limit) break;
       this.kept.delete(older);
-      size -= found.body.length;
+      if (![...this.kept.values()].includes(found)) size -= found.body.length; // its last ref
     }
   }
 

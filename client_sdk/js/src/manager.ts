@@ -15,10 +15,12 @@ import { marked } from "./conversation.js";
 import { UsageError } from "./errors.js";
 import { FORMATS, type FormatName } from "./formats/index.js";
 import {
+  CHECKPOINT_HEADER,
   COMPRESS_WINDOW,
   DICTIONARY_HEADER,
   HISTORY_HEADER,
   KEEP_HISTORY,
+  checkpointOf,
   dictionary,
   historyRef,
   isHistoryRef,
@@ -92,6 +94,11 @@ export interface Upload {
   readonly plain?: Uint8Array;
   /** The conversation's opening (`history.opening`), when it has messages in a format. */
   readonly first?: string;
+  /** The chain heads of its messages (to read a checkpoint the answer names). */
+  readonly chain?: readonly Uint8Array[];
+  /** A history of this conversation was confirmed that is no prefix of it (its last message
+   * changed): from now on, the server is asked to keep checkpoints. */
+  readonly rewound?: boolean;
 }
 
 /** The outcome of {@link ToolReferenceManager.send}: the answer kept, and what it cost. */
@@ -180,6 +187,9 @@ export class ToolReferenceManager {
    * zstd (a JS backend reads gzip). */
   keepsBodies = false;
   private readonly kept: KeptBodies;
+  private readonly openings: LruMap<string, string>; // history ref -> its conversation's opening
+  /** Ask the server to keep each conversation's checkpoint (set once a last message changed). */
+  checkpoints = false;
 
   constructor(options: ManagerOptions = {}) {
     checkOptions("new ToolReferenceManager", options, MANAGER_OPTIONS);
@@ -191,6 +201,7 @@ export class ToolReferenceManager {
     this.confirmed = new LruMap(settled.maxRefs);
     this.histories = new LruMap(settled.maxHistories);
     this.kept = new KeptBodies(settled.maxHistories);
+    this.openings = new LruMap(settled.maxHistories);
     this.transcripts = new Transcripts(settled.maxConversations, settled.maxConversationBytes);
   }
 
@@ -250,15 +261,15 @@ export class ToolReferenceManager {
     }
   }
 
-  /** The upload of `body` for one attempt (pure but for gzip, which is async). `zstd`: may
-   * compress a continuation with zstd against its history (where the platform and the
-   * server can); `usePrior`: against the body the server kept for it too. */
+  /** The upload of `body` for one attempt (pure but for compression, which is async).
+   * Where the platform and the server can, a continuation is zstd against its history, and a
+   * conversation sent whole against the body the server kept for it; `usePrior`: with the
+   * body the server kept (false after it refused one). */
   async upload(
     body: Record<string, unknown>,
     usable: (ref: string) => boolean,
     useHistories: boolean,
     compress: boolean,
-    zstd = true,
     usePrior = true,
   ): Promise<Upload> {
     const headers: Record<string, string> = { [PROTOCOL_HEADER]: String(PROTOCOL_REFS), "Content-Type": JSON_TYPE };
@@ -281,15 +292,30 @@ export class ToolReferenceManager {
     const head = historyRef(transcript.heads.at(-1)!);
     const candidates = useHistories ? this.histories.entries() : [];
     const pick = longestConfirmed(transcript.heads, candidates);
+    const first = opening(messages, transcript.heads);
+    const zstd = compress && this.keepsBodies ? this.zstd : null;
+    const chain = transcript.heads;
     if (pick < 0) {
-      const first = opening(messages, transcript.heads);
-      return this.whole({ ...body, [key]: outgoing(0) }, headers, head, compress, refs, used, messages.length, first);
+      // As Python's upload.prepare: a conversation whose last message changed (a moved cache
+      // mark) asks for checkpoints, and goes against the body kept for it, when there is one.
+      const rewound = this.openings.entries().some(([ref, opened]) => opened === first && this.histories.has(ref));
+      if (this.checkpoints || rewound) headers[CHECKPOINT_HEADER] = KEEP_HISTORY;
+      const same = zstd !== null && usePrior ? this.kept.newest(first) : undefined;
+      if (zstd !== null && same !== undefined) {
+        const plain = encoder.encode(JSON.stringify({ ...body, [key]: outgoing(0) }));
+        headers[DICTIONARY_HEADER] = same[0];
+        headers["Content-Encoding"] = "zstd";
+        const content = await zstd(plain, same[1]);
+        return { body: content, headers, continued: null, head, length: messages.length, refs, used, plain, first, chain, rewound };
+      }
+      const whole = await this.whole({ ...body, [key]: outgoing(0) }, headers, head, compress, refs, used, messages.length, first);
+      return { ...whole, chain, rewound };
     }
+    if (this.checkpoints) headers[CHECKPOINT_HEADER] = KEEP_HISTORY;
     const [ref, start] = candidates[pick]!;
     this.histories.set(ref, start); // in use: least recently used no more
     const usedAfter = new Set(transcript.marks.slice(start).flat().map((mark) => mark.ref).filter(usable)).size;
-    const first = opening(messages, transcript.heads);
-    if (compress && zstd && this.zstd !== null && this.keepsBodies) {
+    if (zstd !== null) {
       // As Python's upload.prepare: the new messages against the history (and the body the
       // server kept for it, this conversation's only), the ref in the header.
       const plain = encoder.encode(JSON.stringify({ ...body, [key]: outgoing(start) }));
@@ -303,8 +329,8 @@ export class ToolReferenceManager {
       const tail = window.length > reach(plain.length) ? window.slice(window.length - reach(plain.length)) : window;
       headers[HISTORY_HEADER] = ref;
       headers["Content-Encoding"] = "zstd";
-      const content = await this.zstd(plain, tail);
-      return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter, plain, first };
+      const content = await zstd(plain, tail);
+      return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter, plain, first, chain };
     }
     const text = JSON.stringify({ ...body, historyRef: ref, [key]: outgoing(start) });
     let content: Uint8Array = encoder.encode(text);
@@ -312,7 +338,7 @@ export class ToolReferenceManager {
       content = await gzip(content);
       headers["Content-Encoding"] = "gzip";
     }
-    return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter, plain: encoder.encode(text), first };
+    return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter, plain: encoder.encode(text), first, chain };
   }
 
   private async whole(
@@ -358,7 +384,8 @@ export class ToolReferenceManager {
       const usable =
         !this.refsAccepted || attempt === 2 ? () => false : (ref: string) => this.confirmed.has(ref);
       const compress = !plain && (this.compress ?? this.historiesAccepted);
-      const upload = await this.upload(body, usable, useHistories, compress, true, usePrior);
+      const upload = await this.upload(body, usable, useHistories, compress, usePrior);
+      if (upload.rewound === true) this.checkpoints = true;
       let response = await post(upload.body, upload.headers);
       attempts += 1;
       wire += upload.body.length;
@@ -379,6 +406,7 @@ export class ToolReferenceManager {
         // Expired or evicted: forget it and send the whole conversation.
         this.savings.fallbacks += 1;
         this.histories.delete(upload.continued);
+        this.openings.delete(upload.continued);
         useHistories = false;
         continue;
       }
@@ -386,7 +414,7 @@ export class ToolReferenceManager {
         // The server does not hold the body it kept (another replica, or evicted): this one
         // against the history alone.
         this.savings.fallbacks += 1;
-        this.kept.refused(upload.continued ?? "");
+        this.kept.refused(upload.headers[DICTIONARY_HEADER]);
         usePrior = false;
         continue;
       }
@@ -422,16 +450,27 @@ export class ToolReferenceManager {
     if (confirmed !== null && isHistoryRef(confirmed) && confirmed === upload.head) {
       this.confirm(upload.refs); // every invocation of a confirmed history is held
       this.historiesAccepted = true;
-      this.histories.set(confirmed, upload.length);
+      const refsKept = [confirmed];
+      const checkpoint = checkpointOf(response.headers.get(CHECKPOINT_HEADER), upload.chain);
+      if (checkpoint !== null) {
+        this.remember(checkpoint[0], checkpoint[1], upload.first);
+        refsKept.push(checkpoint[0]);
+      }
+      this.remember(confirmed, upload.length, upload.first);
       if (upload.headers[DICTIONARY_HEADER] !== undefined) this.kept.accepted();
       if (response.headers.get(DICTIONARY_HEADER) === KEEP_HISTORY) {
         this.keepsBodies = true;
         const { plain, first } = upload;
-        if (this.zstd !== null && plain !== undefined && first !== undefined) this.kept.keep(confirmed, first, plain);
+        if (this.zstd !== null && plain !== undefined && first !== undefined) this.kept.keep(refsKept, first, plain);
       }
       return confirmed;
     }
     return null;
+  }
+
+  private remember(ref: string, length: number, first: string | undefined): void {
+    if (first !== undefined) this.openings.set(ref, first);
+    this.histories.set(ref, length);
   }
 
   /** Confirm the refs a successful protocol-2 JSON answer lists in `toolReferences`. */

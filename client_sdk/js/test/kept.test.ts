@@ -2,7 +2,7 @@
 // src/history.ts's primed, reach and opening): what the parity test
 // (tests/integration/test_js_parity.py) relies on, on a Node with zstd, against the server.
 import { describe, expect, it } from "vitest";
-import { DICTIONARY_LIMIT, H0, heads, historyRef, opening, primed, reach } from "../src/history.js";
+import { DICTIONARY_LIMIT, H0, checkpointOf, heads, historyRef, opening, primed, reach } from "../src/history.js";
 import { KeptBodies } from "../src/kept.js";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
@@ -10,9 +10,9 @@ const bytes = (text: string) => new TextEncoder().encode(text);
 describe("kept bodies", () => {
   it("keep one body per conversation, the newest, and only for that conversation", () => {
     const kept = new KeptBodies(8);
-    kept.keep("th_a", "first-1", bytes("one"));
-    kept.keep("th_b", "first-1", bytes("two")); // the same conversation, a newer history
-    kept.keep("th_c", "first-2", bytes("other"));
+    kept.keep(["th_a"], "first-1", bytes("one"));
+    kept.keep(["th_b"], "first-1", bytes("two")); // the same conversation, a newer history
+    kept.keep(["th_c"], "first-2", bytes("other"));
     expect(kept.get("th_a", "first-1")).toBeUndefined();
     expect(kept.get("th_b", "first-1")).toEqual(bytes("two"));
     expect(kept.get("th_b", "first-2")).toBeUndefined(); // never another conversation's
@@ -21,21 +21,21 @@ describe("kept bodies", () => {
 
   it("drop the least recently kept past the count and the bytes", () => {
     const byCount = new KeptBodies(2);
-    for (const name of ["a", "b", "c"]) byCount.keep(`th_${name}`, name, bytes(name));
+    for (const name of ["a", "b", "c"]) byCount.keep([`th_${name}`], name, bytes(name));
     expect(byCount.get("th_a", "a")).toBeUndefined();
     expect(byCount.size).toBe(2);
     const byBytes = new KeptBodies(8, 10);
-    byBytes.keep("th_a", "a", bytes("123456"));
-    byBytes.keep("th_b", "b", bytes("7890123"));
+    byBytes.keep(["th_a"], "a", bytes("123456"));
+    byBytes.keep(["th_b"], "b", bytes("7890123"));
     expect(byBytes.get("th_a", "a")).toBeUndefined();
     expect(byBytes.get("th_b", "b")).toEqual(bytes("7890123"));
-    byBytes.keep("th_c", "c", bytes("x".repeat(11))); // larger than all may hold: not kept
+    byBytes.keep(["th_c"], "c", bytes("x".repeat(11))); // larger than all may hold: not kept
     expect(byBytes.get("th_c", "c")).toBeUndefined();
   });
 
   it("name none for 2**n - 1 turns after the n-th refusal in a row", () => {
     const kept = new KeptBodies(8);
-    kept.keep("th_a", "a", bytes("body"));
+    kept.keep(["th_a"], "a", bytes("body"));
     const pattern = (turns: number) => Array.from({ length: turns }, () => kept.turn());
     expect(pattern(2)).toEqual([true, true]);
     kept.refused("th_a");
@@ -72,5 +72,26 @@ describe("the dictionary of a continuation", () => {
     const chain = heads(messages, H0);
     expect(opening(messages, chain)).toBe(historyRef(chain[2]!));
     expect(opening(messages.slice(2), heads(messages.slice(2), H0))).toBe(historyRef(heads(messages.slice(2), H0)[0]!));
+  });
+});
+
+describe("a conversation whose last message changed", () => {
+  it("finds the newest body kept for the conversation, whichever history it was kept for", () => {
+    const kept = new KeptBodies(8);
+    kept.keep(["th_head", "th_checkpoint"], "a", bytes("body"));
+    kept.keep(["th_other"], "b", bytes("other"));
+    expect(kept.newest("a")).toEqual(["th_checkpoint", bytes("body")]);
+    expect(kept.get("th_head", "a")).toEqual(bytes("body")); // one body, both refs
+    expect(kept.newest("c")).toBeUndefined();
+  });
+
+  it("reads the checkpoint an answer names only when it is a prefix this client computed", () => {
+    const messages = Array.from({ length: 5 }, (_, index) => ({ role: index % 2 ? "assistant" : "user", content: String(index) }));
+    const chain = heads(messages, H0);
+    expect(checkpointOf(historyRef(chain[2]!), chain)).toEqual([historyRef(chain[2]!), 3]);
+    expect(checkpointOf(` ${historyRef(chain[0]!)} `, chain)).toEqual([historyRef(chain[0]!), 1]);
+    expect(checkpointOf(historyRef(chain[4]!), chain)).toBeNull(); // the head is no checkpoint
+    expect(checkpointOf("th_" + "a".repeat(26), chain)).toBeNull();
+    expect(checkpointOf(null, chain)).toBeNull();
   });
 });
