@@ -108,15 +108,47 @@ export function reach(size: number): number {
 }
 
 const LEADING_ROLES = new Set(["system", "developer"]);
+const CACHE_MARK = "cache_control";
+
+function blocks(message: unknown): unknown[] {
+  const content = (message as { content?: unknown } | null)?.content;
+  return Array.isArray(content) ? content : [];
+}
+
+function isMarked(message: unknown): boolean {
+  return blocks(message).some((block) => typeof block === "object" && block !== null && CACHE_MARK in block);
+}
+
+/** `message` without the cache marks on its blocks (a copy when it had any). */
+function unmarked(message: unknown): unknown {
+  if (!isMarked(message)) return message;
+  const content = blocks(message).map((block) => {
+    if (typeof block !== "object" || block === null || !(CACHE_MARK in block)) return block;
+    const { [CACHE_MARK]: _, ...rest } = block as Record<string, unknown>;
+    return rest;
+  });
+  return { ...(message as Record<string, unknown>), content };
+}
 
 /** Which conversation messages with chain heads `heads` are: the head of their opening (the
- * leading system or developer messages and the message after them). A body kept for one
- * conversation is used for that conversation only: compressed against another's, a body's
- * size would tell how much of it that conversation holds (CRIME). */
-export function opening(messages: readonly unknown[], heads: readonly Uint8Array[]): string {
+ * leading system or developer messages and the message after them), as if no block in it
+ * carried a cache mark (Claude Code's first turn marks its first message, its second does
+ * not), as Python's `history.opening`. `form(index, message)`: message `index` in chain
+ * form (hashed again only when a mark is there). A body kept for one conversation is used
+ * for that conversation only: compressed against another's, a body's size would tell how
+ * much of it that conversation holds (CRIME). */
+export function opening(
+  messages: readonly unknown[],
+  heads: readonly Uint8Array[],
+  form: (index: number, message: unknown) => unknown = (_, message) => message,
+): string {
   let count = 1;
   while (count < messages.length && LEADING_ROLES.has(String((messages[count - 1] as { role?: unknown } | null)?.role))) count++;
-  return historyRef(heads[count - 1]!);
+  const head = messages.slice(0, count);
+  if (!head.some(isMarked)) return historyRef(heads[count - 1]!);
+  let chained = H0;
+  head.forEach((message, index) => (chained = nextHead(chained, form(index, unmarked(message)))));
+  return historyRef(chained);
 }
 
 /** [ref, length] of the checkpoint an answer names (`Toolref-Checkpoint`), when it is a

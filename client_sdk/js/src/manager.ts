@@ -292,7 +292,7 @@ export class ToolReferenceManager {
     const head = historyRef(transcript.heads.at(-1)!);
     const candidates = useHistories ? this.histories.entries() : [];
     const pick = longestConfirmed(transcript.heads, candidates);
-    const first = opening(messages, transcript.heads);
+    const first = opening(messages, transcript.heads, (index, message) => marked(message, transcript.marks[index]!));
     const zstd = compress && this.keepsBodies ? this.zstd : null;
     const chain = transcript.heads;
     if (pick < 0) {

@@ -95,3 +95,15 @@ describe("a conversation whose last message changed", () => {
     expect(checkpointOf(null, chain)).toBeNull();
   });
 });
+
+describe("the opening of a conversation", () => {
+  it("is the same whether or not its first message carries a cache mark", () => {
+    const plain = [{ role: "user", content: [{ type: "text", text: "hello" }] }, { role: "assistant", content: "hi" }];
+    const marked = [{ role: "user", content: [{ type: "text", text: "hello", cache_control: { type: "ephemeral" } }] }, plain[1]!];
+    const first = opening(plain, heads(plain, H0));
+    expect(opening(marked, heads(marked, H0))).toBe(first);
+    expect(heads(marked, H0)[0]).not.toEqual(heads(plain, H0)[0]); // the chain itself differs
+    const other = [{ role: "user", content: [{ type: "text", text: "hello!", cache_control: { type: "ephemeral" } }] }];
+    expect(opening(other, heads(other, H0))).not.toBe(first);
+  });
+});
