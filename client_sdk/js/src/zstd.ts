@@ -69,8 +69,20 @@ function detect(): Zstd | null {
     probe[index] = 97 + ((seed >>> 16) % 26);
   }
   try {
-    return compressSync.call(zlib, probe, options(probe, probe)).length < 64 ? zstd : null;
+    const frame = compressSync.call(zlib, probe, options(probe, probe));
+    return frame.length < 64 && declaresSizeAndChecksum(frame) ? zstd : null;
   } catch {
     return null;
   }
+}
+
+/** Whether a zstd frame's header (RFC 8878, 3.1.1.1.1) declares its content size and
+ * carries a checksum, as the server requires: a runtime whose zlib ignores the parameters
+ * gzips instead of being refused. */
+export function declaresSizeAndChecksum(frame: Uint8Array): boolean {
+  if (frame.length < 5 || frame[0] !== 0x28 || frame[1] !== 0xb5 || frame[2] !== 0x2f || frame[3] !== 0xfd) return false;
+  const descriptor = frame[4]!;
+  const checksum = (descriptor & 0x04) !== 0;
+  const size = descriptor >> 6 !== 0 || (descriptor & 0x20) !== 0; // a size field, or a single segment
+  return checksum && size;
 }

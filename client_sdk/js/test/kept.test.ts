@@ -4,6 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { DICTIONARY_LIMIT, H0, checkpointOf, heads, historyRef, opening, primed, reach } from "../src/history.js";
 import { KeptBodies } from "../src/kept.js";
+import { declaresSizeAndChecksum } from "../src/zstd.js";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
 
@@ -105,5 +106,17 @@ describe("the opening of a conversation", () => {
     expect(heads(marked, H0)[0]).not.toEqual(heads(plain, H0)[0]); // the chain itself differs
     const other = [{ role: "user", content: [{ type: "text", text: "hello!", cache_control: { type: "ephemeral" } }] }];
     expect(opening(other, heads(other, H0))).not.toBe(first);
+  });
+});
+
+describe("a zstd frame the server takes", () => {
+  it("declares its content size and carries a checksum", () => {
+    // Frame headers (RFC 8878): magic, then the descriptor byte.
+    const frame = (descriptor: number) => new Uint8Array([0x28, 0xb5, 0x2f, 0xfd, descriptor, 0, 0, 0]);
+    expect(declaresSizeAndChecksum(frame(0b00100100))).toBe(true); // single segment + checksum
+    expect(declaresSizeAndChecksum(frame(0b01000100))).toBe(true); // a 2-byte size + checksum
+    expect(declaresSizeAndChecksum(frame(0b00100000))).toBe(false); // no checksum
+    expect(declaresSizeAndChecksum(frame(0b00000100))).toBe(false); // no size
+    expect(declaresSizeAndChecksum(new Uint8Array([1, 2, 3, 4, 0x24]))).toBe(false); // no zstd magic
   });
 });
