@@ -113,6 +113,7 @@ def processes(scratch: Path, options: Options) -> Iterator[dict[str, Process]]:
             TOOLREF_VERIFIED_CHARS=cache,
             TOOLREF_HISTORY_CACHE_BYTES=cache,
             TOOLREF_GATEWAY_HISTORY_CHARS=cache,
+            TOOLREF_EDIT_CACHE_BYTES=cache,  # the relay's turns come as edits (issue 30)
         )
         stack.callback(service.stop)
         port = free_port()
