@@ -29,7 +29,7 @@ import {
   primed,
   reach,
 } from "./history.js";
-import { KeptBodies } from "./kept.js";
+import { KeptBodies, MAX_KEPT_BYTES } from "./kept.js";
 import { LruMap } from "./memory.js";
 import { checkOptions, type Spec } from "./options.js";
 import {
@@ -67,6 +67,8 @@ export interface ManagerOptions {
   maxConversations?: number;
   /** The most the transcripts hold together, roughly (UTF-16 text + overhead). Default 32 MiB. */
   maxConversationBytes?: number;
+  /** The most the request bodies kept to compress against hold together. Default 16 MiB; 0 keeps none. */
+  maxPriorBytes?: number;
 }
 
 /** What went over the wire, next to what full payloads would have cost. */
@@ -141,6 +143,7 @@ export const MANAGER_OPTIONS: Spec = {
   maxHistories: "integer",
   maxConversations: "integer",
   maxConversationBytes: "integer",
+  maxPriorBytes: "integer",
 };
 
 /** Every manager option with its default, or a `UsageError` naming the option, the value
@@ -164,6 +167,7 @@ export function settle(options: ManagerOptions): Required<ManagerOptions> {
     maxHistories: positive("maxHistories", options.maxHistories ?? 64),
     maxConversations: positive("maxConversations", options.maxConversations ?? 16, true),
     maxConversationBytes: positive("maxConversationBytes", options.maxConversationBytes ?? 32 << 20),
+    maxPriorBytes: positive("maxPriorBytes", options.maxPriorBytes ?? MAX_KEPT_BYTES, true),
   };
 }
 
@@ -200,7 +204,7 @@ export class ToolReferenceManager {
     this.compress = settled.compress;
     this.confirmed = new LruMap(settled.maxRefs);
     this.histories = new LruMap(settled.maxHistories);
-    this.kept = new KeptBodies(settled.maxHistories);
+    this.kept = new KeptBodies(settled.maxHistories, settled.maxPriorBytes);
     this.openings = new LruMap(settled.maxHistories);
     this.transcripts = new Transcripts(settled.maxConversations, settled.maxConversationBytes);
   }

@@ -4,6 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { DICTIONARY_LIMIT, H0, checkpointOf, heads, historyRef, opening, primed, reach } from "../src/history.js";
 import { KeptBodies } from "../src/kept.js";
+import { ToolReferenceManager } from "../src/manager.js";
 import { declaresSizeAndChecksum } from "../src/zstd.js";
 
 const bytes = (text: string) => new TextEncoder().encode(text);
@@ -118,5 +119,16 @@ describe("a zstd frame the server takes", () => {
     expect(declaresSizeAndChecksum(frame(0b00100000))).toBe(false); // no checksum
     expect(declaresSizeAndChecksum(frame(0b00000100))).toBe(false); // no size
     expect(declaresSizeAndChecksum(new Uint8Array([1, 2, 3, 4, 0x24]))).toBe(false); // no zstd magic
+  });
+});
+
+describe("the bound on kept bodies", () => {
+  it("is the manager's maxPriorBytes: 0 keeps none, and a misused value names the fix", () => {
+    const none = new KeptBodies(8, 0);
+    none.keep(["th_a"], "a", bytes("body"));
+    expect(none.size).toBe(0);
+    expect(() => new ToolReferenceManager({ maxPriorBytes: -1 })).toThrow(/maxPriorBytes is -1; use a whole number of at least 0/);
+    expect(() => new ToolReferenceManager({ maxPriorByte: 1 } as never)).toThrow(/maxPriorBytes/);
+    expect(() => new ToolReferenceManager({ maxPriorBytes: 0 })).not.toThrow();
   });
 });
