@@ -69,12 +69,13 @@ export function longestConfirmed(
 
 /**
  * The zstd raw-content dictionary a history stands for: its messages in full, as this client
- * writes them (JSON.stringify), concatenated, at most the last DICTIONARY_LIMIT bytes.
+ * writes them (JSON.stringify), concatenated, at most the last `limit` bytes (the server's
+ * is DICTIONARY_LIMIT; a client compressing against a tail of it reads only that much).
  */
-export function dictionary(texts: readonly string[]): Uint8Array {
+export function dictionary(texts: readonly string[], limit = DICTIONARY_LIMIT): Uint8Array {
   const parts: Uint8Array[] = [];
   let size = 0;
-  for (let index = texts.length - 1; index >= 0 && size < DICTIONARY_LIMIT; index--) {
+  for (let index = texts.length - 1; index >= 0 && size < limit; index--) {
     const bytes = encoder.encode(texts[index]!);
     parts.push(bytes);
     size += bytes.length;
@@ -86,7 +87,7 @@ export function dictionary(texts: readonly string[]): Uint8Array {
     joined.set(part, at);
     at += part.length;
   }
-  return size > DICTIONARY_LIMIT ? joined.slice(size - DICTIONARY_LIMIT) : joined;
+  return size > limit ? joined.slice(size - limit) : joined;
 }
 
 /** The dictionary `Toolref-Dictionary` names: a history's `dictionary` followed by the body

@@ -56,9 +56,8 @@ export class KeptBodies {
     for (const [older, found] of this.kept) if (found.first === first) this.kept.delete(older);
     const kept = { first, body: body.length > DICTIONARY_LIMIT ? body.slice(body.length - DICTIONARY_LIMIT) : body };
     for (const ref of refs) this.kept.set(ref, kept);
-    const bodies = () => new Set(this.kept.values());
     let size = 0;
-    for (const found of bodies()) size += found.body.length;
+    for (const found of new Set(this.kept.values())) size += found.body.length; // each body once
     for (const [older, found] of this.kept) {
       if (size <= this.maxBytes && this.kept.size <= this.limit) break;
       this.kept.delete(older);

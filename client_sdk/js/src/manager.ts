@@ -323,8 +323,7 @@ export class ToolReferenceManager {
       // As Python's upload.prepare: the new messages against the history (and the body the
       // server kept for it, this conversation's only), the ref in the header.
       const plain = encoder.encode(JSON.stringify({ ...body, [key]: outgoing(start) }));
-      let window = dictionary(transcript.texts.slice(0, start));
-      window = window.length > COMPRESS_WINDOW ? window.slice(window.length - COMPRESS_WINDOW) : window;
+      let window = dictionary(transcript.texts.slice(0, start), COMPRESS_WINDOW);
       const prior = usePrior ? this.kept.get(ref, first) : undefined;
       if (prior !== undefined) {
         window = primed(window, prior);
@@ -336,13 +335,13 @@ export class ToolReferenceManager {
       const content = await zstd(plain, tail);
       return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter, plain, first, chain };
     }
-    const text = JSON.stringify({ ...body, historyRef: ref, [key]: outgoing(start) });
-    let content: Uint8Array = encoder.encode(text);
+    const plain = encoder.encode(JSON.stringify({ ...body, historyRef: ref, [key]: outgoing(start) }));
+    let content: Uint8Array = plain;
     if (compress && content.length >= COMPRESS_FROM) {
       content = await gzip(content);
       headers["Content-Encoding"] = "gzip";
     }
-    return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter, plain: encoder.encode(text), first, chain };
+    return { body: content, headers, continued: ref, head, length: messages.length, refs, used: usedAfter, plain, first, chain };
   }
 
   private async whole(
@@ -465,7 +464,8 @@ export class ToolReferenceManager {
       if (response.headers.get(DICTIONARY_HEADER) === KEEP_HISTORY) {
         this.keepsBodies = true;
         const { plain, first } = upload;
-        if (this.zstd !== null && plain !== undefined && first !== undefined) this.kept.keep(refsKept, first, plain);
+        const zstdOn = this.zstd !== null && this.compress !== false; // only zstd bodies use it
+        if (zstdOn && plain !== undefined && first !== undefined) this.kept.keep(refsKept, first, plain);
       }
       return confirmed;
     }
