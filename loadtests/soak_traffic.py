@@ -13,7 +13,10 @@ may change between phases):
   turn, its body identity, zstd or gzip as agents send them) to `toolref relay`, which
   sends it on to the service's `/llm/fake/...` and the fake provider;
 - clients going away: a body cut off half way (to the service, the relay and the
-  backend, zstd), and a stream read to its first bytes and dropped (relay and backend).
+  backend, zstd), and a stream read to its first bytes and dropped (relay and backend);
+- edits meant to make the gateway build far more than it was sent (issue 37): a few KB
+  keeping a held base hundreds of times over, empty inline segments, a header line nested
+  past the parser, no ops; each refused at once (413 or 400), or it fails the run.
 
 Conversations run `turns` turns, then a new one starts with new payloads (`salt`), so
 records are written all along; a few run side by side per path.
@@ -37,16 +40,22 @@ import zstandard
 
 import toolref
 from loadtests.workload import TOOL_SCHEMA, anthropic, cuts, invocation, synthetic
+from toolref.edits.edit import Inline, Keep
+from toolref.edits.recipe import entry_of, recipe_ref
+from toolref.edits.wire import MEDIA_TYPE as EDIT_TYPE
+from toolref.edits.wire import encode
 from toolref.wire.encoding import JSON_TYPE, MSGPACK_TYPE, packb, unpackb
 
 REST, MIDDLEWARE, GATEWAY = "rest", "middleware", "gateway"
 CUT_REQUEST, CUT_STREAM = "disconnect mid-request", "disconnect mid-stream"
+EDIT_ATTACK: Final = "edit attack"
+EDIT_ATTACKS: Final = ("amplify", "empty segments", "nested header", "no ops")
 # One round of actions, 20 of them: what each slot starts.
 SCHEDULE: Final = (
     "register", "middleware", "gateway", "findMissing", "optimize",
     "resolve", "gateway", "middleware", "register", CUT_REQUEST,
     "summary", "middleware", "gateway", "findMissing", "optimize",
-    "register", "gateway", "middleware", "resolve", CUT_STREAM,
+    EDIT_ATTACK, "gateway", "middleware", "resolve", CUT_STREAM,
 )  # fmt: skip
 CODINGS: Final = ("identity", "zstd", "gzip")
 AGENT_TOOLS: Final = {
@@ -205,6 +214,7 @@ class Traffic:
             "gateway": lambda: self.agent_conversations.turn(self.gateway_turn),
             CUT_REQUEST: self.cut_request,
             CUT_STREAM: self.cut_stream,
+            EDIT_ATTACK: self.edit_attack,
         }
         try:
             await actions[action]()
@@ -319,6 +329,33 @@ class Traffic:
             raise Failed(f"HTTP {answer.status_code}: {data[:120]!r}")
         if end is not None and end not in data[-200:]:
             raise Failed(f"the stream ended without {end.decode()}: {data[-120:]!r}")
+
+    # --- edits that would amplify ---------------------------------------------------------
+
+    async def edit_attack(self) -> None:
+        """One of `EDIT_ATTACKS`, in turn, to the service's gateway: refused at once with the
+        status it must have, else `Failed`."""
+        kind = EDIT_ATTACKS[self._nth(EDIT_ATTACK) % len(EDIT_ATTACKS)]
+        segments = [b"", b'{"pad":"', *[b"x"] * 2000, b'"}']
+        base = recipe_ref([entry_of(s) for s in segments])
+        headers = {"Content-Type": EDIT_TYPE, "Toolref-Key": self.targets.key}
+        path = "/llm/fake/v1/messages"
+        if kind == "amplify":  # its base held first (kept whatever the provider says)
+            first = encode(None, [Inline(s) for s in segments], b"")
+            held = await self.service.post(path, content=first, headers=headers)
+            if held.status_code >= 500:
+                raise Failed(f"{kind}: the base answered HTTP {held.status_code}")
+            body, status = encode(base, [Keep(0, len(segments))] * 500, None), 413
+        elif kind == "empty segments":
+            body, status = encode(None, [Inline(b"")] * 1000, None), 400
+        elif kind == "nested header":
+            body, status = b'{"v":1,"o":' + b"[" * 5000 + b"]" * 5000 + b"}\n", 400
+        else:
+            body, status = b'{"v":1,"b":null,"o":[],"n":0}\n', 400
+        answer = await self.service.post(path, content=body, headers=headers)
+        self.tally.requests[f"{EDIT_ATTACK} ({kind})"] += 1
+        if answer.status_code != status:
+            raise Failed(f"{kind}: HTTP {answer.status_code}, not {status}: {answer.text[:120]}")
 
     # --- clients that go away -------------------------------------------------------------
 

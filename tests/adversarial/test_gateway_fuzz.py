@@ -34,6 +34,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
+from toolref.edits.edit import Inline
+from toolref.edits.request import cut
+from toolref.edits.wire import MEDIA_TYPE, encode
+
 from ..conftest import all_keys, snapshot
 from .gateway_wire import Reply, StrictUpstream, gateway, opened
 
@@ -171,6 +175,46 @@ def conversations(draw: st.DrawFn, refs: st.SearchStrategy[str]) -> dict[str, An
     return {"model": "m", "max_tokens": 8, "messages": messages}
 
 
+TB = st.one_of(st.from_regex(r"tb_[a-z2-7]{25}[aeimquy4]", fullmatch=True), st.just("tb_x"))
+OPS = st.one_of(
+    st.integers(-2, 40),
+    st.sampled_from([0, 10**12, 2**63]),
+    st.lists(st.integers(-2, 10**6), min_size=0, max_size=3),
+    st.from_regex(r"tp_[a-z2-7]{25}[aeimquy4]", fullmatch=True),
+    st.sampled_from(["tp_x", None, {"a": 1}, 1.5, True]),
+)
+
+
+@st.composite
+def edits(draw: st.DrawFn, document: bytes) -> bytes:
+    """Edit bodies (`application/vnd.toolref.edit`): the document's own recipe (well
+    formed: no base, every segment inline, plain zstd or as it is), or a header line of
+    made-up ops (ranges outside any base, refs no one holds, lengths that do not add up,
+    nesting past the parser's, no ops) before made-up inline bytes."""
+    if draw(st.booleans()):
+        made = cut([("x-fuzz", "1")], document, "messages")
+        if made is not None:
+            words = b"" if draw(st.booleans()) else None
+            return encode(None, [Inline(s) for s in made.segments], words)
+    header: dict[str, Any] = {"v": draw(st.sampled_from([1, 1, 2, "1", None]))}
+    header["b"] = draw(st.one_of(st.none(), TB))
+    ops = draw(st.lists(OPS, max_size=8))
+    header["o"] = ops
+    blob = draw(st.binary(max_size=48))
+    header["n"] = draw(st.one_of(st.just(len(blob)), st.integers(-1, 10**9)))
+    if draw(st.booleans()):
+        header["z"] = draw(st.one_of(st.integers(-1, 10**6), st.just("z")))
+    line = json.dumps(header).encode()
+    match draw(st.integers(0, 9)):
+        case 9:
+            line = b"[" * 3000 + b"]" * 3000
+        case 8:
+            line = line[: draw(st.integers(0, len(line)))]
+        case 7:
+            blob = zstandard.ZstdCompressor(write_checksum=True).compress(blob)
+    return line + b"\n" + blob
+
+
 @dataclass(frozen=True)
 class Sent:
     """One fuzzed request, as bytes on the wire."""
@@ -209,6 +253,9 @@ def requests(draw: st.DrawFn, refs: st.SearchStrategy[str]) -> Sent:
             body = draw(st.binary(max_size=64))
         case 5:
             body = b""
+        case 4 | 3:
+            body = draw(edits(document))
+            headers.append(("Content-Type", MEDIA_TYPE))
     framing = draw(st.sampled_from(["length", "length", "chunked", "both", "twice", "none"]))
     lines = [f"{method} ".encode() + raw_target + b" HTTP/1.1"]
     match draw(st.integers(0, 19)):  # mostly one Host, as HTTP/1.1 wants (it is not sent on)

@@ -1,7 +1,8 @@
 """The soak's traffic against its real processes, for a few seconds: every kind of request
 reaches its path and is answered, bodies go in every encoding, nothing fails but the
-deliberate disconnects, no process logs an error, and every process is sampled. (Whether
-memory stays flat takes minutes: `make soak`, and CI's 2 minutes.)"""
+deliberate disconnects, edits that would amplify are refused as they must be, no process
+logs an error, and every process is sampled. (Whether memory stays flat takes minutes:
+`make soak`, and CI's 2 minutes.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 from loadtests import soak
 from loadtests.soak_memory import Limit
-from loadtests.soak_traffic import CUT_REQUEST, CUT_STREAM
+from loadtests.soak_traffic import CUT_REQUEST, CUT_STREAM, EDIT_ATTACK, EDIT_ATTACKS
 
 from toolref_server.embedded import valkey_server_binary
 
@@ -43,7 +44,9 @@ def test_a_short_soak_sends_every_kind_of_request_and_none_fails() -> None:
     answered = {"gateway", "gateway stream", "middleware", "middleware stream", "rest hydrate"}
     cut = {f"{CUT_REQUEST} ({w})" for w in ("rest", "gateway", "middleware")}
     cut |= {f"{CUT_STREAM} ({w})" for w in ("gateway", "middleware")}
-    assert set(result.tally.requests) == rest | answered | cut
+    attacks = {f"{EDIT_ATTACK} ({kind})" for kind in EDIT_ATTACKS}
+    assert set(result.tally.requests) - attacks == rest | answered | cut
+    assert {f"{EDIT_ATTACK} ({kind})" for kind in EDIT_ATTACKS[:2]} <= set(result.tally.requests)
     codings = {"identity", "zstd", "gzip"}
     assert set(result.tally.bodies) == {
         f"{c} ({kind})" for c in codings for kind in ("json", "msgpack", "agent")

@@ -11,8 +11,12 @@ checksum declared) compressed against the last `z` bytes of the base's segments 
 `edit.dictionary_order` (`"z": 0`: plain zstd); without it, they come as they are.
 
 The header is JSON so that any peer can read it; it is small (a few bytes per op). Reading
-it is bounded: `MAX_HEADER` bytes, `MAX_OPS` ops, and the inline bytes within the limit the
-caller gives, refused before any is inflated.
+it is bounded before any other work: `MAX_HEADER` bytes (nesting as deep as the parser
+takes, refused cleanly past it), and the
+recipe it makes within the caller's limits: its entries (every kept range counted by its
+length, so 62 bytes keeping a million entries are refused, not built) and its inline bytes,
+refused before any is inflated. An inline segment is never empty but the headers' (the
+first op): an empty segment weighs no bytes, so only entries would bound it.
 """
 
 from __future__ import annotations
@@ -32,12 +36,13 @@ from toolref.wire.errors import (
     DecompressedTooLargeError,
     DictionaryMismatchError,
     MalformedBodyError,
+    TooManyItemsError,
 )
 
 MEDIA_TYPE: Final = "application/vnd.toolref.edit"
 VERSION: Final = 1
 MAX_HEADER: Final = 4 << 20  # bytes of the header line
-MAX_OPS: Final = 200_000
+DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)
 LEVEL: Final = 3  # zstd level of the inline bytes
 
 
@@ -50,6 +55,7 @@ class Header:
     ops: list[Keep | Named | int]
     inline: int  # inline bytes in all
     dictionary: int | None  # zstd against the last this many bytes (0: none); None: as is
+    entries: int = 0  # entries of the recipe it makes (each kept one counted)
 
 
 def encode(base: str | None, ops: Sequence[Op], dictionary: bytes | None) -> bytes:
@@ -81,16 +87,19 @@ def _compress(data: bytes, dictionary: bytes) -> bytes:
     return compressor.compress(data)
 
 
-def read(data: bytes, max_inline: int) -> tuple[Header, bytes]:
+def read(
+    data: bytes, max_inline: int, max_entries: int = DEFAULT_MAX_ENTRIES
+) -> tuple[Header, bytes]:
     """The header and the bytes after it; `MalformedBodyError` for anything else, with
     what is wrong and the fix; `DecompressedTooLargeError` for inline bytes past
-    `max_inline` (before any is inflated)."""
+    `max_inline` (before any is inflated); `TooManyItemsError` for a recipe of more than
+    `max_entries` entries (before any is built). O(header line)."""
     end = data.find(b"\n", 0, MAX_HEADER + 1)
     if end < 0:
         raise _malformed(f"no header line within the first {MAX_HEADER} bytes")
     try:
-        header = json.loads(data[:end])
-    except ValueError as exc:
+        header = json.loads(data[:end])  # nested too deep: RecursionError, raised cleanly
+    except (ValueError, RecursionError) as exc:
         raise _malformed(f"the header line is not JSON ({exc})") from None
     if not isinstance(header, dict) or header.get("v") != VERSION:
         raise _malformed(f"the header is not a version-{VERSION} edit object")
@@ -98,8 +107,10 @@ def read(data: bytes, max_inline: int) -> tuple[Header, bytes]:
     if base is not None and not is_recipe_ref(base):
         raise _malformed(f"`b` is {_shown(base)}, not null or a recipe ref (tb_...)")
     listed, inline = header.get("o"), header.get("n")
-    if not isinstance(listed, list) or len(listed) > MAX_OPS:
-        raise _malformed(f"`o` is not a list of at most {MAX_OPS} ops")
+    if not isinstance(listed, list) or not listed:
+        raise _malformed("`o` is not a list of ops, the headers' segment first")
+    if len(listed) > max_entries:
+        raise _too_many(len(listed), max_entries)
     if type(inline) is not int or inline < 0:
         raise _malformed("`n` is not the count of inline bytes")
     if inline > max_inline:
@@ -116,11 +127,22 @@ def read(data: bytes, max_inline: int) -> tuple[Header, bytes]:
         raise _malformed("the inline lengths of `o` do not add up to `n`")
     if base is None and any(isinstance(op, Keep) for op in ops):
         raise _malformed("an edit with no base (`b` null) keeps nothing")
-    return Header(base, ops, inline, dictionary), data[end + 1 :]
+    entries = sum(op.end - op.start if isinstance(op, Keep) else 1 for op in ops)
+    if entries > max_entries:
+        raise _too_many(entries, max_entries)
+    return Header(base, ops, inline, dictionary, entries), data[end + 1 :]
+
+
+def _too_many(entries: int, limit: int) -> TooManyItemsError:
+    return TooManyItemsError(
+        f"the edit makes a recipe of {entries} entries, over the limit of {limit} "
+        "(TOOLREF_MAX_EDIT_ENTRIES); send a smaller request, or the request whole",
+        limit=limit,
+    )
 
 
 def _op(op: object, index: int) -> Keep | Named | int:
-    if type(op) is int and op >= 0:
+    if type(op) is int and (op > 0 or (op == 0 and index == 0)):
         return op
     if isinstance(op, list) and len(op) == 2 and all(type(i) is int for i in op):
         start, end = op
@@ -129,7 +151,10 @@ def _op(op: object, index: int) -> Keep | Named | int:
     found = parse_piece_ref(op)
     if found is not None:
         return Named(found)
-    raise _malformed(f"op {index} is {_shown(op)}: an op is [start, end], a tp_ ref or a length")
+    raise _malformed(
+        f"op {index} is {_shown(op)}: an op is [start, end] (start < end), a tp_ ref or the "
+        "length of an inline segment (more than 0 but for the headers' segment, op 0)"
+    )
 
 
 def inline(header: Header, blob: bytes, dictionary: bytes, meter: Meter | None) -> list[bytes]:

@@ -40,6 +40,15 @@ class BodyLimits(BaseModel):
     )
     max_batch: int = Field(default=1000, ge=1, description="Items per batch request.")
     max_messages: int = Field(default=5000, ge=1, description="Messages per conversation.")
+    max_edit_entries: int = Field(
+        default=50_000,
+        ge=16,
+        description="Entries of the recipe one edit (application/vnd.toolref.edit) makes: "
+        "each entry a kept range keeps counts, so a few bytes keeping many entries are "
+        "refused (413 `too-many-items`) before anything is built. A request is about three "
+        "entries per message and one per large top-level member: ten per message of "
+        "TOOLREF_MAX_MESSAGES.",
+    )
 
     @model_validator(mode="after")
     def _check_inflated_budget(self) -> Self:

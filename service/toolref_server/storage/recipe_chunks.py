@@ -100,10 +100,15 @@ class _Builder:
 
     def slices(self, base: Chunks, i: int, j: int) -> None:
         """The base's slices i..j-1 as they are (C-speed list slices between the fresh
-        runs among them, which merge with their neighbours)."""
+        runs among them, which merge with their neighbours). Linear in j - i: each slice is
+        scanned once (testing `None in ids[i:j]` on every pass copied and scanned the rest
+        again for each fresh run, quadratic when kept and new entries alternate)."""
         ids = base.ids
         while i < j:
-            k = ids.index(None, i, j) if None in ids[i:j] else j
+            try:  # the next fresh run: one scan from i, each slice looked at once in all
+                k = ids.index(None, i, j)
+            except ValueError:
+                k = j
             if k > i:
                 self.lengths += base.lengths[i:k]
                 self.ids += ids[i:k]

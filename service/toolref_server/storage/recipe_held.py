@@ -19,7 +19,7 @@ from toolref.edits.recipe import LITERAL, Entry, framed, ref_of_framed
 from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, rechunk
 from toolref_server.storage.recipe_nodes import CONTEXT, RecipeNode
 
-_ENTRY_OVERHEAD: Final = 160  # what an entry costs in memory beyond its bytes (4 lists), about
+ENTRY_OVERHEAD: Final = 160  # what an entry costs in memory beyond its bytes (4 lists), about
 
 # Where a literal is stored: the refs of its group's nodes up to the one holding it (that
 # one last; a tuple shared by every literal of that node), and its place in that node.
@@ -66,7 +66,7 @@ class Held:
     def size(self) -> int:
         """Bytes it holds in memory, about (for the cache's bound): its segments counted
         as its own, although a recipe shares most with its base."""
-        return self.length + len(self.stream) + _ENTRY_OVERHEAD * len(self.entries)
+        return self.length + len(self.stream) + ENTRY_OVERHEAD * len(self.entries)
 
     @property
     def length(self) -> int:
