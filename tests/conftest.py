@@ -143,9 +143,10 @@ async def all_keys(redis: Redis) -> list[Any]:
 
 
 async def snapshot(redis: Redis) -> dict[Any, Any]:
-    """Every key and value in the engine, to show a request changed nothing."""
+    """Every key and value in the engine (of any type: DUMP), to show a request changed
+    nothing."""
     keys = await all_keys(redis)
-    values: list[Any] = [await redis.get(key) for key in keys]
+    values: list[Any] = [await redis.dump(key) for key in keys]
     return dict(zip(keys, values, strict=True))
 
 

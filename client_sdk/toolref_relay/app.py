@@ -47,7 +47,7 @@ from toolref.registry.client import AsyncRegistryClient
 from toolref.sending.editor import Editor
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.transport import LLMRequest, recognise
-from toolref.wire.endpoints import endpoint
+from toolref.wire.endpoints import CAPABILITIES, endpoint
 from toolref.wire.errors import (
     LimitExceededError,
     MalformedBodyError,
@@ -132,7 +132,7 @@ class Relay:
     def _new_client(self) -> Client:
         config = self.config
         return Client(
-            Editor(config.max_recipes, config.max_recipe_bytes),
+            Editor(config.max_recipes, config.max_recipe_bytes, size_guard=config.size_guard),
             # The gateway reads zstd: compress from the first request, not the first history.
             ToolReferenceManager(max_transcripts=config.max_transcripts, compress=True),
         )
@@ -412,6 +412,17 @@ class Relay:
 
     def extensions(self) -> dict[str, Any]:
         return {"timeout": dict(self._timeouts)}
+
+    async def takes_edits(self) -> bool:
+        """Whether the gateway takes edits (asked once per start; `capabilities`), its
+        version then in `self.capabilities.version`."""
+
+        async def ask() -> httpx.Response:
+            url = self.config.gateway + CAPABILITIES
+            request = httpx.Request("GET", url, extensions=self.extensions())
+            return await self.pool.handle_async_request(request)
+
+        return await self.capabilities.edits(ask)
 
     async def _pass(self, call: Call, receive: Receive, send: Send) -> None:
         await pass_through(self, call, receive, send)

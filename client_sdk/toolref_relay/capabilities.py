@@ -1,6 +1,7 @@
-"""Whether the gateway takes edits (`application/vnd.toolref.edit`): asked once per start
-(`GET /v1/capabilities`, `"edits": 1`) and kept; a 415 to an edit says no as well. Until it
-is known (the gateway down at start, say), a turn takes the manager's path."""
+"""Whether the gateway takes edits (`application/vnd.toolref.edit`), and of which version:
+asked once per start (`GET /v1/capabilities`, `"edits": 2`, the highest it reads; 1 for a
+gateway before size-guarded edits) and kept; a 415 to an edit says no as well. Until it is
+known (the gateway down at start, say), a turn takes the manager's path."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Final
 
 import httpx
 
-EDITS_VERSION: Final = 1
+from toolref.edits.wire import VERSIONS
+
+EDITS_VERSION: Final = max(VERSIONS)  # the highest this relay writes
 
 
 class Capabilities:
@@ -19,6 +22,7 @@ class Capabilities:
 
     def __init__(self, enabled: bool = True) -> None:
         self._edits: bool | None = None if enabled else False
+        self.version = EDITS_VERSION  # what the gateway reads (known with `edits`)
         self._lock = asyncio.Lock()
 
     @property
@@ -41,7 +45,10 @@ class Capabilities:
                         await response.aclose()
                 except httpx.HTTPError:
                     return False
-                self._edits = response.status_code == 200 and _takes_edits(body)
+                version = _edits_version(body) if response.status_code == 200 else None
+                if version is not None:
+                    self.version = version
+                self._edits = version is not None
         return self._edits
 
     def refused(self) -> None:
@@ -49,12 +56,13 @@ class Capabilities:
         self._edits = False
 
 
-def _takes_edits(body: bytes) -> bool:
+def _edits_version(body: bytes) -> int | None:
+    """The highest edit version both read, from the capabilities document; None: none."""
     try:
         document = json.loads(body)
     except ValueError:
-        return False
-    if not isinstance(document, dict):
-        return False
-    found = document.get("edits")
-    return type(found) is int and found == EDITS_VERSION  # the version this relay writes
+        return None
+    found = document.get("edits") if isinstance(document, dict) else None
+    if type(found) is not int or found < min(VERSIONS):
+        return None
+    return min(found, EDITS_VERSION)

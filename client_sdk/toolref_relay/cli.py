@@ -103,6 +103,13 @@ def parser() -> argparse.ArgumentParser:
         help="never send requests as edits (the history path, as before edits)",
     )
     relay.add_argument(
+        "--no-size-guard",
+        action="store_true",
+        help="compress each turn's new segments against the conversation (smaller, but their "
+        "size then tells an observer of the link whether a text repeats one the conversation "
+        "holds: only where no one else sees the sizes; docs/reliability.md)",
+    )
+    relay.add_argument(
         "--token-file",
         default=None,
         help="where to write this start's control token, readable only by you "
@@ -155,6 +162,7 @@ def config_of(args: argparse.Namespace) -> RelayConfig:
         max_inflated_bytes=args.max_inflated_bytes,
         max_clients=args.max_clients,
         edits=not args.no_edits,
+        size_guard=not args.no_size_guard,
         max_recipes=args.max_recipes,
         max_recipe_bytes=args.max_recipe_bytes,
         max_inflated_in_flight=args.max_inflated_in_flight,

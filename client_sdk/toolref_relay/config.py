@@ -61,6 +61,10 @@ class RelayConfig:
         least recently used is dropped first (`clients`).
     edits: send LLM requests as edits when the gateway takes them (`edited`); False keeps
         to the manager's path (history refs and kept bodies).
+    size_guard: each inline segment of an edit compressed in a context of its own (the
+        default), so that its size tells nothing of what else the conversation holds;
+        False compresses them against the conversation (smaller, for a link whose sizes
+        no one else can see: `--no-size-guard`; docs/reliability.md, "Sizes").
     max_recipes / max_recipe_bytes: the recipes each client's editor keeps, and the bytes
         they may hold together (`toolref.sending.recipes`): the relay holds at most
         max_clients x max_recipe_bytes of them.
@@ -82,6 +86,7 @@ class RelayConfig:
     max_transcripts: int = 64
     max_clients: int = 8
     edits: bool = True
+    size_guard: bool = True
     max_recipes: int = 64
     max_recipe_bytes: int = 32 * MIB
     token: str = field(default_factory=new_token, repr=False)

@@ -25,7 +25,7 @@ from toolref.receiving.hops import Pairs, end_to_end, without_toolref
 from toolref.receiving.workers import Workers
 from toolref.sending.answers import may_resend, problem_of
 from toolref.sending.editor import Edit
-from toolref.wire.endpoints import CAPABILITIES, endpoint
+from toolref.wire.endpoints import endpoint
 from toolref.wire.headers import HISTORY_HEADER, KEY_HEADER, SWITCHED_FROM_HEADER
 
 from .calls import Call, Meter
@@ -56,13 +56,9 @@ async def as_edit(
     if found is None:
         return None
     config = relay.config
-
-    async def ask() -> httpx.Response:
-        request = httpx.Request("GET", config.gateway + CAPABILITIES, extensions=relay.extensions())
-        return await relay.pool.handle_async_request(request)
-
-    if not await relay.capabilities.edits(ask):
+    if not await relay.takes_edits():
         return None
+    client.editor.version = relay.capabilities.version  # the highest the gateway reads
     extra = [(KEY_HEADER, config.key)] if config.key else []
     if moved:
         extra.append((SWITCHED_FROM_HEADER, moved))

@@ -2,15 +2,17 @@
 Responses WebSocket, `.../v1/responses`) joined to the gateway's WebSocket at the same path.
 
 The relay first opens its own socket to the gateway (`toolref.websocket`: the agent's
-headers and credentials, `Toolref-Key`, `Toolref-Frames: 1`), and accepts the agent's only
+headers and credentials, `Toolref-Key`, `Toolref-Frames: 2`), and accepts the agent's only
 once the gateway accepted: a gateway that cannot (an upstream without WebSockets, an old
 gateway, one that does not answer, any refusal) makes the relay answer the upgrade with
 **426** at once, in the provider's error shape, so the agent goes on over HTTP after one
 attempt (Codex answered 403, 404 or 500 retries seven times, about 7 s, first).
 
-Then `toolref.websocket.bridge` joins them: each text message of the agent's travels
-compressed against the one before it (`toolref.wire.frames`; a `response.create` repeats
-its instructions and tools every turn), and the gateway restores the agent's exact bytes;
+Then `toolref.websocket.bridge` joins them: each text message of the agent's travels as an
+edit of the one before it, its new segments each compressed alone
+(`toolref.websocket.frames`; a `response.create` repeats its instructions and tools every
+turn; `--no-size-guard`: compressed against the one before), and the gateway restores the
+agent's exact bytes;
 the gateway's messages (the provider's events) reach the agent exactly, in order, as they
 come. One turn line per message, as over HTTP. Limits: a message of `--max-body-bytes`
 either way (1009); each message charged to the relay's budget of bytes in flight
@@ -28,7 +30,7 @@ from toolref.receiving.middleware import Receive, Scope, Send
 from toolref.receiving.workers import Workers
 from toolref.websocket.bridge import Limits, bridge
 from toolref.websocket.driver import Refusal, Unreachable, connect
-from toolref.wire.frames import Encoder
+from toolref.websocket.frames import Encoder, Mode
 from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSION
 
 from . import guard
@@ -100,10 +102,11 @@ async def _joined(
         to_gateway(call.headers, key=config.key, switched_from=None, body_changed=False)
     )
     url = gateway_socket_url(config.gateway, f"/llm/{upstream}{call.suffix()}")
+    frames, mode = await _frames(relay)
     try:
         socket = await connect(
             url,
-            [*outgoing, (FRAMES_HEADER, FRAMES_VERSION)],
+            [*outgoing, (FRAMES_HEADER, frames)],
             subprotocols=subprotocols,
             max_message=config.max_body_bytes,
             connect_timeout=config.connect_timeout,
@@ -126,7 +129,7 @@ async def _joined(
             "headers": to_agent(_without_handshake(decoded(accepted.headers))),
         }
     )
-    encoder = Encoder()
+    encoder = Encoder(mode)
 
     async def compressed(message: str | bytes) -> str | bytes:
         packed = await _WORKERS.run(len(message), encoder.encode, message)
@@ -141,6 +144,17 @@ async def _joined(
         receive, send, socket, limits, inbound=compressed, account=relay.budget.account
     )
     log_call(call, upstream, 101, ended.sent, ended.sent_bytes)
+
+
+async def _frames(relay: Relay) -> tuple[str, Mode]:
+    """`Toolref-Frames` and how the agent's messages travel: size-guarded (each an edit of
+    the one before, its new segments compressed alone: `2`; toward a gateway that reads
+    version 1 only, as they are), or against the one before (`--no-size-guard`: `1`)."""
+    if not relay.config.size_guard:
+        return "1", "against-previous"
+    if await relay.takes_edits() and relay.capabilities.version >= 2:
+        return FRAMES_VERSION, "segmented"
+    return "1", "as-is"
 
 
 async def refuse(send: Send, error: ErrorReply) -> None:

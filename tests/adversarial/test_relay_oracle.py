@@ -15,7 +15,9 @@ service's gateway on the test engine, a scripted provider behind it.
 from __future__ import annotations
 
 import json
+import random
 import re
+import statistics
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -29,7 +31,7 @@ from redis.asyncio import Redis
 from tests.support.servers import serve
 from toolref_relay import Relay, RelayConfig
 
-from ..integration.relay_gateway import KEY, Recorded, Scripted, gateway
+from ..integration.relay_gateway import KEY, Recorded, Scripted, gateway, wire_bytes
 
 pytestmark = pytest.mark.engine
 
@@ -138,10 +140,10 @@ async def test_a_guess_at_another_conversation_s_secret_travels_the_same_size(
     if edits:
         assert len({len(a.body) for a in probes}) == 1
         for arrival in probes:  # no base, so no dictionary: its own bytes only
-            assert arrival.body.startswith(b'{"v":1,"b":null,'), arrival.body[:80]
+            assert arrival.body.startswith(b'{"v":2,"b":null,'), arrival.body[:80]
             assert b'"z":' not in arrival.body.split(b"\n")[0] or b'"z":0}' in arrival.body
         for turn in turns[1:]:  # the victim's turns: edits of its own recipe before
-            assert turn.body.startswith(b'{"v":1,"b":"tb_')
+            assert turn.body.startswith(b'{"v":2,"b":"tb_')
         return
     assert [len(a.body) for a in probes] == list(sizes.values())
     for arrival in probes:
@@ -151,6 +153,70 @@ async def test_a_guess_at_another_conversation_s_secret_travels_the_same_size(
     for turn in turns[1:]:
         assert turn.headers["toolref-history"].startswith("th_")
         assert turn.headers["toolref-dictionary"] == turn.headers["toolref-history"]
+
+
+def _wrong(seed: int) -> str:
+    """A wrong guess of the secret's characters, new each time, sharing no two consecutive
+    characters with it (so that only the right guess repeats the secret)."""
+    rng = random.Random(seed)
+    pairs = {SECRET[i : i + 2] for i in range(len(SECRET) - 1)}
+    while True:
+        guess = "".join(rng.sample(SECRET, len(SECRET)))
+        if not any(guess[i : i + 2] in pairs for i in range(len(guess) - 1)):
+            return guess
+
+
+def _page(turn: int, guess: str) -> str:
+    """A web page an attacker serves (fetched by the agent as a tool result): text of its
+    own and a guess at the secret, with the context the attacker knows around it."""
+    lines = [f"Release notes, part {turn}: the deploy pipeline reads its token from .env."]
+    lines += [
+        f"Example {turn}.{n}: set REGION and the token, then run make deploy." for n in range(6)
+    ]
+    lines.append(f"DEPLOY_TOKEN={guess}\nREGION=eu-west-1\n")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["size-guard", "no-size-guard"])
+async def test_a_guess_in_the_conversation_s_own_tool_result_travels_the_same_size(
+    redis: Redis, guarded: bool
+) -> None:
+    """Issue 37, M1: the secret is in the agent's own conversation (a `.env` it read), and
+    an attacker's page, fetched as a tool result turn after turn, carries guesses at it.
+    Every turn is an edit of the turn before; the bytes on the relay->gateway socket
+    (header lines and body) of the turns carrying the right guess and of those carrying
+    wrong ones: size-guarded (the default), the medians are within 2 bytes (each new
+    segment compressed alone: its size is its own). Without the guard the right guess
+    travels smaller (its text repeats the secret in the window it is compressed against):
+    the attack this test makes is one that works."""
+    opening = f"Deploy with this .env:\nDEPLOY_TOKEN={SECRET}\nREGION=eu-west-1\n"
+    body = _body(opening, {"role": "assistant", "content": "I will check the notes."})
+    right: list[int] = []
+    wrong: list[int] = []
+    async with (
+        relayed(redis, size_guard=guarded) as stack,
+        httpx.AsyncClient(timeout=TIMEOUT) as agent,
+    ):
+        await _say(agent, stack, body, VICTIM)
+        for turn in range(12):
+            guess = SECRET if turn % 2 == 0 else _wrong(turn)
+            call = {"type": "tool_use", "id": f"toolu_{turn:02d}", "name": "web_fetch"}
+            call["input"] = {"url": f"https://attacker.example/notes/{turn:02d}"}
+            result = {"type": "tool_result", "tool_use_id": f"toolu_{turn:02d}"}
+            result["content"] = _page(turn, guess)
+            body["messages"] += [
+                {"role": "assistant", "content": [call]},
+                {"role": "user", "content": [result]},
+            ]
+            await _say(agent, stack, body, VICTIM)
+            arrival = stack.gateway.arrivals[-1]
+            assert arrival.headers["content-type"] == "application/vnd.toolref.edit"
+            (right if guess == SECRET else wrong).append(wire_bytes(arrival))
+    gap = statistics.median(wrong) - statistics.median(right)
+    if guarded:
+        assert abs(gap) <= 2, (right, wrong)
+    else:
+        assert gap > 2, (right, wrong)
 
 
 @pytest.mark.parametrize("edits", [True, False], ids=["edits", "history"])

@@ -16,7 +16,7 @@ from tests.integration.relay_gateway import KEY, gateway
 from tests.support.fake_provider import FakeProvider, Reply
 from toolref.websocket.client import Closed, Message
 from toolref.websocket.driver import Refusal, Socket, connect
-from toolref.wire.frames import Encoder
+from toolref.websocket.frames import Encoder
 from toolref.wire.headers import FRAMES_HEADER, KEY_HEADER
 
 TOOLS = [

@@ -31,6 +31,7 @@ from examples.llm_backend import create_backend
 from redis.asyncio import Redis
 
 from tests.support.servers import serve
+from toolref.edits import wire
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.savings import UPLOAD_BYTES
 
@@ -103,12 +104,12 @@ def assert_same_bodies(built: list[bytes], received: list[Any]) -> None:
 def assert_edits_after_the_first(turns: list[Arrival]) -> None:
     """Every turn travels as an edit: the first with no base, every later one against a
     recipe the gateway confirmed (issue 30)."""
-    assert turns[0].body.startswith(b'{"v":1,"b":null,')
+    assert turns[0].body.startswith(b'{"v":2,"b":null,')
     for turn in turns:
         assert turn.headers["content-type"] == "application/vnd.toolref.edit"
         assert "toolref-history" not in turn.headers
     for later in turns[1:]:
-        assert later.body.startswith(b'{"v":1,"b":"tb_')
+        assert later.body.startswith(b'{"v":2,"b":"tb_')
 
 
 def assert_history_refs_after_the_first(turns: list[Arrival]) -> None:
@@ -182,7 +183,7 @@ async def test_the_openai_sdk_converses_through_the_relay_exactly(redis: Redis) 
     assert answer.output_text == "You said: hello"
     assert_same_bodies(built, backend.state.provider.bodies())
     assert_edits_after_the_first(stack.gateway.arrivals[:-1])
-    assert stack.gateway.arrivals[-1].body.startswith(b'{"v":1,"b":null,')  # another conversation
+    assert stack.gateway.arrivals[-1].body.startswith(b'{"v":2,"b":null,')  # another conversation
     assert all(
         a.headers["authorization"] == "Bearer sk-openai-credential" for a in stack.gateway.arrivals
     )
@@ -458,10 +459,8 @@ async def test_headers_hop_by_hop_stay_behind_and_toolref_headers_stay_home(
         "toolref-key",
     }
     assert "anthropic-version" not in turn.headers
-    assert (
-        b"anthropic-version: 2023-06-01\r\n"
-        in zstandard.ZstdDecompressor().decompressobj().decompress(turn.body.split(b"\n", 1)[1])
-    )
+    header, blob = wire.read(turn.body, 1 << 30)
+    assert b"anthropic-version: 2023-06-01\r\n" in wire.inline(header, blob, b"", None)[0]
     assert listing.headers["anthropic-version"] == "2023-06-01"  # anything else: passed through
     for seen in scripted.headers:  # the provider: the agent's headers, toolref's none
         assert seen["anthropic-version"] == "2023-06-01"

@@ -287,9 +287,11 @@ def test_options_that_cannot_work_are_refused_with_the_fix() -> None:
 @pytest.mark.parametrize(
     ("status", "document", "takes"),
     [
-        (200, {"edits": 1}, True),
-        (200, {"edits": True}, False),  # a boolean is not the version this relay writes
-        (200, {"edits": 2}, False),
+        (200, {"edits": 1}, True),  # a gateway before size-guarded edits: version 1
+        (200, {"edits": True}, False),  # a boolean is not a version
+        (200, {"edits": 2}, True),
+        (200, {"edits": 3}, True),  # a newer gateway reads what this relay writes too
+        (200, {"edits": 0}, False),
         (200, {"historyRefs": True}, False),  # a gateway from before edits
         (404, {"edits": 1}, False),
         (200, "not a document", False),
@@ -306,11 +308,14 @@ def test_edits_are_sent_only_when_the_gateway_says_it_reads_them(
         body = json.dumps(document).encode() if isinstance(document, dict) else b"{not json"
         return httpx.Response(status, content=body)
 
-    async def run() -> tuple[bool, bool]:
+    async def run() -> tuple[bool, bool, int]:
         found = Capabilities()
-        return await found.edits(ask), await found.edits(ask)
+        return await found.edits(ask), await found.edits(ask), found.version
 
-    assert asyncio.run(run()) == (takes, takes)
+    first, again, version = asyncio.run(run())
+    assert (first, again) == (takes, takes)
+    if takes:  # the highest version both read
+        assert version == min(document["edits"], 2)
     assert len(asked) == 1
     refused = Capabilities()
     refused.refused()

@@ -1,14 +1,20 @@
 """An edit on the wire (`application/vnd.toolref.edit`): a JSON header line, then the inline
 segments' bytes.
 
+    {"v":2,"b":"tb_..."|null,"o":[[0,57],"tp_...",312,...],"n":<inline bytes>}\\n
+    <a record per inline segment: as it is, or a zstd frame of its own (`isolated`)>
+
     {"v":1,"b":"tb_..."|null,"o":[[0,57],"tp_...",312,...],"n":<inline bytes>,"z":<size>}\\n
     <the inline segments, one after the other; zstd when "z" is there>
 
 Ops in `"o"`, in order: `[start, end]` keeps base entries start to end (excluded), a `tp_`
 ref names a piece the registry holds, an integer is the length of the next inline segment.
-`"n"` is the inline bytes in all. With `"z"`, those bytes are one zstd frame (size and
-checksum declared) compressed against the last `z` bytes of the base's segments in
-`edit.dictionary_order` (`"z": 0`: plain zstd); without it, they come as they are.
+`"n"` is the inline bytes in all. Version 2 (size-guarded, what clients send by default)
+carries each inline segment in a compression context of its own (`toolref.edits.isolated`:
+no segment's size depends on another's bytes). Version 1 (a client that compresses across
+the conversation, knowingly: sizes are signals) carries them as one: with `"z"`, one zstd
+frame (size and checksum declared) compressed against the last `z` bytes of the base's
+segments in `edit.dictionary_order` (`"z": 0`: plain zstd); without it, as they are.
 
 The header is JSON so that any peer can read it; it is small (a few bytes per op). Reading
 it is bounded before any other work: `MAX_HEADER` bytes (nesting as deep as the parser
@@ -28,6 +34,7 @@ from typing import Any, Final
 
 import zstandard
 
+from toolref.edits import isolated
 from toolref.edits.edit import Keep, Named, Op
 from toolref.edits.recipe import is_recipe_ref, parse_piece_ref, piece_ref
 from toolref.wire import compression
@@ -40,7 +47,8 @@ from toolref.wire.errors import (
 )
 
 MEDIA_TYPE: Final = "application/vnd.toolref.edit"
-VERSION: Final = 1
+VERSION: Final = 2  # what this version writes by default, and the highest it reads
+VERSIONS: Final = (1, 2)
 MAX_HEADER: Final = 4 << 20  # bytes of the header line
 DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)
 LEVEL: Final = 3  # zstd level of the inline bytes
@@ -54,13 +62,26 @@ class Header:
     base: str | None
     ops: list[Keep | Named | int]
     inline: int  # inline bytes in all
-    dictionary: int | None  # zstd against the last this many bytes (0: none); None: as is
+    dictionary: int | None  # v1: zstd against the last this many bytes (0: none); None: as is
     entries: int = 0  # entries of the recipe it makes (each kept one counted)
+    version: int = VERSION
+
+    @property
+    def lengths(self) -> list[int]:
+        """The length of each inline segment, in order."""
+        return [op for op in self.ops if type(op) is int]
 
 
-def encode(base: str | None, ops: Sequence[Op], dictionary: bytes | None) -> bytes:
-    """The edit's bytes. `dictionary`: compress the inline bytes against it (b"": plain
-    zstd); None: send them as they are (a peer that reads no zstd)."""
+def encode_isolated(base: str | None, ops: Sequence[Op]) -> bytes:
+    """A version-2 edit's bytes: each inline segment as it is or compressed alone,
+    whichever is smaller (`isolated.pack`)."""
+    listed, blobs = _listed(ops)
+    header = {"v": 2, "b": base, "o": listed, "n": sum(map(len, blobs))}
+    line = json.dumps(header, separators=(",", ":")).encode("ascii")
+    return line + b"\n" + isolated.pack(blobs)
+
+
+def _listed(ops: Sequence[Op]) -> tuple[list[Any], list[bytes]]:
     listed: list[Any] = []
     blobs: list[bytes] = []
     for op in ops:
@@ -71,8 +92,17 @@ def encode(base: str | None, ops: Sequence[Op], dictionary: bytes | None) -> byt
         else:
             listed.append(len(op.data))
             blobs.append(op.data)
+    return listed, blobs
+
+
+def encode(base: str | None, ops: Sequence[Op], dictionary: bytes | None) -> bytes:
+    """A version-1 edit's bytes, its inline segments as one. `dictionary`: compress them
+    against it (b"": plain zstd); None: send them as they are (a peer that reads no zstd).
+    Compressed against the base's bytes, an inline segment's size tells what else the
+    conversation holds: see `encode_isolated` for what clients send by default."""
+    listed, blobs = _listed(ops)
     blob = b"".join(blobs)
-    header: dict[str, Any] = {"v": VERSION, "b": base, "o": listed, "n": len(blob)}
+    header: dict[str, Any] = {"v": 1, "b": base, "o": listed, "n": len(blob)}
     if dictionary is not None:
         header["z"] = len(dictionary)
         blob = _compress(blob, dictionary)
@@ -101,8 +131,10 @@ def read(
         header = json.loads(data[:end])  # nested too deep: RecursionError, raised cleanly
     except (ValueError, RecursionError) as exc:
         raise _malformed(f"the header line is not JSON ({exc})") from None
-    if not isinstance(header, dict) or header.get("v") != VERSION:
-        raise _malformed(f"the header is not a version-{VERSION} edit object")
+    version = header.get("v") if isinstance(header, dict) else None
+    if type(version) is not int or version not in VERSIONS:
+        raise _malformed(f"the header is not an edit object of version {VERSIONS}")
+    assert isinstance(header, dict)
     base = header.get("b")
     if base is not None and not is_recipe_ref(base):
         raise _malformed(f"`b` is {_shown(base)}, not null or a recipe ref (tb_...)")
@@ -122,6 +154,8 @@ def read(
     dictionary = header.get("z")
     if dictionary is not None and (type(dictionary) is not int or dictionary < 0):
         raise _malformed("`z` is not a dictionary size")
+    if dictionary is not None and version != 1:
+        raise _malformed(f"`z` is a version-1 member, and this edit is of version {version}")
     ops = [_op(op, index) for index, op in enumerate(listed)]
     if sum(op for op in ops if type(op) is int) != inline:
         raise _malformed("the inline lengths of `o` do not add up to `n`")
@@ -130,7 +164,7 @@ def read(
     entries = sum(op.end - op.start if isinstance(op, Keep) else 1 for op in ops)
     if entries > max_entries:
         raise _too_many(entries, max_entries)
-    return Header(base, ops, inline, dictionary, entries), data[end + 1 :]
+    return Header(base, ops, inline, dictionary, entries, version), data[end + 1 :]
 
 
 def _too_many(entries: int, limit: int) -> TooManyItemsError:
@@ -158,8 +192,11 @@ def _op(op: object, index: int) -> Keep | Named | int:
 
 
 def inline(header: Header, blob: bytes, dictionary: bytes, meter: Meter | None) -> list[bytes]:
-    """The inline segments, in order: `blob` inflated against `dictionary` (the last
-    `header.dictionary` bytes the edit names; charged to `meter` before), and cut."""
+    """The inline segments, in order. Version 2: each record read (`isolated.unpack`).
+    Version 1: `blob` inflated against `dictionary` (the last `header.dictionary` bytes the
+    edit names), and cut. Inflated bytes are charged to `meter` before they are."""
+    if header.version == 2:
+        return isolated.unpack(blob, header.lengths, meter)
     raw = header.dictionary is None
     data = blob if raw else _inflate(blob, dictionary, header.inline, meter)
     if len(data) != header.inline:

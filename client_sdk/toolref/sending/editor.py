@@ -16,10 +16,15 @@ Per request:
   base, every piece a confirmed recipe holds named by its id, the rest inline, plain zstd.
 - The ops are `edit.diff` against the base, with the pieces of every confirmed recipe as
   held (named by id when the base lacks them).
-- The inline bytes are compressed against the last `z` bytes of the base's segments in
-  edit order, z = min(base bytes, max(32 KiB, 32 x inline bytes), 1 MiB); only the chosen
-  base's bytes, never another conversation's. When that does not make them smaller they
-  travel as they are.
+- Size-guarded (the default): each inline segment travels in a compression context of its
+  own (a version-2 edit, `toolref.edits.isolated`): as it is or compressed alone, so that
+  no segment's size tells what else the conversation holds (an attacker's text repeating
+  a secret costs what a wrong guess does). Against a gateway that reads version 1 only,
+  they travel as one plain zstd frame. Unguarded (`size_guard=False`, for a link whose
+  sizes no one else sees): the inline bytes are compressed together against the last `z`
+  bytes of the base's segments in edit order, z = min(base bytes, max(32 KiB, 32 x inline
+  bytes), 1 MiB); only the chosen base's bytes, never another conversation's. When
+  compressing does not make them smaller they travel as they are.
 - Once confirmed, the recipe is kept (`recipes.Recipes`, bounded) and its base dropped when
   it holds at least half of the base's bytes (the conversation moved on: one recipe per
   live conversation, so choosing a base stays linear).
@@ -88,9 +93,18 @@ class Editor:
     the recipes kept (`recipes.Recipes`). Not thread-safe: one event loop."""
 
     def __init__(
-        self, max_recipes: int = DEFAULT_MAX_RECIPES, max_bytes: int = DEFAULT_MAX_BYTES
+        self,
+        max_recipes: int = DEFAULT_MAX_RECIPES,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        *,
+        size_guard: bool = True,
+        version: int = wire.VERSION,
     ) -> None:
+        if version not in wire.VERSIONS:
+            raise ValueError(f"edits of version {version}: this SDK writes {wire.VERSIONS}")
         self.recipes = Recipes(max_recipes, max_bytes)
+        self.size_guard = size_guard
+        self.version = version  # the highest the gateway reads (its capabilities' `edits`)
 
     def prepare(
         self, headers: Iterable[tuple[str, str]], body: bytes, messages_key: str | None
@@ -165,16 +179,26 @@ class Editor:
         ops = diff(entries, made.entries, made.segments, held)
         inline = sum(len(op.data) for op in ops if isinstance(op, Inline))
         ref = base.ref if base is not None else None
+        body = self._encoded(ref, base, ops, inline, plain=plain)
+        headers = (("Content-Type", wire.MEDIA_TYPE), *made.secrets)
+        return Edit(made, body, headers, ref, shared, inline, resends, unheld, plain, whole)
+
+    def _encoded(
+        self, ref: str | None, base: Recipe | None, ops: list[Op], inline: int, *, plain: bool
+    ) -> bytes:
+        """The edit's bytes: size-guarded (see the module docstring), else the inline bytes
+        against the base's; as they are when that is smaller."""
+        if self.size_guard and self.version >= 2:
+            return wire.encode_isolated(ref, ops)
         body = wire.encode(ref, ops, None)  # as they are
         if inline:
             words = b""
-            if base is not None and not plain:
+            if base is not None and not plain and not self.size_guard:
                 words = self._dictionary(base, ops, inline)
             packed = wire.encode(ref, ops, words)
             if len(packed) < len(body):
                 body = packed
-        headers = (("Content-Type", wire.MEDIA_TYPE), *made.secrets)
-        return Edit(made, body, headers, ref, shared, inline, resends, unheld, plain, whole)
+        return body
 
     def _dictionary(self, base: Recipe, ops: list[Op], inline: int) -> bytes:
         size = min(base.size, max(MIN_DICTIONARY, DICTIONARY_PER_INLINE * inline), MAX_DICTIONARY)

@@ -17,8 +17,10 @@ Between a relay and a gateway:
 - `Toolref-Switch`: switch the relay's upstream (needs the relay's control token).
 - `Toolref-Switched-From`: `<previous upstream>[; at=<messages before the switch>]`.
 - `Toolref-Savings`: `raw=<bytes>, wire=<bytes>, ratio=<raw/wire>` of the request answered.
-- `Toolref-Frames`: on a WebSocket upgrade, `1`: the messages that follow are
-  `toolref.wire.frames` (each text message compressed against the one before it).
+- `Toolref-Frames`: on a WebSocket upgrade, the messages that follow are
+  `toolref.websocket.frames`: `2`, each text message an edit of the one before it, its new
+  segments each compressed alone (size-guarded); `1`, each compressed against the one before
+  it (a gateway that reads no more, or a relay run with `--no-size-guard`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ SWITCH_HEADER: Final = "Toolref-Switch"
 SWITCHED_FROM_HEADER: Final = "Toolref-Switched-From"
 SAVINGS_HEADER: Final = "Toolref-Savings"
 FRAMES_HEADER: Final = "Toolref-Frames"
-FRAMES_VERSION: Final = "1"
+FRAMES_VERSION: Final = "2"  # what a relay sends by default: size-guarded edits
+FRAMES_VERSIONS: Final = ("1", "2")
 
 KEEP_HISTORY: Final = "?1"  # RFC 8941 boolean true: "keep this conversation as a history"
 TOOLREF_PREFIX: Final = "toolref-"  # every header above, lowercased, starts with it

@@ -13,7 +13,7 @@ cannot reach 502, so a client falls back to HTTP at once.
 
 Once open, `toolref.websocket.bridge` joins them: the upstream's messages reach the client
 exactly, in order, as they come; the client's go upstream, restored first when the relay
-sent them as `toolref.wire.frames` (`Toolref-Frames: 1`: each text message compressed
+sent them as `toolref.websocket.frames` (`Toolref-Frames: 2` or `1`: each text message sent
 against the one before it), so the upstream receives the agent's bytes exactly. Limits
 (TOOLREF_GATEWAY_WS_*): a message's bytes (1009), seconds without a message (idle) and
 seconds open (lifetime), both 1001; each message is charged to the process's budget of
@@ -34,10 +34,10 @@ from toolref.receiving.hops import decoded, encoded, end_to_end, without_toolref
 from toolref.receiving.workers import Workers
 from toolref.websocket.bridge import Limits, bridge
 from toolref.websocket.driver import Refusal, Unreachable, connect
+from toolref.websocket.frames import Decoder
 from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.errors import BadRequestError, NotFoundError, ToolrefError
-from toolref.wire.frames import Decoder
-from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSION, KEY_HEADER
+from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSIONS, KEY_HEADER
 from toolref_server.gateway.forwarder import UpstreamUnreachableError, request_headers
 from toolref_server.gateway.upstreams import Route, route, unsafe_query
 from toolref_server.http.auth import Authenticator
@@ -167,7 +167,7 @@ class Sockets:
             }
         )
         decoder = None
-        if header(scope, FRAMES_HEADER) == FRAMES_VERSION:
+        if header(scope, FRAMES_HEADER) in FRAMES_VERSIONS:
             decoder = Decoder(settings.gateway_ws_max_message_bytes)
         inbound = None
         if decoder is not None:

@@ -11,6 +11,7 @@ import random
 from collections.abc import Callable, Sequence
 
 import pytest
+import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -204,7 +205,7 @@ def test_pieces_the_registry_lost_are_sent_inline() -> None:
 
 def test_a_dictionary_mismatch_is_resent_without_one() -> None:
     """400 dictionary-mismatch (the registry's dictionary differs from the editor's): the
-    edit again, same base, its inline bytes plain zstd."""
+    edit again, same base, its inline bytes plain zstd (unguarded: version 1)."""
 
     class Mismatching(Registry):
         mismatches = 0
@@ -217,7 +218,7 @@ def test_a_dictionary_mismatch_is_resent_without_one() -> None:
             return super().answer(body, secrets)
 
     agent = Agent(4, marks=2)
-    editor, registry = Editor(), Mismatching()
+    editor, registry = Editor(size_guard=False), Mismatching()
     for body in turns(agent, 8):
         turn = send(editor, registry, HEADERS, body)
         assert turn.answer.body == body
@@ -301,11 +302,12 @@ def test_what_is_not_one_json_object_is_sent_as_it_is() -> None:
 def test_a_conversation_costs_the_previous_body_baseline_and_its_header_line(
     marks: int, text_results: bool
 ) -> None:
-    """Over 40 turns, the edits' inline bytes cost no more than zstd of each body with the
-    previous body as dictionary (issue 30's baseline), however the marks move: what an edit
-    adds is its header line (base ref, ops, sizes: `LINE` bytes a turn at most here)."""
+    """Unguarded, over 40 turns, the edits' inline bytes cost no more than zstd of each body
+    with the previous body as dictionary (issue 30's baseline), however the marks move: what
+    an edit adds is its header line (base ref, ops, sizes: `LINE` bytes a turn at most
+    here)."""
     agent = Agent(9, "compact", marks, text_results=text_results)
-    editor, registry = Editor(), Registry()
+    editor, registry = Editor(size_guard=False), Registry()
     ours, baseline, previous, count = 0, 0, b"x", 40
     for body in turns(agent, count):
         ours += sum(send(editor, registry, HEADERS, body).sent)
@@ -315,6 +317,33 @@ def test_a_conversation_costs_the_previous_body_baseline_and_its_header_line(
 
 
 LINE = 110
+OP = 16
+
+
+@pytest.mark.parametrize(("marks", "text_results"), [(0, False), (2, True)])
+def test_a_guarded_conversation_costs_its_new_segments_each_compressed_alone(
+    marks: int, text_results: bool
+) -> None:
+    """Size-guarded (the default), each turn costs at most its header line and each segment
+    its base lacks compressed alone (or as it is), with `OP` bytes for its op, its record's
+    kind and size, and the kept range after it: the cost of the guard is what those
+    segments would have gained from the rest of the conversation, and nothing else."""
+    agent = Agent(9, "compact", marks, text_results=text_results)
+    editor, registry = Editor(), Registry()
+    ours = alone = 0
+    previous: bytes | None = None
+    for body in turns(agent, 40):
+        ours += sum(send(editor, registry, HEADERS, body).sent)
+        new = cut(HEADERS, body, "messages")
+        old = cut(HEADERS, previous, "messages") if previous is not None else None
+        assert new is not None
+        held = set(old.entries) if old is not None else set()
+        for entry, segment in zip(new.entries, new.segments, strict=True):
+            if entry not in held:
+                alone += OP + min(len(segment), len(zstandard.compress(segment, 3)) + 3)
+        alone += LINE
+        previous = body
+    assert ours <= alone
 
 
 def test_a_short_message_in_common_relates_no_conversations() -> None:

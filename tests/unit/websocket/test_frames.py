@@ -1,4 +1,4 @@
-"""`toolref.wire.frames`: the relay's messages to the gateway, each text message compressed
+"""`toolref.websocket.frames`: the relay's messages to the gateway, each text message compressed
 against the one before it; decoded to the agent's exact bytes, or refused."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import json
 import pytest
 import zstandard
 
+from toolref.websocket.frames import BINARY, EDIT, TEXT_ZSTD, Decoder, Encoder, Mode
 from toolref.wire.errors import (
     DecompressedTooLargeError,
     DictionaryMismatchError,
     MalformedBodyError,
 )
-from toolref.wire.frames import BINARY, TEXT_ZSTD, Decoder, Encoder
 
 
 def _turn(n: int) -> str:
@@ -28,8 +28,11 @@ def _turn(n: int) -> str:
     return json.dumps(event, indent=1 if n % 2 else None)
 
 
-def test_every_message_decodes_to_the_agents_exact_bytes_and_later_turns_travel_small() -> None:
-    encoder, decoder = Encoder(), Decoder(limit=1 << 20)
+@pytest.mark.parametrize("mode", ["segmented", "against-previous"])
+def test_every_message_decodes_to_the_agents_exact_bytes_and_later_turns_travel_small(
+    mode: Mode,
+) -> None:
+    encoder, decoder = Encoder(mode), Decoder(limit=1 << 20)
     sent = [_turn(n) for n in range(6)] + ["not json at all", '{"a": 1e400, "a": -0}']
     sizes = []
     for message in sent:
@@ -89,3 +92,44 @@ def test_text_that_is_not_utf8_once_decoded_is_refused() -> None:
     frame = zstandard.ZstdCompressor(write_checksum=True).compress(b"\xff\xfe")
     with pytest.raises(MalformedBodyError):
         Decoder(limit=100).decode(bytes([TEXT_ZSTD]) + frame)
+
+
+def _guess_turn(n: int, text: str) -> str:
+    items = [{"type": "function_call_output", "call_id": f"c{n}", "output": text}]
+    tools = [{"type": "function", "name": f"tool_{i}"} for i in range(20)]
+    return json.dumps({"type": "response.create", "tools": tools, "input": items})
+
+
+@pytest.mark.parametrize(("mode", "oracle"), [("segmented", False), ("against-previous", True)])
+def test_a_guess_at_the_turn_before_s_secret_costs_its_own_bytes(mode: Mode, oracle: bool) -> None:
+    """Issue 37, M1, over the WebSocket: the turn before carried a secret (a file read);
+    this turn's tool output, text an attacker wrote, guesses it. Segmented (size-guarded,
+    `Toolref-Frames: 2`): the right guess and wrong ones cost the same bytes; compressed
+    against the turn before (`1`), the right one costs fewer."""
+    secret = "q7Xk2LmP9vRt"
+    sizes = {}
+    for guess in (secret, secret[::-1], secret[::2] + secret[1::2]):
+        encoder, decoder = Encoder(mode), Decoder(limit=1 << 20)
+        before = _guess_turn(0, f"cat .env\nDEPLOY_TOKEN={secret}\nREGION=eu-west-1\n")
+        decoder.decode(encoder.encode(before))
+        page = _guess_turn(1, f"the notes say: DEPLOY_TOKEN={guess}\nREGION=eu-west-1\n")
+        wire = encoder.encode(page)
+        assert decoder.decode(wire) == page
+        sizes[guess] = len(wire) if isinstance(wire, bytes) else len(wire.encode())
+        if mode == "segmented":
+            assert isinstance(wire, bytes)
+            assert wire[0] == EDIT
+    right, *wrong = sizes.values()
+    if oracle:
+        assert right < min(wrong), sizes
+    else:
+        assert {right, *wrong} == {right}, sizes
+
+
+def test_as_is_sends_text_as_it_is() -> None:
+    """Size-guarded toward a gateway that reads version 1 only: text as it is."""
+    encoder, decoder = Encoder("as-is"), Decoder(limit=1 << 20)
+    for n in range(3):
+        message = _turn(n)
+        assert encoder.encode(message) == message
+        assert decoder.decode(message) == message

@@ -1,0 +1,117 @@
+"""The inline segments of a size-guarded edit (version 2), each in a compression context of
+its own.
+
+A compressed size is a signal: a network observer sees it through TLS, and the gateway's
+`Toolref-Savings`, savings and metrics show it. Text an attacker places in a conversation
+(a fetched page returned as a tool result) compressed together with a secret the
+conversation holds costs fewer bytes when it repeats the secret: a guess is confirmed by
+its size. In a version-2 edit no inline segment is compressed with any other bytes of the
+conversation, not even with the segment it replaces at its place (a Responses WebSocket
+turn's items replace the turn before's one for one: a guess would be measured against the
+secret it replaces): each travels as it is or as a zstd frame of its own, whichever is
+smaller, so its size depends on its own bytes alone. Kept ranges and named pieces still
+reference whole segments the gateway holds: a whole segment repeated costs a reference, a
+part of one its bytes.
+
+Layout: one record per inline segment, in op order.
+
+    0x00 + the segment's bytes (its length is the op's)
+    0x01 + varint(frame size) + a zstd frame, no dictionary
+
+Every frame declares its content size (the op's length: refused otherwise, before it is
+inflated) and carries a checksum. Other kinds are reserved for dictionaries both sides hold
+whatever the conversation (a shipped one; the answer just streamed, which the agent writes
+back). Pure; linear in the segments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import zstandard
+
+from toolref.wire import compression
+from toolref.wire.compression import Meter
+from toolref.wire.errors import MalformedBodyError
+
+RAW: Final = 0x00
+ALONE: Final = 0x01
+LEVEL: Final = 3  # zstd level: segments are small, the frame's own bytes do the work
+MIN_COMPRESSED: Final = 24  # a shorter segment travels as it is (a frame costs ~15 bytes)
+
+
+def pack(segments: Sequence[bytes]) -> bytes:
+    """The records of `segments`, each the smaller of its bytes as they are and a zstd
+    frame of its own."""
+    out = bytearray()
+    alone = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
+    for data in segments:
+        best = bytes([RAW]) + data
+        if len(data) >= MIN_COMPRESSED:
+            best = min(best, _record(ALONE, alone.compress(data)), key=len)
+        out += best
+    return bytes(out)
+
+
+def _record(mode: int, frame: bytes) -> bytes:
+    return bytes([mode]) + _varint(len(frame)) + frame
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, value = value & 0x7F, value >> 7
+        out.append(low | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def unpack(blob: bytes, lengths: Sequence[int], meter: Meter | None) -> list[bytes]:
+    """The segments `pack` made of them, `lengths` each segment's (from the edit's ops).
+    Each frame is charged to `meter` as it is inflated, never past its length;
+    `MalformedBodyError` for records that do not read."""
+    found: list[bytes] = []
+    at = 0
+    view = memoryview(blob)
+    for index, length in enumerate(lengths):
+        if at >= len(blob):
+            raise _malformed(f"the records end before segment {index}")
+        mode = blob[at]
+        at += 1
+        if mode == RAW:
+            if at + length > len(blob):
+                raise _malformed(f"segment {index} is cut short")
+            found.append(blob[at : at + length])
+            at += length
+            continue
+        size, at = _read_varint(blob, at)
+        if mode != ALONE or size is None or at + size > len(blob):
+            raise _malformed(f"segment {index} has no record of a known kind (0 or 1)")
+        data = compression.inflate(bytes(view[at : at + size]), length, meter)
+        at += size
+        if len(data) != length:
+            raise _malformed(f"segment {index} inflates to {len(data)} bytes, not its {length}")
+        found.append(data)
+    if at != len(blob):
+        raise _malformed(f"{len(blob) - at} bytes follow the last segment")
+    return found
+
+
+def _read_varint(blob: bytes, at: int) -> tuple[int | None, int]:
+    value = shift = 0
+    while at < len(blob) and shift <= 63:
+        byte = blob[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+    return None, at
+
+
+def _malformed(what: str) -> MalformedBodyError:
+    return MalformedBodyError(
+        f"the edit's inline records cannot be read: {what}; send them as "
+        "toolref.edits.isolated.pack writes them, or the request whole"
+    )
