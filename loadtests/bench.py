@@ -22,6 +22,7 @@ from loadtests import (
     relay,
     rewriting,
     service_speed,
+    size_guard,
     streams,
     summarization,
     traces,
@@ -99,6 +100,7 @@ def main() -> int:
         adversarial.run(),
         per_turn.run(found),
         relay.run(found),
+        size_guard.run(found),
         *edits_bench.run(found),  # its own processes, stopped before the next section
         *agents.run(),
         web_chat.run(),
