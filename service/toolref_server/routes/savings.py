@@ -4,7 +4,7 @@
   step), which asks for the metrics key when the service has one and reads
 - `GET /v1/savings`: the gateway's usage per tenant and upstream over the last hour and
   the last day, from the store's per-minute counters (`storage.usage`), by the metrics key
-  (`TOOLREF_METRICS_KEY`) as `/metrics` is;
+  (`TOOLREF_METRICS_KEY`) as `/metrics` is (without one: to this machine only);
 - `GET /`: a redirect to the page; `GET /docs`: a short HTML index of the endpoints, from
   the routes' own operations, pointing to `/openapi.json`.
 """
