@@ -110,17 +110,19 @@ Api = Callable[..., Awaitable[httpx.AsyncClient]]
 
 @pytest.fixture
 async def make_api(redis: Redis) -> AsyncIterator[Api]:
-    """Build the app on the test engine (lifespan run) and return an httpx client for it."""
+    """Build the app on the test engine (lifespan run) and return an httpx client for it,
+    whose requests come from `peer` (the ASGI scope's client address; loopback by
+    default)."""
     async with AsyncExitStack() as stack:
 
         async def build(
-            headers: dict[str, str] | None = None, **settings: Any
+            headers: dict[str, str] | None = None, peer: str = "127.0.0.1", **settings: Any
         ) -> httpx.AsyncClient:
             config = Settings(**{"redis_url": "unused", **settings})
             app = create_app(config, redis=redis)
             await stack.enter_async_context(app.router.lifespan_context(app))
             client = httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app),
+                transport=httpx.ASGITransport(app=app, client=(peer, 123)),
                 base_url="http://toolref.test",
                 headers={"Toolref-Protocol": "2", **(headers or {})},
             )

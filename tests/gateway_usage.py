@@ -107,6 +107,25 @@ async def from_savings(client: httpx.AsyncClient, key: str) -> dict[str, Usage]:
     return {window["name"]: rows(window["rows"]) for window in answer.json()["windows"]}
 
 
+Minutes = dict[tuple[str, str, int], dict[str, int]]
+
+
+async def per_minute(client: httpx.AsyncClient, key: str) -> tuple[int, Minutes]:
+    """GET /v1/savings's series: the current minute, and what each tenant and upstream used
+    in each minute it used the gateway, by (tenant, upstream, minute)."""
+    answer = await client.get("/v1/savings", headers={"Authorization": f"Bearer {key}"})
+    answer.raise_for_status()
+    found: Minutes = {}
+    for series in answer.json()["series"]:
+        minutes = [point["minute"] for point in series["points"]]
+        assert minutes == sorted(set(minutes)), "one point per minute, oldest first"
+        for point in series["points"]:
+            found[(series["tenant"], series["upstream"], point["minute"])] = {
+                f: int(point[f]) for f in _zero()
+            }
+    return answer.json()["minute"], found
+
+
 def rows(found: list[dict[str, Any]]) -> Usage:
     fields = tuple(_zero())
     return {(r["tenant"], r["upstream"]): {f: int(r[f]) for f in fields} for r in found}

@@ -11,7 +11,7 @@ long), so an engine down for a day holds at most a day of minutes per tenant and
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from typing import Final, NamedTuple
 
@@ -79,3 +79,16 @@ class Pending:
         for slot, counts in drained.items():
             if slot.minute > oldest:
                 self._counts[slot] = self._counts.get(slot, Counts()) + counts
+
+
+def window(
+    minutes: Mapping[Slot, Counts], now_minute: int, span: int
+) -> dict[tuple[str, str], Counts]:
+    """Each (tenant, upstream)'s use over the last `span` minutes, the current one included
+    (`minutes` as the store's `read` gives them)."""
+    found: dict[tuple[str, str], Counts] = {}
+    for slot, counts in minutes.items():
+        if now_minute - span < slot.minute <= now_minute:
+            pair = (slot.tenant, slot.upstream)
+            found[pair] = found.get(pair, Counts()) + counts
+    return found

@@ -4,10 +4,13 @@
 Two tenants talk through two upstreams of the gateway (the official SDKs on
 `toolref.AsyncTransport`, the scripted provider of examples/llm_backend.py); one of them
 loses its history mid-conversation, so some of its requests are resent. Then an operator
-opens `/`: the page asks for the metrics key, refuses a wrong one, and with the right one
-shows, per tenant and upstream and for the last hour and day, exactly what `/metrics` counted
-over both workers. The screenshot it takes is docs/savings-page.png (`make savings-page`
-copies it there).
+opens `/`: the page asks for the metrics key (the key itself, not the SHA-256 that
+TOOLREF_METRICS_KEY holds), refuses a wrong one, and with the right one shows, per tenant
+and upstream and for the last hour and day, exactly what `/metrics` counted over both
+workers: in its tables, in bars labelled with their values on one linear axis from 0, and
+per minute over each window, for all tenants and upstreams and for each (every mark in the
+minutes the traffic ran, adding up to what was counted, as tall as its value on the axis).
+The screenshot it takes is docs/savings-page.png (`make savings-page` copies it there).
 
 Needs node, /usr/bin/chromium and tests/browser/savings/node_modules (`make browser-test`
 installs them); their absence skips locally, saying why, and fails under CI=true.
@@ -17,8 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
+import re
 import shutil
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -46,8 +52,22 @@ KEYS = {"acme": "acme-key-0001", "globex": "globex-key-0002"}
 SCRAPER = "scraper-key-0003"
 
 
+UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+FIELDS = {"raw": "rawBytes", "wire": "wireBytes", "requests": "requests"}
+
+
 def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def as_bytes(shown: str) -> float:
+    """`238.2 KB` as bytes; a label without its unit fails here."""
+    number, unit = shown.split(" ")
+    return float(number) * UNITS[unit]
+
+
+def minute() -> int:
+    return int(time.time() // 60)
 
 
 def missing() -> str | None:
@@ -119,7 +139,7 @@ async def browse(url: str, out: Path) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def served(tmp_path: Path) -> AsyncIterator[tuple[Service, Usage]]:
+async def served(tmp_path: Path) -> AsyncIterator[tuple[Service, Usage, range]]:
     async with serve(create_backend(None, delay=0.001)) as provider:
         service = Service(
             tmp_path / "data",
@@ -131,20 +151,27 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[Service, Usage]]:
             TOOLREF_METRICS_KEY=digest(SCRAPER),
         )
         try:
+            first = minute()
             await traffic(service)
-            yield service, await settled(service.url)
+            ran = range(first, minute() + 1)  # the minutes the traffic ran in
+            yield service, await settled(service.url), ran
         finally:
             service.stop()
 
 
 async def test_the_page_shows_what_the_metrics_counted(
-    artifacts: Path, served: tuple[Service, Usage]
+    artifacts: Path, served: tuple[Service, Usage, range]
 ) -> None:
-    service, metrics = served
+    service, metrics, ran = served
     record = await browse(service.url, artifacts)
     assert record["landedOn"] == "/savings"  # `/` points to the page
-    assert "script-src 'unsafe-inline'" in record["csp"]
+    # Its own script and style run, by their hashes: nothing inline that is not them.
+    assert "script-src 'sha256-" in record["csp"]
+    assert "unsafe-inline" not in record["csp"]
     assert record["askedFirst"]
+    # The key itself, not what the setting holds.
+    assert "Enter the metrics key itself" in record["askText"]
+    assert "TOOLREF_METRICS_KEY holds that key's SHA-256, not the key" in record["askText"]
     assert record["refused"] == "That is not this service's metrics key."
     assert record["pageErrors"] == []
     # The browser logs the two 401s (no key, then the wrong one); nothing else (a CSP
@@ -168,7 +195,66 @@ async def test_the_page_shows_what_the_metrics_counted(
         assert shown == metrics, window["name"]
         for row in window["rows"]:
             assert row["saved"] == row["rawBytes"] - row["wireBytes"]
+        bars_hold_their_values(window["bars"], metrics)
+    over_time_is_the_traffic_made(record["overTime"], metrics, ran)
     # Nothing moved while the page was read: /metrics still says the same.
     async with httpx.AsyncClient(base_url=service.url) as client:
         assert await from_metrics(client, SCRAPER) == metrics
     assert SHOT.stat().st_size > 10_000
+
+
+def bars_hold_their_values(bars: dict[str, Any], metrics: Usage) -> None:
+    """A bar for raw and wire bytes of each tenant and upstream, as long as its value on one
+    linear axis from 0, labelled with its value and unit."""
+    top, plot = float(bars["max"]), float(bars["plotWidth"])
+    marks = {(m["tenant"], m["upstream"], m["kind"]): m for m in bars["marks"]}
+    assert set(marks) == {(*pair, kind) for pair in metrics for kind in ("raw", "wire")}
+    for (tenant, upstream, kind), mark in marks.items():
+        assert mark["value"] == metrics[(tenant, upstream)][FIELDS[kind]]
+        assert mark["width"] == pytest.approx(plot * mark["value"] / top)
+    labels = {(t["tenant"], t["upstream"], t["kind"]): t["text"] for t in bars["labels"]}
+    assert set(labels) == set(marks)
+    for key, text in labels.items():
+        assert as_bytes(text) == pytest.approx(marks[key]["value"], rel=0.006), text
+    ticks = [round(as_bytes(text)) for text in bars["ticks"]]
+    steps = {b - a for a, b in itertools.pairwise(ticks)}
+    assert ticks[0] == 0
+    assert len(steps) == 1  # evenly spaced: a linear axis
+    assert ticks[-1] == top >= max(m["value"] for m in marks.values())
+    assert [text.split(":")[0] for text in bars["legend"]] == ["raw", "wire"]
+
+
+def over_time_is_the_traffic_made(views: list[dict[str, Any]], metrics: Usage, ran: range) -> None:
+    """For each window and each choice (all tenants and upstreams, then each), per minute:
+    marks only in the minutes the traffic ran, one per minute and kind, adding up to what was
+    counted, each as tall as its value on a linear axis from 0; ticks and axis labelled."""
+    everything = {field: sum(m[field] for m in metrics.values()) for field in FIELDS.values()}
+    expected = {"all tenants and upstreams": everything}
+    expected |= {f"{t} · {u}": counts for (t, u), counts in sorted(metrics.items())}
+    seen = [(view["span"], view["choice"]) for view in views]
+    assert seen == [(span, choice) for span in ("hour", "day") for choice in expected]
+    for view in views:
+        counted = expected[view["choice"]]
+        assert f"{counted['requests']} requests" in view["summary"], view["summary"]
+        bytes_panel, requests_panel = view["panels"]
+        for panel, kinds in ((bytes_panel, ("raw", "wire")), (requests_panel, ("requests",))):
+            first, last = int(panel["from"]), int(panel["to"])
+            assert panel["window"] == view["span"]
+            assert last - first + 1 == {"hour": 60, "day": 1440}[view["span"]]
+            assert {m["kind"] for m in panel["marks"]} == set(kinds)
+            for kind in kinds:
+                marks = [m for m in panel["marks"] if m["kind"] == kind]
+                minutes = [m["minute"] for m in marks]
+                assert len(set(minutes)) == len(minutes)
+                assert set(minutes) <= set(ran) & set(range(first, last + 1)), minutes
+                assert sum(m["value"] for m in marks) == counted[FIELDS[kind]], (view, kind)
+            top, tall = float(panel["max"]), float(panel["plotHeight"])
+            for mark in panel["marks"]:
+                assert mark["value"] > 0
+                assert mark["height"] == pytest.approx(tall * mark["value"] / top)
+                assert re.fullmatch(r"\d\d:\d\d UTC: \w+ .+", mark["tip"]), mark["tip"]
+            assert panel["axis"] == ["minute (UTC)"]
+            assert any(re.fullmatch(r"\d\d:\d\d", tick) for tick in panel["ticks"])
+            assert panel["ticks"][0] in ("0", "0 B")
+        assert "bytes per minute" in bytes_panel["title"]
+        assert "requests per minute" in requests_panel["title"]

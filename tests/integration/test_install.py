@@ -149,4 +149,8 @@ def test_the_wheel_ships_the_savings_page(base_install: Installed) -> None:
     outside the package."""
     with zipfile.ZipFile(base_install.wheel) as wheel:
         page = wheel.read("toolref_server/routes/savings.html").decode()
-    assert '"/v1/savings"' in page
+        script = wheel.read("toolref_server/routes/savings.js").decode()
+        charts = wheel.read("toolref_server/routes/savings_charts.js").decode()
+    assert "<script>/* savings_charts.js, savings.js */</script>" in page  # joined at import
+    assert '"/v1/savings"' in script
+    assert "function minutesCharts(" in charts

@@ -20,7 +20,14 @@ from examples import anthropic_client, openai_client
 from examples.llm_backend import create_backend
 from redis.asyncio import Redis
 
-from tests.gateway_usage import anthropic_turns, from_metrics, from_savings, openai_turns
+from tests.gateway_usage import (
+    Usage,
+    anthropic_turns,
+    from_metrics,
+    from_savings,
+    openai_turns,
+    per_minute,
+)
 from tests.support.servers import serve
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
@@ -87,6 +94,17 @@ async def test_the_savings_data_is_what_the_metrics_counted_per_tenant_and_upstr
     assert other["wireBytes"] == sum(len(r.read()) for r in beta.wire)
     # The page's data: the store's per-minute counters, added up: the same numbers.
     assert savings == {"hour": metrics, "day": metrics}
+    # And minute by minute (the page's view over time): minutes of the last day, adding up
+    # to the same per tenant and upstream.
+    async with httpx.AsyncClient(base_url=stack.url) as client:
+        now, minutes = await per_minute(client, SCRAPER)
+    assert all(now - 1440 < minute <= now for _, _, minute in minutes)
+    added: Usage = {}
+    for (tenant, upstream, _), counts in minutes.items():
+        row = added.setdefault((tenant, upstream), dict.fromkeys(counts, 0))
+        for field, value in counts.items():
+            row[field] += value
+    assert added == metrics
 
 
 async def test_the_savings_data_wants_the_metrics_key(stack: Stack) -> None:

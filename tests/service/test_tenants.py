@@ -14,6 +14,7 @@ from starlette.routing import Route
 from toolref.wire.canonical import digest_of, invocation_digest
 from toolref.wire.errors import ConfigurationError
 from toolref_server.app import create_app
+from toolref_server.http.operation import ApiRoute
 from toolref_server.settings import Settings
 
 from ..conftest import Api, key_names, snapshot
@@ -122,8 +123,11 @@ async def test_the_endpoints_the_readme_calls_public_are_exactly_those_needing_n
     ref = digest_of(INVOCATION).ref
     routes = [r for r in create_app(Settings(api_keys=KEYS)).routes if isinstance(r, Route)]
     assert {r.path for r in routes} >= set(public)
+    # Those two take the metrics key, or come from this machine (test_server_metrics.py).
+    metrics = {r.path for r in routes if isinstance(r, ApiRoute) and r.operation.auth == "metrics"}
+    assert metrics == {"/metrics", "/v1/savings"}
     for route in routes:
-        if route.path in public:
+        if route.path in public or route.path in metrics:
             continue
         for method in sorted((route.methods or set()) - {"HEAD"}):
             path = route.path.replace("{ref}", str(ref))

@@ -13,7 +13,7 @@ from toolref.wire.errors import StoreUnavailableError
 from toolref_server.storage import keys
 from toolref_server.storage.store import Store
 from toolref_server.storage.usage import LIFETIME, UsageCounters
-from toolref_server.usage import KEEP_MINUTES, Counts, Pending, Slot
+from toolref_server.usage import KEEP_MINUTES, Counts, Pending, Slot, window
 
 NOW = 29_000_000  # a minute (epoch seconds // 60)
 
@@ -58,7 +58,7 @@ def test_what_a_failed_flush_puts_back_is_kept_a_day_at_most() -> None:
     }
 
 
-async def test_windows_add_up_the_minutes_they_span(redis: Redis) -> None:
+async def test_minutes_read_back_and_windows_add_up_those_they_span(redis: Redis) -> None:
     counters = UsageCounters(Store(redis, ttl_seconds=600))
     await counters.add(
         {
@@ -72,13 +72,27 @@ async def test_windows_add_up_the_minutes_they_span(redis: Redis) -> None:
         }
     )
     await counters.add({Slot(NOW, "acme", "up"): Counts(requests=1, raw=1, wire=1)})
-    hour, day = await counters.read(["acme", "beta"], NOW, [60, 1440])
-    assert (hour.minutes, day.minutes) == (60, 1440)
-    assert hour.counts == {
+    minutes = await counters.read(["acme", "beta"], NOW, 1440)
+    # Each minute as counted (the two adds to NOW together), of the tenants asked for, a day
+    # back at most.
+    assert minutes == {
+        Slot(NOW, "acme", "up"): Counts(requests=2, raw=101, wire=11),
+        Slot(NOW - 59, "acme", "up"): Counts(requests=2, resends=1, raw=200, wire=20),
+        Slot(NOW - 60, "acme", "up"): Counts(requests=4, raw=400, wire=40),
+        Slot(NOW - 1439, "acme", "other"): Counts(requests=8),
+        Slot(NOW, "beta", "up"): Counts(wire=7),
+    }
+    assert await counters.read(["acme"], NOW, 60) == {
+        slot: counts
+        for slot, counts in minutes.items()
+        if slot.tenant == "acme" and slot.minute > NOW - 60
+    }
+    hour, day = window(minutes, NOW, 60), window(minutes, NOW, 1440)
+    assert hour == {
         ("acme", "up"): Counts(requests=4, resends=1, raw=301, wire=31),
         ("beta", "up"): Counts(wire=7),
     }
-    assert day.counts == {
+    assert day == {
         ("acme", "up"): Counts(requests=8, resends=1, raw=701, wire=71),
         ("acme", "other"): Counts(requests=8),
         ("beta", "up"): Counts(wire=7),
@@ -107,5 +121,4 @@ async def test_an_engine_that_fails_keeps_the_counts_for_the_next_flush(redis: R
     assert len(pending) == 1
     await counters.flush(pending)
     assert len(pending) == 0
-    (hour,) = await counters.read(["acme"], NOW, [60])
-    assert hour.counts == {("acme", "up"): Counts(requests=3)}
+    assert await counters.read(["acme"], NOW, 60) == {Slot(NOW, "acme", "up"): Counts(requests=3)}

@@ -226,6 +226,15 @@ class AuthenticationError(ToolrefError):
         return {"WWW-Authenticate": challenge}
 
 
+class ForbiddenError(ToolrefError):
+    """Refused whoever asks: no key would open it from there (the metrics endpoints without
+    TOOLREF_METRICS_KEY, asked from beyond this machine)."""
+
+    slug = "forbidden"
+    status = 403
+    title = "Forbidden"
+
+
 class NotFoundError(ToolrefError):
     """An unknown ref, or another tenant's: the two cannot be told apart."""
 

@@ -1,14 +1,33 @@
-"""API keys to tenants: `Authorization: Bearer <key>`, keys configured as SHA-256 hashes."""
+"""API keys to tenants: `Authorization: Bearer <key>`, keys configured as SHA-256 hashes;
+and who may read the metrics endpoints (`/metrics`, `/v1/savings`)."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
+from typing import Final
 
 from starlette.requests import HTTPConnection
 
-from toolref.wire.errors import AuthenticationError
+from toolref.wire.errors import AuthenticationError, ForbiddenError
 from toolref_server.settings import LOCAL_TENANT, Settings
+
+# Headers a proxy adds to what it passes on (RFC 7239's, the de facto X-Forwarded-* and
+# X-Real-IP, RFC 9110's Via): a request that carries one did not come straight from here.
+PROXY_HEADERS: Final = (
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+    "via",
+)
+_MAKE_KEY: Final = (
+    "make a key (`openssl rand -hex 32`), set TOOLREF_METRICS_KEY to its SHA-256 "
+    "(`toolref-server hash-key KEY` prints it) and restart the service, then send "
+    "`Authorization: Bearer KEY`"
+)
 
 
 class Authenticator:
@@ -24,9 +43,17 @@ class Authenticator:
         return self._metrics is not None
 
     def check_metrics(self, request: HTTPConnection) -> None:
-        """GET /metrics (and the savings data): open, or the bearer key TOOLREF_METRICS_KEY
-        hashes."""
+        """GET /metrics (and the savings data): the bearer key TOOLREF_METRICS_KEY hashes;
+        without one configured, requests made on this machine only (`elsewhere`), else 403
+        saying how to set a key."""
         if self._metrics is None:
+            where = elsewhere(request)
+            if where is not None:
+                raise ForbiddenError(
+                    f"GET {request.url.path} answers only requests made on the service's own "
+                    f"machine while TOOLREF_METRICS_KEY is not set, and this one came {where}. "
+                    f"To read it from elsewhere, {_MAKE_KEY}"
+                )
             return
         presented = _presented(request)
         if presented is None:
@@ -72,6 +99,27 @@ class Authenticator:
                 invalid_token=True,
             )
         return found
+
+
+def elsewhere(request: HTTPConnection) -> str | None:
+    """Where a request came from, said for a refusal, unless it came straight from this
+    machine: a loopback peer (127.0.0.0/8, ::1, ::ffff:127.x) and no proxy header. The peer
+    is the socket's: uvicorn replaces it with an `X-Forwarded-For` address only when that
+    header is there, which refuses the request anyway. A proxy on this machine that adds no
+    such header (a TCP proxy, a tunnel) makes each of its clients local: set a key there."""
+    for name in PROXY_HEADERS:
+        if name in request.headers:
+            return f"through a proxy (it carries {name.title()})"
+    peer = request.client.host if request.client is not None else None
+    if peer is None:
+        return "from an unknown address"
+    try:
+        address = ipaddress.ip_address(peer)
+    except ValueError:
+        return f"from {peer!r}, not a loopback address"
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return None if address.is_loopback else f"from {peer}, not a loopback address"
 
 
 def _presented(request: HTTPConnection) -> bytes | None:

@@ -30,6 +30,9 @@ _BAD_PROTOCOL = "Malformed Toolref-Protocol header (not an integer of at least 1
 PROBLEMS: Final = {
     400: "Malformed body or Toolref-Protocol header, or a ref endpoint called as protocol 1.",
     401: "Missing or unknown API key.",
+    403: "No metrics key is configured (TOOLREF_METRICS_KEY) and the request was not made on "
+    "the service's own machine (a loopback peer, no proxy header): set one to read it "
+    "from elsewhere.",
     404: "Unknown ref (never registered, expired, evicted, or another tenant's).",
     409: "Conflict: a 128-bit ref collision, or (hydrate) refs not held, all listed in "
     "`missingRefs`, or a history ref not held, named in `missingHistory`.",
@@ -83,7 +86,7 @@ def document(
     operation is a `TypeError`) and of what is `mounted` beside them ((path, method,
     operation): the gateway's, `gateway.gateway.operations`). `secured`: API keys are
     configured; `summarizers`: the summarizers offered; `metrics_secured`: /metrics needs
-    its key; `upstreams`: the gateway's upstream names."""
+    its key (else it answers this machine only); `upstreams`: the gateway's upstream names."""
     served: list[tuple[str, str, Operation]] = []
     for route in routes:
         if not isinstance(route, ApiRoute):
@@ -222,7 +225,8 @@ def _operation(operation: Operation, method: str, settings: _Settings) -> dict[s
 
 def _problems(operation: Operation, settings: _Settings) -> list[int]:
     """Every problem status the operation may answer: its own, its auth's (401, and 429 for
-    a tenant's quota), the protocol header's (400) and admission's (503)."""
+    a tenant's quota; the metrics endpoints' 401 with their key, else 403), the protocol
+    header's (400) and admission's (503)."""
     codes = set(operation.problems)
     if not operation.forwarded:
         codes.add(400)
@@ -232,6 +236,8 @@ def _problems(operation: Operation, settings: _Settings) -> list[int]:
         operation.auth == "metrics" and settings.metrics_secured
     ):
         codes.add(401)
+    if operation.auth == "metrics" and not settings.metrics_secured:
+        codes.add(403)
     if not operation.admitted:
         codes.add(503)
     return sorted(codes)

@@ -19,8 +19,9 @@ Schema = Mapping[str, Any]  # a JSON Schema (2020-12, as OpenAPI 3.1 has it)
 
 Auth = Literal["key", "metrics", "none", "gateway"]
 """Who may call: `key` an API key (`Authorization: Bearer`), which also takes from the
-tenant's request rate (429); `metrics` the key TOOLREF_METRICS_KEY hashes, when set; `none`
-anyone; `gateway` an API key in `Toolref-Key` (the gateway's tenant; 429 past its quotas)."""
+tenant's request rate (429); `metrics` the key TOOLREF_METRICS_KEY hashes, when set, else
+requests made on the service's machine only (403 to others); `none` anyone; `gateway` an
+API key in `Toolref-Key` (the gateway's tenant; 429 past its quotas)."""
 
 
 def component(name: str) -> Schema:

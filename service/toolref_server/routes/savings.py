@@ -1,17 +1,22 @@
 """The savings page and what it reads, and the two paths a person tries first.
 
-- `GET /savings`: one static HTML file (`savings.html`, shipped with the package; no build
-  step), which asks for the metrics key when the service has one and reads
+- `GET /savings`: one static page (`savings.html`, its script `savings_charts.js` and
+  `savings.js` joined into it once, at import; shipped with the package, no build step),
+  which asks for the metrics key when the service has one and reads
 - `GET /v1/savings`: the gateway's usage per tenant and upstream over the last hour and
-  the last day, from the store's per-minute counters (`storage.usage`), by the metrics key
-  (`TOOLREF_METRICS_KEY`) as `/metrics` is;
+  the last day, and per minute over the day, from the store's per-minute counters
+  (`storage.usage`), by the metrics key (`TOOLREF_METRICS_KEY`) as `/metrics` is (without
+  one: to this machine only);
 - `GET /`: a redirect to the page; `GET /docs`: a short HTML index of the endpoints, from
   the routes' own operations, pointing to `/openapi.json`.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
+import re
 import time
 from importlib import resources
 from typing import Final
@@ -26,17 +31,51 @@ from toolref_server.http import codec
 from toolref_server.http.operation import ApiRoute, Operation, Reply
 from toolref_server.routes import context
 from toolref_server.settings import LOCAL_TENANT
-from toolref_server.usage import MINUTE
+from toolref_server.usage import KEEP_MINUTES, MINUTE, Counts, window
 
-PAGE: Final = resources.files(__package__).joinpath("savings.html").read_text("utf-8")
-WINDOWS: Final = (("hour", 60), ("day", 24 * 60))
-# The page runs its own inline script and style and reads this origin only.
+WINDOWS: Final = (("hour", 60), ("day", KEEP_MINUTES))
+_SCRIPTS: Final = ("savings_charts.js", "savings.js")  # in this order: the page's one script
+_SCRIPT_SLOT: Final = "<script>/* savings_charts.js, savings.js */</script>"
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text("utf-8")
+
+
+def _csp_hash(text: str) -> str:
+    return "'sha256-" + base64.b64encode(hashlib.sha256(text.encode()).digest()).decode() + "'"
+
+
+def _page() -> tuple[str, str]:
+    """The page with its script in place, and its Content-Security-Policy: its own style and
+    script by their hashes (nothing else runs), data from this origin only."""
+    script = '\n"use strict";\n' + "\n".join(_asset(name) for name in _SCRIPTS)
+    page = _asset("savings.html")
+    if page.count(_SCRIPT_SLOT) != 1:
+        raise RuntimeError(f"savings.html must hold {_SCRIPT_SLOT} once")
+    page = page.replace(_SCRIPT_SLOT, f"<script>{script}</script>")
+    style = re.search(r"<style>(.*?)</style>", page, re.DOTALL)
+    if style is None:
+        raise RuntimeError("savings.html has no <style>")
+    csp = (
+        f"default-src 'none'; script-src {_csp_hash(script)}; style-src {_csp_hash(style[1])}; "
+        "connect-src 'self'; img-src data:; frame-ancestors 'none'; base-uri 'none'; "
+        "form-action 'none'"
+    )
+    return page, csp
+
+
+PAGE, _CSP = _page()
 _PAGE_HEADERS: Final = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'unsafe-inline'; "
-    "style-src 'unsafe-inline'; connect-src 'self'; img-src data:; frame-ancestors 'none'; "
-    "base-uri 'none'; form-action 'none'",
+    "Content-Security-Policy": _CSP,
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
+}
+# /docs: its inline style only, no script.
+_DOCS_HEADERS: Final = {
+    **_PAGE_HEADERS,
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
 }
 _HTML: Final = {"text/html": {"type": "string"}}
 
@@ -62,11 +101,42 @@ class UsageWindow(_Model):
     rows: list[UsageRow]
 
 
+class UsagePoint(_Model):
+    """One minute of one tenant's use of one upstream."""
+
+    minute: int = Field(description="The minute (epoch seconds // 60).")
+    requests: int
+    resends: int
+    raw_bytes: int
+    wire_bytes: int
+
+
+class UsageSeries(_Model):
+    tenant: str
+    upstream: str
+    points: list[UsagePoint] = Field(description="The minutes with gateway use, oldest first.")
+
+
 class Savings(_Model):
     """What the savings page shows."""
 
     minute: int = Field(description="The current minute (epoch seconds // 60).")
     windows: list[UsageWindow]
+    series: list[UsageSeries] = Field(
+        description="Per tenant and upstream, each minute of the last day (the longest "
+        "window) with gateway use: the page's view over time."
+    )
+
+
+def _row(tenant: str, upstream: str, counts: Counts) -> UsageRow:
+    return UsageRow(
+        tenant=tenant,
+        upstream=upstream,
+        requests=counts.requests,
+        resends=counts.resends,
+        raw_bytes=counts.raw,
+        wire_bytes=counts.wire,
+    )
 
 
 async def savings(request: Request) -> Response:
@@ -76,26 +146,31 @@ async def savings(request: Request) -> Response:
     await services.usage.flush(services.metrics.pending)
     tenants = set(services.settings.key_hashes.values()) or {LOCAL_TENANT}
     now = int(time.time() // MINUTE)
-    read = await services.usage.read(tenants, now, [minutes for _, minutes in WINDOWS])
+    minutes = await services.usage.read(tenants, now, max(span for _, span in WINDOWS))
     windows = [
         UsageWindow(
             name=name,
-            minutes=window.minutes,
+            minutes=span,
             rows=[
-                UsageRow(
-                    tenant=tenant,
-                    upstream=upstream,
-                    requests=counts.requests,
-                    resends=counts.resends,
-                    raw_bytes=counts.raw,
-                    wire_bytes=counts.wire,
-                )
-                for (tenant, upstream), counts in sorted(window.counts.items())
+                _row(*pair, counts) for pair, counts in sorted(window(minutes, now, span).items())
             ],
         )
-        for (name, _), window in zip(WINDOWS, read, strict=True)
+        for name, span in WINDOWS
     ]
-    answer = codec.render(request, Savings(minute=now, windows=windows).model_dump(by_alias=True))
+    points: dict[tuple[str, str], list[UsagePoint]] = {}
+    for slot, counts in sorted(minutes.items(), key=lambda item: item[0].minute):
+        points.setdefault((slot.tenant, slot.upstream), []).append(
+            UsagePoint(
+                minute=slot.minute,
+                requests=counts.requests,
+                resends=counts.resends,
+                raw_bytes=counts.raw,
+                wire_bytes=counts.wire,
+            )
+        )
+    series = [UsageSeries(tenant=t, upstream=u, points=p) for (t, u), p in sorted(points.items())]
+    found = Savings(minute=now, windows=windows, series=series)
+    answer = codec.render(request, found.model_dump(by_alias=True))
     answer.headers["Cache-Control"] = "no-store"
     return answer
 
@@ -125,13 +200,15 @@ async def docs(request: Request) -> Response:
         f'Gateway savings per tenant and upstream: <a href="{endpoints.SAVINGS_PAGE}">'
         f"{endpoints.SAVINGS_PAGE}</a>.</p><table>{''.join(rows)}</table>"
     )
-    return HTMLResponse(body, headers=_PAGE_HEADERS)
+    return HTMLResponse(body, headers=_DOCS_HEADERS)
 
 
 SAVINGS = Operation(
     "getSavings",
     "Gateway usage per tenant and upstream over the last hour and day (the savings page's)",
-    Reply("Requests, resends and request bytes raw and on the wire.", Savings),
+    Reply(
+        "Requests, resends and request bytes raw and on the wire, per window and minute.", Savings
+    ),
     (503,),
     auth="metrics",
 )

@@ -88,11 +88,16 @@ class Settings(
             )
 
     def warn_open_metrics(self) -> str | None:
-        """What to warn about when /metrics is open beyond loopback, else None."""
-        if self.metrics_key or self.is_loopback:
+        """What to warn about when /metrics and /v1/savings have no key of their own on a
+        service others reach (bound beyond loopback, or with tenants' keys: a proxy in front),
+        else None. Without the key they answer requests made on this machine only."""
+        if self.metrics_key or (self.is_loopback and not self.key_hashes):
             return None
         return (
-            f"GET /metrics needs no key and the service binds {self.host!r}: anyone who can "
-            "reach it reads the request counts; set TOOLREF_METRICS_KEY to the SHA-256 of a "
-            "scraper key (`toolref-server hash-key`), or keep /metrics off public ingress"
+            "TOOLREF_METRICS_KEY is not set: GET /metrics and /v1/savings (request counts and "
+            "bytes per tenant) answer only requests made on this machine (a loopback peer, no "
+            "proxy header), 403 to any other. A proxy on this machine that adds no "
+            "X-Forwarded-For or Forwarded header makes every client local. To scrape from "
+            "elsewhere or behind a proxy, set TOOLREF_METRICS_KEY to the SHA-256 of a "
+            "scraper key (`toolref-server hash-key KEY`) and send the key as a bearer token"
         )

@@ -24,8 +24,9 @@ class AccessSettings(BaseModel):
     )
     metrics_key: str = Field(
         default="",
-        description="SHA-256 hex of the bearer key GET /metrics requires; empty: /metrics is "
-        "open to anyone who can reach the bind address.",
+        description="SHA-256 hex of the bearer key GET /metrics and /v1/savings require; "
+        "empty: they answer only requests made on this machine (a loopback peer, no proxy "
+        "header), 403 to any other.",
     )
     # Per-tenant quotas (toolref_server.storage.quotas).
     tenant_requests_per_second: float = Field(

@@ -4,7 +4,7 @@ savings page shows over the last hour and day, added up by every worker and repl
 One hash per tenant and minute, `<upstream>:<field>` -> count (`toolref_server.usage.FIELDS`),
 living a day and two minutes from its last write. Each worker adds what it counted every
 `TOOLREF_SAMPLE_SECONDS` (`add`: one pipelined round trip, a few commands per tenant,
-upstream and minute counted); reading a window is one `HGETALL` per tenant and minute
+upstream and minute counted); reading minutes is one `HGETALL` per tenant and minute
 (`read`: at most tenants x 1440 replies of at most upstreams x 4 fields, pipelined). Not
 counted in a tenant's stored-bytes quota: the service's own accounting, bounded as above
 (as the model-call and quota counters). Engine errors are `StoreUnavailableError`.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from redis.exceptions import RedisError
@@ -25,15 +24,6 @@ from toolref_server.storage.store import Store
 from toolref_server.usage import FIELDS, KEEP_MINUTES, MINUTE, Counts, Pending, Slot
 
 LIFETIME: Final = (KEEP_MINUTES + 2) * MINUTE  # seconds: a day, and the minute being written
-
-
-@dataclass(frozen=True, slots=True)
-class Window:
-    """Usage of the last `minutes` minutes (the current one included), per (tenant,
-    upstream)."""
-
-    minutes: int
-    counts: dict[tuple[str, str], Counts] = field(default_factory=dict)
 
 
 class UsageCounters:
@@ -64,38 +54,35 @@ class UsageCounters:
             raise
 
     async def read(
-        self, tenants: Iterable[str], now_minute: int, windows: Iterable[int]
-    ) -> list[Window]:
-        """Each window of the last `minutes` (at most a day) for `tenants`. One round trip."""
-        spans = [min(minutes, KEEP_MINUTES) for minutes in windows]
-        longest = max(spans, default=0)
-        asked = [(t, now_minute - back) for t in sorted(set(tenants)) for back in range(longest)]
+        self, tenants: Iterable[str], now_minute: int, minutes: int
+    ) -> dict[Slot, Counts]:
+        """What `tenants` used in each of the last `minutes` minutes (at most a day; the
+        current one included), per minute and upstream; minutes without use are absent.
+        One round trip. `toolref_server.usage.window` adds a window up."""
+        span = min(minutes, KEEP_MINUTES)
+        asked = [(t, now_minute - back) for t in sorted(set(tenants)) for back in range(span)]
         with _engine_errors(self.store):
             pipe = self.store.redis.pipeline(transaction=False)
             for tenant, minute in asked:
                 pipe.hgetall(keys.usage(tenant, minute))
             replies: list[Any] = await pipe.execute() if asked else []
-        found = [Window(minutes) for minutes in spans]
+        found: dict[Slot, Counts] = {}
         for (tenant, minute), reply in zip(asked, replies, strict=True):
-            if not reply:
-                continue
-            counts = _counts(tenant, reply)
-            for window in found:
-                if minute > now_minute - window.minutes:
-                    for slot, value in counts.items():
-                        window.counts[slot] = window.counts.get(slot, Counts()) + value
+            if reply:
+                for upstream, counts in _counts(reply).items():
+                    found[Slot(minute, tenant, upstream)] = counts
         return found
 
 
-def _counts(tenant: str, reply: Mapping[bytes | str, bytes | str]) -> dict[tuple[str, str], Counts]:
-    """One minute's hash as {(tenant, upstream): Counts}; fields this version does not know
-    are left out."""
+def _counts(reply: Mapping[bytes | str, bytes | str]) -> dict[str, Counts]:
+    """One minute's hash as {upstream: Counts}; fields this version does not know are left
+    out."""
     values: dict[str, dict[str, int]] = {}
     for raw_field, raw_value in reply.items():
         upstream, name = keys.usage_fields(raw_field)
         if name in FIELDS:
             values.setdefault(upstream, {})[name] = int(raw_value)
-    return {(tenant, upstream): Counts(**fields) for upstream, fields in values.items()}
+    return {upstream: Counts(**fields) for upstream, fields in values.items()}
 
 
 @contextlib.contextmanager
