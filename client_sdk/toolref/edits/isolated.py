@@ -17,11 +17,12 @@ Layout: one record per inline segment, in op order.
 
     0x00 + the segment's bytes (its length is the op's)
     0x01 + varint(frame size) + a zstd frame, no dictionary
+    0x02 + varint(member size) + a gzip member (RFC 1952): a sender with no zstd (a browser)
 
-Every frame declares its content size (the op's length: refused otherwise, before it is
-inflated) and carries a checksum. Other kinds are reserved for dictionaries both sides hold
-whatever the conversation (a shipped one; the answer just streamed, which the agent writes
-back). Pure; linear in the segments.
+A frame inflates to the op's length exactly (never past it: refused as it inflates), and
+carries a checksum (zstd's, gzip's CRC-32). Other kinds are reserved for dictionaries both
+sides hold whatever the conversation (a shipped one; the answer just streamed, which the
+agent writes back). Pure; linear in the segments.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from toolref.wire.errors import MalformedBodyError
 
 RAW: Final = 0x00
 ALONE: Final = 0x01
+GZIP: Final = 0x02
 LEVEL: Final = 3  # zstd level: segments are small, the frame's own bytes do the work
 MIN_COMPRESSED: Final = 24  # a shorter segment travels as it is (a frame costs ~15 bytes)
 
@@ -86,9 +88,11 @@ def unpack(blob: bytes, lengths: Sequence[int], meter: Meter | None) -> list[byt
             at += length
             continue
         size, at = _read_varint(blob, at)
-        if mode != ALONE or size is None or at + size > len(blob):
-            raise _malformed(f"segment {index} has no record of a known kind (0 or 1)")
-        data = compression.inflate(bytes(view[at : at + size]), length, meter)
+        if mode not in (ALONE, GZIP) or size is None or at + size > len(blob):
+            raise _malformed(f"segment {index} has no record of a known kind (0, 1 or 2)")
+        frame = bytes(view[at : at + size])
+        inflate = compression.inflate if mode == ALONE else compression.inflate_gzip
+        data = inflate(frame, length, meter)
         at += size
         if len(data) != length:
             raise _malformed(f"segment {index} inflates to {len(data)} bytes, not its {length}")

@@ -5,6 +5,7 @@ spelling, repeated keys, lone surrogates)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 from typing import Any
@@ -13,12 +14,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolref.edits import wire
+from toolref.edits import isolated, wire
 from toolref.edits.edit import Inline, Keep, Named, apply, dictionary, dictionary_order, diff
 from toolref.edits.recipe import PIECE_MIN, RUN_MIN, entry_of, is_piece, piece_of, recipe_ref
 from toolref.edits.request import cut, restore
 from toolref.edits.segments import cut_body, header_segment, restore_headers
-from toolref.wire.errors import DictionaryMismatchError, MalformedBodyError
+from toolref.wire.errors import (
+    DecompressedTooLargeError,
+    DictionaryMismatchError,
+    MalformedBodyError,
+)
 
 HEADERS = [
     ("Content-Type", "application/json"),
@@ -333,3 +338,20 @@ def test_a_message_with_a_new_id_keeps_its_piece(first: bool) -> None:
     assert two.body == body("msg_bbbbbbbb")
     assert one.segments[one.messages[0]] == two.segments[two.messages[0]]
     assert len(one.segments[one.messages[0]]) > RUN_MIN  # it identifies the message
+
+
+def test_isolated_records_read_back_each_kind_and_refuse_what_does_not_fit() -> None:
+    """Version-2 records: as they are, a zstd frame alone, a gzip member alone (what a
+    browser sends); a frame that inflates past its op's length, a cut record or an unknown
+    kind are refused before more is read."""
+    segments = [b"", b"x" * 10, b'{"role":"user","content":"' + b"hello " * 40 + b'"}']
+    packed = isolated.pack(segments)
+    assert isolated.unpack(packed, [len(s) for s in segments], None) == segments
+    member = gzip.compress(segments[2])
+    gzipped = bytes([isolated.GZIP]) + bytes([len(member)]) + member
+    assert isolated.unpack(gzipped, [len(segments[2])], None) == [segments[2]]
+    with pytest.raises(DecompressedTooLargeError):
+        isolated.unpack(gzipped, [10], None)
+    for bad in (gzipped[:-3], b"\x07\x01x", b"\x00ab"):
+        with pytest.raises(MalformedBodyError):
+            isolated.unpack(bad, [len(segments[2])], None)
