@@ -343,8 +343,8 @@ class Relay:
                 )
             if isinstance(answer, httpx.Response):  # the gateway's own refusal, told
                 answer = await as_provider_error(answer, call, self.config.gateway) or answer
-            found = self.preflight
-            if isinstance(answer, httpx.Response) and found is not None and found.problem:
+            found = self.preflight  # started anyway on a gateway found wrong when it answered
+            if isinstance(answer, httpx.Response) and found and found.reached and found.problem:
                 answer = await not_a_gateway_reply(answer, call, found.problem)
         except UNREACHABLE as exc:
             meter.headers = False  # the agent's request as it came: its body counted

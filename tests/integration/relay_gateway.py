@@ -71,14 +71,15 @@ class Recorded:
 
 @asynccontextmanager
 async def gateway(
-    redis: Redis, providers: dict[str, ASGIApp], **settings: Any
+    redis: Redis, providers: dict[str, ASGIApp], *, keys: bool = True, **settings: Any
 ) -> AsyncIterator[Recorded]:
     """The service with `providers` as its upstreams (by name), one tenant whose key is
-    `KEY`; `settings`: more of the service's settings."""
+    `KEY` (`keys=False`: no API keys, the one local tenant, as `make serve` runs it);
+    `settings`: more of the service's settings."""
     names = list(providers)
     async with serve_all(*providers.values()) as urls:
         upstreams = ",".join(f"{n}={u}" for n, u in zip(names, urls, strict=True))
-        tenant = f"t={hashlib.sha256(KEY.encode()).hexdigest()}"
+        tenant = f"t={hashlib.sha256(KEY.encode()).hexdigest()}" if keys else ""
         config = Settings(redis_url="unused", upstreams=upstreams, api_keys=tenant, **settings)
         recorded = Recorded(create_app(config, redis=redis))
         async with serve(recorded) as url:
