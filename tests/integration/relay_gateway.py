@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Sized
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +43,14 @@ class Arrival:
 
 
 def wire_bytes(arrival: Arrival) -> int:
-    """What the relay counts on its wire for a turn sent as an edit: body and header lines."""
-    return len(arrival.body) + sum(len(k) + len(v) + 4 for k, v in arrival.headers.items())
+    """What the relay counts on its wire for a turn: body and header lines."""
+    return len(arrival.body) + header_lines(arrival.headers.items())
+
+
+def header_lines(pairs: Iterable[tuple[Sized, Sized]]) -> int:
+    """The bytes of header lines on the wire (`name: value` and CRLF, each): what the relay
+    counts of the agent's request (`request.headers.raw` of the agent's client)."""
+    return sum(len(k) + len(v) + 4 for k, v in pairs)
 
 
 @dataclass

@@ -90,9 +90,14 @@ def test_a_turn_is_told_and_the_session_summed_up_at_exit(tmp_path: Path) -> Non
     assert "does not answer" in output
     assert "started anyway (--no-gateway-check)" in output
     assert token not in output
+    assert "toolref relay: python-httpx -> a turn 1  502  agent sent " in output
+    assert "refused by the relay, not counted" in output
     assert "switched from a to b (SIGUSR1)" in output
     assert any(
-        line.startswith("toolref relay: agent sent 0 B, sent 0 B, nothing sent over 0 answered")
+        line.startswith(
+            "toolref relay: python-httpx -> a, every conversation since the relay started: "
+            "agent sent 0 B, sent 0 B, nothing sent over 0 answered turns, 1 failed"
+        )
         for line in output.splitlines()
     )
     assert "POST /llm/a/v1/chat/completions -> a 502" in output  # --log-level info
