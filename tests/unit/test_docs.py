@@ -53,24 +53,29 @@ def _python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, re.DOTALL)
 
 
-def test_sdk_doc_integrations_are_under_15_lines_and_compile() -> None:
+def _code_lines(block: str) -> list[str]:
+    """The lines of `block` that do something: neither blank nor an import."""
+    lines = [line for line in block.splitlines() if line.strip()]
+    return [line for line in lines if not line.startswith(("import ", "from "))]
+
+
+def test_sdk_doc_integrations_are_ten_lines_and_compile() -> None:
+    """README says "ten lines each": the client and the backend, imports aside."""
     client, backend, *_ = _python_blocks(SDK_DOC)
     for block in (client, backend):
-        assert len(block.strip().splitlines()) < 15
+        assert len(_code_lines(block)) <= 10, block
         compile(block, "docs/sdk.md", "exec")
     assert "ToolReferenceManager" in client
     assert "ToolRefMiddleware" in backend
 
 
-async def test_sdk_doc_backend_runs() -> None:
+async def test_sdk_doc_backend_runs_as_written() -> None:
+    """Nothing supplied: it defines what it calls (before, `call_llm` was undefined, and
+    this test supplied one)."""
     import httpx
 
     _, backend, *_ = _python_blocks(SDK_DOC)
-
-    async def call_llm(messages: list[dict[str, str]]) -> dict[str, str]:
-        return {"role": "assistant", "content": f"{len(messages)} messages"}
-
-    namespace: dict[str, object] = {"call_llm": call_llm}
+    namespace: dict[str, object] = {}
     exec(compile(backend, "docs/sdk.md", "exec"), namespace)
     app = namespace["app"]
     async with httpx.AsyncClient(
@@ -78,7 +83,9 @@ async def test_sdk_doc_backend_runs() -> None:
         base_url="http://backend",
     ) as http:
         reply = await http.post("/chat", json={"messages": [{"role": "user", "content": "hi"}]})
-    assert reply.json() == {"messages": [{"role": "assistant", "content": "1 messages"}]}
+    assert reply.json() == {
+        "messages": [{"role": "assistant", "content": "read 1 messages, in full"}]
+    }
 
 
 def _curl_example() -> tuple[list[str], str]:
