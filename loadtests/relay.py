@@ -97,7 +97,7 @@ async def _replay(trace: Trace, engine_url: str) -> list[str] | None:
                     direct.append(await _first_byte(agent, provider_url + path, content))
                     relayed.append(await _first_byte(agent, f"{relay_url}/llm/p{path}", content))
                 tally = relay.tally
-    assert tally.raw == sent, (tally.raw, sent)
+    assert tally.inflated == sent, (tally.inflated, sent)  # every body counted (raw: + headers)
     return [
         f"{trace.name} ({fmt.name}, {len(cuts)} turns)",
         f"{sent / 1e6:.2f} MB",

@@ -11,7 +11,17 @@ from toolref_relay.app import Relay
 from toolref_relay.calls import Call
 from toolref_relay.config import RelayConfig
 from toolref_relay.oversize import InlineItem, inline_items, too_large_message, worth_registering
-from toolref_relay.savings import Tally, Upload, savings_header, size, summary, turn_line
+from toolref_relay.savings import (
+    Tally,
+    Totals,
+    Upload,
+    Who,
+    savings_header,
+    size,
+    summary,
+    turn_line,
+    who,
+)
 from toolref_relay.shapes import ErrorReply, Provider, error_reply, provider_of
 from toolref_relay.switch import Switchboard, conversation_of
 
@@ -28,7 +38,9 @@ __all__ = [
     "RelayConfig",
     "Switchboard",
     "Tally",
+    "Totals",
     "Upload",
+    "Who",
     "conversation_of",
     "error_reply",
     "inline_items",
@@ -38,5 +50,6 @@ __all__ = [
     "summary",
     "too_large_message",
     "turn_line",
+    "who",
     "worth_registering",
 ]

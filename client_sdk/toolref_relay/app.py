@@ -75,7 +75,18 @@ from .preflight import Preflight
 from .preflight import check as check_gateway
 from .problems import as_provider_error, not_a_gateway_reply
 from .replies import relay_answer, reply_error, reply_json
-from .savings import Route, Tally, Upload, savings_header, summary, turn_line
+from .savings import (
+    Route,
+    Tally,
+    Totals,
+    Upload,
+    Who,
+    header_bytes,
+    savings_header,
+    summary,
+    turn_line,
+    who,
+)
 from .shapes import ErrorReply, error_reply, provider_of
 from .sockets import serve_socket
 from .switch import Switchboard, conversation_of
@@ -110,7 +121,7 @@ class Relay:
         self.config = config
         self.preflight = preflight  # what the start found of the gateway (None: check then)
         self.report = report
-        self.tally = Tally()
+        self.totals = Totals()
         self.switchboard = Switchboard(config.switch)
         self.clients = Clients(self._new_client, config.max_clients)
         self.capabilities = Capabilities(config.edits)
@@ -124,6 +135,16 @@ class Relay:
             "write": config.read_timeout,
             "pool": config.connect_timeout,
         }
+
+    @property
+    def tally(self) -> Tally:
+        """Every agent's and upstream's turns together (the counters' numbers)."""
+        return self.totals.all
+
+    def told(self, whose: Who, upload: Upload) -> None:
+        """Count `upload` in `whose` totals, and report its turn line."""
+        number, tally = self.totals.add(whose, upload)
+        self.report(turn_line(whose, number, upload, tally))
 
     def manager(self, upstream: str, call: Call) -> ToolReferenceManager:
         """The manager of `call`'s client on `upstream` (made on first use)."""
@@ -215,8 +236,8 @@ class Relay:
             self.report(await self._probe())
 
     async def shutdown(self) -> None:
-        if self.tally.turns:
-            self.report(summary(self.tally))
+        for whose, tally in self.totals.each.items():
+            self.report(summary(whose, tally))
         if self.config.token_file:  # this start's token means nothing once it stops
             control.remove(Path(self.config.token_file), self.config.token)
         if self._registry is not None:
@@ -320,11 +341,18 @@ class Relay:
             moved = self.switchboard.moved(conversation, upstream, count)
         url = f"{self.config.gateway}/llm/{upstream}{call.suffix()}"
         client = self.clients.client(upstream, call.headers, call.query)
-        meter = Meter(self.pool, headers=True)
+        meter = Meter(self.pool)
         route: Route = "gateway"
         try:
             edited = await as_edit(
-                self, call, client, url=url, body=content, moved=moved, meter=meter
+                self,
+                call,
+                client,
+                url=url,
+                body=content,
+                as_sent=not changed,
+                moved=moved,
+                meter=meter,
             )
             answer: httpx.Response | ErrorReply
             if edited is not None:
@@ -343,26 +371,24 @@ class Relay:
                 )
             if isinstance(answer, httpx.Response):  # the gateway's own refusal, told
                 answer = await as_provider_error(answer, call, self.config.gateway) or answer
-            found = self.preflight
-            if isinstance(answer, httpx.Response) and found is not None and found.problem:
+            found = self.preflight  # started anyway on a gateway found wrong when it answered
+            if isinstance(answer, httpx.Response) and found and found.reached and found.problem:
                 answer = await not_a_gateway_reply(answer, call, found.problem)
         except UNREACHABLE as exc:
-            meter.headers = False  # the agent's request as it came: its body counted
             answer, route = await self._unreachable(call, raw, exc, meter), "fallback"
         except httpx.HTTPError as exc:
             answer = failed(call, self.config.gateway, exc)
         if isinstance(answer, ErrorReply) and meter.sent == 0:
             route = "refused"  # nothing went out: the relay answered itself
         status = answer.status if isinstance(answer, ErrorReply) else answer.status_code
-        upload = Upload(len(raw), len(content), meter.sent, route, status)
-        number = self.tally.add(upload)
-        self.report(turn_line(number, upload, self.tally))
+        upload = Upload(_sent(call, len(raw)), len(content), meter.sent, route, status)
+        self.told(who(call.headers, upstream), upload)
         extra = [(SAVINGS_HEADER, savings_header(upload))]
         if isinstance(answer, ErrorReply):
             await reply_error(send, answer, extra)
-            log_call(call, upstream, answer.status, len(raw), meter.sent)
+            log_call(call, upstream, answer.status, upload.raw, upload.wire)
             return
-        log_call(call, upstream, answer.status_code, len(raw), meter.sent)
+        log_call(call, upstream, answer.status_code, upload.raw, upload.wire)
         await relay_answer(send, answer, extra)
 
     async def _unreachable(
@@ -395,10 +421,10 @@ class Relay:
     async def _refuse(
         self, call: Call, send: Send, error: ErrorReply, raw: int, extra: Pairs = ()
     ) -> None:
-        upload = Upload(raw, 0, 0, "refused", error.status)
-        self.report(turn_line(self.tally.add(upload), upload, self.tally))
+        upload = Upload(_sent(call, raw), 0, 0, "refused", error.status)
+        self.told(who(call.headers, call.name), upload)
         await reply_error(send, error, [(SAVINGS_HEADER, savings_header(upload)), *extra])
-        log_call(call, call.name, error.status, raw, 0)
+        log_call(call, call.name, error.status, upload.raw, 0)
 
     async def _busy(self, call: Call, send: Send, exc: OverloadedError, raw: int) -> None:
         """503 with Retry-After: the turns in flight hold the relay's whole budget."""
@@ -433,6 +459,11 @@ _NOT_SERVED: Final = (
     "http://127.0.0.1:8760/llm/anthropic (ANTHROPIC_BASE_URL) or .../llm/openai/v1 "
     "(OPENAI_BASE_URL), naming an upstream the gateway knows"
 )
+
+
+def _sent(call: Call, body: int) -> int:
+    """What the agent put on the wire for `call`: its header lines and `body` bytes."""
+    return header_bytes(call.headers) + body
 
 
 # Any compressed body may become megabytes, however small it arrives: off the loop, always.

@@ -10,6 +10,7 @@ from typing import Final
 import httpx
 
 from .headers import Pairs, first
+from .savings import header_bytes
 from .shapes import ErrorReply, Provider, error_reply
 
 log = logging.getLogger("toolref.relay")
@@ -33,16 +34,14 @@ class Call:
 
 
 class Meter(httpx.AsyncBaseTransport):
-    """The shared connection pool, counting the request bytes sent through it: bodies, and
-    header lines too with `headers` (`name: value` and its line end, each)."""
+    """The shared connection pool, counting the requests sent through it as they go on the
+    wire: header lines (`name: value` and its line end, each) and body."""
 
-    def __init__(self, inner: httpx.AsyncBaseTransport, *, headers: bool = False) -> None:
-        self.inner, self.sent, self.headers = inner, 0, headers
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner, self.sent = inner, 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        size = len(request.content)
-        if self.headers:
-            size += header_bytes(request)
+        size = wire_size(request)
         self.sent += size
         try:
             return await self.inner.handle_async_request(request)
@@ -51,9 +50,9 @@ class Meter(httpx.AsyncBaseTransport):
             raise
 
 
-def header_bytes(request: httpx.Request) -> int:
-    """The bytes of `request`'s header lines on the wire (HTTP/1.1)."""
-    return sum(len(name) + len(value) + 4 for name, value in request.headers.raw)
+def wire_size(request: httpx.Request) -> int:
+    """The bytes `request` puts on the wire: its header lines (HTTP/1.1) and its body."""
+    return header_bytes(request.headers.raw) + len(request.content)
 
 
 def encoding_of(headers: Pairs) -> str:

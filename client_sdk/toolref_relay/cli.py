@@ -5,11 +5,13 @@
 
 Needs the `relay` extra (from a toolref checkout: `pip install -e '.[relay]'`): uvicorn
 serves the app. The port is bound first (a busy one fails before anything else is said),
-then the gateway is checked (`preflight`: a gateway that is not toolref's, refuses the key
-or lacks a `--switch` upstream stops the start, unless `--no-gateway-check`), then
-"listening" and each agent's set-up are printed (`agents`), the control token of this start
-is written (`control.write`) and printed, and the app is served on that socket: a relay that
-cannot bind leaves the token file of the one running on the port alone.
+then the gateway is checked (`preflight`: a gateway that does not answer, is not toolref's,
+refuses the key or lacks a `--switch` upstream stops the start with one message, unless
+`--no-gateway-check`), then the control token of this start is written (`control.write`; a
+file that cannot be written stops the start: the token is never printed), then "listening",
+each agent's set-up (`agents`) and where the token is are printed, and the app is served on
+that socket: a relay that cannot bind leaves the token file of the one running on the port
+alone.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import shlex
 import socket
 import sys
 from collections.abc import Sequence
@@ -28,6 +31,7 @@ from urllib.parse import urlsplit
 from . import control, doctor
 from .agents import set_up_lines
 from .config import MIB, RelayConfig, misspelt_key
+from .preflight import OVERRIDDEN, OVERRIDE
 from .preflight import check as check_gateway
 
 _DESCRIPTION = (
@@ -198,27 +202,27 @@ def main(argv: Sequence[str] | None = None) -> None:
             request_timeout=config.connect_timeout,
         )
     )
-    _say(found.line)
     if found.problem is not None and not args.no_gateway_check:
         sock.close()
-        sys.exit(1)
+        sys.exit(found.problem)  # one message, on stderr; exit 1
+    _say(found.line.replace(OVERRIDE, OVERRIDDEN))
     token_file = Path(args.token_file) if args.token_file else control.default_path(port)
+    try:
+        control.write(token_file, config.token)
+    except OSError as exc:
+        sock.close()
+        sys.exit(
+            f"toolref relay: cannot write this start's control token to {token_file} "
+            f"({exc.strerror or exc}); give --token-file a file in a folder you can write "
+            "(the folder is made, 0700, when missing). The token is never printed."
+        )
+    config = dataclasses.replace(config, token_file=str(token_file))
     host = f"[{args.host}]" if ":" in args.host else args.host
     base = f"http://{host}:{port}"
     _say(f"toolref relay: listening on {base}/llm/NAME")
     for line in set_up_lines(base, found.upstreams):
         _say(line)
-    try:
-        control.write(token_file, config.token)
-        where = f"in {token_file} (readable only by you)"
-        config = dataclasses.replace(config, token_file=str(token_file))
-    except OSError as exc:
-        where = f"not written to {token_file} ({exc.strerror or exc}): it is shown here only"
-    _say(
-        f"toolref relay: /metrics, /toolref/switch and /toolref/check (toolref doctor) need "
-        f"this start's token, {where}; "
-        f'e.g. curl -H "Authorization: Bearer {config.token}" {base}/metrics'
-    )
+    _say(token_line(token_file, base))
     served = uvicorn.Config(
         Relay(config, signals=True, preflight=found),
         log_level=args.log_level,
@@ -231,6 +235,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         ws_per_message_deflate=False,
     )
     uvicorn.Server(served).run(sockets=[sock])  # the app deletes the token file at exit
+
+
+def token_line(token_file: Path, base: str) -> str:
+    """Where this start's control token is, and how to use it (never the token itself:
+    what a supervisor or `nohup` keeps of stderr stays free of it)."""
+    where = shlex.quote(str(token_file))
+    return (
+        "toolref relay: /metrics, /toolref/switch and /toolref/check (toolref doctor) need "
+        f"this start's token, in {token_file} (readable only by you; removed at exit); e.g. "
+        f'curl -H "Authorization: Bearer $(cat {where})" {base}/metrics'
+    )
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -80,7 +80,7 @@ def switch_request(value: str) -> tuple[str, str | None]:
 
 def needs_token(what: str, how: str, token_file: str | None) -> str:
     """What an answer to `what` without the right token says; `how`: where the token goes."""
-    where = f"printed at start and written to {token_file}" if token_file else "printed at start"
+    where = f"in {token_file}" if token_file else "RelayConfig.token: this relay wrote no file"
     return f"toolref relay: {what} needs this start's control token ({where}); send {how}"
 
 

@@ -5,7 +5,7 @@ and time. Spends no tokens: it only lists models.
    file the relay wrote);
 2. the relay's gateway answers, as a toolref gateway (its version) — checked by the relay
    itself, from where it runs;
-3. the gateway accepts the relay's key;
+3. the gateway accepts the relay's key (or runs without API keys);
 4. each upstream the gateway lists answers `GET /llm/NAME/v1/models` through relay and
    gateway. The provider's own answer counts, whatever its status (a 401 asks for the
    agent's provider key, which doctor never sends); a refusal by the relay or the gateway
@@ -104,7 +104,8 @@ def _gateway_hops(check: dict[str, Any]) -> list[Hop]:
     if refused:
         hops.append(Hop("key", False, None, None, str(check.get("problem"))))
         return hops
-    hops.append(Hop("key", True, None, None, "accepted"))
+    keyless = "not needed: the gateway runs without API keys (one local tenant)"
+    hops.append(Hop("key", True, None, None, keyless if check.get("keys") is False else "accepted"))
     problem = check.get("problem")
     if problem:  # no upstreams, or --switch names one it lacks
         hops.append(Hop("upstreams", False, None, None, str(problem)))

@@ -12,6 +12,13 @@ sent as an edit (`NOT_AN_EDIT`), nor is anything after a gateway answers 415 to 
 type (`UNSUPPORTED`): the caller takes the manager's path, as it does for a turn answered 413
 (too large for the gateway or the provider: the manager retries it with its biggest tool
 results registered, as refs, or names them).
+
+A request the edit would not shrink (header lines and body, counted alike on both sides),
+and too small for a later turn to be an edit of (no message of `RELATED_MIN` bytes: the
+editor's rule for a base), goes to the gateway as it came, with the tenant's key
+(`as_it_is`): a tiny request's edit costs more than the request (the edit's framing, the
+media type), and a recipe of it would save the next turn nothing. One that could be a base
+goes as an edit whatever it costs, since the turns after it are edits of it.
 """
 
 from __future__ import annotations
@@ -25,11 +32,13 @@ from toolref.receiving.hops import Pairs, end_to_end, without_toolref
 from toolref.receiving.workers import Workers
 from toolref.sending.answers import may_resend, problem_of
 from toolref.sending.editor import Edit
+from toolref.sending.recipes import RELATED_MIN
 from toolref.wire.endpoints import endpoint
 from toolref.wire.headers import HISTORY_HEADER, KEY_HEADER, SWITCHED_FROM_HEADER
 
-from .calls import Call, Meter
+from .calls import Call, Meter, wire_size
 from .clients import Client
+from .headers import to_gateway
 
 if TYPE_CHECKING:
     from .app import Relay
@@ -46,12 +55,15 @@ async def as_edit(
     *,
     url: str,
     body: bytes,
+    as_sent: bool,
     moved: str | None,
     meter: Meter,
 ) -> httpx.Response | None:
-    """The gateway's answer to the turn sent as an edit; None when it is not sent as one (a
-    gateway without edits, a body that is not one JSON object): the manager's path then.
-    `body`: the agent's, inflated; `moved`: the `Toolref-Switched-From` value."""
+    """The gateway's answer to the turn sent as an edit (or as it came, when that is
+    smaller: see the module docstring); None when it is not sent as one (a gateway without
+    edits, a body that is not one JSON object): the manager's path then. `body`: the
+    agent's, inflated; `as_sent`: it is the body as the agent sent it (not inflated);
+    `moved`: the `Toolref-Switched-From` value."""
     found = endpoint("POST", call.path)
     if found is None:
         return None
@@ -62,6 +74,12 @@ async def as_edit(
     extra = [(KEY_HEADER, config.key)] if config.key else []
     if moved:
         extra.append((SWITCHED_FROM_HEADER, moved))
+    plain = None  # a switched turn is rewritten by the gateway: an edit, whatever its size
+    if as_sent and not moved:
+        headers = to_gateway(call.headers, key=config.key, switched_from=None, body_changed=False)
+        plain = httpx.Request(
+            "POST", url, headers=headers, content=body, extensions=relay.extensions()
+        )
     answer = await send_edit(
         meter,
         client,
@@ -71,6 +89,7 @@ async def as_edit(
         content=body,
         messages_key=found.messages_key,
         extensions=relay.extensions(),
+        as_it_is=plain,
     )
     if answer == UNSUPPORTED:
         relay.capabilities.refused()
@@ -103,11 +122,13 @@ async def send_edit(
     content: bytes,
     messages_key: str,
     extensions: dict[str, Any],
+    as_it_is: httpx.Request | None = None,
 ) -> httpx.Response | Declined:
     """The gateway's answer to the turn sent as an edit (resends done); `extra`: the
-    relay's own headers (`Toolref-Key`, `Toolref-Switched-From`). The client's editor is
-    used by one turn at a time (`Client.lock`), in a worker thread for a large body; the
-    request's round trips hold no lock."""
+    relay's own headers (`Toolref-Key`, `Toolref-Switched-From`); `as_it_is`: the request
+    as it came, sent instead when the edit is not worth it (`not_worth_an_edit`). The
+    client's editor is used by one turn at a time (`Client.lock`), in a worker thread for a
+    large body; the request's round trips hold no lock."""
     editor = client.editor
     async with client.lock:
         edit: Edit | None = await _WORKERS.run(
@@ -123,6 +144,8 @@ async def send_edit(
             content=edit.body,
             extensions=extensions,
         )
+        if as_it_is is not None and not_worth_an_edit(edit, request, as_it_is):
+            return await pool.handle_async_request(as_it_is)
         response = await pool.handle_async_request(request)
         if response.status_code == 415 and HISTORY_HEADER not in response.headers:
             await response.aclose()  # the gateway's (the provider's would name the recipe)
@@ -140,6 +163,19 @@ async def send_edit(
         async with client.lock:
             editor.confirm(edit, response.headers.get(HISTORY_HEADER))  # linear in the entries
         return response
+
+
+def not_worth_an_edit(edit: Edit, request: httpx.Request, plain: httpx.Request) -> bool:
+    """`request`, the first attempt of `edit`, puts more on the wire than `plain` (the
+    request as it came), and no later turn could be sent as an edit of it: no base, and no
+    message of `RELATED_MIN` bytes (`Recipes.best_base` relates a request to a recipe by
+    such a message only)."""
+    if edit.base is not None or edit.resends:
+        return False
+    made = edit.cut
+    if any(len(made.segments[index]) >= RELATED_MIN for index in made.messages):
+        return False
+    return wire_size(request) > wire_size(plain)
 
 
 # Cutting and diffing a body (a SHA-256 per piece, zstd against up to 1 MiB): about 14 ms a

@@ -46,7 +46,6 @@ async def managed(
             "POST", url, headers=headers, content=content, extensions=relay.extensions()
         )
 
-    meter.headers = False  # the manager's path counts bodies, as before edits
     transport = AsyncTransport(meter, manager=manager)
     answer: httpx.Response | ErrorReply = await transport.handle_async_request(build())
     if isinstance(answer, httpx.Response) and answer.status_code == 413:

@@ -1,16 +1,20 @@
 """What the relay checks of its `--gateway` at start: that it answers, that it is a toolref
-gateway (`GET /v1/capabilities` in toolref's shape: its version, its upstream names), that it
-accepts the relay's key, and that it has the upstreams `--switch` names.
+gateway (`GET /v1/capabilities` in toolref's shape: its version, its upstream names), whether
+it wants API keys and accepts the relay's, and that it has the upstreams `--switch` names.
 
-A gateway that does not answer is no reason to stop (it may start later; `--fallback`
-serves meanwhile). Anything else wrong would fail every turn, so `toolref relay` refuses to
-start on it (`Preflight.problem`), saying what answered and what to point `--gateway` at;
-`--no-gateway-check` starts anyway.
+Anything wrong would fail every turn, so `toolref relay` refuses to start on it
+(`Preflight.problem`), saying what answered (or that nothing did, and why: a connection
+refused, a name not known, no answer in time) and what to point `--gateway` at;
+`--no-gateway-check` starts anyway (a gateway that is not up yet, with `--fallback` serving
+meanwhile).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import socket
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -24,6 +28,7 @@ from toolref.wire.models import Capabilities
 
 SHOWN_BYTES: Final = 200  # of a body that is not toolref's, in the message
 OVERRIDE: Final = "to start anyway, add --no-gateway-check"
+OVERRIDDEN: Final = "started anyway (--no-gateway-check)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +39,8 @@ class Preflight:
     toolref: it answered capabilities in toolref's shape.
     version: the toolref release it runs (None: older, or not toolref).
     upstreams: its upstream names (None: not listed: an older gateway, or a key it refuses).
+    keys: it wants API keys (False: it runs without them, as one local tenant; None: not
+        known).
     key: why it refuses the relay's key (None: accepted, or not asked).
     problem: what would fail every turn, with the fix (None: nothing).
     line: the line to print about it.
@@ -45,6 +52,7 @@ class Preflight:
     toolref: bool = False
     version: str | None = None
     upstreams: tuple[str, ...] | None = None
+    keys: bool | None = None
     key: str | None = None
     problem: str | None = None
     line: str = ""
@@ -59,6 +67,7 @@ class Preflight:
             "toolref": self.toolref,
             "version": self.version,
             "upstreams": upstreams,
+            "keys": self.keys,
             "key": self.key,
             "problem": self.problem,
             "line": self.line,
@@ -75,40 +84,55 @@ async def check(
     request_timeout: float = 5.0,
 ) -> Preflight:
     """Check `gateway` (see the module docstring): three requests at most, each within
-    `request_timeout` seconds."""
+    `request_timeout` seconds. Capabilities are asked without a key first: a gateway that
+    lists its upstreams to anyone runs without API keys."""
     started = time.monotonic()
-    headers = {"accept": "application/json"}
-    if key:
-        headers["authorization"] = f"Bearer {key}"
     async with httpx.AsyncClient(timeout=request_timeout) as http:
         try:
-            answer = await http.get(gateway + endpoints.CAPABILITIES, headers=headers)
+            answer = await http.get(gateway + endpoints.CAPABILITIES, headers=_ACCEPT)
         except httpx.HTTPError as exc:
-            then = (
-                f"requests go to the fallback {fallback}"
-                if fallback
-                else "LLM requests are answered 502"
-            )
-            line = (
-                f"toolref relay: the gateway {gateway} does not answer "
-                f"({type(exc).__name__}); until it does, {then}"
-            )
-            return Preflight(gateway, False, line=line, seconds=_since(started))
-    caps = _capabilities(answer)
-    if caps is None:
-        problem = not_a_gateway(gateway, answer)
-        return Preflight(gateway, True, problem=problem, line=problem, seconds=_since(started))
+            problem = unreachable(gateway, exc, request_timeout, fallback)
+            return Preflight(gateway, False, problem=problem, line=problem, seconds=_since(started))
+        caps = _capabilities(answer)
+        if caps is None:
+            problem = not_a_gateway(gateway, answer)
+            return Preflight(gateway, True, problem=problem, line=problem, seconds=_since(started))
+        if caps.upstreams is not None:  # listed to anyone: no API keys there
+            found = Preflight(gateway, True, True, caps.version, tuple(caps.upstreams), False)
+            return _finished(found, key, None, switch, started)
+        if key:  # with the key: the names it may see
+            headers = {**_ACCEPT, "authorization": f"Bearer {key}"}
+            try:
+                answer = await http.get(gateway + endpoints.CAPABILITIES, headers=headers)
+            except httpx.HTTPError:
+                pass  # verify says what is wrong
+            else:
+                caps = _capabilities(answer) or caps
     upstreams = tuple(caps.upstreams) if caps.upstreams is not None else None
-    found = Preflight(gateway, True, True, caps.version, upstreams)
     registry = AsyncRegistryClient(gateway, api_key=key, timeout=request_timeout, retries=0)
     try:
         refused = await registry.verify()
     finally:
         await registry.aclose()
+    # Unlisted without a key, yet accepted without one: an older gateway without keys.
+    keys = True if key or refused is not None else None
+    found = Preflight(gateway, True, True, caps.version, upstreams, keys)
+    return _finished(found, key, refused, switch, started)
+
+
+_ACCEPT: Final = {"accept": "application/json"}
+
+
+def _finished(
+    found: Preflight, key: str | None, refused: str | None, switch: tuple[str, ...], started: float
+) -> Preflight:
     trouble = _problem(found, key, refused, switch)
-    line = trouble or _described(found)
-    return Preflight(
-        gateway, True, True, caps.version, upstreams, refused, trouble, line, _since(started)
+    return dataclasses.replace(
+        found,
+        key=refused,
+        problem=trouble,
+        line=trouble or _described(found, key),
+        seconds=_since(started),
     )
 
 
@@ -123,6 +147,37 @@ def _capabilities(answer: httpx.Response) -> Capabilities | None:
         return Capabilities.model_validate(answer.json())
     except (ValueError, pydantic.ValidationError):
         return None
+
+
+def unreachable(gateway: str, error: httpx.HTTPError, timeout: float, fallback: str | None) -> str:
+    """What to say of a `--gateway` that gave no HTTP answer (`error`), with the fix."""
+    then = f"go to the fallback {fallback}" if fallback else "are answered 502"
+    return (
+        f"toolref relay: the gateway {gateway} does not answer: {what_failed(error, timeout)}. "
+        "Check the URL and its port (the service listens on http://127.0.0.1:8750 unless "
+        "told otherwise: `make serve`, or `toolref-server serve --port N`), start the service "
+        f"there, then start the relay again; {OVERRIDE}: until the gateway answers, LLM "
+        f"requests {then}"
+    )
+
+
+def what_failed(error: httpx.HTTPError, timeout: float) -> str:
+    """`error` of a request that got no HTTP answer, as a person says it."""
+    if isinstance(error, httpx.TimeoutException):
+        return f"nothing came back within {timeout:g} s ({type(error).__name__})"
+    if isinstance(error, httpx.RemoteProtocolError | httpx.LocalProtocolError):
+        return f"what listens there does not speak HTTP ({error})"
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused (nothing listens on that port)"
+        if isinstance(cause, socket.gaierror):
+            return f"its host name is not known ({cause.strerror or cause})"
+        if isinstance(cause, ssl.SSLError):
+            reason = getattr(cause, "reason", None) or cause
+            return f"TLS failed ({reason}; an http:// service given as https://?)"
+        cause = cause.__cause__ or cause.__context__
+    return f"{type(error).__name__}: {error}"
 
 
 def _problem(
@@ -153,13 +208,19 @@ def _problem(
     return None
 
 
-def _described(found: Preflight) -> str:
+def _described(found: Preflight, key: str | None) -> str:
     version = f" {found.version}" if found.version else ""
     if found.upstreams is None:
         names = "its upstreams not listed (a gateway older than the relay)"
     else:
         names = f"upstreams: {', '.join(found.upstreams)}"
-    return f"toolref relay: gateway {found.gateway} is toolref{version}, key accepted; {names}"
+    if found.keys:
+        keys = "key accepted"
+    elif key:
+        keys = "without API keys (one local tenant: it takes any key, the relay's too)"
+    else:
+        keys = "without API keys (one local tenant: no key needed)"
+    return f"toolref relay: gateway {found.gateway} is toolref{version}, {keys}; {names}"
 
 
 def not_a_gateway(gateway: str, answer: httpx.Response) -> str:

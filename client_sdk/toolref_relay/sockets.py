@@ -36,7 +36,7 @@ from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSION
 from . import guard
 from .calls import Call, log_call
 from .headers import decoded, first, to_agent, to_gateway
-from .savings import Upload, turn_line
+from .savings import Upload, who
 from .shapes import ErrorReply, error_reply, provider_of
 
 if TYPE_CHECKING:
@@ -130,13 +130,13 @@ async def _joined(
         }
     )
     encoder = Encoder(mode)
+    whose = who(call.headers, upstream)
 
     async def compressed(message: str | bytes) -> str | bytes:
         packed = await _WORKERS.run(len(message), encoder.encode, message)
         raw = len(message.encode()) if isinstance(message, str) else len(message)
         wire = len(packed.encode()) if isinstance(packed, str) else len(packed)
-        upload = Upload(raw, raw, wire, "gateway")
-        relay.report(turn_line(relay.tally.add(upload), upload, relay.tally))
+        relay.told(whose, Upload(raw, raw, wire, "gateway"))  # messages: no header lines
         return packed
 
     limits = Limits(config.max_body_bytes, IDLE, LIFETIME)

@@ -145,7 +145,7 @@ async def test_a_guess_at_another_conversation_s_secret_travels_the_same_size(
         for turn in turns[1:]:  # the victim's turns: edits of its own recipe before
             assert turn.body.startswith(b'{"v":2,"b":"tb_')
         return
-    assert [len(a.body) for a in probes] == list(sizes.values())
+    assert [wire_bytes(a) for a in probes] == list(sizes.values())  # header lines and body
     for arrival in probes:
         assert "toolref-dictionary" not in arrival.headers, arrival.headers
         assert arrival.headers["toolref-history"] == "?1"  # sent whole, its own

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Sized
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,8 +43,14 @@ class Arrival:
 
 
 def wire_bytes(arrival: Arrival) -> int:
-    """What the relay counts on its wire for a turn sent as an edit: body and header lines."""
-    return len(arrival.body) + sum(len(k) + len(v) + 4 for k, v in arrival.headers.items())
+    """What the relay counts on its wire for a turn: body and header lines."""
+    return len(arrival.body) + header_lines(arrival.headers.items())
+
+
+def header_lines(pairs: Iterable[tuple[Sized, Sized]]) -> int:
+    """The bytes of header lines on the wire (`name: value` and CRLF, each): what the relay
+    counts of the agent's request (`request.headers.raw` of the agent's client)."""
+    return sum(len(k) + len(v) + 4 for k, v in pairs)
 
 
 @dataclass
@@ -71,14 +77,15 @@ class Recorded:
 
 @asynccontextmanager
 async def gateway(
-    redis: Redis, providers: dict[str, ASGIApp], **settings: Any
+    redis: Redis, providers: dict[str, ASGIApp], *, keys: bool = True, **settings: Any
 ) -> AsyncIterator[Recorded]:
     """The service with `providers` as its upstreams (by name), one tenant whose key is
-    `KEY`; `settings`: more of the service's settings."""
+    `KEY` (`keys=False`: no API keys, the one local tenant, as `make serve` runs it);
+    `settings`: more of the service's settings."""
     names = list(providers)
     async with serve_all(*providers.values()) as urls:
         upstreams = ",".join(f"{n}={u}" for n, u in zip(names, urls, strict=True))
-        tenant = f"t={hashlib.sha256(KEY.encode()).hexdigest()}"
+        tenant = f"t={hashlib.sha256(KEY.encode()).hexdigest()}" if keys else ""
         config = Settings(redis_url="unused", upstreams=upstreams, api_keys=tenant, **settings)
         recorded = Recorded(create_app(config, redis=redis))
         async with serve(recorded) as url:

@@ -1,10 +1,12 @@
-"""Every python block of docs/sdk.md runs, in order, against real servers over sockets.
+"""Every python block of docs/sdk.md runs as written, in order, against real servers over
+sockets (the doc says so of all of them).
 
 The registry (the app on the test engine, with the doc's `trk_...` as its one API key), the
-doc's own chat backend (its block, with a stand-in `call_llm`) and examples/llm_backend.py
-behind `ToolRefMiddleware` are served by uvicorn; the doc's placeholder addresses are
-replaced by theirs. Blocks run off the event loop (the servers are on it), each in its own
-namespace, as a reader would paste them.
+doc's own chat backend (its block, scripted stand-in for the LLM included) and
+examples/llm_backend.py behind `ToolRefMiddleware` are served by uvicorn; the doc's
+placeholder addresses are replaced by theirs, and nothing else is given: each block runs off
+the event loop (the servers are on it) in a namespace of its own, as a reader would paste
+it. Before, the backend's `call_llm` was undefined, and this test supplied one.
 """
 
 from __future__ import annotations
@@ -30,15 +32,11 @@ REGISTRY, CHAT, LLM = "http://127.0.0.1:8750", "http://127.0.0.1:8000", "http://
 KEY = "trk_..."
 
 
-async def call_llm(messages: list[dict[str, Any]]) -> dict[str, str]:
-    return {"role": "assistant", "content": f"{len(messages)} messages"}
-
-
 def run(block: str, addresses: dict[str, str]) -> tuple[dict[str, Any], str]:
     """Run `block` with the servers' addresses; its namespace and what it printed."""
     for placeholder, url in addresses.items():
         block = block.replace(placeholder, url)
-    namespace: dict[str, Any] = {"call_llm": call_llm, "__name__": "docs_sdk"}
+    namespace: dict[str, Any] = {"__name__": "docs_sdk"}  # nothing supplied
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
         exec(compile(block, "docs/sdk.md", "exec"), namespace)
@@ -60,7 +58,10 @@ async def test_every_python_block_of_the_sdk_doc_runs(redis: Redis) -> None:
             outputs = [await asyncio.to_thread(run, block, addresses) for block in blocks]
         await llm_registry.aclose()
         await doc_backend["registry"].aclose()
-    assert len(outputs) >= 9  # client, backend, 2 streaming, 4 official SDKs, registry
+    assert (
+        len(outputs) == len(blocks) >= 10
+    )  # client, backend, 2 streaming, 4 SDKs, gateway, registry
+    assert "Every Python block below runs as written" in SDK_DOC.replace("\n", " ")
     printed = "\n".join(text for _, text in outputs)
     assert "uploaded" in printed  # the client app's savings line
     assert '"object": "chat.completion.chunk"' in printed  # manager.stream's events

@@ -39,12 +39,15 @@ def closed_port_url() -> str:
 
 
 @asynccontextmanager
-async def chain(redis: Redis, key: str = KEY) -> AsyncIterator[tuple[Relay, str]]:
+async def chain(
+    redis: Redis, key: str | None = KEY, *, keys: bool = True
+) -> AsyncIterator[tuple[Relay, str]]:
     """Relay -> gateway with three upstreams: `scripted` (answers its models), `plain`
-    (a provider's 404 for everything) and `down` (nothing listens); the relay and its URL."""
+    (a provider's 404 for everything) and `down` (nothing listens); the relay and its URL.
+    `keys=False`: the gateway runs without API keys."""
     async with serve_all(Scripted().app(), anthropic_like()) as [scripted, plain]:
         upstreams = f"scripted={scripted},plain={plain},down={closed_port_url()}"
-        tenant = f"t={hashlib.sha256(KEY.encode()).hexdigest()}"
+        tenant = f"t={hashlib.sha256(KEY.encode()).hexdigest()}" if keys else ""
         settings = Settings(redis_url="unused", upstreams=upstreams, api_keys=tenant)
         async with serve(create_app(settings, redis=redis)) as gateway:
             relay = Relay(RelayConfig(gateway, key=key), report=lambda _: None)
@@ -90,6 +93,14 @@ async def test_a_refused_key_fails_its_hop_and_no_upstream_is_probed(redis: Redi
     assert [hop.ok for hop in hops] == [True, True, False]
     assert hops[2].name == "key"
     assert "refuses the relay's key" in hops[2].detail
+
+
+async def test_a_gateway_without_keys_is_said_to_need_none(redis: Redis) -> None:
+    """Before, the key hop said "accepted" where no key was asked for."""
+    async with chain(redis, key=None, keys=False) as (relay, url):
+        hops = by_name(await probe(url, relay.config.token))
+    assert hops["key"].ok
+    assert hops["key"].detail == "not needed: the gateway runs without API keys (one local tenant)"
 
 
 async def test_the_relay_hop_needs_the_token_and_a_relay() -> None:

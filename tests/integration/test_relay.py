@@ -35,7 +35,7 @@ from toolref.edits import wire
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.savings import UPLOAD_BYTES
 
-from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway, wire_bytes
+from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway, header_lines, wire_bytes
 
 TIMEOUT = 30
 TASKS = anthropic_client.TASKS[:3]
@@ -158,11 +158,16 @@ async def test_the_anthropic_sdk_converses_through_the_relay_exactly(
     )
     turns = [line for line in stack.lines if " turn " in line]
     assert len(turns) == len(built)
-    assert stack.lines[-1].startswith("toolref relay: agent sent")  # the summary, at exit
-    size = wire_bytes if edits else (lambda arrival: len(arrival.body))
-    relay_sent = sum(size(a) for a in stack.gateway.arrivals)
-    assert stack.relay.tally.wire == relay_sent
-    assert stack.relay.tally.raw == sum(len(b) for b in built)
+    # The summary, at exit: the SDK's totals (its User-Agent's product) on its upstream.
+    assert stack.lines[-1].startswith(
+        "toolref relay: AsyncAnthropic -> anthropic, every conversation since the relay started: "
+    )
+    # Like for like: header lines and body, the agent's requests and the relay's.
+    assert stack.relay.tally.wire == sum(wire_bytes(a) for a in stack.gateway.arrivals)
+    agent_sent = [
+        header_lines(a.request.headers.raw) + len(b) for a, b in zip(answers, built, strict=True)
+    ]
+    assert stack.relay.tally.raw == sum(agent_sent)
 
 
 async def test_the_openai_sdk_converses_through_the_relay_exactly(redis: Redis) -> None:
@@ -248,7 +253,7 @@ async def test_compressed_requests_are_inflated(redis: Redis, encoding: str) -> 
     assert answer.status_code == 200
     assert_same_bodies([body], scripted.received)
     raw, wire, _ = SAVINGS.match(answer.headers["toolref-savings"]).groups()  # type: ignore[union-attr]
-    assert int(raw) == len(packed)
+    assert int(raw) == header_lines(answer.request.headers.raw) + len(packed)
     assert int(wire) == wire_bytes(stack.gateway.arrivals[0])
     assert stack.relay.tally.inflated == len(body)
 
@@ -297,10 +302,9 @@ async def test_a_gateway_that_is_down_sends_the_request_to_the_fallback() -> Non
     assert not any(k.startswith("toolref-") for k in headers)  # the key stays home
     assert "does not answer" in lines[0]
     assert "fallback" in next(line for line in lines if " turn 1 " in line)
-    assert (
-        answers[0].headers["toolref-savings"]
-        == f"raw={len(built[0])}, wire={len(built[0])}, ratio=1.0"
-    )
+    raw = header_lines(answers[0].request.headers.raw) + len(built[0])
+    wire = header_lines(headers.items()) + len(built[0])  # as it came, hop-by-hop left behind
+    assert answers[0].headers["toolref-savings"] == f"raw={raw}, wire={wire}, ratio=1.0"
 
 
 async def test_a_gateway_that_is_down_is_a_502_the_anthropic_sdk_shows() -> None:
@@ -419,7 +423,7 @@ async def test_a_413_that_stays_names_the_biggest_tool_results(redis: Redis) -> 
     assert raised.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
     message = raised.value.message
     assert "read_file (call toolu_01)" in message
-    assert "60.1 KB" in message
+    assert "58.7 KiB (60074 bytes)" in message
     assert "was refused too" in message
     # As an edit, through the manager, and once more with the result as a ref.
     assert len(provider.received) == 3
@@ -440,7 +444,7 @@ async def test_headers_hop_by_hop_stay_behind_and_toolref_headers_stay_home(
         "toolref-key": "one-the-agent-made-up",
         "anthropic-version": "2023-06-01",
     }
-    body = {"model": "m", "max_tokens": 5, "messages": [_user("hi")]}
+    body = {"model": "m", "max_tokens": 5, "messages": [_user("read README.md " * 8)]}
     async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
         url = stack.relay_url + "/llm/anthropic/v1/messages?beta=true"
         answer = await agent.post(url, json=body, headers=headers)
@@ -499,13 +503,14 @@ async def test_counters_and_metrics(redis: Redis) -> None:
     before = dict(UPLOAD_BYTES.counts)
     body = json.dumps({"model": "m", "max_tokens": 5, "messages": [_user("hi")]}).encode()
     async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
-        await agent.post(
+        sent = await agent.post(
             stack.relay_url + "/llm/anthropic/v1/messages",
             content=body,
             headers={"content-type": "application/json"},
         )
         metrics = await agent.get(stack.relay_url + "/metrics", headers=control(stack))
-    assert UPLOAD_BYTES.counts["raw"] - before.get("raw", 0) == len(body)
+    raw = header_lines(sent.request.headers.raw) + len(body)
+    assert UPLOAD_BYTES.counts["raw"] - before.get("raw", 0) == raw
     assert UPLOAD_BYTES.counts["wire"] - before.get("wire", 0) == wire_bytes(
         stack.gateway.arrivals[0]
     )

@@ -1,6 +1,6 @@
 """`toolref relay` as a person runs it: the console script, its help, one turn, what it
-prints at exit (SIGTERM), never the key; its control token, printed and in a file only the
-user can read."""
+prints at exit (SIGTERM), never the key; its control token in a file only the user can
+read, never printed (what `nohup` or a supervisor keeps of its output stays free of it)."""
 
 from __future__ import annotations
 
@@ -49,12 +49,12 @@ def test_a_bad_option_is_refused_with_the_fix() -> None:
 
 
 def test_a_turn_is_told_and_the_session_summed_up_at_exit(tmp_path: Path) -> None:
-    """Also: the control token is printed with an example, and written to the file the
-    line names, 0600, removed at exit (issue 28: there was no token)."""
+    """Also: the control token is written to the file the line names, 0600, removed at
+    exit (issue 28: there was no token), and the line shows how to use it without it."""
     port, gateway = free_port(), f"http://127.0.0.1:{free_port()}"  # no gateway there
     token_file = tmp_path / "private" / "relay.token"
     args = [TOOLREF, "relay", "--gateway", gateway, "--port", str(port), "--switch", "a,b"]
-    args += ["--log-level", "info", "--token-file", str(token_file)]
+    args += ["--log-level", "info", "--token-file", str(token_file), "--no-gateway-check"]
     env = clean_env(TOOLREF_KEY=KEY)
     relay = Process(args, f"http://127.0.0.1:{port}", "/toolref/switch", env, ready_status=401)
     try:
@@ -62,12 +62,12 @@ def test_a_turn_is_told_and_the_session_summed_up_at_exit(tmp_path: Path) -> Non
         assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
         assert stat.S_IMODE(token_file.parent.stat().st_mode) == 0o700
         printed = re.search(
-            r'curl -H "Authorization: Bearer ([^"]+)" (\S+)/metrics', relay.output()
+            r'curl -H "Authorization: Bearer \$\(cat ([^)]+)\)" (\S+)/metrics', relay.output()
         )
         assert printed is not None, relay.output()
-        assert printed[1] == token
+        assert printed[1] == str(token_file)
         assert printed[2] == relay.url
-        assert str(token_file) in relay.output()
+        assert token not in relay.output()
         control = {"authorization": f"Bearer {token}"}
         assert httpx.get(f"{relay.url}/metrics", headers=control).status_code == 200
         body = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
@@ -88,10 +88,16 @@ def test_a_turn_is_told_and_the_session_summed_up_at_exit(tmp_path: Path) -> Non
     finally:
         relay.stop()
     assert "does not answer" in output
-    assert "toolref relay: turn 1  502  agent sent 57 B  refused by the relay" in output
+    assert "started anyway (--no-gateway-check)" in output
+    assert token not in output
+    assert "toolref relay: python-httpx -> a turn 1  502  agent sent " in output
+    assert "refused by the relay, not counted" in output
     assert "switched from a to b (SIGUSR1)" in output
     assert any(
-        line.startswith("toolref relay: agent sent 0 B, sent 0 B, nothing sent over 0 answered")
+        line.startswith(
+            "toolref relay: python-httpx -> a, every conversation since the relay started: "
+            "agent sent 0 B, sent 0 B, nothing sent over 0 answered turns, 1 failed"
+        )
         for line in output.splitlines()
     )
     assert "POST /llm/a/v1/chat/completions -> a 502" in output  # --log-level info

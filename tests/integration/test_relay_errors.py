@@ -22,7 +22,7 @@ from tests.support.servers import serve
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.savings import FAILED, UPLOAD_BYTES
 
-from .relay_gateway import Scripted, gateway, wire_bytes
+from .relay_gateway import Scripted, gateway, header_lines, wire_bytes
 from .test_relay import relayed
 
 TIMEOUT = 30
@@ -138,29 +138,39 @@ async def test_a_failed_turn_shows_its_status_and_counts_no_savings(redis: Redis
     """Issue 31: the session ratio rose from 18x to 26x while nothing reached the provider."""
     body = json.dumps({"model": "m", "max_tokens": 5, "messages": HI}).encode()
     before_raw, before_failed = UPLOAD_BYTES.counts["raw"], FAILED.counts["400"]
+    sent: list[httpx.Response] = []
     async with relayed(redis, {"anthropic": Scripted().app()}) as stack:
         async with httpx.AsyncClient(timeout=TIMEOUT) as agent:
             for name in ("anthropic", "nope", "anthropic"):
-                await agent.post(
+                answer = await agent.post(
                     f"{stack.relay_url}/llm/{name}/v1/messages",
                     content=body,
                     headers={"content-type": "application/json"},
                 )
+                sent.append(answer)
         tally = stack.relay.tally
         turns = [line for line in stack.lines if " turn " in line]
-    assert turns[0].startswith("toolref relay: turn 1  200  agent sent")
-    assert turns[1].startswith("toolref relay: turn 2  400  agent sent")
+    # Each agent and upstream its own totals: the turn to `nope` is told apart.
+    assert turns[0].startswith("toolref relay: python-httpx -> anthropic turn 1  200  agent sent")
+    assert turns[1].startswith("toolref relay: python-httpx -> nope turn 1  400  agent sent")
     assert "failed, not counted" in turns[1]
-    assert "x  (session" not in turns[1]  # no ratio for it
-    assert "over 2 answered turns, 1 failed" in turns[2]
-    assert tally.turns == 3
+    assert "x  (its" not in turns[1]  # no ratio for it
+    assert "over 0 answered turns, 1 failed)" in turns[1]
+    assert turns[2].startswith("toolref relay: python-httpx -> anthropic turn 2  200")
+    assert turns[2].endswith("over 2 answered turns)")  # anthropic's: no failure
+    assert tally.turns == 3  # every agent's and upstream's together
     assert tally.failed == 1
-    assert tally.raw == 2 * len(body)  # the two that reached the provider
-    # As edits: bodies and header lines (the agent's headers travel in the edit).
+    raw = sum(header_lines(a.request.headers.raw) + len(body) for a in (sent[0], sent[2]))
+    assert tally.raw == raw  # the two that reached the provider, header lines and body
     assert tally.wire == sum(wire_bytes(a) for a in stack.gateway.arrivals if "nope" not in a.path)
-    assert UPLOAD_BYTES.counts["raw"] - before_raw == 2 * len(body)
+    assert UPLOAD_BYTES.counts["raw"] - before_raw == raw
     assert FAILED.counts["400"] - before_failed == 1
-    assert "1 failed" in stack.lines[-1]  # the summary at exit
+    summaries = [line for line in stack.lines if "since the relay started" in line]
+    assert [line.split(",")[0] for line in summaries] == [
+        "toolref relay: python-httpx -> anthropic",
+        "toolref relay: python-httpx -> nope",
+    ]
+    assert "1 failed" in summaries[1]
 
 
 async def test_a_refused_turn_shows_its_status(redis: Redis) -> None:
@@ -175,5 +185,5 @@ async def test_a_refused_turn_shows_its_status(redis: Redis) -> None:
         )
     assert answer.status_code == 413
     [turn] = [line for line in stack.lines if " turn " in line]
-    assert turn.startswith("toolref relay: turn 1  413  agent sent")
+    assert turn.startswith("toolref relay: python-httpx -> anthropic turn 1  413  agent sent")
     assert "refused by the relay, not counted" in turn

@@ -213,3 +213,94 @@ async def test_a_busy_port_fails_at_once_before_anything_else() -> None:
     assert (
         said.strip() == f"toolref relay: cannot listen on 127.0.0.1:{port} (Address already in use)"
     )
+
+
+async def test_a_gateway_port_with_nothing_there_stops_the_start_at_once() -> None:
+    """Found trying the product: a mistyped `--gateway` port printed one line, then the
+    listening line and every agent's set-up, and the relay ran, answering each turn 502."""
+    gateway_url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    code, said = await run_to_exit("--gateway", gateway_url, "--port", str(free_port()))
+    assert code == 1
+    [line] = said.strip().splitlines()  # one message, nothing else
+    assert line.startswith(f"toolref relay: the gateway {gateway_url} does not answer: ")
+    assert "connection refused" in line  # what happened
+    assert "Check the URL and its port" in line  # the fix
+    assert "http://127.0.0.1:8750" in line  # where the service listens by default
+    assert "--no-gateway-check" in line
+
+
+async def test_the_control_token_is_written_never_printed(redis: Redis, tmp_path: Path) -> None:
+    """Found trying the product: the relay printed its control token, which supervisors and
+    `nohup` keep. stdout and stderr read apart, the whole run (start, a turn, exit)."""
+    token_file = tmp_path / "relay.token"
+    async with gateway(redis, {"anthropic": Scripted().app()}) as recorded:
+        port = free_port()
+        process = await asyncio.create_subprocess_exec(
+            *(TOOLREF, "relay", "--gateway", recorded.url, "--port", str(port)),
+            *("--token-file", str(token_file)),
+            env=clean_env(TOOLREF_KEY=KEY),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        assert process.stderr is not None
+        said: list[bytes] = []
+        while not said or b"this start's token" not in said[-1]:
+            line = await asyncio.wait_for(process.stderr.readline(), 30)
+            assert line, b"".join(said)  # exited before listening
+            said.append(line)
+        token = token_file.read_text().strip()
+        async with httpx.AsyncClient(timeout=30) as agent:
+            answer = await agent.post(
+                f"http://127.0.0.1:{port}/llm/anthropic/v1/messages",
+                json={
+                    "model": "m",
+                    "max_tokens": 5,
+                    "messages": [{"role": "user", "content": "hi"}],
+                },
+            )
+            assert answer.status_code == 200
+            metrics = await agent.get(
+                f"http://127.0.0.1:{port}/metrics", headers={"authorization": f"Bearer {token}"}
+            )
+            assert metrics.status_code == 200  # the file's token is the one the relay wants
+        process.send_signal(signal.SIGTERM)
+        out, err = await asyncio.wait_for(process.communicate(), 30)
+    stdout, stderr = out.decode(), (b"".join(said) + err).decode()
+    assert len(token) >= 43
+    assert token not in stdout
+    assert token not in stderr
+    assert f'curl -H "Authorization: Bearer $(cat {token_file})"' in stderr  # how to use it
+    assert "turn 1" in stderr  # the run was told, on stderr
+
+
+async def test_a_token_file_that_cannot_be_written_stops_the_start(
+    redis: Redis, tmp_path: Path
+) -> None:
+    (tmp_path / "a-file").write_text("not a folder")
+    token_file = tmp_path / "a-file" / "relay.token"
+    async with gateway(redis, {"anthropic": Scripted().app()}) as recorded:
+        args = ("--gateway", recorded.url, "--port", str(free_port()))
+        code, said = await run_to_exit(*args, "--token-file", str(token_file))
+    assert code == 1
+    assert f"cannot write this start's control token to {token_file}" in said
+    assert "give --token-file a file in a folder you can write" in said
+    assert "listening" not in said
+    assert "Bearer" not in said  # the token is not shown instead
+
+
+async def test_a_gateway_without_keys_is_said_to_run_without_them(redis: Redis) -> None:
+    """Found trying the product: against `make serve` (no TOOLREF_API_KEYS) and no key,
+    the relay said "key accepted"."""
+    async with gateway(redis, {"anthropic": Scripted().app()}, keys=False) as recorded:
+        async with running("--gateway", recorded.url, key="") as (_, keyless):
+            pass
+        async with running("--gateway", recorded.url, key="any-key") as (_, keyed):
+            pass
+    [without], [with_one] = keyless, keyed
+    assert "key accepted" not in without + with_one
+    assert (
+        f"gateway {recorded.url} is toolref {toolref.__version__}, without API keys "
+        "(one local tenant: no key needed); upstreams: anthropic"
+    ) in without
+    assert "without API keys (one local tenant: it takes any key, the relay's too)" in with_one

@@ -19,8 +19,9 @@ from toolref.wire.errors import BodyTooLargeError, DecompressedTooLargeError, Ma
 from toolref_relay import (
     RelayConfig,
     Switchboard,
-    Tally,
+    Totals,
     Upload,
+    Who,
     conversation_of,
     error_reply,
     inline_items,
@@ -30,11 +31,13 @@ from toolref_relay import (
     summary,
     too_large_message,
     turn_line,
+    who,
     worth_registering,
 )
 from toolref_relay.bodies import TOO_LARGE, inflated, readable
 from toolref_relay.capabilities import Capabilities
 from toolref_relay.headers import to_agent, to_gateway, to_provider
+from toolref_relay.savings import MAX_TOTALS, OTHERS, shrunk
 
 AGENT = [
     ("Host", "127.0.0.1:8760"),
@@ -178,36 +181,89 @@ def test_bodies_are_inflated_within_the_size_limit() -> None:
     assert not readable("br")
 
 
-def test_sizes_read_as_a_person_reads_them() -> None:
+def test_sizes_read_in_binary_units() -> None:
+    """One convention everywhere (the relay printed KB of 1000, the demo KiB of 1024)."""
     assert size(999) == "999 B"
-    assert size(88_100) == "88.1 KB"
-    assert size(2_300) == "2.3 KB"
-    assert size(56_000_000_000) == "56.0 GB"
+    assert size(1023) == "1023 B"
+    assert size(1024) == "1.0 KiB"
+    assert size(88_100) == "86.0 KiB"
+    assert size(2_300) == "2.2 KiB"
+    assert size(1_048_575) == "1.0 MiB"  # not "1024.0 KiB"
+    assert size(56_000_000_000) == "52.2 GiB"
 
 
-def test_each_turn_and_the_session_are_told() -> None:
-    tally = Tally()
+def test_the_agent_is_named_by_its_user_agent_product_alone() -> None:
+    agent = [("User-Agent", "claude-cli/2.1.330 (external, cli)")]
+    assert who(agent, "anthropic") == Who("claude-cli", "anthropic")
+    assert str(who(agent, "anthropic")) == "claude-cli -> anthropic"
+    assert who([], "openai").agent == "an agent without a User-Agent"
+    assert who([("user-agent", "a b c; secret=1")], "x").agent == "an agent without a User-Agent"
+
+
+CLAUDE = Who("claude-cli", "anthropic")
+
+
+def test_each_turn_and_its_agents_totals_are_told() -> None:
+    totals = Totals()
     first = Upload(raw=88_100, inflated=88_100, wire=2_300)
     assert savings_header(first) == "raw=88100, wire=2300, ratio=38.3"
-    assert turn_line(tally.add(first), first, tally) == (
-        "toolref relay: turn 1  200  agent sent 88.1 KB  sent 2.3 KB  38.3x  "
-        "(session: agent sent 88.1 KB, sent 2.3 KB, 38.3x over 1 answered turns)"
+    number, tally = totals.add(CLAUDE, first)
+    assert turn_line(CLAUDE, number, first, tally) == (
+        "toolref relay: claude-cli -> anthropic turn 1  200  agent sent 86.0 KiB  sent 2.2 KiB  "
+        "38.3x  (its conversations so far: agent sent 86.0 KiB, sent 2.2 KiB, 38.3x over 1 "
+        "answered turn)"
     )
-    fallback = Upload(raw=1000, inflated=4000, wire=1000, route="fallback")
-    line = turn_line(tally.add(fallback), fallback, tally)
+    fallback = Upload(raw=1000, inflated=4000, wire=900, route="fallback")
+    number, _ = totals.add(CLAUDE, fallback)
+    line = turn_line(CLAUDE, number, fallback, tally)
     assert "turn 2" in line
     assert "fallback: gateway unreachable" in line
     refused = Upload(raw=10, inflated=0, wire=0, route="refused", status=413)
+    number, _ = totals.add(CLAUDE, refused)
     assert "turn 3  413  agent sent 10 B  refused by the relay, not counted" in turn_line(
-        tally.add(refused), refused, tally
+        CLAUDE, number, refused, tally
     )
     failed = Upload(raw=500, inflated=500, wire=50, status=404)  # the gateway's or provider's
-    line = turn_line(tally.add(failed), failed, tally)
-    assert line.startswith("toolref relay: turn 4  404  agent sent 500 B  sent 50 B  failed")
-    assert summary(tally) == (
-        "toolref relay: agent sent 89.1 KB, sent 3.3 KB, 27.0x over 2 answered turns, "
-        "2 failed (agent bodies inflated: 92.1 KB); 1 went to the fallback, 1 refused"
+    number, _ = totals.add(CLAUDE, failed)
+    line = turn_line(CLAUDE, number, failed, tally)
+    assert line.startswith(
+        "toolref relay: claude-cli -> anthropic turn 4  404  agent sent 500 B  sent 50 B  failed"
     )
+    assert summary(CLAUDE, tally) == (
+        "toolref relay: claude-cli -> anthropic, every conversation since the relay started: "
+        "agent sent 87.0 KiB, sent 3.1 KiB, 27.8x over 2 answered turns, 2 failed (agent "
+        "bodies inflated: 89.9 KiB); 1 went to the fallback, 1 refused"
+    )
+
+
+def test_totals_are_kept_per_agent_and_upstream_and_bounded() -> None:
+    """Found trying the product: one session line mixed every agent and conversation."""
+    totals = Totals()
+    qwen = Who("QwenCode", "openai")
+    totals.add(CLAUDE, Upload(raw=90_000, inflated=90_000, wire=3_000))
+    number, tally = totals.add(qwen, Upload(raw=10_000, inflated=10_000, wire=5_000))
+    assert number == 1  # its own first turn
+    assert (tally.raw, tally.wire) == (10_000, 5_000)
+    assert totals.each[CLAUDE].raw == 90_000
+    assert (totals.all.turns, totals.all.raw, totals.all.wire) == (2, 100_000, 8_000)
+    for n in range(MAX_TOTALS):  # names any local process may make up
+        totals.add(Who(f"made-up-{n}", "x"), Upload(raw=1, inflated=1, wire=1))
+    assert len(totals.each) == MAX_TOTALS + 1  # the rest counted as others
+    assert totals.each[Who(OTHERS, OTHERS)].turns == 2
+
+
+def test_a_request_the_relay_could_not_shrink_shows_no_ratio() -> None:
+    """Found trying the product: `72 B -> 293 B 0.2x` for a tiny request."""
+    totals = Totals()
+    tiny = Upload(raw=297, inflated=72, wire=340)  # as it came, and the key's header line
+    number, tally = totals.add(CLAUDE, tiny)
+    line = turn_line(CLAUDE, number, tiny, tally)
+    assert "agent sent 297 B  sent 340 B  not shrunk  (" in line
+    assert "not shrunk over 1 answered turn" in line
+    assert "x" not in line.split("sent 340 B")[1].split("(")[0]  # no ratio shown
+    assert shrunk(297, 297) == "not shrunk"
+    assert shrunk(300, 100) == "3.0x"
+    assert shrunk(0, 0) == "nothing sent"
 
 
 def test_the_switchboard_routes_selects_and_names_the_upstream_left() -> None:
@@ -267,7 +323,7 @@ def test_the_biggest_inline_tool_results_are_found_and_named() -> None:
     chosen = worth_registering(items, {items[1].ref})
     assert [i.call_id for i in chosen] == ["toolu_1"]  # held already, or too small: not
     message = too_large_message(items, "tried")
-    assert "Read (call toolu_1) 50.1 KB (50058 bytes)" in message
+    assert "Read (call toolu_1) 48.9 KiB (50058 bytes)" in message
     assert "/compact" in message
 
 

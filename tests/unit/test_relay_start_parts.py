@@ -4,12 +4,14 @@ gateway, each agent's set-up line, the provider error shapes."""
 from __future__ import annotations
 
 import json
+import socket
+import ssl
 
 import httpx
 import pytest
 
 from toolref_relay.agents import AGENTS, set_up_lines, upstream_for
-from toolref_relay.preflight import who_answered
+from toolref_relay.preflight import what_failed, who_answered
 from toolref_relay.shapes import error_reply, provider_of
 
 
@@ -29,6 +31,41 @@ def test_anything_else_is_named_by_its_server_header() -> None:
     answer = httpx.Response(404, text="<html>", headers={"server": "nginx"})
     assert who_answered(answer) == "another server (nginx)"
     assert who_answered(httpx.Response(404, text="")) == "another server"
+
+
+def _caused(error: httpx.HTTPError, cause: BaseException) -> httpx.HTTPError:
+    error.__cause__ = cause  # as httpx chains what the socket raised
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (
+            _caused(httpx.ConnectError("All connection attempts failed"), ConnectionRefusedError()),
+            "connection refused (nothing listens on that port)",
+        ),
+        (
+            _caused(httpx.ConnectError("x"), socket.gaierror(-2, "Name or service not known")),
+            "its host name is not known (Name or service not known)",
+        ),
+        (httpx.ConnectTimeout("timed out"), "nothing came back within 5 s (ConnectTimeout)"),
+        (httpx.ReadTimeout("timed out"), "nothing came back within 5 s (ReadTimeout)"),
+        (
+            httpx.RemoteProtocolError("illegal status line"),  # a port of Redis, say
+            "what listens there does not speak HTTP (illegal status line)",
+        ),
+        (
+            _caused(httpx.ConnectError("x"), ssl.SSLError(1, "WRONG_VERSION_NUMBER")),
+            "TLS failed",
+        ),
+        (httpx.ConnectError("something else"), "ConnectError: something else"),
+    ],
+)
+def test_a_gateway_that_gives_no_answer_is_told_what_happened(
+    error: httpx.HTTPError, said: str
+) -> None:
+    assert what_failed(error, 5.0).startswith(said)
 
 
 def test_each_agent_gets_the_upstream_its_api_is_named_by() -> None:

@@ -1,5 +1,5 @@
 import type { UIMessage } from "ai";
-import { formatBytes } from "./turns";
+import { formatBytes } from "./sizes";
 
 const encoder = new TextEncoder();
 

@@ -1,4 +1,5 @@
-import { formatBytes, type Turn } from "./turns";
+import { formatBytes } from "./sizes";
+import type { Turn } from "./turns";
 
 // Per turn: what the request would have put on the wire (raw) and what it did (wire).
 export function Savings({ turns }: { turns: Turn[] }) {

@@ -29,9 +29,3 @@ export function addExchange(turns: Turn[], turn: number, exchange: Exchange): Tu
   const continued = Boolean(exchange.continued);
   return [...turns, { turn, requests: 1, rawBytes, wireBytes, historyRef, continued, resent }];
 }
-
-export function formatBytes(bytes: number): string {
-  if (bytes < 1024) return `${bytes} B`;
-  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(1)} KiB`;
-  return `${(bytes / 1024 / 1024).toFixed(2)} MiB`;
-}
