@@ -52,7 +52,7 @@ KEYS = {"acme": "acme-key-0001", "globex": "globex-key-0002"}
 SCRAPER = "scraper-key-0003"
 
 
-UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9}
+UNITS = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}  # binary, as the relay prints
 FIELDS = {"raw": "rawBytes", "wire": "wireBytes", "requests": "requests"}
 
 
@@ -61,7 +61,7 @@ def digest(key: str) -> str:
 
 
 def as_bytes(shown: str) -> float:
-    """`238.2 KB` as bytes; a label without its unit fails here."""
+    """`238.2 KiB` as bytes; a label without its unit fails here."""
     number, unit = shown.split(" ")
     return float(number) * UNITS[unit]
 

@@ -7,19 +7,28 @@
 const SVG_NS = "http://www.w3.org/2000/svg";
 const WIDTH = 1000;  // viewBox units; the SVG is as wide as its section
 
+// Sizes in binary units, as the relay and the demo print them (1 KiB = 1024 bytes).
+const UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
+
 function bytes(n) {
-  const units = ["B", "KB", "MB", "GB", "TB"];
   let i = 0, v = n;
-  while (Math.abs(v) >= 1000 && i < units.length - 1) { v /= 1000; i += 1; }
-  return (i === 0 ? String(v) : v.toFixed(v < 10 ? 2 : 1)) + " " + units[i];
+  while (Math.abs(v) >= 1024 && i < UNITS.length - 1) { v /= 1024; i += 1; }
+  return (i === 0 ? String(v) : v.toFixed(v < 10 ? 2 : 1)) + " " + UNITS[i];
 }
 
-// A tick's label: a round number in its unit (`250 KB`, `1.5 MB`).
+// A tick's label: a round number in its unit (`250 KiB`, `1.5 MiB`).
 function shortBytes(n) {
-  const units = ["B", "KB", "MB", "GB", "TB"];
   let i = 0, v = n;
-  while (Math.abs(v) >= 1000 && i < units.length - 1) { v /= 1000; i += 1; }
-  return String(Number(v.toPrecision(3))) + " " + units[i];
+  while (Math.abs(v) >= 1024 && i < UNITS.length - 1) { v /= 1024; i += 1; }
+  return String(Number(v.toPrecision(3))) + " " + UNITS[i];
+}
+
+// `ticks` of a byte axis, in whole steps of the largest binary unit that leaves at least
+// `wanted` of them (so a tick reads `250 KiB`, not `244.1 KiB`).
+function byteTicks(max, wanted) {
+  let unit = 1;
+  while (max / (unit * 1024) >= wanted && unit < 1024 ** 4) unit *= 1024;
+  return ticks(max / unit, wanted).map((t) => t * unit);
 }
 
 function count(n) { return n.toLocaleString("en"); }
@@ -62,7 +71,7 @@ function bytesBars(rows) {
   const height = top + rows.length * group + 34;
   const svg = el("svg", { viewBox: `0 0 ${WIDTH} ${height}`, class: "chart bars", role: "img" });
   el("title", {}, svg).textContent = "Request bytes per tenant and upstream, raw and on the wire";
-  const axis = ticks(Math.max(0, ...rows.flatMap((r) => [r.rawBytes, r.wireBytes])), 5);
+  const axis = byteTicks(Math.max(0, ...rows.flatMap((r) => [r.rawBytes, r.wireBytes])), 5);
   const max = axis[axis.length - 1];
   svg.dataset.max = String(max);
   svg.dataset.plotWidth = String(plot);
@@ -101,7 +110,8 @@ function minutesPanel(points, from, to, kinds, format, title, height) {
   const svg = el("svg", { viewBox: `0 0 ${WIDTH} ${height}`, class: "chart minutes", role: "img" });
   el("title", {}, svg).textContent = title;
   const span = to - from + 1, slot = plot / span;
-  const axis = ticks(Math.max(0, ...points.flatMap((p) => kinds.map((k) => p[k.field]))), 4);
+  const axisOf = format === shortBytes ? byteTicks : ticks;
+  const axis = axisOf(Math.max(0, ...points.flatMap((p) => kinds.map((k) => p[k.field]))), 4);
   const max = axis[axis.length - 1];
   Object.assign(svg.dataset, { from: String(from), to: String(to), max: String(max), plotHeight: String(tall) });
   const y = (v) => top + tall - (tall * v) / max;
