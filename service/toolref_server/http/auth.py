@@ -72,6 +72,7 @@ class Authenticator:
         return self._tenant_of(
             _presented(request),
             "send `Authorization: Bearer <key>` with an API key of this registry",
+            "Authorization",
         )
 
     def tenant_for_key(self, key: str | None, *, header: str) -> str:
@@ -79,10 +80,10 @@ class Authenticator:
         `Authorization` is the provider's)."""
         presented = hashlib.sha256(key.encode()).digest() if key else None
         return self._tenant_of(
-            presented, f"send `{header}: <key>` with an API key of this registry"
+            presented, f"send `{header}: <key>` with an API key of this registry", header
         )
 
-    def _tenant_of(self, presented: bytes | None, missing: str) -> str:
+    def _tenant_of(self, presented: bytes | None, missing: str, header: str) -> str:
         if self.open:
             return LOCAL_TENANT
         if presented is None:
@@ -94,8 +95,8 @@ class Authenticator:
                 found = tenant
         if found is None:
             raise AuthenticationError(
-                "the API key is not known to this registry; check the key, or ask the operator "
-                "to add its hash to TOOLREF_API_KEYS",
+                f"the API key in {header} is not known to this registry; check the key, or ask "
+                "the operator to add its hash to TOOLREF_API_KEYS",
                 invalid_token=True,
             )
         return found
