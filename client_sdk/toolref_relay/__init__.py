@@ -7,6 +7,7 @@ needs the `relay` extra.
 """
 
 from toolref.wire.headers import KEY_HEADER, SAVINGS_HEADER, SWITCH_HEADER, SWITCHED_FROM_HEADER
+from toolref.wire.shapes import ErrorReply, Provider, error_reply, provider_of
 from toolref_relay.app import Relay
 from toolref_relay.calls import Call
 from toolref_relay.config import RelayConfig
@@ -22,7 +23,6 @@ from toolref_relay.savings import (
     turn_line,
     who,
 )
-from toolref_relay.shapes import ErrorReply, Provider, error_reply, provider_of
 from toolref_relay.switch import Switchboard, conversation_of
 
 __all__ = [

@@ -53,6 +53,7 @@ from toolref.wire.errors import (
     MalformedBodyError,
     OverloadedError,
 )
+from toolref.wire.shapes import ErrorReply, error_reply, provider_of
 
 from . import control, guard
 from .bodies import TOO_LARGE, inflated, readable
@@ -87,7 +88,6 @@ from .savings import (
     turn_line,
     who,
 )
-from .shapes import ErrorReply, error_reply, provider_of
 from .sockets import serve_socket
 from .switch import Switchboard, conversation_of
 

@@ -9,9 +9,10 @@ from typing import Final
 
 import httpx
 
+from toolref.wire.shapes import ErrorReply, Provider, error_reply
+
 from .headers import Pairs, first
 from .savings import header_bytes
-from .shapes import ErrorReply, Provider, error_reply
 
 log = logging.getLogger("toolref.relay")
 

@@ -13,11 +13,11 @@ import httpx
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.transport import AsyncTransport, LLMRequest
 from toolref.wire.errors import ToolrefError
+from toolref.wire.shapes import ErrorReply, error_reply
 
 from . import oversize
 from .calls import Call, Meter
 from .headers import to_gateway
-from .shapes import ErrorReply, error_reply
 
 if TYPE_CHECKING:
     from .app import Relay
@@ -46,7 +46,8 @@ async def managed(
             "POST", url, headers=headers, content=content, extensions=relay.extensions()
         )
 
-    transport = AsyncTransport(meter, manager=manager)
+    # The gateway's problems as it sent them: `problems` tells them to the agent itself.
+    transport = AsyncTransport(meter, manager=manager, shape_problems=False)
     answer: httpx.Response | ErrorReply = await transport.handle_async_request(build())
     if isinstance(answer, httpx.Response) and answer.status_code == 413:
         answer = await _smaller(

@@ -15,58 +15,38 @@ in the agent's shape.
 
 from __future__ import annotations
 
-import json
 from typing import Final
 
 import httpx
 
-from toolref.wire.encoding import PROBLEM_TYPE
-from toolref.wire.errors import PROBLEM_BASE
+from toolref.sending.refusals import readable_problem, slug_of, toolref_problem
+from toolref.wire.shapes import ErrorReply, error_reply
 
 from .calls import Call
 from .headers import first
 from .preflight import OVERRIDE
-from .shapes import ErrorReply, error_reply
 
-MAX_PROBLEM_BYTES: Final = 64 * 1024  # a problem document the gateway writes is < 2 KiB
 _KEPT: Final = (413, 429)
-
-
-def is_gateway_problem(response: httpx.Response) -> bool:
-    """A problem document of toolref's (not an answer the gateway forwarded), small enough
-    to read whole (`MAX_PROBLEM_BYTES`, as its `Content-Length` says)."""
-    media = response.headers.get("content-type", "")
-    length = response.headers.get("content-length", "")
-    return (
-        media.startswith(PROBLEM_TYPE)
-        and length.isdigit()
-        and int(length) <= MAX_PROBLEM_BYTES
-        and "content-encoding" not in response.headers
-    )
 
 
 async def as_provider_error(
     response: httpx.Response, call: Call, gateway: str
 ) -> ErrorReply | None:
-    """`response` (a gateway problem: `is_gateway_problem`) in the agent's shape, its body
-    read and closed; None (nothing read) when it is not toolref's after all."""
-    if not is_gateway_problem(response):
+    """`response` (a problem small enough to read whole: `readable_problem`) in the agent's
+    shape, its body read and closed; None (nothing read) when it is not such a problem."""
+    if not readable_problem(response):
         return None
     body = await response.aread()
     await response.aclose()
-    try:
-        problem = json.loads(body)
-    except ValueError:
-        problem = None
-    kind = problem.get("type") if isinstance(problem, dict) else None
-    if not isinstance(kind, str) or not kind.startswith(PROBLEM_BASE):
+    problem = toolref_problem(body)
+    if problem is None:
         # problem+json, but not toolref's: the provider's own, forwarded; as it came
         return ErrorReply(response.status_code, body, response.headers["content-type"])
     detail = str(problem.get("detail") or problem.get("title") or "")
     status = response.status_code
     message = f"toolref gateway {gateway}: {detail}{_fix(status, call)}"
     shown = status if status >= 500 or status in _KEPT else 400
-    return error_reply(call.provider, shown, message, f"toolref_{kind[len(PROBLEM_BASE) :]}")
+    return error_reply(call.provider, shown, message, f"toolref_{slug_of(problem)}")
 
 
 def _fix(status: int, call: Call) -> str:

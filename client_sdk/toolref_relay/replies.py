@@ -12,9 +12,9 @@ import httpx
 from toolref.receiving.hops import decoded, encoded
 from toolref.receiving.middleware import Send
 from toolref.sending.answers import is_read
+from toolref.wire.shapes import ErrorReply
 
 from .headers import to_agent
-from .shapes import ErrorReply
 
 
 class UpstreamBroken(Exception):

@@ -32,12 +32,12 @@ from toolref.websocket.bridge import Limits, bridge
 from toolref.websocket.driver import Refusal, Unreachable, connect
 from toolref.websocket.frames import Encoder, Mode
 from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSION
+from toolref.wire.shapes import ErrorReply, error_reply, provider_of
 
 from . import guard
 from .calls import Call, log_call
 from .headers import decoded, first, to_agent, to_gateway
 from .savings import Upload, who
-from .shapes import ErrorReply, error_reply, provider_of
 
 if TYPE_CHECKING:
     from .app import Relay

@@ -144,6 +144,28 @@ def test_errors_take_the_provider_s_shape() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("status", "anthropic", "openai"),
+    [
+        (401, "authentication_error", "invalid_request_error"),
+        (404, "not_found_error", "invalid_request_error"),
+        (422, "invalid_request_error", "invalid_request_error"),
+        (429, "rate_limit_error", "rate_limit_error"),
+        (431, "invalid_request_error", "invalid_request_error"),
+        (503, "overloaded_error", "server_error"),
+        (504, "timeout_error", "server_error"),
+    ],
+)
+def test_each_status_a_gateway_refuses_with_has_the_provider_s_type(
+    status: int, anthropic: str, openai: str
+) -> None:
+    """The statuses `toolref.Transport` hands an SDK as they came (the relay turns most 4xx
+    into 400): a client error is never typed as the provider's failure."""
+    said = json.loads(error_reply("anthropic", status, "m", "c").body)
+    assert said == {"type": "error", "error": {"type": anthropic, "message": "m"}}
+    assert json.loads(error_reply("openai", status, "m", "c").body)["error"]["type"] == openai
+
+
 def _receiver(*messages: Message) -> Any:
     queue = list(messages)
 

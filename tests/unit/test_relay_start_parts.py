@@ -10,9 +10,9 @@ import ssl
 import httpx
 import pytest
 
+from toolref.wire.shapes import error_reply, provider_of
 from toolref_relay.agents import AGENTS, set_up_lines, upstream_for
 from toolref_relay.preflight import what_failed, who_answered
-from toolref_relay.shapes import error_reply, provider_of
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from toolref.history import history_ref
+from toolref.sending.packages import NOT_READ
 from toolref.sending.upload import Upload
 from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.errors import DictionaryMismatchError, MissingHistoryError, MissingRefsError
@@ -57,10 +58,11 @@ async def asend_streaming(client: httpx.AsyncClient, request: httpx.Request) -> 
 
 
 def is_read(response: httpx.Response) -> bool:
-    """The answer was read whole (a streamed answer not yet read is not)."""
+    """The answer was read whole (a streamed answer not yet read is not); an `httpx` or an
+    `httpx2` one."""
     try:
         response.content  # noqa: B018 - raises until the body has been read whole
-    except httpx.ResponseNotRead:
+    except NOT_READ:
         return False
     return True
 
@@ -86,7 +88,7 @@ def problem_of(response: httpx.Response) -> dict[str, Any] | None:
         return None
     try:
         problem = response.json()
-    except (ValueError, httpx.ResponseNotRead):  # a streamed problem (413, say) is not read
+    except (ValueError, *NOT_READ):  # a streamed problem (413, say) is not read
         return None
     return problem if isinstance(problem, dict) else None
 

@@ -15,6 +15,12 @@ else (other methods and paths, bodies that are not plain JSON, JSON holding valu
 manager cannot write back: a lone surrogate escape, a number no double holds) passes
 through untouched.
 
+A toolref problem that reaches the SDK (a gateway's refusal: an unknown `Toolref-Key` or
+upstream, a body over the limit, a quota, ...) on any of these paths is read whole (it is
+small) and handed over in the error shape of the request's API, its status and headers
+kept (`toolref.sending.refusals`): the SDK raises its own `APIStatusError` for the status,
+with the problem's detail as its message.
+
 A backend that does not speak toolref never answers `Toolref-Protocol: 2`, so it is never
 sent a ref or a compressed body: it gets the SDK's request, JSON-equal.
 """
@@ -34,6 +40,14 @@ import httpx
 from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.sending.answers import may_resend
 from toolref.sending.manager import ToolReferenceManager
+from toolref.sending.packages import (
+    AsyncBaseTransport2,
+    AsyncByteStream2,
+    BaseTransport2,
+    SyncByteStream2,
+    packages_of,
+)
+from toolref.sending.refusals import readable_problem, shaped
 from toolref.wire.encoding import JSON_TYPE
 from toolref.wire.endpoints import endpoint
 from toolref.wire.headers import (
@@ -47,28 +61,8 @@ from toolref.wire.protocol import PROTOCOL_REFS
 
 if TYPE_CHECKING:
     import httpx2
-    from httpx2 import AsyncBaseTransport as _AsyncBase2
-    from httpx2 import AsyncByteStream as _AsyncStream2
-    from httpx2 import BaseTransport as _Base2
-    from httpx2 import SyncByteStream as _SyncStream2
-else:
-    try:  # a transport (and its streams) must be of the client's own httpx: serve both
-        from httpx2 import AsyncBaseTransport as _AsyncBase2
-        from httpx2 import AsyncByteStream as _AsyncStream2
-        from httpx2 import BaseTransport as _Base2
-        from httpx2 import SyncByteStream as _SyncStream2
-    except ImportError:
-
-        class _Base2: ...
-
-        class _AsyncBase2: ...
-
-        class _SyncStream2: ...
-
-        class _AsyncStream2: ...
 
 
-_PACKAGES: Final = ("httpx", "httpx2")
 # Headers the manager sets for the body it sends; the SDK's others travel as they are.
 _REPLACED: Final = frozenset(
     {
@@ -152,23 +146,29 @@ def _not_json(constant: str) -> None:
     raise ValueError(f"{constant} is not JSON")
 
 
-class Transport(httpx.BaseTransport, _Base2):
+class Transport(httpx.BaseTransport, BaseTransport2):
     """An httpx (or httpx2) transport sending LLM requests through a `ToolReferenceManager`;
     see the module docstring.
 
     inner: the transport that sends (default: a new `HTTPTransport` of the client's httpx).
     manager: the manager to rewrite with (default: a new one); `transport.manager.savings`
         tells what it saved.
+    shape_problems: hand the SDK a toolref problem it does not resend on (a gateway's
+        refusal) in the error shape of the request's API, status and headers kept, so that
+        the SDK's error says the problem's detail (`toolref.sending.refusals`); False: as
+        the backend sent it (problem+json), for a caller that reads toolref's problems.
     """
 
     def __init__(
         self,
-        inner: httpx.BaseTransport | _Base2 | None = None,
+        inner: httpx.BaseTransport | BaseTransport2 | None = None,
         *,
         manager: ToolReferenceManager | None = None,
+        shape_problems: bool = True,
     ) -> None:
         self.inner = inner
         self.manager = manager if manager is not None else ToolReferenceManager()
+        self.shape_problems = shape_problems
 
     @overload
     def handle_request(self, request: httpx.Request) -> httpx.Response: ...
@@ -178,33 +178,40 @@ class Transport(httpx.BaseTransport, _Base2):
         inner = self.inner = _inner(self.inner, request, "HTTPTransport")
         found = _recognised(request, request.read()) if _candidate(request) else None
         if found is None:
-            return inner.handle_request(request)
+            response = inner.handle_request(request)
+        else:
 
-        def send(step: httpx.Request) -> httpx.Response:
-            response = inner.handle_request(step)
-            if may_resend(response):
-                response.read()
-            return cast(httpx.Response, response)
+            def send(step: httpx.Request) -> httpx.Response:
+                response = inner.handle_request(step)
+                if may_resend(response):
+                    response.read()
+                return cast(httpx.Response, response)
 
-        response = run_sync(_exchange(self.manager, request, found), send)
-        return _teed(response, self.manager, _SyncTee)
+            response = run_sync(_exchange(self.manager, request, found), send)
+            response = _teed(response, self.manager, _SyncTee)
+        if not _refusal(self.shape_problems, request, response):
+            return response
+        response.read()
+        return shaped(response, request)
 
     def close(self) -> None:
         if self.inner is not None:
             self.inner.close()
 
 
-class AsyncTransport(httpx.AsyncBaseTransport, _AsyncBase2):
+class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
     """`Transport` for `httpx.AsyncClient` / `httpx2.AsyncClient`."""
 
     def __init__(
         self,
-        inner: httpx.AsyncBaseTransport | _AsyncBase2 | None = None,
+        inner: httpx.AsyncBaseTransport | AsyncBaseTransport2 | None = None,
         *,
         manager: ToolReferenceManager | None = None,
+        shape_problems: bool = True,
     ) -> None:
         self.inner = inner
         self.manager = manager if manager is not None else ToolReferenceManager()
+        self.shape_problems = shape_problems
 
     @overload
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response: ...
@@ -214,20 +221,36 @@ class AsyncTransport(httpx.AsyncBaseTransport, _AsyncBase2):
         inner = self.inner = _inner(self.inner, request, "AsyncHTTPTransport")
         found = _recognised(request, await request.aread()) if _candidate(request) else None
         if found is None:
-            return await inner.handle_async_request(request)
+            response = await inner.handle_async_request(request)
+        else:
 
-        async def send(step: httpx.Request) -> httpx.Response:
-            response = await inner.handle_async_request(step)
-            if may_resend(response):
-                await response.aread()
-            return cast(httpx.Response, response)
+            async def send(step: httpx.Request) -> httpx.Response:
+                response = await inner.handle_async_request(step)
+                if may_resend(response):
+                    await response.aread()
+                return cast(httpx.Response, response)
 
-        response = await run_async(_exchange(self.manager, request, found), send)
-        return _teed(response, self.manager, _AsyncTee)
+            response = await run_async(_exchange(self.manager, request, found), send)
+            response = _teed(response, self.manager, _AsyncTee)
+        if not _refusal(self.shape_problems, request, response):
+            return response
+        await response.aread()
+        return shaped(response, request)
 
     async def aclose(self) -> None:
         if self.inner is not None:
             await self.inner.aclose()
+
+
+def _refusal(shape: bool, request: Any, response: Any) -> bool:
+    """A problem to read whole and hand back shaped (`shape_problems`): never to a caller
+    that speaks toolref itself (its request names `Toolref-Protocol`)."""
+    return (
+        shape
+        and response.status_code >= 400
+        and readable_problem(response)
+        and PROTOCOL_HEADER not in request.headers
+    )
 
 
 def _candidate(request: Any) -> bool:
@@ -251,19 +274,12 @@ def _exchange(
     )
 
 
-def _package(value: object) -> set[str]:
-    """The httpx packages `value`'s class comes from ("httpx", "httpx2", or both)."""
-    return {
-        top for cls in type(value).__mro__ if (top := cls.__module__.partition(".")[0]) in _PACKAGES
-    }
-
-
 def _inner(inner: Any, request: Any, default: str) -> Any:
     """The inner transport for `request`: the one given, or a new one of its httpx."""
-    [package] = _package(request) or {"httpx"}
+    [package] = packages_of(request) or {"httpx"}
     if inner is None:
         return getattr(importlib.import_module(package), default)()
-    made = _package(inner)
+    made = packages_of(inner)
     if made and package not in made:
         other = made.pop()
         raise TypeError(
@@ -334,7 +350,7 @@ class _Copy:
             done(b"".join(self.parts))
 
 
-class _SyncTee(httpx.SyncByteStream, _SyncStream2):
+class _SyncTee(httpx.SyncByteStream, SyncByteStream2):
     def __init__(self, stream: Any, done: Callable[[bytes], None]) -> None:
         self._stream, self._copy = stream, _Copy(done)
 
@@ -348,7 +364,7 @@ class _SyncTee(httpx.SyncByteStream, _SyncStream2):
         self._stream.close()
 
 
-class _AsyncTee(httpx.AsyncByteStream, _AsyncStream2):
+class _AsyncTee(httpx.AsyncByteStream, AsyncByteStream2):
     def __init__(self, stream: Any, done: Callable[[bytes], None]) -> None:
         self._stream, self._copy = stream, _Copy(done)
 

@@ -1,5 +1,7 @@
-"""Errors the relay answers itself, in the agent's provider's shape, so that the agent's
-SDK raises its own error type and shows the message (never a toolref problem document).
+"""Errors in an LLM provider's own shape, so that its SDK raises its own error type and
+shows the message (never a toolref problem document): the errors the relay answers itself,
+and the toolref problems `toolref.Transport` hands an official SDK
+(`toolref.sending.refusals`).
 
 Anthropic: `{"type": "error", "error": {"type": ..., "message": ...}}`.
 OpenAI: `{"error": {"message": ..., "type": ..., "param": null, "code": ...}}`.
@@ -15,25 +17,27 @@ from typing import Final, Literal
 
 Provider = Literal["anthropic", "openai", "gemini"]
 
-# Anthropic's error types by status (docs.anthropic.com, "Errors").
+# Anthropic's error types by status (docs.anthropic.com, "Errors"); another 4xx is
+# `invalid_request_error`, another 5xx `api_error`.
 _ANTHROPIC_TYPES: Final = {
-    400: "invalid_request_error",
+    401: "authentication_error",
     403: "permission_error",
+    404: "not_found_error",
     413: "request_too_large",
     429: "rate_limit_error",
-    502: "api_error",
     503: "overloaded_error",
+    504: "timeout_error",
 }
-_OPENAI_TYPES: Final = {
-    400: "invalid_request_error",
-    403: "invalid_request_error",
-    413: "invalid_request_error",
-    429: "rate_limit_error",
-}
+# OpenAI's: `rate_limit_error` for 429, else `invalid_request_error` for a 4xx,
+# `server_error` for a 5xx.
+_OPENAI_TYPES: Final = {429: "rate_limit_error"}
 # Google's canonical codes by status (cloud.google.com/apis/design/errors).
 _GEMINI_STATUSES: Final = {
     400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
     403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
     413: "INVALID_ARGUMENT",
     429: "RESOURCE_EXHAUSTED",
     502: "UNAVAILABLE",
@@ -67,13 +71,16 @@ def provider_of(path: str, headers: Sequence[tuple[str, str]]) -> Provider:
 def error_reply(provider: Provider, status: int, message: str, code: str) -> ErrorReply:
     """The provider's error body for `status`; `code` is toolref's (OpenAI's `code`)."""
     body: object
+    client_error = 400 <= status < 500
     if provider == "anthropic":
-        kind = _ANTHROPIC_TYPES.get(status, "api_error")
+        default = "invalid_request_error" if client_error else "api_error"
+        kind = _ANTHROPIC_TYPES.get(status, default)
         body = {"type": "error", "error": {"type": kind, "message": message}}
     elif provider == "gemini":
         canonical = _GEMINI_STATUSES.get(status, "INTERNAL" if status >= 500 else "UNKNOWN")
         body = {"error": {"code": status, "message": message, "status": canonical}}
     else:
-        kind = _OPENAI_TYPES.get(status, "server_error")
+        default = "invalid_request_error" if client_error else "server_error"
+        kind = _OPENAI_TYPES.get(status, default)
         body = {"error": {"message": message, "type": kind, "param": None, "code": code}}
     return ErrorReply(status, json.dumps(body).encode())
