@@ -14,10 +14,15 @@ edit of the one before it, its new segments each compressed alone
 turn; `--no-size-guard`: compressed against the one before), and the gateway restores the
 agent's exact bytes;
 the gateway's messages (the provider's events) reach the agent exactly, in order, as they
-come. One turn line per message, as over HTTP. Limits: a message of `--max-body-bytes`
-either way (1009); each message charged to the relay's budget of bytes in flight
-(`--max-inflated-in-flight`) while held; the gateway's idle and lifetime limits close both
-hops, and the relay's own are a day (`IDLE`, `LIFETIME`).
+come. On an LLM endpoint's path (`toolref.wire.endpoints.socket_turns`), each message sent
+to the gateway is a turn, as over HTTP: its turn line, in the session's tally, with its
+bytes as the agent sent them (raw) and as the relay sent them (wire: the frame), the
+numbers the gateway counts for it on /metrics and the savings page.
+
+Limits: a message of `--max-body-bytes` either way (1009); each message charged to the
+relay's budget of bytes in flight (`--max-inflated-in-flight`) while held; the gateway's
+idle and lifetime limits close both hops, and the relay's own are a day (`IDLE`,
+`LIFETIME`).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from toolref.receiving.workers import Workers
 from toolref.websocket.bridge import Limits, bridge
 from toolref.websocket.driver import Refusal, Unreachable, connect
 from toolref.websocket.frames import Encoder, Mode
+from toolref.wire.endpoints import socket_turns
 from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSION
 from toolref.wire.shapes import ErrorReply, error_reply, provider_of
 
@@ -133,15 +139,20 @@ async def _joined(
     whose = who(call.headers, upstream)
 
     async def compressed(message: str | bytes) -> str | bytes:
-        packed = await _WORKERS.run(len(message), encoder.encode, message)
-        raw = len(message.encode()) if isinstance(message, str) else len(message)
-        wire = len(packed.encode()) if isinstance(packed, str) else len(packed)
+        return await _WORKERS.run(len(message), encoder.encode, message)
+
+    def turn(raw: int, wire: int) -> None:
         relay.told(whose, Upload(raw, raw, wire, "gateway"))  # messages: no header lines
-        return packed
 
     limits = Limits(config.max_body_bytes, IDLE, LIFETIME)
     ended = await bridge(
-        receive, send, socket, limits, inbound=compressed, account=relay.budget.account
+        receive,
+        send,
+        socket,
+        limits,
+        inbound=compressed,
+        account=relay.budget.account,
+        on_sent=turn if socket_turns(call.path) else None,
     )
     log_call(call, upstream, 101, ended.sent, ended.sent_bytes)
 

@@ -166,13 +166,14 @@ class Metrics:
             "toolref_upload_bytes",
             "Gateway LLM request bytes: raw (the body forwarded upstream, as its client "
             "wrote it) and wire (the body received, with refs, history refs and compression), "
-            "by tenant and upstream.",
+            "by tenant and upstream; a WebSocket turn's message alike.",
             ["kind", "tenant", "upstream"],
             registry=r,
         )
         self.gateway_requests = Counter(
             "toolref_gateway_requests",
-            "Gateway requests to an LLM endpoint (hydrated, or sent as edits), by tenant and "
+            "Gateway requests to an LLM endpoint (hydrated, or sent as edits; a WebSocket "
+            "turn: each message sent upstream on an LLM endpoint's socket), by tenant and "
             "upstream, whatever their answer.",
             ["tenant", "upstream"],
             registry=r,

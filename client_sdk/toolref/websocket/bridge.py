@@ -10,7 +10,9 @@ without a message either way: 1001), a client message over `max_message` bytes (
 the upstream's are bounded by its `Client` as they arrive), and one `inbound` refused (a
 `ToolrefError`: 1009 for a limit, 1013 when the process is overloaded, else 1007). Each
 message is charged to a fresh `account()` (the process's budget of bytes in flight) while
-it is held. Memory: one message each way, at most.
+it is held. `on_sent` is told each client message's bytes as the client sent it and as
+it went upstream, once it went (the relay's turn lines, the gateway's usage). Memory: one
+message each way, at most.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Inbound = Callable[[str | bytes], Awaitable[str | bytes]]
+Sent = Callable[[int, int], None]  # (bytes as the client sent them, as sent upstream)
 
 GOING_AWAY: Final = 1001
 INVALID: Final = 1007
@@ -99,11 +102,18 @@ async def bridge(
     *,
     inbound: Inbound | None = None,
     account: Callable[[], AbstractContextManager[Charge]] | None = None,
+    on_sent: Sent | None = None,
 ) -> Ended:
     """Join the accepted ASGI socket (`receive`, `send`) and `upstream` until one ends;
     both are closed when this returns (see the module docstring)."""
     joined = _Bridge(
-        receive, send, upstream, limits, inbound=inbound, account=account or _no_account
+        receive,
+        send,
+        upstream,
+        limits,
+        inbound=inbound,
+        account=account or _no_account,
+        on_sent=on_sent,
     )
     work = (joined.from_client, joined.from_upstream, joined.watch)
     tasks = [asyncio.create_task(one()) for one in work]
@@ -130,9 +140,11 @@ class _Bridge:
         *,
         inbound: Inbound | None,
         account: Callable[[], AbstractContextManager[Charge]],
+        on_sent: Sent | None,
     ) -> None:
         self.receive, self.send, self.upstream = receive, send, upstream
         self.limits, self.inbound, self.account = limits, inbound, account
+        self.on_sent = on_sent
         self.sent = self.sent_bytes = self.received = 0
         self.last = time.monotonic()
 
@@ -156,9 +168,12 @@ class _Bridge:
                         raise _Stop("refused", code_for(exc), exc.detail) from None
                     charged.charge(_size(data))
                 await self.upstream.send(data)
+            went = _size(data)
             self.sent += 1
-            self.sent_bytes += _size(data)
+            self.sent_bytes += went
             self.last = time.monotonic()
+            if self.on_sent is not None:
+                self.on_sent(size, went)
 
     async def from_upstream(self) -> Ended:
         while True:

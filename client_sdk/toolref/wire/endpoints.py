@@ -72,3 +72,11 @@ def endpoint(method: str, path: str) -> Endpoint | None:
         if trimmed.endswith(suffix):
             return found
     return None
+
+
+def socket_turns(path: str) -> bool:
+    """Whether a WebSocket at `path` carries LLM turns, each message its client sends one
+    (the OpenAI Responses API's WebSocket mode, `response.create` at `/v1/responses`): the
+    path of an LLM endpoint, as its POST is matched. A socket elsewhere (OpenAI's Realtime
+    API, whose client streams audio in many small messages) carries none."""
+    return endpoint("POST", path) is not None

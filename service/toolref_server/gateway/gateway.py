@@ -202,7 +202,12 @@ class Gateway:
         )
         self._service: ASGIApp | None = None  # the whole app: its services, once started
         self.sockets = Sockets(
-            settings, self.auth, self.in_flight, self.budget, lambda: self._services().workers
+            settings,
+            self.auth,
+            self.in_flight,
+            self.budget,
+            lambda: self._services().workers,
+            metrics=metrics,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -18,6 +18,12 @@ against the one before it), so the upstream receives the agent's bytes exactly. 
 (TOOLREF_GATEWAY_WS_*): a message's bytes (1009), seconds without a message (idle) and
 seconds open (lifetime), both 1001; each message is charged to the process's budget of
 bytes in flight while it is held.
+
+On an LLM endpoint's path (`toolref.wire.endpoints.socket_turns`: the Responses API's
+WebSocket), each client message sent upstream is a turn, counted as an HTTP request is
+(`Metrics.gateway_usage`: /metrics and the savings page): one request for the tenant and
+upstream, its bytes as sent upstream (raw) and as received (wire: the frame, when the relay
+compressed it).
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from toolref.websocket.bridge import Limits, bridge
 from toolref.websocket.driver import Refusal, Unreachable, connect
 from toolref.websocket.frames import Decoder
 from toolref.wire.encoding import PROBLEM_TYPE
+from toolref.wire.endpoints import socket_turns
 from toolref.wire.errors import BadRequestError, NotFoundError, ToolrefError
 from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSIONS, KEY_HEADER
 from toolref_server.gateway.forwarder import UpstreamUnreachableError, request_headers
@@ -43,7 +50,9 @@ from toolref_server.gateway.upstreams import Route, route, unsafe_query
 from toolref_server.http.auth import Authenticator
 from toolref_server.http.inflight import InFlight
 from toolref_server.http.problem import problem_body
+from toolref_server.metrics import Metrics
 from toolref_server.settings import Settings
+from toolref_server.usage import Counts
 
 log = logging.getLogger("toolref.gateway")
 
@@ -94,7 +103,7 @@ def websocket_url(found: Route, query: bytes) -> str:
 
 class Sockets:
     """See the module docstring. Shares the gateway's authenticator, requests in flight,
-    budget and workers."""
+    budget, workers and metrics."""
 
     def __init__(
         self,
@@ -103,8 +112,11 @@ class Sockets:
         in_flight: InFlight,
         budget: Budget,
         workers: Callable[[], Workers],
+        *,
+        metrics: Metrics,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics
         self.auth = auth
         self.in_flight = in_flight
         self.budget = budget
@@ -133,11 +145,13 @@ class Sockets:
                     "percent-encode them"
                 )
             with self.in_flight.held(tenant):
-                await self._joined(scope, receive, send, found)
+                await self._joined(scope, receive, send, found, tenant)
         except ToolrefError as exc:
             await refuse(send, exc)
 
-    async def _joined(self, scope: Scope, receive: Receive, send: Send, found: Route) -> None:
+    async def _joined(
+        self, scope: Scope, receive: Receive, send: Send, found: Route, tenant: str
+    ) -> None:
         settings = self.settings
         try:
             upstream = await connect(
@@ -176,8 +190,21 @@ class Sockets:
             async def inbound(message: str | bytes) -> str | bytes:
                 return await self.workers().run(len(message), restore, message)
 
+        counted = None
+        if socket_turns(found.path):
+            usage, name = self.metrics.gateway_usage, found.name
+
+            def counted(received: int, sent: int) -> None:
+                usage(tenant, name, Counts(requests=1, raw=sent, wire=received))
+
         ended = await bridge(
-            receive, send, upstream, self.limits, inbound=inbound, account=self.budget.account
+            receive,
+            send,
+            upstream,
+            self.limits,
+            inbound=inbound,
+            account=self.budget.account,
+            on_sent=counted,
         )
         log.info(
             "WebSocket /llm/%s%s ended by the %s (%d %s): %d messages up, %d down",
