@@ -17,6 +17,7 @@ import pytest
 
 from toolref import (
     AsyncRegistryClient,
+    AsyncTransport,
     BaseRegistryClient,
     FormatName,
     HydrateMode,
@@ -24,6 +25,7 @@ from toolref import (
     ToolReferenceManager,
     ToolrefError,
     ToolRefMiddleware,
+    Transport,
     ValidationError,
     digest_of,
     formats,
@@ -442,3 +444,11 @@ def test_valid_options_still_make_a_middleware() -> None:
         app, registry, messages_keys=["input"], format="anthropic", paths={"/chat"}
     )
     assert middleware.hydrator.messages_keys == ("input",)
+
+
+@pytest.mark.parametrize("made", [Transport, AsyncTransport])
+@pytest.mark.parametrize("bad", ["no", 0, None])
+def test_a_transport_wants_shape_problems_as_a_bool(made: Any, bad: object) -> None:
+    with pytest.raises(TypeError, match=f"shape_problems must be True or False, not {bad!r}"):
+        made(shape_problems=bad)
+    assert made(shape_problems=False).shape_problems is False

@@ -89,3 +89,13 @@ def check_stream_method(method: object) -> None:
             f"{method!r}; for a request without messages use the client itself: "
             f"client.stream({method!r}, url)"
         )
+
+
+def check_shape_problems(value: object) -> bool:
+    """`Transport(shape_problems=...)`: a bool (a string such as "no" would read as true)."""
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"shape_problems must be True or False, not {value!r}: True hands toolref's "
+            "problems to the SDK in its API's error shape, False as problem+json"
+        )
+    return value

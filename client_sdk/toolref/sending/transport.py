@@ -39,6 +39,7 @@ import httpx
 
 from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.sending.answers import may_resend
+from toolref.sending.checks import check_shape_problems
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.packages import (
     AsyncBaseTransport2,
@@ -168,7 +169,7 @@ class Transport(httpx.BaseTransport, BaseTransport2):
     ) -> None:
         self.inner = inner
         self.manager = manager if manager is not None else ToolReferenceManager()
-        self.shape_problems = shape_problems
+        self.shape_problems = check_shape_problems(shape_problems)
 
     @overload
     def handle_request(self, request: httpx.Request) -> httpx.Response: ...
@@ -211,7 +212,7 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
     ) -> None:
         self.inner = inner
         self.manager = manager if manager is not None else ToolReferenceManager()
-        self.shape_problems = shape_problems
+        self.shape_problems = check_shape_problems(shape_problems)
 
     @overload
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response: ...
