@@ -15,9 +15,9 @@ turn; `--no-size-guard`: compressed against the one before), and the gateway res
 agent's exact bytes;
 the gateway's messages (the provider's events) reach the agent exactly, in order, as they
 come. On an LLM endpoint's path (`toolref.wire.endpoints.socket_turns`), each message sent
-to the gateway is a turn, as over HTTP: its turn line, in the session's tally, with its
-bytes as the agent sent them (raw) and as the relay sent them (wire: the frame), the
-numbers the gateway counts for it on /metrics and the savings page.
+to the gateway is a turn, as over HTTP: its turn line, in its agent and upstream's totals,
+with its bytes as the agent sent them (raw) and as the relay sent them (wire: the frame),
+the numbers the gateway counts for it on /metrics and the savings page.
 
 Limits: a message of `--max-body-bytes` either way (1009); each message charged to the
 relay's budget of bytes in flight (`--max-inflated-in-flight`) while held; the gateway's
