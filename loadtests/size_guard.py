@@ -48,7 +48,7 @@ def baseline(pattern: Pattern) -> int:
 
 def run(found: Sequence[Trace], turns: int = 40) -> Section:
     chosen = [p for p in (from_trace(t, None) for t in found) if p is not None]
-    chosen += [make(turns) for make in PATTERNS.values()]
+    chosen += [make(turns, 0) for make in PATTERNS.values()]
     rows: list[list[str]] = []
     ratios: list[float] = []
     for pattern in chosen:

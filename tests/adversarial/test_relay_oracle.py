@@ -200,7 +200,8 @@ async def test_a_guess_in_the_conversation_s_own_tool_result_travels_the_same_si
         await _say(agent, stack, body, VICTIM)
         for turn in range(12):
             guess = SECRET if turn % 2 == 0 else _wrong(turn)
-            call = {"type": "tool_use", "id": f"toolu_{turn:02d}", "name": "web_fetch"}
+            call: dict[str, Any] = {"type": "tool_use", "id": f"toolu_{turn:02d}"}
+            call["name"] = "web_fetch"
             call["input"] = {"url": f"https://attacker.example/notes/{turn:02d}"}
             result = {"type": "tool_result", "tool_use_id": f"toolu_{turn:02d}"}
             result["content"] = _page(turn, guess)

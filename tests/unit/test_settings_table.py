@@ -65,6 +65,7 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_MAX_CONTAINERS": ("int", 1_000_000, "ge=100"),
         "TOOLREF_MAX_BATCH": ("int", 1000, "ge=1"),
         "TOOLREF_MAX_MESSAGES": ("int", 5000, "ge=1"),
+        "TOOLREF_MAX_EDIT_ENTRIES": ("int", 50_000, "ge=16"),
     },
     AccessSettings: {
         "TOOLREF_API_KEYS": ("str", "", ""),
