@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import random
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -232,14 +232,18 @@ async def _reads(redis: Redis) -> int:
 
 
 async def refused(
-    stack: Stack, redis: Redis, data: bytes, secrets: list[tuple[str, str]]
+    stack: Stack,
+    redis: Redis,
+    data: bytes,
+    secrets: list[tuple[str, str]],
+    extra: Sequence[tuple[str, str]] = (),
 ) -> httpx.Response:
     before = await snapshot(redis)
     async with httpx.AsyncClient(base_url=stack.gateways[0]) as http:
         answer = await http.post(
-            PATH, content=data, headers=[("content-type", wire.MEDIA_TYPE), *secrets]
+            PATH, content=data, headers=[("content-type", wire.MEDIA_TYPE), *secrets, *extra]
         )
-    assert await snapshot(redis) == before, "a refusal changed what is stored"
+    assert await snapshot(redis) == before, f"a refusal changed what is stored: {answer.text}"
     assert answer.headers["content-type"] == "application/problem+json"
     return answer
 

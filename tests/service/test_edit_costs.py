@@ -32,9 +32,12 @@ from toolref.edits import wire
 from toolref.edits.edit import Inline, diff
 from toolref.edits.request import Cut, cut
 from toolref.receiving.budget import Budget
+from toolref.wire.errors import BadRequestError
 from toolref_server.app import create_app
 from toolref_server.registry.edits import apply_edit
 from toolref_server.settings import LOCAL_TENANT, Settings
+
+from ..conftest import snapshot
 
 pytestmark = pytest.mark.engine
 
@@ -125,3 +128,32 @@ async def test_a_turn_costs_python_steps_for_what_it_adds_not_for_the_conversati
     early = max(sum(c.values()) for c in per_turn[8:40])
     late = max(sum(c.values()) for c in per_turn[-32:])
     assert late <= early, (early, late)
+
+
+async def test_what_the_caller_does_to_the_body_comes_before_anything_is_kept(
+    redis: Redis,
+) -> None:
+    """`apply_edit`'s `then` (the gateway's switch rewrite) refusing leaves the store as it
+    was: the recipe is kept only after it (a refusal stores nothing; before, the recipe was
+    kept first, and a refusal of the rewrite left it behind)."""
+    app = create_app(Settings(redis_url="unused"), redis=redis)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi " * 30}]})
+    new = cut(HEADERS, body.encode(), "messages")
+    assert new is not None
+
+    async def refuse(restored: bytes) -> bytes:
+        assert restored == body.encode()
+        raise BadRequestError("the switch cannot be made")
+
+    async with app.router.lifespan_context(app):
+        before = await snapshot(redis)
+        with Budget(1 << 30).account() as account, pytest.raises(BadRequestError):
+            await apply_edit(
+                app.state.services,
+                LOCAL_TENANT,
+                edit_of(None, new),
+                new.secrets,
+                account,
+                then=refuse,
+            )
+        assert await snapshot(redis) == before

@@ -4,8 +4,9 @@ request it stands for restored and forwarded.
 The steps, in order, each a function below: read the edit within the body limit, charged
 to the request's budget account (`read`); the credentials the relay sent as real headers
 (`credentials`); the edit applied by the registry (`toolref_server.registry.edits`: its
-base, pieces, dictionary, the request restored and its recipe kept); the switch rewrite
-when `Toolref-Switched-From` (`switched`); the scope the upstream is sent with: exactly the
+base, pieces, dictionary, the request restored, the switch rewrite when
+`Toolref-Switched-From` (`switched`, before anything is kept: a refusal stores nothing),
+and its recipe kept); the scope the upstream is sent with: exactly the
 restored headers and the body's length (`restored_scope`); the answer marked with the
 recipe's ref and the bytes saved (`marked`); then `Forwarder` sends the body byte for byte
 and streams the answer back untouched.
@@ -60,14 +61,20 @@ async def forward_edit(
     with budget.account() as account:
         try:
             data = await read(receive, services.settings.max_body_bytes, account)
-            applied = await apply_edit(services, tenant, data, credentials(scope), account)
+
+            async def then(restored: bytes) -> bytes:
+                return await switched(services, rewrite, restored)
+
+            applied = await apply_edit(
+                services, tenant, data, credentials(scope), account, then=then
+            )
         except Disconnected:
             return
         except ToolrefError as exc:
             metrics.edits.labels(exc.slug).inc()
             raise
         metrics.edits.labels("applied").inc()
-        body = await switched(services, rewrite, applied.request.body)
+        body = applied.body
         upstream_name = scope[ROUTE_KEY].name
         metrics.gateway_usage(tenant, upstream_name, Counts(raw=len(body), wire=applied.wire))
         upstream = restored_scope(scope, applied, len(body), account)

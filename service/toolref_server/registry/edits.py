@@ -7,7 +7,8 @@ reads); the bytes of the pieces it names (`Recipes.pieces`: the cache, else one 
 read); the dictionary its inline bytes were compressed against (slices of the base's
 segments); the inline segments; the new recipe (`storage.recipe_held.derive`: entries,
 segments and chunks from the base's in O(edit)); the request restored
-(`toolref.edits.request.restore`); then the recipe kept (`Recipes.keep`). Every refusal
+(`toolref.edits.request.restore`); what the caller does to its body (`then`: the switch's
+rewrite); then the recipe kept (`Recipes.keep`). Every refusal
 comes before anything is stored: a base not held whole (409 `missing-history`), pieces
 named and not held (409 `missing-pieces`, every one at once), inline bytes against another
 dictionary (400 `dictionary-mismatch`), an edit that does not fit its base or a first
@@ -23,7 +24,7 @@ worker thread when large (`Workers`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -48,13 +49,22 @@ _GAP: Final = Inline(b"")  # an inline op before its bytes are read (dictionary_
 
 @dataclass(frozen=True, slots=True)
 class Applied:
-    """An edit applied: the recipe kept (`ref`), the request it stands for, and the sizes
-    of the body (`raw`) and of the edit as sent (`wire`)."""
+    """An edit applied: the recipe kept (`ref`), the request it stands for, the body to
+    forward (`body`: the request's, as `then` made it), and the sizes of the body (`raw`)
+    and of the edit as sent (`wire`)."""
 
     ref: str
     request: Restored
+    body: bytes
     raw: int
     wire: int
+
+
+Then = Callable[[bytes], Awaitable[bytes]]  # the body as forwarded, from the body restored
+
+
+async def _as_it_is(body: bytes) -> bytes:
+    return body
 
 
 async def apply_edit(
@@ -63,9 +73,13 @@ async def apply_edit(
     data: bytes,
     secrets: Sequence[tuple[str, str]],
     account: Account,
+    *,
+    then: Then = _as_it_is,
 ) -> Applied:
     """The request the edit in `data` stands for (credentials from `secrets`), its recipe
-    kept for `tenant`; see the module docstring. Bytes kept are charged to `account`."""
+    kept for `tenant`; see the module docstring. Bytes kept are charged to `account`.
+    `then`: what the caller does to the body before it is forwarded (the switch's rewrite),
+    done before anything is kept, so that its refusal too stores nothing."""
     settings, recipes, workers = services.settings, services.recipes, services.workers
     limit = settings.max_decompressed_bytes
     # O(header): ops and lengths, the recipe's entries counted; off the loop when large
@@ -98,9 +112,10 @@ async def apply_edit(
             "credential it names (x-api-key, authorization, ...) as a real header, or the "
             "request whole"
         )
+    body = await then(request.body)  # may refuse: nothing is kept yet
     named_held = [p for p in named if p not in carried]
     kept = await recipes.keep(tenant, parts, edit, base=base, pieces=carried, named=named_held)
-    return Applied(kept.ref, request, raw, len(data))
+    return Applied(kept.ref, request, body, raw, len(data))
 
 
 async def _base(services: Services, tenant: str, ref: str | None) -> Held | None:
