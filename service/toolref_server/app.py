@@ -20,14 +20,20 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match, Route
 
 from toolref.receiving.budget import Budget
 from toolref.receiving.workers import Workers
-from toolref.wire.errors import NotFoundError, StoreUnavailableError, ToolrefError
+from toolref.wire.errors import (
+    MethodNotAllowedError,
+    NotFoundError,
+    StoreUnavailableError,
+    ToolrefError,
+)
 from toolref_server import workers_metrics
 from toolref_server.documents import BodyLimits
 from toolref_server.gateway.gateway import Gateway
-from toolref_server.gateway.gateway import operations as gateway_operations
+from toolref_server.gateway.operation import operations as gateway_operations
 from toolref_server.http.access import AccessMiddleware
 from toolref_server.http.admission import AdmissionMiddleware
 from toolref_server.http.auth import Authenticator
@@ -102,15 +108,9 @@ async def _running(work: asyncio.Task[None]) -> AsyncIterator[None]:
 
 
 class _HttpProblem(ToolrefError):
-    """Routing errors (unknown path, wrong method) as problems."""
+    """Any other error Starlette raises as an HTTPException, as a problem."""
 
     slug = "http"
-
-
-class _MethodNotAllowed(_HttpProblem):
-    slug = "method-not-allowed"
-    status = 405
-    title = "Method not allowed"
 
 
 def _one_quick_retry() -> Retry:
@@ -161,13 +161,25 @@ async def _http_error(request: Request, exc: Exception) -> Response:
             f"no endpoint at {request.url.path}; GET /openapi.json lists the endpoints"
         )
     elif exc.status_code == 405:
-        error = _MethodNotAllowed(
-            f"{request.method} is not allowed on {request.url.path}; GET /openapi.json lists "
-            "the methods of each endpoint"
+        allow = _methods_of(request)
+        error = MethodNotAllowedError(
+            f"{request.method} is not allowed on {request.url.path}; use "
+            f"{' or '.join(allow)} (GET /openapi.json lists the methods of each endpoint)",
+            allow=allow,
         )
     else:
         error = _HttpProblem(str(exc.detail))
     return problem_response(error)
+
+
+def _methods_of(request: Request) -> list[str]:
+    """Every method the routes of the request's path serve (Starlette's own `Allow` names
+    those of the first route of the path only)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE:
+            methods.update(route.methods or ())
+    return sorted(methods)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -7,7 +7,7 @@ maps a problem back to the same class by its `type`, so both sides raise the sam
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 from toolref.wire.numbers import whole_number
@@ -232,6 +232,27 @@ class NotFoundError(ToolrefError):
     slug = "not-found"
     status = 404
     title = "Not found"
+
+
+class MethodNotAllowedError(ToolrefError):
+    """The path is served, but not with this method; `allow` lists the methods it is
+    (sent as the `Allow` header, as RFC 9110 requires of a 405)."""
+
+    slug = "method-not-allowed"
+    status = 405
+    title = "Method not allowed"
+
+    def __init__(self, detail: str, *, allow: Sequence[str] = (), **extra: Any) -> None:
+        super().__init__(detail, **extra)
+        self.allow = tuple(allow)
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Allow": ", ".join(self.allow)}
+
+    @classmethod
+    def from_problem(cls, detail: str, extra: dict[str, Any], headers: Mapping[str, str]) -> Self:
+        allow = [method.strip() for method in headers.get("allow", "").split(",")]
+        return cls(detail, allow=[method for method in allow if method], **extra)
 
 
 class ConflictError(ToolrefError):
