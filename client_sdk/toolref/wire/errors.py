@@ -209,20 +209,35 @@ class UnsupportedValueError(ValidationError):
 
 
 class AuthenticationError(ToolrefError):
-    """Missing or unknown API key."""
+    """Missing or unknown API key. `key_header`: the key is sent alone in that header (the
+    gateway's `Toolref-Key`, where `Authorization` is the provider's), not as a bearer
+    token; the challenge then names that header, and says what to send."""
 
     slug = "unauthorized"
     status = 401
     title = "Missing or invalid API key"
 
-    def __init__(self, detail: str, *, invalid_token: bool = False, **extra: Any) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        invalid_token: bool = False,
+        key_header: str | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(detail, **extra)
         self.invalid_token = invalid_token
+        self.key_header = key_header
 
     def http_headers(self) -> dict[str, str]:
-        challenge = 'Bearer realm="toolref"'
+        challenge = f'{self.key_header or "Bearer"} realm="toolref"'
         if self.invalid_token:
             challenge += ', error="invalid_token"'
+        if self.key_header is not None:
+            challenge += (
+                f', error_description="send a toolref API key in the {self.key_header} header '
+                '(toolref-server keygen makes one)"'
+            )
         return {"WWW-Authenticate": challenge}
 
 

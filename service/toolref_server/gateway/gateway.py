@@ -137,7 +137,7 @@ class Gateway:
         try:
             await self._forward(scope, receive, send)
         except ToolrefError as exc:
-            await problem_response(exc)(scope, receive, send)
+            await problem_response(exc, for_llm_sdks=True)(scope, receive, send)
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Every refusal before anything is read or stored: the key first (nothing about

@@ -100,7 +100,8 @@ OPERATION: Final = Operation(
         "control characters), a query with bytes a request target may not carry, a bad "
         f"`{SWITCHED_FROM_HEADER}`, or another `Toolref-*` header that is malformed or does "
         "not fit the body.",
-        401: f"Missing or unknown `{KEY_HEADER}`.",
+        401: f"Missing or unknown `{KEY_HEADER}`: the detail (also as `error.message`, where "
+        "the providers' SDKs read an error) names the header and how to get a key.",
         404: "No upstream of that name (the configured names are listed to a known key).",
         409: "Hydration: refs not held, listed in `missingRefs`, or a history not held, named "
         "in `missingHistory`; the client resends in full. An edit: its base not held "

@@ -327,7 +327,13 @@ def _problem(code: int, description: str, forwarded: bool) -> dict[str, Any]:
     """A problem+json answer; forwarded, or the upstream's own answer with that status."""
     headers = [_protocol_header(forwarded)]
     if code == 401:
-        headers.append(Header("WWW-Authenticate", "The Bearer challenge.", {"type": "string"}))
+        challenge = (
+            f"The `{KEY_HEADER}` challenge (the key goes in that header; `error_description` "
+            "says how to get one)."
+            if forwarded
+            else "The Bearer challenge."
+        )
+        headers.append(Header("WWW-Authenticate", challenge, {"type": "string"}))
     if code in (429, 503):
         after: Schema = {"type": "integer", "minimum": 0}
         headers.append(Header("Retry-After", "Seconds to wait before retrying.", after))
