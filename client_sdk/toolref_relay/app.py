@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import httpx
 
-from toolref import __version__
+from toolref import __version__, redaction
 from toolref.receiving.asgi_io import Disconnected, read_body, while_connected
 from toolref.receiving.budget import Account, Budget
 from toolref.receiving.middleware import Receive, Scope, Send
@@ -84,7 +84,7 @@ _ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(redaction.urls_in(line), file=sys.stderr, flush=True)
 
 
 class Relay:

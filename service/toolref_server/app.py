@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
+from toolref import redaction
 from toolref.receiving.budget import Budget
 from toolref.receiving.workers import Workers
 from toolref.wire.errors import (
@@ -172,6 +173,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return problem_response(error)
 
 
+def _upstreams_line(settings: Settings) -> str:
+    """Where the gateway forwards, name -> base URL (credentials masked), for the start log."""
+    upstreams = settings.upstream_urls
+    if not upstreams:
+        return "none (TOOLREF_UPSTREAMS is empty: every /llm/... request is a 404)"
+    return ", ".join(f"{name} -> {found.logged}" for name, found in sorted(upstreams.items()))
+
+
 def _methods_of(request: Request) -> list[str]:
     """Every method the routes of the request's path serve (Starlette's own `Allow` names
     those of the first route of the path only)."""
@@ -234,7 +243,8 @@ def create_app(
                     stack.callback(engine.stop)
                 client = open_redis(settings, url)
                 stack.push_async_callback(client.aclose)
-                log.info("store: %s", url)
+                log.info("store: %s", redaction.url(url))
+            log.info("gateway upstreams: %s", _upstreams_line(settings))
             workers = Workers(settings.work_threads, settings.offload_bytes)
             stack.callback(workers.close)
             summarizers = build_summarizers(settings, llm_transport, workers)
