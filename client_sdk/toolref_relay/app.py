@@ -47,6 +47,7 @@ from toolref.registry.client import AsyncRegistryClient
 from toolref.sending.editor import Editor
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.transport import LLMRequest, recognise
+from toolref.wire import redaction
 from toolref.wire.endpoints import CAPABILITIES, endpoint
 from toolref.wire.errors import (
     LimitExceededError,
@@ -95,7 +96,7 @@ _ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
 
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    print(redaction.urls_in(line), file=sys.stderr, flush=True)
 
 
 class Relay:

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from toolref.wire import redaction
+
 from . import control, doctor
 from .agents import set_up_lines
 from .config import MIB, RelayConfig, misspelt_key
@@ -188,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from .app import Relay
 
     logging.basicConfig(level=args.log_level.upper(), format="%(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:  # httpx logs each URL, query and all, at INFO
+        handler.addFilter(redaction.LogRedactor())
     sock = _bind(args.host, args.port)  # first: a busy port fails before anything is said
     port = sock.getsockname()[1]
     hint = misspelt_key(os.environ) if config.key is None else None
@@ -278,7 +282,9 @@ def _bind(host: str, port: int) -> socket.socket:
 
 
 def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    """A line on stderr, any URL in it with its credentials masked (`--gateway` may carry
+    some); the control token it prints on purpose is no URL's."""
+    print(redaction.urls_in(line), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from toolref.checks import nearest
+from toolref.wire import redaction
 
 from .control import new_token
 
@@ -35,7 +36,7 @@ def _base_url(option: str, value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
         raise ValueError(
-            f"{option} is {value!r}, not an http(s) base URL; give one such as "
+            f"{option} is {redaction.url(value)!r}, not an http(s) base URL; give one such as "
             f"http://127.0.0.1:8750 (no query string)"
         )
     return value.rstrip("/")

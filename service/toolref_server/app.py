@@ -20,14 +20,21 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Match, Route
 
 from toolref.receiving.budget import Budget
 from toolref.receiving.workers import Workers
-from toolref.wire.errors import NotFoundError, StoreUnavailableError, ToolrefError
+from toolref.wire import redaction
+from toolref.wire.errors import (
+    MethodNotAllowedError,
+    NotFoundError,
+    StoreUnavailableError,
+    ToolrefError,
+)
 from toolref_server import workers_metrics
 from toolref_server.documents import BodyLimits
 from toolref_server.gateway.gateway import Gateway
-from toolref_server.gateway.gateway import operations as gateway_operations
+from toolref_server.gateway.operation import operations as gateway_operations
 from toolref_server.http.access import AccessMiddleware
 from toolref_server.http.admission import AdmissionMiddleware
 from toolref_server.http.auth import Authenticator
@@ -102,15 +109,9 @@ async def _running(work: asyncio.Task[None]) -> AsyncIterator[None]:
 
 
 class _HttpProblem(ToolrefError):
-    """Routing errors (unknown path, wrong method) as problems."""
+    """Any other error Starlette raises as an HTTPException, as a problem."""
 
     slug = "http"
-
-
-class _MethodNotAllowed(_HttpProblem):
-    slug = "method-not-allowed"
-    status = 405
-    title = "Method not allowed"
 
 
 def _one_quick_retry() -> Retry:
@@ -161,13 +162,33 @@ async def _http_error(request: Request, exc: Exception) -> Response:
             f"no endpoint at {request.url.path}; GET /openapi.json lists the endpoints"
         )
     elif exc.status_code == 405:
-        error = _MethodNotAllowed(
-            f"{request.method} is not allowed on {request.url.path}; GET /openapi.json lists "
-            "the methods of each endpoint"
+        allow = _methods_of(request)
+        error = MethodNotAllowedError(
+            f"{request.method} is not allowed on {request.url.path}; use "
+            f"{' or '.join(allow)} (GET /openapi.json lists the methods of each endpoint)",
+            allow=allow,
         )
     else:
         error = _HttpProblem(str(exc.detail))
     return problem_response(error)
+
+
+def _upstreams_line(settings: Settings) -> str:
+    """Where the gateway forwards, name -> base URL (credentials masked), for the start log."""
+    upstreams = settings.upstream_urls
+    if not upstreams:
+        return "none (TOOLREF_UPSTREAMS is empty: every /llm/... request is a 404)"
+    return ", ".join(f"{name} -> {found.logged}" for name, found in sorted(upstreams.items()))
+
+
+def _methods_of(request: Request) -> list[str]:
+    """Every method the routes of the request's path serve (Starlette's own `Allow` names
+    those of the first route of the path only)."""
+    methods: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE:
+            methods.update(route.methods or ())
+    return sorted(methods)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
@@ -222,7 +243,8 @@ def create_app(
                     stack.callback(engine.stop)
                 client = open_redis(settings, url)
                 stack.push_async_callback(client.aclose)
-                log.info("store: %s", url)
+                log.info("store: %s", redaction.url(url))
+            log.info("gateway upstreams: %s", _upstreams_line(settings))
             workers = Workers(settings.work_threads, settings.offload_bytes)
             stack.callback(workers.close)
             summarizers = build_summarizers(settings, llm_transport, workers)

@@ -199,20 +199,28 @@ def _serve(args: argparse.Namespace) -> int:
         if value is not None:
             os.environ[f"TOOLREF_{name.upper()}"] = str(value)
     from_file: dict[str, str] = {}
+    exposed: str | None = None
     if args.config is not None:
         from pathlib import Path
 
         from toolref_server.settings import config_file
 
+        path = Path(args.config)
+        given = config_file.read(path)
+        exposed = config_file.exposure(path, given)
         # The file's settings become the variables it stands for, where none is set.
-        applied = config_file.apply(config_file.read(Path(args.config)), os.environ)
+        applied = config_file.apply(given, os.environ)
         from_file = {setting.variable: setting.where for setting in applied}
     try:
         settings = Settings.from_environment()
     except pydantic.ValidationError as exc:
+        if exposed is not None:
+            print(f"toolref-server: warning: {exposed}", file=sys.stderr)
         _invalid(exc, from_file)
         return 2
     log_config = logs.configure(settings.log_level)
+    if exposed is not None:
+        log.warning(exposed, extra={"configFile": args.config})
     settings.check_exposure()
     from toolref_server.resources import raise_open_files_limit
 
@@ -326,11 +334,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"TOOLREF_API_KEYS: {entry}")
         return 0
     except ToolrefError as exc:
-        print(f"toolref-server: {exc.detail}", file=sys.stderr)
+        print(f"toolref-server: {logs.redact(exc.detail)}", file=sys.stderr)
         return 2
     except RedisError as exc:
         print(
-            f"toolref-server: the engine is unreachable ({exc}); check --redis-url", file=sys.stderr
+            f"toolref-server: the engine is unreachable ({logs.redact(str(exc))}); check "
+            "--redis-url",
+            file=sys.stderr,
         )
         return 2
     except pydantic.ValidationError as exc:
@@ -343,7 +353,7 @@ def _invalid(exc: pydantic.ValidationError, from_file: dict[str, str] | None = N
     for error in exc.errors(include_url=False):
         name = "TOOLREF_" + "_".join(str(p) for p in error["loc"]).upper()
         where = (from_file or {}).get(name, name)
-        print(f"toolref-server: {where}: {error['msg']}", file=sys.stderr)
+        print(f"toolref-server: {where}: {logs.redact(error['msg'])}", file=sys.stderr)
 
 
 if __name__ == "__main__":

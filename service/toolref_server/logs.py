@@ -2,7 +2,8 @@
 
 Nothing a client sent is logged but the request line, the status and the sizes: never a body,
 never a key. Secrets that still reach a message (an `Authorization` value, a bearer token, an
-API key in an exception text) are masked by `redact` before the line is written.
+API key in an exception text, a URL's credentials: `toolref.wire.redaction`) are masked by
+`redact` before the line is written, whoever logged it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import time
 from contextvars import ContextVar
 from typing import Any, Final
 
+from toolref.wire import redaction
+
 REQUEST_ID: ContextVar[str | None] = ContextVar("toolref_request_id", default=None)
-MASK: Final = "[redacted]"
+MASK: Final = redaction.MASK
 
 _SECRETS: Final = re.compile(
     r"(?i)(authorization\s*[:=]\s*)(\S+(?:\s+\S+)?)"  # a header written out
@@ -34,7 +37,7 @@ _SECRET_FIELDS: Final = frozenset({"authorization", "api_key", "body", "payload"
 
 
 def redact(text: str) -> str:
-    """`text` with credentials masked."""
+    """`text` with credentials masked: a URL's (`toolref.wire.redaction.urls_in`), and keys."""
 
     def mask(match: re.Match[str]) -> str:
         if match.group(1):
@@ -43,7 +46,7 @@ def redact(text: str) -> str:
             return match.group(3) + MASK
         return MASK
 
-    return _SECRETS.sub(mask, text)
+    return _SECRETS.sub(mask, redaction.urls_in(text))
 
 
 class JsonFormatter(logging.Formatter):

@@ -263,7 +263,8 @@ async def test_methods_no_llm_api_uses_are_not_forwarded(redis: Redis, method: s
         base = upstream.url.replace("http://", "http://gwuser:UP-PASSWORD@")
         async with gateway(redis, upstreams=f"up={base}", api_keys=KEYS) as url:
             reply = await exchange(url, request_bytes(method, "/llm/up/v1/models", AS_A))
-    assert_problem(reply, 400, "GET, HEAD, OPTIONS, PATCH, POST, PUT")
+    assert_problem(reply, 405, "GET, HEAD, OPTIONS, PATCH, POST, PUT")
+    assert reply.header("allow") == "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT"
     assert upstream.requests == []
 
 

@@ -15,7 +15,9 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+import anthropic
 import httpx
+import openai
 import pytest
 from examples.llm_backend import create_backend
 from redis.asyncio import Redis
@@ -236,6 +238,70 @@ async def test_a_gateway_with_keys_wants_the_tenants_key_in_its_own_header(
     assert right.headers["toolref-protocol"] == "2"
     assert len(recorder.requests) == 1  # the refused requests reached no upstream
     assert recorder.requests[0][3] == body
+
+
+def _openai_refusal(base_url: str, toolref_key: str | None) -> openai.AuthenticationError:
+    """What a plain official `openai` client (no toolref) raises through the gateway."""
+    headers = {"Toolref-Key": toolref_key} if toolref_key is not None else None
+    with (
+        openai.OpenAI(
+            base_url=base_url,
+            api_key="sk-the-providers-own",
+            default_headers=headers,
+            max_retries=0,
+        ) as client,
+        pytest.raises(openai.AuthenticationError) as raised,
+    ):
+        client.chat.completions.create(model="any", messages=[{"role": "user", "content": "hi"}])
+    return raised.value
+
+
+def _anthropic_refusal(base_url: str, toolref_key: str) -> anthropic.AuthenticationError:
+    with (
+        anthropic.Anthropic(
+            base_url=base_url,
+            api_key="sk-ant-the-providers-own",
+            default_headers={"Toolref-Key": toolref_key},
+            max_retries=0,
+        ) as client,
+        pytest.raises(anthropic.AuthenticationError) as raised,
+    ):
+        client.messages.create(
+            model="any", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        )
+    return raised.value
+
+
+async def test_an_official_sdk_with_a_wrong_toolref_key_is_told_the_header_and_the_fix(
+    redis: Redis,
+) -> None:
+    """A plain `openai` client shows a 401 as "Error code: 401" and the `message` of the
+    body's `error`, nothing else: the gateway's refusal carries its detail there too, naming
+    `Toolref-Key`, what to send in it and `toolref-server keygen`; and its challenge is the
+    header's, not a Bearer one (the client's Authorization is the provider's, and right)."""
+    recorder = Recorder()
+    digest = hashlib.sha256(KEY.encode()).hexdigest()
+    async with serve(recorder.app()) as upstream:
+        settings = Settings(redis_url="unused", upstreams=f"rec={upstream}", api_keys=f"t={digest}")
+        async with serve(create_app(settings, redis=redis)) as url:
+            wrong = await asyncio.to_thread(_openai_refusal, f"{url}/llm/rec/v1", "trk_wrong")
+            missing = await asyncio.to_thread(_openai_refusal, f"{url}/llm/rec/v1", None)
+            claude = await asyncio.to_thread(_anthropic_refusal, f"{url}/llm/rec", "trk_wrong")
+    for refusal in (wrong, missing, claude):
+        text = str(refusal)
+        assert text.startswith("Error code: 401 - ")
+        for words in ("Toolref-Key", "`Toolref-Key: <key>`", "toolref-server keygen"):
+            assert words in text, text
+        challenge = refusal.response.headers["www-authenticate"]
+        assert challenge.startswith('Toolref-Key realm="toolref"'), challenge
+        assert 'error_description="send a toolref API key in the Toolref-Key header' in challenge
+        problem = refusal.response.json()  # still an RFC 9457 problem for toolref's clients
+        assert problem["type"] == "urn:toolref:problem:unauthorized"
+        assert f"toolref gateway: {problem['detail']}" == problem["error"]["message"]
+    assert "is not known to this toolref gateway" in str(wrong)
+    assert 'error="invalid_token"' in wrong.response.headers["www-authenticate"]
+    assert "no Toolref-Key header" in str(missing)
+    assert recorder.requests == []  # refused before anything reached the upstream
 
 
 async def _drain(client: httpx.AsyncClient, path: str) -> bytes:

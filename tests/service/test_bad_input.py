@@ -355,6 +355,12 @@ async def test_unknown_route_and_method_are_problems(api: httpx.AsyncClient) -> 
     wrong = await api.delete("/v1/invocations")
     assert wrong.status_code == 405
     assert wrong.json()["type"] == "urn:toolref:problem:method-not-allowed"
+    # RFC 9110: a 405 lists the methods the path takes, and so does its detail.
+    assert wrong.headers["allow"] == "POST"
+    assert "use POST" in wrong.json()["detail"]
+    page = await api.post("/v1/capabilities")
+    assert page.status_code == 405
+    assert page.headers["allow"] == "GET, HEAD"
 
 
 @pytest.mark.parametrize("header", [b"\xb2", b"\xb9", "\u0663".encode()])
@@ -387,3 +393,45 @@ async def test_trailing_slash_is_a_404_problem_not_a_redirect(
     response = await api.request(method, path, json={"refs": []})
     assert response.status_code == 404
     assert response.headers["content-type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize(
+    ("path", "member", "value"),
+    [
+        ("/v1/messages:hydrate", "keepRecent", "3"),  # a string of digits
+        ("/v1/messages:hydrate", "keepRecent", True),  # a boolean is no integer
+        ("/v1/messages:hydrate", "maxChars", "400"),
+        ("/v1/context:handoff", "maxToolContextChars", "40000"),
+        ("/v1/context:handoff", "perResultChars", False),
+        ("/v1/context:handoff", "summarizeText", 0),  # a number is no boolean
+        ("/v1/context:handoff", "summarizeText", "true"),
+    ],
+)
+async def test_members_take_only_the_json_type_the_document_declares(
+    api: httpx.AsyncClient, path: str, member: str, value: Any
+) -> None:
+    """Before, pydantic's lax mode took `"3"` for an integer and `0` for a boolean, which
+    the published schema refuses (schemathesis: schema-violating requests accepted)."""
+    response = await api.post(path, json={"messages": [], member: value})
+    assert response.status_code == 422, response.text
+    problem = response.json()
+    assert problem["type"] == "urn:toolref:problem:validation-failed"
+    assert problem["errors"][0]["pointer"] == f"/{member}"
+    # The same member as the document's type is taken; an integer as 5.0 too (JSON Schema's).
+    fine = {"keepRecent": 3.0, "maxChars": 400, "maxToolContextChars": 40000}
+    right = fine.get(member, 4000 if member == "perResultChars" else True)
+    assert (await api.post(path, json={"messages": [], member: right})).status_code == 200
+
+
+async def test_a_summarizer_not_offered_is_refused_in_protocol_1_too(
+    api: httpx.AsyncClient,
+) -> None:
+    """Protocol 1 sends the messages back as they came, but a summarizer this server does
+    not offer is still a mistake, refused as in protocol 2 (before: taken unread)."""
+    body = {"messages": [], "summarizer": "nope"}
+    for protocol in ("1", "2"):
+        response = await api.post(
+            "/v1/messages:hydrate", json=body, headers={"Toolref-Protocol": protocol}
+        )
+        assert response.status_code == 422, (protocol, response.text)
+        assert "summarizer 'nope' is not offered here" in response.json()["detail"]

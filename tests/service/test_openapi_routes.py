@@ -11,6 +11,7 @@ generates from the document. (Before the document was generated, the gateway was
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -108,6 +109,57 @@ def test_a_route_that_declares_no_operation_cannot_be_documented() -> None:
         openapi.document([*app.routes, Route("/v1/undocumented", undocumented)])
 
 
+# A body each POST operation takes as it is (its messages in no particular format).
+SMALLEST: dict[str, dict[str, list[Any]]] = {
+    "/v1/invocations": {"invocations": []},
+    "/v1/invocations:findMissing": {"refs": []},
+    "/v1/invocations:resolve": {"refs": []},
+}
+
+
+async def test_the_document_requires_protocol_2_exactly_where_the_route_refuses_1(
+    make_api: Api,
+) -> None:
+    """An operation declared `protocol=2` is one whose route refuses a request without
+    `Toolref-Protocol: 2` (400 `protocol-required`), and the document requires the header
+    there, as a version of 2 or more; every other operation takes protocol 1, and its
+    header is optional."""
+    served = await serve(make_api)
+    app = create_app(Settings(redis_url="unused"))
+    refusing = set()
+    for route in app.routes:
+        assert isinstance(route, ApiRoute)
+        path = route.path.replace("{ref}", UNKNOWN)
+        body = SMALLEST.get(route.path, {"messages": []}) if route.method == "POST" else None
+        request = served.client.build_request(route.method, path, json=body)
+        del request.headers["Toolref-Protocol"]  # protocol 1
+        response = await served.client.send(request)
+        if response.status_code == 400:
+            assert response.json()["type"] == "urn:toolref:problem:protocol-required"
+            refusing.add(route.path)
+        declared = route.operation.protocol
+        parameter = next(
+            p
+            for p in served.document["paths"][route.path][route.method.lower()]["parameters"]
+            if p["name"] == "Toolref-Protocol"
+        )
+        assert parameter["required"] is (declared == 2), route.path
+        pattern = re.compile(parameter["schema"]["pattern"])
+        assert pattern.fullmatch("2")
+        assert not pattern.fullmatch("0")
+        assert bool(pattern.fullmatch("1")) is (declared == 1), route.path
+    declared_2 = {
+        r.path for r in app.routes if isinstance(r, ApiRoute) and r.operation.protocol == 2
+    }
+    assert refusing == declared_2
+    assert declared_2 == {
+        "/v1/invocations",
+        "/v1/invocations:findMissing",
+        "/v1/invocations:resolve",
+        "/v1/messages:optimize",
+    }
+
+
 def test_the_document_promises_no_503_exactly_where_admission_never_refuses() -> None:
     """An operation declared `admitted` is one the admission layer lets through whatever
     the load (a liveness probe), and no other."""
@@ -123,7 +175,8 @@ def test_the_document_promises_no_503_exactly_where_admission_never_refuses() ->
 
 async def test_the_gateway_forwards_exactly_the_documented_methods(make_api: Api) -> None:
     """On the wire: the methods whose requests reach the upstream are the documented ones;
-    the others are refused by the gateway (400) before anything is sent."""
+    the others are refused by the gateway (405, `Allow` naming the documented ones) before
+    anything is sent."""
     reached: list[str] = []
 
     async def record(request: Request) -> Response:
@@ -136,12 +189,14 @@ async def test_the_gateway_forwards_exactly_the_documented_methods(make_api: Api
         refused = set()
         for method in PROBED:
             response = await served.client.request(method, "/llm/up/probe", headers=KEYED)
-            if response.status_code == 400:
+            if response.status_code == 405:
                 assert response.headers["content-type"] == PROBLEM
                 refused.add(method)
+                allowed = response.headers["allow"]
     documented = {m for m, path in documented_operations(served.document) if path == GATEWAY}
     assert set(reached) == documented == set(FORWARDED)
     assert refused == set(PROBED) - documented
+    assert allowed.split(", ") == sorted(documented)
 
 
 # --- gateway answers conform to its operation ---

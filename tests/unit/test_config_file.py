@@ -13,7 +13,15 @@ import pytest
 
 from toolref.wire.errors import ConfigurationError
 from toolref_server.settings import Settings
-from toolref_server.settings.config_file import GROUPS, HOME, Setting, apply, parse, read
+from toolref_server.settings.config_file import (
+    GROUPS,
+    HOME,
+    Setting,
+    apply,
+    exposure,
+    parse,
+    read,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "deploy" / "toolref.example.toml"
@@ -135,3 +143,59 @@ def test_a_file_that_is_not_toml_or_not_there_is_named(tmp_path: Path) -> None:
         read(broken)
     with pytest.raises(ConfigurationError, match="cannot read the config file"):
         read(tmp_path / "absent.toml")
+
+
+# Each holds a secret; the comment says why.
+SECRET_FILES = {
+    "redis password": '[store]\nredis_url = "redis://:pw1@cache:6379/0"\n',
+    "upstream credentials": '[gateway.upstreams]\nup = "https://u:pw1@api.example.com"\n',
+    "upstream key in a query": '[gateway]\nllm_base_url = "https://llm.example/v1?key=pw1"\n',
+    "api key hashes": f'[access]\napi_keys = "acme={"a" * 64}"\n',
+    "metrics key hash": f'[access]\nmetrics_key = "{"b" * 64}"\n',
+    "llm api key": '[summaries]\nllm_api_key = "sk-pw1"\n',
+}
+
+
+@pytest.mark.parametrize("text", SECRET_FILES.values(), ids=SECRET_FILES.keys())
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o600, 0o400])
+def test_a_file_of_secrets_others_can_read_is_warned_of(
+    tmp_path: Path, text: str, mode: int
+) -> None:
+    """A file that sets a secret-bearing setting warns when its group or others can read
+    it, naming the file, its mode and the fix; never quoting a secret."""
+    path = tmp_path / "toolref.toml"
+    path.write_text(text.replace("[gateway]\nllm_base_url", "[summaries]\nllm_base_url"))
+    path.chmod(mode)
+    warning = exposure(path, read(path))
+    if not mode & 0o044:
+        assert warning is None
+        return
+    assert warning is not None
+    assert f"the config file {str(path)!r} holds secrets" in warning
+    assert f"(mode {mode:04o})" in warning
+    assert f"`chmod 600 {path}`" in warning
+    readers = {0o040: "its group", 0o004: "others", 0o044: "its group and others"}
+    assert f") and {readers[mode & 0o044]} can read it" in warning
+    assert "pw1" not in warning
+    assert "a" * 64 not in warning
+
+
+def test_a_file_without_secrets_is_not_warned_of(tmp_path: Path) -> None:
+    path = tmp_path / "toolref.toml"
+    path.write_text(
+        '[store]\nredis_url = "redis://cache:6379/0"\n'
+        '[gateway.upstreams]\nanthropic = "https://api.anthropic.com"\n'
+        "[bodies]\nmax_body_bytes = 1048576\n"
+    )
+    path.chmod(0o644)
+    assert exposure(path, read(path)) is None
+
+
+def test_the_warning_names_each_secret_the_file_holds(tmp_path: Path) -> None:
+    path = tmp_path / "toolref.toml"
+    path.write_text("".join(SECRET_FILES[k] for k in ("redis password", "api key hashes")))
+    path.chmod(0o644)
+    warning = exposure(path, read(path))
+    assert warning is not None
+    assert "redis_url (credentials in a URL)" in warning
+    assert "api_keys (API key hashes)" in warning

@@ -132,6 +132,21 @@ def test_problem_object_and_headers() -> None:
     assert errors.AuthenticationError("x", invalid_token=True).http_headers() == {
         "WWW-Authenticate": 'Bearer realm="toolref", error="invalid_token"'
     }
+    # A key sent alone in its own header (the gateway's): the challenge names the header.
+    assert errors.AuthenticationError("x", key_header="Toolref-Key").http_headers() == {
+        "WWW-Authenticate": 'Toolref-Key realm="toolref", error_description="send a toolref '
+        'API key in the Toolref-Key header (toolref-server keygen makes one)"'
+    }
+    assert errors.MethodNotAllowedError("x", allow=["GET", "HEAD"]).http_headers() == {
+        "Allow": "GET, HEAD"
+    }
+    rebuilt = errors.error_from_problem(
+        {"type": "urn:toolref:problem:method-not-allowed", "detail": "x"},
+        405,
+        {"allow": "GET, HEAD"},
+    )
+    assert isinstance(rebuilt, errors.MethodNotAllowedError)
+    assert rebuilt.allow == ("GET", "HEAD")
 
 
 def test_public_api_is_exported_sorted() -> None:

@@ -7,7 +7,7 @@ maps a problem back to the same class by its `type`, so both sides raise the sam
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Self
 
 from toolref.wire.numbers import whole_number
@@ -209,20 +209,35 @@ class UnsupportedValueError(ValidationError):
 
 
 class AuthenticationError(ToolrefError):
-    """Missing or unknown API key."""
+    """Missing or unknown API key. `key_header`: the key is sent alone in that header (the
+    gateway's `Toolref-Key`, where `Authorization` is the provider's), not as a bearer
+    token; the challenge then names that header, and says what to send."""
 
     slug = "unauthorized"
     status = 401
     title = "Missing or invalid API key"
 
-    def __init__(self, detail: str, *, invalid_token: bool = False, **extra: Any) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        invalid_token: bool = False,
+        key_header: str | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(detail, **extra)
         self.invalid_token = invalid_token
+        self.key_header = key_header
 
     def http_headers(self) -> dict[str, str]:
-        challenge = 'Bearer realm="toolref"'
+        challenge = f'{self.key_header or "Bearer"} realm="toolref"'
         if self.invalid_token:
             challenge += ', error="invalid_token"'
+        if self.key_header is not None:
+            challenge += (
+                f', error_description="send a toolref API key in the {self.key_header} header '
+                '(toolref-server keygen makes one)"'
+            )
         return {"WWW-Authenticate": challenge}
 
 
@@ -241,6 +256,27 @@ class NotFoundError(ToolrefError):
     slug = "not-found"
     status = 404
     title = "Not found"
+
+
+class MethodNotAllowedError(ToolrefError):
+    """The path is served, but not with this method; `allow` lists the methods it is
+    (sent as the `Allow` header, as RFC 9110 requires of a 405)."""
+
+    slug = "method-not-allowed"
+    status = 405
+    title = "Method not allowed"
+
+    def __init__(self, detail: str, *, allow: Sequence[str] = (), **extra: Any) -> None:
+        super().__init__(detail, **extra)
+        self.allow = tuple(allow)
+
+    def http_headers(self) -> dict[str, str]:
+        return {"Allow": ", ".join(self.allow)}
+
+    @classmethod
+    def from_problem(cls, detail: str, extra: dict[str, Any], headers: Mapping[str, str]) -> Self:
+        allow = [method.strip() for method in headers.get("allow", "").split(",")]
+        return cls(detail, allow=[method for method in allow if method], **extra)
 
 
 class ConflictError(ToolrefError):

@@ -3,14 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictStr
 from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
 
 from toolref.wire.canonical import Digest, invocation_digest, invocation_object
 from toolref.wire.errors import ValidationError
+
+
+def _a_number(value: Any) -> Any:
+    """A JSON number, for an integer member: pydantic's own check then takes 5 and 5.0
+    (JSON Schema's integers both) and refuses 5.5; a string ("5") or a boolean, which its
+    lax mode would also take, is refused here, as the published schema says."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PydanticCustomError("int_type", "Input should be a valid integer")
+    return value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_a_number)]
+"""An integer member of a request: a JSON number without a fraction, nothing else."""
 
 
 class WireModel(BaseModel):
@@ -110,7 +124,7 @@ class HydrateRequest(WireModel):
         description="`full`: every marker becomes its payload. `summary`: results older than "
         "the last `keepRecent` become a placeholder naming the ref, followed by a summary.",
     )
-    keep_recent: int = Field(
+    keep_recent: WholeNumber = Field(
         default=3, ge=0, description="Summary mode: this many most recent results stay full."
     )
     exclude_tools: list[StrictStr] = Field(
@@ -119,12 +133,13 @@ class HydrateRequest(WireModel):
     summarizer: StrictStr | None = Field(
         default=None, description="Summary mode: which summarizer (the server's default if absent)."
     )
-    max_chars: int | None = Field(
-        default=None,
-        ge=MIN_SUMMARY_CHARS,
-        le=MAX_SUMMARY_CHARS,
-        description="Summary mode: the summary budget.",
-    )
+    # The bounds ahead of the validator, or the schema would spell them `ge` and `le`.
+    max_chars: (
+        Annotated[
+            int, Field(ge=MIN_SUMMARY_CHARS, le=MAX_SUMMARY_CHARS), BeforeValidator(_a_number)
+        ]
+        | None
+    ) = Field(default=None, description="Summary mode: the summary budget.")
     shadow: StrictBool = Field(
         default=False,
         description="Summary mode: answer the full messages, and report in the stats what "
@@ -220,13 +235,13 @@ class HandoffRequest(WireModel):
     messages: list[dict[str, Any]] = Field(
         description="The conversation so far (toolRef markers are hydrated first)."
     )
-    max_tool_context_chars: int = Field(
+    max_tool_context_chars: WholeNumber = Field(
         default=40_000, ge=1000, le=2_000_000, description="The whole block fits this."
     )
-    per_result_chars: int = Field(
+    per_result_chars: WholeNumber = Field(
         default=4_000, ge=200, le=1_000_000, description="Each result is cut head and tail to this."
     )
-    summarize_text: bool = Field(
+    summarize_text: StrictBool = Field(
         default=True,
         description="Open the block with a summary of the dialogue: the LLM summarizer's when "
         "configured, otherwise a deterministic digest.",

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
+from toolref.wire import redaction
+
 Provider = Literal["anthropic", "openai", "gemini"]
 
 # Anthropic's error types by status (docs.anthropic.com, "Errors"); another 4xx is
@@ -69,7 +71,9 @@ def provider_of(path: str, headers: Sequence[tuple[str, str]]) -> Provider:
 
 
 def error_reply(provider: Provider, status: int, message: str, code: str) -> ErrorReply:
-    """The provider's error body for `status`; `code` is toolref's (OpenAI's `code`)."""
+    """The provider's error body for `status`; `code` is toolref's (OpenAI's `code`). A URL
+    in `message` (the gateway's, the fallback's) is shown with its credentials masked."""
+    message = redaction.urls_in(message)
     body: object
     client_error = 400 <= status < 500
     if provider == "anthropic":

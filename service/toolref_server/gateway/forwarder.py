@@ -233,7 +233,7 @@ async def _refuse(scope: Scope, send: Send, error: ToolrefError) -> None:
     async def nothing() -> Message:
         return {"type": "http.disconnect"}
 
-    await problem_response(error)(scope, nothing, send)
+    await problem_response(error, for_llm_sdks=True)(scope, nothing, send)
 
 
 def _timeout(upstream: Route) -> str:

@@ -28,7 +28,6 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolref.edits.wire import MEDIA_TYPE
 from toolref.handoff.switch import switched_text
 from toolref.receiving.asgi_io import header, replay, with_body
 from toolref.receiving.budget import Budget
@@ -36,15 +35,15 @@ from toolref.receiving.hops import savings_value
 from toolref.receiving.hydrator import Hydrator
 from toolref.receiving.middleware import hydrate_request, speaks_refs
 from toolref.receiving.recent import Recent
-from toolref.wire.endpoints import ENDPOINTS, GATEWAY, Endpoint, endpoint
-from toolref.wire.errors import BadRequestError, NotFoundError, ToolrefError
+from toolref.wire.endpoints import GATEWAY, Endpoint, endpoint
+from toolref.wire.errors import (
+    BadRequestError,
+    MethodNotAllowedError,
+    NotFoundError,
+    ToolrefError,
+)
 from toolref.wire.headers import (
-    CHECKPOINT_HEADER,
-    DICTIONARY_HEADER,
-    HISTORY_HEADER,
     KEY_HEADER,
-    PROTOCOL_HEADER,
-    REFERENCES_HEADER,
     SAVINGS_HEADER,
     SWITCHED_FROM_HEADER,
 )
@@ -57,7 +56,6 @@ from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool
 from toolref_server.gateway.upstreams import METHODS, PREFIX, route, unsafe_query
 from toolref_server.http.auth import Authenticator
 from toolref_server.http.inflight import InFlight
-from toolref_server.http.operation import Header, Operation, Parameter, Reply, component
 from toolref_server.http.problem import problem_response
 from toolref_server.metrics import Metrics
 from toolref_server.services import Services
@@ -69,90 +67,6 @@ _COUNT_KEY: Final = "toolref.upload"
 _ENDPOINT_KEY: Final = "toolref.endpoint"
 _SWITCH_KEY: Final = "toolref.switch"  # the scope entry holding the parsed switch header
 _HISTORIES_PER_TENANT: Final = 64  # kept bodies: a tenant's live conversations, about
-
-
-_TEXT: Final = {"type": "string"}
-_HYDRATED: Final = ", ".join(f"`{suffix}` ({found.format})" for suffix, found in ENDPOINTS)
-# What /openapi.json says of the gateway, with every method it forwards (`METHODS`).
-OPERATION: Final = Operation(
-    "forward",
-    "Forward to an upstream LLM API, hydrated on the way",
-    Reply(
-        "The upstream's answer, as it came: status, headers (but its own `Toolref-*`) and "
-        "body, streamed. The gateway adds what the client lacks in `Toolref-*` headers.",
-        media={"*/*": {}},
-        headers=(
-            Header(HISTORY_HEADER, "The history confirmed, for the next turn.", _TEXT, False),
-            Header(DICTIONARY_HEADER, "`?1`: this body is kept with its history.", _TEXT, False),
-            Header(CHECKPOINT_HEADER, "The checkpoint kept too.", _TEXT, False),
-            Header(REFERENCES_HEADER, "Refs of the payloads sent in full (JSON).", _TEXT, False),
-            Header(SAVINGS_HEADER, "`raw=<bytes>, wire=<bytes>, ratio=<raw/wire>`.", _TEXT, False),
-        ),
-    ),
-    (400, 404, 409, 413, 415, 422, 502, 504),
-    parameters=(
-        Parameter("name", "path", component("Upstream"), "The upstream (TOOLREF_UPSTREAMS)."),
-        Parameter(
-            "path",
-            "path",
-            _TEXT,
-            "The path at the upstream, after its base URL's; it may span segments "
-            "(`v1/messages`), and travels with the query as the client encoded them.",
-        ),
-        Parameter(
-            PROTOCOL_HEADER,
-            "header",
-            {"type": "integer", "minimum": 1},
-            "2 or more: hydrate the request of a known LLM endpoint first; else forwarded as "
-            "it is.",
-        ),
-        Parameter(
-            HISTORY_HEADER,
-            "header",
-            _TEXT,
-            "`?1`: keep the conversation as a history; a history ref: the messages continue it.",
-        ),
-        Parameter(DICTIONARY_HEADER, "header", _TEXT, "The kept body a zstd body extends."),
-        Parameter(CHECKPOINT_HEADER, "header", _TEXT, "`?1`: keep the checkpoint too."),
-        Parameter(
-            SWITCHED_FROM_HEADER,
-            "header",
-            _TEXT,
-            "`<previous upstream>[; at=<n>]`: the conversation switched here; the body is "
-            "rewritten for it (docs/relay.md).",
-        ),
-    ),
-    notes={
-        400: "A path that could leave the upstream's base (dot segments, encoded separators, "
-        "control characters), a query with bytes a request target may not carry, a bad "
-        f"`{SWITCHED_FROM_HEADER}`, or another `Toolref-*` header that is malformed or does "
-        "not fit the body.",
-        401: f"Missing or unknown `{KEY_HEADER}`.",
-        404: "No upstream of that name (the configured names are listed to a known key).",
-        409: "Hydration: refs not held, listed in `missingRefs`, or a history not held, named "
-        "in `missingHistory`; the client resends in full. An edit: its base not held "
-        "(`missingHistory`), or pieces it names not held, every one in `missingPieces`.",
-        413: "Body, or body inflated, over its limit.",
-        415: "Unsupported Content-Encoding of a body to hydrate.",
-        422: "A body to hydrate that is invalid (a malformed ref, say).",
-        429: "The tenant's quota (`quota`: requestsPerSecond or gatewayRequestsInFlight) is "
-        "used up; retry after Retry-After seconds.",
-        502: "The upstream is unreachable (`upstream-unreachable`).",
-        503: "The gateway or the registry is serving as much as it is set to (`overloaded`), "
-        "or the store is unreachable; retry after Retry-After seconds.",
-        504: "The upstream did not answer in time (`upstream-timeout`).",
-    },
-    auth="gateway",
-    forwarded=True,
-    description="Any method the gateway forwards, to `{base_url}/{path}` of the upstream "
-    f"`name`. A POST to an LLM endpoint it knows, whose path ends in {_HYDRATED}, sent with "
-    f"`{PROTOCOL_HEADER}: 2`, is hydrated first: its history continued and its toolRef "
-    "markers filled, the rest of the body as the client wrote it. A request sent with "
-    f"`Content-Type: {MEDIA_TYPE}` is an edit of a request the registry holds "
-    "(docs/history.md, Edits): the request it stands for is forwarded, headers and body, and "
-    f"the answer carries `{HISTORY_HEADER}: tb_...`. Every other request is forwarded as it "
-    "is. Each status may also be the upstream's own answer.",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +142,7 @@ class Gateway:
         try:
             await self._forward(scope, receive, send)
         except ToolrefError as exc:
-            await problem_response(exc)(scope, receive, send)
+            await problem_response(exc, for_llm_sdks=True)(scope, receive, send)
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Every refusal before anything is read or stored: the key first (nothing about
@@ -240,9 +154,10 @@ class Gateway:
         if found is None:
             raise NotFoundError(self._unknown(scope["path"]))
         if scope["method"] not in METHODS:
-            raise BadRequestError(
+            raise MethodNotAllowedError(
                 f"the gateway forwards {', '.join(sorted(METHODS))}, not "
-                f"{describe(scope['method'])} (a tunnel or a trace is not an LLM API's)"
+                f"{describe(scope['method'])} (a tunnel or a trace is not an LLM API's)",
+                allow=sorted(METHODS),
             )
         if unsafe_query(scope.get("query_string", b"")):
             raise BadRequestError(
@@ -457,11 +372,3 @@ async def _whole(receive: Receive) -> bytes:
 def _length(scope: Scope) -> int:
     value = header(scope, "content-length")
     return int(value) if value is not None and value.isdigit() else 0
-
-
-def operations(settings: Settings) -> list[tuple[str, str, Operation]]:
-    """What the gateway serves, for the OpenAPI document: `/llm/{name}/{path}` with every
-    method it forwards, when it has upstreams."""
-    if not settings.upstream_urls:
-        return []
-    return [(GATEWAY, method, OPERATION) for method in sorted(METHODS)]

@@ -220,7 +220,7 @@ class Sockets:
 
 async def refuse(send: Send, error: ToolrefError) -> None:
     """`error` as the plain HTTP answer to a WebSocket upgrade (problem+json)."""
-    body = problem_body(error)
+    body = problem_body(error, for_llm_sdks=True)
     headers = [
         (b"content-type", PROBLEM_TYPE.encode()),
         (b"content-length", str(len(body)).encode()),

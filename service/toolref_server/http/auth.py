@@ -23,6 +23,7 @@ PROXY_HEADERS: Final = (
     "x-real-ip",
     "via",
 )
+KEYGEN: Final = "toolref-server keygen TENANT"
 _MAKE_KEY: Final = (
     "make a key (`openssl rand -hex 32`), set TOOLREF_METRICS_KEY to its SHA-256 "
     "(`toolref-server hash-key KEY` prints it) and restart the service, then send "
@@ -69,36 +70,56 @@ class Authenticator:
             )
 
     def tenant_for(self, request: HTTPConnection) -> str:
-        return self._tenant_of(
-            _presented(request),
-            "send `Authorization: Bearer <key>` with an API key of this registry",
-            "Authorization",
-        )
+        if self.open:
+            return LOCAL_TENANT
+        presented = _presented(request)
+        if presented is None:
+            raise AuthenticationError(
+                "send `Authorization: Bearer <key>` with an API key of this registry "
+                f"(`{KEYGEN}` makes one, and the TOOLREF_API_KEYS entry for it)"
+            )
+        found = self._tenant_of(presented)
+        if found is None:
+            raise AuthenticationError(
+                "the API key is not known to this registry; check the key, or ask the operator "
+                f"to add its hash to TOOLREF_API_KEYS (`{KEYGEN}` makes a key and its entry)",
+                invalid_token=True,
+            )
+        return found
 
     def tenant_for_key(self, key: str | None, *, header: str) -> str:
         """The tenant of a key sent alone in `header` (the gateway's `Toolref-Key`: there
-        `Authorization` is the provider's)."""
-        presented = hashlib.sha256(key.encode()).digest() if key else None
-        return self._tenant_of(
-            presented, f"send `{header}: <key>` with an API key of this registry", header
-        )
-
-    def _tenant_of(self, presented: bytes | None, missing: str, header: str) -> str:
+        `Authorization` is the provider's). A refusal names the header, what to send in it
+        and how to get a key: an official SDK shows nothing else of it but "401"."""
         if self.open:
             return LOCAL_TENANT
-        if presented is None:
-            raise AuthenticationError(missing)
+        if not key:
+            raise AuthenticationError(
+                f"no {header} header: the toolref gateway needs this service's API key in "
+                f"`{header}: <key>`, besides the provider's own key (which stays in "
+                f"Authorization or x-api-key); `{KEYGEN}` makes a key and the TOOLREF_API_KEYS "
+                "entry that lets the service know it",
+                key_header=header,
+            )
+        found = self._tenant_of(hashlib.sha256(key.encode()).digest())
+        if found is None:
+            raise AuthenticationError(
+                f"the key in the {header} header is not known to this toolref gateway; send "
+                f"`{header}: <key>` with a key whose SHA-256 is in the service's TOOLREF_API_KEYS "
+                f"(`{KEYGEN}` makes a key and that entry). It is toolref's key, not the "
+                "provider's, which stays in Authorization or x-api-key",
+                invalid_token=True,
+                key_header=header,
+            )
+        return found
+
+    def _tenant_of(self, presented: bytes) -> str | None:
+        """The tenant of the key whose SHA-256 is `presented`; None when no tenant has it."""
         found: str | None = None
         # Compare against every hash, without stopping early, so timing says nothing.
         for digest, tenant in self._hashes:
             if hmac.compare_digest(presented, digest):
                 found = tenant
-        if found is None:
-            raise AuthenticationError(
-                f"the API key in {header} is not known to this registry; check the key, or ask "
-                "the operator to add its hash to TOOLREF_API_KEYS",
-                invalid_token=True,
-            )
         return found
 
 

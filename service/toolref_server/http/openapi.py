@@ -20,13 +20,24 @@ from toolref.wire.encoding import JSON_TYPE, MSGPACK_TYPE, PROBLEM_TYPE
 from toolref.wire.errors import PROBLEM_BASE
 from toolref.wire.headers import KEY_HEADER, PROTOCOL_HEADER
 from toolref.wire.models import Problem
-from toolref.wire.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
-from toolref_server.http.operation import ApiRoute, Header, Operation, Parameter, Reply, Schema
+from toolref.wire.protocol import MAX_VERSION_DIGITS, PROTOCOL_HIGH, PROTOCOL_LOW
+from toolref_server.http.operation import (
+    HEADER_SPACE,
+    ApiRoute,
+    Header,
+    Operation,
+    Parameter,
+    Reply,
+    Schema,
+)
 
 _REF_PATTERN = "^tr_[a-z2-7]{25}[aeimquy4]$"
 
 # Every registry endpoint sits behind the protocol middleware, so each can answer this 400.
-_BAD_PROTOCOL = "Malformed Toolref-Protocol header (not an integer of at least 1)."
+_BAD_PROTOCOL = (
+    f"Malformed Toolref-Protocol header (not a version: ASCII digits, at most "
+    f"{MAX_VERSION_DIGITS} but leading zeros, and at least {PROTOCOL_LOW})."
+)
 PROBLEMS: Final = {
     400: "Malformed body or Toolref-Protocol header, or a ref endpoint called as protocol 1.",
     401: "Missing or unknown API key.",
@@ -187,13 +198,7 @@ def _operation(operation: Operation, method: str, settings: _Settings) -> dict[s
     forwarded = operation.forwarded
     parameters = [_parameter(p) for p in operation.parameters]
     if not forwarded:
-        protocol = Parameter(
-            PROTOCOL_HEADER,
-            "header",
-            {"type": "integer", "minimum": PROTOCOL_LOW},
-            "Highest protocol version the client speaks; absent means 1.",
-        )
-        parameters.insert(0, _parameter(protocol))
+        parameters.insert(0, _parameter(_protocol_parameter(operation.protocol)))
     found: dict[str, Any] = {
         "summary": operation.summary,
         "operationId": operation.id + (method.title() if forwarded else ""),
@@ -221,6 +226,38 @@ def _operation(operation: Operation, method: str, settings: _Settings) -> dict[s
     if security is not None:
         found["security"] = security
     return found
+
+
+def version_pattern(lowest: int) -> str:
+    """A version of at least `lowest` (1-9) as `toolref.wire.protocol.negotiate` reads a
+    `Toolref-Protocol` header: ASCII digits, at most MAX_VERSION_DIGITS of them but leading
+    zeros (a version above the server's highest is answered with that), the value
+    stripped. A header's text, so a pattern: an integer schema could not say the rest."""
+    more = MAX_VERSION_DIGITS - 1
+    version = f"0*(?:[{lowest}-9]|[1-9][0-9]{{1,{more}}})"
+    return f"^{HEADER_SPACE}{version}{HEADER_SPACE}$"
+
+
+def _protocol_parameter(lowest: int) -> Parameter:
+    """`Toolref-Protocol` as an operation taking protocol `lowest` and up reads it;
+    required when protocol 1 (no header) is refused."""
+    schema = {"type": "string", "pattern": version_pattern(lowest)}
+    if lowest <= PROTOCOL_LOW:
+        return Parameter(
+            PROTOCOL_HEADER,
+            "header",
+            schema,
+            "Highest protocol version the client speaks; absent means 1.",
+        )
+    return Parameter(
+        PROTOCOL_HEADER,
+        "header",
+        schema,
+        f"Highest protocol version the client speaks: at least {lowest}, since this "
+        f"operation answers with refs (protocol 1, and a request without the header, get a "
+        f"400 `protocol-required`).",
+        required=True,
+    )
 
 
 def _problems(operation: Operation, settings: _Settings) -> list[int]:
@@ -296,7 +333,13 @@ def _problem(code: int, description: str, forwarded: bool) -> dict[str, Any]:
     """A problem+json answer; forwarded, or the upstream's own answer with that status."""
     headers = [_protocol_header(forwarded)]
     if code == 401:
-        headers.append(Header("WWW-Authenticate", "The Bearer challenge.", {"type": "string"}))
+        challenge = (
+            f"The `{KEY_HEADER}` challenge (the key goes in that header; `error_description` "
+            "says how to get one)."
+            if forwarded
+            else "The Bearer challenge."
+        )
+        headers.append(Header("WWW-Authenticate", challenge, {"type": "string"}))
     if code in (429, 503):
         after: Schema = {"type": "integer", "minimum": 0}
         headers.append(Header("Retry-After", "Seconds to wait before retrying.", after))

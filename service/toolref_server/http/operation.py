@@ -15,6 +15,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from toolref.wire.protocol import PROTOCOL_LOW
+
 Schema = Mapping[str, Any]  # a JSON Schema (2020-12, as OpenAPI 3.1 has it)
 
 Auth = Literal["key", "metrics", "none", "gateway"]
@@ -29,6 +31,10 @@ def component(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+# In a header's pattern (ECMA 262): what may surround its value and still be read as
+# absent, the whitespace Python's `str.strip()` takes from a header value (HTTP/1.1 allows
+# no other control character in one).
+HEADER_SPACE: Final = r"[\t \x85\xa0]*"
 REF: Final = component("Ref")  # a ref, by its grammar
 SUMMARIZER: Final = component("Summarizer")  # a summarizer this server offers
 
@@ -75,7 +81,9 @@ class Operation:
     are added by the document. `notes`: a problem status's description, where the common
     one (`openapi.PROBLEMS`) does not fit. `replies`: other answers (304). `forwarded`:
     the answers are an upstream's, any status and media type, and the operation is outside
-    the registry's protocol layer (no `Toolref-Protocol` is promised)."""
+    the registry's protocol layer (no `Toolref-Protocol` is promised). `protocol`: the
+    lowest protocol version the operation takes (2: it answers with refs, and refuses a
+    request without `Toolref-Protocol: 2` or more, whose header the document then requires)."""
 
     id: str
     summary: str
@@ -89,6 +97,7 @@ class Operation:
     admitted: bool = False
     forwarded: bool = False
     description: str | None = None
+    protocol: int = PROTOCOL_LOW
 
 
 Handler = Callable[[Request], Awaitable[Response]]

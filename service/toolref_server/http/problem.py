@@ -1,5 +1,11 @@
 """RFC 9457 problem+json responses for `ToolrefError`s: as Starlette responses, and as
-whole HTTP/1.1 messages for the HTTP layer, which answers before any app runs."""
+whole HTTP/1.1 messages for the HTTP layer, which answers before any app runs.
+
+The gateway's own refusals reach clients that know nothing of toolref: an LLM provider's
+official SDK, which reads an error's text from `error.message` (OpenAI's, Gemini's,
+Anthropic's shapes alike) and shows nothing else but the status ("Error code: 401").
+Those (`for_llm_sdks`) also carry that member, an RFC 9457 extension: `error`, with the
+detail as `message` and `toolref_<slug>` as `type`."""
 
 from __future__ import annotations
 
@@ -14,14 +20,20 @@ from toolref.wire.headers import PROTOCOL_HEADER
 from toolref.wire.protocol import PROTOCOL_FULL
 
 
-def problem_body(error: ToolrefError) -> bytes:
+def problem_body(error: ToolrefError, *, for_llm_sdks: bool = False) -> bytes:
+    problem = error.to_problem()
+    if for_llm_sdks:
+        problem["error"] = {
+            "type": f"toolref_{error.slug}",
+            "message": f"toolref gateway: {error.detail}",
+        }
     # ASCII escapes: a problem may quote back input that is not valid Unicode.
-    return json.dumps(error.to_problem(), separators=(",", ":")).encode()
+    return json.dumps(problem, separators=(",", ":")).encode()
 
 
-def problem_response(error: ToolrefError) -> Response:
+def problem_response(error: ToolrefError, *, for_llm_sdks: bool = False) -> Response:
     return Response(
-        problem_body(error),
+        problem_body(error, for_llm_sdks=for_llm_sdks),
         status_code=error.status,
         media_type=PROBLEM_TYPE,
         headers=error.http_headers(),

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 import httpx
 
+from toolref.wire import redaction
 from toolref.wire.errors import ToolrefError
 from toolref_server import documents
 
@@ -71,7 +72,8 @@ class Completions:
                 "whole call)"
             ) from None
         except httpx.HTTPError as exc:
-            raise CompletionError(f"{type(exc).__name__}: {exc}") from exc
+            shown = redaction.urls_in(str(exc))  # httpx may name the URL, credentials and all
+            raise CompletionError(f"{type(exc).__name__}: {shown}") from exc
         return answer_text(data, self.limits)
 
     async def _answer(self, body: dict[str, Any]) -> bytes:
@@ -79,7 +81,7 @@ class Completions:
         network read."""
         async with self._http.stream("POST", self.url, json=body) as response:
             if not response.is_success:
-                raise CompletionError(f"HTTP {response.status_code} from {self.url}")
+                raise CompletionError(f"HTTP {response.status_code} from {redaction.url(self.url)}")
             encoding = response.headers.get("content-encoding", "identity").strip().lower()
             if encoding not in ("", "identity"):
                 raise CompletionError(

@@ -8,6 +8,8 @@ registry never sends it the conversation again.
 
 from __future__ import annotations
 
+from typing import Any, Final
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -24,7 +26,14 @@ from toolref.wire.models import (
     validated,
 )
 from toolref.wire.protocol import PROTOCOL_REFS
-from toolref_server.http.operation import ApiRoute, Header, Operation, Parameter, Reply
+from toolref_server.http.operation import (
+    HEADER_SPACE,
+    ApiRoute,
+    Header,
+    Operation,
+    Parameter,
+    Reply,
+)
 from toolref_server.registry import continuation
 from toolref_server.registry.continuation import Continuation
 from toolref_server.registry.conversation import (
@@ -86,7 +95,10 @@ async def read(request: Request, services: Services) -> Ask:
 
 
 def as_sent(request: Request, services: Services, ask: Ask) -> Response:
-    """Protocol 1: the messages back as they came, no refs, nothing stored."""
+    """Protocol 1: the messages back as they came, no refs, nothing stored. A summarizer
+    named that is not offered is refused (422) as in protocol 2."""
+    if ask.body.summarizer is not None:
+        services.summaries.summarizer(ask.body.summarizer)
     limit = services.settings.max_messages
     conversation = conversation_of_decoded(limit, ask.decoded, ask.body.format)
     if conversation.scan.refs or ask.body.mode == "summary":
@@ -144,6 +156,17 @@ def reply(request: Request, ask: Ask, done: Done) -> Response:
     )
 
 
+# `Toolref-History` as `toolref.history.history_header` reads it: `?0`, `?1`, or a history
+# ref (stripped). The two flags as an enum: schemathesis 4.32's coverage phase makes no
+# header value for a pattern that requires a character other than a letter or a digit,
+# and sent `0` in its place as a valid one.
+_HISTORY_HEADER: Final[dict[str, Any]] = {
+    "type": "string",
+    "anyOf": [
+        {"enum": ["?0", "?1"]},
+        {"pattern": f"^{HEADER_SPACE}{HISTORY_REF_PATTERN[1:-1]}{HEADER_SPACE}$"},
+    ],
+}
 HYDRATE = Operation(
     "hydrateMessages",
     "Replace toolRef markers with their payloads (registers full payloads)",
@@ -166,10 +189,10 @@ HYDRATE = Operation(
         Parameter(
             HISTORY_HEADER,
             "header",
-            {"type": "string", "pattern": r"^(\?[01]|" + HISTORY_REF_PATTERN[1:-1] + ")$"},
+            _HISTORY_HEADER,
             "`?1`: keep this conversation as a history and confirm its ref. A history ref: "
             "the body's messages continue that history, and a zstd body was compressed with "
-            "its dictionary.",
+            "its dictionary. `?0`: as without the header.",
         ),
     ),
 )

@@ -24,6 +24,7 @@ from toolref.wire.models import (
     validated,
 )
 from toolref.wire.numbers import describe, whole_number
+from toolref.wire.protocol import PROTOCOL_REFS
 from toolref_server.http import codec
 from toolref_server.http.operation import (
     REF,
@@ -206,6 +207,7 @@ REGISTER = Operation(
     Reply("One ref per invocation, in request order.", RegisterResponse),
     (400, 409, 413, 415, 422),
     request=RegisterRequest,
+    protocol=PROTOCOL_REFS,
 )
 FIND_MISSING = Operation(
     "findMissingInvocations",
@@ -213,6 +215,7 @@ FIND_MISSING = Operation(
     Reply("Refs not held.", FindMissingResponse),
     _BATCH_PROBLEMS,
     request=RefsRequest,
+    protocol=PROTOCOL_REFS,
 )
 RESOLVE = Operation(
     "resolveInvocations",
@@ -220,6 +223,7 @@ RESOLVE = Operation(
     Reply("Invocations held, and refs not held.", ResolveResponse),
     _BATCH_PROBLEMS,
     request=RefsRequest,
+    protocol=PROTOCOL_REFS,
 )
 GET_INVOCATION = Operation(
     "getInvocation",

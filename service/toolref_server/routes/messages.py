@@ -22,6 +22,7 @@ from toolref.wire.models import (
     OptimizeRequest,
     validated,
 )
+from toolref.wire.protocol import PROTOCOL_REFS
 from toolref_server import documents
 from toolref_server.http import codec
 from toolref_server.http.operation import ApiRoute, Operation, Reply
@@ -117,6 +118,7 @@ OPTIMIZE = Operation(
     Reply("The conversation with toolRef markers.", MessagesResponse),
     (400, 413, 415, 422),
     request=OptimizeRequest,
+    protocol=PROTOCOL_REFS,
 )
 
 routes = [ApiRoute(endpoints.OPTIMIZE, "POST", optimize, OPTIMIZE)]

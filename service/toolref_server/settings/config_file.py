@@ -13,10 +13,19 @@ by). Values are TOML strings, numbers or booleans; the comma-separated lists (`u
 `api_keys`, `tool_kinds`) may also be tables (`[gateway.upstreams]` with
 `anthropic = "https://api.anthropic.com"`; an API key's tenant may list several hashes).
 Pure but for reading the file; linear in its size.
+
+A file that holds secrets should be readable by its owner alone: `exposure` says so when
+group or others may read one that does (`serve` logs it as a warning at start). Secrets
+are the settings in `SECRETS` whatever their value (API key and metrics key hashes count:
+a weak key can be found from its hash, and they say who may use the service), and the URL
+settings in `CREDENTIAL_URLS` when a URL in them carries credentials (a userinfo, such as
+a Redis password, or a query, such as an upstream's `?key=`: `toolref.wire.redaction`).
 """
 
 from __future__ import annotations
 
+import shlex
+import stat
 import tomllib
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
@@ -26,6 +35,7 @@ from typing import Any, Final
 from pydantic import BaseModel
 from pydantic_settings import BaseSettings
 
+from toolref.wire import redaction
 from toolref.wire.errors import ConfigurationError
 from toolref_server.settings import Settings
 from toolref_server.settings.environment import PREFIX, meant
@@ -39,6 +49,14 @@ GROUPS: Final[dict[str, type[BaseModel]]] = {
 # Settings written `name=value,...`, which a table may give instead.
 LISTS: Final = frozenset({"upstreams", "api_keys", "tool_kinds"})
 HOME: Final = {field: table for table, group in GROUPS.items() for field in group.model_fields}
+# Settings that are secrets whatever their value, and why; URL settings that are when a URL
+# in them carries credentials.
+SECRETS: Final = {
+    "api_keys": "API key hashes",
+    "metrics_key": "the /metrics key's hash",
+    "llm_api_key": "an API key",
+}
+CREDENTIAL_URLS: Final = frozenset({"redis_url", "upstreams", "llm_base_url"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +108,40 @@ def parse(document: Mapping[str, Any], name: str) -> list[Setting]:
                 )
             found.append(Setting(PREFIX + key.upper(), _text(where, key, value), where))
     return found
+
+
+def exposure(path: Path, settings: list[Setting]) -> str | None:
+    """The warning for `path`, whose `settings` (`read`) hold secrets, when its group or
+    others may read it; None when they hold none, or only its owner may."""
+    held = [
+        f"{key} ({why})"
+        for setting in settings
+        if (why := _secret(key := setting.variable.removeprefix(PREFIX).lower(), setting.text))
+    ]
+    if not held:
+        return None
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        return None  # read a moment ago; gone since: nothing left to warn about
+    readers = [who for who, bit in (("its group", 0o040), ("others", 0o004)) if mode & bit]
+    if not readers:
+        return None
+    who = " and ".join(readers)
+    return (
+        f"the config file {str(path)!r} holds secrets ({', '.join(held)}) and {who} can read "
+        f"it (mode {mode:04o}); run `chmod 600 {shlex.quote(str(path))}` so that only its "
+        "owner can (or give those settings as TOOLREF_* variables, which win over the file)"
+    )
+
+
+def _secret(key: str, text: str) -> str | None:
+    """Why the setting `key` given as `text` is a secret, or None."""
+    if key in SECRETS:
+        return SECRETS[key]
+    if key in CREDENTIAL_URLS and redaction.urls_in(text) != text:
+        return "credentials in a URL"
+    return None
 
 
 def apply(settings: list[Setting], environ: MutableMapping[str, str]) -> list[Setting]:

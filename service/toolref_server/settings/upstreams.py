@@ -1,14 +1,16 @@
 """`TOOLREF_UPSTREAMS`: `name=base_url,...` read into `Upstream`s (where each name's requests
-go, and the credentials its base URL carries, never shown). Pure: parsing only."""
+go, and the credentials its base URL carries, never shown: a URL in a message or a log line
+is masked by `toolref.wire.redaction`). Pure: parsing only."""
 
 from __future__ import annotations
 
 import base64
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import unquote, urlsplit
 
+from toolref.wire import redaction
 from toolref.wire.errors import ConfigurationError
 
 NAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -20,14 +22,16 @@ RAW_SEGMENT: Final = re.compile(rb"(?:[\x21-\x24\x26-\x7e]|%[0-9A-Fa-f]{2})*")
 class Upstream:
     """One `TOOLREF_UPSTREAMS` entry: where its requests go. Its credentials (a base URL's
     `user:password@`) become `authorization` and are never shown: `shown` is the URL
-    without them, for problem details and logs."""
+    without them, for problem details; `logged` the URL as configured, its credentials
+    masked, for the start log."""
 
     name: str
     scheme: str  # "http" or "https"
     host: str  # ASCII (IDNA for a name that is not); an IPv6 address without brackets
     port: int
     base_path: str  # "" or "/api": raw, as configured, without a trailing slash
-    authorization: str | None = None  # `Basic ...` from the base URL's userinfo
+    authorization: str | None = field(default=None, repr=False)  # `Basic ...`, userinfo's
+    configured: str = field(default="", repr=False, compare=False)  # the URL as given
 
     @property
     def host_header(self) -> str:
@@ -38,6 +42,10 @@ class Upstream:
     @property
     def shown(self) -> str:
         return f"{self.scheme}://{self.host_header}{self.base_path}"
+
+    @property
+    def logged(self) -> str:
+        return redaction.url(self.configured or self.shown)
 
 
 def parse_upstreams(text: str) -> dict[str, Upstream]:
@@ -51,7 +59,7 @@ def parse_upstreams(text: str) -> dict[str, Upstream]:
         name, sep, url = (part.strip() for part in entry.partition("="))
         if not sep or not NAME_RE.fullmatch(name):
             raise ConfigurationError(
-                f"TOOLREF_UPSTREAMS entry {_without_userinfo(entry)!r} is not `name=base_url`: "
+                f"TOOLREF_UPSTREAMS entry {redaction.urls_in(entry)!r} is not `name=base_url`: "
                 "the name is 1-64 of A-Z a-z 0-9 _ . - (it becomes the path /llm/{name}/...)"
             )
         if name in found:
@@ -64,7 +72,7 @@ def parse_upstreams(text: str) -> dict[str, Upstream]:
 
 def _upstream(name: str, url: str) -> Upstream:
     wrong = ConfigurationError(
-        f"TOOLREF_UPSTREAMS gives {name!r} the base URL {_without_userinfo(url)!r}; use an "
+        f"TOOLREF_UPSTREAMS gives {name!r} the base URL {redaction.url(url)!r}; use an "
         "http(s) URL with a host, a port if any of 1-65535, a path of plain segments and no "
         "query or fragment, such as https://api.anthropic.com"
     )
@@ -88,9 +96,4 @@ def _upstream(name: str, url: str) -> Upstream:
     if parts.username is not None or parts.password is not None:
         pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
         authorization = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
-    return Upstream(name, parts.scheme, host, port, base, authorization)
-
-
-def _without_userinfo(text: str) -> str:
-    """`text` with any `user:password@` of a URL in it left out."""
-    return re.sub(r"//[^/@]*@", "//", text)
+    return Upstream(name, parts.scheme, host, port, base, authorization, url)

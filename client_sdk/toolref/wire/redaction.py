@@ -1,0 +1,73 @@
+"""A URL as it may be shown: its credentials masked. The one home for every log line,
+printed line and error message that names a URL (the service's Redis and upstream URLs,
+the summarizer's LLM URL, the relay's gateway and fallback, and any URL a library logs).
+
+A URL carries secrets in two places: its userinfo (`redis://:PASSWORD@host`,
+`https://user:PASSWORD@host`, `https://TOKEN@host`, `https://sk_KEY:@host`) and its query
+(`https://generativelanguage.googleapis.com/v1beta?key=AIza...`); a fragment may too.
+`url` masks the userinfo whole (`[redacted]@host`: its user may be the key itself), every
+query value (the names stay, to say what was there) and the fragment, and keeps the rest,
+so the line still says which host and path it was, and that credentials were given. The
+userinfo is taken to end at the URL's last `@`, wherever it is: a password holding an
+unescaped `/`, `?`, `#` or `@` is masked whole, at the price of masking more of a URL whose
+path or query holds an `@` (a log line then says less, never a secret); in running text,
+a URL runs to the next space or quote, so punctuation after one (`key=...).`) is masked
+with the value it may belong to. `urls_in` does the same
+for each URL in a text; `LogRedactor` for each log record a handler writes. Pure, linear
+in the text, never raising.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Final
+
+MASK: Final = "[redacted]"
+# A URL in running text: a scheme, `://`, then up to whitespace or a quote.
+_URL: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+
+
+def url(text: str) -> str:
+    """`text`, a URL, with its userinfo, query values and fragment masked; text that is no
+    URL (`scheme://...`) as it is."""
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return text
+    _, at, rest = rest.rpartition("@")
+    rest, hashed, fragment = rest.partition("#")
+    rest, asked, query = rest.partition("?")
+    if at:
+        rest = f"{MASK}@{rest}"
+    if asked:
+        rest += "?" + "&".join(_masked(pair) for pair in query.split("&"))
+    if hashed:
+        rest += "#" + (MASK if fragment else "")
+    return f"{scheme}://{rest}"
+
+
+def _masked(pair: str) -> str:
+    name, equals, value = pair.partition("=")
+    if equals:
+        return f"{name}={MASK}" if value else pair
+    return MASK if pair else pair
+
+
+def urls_in(text: str) -> str:
+    """`text` with every URL in it as `url` shows it."""
+    if "://" not in text:
+        return text
+    return _URL.sub(lambda found: url(found.group()), text)
+
+
+class LogRedactor(logging.Filter):
+    """A handler's filter: each record's message with its URLs masked (`urls_in`), before
+    any formatter sees it, whoever logged it (httpx logs each request's URL, query
+    included, at INFO)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        shown = urls_in(message)
+        if shown != message:
+            record.msg, record.args = shown, None
+        return True
