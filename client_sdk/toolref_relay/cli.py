@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         config = config_of(args)
     except ValueError as exc:
-        sys.exit(f"toolref relay: {exc}")
+        sys.exit(redaction.urls_in(f"toolref relay: {exc}"))
     try:
         import uvicorn
     except ImportError:
@@ -208,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     if found.problem is not None and not args.no_gateway_check:
         sock.close()
-        sys.exit(found.problem)  # one message, on stderr; exit 1
+        sys.exit(redaction.urls_in(found.problem))  # one message, on stderr; exit 1
     _say(found.line.replace(OVERRIDE, OVERRIDDEN))
     token_file = Path(args.token_file) if args.token_file else control.default_path(port)
     try:

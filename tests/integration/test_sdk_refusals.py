@@ -92,9 +92,12 @@ class Refusal:
 
 REFUSALS = {
     "401 unknown Toolref-Key": Refusal(
-        401, "unauthorized", "key in Toolref-Key is not known", headers={"Toolref-Key": "x"}
+        401,
+        "unauthorized",
+        "key in the Toolref-Key header is not known",
+        headers={"Toolref-Key": "x"},
     ),
-    "401 no Toolref-Key": Refusal(401, "unauthorized", "send `Toolref-Key: <key>`", headers={}),
+    "401 no Toolref-Key": Refusal(401, "unauthorized", "`Toolref-Key: <key>`", headers={}),
     "404 unknown upstream": Refusal(
         404, "not-found", "a name from TOOLREF_UPSTREAMS (configured: down, held, up)", "nope"
     ),

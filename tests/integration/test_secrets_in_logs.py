@@ -233,12 +233,27 @@ def test_an_upstream_refused_at_start_is_named_without_its_key(tmp_path: Path) -
 
 async def test_the_relay_prints_no_credential_of_its_gateway_url() -> None:
     """`--gateway` with credentials (a gateway behind a proxy that wants them) that does
-    not answer: the relay says so at start, and in its 502 to an agent, naming the URL
-    without them."""
+    not answer: the relay's start stops saying so, and started anyway
+    (`--no-gateway-check`) its 502 to an agent says so, each naming the URL without
+    them."""
     gateway = f"http://{UP_USER}:{UP_PASSWORD}@127.0.0.1:{free_port()}"
     port = free_port()
     args = [sys.executable, "-m", "toolref_relay.cli", "relay", "--gateway", gateway]
     args += ["--port", str(port), "--log-level", "debug"]
+    stopped = await asyncio.to_thread(
+        subprocess.run,
+        args,
+        env=clean_env(TOOLREF_KEY=KEY),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert stopped.returncode == 1, stopped
+    said = stopped.stdout + stopped.stderr
+    assert not leaks(said), said
+    assert f"http://{MASKED}@127.0.0.1:" in said, said
+    args.append("--no-gateway-check")
     # Ready once it serves: /metrics without the start's token is 401.
     relay = await asyncio.to_thread(
         Process, args, f"http://127.0.0.1:{port}", "/metrics", clean_env(TOOLREF_KEY=KEY), 401
