@@ -45,7 +45,15 @@ from toolref_server.metrics import Metrics
 from toolref_server.registry.llm_quotas import ModelCallQuotas
 from toolref_server.registry.summaries import SummaryCache
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer, build_summarizers
-from toolref_server.routes import handoff, hydration, invocations, messages, meta, savings
+from toolref_server.routes import (
+    handoff,
+    hydration,
+    invocations,
+    messages,
+    meta,
+    requests,
+    savings,
+)
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.storage import compressors
@@ -323,6 +331,7 @@ def create_app(
             *invocations.routes,
             *messages.routes,
             *hydration.routes,
+            *requests.routes,
             *handoff.routes,
             *savings.routes,
         ],

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from toolref.edits.recipe import Entry, entry_of, recipe_ref
-from toolref.edits.segments import cut_messages, header_segment, restore_headers
+from toolref.edits.segments import cut_messages, header_lines, header_segment, restore_headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +57,16 @@ class Restored:
     body: bytes
 
 
-def restore(segments: Sequence[bytes], secrets: Sequence[tuple[str, str]]) -> Restored | None:
+def restore(
+    segments: Sequence[bytes], secrets: Sequence[tuple[str, str]] | None
+) -> Restored | None:
     """The request `segments` (a recipe's, in order) stand for; None when the first is not a
-    headers segment these `secrets` fill."""
+    headers segment these `secrets` fill. `secrets` None: the headers are only checked, and
+    left out (a receiver that fills the credentials itself reads segment 0)."""
     if not segments:
         return None
+    if secrets is None:
+        return None if header_lines(segments[0]) is None else Restored([], b"".join(segments[1:]))
     headers = restore_headers(segments[0], secrets)
     if headers is None:
         return None

@@ -98,31 +98,44 @@ def header_segment(pairs: Iterable[tuple[str, str]]) -> tuple[bytes, list[tuple[
     return b"".join(lines), secrets
 
 
+def header_lines(segment: bytes) -> list[tuple[str, str | None]] | None:
+    """The lines of a headers segment, in order: (name, value), a credential's value None
+    (it travels apart); None when `segment` is not a headers segment."""
+    found: list[tuple[str, str | None]] = []
+    at = 0
+    while at < len(segment):
+        line = _LINE.match(segment, at)
+        if line is None:
+            return None
+        value = line.group(2)
+        found.append(
+            (line.group(1).decode("latin-1"), None if value is None else value.decode("latin-1"))
+        )
+        at = line.end()
+    return found
+
+
 def restore_headers(
     segment: bytes, secrets: Sequence[tuple[str, str]]
 ) -> list[tuple[str, str]] | None:
     """The headers `segment` stands for, each credential line filled with the value of the
     same name in `secrets` (in order); None when the segment is not headers, or names a
     credential `secrets` lacks."""
-    found: list[tuple[str, str]] = []
+    lines = header_lines(segment)
+    if lines is None:
+        return None
     waiting: dict[str, list[str]] = {}
     for secret, given in secrets:
         waiting.setdefault(secret.lower(), []).append(given)
-    at = 0
-    while at < len(segment):
-        line = _LINE.match(segment, at)
-        if line is None:
+    found: list[tuple[str, str]] = []
+    for name, value in lines:
+        if value is not None:
+            found.append((name, value))
+            continue
+        values = waiting.get(name.lower())
+        if not values:
             return None
-        name = line.group(1).decode("latin-1")
-        value = line.group(2)
-        if value is None:
-            values = waiting.get(name.lower())
-            if not values:
-                return None
-            found.append((name, values.pop(0)))
-        else:
-            found.append((name, value.decode("latin-1")))
-        at = line.end()
+        found.append((name, values.pop(0)))
     return found
 
 

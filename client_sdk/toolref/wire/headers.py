@@ -17,6 +17,10 @@ Between a relay and a gateway:
 - `Toolref-Switch`: switch the relay's upstream (needs the relay's control token).
 - `Toolref-Switched-From`: `<previous upstream>[; at=<messages before the switch>]`.
 - `Toolref-Savings`: `raw=<bytes>, wire=<bytes>, ratio=<raw/wire>` of the request answered.
+- `Toolref-Edits`: on a request to an LLM endpoint sent as it is, `2`: the sender sends
+  edits (`application/vnd.toolref.edit`, that version or lower) to a receiver that reads
+  them; on the answer of a receiver that does, the highest version it reads. A sender that
+  saw it sends that endpoint's later LLM requests as edits.
 - `Toolref-Frames`: on a WebSocket upgrade, the messages that follow are
   `toolref.websocket.frames`: `2`, each text message an edit of the one before it, its new
   segments each compressed alone (size-guarded); `1`, each compressed against the one before
@@ -36,6 +40,7 @@ KEY_HEADER: Final = "Toolref-Key"
 SWITCH_HEADER: Final = "Toolref-Switch"
 SWITCHED_FROM_HEADER: Final = "Toolref-Switched-From"
 SAVINGS_HEADER: Final = "Toolref-Savings"
+EDITS_HEADER: Final = "Toolref-Edits"
 FRAMES_HEADER: Final = "Toolref-Frames"
 FRAMES_VERSION: Final = "2"  # what a relay sends by default: size-guarded edits
 FRAMES_VERSIONS: Final = ("1", "2")

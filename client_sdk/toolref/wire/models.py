@@ -101,6 +101,7 @@ FormatName = Literal[
 
 HydrateMode = Literal["full", "summary"]
 HISTORY_REF_PATTERN: Final = r"^th_[a-z2-7]{25}[aeimquy4]$"  # toolref.history's grammar
+RECIPE_REF_PATTERN: Final = r"^tb_[a-z2-7]{25}[aeimquy4]$"  # toolref.edits.recipe's
 MIN_SUMMARY_CHARS: Final = 40  # a summary budget, in characters (hydrate's, a summary's)
 MAX_SUMMARY_CHARS: Final = 20_000
 ReturnMessages = Literal["all", "new"]

@@ -216,6 +216,9 @@ def _operation(operation: Operation, method: str, settings: _Settings) -> dict[s
     found["responses"] = responses
     if operation.request is not None:
         found["requestBody"] = {"required": True, "content": _bodies(operation.request)}
+    elif operation.media is not None:
+        content = {media: {"schema": schema} for media, schema in operation.media.items()}
+        found["requestBody"] = {"required": True, "content": content}
     elif forwarded:
         found["requestBody"] = {
             "required": False,

@@ -90,6 +90,7 @@ class Operation:
     ok: Reply
     problems: tuple[int, ...] = ()
     request: type[BaseModel] | None = None
+    media: Mapping[str, Schema] | None = None  # a body of these media types, not a model
     parameters: tuple[Parameter, ...] = ()
     replies: Mapping[int, Reply] = field(default_factory=dict)
     notes: Mapping[int, str] = field(default_factory=dict)

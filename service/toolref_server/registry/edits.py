@@ -58,6 +58,7 @@ class Applied:
     body: bytes
     raw: int
     wire: int
+    head: bytes = b""  # segment 0 as the edit restores it: credential lines name-only
 
 
 Then = Callable[[bytes], Awaitable[bytes]]  # the body as forwarded, from the body restored
@@ -71,13 +72,15 @@ async def apply_edit(
     services: Services,
     tenant: str,
     data: bytes,
-    secrets: Sequence[tuple[str, str]],
+    secrets: Sequence[tuple[str, str]] | None,
     account: Account,
     *,
     then: Then = _as_it_is,
 ) -> Applied:
-    """The request the edit in `data` stands for (credentials from `secrets`), its recipe
-    kept for `tenant`; see the module docstring. Bytes kept are charged to `account`.
+    """The request the edit in `data` stands for (credentials from `secrets`; None: left
+    name-only, for a receiver that fills them itself and whose registry never sees one),
+    its recipe kept for `tenant`; see the module docstring. Bytes kept are charged to
+    `account`.
     `then`: what the caller does to the body before it is forwarded (the switch's rewrite),
     done before anything is kept, so that its refusal too stores nothing."""
     settings, recipes, workers = services.settings, services.recipes, services.workers
@@ -115,7 +118,7 @@ async def apply_edit(
     body = await then(request.body)  # may refuse: nothing is kept yet
     named_held = [p for p in named if p not in carried]
     kept = await recipes.keep(tenant, parts, edit, base=base, pieces=carried, named=named_held)
-    return Applied(kept.ref, request, body, raw, len(data))
+    return Applied(kept.ref, request, body, raw, len(data), parts.segments[0])
 
 
 async def _base(services: Services, tenant: str, ref: str | None) -> Held | None:

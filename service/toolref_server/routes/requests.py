@@ -1,0 +1,73 @@
+"""`POST /v1/edits:apply`: an edit (`application/vnd.toolref.edit`) applied for a receiver
+that is not the gateway, a chat backend's `ToolRefMiddleware` or `withToolRef`: the request
+it stands for, its recipe kept for the tenant (`toolref_server.registry.edits`, as the
+gateway applies one), in one round trip.
+
+The answer (`application/vnd.toolref.request`) is the request's segment 0 as the edit
+restores it (its header lines, a credential's name-only: its value travels with the client's
+request to its backend, never here), an empty line, then the request's body byte for byte;
+`Toolref-History` names the recipe kept. Refusals are the gateway's (409 missing-history or
+missing-pieces, 400, 413), and store nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from toolref.edits import wire
+from toolref.receiving.budget import SCOPE_KEY, Account
+from toolref.wire import endpoints
+from toolref.wire.errors import UnsupportedMediaTypeError
+from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER
+from toolref.wire.models import RECIPE_REF_PATTERN
+from toolref_server.http import codec
+from toolref_server.http.operation import ApiRoute, Header, Operation, Reply
+from toolref_server.registry.edits import apply_edit
+from toolref_server.routes import context
+
+REQUEST_MEDIA_TYPE: Final = "application/vnd.toolref.request"
+
+
+async def apply(request: Request) -> Response:
+    """Read the edit within the body limit, apply it, answer the request it stands for."""
+    services = context.services(request)
+    tenant = context.tenant(request)
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != wire.MEDIA_TYPE:
+        raise UnsupportedMediaTypeError(
+            f"{endpoints.APPLY_EDIT} takes an edit (`Content-Type: {wire.MEDIA_TYPE}`), not "
+            f"{media or 'a body without Content-Type'}; send the edit as the client sent it"
+        )
+    account: Account = request.scope[SCOPE_KEY]  # the request's share (http.admission)
+    data = await codec.read_body(request, services.limits, inflate=False, account=account)
+    applied = await apply_edit(services, tenant, data, None, account)
+    return Response(
+        applied.head + b"\r\n" + applied.request.body,
+        media_type=REQUEST_MEDIA_TYPE,
+        headers={HISTORY_HEADER: applied.ref, EDITS_HEADER: str(wire.VERSION)},
+    )
+
+
+APPLY = Operation(
+    "applyEdit",
+    "Apply an edited request (a chat backend's middleware): the request it stands for",
+    Reply(
+        "The request: its headers segment (credential lines name-only), an empty line, "
+        "its body, byte for byte.",
+        media={REQUEST_MEDIA_TYPE: {"type": "string", "format": "binary"}},
+        headers=(
+            Header(
+                HISTORY_HEADER,
+                "The recipe kept: the client's next edit may name it as its base.",
+                {"type": "string", "pattern": RECIPE_REF_PATTERN},
+            ),
+        ),
+    ),
+    (400, 409, 413, 415),
+    media={wire.MEDIA_TYPE: {"type": "string", "format": "binary"}},
+)
+
+routes = [ApiRoute(endpoints.APPLY_EDIT, "POST", apply, APPLY)]
