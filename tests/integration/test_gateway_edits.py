@@ -422,3 +422,23 @@ async def test_redis_bytes_of_a_long_trace_are_at_most_half_its_json(
     assert len(sender.answers) == len(cuts)
     assert kinds["k"] < held / 10  # chunks: a slice list each, the literals in the nodes
     assert ratio <= 0.5
+
+
+async def test_a_sender_that_offers_edits_is_told_the_gateway_reads_them(one: Stack) -> None:
+    """Negotiation (issue 38): an LLM request sent as it is with `Toolref-Edits: 2` is
+    forwarded as it is (the offer stays home) and answered `Toolref-Edits: 2`; an edit's
+    answer says it too; a request without the offer is not told."""
+    body = body_of(conversation(2, 5))
+    async with httpx.AsyncClient(base_url=one.gateways[0]) as http:
+        plain = await http.post(PATH, content=body, headers={"content-type": "application/json"})
+        offered = await http.post(
+            PATH, content=body, headers={"content-type": "application/json", "Toolref-Edits": "2"}
+        )
+    assert "toolref-edits" not in plain.headers
+    assert offered.headers["toolref-edits"] == "2"
+    headers, received = one.upstream.seen[-1]
+    assert received == body
+    assert not any(name.lower().startswith(b"toolref-") for name, _ in headers)
+    sender = await client(one.gateways[0])
+    answer = await sender.send(body)
+    assert answer.headers["toolref-edits"] == "2"

@@ -23,12 +23,18 @@ from typing import Final
 from starlette.types import Message, Receive, Scope, Send
 
 from toolref.edits.segments import is_secret
-from toolref.edits.wire import MEDIA_TYPE
+from toolref.edits.wire import MEDIA_TYPE, VERSION
 from toolref.receiving.asgi_io import Disconnected, header, read_body, replay
 from toolref.receiving.budget import SCOPE_KEY, Account, Budget
 from toolref.receiving.hops import decoded, encoded, savings_value
 from toolref.wire.errors import ToolrefError
-from toolref.wire.headers import HISTORY_HEADER, SAVINGS_HEADER, TOOLREF_PREFIX, asgi_name
+from toolref.wire.headers import (
+    EDITS_HEADER,
+    HISTORY_HEADER,
+    SAVINGS_HEADER,
+    TOOLREF_PREFIX,
+    asgi_name,
+)
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.registry.edits import Applied, apply_edit
 from toolref_server.services import Services
@@ -124,6 +130,7 @@ def marked(send: Send, applied: Applied, raw: int) -> Send:
     told = [
         (_HISTORY, applied.ref.encode("ascii")),
         (_SAVINGS, savings_value(raw, applied.wire).encode()),
+        (asgi_name(EDITS_HEADER), str(VERSION).encode()),
     ]
 
     async def with_marks(message: Message) -> None:

@@ -28,6 +28,7 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.handoff.switch import switched_text
 from toolref.receiving.asgi_io import header, replay, with_body
 from toolref.receiving.budget import Budget
@@ -43,6 +44,7 @@ from toolref.wire.errors import (
     ToolrefError,
 )
 from toolref.wire.headers import (
+    EDITS_HEADER,
     KEY_HEADER,
     SAVINGS_HEADER,
     SWITCHED_FROM_HEADER,
@@ -63,6 +65,7 @@ from toolref_server.settings import Settings
 from toolref_server.usage import Counts
 
 _SAVINGS: Final = SAVINGS_HEADER.lower().encode()
+_EDITS: Final = (EDITS_HEADER.lower().encode(), str(EDITS_VERSION).encode())
 _COUNT_KEY: Final = "toolref.upload"
 _ENDPOINT_KEY: Final = "toolref.endpoint"
 _SWITCH_KEY: Final = "toolref.switch"  # the scope entry holding the parsed switch header
@@ -280,11 +283,13 @@ class Gateway:
         wire = count.wire if count.whole else raw
         count.forwarded = True
         self.metrics.gateway_usage(count.tenant, count.upstream, Counts(raw=raw, wire=wire))
-        told = savings_value(raw, wire).encode()
+        told = [(_SAVINGS, savings_value(raw, wire).encode())]
+        if header(scope, EDITS_HEADER) is not None:  # a sender that offers edits: say we read them
+            told.append(_EDITS)
 
         async def with_savings(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = [*message.get("headers", []), (_SAVINGS, told)]
+                headers = [*message.get("headers", []), *told]
                 message = {**message, "headers": headers}
             await send(message)
 
