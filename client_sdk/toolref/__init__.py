@@ -100,7 +100,7 @@ from toolref.wire.headers import HISTORY_HEADER, PROTOCOL_HEADER
 from toolref.wire.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
 from toolref.wire.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "HISTORY_HEADER",
