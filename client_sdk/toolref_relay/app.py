@@ -45,8 +45,6 @@ from toolref.receiving.middleware import Receive, Scope, Send
 from toolref.receiving.workers import Workers
 from toolref.registry.client import AsyncRegistryClient
 from toolref.sending.editor import Editor
-from toolref.sending.manager import ToolReferenceManager
-from toolref.sending.transport import LLMRequest, recognise
 from toolref.wire import redaction
 from toolref.wire.endpoints import CAPABILITIES, endpoint
 from toolref.wire.errors import (
@@ -69,9 +67,10 @@ from .headers import (
     Pairs,
     decoded,
     first,
+    to_gateway,
     to_provider,
 )
-from .managed import managed
+from .llm import LLMRequest, recognise
 from .passthrough import pass_through
 from .preflight import Preflight
 from .preflight import check as check_gateway
@@ -147,16 +146,10 @@ class Relay:
         number, tally = self.totals.add(whose, upload)
         self.report(turn_line(whose, number, upload, tally))
 
-    def manager(self, upstream: str, call: Call) -> ToolReferenceManager:
-        """The manager of `call`'s client on `upstream` (made on first use)."""
-        return self.clients.client(upstream, call.headers, call.query).manager
-
     def _new_client(self) -> Client:
         config = self.config
         return Client(
-            Editor(config.max_recipes, config.max_recipe_bytes, size_guard=config.size_guard),
-            # The gateway reads zstd: compress from the first request, not the first history.
-            ToolReferenceManager(max_transcripts=config.max_transcripts, compress=True),
+            Editor(config.max_recipes, config.max_recipe_bytes, size_guard=config.size_guard)
         )
 
     # --- ASGI ---------------------------------------------------------------------------
@@ -358,17 +351,9 @@ class Relay:
             answer: httpx.Response | ErrorReply
             if edited is not None:
                 answer = edited
-            else:
-                answer = await managed(
-                    self,
-                    call,
-                    client.manager,
-                    url=url,
-                    content=content,
-                    changed=changed,
-                    moved=moved,
-                    meter=meter,
-                    llm=llm or parsed,
+            else:  # a gateway that takes no edits, or a body that is not one JSON object
+                answer = await self._as_it_is(
+                    call, url, content, changed=changed, moved=moved, meter=meter
                 )
             if isinstance(answer, httpx.Response):  # the gateway's own refusal, told
                 answer = await as_provider_error(answer, call, self.config.gateway) or answer
@@ -391,6 +376,25 @@ class Relay:
             return
         log_call(call, upstream, answer.status_code, upload.raw, upload.wire)
         await relay_answer(send, answer, extra)
+
+    async def _as_it_is(
+        self,
+        call: Call,
+        url: str,
+        content: bytes,
+        *,
+        changed: bool,
+        moved: str | None,
+        meter: Meter,
+    ) -> httpx.Response:
+        """The agent's request to the gateway as it came (inflated when `changed`)."""
+        headers = to_gateway(
+            call.headers, key=self.config.key, switched_from=moved, body_changed=changed
+        )
+        request = httpx.Request(
+            "POST", url, headers=headers, content=content, extensions=self.extensions()
+        )
+        return await meter.handle_async_request(request)
 
     async def _unreachable(
         self, call: Call, raw: bytes, error: httpx.HTTPError, meter: Meter

@@ -106,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
     relay.add_argument(
         "--no-edits",
         action="store_true",
-        help="never send requests as edits (the history path, as before edits)",
+        help="never send requests as edits: each as it came (as to a gateway without edits)",
     )
     relay.add_argument(
         "--no-size-guard",

@@ -9,9 +9,8 @@ missing-pieces and a 400 dictionary-mismatch are resent (at most three times, th
 everything inline) before the agent sees anything; the answer the gateway gives after that
 goes back to the agent as it arrives. A body that is not one JSON object in UTF-8 is not
 sent as an edit (`NOT_AN_EDIT`), nor is anything after a gateway answers 415 to the media
-type (`UNSUPPORTED`): the caller takes the manager's path, as it does for a turn answered 413
-(too large for the gateway or the provider: the manager retries it with its biggest tool
-results registered, as refs, or names them).
+type (`UNSUPPORTED`): the caller sends it as it came. A 413 (too large for the gateway or
+the provider) is the agent's to see, in its provider's error shape.
 
 A request the edit would not shrink (header lines and body, counted alike on both sides),
 and too small for a later turn to be an edit of (no message of `RELATED_MIN` bytes: the
@@ -61,7 +60,7 @@ async def as_edit(
 ) -> httpx.Response | None:
     """The gateway's answer to the turn sent as an edit (or as it came, when that is
     smaller: see the module docstring); None when it is not sent as one (a gateway without
-    edits, a body that is not one JSON object): the manager's path then. `body`: the
+    edits, a body that is not one JSON object): it goes as it came then. `body`: the
     agent's, inflated; `as_sent`: it is the body as the agent sent it (not inflated);
     `moved`: the `Toolref-Switched-From` value."""
     found = endpoint("POST", call.path)
@@ -95,13 +94,10 @@ async def as_edit(
         relay.capabilities.refused()
         relay.report(
             f"toolref relay: the gateway {config.gateway} refused an edit (415); requests "
-            "take the history path from now on"
+            "go as they came from now on"
         )
         return None
     if answer == NOT_AN_EDIT:
-        return None
-    if answer.status_code == 413:  # too large as an edit, or for the provider: the manager
-        await answer.aclose()  # path retries it with its biggest tool results as refs
         return None
     return answer
 

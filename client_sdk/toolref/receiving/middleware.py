@@ -42,6 +42,7 @@ from toolref.receiving.asgi_io import (
 from toolref.receiving.budget import SCOPE_KEY, Account, Budget, shared
 from toolref.receiving.checks import check_middleware_options
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough
+from toolref.receiving.restoring import is_edit, offers_edits, restore_edit, told_edits
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Registry
 from toolref.wire.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
@@ -157,6 +158,24 @@ class ToolRefMiddleware:
         if not self._handles(scope):
             await self.app(scope, receive, send)
             return
+        if offers_edits(scope):
+            scope, send = told_edits(scope, send)
+        if is_edit(scope):
+            with self.budget.account() as account:
+                await restore_edit(
+                    self.app,
+                    self.hydrator.registry,
+                    scope,
+                    receive,
+                    send,
+                    account=account,
+                    max_body_bytes=self.max_body_bytes,
+                    problem=_edit_problem,
+                )
+            return
+        if not speaks_refs(scope):
+            await self.app(scope, receive, send)
+            return
         await self._verify_once()
         with self.budget.account() as account:
             await hydrate_request(
@@ -210,7 +229,7 @@ class ToolRefMiddleware:
             return False
         if self.paths is not None and scope["path"] not in self.paths:
             return False
-        return speaks_refs(scope)
+        return is_edit(scope) or offers_edits(scope) or speaks_refs(scope)
 
 
 def speaks_refs(scope: Scope) -> bool:
@@ -358,6 +377,10 @@ def _add_references(body: bytes, references: dict[str, str]) -> bytes:
     inner = stripped[:-1].rstrip()
     joiner = b"" if inner.endswith(b"{") else b","
     return inner + joiner + member + b"}"
+
+
+async def _edit_problem(send: Send, error: ToolrefError) -> None:
+    await _problem(send, error, PROTOCOL_REFS)
 
 
 async def _problem(send: Send, error: ToolrefError, protocol: int) -> None:

@@ -1,6 +1,7 @@
 """What the registry answers, as the client hands it over: `Resolved`, `MessagesResult`,
-`HydratedText`, each read through its wire model (`toolref.wire.models`), and `read`, the
-one way a decoded answer becomes its model (anything else is `UnexpectedResponseError`)."""
+`HydratedText`, `AppliedEdit`, each read through its wire model (`toolref.wire.models`), and
+`read`, the one way a decoded answer becomes its model (anything else is
+`UnexpectedResponseError`)."""
 
 from __future__ import annotations
 
@@ -111,3 +112,13 @@ class HydratedText:
             returned,
             kept,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedEdit:
+    """An edit the registry applied (`POST /v1/edits:apply`): the request's segment 0 (its
+    header lines, a credential's name-only), its body, and the recipe kept (`ref`)."""
+
+    head: bytes
+    body: bytes
+    ref: str

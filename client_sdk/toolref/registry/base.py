@@ -12,8 +12,10 @@ from typing import Any
 import httpx
 
 from toolref import formats
+from toolref.edits import request as requests
+from toolref.edits import wire as edits
 from toolref.history import check_history_ref
-from toolref.registry.answers import HydratedText, MessagesResult, Resolved
+from toolref.registry.answers import AppliedEdit, HydratedText, MessagesResult, Resolved
 from toolref.registry.exchange import Exchange
 from toolref.registry.options import (
     InvocationLike,
@@ -206,6 +208,31 @@ class BaseRegistryClient(Session[TransportT_co]):
                 f"{response.content[:120]!r} ({exc}); is it a toolref registry?",
                 httpStatus=response.status_code,
             ) from None
+
+    def _apply_edit(self, data: bytes) -> Exchange[AppliedEdit]:
+        """`POST /v1/edits:apply`: the request edit `data` stands for, its recipe kept (a
+        refusal raised as its error: 409 missing-history or missing-pieces, 400, 413)."""
+        headers = {
+            **self._headers,
+            "Content-Type": edits.MEDIA_TYPE,
+            "Accept": requests.REQUEST_MEDIA_TYPE,
+        }
+        request = httpx.Request(
+            "POST", self._url(endpoints.APPLY_EDIT), headers=headers, content=data
+        )
+        response = yield from self._send(request)
+        media = response.headers.get("content-type", "").split(";")[0].strip()
+        found = requests.split(response.content) if response.status_code == 200 else None
+        ref = response.headers.get(HISTORY_HEADER, "")
+        if media != requests.REQUEST_MEDIA_TYPE or found is None or not ref:
+            self._decode(response)  # raises the problem (or says what came instead)
+            raise UnexpectedResponseError(
+                f"the registry at {self.base_url} answered {endpoints.APPLY_EDIT} with "
+                f"{response.content[:120]!r}; is it a toolref registry of 0.3 or later?",
+                httpStatus=response.status_code,
+            )
+        head, body = found
+        return AppliedEdit(head, body, ref.strip())
 
     def _verify(self) -> Exchange[str | None]:
         """None when the registry accepts this client's key; else what is wrong, in words.

@@ -15,7 +15,7 @@ from typing import Any, Self
 
 import httpx
 
-from toolref.registry.answers import HydratedText, MessagesResult, Resolved
+from toolref.registry.answers import AppliedEdit, HydratedText, MessagesResult, Resolved
 from toolref.registry.base import BaseRegistryClient
 from toolref.registry.exchange import Exchange, T, run_async, run_sync
 from toolref.registry.options import InvocationLike, WireEncoding
@@ -209,6 +209,11 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
             messages, format, history_ref, keep_history, return_messages, checkpoint=checkpoint
         )
         return await self._run(exchange)
+
+    async def apply_edit(self, data: bytes) -> AppliedEdit:
+        """The request the edit `data` stands for (`POST /v1/edits:apply`: segment 0 with
+        credentials name-only, the body byte for byte), its recipe kept by the registry."""
+        return await self._run(self._apply_edit(data))
 
     async def verify(self) -> str | None:
         """None when the registry answers and accepts this client's key; else what is wrong."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toolref import spans
+from toolref.registry.answers import AppliedEdit
 from toolref.registry.client import AsyncRegistryClient
 from toolref.wire.models import FormatName, ReturnMessages
 
@@ -115,6 +116,11 @@ class Registry(Protocol):
         held), keeping nothing."""
         ...
 
+    async def apply_edit(self, data: bytes) -> AppliedEdit:
+        """The request the edit `data` stands for, its recipe kept (segment 0 with its
+        credentials name-only: the caller fills them); a refusal raised as its error."""
+        ...
+
     async def verify(self) -> str | None:
         """None when the registry answers and accepts this caller; else what is wrong."""
         ...
@@ -163,6 +169,9 @@ class HttpRegistry:
     async def history(self, ref: str, format: FormatName | None) -> Hydration:
         answer = await self.client.hydrate_text("[]", format, history_ref=ref, keep_history=False)
         return Hydration(None, "all", None, None, {}, answer.text, answer.messages)
+
+    async def apply_edit(self, data: bytes) -> AppliedEdit:
+        return await self.client.apply_edit(data)
 
     async def verify(self) -> str | None:
         return await self.client.verify()

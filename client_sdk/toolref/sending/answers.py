@@ -35,12 +35,12 @@ def checkpoint(header: str | None, upload: Upload) -> tuple[str, int] | None:
 
 
 def may_resend(response: httpx.Response) -> bool:
-    """An answer the exchange may resend on (400 dictionary-mismatch, 409 missing-refs or
-    missing-history): a problem, sent before any of the app's answer. A streaming driver
-    reads these whole before the exchange sees them, and hands every other answer back
-    unread."""
+    """An answer the exchange may resend on (400 dictionary-mismatch, 409 missing-history or
+    missing-pieces, 415 from a receiver that cannot apply edits now): a problem, sent
+    before any of the app's answer. A streaming driver reads these whole before the exchange
+    sees them, and hands every other answer back unread."""
     media = response.headers.get("content-type", "")
-    return response.status_code in (400, 409) and media.startswith(PROBLEM_TYPE)
+    return response.status_code in (400, 409, 415) and media.startswith(PROBLEM_TYPE)
 
 
 def send_streaming(client: httpx.Client, request: httpx.Request) -> httpx.Response:

@@ -244,7 +244,7 @@ class Gateway:
             return
         settings = self.settings
         hydrator = Hydrator(
-            InProcessRegistry(self._services(), tenant),
+            InProcessRegistry(self._services(), tenant, self.budget),
             messages_keys=(llm.messages_key,),
             format=llm.format,
             max_inflated_bytes=settings.max_decompressed_bytes,

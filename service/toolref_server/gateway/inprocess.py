@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from toolref.receiving.budget import Budget
+from toolref.registry.answers import AppliedEdit
 from toolref.registry.port import Hydration, Messages
 from toolref.wire.models import FormatName, HydrateRequest, ReturnMessages, validated
 from toolref.wire.protocol import PROTOCOL_REFS
 from toolref_server import documents
 from toolref_server.registry import continuation, hydrate
+from toolref_server.registry.edits import apply_edit
 from toolref_server.services import Services
 
 LOCATION = "this service's registry"
@@ -33,9 +36,10 @@ class InProcessRegistry:
     holds_histories = True
     location = LOCATION
 
-    def __init__(self, services: Services, tenant: str) -> None:
+    def __init__(self, services: Services, tenant: str, budget: Budget) -> None:
         self.services = services
         self.tenant = tenant
+        self.budget = budget
 
     async def hydrate(
         self,
@@ -89,6 +93,12 @@ class InProcessRegistry:
         loaded = await continuation.load(services, self.tenant, ref)
         texts = await services.workers.run(loaded.size, loaded.full_texts)
         return Hydration(texts, "all", None, None)
+
+    async def apply_edit(self, data: bytes) -> AppliedEdit:
+        """The edit applied by this process's registry steps, as `POST /v1/edits:apply`."""
+        with self.budget.account() as account:
+            applied = await apply_edit(self.services, self.tenant, data, None, account)
+        return AppliedEdit(applied.head, applied.request.body, applied.ref)
 
     async def verify(self) -> str | None:
         return None  # the registry is this process: nothing to reach, no key to present

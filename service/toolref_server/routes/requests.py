@@ -12,12 +12,11 @@ missing-pieces, 400, 413), and store nothing.
 
 from __future__ import annotations
 
-from typing import Final
-
 from starlette.requests import Request
 from starlette.responses import Response
 
 from toolref.edits import wire
+from toolref.edits.request import REQUEST_MEDIA_TYPE, joined
 from toolref.receiving.budget import SCOPE_KEY, Account
 from toolref.wire import endpoints
 from toolref.wire.errors import UnsupportedMediaTypeError
@@ -27,8 +26,6 @@ from toolref_server.http import codec
 from toolref_server.http.operation import ApiRoute, Header, Operation, Reply
 from toolref_server.registry.edits import apply_edit
 from toolref_server.routes import context
-
-REQUEST_MEDIA_TYPE: Final = "application/vnd.toolref.request"
 
 
 async def apply(request: Request) -> Response:
@@ -45,7 +42,7 @@ async def apply(request: Request) -> Response:
     data = await codec.read_body(request, services.limits, inflate=False, account=account)
     applied = await apply_edit(services, tenant, data, None, account)
     return Response(
-        applied.head + b"\r\n" + applied.request.body,
+        joined(applied.head, applied.request.body),
         media_type=REQUEST_MEDIA_TYPE,
         headers={HISTORY_HEADER: applied.ref, EDITS_HEADER: str(wire.VERSION)},
     )
