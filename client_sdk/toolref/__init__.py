@@ -11,7 +11,6 @@ from toolref.acp import (
     tool_kind,
 )
 from toolref.breaker import BreakerState, CircuitBreaker
-from toolref.history import chain_form, history_ref, is_history_ref, longest_confirmed
 from toolref.receiving.middleware import ToolRefMiddleware
 from toolref.registry.client import (
     AsyncRegistryClient,
@@ -194,14 +193,10 @@ __all__ = [
     "accumulate_async",
     "adapter_for",
     "canonical_json",
-    "chain_form",
     "digest_of",
-    "history_ref",
     "invocation_digest",
-    "is_history_ref",
     "is_ref",
     "jsonrpc",
-    "longest_confirmed",
     "plan_entries",
     "rewrite",
     "tool_kind",

@@ -58,8 +58,6 @@ from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.storage import compressors
 from toolref_server.storage.counters import ModelCallCounters
-from toolref_server.storage.histories import Histories
-from toolref_server.storage.history_cache import HistoryCache
 from toolref_server.storage.quotas import RequestRate, StoredBytes
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipes import Recipes
@@ -303,17 +301,15 @@ def create_app(
                     metrics=metrics,
                 ),
                 metrics=metrics,
-                histories=Histories(store, workers, superseded_ttl=settings.history_superseded_ttl),
                 workers=workers,
                 rate=RequestRate(settings.tenant_rate),
-                history_cache=HistoryCache(settings.history_cache_bytes),
                 recipes=Recipes(
                     store,
                     RecipeCache(settings.edit_cache_bytes),
                     workers,
                     snapshot_every=settings.edit_snapshot_every,
-                    superseded_ttl=settings.history_superseded_ttl,
-                    refresh_seconds=settings.history_refresh_seconds,
+                    superseded_ttl=settings.edit_superseded_ttl,
+                    refresh_seconds=settings.edit_refresh_seconds,
                 ),
                 usage=UsageCounters(store),
             )

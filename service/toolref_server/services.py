@@ -10,8 +10,6 @@ from toolref_server.http.auth import Authenticator
 from toolref_server.metrics import Metrics
 from toolref_server.registry.summaries import SummaryCache
 from toolref_server.settings import Settings
-from toolref_server.storage.histories import Histories
-from toolref_server.storage.history_cache import HistoryCache
 from toolref_server.storage.quotas import RequestRate
 from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.store import Store
@@ -26,9 +24,7 @@ class Services:
     limits: BodyLimits
     summaries: SummaryCache
     metrics: Metrics
-    histories: Histories
     workers: Workers
     rate: RequestRate
-    history_cache: HistoryCache
     recipes: Recipes
     usage: UsageCounters

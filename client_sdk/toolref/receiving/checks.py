@@ -17,8 +17,6 @@ def check_middleware_options(
     format: object,
     paths: object,
     max_body_bytes: object,
-    recent_histories: object,
-    recent_history_chars: object = 0,
 ) -> None:
     """`ToolRefMiddleware`'s options, checked when the app is built, not per request."""
     if isinstance(registry, RegistryClient):
@@ -56,10 +54,3 @@ def check_middleware_options(
     if paths is not None and not hasattr(paths, "__contains__"):
         raise TypeError(f"paths is a collection of paths (a set, say) or None, not {paths!r}")
     check_count("max_body_bytes", max_body_bytes, 1, "it is the largest body, in bytes")
-    check_count("recent_histories", recent_histories, 0, "0 keeps none in memory")
-    check_count(
-        "recent_history_chars",
-        recent_history_chars,
-        0,
-        "it bounds the characters of the histories kept in full (0 keeps none)",
-    )

@@ -1,26 +1,28 @@
-"""`ToolRefMiddleware`: refs for Python chat backends (Starlette, FastAPI, any ASGI app).
+"""`ToolRefMiddleware`: edits and refs for Python chat backends (Starlette, FastAPI, any
+ASGI app).
 
-For a client speaking protocol 2 (`Toolref-Protocol: 2`), the middleware hydrates the
-request body through the registry before the app sees it (see `toolref.receiving.hydrator`): the app
-receives exactly the body the client would have sent without toolref, every message as the
-client wrote it. The answer tells the client what it lacks: the history ref confirmed (in
-`Toolref-History`), or the refs of payloads it sent in full (`toolReferences` added to a
-JSON answer, or a `Toolref-References` header on anything else, event streams included).
-An unknown ref is answered with 409 and `missingRefs`, and the client's SDK resends those
-payloads in full; an unknown history with 409 `missing-history`, and the SDK resends all.
+A client that sends edits (`Content-Type: application/vnd.toolref.edit`: the SDK's manager
+and `toolref.Transport`, `toolrefFetch`) gets its request restored through the registry
+(`toolref.receiving.restoring`): the app receives exactly the request the client's own SDK
+made, body byte for byte. A client offering edits (`Toolref-Edits`) is told they are read
+here. A client speaking protocol 2 (`Toolref-Protocol: 2`, `toolRef` markers) gets its body
+hydrated before the app sees it (`toolref.receiving.hydrator`), every message as the client
+wrote it; the answer lists the refs of payloads it sent in full (`toolReferences` added to a
+JSON answer, or a `Toolref-References` header on anything else, event streams included). An
+unknown ref is answered with 409 and `missingRefs`, and the client resends those payloads
+in full. The history-ref protocol of 0.2 is refused (400 `history-refs-retired`).
 
 Streaming stays streaming: after the body, the app's `receive` is the real one (it waits for
 the client to disconnect), and an answer is held back only to add `toolReferences` to a
 JSON body that arrives in one piece.
 
-A protocol-1 request passes through untouched, and its answer is byte for byte what the app
+Any other request passes through untouched, and its answer is byte for byte what the app
 alone would give. When the registry is down (or refuses the middleware's key), requests
 without markers pass through and are answered as protocol 1 (so clients send full payloads);
-requests with markers get 409 with every ref missing, and requests continuing a history a
-409 `missing-history`, which the SDK answers by resending in full. Chatting never stops.
-Each such fallback is counted in `toolref_middleware_fallbacks_total{reason}`; a registry
-that is unreachable or refuses the key is logged once, at start-up (or on the first request
-when the server runs no lifespan).
+requests with markers get 409 with every ref missing; edits get 415 (the client sends the
+request as it is). Chatting never stops. Each such fallback is counted in
+`toolref_middleware_fallbacks_total{reason}`; a registry that is unreachable or refuses the
+key is logged once, at start-up (or on the first request when the server runs no lifespan).
 """
 
 from __future__ import annotations
@@ -41,19 +43,13 @@ from toolref.receiving.asgi_io import (
 )
 from toolref.receiving.budget import SCOPE_KEY, Account, Budget, shared
 from toolref.receiving.checks import check_middleware_options
-from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough
+from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
 from toolref.receiving.restoring import is_edit, offers_edits, restore_edit, told_edits
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Registry
 from toolref.wire.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
 from toolref.wire.errors import InvalidProtocolError, ToolrefError
-from toolref.wire.headers import (
-    CHECKPOINT_HEADER,
-    DICTIONARY_HEADER,
-    HISTORY_HEADER,
-    PROTOCOL_HEADER,
-    REFERENCES_HEADER,
-)
+from toolref.wire.headers import PROTOCOL_HEADER, REFERENCES_HEADER
 from toolref.wire.models import FormatName
 from toolref.wire.protocol import PROTOCOL_REFS, negotiate
 
@@ -67,9 +63,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _PROTOCOL: Final = PROTOCOL_HEADER.lower().encode()
-_HISTORY: Final = HISTORY_HEADER.lower().encode()
-_DICTIONARY: Final = DICTIONARY_HEADER.lower().encode()
-_CHECKPOINT: Final = CHECKPOINT_HEADER.lower().encode()
 _REFERENCES: Final = REFERENCES_HEADER.lower().encode()
 _HEADER_LIMIT: Final = 8192  # beyond this, refs are not offered in a header (proxies cut long ones)
 _VERIFY_SECONDS: Final = 5.0
@@ -85,11 +78,6 @@ class ToolRefMiddleware:
     paths: only requests to these paths are handled (all POST/PUT/PATCH when None).
     max_body_bytes: larger protocol-2 bodies, as sent, are refused with 413.
     max_inflated_bytes: the same for a gzip or zstd body once inflated.
-    recent_histories: how many confirmed histories to keep in memory, in full: the next
-        turn of one is answered by asking the registry only for the new messages, and its
-        dictionary rebuilt without a registry call.
-    recent_history_chars: at most this many characters of them in all, with the request
-        bodies kept to compress against (LRU).
     alter_answers: add `toolReferences` to a JSON answer (held whole for it); False: the
         answer's body is never changed or held, and refs travel only in the
         `Toolref-References` header (the gateway, forwarding a provider's answer).
@@ -111,8 +99,6 @@ class ToolRefMiddleware:
         paths: Container[str] | None = None,
         max_body_bytes: int = 32 * 2**20,
         max_inflated_bytes: int = 64 * 2**20,
-        recent_histories: int = 32,
-        recent_history_chars: int = 64 * 2**20,
         alter_answers: bool = True,
         offload_bytes: int | None = None,
         budget: Budget | None = None,
@@ -123,8 +109,6 @@ class ToolRefMiddleware:
             format=format,
             paths=paths,
             max_body_bytes=max_body_bytes,
-            recent_histories=recent_histories,
-            recent_history_chars=recent_history_chars,
         )
         self.app = app
         self.registry = registry
@@ -144,8 +128,6 @@ class ToolRefMiddleware:
             messages_keys=messages_keys,
             format=format,
             max_inflated_bytes=max_inflated_bytes,
-            recent_histories=recent_histories,
-            recent_history_chars=recent_history_chars,
             offload_bytes=offload_bytes,
         )
         self.registry_problem: str | None = None  # what the start-up check found wrong
@@ -281,15 +263,10 @@ async def _outcome(
 ) -> Outcome:
     """The request's body read, inflated and hydrated, charged to `account` as it grows
     (each piece as it arrives, each chunk of inflated output, what the history adds)."""
-    raw = await read_body(receive, limit, "send fewer messages", account)
     headers = headers_of(scope)
-    body = await hydrator.inflate(
-        raw,
-        headers.get("content-encoding"),
-        headers.get(HISTORY_HEADER.lower()),
-        headers.get(DICTIONARY_HEADER.lower()),
-        account,
-    )
+    retired(headers)  # before the body is read
+    raw = await read_body(receive, limit, "send fewer messages", account)
+    body = await hydrator.inflate(raw, headers.get("content-encoding"), account)
     del raw  # a compressed body as sent is not needed once inflated
     return await hydrator.hydrate(body, headers, account)
 
@@ -299,9 +276,6 @@ def _marked(send: Send, protocol: int, outcome: Hydrated | None, *, hold: bool =
     Only a successful JSON answer that arrives in one piece is held (with `hold`), to add
     `toolReferences` to it; anything else gets a `Toolref-References` header."""
     references = outcome.references if outcome is not None else {}
-    confirmed = outcome.history if outcome is not None else None
-    primed = outcome is not None and outcome.primed
-    checkpoint = outcome.checkpoint if outcome is not None else None
     held: Message | None = None
 
     async def wrapped(message: Message) -> None:
@@ -311,15 +285,9 @@ def _marked(send: Send, protocol: int, outcome: Hydrated | None, *, hold: bool =
             headers = [
                 (k, v)
                 for k, v in message.get("headers", [])
-                if k.lower() not in (_PROTOCOL, _HISTORY, _DICTIONARY, _CHECKPOINT, _REFERENCES)
+                if k.lower() not in (_PROTOCOL, _REFERENCES)
             ]
             headers.append((_PROTOCOL, str(protocol).encode()))
-            if confirmed is not None:
-                headers.append((_HISTORY, confirmed.encode()))
-                if primed:  # this body is kept with that history, to compress against
-                    headers.append((_DICTIONARY, b"?1"))
-                if checkpoint is not None:
-                    headers.append((_CHECKPOINT, checkpoint.encode()))
             message = {**message, "headers": headers}
             if hold and references and message.get("status", 200) < 300 and _is_json(headers):
                 held = message

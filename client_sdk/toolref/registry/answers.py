@@ -16,7 +16,6 @@ from toolref.wire.models import (
     Invocation,
     MessagesAnswer,
     MessagesResponse,
-    ReturnMessages,
     pointer,
 )
 
@@ -55,7 +54,6 @@ class MessagesResult:
     messages: list[Any]
     tool_references: dict[str, str] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
-    history_ref: str | None = None  # hydrate, when asked to keep the history
 
     @classmethod
     def of(cls, answer: MessagesResponse) -> MessagesResult:
@@ -64,7 +62,6 @@ class MessagesResult:
             messages=answer.messages,
             tool_references=dict(answer.tool_references or {}),
             stats=answer.optimization_stats.model_dump(by_alias=True, exclude_none=True),
-            history_ref=answer.history_ref,
         )
 
 
@@ -78,16 +75,13 @@ class HydratedText:
     messages: tuple[int, int]  # span of the messages array in `text`
     format: str
     tool_references: dict[str, str]
-    history_ref: str | None
-    returned: ReturnMessages = "all"  # "new": only the messages asked about, hydrated
-    checkpoint: tuple[str, int] | None = None  # (ref, length) of the prefix kept too
 
     @property
     def messages_text(self) -> str:
         return self.text[self.messages[0] : self.messages[1]]
 
     @classmethod
-    def of(cls, text: str, returned: ReturnMessages = "all") -> HydratedText:
+    def of(cls, text: str) -> HydratedText:
         """`ValueError` (saying why) for a text that is not a hydrate answer."""
         document = spans.document(text)
         found = document.members.get("messages")
@@ -100,17 +94,11 @@ class HydratedText:
             answer = MessagesAnswer.model_validate(others)
         except pydantic.ValidationError as exc:
             raise ValueError(f"not a hydrate answer ({problems(exc)})") from None
-        kept = None
-        if answer.checkpoint_ref is not None and answer.checkpoint_length is not None:
-            kept = (answer.checkpoint_ref, answer.checkpoint_length)
         return cls(
             text,
             (found.start, found.end),
             answer.format,
             dict(answer.tool_references or {}),
-            answer.history_ref,
-            returned,
-            kept,
         )
 
 

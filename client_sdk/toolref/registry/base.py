@@ -14,7 +14,6 @@ import httpx
 from toolref import formats
 from toolref.edits import request as requests
 from toolref.edits import wire as edits
-from toolref.history import check_history_ref
 from toolref.registry.answers import AppliedEdit, HydratedText, MessagesResult, Resolved
 from toolref.registry.exchange import Exchange
 from toolref.registry.options import (
@@ -26,10 +25,9 @@ from toolref.registry.options import (
 from toolref.registry.session import Session, TransportT_co
 from toolref.wire import encoding, endpoints
 from toolref.wire.canonical import Ref
-from toolref.wire.errors import MissingHistoryError, ToolrefError, UnexpectedResponseError
-from toolref.wire.headers import HISTORY_HEADER, KEEP_HISTORY, PROTOCOL_HEADER
+from toolref.wire.errors import ToolrefError, UnexpectedResponseError
+from toolref.wire.headers import HISTORY_HEADER, PROTOCOL_HEADER
 from toolref.wire.models import (
-    Capabilities,
     FindMissingResponse,
     FormatName,
     HydrateMode,
@@ -38,7 +36,6 @@ from toolref.wire.models import (
     RegisteredRef,
     RegisterResponse,
     ResolveResponse,
-    ReturnMessages,
 )
 from toolref.wire.protocol import PROTOCOL_REFS
 
@@ -119,54 +116,15 @@ class BaseRegistryClient(Session[TransportT_co]):
         return MessagesResult.of(answer)
 
     def _hydrate(
-        self,
-        messages: list[Any],
-        format: FormatName | None,
-        mode: HydrateMode | None,
-        history_ref: str | None,
-        keep_history: bool,
+        self, messages: list[Any], format: FormatName | None, mode: HydrateMode | None
     ) -> Exchange[MessagesResult]:
         check_messages_options(messages, format, mode)
-        if history_ref is not None:
-            check_history_ref(history_ref)
-        return self._hydrate_checked(messages, format, mode, history_ref, keep_history)
+        body = {"messages": messages, "format": format, "mode": mode}
+        return self._messages(endpoints.HYDRATE, body)
 
-    def _hydrate_checked(
-        self,
-        messages: list[Any],
-        format: FormatName | None,
-        mode: HydrateMode | None,
-        history_ref: str | None,
-        keep_history: bool,
-    ) -> Exchange[MessagesResult]:
-        if history_ref is not None:
-            caps = yield from self._capabilities_exchange()
-            self._check_continues(caps, history_ref)
-        body = {"messages": messages, "format": format, "mode": mode, "historyRef": history_ref}
-        headers = {HISTORY_HEADER: KEEP_HISTORY} if keep_history else None
-        return (yield from self._messages(endpoints.HYDRATE, body, headers))
-
-    def _check_continues(self, caps: Capabilities, history_ref: str) -> None:
-        if not caps.history_refs:
-            raise MissingHistoryError(
-                f"the registry at {self.base_url} keeps no histories, so it cannot "
-                f"continue {history_ref}; send the whole conversation",
-                history_ref,
-            )
-
-    def _hydrate_text(
-        self,
-        messages: str,
-        format: FormatName | None,
-        history_ref: str | None,
-        keep_history: bool,
-        return_messages: ReturnMessages = "all",
-        *,
-        checkpoint: bool = False,
-    ) -> Exchange[HydratedText]:
+    def _hydrate_text(self, messages: str, format: FormatName | None) -> Exchange[HydratedText]:
         """`_hydrate` for messages given as JSON text (an array), answered as text: nothing
-        in them is parsed and written again on the way (see `HydratedText`). `"new"` is
-        asked only of a registry that lists it (`HydratedText.returned` says what came)."""
+        in them is parsed and written again on the way (see `HydratedText`)."""
         if format is not None:
             formats.check_format(format)
         caps = yield from self._capabilities_exchange()
@@ -174,24 +132,12 @@ class BaseRegistryClient(Session[TransportT_co]):
         options = ""
         if format is not None:
             options += ',"format":' + json.dumps(format)
-        if history_ref is not None:
-            check_history_ref(history_ref)
-            self._check_continues(caps, history_ref)
-            options += ',"historyRef":' + json.dumps(history_ref)
-        returned: ReturnMessages = "all"
-        if return_messages == "new" and history_ref is not None and "new" in caps.return_messages:
-            options += ',"returnMessages":"new"'
-            returned = "new"
-        if checkpoint and keep_history and caps.checkpoints:
-            options += ',"checkpoint":true'
         headers = {
             **self._headers,
             PROTOCOL_HEADER: str(self.protocol),
             "Accept": encoding.JSON_TYPE,
             "Content-Type": encoding.JSON_TYPE,
         }
-        if keep_history:
-            headers[HISTORY_HEADER] = KEEP_HISTORY
         content = ('{"messages":' + messages + options + "}").encode()
         content = self._compressed(caps, content, headers)
         url = self._url(endpoints.HYDRATE)
@@ -201,7 +147,7 @@ class BaseRegistryClient(Session[TransportT_co]):
         if response.status_code >= 400 or media != encoding.JSON_TYPE:
             self._decode(response)  # raises the problem (or says what came instead)
         try:
-            return HydratedText.of(response.content.decode(), returned)
+            return HydratedText.of(response.content.decode())
         except ValueError as exc:
             raise UnexpectedResponseError(
                 f"the registry at {self.base_url} answered hydrate with "

@@ -26,7 +26,6 @@ from toolref.wire.models import (
     HydrateMode,
     Invocation,
     RegisteredRef,
-    ReturnMessages,
 )
 
 __all__ = [
@@ -89,32 +88,13 @@ class RegistryClient(BaseRegistryClient[httpx.BaseTransport]):
         messages: list[Any],
         format: FormatName | None = None,
         mode: HydrateMode | None = None,
-        *,
-        history_ref: str | None = None,
-        keep_history: bool = False,
     ) -> MessagesResult:
-        """Messages in full. `history_ref`: `messages` continue that confirmed history, and
-        the result holds the whole conversation. `keep_history` (implied by `history_ref`):
-        keep the conversation as a history; `result.history_ref` confirms it."""
-        return self._run(self._hydrate(messages, format, mode, history_ref, keep_history))
+        """Messages in full (`mode` "summary": older results summarized)."""
+        return self._run(self._hydrate(messages, format, mode))
 
-    def hydrate_text(
-        self,
-        messages: str,
-        format: FormatName | None = None,
-        *,
-        history_ref: str | None = None,
-        keep_history: bool = False,
-        return_messages: ReturnMessages = "all",
-        checkpoint: bool = False,
-    ) -> HydratedText:
-        """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`).
-        `return_messages="new"`: only `messages` come back (the caller holds the history).
-        `checkpoint`: keep the conversation's checkpoint too, where the registry can."""
-        exchange = self._hydrate_text(
-            messages, format, history_ref, keep_history, return_messages, checkpoint=checkpoint
-        )
-        return self._run(exchange)
+    def hydrate_text(self, messages: str, format: FormatName | None = None) -> HydratedText:
+        """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`)."""
+        return self._run(self._hydrate_text(messages, format))
 
     def verify(self) -> str | None:
         """None when the registry answers and accepts this client's key; else what is wrong."""
@@ -183,32 +163,14 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
         messages: list[Any],
         format: FormatName | None = None,
         mode: HydrateMode | None = None,
-        *,
-        history_ref: str | None = None,
-        keep_history: bool = False,
     ) -> MessagesResult:
         """Async `RegistryClient.hydrate`."""
-        exchange = self._hydrate(messages, format, mode, history_ref, keep_history)
-        return await self._run(exchange)
+        return await self._run(self._hydrate(messages, format, mode))
 
-    async def hydrate_text(
-        self,
-        messages: str,
-        format: FormatName | None = None,
-        *,
-        history_ref: str | None = None,
-        keep_history: bool = False,
-        return_messages: ReturnMessages = "all",
-        checkpoint: bool = False,
-    ) -> HydratedText:
+    async def hydrate_text(self, messages: str, format: FormatName | None = None) -> HydratedText:
         """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`):
-        what a backend uses to hand its app exactly what the client sent.
-        `return_messages="new"`: only `messages` come back (the caller holds the history).
-        `checkpoint`: keep the conversation's checkpoint too, where the registry can."""
-        exchange = self._hydrate_text(
-            messages, format, history_ref, keep_history, return_messages, checkpoint=checkpoint
-        )
-        return await self._run(exchange)
+        what a backend uses to hand its app exactly what the client sent."""
+        return await self._run(self._hydrate_text(messages, format))
 
     async def apply_edit(self, data: bytes) -> AppliedEdit:
         """The request the edit `data` stands for (`POST /v1/edits:apply`: segment 0 with

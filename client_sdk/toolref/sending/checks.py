@@ -7,52 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from toolref import formats
-from toolref.checks import check_count, check_key
 from toolref.wire.errors import ValidationError
-
-
-def check_manager_options(
-    format: object,
-    messages_key: object,
-    max_refs: object,
-    max_histories: object,
-    *,
-    max_transcripts: object,
-    max_transcript_bytes: object,
-    max_prior_bytes: object = 0,
-) -> None:
-    """`ToolReferenceManager`'s options (an unknown format would otherwise be skipped quietly:
-    the manager sends messages it cannot read as they are)."""
-    if format is not None:
-        formats.check_format(format)
-    check_key("messages_key", messages_key)
-    check_count("max_refs", max_refs, 1, "it is how many confirmed refs the manager remembers")
-    check_count(
-        "max_histories",
-        max_histories,
-        1,
-        "it is how many confirmed histories the manager remembers (history_refs=False turns "
-        "history refs off)",
-    )
-    check_count(
-        "max_transcripts",
-        max_transcripts,
-        0,
-        "it is how many conversations' transcripts the manager keeps (0 keeps none)",
-    )
-    check_count(
-        "max_transcript_bytes",
-        max_transcript_bytes,
-        0,
-        "it is how many bytes the transcripts may hold together",
-    )
-    check_count(
-        "max_prior_bytes",
-        max_prior_bytes,
-        0,
-        "it is how many bytes the bodies kept to compress against may hold together (0 keeps none)",
-    )
 
 
 def check_body(body: object, key: str) -> None:

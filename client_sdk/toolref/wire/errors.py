@@ -279,6 +279,13 @@ class MethodNotAllowedError(ToolrefError):
         return cls(detail, allow=[method for method in allow if method], **extra)
 
 
+class HistoryRefsRetiredError(BadRequestError):
+    """A request of the history-ref protocol (retired in 0.3: edits replace it)."""
+
+    slug = "history-refs-retired"
+    title = "History refs were retired"
+
+
 class ConflictError(ToolrefError):
     slug = "conflict"
     status = 409

@@ -4,8 +4,8 @@ A request to an LLM endpoint toolref knows (`toolref.wire.endpoints.ENDPOINTS`) 
 speaks protocol 2 goes through the middleware's per-request pipeline
 (`toolref.receiving.middleware.hydrate_request` and a `Hydrator`): its body is checked
 against the wire
-limit as it arrives, inflated within the inflated limit, its history continued and its
-markers hydrated, all before the upstream sees it; then `toolref_server.gateway.forwarder.Forwarder`
+limit as it arrives, inflated within the inflated limit, and its markers hydrated, all
+before the upstream sees it; then `toolref_server.gateway.forwarder.Forwarder`
 sends it on and streams the answer back. The upstream receives the body the client's agent
 wrote, byte for byte up to the serializer's whitespace, so provider prompt caching keeps
 hitting. Everything else passes through, streamed both ways.
@@ -13,11 +13,9 @@ hitting. Everything else passes through, streamed both ways.
 The registry it hydrates through is this process's own, called in process through the
 registry port (`toolref_server.gateway.inprocess.InProcessRegistry`): the body is parsed once, and
 the registry's steps take its messages as they are, with the tenant the `Toolref-Key`
-header names (the same authentication, quotas and limits as any client). Histories are
-held once, in the registry's history cache; what the gateway keeps of each (the body it
-was confirmed for, to decompress `Toolref-Dictionary` bodies) is one memory for every
-tenant, each under its own scope: one tenant's history is never answered from another's.
-The answer's body is never changed; what the client lacks travels in `Toolref-*` headers.
+header names (the same authentication, quotas and limits as any client). A request sent as
+an edit goes through `toolref_server.gateway.edited`. The answer's body is never changed;
+what the client lacks travels in `Toolref-*` headers.
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ from toolref.receiving.budget import Budget
 from toolref.receiving.hops import savings_value
 from toolref.receiving.hydrator import Hydrator
 from toolref.receiving.middleware import hydrate_request, speaks_refs
-from toolref.receiving.recent import Recent
 from toolref.wire.endpoints import GATEWAY, Endpoint, endpoint
 from toolref.wire.errors import (
     BadRequestError,
@@ -69,7 +66,6 @@ _EDITS: Final = (EDITS_HEADER.lower().encode(), str(EDITS_VERSION).encode())
 _COUNT_KEY: Final = "toolref.upload"
 _ENDPOINT_KEY: Final = "toolref.endpoint"
 _SWITCH_KEY: Final = "toolref.switch"  # the scope entry holding the parsed switch header
-_HISTORIES_PER_TENANT: Final = 64  # kept bodies: a tenant's live conversations, about
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +109,6 @@ class Gateway:
             settings.retry_after_seconds,
         )
         self._pool: UpstreamPool | None = None
-        # The bodies kept with the histories the gateway confirmed (TOOLREF_GATEWAY_*).
-        self.memory = Recent(
-            _HISTORIES_PER_TENANT * settings.gateway_tenants, settings.gateway_history_chars
-        )
         self._service: ASGIApp | None = None  # the whole app: its services, once started
         self.sockets = Sockets(
             settings,
@@ -250,8 +242,6 @@ class Gateway:
             max_inflated_bytes=settings.max_decompressed_bytes,
             offload_bytes=settings.offload_bytes,
             workers=self._services().workers,
-            memory=self.memory,
-            scope=tenant,
         )
         with self.budget.account() as account:
             await hydrate_request(

@@ -14,20 +14,18 @@ class RecordSettings(BaseModel):
     """Lifetimes (TTLs and their refresh) and compression of what is stored."""
 
     ttl_seconds: int = Field(default=86_400, ge=1, description="Sliding lifetime of a ref.")
-    history_superseded_ttl: int = Field(
+    edit_superseded_ttl: int = Field(
         default=600,
         ge=1,
-        description="Seconds a history head keeps once a longer one continues it, and an "
-        "edited request's chunk once a newer snapshot no longer holds it (at most the TTL); "
-        "the newest head keeps the full TTL.",
+        description="Seconds an edited request's chunk keeps once a newer snapshot no longer "
+        "holds it (at most the TTL).",
     )
-    # Continuing a history costs time in the new messages (routes/continuation.py).
-    history_refresh_seconds: int = Field(
+    edit_refresh_seconds: int = Field(
         default=3600,
         ge=1,
-        description="A continuation extends every message and tool ref of its history (reading "
-        "it whole) once this long has passed since the last time; in between it reads only "
-        "the history's node. At most the TTL.",
+        description="Keeping an edited request's recipe extends everything it needs (its "
+        "group's nodes, chunks and pieces) once this long has passed since the last time; in "
+        "between only what it writes or names anew. At most the TTL.",
     )
     edit_snapshot_every: int = Field(
         default=8,
