@@ -39,10 +39,10 @@ from typing import Any, Final
 import httpx
 
 from toolref import __version__
-from toolref.receiving.asgi_io import Disconnected, read_body, while_connected
-from toolref.receiving.budget import Account, Budget
+from toolref.asgi.budget import Account, Budget
+from toolref.asgi.scope import Disconnected, read_body, while_connected
+from toolref.asgi.workers import Workers
 from toolref.receiving.middleware import Receive, Scope, Send
-from toolref.receiving.workers import Workers
 from toolref.registry.client import AsyncRegistryClient
 from toolref.sending.editor import Editor
 from toolref.wire import redaction

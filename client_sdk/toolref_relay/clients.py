@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import parse_qsl
 
+from toolref.asgi.hops import Pairs
 from toolref.lru import LRU
-from toolref.receiving.hops import Pairs
 from toolref.sending.editor import Editor
 
 # Where the providers the relay speaks take their credential (Anthropic `x-api-key` or an

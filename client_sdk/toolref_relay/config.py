@@ -53,7 +53,7 @@ class RelayConfig:
     max_body_bytes: the most an agent's LLM request may take on the wire.
     max_inflated_bytes: the most a gzip or zstd LLM request may inflate to.
     max_inflated_in_flight: the most every LLM request in flight may hold at once, as sent
-        and inflated (`toolref.receiving.budget`); past it a turn is answered 503 with Retry-After.
+        and inflated (`toolref.asgi.budget`); past it a turn is answered 503 with Retry-After.
         At least the two limits above together, so any one turn within them can be served.
     connect_timeout / read_timeout: seconds to connect, and to wait between two pieces of
         an answer (a model may think for minutes before its first token).

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from toolref.receiving.asgi_io import Disconnected, read_body
-from toolref.receiving.hops import Pairs, first
+from toolref.asgi.hops import Pairs, first
+from toolref.asgi.scope import Disconnected, read_body
 from toolref.receiving.middleware import Receive, Send
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import SWITCH_HEADER

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import httpx
 
-from toolref.receiving.hops import Pairs, end_to_end, without_toolref
-from toolref.receiving.workers import Workers
+from toolref.asgi.hops import Pairs, end_to_end, without_toolref
+from toolref.asgi.workers import Workers
 from toolref.sending.answers import may_resend, problem_of
 from toolref.sending.editor import Edit
 from toolref.sending.recipes import RELATED_MIN

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from toolref.receiving.asgi_io import Disconnected, body_pieces, while_connected
+from toolref.asgi.scope import Disconnected, body_pieces, while_connected
 from toolref.receiving.middleware import Receive, Send
 
 from .calls import UNREACHABLE, Call, failed, log_call

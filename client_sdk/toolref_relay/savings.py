@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sized
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from toolref.receiving.hops import Pairs, first, savings_value
+from toolref.asgi.hops import Pairs, first, savings_value
 from toolref.receiving.metrics import counter
 
 Route = Literal["gateway", "fallback", "refused"]
@@ -224,5 +224,5 @@ def summary(whose: Who, tally: Tally) -> str:
 
 
 def savings_header(upload: Upload) -> str:
-    """The `Toolref-Savings` value of `upload` (`toolref.receiving.hops.savings_value`)."""
+    """The `Toolref-Savings` value of `upload` (`toolref.asgi.hops.savings_value`)."""
     return savings_value(upload.raw, upload.wire)

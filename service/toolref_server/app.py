@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
-from toolref.receiving.budget import Budget
-from toolref.receiving.workers import Workers
+from toolref.asgi.budget import Budget
+from toolref.asgi.workers import Workers
 from toolref.wire import redaction
 from toolref.wire.errors import (
     MethodNotAllowedError,

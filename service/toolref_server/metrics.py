@@ -27,8 +27,8 @@ from prometheus_client import (
     generate_latest,
 )
 
+from toolref.asgi.budget import Budget
 from toolref.breaker import BreakerState
-from toolref.receiving.budget import Budget
 from toolref_server import workers_metrics
 from toolref_server.usage import Counts, Pending
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolref.receiving.workers import Workers
+from toolref.asgi.workers import Workers
 from toolref_server.documents import BodyLimits
 from toolref_server.http.auth import Authenticator
 from toolref_server.metrics import Metrics

@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 
 from tests.support.servers import serve
 from toolref import AsyncRegistryClient, ToolRefMiddleware
-from toolref.receiving.budget import Budget, shared
+from toolref.asgi.budget import Budget, shared
 from toolref_relay.app import Relay
 from toolref_relay.cli import config_of, parser
 from toolref_relay.config import RelayConfig

@@ -32,7 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from toolref import AsyncRegistryClient, ToolRefMiddleware
-from toolref.receiving.budget import Budget
+from toolref.asgi.budget import Budget
 from toolref_server.app import create_app
 from toolref_server.http.inflater import Inflater, Kept, TooLarge
 from toolref_server.settings import Settings

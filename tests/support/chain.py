@@ -38,7 +38,7 @@ from starlette.websockets import WebSocket
 
 from tests.support.fake_provider import Recorded, decode_body
 from tests.support.servers import serve
-from toolref.receiving.hops import HOP_BY_HOP
+from toolref.asgi.hops import HOP_BY_HOP
 from toolref.websocket.bridge import Limits, bridge
 from toolref.websocket.driver import Refusal, Unreachable, connect
 

@@ -16,7 +16,7 @@ Used by `ToolRefMiddleware` and by the gateway. Outcomes are frozen dataclasses;
 client must see are `ToolrefError`s, raised.
 
 Memory: each step charges what it keeps to the request's
-`toolref.receiving.budget.Account` before it keeps it (the body inflated, what hydration
+`toolref.asgi.budget.Account` before it keeps it (the body inflated, what hydration
 adds). One hydrated gateway request (inflate, parse, the registry's steps in process,
 splice, forward) peaks at about 6.4 times its inflated bytes for a conversation of many tool
 results, 9 when one tool result is the whole body (its registration holds a few copies of
@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from toolref import formats, spans
-from toolref.receiving.budget import Account, charge
+from toolref.asgi.budget import Account, charge
+from toolref.asgi.workers import Workers
 from toolref.receiving.metrics import counter
-from toolref.receiving.workers import Workers
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Hydration, Messages, Registry, registry_port
 from toolref.wire import compression

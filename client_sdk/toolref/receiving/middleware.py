@@ -33,7 +33,8 @@ import logging
 from collections.abc import Awaitable, Callable, Container, MutableMapping, Sequence
 from typing import Any, Final
 
-from toolref.receiving.asgi_io import (
+from toolref.asgi.budget import SCOPE_KEY, Account, Budget, shared
+from toolref.asgi.scope import (
     Disconnected,
     header_values,
     headers_of,
@@ -41,7 +42,6 @@ from toolref.receiving.asgi_io import (
     replay,
     with_body,
 )
-from toolref.receiving.budget import SCOPE_KEY, Account, Budget, shared
 from toolref.receiving.checks import check_middleware_options
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
 from toolref.receiving.restoring import is_edit, offers_edits, restore_edit, told_edits
@@ -83,9 +83,9 @@ class ToolRefMiddleware:
         `Toolref-References` header (the gateway, forwarding a provider's answer).
     offload_bytes: see `toolref.receiving.hydrator.Hydrator` (None: every step on the event loop).
     budget: the bytes of request bodies the process may hold at once, inflated, shared by
-        every middleware given it (`toolref.receiving.budget.shared`, 256 MiB, when None); a request
+        every middleware given it (`toolref.asgi.budget.shared`, 256 MiB, when None); a request
         past it is answered 503 `overloaded` with `Retry-After`, before it costs more. The
-        app may close the account in `scope[toolref.receiving.budget.SCOPE_KEY]` once it has sent
+        app may close the account in `scope[toolref.asgi.budget.SCOPE_KEY]` once it has sent
         the body on and holds it no more (the gateway does).
     """
 
@@ -121,7 +121,7 @@ class ToolRefMiddleware:
                 f"the budget of bodies in flight ({self.budget.limit} bytes) is below what one "
                 f"request may hold (max_body_bytes {max_body_bytes} as sent plus "
                 f"max_inflated_bytes {max_inflated_bytes}), so such a request could never be "
-                "served; pass budget=toolref.receiving.budget.Budget(<a few times that>)"
+                "served; pass budget=toolref.asgi.budget.Budget(<a few times that>)"
             )
         self.hydrator = Hydrator(
             registry,

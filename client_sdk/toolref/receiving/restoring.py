@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any, Final
 
+from toolref.asgi.budget import SCOPE_KEY, Account
+from toolref.asgi.hops import decoded, encoded, savings_value
+from toolref.asgi.scope import Disconnected, header, read_body, replay
 from toolref.edits import wire
 from toolref.edits.segments import is_secret, restore_headers
-from toolref.receiving.asgi_io import Disconnected, header, read_body, replay
-from toolref.receiving.budget import SCOPE_KEY, Account
-from toolref.receiving.hops import decoded, encoded, savings_value
 from toolref.registry.answers import AppliedEdit
 from toolref.registry.port import Registry
 from toolref.wire.errors import (

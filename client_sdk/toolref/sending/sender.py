@@ -27,9 +27,9 @@ from typing import Any, Final, cast
 
 import httpx
 
+from toolref.asgi.hops import end_to_end
 from toolref.edits import wire
 from toolref.lru import LRU
-from toolref.receiving.hops import end_to_end
 from toolref.registry.exchange import Exchange
 from toolref.sending.answers import problem_of
 from toolref.sending.editor import Edit, Editor

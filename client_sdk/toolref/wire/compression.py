@@ -8,7 +8,7 @@ would otherwise inflate to plausible wrong text, and the checksum turns that int
 
 Plain gzip and zstd bodies inflate here too, in chunks of at most 64 KiB, each counted
 against the body's limit and charged to the request's
-`toolref.receiving.budget.Account` (when given)
+`toolref.asgi.budget.Account` (when given)
 before it is kept. No compressor or decompressor outlives its call: each is made per body
 and referenced by nothing but the call's frame (no sink object refers back to it).
 """
@@ -29,7 +29,7 @@ from toolref.wire.errors import (
 
 class Meter(Protocol):
     """What inflated bytes are charged to before they are kept (a request's
-    `toolref.receiving.budget.Account`)."""
+    `toolref.asgi.budget.Account`)."""
 
     def charge(self, size: int) -> None: ...
 
@@ -62,9 +62,9 @@ def _fix(name: str) -> str:
 
 
 def check_frame(body: bytes, limit: int, name: str) -> int:
-    """The size `body` (compressed against the dictionary of `name`) declares, once it is known to be at
-    most `limit` and the frame carries a checksum: checked before the dictionary is rebuilt,
-    so a body over the limit costs no work."""
+    """The size `body` (compressed against the dictionary of `name`) declares, once it is
+    known to be at most `limit` and the frame carries a checksum: checked before the
+    dictionary is built, so a body over the limit costs no work."""
     return frame_size(body, limit, _fix(name))
 
 
@@ -106,8 +106,7 @@ def decompress(
         data = inflater.decompress(body)
     except zstandard.ZstdError as exc:
         raise DictionaryMismatchError(
-            f"the zstd body does not inflate with the dictionary of {name} ({exc}); "
-            f"{_fix(name)}"
+            f"the zstd body does not inflate with the dictionary of {name} ({exc}); {_fix(name)}"
         ) from None
     if not inflater.eof or inflater.unused_data or len(data) != size:
         raise DictionaryMismatchError(

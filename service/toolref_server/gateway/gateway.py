@@ -26,11 +26,11 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolref.asgi.budget import Budget
+from toolref.asgi.hops import savings_value
+from toolref.asgi.scope import header, replay, with_body
 from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.handoff.switch import switched_text
-from toolref.receiving.asgi_io import header, replay, with_body
-from toolref.receiving.budget import Budget
-from toolref.receiving.hops import savings_value
 from toolref.receiving.hydrator import Hydrator
 from toolref.receiving.middleware import hydrate_request, speaks_refs
 from toolref.wire.endpoints import GATEWAY, Endpoint, endpoint

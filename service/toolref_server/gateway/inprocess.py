@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from toolref.receiving.budget import Budget
+from toolref.asgi.budget import Budget
 from toolref.registry.answers import AppliedEdit
 from toolref.registry.port import Hydration, Messages
 from toolref.wire.models import FormatName, HydrateRequest, validated

@@ -34,10 +34,10 @@ from typing import Final
 
 from starlette.types import Receive, Scope, Send
 
-from toolref.receiving.asgi_io import header
-from toolref.receiving.budget import Budget
-from toolref.receiving.hops import decoded, encoded, end_to_end, without_toolref
-from toolref.receiving.workers import Workers
+from toolref.asgi.budget import Budget
+from toolref.asgi.hops import decoded, encoded, end_to_end, without_toolref
+from toolref.asgi.scope import header
+from toolref.asgi.workers import Workers
 from toolref.websocket.bridge import Limits, bridge
 from toolref.websocket.driver import Refusal, Unreachable, connect
 from toolref.websocket.frames import Decoder

@@ -13,8 +13,8 @@ from typing import Any, Final
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from toolref.receiving.budget import Account, charge
-from toolref.receiving.workers import Workers
+from toolref.asgi.budget import Account, charge
+from toolref.asgi.workers import Workers
 from toolref.wire.encoding import (
     JSON_TYPE,
     MSGPACK_TYPE,

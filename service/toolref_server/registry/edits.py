@@ -28,11 +28,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from toolref.asgi.budget import Account
 from toolref.edits import wire
 from toolref.edits.edit import EditError, Inline, Keep, Named, Op, dictionary_ranges
 from toolref.edits.recipe import LITERAL, PIECE, PIECE_MIN, piece_ref
 from toolref.edits.request import Restored, restore
-from toolref.receiving.budget import Account
 from toolref.wire.errors import (
     BadRequestError,
     DecompressedTooLargeError,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from toolref.asgi.budget import Account, charge
 from toolref.formats import source
 from toolref.formats.source import Payload
-from toolref.receiving.budget import Account, charge
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import DecompressedTooLargeError, ValidationError
 from toolref.wire.models import HydrateRequest

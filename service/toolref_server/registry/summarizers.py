@@ -16,8 +16,8 @@ from typing import Any, Final, Protocol
 import httpx
 
 from toolref import extractive
+from toolref.asgi.workers import Workers
 from toolref.kinds import KindTable
-from toolref.receiving.workers import Workers
 from toolref_server.registry.completions import CompletionError, Completions
 from toolref_server.settings import Settings
 

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import pydantic
 from starlette.requests import Request
 
-from toolref.receiving.budget import SCOPE_KEY, Account
+from toolref.asgi.budget import SCOPE_KEY, Account
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import (
     BatchTooLargeError,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from toolref.receiving.budget import SCOPE_KEY
+from toolref.asgi.budget import SCOPE_KEY
 from toolref.receiving.hydrator import retired
 from toolref.wire import endpoints
 from toolref.wire.errors import HistoryRefsRetiredError, ProtocolRequiredError

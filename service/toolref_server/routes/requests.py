@@ -15,9 +15,9 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from toolref.asgi.budget import SCOPE_KEY, Account
 from toolref.edits import wire
 from toolref.edits.request import REQUEST_MEDIA_TYPE, joined
-from toolref.receiving.budget import SCOPE_KEY, Account
 from toolref.wire import endpoints
 from toolref.wire.errors import UnsupportedMediaTypeError
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER

@@ -39,6 +39,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
+from toolref.asgi.workers import Workers
 from toolref.edits.edit import EditError
 from toolref.edits.recipe import (
     ID_BYTES,
@@ -48,7 +49,6 @@ from toolref.edits.recipe import (
     recipe_ref_of,
     ref_of_framed,
 )
-from toolref.receiving.workers import Workers
 from toolref_server.storage import compressors, keys
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, settled

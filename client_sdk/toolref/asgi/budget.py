@@ -35,7 +35,7 @@ from toolref.wire.errors import OverloadedError
 
 DEFAULT_LIMIT: Final = 256 * 2**20  # four bodies at the default 64 MiB inflated limit
 SCOPE_KEY: Final = "toolref.account"  # the ASGI scope entry holding a request's `Account`
-_DEFAULT_SETTING: Final = "toolref.receiving.budget.shared.limit"
+_DEFAULT_SETTING: Final = "toolref.asgi.budget.shared.limit"
 
 
 class Budget:

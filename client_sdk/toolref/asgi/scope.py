@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
 from typing import Any
 
-from toolref.receiving.budget import Account, charge
+from toolref.asgi.budget import Account, charge
 from toolref.wire.errors import BodyTooLargeError
 
 Message = MutableMapping[str, Any]
