@@ -12,7 +12,7 @@ names the value and the fix, instead of the mistake surfacing later as a silent 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 def check_count(name: str, value: object, minimum: int, fix: str = "") -> None:
@@ -33,3 +33,17 @@ def nearest(name: str, known: Iterable[str]) -> str | None:
     0.75 alike), or None. Linear in the known names (each compared once, names are short)."""
     found = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
     return found[0] if found else None
+
+
+def check_retired(owner: str, given: Iterable[str], retired: Mapping[str, str], takes: str) -> None:
+    """`given` (keyword options no longer taken) is empty; otherwise a TypeError naming the
+    first: retired (`retired` says why and what replaces it) or never known (naming the
+    nearest option of `takes`, the comma-separated options `owner` takes)."""
+    for name in given:
+        why = retired.get(name)
+        if why is not None:
+            raise TypeError(f"{owner}'s option {name!r} was retired in 0.3: {why}")
+        options = [o.strip() for o in takes.replace(" and ", ", ").split(",")]
+        near = nearest(name, options)
+        hint = f" (did you mean {near!r}?)" if near else ""
+        raise TypeError(f"{owner} has no option {name!r}{hint}; it takes {takes}")

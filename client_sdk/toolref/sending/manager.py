@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import httpx
 
-from toolref.checks import check_count
+from toolref.checks import check_count, check_key, check_retired
 from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.sending import answers
 from toolref.sending.checks import check_body, check_stream_method
@@ -68,16 +68,13 @@ class ToolReferenceManager:
         size_guard: bool = True,
         **retired: Any,
     ) -> None:
-        for name in retired:
-            why = RETIRED.get(name)
-            if why is None:
-                raise TypeError(
-                    f"ToolReferenceManager has no option {name!r}; it takes messages_key, "
-                    "max_recipes, max_recipe_bytes and size_guard"
-                )
-            raise TypeError(f"ToolReferenceManager's option {name!r} was retired in 0.3: {why}")
-        if not isinstance(messages_key, str) or not messages_key:
-            raise TypeError(f"messages_key must name a member of the body, not {messages_key!r}")
+        check_retired(
+            "ToolReferenceManager",
+            retired,
+            RETIRED,
+            "messages_key, max_recipes, max_recipe_bytes and size_guard",
+        )
+        check_key("messages_key", messages_key)
         check_count("max_recipes", max_recipes, 1)
         check_count("max_recipe_bytes", max_recipe_bytes, 1)
         if not isinstance(size_guard, bool):
