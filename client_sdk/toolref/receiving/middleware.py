@@ -42,7 +42,6 @@ from toolref.asgi.scope import (
     replay,
     with_body,
 )
-from toolref.checks import check_retired
 from toolref.receiving.checks import check_middleware_options
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
 from toolref.receiving.restoring import is_edit, offers_edits, restore_edit, told_edits
@@ -67,17 +66,6 @@ _PROTOCOL: Final = PROTOCOL_HEADER.lower().encode()
 _REFERENCES: Final = REFERENCES_HEADER.lower().encode()
 _HEADER_LIMIT: Final = 8192  # beyond this, refs are not offered in a header (proxies cut long ones)
 _VERIFY_SECONDS: Final = 5.0
-# Options of the middleware before edits (0.2): each is refused, naming why.
-RETIRED: Final = {
-    "recent_histories": "history refs were retired (requests arrive as edits, restored "
-    "through the registry): drop it",
-    "recent_history_chars": "history refs were retired (requests arrive as edits, restored "
-    "through the registry): drop it",
-}
-TAKES: Final = (
-    "messages_keys, format, paths, max_body_bytes, max_inflated_bytes, alter_answers, "
-    "offload_bytes and budget"
-)
 
 
 class ToolRefMiddleware:
@@ -114,9 +102,7 @@ class ToolRefMiddleware:
         alter_answers: bool = True,
         offload_bytes: int | None = None,
         budget: Budget | None = None,
-        **retired: Any,
     ) -> None:
-        check_retired("ToolRefMiddleware", retired, RETIRED, TAKES)
         check_middleware_options(
             registry=registry,
             messages_keys=messages_keys,
