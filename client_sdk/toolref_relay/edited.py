@@ -40,7 +40,7 @@ from .clients import Client
 from .headers import to_gateway
 
 if TYPE_CHECKING:
-    from .app import Relay
+    from .link import GatewayLink
 
 NOT_AN_EDIT: Final = "not-an-edit"
 UNSUPPORTED: Final = "unsupported"
@@ -48,7 +48,7 @@ Declined = Literal["not-an-edit", "unsupported"]
 
 
 async def as_edit(
-    relay: Relay,
+    link: GatewayLink,
     call: Call,
     client: Client,
     *,
@@ -66,10 +66,10 @@ async def as_edit(
     found = endpoint("POST", call.path)
     if found is None:
         return None
-    config = relay.config
-    if not await relay.takes_edits():
+    config = link.config
+    if not await link.takes_edits():
         return None
-    client.editor.version = relay.capabilities.version  # the highest the gateway reads
+    client.editor.version = link.capabilities.version  # the highest the gateway reads
     extra = [(KEY_HEADER, config.key)] if config.key else []
     if moved:
         extra.append((SWITCHED_FROM_HEADER, moved))
@@ -77,7 +77,7 @@ async def as_edit(
     if as_sent and not moved:
         headers = to_gateway(call.headers, key=config.key, switched_from=None, body_changed=False)
         plain = httpx.Request(
-            "POST", url, headers=headers, content=body, extensions=relay.extensions()
+            "POST", url, headers=headers, content=body, extensions=link.extensions()
         )
     answer = await send_edit(
         meter,
@@ -87,12 +87,12 @@ async def as_edit(
         extra=extra,
         content=body,
         messages_key=found.messages_key,
-        extensions=relay.extensions(),
+        extensions=link.extensions(),
         as_it_is=plain,
     )
     if answer == UNSUPPORTED:
-        relay.capabilities.refused()
-        relay.report(
+        link.capabilities.refused()
+        link.report(
             f"toolref relay: the gateway {config.gateway} refused an edit (415); requests "
             "go as they came from now on"
         )

@@ -46,7 +46,7 @@ from .headers import decoded, first, to_agent, to_gateway
 from .savings import Upload, who
 
 if TYPE_CHECKING:
-    from .app import Relay
+    from .link import GatewayLink
 
 IDLE: Final = 86_400.0  # seconds; the gateway's TOOLREF_GATEWAY_WS_IDLE_TIMEOUT acts first
 LIFETIME: Final = 86_400.0
@@ -76,7 +76,7 @@ def _without_handshake(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(k, v) for k, v in pairs if k.lower() not in _HANDSHAKE]
 
 
-async def serve_socket(relay: Relay, scope: Scope, receive: Receive, send: Send) -> None:
+async def serve_socket(link: GatewayLink, scope: Scope, receive: Receive, send: Send) -> None:
     """One agent WebSocket; see the module docstring."""
     if (await receive())["type"] != "websocket.connect":
         return
@@ -96,19 +96,19 @@ async def serve_socket(relay: Relay, scope: Scope, receive: Receive, send: Send)
         return
     query = scope.get("query_string", b"").decode("latin-1")
     call = Call("GET", found.group(1), found.group(2) or "/", query, headers, provider)
-    await _joined(relay, call, list(scope.get("subprotocols") or ()), receive, send)
+    await _joined(link, call, list(scope.get("subprotocols") or ()), receive, send)
 
 
 async def _joined(
-    relay: Relay, call: Call, subprotocols: list[str], receive: Receive, send: Send
+    link: GatewayLink, call: Call, subprotocols: list[str], receive: Receive, send: Send
 ) -> None:
-    config = relay.config
-    upstream = relay.switchboard.route(call.name)
+    config = link.config
+    upstream = link.switchboard.route(call.name)
     outgoing = _without_handshake(
         to_gateway(call.headers, key=config.key, switched_from=None, body_changed=False)
     )
     url = gateway_socket_url(config.gateway, f"/llm/{upstream}{call.suffix()}")
-    frames, mode = await _frames(relay)
+    frames, mode = await _frames(link)
     try:
         socket = await connect(
             url,
@@ -123,7 +123,7 @@ async def _joined(
             f"toolref relay: the WebSocket to the gateway {config.gateway} {why}; "
             "use HTTP for this session (the agent falls back to it on this 426)"
         )
-        relay.report(message)
+        link.report(message)
         log_call(call, upstream, 426, None, None)
         await refuse(send, error_reply(call.provider, 426, message, "toolref_no_websocket"))
         return
@@ -142,7 +142,7 @@ async def _joined(
         return await _WORKERS.run(len(message), encoder.encode, message)
 
     def turn(raw: int, wire: int) -> None:
-        relay.told(whose, Upload(raw, raw, wire, "gateway"))  # messages: no header lines
+        link.told(whose, Upload(raw, raw, wire, "gateway"))  # messages: no header lines
 
     limits = Limits(config.max_body_bytes, IDLE, LIFETIME)
     ended = await bridge(
@@ -151,19 +151,19 @@ async def _joined(
         socket,
         limits,
         inbound=compressed,
-        account=relay.budget.account,
+        account=link.budget.account,
         on_sent=turn if socket_turns(call.path) else None,
     )
     log_call(call, upstream, 101, ended.sent, ended.sent_bytes)
 
 
-async def _frames(relay: Relay) -> tuple[str, Mode]:
+async def _frames(link: GatewayLink) -> tuple[str, Mode]:
     """`Toolref-Frames` and how the agent's messages travel: size-guarded (each an edit of
     the one before, its new segments compressed alone: `2`; toward a gateway that reads
     version 1 only, as they are), or against the one before (`--no-size-guard`: `1`)."""
-    if not relay.config.size_guard:
+    if not link.config.size_guard:
         return "1", "against-previous"
-    if await relay.takes_edits() and relay.capabilities.version >= 2:
+    if await link.takes_edits() and link.capabilities.version >= 2:
         return FRAMES_VERSION, "segmented"
     return "1", "as-is"
 
