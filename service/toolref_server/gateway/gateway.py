@@ -36,25 +36,21 @@ from toolref.receiving.middleware import hydrate_request, speaks_refs
 from toolref.wire.endpoints import GATEWAY, Endpoint, endpoint
 from toolref.wire.errors import (
     BadRequestError,
-    MethodNotAllowedError,
-    NotFoundError,
     ToolrefError,
 )
 from toolref.wire.headers import (
     EDITS_HEADER,
-    KEY_HEADER,
     SAVINGS_HEADER,
     SWITCHED_FROM_HEADER,
 )
 from toolref.wire.numbers import describe, whole_number
+from toolref_server.gateway.gate import GatewayAdmission
 from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.gateway.inprocess import InProcessRegistry
 from toolref_server.gateway.sockets import Sockets
 from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool
-from toolref_server.gateway.upstreams import METHODS, PREFIX, route, unsafe_query
-from toolref_server.http.auth import Authenticator
-from toolref_server.http.inflight import InFlight
+from toolref_server.gateway.upstreams import PREFIX
 from toolref_server.http.problem import problem_response
 from toolref_server.metrics import Metrics
 from toolref_server.services import Services
@@ -100,20 +96,13 @@ class Gateway:
         self.budget = budget or Budget(
             settings.max_inflated_in_flight, setting="TOOLREF_MAX_INFLATED_IN_FLIGHT"
         )
-        self.upstreams = settings.upstream_urls
-        self.auth = Authenticator(settings)
+        self.admission = GatewayAdmission(settings)
         self.forwarder = Forwarder(self._upstream_pool, settings.retry_after_seconds)
-        self.in_flight = InFlight(
-            settings.gateway_max_requests_in_flight,
-            settings.gateway_tenant_requests_in_flight,
-            settings.retry_after_seconds,
-        )
         self._pool: UpstreamPool | None = None
         self._service: ASGIApp | None = None  # the whole app: its services, once started
         self.sockets = Sockets(
             settings,
-            self.auth,
-            self.in_flight,
+            self.admission,
             self.budget,
             lambda: self._services().workers,
             metrics=metrics,
@@ -140,27 +129,11 @@ class Gateway:
             await problem_response(exc, for_llm_sdks=True)(scope, receive, send)
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Every refusal before anything is read or stored: the key first (nothing about
-        the upstreams is told without one), then the path, the method, the query, the
-        switch header and the requests in flight."""
-        key = header(scope, KEY_HEADER)
-        tenant = self.auth.tenant_for_key(key, header=KEY_HEADER)
-        found = route(self.upstreams, scope["path"], scope.get("raw_path"))
-        if found is None:
-            raise NotFoundError(self._unknown(scope["path"]))
-        if scope["method"] not in METHODS:
-            raise MethodNotAllowedError(
-                f"the gateway forwards {', '.join(sorted(METHODS))}, not "
-                f"{describe(scope['method'])} (a tunnel or a trace is not an LLM API's)",
-                allow=sorted(METHODS),
-            )
-        if unsafe_query(scope.get("query_string", b"")):
-            raise BadRequestError(
-                "the gateway request's query holds bytes a request target may not carry; "
-                "percent-encode them"
-            )
-        at = switch_at(header(scope, SWITCHED_FROM_HEADER))
-        with self.in_flight.held(tenant):
+        """Every refusal before anything is read or stored (`gate`), then the switch
+        header."""
+        with self.admission.admitted(scope, http=True) as admitted:
+            found = admitted.route
+            at = switch_at(header(scope, SWITCHED_FROM_HEADER))
             upstream = {
                 **scope,
                 "path": found.path,
@@ -170,7 +143,7 @@ class Gateway:
             }
             llm = endpoint(scope["method"], found.path)
             if is_edit(scope) or llm is not None:
-                await self._llm(tenant, llm, upstream, receive, send)
+                await self._llm(admitted.tenant, llm, upstream, receive, send)
             else:
                 await self.forwarder(upstream, receive, send)
 
@@ -311,13 +284,6 @@ class Gateway:
             return message
 
         return wrapped
-
-    def _unknown(self, path: str) -> str:
-        names = ", ".join(sorted(self.upstreams)) or "none"
-        return (
-            f"no upstream for {path}: gateway paths are /llm/{{name}}/{{path}} with a name from "
-            f"TOOLREF_UPSTREAMS (configured: {names})"
-        )
 
 
 def switch_at(header: str | None) -> int | None:
