@@ -10,7 +10,7 @@ from toolref.acp import (
     plan_entries,
     tool_kind,
 )
-from toolref.breaker import BreakerState, CircuitBreaker
+from toolref.kit.breaker import BreakerState, CircuitBreaker
 from toolref.receiving.middleware import ToolRefMiddleware
 from toolref.registry.client import (
     AsyncRegistryClient,

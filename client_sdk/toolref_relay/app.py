@@ -38,9 +38,8 @@ import httpx
 
 from toolref import __version__
 from toolref.asgi.budget import Account
-from toolref.asgi.scope import Disconnected, read_body, while_connected
+from toolref.asgi.scope import Disconnected, Receive, Scope, Send, read_body, while_connected
 from toolref.asgi.workers import Workers
-from toolref.receiving.middleware import Receive, Scope, Send
 from toolref.sending.editor import Editor
 from toolref.wire import redaction
 from toolref.wire.endpoints import endpoint

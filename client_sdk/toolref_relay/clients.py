@@ -23,7 +23,7 @@ from typing import Final
 from urllib.parse import parse_qsl
 
 from toolref.asgi.hops import Pairs
-from toolref.lru import LRU
+from toolref.kit.lru import LRU
 from toolref.sending.editor import Editor
 
 # Where the providers the relay speaks take their credential (Anthropic `x-api-key` or an

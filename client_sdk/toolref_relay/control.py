@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Final
 
 from toolref.asgi.hops import Pairs, first
-from toolref.asgi.scope import Disconnected, read_body
-from toolref.receiving.middleware import Receive, Send
+from toolref.asgi.scope import Disconnected, Receive, Send, read_body
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import SWITCH_HEADER
 

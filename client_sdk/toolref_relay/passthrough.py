@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from toolref.asgi.scope import Disconnected, body_pieces, while_connected
-from toolref.receiving.middleware import Receive, Send
+from toolref.asgi.scope import Disconnected, Receive, Send, body_pieces, while_connected
 
 from .calls import UNREACHABLE, Call, failed, log_call
 from .headers import to_gateway, to_provider

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from toolref.asgi.hops import Pairs, first, savings_value
-from toolref.receiving.metrics import counter
+from toolref.kit.counters import counter
 
 Route = Literal["gateway", "fallback", "refused"]
 

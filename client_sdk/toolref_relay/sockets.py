@@ -31,8 +31,8 @@ import re
 from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit, urlunsplit
 
+from toolref.asgi.scope import Receive, Scope, Send
 from toolref.asgi.workers import Workers
-from toolref.receiving.middleware import Receive, Scope, Send
 from toolref.websocket.bridge import Limits, bridge
 from toolref.websocket.driver import Refusal, Unreachable, connect
 from toolref.websocket.frames import Encoder, Mode

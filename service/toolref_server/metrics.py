@@ -28,7 +28,7 @@ from prometheus_client import (
 )
 
 from toolref.asgi.budget import Budget
-from toolref.breaker import BreakerState
+from toolref.kit.breaker import BreakerState
 from toolref_server import workers_metrics
 from toolref_server.usage import Counts, Pending
 

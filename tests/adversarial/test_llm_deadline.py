@@ -14,8 +14,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from tests.support.fake_provider.raw import Connection, RawProvider, completion, raw_provider
-from toolref import extractive
-from toolref.kinds import KindTable
+from toolref.kit import extractive
+from toolref.kit.kinds import KindTable
 from toolref.wire.canonical import digest_of
 from toolref_server.registry.llm_quotas import ModelCallQuotas
 from toolref_server.registry.summaries import SummaryCache

@@ -21,17 +21,17 @@ from typing import Any
 import httpx
 import pytest
 from redis.asyncio import Redis
+from toolref.history import chain_form
+from toolref_server.storage.histories import Histories
 
 from tests.support.processes import Service
 from toolref import formats
-from toolref.history import chain_form
 from toolref.wire.canonical import Digest, canonical_json
 from toolref.wire.errors import QuotaExceededError, ServiceUnavailableError, error_from_problem
 from toolref.wire.models import Invocation
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 from toolref_server.storage import record
-from toolref_server.storage.histories import Histories
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.store import NewRecord, Store
 

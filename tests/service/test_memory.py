@@ -8,13 +8,13 @@ from typing import Any
 import httpx
 import zstandard
 from redis.asyncio import Redis
+from toolref.history import chain_form
+from toolref_server.storage.histories import Histories
 
 from toolref import formats
-from toolref.history import chain_form
 from toolref.wire.canonical import canonical_json, digest_of
 from toolref.wire.encoding import dumps_json
 from toolref_server.storage import compressors, record
-from toolref_server.storage.histories import Histories
 from toolref_server.storage.store import Store
 
 from ..conftest import Api, key_names

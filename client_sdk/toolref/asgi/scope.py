@@ -13,9 +13,12 @@ from typing import Any
 from toolref.asgi.budget import Account, charge
 from toolref.wire.errors import BodyTooLargeError
 
+# The ASGI types, spelled out so the SDK does not depend on Starlette: one home for them.
+Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
-Scope = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def header_values(scope: Scope, name: str) -> list[str]:

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from toolref import spans
 from toolref.formats.conversation import Pair, Scan
 from toolref.formats.site import MARKER, ORDER, Site, from_marker_text, to_marker_text
+from toolref.kit import spans
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,10 +32,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from toolref import formats, spans
+from toolref import formats
 from toolref.asgi.budget import Account, charge
 from toolref.asgi.workers import Workers
-from toolref.receiving.metrics import counter
+from toolref.kit import spans
+from toolref.kit.counters import counter
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Hydration, Messages, Registry, registry_port
 from toolref.wire import compression

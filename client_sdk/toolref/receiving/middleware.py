@@ -30,12 +30,17 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Container, MutableMapping, Sequence
-from typing import Any, Final
+from collections.abc import Container, Sequence
+from typing import Final
 
 from toolref.asgi.budget import SCOPE_KEY, Account, Budget, shared
 from toolref.asgi.scope import (
+    ASGIApp,
     Disconnected,
+    Message,
+    Receive,
+    Scope,
+    Send,
     header_values,
     headers_of,
     read_body,
@@ -55,12 +60,6 @@ from toolref.wire.protocol import PROTOCOL_REFS, negotiate
 
 log = logging.getLogger(__name__)
 
-# The ASGI types, spelled out so the SDK does not depend on Starlette.
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _PROTOCOL: Final = PROTOCOL_HEADER.lower().encode()
 _REFERENCES: Final = REFERENCES_HEADER.lower().encode()

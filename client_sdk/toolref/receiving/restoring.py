@@ -18,12 +18,22 @@ request as it is: chatting never stops.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
 
 from toolref.asgi.budget import SCOPE_KEY, Account
 from toolref.asgi.hops import decoded, encoded, savings_value
-from toolref.asgi.scope import Disconnected, header, read_body, replay
+from toolref.asgi.scope import (
+    ASGIApp,
+    Disconnected,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    replay,
+)
 from toolref.edits import wire
 from toolref.edits.segments import is_secret, restore_headers
 from toolref.registry.answers import AppliedEdit
@@ -41,12 +51,6 @@ from toolref.wire.headers import (
     TOOLREF_PREFIX,
     asgi_name,
 )
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 # The body's framing: the restored body's own is written anew.
 _FRAMING: Final = frozenset(

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import pydantic
 
-from toolref import spans
+from toolref.kit import spans
 from toolref.wire.errors import UnexpectedResponseError
 from toolref.wire.models import (
     Invocation,

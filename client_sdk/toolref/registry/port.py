@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from toolref import spans
+from toolref.kit import spans
 from toolref.registry.answers import AppliedEdit
 from toolref.registry.client import AsyncRegistryClient
 from toolref.wire.models import FormatName

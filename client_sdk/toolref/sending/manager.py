@@ -30,7 +30,7 @@ from typing import Any, Final
 
 import httpx
 
-from toolref.checks import check_count, check_key, check_retired
+from toolref.kit.checks import check_count, check_key, check_retired
 from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.sending import answers
 from toolref.sending.checks import check_body, check_stream_method

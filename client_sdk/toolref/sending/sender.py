@@ -29,7 +29,7 @@ import httpx
 
 from toolref.asgi.hops import end_to_end
 from toolref.edits import wire
-from toolref.lru import LRU
+from toolref.kit.lru import LRU
 from toolref.registry.exchange import Exchange
 from toolref.sending.answers import problem_of
 from toolref.sending.editor import Edit, Editor

@@ -1,9 +1,9 @@
-"""`GatewayAdmission`, the gate: what every gateway request passes before anything is read, stored or
-opened upstream, written once for HTTP and WebSocket: the `Toolref-Key` (its tenant; 401
-first, so nothing about the upstreams is told without one), the path (an upstream of
-TOOLREF_UPSTREAMS, 404), the method (HTTP: 405), the query (bytes a request target may not
-carry, 400), and a slot among the tenant's and the process's gateway requests in flight
-(429, 503), held while the request (or the socket) lasts.
+"""`GatewayAdmission`, the gate: what every gateway request passes before anything is
+read, stored or opened upstream, written once for HTTP and WebSocket: the `Toolref-Key`
+(its tenant; 401 first, so nothing about the upstreams is told without one), the path (an
+upstream of TOOLREF_UPSTREAMS, 404), the method (HTTP: 405), the query (bytes a request
+target may not carry, 400), and a slot among the tenant's and the process's gateway
+requests in flight (429, 503), held while the request (or the socket) lasts.
 
 Each step is O(1) but the query check, linear in the query.
 """

@@ -44,9 +44,9 @@ from toolref.wire.headers import (
     SWITCHED_FROM_HEADER,
 )
 from toolref.wire.numbers import describe, whole_number
-from toolref_server.gateway.gate import GatewayAdmission
 from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
+from toolref_server.gateway.gate import GatewayAdmission
 from toolref_server.gateway.inprocess import InProcessRegistry
 from toolref_server.gateway.sockets import Sockets
 from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool

@@ -45,8 +45,8 @@ from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.endpoints import socket_turns
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSIONS
-from toolref_server.gateway.gate import GatewayAdmission
 from toolref_server.gateway.forwarder import UpstreamUnreachableError, request_headers
+from toolref_server.gateway.gate import GatewayAdmission
 from toolref_server.gateway.upstreams import Route
 from toolref_server.http.problem import problem_body
 from toolref_server.metrics import Metrics

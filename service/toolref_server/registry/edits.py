@@ -26,9 +26,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from toolref.asgi.budget import Account
+from toolref.asgi.workers import Workers
 from toolref.edits import wire
 from toolref.edits.edit import EditError, Inline, Keep, Named, Op, dictionary_ranges
 from toolref.edits.recipe import LITERAL, PIECE, PIECE_MIN, piece_ref
@@ -39,12 +40,30 @@ from toolref.wire.errors import (
     MissingHistoryError,
     MissingPiecesError,
 )
-from toolref_server.services import Services
+from toolref_server.settings import Settings
+from toolref_server.storage.quotas import RequestRate
 from toolref_server.storage.recipe_chunks import StoredEdit, StoredOp
 from toolref_server.storage.recipe_held import ENTRY_OVERHEAD, Held, Parts, context, derive
-from toolref_server.storage.recipes import piece_id
+from toolref_server.storage.recipes import Recipes, piece_id
 
 _GAP: Final = Inline(b"")  # an inline op before its bytes are read (dictionary_ranges)
+
+
+class Editing(Protocol):
+    """What applying an edit uses (the service's `Services` holds them): the settings (the
+    inflated limit, the entries' bound), the recipes, the worker threads, the request rate."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def recipes(self) -> Recipes: ...
+
+    @property
+    def workers(self) -> Workers: ...
+
+    @property
+    def rate(self) -> RequestRate: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +88,7 @@ async def _as_it_is(body: bytes) -> bytes:
 
 
 async def apply_edit(
-    services: Services,
+    services: Editing,
     tenant: str,
     data: bytes,
     secrets: Sequence[tuple[str, str]] | None,
@@ -121,7 +140,7 @@ async def apply_edit(
     return Applied(kept.ref, request, body, raw, len(data), parts.segments[0])
 
 
-async def _base(services: Services, tenant: str, ref: str | None) -> Held | None:
+async def _base(services: Editing, tenant: str, ref: str | None) -> Held | None:
     """The base the edit names (None: none); `MissingHistoryError` when it is not held
     whole."""
     if ref is None:

@@ -10,6 +10,7 @@ thread (`Workers`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from toolref.asgi.budget import Account, charge
 from toolref.formats import source
@@ -21,6 +22,7 @@ from toolref_server import documents
 from toolref_server.registry import compaction
 from toolref_server.registry.conversation import (
     Conversation,
+    Records,
     Registration,
     conversation_of_decoded,
     joined_size,
@@ -28,8 +30,19 @@ from toolref_server.registry.conversation import (
     register,
     resolve_markers,
 )
-from toolref_server.services import Services
+from toolref_server.registry.summaries import SummaryCache
 from toolref_server.storage.record import Record
+
+
+class Hydrating(Records, Protocol):
+    """What the hydrate steps use besides the records' (the service's `Services` holds
+    them): the body limits and the summary cache."""
+
+    @property
+    def limits(self) -> documents.BodyLimits: ...
+
+    @property
+    def summaries(self) -> SummaryCache: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +80,7 @@ class Done:
         return references_of(self.filled.conversation, self.filled.registration.refs)
 
 
-async def run(services: Services, ask: Ask) -> Done:
+async def run(services: Hydrating, ask: Ask) -> Done:
     """The steps after `read`, for a request read from HTTP or handed over in process
     (`toolref_server.gateway.inprocess`)."""
     summarizer = _summarizer(services, ask.body)
@@ -84,14 +97,16 @@ async def run(services: Services, ask: Ask) -> Done:
     return Done(filled, texts, summary)
 
 
-def _summarizer(services: Services, body: HydrateRequest) -> str:
+def _summarizer(services: Hydrating, body: HydrateRequest) -> str:
     """The summarizer summary mode would use, refused (422) before any work if unknown."""
     name = body.summarizer if body.summarizer is not None else services.settings.summarizer
     services.summaries.summarizer(name)
     return name
 
 
-async def resolve(services: Services, tenant: str, conversation: Conversation) -> dict[str, Record]:
+async def resolve(
+    services: Hydrating, tenant: str, conversation: Conversation
+) -> dict[str, Record]:
     """The record of every ref the markers name, or 409 `missing-refs` listing every one
     that is not held."""
     held = await resolve_markers(services, tenant, conversation.scan.refs)
@@ -111,7 +126,7 @@ def _check_names(conversation: Conversation, held: dict[str, Record]) -> None:
 
 
 async def fill(
-    services: Services,
+    services: Hydrating,
     ask: Ask,
     conversation: Conversation,
     held: dict[str, Record],
@@ -142,7 +157,7 @@ def _filled_growth(conversation: Conversation, payloads: dict[str, Payload]) -> 
     return added
 
 
-def _bound(services: Services, ask: Ask, size: int, added: int) -> None:
+def _bound(services: Hydrating, ask: Ask, size: int, added: int) -> None:
     """Refuse an answer of more than the inflated limit (413), and charge what filling and
     joining it add to the request's account: the filled texts, and the answer joined from
     them (twice `added`), before they are made."""
@@ -158,7 +173,7 @@ def _bound(services: Services, ask: Ask, size: int, added: int) -> None:
 
 
 async def summarize(
-    services: Services, ask: Ask, filled: Filled, summarizer: str
+    services: Hydrating, ask: Ask, filled: Filled, summarizer: str
 ) -> tuple[list[str], dict[str, int]]:
     """Results older than the last `keepRecent` replaced by their summary placeholders in
     the full texts (every other byte as sent); with `shadow`, the full texts and the

@@ -32,8 +32,8 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from toolref import extractive
-from toolref.breaker import BreakerState
+from toolref.kit import extractive
+from toolref.kit.breaker import BreakerState
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import ValidationError
 from toolref_server.metrics import Metrics

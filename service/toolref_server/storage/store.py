@@ -35,7 +35,7 @@ from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
 from toolref.asgi.workers import Workers
-from toolref.breaker import BreakerState, CircuitBreaker
+from toolref.kit.breaker import BreakerState, CircuitBreaker
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.metrics import Metrics

@@ -1,6 +1,6 @@
 """The `extractive` summarizer: deterministic, no model, always within its budget.
 
-What it keeps depends on the tool's kind (`toolref.kinds`):
+What it keeps depends on the tool's kind (`toolref.kit.kinds`):
 
 - read: path, bytes, line count, first and last lines;
 - shell: command, exit status when the output reports one, line count, last lines;
@@ -19,8 +19,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from toolref.kinds import DEFAULT_KINDS, Kind, KindTable
-from toolref.payload import (
+from toolref.kit.kinds import DEFAULT_KINDS, Kind, KindTable
+from toolref.kit.payload import (
     arguments,
     command_of,
     exit_status,

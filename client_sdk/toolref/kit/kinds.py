@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
-from toolref.payload import arguments
+from toolref.kit.payload import arguments
 
 
 class Kind(StrEnum):
