@@ -11,7 +11,7 @@ from toolref.wire.shapes import ErrorReply, Provider, error_reply, provider_of
 from toolref_relay.app import Relay
 from toolref_relay.calls import Call
 from toolref_relay.config import RelayConfig
-from toolref_relay.savings import (
+from toolref_relay.ledger import (
     Tally,
     Totals,
     Upload,

@@ -51,11 +51,11 @@ from toolref.wire.errors import (
 from toolref.wire.shapes import ErrorReply, error_reply, provider_of
 
 from . import control, guard
+from .as_edit import as_edit
 from .bodies import TOO_LARGE, inflated, readable
 from .calls import UNREACHABLE, Call, Meter, encoding_of, failed, log_call
 from .clients import Client, Clients
 from .config import RelayConfig
-from .edited import as_edit
 from .headers import (
     SAVINGS_HEADER,
     SWITCH_HEADER,
@@ -65,14 +65,7 @@ from .headers import (
     to_gateway,
     to_provider,
 )
-from .link import GatewayLink
-from .llm import LLMRequest, recognise
-from .passthrough import pass_through
-from .preflight import Preflight
-from .preflight import check as check_gateway
-from .problems import as_provider_error, not_a_gateway_reply
-from .replies import relay_answer, reply_error, reply_json
-from .savings import (
+from .ledger import (
     Route,
     Tally,
     Upload,
@@ -81,8 +74,15 @@ from .savings import (
     summary,
     who,
 )
-from .sockets import serve_socket
+from .link import GatewayLink
+from .llm import LLMRequest, recognise
+from .passthrough import pass_through
+from .preflight import Preflight
+from .preflight import check as check_gateway
+from .problems import as_provider_error, not_a_gateway_reply
+from .replies import relay_answer, reply_error, reply_json
 from .switch import conversation_of
+from .websocket_mode import serve_socket
 
 _ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
 

@@ -232,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_level=args.log_level,
         access_log=False,  # its lines carry query strings, where some providers take keys
         lifespan="on",
-        # WebSocket mode (toolref_relay.sockets) over wsproto; messages within the body
+        # WebSocket mode (toolref_relay.websocket_mode) over wsproto; messages within the body
         # limit; no permessage-deflate (a small frame could inflate past any limit).
         ws="wsproto",
         ws_max_size=config.max_body_bytes,

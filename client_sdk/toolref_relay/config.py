@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
-from toolref.kit.checks import nearest
+from toolref.kit.option_checks import nearest
 from toolref.wire import redaction
 
 from .control import new_token

@@ -27,8 +27,8 @@ from toolref.asgi.scope import Disconnected, Receive, Send, read_body
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import SWITCH_HEADER
 
+from .ledger import FAILED, TURNS, UPLOAD_BYTES
 from .replies import reply, reply_json
-from .savings import FAILED, TURNS, UPLOAD_BYTES
 from .switch import Switchboard
 
 CHECK_PATH: Final = "/toolref/check"

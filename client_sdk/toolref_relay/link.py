@@ -23,7 +23,7 @@ from toolref.wire.shapes import ErrorReply, error_reply
 from .calls import Call
 from .capabilities import Capabilities
 from .config import RelayConfig
-from .savings import Tally, Totals, Upload, Who, turn_line
+from .ledger import Tally, Totals, Upload, Who, turn_line
 from .switch import Switchboard
 
 

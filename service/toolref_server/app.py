@@ -52,7 +52,7 @@ from toolref_server.routes import (
     messages,
     meta,
     requests,
-    savings,
+    savings_page,
 )
 from toolref_server.services import Services
 from toolref_server.settings import Settings
@@ -63,8 +63,8 @@ from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.redis import is_cluster_url, plain_url
 from toolref_server.storage.store import Store, StoreClient
-from toolref_server.storage.summaries import SummaryStore
-from toolref_server.storage.usage import UsageCounters
+from toolref_server.storage.summary_store import SummaryStore
+from toolref_server.storage.usage_counters import UsageCounters
 from toolref_server.storage.verifier import Verifier
 
 log = logging.getLogger("toolref_server")
@@ -329,7 +329,7 @@ def create_app(
             *hydration.routes,
             *requests.routes,
             *handoff.routes,
-            *savings.routes,
+            *savings_page.routes,
         ],
         middleware=[
             Middleware(AccessMiddleware, metrics=metrics),

@@ -13,7 +13,7 @@ from toolref_server.settings import Settings
 from toolref_server.storage.quotas import RequestRate
 from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.store import Store
-from toolref_server.storage.usage import UsageCounters
+from toolref_server.storage.usage_counters import UsageCounters
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from toolref_server.registry.summaries import SummaryCache
 from toolref_server.registry.summarizers import ExtractiveSummarizer
 from toolref_server.storage.counters import ModelCallCounters
 from toolref_server.storage.store import Store
-from toolref_server.storage.summaries import SummaryStore
+from toolref_server.storage.summary_store import SummaryStore
 
 from .summarizer_app import READ, apps, llm_id
 

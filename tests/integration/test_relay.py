@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from tests.support.servers import serve
 from toolref.edits import wire
 from toolref_relay import Relay, RelayConfig
-from toolref_relay.savings import UPLOAD_BYTES
+from toolref_relay.ledger import UPLOAD_BYTES
 
 from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway, header_lines, wire_bytes
 

@@ -32,7 +32,7 @@ from tests.unit.edits.agents import HEADERS, Agent
 from toolref.edits.wire import MEDIA_TYPE
 from toolref.receiving.middleware import Receive, Scope, Send
 from toolref_relay import Relay, RelayConfig
-from toolref_relay.edited import OFFLOAD_BYTES
+from toolref_relay.as_edit import OFFLOAD_BYTES
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

@@ -33,8 +33,8 @@ from toolref_relay import (
 from toolref_relay.bodies import TOO_LARGE, inflated, readable
 from toolref_relay.capabilities import Capabilities
 from toolref_relay.headers import to_agent, to_gateway, to_provider
+from toolref_relay.ledger import MAX_TOTALS, OTHERS, shrunk
 from toolref_relay.llm import recognise
-from toolref_relay.savings import MAX_TOTALS, OTHERS, shrunk
 
 AGENT = [
     ("Host", "127.0.0.1:8760"),

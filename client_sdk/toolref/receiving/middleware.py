@@ -47,8 +47,8 @@ from toolref.asgi.scope import (
     replay,
     with_body,
 )
-from toolref.receiving.checks import check_middleware_options
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
+from toolref.receiving.middleware_options import check_middleware_options
 from toolref.receiving.restoring import is_edit, offers_edits, restore_edit, told_edits
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Registry

@@ -30,12 +30,12 @@ from typing import Any, Final
 
 import httpx
 
-from toolref.kit.checks import check_count, check_key, check_retired
+from toolref.kit.option_checks import check_count, check_key, check_retired
 from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.sending import answers
-from toolref.sending.checks import check_body, check_stream_method
 from toolref.sending.editor import Editor
 from toolref.sending.recipes import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES
+from toolref.sending.request_checks import check_body, check_stream_method
 from toolref.sending.savings import Savings
 from toolref.sending.sender import Sender
 from toolref.wire.encoding import JSON_TYPE, dumps_json

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from toolref.edits.recipe import RUN_MIN, Entry, is_piece, literal_of, piece_of
-from toolref.kit.checks import check_count
 from toolref.kit.lru import LRU
+from toolref.kit.option_checks import check_count
 
 ENTRY_COST: Final = 96  # bytes of bookkeeping counted per entry kept (CPython, measured)
 DEFAULT_MAX_RECIPES: Final = 64

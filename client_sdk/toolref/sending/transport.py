@@ -33,10 +33,10 @@ import httpx
 
 from toolref.registry.exchange import run_async, run_sync
 from toolref.sending.answers import may_resend
-from toolref.sending.checks import check_shape_problems
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.packages import AsyncBaseTransport2, BaseTransport2, packages_of
 from toolref.sending.refusals import readable_problem, shaped
+from toolref.sending.request_checks import check_shape_problems
 from toolref.wire.encoding import JSON_TYPE
 from toolref.wire.endpoints import Endpoint, endpoint
 from toolref.wire.headers import PROTOCOL_HEADER

@@ -1,6 +1,6 @@
 """The summary cache: one computation per (tenant, invocation, summarizer id), ever.
 
-A summary not yet kept (`toolref_server.storage.summaries`: where and how) is computed once
+A summary not yet kept (`toolref_server.storage.summary_store`: where and how) is computed once
 however many requests, replicas or processes ask at the same time
 (`toolref_server.registry.single_flight`). This module holds the policy: which summarizer,
 which budget, when a model may be asked, and what to answer when it is not.
@@ -44,7 +44,7 @@ from toolref_server.registry.summarizers import (
     Summarizer,
     SummarizerError,
 )
-from toolref_server.storage.summaries import Slot, SummaryStore
+from toolref_server.storage.summary_store import Slot, SummaryStore
 
 log = logging.getLogger(__name__)
 

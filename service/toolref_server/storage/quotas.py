@@ -18,7 +18,7 @@ before, so the current and the previous counters together are never below what t
 keeps, and at most twice it (a key used in both windows counts in both). A write whose new
 bytes would take that sum past the quota is refused before anything is written; reads are
 never refused (they only count). A summary past the quota is answered and not kept
-(`toolref_server.storage.summaries`): making it is a read.
+(`toolref_server.storage.summary_store`): making it is a read.
 
 What else a tenant makes the service store is bounded without counting: summary locks
 (one per summary being made, deleted when it is, under 100 bytes) and failure marks (one per

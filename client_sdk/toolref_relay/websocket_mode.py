@@ -43,7 +43,7 @@ from toolref.wire.shapes import ErrorReply, error_reply, provider_of
 from . import guard
 from .calls import Call, log_call
 from .headers import decoded, first, to_agent, to_gateway
-from .savings import Upload, who
+from .ledger import Upload, who
 
 if TYPE_CHECKING:
     from .link import GatewayLink

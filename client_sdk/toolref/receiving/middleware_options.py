@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from toolref import formats
-from toolref.kit.checks import check_count, check_key
+from toolref.kit.option_checks import check_count, check_key
 from toolref.registry.client import RegistryClient
 
 
