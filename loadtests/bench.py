@@ -64,18 +64,14 @@ Targets missed, what the profile showed, and before and after (same machine):
 - bandwidth, refs + zstd against zstd: 2.4x on the longest trace, not 20x. In that trace tool
   payloads are a third of the bytes a client resends; the rest is the model's own text, which
   refs do not replace. Delta compression with the previous request (RFC 9842) wins on
-  bandwidth alone; history refs (below) are toolref's answer to it: they upload at most what
-  it does on every trace, statelessly and across replicas.
+  bandwidth alone; edits are toolref's answer to it (docs/edits.md): each turn sends what
+  changed, statelessly and across replicas.
 - memory: 0.53 Redis bytes per payload byte before, 0.44 after, not 0.4. Records now hold a
   msgpack array (no field names) compressed with a zstd dictionary shipped in the package
   (versioned: each frame names its dictionary; trained on a corpus generated from this
   repository, never on the traces). What is left: about 90 bytes of Redis overhead per key,
   which no compression removes; level 9 would reach 0.415 at 6x the compression CPU, and a
   dictionary per tenant 0.35 on the long traces (`python -m loadtests.dictionaries measure`).
-- memory per kept conversation: 1.41 Redis bytes per raw byte before, 0.56 after, not 0.5:
-  superseded heads now expire after `TOOLREF_HISTORY_SUPERSEDED_TTL` and messages compress
-  against their own dictionary. What is left is per-key overhead: most messages are short,
-  and each is a key (inlining short messages into the head is the next step).
 """
 
 
