@@ -7,7 +7,7 @@ members at every level in random order, floats such as `1.0`, `-0.0` and `1e-07`
 integers, astral characters) go through a `ToolReferenceManager`, the real middleware and the
 real registry on the real engine, turn by turn. The app records the bytes it receives.
 
-One documented exception (docs/history.md, "Exactness"): JSON-equal payloads of one
+One documented exception (docs/edits.md, "Exactness"): JSON-equal payloads of one
 invocation spelled with their members in another order share one ref, and a marker is filled
 with the spelling registered first. Such conversations are checked for JSON equality and for
 the first spelling; all others byte for byte.

@@ -124,7 +124,7 @@ OPERATION: Final = Operation(
     f"`{PROTOCOL_HEADER}: 2`, is hydrated first: its toolRef markers filled, the rest of "
     "the body as the client wrote it. A request sent with "
     f"`Content-Type: {MEDIA_TYPE}` is an edit of a request the registry holds "
-    "(docs/history.md, Edits): the request it stands for is forwarded, headers and body, and "
+    "(docs/edits.md): the request it stands for is forwarded, headers and body, and "
     f"the answer carries `{HISTORY_HEADER}: tb_...`. Every other request is forwarded as it "
     "is. Each status may also be the upstream's own answer.",
 )
