@@ -43,8 +43,8 @@ from toolref_server.http.problem import problem_response
 from toolref_server.http.protocol import ProtocolMiddleware
 from toolref_server.metrics import Metrics
 from toolref_server.registry.llm_quotas import ModelCallQuotas
-from toolref_server.registry.summaries import SummaryCache
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer, build_summarizers
+from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.routes import (
     handoff,
     hydration,

@@ -8,7 +8,7 @@ from toolref.asgi.workers import Workers
 from toolref_server.documents import BodyLimits
 from toolref_server.http.auth import Authenticator
 from toolref_server.metrics import Metrics
-from toolref_server.registry.summaries import SummaryCache
+from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.settings import Settings
 from toolref_server.storage.quotas import RequestRate
 from toolref_server.storage.recipes import Recipes

@@ -18,8 +18,8 @@ from toolref.kit import extractive
 from toolref.kit.kinds import KindTable
 from toolref.wire.canonical import digest_of
 from toolref_server.registry.llm_quotas import ModelCallQuotas
-from toolref_server.registry.summaries import SummaryCache
 from toolref_server.registry.summarizers import ExtractiveSummarizer
+from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.storage.counters import ModelCallCounters
 from toolref_server.storage.store import Store
 from toolref_server.storage.summary_store import SummaryStore

@@ -29,7 +29,7 @@ from toolref_server.settings.gateway import GatewaySettings
 from toolref_server.settings.records import RecordSettings
 from toolref_server.settings.serving import ServingSettings
 from toolref_server.settings.store import StoreSettings
-from toolref_server.settings.summarizing import SummarySettings
+from toolref_server.settings.summaries import SummarySettings
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 2**20

@@ -117,7 +117,7 @@ def builds(node: ast.AST) -> str | None:
 
 
 def test_no_module_outside_storage_spells_a_key() -> None:
-    """Fails on the code before issue 29: export.py, registry/summaries.py and
+    """Fails on the code before issue 29: export.py, registry/summary_cache.py and
     registry/llm_quotas.py spelled `tr:` keys, summaries built its locks with `:lock`, and
     registry/continuation.py read a history node by its key (`node_key`, `read_and_touch`)."""
     found = []
@@ -151,9 +151,9 @@ def imported(node: ast.AST) -> list[str]:
 
 
 def test_no_redis_client_outside_storage() -> None:
-    """Fails on the code before issue 29: registry/summaries.py and registry/llm_quotas.py
+    """Fails on the code before issue 29: registry/summary_cache.py and registry/llm_quotas.py
     sent commands on the store's client (`store.redis`, a pipeline of it), export.py on the
-    CLI's, and registry/summaries.py caught `RedisError`."""
+    CLI's, and registry/summary_cache.py caught `RedisError`."""
     found = []
     for path in outside_storage():
         shown = path.relative_to(ROOT)

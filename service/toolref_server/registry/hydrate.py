@@ -30,7 +30,7 @@ from toolref_server.registry.conversation import (
     register,
     resolve_markers,
 )
-from toolref_server.registry.summaries import SummaryCache
+from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.storage.record import Record
 
 

@@ -10,7 +10,7 @@ object whose fields are declared by concern, one module (and base class) each.
 - `store`: the Redis/Valkey engine: URL, timeouts, pool, breaker;
 - `records`: lifetimes and compression of what is stored;
 - `caches`: the per-process caches of verified records and edited requests;
-- `summarizing`: the summarizers and the LLM one's bounds;
+- `summaries`: the summarizers and the LLM one's bounds;
 - `gateway`: upstreams and the gateway's limits;
 - `environment`: the `TOOLREF_*` variables known, and the check refusing any other;
 - `config_file`: `serve --config toolref.toml`, a table per group, read into the variables
@@ -41,7 +41,7 @@ from toolref_server.settings.gateway import GatewaySettings
 from toolref_server.settings.records import RecordSettings
 from toolref_server.settings.serving import ServingSettings
 from toolref_server.settings.store import StoreSettings
-from toolref_server.settings.summarizing import SummarySettings
+from toolref_server.settings.summaries import SummarySettings
 
 __all__ = ["LOCAL_TENANT", "TENANT_RE", "Settings", "parse_api_keys"]
 

@@ -13,7 +13,7 @@ leaves `failed` under the lock's key for `failure_seconds` instead (`fail`), so 
 waits, and whoever asks until the mark expires, falls back at once. `wait` polls (value and
 lock, one round trip each, backing off from 20 to 200 ms) until the value is there, the
 holder failed or is gone, or the deadline passes. What to compute, and who waits how long,
-is `toolref_server.registry.single_flight`'s and `toolref_server.registry.summaries`'s.
+is `toolref_server.registry.single_flight`'s and `toolref_server.registry.summary_cache`'s.
 
 Locks and failure marks are not counted for the quota: a lock lives while its summary is
 computed (at most `lock_seconds`, at most 16 per request in flight), a failure mark
