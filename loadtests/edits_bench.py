@@ -17,7 +17,7 @@ Ratios within one run only.
 Whatever path the relay takes is measured: the code under test is this tree, or the
 relay and gateway of another revision (`--code REV`, written out with `git archive`); the
 report names the path each conversation took (edits: `application/vnd.toolref.edit`
-bodies; else history refs).
+bodies; else the requests as they came, or an older revision's history refs).
 
     python -m loadtests.edits_bench                 # full: 80-turn patterns, whole traces
     python -m loadtests.edits_bench --quick         # 40 turns each, 60 for the replicas

@@ -11,6 +11,7 @@ nothing else; an edit the backend cannot apply (its registry unreachable) is sen
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -204,3 +205,37 @@ async def test_an_edit_for_a_base_no_registry_holds_is_a_409_the_client_recovers
         assert answer.json()["type"].endswith("missing-history")
         assert (await manager.apost(http, "/chat", json=bodies[2])).status_code == 200
     assert seen.bodies[-1] == raw
+
+
+async def test_a_registry_that_refuses_the_backend_costs_one_extra_request_then_none(
+    redis: Redis,
+) -> None:
+    """The registry refuses the backend's key (a misconfigured deployment): the first edit
+    is answered 415 and resent as it is; the middleware then stops offering edits, so every
+    later turn is one plain request (not an edit refused each turn), and the app receives
+    every turn exactly."""
+    seen = Seen()
+    manager = ToolReferenceManager()
+    bodies = turns(5)
+    key_hash = hashlib.sha256(b"the-right-key").hexdigest()
+    guarded = create_app(Settings(redis_url="unused", api_keys=f"t={key_hash}"), redis=redis)
+    async with guarded.router.lifespan_context(guarded):
+        registry = AsyncRegistryClient(
+            "http://registry", api_key="a-wrong-key", transport=httpx.ASGITransport(app=guarded)
+        )
+        wrapped = ToolRefMiddleware(app(seen), registry)
+        sent: list[str] = []
+
+        async def counted(request: httpx.Request) -> None:
+            sent.append(request.headers.get("content-type", ""))
+
+        transport = httpx.ASGITransport(app=wrapped)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://backend", event_hooks={"request": [counted]}
+        ) as http:
+            answers = [await manager.apost(http, "/chat", json=body) for body in bodies]
+    assert [a.status_code for a in answers] == [200] * 5
+    assert seen.bodies == [sdk_bytes(body) for body in bodies]
+    # turn 1 plain (offering), turn 2 an edit refused then resent plain, then plain only
+    assert sent == ["application/json", MEDIA_TYPE] + ["application/json"] * 4
+    assert all("toolref-edits" not in a.headers for a in answers[1:])

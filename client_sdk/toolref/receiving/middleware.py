@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Container, Sequence
 from typing import Final
 
@@ -49,7 +50,13 @@ from toolref.asgi.scope import (
 )
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
 from toolref.receiving.middleware_options import check_middleware_options
-from toolref.receiving.restoring import is_edit, offers_edits, restore_edit, told_edits
+from toolref.receiving.restoring import (
+    UNAPPLIED_SECONDS,
+    is_edit,
+    offers_edits,
+    restore_edit,
+    told_edits,
+)
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Registry
 from toolref.wire.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
@@ -131,6 +138,7 @@ class ToolRefMiddleware:
         )
         self.registry_problem: str | None = None  # what the start-up check found wrong
         self._verified: asyncio.Task[None] | None = None
+        self._edits_from = 0.0  # monotonic time from which edits are offered again
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -140,10 +148,10 @@ class ToolRefMiddleware:
             await self.app(scope, receive, send)
             return
         if offers_edits(scope):
-            scope, send = told_edits(scope, send)
+            scope, send = told_edits(scope, send, time.monotonic() >= self._edits_from)
         if is_edit(scope):
             with self.budget.account() as account:
-                await restore_edit(
+                applied = await restore_edit(
                     self.app,
                     self.hydrator.registry,
                     scope,
@@ -153,6 +161,8 @@ class ToolRefMiddleware:
                     max_body_bytes=self.max_body_bytes,
                     problem=_edit_problem,
                 )
+            if not applied:  # the registry failed: plain requests for a while
+                self._edits_from = time.monotonic() + UNAPPLIED_SECONDS
             return
         if not speaks_refs(scope):
             await self.app(scope, receive, send)

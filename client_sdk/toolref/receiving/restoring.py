@@ -10,10 +10,14 @@ that name, then the request's own headers segment 0 does not name (what a browse
 body replayed; the answer marked (`marked`: the recipe kept, that edits are read here, the
 bytes saved), streamed as the app sends it.
 
-A registry refusal (409 `missing-history` or `missing-pieces`, 400, 413) is answered to the
-client as it is, which resends by itself (`toolref.sending.editor`); a registry that cannot
-be reached makes the edit a 415 (`unsupported-media-type`), on which the client sends the
-request as it is: chatting never stops.
+A refusal of the edit itself (409 `missing-history` or `missing-pieces`, 400, 413) is
+answered to the client as it is, which resends by itself (`toolref.sending.editor`). Any
+other failure is the registry's, not the edit's (it cannot be reached, refuses this
+backend's key, is over a quota, its store is down): the edit is answered 415
+(`unsupported-media-type`), on which the client sends the request as it is, and the
+middleware stops saying it reads edits for a while (`UNAPPLIED_SECONDS`): chatting never
+stops, and a registry that is down costs one extra request per client per while, not one
+per turn.
 """
 
 from __future__ import annotations
@@ -40,7 +44,6 @@ from toolref.registry.answers import AppliedEdit
 from toolref.registry.port import Registry
 from toolref.wire.errors import (
     BadRequestError,
-    RegistryUnreachableError,
     ToolrefError,
     UnsupportedMediaTypeError,
 )
@@ -57,6 +60,9 @@ _FRAMING: Final = frozenset(
     {"content-type", "content-length", "content-encoding", "transfer-encoding"}
 )
 EDITS_VALUE: Final = str(wire.VERSION)  # what a receiver answers `Toolref-Edits` with
+# The statuses of a refusal of the edit itself, answered to its client, which resends.
+EDIT_REFUSALS: Final = frozenset({400, 409, 413, 422})
+UNAPPLIED_SECONDS: Final = 30.0  # edits not offered for this long after the registry failed
 
 
 def is_edit(scope: Scope) -> bool:
@@ -75,22 +81,22 @@ async def restore_edit(
     account: Account,
     max_body_bytes: int,
     problem: Callable[[Send, ToolrefError], Awaitable[None]],
-) -> None:
-    """One edited request to `app` (see the module docstring); `problem` answers a refusal."""
+) -> bool:
+    """One edited request to `app` (see the module docstring); `problem` answers a refusal.
+    False when the registry failed (the client was told to send the request as it is)."""
     try:
         data = await read(receive, max_body_bytes, account)
         applied = await registry.apply_edit(data)
         account.charge(len(applied.body))
         restored = restored_scope(scope, applied, account)
     except Disconnected:
-        return
-    except RegistryUnreachableError as exc:
-        await problem(send, unapplied(registry, exc))
-        return
+        return True
     except ToolrefError as exc:
-        await problem(send, exc)
-        return
+        registry_failed = exc.status not in EDIT_REFUSALS  # unreachable: 503
+        await problem(send, unapplied(registry, exc) if registry_failed else exc)
+        return not registry_failed
     await app(restored, replay(applied.body, receive), marked(send, applied, len(data)))
+    return True
 
 
 async def read(receive: Receive, limit: int, account: Account) -> bytes:
@@ -101,8 +107,9 @@ async def read(receive: Receive, limit: int, account: Account) -> bytes:
 
 
 def unapplied(registry: Registry, exc: ToolrefError) -> UnsupportedMediaTypeError:
-    """The 415 an edit gets while the registry cannot be reached: the client sends it as it
-    is (and edits again once an answer says `Toolref-Edits`)."""
+    """The 415 an edit gets while the registry cannot apply it (down, refusing this backend,
+    over a quota): the client sends it as it is (and edits again once an answer says
+    `Toolref-Edits`)."""
     return UnsupportedMediaTypeError(
         f"this backend cannot apply edits now ({registry.location}: {exc.detail}); send the "
         f"request as it is (without Content-Type: {wire.MEDIA_TYPE})"
@@ -155,11 +162,14 @@ def offers_edits(scope: Scope) -> bool:
     return header(scope, EDITS_HEADER) is not None
 
 
-def told_edits(scope: Scope, send: Send) -> tuple[Scope, Send]:
+def told_edits(scope: Scope, send: Send, offered: bool = True) -> tuple[Scope, Send]:
     """A request offering edits as the app sees it (the offer is toolref's, not the app's),
-    and `send` adding `Toolref-Edits` to its answer's head."""
+    and `send` adding `Toolref-Edits` to its answer's head (`offered`: edits are read here
+    now; False while the registry has failed)."""
     name = asgi_name(EDITS_HEADER)
     kept = [(k, v) for k, v in scope["headers"] if k.lower() != name]
+    if not offered:
+        return {**scope, "headers": kept}, send
     told = (name, EDITS_VALUE.encode())
 
     async def with_edits(message: Message) -> None:
