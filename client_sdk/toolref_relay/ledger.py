@@ -9,8 +9,8 @@ headers and body (a 72-byte request read "72 B -> 293 B, 0.2x").
 raw: the agent's request to the relay: its header lines and its body as sent (the
     compressed size when the agent compressed its body, as Codex does).
 inflated: the agent's body decoded: the JSON it built.
-wire: the relay's requests for it: every attempt (a resend after an expired ref or
-    history, the retry after a 413) and the fallback, if it was used.
+wire: the relay's requests for it: every attempt (a resend after a recipe or pieces the
+    gateway no longer holds) and the fallback, if it was used.
 ratio: raw / wire, told only when the relay sent less ("not shrunk" otherwise: a request
     too small to shrink goes as it came, and then costs its toolref key's line more).
 A WebSocket message has no header lines: its bytes on either side.

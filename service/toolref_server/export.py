@@ -234,7 +234,7 @@ def check_item(item: Any, tenant: str | None) -> str | None:
         return f"is under tenant {owner!r}, but the file is an export of tenant {tenant!r}"
     check = _CHECKS.get(kind)
     if check is None:
-        return f"is of kind {kind!r}, which exports never hold (i, s, d, h, m)"
+        return f"is of kind {kind!r}, which exports never hold (they hold {', '.join(_CHECKS)})"
     return check(rest, value)
 
 

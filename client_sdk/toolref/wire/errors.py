@@ -117,13 +117,6 @@ class ProtocolRequiredError(BadRequestError):
     title = "Endpoint needs protocol 2"
 
 
-class InvalidHistoryHeaderError(BadRequestError):
-    """The `Toolref-History` request header is neither `?1` nor a history ref."""
-
-    slug = "invalid-history-header"
-    title = "Invalid Toolref-History header"
-
-
 class MalformedRequestError(BadRequestError):
     """The request is not valid HTTP/1.1: refused by the HTTP layer before any route runs."""
 

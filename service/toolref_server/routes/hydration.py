@@ -1,9 +1,6 @@
 """`POST /v1/messages:hydrate`: read the body once, run the registry's steps
-(`toolref_server.registry.hydrate`), render the answer.
-
-`returnMessages: "new"` asks for the messages of the request only, hydrated: a backend that
-holds the history (the middleware keeps the ones it confirmed) splices them itself, so the
-registry never sends it the conversation again.
+(`toolref_server.registry.hydrate`), render the answer. A body of the retired history refs
+(`historyRef`, `returnMessages`, `checkpoint`) is refused first, 400 `history-refs-retired`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Settings of what the store keeps and how: lifetimes of refs and history heads, when a
-continued history refreshes them, and the zstd compression and dictionaries of records and
-history messages."""
+"""Settings of what the store keeps and how: lifetimes of records and of edited requests'
+recipes, when keeping a recipe refreshes them, and the zstd compression and dictionaries of
+records and of recipes' literals."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class RecordSettings(BaseModel):
         default=3,
         ge=1,
         le=22,
-        description="zstd level of stored records and history messages: higher stores fewer "
+        description="zstd level of stored records and recipes: higher stores fewer "
         "bytes for more CPU on every payload a request carries in full.",
     )
     record_dictionary: int = Field(
@@ -58,7 +58,7 @@ class RecordSettings(BaseModel):
     message_dictionary: int = Field(
         default=1,
         ge=0,
-        description="Shipped zstd dictionary new history messages are compressed with (0: none).",
+        description="Shipped zstd dictionary new recipes' literals are compressed with (0: none).",
     )
 
     @field_validator("record_dictionary", "message_dictionary")
