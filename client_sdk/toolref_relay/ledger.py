@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from toolref.asgi.hops import Pairs, first, savings_value
-from toolref.kit.counters import counter
+from toolref.kit.process_counters import counter
 
 Route = Literal["gateway", "fallback", "refused"]
 

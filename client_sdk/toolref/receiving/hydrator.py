@@ -36,7 +36,7 @@ from toolref import formats
 from toolref.asgi.budget import Account, charge
 from toolref.asgi.workers import Workers
 from toolref.kit import spans
-from toolref.kit.counters import counter
+from toolref.kit.process_counters import counter
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Hydration, Messages, Registry, registry_port
 from toolref.wire import compression
