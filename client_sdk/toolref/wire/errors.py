@@ -97,7 +97,8 @@ class MalformedBodyError(BadRequestError):
 
 
 class DictionaryMismatchError(MalformedBodyError):
-    """A zstd body sent against a history did not decompress with that history's dictionary."""
+    """An edit's inline bytes (sent without the size guard) did not inflate against the
+    dictionary its base's segments make: send them again with no dictionary."""
 
     slug = "dictionary-mismatch"
     title = "Body does not match the history's dictionary"
@@ -311,8 +312,8 @@ class MissingRefsError(ConflictError):
 
 
 class MissingHistoryError(ConflictError):
-    """A history ref the server does not hold (never confirmed, expired or evicted), or
-    one whose stored messages name tool refs it no longer holds: resend the messages in full."""
+    """An edit's base recipe (`tb_` ref) the server does not hold whole (never kept for this
+    API key, expired or evicted): send the edit again with no base."""
 
     slug = "missing-history"
     title = "Unknown history"
