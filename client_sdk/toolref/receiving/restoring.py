@@ -85,16 +85,21 @@ async def restore_edit(
     """One edited request to `app` (see the module docstring); `problem` answers a refusal.
     False when the registry failed (the client was told to send the request as it is)."""
     try:
-        data = await read(receive, max_body_bytes, account)
-        applied = await registry.apply_edit(data)
+        data = await read(receive, max_body_bytes, account)  # this backend's own limits
+        try:
+            applied = await registry.apply_edit(data)
+        except ToolrefError as exc:
+            if exc.status in EDIT_REFUSALS:  # the edit's own: its client resends
+                raise
+            await problem(send, unapplied(registry, exc))  # the registry's: as it is
+            return False
         account.charge(len(applied.body))
         restored = restored_scope(scope, applied, account)
     except Disconnected:
         return True
-    except ToolrefError as exc:
-        registry_failed = exc.status not in EDIT_REFUSALS  # unreachable: 503
-        await problem(send, unapplied(registry, exc) if registry_failed else exc)
-        return not registry_failed
+    except ToolrefError as exc:  # the body past a limit, the budget full (503), an edit's
+        await problem(send, exc)
+        return True
     await app(restored, replay(applied.body, receive), marked(send, applied, len(data)))
     return True
 
