@@ -34,5 +34,6 @@ export { MANAGER_OPTIONS, ToolReferenceManager, type ManagerOptions, type Post, 
 export { toolrefFetch, type ExchangeInfo, type ToolrefFetchOptions } from "./fetch.js";
 export { SHARED_ENDPOINTS, forgetSharedState, sharedEndpoints } from "./shared.js";
 export { ENDPOINTS, endpoint, type Endpoint } from "./endpoints.js";
+export * from "./edits/index.js";
 export { withToolRef, type Handler, type ToolRefBackendOptions } from "./backend.js";
 export { memberSpans, type MemberSpan } from "./spans.js";

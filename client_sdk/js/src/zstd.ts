@@ -86,3 +86,19 @@ export function declaresSizeAndChecksum(frame: Uint8Array): boolean {
   const size = descriptor >> 6 !== 0 || (descriptor & 0x20) !== 0; // a size field, or a single segment
   return checksum && size;
 }
+
+/** zstd of one segment alone (level 3, size and checksum declared), or null: edits' records. */
+export function platformZstdAlone(): ((data: Uint8Array) => Promise<Uint8Array>) | null {
+  const zstd = platformZstd();
+  return zstd === null ? null : (data) => zstdAlone(data);
+}
+
+function zstdAlone(data: Uint8Array): Promise<Uint8Array> {
+  const zlib = (globalThis as { process?: NodeProcess }).process!.getBuiltinModule!("node:zlib") as Zlib;
+  const c = zlib.constants!;
+  return new Promise((done, fail) =>
+    zlib.zstdCompress!.call(zlib, data, { pledgedSrcSize: data.length, params: { [c["ZSTD_c_compressionLevel"]!]: 3, [c["ZSTD_c_checksumFlag"]!]: 1 } }, (error, result) =>
+      error ? fail(error) : done(new Uint8Array(result)),
+    ),
+  );
+}
