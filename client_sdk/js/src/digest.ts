@@ -19,14 +19,6 @@ export async function sha256Async(data: Uint8Array): Promise<Uint8Array> {
   return new Uint8Array(await subtle.digest("SHA-256", data as BufferSource));
 }
 
-/** SHA-256 of `head || data`, the step of a history chain. */
-export function sha256Pair(head: Uint8Array, data: Uint8Array): Uint8Array {
-  const joined = new Uint8Array(head.length + data.length);
-  joined.set(head, 0);
-  joined.set(data, head.length);
-  return nobleSha256(joined);
-}
-
 /** The first 16 bytes of a digest as lowercase unpadded base32 (26 characters). */
 export function digestKey(digest: Uint8Array): string {
   return base32(digest.subarray(0, DIGEST_KEY_BYTES));

@@ -24,7 +24,7 @@ import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, Recipes, type Recipe } from "./
 import { cut, type Cut } from "./request.js";
 import type { BodyCut } from "./segments.js";
 import { MEDIA_TYPE, VERSION, encodeIsolated, encodeV1 } from "./wire.js";
-import { platformZstdAlone as platformZstd } from "../zstd.js";
+import { platformZstd } from "../zstd.js";
 
 export const MAX_RESENDS = 3;
 const PROBLEM = "urn:toolref:problem:";

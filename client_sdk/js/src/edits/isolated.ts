@@ -11,7 +11,7 @@
  */
 
 import { gzip } from "../compression.js";
-import { platformZstdAlone as platformZstd } from "../zstd.js";
+import { platformZstd } from "../zstd.js";
 
 export const RAW = 0x00;
 export const ALONE = 0x01;
