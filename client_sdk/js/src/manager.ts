@@ -169,8 +169,10 @@ export class ToolReferenceManager {
       counted.wire += edit.body.length;
       if (response.status === 415 && !response.headers.has(HISTORY_HEADER)) {
         // The receiver's refusal of the media type (an app's own 415 is marked with the
-        // recipe): this request as it is, and the offer again from now on.
-        void response.body?.cancel().catch(() => undefined);
+        // recipe): this request as it is, and the offer again from now on. The refusal is
+        // read to its end (a small problem), not cancelled: a cancelled answer is a failed
+        // request to a browser's tools, and its connection is not reused.
+        await response.arrayBuffer().catch(() => undefined);
         this.edits = 0;
         return plain();
       }
