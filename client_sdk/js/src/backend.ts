@@ -184,7 +184,11 @@ async function applied(context: Context, request: Request): Promise<Response> {
         EDITS,
       );
     }
-    merged.append(name, filled);
+    try {
+      merged.append(name, filled);
+    } catch {
+      return problem(400, "bad-request", `the edit's first segment holds a header no HTTP request carries (${JSON.stringify(name.slice(0, 60))}); send the request whole`, {}, EDITS);
+    }
   }
   request.headers.forEach((value, name) => {
     const low = name.toLowerCase();

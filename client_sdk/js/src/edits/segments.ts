@@ -52,30 +52,25 @@ export function isSecret(name: string): boolean {
   return SECRET_HEADERS.has(low) || SECRET_WORDS.some((word) => low.includes(word));
 }
 
-function latin1(text: string): number[] {
-  const out: number[] = [];
-  for (let index = 0; index < text.length; index++) out.push(text.charCodeAt(index) & 0xff);
-  return out;
-}
-
 /** The headers' segment, and the credentials that travel apart (name, value), in order.
  * `pairs`: the request's end-to-end headers (toolref's own left out by the caller); those
- * describing the hop are dropped here. */
+ * describing the hop are dropped here. Names and values are latin-1 (what HTTP carries). */
 export function headerSegment(pairs: Iterable<readonly [string, string]>): { segment: Uint8Array; secrets: [string, string][] } {
-  const bytes: number[] = [];
+  let text = "";
   const secrets: [string, string][] = [];
   for (const [name, value] of pairs) {
     const low = name.toLowerCase();
     if (NOT_KEPT.has(low) || (low.startsWith("proxy-") && low !== "proxy-authorization")) continue;
-    bytes.push(...latin1(name));
     if (isSecret(low)) {
       secrets.push([name, value]);
-      bytes.push(0x3a, 0x0d, 0x0a);
+      text += `${name}:\r\n`;
     } else {
-      bytes.push(0x3a, 0x20, ...latin1(value), 0x0d, 0x0a);
+      text += `${name}: ${value}\r\n`;
     }
   }
-  return { segment: Uint8Array.from(bytes), secrets };
+  const segment = new Uint8Array(text.length);
+  for (let index = 0; index < text.length; index++) segment[index] = text.charCodeAt(index) & 0xff;
+  return { segment, secrets };
 }
 
 /** The lines of a headers segment, in order: [name, value], a credential's value null (it
