@@ -175,6 +175,37 @@ describe("withToolRef without a registry call", () => {
     }
   });
 
+  it("an edit restored by a scripted registry: headers merged, credentials filled, or a 400 when they cannot be", async () => {
+    const restored = (head: string) =>
+      (async () =>
+        new Response(head + '\r\n{"messages":[]}', {
+          headers: { "content-type": "application/vnd.toolref.request", "Toolref-History": "tb_aaaaaaaaaaaaaaaaaaaaaaaaaa" },
+        })) as typeof fetch;
+    const seen: Request[] = [];
+    const app = async (request: Request) => (seen.push(request), new Response("ok"));
+    const edit = (headers: Record<string, string>) =>
+      new Request("http://app.test/", { method: "POST", headers: { "Content-Type": MEDIA_TYPE, ...headers }, body: "edit bytes" });
+    const ok = withToolRef(app, { registry: "http://registry.test", fetch: restored("content-type: application/json\r\nauthorization:\r\nx-app: 1\r\n") });
+    const answer = await ok(edit({ authorization: "Bearer t", cookie: "c=1", "Toolref-Key": "k", "x-app": "2" }));
+    expect(answer.status).toBe(200);
+    expect(Object.fromEntries(seen[0]!.headers)).toEqual({
+      authorization: "Bearer t",
+      "content-length": "15",
+      "content-type": "application/json",
+      cookie: "c=1",
+      "x-app": "1", // segment 0's, not the real one of the same name
+    });
+    expect(await seen[0]!.text()).toBe('{"messages":[]}');
+    expect(answer.headers.get("Toolref-History")).toBe("tb_aaaaaaaaaaaaaaaaaaaaaaaaaa");
+    expect(answer.headers.get("Toolref-Savings")).toBe("raw=15, wire=10, ratio=1.5");
+    const lacking = await ok(edit({}));
+    expect(lacking.status).toBe(400);
+    expect(((await lacking.json()) as { detail: string }).detail).toMatch(/names the credential authorization/);
+    const odd = await withToolRef(app, { registry: "http://registry.test", fetch: restored("bad name: 1\r\n") })(edit({}));
+    expect(odd.status).toBe(400);
+    expect(seen).toHaveLength(1);
+  });
+
   it("an edit the registry cannot be asked about: 415, on which a client sends the request as it is", async () => {
     const handle = withToolRef(echo, { registry: "http://registry.test", fetch: never });
     const answer = await handle(new Request("http://app.test/", { method: "POST", headers: { "Content-Type": MEDIA_TYPE }, body: '{"v":2}\n' }));
