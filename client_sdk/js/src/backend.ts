@@ -73,6 +73,9 @@ export interface ToolRefBackendOptions {
   timeoutMs?: number;
   /** The most bytes of a registry answer read; a larger one is the registry unavailable. Default 128 MiB. */
   maxAnswerBytes?: number;
+  /** After the registry could not apply an edit, answers do not offer edits for this long, in ms, so
+   * clients send their requests as they are meanwhile. Default 30000 (the Python middleware's 30 s). */
+  unappliedMs?: number;
 }
 
 /** Each limit: its unit, its default, its largest value. */
@@ -81,6 +84,7 @@ const LIMITS = {
   maxInflatedBytes: ["bytes", 64 << 20, Number.MAX_SAFE_INTEGER],
   timeoutMs: ["milliseconds", 5000, 2 ** 31 - 1], // setTimeout's longest delay (24.8 days)
   maxAnswerBytes: ["bytes", 128 << 20, Number.MAX_SAFE_INTEGER],
+  unappliedMs: ["milliseconds", 30_000, 2 ** 31 - 1],
 } as const;
 type Limit = keyof typeof LIMITS;
 
@@ -100,7 +104,14 @@ interface Context {
   readonly options: ToolRefBackendOptions;
   readonly limits: Record<Limit, number>;
   readonly registry: string;
+  /** Milliseconds (Date.now) from which edits are offered again: after the registry failed
+   * (`cannotApply`), answers do not say `Toolref-Edits` for `unappliedMs`, so clients send
+   * their requests as they are meanwhile (one extra request per client per while, not one
+   * per turn). */
+  editsFrom: number;
 }
+
+
 
 export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (request: Request) => Promise<Response> {
   if (typeof handler !== "function") throw new UsageError("withToolRef(handler, options): handler must be a function of a Request");
@@ -112,7 +123,7 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new UsageError(`withToolRef({ fetch }) takes a function, not ${typeof options.fetch}; pass one or leave it out`);
   }
-  const context: Context = { handler, options, limits: checkedLimits(options), registry: options.registry.replace(/\/+$/, "") };
+  const context: Context = { handler, options, limits: checkedLimits(options), registry: options.registry.replace(/\/+$/, ""), editsFrom: 0 };
 
   return async (request: Request): Promise<Response> => {
     if (request.method !== "POST") return handler(request);
@@ -122,7 +133,7 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
     const version = Number((request.headers.get(PROTOCOL_HEADER) ?? "1").trim());
     const asked = offered ? withoutOffer(request) : request; // the offer is toolref's, not the app's
     const response = version >= 2 ? await hydrated(context, asked) : await handler(asked);
-    return offered ? withHeaders(response, EDITS) : response;
+    return offered && Date.now() >= context.editsFrom ? withHeaders(response, EDITS) : response;
   };
 }
 
@@ -158,17 +169,17 @@ async function applied(context: Context, request: Request): Promise<Response> {
     });
   } catch (error) {
     if (error instanceof ClientGone) return gone();
-    return cannotApply(error instanceof Error ? error.message : String(error));
+    return cannotApply(context, error instanceof Error ? error.message : String(error));
   }
   const { status } = answer;
-  if (status >= 500 || UNAVAILABLE.has(status)) return cannotApply(`the registry answered ${status}`);
+  if (status >= 500 || UNAVAILABLE.has(status)) return cannotApply(context, `the registry answered ${status}`);
   if (status >= 400) {
     // The client's to resend or fix (409 missing-history / missing-pieces, 400, 413), as it is.
     const type = answer.headers.get("content-type") ?? PROBLEM_TYPE;
     return new Response(answer.bytes as BodyInit, { status, headers: { "content-type": type, ...EDITS } });
   }
   const restored = status === 200 && (answer.headers.get("content-type") ?? "").startsWith(REQUEST_MEDIA_TYPE) ? parseRequest(answer.bytes) : null;
-  if (restored === null) return cannotApply(`${context.registry} answered the edit with no request: is it a toolref registry?`);
+  if (restored === null) return cannotApply(context, `${context.registry} answered the edit with no request: is it a toolref registry?`);
   const merged = new Headers();
   const named = new Set<string>();
   for (const [name, value] of restored.lines) {
@@ -218,9 +229,10 @@ export function parseRequest(data: Uint8Array): { lines: [string, string | null]
 }
 
 /** The registry cannot apply the edit now: a 415, on which a toolref client sends the
- * request as it is (and offers edits again). */
-function cannotApply(reason: string): Response {
-  return problem(415, "unsupported-media-type", `this backend cannot apply edits now (${reason}); send the request as it is`, {}, EDITS);
+ * request as it is; edits are not offered again for `unappliedMs`. */
+function cannotApply(context: Context, reason: string): Response {
+  context.editsFrom = Date.now() + context.limits.unappliedMs;
+  return problem(415, "unsupported-media-type", `this backend cannot apply edits now (${reason}); send the request as it is`);
 }
 
 // --- protocol 2 -----------------------------------------------------------------------
