@@ -239,3 +239,66 @@ async def test_a_registry_that_refuses_the_backend_costs_one_extra_request_then_
     # turn 1 plain (offering), turn 2 an edit refused then resent plain, then plain only
     assert sent == ["application/json", MEDIA_TYPE] + ["application/json"] * 4
     assert all("toolref-edits" not in a.headers for a in answers[1:])
+
+
+class Answered(httpx.AsyncBaseTransport):
+    """The middleware's transport to the registry, counting the bytes of each answer to an
+    edit (`POST /v1/edits:apply`)."""
+
+    def __init__(self, app: Starlette) -> None:
+        self.inner = httpx.ASGITransport(app=app)
+        self.sizes: list[int] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        content = await response.aread()
+        if request.url.path == "/v1/edits:apply":
+            self.sizes.append(len(content))
+        return httpx.Response(
+            response.status_code, headers=response.headers, content=content, request=request
+        )
+
+
+@pytest.mark.parametrize("held_bytes", [64 * 2**20, 0])
+async def test_the_registry_answers_a_held_base_with_what_changed(
+    redis: Redis, held_bytes: int
+) -> None:
+    """The middleware holds the requests it restored: the registry answers the next edit of
+    the conversation with ranges of it and what changed (the answer stays the size of a
+    turn as the conversation grows); holding nothing, each answer is the whole request.
+    Either way the app gets every turn exactly; a second middleware (another process,
+    holding nothing) is answered whole, and then holds it."""
+    seen = Seen()
+    manager = ToolReferenceManager()
+    bodies = turns(10)
+    service = create_app(Settings(redis_url="unused"), redis=redis)
+    async with service.router.lifespan_context(service):
+        answered = Answered(service)
+        registry = AsyncRegistryClient("http://registry", transport=answered)
+        wrapped = ToolRefMiddleware(app(seen), registry, held_bytes=held_bytes)
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=wrapped), base_url="http://backend"
+        ) as http:
+            for body in bodies[:8]:
+                assert (await manager.apost(http, "/chat", json=body)).status_code == 200
+        other = Answered(service)
+        elsewhere = ToolRefMiddleware(
+            app(seen), AsyncRegistryClient("http://registry", transport=other)
+        )
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=elsewhere), base_url="http://backend"
+        ) as http:
+            for body in bodies[8:]:
+                assert (await manager.apost(http, "/chat", json=body)).status_code == 200
+    assert seen.bodies == [sdk_bytes(body) for body in bodies]
+    raw = [len(sdk_bytes(body)) for body in bodies]
+    assert len(answered.sizes) == 7  # turns 2 to 8: the first went as it is
+    edited = answered.sizes[1:]  # turns 3 to 8, each an edit of the one before
+    assert raw[7] > 3 * raw[2]  # the conversation grew
+    if held_bytes:  # a turn's new messages (about 4 KB here), however long the conversation
+        assert max(edited) < 1.2 * min(edited)
+        assert edited[-1] * 5 < raw[7]
+    else:
+        assert all(size >= body for size, body in zip(edited, raw[2:8], strict=True))
+    assert other.sizes[0] >= raw[8]  # another process: the whole request, once
+    assert other.sizes[1] * 5 < raw[9]  # then it holds the base

@@ -4,7 +4,9 @@ ASGI app).
 A client that sends edits (`Content-Type: application/vnd.toolref.edit`: the SDK's manager
 and `toolref.Transport`, `toolrefFetch`) gets its request restored through the registry
 (`toolref.receiving.restoring`): the app receives exactly the request the client's own SDK
-made, body byte for byte. A client offering edits (`Toolref-Edits`) is told they are read
+made, body byte for byte. The requests it restored are held (`toolref.receiving.held`, up to
+`held_bytes`), so the registry answers the next edit of a conversation with what changed. A
+client offering edits (`Toolref-Edits`) is told they are read
 here. A client speaking protocol 2 (`Toolref-Protocol: 2`, `toolRef` markers) gets its body
 hydrated before the app sees it (`toolref.receiving.hydrator`), every message as the client
 wrote it; the answer lists the refs of payloads it sent in full (`toolReferences` added to a
@@ -48,6 +50,7 @@ from toolref.asgi.scope import (
     replay,
     with_body,
 )
+from toolref.receiving.held import HeldRequests
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
 from toolref.receiving.middleware_options import check_middleware_options
 from toolref.receiving.restoring import (
@@ -108,6 +111,7 @@ class ToolRefMiddleware:
         alter_answers: bool = True,
         offload_bytes: int | None = None,
         budget: Budget | None = None,
+        held_bytes: int = 64 * 2**20,
     ) -> None:
         check_middleware_options(
             registry=registry,
@@ -115,6 +119,7 @@ class ToolRefMiddleware:
             format=format,
             paths=paths,
             max_body_bytes=max_body_bytes,
+            held_bytes=held_bytes,
         )
         self.app = app
         self.registry = registry
@@ -139,6 +144,7 @@ class ToolRefMiddleware:
         self.registry_problem: str | None = None  # what the start-up check found wrong
         self._verified: asyncio.Task[None] | None = None
         self._edits_from = 0.0  # monotonic time from which edits are offered again
+        self.held = HeldRequests(held_bytes)  # restored requests: the next edits' bases
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -160,6 +166,7 @@ class ToolRefMiddleware:
                     account=account,
                     max_body_bytes=self.max_body_bytes,
                     problem=_edit_problem,
+                    held=self.held,
                 )
             if not applied:  # the registry failed: plain requests for a while
                 self._edits_from = time.monotonic() + UNAPPLIED_SECONDS

@@ -17,6 +17,7 @@ def check_middleware_options(
     format: object,
     paths: object,
     max_body_bytes: object,
+    held_bytes: object = 0,
 ) -> None:
     """`ToolRefMiddleware`'s options, checked when the app is built, not per request."""
     if isinstance(registry, RegistryClient):
@@ -54,3 +55,9 @@ def check_middleware_options(
     if paths is not None and not hasattr(paths, "__contains__"):
         raise TypeError(f"paths is a collection of paths (a set, say) or None, not {paths!r}")
     check_count("max_body_bytes", max_body_bytes, 1, "it is the largest body, in bytes")
+    check_count(
+        "held_bytes",
+        held_bytes,
+        0,
+        "it bounds the requests held as the next edits' bases (0: none)",
+    )

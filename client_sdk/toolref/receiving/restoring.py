@@ -40,6 +40,7 @@ from toolref.asgi.scope import (
 )
 from toolref.edits import wire
 from toolref.edits.segments import is_secret, restore_headers
+from toolref.receiving.held import HeldRequests, base_of
 from toolref.registry.answers import AppliedEdit
 from toolref.registry.port import Registry
 from toolref.wire.errors import (
@@ -81,13 +82,21 @@ async def restore_edit(
     account: Account,
     max_body_bytes: int,
     problem: Callable[[Send, ToolrefError], Awaitable[None]],
+    held: HeldRequests | None = None,
 ) -> bool:
     """One edited request to `app` (see the module docstring); `problem` answers a refusal.
-    False when the registry failed (the client was told to send the request as it is)."""
+    False when the registry failed (the client was told to send the request as it is).
+    `held`: the requests this process restored, each the base of its conversation's next
+    edit (the registry then answers what changed)."""
     try:
         data = await read(receive, max_body_bytes, account)  # this backend's own limits
         try:
-            applied = await registry.apply_edit(data)
+            if held is not None and held.max_bytes:
+                base = held.get(base_of(data))
+                applied = await registry.apply_edit(data, segments=True, held=base)
+                held.keep(applied)
+            else:
+                applied = await registry.apply_edit(data)
         except ToolrefError as exc:
             if exc.status in EDIT_REFUSALS:  # the edit's own: its client resends
                 raise

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -105,8 +106,19 @@ class HydratedText:
 @dataclass(frozen=True, slots=True)
 class AppliedEdit:
     """An edit the registry applied (`POST /v1/edits:apply`): the request's segment 0 (its
-    header lines, a credential's name-only), its body, and the recipe kept (`ref`)."""
+    header lines, a credential's name-only), its body, the recipe kept (`ref`), and the
+    request's segments, headers first, when they were asked for (else empty)."""
 
     head: bytes
     body: bytes
     ref: str
+    segments: Sequence[bytes] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRequest:
+    """A recipe whose request a caller holds as segments (an earlier `AppliedEdit`'s):
+    what an edit of it is answered against."""
+
+    ref: str
+    segments: Sequence[bytes]

@@ -6,7 +6,7 @@ sleep. Arguments are checked when the exchange is made, so a bad one never costs
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import httpx
@@ -14,7 +14,14 @@ import httpx
 from toolref import formats
 from toolref.edits import request as requests
 from toolref.edits import wire as edits
-from toolref.registry.answers import AppliedEdit, HydratedText, MessagesResult, Resolved
+from toolref.edits.edit import EditError, apply_segments
+from toolref.registry.answers import (
+    AppliedEdit,
+    HeldRequest,
+    HydratedText,
+    MessagesResult,
+    Resolved,
+)
 from toolref.registry.exchange import Exchange
 from toolref.registry.options import (
     InvocationLike,
@@ -26,7 +33,7 @@ from toolref.registry.session import Session, TransportT_co
 from toolref.wire import encoding, endpoints
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import ToolrefError, UnexpectedResponseError
-from toolref.wire.headers import HISTORY_HEADER, PROTOCOL_HEADER
+from toolref.wire.headers import HELD_HEADER, HISTORY_HEADER, PROTOCOL_HEADER
 from toolref.wire.models import (
     FindMissingResponse,
     FormatName,
@@ -39,6 +46,20 @@ from toolref.wire.models import (
 )
 from toolref.wire.protocol import PROTOCOL_REFS
 
+
+def _base_of(base: str | None, held: HeldRequest | None) -> Sequence[bytes]:
+    """The segments an answer sent as an edit keeps ranges of; `EditError` when it names a
+    base this client does not hold."""
+    if base is None:
+        return ()
+    if held is None or held.ref != base:
+        raise EditError(f"it keeps {base}, which this client does not hold")
+    return held.segments
+
+
+# The entries an answer sent as an edit may make: kept ranges reference segments already
+# held (no copies), so this bounds a list of references, not bytes.
+MAX_ENTRIES = 10_000_000
 _PROBE_REF = "tr_" + "a" * 26  # a well-formed ref no invocation has: 404 with a good key
 
 
@@ -155,30 +176,53 @@ class BaseRegistryClient(Session[TransportT_co]):
                 httpStatus=response.status_code,
             ) from None
 
-    def _apply_edit(self, data: bytes) -> Exchange[AppliedEdit]:
+    def _apply_edit(
+        self, data: bytes, segments: bool, held: HeldRequest | None
+    ) -> Exchange[AppliedEdit]:
         """`POST /v1/edits:apply`: the request edit `data` stands for, its recipe kept (a
-        refusal raised as its error: 409 missing-history or missing-pieces, 400, 413)."""
-        headers = {
-            **self._headers,
-            "Content-Type": edits.MEDIA_TYPE,
-            "Accept": requests.REQUEST_MEDIA_TYPE,
-        }
+        refusal raised as its error: 409 missing-history or missing-pieces, 400, 413).
+        `segments`: asked for as an edit, against `held` when that is the edit's base (the
+        answer then carries what changed): the request's segments come back too."""
+        headers = {**self._headers, "Content-Type": edits.MEDIA_TYPE}
+        headers["Accept"] = edits.MEDIA_TYPE if segments else requests.REQUEST_MEDIA_TYPE
+        if segments and held is not None:
+            headers[HELD_HEADER] = held.ref
         request = httpx.Request(
             "POST", self._url(endpoints.APPLY_EDIT), headers=headers, content=data
         )
         response = yield from self._send(request)
         media = response.headers.get("content-type", "").split(";")[0].strip()
-        found = requests.split(response.content) if response.status_code == 200 else None
-        ref = response.headers.get(HISTORY_HEADER, "")
-        if media != requests.REQUEST_MEDIA_TYPE or found is None or not ref:
-            self._decode(response)  # raises the problem (or says what came instead)
-            raise UnexpectedResponseError(
-                f"the registry at {self.base_url} answered {endpoints.APPLY_EDIT} with "
-                f"{response.content[:120]!r}; is it a toolref registry of 0.3 or later?",
-                httpStatus=response.status_code,
-            )
-        head, body = found
-        return AppliedEdit(head, body, ref.strip())
+        ref = response.headers.get(HISTORY_HEADER, "").strip()
+        if response.status_code == 200 and ref:
+            if media == edits.MEDIA_TYPE and segments:
+                return self._applied(response.content, ref, held)
+            found = requests.split(response.content)
+            if media == requests.REQUEST_MEDIA_TYPE and found is not None:
+                return AppliedEdit(found[0], found[1], ref)
+        self._decode(response)  # raises the problem (or says what came instead)
+        raise self._not_applied(response, "")
+
+    def _applied(self, content: bytes, ref: str, held: HeldRequest | None) -> AppliedEdit:
+        """The request of an answer sent as an edit (of `held`, or of nothing). O(ops +
+        inline bytes) and a join of the body."""
+        try:
+            header, blob = edits.read(content, len(content), MAX_ENTRIES)
+            inline = edits.inline(header, blob, b"", None)
+            found = apply_segments(_base_of(header.base, held), header.ops, inline)
+        except (EditError, ToolrefError) as exc:
+            raise self._not_applied(content, f" ({exc})") from None
+        if not found:
+            raise self._not_applied(content, " (no segments)")
+        return AppliedEdit(found[0], b"".join(found[1:]), ref, found)
+
+    def _not_applied(self, answer: httpx.Response | bytes, why: str) -> UnexpectedResponseError:
+        content = answer if isinstance(answer, bytes) else answer.content
+        status = 200 if isinstance(answer, bytes) else answer.status_code
+        return UnexpectedResponseError(
+            f"the registry at {self.base_url} answered {endpoints.APPLY_EDIT} with "
+            f"{content[:120]!r}{why}; is it a toolref registry of 0.3 or later?",
+            httpStatus=status,
+        )
 
     def _verify(self) -> Exchange[str | None]:
         """None when the registry accepts this client's key; else what is wrong, in words.

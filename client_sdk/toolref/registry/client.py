@@ -15,7 +15,13 @@ from typing import Any, Self
 
 import httpx
 
-from toolref.registry.answers import AppliedEdit, HydratedText, MessagesResult, Resolved
+from toolref.registry.answers import (
+    AppliedEdit,
+    HeldRequest,
+    HydratedText,
+    MessagesResult,
+    Resolved,
+)
 from toolref.registry.base import BaseRegistryClient
 from toolref.registry.exchange import Exchange, T, run_async, run_sync
 from toolref.registry.options import InvocationLike, WireEncoding
@@ -172,10 +178,14 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
         what a backend uses to hand its app exactly what the client sent."""
         return await self._run(self._hydrate_text(messages, format))
 
-    async def apply_edit(self, data: bytes) -> AppliedEdit:
+    async def apply_edit(
+        self, data: bytes, *, segments: bool = False, held: HeldRequest | None = None
+    ) -> AppliedEdit:
         """The request the edit `data` stands for (`POST /v1/edits:apply`: segment 0 with
-        credentials name-only, the body byte for byte), its recipe kept by the registry."""
-        return await self._run(self._apply_edit(data))
+        credentials name-only, the body byte for byte), its recipe kept by the registry.
+        `segments`: its segments too, the answer sent as an edit of `held` when that is the
+        edit's base (what changed crosses, not the conversation)."""
+        return await self._run(self._apply_edit(data, segments, held))
 
     async def verify(self) -> str | None:
         """None when the registry answers and accepts this client's key; else what is wrong."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toolref.kit import spans
-from toolref.registry.answers import AppliedEdit
+from toolref.registry.answers import AppliedEdit, HeldRequest
 from toolref.registry.client import AsyncRegistryClient
 from toolref.wire.models import FormatName
 
@@ -90,9 +90,13 @@ class Registry(Protocol):
         """`messages` with their `toolRef` markers hydrated (full payloads registered)."""
         ...
 
-    async def apply_edit(self, data: bytes) -> AppliedEdit:
+    async def apply_edit(
+        self, data: bytes, *, segments: bool = False, held: HeldRequest | None = None
+    ) -> AppliedEdit:
         """The request the edit `data` stands for, its recipe kept (segment 0 with its
-        credentials name-only: the caller fills them); a refusal raised as its error."""
+        credentials name-only: the caller fills them); a refusal raised as its error.
+        `segments`: its segments too, what changed sent against `held` (the caller's copy
+        of the edit's base, when it has one)."""
         ...
 
     async def verify(self) -> str | None:
@@ -114,8 +118,10 @@ class HttpRegistry:
         answer = await self.client.hydrate_text(messages.text, format)
         return Hydration(None, answer.tool_references, answer.text, answer.messages)
 
-    async def apply_edit(self, data: bytes) -> AppliedEdit:
-        return await self.client.apply_edit(data)
+    async def apply_edit(
+        self, data: bytes, *, segments: bool = False, held: HeldRequest | None = None
+    ) -> AppliedEdit:
+        return await self.client.apply_edit(data, segments=segments, held=held)
 
     async def verify(self) -> str | None:
         return await self.client.verify()

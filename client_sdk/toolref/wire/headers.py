@@ -8,6 +8,9 @@ Between a client and a backend or the registry:
   (`tb_...`): the base of the next edit. (As a request header, with `Toolref-Dictionary` and
   `Toolref-Checkpoint`, it was the history-ref protocol, retired in 0.3: `RETIRED_HEADERS`.)
 - `Toolref-References`: the refs of the payloads a client sent in full (JSON, ASCII).
+- `Toolref-Held`: on `POST /v1/edits:apply` asking for the request as an edit (`Accept:
+  application/vnd.toolref.edit`), the recipe (`tb_...`) whose segments the caller holds:
+  when it is the edit's base, the answer keeps ranges of it and carries only the rest.
 
 Between a relay and a gateway:
 - `Toolref-Key`: the tenant's toolref key (provider credentials keep their own headers).
@@ -36,6 +39,7 @@ SWITCH_HEADER: Final = "Toolref-Switch"
 SWITCHED_FROM_HEADER: Final = "Toolref-Switched-From"
 SAVINGS_HEADER: Final = "Toolref-Savings"
 EDITS_HEADER: Final = "Toolref-Edits"
+HELD_HEADER: Final = "Toolref-Held"
 FRAMES_HEADER: Final = "Toolref-Frames"
 FRAMES_VERSION: Final = "2"  # what a relay sends by default: size-guarded edits
 FRAMES_VERSIONS: Final = ("1", "2")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from toolref.asgi.budget import Budget
-from toolref.registry.answers import AppliedEdit
+from toolref.registry.answers import AppliedEdit, HeldRequest
 from toolref.registry.port import Hydration, Messages
 from toolref.wire.models import FormatName, HydrateRequest, validated
 from toolref.wire.protocol import PROTOCOL_REFS
@@ -59,11 +59,15 @@ class InProcessRegistry:
         answered: Sequence[str] = done.texts
         return Hydration(answered, done.references())
 
-    async def apply_edit(self, data: bytes) -> AppliedEdit:
-        """The edit applied by this process's registry steps, as `POST /v1/edits:apply`."""
+    async def apply_edit(
+        self, data: bytes, *, segments: bool = False, held: HeldRequest | None = None
+    ) -> AppliedEdit:
+        """The edit applied by this process's registry steps, as `POST /v1/edits:apply`
+        (in process the segments cost nothing to hand over: `held` is not needed)."""
         with self.budget.account() as account:
             applied = await apply_edit(self.services, self.tenant, data, None, account)
-        return AppliedEdit(applied.head, applied.request.body, applied.ref)
+        found = applied.segments if segments else ()
+        return AppliedEdit(applied.head, applied.request.body, applied.ref, found)
 
     async def verify(self) -> str | None:
         return None  # the registry is this process: nothing to reach, no key to present
