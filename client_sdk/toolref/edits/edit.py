@@ -175,15 +175,3 @@ def dictionary(order: Sequence[int], segment: Callable[[int], bytes], size: int)
         parts.append(data[-left:] if len(data) > left else data)
         left -= len(data)
     return b"".join(reversed(parts))
-
-
-def needed(order: Sequence[int], sizes: Callable[[int], int], size: int) -> list[int]:
-    """The base entries `dictionary` reads for `size` bytes (to fetch them first)."""
-    found: list[int] = []
-    left = size
-    for index in reversed(order):
-        if left <= 0:
-            break
-        found.append(index)
-        left -= sizes(index)
-    return found
