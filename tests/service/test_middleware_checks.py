@@ -213,13 +213,6 @@ async def test_a_streamed_json_answer_is_not_held_to_add_refs(redis: Redis) -> N
             assert json.loads(streamed.headers["toolref-references"]) == added
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug (issue 38): toolref.receiving.restoring answers an edit with the "
-    "registry's own 401 when the registry refuses the middleware's key (only "
-    "RegistryUnreachableError becomes the 415 the client sends the request whole on), so "
-    "the chat stops; the hydrator's REGISTRY_FAILURES are the failures to map to 415",
-)
 async def test_edits_to_a_backend_whose_registry_refuses_its_key_go_as_they_are(
     redis: Redis,
 ) -> None:
