@@ -102,7 +102,7 @@ class RecordingProxy:
         encoding = request.headers.get("content-encoding", "")
         try:
             body = decode_body(wire, encoding) if encoding else wire
-        except Exception:  # zstd against a history's dictionary: kept as sent
+        except Exception:  # a body that does not inflate: kept as sent
             body = wire
         record = Recorded(
             index=len(self.requests),
