@@ -87,7 +87,7 @@ def turns(count: int) -> list[dict[str, Any]]:
     for n in range(count):
         messages.append({"role": "user", "content": f"read file {n}, then tell me"})
         bodies.append({"model": "m", "messages": list(messages)})
-        call = {"id": f"c{n}", "type": "function"}
+        call: dict[str, Any] = {"id": f"c{n}", "type": "function"}
         call["function"] = {"name": "read", "arguments": json.dumps({"path": f"src/{n}.py"})}
         messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         content = "".join(f"line {i} of file {n}: value = {i * n}\n" for i in range(120))
