@@ -12,13 +12,6 @@ from ..unit.test_bench import small_trace
 pytestmark = pytest.mark.engine
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="loadtests/answers.py (not this branch's to change) still builds its clients with "
-    "ToolReferenceManager(history_refs=False), an option retired in 0.3: its modes (history "
-    "refs, refs alone) are to become edits, and this test with them",
-)
 def test_answers_are_counted_bare_and_with_toolref(engine_url: str) -> None:
     if engine_url.startswith("redis+cluster"):
         pytest.skip("the benchmark runs on one node; the cluster pass covers the middleware")
