@@ -16,6 +16,7 @@ import pytest
 from tests.support.cluster import LocalCluster
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
 from toolref.edits.wire import MEDIA_TYPE
+from toolref.receiving import middleware
 from toolref.wire.encoding import dumps_json
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
@@ -38,7 +39,12 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     local.stop()
 
 
-async def test_a_primary_fails_over_while_clients_chat(cluster: LocalCluster) -> None:
+async def test_a_primary_fails_over_while_clients_chat(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After an edit it cannot apply, the middleware offers no edits for a while: shortened
+    # to fit the test's few seconds of chat after the failover.
+    monkeypatch.setattr(middleware, "UNAPPLIED_SECONDS", 0.5)
     settings = Settings(redis_url=cluster.url, redis_timeout=0.5, redis_connect_timeout=0.2)
     service = create_app(settings)  # the lifespan opens the cluster client from the URL
     async with service.router.lifespan_context(service):
