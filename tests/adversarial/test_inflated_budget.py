@@ -220,14 +220,6 @@ async def test_a_chat_backends_middleware_refuses_bombs_past_its_budget(redis: R
     assert budget.high_water <= BUDGET
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="product bug (i38 94b327b): restoring.restore_edit treats every ToolrefError but "
-    "400/409/413/422 as the registry's failure, so the middleware's own budget refusal "
-    "(503 overloaded, raised by account.charge after the registry applied the edit) becomes "
-    "a 415 'the registry cannot apply edits now': the client resends the request whole to "
-    "an overloaded backend, and edits stop being offered for UNAPPLIED_SECONDS",
-)
 async def test_a_small_edit_is_charged_for_the_request_it_restores(redis: Redis) -> None:
     """An edit of one short message against a 900 KiB recipe becomes a 900 KiB body for the
     app: the restored body is charged before it is handed over, so with the budget nearly

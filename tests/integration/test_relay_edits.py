@@ -29,8 +29,8 @@ from starlette.routing import Route
 
 from tests.support.servers import serve, serve_all
 from tests.unit.edits.agents import HEADERS, Agent
+from toolref.asgi.scope import Receive, Scope, Send
 from toolref.edits.wire import MEDIA_TYPE
-from toolref.receiving.middleware import Receive, Scope, Send
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.as_edit import OFFLOAD_BYTES
 from toolref_server.app import create_app
