@@ -239,6 +239,7 @@ async def test_a_registry_that_refuses_the_backend_costs_one_extra_request_then_
     # turn 1 plain (offering), turn 2 an edit refused then resent plain, then plain only
     assert sent == ["application/json", MEDIA_TYPE] + ["application/json"] * 4
     assert all("toolref-edits" not in a.headers for a in answers[1:])
+    assert manager.savings.edits == 0  # the one refused 415 and sent as it is is no edit
 
 
 class Answered(httpx.AsyncBaseTransport):

@@ -35,13 +35,6 @@ def binaries() -> None:
         need("no `toolref` command in this venv (pip install -e .): the soak runs the relay")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="loadtests/soak.py (not this branch's to change) starts the service with "
-    "TOOLREF_HISTORY_SUPERSEDED_TTL, TOOLREF_HISTORY_REFRESH_SECONDS, "
-    "TOOLREF_HISTORY_CACHE_BYTES and TOOLREF_GATEWAY_HISTORY_CHARS, retired in 0.3, which "
-    "the service refuses as unknown variables: it exits before the soak starts",
-)
 def test_a_short_soak_sends_every_kind_of_request_and_none_fails() -> None:
     options = soak.Options(12, 4, 10, Limit(soak.LIMIT_MIB, soak.FLOOR_MIB), turns=4, every=0.5)
     result = soak.soak(options)

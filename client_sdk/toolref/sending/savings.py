@@ -9,7 +9,7 @@ from dataclasses import dataclass
 class Savings:
     """What went over the wire (`sent_bytes`: every attempt's body), next to the bodies the
     app handed over (`full_bytes`, once per request); `resends`: attempts after a miss;
-    `edits`: requests that travelled as edits."""
+    `edits`: requests answered as edits (one refused 415 and sent as it is is not)."""
 
     requests: int = 0
     resends: int = 0
@@ -26,8 +26,7 @@ class Savings:
         self.requests += 1
         self.full_bytes += raw
 
-    def sent(self, wire: int, *, resend: bool, edit: bool) -> None:
+    def sent(self, wire: int, *, resend: bool) -> None:
         """An attempt of `wire` bytes of body (`resend`: after a miss)."""
         self.sent_bytes += wire
         self.resends += resend
-        self.edits += edit and not resend

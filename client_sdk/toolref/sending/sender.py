@@ -88,13 +88,14 @@ class Sender:
                 httpx.Response, (yield rebuild(request, edit.body, [*edit.headers, *own]))
             )
             self._told(target, response)
-            self.savings.sent(len(edit.body), resend=edit.resends > 0, edit=True)
+            self.savings.sent(len(edit.body), resend=edit.resends > 0)
             if response.status_code == 415 and _unsupported(response):
                 self.reads.pop(target)
                 return (yield from self._as_it_is(request, content, pairs, rebuild, target))
             following = self._next(edit, response)
             if following is None:
                 self.editor.confirm(edit, response.headers.get(HISTORY_HEADER))
+                self.savings.edits += 1
                 return response
             edit = following
 
@@ -110,7 +111,7 @@ class Sender:
         offered = [(k, v) for k, v in pairs if k.lower() != EDITS_HEADER.lower()]
         response = cast(httpx.Response, (yield rebuild(request, content, [*offered, OFFER])))
         self._told(target, response)
-        self.savings.sent(len(content), resend=False, edit=False)
+        self.savings.sent(len(content), resend=False)
         return response
 
     def _told(self, target: str, response: httpx.Response) -> None:
