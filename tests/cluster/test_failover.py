@@ -26,6 +26,7 @@ from ..service.test_chat_flow import Backend
 
 CONVERSATIONS = 4
 TURNS = 40  # 6 s of chat: the kill at turn 8, the failover takes about 2 s
+UNAPPLIED = 0.5  # seconds the middleware offers no edits after one it could not apply
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ async def test_a_primary_fails_over_while_clients_chat(
 ) -> None:
     # After an edit it cannot apply, the middleware offers no edits for a while: shortened
     # to fit the test's few seconds of chat after the failover.
-    monkeypatch.setattr(middleware, "UNAPPLIED_SECONDS", 0.5)
+    monkeypatch.setattr(middleware, "UNAPPLIED_SECONDS", UNAPPLIED)
     settings = Settings(redis_url=cluster.url, redis_timeout=0.5, redis_connect_timeout=0.2)
     service = create_app(settings)  # the lifespan opens the cluster client from the URL
     async with service.router.lifespan_context(service):
@@ -66,8 +67,15 @@ async def test_a_primary_fails_over_while_clients_chat(
             history: list[dict[str, Any]] = []
             for turn in range(TURNS):
                 if conversation == 0 and turn == 8:
+                    primaries = len(cluster.primary_nodes())
                     victim.stop(timeout=0.1)  # SIGTERM: the primary is gone
                     killed_at.append(time.monotonic())
+                    watching.append(loop.run_in_executor(None, failed_over, primaries))
+                    killed.set()
+                if turn == TURNS - 8:  # the last turns: once the replica has taken over
+                    await killed.wait()
+                    await watching[0]
+                    await asyncio.sleep(UNAPPLIED + 0.2)  # and edits are offered again
                 history.append({"role": "user", "content": f"c{conversation} turn {turn}"})
                 body = {"messages": history}
                 sent.add(dumps_json(body))
@@ -79,6 +87,16 @@ async def test_a_primary_fails_over_while_clients_chat(
                 await asyncio.sleep(0.15)  # a user reading the answer
             return manager
 
+        loop = asyncio.get_running_loop()
+        watching: list[asyncio.Future[None]] = []
+        killed = asyncio.Event()
+
+        def failed_over(primaries: int) -> None:
+            """Until a replica is a primary in the victim's place and the cluster is ok."""
+            deadline = time.monotonic() + 30
+            while len(cluster.primary_nodes()) < primaries and time.monotonic() < deadline:
+                time.sleep(0.1)
+            cluster.wait_ok(timeout=30)
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=wrapped), base_url="http://b"
         ) as http:

@@ -73,8 +73,9 @@ export interface ToolRefBackendOptions {
   timeoutMs?: number;
   /** The most bytes of a registry answer read; a larger one is the registry unavailable. Default 128 MiB. */
   maxAnswerBytes?: number;
-  /** After the registry could not apply an edit, answers do not offer edits for this long, in ms, so
-   * clients send their requests as they are meanwhile. Default 30000 (the Python middleware's 30 s). */
+  /** After the registry could not apply an edit, answers do not offer edits for a while, so clients
+   * send their requests as they are meanwhile: 1 s after a first failure, doubled after each
+   * further one, at most this long, in ms. Default 30000 (the Python middleware's 30 s). */
   unappliedMs?: number;
 }
 
@@ -105,11 +106,15 @@ interface Context {
   readonly limits: Record<Limit, number>;
   readonly registry: string;
   /** Milliseconds (Date.now) from which edits are offered again: after the registry failed
-   * (`cannotApply`), answers do not say `Toolref-Edits` for `unappliedMs`, so clients send
-   * their requests as they are meanwhile (one extra request per client per while, not one
-   * per turn). */
+   * one (`cannotApply`), answers do not say `Toolref-Edits` for `pauseMs`, so clients send
+   * their requests as they are meanwhile: 1 s after a first failure, twice as long after each
+   * further one, at most `unappliedMs`, none again once an edit applies (as the Python
+   * middleware's `Pause`). */
   editsFrom: number;
+  pauseMs: number;
 }
+
+const FIRST_PAUSE_MS = 1000;
 
 
 
@@ -123,7 +128,7 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new UsageError(`withToolRef({ fetch }) takes a function, not ${typeof options.fetch}; pass one or leave it out`);
   }
-  const context: Context = { handler, options, limits: checkedLimits(options), registry: options.registry.replace(/\/+$/, ""), editsFrom: 0 };
+  const context: Context = { handler, options, limits: checkedLimits(options), registry: options.registry.replace(/\/+$/, ""), editsFrom: 0, pauseMs: 0 };
 
   return async (request: Request): Promise<Response> => {
     if (request.method !== "POST") return handler(request);
@@ -207,6 +212,7 @@ async function applied(context: Context, request: Request): Promise<Response> {
   });
   merged.set("content-length", String(restored.body.length));
   const rebuilt = new Request(request.url, { method: "POST", headers: merged, body: restored.body as BodyInit, signal: request.signal });
+  context.pauseMs = 0; // the registry applied it: no pause after its next failure but the first
   const response = await context.handler(rebuilt);
   const marks: Record<string, string> = { ...EDITS, [SAVINGS_HEADER]: savingsValue(restored.body.length, data.length) };
   const history = answer.headers.get(HISTORY_HEADER);
@@ -229,9 +235,10 @@ export function parseRequest(data: Uint8Array): { lines: [string, string | null]
 }
 
 /** The registry cannot apply the edit now: a 415, on which a toolref client sends the
- * request as it is; edits are not offered again for `unappliedMs`. */
+ * request as it is; edits are not offered again for a while (`Context.pauseMs`). */
 function cannotApply(context: Context, reason: string): Response {
-  context.editsFrom = Date.now() + context.limits.unappliedMs;
+  context.pauseMs = Math.min(Math.max(context.pauseMs * 2, FIRST_PAUSE_MS), context.limits.unappliedMs);
+  context.editsFrom = Date.now() + context.pauseMs;
   return problem(415, "unsupported-media-type", `this backend cannot apply edits now (${reason}); send the request as it is`);
 }
 

@@ -55,6 +55,7 @@ from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough,
 from toolref.receiving.middleware_options import check_middleware_options
 from toolref.receiving.restoring import (
     UNAPPLIED_SECONDS,
+    Pause,
     is_edit,
     offers_edits,
     restore_edit,
@@ -143,7 +144,7 @@ class ToolRefMiddleware:
         )
         self.registry_problem: str | None = None  # what the start-up check found wrong
         self._verified: asyncio.Task[None] | None = None
-        self._edits_from = 0.0  # monotonic time from which edits are offered again
+        self._pause = Pause()  # edits not offered for a while after the registry failed
         self.held = HeldRequests(held_bytes)  # restored requests: the next edits' bases
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -154,7 +155,7 @@ class ToolRefMiddleware:
             await self.app(scope, receive, send)
             return
         if offers_edits(scope):
-            scope, send = told_edits(scope, send, time.monotonic() >= self._edits_from)
+            scope, send = told_edits(scope, send, self._pause.offered(time.monotonic()))
         if is_edit(scope):
             with self.budget.account() as account:
                 applied = await restore_edit(
@@ -168,8 +169,10 @@ class ToolRefMiddleware:
                     problem=_edit_problem,
                     held=self.held,
                 )
-            if not applied:  # the registry failed: plain requests for a while
-                self._edits_from = time.monotonic() + UNAPPLIED_SECONDS
+            if applied:
+                self._pause.applied()
+            else:  # the registry failed: plain requests for a while
+                self._pause.failed(time.monotonic(), UNAPPLIED_SECONDS)
             return
         if not speaks_refs(scope):
             await self.app(scope, receive, send)

@@ -15,9 +15,11 @@ answered to the client as it is, which resends by itself (`toolref.sending.edito
 other failure is the registry's, not the edit's (it cannot be reached, refuses this
 backend's key, is over a quota, its store is down): the edit is answered 415
 (`unsupported-media-type`), on which the client sends the request as it is, and the
-middleware stops saying it reads edits for a while (`UNAPPLIED_SECONDS`): chatting never
-stops, and a registry that is down costs one extra request per client per while, not one
-per turn.
+middleware stops saying it reads edits for a while (`Pause`: a second after a first failure,
+twice as long after each further one, at most `UNAPPLIED_SECONDS`, none again once an edit
+applies): chatting never stops, a registry that is down costs each client a few extra
+requests over the outage, not one per turn, and edits resume within a second or two of its
+return after a short outage.
 """
 
 from __future__ import annotations
@@ -63,7 +65,27 @@ _FRAMING: Final = frozenset(
 EDITS_VALUE: Final = str(wire.VERSION)  # what a receiver answers `Toolref-Edits` with
 # The statuses of a refusal of the edit itself, answered to its client, which resends.
 EDIT_REFUSALS: Final = frozenset({400, 409, 413, 422})
-UNAPPLIED_SECONDS: Final = 30.0  # edits not offered for this long after the registry failed
+UNAPPLIED_SECONDS: Final = 30.0  # the longest pause of edits after the registry failed
+FIRST_PAUSE: Final = 1.0  # seconds, after a first failure
+
+
+class Pause:
+    """When edits are offered again after the registry failed them: `FIRST_PAUSE` after a
+    first failure, doubled after each further one up to `longest`, none once one applies."""
+
+    def __init__(self) -> None:
+        self.until = 0.0  # monotonic time from which edits are offered
+        self.length = 0.0
+
+    def offered(self, now: float) -> bool:
+        return now >= self.until
+
+    def failed(self, now: float, longest: float) -> None:
+        self.length = min(max(self.length * 2, FIRST_PAUSE), longest)
+        self.until = now + self.length
+
+    def applied(self) -> None:
+        self.length = 0.0
 
 
 def is_edit(scope: Scope) -> bool:
