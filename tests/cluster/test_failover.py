@@ -16,7 +16,7 @@ import pytest
 from tests.support.cluster import LocalCluster
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
 from toolref.edits.wire import MEDIA_TYPE
-from toolref.receiving import middleware
+from toolref.sending import pause
 from toolref.wire.encoding import dumps_json
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
@@ -26,7 +26,7 @@ from ..service.test_chat_flow import Backend
 
 CONVERSATIONS = 4
 TURNS = 40  # 6 s of chat: the kill at turn 8, the failover takes about 2 s
-UNAPPLIED = 0.5  # seconds the middleware offers no edits after one it could not apply
+UNAPPLIED = 0.5  # seconds a client sends no edits after a 415 (its pause, shortened)
 
 
 @pytest.fixture
@@ -43,9 +43,10 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 async def test_a_primary_fails_over_while_clients_chat(
     cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # After an edit it cannot apply, the middleware offers no edits for a while: shortened
-    # to fit the test's few seconds of chat after the failover.
-    monkeypatch.setattr(middleware, "UNAPPLIED_SECONDS", UNAPPLIED)
+    # After a 415 to an edit, the client sends no edits for a while: shortened to fit the
+    # test's few seconds of chat after the failover.
+    monkeypatch.setattr(pause, "FIRST", UNAPPLIED)
+    monkeypatch.setattr(pause, "LONGEST", UNAPPLIED)
     settings = Settings(redis_url=cluster.url, redis_timeout=0.5, redis_connect_timeout=0.2)
     service = create_app(settings)  # the lifespan opens the cluster client from the URL
     async with service.router.lifespan_context(service):
@@ -75,7 +76,7 @@ async def test_a_primary_fails_over_while_clients_chat(
                 if turn == TURNS - 8:  # the last turns: once the replica has taken over
                     await killed.wait()
                     await watching[0]
-                    await asyncio.sleep(UNAPPLIED + 0.2)  # and edits are offered again
+                    await asyncio.sleep(UNAPPLIED + 0.2)  # and the clients' pause is over
                 history.append({"role": "user", "content": f"c{conversation} turn {turn}"})
                 body = {"messages": history}
                 sent.add(dumps_json(body))
@@ -97,6 +98,7 @@ async def test_a_primary_fails_over_while_clients_chat(
             while len(cluster.primary_nodes()) < primaries and time.monotonic() < deadline:
                 time.sleep(0.1)
             cluster.wait_ok(timeout=30)
+
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=wrapped), base_url="http://b"
         ) as http:

@@ -22,7 +22,7 @@ import pytest
 from starlette.applications import Starlette
 
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolRefMiddleware
-from toolref.receiving import middleware
+from toolref.sending import pause
 from toolref.wire.headers import PROTOCOL_HEADER
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine
@@ -55,7 +55,7 @@ FAILURES, RESET = 3, 0.2  # the middleware's CircuitBreaker
 # measured for the service (about 8 ms per conversation turn here).
 THINK = 0.02
 POOLED = 8  # connections the service holds in its pool when the engine restarts
-UNAPPLIED = 0.2  # seconds the middleware offers no edits after one it could not apply
+UNAPPLIED = 0.2  # seconds a client sends no edits after a 415 (its pause, shortened)
 
 
 @asynccontextmanager
@@ -91,8 +91,9 @@ async def wait_until_ready(registry: AsyncRegistryClient, within: float = 5.0) -
 async def test_engine_killed_while_clients_chat(
     engines: Engines, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # After an edit it cannot apply, the middleware offers no edits for a while: shortened.
-    monkeypatch.setattr(middleware, "UNAPPLIED_SECONDS", UNAPPLIED)
+    # After a 415 to an edit, the client sends no edits for a while: shortened.
+    monkeypatch.setattr(pause, "FIRST", UNAPPLIED)
+    monkeypatch.setattr(pause, "LONGEST", UNAPPLIED)
     engine = engines.start("engine", appendonly="yes", appendfsync="always")
     async with serving(engine) as (service, api):
         link = TimingTransport(httpx.ASGITransport(app=service))

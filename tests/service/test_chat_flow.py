@@ -29,7 +29,7 @@ from toolref import (
     ToolRefMiddleware,
     formats,
 )
-from toolref.receiving import middleware
+from toolref.sending import pause
 from toolref.sending.rewrite import rewrite
 from toolref.wire.encoding import dumps_json
 from toolref.wire.errors import HistoryRefsRetiredError
@@ -213,12 +213,12 @@ async def test_registry_down_keeps_the_chat_going_then_edits_resume(
     setup: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The registry unreachable for turns 4 to 7: the middleware cannot apply the first
-    edit (415), the manager sends that turn as it is, and the middleware stops offering
-    edits for a while (`UNAPPLIED_SECONDS`, shortened here): the later outage turns go as
-    they are, one request each. The registry back and the while over, the next turn's
-    answer offers edits again and the turns after it are edits against the recipe
-    confirmed before the outage."""
-    monkeypatch.setattr(middleware, "UNAPPLIED_SECONDS", 0.2)
+    edit (415), the manager sends that turn as it is and pauses its edits for a while
+    (`toolref.sending.pause`, shortened here): the later outage turns go as they are, one
+    request each (but a probe edit once a pause is over). The registry back and the pause
+    over, the turns are edits again against the recipe confirmed before the outage."""
+    monkeypatch.setattr(pause, "FIRST", 0.2)
+    monkeypatch.setattr(pause, "LONGEST", 0.2)
     manager = ToolReferenceManager()
     sent: list[int] = []
     full: list[int] = []
@@ -226,7 +226,7 @@ async def test_registry_down_keeps_the_chat_going_then_edits_resume(
     async def outage(turn: int) -> None:
         setup.registry_link.down = 4 <= turn < 8
         if turn == 8:
-            await asyncio.sleep(0.25)  # the while is over
+            await asyncio.sleep(0.25)  # the pause is over
         sent.append(manager.savings.sent_bytes)
         full.append(manager.savings.full_bytes)
 
@@ -237,8 +237,8 @@ async def test_registry_down_keeps_the_chat_going_then_edits_resume(
     size = [full[n + 1] - full[n] for n in range(12)]
     assert all(cost[n] * 3 < size[n] for n in (2, 3)), (cost, size)  # edits before
     assert cost[4] > size[4], (cost, size)  # an edit refused (415), then the turn whole
-    assert cost[5:9] == size[5:9], (cost, size)  # as they are, one request each
-    assert all(cost[n] * 3 < size[n] for n in range(9, 12)), (cost, size)  # edits again
+    assert cost[5:8] == size[5:8], (cost, size)  # as they are, one request each
+    assert all(cost[n] * 3 < size[n] for n in range(8, 12)), (cost, size)  # edits again
     assert manager.savings.resends == 0  # no miss: the recipes outlived the outage
 
 

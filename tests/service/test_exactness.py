@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
 from toolref.edits.wire import MEDIA_TYPE
-from toolref.receiving import middleware
+from toolref.sending import pause
 from toolref.wire.encoding import dumps_json
 from toolref.wire.errors import HistoryRefsRetiredError
 from toolref_server.app import create_app
@@ -65,9 +65,10 @@ def recorder(received: list[bytes]) -> Starlette:
 
 @pytest.fixture
 async def chain(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Chain]:
-    # A registry that failed makes the middleware stop offering edits for a while: not
-    # here, where every example after a "registry-down" one would go without edits.
-    monkeypatch.setattr(middleware, "UNAPPLIED_SECONDS", 0.0)
+    # A 415 makes the client pause its edits for a while: not here, where every example
+    # after a "registry-down" one would go without edits.
+    monkeypatch.setattr(pause, "FIRST", 0.0)
+    monkeypatch.setattr(pause, "LONGEST", 0.0)
     # No edit cache: the store decides what is held, so evicting keys is felt.
     service = create_app(Settings(redis_url="unused", edit_cache_bytes=0), redis=redis)
     async with service.router.lifespan_context(service):

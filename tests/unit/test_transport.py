@@ -18,6 +18,7 @@ import pytest
 from tests.unit.edits.oracle import Registry
 from toolref.edits.wire import MEDIA_TYPE
 from toolref.sending.answers import may_resend
+from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.transport import Transport
 
 JSON = {"content-type": "application/json"}
@@ -157,3 +158,53 @@ def test_a_body_no_json_library_writes_back_reaches_the_receiver_as_it_came(name
     assert answer.status_code == 200
     assert receiver.bodies[-1] == UNCARRIABLE[name]
     assert receiver.sent[-1].headers["content-type"] == MEDIA_TYPE
+
+
+class Refusing(Receiver):
+    """A receiver whose registry is down while `down`: it answers an edit 415 (it cannot
+    apply one now) and still offers edits on the requests it serves as they are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if self.down and request.headers.get("content-type") == MEDIA_TYPE:
+            self.sent.append(request)
+            problem = {"type": "urn:toolref:problem:unsupported-media-type", "status": 415}
+            return httpx.Response(415, json=problem)
+        return super().__call__(request)
+
+
+def test_a_415_pauses_edits_to_the_endpoint_doubling_until_one_is_answered() -> None:
+    """After a 415 the endpoint's requests go as they are for a second, then one edit is
+    tried; refused again, the pause doubles; answered, edits go on and the pause resets."""
+    receiver = Refusing()
+    now = [0.0]
+    manager = ToolReferenceManager()
+    manager.sender.clock = lambda: now[0]
+    sent: list[bool] = []  # each request: an edit?
+
+    def turn(at: float, n: int) -> None:
+        now[0] = at
+        before = len(receiver.sent)
+        history = [{"role": "user", "content": f"turn {i} " * 20} for i in range(n)]
+        with httpx.Client(transport=httpx.MockTransport(receiver)) as client:
+            answer = manager.post(
+                client, "https://llm.test/v1/chat/completions", {"messages": history}
+            )
+        assert answer.status_code == 200
+        sent.extend(r.headers.get("content-type") == MEDIA_TYPE for r in receiver.sent[before:])
+
+    turn(0.0, 1)  # as it is, offering edits
+    turn(0.1, 2)  # an edit
+    receiver.down = True
+    turn(0.2, 3)  # an edit, 415, then as it is
+    turn(0.5, 4)  # paused (1 s): as it is
+    turn(1.3, 5)  # the pause over: an edit, 415 again, as it is; paused 2 s now
+    turn(2.5, 6)  # as it is
+    receiver.down = False
+    turn(3.4, 7)  # over: an edit, answered
+    turn(3.5, 8)  # an edit
+    assert sent == [False, True, True, False, False, True, False, False, True, True]
+    assert manager.savings.edits == 3

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import time
 from collections.abc import Container, Sequence
 from typing import Final
 
@@ -54,8 +53,6 @@ from toolref.receiving.held import HeldRequests
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
 from toolref.receiving.middleware_options import check_middleware_options
 from toolref.receiving.restoring import (
-    UNAPPLIED_SECONDS,
-    Pause,
     is_edit,
     offers_edits,
     restore_edit,
@@ -144,7 +141,6 @@ class ToolRefMiddleware:
         )
         self.registry_problem: str | None = None  # what the start-up check found wrong
         self._verified: asyncio.Task[None] | None = None
-        self._pause = Pause()  # edits not offered for a while after the registry failed
         self.held = HeldRequests(held_bytes)  # restored requests: the next edits' bases
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -155,10 +151,10 @@ class ToolRefMiddleware:
             await self.app(scope, receive, send)
             return
         if offers_edits(scope):
-            scope, send = told_edits(scope, send, self._pause.offered(time.monotonic()))
+            scope, send = told_edits(scope, send)
         if is_edit(scope):
             with self.budget.account() as account:
-                applied = await restore_edit(
+                await restore_edit(
                     self.app,
                     self.hydrator.registry,
                     scope,
@@ -169,10 +165,6 @@ class ToolRefMiddleware:
                     problem=_edit_problem,
                     held=self.held,
                 )
-            if applied:
-                self._pause.applied()
-            else:  # the registry failed: plain requests for a while
-                self._pause.failed(time.monotonic(), UNAPPLIED_SECONDS)
             return
         if not speaks_refs(scope):
             await self.app(scope, receive, send)

@@ -14,12 +14,8 @@ A refusal of the edit itself (409 `missing-history` or `missing-pieces`, 400, 41
 answered to the client as it is, which resends by itself (`toolref.sending.editor`). Any
 other failure is the registry's, not the edit's (it cannot be reached, refuses this
 backend's key, is over a quota, its store is down): the edit is answered 415
-(`unsupported-media-type`), on which the client sends the request as it is, and the
-middleware stops saying it reads edits for a while (`Pause`: a second after a first failure,
-twice as long after each further one, at most `UNAPPLIED_SECONDS`, none again once an edit
-applies): chatting never stops, a registry that is down costs each client a few extra
-requests over the outage, not one per turn, and edits resume within a second or two of its
-return after a short outage.
+(`unsupported-media-type`), on which the client sends the request as it is (and pauses
+its edits to this endpoint for a while: `toolref.sending.pause`): chatting never stops.
 """
 
 from __future__ import annotations
@@ -65,27 +61,6 @@ _FRAMING: Final = frozenset(
 EDITS_VALUE: Final = str(wire.VERSION)  # what a receiver answers `Toolref-Edits` with
 # The statuses of a refusal of the edit itself, answered to its client, which resends.
 EDIT_REFUSALS: Final = frozenset({400, 409, 413, 422})
-UNAPPLIED_SECONDS: Final = 30.0  # the longest pause of edits after the registry failed
-FIRST_PAUSE: Final = 1.0  # seconds, after a first failure
-
-
-class Pause:
-    """When edits are offered again after the registry failed them: `FIRST_PAUSE` after a
-    first failure, doubled after each further one up to `longest`, none once one applies."""
-
-    def __init__(self) -> None:
-        self.until = 0.0  # monotonic time from which edits are offered
-        self.length = 0.0
-
-    def offered(self, now: float) -> bool:
-        return now >= self.until
-
-    def failed(self, now: float, longest: float) -> None:
-        self.length = min(max(self.length * 2, FIRST_PAUSE), longest)
-        self.until = now + self.length
-
-    def applied(self) -> None:
-        self.length = 0.0
 
 
 def is_edit(scope: Scope) -> bool:
@@ -198,14 +173,11 @@ def offers_edits(scope: Scope) -> bool:
     return header(scope, EDITS_HEADER) is not None
 
 
-def told_edits(scope: Scope, send: Send, offered: bool = True) -> tuple[Scope, Send]:
+def told_edits(scope: Scope, send: Send) -> tuple[Scope, Send]:
     """A request offering edits as the app sees it (the offer is toolref's, not the app's),
-    and `send` adding `Toolref-Edits` to its answer's head (`offered`: edits are read here
-    now; False while the registry has failed)."""
+    and `send` adding `Toolref-Edits` to its answer's head."""
     name = asgi_name(EDITS_HEADER)
     kept = [(k, v) for k, v in scope["headers"] if k.lower() != name]
-    if not offered:
-        return {**scope, "headers": kept}, send
     told = (name, EDITS_VALUE.encode())
 
     async def with_edits(message: Message) -> None:

@@ -11,7 +11,8 @@ no base (each segment inline, alone), later ones against the recipe the receiver
 (`Toolref-History`). A miss (409 `missing-history`, `missing-pieces`, 400
 `dictionary-mismatch`) is resent by the `Editor` (at most 3 times, the last with
 everything inline); a 415 (a receiver that cannot apply edits now) sends the request as it
-is, and the endpoint is offered edits again. The answer kept is handed back as it came: a
+is, and the endpoint's requests go as they are, offering edits, for a while
+(`toolref.sending.pause`). The answer kept is handed back as it came: a
 stream stays a stream (only a problem the exchange resends on is read, by the driver).
 
 Segment 0 holds the request's headers but credentials (name-only), hop headers and
@@ -21,6 +22,7 @@ toolref's; an edit travels with its media type, the credentials and toolref's ow
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, cast
@@ -33,6 +35,7 @@ from toolref.kit.lru import LRU
 from toolref.registry.exchange import Exchange
 from toolref.sending.answers import problem_of
 from toolref.sending.editor import Edit, Editor
+from toolref.sending.pause import Pause
 from toolref.sending.savings import Savings
 from toolref.wire.errors import UnsupportedMediaTypeError
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER, TOOLREF_PREFIX
@@ -66,6 +69,8 @@ class Sender:
     editor: Editor = field(default_factory=Editor)
     savings: Savings = field(default_factory=Savings)
     reads: LRU[str, int] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
+    pauses: LRU[str, Pause] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
+    clock: Callable[[], float] = time.monotonic
 
     def exchange(
         self, request: Any, content: bytes, messages_key: str, rebuild: Rebuild = rebuilt
@@ -77,7 +82,8 @@ class Sender:
         self.savings.request(len(content))
         pairs = list(request.headers.multi_items())
         edit = None
-        if version is not None:
+        pause = self.pauses.get(target)
+        if version is not None and (pause is None or pause.over(self.clock())):
             self.editor.version = version
             edit = self.editor.prepare(_segment_headers(pairs), content, messages_key)
         if edit is None:
@@ -90,12 +96,17 @@ class Sender:
             self._told(target, response)
             self.savings.sent(len(edit.body), resend=edit.resends > 0)
             if response.status_code == 415 and _unsupported(response):
-                self.reads.pop(target)
+                if pause is None:
+                    pause = Pause()
+                    self.pauses.put(target, pause)
+                pause.refused(self.clock())
                 return (yield from self._as_it_is(request, content, pairs, rebuild, target))
             following = self._next(edit, response)
             if following is None:
                 self.editor.confirm(edit, response.headers.get(HISTORY_HEADER))
                 self.savings.edits += 1
+                if pause is not None:
+                    pause.answered()
                 return response
             edit = following
 
