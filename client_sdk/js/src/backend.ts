@@ -73,10 +73,6 @@ export interface ToolRefBackendOptions {
   timeoutMs?: number;
   /** The most bytes of a registry answer read; a larger one is the registry unavailable. Default 128 MiB. */
   maxAnswerBytes?: number;
-  /** After the registry could not apply an edit, answers do not offer edits for a while, so clients
-   * send their requests as they are meanwhile: 1 s after a first failure, doubled after each
-   * further one, at most this long, in ms. Default 30000 (the Python middleware's 30 s). */
-  unappliedMs?: number;
 }
 
 /** Each limit: its unit, its default, its largest value. */
@@ -85,7 +81,6 @@ const LIMITS = {
   maxInflatedBytes: ["bytes", 64 << 20, Number.MAX_SAFE_INTEGER],
   timeoutMs: ["milliseconds", 5000, 2 ** 31 - 1], // setTimeout's longest delay (24.8 days)
   maxAnswerBytes: ["bytes", 128 << 20, Number.MAX_SAFE_INTEGER],
-  unappliedMs: ["milliseconds", 30_000, 2 ** 31 - 1],
 } as const;
 type Limit = keyof typeof LIMITS;
 
@@ -105,16 +100,7 @@ interface Context {
   readonly options: ToolRefBackendOptions;
   readonly limits: Record<Limit, number>;
   readonly registry: string;
-  /** Milliseconds (Date.now) from which edits are offered again: after the registry failed
-   * one (`cannotApply`), answers do not say `Toolref-Edits` for `pauseMs`, so clients send
-   * their requests as they are meanwhile: 1 s after a first failure, twice as long after each
-   * further one, at most `unappliedMs`, none again once an edit applies (as the Python
-   * middleware's `Pause`). */
-  editsFrom: number;
-  pauseMs: number;
 }
-
-const FIRST_PAUSE_MS = 1000;
 
 
 
@@ -128,7 +114,7 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new UsageError(`withToolRef({ fetch }) takes a function, not ${typeof options.fetch}; pass one or leave it out`);
   }
-  const context: Context = { handler, options, limits: checkedLimits(options), registry: options.registry.replace(/\/+$/, ""), editsFrom: 0, pauseMs: 0 };
+  const context: Context = { handler, options, limits: checkedLimits(options), registry: options.registry.replace(/\/+$/, "") };
 
   return async (request: Request): Promise<Response> => {
     if (request.method !== "POST") return handler(request);
@@ -138,7 +124,7 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
     const version = Number((request.headers.get(PROTOCOL_HEADER) ?? "1").trim());
     const asked = offered ? withoutOffer(request) : request; // the offer is toolref's, not the app's
     const response = version >= 2 ? await hydrated(context, asked) : await handler(asked);
-    return offered && Date.now() >= context.editsFrom ? withHeaders(response, EDITS) : response;
+    return offered ? withHeaders(response, EDITS) : response;
   };
 }
 
@@ -174,17 +160,17 @@ async function applied(context: Context, request: Request): Promise<Response> {
     });
   } catch (error) {
     if (error instanceof ClientGone) return gone();
-    return cannotApply(context, error instanceof Error ? error.message : String(error));
+    return cannotApply(error instanceof Error ? error.message : String(error));
   }
   const { status } = answer;
-  if (status >= 500 || UNAVAILABLE.has(status)) return cannotApply(context, `the registry answered ${status}`);
+  if (status >= 500 || UNAVAILABLE.has(status)) return cannotApply(`the registry answered ${status}`);
   if (status >= 400) {
     // The client's to resend or fix (409 missing-history / missing-pieces, 400, 413), as it is.
     const type = answer.headers.get("content-type") ?? PROBLEM_TYPE;
     return new Response(answer.bytes as BodyInit, { status, headers: { "content-type": type, ...EDITS } });
   }
   const restored = status === 200 && (answer.headers.get("content-type") ?? "").startsWith(REQUEST_MEDIA_TYPE) ? parseRequest(answer.bytes) : null;
-  if (restored === null) return cannotApply(context, `${context.registry} answered the edit with no request: is it a toolref registry?`);
+  if (restored === null) return cannotApply(`${context.registry} answered the edit with no request: is it a toolref registry?`);
   const merged = new Headers();
   const named = new Set<string>();
   for (const [name, value] of restored.lines) {
@@ -212,7 +198,6 @@ async function applied(context: Context, request: Request): Promise<Response> {
   });
   merged.set("content-length", String(restored.body.length));
   const rebuilt = new Request(request.url, { method: "POST", headers: merged, body: restored.body as BodyInit, signal: request.signal });
-  context.pauseMs = 0; // the registry applied it: no pause after its next failure but the first
   const response = await context.handler(rebuilt);
   const marks: Record<string, string> = { ...EDITS, [SAVINGS_HEADER]: savingsValue(restored.body.length, data.length) };
   const history = answer.headers.get(HISTORY_HEADER);
@@ -235,10 +220,8 @@ export function parseRequest(data: Uint8Array): { lines: [string, string | null]
 }
 
 /** The registry cannot apply the edit now: a 415, on which a toolref client sends the
- * request as it is; edits are not offered again for a while (`Context.pauseMs`). */
-function cannotApply(context: Context, reason: string): Response {
-  context.pauseMs = Math.min(Math.max(context.pauseMs * 2, FIRST_PAUSE_MS), context.limits.unappliedMs);
-  context.editsFrom = Date.now() + context.pauseMs;
+ * request as it is (and pauses its edits to this endpoint for a while). */
+function cannotApply(reason: string): Response {
   return problem(415, "unsupported-media-type", `this backend cannot apply edits now (${reason}); send the request as it is`);
 }
 

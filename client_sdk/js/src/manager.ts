@@ -7,7 +7,8 @@
  * `Toolref-History`; a 409 missing-history / missing-pieces (or a 400 dictionary-mismatch) is
  * resent by the Editor (at most 3 times, the last everything inline) before the app sees any
  * answer; a 415 to an edit (the receiver cannot apply edits, or not now) sends the request as
- * it is and the manager back to the offer. The answer is handed back unread (streams stay
+ * it is, and the endpoint's requests as they are for a while (`pausedUntil`: 1 s, doubled
+ * after each further 415, at most 30 s), offering edits. The answer is handed back unread (streams stay
  * streams), but for a problem it had to read to decide.
  */
 
@@ -108,11 +109,19 @@ export function segmentHeaders(headers: Headers): [string, string][] {
   return pairs;
 }
 
+const FIRST_PAUSE_MS = 1000;
+const LONGEST_PAUSE_MS = 30_000;
+
 export class ToolReferenceManager {
   readonly messagesKey: string;
   readonly editor: Editor;
   /** The edit version the receiver reads (its `Toolref-Edits`, at most 2); 0 until it said. */
   edits = 0;
+  /** After a 415 to an edit (the receiver cannot apply one now), requests go as they are
+   * until `pausedUntil` (Date.now ms): 1 s after a first 415, doubled after each further one,
+   * at most 30 s, reset once an edit is answered (as `toolref.sending.pause`). */
+  pausedUntil = 0;
+  pauseMs = 0;
   readonly savings: Savings = { requests: 0, edits: 0, resends: 0, rawBytes: 0, wireBytes: 0 };
 
   constructor(options: ManagerOptions = {}) {
@@ -159,7 +168,7 @@ export class ToolReferenceManager {
       this.learn(response);
       return sent(response, null);
     };
-    if (this.edits === 0) return plain();
+    if (this.edits === 0 || Date.now() < this.pausedUntil) return plain();
     this.editor.version = this.edits;
     let edit = await this.editor.prepare(pairs, data, this.messagesKey, cut);
     if (edit === null) return plain();
@@ -173,7 +182,8 @@ export class ToolReferenceManager {
         // read to its end (a small problem), not cancelled: a cancelled answer is a failed
         // request to a browser's tools, and its connection is not reused.
         await response.arrayBuffer().catch(() => undefined);
-        this.edits = 0;
+        this.pauseMs = Math.min(Math.max(this.pauseMs * 2, FIRST_PAUSE_MS), LONGEST_PAUSE_MS);
+        this.pausedUntil = Date.now() + this.pauseMs;
         return plain();
       }
       this.learn(response);
@@ -187,6 +197,7 @@ export class ToolReferenceManager {
         response = new Response(text, { status: response.status, statusText: response.statusText, headers: response.headers });
       }
       const history = response.headers.get(HISTORY_HEADER);
+      this.pauseMs = 0; // answered: the next 415 pauses briefly again
       return sent(response, edit, this.editor.confirm(edit, history) ? edit.ref : null);
     }
   }

@@ -2,7 +2,7 @@
 // network): the negotiation (as it is with the offer, then edits), exact requests restored,
 // misses and 415s recovered before the app sees anything, answers unread, credentials beside
 // the edit, the state shared per endpoint, the LLM APIs' keys, and the retired options.
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { MEDIA_TYPE, SHARED_ENDPOINTS, ToolReferenceManager, UsageError, forgetSharedState, sharedEndpoints, toolrefFetch, type ExchangeInfo } from "../src/index.js";
 import { Receiver } from "./receiver.js";
 
@@ -121,20 +121,36 @@ describe("negotiation and edits", () => {
     expect(decoder.decode(receiver.arrived.at(-1)!.restored.body)).toBe(JSON.stringify(body));
   });
 
-  it("a 415 to an edit: the request goes as it is, and the offer again", async () => {
+  it("a 415 to an edit: the request goes as it is, and edits pause a while, doubling", async () => {
     const receiver = new Receiver();
     const exchanges: ExchangeInfo[] = [];
     const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) });
-    await converse(send, 2);
-    receiver.refuses = true;
-    const body = { messages: uiConversation(3) };
-    const answer = await post(send, "http://app.test/api/chat", body);
-    expect(answer.status).toBe(200);
-    expect(decoder.decode(receiver.arrived.at(-1)!.wire)).toBe(JSON.stringify(body));
-    expect(exchanges.at(-1)).toMatchObject({ attempts: 2, edit: false });
-    receiver.refuses = false;
-    await post(send, "http://app.test/api/chat", { messages: uiConversation(4) });
-    expect(exchanges.at(-1)).toMatchObject({ attempts: 1, edit: true }); // learnt again from that answer
+    let now = 1_000_000;
+    const clock = vi.spyOn(Date, "now").mockImplementation(() => now);
+    try {
+      await converse(send, 2);
+      receiver.refuses = true;
+      const body = { messages: uiConversation(3) };
+      const answer = await post(send, "http://app.test/api/chat", body);
+      expect(answer.status).toBe(200);
+      expect(decoder.decode(receiver.arrived.at(-1)!.wire)).toBe(JSON.stringify(body));
+      expect(exchanges.at(-1)).toMatchObject({ attempts: 2, edit: false });
+      now += 500; // paused (1 s): as it is, one request
+      await post(send, "http://app.test/api/chat", { messages: uiConversation(4) });
+      expect(exchanges.at(-1)).toMatchObject({ attempts: 1, edit: false });
+      now += 600; // over: an edit tried, refused again, as it is; paused 2 s now
+      await post(send, "http://app.test/api/chat", { messages: uiConversation(5) });
+      expect(exchanges.at(-1)).toMatchObject({ attempts: 2, edit: false });
+      receiver.refuses = false;
+      now += 1500; // still paused
+      await post(send, "http://app.test/api/chat", { messages: uiConversation(6) });
+      expect(exchanges.at(-1)).toMatchObject({ attempts: 1, edit: false });
+      now += 600; // over: an edit, answered
+      await post(send, "http://app.test/api/chat", { messages: uiConversation(7) });
+      expect(exchanges.at(-1)).toMatchObject({ attempts: 1, edit: true });
+    } finally {
+      clock.mockRestore();
+    }
   });
 
   it("hands back the very answer the receiver sent: a stream stays a stream", async () => {

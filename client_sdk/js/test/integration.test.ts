@@ -280,20 +280,20 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     expect(first).toBeLessThan(chat.lastWritten - 200); // two gaps before the last event was written
   });
 
-  it("a registry gone, then back empty: the turn without it goes as it is (415), edits not offered for a while, then resent whole (409)", async () => {
+  it("a registry gone, then back empty: the turn without it goes as it is (415), the next is resent whole (409)", async () => {
     const own = await registry(undefined, true);
     const port = Number(new URL(own.service.url).port);
     let back: Awaited<ReturnType<typeof registry>> | null = null;
     try {
       const chat = jsChat();
       const exchanges: ExchangeInfo[] = [];
-      const send = client(withToolRef(chat.handle, { registry: own.service.url, timeoutMs: 2000, unappliedMs: 300 }), exchanges);
+      const send = client(withToolRef(chat.handle, { registry: own.service.url, timeoutMs: 2000 }), exchanges);
       const messages: Message[] = [];
       const bodies: string[] = [];
       for (let index = 0; index < 6; index++) {
         if (index === 3) await own.cleanup(); // gone...
         if (index === 4) back = await registry(port, true); // ...and back, empty
-        if (index === 5) await new Promise((resolve) => setTimeout(resolve, 350)); // edits offered again
+        if (index === 4) await new Promise((resolve) => setTimeout(resolve, 1100)); // the client's pause after its 415 is over
         messages.push(user(index));
         bodies.push(JSON.stringify({ id: "chat-1", messages, trigger: "submit-message", messageId: undefined }));
         messages.push((await turn(send, "http://backend.test", messages)).reply);
@@ -304,10 +304,11 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
         [1, true],
         [1, true],
         [2, false], // 415: the registry cannot be asked; as it is
-        [1, false], // edits not offered for unappliedMs: as it is, one request
-        [2, true], // offered again: 409 missing-history (its base is gone); every segment inline
+        [2, true], // 409 missing-history: its base is gone; every segment inline
+        [1, true],
       ]);
-      expect(exchanges[5]!.continued).toBeNull();
+      expect(exchanges[4]!.continued).toBeNull();
+      expect(exchanges[5]!.continued).toBe(exchanges[4]!.historyRef);
     } finally {
       await back?.cleanup();
       await own.cleanup();
