@@ -13,7 +13,6 @@ from toolref.edits import isolated, wire
 from toolref.edits.edit import EditError, Inline, Keep, Named, apply_segments, diff
 from toolref.edits.recipe import entry_of, recipe_ref
 from toolref.receiving.held import HeldRequests, base_of
-from toolref.receiving.restoring import Pause
 from toolref.registry.answers import AppliedEdit, HeldRequest
 from toolref.registry.client import AsyncRegistryClient
 from toolref.wire.errors import UnexpectedResponseError
@@ -89,20 +88,3 @@ def test_an_answer_keeping_a_base_the_client_does_not_hold_is_unexpected() -> No
     held = HeldRequest(ref, [HEAD])
     applied = client._applied(data, "tb_" + "c" * 26, held)
     assert (applied.head, applied.body, list(applied.segments)) == (HEAD, b"new", [HEAD, b"new"])
-
-
-def test_edits_pause_after_a_registry_failure_doubling_and_resume_once_one_applies() -> None:
-    pause = Pause()
-    assert pause.offered(0.0)
-    pause.failed(10.0, longest=30.0)
-    assert not pause.offered(10.5)
-    assert pause.offered(11.0)  # a second after a first failure
-    pause.failed(11.0, longest=30.0)
-    pause.failed(13.0, longest=30.0)
-    assert (pause.length, pause.offered(16.9), pause.offered(17.0)) == (4.0, False, True)
-    for _ in range(10):
-        pause.failed(20.0, longest=30.0)
-    assert pause.length == 30.0  # at most the longest
-    pause.applied()
-    pause.failed(100.0, longest=30.0)
-    assert pause.length == 1.0  # after an edit applied, a failure pauses briefly again
