@@ -1,11 +1,11 @@
-"""A streamed tool-calling conversation through the official `anthropic` SDK, with refs.
+"""A streamed tool-calling conversation through the official `anthropic` SDK, sent as edits.
 
 The one change to a plain anthropic client is its HTTP client: `toolref.Transport` (and
-`toolref.AsyncTransport`) send the tool payloads the backend already holds as refs and,
-once the backend has confirmed a history, only the messages after it. The SDK, its
-`messages.stream()` helper and the backend's code are unchanged. The conversation runs with
-`anthropic.Anthropic`, then `anthropic.AsyncAnthropic`, against examples/llm_backend.py;
-the bytes sent are printed.
+`toolref.AsyncTransport`) send each request as an edit of the one before, once the backend
+says it reads edits: what the backend holds by reference, only what changed inline. The
+SDK, its `messages.stream()` helper and the backend's code are unchanged. The conversation
+runs with `anthropic.Anthropic`, then `anthropic.AsyncAnthropic`, against
+examples/llm_backend.py; the bytes sent are printed.
 
     python examples/anthropic_client.py --backend http://127.0.0.1:8001
 """
@@ -115,7 +115,7 @@ def report(label: str, messages: list[MessageParam], savings: toolref.Savings) -
     print(
         f"{label}: {len(messages)} messages in {savings.requests} requests; sent "
         f"{savings.sent_bytes:,} bytes instead of {savings.full_bytes:,} "
-        f"({savings.ratio:.1f}x fewer); {savings.histories_used} requests continued a history"
+        f"({savings.ratio:.1f}x fewer); {savings.edits} requests continued as edits"
     )
 
 

@@ -2,10 +2,10 @@
 
 POST /chat takes `{"messages": [...]}` (OpenAI chat format) and answers `{"messages": [...]}`
 with the turn's new messages: the "model" calls tools over real files (read_file, list_dir,
-grep), the backend runs them, and the model answers. The middleware hydrates the refs clients
-send, so this code only ever sees full messages. GET /seen lists a digest of every
-conversation the backend received, so a test can check it saw the same thing with refs and
-without.
+grep), the backend runs them, and the model answers. The middleware restores the edits (or
+hydrates the refs) clients send, so this code only ever sees full messages. GET /seen lists
+a digest of every conversation the backend received, so a test can check it saw the same
+thing with the SDK and without.
 
     python examples/chat_backend.py --registry http://127.0.0.1:8750 --port 8000
 """

@@ -1,8 +1,9 @@
 """A client app holding a 30-turn conversation with `chat_backend.py` through the SDK.
 
-Each turn resends the whole history, as chat clients do. With refs, the SDK sends the tool
-payloads the backend has confirmed as `toolRef` markers; without, everything travels in full.
-It prints the bytes uploaded both ways.
+Each turn resends the whole history, as chat clients do. With the SDK, once the backend says
+it reads edits, each request travels as an edit of the one before (only what changed);
+without, everything travels in full. It prints the bytes uploaded both ways ("with refs":
+through the SDK).
 
     python examples/chat_client.py --backend http://127.0.0.1:8000 --turns 30
 """
@@ -57,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     with httpx.Client(base_url=args.backend, timeout=30) as http:
         _, without = converse(http, args.turns, None)
-        manager = ToolReferenceManager(format="openai-chat")
+        manager = ToolReferenceManager()
         _, with_refs = converse(http, args.turns, manager)
     print(f"turns: {args.turns}")
     print(f"uploaded without refs: {without:,} bytes")

@@ -10,9 +10,9 @@ and answers in text once the tool's result is in; the client runs the tools.
 The provider's side (the routes, the wire formats) is the repository's fake provider
 (tests/support/fake_provider, also what the end-to-end tests run real agents against), so
 this file holds only what a backend of yours would: the middleware in front of the app.
-The middleware hydrates the refs and history refs clients send (see
-examples/openai_client.py and examples/anthropic_client.py), so the app only ever sees
-whole requests. GET /received lists every request body the app was given, as it got it.
+The middleware restores the edits clients send (see examples/openai_client.py and
+examples/anthropic_client.py) through the registry, so the app only ever sees whole
+requests. GET /received lists every request body the app was given, as it got it.
 `--plain` serves the same app without the middleware (a backend that knows nothing of
 toolref). Run it from a clone of the repository:
 

@@ -1,10 +1,11 @@
-"""A streamed tool-calling conversation through the official `openai` SDK, with refs.
+"""A streamed tool-calling conversation through the official `openai` SDK, sent as edits.
 
 The one change to a plain openai client is its HTTP client: `toolref.Transport` (and
-`toolref.AsyncTransport`) send the tool payloads the backend already holds as refs and,
-once the backend has confirmed a history, only the messages after it. The SDK, its streams
-and the backend's code are unchanged. The conversation runs with `openai.OpenAI`, then
-`openai.AsyncOpenAI`, against examples/llm_backend.py; the bytes sent are printed.
+`toolref.AsyncTransport`) send each request as an edit of the one before, once the backend
+says it reads edits: what the backend holds by reference, only what changed inline. The
+SDK, its streams and the backend's code are unchanged. The conversation runs with
+`openai.OpenAI`, then `openai.AsyncOpenAI`, against examples/llm_backend.py; the bytes sent
+are printed.
 
     python examples/openai_client.py --backend http://127.0.0.1:8001
 """
@@ -157,7 +158,7 @@ def report(
     print(
         f"{label}: {len(messages)} messages in {savings.requests} requests; sent "
         f"{savings.sent_bytes:,} bytes instead of {savings.full_bytes:,} "
-        f"({savings.ratio:.1f}x fewer); {savings.histories_used} requests continued a history"
+        f"({savings.ratio:.1f}x fewer); {savings.edits} requests continued as edits"
     )
 
 

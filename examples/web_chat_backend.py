@@ -3,8 +3,8 @@
 POST /api/chat takes what AI SDK 5's `DefaultChatTransport` sends (`{id, messages, trigger,
 messageId}`, `UIMessage`s with tool parts) and answers with the UI message stream protocol
 (server-sent events, `x-vercel-ai-ui-message-stream: v1`) from a scripted model
-(examples/web_chat_model.py) whose tools run here. The middleware hydrates the refs and
-history refs the page's `toolrefFetch` sends, so this code only ever sees whole messages.
+(examples/web_chat_model.py) whose tools run here. The middleware restores what the page's
+`toolrefFetch` sends (edits, or refs), so this code only ever sees whole messages.
 Each event is sent as it is made: the answer streams through the middleware.
 
 GET /api/received lists every request body this app received, as text, so the browser

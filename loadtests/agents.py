@@ -166,8 +166,8 @@ def run() -> list[Section]:
         "provider, or of the relay; the relayed chain has two more such proxies, between "
         "relay and gateway and between gateway and provider), from the whole request to "
         "the answer's first byte; medians over the session. The fake's tool results are "
-        "small: these sessions are mostly `tools` and system prompt, which the relay sends "
-        "compressed against the body before (docs/history.md). Command: `make bench` (these "
+        "small: these sessions are mostly `tools` and system prompt, which the relay's edits "
+        "keep by reference after the first turn (docs/edits.md). Command: `make bench` (these "
         "sections alone: `python -m loadtests.agents`)."
     )
     return [

@@ -1,12 +1,13 @@
 """Answers: the bytes a chat backend sends back over a whole conversation, with toolref and
-without, so that what refs save on upload is not spent again on the way down.
+without, so that what edits save on upload is not spent again on the way down.
 
-Each shared trace is replayed turn by turn: a request per model call (the history so far, as
-a client would send it), answered by a backend that returns the next assistant message. The
-same backend runs bare and behind `ToolRefMiddleware` on the real registry (in process, on
-an embedded engine), its client a `ToolReferenceManager` with history refs on (the default)
-and off. An answer counts its status line, headers and body, as HTTP/1.1 puts them on the
-wire (headers a server adds to both, such as Date, are left out of both).
+Each shared trace is replayed turn by turn: a request per model call (the conversation so
+far, as a client would send it), answered by a backend that returns the next assistant
+message. The same backend runs bare and behind `ToolRefMiddleware` on the real registry (in
+process, on an embedded engine), its client a `ToolReferenceManager` (edits once the
+backend says it reads them). An answer counts its status line, headers and body, as
+HTTP/1.1 puts them on the wire (headers a server adds to both, such as Date, are left out
+of both).
 """
 
 from __future__ import annotations
@@ -52,8 +53,7 @@ def backend(replies: dict[int, dict[str, Any]]) -> Starlette:
 
 
 async def _replay(url: str, trace: Trace) -> list[int]:
-    """Answer bytes summed over the conversation: bare, toolref with history refs, toolref
-    with refs alone."""
+    """Answer bytes summed over the conversation: bare, and with toolref (edits)."""
     fmt = formats.detect(trace.messages)
     messages = [on_the_wire(m, fmt.name) for m in trace.messages]
     cuts = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
@@ -92,13 +92,10 @@ def _clients(service: Any) -> list[Client]:
     def bare(app: Starlette) -> tuple[Any, None]:
         return app, None
 
-    def with_history(app: Starlette) -> tuple[Any, ToolReferenceManager]:
+    def with_edits(app: Starlette) -> tuple[Any, ToolReferenceManager]:
         return ToolRefMiddleware(app, registry()), ToolReferenceManager()
 
-    def refs_only(app: Starlette) -> tuple[Any, ToolReferenceManager]:
-        return ToolRefMiddleware(app, registry()), ToolReferenceManager(history_refs=False)
-
-    return [bare, with_history, refs_only]
+    return [bare, with_edits]
 
 
 def run(traces: list[Trace]) -> Section:
@@ -109,16 +106,9 @@ def run(traces: list[Trace]) -> Section:
         engine.start()
         try:
             for trace in traces:
-                bare, history, refs = asyncio.run(_replay(engine.url, trace))
-                worst = max(worst, history / bare, refs / bare)
-                rows.append(
-                    [
-                        trace.name,
-                        f"{bare:,}",
-                        f"{history:,} ({history / bare:.2f}x)",
-                        f"{refs:,} ({refs / bare:.2f}x)",
-                    ]
-                )
+                bare, edits = asyncio.run(_replay(engine.url, trace))
+                worst = max(worst, edits / bare)
+                rows.append([trace.name, f"{bare:,}", f"{edits:,} ({edits / bare:.2f}x)"])
         finally:
             engine.stop()
     verdict = "PASS" if worst <= TARGET else "FAIL"
@@ -128,12 +118,11 @@ def run(traces: list[Trace]) -> Section:
             "Bytes a chat backend answers over each shared conversation (one request per "
             "model call, answered with the next assistant message), bare and behind "
             "`ToolRefMiddleware`, counted as HTTP/1.1 sends them: status line, headers and "
-            "body. With history refs an answer adds `Toolref-Protocol` and the confirmed "
-            "`Toolref-History`; with refs alone, `toolReferences` for the payloads the "
-            "client sent in full in that request (it sent the others as refs, so it knows "
-            "them). Before this, every answer listed every ref of the conversation."
+            "body. With toolref an answer adds the recipe kept (`Toolref-History`), that the "
+            "backend reads edits (`Toolref-Edits`) and what the request saved "
+            "(`Toolref-Savings`); its body is the app's, untouched."
         ),
-        header=["trace", "bare backend", "toolref, history refs", "toolref, refs only"],
+        header=["trace", "bare backend", "toolref (edits)"],
         rows=rows,
         figures={"worst": worst},
         verdicts=[

@@ -18,7 +18,6 @@ from loadtests import (
     handoffs,
     hashing,
     memory,
-    per_turn,
     relay,
     rewriting,
     service_speed,
@@ -61,21 +60,22 @@ Targets missed, what the profile showed, and before and after (same machine):
   to replace are skipped). The rest is two linear passes CPython offers no faster builtin
   for: the check for control characters needing `\\u` escapes (`bytes.translate`, as slow
   as SHA-256 itself) and one copy per escape kind present.
-- bandwidth, refs + zstd against zstd: 2.4x on the longest trace, not 20x. In that trace tool
-  payloads are a third of the bytes a client resends; the rest is the model's own text, which
-  refs do not replace. Delta compression with the previous request (RFC 9842) wins on
-  bandwidth alone; history refs (below) are toolref's answer to it: they upload at most what
-  it does on every trace, statelessly and across replicas.
+- bandwidth: refs + zstd uploaded 2.4x less than zstd alone on the longest trace, not 20x:
+  tool payloads are a third of the bytes a client resends; the rest is the model's own text,
+  which refs do not replace. Retired with the history refs of 0.2 (issue 38): every client
+  now sends edits, each request the segments the receiver does not hold ("Bandwidth").
 - memory: 0.53 Redis bytes per payload byte before, 0.44 after, not 0.4. Records now hold a
   msgpack array (no field names) compressed with a zstd dictionary shipped in the package
   (versioned: each frame names its dictionary; trained on a corpus generated from this
   repository, never on the traces). What is left: about 90 bytes of Redis overhead per key,
-  which no compression removes; level 9 would reach 0.415 at 6x the compression CPU, and a
-  dictionary per tenant 0.35 on the long traces (`python -m loadtests.dictionaries measure`).
-- memory per kept conversation: 1.41 Redis bytes per raw byte before, 0.56 after, not 0.5:
-  superseded heads now expire after `TOOLREF_HISTORY_SUPERSEDED_TTL` and messages compress
-  against their own dictionary. What is left is per-key overhead: most messages are short,
-  and each is a key (inlining short messages into the head is the next step).
+  which no compression removes; level 9 would reach 0.415 at 6x the compression CPU. Retired
+  in 0.3: conversations are kept as recipes and pieces, judged per raw JSON byte (0.5).
+- memory per kept conversation: 1.41 Redis bytes per raw byte (history refs) before, 0.56
+  after, not 0.5; met since 0.3, which keeps conversations as recipes and pieces.
+- per-turn cost of the chat-backend path (history refs): the last 20 turns added 1.65x the
+  time the first 20 did. Since 0.3 the client sends edits and the middleware restores them
+  through the registry: judged in "Every client speaks edits" (CPU growth, bytes, the
+  middleware's added time), which replaces the "Per-turn cost" section.
 """
 
 
@@ -98,7 +98,6 @@ def main() -> int:
         streams.run(),
         acp_updates.run(),
         adversarial.run(),
-        per_turn.run(found),
         relay.run(found),
         size_guard.run(found),
         *edits_bench.run(found),  # its own processes, stopped before the next section

@@ -1,14 +1,14 @@
-"""Memory per kept conversation: Redis bytes per raw JSON byte of each shared trace kept as
-a history, confirmed at every turn.
+"""Memory per kept conversation on the chat-backend path: Redis bytes per raw JSON byte of
+each shared trace sent as edits, each recipe kept, confirmed at every turn.
 
 Each trace is replayed turn by turn as `answers.py` does: a request per model call (the
 history so far), answered by a backend behind `ToolRefMiddleware` on the real registry (in
 process over ASGI, on an embedded engine emptied before each trace), its client a
-`ToolReferenceManager` with history refs on (`Toolref-History: ?1`, then continuations). Two
-replays per trace: with the default settings, measured right after the last turn (every
-head of the conversation still held, the superseded ones on their short lifetime), and with
-`TOOLREF_HISTORY_SUPERSEDED_TTL=1`, measured once those have expired: what the conversation
-costs for the rest of its TTL, once its last turn is older than the superseded lifetime.
+`ToolReferenceManager` (each request an edit of the one before, after the first). Two
+replays per trace: with the default settings, measured right after the last turn (the
+chunks a later snapshot no longer holds still on their short lifetime), and with
+`TOOLREF_EDIT_SUPERSEDED_TTL=1`, measured once those have expired: what the conversation
+costs for the rest of its TTL.
 
 Growth of Redis `used_memory` (less client buffers, `mem_clients_normal`) from the empty
 engine, and the sum of `MEMORY USAGE` over its keys, are divided by the raw bytes: the
@@ -48,7 +48,7 @@ class Kept:
     turns: int
     used: int  # growth of used_memory less client buffers
     usage: int  # sum of MEMORY USAGE over the keys
-    keys: dict[str, int]  # keys by kind (i records, m messages, h heads)
+    keys: dict[str, int]  # keys by kind (p pieces, b recipe nodes, k chunks)
 
 
 async def _used(redis: Redis) -> int:
@@ -66,10 +66,10 @@ async def _usage(redis: Redis) -> tuple[int, dict[str, int]]:
 
 
 async def _expire_superseded(redis: Redis, deadline: float) -> None:
-    """Wait for heads on a lifetime of a second or less to go (EXISTS expires them)."""
+    """Wait for chunks on a lifetime of a second or less to go (EXISTS expires them)."""
     while time.monotonic() < deadline:
         short = []
-        for key in await redis.keys("tr:*:h:*"):
+        for key in await redis.keys("tr:*:k:*"):
             if 0 <= await redis.pttl(key) <= 1000:
                 short.append(key)
         if not short:
@@ -77,11 +77,11 @@ async def _expire_superseded(redis: Redis, deadline: float) -> None:
         await asyncio.sleep(0.5)
         for key in short:
             await redis.exists(key)
-    raise RuntimeError(f"superseded heads did not expire within {EXPIRY_WAIT}s")
+    raise RuntimeError(f"superseded chunks did not expire within {EXPIRY_WAIT}s")
 
 
 async def replay(url: str, trace: Trace, **settings: Any) -> Kept:
-    """Keep `trace` as a history, turn by turn, on the emptied engine at `url`."""
+    """Send `trace` as edits, turn by turn, on the emptied engine at `url`."""
     fmt = formats.detect(trace.messages)
     messages = [on_the_wire(m, fmt.name) for m in trace.messages]
     cuts = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
@@ -102,9 +102,11 @@ async def replay(url: str, trace: Trace, **settings: Any) -> Kept:
             for cut in cuts:
                 answer = await manager.apost(http, "/chat", json={"messages": messages[:cut]})
                 answer.raise_for_status()
-        if manager.savings.fallbacks:
-            raise RuntimeError(f"{trace.name}: {manager.savings.fallbacks} history fallbacks")
-        if settings.get("history_superseded_ttl") == 1:
+        if manager.savings.resends:
+            raise RuntimeError(f"{trace.name}: {manager.savings.resends} resends")
+        if manager.savings.edits != len(cuts) - 1:
+            raise RuntimeError(f"{trace.name}: {manager.savings.edits} edits of {len(cuts)}")
+        if settings.get("edit_superseded_ttl") == 1:
             await _expire_superseded(redis, time.monotonic() + EXPIRY_WAIT)
         used = await _used(redis) - before
         usage, kinds = await _usage(redis)
@@ -129,7 +131,7 @@ def run(traces: list[Trace]) -> Section:
             asyncio.run(_warm(engine.url, min(traces, key=lambda t: t.size)))
             for trace in traces:
                 last = asyncio.run(replay(engine.url, trace))
-                kept = asyncio.run(replay(engine.url, trace, history_superseded_ttl=1))
+                kept = asyncio.run(replay(engine.url, trace, edit_superseded_ttl=1))
                 raw = kept.raw
                 totals["raw"] += raw
                 totals["last"] += last.used
@@ -167,15 +169,15 @@ def run(traces: list[Trace]) -> Section:
     return Section(
         title="Memory per kept conversation",
         intro=(
-            "Each shared trace kept as a history, confirmed at every turn by "
-            "`ToolReferenceManager` through `ToolRefMiddleware` and the registry (in process, "
-            "on an embedded engine emptied before each trace): Redis `used_memory` growth "
-            "(less client buffers) and the sum of `MEMORY USAGE` over its keys, per byte of "
-            "the conversation as compact JSON (in brackets). `after the last turn`: default "
-            "settings, every head still held (the superseded ones on their "
-            "`TOOLREF_HISTORY_SUPERSEDED_TTL` of 600 s); `kept`: once the superseded heads "
-            "have expired, what the conversation holds for the rest of its TTL. Keys by kind: "
-            "`i` tool records, `m` history messages, `h` heads."
+            "The chat-backend path: each shared trace sent by `ToolReferenceManager` as edits "
+            "through `ToolRefMiddleware` and the registry's `POST /v1/edits:apply` (in process, "
+            "on an embedded engine emptied before each trace), each recipe kept: Redis "
+            "`used_memory` growth (less client buffers) and the sum of `MEMORY USAGE` over its "
+            "keys, per byte of the conversation as compact JSON (in brackets). `after the last "
+            "turn`: default settings (chunks a later snapshot no longer holds on their "
+            "`TOOLREF_EDIT_SUPERSEDED_TTL` of 600 s); `kept`: once those have expired, what the "
+            "conversation holds for the rest of its TTL. Keys by kind: `p` pieces, `b` recipe "
+            "nodes, `k` chunks."
         ),
         header=[
             "trace",
@@ -199,8 +201,9 @@ def run(traces: list[Trace]) -> Section:
             f"traces: {totals['kept'] / raw:.2f}. used_memory of one small conversation moves "
             "by tens of KB with the engine's table and allocator steps, so it is judged over "
             "all traces and MEMORY USAGE per trace",
-            f"right after its last turn, with every superseded head still held: "
-            f"{totals['last'] / raw:.2f} over all traces",
+            f"{'PASS' if totals['last'] / raw <= TARGET else 'FAIL'}: right after its last "
+            f"turn: {totals['last'] / raw:.2f} used_memory bytes per raw JSON byte over all "
+            f"traces (target {TARGET})",
         ],
     )
 

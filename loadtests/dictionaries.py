@@ -34,9 +34,10 @@ import zstandard
 
 from loadtests.report import Section
 from loadtests.traces import Trace, load
-from toolref import formats, history
+from toolref import formats
+from toolref.formats import Format
 from toolref.formats.source import Payload
-from toolref.wire.canonical import invocation_digest
+from toolref.wire.canonical import digest_of, invocation_digest
 from toolref.wire.encoding import dumps_json
 from toolref_server import dictionaries
 from toolref_server.embedded import EmbeddedEngine
@@ -48,7 +49,7 @@ OUT: Final = ROOT / "service" / "toolref_server" / "dictionaries"
 # Our own files only. Left out: tests (some quote the shared traces) and the docs that
 # benchmarks regenerate from them.
 SOURCES: Final = ("client_sdk/", "service/", "loadtests/", "examples/", "deploy/")
-DOCS: Final = ("README.md", "docs/operations.md", "docs/history.md", "docs/sdk.md")
+DOCS: Final = ("README.md", "docs/operations.md", "docs/edits.md", "docs/sdk.md")
 TEXT: Final = (".py", ".md", ".toml", ".yaml", ".yml", ".txt", ".cfg", ".json", ".sh", "")
 DICT_SIZE: Final = 112_640  # zstd's default; larger ones gained little (see `measure`)
 SAMPLES: Final = 6000
@@ -563,6 +564,14 @@ def conversation(src: Source, rng: random.Random, fmt: str, turns: int) -> list[
     return messages
 
 
+def chain_form(messages: list[Any], fmt: Format) -> list[Any]:
+    """`messages` with every complete invocation as its ref marker: how recipes hold the
+    messages a registry keeps (the payloads stored once, apart)."""
+    found = formats.scan(messages, fmt)
+    refs = {pair.key: str(digest_of(pair.invocation()).ref) for pair in found.complete}
+    return formats.replace(messages, found, refs) if refs else list(messages)
+
+
 def message_samples(src: Source, count: int = SAMPLES, seed: int = SEED) -> list[bytes]:
     """History messages in chain form (payloads as markers) as clients write them."""
     rng = random.Random(seed + 1)
@@ -570,7 +579,7 @@ def message_samples(src: Source, count: int = SAMPLES, seed: int = SEED) -> list
     while len(samples) < count:
         fmt = formats.get(rng.choice(("openai-chat", "anthropic")))
         messages = conversation(src, rng, fmt.name, rng.randrange(3, 25))
-        form = history.chain_form(messages, fmt)
+        form = chain_form(messages, fmt)
         write = _writer(rng)
         samples.extend(write(message).encode() for message in form)
     return samples[:count]
@@ -743,7 +752,7 @@ def _history_messages(found: list[Trace]) -> list[Any]:
     out: dict[bytes, Any] = {}
     for trace in found:
         fmt = formats.detect(trace.messages)
-        for message in history.chain_form([on_the_wire(m, fmt.name) for m in trace.messages], fmt):
+        for message in chain_form([on_the_wire(m, fmt.name) for m in trace.messages], fmt):
             out.setdefault(dumps_json(message), message)
     return list(out.values())
 

@@ -25,10 +25,10 @@ from typing import Any
 
 from loadtests.bandwidth import turns_of
 from loadtests.traces import load
+from toolref.asgi.budget import Budget
 from toolref.edits import wire
 from toolref.edits.edit import Inline, dictionary, dictionary_order, diff
 from toolref.edits.request import Cut, cut
-from toolref.receiving.budget import Budget
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.registry.edits import apply_edit

@@ -17,7 +17,7 @@ Ratios within one run only.
 Whatever path the relay takes is measured: the code under test is this tree, or the
 relay and gateway of another revision (`--code REV`, written out with `git archive`); the
 report names the path each conversation took (edits: `application/vnd.toolref.edit`
-bodies; else history refs).
+bodies; else the requests as they came, or an older revision's history refs).
 
     python -m loadtests.edits_bench                 # full: 80-turn patterns, whole traces
     python -m loadtests.edits_bench --quick         # 40 turns each, 60 for the replicas
@@ -34,7 +34,7 @@ import tarfile
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from io import BytesIO
 from pathlib import Path
 from typing import Final
@@ -42,19 +42,18 @@ from typing import Final
 import psutil
 from redis.asyncio import Redis
 
-from loadtests import edits_report
+from loadtests import backend_path, edits_report
 from loadtests.bandwidth import turns_of
-from loadtests.counting_hop import CountingHop, Sent
+from loadtests.counting_hop import CountingHop
 from loadtests.edits_baseline import AGENT_HEADERS, PROVIDER_HOSTS, baseline, content_bytes
+from loadtests.measured import Measured, keys_of, usage_of
 from loadtests.patterns import PATTERNS, Pattern, Turn, encode, one_mark
 from loadtests.rawhttp import Connection, request
 from loadtests.report import Section
 from loadtests.systems import AFTER, ROOT, UPSTREAM_NAME, Code, Launcher, Proc, cpu_of, free_port
 from loadtests.traces import Trace
-from toolref.edits.wire import MEDIA_TYPE
 from toolref_server.embedded import EmbeddedEngine
 
-COUNTERS: Final = frozenset({"q", "c"})  # per tenant, not per conversation
 # After each turn, a request of constant cost through relay and gateway (a path the relay
 # passes through and the gateway forwards as it is): the service's CPU for it says how fast
 # the machine ran then, so that CPU growth is judged against it (other work shares the cores).
@@ -76,52 +75,6 @@ class Plan:
 
 
 QUICK: Final = Plan(40, 40, 60, command="python -m loadtests.edits_bench --quick")
-
-
-@dataclass
-class Measured:
-    """One conversation (or interleaved group) through one system."""
-
-    name: str
-    kind: str  # "trace" or "pattern"
-    fmt: str
-    turns: int
-    agent: int  # bytes of the bodies the agent sent
-    baseline: int
-    sent: list[Sent]  # what the relay sent the gateway meanwhile
-    cpu: list[float]  # the service's CPU seconds, per turn
-    control: list[float]  # the service's CPU seconds for the control request after each turn
-    engine: list[float]  # the engine's
-    redis: int = 0  # MEMORY USAGE of the keys it added
-    keys: dict[str, tuple[int, int]] = field(default_factory=dict)  # kind: (keys, bytes)
-    raw: int = 0  # raw JSON bytes of what it said (`edits_baseline.content_bytes`)
-    served: list[int] = field(default_factory=list)  # turns per worker or process
-
-    @property
-    def wire(self) -> int:
-        return sum(s.wire for s in self.sent)
-
-    @property
-    def extra(self) -> int:
-        """Requests to the gateway beyond one per turn."""
-        return len(self.sent) - self.turns
-
-    @property
-    def problems(self) -> dict[str, int]:
-        found: dict[str, int] = {}
-        for s in self.sent:
-            if s.status >= 400:
-                kind = f"{s.status} {s.problem}".strip()
-                found[kind] = found.get(kind, 0) + 1
-        return found
-
-    @property
-    def path(self) -> str:
-        llm = [s for s in self.sent if s.llm]
-        edits = sum(s.media == MEDIA_TYPE for s in llm)
-        if edits == len(llm):
-            return "edits"
-        return "history refs" if not edits else f"edits {edits} of {len(llm)}"
 
 
 # --- the code and the processes ----------------------------------------------------------
@@ -204,6 +157,7 @@ async def system(
         )
         command = [sys.executable, "-m", "toolref_server.cli", "serve", "--port", str(free_port())]
         started.append(launcher.start(f"gateway-{name}-{n}", command, env, code.cwd))
+    await launcher.wait()  # the relay checks its gateway (through the hop) at start
     hop = CountingHop([g.url for g in started], fresh=workers > 1)
     server = await asyncio.start_server(hop.handle, "127.0.0.1", 0, limit=1 << 20)
     port = server.sockets[0].getsockname()[1]
@@ -255,7 +209,7 @@ class Run:
         self.turn = 0
 
     async def converse(self, system: System, pattern: Pattern, kind: str) -> Measured:
-        before = await _keys(self.redis)
+        before = await keys_of(self.redis)
         servers = system.servers()
         start = self.turn
         url = f"{system.relay.url}/llm/{UPSTREAM_NAME}{pattern.path}"
@@ -288,7 +242,7 @@ class Run:
                     raise RuntimeError(f"the control request: {checked.status}")
         finally:
             await agent.close()
-        redis, keys = await _usage(self.redis, await _keys(self.redis) - before)
+        redis, keys = await usage_of(self.redis, await keys_of(self.redis) - before)
         said = content_bytes(turn.body for turn in pattern.turns)
         sizes = baseline(
             pattern.path, PROVIDER_HOSTS[pattern.fmt], AGENT_HEADERS[pattern.fmt], bodies
@@ -298,26 +252,6 @@ class Run:
             pattern.name, kind, pattern.fmt, len(bodies), sum(len(b) for _, b in bodies),
             sum(sizes), sent, cpu, control, engine, redis, keys, said, served,
         )  # fmt: skip
-
-
-async def _keys(redis: Redis) -> set[bytes]:
-    return {key async for key in redis.scan_iter(match="tr:*", count=1000)}
-
-
-async def _usage(redis: Redis, keys: set[bytes]) -> tuple[int, dict[str, tuple[int, int]]]:
-    """MEMORY USAGE summed over `keys` (counters left out), and per kind of key: how many,
-    and their bytes."""
-    chosen = [k for k in keys if k.split(b":")[2].decode() not in COUNTERS]
-    pipe = redis.pipeline(transaction=False)
-    for key in chosen:
-        pipe.memory_usage(key, samples=0)
-    sizes = [int(s or 0) for s in await pipe.execute()] if chosen else []
-    kinds: dict[str, tuple[int, int]] = {}
-    for key, size in zip(chosen, sizes, strict=True):
-        kind = key.split(b":")[2].decode()
-        count, total = kinds.get(kind, (0, 0))
-        kinds[kind] = (count + 1, total + size)
-    return sum(sizes), kinds
 
 
 def conversations(found: list[Trace], plan: Plan) -> list[tuple[str, Pattern]]:
@@ -333,9 +267,10 @@ def conversations(found: list[Trace], plan: Plan) -> list[tuple[str, Pattern]]:
 
 async def measure(
     found: list[Trace], plan: Plan, code: Code
-) -> tuple[list[Measured], list[tuple[str, Measured]]]:
-    """Every conversation through one service process, then the replica patterns through
-    `--workers 4` and through two processes."""
+) -> tuple[list[Measured], list[Measured], list[tuple[str, Measured]]]:
+    """Every conversation through one service process (the relay path), then through a chat
+    backend (`backend_path`) with a conversation of `replica_turns` after them, then the
+    replica patterns through `--workers 4` and through two processes."""
     with tempfile.TemporaryDirectory(prefix="toolref-edits-") as folder, ExitStack() as stack:
         engine = EmbeddedEngine(folder, config={"appendonly": "no", "save": '""'})
         engine.start()
@@ -351,6 +286,14 @@ async def measure(
                 await run.converse(one, one_mark(6, 999), "warm-up")
                 for kind, pattern in conversations(found, plan):
                     measured.append(await run.converse(one, pattern, kind))
+            await redis.flushall()  # the same conversations again, stored by no one yet
+            backend = []
+            async with backend_path.backend_system(launcher, engine.url) as chat:
+                await backend_path.converse(run, chat, one_mark(6, 997), "warm-up")
+                for kind, pattern in conversations(found, plan):
+                    backend.append(await backend_path.converse(run, chat, pattern, kind))
+                long = PATTERNS["one-mark"](plan.replica_turns, 600)
+                backend.append(await backend_path.converse(run, chat, long, "long"))
             replicas = []
             for gateways, workers in ((1, 4), (2, 1)):
                 await redis.flushall()
@@ -365,7 +308,7 @@ async def measure(
                         replicas.append((chosen.label, done))
         finally:
             await redis.aclose()
-    return measured, replicas
+    return measured, backend, replicas
 
 
 def run(
@@ -373,14 +316,14 @@ def run(
 ) -> list[Section]:
     """The two sections; `why`: why no shared trace ran, when none did."""
     with code_at(revision) as code:
-        measured, replicas = asyncio.run(measure(found, plan, code))
+        measured, backend, replicas = asyncio.run(measure(found, plan, code))
         label = describe(code)
     ran = [m.name for m in measured if m.kind == "trace"]
     said = f"Shared traces: {', '.join(ran)}." if ran else f"No shared trace ran: {why}."
     skipped = [t.name for t in found if t.name not in ran]
     if skipped:
         said += f" Skipped (a format the relay does not rewrite): {', '.join(skipped)}."
-    return edits_report.sections(measured, replicas, plan, label, traces=said)
+    return edits_report.sections(measured, backend, replicas, plan, label, traces=said)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,16 +6,20 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from loadtests.report import Section, replace_section
 
 if TYPE_CHECKING:
-    from loadtests.edits_bench import Measured, Plan
+    from loadtests.edits_bench import Plan
+    from loadtests.measured import Measured
 
 TITLE: Final = "Any conversation, any replica (issue 30)"
 REPLICAS: Final = ": workers and replicas"
+BACKEND: Final = "Every client speaks edits (issue 38): the chat-backend path"
+ADDED: Final = 3.0  # ms, the middleware's added time per request, median, at most
 BYTES: Final = 1.0  # relay -> gateway bytes over the baseline's, at most
 CPU: Final = 1.3  # service CPU per turn, last 20 turns over the first 20, at most
 REDIS: Final = 0.5  # Redis bytes of a kept conversation per raw JSON byte, at most
@@ -43,17 +47,54 @@ def _problems(found: dict[str, int]) -> str:
     return ", ".join(f"{n}x {kind}" for kind, n in sorted(found.items())) or "none"
 
 
+@dataclass(frozen=True)
+class Growth:
+    """CPU per turn of one conversation: first and last window, and the growth judged."""
+
+    first: float
+    last: float
+    window: int
+    raw: float  # last over first
+    speed: float  # the control request's last over first
+    engine: float  # the engine's last over first
+
+    @property
+    def judged(self) -> float:
+        return self.raw / self.speed  # the growth at the speed the machine ran the first turns
+
+    @classmethod
+    def of(cls, m: Measured) -> Growth:
+        last, first, size = growth(m.cpu)
+        control_last, control_first, _ = growth(m.control)
+        engine_last, engine_first, _ = growth(m.engine)
+        return cls(
+            first,
+            last,
+            size,
+            last / first if first else float("inf"),
+            control_last / control_first if control_first else 1.0,
+            engine_last / engine_first if engine_first else float("inf"),
+        )
+
+    def cells(self) -> list[str]:
+        return [
+            f"{self.first * 1e3:.2f} → {self.last * 1e3:.2f} ({self.window})",
+            f"{self.raw:.2f}",
+            f"{self.speed:.2f}",
+            f"{self.judged:.2f} {judged(self.judged, CPU)}",
+            f"{self.engine:.2f}",
+        ]
+
+
+def _redis(m: Measured) -> tuple[str, float]:
+    keys = ", ".join(f"{k} {n}: {_kb(b)}" for k, (n, b) in sorted(m.keys.items()))
+    return f"{m.redis:,} ({keys})", m.redis / m.raw
+
+
 def _row(m: Measured) -> tuple[list[str], float, float, float]:
     ratio = m.wire / m.baseline
-    last, first, size = growth(m.cpu)
-    raw_cpu = last / first if first else float("inf")
-    control_last, control_first, _ = growth(m.control)
-    speed = control_last / control_first if control_first else 1.0
-    cpu = raw_cpu / speed  # the growth at the speed the machine ran the first turns
-    engine_last, engine_first, _ = growth(m.engine)
-    engine = engine_last / engine_first if engine_first else float("inf")
-    memory = m.redis / m.raw
-    keys = ", ".join(f"{k} {n}: {_kb(b)}" for k, (n, b) in sorted(m.keys.items()))
+    cpu = Growth.of(m)
+    stored, memory = _redis(m)
     row = [
         f"{m.name} ({m.kind}, {m.fmt})",
         str(m.turns),
@@ -61,17 +102,13 @@ def _row(m: Measured) -> tuple[list[str], float, float, float]:
         _kb(m.wire),
         _kb(m.baseline),
         f"{ratio:.2f} {judged(ratio, BYTES)}",
-        f"{first * 1e3:.2f} → {last * 1e3:.2f} ({size})",
-        f"{raw_cpu:.2f}",
-        f"{speed:.2f}",
-        f"{cpu:.2f} {judged(cpu, CPU)}",
-        f"{engine:.2f}",
-        f"{m.redis:,} ({keys})",
+        *cpu.cells(),
+        stored,
         f"{memory:.2f} {judged(memory, REDIS)}",
         f"{m.extra} ({_problems(m.problems)})",
         m.path,
     ]
-    return row, ratio, cpu, memory
+    return row, ratio, cpu.judged, memory
 
 
 def _worst(rows: list[tuple[str, float]], target: float, what: str) -> str:
@@ -114,9 +151,10 @@ def conversations_section(measured: list[Measured], plan: Plan, code: str, trace
         "the growth judged is last ÷ first divided by the control's (other work shares "
         "these cores: between runs of the same code the raw ratio moved by up to 0.6, the "
         "divided one by up to 0.4, so a figure near the target wants a second run); the "
-        "engine's ratio beside it. Redis: MEMORY USAGE of the keys the conversation added, right "
-        "after its last turn (superseded heads still held; counters left out), per raw JSON "
-        "byte of what the conversation said: every distinct message it sent and the rest of "
+        "engine's ratio beside it. Redis: MEMORY USAGE of the keys the conversation added, "
+        "right after its last turn (chunks a later snapshot no longer holds still kept; "
+        "counters left out), per raw JSON byte of what the conversation said: every "
+        "distinct message it sent and the rest of "
         "its bodies, once each, cache marks aside (`edits_baseline.content_bytes`: the last "
         "body of a conversation that only grows; with the history a summary replaced, or a "
         "rewound branch, for the others). `path`: what the relay sent (history "
@@ -211,8 +249,104 @@ def replicas_section(replicas: list[tuple[str, Measured]], plan: Plan, code: str
     )
 
 
+def backend_section(
+    backend: list[Measured], relayed: list[Measured], plan: Plan, code: str
+) -> Section:
+    """The chat-backend path's conversations beside the relay path's (same names)."""
+    relay = {m.name: m for m in relayed}
+    rows, ratios, cpus, memories = [], [], [], []
+    long = None
+    for m in backend:
+        cpu = Growth.of(m)
+        stored, memory = _redis(m)
+        added = statistics.median(m.added) * 1e3
+        other = relay.get(m.name)
+        ratio = m.wire / other.wire if other is not None else None
+        rows.append(
+            [
+                f"{m.name} ({m.kind}, {m.fmt})",
+                str(m.turns),
+                f"{m.agent / 1e6:,.2f} MB",
+                _kb(m.wire),
+                _kb(other.wire) if other is not None else "(not relayed)",
+                f"{ratio:.2f} {judged(ratio, BYTES)}" if ratio is not None else "",
+                *cpu.cells(),
+                stored,
+                f"{memory:.2f} {judged(memory, REDIS)}",
+                f"{added:.2f}",
+                f"{m.extra} ({_problems(m.problems)})",
+                m.path,
+            ]
+        )
+        if ratio is not None:
+            ratios.append((m.name, ratio))
+        cpus.append((m.name, cpu.judged))
+        memories.append((m.name, memory))
+        if m.kind == "long":
+            long = (m, added)
+    verdicts = [
+        _worst(ratios, BYTES, "client → backend bytes, headers included, over relay → gateway"),
+        _worst(cpus, CPU, "backend and registry CPU per turn, last 20 turns over the first 20"),
+        _worst(memories, REDIS, "Redis bytes of the kept conversation per raw JSON byte"),
+    ]
+    if long is not None:
+        m, added = long
+        verdicts.append(
+            f"{judged(added, ADDED)}: the middleware adds {added:.2f} ms per request (median) "
+            f"over a conversation of {m.turns} turns (target at most {ADDED} ms)"
+        )
+    intro = (
+        "The same conversations as above sent by a client app instead of an agent: "
+        "`ToolReferenceManager.apost` (one manager, as an app keeps one, which a warm-up "
+        "conversation taught that the backend reads edits; the agent's headers) "
+        "to a chat backend process (`loadtests/chat_backend.py`: an app behind "
+        "`ToolRefMiddleware`, which restores each edit through `POST /v1/edits:apply` of a "
+        "registry process, `toolref-server serve`, on the same engine, emptied first), with "
+        "a hop before the backend counting every byte the client wrote; then a conversation "
+        f"of {plan.replica_turns} turns (one-mark, `long`). `÷ relay`: the client's bytes "
+        "over what the relay sent the gateway for the same conversation. CPU: the backend "
+        "and registry processes together, judged against a control request after each "
+        "turn, as above. `middleware ms`: its added time per request, median over the "
+        "turns: the wall time from the request reaching the middleware to its answer sent, "
+        "less the app's (the registry's round trip included). "
+        f"Code: {code}. Command: `{plan.command}`."
+    )
+    return Section(
+        title=BACKEND + plan.suffix,
+        intro=intro,
+        header=[
+            "conversation",
+            "turns",
+            "client's app sent",
+            "client → backend",
+            "relay → gateway",
+            "÷ relay",
+            "CPU ms/turn, first → last (window)",
+            "last ÷ first",
+            "control last ÷ first",
+            "CPU growth (÷ control)",
+            "engine last ÷ first",
+            "Redis bytes (kind, keys: bytes)",
+            "Redis ÷ raw JSON",
+            "middleware ms",
+            "extra round trips",
+            "path",
+        ],
+        rows=rows,
+        figures={
+            "bytes_worst": max((r for _, r in ratios), default=0.0),
+            "cpu_growth_worst": max(c for _, c in cpus),
+            "redis_worst": max(m for _, m in memories),
+            "middleware_ms": long[1] if long is not None else 0.0,
+        },
+        verdicts=verdicts,
+        plotted=False,
+    )
+
+
 def sections(
     measured: list[Measured],
+    backend: list[Measured],
     replicas: list[tuple[str, Measured]],
     plan: Plan,
     code: str,
@@ -222,6 +356,7 @@ def sections(
     """`traces`: which shared traces ran, or why none did."""
     return [
         conversations_section(measured, plan, code, traces),
+        backend_section(backend, measured, plan, code),
         replicas_section(replicas, plan, code),
     ]
 

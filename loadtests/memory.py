@@ -69,7 +69,6 @@ def run(traces: list[Trace]) -> Section:
             engine.stop()
     ratio = total_used / total_payload
     rows.append(["all traces", "", f"{total_payload:,}", f"{total_used:,}", f"{ratio:.3f}"])
-    verdict = "PASS" if ratio <= 0.4 else "FAIL"
     return Section(
         title="Memory",
         intro=(
@@ -82,5 +81,12 @@ def run(traces: list[Trace]) -> Section:
         header=["trace", "keys", "payload bytes", "Redis bytes", "per payload byte"],
         rows=rows,
         figures={"ratio": ratio},
-        verdicts=[f"{verdict}: {ratio:.3f} Redis bytes per payload byte (target at most 0.4)"],
+        verdicts=[
+            f"{ratio:.3f} Redis bytes per payload byte. The 0.4 target of 0.2 is retired: it "
+            "judged records as the place conversations were kept; since 0.3 they are kept as "
+            "recipes and pieces, judged per raw JSON byte of the conversation (at most 0.5, "
+            '"Memory per kept conversation" and "Every client speaks edits"). A record keeps '
+            "its protocol-2 payload; what is left over 0.4 is about 90 bytes of per-key "
+            "overhead and zstd at level 3 (level 9 reaches 0.415 at 6x the CPU)"
+        ],
     )

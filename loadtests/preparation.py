@@ -1,94 +1,57 @@
-"""Benchmark: a client's preparation of each turn as its history grows, with the manager's
-transcripts and without.
+"""Benchmark: a client's preparation of each turn as its conversation grows, as an edit.
 
 The longest shared trace is replayed turn by turn (one request per model call, the history
-so far in each, as `bandwidth` sends them) through `ToolReferenceManager.exchange` alone: no
-network, each request answered at once by a backend that confirms the conversation's head,
-so every turn after the first continues a history, compressed against it. What is timed is
-the exchange's own work for the turn: reading and rewriting the messages, the upload (body,
-dictionary, zstd) and learning from the answer.
+so far in each, as `bandwidth` sends them) through an `Editor` alone (the relay's and the
+SDK's): no network, each edit confirmed at once, so every turn after the first is an edit of
+the one before. What is timed is the editor's own work for the turn: the cut of the request
+into segments (a scan of the whole body), the base's choice, the diff, the records (each
+new segment compressed alone, or unguarded against the conversation) and keeping the recipe.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
 
-import httpx
-
-from loadtests.bandwidth import on_the_wire
+from loadtests.bandwidth import turns_of
 from loadtests.report import Section
 from loadtests.traces import Trace, load
-from toolref import ToolReferenceManager, formats
-from toolref.history import chain_form, heads, history_ref
-from toolref.wire.encoding import dumps_json
-from toolref.wire.headers import HISTORY_HEADER
+from toolref.sending.editor import Editor
 
 EDGE = 20  # turns averaged at each end of the conversation
-
-# name -> the manager's options
-MODES: dict[str, dict[str, Any]] = {
-    "from scratch": {"max_transcripts": 0},
-    "transcripts": {},
-    "transcripts, no zstd": {"compress": False},
-}
+MODES = {"size-guarded": True, "unguarded": False}  # name -> Editor(size_guard=)
 
 
-def _build(content: bytes, headers: dict[str, str]) -> httpx.Request:
-    return httpx.Request("POST", "http://chat.test/chat", content=content, headers=headers)
-
-
-def turns(trace: Trace) -> list[tuple[list[dict[str, Any]], httpx.Response]]:
-    """Each request's messages (one growing list, as a chat client holds it) and the answer
-    confirming their head (computed here from scratch, outside the timing)."""
-    fmt = formats.detect(trace.messages)
-    messages = [on_the_wire(m, fmt.name) for m in trace.messages]
-    cuts = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and i > 0]
-    found = []
-    for cut in cuts:
-        head = history_ref(heads(chain_form(messages[:cut], fmt))[-1])
-        answer = httpx.Response(
-            200, json={}, headers={"Toolref-Protocol": "2", HISTORY_HEADER: head}
-        )
-        found.append((messages[:cut], answer))
-    return found
+def bodies(trace: Trace) -> list[bytes]:
+    """Each request's body, one growing conversation as a chat client holds it."""
+    _, messages, cuts = turns_of(trace)
+    return [json.dumps({"model": "m", "messages": messages[:cut]}).encode() for cut in cuts]
 
 
 def replay(
-    conversation: list[tuple[list[dict[str, Any]], httpx.Response]],
-    options: dict[str, Any],
-    clock: Callable[[], float] = time.perf_counter,
+    conversation: list[bytes], guarded: bool, clock: Callable[[], float] = time.perf_counter
 ) -> list[float]:
-    """Seconds of each turn's exchange, through a new manager with `options`."""
-    manager = ToolReferenceManager(**options)
-    history: list[dict[str, Any]] = []
+    """Seconds of each turn's preparation and confirmation, through a new editor."""
+    editor = Editor(size_guard=guarded)
     seconds = []
-    for messages, answer in conversation:
-        history.extend(messages[len(history) :])
-        body = {"model": "m", "messages": history}
+    for body in conversation:
         start = clock()
-        exchange = manager.exchange(_build, body)
-        next(exchange)
-        try:
-            exchange.send(answer)
-        except StopIteration:
-            pass
-        else:
-            raise AssertionError("the exchange resent a confirmed turn")
+        edit = editor.prepare([], body, "messages")
+        assert edit is not None
+        editor.confirm(edit, edit.ref)
         seconds.append(clock() - start)
-    assert manager.savings.histories_used == len(conversation) - 1
     return seconds
 
 
 def run(traces: list[Trace], rounds: int = 3) -> Section:
     trace = max(traces, key=lambda t: t.size)
-    conversation = turns(trace)
+    conversation = bodies(trace)
     samples: dict[str, list[list[float]]] = {name: [] for name in MODES}
     for _ in range(rounds):  # alternately, so drift affects every mode alike
-        for name, options in MODES.items():
-            samples[name].append(replay(conversation, options))
+        for name, guarded in MODES.items():
+            samples[name].append(replay(conversation, guarded))
     per_turn = {
         name: [statistics.median(turn) for turn in zip(*runs, strict=True)]
         for name, runs in samples.items()
@@ -105,36 +68,24 @@ def run(traces: list[Trace], rounds: int = 3) -> Section:
         ]
         for name in MODES
     ]
-    speedup = last["from scratch"] / last["transcripts"]
-    sizes = [len(dumps_json(conversation[n][0])) for n in (edge - 1, -1)]
+    sizes = [len(conversation[n]) for n in (edge - 1, -1)]
     return Section(
         title="Client turn preparation",
         intro=(
             f"The longest shared trace ({trace.name}: {len(trace.messages)} messages, "
             f"{trace.size:,} bytes) replayed as {len(conversation)} requests, one per model "
-            "call, through `ToolReferenceManager.exchange` alone, each answered at once by a "
-            "backend confirming the conversation's head (no network): mean milliseconds of "
-            f"the exchange's own work over the first and the last {edge} turns (median of "
-            f"{rounds} replays per turn). `from scratch` reads every message every turn "
-            "(`max_transcripts=0`); `transcripts` keeps each conversation's transcript, so a "
-            "turn reads, digests and writes only its new messages (every message is still "
-            "written once with orjson to see what changed, and zstd still loads the history "
-            "as its dictionary, up to 1 MiB); `no zstd` is the same without compression."
+            "call, through an `Editor` alone (`prepare`, then `confirm`; no network): mean "
+            f"milliseconds over the first and the last {edge} turns (median of {rounds} "
+            "replays per turn). The cut scans the whole body every turn (issue 40 cuts only "
+            "what differs from the previous body)."
         ),
-        header=["manager", f"first {edge} turns ms", f"last {edge} turns ms", "last / first"],
+        header=["editor", f"first {edge} turns ms", f"last {edge} turns ms", "last / first"],
         rows=rows,
-        figures={
-            "from_scratch_growth": last["from scratch"] / first["from scratch"],
-            "transcripts_growth": last["transcripts"] / first["transcripts"],
-            "transcripts_no_zstd_growth": (
-                last["transcripts, no zstd"] / first["transcripts, no zstd"]
-            ),
-            "from_scratch_over_transcripts_last": speedup,
-        },
+        figures={f"{name}_growth": last[name] / first[name] for name in MODES},
         verdicts=[
-            f"over the last {edge} turns, from scratch takes {speedup:.1f}x as long as with "
-            f"transcripts (the history is {sizes[0]:,} bytes at turn {edge}, {sizes[1]:,} at "
-            "the last)",
+            f"the body is {sizes[0]:,} bytes at turn {edge} and {sizes[1]:,} at the last: a "
+            f"guarded turn's preparation grows {last['size-guarded'] / first['size-guarded']:.2f}x "
+            "from the first turns to the last",
         ],
     )
 

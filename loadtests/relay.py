@@ -3,8 +3,8 @@
 directly, in the same run.
 
 The agent posts each turn's whole conversation (streamed answers) to the relay on loopback;
-the relay sends refs and history refs to the gateway (the service, on an embedded engine),
-which hydrates and forwards to the provider: the scripted LLM backend of
+the relay sends edits to the gateway (the service, on an embedded engine), which restores
+each request and forwards it to the provider: the scripted LLM backend of
 examples/llm_backend.py, which knows nothing of toolref. Bytes: what the agent sent, and
 what left the relay for the gateway. Time to first byte: direct, and through relay and
 gateway, median over the turns.
@@ -142,8 +142,8 @@ def run(found: list[Trace]) -> Section:
         intro=(
             "Each shared trace replayed as an agent sends it: every turn, the whole "
             "conversation so far, streamed answers, posted to `toolref relay` on loopback, "
-            "which sends refs and history refs (zstd) to the service's gateway on an embedded "
-            "engine; the gateway hydrates and forwards to the scripted provider of "
+            "which sends edits to the service's gateway on an embedded "
+            "engine; the gateway restores each request and forwards it to the scripted provider of "
             "examples/llm_backend.py (no toolref). `agent sent` is every request body the "
             "agent sent, `relay sent` every body the relay sent the gateway (resends "
             "included); time to first byte is the median over the turns, directly to the "

@@ -108,12 +108,10 @@ def processes(scratch: Path, options: Options) -> Iterator[dict[str, Process]]:
             TOOLREF_API_KEYS=f"soak={hashlib.sha256(KEY.encode()).hexdigest()}",
             TOOLREF_UPSTREAMS=f"fake={provider.url}",
             TOOLREF_TTL_SECONDS=ttl,
-            TOOLREF_HISTORY_SUPERSEDED_TTL=ttl,
-            TOOLREF_HISTORY_REFRESH_SECONDS=ttl,
+            TOOLREF_EDIT_SUPERSEDED_TTL=ttl,
+            TOOLREF_EDIT_REFRESH_SECONDS=ttl,
             TOOLREF_VERIFIED_CHARS=cache,
-            TOOLREF_HISTORY_CACHE_BYTES=cache,
-            TOOLREF_GATEWAY_HISTORY_CHARS=cache,
-            TOOLREF_EDIT_CACHE_BYTES=cache,  # the relay's turns come as edits (issue 30)
+            TOOLREF_EDIT_CACHE_BYTES=cache,  # every turn comes as an edit
         )
         stack.callback(service.stop)
         port = free_port()

@@ -7,8 +7,8 @@ may change between phases):
 - the registry's REST API (register, findMissing, resolve, summaries, optimize then
   hydrate), JSON and msgpack in turn, each body identity, zstd or gzip in turn;
 - the middleware: a chat backend (examples/llm_backend.py behind `ToolRefMiddleware`)
-  called through the SDK's `AsyncTransport` (refs, history refs, zstd), streamed every
-  other turn;
+  called through the SDK's `AsyncTransport` (edits once the backend says it reads them),
+  streamed every other turn;
 - the gateway: an agent's turn (Anthropic Messages or OpenAI Chat, streamed every other
   turn, its body identity, zstd or gzip as agents send them) to `toolref relay`, which
   sends it on to the service's `/llm/fake/...` and the fake provider;
@@ -278,8 +278,8 @@ class Traffic:
     # --- the middleware and the gateway ---------------------------------------------------
 
     async def middleware_turn(self, history: list[dict[str, Any]], turn: int) -> None:
-        """A client app's turn through the SDK's transport to the backend (refs, history refs
-        and zstd bodies once confirmed), streamed every other turn."""
+        """A client app's turn through the SDK's transport to the backend (an edit once the
+        backend says it reads them), streamed every other turn."""
         stream = turn % 2 == 1
         raw = json.dumps({"model": "scripted-1", "messages": history, "stream": stream}).encode()
         end = _ENDS["openai-chat"] if stream else None

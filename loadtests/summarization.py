@@ -12,7 +12,8 @@ from typing import Any
 
 from loadtests.report import Section
 from loadtests.traces import Trace
-from toolref import extractive, formats
+from toolref import formats
+from toolref.kit import extractive
 from toolref.wire.canonical import digest_of
 from toolref.wire.encoding import dumps_json
 from toolref_server.registry import compaction

@@ -238,13 +238,29 @@ class Launcher:
         return self.start(name, command, env, code.cwd)
 
     def relay(self, code: Code, gateway: str, name: str) -> Proc:
-        """`toolref relay --gateway URL`."""
+        """`toolref relay --gateway URL`, once something listens at URL (the relay checks its
+        gateway at start, and stops on one that does not answer)."""
+        _listening(gateway)
         port = free_port()
         command = [
             sys.executable, "-m", f"{code.relay_module}.cli", "relay", "--gateway", gateway,
             "--port", str(port), "--token-file", str(self.scratch / f"{name}.token"),
         ]  # fmt: skip
         return self.start(name, command, code.env(TOOLREF_KEY=KEY), code.cwd)
+
+
+def _listening(url: str, seconds: float = 60) -> None:
+    """Block until `url`'s port accepts a connection (a process started beside this one)."""
+    host, port = url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"nothing listens at {url} after {seconds} s") from None
+            time.sleep(0.05)
 
 
 def _stop(popen: subprocess.Popen[bytes]) -> None:

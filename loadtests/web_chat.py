@@ -64,7 +64,8 @@ def run() -> Section:
         "a registry on the embedded engine, all on loopback. Bytes are what each request to "
         "/api/chat put on the wire (`postDataBuffer`, resends included), without the SDK "
         "(`?toolref=off`: AI SDK 5's `useChat` with plain `fetch`) and with `toolrefFetch` "
-        "(refs, history refs, compression). Command: `make bench`, or `python -m "
+        "(the first turn as it is, every later one an edit of the one the backend kept, each "
+        "new segment compressed alone). Command: `make bench`, or `python -m "
         "loadtests.web_chat` for this section alone."
     )
     return Section(
@@ -75,10 +76,10 @@ def run() -> Section:
         figures={"ratio": total_plain / total_sdk},
         verdicts=[
             f"{total_plain / total_sdk:.1f}x fewer bytes uploaded over the {TURNS} turns with "
-            "the SDK. Each turn continues the history the backend kept, so it uploads only the "
-            "new user message and the previous answer: that answer's tool results (made by the "
-            "backend, so new to the registry) go once, compressed; a result seen before goes "
-            "as a ref.",
+            "the SDK. Each turn is an edit of the request the backend kept the turn before, so "
+            "it uploads only the new user message and the previous answer: that answer's tool "
+            "results (made by the backend, so new to it) go once, each compressed alone (gzip "
+            "in a browser); the rest is ranges of what the backend holds.",
         ],
     )
 

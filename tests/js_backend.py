@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 from toolref import AsyncRegistryClient, ToolRefMiddleware
-from toolref.spans import document
+from toolref.kit.spans import document
 
 
 def tool_output(turn: int, text: str) -> str:

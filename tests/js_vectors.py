@@ -11,6 +11,7 @@ beyond 2^53: `JSON.parse` makes them doubles) are in `bigIntegers`, each with th
 text Python computes for the exact integer, the one it computes for the double JavaScript
 holds (what a JavaScript client sends, and so what the server digests), and the value with
 each such integer as `{"$bigint": "<digits>"}` for JavaScript to rebuild as a `bigint`.
+`edits` holds the edits vectors (tests/js_edit_vectors.py): cuts, diffs and editors' attempts.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from collections.abc import Container
 from pathlib import Path
 from typing import Any, Final
 
-from toolref import formats, history
+from tests import js_edit_vectors
+from toolref import formats
 from toolref.sending.rewrite import rewrite
 from toolref.wire.canonical import canonical_json, digest_of
 from toolref.wire.errors import CanonicalizationError
@@ -496,7 +498,6 @@ def conversation_cases() -> list[dict[str, Any]]:
         fmt = formats.detect(messages)
         assert fmt.name == fmt_name, (name, fmt.name)
         optimized = rewrite(messages, fmt, _All())
-        chain = history.heads(history.chain_form(messages, fmt))
         cases.append(
             {
                 "name": name,
@@ -504,30 +505,6 @@ def conversation_cases() -> list[dict[str, Any]]:
                 "messages": messages,
                 "optimized": optimized.messages,
                 "toolReferences": optimized.refs,
-                "historyRefs": [history.history_ref(head) for head in chain],
-            }
-        )
-    return cases
-
-
-def dictionary_cases() -> list[dict[str, Any]]:
-    """`history.dictionary_of_texts`: the history's message texts joined, the last 1 MiB.
-    Each text is given as `[unit, times]` (the text is `unit * times`), to keep the file small."""
-    cases = []
-    specs: list[tuple[str, list[tuple[str, int]]]] = [
-        ("small", [('{"a":1}', 1), ('{"b":"é😀"}', 1)]),
-        ("over the limit", [("a", 700_000), ("é", 300_000), ('{"z":"😀"}', 1)]),
-        ("one huge message", [("x", 1_500_000), ("😀", 1)]),
-        ("empty", []),
-    ]
-    for name, spec in specs:
-        data = history.dictionary_of_texts([unit * times for unit, times in spec])
-        cases.append(
-            {
-                "name": name,
-                "texts": spec,
-                "size": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
             }
         )
     return cases
@@ -536,14 +513,12 @@ def dictionary_cases() -> list[dict[str, Any]]:
 def build() -> dict[str, Any]:
     return {
         "comment": "Written by `python -m tests.js_vectors --write` (the Python SDK); do not edit.",
-        "h0": history.H0.hex(),
-        "h0Ref": history.history_ref(history.H0),
         "canonical": canonical_cases(),
         "errors": error_cases(),
         "bigIntegers": big_integer_cases(),
         "invocations": invocation_cases(),
         "conversations": conversation_cases(),
-        "dictionaries": dictionary_cases(),
+        "edits": js_edit_vectors.build(),
     }
 
 

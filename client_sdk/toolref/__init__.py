@@ -10,8 +10,7 @@ from toolref.acp import (
     plan_entries,
     tool_kind,
 )
-from toolref.breaker import BreakerState, CircuitBreaker
-from toolref.history import chain_form, history_ref, is_history_ref, longest_confirmed
+from toolref.kit.breaker import BreakerState, CircuitBreaker
 from toolref.receiving.middleware import ToolRefMiddleware
 from toolref.registry.client import (
     AsyncRegistryClient,
@@ -65,7 +64,7 @@ from toolref.wire.errors import (
     DuplicateToolCallError,
     ForbiddenError,
     HeadersTooLargeError,
-    InvalidHistoryHeaderError,
+    HistoryRefsRetiredError,
     InvalidProtocolError,
     InvalidRefError,
     LimitExceededError,
@@ -136,8 +135,8 @@ __all__ = [
     "ForbiddenError",
     "FormatName",
     "HeadersTooLargeError",
+    "HistoryRefsRetiredError",
     "HydrateMode",
-    "InvalidHistoryHeaderError",
     "InvalidProtocolError",
     "InvalidRefError",
     "Invocation",
@@ -194,14 +193,10 @@ __all__ = [
     "accumulate_async",
     "adapter_for",
     "canonical_json",
-    "chain_form",
     "digest_of",
-    "history_ref",
     "invocation_digest",
-    "is_history_ref",
     "is_ref",
     "jsonrpc",
-    "longest_confirmed",
     "plan_entries",
     "rewrite",
     "tool_kind",

@@ -1,6 +1,6 @@
 """The toolref relay: agents change their base URL to a loopback port, and their LLM
-requests reach the provider through a toolref gateway with tool results and history as
-refs. See docs/relay.md, and `toolref_relay.app` for the behaviour.
+requests reach the provider through a toolref gateway as edits of what it holds. See
+docs/relay.md, and `toolref_relay.app` for the behaviour.
 
 The SDK does not depend on the relay's server parts: `toolref relay` (`toolref_relay.cli`)
 needs the `relay` extra.
@@ -11,8 +11,7 @@ from toolref.wire.shapes import ErrorReply, Provider, error_reply, provider_of
 from toolref_relay.app import Relay
 from toolref_relay.calls import Call
 from toolref_relay.config import RelayConfig
-from toolref_relay.oversize import InlineItem, inline_items, too_large_message, worth_registering
-from toolref_relay.savings import (
+from toolref_relay.ledger import (
     Tally,
     Totals,
     Upload,
@@ -32,7 +31,6 @@ __all__ = [
     "SWITCH_HEADER",
     "Call",
     "ErrorReply",
-    "InlineItem",
     "Provider",
     "Relay",
     "RelayConfig",
@@ -43,13 +41,10 @@ __all__ = [
     "Who",
     "conversation_of",
     "error_reply",
-    "inline_items",
     "provider_of",
     "savings_header",
     "size",
     "summary",
-    "too_large_message",
     "turn_line",
     "who",
-    "worth_registering",
 ]

@@ -5,25 +5,23 @@
 Responses, Gemini generateContent) is read whole and inflated when the agent compressed it.
 When the gateway takes edits (`capabilities`), it is sent as an edit of a request of the
 same conversation the gateway confirmed (`edited`, with the client's `Editor`); otherwise
-through `toolref.AsyncTransport` with the client's manager: payloads the gateway holds as
-refs, a conversation after a confirmed history as its new messages, zstd against it. Misses
-are resent before the agent sees anything. Every other request passes through, streamed
-both ways. An upgrade to a WebSocket (Codex's Responses WebSocket) is joined to the
-gateway's (`sockets`), or answered 426 at once.
+as it came. Misses are resent before the agent sees anything. Every other request passes
+through, streamed both ways (`passthrough`). An upgrade to a WebSocket (Codex's Responses
+WebSocket) is joined to the gateway's (`sockets`), or answered 426 at once. What those
+modules need of the relay they get through one narrow object (`link.GatewayLink`), never
+the app.
 
-One `Client` (an `Editor` and a `ToolReferenceManager`) per upstream and provider
-credential (`clients`) serves every conversation that client sends there: they tell
-conversations apart by their content (least recently used dropped first), so an agent
-running several sessions needs nothing more, and a process without the agent's credential
-shares nothing with it.
+One `Client` (an `Editor`) per upstream and provider credential (`clients`) serves every
+conversation that client sends there: it tells conversations apart by their content (least
+recently used dropped first), so an agent running several sessions needs nothing more, and
+a process without the agent's credential shares nothing with it.
 
 Only requests for the relay's own address are served, none with an `Origin` (`guard`: a
 web page, after DNS rebinding); `/metrics`, `/toolref/switch` and `Toolref-Switch` need
 this start's control token (`control`).
 
 Never brick a session: a gateway that cannot be reached sends the agent's request, as it
-came, to `--fallback`, or answers 502 in the provider's error shape; a 413 is retried once
-with the request's biggest tool results registered first (see `oversize`).
+came, to `--fallback`, or answers 502 in the provider's error shape.
 """
 
 from __future__ import annotations
@@ -34,21 +32,17 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import httpx
 
 from toolref import __version__
-from toolref.receiving.asgi_io import Disconnected, read_body, while_connected
-from toolref.receiving.budget import Account, Budget
-from toolref.receiving.middleware import Receive, Scope, Send
-from toolref.receiving.workers import Workers
-from toolref.registry.client import AsyncRegistryClient
+from toolref.asgi.budget import Account
+from toolref.asgi.scope import Disconnected, Receive, Scope, Send, read_body, while_connected
+from toolref.asgi.workers import Workers
 from toolref.sending.editor import Editor
-from toolref.sending.manager import ToolReferenceManager
-from toolref.sending.transport import LLMRequest, recognise
 from toolref.wire import redaction
-from toolref.wire.endpoints import CAPABILITIES, endpoint
+from toolref.wire.endpoints import endpoint
 from toolref.wire.errors import (
     LimitExceededError,
     MalformedBodyError,
@@ -57,40 +51,38 @@ from toolref.wire.errors import (
 from toolref.wire.shapes import ErrorReply, error_reply, provider_of
 
 from . import control, guard
+from .as_edit import as_edit
 from .bodies import TOO_LARGE, inflated, readable
 from .calls import UNREACHABLE, Call, Meter, encoding_of, failed, log_call
-from .capabilities import Capabilities
 from .clients import Client, Clients
 from .config import RelayConfig
-from .edited import as_edit
 from .headers import (
     SAVINGS_HEADER,
     SWITCH_HEADER,
     Pairs,
     decoded,
     first,
+    to_gateway,
     to_provider,
 )
-from .managed import managed
+from .ledger import (
+    Route,
+    Tally,
+    Upload,
+    header_bytes,
+    savings_header,
+    summary,
+    who,
+)
+from .link import GatewayLink
+from .llm import LLMRequest, recognise
 from .passthrough import pass_through
 from .preflight import Preflight
 from .preflight import check as check_gateway
 from .problems import as_provider_error, not_a_gateway_reply
 from .replies import relay_answer, reply_error, reply_json
-from .savings import (
-    Route,
-    Tally,
-    Totals,
-    Upload,
-    Who,
-    header_bytes,
-    savings_header,
-    summary,
-    turn_line,
-    who,
-)
-from .sockets import serve_socket
-from .switch import Switchboard, conversation_of
+from .switch import conversation_of
+from .websocket_mode import serve_socket
 
 _ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
 
@@ -122,41 +114,23 @@ class Relay:
         self.config = config
         self.preflight = preflight  # what the start found of the gateway (None: check then)
         self.report = report
-        self.totals = Totals()
-        self.switchboard = Switchboard(config.switch)
+        pool = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self.link = GatewayLink(config, pool, report)
+        # the link's parts, by their names (one object each)
+        self.pool, self.totals, self.budget = pool, self.link.totals, self.link.budget
+        self.switchboard, self.capabilities = self.link.switchboard, self.link.capabilities
         self.clients = Clients(self._new_client, config.max_clients)
-        self.capabilities = Capabilities(config.edits)
-        self.pool = transport if transport is not None else httpx.AsyncHTTPTransport()
-        self.budget = Budget(config.max_inflated_in_flight, setting="--max-inflated-in-flight")
-        self._registry: AsyncRegistryClient | None = None
         self._signals = signals
-        self._timeouts = {
-            "connect": config.connect_timeout,
-            "read": config.read_timeout,
-            "write": config.read_timeout,
-            "pool": config.connect_timeout,
-        }
 
     @property
     def tally(self) -> Tally:
         """Every agent's and upstream's turns together (the counters' numbers)."""
-        return self.totals.all
-
-    def told(self, whose: Who, upload: Upload) -> None:
-        """Count `upload` in `whose` totals, and report its turn line."""
-        number, tally = self.totals.add(whose, upload)
-        self.report(turn_line(whose, number, upload, tally))
-
-    def manager(self, upstream: str, call: Call) -> ToolReferenceManager:
-        """The manager of `call`'s client on `upstream` (made on first use)."""
-        return self.clients.client(upstream, call.headers, call.query).manager
+        return self.link.tally
 
     def _new_client(self) -> Client:
         config = self.config
         return Client(
-            Editor(config.max_recipes, config.max_recipe_bytes, size_guard=config.size_guard),
-            # The gateway reads zstd: compress from the first request, not the first history.
-            ToolReferenceManager(max_transcripts=config.max_transcripts, compress=True),
+            Editor(config.max_recipes, config.max_recipe_bytes, size_guard=config.size_guard)
         )
 
     # --- ASGI ---------------------------------------------------------------------------
@@ -166,7 +140,7 @@ class Relay:
             await self._lifespan(receive, send)
             return
         if scope["type"] == "websocket":
-            await serve_socket(self, scope, receive, send)  # WebSocket mode (`sockets`)
+            await serve_socket(self.link, scope, receive, send)  # WebSocket mode (`sockets`)
             return
         if scope["type"] != "http":
             return
@@ -241,8 +215,6 @@ class Relay:
             self.report(summary(whose, tally))
         if self.config.token_file:  # this start's token means nothing once it stops
             control.remove(Path(self.config.token_file), self.config.token)
-        if self._registry is not None:
-            await self._registry.aclose()
         await self.pool.aclose()
 
     async def _check(self) -> dict[str, object]:
@@ -346,7 +318,7 @@ class Relay:
         route: Route = "gateway"
         try:
             edited = await as_edit(
-                self,
+                self.link,
                 call,
                 client,
                 url=url,
@@ -358,17 +330,9 @@ class Relay:
             answer: httpx.Response | ErrorReply
             if edited is not None:
                 answer = edited
-            else:
-                answer = await managed(
-                    self,
-                    call,
-                    client.manager,
-                    url=url,
-                    content=content,
-                    changed=changed,
-                    moved=moved,
-                    meter=meter,
-                    llm=llm or parsed,
+            else:  # a gateway that takes no edits, or a body that is not one JSON object
+                answer = await self._as_it_is(
+                    call, url, content, changed=changed, moved=moved, meter=meter
                 )
             if isinstance(answer, httpx.Response):  # the gateway's own refusal, told
                 answer = await as_provider_error(answer, call, self.config.gateway) or answer
@@ -383,7 +347,7 @@ class Relay:
             route = "refused"  # nothing went out: the relay answered itself
         status = answer.status if isinstance(answer, ErrorReply) else answer.status_code
         upload = Upload(_sent(call, len(raw)), len(content), meter.sent, route, status)
-        self.told(who(call.headers, upstream), upload)
+        self.link.told(who(call.headers, upstream), upload)
         extra = [(SAVINGS_HEADER, savings_header(upload))]
         if isinstance(answer, ErrorReply):
             await reply_error(send, answer, extra)
@@ -392,38 +356,49 @@ class Relay:
         log_call(call, upstream, answer.status_code, upload.raw, upload.wire)
         await relay_answer(send, answer, extra)
 
+    async def _as_it_is(
+        self,
+        call: Call,
+        url: str,
+        content: bytes,
+        *,
+        changed: bool,
+        moved: str | None,
+        meter: Meter,
+    ) -> httpx.Response:
+        """The agent's request to the gateway as it came (inflated when `changed`)."""
+        headers = to_gateway(
+            call.headers, key=self.config.key, switched_from=moved, body_changed=changed
+        )
+        request = httpx.Request(
+            "POST", url, headers=headers, content=content, extensions=self.link.extensions()
+        )
+        return await meter.handle_async_request(request)
+
     async def _unreachable(
         self, call: Call, raw: bytes, error: httpx.HTTPError, meter: Meter
     ) -> httpx.Response | ErrorReply:
         """The agent's request as it came, to the fallback; or a 502 saying what to do."""
         fallback = self.config.fallback
         if fallback is None:
-            return self.gateway_down(call, error)
+            return self.link.gateway_down(call, error)
         request = httpx.Request(
             call.method,
             fallback + call.suffix(),
             headers=to_provider(call.headers),
             content=raw,
-            extensions=self.extensions(),
+            extensions=self.link.extensions(),
         )
         try:
             return await meter.handle_async_request(request)
         except httpx.HTTPError as exc:
             return failed(call, fallback, exc, f"; the gateway {self.config.gateway} is down too")
 
-    def gateway_down(self, call: Call, error: httpx.HTTPError) -> ErrorReply:
-        message = (
-            f"toolref relay: cannot reach the gateway {self.config.gateway} "
-            f"({type(error).__name__}); start it, or start the relay with "
-            "--fallback <the provider's base URL> to go straight to the provider meanwhile"
-        )
-        return error_reply(call.provider, 502, message, "toolref_gateway_unreachable")
-
     async def _refuse(
         self, call: Call, send: Send, error: ErrorReply, raw: int, extra: Pairs = ()
     ) -> None:
         upload = Upload(_sent(call, raw), 0, 0, "refused", error.status)
-        self.told(who(call.headers, call.name), upload)
+        self.link.told(who(call.headers, call.name), upload)
         await reply_error(send, error, [(SAVINGS_HEADER, savings_header(upload)), *extra])
         log_call(call, call.name, error.status, upload.raw, 0)
 
@@ -432,27 +407,8 @@ class Relay:
         busy = error_reply(call.provider, 503, exc.detail, "toolref_overloaded")
         await self._refuse(call, send, busy, raw, [("retry-after", str(exc.retry_after))])
 
-    def registry_client(self) -> AsyncRegistryClient:
-        if self._registry is None:
-            self._registry = AsyncRegistryClient(self.config.gateway, api_key=self.config.key)
-        return self._registry
-
-    def extensions(self) -> dict[str, Any]:
-        return {"timeout": dict(self._timeouts)}
-
-    async def takes_edits(self) -> bool:
-        """Whether the gateway takes edits (asked once per start; `capabilities`), its
-        version then in `self.capabilities.version`."""
-
-        async def ask() -> httpx.Response:
-            url = self.config.gateway + CAPABILITIES
-            request = httpx.Request("GET", url, extensions=self.extensions())
-            return await self.pool.handle_async_request(request)
-
-        return await self.capabilities.edits(ask)
-
     async def _pass(self, call: Call, receive: Receive, send: Send) -> None:
-        await pass_through(self, call, receive, send)
+        await pass_through(self.link, call, receive, send)
 
 
 _NOT_SERVED: Final = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from toolref.receiving.budget import Account
+from toolref.asgi.budget import Account
 from toolref.wire.compression import inflate, inflate_gzip
 
 _INFLATERS: Final[dict[str, Callable[[bytes, int, Account | None], bytes]]] = {

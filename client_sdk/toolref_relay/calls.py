@@ -12,7 +12,7 @@ import httpx
 from toolref.wire.shapes import ErrorReply, Provider, error_reply
 
 from .headers import Pairs, first
-from .savings import header_bytes
+from .ledger import header_bytes
 
 log = logging.getLogger("toolref.relay")
 

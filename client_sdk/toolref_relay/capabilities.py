@@ -1,7 +1,7 @@
 """Whether the gateway takes edits (`application/vnd.toolref.edit`), and of which version:
 asked once per start (`GET /v1/capabilities`, `"edits": 2`, the highest it reads; 1 for a
 gateway before size-guarded edits) and kept; a 415 to an edit says no as well. Until it is
-known (the gateway down at start, say), a turn takes the manager's path."""
+known (the gateway down at start, say), a turn goes as it came."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class Capabilities:
         return self._edits
 
     def refused(self) -> None:
-        """The gateway answered 415 to an edit: the manager's path from now on."""
+        """The gateway answered 415 to an edit: requests as they came from now on."""
         self._edits = False
 
 

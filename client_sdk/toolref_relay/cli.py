@@ -106,7 +106,7 @@ def parser() -> argparse.ArgumentParser:
     relay.add_argument(
         "--no-edits",
         action="store_true",
-        help="never send requests as edits (the history path, as before edits)",
+        help="never send requests as edits: each as it came (as to a gateway without edits)",
     )
     relay.add_argument(
         "--no-size-guard",
@@ -232,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_level=args.log_level,
         access_log=False,  # its lines carry query strings, where some providers take keys
         lifespan="on",
-        # WebSocket mode (toolref_relay.sockets) over wsproto; messages within the body
+        # WebSocket mode (toolref_relay.websocket_mode) over wsproto; messages within the body
         # limit; no permessage-deflate (a small frame could inflate past any limit).
         ws="wsproto",
         ws_max_size=config.max_body_bytes,

@@ -1,12 +1,10 @@
-"""`Clients`: the relay's memory per client, one `Client` (an `Editor` and a
-`ToolReferenceManager`) for each upstream and provider credential, so that a process
-without the agent's credential shares nothing with the agent.
+"""`Clients`: the relay's memory per client, one `Client` (an `Editor`) for each upstream
+and provider credential, so that a process without the agent's credential shares nothing
+with the agent.
 
-A client's state holds what it sent: the recipes the gateway confirmed (the editor), or
-refs, histories, transcripts and the bodies kept to compress against (the manager, for a
-gateway without edits). Shared, one client's request would be sent as an edit of another's
-recipe, a ref because another's conversation held the payload, or compressed against
-another's body, and its size (`Toolref-Savings`) would tell the sender what the other sent.
+A client's state holds what it sent: the recipes the gateway confirmed. Shared, one
+client's request would be sent as an edit of another's recipe, and its size
+(`Toolref-Savings`) would tell the sender what the other sent.
 A client is known by the credential its requests carry for the provider
 (`CREDENTIAL_HEADERS`, Gemini's `key` query parameter): a keyed digest of it, made with a
 secret drawn at each start, never the value itself, never logged. Requests without any
@@ -24,10 +22,9 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import parse_qsl
 
-from toolref.lru import LRU
-from toolref.receiving.hops import Pairs
+from toolref.asgi.hops import Pairs
+from toolref.kit.lru import LRU
 from toolref.sending.editor import Editor
-from toolref.sending.manager import ToolReferenceManager
 
 # Where the providers the relay speaks take their credential (Anthropic `x-api-key` or an
 # OAuth bearer, OpenAI `Authorization`, Azure `api-key`, Gemini `x-goog-api-key`).
@@ -37,11 +34,10 @@ CREDENTIAL_PARAMS: Final = frozenset({"key"})  # Gemini's ?key=
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """One client's state: its editor (edits, when the gateway takes them), the lock its
-    turns take to use it one at a time, and its manager (the path before edits)."""
+    """One client's state: its editor (edits, when the gateway takes them) and the lock its
+    turns take to use it one at a time."""
 
     editor: Editor
-    manager: ToolReferenceManager
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
-from toolref.checks import nearest
+from toolref.kit.option_checks import nearest
 from toolref.wire import redaction
 
 from .control import new_token
@@ -53,15 +53,14 @@ class RelayConfig:
     max_body_bytes: the most an agent's LLM request may take on the wire.
     max_inflated_bytes: the most a gzip or zstd LLM request may inflate to.
     max_inflated_in_flight: the most every LLM request in flight may hold at once, as sent
-        and inflated (`toolref.receiving.budget`); past it a turn is answered 503 with Retry-After.
+        and inflated (`toolref.asgi.budget`); past it a turn is answered 503 with Retry-After.
         At least the two limits above together, so any one turn within them can be served.
     connect_timeout / read_timeout: seconds to connect, and to wait between two pieces of
         an answer (a model may think for minutes before its first token).
-    max_transcripts: conversations each client's manager keeps the transcript of.
     max_clients: clients (an upstream and a provider credential) whose state is kept; the
         least recently used is dropped first (`clients`).
-    edits: send LLM requests as edits when the gateway takes them (`edited`); False keeps
-        to the manager's path (history refs and kept bodies).
+    edits: send LLM requests as edits when the gateway takes them (`edited`); False sends
+        them as they came.
     size_guard: each inline segment of an edit compressed in a context of its own (the
         default), so that its size tells nothing of what else the conversation holds;
         False compresses them against the conversation (smaller, for a link whose sizes
@@ -84,7 +83,6 @@ class RelayConfig:
     max_inflated_in_flight: int = 256 * MIB
     connect_timeout: float = 5.0
     read_timeout: float = 600.0
-    max_transcripts: int = 64
     max_clients: int = 8
     edits: bool = True
     size_guard: bool = True
@@ -108,7 +106,6 @@ class RelayConfig:
         for option, number in (
             ("--max-body-bytes", self.max_body_bytes),
             ("--max-inflated-bytes", self.max_inflated_bytes),
-            ("max_transcripts", self.max_transcripts + 1),
             ("--max-clients", self.max_clients),
             ("--max-recipes", self.max_recipes),
             ("--max-recipe-bytes", self.max_recipe_bytes),

@@ -22,14 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from toolref.receiving.asgi_io import Disconnected, read_body
-from toolref.receiving.hops import Pairs, first
-from toolref.receiving.middleware import Receive, Send
+from toolref.asgi.hops import Pairs, first
+from toolref.asgi.scope import Disconnected, Receive, Send, read_body
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import SWITCH_HEADER
 
+from .ledger import FAILED, TURNS, UPLOAD_BYTES
 from .replies import reply, reply_json
-from .savings import FAILED, TURNS, UPLOAD_BYTES
 from .switch import Switchboard
 
 CHECK_PATH: Final = "/toolref/check"

@@ -1,12 +1,12 @@
 """Which headers travel where: the agent's to the gateway (or the fallback), the answer's
 back to the agent. Pure functions over (name, value) pairs, names in any case; the rules
-both proxies share are `toolref.receiving.hops`."""
+both proxies share are `toolref.asgi.hops`."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from toolref.receiving.hops import Pairs, decoded, encoded, end_to_end, first, without_toolref
+from toolref.asgi.hops import Pairs, decoded, encoded, end_to_end, first, without_toolref
 from toolref.wire.headers import KEY_HEADER, SAVINGS_HEADER, SWITCH_HEADER, SWITCHED_FROM_HEADER
 
 # Set again for the body the relay sends, when it sends another than the agent's.

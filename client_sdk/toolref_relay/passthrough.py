@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from toolref.receiving.asgi_io import Disconnected, body_pieces, while_connected
-from toolref.receiving.middleware import Receive, Send
+from toolref.asgi.scope import Disconnected, Receive, Send, body_pieces, while_connected
 
 from .calls import UNREACHABLE, Call, failed, log_call
 from .headers import to_gateway, to_provider
@@ -18,10 +17,10 @@ from .problems import as_provider_error
 from .replies import relay_answer, reply_error
 
 if TYPE_CHECKING:
-    from .app import Relay
+    from .link import GatewayLink
 
 
-async def pass_through(relay: Relay, call: Call, receive: Receive, send: Send) -> None:
+async def pass_through(link: GatewayLink, call: Call, receive: Receive, send: Send) -> None:
     """Any other request, streamed both ways; to the fallback too when the gateway
     cannot be reached before the body started to flow."""
     has_body = any(k.lower() in ("content-length", "transfer-encoding") for k, _ in call.headers)
@@ -39,42 +38,42 @@ async def pass_through(relay: Relay, call: Call, receive: Receive, send: Send) -
         body_done.set()
 
     async def forward() -> None:
-        upstream = relay.switchboard.route(call.name)
+        upstream = link.switchboard.route(call.name)
         request = httpx.Request(
             call.method,
-            f"{relay.config.gateway}/llm/{upstream}{call.suffix()}",
+            f"{link.config.gateway}/llm/{upstream}{call.suffix()}",
             headers=to_gateway(
-                call.headers, key=relay.config.key, switched_from=None, body_changed=False
+                call.headers, key=link.config.key, switched_from=None, body_changed=False
             ),
             content=body() if has_body else None,
-            extensions=relay.extensions(),
+            extensions=link.extensions(),
         )
         try:
-            answer = await relay.pool.handle_async_request(request)
+            answer = await link.pool.handle_async_request(request)
         except Disconnected:
             return
         except UNREACHABLE as exc:
-            fallback = relay.config.fallback
+            fallback = link.config.fallback
             if fallback is None or started:  # a body already read cannot be sent again
-                await reply_error(send, relay.gateway_down(call, exc))
+                await reply_error(send, link.gateway_down(call, exc))
                 return
             request = httpx.Request(
                 call.method,
                 fallback + call.suffix(),
                 headers=to_provider(call.headers),
                 content=body() if has_body else None,
-                extensions=relay.extensions(),
+                extensions=link.extensions(),
             )
             try:
-                answer = await relay.pool.handle_async_request(request)
+                answer = await link.pool.handle_async_request(request)
             except httpx.HTTPError as again:
                 await reply_error(send, failed(call, fallback, again))
                 return
         except httpx.HTTPError as exc:
-            await reply_error(send, failed(call, relay.config.gateway, exc))
+            await reply_error(send, failed(call, link.config.gateway, exc))
             return
         log_call(call, upstream, answer.status_code, None, None)
-        told = await as_provider_error(answer, call, relay.config.gateway)
+        told = await as_provider_error(answer, call, link.config.gateway)
         if told is not None:  # the gateway's own refusal, in the agent's shape
             await reply_error(send, told)
             return

@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from toolref.receiving.hops import decoded, encoded
-from toolref.receiving.middleware import Send
+from toolref.asgi.hops import decoded, encoded
+from toolref.asgi.scope import Send
 from toolref.sending.answers import is_read
 from toolref.wire.shapes import ErrorReply
 

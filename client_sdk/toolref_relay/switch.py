@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from toolref.lru import LRU
+from toolref.kit.lru import LRU
 from toolref.wire.encoding import dumps_json
 
 _REMEMBERED: Final = 4096  # conversations whose last upstream is kept (least recent dropped)

@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
-from toolref.receiving.budget import Budget
-from toolref.receiving.workers import Workers
+from toolref.asgi.budget import Budget
+from toolref.asgi.workers import Workers
 from toolref.wire import redaction
 from toolref.wire.errors import (
     MethodNotAllowedError,
@@ -43,8 +43,8 @@ from toolref_server.http.problem import problem_response
 from toolref_server.http.protocol import ProtocolMiddleware
 from toolref_server.metrics import Metrics
 from toolref_server.registry.llm_quotas import ModelCallQuotas
-from toolref_server.registry.summaries import SummaryCache
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer, build_summarizers
+from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.routes import (
     handoff,
     hydration,
@@ -52,21 +52,19 @@ from toolref_server.routes import (
     messages,
     meta,
     requests,
-    savings,
+    savings_page,
 )
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.storage import compressors
 from toolref_server.storage.counters import ModelCallCounters
-from toolref_server.storage.histories import Histories
-from toolref_server.storage.history_cache import HistoryCache
 from toolref_server.storage.quotas import RequestRate, StoredBytes
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.redis import is_cluster_url, plain_url
 from toolref_server.storage.store import Store, StoreClient
-from toolref_server.storage.summaries import SummaryStore
-from toolref_server.storage.usage import UsageCounters
+from toolref_server.storage.summary_store import SummaryStore
+from toolref_server.storage.usage_counters import UsageCounters
 from toolref_server.storage.verifier import Verifier
 
 log = logging.getLogger("toolref_server")
@@ -303,17 +301,15 @@ def create_app(
                     metrics=metrics,
                 ),
                 metrics=metrics,
-                histories=Histories(store, workers, superseded_ttl=settings.history_superseded_ttl),
                 workers=workers,
                 rate=RequestRate(settings.tenant_rate),
-                history_cache=HistoryCache(settings.history_cache_bytes),
                 recipes=Recipes(
                     store,
                     RecipeCache(settings.edit_cache_bytes),
                     workers,
                     snapshot_every=settings.edit_snapshot_every,
-                    superseded_ttl=settings.history_superseded_ttl,
-                    refresh_seconds=settings.history_refresh_seconds,
+                    superseded_ttl=settings.edit_superseded_ttl,
+                    refresh_seconds=settings.edit_refresh_seconds,
                 ),
                 usage=UsageCounters(store),
             )
@@ -333,7 +329,7 @@ def create_app(
             *hydration.routes,
             *requests.routes,
             *handoff.routes,
-            *savings.routes,
+            *savings_page.routes,
         ],
         middleware=[
             Middleware(AccessMiddleware, metrics=metrics),

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import msgpack
 
-from toolref import spans
+from toolref.kit import spans
 from toolref.wire.encoding import ext_hook
 from toolref.wire.errors import (
     CanonicalizationError,

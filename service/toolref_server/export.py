@@ -5,25 +5,23 @@ The file is a zstd-compressed stream of msgpack items: a header
 -1 for keys without expiry). The engine is read and written by `storage.keyspace`: export
 reads a page of keys at a time, so memory stays constant whatever the size; import writes
 with `SET NX`, so importing twice (or into an engine that already holds some keys) changes
-nothing twice. Exported (`storage.keys.EXPORTED`): records (`i`), summaries (`s`), dialogue
-summaries (`d`), history nodes (`h`) and messages (`m`); never summary locks or counters.
+nothing twice. Exported (`storage.keys.EXPORTED`): records (`i`), summaries (`s`) and
+dialogue summaries (`d`); never summary locks or counters (nor edited requests' recipes,
+which any client resends by itself).
 
 Import trusts nothing in the file. It reads the whole file once to check every item
 (`check_item`) and writes nothing unless all pass, then reads it again to write (a file that
 cannot be read twice, stdin, is first copied to a temporary file: memory stays constant).
 Every key must be under the tenant the header names (or `--tenant`); every record must hold
 what its ref names (the SHA-256 of its canonical invocation, recomputed, equals its stored
-digest, which starts with the ref: `record.verified`); every history message must hash to
-its id. A history node is checked for its shape here and against its ref whenever it is
-loaded (`histories`); a summary cannot be checked against anything but its key's shape, so
-an export of all tenants is only as trustworthy as its source.
+digest, which starts with the ref: `record.verified`); a summary cannot be checked against
+anything but its key's shape, so an export of all tenants is only as trustworthy as its
+source.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import shutil
 import sys
 import tempfile
@@ -34,13 +32,10 @@ from typing import IO, Any, Final
 import msgpack
 import zstandard
 
-from toolref import formats
-from toolref.history import is_history_ref
-from toolref.wire.canonical import Ref, digest_key, is_ref
+from toolref.wire.canonical import Ref, is_ref
 from toolref.wire.errors import ValidationError
 from toolref_server.settings import TENANT_RE as TENANT_NAME  # the one tenant grammar
-from toolref_server.storage import compressors, keys, keyspace, record
-from toolref_server.storage.histories import Node
+from toolref_server.storage import keys, keyspace, record
 from toolref_server.storage.keyspace import Client
 
 FORMAT: Final = 1
@@ -239,7 +234,7 @@ def check_item(item: Any, tenant: str | None) -> str | None:
         return f"is under tenant {owner!r}, but the file is an export of tenant {tenant!r}"
     check = _CHECKS.get(kind)
     if check is None:
-        return f"is of kind {kind!r}, which exports never hold (i, s, d, h, m)"
+        return f"is of kind {kind!r}, which exports never hold (they hold {', '.join(_CHECKS)})"
     return check(rest, value)
 
 
@@ -275,48 +270,10 @@ def _check_summary(rest: str, value: bytes) -> str | None:
     return None
 
 
-def _check_node(rest: str, value: bytes) -> str | None:
-    if not is_history_ref("th_" + rest):
-        return "has a history key whose ref is malformed"
-    if value[:1] == b"\x02":  # a node that keeps its head (histories.Node, version 2)
-        node = Node.decode(value)
-        if node is None or not formats.is_format_name(node.format):
-            return "holds a history node (version 2) that does not decode"
-        if not node.continued("th_" + rest):
-            return "holds a history node whose head is not the one its key names"
-        return None
-    name, separator, ids = value.partition(b"\0")
-    if not separator or not formats.is_format_name(name.decode("ascii", "replace")):
-        return "holds a history node that does not start with a message format"
-    if not ids or len(ids) % _ID_BYTES:
-        return f"holds a history node whose message ids are {len(ids)} bytes, not 16 each"
-    return None
-
-
-def _check_message(rest: str, value: bytes) -> str | None:
-    if not is_ref("tr_" + rest):
-        return "has a history message key whose id is malformed"
-    try:
-        size = zstandard.frame_content_size(value)
-        if size < 0 or size > _MAX_ITEM:
-            return "holds a history message whose size is unknown or too large"
-        text = compressors.decompress(value)
-        json.loads(text)
-    except compressors.UnknownDictionaryError as exc:
-        return f"holds a history message that cannot be read here: {exc}"
-    except (zstandard.ZstdError, ValueError):
-        return "holds a history message that is not a zstd frame of JSON text"
-    if digest_key(hashlib.sha256(text).digest()[:_ID_BYTES]) != rest:
-        return "holds a history message that does not hash to its id"
-    return None
-
-
 _CHECKS: Final[dict[str, Callable[[str, bytes], str | None]]] = {
     "i": _check_record,
     "s": _check_summary,
     "d": _check_summary,
-    "h": _check_node,
-    "m": _check_message,
 }
 
 

@@ -27,8 +27,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from toolref.breaker import BreakerState
-from toolref.receiving.budget import Budget
+from toolref.asgi.budget import Budget
+from toolref.kit.breaker import BreakerState
 from toolref_server import workers_metrics
 from toolref_server.usage import Counts, Pending
 
@@ -77,14 +77,6 @@ class Metrics:
         self.missing = Counter(
             "toolref_refs_missing",
             "Refs asked for and not held (never registered, expired or evicted).",
-            registry=r,
-        )
-        self.histories = Counter(
-            "toolref_histories",
-            "Hydrates that kept a history, by outcome: kept (a whole conversation), continued "
-            "(new messages after a held history), missing (409 missing-history), checkpoint "
-            "(a prefix kept too, asked with `checkpoint`).",
-            ["outcome"],
             registry=r,
         )
         self.summary_cache = Counter(
@@ -165,7 +157,7 @@ class Metrics:
         self.upload_bytes = Counter(
             "toolref_upload_bytes",
             "Gateway LLM request bytes: raw (the body forwarded upstream, as its client "
-            "wrote it) and wire (the body received, with refs, history refs and compression), "
+            "wrote it) and wire (the body received: an edit, refs, compression), "
             "by tenant and upstream; a WebSocket turn's message alike.",
             ["kind", "tenant", "upstream"],
             registry=r,
@@ -180,7 +172,7 @@ class Metrics:
         )
         self.gateway_resends = Counter(
             "toolref_gateway_resends",
-            "Gateway LLM requests answered 409 (refs, a history or pieces not held), each of "
+            "Gateway LLM requests answered 409 (refs, an edit's base or pieces not held), each of "
             "which its client sends again in full, by tenant and upstream.",
             ["tenant", "upstream"],
             registry=r,

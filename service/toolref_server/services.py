@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from toolref.receiving.workers import Workers
+from toolref.asgi.workers import Workers
 from toolref_server.documents import BodyLimits
 from toolref_server.http.auth import Authenticator
 from toolref_server.metrics import Metrics
-from toolref_server.registry.summaries import SummaryCache
+from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.settings import Settings
-from toolref_server.storage.histories import Histories
-from toolref_server.storage.history_cache import HistoryCache
 from toolref_server.storage.quotas import RequestRate
 from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.store import Store
-from toolref_server.storage.usage import UsageCounters
+from toolref_server.storage.usage_counters import UsageCounters
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +24,7 @@ class Services:
     limits: BodyLimits
     summaries: SummaryCache
     metrics: Metrics
-    histories: Histories
     workers: Workers
     rate: RequestRate
-    history_cache: HistoryCache
     recipes: Recipes
     usage: UsageCounters

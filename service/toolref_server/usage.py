@@ -1,6 +1,6 @@
 """Gateway usage per tenant, upstream and minute: what one worker counted and has not yet
-added to the store's per-minute counters (`toolref_server.storage.usage`), which the
-savings page reads (`toolref_server.routes.savings`).
+added to the store's per-minute counters (`toolref_server.storage.usage_counters`), which the
+savings page reads (`toolref_server.routes.savings_page`).
 
 Pure: the clock is handed in. Bounded: an entry per minute x tenant x upstream counted
 since the last flush (every `TOOLREF_SAMPLE_SECONDS`: two minutes' worth, about); entries a

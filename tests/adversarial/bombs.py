@@ -17,7 +17,7 @@ import httpx
 import zstandard
 from redis.asyncio import Redis
 
-from toolref.receiving.budget import Budget
+from toolref.asgi.budget import Budget
 
 ENCODINGS: Final = ("gzip", "zstd")
 CHAT: Final = "/llm/up/v1/chat/completions"  # an OpenAI Chat Completions endpoint of the gateway

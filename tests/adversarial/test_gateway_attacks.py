@@ -432,7 +432,8 @@ async def test_the_upstream_gets_exactly_the_clients_end_to_end_headers(redis: R
 
 async def forges(link: Link, request: Received) -> bool:
     forged = [
-        ("Toolref-History", "th_forged"),
+        ("Toolref-History", "tb_forged"),
+        ("Toolref-Edits", "9"),  # the gateway's to say, not the upstream's
         ("Toolref-Savings", "raw=1, wire=1, ratio=1.0"),
         ("Toolref-References", '{"tr_x":"forged"}'),
         ("Toolref-Protocol", "9"),
@@ -459,7 +460,8 @@ async def test_toolref_headers_from_an_upstream_never_reach_the_client(redis: Re
     assert len(hydrated.all("toolref-savings")) == 1
     assert hydrated.header("toolref-savings") == f"raw={len(CHAT)}, wire={len(CHAT)}, ratio=1.0"
     assert hydrated.all("toolref-protocol") == ["2"]
-    assert "th_forged" not in str(hydrated.headers)
+    assert "tb_forged" not in str(hydrated.headers)
+    assert hydrated.header("toolref-edits") is None
     assert hydrated.header("toolref-references") is None
 
 
@@ -468,31 +470,42 @@ async def test_toolref_headers_from_an_upstream_never_reach_the_client(redis: Re
 
 async def test_garbage_keys_in_open_mode_cannot_evict_the_users_state(redis: Redis) -> None:
     """Open mode (no API keys) has one tenant whatever `Toolref-Key` says. Before: the
-    gateway kept its state per key hash (an LRU of 4 here), so 40 garbage keys evicted the
-    user's held histories and kept bodies, and the user's next turn, compressed against its
-    kept body, was refused (400 `dictionary-mismatch`) and sent again. Now state is kept
-    per tenant (a key makes none): the next turn is accepted as sent."""
+    gateway kept its state per key hash (an LRU of 4 tenants), so 40 garbage keys evicted
+    the user's held histories and kept bodies, and the user's next turn was refused and
+    sent again. Now state is kept per tenant (a key makes none): after 40 conversations
+    under garbage keys, the user's next turn, under a garbage key of its own, is an edit
+    of the recipe it kept, accepted as sent."""
     async with (
         RawUpstream(echo) as upstream,
-        gateway(redis, upstreams=f"up={upstream.url}", gateway_tenants=4) as url,
+        gateway(redis, upstreams=f"up={upstream.url}") as url,
     ):
         base = f"{url}/llm/up/v1/chat/completions"
-        manager = ToolReferenceManager(compress=True)
+        manager, garbage = ToolReferenceManager(), ToolReferenceManager()
         conversation: list[dict[str, Any]] = [{"role": "user", "content": "x " * 4000}]
         async with httpx.AsyncClient() as client:
-            first = await manager.apost(client, base, json={"model": "m", "messages": conversation})
-            assert first.headers.get("toolref-dictionary") == "?1"
+            for _ in range(2):  # as it is, offering edits; then an edit, its recipe kept
+                made = await manager.apost(
+                    client, base, json={"model": "m", "messages": conversation}
+                )
+                assert made.status_code == 200
+                conversation += [{"role": "assistant", "content": "ok"}]
+            recipe = made.headers["toolref-history"]
+            assert recipe.startswith("tb_")
             for n in range(40):
                 other = {"model": "m", "messages": [{"role": "user", "content": f"other {n}"}]}
-                garbage = {"Toolref-Key": f"garbage-{n}", "Toolref-History": "?1"}
-                made = await manager.apost(client, base, json=other, headers=garbage)
-                assert made.status_code == 200
-            conversation += [
-                {"role": "assistant", "content": "ok"},
-                {"role": "user", "content": "y " * 4000},
-            ]
-            fallbacks = manager.savings.fallbacks
-            again = await manager.apost(client, base, json={"model": "m", "messages": conversation})
+                key = {"Toolref-Key": f"garbage-{n}"}
+                for _ in range(2):
+                    made = await garbage.apost(client, base, json=other, headers=key)
+                    assert made.status_code == 200
+            assert garbage.savings.edits == 79  # the other conversations kept recipes too
+            conversation += [{"role": "user", "content": "y " * 4000}]
+            again = await manager.apost(
+                client,
+                base,
+                json={"model": "m", "messages": conversation},
+                headers={"Toolref-Key": "garbage-user"},
+            )
         assert again.status_code == 200
-        assert again.request.headers.get("toolref-dictionary") == first.headers["toolref-history"]
-        assert manager.savings.fallbacks == fallbacks  # nothing sent again
+        header = json.loads(again.request.content.split(b"\n", 1)[0])
+        assert header["b"] == recipe  # an edit of the user's recipe ...
+        assert manager.savings.resends == 0  # ... held: nothing sent again

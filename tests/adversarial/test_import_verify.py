@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,7 +24,9 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from tests.support.records import encode_values
-from toolref.wire.canonical import digest_of
+from toolref.edits.wire import MEDIA_TYPE as EDIT
+from toolref.sending.editor import Editor
+from toolref.wire.canonical import digest_key, digest_of
 from toolref.wire.errors import ValidationError
 from toolref_server import export
 from toolref_server.storage import record
@@ -82,10 +85,9 @@ def altered(item: list[Any]) -> list[Any]:
     return [item[0], data, item[2]]
 
 
-def message_item(tenant: str, text: str, id_of: str | None = None) -> list[Any]:
-    ident = hashlib.sha256((id_of or text).encode()).digest()[:16]
-    from toolref.wire.canonical import digest_key
-
+def message_item(tenant: str, text: str) -> list[Any]:
+    """A history message as 0.2 exported it (histories were retired in 0.3)."""
+    ident = hashlib.sha256(text.encode()).digest()[:16]
     key = f"tr:{tenant}:m:{digest_key(ident)}"
     return [key.encode(), zstandard.ZstdCompressor().compress(text.encode()), TTL]
 
@@ -114,21 +116,20 @@ BAD: dict[str, tuple[str | None, list[list[Any]], str]] = {
         "not the invocation",
     ),
     "malformed-ref": ("acme", [[b"tr:acme:i:0000", b"x", TTL]], "ref is malformed"),
-    "message-not-its-id": (
+    # Histories were retired in 0.3: a 0.2 export's history items are of no kind 0.3 keeps.
+    "a-history-message": (
         "acme",
-        [message_item("acme", '{"role":"user","content":"rm -rf"}', id_of='{"role":"user"}')],
-        "does not hash to its id",
+        [message_item("acme", '{"role":"user","content":"hi"}')],
+        "kind 'm'",
     ),
-    "message-not-zstd": (
+    "a-history-node": (
         "acme",
-        [[message_item("acme", "{}")[0], b"{}", TTL]],
-        "not a zstd frame",
+        [[b"tr:acme:h:" + b"a" * 26, b"openai-chat\0" + b"x" * 16, TTL]],
+        "kind 'h'",
     ),
-    "node-without-format": (
-        "acme",
-        [[b"tr:acme:h:" + b"a" * 26, b"nonsense\0" + b"x" * 16, TTL]],
-        "does not start with a message format",
-    ),
+    # Recipes are never exported (a client resends what a registry lacks).
+    "a-recipe-node": ("acme", [[b"tr:acme:b:" + b"a" * 26, b"x", TTL]], "kind 'b'"),
+    "a-piece": ("acme", [[b"tr:acme:p:" + b"a" * 22, b"x", TTL]], "kind 'p'"),
     "summary-over-budget": (
         "acme",
         [[f"tr:acme:s:{digest_of(GOOD).ref.key}:extractive:v1:40".encode(), b"y" * 41, TTL]],
@@ -215,8 +216,9 @@ class Stdin(io.RawIOBase):
 async def test_a_real_export_passes_every_check_and_round_trips(
     make_api: Api, redis: Redis, engine_url: str
 ) -> None:
-    """The control: records, summaries and a history, exported by the service's own
-    command, import whole (from a file and from a pipe) and read back the same."""
+    """The control: records and summaries, exported by the service's own command, import
+    whole (from a file and from a pipe) and read back the same; the recipes of edited
+    requests kept beside them are not exported."""
     api = await make_api()
     messages: list[dict[str, Any]] = [
         {"role": "user", "content": "read it"},
@@ -234,14 +236,17 @@ async def test_a_real_export_passes_every_check_and_round_trips(
         {"role": "tool", "tool_call_id": "c1", "content": "x = 1\n" * 200},
         {"role": "assistant", "content": "ok"},
     ]
-    kept = await api.post(
-        "/v1/messages:hydrate", json={"messages": messages}, headers={"Toolref-History": "?1"}
-    )
-    ref = kept.json()["toolReferences"]["c1"]
+    hydrated = await api.post("/v1/messages:hydrate", json={"messages": messages})
+    ref = hydrated.json()["toolReferences"]["c1"]
     assert (await api.get(f"/v1/invocations/{ref}/summary")).status_code == 200
-    before = await snapshot(redis)
-    kinds = {k.decode().split(":")[2] for k in before}
-    assert kinds == {"i", "s", "h", "m"}
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    edit = Editor().prepare([("content-type", "application/json")], body, "messages")
+    assert edit is not None
+    applied = await api.post("/v1/edits:apply", content=edit.body, headers={"Content-Type": EDIT})
+    assert applied.status_code == 200, applied.text
+    held = await snapshot(redis)
+    assert {k.decode().split(":")[2] for k in held} == {"i", "s", "b", "k"}
+    before = {k: v for k, v in held.items() if k.decode().split(":")[2] in ("i", "s")}
     with sync(engine_url) as source:
         out = io.BytesIO()
         count = export.export(source, out, "local")
@@ -252,11 +257,19 @@ async def test_a_real_export_passes_every_check_and_round_trips(
             assert export.import_(target, stream) == (count, 0)
         after = await snapshot(redis)
         assert after == before
-    again = await api.post(
-        "/v1/messages:hydrate",
-        json={"messages": messages[-1:], "historyRef": kept.json()["historyRef"]},
-    )
+    marked = [messages[0], *with_marker(ref), messages[3]]
+    again = await api.post("/v1/messages:hydrate", json={"messages": marked})
     assert again.status_code == 200, again.text
+    assert again.json()["messages"] == messages
+
+
+def with_marker(ref: str) -> list[dict[str, Any]]:
+    """The call and result of `messages` as a marker (the payloads held under `ref`)."""
+    call = {"id": "c1", "type": "function", "function": {"name": "read_file", "toolRef": ref}}
+    return [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "toolRef": ref},
+    ]
 
 
 def test_the_cli_names_the_bad_item_and_exits_2(tmp_path: Path) -> None:

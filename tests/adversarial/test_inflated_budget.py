@@ -24,7 +24,8 @@ from redis.asyncio import Redis
 
 from tests.support.servers import serve
 from toolref import AsyncRegistryClient, ToolRefMiddleware
-from toolref.receiving.budget import Budget, shared
+from toolref.asgi.budget import Budget, shared
+from toolref.sending.editor import Editor
 from toolref_relay.app import Relay
 from toolref_relay.cli import config_of, parser
 from toolref_relay.config import RelayConfig
@@ -219,12 +220,11 @@ async def test_a_chat_backends_middleware_refuses_bombs_past_its_budget(redis: R
     assert budget.high_water <= BUDGET
 
 
-async def test_a_small_turn_is_charged_for_the_history_it_is_hydrated_with(
-    redis: Redis,
-) -> None:
-    """A turn of one short message continuing a 900 KiB history becomes a 900 KiB body
-    for the app: the history is charged before it is joined, so with the budget nearly
-    held by other requests the turn is refused (503), and served once they end."""
+async def test_a_small_edit_is_charged_for_the_request_it_restores(redis: Redis) -> None:
+    """An edit of one short message against a 900 KiB recipe becomes a 900 KiB body for the
+    app: the restored body is charged before it is handed over, so with the budget nearly
+    held by other requests the edit is refused (503, not 415: the client waits, rather
+    than sending the request whole), and served once they end."""
     service = create_app(Settings(redis_url="unused"), redis=redis)
     async with service.router.lifespan_context(service):
         registry = AsyncRegistryClient("http://r", transport=httpx.ASGITransport(app=service))
@@ -236,25 +236,33 @@ async def test_a_small_turn_is_charged_for_the_history_it_is_hydrated_with(
             max_body_bytes=BODY_LIMIT,
             max_inflated_bytes=INFLATED_LIMIT,
         )
+        editor = Editor()
         transport = httpx.ASGITransport(app=backend)
         async with httpx.AsyncClient(transport=transport, base_url="http://b") as client:
-            whole = sent(chat_body(0, BOMB, bomb=True), "gzip")
-            whole["headers"]["toolref-history"] = "?1"  # keep it as a history
-            first = await client.post("/chat", **whole)
+            big = json.loads(chat_body(0, BOMB, bomb=True))
+            whole = editor.prepare(JSON_HEADERS, json.dumps(big).encode(), "messages")
+            assert whole is not None
+            first = await client.post("/chat", content=whole.body, headers=dict(whole.headers))
             assert first.status_code == 200, first.text
-            history = first.headers["toolref-history"]
-            turn = b'{"messages": [{"role": "user", "content": "and then?"}]}'
-            headers = {**PROTOCOL, "toolref-history": history}
+            assert editor.confirm(whole, first.headers["toolref-history"])
+            big["messages"].append({"role": "user", "content": "and then?"})
+            turn = editor.prepare(JSON_HEADERS, json.dumps(big).encode(), "messages")
+            assert turn is not None
+            assert turn.base == whole.ref
+            assert len(turn.body) < KIB  # the edit is small; what it restores is not
             others = budget.account()
             others.charge(BUDGET - 100 * KIB)
-            refused = await client.post("/chat", content=turn, headers=headers)
+            refused = await client.post("/chat", content=turn.body, headers=dict(turn.headers))
             assert_overloaded(refused, "budget=", BUDGET)
             others.close()
-            served = await client.post("/chat", content=turn, headers=headers)
+            served = await client.post("/chat", content=turn.body, headers=dict(turn.headers))
         await registry.aclose()
     assert served.status_code == 200, served.text
-    assert served.json() == {"messages": 4}  # the history's three and the new one
+    assert served.json() == {"messages": len(big["messages"])}
     assert budget.in_flight == 0
+
+
+JSON_HEADERS: Final = [("content-type", "application/json")]
 
 
 async def _count_messages(scope: Any, receive: Any, send: Any) -> None:

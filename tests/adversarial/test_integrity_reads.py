@@ -18,13 +18,15 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import pytest
 from redis.asyncio import Redis
 
 from tests.support.records import encode_values
+from toolref.edits.wire import MEDIA_TYPE as EDIT
+from toolref.sending.editor import Editor
 from toolref.wire.canonical import Ref, digest_of
 from toolref_server.storage import compressors, record
 from toolref_server.storage.store import NewRecord, Store
@@ -181,23 +183,47 @@ async def test_a_corrupt_record_is_never_served_and_heals_on_resend(
     assert "toolref_records_corrupt_total 4.0" in metrics
 
 
-async def test_a_corrupt_history_message_is_a_missing_history_not_a_500(
-    api: httpx.AsyncClient, make_api: Api, redis: Redis
+@pytest.mark.parametrize("kind", ["b", "k", "p"], ids=["node", "chunk", "piece"])
+async def test_a_corrupt_recipe_is_a_missing_history_not_a_500(
+    make_api: Api, redis: Redis, kind: str
 ) -> None:
-    """Found when the history is read whole: here by a replica that does not hold it."""
+    """A recipe's node, chunk or piece (`storage.keys`) whose bytes changed in the engine:
+    an edit against it, read from the store (here by a replica that does not hold it),
+    is a 409 missing-history, which the client answers by resending with no base; that
+    resend keeps the recipe whole again."""
+    editor = Editor()
+    result = (Path(__file__).parents[2] / "service/toolref_server/app.py").read_text()
     messages = conversation({**SMALL, "args": json.dumps(SMALL["args"])}, None)
-    kept = await api.post(
-        "/v1/messages:hydrate", json={"messages": messages}, headers={"Toolref-History": "?1"}
-    )
+    messages[-1] = {**messages[-1], "content": (result * 2)[:20_000]}  # a piece: 16 KiB or more
+    one = await make_api(edit_cache_bytes=0)
+    first = editor.prepare(HEADERS, json.dumps({"messages": messages}).encode(), "messages")
+    assert first is not None
+    kept = await one.post(APPLY, content=first.body, headers={"Content-Type": EDIT})
     assert kept.status_code == 200, kept.text
-    head = kept.json()["historyRef"]
-    for key in await redis.keys("tr:local:m:*"):
+    assert editor.confirm(first, kept.headers["Toolref-History"])
+    corrupted = await redis.keys(f"tr:local:{kind}:*")
+    assert corrupted
+    for key in corrupted:
         await redis.set(key, b"\x28\xb5\x2f\xfd garbage", keepttl=True)
-    more = [{"role": "assistant", "content": "done"}]
-    other = await make_api()
-    answer = await other.post("/v1/messages:hydrate", json={"messages": more, "historyRef": head})
+    messages.append({"role": "assistant", "content": "done"})
+    body = json.dumps({"messages": messages}).encode()
+    edit = editor.prepare(HEADERS, body, "messages")
+    assert edit is not None
+    assert edit.base == first.ref
+    other = await make_api(edit_cache_bytes=0)
+    answer = await other.post(APPLY, content=edit.body, headers={"Content-Type": EDIT})
     assert answer.status_code == 409, answer.text
     assert answer.json()["type"] == "urn:toolref:problem:missing-history"
+    resend = editor.on_miss(edit, 409, answer.json())
+    assert resend is not None
+    assert resend.base is None
+    healed = await other.post(APPLY, content=resend.body, headers={"Content-Type": EDIT})
+    assert healed.status_code == 200, healed.text
+    assert healed.content.endswith(body)
+
+
+HEADERS: Final = [("content-type", "application/json")]
+APPLY: Final = "/v1/edits:apply"
 
 
 def corpus(size: int, count: int) -> list[dict[str, Any]]:

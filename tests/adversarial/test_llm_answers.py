@@ -17,8 +17,8 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.support.fake_provider.raw import Connection, RawProvider, completion, raw_provider
-from toolref import extractive
-from toolref.kinds import KindTable
+from toolref.kit import extractive
+from toolref.kit.kinds import KindTable
 
 from .summarizer_app import READ, apps, llm_id
 

@@ -17,8 +17,8 @@ from typing import Any
 from redis.asyncio import Redis
 
 from tests.support.fake_provider.raw import Connection, RawProvider, completion, raw_provider
-from toolref.breaker import BreakerState
-from toolref.placeholder import parse
+from toolref.kit.breaker import BreakerState
+from toolref.kit.placeholder import parse
 from toolref.wire.models import Capabilities
 
 from .summarizer_app import LLM, READ, apps, invocation

@@ -14,15 +14,15 @@ from typing import Any
 from redis.asyncio import Redis
 
 from tests.support.fake_provider.raw import Connection, RawProvider, completion, raw_provider
-from toolref import extractive
-from toolref.kinds import KindTable
+from toolref.kit import extractive
+from toolref.kit.kinds import KindTable
 from toolref.wire.canonical import digest_of
 from toolref_server.registry.llm_quotas import ModelCallQuotas
-from toolref_server.registry.summaries import SummaryCache
 from toolref_server.registry.summarizers import ExtractiveSummarizer
+from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.storage.counters import ModelCallCounters
 from toolref_server.storage.store import Store
-from toolref_server.storage.summaries import SummaryStore
+from toolref_server.storage.summary_store import SummaryStore
 
 from .summarizer_app import READ, apps, llm_id
 

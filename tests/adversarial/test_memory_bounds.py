@@ -32,7 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from toolref import AsyncRegistryClient, ToolRefMiddleware
-from toolref.receiving.budget import Budget
+from toolref.asgi.budget import Budget
 from toolref_server.app import create_app
 from toolref_server.http.inflater import Inflater, Kept, TooLarge
 from toolref_server.settings import Settings
@@ -159,7 +159,7 @@ async def test_a_hydrated_gateway_request_peaks_within_its_multiple_and_keeps_no
     are bounded by their own settings). Failed on the code before: a peak of 14.2 times,
     and each request left its conversation alive."""
     upstream = Upstream()
-    caches = {"verified_chars": 0, "history_cache_bytes": 0, "gateway_history_chars": 0}
+    caches = {"verified_chars": 0, "edit_cache_bytes": 0}
     async with (
         upstream.serving() as url,
         running(redis, upstreams=f"up={url}", **caches) as app,
@@ -199,7 +199,7 @@ async def test_a_hydrated_gateway_request_peaks_within_its_multiple_and_keeps_no
 async def test_a_rest_hydrate_peaks_within_its_multiple(redis: Redis, shape: str) -> None:
     """The registry's own hydrate route, gzip: its peak stays under REST_PEAK times the
     inflated bytes (docs/operations.md, "Memory per request")."""
-    caches = {"verified_chars": 0, "history_cache_bytes": 0}
+    caches = {"verified_chars": 0, "edit_cache_bytes": 0}
     async with running(redis, **caches) as app, in_process(app) as client:
         warm = await client.post("/v1/messages:hydrate", **sent(hydrate_body(0, 100_000), "gzip"))
         assert warm.status_code == 200, warm.text

@@ -25,7 +25,6 @@ from typing import Any
 
 import httpx
 import pytest
-import zstandard
 from redis.asyncio import Redis
 
 from tests.support.servers import serve
@@ -97,7 +96,6 @@ async def _say(
     return int(found[2])
 
 
-@pytest.mark.parametrize("edits", [True, False], ids=["edits", "history"])
 @pytest.mark.parametrize(
     "attacker",
     [
@@ -108,7 +106,7 @@ async def _say(
     ],
 )
 async def test_a_guess_at_another_conversation_s_secret_travels_the_same_size(
-    redis: Redis, attacker: dict[str, str], edits: bool
+    redis: Redis, attacker: dict[str, str]
 ) -> None:
     """The victim's conversation holds the secret, and the gateway keeps the body of its
     latest turn (the victim's next turn compresses against it). Between two of the
@@ -116,13 +114,13 @@ async def test_a_guess_at_another_conversation_s_secret_travels_the_same_size(
     right one and three wrong ones travel the same number of bytes, and none is
     compressed against the victim's body (no `Toolref-Dictionary`). Before the fix the
     right guess was smaller and every guess named the victim's latest history (fails on
-    the code before). As edits (issue 30): a guess is a new conversation, sent with no
-    base and no dictionary; the attacker's own first request (its system prompt) goes first,
-    so that every guess finds the same state of its own."""
+    the code before, with history refs, retired in 0.3). As edits (issue 30): a guess is a
+    new conversation, sent with no base and no dictionary; the attacker's own first request
+    (its system prompt) goes first, so that every guess finds the same state of its own."""
     secret_text = f"Deploy with this .env:\nDEPLOY_TOKEN={SECRET}\nREGION=eu-west-1\n"
     victim = _body(secret_text)
     sizes, probes, turns = {}, [], []
-    async with relayed(redis, edits=edits) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with relayed(redis) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
         await _say(agent, stack, _body("the attacker's own first conversation"), attacker)
         for n, guess in enumerate((SECRET, *WRONG)):
             await _say(agent, stack, victim, VICTIM)
@@ -137,22 +135,12 @@ async def test_a_guess_at_another_conversation_s_secret_travels_the_same_size(
         await _say(agent, stack, victim, VICTIM)
         turns.append(stack.gateway.arrivals[-1])
     assert len(set(sizes.values())) == 1, sizes
-    if edits:
-        assert len({len(a.body) for a in probes}) == 1
-        for arrival in probes:  # no base, so no dictionary: its own bytes only
-            assert arrival.body.startswith(b'{"v":2,"b":null,'), arrival.body[:80]
-            assert b'"z":' not in arrival.body.split(b"\n")[0] or b'"z":0}' in arrival.body
-        for turn in turns[1:]:  # the victim's turns: edits of its own recipe before
-            assert turn.body.startswith(b'{"v":2,"b":"tb_')
-        return
-    assert [wire_bytes(a) for a in probes] == list(sizes.values())  # header lines and body
-    for arrival in probes:
-        assert "toolref-dictionary" not in arrival.headers, arrival.headers
-        assert arrival.headers["toolref-history"] == "?1"  # sent whole, its own
-    # The victim still compresses each turn against its own body before.
-    for turn in turns[1:]:
-        assert turn.headers["toolref-history"].startswith("th_")
-        assert turn.headers["toolref-dictionary"] == turn.headers["toolref-history"]
+    assert len({len(a.body) for a in probes}) == 1
+    for arrival in probes:  # no base, so no dictionary: its own bytes only
+        assert arrival.body.startswith(b'{"v":2,"b":null,'), arrival.body[:80]
+        assert b'"z":' not in arrival.body.split(b"\n")[0] or b'"z":0}' in arrival.body
+    for turn in turns[1:]:  # the victim's turns: edits of its own recipe before
+        assert turn.body.startswith(b'{"v":2,"b":"tb_')
 
 
 def _wrong(seed: int) -> str:
@@ -220,13 +208,12 @@ async def test_a_guess_in_the_conversation_s_own_tool_result_travels_the_same_si
         assert gap > 2, (right, wrong)
 
 
-@pytest.mark.parametrize("edits", [True, False], ids=["edits", "history"])
-async def test_clients_share_no_confirmed_refs(redis: Redis, edits: bool) -> None:
-    """A tool result the victim's conversation holds travels as a ref only in the victim's
-    own later requests: a guess at it by another client is sent in full, so its size does
-    not say whether the victim holds it (before the fix, one manager per upstream: the
-    guess travelled as a ref, a few hundred bytes smaller; fails on the code before). As
-    edits: the result's piece is named only by the victim's own editor."""
+async def test_clients_share_no_confirmed_refs(redis: Redis) -> None:
+    """A tool result the victim's conversation holds travels by reference only in the
+    victim's own later requests: a guess at it by another client is sent in full, so its
+    size does not say whether the victim holds it (before the fix, one manager per upstream:
+    the guess travelled as a ref, a few hundred bytes smaller). As edits: the result's piece
+    is named only by the victim's own editor."""
     result = "AWS_SECRET_ACCESS_KEY=" + SECRET * 20
 
     def conversation(opening: str) -> dict[str, Any]:
@@ -236,28 +223,16 @@ async def test_clients_share_no_confirmed_refs(redis: Redis, edits: bool) -> Non
         body["messages"].append({"role": "user", "content": [answer]})
         return body
 
-    async with relayed(redis, edits=edits) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with relayed(redis) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
         await _say(agent, stack, conversation("read .env"), VICTIM)
         await _say(agent, stack, conversation("read .env, the guess"), {"x-api-key": "other"})
         await _say(agent, stack, conversation("read .env, the victim again"), VICTIM)
-    if edits:
-        _, guess, again = (json.loads(a.body.split(b"\n", 1)[0]) for a in stack.gateway.arrivals)
-        assert guess["b"] is None
-        assert not any(isinstance(op, str) for op in guess["o"])  # nothing named: inline
-        assert guess["n"] > len(result)
-        assert again["b"] is not None  # the victim's own recipe, the result kept in it
-        assert again["n"] < len(result)
-        return
-    assert "toolref-dictionary" not in stack.gateway.arrivals[1].headers
-    _, guess, again = (_inflated(a.body) for a in stack.gateway.arrivals)
-    assert b"toolRef" not in guess
-    assert result.encode() in guess
-    assert b"toolRef" in again
-    assert result.encode() not in again
-
-
-def _inflated(body: bytes) -> bytes:
-    return zstandard.ZstdDecompressor().decompressobj().decompress(body)
+    _, guess, again = (json.loads(a.body.split(b"\n", 1)[0]) for a in stack.gateway.arrivals)
+    assert guess["b"] is None
+    assert not any(isinstance(op, str) for op in guess["o"])  # nothing named: inline
+    assert guess["n"] > len(result)
+    assert again["b"] is not None  # the victim's own recipe, the result kept in it
+    assert again["n"] < len(result)
 
 
 @pytest.mark.parametrize(

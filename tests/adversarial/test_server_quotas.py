@@ -23,22 +23,19 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.support.processes import Service
-from toolref import formats
-from toolref.history import chain_form
+from toolref.edits.wire import MEDIA_TYPE
+from toolref.sending.editor import Editor
 from toolref.wire.canonical import Digest, canonical_json
 from toolref.wire.errors import QuotaExceededError, ServiceUnavailableError, error_from_problem
 from toolref.wire.models import Invocation
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 from toolref_server.storage import record
-from toolref_server.storage.histories import Histories
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.store import NewRecord, Store
 
 from ..conftest import all_keys, snapshot
-from ..service.test_histories import save
 from ..sockets import connect, read_reply
-from ..unit.test_history import conversation
 from .wire import Attack, cost, post, start_service
 
 pytestmark = pytest.mark.engine
@@ -290,22 +287,42 @@ async def test_each_key_counts_once_per_window_and_old_windows_free_room(redis: 
     assert not await redis.exists(current, previous)
 
 
-async def test_histories_count_and_are_refused_past_the_quota(redis: Redis) -> None:
-    clock = Clock()
-    store = Store(redis, TTL, quota=StoredBytes(6_000, TTL, clock=clock))
-    histories = Histories(store)
-    form = chain_form(conversation(3), formats.get("openai-chat"))
-    ref = await save(histories, form[:4])
-    counted = await counted_bytes(redis, "t")
-    assert counted == await stored_bytes(redis, "t") > 0
-    assert await histories.load("t", ref) is not None
-    assert await counted_bytes(redis, "t") == counted  # loaded in the same window
-    big = [{"role": "user", "content": incompressible(n, 4_000)} for n in range(3)]
-    before = await snapshot(redis)
-    with pytest.raises(QuotaExceededError) as refused:
-        await save(histories, [*form[:4], *big])
-    assert refused.value.extra["quota"] == "storedBytes"
-    assert await snapshot(redis) == before
+async def test_recipes_count_and_are_refused_past_the_quota(redis: Redis) -> None:
+    """Edited requests kept for a tenant (`POST /v1/edits:apply`: nodes, chunks, pieces)
+    count toward its stored bytes: an edit whose recipe would not fit is refused 429 and
+    writes nothing; another tenant is not affected."""
+    async with clients_for(redis, tenant_max_bytes=LIMIT) as clients:
+        editor = Editor()
+        messages: list[dict[str, str]] = []
+        refusal = None
+        for turn in range(20):
+            messages.append({"role": "user", "content": incompressible(turn, 8_000)})
+            body = json.dumps({"model": "m", "messages": messages}).encode()
+            edit = editor.prepare([("content-type", "application/json")], body, "messages")
+            assert edit is not None
+            before = await snapshot(redis)
+            answer = await clients["acme"].post(
+                "/v1/edits:apply", content=edit.body, headers={"Content-Type": MEDIA_TYPE}
+            )
+            if answer.status_code != 200:
+                refusal = answer
+                break
+            assert editor.confirm(edit, answer.headers["Toolref-History"])
+        assert refusal is not None, "never refused"
+        assert turn > 2  # a few turns fit
+        error = assert_quota(refusal, "storedBytes", LIMIT)
+        assert "TOOLREF_TENANT_MAX_BYTES" in error.detail
+        assert await snapshot(redis) == before  # the refused edit wrote nothing
+        stored = await stored_bytes(redis, "acme")
+        assert 0 < stored <= LIMIT
+        assert stored <= await counted_bytes(redis, "acme")
+        small = json.dumps({"model": "m", "messages": messages[:2]}).encode()
+        first = Editor().prepare([("content-type", "application/json")], small, "messages")
+        assert first is not None
+        other = await clients["globex"].post(
+            "/v1/edits:apply", content=first.body, headers={"Content-Type": MEDIA_TYPE}
+        )
+        assert other.status_code == 200, other.text
 
 
 def test_stored_bytes_arithmetic() -> None:

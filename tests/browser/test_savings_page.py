@@ -3,7 +3,7 @@
 
 Two tenants talk through two upstreams of the gateway (the official SDKs on
 `toolref.AsyncTransport`, the scripted provider of examples/llm_backend.py); one of them
-loses its history mid-conversation, so some of its requests are resent. Then an operator
+has its recipes evicted mid-conversation, so one of its requests is resent. Then an operator
 opens `/`: the page asks for the metrics key (the key itself, not the SHA-256 that
 TOOLREF_METRICS_KEY holds), refuses a wrong one, and with the right one shows, per tenant
 and upstream and for the last hour and day, exactly what `/metrics` counted over both
@@ -103,7 +103,7 @@ def artifacts() -> Path:
 
 
 async def traffic(service: Service) -> None:
-    """acme: an OpenAI chat (its histories evicted before its third request: resends) and an
+    """acme: an OpenAI chat (its recipes evicted before its third request: a resend) and an
     Anthropic one; globex: an Anthropic chat."""
     engine = Redis.from_url(service.engine_url)
     calls = 0
@@ -112,8 +112,8 @@ async def traffic(service: Service) -> None:
         nonlocal calls
         calls += 1
         if calls == 3:
-            held = [n for n in await key_names(engine) if ":h:" in n or ":i:" in n]
-            await engine.delete(*held)
+            recipes = [n for n in await key_names(engine) if n.split(":")[2] in "bkp"]
+            await engine.delete(*recipes)
 
     try:
         gateway = service.url + "/llm/"
@@ -149,6 +149,7 @@ async def served(tmp_path: Path) -> AsyncIterator[tuple[Service, Usage, range]]:
             TOOLREF_UPSTREAMS=f"openai={provider},anthropic={provider}",
             TOOLREF_API_KEYS=",".join(f"{t}={digest(k)}" for t, k in KEYS.items()),
             TOOLREF_METRICS_KEY=digest(SCRAPER),
+            TOOLREF_EDIT_CACHE_BYTES="0",  # the store decides what is held: evictions felt
         )
         try:
             first = minute()

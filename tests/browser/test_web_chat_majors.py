@@ -8,8 +8,9 @@ ai6, ai7: each its own package-lock) and driven in Debian's Chromium by the demo
 demo's backend (ToolRefMiddleware, a scripted model) and a real registry on loopback.
 
 Fails before the fix for AI SDK 6 and 7 (issue 32): each `toolrefFetch()` had its own
-state, so a history confirmed on one render was never used on the next and every turn went
-whole (raw = wire).
+state, so what the backend said on one render was never used on the next and every turn went
+whole (raw = wire). The first turn goes as it is, offering edits (`Toolref-Edits: 2`); the
+backend's answer says it reads them, and every later turn is an edit.
 
 Needs node, /usr/bin/chromium and `make web-build`; `make test` and `make browser-test`
 install them. Locally their absence skips, saying why; under CI=true it fails.
@@ -27,6 +28,7 @@ from examples import web_chat_demo
 from tests.conftest import need
 
 TURNS = 4
+EDIT = "application/vnd.toolref.edit"
 ARTIFACTS = web_chat_demo.ROOT / ".toolref" / "browser-test-majors"
 
 pytestmark = pytest.mark.slow
@@ -99,7 +101,7 @@ def test_the_inline_one_liner_saves_from_the_second_turn(runs: dict[int, Run], m
     for n in range(2, TURNS + 1):
         requests = [r for r in run.requests if r["turn"] == n]
         assert [r["status"] for r in requests] == [200], requests  # no resend either
-        assert requests[0]["contentEncoding"] == "gzip"  # a confirmed history: gzip
+        assert requests[0]["contentType"] == EDIT  # the backend said it reads edits
         assert run.wire(n) * 3 < run.raw(n), (n, run.wire(n), run.raw(n))
     total_raw = sum(run.raw(n) for n in range(1, TURNS + 1))
     total_wire = sum(run.wire(n) for n in range(1, TURNS + 1))

@@ -4,6 +4,7 @@ sees, a client-side conversation that checks it, and a transport that times each
 from __future__ import annotations
 
 import base64
+import json
 import os
 import random
 import re
@@ -23,7 +24,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from toolref import ToolReferenceManager
-from toolref.wire.encoding import PROBLEM_TYPE
+from toolref.edits.wire import MEDIA_TYPE
+from toolref.wire.encoding import PROBLEM_TYPE, dumps_json
 from toolref_server.embedded import EmbeddedEngine, free_port
 
 from ..conftest import need
@@ -107,23 +109,26 @@ def payload(conversation: int, turn: int, size: int) -> str:
 class Backend:
     """A chat app: every user turn is answered with one tool call, its result (distinct per
     conversation and turn, `result_size` characters plus up to `spread` more) and a text
-    answer. It records the messages each conversation sent it, per conversation, in order."""
+    answer. It records the messages each conversation sent it, per conversation, in order,
+    and the bytes of each body."""
 
     result_size: int = 4_000
     spread: int = 0
     seen: dict[int, list[list[Any]]] = field(default_factory=dict)
+    bodies: dict[int, list[bytes]] = field(default_factory=dict)
 
     def size(self, conversation: int, turn: int) -> int:
         return self.result_size + (conversation * 7919 + turn * 104_729) % (self.spread + 1)
 
     def app(self) -> Starlette:
         async def chat(request: Request) -> Response:
-            body = await request.json()
-            messages = body["messages"]
+            raw = await request.body()
+            messages = json.loads(raw)["messages"]
             match = _TURN.fullmatch(str(messages[-1].get("content")))
             assert match is not None, messages[-1]
             conversation, turn = int(match[1]), int(match[2])
             self.seen.setdefault(conversation, []).append(messages)
+            self.bodies.setdefault(conversation, []).append(raw)
             call = f"call_{conversation}_{turn}"
             arguments = f'{{"path": "c{conversation}/file{turn}.txt"}}'
             reply = [
@@ -152,29 +157,47 @@ class Backend:
 
 @dataclass
 class Conversation:
-    """One client: its history and its `ToolReferenceManager`."""
+    """One client: its history and its `ToolReferenceManager`, and what each turn cost:
+    the bytes sent (every attempt), the body's own, and whether it went as an edit."""
 
     number: int
     backend: Backend
     manager: ToolReferenceManager = field(default_factory=ToolReferenceManager)
     history: list[dict[str, Any]] = field(default_factory=list)
     turns: int = 0
-    refs_per_turn: list[int] = field(default_factory=list)
+    sent_per_turn: list[int] = field(default_factory=list)
+    full_per_turn: list[int] = field(default_factory=list)
+    edited: list[bool] = field(default_factory=list)  # the answer was to an edit
 
     async def turn(self, http: httpx.AsyncClient) -> httpx.Response:
         """Send the next user turn through the manager; the answer must be 200 and the
-        backend must have received exactly the conversation the client holds."""
+        backend must have received exactly the bytes of the conversation the client holds."""
         self.history.append({"role": "user", "content": f"c{self.number} turn {self.turns}"})
-        before = self.manager.savings.refs_sent
-        response = await self.manager.apost(http, "/chat", json={"messages": self.history})
+        body = {"messages": self.history}
+        sent, full = self.manager.savings.sent_bytes, self.manager.savings.full_bytes
+        response = await self.manager.apost(http, "/chat", json=body)
         assert response.status_code == 200, (self.number, self.turns, response.text)
         seen = self.backend.seen[self.number]
         assert len(seen) == self.turns + 1  # one backend call per turn, however many retries
-        assert seen[-1] == self.history, f"conversation {self.number} turn {self.turns}"
+        assert self.backend.bodies[self.number][-1] == dumps_json(body), (
+            f"conversation {self.number} turn {self.turns}"
+        )
         self.history.extend(response.json()["messages"])
-        self.refs_per_turn.append(self.manager.savings.refs_sent - before)
+        self.sent_per_turn.append(self.manager.savings.sent_bytes - sent)
+        self.full_per_turn.append(self.manager.savings.full_bytes - full)
+        self.edited.append(response.request.headers.get("content-type") == MEDIA_TYPE)
         self.turns += 1
         return response
+
+    def small(self, turns: range) -> bool:
+        """Every turn of `turns` (from the second on) went as an edit of the turn before,
+        sending about what the conversation grew by (its new tool result: incompressible),
+        not the conversation."""
+        return all(
+            self.edited[n]
+            and self.sent_per_turn[n] < self.full_per_turn[n] - self.full_per_turn[n - 1] + 1024
+            for n in turns
+        )
 
 
 # --- timing and checking answers ------------------------------------------------------------

@@ -1,10 +1,12 @@
 """The engine is SIGKILLed while clients chat through the SDK, then started again.
 
 The service (in-process, one app instance throughout) answers every ref operation with a
-quick 503 problem+json and Retry-After, without a storm of reconnects; chat clients fall back
-to full payloads and never see a failed turn; protocol-1 traffic is untouched; and once the
-engine is back on the same port and data folder, the same app serves refs again, with every
-ref acknowledged before the kill still there (appendfsync always).
+quick 503 problem+json and Retry-After, without a storm of reconnects; chat clients, whose
+edits the middleware cannot apply meanwhile, send their turns as they are and never see a
+failed turn; protocol-1 traffic is untouched; and once the engine is back on the same port
+and data folder, the same app serves refs again, with every ref acknowledged before the kill
+still there (appendfsync always), and the clients edit again against the recipes kept
+before it, with no resend.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 from starlette.applications import Starlette
 
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolRefMiddleware
+from toolref.sending import pause
 from toolref.wire.headers import PROTOCOL_HEADER
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine
@@ -52,6 +55,7 @@ FAILURES, RESET = 3, 0.2  # the middleware's CircuitBreaker
 # measured for the service (about 8 ms per conversation turn here).
 THINK = 0.02
 POOLED = 8  # connections the service holds in its pool when the engine restarts
+UNAPPLIED = 0.2  # seconds a client sends no edits after a 415 (its pause, shortened)
 
 
 @asynccontextmanager
@@ -84,7 +88,12 @@ async def wait_until_ready(registry: AsyncRegistryClient, within: float = 5.0) -
         await asyncio.sleep(max(0.01, registry.breaker.retry_in()))
 
 
-async def test_engine_killed_while_clients_chat(engines: Engines) -> None:
+async def test_engine_killed_while_clients_chat(
+    engines: Engines, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After a 415 to an edit, the client sends no edits for a while: shortened.
+    monkeypatch.setattr(pause, "FIRST", UNAPPLIED)
+    monkeypatch.setattr(pause, "LONGEST", UNAPPLIED)
     engine = engines.start("engine", appendonly="yes", appendfsync="always")
     async with serving(engine) as (service, api):
         link = TimingTransport(httpx.ASGITransport(app=service))
@@ -114,9 +123,9 @@ async def test_engine_killed_while_clients_chat(engines: Engines) -> None:
 
             samples = await make_samples(api)
             await phase(HEALTHY)
-            assert all(sum(c.refs_per_turn) > 0 for c in conversations)  # refs in use
-            # Every ref a client holds as confirmed was acknowledged by the engine.
-            held = {samples.ref}.union(*(c.manager.confirmed for c in conversations))
+            for conversation in conversations:  # edits in use
+                assert conversation.edited == [False] + [True] * (HEALTHY - 1)
+                assert conversation.small(range(2, HEALTHY)), conversation.sent_per_turn
 
             Engines.kill(engine)
             killed_at = time.monotonic()
@@ -165,10 +174,11 @@ async def test_engine_killed_while_clients_chat(engines: Engines) -> None:
             assert all(t.status == 503 and t.elapsed < BOUND for t in during), during
             allowed = FAILURES + CONVERSATIONS + math.ceil(outage / RESET) + 1
             assert len(during) <= allowed, (len(during), allowed)
-            # Every conversation fell back to full payloads and went on (Conversation.turn
-            # checked 200 and the backend's view at every turn).
-            assert all(c.manager.savings.fallbacks > 0 for c in conversations)
-            assert all(c.turns == HEALTHY + OUTAGE for c in conversations)
+            # Every conversation sent its turns as they are (an edit could not be applied:
+            # 415) and went on (Conversation.turn checked 200 and the backend's bytes).
+            for conversation in conversations:
+                assert not any(conversation.edited[HEALTHY:]), conversation.number
+                assert conversation.turns == HEALTHY + OUTAGE
 
             # The engine comes back on the same port and data folder; the app is the same.
             Engines.restart(engine)
@@ -180,29 +190,27 @@ async def test_engine_killed_while_clients_chat(engines: Engines) -> None:
             )
             assert registered.status_code == 200, registered.text
             assert registered.json()["refs"][0]["new"] is True
-            resolved = await api.post("/v1/invocations:resolve", json={"refs": sorted(held)})
-            assert resolved.status_code == 200, resolved.text
-            assert resolved.json()["missing"] == []
-            assert len(resolved.json()["invocations"]) == len(held)
             again = await api.get(f"/v1/invocations/{samples.ref}")
             assert again.status_code == 200, again.text
             assert again.json() == samples.invocation
 
-            # The SDK uses refs again, and none it holds is missing: no resend needed.
+            # The SDK edits again (once an answer offers edits: the first turn at the latest),
+            # against the recipes kept before the kill: none is missing, so no resend.
             await wait_until_ready(registry)
-            fallbacks = [c.manager.savings.fallbacks for c in conversations]
+            await asyncio.sleep(UNAPPLIED)
             await phase(RECOVERED)
+            end = HEALTHY + OUTAGE + RECOVERED
             for conversation in conversations:
-                assert sum(conversation.refs_per_turn[-RECOVERED:]) > 0, conversation.number
-            assert [c.manager.savings.fallbacks for c in conversations] == fallbacks
+                assert all(conversation.edited[end - RECOVERED + 1 :]), conversation.number
+                assert conversation.small(range(end - 1, end)), conversation.number
+            assert [c.manager.savings.resends for c in conversations] == [0] * CONVERSATIONS
 
     worst = max(elapsed for _, _, elapsed in probes)
     print(
         f"\nkilled engine: {len(probes)} ref operations answered 503 in at most "
         f"{worst * 1000:.1f} ms; middleware made {len(during)} registry calls in "
         f"{outage * 1000:.0f} ms of outage (worst {max(t.elapsed for t in during) * 1000:.1f} "
-        f"ms); {len(held)} refs held before the kill, all resolved after the restart; "
-        f"fallbacks per conversation {fallbacks}"
+        f"ms); bytes sent per turn {[c.sent_per_turn for c in conversations]}"
     )
 
 

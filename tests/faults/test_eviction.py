@@ -1,7 +1,7 @@
-"""The engine runs out of memory and evicts refs (allkeys-lru) while clients chat with large
-tool results: the SDK resends evicted payloads on 409 missingRefs (or, with history refs, the
-conversation on 409 missing-history), every turn answers 200, and the backend always sees
-exactly the conversation the client holds."""
+"""The engine runs out of memory and evicts keys (allkeys-lru) while clients chat with large
+tool results, as edits: an edit whose recipe or pieces were evicted is a 409
+(missing-history, missing-pieces) the SDK resends on by itself, every turn answers 200, and
+the backend always sees exactly the conversation the client holds."""
 
 from __future__ import annotations
 
@@ -11,12 +11,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from toolref import (
-    AsyncRegistryClient,
-    CircuitBreaker,
-    ToolReferenceManager,
-    ToolRefMiddleware,
-)
+from toolref import AsyncRegistryClient, CircuitBreaker, ToolRefMiddleware
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -27,19 +22,15 @@ pytestmark = pytest.mark.engine
 CONVERSATIONS = 4
 TURNS = 20
 RESULT_SIZE, SPREAD = 20_000, 30_000  # characters of incompressible text per tool result
-# About 1 MB above an empty engine's footprint: room for about a third of the refs the
-# conversations make (4 x 20 results of 20-50 KB, stored compressed to about 3/4).
+# About 1 MB above an empty engine's footprint: room for about a third of what the
+# conversations keep (4 x 20 results of 20-50 KB, each a piece of its recipes).
 MAXMEMORY = "2mb"
 
 
-@pytest.mark.parametrize("history_refs", [False, True])
-async def test_evicted_refs_are_resent_and_every_turn_succeeds(
-    engines: Engines, history_refs: bool
-) -> None:
-    """Without history refs every turn names its payloads by ref, so evictions come back as
-    409s and resends. With them a turn sends only its new messages and the registry reads
-    only the history's node: an eviction costs a resend only where a turn needs what was
-    evicted, and every turn still answers 200 with the client's exact conversation."""
+async def test_evicted_recipes_are_resent_and_every_turn_succeeds(engines: Engines) -> None:
+    """Each turn is an edit of the recipe of the turn before: an eviction costs a resend
+    where a turn needs what was evicted (its base, a piece it names), and every turn still
+    answers 200 with the client's exact conversation."""
     engine = engines.start(
         "engine",
         appendonly="no",
@@ -47,7 +38,8 @@ async def test_evicted_refs_are_resent_and_every_turn_succeeds(
         maxmemory=MAXMEMORY,
         **{"maxmemory-policy": "allkeys-lru"},
     )
-    service = create_app(Settings(redis_url=engine.tcp_url))
+    # No edit cache: what the engine evicts is gone, as for another replica.
+    service = create_app(Settings(redis_url=engine.tcp_url, edit_cache_bytes=0))
     async with service.router.lifespan_context(service):
         link = TimingTransport(httpx.ASGITransport(app=service))
         registry = AsyncRegistryClient(
@@ -61,10 +53,7 @@ async def test_evicted_refs_are_resent_and_every_turn_succeeds(
                 base_url="http://backend",
             ) as http,
         ):
-            conversations = [
-                Conversation(n, backend, ToolReferenceManager(history_refs=history_refs))
-                for n in range(CONVERSATIONS)
-            ]
+            conversations = [Conversation(n, backend) for n in range(CONVERSATIONS)]
 
             async def chat(conversation: Conversation) -> None:
                 for _ in range(TURNS):
@@ -77,21 +66,21 @@ async def test_evicted_refs_are_resent_and_every_turn_succeeds(
     assert all(c.turns == TURNS for c in conversations)
     evicted = stats["evicted_keys"]
     assert evicted > 0, stats
-    statuses = Counter(t.status for t in link.log if t.path == "/v1/messages:hydrate")
-    # The registry answered every hydrate: with the conversation, or 409 for evicted refs
+    statuses = Counter(t.status for t in link.log if t.path == "/v1/edits:apply")
+    # The registry answered every edit: applied, or 409 for an evicted base or pieces
     # (never 503: the engine evicts to make room rather than refusing writes).
     assert set(statuses) <= {200, 409}, statuses
-    if not history_refs:
-        assert statuses[409] > 0, statuses
-    resends = sum(c.manager.savings.fallbacks for c in conversations)
-    assert resends == statuses[409]  # each 409 was answered by resending, once
-    refs_sent = sum(c.manager.savings.refs_sent for c in conversations)
-    assert refs_sent > 0
+    assert statuses[409] > 0, statuses  # evictions were felt ...
+    resends = sum(c.manager.savings.resends for c in conversations)
+    assert resends == statuses[409]  # ... each 409 answered by resending, once
+    assert statuses[200] == sum(c.manager.savings.edits for c in conversations)
+    assert all(c.edited[1:] == [True] * (TURNS - 1) for c in conversations)
     ratio = sum(c.manager.savings.full_bytes for c in conversations) / sum(
         c.manager.savings.sent_bytes for c in conversations
     )
+    assert ratio > 1
     print(
         f"\neviction: {CONVERSATIONS}x{TURNS} turns all 200; {evicted} keys evicted "
-        f"(maxmemory {MAXMEMORY}, peak {memory['used_memory_peak_human']}); hydrate answers "
-        f"{dict(statuses)}; {resends} resends; {refs_sent} refs sent; upload ratio {ratio:.1f}x"
+        f"(maxmemory {MAXMEMORY}, peak {memory['used_memory_peak_human']}); edits answered "
+        f"{dict(statuses)}; {resends} resends; upload ratio {ratio:.1f}x"
     )

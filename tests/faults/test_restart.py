@@ -1,13 +1,14 @@
-"""Restarts in the middle of a conversation: no ref is lost, and the conversation goes on
-sending refs without a single resend.
+"""Restarts in the middle of a conversation: no recipe is lost, and the conversation goes
+on sending edits without a single resend.
 
 tests/integration/test_cli.py already proves, for one ref registered by hand, that
 `toolref-server serve` keeps it across Ctrl-C and a new process on the same data folder
 (`test_serve_answers_and_refs_survive_ctrl_c_and_restart`) and across a SIGKILL of the service
 (`test_a_killed_service_takes_its_engine_along_and_loses_no_ref`). What this adds: a real
 conversation through the SDK (`ToolReferenceManager` -> `ToolRefMiddleware` -> registry over
-HTTP) across `Service.restart()`, every ref it was told about checked afterwards, and the same
-with a separate engine (append-only file, no RDB snapshots) restarted gracefully as well.
+HTTP, `POST /v1/edits:apply`) across `Service.restart()`, the turn after it an edit of the
+recipe kept before (a recipe lost would be a 409 and a resend), and the same with a separate
+engine (append-only file, no RDB snapshots) restarted gracefully as well.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tests.support.processes import Service
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolRefMiddleware
 from toolref_server.embedded import free_port
 
-from .support import Backend, Conversation, Engines, payload
+from .support import Backend, Conversation, Engines
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -32,7 +33,8 @@ BEFORE, AFTER = 5, 4  # turns before and after the restart
 
 async def chat_across(url: str, restart: Callable[[], None]) -> Conversation:
     """A conversation with the registry at `url`, restarted (by `restart`) after BEFORE turns.
-    Checks that every ref the client holds survived, and that the client kept using refs."""
+    Checks that the client sent edits before and after, and never resent one: the recipes
+    it edits against survived (the service's process, and its cache, did not)."""
     registry = AsyncRegistryClient(url, breaker=CircuitBreaker())
     backend = Backend(result_size=8_000)
     async with (
@@ -45,24 +47,18 @@ async def chat_across(url: str, restart: Callable[[], None]) -> Conversation:
         conversation = Conversation(0, backend)
         for _ in range(BEFORE):
             await conversation.turn(http)
-        held = list(conversation.manager.confirmed)
-        # One tool call per turn, confirmed once the client has sent its result back (the
-        # last turn's result is sent with the next turn).
-        assert len(held) == BEFORE - 1
-        assert sum(conversation.refs_per_turn) > 0
+        # The first turn offered edits; the second went as one (nothing kept to edit
+        # against yet); every later one as an edit of the recipe kept the turn before.
+        assert conversation.edited == [False] + [True] * (BEFORE - 1)
+        assert conversation.small(range(2, BEFORE)), conversation.sent_per_turn
 
         restart()
 
-        assert await registry.find_missing(held) == []
-        resolved = await registry.resolve(held)
-        assert resolved.missing == []
-        results = {invocation.result for invocation in resolved.invocations.values()}
-        assert results == {payload(0, turn, backend.size(0, turn)) for turn in range(BEFORE - 1)}
         for _ in range(AFTER):
-            await conversation.turn(http)  # 200, and the backend saw the whole history
-    # Every turn after the restart sent refs, and none was refused as missing.
-    assert all(n > 0 for n in conversation.refs_per_turn[BEFORE:]), conversation.refs_per_turn
-    assert conversation.manager.savings.fallbacks == 0
+            await conversation.turn(http)  # 200, and the backend saw the exact conversation
+    # Every turn after the restart an edit of the recipe kept before it, none refused.
+    assert conversation.small(range(BEFORE, BEFORE + AFTER)), conversation.sent_per_turn
+    assert conversation.manager.savings.resends == 0
     return conversation
 
 
@@ -76,7 +72,7 @@ async def test_service_restart_mid_conversation(tmp_path: Path) -> None:
         assert service.engine_pid != engine_before  # the embedded engine restarted too
     finally:
         service.stop()
-    print(f"\nservice restart: refs sent per turn {conversation.refs_per_turn}")
+    print(f"\nservice restart: bytes sent per turn {conversation.sent_per_turn}")
 
 
 async def test_engine_and_service_restart_mid_conversation(
@@ -102,4 +98,4 @@ async def test_engine_and_service_restart_mid_conversation(
     assert pids[0] != pids[1]  # a new engine process, which read the refs from disk
     assert (engine.data_dir / "appendonlydir").is_dir()
     assert not any(name.endswith(".rdb") for name in os.listdir(engine.data_dir))
-    print(f"\nengine and service restart: refs sent per turn {conversation.refs_per_turn}")
+    print(f"\nengine and service restart: bytes sent per turn {conversation.sent_per_turn}")

@@ -91,6 +91,7 @@ class Call:
     """One request as the app saw it."""
 
     body: dict[str, Any]
+    raw: bytes = b""  # the body's bytes, as the app got them
     gate: asyncio.Event = field(default_factory=asyncio.Event)
     produced: list[int] = field(default_factory=list)  # events made, in order
     gone: asyncio.Event = field(default_factory=asyncio.Event)  # it saw the client leave
@@ -132,7 +133,8 @@ class Paced:
             )
 
         async def begin(request: Request) -> Call:
-            call = Call(await request.json())
+            raw = await request.body()
+            call = Call(json.loads(raw), raw)
             self.calls.append(call)
             return call
 
@@ -260,9 +262,10 @@ class Stack:
 
 @asynccontextmanager
 async def paced_stack(redis: Redis) -> AsyncIterator[Stack]:
-    """The registry on the test engine, and the paced backend with and without the
-    middleware, each served by uvicorn."""
-    service = create_app(Settings(redis_url="unused"), redis=redis)
+    """The registry on the test engine (no edit cache: the store decides what is held, so
+    evicting keys is felt), and the paced backend with and without the middleware, each
+    served by uvicorn."""
+    service = create_app(Settings(redis_url="unused", edit_cache_bytes=0), redis=redis)
     async with serve(service) as registry_url:
         registry = AsyncRegistryClient(registry_url, retries=0)
         paced = Paced()

@@ -23,7 +23,7 @@ from starlette.routing import Route
 
 from tests.support.fake_provider import wire
 from tests.support.servers import serve, serve_all
-from toolref.receiving.middleware import ASGIApp, Message, Receive, Scope, Send
+from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

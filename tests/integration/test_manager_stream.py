@@ -1,12 +1,12 @@
-"""`ToolReferenceManager.stream` / `astream`: streamed answers with refs, history refs and
-resends, over real sockets.
+"""`ToolReferenceManager.stream` / `astream`: streamed answers to requests sent as edits,
+and their resends, over real sockets.
 
 The paced backend (tests/integration/paced.py) sits behind `ToolRefMiddleware` on the real
 registry; the client reads its event stream through the manager, with httpx's blocking
 client (in a thread, as another process would) and its async client. The first event must
-be readable before the app makes the second; every resend (409 missing-refs, 409
-missing-history, 400 dictionary-mismatch) must end in the stream, whole, and the app must
-receive exactly the conversation the client holds.
+be readable before the app makes the second; every resend (409 missing-history, 409
+missing-pieces, 400 dictionary-mismatch) must end in the stream, whole, and the app must
+receive exactly the bytes of the conversation the client holds.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from tests.support.servers import markers
+from tests.support.servers import edit_header
 from toolref import ToolReferenceManager
+from toolref.edits.wire import MEDIA_TYPE
 from toolref.wire.compression import compress
+from toolref.wire.encoding import dumps_json
+from toolref.wire.headers import EDITS_HEADER
 
 from ..conftest import key_names
 from .paced import (
@@ -94,6 +97,7 @@ class Client:
             frames, sent = await self._async(body, tamper)
         assert frames == OPENAI
         assert_app_got(self.stack.paced, self.history)
+        assert self.stack.paced.calls[-1].raw == dumps_json(body)
         openai_next(self.history)
         return frames, sent
 
@@ -133,143 +137,155 @@ class Client:
 BLOCKING = pytest.mark.parametrize("blocking", [True, False], ids=["Client", "AsyncClient"])
 
 
-def body_of(request: httpx.Request) -> Any:
-    assert "content-encoding" not in request.headers
-    return json.loads(request.read())
+def base_of(request: httpx.Request) -> str | None:
+    """The base an edit names (None: no base)."""
+    header = edit_header(request)  # type: ignore[arg-type]  # httpx's Request, read alike
+    assert header is not None, "not an edit"
+    base: str | None = header["b"]
+    return base
+
+
+def recipe_keys(names: list[str], kinds: str) -> list[str]:
+    """The keys of recipes' nodes (`b`), chunks (`k`) or pieces (`p`) among `names`."""
+    return [name for name in names if name.split(":")[2] in kinds]
 
 
 @BLOCKING
-async def test_each_turn_streams_and_later_ones_continue_the_history(
+async def test_each_turn_streams_and_later_ones_are_edits(stack: Stack, blocking: bool) -> None:
+    client = Client(stack, ToolReferenceManager(), blocking)
+    _, [first] = await client.turn()
+    _, [second] = await client.turn()
+    _, [third] = await client.turn()
+    assert first.headers[EDITS_HEADER] == "2"  # as it is, offering edits
+    assert "content-encoding" not in first.headers
+    assert edit_header(first) is None  # type: ignore[arg-type]
+    assert base_of(second) is None  # nothing was kept of the first
+    assert base_of(third) is not None
+    assert len(third.read()) < len(json.dumps(client.history)) / 4
+    assert client.manager.savings.edits == 2
+    assert client.manager.savings.resends == 0
+
+
+@BLOCKING
+async def test_a_missing_history_is_resent_with_no_base_then_streamed(
     stack: Stack, blocking: bool
 ) -> None:
     client = Client(stack, ToolReferenceManager(), blocking)
-    _, first = await client.turn()
-    _, second = await client.turn()
-    _, third = await client.turn()
-    assert first[0].headers["toolref-history"] == "?1"
-    for [request] in (second, third):
-        assert request.headers["toolref-history"].startswith("th_")
-        assert request.headers["content-encoding"] == "zstd"
-    assert len(third[0].read()) < len(json.dumps(client.history)) / 4
-    assert client.manager.savings.histories_used == 2
-    assert client.manager.savings.fallbacks == 0
-
-
-@BLOCKING
-async def test_missing_refs_are_resent_in_full_then_streamed(stack: Stack, blocking: bool) -> None:
-    client = Client(stack, ToolReferenceManager(history_refs=False), blocking)
     await client.turn()
-    assert client.manager.confirmed  # from the stream's Toolref-References header
-    invocations = [n for n in await key_names(stack.redis) if ":i:" in n]
-    await stack.redis.delete(*invocations)
-    _, sent = await client.turn()
-    markers_sent, in_full = sent
-    assert markers(body_of(markers_sent)) == 2
-    assert markers(body_of(in_full)) == 0
-    assert client.manager.savings.fallbacks == 1
-    # Confirmed again by that answer: three invocations now (the last two the same call
-    # made twice, one ref), all as markers.
-    _, later = await client.turn()
-    assert markers(body_of(later[0])) == 6
-
-
-@BLOCKING
-async def test_a_missing_history_is_resent_whole_then_streamed(
-    stack: Stack, blocking: bool
-) -> None:
-    client = Client(stack, ToolReferenceManager(compress=False), blocking)
     await client.turn()
-    nodes = [n for n in await key_names(stack.redis) if ":h:" in n]
+    nodes = recipe_keys(await key_names(stack.redis), "b")
+    assert nodes
     await stack.redis.delete(*nodes)
     _, sent = await client.turn()
-    continued, whole = sent
-    assert "historyRef" in body_of(continued)
-    assert "historyRef" not in body_of(whole)
-    assert len(body_of(whole)["messages"]) == len(client.history) - 3
-    assert client.manager.savings.fallbacks == 1
+    edited, again = sent
+    assert base_of(edited) is not None
+    assert base_of(again) is None
+    assert client.manager.savings.resends == 1
+    _, [later] = await client.turn()
+    assert base_of(later) is not None  # confirmed again, edited against
+
+
+@BLOCKING
+async def test_evicted_pieces_are_resent_inline_then_streamed(stack: Stack, blocking: bool) -> None:
+    """A segment of 16 KiB or more is a piece, kept once for every recipe holding it. A
+    turn that repeats a piece another conversation holds names it by its id; that piece
+    evicted, the edit is a 409 missing-pieces, resent with it inline, and the turn
+    streams."""
+    manager = ToolReferenceManager()
+    one, other = Client(stack, manager, blocking), Client(stack, manager, blocking)
+    one.history[3]["content"] = "z = 3\n" * 4000  # 24 KB: a piece
+    other.history[3]["content"] = "w = 4\n" * 3000  # 18 KB: another
+    await one.turn()
+    await one.turn()
+    before = recipe_keys(await key_names(stack.redis), "p")
+    await other.turn()
+    await other.turn()
+    [piece] = set(recipe_keys(await key_names(stack.redis), "p")) - set(before)
+    one.history.append(dict(other.history[3]))  # the other's piece, in this conversation
+    await stack.redis.delete(piece)
+    _, sent = await one.turn()
+    named, inline = (edit_header(request) for request in sent)  # type: ignore[arg-type]
+    assert named is not None
+    assert inline is not None
+    assert named["b"] == inline["b"] is not None  # the base held whole all along
+    assert [op for op in named["o"] if isinstance(op, str) and op.startswith("tp_")]
+    assert not [op for op in inline["o"] if isinstance(op, str)]
+    assert inline["n"] > 18_000 > named["n"]
+    assert manager.savings.resends == 1
 
 
 @BLOCKING
 async def test_a_dictionary_mismatch_is_resent_uncompressed_then_streamed(
     stack: Stack, blocking: bool
 ) -> None:
-    client = Client(stack, ToolReferenceManager(max_prior_bytes=0), blocking)
+    """Unguarded edits (`size_guard=False`, version 1) compress their new segments against
+    the base's: when both ends disagree on those bytes (400 dictionary-mismatch), the edit
+    is sent again without a dictionary."""
+    client = Client(stack, ToolReferenceManager(size_guard=False), blocking)
     await client.turn()
+    await client.turn()
+    # New bytes worth compressing against the base (fewer travel as they are).
+    client.history.append({"role": "user", "content": "read a.py and b.py again " * 100})
 
     def other_dictionary(request: httpx.Request) -> httpx.Request:
-        """The first body compressed against the history, compressed against another
+        """The first edit compressed against the base, compressed against another
         dictionary instead: what a client and server that disagree on it would see."""
-        if request.headers.get("content-encoding") != "zstd" or client.manager.savings.fallbacks:
+        header = edit_header(request)  # type: ignore[arg-type]
+        if header is None or not header.get("z") or client.manager.savings.resends:
             return request
         text = "".join(hashlib.sha256(b"%d" % i).hexdigest() for i in range(64))
-        plain = json.dumps({"messages": [{"role": "user", "content": text}]}).encode()
-        content = compress(plain, text.encode(), 3)  # all of it drawn from that dictionary
+        plain = (text * (header["n"] // len(text) + 1))[: header["n"]].encode()
+        line = request.read().split(b"\n", 1)[0]
+        content = line + b"\n" + compress(plain, text.encode(), 3)  # drawn from that dictionary
         headers = {**request.headers, "content-length": str(len(content))}
         return httpx.Request(request.method, request.url, headers=headers, content=content)
 
     _, sent = await client.turn(other_dictionary)
     compressed, plain = sent
-    assert compressed.headers["toolref-history"].startswith("th_")
-    assert body_of(plain)["historyRef"] == compressed.headers["toolref-history"]
-    assert client.manager.savings.fallbacks == 1
+    first, again = edit_header(compressed), edit_header(plain)  # type: ignore[arg-type]
+    assert first is not None
+    assert again is not None
+    assert first["v"] == again["v"] == 1
+    assert first["z"] > 0
+    assert "z" not in again or again["z"] == 0
+    assert again["b"] == first["b"]
+    assert client.manager.savings.resends == 1
 
 
 @BLOCKING
-async def test_a_refused_prior_body_is_resent_against_the_history_alone(
-    stack: Stack, blocking: bool
-) -> None:
-    """A body compressed against a history and the body kept with it, refused (here it
-    names a body the backend never kept, as another replica would see it): resent
-    compressed against the history's own dictionary."""
-    client = Client(stack, ToolReferenceManager(), blocking)
-    await client.turn()
-    [named] = client.manager.priors
-    elsewhere = "th_" + "a" * 26
-
-    def other_replica(request: httpx.Request) -> httpx.Request:
-        if request.headers.get("toolref-dictionary") != named:
-            return request
-        headers = {**request.headers, "toolref-dictionary": elsewhere}
-        return httpx.Request(request.method, request.url, headers=headers, content=request.content)
-
-    _, sent = await client.turn(other_replica)
-    primed, compressed = sent
-    assert primed.headers["toolref-dictionary"] == elsewhere
-    assert "toolref-dictionary" not in compressed.headers
-    assert compressed.headers["content-encoding"] == "zstd"
-    assert compressed.headers["toolref-history"] == named
-    assert client.manager.savings.fallbacks == 1
-    assert client.manager.prior_refusals == 1
-
-
-@BLOCKING
-async def test_a_protocol_1_backend_streams_and_is_never_sent_refs(
+async def test_a_plain_backend_streams_and_is_never_sent_an_edit(
     stack: Stack, blocking: bool
 ) -> None:
     client = Client(stack, ToolReferenceManager(), blocking, stack.plain_url)
     for _ in range(3):
+        sent = dumps_json({"model": "m", "messages": client.history, "stream": True})
         _, [request] = await client.turn()
-        body = body_of(request)
-        assert markers(body) == 0
-        assert "historyRef" not in body
-    assert not client.manager.refs_accepted
-    assert client.manager.savings.refs_sent == 0
+        assert request.headers["content-type"] == "application/json"
+        assert request.headers[EDITS_HEADER] == "2"
+        assert request.read() == sent
+    assert client.manager.savings.edits == 0
+    assert client.manager.savings.sent_bytes == client.manager.savings.full_bytes
 
 
-async def test_a_json_answer_read_in_the_block_teaches_its_tool_references(
-    stack: Stack,
-) -> None:
+async def test_an_answer_read_in_the_block_is_the_apps(stack: Stack) -> None:
+    """A JSON answer streamed through the manager and read whole: the app's body as it
+    wrote it (nothing added to an edit's answer), the edit's marks in its headers."""
     history = openai_conversation("json")
+    manager = ToolReferenceManager()
     async with httpx.AsyncClient(base_url=stack.url, timeout=TIMEOUT) as http:
-        unread = ToolReferenceManager(history_refs=False)
-        async with unread.astream(http, "POST", "/json", json={"messages": history}):
-            pass  # headers only: the refs are in the body
-        assert not unread.confirmed
-        manager = ToolReferenceManager(history_refs=False)
-        async with manager.astream(http, "POST", "/json", json={"messages": history}) as response:
-            await response.aread()
-            references = response.json()["toolReferences"]
-        assert list(manager.confirmed) == list(references.values())
+        for turn in range(2):
+            body = {"messages": history}
+            async with manager.astream(http, "POST", "/json", json=body) as response:
+                await response.aread()
+            assert response.status_code == 200
+            assert response.json() == {"messages": [{"role": "assistant", "content": "done"}]}
+            assert stack.paced.calls[-1].raw == dumps_json(body)
+            assert response.headers[EDITS_HEADER] == "2"
+            edited = response.request.headers["content-type"] == MEDIA_TYPE
+            assert edited is (turn == 1)
+            history = [*history, {"role": "user", "content": "again"}]
+    assert response.headers["toolref-history"].startswith("tb_")
+    assert manager.savings.edits == 1
 
 
 def test_only_post_carries_messages() -> None:

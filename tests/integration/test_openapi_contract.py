@@ -71,6 +71,14 @@ include-path = ["/v1/messages:hydrate", "/v1/messages:optimize", "/v1/context:ha
 checks.positive_data_acceptance.expected-statuses = [
     "2xx", "3xx", "400", "401", "403", "404", "409", "422", "429", "5xx",
 ]
+
+# An edit: bytes (`format: binary`; the gateway's `*/*` sent as an edit) that may be no
+# edit; held to a 400 malformed-body there, and the gateway's other 400s to none.
+[[operations]]
+include-path = ["/v1/edits:apply", "/llm/{{name}}/{{path}}"]
+checks.positive_data_acceptance.expected-statuses = [
+    "2xx", "3xx", "400", "401", "403", "404", "409", "429", "5xx",
+]
 """
 
 

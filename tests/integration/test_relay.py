@@ -1,9 +1,9 @@
 """The relay over real sockets: the official SDKs pointed at it, the service's gateway
 behind it (on the test engine, with a tenant key), providers behind that.
 
-Every conversation must reach the provider as the SDK built it (JSON-equal, key order too),
-while the relay sends its later turns as history refs, zstd; answers stream through as they
-come; and no failure of the gateway bricks a session.
+Every conversation must reach the provider as the SDK built it (byte for byte), while the
+relay sends its turns as edits (or, with `--no-edits`, as they came); answers stream
+through as they come; and no failure of the gateway bricks a session.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from tests.support.servers import serve
 from toolref.edits import wire
 from toolref_relay import Relay, RelayConfig
-from toolref_relay.savings import UPLOAD_BYTES
+from toolref_relay.ledger import UPLOAD_BYTES
 
 from .relay_gateway import KEY, Arrival, Recorded, Scripted, gateway, header_lines, wire_bytes
 
@@ -112,23 +112,22 @@ def assert_edits_after_the_first(turns: list[Arrival]) -> None:
         assert later.body.startswith(b'{"v":2,"b":"tb_')
 
 
-def assert_history_refs_after_the_first(turns: list[Arrival]) -> None:
-    """The first turn travels whole; every later one continues a confirmed history, as its
-    new messages only, zstd against it."""
-    assert turns[0].headers.get("toolref-history") == "?1"
-    assert "content-encoding" not in turns[0].headers
-    for later in turns[1:]:
-        assert later.headers["toolref-history"].startswith("th_")
-        assert later.headers["content-encoding"] == "zstd"
-        assert later.headers["toolref-protocol"] == "2"
+def assert_as_they_came(turns: list[Arrival], built: list[bytes]) -> None:
+    """Every turn travels as the agent sent it: its body, plain JSON, no toolref header but
+    the tenant's key."""
+    assert [turn.body for turn in turns] == built
+    for turn in turns:
+        assert turn.headers["content-type"] == "application/json"
+        assert "content-encoding" not in turn.headers
+        assert [k for k in turn.headers if k.startswith("toolref-")] == ["toolref-key"]
 
 
-@pytest.mark.parametrize("edits", [True, False], ids=["edits", "history"])
+@pytest.mark.parametrize("edits", [True, False], ids=["edits", "as-they-came"])
 async def test_the_anthropic_sdk_converses_through_the_relay_exactly(
     redis: Redis, edits: bool
 ) -> None:
-    """As edits (a gateway that takes them), and through the manager (`--no-edits`, or a
-    gateway without them): the provider gets what the SDK built, every turn."""
+    """As edits (a gateway that takes them), and as they came (`--no-edits`; the relay's
+    manager path was retired): the provider gets what the SDK built, every turn."""
     backend = create_backend(None, delay=0.001)
     providers = {"anthropic": backend}
     async with relayed(redis, providers, edits=edits) as stack:
@@ -143,16 +142,20 @@ async def test_the_anthropic_sdk_converses_through_the_relay_exactly(
             messages = await anthropic_client.aconverse(client, TASKS)
     assert len(messages) == 4 * len(TASKS)  # task, tool call, its result, answer
     assert_same_bodies(built, backend.state.provider.bodies())
+    assert backend.state.provider.bodies() == built  # byte for byte
     if edits:
         assert_edits_after_the_first(stack.gateway.arrivals)
     else:
-        assert_history_refs_after_the_first(stack.gateway.arrivals)
+        assert_as_they_came(stack.gateway.arrivals, built)
     for arrival in stack.gateway.arrivals:  # credentials pass through; the key travels apart
         assert arrival.headers["authorization"] == "Bearer sk-ant-provider-credential"
         assert arrival.headers["toolref-key"] == KEY
-    # Fewer bytes on the relay's wire than the agent sent, turn by turn, and said so.
+    # As edits, fewer bytes on the relay's wire than the agent sent, turn by turn, and said
+    # so; as they came, the body's bytes.
     later = [SAVINGS.match(a.headers["toolref-savings"]) for a in answers[1:]]
-    assert all(m is not None and int(m[2]) < int(m[1]) for m in later)
+    assert all(m is not None for m in later)
+    if edits:
+        assert all(int(m[2]) < int(m[1]) for m in later if m is not None)
     assert all(
         not k.startswith("toolref-") or k == "toolref-savings" for a in answers for k in a.headers
     )
@@ -373,41 +376,44 @@ def _noise(size: int) -> str:
     return base64.b64encode(random.Random(size).randbytes(size)).decode()[:size]
 
 
-async def test_a_413_is_retried_with_the_biggest_tool_results_as_refs(redis: Redis) -> None:
-    """The relay compresses every body, so the limit is on zstd bytes: a system prompt zstd
-    cannot shrink (15 KB) and a tool result that shrinks to about 12 KB together go over
-    20 KB; registered first, the result travels as a ref and the retry fits."""
+async def test_the_gateways_413_reaches_the_sdk_in_the_providers_shape(redis: Redis) -> None:
+    """An edit over the gateway's body limit (TOOLREF_MAX_BODY_BYTES: a system prompt and a
+    tool result zstd cannot shrink) is refused 413; the relay hands the SDK the provider's
+    413, naming the limit and the setting, and sends it nowhere else (its oversize path,
+    which resent the biggest results as refs, was retired with the manager's)."""
     backend = create_backend(None, delay=0.001)
     providers = {"anthropic": backend}
     settings = {"max_body_bytes": 20_000}
-    rng = random.Random(1)
-    result = "".join(rng.choice("acgt") for _ in range(48_000))
-    async with relayed(redis, providers, settings) as stack:
-        http, built, _ = recording_client()
-        async with anthropic.AsyncAnthropic(
+    async with (
+        relayed(redis, providers, settings) as stack,
+        anthropic.AsyncAnthropic(
             base_url=stack.relay_url + "/llm/anthropic",
             api_key="k",
             max_retries=0,
             timeout=TIMEOUT,
-            http_client=http,
-        ) as client:
-            message = await client.messages.create(
+        ) as client,
+    ):
+        with pytest.raises(anthropic.APIStatusError) as raised:
+            await client.messages.create(
                 model="m",
                 max_tokens=5,
                 system=_noise(15_000),
-                messages=_tool_conversation(result),
+                messages=_tool_conversation(_noise(12_000)),
             )
-    assert message.content[0].text == "The tool returned 48000 characters."  # type: ignore[union-attr]
-    assert_same_bodies(built, backend.state.provider.bodies())  # the retry reached it, whole
-    edit, refused, retried = stack.gateway.arrivals  # as an edit, then through the manager
+    assert raised.value.status_code == 413
+    assert raised.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
+    assert "20000 bytes" in raised.value.message
+    assert "TOOLREF_MAX_BODY_BYTES" in raised.value.message
+    [edit] = stack.gateway.arrivals
+    assert edit.headers["content-type"] == wire.MEDIA_TYPE
     assert len(edit.body) > 20_000
-    assert len(refused.body) > 20_000 > len(retried.body)
-    inflated = zstandard.ZstdDecompressor().decompressobj().decompress(retried.body)
-    assert b"toolRef" in inflated
+    assert backend.state.provider.bodies() == []
 
 
-async def test_a_413_that_stays_names_the_biggest_tool_results(redis: Redis) -> None:
-    provider = Scripted(limit=20_000)  # the provider refuses the conversation itself
+async def test_a_providers_413_reaches_the_sdk_as_it_came(redis: Redis) -> None:
+    """The provider refuses the conversation itself: its 413 reaches the SDK as the provider
+    wrote it, once (the relay no longer resends the biggest results as refs)."""
+    provider = Scripted(limit=20_000)
     providers = {"anthropic": provider.app()}
     async with (
         relayed(redis, providers) as stack,
@@ -420,13 +426,13 @@ async def test_a_413_that_stays_names_the_biggest_tool_results(redis: Redis) -> 
                 model="m", max_tokens=5, messages=_tool_conversation(_noise(60_000))
             )
     assert raised.value.status_code == 413
-    assert raised.value.body["error"]["type"] == "request_too_large"  # type: ignore[index]
-    message = raised.value.message
-    assert "read_file (call toolu_01)" in message
-    assert "58.7 KiB (60074 bytes)" in message
-    assert "was refused too" in message
-    # As an edit, through the manager, and once more with the result as a ref.
-    assert len(provider.received) == 3
+    assert raised.value.body == {
+        "type": "error",
+        "error": {"type": "request_too_large", "message": "big"},
+    }
+    assert len(provider.received) == 1
+    [edit] = stack.gateway.arrivals
+    assert edit.headers["content-type"] == wire.MEDIA_TYPE
 
 
 async def test_headers_hop_by_hop_stay_behind_and_toolref_headers_stay_home(

@@ -5,7 +5,7 @@ gets (the only fake: what is outside the machine).
 Every turn of every edit pattern reaches the provider byte for byte as the agent wrote it;
 two gateway instances serving alternate requests (no affinity) cost no extra round trip; a
 store flushed mid-conversation is recovered from with no error the agent sees; a gateway
-without edits gets the manager's path; a continuation turn's headers stay within a few
+without edits gets each turn as it came; a continuation turn's headers stay within a few
 dozen bytes of the agent's credentials; `count_tokens` and Gemini ride the same path.
 """
 
@@ -29,10 +29,10 @@ from starlette.routing import Route
 
 from tests.support.servers import serve, serve_all
 from tests.unit.edits.agents import HEADERS, Agent
+from toolref.asgi.scope import Receive, Scope, Send
 from toolref.edits.wire import MEDIA_TYPE
-from toolref.receiving.middleware import Receive, Scope, Send
 from toolref_relay import Relay, RelayConfig
-from toolref_relay.edited import OFFLOAD_BYTES
+from toolref_relay.as_edit import OFFLOAD_BYTES
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -183,17 +183,15 @@ async def post(
     return answer
 
 
-def assert_exact(
-    stack: Stack, body: bytes, path: str = "/v1/messages", *, ordered: bool = True
-) -> None:
+def assert_exact(stack: Stack, body: bytes, path: str = "/v1/messages") -> None:
     """The provider got the agent's body byte for byte, and its headers as it sent them
-    (in its order, as edits restore them; the manager's path keeps the set)."""
+    (in its order, as edits restore them and a turn as it came keeps them)."""
     got_path, headers, got = stack.provider.seen[-1]
     assert got_path == path
     assert got == body
     found = [(k, v) for k, v in headers if k not in HOP]
     wanted = [(k.lower(), v) for k, v in HEADERS if k.lower() not in HOP]
-    assert found == wanted if ordered else sorted(found) == sorted(wanted)
+    assert found == wanted
 
 
 PATTERNS = [
@@ -266,10 +264,11 @@ async def test_a_store_flushed_mid_conversation_is_recovered_from_by_itself(
 
 
 @pytest.mark.parametrize("refuse", [False, True], ids=["no-capability", "415"])
-async def test_a_gateway_without_edits_gets_the_manager_path(redis: Redis, refuse: bool) -> None:
-    """A gateway whose capabilities lack `edits` never gets one (history refs, as before);
-    one that answers 415 to an edit gets the turn again through the manager, and no edit
-    after it. The agent sees its answers either way."""
+async def test_a_gateway_without_edits_gets_turns_as_they_came(redis: Redis, refuse: bool) -> None:
+    """A gateway whose capabilities lack `edits` never gets one: each turn goes as the
+    agent sent it (the relay's manager path, history refs, was retired); one that answers
+    415 to an edit gets the turn again as it came, and no edit after it. The agent sees its
+    answers either way."""
     conversation = Agent(6)
     wrap = lambda app: WithoutEdits(app, refuse)  # noqa: E731
     async with (
@@ -279,7 +278,8 @@ async def test_a_gateway_without_edits_gets_the_manager_path(redis: Redis, refus
         for _ in range(4):
             conversation.step()
             await post(agent, stack, conversation.body())
-            assert_exact(stack, conversation.body(), ordered=False)
+            assert_exact(stack, conversation.body())
+            assert stack.balancer.requests[-1].content == conversation.body()  # as it came
     media = [r.headers["content-type"] for r in stack.balancer.requests]
     if refuse:
         assert media[0] == MEDIA_TYPE
@@ -287,7 +287,11 @@ async def test_a_gateway_without_edits_gets_the_manager_path(redis: Redis, refus
         assert any("refused an edit (415)" in line for line in stack.lines)
     else:
         assert MEDIA_TYPE not in media
-    assert all(r.headers.get("toolref-protocol") == "2" for r in stack.balancer.requests[refuse:])
+    assert len(stack.balancer.requests) == 4 + refuse
+    for request in stack.balancer.requests[refuse:]:
+        assert request.headers["content-type"] == "application/json"
+        assert "toolref-protocol" not in request.headers
+        assert "toolref-history" not in request.headers
 
 
 async def test_a_continuation_turn_s_headers_are_a_few_dozen_bytes_past_the_credentials(
@@ -309,7 +313,7 @@ async def test_a_continuation_turn_s_headers_are_a_few_dozen_bytes_past_the_cred
         lines = sum(len(k) + len(v) + 4 for k, v in request.headers.raw)
         host = len(b"host: \r\n") + len(request.headers["host"])
         assert lines - credential - host - key_line <= 72, request.headers.raw
-        assert agent_lines > 300  # what the manager's path sent as headers each turn
+        assert agent_lines > 300  # what a turn as it came sends as headers
         first = json.loads(request.content.split(b"\n")[0])["o"][0]
         assert isinstance(first, list)
         assert first[0] == 0
@@ -340,14 +344,14 @@ async def test_count_tokens_rides_the_edit_path(redis: Redis) -> None:
         "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
     ],
 )
-@pytest.mark.parametrize("edits", [True, False], ids=["edits", "history"])
+@pytest.mark.parametrize("edits", [True, False], ids=["edits", "as-they-came"])
 async def test_gemini_rides_the_edit_path_and_its_stream_comes_back_untouched(
     redis: Redis, path: str, edits: bool
 ) -> None:
-    """Gemini CLI's requests (`contents`): edits after the first turn (or, with a gateway
-    without edits, history refs: the gateway hydrates the `gemini` format), the provider
-    gets each body and the query as sent, the event stream comes back byte for byte.
-    Before, these paths passed through whole (issue 30: 1.0x)."""
+    """Gemini CLI's requests (`contents`): edits after the first turn (or, with
+    `--no-edits`, as they came), the provider gets each body and the query as sent, the
+    event stream comes back byte for byte. Before, these paths passed through whole (issue
+    30: 1.0x)."""
     headers = [("content-type", "application/json"), ("x-goog-api-key", "AIza-gemini-key")]
     contents: list[Any] = []
     async with (
@@ -366,14 +370,14 @@ async def test_gemini_rides_the_edit_path_and_its_stream_comes_back_untouched(
             assert answer.status_code == 200
             got_path, got_headers, got = stack.provider.seen[-1]
             assert got_path == path
-            assert got == body if edits else json.loads(got) == json.loads(body)
+            assert got == body
             assert ("x-goog-api-key", "AIza-gemini-key") in got_headers
             if "stream" in path:
                 assert answer.content == GEMINI_EVENTS
             sent = stack.balancer.requests[-1]
             if not edits:
-                assert sent.headers["toolref-protocol"] == "2"
-                assert (turn == 0) or sent.headers["toolref-history"].startswith("th_")
+                assert sent.headers["content-type"] == "application/json"
+                assert sent.content == body
                 continue
             assert sent.headers["content-type"] == MEDIA_TYPE
             base = json.loads(sent.content.split(b"\n")[0])["b"]

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 
 from tests.support.servers import serve
 from toolref_relay import Relay, RelayConfig
-from toolref_relay.savings import FAILED, UPLOAD_BYTES
+from toolref_relay.ledger import FAILED, UPLOAD_BYTES
 
 from .relay_gateway import Scripted, gateway, header_lines, wire_bytes
 from .test_relay import relayed

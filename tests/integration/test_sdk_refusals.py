@@ -17,19 +17,20 @@ alone, on either package.
 
 Refusals no SDK request through the transport can meet are not here: the gateway forwards
 POST whatever the path (a method it does not forward is a 400, never a 405); the transport
-sends bodies as they are or zstd (never a 415 encoding); an SDK neither stalls its head
+sends bodies as they are or as edits (never a 415 encoding); an SDK neither stalls its head
 (408) nor sends what h11 cannot parse (400 malformed-request); and a tenant over its
 request rate (TOOLREF_TENANT_REQUESTS_PER_SECOND) is not refused a request without refs,
-which passes on unhydrated (a ref in it is answered 409, which the transport resends). A
-422 (a body the gateway cannot hydrate: a malformed ref) needs a marker, and the markers
-the transport sends are its own, well formed.
+which passes on unhydrated. A 422 (a body the gateway cannot hydrate: a malformed ref)
+needs a marker, and the transport sends none.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
+import random
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -75,9 +76,10 @@ class Held:
 
 @dataclass(frozen=True)
 class Refusal:
-    """How to be refused: the upstream asked, headers, the user's text, a manager that
-    compresses from the first request, the service's settings, and whether one request to
-    `held` stays in flight while the callers ask (`hold`)."""
+    """How to be refused: the upstream asked, headers, the user's text, whether the
+    caller's manager learnt first (a request answered) that the gateway reads edits, so
+    that the refused request is an edit (`edit`), the service's settings, and whether one
+    request to `held` stays in flight while the callers ask (`hold`)."""
 
     status: int
     slug: str
@@ -85,7 +87,7 @@ class Refusal:
     upstream: str = "up"
     headers: dict[str, str] = field(default_factory=lambda: {"Toolref-Key": KEY})
     text: str = "hi"
-    compress: bool | None = None
+    edit: bool = False
     settings: dict[str, Any] = field(default_factory=dict)
     hold: bool = False
 
@@ -107,15 +109,20 @@ REFUSALS = {
         "Toolref-Switched-From says at=",
         headers={"Toolref-Key": KEY, "Toolref-Switched-From": "other; at=soon"},
     ),
-    "413 body over the limit": Refusal(
-        413, "body-too-large", "4096", text="x" * 5000, settings={"max_body_bytes": 4096}
+    "413 body over the limit": Refusal(  # a request sent as it is is forwarded unread
+        413,
+        "body-too-large",
+        "4096",
+        text=base64.b64encode(random.Random(5).randbytes(4000)).decode(),  # incompressible
+        edit=True,
+        settings={"max_body_bytes": 4096},
     ),
     "413 body inflated over the limit": Refusal(
         413,
         "decompressed-too-large",
         "65536",
-        text="x" * 200_000,
-        compress=True,
+        text="x" * 200_000,  # an edit of a few hundred bytes, inline bytes over the limit
+        edit=True,
         settings={"max_decompressed_bytes": 65536},
     ),
     "429 tenant's requests in flight": Refusal(
@@ -244,16 +251,21 @@ def _messages_body(text: str, stream: bool) -> dict[str, Any]:
 
 
 def _call_sync(caller: Caller, base: str, refusal: Refusal, stream: bool) -> Outcome:
-    http = _client(caller, ToolReferenceManager(compress=refusal.compress))
+    http = _client(caller, ToolReferenceManager())
     if caller.sdk == "httpx":
         url, body = base + "/v1/messages", _messages_body(refusal.text, stream)
         with http:
+            if refusal.edit:
+                first = http.post(url, json=_messages_body("hi", stream), headers=refusal.headers)
+                assert first.headers["toolref-edits"] == "2", first.text
             if not stream:
                 return _answered(http.post(url, json=body, headers=refusal.headers))
             with http.stream("POST", url, json=body, headers=refusal.headers) as answer:
                 answer.read()
                 return _answered(answer)
     with _sdk(caller, base, refusal.headers, http) as client:
+        if refusal.edit:
+            _ask(caller, client, "hi", False)
         try:
             answer = _ask(caller, client, refusal.text, stream)
             if stream:
@@ -264,16 +276,23 @@ def _call_sync(caller: Caller, base: str, refusal: Refusal, stream: bool) -> Out
 
 
 async def _call_async(caller: Caller, base: str, refusal: Refusal, stream: bool) -> Outcome:
-    http = _client(caller, ToolReferenceManager(compress=refusal.compress))
+    http = _client(caller, ToolReferenceManager())
     if caller.sdk == "httpx":
         url, body = base + "/v1/messages", _messages_body(refusal.text, stream)
         async with http:
+            if refusal.edit:
+                first = await http.post(
+                    url, json=_messages_body("hi", stream), headers=refusal.headers
+                )
+                assert first.headers["toolref-edits"] == "2", first.text
             if not stream:
                 return _answered(await http.post(url, json=body, headers=refusal.headers))
             async with http.stream("POST", url, json=body, headers=refusal.headers) as answer:
                 await answer.aread()
                 return _answered(answer)
     async with _sdk(caller, base, refusal.headers, http) as client:
+        if refusal.edit:
+            await _ask(caller, client, "hi", False)
         try:
             answer = await _ask(caller, client, refusal.text, stream)
             if stream:

@@ -5,13 +5,14 @@ examples/llm_backend.py (behind `ToolRefMiddleware`, and a plain one without it)
 by uvicorn; the openai and anthropic clients hold the examples' streamed tool-calling
 conversations (examples/openai_client.py, examples/anthropic_client.py). Only the LLM
 provider is scripted. Every turn, the backend must receive exactly the body the SDK built,
-while fewer bytes travel.
+byte for byte, while fewer bytes travel: the first request to an endpoint as the SDK built
+it (offering edits), every later one as an edit the middleware restores through the
+registry.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,8 +27,9 @@ from examples.llm_backend import create_backend
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
-from tests.support.servers import AsyncWire, Wire, history_ref, markers, serve, serve_all, wire_body
+from tests.support.servers import AsyncWire, Wire, edit_header, serve, serve_all
 from toolref import AsyncRegistryClient, AsyncTransport, ToolReferenceManager, Transport
+from toolref.wire.headers import EDITS_HEADER
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -49,7 +51,8 @@ class Stack:
 
 @pytest.fixture
 async def stack(redis: Redis) -> AsyncIterator[Stack]:
-    service = create_app(Settings(redis_url="unused"), redis=redis)
+    # No edit cache: the store decides what is held, so evicting keys is felt.
+    service = create_app(Settings(redis_url="unused", edit_cache_bytes=0), redis=redis)
     async with serve(service) as registry_url:
         registry = AsyncRegistryClient(registry_url, retries=0)
         app, plain = create_backend(registry, delay=0.001), create_backend(None, delay=0.001)
@@ -160,9 +163,7 @@ CLIENTS = {
 def assert_received_what_the_sdk_sent(run: Run, app: Starlette) -> None:
     received = app.state.provider.bodies()
     assert len(received) == len(run.sdk) == 2 * len(TASKS)  # a tool call and an answer each
-    for sent, got in zip(run.sdk, received, strict=True):
-        assert json.loads(got) == json.loads(sent)
-        assert json.dumps(json.loads(got)) == json.dumps(json.loads(sent))  # key order too
+    assert received == run.sdk  # byte for byte
 
 
 def assert_the_model_read_every_result(run: Run) -> None:
@@ -192,90 +193,101 @@ def _result(message: Any) -> str:
     return str(block["content"])
 
 
+def assert_later_requests_were_edits(run: Run) -> None:
+    """The first request went as the SDK built it, offering edits (nothing is kept of it);
+    the second as an edit with no base (its segments inline, each compressed alone), every
+    later one as an edit of the recipe the backend confirmed, in fewer than half the SDK's
+    bytes."""
+    first = run.wire[0]
+    assert edit_header(first) is None
+    assert first.headers[EDITS_HEADER] == "2"
+    assert first.read() == run.sdk[0]
+    headers = [edit_header(wire) for wire in run.wire[1:]]
+    assert all(header is not None for header in headers)
+    assert [header["b"] is not None for header in headers if header] == [False] + [True] * (
+        len(run.sdk) - 2
+    )
+    for sdk, wire in zip(run.sdk[2:], run.wire[2:], strict=True):
+        assert len(wire.read()) < len(sdk) / 2
+    assert run.manager.savings.edits == len(run.sdk) - 1
+    assert run.manager.savings.resends == 0
+
+
 @pytest.mark.parametrize("client", CLIENTS.values(), ids=CLIENTS.keys())
-async def test_each_sdk_streams_through_the_transport_with_history_refs(
+async def test_each_sdk_streams_through_the_transport_as_edits(
     stack: Stack, client: Client
 ) -> None:
     run = await client(stack.url, Run(ToolReferenceManager()))
     assert_received_what_the_sdk_sent(run, stack.app)
     assert_the_model_read_every_result(run)
-    # The first request travels whole; every later one continues the history the backend
-    # confirmed, as its new messages only, zstd against that history: fewer bytes.
-    assert history_ref(run.wire[0]) is None
-    for sdk, wire in zip(run.sdk[1:], run.wire[1:], strict=True):
-        assert history_ref(wire) is not None
-        assert wire.headers["content-encoding"] == "zstd"
-        assert len(wire.read()) < len(sdk) / 2
-    assert run.manager.savings.histories_used == len(run.sdk) - 1
-    assert run.manager.savings.fallbacks == 0
+    assert_later_requests_were_edits(run)
 
 
 @pytest.mark.parametrize(
     "client", [openai_async, anthropic_sync], ids=["openai.AsyncOpenAI", "anthropic.Anthropic"]
 )
-async def test_tool_refs_alone_travel_as_markers(stack: Stack, client: Client) -> None:
-    """Without history refs, payloads the backend confirmed (in the event stream's
-    `Toolref-References` header) travel as `toolRef` markers."""
-    run = await client(stack.url, Run(ToolReferenceManager(history_refs=False)))
+async def test_edits_compressed_across_the_conversation_arrive_the_same(
+    stack: Stack, client: Client
+) -> None:
+    """`size_guard=False` (a link whose sizes no one else sees): new segments compressed
+    together against the base (edits of version 1), restored as exactly."""
+    run = await client(stack.url, Run(ToolReferenceManager(size_guard=False)))
     assert_received_what_the_sdk_sent(run, stack.app)
     assert_the_model_read_every_result(run)
-    wire = [wire_body(r) for r in run.wire]
-    assert all(history_ref(r) is None for r in run.wire)
-    assert all("historyRef" not in body for body in wire)
-    # Each task adds one invocation; from the next request on, it travels as two markers.
-    assert [markers(b) for b in wire] == [0, 0, 2, 2, 4, 4]
-    assert run.manager.savings.refs_sent == 1 + 1 + 2 + 2
+    assert_later_requests_were_edits(run)
+    headers = [edit_header(wire) for wire in run.wire[1:]]
+    assert {header["v"] for header in headers if header is not None} == {1}
 
 
 @pytest.mark.parametrize(
     "client", [openai_sync, anthropic_async], ids=["openai.OpenAI", "anthropic.AsyncAnthropic"]
 )
 async def test_a_plain_backend_gets_the_sdks_requests(stack: Stack, client: Client) -> None:
+    """A backend without the middleware never answers `Toolref-Edits`: every request goes
+    as the SDK built it (the offer aside, a header it ignores)."""
     run = await client(stack.plain_url, Run(ToolReferenceManager()))
     assert_received_what_the_sdk_sent(run, stack.plain_app)
     assert_the_model_read_every_result(run)
-    assert not run.manager.refs_accepted
-    for request in run.wire:
-        assert "content-encoding" not in request.headers
-        assert history_ref(request) is None
-        body = wire_body(request)
-        assert markers(body) == 0
-        assert "historyRef" not in body
+    assert run.manager.savings.edits == 0
+    assert [request.read() for request in run.wire] == run.sdk
+    assert all(request.headers[EDITS_HEADER] == "2" for request in run.wire)
+    assert all("content-encoding" not in request.headers for request in run.wire)
 
 
-async def test_evicted_histories_and_refs_are_resent_before_the_sdk_sees_a_409(
-    stack: Stack,
-) -> None:
+async def test_evicted_recipes_are_resent_before_the_sdk_sees_a_409(stack: Stack) -> None:
     run = Run(ToolReferenceManager())
 
     async def evict_before_the_fifth_request(request: httpx2.Request) -> None:
         if len(run.sdk) == 5:
-            nodes = [n for n in await key_names(stack.redis) if ":h:" in n or ":i:" in n]
-            await stack.redis.delete(*nodes)
+            recipes = [n for n in await key_names(stack.redis) if n.split(":")[2] in "bkp"]
+            assert recipes
+            await stack.redis.delete(*recipes)
 
     await openai_async(stack.url, run, before=evict_before_the_fifth_request)
     assert_received_what_the_sdk_sent(run, stack.app)
-    # The fifth request continued a history the registry no longer held (409
-    # missing-history); sent whole, its confirmed payloads as refs, those were missing too
-    # (409 missing-refs); sent with them in full, it went through. The SDK saw one answer.
-    fifth = run.wire[4:7]
-    assert history_ref(fifth[0]) is not None
-    assert [markers(wire_body(r)) for r in fifth[1:]] == [4, 0]
-    assert run.manager.savings.fallbacks == 2
-    assert len(run.wire) == len(run.sdk) + 2
-    assert history_ref(run.wire[-1]) is not None  # the history confirmed again, continued
+    # The fifth request was an edit of a recipe the registry no longer held (409
+    # missing-history); sent again with no base, it went through. The SDK saw one answer.
+    fifth = [edit_header(request) for request in run.wire[4:6]]
+    assert fifth[0] is not None
+    assert fifth[0]["b"] is not None
+    assert fifth[1] is not None
+    assert fifth[1]["b"] is None
+    assert run.manager.savings.resends == 1
+    assert len(run.wire) == len(run.sdk) + 1
+    last = edit_header(run.wire[-1])
+    assert last is not None
+    assert last["b"] is not None  # a recipe confirmed again, edited against
 
 
 async def test_a_token_count_rides_the_path_of_its_messages(stack: Stack) -> None:
     """`/v1/messages/count_tokens` carries the conversation `/v1/messages` would, and is in
-    the one endpoint table the gateway hydrates (toolref.wire.endpoints): the transport sends
-    it as protocol 2, its confirmed payloads as refs, and the backend (behind the
-    middleware) counts exactly the SDK's body. Before, the transport passed counts through
-    whole while the gateway hydrated them."""
+    the one endpoint table (toolref.wire.endpoints): the transport offers edits on it (an
+    endpoint of its own), then sends edits, and the backend (behind the middleware) counts
+    exactly the SDK's body."""
     run = Run(ToolReferenceManager())
     await anthropic_async(stack.url, run, TASKS[:1])
     stack.app.state.provider.requests.clear()
-    messages = [{"role": "user", "content": "read README.md"}]
+    messages = [{"role": "user", "content": "read README.md " + "please " * 200}]
     async with anthropic.AsyncAnthropic(
         base_url=stack.url,
         api_key="k",
@@ -283,11 +295,15 @@ async def test_a_token_count_rides_the_path_of_its_messages(stack: Stack) -> Non
         timeout=TIMEOUT,
         http_client=_async_client(run),
     ) as client:
-        count = await client.messages.count_tokens(model="m", messages=messages)  # type: ignore[arg-type]
-    assert count.input_tokens > 0
-    [received] = stack.app.state.provider.bodies()
-    assert json.loads(received) == json.loads(run.sdk[-1])
-    assert run.wire[-1].headers["toolref-protocol"] == "2"
+        for _ in range(2):
+            count = await client.messages.count_tokens(model="m", messages=messages)  # type: ignore[arg-type]
+            assert count.input_tokens > 0
+    received = stack.app.state.provider.bodies()
+    assert received == run.sdk[-2:]
+    first, second = run.wire  # the new client's
+    assert edit_header(first) is None
+    assert first.headers[EDITS_HEADER] == "2"
+    assert edit_header(second) is not None
 
 
 async def test_the_responses_api_with_its_input_items(stack: Stack) -> None:
@@ -316,11 +332,11 @@ async def test_the_responses_api_with_its_input_items(stack: Stack) -> None:
         # An `input` string has no items to rewrite: it passes through as the SDK wrote it.
         await client.responses.create(model="m", input="hello")
     received = stack.app.state.provider.bodies()
-    for sent, got in zip(run.sdk, received, strict=True):
-        assert json.dumps(json.loads(got)) == json.dumps(json.loads(sent))
-    assert history_ref(run.wire[1]) is not None
+    assert received == run.sdk
+    assert edit_header(run.wire[0]) is None
+    assert edit_header(run.wire[1]) is not None
     assert len(run.wire[1].read()) < len(run.sdk[1]) / 2
-    assert received[-1] == run.sdk[-1] == run.wire[-1].read()
+    assert edit_header(run.wire[-1]) is not None  # a string `input` is an edit as well
 
 
 async def test_openai_on_a_legacy_httpx_client(stack: Stack) -> None:
@@ -343,9 +359,9 @@ async def test_openai_on_a_legacy_httpx_client(stack: Stack) -> None:
             return list(openai_client.converse(client, TASKS[:2]))
 
     await asyncio.to_thread(converse)
-    received = stack.app.state.provider.bodies()
-    assert [json.loads(r) for r in received] == [json.loads(s) for s in sent]
-    assert manager.savings.histories_used == len(sent) - 1
+    assert stack.app.state.provider.bodies() == sent
+    assert manager.savings.edits == len(sent) - 1
+    assert manager.savings.resends == 0
 
 
 def test_an_inner_transport_of_the_other_httpx_is_refused() -> None:
@@ -356,12 +372,10 @@ def test_an_inner_transport_of_the_other_httpx_is_refused() -> None:
         client.post("http://127.0.0.1:9/v1/chat/completions", json={"messages": []})
 
 
-async def test_a_json_answer_teaches_its_tool_references_as_the_sdk_reads_it(
-    stack: Stack,
-) -> None:
-    """Not streamed: the middleware lists the refs in the JSON body (`toolReferences`), which
-    the transport reads over the SDK's shoulder, so the next request sends markers."""
-    run = Run(ToolReferenceManager(history_refs=False))
+async def test_a_json_answer_reaches_the_sdk_as_the_app_wrote_it(stack: Stack) -> None:
+    """Not streamed: the answer to an edit is the app's, its body untouched (no
+    `toolReferences` added to it), the edit's marks in headers the SDK ignores."""
+    run = Run(ToolReferenceManager())
     history: Any = [
         {"role": "user", "content": "read README.md"},
         {
@@ -385,10 +399,13 @@ async def test_a_json_answer_teaches_its_tool_references_as_the_sdk_reads_it(
         http_client=_async_client(run),
     ) as client:
         for _ in range(2):
-            completion = await client.chat.completions.create(model="m", messages=history)
+            raw = await client.chat.completions.with_raw_response.create(
+                model="m", messages=history
+            )
+            assert b"toolReferences" not in raw.http_response.content
+            completion = raw.parse()
             history.append(completion.choices[0].message.to_dict())
             history.append({"role": "user", "content": "and then?"})
-    assert len(run.manager.confirmed) == 1
-    assert [markers(wire_body(r)) for r in run.wire] == [0, 2]
-    received = [json.loads(r) for r in stack.app.state.provider.bodies()]
-    assert received == [json.loads(s) for s in run.sdk]
+    assert raw.headers["toolref-history"].startswith("tb_")
+    assert [edit_header(r) is not None for r in run.wire] == [False, True]
+    assert stack.app.state.provider.bodies() == run.sdk

@@ -1,5 +1,5 @@
 """One convention for sizes (found trying the product: the relay printed KB of 1000 bytes,
-the web demo KiB of 1024): the relay's `toolref_relay.savings.size`, the Python home of the
+the web demo KiB of 1024): the relay's `toolref_relay.ledger.size`, the Python home of the
 convention, and the demo's `formatBytes` (examples/web-chat/src/sizes.js, run by the
 machine's node as it is) read every number alike."""
 
@@ -11,7 +11,7 @@ import shutil
 import subprocess
 
 from tests.support.processes import ROOT
-from toolref_relay.savings import size
+from toolref_relay.ledger import size
 
 SIZES_JS = ROOT / "examples" / "web-chat" / "src" / "sizes.js"
 EDGES = [0, 1, 999, 1000, 1023, 1024, 1025, 1280, 1331, 88_100, 1_048_064, 1_048_575]

@@ -4,11 +4,11 @@ The paced backend (tests/integration/paced.py) streams the providers' own events
 Starlette's `StreamingResponse` and with sse-starlette's `EventSourceResponse`, behind the
 middleware, hydrating through the registry on the test engine. Clients read those streams
 with raw httpx, the openai SDK and the anthropic SDK, on protocol 1, on protocol 2 with
-`toolRef` markers for payloads confirmed the turn before, and on protocol 2 continuing a
-history confirmed the turn before (the SDKs through `toolref.AsyncTransport`). Every event
-must arrive, in order, the first before the app has made the second; the app must receive
-exactly the conversation the client holds; and a client that leaves mid-stream must be seen
-to leave.
+`toolRef` markers for payloads confirmed the turn before (raw httpx), and as edits of the
+request the turn before (raw httpx with an `Editor`; the SDKs through
+`toolref.AsyncTransport`). Every event must arrive, in order, the first before the app has
+made the second; the app must receive exactly the conversation the client holds; and a
+client that leaves mid-stream must be seen to leave.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ import openai
 import pytest
 from redis.asyncio import Redis
 
-from tests.support.servers import AsyncWire, history_ref, markers, wire_body
+from tests.support.servers import AsyncWire, edit_header, markers, wire_body
 from toolref import AsyncTransport, ToolReferenceManager, formats, rewrite
+from toolref.sending.editor import Editor
+from toolref.wire.encoding import dumps_json
 
 from .paced import (
     ANTHROPIC,
@@ -44,7 +46,8 @@ from .paced import (
 )
 
 KINDS = ("starlette", "sse")  # StreamingResponse, EventSourceResponse
-MODES = ("protocol-1", "markers", "history")
+MODES = ("protocol-1", "markers", "edits")
+SDK_MODES = ("protocol-1", "edits")  # the transport sends no markers: edits
 
 
 @pytest.fixture
@@ -78,10 +81,16 @@ def anthropic_conversation(tag: str) -> list[dict[str, Any]]:
 
 
 async def read_raw(
-    http: httpx.AsyncClient, paced: Paced, url: str, body: dict[str, Any], headers: dict[str, str]
+    http: httpx.AsyncClient,
+    paced: Paced,
+    url: str,
+    body: dict[str, Any] | bytes,
+    headers: dict[str, str],
 ) -> tuple[list[Frame], httpx.Headers]:
+    """POST `body` (JSON, or bytes as they are) and read the events as they come."""
     frames: list[Frame] = []
-    async with http.stream("POST", url, json=body, headers=headers) as response:
+    sent = {"content": body} if isinstance(body, bytes) else {"json": body}
+    async with http.stream("POST", url, headers=headers, **sent) as response:
         assert response.status_code == 200, await response.aread()
         events = Events()
         async for line in response.aiter_lines():
@@ -99,31 +108,42 @@ async def test_raw_httpx_reads_every_event_as_it_is_made(stack: Stack, kind: str
     async with httpx.AsyncClient(timeout=TIMEOUT) as http:
         for mode in MODES:
             history = openai_conversation(f"{kind} {mode}")
-            headers = {} if mode == "protocol-1" else {"Toolref-Protocol": "2"}
-            if mode == "history":
-                headers["Toolref-History"] = "?1"
+            headers = {
+                "protocol-1": {},
+                "markers": {"Toolref-Protocol": "2"},
+                "edits": {"Toolref-Edits": "2"},  # the offer
+            }[mode]
             first = {"model": "m", "messages": history, "stream": True}
             frames, answer = await read_raw(http, stack.paced, url, first, headers)
             assert frames == OPENAI, mode
             assert_app_got(stack.paced, history)
-            held = len(history)
             openai_next(history)
-            body: dict[str, Any] = {"model": "m", "messages": history, "stream": True}
+            whole = {"model": "m", "messages": history, "stream": True}
+            body: dict[str, Any] | bytes = whole
+            recipe = None
             if mode == "protocol-1":
                 assert "toolref-protocol" not in answer  # passed through untouched
+                assert "toolref-edits" not in answer
             elif mode == "markers":
                 confirmed = json.loads(answer["toolref-references"])
                 assert list(confirmed) == ["call_1"]
                 outgoing = rewrite(history, formats.get("openai-chat"), set(confirmed.values()))
                 assert markers(outgoing.messages) == 2  # call_1's call and result
-                body["messages"] = outgoing.messages
+                body = {**whole, "messages": outgoing.messages}
             else:
-                body = {"model": "m", "historyRef": answer["toolref-history"], "stream": True}
-                body["messages"] = history[held:]
-            frames, _ = await read_raw(http, stack.paced, url, body, headers)
+                assert answer["toolref-edits"] == "2"  # it reads edits
+                edit = Editor().prepare(
+                    [("content-type", "application/json")], dumps_json(whole), "messages"
+                )
+                assert edit is not None
+                body, headers, recipe = edit.body, dict(edit.headers), edit.ref
+            frames, answer = await read_raw(http, stack.paced, url, body, headers)
             assert frames == OPENAI, mode
             assert_app_got(stack.paced, history)
-            assert stack.paced.calls[-1].body == {"model": "m", "messages": history, "stream": True}
+            assert stack.paced.calls[-1].body == whole
+            if mode == "edits":
+                assert stack.paced.calls[-1].raw == dumps_json(whole)
+                assert answer["toolref-history"] == recipe
 
 
 def _transport(mode: str) -> tuple[Any, AsyncWire]:
@@ -131,25 +151,23 @@ def _transport(mode: str) -> tuple[Any, AsyncWire]:
     wire = AsyncWire()
     if mode == "protocol-1":
         return wire, wire
-    manager = ToolReferenceManager(history_refs=mode == "history")
-    return AsyncTransport(wire, manager=manager), wire
+    return AsyncTransport(wire, manager=ToolReferenceManager()), wire
 
 
 def assert_second_turn_sent(mode: str, wire: AsyncWire) -> None:
     request = wire.sent[-1]
     if mode == "protocol-1":
         assert "toolref-protocol" not in request.headers
+        assert "toolref-edits" not in request.headers
         assert markers(wire_body(request)) == 0
-    elif mode == "markers":
-        assert markers(wire_body(request)) == 2
     else:
-        assert history_ref(request) is not None
+        assert edit_header(request) is not None
 
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_the_openai_sdk_reads_every_event_as_it_is_made(stack: Stack, kind: str) -> None:
     expected = [json.loads(data) for _, data in OPENAI[:-1]]  # [DONE] ends the SDK's stream
-    for mode in MODES:
+    for mode in SDK_MODES:
         transport, wire = _transport(mode)
         async with openai.AsyncOpenAI(
             base_url=f"{stack.url}/{kind}/v1",
@@ -179,7 +197,7 @@ async def test_the_openai_sdk_reads_every_event_as_it_is_made(stack: Stack, kind
 @pytest.mark.parametrize("kind", KINDS)
 async def test_the_anthropic_sdk_reads_every_event_as_it_is_made(stack: Stack, kind: str) -> None:
     expected = [event for event, _ in ANTHROPIC]
-    for mode in MODES:
+    for mode in SDK_MODES:
         transport, wire = _transport(mode)
         async with anthropic.AsyncAnthropic(
             base_url=f"{stack.url}/{kind}",

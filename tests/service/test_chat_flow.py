@@ -1,7 +1,13 @@
-"""Client SDK, chat-backend middleware and registry together, in-process on a real engine."""
+"""Client SDK, chat-backend middleware and registry together, in-process on a real engine.
+
+The manager sends each request as it is until the backend's `ToolRefMiddleware` answers that
+it reads edits, then as edits the middleware restores through the registry
+(`POST /v1/edits:apply`); protocol-2 requests with `toolRef` markers are still hydrated and
+their refs confirmed; the history-ref protocol of 0.2 is refused."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -23,7 +29,10 @@ from toolref import (
     ToolRefMiddleware,
     formats,
 )
-from toolref.sending.rewrite import ref_of
+from toolref.sending import pause
+from toolref.sending.rewrite import rewrite
+from toolref.wire.encoding import dumps_json
+from toolref.wire.errors import HistoryRefsRetiredError
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -33,9 +42,11 @@ class Backend:
     """A chat app that records every conversation it receives and answers with tool output."""
 
     seen: list[list[dict[str, Any]]] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)  # each body, as received
 
     def app(self) -> Starlette:
         async def chat(request: Request) -> Response:
+            self.raw.append(await request.body())
             body = await request.json()
             self.seen.append(body["messages"])
             n = sum(m.get("role") == "user" for m in body["messages"])
@@ -57,6 +68,7 @@ class Backend:
             return JSONResponse({"messages": reply, "model": "scripted"})
 
         async def stream(request: Request) -> Response:
+            self.raw.append(await request.body())
             body = await request.json()
             self.seen.append(body["messages"])
 
@@ -99,7 +111,8 @@ class Setup:
 
 @pytest.fixture
 async def setup(redis: Redis) -> AsyncIterator[Setup]:
-    service = create_app(Settings(redis_url="unused"), redis=redis)
+    # No edit cache: the store decides what is held, so evicting keys is felt.
+    service = create_app(Settings(redis_url="unused", edit_cache_bytes=0), redis=redis)
     async with service.router.lifespan_context(service):
         link = Switch(httpx.ASGITransport(app=service))
         registry = AsyncRegistryClient(
@@ -127,49 +140,53 @@ Turn = Callable[[int], Awaitable[None]]
 async def converse(
     setup: Setup, manager: ToolReferenceManager, turns: int, before: Turn | None = None
 ) -> list[dict[str, Any]]:
+    """`turns` turns of a chat through `manager`; each checks the app received exactly the
+    bytes the client's conversation is (what `httpx` would have sent for `json=`)."""
     history: list[dict[str, Any]] = []
     for turn in range(turns):
         if before is not None:
             await before(turn)
         history.append({"role": "user", "content": f"turn {turn}"})
-        response = await manager.apost(setup.http, "/chat", json={"messages": history})
+        body = {"messages": history}
+        response = await manager.apost(setup.http, "/chat", json=body)
         assert response.status_code == 200, response.text
-        body = response.json()
-        assert body["model"] == "scripted"  # the app's own members survive
-        history.extend(body["messages"])
-        # What the backend saw is exactly what the client holds.
-        assert setup.backend.seen[-1] == history[: len(setup.backend.seen[-1])]
+        assert setup.backend.raw[-1] == dumps_json(body)
+        answer = response.json()
+        assert answer["model"] == "scripted"  # the app's own members survive
+        assert "toolReferences" not in answer  # an edit's answer is the app's, untouched
+        history.extend(answer["messages"])
     return history
 
 
-async def test_refs_shrink_uploads_and_the_backend_sees_full_messages(setup: Setup) -> None:
+async def test_edits_shrink_uploads_and_the_backend_sees_exact_messages(setup: Setup) -> None:
     manager = ToolReferenceManager()
     await converse(setup, manager, 12)
-    assert manager.refs_accepted
-    assert manager.savings.refs_sent > 0
-    assert manager.savings.fallbacks == 0
-    assert manager.savings.ratio > 3
+    savings = manager.savings
+    assert savings.requests == 12
+    assert savings.edits == 11  # the first offered edits; each later one was one
+    assert savings.resends == 0
+    assert savings.ratio > 3
 
 
-@pytest.mark.parametrize("history_refs", [False, True])
-async def test_evicted_refs_are_resent_transparently(setup: Setup, history_refs: bool) -> None:
-    """Half the keys evicted before each turn from the third on. Without history refs every
-    turn names its payloads by ref, so evictions come back as 409s, answered by resending;
-    with them a turn sends only its new messages, and an eviction costs a resend only where
-    a turn needs what was evicted. Each turn checks the backend saw exactly the client's
-    conversation."""
-    manager = ToolReferenceManager(history_refs=history_refs)
+async def test_evicted_keys_are_resent_transparently(setup: Setup) -> None:
+    """Half the keys (recipes' nodes, chunks and pieces) evicted before each turn from the
+    third on: an edit whose base or pieces are gone is a 409 the manager resends on by
+    itself, and the app still gets every turn exactly (`converse`)."""
+    manager = ToolReferenceManager()
     rng = random.Random(7)
+    evicted = 0
 
     async def evict(turn: int) -> None:
+        nonlocal evicted
         keys = await setup.redis.keys("tr:*")
         if turn >= 3 and keys:
-            await setup.redis.delete(*rng.sample(keys, max(1, len(keys) // 2)))
+            chosen = rng.sample(keys, max(1, len(keys) // 2))
+            evicted += await setup.redis.delete(*chosen)
 
     await converse(setup, manager, 10, evict)
-    if not history_refs:
-        assert manager.savings.fallbacks >= 5
-    assert manager.savings.refs_sent > 0
+    assert evicted > 0
+    assert manager.savings.resends >= 3  # evictions were felt ...
+    assert manager.savings.edits == 9  # ... and every turn after the first went as an edit
 
 
 async def test_an_unknown_ref_reaches_the_client_as_409(setup: Setup) -> None:
@@ -192,20 +209,37 @@ async def test_an_unknown_ref_reaches_the_client_as_409(setup: Setup) -> None:
     assert setup.backend.seen == []  # the app never saw markers
 
 
-async def test_registry_down_keeps_the_chat_going_then_refs_resume(setup: Setup) -> None:
+async def test_registry_down_keeps_the_chat_going_then_edits_resume(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry unreachable for turns 4 to 7: the middleware cannot apply the first
+    edit (415), the manager sends that turn as it is and pauses its edits for a while
+    (`toolref.sending.pause`, shortened here): the later outage turns go as they are, one
+    request each (but a probe edit once a pause is over). The registry back and the pause
+    over, the turns are edits again against the recipe confirmed before the outage."""
+    monkeypatch.setattr(pause, "FIRST", 0.2)
+    monkeypatch.setattr(pause, "LONGEST", 0.2)
     manager = ToolReferenceManager()
-    states: list[tuple[bool, int]] = []
+    sent: list[int] = []
+    full: list[int] = []
 
     async def outage(turn: int) -> None:
         setup.registry_link.down = 4 <= turn < 8
-        states.append((manager.refs_accepted, manager.savings.refs_sent))
+        if turn == 8:
+            await asyncio.sleep(0.25)  # the pause is over
+        sent.append(manager.savings.sent_bytes)
+        full.append(manager.savings.full_bytes)
 
     await converse(setup, manager, 12, outage)
-    # Refs were in use before the outage, full payloads during it, refs again after it.
-    assert states[4][0] is True
-    assert all(not accepted for accepted, _ in states[6:9])
-    assert manager.refs_accepted
-    assert manager.savings.refs_sent > states[8][1]
+    sent.append(manager.savings.sent_bytes)
+    full.append(manager.savings.full_bytes)
+    cost = [sent[n + 1] - sent[n] for n in range(12)]
+    size = [full[n + 1] - full[n] for n in range(12)]
+    assert all(cost[n] * 3 < size[n] for n in (2, 3)), (cost, size)  # edits before
+    assert cost[4] > size[4], (cost, size)  # an edit refused (415), then the turn whole
+    assert cost[5:8] == size[5:8], (cost, size)  # as they are, one request each
+    assert all(cost[n] * 3 < size[n] for n in range(8, 12)), (cost, size)  # edits again
+    assert manager.savings.resends == 0  # no miss: the recipes outlived the outage
 
 
 async def test_protocol_1_answers_are_byte_identical_to_the_bare_app(setup: Setup) -> None:
@@ -220,52 +254,67 @@ async def test_protocol_1_answers_are_byte_identical_to_the_bare_app(setup: Setu
 
 
 async def test_streamed_answers_confirm_refs_in_a_header(setup: Setup) -> None:
-    manager = ToolReferenceManager()
-    history = await converse(setup, manager, 2)
-    confirmed = set(manager.confirmed)
-    fresh = ToolReferenceManager(history_refs=False)
-    response = await fresh.apost(setup.http, "/stream", json={"messages": history})
+    """A protocol-2 request (a client of `toolRef` markers, not the manager) to a streamed
+    answer: the refs of the invocations it sent in full come in `Toolref-References`, the
+    stream untouched; sent again with those refs as markers, the app gets the conversation
+    whole and the answer names no ref again."""
+    history = await converse(setup, ToolReferenceManager(), 2)
+    protocol_2 = {"Toolref-Protocol": "2"}
+    response = await setup.http.post("/stream", json={"messages": history}, headers=protocol_2)
     assert response.headers["content-type"].startswith("text/event-stream")
     assert response.text == "data: hello\n\n"
     references = json.loads(response.headers["toolref-references"])
-    # Both turns' invocations: the first confirmed before, the second registered now.
-    assert set(references) == {"call_1", "call_2"}
-    assert confirmed < set(references.values())
-    assert set(fresh.confirmed) == set(references.values())
-    # Sent again, as markers now: the client knows those refs, so none is repeated.
-    again = await fresh.apost(setup.http, "/stream", json={"messages": history})
-    assert fresh.savings.refs_sent == 2
+    assert set(references) == {"call_1", "call_2"}  # both turns' invocations
+    marked = rewrite(history, formats.get("openai-chat"), set(references.values()))
+    assert len(marked.used) == 2
+    again = await setup.http.post("/stream", json={"messages": marked.messages}, headers=protocol_2)
+    assert again.text == "data: hello\n\n"
     assert "toolref-references" not in again.headers
+    assert setup.backend.seen[-1] == history
 
 
-async def test_a_confirmed_history_needs_no_refs_in_the_answer(setup: Setup) -> None:
-    manager = ToolReferenceManager()
-    history = await converse(setup, manager, 2)
-    fresh = ToolReferenceManager()
-    response = await fresh.apost(setup.http, "/stream", json={"messages": history})
-    assert response.headers["toolref-history"] in fresh.histories
-    assert "toolref-references" not in response.headers
-    # The confirmed head covers every invocation: the client confirms their refs itself.
-    found = formats.scan(history, formats.get("openai-chat"))
-    assert len(found.complete) == 2
-    assert set(fresh.confirmed) == {ref_of(pair) for pair in found.complete}
-
-
-async def test_optimistic_mode_sends_refs_without_waiting_for_confirmation(setup: Setup) -> None:
-    cautious, optimistic = ToolReferenceManager(), ToolReferenceManager(optimistic=True)
-    await converse(setup, cautious, 4)
-    setup.backend.seen.clear()
-    await converse(setup, optimistic, 4)
-    assert optimistic.savings.refs_sent >= cautious.savings.refs_sent
-
-
-async def test_a_backend_without_the_middleware_gets_full_payloads(setup: Setup) -> None:
+async def test_a_backend_without_the_middleware_gets_requests_as_they_are(setup: Setup) -> None:
+    """No answer says `Toolref-Edits`: every request goes as the app made it (with an offer
+    the app ignores), never an edit."""
     manager = ToolReferenceManager()
     history: list[dict[str, Any]] = []
     for turn in range(4):
         history.append({"role": "user", "content": f"turn {turn}"})
-        response = await manager.apost(setup.plain, "/chat", json={"messages": history})
+        body = {"messages": history}
+        response = await manager.apost(setup.plain, "/chat", json=body)
+        assert response.request.headers["toolref-edits"] == "2"
+        assert response.request.headers["content-type"] == "application/json"
+        assert setup.backend.raw[-1] == dumps_json(body)
         history.extend(response.json()["messages"])
-    assert not manager.refs_accepted
-    assert manager.savings.refs_sent == 0
-    assert "toolRef" not in json.dumps(history)
+    assert manager.savings.edits == 0
+    assert manager.savings.sent_bytes == manager.savings.full_bytes
+    assert setup.registry_link.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("headers", "member"),
+    [
+        ({"Toolref-History": "?1"}, {}),
+        ({"Toolref-History": "th_" + "a" * 26}, {}),
+        ({"Toolref-Dictionary": "th_" + "a" * 26}, {}),
+        ({"Toolref-Checkpoint": "?1"}, {}),
+        ({}, {"historyRef": "th_" + "a" * 26}),
+    ],
+    ids=["keep", "continue", "dictionary", "checkpoint", "body-member"],
+)
+async def test_a_request_of_the_retired_history_refs_is_refused(
+    setup: Setup, headers: dict[str, str], member: dict[str, str]
+) -> None:
+    """A 0.2 client's history-ref request: 400 `history-refs-retired` naming the upgrade;
+    the app never sees it and the registry keeps nothing."""
+    body = {**member, "messages": [{"role": "user", "content": "hello"}]}
+    response = await setup.http.post(
+        "/chat", json=body, headers={"Toolref-Protocol": "2", **headers}
+    )
+    assert response.status_code == 400, response.text
+    problem = response.json()
+    assert problem["type"] == HistoryRefsRetiredError.problem_type()
+    assert "0.3" in problem["detail"]
+    assert "upgrade" in problem["detail"]
+    assert setup.backend.seen == []
+    assert await setup.redis.keys("tr:*") == []

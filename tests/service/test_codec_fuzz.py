@@ -44,6 +44,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
+from toolref.edits.wire import MEDIA_TYPE as EDIT_TYPE
+from toolref.sending.editor import Editor
 from toolref.wire import encoding
 from toolref.wire.canonical import digest_of
 from toolref_server.app import create_app
@@ -406,8 +408,8 @@ def test_every_post_endpoint_is_fuzzed() -> None:
         for route in app.routes
         if "POST" in (getattr(route, "methods", None) or ())
     }
-    assert posts == set(POST_PATHS)
-    assert set(VALID) == posts
+    assert posts == {*POST_PATHS, APPLY}  # an edit is no JSON: fuzzed on its own, below
+    assert set(VALID) == set(POST_PATHS)
 
 
 async def test_the_valid_bodies_are_valid(api: httpx.AsyncClient, redis: Redis) -> None:
@@ -436,6 +438,88 @@ async def test_fuzzed_bodies_get_problems_and_change_nothing(
 ) -> None:
     family, headers, body = data.draw(fuzzed_request(path), label="request")
     await check_request(api, redis, path, family, headers, body)
+
+
+# --- POST /v1/edits:apply: bytes that claim to be an edit ---
+
+APPLY: Final = "/v1/edits:apply"
+APPLIED: Final = "application/vnd.toolref.request"
+
+
+def _edits() -> tuple[bytes, bytes]:
+    """A first edit (no base: every segment inline) and the next against the recipe it
+    keeps, of a growing conversation, as a client's `Editor` writes them."""
+    editor = Editor()
+    made = []
+    for turns in (2, 3):
+        messages = [{"role": "user", "content": f"turn {n} " + "x" * 200} for n in range(turns)]
+        body = json.dumps({"model": "m", "messages": messages}).encode()
+        edit = editor.prepare([("content-type", JSON)], body, "messages")
+        assert edit is not None
+        editor.confirm(edit, edit.ref)
+        made.append(edit.body)
+    return made[0], made[1]
+
+
+FIRST_EDIT, NEXT_EDIT = _edits()
+
+
+@st.composite
+def fuzzed_edit(draw: st.DrawFn) -> tuple[str, dict[str, str], bytes]:
+    """(family, headers, body) for one POST to /v1/edits:apply: arbitrary bytes, a real
+    edit as it is (a control), mutated, or compressed, mostly labelled as an edit."""
+    families = ["bytes", "valid", "mutated", "mutated", "compressed"]
+    family = draw(st.sampled_from(families), label="family")
+    valid = draw(st.sampled_from([FIRST_EDIT, NEXT_EDIT]), label="edit")
+    coding: str | None = None
+    if family == "valid":
+        body = valid
+    elif family == "bytes":
+        body = draw(st.binary(max_size=2048), label="bytes")
+    elif family == "mutated":
+        body = draw(mutated(valid), label="mutated")
+    else:
+        coding = draw(st.sampled_from(["gzip", "zstd"]), label="compressor")
+        body = COMPRESS[coding](draw(st.one_of(st.just(valid), mutated(valid))))
+    media = draw(st.sampled_from([EDIT_TYPE, EDIT_TYPE, EDIT_TYPE, JSON, None]), label="type")
+    headers = {}
+    if media is not None:
+        headers["Content-Type"] = media
+    if coding is not None or draw(st.integers(0, 3), label="says an encoding") == 0:
+        headers["Content-Encoding"] = coding or draw(st.sampled_from((*ENCODINGS[:3], "br")))
+    return family, headers, body
+
+
+@FUZZ
+@given(data=st.data())
+async def test_fuzzed_edits_get_problems_and_refusals_change_nothing(
+    api: httpx.AsyncClient, redis: Redis, data: st.DataObject
+) -> None:
+    """No 5xx; a refusal is a problem and leaves the keyspace as it was; an edit applied
+    answers the request it stands for and only adds the local tenant's recipe keys (nodes,
+    chunks, pieces), never changing one held."""
+    kept = await api.post(APPLY, content=FIRST_EDIT, headers={"Content-Type": EDIT_TYPE})
+    assert kept.status_code == 200, kept.text  # the base of NEXT_EDIT, held
+    family, headers, body = data.draw(fuzzed_edit(), label="request")
+    before = await snapshot(redis)
+    response = await api.post(APPLY, content=body, headers=headers)
+    assert response.status_code < 500, response.text
+    after = await snapshot(redis)
+    if response.status_code >= 400:
+        problem = assert_problem(response)
+        event(f"{family}: {response.status_code} {problem['type'].rsplit(':', 1)[1]}")
+        assert after == before, f"a refused edit changed the keyspace: {problem}"
+        return
+    event(f"{family}: {response.status_code}")
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == APPLIED
+    assert response.headers["toolref-history"].startswith("tb_")
+    assert {k: after.get(k) for k in before} == before
+    added = set(after) - set(before)
+    assert all(key.split(b":")[:3] in RECIPE_KEYS for key in added), added
+
+
+RECIPE_KEYS: Final = [[b"tr", b"local", kind] for kind in (b"b", b"k", b"p")]
 
 
 # --- what the fuzzing found, pinned as plain tests ---

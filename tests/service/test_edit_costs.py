@@ -28,10 +28,10 @@ import toolref_server.storage.recipe_held
 import toolref_server.storage.recipe_nodes
 import toolref_server.storage.recipes
 from tests.unit.edits.test_edits import HEADERS
+from toolref.asgi.budget import Budget
 from toolref.edits import wire
 from toolref.edits.edit import Inline, diff
 from toolref.edits.request import Cut, cut
-from toolref.receiving.budget import Budget
 from toolref.wire.errors import BadRequestError
 from toolref_server.app import create_app
 from toolref_server.registry.edits import apply_edit

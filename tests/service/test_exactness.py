@@ -1,24 +1,23 @@
 """Exactness: a backend behind `ToolRefMiddleware` receives each request body exactly as the
-client wrote it, on every path: plain, markers, zstd, history refs, and after every fallback
-(refs evicted, a history evicted, the registry down).
+client wrote it, on every path: as it is, as an edit (size-guarded or not), markers, and
+after every fallback (recipes or pieces evicted, the registry down).
 
 Arbitrary conversations of all six formats (the strategies of the format tests: unknown
 members at every level in random order, floats such as `1.0`, `-0.0` and `1e-07`, big
 integers, astral characters) go through a `ToolReferenceManager`, the real middleware and the
-real registry on the real engine, turn by turn. The app records the bytes it receives.
+real registry on the real engine, turn by turn. The app records the bytes it receives: an
+edit restores the client's bytes, so every body is checked byte for byte.
 
-One documented exception (docs/history.md, "Exactness"): JSON-equal payloads of one
-invocation spelled with their members in another order share one ref, and a marker is filled
-with the spelling registered first. Such conversations are checked for JSON equality and for
-the first spelling; all others byte for byte.
+Markers (a protocol-2 client's `toolRef`s, not the manager's) have one documented exception
+(docs/edits.md, "Exactness"): JSON-equal payloads of one invocation spelled with their
+members in another order share one ref, and a marker is filled with the spelling registered
+first.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 import pytest
@@ -30,16 +29,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from toolref import (
-    AsyncRegistryClient,
-    CircuitBreaker,
-    ToolReferenceManager,
-    ToolRefMiddleware,
-    formats,
-)
-from toolref.sending.rewrite import ref_of
+from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
+from toolref.edits.wire import MEDIA_TYPE
+from toolref.sending import pause
 from toolref.wire.encoding import dumps_json
-from toolref.wire.headers import DICTIONARY_HEADER, HISTORY_HEADER
+from toolref.wire.errors import HistoryRefsRetiredError
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -47,9 +41,10 @@ from ..conftest import all_keys
 from ..unit.format_strategies import CONVERSATIONS
 from .test_chat_flow import Switch
 
-# "mark-last": the client changes its last message, as Claude Code moves its cache mark: no
-# confirmed history is a prefix, and the conversation goes whole against the last body kept.
-FAULTS = ("none", "none", "evict-refs", "evict-history", "registry-down", "mark-last")
+# "mark-last": the client changes its last message, as Claude Code moves its cache mark: the
+# edit replaces a message of its base instead of appending.
+FAULTS = ("none", "none", "evict-recipes", "evict-pieces", "registry-down", "mark-last")
+EVICTED = {"evict-recipes": ("b", "k"), "evict-pieces": ("p",)}  # storage.keys' kinds
 
 
 @dataclass
@@ -69,8 +64,13 @@ def recorder(received: list[bytes]) -> Starlette:
 
 
 @pytest.fixture
-async def chain(redis: Redis) -> AsyncIterator[Chain]:
-    service = create_app(Settings(redis_url="unused"), redis=redis)
+async def chain(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Chain]:
+    # A 415 makes the client pause its edits for a while: not here, where every example
+    # after a "registry-down" one would go without edits.
+    monkeypatch.setattr(pause, "FIRST", 0.0)
+    monkeypatch.setattr(pause, "LONGEST", 0.0)
+    # No edit cache: the store decides what is held, so evicting keys is felt.
+    service = create_app(Settings(redis_url="unused", edit_cache_bytes=0), redis=redis)
     async with service.router.lifespan_context(service):
         link = Switch(httpx.ASGITransport(app=service))
         registry = AsyncRegistryClient(
@@ -87,27 +87,13 @@ async def chain(redis: Redis) -> AsyncIterator[Chain]:
             yield Chain(redis, http, link, received)
 
 
-async def evict(redis: Redis, kind: str) -> None:
-    """Delete every key of one kind (`i` records, `h` history nodes), as eviction would."""
+async def evict(redis: Redis, kinds: tuple[str, ...]) -> None:
+    """Delete every key of these kinds (`b` recipe nodes, `k` their chunks, `p` pieces), as
+    eviction would."""
     for key in await all_keys(redis):
         name = key.decode() if isinstance(key, bytes) else key
-        if name.startswith(f"tr:local:{kind}:"):
+        if name.split(":")[2] in kinds:
             await redis.delete(name)
-
-
-def spelled_twice(messages: list[Any]) -> bool:
-    """Does one invocation occur twice with payloads that are JSON-equal but written
-    differently (members in another order)? The documented exception."""
-    try:
-        found = formats.scan(messages, formats.detect(messages))
-    except ValueError:
-        return False
-    spellings: dict[str, set[bytes]] = {}
-    for pair in found.complete:
-        invocation = pair.invocation()
-        text = dumps_json([invocation["args"], invocation["result"]])
-        spellings.setdefault(ref_of(pair), set()).add(text)
-    return any(len(texts) > 1 for texts in spellings.values())
 
 
 TURNS = st.lists(st.integers(min_value=1, max_value=60), min_size=1, max_size=3, unique=True)
@@ -130,17 +116,13 @@ async def test_the_backend_receives_every_body_as_the_client_wrote_it(
     await chain.redis.flushall()
     chain.link.down = False
     conversation = data.draw(CONVERSATIONS[name], label="conversation").messages
-    manager = ToolReferenceManager(
-        compress=data.draw(st.sampled_from([None, True, False]), label="compress"),
-        history_refs=data.draw(st.booleans(), label="history_refs"),
-        optimistic=data.draw(st.booleans(), label="optimistic"),
-    )
+    manager = ToolReferenceManager(size_guard=data.draw(st.booleans(), label="size_guard"))
     cuts = sorted({min(c, len(conversation)) for c in data.draw(TURNS, label="cuts")})
     for cut in [*cuts, len(conversation), len(conversation)]:
         fault = data.draw(st.sampled_from(FAULTS), label="fault")
         event(fault)
-        if fault in ("evict-refs", "evict-history"):
-            await evict(chain.redis, "i" if fault == "evict-refs" else "h")
+        if fault in EVICTED:
+            await evict(chain.redis, EVICTED[fault])
         chain.link.down = fault == "registry-down"
         messages = conversation[:cut]
         if fault == "mark-last" and isinstance(messages[-1], dict):
@@ -148,18 +130,11 @@ async def test_the_backend_receives_every_body_as_the_client_wrote_it(
         body = {"model": "m", "messages": messages, "temperature": data.draw(NUMBERS)}
         response = await manager.apost(chain.http, "/chat", json=body)
         assert response.status_code == 200, response.text
-        if DICTIONARY_HEADER in response.request.headers:
-            event("compressed against a kept body")
-        if manager.checkpoints and response.request.headers.get(HISTORY_HEADER, "?")[0] == "t":
-            event("continued, with checkpoints asked")
-        received = chain.received[-1]
-        assert json.loads(received) == body
-        if spelled_twice(messages):
-            event("one invocation spelled twice (the documented exception)")
-            continue
-        assert received == dumps_json(body)
-        assert json.dumps(json.loads(received)) == json.dumps(body)
+        if response.request.headers["content-type"] == MEDIA_TYPE:
+            event("sent as an edit")
+        assert chain.received[-1] == dumps_json(body)
     chain.link.down = False
+    assert manager.savings.requests == len(cuts) + 2
 
 
 # A body as a JavaScript (or any non-Python) client writes it: number forms Python would
@@ -188,21 +163,13 @@ async def test_bytes_no_python_client_would_write_reach_the_app_unchanged(chain:
     second = await chain.http.post("/chat", content=marked, headers=PROTOCOL_2)
     assert second.status_code == 200
     assert chain.received[-1] == WRITTEN.encode()
-    # Kept as a history, then continued with one new message: the history comes back as
-    # it was written, followed by the new message as written.
+    # The history refs of 0.2 (kept, then continued by `historyRef`) are refused.
     kept = await chain.http.post(
         "/chat", content=WRITTEN, headers={**PROTOCOL_2, "Toolref-History": "?1"}
     )
-    head = kept.headers["toolref-history"]
-    new = '{"role":"assistant","content":[{"type":"text","text":"done: 1.0E+2"}]}'
-    continued = '{"model":"m","historyRef":"' + head + '","messages":[' + new + "]}"
-    third = await chain.http.post("/chat", content=continued, headers=PROTOCOL_2)
-    assert third.status_code == 200, third.text
-    messages = WRITTEN[WRITTEN.index("[") : WRITTEN.rindex("]") + 1]
-    assert (
-        chain.received[-1]
-        == ('{"model":"m","messages":' + messages[:-1] + "," + new + "]}").encode()
-    )
+    assert kept.status_code == 400
+    assert kept.json()["type"] == HistoryRefsRetiredError.problem_type()
+    assert len(chain.received) == 2
 
 
 async def test_a_repeated_tool_result_reaches_the_app_as_sent(chain: Chain) -> None:
@@ -225,4 +192,5 @@ async def test_a_repeated_tool_result_reaches_the_app_as_sent(chain: Chain) -> N
         response = await manager.apost(chain.http, "/chat", json=body)
         assert response.status_code == 200
         assert chain.received[-1] == dumps_json(body)
-    assert manager.savings.fallbacks == 0
+    assert manager.savings.edits == 2
+    assert manager.savings.resends == 0

@@ -1,5 +1,6 @@
-"""What Redis holds for records and histories, on the real engine: dictionaries a version
-does not know read as missing (never a 500), and superseded history heads expire first."""
+"""What Redis holds for records and recipes, on the real engine: dictionaries a version
+does not know read as missing (never a 500), and the app keeps recipes with the lifetimes
+its settings name (tests/service/test_recipes.py: what those lifetimes do)."""
 
 from __future__ import annotations
 
@@ -9,18 +10,14 @@ import httpx
 import zstandard
 from redis.asyncio import Redis
 
-from toolref import formats
-from toolref.history import chain_form
-from toolref.wire.canonical import canonical_json, digest_of
+from toolref.wire.canonical import digest_of
 from toolref.wire.encoding import dumps_json
-from toolref_server.storage import compressors, record
-from toolref_server.storage.histories import Histories
+from toolref_server.app import create_app
+from toolref_server.services import Services
+from toolref_server.settings import Settings
+from toolref_server.storage import record
 from toolref_server.storage.store import Store
 
-from ..conftest import Api, key_names
-from ..unit.test_history import conversation
-
-OPENAI = formats.get("openai-chat")
 READ = {"name": "read", "args": {"path": "a.py"}, "result": "print('hi')\n" * 40, "isError": False}
 
 
@@ -48,83 +45,25 @@ async def test_a_record_of_an_unknown_dictionary_reads_as_missing(
     assert again.json()["invocations"][str(digest.ref)] == READ
 
 
-async def _save(stored: Histories, form: list[Any], start: int = 0) -> str:
-    texts = [dumps_json(message).decode() for message in form]
-    encoded = [canonical_json(message) for message in form]
-    return await stored.save("t", "openai-chat", texts, encoded, start)
-
-
-async def test_a_superseded_head_gets_the_shorter_lifetime(redis: Redis) -> None:
-    store = Store(redis, ttl_seconds=86_400)
-    stored = Histories(store, superseded_ttl=600)
-    form = chain_form(conversation(6), OPENAI)
-    first = await _save(stored, form[:9])
-    second = await _save(stored, form[:17], 9)
-    third = await _save(stored, form, 17)
-    ttl = {ref: await redis.ttl(stored.node_key("t", ref)) for ref in (first, second, third)}
-    assert 0 < ttl[first] <= 600
-    assert 0 < ttl[second] <= 600
-    assert ttl[third] > 86_000  # the newest keeps the full lifetime
-    # Messages are shared by every head: they keep the full lifetime.
-    messages = [n for n in await key_names(redis) if ":m:" in n]
-    assert all([await redis.ttl(n) > 86_000 for n in messages])
-    # An older head continued again (after an edit) lives fully while it is the newest.
-    assert await stored.load("t", first) is not None
-    assert await redis.ttl(stored.node_key("t", first)) > 86_000
-    # Saving the same history again supersedes nothing.
-    assert await _save(stored, form, len(form)) == third
-    assert await redis.ttl(stored.node_key("t", third)) > 86_000
-
-
-async def test_a_superseded_head_never_outlives_the_ttl_setting(redis: Redis) -> None:
-    store = Store(redis, ttl_seconds=300)
-    stored = Histories(store, superseded_ttl=600)  # longer than the TTL: the TTL wins
-    form = chain_form(conversation(3), OPENAI)
-    first = await _save(stored, form[:5])
-    await _save(stored, form, 5)
-    assert 0 < await redis.ttl(stored.node_key("t", first)) <= 300
-
-
-async def test_the_app_applies_the_superseded_ttl_setting(make_api: Api, redis: Redis) -> None:
-    """Through the service: a kept history continued twice leaves the older heads short."""
-    api = await make_api(history_superseded_ttl=120)
-    messages: list[Any] = [{"role": "user", "content": "hello"}]
-    head = None
-    for turn in range(3):
-        body: dict[str, Any] = {"messages": messages}
-        if head is not None:
-            body = {"historyRef": head, "messages": messages[-2:]}
-        answer = await api.post(
-            "/v1/messages:hydrate", json=body, headers={"Toolref-History": "?1"}
-        )
-        assert answer.status_code == 200, answer.text
-        head = answer.headers["Toolref-History"]
-        messages += [
-            {"role": "assistant", "content": f"answer {turn}"},
-            {"role": "user", "content": f"question {turn}"},
-        ]
-    nodes = [n for n in await key_names(redis) if ":h:" in n]
-    lifetimes = sorted([await redis.ttl(n) for n in nodes])
-    assert len(lifetimes) == 3
-    assert all(0 < t <= 120 for t in lifetimes[:2])
-    assert lifetimes[2] > 120
-
-
-async def test_a_history_message_of_an_unknown_dictionary_is_a_missing_history(
-    redis: Redis,
-) -> None:
-    store = Store(redis, ttl_seconds=600)
-    stored = Histories(store)
-    form = chain_form(conversation(2), OPENAI)
-    ref = await _save(stored, form)
-    name = next(n for n in await key_names(redis) if ":m:" in n)
-    packed = await redis.get(name)
-    assert isinstance(packed, bytes)
-    dictionary = zstandard.train_dictionary(
-        4096,
-        [dumps_json({"n": n, "t": "x" * n}) for n in range(300)],
-        dict_id=0x746D0002,
+async def test_the_app_keeps_recipes_with_the_lifetimes_of_its_settings(redis: Redis) -> None:
+    """TOOLREF_EDIT_SUPERSEDED_TTL and TOOLREF_EDIT_REFRESH_SECONDS (the history settings
+    renamed) reach the recipes the app keeps, each at most the TTL."""
+    settings = Settings(
+        redis_url="unused",
+        ttl_seconds=3000,
+        edit_superseded_ttl=120,
+        edit_refresh_seconds=900,
+        edit_snapshot_every=5,
     )
-    text = compressors.decompress(packed)
-    await redis.set(name, zstandard.ZstdCompressor(dict_data=dictionary).compress(text))
-    assert await stored.load("t", ref) is None
+    app = create_app(settings, redis=redis)
+    async with app.router.lifespan_context(app):
+        services: Services = app.state.services
+        recipes = services.recipes
+        assert (recipes.superseded_ttl, recipes.refresh_seconds) == (120, 900)
+        assert recipes.snapshot_every == 5
+    longer = Settings(redis_url="unused", ttl_seconds=100, edit_superseded_ttl=600)
+    app = create_app(longer, redis=redis)
+    async with app.router.lifespan_context(app):
+        services = app.state.services
+        assert services.recipes.superseded_ttl == 100  # the TTL wins
+        assert services.recipes.refresh_seconds == 100

@@ -359,6 +359,49 @@ async def test_protocol_1(api: httpx.AsyncClient, redis: Redis) -> None:
     assert with_markers.json()["type"] == "urn:toolref:problem:protocol-required"
 
 
+HEAD = "th_" + "a" * 26  # a history ref of 0.2
+RETIRED = [
+    ("keep", {"Toolref-History": "?1"}, {}),
+    ("continue", {"Toolref-History": HEAD}, {}),
+    ("dictionary", {"Toolref-Dictionary": HEAD}, {}),
+    ("checkpoint", {"Toolref-History": "?1", "Toolref-Checkpoint": "?1"}, {}),
+    ("historyRef", {}, {"historyRef": HEAD}),
+    ("returnMessages", {}, {"returnMessages": "new"}),
+    ("checkpoint-member", {}, {"checkpoint": True}),
+]
+
+
+@pytest.mark.parametrize("protocol", ["1", "2"])
+@pytest.mark.parametrize(
+    ("headers", "members"), [c[1:] for c in RETIRED], ids=[c[0] for c in RETIRED]
+)
+async def test_a_request_of_the_retired_history_refs_is_refused_and_stores_nothing(
+    api: httpx.AsyncClient,
+    redis: Redis,
+    protocol: str,
+    headers: dict[str, str],
+    members: dict[str, Any],
+) -> None:
+    """History refs were retired in 0.3 (edits replace them): a 0.2 client's request is 400
+    `history-refs-retired`, naming what it sent and the upgrade, whatever its protocol."""
+    await optimize(api, openai_chat())  # something held, that must stay as it is
+    before = await snapshot(redis)
+    response = await api.post(
+        "/v1/messages:hydrate",
+        json={**members, "messages": openai_chat()},
+        headers={"Toolref-Protocol": protocol, **headers},
+    )
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["type"] == "urn:toolref:problem:history-refs-retired"
+    named = next(iter(headers or members))
+    assert named in problem["detail"], problem["detail"]
+    assert "upgrade" in problem["detail"], problem["detail"]
+    assert "toolref-history" not in response.headers
+    assert await snapshot(redis) == before
+
+
 def marker_with(ref: str) -> list[dict[str, Any]]:
     return [
         {

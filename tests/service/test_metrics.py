@@ -103,21 +103,24 @@ async def test_summary_cache_hits_and_summarizer_calls_are_counted(api: httpx.As
     )
 
 
-async def test_histories_are_counted_by_outcome(api: httpx.AsyncClient) -> None:
+async def test_refused_history_refs_are_counted_as_400s_and_histories_no_more(
+    api: httpx.AsyncClient,
+) -> None:
+    """History refs were retired in 0.3: a request of theirs is a 400 like any other, and
+    the `toolref_histories` metric is gone."""
     messages = [{"role": "user", "content": "hello"}]
     kept = await api.post(
         "/v1/messages:hydrate", json={"messages": messages}, headers={"Toolref-History": "?1"}
     )
-    ref = kept.json()["historyRef"]
-    for _ in range(2):
-        await api.post("/v1/messages:hydrate", json={"historyRef": ref, "messages": messages})
-    never = "th_" + "a" * 26
-    missing = await api.post("/v1/messages:hydrate", json={"historyRef": never, "messages": []})
-    assert missing.status_code == 409
+    continued = await api.post(
+        "/v1/messages:hydrate", json={"historyRef": "th_" + "a" * 26, "messages": messages}
+    )
+    assert (kept.status_code, continued.status_code) == (400, 400)
+    answer = await api.get("/metrics")
     samples = await scrape(api)
-    assert value(samples, "toolref_histories_total", outcome="kept") == 1
-    assert value(samples, "toolref_histories_total", outcome="continued") == 2
-    assert value(samples, "toolref_histories_total", outcome="missing") == 1
+    route = "/v1/messages:hydrate"
+    assert value(samples, "toolref_requests_total", method="POST", route=route, status="400") == 2
+    assert "toolref_histories" not in answer.text
 
 
 async def test_each_app_has_its_own_registry(make_api: Api) -> None:

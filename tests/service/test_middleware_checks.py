@@ -22,6 +22,7 @@ from starlette.routing import Route
 
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
 from toolref.receiving.hydrator import fallbacks
+from toolref.wire.encoding import dumps_json
 from toolref_server.app import create_app
 from toolref_server.http.auth import hash_key
 from toolref_server.settings import Settings
@@ -199,14 +200,34 @@ async def test_a_streamed_json_answer_is_not_held_to_add_refs(redis: Redis) -> N
     async with registry_app(redis) as transport:
         seen: list[bytes] = []
         app = ToolRefMiddleware(backend(seen), client(transport, None))
-        manager = ToolReferenceManager(history_refs=False)
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://b"
         ) as http:
-            whole = await manager.apost(http, "/chat", json={"messages": MESSAGES})
-            assert set(whole.json()["toolReferences"]) == {"c1"}  # one piece: added to it
-            fresh = ToolReferenceManager(history_refs=False)
-            streamed = await fresh.apost(http, "/stream", json={"messages": MESSAGES})
+            body = {"messages": MESSAGES}
+            whole = await http.post("/chat", json=body, headers=PROTOCOL_2)
+            added = whole.json()["toolReferences"]
+            assert set(added) == {"c1"}  # one piece: added to it
+            assert "toolref-references" not in whole.headers
+            streamed = await http.post("/stream", json=body, headers=PROTOCOL_2)
             assert streamed.content == b'{"reply":"ok"}'  # as the app wrote it
-            assert set(json.loads(streamed.headers["toolref-references"])) == {"c1"}
-            assert set(fresh.confirmed) == set(manager.confirmed)
+            assert json.loads(streamed.headers["toolref-references"]) == added
+
+
+async def test_edits_to_a_backend_whose_registry_refuses_its_key_go_as_they_are(
+    redis: Redis,
+) -> None:
+    """The registry refuses the middleware's key: the middleware cannot apply an edit, so it
+    answers 415 and the manager sends the request as it is; the app gets every turn."""
+    keys = f"acme={hash_key('right-key')}"
+    async with registry_app(redis, api_keys=keys) as transport:
+        seen: list[bytes] = []
+        app = ToolRefMiddleware(backend(seen), client(transport, "wrong-key"))
+        manager = ToolReferenceManager()
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://b"
+        ) as http:
+            bodies = [{"messages": MESSAGES[:n]} for n in (1, 2, 3)]
+            for body in bodies:
+                response = await manager.apost(http, "/chat", json=body)
+                assert response.status_code == 200, response.text
+        assert seen == [dumps_json(body) for body in bodies]

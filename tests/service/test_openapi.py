@@ -42,6 +42,8 @@ from schemathesis.specs.openapi.schemas import OpenApiSchema
 from starlette.applications import Starlette
 from starlette.routing import Route
 
+from toolref.edits.wire import MEDIA_TYPE
+from toolref.sending.editor import Editor
 from toolref.wire import encoding
 from toolref.wire.canonical import Ref, digest_of, invocation_digest
 from toolref_server.app import create_app, open_redis
@@ -51,6 +53,8 @@ from toolref_server.settings import Settings
 from ..conftest import Api
 
 JSON, MSGPACK, PROBLEM = "application/json", "application/msgpack", "application/problem+json"
+EDIT = MEDIA_TYPE  # application/vnd.toolref.edit
+APPLIED = "application/vnd.toolref.request"  # what POST /v1/edits:apply answers
 BASE = "http://toolref.test"
 KEY = "openapi-test-key"
 KEYS = f"acme={hash_key(KEY)}"
@@ -93,10 +97,16 @@ def _unpack_response(
     return unpack(response.content)
 
 
+def _edit_body(ctx: schemathesis.SerializationContext, value: Any) -> bytes:
+    # An edit is bytes (`format: binary`): sent as generated.
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
 # Without these, schemathesis would never send a msgpack body and would skip (not fail) the
-# validation of every msgpack response.
+# validation of every msgpack response; nor send an edit (POST /v1/edits:apply) at all.
 schemathesis.serializer(MSGPACK)(_pack_body)
 schemathesis.deserializer(MSGPACK)(_unpack_response)
+schemathesis.serializer(EDIT)(_edit_body)
 
 
 def route_operations(app: Starlette) -> set[tuple[str, str]]:
@@ -115,8 +125,15 @@ def documented_operations(document: dict[str, Any]) -> set[tuple[str, str]]:
 
 
 OPERATIONS = sorted(route_operations(create_app(Settings(redis_url="unused"))))
+APPLY = "/v1/edits:apply"
 # Operations with something to make invalid besides headers: a body or a path parameter.
-NEGATABLE = [(method, path) for method, path in OPERATIONS if method == "POST" or "{" in path]
+# (An edit is any bytes to its schema, `format: binary`: nothing to make invalid; what it
+# does with bytes that are no edit is fuzzed in tests/service/test_codec_fuzz.py.)
+NEGATABLE = [
+    (method, path)
+    for method, path in OPERATIONS
+    if (method == "POST" and path != APPLY) or "{" in path
+]
 
 
 @dataclass
@@ -257,8 +274,8 @@ async def check_generated(
     checks: list[CheckFunction] = [
         positive_data_acceptance if mode.is_positive else negative_data_rejection
     ]
-    if path.startswith(("/v1/messages:", "/v1/context:")) and mode.is_positive:
-        checks = []  # judged below: a valid shape is not always a valid conversation
+    if path.startswith(("/v1/messages:", "/v1/context:", APPLY)) and mode.is_positive:
+        checks = []  # judged below: a valid shape is not always a valid conversation, or edit
     case.validate_response(response, checks=CONFORMANCE, additional_checks=checks)
     assert response.status_code < 500, response.text
     if response.status_code >= 400:
@@ -266,6 +283,8 @@ async def check_generated(
         assert response.headers["content-type"] == PROBLEM
         assert problem["status"] == response.status_code
         assert problem["type"].startswith("urn:toolref:problem:")
+    elif response.status_code == 200 and path == APPLY:
+        assert response.headers["content-type"] == APPLIED
     elif response.status_code == 200 and path not in ("/openapi.json", "/metrics", *PAGES):
         # Responses follow Accept.
         expected = MSGPACK if accept.startswith(MSGPACK) else JSON
@@ -278,13 +297,13 @@ async def check_generated(
     if meta.generation.mode.is_positive and method == "POST":
         if path.startswith(("/v1/messages:", "/v1/context:")) and response.status_code == 422:
             # A JSON Schema cannot say what makes a conversation valid in a format; random
-            # message objects may not fit the one named, and that is all that may fail; nor
-            # that the body's historyRef and the Toolref-History header must agree.
-            detail = response.json()["detail"]
-            assert "format" in detail or "one history ref" in detail, response.text
-        elif path == "/v1/messages:hydrate" and response.status_code == 409:
-            # A well-formed history ref that was never confirmed: not held.
-            assert response.json()["type"].endswith(":missing-history"), response.text
+            # message objects may not fit the one named, and that is all that may fail.
+            assert "format" in response.json()["detail"], response.text
+        elif path == APPLY and response.status_code != 200:
+            # Nor what makes bytes an edit: random ones are not one (test_an_applied_edit_
+            # matches_the_document sends real ones).
+            assert response.status_code == 400, response.text
+            assert response.json()["type"].endswith(":malformed-body"), response.text
         else:
             assert response.status_code == 200, response.text  # valid data, so accepted
     if meta.generation.mode.is_negative:
@@ -414,6 +433,35 @@ async def test_a_real_round_trip_matches_the_document(open_api: Served, media: s
     assert capabilities["encodings"] == [JSON, MSGPACK]
     assert await call("GET", "/healthz") == {"status": "ok"}
     assert await call("GET", "/readyz") == {"status": "ready"}
+
+
+async def test_an_applied_edit_matches_the_document(open_api: Served) -> None:
+    """POST /v1/edits:apply with real edits: applied (the request it stands for, and the
+    recipe kept), the next against it, one whose base is not held (409), and a body that is
+    not an edit (415): each answer documented."""
+    client, operation = open_api.client, open_api.operation("POST", APPLY)
+    editor = Editor()
+    for turn in range(2):
+        messages = [{"role": "user", "content": f"turn {n} " + "x" * 300} for n in range(turn + 1)]
+        body = json.dumps({"model": "m", "messages": messages}).encode()
+        edit = editor.prepare([("content-type", JSON)], body, "messages")
+        assert edit is not None
+        response = await client.post(APPLY, content=edit.body, headers=dict(edit.headers))
+        assert_conforms(make_case(operation, body=edit.body, media=EDIT), response)
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"] == APPLIED
+        assert response.content.endswith(b"\r\n" + body)  # segment 0, a blank line, the body
+        assert response.headers["Toolref-History"] == edit.ref
+        assert editor.confirm(edit, response.headers["Toolref-History"])
+        assert (edit.base is None) is (turn == 0)
+    unheld = b'{"v":2,"b":"tb_' + b"a" * 26 + b'","o":[[0,3]],"n":0}\n'  # a base never kept
+    missing = await client.post(APPLY, content=unheld, headers={"Content-Type": EDIT})
+    assert missing.status_code == 409
+    assert missing.json()["type"].endswith(":missing-history")
+    assert_conforms(make_case(operation, body=unheld, media=EDIT), missing)
+    refused = await client.post(APPLY, json={"messages": []})
+    assert refused.status_code == 415
+    assert_conforms(make_case(operation, body=b"{}", media=EDIT), refused)
 
 
 @pytest.mark.parametrize("media", [JSON, MSGPACK])

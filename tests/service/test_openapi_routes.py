@@ -27,6 +27,8 @@ from starlette.routing import Route
 
 from tests.support.fake_provider import FakeProvider, Reply
 from tests.support.servers import serve as serve_app
+from toolref import ToolReferenceManager
+from toolref.edits.wire import MEDIA_TYPE
 from toolref.wire.canonical import invocation_digest
 from toolref_server.app import create_app
 from toolref_server.http import admission, openapi
@@ -85,7 +87,8 @@ async def test_document_lists_exactly_the_routes_of_the_app(
     documented = documented_operations(served.document)
     assert routes - documented == set(), "routes missing from /openapi.json"
     assert documented - routes == set(), "documented operations the app does not serve"
-    assert len(routes) == 17 + (len(FORWARDED) if gateway else 0)  # 13, and issue 32's four
+    # 13, issue 32's four, and issue 38's POST /v1/edits:apply
+    assert len(routes) == 18 + (len(FORWARDED) if gateway else 0)
     # schemathesis sees the same operations (it would ignore a malformed path item).
     loaded = set()
     for result in served.schema.get_all_operations():
@@ -221,10 +224,10 @@ async def test_gateway_answers_match_the_document(gateway: Served) -> None:
     hydrating = {**KEYED, "Toolref-Protocol": "2"}
     # (method, path, body, headers, expected status, problem slug or None: the upstream's)
     completions = "/llm/up/v1/chat/completions"
-    keep = {**hydrating, "Toolref-History": "?1"}
+    keep = {**hydrating, "Toolref-History": "?1"}  # history refs, retired in 0.3
     cases: list[tuple[str, str, Any, dict[str, str], int, str | None]] = [
         ("POST", completions, chat(*with_marker(ref)), hydrating, 200, None),
-        ("POST", completions, chat(), keep, 200, None),
+        ("POST", completions, chat(), keep, 400, "history-refs-retired"),
         ("POST", completions, chat(), KEYED, 200, None),  # protocol 1: passed through
         ("GET", "/llm/up/v1/models", None, KEYED, 404, None),  # the fake's own 404
         ("POST", completions, chat(*with_marker(UNKNOWN)), hydrating, 409, "missing-refs"),
@@ -250,8 +253,21 @@ async def test_gateway_answers_match_the_document(gateway: Served) -> None:
                 path_parameters=parameters, headers=headers, body=body, media_type=JSON
             )
         case.validate_response(response, checks=DOCUMENTED)
-    history = await client.post(completions, json=chat(), headers=keep)
-    assert history.headers["Toolref-History"].startswith("th_")  # documented, and sent
+    # An offer of edits is answered `Toolref-Edits`, an edit `Toolref-History: tb_...`:
+    # documented, and sent.
+    manager = ToolReferenceManager()
+    operation = gateway.operation("POST", GATEWAY)
+    for turn in range(2):
+        body = chat(*[{"role": "user", "content": f"turn {n}"} for n in range(turn + 1)])
+        response = await manager.apost(client, completions, json=body, headers=KEYED)
+        assert response.status_code == 200, response.text
+        assert response.headers["Toolref-Edits"] == "2"
+        parameters = {"name": "up", "path": "v1/chat/completions"}
+        case = operation.Case(path_parameters=parameters, headers=KEYED, body=body, media_type=JSON)
+        case.validate_response(response, checks=DOCUMENTED)
+    assert response.request.headers["content-type"] == MEDIA_TYPE
+    assert response.headers["Toolref-History"].startswith("tb_")
+    assert manager.savings.edits == 1
 
 
 @pytest.mark.parametrize("method", FORWARDED)

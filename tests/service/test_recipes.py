@@ -1,6 +1,6 @@
 """Stored recipes on the real engine: lifetimes (a delta keeps its snapshot and the deltas
 before it alive; a snapshot supersedes the chain it replaces, which keeps
-TOOLREF_HISTORY_SUPERSEDED_TTL; a refresh extends every piece), bounded round trips
+TOOLREF_EDIT_SUPERSEDED_TTL; a refresh extends every piece), bounded round trips
 whatever the length, and pieces that do not hash to their id never served. The clock is
 the test's."""
 
@@ -23,11 +23,23 @@ from toolref_server.storage.recipe_held import derive
 from toolref_server.storage.recipes import Held, Recipes
 from toolref_server.storage.store import Store
 
-from .test_histories import Counted
-
 pytestmark = pytest.mark.engine
 
 TTL, SUPERSEDED, REFRESH = 1000, 60, 300
+
+
+class Counted:
+    """Counts pipelines sent: each is one round trip."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis, self.trips = redis, 0
+
+    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        self.trips += 1
+        return self.redis.pipeline(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.redis, name)
 
 
 class Clock:

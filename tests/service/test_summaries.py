@@ -19,9 +19,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from toolref import extractive
-from toolref.kinds import KindTable
-from toolref.placeholder import parse
+from toolref.kit import extractive
+from toolref.kit.kinds import KindTable
+from toolref.kit.placeholder import parse
 from toolref.wire.canonical import digest_of
 from toolref_server.app import create_app
 from toolref_server.registry.summarizers import PROMPTS

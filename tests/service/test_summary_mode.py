@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from toolref import formats
-from toolref.placeholder import parse, placeholder
+from toolref.kit.placeholder import parse, placeholder
 from toolref.wire.encoding import dumps_json
 
 from .test_messages import anthropic, gemini, openai_chat, optimize, trace_conversations

@@ -14,7 +14,7 @@ from toolref.wire.errors import StoreUnavailableError
 from toolref_server.storage.counters import WINDOW_SECONDS, ModelCallCounters
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.store import Store
-from toolref_server.storage.summaries import Outcome, SummaryStore
+from toolref_server.storage.summary_store import Outcome, SummaryStore
 
 from ..conftest import key_names
 

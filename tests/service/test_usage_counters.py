@@ -1,6 +1,6 @@
 """Gateway usage per tenant, upstream and minute: what a worker holds until it flushes
 (`toolref_server.usage.Pending`, on a clock the test moves) and the store's per-minute
-counters the savings page reads (`toolref_server.storage.usage`), on the real engine."""
+counters the savings page reads (`toolref_server.storage.usage_counters`), on the real engine."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from tests.conftest import key_names
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.storage import keys
 from toolref_server.storage.store import Store
-from toolref_server.storage.usage import LIFETIME, UsageCounters
+from toolref_server.storage.usage_counters import LIFETIME, UsageCounters
 from toolref_server.usage import KEEP_MINUTES, Counts, Pending, Slot, window
 
 NOW = 29_000_000  # a minute (epoch seconds // 60)

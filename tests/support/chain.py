@@ -38,7 +38,7 @@ from starlette.websockets import WebSocket
 
 from tests.support.fake_provider import Recorded, decode_body
 from tests.support.servers import serve
-from toolref.receiving.hops import HOP_BY_HOP
+from toolref.asgi.hops import HOP_BY_HOP
 from toolref.websocket.bridge import Limits, bridge
 from toolref.websocket.driver import Refusal, Unreachable, connect
 
@@ -102,7 +102,7 @@ class RecordingProxy:
         encoding = request.headers.get("content-encoding", "")
         try:
             body = decode_body(wire, encoding) if encoding else wire
-        except Exception:  # zstd against a history's dictionary: kept as sent
+        except Exception:  # a body that does not inflate: kept as sent
             body = wire
         record = Recorded(
             index=len(self.requests),

@@ -19,6 +19,8 @@ import httpx2
 import uvicorn
 import zstandard
 
+from toolref.edits.wire import MEDIA_TYPE
+
 
 @asynccontextmanager
 async def serve(app: Any) -> AsyncIterator[str]:
@@ -103,16 +105,19 @@ def markers(value: Any) -> int:
     return 0
 
 
-def history_ref(request: httpx2.Request) -> str | None:
-    """The history a request continues, named in its `Toolref-History` header."""
-    header = request.headers.get("toolref-history", "")
-    return header if header.startswith("th_") else None
+def edit_header(request: httpx2.Request) -> dict[str, Any] | None:
+    """The header line of a request sent as an edit (`{"v":2,"b":<base>|null,"o":[...],
+    "n":<inline bytes>}`, `toolref.edits.wire`), or None for one sent as it is."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != MEDIA_TYPE:
+        return None
+    header: dict[str, Any] = json.loads(request.read().split(b"\n", 1)[0])
+    return header
 
 
 def wire_body(request: httpx2.Request) -> Any:
-    """The JSON a request carried (not one compressed against a history)."""
+    """The JSON a request sent as it is carried (plain, or compressed alone)."""
+    assert edit_header(request) is None, "an edit"
     content = request.read()
     if request.headers.get("content-encoding") == "zstd":
-        assert history_ref(request) is None, "compressed against a history"
         content = zstandard.ZstdDecompressor().decompress(content)
     return json.loads(content)

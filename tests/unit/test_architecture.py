@@ -15,28 +15,41 @@ SOURCES: Final = {
     "toolref_relay": ROOT / "client_sdk" / "toolref_relay",
     "toolref_server": ROOT / "service" / "toolref_server",
 }
-SDK_PARTS: Final = ("wire", "registry", "sending", "receiving", "streaming", "acp", "handoff")
+SDK_PARTS: Final = (
+    "wire",
+    "asgi",
+    "registry",
+    "sending",
+    "receiving",
+    "streaming",
+    "acp",
+    "handoff",
+)
+# The kit: the pure modules of `toolref.kit` and the pure packages beside it.
+KIT: Final = frozenset({"kit", "formats", "edits", "websocket"})
 SERVER_PARTS: Final = ("http", "routes", "registry", "storage", "gateway", "settings")
 ENTRY: Final = frozenset({"", "app", "cli", "export", "services"})  # the service assembled
 
 # package -> the packages it may import (besides itself). docs/architecture.md draws these.
-SDK: Final = {"wire", "kit"}
+SDK: Final = {"wire", "asgi", "kit"}
 ALLOWED: Final[dict[str, frozenset[str]]] = {
     "wire": frozenset(),
-    "kit": frozenset({"wire"}),
+    "asgi": frozenset({"wire"}),  # ASGI plumbing shared by relay, middleware and gateway
+    "kit": frozenset({"wire", "asgi"}),
     "streaming": frozenset(SDK),
     "handoff": frozenset(SDK),
     "acp": frozenset({*SDK, "streaming"}),
     "registry": frozenset(SDK),
     "sending": frozenset({*SDK, "registry"}),
     "receiving": frozenset({*SDK, "registry"}),
-    "relay": frozenset({*SDK, "registry", "sending", "receiving"}),
+    "relay": frozenset({*SDK, "registry", "sending"}),  # a sender: never "receiving"
     # The service may use the SDK's kit, contract and receiving side, never its sending one.
     "server.settings": frozenset({*SDK, "server.support"}),  # the shipped dictionaries
     "server.support": frozenset({*SDK, "receiving", "server.settings"}),
     "server.storage": frozenset({*SDK, "receiving", "server.settings", "server.support"}),
+    # the registry's steps declare what they use (protocols), never the `Services` bag
     "server.registry": frozenset(
-        {*SDK, "receiving", "server.settings", "server.support", "server.storage", "server.entry"}
+        {*SDK, "receiving", "server.settings", "server.support", "server.storage"}
     ),
     "server.http": frozenset({*SDK, "receiving", "server.settings", "server.support"}),
     "server.routes": frozenset(
@@ -73,7 +86,9 @@ def package_of(module: str) -> str | None:
     top, _, rest = module.partition(".")
     first = rest.partition(".")[0]
     if top == "toolref":
-        return first if first in SDK_PARTS else "kit"
+        if first in SDK_PARTS:
+            return first
+        return "kit" if first in KIT else None if first else "toolref"
     if top == "toolref_relay":
         return "relay"
     if top == "toolref_server":
@@ -128,3 +143,10 @@ def test_every_package_of_the_rules_exists() -> None:
     """The rules name only packages there are (a rename must update them)."""
     seen = {package_of(module) for module, _ in modules()}
     assert set(ALLOWED) <= seen | {"server.settings"}
+
+
+def test_every_sdk_module_stands_in_a_named_room() -> None:
+    """No loose module beside the packages: a new pure module goes into `toolref.kit` (or
+    a package docs/architecture.md names), not at the SDK's top level."""
+    loose = [m for m, _ in modules() if m.startswith("toolref.") and package_of(m) is None]
+    assert not loose, f"modules in no room of docs/architecture.md: {loose}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from toolref.breaker import BreakerState, CircuitBreaker
+from toolref.kit.breaker import BreakerState, CircuitBreaker
 
 
 class FakeClock:

@@ -1,4 +1,4 @@
-"""`toolref.receiving.budget`: one process's bytes of request bodies in flight, charged by accounts,
+"""`toolref.asgi.budget`: one process's bytes of request bodies in flight, charged by accounts,
 refused at once past the limit, released whole."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from toolref.receiving.budget import Budget, charge, shared
+from toolref.asgi.budget import Budget, charge, shared
 from toolref.wire.errors import OverloadedError
 
 

@@ -29,7 +29,7 @@ import pytest
 import zstandard
 
 import toolref.registry.exchange
-from toolref.breaker import BreakerState, CircuitBreaker
+from toolref.kit.breaker import BreakerState, CircuitBreaker
 from toolref.registry.client import (
     AsyncRegistryClient,
     BaseRegistryClient,

@@ -5,8 +5,7 @@ pydantic error, or a value taken as something it is not.
 Before answers were read through the models, each of these went wrong its own way: a
 register answer without `size` raised a pydantic `ValidationError`, a resolve answer without
 `missing` a `KeyError`, a findMissing answer whose `missing` is one string was taken as a
-list of its characters, a hydrate answer without its stats came back with empty stats, and
-a malformed `historyRef` or checkpoint was quietly dropped.
+list of its characters, and a hydrate answer without its stats came back with empty stats.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ from .test_client import (
     sync_transport,
 )
 
-HISTORY = "th_" + "a" * 26
 STATS = {"originalBytes": 10, "optimizedBytes": 5, "refsUsed": 1, "newRefs": 0, "cacheHits": 1}
 HYDRATE = "/v1/messages:hydrate"
 
@@ -93,12 +91,12 @@ OFF_THE_MODEL: dict[str, tuple[str, Any, Call, str, str]] = {
         "MessagesResponse",
         "/optimizationStats",
     ),
-    "hydrate with a malformed history ref": (
+    "hydrate with malformed tool references": (
         HYDRATE,
-        messages(historyRef="th_short"),
+        messages(toolReferences={"c1": 5}),
         lambda api: api.hydrate(MESSAGES),
         "MessagesResponse",
-        "/historyRef",
+        "/toolReferences/c1",
     ),
 }
 
@@ -122,10 +120,10 @@ async def test_an_answer_off_its_model_is_an_unexpected_response(
 
 async def test_messages_results_are_what_the_model_reads(make_api: MakeApi) -> None:  # noqa: F811
     server = FakeRegistry()
-    members = {"toolReferences": {"c1": ref_number(1)}, "historyRef": HISTORY, "later": 1}
+    members = {"toolReferences": {"c1": ref_number(1)}, "later": 1}
     server.script(HYDRATE, answer(messages(**members)))
     result = await make_api(server).hydrate(MESSAGES)
-    assert result == MessagesResult("openai-chat", MESSAGES, {"c1": ref_number(1)}, STATS, HISTORY)
+    assert result == MessagesResult("openai-chat", MESSAGES, {"c1": ref_number(1)}, STATS)
     assert result == MessagesResult.of(MessagesResponse.model_validate(messages(**members)))
 
 
@@ -136,14 +134,12 @@ def hydrated_text(**members: Any) -> str:
 
 
 def test_hydrated_text_reads_every_member_but_the_messages_through_the_model() -> None:
-    text = hydrated_text(historyRef=HISTORY, checkpointRef=HISTORY, checkpointLength=1)
+    text = hydrated_text(toolReferences={"c1": ref_number(1)})
     read = HydratedText.of(text)
     assert read.messages_text == '[{"role":"user","content":"hi"}]'
-    assert (read.format, read.history_ref) == ("openai-chat", HISTORY)
-    assert read.checkpoint == (HISTORY, 1)
+    assert (read.format, read.tool_references) == ("openai-chat", {"c1": ref_number(1)})
     for members in (
-        {"historyRef": 5},
-        {"checkpointRef": HISTORY, "checkpointLength": 0},
+        {"toolReferences": {"c1": 5}},
         {"format": "not-a-format"},
         {"optimizationStats": None},
     ):
@@ -155,17 +151,17 @@ def test_hydrated_text_reads_every_member_but_the_messages_through_the_model() -
 
 def test_hydrate_text_answers_off_the_model_are_unexpected_responses() -> None:
     server = FakeRegistry()
-    server.script(HYDRATE, answer(messages(historyRef="th_short")))
+    server.script(HYDRATE, answer(messages(toolReferences={"c1": 5})))
     with (
         RegistryClient(BASE, transport=sync_transport(server)) as client,
-        pytest.raises(UnexpectedResponseError, match="historyRef"),
+        pytest.raises(UnexpectedResponseError, match="toolReferences"),
     ):
         client.hydrate_text('[{"role":"user","content":"hi"}]')
 
 
 async def test_async_hydrate_text_answers_off_the_model_are_unexpected_responses() -> None:
     server = FakeRegistry()
-    server.script(HYDRATE, answer(messages(checkpointRef=HISTORY, checkpointLength=0)))
+    server.script(HYDRATE, answer(messages(format="not-a-format")))
     async with AsyncRegistryClient(BASE, transport=async_transport(server)) as client:
-        with pytest.raises(UnexpectedResponseError, match="checkpointLength"):
+        with pytest.raises(UnexpectedResponseError, match="format"):
             await client.hydrate_text('[{"role":"user","content":"hi"}]')

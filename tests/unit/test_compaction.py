@@ -14,11 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolref import formats
-from toolref.extractive import summarize
 from toolref.formats import Format, Scan
 from toolref.formats.site import get_at
-from toolref.payload import text_of
-from toolref.placeholder import parse, placeholder
+from toolref.kit.extractive import summarize
+from toolref.kit.payload import text_of
+from toolref.kit.placeholder import parse, placeholder
 from toolref.wire.canonical import digest_of, is_ref
 from toolref.wire.encoding import dumps_json
 from toolref.wire.models import FormatName

@@ -132,7 +132,7 @@ def test_a_history_message_names_the_messages_dictionary() -> None:
         ("TOOLREF_MESSAGE_DICTIONARY", "9", "no messages dictionary 9 ships"),
         ("TOOLREF_RECORD_DICTIONARY", "-1", "greater than or equal to 0"),
         ("TOOLREF_COMPRESS_LEVEL", "23", "less than or equal to 22"),
-        ("TOOLREF_HISTORY_SUPERSEDED_TTL", "0", "greater than or equal to 1"),
+        ("TOOLREF_EDIT_SUPERSEDED_TTL", "0", "greater than or equal to 1"),
     ],
 )
 def test_memory_settings_are_checked(

@@ -336,8 +336,16 @@ def test_a_conversation_is_judged_against_each_target() -> None:
     assert measured.path == "history refs"
     assert edits_report.growth(cpu) == pytest.approx((0.003, 0.002, 20))
     assert edits_report.growth([1.0, 2.0, 4.0]) == (4.0, 1.0, 1)  # fewer than 40: halves
-    [conversations, replicas] = edits_report.sections(
-        [measured], [("w", measured)], Plan(), "code", traces="none"
+    client = [sent(0, media="application/vnd.toolref.edit", status=200)] * 4  # 400 bytes
+    backend = Measured(
+        "p", "pattern", "anthropic", 4, 900, 500, client, cpu, cpu, cpu, 60, keys, 100, [],
+        [0.002, 0.004, 0.003],
+    )  # fmt: skip
+    long = Measured(
+        "q", "long", "anthropic", 1, 9, 5, client[:1], cpu, cpu, cpu, 60, keys, 100, [], [0.0035]
+    )
+    [conversations, chat, replicas] = edits_report.sections(
+        [measured], [backend, long], [("w", measured)], Plan(), "code", traces="none"
     )
     row = conversations.rows[0]
     assert row[5] == "0.80 PASS"  # 400 bytes against a baseline of 500
@@ -347,6 +355,12 @@ def test_a_conversation_is_judged_against_each_target() -> None:
     assert replicas.rows[0][4] == "1"
     assert replicas.rows[0][-1] == "FAIL"
     assert conversations.verdicts[1].startswith("FAIL")
+    # the chat-backend path: its bytes over the relay's for the same conversation
+    assert chat.rows[0][3:6] == ["0.4 KB", "0.4 KB", "1.00 PASS"]
+    assert chat.rows[0][9] == "1.00 PASS"  # its control grew as much: no growth
+    assert chat.rows[0][12:14] == ["0.60 FAIL", "3.00"]  # Redis; the middleware's median ms
+    assert chat.rows[1][4] == "(not relayed)"
+    assert chat.verdicts[-1].startswith("FAIL: the middleware adds 3.50 ms per request")
     edit = sent(0, media="application/vnd.toolref.edit")
     assert Measured("e", "pattern", "anthropic", 1, 1, 1, [edit], [], [], []).path == "edits"
 

@@ -1,4 +1,4 @@
-"""Reading tool payloads (`toolref.payload`) and the extractive summarizer built on it."""
+"""Reading tool payloads (`toolref.kit.payload`) and the extractive summarizer built on it."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolref import formats
-from toolref.extractive import NAME, VERSION, summarize
-from toolref.kinds import BUILTIN, DEFAULT_KINDS, EDITOR_TOOLS, Kind, KindTable
-from toolref.payload import (
+from toolref.kit.extractive import NAME, VERSION, summarize
+from toolref.kit.kinds import BUILTIN, DEFAULT_KINDS, EDITOR_TOOLS, Kind, KindTable
+from toolref.kit.payload import (
     COMMAND_KEYS,
     PATH_KEYS,
     PATTERN_KEYS,

@@ -31,7 +31,7 @@ from toolref.handoff.blocks import LineRange, ToolBlock, read_range, tool_blocks
 from toolref.handoff.commands import has_side_effects, touches_files
 from toolref.handoff.dedup import Coverage, Kept, deduplicate
 from toolref.handoff.render import FILE_KINDS, cut, render
-from toolref.kinds import Kind
+from toolref.kit.kinds import Kind
 from toolref.wire.models import FormatName
 
 from ..conftest import need

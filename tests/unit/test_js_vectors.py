@@ -1,5 +1,5 @@
 """The TypeScript SDK's test vectors (client_sdk/js/test/vectors.json) are what the Python
-SDK computes now: a change to canonical JSON, refs, markers or history heads that is not
+SDK computes now: a change to canonical JSON, refs, markers or edits that is not
 carried to the vectors (`python -m tests.js_vectors --write`) fails here, and the JS suite
 then checks the TypeScript SDK against the new ones."""
 
@@ -34,7 +34,16 @@ def test_vectors_cover_the_cases_the_contract_names() -> None:
         "anthropic",
         "openai-responses",
     }
-    assert any(case["size"] == 1 << 20 for case in vectors["dictionaries"])
+    edits = vectors["edits"]
+    assert {"lone surrogates and escapes", "duplicate keys", "numbers of any length"} <= {
+        case["name"] for case in edits["cuts"]
+    }
+    assert any(case["cut"] is None for case in edits["cuts"])  # JSON Python sends as it is
+    assert any(len(case["cut"]["secrets"]) > 1 for case in edits["cuts"] if case["cut"])
+    assert any("tp_" in json.dumps(case["ops"]) for case in edits["diffs"])  # a piece named
+    attempts = [step["attempt"] for case in edits["editors"] for step in case["steps"]]
+    assert any(a is not None and a["base"] is not None for a in attempts)  # edits of a base
+    assert any(a is None for a in attempts)  # a miss the editor does not resend on
     assert len(vectors["errors"]) >= 3  # lone surrogates: Python refuses them
     # Every conversation has at least one marker, and its refs are the markers' refs.
     for case in vectors["conversations"][:4]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from toolref.kinds import BUILTIN, DEFAULT_KINDS, EDITOR_COMMANDS, EDITOR_TOOLS, Kind, KindTable
+from toolref.kit.kinds import BUILTIN, DEFAULT_KINDS, EDITOR_COMMANDS, EDITOR_TOOLS, Kind, KindTable
 
 # Name -> kind, through every step of the lookup order (overrides aside).
 TABLE: list[tuple[str, Kind]] = [

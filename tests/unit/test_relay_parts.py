@@ -11,10 +11,9 @@ import httpx
 import pytest
 import zstandard
 
-from toolref.receiving.asgi_io import Disconnected, read_body
-from toolref.receiving.hops import end_to_end
+from toolref.asgi.hops import end_to_end
+from toolref.asgi.scope import Disconnected, read_body
 from toolref.receiving.middleware import Message
-from toolref.sending.transport import recognise
 from toolref.wire.errors import BodyTooLargeError, DecompressedTooLargeError, MalformedBodyError
 from toolref_relay import (
     RelayConfig,
@@ -24,20 +23,18 @@ from toolref_relay import (
     Who,
     conversation_of,
     error_reply,
-    inline_items,
     provider_of,
     savings_header,
     size,
     summary,
-    too_large_message,
     turn_line,
     who,
-    worth_registering,
 )
 from toolref_relay.bodies import TOO_LARGE, inflated, readable
 from toolref_relay.capabilities import Capabilities
 from toolref_relay.headers import to_agent, to_gateway, to_provider
-from toolref_relay.savings import MAX_TOTALS, OTHERS, shrunk
+from toolref_relay.ledger import MAX_TOTALS, OTHERS, shrunk
+from toolref_relay.llm import recognise
 
 AGENT = [
     ("Host", "127.0.0.1:8760"),
@@ -335,18 +332,6 @@ def _request(result_sizes: list[int]) -> Any:
         )
     body = json.dumps({"model": "m", "messages": messages}).encode()
     return recognise("POST", "/v1/messages", {"content-type": "application/json"}, body)
-
-
-def test_the_biggest_inline_tool_results_are_found_and_named() -> None:
-    items = inline_items(_request([500, 50_000, 5_000]))
-    assert [i.call_id for i in items] == ["toolu_1", "toolu_2", "toolu_0"]
-    assert items[0].name == "Read"
-    assert items[0].invocation["result"] == "x" * 50_000
-    chosen = worth_registering(items, {items[1].ref})
-    assert [i.call_id for i in chosen] == ["toolu_1"]  # held already, or too small: not
-    message = too_large_message(items, "tried")
-    assert "Read (call toolu_1) 48.9 KiB (50058 bytes)" in message
-    assert "/compact" in message
 
 
 def test_options_that_cannot_work_are_refused_with_the_fix() -> None:

@@ -84,8 +84,8 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
     },
     RecordSettings: {
         "TOOLREF_TTL_SECONDS": ("int", 86_400, "ge=1"),
-        "TOOLREF_HISTORY_SUPERSEDED_TTL": ("int", 600, "ge=1"),
-        "TOOLREF_HISTORY_REFRESH_SECONDS": ("int", 3600, "ge=1"),
+        "TOOLREF_EDIT_SUPERSEDED_TTL": ("int", 600, "ge=1"),
+        "TOOLREF_EDIT_REFRESH_SECONDS": ("int", 3600, "ge=1"),
         "TOOLREF_EDIT_SNAPSHOT_EVERY": ("int", 8, "ge=1 le=64"),  # issue 30
         "TOOLREF_COMPRESS_THRESHOLD": ("int", 64, "ge=0"),
         "TOOLREF_COMPRESS_LEVEL": ("int", 3, "ge=1 le=22"),
@@ -95,7 +95,6 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
     CacheSettings: {
         "TOOLREF_VERIFIED_RECORDS": ("int", 100_000, "ge=0"),
         "TOOLREF_VERIFIED_CHARS": ("int", 32 * MiB, "ge=0"),
-        "TOOLREF_HISTORY_CACHE_BYTES": ("int", 64 * MiB, "ge=0"),
         "TOOLREF_EDIT_CACHE_BYTES": ("int", 64 * MiB, "ge=0"),  # issue 30
     },
     SummarySettings: {
@@ -123,8 +122,6 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_GATEWAY_MAX_CONNECTIONS": ("int", 256, "ge=1"),
         "TOOLREF_GATEWAY_MAX_REQUESTS_IN_FLIGHT": ("int", 512, "ge=1"),
         "TOOLREF_GATEWAY_TENANT_REQUESTS_IN_FLIGHT": ("int", 64, "ge=1"),
-        "TOOLREF_GATEWAY_TENANTS": ("int", 16, "ge=1"),
-        "TOOLREF_GATEWAY_HISTORY_CHARS": ("int", 128 * MiB, "ge=0"),
         "TOOLREF_GATEWAY_WS_MAX_MESSAGE_BYTES": ("int", 16 * MiB, "ge=1024"),
         "TOOLREF_GATEWAY_WS_IDLE_TIMEOUT": ("float", 900.0, "gt=0"),
         "TOOLREF_GATEWAY_WS_LIFETIME": ("float", 3600.0, "gt=0"),

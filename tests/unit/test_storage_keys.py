@@ -25,8 +25,9 @@ LOCK = ":lock"
 BUILDERS = {"node_key", "message_key", "dialogue_key", "read_and_touch", "cost_of_writing"}
 KEY_FUNCTIONS = {
     "record",
-    "history_node",
-    "history_message",
+    "edit_piece",
+    "recipe_node",
+    "recipe_chunk",
     "summary",
     "dialogue_summary",
     "summary_lock",
@@ -73,8 +74,9 @@ def test_the_spellings_are_those_stored_data_is_under() -> None:
     ref = digest_of({"name": "read", "args": {}, "result": "x"}).ref
     body = str(ref)[3:]
     assert keys.record("acme", ref) == f"tr:acme:i:{body}"
-    assert keys.history_node("acme", "th_" + "a" * 26) == "tr:acme:h:" + "a" * 26
-    assert keys.history_message("acme", bytes(16)) == "tr:acme:m:" + "a" * 26  # base32
+    assert keys.edit_piece("acme", bytes(16)) == "tr:acme:p:" + "a" * 26  # base32
+    assert keys.recipe_node("acme", "tb_" + "a" * 26) == "tr:acme:b:" + "a" * 26
+    assert keys.recipe_chunk("acme", bytes(16)) == "tr:acme:k:" + "a" * 26
     assert keys.summary("acme", ref, "extractive:v1:200") == f"tr:acme:s:{body}:extractive:v1:200"
     dialogue = keys.dialogue_summary("acme", "transcript", "m:v1:300")
     assert re.fullmatch(r"tr:acme:d:[0-9a-z]{26}:m:v1:300", dialogue), dialogue
@@ -93,7 +95,8 @@ def test_exports_carry_values_never_locks_or_counters() -> None:
     summary = keys.summary("acme", ref, "extractive:v1:200")
     assert keys.exported(keys.record("acme", ref).encode())
     assert keys.exported(summary.encode())
-    assert keys.exported(keys.history_message("acme", bytes(16)).encode())
+    assert not keys.exported(keys.edit_piece("acme", bytes(16)).encode())
+    assert not keys.exported(keys.recipe_node("acme", "tb_" + "a" * 26).encode())
     assert not keys.exported(keys.summary_lock(summary).encode())
     assert not keys.exported(keys.stored_bytes("acme", 1).encode())
     assert not keys.exported(keys.model_calls("acme", 1).encode())
@@ -114,7 +117,7 @@ def builds(node: ast.AST) -> str | None:
 
 
 def test_no_module_outside_storage_spells_a_key() -> None:
-    """Fails on the code before issue 29: export.py, registry/summaries.py and
+    """Fails on the code before issue 29: export.py, registry/summary_cache.py and
     registry/llm_quotas.py spelled `tr:` keys, summaries built its locks with `:lock`, and
     registry/continuation.py read a history node by its key (`node_key`, `read_and_touch`)."""
     found = []
@@ -148,9 +151,9 @@ def imported(node: ast.AST) -> list[str]:
 
 
 def test_no_redis_client_outside_storage() -> None:
-    """Fails on the code before issue 29: registry/summaries.py and registry/llm_quotas.py
+    """Fails on the code before issue 29: registry/summary_cache.py and registry/llm_quotas.py
     sent commands on the store's client (`store.redis`, a pipeline of it), export.py on the
-    CLI's, and registry/summaries.py caught `RedisError`."""
+    CLI's, and registry/summary_cache.py caught `RedisError`."""
     found = []
     for path in outside_storage():
         shown = path.relative_to(ROOT)

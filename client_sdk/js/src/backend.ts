@@ -4,13 +4,22 @@
  *
  *     export const POST = withToolRef(handler, { registry: "http://127.0.0.1:8750" });
  *
- * A protocol-2 request's body (plain or gzip) goes to the registry's POST
- * /v1/messages:hydrate, which answers the whole conversation in full (payloads for refs, the
- * history for a history ref); the handler gets a Request whose body is the client's with
- * those messages spliced in, as text (nothing parsed and written again). Its Response is
- * handed back unread (streams stay streams) with the confirmation headers added:
- * `Toolref-History` (the head the registry confirmed) or `Toolref-References`. A 409 from
- * the registry (a ref or history it no longer holds) goes back to the client, which resends.
+ * - An edit (`Content-Type: application/vnd.toolref.edit`) is applied through the registry's
+ *   `POST /v1/edits:apply` (one round trip; nothing kept here): the handler gets the request
+ *   it stands for, its body byte for byte, its headers those of the edit's segment 0 (each
+ *   credential line filled from the request's real header of that name), then every real
+ *   header segment 0 does not name (what a browser adds: `cookie`, `origin`, ...) but the
+ *   body's framing and toolref's own, then the body's `content-length`. The handler's answer
+ *   is handed on unread (streams stay streams) with `Toolref-History` (the recipe kept),
+ *   `Toolref-Edits: 2` and `Toolref-Savings`. A registry problem (409 missing-history or
+ *   missing-pieces, 400, 413) goes back to the client as it is, the handler not called; a
+ *   registry that cannot be asked is a 415 on which the client sends the request as it is.
+ * - A request as it is with the offer (`Toolref-Edits: 2`) goes to the handler; its answer
+ *   is marked `Toolref-Edits: 2`, so the client sends edits from then on.
+ * - A protocol-2 request (`Toolref-Protocol: 2`, an older client): its `toolRef` markers are
+ *   hydrated by the registry's `POST /v1/messages:hydrate` and spliced in as text, as before;
+ *   history refs (`Toolref-History`, `historyRef`, checkpoints, kept bodies) are retired: 400
+ *   `history-refs-retired`, naming the upgrade.
  *
  * Bounded as ToolRefMiddleware: the body as sent and inflated, the registry call (a deadline,
  * aborted when the client leaves, no redirect followed, its answer capped: `registry.ts`), and
@@ -18,18 +27,26 @@
  */
 
 import { TooLargeError, gunzip, readAll } from "./compression.js";
+import { headerLine } from "./edits/segments.js";
+import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import { UsageError } from "./errors.js";
 import type { FormatName } from "./formats/index.js";
-import { HISTORY_HEADER, KEEP_HISTORY, isHistoryRef } from "./history.js";
 import {
+  EDITS_HEADER,
+  EDITS_SINCE,
   HEADER_LIMIT,
+  HISTORY_HEADER,
   JSON_TYPE,
-  MISSING_HISTORY,
   MISSING_REFS,
   PROBLEM_TYPE,
   PROTOCOL_HEADER,
   REFERENCES_HEADER,
+  RETIRED_HEADERS,
+  SAVINGS_HEADER,
+  TOOLREF_PREFIX,
   asciiJson,
+  problemType,
+  savingsValue,
 } from "./protocol.js";
 import { ClientGone, postBounded, type RegistryAnswer } from "./registry.js";
 import { memberSpans, type MemberSpan } from "./spans.js";
@@ -44,13 +61,13 @@ export interface ToolRefBackendOptions {
   key?: string;
   /** The fetch that calls the registry (default: globalThis.fetch at call time). */
   fetch?: Fetch;
-  /** The body member holding the messages. Default "messages". */
+  /** The body member holding the messages of a protocol-2 request. Default "messages". */
   messagesKey?: string;
-  /** The messages' format; the registry detects it when absent. */
+  /** The messages' format (protocol 2); the registry detects it when absent. */
   format?: FormatName;
-  /** Larger protocol-2 bodies, as sent, are refused with 413. Default 32 MiB (as ToolRefMiddleware). */
+  /** Larger bodies (an edit, a protocol-2 body), as sent, are refused with 413. Default 32 MiB (as ToolRefMiddleware). */
   maxBodyBytes?: number;
-  /** The same for a gzip body once inflated. Default 64 MiB. */
+  /** The same for a gzip protocol-2 body once inflated. Default 64 MiB. */
   maxInflatedBytes?: number;
   /** The registry call's deadline, its answer read included, in ms. Default 5000 (the Python client's 5 s). */
   timeoutMs?: number;
@@ -67,9 +84,25 @@ const LIMITS = {
 } as const;
 type Limit = keyof typeof LIMITS;
 
+/** What the registry answers an edit with: segment 0, an empty line, the body. */
+export const REQUEST_MEDIA_TYPE = "application/vnd.toolref.request";
+/** Real headers never passed beside the restored ones: the body's framing, toolref's own. */
+const FRAMING = new Set(["content-type", "content-length", "content-encoding", "transfer-encoding"]);
+/** Registry answers that mean it cannot apply anything now (down, misconfigured, too old). */
+const UNAVAILABLE = new Set([401, 403, 404, 405, 429]);
 const MARKER_REF = /"toolRef":"(tr_[a-z2-7]{26})"/g;
+const EDITS = { [EDITS_HEADER]: String(VERSION) };
 const decoder = new TextDecoder();
 const encoder = new TextEncoder();
+
+interface Context {
+  readonly handler: Handler;
+  readonly options: ToolRefBackendOptions;
+  readonly limits: Record<Limit, number>;
+  readonly registry: string;
+}
+
+
 
 export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (request: Request) => Promise<Response> {
   if (typeof handler !== "function") throw new UsageError("withToolRef(handler, options): handler must be a function of a Request");
@@ -81,92 +114,193 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new UsageError(`withToolRef({ fetch }) takes a function, not ${typeof options.fetch}; pass one or leave it out`);
   }
-  const limits = checkedLimits(options);
-  const registry = options.registry.replace(/\/+$/, "");
-  const key = options.messagesKey ?? "messages";
+  const context: Context = { handler, options, limits: checkedLimits(options), registry: options.registry.replace(/\/+$/, "") };
 
   return async (request: Request): Promise<Response> => {
+    if (request.method !== "POST") return handler(request);
+    const media = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+    if (media === MEDIA_TYPE) return applied(context, request);
+    const offered = request.headers.has(EDITS_HEADER);
     const version = Number((request.headers.get(PROTOCOL_HEADER) ?? "1").trim());
-    if (request.method !== "POST" || !(version >= 2)) return handler(request);
-    const encoding = (request.headers.get("content-encoding") ?? "identity").trim().toLowerCase();
-    const { maxBodyBytes: maxBody, maxInflatedBytes: maxInflated } = limits;
-    let raw: Uint8Array;
-    let inflated = false; // where a limit was hit: reading the body, or inflating it
-    try {
-      raw = request.body === null ? new Uint8Array(0) : await readAll(request.body, maxBody);
-      inflated = true;
-      if (encoding === "gzip") raw = await gunzip(raw, maxInflated);
-    } catch (error) {
-      if (request.signal?.aborted) return gone();
-      if (error instanceof TooLargeError) {
-        return problem(
-          413,
-          inflated ? "decompressed-too-large" : "body-too-large",
-          `the ${inflated ? "inflated " : ""}body is over the limit of ${error.limit} bytes; send fewer messages`,
-          { limit: error.limit },
-        );
-      }
-      return problem(400, "malformed-body", `the gzip body is corrupt (${String(error)}); send it whole, or uncompressed`);
+    const asked = offered ? withoutOffer(request) : request; // the offer is toolref's, not the app's
+    const response = version >= 2 ? await hydrated(context, asked) : await handler(asked);
+    return offered ? withHeaders(response, EDITS) : response;
+  };
+}
+
+// --- edits ----------------------------------------------------------------------------
+
+/** `request` without the offer `Toolref-Edits`, its body handed on unread. */
+function withoutOffer(request: Request): Request {
+  const headers = new Headers(request.headers);
+  headers.delete(EDITS_HEADER);
+  return new Request(request, { headers });
+}
+
+async function applied(context: Context, request: Request): Promise<Response> {
+  const { options, limits } = context;
+  let data: Uint8Array;
+  try {
+    data = request.body === null ? new Uint8Array(0) : await readAll(request.body, limits.maxBodyBytes);
+  } catch (error) {
+    if (request.signal?.aborted) return gone();
+    if (error instanceof TooLargeError) {
+      return problem(413, "body-too-large", `the edit is over the limit of ${error.limit} bytes; send the request as it is`, { limit: error.limit }, EDITS);
     }
-    if (encoding !== "identity" && encoding !== "gzip") {
-      // zstd against a history needs its dictionary: answering a mismatch makes a toolref
-      // client resend the body without it (docs/js.md, "The backend helper").
-      const history = request.headers.get(HISTORY_HEADER);
+    return problem(400, "malformed-body", `the edit could not be read (${String(error)}); send it again`, {}, EDITS);
+  }
+  const headers: Record<string, string> = { "Content-Type": MEDIA_TYPE, Accept: `${REQUEST_MEDIA_TYPE}, ${PROBLEM_TYPE}` };
+  if (options.key) headers["Authorization"] = `Bearer ${options.key}`;
+  let answer: RegistryAnswer;
+  try {
+    answer = await postBounded(options.fetch ?? globalThis.fetch, context.registry + "/v1/edits:apply", headers, data, {
+      timeoutMs: limits.timeoutMs,
+      maxAnswerBytes: limits.maxAnswerBytes,
+      signal: request.signal ?? null,
+    });
+  } catch (error) {
+    if (error instanceof ClientGone) return gone();
+    return cannotApply(error instanceof Error ? error.message : String(error));
+  }
+  const { status } = answer;
+  if (status >= 500 || UNAVAILABLE.has(status)) return cannotApply(`the registry answered ${status}`);
+  if (status >= 400) {
+    // The client's to resend or fix (409 missing-history / missing-pieces, 400, 413), as it is.
+    const type = answer.headers.get("content-type") ?? PROBLEM_TYPE;
+    return new Response(answer.bytes as BodyInit, { status, headers: { "content-type": type, ...EDITS } });
+  }
+  const restored = status === 200 && (answer.headers.get("content-type") ?? "").startsWith(REQUEST_MEDIA_TYPE) ? parseRequest(answer.bytes) : null;
+  if (restored === null) return cannotApply(`${context.registry} answered the edit with no request: is it a toolref registry?`);
+  const merged = new Headers();
+  const named = new Set<string>();
+  for (const [name, value] of restored.lines) {
+    const low = name.toLowerCase();
+    named.add(low);
+    const filled = value ?? request.headers.get(name);
+    if (filled === null) {
       return problem(
-        encoding === "zstd" && isHistoryRef(history?.trim()) ? 400 : 415,
-        encoding === "zstd" && isHistoryRef(history?.trim()) ? "dictionary-mismatch" : "unsupported-media-type",
-        `this backend reads protocol-2 bodies plain or gzip, not ${encoding}; send it plain or gzip`,
+        400,
+        "bad-request",
+        `the edit's first segment names the credential ${name}, which the request does not carry; send every credential it names (x-api-key, authorization, ...) as a real header, or the request whole`,
+        {},
+        EDITS,
       );
     }
-    const text = decoder.decode(raw);
-    const spans = readBody(text, key);
-    if (spans === null) return handler(rebuilt(request, raw));
-    const messages = spans.find((span) => span.key === key)!;
-    const listed = spans.find((span) => span.key === "historyRef");
-    const header = request.headers.get(HISTORY_HEADER)?.trim() ?? null;
-    const historyRef = listed ? (JSON.parse(text.slice(listed.valueStart, listed.end)) as unknown) : isHistoryRef(header) ? header : null;
-    if (historyRef !== null && !isHistoryRef(historyRef)) {
-      return problem(422, "invalid-ref", `historyRef ${JSON.stringify(historyRef)} is not a history ref; send it as the server confirmed it`);
-    }
-    const keep = header === KEEP_HISTORY || historyRef !== null;
-    const sentMessages = text.slice(messages.valueStart, messages.end);
-    let answer: RegistryAnswer;
     try {
-      answer = await hydrate(options, limits, request.signal ?? null, registry, sentMessages, historyRef, keep);
-    } catch (error) {
-      if (error instanceof ClientGone) return gone();
-      return unavailable(handler, request, raw, sentMessages, historyRef, error instanceof Error ? error.message : String(error));
+      merged.append(name, filled);
+    } catch {
+      return problem(400, "bad-request", `the edit's first segment holds a header no HTTP request carries (${JSON.stringify(name.slice(0, 60))}); send the request whole`, {}, EDITS);
     }
-    const type = answer.contentType;
-    if (answer.status >= 500 || answer.status === 401 || answer.status === 403) {
-      return unavailable(handler, request, raw, sentMessages, historyRef, `registry answered ${answer.status}`);
+  }
+  request.headers.forEach((value, name) => {
+    const low = name.toLowerCase();
+    if (!named.has(low) && !FRAMING.has(low) && !low.startsWith(TOOLREF_PREFIX)) merged.append(name, value);
+  });
+  merged.set("content-length", String(restored.body.length));
+  const rebuilt = new Request(request.url, { method: "POST", headers: merged, body: restored.body as BodyInit, signal: request.signal });
+  const response = await context.handler(rebuilt);
+  const marks: Record<string, string> = { ...EDITS, [SAVINGS_HEADER]: savingsValue(restored.body.length, data.length) };
+  const history = answer.headers.get(HISTORY_HEADER);
+  if (history !== null) marks[HISTORY_HEADER] = history;
+  return withHeaders(response, marks);
+}
+
+/** The registry's answer to an edit: segment 0's lines (a credential's value null), then an
+ * empty line, then the body; null when it is not that. */
+export function parseRequest(data: Uint8Array): { lines: [string, string | null][]; body: Uint8Array } | null {
+  const lines: [string, string | null][] = [];
+  let at = 0;
+  while (!(data[at] === 0x0d && data[at + 1] === 0x0a)) {
+    const line = headerLine(data, at);
+    if (line === null) return null;
+    lines.push(line.pair);
+    at = line.end;
+  }
+  return { lines, body: data.subarray(at + 2) };
+}
+
+/** The registry cannot apply the edit now: a 415, on which a toolref client sends the
+ * request as it is (and pauses its edits to this endpoint for a while). */
+function cannotApply(reason: string): Response {
+  return problem(415, "unsupported-media-type", `this backend cannot apply edits now (${reason}); send the request as it is`);
+}
+
+// --- protocol 2 -----------------------------------------------------------------------
+
+async function hydrated(context: Context, request: Request): Promise<Response> {
+  const { handler, options, limits } = context;
+  const retired = RETIRED_HEADERS.find((name) => request.headers.has(name));
+  if (retired !== undefined) return retiredHistory(retired);
+  const encoding = (request.headers.get("content-encoding") ?? "identity").trim().toLowerCase();
+  const { maxBodyBytes: maxBody, maxInflatedBytes: maxInflated } = limits;
+  let raw: Uint8Array;
+  let inflated = false; // where a limit was hit: reading the body, or inflating it
+  try {
+    raw = request.body === null ? new Uint8Array(0) : await readAll(request.body, maxBody);
+    inflated = true;
+    if (encoding === "gzip") raw = await gunzip(raw, maxInflated);
+  } catch (error) {
+    if (request.signal?.aborted) return gone();
+    if (error instanceof TooLargeError) {
+      return problem(
+        413,
+        inflated ? "decompressed-too-large" : "body-too-large",
+        `the ${inflated ? "inflated " : ""}body is over the limit of ${error.limit} bytes; send fewer messages`,
+        { limit: error.limit },
+      );
     }
-    if (answer.status >= 400) {
-      // The client's to fix or resend (409 missing-refs / missing-history, 400, 413, 422).
-      const headers = new Headers({ "content-type": type.startsWith(PROBLEM_TYPE) ? type : PROBLEM_TYPE, [PROTOCOL_HEADER]: "2" });
-      return new Response(answer.text, { status: answer.status, headers });
-    }
-    const answerText = answer.text;
-    const hydrated = readBody(answerText, "messages")?.find((span) => span.key === "messages");
-    if (hydrated === undefined) {
-      return unavailable(handler, request, raw, sentMessages, historyRef, `${registry} answered hydrate with no messages: is it a toolref registry?`);
-    }
-    const parsed = JSON.parse(answerText) as { toolReferences?: Record<string, string>; historyRef?: string };
-    const body = spliced(text, spans, key, answerText.slice(hydrated.valueStart, hydrated.end));
-    const response = await handler(rebuilt(request, encoder.encode(body)));
-    const extra: Record<string, string> = { [PROTOCOL_HEADER]: "2" };
-    if (keep && isHistoryRef(parsed.historyRef)) {
-      extra[HISTORY_HEADER] = parsed.historyRef; // a confirmed head stands for every ref in it
-    } else {
-      const known = new Set([...sentMessages.matchAll(MARKER_REF)].map((match) => match[1]));
-      const lacking = Object.fromEntries(Object.entries(parsed.toolReferences ?? {}).filter(([, ref]) => !known.has(ref)));
-      // Any call id fits (ASCII); a header past 8 KiB is left out: those refs are confirmed
-      // on a later turn, as ToolRefMiddleware leaves them.
-      const header = asciiJson(lacking);
-      if (Object.keys(lacking).length && header.length <= HEADER_LIMIT) extra[REFERENCES_HEADER] = header;
-    }
-    return withHeaders(response, extra);
-  };
+    return problem(400, "malformed-body", `the gzip body is corrupt (${String(error)}); send it whole, or uncompressed`);
+  }
+  if (encoding !== "identity" && encoding !== "gzip") {
+    return problem(415, "unsupported-media-type", `this backend reads protocol-2 bodies plain or gzip, not ${encoding}; send it plain or gzip`);
+  }
+  const key = options.messagesKey ?? "messages";
+  const text = decoder.decode(raw);
+  const spans = readBody(text, key);
+  if (spans === null) return handler(rebuilt(request, raw));
+  if (spans.some((span) => span.key === "historyRef")) return retiredHistory("a `historyRef`");
+  const sentMessages = text.slice(spans.find((span) => span.key === key)!.valueStart, spans.find((span) => span.key === key)!.end);
+  let answer: RegistryAnswer;
+  try {
+    answer = await hydrate(options, limits, request.signal ?? null, context.registry, sentMessages);
+  } catch (error) {
+    if (error instanceof ClientGone) return gone();
+    return unavailable(handler, request, raw, sentMessages, error instanceof Error ? error.message : String(error));
+  }
+  const type = answer.headers.get("content-type") ?? "";
+  if (answer.status >= 500 || answer.status === 401 || answer.status === 403) {
+    return unavailable(handler, request, raw, sentMessages, `registry answered ${answer.status}`);
+  }
+  if (answer.status >= 400) {
+    // The client's to fix or resend (409 missing-refs, 400, 413, 422).
+    const headers = new Headers({ "content-type": type.startsWith(PROBLEM_TYPE) ? type : PROBLEM_TYPE, [PROTOCOL_HEADER]: "2" });
+    return new Response(answer.bytes as BodyInit, { status: answer.status, headers });
+  }
+  const answerText = decoder.decode(answer.bytes);
+  const hydratedMessages = readBody(answerText, "messages")?.find((span) => span.key === "messages");
+  if (hydratedMessages === undefined) {
+    return unavailable(handler, request, raw, sentMessages, `${context.registry} answered hydrate with no messages: is it a toolref registry?`);
+  }
+  const parsed = JSON.parse(answerText) as { toolReferences?: Record<string, string> };
+  const body = spliced(text, spans, key, answerText.slice(hydratedMessages.valueStart, hydratedMessages.end));
+  const response = await handler(rebuilt(request, encoder.encode(body)));
+  const extra: Record<string, string> = { [PROTOCOL_HEADER]: "2" };
+  const known = new Set([...sentMessages.matchAll(MARKER_REF)].map((match) => match[1]));
+  const lacking = Object.fromEntries(Object.entries(parsed.toolReferences ?? {}).filter(([, ref]) => !known.has(ref)));
+  // Any call id fits (ASCII); a header past 8 KiB is left out: those refs are confirmed on a
+  // later turn, as ToolRefMiddleware leaves them.
+  const header = asciiJson(lacking);
+  if (Object.keys(lacking).length && header.length <= HEADER_LIMIT) extra[REFERENCES_HEADER] = header;
+  return withHeaders(response, extra);
+}
+
+/** A request of the retired history-ref protocol: refused, naming the upgrade. */
+function retiredHistory(what: string): Response {
+  return problem(
+    400,
+    "history-refs-retired",
+    `the request sends ${what}: history refs were retired in toolref ${EDITS_SINCE}, which sends each request as an edit; upgrade the client's toolref SDK (@toolref/client or toolref ${EDITS_SINCE} or later), or send the whole conversation without it`,
+  );
 }
 
 function readBody(text: string, key: string): MemberSpan[] | null {
@@ -199,15 +333,11 @@ async function hydrate(
   signal: AbortSignal | null,
   registry: string,
   messages: string,
-  historyRef: string | null,
-  keep: boolean,
 ): Promise<RegistryAnswer> {
   let body = '{"messages":' + messages + ',"mode":"full"';
   if (options.format) body += ',"format":' + JSON.stringify(options.format);
-  if (historyRef !== null) body += ',"historyRef":' + JSON.stringify(historyRef);
   body += "}";
   const headers: Record<string, string> = { [PROTOCOL_HEADER]: "2", "Content-Type": JSON_TYPE, Accept: JSON_TYPE };
-  if (keep) headers[HISTORY_HEADER] = KEEP_HISTORY;
   if (options.key) headers["Authorization"] = `Bearer ${options.key}`;
   return postBounded(options.fetch ?? globalThis.fetch, registry + "/v1/messages:hydrate", headers, body, {
     timeoutMs: limits.timeoutMs,
@@ -216,11 +346,10 @@ async function hydrate(
   });
 }
 
-/** The client's body with `messages` in place of its own and without `historyRef`. */
+/** The client's body with `messages` in place of its own. */
 function spliced(text: string, spans: MemberSpan[], key: string, messages: string): string {
   const parts: string[] = [];
   for (const span of spans) {
-    if (span.key === "historyRef") continue;
     if (span.key === key) parts.push(text.slice(span.start, span.valueStart).trimEnd() + messages);
     else parts.push(text.slice(span.start, span.end));
   }
@@ -230,25 +359,13 @@ function spliced(text: string, spans: MemberSpan[], key: string, messages: strin
 /** The request the handler gets: the same but for its body (and toolref's own headers). */
 function rebuilt(request: Request, body: Uint8Array): Request {
   const headers = new Headers(request.headers);
-  for (const name of ["content-encoding", "content-length", "toolref-history", "toolref-protocol"]) headers.delete(name);
+  for (const name of ["content-encoding", "content-length", "toolref-protocol", "toolref-edits"]) headers.delete(name);
   headers.set("content-type", JSON_TYPE);
   return new Request(request.url, { method: request.method, headers, body: body as BodyInit, signal: request.signal });
 }
 
-/** The registry cannot help: full payloads pass through as protocol 1; refs and histories cannot. */
-async function unavailable(
-  handler: Handler,
-  request: Request,
-  raw: Uint8Array,
-  messages: string,
-  historyRef: string | null,
-  reason: string,
-): Promise<Response> {
-  if (historyRef !== null) {
-    return problem(409, "missing-history", `history ${historyRef} cannot be rebuilt now (${reason}); send the whole conversation`, {
-      missingHistory: historyRef,
-    });
-  }
+/** The registry cannot help: full payloads pass through as protocol 1; refs cannot. */
+async function unavailable(handler: Handler, request: Request, raw: Uint8Array, messages: string, reason: string): Promise<Response> {
   const refs = [...new Set([...messages.matchAll(MARKER_REF)].map((match) => match[1]!))];
   if (refs.length) {
     return problem(409, "missing-refs", `the registry is unavailable (${reason}), so no ref can be resolved; resend these payloads in full`, {
@@ -259,16 +376,18 @@ async function unavailable(
   return withHeaders(response, { [PROTOCOL_HEADER]: "1" });
 }
 
+// --- answers --------------------------------------------------------------------------
+
 /** The client left: the handler is not called, and this answer reaches nobody. */
 function gone(): Response {
   return problem(499, "client-closed-request", "the client closed the request before it was answered; nothing was sent to the handler");
 }
 
-function problem(status: number, slug: string, detail: string, extra: Record<string, unknown> = {}): Response {
-  const type = slug === "missing-refs" ? MISSING_REFS : slug === "missing-history" ? MISSING_HISTORY : `urn:toolref:problem:${slug}`;
+function problem(status: number, slug: string, detail: string, extra: Record<string, unknown> = {}, headers: Record<string, string> = { [PROTOCOL_HEADER]: "2" }): Response {
+  const type = slug === "missing-refs" ? MISSING_REFS : problemType(slug);
   return new Response(JSON.stringify({ type, title: slug, status, detail, ...extra }), {
     status,
-    headers: { "content-type": PROBLEM_TYPE, [PROTOCOL_HEADER]: "2" },
+    headers: { "content-type": PROBLEM_TYPE, ...headers },
   });
 }
 

@@ -1,12 +1,8 @@
 /**
- * Request compression: gzip through the platform's CompressionStream (browsers, Node 18+,
- * Deno, workers), no library and no dictionary. docs/js.md ("Compression") says why not zstd.
+ * gzip through the platform's CompressionStream (browsers, Node 18+, Deno, workers): the
+ * records of edits where there is no zstd, and protocol-2 bodies a backend reads; and reading
+ * a stream within a limit.
  */
-
-/** Bodies smaller than this gain too little to be worth compressing: gzip's header and
- * trailer are 18 bytes, and a continuation of 300 bytes of JSON already shrinks by a third
- * (one of 1 KB, by half: at 1 KiB, every short turn of a chat travelled as it was). */
-export const COMPRESS_FROM = 256;
 
 export async function gzip(data: Uint8Array): Promise<Uint8Array> {
   return transform(data, new CompressionStream("gzip"));

@@ -215,11 +215,6 @@ export function rewrite(
   return { messages: messages.map((message, index) => marked(message, marks[index]!)), used, refs };
 }
 
-/** `messages` with every complete invocation as a marker: what history heads digest. */
-export function chainForm(messages: readonly unknown[], format: Format): unknown[] {
-  return rewrite(messages, format).messages;
-}
-
 /** Pure: markers whose ref is in `invocations` filled back with the payloads. */
 export function fill(
   messages: readonly unknown[],

@@ -1,4 +1,7 @@
-/** SHA-256 (sync, pure JS: the same in browsers and Node) and the 16-byte key of refs. */
+/** SHA-256 and the 16-byte key of refs: synchronous (pure JS, the same in browsers and Node:
+ * tool refs) and asynchronous (WebCrypto where the platform has it: edits' pieces and recipes;
+ * the pure-JS one elsewhere, such as a page served over plain HTTP, where `crypto.subtle` is
+ * absent). */
 
 import { sha256 as nobleSha256 } from "@noble/hashes/sha2.js";
 import { base32 } from "./base32.js";
@@ -9,12 +12,11 @@ export function sha256(data: Uint8Array): Uint8Array {
   return nobleSha256(data);
 }
 
-/** SHA-256 of `head || data`, the step of a history chain. */
-export function sha256Pair(head: Uint8Array, data: Uint8Array): Uint8Array {
-  const joined = new Uint8Array(head.length + data.length);
-  joined.set(head, 0);
-  joined.set(data, head.length);
-  return nobleSha256(joined);
+/** SHA-256 through WebCrypto (`crypto.subtle`), or {@link sha256} where there is none. */
+export async function sha256Async(data: Uint8Array): Promise<Uint8Array> {
+  const subtle = (globalThis as { crypto?: Crypto }).crypto?.subtle;
+  if (subtle === undefined) return nobleSha256(data);
+  return new Uint8Array(await subtle.digest("SHA-256", data as BufferSource));
 }
 
 /** The first 16 bytes of a digest as lowercase unpadded base32 (26 characters). */

@@ -1,5 +1,5 @@
 /**
- * `toolrefFetch`: a `fetch` that sends refs and history refs instead of payloads.
+ * `toolrefFetch`: a `fetch` that sends LLM requests as edits once their receiver reads them.
  *
  * - For AI SDK 5, 6 and 7's `DefaultChatTransport` (the one-line useChat integration), or any
  *   code that POSTs `{messages: [...]}` as JSON:
@@ -8,42 +8,48 @@
  *
  * - For the official `openai` and `@anthropic-ai/sdk` Node clients (their `fetch` option), as
  *   Python's `toolref.Transport` is for theirs: a POST to an LLM endpoint (`endpoints.ts`:
- *   Chat Completions, Responses, Messages) whose messages are in that API's format.
+ *   Chat Completions, Responses, Messages), its messages under that API's key.
  *
  *       new OpenAI({ baseURL: "http://gateway/llm/openai/v1", fetch: toolrefFetch() })
  *
- * The state (confirmed refs and histories) is shared per endpoint (`shared.ts`), so the
- * one-liner written inline in a component, called again on every render, still continues
- * the histories the backend confirmed. Everything else goes through untouched. The answer is
- * handed back unread: only its headers are learned from, so a streamed answer stays a stream.
+ * Such a request goes as the app wrote it with `Toolref-Edits: 2` until the endpoint answers
+ * `Toolref-Edits`, then as an edit (`manager.ts`). The state (what the endpoint reads, the
+ * recipes it confirmed) is shared per endpoint (`shared.ts`), so the one-liner written inline
+ * in a component, called again on every render, still sends edits. Everything else goes
+ * through untouched. The answer is handed back unread: a streamed answer stays a stream.
  */
 
+import { cutBody, isSecret, type BodyCut } from "./edits/segments.js";
+import { MEDIA_TYPE } from "./edits/wire.js";
 import { endpoint } from "./endpoints.js";
 import { UsageError } from "./errors.js";
-import { detect } from "./formats/index.js";
-import { MANAGER_OPTIONS, ToolReferenceManager, settle, type ManagerOptions } from "./manager.js";
+import { MANAGER_OPTIONS, RETIRED_OPTIONS, ToolReferenceManager, settle, type ManagerOptions } from "./manager.js";
 import { checkOptions } from "./options.js";
-import { PROTOCOL_HEADER, JSON_TYPE } from "./protocol.js";
+import { EDITS_HEADER, PROTOCOL_HEADER, TOOLREF_PREFIX } from "./protocol.js";
 import { endpointOf, managerOptions, sharedManager } from "./shared.js";
 
 type Fetch = typeof globalThis.fetch;
 
 /** What one request cost, for an app that shows the bytes saved. */
 export interface ExchangeInfo {
-  /** UTF-8 bytes of the body the app handed to fetch (the whole conversation, full payloads). */
+  /** Bytes of the body the app handed to fetch (the whole conversation). */
   rawBytes: number;
-  /** Bytes toolref put on the wire for it, all attempts together (after gzip when used). */
+  /** Body bytes toolref put on the wire for it, all attempts together. */
   wireBytes: number;
-  /** The history ref the server confirmed for the conversation; null if it confirmed none. */
+  /** The recipe the receiver confirmed for the request (`Toolref-History: tb_...`), the base
+   * of the next one; null if it confirmed none (a request sent as it is). */
   historyRef: string | null;
-  /** True when the server asked for a resend (a ref or history it no longer held). */
+  /** The recipe the request was sent as an edit of (only what changed travelled); null if
+   * none (sent as it is, or an edit with every segment inline). */
+  continued: string | null;
+  /** True when the receiver lacked what an edit named and the request was sent again. */
   resent: boolean;
   /** Requests sent for it (1 unless resent). */
   attempts: number;
-  /** Tool invocations sent as refs. */
-  refsSent: number;
-  /** The history the request continued (only the messages after it were sent); null if none. */
-  continued: string | null;
+  /** It went as an edit (false: as the app wrote it, with the offer `Toolref-Edits: 2`). */
+  edit: boolean;
+  /** Segments of the request the receiver held already, sent by reference. */
+  reused: number;
   /** HTTP status of the answer handed back. */
   status: number;
 }
@@ -54,7 +60,7 @@ export interface ToolrefFetchOptions extends ManagerOptions {
   fetch?: Fetch;
   /** Use this manager (and nothing shared); otherwise the endpoint's shared one. */
   manager?: ToolReferenceManager;
-  /** Called once per rewritten request, after its answer's headers arrived. */
+  /** Called once per LLM request, after its answer's headers arrived. */
   onExchange?: (info: ExchangeInfo) => void;
 }
 
@@ -63,97 +69,87 @@ const FETCH_OPTIONS = { ...MANAGER_OPTIONS, fetch: "function", manager: "object"
 
 const encoder = new TextEncoder();
 
-/** What to rewrite a request with: the manager, where its messages sit, and the body. */
-interface Rewritable {
-  readonly manager: ToolReferenceManager;
-  readonly body: Record<string, unknown>;
+/** The bytes of a body fetch was given, when they can be read without consuming anything. */
+function bytesOf(body: BodyInit | null | undefined): Uint8Array | null {
+  if (typeof body === "string") return encoder.encode(body);
+  if (body instanceof Uint8Array) return body;
+  if (body instanceof ArrayBuffer) return new Uint8Array(body);
+  if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+  return null;
 }
 
-/** A fetch-compatible function that sends refs and history refs. */
+/** What an edit carries beside it: the request's credentials (their values never travel in
+ * the edit) and toolref's own headers (`Toolref-Key`); every other header is in segment 0. */
+function besideAnEdit(headers: Headers): Headers {
+  const beside = new Headers();
+  headers.forEach((value, name) => {
+    if (isSecret(name) || name.toLowerCase().startsWith(TOOLREF_PREFIX)) beside.append(name, value);
+  });
+  return beside;
+}
+
+/** A fetch-compatible function that sends LLM requests as edits once their receiver reads them. */
 export function toolrefFetch(options: ToolrefFetchOptions = {}): Fetch {
-  checkOptions("toolrefFetch", options, FETCH_OPTIONS);
+  checkOptions("toolrefFetch", options, FETCH_OPTIONS, RETIRED_OPTIONS);
   if (options.manager !== undefined && !(options.manager instanceof ToolReferenceManager)) {
     throw new UsageError("toolrefFetch({ manager }) takes a ToolReferenceManager (new ToolReferenceManager(options)); or leave it out");
   }
   settle(managerOptions(options)); // a misused option fails here, not at the first request
   const send: Fetch = (input, init) => (options.fetch ?? globalThis.fetch)(input, init);
 
-  /** The manager and body of a request to rewrite; null to send it as it is. */
-  const rewritable = (url: string, method: string, headers: Headers, text: string): Rewritable | null => {
-    if (headers.has(PROTOCOL_HEADER)) return null; // the caller speaks toolref itself
-    const encoding = (headers.get("content-encoding") ?? "identity").trim().toLowerCase();
-    if (encoding !== "identity") return null;
-    let body: unknown;
-    try {
-      body = JSON.parse(text);
-    } catch {
-      return null; // not JSON: not ours to touch
-    }
-    if (typeof body !== "object" || body === null || Array.isArray(body)) return null;
-    const object = body as Record<string, unknown>;
+  /** The manager and the body's cut of an LLM request; null to send it as it is. */
+  const llm = (url: string, method: string, headers: Headers, data: Uint8Array): { manager: ToolReferenceManager; cut: BodyCut } | null => {
+    if (headers.has(PROTOCOL_HEADER) || headers.has(EDITS_HEADER)) return null; // the caller speaks toolref itself
+    if ((headers.get("content-encoding") ?? "identity").trim().toLowerCase() !== "identity") return null;
+    if ((headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase() === MEDIA_TYPE) return null;
     const where = endpointOf(url);
-    if (options.manager !== undefined) {
-      return Array.isArray(object[options.manager.messagesKey]) ? { manager: options.manager, body: object } : null;
+    // An LLM API's request (openai, @anthropic-ai/sdk): that API's messages key, unless the
+    // options name one, or the body holds none there (an AI SDK app whose route happens to
+    // end in /responses).
+    const api = options.manager === undefined && options.messagesKey === undefined ? endpoint(method, new URL(where, "http://x").pathname) : null;
+    const own = options.manager?.messagesKey ?? options.messagesKey ?? "messages";
+    for (const key of new Set([api?.messagesKey ?? own, own])) {
+      const cut = cutBody(data, key);
+      if (cut === null) return null; // not one JSON object: not ours to touch
+      if (!cut.listed) continue;
+      return { manager: options.manager ?? sharedManager(where, { ...options, messagesKey: key }, options.fetch), cut };
     }
-    // An LLM API's request (openai, @anthropic-ai/sdk): that API's format and messages key,
-    // unless the options name their own, or its messages are in another format (an AI SDK
-    // app whose route happens to end in /messages).
-    const llm = options.format == null && options.messagesKey === undefined ? endpoint(method, new URL(where, "http://x").pathname) : null;
-    if (llm !== null) {
-      const messages = object[llm.messagesKey];
-      if (Array.isArray(messages) && detect(messages, llm.format) !== null) {
-        const manager = sharedManager(where, { ...options, format: llm.format, messagesKey: llm.messagesKey }, options.fetch);
-        return { manager, body: object };
-      }
-    }
-    const manager = sharedManager(where, options, options.fetch);
-    return Array.isArray(object[manager.messagesKey]) ? { manager, body: object } : null;
+    return null;
   };
 
   const wrapped = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
     const method = (init?.method ?? (input instanceof Request ? input.method : "GET")).toUpperCase();
-    const text = init?.body;
-    if (method !== "POST" || typeof text !== "string") return send(input, init);
-    const base = new Headers(input instanceof Request ? input.headers : undefined);
-    new Headers(init?.headers).forEach((value, name) => base.set(name, value));
+    const data = method === "POST" ? bytesOf(init?.body) : null;
+    if (data === null) return send(input, init);
+    const headers = new Headers(input instanceof Request ? input.headers : undefined);
+    new Headers(init?.headers).forEach((value, name) => headers.set(name, value));
     const url = input instanceof Request ? input.url : String(input);
-    const found = rewritable(url, method, base, text);
+    const found = llm(url, method, headers, data);
     if (found === null) return send(input, init);
-    const { manager, body } = found;
-    const sent = await manager.send(
-      body,
-      (content, extra) => {
-        const headers = new Headers(base);
-        headers.delete("content-length");
-        for (const [name, value] of Object.entries(extra)) headers.set(name, value);
-        return send(input, { ...init, body: content as BodyInit, headers });
+    const sent = await found.manager.send(
+      data,
+      (content, extra, edit) => {
+        const sending = edit ? besideAnEdit(headers) : new Headers(headers);
+        sending.delete("content-length");
+        for (const [name, value] of Object.entries(extra)) sending.set(name, value);
+        return send(input, { ...init, body: content as BodyInit, headers: sending });
       },
-      encoder.encode(text).length,
+      headers,
+      found.cut,
     );
     const { response } = sent;
-    learnJsonAnswer(manager, response);
     options.onExchange?.({
       rawBytes: sent.rawBytes,
       wireBytes: sent.wireBytes,
       historyRef: sent.historyRef,
+      continued: sent.continued,
       resent: sent.attempts > 1,
       attempts: sent.attempts,
-      refsSent: sent.refsSent,
-      continued: sent.continued,
+      edit: sent.edit,
+      reused: sent.reused,
       status: response.status,
     });
     return response;
   };
   return wrapped as Fetch;
-}
-/** A JSON answer's `toolReferences` are learned from a clone, in the background: the app's
- * body is never read here. Streams (event-stream answers) carry them in a header instead. */
-function learnJsonAnswer(manager: ToolReferenceManager, response: Response): void {
-  const type = response.headers.get("content-type") ?? "";
-  if (!manager.refsAccepted || response.status >= 400 || !type.startsWith(JSON_TYPE) || response.body === null) return;
-  response
-    .clone()
-    .json()
-    .then((value: unknown) => manager.learnAnswer(response.status, response.headers, value))
-    .catch(() => undefined);
 }

@@ -55,9 +55,10 @@ export function nearest(name: string, known: readonly string[]): string | null {
 /**
  * Check `options` (what the caller passed to `where`) against `spec`: an object, whose
  * members each have a known name and, unless undefined, a value of their kind. Throws a
- * `UsageError` naming the option, the value and the fix.
+ * `UsageError` naming the option, the value and the fix; an option of `retired` (one that
+ * no longer exists) fails too, whatever its value, with the fix it names.
  */
-export function checkOptions(where: string, options: unknown, spec: Spec): void {
+export function checkOptions(where: string, options: unknown, spec: Spec, retired: Readonly<Record<string, string>> = {}): void {
   if (options === undefined) return;
   if (typeof options !== "object" || options === null || Array.isArray(options)) {
     throw new UsageError(`${where}(options) takes an object of options, not ${describe(options)}; pass { ... } or nothing`);
@@ -65,6 +66,10 @@ export function checkOptions(where: string, options: unknown, spec: Spec): void 
   const known = Object.keys(spec);
   for (const [name, value] of Object.entries(options)) {
     const kind = spec[name];
+    const fix = Object.hasOwn(retired, name) ? retired[name] : undefined;
+    if (kind === undefined && fix !== undefined) {
+      throw new UsageError(`${where}({ ${name} }) is no longer an option: history refs were retired for edits (issue 38); ${fix}`);
+    }
     if (kind === undefined) {
       const close = nearest(name, known);
       throw new UsageError(

@@ -3,8 +3,9 @@
  * Python `AsyncRegistryClient` waits 5 s), the client's leaving aborts it, a redirect is
  * never followed (the conversation goes to the registry named, nowhere else), and the answer
  * is read incrementally up to a cap. Each failure is the registry being unavailable, which
- * the caller answers as the middleware does (full payloads pass as protocol 1; refs and
- * history refs get a 409 the client resends on); a client that left is not answered at all.
+ * the caller answers as the middleware does (an edit gets a 415 on which the client sends the
+ * request as it is; protocol-2 full payloads pass as protocol 1, refs get a 409 the client
+ * resends on); a client that left is not answered at all.
  */
 
 import { TooLargeError, readAll } from "./compression.js";
@@ -14,8 +15,8 @@ type Fetch = typeof globalThis.fetch;
 /** The registry's answer, read whole (within the cap). */
 export interface RegistryAnswer {
   readonly status: number;
-  readonly contentType: string;
-  readonly text: string;
+  readonly headers: Headers;
+  readonly bytes: Uint8Array;
 }
 
 /** The bounds of one call. */
@@ -38,14 +39,12 @@ export class ClientGone extends Error {
   override name = "ClientGone";
 }
 
-const decoder = new TextDecoder();
-
 /** POST `body` to `url` within `bounds`; throws `RegistryUnavailable` or `ClientGone`. */
 export async function postBounded(
   fetch: Fetch,
   url: string,
   headers: Record<string, string>,
-  body: string,
+  body: string | Uint8Array,
   bounds: CallBounds,
 ): Promise<RegistryAnswer> {
   const client = bounds.signal;
@@ -63,7 +62,7 @@ export async function postBounded(
   const aborted = new Promise<never>((_, fail) => signal.addEventListener("abort", () => fail(signal.reason), { once: true }));
   aborted.catch(() => undefined);
   try {
-    const sent = fetch(url, { method: "POST", headers, body, signal, redirect: "manual" });
+    const sent = fetch(url, { method: "POST", headers, body: body as BodyInit, signal, redirect: "manual" });
     sent.then((late) => signal.aborted && void late.body?.cancel().catch(() => undefined)).catch(() => undefined);
     const response = await Promise.race([sent, aborted]);
     const { status } = response;
@@ -81,7 +80,7 @@ export async function postBounded(
       throw new TooLargeError(bounds.maxAnswerBytes);
     }
     const bytes = response.body === null ? new Uint8Array(0) : await readAll(response.body, bounds.maxAnswerBytes, signal);
-    return { status, contentType: response.headers.get("content-type") ?? "", text: decoder.decode(bytes) };
+    return { status, headers: response.headers, bytes };
   } catch (error) {
     if (client?.aborted) throw new ClientGone("the client left while the registry was asked");
     if (error instanceof RegistryUnavailable) throw error;

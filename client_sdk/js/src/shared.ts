@@ -4,16 +4,16 @@
  *
  * The documented one-liner is written inline in a React component, so every render calls
  * `toolrefFetch()` again, and AI SDK 6 and 7 send each turn through the newest transport.
- * Before, each call had its own manager: the history confirmed by one turn's answer was
- * held by a fetch the next turn no longer used, and every turn went whole (raw = wire). Now
- * every `toolrefFetch()` for the same endpoint, with the same options, uses the same
- * manager. The endpoint is the request URL's origin and path (its query ignored); the
- * options are the manager's (format, messagesKey, historyRefs, compress, the memory
- * bounds) and the identity of `options.fetch` (another fetch may reach another server).
- * `onExchange` is not part of it: each fetch reports its own requests.
+ * Every `toolrefFetch()` for the same endpoint, with the same options, uses the same manager:
+ * what the endpoint said it reads (`Toolref-Edits`) and the recipes it confirmed. The endpoint
+ * is the request URL's origin and path (its query ignored); the options are the manager's
+ * (messagesKey, maxRecipes, maxRecipeBytes) and the identity of `options.fetch` (another
+ * fetch may reach another server). `onExchange` is not part of it: each fetch reports its
+ * own requests.
  *
  * Bounded: at most {@link SHARED_ENDPOINTS} managers, least recently used dropped first
- * (a dropped endpoint starts again from nothing: its next turn goes whole, then it saves).
+ * (a dropped endpoint starts again from nothing: its next request goes as it is, with the
+ * offer, then as edits).
  */
 
 import { MANAGER_OPTIONS, ToolReferenceManager, type ManagerOptions } from "./manager.js";
@@ -71,7 +71,7 @@ export function sharedEndpoints(): number {
   return managers.size;
 }
 
-/** Forget every endpoint's state (a user who logs out; tests): the next turns go whole. */
+/** Forget every endpoint's state (a user who logs out; tests): the next requests start over. */
 export function forgetSharedState(): void {
   for (const [key] of managers.entries()) managers.delete(key);
 }

@@ -1,18 +1,18 @@
 /**
- * zstd against a raw-content dictionary, where the platform has it: Node's zlib
- * (`zstdCompressSync` with its `dictionary` option), reached through
- * `process.getBuiltinModule` so that a browser bundle never imports `node:zlib`. Elsewhere
- * (browsers, a Node whose zstd takes no dictionary) `platformZstd()` is null and the SDK
- * gzips (docs/js.md, "Compression"). Frames carry their content size and checksum, which
- * the server requires of a frame compressed against a dictionary.
+ * zstd where the platform has it: Node's zlib (`zstdCompress`, Node 22.15+, 24, 26), reached
+ * through `process.getBuiltinModule` so that a browser bundle never imports `node:zlib`.
+ * Elsewhere (browsers, Node 20) `platformZstd()` is null and edits carry gzip records. A frame
+ * is what Python's `zstandard.ZstdCompressor(level=3, write_checksum=True).compress` writes:
+ * level 3, its content size and a checksum declared (the receiver requires both), no
+ * dictionary: each inline segment alone (edits/isolated.ts).
  */
 
-/** The level of Python's `history.DICTIONARY_LEVEL`: new messages are small. */
-export const ZSTD_LEVEL = 6;
+/** The level of Python's `isolated.LEVEL`: segments are small, the frame's own bytes do the work. */
+export const ZSTD_LEVEL = 3;
+/** Larger inputs are compressed in libuv's thread pool, so the app's event loop never waits long. */
+const SYNC_BELOW = 64 << 10;
 
-/** One zstd frame of `data` against `dictionary` (raw content), compressed in libuv's
- * thread pool: a large new tool result never holds the app's event loop. */
-export type Zstd = (data: Uint8Array, dictionary: Uint8Array) => Promise<Uint8Array>;
+export type Zstd = (data: Uint8Array) => Promise<Uint8Array>;
 
 type Done = (error: Error | null, result: Uint8Array) => void;
 
@@ -28,7 +28,7 @@ interface NodeProcess {
 
 let detected: Zstd | null | undefined;
 
-/** The platform's zstd with a dictionary, or null; detected once. */
+/** The platform's zstd, or null; detected once. */
 export function platformZstd(): Zstd | null {
   if (detected === undefined) detected = detect();
   return detected;
@@ -50,35 +50,26 @@ function detect(): Zstd | null {
   if (typeof compressSync !== "function" || typeof compress !== "function" || level === undefined || checksum === undefined) {
     return null;
   }
-  const options = (data: Uint8Array, dictionary: Uint8Array) => ({
-    dictionary,
-    pledgedSrcSize: data.length, // the frame declares its size, which the server requires
+  const options = (data: Uint8Array) => ({
+    pledgedSrcSize: data.length, // the frame declares its size, which the receiver requires
     params: { [level]: ZSTD_LEVEL, [checksum]: 1 },
   });
-  const zstd: Zstd = (data, dictionary) =>
-    new Promise((done, fail) =>
-      compress.call(zlib, data, options(data, dictionary), (error, result) => (error ? fail(error) : done(new Uint8Array(result)))),
+  const zstd: Zstd = async (data) => {
+    if (data.length < SYNC_BELOW) return new Uint8Array(compressSync.call(zlib, data, options(data)));
+    return new Promise((done, fail) =>
+      compress.call(zlib, data, options(data), (error, result) => (error ? fail(error) : done(new Uint8Array(result)))),
     );
-  // A zstd that ignores `dictionary` (Node's before it took one) gains nothing over gzip: a
-  // probe of 1 KiB that does not repeat itself shrinks to a few bytes only against itself
-  // (once, synchronously: it is tiny).
-  const probe = new Uint8Array(1024);
-  let seed = 0x2545f491;
-  for (let index = 0; index < probe.length; index++) {
-    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
-    probe[index] = 97 + ((seed >>> 16) % 26);
-  }
+  };
   try {
-    const frame = compressSync.call(zlib, probe, options(probe, probe));
-    return frame.length < 64 && declaresSizeAndChecksum(frame) ? zstd : null;
+    return declaresSizeAndChecksum(compressSync.call(zlib, new Uint8Array(64), options(new Uint8Array(64)))) ? zstd : null;
   } catch {
     return null;
   }
 }
 
-/** Whether a zstd frame's header (RFC 8878, 3.1.1.1.1) declares its content size and
- * carries a checksum, as the server requires: a runtime whose zlib ignores the parameters
- * gzips instead of being refused. */
+/** Whether a zstd frame's header (RFC 8878, 3.1.1.1.1) declares its content size and carries
+ * a checksum, as the receiver requires: a runtime whose zlib ignores the parameters gzips
+ * instead of being refused. */
 export function declaresSizeAndChecksum(frame: Uint8Array): boolean {
   if (frame.length < 5 || frame[0] !== 0x28 || frame[1] !== 0xb5 || frame[2] !== 0x2f || frame[3] !== 0xfd) return false;
   const descriptor = frame[4]!;

@@ -1,12 +1,14 @@
 // withToolRef's own bounds (issue 28, finding 9), each against a registry stand-in on a real
 // local socket (node:http) that misbehaves as the test says: a registry that never answers,
 // a client that leaves, a redirect to another origin, an answer without end, call ids no
-// header can carry as they are, a header past 8 KiB, and misused options. Every test here
-// failed on the helper before the fix (most by waiting forever: the 10 s bound below).
+// header can carry as they are, a header past 8 KiB, and misused options; an edit meets the
+// same bounds (the registry unavailable: a 415, on which the client sends the request as it
+// is). Every test here failed on the helper before the fix (most by waiting forever: the 10 s
+// bound below).
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { refOf, withToolRef } from "../src/index.js";
+import { MEDIA_TYPE, refOf, withToolRef } from "../src/index.js";
 
 const BOUND = 10_000; // a test that waits longer than this waits forever (the code before)
 
@@ -102,8 +104,14 @@ function echoing(): { handle: (request: Request) => Promise<Response>; calls: nu
   return state;
 }
 
-/** Full payloads fall back to the handler as protocol 1; refs get a 409 naming `reason`. */
+const EDIT = '{"v":2,"b":null,"o":[0],"n":0}\n\u0000';
+
+/** Full payloads fall back to the handler as protocol 1; refs get a 409 naming `reason`; an
+ * edit a 415 naming it (the client then sends the request as it is). */
 async function expectFallback(handle: (request: Request) => Promise<Response>, reason: RegExp): Promise<void> {
+  const edit = await handle(new Request("http://app.test/api/chat", { method: "POST", headers: { "Content-Type": MEDIA_TYPE }, body: EDIT }));
+  expect(edit.status).toBe(415);
+  expect(((await edit.json()) as { detail: string }).detail).toMatch(reason);
   const passed = await handle(post(FULL));
   expect(passed.status).toBe(200);
   expect(passed.headers.get("Toolref-Protocol")).toBe("1");
@@ -124,7 +132,7 @@ describe("withToolRef's bounds on the registry call", () => {
       const handle = withToolRef(app.handle, { registry: registry.url, timeoutMs: 300 });
       await expectFallback(handle, /did not answer within 300 ms \(options\.timeoutMs\)/);
       await registry.closed; // the call was abandoned: its connection closed
-      expect(registry.requests).toHaveLength(2);
+      expect(registry.requests).toHaveLength(3);
     },
     BOUND,
   );
@@ -140,7 +148,7 @@ describe("withToolRef's bounds on the registry call", () => {
           headers: { "content-type": "application/json" },
         })) as typeof fetch;
       await expectFallback(withToolRef(echoing().handle, { registry: "http://registry.test", fetch: stalled, timeoutMs: 100 }), /within 100 ms/);
-      expect(cancelled).toBe(2); // each stalled answer's body was cancelled, not left open
+      expect(cancelled).toBe(3); // each stalled answer's body was cancelled, not left open
     },
     BOUND,
   );
@@ -184,7 +192,7 @@ describe("withToolRef's bounds on the registry call", () => {
         });
         const handle = withToolRef(echoing().handle, { registry: registry.url });
         await expectFallback(handle, new RegExp(`redirect \\(${status} to ${elsewhere.url}`));
-        expect(registry.requests).toHaveLength(2);
+        expect(registry.requests).toHaveLength(3);
       }
       expect(elsewhere.requests).toHaveLength(0);
     },

@@ -1,220 +1,256 @@
-// toolrefFetch as apps write it: its state shared per endpoint (the one-liner inline in a
-// component), its options checked, the LLM APIs' requests (openai, @anthropic-ai/sdk)
-// recognised, and transcripts of formats whose results come in later messages; against a
-// scripted server that keeps histories as the registry does (no network).
-import { afterEach, describe, expect, it } from "vitest";
-import {
-  SHARED_ENDPOINTS,
-  ToolReferenceManager,
-  UsageError,
-  chainForm,
-  detect,
-  forgetSharedState,
-  heads,
-  historyRef,
-  sharedEndpoints,
-  toolrefFetch,
-  gunzip,
-  type ExchangeInfo,
-} from "../src/index.js";
-import { readFileSync } from "node:fs";
+// toolrefFetch as apps write it, against a scripted receiver of edits (test/receiver.ts, no
+// network): the negotiation (as it is with the offer, then edits), exact requests restored,
+// misses and 415s recovered before the app sees anything, answers unread, credentials beside
+// the edit, the state shared per endpoint, the LLM APIs' keys, and the retired options.
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { MEDIA_TYPE, SHARED_ENDPOINTS, ToolReferenceManager, UsageError, forgetSharedState, sharedEndpoints, toolrefFetch, type ExchangeInfo } from "../src/index.js";
+import { Receiver } from "./receiver.js";
 
-const vectors = JSON.parse(readFileSync(new URL("./vectors.json", import.meta.url), "utf8")) as {
-  conversations: { name: string; format: string; messages: unknown[] }[];
-};
+afterEach(() => forgetSharedState());
 
-type Body = Record<string, unknown>;
-
-/** A server keeping histories as the registry does: it confirms the head of the whole
- * conversation (the history continued, then the messages sent) and continues any it holds. */
-function keeper(): { fetch: typeof fetch; bodies: Body[]; urls: string[] } {
-  const held = new Map<string, unknown[]>();
-  const bodies: Body[] = [];
-  const urls: string[] = [];
-  const send = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
-    const request = new Request(input, init);
-    let bytes = new Uint8Array(await request.arrayBuffer());
-    if (request.headers.get("content-encoding") === "gzip") bytes = new Uint8Array(await gunzip(bytes));
-    const body = JSON.parse(new TextDecoder().decode(bytes)) as Body;
-    bodies.push(body);
-    urls.push(request.url);
-    const key = Array.isArray(body["input"]) ? "input" : "messages";
-    const continued = body["historyRef"];
-    const before = typeof continued === "string" ? held.get(continued) : [];
-    if (before === undefined) {
-      return new Response(JSON.stringify({ type: "urn:toolref:problem:missing-history", status: 409 }), {
-        status: 409,
-        headers: { "content-type": "application/problem+json", "Toolref-Protocol": "2" },
-      });
-    }
-    const all = [...before, ...(body[key] as unknown[])];
-    const head = historyRef(heads(chainForm(all, detect(all)!)).at(-1)!);
-    held.set(head, all);
-    return new Response("data: {}\n\n", {
-      headers: { "content-type": "text/event-stream", "Toolref-Protocol": "2", "Toolref-History": head },
-    });
-  };
-  return { fetch: send as typeof fetch, bodies, urls };
-}
+const decoder = new TextDecoder();
 
 function uiConversation(turns: number): unknown[] {
   const messages: unknown[] = [];
   for (let turn = 0; turn < turns; turn++) {
-    messages.push({ id: `u${turn}`, role: "user", parts: [{ type: "text", text: `q${turn}` }] });
+    messages.push({ id: `u${turn}`, role: "user", parts: [{ type: "text", text: `read file ${turn}, please, and say what it does é😀` }] });
     messages.push({
       id: `a${turn}`,
       role: "assistant",
-      parts: [{ type: "tool-read", toolCallId: `c${turn}`, state: "output-available", input: { n: turn }, output: "x".repeat(3000) + turn }],
+      parts: [{ type: "tool-read", toolCallId: `c${turn}`, state: "output-available", input: { n: turn, x: 1.5 }, output: `line ${turn}\n`.repeat(300) }],
     });
   }
   return messages;
 }
 
-/** A model's answer in text alone, in any of the LLM APIs' formats. */
-function answered(message: unknown): boolean {
-  const { role, content, type, tool_calls: calls } = message as Body;
-  if (role !== "assistant" || calls !== undefined) return false;
-  if (typeof content === "string") return true;
-  return Array.isArray(content) && content.every((block) => ["text", "output_text"].includes((block as Body)["type"] as string)) && (type === undefined || type === "message");
+const HEADERS = { "content-type": "application/json", authorization: "Bearer sk-secret", "x-app": "1" };
+
+function post(send: typeof fetch, url: string, body: unknown, headers: Record<string, string> = HEADERS): Promise<Response> {
+  return send(url, { method: "POST", headers, body: JSON.stringify(body) });
 }
 
-const post = (send: typeof fetch, url: string, body: Body) =>
-  send(url, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) });
+/** A conversation of `turns` requests through `send`; the bodies the app wrote. */
+async function converse(send: typeof fetch, turns: number, url = "http://app.test/api/chat"): Promise<string[]> {
+  const bodies: string[] = [];
+  for (let turn = 1; turn <= turns; turn++) {
+    const body = { id: "chat", messages: uiConversation(turn), trigger: "submit-message" };
+    bodies.push(JSON.stringify(body));
+    const answer = await post(send, url, body);
+    expect(answer.status).toBe(200);
+    await answer.text();
+  }
+  return bodies;
+}
 
-afterEach(() => forgetSharedState());
+describe("negotiation and edits", () => {
+  it("as it is with the offer until the receiver answers Toolref-Edits, then edits the receiver restores exactly", async () => {
+    const receiver = new Receiver();
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) });
+    const bodies = await converse(send, 5);
+    expect(receiver.arrived.map((item) => decoder.decode(item.restored.body))).toEqual(bodies);
+    const first = receiver.arrived[0]!;
+    expect(first.edit).toBeNull();
+    expect(first.headers.get("Toolref-Edits")).toBe("2");
+    expect(decoder.decode(first.wire)).toBe(bodies[0]); // the app's exact bytes
+    expect(exchanges.map((info) => info.edit)).toEqual([false, true, true, true, true]);
+    expect(exchanges[0]).toMatchObject({ wireBytes: exchanges[0]!.rawBytes, historyRef: null, continued: null });
+    // The second has no base (the first was sent as it is); each later one is an edit of the one before.
+    expect(exchanges[1]!.continued).toBeNull();
+    for (const [index, info] of exchanges.entries()) {
+      if (index < 2) continue;
+      expect(info.continued).toBe(exchanges[index - 1]!.historyRef);
+      expect(info.reused).toBeGreaterThan(0);
+      expect(info.wireBytes * 5).toBeLessThan(info.rawBytes);
+    }
+    // Segment 0: the app's headers, the credential name-only (its value travels beside the edit).
+    const edited = receiver.arrived[4]!;
+    expect(edited.restored.headers).toEqual([
+      ["authorization", "Bearer sk-secret"],
+      ["content-type", "application/json"],
+      ["x-app", "1"],
+    ]);
+    expect([...edited.headers.keys()].sort()).toEqual(["authorization", "content-type"]);
+    expect(edited.headers.get("content-type")).toBe(MEDIA_TYPE);
+    // Records: gzip on Node without zstd (kind 2), zstd where zlib has it (kind 1), raw when smaller.
+    const kinds = new Set(receiver.arrived.flatMap((item) => item.edit?.records ?? []));
+    expect([...kinds].every((kind) => [0, 1, 2].includes(kind))).toBe(true);
+    expect(kinds.size).toBeGreaterThan(1);
+  });
+
+  it("a receiver that does not speak toolref gets the app's exact bytes every time", async () => {
+    const receiver = new Receiver();
+    receiver.speaks = false;
+    const exchanges: ExchangeInfo[] = [];
+    const bodies = await converse(toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) }), 3);
+    expect(receiver.arrived.map((item) => decoder.decode(item.wire))).toEqual(bodies);
+    expect(exchanges.every((info) => !info.edit && info.wireBytes === info.rawBytes)).toBe(true);
+  });
+
+  it("a registry emptied mid-conversation: 409 missing-history, resent with no base, unseen by the app", async () => {
+    const receiver = new Receiver();
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) });
+    const bodies: string[] = [];
+    for (let turn = 1; turn <= 5; turn++) {
+      if (turn === 4) receiver.forget();
+      const body = { messages: uiConversation(turn) };
+      bodies.push(JSON.stringify(body));
+      const answer = await post(send, "http://app.test/api/chat", body);
+      expect(answer.status).toBe(200);
+    }
+    expect(receiver.arrived.map((item) => decoder.decode(item.restored.body))).toEqual(bodies);
+    expect(exchanges.map((info) => info.attempts)).toEqual([1, 1, 1, 2, 1]);
+    expect(exchanges[3]).toMatchObject({ resent: true, continued: null });
+    expect(exchanges[4]!.continued).toBe(exchanges[3]!.historyRef);
+  });
+
+  it("pieces the receiver lost (409 missing-pieces) are sent inline again", async () => {
+    const file = { id: "f", role: "user", parts: [{ type: "text", text: "z".repeat(17_000) }] }; // a piece (16 KiB or more)
+    const receiver = new Receiver();
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) });
+    await converse(send, 8);
+    await post(send, "http://app.test/api/chat", { messages: [file, { id: "g", role: "user", parts: [{ type: "text", text: "another chat" }] }] });
+    receiver.forget(true); // the pieces only: the recipes are still held
+    const body = { id: "chat", messages: [...uiConversation(8), file], trigger: "submit-message" };
+    const answer = await post(send, "http://app.test/api/chat", body);
+    expect(answer.status).toBe(200);
+    expect(exchanges.at(-1)).toMatchObject({ attempts: 2, resent: true });
+    expect(exchanges.at(-1)!.continued).toBe(exchanges[7]!.historyRef); // its own conversation, the file named, then inline
+    expect(decoder.decode(receiver.arrived.at(-1)!.restored.body)).toBe(JSON.stringify(body));
+  });
+
+  it("a 415 to an edit: the request goes as it is, and edits pause a while, doubling", async () => {
+    const receiver = new Receiver();
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) });
+    let now = 1_000_000;
+    const clock = vi.spyOn(Date, "now").mockImplementation(() => now);
+    try {
+      await converse(send, 2);
+      receiver.refuses = true;
+      const body = { messages: uiConversation(3) };
+      const answer = await post(send, "http://app.test/api/chat", body);
+      expect(answer.status).toBe(200);
+      expect(decoder.decode(receiver.arrived.at(-1)!.wire)).toBe(JSON.stringify(body));
+      expect(exchanges.at(-1)).toMatchObject({ attempts: 2, edit: false });
+      now += 500; // paused (1 s): as it is, one request
+      await post(send, "http://app.test/api/chat", { messages: uiConversation(4) });
+      expect(exchanges.at(-1)).toMatchObject({ attempts: 1, edit: false });
+      now += 600; // over: an edit tried, refused again, as it is; paused 2 s now
+      await post(send, "http://app.test/api/chat", { messages: uiConversation(5) });
+      expect(exchanges.at(-1)).toMatchObject({ attempts: 2, edit: false });
+      receiver.refuses = false;
+      now += 1500; // still paused
+      await post(send, "http://app.test/api/chat", { messages: uiConversation(6) });
+      expect(exchanges.at(-1)).toMatchObject({ attempts: 1, edit: false });
+      now += 600; // over: an edit, answered
+      await post(send, "http://app.test/api/chat", { messages: uiConversation(7) });
+      expect(exchanges.at(-1)).toMatchObject({ attempts: 1, edit: true });
+    } finally {
+      clock.mockRestore();
+    }
+  });
+
+  it("hands back the very answer the receiver sent: a stream stays a stream", async () => {
+    let sent: Response | null = null;
+    const receiver = new Receiver(() => {
+      const stream = new ReadableStream<Uint8Array>({ start: (controller) => controller.enqueue(new TextEncoder().encode("data: 1\n\n")) });
+      sent = new Response(stream, { headers: { "content-type": "text/event-stream" } });
+      return sent;
+    });
+    const send = toolrefFetch({ fetch: receiver.fetch });
+    for (const turn of [1, 2]) {
+      const answer = await post(send, "http://app.test/api/chat", { messages: uiConversation(turn) });
+      expect(answer).toBe(sent); // the same object, never read (its stream never ends)
+      expect(answer.bodyUsed).toBe(false);
+    }
+  });
+
+  it("passes through what is no LLM request, or speaks toolref already", async () => {
+    const receiver = new Receiver();
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) });
+    await send("http://app.test/api/chat", { method: "GET" });
+    await send("http://app.test/api/chat", { method: "POST", body: "not json" });
+    await send("http://app.test/api/chat", { method: "POST", body: '{"prompt":"no messages"}' });
+    await send("http://app.test/api/chat", { method: "POST", headers: { "Toolref-Protocol": "2" }, body: '{"messages":[]}' });
+    await send("http://app.test/api/chat", { method: "POST", headers: { "Content-Encoding": "gzip" }, body: '{"messages":[]}' });
+    expect(exchanges).toEqual([]);
+    expect(receiver.arrived.every((item) => !item.headers.has("Toolref-Edits"))).toBe(true);
+  });
+});
+
+describe("the LLM APIs' requests (the openai and @anthropic-ai/sdk clients' fetch)", () => {
+  it("Responses: its messages are the `input` list; an app route ending in /responses keeps `messages`", async () => {
+    const receiver = new Receiver();
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) });
+    const input = (turns: number) => Array.from({ length: turns }, (_, n) => ({ role: "user", content: `question ${n} `.repeat(10) }));
+    for (const turns of [1, 2, 3]) await post(send, "http://gateway.test/llm/openai/v1/responses", { model: "m", input: input(turns) });
+    for (const turns of [1, 2, 3]) await post(send, "http://app.test/api/responses", { messages: input(turns) });
+    expect(exchanges.map((info) => info.edit)).toEqual([false, true, true, false, true, true]);
+    expect(exchanges[2]!.continued).not.toBeNull();
+    expect(exchanges[5]!.continued).not.toBeNull();
+    expect(sharedEndpoints()).toBe(2);
+  });
+});
 
 describe("state shared per endpoint", () => {
-  it("a new toolrefFetch() every turn (the one-liner inline in a component) still continues the confirmed history", async () => {
-    // Fails before the fix: each toolrefFetch() had its own manager, so every turn went
-    // whole (raw = wire), as issue 32 measured with AI SDK 6.
-    const server = keeper();
+  it("a new toolrefFetch() every turn (the one-liner inline in a component) still sends edits", async () => {
+    const receiver = new Receiver();
     const exchanges: ExchangeInfo[] = [];
-    for (let turns = 1; turns <= 4; turns++) {
-      const send = toolrefFetch({ fetch: server.fetch, onExchange: (info) => exchanges.push(info) }); // a render
-      await post(send, "http://app.test/api/chat?render=" + turns, { id: "c", messages: uiConversation(turns) });
+    for (let turn = 1; turn <= 4; turn++) {
+      const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) }); // a render
+      await post(send, "http://app.test/api/chat?render=" + turn, { id: "c", messages: uiConversation(turn) });
     }
-    expect(exchanges.map((info) => info.continued !== null)).toEqual([false, true, true, true]);
-    for (const info of exchanges.slice(1)) expect(info.wireBytes * 4).toBeLessThan(info.rawBytes);
-    expect((server.bodies[3]!["messages"] as unknown[]).length).toBe(2); // only the new turn
+    expect(exchanges.map((info) => info.continued !== null)).toEqual([false, false, true, true]);
+    for (const info of exchanges.slice(2)) expect(info.wireBytes * 4).toBeLessThan(info.rawBytes);
     expect(sharedEndpoints()).toBe(1);
   });
 
   it("endpoints and options have their own state, within SHARED_ENDPOINTS", async () => {
-    const server = keeper();
-    await post(toolrefFetch({ fetch: server.fetch }), "http://app.test/api/chat", { messages: uiConversation(1) });
-    await post(toolrefFetch({ fetch: server.fetch }), "http://other.test/api/chat", { messages: uiConversation(1) });
-    await post(toolrefFetch({ fetch: server.fetch, compress: false }), "http://app.test/api/chat", { messages: uiConversation(1) });
+    const receiver = new Receiver();
+    await post(toolrefFetch({ fetch: receiver.fetch }), "http://app.test/api/chat", { messages: uiConversation(1) });
+    await post(toolrefFetch({ fetch: receiver.fetch }), "http://other.test/api/chat", { messages: uiConversation(1) });
+    await post(toolrefFetch({ fetch: receiver.fetch, maxRecipes: 8 }), "http://app.test/api/chat", { messages: uiConversation(1) });
     expect(sharedEndpoints()).toBe(3);
-    // Another origin never continues this one's history.
-    const exchanges: ExchangeInfo[] = [];
-    await post(toolrefFetch({ fetch: server.fetch, onExchange: (info) => exchanges.push(info) }), "http://third.test/api/chat", {
-      messages: uiConversation(2),
-    });
-    expect(exchanges[0]!.continued).toBeNull();
     for (let index = 0; index < SHARED_ENDPOINTS + 5; index++) {
-      await post(toolrefFetch({ fetch: server.fetch }), `http://app.test/api/chat${index}`, { messages: uiConversation(1) });
+      await post(toolrefFetch({ fetch: receiver.fetch }), `http://app.test/api/chat${index}`, { messages: uiConversation(1) });
     }
     expect(sharedEndpoints()).toBe(SHARED_ENDPOINTS);
   });
 
   it("an explicit manager is used alone", async () => {
-    const server = keeper();
+    const receiver = new Receiver();
     const manager = new ToolReferenceManager();
-    await post(toolrefFetch({ fetch: server.fetch, manager }), "http://app.test/api/chat", { messages: uiConversation(1) });
-    expect(manager.confirmedHistories().length).toBe(1);
+    await converse(toolrefFetch({ fetch: receiver.fetch, manager }), 3);
+    expect(manager.edits).toBe(2);
+    expect(manager.savings).toMatchObject({ requests: 3, edits: 2, resends: 0 });
+    expect(manager.editor.recipes.size).toBe(1); // each recipe replaced the one it continued
     expect(sharedEndpoints()).toBe(0);
   });
 });
 
 describe("options", () => {
-  it("an unknown option fails naming the nearest known one", () => {
-    // Fails before the fix: `historyRef: true` was accepted and did nothing.
-    expect(() => toolrefFetch({ historyRef: true } as never)).toThrow(/historyRef.*did you mean historyRefs\?/);
-    expect(() => toolrefFetch({ onExchnage: () => undefined } as never)).toThrow(/did you mean onExchange\?/);
-    expect(() => new ToolReferenceManager({ maxRef: 5 } as never)).toThrow(/did you mean maxRefs\?/);
-    expect(() => toolrefFetch({ zzz: 1 } as never)).toThrow(/zzz.*is not an option.*Known options: format, messagesKey/);
+  it("an option of the history-ref protocol fails loudly, naming the fix", () => {
+    expect(() => toolrefFetch({ historyRefs: true } as never)).toThrow(/historyRefs.*no longer an option.*retired for edits.*remove it/);
+    expect(() => toolrefFetch({ maxPriorBytes: 0 } as never)).toThrow(/maxPriorBytes.*no longer an option.*maxRecipeBytes/);
+    expect(() => toolrefFetch({ compress: false } as never)).toThrow(/compress.*no longer an option/);
+    expect(() => toolrefFetch({ format: "ai-sdk-v5" } as never)).toThrow(/format.*no longer an option.*messagesKey/);
+    expect(() => new ToolReferenceManager({ maxHistories: 4 } as never)).toThrow(/maxHistories.*maxRecipes/);
   });
 
-  it("a value of the wrong type fails naming the option, the value and the fix", () => {
-    expect(() => toolrefFetch({ historyRefs: "yes" } as never)).toThrow(/historyRefs.*takes true or false, not the string "yes"/);
-    expect(() => toolrefFetch({ compress: 1 } as never)).toThrow(/compress.*true, false or null, not number 1/);
-    expect(() => toolrefFetch({ maxRefs: 1.5 })).toThrow(/maxRefs.*whole number/);
-    expect(() => toolrefFetch({ maxHistories: 0 })).toThrow(/maxHistories is 0/);
-    expect(() => toolrefFetch({ format: "ai-sdk-v6" as never })).toThrow(/format "ai-sdk-v6" is not one the JS SDK reads/);
+  it("an unknown option fails naming the nearest known one; a wrong type, the value and the fix", () => {
+    expect(() => toolrefFetch({ onExchnage: () => undefined } as never)).toThrow(/did you mean onExchange\?/);
+    expect(() => new ToolReferenceManager({ maxRecipe: 5 } as never)).toThrow(/did you mean maxRecipes\?/);
+    expect(() => toolrefFetch({ zzz: 1 } as never)).toThrow(/zzz.*is not an option.*Known options: messagesKey, maxRecipes/);
+    expect(() => toolrefFetch({ maxRecipes: 1.5 })).toThrow(/maxRecipes.*whole number/);
+    expect(() => toolrefFetch({ maxRecipeBytes: 0 })).toThrow(/maxRecipeBytes is 0/);
+    expect(() => toolrefFetch({ messagesKey: "" })).toThrow(/messagesKey/);
+    expect(() => toolrefFetch({ onExchange: "log" as never })).toThrow(/takes a function/);
     expect(() => toolrefFetch("fast" as never)).toThrow(UsageError);
     expect(() => toolrefFetch({ manager: {} as never })).toThrow(/takes a ToolReferenceManager/);
   });
-});
-
-describe("the LLM APIs' requests (the openai and @anthropic-ai/sdk clients' fetch)", () => {
-  const cases = vectors.conversations.filter((item) => ["openai-chat", "anthropic", "openai-responses"].includes(item.format));
-  const paths: Record<string, [string, string]> = {
-    "openai-chat": ["/llm/openai/v1/chat/completions", "messages"],
-    anthropic: ["/llm/anthropic/v1/messages", "messages"],
-    "openai-responses": ["/llm/openai/v1/responses", "input"],
-  };
-
-  for (const item of cases) {
-    it(`${item.name}: each turn sends only what follows the confirmed history`, async () => {
-      const [path, key] = paths[item.format]!;
-      const server = keeper();
-      const send = toolrefFetch({ fetch: server.fetch });
-      // Requests end where the model answered in text: every call before has its result (a
-      // call answered later changes its message's chain form, and the history before it is
-      // then the one that fits: docs/history.md).
-      const ends = item.messages.flatMap((message, index) => (answered(message) ? [index + 1] : []));
-      const cuts = [ends[Math.floor(ends.length / 3)]!, ends[Math.floor((2 * ends.length) / 3)]!, item.messages.length];
-      const exchanges: ExchangeInfo[] = [];
-      const watched = toolrefFetch({ fetch: server.fetch, onExchange: (info) => exchanges.push(info) });
-      for (const [turn, length] of cuts.entries()) {
-        await post(turn === 0 ? send : watched, "http://gateway.test" + path, { model: "m", stream: true, [key]: item.messages.slice(0, length) });
-      }
-      expect(server.bodies[0]![key]).toEqual(item.messages.slice(0, cuts[0]));
-      for (const [index, info] of exchanges.entries()) {
-        expect(info.continued).not.toBeNull();
-        expect((server.bodies[index + 1]![key] as unknown[]).length).toBeLessThan(cuts[index + 1]!);
-        expect(info.wireBytes).toBeLessThan(info.rawBytes);
-      }
-    });
-  }
-
-  it("an AI SDK app whose route ends in /messages keeps its own format", async () => {
-    const server = keeper();
-    const exchanges: ExchangeInfo[] = [];
-    const send = toolrefFetch({ fetch: server.fetch, onExchange: (info) => exchanges.push(info) });
-    await post(send, "http://app.test/api/messages", { messages: uiConversation(1) });
-    await post(send, "http://app.test/api/messages", { messages: uiConversation(2) });
-    expect(exchanges[1]!.continued).not.toBeNull();
-  });
-
-  it("a request already speaking toolref passes through as it is", async () => {
-    const server = keeper();
-    const send = toolrefFetch({ fetch: server.fetch });
-    const body = { model: "m", messages: [{ role: "user", content: "hi" }] };
-    await send("http://gateway.test/v1/chat/completions", {
-      method: "POST",
-      headers: { "content-type": "application/json", "Toolref-Protocol": "1" },
-      body: JSON.stringify(body),
-    });
-    expect(server.bodies[0]).toEqual(body);
-    expect(sharedEndpoints()).toBe(0);
-  });
-
-  for (const item of cases) {
-    it(`${item.name}: a turn prepared from its transcript equals one prepared from scratch`, async () => {
-      const key = paths[item.format]![1];
-      const kept = new ToolReferenceManager({ messagesKey: key, format: item.format as never });
-      const all = () => true;
-      const lengths = [3, 7, 12, 9, item.messages.length, item.messages.length - 1, item.messages.length];
-      for (const length of lengths) {
-        const body = { [key]: item.messages.slice(0, length) };
-        const a = await kept.upload(body, all, true, false);
-        const fresh = new ToolReferenceManager({ messagesKey: key, format: item.format as never, maxConversations: 0 });
-        const b = await fresh.upload(body, all, true, false);
-        expect(new TextDecoder().decode(a.body)).toBe(new TextDecoder().decode(b.body));
-        expect(a.head).toBe(b.head);
-        expect(a.head).toBe(historyRef(heads(chainForm(body[key]!, detect(body[key]!)!)).at(-1)!));
-      }
-    });
-  }
 });

@@ -1,7 +1,11 @@
-// The manager and toolrefFetch against the REAL Python service: a registry and a chat
-// backend behind ToolRefMiddleware (tests/js_backend.py), started here from the repo's .venv.
+// toolrefFetch against the REAL Python service, started here from the repo's .venv: a chat
+// backend behind ToolRefMiddleware (tests/js_backend.py), and withToolRef (a JS backend)
+// applying edits through the real registry's POST /v1/edits:apply: the handler gets the
+// client's exact bytes and headers, the wire carries edits from the second request, a
+// registry emptied or gone mid-conversation is recovered without the app noticing, the
+// handler's stream reaches the client as it is written, protocol-2 markers still hydrate.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { toolrefFetch, withToolRef, type ExchangeInfo } from "../src/index.js";
+import { MEDIA_TYPE, toolrefFetch, withToolRef, type ExchangeInfo } from "../src/index.js";
 import { backend, missingPython, registry, type Service } from "./services.js";
 
 const missing = missingPython();
@@ -17,10 +21,11 @@ async function turn(
   send: typeof fetch,
   url: string,
   messages: Message[],
+  headers: Record<string, string> = {},
 ): Promise<{ reply: Message; response: Response }> {
   const response = await send(url + "/api/chat", {
     method: "POST",
-    headers: { "Content-Type": "application/json" },
+    headers: { "Content-Type": "application/json", ...headers },
     body: JSON.stringify({ id: "chat-1", messages, trigger: "submit-message", messageId: undefined }),
   });
   expect(response.status).toBe(200);
@@ -50,14 +55,28 @@ async function seen(service: Service): Promise<string[]> {
   return ((await (await fetch(service.url + "/seen")).json()) as { seen: string[] }).seen;
 }
 
-describe.skipIf(missing !== null)("against the Python service", () => {
+/** Whether the Python middleware answers the offer (ToolRefMiddleware speaks edits from issue 38). */
+async function speaksEdits(service: Service): Promise<boolean> {
+  const answer = await fetch(service.url + "/api/chat", {
+    method: "POST",
+    headers: { "content-type": "application/json", "Toolref-Edits": "2" },
+    body: JSON.stringify({ id: "probe", messages: [user(0)], trigger: "submit-message" }),
+  });
+  await answer.text();
+  return answer.headers.get("Toolref-Edits") === "2";
+}
+
+describe.skipIf(missing !== null)("against the Python service (a backend behind ToolRefMiddleware)", () => {
   let reg: Awaited<ReturnType<typeof registry>>;
   let chat: Service;
   let plain: Service;
+  let edits = false;
 
   beforeAll(async () => {
     reg = await registry();
     [chat, plain] = await Promise.all([backend(reg.service.url), backend(reg.service.url, true)]);
+    edits = await speaksEdits(chat);
+    if (!edits) console.warn("ToolRefMiddleware does not answer Toolref-Edits here: its requests are checked as sent as they are");
   });
 
   afterAll(async () => {
@@ -65,7 +84,8 @@ describe.skipIf(missing !== null)("against the Python service", () => {
     await reg?.cleanup();
   });
 
-  it("a 12-turn useChat conversation: the app gets exactly the client's messages, the wire carries only the new ones", async () => {
+  it("a 12-turn useChat conversation: the app gets exactly the client's messages, edits from the second turn", async () => {
+    const before = (await seen(chat)).length;
     const exchanges: ExchangeInfo[] = [];
     const send = toolrefFetch({ onExchange: (info) => exchanges.push(info) });
     const messages: Message[] = [];
@@ -77,42 +97,16 @@ describe.skipIf(missing !== null)("against the Python service", () => {
       messages.push(reply);
     }
     if (process.env["TOOLREF_JS_VERBOSE"]) console.log(exchanges);
-    expect(await seen(chat)).toEqual(sent); // byte for byte: key order, number forms (1.0 -> 1), unicode
-    expect(exchanges).toHaveLength(12);
+    expect((await seen(chat)).slice(before)).toEqual(sent); // byte for byte: key order, number forms (1.0 -> 1), unicode
     expect(exchanges.every((info) => !info.resent)).toBe(true);
-    expect(exchanges.every((info) => info.historyRef !== null)).toBe(true);
-    // From the second turn on, only the messages after the confirmed history travel.
-    expect(exchanges.slice(1).every((info) => info.continued !== null)).toBe(true);
+    if (!edits) return void expect(exchanges.every((info) => !info.edit && info.wireBytes === info.rawBytes)).toBe(true);
+    expect(exchanges.map((info) => info.edit)).toEqual([false, ...Array<boolean>(11).fill(true)]);
+    expect(exchanges.slice(2).every((info, index) => info.continued === exchanges[index + 1]!.historyRef)).toBe(true);
     const last = exchanges.at(-1)!;
     expect(last.rawBytes / last.wireBytes).toBeGreaterThan(20);
-    const raw = exchanges.reduce((sum, info) => sum + info.rawBytes, 0);
-    const wire = exchanges.reduce((sum, info) => sum + info.wireBytes, 0);
-    expect(raw / wire).toBeGreaterThan(5);
   });
 
-  it("regenerate and edit: a conversation cut back or changed continues the longest history still valid", async () => {
-    const exchanges: ExchangeInfo[] = [];
-    const send = toolrefFetch({ onExchange: (info) => exchanges.push(info) });
-    const messages: Message[] = [];
-    for (let index = 0; index < 4; index++) {
-      messages.push(user(index));
-      messages.push((await turn(send, chat.url, messages)).reply);
-    }
-    const before = (await seen(chat)).length;
-    // Regenerate: the last answer dropped, the same question sent again (nothing new at all).
-    messages.pop();
-    await turn(send, chat.url, messages);
-    // Edit the second question: only the history of the first question still fits.
-    const edited = [...messages.slice(0, 2), { ...user(1), parts: [{ type: "text", text: "read module 9 instead" }] }];
-    await turn(send, chat.url, edited);
-    expect((await seen(chat)).slice(before)).toEqual([JSON.stringify(messages), JSON.stringify(edited)]);
-    const [regenerate, edit] = exchanges.slice(-2);
-    expect(regenerate!.continued).toBe(exchanges[3]!.historyRef);
-    expect(edit!.continued).toBe(exchanges[0]!.historyRef); // the history of [u0]: the only one still valid
-    expect(exchanges.every((info) => !info.resent && info.historyRef !== null)).toBe(true);
-  });
-
-  it("a backend without toolref gets full payloads and works unchanged", async () => {
+  it("a backend without toolref gets the app's very bytes, and works unchanged", async () => {
     const exchanges: ExchangeInfo[] = [];
     const send = toolrefFetch({ onExchange: (info) => exchanges.push(info) });
     const messages: Message[] = [];
@@ -123,14 +117,10 @@ describe.skipIf(missing !== null)("against the Python service", () => {
       messages.push((await turn(send, plain.url, messages)).reply);
     }
     expect(await seen(plain)).toEqual(sent);
-    for (const info of exchanges) {
-      expect(info.wireBytes).toBe(info.rawBytes); // the very body the app wrote
-      expect(info.historyRef).toBeNull();
-      expect(info.refsSent).toBe(0);
-    }
+    for (const info of exchanges) expect(info).toMatchObject({ edit: false, wireBytes: info.rawBytes, historyRef: null, continued: null });
   });
 
-  it("a registry restart mid-conversation (histories and refs lost) is recovered by resending, unnoticed by the app", async () => {
+  it("a registry restarted empty mid-conversation is recovered by resending, unnoticed by the app", async () => {
     const fresh = await registry(undefined, true);
     const app = await backend(fresh.service.url);
     try {
@@ -154,8 +144,8 @@ describe.skipIf(missing !== null)("against the Python service", () => {
         await restarted?.cleanup();
       }
       expect(await seen(app)).toEqual(sent);
+      if (!edits) return;
       expect(exchanges[3]!.resent).toBe(true);
-      expect(exchanges[3]!.historyRef).not.toBeNull();
       expect(exchanges.slice(4).every((info) => !info.resent && info.continued !== null)).toBe(true);
     } finally {
       await app.stop();
@@ -164,159 +154,214 @@ describe.skipIf(missing !== null)("against the Python service", () => {
   });
 });
 
-/** A JS chat handler as a Next.js route would be: records what it got, streams its answer. */
-function jsChat(): { handle: (request: Request) => Promise<Response>; seen: string[] } {
-  const seen: string[] = [];
-  const handle = async (request: Request): Promise<Response> => {
-    const text = await request.text();
-    seen.push(text);
-    const { messages } = JSON.parse(text) as { messages: Message[] };
-    const turn = messages.filter((message) => message.role === "user").length;
-    const output = Array.from({ length: 60 }, (_, n) => `${turn}:${n} def handler_${n}(request): pass  # é😀`).join("\n");
-    const message: Message = {
-      id: `a${turn}`,
-      role: "assistant",
-      parts: [
-        { type: "tool-read_file", toolCallId: `call_${turn}`, state: "output-available", input: { path: `m${turn}.py` }, output },
-        { type: "text", text: `Read m${turn}.py`, state: "done" },
-      ],
-    };
-    const stream = new ReadableStream<Uint8Array>({
-      start(controller) {
-        const encoder = new TextEncoder();
-        controller.enqueue(encoder.encode('data: {"type":"start"}\n\n'));
-        controller.enqueue(encoder.encode(`data: ${JSON.stringify({ type: "message", message })}\n\n`));
-        controller.enqueue(encoder.encode("data: [DONE]\n\n"));
-        controller.close();
-      },
-    });
-    return new Response(stream, { headers: { "content-type": "text/event-stream" } });
+/** A JS chat handler as a Next.js route would be: records what it got (body and headers),
+ * streams its answer, `gapMs` between its events, noting when it wrote the last. */
+function jsChat(gapMs = 0): { handle: (request: Request) => Promise<Response>; seen: string[]; headers: Headers[]; lastWritten: number } {
+  const state = {
+    seen: [] as string[],
+    headers: [] as Headers[],
+    lastWritten: 0,
+    handle: async (request: Request): Promise<Response> => {
+      const text = await request.text();
+      state.seen.push(text);
+      state.headers.push(request.headers);
+      const { messages } = JSON.parse(text) as { messages: Message[] };
+      const turn = messages.filter((message) => message.role === "user").length;
+      const output = Array.from({ length: 60 }, (_, n) => `${turn}:${n} def handler_${n}(request): pass  # é😀`).join("\n");
+      const message: Message = {
+        id: `a${turn}`,
+        role: "assistant",
+        parts: [
+          { type: "tool-read_file", toolCallId: `call_${turn}`, state: "output-available", input: { path: `m${turn}.py` }, output },
+          { type: "text", text: `Read m${turn}.py`, state: "done" },
+        ],
+      };
+      const encoder = new TextEncoder();
+      const events = ['data: {"type":"start"}\n\n', `data: ${JSON.stringify({ type: "message", message })}\n\n`, "data: [DONE]\n\n"];
+      const stream = new ReadableStream<Uint8Array>({
+        async start(controller) {
+          for (const [index, event] of events.entries()) {
+            if (index > 0 && gapMs > 0) await new Promise((done) => setTimeout(done, gapMs));
+            if (index === events.length - 1) state.lastWritten = performance.now();
+            controller.enqueue(encoder.encode(event));
+          }
+          controller.close();
+        },
+      });
+      return new Response(stream, { headers: { "content-type": "text/event-stream" } });
+    },
   };
-  return { handle, seen };
+  return state;
 }
+
+const PROTOCOL_2 = { "Content-Type": "application/json", "Toolref-Protocol": "2" };
 
 describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python registry", () => {
   let reg: Awaited<ReturnType<typeof registry>>;
 
   beforeAll(async () => {
-    reg = await registry();
+    reg = await registry(undefined, true);
   });
 
   afterAll(async () => {
     await reg?.cleanup();
   });
 
-  it("toolrefFetch -> withToolRef -> handler: the handler gets the client's exact body, the wire only new messages", async () => {
+  /** toolrefFetch to `handle` as a browser would reach it: the page's own headers, the ones
+   * the browser adds (`cookie`, `origin`) beside. */
+  function client(handle: (request: Request) => Promise<Response>, exchanges: ExchangeInfo[]): typeof fetch {
+    return toolrefFetch({
+      fetch: async (input, init) => {
+        const headers = new Headers(init?.headers);
+        headers.set("cookie", "session=s3cr3t");
+        headers.set("origin", "http://backend.test");
+        return handle(new Request(input as string, { ...init, headers }));
+      },
+      onExchange: (info) => exchanges.push(info),
+    });
+  }
+
+  it("toolrefFetch -> withToolRef -> handler: exact bytes and headers, edits from the second request, marked answers", async () => {
     const chat = jsChat();
     const handle = withToolRef(chat.handle, { registry: reg.service.url });
     const exchanges: ExchangeInfo[] = [];
-    const send = toolrefFetch({
-      fetch: async (input, init) => handle(new Request(input as string, init)),
-      onExchange: (info) => exchanges.push(info),
-    });
+    const answers: Response[] = [];
+    const send = client(async (request) => {
+      const answer = await handle(request);
+      answers.push(answer);
+      return answer;
+    }, exchanges);
     const messages: Message[] = [];
     const bodies: string[] = [];
     for (let index = 0; index < 8; index++) {
       messages.push(user(index));
       bodies.push(JSON.stringify({ id: "chat-1", messages, trigger: "submit-message", messageId: undefined }));
-      messages.push((await turn(send, "http://backend.test", messages)).reply);
+      messages.push((await turn(send, "http://backend.test", messages, { authorization: "Bearer app-token", "x-trace": "t1" })).reply);
     }
     // The handler got the very body the app wrote (turn() writes it so), not the wire's.
     expect(chat.seen).toEqual(bodies);
-    expect(exchanges.slice(1).every((info) => info.continued !== null && info.historyRef !== null)).toBe(true);
+    // The app's headers as it wrote them (the credential filled in), the browser's beside,
+    // the body's own length; nothing of toolref's.
+    for (const headers of chat.headers) {
+      expect(Object.fromEntries(headers)).toMatchObject({
+        authorization: "Bearer app-token",
+        "content-type": "application/json",
+        "x-trace": "t1",
+        cookie: "session=s3cr3t",
+        origin: "http://backend.test",
+      });
+      expect([...headers.keys()].filter((name) => name.startsWith("toolref-"))).toEqual([]);
+    }
+    expect(chat.headers.slice(1).map((headers) => headers.get("content-length"))).toEqual(bodies.slice(1).map((body) => String(Buffer.byteLength(body))));
+    expect(exchanges.map((info) => info.edit)).toEqual([false, true, true, true, true, true, true, true]);
+    expect(exchanges.every((info) => !info.resent && info.status === 200)).toBe(true);
+    for (const [index, info] of exchanges.entries()) if (index > 1) expect(info.continued).toBe(exchanges[index - 1]!.historyRef);
+    expect(answers[0]!.headers.get("Toolref-Edits")).toBe("2"); // the offer answered
+    for (const [index, answer] of answers.entries()) {
+      if (index === 0) continue;
+      expect(answer.headers.get("Toolref-History")).toBe(exchanges[index]!.historyRef);
+      expect(answer.headers.get("Toolref-Savings")).toMatch(new RegExp(`^raw=${exchanges[index]!.rawBytes}, wire=${exchanges[index]!.wireBytes}, ratio=[0-9.]+$`));
+    }
     const last = exchanges.at(-1)!;
     expect(last.rawBytes / last.wireBytes).toBeGreaterThan(10);
   });
 
-  it("ai-sdk-v4 (toolInvocations): the registry confirms the heads the client computes", async () => {
-    const seenBodies: string[] = [];
-    const handle = withToolRef(
-      async (request) => (seenBodies.push(await request.text()), new Response("{}", { headers: { "content-type": "application/json" } })),
-      { registry: reg.service.url },
-    );
+  it("the handler's stream reaches the client as the handler writes it", async () => {
+    const chat = jsChat(150);
     const exchanges: ExchangeInfo[] = [];
-    const send = toolrefFetch({ fetch: async (input, init) => handle(new Request(input as string, init)), onExchange: (info) => exchanges.push(info) });
-    const messages: unknown[] = [];
-    const bodies: string[] = [];
-    for (let index = 0; index < 6; index++) {
-      messages.push({ id: `u${index}`, role: "user", content: `list dir ${index}` });
-      bodies.push(JSON.stringify({ messages }));
-      const answer = await send("http://backend.test/api/chat", { method: "POST", body: JSON.stringify({ messages }) });
-      expect(answer.status).toBe(200);
-      messages.push({
-        id: `a${index}`,
-        role: "assistant",
-        content: "",
-        toolInvocations: [
-          { state: "result", toolCallId: `call_${index}`, toolName: "list_dir", args: { path: `d${index}`, depth: 1.5 }, result: "f.py\n".repeat(300) + index },
-          { state: "call", toolCallId: `pending_${index}`, toolName: "list_dir", args: { path: "later" } },
-        ],
-      });
-    }
-    expect(seenBodies).toEqual(bodies);
-    expect(exchanges.every((info) => info.historyRef !== null && !info.resent)).toBe(true);
-    expect(exchanges.slice(1).every((info) => info.continued !== null)).toBe(true);
+    const send = client(withToolRef(chat.handle, { registry: reg.service.url }), exchanges);
+    const messages: Message[] = [user(0)];
+    messages.push((await turn(send, "http://backend.test", messages)).reply, user(1));
+    const response = await send("http://backend.test/api/chat", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ id: "c", messages }) });
+    expect(exchanges.at(-1)!.edit).toBe(true);
+    const reader = response.body!.getReader();
+    const first = (await reader.read(), performance.now());
+    while (!(await reader.read()).done);
+    expect(first).toBeLessThan(chat.lastWritten - 200); // two gaps before the last event was written
   });
 
-  it("keeps a non-JS client's number forms and member order byte for byte", async () => {
+  it("a registry gone, then back empty: the turn without it goes as it is (415), the next is resent whole (409)", async () => {
+    const own = await registry(undefined, true);
+    const port = Number(new URL(own.service.url).port);
+    let back: Awaited<ReturnType<typeof registry>> | null = null;
+    try {
+      const chat = jsChat();
+      const exchanges: ExchangeInfo[] = [];
+      const send = client(withToolRef(chat.handle, { registry: own.service.url, timeoutMs: 2000 }), exchanges);
+      const messages: Message[] = [];
+      const bodies: string[] = [];
+      for (let index = 0; index < 6; index++) {
+        if (index === 3) await own.cleanup(); // gone...
+        if (index === 4) back = await registry(port, true); // ...and back, empty
+        if (index === 4) await new Promise((resolve) => setTimeout(resolve, 1100)); // the client's pause after its 415 is over
+        messages.push(user(index));
+        bodies.push(JSON.stringify({ id: "chat-1", messages, trigger: "submit-message", messageId: undefined }));
+        messages.push((await turn(send, "http://backend.test", messages)).reply);
+      }
+      expect(chat.seen).toEqual(bodies); // one body a turn: every refusal was answered before the handler
+      expect(exchanges.map((info) => [info.attempts, info.edit])).toEqual([
+        [1, false],
+        [1, true],
+        [1, true],
+        [2, false], // 415: the registry cannot be asked; as it is
+        [2, true], // 409 missing-history: its base is gone; every segment inline
+        [1, true],
+      ]);
+      expect(exchanges[4]!.continued).toBeNull();
+      expect(exchanges[5]!.continued).toBe(exchanges[4]!.historyRef);
+    } finally {
+      await back?.cleanup();
+      await own.cleanup();
+    }
+  });
+
+  it("a registry problem is the client's as it is: an edit of a base it does not hold, 409, the handler not called", async () => {
+    const chat = jsChat();
+    const handle = withToolRef(chat.handle, { registry: reg.service.url });
+    const edit = '{"v":2,"b":"tb_aaaaaaaaaaaaaaaaaaaaaaaaaa","o":[[0,3]],"n":0}\n';
+    const answer = await handle(new Request("http://backend.test/api/chat", { method: "POST", headers: { "Content-Type": MEDIA_TYPE }, body: edit }));
+    expect(answer.status).toBe(409);
+    expect(answer.headers.get("content-type")).toContain("application/problem+json");
+    expect(answer.headers.get("Toolref-Edits")).toBe("2");
+    expect(((await answer.json()) as { type: string }).type).toBe("urn:toolref:problem:missing-history");
+    expect(chat.seen).toHaveLength(0);
+  });
+
+  it("protocol 2: a non-JS client's number forms and member order byte for byte, markers hydrated", async () => {
     const chat = jsChat();
     const handle = withToolRef(chat.handle, { registry: reg.service.url });
     const text =
       '{"z":1.0,"messages":[{"id":"u0","role":"user","parts":[{"type":"text","text":"x"}]},' +
       '{"id":"a0","role":"assistant","parts":[{"type":"tool-t","toolCallId":"c1","state":"output-available",' +
       '"output":{"b":-0.0,"a":1e-7},"input":{"n":1.50}}]},{"id":"u1","role":"user","parts":[{"type":"text","text":"y"}]}],"trigger":"submit-message"}';
-    const first = await handle(
-      new Request("http://backend.test/api/chat", {
-        method: "POST",
-        headers: { "Content-Type": "application/json", "Toolref-Protocol": "2" },
-        body: text,
-      }),
-    );
+    const first = await handle(new Request("http://backend.test/api/chat", { method: "POST", headers: PROTOCOL_2, body: text }));
     expect(first.status).toBe(200);
     expect(chat.seen[0]).toBe(text);
     const references = JSON.parse(first.headers.get("Toolref-References") ?? "{}") as Record<string, string>;
     expect(Object.keys(references)).toEqual(["c1"]);
     // The same conversation with that invocation as a ref: the handler gets the same bytes.
     const marked = text.replace('"output":{"b":-0.0,"a":1e-7},"input":{"n":1.50}', `"toolRef":"${references["c1"]}","toolRefOrder":["type","toolCallId","state","output","input"]`);
-    const second = await handle(
-      new Request("http://backend.test/api/chat", {
-        method: "POST",
-        headers: { "Content-Type": "application/json", "Toolref-Protocol": "2" },
-        body: marked,
-      }),
-    );
+    const second = await handle(new Request("http://backend.test/api/chat", { method: "POST", headers: PROTOCOL_2, body: marked }));
     expect(second.status).toBe(200);
     expect(chat.seen[1]).toBe(text);
   });
 
-  it("a call id above U+00FF (call_€) is confirmed in an ASCII header, and sent as a ref on the next turn", async () => {
+  it("protocol 2: a call id above U+00FF (call_€) is confirmed in an ASCII header", async () => {
     // Issue 28: `Toolref-References` was written as JSON.stringify wrote it, and fetch refuses
     // header characters above U+00FF, so every turn of such a conversation threw.
     const chat = jsChat();
     const handle = withToolRef(chat.handle, { registry: reg.service.url });
-    const exchanges: ExchangeInfo[] = [];
-    const send = toolrefFetch({
-      historyRefs: false, // refs confirmed one by one, in the header
-      fetch: async (input, init) => handle(new Request(input as string, init)),
-      onExchange: (info) => exchanges.push(info),
-    });
     const tool = { type: "tool-read_file", toolCallId: "call_€😀", state: "output-available", input: { path: "a.py" }, output: "x = 1\n".repeat(400) };
-    const messages: Message[] = [user(0), { id: "a0", role: "assistant", parts: [tool] }, user(1)];
-    const first = await send("http://backend.test/api/chat", { method: "POST", body: JSON.stringify({ messages }) });
+    const body = JSON.stringify({ messages: [user(0), { id: "a0", role: "assistant", parts: [tool] }, user(1)] });
+    const first = await handle(new Request("http://backend.test/api/chat", { method: "POST", headers: PROTOCOL_2, body }));
     expect(first.status).toBe(200);
     const header = first.headers.get("Toolref-References")!;
     expect(header).toMatch(/^[\x20-\x7e]+$/);
     expect(Object.keys(JSON.parse(header) as object)).toEqual(["call_€😀"]);
-    await first.text();
-    messages.push({ id: "a1", role: "assistant", parts: [{ type: "text", text: "ok" }] }, user(2));
-    const second = await send("http://backend.test/api/chat", { method: "POST", body: JSON.stringify({ messages }) });
-    expect(second.status).toBe(200);
-    await second.text();
-    expect(exchanges.map((info) => info.refsSent)).toEqual([0, 1]);
-    expect(chat.seen[1]).toBe(JSON.stringify({ messages })); // the handler got it in full
+    expect(chat.seen[0]).toBe(body);
   });
 
-  it("a ref the registry does not hold is a 409 the client resends on", async () => {
+  it("protocol 2: a ref the registry does not hold is a 409 the client resends on", async () => {
     const chat = jsChat();
     const handle = withToolRef(chat.handle, { registry: reg.service.url });
     const body = JSON.stringify({
@@ -324,13 +369,7 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
         { id: "a", role: "assistant", parts: [{ type: "tool-t", toolCallId: "c9", state: "output-available", toolRef: "tr_aaaaaaaaaaaaaaaaaaaaaaaaaa" }] },
       ],
     });
-    const answer = await handle(
-      new Request("http://backend.test/api/chat", {
-        method: "POST",
-        headers: { "Content-Type": "application/json", "Toolref-Protocol": "2" },
-        body,
-      }),
-    );
+    const answer = await handle(new Request("http://backend.test/api/chat", { method: "POST", headers: PROTOCOL_2, body }));
     expect(answer.status).toBe(409);
     expect(answer.headers.get("content-type")).toContain("application/problem+json");
     expect(((await answer.json()) as { missingRefs: string[] }).missingRefs).toEqual(["tr_aaaaaaaaaaaaaaaaaaaaaaaaaa"]);

@@ -1,16 +1,17 @@
 // The official Node SDKs (`openai`, `@anthropic-ai/sdk`), unchanged but for their `fetch`
 // option, through toolrefFetch to the REAL Python service's gateway (`toolref-server serve`
-// with TOOLREF_UPSTREAMS, started from .venv), which hydrates and forwards to a scripted
-// provider in this process (test/provider.ts). JS parity with Python's `toolref.Transport`
-// (tests/integration/test_sdk_transport.py): Chat Completions, Responses and Messages,
-// streamed and not; the provider receives exactly the body the SDK built, every request;
-// from the second request on, the wire carries only what the gateway has not confirmed; a
-// registry restarted empty mid-conversation is recovered by a resend the SDK never sees.
+// with TOOLREF_UPSTREAMS, started from .venv), which applies the edits and forwards to a
+// scripted provider in this process (test/provider.ts): Chat Completions, Responses and
+// Messages, streamed and not. The first request goes as the SDK wrote it with the offer
+// (`Toolref-Edits: 2`), every later one as an edit; the provider receives exactly the bytes
+// the SDK built and its credentials, every request; from the second request on, the wire
+// carries a fraction of the body; a registry restarted empty mid-conversation is recovered by
+// a resend the SDK never sees; a streamed answer reaches the SDK while the provider streams.
 import Anthropic from "@anthropic-ai/sdk";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { forgetSharedState, toolrefFetch, type ExchangeInfo } from "../src/index.js";
-import { Provider } from "./provider.js";
+import { Provider, pacing } from "./provider.js";
 import { freePort, missingPython, registry } from "./services.js";
 
 const missing = missingPython();
@@ -137,19 +138,26 @@ describe.skipIf(missing !== null)("the official Node SDKs through the Python gat
         await converse(api, service.service.url, run, stream, 3);
         const received = provider.received.slice(before);
         expect(received.map((item) => item.path)).toEqual(run.sdk.map(() => PATHS[api]));
-        expect(received.map((item) => item.body)).toEqual(run.sdk.map((body) => JSON.parse(body)));
+        expect(received.map((item) => item.raw)).toEqual(run.sdk); // byte for byte
+        for (const item of received) {
+          // The SDK's own headers, restored by the gateway, its credential among them.
+          expect(item.headers["authorization"]).toBe("Bearer k");
+          expect(item.headers["content-type"]).toBe("application/json");
+          expect(item.headers["toolref-edits"]).toBeUndefined(); // the offer stays home
+        }
         expect(run.wire.length).toBe(run.sdk.length); // no resend
         const raw = run.exchanges.map((info) => info.rawBytes);
         const wire = run.exchanges.map((info) => info.wireBytes);
         expect(raw).toEqual(run.sdk.map((body) => Buffer.byteLength(body)));
         expect(wire).toEqual(run.wire); // the SDK's count is what the wire carried
+        expect(run.exchanges.map((info) => info.edit)).toEqual([false, true, true, true, true, true]);
+        expect(wire[0]).toBe(raw[0]); // as it is, with the offer
         for (const [index, info] of run.exchanges.entries()) {
-          if (index === 0) continue;
-          expect(info.continued).not.toBeNull(); // each request continues the one before
-          expect(info.historyRef).not.toBeNull();
+          if (index < 2) continue;
+          expect(info.continued).toBe(run.exchanges[index - 1]!.historyRef); // each an edit of the one before
         }
-        // From the second request on, the wire is a fraction of the body: only the messages
-        // after the confirmed history (the tool's new result, gzipped), never the history.
+        // From the second request on, the wire is a fraction of the body: what changed, each
+        // new segment compressed alone.
         for (const index of [1, 2, 3, 4, 5]) expect(wire[index]! * 3).toBeLessThan(raw[index]!);
         const sum = (list: number[]) => list.reduce((a, b) => a + b, 0);
         expect(sum(wire) * 2).toBeLessThan(sum(raw));
@@ -169,9 +177,33 @@ describe.skipIf(missing !== null)("the official Node SDKs through the Python gat
     });
     const received = provider.received.slice(before);
     expect(received.map((item) => item.body)).toEqual(run.sdk.map((body) => JSON.parse(body)));
+    expect(received.map((item) => item.raw)).toEqual(run.sdk);
     const resent = run.exchanges.map((info) => info.resent);
     expect(resent).toEqual([false, false, false, false, true, false, false, false]);
-    expect(run.exchanges[5]!.continued).not.toBeNull(); // saving again right after
+    expect(run.exchanges[4]!.continued).toBeNull(); // resent with every segment inline
+    expect(run.exchanges[5]!.continued).toBe(run.exchanges[4]!.historyRef); // saving again right after
     expect(run.exchanges[7]!.wireBytes * 3).toBeLessThan(run.exchanges[7]!.rawBytes);
+  });
+
+  it("an edit's streamed answer reaches the SDK as the provider streams it, not once it ended", async () => {
+    forgetSharedState();
+    const run = new Run();
+    await converse("chat", service.service.url, run, true, 1); // the offer answered: edits from now on
+    pacing.gapMs = 150;
+    try {
+      const openai = new OpenAI({ baseURL: `${service.service.url}/llm/fake/v1`, apiKey: "k", maxRetries: 0, fetch: run.fetch });
+      const messages = [{ role: "user" as const, content: "read module 9 and say what it does, line by line" }];
+      const stream = await openai.chat.completions.create({ model: "m", messages, stream: true });
+      let first = 0;
+      for await (const chunk of stream) {
+        void chunk;
+        if (first === 0) first = performance.now();
+      }
+      expect(run.exchanges.at(-1)!.edit).toBe(true);
+      expect(first).toBeGreaterThan(0);
+      expect(first).toBeLessThan(pacing.lastWritten - 200); // the first chunk came two gaps before the last was written
+    } finally {
+      pacing.gapMs = 0;
+    }
   });
 });

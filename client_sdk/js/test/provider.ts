@@ -8,6 +8,9 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 export interface Received {
   readonly path: string;
   readonly body: Record<string, unknown>;
+  /** The body's exact text, and the request's headers, as the gateway forwarded them. */
+  readonly raw: string;
+  readonly headers: Record<string, string | string[] | undefined>;
 }
 
 type Message = Record<string, unknown>;
@@ -20,11 +23,24 @@ function lastIsQuestion(path: string, body: Record<string, unknown>): boolean {
   return last["role"] === "user";
 }
 
+/** Milliseconds between two events of a stream (0: all at once), and when the last was written. */
+export const pacing = { gapMs: 0, lastWritten: 0 };
+
 function sse(response: ServerResponse, events: [string | null, unknown][], done = false): void {
   response.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
-  for (const [name, data] of events) response.write((name ? `event: ${name}\n` : "") + `data: ${JSON.stringify(data)}\n\n`);
-  if (done) response.write("data: [DONE]\n\n");
-  response.end();
+  const lines = events.map(([name, data]) => (name ? `event: ${name}\n` : "") + `data: ${JSON.stringify(data)}\n\n`);
+  if (done) lines.push("data: [DONE]\n\n");
+  const write = (index: number): void => {
+    if (index === lines.length - 1) {
+      pacing.lastWritten = performance.now();
+      response.end(lines[index]!);
+      return;
+    }
+    response.write(lines[index]!);
+    if (pacing.gapMs > 0) setTimeout(() => write(index + 1), pacing.gapMs);
+    else write(index + 1);
+  };
+  write(0);
 }
 
 function json(response: ServerResponse, value: unknown): void {
@@ -130,8 +146,9 @@ export class Provider {
     const chunks: Buffer[] = [];
     for await (const chunk of request) chunks.push(chunk as Buffer);
     const path = new URL(request.url ?? "/", "http://x").pathname;
-    const body = JSON.parse(Buffer.concat(chunks).toString("utf8")) as Record<string, unknown>;
-    this.received.push({ path, body });
+    const raw = Buffer.concat(chunks).toString("utf8");
+    const body = JSON.parse(raw) as Record<string, unknown>;
+    this.received.push({ path, body, raw, headers: request.headers });
     const call = lastIsQuestion(path, body);
     const turn = this.received.length;
     if (path.endsWith("/chat/completions")) chat(response, body, call, turn);

@@ -1,25 +1,25 @@
-// Unit tests: canonical JSON edge cases, markers, the manager's resends and negotiation, and
-// toolrefFetch's pass-through rules, against a scripted server (no network).
+// Unit tests: canonical JSON edge cases, markers, the edits core's own rules, and withToolRef
+// without a registry (no network).
 import { describe, expect, it } from "vitest";
 import {
   CanonicalizationError,
-  ToolReferenceManager,
-  UsageError,
+  Editor,
+  MEDIA_TYPE,
   base32,
   canonicalJson,
+  cutBody,
+  fromBase32,
   fromMarker,
-  gunzip,
-  historyRef,
-  isHistoryRef,
+  headerSegment,
   isRef,
-  longestConfirmed,
   memberSpans,
+  parseRequest,
   refOf,
+  savingsValue,
   toMarker,
-  toolrefFetch,
+  varint,
   withToolRef,
   gzip,
-  type ExchangeInfo,
 } from "../src/index.js";
 
 describe("canonical JSON", () => {
@@ -47,6 +47,7 @@ describe("canonical JSON", () => {
     const encoder = new TextEncoder();
     expect(base32(encoder.encode("foobar"))).toBe("mzxw6ytboi");
     expect(base32(encoder.encode("f"))).toBe("my");
+    expect(new TextDecoder().decode(fromBase32("mzxw6ytboi"))).toBe("foobar");
   });
 });
 
@@ -56,7 +57,6 @@ describe("refs and markers", () => {
     expect(isRef(ref)).toBe(true);
     expect(ref).toHaveLength(29);
     expect(isRef(ref.replace("tr_", "th_"))).toBe(false);
-    expect(isHistoryRef(ref.replace("tr_", "th_"))).toBe(true);
   });
 
   it("a marker keeps member order, listing it when the default would not restore it", () => {
@@ -66,13 +66,6 @@ describe("refs and markers", () => {
     expect(JSON.stringify(fromMarker(marker, { input: 1, output: 2 }))).toBe(JSON.stringify(part));
     const plain = toMarker({ a: 1, input: 1, output: 2, z: 3 }, ["input", "output"], "tr_x");
     expect(Object.keys(plain)).toEqual(["a", "toolRef", "z"]);
-  });
-
-  it("longestConfirmed picks the longest history still a prefix", () => {
-    const chain = [1, 2, 3].map((n) => new Uint8Array(32).fill(n));
-    const refs = chain.map(historyRef);
-    expect(longestConfirmed(chain, [[refs[0]!, 1], [refs[1]!, 2], ["th_other", 3]])).toBe(1);
-    expect(longestConfirmed(chain.slice(0, 1), [[refs[1]!, 2]])).toBe(-1);
   });
 
   it("memberSpans finds top-level members as written", () => {
@@ -86,220 +79,60 @@ describe("refs and markers", () => {
   });
 });
 
-// --- a scripted server --------------------------------------------------------------------
-
-type Reply = (request: { headers: Headers; text: string; body: Record<string, unknown> }) => Response;
-
-function server(reply: Reply): { fetch: typeof fetch; requests: { headers: Headers; text: string; body: Record<string, unknown> }[] } {
-  const requests: { headers: Headers; text: string; body: Record<string, unknown> }[] = [];
-  const send = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
-    const request = new Request(input, init);
-    const headers = request.headers;
-    let bytes = new Uint8Array(await request.arrayBuffer());
-    if (headers.get("content-encoding") === "gzip") bytes = new Uint8Array(await gunzip(bytes));
-    const text = new TextDecoder().decode(bytes);
-    const body = JSON.parse(text) as Record<string, unknown>;
-    requests.push({ headers, text, body });
-    return reply({ headers, text, body });
-  };
-  return { fetch: send as typeof fetch, requests };
-}
-
-function conversation(turns: number): unknown[] {
-  const messages: unknown[] = [];
-  for (let turn = 0; turn < turns; turn++) {
-    messages.push({ id: `u${turn}`, role: "user", parts: [{ type: "text", text: `q${turn}` }] });
-    messages.push({
-      id: `a${turn}`,
-      role: "assistant",
-      parts: [{ type: "tool-read", toolCallId: `c${turn}`, state: "output-available", input: { n: turn }, output: "x".repeat(2000) + turn }],
-    });
-  }
-  return messages;
-}
-
-const problem = (status: number, slug: string, extra: Record<string, unknown>) =>
-  new Response(JSON.stringify({ type: `urn:toolref:problem:${slug}`, status, ...extra }), {
-    status,
-    headers: { "content-type": "application/problem+json", "Toolref-Protocol": "2" },
+describe("the edits core", () => {
+  it("cuts any nesting depth without recursion (Python gives up near 1,000 levels)", () => {
+    const deep = '{"messages":[' + "[".repeat(100_000) + "]".repeat(100_000) + "]}";
+    const cut = cutBody(new TextEncoder().encode(deep), "messages");
+    expect(cut?.segments.length).toBe(3);
+    expect(cutBody(new TextEncoder().encode('{"messages":[' + "[".repeat(10) + "]}"), "messages")).toBeNull();
   });
 
-function post(send: typeof fetch, messages: unknown[]): Promise<Response> {
-  return send("http://app.test/api/chat", {
-    method: "POST",
-    headers: { "content-type": "application/json", "x-app": "1" },
-    body: JSON.stringify({ id: "c", messages }),
-  });
-}
-
-describe("toolrefFetch against a scripted server", () => {
-  it("passes through what it does not rewrite", async () => {
-    const seen: RequestInit[] = [];
-    const send = toolrefFetch({ fetch: (async (_input: RequestInfo | URL, init?: RequestInit) => (seen.push(init ?? {}), new Response("ok"))) as typeof fetch });
-    await send("http://x/get");
-    await send("http://x/post", { method: "POST", body: "not json" });
-    await send("http://x/post", { method: "POST", body: JSON.stringify({ prompt: "no messages" }) });
-    expect(seen.map((init) => init.body)).toEqual([undefined, "not json", '{"prompt":"no messages"}']);
+  it("segment 0: hop headers out, credentials name-only and apart", () => {
+    const { segment, secrets } = headerSegment([
+      ["Content-Type", "application/json"],
+      ["Host", "x"],
+      ["X-Api-Key", "k"],
+      ["Accept", ""],
+    ]);
+    expect(new TextDecoder().decode(segment)).toBe("Content-Type: application/json\r\nX-Api-Key:\r\nAccept: \r\n");
+    expect(secrets).toEqual([["X-Api-Key", "k"]]);
   });
 
-  it("a protocol-1 server gets the body as written, with no refs ever", async () => {
-    const fake = server(() => new Response("ok"));
-    const exchanges: ExchangeInfo[] = [];
-    const send = toolrefFetch({ fetch: fake.fetch, onExchange: (info) => exchanges.push(info) });
-    for (let turns = 1; turns <= 3; turns++) await post(send, conversation(turns));
-    expect(fake.requests.map((request) => request.text)).toEqual([1, 2, 3].map((n) => JSON.stringify({ id: "c", messages: conversation(n) })));
-    expect(fake.requests[0]!.headers.get("Toolref-Protocol")).toBe("2");
-    expect(fake.requests[0]!.headers.get("x-app")).toBe("1");
-    expect(exchanges.every((info) => info.refsSent === 0 && info.historyRef === null && info.wireBytes === info.rawBytes)).toBe(true);
+  it("varints and the Toolref-Savings value are Python's", () => {
+    expect([...varint(300)]).toEqual([0xac, 0x02]);
+    expect([...varint(0)]).toEqual([0]);
+    expect(savingsValue(5, 4)).toBe("raw=5, wire=4, ratio=1.2"); // 1.25 to even, as Python formats it
+    expect(savingsValue(7, 4)).toBe("raw=7, wire=4, ratio=1.8");
+    expect(savingsValue(100, 3)).toBe("raw=100, wire=3, ratio=33.3");
+    expect(savingsValue(0, 0)).toBe("raw=0, wire=0, ratio=1.0");
   });
 
-  it("sends confirmed refs as markers, and resends in full on 409 missing-refs", async () => {
-    let forgetful = false;
-    const fake = server(({ body }) => {
-      const text = JSON.stringify(body);
-      if (forgetful && text.includes('"toolRef"')) {
-        return problem(409, "missing-refs", { missingRefs: [...text.matchAll(/"toolRef":"(tr_[a-z2-7]+)"/g)].map((m) => m[1]) });
-      }
-      const messages = body["messages"] as unknown[];
-      const refs: Record<string, string> = {};
-      for (const [index, message] of messages.entries()) {
-        const part = (message as { parts: Record<string, unknown>[] }).parts[0]!;
-        if (part["output"] !== undefined) refs[`c${index}`] = refOf({ name: "read", args: part["input"], result: part["output"] });
-      }
-      return new Response("data: x\n\n", {
-        headers: { "content-type": "text/event-stream", "Toolref-Protocol": "2", "Toolref-References": JSON.stringify(refs) },
-      });
-    });
-    const exchanges: ExchangeInfo[] = [];
-    const send = toolrefFetch({ fetch: fake.fetch, historyRefs: false, onExchange: (info) => exchanges.push(info) });
-    await post(send, conversation(1));
-    await post(send, conversation(2));
-    expect(exchanges[1]!.refsSent).toBe(1);
-    expect(fake.requests[1]!.text).toContain('"toolRef":"tr_');
-    expect(fake.requests[1]!.text).not.toContain("x".repeat(2000) + "0");
-    forgetful = true;
-    const answer = await post(send, conversation(3));
-    expect(await answer.text()).toBe("data: x\n\n"); // the app gets the answer to the resend
-    expect(exchanges[2]!.resent).toBe(true);
-    expect(exchanges[2]!.attempts).toBe(2);
-    expect(fake.requests.at(-1)!.text).not.toContain("toolRef");
-  });
-
-  it("history refs: continues the confirmed history, falls back on edits and on 409 missing-history", async () => {
-    let lose = false;
-    const fake = server(({ headers, body }) => {
-      if (lose && body["historyRef"] !== undefined) return problem(409, "missing-history", { missingHistory: body["historyRef"] });
-      // Confirm what the client asked to keep: the test trusts the client's own head here;
-      // the integration tests check it against the real registry.
-      return new Response("{}", { headers: { "content-type": "application/json", "Toolref-Protocol": "2", ...confirm(headers, body) } });
-    });
-    let expected: string | null = null;
-    const confirm = (headers: Headers, body: Record<string, unknown>): Record<string, string> => {
-      void headers;
-      void body;
-      return expected === null ? {} : { "Toolref-History": expected };
-    };
-    const manager = new ToolReferenceManager({ compress: false });
-    const exchanges: ExchangeInfo[] = [];
-    const send = toolrefFetch({ fetch: fake.fetch, manager, onExchange: (info) => exchanges.push(info) });
-    // The head the client will compute is learnt by asking the manager for the upload first.
-    const headOf = async (messages: unknown[]) => (await manager.upload({ messages }, () => false, false, false)).head;
-    for (let turns = 1; turns <= 3; turns++) {
-      expected = await headOf(conversation(turns));
-      await post(send, conversation(turns));
+  it("an edit the editor gives up on is the app's answer: at most three resends, the last whole", async () => {
+    const editor = new Editor(64, 64 << 20, null);
+    const body = new TextEncoder().encode(JSON.stringify({ messages: [{ role: "user", content: "hello there ".repeat(20) }] }));
+    let edit = (await editor.prepare([["content-type", "application/json"]], body, "messages"))!;
+    expect(edit.headers[0]).toEqual(["Content-Type", MEDIA_TYPE]);
+    const missing = { type: "urn:toolref:problem:missing-history" };
+    for (const resends of [1, 2, 3]) {
+      edit = (await editor.onMiss(edit, 409, missing))!;
+      expect(edit.resends).toBe(resends);
     }
-    expect(fake.requests[0]!.headers.get("Toolref-History")).toBe("?1");
-    expect(fake.requests[2]!.body["historyRef"]).toBe(exchanges[1]!.historyRef);
-    expect((fake.requests[2]!.body["messages"] as unknown[]).length).toBe(2); // only the new turn
-    expect(exchanges.map((info) => info.historyRef !== null)).toEqual([true, true, true]);
-    // An edit of message 3 falls back to the history of its first 2 messages.
-    const edited = conversation(3);
-    edited[3] = { ...(edited[3] as object), id: "edited" };
-    expected = await headOf(edited);
-    await post(send, edited);
-    expect(fake.requests.at(-1)!.body["historyRef"]).toBe(exchanges[0]!.historyRef);
-    expect((fake.requests.at(-1)!.body["messages"] as unknown[]).length).toBe(4);
-    // The server lost its histories: the whole conversation is resent.
-    lose = true;
-    expected = await headOf(conversation(4));
-    await post(send, conversation(4));
-    expect(exchanges.at(-1)!.resent).toBe(true);
-    expect(fake.requests.at(-1)!.body["historyRef"]).toBeUndefined();
-    expect((fake.requests.at(-1)!.body["messages"] as unknown[]).length).toBe(8);
+    expect(edit.whole).toBe(true);
+    expect(await editor.onMiss(edit, 409, missing)).toBeNull();
+    expect(await editor.onMiss({ ...edit, resends: 0 }, 500, { type: "urn:toolref:problem:unavailable" })).toBeNull();
   });
 
-  it("gzips bodies once the server confirmed a history", async () => {
-    let head: string | null = null;
-    const fake = server(() => new Response("{}", { headers: { "Toolref-Protocol": "2", ...(head ? { "Toolref-History": head } : {}) } }));
-    const manager = new ToolReferenceManager();
-    const send = toolrefFetch({ fetch: fake.fetch, manager });
-    head = (await manager.upload({ messages: conversation(2) }, () => false, false, false)).head;
-    await post(send, conversation(2));
-    expect(fake.requests[0]!.headers.get("content-encoding")).toBeNull();
-    head = null;
-    await post(send, conversation(3));
-    expect(fake.requests[1]!.headers.get("content-encoding")).toBe("gzip");
-  });
-
-  it("a 400 dictionary-mismatch is answered by one resend without compression", async () => {
-    const fake = server(({ headers }) =>
-      headers.get("content-encoding") ? problem(400, "dictionary-mismatch", {}) : new Response("ok", { headers: { "Toolref-Protocol": "2" } }),
-    );
-    const exchanges: ExchangeInfo[] = [];
-    const send = toolrefFetch({ fetch: fake.fetch, compress: true, onExchange: (info) => exchanges.push(info) });
-    const answer = await post(send, conversation(2));
-    expect(await answer.text()).toBe("ok");
-    expect(fake.requests.map((request) => request.headers.get("content-encoding"))).toEqual(["gzip", null]);
-    expect(exchanges[0]!.resent).toBe(true);
-  });
-
-  it("hands back the very Response the server sent (a stream stays a stream)", async () => {
-    const sent: Response[] = [];
-    const stream = () => new ReadableStream<Uint8Array>({ pull: (controller) => controller.enqueue(new Uint8Array(1)) }); // endless
-    const fake = server(() => {
-      const response = new Response(stream(), { headers: { "content-type": "text/event-stream", "Toolref-Protocol": "2" } });
-      sent.push(response);
-      return response;
+  it("the registry's answer to an edit: segment 0, an empty line, the body", () => {
+    const data = new TextEncoder().encode("content-type: application/json\r\nauthorization:\r\n\r\n{\"a\":1}\r\n");
+    expect(parseRequest(data)).toEqual({
+      lines: [
+        ["content-type", "application/json"],
+        ["authorization", null],
+      ],
+      body: new TextEncoder().encode('{"a":1}\r\n'),
     });
-    const answer = await post(toolrefFetch({ fetch: fake.fetch }), conversation(1));
-    expect(answer).toBe(sent[0]);
-    expect(answer.bodyUsed).toBe(false);
-    await answer.body!.cancel();
-  });
-});
-
-describe("manager options", () => {
-  it("misuse fails loudly with the fix", () => {
-    expect(() => toolrefFetch({ onExchange: "log" as unknown as () => void })).toThrow(/takes a function/);
-    expect(() => new ToolReferenceManager({ format: "gemini" as "ai-sdk-v5" })).toThrow(/use one of "openai-chat", "anthropic", "openai-responses", "ai-sdk-v5", "ai-sdk-v4"/);
-    expect(() => new ToolReferenceManager({ maxRefs: 0 })).toThrow(UsageError);
-    expect(() => new ToolReferenceManager({ messagesKey: "" })).toThrow(/messagesKey/);
-  });
-
-  it("memory stays within its bounds", async () => {
-    const manager = new ToolReferenceManager({ maxConversations: 3, maxConversationBytes: 1 << 20, maxRefs: 5 });
-    for (let chat = 0; chat < 10; chat++) {
-      const messages = conversation(3).map((message, index) => (index === 0 ? { ...(message as object), id: `chat${chat}` } : message));
-      await manager.upload({ messages }, () => false, true, false);
-    }
-    expect(manager.memory().conversations).toBe(3);
-    manager.confirm(Array.from({ length: 20 }, (_, n) => refOf({ name: "t", args: n, result: n })));
-    expect(manager.memory().refs).toBe(5);
-    const small = new ToolReferenceManager({ maxConversationBytes: 10_000 });
-    await small.upload({ messages: conversation(5) }, () => false, true, false);
-    expect(small.memory().conversationBytes).toBeLessThanOrEqual(10_000);
-  });
-
-  it("a turn prepared from its transcript equals one prepared from scratch", async () => {
-    const kept = new ToolReferenceManager();
-    const fresh = () => new ToolReferenceManager({ maxConversations: 0 });
-    const all = () => true;
-    for (const messages of [conversation(2), conversation(4), conversation(3), [...conversation(3), { id: "x", role: "user", parts: [] }]]) {
-      const a = await kept.upload({ messages }, all, true, false);
-      const b = await fresh().upload({ messages }, all, true, false);
-      expect(new TextDecoder().decode(a.body)).toBe(new TextDecoder().decode(b.body));
-      expect(a.head).toBe(b.head);
-    }
+    expect(parseRequest(new TextEncoder().encode("\r\n{}"))?.lines).toEqual([]);
+    expect(parseRequest(new TextEncoder().encode("no colon\r\n\r\n{}"))).toBeNull();
   });
 });
 
@@ -313,10 +146,72 @@ describe("withToolRef without a registry call", () => {
     expect(() => withToolRef(echo, { registry: "localhost:8750" })).toThrow(/base URL such as "http:\/\/127.0.0.1:8750"/);
   });
 
-  it("protocol-1 requests reach the handler untouched", async () => {
+  it("protocol-1 requests reach the handler untouched; with the offer, the answer says edits are read", async () => {
     const handle = withToolRef(echo, { registry: "http://registry.test", fetch: never });
     const answer = await handle(new Request("http://app.test/", { method: "POST", body: '{"messages":[1.0]}' }));
     expect(await answer.text()).toBe('{"messages":[1.0]}');
+    expect(answer.headers.has("Toolref-Edits")).toBe(false);
+    const seen: Headers[] = [];
+    const app = withToolRef(async (request) => (seen.push(request.headers), new Response(await request.text())), { registry: "http://registry.test", fetch: never });
+    const offered = await app(new Request("http://app.test/", { method: "POST", headers: { "Toolref-Edits": "2", "x-app": "1" }, body: '{"messages":[1.0]}' }));
+    expect(await offered.text()).toBe('{"messages":[1.0]}');
+    expect(offered.headers.get("Toolref-Edits")).toBe("2");
+    expect([...seen[0]!.keys()]).toEqual(["content-type", "x-app"]); // the offer is toolref's, not the app's
+  });
+
+  it("history refs are retired: 400 history-refs-retired naming the upgrade", async () => {
+    const handle = withToolRef(echo, { registry: "http://registry.test", fetch: never });
+    const headers = { "Toolref-Protocol": "2", "Content-Type": "application/json" };
+    for (const [extra, body] of [
+      [{ "Toolref-History": "?1" }, '{"messages":[]}'],
+      [{ "Toolref-Checkpoint": "?1" }, '{"messages":[]}'],
+      [{}, '{"historyRef":"th_aaaaaaaaaaaaaaaaaaaaaaaaaa","messages":[]}'],
+    ] as const) {
+      const answer = await handle(new Request("http://app.test/", { method: "POST", headers: { ...headers, ...extra }, body }));
+      expect(answer.status).toBe(400);
+      const problem = (await answer.json()) as { type: string; detail: string };
+      expect(problem.type).toBe("urn:toolref:problem:history-refs-retired");
+      expect(problem.detail).toMatch(/history refs were retired in toolref 0\.3, which sends each request as an edit; upgrade the client's toolref SDK/);
+    }
+  });
+
+  it("an edit restored by a scripted registry: headers merged, credentials filled, or a 400 when they cannot be", async () => {
+    const restored = (head: string) =>
+      (async () =>
+        new Response(head + '\r\n{"messages":[]}', {
+          headers: { "content-type": "application/vnd.toolref.request", "Toolref-History": "tb_aaaaaaaaaaaaaaaaaaaaaaaaaa" },
+        })) as typeof fetch;
+    const seen: Request[] = [];
+    const app = async (request: Request) => (seen.push(request), new Response("ok"));
+    const edit = (headers: Record<string, string>) =>
+      new Request("http://app.test/", { method: "POST", headers: { "Content-Type": MEDIA_TYPE, ...headers }, body: "edit bytes" });
+    const ok = withToolRef(app, { registry: "http://registry.test", fetch: restored("content-type: application/json\r\nauthorization:\r\nx-app: 1\r\n") });
+    const answer = await ok(edit({ authorization: "Bearer t", cookie: "c=1", "Toolref-Key": "k", "x-app": "2" }));
+    expect(answer.status).toBe(200);
+    expect(Object.fromEntries(seen[0]!.headers)).toEqual({
+      authorization: "Bearer t",
+      "content-length": "15",
+      "content-type": "application/json",
+      cookie: "c=1",
+      "x-app": "1", // segment 0's, not the real one of the same name
+    });
+    expect(await seen[0]!.text()).toBe('{"messages":[]}');
+    expect(answer.headers.get("Toolref-History")).toBe("tb_aaaaaaaaaaaaaaaaaaaaaaaaaa");
+    expect(answer.headers.get("Toolref-Savings")).toBe("raw=15, wire=10, ratio=1.5");
+    const lacking = await ok(edit({}));
+    expect(lacking.status).toBe(400);
+    expect(((await lacking.json()) as { detail: string }).detail).toMatch(/names the credential authorization/);
+    const odd = await withToolRef(app, { registry: "http://registry.test", fetch: restored("bad name: 1\r\n") })(edit({}));
+    expect(odd.status).toBe(400);
+    expect(seen).toHaveLength(1);
+  });
+
+  it("an edit the registry cannot be asked about: 415, on which a client sends the request as it is", async () => {
+    const handle = withToolRef(echo, { registry: "http://registry.test", fetch: never });
+    const answer = await handle(new Request("http://app.test/", { method: "POST", headers: { "Content-Type": MEDIA_TYPE }, body: '{"v":2}\n' }));
+    expect(answer.status).toBe(415);
+    expect(answer.headers.get("Toolref-Edits")).toBeNull();
+    expect(((await answer.json()) as { detail: string }).detail).toMatch(/cannot apply edits now \(the registry is unreachable/);
   });
 
   it("refuses bodies over the limits, before any work", async () => {

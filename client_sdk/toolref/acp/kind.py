@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, Final
 
-from toolref.kinds import DEFAULT_KINDS, Kind, KindTable
+from toolref.kit.kinds import DEFAULT_KINDS, Kind, KindTable
 
 
 class ToolKind(StrEnum):

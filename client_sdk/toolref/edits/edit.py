@@ -104,6 +104,33 @@ def apply(base: Sequence[Entry], ops: Sequence[Op]) -> list[Entry]:
     return entries
 
 
+def apply_segments(
+    base: Sequence[bytes], ops: Sequence[Keep | Named | int], inline: Sequence[bytes]
+) -> list[bytes]:
+    """The segments an edit read by `toolref.edits.wire.read` stands for, its kept ranges
+    taken from `base` (the base recipe's segments, shared, not copied) and its inline
+    segments from `inline` in order; `EditError` for a range outside the base, a piece
+    named (only its sender's receiver holds pieces) or inline segments that do not match.
+    O(ops + entries kept): list slices."""
+    segments: list[bytes] = []
+    given = iter(inline)
+    for op in ops:
+        if isinstance(op, Keep):
+            if not 0 <= op.start < op.end <= len(base):
+                raise EditError(
+                    f"the edit keeps segments {op.start} to {op.end} of a base of {len(base)}"
+                )
+            segments.extend(base[op.start : op.end])
+        elif isinstance(op, Named):
+            raise EditError("the edit names a piece, which only a registry holds")
+        else:
+            data = next(given, None)
+            if data is None or len(data) != op:
+                raise EditError("the edit's inline segments do not match its ops")
+            segments.append(data)
+    return segments
+
+
 def dictionary_order(base_length: int, ops: Sequence[Op]) -> list[int]:
     """The base's entries inline bytes are compressed against: kept ones in base order,
     then removed ones in base order (see the module docstring)."""
@@ -148,15 +175,3 @@ def dictionary(order: Sequence[int], segment: Callable[[int], bytes], size: int)
         parts.append(data[-left:] if len(data) > left else data)
         left -= len(data)
     return b"".join(reversed(parts))
-
-
-def needed(order: Sequence[int], sizes: Callable[[int], int], size: int) -> list[int]:
-    """The base entries `dictionary` reads for `size` bytes (to fetch them first)."""
-    found: list[int] = []
-    left = size
-    for index in reversed(order):
-        if left <= 0:
-            break
-        found.append(index)
-        left -= sizes(index)
-    return found

@@ -43,14 +43,15 @@ LEVEL: Final = 3  # zstd level: segments are small, the frame's own bytes do the
 MIN_COMPRESSED: Final = 24  # a shorter segment travels as it is (a frame costs ~15 bytes)
 
 
-def pack(segments: Sequence[bytes]) -> bytes:
+def pack(segments: Sequence[bytes], *, compress: bool = True) -> bytes:
     """The records of `segments`, each the smaller of its bytes as they are and a zstd
-    frame of its own."""
+    frame of its own (`compress` False: as they are, for a link where CPU costs more than
+    bytes: the registry's answer to a middleware next to it)."""
     out = bytearray()
     alone = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
     for data in segments:
         best = bytes([RAW]) + data
-        if len(data) >= MIN_COMPRESSED:
+        if compress and len(data) >= MIN_COMPRESSED:
             best = min(best, _record(ALONE, alone.compress(data)), key=len)
         out += best
     return bytes(out)

@@ -109,13 +109,6 @@ def recipe_ref_of(digest: bytes) -> str:
     return RECIPE_PREFIX + _base32(digest)
 
 
-def size_of(entries: Sequence[Entry], piece_sizes: dict[bytes, int]) -> int:
-    """Bytes of the request the entries stand for, from the sizes of their pieces."""
-    return sum(
-        piece_sizes[entry[1:]] if entry[:1] == PIECE else len(entry) - 1 for entry in entries
-    )
-
-
 def _base32(data: bytes) -> str:
     return digest_key(data)
 

@@ -1,6 +1,10 @@
 """A request as a recipe: its segments (headers first), their entries and its ref; and the
 request a recipe stands for, its headers and body restored byte for byte.
 
+The registry hands a restored request to a receiver that fills the credentials itself
+(`POST /v1/edits:apply`) as `REQUEST_MEDIA_TYPE`: segment 0 (its header lines, a
+credential's name-only), an empty line, the body (`joined`, `split`).
+
 Linear in the request: one cut, one SHA-256 per piece, one join.
 """
 
@@ -8,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from toolref.edits.recipe import Entry, entry_of, recipe_ref
 from toolref.edits.segments import cut_messages, header_lines, header_segment, restore_headers
@@ -71,3 +76,22 @@ def restore(
     if headers is None:
         return None
     return Restored(headers, b"".join(segments[1:]))
+
+
+REQUEST_MEDIA_TYPE: Final = "application/vnd.toolref.request"
+
+
+def joined(head: bytes, body: bytes) -> bytes:
+    """A restored request as the registry answers it: segment 0, an empty line, the body."""
+    return head + b"\r\n" + body
+
+
+def split(content: bytes) -> tuple[bytes, bytes] | None:
+    """(segment 0, body) of `joined`'s bytes; None when they hold no empty line. Segment 0's
+    lines each end with CRLF and none is empty, so its end is the first empty line."""
+    if content.startswith(b"\r\n"):
+        return b"", content[2:]
+    end = content.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    return content[: end + 2], content[end + 4 :]

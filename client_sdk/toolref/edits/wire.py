@@ -72,13 +72,13 @@ class Header:
         return [op for op in self.ops if type(op) is int]
 
 
-def encode_isolated(base: str | None, ops: Sequence[Op]) -> bytes:
+def encode_isolated(base: str | None, ops: Sequence[Op], *, compress: bool = True) -> bytes:
     """A version-2 edit's bytes: each inline segment as it is or compressed alone,
-    whichever is smaller (`isolated.pack`)."""
+    whichever is smaller (`isolated.pack`; `compress` False: as it is)."""
     listed, blobs = _listed(ops)
     header = {"v": 2, "b": base, "o": listed, "n": sum(map(len, blobs))}
     line = json.dumps(header, separators=(",", ":")).encode("ascii")
-    return line + b"\n" + isolated.pack(blobs)
+    return line + b"\n" + isolated.pack(blobs, compress=compress)
 
 
 def _listed(ops: Sequence[Op]) -> tuple[list[Any], list[bytes]]:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from toolref import spans
+from toolref.kit import spans
 
 Path = tuple[int | str, ...]
 

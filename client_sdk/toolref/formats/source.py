@@ -15,11 +15,11 @@ import re
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-from toolref import spans
 from toolref.formats.conversation import Pair, Scan
 from toolref.formats.site import MARKER, ORDER, Site, from_marker_text, to_marker_text
+from toolref.kit import spans
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,11 +172,6 @@ def _edited(
             text = spans.splice(text, edits)
         out[index] = text
     return out
-
-
-def texts_of(messages: Sequence[Any], dump: Callable[[Any], str]) -> list[str]:
-    """Texts for messages that arrived as values (msgpack): each written once by `dump`."""
-    return [dump(message) for message in messages]
 
 
 def with_results(texts: Sequence[str], results: Sequence[tuple[Site, str]]) -> list[str]:

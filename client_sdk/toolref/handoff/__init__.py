@@ -25,7 +25,7 @@ from toolref.handoff.commands import has_side_effects
 from toolref.handoff.dedup import deduplicate
 from toolref.handoff.dialogue import digest
 from toolref.handoff.render import CLOSE, OPEN, render
-from toolref.kinds import DEFAULT_KINDS, KindTable
+from toolref.kit.kinds import DEFAULT_KINDS, KindTable
 from toolref.wire.models import FormatName
 
 MAX_TOOL_CONTEXT_CHARS: Final = 40_000

@@ -8,8 +8,8 @@ from typing import Any
 
 from toolref import formats
 from toolref.formats import Format, Pair
-from toolref.kinds import DEFAULT_KINDS, Kind, KindTable
-from toolref.payload import arguments, command_of, path_of, text_of
+from toolref.kit.kinds import DEFAULT_KINDS, Kind, KindTable
+from toolref.kit.payload import arguments, command_of, path_of, text_of
 
 LineRange = tuple[int, int | None]  # first line, last line (None: to the end); 1-based
 

@@ -21,7 +21,7 @@ from typing import Final
 
 from toolref.handoff.blocks import LineRange, ToolBlock
 from toolref.handoff.commands import has_side_effects
-from toolref.kinds import Kind
+from toolref.kit.kinds import Kind
 
 CLASSIFIED_CHARS: Final = 1 << 21  # shell text classified per handoff, at most
 

@@ -18,8 +18,8 @@ from typing import Any, Final
 from toolref.handoff.blocks import ToolBlock
 from toolref.handoff.commands import touches_files
 from toolref.handoff.dedup import Kept
-from toolref.kinds import Kind
-from toolref.payload import arguments, exit_status
+from toolref.kit.kinds import Kind
+from toolref.kit.payload import arguments, exit_status
 
 OPEN: Final = "[CONTEXT FROM PREVIOUS SESSION]"
 CLOSE: Final = "[/CONTEXT FROM PREVIOUS SESSION]"

@@ -25,8 +25,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolref import spans
 from toolref.handoff import build, prepend
+from toolref.kit import spans
 from toolref.wire.errors import ValidationError
 from toolref.wire.models import FormatName
 

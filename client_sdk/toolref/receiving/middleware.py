@@ -1,26 +1,30 @@
-"""`ToolRefMiddleware`: refs for Python chat backends (Starlette, FastAPI, any ASGI app).
+"""`ToolRefMiddleware`: edits and refs for Python chat backends (Starlette, FastAPI, any
+ASGI app).
 
-For a client speaking protocol 2 (`Toolref-Protocol: 2`), the middleware hydrates the
-request body through the registry before the app sees it (see `toolref.receiving.hydrator`): the app
-receives exactly the body the client would have sent without toolref, every message as the
-client wrote it. The answer tells the client what it lacks: the history ref confirmed (in
-`Toolref-History`), or the refs of payloads it sent in full (`toolReferences` added to a
-JSON answer, or a `Toolref-References` header on anything else, event streams included).
-An unknown ref is answered with 409 and `missingRefs`, and the client's SDK resends those
-payloads in full; an unknown history with 409 `missing-history`, and the SDK resends all.
+A client that sends edits (`Content-Type: application/vnd.toolref.edit`: the SDK's manager
+and `toolref.Transport`, `toolrefFetch`) gets its request restored through the registry
+(`toolref.receiving.restoring`): the app receives exactly the request the client's own SDK
+made, body byte for byte. The requests it restored are held (`toolref.receiving.held`, up to
+`held_bytes`), so the registry answers the next edit of a conversation with what changed. A
+client offering edits (`Toolref-Edits`) is told they are read
+here. A client speaking protocol 2 (`Toolref-Protocol: 2`, `toolRef` markers) gets its body
+hydrated before the app sees it (`toolref.receiving.hydrator`), every message as the client
+wrote it; the answer lists the refs of payloads it sent in full (`toolReferences` added to a
+JSON answer, or a `Toolref-References` header on anything else, event streams included). An
+unknown ref is answered with 409 and `missingRefs`, and the client resends those payloads
+in full. The history-ref protocol of 0.2 is refused (400 `history-refs-retired`).
 
 Streaming stays streaming: after the body, the app's `receive` is the real one (it waits for
 the client to disconnect), and an answer is held back only to add `toolReferences` to a
 JSON body that arrives in one piece.
 
-A protocol-1 request passes through untouched, and its answer is byte for byte what the app
+Any other request passes through untouched, and its answer is byte for byte what the app
 alone would give. When the registry is down (or refuses the middleware's key), requests
 without markers pass through and are answered as protocol 1 (so clients send full payloads);
-requests with markers get 409 with every ref missing, and requests continuing a history a
-409 `missing-history`, which the SDK answers by resending in full. Chatting never stops.
-Each such fallback is counted in `toolref_middleware_fallbacks_total{reason}`; a registry
-that is unreachable or refuses the key is logged once, at start-up (or on the first request
-when the server runs no lifespan).
+requests with markers get 409 with every ref missing; edits get 415 (the client sends the
+request as it is). Chatting never stops. Each such fallback is counted in
+`toolref_middleware_fallbacks_total{reason}`; a registry that is unreachable or refuses the
+key is logged once, at start-up (or on the first request when the server runs no lifespan).
 """
 
 from __future__ import annotations
@@ -28,47 +32,44 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Container, MutableMapping, Sequence
-from typing import Any, Final
+from collections.abc import Container, Sequence
+from typing import Final
 
-from toolref.receiving.asgi_io import (
+from toolref.asgi.budget import SCOPE_KEY, Account, Budget, shared
+from toolref.asgi.scope import (
+    ASGIApp,
     Disconnected,
+    Message,
+    Receive,
+    Scope,
+    Send,
     header_values,
     headers_of,
     read_body,
     replay,
     with_body,
 )
-from toolref.receiving.budget import SCOPE_KEY, Account, Budget, shared
-from toolref.receiving.checks import check_middleware_options
-from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough
+from toolref.receiving.held import HeldRequests
+from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
+from toolref.receiving.middleware_options import check_middleware_options
+from toolref.receiving.restoring import (
+    is_edit,
+    offers_edits,
+    restore_edit,
+    told_edits,
+)
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Registry
 from toolref.wire.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
 from toolref.wire.errors import InvalidProtocolError, ToolrefError
-from toolref.wire.headers import (
-    CHECKPOINT_HEADER,
-    DICTIONARY_HEADER,
-    HISTORY_HEADER,
-    PROTOCOL_HEADER,
-    REFERENCES_HEADER,
-)
+from toolref.wire.headers import PROTOCOL_HEADER, REFERENCES_HEADER
 from toolref.wire.models import FormatName
 from toolref.wire.protocol import PROTOCOL_REFS, negotiate
 
 log = logging.getLogger(__name__)
 
-# The ASGI types, spelled out so the SDK does not depend on Starlette.
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _PROTOCOL: Final = PROTOCOL_HEADER.lower().encode()
-_HISTORY: Final = HISTORY_HEADER.lower().encode()
-_DICTIONARY: Final = DICTIONARY_HEADER.lower().encode()
-_CHECKPOINT: Final = CHECKPOINT_HEADER.lower().encode()
 _REFERENCES: Final = REFERENCES_HEADER.lower().encode()
 _HEADER_LIMIT: Final = 8192  # beyond this, refs are not offered in a header (proxies cut long ones)
 _VERIFY_SECONDS: Final = 5.0
@@ -84,19 +85,14 @@ class ToolRefMiddleware:
     paths: only requests to these paths are handled (all POST/PUT/PATCH when None).
     max_body_bytes: larger protocol-2 bodies, as sent, are refused with 413.
     max_inflated_bytes: the same for a gzip or zstd body once inflated.
-    recent_histories: how many confirmed histories to keep in memory, in full: the next
-        turn of one is answered by asking the registry only for the new messages, and its
-        dictionary rebuilt without a registry call.
-    recent_history_chars: at most this many characters of them in all, with the request
-        bodies kept to compress against (LRU).
     alter_answers: add `toolReferences` to a JSON answer (held whole for it); False: the
         answer's body is never changed or held, and refs travel only in the
         `Toolref-References` header (the gateway, forwarding a provider's answer).
     offload_bytes: see `toolref.receiving.hydrator.Hydrator` (None: every step on the event loop).
     budget: the bytes of request bodies the process may hold at once, inflated, shared by
-        every middleware given it (`toolref.receiving.budget.shared`, 256 MiB, when None); a request
+        every middleware given it (`toolref.asgi.budget.shared`, 256 MiB, when None); a request
         past it is answered 503 `overloaded` with `Retry-After`, before it costs more. The
-        app may close the account in `scope[toolref.receiving.budget.SCOPE_KEY]` once it has sent
+        app may close the account in `scope[toolref.asgi.budget.SCOPE_KEY]` once it has sent
         the body on and holds it no more (the gateway does).
     """
 
@@ -110,11 +106,10 @@ class ToolRefMiddleware:
         paths: Container[str] | None = None,
         max_body_bytes: int = 32 * 2**20,
         max_inflated_bytes: int = 64 * 2**20,
-        recent_histories: int = 32,
-        recent_history_chars: int = 64 * 2**20,
         alter_answers: bool = True,
         offload_bytes: int | None = None,
         budget: Budget | None = None,
+        held_bytes: int = 64 * 2**20,
     ) -> None:
         check_middleware_options(
             registry=registry,
@@ -122,8 +117,7 @@ class ToolRefMiddleware:
             format=format,
             paths=paths,
             max_body_bytes=max_body_bytes,
-            recent_histories=recent_histories,
-            recent_history_chars=recent_history_chars,
+            held_bytes=held_bytes,
         )
         self.app = app
         self.registry = registry
@@ -136,25 +130,43 @@ class ToolRefMiddleware:
                 f"the budget of bodies in flight ({self.budget.limit} bytes) is below what one "
                 f"request may hold (max_body_bytes {max_body_bytes} as sent plus "
                 f"max_inflated_bytes {max_inflated_bytes}), so such a request could never be "
-                "served; pass budget=toolref.receiving.budget.Budget(<a few times that>)"
+                "served; pass budget=toolref.asgi.budget.Budget(<a few times that>)"
             )
         self.hydrator = Hydrator(
             registry,
             messages_keys=messages_keys,
             format=format,
             max_inflated_bytes=max_inflated_bytes,
-            recent_histories=recent_histories,
-            recent_history_chars=recent_history_chars,
             offload_bytes=offload_bytes,
         )
         self.registry_problem: str | None = None  # what the start-up check found wrong
         self._verified: asyncio.Task[None] | None = None
+        self.held = HeldRequests(held_bytes)  # restored requests: the next edits' bases
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await self.app(scope, self._on_startup(receive), send)
             return
         if not self._handles(scope):
+            await self.app(scope, receive, send)
+            return
+        if offers_edits(scope):
+            scope, send = told_edits(scope, send)
+        if is_edit(scope):
+            with self.budget.account() as account:
+                await restore_edit(
+                    self.app,
+                    self.hydrator.registry,
+                    scope,
+                    receive,
+                    send,
+                    account=account,
+                    max_body_bytes=self.max_body_bytes,
+                    problem=_edit_problem,
+                    held=self.held,
+                )
+            return
+        if not speaks_refs(scope):
             await self.app(scope, receive, send)
             return
         await self._verify_once()
@@ -210,7 +222,7 @@ class ToolRefMiddleware:
             return False
         if self.paths is not None and scope["path"] not in self.paths:
             return False
-        return speaks_refs(scope)
+        return is_edit(scope) or offers_edits(scope) or speaks_refs(scope)
 
 
 def speaks_refs(scope: Scope) -> bool:
@@ -262,15 +274,10 @@ async def _outcome(
 ) -> Outcome:
     """The request's body read, inflated and hydrated, charged to `account` as it grows
     (each piece as it arrives, each chunk of inflated output, what the history adds)."""
-    raw = await read_body(receive, limit, "send fewer messages", account)
     headers = headers_of(scope)
-    body = await hydrator.inflate(
-        raw,
-        headers.get("content-encoding"),
-        headers.get(HISTORY_HEADER.lower()),
-        headers.get(DICTIONARY_HEADER.lower()),
-        account,
-    )
+    retired(headers)  # before the body is read
+    raw = await read_body(receive, limit, "send fewer messages", account)
+    body = await hydrator.inflate(raw, headers.get("content-encoding"), account)
     del raw  # a compressed body as sent is not needed once inflated
     return await hydrator.hydrate(body, headers, account)
 
@@ -280,9 +287,6 @@ def _marked(send: Send, protocol: int, outcome: Hydrated | None, *, hold: bool =
     Only a successful JSON answer that arrives in one piece is held (with `hold`), to add
     `toolReferences` to it; anything else gets a `Toolref-References` header."""
     references = outcome.references if outcome is not None else {}
-    confirmed = outcome.history if outcome is not None else None
-    primed = outcome is not None and outcome.primed
-    checkpoint = outcome.checkpoint if outcome is not None else None
     held: Message | None = None
 
     async def wrapped(message: Message) -> None:
@@ -292,15 +296,9 @@ def _marked(send: Send, protocol: int, outcome: Hydrated | None, *, hold: bool =
             headers = [
                 (k, v)
                 for k, v in message.get("headers", [])
-                if k.lower() not in (_PROTOCOL, _HISTORY, _DICTIONARY, _CHECKPOINT, _REFERENCES)
+                if k.lower() not in (_PROTOCOL, _REFERENCES)
             ]
             headers.append((_PROTOCOL, str(protocol).encode()))
-            if confirmed is not None:
-                headers.append((_HISTORY, confirmed.encode()))
-                if primed:  # this body is kept with that history, to compress against
-                    headers.append((_DICTIONARY, b"?1"))
-                if checkpoint is not None:
-                    headers.append((_CHECKPOINT, checkpoint.encode()))
             message = {**message, "headers": headers}
             if hold and references and message.get("status", 200) < 300 and _is_json(headers):
                 held = message
@@ -358,6 +356,10 @@ def _add_references(body: bytes, references: dict[str, str]) -> bytes:
     inner = stripped[:-1].rstrip()
     joiner = b"" if inner.endswith(b"{") else b","
     return inner + joiner + member + b"}"
+
+
+async def _edit_problem(send: Send, error: ToolrefError) -> None:
+    await _problem(send, error, PROTOCOL_REFS)
 
 
 async def _problem(send: Send, error: ToolrefError, protocol: int) -> None:

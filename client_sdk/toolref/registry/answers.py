@@ -1,21 +1,22 @@
 """What the registry answers, as the client hands it over: `Resolved`, `MessagesResult`,
-`HydratedText`, each read through its wire model (`toolref.wire.models`), and `read`, the
-one way a decoded answer becomes its model (anything else is `UnexpectedResponseError`)."""
+`HydratedText`, `AppliedEdit`, each read through its wire model (`toolref.wire.models`), and
+`read`, the one way a decoded answer becomes its model (anything else is
+`UnexpectedResponseError`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pydantic
 
-from toolref import spans
+from toolref.kit import spans
 from toolref.wire.errors import UnexpectedResponseError
 from toolref.wire.models import (
     Invocation,
     MessagesAnswer,
     MessagesResponse,
-    ReturnMessages,
     pointer,
 )
 
@@ -54,7 +55,6 @@ class MessagesResult:
     messages: list[Any]
     tool_references: dict[str, str] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
-    history_ref: str | None = None  # hydrate, when asked to keep the history
 
     @classmethod
     def of(cls, answer: MessagesResponse) -> MessagesResult:
@@ -63,7 +63,6 @@ class MessagesResult:
             messages=answer.messages,
             tool_references=dict(answer.tool_references or {}),
             stats=answer.optimization_stats.model_dump(by_alias=True, exclude_none=True),
-            history_ref=answer.history_ref,
         )
 
 
@@ -77,16 +76,13 @@ class HydratedText:
     messages: tuple[int, int]  # span of the messages array in `text`
     format: str
     tool_references: dict[str, str]
-    history_ref: str | None
-    returned: ReturnMessages = "all"  # "new": only the messages asked about, hydrated
-    checkpoint: tuple[str, int] | None = None  # (ref, length) of the prefix kept too
 
     @property
     def messages_text(self) -> str:
         return self.text[self.messages[0] : self.messages[1]]
 
     @classmethod
-    def of(cls, text: str, returned: ReturnMessages = "all") -> HydratedText:
+    def of(cls, text: str) -> HydratedText:
         """`ValueError` (saying why) for a text that is not a hydrate answer."""
         document = spans.document(text)
         found = document.members.get("messages")
@@ -99,15 +95,30 @@ class HydratedText:
             answer = MessagesAnswer.model_validate(others)
         except pydantic.ValidationError as exc:
             raise ValueError(f"not a hydrate answer ({problems(exc)})") from None
-        kept = None
-        if answer.checkpoint_ref is not None and answer.checkpoint_length is not None:
-            kept = (answer.checkpoint_ref, answer.checkpoint_length)
         return cls(
             text,
             (found.start, found.end),
             answer.format,
             dict(answer.tool_references or {}),
-            answer.history_ref,
-            returned,
-            kept,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedEdit:
+    """An edit the registry applied (`POST /v1/edits:apply`): the request's segment 0 (its
+    header lines, a credential's name-only), its body, the recipe kept (`ref`), and the
+    request's segments, headers first, when they were asked for (else empty)."""
+
+    head: bytes
+    body: bytes
+    ref: str
+    segments: Sequence[bytes] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HeldRequest:
+    """A recipe whose request a caller holds as segments (an earlier `AppliedEdit`'s):
+    what an edit of it is answered against."""
+
+    ref: str
+    segments: Sequence[bytes]

@@ -6,14 +6,22 @@ sleep. Arguments are checked when the exchange is made, so a bad one never costs
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import httpx
 
 from toolref import formats
-from toolref.history import check_history_ref
-from toolref.registry.answers import HydratedText, MessagesResult, Resolved
+from toolref.edits import request as requests
+from toolref.edits import wire as edits
+from toolref.edits.edit import EditError, apply_segments
+from toolref.registry.answers import (
+    AppliedEdit,
+    HeldRequest,
+    HydratedText,
+    MessagesResult,
+    Resolved,
+)
 from toolref.registry.exchange import Exchange
 from toolref.registry.options import (
     InvocationLike,
@@ -24,10 +32,9 @@ from toolref.registry.options import (
 from toolref.registry.session import Session, TransportT_co
 from toolref.wire import encoding, endpoints
 from toolref.wire.canonical import Ref
-from toolref.wire.errors import MissingHistoryError, ToolrefError, UnexpectedResponseError
-from toolref.wire.headers import HISTORY_HEADER, KEEP_HISTORY, PROTOCOL_HEADER
+from toolref.wire.errors import ToolrefError, UnexpectedResponseError
+from toolref.wire.headers import HELD_HEADER, HISTORY_HEADER, PROTOCOL_HEADER
 from toolref.wire.models import (
-    Capabilities,
     FindMissingResponse,
     FormatName,
     HydrateMode,
@@ -36,10 +43,23 @@ from toolref.wire.models import (
     RegisteredRef,
     RegisterResponse,
     ResolveResponse,
-    ReturnMessages,
 )
 from toolref.wire.protocol import PROTOCOL_REFS
 
+
+def _base_of(base: str | None, held: HeldRequest | None) -> Sequence[bytes]:
+    """The segments an answer sent as an edit keeps ranges of; `EditError` when it names a
+    base this client does not hold."""
+    if base is None:
+        return ()
+    if held is None or held.ref != base:
+        raise EditError(f"it keeps {base}, which this client does not hold")
+    return held.segments
+
+
+# The entries an answer sent as an edit may make: kept ranges reference segments already
+# held (no copies), so this bounds a list of references, not bytes.
+MAX_ENTRIES = 10_000_000
 _PROBE_REF = "tr_" + "a" * 26  # a well-formed ref no invocation has: 404 with a good key
 
 
@@ -117,54 +137,15 @@ class BaseRegistryClient(Session[TransportT_co]):
         return MessagesResult.of(answer)
 
     def _hydrate(
-        self,
-        messages: list[Any],
-        format: FormatName | None,
-        mode: HydrateMode | None,
-        history_ref: str | None,
-        keep_history: bool,
+        self, messages: list[Any], format: FormatName | None, mode: HydrateMode | None
     ) -> Exchange[MessagesResult]:
         check_messages_options(messages, format, mode)
-        if history_ref is not None:
-            check_history_ref(history_ref)
-        return self._hydrate_checked(messages, format, mode, history_ref, keep_history)
+        body = {"messages": messages, "format": format, "mode": mode}
+        return self._messages(endpoints.HYDRATE, body)
 
-    def _hydrate_checked(
-        self,
-        messages: list[Any],
-        format: FormatName | None,
-        mode: HydrateMode | None,
-        history_ref: str | None,
-        keep_history: bool,
-    ) -> Exchange[MessagesResult]:
-        if history_ref is not None:
-            caps = yield from self._capabilities_exchange()
-            self._check_continues(caps, history_ref)
-        body = {"messages": messages, "format": format, "mode": mode, "historyRef": history_ref}
-        headers = {HISTORY_HEADER: KEEP_HISTORY} if keep_history else None
-        return (yield from self._messages(endpoints.HYDRATE, body, headers))
-
-    def _check_continues(self, caps: Capabilities, history_ref: str) -> None:
-        if not caps.history_refs:
-            raise MissingHistoryError(
-                f"the registry at {self.base_url} keeps no histories, so it cannot "
-                f"continue {history_ref}; send the whole conversation",
-                history_ref,
-            )
-
-    def _hydrate_text(
-        self,
-        messages: str,
-        format: FormatName | None,
-        history_ref: str | None,
-        keep_history: bool,
-        return_messages: ReturnMessages = "all",
-        *,
-        checkpoint: bool = False,
-    ) -> Exchange[HydratedText]:
+    def _hydrate_text(self, messages: str, format: FormatName | None) -> Exchange[HydratedText]:
         """`_hydrate` for messages given as JSON text (an array), answered as text: nothing
-        in them is parsed and written again on the way (see `HydratedText`). `"new"` is
-        asked only of a registry that lists it (`HydratedText.returned` says what came)."""
+        in them is parsed and written again on the way (see `HydratedText`)."""
         if format is not None:
             formats.check_format(format)
         caps = yield from self._capabilities_exchange()
@@ -172,24 +153,12 @@ class BaseRegistryClient(Session[TransportT_co]):
         options = ""
         if format is not None:
             options += ',"format":' + json.dumps(format)
-        if history_ref is not None:
-            check_history_ref(history_ref)
-            self._check_continues(caps, history_ref)
-            options += ',"historyRef":' + json.dumps(history_ref)
-        returned: ReturnMessages = "all"
-        if return_messages == "new" and history_ref is not None and "new" in caps.return_messages:
-            options += ',"returnMessages":"new"'
-            returned = "new"
-        if checkpoint and keep_history and caps.checkpoints:
-            options += ',"checkpoint":true'
         headers = {
             **self._headers,
             PROTOCOL_HEADER: str(self.protocol),
             "Accept": encoding.JSON_TYPE,
             "Content-Type": encoding.JSON_TYPE,
         }
-        if keep_history:
-            headers[HISTORY_HEADER] = KEEP_HISTORY
         content = ('{"messages":' + messages + options + "}").encode()
         content = self._compressed(caps, content, headers)
         url = self._url(endpoints.HYDRATE)
@@ -199,13 +168,61 @@ class BaseRegistryClient(Session[TransportT_co]):
         if response.status_code >= 400 or media != encoding.JSON_TYPE:
             self._decode(response)  # raises the problem (or says what came instead)
         try:
-            return HydratedText.of(response.content.decode(), returned)
+            return HydratedText.of(response.content.decode())
         except ValueError as exc:
             raise UnexpectedResponseError(
                 f"the registry at {self.base_url} answered hydrate with "
                 f"{response.content[:120]!r} ({exc}); is it a toolref registry?",
                 httpStatus=response.status_code,
             ) from None
+
+    def _apply_edit(
+        self, data: bytes, segments: bool, held: HeldRequest | None
+    ) -> Exchange[AppliedEdit]:
+        """`POST /v1/edits:apply`: the request edit `data` stands for, its recipe kept (a
+        refusal raised as its error: 409 missing-history or missing-pieces, 400, 413).
+        `segments`: asked for as an edit, against `held` when that is the edit's base (the
+        answer then carries what changed): the request's segments come back too."""
+        headers = {**self._headers, "Content-Type": edits.MEDIA_TYPE}
+        headers["Accept"] = edits.MEDIA_TYPE if segments else requests.REQUEST_MEDIA_TYPE
+        if segments and held is not None:
+            headers[HELD_HEADER] = held.ref
+        request = httpx.Request(
+            "POST", self._url(endpoints.APPLY_EDIT), headers=headers, content=data
+        )
+        response = yield from self._send(request)
+        media = response.headers.get("content-type", "").split(";")[0].strip()
+        ref = response.headers.get(HISTORY_HEADER, "").strip()
+        if response.status_code == 200 and ref:
+            if media == edits.MEDIA_TYPE and segments:
+                return self._applied(response.content, ref, held)
+            found = requests.split(response.content)
+            if media == requests.REQUEST_MEDIA_TYPE and found is not None:
+                return AppliedEdit(found[0], found[1], ref)
+        self._decode(response)  # raises the problem (or says what came instead)
+        raise self._not_applied(response, "")
+
+    def _applied(self, content: bytes, ref: str, held: HeldRequest | None) -> AppliedEdit:
+        """The request of an answer sent as an edit (of `held`, or of nothing). O(ops +
+        inline bytes) and a join of the body."""
+        try:
+            header, blob = edits.read(content, len(content), MAX_ENTRIES)
+            inline = edits.inline(header, blob, b"", None)
+            found = apply_segments(_base_of(header.base, held), header.ops, inline)
+        except (EditError, ToolrefError) as exc:
+            raise self._not_applied(content, f" ({exc})") from None
+        if not found:
+            raise self._not_applied(content, " (no segments)")
+        return AppliedEdit(found[0], b"".join(found[1:]), ref, found)
+
+    def _not_applied(self, answer: httpx.Response | bytes, why: str) -> UnexpectedResponseError:
+        content = answer if isinstance(answer, bytes) else answer.content
+        status = 200 if isinstance(answer, bytes) else answer.status_code
+        return UnexpectedResponseError(
+            f"the registry at {self.base_url} answered {endpoints.APPLY_EDIT} with "
+            f"{content[:120]!r}{why}; is it a toolref registry of 0.3 or later?",
+            httpStatus=status,
+        )
 
     def _verify(self) -> Exchange[str | None]:
         """None when the registry accepts this client's key; else what is wrong, in words.

@@ -15,7 +15,13 @@ from typing import Any, Self
 
 import httpx
 
-from toolref.registry.answers import HydratedText, MessagesResult, Resolved
+from toolref.registry.answers import (
+    AppliedEdit,
+    HeldRequest,
+    HydratedText,
+    MessagesResult,
+    Resolved,
+)
 from toolref.registry.base import BaseRegistryClient
 from toolref.registry.exchange import Exchange, T, run_async, run_sync
 from toolref.registry.options import InvocationLike, WireEncoding
@@ -26,7 +32,6 @@ from toolref.wire.models import (
     HydrateMode,
     Invocation,
     RegisteredRef,
-    ReturnMessages,
 )
 
 __all__ = [
@@ -89,32 +94,13 @@ class RegistryClient(BaseRegistryClient[httpx.BaseTransport]):
         messages: list[Any],
         format: FormatName | None = None,
         mode: HydrateMode | None = None,
-        *,
-        history_ref: str | None = None,
-        keep_history: bool = False,
     ) -> MessagesResult:
-        """Messages in full. `history_ref`: `messages` continue that confirmed history, and
-        the result holds the whole conversation. `keep_history` (implied by `history_ref`):
-        keep the conversation as a history; `result.history_ref` confirms it."""
-        return self._run(self._hydrate(messages, format, mode, history_ref, keep_history))
+        """Messages in full (`mode` "summary": older results summarized)."""
+        return self._run(self._hydrate(messages, format, mode))
 
-    def hydrate_text(
-        self,
-        messages: str,
-        format: FormatName | None = None,
-        *,
-        history_ref: str | None = None,
-        keep_history: bool = False,
-        return_messages: ReturnMessages = "all",
-        checkpoint: bool = False,
-    ) -> HydratedText:
-        """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`).
-        `return_messages="new"`: only `messages` come back (the caller holds the history).
-        `checkpoint`: keep the conversation's checkpoint too, where the registry can."""
-        exchange = self._hydrate_text(
-            messages, format, history_ref, keep_history, return_messages, checkpoint=checkpoint
-        )
-        return self._run(exchange)
+    def hydrate_text(self, messages: str, format: FormatName | None = None) -> HydratedText:
+        """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`)."""
+        return self._run(self._hydrate_text(messages, format))
 
     def verify(self) -> str | None:
         """None when the registry answers and accepts this client's key; else what is wrong."""
@@ -183,32 +169,23 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
         messages: list[Any],
         format: FormatName | None = None,
         mode: HydrateMode | None = None,
-        *,
-        history_ref: str | None = None,
-        keep_history: bool = False,
     ) -> MessagesResult:
         """Async `RegistryClient.hydrate`."""
-        exchange = self._hydrate(messages, format, mode, history_ref, keep_history)
-        return await self._run(exchange)
+        return await self._run(self._hydrate(messages, format, mode))
 
-    async def hydrate_text(
-        self,
-        messages: str,
-        format: FormatName | None = None,
-        *,
-        history_ref: str | None = None,
-        keep_history: bool = False,
-        return_messages: ReturnMessages = "all",
-        checkpoint: bool = False,
-    ) -> HydratedText:
+    async def hydrate_text(self, messages: str, format: FormatName | None = None) -> HydratedText:
         """`hydrate` for messages given as JSON text, answered as text (see `HydratedText`):
-        what a backend uses to hand its app exactly what the client sent.
-        `return_messages="new"`: only `messages` come back (the caller holds the history).
-        `checkpoint`: keep the conversation's checkpoint too, where the registry can."""
-        exchange = self._hydrate_text(
-            messages, format, history_ref, keep_history, return_messages, checkpoint=checkpoint
-        )
-        return await self._run(exchange)
+        what a backend uses to hand its app exactly what the client sent."""
+        return await self._run(self._hydrate_text(messages, format))
+
+    async def apply_edit(
+        self, data: bytes, *, segments: bool = False, held: HeldRequest | None = None
+    ) -> AppliedEdit:
+        """The request the edit `data` stands for (`POST /v1/edits:apply`: segment 0 with
+        credentials name-only, the body byte for byte), its recipe kept by the registry.
+        `segments`: its segments too, the answer sent as an edit of `held` when that is the
+        edit's base (what changed crosses, not the conversation)."""
+        return await self._run(self._apply_edit(data, segments, held))
 
     async def verify(self) -> str | None:
         """None when the registry answers and accepts this client's key; else what is wrong."""

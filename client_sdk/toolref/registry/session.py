@@ -15,7 +15,7 @@ import httpx
 import zstandard
 from typing_extensions import TypeVar
 
-from toolref.breaker import BreakerState, CircuitBreaker
+from toolref.kit.breaker import BreakerState, CircuitBreaker
 from toolref.registry.answers import Answer, read
 from toolref.registry.exchange import Exchange, Sleep
 from toolref.registry.options import (

@@ -19,9 +19,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from toolref.checks import check_count
 from toolref.edits.recipe import RUN_MIN, Entry, is_piece, literal_of, piece_of
-from toolref.lru import LRU
+from toolref.kit.lru import LRU
+from toolref.kit.option_checks import check_count
 
 ENTRY_COST: Final = 96  # bytes of bookkeeping counted per entry kept (CPython, measured)
 DEFAULT_MAX_RECIPES: Final = 64

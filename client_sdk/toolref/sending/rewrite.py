@@ -33,13 +33,3 @@ def rewrite(messages: list[Any], fmt: Format, usable: Container[str]) -> Rewrite
     refs = {pair.key: ref_of(pair) for pair in found.complete}
     used = {key: ref for key, ref in refs.items() if ref in usable}
     return Rewrite(formats.replace(messages, found, used), fmt.name, used, refs)
-
-
-class Either:
-    """Membership in either of two containers, without copying them."""
-
-    def __init__(self, first: Container[str], second: Container[str]) -> None:
-        self.first, self.second = first, second
-
-    def __contains__(self, item: object) -> bool:
-        return item in self.first or item in self.second

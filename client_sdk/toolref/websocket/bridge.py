@@ -20,18 +20,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from toolref.asgi.scope import Message, Receive, Send
 from toolref.websocket.client import TOO_LARGE, Closed, close_reason
 from toolref.websocket.driver import Socket
 from toolref.wire.errors import LimitExceededError, OverloadedError, ToolrefError
 
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 Inbound = Callable[[str | bytes], Awaitable[str | bytes]]
 Sent = Callable[[int, int], None]  # (bytes as the client sent them, as sent upstream)
 

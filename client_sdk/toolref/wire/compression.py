@@ -1,13 +1,14 @@
-"""zstd request bodies compressed against a history (what `Toolref-History` names).
+"""zstd and gzip bodies and frames: inflated within a limit, and zstd frames compressed
+against a raw-content dictionary both sides hold (an unguarded edit's inline bytes against
+its base's segments, `toolref.edits.wire` version 1).
 
-A small body of new messages compresses poorly on its own, but well against the history it
-continues, which both sides can rebuild (`toolref.history.dictionary`). The frame must carry
-its checksum: a dictionary that differs by one byte would otherwise inflate to plausible
-wrong text, and the checksum turns that into a clear 400 the SDK answers by resending.
+A frame against a dictionary must carry its checksum: a dictionary that differs by one byte
+would otherwise inflate to plausible wrong text, and the checksum turns that into a clear
+400 (`dictionary-mismatch`) the sender answers by resending.
 
 Plain gzip and zstd bodies inflate here too, in chunks of at most 64 KiB, each counted
 against the body's limit and charged to the request's
-`toolref.receiving.budget.Account` (when given)
+`toolref.asgi.budget.Account` (when given)
 before it is kept. No compressor or decompressor outlives its call: each is made per body
 and referenced by nothing but the call's frame (no sink object refers back to it).
 """
@@ -28,7 +29,7 @@ from toolref.wire.errors import (
 
 class Meter(Protocol):
     """What inflated bytes are charged to before they are kept (a request's
-    `toolref.receiving.budget.Account`)."""
+    `toolref.asgi.budget.Account`)."""
 
     def charge(self, size: int) -> None: ...
 
@@ -53,19 +54,18 @@ def compress(body: bytes, dictionary: bytes, level: int) -> bytes:
     return compressor.compress(body)
 
 
-def _fix(history: str) -> str:
+def _fix(name: str) -> str:
     return (
-        f"compress the body with the dictionary of {history} (toolref.history.dictionary of "
-        "its messages) as one zstd frame with its size and checksum, or send it without "
-        "Content-Encoding"
+        f"compress the body with the dictionary of {name} as one zstd frame with its size "
+        "and checksum, or send it without Content-Encoding"
     )
 
 
-def check_frame(body: bytes, limit: int, history: str) -> int:
-    """The size `body` (compressed against `history`) declares, once it is known to be at
-    most `limit` and the frame carries a checksum: checked before the dictionary is rebuilt,
-    so a body over the limit costs no work."""
-    return frame_size(body, limit, _fix(history))
+def check_frame(body: bytes, limit: int, name: str) -> int:
+    """The size `body` (compressed against the dictionary of `name`) declares, once it is
+    known to be at most `limit` and the frame carries a checksum: checked before the
+    dictionary is built, so a body over the limit costs no work."""
+    return frame_size(body, limit, _fix(name))
 
 
 def frame_size(frame: bytes, limit: int, fix: str, less: str = "send fewer messages") -> int:
@@ -93,26 +93,25 @@ def frame_size(frame: bytes, limit: int, fix: str, less: str = "send fewer messa
 
 
 def decompress(
-    body: bytes, dictionary: bytes, limit: int, history: str, account: Meter | None = None
+    body: bytes, dictionary: bytes, limit: int, name: str, account: Meter | None = None
 ) -> bytes:
     """Inflate a body compressed by `compress` against `dictionary` (the dictionary of
-    `history`, named in errors). The frame must declare its size, at most `limit` (see
+    `name`, named in errors). The frame must declare its size, at most `limit` (see
     `check_frame`), charged to `account` before inflating; it must be whole, alone, and
     match its checksum."""
-    size = check_frame(body, limit, history)
+    size = check_frame(body, limit, name)
     _charge(account, size)
     inflater = zstandard.ZstdDecompressor(dict_data=_dictionary(dictionary)).decompressobj()
     try:
         data = inflater.decompress(body)
     except zstandard.ZstdError as exc:
         raise DictionaryMismatchError(
-            f"the zstd body does not inflate with the dictionary of {history} ({exc}); "
-            f"{_fix(history)}"
+            f"the zstd body does not inflate with the dictionary of {name} ({exc}); {_fix(name)}"
         ) from None
     if not inflater.eof or inflater.unused_data or len(data) != size:
         raise DictionaryMismatchError(
             "the zstd body is not one whole frame (cut short, or followed by more bytes); "
-            f"{_fix(history)}"
+            f"{_fix(name)}"
         )
     return data
 

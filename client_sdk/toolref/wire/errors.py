@@ -97,7 +97,8 @@ class MalformedBodyError(BadRequestError):
 
 
 class DictionaryMismatchError(MalformedBodyError):
-    """A zstd body sent against a history did not decompress with that history's dictionary."""
+    """An edit's inline bytes (sent without the size guard) did not inflate against the
+    dictionary its base's segments make: send them again with no dictionary."""
 
     slug = "dictionary-mismatch"
     title = "Body does not match the history's dictionary"
@@ -115,13 +116,6 @@ class ProtocolRequiredError(BadRequestError):
 
     slug = "protocol-required"
     title = "Endpoint needs protocol 2"
-
-
-class InvalidHistoryHeaderError(BadRequestError):
-    """The `Toolref-History` request header is neither `?1` nor a history ref."""
-
-    slug = "invalid-history-header"
-    title = "Invalid Toolref-History header"
 
 
 class MalformedRequestError(BadRequestError):
@@ -279,6 +273,13 @@ class MethodNotAllowedError(ToolrefError):
         return cls(detail, allow=[method for method in allow if method], **extra)
 
 
+class HistoryRefsRetiredError(BadRequestError):
+    """A request of the history-ref protocol (retired in 0.3: edits replace it)."""
+
+    slug = "history-refs-retired"
+    title = "History refs were retired"
+
+
 class ConflictError(ToolrefError):
     slug = "conflict"
     status = 409
@@ -311,8 +312,8 @@ class MissingRefsError(ConflictError):
 
 
 class MissingHistoryError(ConflictError):
-    """A history ref the server does not hold (never confirmed, expired or evicted), or
-    one whose stored messages name tool refs it no longer holds: resend the messages in full."""
+    """An edit's base recipe (`tb_` ref) the server does not hold whole (never kept for this
+    API key, expired or evicted): send the edit again with no base."""
 
     slug = "missing-history"
     title = "Unknown history"

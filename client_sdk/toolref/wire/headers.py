@@ -3,14 +3,14 @@ ASGI hands them over lowercased: `asgi_name`).
 
 Between a client and a backend or the registry:
 - `Toolref-Protocol`: the version asked for and the version used (`toolref.wire.protocol`).
-- `Toolref-History`: `?1` keep this conversation as a history; a history ref: the body's
-  messages continue it (and name the dictionary a zstd body was compressed against). In
-  the gateway's answer to an edit (`Content-Type: application/vnd.toolref.edit`,
-  `toolref.edits.wire.MEDIA_TYPE`), the recipe kept (`tb_...`): the base of the next edit.
-- `Toolref-Dictionary`: a history ref whose kept body the zstd body was compressed against
-  (in an answer, `?1`: the body of this request is kept with its history).
-- `Toolref-Checkpoint`: `?1` keep the conversation's checkpoint too (in an answer, its ref).
+- `Toolref-History`: in the answer to an edit (`Content-Type: application/vnd.toolref.edit`,
+  `toolref.edits.wire.MEDIA_TYPE`) or to a request offering edits, the recipe kept
+  (`tb_...`): the base of the next edit. (As a request header, with `Toolref-Dictionary` and
+  `Toolref-Checkpoint`, it was the history-ref protocol, retired in 0.3: `RETIRED_HEADERS`.)
 - `Toolref-References`: the refs of the payloads a client sent in full (JSON, ASCII).
+- `Toolref-Held`: on `POST /v1/edits:apply` asking for the request as an edit (`Accept:
+  application/vnd.toolref.edit`), the recipe (`tb_...`) whose segments the caller holds:
+  when it is the edit's base, the answer keeps ranges of it and carries only the rest.
 
 Between a relay and a gateway:
 - `Toolref-Key`: the tenant's toolref key (provider credentials keep their own headers).
@@ -33,19 +33,20 @@ from typing import Final
 
 PROTOCOL_HEADER: Final = "Toolref-Protocol"
 HISTORY_HEADER: Final = "Toolref-History"
-DICTIONARY_HEADER: Final = "Toolref-Dictionary"
-CHECKPOINT_HEADER: Final = "Toolref-Checkpoint"
 REFERENCES_HEADER: Final = "Toolref-References"
 KEY_HEADER: Final = "Toolref-Key"
 SWITCH_HEADER: Final = "Toolref-Switch"
 SWITCHED_FROM_HEADER: Final = "Toolref-Switched-From"
 SAVINGS_HEADER: Final = "Toolref-Savings"
 EDITS_HEADER: Final = "Toolref-Edits"
+HELD_HEADER: Final = "Toolref-Held"
 FRAMES_HEADER: Final = "Toolref-Frames"
 FRAMES_VERSION: Final = "2"  # what a relay sends by default: size-guarded edits
 FRAMES_VERSIONS: Final = ("1", "2")
+# Request headers of the history-ref protocol, retired in 0.3 (edits replace it): a request
+# sending one is refused (400 `history-refs-retired`) naming the upgrade.
+RETIRED_HEADERS: Final = ("Toolref-History", "Toolref-Dictionary", "Toolref-Checkpoint")
 
-KEEP_HISTORY: Final = "?1"  # RFC 8941 boolean true: "keep this conversation as a history"
 TOOLREF_PREFIX: Final = "toolref-"  # every header above, lowercased, starts with it
 
 

@@ -100,11 +100,9 @@ FormatName = Literal[
 """A message format's name (`toolref.formats.NAMES`, in the same order)."""
 
 HydrateMode = Literal["full", "summary"]
-HISTORY_REF_PATTERN: Final = r"^th_[a-z2-7]{25}[aeimquy4]$"  # toolref.history's grammar
 RECIPE_REF_PATTERN: Final = r"^tb_[a-z2-7]{25}[aeimquy4]$"  # toolref.edits.recipe's
 MIN_SUMMARY_CHARS: Final = 40  # a summary budget, in characters (hydrate's, a summary's)
 MAX_SUMMARY_CHARS: Final = 20_000
-ReturnMessages = Literal["all", "new"]
 """What hydrate does with results: `full` payloads, or older ones as a `summary`."""
 
 
@@ -146,25 +144,6 @@ class HydrateRequest(WireModel):
         description="Summary mode: answer the full messages, and report in the stats what "
         "summary mode would have saved.",
     )
-    history_ref: StrictStr | None = Field(
-        default=None,
-        pattern=HISTORY_REF_PATTERN,
-        description="A history the server confirmed (protocol 2): `messages` are only the "
-        "messages after it. The answer holds the whole conversation and confirms its new head.",
-    )
-    return_messages: ReturnMessages = Field(
-        default="all",
-        description="`all`: the answer holds the whole conversation. `new`: only this "
-        "request's messages, hydrated (a backend that holds the history splices them itself; "
-        "needs `returnMessages` in the capabilities).",
-    )
-    checkpoint: StrictBool = Field(
-        default=False,
-        description="With the history kept: also keep the longest prefix of the conversation "
-        "that ends before its last message with no call waiting for a result, and confirm it "
-        "in `checkpointRef`, for a client that changes its last message every turn (needs "
-        "`checkpoints` in the capabilities).",
-    )
 
 
 class OptimizationStats(AnswerModel):
@@ -196,21 +175,6 @@ class MessagesAnswer(AnswerModel):
         description="Tool call id -> ref of every invocation in the messages (protocol 2 only).",
     )
     optimization_stats: OptimizationStats
-    history_ref: str | None = Field(
-        default=None,
-        pattern=HISTORY_REF_PATTERN,
-        description="Hydrate, when asked to keep the history (`historyRef`, or the request "
-        "header `Toolref-History: ?1`): the ref of the whole conversation, for the next turn.",
-    )
-    checkpoint_ref: str | None = Field(
-        default=None,
-        pattern=HISTORY_REF_PATTERN,
-        description="Hydrate with `checkpoint`: the ref of the history of the first "
-        "`checkpointLength` messages, kept too (absent when no such prefix is new here).",
-    )
-    checkpoint_length: int | None = Field(
-        default=None, ge=1, description="Hydrate with `checkpoint`: how many messages it holds."
-    )
 
 
 class MessagesResponse(MessagesAnswer):
@@ -351,19 +315,6 @@ class Capabilities(AnswerModel):
         description="The gateway's upstream names (`/llm/{name}/...`, TOOLREF_UPSTREAMS), "
         "never their URLs: to a known key, or to anyone when the service has no API keys; "
         "null otherwise.",
-    )
-    history_refs: bool = Field(
-        default=False,
-        description="Hydrate keeps histories and accepts `historyRef` (a flag of protocol 2), "
-        "and zstd bodies compressed with a history's dictionary.",
-    )
-    return_messages: list[str] = Field(
-        default_factory=lambda: ["all"],
-        description="What hydrate's `returnMessages` accepts: `new` answers only a request's "
-        "own messages.",
-    )
-    checkpoints: bool = Field(
-        default=False, description="Hydrate accepts `checkpoint` (see the request)."
     )
     edits: int = Field(
         default=0,

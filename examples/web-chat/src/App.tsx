@@ -51,7 +51,7 @@ export function App() {
           Ask anything, or <code>read src/app.py</code>, <code>list src</code>,{" "}
           <code>search cache</code>: the scripted model calls tools on the server and every
           turn resends the whole conversation, tool results included.{" "}
-          {toolrefOn ? "toolref sends refs instead." : "toolref is off (?toolref=off)."}
+          {toolrefOn ? "toolref sends only what changed." : "toolref is off (?toolref=off)."}
         </p>
         <Messages messages={messages} />
         {error && (

@@ -37,7 +37,7 @@ export function Savings({ turns }: { turns: Turn[] }) {
           ))}
         </tbody>
       </table>
-      <p className="legend">⟲ sent only what followed a history the backend kept · ↻ resent in full after the backend lacked a ref or history</p>
+      <p className="legend">⟲ sent as an edit of the request the backend kept: only what changed · ↻ sent again after the backend lacked what the edit named</p>
     </aside>
   );
 }

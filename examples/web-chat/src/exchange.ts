@@ -2,9 +2,9 @@
 export interface Exchange {
   rawBytes: number; // the JSON body useChat built, as it would go without toolref
   wireBytes: number; // what the request put on the wire
-  historyRef: string | null; // the history the backend confirmed for the conversation
-  continued?: string | null; // the history it continued (only newer messages were sent)
-  resent: boolean; // a resend after the backend lacked a ref or a history
+  historyRef: string | null; // the recipe the backend kept for the request (tb_...)
+  continued?: string | null; // the recipe it was an edit of (only what changed was sent)
+  resent: boolean; // sent again after the backend lacked what an edit named
 }
 
 export type FetchFunction = typeof globalThis.fetch;

@@ -1,7 +1,7 @@
 // Bytes for a person, as every size toolref shows: binary units (1 KiB = 1024 bytes), one
 // decimal, a half rounded up. Plain JavaScript with its types in sizes.d.ts, so that node
 // runs it as it is: tests/integration/test_sizes.py holds it to the relay's
-// `toolref_relay.savings.size`, the Python home of this convention, on the same numbers
+// `toolref_relay.ledger.size`, the Python home of this convention, on the same numbers
 // (tenths counted as an integer, so that both round alike).
 const UNITS = ["B", "KiB", "MiB", "GiB", "TiB"];
 

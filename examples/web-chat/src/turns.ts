@@ -7,7 +7,7 @@ export interface Turn {
   rawBytes: number;
   wireBytes: number;
   historyRef: string | null;
-  continued: boolean; // a request continued a history
+  continued: boolean; // a request was an edit of one the backend kept
   resent: boolean;
 }
 

@@ -78,9 +78,8 @@ try {
     const entry = {
       turn,
       wireBytes: body ? body.length : 0,
-      contentEncoding: headers["content-encoding"] ?? null,
-      history: headers["toolref-history"] ?? null,
-      protocol: headers["toolref-protocol"] ?? null,
+      contentType: headers["content-type"] ?? null,
+      offer: headers["toolref-edits"] ?? null,
       status: null,
       streamedMs: null,
     };
@@ -91,7 +90,7 @@ try {
         .then(async (response) => {
           entry.status = response ? response.status() : null;
           const answer = response ? await response.allHeaders() : {};
-          entry.answerProtocol = answer["toolref-protocol"] ?? null;
+          entry.answerEdits = answer["toolref-edits"] ?? null;
           entry.answerHistory = answer["toolref-history"] ?? null;
           if (response) await response.finished();
           const timing = request.timing(); // ms from the request's start

@@ -22,11 +22,11 @@ from typing import Final
 
 from starlette.types import Message, Receive, Scope, Send
 
+from toolref.asgi.budget import SCOPE_KEY, Account, Budget
+from toolref.asgi.hops import decoded, encoded, savings_value
+from toolref.asgi.scope import Disconnected, header, read_body, replay
 from toolref.edits.segments import is_secret
 from toolref.edits.wire import MEDIA_TYPE, VERSION
-from toolref.receiving.asgi_io import Disconnected, header, read_body, replay
-from toolref.receiving.budget import SCOPE_KEY, Account, Budget
-from toolref.receiving.hops import decoded, encoded, savings_value
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import (
     EDITS_HEADER,

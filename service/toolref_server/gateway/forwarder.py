@@ -32,9 +32,9 @@ from typing import Final
 import httpcore
 from starlette.types import Message, Receive, Scope, Send
 
-from toolref.receiving.asgi_io import Disconnected, header_values, while_connected
-from toolref.receiving.budget import SCOPE_KEY, Account
-from toolref.receiving.hops import decoded, encoded, end_to_end, without_toolref
+from toolref.asgi.budget import SCOPE_KEY, Account
+from toolref.asgi.hops import decoded, encoded, end_to_end, without_toolref
+from toolref.asgi.scope import Disconnected, header_values, while_connected
 from toolref.wire.errors import OverloadedError, ServiceUnavailableError, ToolrefError
 from toolref.wire.numbers import whole_number
 from toolref_server.gateway.upstream_pool import UpstreamPool
@@ -161,7 +161,7 @@ class Forwarder:
 class _Inbound:
     """The client's side of one request: its body for the upstream. `receive` has one reader
     at a time: the body's pieces while they come, then (once `whole` is set) the watch for
-    the client hanging up (`asgi_io.while_connected`)."""
+    the client hanging up (`toolref.asgi.scope.while_connected`)."""
 
     def __init__(self, receive: Receive) -> None:
         self._receive = receive

@@ -4,8 +4,8 @@ A request to an LLM endpoint toolref knows (`toolref.wire.endpoints.ENDPOINTS`) 
 speaks protocol 2 goes through the middleware's per-request pipeline
 (`toolref.receiving.middleware.hydrate_request` and a `Hydrator`): its body is checked
 against the wire
-limit as it arrives, inflated within the inflated limit, its history continued and its
-markers hydrated, all before the upstream sees it; then `toolref_server.gateway.forwarder.Forwarder`
+limit as it arrives, inflated within the inflated limit, and its markers hydrated, all
+before the upstream sees it; then `toolref_server.gateway.forwarder.Forwarder`
 sends it on and streams the answer back. The upstream receives the body the client's agent
 wrote, byte for byte up to the serializer's whitespace, so provider prompt caching keeps
 hitting. Everything else passes through, streamed both ways.
@@ -13,11 +13,9 @@ hitting. Everything else passes through, streamed both ways.
 The registry it hydrates through is this process's own, called in process through the
 registry port (`toolref_server.gateway.inprocess.InProcessRegistry`): the body is parsed once, and
 the registry's steps take its messages as they are, with the tenant the `Toolref-Key`
-header names (the same authentication, quotas and limits as any client). Histories are
-held once, in the registry's history cache; what the gateway keeps of each (the body it
-was confirmed for, to decompress `Toolref-Dictionary` bodies) is one memory for every
-tenant, each under its own scope: one tenant's history is never answered from another's.
-The answer's body is never changed; what the client lacks travels in `Toolref-*` headers.
+header names (the same authentication, quotas and limits as any client). A request sent as
+an edit goes through `toolref_server.gateway.edited`. The answer's body is never changed;
+what the client lacks travels in `Toolref-*` headers.
 """
 
 from __future__ import annotations
@@ -28,36 +26,31 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolref.asgi.budget import Budget
+from toolref.asgi.hops import savings_value
+from toolref.asgi.scope import header, replay, with_body
 from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.handoff.switch import switched_text
-from toolref.receiving.asgi_io import header, replay, with_body
-from toolref.receiving.budget import Budget
-from toolref.receiving.hops import savings_value
 from toolref.receiving.hydrator import Hydrator
 from toolref.receiving.middleware import hydrate_request, speaks_refs
-from toolref.receiving.recent import Recent
 from toolref.wire.endpoints import GATEWAY, Endpoint, endpoint
 from toolref.wire.errors import (
     BadRequestError,
-    MethodNotAllowedError,
-    NotFoundError,
     ToolrefError,
 )
 from toolref.wire.headers import (
     EDITS_HEADER,
-    KEY_HEADER,
     SAVINGS_HEADER,
     SWITCHED_FROM_HEADER,
 )
 from toolref.wire.numbers import describe, whole_number
 from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
+from toolref_server.gateway.gate import GatewayAdmission
 from toolref_server.gateway.inprocess import InProcessRegistry
 from toolref_server.gateway.sockets import Sockets
 from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool
-from toolref_server.gateway.upstreams import METHODS, PREFIX, route, unsafe_query
-from toolref_server.http.auth import Authenticator
-from toolref_server.http.inflight import InFlight
+from toolref_server.gateway.upstreams import PREFIX
 from toolref_server.http.problem import problem_response
 from toolref_server.metrics import Metrics
 from toolref_server.services import Services
@@ -69,7 +62,6 @@ _EDITS: Final = (EDITS_HEADER.lower().encode(), str(EDITS_VERSION).encode())
 _COUNT_KEY: Final = "toolref.upload"
 _ENDPOINT_KEY: Final = "toolref.endpoint"
 _SWITCH_KEY: Final = "toolref.switch"  # the scope entry holding the parsed switch header
-_HISTORIES_PER_TENANT: Final = 64  # kept bodies: a tenant's live conversations, about
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,24 +96,13 @@ class Gateway:
         self.budget = budget or Budget(
             settings.max_inflated_in_flight, setting="TOOLREF_MAX_INFLATED_IN_FLIGHT"
         )
-        self.upstreams = settings.upstream_urls
-        self.auth = Authenticator(settings)
+        self.admission = GatewayAdmission(settings)
         self.forwarder = Forwarder(self._upstream_pool, settings.retry_after_seconds)
-        self.in_flight = InFlight(
-            settings.gateway_max_requests_in_flight,
-            settings.gateway_tenant_requests_in_flight,
-            settings.retry_after_seconds,
-        )
         self._pool: UpstreamPool | None = None
-        # The bodies kept with the histories the gateway confirmed (TOOLREF_GATEWAY_*).
-        self.memory = Recent(
-            _HISTORIES_PER_TENANT * settings.gateway_tenants, settings.gateway_history_chars
-        )
         self._service: ASGIApp | None = None  # the whole app: its services, once started
         self.sockets = Sockets(
             settings,
-            self.auth,
-            self.in_flight,
+            self.admission,
             self.budget,
             lambda: self._services().workers,
             metrics=metrics,
@@ -148,27 +129,11 @@ class Gateway:
             await problem_response(exc, for_llm_sdks=True)(scope, receive, send)
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Every refusal before anything is read or stored: the key first (nothing about
-        the upstreams is told without one), then the path, the method, the query, the
-        switch header and the requests in flight."""
-        key = header(scope, KEY_HEADER)
-        tenant = self.auth.tenant_for_key(key, header=KEY_HEADER)
-        found = route(self.upstreams, scope["path"], scope.get("raw_path"))
-        if found is None:
-            raise NotFoundError(self._unknown(scope["path"]))
-        if scope["method"] not in METHODS:
-            raise MethodNotAllowedError(
-                f"the gateway forwards {', '.join(sorted(METHODS))}, not "
-                f"{describe(scope['method'])} (a tunnel or a trace is not an LLM API's)",
-                allow=sorted(METHODS),
-            )
-        if unsafe_query(scope.get("query_string", b"")):
-            raise BadRequestError(
-                "the gateway request's query holds bytes a request target may not carry; "
-                "percent-encode them"
-            )
-        at = switch_at(header(scope, SWITCHED_FROM_HEADER))
-        with self.in_flight.held(tenant):
+        """Every refusal before anything is read or stored (`gate`), then the switch
+        header."""
+        with self.admission.admitted(scope, http=True) as admitted:
+            found = admitted.route
+            at = switch_at(header(scope, SWITCHED_FROM_HEADER))
             upstream = {
                 **scope,
                 "path": found.path,
@@ -178,7 +143,7 @@ class Gateway:
             }
             llm = endpoint(scope["method"], found.path)
             if is_edit(scope) or llm is not None:
-                await self._llm(tenant, llm, upstream, receive, send)
+                await self._llm(admitted.tenant, llm, upstream, receive, send)
             else:
                 await self.forwarder(upstream, receive, send)
 
@@ -244,14 +209,12 @@ class Gateway:
             return
         settings = self.settings
         hydrator = Hydrator(
-            InProcessRegistry(self._services(), tenant),
+            InProcessRegistry(self._services(), tenant, self.budget),
             messages_keys=(llm.messages_key,),
             format=llm.format,
             max_inflated_bytes=settings.max_decompressed_bytes,
             offload_bytes=settings.offload_bytes,
             workers=self._services().workers,
-            memory=self.memory,
-            scope=tenant,
         )
         with self.budget.account() as account:
             await hydrate_request(
@@ -321,13 +284,6 @@ class Gateway:
             return message
 
         return wrapped
-
-    def _unknown(self, path: str) -> str:
-        names = ", ".join(sorted(self.upstreams)) or "none"
-        return (
-            f"no upstream for {path}: gateway paths are /llm/{{name}}/{{path}} with a name from "
-            f"TOOLREF_UPSTREAMS (configured: {names})"
-        )
 
 
 def switch_at(header: str | None) -> int | None:

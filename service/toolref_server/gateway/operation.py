@@ -9,8 +9,7 @@ from typing import Final
 from toolref.edits.wire import MEDIA_TYPE
 from toolref.wire.endpoints import ENDPOINTS, GATEWAY
 from toolref.wire.headers import (
-    CHECKPOINT_HEADER,
-    DICTIONARY_HEADER,
+    EDITS_HEADER,
     HISTORY_HEADER,
     KEY_HEADER,
     PROTOCOL_HEADER,
@@ -50,9 +49,13 @@ OPERATION: Final = Operation(
         "body, streamed. The gateway adds what the client lacks in `Toolref-*` headers.",
         media={"*/*": {}},
         headers=(
-            Header(HISTORY_HEADER, "The history confirmed, for the next turn.", _TEXT, False),
-            Header(DICTIONARY_HEADER, "`?1`: this body is kept with its history.", _TEXT, False),
-            Header(CHECKPOINT_HEADER, "The checkpoint kept too.", _TEXT, False),
+            Header(HISTORY_HEADER, "The recipe kept (an edit), for the next.", _TEXT, False),
+            Header(
+                EDITS_HEADER,
+                "The edit version read here (to a request offering edits).",
+                _TEXT,
+                False,
+            ),
             Header(REFERENCES_HEADER, "Refs of the payloads sent in full (JSON).", _TEXT, False),
             Header(SAVINGS_HEADER, "`raw=<bytes>, wire=<bytes>, ratio=<raw/wire>`.", _TEXT, False),
         ),
@@ -79,13 +82,11 @@ OPERATION: Final = Operation(
             "the request is forwarded as it is.",
         ),
         Parameter(
-            HISTORY_HEADER,
+            EDITS_HEADER,
             "header",
             _TEXT,
-            "`?1`: keep the conversation as a history; a history ref: the messages continue it.",
+            "The edit version the sender writes: the answer says the version read here.",
         ),
-        Parameter(DICTIONARY_HEADER, "header", _TEXT, "The kept body a zstd body extends."),
-        Parameter(CHECKPOINT_HEADER, "header", _TEXT, "`?1`: keep the checkpoint too."),
         Parameter(
             SWITCHED_FROM_HEADER,
             "header",
@@ -103,9 +104,9 @@ OPERATION: Final = Operation(
         401: f"Missing or unknown `{KEY_HEADER}`: the detail (also as `error.message`, where "
         "the providers' SDKs read an error) names the header and how to get a key.",
         404: "No upstream of that name (the configured names are listed to a known key).",
-        409: "Hydration: refs not held, listed in `missingRefs`, or a history not held, named "
-        "in `missingHistory`; the client resends in full. An edit: its base not held "
-        "(`missingHistory`), or pieces it names not held, every one in `missingPieces`.",
+        409: "Hydration: refs not held, listed in `missingRefs`; the client resends them in "
+        "full. An edit: its base not held (`missingHistory`), or pieces it names not held, "
+        "every one in `missingPieces`.",
         413: "Body, or body inflated, over its limit.",
         415: "Unsupported Content-Encoding of a body to hydrate.",
         422: "A body to hydrate that is invalid (a malformed ref, say).",
@@ -120,10 +121,10 @@ OPERATION: Final = Operation(
     forwarded=True,
     description="Any method the gateway forwards, to `{base_url}/{path}` of the upstream "
     f"`name`. A POST to an LLM endpoint it knows, whose path ends in {_HYDRATED}, sent with "
-    f"`{PROTOCOL_HEADER}: 2`, is hydrated first: its history continued and its toolRef "
-    "markers filled, the rest of the body as the client wrote it. A request sent with "
+    f"`{PROTOCOL_HEADER}: 2`, is hydrated first: its toolRef markers filled, the rest of "
+    "the body as the client wrote it. A request sent with "
     f"`Content-Type: {MEDIA_TYPE}` is an edit of a request the registry holds "
-    "(docs/history.md, Edits): the request it stands for is forwarded, headers and body, and "
+    "(docs/edits.md): the request it stands for is forwarded, headers and body, and "
     f"the answer carries `{HISTORY_HEADER}: tb_...`. Every other request is forwarded as it "
     "is. Each status may also be the upstream's own answer.",
 )

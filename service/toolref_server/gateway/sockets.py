@@ -34,21 +34,20 @@ from typing import Final
 
 from starlette.types import Receive, Scope, Send
 
-from toolref.receiving.asgi_io import header
-from toolref.receiving.budget import Budget
-from toolref.receiving.hops import decoded, encoded, end_to_end, without_toolref
-from toolref.receiving.workers import Workers
+from toolref.asgi.budget import Budget
+from toolref.asgi.hops import decoded, encoded, end_to_end, without_toolref
+from toolref.asgi.scope import header
+from toolref.asgi.workers import Workers
 from toolref.websocket.bridge import Limits, bridge
 from toolref.websocket.driver import Refusal, Unreachable, connect
 from toolref.websocket.frames import Decoder
 from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.endpoints import socket_turns
-from toolref.wire.errors import BadRequestError, NotFoundError, ToolrefError
-from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSIONS, KEY_HEADER
+from toolref.wire.errors import ToolrefError
+from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSIONS
 from toolref_server.gateway.forwarder import UpstreamUnreachableError, request_headers
-from toolref_server.gateway.upstreams import Route, route, unsafe_query
-from toolref_server.http.auth import Authenticator
-from toolref_server.http.inflight import InFlight
+from toolref_server.gateway.gate import GatewayAdmission
+from toolref_server.gateway.upstreams import Route
 from toolref_server.http.problem import problem_body
 from toolref_server.metrics import Metrics
 from toolref_server.settings import Settings
@@ -102,14 +101,13 @@ def websocket_url(found: Route, query: bytes) -> str:
 
 
 class Sockets:
-    """See the module docstring. Shares the gateway's authenticator, requests in flight,
-    budget, workers and metrics."""
+    """See the module docstring. Shares the gateway's gate (`gate`), budget,
+    workers and metrics."""
 
     def __init__(
         self,
         settings: Settings,
-        auth: Authenticator,
-        in_flight: InFlight,
+        admission: GatewayAdmission,
         budget: Budget,
         workers: Callable[[], Workers],
         *,
@@ -117,8 +115,7 @@ class Sockets:
     ) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.auth = auth
-        self.in_flight = in_flight
+        self.admission = admission
         self.budget = budget
         self.workers = workers
         self.limits = Limits(
@@ -131,21 +128,8 @@ class Sockets:
         if (await receive())["type"] != "websocket.connect":
             return
         try:
-            tenant = self.auth.tenant_for_key(header(scope, KEY_HEADER), header=KEY_HEADER)
-            found = route(self.settings.upstream_urls, scope["path"], scope.get("raw_path"))
-            if found is None:
-                names = ", ".join(sorted(self.settings.upstream_urls)) or "none"
-                raise NotFoundError(
-                    f"no upstream for {scope['path']}: gateway paths are /llm/{{name}}/{{path}} "
-                    f"with a name from TOOLREF_UPSTREAMS (configured: {names})"
-                )
-            if unsafe_query(scope.get("query_string", b"")):
-                raise BadRequestError(
-                    "the gateway request's query holds bytes a request target may not carry; "
-                    "percent-encode them"
-                )
-            with self.in_flight.held(tenant):
-                await self._joined(scope, receive, send, found, tenant)
+            with self.admission.admitted(scope, http=False) as admitted:
+                await self._joined(scope, receive, send, admitted.route, admitted.tenant)
         except ToolrefError as exc:
             await refuse(send, exc)
 

@@ -7,7 +7,7 @@ request slower; the SDK and the middleware retry, then send full payloads. `/hea
 always admitted: a liveness probe must not fail because the process is busy.
 
 Each admitted request gets an account on the process's budget of body bytes in flight
-(`toolref.receiving.budget`, TOOLREF_MAX_INFLATED_IN_FLIGHT) in `scope[SCOPE_KEY]`, which the body
+(`toolref.asgi.budget`, TOOLREF_MAX_INFLATED_IN_FLIGHT) in `scope[SCOPE_KEY]`, which the body
 reader charges as the body arrives and inflates, given back when the request ends.
 """
 
@@ -17,7 +17,7 @@ from typing import Final
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from toolref.receiving.budget import SCOPE_KEY, Budget
+from toolref.asgi.budget import SCOPE_KEY, Budget
 from toolref.wire.errors import OverloadedError
 from toolref_server.http.inflight import InFlight
 from toolref_server.http.problem import problem_response

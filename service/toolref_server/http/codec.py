@@ -13,8 +13,8 @@ from typing import Any, Final
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from toolref.receiving.budget import Account, charge
-from toolref.receiving.workers import Workers
+from toolref.asgi.budget import Account, charge
+from toolref.asgi.workers import Workers
 from toolref.wire.encoding import (
     JSON_TYPE,
     MSGPACK_TYPE,
@@ -67,11 +67,6 @@ def _content_encoding(request: Request) -> str:
     )
 
 
-def content_encoding(request: Request) -> str:
-    """The body's Content-Encoding: identity, gzip or zstd; 415 for anything else."""
-    return _content_encoding(request)
-
-
 async def read_body(
     request: Request,
     limits: BodyLimits,
@@ -80,8 +75,8 @@ async def read_body(
     workers: Workers | None = None,
     account: Account | None = None,
 ) -> bytes:
-    """The request body, inflated (unless not `inflate`: then as sent, for a caller that
-    must fetch a dictionary first), with every size limit enforced while streaming. With
+    """The request body, inflated (unless not `inflate`: then as sent, an edit say, which
+    carries its own compression), with every size limit enforced while streaming. With
     `workers`, chunks inflate in a worker thread (zlib and zstd let go of the GIL), so a
     small body that inflates to the limit does not hold up the event loop. Every byte kept
     (a piece as sent, a chunk of inflated output) is charged to `account` first: past the

@@ -1,5 +1,5 @@
 """A request body inflated as it arrives: gzip or zstd undone chunk by chunk, within the
-body's limit and the process's budget of bodies in flight (`toolref.receiving.budget`).
+body's limit and the process's budget of bodies in flight (`toolref.asgi.budget`).
 
 Each chunk of output (at most `OUT_CHUNK` bytes) is counted against the limit and charged to
 the request's account before it is kept, so a bomb stops one chunk past the limit, and a
@@ -14,7 +14,7 @@ from typing import IO, Any, Final, cast
 
 import zstandard
 
-from toolref.receiving.budget import Account, charge
+from toolref.asgi.budget import Account, charge
 from toolref.wire.errors import MalformedBodyError
 
 OUT_CHUNK: Final = 64 * 1024

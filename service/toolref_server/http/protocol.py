@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from toolref.receiving.asgi_io import header_values
+from toolref.asgi.scope import header_values
 from toolref.wire.errors import InvalidProtocolError
 from toolref.wire.headers import PROTOCOL_HEADER
 from toolref.wire.protocol import negotiate

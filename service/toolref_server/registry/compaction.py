@@ -13,7 +13,7 @@ from typing import Any
 
 from toolref import formats
 from toolref.formats import Format, Pair, Scan, source
-from toolref.placeholder import placeholder
+from toolref.kit.placeholder import placeholder
 from toolref.wire.encoding import dumps_json
 
 

@@ -13,19 +13,33 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from toolref import formats
+from toolref.asgi.workers import Workers
 from toolref.formats import Detection, Format, Scan, source
 from toolref.wire.canonical import Ref, invocation_digest
 from toolref.wire.encoding import dumps_json
 from toolref.wire.errors import BatchTooLargeError, MissingRefsError, ValidationError
 from toolref.wire.models import FormatName
 from toolref_server import documents
-from toolref_server.services import Services
+from toolref_server.settings import Settings
 from toolref_server.storage import record
 from toolref_server.storage.record import Record
-from toolref_server.storage.store import NewRecord
+from toolref_server.storage.store import NewRecord, Store
+
+
+class Records(Protocol):
+    """What registering and fetching records use (the service's `Services` holds them)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    @property
+    def workers(self) -> Workers: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +130,7 @@ def check_length(limit: int, count: int, note: str = "") -> None:
         )
 
 
-async def register(services: Services, tenant: str, conversation: Conversation) -> Registration:
+async def register(services: Records, tenant: str, conversation: Conversation) -> Registration:
     """Store the complete invocations, payloads as written; a ref that collides is left
     out (sent in full)."""
     threshold = services.settings.compress_threshold
@@ -184,7 +198,7 @@ def stats(original: int, optimized: int, used: int, new: int, hits: int) -> dict
     }
 
 
-async def resolve_markers(services: Services, tenant: str, refs: list[str]) -> dict[str, Record]:
+async def resolve_markers(services: Records, tenant: str, refs: list[str]) -> dict[str, Record]:
     """Records for every ref, or 409 listing all the refs that are not held."""
     held, missing = await held_records(services, tenant, refs)
     missing_refs(missing)
@@ -202,7 +216,7 @@ def missing_refs(missing: list[str]) -> None:
 
 
 async def held_records(
-    found_in: Services, tenant: str, refs: Sequence[str]
+    found_in: Records, tenant: str, refs: Sequence[str]
 ) -> tuple[dict[str, Record], list[str]]:
     """The record of every ref the store holds (lifetimes extended), and the refs it does
     not hold (absent, or another invocation under a colliding key)."""

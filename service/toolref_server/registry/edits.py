@@ -26,25 +26,44 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
+from toolref.asgi.budget import Account
+from toolref.asgi.workers import Workers
 from toolref.edits import wire
 from toolref.edits.edit import EditError, Inline, Keep, Named, Op, dictionary_ranges
 from toolref.edits.recipe import LITERAL, PIECE, PIECE_MIN, piece_ref
 from toolref.edits.request import Restored, restore
-from toolref.receiving.budget import Account
 from toolref.wire.errors import (
     BadRequestError,
     DecompressedTooLargeError,
     MissingHistoryError,
     MissingPiecesError,
 )
-from toolref_server.services import Services
+from toolref_server.settings import Settings
+from toolref_server.storage.quotas import RequestRate
 from toolref_server.storage.recipe_chunks import StoredEdit, StoredOp
 from toolref_server.storage.recipe_held import ENTRY_OVERHEAD, Held, Parts, context, derive
-from toolref_server.storage.recipes import piece_id
+from toolref_server.storage.recipes import Recipes, piece_id
 
 _GAP: Final = Inline(b"")  # an inline op before its bytes are read (dictionary_ranges)
+
+
+class Editing(Protocol):
+    """What applying an edit uses (the service's `Services` holds them): the settings (the
+    inflated limit, the entries' bound), the recipes, the worker threads, the request rate."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def recipes(self) -> Recipes: ...
+
+    @property
+    def workers(self) -> Workers: ...
+
+    @property
+    def rate(self) -> RequestRate: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +78,19 @@ class Applied:
     raw: int
     wire: int
     head: bytes = b""  # segment 0 as the edit restores it: credential lines name-only
+    base: str | None = None  # the recipe the edit was applied to
+    edit: StoredEdit = ()  # its ops as stored: ranges kept of the base, entries added
+    added: Sequence[bytes] = ()  # the bytes of each entry added, in order
+    segments: Sequence[bytes] = ()  # the request's segments, headers first
+
+    def as_edit(self, held: str | None) -> list[Op]:
+        """The request as the ops of an edit of `held` (the recipe its receiver holds, when
+        it is the base this edit was applied to: ranges kept, the rest inline), else of
+        nothing (every segment inline). O(ops), or O(segments) with no base held."""
+        if held is None or held != self.base:
+            return [Inline(segment) for segment in self.segments]
+        added = iter(self.added)
+        return [Keep(*op) if isinstance(op, tuple) else Inline(next(added)) for op in self.edit]
 
 
 Then = Callable[[bytes], Awaitable[bytes]]  # the body as forwarded, from the body restored
@@ -69,20 +101,23 @@ async def _as_it_is(body: bytes) -> bytes:
 
 
 async def apply_edit(
-    services: Services,
+    services: Editing,
     tenant: str,
     data: bytes,
     secrets: Sequence[tuple[str, str]] | None,
     account: Account,
     *,
     then: Then = _as_it_is,
+    whole: bool = True,
 ) -> Applied:
     """The request the edit in `data` stands for (credentials from `secrets`; None: left
     name-only, for a receiver that fills them itself and whose registry never sees one),
     its recipe kept for `tenant`; see the module docstring. Bytes kept are charged to
     `account`.
     `then`: what the caller does to the body before it is forwarded (the switch's rewrite),
-    done before anything is kept, so that its refusal too stores nothing."""
+    done before anything is kept, so that its refusal too stores nothing. `whole` False: the
+    body is not joined (a receiver that takes the request's segments joins them itself), only
+    its headers' segment checked."""
     settings, recipes, workers = services.settings, services.recipes, services.workers
     limit = settings.max_decompressed_bytes
     # O(header): ops and lengths, the recipe's entries counted; off the loop when large
@@ -107,7 +142,10 @@ async def apply_edit(
         )
     account.charge(raw + ENTRY_OVERHEAD * header.entries)  # before the lists are built
     parts = await workers.run(raw, _derived, base, edit, added)  # O(edit), slices of the base's
-    request = await workers.run(raw, restore, parts.segments, secrets)  # O(body): one join
+    if whole:
+        request = await workers.run(raw, restore, parts.segments, secrets)  # O(body): one join
+    else:
+        request = restore(parts.segments[:1], secrets)  # the headers' segment checked
     if request is None:
         raise BadRequestError(
             "the edit's first segment is not the request's headers with a line for each "
@@ -118,10 +156,13 @@ async def apply_edit(
     body = await then(request.body)  # may refuse: nothing is kept yet
     named_held = [p for p in named if p not in carried]
     kept = await recipes.keep(tenant, parts, edit, base=base, pieces=carried, named=named_held)
-    return Applied(kept.ref, request, body, raw, len(data), parts.segments[0])
+    head = parts.segments[0]
+    return Applied(
+        kept.ref, request, body, raw, len(data), head, header.base, edit, added, parts.segments
+    )
 
 
-async def _base(services: Services, tenant: str, ref: str | None) -> Held | None:
+async def _base(services: Editing, tenant: str, ref: str | None) -> Held | None:
     """The base the edit names (None: none); `MissingHistoryError` when it is not held
     whole."""
     if ref is None:

@@ -6,7 +6,7 @@ start each minute, and a circuit breaker per model-backed summarizer.
 - Per tenant: `per_tenant_minute` calls a minute, counted in the engine
   (`toolref_server.storage.counters`), so every process and replica shares it. A call is
   counted when it is about to start, whether it then succeeds or not.
-- Breaker: `toolref.breaker.CircuitBreaker`, one per summarizer name, per process: after
+- Breaker: `toolref.kit.breaker.CircuitBreaker`, one per summarizer name, per process: after
   `breaker_failures` failures in a row the model is not called for `breaker_seconds`, then
   one call probes. (Per process, so N replicas make at most N probes per cool-down.)
 
@@ -15,7 +15,7 @@ Nothing here calls the model; `SummaryCache` asks before it does.
 
 from __future__ import annotations
 
-from toolref.breaker import CircuitBreaker
+from toolref.kit.breaker import CircuitBreaker
 from toolref_server.storage.counters import ModelCallCounters
 
 

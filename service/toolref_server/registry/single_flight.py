@@ -2,7 +2,7 @@
 ask for it at the same time (as dogpile.cache's `Lock` does over a backend's mutex).
 
 Within a process, the requests for one slot share one task. Across processes, that task
-takes the slot's lock (`toolref_server.storage.summaries.SummaryStore`, the mutex) and
+takes the slot's lock (`toolref_server.storage.summary_store.SummaryStore`, the mutex) and
 computes, or waits for the holder's value; a holder that vanished without one (its lock
 expired or released) leaves the lock to be taken again.
 
@@ -20,7 +20,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from toolref_server.registry.summarizers import SummarizerError
-from toolref_server.storage.summaries import Outcome, Slot, SummaryStore
+from toolref_server.storage.summary_store import Outcome, Slot, SummaryStore
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from typing import Any, Final, Protocol
 
 import httpx
 
-from toolref import extractive
-from toolref.kinds import KindTable
-from toolref.receiving.workers import Workers
+from toolref.asgi.workers import Workers
+from toolref.kit import extractive
+from toolref.kit.kinds import KindTable
 from toolref_server.registry.completions import CompletionError, Completions
 from toolref_server.settings import Settings
 
@@ -56,7 +56,7 @@ class Summarizer(Protocol):
 
 
 class ExtractiveSummarizer:
-    """`toolref.extractive`: deterministic, no model."""
+    """`toolref.kit.extractive`: deterministic, no model."""
 
     name = extractive.NAME
 

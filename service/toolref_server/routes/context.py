@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import pydantic
 from starlette.requests import Request
 
-from toolref.receiving.budget import SCOPE_KEY, Account
-from toolref.wire import compression
+from toolref.asgi.budget import SCOPE_KEY, Account
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import (
     BatchTooLargeError,
@@ -53,22 +52,12 @@ def require_refs_protocol(request: Request) -> None:
         )
 
 
-# A zstd body compressed against a history: the history's ref, and how to rebuild its
-# dictionary (fetched only once the compressed body is in and within its limit).
-Dictionary = tuple[str, Callable[[], Awaitable[bytes]]]
-
-
 async def body(request: Request) -> Any:
     """The decoded request body, every limit enforced before parsing."""
     return (await document(request, messages_key=None)).value
 
 
-async def document(
-    request: Request,
-    *,
-    messages_key: str | None = "messages",
-    dictionary: Dictionary | None = None,
-) -> documents.Decoded:
+async def document(request: Request, *, messages_key: str | None = "messages") -> documents.Decoded:
     """The request body decoded once, every limit enforced before parsing, with the text
     of each message under `messages_key` as sent. Message routes send that text back, so
     strings UTF-8 cannot carry are refused."""
@@ -77,22 +66,7 @@ async def document(
     decoder = codec.request_decoder(request)
     # This request's share of the process's budget of bodies in flight (admission.py).
     account: Account | None = request.scope.get(SCOPE_KEY)
-    if dictionary is not None and codec.content_encoding(request) == "zstd":
-        raw = await codec.read_body(request, limits, inflate=False, account=account)
-        history, rebuild = dictionary
-        compression.check_frame(raw, limits.max_decompressed_bytes, history)  # before work
-        words = await rebuild()
-        data = await workers.run(
-            len(words),
-            compression.decompress,
-            raw,
-            words,
-            limits.max_decompressed_bytes,
-            history,
-            account,
-        )
-    else:
-        data = await codec.read_body(request, limits, workers=workers, account=account)
+    data = await codec.read_body(request, limits, workers=workers, account=account)
     echoed = messages_key is not None and decoder == "json"
     return await workers.run(len(data), _decoded, data, decoder, limits, messages_key, echoed)
 

@@ -11,7 +11,6 @@ from starlette.responses import Response
 
 from toolref.formats import source
 from toolref.wire import endpoints
-from toolref.wire.headers import HISTORY_HEADER
 from toolref.wire.models import (
     FormatName,
     HandoffRequest,
@@ -66,9 +65,6 @@ def answer(
     messages: bytes,
     references: dict[str, str] | None,
     stats: dict[str, int],
-    *,
-    history: str | None = None,
-    checkpoint: tuple[str, int] | None = None,
 ) -> Response:
     """The answer (`MessagesResponse`): its members written through `MessagesAnswer`, its
     messages spliced in as the JSON text made for them (parsed again only for a client that
@@ -77,17 +73,13 @@ def answer(
         format=fmt,
         tool_references=references,
         optimization_stats=OptimizationStats.model_validate(stats),
-        history_ref=history,
-        checkpoint_ref=checkpoint[0] if checkpoint else None,
-        checkpoint_length=checkpoint[1] if checkpoint else None,
     )
     written = members.model_dump(by_alias=True, exclude_none=True)
     body: dict[str, Any] = {"format": written.pop("format"), "messages": None, **written}
-    headers = {HISTORY_HEADER: history} if history is not None else None
     if codec.wants_msgpack(request):
         body["messages"] = json.loads(messages)
-        return codec.render(request, body, headers=headers)
-    return codec.render(request, body, headers=headers, encoded={"messages": messages})
+        return codec.render(request, body)
+    return codec.render(request, body, encoded={"messages": messages})
 
 
 async def optimize(request: Request) -> Response:

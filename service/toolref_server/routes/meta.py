@@ -58,9 +58,6 @@ def capabilities_of(settings: Settings, *, upstreams: bool = False) -> Capabilit
         summarizers=settings.summarizer_names,
         version=__version__,
         upstreams=sorted(settings.upstream_urls) if upstreams else None,
-        history_refs=True,
-        return_messages=["all", "new"],
-        checkpoints=True,
         edits=EDITS_VERSION,
     )
 

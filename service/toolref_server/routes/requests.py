@@ -8,27 +8,30 @@ restores it (its header lines, a credential's name-only: its value travels with 
 request to its backend, never here), an empty line, then the request's body byte for byte;
 `Toolref-History` names the recipe kept. Refusals are the gateway's (409 missing-history or
 missing-pieces, 400, 413), and store nothing.
+
+A caller that asks for the request as an edit (`Accept: application/vnd.toolref.edit`: the
+middleware) gets its segments as a version-2 edit, uncompressed: of the recipe it names in
+`Toolref-Held` when that is the edit's base (ranges of it kept, only the rest carried: the
+answer costs what changed, not the conversation), else of nothing (every segment inline).
+The body is then never joined here: the caller joins it.
 """
 
 from __future__ import annotations
 
-from typing import Final
-
 from starlette.requests import Request
 from starlette.responses import Response
 
+from toolref.asgi.budget import SCOPE_KEY, Account
 from toolref.edits import wire
-from toolref.receiving.budget import SCOPE_KEY, Account
+from toolref.edits.request import REQUEST_MEDIA_TYPE, joined
 from toolref.wire import endpoints
 from toolref.wire.errors import UnsupportedMediaTypeError
-from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER
+from toolref.wire.headers import EDITS_HEADER, HELD_HEADER, HISTORY_HEADER
 from toolref.wire.models import RECIPE_REF_PATTERN
 from toolref_server.http import codec
 from toolref_server.http.operation import ApiRoute, Header, Operation, Reply
 from toolref_server.registry.edits import apply_edit
 from toolref_server.routes import context
-
-REQUEST_MEDIA_TYPE: Final = "application/vnd.toolref.request"
 
 
 async def apply(request: Request) -> Response:
@@ -43,11 +46,16 @@ async def apply(request: Request) -> Response:
         )
     account: Account = request.scope[SCOPE_KEY]  # the request's share (http.admission)
     data = await codec.read_body(request, services.limits, inflate=False, account=account)
-    applied = await apply_edit(services, tenant, data, None, account)
+    as_edit = wire.MEDIA_TYPE in request.headers.get("accept", "")
+    applied = await apply_edit(services, tenant, data, None, account, whole=not as_edit)
+    headers = {HISTORY_HEADER: applied.ref, EDITS_HEADER: str(wire.VERSION)}
+    if as_edit:  # O(what changed) when the caller holds the base
+        held = request.headers.get(HELD_HEADER)
+        base = held if held is not None and held == applied.base else None
+        answer = wire.encode_isolated(base, applied.as_edit(base), compress=False)
+        return Response(answer, media_type=wire.MEDIA_TYPE, headers=headers)
     return Response(
-        applied.head + b"\r\n" + applied.request.body,
-        media_type=REQUEST_MEDIA_TYPE,
-        headers={HISTORY_HEADER: applied.ref, EDITS_HEADER: str(wire.VERSION)},
+        joined(applied.head, applied.request.body), media_type=REQUEST_MEDIA_TYPE, headers=headers
     )
 
 

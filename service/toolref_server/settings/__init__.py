@@ -9,7 +9,7 @@ object whose fields are declared by concern, one module (and base class) each.
 - `access`: tenants' API keys, the /metrics key, per-tenant quotas;
 - `store`: the Redis/Valkey engine: URL, timeouts, pool, breaker;
 - `records`: lifetimes and compression of what is stored;
-- `caches`: the per-process caches of verified records and histories;
+- `caches`: the per-process caches of verified records and edited requests;
 - `summaries`: the summarizers and the LLM one's bounds;
 - `gateway`: upstreams and the gateway's limits;
 - `environment`: the `TOOLREF_*` variables known, and the check refusing any other;

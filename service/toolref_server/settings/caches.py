@@ -21,13 +21,6 @@ class CacheSettings(BaseModel):
         ge=0,
         description="At most this many characters of payloads in those records (LRU).",
     )
-    history_cache_bytes: int = Field(
-        default=64 * 2**20,
-        ge=0,
-        description="Characters of recently kept histories (in full) each process holds, so "
-        "the next turn's answer joins them instead of reading and filling them again; 0 "
-        "keeps none.",
-    )
     edit_cache_bytes: int = Field(
         default=64 * 2**20,
         ge=0,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-from toolref.checks import nearest
+from toolref.kit.option_checks import nearest
 from toolref.wire.errors import ConfigurationError
 
 PREFIX: Final = "TOOLREF_"

@@ -44,21 +44,6 @@ class GatewaySettings(BaseModel):
         "`quota-exceeded` with Retry-After. Below TOOLREF_GATEWAY_MAX_CONNECTIONS, so one "
         "tenant never holds every upstream connection.",
     )
-    gateway_tenants: int = Field(
-        default=16,
-        ge=1,
-        description="Tenants the gateway keeps confirmed-history bodies for, about: its "
-        "memory of them holds 64 histories per tenant counted here (one LRU for all "
-        "tenants, each under its own scope).",
-    )
-    gateway_history_chars: int = Field(
-        default=128 * 2**20,
-        ge=0,
-        description="Characters the gateway keeps of confirmed histories, in all tenants: "
-        "the body each was confirmed for (to decompress a body sent against it, "
-        "Toolref-Dictionary) and its zstd dictionary. The histories themselves are held "
-        "once, in the registry's cache (TOOLREF_HISTORY_CACHE_BYTES).",
-    )
 
     gateway_ws_max_message_bytes: int = Field(
         default=16 * 2**20,

@@ -1,6 +1,6 @@
-"""Settings of what the store keeps and how: lifetimes of refs and history heads, when a
-continued history refreshes them, and the zstd compression and dictionaries of records and
-history messages."""
+"""Settings of what the store keeps and how: lifetimes of records and of edited requests'
+recipes, when keeping a recipe refreshes them, and the zstd compression and dictionaries of
+records and of recipes' literals."""
 
 from __future__ import annotations
 
@@ -14,20 +14,18 @@ class RecordSettings(BaseModel):
     """Lifetimes (TTLs and their refresh) and compression of what is stored."""
 
     ttl_seconds: int = Field(default=86_400, ge=1, description="Sliding lifetime of a ref.")
-    history_superseded_ttl: int = Field(
+    edit_superseded_ttl: int = Field(
         default=600,
         ge=1,
-        description="Seconds a history head keeps once a longer one continues it, and an "
-        "edited request's chunk once a newer snapshot no longer holds it (at most the TTL); "
-        "the newest head keeps the full TTL.",
+        description="Seconds an edited request's chunk keeps once a newer snapshot no longer "
+        "holds it (at most the TTL).",
     )
-    # Continuing a history costs time in the new messages (routes/continuation.py).
-    history_refresh_seconds: int = Field(
+    edit_refresh_seconds: int = Field(
         default=3600,
         ge=1,
-        description="A continuation extends every message and tool ref of its history (reading "
-        "it whole) once this long has passed since the last time; in between it reads only "
-        "the history's node. At most the TTL.",
+        description="Keeping an edited request's recipe extends everything it needs (its "
+        "group's nodes, chunks and pieces) once this long has passed since the last time; in "
+        "between only what it writes or names anew. At most the TTL.",
     )
     edit_snapshot_every: int = Field(
         default=8,
@@ -48,7 +46,7 @@ class RecordSettings(BaseModel):
         default=3,
         ge=1,
         le=22,
-        description="zstd level of stored records and history messages: higher stores fewer "
+        description="zstd level of stored records and recipes: higher stores fewer "
         "bytes for more CPU on every payload a request carries in full.",
     )
     record_dictionary: int = Field(
@@ -60,7 +58,7 @@ class RecordSettings(BaseModel):
     message_dictionary: int = Field(
         default=1,
         ge=0,
-        description="Shipped zstd dictionary new history messages are compressed with (0: none).",
+        description="Shipped zstd dictionary new recipes' literals are compressed with (0: none).",
     )
 
     @field_validator("record_dictionary", "message_dictionary")

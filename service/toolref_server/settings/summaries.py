@@ -8,7 +8,7 @@ from typing import Self
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
-from toolref.kinds import KindTable
+from toolref.kit.kinds import KindTable
 from toolref.wire.errors import ConfigurationError
 
 SUMMARIZER_NAMES = ("extractive", "openai-compatible")
@@ -27,7 +27,7 @@ class SummarySettings(BaseModel):
         default=400, ge=40, le=20_000, description="Summary budget when a request names none."
     )
     tool_kinds: str = Field(
-        default="", description="Tool kind overrides, `name=kind,...` (see toolref.kinds)."
+        default="", description="Tool kind overrides, `name=kind,...` (see toolref.kit.kinds)."
     )
     llm_base_url: str | None = Field(
         default=None,

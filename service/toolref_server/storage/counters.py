@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from toolref_server.storage import keys
 from toolref_server.storage.store import Store
-from toolref_server.storage.summaries import engine_errors
+from toolref_server.storage.summary_store import engine_errors
 
 WINDOW_SECONDS: Final = 60
 

@@ -6,8 +6,6 @@ of one tenant scans) and no two tenants share a key:
 | kind | holds | rest |
 | --- | --- | --- |
 | `i` | an invocation record (`record`) | the ref's 26-character body (`Ref.key`) |
-| `h` | a history node (`histories.Node`) | the history ref's body |
-| `m` | a history message | the message id (`digest_key` of 16 bytes) |
 | `p` | a piece of an edited request (`recipes`) | the piece id (`digest_key` of 16 bytes) |
 | `b` | a recipe's node (`recipe_nodes`) | the recipe ref's body (`tb_` dropped) |
 | `k` | a chunk of recipe entries (`recipe_chunks`) | the chunk id (`digest_key` of 16 bytes) |
@@ -34,8 +32,6 @@ from toolref.wire.canonical import Ref, digest_key
 _LOCK: Final = ":lock"
 
 RECORD: Final = "i"
-HISTORY_NODE: Final = "h"
-HISTORY_MESSAGE: Final = "m"
 EDIT_PIECE: Final = "p"
 RECIPE_NODE: Final = "b"
 RECIPE_CHUNK: Final = "k"
@@ -45,7 +41,7 @@ STORED_BYTES: Final = "q"
 MODEL_CALLS: Final = "c"
 USAGE: Final = "u"
 
-EXPORTED: Final = frozenset({RECORD, SUMMARY, DIALOGUE_SUMMARY, HISTORY_NODE, HISTORY_MESSAGE})
+EXPORTED: Final = frozenset({RECORD, SUMMARY, DIALOGUE_SUMMARY})
 SHAPE: Final = "tr:<tenant>:<kind>:..."  # for messages that name the grammar
 
 
@@ -55,15 +51,6 @@ def _key(tenant: str, kind: str, rest: str) -> str:
 
 def record(tenant: str, ref: Ref) -> str:
     return _key(tenant, RECORD, ref.key)
-
-
-def history_node(tenant: str, ref: str) -> str:
-    """The node of history `ref` (`th_` and its body)."""
-    return _key(tenant, HISTORY_NODE, ref[3:])
-
-
-def history_message(tenant: str, message_id: bytes) -> str:
-    return _key(tenant, HISTORY_MESSAGE, digest_key(message_id))
 
 
 def edit_piece(tenant: str, piece_id: bytes) -> str:

@@ -6,9 +6,9 @@ refilled at that rate and holding one second's worth, in each worker process (so
 workers a tenant may reach N times the rate). It is taken once the key is known, before the
 body is read.
 
-**Stored bytes** (`TOOLREF_TENANT_MAX_BYTES`): what a tenant's records, history messages,
-history nodes (checkpoints included) and summaries (of invocations and of handoff dialogues)
-take in the store, as stored (compressed). Every key lives `TTL` seconds after
+**Stored bytes** (`TOOLREF_TENANT_MAX_BYTES`): what a tenant's records, edited requests'
+recipes (nodes, chunks, pieces) and summaries (of invocations and of handoff dialogues) take
+in the store, as stored (compressed). Every key lives `TTL` seconds after
 it was last written or read, so the bytes a tenant keeps at time t are those it wrote or
 read since t - TTL. Time is cut into windows of one TTL, and a counter per tenant and window
 (`keys.stored_bytes`) adds each key's size the first time the key is written or read in
@@ -18,7 +18,7 @@ before, so the current and the previous counters together are never below what t
 keeps, and at most twice it (a key used in both windows counts in both). A write whose new
 bytes would take that sum past the quota is refused before anything is written; reads are
 never refused (they only count). A summary past the quota is answered and not kept
-(`toolref_server.storage.summaries`): making it is a read.
+(`toolref_server.storage.summary_store`): making it is a read.
 
 What else a tenant makes the service store is bounded without counting: summary locks
 (one per summary being made, deleted when it is, under 100 bytes) and failure marks (one per

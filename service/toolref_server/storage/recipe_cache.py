@@ -6,7 +6,7 @@ and every piece from the store again. Nothing depends on it: a piece is named by
 of its bytes and a recipe by the digest of its entries, so an entry is never stale; another
 worker or replica, or an entry dropped, reads the store instead (a few batched reads).
 
-One `toolref.lru.LRU` for both, bounded by the bytes held (TOOLREF_EDIT_CACHE_BYTES);
+One `toolref.kit.lru.LRU` for both, bounded by the bytes held (TOOLREF_EDIT_CACHE_BYTES);
 each tenant's entries under its own scope. Thread-safe (a lock around each call).
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from threading import Lock
 from typing import Generic, Protocol, TypeVar
 
-from toolref.lru import LRU
+from toolref.kit.lru import LRU
 
 _PIECE = "p"
 _RECIPE = "b"

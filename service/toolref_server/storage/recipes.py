@@ -22,10 +22,10 @@ a cluster, in one round trip).
 Lifetimes: a node lives until its `refreshed` time plus the TTL, and so does everything it
 needs (its group, the pieces and chunks of its recipe, the nodes their literals are in):
 keeping a recipe extends all of them once `refresh_seconds` have passed since
-(TOOLREF_HISTORY_REFRESH_SECONDS), else only what it writes, names anew or is read through
+(TOOLREF_EDIT_REFRESH_SECONDS), else only what it writes, names anew or is read through
 (a delta: its group). A node holds literals others may read, so it is never shortened; a
 snapshot shortens the chunks of the snapshot before it that it no longer holds to
-`superseded_ttl` seconds (TOOLREF_HISTORY_SUPERSEDED_TTL).
+`superseded_ttl` seconds (TOOLREF_EDIT_SUPERSEDED_TTL).
 
 What this process read or kept is held in its `RecipeCache` too (a `Held`, with the bytes
 of every segment): the next turn on this process reads nothing; nothing depends on it.
@@ -39,6 +39,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Final
 
+from toolref.asgi.workers import Workers
 from toolref.edits.edit import EditError
 from toolref.edits.recipe import (
     ID_BYTES,
@@ -48,7 +49,6 @@ from toolref.edits.recipe import (
     recipe_ref_of,
     ref_of_framed,
 )
-from toolref.receiving.workers import Workers
 from toolref_server.storage import compressors, keys
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, settled
@@ -458,7 +458,7 @@ class Recipes:
 def _everything(tenant: str, held: Held, lifetime: int, ttl: int) -> list[tuple[str, int]]:
     """Every key `held` needs, extended (a refresh): its group's nodes, the nodes its
     literals are stored in, its chunks and pieces. Linear in its entries (once per
-    TOOLREF_HISTORY_REFRESH_SECONDS)."""
+    TOOLREF_EDIT_REFRESH_SECONDS)."""
     nodes = {ref for source in held.sources if source is not None for ref in source[0]}
     nodes.update(held.group)
     nodes.discard(held.ref)

@@ -34,8 +34,8 @@ from redis.asyncio import Redis, RedisCluster
 from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
-from toolref.breaker import BreakerState, CircuitBreaker
-from toolref.receiving.workers import Workers
+from toolref.asgi.workers import Workers
+from toolref.kit.breaker import BreakerState, CircuitBreaker
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.metrics import Metrics

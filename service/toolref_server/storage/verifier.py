@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from threading import Lock
 
-from toolref.lru import LRU
+from toolref.kit.lru import LRU
 from toolref.wire.canonical import Ref
 from toolref_server.storage import record
 from toolref_server.storage.record import Record

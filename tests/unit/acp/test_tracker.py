@@ -28,7 +28,7 @@ from toolref.acp import (
     title_for,
     tool_kind,
 )
-from toolref.kinds import Kind, KindTable
+from toolref.kit.kinds import Kind, KindTable
 from toolref.streaming import CallStatus, ToolCall
 from toolref.wire.errors import AcpError, DuplicateToolCallError, UnknownToolCallError
 

@@ -1,11 +1,11 @@
 """A registry's side of the edits protocol written with the pure core (`toolref.edits`:
-`wire.read`, `edit.needed`, `wire.inline`, `edit.apply`, `request.restore`), in memory, in
+`wire.read`, `needed`, `wire.inline`, `edit.apply`, `request.restore`), in memory, in
 the spec's steps (/work/notes/edits-spec.md "What the gateway does"): the oracle the
 editor's tests check every turn against, and `send`, one turn through an editor to it."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,6 @@ from toolref.edits.edit import (
     apply,
     dictionary,
     dictionary_order,
-    needed,
 )
 from toolref.edits.recipe import is_piece, literal_of, piece_of, piece_ref, recipe_ref
 from toolref.edits.request import restore
@@ -145,3 +144,15 @@ def send(editor: Editor, registry: Registry, headers: list[tuple[str, str]], bod
         following = editor.on_miss(edit, answer.status, answer.problem)
         assert following is not None, answer
         edit = following
+
+
+def needed(order: Sequence[int], sizes: Callable[[int], int], size: int) -> list[int]:
+    """The base entries `dictionary` reads for `size` bytes (to fetch them first)."""
+    found: list[int] = []
+    left = size
+    for index in reversed(order):
+        if left <= 0:
+            break
+        found.append(index)
+        left -= sizes(index)
+    return found

@@ -45,45 +45,24 @@ export function getFormat(name: string): Format {
   return found;
 }
 
-/** Where detection stands after some messages: the formats they all fit, with scores. */
-export interface Detection {
-  readonly scores: ReadonlyMap<FormatName, number>;
-}
-
-export function startDetection(name?: FormatName | null): Detection {
-  const candidates = name ? [getFormat(name)] : FORMATS;
-  return { scores: new Map(candidates.map((format) => [format.name, 0])) };
-}
-
-/** Detection after one more message (a fold, so a transcript can keep it per message). */
-export function detectNext(before: Detection, message: unknown): Detection {
-  const scores = new Map<FormatName, number>();
-  for (const [name, score] of before.scores) {
-    const claim = getFormat(name).claim(message);
-    if (claim !== FOREIGN) scores.set(name, score + (claim === DISTINCTIVE ? 1 : 0));
-  }
-  return { scores };
-}
-
-/** The best format of a detection; null when the messages fit none. */
-export function bestFormat(detection: Detection): Format | null {
+/** The format of `messages` (`name` when given and they fit it); null when none fits: of the
+ * formats every message fits, the one with the most distinctive messages (ties: the first). */
+export function detect(messages: readonly unknown[], name?: FormatName | null): Format | null {
   let best: Format | null = null;
   let bestScore = -1;
-  for (const format of FORMATS) {
-    const score = detection.scores.get(format.name);
-    if (score !== undefined && score > bestScore) {
-      best = format;
-      bestScore = score;
+  for (const format of name ? [getFormat(name)] : FORMATS) {
+    let score = 0;
+    for (const message of messages) {
+      const claim = format.claim(message);
+      if (claim === FOREIGN) {
+        score = -1;
+        break;
+      }
+      if (claim === DISTINCTIVE) score += 1;
     }
+    if (score > bestScore) [best, bestScore] = [format, score];
   }
   return best;
-}
-
-/** The format of `messages` (`name` when given and they fit it); null when none fits. */
-export function detect(messages: readonly unknown[], name?: FormatName | null): Format | null {
-  let state = startDetection(name);
-  for (const message of messages) state = detectNext(state, message);
-  return bestFormat(state);
 }
 
 export { FOREIGN, NEUTRAL, DISTINCTIVE } from "./evidence.js";

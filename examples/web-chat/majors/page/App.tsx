@@ -1,7 +1,7 @@
 // The one-line integration as docs/js.md writes it: inline in the component, so every render
 // builds a new transport and a new toolrefFetch(). The SDK's state is shared per endpoint, so
-// each turn still continues the history the backend confirmed (issue 32: with AI SDK 6 it
-// sent the whole conversation every turn). Built once per AI SDK major (majors/ai5, ai6, ai7).
+// each turn is still an edit of the request the backend kept (issue 32: with AI SDK 6 it sent
+// the whole conversation every turn). Built once per AI SDK major (majors/ai5, ai6, ai7).
 import { useChat } from "@ai-sdk/react";
 import { toolrefFetch } from "@toolref/client";
 import { DefaultChatTransport, type UIMessage } from "ai";

@@ -1,0 +1,142 @@
+/**
+ * `Editor`: a sender's LLM requests as edits of the recipes its receiver confirmed
+ * (client_sdk/toolref/sending/editor.py, size-guarded: the same choices and, with zstd, the
+ * same bytes).
+ *
+ * Sans-I/O: `prepare` turns a request (headers, body) into an `Edit`; the caller sends it and
+ * hands the answer back: `confirm` when it names the recipe (`Toolref-History`), `onMiss` for
+ * a problem the editor resends on (409 missing-history, 409 missing-pieces, 400
+ * dictionary-mismatch), which gives the next attempt. At most `MAX_RESENDS` resends, the last
+ * with every segment inline and no base: every miss recovers by itself.
+ *
+ * The base is the confirmed recipe sharing the most bytes with the request among those
+ * sharing one of its messages (`Recipes.bestBase`: a conversation is only ever sent against
+ * its own past); the ops are `diff` against it, every piece of a confirmed recipe named; each
+ * inline segment travels as it is or compressed alone (version 2, `isolated.ts`). Once
+ * confirmed, a recipe is kept and its base dropped when it holds at least half of the base's
+ * bytes (the conversation moved on).
+ */
+
+import { diff, type Op } from "./edit.js";
+import { platformCodec, type Codec } from "./isolated.js";
+import { parsePieceRef, pieceEntry } from "./recipe.js";
+import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, Recipes, type Recipe } from "./recipes.js";
+import { cut, type Cut } from "./request.js";
+import type { BodyCut } from "./segments.js";
+import { MEDIA_TYPE, VERSION, encodeIsolated, encodeV1 } from "./wire.js";
+import { platformZstd } from "../zstd.js";
+
+export const MAX_RESENDS = 3;
+const PROBLEM = "urn:toolref:problem:";
+export const MISSING_HISTORY = PROBLEM + "missing-history";
+export const MISSING_PIECES = PROBLEM + "missing-pieces";
+export const DICTIONARY_MISMATCH = PROBLEM + "dictionary-mismatch";
+
+/** One attempt of a request as an edit: `body` and `headers` to send (the media type and the
+ * request's credentials), the recipe it makes (`ref`), its base, and how it was built. */
+export interface Edit {
+  readonly cut: Cut;
+  readonly body: Uint8Array;
+  readonly headers: readonly [string, string][];
+  readonly ref: string;
+  readonly base: string | null;
+  /** Bytes the base shares with the request. */
+  readonly shared: number;
+  /** Inline bytes, before compression. */
+  readonly inline: number;
+  readonly ops: readonly Op[];
+  readonly resends: number;
+  /** Pieces (keys) the receiver said it lacks. */
+  readonly unheld: ReadonlySet<string>;
+  /** No dictionary (after a mismatch). */
+  readonly plain: boolean;
+  /** No base, nothing named: every segment inline. */
+  readonly whole: boolean;
+}
+
+interface Built {
+  readonly resends?: number;
+  readonly unheld?: ReadonlySet<string>;
+  readonly plain?: boolean;
+  readonly whole?: boolean;
+}
+
+export class Editor {
+  readonly recipes: Recipes;
+  /** The highest edit version the receiver reads (its `Toolref-Edits`), at most 2. */
+  version: number = VERSION;
+
+  constructor(
+    maxRecipes = DEFAULT_MAX_RECIPES,
+    maxBytes = DEFAULT_MAX_BYTES,
+    /** How inline segments are compressed (default: zstd where the platform has it, else
+     * gzip); null: every record as it is. */
+    readonly codec: Codec | null = platformCodec(),
+  ) {
+    this.recipes = new Recipes(maxRecipes, maxBytes);
+  }
+
+  /** The first attempt of a request; null when its body is not one JSON object in UTF-8
+   * (send it as it is). `headers`: the request's end-to-end headers, toolref's own left out;
+   * `body`: its cut, when the caller made it already. */
+  async prepare(headers: Iterable<readonly [string, string]>, data: Uint8Array, messagesKey: string | null, body?: BodyCut | null): Promise<Edit | null> {
+    const made = await cut(headers, data, messagesKey, body === undefined ? undefined : body);
+    if (made === null) return null;
+    const match = this.recipes.bestBase(made.entries, made.segments, made.messages);
+    if (match === null) return this.build(made, null, 0);
+    this.recipes.touch(match.recipe.ref);
+    return this.build(made, match.recipe, match.shared);
+  }
+
+  /** Keep the recipe `edit` made when the answer names it (`Toolref-History`); whether it did. */
+  confirm(edit: Edit, history: string | null): boolean {
+    if (history === null || history.trim() !== edit.ref) return false;
+    const made = edit.cut;
+    const kept = this.recipes.keep(made.ref, made.entries, made.segments);
+    const base = edit.base !== null ? this.recipes.get(edit.base) : undefined;
+    if (kept && base !== undefined && base.ref !== made.ref && 2 * edit.shared >= base.size) this.recipes.drop(base.ref);
+    return kept;
+  }
+
+  /** The next attempt after a problem the editor resends on; null for any other answer (it is
+   * the app's), or once `MAX_RESENDS` were made. */
+  async onMiss(edit: Edit, status: number, problem: Record<string, unknown> | null): Promise<Edit | null> {
+    const kind = problem?.["type"];
+    if (edit.resends >= MAX_RESENDS || kind === undefined || kind === null) return null;
+    let base = edit.base !== null ? this.recipes.get(edit.base) : undefined;
+    let { shared, unheld, plain } = edit;
+    if (status === 409 && kind === MISSING_HISTORY) {
+      if (base !== undefined) this.recipes.drop(base.ref);
+      base = undefined;
+      shared = 0;
+    } else if (status === 409 && kind === MISSING_PIECES) {
+      const listed = problem?.["missingPieces"];
+      const found = (Array.isArray(listed) ? listed.map(parsePieceRef) : []).filter((piece): piece is Uint8Array => piece !== null);
+      this.recipes.dropHolding(found);
+      unheld = new Set([...unheld, ...found.map((piece) => pieceEntry(piece).key)]);
+      base = base !== undefined ? this.recipes.get(base.ref) : undefined;
+    } else if (status === 400 && kind === DICTIONARY_MISMATCH) {
+      plain = true;
+    } else {
+      return null;
+    }
+    const resends = edit.resends + 1;
+    if (resends === MAX_RESENDS) return this.build(edit.cut, null, 0, { resends, whole: true });
+    if (base === undefined) shared = 0;
+    return this.build(edit.cut, base ?? null, shared, { resends, unheld, plain });
+  }
+
+  private async build(made: Cut, base: Recipe | null, shared: number, how: Built = {}): Promise<Edit> {
+    const { resends = 0, unheld = new Set<string>(), plain = false, whole = false } = how;
+    const held = whole ? () => false : (piece: Uint8Array) => this.recipes.holds(piece) && !unheld.has(pieceEntry(piece).key);
+    const ops = diff(base?.entries ?? [], made.entries, made.segments, held);
+    let inline = 0;
+    for (const op of ops) if (op.op === "inline") inline += op.data.length;
+    const ref = base?.ref ?? null;
+    // Version 2 (size-guarded), or 1 for a receiver that reads no more: as they are, or one
+    // plain zstd frame where the platform has zstd (never against the base: sizes are signals).
+    const body = this.version >= 2 ? await encodeIsolated(ref, ops, this.codec) : await encodeV1(ref, ops, this.codec === null ? null : platformZstd());
+    const headers: [string, string][] = [["Content-Type", MEDIA_TYPE], ...made.secrets];
+    return { cut: made, body, headers, ref: made.ref, base: ref, shared, inline, ops, resends, unheld, plain, whole };
+  }
+}

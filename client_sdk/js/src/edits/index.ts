@@ -1,0 +1,27 @@
+/** Edits (`application/vnd.toolref.edit`): the request cut into segments, its recipe, the edit
+ * against a base the receiver confirmed, its bytes (client_sdk/toolref/edits/ and
+ * sending/editor.py, ported byte for byte). */
+
+export { ID_KEY, LARGE, MARK_KEY, SECRET_HEADERS, cutBody, headerLine, headerLines, headerSegment, isSecret, type BodyCut } from "./segments.js";
+export {
+  ID_BYTES,
+  PIECE_MIN,
+  PIECE_PREFIX,
+  RECIPE_PREFIX,
+  RUN_MIN,
+  contentOf,
+  entryOf,
+  isPiece,
+  isRecipeRef,
+  parsePieceRef,
+  pieceEntry,
+  pieceRef,
+  recipeRef,
+  type Entry,
+} from "./recipe.js";
+export { cut, type Cut } from "./request.js";
+export { diff, type Inline, type Keep, type Named, type Op } from "./edit.js";
+export { ALONE, GZIP, MIN_COMPRESSED, RAW, pack, platformCodec, varint, type Codec } from "./isolated.js";
+export { MEDIA_TYPE, VERSION, encodeIsolated, encodeV1 } from "./wire.js";
+export { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, ENTRY_COST, RELATED_MIN, Recipes, type Match, type Recipe } from "./recipes.js";
+export { DICTIONARY_MISMATCH, Editor, MAX_RESENDS, MISSING_HISTORY, MISSING_PIECES, type Edit } from "./editor.js";

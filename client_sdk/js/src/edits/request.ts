@@ -1,0 +1,35 @@
+/**
+ * A request as a recipe: its segments (headers first), their entries and its ref
+ * (client_sdk/toolref/edits/request.py's `cut`). Linear: one scan, one SHA-256 per segment
+ * of more than 16 bytes (in parallel, through WebCrypto where there is one), one for the ref.
+ */
+
+import { entryOf, recipeRef, type Entry } from "./recipe.js";
+import { cutBody, headerSegment, type BodyCut } from "./segments.js";
+
+/** A request cut: `segments` (the headers' first), their `entries`, the recipe's `ref`, the
+ * credentials that travel as real headers (`secrets`), and the index in `segments` of each
+ * message's largest segment, what it says (`messages`). */
+export interface Cut {
+  readonly segments: readonly Uint8Array[];
+  readonly entries: readonly Entry[];
+  readonly ref: string;
+  readonly secrets: readonly [string, string][];
+  readonly messages: readonly number[];
+}
+
+/** The recipe of a request whose body is one JSON object in UTF-8; null otherwise (such a
+ * request is sent as it is). `body`: its cut, when the caller made it already. */
+export async function cut(
+  headers: Iterable<readonly [string, string]>,
+  data: Uint8Array,
+  messagesKey: string | null,
+  body: BodyCut | null = cutBody(data, messagesKey),
+): Promise<Cut | null> {
+  if (body === null) return null;
+  const { segment, secrets } = headerSegment(headers);
+  const segments = [segment, ...body.segments];
+  const entries = await Promise.all(segments.map(entryOf));
+  const messages = body.messages.map((index) => index + 1); // after the headers' segment
+  return { segments, entries, ref: await recipeRef(entries), secrets, messages };
+}

@@ -1,0 +1,58 @@
+/**
+ * An edit on the wire (`application/vnd.toolref.edit`, client_sdk/toolref/edits/wire.py): a
+ * JSON header line, then the inline segments' bytes.
+ *
+ *     {"v":2,"b":"tb_..."|null,"o":[[0,57],"tp_...",312,...],"n":<inline bytes>}\n
+ *     <a record per inline segment (isolated.ts)>
+ *
+ * Ops in `"o"`, in order: `[start, end]` keeps base entries start to end (excluded), a `tp_`
+ * ref names a piece the registry holds, an integer is the length of the next inline segment.
+ * The header line is written as Python's `json.dumps(header, separators=(",", ":"))`.
+ * Version 1 (a receiver that reads no more) carries the inline segments as one: as they are,
+ * or one plain zstd frame (`"z":0`) where the platform has zstd and it is smaller.
+ */
+
+import { join, pack, type Codec } from "./isolated.js";
+import { pieceRef } from "./recipe.js";
+import type { Op } from "./edit.js";
+
+export const MEDIA_TYPE = "application/vnd.toolref.edit";
+/** What this SDK writes by default, and the highest it writes. */
+export const VERSION = 2;
+
+const encoder = new TextEncoder();
+
+function line(version: number, base: string | null, ops: readonly Op[], extra = ""): { head: Uint8Array; blobs: Uint8Array[] } {
+  const listed: string[] = [];
+  const blobs: Uint8Array[] = [];
+  let inline = 0;
+  for (const op of ops) {
+    if (op.op === "keep") listed.push(`[${op.start},${op.end}]`);
+    else if (op.op === "named") listed.push(`"${pieceRef(op.piece)}"`);
+    else {
+      listed.push(String(op.data.length));
+      blobs.push(op.data);
+      inline += op.data.length;
+    }
+  }
+  const b = base === null ? "null" : JSON.stringify(base);
+  return { head: encoder.encode(`{"v":${version},"b":${b},"o":[${listed.join(",")}],"n":${inline}${extra}}\n`), blobs };
+}
+
+/** A version-2 edit's bytes: each inline segment as it is or compressed alone by `codec`
+ * (null: every record as it is), whichever is smaller. */
+export async function encodeIsolated(base: string | null, ops: readonly Op[], codec: Codec | null): Promise<Uint8Array> {
+  const { head, blobs } = line(2, base, ops);
+  return join([head, await pack(blobs, codec)]);
+}
+
+/** A version-1 edit's bytes: the inline segments as they are, or one plain zstd frame of them
+ * when `zstd` is given and that is smaller. */
+export async function encodeV1(base: string | null, ops: readonly Op[], zstd: ((data: Uint8Array) => Promise<Uint8Array>) | null): Promise<Uint8Array> {
+  const plain = line(1, base, ops);
+  const blob = join(plain.blobs);
+  const body = join([plain.head, blob]);
+  if (zstd === null || blob.length === 0) return body;
+  const packed = join([line(1, base, ops, ',"z":0').head, await zstd(blob)]);
+  return packed.length < body.length ? packed : body;
+}

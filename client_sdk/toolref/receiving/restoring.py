@@ -1,0 +1,188 @@
+"""An edited request (`application/vnd.toolref.edit`) restored for the app behind a chat
+backend's middleware, through the registry (`Registry.apply_edit`: one round trip, the
+recipe kept there, nothing here): any worker or replica serves any turn.
+
+The steps, each a function below: the edit read within the body limit, charged to the
+request's account (`read`); applied by the registry; the app's scope (`restored_scope`):
+the headers of segment 0, each credential line filled with the request's real header of
+that name, then the request's own headers segment 0 does not name (what a browser adds:
+`cookie`, `origin`, ...) but the body's framing and toolref's, then the body's length; the
+body replayed; the answer marked (`marked`: the recipe kept, that edits are read here, the
+bytes saved), streamed as the app sends it.
+
+A refusal of the edit itself (409 `missing-history` or `missing-pieces`, 400, 413) is
+answered to the client as it is, which resends by itself (`toolref.sending.editor`). Any
+other failure is the registry's, not the edit's (it cannot be reached, refuses this
+backend's key, is over a quota, its store is down): the edit is answered 415
+(`unsupported-media-type`), on which the client sends the request as it is (and pauses
+its edits to this endpoint for a while: `toolref.sending.pause`): chatting never stops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
+
+from toolref.asgi.budget import SCOPE_KEY, Account
+from toolref.asgi.hops import decoded, encoded, savings_value
+from toolref.asgi.scope import (
+    ASGIApp,
+    Disconnected,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    replay,
+)
+from toolref.edits import wire
+from toolref.edits.segments import is_secret, restore_headers
+from toolref.receiving.held import HeldRequests, base_of
+from toolref.registry.answers import AppliedEdit
+from toolref.registry.port import Registry
+from toolref.wire.errors import (
+    BadRequestError,
+    ToolrefError,
+    UnsupportedMediaTypeError,
+)
+from toolref.wire.headers import (
+    EDITS_HEADER,
+    HISTORY_HEADER,
+    SAVINGS_HEADER,
+    TOOLREF_PREFIX,
+    asgi_name,
+)
+
+# The body's framing: the restored body's own is written anew.
+_FRAMING: Final = frozenset(
+    {"content-type", "content-length", "content-encoding", "transfer-encoding"}
+)
+EDITS_VALUE: Final = str(wire.VERSION)  # what a receiver answers `Toolref-Edits` with
+# The statuses of a refusal of the edit itself, answered to its client, which resends.
+EDIT_REFUSALS: Final = frozenset({400, 409, 413, 422})
+
+
+def is_edit(scope: Scope) -> bool:
+    """The request's body is an edit (its media type, any parameters and case)."""
+    value = header(scope, "content-type")
+    return value is not None and value.split(";")[0].strip().lower() == wire.MEDIA_TYPE
+
+
+async def restore_edit(
+    app: ASGIApp,
+    registry: Registry,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    account: Account,
+    max_body_bytes: int,
+    problem: Callable[[Send, ToolrefError], Awaitable[None]],
+    held: HeldRequests | None = None,
+) -> bool:
+    """One edited request to `app` (see the module docstring); `problem` answers a refusal.
+    False when the registry failed (the client was told to send the request as it is).
+    `held`: the requests this process restored, each the base of its conversation's next
+    edit (the registry then answers what changed)."""
+    try:
+        data = await read(receive, max_body_bytes, account)  # this backend's own limits
+        try:
+            if held is not None and held.max_bytes:
+                base = held.get(base_of(data))
+                applied = await registry.apply_edit(data, segments=True, held=base)
+                held.keep(applied)
+            else:
+                applied = await registry.apply_edit(data)
+        except ToolrefError as exc:
+            if exc.status in EDIT_REFUSALS:  # the edit's own: its client resends
+                raise
+            await problem(send, unapplied(registry, exc))  # the registry's: as it is
+            return False
+        account.charge(len(applied.body))
+        restored = restored_scope(scope, applied, account)
+    except Disconnected:
+        return True
+    except ToolrefError as exc:  # the body past a limit, the budget full (503), an edit's
+        await problem(send, exc)
+        return True
+    await app(restored, replay(applied.body, receive), marked(send, applied, len(data)))
+    return True
+
+
+async def read(receive: Receive, limit: int, account: Account) -> bytes:
+    """The edit's bytes, within `limit`, charged as they come."""
+    return await read_body(
+        receive, limit, "send fewer segments inline, or the request whole", account
+    )
+
+
+def unapplied(registry: Registry, exc: ToolrefError) -> UnsupportedMediaTypeError:
+    """The 415 an edit gets while the registry cannot apply it (down, refusing this backend,
+    over a quota): the client sends it as it is (and edits again once an answer says
+    `Toolref-Edits`)."""
+    return UnsupportedMediaTypeError(
+        f"this backend cannot apply edits now ({registry.location}: {exc.detail}); send the "
+        f"request as it is (without Content-Type: {wire.MEDIA_TYPE})"
+    )
+
+
+def restored_scope(scope: Scope, applied: AppliedEdit, account: Account) -> Scope:
+    """The scope the app sees (see the module docstring); `BadRequestError` when segment 0
+    names a credential the request does not carry."""
+    own = decoded(scope["headers"])
+    secrets = [(name, value) for name, value in own if is_secret(name)]
+    restored = restore_headers(applied.head, secrets)
+    if restored is None:
+        raise BadRequestError(
+            "the edit's headers name a credential the request does not send as a real header "
+            "(toolref.edits.segments.header_segment); send every credential it names"
+        )
+    named = {name.lower() for name, _ in restored}
+    restored += [
+        (name, value)
+        for name, value in own
+        if name.lower() not in named
+        and name.lower() not in _FRAMING
+        and not name.lower().startswith(TOOLREF_PREFIX)
+    ]
+    restored.append(("content-length", str(len(applied.body))))
+    return {**scope, "headers": encoded(restored), SCOPE_KEY: account}
+
+
+def marked(send: Send, applied: AppliedEdit, sent: int) -> Send:
+    """`send`, adding to the answer's head the recipe kept, that edits are read here and the
+    bytes saved."""
+    told: Sequence[tuple[bytes, bytes]] = (
+        (asgi_name(HISTORY_HEADER), applied.ref.encode("ascii")),
+        (asgi_name(EDITS_HEADER), EDITS_VALUE.encode()),
+        (asgi_name(SAVINGS_HEADER), savings_value(len(applied.body), sent).encode()),
+    )
+
+    async def with_marks(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *told]}
+        await send(message)
+
+    return with_marks
+
+
+def offers_edits(scope: Scope) -> bool:
+    """The request says its sender sends edits (`Toolref-Edits`): its answer says we read
+    them."""
+    return header(scope, EDITS_HEADER) is not None
+
+
+def told_edits(scope: Scope, send: Send) -> tuple[Scope, Send]:
+    """A request offering edits as the app sees it (the offer is toolref's, not the app's),
+    and `send` adding `Toolref-Edits` to its answer's head."""
+    name = asgi_name(EDITS_HEADER)
+    kept = [(k, v) for k, v in scope["headers"] if k.lower() != name]
+    told = (name, EDITS_VALUE.encode())
+
+    async def with_edits(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), told]}
+        await send(message)
+
+    return {**scope, "headers": kept}, with_edits

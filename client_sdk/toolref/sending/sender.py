@@ -1,0 +1,149 @@
+"""`Sender`: a client's LLM requests as edits (`application/vnd.toolref.edit`) once its
+receiver says it reads them, as a sans-I/O exchange (`toolref.registry.exchange`): the
+manager (`post`, `stream`) and `toolref.Transport` drive it, sync or async, over `httpx` or
+`httpx2`.
+
+Negotiation, per endpoint (scheme, host, port and path): until an answer from it carried
+`Toolref-Edits`, a request goes as it is, with `Toolref-Edits: 2` added (an offer a
+receiver that does not speak toolref ignores); once one did, every request goes as an edit
+of that version or lower through the client's `Editor`: the first of a conversation with
+no base (each segment inline, alone), later ones against the recipe the receiver confirmed
+(`Toolref-History`). A miss (409 `missing-history`, `missing-pieces`, 400
+`dictionary-mismatch`) is resent by the `Editor` (at most 3 times, the last with
+everything inline); a 415 (a receiver that cannot apply edits now) sends the request as it
+is, and the endpoint's requests go as they are, offering edits, for a while
+(`toolref.sending.pause`). The answer kept is handed back as it came: a
+stream stays a stream (only a problem the exchange resends on is read, by the driver).
+
+Segment 0 holds the request's headers but credentials (name-only), hop headers and
+toolref's; an edit travels with its media type, the credentials and toolref's own headers
+(`Toolref-Key`) as real headers, and nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Final, cast
+
+import httpx
+
+from toolref.asgi.hops import end_to_end
+from toolref.edits import wire
+from toolref.kit.lru import LRU
+from toolref.registry.exchange import Exchange
+from toolref.sending.answers import problem_of
+from toolref.sending.editor import Edit, Editor
+from toolref.sending.pause import Pause
+from toolref.sending.savings import Savings
+from toolref.wire.errors import UnsupportedMediaTypeError
+from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER, TOOLREF_PREFIX
+
+MAX_ENDPOINTS: Final = 64  # endpoints whose answer to the offer is remembered
+OFFER: Final = (EDITS_HEADER, str(wire.VERSION))
+UNSUPPORTED: Final = UnsupportedMediaTypeError.problem_type()
+
+# (the request to send again, its body, its headers): a request of the same class, URL and
+# extensions as the app's.
+Rebuild = Callable[[Any, bytes, list[tuple[str, str]]], Any]
+
+
+def rebuilt(request: Any, content: bytes, headers: list[tuple[str, str]]) -> Any:
+    """`request` again (its class, method, URL, extensions) with `content` and `headers`."""
+    return type(request)(
+        request.method, request.url, headers=headers, content=content, extensions=request.extensions
+    )
+
+
+def target_of(url: Any) -> str:
+    """The endpoint a request's URL names: scheme, host, port and path (no query)."""
+    return f"{url.scheme}://{url.host}:{url.port or ''}{url.path}"
+
+
+@dataclass
+class Sender:
+    """One client's requests to its receivers (see the module docstring). `editor`: its
+    recipes and choices; `savings`: what its requests cost."""
+
+    editor: Editor = field(default_factory=Editor)
+    savings: Savings = field(default_factory=Savings)
+    reads: LRU[str, int] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
+    pauses: LRU[str, Pause] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
+    clock: Callable[[], float] = time.monotonic
+
+    def exchange(
+        self, request: Any, content: bytes, messages_key: str, rebuild: Rebuild = rebuilt
+    ) -> Exchange[httpx.Response]:
+        """The exchange for `request` (an LLM request as the app made it, `content` its
+        body): yields the requests to send, returns the answer to hand back."""
+        target = target_of(request.url)
+        version = self.reads.get(target)
+        self.savings.request(len(content))
+        pairs = list(request.headers.multi_items())
+        edit = None
+        pause = self.pauses.get(target)
+        if version is not None and (pause is None or pause.over(self.clock())):
+            self.editor.version = version
+            edit = self.editor.prepare(_segment_headers(pairs), content, messages_key)
+        if edit is None:
+            return (yield from self._as_it_is(request, content, pairs, rebuild, target))
+        own = [(k, v) for k, v in pairs if k.lower().startswith(TOOLREF_PREFIX)]
+        while True:
+            response = cast(
+                httpx.Response, (yield rebuild(request, edit.body, [*edit.headers, *own]))
+            )
+            self._told(target, response)
+            self.savings.sent(len(edit.body), resend=edit.resends > 0)
+            if response.status_code == 415 and _unsupported(response):
+                if pause is None:
+                    pause = Pause()
+                    self.pauses.put(target, pause)
+                pause.refused(self.clock())
+                return (yield from self._as_it_is(request, content, pairs, rebuild, target))
+            following = self._next(edit, response)
+            if following is None:
+                self.editor.confirm(edit, response.headers.get(HISTORY_HEADER))
+                self.savings.edits += 1
+                if pause is not None:
+                    pause.answered()
+                return response
+            edit = following
+
+    def _as_it_is(
+        self,
+        request: Any,
+        content: bytes,
+        pairs: list[tuple[str, str]],
+        rebuild: Rebuild,
+        target: str,
+    ) -> Exchange[httpx.Response]:
+        """The request as the app made it, with the offer."""
+        offered = [(k, v) for k, v in pairs if k.lower() != EDITS_HEADER.lower()]
+        response = cast(httpx.Response, (yield rebuild(request, content, [*offered, OFFER])))
+        self._told(target, response)
+        self.savings.sent(len(content), resend=False)
+        return response
+
+    def _told(self, target: str, response: httpx.Response) -> None:
+        """Learn from an answer whether its endpoint reads edits, and of which version."""
+        said = response.headers.get(EDITS_HEADER, "").strip()
+        if said.isdigit() and 0 < len(said) < 4 and int(said) >= min(wire.VERSIONS):
+            self.reads.put(target, min(int(said), max(wire.VERSIONS)))
+
+    def _next(self, edit: Edit, response: httpx.Response) -> Edit | None:
+        if response.status_code not in (400, 409):
+            return None
+        problem = problem_of(response)
+        return None if problem is None else self.editor.on_miss(edit, response.status_code, problem)
+
+
+def _segment_headers(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The request's headers as segment 0 holds them: end to end, none of toolref's (the cut
+    leaves out those describing the hop: host, length, encoding)."""
+    return [(k, v) for k, v in end_to_end(list(pairs)) if not k.lower().startswith(TOOLREF_PREFIX)]
+
+
+def _unsupported(response: httpx.Response) -> bool:
+    problem = problem_of(response)
+    return problem is None or problem.get("type") == UNSUPPORTED

@@ -1,0 +1,180 @@
+"""One LLM turn sent to the gateway as an edit (`toolref.sending.editor.Editor`, issue 30).
+
+The request goes to the same target, `POST {gateway}/llm/{upstream}{path}?{query}`, with the
+edit as its body and these headers only: `Content-Type: application/vnd.toolref.edit`, the
+agent's credentials as real headers (the gateway fills them into the agent's headers, which
+travel inside the edit as segment 0, kept by reference while they do not change),
+`Toolref-Key`, and `Toolref-Switched-From` when switching. A 409 missing-history or
+missing-pieces and a 400 dictionary-mismatch are resent (at most three times, the last with
+everything inline) before the agent sees anything; the answer the gateway gives after that
+goes back to the agent as it arrives. A body that is not one JSON object in UTF-8 is not
+sent as an edit (`NOT_AN_EDIT`), nor is anything after a gateway answers 415 to the media
+type (`UNSUPPORTED`): the caller sends it as it came. A 413 (too large for the gateway or
+the provider) is the agent's to see, in its provider's error shape.
+
+A request the edit would not shrink (header lines and body, counted alike on both sides),
+and too small for a later turn to be an edit of (no message of `RELATED_MIN` bytes: the
+editor's rule for a base), goes to the gateway as it came, with the tenant's key
+(`as_it_is`): a tiny request's edit costs more than the request (the edit's framing, the
+media type), and a recipe of it would save the next turn nothing. One that could be a base
+goes as an edit whatever it costs, since the turns after it are edits of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import httpx
+
+from toolref.asgi.hops import Pairs, end_to_end, without_toolref
+from toolref.asgi.workers import Workers
+from toolref.sending.answers import may_resend, problem_of
+from toolref.sending.editor import Edit
+from toolref.sending.recipes import RELATED_MIN
+from toolref.wire.endpoints import endpoint
+from toolref.wire.headers import HISTORY_HEADER, KEY_HEADER, SWITCHED_FROM_HEADER
+
+from .calls import Call, Meter, wire_size
+from .clients import Client
+from .headers import to_gateway
+
+if TYPE_CHECKING:
+    from .link import GatewayLink
+
+NOT_AN_EDIT: Final = "not-an-edit"
+UNSUPPORTED: Final = "unsupported"
+Declined = Literal["not-an-edit", "unsupported"]
+
+
+async def as_edit(
+    link: GatewayLink,
+    call: Call,
+    client: Client,
+    *,
+    url: str,
+    body: bytes,
+    as_sent: bool,
+    moved: str | None,
+    meter: Meter,
+) -> httpx.Response | None:
+    """The gateway's answer to the turn sent as an edit (or as it came, when that is
+    smaller: see the module docstring); None when it is not sent as one (a gateway without
+    edits, a body that is not one JSON object): it goes as it came then. `body`: the
+    agent's, inflated; `as_sent`: it is the body as the agent sent it (not inflated);
+    `moved`: the `Toolref-Switched-From` value."""
+    found = endpoint("POST", call.path)
+    if found is None:
+        return None
+    config = link.config
+    if not await link.takes_edits():
+        return None
+    client.editor.version = link.capabilities.version  # the highest the gateway reads
+    extra = [(KEY_HEADER, config.key)] if config.key else []
+    if moved:
+        extra.append((SWITCHED_FROM_HEADER, moved))
+    plain = None  # a switched turn is rewritten by the gateway: an edit, whatever its size
+    if as_sent and not moved:
+        headers = to_gateway(call.headers, key=config.key, switched_from=None, body_changed=False)
+        plain = httpx.Request(
+            "POST", url, headers=headers, content=body, extensions=link.extensions()
+        )
+    answer = await send_edit(
+        meter,
+        client,
+        url=url,
+        agent=call.headers,
+        extra=extra,
+        content=body,
+        messages_key=found.messages_key,
+        extensions=link.extensions(),
+        as_it_is=plain,
+    )
+    if answer == UNSUPPORTED:
+        link.capabilities.refused()
+        link.report(
+            f"toolref relay: the gateway {config.gateway} refused an edit (415); requests "
+            "go as they came from now on"
+        )
+        return None
+    if answer == NOT_AN_EDIT:
+        return None
+    return answer
+
+
+def agent_headers(pairs: Pairs) -> list[tuple[str, str]]:
+    """The agent's headers as they go into segment 0: end to end, none of toolref's (the
+    cut itself leaves out the ones describing the hop: length, encoding, host)."""
+    return without_toolref(end_to_end(pairs))
+
+
+async def send_edit(
+    pool: httpx.AsyncBaseTransport,
+    client: Client,
+    *,
+    url: str,
+    agent: Pairs,
+    extra: Sequence[tuple[str, str]],
+    content: bytes,
+    messages_key: str,
+    extensions: dict[str, Any],
+    as_it_is: httpx.Request | None = None,
+) -> httpx.Response | Declined:
+    """The gateway's answer to the turn sent as an edit (resends done); `extra`: the
+    relay's own headers (`Toolref-Key`, `Toolref-Switched-From`); `as_it_is`: the request
+    as it came, sent instead when the edit is not worth it (`not_worth_an_edit`). The
+    client's editor is used by one turn at a time (`Client.lock`), in a worker thread for a
+    large body; the request's round trips hold no lock."""
+    editor = client.editor
+    async with client.lock:
+        edit: Edit | None = await _WORKERS.run(
+            len(content), editor.prepare, agent_headers(agent), content, messages_key
+        )
+    if edit is None:
+        return NOT_AN_EDIT
+    while True:
+        request = httpx.Request(
+            "POST",
+            url,
+            headers=[*edit.headers, *extra],
+            content=edit.body,
+            extensions=extensions,
+        )
+        if as_it_is is not None and not_worth_an_edit(edit, request, as_it_is):
+            return await pool.handle_async_request(as_it_is)
+        response = await pool.handle_async_request(request)
+        if response.status_code == 415 and HISTORY_HEADER not in response.headers:
+            await response.aclose()  # the gateway's (the provider's would name the recipe)
+            return UNSUPPORTED
+        if may_resend(response):
+            await response.aread()
+            async with client.lock:
+                following = await _WORKERS.run(
+                    len(content), editor.on_miss, edit, response.status_code, problem_of(response)
+                )
+            if following is not None:
+                await response.aclose()
+                edit = following
+                continue
+        async with client.lock:
+            editor.confirm(edit, response.headers.get(HISTORY_HEADER))  # linear in the entries
+        return response
+
+
+def not_worth_an_edit(edit: Edit, request: httpx.Request, plain: httpx.Request) -> bool:
+    """`request`, the first attempt of `edit`, puts more on the wire than `plain` (the
+    request as it came), and no later turn could be sent as an edit of it: no base, and no
+    message of `RELATED_MIN` bytes (`Recipes.best_base` relates a request to a recipe by
+    such a message only)."""
+    if edit.base is not None or edit.resends:
+        return False
+    made = edit.cut
+    if any(len(made.segments[index]) >= RELATED_MIN for index in made.messages):
+        return False
+    return wire_size(request) > wire_size(plain)
+
+
+# Cutting and diffing a body (a SHA-256 per piece, zstd against up to 1 MiB): about 14 ms a
+# MB measured; past this size, in a worker thread.
+OFFLOAD_BYTES: Final = 256 << 10
+_WORKERS: Final = Workers(None, OFFLOAD_BYTES)

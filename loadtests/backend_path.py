@@ -1,0 +1,116 @@
+"""The chat-backend path of the edits bench: a client app's `ToolReferenceManager` sends
+each turn to a chat backend (`loadtests.chat_backend`, a process: an app behind
+`ToolRefMiddleware`), which restores each edit through a registry (`toolref-server serve`,
+a process) on the bench's engine. A counting hop between client and backend counts every
+byte the client wrote (request line, headers, body), as the hop between relay and gateway
+does for the relay path.
+
+Per conversation, as for the relay path (`edits_bench.Measured`): the bytes; the CPU per
+turn of the backend and registry processes together, with the same control request after
+each turn; the Redis bytes the conversation added; and the middleware's added time per
+request (`chat_backend`: its wall time less the app's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import httpx
+
+from loadtests.counting_hop import CountingHop
+from loadtests.edits_baseline import AGENT_HEADERS, PROVIDER_HOSTS, baseline, content_bytes
+from loadtests.measured import Measured, keys_of, usage_of
+from loadtests.patterns import Pattern, encode
+from loadtests.systems import AFTER, ROOT, UPSTREAM_NAME, Launcher, Proc, free_port
+from toolref import ToolReferenceManager
+
+if TYPE_CHECKING:
+    from loadtests.edits_bench import Run
+
+CONTROL_BODY: Final = b'{"control":"' + b"c" * 16_000 + b'"}'
+# Set by httpx itself on every request: not the app's to name.
+_HOP: Final = frozenset({"content-length", "host", "connection"})
+
+
+@dataclass
+class BackendSystem:
+    """A registry process and a chat backend process on the bench's engine, a hop before
+    the backend, and the client's HTTP connection to the hop."""
+
+    registry: Proc
+    backend: Proc
+    hop: CountingHop
+    url: str  # the hop's
+    http: httpx.AsyncClient
+    manager: ToolReferenceManager  # the client app's one manager, as an app keeps one
+
+    def cpu(self) -> float:
+        return self.registry.cpu() + self.backend.cpu()
+
+    async def added(self) -> list[float]:
+        """The middleware's added time of every request so far (seconds)."""
+        found = await self.http.get(self.backend.url + "/stats")
+        return [float(s) for s in found.json()["added"]]
+
+
+@asynccontextmanager
+async def backend_system(launcher: Launcher, engine: str) -> AsyncIterator[BackendSystem]:
+    env = AFTER.env(TOOLREF_REDIS_URL=engine, TOOLREF_LOG_LEVEL="warning")
+    command = [sys.executable, "-m", "toolref_server.cli", "serve", "--port", str(free_port())]
+    registry = launcher.start("registry", command, env, ROOT)
+    await launcher.wait()
+    command = [
+        sys.executable, "-m", "loadtests.chat_backend", "--port", str(free_port()),
+        "--registry", registry.url,
+    ]  # fmt: skip
+    backend = launcher.start("chat-backend", command, AFTER.env(), ROOT)
+    await launcher.wait()
+    hop = CountingHop([backend.url])
+    server = await asyncio.start_server(hop.handle, "127.0.0.1", 0, limit=1 << 20)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with httpx.AsyncClient(timeout=120) as http:
+        try:
+            yield BackendSystem(registry, backend, hop, url, http, ToolReferenceManager())
+        finally:
+            server.close()
+            await hop.close()
+
+
+async def converse(run: Run, system: BackendSystem, pattern: Pattern, kind: str) -> Measured:
+    """`pattern`'s turns sent by the system's manager through `system`."""
+    before = await keys_of(run.redis)
+    manager = system.manager
+    url = f"{system.url}/llm/{UPSTREAM_NAME}{pattern.path}"
+    headers = {k: v for k, v in AGENT_HEADERS[pattern.fmt] if k not in _HOP}
+    bodies, cpu, engine, control = [], [], [], []
+    start = run.turn
+    added_before = len(await system.added())
+    for n, turn in enumerate(pattern.turns):
+        bodies.append((turn.conversation, encode(turn.body)))
+        system.hop.turn = run.turn
+        run.turn += 1
+        service, engine_cpu = system.cpu(), run.engine.cpu()
+        answer = await manager.apost(system.http, url, json=turn.body, headers=headers)
+        cpu.append(system.cpu() - service)
+        engine.append(run.engine.cpu() - engine_cpu)
+        if answer.status_code != 200:
+            raise RuntimeError(f"{pattern.name} turn {n + 1}: {answer.status_code} {answer.text}")
+        system.hop.turn = -1
+        service = system.cpu()
+        checked = await system.http.post(system.url + "/control", content=CONTROL_BODY)
+        control.append(system.cpu() - service)
+        checked.raise_for_status()
+    redis, keys = await usage_of(run.redis, await keys_of(run.redis) - before)
+    said = content_bytes(turn.body for turn in pattern.turns)
+    sizes = baseline(pattern.path, PROVIDER_HOSTS[pattern.fmt], AGENT_HEADERS[pattern.fmt], bodies)
+    added = (await system.added())[added_before:]
+    return Measured(
+        pattern.name, kind, pattern.fmt, len(bodies), sum(len(b) for _, b in bodies),
+        sum(sizes), system.hop.of(range(start, run.turn)), cpu, control, engine, redis, keys,
+        said, added=added,
+    )  # fmt: skip

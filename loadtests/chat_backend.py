@@ -1,0 +1,100 @@
+"""A chat backend as an app embeds toolref, for the benches of the chat-backend path: an
+app behind `ToolRefMiddleware`, which restores each edit through a registry process
+(`POST /v1/edits:apply`), run by uvicorn in a process of its own.
+
+    python -m loadtests.chat_backend --port P --registry URL
+
+Routes: `/llm/...` (POST: the app reads the body and answers a small JSON body; what a
+real backend does next, parse it and call a model, is the same with toolref or without,
+and is left out of what this bench measures), the same app at `/bare/...` without the
+middleware (the turn a
+backend without toolref serves), `/control` (a request of constant cost the middleware
+passes through, to see how fast the machine runs) and `/stats` (what the middleware added).
+
+The middleware's added time of a request is the wall time from the request reaching the
+middleware to its answer sent, less the time inside the app: reading the edit, the
+registry's round trip, restoring, and passing the answer on. Requests are measured one at
+a time (the benches send them so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from toolref import AsyncRegistryClient, ToolRefMiddleware
+
+Scope = MutableMapping[str, Any]
+
+
+@dataclass
+class Clock:
+    """What the middleware added, request by request (seconds)."""
+
+    added: list[float] = field(default_factory=list)
+    inner: float = 0.0  # the app's time in the request being measured
+
+
+async def _json(receive: Any, send: Any, answer: dict[str, Any]) -> None:
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    if body:
+        answer = {**answer, "read": len(body)}
+    content = json.dumps(answer).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(content))]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+class Backend:
+    """The ASGI app of the process (see the module docstring)."""
+
+    def __init__(self, registry: str) -> None:
+        self.clock = Clock()
+        client = AsyncRegistryClient(registry, timeout=120)
+        self.middleware = ToolRefMiddleware(self.app, client)
+
+    async def app(self, scope: Scope, receive: Any, send: Any) -> None:
+        start = time.perf_counter()
+        await _json(receive, send, {"ok": True})
+        self.clock.inner += time.perf_counter() - start
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        path = scope["path"]
+        if path == "/stats":
+            await _json(receive, send, {"added": self.clock.added})
+        elif path.startswith("/llm/"):
+            self.clock.inner = 0.0
+            start = time.perf_counter()
+            await self.middleware(scope, receive, send)
+            self.clock.added.append(time.perf_counter() - start - self.clock.inner)
+        else:  # /bare/..., /control: no toolref
+            await _json(receive, send, {"ok": True})
+
+
+def main(argv: list[str] | None = None) -> int:
+    import uvicorn
+
+    parser = argparse.ArgumentParser(prog="python -m loadtests.chat_backend")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--registry", required=True)
+    args = parser.parse_args(argv)
+    uvicorn.run(Backend(args.registry), port=args.port, log_level="warning", access_log=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

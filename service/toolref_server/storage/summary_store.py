@@ -1,0 +1,187 @@
+"""Where summaries are kept: cached values, their single-flight locks and failure marks.
+
+A summary is kept under its slot (`keys.summary`, or `keys.dialogue_summary` for a handoff's
+dialogue) with the sliding lifetime of refs, read through the `Store` (counted for the
+tenant's stored-bytes quota the first time it is read in a window) and written only when it
+fits that quota (`keep`).
+
+The mutex (as dogpile.cache's Redis backend holds one per key): a lock beside the value
+(`keys.summary_lock`), taken with `SET NX PX` so that a crashed holder blocks the others only
+until it expires (`lock_seconds`). Its holder deletes it when the value is kept (in the same
+round trip), or when it gave up without a failure (`release`); when the computation failed it
+leaves `failed` under the lock's key for `failure_seconds` instead (`fail`), so that whoever
+waits, and whoever asks until the mark expires, falls back at once. `wait` polls (value and
+lock, one round trip each, backing off from 20 to 200 ms) until the value is there, the
+holder failed or is gone, or the deadline passes. What to compute, and who waits how long,
+is `toolref_server.registry.single_flight`'s and `toolref_server.registry.summary_cache`'s.
+
+Locks and failure marks are not counted for the quota: a lock lives while its summary is
+computed (at most `lock_seconds`, at most 16 per request in flight), a failure mark
+`failure_seconds` after a model call failed (at most one per model call, which the tenant's
+minute quota bounds); each is under 100 bytes. The lock and the mark are commands on the
+engine directly, outside the `Store`'s breaker and slots (as the model-call counters are):
+an engine error is a `StoreUnavailableError` naming the summary cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from typing import Final
+
+from redis.exceptions import RedisError
+
+from toolref.wire.canonical import Ref
+from toolref.wire.errors import QuotaExceededError, StoreUnavailableError
+from toolref_server.storage import keys
+from toolref_server.storage.store import Put, Store
+
+_FAILED: Final = b"failed"
+_FIRST_POLL: Final = 0.02  # seconds
+_LAST_POLL: Final = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """Where one summary is kept: the tenant whose quota counts it, and its key."""
+
+    tenant: str
+    key: str
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Outcome(enum.Enum):
+    MADE = "made"  # the value is there (`Waited.text`)
+    FAILED = "failed"  # the holder's computation failed moments ago
+    FREE = "free"  # the holder is gone without a value: the lock may be taken
+    LATE = "late"  # still held at the deadline
+
+
+@dataclass(frozen=True, slots=True)
+class Waited:
+    outcome: Outcome
+    text: str | None = None
+
+
+class SummaryStore:
+    """`store`: where summaries are kept and counted (its quota, if any, is the tenant's
+    stored-bytes quota; its TTL is theirs)."""
+
+    def __init__(self, store: Store, *, lock_seconds: float, failure_seconds: float) -> None:
+        self.store = store
+        self.lock_seconds = lock_seconds
+        self.lock_ms = max(1, int(lock_seconds * 1000))
+        self.failed_ms = max(1, int(failure_seconds * 1000))
+
+    @staticmethod
+    def invocation(tenant: str, ref: Ref, summarizer_id: str) -> Slot:
+        """The slot of `summarizer_id`'s summary of the invocation of `ref`."""
+        return Slot(tenant, keys.summary(tenant, ref, summarizer_id))
+
+    @staticmethod
+    def dialogue(tenant: str, transcript: str, summarizer_id: str) -> Slot:
+        """The slot of `summarizer_id`'s summary of a handoff dialogue's `transcript`."""
+        return Slot(tenant, keys.dialogue_summary(tenant, transcript, summarizer_id))
+
+    async def read(self, tenant: str, slots: Sequence[Slot]) -> list[str | None]:
+        """The summaries kept in `slots` (None where absent), each lifetime extended and
+        counted: one round trip (one MGET per hash slot on a cluster)."""
+        if not slots:
+            return []
+        values = await self.store.read_and_touch(tenant, [s.key for s in slots], "summary")
+        return [None if value is None else _text(value) for value in values]
+
+    async def keep(self, slot: Slot, text: str) -> bool:
+        """Keep `text` in `slot` when it fits the tenant's stored-bytes quota (counted), and
+        release the lock in any case; False when it did not fit (answered, not kept)."""
+        lock = keys.summary_lock(slot.key)
+        put = Put(slot.key, text.encode(), self.store.ttl)
+        try:
+            await self.store.put(slot.tenant, "summary", [put], delete=[lock])
+        except QuotaExceededError:
+            self.store.metrics.summary_cache.labels("not-kept").inc()
+            await self.release(slot)
+            return False
+        except BaseException:
+            await self.release(slot)
+            raise
+        return True
+
+    # --- the mutex ----------------------------------------------------------------------------
+
+    async def acquire(self, slot: Slot) -> bool:
+        """Take `slot`'s lock; False when another holds it (or its failure mark is there)."""
+        token = uuid.uuid4().hex
+        with self._engine():
+            return bool(
+                await self.store.redis.set(
+                    keys.summary_lock(slot.key), token, nx=True, px=self.lock_ms
+                )
+            )
+
+    async def release(self, slot: Slot) -> None:
+        """Let the next ask take `slot`'s lock (best effort: an unreachable engine lets it
+        expire instead)."""
+        with suppress(RedisError):
+            await self.store.redis.delete(keys.summary_lock(slot.key))
+
+    async def fail(self, slot: Slot) -> None:
+        """Mark `slot`'s computation failed, in place of its lock, for `failure_seconds`
+        (best effort, as `release`)."""
+        with suppress(RedisError):
+            await self.store.redis.set(keys.summary_lock(slot.key), _FAILED, px=self.failed_ms)
+
+    async def wait(self, slot: Slot, deadline: float) -> Waited:
+        """Poll until `slot`'s value is there, its holder failed or is gone, or the event
+        loop's clock passes `deadline`: at most 5 round trips a second once backed off."""
+        loop = asyncio.get_running_loop()
+        lock = keys.summary_lock(slot.key)
+        poll = _FIRST_POLL
+        while True:
+            with self._engine():
+                pipe = self.store.redis.pipeline(transaction=False)
+                pipe.get(slot.key)  # two GETs, not MGET: on a cluster they may sit in two slots
+                pipe.get(lock)
+                value, holder = await pipe.execute()
+            if value is not None:
+                # Written since this request missed it (within its wait), with its whole
+                # lifetime: nothing to extend, so nothing to count.
+                return Waited(Outcome.MADE, _text(value))
+            if holder == _FAILED:
+                return Waited(Outcome.FAILED)
+            if holder is None:
+                return Waited(Outcome.FREE)
+            if loop.time() >= deadline:
+                return Waited(Outcome.LATE)
+            await asyncio.sleep(poll)
+            poll = min(poll * 1.5, _LAST_POLL)
+
+    @contextmanager
+    def _engine(self) -> Iterator[None]:
+        with engine_errors(self.store):
+            yield
+
+
+@contextmanager
+def engine_errors(store: Store) -> Iterator[None]:
+    """Engine errors of the summary cache's own commands (outside the `Store`'s guard) as
+    `StoreUnavailableError`, counted as failed `summary` operations."""
+    try:
+        yield
+    except RedisError as exc:
+        store.metrics.store_errors.labels("summary").inc()
+        raise StoreUnavailableError(
+            f"the summary cache (Redis) is unreachable ({type(exc).__name__}); retry after "
+            f"{store.retry_after}s, or hydrate in full mode",
+            retry_after=store.retry_after,
+        ) from None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
