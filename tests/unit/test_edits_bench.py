@@ -17,7 +17,8 @@ import zstandard
 from loadtests import edits_baseline, edits_report, fast_upstream, patterns
 from loadtests.bandwidth import on_the_wire
 from loadtests.counting_hop import CountingHop, Sent
-from loadtests.edits_bench import Measured, Plan, conversations, from_trace
+from loadtests.edits_bench import Plan, conversations, from_trace
+from loadtests.measured import Measured
 from loadtests.patterns import PATTERNS, Pattern, encode
 from loadtests.rawhttp import Connection, request
 from loadtests.report import Section, replace_section

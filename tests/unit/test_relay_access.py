@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from toolref.sending.editor import Editor
-from toolref.sending.manager import ToolReferenceManager
 from toolref_relay import RelayConfig
 from toolref_relay.clients import Client, Clients, credential_digest
 from toolref_relay.control import bearer, remove, same, switch_header, switch_request, write
@@ -42,7 +41,7 @@ def test_clients_are_kept_by_upstream_and_credential_least_recent_dropped() -> N
     made: list[Client] = []
 
     def make() -> Client:
-        made.append(Client(Editor(), ToolReferenceManager()))
+        made.append(Client(Editor()))
         return made[-1]
 
     clients = Clients(make, 2)

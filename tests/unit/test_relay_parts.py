@@ -12,8 +12,7 @@ import pytest
 import zstandard
 
 from toolref.asgi.hops import end_to_end
-from toolref.asgi.scope import Disconnected, read_body
-from toolref.receiving.middleware import Message
+from toolref.asgi.scope import Disconnected, Message, read_body
 from toolref.wire.errors import BodyTooLargeError, DecompressedTooLargeError, MalformedBodyError
 from toolref_relay import (
     RelayConfig,
