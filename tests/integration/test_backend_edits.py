@@ -28,6 +28,7 @@ from starlette.routing import Route
 
 from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
 from toolref.edits.wire import MEDIA_TYPE
+from toolref.wire.errors import StoreUnavailableError
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -137,6 +138,33 @@ async def test_a_registry_emptied_mid_conversation_costs_one_resend(redis: Redis
             assert answer.status_code == 200, answer.text
     assert seen.bodies == [sdk_bytes(body) for body in bodies]
     assert manager.savings.resends == 1
+
+
+async def test_a_recipe_the_registry_could_not_keep_costs_the_next_turn_one_resend(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The registry keeps a recipe while its answer goes out: a keep that fails (the store
+    gone for a moment) costs that turn nothing, is logged, and costs the next one a resend."""
+    seen = Seen()
+    manager = ToolReferenceManager()
+    bodies = turns(6)
+    async with backend(redis, seen) as (http, service):
+        recipes = service.state.services.recipes
+        keep = recipes.keep
+
+        async def fails_once(*args: Any, **kwargs: Any) -> Any:
+            recipes.keep = keep
+            raise StoreUnavailableError("the store went away for a moment")
+
+        for n, body in enumerate(bodies):
+            if n == 3:
+                recipes.keep = fails_once
+            answer = await manager.apost(http, "/chat", json=body)
+            assert answer.status_code == 200, answer.text
+    assert seen.bodies == [sdk_bytes(body) for body in bodies]
+    assert manager.savings.resends == 1
+    assert manager.savings.edits == 5
+    assert any("not kept" in r.getMessage() for r in caplog.records if r.name == "toolref.edits")
 
 
 async def test_a_streamed_answer_stays_a_stream(redis: Redis) -> None:

@@ -24,6 +24,7 @@ worker thread when large (`Workers`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -82,6 +83,7 @@ class Applied:
     edit: StoredEdit = ()  # its ops as stored: ranges kept of the base, entries added
     added: Sequence[bytes] = ()  # the bytes of each entry added, in order
     segments: Sequence[bytes] = ()  # the request's segments, headers first
+    keeping: asyncio.Task[object] | None = None  # the recipe being kept (`later`), or None
 
     def as_edit(self, held: str | None) -> list[Op]:
         """The request as the ops of an edit of `held` (the recipe its receiver holds, when
@@ -109,6 +111,7 @@ async def apply_edit(
     *,
     then: Then = _as_it_is,
     whole: bool = True,
+    later: bool = False,
 ) -> Applied:
     """The request the edit in `data` stands for (credentials from `secrets`; None: left
     name-only, for a receiver that fills them itself and whose registry never sees one),
@@ -117,7 +120,11 @@ async def apply_edit(
     `then`: what the caller does to the body before it is forwarded (the switch's rewrite),
     done before anything is kept, so that its refusal too stores nothing. `whole` False: the
     body is not joined (a receiver that takes the request's segments joins them itself), only
-    its headers' segment checked."""
+    its headers' segment checked. `later`: the recipe is kept while the caller answers (in
+    `Applied.keeping`, which the caller awaits once it answered): a turn's answer does not
+    wait on the store; a recipe that could not be kept (the store down) costs the next turn
+    a resend, never this one. Under a stored-bytes quota the
+    recipe is kept before the answer, as without `later`: a refusal is answered 429."""
     settings, recipes, workers = services.settings, services.recipes, services.workers
     limit = settings.max_decompressed_bytes
     # O(header): ops and lengths, the recipe's entries counted; off the loop when large
@@ -155,11 +162,17 @@ async def apply_edit(
         )
     body = await then(request.body)  # may refuse: nothing is kept yet
     named_held = [p for p in named if p not in carried]
-    kept = await recipes.keep(tenant, parts, edit, base=base, pieces=carried, named=named_held)
+    keep = recipes.keep(tenant, parts, edit, base=base, pieces=carried, named=named_held)
+    keeping = None
+    if later and recipes.store.quota is None:  # a quota's refusal is answered 429, so awaited
+        keeping = asyncio.get_running_loop().create_task(keep)
+    else:
+        await keep
     head = parts.segments[0]
     return Applied(
-        kept.ref, request, body, raw, len(data), head, header.base, edit, added, parts.segments
-    )
+        parts.ref, request, body, raw, len(data), head, header.base, edit, added, parts.segments,
+        keeping,
+    )  # fmt: skip
 
 
 async def _base(services: Editing, tenant: str, ref: str | None) -> Held | None:
