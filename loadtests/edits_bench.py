@@ -289,7 +289,10 @@ async def measure(
             await redis.flushall()  # the same conversations again, stored by no one yet
             backend = []
             async with backend_path.backend_system(launcher, engine.url) as chat:
+                # The manager learns per endpoint that the backend reads edits: both formats
                 await backend_path.converse(run, chat, one_mark(6, 997), "warm-up")
+                as_text = PATTERNS["results-as-text"](3, 991)
+                await backend_path.converse(run, chat, as_text, "warm-up")
                 for kind, pattern in conversations(found, plan):
                     backend.append(await backend_path.converse(run, chat, pattern, kind))
                 long = PATTERNS["one-mark"](plan.replica_turns, 600)

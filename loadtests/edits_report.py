@@ -253,14 +253,14 @@ def backend_section(
     backend: list[Measured], relayed: list[Measured], plan: Plan, code: str
 ) -> Section:
     """The chat-backend path's conversations beside the relay path's (same names)."""
-    relay = {m.name: m for m in relayed}
+    relay = {(m.name, m.kind): m for m in relayed}  # `long` has no relayed twin
     rows, ratios, cpus, memories = [], [], [], []
     long = None
     for m in backend:
         cpu = Growth.of(m)
         stored, memory = _redis(m)
         added = statistics.median(m.added) * 1e3
-        other = relay.get(m.name)
+        other = relay.get((m.name, m.kind))
         ratio = m.wire / other.wire if other is not None else None
         rows.append(
             [
@@ -297,8 +297,8 @@ def backend_section(
         )
     intro = (
         "The same conversations as above sent by a client app instead of an agent: "
-        "`ToolReferenceManager.apost` (one manager, as an app keeps one, which a warm-up "
-        "conversation taught that the backend reads edits; the agent's headers) "
+        "`ToolReferenceManager.apost` (one manager, as an app keeps one, which warm-up "
+        "conversations, one per format, taught that the backend reads edits at each endpoint; the agent's headers) "
         "to a chat backend process (`loadtests/chat_backend.py`: an app behind "
         "`ToolRefMiddleware`, which restores each edit through `POST /v1/edits:apply` of a "
         "registry process, `toolref-server serve`, on the same engine, emptied first), with "
