@@ -298,7 +298,8 @@ def backend_section(
     intro = (
         "The same conversations as above sent by a client app instead of an agent: "
         "`ToolReferenceManager.apost` (one manager, as an app keeps one, which warm-up "
-        "conversations, one per format, taught that the backend reads edits at each endpoint; the agent's headers) "
+        "conversations, one per format, taught that the backend reads edits at each "
+        "endpoint; the agent's headers) "
         "to a chat backend process (`loadtests/chat_backend.py`: an app behind "
         "`ToolRefMiddleware`, which restores each edit through `POST /v1/edits:apply` of a "
         "registry process, `toolref-server serve`, on the same engine, emptied first), with "
