@@ -57,6 +57,7 @@ from toolref_server.routes import (
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.storage import compressors
+from toolref_server.storage.answers import Answers
 from toolref_server.storage.counters import ModelCallCounters
 from toolref_server.storage.quotas import RequestRate, StoredBytes
 from toolref_server.storage.recipe_cache import RecipeCache
@@ -312,6 +313,7 @@ def create_app(
                     refresh_seconds=settings.edit_refresh_seconds,
                 ),
                 usage=UsageCounters(store),
+                answers=Answers(store, settings.answer_cache_bytes),
             )
             _tune_collector()
             usage = app.state.services.usage

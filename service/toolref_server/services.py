@@ -10,6 +10,7 @@ from toolref_server.http.auth import Authenticator
 from toolref_server.metrics import Metrics
 from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.settings import Settings
+from toolref_server.storage.answers import Answers
 from toolref_server.storage.quotas import RequestRate
 from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.store import Store
@@ -28,3 +29,4 @@ class Services:
     rate: RequestRate
     recipes: Recipes
     usage: UsageCounters
+    answers: Answers

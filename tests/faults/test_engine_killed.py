@@ -6,7 +6,8 @@ edits the middleware cannot apply meanwhile, send their turns as they are and ne
 failed turn; protocol-1 traffic is untouched; and once the engine is back on the same port
 and data folder, the same app serves refs again, with every ref acknowledged before the kill
 still there (appendfsync always), and the clients edit again against the recipes kept
-before it, with no resend.
+before it: at most one resend each (a turn answered from the process's cache as the engine
+died, its recipe kept after the answer, made a recipe the store never got).
 """
 
 from __future__ import annotations
@@ -171,13 +172,18 @@ async def test_engine_killed_while_clients_chat(
             # breaker opened, then let one probe through per reset_timeout).
             during = [t for t in link.log if t.sent >= killed_at]
             assert during, "the middleware never tried the registry during the outage"
-            assert all(t.status == 503 and t.elapsed < BOUND for t in during), during
-            allowed = FAILURES + CONVERSATIONS + math.ceil(outage / RESET) + 1
+            # Its first calls may be answered from the process's cache (the base held there,
+            # the recipe kept after the answer: `apply_edit(later=True)`), at most one per
+            # conversation, before a call finds the store down; from then on a quick 503.
+            failed = next(n for n, t in enumerate(during) if t.status != 200)
+            assert failed <= CONVERSATIONS, during
+            assert all(t.status == 503 and t.elapsed < BOUND for t in during[failed:]), during
+            allowed = FAILURES + 2 * CONVERSATIONS + math.ceil(outage / RESET) + 1
             assert len(during) <= allowed, (len(during), allowed)
             # Every conversation sent its turns as they are (an edit could not be applied:
             # 415) and went on (Conversation.turn checked 200 and the backend's bytes).
             for conversation in conversations:
-                assert not any(conversation.edited[HEALTHY:]), conversation.number
+                assert not any(conversation.edited[HEALTHY + 1 :]), conversation.number
                 assert conversation.turns == HEALTHY + OUTAGE
 
             # The engine comes back on the same port and data folder; the app is the same.
@@ -203,7 +209,9 @@ async def test_engine_killed_while_clients_chat(
             for conversation in conversations:
                 assert all(conversation.edited[end - RECOVERED + 1 :]), conversation.number
                 assert conversation.small(range(end - 1, end)), conversation.number
-            assert [c.manager.savings.resends for c in conversations] == [0] * CONVERSATIONS
+            # At most one resend each: a turn answered from the cache as the engine died made
+            # a recipe the store never got (`apply_edit(later=True)`); its next edit is 409.
+            assert all(c.manager.savings.resends <= 1 for c in conversations)
 
     worst = max(elapsed for _, _, elapsed in probes)
     print(

@@ -32,6 +32,7 @@ from tests.unit.edits.test_edits import EDITS, conversation, edited
 from toolref.edits import wire
 from toolref.edits.edit import Inline, Keep, Named, Op
 from toolref.edits.recipe import PIECE_MIN, entry_of, piece_of, piece_ref
+from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.wire.headers import HISTORY_HEADER, SAVINGS_HEADER
 from toolref_server.app import create_app
 from toolref_server.settings import LOCAL_TENANT, Settings
@@ -435,10 +436,10 @@ async def test_a_sender_that_offers_edits_is_told_the_gateway_reads_them(one: St
             PATH, content=body, headers={"content-type": "application/json", "Toolref-Edits": "2"}
         )
     assert "toolref-edits" not in plain.headers
-    assert offered.headers["toolref-edits"] == "2"
+    assert offered.headers["toolref-edits"] == str(EDITS_VERSION)
     headers, received = one.upstream.seen[-1]
     assert received == body
     assert not any(name.lower().startswith(b"toolref-") for name, _ in headers)
     sender = await client(one.gateways[0])
     answer = await sender.send(body)
-    assert answer.headers["toolref-edits"] == "2"
+    assert answer.headers["toolref-edits"] == str(EDITS_VERSION)

@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from tests.support.servers import edit_header
 from toolref import ToolReferenceManager
 from toolref.edits.wire import MEDIA_TYPE
+from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.wire.compression import compress
 from toolref.wire.encoding import dumps_json
 from toolref.wire.headers import EDITS_HEADER
@@ -156,7 +157,7 @@ async def test_each_turn_streams_and_later_ones_are_edits(stack: Stack, blocking
     _, [first] = await client.turn()
     _, [second] = await client.turn()
     _, [third] = await client.turn()
-    assert first.headers[EDITS_HEADER] == "2"  # as it is, offering edits
+    assert first.headers[EDITS_HEADER] == str(EDITS_VERSION)  # as it is, offering edits
     assert "content-encoding" not in first.headers
     assert edit_header(first) is None  # type: ignore[arg-type]
     assert base_of(second) is None  # nothing was kept of the first
@@ -261,7 +262,7 @@ async def test_a_plain_backend_streams_and_is_never_sent_an_edit(
         sent = dumps_json({"model": "m", "messages": client.history, "stream": True})
         _, [request] = await client.turn()
         assert request.headers["content-type"] == "application/json"
-        assert request.headers[EDITS_HEADER] == "2"
+        assert request.headers[EDITS_HEADER] == str(EDITS_VERSION)
         assert request.read() == sent
     assert client.manager.savings.edits == 0
     assert client.manager.savings.sent_bytes == client.manager.savings.full_bytes
@@ -280,7 +281,7 @@ async def test_an_answer_read_in_the_block_is_the_apps(stack: Stack) -> None:
             assert response.status_code == 200
             assert response.json() == {"messages": [{"role": "assistant", "content": "done"}]}
             assert stack.paced.calls[-1].raw == dumps_json(body)
-            assert response.headers[EDITS_HEADER] == "2"
+            assert response.headers[EDITS_HEADER] == str(EDITS_VERSION)
             edited = response.request.headers["content-type"] == MEDIA_TYPE
             assert edited is (turn == 1)
             history = [*history, {"role": "user", "content": "again"}]

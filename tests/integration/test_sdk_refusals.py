@@ -50,6 +50,7 @@ from starlette.routing import Route
 from tests.adversarial.gateway_wire import gateway
 from tests.support.servers import serve_all
 from toolref import AsyncTransport, ToolReferenceManager, Transport
+from toolref.edits.wire import VERSION as EDITS_VERSION
 
 from .relay_gateway import KEY, MODEL, Scripted
 
@@ -257,7 +258,7 @@ def _call_sync(caller: Caller, base: str, refusal: Refusal, stream: bool) -> Out
         with http:
             if refusal.edit:
                 first = http.post(url, json=_messages_body("hi", stream), headers=refusal.headers)
-                assert first.headers["toolref-edits"] == "2", first.text
+                assert first.headers["toolref-edits"] == str(EDITS_VERSION), first.text
             if not stream:
                 return _answered(http.post(url, json=body, headers=refusal.headers))
             with http.stream("POST", url, json=body, headers=refusal.headers) as answer:
@@ -284,7 +285,7 @@ async def _call_async(caller: Caller, base: str, refusal: Refusal, stream: bool)
                 first = await http.post(
                     url, json=_messages_body("hi", stream), headers=refusal.headers
                 )
-                assert first.headers["toolref-edits"] == "2", first.text
+                assert first.headers["toolref-edits"] == str(EDITS_VERSION), first.text
             if not stream:
                 return _answered(await http.post(url, json=body, headers=refusal.headers))
             async with http.stream("POST", url, json=body, headers=refusal.headers) as answer:

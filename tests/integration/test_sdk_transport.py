@@ -29,6 +29,7 @@ from starlette.applications import Starlette
 
 from tests.support.servers import AsyncWire, Wire, edit_header, serve, serve_all
 from toolref import AsyncRegistryClient, AsyncTransport, ToolReferenceManager, Transport
+from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.wire.headers import EDITS_HEADER
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
@@ -200,7 +201,7 @@ def assert_later_requests_were_edits(run: Run) -> None:
     bytes."""
     first = run.wire[0]
     assert edit_header(first) is None
-    assert first.headers[EDITS_HEADER] == "2"
+    assert first.headers[EDITS_HEADER] == str(EDITS_VERSION)
     assert first.read() == run.sdk[0]
     headers = [edit_header(wire) for wire in run.wire[1:]]
     assert all(header is not None for header in headers)
@@ -250,7 +251,7 @@ async def test_a_plain_backend_gets_the_sdks_requests(stack: Stack, client: Clie
     assert_the_model_read_every_result(run)
     assert run.manager.savings.edits == 0
     assert [request.read() for request in run.wire] == run.sdk
-    assert all(request.headers[EDITS_HEADER] == "2" for request in run.wire)
+    assert all(request.headers[EDITS_HEADER] == str(EDITS_VERSION) for request in run.wire)
     assert all("content-encoding" not in request.headers for request in run.wire)
 
 
@@ -302,7 +303,7 @@ async def test_a_token_count_rides_the_path_of_its_messages(stack: Stack) -> Non
     assert received == run.sdk[-2:]
     first, second = run.wire  # the new client's
     assert edit_header(first) is None
-    assert first.headers[EDITS_HEADER] == "2"
+    assert first.headers[EDITS_HEADER] == str(EDITS_VERSION)
     assert edit_header(second) is not None
 
 

@@ -27,6 +27,7 @@ from redis.asyncio import Redis
 
 from tests.support.servers import AsyncWire, edit_header, markers, wire_body
 from toolref import AsyncTransport, ToolReferenceManager, formats, rewrite
+from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.sending.editor import Editor
 from toolref.wire.encoding import dumps_json
 
@@ -131,7 +132,7 @@ async def test_raw_httpx_reads_every_event_as_it_is_made(stack: Stack, kind: str
                 assert markers(outgoing.messages) == 2  # call_1's call and result
                 body = {**whole, "messages": outgoing.messages}
             else:
-                assert answer["toolref-edits"] == "2"  # it reads edits
+                assert answer["toolref-edits"] == str(EDITS_VERSION)  # it reads edits
                 edit = Editor().prepare(
                     [("content-type", "application/json")], dumps_json(whole), "messages"
                 )

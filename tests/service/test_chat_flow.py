@@ -29,6 +29,7 @@ from toolref import (
     ToolRefMiddleware,
     formats,
 )
+from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.sending import pause
 from toolref.sending.rewrite import rewrite
 from toolref.wire.encoding import dumps_json
@@ -282,7 +283,7 @@ async def test_a_backend_without_the_middleware_gets_requests_as_they_are(setup:
         history.append({"role": "user", "content": f"turn {turn}"})
         body = {"messages": history}
         response = await manager.apost(setup.plain, "/chat", json=body)
-        assert response.request.headers["toolref-edits"] == "2"
+        assert response.request.headers["toolref-edits"] == str(EDITS_VERSION)
         assert response.request.headers["content-type"] == "application/json"
         assert setup.backend.raw[-1] == dumps_json(body)
         history.extend(response.json()["messages"])

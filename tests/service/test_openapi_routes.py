@@ -29,6 +29,7 @@ from tests.support.fake_provider import FakeProvider, Reply
 from tests.support.servers import serve as serve_app
 from toolref import ToolReferenceManager
 from toolref.edits.wire import MEDIA_TYPE
+from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.wire.canonical import invocation_digest
 from toolref_server.app import create_app
 from toolref_server.http import admission, openapi
@@ -261,7 +262,7 @@ async def test_gateway_answers_match_the_document(gateway: Served) -> None:
         body = chat(*[{"role": "user", "content": f"turn {n}"} for n in range(turn + 1)])
         response = await manager.apost(client, completions, json=body, headers=KEYED)
         assert response.status_code == 200, response.text
-        assert response.headers["Toolref-Edits"] == "2"
+        assert response.headers["Toolref-Edits"] == str(EDITS_VERSION)
         parameters = {"name": "up", "path": "v1/chat/completions"}
         case = operation.Case(path_parameters=parameters, headers=KEYED, body=body, media_type=JSON)
         case.validate_response(response, checks=DOCUMENTED)

@@ -96,6 +96,7 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_VERIFIED_RECORDS": ("int", 100_000, "ge=0"),
         "TOOLREF_VERIFIED_CHARS": ("int", 32 * MiB, "ge=0"),
         "TOOLREF_EDIT_CACHE_BYTES": ("int", 64 * MiB, "ge=0"),  # issue 30
+        "TOOLREF_ANSWER_CACHE_BYTES": ("int", 16 * MiB, "ge=0"),  # issue 39
     },
     SummarySettings: {
         "TOOLREF_SUMMARIZER": ("str", "extractive", ""),

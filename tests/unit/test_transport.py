@@ -17,6 +17,7 @@ import pytest
 
 from tests.unit.edits.oracle import Registry
 from toolref.edits.wire import MEDIA_TYPE
+from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.sending.answers import may_resend
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.transport import Transport
@@ -92,7 +93,7 @@ def test_each_llm_endpoint_is_offered_edits_then_sent_them(path: str) -> None:
         assert post(client, path, first).status_code == 200
         assert post(client, path, second).status_code == 200
     offered, edited = receiver.sent
-    assert offered.headers["toolref-edits"] == "2"
+    assert offered.headers["toolref-edits"] == str(EDITS_VERSION)
     assert offered.read() == first
     assert edited.headers["content-type"] == MEDIA_TYPE
     assert receiver.bodies == [first, second]

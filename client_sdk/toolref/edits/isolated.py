@@ -18,16 +18,22 @@ Layout: one record per inline segment, in op order.
     0x00 + the segment's bytes (its length is the op's)
     0x01 + varint(frame size) + a zstd frame, no dictionary
     0x02 + varint(member size) + a gzip member (RFC 1952): a sender with no zstd (a browser)
+    0x03 + varint(frame size) + a zstd frame against the answer (version 3 only)
+
+Kind 3 is for the assistant segments of a version-3 edit: the answer the base's request
+streamed (`toolref.edits.answer`), which the agent writes back, is its raw-content
+dictionary. Its size then tells how the segment differs from the model's own answer, the
+bytes of both the gateway sent and holds: never a tool result's or a user's text, whose
+size must depend on their own bytes alone.
 
 A frame inflates to the op's length exactly (never past it: refused as it inflates), and
-carries a checksum (zstd's, gzip's CRC-32). Other kinds are reserved for dictionaries both
-sides hold whatever the conversation (a shipped one; the answer just streamed, which the
-agent writes back). Pure; linear in the segments.
+carries a checksum (zstd's, gzip's CRC-32). Other kinds are reserved (a shipped dictionary
+both sides hold whatever the conversation). Pure; linear in the segments.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Final
 
 import zstandard
@@ -39,20 +45,34 @@ from toolref.wire.errors import MalformedBodyError
 RAW: Final = 0x00
 ALONE: Final = 0x01
 GZIP: Final = 0x02
+ANSWER: Final = 0x03
 LEVEL: Final = 3  # zstd level: segments are small, the frame's own bytes do the work
 MIN_COMPRESSED: Final = 24  # a shorter segment travels as it is (a frame costs ~15 bytes)
 
 
-def pack(segments: Sequence[bytes], *, compress: bool = True) -> bytes:
+def pack(
+    segments: Sequence[bytes],
+    *,
+    compress: bool = True,
+    answer: bytes = b"",
+    answered: Collection[int] = (),
+) -> bytes:
     """The records of `segments`, each the smaller of its bytes as they are and a zstd
     frame of its own (`compress` False: as they are, for a link where CPU costs more than
-    bytes: the registry's answer to a middleware next to it)."""
+    bytes: the registry's answer to a middleware next to it); those at the indices of
+    `answered` also against `answer` (kind 3), when that is smaller still."""
     out = bytearray()
     alone = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
-    for data in segments:
+    against = None
+    if compress and answer and answered:
+        words = zstandard.ZstdCompressionDict(answer, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+        against = zstandard.ZstdCompressor(level=LEVEL, dict_data=words, write_checksum=True)
+    for index, data in enumerate(segments):
         best = bytes([RAW]) + data
         if compress and len(data) >= MIN_COMPRESSED:
             best = min(best, _record(ALONE, alone.compress(data)), key=len)
+            if against is not None and index in answered:
+                best = min(best, _record(ANSWER, against.compress(data)), key=len)
         out += best
     return bytes(out)
 
@@ -70,10 +90,14 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def unpack(blob: bytes, lengths: Sequence[int], meter: Meter | None) -> list[bytes]:
-    """The segments `pack` made of them, `lengths` each segment's (from the edit's ops).
-    Each frame is charged to `meter` as it is inflated, never past its length;
-    `MalformedBodyError` for records that do not read."""
+def unpack(
+    blob: bytes, lengths: Sequence[int], meter: Meter | None, answer: bytes | None = None
+) -> list[bytes]:
+    """The segments `pack` made of them, `lengths` each segment's (from the edit's ops),
+    `answer` the dictionary of kind 3 (None: the edit has none, and a record of kind 3 is
+    malformed). Each frame is charged to `meter` as it is inflated, never past its length;
+    `MalformedBodyError` for records that do not read, `DictionaryMismatchError` for a
+    frame the answer does not inflate."""
     found: list[bytes] = []
     at = 0
     view = memoryview(blob)
@@ -89,11 +113,17 @@ def unpack(blob: bytes, lengths: Sequence[int], meter: Meter | None) -> list[byt
             at += length
             continue
         size, at = _read_varint(blob, at)
-        if mode not in (ALONE, GZIP) or size is None or at + size > len(blob):
-            raise _malformed(f"segment {index} has no record of a known kind (0, 1 or 2)")
+        known = (ALONE, GZIP) if answer is None else (ALONE, GZIP, ANSWER)
+        if mode not in known or size is None or at + size > len(blob):
+            kinds = "0, 1 or 2" if answer is None else "0 to 3"
+            raise _malformed(f"segment {index} has no record of a known kind ({kinds})")
         frame = bytes(view[at : at + size])
-        inflate = compression.inflate if mode == ALONE else compression.inflate_gzip
-        data = inflate(frame, length, meter)
+        if mode == ANSWER:
+            assert answer is not None
+            data = compression.decompress(frame, answer, length, "the answer", meter)
+        else:
+            inflate = compression.inflate if mode == ALONE else compression.inflate_gzip
+            data = inflate(frame, length, meter)
         at += size
         if len(data) != length:
             raise _malformed(f"segment {index} inflates to {len(data)} bytes, not its {length}")

@@ -21,14 +21,16 @@ from toolref.edits.segments import cut_messages, header_lines, header_segment, r
 @dataclass(frozen=True, slots=True)
 class Cut:
     """A request cut: `segments` (the headers' first), their `entries`, the recipe's `ref`,
-    the credentials that travel as real headers (`secrets`), and the index in `segments`
-    of each message's largest segment, what it says (`messages`)."""
+    the credentials that travel as real headers (`secrets`), the index in `segments` of
+    each message's largest segment, what it says (`messages`), and of every segment of the
+    model's own messages (`answered`: `segments.ANSWER_ROLES`)."""
 
     segments: list[bytes]
     entries: list[Entry]
     ref: str
     secrets: list[tuple[str, str]]
     messages: tuple[int, ...] = ()
+    answered: frozenset[int] = frozenset()  # the segments of the model's own messages
 
     @property
     def body(self) -> bytes:
@@ -42,7 +44,8 @@ def cut(headers: Iterable[tuple[str, str]], body: bytes, messages_key: str | Non
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    found = cut_messages(text, messages_key)
+    models: list[int] = []
+    found = cut_messages(text, messages_key, models)
     if found is None:
         return None
     parts, messages = found
@@ -51,7 +54,8 @@ def cut(headers: Iterable[tuple[str, str]], body: bytes, messages_key: str | Non
     segments = [header, *(part.encode(codec) for part in parts)]
     entries = [entry_of(segment) for segment in segments]
     at = tuple(index + 1 for index in messages)  # after the headers' segment
-    return Cut(segments, entries, recipe_ref(entries), secrets, at)
+    answered = frozenset(index + 1 for index in models)
+    return Cut(segments, entries, recipe_ref(entries), secrets, at, answered)
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,8 @@ _WS: Final = re.compile(r"[ \t\n\r]*")
 MARK_KEYS: Final = ("cache_control",)
 # A message's own members that name it, not what it says: cut out of its piece too.
 ID_KEYS: Final = frozenset({"id"})
+# The roles of the model's own messages (Gemini's `model`): what an answer dictionary compresses.
+ANSWER_ROLES: Final = frozenset({"assistant", "model"})
 _MARK: Final = re.compile(
     r"[ \t\n\r]*,[ \t\n\r]*\"(?:" + "|".join(map(re.escape, MARK_KEYS)) + r")\"[ \t\n\r]*:"
 )
@@ -146,23 +148,30 @@ def cut_body(text: str, messages_key: str | None) -> list[str] | None:
     return None if found is None else found[0]
 
 
-def cut_messages(text: str, messages_key: str | None) -> tuple[list[str], list[int]] | None:
+def cut_messages(
+    text: str, messages_key: str | None, answered: list[int] | None = None
+) -> tuple[list[str], list[int]] | None:
     """`cut_body`, and the index in its segments of each message's largest span (what it
-    says), in order (a client tells its conversations apart by their messages)."""
+    says), in order (a client tells its conversations apart by their messages). `answered`,
+    when given, gets the index of every span of a message whose own `role` member is one
+    of `ANSWER_ROLES` (the model's: what an answer dictionary may compress)."""
     messages: list[int] = []
+    models: list[int] = []
     try:
-        cuts = _cuts(text, messages_key, messages)
+        cuts = _cuts(text, messages_key, messages, models)
     except (_NotAnObject, StopIteration, ValueError, IndexError, RecursionError):
         return None
     segments: list[str] = []
     marks: list[int] = []
-    message = set(messages)
+    message, model = set(messages), set(models)
     at, cut = 0, 0
     for start, end in cuts:
         if start > at:
             segments.append(text[at:start])
         if cut in message:
             marks.append(len(segments))
+        if answered is not None and cut in model:
+            answered.append(len(segments))
         segments.append(text[start:end])
         at, cut = end, cut + 1
     if at < len(text):
@@ -181,9 +190,11 @@ def _expect(text: str, at: int, char: str) -> int:
     return at + 1
 
 
-def _cuts(text: str, messages_key: str | None, messages: list[int]) -> list[tuple[int, int]]:
+def _cuts(
+    text: str, messages_key: str | None, messages: list[int], models: list[int]
+) -> list[tuple[int, int]]:
     """The spans that are segments of their own: large member values, and each message
-    (their indexes in the spans added to `messages`)."""
+    (their indexes in the spans added to `messages`; those of the model's to `models`)."""
     at = _skip(text, 0)
     at = _skip(text, _expect(text, at, "{"))
     cuts: list[tuple[int, int]] = []
@@ -195,7 +206,7 @@ def _cuts(text: str, messages_key: str | None, messages: list[int]) -> list[tupl
         at = _skip(text, _expect(text, _skip(text, at), ":"))
         start = at
         if key == messages_key and text[at : at + 1] == "[":
-            at = _messages(text, at, cuts, messages)
+            at = _messages(text, at, cuts, messages, models)
         else:
             _, at = _scan(text, at)
             if at - start >= LARGE:
@@ -206,16 +217,20 @@ def _cuts(text: str, messages_key: str | None, messages: list[int]) -> list[tupl
         at = _skip(text, _expect(text, at, ","))
 
 
-def _messages(text: str, at: int, cuts: list[tuple[int, int]], messages: list[int]) -> int:
+def _messages(
+    text: str, at: int, cuts: list[tuple[int, int]], messages: list[int], models: list[int]
+) -> int:
     at = _skip(text, at + 1)
     if text[at : at + 1] == "]":
         return at + 1
     while True:
         start = at
-        at, own = _message(text, at)
+        at, own, role = _message(text, at)
         spans = _message_spans(text, start, at, own)
         largest = max(range(len(spans)), key=lambda k: spans[k][1] - spans[k][0])
         messages.append(len(cuts) + largest)  # what the message says, its ids and marks aside
+        if isinstance(role, str) and role in ANSWER_ROLES:
+            models.extend(range(len(cuts), len(cuts) + len(spans)))
         cuts.extend(spans)
         at = _skip(text, at)
         if text[at : at + 1] == "]":
@@ -223,20 +238,24 @@ def _messages(text: str, at: int, cuts: list[tuple[int, int]], messages: list[in
         at = _skip(text, _expect(text, at, ","))
 
 
-def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]]]:
-    """A message's end, and the spans of its own `ID_KEYS` members (each with the comma
-    that joins it to its neighbours): one scan, member by member when it is an object."""
+def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]], object]:
+    """A message's end, the spans of its own `ID_KEYS` members (each with the comma that
+    joins it to its neighbours), and its own `role` member's value (None: none): one scan,
+    member by member when it is an object."""
     if text[at : at + 1] != "{":
-        return _scan(text, at)[1], []
+        return _scan(text, at)[1], [], None
     own: list[tuple[int, int]] = []
+    role: object = None
     at = _skip(text, at + 1)
     if text[at : at + 1] == "}":
-        return at + 1, own
+        return at + 1, own, role
     before: int | None = None  # the end of the member before (None: this is the first)
     while True:
         key_at = at
         key, at = scanstring(text, _expect(text, at, '"'), True)
-        _, at = _scan(text, _skip(text, _expect(text, _skip(text, at), ":")))
+        value, at = _scan(text, _skip(text, _expect(text, _skip(text, at), ":")))
+        if key == "role":
+            role = value
         end, at = at, _skip(text, at)
         if key in ID_KEYS:
             if before is not None:
@@ -244,7 +263,7 @@ def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]]]:
             elif text[at : at + 1] == ",":
                 own.append((key_at, _skip(text, at + 1)))
         if text[at : at + 1] == "}":
-            return at + 1, own
+            return at + 1, own, role
         before, at = end, _skip(text, _expect(text, at, ","))
 
 

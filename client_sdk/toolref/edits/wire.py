@@ -11,7 +11,11 @@ Ops in `"o"`, in order: `[start, end]` keeps base entries start to end (excluded
 ref names a piece the registry holds, an integer is the length of the next inline segment.
 `"n"` is the inline bytes in all. Version 2 (size-guarded, what clients send by default)
 carries each inline segment in a compression context of its own (`toolref.edits.isolated`:
-no segment's size depends on another's bytes). Version 1 (a client that compresses across
+no segment's size depends on another's bytes). Version 3 is version 2 whose assistant
+segments may be compressed against the answer the base's request streamed
+(`toolref.edits.answer`), named by `"a"` (`answer_id`): a receiver holding no such answer
+for the base refuses it (400 `dictionary-mismatch`), and the sender sends it again as
+version 2. Version 1 (a client that compresses across
 the conversation, knowingly: sizes are signals) carries them as one: with `"z"`, one zstd
 frame (size and checksum declared) compressed against the last `z` bytes of the base's
 segments in `edit.dictionary_order` (`"z": 0`: plain zstd); without it, as they are.
@@ -28,13 +32,14 @@ first op): an empty segment weighs no bytes, so only entries would bound it.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 import zstandard
 
 from toolref.edits import isolated
+from toolref.edits.answer import ID_LENGTH, answer_id
 from toolref.edits.edit import Keep, Named, Op
 from toolref.edits.recipe import is_recipe_ref, parse_piece_ref, piece_ref
 from toolref.wire import compression
@@ -47,8 +52,8 @@ from toolref.wire.errors import (
 )
 
 MEDIA_TYPE: Final = "application/vnd.toolref.edit"
-VERSION: Final = 2  # what this version writes by default, and the highest it reads
-VERSIONS: Final = (1, 2)
+VERSION: Final = 3  # the highest this version reads (it writes 3 only with an answer)
+VERSIONS: Final = (1, 2, 3)
 MAX_HEADER: Final = 4 << 20  # bytes of the header line
 DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)
 LEVEL: Final = 3  # zstd level of the inline bytes
@@ -65,6 +70,7 @@ class Header:
     dictionary: int | None  # v1: zstd against the last this many bytes (0: none); None: as is
     entries: int = 0  # entries of the recipe it makes (each kept one counted)
     version: int = VERSION
+    answer: str | None = None  # v3: the answer its model's segments were compressed against
 
     @property
     def lengths(self) -> list[int]:
@@ -72,13 +78,28 @@ class Header:
         return [op for op in self.ops if type(op) is int]
 
 
-def encode_isolated(base: str | None, ops: Sequence[Op], *, compress: bool = True) -> bytes:
+def encode_isolated(
+    base: str | None,
+    ops: Sequence[Op],
+    *,
+    compress: bool = True,
+    answer: bytes = b"",
+    answered: Collection[int] = (),
+) -> bytes:
     """A version-2 edit's bytes: each inline segment as it is or compressed alone,
-    whichever is smaller (`isolated.pack`; `compress` False: as it is)."""
+    whichever is smaller (`isolated.pack`; `compress` False: as it is). With `answer` (the
+    answer `base`'s request streamed) and `answered` (which inline segments, counted from
+    0, are the model's), a version-3 edit when that makes it smaller."""
     listed, blobs = _listed(ops)
-    header = {"v": 2, "b": base, "o": listed, "n": sum(map(len, blobs))}
+    header: dict[str, Any] = {"v": 2, "b": base, "o": listed, "n": sum(map(len, blobs))}
+    records = isolated.pack(blobs, compress=compress)
+    if base is not None and answer and answered and compress:
+        against = isolated.pack(blobs, answer=answer, answered=answered)
+        if len(against) + len(',"a":""') + ID_LENGTH < len(records):
+            header = {**header, "v": 3, "a": answer_id(answer)}
+            records = against
     line = json.dumps(header, separators=(",", ":")).encode("ascii")
-    return line + b"\n" + isolated.pack(blobs, compress=compress)
+    return line + b"\n" + records
 
 
 def _listed(ops: Sequence[Op]) -> tuple[list[Any], list[bytes]]:
@@ -156,6 +177,13 @@ def read(
         raise _malformed("`z` is not a dictionary size")
     if dictionary is not None and version != 1:
         raise _malformed(f"`z` is a version-1 member, and this edit is of version {version}")
+    answer = header.get("a")
+    if version == 3 and not _is_answer_id(answer):
+        raise _malformed(f"`a` is {_shown(answer)}, not the {ID_LENGTH} hex digits of an answer")
+    if version == 3 and base is None:
+        raise _malformed("an edit of version 3 has a base (`b`): the answer is its base's")
+    if version != 3 and answer is not None:
+        raise _malformed(f"`a` is a version-3 member, and this edit is of version {version}")
     ops = [_op(op, index) for index, op in enumerate(listed)]
     if sum(op for op in ops if type(op) is int) != inline:
         raise _malformed("the inline lengths of `o` do not add up to `n`")
@@ -164,7 +192,16 @@ def read(
     entries = sum(op.end - op.start if isinstance(op, Keep) else 1 for op in ops)
     if entries > max_entries:
         raise _too_many(entries, max_entries)
-    return Header(base, ops, inline, dictionary, entries, version), data[end + 1 :]
+    found = answer if isinstance(answer, str) else None
+    return Header(base, ops, inline, dictionary, entries, version, found), data[end + 1 :]
+
+
+def _is_answer_id(value: object) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) == ID_LENGTH
+        and all(c in "0123456789abcdef" for c in value)
+    )
 
 
 def _too_many(entries: int, limit: int) -> TooManyItemsError:
@@ -191,12 +228,20 @@ def _op(op: object, index: int) -> Keep | Named | int:
     )
 
 
-def inline(header: Header, blob: bytes, dictionary: bytes, meter: Meter | None) -> list[bytes]:
-    """The inline segments, in order. Version 2: each record read (`isolated.unpack`).
-    Version 1: `blob` inflated against `dictionary` (the last `header.dictionary` bytes the
-    edit names), and cut. Inflated bytes are charged to `meter` before they are."""
-    if header.version == 2:
-        return isolated.unpack(blob, header.lengths, meter)
+def inline(
+    header: Header,
+    blob: bytes,
+    dictionary: bytes,
+    meter: Meter | None,
+    answer: bytes | None = None,
+) -> list[bytes]:
+    """The inline segments, in order. Versions 2 and 3: each record read
+    (`isolated.unpack`; version 3 against `answer`, the base's, whose id the caller
+    checked). Version 1: `blob` inflated against `dictionary` (the last
+    `header.dictionary` bytes the edit names), and cut. Inflated bytes are charged to
+    `meter` before they are."""
+    if header.version >= 2:
+        return isolated.unpack(blob, header.lengths, meter, answer if header.version == 3 else None)
     raw = header.dictionary is None
     data = blob if raw else _inflate(blob, dictionary, header.inline, meter)
     if len(data) != header.inline:

@@ -47,6 +47,11 @@ class CircuitBreaker:
             return BreakerState.HALF_OPEN
         return BreakerState.OPEN
 
+    @property
+    def sound(self) -> bool:
+        """Closed, and its last call succeeded (no failure counted since)."""
+        return self._failures == 0 and self._opened_at is None
+
     def allow(self) -> bool:
         """May a call go out now? In half-open state, only one (the probe) may."""
         state = self.state

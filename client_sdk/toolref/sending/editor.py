@@ -25,6 +25,11 @@ Per request:
   bytes of the base's segments in edit order, z = min(base bytes, max(32 KiB, 32 x inline
   bytes), 1 MiB); only the chosen base's bytes, never another conversation's. When
   compressing does not make them smaller they travel as they are.
+- The answer a confirmed recipe's request streamed (`answered`, from the caller's
+  `toolref.edits.answer.AnswerTap`) is the dictionary of the model's segments of the next
+  edit of it (version 3, against a gateway that reads it): the assistant message the agent
+  writes back costs how it differs from the answer. The answers of the last
+  `max_recipes` recipes are kept, each at most `answer.MAX_ANSWER` bytes.
 - Once confirmed, the recipe is kept (`recipes.Recipes`, bounded) and its base dropped when
   it holds at least half of the base's bytes (the conversation moved on: one recipe per
   live conversation, so choosing a base stays linear).
@@ -35,12 +40,13 @@ dictionary and one zstd pass over the inline bytes).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from toolref.edits import wire
-from toolref.edits.edit import Inline, Op, dictionary, dictionary_order, diff
+from toolref.edits.edit import Inline, Keep, Op, dictionary, dictionary_order, diff
 from toolref.edits.recipe import parse_piece_ref
 from toolref.edits.request import Cut, cut
 from toolref.sending.recipes import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, Recipe, Recipes
@@ -103,6 +109,8 @@ class Editor:
         if version not in wire.VERSIONS:
             raise ValueError(f"edits of version {version}: this SDK writes {wire.VERSIONS}")
         self.recipes = Recipes(max_recipes, max_bytes)
+        self.answers: OrderedDict[str, bytes] = OrderedDict()  # recipe ref -> its answer
+        self.max_answers = max(1, max_recipes)
         self.size_guard = size_guard
         self.version = version  # the highest the gateway reads (its capabilities' `edits`)
 
@@ -132,6 +140,17 @@ class Editor:
         if kept and base is not None and base.ref != made.ref and 2 * edit.shared >= base.size:
             self.recipes.drop(base.ref)
         return kept
+
+    def answered(self, ref: str, answer: bytes | None) -> None:
+        """The answer the request of recipe `ref` streamed (None: none whole); the next
+        edit of it compresses the model's segments against it (module docstring)."""
+        if answer is None:
+            self.answers.pop(ref, None)
+            return
+        self.answers[ref] = answer
+        self.answers.move_to_end(ref)
+        while len(self.answers) > self.max_answers:
+            self.answers.popitem(last=False)
 
     def on_miss(self, edit: Edit, status: int, problem: Mapping[str, Any] | None) -> Edit | None:
         """The next attempt after a problem the editor resends on; None for any other
@@ -179,17 +198,28 @@ class Editor:
         ops = diff(entries, made.entries, made.segments, held)
         inline = sum(len(op.data) for op in ops if isinstance(op, Inline))
         ref = base.ref if base is not None else None
-        body = self._encoded(ref, base, ops, inline, plain=plain)
+        body = self._encoded(ref, base, ops, inline, plain=plain, answered=made.answered)
         headers = (("Content-Type", wire.MEDIA_TYPE), *made.secrets)
         return Edit(made, body, headers, ref, shared, inline, resends, unheld, plain, whole)
 
     def _encoded(
-        self, ref: str | None, base: Recipe | None, ops: list[Op], inline: int, *, plain: bool
+        self,
+        ref: str | None,
+        base: Recipe | None,
+        ops: list[Op],
+        inline: int,
+        *,
+        plain: bool,
+        answered: frozenset[int],
     ) -> bytes:
         """The edit's bytes: size-guarded (see the module docstring), else the inline bytes
         against the base's; as they are when that is smaller."""
         if self.size_guard and self.version >= 2:
-            return wire.encode_isolated(ref, ops)
+            answer = self.answers.get(ref, b"") if ref is not None and not plain else b""
+            if not answer or self.version < 3:
+                return wire.encode_isolated(ref, ops)
+            models = _inline_positions(ops, answered)
+            return wire.encode_isolated(ref, ops, answer=answer, answered=models)
         body = wire.encode(ref, ops, None)  # as they are
         if inline:
             words = b""
@@ -204,3 +234,20 @@ class Editor:
         size = min(base.size, max(MIN_DICTIONARY, DICTIONARY_PER_INLINE * inline), MAX_DICTIONARY)
         order = dictionary_order(len(base.entries), ops)
         return dictionary(order, lambda index: self.recipes.segment(base, index), size)
+
+
+def _inline_positions(ops: list[Op], segments: frozenset[int]) -> frozenset[int]:
+    """Which inline ops, counted from 0, carry one of `segments` (indices in the request's
+    segments). O(ops)."""
+    found: list[int] = []
+    at = inline = 0
+    for op in ops:
+        if isinstance(op, Keep):
+            at += op.end - op.start
+            continue
+        if isinstance(op, Inline):
+            if at in segments:
+                found.append(inline)
+            inline += 1
+        at += 1
+    return frozenset(found)

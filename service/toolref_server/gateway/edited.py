@@ -9,7 +9,9 @@ base, pieces, dictionary, the request restored, the switch rewrite when
 and its recipe kept); the scope the upstream is sent with: exactly the
 restored headers and the body's length (`restored_scope`); the answer marked with the
 recipe's ref and the bytes saved (`marked`); then `Forwarder` sends the body byte for byte
-and streams the answer back untouched.
+and streams the answer back untouched, read as it passes (`kept_answer`): a whole streamed
+answer is kept as the recipe's (`storage.answers`) before its end event reaches the client,
+the dictionary of the next edit of the conversation (`toolref.edits.answer`).
 
 Everything it needs is in the request or the store, so any worker or replica serves any
 turn.
@@ -25,6 +27,7 @@ from starlette.types import Message, Receive, Scope, Send
 from toolref.asgi.budget import SCOPE_KEY, Account, Budget
 from toolref.asgi.hops import decoded, encoded, savings_value
 from toolref.asgi.scope import Disconnected, header, read_body, replay
+from toolref.edits.answer import AnswerTap, tap_for
 from toolref.edits.segments import is_secret
 from toolref.edits.wire import MEDIA_TYPE, VERSION
 from toolref.wire.errors import ToolrefError
@@ -84,7 +87,8 @@ async def forward_edit(
         upstream_name = scope[ROUTE_KEY].name
         metrics.gateway_usage(tenant, upstream_name, Counts(raw=len(body), wire=applied.wire))
         upstream = restored_scope(scope, applied, len(body), account)
-        await forwarder(upstream, replay(body, receive), marked(send, applied, len(body)))
+        answered = kept_answer(send, services, tenant, applied.ref, scope["path"])
+        await forwarder(upstream, replay(body, receive), marked(answered, applied, len(body)))
 
 
 async def read(receive: Receive, limit: int, account: Account) -> bytes:
@@ -139,3 +143,22 @@ def marked(send: Send, applied: Applied, raw: int) -> Send:
         await send(message)
 
     return with_marks
+
+
+def kept_answer(send: Send, services: Services, tenant: str, ref: str, path: str) -> Send:
+    """`send`, reading a streamed answer as it passes (`toolref.edits.answer.tap_for`): once
+    whole, kept as recipe `ref`'s answer before the piece that ends it is sent on (one
+    write; the stream's other pieces go on as they come)."""
+    tap: AnswerTap | None = None
+
+    async def reading(message: Message) -> None:
+        nonlocal tap
+        if message["type"] == "http.response.start":
+            tap = tap_for(path, message["status"], decoded(message.get("headers", [])))
+        elif tap is not None and tap.feed(message.get("body", b"")):
+            answer = tap.answer  # the piece holding the end event: kept before it is sent
+            if answer is not None:
+                await services.answers.keep(tenant, ref, answer)
+        await send(message)
+
+    return reading

@@ -32,16 +32,19 @@ from typing import Final, Protocol
 from toolref.asgi.budget import Account
 from toolref.asgi.workers import Workers
 from toolref.edits import wire
+from toolref.edits.answer import answer_id
 from toolref.edits.edit import EditError, Inline, Keep, Named, Op, dictionary_ranges
 from toolref.edits.recipe import LITERAL, PIECE, PIECE_MIN, piece_ref
 from toolref.edits.request import Restored, restore
 from toolref.wire.errors import (
     BadRequestError,
     DecompressedTooLargeError,
+    DictionaryMismatchError,
     MissingHistoryError,
     MissingPiecesError,
 )
 from toolref_server.settings import Settings
+from toolref_server.storage.answers import Answers
 from toolref_server.storage.quotas import RequestRate
 from toolref_server.storage.recipe_chunks import StoredEdit, StoredOp
 from toolref_server.storage.recipe_held import ENTRY_OVERHEAD, Held, Parts, context, derive
@@ -59,6 +62,9 @@ class Editing(Protocol):
 
     @property
     def recipes(self) -> Recipes: ...
+
+    @property
+    def answers(self) -> Answers: ...
 
     @property
     def workers(self) -> Workers: ...
@@ -123,8 +129,9 @@ async def apply_edit(
     its headers' segment checked. `later`: the recipe is kept while the caller answers (in
     `Applied.keeping`, which the caller awaits once it answered): a turn's answer does not
     wait on the store; a recipe that could not be kept (the store down) costs the next turn
-    a resend, never this one. Under a stored-bytes quota the
-    recipe is kept before the answer, as without `later`: a refusal is answered 429."""
+    a resend, never this one. Under a stored-bytes quota, or once the store failed (until a
+    call reaches it again), the recipe is kept before the answer, as without `later`: a
+    refusal is the answer (429, 503) and the client sends its request as it is."""
     settings, recipes, workers = services.settings, services.recipes, services.workers
     limit = settings.max_decompressed_bytes
     # O(header): ops and lengths, the recipe's entries counted; off the loop when large
@@ -137,7 +144,8 @@ async def apply_edit(
     held = await recipes.pieces(tenant, named)  # cache, else one batched read
     words = await workers.run(header.dictionary or 0, _dictionary, base, header)  # O(ops + z)
     account.charge(len(words))
-    inline = await workers.run(header.inline, wire.inline, header, blob, words, account)
+    answer = await _answer(services, tenant, header)  # v3: the base's answer
+    inline = await workers.run(header.inline, wire.inline, header, blob, words, account, answer)
     carried = {piece_id(s): s for s in inline if len(s) >= PIECE_MIN}  # O(inline)
     edit, added = _edit(header.ops, inline, carried, held)  # O(ops)
     raw = await workers.run(header.entries, _size, base, edit, added)  # O(entries), C speed
@@ -164,7 +172,7 @@ async def apply_edit(
     named_held = [p for p in named if p not in carried]
     keep = recipes.keep(tenant, parts, edit, base=base, pieces=carried, named=named_held)
     keeping = None
-    if later and recipes.store.quota is None:  # a quota's refusal is answered 429, so awaited
+    if later and recipes.store.sound:  # else a refusal (quota, store down) is the answer
         keeping = asyncio.get_running_loop().create_task(keep)
     else:
         await keep
@@ -189,6 +197,22 @@ async def _base(services: Editing, tenant: str, ref: str | None) -> Held | None:
             ref,
         )
     return held
+
+
+async def _answer(services: Editing, tenant: str, header: wire.Header) -> bytes | None:
+    """The answer the base's request streamed, for an edit of version 3 (None for another);
+    `DictionaryMismatchError` when this registry holds none, or other bytes than named."""
+    if header.version != 3 or header.base is None:
+        return None
+    answer = await services.answers.get(tenant, header.base)
+    if answer is None or answer_id(answer) != header.answer:
+        held = "no answer" if answer is None else f"answer {answer_id(answer)}"
+        raise DictionaryMismatchError(
+            f"the edit's model segments are compressed against answer {header.answer} of "
+            f"{header.base}, and this registry holds {held} for it; send the edit again as "
+            "version 2 (each segment as it is or compressed alone)"
+        )
+    return answer
 
 
 def _dictionary(base: Held | None, header: wire.Header) -> bytes:

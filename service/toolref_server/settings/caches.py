@@ -28,3 +28,10 @@ class CacheSettings(BaseModel):
         "next turn it serves of a conversation reads neither from the store again; 0 keeps "
         "none (every turn reads the store: a few batched reads).",
     )
+    answer_cache_bytes: int = Field(
+        default=16 * 2**20,
+        ge=0,
+        description="Bytes of streamed answers each process holds (each the dictionary of "
+        "the next edit of its conversation: issue 39), so that the next turn it serves "
+        "reads none from the store; 0 keeps none (each such turn reads one key).",
+    )

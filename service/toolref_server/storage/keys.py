@@ -9,6 +9,7 @@ of one tenant scans) and no two tenants share a key:
 | `p` | a piece of an edited request (`recipes`) | the piece id (`digest_key` of 16 bytes) |
 | `b` | a recipe's node (`recipe_nodes`) | the recipe ref's body (`tb_` dropped) |
 | `k` | a chunk of recipe entries (`recipe_chunks`) | the chunk id (`digest_key` of 16 bytes) |
+| `a` | the answer a recipe's request streamed (`answers`) | the recipe ref's body |
 | `s` | a summary of an invocation | `<ref body>:<summarizer id>` |
 | `d` | a summary of a handoff's dialogue | `<digest of the transcript>:<summarizer id>` |
 | `q` | a stored-bytes counter (`quotas.StoredBytes`) | the window (epoch seconds // TTL) |
@@ -35,6 +36,7 @@ RECORD: Final = "i"
 EDIT_PIECE: Final = "p"
 RECIPE_NODE: Final = "b"
 RECIPE_CHUNK: Final = "k"
+ANSWER: Final = "a"
 SUMMARY: Final = "s"
 DIALOGUE_SUMMARY: Final = "d"
 STORED_BYTES: Final = "q"
@@ -61,6 +63,11 @@ def edit_piece(tenant: str, piece_id: bytes) -> str:
 def recipe_node(tenant: str, ref: str) -> str:
     """The node of recipe `ref` (`tb_` and its body)."""
     return _key(tenant, RECIPE_NODE, ref[3:])
+
+
+def answer(tenant: str, ref: str) -> str:
+    """The answer recipe `ref`'s request streamed (`tb_` and its body)."""
+    return _key(tenant, ANSWER, ref[3:])
 
 
 def recipe_chunk(tenant: str, chunk_id: bytes) -> str:

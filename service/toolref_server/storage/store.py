@@ -151,6 +151,13 @@ class Store:
         """The key of the record of `ref` (`keys.record`)."""
         return record_key(tenant, ref)
 
+    @property
+    def sound(self) -> bool:
+        """No failure since the last call that reached the engine: a write may be left to
+        finish after the answer (`registry.edits.apply_edit(later=True)`), and no quota
+        refuses it (a refusal is the answer's)."""
+        return self.breaker.sound and self.quota is None
+
     @asynccontextmanager
     async def guard(self, action: str) -> AsyncIterator[None]:
         # Open: refuse before queueing for a slot (a half-open breaker is asked once a slot

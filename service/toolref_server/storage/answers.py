@@ -1,0 +1,59 @@
+"""`Answers`: the answer each recipe's request streamed (`toolref.edits.answer`), kept so
+that any worker or replica can read the next edit of it, whose model's segments were
+compressed against it (version 3).
+
+The gateway keeps an answer before the end of its stream reaches the client (so the next
+turn always finds it), under the tenant and the recipe's ref, zstd-compressed, for the
+store's TTL; recent ones stay in this process too (`cache_bytes`). An answer that could not
+be kept (the store down, the stored-bytes quota) is left out: the next edit naming it is
+refused 400 `dictionary-mismatch` and sent again without. Each call is at most one round
+trip, linear in the answer (`answer.MAX_ANSWER` bytes at most).
+"""
+
+from __future__ import annotations
+
+import zstandard
+
+from toolref.kit.lru import LRU
+from toolref.wire.errors import ToolrefError
+from toolref_server.storage import keys
+from toolref_server.storage.store import Put, Store
+
+_ACTION = "keep the answer of an edited request"
+_READ = "read the answer an edit names"
+_LEVEL = 3
+
+
+class Answers:
+    """See the module docstring."""
+
+    def __init__(self, store: Store, cache_bytes: int) -> None:
+        self.store = store
+        self.cache: LRU[tuple[str, str], bytes] = LRU(max(1, cache_bytes // 256), cache_bytes, len)
+
+    async def keep(self, tenant: str, ref: str, answer: bytes) -> bool:
+        """Keep `answer` as recipe `ref`'s; whether it was (see the module docstring)."""
+        self.cache.put((tenant, ref), answer)
+        packed = zstandard.ZstdCompressor(level=_LEVEL).compress(answer)
+        try:
+            await self.store.put(
+                tenant, _ACTION, [Put(keys.answer(tenant, ref), packed, self.store.ttl)]
+            )
+        except ToolrefError:
+            return False
+        return True
+
+    async def get(self, tenant: str, ref: str) -> bytes | None:
+        """The answer of recipe `ref` (None: none kept, or gone)."""
+        found = self.cache.get((tenant, ref))
+        if found is not None:
+            return found
+        packed = await self.store.get(keys.answer(tenant, ref), _READ)
+        if packed is None:
+            return None
+        try:
+            answer = zstandard.ZstdDecompressor().decompress(packed)
+        except zstandard.ZstdError:
+            return None
+        self.cache.put((tenant, ref), answer)
+        return answer

@@ -1,0 +1,222 @@
+"""The answer is the next turn's dictionary (issue 39): the relay before the service's real
+gateway on the test engine, a provider behind it that streams each turn's answer (the only
+fake: what is outside the machine), an agent that writes each answer back as its next
+assistant message.
+
+Relay and gateway both read the stream as it passes and make the same bytes of it; from
+the second turn the relay sends the agent's assistant message compressed against them
+(a version-3 edit), every body reaching the provider byte for byte; a turn whose answer
+the agent does not write back, a stream cut short, or an answer the gateway lost (its
+store flushed) falls back to a version-2 edit by itself, with no error the agent sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.integration.test_relay_edits import Alternating
+from tests.support.fake_provider import wire
+from tests.support.servers import serve, serve_all
+from tests.unit.edits.agents import HEADERS
+from toolref_relay import Relay, RelayConfig
+from toolref_server.app import create_app
+from toolref_server.settings import Settings
+
+pytestmark = pytest.mark.engine
+
+KEY = "tenant-key-of-the-answer-tests"
+MODEL = "scripted-1"
+CHAT_HEADERS = [("Content-Type", "application/json"), ("Authorization", "Bearer sk-" + "o" * 40)]
+
+
+@dataclass
+class Provider:
+    """Streams `replies` in turn (Anthropic Messages or OpenAI Chat, by path), recording
+    every body; `cut`: turns whose stream stops before its end event."""
+
+    replies: list[wire.Reply]
+    cut: frozenset[int] = frozenset()
+    seen: list[bytes] = field(default_factory=list)
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[Route("/{path:path}", self._answer, methods=["POST"])])
+
+    async def _answer(self, request: Request) -> Response:
+        self.seen.append(await request.body())
+        turn = len(self.seen) - 1
+        api: wire.Api = "messages" if request.url.path.endswith("/messages") else "chat"
+        frames = wire.frames(api, self.replies[turn], MODEL, 10, usage=False)
+        if turn in self.cut:
+            frames = frames[:-2]
+
+        async def events() -> AsyncIterator[bytes]:
+            for frame in frames:
+                yield frame
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+@dataclass
+class Stack:
+    relay_url: str
+    provider: Provider
+    balancer: Alternating
+
+
+@asynccontextmanager
+async def relayed(redis: Redis, provider: Provider) -> AsyncIterator[Stack]:
+    async with serve_all(provider.app()) as [provider_url]:
+        tenant = f"t={hashlib.sha256(KEY.encode()).hexdigest()}"
+        config = Settings(
+            redis_url="unused",
+            upstreams=f"anthropic={provider_url},openai={provider_url}",
+            api_keys=tenant,
+            answer_cache_bytes=0,  # every answer read from the store, as another replica would
+            edit_cache_bytes=0,
+        )
+        async with serve_all(create_app(config, redis=redis)) as [url]:
+            balancer = Alternating([url])
+            relay = Relay(RelayConfig(url, key=KEY), report=lambda _: None, transport=balancer)
+            async with serve(relay) as relay_url:
+                yield Stack(relay_url, provider, balancer)
+
+
+def replies(count: int, seed: int) -> list[wire.Reply]:
+    """Answers as models give them: a tool call (a command, a file to write), or text."""
+    rng = random.Random(seed)
+    found = []
+    for n in range(count):
+        words = " ".join("".join(rng.choices("abcdefghij", k=6)) for _ in range(60))
+        if n % 3 == 2:
+            found.append(wire.Reply(text=f"Step {n}: {words}", index=n))
+        else:
+            arguments = {"path": f"src/module_{n}.py", "content": f"# {words}\nprint({n})\n"}
+            found.append(wire.Reply(call=wire.Call("write_file", arguments), index=n))
+    return found
+
+
+def written_back(api: wire.Api, reply: wire.Reply) -> dict[str, Any]:
+    """The assistant message an agent writes for `reply` (as the provider's whole answer)."""
+    if api == "messages":
+        whole = wire.anthropic_message(reply, MODEL, 10)
+        return {"role": "assistant", "content": whole["content"]}
+    message: dict[str, Any] = wire.chat_completion(reply, MODEL, 10)["choices"][0]["message"]
+    return message
+
+
+def result(api: wire.Api, reply: wire.Reply, n: int) -> dict[str, Any]:
+    text = f"result of step {n}: " + "ok " * 50
+    if reply.call is None:
+        return {"role": "user", "content": f"go on with step {n + 1}"}
+    if api == "messages":
+        block = {"type": "tool_result", "tool_use_id": f"toolu_e2e_{reply.index:03d}"}
+        return {"role": "user", "content": [{**block, "content": text}]}
+    return {"role": "tool", "tool_call_id": f"call_e2e_{reply.index:03d}", "content": text}
+
+
+async def converse(
+    stack: Stack, api: wire.Api, turns: int, *, back: list[wire.Reply] | None = None
+) -> list[bytes]:
+    """`turns` turns, each the conversation so far; after each the agent writes back the
+    answer it read (`back`: these replies instead, as an agent that rewrote them)."""
+    path = "/llm/anthropic/v1/messages" if api == "messages" else "/llm/openai/v1/chat/completions"
+    headers = HEADERS if api == "messages" else CHAT_HEADERS
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Build it. " * 60}]
+    bodies = []
+    async with httpx.AsyncClient(timeout=30) as agent:
+        for n in range(turns):
+            body = {"model": MODEL, "max_tokens": 512, "stream": True, "messages": messages}
+            data = json.dumps(body).encode()
+            bodies.append(data)
+            answer = await agent.post(stack.relay_url + path, content=data, headers=headers)
+            assert answer.status_code == 200, answer.text
+            expected = b"".join(wire.frames(api, stack.provider.replies[n], MODEL, 10, False))
+            if n not in stack.provider.cut:
+                assert answer.content == expected  # the stream, byte for byte
+            reply = (back or stack.provider.replies)[n]
+            messages = [*messages, written_back(api, reply), result(api, reply, n)]
+    return bodies
+
+
+def sent(stack: Stack) -> list[bytes]:
+    return [request.content for request in stack.balancer.requests]
+
+
+@pytest.mark.parametrize("api", ["messages", "chat"])
+async def test_the_assistant_message_travels_against_the_answer_and_arrives_exact(
+    redis: Redis, api: wire.Api
+) -> None:
+    provider = Provider(replies(8, 1))
+    async with relayed(redis, provider) as stack:
+        bodies = await converse(stack, api, 8)
+    assert provider.seen == bodies  # every body byte for byte
+    edits = sent(stack)
+    assert len(edits) == 8  # no resend
+    assert all(edit.startswith(b'{"v":3,') for edit in edits[1:]), [e[:12] for e in edits]
+
+    await redis.flushall()
+    rewritten = Provider(replies(8, 1))
+    other = replies(8, 2)  # the agent writes back other answers than it read: no dictionary
+    async with relayed(redis, rewritten) as stack:
+        bodies = await converse(stack, api, 8, back=other)
+    assert rewritten.seen == bodies
+    plain = sent(stack)  # the structure still matches: some are of version 3, but smaller
+    with_answer = sum(map(len, edits[1:]))
+    without = sum(map(len, plain[1:]))
+    assert with_answer * 1.5 < without, (with_answer, without)
+
+
+async def test_a_stream_cut_short_gives_no_dictionary_and_nothing_breaks(redis: Redis) -> None:
+    """Turn 3's stream stops before its end event: no answer on either side, and turn 4 is
+    a version-2 edit; turn 5 (after a whole answer) is of version 3 again."""
+    provider = Provider(replies(6, 3), cut=frozenset({2}))
+    async with relayed(redis, provider) as stack:
+        bodies = await converse(stack, "messages", 6)
+    assert provider.seen == bodies
+    edits = sent(stack)
+    assert len(edits) == 6
+    assert edits[3].startswith(b'{"v":2,')  # the turn after the cut stream
+    assert edits[4].startswith(b'{"v":3,')  # and the next one whole again
+
+
+async def test_an_answer_the_gateway_lost_costs_one_resend(redis: Redis) -> None:
+    provider = Provider(replies(6, 4))
+    async with relayed(redis, provider) as stack:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Build it. " * 60}]
+        bodies = []
+        async with httpx.AsyncClient(timeout=30) as agent:
+            for n in range(6):
+                if n == 4:  # the answers are gone from the store; the recipes stay
+                    async for key in redis.scan_iter(match="tr:*:a:*"):
+                        await redis.delete(key)
+                body = {"model": MODEL, "max_tokens": 512, "stream": True, "messages": messages}
+                data = json.dumps(body).encode()
+                bodies.append(data)
+                url = stack.relay_url + "/llm/anthropic/v1/messages"
+                answer = await agent.post(url, content=data, headers=HEADERS)
+                assert answer.status_code == 200, answer.text
+                reply = provider.replies[n]
+                messages = [
+                    *messages,
+                    written_back("messages", reply),
+                    result("messages", reply, n),
+                ]
+    assert provider.seen == bodies
+    edits = sent(stack)
+    assert len(edits) == 7  # turn 5 twice: refused 400 dictionary-mismatch, then version 2
+    assert edits[4].startswith(b'{"v":3,')
+    assert edits[5].startswith(b'{"v":2,')

@@ -1,0 +1,130 @@
+"""`toolref.edits.answer`: the bytes a streamed answer makes (the next edit's dictionary),
+the same however the stream is cut into pieces, and none unless it ended whole; version-3
+edits carry the model's segments against them and read back exactly (issue 39)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.support.fake_provider import wire as provider
+from toolref.edits import isolated, wire
+from toolref.edits.answer import MAX_ANSWER, AnswerTap, answer_id, tap_for
+from toolref.edits.edit import Inline, Keep, Op
+from toolref.edits.request import cut
+from toolref.wire.errors import DictionaryMismatchError, MalformedBodyError
+
+CALL = provider.Reply(call=provider.Call("bash", {"command": "ls -la src/ && pytest -q"}), index=1)
+TEXT = provider.Reply(text="The tests pass: 42 passed in 3.1s. Next I will tidy the module.")
+EVENT_STREAM = [("content-type", "text/event-stream; charset=utf-8")]
+
+
+def stream(api: provider.Api, reply: provider.Reply) -> bytes:
+    return b"".join(provider.frames(api, reply, "m", 10, usage=True))
+
+
+def tapped(path: str, data: bytes, pieces: list[int]) -> bytes | None:
+    tap = tap_for(path, 200, EVENT_STREAM)
+    assert tap is not None
+    at = 0
+    for size in [*pieces, len(data)]:
+        tap.feed(data[at : at + size])
+        at += size
+    return tap.answer
+
+
+@given(st.lists(st.integers(min_value=1, max_value=97), max_size=40))
+def test_any_cut_of_the_stream_makes_the_same_answer(pieces: list[int]) -> None:
+    cases: list[tuple[str, provider.Api, provider.Reply]] = [
+        ("/v1/messages", "messages", CALL),
+        ("/v1/messages", "messages", TEXT),
+        ("/v1/chat/completions", "chat", CALL),
+        ("/v1/chat/completions", "chat", TEXT),
+    ]
+    for path, api, reply in cases:
+        data = stream(api, reply)
+        assert tapped(path, data, pieces) == tapped(path, data, [len(data)])
+        assert tapped(path, data.replace(b"\n", b"\r\n"), pieces) == tapped(path, data, [])
+
+
+def test_the_answer_holds_what_the_agent_writes_back() -> None:
+    answer = tapped("/v1/messages", stream("messages", CALL), [])
+    assert answer is not None
+    block = json.dumps(provider.anthropic_message(CALL, "m", 1)["content"], separators=(",", ":"))
+    assert block.encode() in answer  # the content as an agent writes it back, compact
+    chat = tapped("/v1/chat/completions", stream("chat", CALL), [])
+    assert chat is not None
+    assert json.dumps(CALL.arguments).encode() in chat
+
+
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [
+        (500, EVENT_STREAM),
+        (200, [("content-type", "application/json")]),
+        (200, [*EVENT_STREAM, ("content-encoding", "gzip")]),
+    ],
+)
+def test_only_a_whole_plain_stream_of_a_known_api_is_read(
+    status: int, headers: list[tuple[str, str]]
+) -> None:
+    assert tap_for("/v1/messages", status, headers) is None
+    assert tap_for("/v1/responses", 200, EVENT_STREAM) is None  # not read (yet)
+
+
+def test_a_stream_cut_short_an_error_or_an_overlong_answer_is_none() -> None:
+    data = stream("messages", TEXT)
+    assert tapped("/v1/messages", data[: data.rindex(b"event: message_stop")], []) is None
+    error = provider.sse({"type": "error", "error": {"type": "overloaded_error"}}, "error")
+    assert (
+        tapped("/v1/messages", data.replace(b"event: message_delta", error + b"event: x"), [])
+        is None
+    )
+    long = provider.Reply(text="x" * (MAX_ANSWER + 1))
+    assert tapped("/v1/messages", stream("messages", long), []) is None
+    tap = AnswerTap("anthropic")
+    tap.feed(data)
+    tap.feed(b"data: more\n\n")  # bytes past the end: not a stream this reads
+    assert tap.answer is None
+
+
+def test_a_version_3_edit_reads_back_exactly_and_only_against_its_answer() -> None:
+    answer = tapped("/v1/messages", stream("messages", CALL), [])
+    assert answer is not None
+    message = {"role": "assistant", "content": provider.anthropic_message(CALL, "m", 1)["content"]}
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}, message]})
+    made = cut([("x-a", "b")], body.encode(), "messages")
+    assert made is not None
+    assert made.answered  # the assistant message's segments
+    ops: list[Op] = [Keep(0, 1), *(Inline(s) for s in made.segments[1:])]
+    models = frozenset(
+        n for n, index in enumerate(range(1, len(made.segments))) if index in made.answered
+    )
+    data = wire.encode_isolated("tb_" + "a" * 26, ops, answer=answer, answered=models)
+    plain = wire.encode_isolated("tb_" + "a" * 26, ops)
+    assert data.startswith(b'{"v":3,')
+    assert len(data) < len(plain)
+    header, blob = wire.read(data, 1 << 20)
+    assert header.answer == answer_id(answer)
+    assert wire.inline(header, blob, b"", None, answer) == made.segments[1:]
+    with pytest.raises(DictionaryMismatchError):
+        wire.inline(header, blob, b"", None, bytes(reversed(answer)))
+    with pytest.raises(MalformedBodyError):  # a record of kind 3 in an edit without an answer
+        isolated.unpack(blob, header.lengths, None)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"v": 3, "b": "tb_" + "a" * 26, "o": [0], "n": 0},  # no answer named
+        {"v": 3, "b": "tb_" + "a" * 26, "o": [0], "n": 0, "a": "XYZ"},
+        {"v": 3, "b": None, "o": [0], "n": 0, "a": "0" * 16},  # an answer needs a base
+        {"v": 2, "b": None, "o": [0], "n": 0, "a": "0" * 16},  # a member of version 3 only
+    ],
+)
+def test_a_malformed_version_3_header_is_refused(header: dict[str, object]) -> None:
+    with pytest.raises(MalformedBodyError):
+        wire.read(json.dumps(header).encode() + b"\n", 1 << 20)
