@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import subprocess
 import sys
 import tarfile
@@ -42,7 +43,7 @@ from typing import Final
 import psutil
 from redis.asyncio import Redis
 
-from loadtests import backend_path, edits_report
+from loadtests import backend_path, edits_report, scripted
 from loadtests.bandwidth import turns_of
 from loadtests.counting_hop import CountingHop
 from loadtests.edits_baseline import AGENT_HEADERS, PROVIDER_HOSTS, baseline, content_bytes
@@ -202,10 +203,11 @@ PATTERNS_FORMATS: Final = frozenset(AGENT_HEADERS)
 class Run:
     """Turns through one system, numbered across the run for the hop."""
 
-    def __init__(self, engine: EmbeddedEngine, redis: Redis) -> None:
+    def __init__(self, engine: EmbeddedEngine, redis: Redis, upstream: str) -> None:
         assert engine.process is not None
         self.engine = Proc("engine", engine.url, engine.process)
         self.redis = redis
+        self.upstream = upstream  # scripted: each turn answered what the next writes back
         self.turn = 0
 
     async def converse(self, system: System, pattern: Pattern, kind: str) -> Measured:
@@ -215,12 +217,17 @@ class Run:
         url = f"{system.relay.url}/llm/{UPSTREAM_NAME}{pattern.path}"
         headers = dict(AGENT_HEADERS[pattern.fmt])
         agent = Connection.to(system.relay.url)
+        script = Connection.to(self.upstream)
         bodies, cpu, engine, control, served = [], [], [], [], [0] * len(servers)
         probe = request(f"{system.relay.url}/llm/{UPSTREAM_NAME}{CONTROL_PATH}", CONTROL_BODY)
         try:
             for n, turn in enumerate(pattern.turns):
                 body = encode(turn.body)
                 bodies.append((turn.conversation, body))
+                written = scripted.next_answer(pattern.turns, n)
+                if written is not None:
+                    told = json.dumps({"format": pattern.fmt, "message": written}).encode()
+                    await script.send(request(f"{self.upstream}/__next-answer", told))
                 system.hop.turn = self.turn
                 self.turn += 1
                 used = [cpu_of(s) for s in servers]
@@ -242,6 +249,7 @@ class Run:
                     raise RuntimeError(f"the control request: {checked.status}")
         finally:
             await agent.close()
+            await script.close()
         redis, keys = await usage_of(self.redis, await keys_of(self.redis) - before)
         said = content_bytes(turn.body for turn in pattern.turns)
         sizes = baseline(
@@ -279,7 +287,7 @@ async def measure(
         upstream = launcher.upstream()
         await launcher.wait()
         redis = Redis.from_url(engine.url)
-        run = Run(engine, redis)
+        run = Run(engine, redis, upstream.url)
         try:
             measured = []
             async with system(launcher, code, upstream, engine.url, gateways=1, workers=1) as one:

@@ -3,7 +3,10 @@ costs a small fraction of what the systems in front of it cost (the bench measur
 
 Every POST gets a fixed short answer in the shape of its API, read from the path: Anthropic
 Messages (`.../messages`) or OpenAI Chat Completions (anything else); server-sent events
-when the body asks `"stream": true`, one JSON document otherwise. Bodies are read by
+when the body asks `"stream": true`, one JSON document otherwise. A bench may script the
+next streamed answer: `POST /__next-answer` with `{"format": ..., "message": {...}}` (the
+assistant message the conversation's next turn writes back, `loadtests.scripted`) makes
+the next streamed answer that message. Bodies are read by
 `Content-Length` or chunked and never parsed; connections are kept alive.
 
     python -m loadtests.fast_upstream --port 8790
@@ -16,6 +19,8 @@ import asyncio
 import json
 import re
 from typing import Final
+
+from loadtests import scripted
 
 _STREAM: Final = re.compile(rb'"stream"\s*:\s*true')
 _TEXT: Final = "Scripted answer: the change is done and the tests pass."
@@ -86,6 +91,10 @@ _CHAT_EVENTS: Final = (
 )
 
 
+_SCRIPTED: list[bytes] = []  # the next streamed answers, when a bench scripts them
+_NO_CONTENT: Final = b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n"
+
+
 def _answer(body: bytes, media: str) -> bytes:
     head = f"HTTP/1.1 200 OK\r\ncontent-type: {media}\r\ncontent-length: {len(body)}\r\n\r\n"
     return head.encode() + body
@@ -123,12 +132,20 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             head = await reader.readuntil(b"\r\n\r\n")
             body = await _body(reader, head)
             method, path = head.split(b" ", 2)[:2]
+            path = path.split(b"?", 1)[0]
+            stream = _STREAM.search(body) is not None
             if method != b"POST":
                 writer.write(_NOT_FOUND)
+            elif path == b"/__next-answer":
+                script = json.loads(body)
+                events = scripted.stream(script["format"], script["message"])
+                _SCRIPTED.append(_answer(events, "text/event-stream"))
+                writer.write(_NO_CONTENT)
+            elif stream and _SCRIPTED:
+                writer.write(_SCRIPTED.pop(0))
             else:
-                path = path.split(b"?", 1)[0]
                 anthropic = path.endswith(b"/messages")
-                writer.write(ANSWERS[anthropic, _STREAM.search(body) is not None])
+                writer.write(ANSWERS[anthropic, stream])
             await writer.drain()
     except (asyncio.IncompleteReadError, ConnectionError):
         pass

@@ -379,7 +379,11 @@ class Recipes:
             extend += _everything(tenant, held, lifetime, store.ttl)
         else:
             extend += [(keys.edit_piece(tenant, p), store.ttl) for p in named if p not in pieces]
-        done = await store.put(tenant, _ACTION, puts, shorten=shorten, extend=extend)
+        # The base's streamed answer was its next edit's dictionary: this is that edit.
+        dropped = [keys.answer(tenant, base.ref)] if base is not None and not same else []
+        done = await store.put(
+            tenant, _ACTION, puts, shorten=shorten, extend=extend, delete=dropped
+        )
         self.cache.keep_pieces(tenant, pieces.items())
         if done[-1] or same:
             self.cache.keep_recipe(tenant, ref, held)
