@@ -54,6 +54,7 @@ from . import control, guard
 from .as_edit import as_edit
 from .bodies import TOO_LARGE, inflated, readable
 from .calls import UNREACHABLE, Call, Meter, encoding_of, failed, log_call
+from .channel import ChannelTransport
 from .clients import Client, Clients
 from .config import RelayConfig
 from .headers import (
@@ -115,6 +116,14 @@ class Relay:
         self.preflight = preflight  # what the start found of the gateway (None: check then)
         self.report = report
         pool = transport if transport is not None else httpx.AsyncHTTPTransport()
+        if transport is None and config.channel:  # a given transport is the caller's: kept
+            pool = ChannelTransport(
+                pool,
+                config.gateway,
+                config.key,
+                connect_timeout=config.connect_timeout,
+                report=report,
+            )
         self.link = GatewayLink(config, pool, report)
         # the link's parts, by their names (one object each)
         self.pool, self.totals, self.budget = pool, self.link.totals, self.link.budget

@@ -104,6 +104,11 @@ def parser() -> argparse.ArgumentParser:
         "once (32 MiB)",
     )
     relay.add_argument(
+        "--no-channel",
+        action="store_true",
+        help="send turns to the gateway as HTTP requests, never over its WebSocket channel",
+    )
+    relay.add_argument(
         "--no-edits",
         action="store_true",
         help="never send requests as edits: each as it came (as to a gateway without edits)",
@@ -168,6 +173,7 @@ def config_of(args: argparse.Namespace) -> RelayConfig:
         max_inflated_bytes=args.max_inflated_bytes,
         max_clients=args.max_clients,
         edits=not args.no_edits,
+        channel=not args.no_channel,
         size_guard=not args.no_size_guard,
         max_recipes=args.max_recipes,
         max_recipe_bytes=args.max_recipe_bytes,

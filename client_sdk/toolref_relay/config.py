@@ -59,6 +59,8 @@ class RelayConfig:
         an answer (a model may think for minutes before its first token).
     max_clients: clients (an upstream and a provider credential) whose state is kept; the
         least recently used is dropped first (`clients`).
+    channel: send LLM requests to the gateway over one WebSocket (`channel`: no HTTP head
+        per turn), HTTP while the gateway refuses it; False: always HTTP.
     edits: send LLM requests as edits when the gateway takes them (`edited`); False sends
         them as they came.
     size_guard: each inline segment of an edit compressed in a context of its own (the
@@ -85,6 +87,7 @@ class RelayConfig:
     read_timeout: float = 600.0
     max_clients: int = 8
     edits: bool = True
+    channel: bool = True
     size_guard: bool = True
     max_recipes: int = 64
     max_recipe_bytes: int = 32 * MIB

@@ -72,6 +72,9 @@ async def relayed(redis: Redis, **options: Any) -> AsyncIterator[Stack]:
     a, b = Scripted(), Scripted()
     async with gateway(redis, {"a": a.app(), "b": b.app()}) as recorded:
         lines: list[str] = []
+        # Each turn watched as the HTTP request it is at the gateway: the HTTP path, the
+        # channel's fallback (the channel has its own tests: test_channel.py).
+        options.setdefault("channel", False)
         relay = Relay(RelayConfig(recorded.url, key=KEY, **options), report=lines.append)
         async with serve(relay) as url:
             port = int(url.rsplit(":", 1)[1])

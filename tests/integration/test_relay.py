@@ -61,6 +61,9 @@ async def relayed(
     (`settings`: the service's; `options`: `RelayConfig`'s)."""
     async with gateway(redis, providers, **(settings or {})) as recorded:
         lines: list[str] = []
+        # Each turn watched as the HTTP request it is at the gateway: the HTTP path, the
+        # channel's fallback (the channel has its own tests: test_channel.py).
+        options.setdefault("channel", False)
         relay = Relay(RelayConfig(recorded.url, key=KEY, **options), report=lines.append)
         async with serve(relay) as relay_url:
             yield Stack(relay_url, recorded, relay, lines)
@@ -214,24 +217,34 @@ async def test_an_event_stream_arrives_as_the_provider_sends_it(redis: Redis) ->
     assert answer.headers["content-type"].startswith("text/event-stream")
 
 
-async def test_an_agent_that_hangs_up_cancels_the_request_upstream(redis: Redis) -> None:
+@pytest.mark.parametrize("channel", [False, True])
+async def test_an_agent_that_hangs_up_cancels_the_request_upstream(
+    redis: Redis, channel: bool
+) -> None:
     scripted = Scripted(gate=asyncio.Event())  # never set: the stream waits forever
     providers = {"anthropic": scripted.app()}
     body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [_user("hi")]}
-    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with (
+        relayed(redis, providers, channel=channel) as stack,
+        httpx.AsyncClient(timeout=TIMEOUT) as agent,
+    ):
         url = stack.relay_url + "/llm/anthropic/v1/messages"
         async with agent.stream("POST", url, json=body) as answer:
             await asyncio.wait_for(anext(answer.aiter_lines()), TIMEOUT)
         await asyncio.wait_for(scripted.ended.wait(), TIMEOUT)  # the provider stopped
 
 
+@pytest.mark.parametrize("channel", [False, True])
 async def test_a_stream_that_breaks_off_upstream_breaks_off_for_the_agent(
-    redis: Redis,
+    redis: Redis, channel: bool
 ) -> None:
     scripted = Scripted(die=True)
     providers = {"anthropic": scripted.app()}
     body = {"model": "m", "max_tokens": 5, "stream": True, "messages": [_user("hi")]}
-    async with relayed(redis, providers) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+    async with (
+        relayed(redis, providers, channel=channel) as stack,
+        httpx.AsyncClient(timeout=TIMEOUT) as agent,
+    ):
         url = stack.relay_url + "/llm/anthropic/v1/messages"
 
         async def read_all() -> None:

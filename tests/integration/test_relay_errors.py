@@ -60,7 +60,8 @@ async def test_an_unknown_key_is_a_400_naming_toolref_key_not_the_providers(
     redis: Redis,
 ) -> None:
     async with gateway(redis, {"openai": Scripted().app()}) as recorded:
-        relay = Relay(RelayConfig(recorded.url, key="not-the-tenant-key"), report=lambda _: None)
+        config = RelayConfig(recorded.url, key="not-the-tenant-key", channel=False)  # HTTP watched
+        relay = Relay(config, report=lambda _: None)
         async with (
             serve(relay) as relay_url,
             openai.AsyncOpenAI(

@@ -349,13 +349,18 @@ def test_a_conversation_is_judged_against_each_target() -> None:
         [measured], [backend, long], [("w", measured)], Plan(), "code", traces="none"
     )
     row = conversations.rows[0]
-    assert row[5] == "0.80 PASS"  # 400 bytes against a baseline of 500
-    assert row[7:10] == ["1.50", "1.10", "1.36 FAIL"]  # 1.5x at 1.1x slower: 1.36x
-    assert row[11] == "40 (h 2: 0.0 KB)"
-    assert row[12] == "0.40 PASS"
+    assert row[4] == "133"  # socket bytes per turn: 400 over 3 turns
+    assert row[6] == "1.25"  # a baseline of 500 over 400 bytes (a pattern: judged on the median)
+    assert row[8:11] == ["1.50", "1.10", "1.36 FAIL"]  # 1.5x at 1.1x slower: 1.36x
+    assert row[12] == "40 (h 2: 0.0 KB)"
+    assert row[13] == "0.40 PASS"
     assert replicas.rows[0][4] == "1"
     assert replicas.rows[0][-1] == "FAIL"
-    assert conversations.verdicts[1].startswith("FAIL")
+    assert conversations.verdicts[0].startswith("FAIL")  # 1.25, under 1.3 (no trace: all)
+    assert conversations.verdicts[1].startswith(
+        "FAIL: the baseline's bytes over the relay's, median"
+    )
+    assert conversations.verdicts[2].startswith("FAIL")  # CPU
     # the chat-backend path: its bytes over the relay's for the same conversation
     assert chat.rows[0][3:6] == ["0.4 KB", "0.4 KB", "1.00 PASS"]
     assert chat.rows[0][9] == "1.00 PASS"  # its control grew as much: no growth

@@ -38,6 +38,7 @@ from typing import Final
 
 import zstandard
 
+from toolref.kit.varints import read_varint, varint
 from toolref.wire import compression
 from toolref.wire.compression import Meter
 from toolref.wire.errors import MalformedBodyError
@@ -78,16 +79,7 @@ def pack(
 
 
 def _record(mode: int, frame: bytes) -> bytes:
-    return bytes([mode]) + _varint(len(frame)) + frame
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
+    return bytes([mode]) + varint(len(frame)) + frame
 
 
 def unpack(
@@ -112,7 +104,7 @@ def unpack(
             found.append(blob[at : at + length])
             at += length
             continue
-        size, at = _read_varint(blob, at)
+        size, at = read_varint(blob, at)
         known = (ALONE, GZIP) if answer is None else (ALONE, GZIP, ANSWER)
         if mode not in known or size is None or at + size > len(blob):
             kinds = "0, 1 or 2" if answer is None else "0 to 3"
@@ -131,18 +123,6 @@ def unpack(
     if at != len(blob):
         raise _malformed(f"{len(blob) - at} bytes follow the last segment")
     return found
-
-
-def _read_varint(blob: bytes, at: int) -> tuple[int | None, int]:
-    value = shift = 0
-    while at < len(blob) and shift <= 63:
-        byte = blob[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at
-        shift += 7
-    return None, at
 
 
 def _malformed(what: str) -> MalformedBodyError:

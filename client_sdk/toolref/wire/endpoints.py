@@ -29,6 +29,7 @@ SUMMARY: Final = "/v1/invocations/{ref}/summary"
 OPTIMIZE: Final = "/v1/messages:optimize"
 HYDRATE: Final = "/v1/messages:hydrate"
 HANDOFF: Final = "/v1/context:handoff"
+CHANNEL: Final = "/v1/channel"  # the relay's WebSocket to the gateway (toolref.websocket.channel)
 APPLY_EDIT: Final = "/v1/edits:apply"  # an edit applied for a chat backend's middleware
 HEALTHZ: Final = "/healthz"
 READYZ: Final = "/readyz"

@@ -33,7 +33,7 @@ from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.handoff.switch import switched_text
 from toolref.receiving.hydrator import Hydrator
 from toolref.receiving.middleware import hydrate_request, speaks_refs
-from toolref.wire.endpoints import GATEWAY, Endpoint, endpoint
+from toolref.wire.endpoints import CHANNEL, GATEWAY, Endpoint, endpoint
 from toolref.wire.errors import (
     BadRequestError,
     ToolrefError,
@@ -44,6 +44,7 @@ from toolref.wire.headers import (
     SWITCHED_FROM_HEADER,
 )
 from toolref.wire.numbers import describe, whole_number
+from toolref_server.gateway.channel import serve_channel
 from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.gateway.gate import GatewayAdmission
@@ -112,6 +113,10 @@ class Gateway:
         if scope["type"] == "lifespan":
             self._service = scope.get("app", self._service)
             await self.app(scope, self._closing(receive), send)
+            return
+        if scope["type"] == "websocket" and scope["path"] == CHANNEL:
+            self._service = self._service or scope.get("app")
+            await serve_channel(scope, receive, send, self)  # each turn back through here
             return
         if scope["type"] == "websocket" and scope["path"].startswith(PREFIX):
             self._service = self._service or scope.get("app")

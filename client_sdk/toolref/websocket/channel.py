@@ -1,0 +1,169 @@
+"""The channel's frames: turns and their answers on one WebSocket between the relay and the
+gateway (issue 39: no HTTP head per turn). The relay's side is `toolref_relay.channel`, the
+gateway's `toolref_server.gateway.channel`.
+
+Each WebSocket message (binary) is one frame. The relay's, one per request:
+
+    varint(stream) varint(len(meta)) meta body
+
+A turn the agent left is cancelled with a frame of that stream whose meta is `{"c":1}` and
+whose body is empty (`Sender.cancel`): the gateway stops serving it, as when a client hangs
+up. `meta` is what changed since the channel's previous request (`Sender`, `Receiver` keep it):
+empty when the target and the headers are the same, else a JSON object with `"p"` (the
+request's path and query) and/or `"h"` (its headers as `[name, value]` pairs, in order,
+framing aside). `body` is the request's body. So a turn of a conversation costs its edit and
+a few bytes: the stream id, a zero, the WebSocket frame's own head.
+
+The gateway's, for a stream, in order:
+
+    varint(stream) 0x00 JSON {"s": status, "h": [[name, value], ...]}   the answer's head
+    varint(stream) 0x01 bytes                                         a piece of its body
+    varint(stream) 0x02                                               its end
+    varint(stream) 0x03 reason                                        it broke off
+
+Streams are answered concurrently; a stream's frames keep their order. Sans-I/O: bytes in,
+bytes out; each read bounded by its frame (the WebSocket's message limit bounds that).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from toolref.kit.varints import read_varint, varint
+
+HEAD: Final = 0
+PIECE: Final = 1
+END: Final = 2
+BROKEN: Final = 3
+Pairs = list[tuple[str, str]]
+
+
+class FrameError(ValueError):
+    """A frame that does not read: the channel is closed (1002), the sender reconnects."""
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A request as the gateway reads it off the channel."""
+
+    stream: int
+    target: str  # path and query
+    headers: Pairs
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """The relay's agent left stream `stream`: stop serving it."""
+
+    stream: int
+
+
+_CANCEL: Final = b'{"c":1}'
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A frame of an answer: its stream, its kind (HEAD, PIECE, END, BROKEN), its bytes."""
+
+    stream: int
+    kind: int
+    data: bytes
+
+    def head(self) -> tuple[int, Pairs]:
+        """The status and headers of a HEAD frame; `FrameError` when it is not one."""
+        try:
+            found = json.loads(self.data)
+            status, headers = found["s"], [(str(k), str(v)) for k, v in found["h"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise FrameError(f"an answer's head does not read ({exc})") from None
+        if type(status) is not int or not 100 <= status <= 599:
+            raise FrameError(f"an answer's status is {status!r}")
+        return status, headers
+
+
+class Sender:
+    """The relay's side: a request as a frame, only what changed since the last one sent."""
+
+    def __init__(self) -> None:
+        self.target: str | None = None
+        self.headers: Pairs | None = None
+
+    def turn(
+        self, stream: int, target: str, headers: Sequence[tuple[str, str]], body: bytes
+    ) -> bytes:
+        meta: dict[str, object] = {}
+        listed = [(k, v) for k, v in headers]
+        if target != self.target:
+            meta["p"] = self.target = target
+        if listed != self.headers:
+            self.headers = listed
+            meta["h"] = [[k, v] for k, v in listed]
+        said = json.dumps(meta, separators=(",", ":")).encode() if meta else b""
+        return varint(stream) + varint(len(said)) + said + body
+
+    @staticmethod
+    def cancel(stream: int) -> bytes:
+        return varint(stream) + varint(len(_CANCEL)) + _CANCEL
+
+
+class Receiver:
+    """The gateway's side: frames read back into requests, with the channel's memory."""
+
+    def __init__(self) -> None:
+        self.target: str | None = None
+        self.headers: Pairs | None = None
+
+    def turn(self, frame: bytes) -> Turn | Cancel:
+        stream, at = read_varint(frame, 0)
+        size, at = read_varint(frame, at)
+        if stream is None or size is None or at + size > len(frame):
+            raise FrameError("a request frame is cut short")
+        if frame[at : at + size] == _CANCEL and at + size == len(frame):
+            return Cancel(stream)
+        if size:
+            try:
+                meta = json.loads(frame[at : at + size])
+                target = meta.get("p", self.target)
+                headers = meta.get("h")
+            except (ValueError, AttributeError) as exc:
+                raise FrameError(f"a request frame's meta is not a JSON object ({exc})") from None
+            if headers is not None:
+                try:
+                    self.headers = [(str(k), str(v)) for k, v in headers]
+                except (ValueError, TypeError) as exc:
+                    raise FrameError(f"a request frame's headers do not read ({exc})") from None
+            if not isinstance(target, str) or not target.startswith("/"):
+                raise FrameError(f"a request frame's target is {target!r}, not a path")
+            self.target = target
+        if self.target is None or self.headers is None:
+            raise FrameError("the channel's first request frame names no target and headers")
+        return Turn(stream, self.target, self.headers, frame[at + size :])
+
+
+def head(stream: int, status: int, headers: Sequence[tuple[str, str]]) -> bytes:
+    said = json.dumps({"s": status, "h": [[k, v] for k, v in headers]}, separators=(",", ":"))
+    return varint(stream) + bytes([HEAD]) + said.encode()
+
+
+def piece(stream: int, data: bytes) -> bytes:
+    return varint(stream) + bytes([PIECE]) + data
+
+
+def end(stream: int) -> bytes:
+    return varint(stream) + bytes([END])
+
+
+def broken(stream: int, reason: str) -> bytes:
+    return varint(stream) + bytes([BROKEN]) + reason.encode()
+
+
+def answered(frame: bytes) -> Answered:
+    """An answer frame read; `FrameError` when it does not read."""
+    stream, at = read_varint(frame, 0)
+    if stream is None or at >= len(frame) or frame[at] > BROKEN:
+        raise FrameError("an answer frame does not read")
+    return Answered(stream, frame[at], frame[at + 1 :])

@@ -1,0 +1,228 @@
+"""`ChannelTransport`: the relay's requests to the gateway's LLM routes over one WebSocket
+(`toolref.websocket.channel`, issue 39), so that a turn costs its edit and a few bytes of
+framing instead of an HTTP head; every other request, and every request while the channel
+cannot be had, through the connection pool it wraps.
+
+The channel opens on the first LLM request (`GET {gateway}/v1/channel`, upgraded; the
+tenant's key at the upgrade and in the first frame's headers) and serves every turn after
+it, concurrently, each answer streamed back as it comes. A gateway that refuses the upgrade
+(an older one, a proxy that does not pass WebSockets) or cannot be reached leaves the relay
+on HTTP for `retry_seconds`, then it tries again; a channel that closes fails the turns in
+flight on it (as a broken connection would: the agent retries) and the next turn opens a
+new one. Memory: one queue per turn in flight, holding the pieces of its answer not yet
+read by the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Final
+
+import httpx
+
+from toolref.websocket import channel as frames
+from toolref.websocket.client import Closed
+from toolref.websocket.driver import Refusal, Socket, Unreachable, connect
+from toolref.wire.endpoints import CHANNEL
+from toolref.wire.headers import KEY_HEADER
+
+MAX_MESSAGE: Final = 64 << 20  # bytes of one answer frame
+_HOP: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
+_GONE: Final = frames.Answered(-1, frames.BROKEN, b"the channel closed")
+
+
+class ChannelTransport(httpx.AsyncBaseTransport):
+    """See the module docstring. `inner`: the HTTP pool to the gateway (and everything
+    else); `report`: told when the channel opens or cannot."""
+
+    def __init__(
+        self,
+        inner: httpx.AsyncBaseTransport,
+        gateway: str,
+        key: str | None,
+        *,
+        connect_timeout: float,
+        report: Callable[[str], None],
+        retry_seconds: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inner = inner
+        self.base = gateway.rstrip("/")
+        self.url = self.base + CHANNEL
+        self.key = key
+        self.connect_timeout = connect_timeout
+        self.report = report
+        self.retry_seconds = retry_seconds
+        self.clock = clock
+        self._link: _Link | None = None
+        self._retry_at = 0.0
+        self._opening = asyncio.Lock()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.method != "POST" or not str(request.url).startswith(self.base + "/llm/"):
+            return await self.inner.handle_async_request(request)  # not a turn to the gateway
+        link = await self._open()
+        if link is None:
+            return await self.inner.handle_async_request(request)
+        return await link.send(request)
+
+    async def aclose(self) -> None:
+        if self._link is not None:
+            await self._link.close()
+        await self.inner.aclose()
+
+    async def _open(self) -> _Link | None:
+        if self._link is not None and not self._link.closed:
+            return self._link
+        if self.clock() < self._retry_at:
+            return None
+        async with self._opening:
+            if self._link is not None and not self._link.closed:
+                return self._link
+            headers = [(KEY_HEADER, self.key)] if self.key else []
+            try:
+                socket = await connect(
+                    self.url,
+                    headers,
+                    max_message=MAX_MESSAGE,
+                    connect_timeout=self.connect_timeout,
+                )
+            except (Unreachable, Refusal, OSError, ValueError) as exc:
+                self._retry_at = self.clock() + self.retry_seconds
+                self.report(
+                    f"toolref relay: no channel to the gateway ({_why(exc)}); turns go over "
+                    f"HTTP, the channel is tried again in {self.retry_seconds:g}s"
+                )
+                return None
+            self._link = _Link(socket)
+            return self._link
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, Refusal):
+        return f"the upgrade was answered {exc.status}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _Link:
+    """One open channel: its frames' memory, the turns in flight, the reader."""
+
+    def __init__(self, socket: Socket) -> None:
+        self.socket = socket
+        self.sender = frames.Sender()
+        self.streams: dict[int, asyncio.Queue[frames.Answered]] = {}
+        self.next = 0
+        self.closed = False
+        self.writing = asyncio.Lock()
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    async def send(self, request: httpx.Request) -> httpx.Response:
+        stream, self.next = self.next, self.next + 1
+        queue: asyncio.Queue[frames.Answered] = asyncio.Queue()
+        self.streams[stream] = queue
+        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in _HOP]
+        target = request.url.raw_path.decode("ascii")
+        timeout = _read_timeout(request)
+        try:
+            async with self.writing:  # the frames' memory changes in the order they are sent
+                _open_or_fail(self, request)
+                await self.socket.send(self.sender.turn(stream, target, headers, request.content))
+            first = await _next(queue, request, wait=timeout)
+            status, pairs = first.head()
+        except BaseException:
+            self.streams.pop(stream, None)
+            raise
+        answer = _Answer(self, stream, queue, timeout, request)
+        return httpx.Response(status, headers=pairs, stream=answer, request=request)
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                message = await self.socket.receive()
+                if isinstance(message, Closed) or not isinstance(message.data, bytes):
+                    return
+                found = frames.answered(message.data)
+                queue = self.streams.get(found.stream)
+                if queue is not None:  # else a turn the agent left: its pieces dropped
+                    queue.put_nowait(found)
+        except (frames.FrameError, OSError):
+            return
+        finally:
+            self.closed = True
+            for queue in self.streams.values():
+                queue.put_nowait(_GONE)
+
+    async def close(self) -> None:
+        self.closed = True
+        self.reader.cancel()
+        with contextlib.suppress(OSError, ConnectionError):
+            await self.socket.close()
+
+
+def _open_or_fail(link: _Link, request: httpx.Request) -> None:
+    if link.closed:
+        raise httpx.ConnectError("the channel closed", request=request)
+
+
+def _read_timeout(request: httpx.Request) -> float | None:
+    found: Any = request.extensions.get("timeout", {})
+    value = found.get("read") if isinstance(found, dict) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+async def _next(
+    queue: asyncio.Queue[frames.Answered], request: httpx.Request, *, wait: float | None
+) -> frames.Answered:
+    try:
+        found = await asyncio.wait_for(queue.get(), wait)
+    except TimeoutError:
+        raise httpx.ReadTimeout(
+            "no answer frame within the read timeout", request=request
+        ) from None
+    if found.kind == frames.BROKEN:
+        reason = found.data.decode("utf-8", "replace")
+        raise httpx.RemoteProtocolError(f"the answer broke off ({reason})", request=request)
+    return found
+
+
+class _Answer(httpx.AsyncByteStream):
+    """A turn's answer body, piece by piece as its frames come."""
+
+    def __init__(
+        self,
+        link: _Link,
+        stream: int,
+        queue: asyncio.Queue[frames.Answered],
+        timeout: float | None,
+        request: httpx.Request,
+    ) -> None:
+        self.link, self.stream, self.queue = link, stream, queue
+        self.timeout, self.request = timeout, request
+        self.ended = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            while True:
+                found = await _next(self.queue, self.request, wait=self.timeout)
+                if found.kind == frames.END:
+                    self.ended = True
+                    return
+                if found.kind == frames.PIECE:
+                    yield found.data
+        except httpx.HTTPError:
+            self.ended = True  # broken: nothing to cancel
+            raise
+        finally:
+            self.link.streams.pop(self.stream, None)
+
+    async def aclose(self) -> None:
+        """The agent is done with the answer: a turn still being answered is cancelled."""
+        self.link.streams.pop(self.stream, None)
+        if not self.ended and not self.link.closed:
+            self.ended = True
+            with contextlib.suppress(OSError, ConnectionError):
+                async with self.link.writing:
+                    await self.link.socket.send(frames.Sender.cancel(self.stream))

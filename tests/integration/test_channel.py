@@ -1,0 +1,139 @@
+"""The channel (issue 39): the relay sends every turn over one WebSocket to the service's
+real gateway (served by uvicorn, on the test engine), no HTTP head per turn; a provider
+behind streams each answer (the only fake: what is outside the machine).
+
+Every body reaches the provider byte for byte and every streamed answer the agent, turns
+in flight at once are answered each on its own stream, and a gateway that refuses the
+upgrade (an older one, a proxy without WebSockets) gets the same turns over HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+
+from tests.integration.test_answer_dictionary import Provider, replies, result, written_back
+from tests.support.fake_provider import wire
+from tests.support.servers import serve, serve_all
+from tests.unit.edits.agents import HEADERS
+from toolref.asgi.scope import ASGIApp, Receive, Scope, Send
+from toolref_relay import Relay, RelayConfig
+from toolref_server.app import create_app
+from toolref_server.settings import Settings
+
+pytestmark = pytest.mark.engine
+
+KEY = "tenant-key-of-the-channel-tests"
+MODEL = "scripted-1"
+
+
+@dataclass
+class Seen:
+    """The gateway as served, counting what reached it: HTTP requests to `/llm/`, and
+    WebSocket upgrades (refused when `refuse`, as a proxy without WebSockets would)."""
+
+    app: ASGIApp
+    refuse: bool = False
+    http: list[str] = field(default_factory=list)
+    sockets: int = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            self.sockets += 1
+            if self.refuse:
+                await receive()
+                await send({"type": "websocket.close", "code": 1008})
+                return
+        elif scope["type"] == "http" and scope["path"].startswith("/llm/"):
+            self.http.append(scope["path"])
+        await self.app(scope, receive, send)
+
+
+@asynccontextmanager
+async def relayed(
+    redis: Redis, provider: Provider, *, refuse: bool = False
+) -> AsyncIterator[tuple[str, Seen, list[str]]]:
+    async with serve_all(provider.app()) as [provider_url]:
+        tenant = f"t={hashlib.sha256(KEY.encode()).hexdigest()}"
+        config = Settings(
+            redis_url="unused", upstreams=f"anthropic={provider_url}", api_keys=tenant
+        )
+        seen = Seen(create_app(config, redis=redis), refuse=refuse)
+        async with serve_all(seen) as [url]:
+            lines: list[str] = []
+            relay = Relay(RelayConfig(url, key=KEY), report=lines.append)
+            async with serve(relay) as relay_url:
+                yield relay_url, seen, lines
+
+
+async def converse(relay_url: str, provider: Provider, turns: int) -> list[bytes]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Build it. " * 60}]
+    bodies = []
+    async with httpx.AsyncClient(timeout=30) as agent:
+        for n in range(turns):
+            body = {"model": MODEL, "max_tokens": 512, "stream": True, "messages": messages}
+            data = json.dumps(body).encode()
+            bodies.append(data)
+            url = relay_url + "/llm/anthropic/v1/messages"
+            answer = await agent.post(url, content=data, headers=HEADERS)
+            assert answer.status_code == 200, answer.text
+            frames = wire.frames("messages", provider.replies[n], MODEL, 10, usage=False)
+            assert answer.content == b"".join(frames)  # the stream, byte for byte
+            reply = provider.replies[n]
+            back = written_back("messages", reply)
+            messages = [*messages, back, result("messages", reply, n)]
+    return bodies
+
+
+async def test_every_turn_rides_the_channel_exactly(redis: Redis) -> None:
+    provider = Provider(replies(8, 5))
+    async with relayed(redis, provider) as (relay_url, seen, _):
+        bodies = await converse(relay_url, provider, 8)
+    assert provider.seen == bodies
+    assert seen.sockets == 1  # one channel for the whole conversation
+    assert seen.http == []  # no turn went over HTTP
+
+
+async def test_turns_at_once_are_answered_each_on_its_own_stream(redis: Redis) -> None:
+    provider = Provider(replies(6, 6))
+    async with relayed(redis, provider) as (relay_url, seen, _):
+        await converse(relay_url, provider, 1)  # the channel opened
+        provider.seen.clear()
+        bodies = [
+            json.dumps({"model": MODEL, "stream": True, "max_tokens": 9, "messages": [
+                {"role": "user", "content": f"conversation {n}: " + "go " * 200}
+            ]}).encode()
+            for n in range(5)
+        ]  # fmt: skip
+        async with httpx.AsyncClient(timeout=30) as agent:
+            answers = await asyncio.gather(
+                *(
+                    agent.post(relay_url + "/llm/anthropic/v1/messages", content=b, headers=HEADERS)
+                    for b in bodies
+                )
+            )
+    assert all(a.status_code == 200 for a in answers)
+    assert sorted(provider.seen) == sorted(bodies)
+    streamed = {b"".join(wire.frames("messages", r, MODEL, 10, False)) for r in provider.replies}
+    assert all(a.content in streamed for a in answers)  # each a whole answer, none mixed
+    assert seen.sockets == 1
+    assert seen.http == []
+
+
+async def test_a_gateway_that_refuses_the_channel_gets_every_turn_over_http(redis: Redis) -> None:
+    provider = Provider(replies(5, 7))
+    async with relayed(redis, provider, refuse=True) as (relay_url, seen, lines):
+        bodies = await converse(relay_url, provider, 5)
+    assert provider.seen == bodies
+    assert seen.sockets == 1  # tried once, then HTTP for `retry_seconds`
+    assert len(seen.http) == 5
+    assert any("no channel to the gateway" in line for line in lines)
