@@ -16,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from loadtests.rawhttp import Answer, Connection
+from toolref.edits.wire import MEDIA_TYPE
+from toolref.kit.varints import read_varint
 
 _LENGTH: Final = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.IGNORECASE)
 _CHUNKED: Final = re.compile(rb"\r\ntransfer-encoding:\s*chunked", re.IGNORECASE)
@@ -94,6 +96,9 @@ class CountingHop:
         try:
             while True:
                 head, body = await read_request(reader)
+                if _UPGRADE.search(head):  # the relay's channel: piped, each frame counted
+                    await self._channel(head, reader, writer)
+                    return
                 async with self._lock:
                     index = self._next % len(self.gateways)
                     if self.turn >= 0:  # outside a turn (-1): the rotation does not move
@@ -125,6 +130,62 @@ class CountingHop:
         finally:
             writer.close()
 
+    async def _channel(
+        self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """The relay's WebSocket channel (`toolref.websocket.channel`) to the next gateway,
+        piped both ways: the upgrade counted as a request, then each turn's frame (its
+        WebSocket head and mask included) as one, its status read off the answer's head."""
+        index = self._next % len(self.gateways)
+        host, port = self.gateways[index].removeprefix("http://").split(":")
+        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        up_writer.write(head)
+        self.sent.append(Sent(self.turn, "GET", "/v1/channel", "", len(head), 101, "", index))
+        pending: dict[int, int] = {}  # stream -> its index in `sent`, until its head comes
+        target = ""
+
+        async def upward() -> None:
+            nonlocal target
+            buffer = b""
+            while data := await reader.read(1 << 16):
+                up_writer.write(data)
+                buffer += data
+                while (found := _ws_frame(buffer)) is not None:
+                    size, payload = found
+                    buffer = buffer[size:]
+                    stream, meta, body = _turn(payload)
+                    if meta.get("p"):
+                        target = str(meta["p"])
+                    media = MEDIA_TYPE if body.startswith(b'{"v":') else "application/json"
+                    if meta.get("c"):
+                        media = "cancel"
+                    pending[stream] = len(self.sent)
+                    self.sent.append(Sent(self.turn, "POST", target, media, size, 0, "", index))
+            up_writer.close()
+
+        async def downward() -> None:
+            buffer = b""
+            while data := await up_reader.read(1 << 16):
+                writer.write(data)
+                await writer.drain()
+                buffer += data
+                if buffer.startswith(b"HTTP/"):  # the upgrade's answer
+                    end = buffer.find(b"\r\n\r\n")
+                    if end < 0:
+                        continue
+                    buffer = buffer[end + 4 :]
+                while (found := _ws_frame(buffer)) is not None:
+                    size, payload = found
+                    buffer = buffer[size:]
+                    stream, at = read_varint(payload, 0)
+                    if stream in pending and payload[at] == 0:  # its head: the status
+                        status = json.loads(payload[at + 1 :])["s"]
+                        at_sent = pending.pop(stream)
+                        self.sent[at_sent] = replace(self.sent[at_sent], status=status)
+            writer.close()
+
+        await asyncio.gather(upward(), downward(), return_exceptions=True)
+
     async def _forward(self, index: int, raw: bytes) -> Answer:
         if self.fresh:
             connection = Connection.to(self.gateways[index])
@@ -145,3 +206,41 @@ class CountingHop:
     def of(self, turns: range) -> list[Sent]:
         """The requests that crossed during `turns`."""
         return [s for s in self.sent if s.turn in turns]
+
+
+_UPGRADE: Final = re.compile(rb"\r\nupgrade:\s*websocket", re.IGNORECASE)
+
+
+def _ws_frame(buffer: bytes) -> tuple[int, bytes] | None:
+    """The first whole WebSocket frame of `buffer`: its size in all, its payload (unmasked);
+    None while it is not all there. One frame a message: the channel's peers send no
+    fragments (wsproto writes a message as one frame)."""
+    if len(buffer) < 2:
+        return None
+    length, at = buffer[1] & 0x7F, 2
+    if length == 126:
+        if len(buffer) < 4:
+            return None
+        length, at = int.from_bytes(buffer[2:4], "big"), 4
+    elif length == 127:
+        if len(buffer) < 10:
+            return None
+        length, at = int.from_bytes(buffer[2:10], "big"), 10
+    key = b""
+    if buffer[1] & 0x80:
+        key, at = buffer[at : at + 4], at + 4
+    if len(buffer) < at + length:
+        return None
+    payload = buffer[at : at + length]
+    if key:
+        payload = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
+    return at + length, payload
+
+
+def _turn(payload: bytes) -> tuple[int, dict[str, object], bytes]:
+    stream, at = read_varint(payload, 0)
+    size, at = read_varint(payload, at)
+    assert stream is not None
+    assert size is not None
+    meta = json.loads(payload[at : at + size]) if size else {}
+    return stream, meta, payload[at + size :]

@@ -162,7 +162,10 @@ async def system(
     hop = CountingHop([g.url for g in started], fresh=workers > 1)
     server = await asyncio.start_server(hop.handle, "127.0.0.1", 0, limit=1 << 20)
     port = server.sockets[0].getsockname()[1]
-    relay = launcher.relay(code, f"http://127.0.0.1:{port}", f"relay-{name}")
+    # Replicas: each turn an HTTP request the hop hands to any process (no affinity); one
+    # process: the channel, as a relay runs by default.
+    options = () if gateways == 1 and workers == 1 else ("--no-channel",)
+    relay = launcher.relay(code, f"http://127.0.0.1:{port}", f"relay-{name}", *options)
     await launcher.wait()
     label = (
         "one service process"

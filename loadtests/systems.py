@@ -237,14 +237,14 @@ class Launcher:
         command = [sys.executable, "-m", "toolref_server.cli", "serve", "--port", str(free_port())]
         return self.start(name, command, env, code.cwd)
 
-    def relay(self, code: Code, gateway: str, name: str) -> Proc:
-        """`toolref relay --gateway URL`, once something listens at URL (the relay checks its
-        gateway at start, and stops on one that does not answer)."""
+    def relay(self, code: Code, gateway: str, name: str, *options: str) -> Proc:
+        """`toolref relay --gateway URL` (and `options`), once something listens at URL (the
+        relay checks its gateway at start, and stops on one that does not answer)."""
         _listening(gateway)
         port = free_port()
         command = [
             sys.executable, "-m", f"{code.relay_module}.cli", "relay", "--gateway", gateway,
-            "--port", str(port), "--token-file", str(self.scratch / f"{name}.token"),
+            "--port", str(port), "--token-file", str(self.scratch / f"{name}.token"), *options,
         ]  # fmt: skip
         return self.start(name, command, code.env(TOOLREF_KEY=KEY), code.cwd)
 

@@ -3,14 +3,15 @@
 framing instead of an HTTP head; every other request, and every request while the channel
 cannot be had, through the connection pool it wraps.
 
-The channel opens on the first LLM request (`GET {gateway}/v1/channel`, upgraded; the
-tenant's key at the upgrade and in the first frame's headers) and serves every turn after
-it, concurrently, each answer streamed back as it comes. A gateway that refuses the upgrade
-(an older one, a proxy that does not pass WebSockets) or cannot be reached leaves the relay
-on HTTP for `retry_seconds`, then it tries again; a channel that closes fails the turns in
-flight on it (as a broken connection would: the agent retries) and the next turn opens a
-new one. Memory: one queue per turn in flight, holding the pieces of its answer not yet
-read by the agent.
+Only requests whose body is whole ride the channel (the relay's turns and edits); one it
+streams on as it comes (a pass-through) goes over HTTP. The channel opens on the first LLM
+request (`GET {gateway}/v1/channel`, upgraded; the tenant's key at the upgrade and in the
+first frame's headers) and serves every turn after it, concurrently, each answer streamed
+back as it comes. A gateway that refuses the upgrade (an older one, a proxy that does not
+pass WebSockets) or cannot be reached leaves the relay on HTTP for `retry_seconds`, then it
+tries again; a channel that closes fails the turns in flight on it (as a broken connection
+would: the agent retries) and the next turn opens a new one. Memory: one queue per turn in
+flight, holding the pieces of its answer not yet read by the agent.
 """
 
 from __future__ import annotations
@@ -62,7 +63,11 @@ class ChannelTransport(httpx.AsyncBaseTransport):
         self._opening = asyncio.Lock()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if request.method != "POST" or not str(request.url).startswith(self.base + "/llm/"):
+        if (
+            request.method != "POST"
+            or not str(request.url).startswith(self.base + "/llm/")
+            or not isinstance(request.stream, httpx.ByteStream)  # a body still streaming
+        ):
             return await self.inner.handle_async_request(request)  # not a turn to the gateway
         link = await self._open()
         if link is None:

@@ -137,3 +137,21 @@ async def test_a_gateway_that_refuses_the_channel_gets_every_turn_over_http(redi
     assert seen.sockets == 1  # tried once, then HTTP for `retry_seconds`
     assert len(seen.http) == 5
     assert any("no channel to the gateway" in line for line in lines)
+
+
+async def test_a_request_the_relay_streams_on_goes_over_http_beside_the_channel(
+    redis: Redis,
+) -> None:
+    """A pass-through (not an LLM endpoint: its body streamed on as it comes) takes HTTP,
+    while the channel is open."""
+    provider = Provider(replies(3, 8))
+    async with relayed(redis, provider) as (relay_url, seen, _):
+        await converse(relay_url, provider, 1)
+        async with httpx.AsyncClient(timeout=30) as agent:
+            other = await agent.post(
+                relay_url + "/llm/anthropic/v1/files", content=b"x" * 16000, headers=HEADERS
+            )
+    assert other.status_code == 200
+    assert provider.seen[-1] == b"x" * 16000
+    assert seen.sockets == 1
+    assert seen.http == ["/llm/anthropic/v1/files"]
