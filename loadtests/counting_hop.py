@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Final
 
@@ -142,49 +143,28 @@ class CountingHop:
         up_writer.write(head)
         self.sent.append(Sent(self.turn, "GET", "/v1/channel", "", len(head), 101, "", index))
         pending: dict[int, int] = {}  # stream -> its index in `sent`, until its head comes
-        target = ""
+        target = [""]
 
-        async def upward() -> None:
-            nonlocal target
-            buffer = b""
-            while data := await reader.read(1 << 16):
-                up_writer.write(data)
-                buffer += data
-                while (found := _ws_frame(buffer)) is not None:
-                    size, payload = found
-                    buffer = buffer[size:]
-                    stream, meta, body = _turn(payload)
-                    if meta.get("p"):
-                        target = str(meta["p"])
-                    media = MEDIA_TYPE if body.startswith(b'{"v":') else "application/json"
-                    if meta.get("c"):
-                        media = "cancel"
-                    pending[stream] = len(self.sent)
-                    self.sent.append(Sent(self.turn, "POST", target, media, size, 0, "", index))
-            up_writer.close()
+        def counted(size: int, payload: bytes) -> None:
+            stream, meta, body = _turn(payload)
+            target[0] = str(meta.get("p") or target[0])
+            media = MEDIA_TYPE if body.startswith(b'{"v":') else "application/json"
+            pending[stream] = len(self.sent)
+            kind = "cancel" if meta.get("c") else media
+            self.sent.append(Sent(self.turn, "POST", target[0], kind, size, 0, "", index))
 
-        async def downward() -> None:
-            buffer = b""
-            while data := await up_reader.read(1 << 16):
-                writer.write(data)
-                await writer.drain()
-                buffer += data
-                if buffer.startswith(b"HTTP/"):  # the upgrade's answer
-                    end = buffer.find(b"\r\n\r\n")
-                    if end < 0:
-                        continue
-                    buffer = buffer[end + 4 :]
-                while (found := _ws_frame(buffer)) is not None:
-                    size, payload = found
-                    buffer = buffer[size:]
-                    stream, at = read_varint(payload, 0)
-                    if stream in pending and payload[at] == 0:  # its head: the status
-                        status = json.loads(payload[at + 1 :])["s"]
-                        at_sent = pending.pop(stream)
-                        self.sent[at_sent] = replace(self.sent[at_sent], status=status)
-            writer.close()
+        def answered(_: int, payload: bytes) -> None:
+            stream, at = read_varint(payload, 0)
+            if stream in pending and payload[at : at + 1] == b"\x00":  # its head: the status
+                status = int(json.loads(payload[at + 1 :])["s"])
+                found = pending.pop(stream)
+                self.sent[found] = replace(self.sent[found], status=status)
 
-        await asyncio.gather(upward(), downward(), return_exceptions=True)
+        await asyncio.gather(
+            _piped(reader, up_writer, counted, upgraded=True),
+            _piped(up_reader, writer, answered, upgraded=False),
+            return_exceptions=True,
+        )
 
     async def _forward(self, index: int, raw: bytes) -> Answer:
         if self.fresh:
@@ -208,13 +188,41 @@ class CountingHop:
         return [s for s in self.sent if s.turn in turns]
 
 
+async def _piped(
+    source: asyncio.StreamReader,
+    sink: asyncio.StreamWriter,
+    seen: Callable[[int, bytes], None],
+    *,
+    upgraded: bool,
+) -> None:
+    """Bytes from `source` to `sink` as they come, each data frame told to `seen` (its size
+    and payload); `upgraded` False: the upgrade's answer comes first, passed on uncounted."""
+    buffer = b""
+    while data := await source.read(1 << 16):
+        sink.write(data)
+        await sink.drain()
+        buffer += data
+        if not upgraded:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                continue
+            buffer, upgraded = buffer[end + 4 :], True
+        while (found := _ws_frame(buffer)) is not None:
+            size, payload, carries = found
+            buffer = buffer[size:]
+            if carries:  # pings, pongs and closes are the socket's, no turn's
+                seen(size, payload)
+    sink.close()
+
+
 _UPGRADE: Final = re.compile(rb"\r\nupgrade:\s*websocket", re.IGNORECASE)
 
 
-def _ws_frame(buffer: bytes) -> tuple[int, bytes] | None:
-    """The first whole WebSocket frame of `buffer`: its size in all, its payload (unmasked);
-    None while it is not all there. One frame a message: the channel's peers send no
-    fragments (wsproto writes a message as one frame)."""
+def _ws_frame(buffer: bytes) -> tuple[int, bytes, bool] | None:
+    """The first whole WebSocket frame of `buffer`: its size in all, its payload (unmasked),
+    whether it carries data (binary; not a ping, pong or close); None while it is not all
+    there. One frame a message: the channel's peers send no fragments (wsproto writes a
+    message as one frame)."""
     if len(buffer) < 2:
         return None
     length, at = buffer[1] & 0x7F, 2
@@ -234,7 +242,7 @@ def _ws_frame(buffer: bytes) -> tuple[int, bytes] | None:
     payload = buffer[at : at + length]
     if key:
         payload = bytes(b ^ key[i % 4] for i, b in enumerate(payload))
-    return at + length, payload
+    return at + length, payload, buffer[0] & 0x0F == 0x2
 
 
 def _turn(payload: bytes) -> tuple[int, dict[str, object], bytes]:
