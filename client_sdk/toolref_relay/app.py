@@ -139,7 +139,12 @@ class Relay:
     def _new_client(self) -> Client:
         config = self.config
         return Client(
-            Editor(config.max_recipes, config.max_recipe_bytes, size_guard=config.size_guard)
+            Editor(
+                config.max_recipes,
+                config.max_recipe_bytes,
+                size_guard=config.size_guard,
+                long_window=True,
+            )
         )
 
     # --- ASGI ---------------------------------------------------------------------------

@@ -51,6 +51,7 @@ class Provider:
     replies: list[wire.Reply]
     cut: frozenset[int] = frozenset()
     seen: list[bytes] = field(default_factory=list)
+    streamed: list[bytes] = field(default_factory=list)  # each answer's bytes, as sent
 
     def app(self) -> Starlette:
         return Starlette(routes=[Route("/{path:path}", self._answer, methods=["POST"])])
@@ -62,6 +63,7 @@ class Provider:
         frames = wire.frames(api, self.replies[turn], MODEL, 10, usage=False)
         if turn in self.cut:
             frames = frames[:-2]
+        self.streamed.append(b"".join(frames))
 
         async def events() -> AsyncIterator[bytes]:
             for frame in frames:
@@ -144,9 +146,7 @@ async def converse(
             bodies.append(data)
             answer = await agent.post(stack.relay_url + path, content=data, headers=headers)
             assert answer.status_code == 200, answer.text
-            expected = b"".join(wire.frames(api, stack.provider.replies[n], MODEL, 10, False))
-            if n not in stack.provider.cut:
-                assert answer.content == expected  # the stream, byte for byte
+            assert answer.content == stack.provider.streamed[n]  # the stream, byte for byte
             reply = (back or stack.provider.replies)[n]
             messages = [*messages, written_back(api, reply), result(api, reply, n)]
     return bodies
@@ -220,3 +220,40 @@ async def test_an_answer_the_gateway_lost_costs_one_resend(redis: Redis) -> None
     assert len(edits) == 7  # turn 5 twice: refused 400 dictionary-mismatch, then version 2
     assert edits[4].startswith(b'{"v":3,')
     assert edits[5].startswith(b'{"v":2,')
+
+
+async def test_a_file_read_again_costs_a_fraction_of_the_first_read(redis: Redis) -> None:
+    """The long window: a 24 KB tool result the conversation already holds, in another
+    message, is sent as ranges of the base (its pieces, cut where its content says), not
+    again; the provider still gets every body byte for byte."""
+    rng = random.Random(10)
+    names = ["".join(rng.choices("abcdefghijklmnop", k=8)) for _ in range(400)]
+    lines = [
+        f"    def {name}(self, value):\n        return value * {rng.randrange(10**6)}\n"
+        for name in names
+    ]
+    text = "class Big:\n" + "".join(lines)
+    provider = Provider(replies(4, 9))
+    async with relayed(redis, provider) as stack:
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Read big.py twice. " * 9}]
+        bodies = []
+        async with httpx.AsyncClient(timeout=30) as agent:
+            for n in range(4):
+                body = {"model": MODEL, "max_tokens": 512, "stream": True, "messages": messages}
+                data = json.dumps(body).encode()
+                bodies.append(data)
+                url = stack.relay_url + "/llm/anthropic/v1/messages"
+                answer = await agent.post(url, content=data, headers=HEADERS)
+                assert answer.status_code == 200, answer.text
+                reply = provider.replies[n]
+                block = {"type": "tool_result", "tool_use_id": f"read_{n}", "content": text}
+                messages = [
+                    *messages,
+                    written_back("messages", reply),
+                    {"role": "user", "content": [block]},
+                ]
+    assert provider.seen == bodies
+    edits = sent(stack)
+    first_read, second_read = len(edits[1]), len(edits[2])
+    assert first_read > 3000  # the file, compressed
+    assert second_read * 4 < first_read, (first_read, second_read)

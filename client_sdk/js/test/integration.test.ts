@@ -63,7 +63,7 @@ async function speaksEdits(service: Service): Promise<boolean> {
     body: JSON.stringify({ id: "probe", messages: [user(0)], trigger: "submit-message" }),
   });
   await answer.text();
-  return answer.headers.get("Toolref-Edits") === "2";
+  return Number(answer.headers.get("Toolref-Edits") ?? "0") >= 2; // 3 since issue 39: the JS SDK writes 2
 }
 
 describe.skipIf(missing !== null)("against the Python service (a backend behind ToolRefMiddleware)", () => {

@@ -19,6 +19,8 @@ Layout: one record per inline segment, in op order.
     0x01 + varint(frame size) + a zstd frame, no dictionary
     0x02 + varint(member size) + a gzip member (RFC 1952): a sender with no zstd (a browser)
     0x03 + varint(frame size) + a zstd frame against the answer (version 3 only)
+    0x04 + varint(n) + varint(frame size) + one zstd frame of the next n segments joined, no
+           dictionary (version 3 only): the pieces of one long message (the long window)
 
 Kind 3 is for the assistant segments of a version-3 edit: the answer the base's request
 streamed (`toolref.edits.answer`), which the agent writes back, is its raw-content
@@ -47,6 +49,7 @@ RAW: Final = 0x00
 ALONE: Final = 0x01
 GZIP: Final = 0x02
 ANSWER: Final = 0x03
+JOINED: Final = 0x04
 LEVEL: Final = 3  # zstd level: segments are small, the frame's own bytes do the work
 MIN_COMPRESSED: Final = 24  # a shorter segment travels as it is (a frame costs ~15 bytes)
 
@@ -57,25 +60,69 @@ def pack(
     compress: bool = True,
     answer: bytes = b"",
     answered: Collection[int] = (),
+    runs: Sequence[tuple[int, int]] = (),
 ) -> bytes:
     """The records of `segments`, each the smaller of its bytes as they are and a zstd
     frame of its own (`compress` False: as they are, for a link where CPU costs more than
     bytes: the registry's answer to a middleware next to it); those at the indices of
-    `answered` also against `answer` (kind 3), when that is smaller still."""
+    `answered` also against `answer` (kind 3), when that is smaller still. `runs`: (first,
+    count) of segments of one message, which go as one frame (kind 4) when that is smaller
+    than their records one by one."""
     out = bytearray()
     alone = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
     against = None
     if compress and answer and answered:
         words = zstandard.ZstdCompressionDict(answer, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         against = zstandard.ZstdCompressor(level=LEVEL, dict_data=words, write_checksum=True)
+    records: list[bytes] = []
     for index, data in enumerate(segments):
         best = bytes([RAW]) + data
         if compress and len(data) >= MIN_COMPRESSED:
             best = min(best, _record(ALONE, alone.compress(data)), key=len)
             if against is not None and index in answered:
                 best = min(best, _record(ANSWER, against.compress(data)), key=len)
-        out += best
+        records.append(best)
+    joined = {first: count for first, count in runs if count > 1} if compress else {}
+    index = 0
+    while index < len(records):
+        count = joined.get(index, 1)
+        if count > 1:
+            frame = alone.compress(b"".join(segments[index : index + count]))
+            one = bytes([JOINED]) + varint(count) + varint(len(frame)) + frame
+            if len(one) < sum(map(len, records[index : index + count])):
+                out += one
+                index += count
+                continue
+        out += records[index]
+        index += 1
     return bytes(out)
+
+
+def _joined(  # noqa: PLR0917  (the reader's state, passed on)
+    blob: bytes,
+    at: int,
+    lengths: Sequence[int],
+    index: int,
+    meter: Meter | None,
+    found: list[bytes],
+) -> int:
+    """A run of kind 4 at `at` (after its kind): its segments added to `found`; the offset
+    after it."""
+    count, at = read_varint(blob, at)
+    size, at = read_varint(blob, at)
+    if count is None or size is None or count < 2 or index + count > len(lengths):
+        raise _malformed(f"the run at segment {index} names no segments of the edit")
+    if at + size > len(blob):
+        raise _malformed(f"the run at segment {index} is cut short")
+    wanted = lengths[index : index + count]
+    data = compression.inflate(blob[at : at + size], sum(wanted), meter)
+    if len(data) != sum(wanted):
+        raise _malformed(f"the run at segment {index} inflates to {len(data)} bytes")
+    place = 0
+    for length in wanted:
+        found.append(data[place : place + length])
+        place += length
+    return at + size
 
 
 def _record(mode: int, frame: bytes) -> bytes:
@@ -83,21 +130,32 @@ def _record(mode: int, frame: bytes) -> bytes:
 
 
 def unpack(
-    blob: bytes, lengths: Sequence[int], meter: Meter | None, answer: bytes | None = None
+    blob: bytes,
+    lengths: Sequence[int],
+    meter: Meter | None,
+    answer: bytes | None = None,
+    *,
+    runs: bool = False,
 ) -> list[bytes]:
     """The segments `pack` made of them, `lengths` each segment's (from the edit's ops),
     `answer` the dictionary of kind 3 (None: the edit has none, and a record of kind 3 is
-    malformed). Each frame is charged to `meter` as it is inflated, never past its length;
-    `MalformedBodyError` for records that do not read, `DictionaryMismatchError` for a
-    frame the answer does not inflate."""
+    malformed), `runs` whether records of kind 4 may come (version 3). Each frame is
+    charged to `meter` as it is inflated, never past its length; `MalformedBodyError` for
+    records that do not read, `DictionaryMismatchError` for a frame the answer does not
+    inflate."""
     found: list[bytes] = []
     at = 0
     view = memoryview(blob)
     for index, length in enumerate(lengths):
+        if len(found) > index:
+            continue  # read with a run before it (kind 4)
         if at >= len(blob):
             raise _malformed(f"the records end before segment {index}")
         mode = blob[at]
         at += 1
+        if mode == JOINED and runs:
+            at = _joined(blob, at, lengths, index, meter, found)
+            continue
         if mode == RAW:
             if at + length > len(blob):
                 raise _malformed(f"segment {index} is cut short")
@@ -107,7 +165,7 @@ def unpack(
         size, at = read_varint(blob, at)
         known = (ALONE, GZIP) if answer is None else (ALONE, GZIP, ANSWER)
         if mode not in known or size is None or at + size > len(blob):
-            kinds = "0, 1 or 2" if answer is None else "0 to 3"
+            kinds = "0, 1 or 2" if not runs else "0 to 4"
             raise _malformed(f"segment {index} has no record of a known kind ({kinds})")
         frame = bytes(view[at : at + size])
         if mode == ANSWER:

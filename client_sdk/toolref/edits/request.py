@@ -31,21 +31,30 @@ class Cut:
     secrets: list[tuple[str, str]]
     messages: tuple[int, ...] = ()
     answered: frozenset[int] = frozenset()  # the segments of the model's own messages
+    owners: tuple[int, ...] = ()  # the long window: each segment's message number (-1: none)
 
     @property
     def body(self) -> bytes:
         return b"".join(self.segments[1:])
 
 
-def cut(headers: Iterable[tuple[str, str]], body: bytes, messages_key: str | None) -> Cut | None:
+def cut(
+    headers: Iterable[tuple[str, str]],
+    body: bytes,
+    messages_key: str | None,
+    *,
+    window: bool = False,
+) -> Cut | None:
     """The recipe of a request whose body is one JSON object in UTF-8; None otherwise (such
-    a request is sent as it is)."""
+    a request is sent as it is). `window`: long messages cut again at content-defined
+    places (`segments.cut_messages`), each segment's message in `Cut.owners`."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return None
     models: list[int] = []
-    found = cut_messages(text, messages_key, models)
+    owners: list[int] | None = [] if window else None
+    found = cut_messages(text, messages_key, models, window=owners)
     if found is None:
         return None
     parts, messages = found
@@ -55,7 +64,8 @@ def cut(headers: Iterable[tuple[str, str]], body: bytes, messages_key: str | Non
     entries = [entry_of(segment) for segment in segments]
     at = tuple(index + 1 for index in messages)  # after the headers' segment
     answered = frozenset(index + 1 for index in models)
-    return Cut(segments, entries, recipe_ref(entries), secrets, at, answered)
+    owned = (-1, *owners) if owners is not None else ()  # the headers' segment: no message
+    return Cut(segments, entries, recipe_ref(entries), secrets, at, answered, owned)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,12 +19,28 @@ from __future__ import annotations
 
 import json
 import re
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not in stubs
 from json.scanner import make_scanner
 from typing import Any, Final
 
+from toolref.kit.lru import LRU
+
 LARGE: Final = 256  # a member value at least this long is a segment of its own
+# The long window (issue 39): a message span this long is cut again, at content-defined
+# places (`_windowed`), so that content repeated from anywhere in the conversation (a file
+# read twice, in two messages) is the same segments again, which an edit keeps.
+WINDOW_LONG: Final = 4096
+WINDOW_MIN: Final = 512  # bytes at least between two such cuts
+WINDOW_MAX: Final = 8192  # a piece longer than this is cut at its next line end anyway
+# Places to cut: after an escaped line end (`\n` in the JSON text) whose line's CRC-32 has
+# its low 3 bits clear (one line in 8): content-defined, so the same text cuts at the same
+# places wherever it sits. What a message's text cuts into is remembered (`_WINDOWS`, by
+# the text: a conversation's old messages are cut once), so a turn costs a scan of its new
+# long messages only, and a hash of the old ones (C speed).
+_LINE_END: Final = re.compile(r"\\n")
+_WINDOWS: Final[LRU[str, tuple[int, ...]]] = LRU(4096, 16 << 20, len)
 
 # Header names whose values are credentials: they travel on every request, never in a segment.
 SECRET_HEADERS: Final = frozenset(
@@ -149,16 +165,24 @@ def cut_body(text: str, messages_key: str | None) -> list[str] | None:
 
 
 def cut_messages(
-    text: str, messages_key: str | None, answered: list[int] | None = None
+    text: str,
+    messages_key: str | None,
+    answered: list[int] | None = None,
+    *,
+    window: list[int] | None = None,
 ) -> tuple[list[str], list[int]] | None:
     """`cut_body`, and the index in its segments of each message's largest span (what it
     says), in order (a client tells its conversations apart by their messages). `answered`,
     when given, gets the index of every span of a message whose own `role` member is one
-    of `ANSWER_ROLES` (the model's: what an answer dictionary may compress)."""
+    of `ANSWER_ROLES` (the model's: what an answer dictionary may compress). `window`, when
+    given: long message spans are cut again (`_windowed`), and it gets, for each segment,
+    the number of the message it belongs to (-1: none), so that a sender compresses the
+    pieces of one message together."""
     messages: list[int] = []
     models: list[int] = []
+    owners: list[int] | None = [] if window is not None else None
     try:
-        cuts = _cuts(text, messages_key, messages, models)
+        cuts = _cuts(text, messages_key, messages, models, owners)
     except (_NotAnObject, StopIteration, ValueError, IndexError, RecursionError):
         return None
     segments: list[str] = []
@@ -168,14 +192,20 @@ def cut_messages(
     for start, end in cuts:
         if start > at:
             segments.append(text[at:start])
+            if window is not None:
+                window.append(-1)
         if cut in message:
             marks.append(len(segments))
         if answered is not None and cut in model:
             answered.append(len(segments))
         segments.append(text[start:end])
+        if window is not None and owners is not None:
+            window.append(owners[cut])
         at, cut = end, cut + 1
     if at < len(text):
         segments.append(text[at:])
+        if window is not None:
+            window.append(-1)
     return segments, marks
 
 
@@ -191,7 +221,11 @@ def _expect(text: str, at: int, char: str) -> int:
 
 
 def _cuts(
-    text: str, messages_key: str | None, messages: list[int], models: list[int]
+    text: str,
+    messages_key: str | None,
+    messages: list[int],
+    models: list[int],
+    owners: list[int] | None = None,
 ) -> list[tuple[int, int]]:
     """The spans that are segments of their own: large member values, and each message
     (their indexes in the spans added to `messages`; those of the model's to `models`)."""
@@ -206,11 +240,13 @@ def _cuts(
         at = _skip(text, _expect(text, _skip(text, at), ":"))
         start = at
         if key == messages_key and text[at : at + 1] == "[":
-            at = _messages(text, at, cuts, messages, models)
+            at = _messages(text, at, cuts, messages, models, owners=owners)
         else:
             _, at = _scan(text, at)
             if at - start >= LARGE:
                 cuts.append((start, at))
+                if owners is not None:
+                    owners.append(-1)
         at = _skip(text, at)
         if text[at : at + 1] == "}":
             return _end(text, at + 1, cuts)
@@ -218,7 +254,13 @@ def _cuts(
 
 
 def _messages(
-    text: str, at: int, cuts: list[tuple[int, int]], messages: list[int], models: list[int]
+    text: str,
+    at: int,
+    cuts: list[tuple[int, int]],
+    messages: list[int],
+    models: list[int],
+    *,
+    owners: list[int] | None,
 ) -> int:
     at = _skip(text, at + 1)
     if text[at : at + 1] == "]":
@@ -227,6 +269,9 @@ def _messages(
         start = at
         at, own, role = _message(text, at)
         spans = _message_spans(text, start, at, own)
+        if owners is not None:  # the long window: long spans cut again
+            spans = [piece for span in spans for piece in _windowed(text, *span)]
+            owners.extend([len(messages)] * len(spans))
         largest = max(range(len(spans)), key=lambda k: spans[k][1] - spans[k][0])
         messages.append(len(cuts) + largest)  # what the message says, its ids and marks aside
         if isinstance(role, str) and role in ANSWER_ROLES:
@@ -294,6 +339,44 @@ def _message_spans(
         close -= 1
     spans.append((at, close))
     return [(a, b) for a, b in spans if b > a] or [(start, end)]
+
+
+def _windowed(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The span cut at content-defined places (`_LINE_END` of a line whose CRC-32 ends in
+    three zero bits; pieces at least `WINDOW_MIN` and, where a line end allows, at most
+    `WINDOW_MAX` bytes; none within `WINDOW_MIN` of its end) when it is `WINDOW_LONG` long
+    or more; else whole. Linear in the span: one regex pass and a CRC per line, once per
+    distinct text (`_WINDOWS`)."""
+    if end - start < WINDOW_LONG:
+        return [(start, end)]
+    span = text[start:end]
+    cuts = _WINDOWS.get(span)
+    if cuts is None:
+        cuts = _cuts_of(span)
+        _WINDOWS.put(span, cuts)
+    found: list[tuple[int, int]] = []
+    at = start
+    for cut in cuts:
+        found.append((at, start + cut))
+        at = start + cut
+    found.append((at, end))
+    return found
+
+
+def _cuts_of(span: str) -> tuple[int, ...]:
+    cuts: list[int] = []
+    last = line = 0
+    limit = len(span) - WINDOW_MIN
+    for place in _LINE_END.finditer(span):
+        cut = place.end()
+        if cut > limit:
+            break
+        crc = zlib.crc32(span[line:cut].encode("utf-8", "surrogatepass"))
+        line = cut
+        if cut - last >= WINDOW_MIN and (crc & 7 == 0 or cut - last >= WINDOW_MAX):
+            cuts.append(cut)
+            last = cut
+    return tuple(cuts)
 
 
 def _end(text: str, at: int, cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:

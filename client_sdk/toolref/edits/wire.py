@@ -85,19 +85,25 @@ def encode_isolated(
     compress: bool = True,
     answer: bytes = b"",
     answered: Collection[int] = (),
+    runs: Sequence[tuple[int, int]] = (),
 ) -> bytes:
     """A version-2 edit's bytes: each inline segment as it is or compressed alone,
     whichever is smaller (`isolated.pack`; `compress` False: as it is). With `answer` (the
     answer `base`'s request streamed) and `answered` (which inline segments, counted from
-    0, are the model's), a version-3 edit when that makes it smaller."""
+    0, are the model's), or `runs` ((first, count) of inline segments of one message), a
+    version-3 edit when that makes it smaller."""
     listed, blobs = _listed(ops)
     header: dict[str, Any] = {"v": 2, "b": base, "o": listed, "n": sum(map(len, blobs))}
     records = isolated.pack(blobs, compress=compress)
-    if base is not None and answer and answered and compress:
-        against = isolated.pack(blobs, answer=answer, answered=answered)
-        if len(against) + len(',"a":""') + ID_LENGTH < len(records):
-            header = {**header, "v": 3, "a": answer_id(answer)}
-            records = against
+    usable = answer if base is not None and answered else b""
+    if compress and (usable or runs):
+        made = isolated.pack(blobs, answer=usable, answered=answered, runs=runs)
+        named = len(',"a":""') + ID_LENGTH if usable else 0
+        if len(made) + named < len(records):
+            header = {**header, "v": 3}
+            if usable:
+                header["a"] = answer_id(usable)
+            records = made
     line = json.dumps(header, separators=(",", ":")).encode("ascii")
     return line + b"\n" + records
 
@@ -178,10 +184,10 @@ def read(
     if dictionary is not None and version != 1:
         raise _malformed(f"`z` is a version-1 member, and this edit is of version {version}")
     answer = header.get("a")
-    if version == 3 and not _is_answer_id(answer):
+    if answer is not None and not _is_answer_id(answer):
         raise _malformed(f"`a` is {_shown(answer)}, not the {ID_LENGTH} hex digits of an answer")
-    if version == 3 and base is None:
-        raise _malformed("an edit of version 3 has a base (`b`): the answer is its base's")
+    if answer is not None and base is None:
+        raise _malformed("an edit naming an answer (`a`) has a base (`b`): it is its base's")
     if version != 3 and answer is not None:
         raise _malformed(f"`a` is a version-3 member, and this edit is of version {version}")
     ops = [_op(op, index) for index, op in enumerate(listed)]
@@ -241,7 +247,8 @@ def inline(
     `header.dictionary` bytes the edit names), and cut. Inflated bytes are charged to
     `meter` before they are."""
     if header.version >= 2:
-        return isolated.unpack(blob, header.lengths, meter, answer if header.version == 3 else None)
+        named = answer if header.version == 3 and header.answer is not None else None
+        return isolated.unpack(blob, header.lengths, meter, named, runs=header.version == 3)
     raw = header.dictionary is None
     data = blob if raw else _inflate(blob, dictionary, header.inline, meter)
     if len(data) != header.inline:

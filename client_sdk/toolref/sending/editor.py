@@ -105,6 +105,7 @@ class Editor:
         *,
         size_guard: bool = True,
         version: int = wire.VERSION,
+        long_window: bool = False,
     ) -> None:
         if version not in wire.VERSIONS:
             raise ValueError(f"edits of version {version}: this SDK writes {wire.VERSIONS}")
@@ -112,6 +113,7 @@ class Editor:
         self.answers: OrderedDict[str, bytes] = OrderedDict()  # recipe ref -> its answer
         self.max_answers = max(1, max_recipes)
         self.size_guard = size_guard
+        self.long_window = long_window  # long messages cut again (`segments._windowed`)
         self.version = version  # the highest the gateway reads (its capabilities' `edits`)
 
     def prepare(
@@ -120,7 +122,7 @@ class Editor:
         """The first attempt of a request; None when its body is not one JSON object in
         UTF-8 (send it as it is). `headers`: the agent's end-to-end headers, toolref's own
         left out."""
-        made = cut(headers, body, messages_key)
+        made = cut(headers, body, messages_key, window=self.long_window)
         if made is None:
             return None
         match = self.recipes.best_base(made.entries, made.segments, made.messages)
@@ -198,7 +200,7 @@ class Editor:
         ops = diff(entries, made.entries, made.segments, held)
         inline = sum(len(op.data) for op in ops if isinstance(op, Inline))
         ref = base.ref if base is not None else None
-        body = self._encoded(ref, base, ops, inline, plain=plain, answered=made.answered)
+        body = self._encoded(ref, base, ops, inline, plain=plain, made=made)
         headers = (("Content-Type", wire.MEDIA_TYPE), *made.secrets)
         return Edit(made, body, headers, ref, shared, inline, resends, unheld, plain, whole)
 
@@ -210,16 +212,17 @@ class Editor:
         inline: int,
         *,
         plain: bool,
-        answered: frozenset[int],
+        made: Cut,
     ) -> bytes:
         """The edit's bytes: size-guarded (see the module docstring), else the inline bytes
         against the base's; as they are when that is smaller."""
         if self.size_guard and self.version >= 2:
             answer = self.answers.get(ref, b"") if ref is not None and not plain else b""
-            if not answer or self.version < 3:
+            runs = _runs(ops, made.owners) if made.owners and not plain else []
+            if (not answer and not runs) or self.version < 3:
                 return wire.encode_isolated(ref, ops)
-            models = _inline_positions(ops, answered)
-            return wire.encode_isolated(ref, ops, answer=answer, answered=models)
+            models = _inline_positions(ops, made.answered) if answer else frozenset()
+            return wire.encode_isolated(ref, ops, answer=answer, answered=models, runs=runs)
         body = wire.encode(ref, ops, None)  # as they are
         if inline:
             words = b""
@@ -251,3 +254,28 @@ def _inline_positions(ops: list[Op], segments: frozenset[int]) -> frozenset[int]
             inline += 1
         at += 1
     return frozenset(found)
+
+
+def _runs(ops: list[Op], owners: tuple[int, ...]) -> list[tuple[int, int]]:
+    """(first, count) of each run of inline ops, counted from 0, that carry adjacent
+    segments of one message (the long window's pieces of it): compressed as one frame,
+    which tells no more of the conversation than the message compressed whole did.
+    O(ops)."""
+    found: list[tuple[int, int]] = []
+    at = inline = 0
+    first = last = owner = -1
+    for op in ops:
+        if isinstance(op, Inline):
+            mine = owners[at] if at < len(owners) else -1
+            if mine >= 0 and mine == owner and at == last + 1:
+                found[-1] = (first, found[-1][1] + 1)
+            else:
+                first, owner = inline, mine
+                found.append((first, 1))
+            last = at
+            inline += 1
+            at += 1
+            continue
+        at += op.end - op.start if isinstance(op, Keep) else 1
+        owner = -1
+    return [run for run in found if run[1] > 1]

@@ -202,7 +202,7 @@ async def _base(services: Editing, tenant: str, ref: str | None) -> Held | None:
 async def _answer(services: Editing, tenant: str, header: wire.Header) -> bytes | None:
     """The answer the base's request streamed, for an edit of version 3 (None for another);
     `DictionaryMismatchError` when this registry holds none, or other bytes than named."""
-    if header.version != 3 or header.base is None:
+    if header.answer is None or header.base is None:
         return None
     answer = await services.answers.get(tenant, header.base)
     if answer is None or answer_id(answer) != header.answer:
