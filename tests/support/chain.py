@@ -234,7 +234,10 @@ def free_port() -> int:
 
 
 def relay_command(gateway: str, port: int) -> list[str]:
-    """`toolref relay --gateway GATEWAY --port PORT`, from this venv."""
+    """`toolref relay --gateway GATEWAY --port PORT --no-channel`, from this venv: each turn
+    an HTTP request, which the recording proxy between relay and gateway counts (the
+    channel, one WebSocket for every turn, has its own tests: tests/integration/
+    test_channel.py)."""
     script = Path(sys.executable).with_name("toolref")
     if not script.exists():
         found = shutil.which("toolref")
@@ -244,7 +247,7 @@ def relay_command(gateway: str, port: int) -> list[str]:
                 "needs `toolref relay` (TOOLREF_E2E_CHAIN=direct runs the direct chain alone)"
             )
         script = Path(found)
-    return [str(script), "relay", "--gateway", gateway, "--port", str(port)]
+    return [str(script), "relay", "--gateway", gateway, "--port", str(port), "--no-channel"]
 
 
 async def wait_listening(port: int, process: asyncio.subprocess.Process, seconds: float) -> None:
