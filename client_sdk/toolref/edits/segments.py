@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not in stubs
@@ -41,6 +42,7 @@ WINDOW_MAX: Final = 8192  # a piece longer than this is cut at its next line end
 # long messages only, and a hash of the old ones (C speed).
 _LINE_END: Final = re.compile(r"\\n")
 _WINDOWS: Final[LRU[str, tuple[int, ...]]] = LRU(4096, 16 << 20, len)
+_WINDOWS_LOCK: Final = threading.Lock()  # cuts run on the loop and in worker threads
 
 # Header names whose values are credentials: they travel on every request, never in a segment.
 SECRET_HEADERS: Final = frozenset(
@@ -350,10 +352,12 @@ def _windowed(text: str, start: int, end: int) -> list[tuple[int, int]]:
     if end - start < WINDOW_LONG:
         return [(start, end)]
     span = text[start:end]
-    cuts = _WINDOWS.get(span)
+    with _WINDOWS_LOCK:
+        cuts = _WINDOWS.get(span)
     if cuts is None:
-        cuts = _cuts_of(span)
-        _WINDOWS.put(span, cuts)
+        cuts = _cuts_of(span)  # outside the lock: linear in the span
+        with _WINDOWS_LOCK:
+            _WINDOWS.put(span, cuts)
     found: list[tuple[int, int]] = []
     at = start
     for cut in cuts:

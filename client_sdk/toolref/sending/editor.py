@@ -239,21 +239,21 @@ class Editor:
         return dictionary(order, lambda index: self.recipes.segment(base, index), size)
 
 
+def _placed(ops: list[Op]) -> list[int]:
+    """The index in the request's segments of each inline op, in order. O(ops)."""
+    found: list[int] = []
+    at = 0
+    for op in ops:
+        if isinstance(op, Inline):
+            found.append(at)
+        at += op.end - op.start if isinstance(op, Keep) else 1
+    return found
+
+
 def _inline_positions(ops: list[Op], segments: frozenset[int]) -> frozenset[int]:
     """Which inline ops, counted from 0, carry one of `segments` (indices in the request's
     segments). O(ops)."""
-    found: list[int] = []
-    at = inline = 0
-    for op in ops:
-        if isinstance(op, Keep):
-            at += op.end - op.start
-            continue
-        if isinstance(op, Inline):
-            if at in segments:
-                found.append(inline)
-            inline += 1
-        at += 1
-    return frozenset(found)
+    return frozenset(n for n, at in enumerate(_placed(ops)) if at in segments)
 
 
 def _runs(ops: list[Op], owners: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -262,20 +262,13 @@ def _runs(ops: list[Op], owners: tuple[int, ...]) -> list[tuple[int, int]]:
     which tells no more of the conversation than the message compressed whole did.
     O(ops)."""
     found: list[tuple[int, int]] = []
-    at = inline = 0
-    first = last = owner = -1
-    for op in ops:
-        if isinstance(op, Inline):
-            mine = owners[at] if at < len(owners) else -1
-            if mine >= 0 and mine == owner and at == last + 1:
-                found[-1] = (first, found[-1][1] + 1)
-            else:
-                first, owner = inline, mine
-                found.append((first, 1))
-            last = at
-            inline += 1
-            at += 1
-            continue
-        at += op.end - op.start if isinstance(op, Keep) else 1
-        owner = -1
+    last = owner = -1
+    for n, at in enumerate(_placed(ops)):
+        mine = owners[at] if at < len(owners) else -1
+        if mine >= 0 and mine == owner and at == last + 1:
+            first, count = found[-1]
+            found[-1] = (first, count + 1)
+        else:
+            found.append((n, 1))
+        last, owner = at, mine
     return [run for run in found if run[1] > 1]
