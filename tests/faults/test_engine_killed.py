@@ -175,9 +175,11 @@ async def test_engine_killed_while_clients_chat(
             # Its first calls may be answered from the process's cache (the base held there,
             # the recipe kept after the answer: `apply_edit(later=True)`), at most one per
             # conversation, before a call finds the store down; from then on a quick 503.
-            failed = next(n for n, t in enumerate(during) if t.status != 200)
-            assert failed <= CONVERSATIONS, during
-            assert all(t.status == 503 and t.elapsed < BOUND for t in during[failed:]), during
+            # (conversations run at once: such an answer may be logged after another's 503)
+            answered = [t for t in during if t.status == 200]
+            assert len(answered) <= CONVERSATIONS, during
+            refused = [t for t in during if t.status != 200]
+            assert all(t.status == 503 and t.elapsed < BOUND for t in refused), during
             allowed = FAILURES + 2 * CONVERSATIONS + math.ceil(outage / RESET) + 1
             assert len(during) <= allowed, (len(during), allowed)
             # Every conversation sent its turns as they are (an edit could not be applied:
