@@ -10,9 +10,12 @@ what the Python reference computes, so that client_sdk/js/src/edits/ is held to 
   values counted in characters, pieces of 16 KiB) and JSON Python refuses.
 - `diffs`: a base request, a new one and the pieces held: the ops (as the wire lists them)
   and the version-2 edit with raw records (`wire.encode_isolated`, nothing compressed).
+- `windowed`: cuts with the long window (`cut(..., window=True)`), each segment's message
+  and the model's segments beside.
 - `editors`: conversations through `toolref.sending.editor.Editor` step by step (prepare,
-  confirm, a miss), with raw records: each attempt's header line, base, ref, sizes and the
-  SHA-256 of its bytes.
+  confirm, a miss), with raw records and no long window (its runs are zstd frames, which
+  tests/integration/test_js_parity.py compares on a Node with zstd): each attempt's header
+  line, base, ref, sizes and the SHA-256 of its bytes.
 """
 
 from __future__ import annotations
@@ -459,19 +462,27 @@ def editor_cases() -> list[dict[str, Any]]:
     with raw_records():
         a = _conversation("alpha", 6)
         cases.append(
-            _scenario("a conversation", Editor(), [{"send": body, "confirm": True} for body in a])
+            _scenario(
+                "a conversation",
+                Editor(long_window=False),
+                [{"send": body, "confirm": True} for body in a],
+            )
         )
         b = _conversation("beta", 4, marks=True)
         c = _conversation("gamma", 4, ids=True)
         steps: list[Step] = []
         for left, right in zip(b, c, strict=True):
             steps += [{"send": left, "confirm": True}, {"send": right, "confirm": True}]
-        cases.append(_scenario("two conversations, moving marks and fresh ids", Editor(), steps))
+        cases.append(
+            _scenario(
+                "two conversations, moving marks and fresh ids", Editor(long_window=False), steps
+            )
+        )
         d = _conversation("delta", 5)
         cases.append(
             _scenario(
                 "bounded to two recipes, some unconfirmed",
-                Editor(max_recipes=2),
+                Editor(max_recipes=2, long_window=False),
                 [
                     {"send": d[0], "confirm": True},
                     {"send": a[0], "confirm": True},
@@ -499,7 +510,7 @@ def editor_cases() -> list[dict[str, Any]]:
         cases.append(
             _scenario(
                 "a tie goes to the most recently used",
-                Editor(),
+                Editor(long_window=False),
                 [
                     {"send": _chat(talk, tools=kits[0]), "confirm": True},
                     {"send": _chat(talk, tools=kits[1]), "confirm": True},  # its base is kept
@@ -516,7 +527,7 @@ def editor_cases() -> list[dict[str, Any]]:
         cases.append(
             _scenario(
                 "misses: history, pieces, a mismatch, the last resend whole",
-                Editor(),
+                Editor(long_window=False),
                 [
                     *({"send": body, "confirm": True} for body in e[:4]),
                     {"send": e[4]},
@@ -534,12 +545,66 @@ def editor_cases() -> list[dict[str, Any]]:
         cases.append(
             _scenario(
                 "a byte bound that keeps one recipe",
-                Editor(max_bytes=PIECE_MIN * 3),
+                Editor(max_bytes=PIECE_MIN * 3, long_window=False),
                 [{"send": body, "confirm": True} for body in e],
             )
         )
     return cases
 
 
+def _lines(unit: str, count: int) -> str:
+    """`count` distinct lines of `unit`, each ending in an escaped line end (JSON's `\\n`)."""
+    return "".join(f"{unit} {n * 7919 % 10007}\n" for n in range(count))
+
+
+def _windowed_cases() -> list[tuple[str, Spec]]:
+    """Bodies the long window cuts: long messages of ASCII, of 2-, 3- and 4-byte characters
+    (counted in characters), escaped backslashes before an n, lines longer than
+    `WINDOW_MAX`, a message just under `WINDOW_LONG`, and the model's own messages."""
+    code = _lines("    value = compute(item)  # step", 400)
+    return [
+        ("a long tool result", _chat([_message("user", "read it"), _message("tool", [(code, 1)])])),
+        (
+            "characters of every width",
+            _chat([_message("user", [(_lines("é😀中 line", 300), 1)])]),
+        ),
+        ("escaped backslashes", _chat([_message("user", [("a\\nb " * 40 + "\n", 200)])])),
+        ("one long line", _chat([_message("user", [("x" * 9000 + "\n" + "y" * 9000, 1)])])),
+        ("just under the window", _chat([_message("user", [("z" * 4070, 1)])])),
+        (
+            "the model's messages",
+            _chat(
+                [
+                    _message("user", "go"),
+                    _message("assistant", [(code, 1)]),
+                    _message("model", "short"),
+                    _message("user", [(code, 1)]),
+                ]
+            ),
+        ),
+    ]
+
+
+def windowed_cases() -> list[dict[str, Any]]:
+    """Cuts with the long window (`cut(..., window=True)`): the cut, each segment's message
+    (`owners`) and the model's segments (`answered`)."""
+    cases = []
+    for name, spec in _windowed_cases():
+        body = _body(spec)
+        made = cut(HEADERS, body, "messages", window=True)
+        record = _cut_record(made, body)
+        assert made is not None
+        assert record is not None
+        record["owners"] = list(made.owners)
+        record["answered"] = sorted(made.answered)
+        cases.append({"name": name, "body": _compact(spec), "cut": record})
+    return cases
+
+
 def build() -> dict[str, Any]:
-    return {"cuts": cut_cases(), "diffs": diff_cases(), "editors": editor_cases()}
+    return {
+        "cuts": cut_cases(),
+        "windowed": windowed_cases(),
+        "diffs": diff_cases(),
+        "editors": editor_cases(),
+    }

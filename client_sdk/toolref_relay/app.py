@@ -139,12 +139,7 @@ class Relay:
     def _new_client(self) -> Client:
         config = self.config
         return Client(
-            Editor(
-                config.max_recipes,
-                config.max_recipe_bytes,
-                size_guard=config.size_guard,
-                long_window=True,
-            )
+            Editor(config.max_recipes, config.max_recipe_bytes, size_guard=config.size_guard)
         )
 
     # --- ASGI ---------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from toolref_server.registry.llm_quotas import ModelCallQuotas
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer, build_summarizers
 from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.routes import (
+    answers,
     handoff,
     hydration,
     invocations,
@@ -330,6 +331,7 @@ def create_app(
             *messages.routes,
             *hydration.routes,
             *requests.routes,
+            *answers.routes,
             *handoff.routes,
             *savings_page.routes,
         ],

@@ -41,11 +41,14 @@ from tests.conftest import need
 from tests.support.processes import ROOT
 from tests.support.servers import serve, serve_all
 from toolref.edits import isolated, wire
+from toolref.edits.answer import tap_for
+from toolref.kit.varints import read_varint
 from toolref.sending.editor import Edit, Editor
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
 REPLAY = ROOT / "tests" / "support" / "js_replay.mjs"
+ZSTD_KINDS = frozenset({isolated.ALONE, isolated.ANSWER, isolated.JOINED})
 DIST = ROOT / "client_sdk" / "js" / "dist" / "index.js"
 TIMEOUT = 30  # seconds: a net for a hang, not a timing check
 # Node whose zlib has zstd (`make test` installs it): the JS SDK then writes Python's frames.
@@ -198,39 +201,44 @@ class Compared:
     js: list[list[int]]
     python: list[list[int]]
     zstd_records: int = 0
+    answered: int = 0  # edits whose model's segments went against the answer (version 3)
 
     def total(self, side: list[list[int]]) -> int:
         return sum(sum(attempts) for attempts in side)
 
 
-def records(data: bytes) -> tuple[str, list[bytes], list[int]]:
-    """An edit's header line, its inline segments and the kind of each record."""
+def records(data: bytes, answer: bytes | None = None) -> tuple[str, list[bytes], list[int]]:
+    """An edit's header line, its inline segments and the kind of each record (a run of
+    kind 4 counted once); `answer`: the dictionary of its records of kind 3."""
     header, blob = wire.read(data, 1 << 30)
     kinds: list[int] = []
     at = 0
-    for length in header.lengths:
-        kinds.append(blob[at])
+    index = 0
+    lengths = header.lengths
+    while index < len(lengths):
+        kind = blob[at]
+        kinds.append(kind)
         at += 1
-        if kinds[-1] == isolated.RAW:
-            at += length
+        if kind == isolated.RAW:
+            at += lengths[index]
+            index += 1
             continue
-        size = shift = 0
-        while True:  # the record's size, a varint
-            byte = blob[at]
-            at += 1
-            size |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
+        count: int | None = 1
+        if kind == isolated.JOINED:
+            count, at = read_varint(blob, at)
+        size, at = read_varint(blob, at)
+        assert count is not None
+        assert size is not None
         at += size
-    segments = isolated.unpack(blob, header.lengths, None)
+        index += count
+    segments = isolated.unpack(blob, lengths, None, answer, runs=header.version >= 3)
     return data[: data.index(b"\n")].decode(), segments, kinds
 
 
-def same_edit(js: bytes, python: bytes, zstd: bool) -> int:
+def same_edit(js: bytes, python: bytes, zstd: bool, answer: bytes | None) -> int:
     """Assert JS's edit is Python's (see the module docstring); the zstd records JS wrote."""
-    js_line, js_segments, js_kinds = records(js)
-    py_line, py_segments, _ = records(python)
+    js_line, js_segments, js_kinds = records(js, answer)
+    py_line, py_segments, _ = records(python, answer)
     assert js_line == py_line
     assert js_segments == py_segments
     if zstd:
@@ -238,18 +246,32 @@ def same_edit(js: bytes, python: bytes, zstd: bool) -> int:
     else:
         assert isolated.ALONE not in js_kinds  # no zstd here: gzip records
         assert len(js) <= GZIP_RATIO * len(python) + GZIP_MORE, (len(js), len(python))
-    return js_kinds.count(isolated.ALONE)
+    return sum(kind in ZSTD_KINDS for kind in js_kinds)
+
+
+def answered(editor: Editor, ref: str, path: str, record: dict[str, Any]) -> None:
+    """The answer JS read, told to Python's Editor as its `Sender` tells it
+    (`toolref.sending.answers.read_answer`)."""
+    tap = tap_for(path, record["status"], [("content-type", record["answerType"] or "")])
+    if tap is not None and tap.feed(base64.b64decode(record["answerBody"])):
+        editor.answered(ref, tap.answer)
 
 
 def in_step(
-    editor: Editor, record: dict[str, Any], body: bytes, key: str, zstd: bool, compared: Compared
+    editor: Editor,
+    record: dict[str, Any],
+    body: bytes,
+    key: str,
+    zstd: bool,
+    compared: Compared,
+    path: str,
 ) -> None:
     """Python's Editor on the request JS sent as `record`, answered as JS was."""
     attempts = record["attempts"]
     js_sizes = [attempt["bytes"] for attempt in attempts]
     if attempts[0]["contentType"] != wire.MEDIA_TYPE:  # as it is: before the receiver said
         assert [base64.b64decode(a["body"]) for a in attempts] == [body]
-        assert attempts[0]["offer"] == "2"
+        assert attempts[0]["offer"] == str(wire.VERSION)
         compared.js.append(js_sizes)
         compared.python.append([len(body)])
         return
@@ -258,7 +280,10 @@ def in_step(
     for index, attempt in enumerate(attempts):
         assert edit is not None, f"Python's Editor gave up where JS sent attempt {index}"
         assert attempt["contentType"] == wire.MEDIA_TYPE
-        compared.zstd_records += same_edit(base64.b64decode(attempt["body"]), edit.body, zstd)
+        answer = editor.answers.get(edit.base) if edit.base is not None else None
+        js = base64.b64decode(attempt["body"])
+        compared.zstd_records += same_edit(js, edit.body, zstd, answer)
+        compared.answered += js.startswith(b'{"v":3,') and b'"a":"' in js.split(b"\n", 1)[0]
         python.append(len(edit.body))
         problem = json.loads(attempt["problem"]) if attempt["problem"] else None
         following = editor.on_miss(edit, attempt["status"], problem)
@@ -266,6 +291,7 @@ def in_step(
             assert index == len(attempts) - 1, "JS resent where Python's Editor would not"
             assert editor.confirm(edit, attempt["history"]) == (attempt["history"] == edit.ref)
             assert record["info"]["historyRef"] == (edit.ref if attempt["history"] else None)
+            answered(editor, edit.ref, path, record)
         edit = following
     compared.js.append(js_sizes)
     compared.python.append(python)
@@ -284,7 +310,8 @@ async def js_in_step(
     restarted empty: nothing in its store, nothing in its process)."""
     await gateway.redis.flushall()
     gateway.provider.state.provider.requests.clear()
-    editor = Editor()
+    # Without zstd JS writes version 2 (records of kind 3 and 4 are zstd frames).
+    editor = Editor(version=wire.VERSION if replay.zstd else 2)
     compared = Compared([], [])
     for index, (path, body) in enumerate(zip(sent.paths, sent.bodies, strict=True)):
         if index == empty_before:
@@ -299,7 +326,7 @@ async def js_in_step(
         assert record["info"]["rawBytes"] == len(body)
         assert record["info"]["wireBytes"] == sum(a["bytes"] for a in record["attempts"])
         key = "input" if path.endswith("/responses") else "messages"
-        in_step(editor, record, body, key, replay.zstd, compared)
+        in_step(editor, record, body, key, replay.zstd, compared, path)
     assert received(gateway) == sent.bodies  # the provider got the SDK's bytes, every time
     return compared
 
@@ -328,6 +355,7 @@ async def test_js_sends_the_edits_pythons_editor_makes(
     assert [len(sizes) for sizes in compared.js] == [1] * requests  # no resend
     assert compared.js[0] == [len(sent.bodies[0])]  # the first as it is
     assert (compared.zstd_records > 0) == replay.zstd
+    assert (compared.answered > 0) == replay.zstd  # the answers JS read were dictionaries
     raw = sum(map(len, sent.bodies))
     assert compared.total(compared.js) * 5 < raw  # edits from the second request
     if replay.zstd:

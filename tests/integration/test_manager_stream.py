@@ -194,8 +194,9 @@ async def test_evicted_pieces_are_resent_inline_then_streamed(stack: Stack, bloc
     streams."""
     manager = ToolReferenceManager()
     one, other = Client(stack, manager, blocking), Client(stack, manager, blocking)
-    one.history[3]["content"] = "z = 3\n" * 4000  # 24 KB: a piece
-    other.history[3]["content"] = "w = 4\n" * 3000  # 18 KB: another
+    # One line each: the long window cuts at line ends only, so each stays one segment.
+    one.history[3]["content"] = "z = 3; " * 3500  # 24 KB: a piece
+    other.history[3]["content"] = "w = 4; " * 2600  # 18 KB: another
     await one.turn()
     await one.turn()
     before = recipe_keys(await key_names(stack.redis), "p")

@@ -9,6 +9,7 @@
 //            "headers": {...}, "origin": "http://127.0.0.1:8751" (optional: where its attempts
 //            really go, as a load balancer in front of replicas would send them)}
 //   stdout: {"status": 200, "info": <toolrefFetch's ExchangeInfo>, "answer": <bytes of the answer>,
+//            "answerBody": "<base64 of the answer>", "answerType": <its content type>,
 //            "zstd": <this node's zlib has zstd>,
 //            "attempts": [{"bytes": 412, "body": "<base64>", "contentType": "...", "offer": "2"|null,
 //                          "status": 200, "history": "tb_..."|null, "edits": "2"|null,
@@ -59,6 +60,14 @@ for await (const line of createInterface({ input: process.stdin })) {
   info = null;
   const response = await send(url, { method: "POST", headers, body });
   const answer = new Uint8Array(await response.arrayBuffer());
-  const record = { status: response.status, attempts: [...attempts], info, answer: answer.length, zstd: platformZstd() !== null };
+  const record = {
+    status: response.status,
+    attempts: [...attempts],
+    info,
+    answer: answer.length,
+    answerBody: Buffer.from(answer).toString("base64"),
+    answerType: response.headers.get("content-type"),
+    zstd: platformZstd() !== null,
+  };
   process.stdout.write(JSON.stringify(record) + "\n");
 }

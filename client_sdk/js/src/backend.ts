@@ -11,11 +11,13 @@
  *   header segment 0 does not name (what a browser adds: `cookie`, `origin`, ...) but the
  *   body's framing and toolref's own, then the body's `content-length`. The handler's answer
  *   is handed on unread (streams stay streams) with `Toolref-History` (the recipe kept),
- *   `Toolref-Edits: 2` and `Toolref-Savings`. A registry problem (409 missing-history or
+ *   `Toolref-Edits: 3` and `Toolref-Savings`; a streamed answer of an LLM API is read as it
+ *   passes and, once whole, kept by the registry (`PUT /v1/answers/{ref}`) before its last
+ *   piece goes on: the dictionary of the client's next edit (edits/answer.ts). A registry problem (409 missing-history or
  *   missing-pieces, 400, 413) goes back to the client as it is, the handler not called; a
  *   registry that cannot be asked is a 415 on which the client sends the request as it is.
- * - A request as it is with the offer (`Toolref-Edits: 2`) goes to the handler; its answer
- *   is marked `Toolref-Edits: 2`, so the client sends edits from then on.
+ * - A request as it is with the offer (`Toolref-Edits`) goes to the handler; its answer
+ *   is marked `Toolref-Edits: 3`, so the client sends edits from then on.
  * - A protocol-2 request (`Toolref-Protocol: 2`, an older client): its `toolRef` markers are
  *   hydrated by the registry's `POST /v1/messages:hydrate` and spliced in as text, as before;
  *   history refs (`Toolref-History`, `historyRef`, checkpoints, kept bodies) are retired: 400
@@ -27,6 +29,7 @@
  */
 
 import { TooLargeError, gunzip, readAll } from "./compression.js";
+import { tapFor } from "./edits/answer.js";
 import { headerLine } from "./edits/segments.js";
 import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import { UsageError } from "./errors.js";
@@ -198,11 +201,41 @@ async function applied(context: Context, request: Request): Promise<Response> {
   });
   merged.set("content-length", String(restored.body.length));
   const rebuilt = new Request(request.url, { method: "POST", headers: merged, body: restored.body as BodyInit, signal: request.signal });
-  const response = await context.handler(rebuilt);
+  let response = await context.handler(rebuilt);
   const marks: Record<string, string> = { ...EDITS, [SAVINGS_HEADER]: savingsValue(restored.body.length, data.length) };
   const history = answer.headers.get(HISTORY_HEADER);
-  if (history !== null) marks[HISTORY_HEADER] = history;
+  if (history !== null) {
+    marks[HISTORY_HEADER] = history;
+    response = keptAnswer(context, response, new URL(request.url).pathname, history.trim());
+  }
   return withHeaders(response, marks);
+}
+
+/** `response`, its streamed answer read as it passes (edits/answer.ts `tapFor`): once whole,
+ * kept by the registry as recipe `ref`'s (`PUT /v1/answers/{ref}`) before the piece that
+ * ends it goes on, so that the client's next edit, compressed against it, finds it. A
+ * registry that cannot keep it costs that edit one resend (400 dictionary-mismatch), never
+ * this answer. As it is when it cannot be an answer. */
+function keptAnswer(context: Context, response: Response, path: string, ref: string): Response {
+  const tap = response.body !== null ? tapFor(path, response.status, response.headers) : null;
+  if (tap === null || response.body === null) return response;
+  const { options, limits } = context;
+  const headers: Record<string, string> = { "Content-Type": "application/octet-stream" };
+  if (options.key) headers["Authorization"] = `Bearer ${options.key}`;
+  const keep = async (answer: Uint8Array): Promise<void> => {
+    const url = `${context.registry}/v1/answers/${encodeURIComponent(ref)}`;
+    const bounds = { timeoutMs: limits.timeoutMs, maxAnswerBytes: limits.maxAnswerBytes, signal: null, method: "PUT" as const };
+    await postBounded(options.fetch ?? globalThis.fetch, url, headers, answer, bounds).catch(() => undefined);
+  };
+  const tapped = response.body.pipeThrough(
+    new TransformStream<Uint8Array, Uint8Array>({
+      async transform(chunk, controller) {
+        if (tap.feed(chunk) && tap.answer !== null) await keep(tap.answer);
+        controller.enqueue(chunk);
+      },
+    }),
+  );
+  return new Response(tapped, { status: response.status, statusText: response.statusText, headers: response.headers });
 }
 
 /** The registry's answer to an edit: segment 0's lines (a credential's value null), then an

@@ -109,7 +109,7 @@ export function toolrefFetch(options: ToolrefFetchOptions = {}): Fetch {
     const api = options.manager === undefined && options.messagesKey === undefined ? endpoint(method, new URL(where, "http://x").pathname) : null;
     const own = options.manager?.messagesKey ?? options.messagesKey ?? "messages";
     for (const key of new Set([api?.messagesKey ?? own, own])) {
-      const cut = cutBody(data, key);
+      const cut = cutBody(data, key, true); // the long window's cut, which the editor sends
       if (cut === null) return null; // not one JSON object: not ours to touch
       if (!cut.listed) continue;
       return { manager: options.manager ?? sharedManager(where, { ...options, messagesKey: key }, options.fetch), cut };
@@ -135,7 +135,8 @@ export function toolrefFetch(options: ToolrefFetchOptions = {}): Fetch {
         return send(input, { ...init, body: content as BodyInit, headers: sending });
       },
       headers,
-      found.cut,
+      found.manager.editor.longWindow ? found.cut : undefined,
+      new URL(url, "http://x").pathname,
     );
     const { response } = sent;
     options.onExchange?.({

@@ -12,6 +12,7 @@
  * streams), but for a problem it had to read to decide.
  */
 
+import { tapFor } from "./edits/answer.js";
 import { Editor, type Edit } from "./edits/editor.js";
 import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES } from "./edits/recipes.js";
 import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
@@ -135,13 +136,20 @@ export class ToolReferenceManager {
    * Send `body` (the request's, as the app wrote it: bytes, text, or a value to write as
    * JSON) through `post`: as it is with the offer, or as an edit (see the module docstring).
    * `headers`: the request's own (what segment 0 holds). `cut`: the body's cut, when the
-   * caller made it already.
+   * caller made it already. `path`: the request's URL path, whose streamed answer (an LLM
+   * API's: edits/answer.ts) is read as it passes, the dictionary of the next edit.
    */
-  async send(body: Uint8Array | string | object, post: Post, headers: HeadersInit = { "content-type": "application/json" }, cut?: BodyCut | null): Promise<Sent> {
+  async send(
+    body: Uint8Array | string | object,
+    post: Post,
+    headers: HeadersInit = { "content-type": "application/json" },
+    cut?: BodyCut | null,
+    path?: string,
+  ): Promise<Sent> {
     const data = body instanceof Uint8Array ? body : encoder.encode(typeof body === "string" ? body : JSON.stringify(body));
     const pairs = segmentHeaders(new Headers(headers));
     const counted = { attempts: 0, wire: 0 };
-    const sent = await this.exchange(data, pairs, post, counted, cut);
+    const sent = await this.exchange(data, pairs, post, counted, cut, path);
     this.savings.requests += 1;
     this.savings.rawBytes += data.length;
     this.savings.wireBytes += counted.wire;
@@ -150,7 +158,7 @@ export class ToolReferenceManager {
     return sent;
   }
 
-  private async exchange(data: Uint8Array, pairs: [string, string][], post: Post, counted: { attempts: number; wire: number }, cut?: BodyCut | null): Promise<Sent> {
+  private async exchange(data: Uint8Array, pairs: [string, string][], post: Post, counted: { attempts: number; wire: number }, cut?: BodyCut | null, path?: string): Promise<Sent> {
     const sent = (response: Response, edit: Edit | null, historyRef: string | null = null): Sent => ({
       response,
       rawBytes: data.length,
@@ -198,7 +206,10 @@ export class ToolReferenceManager {
       }
       const history = response.headers.get(HISTORY_HEADER);
       this.pauseMs = 0; // answered: the next 415 pauses briefly again
-      return sent(response, edit, this.editor.confirm(edit, history) ? edit.ref : null);
+      if (!this.editor.confirm(edit, history)) return sent(response, edit);
+      const ref = edit.ref;
+      const read = path === undefined ? response : readAnswer(response, path, (answer) => this.editor.answered(ref, answer));
+      return sent(read, edit, ref);
     }
   }
 
@@ -207,6 +218,23 @@ export class ToolReferenceManager {
     const said = Number((response.headers.get(EDITS_HEADER) ?? "").trim());
     if (Number.isSafeInteger(said) && said >= 1) this.edits = Math.min(said, VERSION);
   }
+}
+
+/** `response`, its streamed answer read as it passes on (edits/answer.ts `tapFor`): told to
+ * `answered` once whole (the receiver kept the same bytes). As it is when it cannot be an
+ * answer. */
+export function readAnswer(response: Response, path: string, answered: (answer: Uint8Array | null) => void): Response {
+  const tap = response.body !== null ? tapFor(path, response.status, response.headers) : null;
+  if (tap === null || response.body === null) return response;
+  const tapped = response.body.pipeThrough(
+    new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, controller) {
+        if (tap.feed(chunk)) answered(tap.answer);
+        controller.enqueue(chunk);
+      },
+    }),
+  );
+  return new Response(tapped, { status: response.status, statusText: response.statusText, headers: response.headers });
 }
 
 function parseObject(text: string): Record<string, unknown> | null {

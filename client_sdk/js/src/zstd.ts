@@ -12,7 +12,10 @@ export const ZSTD_LEVEL = 3;
 /** Larger inputs are compressed in libuv's thread pool, so the app's event loop never waits long. */
 const SYNC_BELOW = 64 << 10;
 
-export type Zstd = (data: Uint8Array) => Promise<Uint8Array>;
+/** A zstd frame of `data`; with `dictionary`, compressed against it as raw content (what
+ * Python's `ZstdCompressionDict(..., dict_type=DICT_TYPE_RAWCONTENT)` does): `withDictionary`
+ * says whether this runtime's zlib honours one. */
+export type Zstd = ((data: Uint8Array, dictionary?: Uint8Array) => Promise<Uint8Array>) & { readonly withDictionary?: boolean };
 
 type Done = (error: Error | null, result: Uint8Array) => void;
 
@@ -50,20 +53,38 @@ function detect(): Zstd | null {
   if (typeof compressSync !== "function" || typeof compress !== "function" || level === undefined || checksum === undefined) {
     return null;
   }
-  const options = (data: Uint8Array) => ({
+  const options = (data: Uint8Array, dictionary?: Uint8Array) => ({
     pledgedSrcSize: data.length, // the frame declares its size, which the receiver requires
     params: { [level]: ZSTD_LEVEL, [checksum]: 1 },
+    ...(dictionary !== undefined && dictionary.length ? { dictionary } : {}),
   });
-  const zstd: Zstd = async (data) => {
-    if (data.length < SYNC_BELOW) return new Uint8Array(compressSync.call(zlib, data, options(data)));
+  const run = async (data: Uint8Array, dictionary?: Uint8Array): Promise<Uint8Array> => {
+    if (data.length < SYNC_BELOW) return new Uint8Array(compressSync.call(zlib, data, options(data, dictionary)));
     return new Promise((done, fail) =>
-      compress.call(zlib, data, options(data), (error, result) => (error ? fail(error) : done(new Uint8Array(result)))),
+      compress.call(zlib, data, options(data, dictionary), (error, result) => (error ? fail(error) : done(new Uint8Array(result)))),
     );
   };
   try {
-    return declaresSizeAndChecksum(compressSync.call(zlib, new Uint8Array(64), options(new Uint8Array(64)))) ? zstd : null;
+    if (!declaresSizeAndChecksum(compressSync.call(zlib, new Uint8Array(64), options(new Uint8Array(64))))) return null;
   } catch {
     return null;
+  }
+  return Object.assign(run, { withDictionary: honoursDictionary(compressSync, zlib, options) });
+}
+
+/** Whether a dictionary makes a frame of its own bytes smaller (a zlib that ignores the
+ * option writes the same frame as without). */
+function honoursDictionary(
+  compressSync: NonNullable<Zlib["zstdCompressSync"]>,
+  zlib: Zlib | undefined,
+  options: (data: Uint8Array, dictionary?: Uint8Array) => Record<string, unknown>,
+): boolean {
+  const sample = new TextEncoder().encode(Array.from({ length: 40 }, (_, n) => `line ${n * 7919} of the answer`).join("\n"));
+  try {
+    const against = compressSync.call(zlib, sample, options(sample, sample));
+    return against.length * 2 < compressSync.call(zlib, sample, options(sample)).length;
+  } catch {
+    return false;
   }
 }
 

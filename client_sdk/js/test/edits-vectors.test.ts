@@ -31,6 +31,11 @@ interface Edits {
     bodyHex?: string;
     cut: { header: string; segments: [number, number][]; entries: string[]; ref: string; messages: number[]; secrets: [string, string][] } | null;
   }[];
+  windowed: {
+    name: string;
+    body: Spec;
+    cut: { header: string; segments: [number, number][]; entries: string[]; ref: string; messages: number[]; secrets: [string, string][]; owners: number[]; answered: number[] };
+  }[];
   diffs: { name: string; base: Spec; new: Spec; held: string[]; baseRef: string; ops: unknown[]; edit: Bytes }[];
   editors: {
     name: string;
@@ -99,6 +104,23 @@ describe("edits vectors: the cut", () => {
   }
 });
 
+describe("edits vectors: the long window's cut", () => {
+  for (const item of edits.windowed) {
+    it(`${item.name}`, async () => {
+      const data = body(item.body);
+      const made = await cut(HEADERS, data, "messages", undefined, true);
+      expect(made).not.toBeNull();
+      const { segments, entries, ref, messages, owners, answered } = made!;
+      expect(segments.slice(1).map((segment) => latin1(segment))).toEqual(item.cut.segments.map(([start, end]) => latin1(data.subarray(start, end))));
+      expect(entries.map((entry) => toHex(entry.framed))).toEqual(item.cut.entries);
+      expect(ref).toBe(item.cut.ref);
+      expect(messages).toEqual(item.cut.messages);
+      expect(owners).toEqual(item.cut.owners);
+      expect([...answered].sort((a, b) => a - b)).toEqual(item.cut.answered);
+    });
+  }
+});
+
 describe("edits vectors: diffs and their bytes", () => {
   for (const item of edits.diffs) {
     it(`${item.name}`, async () => {
@@ -116,7 +138,7 @@ describe("edits vectors: diffs and their bytes", () => {
 describe("edits vectors: the Editor, turn by turn", () => {
   for (const item of edits.editors) {
     it(`${item.name}`, async () => {
-      const editor = new Editor(item.maxRecipes, item.maxBytes, null);
+      const editor = new Editor(item.maxRecipes, item.maxBytes, null, false);
       let last: Edit | null = null;
       for (const step of item.steps) {
         if (step.send !== undefined) {

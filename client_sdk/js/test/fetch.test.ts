@@ -3,7 +3,7 @@
 // misses and 415s recovered before the app sees anything, answers unread, credentials beside
 // the edit, the state shared per endpoint, the LLM APIs' keys, and the retired options.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { MEDIA_TYPE, SHARED_ENDPOINTS, ToolReferenceManager, UsageError, forgetSharedState, sharedEndpoints, toolrefFetch, type ExchangeInfo } from "../src/index.js";
+import { MEDIA_TYPE, SHARED_ENDPOINTS, VERSION, ToolReferenceManager, UsageError, forgetSharedState, sharedEndpoints, toolrefFetch, type ExchangeInfo } from "../src/index.js";
 import { Receiver } from "./receiver.js";
 
 afterEach(() => forgetSharedState());
@@ -51,7 +51,7 @@ describe("negotiation and edits", () => {
     expect(receiver.arrived.map((item) => decoder.decode(item.restored.body))).toEqual(bodies);
     const first = receiver.arrived[0]!;
     expect(first.edit).toBeNull();
-    expect(first.headers.get("Toolref-Edits")).toBe("2");
+    expect(first.headers.get("Toolref-Edits")).toBe(String(VERSION));
     expect(decoder.decode(first.wire)).toBe(bodies[0]); // the app's exact bytes
     expect(exchanges.map((info) => info.edit)).toEqual([false, true, true, true, true]);
     expect(exchanges[0]).toMatchObject({ wireBytes: exchanges[0]!.rawBytes, historyRef: null, continued: null });

@@ -256,7 +256,7 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     expect(exchanges.map((info) => info.edit)).toEqual([false, true, true, true, true, true, true, true]);
     expect(exchanges.every((info) => !info.resent && info.status === 200)).toBe(true);
     for (const [index, info] of exchanges.entries()) if (index > 1) expect(info.continued).toBe(exchanges[index - 1]!.historyRef);
-    expect(answers[0]!.headers.get("Toolref-Edits")).toBe("2"); // the offer answered
+    expect(answers[0]!.headers.get("Toolref-Edits")).toBe("3"); // the offer answered
     for (const [index, answer] of answers.entries()) {
       if (index === 0) continue;
       expect(answer.headers.get("Toolref-History")).toBe(exchanges[index]!.historyRef);
@@ -264,6 +264,66 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     }
     const last = exchanges.at(-1)!;
     expect(last.rawBytes / last.wireBytes).toBeGreaterThan(10);
+  });
+
+  it("a streamed LLM answer to an edit is kept by the registry before its last piece reaches the client", async () => {
+    const events = [
+      { type: "message_start", message: { id: "msg_1", type: "message", role: "assistant", content: [], model: "m" } },
+      { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } },
+      { type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "Reading the file é😀 now." } },
+      { type: "content_block_stop", index: 0 },
+      { type: "content_block_start", index: 1, content_block: { type: "tool_use", id: "toolu_1", name: "read", input: {} } },
+      { type: "content_block_delta", index: 1, delta: { type: "input_json_delta", partial_json: '{"path":"src/' } },
+      { type: "content_block_delta", index: 1, delta: { type: "input_json_delta", partial_json: 'a.py"}' } },
+      { type: "content_block_stop", index: 1 },
+      { type: "message_stop" },
+    ];
+    const frames = events.map((event) => `event: ${event.type}\ndata: ${JSON.stringify(event)}\n\n`);
+    const handler = (): Response =>
+      new Response(
+        new ReadableStream<Uint8Array>({
+          start(controller) {
+            for (const frame of frames) controller.enqueue(new TextEncoder().encode(frame));
+            controller.close();
+          },
+        }),
+        { headers: { "content-type": "text/event-stream" } },
+      );
+    const order: string[] = [];
+    const kept: { url: string; status: number; body: string }[] = [];
+    const registryFetch: typeof fetch = async (input, init) => {
+      const answer = await fetch(input, init);
+      if (init?.method === "PUT") {
+        kept.push({ url: String(input), status: answer.status, body: new TextDecoder().decode(init.body as Uint8Array) });
+        order.push("kept");
+      }
+      return answer;
+    };
+    const handle = withToolRef(handler, { registry: reg.service.url, fetch: registryFetch });
+    const exchanges: ExchangeInfo[] = [];
+    const send = client(handle, exchanges);
+    const body = (turns: number) =>
+      JSON.stringify({ model: "m", max_tokens: 64, stream: true, messages: Array.from({ length: turns }, (_, n) => ({ role: "user", content: `turn ${n} ` + "x".repeat(400) })) });
+    for (let turns = 1; turns <= 3; turns++) {
+      const response = await send("http://backend.test/v1/messages", { method: "POST", headers: { "content-type": "application/json", "x-api-key": "sk-u" }, body: body(turns) });
+      const reader = response.body!.getReader();
+      let text = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        text += new TextDecoder().decode(value);
+        if (text.includes("message_stop")) order.push("end");
+      }
+      expect(text).toBe(frames.join(""));
+    }
+    expect(exchanges.map((info) => info.edit)).toEqual([false, true, true]);
+    // Turns 2 and 3 were edits: each answer kept under the recipe the edit made, before its end.
+    expect(kept.map((item) => item.url)).toEqual(exchanges.slice(1).map((info) => `${reg.service.url}/v1/answers/${info.historyRef}`));
+    expect(kept.every((item) => item.status === 204)).toBe(true);
+    expect(kept[0]!.body).toBe(
+      '{"role":"assistant","content":[{"type":"text","text":"Reading the file é😀 now."},{"type":"tool_use","id":"toolu_1","name":"read","input":{"path":"src/a.py"}}]}\n{"path":"src/a.py"}',
+    );
+    expect(order).toEqual(["end", "kept", "end", "kept", "end"]);
   });
 
   it("the handler's stream reaches the client as the handler writes it", async () => {
@@ -322,7 +382,7 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     const answer = await handle(new Request("http://backend.test/api/chat", { method: "POST", headers: { "Content-Type": MEDIA_TYPE }, body: edit }));
     expect(answer.status).toBe(409);
     expect(answer.headers.get("content-type")).toContain("application/problem+json");
-    expect(answer.headers.get("Toolref-Edits")).toBe("2");
+    expect(answer.headers.get("Toolref-Edits")).toBe("3");
     expect(((await answer.json()) as { type: string }).type).toBe("urn:toolref:problem:missing-history");
     expect(chat.seen).toHaveLength(0);
   });

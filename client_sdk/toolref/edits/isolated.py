@@ -86,7 +86,7 @@ def pack(
     index = 0
     while index < len(records):
         count = joined.get(index, 1)
-        if count > 1:
+        if count > 1 and sum(map(len, segments[index : index + count])) >= MIN_COMPRESSED:
             frame = alone.compress(b"".join(segments[index : index + count]))
             one = bytes([JOINED]) + varint(count) + varint(len(frame)) + frame
             if len(one) < sum(map(len, records[index : index + count])):

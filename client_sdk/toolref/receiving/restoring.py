@@ -20,6 +20,7 @@ its edits to this endpoint for a while: `toolref.sending.pause`): chatting never
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
@@ -37,6 +38,7 @@ from toolref.asgi.scope import (
     replay,
 )
 from toolref.edits import wire
+from toolref.edits.answer import AnswerTap, tap_for
 from toolref.edits.segments import is_secret, restore_headers
 from toolref.receiving.held import HeldRequests, base_of
 from toolref.registry.answers import AppliedEdit
@@ -59,6 +61,7 @@ _FRAMING: Final = frozenset(
     {"content-type", "content-length", "content-encoding", "transfer-encoding"}
 )
 EDITS_VALUE: Final = str(wire.VERSION)  # what a receiver answers `Toolref-Edits` with
+log = logging.getLogger("toolref.edits")
 # The statuses of a refusal of the edit itself, answered to its client, which resends.
 EDIT_REFUSALS: Final = frozenset({400, 409, 413, 422})
 
@@ -106,7 +109,8 @@ async def restore_edit(
     except ToolrefError as exc:  # the body past a limit, the budget full (503), an edit's
         await problem(send, exc)
         return True
-    await app(restored, replay(applied.body, receive), marked(send, applied, len(data)))
+    answered = kept_answer(send, registry, applied.ref, scope["path"])
+    await app(restored, replay(applied.body, receive), marked(answered, applied, len(data)))
     return True
 
 
@@ -165,6 +169,31 @@ def marked(send: Send, applied: AppliedEdit, sent: int) -> Send:
         await send(message)
 
     return with_marks
+
+
+def kept_answer(send: Send, registry: Registry, ref: str, path: str) -> Send:
+    """`send`, reading the app's streamed answer as it passes (`toolref.edits.answer.tap_for`):
+    once whole, kept by the registry as recipe `ref`'s (`Registry.keep_answer`) before the
+    piece that ends it is sent on, so that the client's next edit, which compresses the
+    model's segments against it, always finds it. A registry that cannot keep it is logged
+    and the stream goes on: the next edit is refused 400 and sent again without. O(stream)."""
+    tap: AnswerTap | None = None
+
+    async def tapped(message: Message) -> None:
+        nonlocal tap
+        if message["type"] == "http.response.start":
+            headers = decoded(message.get("headers", []))
+            tap = tap_for(path, message["status"], headers)
+        elif tap is not None and tap.feed(message.get("body", b"")):
+            answer, tap = tap.answer, None
+            if answer is not None:
+                try:
+                    await registry.keep_answer(ref, answer)
+                except ToolrefError as exc:
+                    log.warning("the answer of %s not kept: %s", ref, exc.detail)
+        await send(message)
+
+    return tapped
 
 
 def offers_edits(scope: Scope) -> bool:

@@ -187,6 +187,11 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
         edit's base (what changed crosses, not the conversation)."""
         return await self._run(self._apply_edit(data, segments, held))
 
+    async def keep_answer(self, ref: str, answer: bytes) -> None:
+        """Keep the answer recipe `ref`'s request streamed (`PUT /v1/answers/{ref}`): the
+        dictionary of the next edit of it (`toolref.edits.answer`)."""
+        await self._run(self._keep_answer(ref, answer))
+
     async def verify(self) -> str | None:
         """None when the registry answers and accepts this client's key; else what is wrong."""
         return await run_async(self._verify(), self._http.send)

@@ -99,6 +99,11 @@ class Registry(Protocol):
         of the edit's base, when it has one)."""
         ...
 
+    async def keep_answer(self, ref: str, answer: bytes) -> None:
+        """Keep the answer recipe `ref`'s request streamed, the dictionary of the next edit
+        of it (`toolref.edits.answer`); a refusal raised as its error."""
+        ...
+
     async def verify(self) -> str | None:
         """None when the registry answers and accepts this caller; else what is wrong."""
         ...
@@ -122,6 +127,9 @@ class HttpRegistry:
         self, data: bytes, *, segments: bool = False, held: HeldRequest | None = None
     ) -> AppliedEdit:
         return await self.client.apply_edit(data, segments=segments, held=held)
+
+    async def keep_answer(self, ref: str, answer: bytes) -> None:
+        await self.client.keep_answer(ref, answer)
 
     async def verify(self) -> str | None:
         return await self.client.verify()

@@ -1,15 +1,18 @@
 """Reading a receiver's answer for what a sender does next: a problem it resends on (a
-missing base or pieces, a dictionary mismatch, edits it cannot apply now), and whether a
-streamed answer was read whole. Pure functions over `httpx.Response`s, and the drivers that
-read a problem whole before handing a streamed answer back."""
+missing base or pieces, a dictionary mismatch, edits it cannot apply now), whether a
+streamed answer was read whole, and the answer itself as the next edit's dictionary
+(`read_answer`). Pure functions over `httpx.Response`s (or `httpx2`'s), and the drivers
+that read a problem whole before handing a streamed answer back."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
 
-from toolref.sending.packages import NOT_READ
+from toolref.edits.answer import AnswerTap, tap_for
+from toolref.sending.packages import NOT_READ, AsyncByteStream2, SyncByteStream2
 from toolref.wire.encoding import PROBLEM_TYPE
 
 
@@ -56,3 +59,49 @@ def is_read(response: httpx.Response) -> bool:
     except NOT_READ:
         return False
     return True
+
+
+Answered = Callable[[bytes | None], None]
+
+
+def read_answer(response: Any, path: str, answered: Answered) -> None:
+    """`response` (httpx's or httpx2's) read as it passes on to the app
+    (`toolref.edits.answer.tap_for`): its answer told to `answered` once whole (the receiver
+    kept the same bytes), the dictionary of the next edit of the conversation. An answer
+    already read is read at once; one that cannot be an answer, not at all. O(answer)."""
+    tap = tap_for(path, response.status_code, response.headers.multi_items())
+    if tap is None:
+        return
+    if is_read(response):
+        if tap.feed(response.content):
+            answered(tap.answer)
+        return
+    response.stream = _Tapped(response.stream, tap, answered)
+
+
+class _Tapped(httpx.SyncByteStream, httpx.AsyncByteStream, SyncByteStream2, AsyncByteStream2):
+    """A response stream (sync or async, of either package), each piece fed to `tap` on its
+    way; `answered` told at its end."""
+
+    def __init__(self, stream: Any, tap: AnswerTap, answered: Answered) -> None:
+        self.stream, self.tap, self.answered = stream, tap, answered
+
+    def __iter__(self) -> Iterator[bytes]:
+        for piece in self.stream:
+            self._fed(piece)
+            yield piece
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for piece in self.stream:
+            self._fed(piece)
+            yield piece
+
+    def _fed(self, piece: bytes) -> None:
+        if self.tap.feed(piece):
+            self.answered(self.tap.answer)
+
+    def close(self) -> None:
+        self.stream.close()
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()

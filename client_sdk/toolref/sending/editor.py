@@ -105,7 +105,7 @@ class Editor:
         *,
         size_guard: bool = True,
         version: int = wire.VERSION,
-        long_window: bool = False,
+        long_window: bool = True,
     ) -> None:
         if version not in wire.VERSIONS:
             raise ValueError(f"edits of version {version}: this SDK writes {wire.VERSIONS}")
@@ -122,7 +122,8 @@ class Editor:
         """The first attempt of a request; None when its body is not one JSON object in
         UTF-8 (send it as it is). `headers`: the agent's end-to-end headers, toolref's own
         left out."""
-        made = cut(headers, body, messages_key, window=self.long_window)
+        # The long window pays only where its pieces travel together (version 3's runs).
+        made = cut(headers, body, messages_key, window=self.long_window and self.version >= 3)
         if made is None:
             return None
         match = self.recipes.best_base(made.entries, made.segments, made.messages)

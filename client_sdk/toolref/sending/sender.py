@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Final, cast
 
 import httpx
@@ -33,7 +34,7 @@ from toolref.asgi.hops import end_to_end
 from toolref.edits import wire
 from toolref.kit.lru import LRU
 from toolref.registry.exchange import Exchange
-from toolref.sending.answers import problem_of
+from toolref.sending.answers import problem_of, read_answer
 from toolref.sending.editor import Edit, Editor
 from toolref.sending.pause import Pause
 from toolref.sending.savings import Savings
@@ -103,7 +104,8 @@ class Sender:
                 return (yield from self._as_it_is(request, content, pairs, rebuild, target))
             following = self._next(edit, response)
             if following is None:
-                self.editor.confirm(edit, response.headers.get(HISTORY_HEADER))
+                if self.editor.confirm(edit, response.headers.get(HISTORY_HEADER)):
+                    read_answer(response, request.url.path, partial(self.editor.answered, edit.ref))
                 self.savings.edits += 1
                 if pause is not None:
                     pause.answered()

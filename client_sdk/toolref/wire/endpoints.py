@@ -31,6 +31,7 @@ HYDRATE: Final = "/v1/messages:hydrate"
 HANDOFF: Final = "/v1/context:handoff"
 CHANNEL: Final = "/v1/channel"  # the relay's WebSocket to the gateway (toolref.websocket.channel)
 APPLY_EDIT: Final = "/v1/edits:apply"  # an edit applied for a chat backend's middleware
+ANSWER: Final = "/v1/answers/{ref}"  # the answer a recipe's request streamed (its middleware)
 HEALTHZ: Final = "/healthz"
 READYZ: Final = "/readyz"
 METRICS: Final = "/metrics"

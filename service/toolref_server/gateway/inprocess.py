@@ -69,5 +69,9 @@ class InProcessRegistry:
         found = applied.segments if segments else ()
         return AppliedEdit(applied.head, applied.request.body, applied.ref, found)
 
+    async def keep_answer(self, ref: str, answer: bytes) -> None:
+        """Kept by this process's store (`storage.answers`), as the gateway keeps its own."""
+        await self.services.answers.keep(self.tenant, ref, answer)
+
     async def verify(self) -> str | None:
         return None  # the registry is this process: nothing to reach, no key to present

@@ -206,7 +206,9 @@ def _operation(operation: Operation, method: str, settings: _Settings) -> dict[s
     if operation.description is not None:
         found["description"] = operation.description
     found["parameters"] = parameters
-    responses = {("default" if forwarded else "200"): _reply(operation.ok, forwarded)}
+    responses = {
+        ("default" if forwarded else str(operation.status)): _reply(operation.ok, forwarded)
+    }
     responses.update((str(code), _reply(r, forwarded)) for code, r in operation.replies.items())
     for code in _problems(operation, settings):
         note = operation.notes.get(code) or PROBLEMS.get(code)

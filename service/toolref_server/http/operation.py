@@ -75,7 +75,8 @@ class Reply:
 class Operation:
     """One method of one path, as the document tells it.
 
-    `ok`: the 200 answer (with `forwarded`, the upstream's answer: the `default` response).
+    `ok`: the answer of `status` (200 unless said; with `forwarded`, the upstream's answer:
+    the `default` response).
     `problems`: the problem statuses the operation itself may answer; those of its `auth`,
     of the protocol header (400) and of admission (503, unless `admitted`: always served)
     are added by the document. `notes`: a problem status's description, where the common
@@ -99,6 +100,7 @@ class Operation:
     forwarded: bool = False
     description: str | None = None
     protocol: int = PROTOCOL_LOW
+    status: int = 200  # of `ok` (204: `ok` has no body)
 
 
 Handler = Callable[[Request], Awaitable[Response]]

@@ -15,10 +15,15 @@
  * inline segment travels as it is or compressed alone (version 2, `isolated.ts`). Once
  * confirmed, a recipe is kept and its base dropped when it holds at least half of the base's
  * bytes (the conversation moved on).
+ *
+ * Version 3, with zstd, against a receiver that reads it: the answer a confirmed recipe's
+ * request streamed (`answered`, from the caller's `AnswerTap`) is the dictionary of the
+ * model's segments of the next edit of it, and the pieces of one long message cut by the
+ * long window (`segments.windowed`) travel as one frame.
  */
 
 import { diff, type Op } from "./edit.js";
-import { platformCodec, type Codec } from "./isolated.js";
+import { ALONE, platformCodec, type Codec } from "./isolated.js";
 import { parsePieceRef, pieceEntry } from "./recipe.js";
 import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, Recipes, type Recipe } from "./recipes.js";
 import { cut, type Cut } from "./request.js";
@@ -63,8 +68,11 @@ interface Built {
 
 export class Editor {
   readonly recipes: Recipes;
-  /** The highest edit version the receiver reads (its `Toolref-Edits`), at most 2. */
+  /** The highest edit version the receiver reads (its `Toolref-Edits`), at most `VERSION`. */
   version: number = VERSION;
+  /** Recipe ref -> the answer its request streamed, the last `maxAnswers` (oldest first). */
+  readonly answers = new Map<string, Uint8Array>();
+  private readonly maxAnswers: number;
 
   constructor(
     maxRecipes = DEFAULT_MAX_RECIPES,
@@ -72,15 +80,30 @@ export class Editor {
     /** How inline segments are compressed (default: zstd where the platform has it, else
      * gzip); null: every record as it is. */
     readonly codec: Codec | null = platformCodec(),
+    /** Long messages cut again at content-defined places (`segments.windowed`). */
+    readonly longWindow = true,
   ) {
     this.recipes = new Recipes(maxRecipes, maxBytes);
+    this.maxAnswers = Math.max(1, maxRecipes);
+  }
+
+  /** The answer the request of recipe `ref` streamed (null: none whole); the next edit of it
+   * compresses the model's segments against it. */
+  answered(ref: string, answer: Uint8Array | null): void {
+    this.answers.delete(ref);
+    if (answer === null) return;
+    this.answers.set(ref, answer);
+    while (this.answers.size > this.maxAnswers) this.answers.delete(this.answers.keys().next().value!);
   }
 
   /** The first attempt of a request; null when its body is not one JSON object in UTF-8
    * (send it as it is). `headers`: the request's end-to-end headers, toolref's own left out;
    * `body`: its cut, when the caller made it already. */
   async prepare(headers: Iterable<readonly [string, string]>, data: Uint8Array, messagesKey: string | null, body?: BodyCut | null): Promise<Edit | null> {
-    const made = await cut(headers, data, messagesKey, body === undefined ? undefined : body);
+    // The long window pays only where its pieces travel together (version 3's runs, zstd).
+    const window = this.longWindow && this.version >= 3 && this.codec?.kind === ALONE;
+    if (body != null && body.owners.length > 0 !== window) body = undefined; // cut again
+    const made = await cut(headers, data, messagesKey, body, window);
     if (made === null) return null;
     const match = this.recipes.bestBase(made.entries, made.segments, made.messages);
     if (match === null) return this.build(made, null, 0);
@@ -135,8 +158,54 @@ export class Editor {
     const ref = base?.ref ?? null;
     // Version 2 (size-guarded), or 1 for a receiver that reads no more: as they are, or one
     // plain zstd frame where the platform has zstd (never against the base: sizes are signals).
-    const body = this.version >= 2 ? await encodeIsolated(ref, ops, this.codec) : await encodeV1(ref, ops, this.codec === null ? null : platformZstd());
+    const body = this.version >= 2 ? await this.isolated(made, ref, ops, plain) : await encodeV1(ref, ops, this.codec === null ? null : platformZstd());
     const headers: [string, string][] = [["Content-Type", MEDIA_TYPE], ...made.secrets];
     return { cut: made, body, headers, ref: made.ref, base: ref, shared, inline, ops, resends, unheld, plain, whole };
   }
+
+  /** Version 2, or 3 where the receiver reads it and the answer or the long window's runs
+   * make it smaller (editor.py's `_encoded`). */
+  private async isolated(made: Cut, ref: string | null, ops: readonly Op[], plain: boolean): Promise<Uint8Array> {
+    const answer = ref !== null && !plain ? (this.answers.get(ref) ?? null) : null;
+    const runs = made.owners.length && !plain ? runsOf(ops, made.owners) : [];
+    if ((answer === null && !runs.length) || this.version < 3) return encodeIsolated(ref, ops, this.codec);
+    const models = answer !== null ? inlinePositions(ops, made.answered) : new Set<number>();
+    return encodeIsolated(ref, ops, this.codec, answer, models, runs);
+  }
+}
+
+/** The index in the request's segments of each inline op, in order. O(ops). */
+function placed(ops: readonly Op[]): number[] {
+  const found: number[] = [];
+  let at = 0;
+  for (const op of ops) {
+    if (op.op === "inline") found.push(at);
+    at += op.op === "keep" ? op.end - op.start : 1;
+  }
+  return found;
+}
+
+/** Which inline ops, counted from 0, carry one of `segments`. O(ops). */
+function inlinePositions(ops: readonly Op[], segments: ReadonlySet<number>): Set<number> {
+  const found = new Set<number>();
+  placed(ops).forEach((at, n) => {
+    if (segments.has(at)) found.add(n);
+  });
+  return found;
+}
+
+/** (first, count) of each run of inline ops, counted from 0, that carry adjacent segments of
+ * one message (the long window's pieces of it). O(ops). */
+function runsOf(ops: readonly Op[], owners: readonly number[]): [number, number][] {
+  const found: [number, number][] = [];
+  let last = -1;
+  let owner = -1;
+  placed(ops).forEach((at, n) => {
+    const mine = at < owners.length ? owners[at]! : -1;
+    if (mine >= 0 && mine === owner && at === last + 1) found[found.length - 1]![1] += 1;
+    else found.push([n, 1]);
+    last = at;
+    owner = mine;
+  });
+  return found.filter(([, count]) => count > 1);
 }

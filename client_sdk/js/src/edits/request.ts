@@ -16,20 +16,29 @@ export interface Cut {
   readonly ref: string;
   readonly secrets: readonly [string, string][];
   readonly messages: readonly number[];
+  /** The segments of the model's own messages (`ANSWER_ROLES`): what an answer may compress. */
+  readonly answered: ReadonlySet<number>;
+  /** The long window: each segment's message number (-1: none); empty without it. */
+  readonly owners: readonly number[];
 }
 
 /** The recipe of a request whose body is one JSON object in UTF-8; null otherwise (such a
- * request is sent as it is). `body`: its cut, when the caller made it already. */
+ * request is sent as it is). `body`: its cut, when the caller made it already; `window`:
+ * long messages cut again at content-defined places (`segments.windowed`). */
 export async function cut(
   headers: Iterable<readonly [string, string]>,
   data: Uint8Array,
   messagesKey: string | null,
-  body: BodyCut | null = cutBody(data, messagesKey),
+  body?: BodyCut | null,
+  window = false,
 ): Promise<Cut | null> {
+  if (body === undefined) body = cutBody(data, messagesKey, window);
   if (body === null) return null;
   const { segment, secrets } = headerSegment(headers);
   const segments = [segment, ...body.segments];
   const entries = await Promise.all(segments.map(entryOf));
   const messages = body.messages.map((index) => index + 1); // after the headers' segment
-  return { segments, entries, ref: await recipeRef(entries), secrets, messages };
+  const answered = new Set(body.answered.map((index) => index + 1));
+  const owners = body.owners.length ? [-1, ...body.owners] : []; // the headers': no message
+  return { segments, entries, ref: await recipeRef(entries), secrets, messages, answered, owners };
 }

@@ -20,8 +20,12 @@
  * gives up near 1,000 levels and sends such a body as it is).
  */
 
+import { characters, windowed } from "./window.js";
+
 /** A member value at least this many characters long is a segment of its own. */
 export const LARGE = 256;
+/** Roles of the model's own messages: what an answer dictionary may compress. */
+export const ANSWER_ROLES: ReadonlySet<string> = new Set(["assistant", "model"]);
 /** Header names whose values are credentials: they travel on every request, never in a segment. */
 export const SECRET_HEADERS: ReadonlySet<string> = new Set(["authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"]);
 const SECRET_WORDS = ["key", "token", "secret", "auth", "cookie", "password"];
@@ -113,16 +117,20 @@ export interface BodyCut {
   readonly segments: Uint8Array[];
   readonly messages: number[];
   readonly listed: boolean;
+  /** The index in `segments` of every span of a message of `ANSWER_ROLES`. */
+  readonly answered: number[];
+  /** With the long window: each segment's message number (-1: none); else empty. */
+  readonly owners: number[];
 }
 
 /** The body's segments; null when it is not one JSON object in UTF-8 (sent as it is). */
-export function cutBody(body: Uint8Array, messagesKey: string | null): BodyCut | null {
+export function cutBody(body: Uint8Array, messagesKey: string | null, window = false): BodyCut | null {
   try {
     utf8.decode(body);
   } catch {
     return null;
   }
-  const scanner = new Scanner(body, messagesKey);
+  const scanner = new Scanner(body, messagesKey, window);
   try {
     scanner.object();
   } catch (error) {
@@ -131,16 +139,27 @@ export function cutBody(body: Uint8Array, messagesKey: string | null): BodyCut |
   }
   const segments: Uint8Array[] = [];
   const marks: number[] = [];
+  const answered: number[] = [];
+  const owners: number[] = [];
   const message = new Set(scanner.messages);
+  const model = new Set(scanner.models);
   let at = 0;
   scanner.cuts.forEach(([start, end], index) => {
-    if (start > at) segments.push(body.subarray(at, start));
+    if (start > at) {
+      segments.push(body.subarray(at, start));
+      if (window) owners.push(-1);
+    }
     if (message.has(index)) marks.push(segments.length);
+    if (model.has(index)) answered.push(segments.length);
     segments.push(body.subarray(start, end));
+    if (window) owners.push(scanner.owners[index]!);
     at = end;
   });
-  if (at < body.length) segments.push(body.subarray(at));
-  return { segments, messages: marks, listed: scanner.listed };
+  if (at < body.length) {
+    segments.push(body.subarray(at));
+    if (window) owners.push(-1);
+  }
+  return { segments, messages: marks, listed: scanner.listed, answered, owners };
 }
 
 const NOT_JSON = new Error("not one JSON object");
@@ -159,22 +178,21 @@ function isHex(byte: number | undefined): boolean {
 
 const CONSTANTS: readonly Uint8Array[] = ["null", "true", "false", "NaN", "Infinity", "-Infinity"].map((word) => new TextEncoder().encode(word));
 
-/** Characters (code points) of `data[start:end]`, as Python counts a `str`'s length. */
-function characters(data: Uint8Array, start: number, end: number): number {
-  let count = 0;
-  for (let index = start; index < end; index++) if ((data[index]! & 0xc0) !== 0x80) count++;
-  return count;
-}
-
 /** One scan of a JSON object, as segments.py's `_cuts`. */
 class Scanner {
   readonly cuts: [number, number][] = [];
   readonly messages: number[] = [];
+  /** Indices in `cuts` of the spans of the model's messages (`ANSWER_ROLES`). */
+  readonly models: number[] = [];
+  /** With the long window: each cut's message number (-1: none). */
+  readonly owners: number[] = [];
+
   listed = false;
 
   constructor(
     private readonly data: Uint8Array,
     private readonly messagesKey: string | null,
+    private readonly window = false,
   ) {}
 
   object(): void {
@@ -193,7 +211,10 @@ class Scanner {
         at = this.list(at);
       } else {
         at = this.value(at);
-        if (at - start >= LARGE && characters(data, start, at) >= LARGE) this.cuts.push([start, at]);
+        if (at - start >= LARGE && characters(data, start, at) >= LARGE) {
+          this.cuts.push([start, at]);
+          if (this.window) this.owners.push(-1);
+        }
       }
       at = this.skip(at);
       if (data[at] === 0x7d) return this.end(at + 1);
@@ -325,8 +346,13 @@ class Scanner {
     for (;;) {
       const start = at;
       const own: [number, number][] = [];
-      at = this.message(at, own);
-      const spans = this.spans(start, at, own);
+      const said: { role?: unknown } = {};
+      at = this.message(at, own, said);
+      let spans = this.spans(start, at, own);
+      if (this.window) {
+        spans = spans.flatMap(([from, to]) => windowed(data, from, to));
+        for (let n = 0; n < spans.length; n++) this.owners.push(this.messages.length);
+      }
       let largest = 0;
       let most = -1;
       spans.forEach(([from, to], index) => {
@@ -334,6 +360,9 @@ class Scanner {
         if (size > most) [largest, most] = [index, size];
       });
       this.messages.push(this.cuts.length + largest);
+      if (typeof said.role === "string" && ANSWER_ROLES.has(said.role)) {
+        for (let n = 0; n < spans.length; n++) this.models.push(this.cuts.length + n);
+      }
       this.cuts.push(...spans);
       at = this.skip(at);
       if (data[at] === 0x5d) return at + 1;
@@ -341,9 +370,10 @@ class Scanner {
     }
   }
 
-  /** A message's end, and the spans of its own `id` members (each with the comma joining it
-   * to its neighbours) in `own`. */
-  private message(at: number, own: [number, number][]): number {
+  /** A message's end, the spans of its own `id` members (each with the comma joining it to
+   * its neighbours) in `own`, and its own `role` member's value in `said` (a string read as
+   * Python reads it; another value as a non-string). */
+  private message(at: number, own: [number, number][], said: { role?: unknown }): number {
     const data = this.data;
     if (data[at] !== 0x7b) return this.value(at);
     at = this.skip(at + 1);
@@ -353,7 +383,9 @@ class Scanner {
       const keyAt = this.expect(at, 0x22) - 1;
       at = this.string(keyAt);
       const key = this.key(keyAt, at);
-      at = this.value(this.skip(this.expect(this.skip(at), 0x3a)));
+      const valueAt = this.skip(this.expect(this.skip(at), 0x3a));
+      at = this.value(valueAt);
+      if (key === "role") said.role = data[valueAt] === 0x22 ? this.key(valueAt, at) : null;
       const end = at;
       at = this.skip(at);
       if (key === ID_KEY) {

@@ -12,13 +12,16 @@
  * or one plain zstd frame (`"z":0`) where the platform has zstd and it is smaller.
  */
 
-import { join, pack, type Codec } from "./isolated.js";
+import { answerId, ID_LENGTH } from "./answer.js";
+import { ALONE, join, pack, type Codec } from "./isolated.js";
 import { pieceRef } from "./recipe.js";
 import type { Op } from "./edit.js";
+import { platformZstd } from "../zstd.js";
 
 export const MEDIA_TYPE = "application/vnd.toolref.edit";
-/** What this SDK writes by default, and the highest it writes. */
-export const VERSION = 2;
+/** What this SDK writes by default, and the highest it writes (3: the answer as dictionary
+ * and the long window's runs, with zstd; a receiver of 2 gets version 2). */
+export const VERSION = 3;
 
 const encoder = new TextEncoder();
 
@@ -40,10 +43,28 @@ function line(version: number, base: string | null, ops: readonly Op[], extra = 
 }
 
 /** A version-2 edit's bytes: each inline segment as it is or compressed alone by `codec`
- * (null: every record as it is), whichever is smaller. */
-export async function encodeIsolated(base: string | null, ops: readonly Op[], codec: Codec | null): Promise<Uint8Array> {
+ * (null: every record as it is), whichever is smaller. With `answer` (the answer the base's
+ * request streamed) and `answered` (which inline segments, counted from 0, are the model's),
+ * or `runs` ((first, count) of inline segments of one message), a version-3 edit when that
+ * makes it smaller (wire.py's `encode_isolated`, byte for byte). */
+export async function encodeIsolated(
+  base: string | null,
+  ops: readonly Op[],
+  codec: Codec | null,
+  answer: Uint8Array | null = null,
+  answered: ReadonlySet<number> = new Set(),
+  runs: readonly (readonly [number, number])[] = [],
+): Promise<Uint8Array> {
   const { head, blobs } = line(2, base, ops);
-  return join([head, await pack(blobs, codec)]);
+  const records = await pack(blobs, codec);
+  const dictionaries = platformZstd()?.withDictionary === true; // else no record of kind 3
+  const usable = dictionaries && answer !== null && answer.length && base !== null && answered.size ? answer : null;
+  if (codec?.kind !== ALONE || (usable === null && !runs.length)) return join([head, records]);
+  const made = await pack(blobs, codec, { answer: usable ?? undefined, answered, runs });
+  const named = usable !== null ? ',"a":""'.length + ID_LENGTH : 0;
+  if (made.length + named >= records.length) return join([head, records]);
+  const extra = usable !== null ? `,"a":"${await answerId(usable)}"` : "";
+  return join([line(3, base, ops, extra).head, made]);
 }
 
 /** A version-1 edit's bytes: the inline segments as they are, or one plain zstd frame of them

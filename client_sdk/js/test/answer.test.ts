@@ -1,0 +1,236 @@
+// The answer a stream makes (edits/answer.ts) against the bytes client_sdk/toolref/edits/answer.py
+// makes of the same stream (computed by running it), fed whole and in pieces that cut lines and
+// characters; the streams that make none; tapFor's choice; answerId.
+import { describe, expect, it } from "vitest";
+import { AnswerTap, ID_LENGTH, MAX_ANSWER, MAX_STREAM, answerId, tapFor } from "../src/edits/answer.js";
+
+const ANTHROPIC =
+  'event: message_start\n' +
+  'data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","content":[],"model":"claude","usage":{"input_tokens":10,"output_tokens":1}}}\n\n' +
+  'event: content_block_start\n' +
+  'data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}\n\n' +
+  'event: content_block_delta\r\n' +
+  'data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Let me think"}}\r\n\r\n' +
+  'data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":" about it."}}\n\n' +
+  'data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQBCkYIARgC"}}\n\n' +
+  'data: {"type":"content_block_stop","index":0}\n\n' +
+  'event: ping\n' +
+  'data: {"type": "ping"}\n\n' +
+  'data: {"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}\n\n' +
+  'data: {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"Hello, "}}\n\n' +
+  'data: {"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"wörld 😀\\n\\"quoted\\" \\u0001"}}\n\n' +
+  'data: {"type":"content_block_stop","index":1}\n\n' +
+  'data: {"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_01","name":"get_weather","input":{}}}\n\n' +
+  'data: {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":""}}\n\n' +
+  'data: {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\\"city\\": \\"Par"}}\n\n' +
+  'data: {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"is\\", \\"days\\": 3}"}}\n\n' +
+  'data: {"type":"content_block_stop","index":2}\n\n' +
+  'data: {"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":42}}\n\n' +
+  'data: {"type":"message_stop"}\n\n';
+
+// Python: AnswerTap("anthropic"), ANTHROPIC fed, .answer.decode()
+const ANTHROPIC_ANSWER =
+  '{"role":"assistant","content":[{"type":"thinking","thinking":"Let me think about it.","signature":"EqQBCkYIARgC"},' +
+  '{"type":"text","text":"Hello, wörld 😀\\n\\"quoted\\" \\u0001"},' +
+  '{"type":"tool_use","id":"toolu_01","name":"get_weather","input":{"city":"Paris","days":3}}]}\n' +
+  '{"city": "Paris", "days": 3}';
+
+const CHAT =
+  'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n' +
+  'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"I\'ll check "}}]}\n\n' +
+  'data: {"id":"c1","choices":[{"index":0,"delta":{"content":"the weather ☀."}}]}\n\n' +
+  'data: {"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"get_weather","arguments":""}}]}}]}\n\n' +
+  'data: {"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"city\\":"}}]}}]}\n\n' +
+  'data: {"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":" \\"Paris\\"}"}}]}}]}\n\n' +
+  'data: {"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","type":"function","function":{"name":"get_","arguments":""}}]}}]}\n\n' +
+  'data: {"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"function":{"name":"time","arguments":"{}"}}]}}]}\n\n' +
+  'data: {"id":"c1","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}\n\n' +
+  'data: {"id":"c1","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":9}}\n\n' +
+  'data: [DONE]\n\n';
+
+// Python: AnswerTap("openai-chat"), CHAT fed, .answer.decode()
+const CHAT_ANSWER =
+  '{"role":"assistant","content":"I\'ll check the weather ☀.","tool_calls":[' +
+  '{"id":"call_a","type":"function","function":{"name":"get_weather","arguments":"{\\"city\\": \\"Paris\\"}"}},' +
+  '{"id":"call_b","type":"function","function":{"name":"get_time","arguments":"{}"}}]}\n' +
+  '{"city": "Paris"}\n' +
+  "{}";
+
+const encoder = new TextEncoder();
+const bytes = (text: string): Uint8Array => encoder.encode(text);
+const text = (data: Uint8Array | null): string | null => (data === null ? null : new TextDecoder().decode(data));
+const hex = (data: Uint8Array | null): string | null => (data === null ? null : Buffer.from(data).toString("hex"));
+
+/** `stream` fed in pieces of `step` bytes: the tap, and the offsets of the pieces whose feed said true. */
+function fed(format: string, stream: Uint8Array | string, step = Infinity): { tap: AnswerTap; ended: number[] } {
+  const data = typeof stream === "string" ? bytes(stream) : stream;
+  const tap = new AnswerTap(format);
+  const ended: number[] = [];
+  const size = Math.min(step, data.length || 1);
+  for (let at = 0; at < data.length; at += size) if (tap.feed(data.subarray(at, at + size))) ended.push(at);
+  return { tap, ended };
+}
+
+/** An Anthropic stream of one tool_use block whose input streams as `partial` (one piece). */
+function toolStream(partial: string): string {
+  const delta = { type: "content_block_delta", index: 0, delta: { type: "input_json_delta", partial_json: partial } };
+  return (
+    'data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}\n\n' +
+    `data: ${JSON.stringify(delta)}\n\n` +
+    'data: {"type":"message_stop"}\n\n'
+  );
+}
+
+describe("AnswerTap: Python's bytes", () => {
+  it("assembles an Anthropic answer (thinking, text, tool_use) fed whole, by 7 bytes, by 1 byte", () => {
+    expect(bytes(ANTHROPIC).length).toBe(1763); // the stream Python read
+    for (const [step, end] of [
+      [Infinity, 0],
+      [7, 1757],
+      [1, 1762],
+    ] as const) {
+      const { tap, ended } = fed("anthropic", ANTHROPIC, step);
+      expect(ended).toEqual([end]);
+      expect(tap.done).toBe(true);
+      expect(tap.failed).toBe(false);
+      expect(text(tap.answer)).toBe(ANTHROPIC_ANSWER);
+    }
+  });
+
+  it("assembles an OpenAI Chat answer (content, two tool calls) fed whole, by 7 bytes, by 1 byte", () => {
+    expect(bytes(CHAT).length).toBe(1132);
+    for (const [step, end] of [
+      [Infinity, 0],
+      [7, 1127],
+      [1, 1131],
+    ] as const) {
+      const { tap, ended } = fed("openai-chat", CHAT, step);
+      expect(ended).toEqual([end]);
+      expect(text(tap.answer)).toBe(CHAT_ANSWER);
+    }
+  });
+
+  it("writes a tool input as Python's json does: keys in order, a key twice, floats, big integers, NaN", () => {
+    const partial = '{"b": 1.0, "10": [1e16, 0.00001, 12345678901234567890, -0], "a": NaN, "b": 2}';
+    const { tap } = fed("anthropic", toolStream(partial));
+    expect(text(tap.answer)).toBe(
+      '{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f",' +
+        '"input":{"b":2,"10":[1e+16,1e-05,12345678901234567890,0],"a":NaN}}]}\n' +
+        partial,
+    );
+  });
+
+  it("writes a lone surrogate as surrogatepass does", () => {
+    const stream =
+      'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n' +
+      'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a\\ud800b"}}\n\n' +
+      'data: {"type":"message_stop"}\n\n';
+    expect(hex(fed("anthropic", stream).tap.answer)).toBe(
+      "7b22726f6c65223a22617373697374616e74222c22636f6e74656e74223a5b7b2274797065223a2274657874222c2274657874223a2261eda08062227d5d7d",
+    );
+  });
+
+  it("reads an empty input as {} and a whitespace one too, as Python's strip() does", () => {
+    for (const partial of ["", " \n", "\u00a0\u3000\u001c"]) {
+      const answer = text(fed("anthropic", toolStream(partial)).tap.answer);
+      expect(answer).toBe(`{"role":"assistant","content":[{"type":"tool_use","id":"t","name":"f","input":{}}]}\n${partial}`);
+    }
+    expect(fed("anthropic", toolStream("\ufeff{}")).tap.answer).toBeNull(); // json.loads: unexpected BOM
+  });
+});
+
+describe("AnswerTap: no answer", () => {
+  it("for a stream cut before its end event", () => {
+    const cut = ANTHROPIC.slice(0, ANTHROPIC.indexOf('data: {"type":"message_stop"}'));
+    const { tap, ended } = fed("anthropic", cut, 100);
+    expect(ended).toEqual([]);
+    expect([tap.done, tap.failed, tap.answer]).toEqual([false, false, null]);
+    const chat = fed("openai-chat", CHAT.replace("data: [DONE]\n\n", ""));
+    expect([chat.tap.done, chat.tap.answer]).toEqual([false, null]);
+  });
+
+  it("for an error event", () => {
+    const error = 'event: error\ndata: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}\n\n';
+    const { tap, ended } = fed("anthropic", ANTHROPIC.replace('data: {"type":"message_stop"}', error));
+    expect(ended).toEqual([]);
+    expect([tap.failed, tap.answer]).toEqual([true, null]);
+    const chat = fed("openai-chat", CHAT.replace("data: [DONE]", 'data: {"error":{"message":"boom"}}\n\ndata: [DONE]'));
+    expect([chat.tap.failed, chat.tap.answer]).toEqual([true, null]);
+  });
+
+  it("for an event that is not a JSON object", () => {
+    for (const data of ["{", "[1]", "[DONE]"]) {
+      const { tap } = fed("anthropic", ANTHROPIC.replace('data: {"type": "ping"}', `data: ${data}`));
+      expect([tap.failed, tap.answer]).toEqual([true, null]);
+    }
+  });
+
+  it("for bytes after the end; whitespace after it is fine", () => {
+    const ok = fed("anthropic", ANTHROPIC);
+    expect(ok.tap.feed(bytes(" \r\n\t"))).toBe(false);
+    expect(text(ok.tap.answer)).toBe(ANTHROPIC_ANSWER);
+    expect(ok.tap.feed(bytes('data: {"type":"ping"}\n\n'))).toBe(false);
+    expect([ok.tap.done, ok.tap.failed, ok.tap.answer]).toEqual([true, true, null]);
+    const chat = fed("openai-chat", CHAT);
+    chat.tap.feed(bytes("data: [DONE]\n\n"));
+    expect(chat.tap.answer).toBeNull();
+  });
+
+  it("for a stream longer than MAX_STREAM; one as long is read", () => {
+    const head = bytes(ANTHROPIC.slice(0, ANTHROPIC.indexOf('data: {"type":"message_stop"}')));
+    const end = bytes('data: {"type":"message_stop"}\n\n');
+    for (const extra of [0, 1]) {
+      const padding = new Uint8Array(MAX_STREAM - head.length - end.length + extra).fill(0x0a); // empty lines
+      const tap = new AnswerTap("anthropic");
+      expect([tap.feed(head), tap.feed(padding), tap.feed(end)]).toEqual([false, false, !extra]);
+      expect(text(tap.answer)).toBe(extra ? null : ANTHROPIC_ANSWER);
+      expect(tap.failed).toBe(!!extra);
+    }
+  });
+
+  it("for an answer longer than MAX_ANSWER, though the stream ended whole", () => {
+    const long = "x".repeat(MAX_ANSWER);
+    const stream =
+      'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n' +
+      `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"${long}"}}\n\n` +
+      'data: {"type":"message_stop"}\n\n';
+    const { tap, ended } = fed("anthropic", stream, 4096);
+    expect(ended.length).toBe(1);
+    expect([tap.done, tap.failed, tap.answer]).toEqual([true, false, null]);
+  });
+
+  it("for an integer longer than Python reads (4300 digits)", () => {
+    expect(fed("anthropic", toolStream(`[${"9".repeat(4300)}]`)).tap.answer).not.toBeNull();
+    expect(fed("anthropic", toolStream(`[${"9".repeat(4301)}]`)).tap.answer).toBeNull();
+  });
+});
+
+describe("tapFor", () => {
+  const stream: [string, string][] = [["Content-Type", "Text/Event-Stream; charset=utf-8"]];
+
+  it("taps a 200 event stream of Anthropic Messages or OpenAI Chat, as it is", () => {
+    expect(tapFor("/v1/messages", 200, stream)).toBeInstanceOf(AnswerTap);
+    expect(tapFor("/llm/claude/v1/messages/", 200, [...stream, ["content-encoding", " identity "]])).toBeInstanceOf(AnswerTap);
+    const chat = tapFor("/v1/chat/completions", 200, new Headers({ "content-type": "text/event-stream" }));
+    expect(chat).not.toBeNull();
+    chat?.feed(bytes(CHAT));
+    expect(text(chat?.answer ?? null)).toBe(CHAT_ANSWER);
+  });
+
+  it("taps nothing else", () => {
+    expect(tapFor("/v1/messages", 400, stream)).toBeNull();
+    expect(tapFor("/v1/messages", 200, [...stream, ["Content-Encoding", "gzip"]])).toBeNull();
+    expect(tapFor("/v1/messages", 200, [["content-type", "application/json"]])).toBeNull();
+    expect(tapFor("/v1/messages", 200, [])).toBeNull();
+    expect(tapFor("/v1/models", 200, stream)).toBeNull();
+    expect(tapFor("/v1/responses", 200, stream)).toBeNull(); // a format whose answers are not read
+  });
+});
+
+describe("answerId", () => {
+  it("is Python's answer_id: SHA-256 hex, cut", async () => {
+    expect(await answerId(bytes("toolref"))).toBe("2bcd25d4a908b46a");
+    expect(await answerId(bytes(ANTHROPIC_ANSWER))).toBe("1cb96acf8e925eb4");
+    expect((await answerId(new Uint8Array())).length).toBe(ID_LENGTH);
+  });
+});
