@@ -1,6 +1,7 @@
 """The chat-backend path of the edits bench: a client app's `ToolReferenceManager` sends
 each turn to a chat backend (`loadtests.chat_backend`, a process: an app behind
-`ToolRefMiddleware`), which restores each edit through a registry (`toolref-server serve`,
+`ToolRefMiddleware`, streaming the answer the conversation's next turn writes back, as the
+relay path's upstream does), which restores each edit through a registry (`toolref-server serve`,
 a process) on the bench's engine. A counting hop between client and backend counts every
 byte the client wrote (request line, headers, body), as the hop between relay and gateway
 does for the relay path.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 import httpx
 
+from loadtests import scripted
 from loadtests.counting_hop import CountingHop
 from loadtests.edits_baseline import AGENT_HEADERS, PROVIDER_HOSTS, baseline, content_bytes
 from loadtests.measured import Measured, keys_of, usage_of
@@ -92,6 +94,12 @@ async def converse(run: Run, system: BackendSystem, pattern: Pattern, kind: str)
     added_before = len(await system.added())
     for n, turn in enumerate(pattern.turns):
         bodies.append((turn.conversation, encode(turn.body)))
+        written = scripted.next_answer(pattern.turns, n)  # streamed as the relay path's
+        if written is not None:
+            told = {"format": pattern.fmt, "message": written}
+            (
+                await system.http.post(system.backend.url + "/__next-answer", json=told)
+            ).raise_for_status()
         system.hop.turn = run.turn
         run.turn += 1
         service, engine_cpu = system.cpu(), run.engine.cpu()

@@ -4,12 +4,14 @@ app behind `ToolRefMiddleware`, which restores each edit through a registry proc
 
     python -m loadtests.chat_backend --port P --registry URL
 
-Routes: `/llm/...` (POST: the app reads the body and answers a small JSON body; what a
-real backend does next, parse it and call a model, is the same with toolref or without,
-and is left out of what this bench measures), the same app at `/bare/...` without the
-middleware (the turn a
-backend without toolref serves), `/control` (a request of constant cost the middleware
-passes through, to see how fast the machine runs) and `/stats` (what the middleware added).
+Routes: `/llm/...` (POST: the app reads the body and answers a small JSON body, or, for a
+body that asks `"stream": true` while an answer is scripted, streams that answer as a
+provider would; what a real backend does next, parse it and call a model, is the same with
+toolref or without, and is left out of what this bench measures), the same app at
+`/bare/...` without the middleware (the turn a backend without toolref serves), `/control`
+(a request of constant cost the middleware passes through, to see how fast the machine
+runs), `/stats` (what the middleware added) and `/__next-answer` (POST `{"format": ...,
+"message": {...}}`: the next streamed answer, as `loadtests.fast_upstream` takes it).
 
 The middleware's added time of a request is the wall time from the request reaching the
 middleware to its answer sent, less the time inside the app: reading the edit, the
@@ -21,14 +23,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import time
 from collections.abc import MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
+from loadtests import scripted
 from toolref import AsyncRegistryClient, ToolRefMiddleware
 
 Scope = MutableMapping[str, Any]
+_STREAM: Final = re.compile(rb'"stream"\s*:\s*true')
+_PIECE: Final = 4096  # bytes of a streamed answer per body message
 
 
 @dataclass
@@ -39,19 +45,25 @@ class Clock:
     inner: float = 0.0  # the app's time in the request being measured
 
 
-async def _json(receive: Any, send: Any, answer: dict[str, Any]) -> None:
-    body = b""
+async def _read(receive: Any) -> bytes:
+    body = bytearray()
     while True:
         message = await receive()
         body += message.get("body", b"")
         if not message.get("more_body"):
-            break
-    if body:
-        answer = {**answer, "read": len(body)}
+            return bytes(body)
+
+
+async def _answer(send: Any, answer: dict[str, Any]) -> None:
     content = json.dumps(answer).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(content))]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": content})
+
+
+async def _json(receive: Any, send: Any, answer: dict[str, Any]) -> None:
+    body = await _read(receive)
+    await _answer(send, {**answer, "read": len(body)} if body else answer)
 
 
 class Backend:
@@ -59,12 +71,23 @@ class Backend:
 
     def __init__(self, registry: str) -> None:
         self.clock = Clock()
+        self.scripted: list[bytes] = []  # streamed answers to give, in turn
         client = AsyncRegistryClient(registry, timeout=120)
         self.middleware = ToolRefMiddleware(self.app, client)
 
     async def app(self, scope: Scope, receive: Any, send: Any) -> None:
         start = time.perf_counter()
-        await _json(receive, send, {"ok": True})
+        body = await _read(receive)
+        if self.scripted and _STREAM.search(body) is not None:
+            events = self.scripted.pop(0)
+            headers = [(b"content-type", b"text/event-stream")]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            for at in range(0, len(events), _PIECE):  # as a provider's stream comes
+                piece = events[at : at + _PIECE]
+                more = at + _PIECE < len(events)
+                await send({"type": "http.response.body", "body": piece, "more_body": more})
+        else:
+            await _answer(send, {"ok": True, "read": len(body)})
         self.clock.inner += time.perf_counter() - start
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
@@ -74,7 +97,11 @@ class Backend:
             await send({"type": "lifespan.shutdown.complete"})
             return
         path = scope["path"]
-        if path == "/stats":
+        if path == "/__next-answer":
+            script = json.loads(await _read(receive))
+            self.scripted.append(scripted.stream(script["format"], script["message"]))
+            await _answer(send, {"ok": True})
+        elif path == "/stats":
             await _json(receive, send, {"added": self.clock.added})
         elif path.startswith("/llm/"):
             self.clock.inner = 0.0
