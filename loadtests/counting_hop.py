@@ -148,7 +148,8 @@ class CountingHop:
         def counted(size: int, payload: bytes) -> None:
             stream, meta, body = _turn(payload)
             target[0] = str(meta.get("p") or target[0])
-            media = MEDIA_TYPE if body.startswith(b'{"v":') else "application/json"
+            edit = body.startswith((b'{"v":', b"\x04"))  # a JSON header line, or a compact one
+            media = MEDIA_TYPE if edit else "application/json"
             pending[stream] = len(self.sent)
             kind = "cancel" if meta.get("c") else media
             self.sent.append(Sent(self.turn, "POST", target[0], kind, size, 0, "", index))

@@ -319,9 +319,10 @@ def _listed(ops: Sequence[Op]) -> list[Any]:
 
 
 def _bytes_record(data: bytes) -> dict[str, Any]:
-    line = data[: data.index(b"\n")].decode("ascii")
+    """An edit's bytes: its header (as a JSON line says it, `wire.described`), length,
+    SHA-256, and the bytes themselves when short."""
     found: dict[str, Any] = {
-        "line": line,
+        "header": wire.described(data),
         "length": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
     }

@@ -21,6 +21,7 @@ import pytest
 from redis.asyncio import Redis
 
 from toolref import ToolReferenceManager
+from toolref.edits.wire import described
 
 from ..conftest import snapshot
 from .gateway_wire import (
@@ -506,6 +507,6 @@ async def test_garbage_keys_in_open_mode_cannot_evict_the_users_state(redis: Red
                 headers={"Toolref-Key": "garbage-user"},
             )
         assert again.status_code == 200
-        header = json.loads(again.request.content.split(b"\n", 1)[0])
+        header = described(again.request.content)
         assert header["b"] == recipe  # an edit of the user's recipe ...
         assert manager.savings.resends == 0  # ... held: nothing sent again

@@ -191,7 +191,7 @@ async def test_a_corrupt_recipe_is_a_missing_history_not_a_500(
     an edit against it, read from the store (here by a replica that does not hold it),
     is a 409 missing-history, which the client answers by resending with no base; that
     resend keeps the recipe whole again."""
-    editor = Editor()
+    editor = Editor(long_window=False)  # the file one segment: a piece
     result = (Path(__file__).parents[2] / "service/toolref_server/app.py").read_text()
     messages = conversation({**SMALL, "args": json.dumps(SMALL["args"])}, None)
     messages[-1] = {**messages[-1], "content": (result * 2)[:20_000]}  # a piece: 16 KiB or more

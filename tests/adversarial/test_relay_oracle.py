@@ -14,7 +14,6 @@ service's gateway on the test engine, a scripted provider behind it.
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import statistics
@@ -28,6 +27,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.support.servers import serve
+from toolref.edits.wire import described
 from toolref_relay import Relay, RelayConfig
 
 from ..integration.relay_gateway import KEY, Recorded, Scripted, gateway, wire_bytes
@@ -140,10 +140,11 @@ async def test_a_guess_at_another_conversation_s_secret_travels_the_same_size(
     assert len(set(sizes.values())) == 1, sizes
     assert len({len(a.body) for a in probes}) == 1
     for arrival in probes:  # no base, so no dictionary: its own bytes only
-        assert arrival.body.startswith(b'{"v":2,"b":null,'), arrival.body[:80]
-        assert b'"z":' not in arrival.body.split(b"\n")[0] or b'"z":0}' in arrival.body
+        header = described(arrival.body)
+        assert header["b"] is None, arrival.body[:80]
+        assert "z" not in header
     for turn in turns[1:]:  # the victim's turns: edits of its own recipe before
-        assert turn.body.startswith((b'{"v":2,"b":"tb_', b'{"v":3,"b":"tb_'))
+        assert described(turn.body)["b"] is not None
 
 
 def _wrong(seed: int) -> str:
@@ -230,7 +231,7 @@ async def test_clients_share_no_confirmed_refs(redis: Redis) -> None:
         await _say(agent, stack, conversation("read .env"), VICTIM)
         await _say(agent, stack, conversation("read .env, the guess"), {"x-api-key": "other"})
         await _say(agent, stack, conversation("read .env, the victim again"), VICTIM)
-    _, guess, again = (json.loads(a.body.split(b"\n", 1)[0]) for a in stack.gateway.arrivals)
+    _, guess, again = (described(a.body) for a in stack.gateway.arrivals)
     assert guess["b"] is None
     assert not any(isinstance(op, str) for op in guess["o"])  # nothing named: inline
     assert guess["n"] > len(result)

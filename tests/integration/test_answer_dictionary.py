@@ -5,9 +5,10 @@ assistant message.
 
 Relay and gateway both read the stream as it passes and make the same bytes of it; from
 the second turn the relay sends the agent's assistant message compressed against them
-(a version-3 edit), every body reaching the provider byte for byte; a turn whose answer
-the agent does not write back, a stream cut short, or an answer the gateway lost (its
-store flushed) falls back to a version-2 edit by itself, with no error the agent sees.
+(an edit naming the answer, `"a"`), every body reaching the provider byte for byte; a turn
+whose answer the agent does not write back, a stream cut short, or an answer the gateway
+lost (its store flushed) falls back to an edit without it by itself, with no error the
+agent sees.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tests.integration.test_relay_edits import Alternating
 from tests.support.fake_provider import wire
 from tests.support.servers import serve, serve_all
 from tests.unit.edits.agents import HEADERS
+from toolref.edits.wire import described
 from toolref_relay import Relay, RelayConfig
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
@@ -166,7 +168,7 @@ async def test_the_assistant_message_travels_against_the_answer_and_arrives_exac
     assert provider.seen == bodies  # every body byte for byte
     edits = sent(stack)
     assert len(edits) == 8  # no resend
-    assert all(edit.startswith(b'{"v":3,') for edit in edits[1:]), [e[:12] for e in edits]
+    assert all("a" in described(edit) for edit in edits[1:]), [e[:12] for e in edits]
 
     await redis.flushall()
     rewritten = Provider(replies(8, 1))
@@ -174,7 +176,7 @@ async def test_the_assistant_message_travels_against_the_answer_and_arrives_exac
     async with relayed(redis, rewritten) as stack:
         bodies = await converse(stack, api, 8, back=other)
     assert rewritten.seen == bodies
-    plain = sent(stack)  # the structure still matches: some are of version 3, but smaller
+    plain = sent(stack)  # the structure still matches: some name an answer, but smaller
     with_answer = sum(map(len, edits[1:]))
     without = sum(map(len, plain[1:]))
     assert with_answer * 1.5 < without, (with_answer, without)
@@ -182,15 +184,15 @@ async def test_the_assistant_message_travels_against_the_answer_and_arrives_exac
 
 async def test_a_stream_cut_short_gives_no_dictionary_and_nothing_breaks(redis: Redis) -> None:
     """Turn 3's stream stops before its end event: no answer on either side, and turn 4 is
-    a version-2 edit; turn 5 (after a whole answer) is of version 3 again."""
+    an edit naming no answer; turn 5 (after a whole answer) names one again."""
     provider = Provider(replies(6, 3), cut=frozenset({2}))
     async with relayed(redis, provider) as stack:
         bodies = await converse(stack, "messages", 6)
     assert provider.seen == bodies
     edits = sent(stack)
     assert len(edits) == 6
-    assert edits[3].startswith(b'{"v":2,')  # the turn after the cut stream
-    assert edits[4].startswith(b'{"v":3,')  # and the next one whole again
+    assert "a" not in described(edits[3])  # the turn after the cut stream
+    assert "a" in described(edits[4])  # and the next one whole again
 
 
 async def test_an_answer_the_gateway_lost_costs_one_resend(redis: Redis) -> None:
@@ -217,9 +219,9 @@ async def test_an_answer_the_gateway_lost_costs_one_resend(redis: Redis) -> None
                 ]
     assert provider.seen == bodies
     edits = sent(stack)
-    assert len(edits) == 7  # turn 5 twice: refused 400 dictionary-mismatch, then version 2
-    assert edits[4].startswith(b'{"v":3,')
-    assert edits[5].startswith(b'{"v":2,')
+    assert len(edits) == 7  # turn 5 twice: refused 400 dictionary-mismatch, then without the answer
+    assert "a" in described(edits[4])
+    assert "a" not in described(edits[5])
 
 
 async def test_a_file_read_again_costs_a_fraction_of_the_first_read(redis: Redis) -> None:

@@ -30,7 +30,7 @@ from starlette.routing import Route
 from tests.support.servers import serve, serve_all
 from tests.unit.edits.agents import HEADERS, Agent
 from toolref.asgi.scope import Receive, Scope, Send
-from toolref.edits.wire import MEDIA_TYPE
+from toolref.edits.wire import MEDIA_TYPE, described
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.as_edit import OFFLOAD_BYTES
 from toolref_server.app import create_app
@@ -314,7 +314,7 @@ async def test_a_continuation_turn_s_headers_are_a_few_dozen_bytes_past_the_cred
         host = len(b"host: \r\n") + len(request.headers["host"])
         assert lines - credential - host - key_line <= 72, request.headers.raw
         assert agent_lines > 300  # what a turn as it came sends as headers
-        first = json.loads(request.content.split(b"\n")[0])["o"][0]
+        first = described(request.content)["o"][0]
         assert isinstance(first, list)
         assert first[0] == 0
 
@@ -332,7 +332,7 @@ async def test_count_tokens_rides_the_edit_path(redis: Redis) -> None:
         assert_exact(stack, count, "/v1/messages/count_tokens")
     sent = stack.balancer.requests[-1]
     assert sent.headers["content-type"] == MEDIA_TYPE
-    assert json.loads(sent.content.split(b"\n")[0])["b"] is not None
+    assert described(sent.content)["b"] is not None
     assert len(sent.content) < len(count) / 5
     assert answer.json() == {"input_tokens": len(count) // 4}
 
@@ -380,7 +380,7 @@ async def test_gemini_rides_the_edit_path_and_its_stream_comes_back_untouched(
                 assert sent.content == body
                 continue
             assert sent.headers["content-type"] == MEDIA_TYPE
-            base = json.loads(sent.content.split(b"\n")[0])["b"]
+            base = described(sent.content)["b"]
             assert (base is None) == (turn == 0)
 
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from toolref.edits.wire import MEDIA_TYPE
+from toolref.edits.wire import MEDIA_TYPE, described
 
 from .relay_gateway import KEY, Scripted, header_lines, wire_bytes
 from .test_relay import SAVINGS, relayed
@@ -84,7 +84,7 @@ async def test_one_that_a_later_turn_can_be_an_edit_of_goes_as_an_edit(redis: Re
     assert wire > raw  # the edit was larger: not its size, its use made it an edit
     one, two = stack.gateway.arrivals
     assert one.headers["content-type"] == two.headers["content-type"] == MEDIA_TYPE
-    assert two.body.startswith((b'{"v":2,"b":"tb_', b'{"v":3,"b":"tb_'))  # an edit of the first
+    assert described(two.body)["b"] is not None  # an edit of the first
     assert "not shrunk" in next(line for line in stack.lines if " turn 1 " in line)
     raw, wire = _savings(second)
     assert wire < raw

@@ -19,6 +19,7 @@ import httpx2
 import uvicorn
 import zstandard
 
+from toolref.edits import wire
 from toolref.edits.wire import MEDIA_TYPE
 
 
@@ -106,12 +107,12 @@ def markers(value: Any) -> int:
 
 
 def edit_header(request: httpx2.Request) -> dict[str, Any] | None:
-    """The header line of a request sent as an edit (`{"v":2,"b":<base>|null,"o":[...],
-    "n":<inline bytes>}`, `toolref.edits.wire`), or None for one sent as it is."""
+    """The header of a request sent as an edit as a JSON header line says it (`{"v":2,
+    "b":<base>|null,"o":[...],"n":<inline bytes>}`, `toolref.edits.wire.described`), or
+    None for one sent as it is."""
     if request.headers.get("content-type", "").split(";")[0].strip() != MEDIA_TYPE:
         return None
-    header: dict[str, Any] = json.loads(request.read().split(b"\n", 1)[0])
-    return header
+    return wire.described(request.read())
 
 
 def wire_body(request: httpx2.Request) -> Any:

@@ -18,6 +18,8 @@ from loadtests import (
 from loadtests.timing import Timing, measure
 from loadtests.traces import Trace, load
 
+from toolref.edits import wire
+
 
 def small_trace() -> Trace:
     messages = []
@@ -139,8 +141,8 @@ def test_edit_uploads_send_each_message_about_once() -> None:
     raw, _ = bandwidth.requests(trace)
     assert len(bodies) == len(raw) == 4
     for body in bodies[1:]:
-        header = json.loads(body.split(b"\n", 1)[0])
-        assert header["v"] == 2
+        header = wire.described(body)
+        assert header["v"] == wire.VERSION
         assert header["b"].startswith("tb_")
         assert any(isinstance(op, list) for op in header["o"])  # the previous request kept
         assert len(body) < len(raw[-1])

@@ -12,7 +12,7 @@
  *   body's framing and toolref's own, then the body's `content-length`. The handler's answer
  *   is handed on unread (streams stay streams) with `Toolref-History` (the recipe kept),
  *   `Toolref-Edits: 3` and `Toolref-Savings`; a streamed answer of an LLM API is read as it
- *   passes and, once whole, kept by the registry (`PUT /v1/answers/{ref}`) before its last
+ *   passes and, once whole, kept by the registry (`PUT /v1/answers/{recipe}`) before its last
  *   piece goes on: the dictionary of the client's next edit (edits/answer.ts). A registry problem (409 missing-history or
  *   missing-pieces, 400, 413) goes back to the client as it is, the handler not called; a
  *   registry that cannot be asked is a 415 on which the client sends the request as it is.
@@ -212,7 +212,7 @@ async function applied(context: Context, request: Request): Promise<Response> {
 }
 
 /** `response`, its streamed answer read as it passes (edits/answer.ts `tapFor`): once whole,
- * kept by the registry as recipe `ref`'s (`PUT /v1/answers/{ref}`) before the piece that
+ * kept by the registry as recipe `ref`'s (`PUT /v1/answers/{recipe}`) before the piece that
  * ends it goes on, so that the client's next edit, compressed against it, finds it. A
  * registry that cannot keep it costs that edit one resend (400 dictionary-mismatch), never
  * this answer. As it is when it cannot be an answer. */

@@ -5,7 +5,7 @@
 // registry emptied or gone mid-conversation is recovered without the app noticing, the
 // handler's stream reaches the client as it is written, protocol-2 markers still hydrate.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MEDIA_TYPE, toolrefFetch, withToolRef, type ExchangeInfo } from "../src/index.js";
+import { MEDIA_TYPE, VERSION, toolrefFetch, withToolRef, type ExchangeInfo } from "../src/index.js";
 import { backend, missingPython, registry, type Service } from "./services.js";
 
 const missing = missingPython();
@@ -256,7 +256,7 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     expect(exchanges.map((info) => info.edit)).toEqual([false, true, true, true, true, true, true, true]);
     expect(exchanges.every((info) => !info.resent && info.status === 200)).toBe(true);
     for (const [index, info] of exchanges.entries()) if (index > 1) expect(info.continued).toBe(exchanges[index - 1]!.historyRef);
-    expect(answers[0]!.headers.get("Toolref-Edits")).toBe("3"); // the offer answered
+    expect(answers[0]!.headers.get("Toolref-Edits")).toBe(String(VERSION)); // the offer answered
     for (const [index, answer] of answers.entries()) {
       if (index === 0) continue;
       expect(answer.headers.get("Toolref-History")).toBe(exchanges[index]!.historyRef);
@@ -382,7 +382,7 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     const answer = await handle(new Request("http://backend.test/api/chat", { method: "POST", headers: { "Content-Type": MEDIA_TYPE }, body: edit }));
     expect(answer.status).toBe(409);
     expect(answer.headers.get("content-type")).toContain("application/problem+json");
-    expect(answer.headers.get("Toolref-Edits")).toBe("3");
+    expect(answer.headers.get("Toolref-Edits")).toBe(String(VERSION));
     expect(((await answer.json()) as { type: string }).type).toBe("urn:toolref:problem:missing-history");
     expect(chat.seen).toHaveLength(0);
   });

@@ -2,6 +2,7 @@
 // without a registry (no network).
 import { describe, expect, it } from "vitest";
 import {
+  VERSION,
   CanonicalizationError,
   Editor,
   MEDIA_TYPE,
@@ -155,7 +156,7 @@ describe("withToolRef without a registry call", () => {
     const app = withToolRef(async (request) => (seen.push(request.headers), new Response(await request.text())), { registry: "http://registry.test", fetch: never });
     const offered = await app(new Request("http://app.test/", { method: "POST", headers: { "Toolref-Edits": "2", "x-app": "1" }, body: '{"messages":[1.0]}' }));
     expect(await offered.text()).toBe('{"messages":[1.0]}');
-    expect(offered.headers.get("Toolref-Edits")).toBe("3");
+    expect(offered.headers.get("Toolref-Edits")).toBe(String(VERSION));
     expect([...seen[0]!.keys()]).toEqual(["content-type", "x-app"]); // the offer is toolref's, not the app's
   });
 

@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 import zstandard
 
-from toolref.edits import isolated
+from toolref.edits import compact, isolated
 from toolref.edits.answer import ID_LENGTH, answer_id
-from toolref.edits.edit import Keep, Named, Op
+from toolref.edits.edit import Inline, Keep, Named, Op
 from toolref.edits.recipe import is_recipe_ref, parse_piece_ref, piece_ref
 from toolref.wire import compression
 from toolref.wire.compression import Meter
@@ -52,8 +52,8 @@ from toolref.wire.errors import (
 )
 
 MEDIA_TYPE: Final = "application/vnd.toolref.edit"
-VERSION: Final = 3  # the highest this version reads (it writes 3 only with an answer)
-VERSIONS: Final = (1, 2, 3)
+VERSION: Final = 4  # the highest this version reads and writes (`compact`)
+VERSIONS: Final = (1, 2, 3, 4)
 MAX_HEADER: Final = 4 << 20  # bytes of the header line
 DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)
 LEVEL: Final = 3  # zstd level of the inline bytes
@@ -86,26 +86,40 @@ def encode_isolated(
     answer: bytes = b"",
     answered: Collection[int] = (),
     runs: Sequence[tuple[int, int]] = (),
+    version: int = 3,
 ) -> bytes:
     """A version-2 edit's bytes: each inline segment as it is or compressed alone,
     whichever is smaller (`isolated.pack`; `compress` False: as it is). With `answer` (the
     answer `base`'s request streamed) and `answered` (which inline segments, counted from
     0, are the model's), or `runs` ((first, count) of inline segments of one message), a
-    version-3 edit when that makes it smaller."""
+    version-3 edit when that makes it smaller. `version` 4: the same records after a
+    compact header (`compact`), whatever they hold."""
     listed, blobs = _listed(ops)
-    header: dict[str, Any] = {"v": 2, "b": base, "o": listed, "n": sum(map(len, blobs))}
     records = isolated.pack(blobs, compress=compress)
     usable = answer if base is not None and answered else b""
+    named: str | None = None
     if compress and (usable or runs):
         made = isolated.pack(blobs, answer=usable, answered=answered, runs=runs)
-        named = len(',"a":""') + ID_LENGTH if usable else 0
-        if len(made) + named < len(records):
-            header = {**header, "v": 3}
-            if usable:
-                header["a"] = answer_id(usable)
-            records = made
+        named_cost = compact.ANSWER_BYTES if version >= 4 else len(',"a":""') + ID_LENGTH
+        cost = named_cost if usable else 0
+        if len(made) + cost < len(records):
+            records, named = made, answer_id(usable) if usable else None
+            version = max(version, 3)
+        elif version < 4:
+            version = 2
+    elif version < 4:
+        version = 2
+    if version >= 4:
+        return compact.encode(base, [_compact_op(op) for op in ops], named) + records
+    header: dict[str, Any] = {"v": version, "b": base, "o": listed, "n": sum(map(len, blobs))}
+    if named is not None:
+        header["a"] = named
     line = json.dumps(header, separators=(",", ":")).encode("ascii")
     return line + b"\n" + records
+
+
+def _compact_op(op: Op) -> Keep | Named | int:
+    return len(op.data) if isinstance(op, Inline) else op
 
 
 def _listed(ops: Sequence[Op]) -> tuple[list[Any], list[bytes]]:
@@ -151,6 +165,8 @@ def read(
     what is wrong and the fix; `DecompressedTooLargeError` for inline bytes past
     `max_inline` (before any is inflated); `TooManyItemsError` for a recipe of more than
     `max_entries` entries (before any is built). O(header line)."""
+    if data[:1] == compact.MARK:
+        return _read_compact(data, max_inline, max_entries)
     end = data.find(b"\n", 0, MAX_HEADER + 1)
     if end < 0:
         raise _malformed(f"no header line within the first {MAX_HEADER} bytes")
@@ -186,20 +202,72 @@ def read(
     answer = header.get("a")
     if answer is not None and not _is_answer_id(answer):
         raise _malformed(f"`a` is {_shown(answer)}, not the {ID_LENGTH} hex digits of an answer")
-    if answer is not None and base is None:
-        raise _malformed("an edit naming an answer (`a`) has a base (`b`): it is its base's")
     if version != 3 and answer is not None:
         raise _malformed(f"`a` is a version-3 member, and this edit is of version {version}")
     ops = [_op(op, index) for index, op in enumerate(listed)]
     if sum(op for op in ops if type(op) is int) != inline:
         raise _malformed("the inline lengths of `o` do not add up to `n`")
-    if base is None and any(isinstance(op, Keep) for op in ops):
+    found = answer if isinstance(answer, str) else None
+    header = _checked(Header(base, ops, inline, dictionary, 0, version, found), max_entries)
+    return header, data[end + 1 :]
+
+
+def _read_compact(data: bytes, max_inline: int, max_entries: int) -> tuple[Header, bytes]:
+    """A version-4 edit (`compact`): its header read, checked as a JSON one is."""
+    try:
+        base, ops, answer, end = compact.decode(data, max_entries)
+    except compact.TooManyOps as exc:
+        raise _too_many(exc.count, max_entries) from None
+    except compact.Unreadable as exc:
+        raise _malformed(f"the compact header: {exc}") from None
+    if not ops:
+        raise _malformed("the compact header lists no ops, the headers' segment first")
+    if any(type(op) is int and op == 0 for op in ops[1:]):
+        raise _malformed("an inline segment after the headers' is empty")
+    inline = sum(op for op in ops if type(op) is int)
+    if inline > max_inline:
+        raise DecompressedTooLargeError(
+            f"the edit carries {inline} inline bytes, over the limit of {max_inline}; send "
+            "fewer new segments, or the request whole",
+            limit=max_inline,
+        )
+    header = Header(base, ops, inline, None, 0, compact.VERSION, answer)
+    return _checked(header, max_entries), data[end:]
+
+
+def _checked(header: Header, max_entries: int) -> Header:
+    """`header` with its entries counted (each kept one), once its rules hold: keeps and
+    an answer only with a base, within `max_entries`."""
+    ops = header.ops
+    if header.base is None and any(isinstance(op, Keep) for op in ops):
         raise _malformed("an edit with no base (`b` null) keeps nothing")
+    if header.base is None and header.answer is not None:
+        raise _malformed("an edit naming an answer (`a`) has a base (`b`): it is its base's")
     entries = sum(op.end - op.start if isinstance(op, Keep) else 1 for op in ops)
     if entries > max_entries:
         raise _too_many(entries, max_entries)
-    found = answer if isinstance(answer, str) else None
-    return Header(base, ops, inline, dictionary, entries, version, found), data[end + 1 :]
+    return replace(header, entries=entries)
+
+
+def described(data: bytes) -> dict[str, Any]:
+    """An edit's header as the JSON header line of versions 1-3 says it (`v`, `b`, `o`, `n`,
+    and `a` or `z` where there is one), whatever its version: for tools and tests that
+    read edits. `MalformedBodyError` as `read`."""
+    header, _ = read(data, 1 << 62, 1 << 62)
+    listed: list[Any] = [
+        [op.start, op.end]
+        if isinstance(op, Keep)
+        else piece_ref(op.piece)
+        if isinstance(op, Named)
+        else op
+        for op in header.ops
+    ]
+    found: dict[str, Any] = {"v": header.version, "b": header.base, "o": listed, "n": header.inline}
+    if header.answer is not None:
+        found["a"] = header.answer
+    if header.dictionary is not None:
+        found["z"] = header.dictionary
+    return found
 
 
 def _is_answer_id(value: object) -> bool:
@@ -247,8 +315,8 @@ def inline(
     `header.dictionary` bytes the edit names), and cut. Inflated bytes are charged to
     `meter` before they are."""
     if header.version >= 2:
-        named = answer if header.version == 3 and header.answer is not None else None
-        return isolated.unpack(blob, header.lengths, meter, named, runs=header.version == 3)
+        named = answer if header.version >= 3 and header.answer is not None else None
+        return isolated.unpack(blob, header.lengths, meter, named, runs=header.version >= 3)
     raw = header.dictionary is None
     data = blob if raw else _inflate(blob, dictionary, header.inline, meter)
     if len(data) != header.inline:

@@ -203,10 +203,10 @@ class BaseRegistryClient(Session[TransportT_co]):
         raise self._not_applied(response, "")
 
     def _keep_answer(self, ref: str, answer: bytes) -> Exchange[None]:
-        """`PUT /v1/answers/{ref}`: the answer recipe `ref`'s request streamed, kept for the
+        """`PUT /v1/answers/{recipe}`: the answer recipe `ref`'s request streamed, kept for the
         next edit of it (`toolref.edits.answer`); a refusal raised as its error."""
         headers = {**self._headers, "Content-Type": "application/octet-stream"}
-        url = self._url(endpoints.ANSWER.format(ref=ref))
+        url = self._url(endpoints.ANSWER.format(recipe=ref))
         response = yield from self._send(httpx.Request("PUT", url, headers=headers, content=answer))
         if response.status_code != 204:
             self._decode(response)  # raises the problem (or says what came instead)

@@ -188,7 +188,7 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
         return await self._run(self._apply_edit(data, segments, held))
 
     async def keep_answer(self, ref: str, answer: bytes) -> None:
-        """Keep the answer recipe `ref`'s request streamed (`PUT /v1/answers/{ref}`): the
+        """Keep the answer recipe `ref`'s request streamed (`PUT /v1/answers/{recipe}`): the
         dictionary of the next edit of it (`toolref.edits.answer`)."""
         await self._run(self._keep_answer(ref, answer))
 

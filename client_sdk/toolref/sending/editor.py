@@ -221,9 +221,11 @@ class Editor:
             answer = self.answers.get(ref, b"") if ref is not None and not plain else b""
             runs = _runs(ops, made.owners) if made.owners and not plain else []
             if (not answer and not runs) or self.version < 3:
-                return wire.encode_isolated(ref, ops)
+                return wire.encode_isolated(ref, ops, version=min(self.version, 4))
             models = _inline_positions(ops, made.answered) if answer else frozenset()
-            return wire.encode_isolated(ref, ops, answer=answer, answered=models, runs=runs)
+            return wire.encode_isolated(
+                ref, ops, answer=answer, answered=models, runs=runs, version=self.version
+            )
         body = wire.encode(ref, ops, None)  # as they are
         if inline:
             words = b""

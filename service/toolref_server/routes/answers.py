@@ -1,4 +1,4 @@
-"""`PUT /v1/answers/{ref}`: the answer recipe `ref`'s request streamed, kept for the next
+"""`PUT /v1/answers/{recipe}`: the answer the request of a recipe streamed, kept for the next
 edit of its conversation (`toolref.edits.answer`), by a receiver that is not the gateway: a
 chat backend's `ToolRefMiddleware` or `withToolRef`, which read the app's stream as it
 passed, as the gateway reads an upstream's.
@@ -21,20 +21,34 @@ from toolref.asgi.budget import SCOPE_KEY, Account
 from toolref.edits.answer import MAX_ANSWER
 from toolref.edits.recipe import is_recipe_ref
 from toolref.wire import endpoints
-from toolref.wire.errors import BodyTooLargeError, StoreUnavailableError, ValidationError
+from toolref.wire.errors import (
+    BodyTooLargeError,
+    StoreUnavailableError,
+    UnsupportedMediaTypeError,
+    ValidationError,
+)
 from toolref.wire.models import RECIPE_REF_PATTERN
 from toolref_server.http import codec
 from toolref_server.http.operation import ApiRoute, Operation, Parameter, Reply
 from toolref_server.routes import context
 
+_MEDIA = "application/octet-stream"
+
 
 async def keep_answer(request: Request) -> Response:
     """Check the ref and the size, keep the bytes, answer 204."""
-    ref = request.path_params["ref"]
+    tenant = context.tenant(request)  # the key first: 401 before anything else
+    ref = request.path_params["recipe"]
     if not is_recipe_ref(ref):
         raise ValidationError(
             f"{ref[:40]!r} is no recipe ref (tb_ and 26 base32 letters); name the recipe "
             "the answered request's Toolref-History named"
+        )
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != _MEDIA:
+        raise UnsupportedMediaTypeError(
+            f"{endpoints.ANSWER} takes the answer's bytes (`Content-Type: {_MEDIA}`), not "
+            f"{media or 'a body without Content-Type'}; send them as AnswerTap made them"
         )
     services = context.services(request)
     account: Account = request.scope[SCOPE_KEY]
@@ -49,7 +63,7 @@ async def keep_answer(request: Request) -> Response:
             "an empty body is no answer; send the bytes toolref.edits.answer.AnswerTap made "
             "of the whole stream"
         )
-    if not await services.answers.keep(context.tenant(request), ref, answer):
+    if not await services.answers.keep(tenant, ref, answer):
         raise StoreUnavailableError(
             f"the answer of {ref} could not be kept (the store is down or the tenant's "
             "stored bytes are at their quota); nothing to do: the next edit naming it is "
@@ -69,12 +83,25 @@ def _too_large(size: int) -> BodyTooLargeError:
 KEEP_ANSWER = Operation(
     "keepAnswer",
     "Keep the answer a recipe's request streamed (a chat backend's middleware)",
-    Reply("Kept: the next edit of the recipe may compress against it (edit version 3)."),
-    (400, 413, 422),
-    media={"application/octet-stream": {"type": "string", "format": "binary"}},
+    Reply("Kept: the next edit of the recipe may compress against it (edit versions 3, 4)."),
+    (400, 413, 415, 422),
+    media={
+        _MEDIA: {
+            "type": "string",
+            "format": "binary",
+            "minLength": 1,
+            "maxLength": MAX_ANSWER,
+        }
+    },
     status=204,
     parameters=(
-        Parameter("ref", "path", {"type": "string", "pattern": RECIPE_REF_PATTERN}, required=True),
+        Parameter(
+            "recipe",
+            "path",
+            {"type": "string", "pattern": RECIPE_REF_PATTERN},
+            "The recipe the answered request made (its answer's `Toolref-History`).",
+            required=True,
+        ),
     ),
 )
 

@@ -80,6 +80,11 @@ export function parsePieceRef(text: unknown): Uint8Array | null {
   return parse(text, PIECE_PREFIX);
 }
 
+/** The id a `tb_` ref names; null when `text` is not one. */
+export function parseRecipeRef(text: unknown): Uint8Array | null {
+  return parse(text, RECIPE_PREFIX);
+}
+
 export function isRecipeRef(text: unknown): text is string {
   return parse(text, RECIPE_PREFIX) !== null;
 }

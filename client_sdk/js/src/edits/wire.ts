@@ -13,15 +13,17 @@
  */
 
 import { answerId, ID_LENGTH } from "./answer.js";
+import { compactHeader } from "./compact.js";
 import { ALONE, join, pack, type Codec } from "./isolated.js";
 import { pieceRef } from "./recipe.js";
 import type { Op } from "./edit.js";
 import { platformZstd } from "../zstd.js";
 
 export const MEDIA_TYPE = "application/vnd.toolref.edit";
-/** What this SDK writes by default, and the highest it writes (3: the answer as dictionary
- * and the long window's runs, with zstd; a receiver of 2 gets version 2). */
-export const VERSION = 3;
+/** What this SDK writes by default, and the highest it writes (4: a compact header, compact.ts;
+ * 3: the answer as dictionary and the long window's runs, with zstd; a receiver of 2 gets
+ * version 2). */
+export const VERSION = 4;
 
 const encoder = new TextEncoder();
 
@@ -54,18 +56,29 @@ export async function encodeIsolated(
   answer: Uint8Array | null = null,
   answered: ReadonlySet<number> = new Set(),
   runs: readonly (readonly [number, number])[] = [],
+  version = 3,
 ): Promise<Uint8Array> {
   const { head, blobs } = line(2, base, ops);
-  const records = await pack(blobs, codec);
+  let records = await pack(blobs, codec);
   const dictionaries = platformZstd()?.withDictionary === true; // else no record of kind 3
   const usable = dictionaries && answer !== null && answer.length && base !== null && answered.size ? answer : null;
-  if (codec?.kind !== ALONE || (usable === null && !runs.length)) return join([head, records]);
-  const made = await pack(blobs, codec, { answer: usable ?? undefined, answered, runs });
-  const named = usable !== null ? ',"a":""'.length + ID_LENGTH : 0;
-  if (made.length + named >= records.length) return join([head, records]);
-  const extra = usable !== null ? `,"a":"${await answerId(usable)}"` : "";
-  return join([line(3, base, ops, extra).head, made]);
+  let named: string | null = null;
+  let written = version >= 4 ? 4 : 2;
+  if (codec?.kind === ALONE && (usable !== null || runs.length)) {
+    const made = await pack(blobs, codec, { answer: usable ?? undefined, answered, runs });
+    const cost = usable === null ? 0 : version >= 4 ? ANSWER_BYTES : ',"a":""'.length + ID_LENGTH;
+    if (made.length + cost < records.length) {
+      records = made;
+      named = usable !== null ? await answerId(usable) : null;
+      written = Math.max(written, 3);
+    }
+  }
+  if (written >= 4) return join([compactHeader(base, ops, named), records]);
+  if (written === 2) return join([head, records]);
+  return join([line(3, base, ops, named !== null ? `,"a":"${named}"` : "").head, records]);
 }
+
+const ANSWER_BYTES = 8;
 
 /** A version-1 edit's bytes: the inline segments as they are, or one plain zstd frame of them
  * when `zstd` is given and that is smaller. */
