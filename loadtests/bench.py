@@ -25,6 +25,7 @@ from loadtests import (
     streams,
     summarization,
     traces,
+    turn_costs,
     web_chat,
 )
 from loadtests.report import region, replace_region, write
@@ -100,6 +101,7 @@ def main() -> int:
         adversarial.run(),
         relay.run(found),
         size_guard.run(found),
+        turn_costs.run(found),
         *edits_bench.run(found),  # its own processes, stopped before the next section
         *agents.run(),
         web_chat.run(),

@@ -130,15 +130,22 @@ async def test_an_answer_the_registry_lost_costs_one_resend(redis: Redis) -> Non
 async def test_the_answer_route_refuses_what_it_cannot_keep_and_stores_nothing(
     redis: Redis,
 ) -> None:
+    octets = {"content-type": "application/octet-stream"}
     async with backend(redis, Provider([])) as (_, _, raw):
         before = await redis.dbsize()
-        bad = await raw.put("/v1/answers/tb_nope", content=b"{}")
+        bad = await raw.put("/v1/answers/tb_nope", content=b"{}", headers=octets)
         assert bad.status_code == 422, bad.text
         assert "recipe ref" in bad.json()["detail"]
-        large = await raw.put(f"/v1/answers/{RECIPE}", content=b"x" * (MAX_ANSWER + 1))
+        url = f"/v1/answers/{RECIPE}"
+        large = await raw.put(url, content=b"x" * (MAX_ANSWER + 1), headers=octets)
         assert large.status_code == 413, large.text
         assert str(MAX_ANSWER) in large.json()["detail"]
+        empty = await raw.put(url, content=b"", headers=octets)
+        assert empty.status_code == 422, empty.text
+        json_body = await raw.put(url, content=b"{}", headers={"content-type": "application/json"})
+        assert json_body.status_code == 415, json_body.text
+        assert "application/octet-stream" in json_body.json()["detail"]
         assert await redis.dbsize() == before
-        kept = await raw.put(f"/v1/answers/{RECIPE}", content=b'{"role":"assistant"}')
+        kept = await raw.put(url, content=b'{"role":"assistant"}', headers=octets)
         assert kept.status_code == 204, kept.text
         assert await redis.dbsize() == before + 1

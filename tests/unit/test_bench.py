@@ -14,7 +14,9 @@ from loadtests import (
     report,
     rewriting,
     streams,
+    turn_costs,
 )
+from loadtests.patterns import PATTERNS
 from loadtests.timing import Timing, measure
 from loadtests.traces import Trace, load
 
@@ -188,3 +190,18 @@ def test_preparation_section_times_guarded_and_unguarded_editors() -> None:
     assert [row[0] for row in section.rows] == list(preparation.MODES)
     assert set(section.figures) == {"size-guarded_growth", "unguarded_growth"}
     assert all(value > 0 for value in section.figures.values())
+
+
+def test_turn_costs_measure_both_ends_in_each_mode() -> None:
+    """The issue-39 section: per conversation, the sender's and the receiver's CPU per turn
+    with neither, the long window, and both; the answer makes the edits smaller."""
+    pattern = PATTERNS["one-mark"](12, 0)
+    plain = turn_costs.measure(pattern, False, False)
+    both = turn_costs.measure(pattern, True, True)
+    assert plain.sender > 0
+    assert plain.receiver > 0
+    assert both.sent < plain.sent  # the assistant messages go against their answers
+    section = turn_costs.run([], turns=6)
+    assert len(section.rows) == len(PATTERNS)
+    assert all(len(row) == len(section.header) for row in section.rows)
+    assert section.figures["worst sender ratio"] > 0
