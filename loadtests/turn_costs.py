@@ -138,9 +138,7 @@ def run(found: Sequence[Trace], turns: int = 80) -> Section:
         ],
         rows,
         {"worst sender ratio": worst},
-        [
-            f"the sender's CPU per turn with both over neither: at most {worst:.2f} (stated, no target)"
-        ],
+        [f"the sender's CPU per turn with both over neither: at most {worst:.2f} (no target)"],
         plotted=False,
     )
 
