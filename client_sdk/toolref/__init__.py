@@ -1,106 +1,216 @@
-"""toolref: content-addressed references for LLM tool-call payloads."""
+"""toolref: content-addressed references for LLM tool-call payloads.
 
-from toolref.acp import (
-    ToolCallState,
-    ToolCallStatus,
-    ToolCallTracker,
-    ToolKind,
-    UpdateBuilder,
-    jsonrpc,
-    plan_entries,
-    tool_kind,
-)
-from toolref.kit.breaker import BreakerState, CircuitBreaker
-from toolref.receiving.middleware import ToolRefMiddleware
-from toolref.registry.client import (
-    AsyncRegistryClient,
-    BaseRegistryClient,
-    MessagesResult,
-    RegistryClient,
-    Resolved,
-)
-from toolref.sending.manager import ToolReferenceManager
-from toolref.sending.rewrite import Rewrite, rewrite
-from toolref.sending.savings import Savings
-from toolref.sending.transport import AsyncTransport, Transport
-from toolref.streaming import (
-    ArgPatch,
-    ArgumentsProgress,
-    CallCompleted,
-    CallFailed,
-    CallStarted,
-    CallStatus,
-    StreamAdapter,
-    ToolBuffer,
-    ToolCall,
-    ToolChunk,
-    ToolEvent,
-    accumulate,
-    accumulate_async,
-    adapter_for,
-)
-from toolref.wire.canonical import (
-    Digest,
-    JSONValue,
-    Ref,
-    canonical_json,
-    digest_of,
-    invocation_digest,
-    is_ref,
-)
-from toolref.wire.errors import (
-    AcpError,
-    AuthenticationError,
-    BadRequestError,
-    BatchTooLargeError,
-    BodyTooLargeError,
-    CanonicalizationError,
-    ChunkSequenceError,
-    CircuitOpenError,
-    ConfigurationError,
-    ConflictError,
-    DecompressedTooLargeError,
-    DictionaryMismatchError,
-    DuplicateToolCallError,
-    ForbiddenError,
-    HeadersTooLargeError,
-    HistoryRefsRetiredError,
-    InvalidProtocolError,
-    InvalidRefError,
-    LimitExceededError,
-    MalformedBodyError,
-    MalformedRequestError,
-    MethodNotAllowedError,
-    MissingHistoryError,
-    MissingPiecesError,
-    MissingRefsError,
-    NestingTooDeepError,
-    NonFiniteNumberError,
-    NotFoundError,
-    OverloadedError,
-    ProtocolRequiredError,
-    QuotaExceededError,
-    RefCollisionError,
-    RegistryUnreachableError,
-    RequestTimeoutError,
-    ServiceUnavailableError,
-    StoreUnavailableError,
-    StreamError,
-    ToolrefError,
-    TooManyItemsError,
-    UnexpectedResponseError,
-    UnknownToolCallError,
-    UnsupportedMediaTypeError,
-    UnsupportedValueError,
-    UnusableToolCallError,
-    ValidationError,
-)
-from toolref.wire.headers import HISTORY_HEADER, PROTOCOL_HEADER
-from toolref.wire.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
-from toolref.wire.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
+Every name below is imported at its first use (PEP 562): importing one module of the
+package costs that module, not the whole SDK (the relay starts in a fraction of the time).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from toolref.acp import (
+        ToolCallState,
+        ToolCallStatus,
+        ToolCallTracker,
+        ToolKind,
+        UpdateBuilder,
+        jsonrpc,
+        plan_entries,
+        tool_kind,
+    )
+    from toolref.kit.breaker import BreakerState, CircuitBreaker
+    from toolref.receiving.middleware import ToolRefMiddleware
+    from toolref.registry.client import (
+        AsyncRegistryClient,
+        BaseRegistryClient,
+        MessagesResult,
+        RegistryClient,
+        Resolved,
+    )
+    from toolref.sending.manager import ToolReferenceManager
+    from toolref.sending.rewrite import Rewrite, rewrite
+    from toolref.sending.savings import Savings
+    from toolref.sending.transport import AsyncTransport, Transport
+    from toolref.streaming import (
+        ArgPatch,
+        ArgumentsProgress,
+        CallCompleted,
+        CallFailed,
+        CallStarted,
+        CallStatus,
+        StreamAdapter,
+        ToolBuffer,
+        ToolCall,
+        ToolChunk,
+        ToolEvent,
+        accumulate,
+        accumulate_async,
+        adapter_for,
+    )
+    from toolref.wire.canonical import (
+        Digest,
+        JSONValue,
+        Ref,
+        canonical_json,
+        digest_of,
+        invocation_digest,
+        is_ref,
+    )
+    from toolref.wire.errors import (
+        AcpError,
+        AuthenticationError,
+        BadRequestError,
+        BatchTooLargeError,
+        BodyTooLargeError,
+        CanonicalizationError,
+        ChunkSequenceError,
+        CircuitOpenError,
+        ConfigurationError,
+        ConflictError,
+        DecompressedTooLargeError,
+        DictionaryMismatchError,
+        DuplicateToolCallError,
+        ForbiddenError,
+        HeadersTooLargeError,
+        HistoryRefsRetiredError,
+        InvalidProtocolError,
+        InvalidRefError,
+        LimitExceededError,
+        MalformedBodyError,
+        MalformedRequestError,
+        MethodNotAllowedError,
+        MissingHistoryError,
+        MissingPiecesError,
+        MissingRefsError,
+        NestingTooDeepError,
+        NonFiniteNumberError,
+        NotFoundError,
+        OverloadedError,
+        ProtocolRequiredError,
+        QuotaExceededError,
+        RefCollisionError,
+        RegistryUnreachableError,
+        RequestTimeoutError,
+        ServiceUnavailableError,
+        StoreUnavailableError,
+        StreamError,
+        ToolrefError,
+        TooManyItemsError,
+        UnexpectedResponseError,
+        UnknownToolCallError,
+        UnsupportedMediaTypeError,
+        UnsupportedValueError,
+        UnusableToolCallError,
+        ValidationError,
+    )
+    from toolref.wire.headers import HISTORY_HEADER, PROTOCOL_HEADER
+    from toolref.wire.models import Capabilities, FormatName, HydrateMode, Invocation, RegisteredRef
+    from toolref.wire.protocol import PROTOCOL_HIGH, PROTOCOL_LOW
+
+# Each name: the module it is read from, at its first use (`__getattr__`).
+_LAZY: dict[str, str] = {
+    "ToolCallState": "toolref.acp",
+    "ToolCallStatus": "toolref.acp",
+    "ToolCallTracker": "toolref.acp",
+    "ToolKind": "toolref.acp",
+    "UpdateBuilder": "toolref.acp",
+    "jsonrpc": "toolref.acp",
+    "plan_entries": "toolref.acp",
+    "tool_kind": "toolref.acp",
+    "BreakerState": "toolref.kit.breaker",
+    "CircuitBreaker": "toolref.kit.breaker",
+    "ToolRefMiddleware": "toolref.receiving.middleware",
+    "AsyncRegistryClient": "toolref.registry.client",
+    "BaseRegistryClient": "toolref.registry.client",
+    "MessagesResult": "toolref.registry.client",
+    "RegistryClient": "toolref.registry.client",
+    "Resolved": "toolref.registry.client",
+    "ToolReferenceManager": "toolref.sending.manager",
+    "Rewrite": "toolref.sending.rewrite",
+    "rewrite": "toolref.sending.rewrite",
+    "Savings": "toolref.sending.savings",
+    "AsyncTransport": "toolref.sending.transport",
+    "Transport": "toolref.sending.transport",
+    "ArgPatch": "toolref.streaming",
+    "ArgumentsProgress": "toolref.streaming",
+    "CallCompleted": "toolref.streaming",
+    "CallFailed": "toolref.streaming",
+    "CallStarted": "toolref.streaming",
+    "CallStatus": "toolref.streaming",
+    "StreamAdapter": "toolref.streaming",
+    "ToolBuffer": "toolref.streaming",
+    "ToolCall": "toolref.streaming",
+    "ToolChunk": "toolref.streaming",
+    "ToolEvent": "toolref.streaming",
+    "accumulate": "toolref.streaming",
+    "accumulate_async": "toolref.streaming",
+    "adapter_for": "toolref.streaming",
+    "Digest": "toolref.wire.canonical",
+    "JSONValue": "toolref.wire.canonical",
+    "Ref": "toolref.wire.canonical",
+    "canonical_json": "toolref.wire.canonical",
+    "digest_of": "toolref.wire.canonical",
+    "invocation_digest": "toolref.wire.canonical",
+    "is_ref": "toolref.wire.canonical",
+    "AcpError": "toolref.wire.errors",
+    "AuthenticationError": "toolref.wire.errors",
+    "BadRequestError": "toolref.wire.errors",
+    "BatchTooLargeError": "toolref.wire.errors",
+    "BodyTooLargeError": "toolref.wire.errors",
+    "CanonicalizationError": "toolref.wire.errors",
+    "ChunkSequenceError": "toolref.wire.errors",
+    "CircuitOpenError": "toolref.wire.errors",
+    "ConfigurationError": "toolref.wire.errors",
+    "ConflictError": "toolref.wire.errors",
+    "DecompressedTooLargeError": "toolref.wire.errors",
+    "DictionaryMismatchError": "toolref.wire.errors",
+    "DuplicateToolCallError": "toolref.wire.errors",
+    "ForbiddenError": "toolref.wire.errors",
+    "HeadersTooLargeError": "toolref.wire.errors",
+    "HistoryRefsRetiredError": "toolref.wire.errors",
+    "InvalidProtocolError": "toolref.wire.errors",
+    "InvalidRefError": "toolref.wire.errors",
+    "LimitExceededError": "toolref.wire.errors",
+    "MalformedBodyError": "toolref.wire.errors",
+    "MalformedRequestError": "toolref.wire.errors",
+    "MethodNotAllowedError": "toolref.wire.errors",
+    "MissingHistoryError": "toolref.wire.errors",
+    "MissingPiecesError": "toolref.wire.errors",
+    "MissingRefsError": "toolref.wire.errors",
+    "NestingTooDeepError": "toolref.wire.errors",
+    "NonFiniteNumberError": "toolref.wire.errors",
+    "NotFoundError": "toolref.wire.errors",
+    "OverloadedError": "toolref.wire.errors",
+    "ProtocolRequiredError": "toolref.wire.errors",
+    "QuotaExceededError": "toolref.wire.errors",
+    "RefCollisionError": "toolref.wire.errors",
+    "RegistryUnreachableError": "toolref.wire.errors",
+    "RequestTimeoutError": "toolref.wire.errors",
+    "ServiceUnavailableError": "toolref.wire.errors",
+    "StoreUnavailableError": "toolref.wire.errors",
+    "StreamError": "toolref.wire.errors",
+    "ToolrefError": "toolref.wire.errors",
+    "TooManyItemsError": "toolref.wire.errors",
+    "UnexpectedResponseError": "toolref.wire.errors",
+    "UnknownToolCallError": "toolref.wire.errors",
+    "UnsupportedMediaTypeError": "toolref.wire.errors",
+    "UnsupportedValueError": "toolref.wire.errors",
+    "UnusableToolCallError": "toolref.wire.errors",
+    "ValidationError": "toolref.wire.errors",
+    "HISTORY_HEADER": "toolref.wire.headers",
+    "PROTOCOL_HEADER": "toolref.wire.headers",
+    "Capabilities": "toolref.wire.models",
+    "FormatName": "toolref.wire.models",
+    "HydrateMode": "toolref.wire.models",
+    "Invocation": "toolref.wire.models",
+    "RegisteredRef": "toolref.wire.models",
+    "PROTOCOL_HIGH": "toolref.wire.protocol",
+    "PROTOCOL_LOW": "toolref.wire.protocol",
+}
 
 __version__ = "0.3.0"
-
 __all__ = [
     "HISTORY_HEADER",
     "PROTOCOL_HEADER",
@@ -201,3 +311,19 @@ __all__ = [
     "rewrite",
     "tool_kind",
 ]
+
+
+if not TYPE_CHECKING:  # a type checker reads the imports above: an unknown name is an error
+
+    def __getattr__(name: str) -> Any:
+        """An export, imported at its first use (PEP 562), so that importing one module of the
+        package (`toolref.wire.headers`, say) does not import all of them."""
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_LAZY})
