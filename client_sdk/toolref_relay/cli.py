@@ -30,11 +30,11 @@ from urllib.parse import urlsplit
 
 from toolref.wire import redaction
 
-from . import control, doctor
-from .agents import set_up_lines
 from .config import MIB, RelayConfig, misspelt_key
-from .preflight import OVERRIDDEN, OVERRIDE
-from .preflight import check as check_gateway
+
+# The relay's own modules (the app, the gateway check, the control endpoints) are imported
+# once the port is bound: `toolref relay --help` and a busy port answer at once, and the
+# relay listens before the app's imports (the kernel queues what comes meanwhile).
 
 _DESCRIPTION = (
     "Serve the relay on loopback: an agent pointed at http://HOST:PORT/llm/NAME sends its "
@@ -189,17 +189,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = config_of(args)
     except ValueError as exc:
         sys.exit(redaction.urls_in(f"toolref relay: {exc}"))
+    sock = _bind(args.host, args.port)  # first: a busy port fails before anything is said
+    port = sock.getsockname()[1]
     try:
         import uvicorn
     except ImportError:
+        sock.close()
         sys.exit("toolref relay needs uvicorn: from a toolref checkout, pip install -e '.[relay]'")
+    from . import control
+    from .agents import set_up_lines
     from .app import Relay
+    from .preflight import OVERRIDDEN, OVERRIDE
+    from .preflight import check as check_gateway
 
     logging.basicConfig(level=args.log_level.upper(), format="%(name)s: %(message)s")
     for handler in logging.getLogger().handlers:  # httpx logs each URL, query and all, at INFO
         handler.addFilter(redaction.LogRedactor())
-    sock = _bind(args.host, args.port)  # first: a busy port fails before anything is said
-    port = sock.getsockname()[1]
     hint = misspelt_key(os.environ) if config.key is None else None
     if hint is not None:
         _say(hint)
@@ -259,6 +264,8 @@ def token_line(token_file: Path, base: str) -> str:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from . import control, doctor
+
     relay = args.relay.rstrip("/")
     port = urlsplit(relay).port or 80
     token_file = Path(args.token_file) if args.token_file else control.default_path(port)

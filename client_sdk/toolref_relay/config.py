@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -9,8 +10,6 @@ from urllib.parse import urlsplit
 
 from toolref.kit.option_checks import nearest
 from toolref.wire import redaction
-
-from .control import new_token
 
 MIB: Final = 2**20
 MIN_TOKEN: Final = 16  # characters of a control token given rather than drawn
@@ -40,6 +39,14 @@ def _base_url(option: str, value: str) -> str:
             f"http://127.0.0.1:8750 (no query string)"
         )
     return value.rstrip("/")
+
+
+_TOKEN_BYTES: Final = 32
+
+
+def new_token() -> str:
+    """A control token for this start (43 URL-safe characters, 256 random bits)."""
+    return secrets.token_urlsafe(_TOKEN_BYTES)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,6 @@ import contextlib
 import hmac
 import json
 import os
-import secrets
 import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,12 +36,6 @@ _SWITCH_FIX: Final = "a switch request is a small JSON object"
 _SWITCH_LIMIT: Final = 4096  # bytes of a switch request
 _CHALLENGE: Final = ("www-authenticate", 'Bearer realm="toolref relay"')
 _BEARER: Final = "bearer "
-_TOKEN_BYTES: Final = 32
-
-
-def new_token() -> str:
-    """A token for this start (43 URL-safe characters, 256 random bits)."""
-    return secrets.token_urlsafe(_TOKEN_BYTES)
 
 
 def default_path(port: int) -> Path:

@@ -33,3 +33,17 @@ def test_every_exported_name_resolves(package: object) -> None:
     assert "ToolRefMiddleware" in dir(toolref)
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         _ = toolref.nothing_here  # type: ignore[attr-defined]  # (what mypy says too)
+
+
+def test_the_relay_command_imports_its_app_only_once_it_listens() -> None:
+    """`toolref relay --help` and a busy port answer before the relay's app, the gateway check
+    or httpx are imported (`toolref_relay.cli` imports them after binding)."""
+    code = (
+        "import sys, toolref_relay.cli; "
+        "print(sorted(m for m in sys.modules if m in ('toolref_relay.app', "
+        "'toolref_relay.preflight', 'toolref_relay.control', 'httpx', 'pydantic')))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert found.strip() == "[]", found
