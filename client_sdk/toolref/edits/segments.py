@@ -11,38 +11,31 @@ small members, closing brackets, marks) is glue. Nothing is parsed to be written
 every segment is a slice of the client's own text, so whitespace, number spellings,
 escapes (lone surrogates included) and repeated keys are kept as they came.
 
-Linear in the request: one scan of the body, values skipped by the stdlib's C scanner
-(numbers are not converted, so a number no double holds, or of any length, is only text).
+The body's scan is `toolref.edits.scanner`'s: linear in what changed since a body it
+remembers, values skipped by the stdlib's C scanner.
 """
 
 from __future__ import annotations
 
-import json
 import re
-import threading
-import zlib
-from collections.abc import Callable, Iterable, Sequence
-from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not in stubs
-from json.scanner import make_scanner
-from typing import Any, Final
+from collections.abc import Iterable, Sequence
+from typing import Final
 
-from toolref.kit.lru import LRU
+from toolref.edits.scanner import ANSWER_ROLES, ID_KEYS, LARGE, MARK_KEYS, scan
 
-LARGE: Final = 256  # a member value at least this long is a segment of its own
-# The long window (issue 39): a message span this long is cut again, at content-defined
-# places (`_windowed`), so that content repeated from anywhere in the conversation (a file
-# read twice, in two messages) is the same segments again, which an edit keeps.
-WINDOW_LONG: Final = 4096
-WINDOW_MIN: Final = 512  # bytes at least between two such cuts
-WINDOW_MAX: Final = 8192  # a piece longer than this is cut at its next line end anyway
-# Places to cut: after an escaped line end (`\n` in the JSON text) whose line's CRC-32 has
-# its low 3 bits clear (one line in 8): content-defined, so the same text cuts at the same
-# places wherever it sits. What a message's text cuts into is remembered (`_WINDOWS`, by
-# the text: a conversation's old messages are cut once), so a turn costs a scan of its new
-# long messages only, and a hash of the old ones (C speed).
-_LINE_END: Final = re.compile(r"\\n")
-_WINDOWS: Final[LRU[str, tuple[int, ...]]] = LRU(4096, 16 << 20, len)
-_WINDOWS_LOCK: Final = threading.Lock()  # cuts run on the loop and in worker threads
+__all__ = [
+    "ANSWER_ROLES",
+    "ID_KEYS",
+    "LARGE",
+    "MARK_KEYS",
+    "SECRET_HEADERS",
+    "cut_body",
+    "cut_messages",
+    "header_lines",
+    "header_segment",
+    "is_secret",
+    "restore_headers",
+]
 
 # Header names whose values are credentials: they travel on every request, never in a segment.
 SECRET_HEADERS: Final = frozenset(
@@ -65,32 +58,6 @@ _NOT_KEPT: Final = frozenset(
     }
 )
 _LINE: Final = re.compile(rb"([^:\r\n]+):(?: ([^\r\n]*))?\r\n")
-
-
-def _ignore(_: str) -> None:
-    return None
-
-
-# Values are only skipped: numbers and constants are not converted (any length, any size).
-_scan: Final[Callable[[str, int], tuple[Any, int]]] = make_scanner(
-    json.JSONDecoder(parse_float=_ignore, parse_int=_ignore, parse_constant=_ignore)  # type: ignore[arg-type]
-)
-_WS: Final = re.compile(r"[ \t\n\r]*")
-# Members that mark a prompt-cache breakpoint, which clients move from turn to turn (Anthropic's
-# `cache_control`, also on OpenAI-compatible routers): cut out of a message's piece.
-MARK_KEYS: Final = ("cache_control",)
-# A message's own members that name it, not what it says: cut out of its piece too.
-ID_KEYS: Final = frozenset({"id"})
-# The roles of the model's own messages (Gemini's `model`): what an answer dictionary compresses.
-ANSWER_ROLES: Final = frozenset({"assistant", "model"})
-_MARK: Final = re.compile(
-    r"[ \t\n\r]*,[ \t\n\r]*\"(?:" + "|".join(map(re.escape, MARK_KEYS)) + r")\"[ \t\n\r]*:"
-)
-_CLOSING: Final = frozenset("}] \t\n\r")
-
-
-class _NotAnObject(ValueError):
-    pass
 
 
 def is_secret(name: str) -> bool:
@@ -177,19 +144,16 @@ def cut_messages(
     says), in order (a client tells its conversations apart by their messages). `answered`,
     when given, gets the index of every span of a message whose own `role` member is one
     of `ANSWER_ROLES` (the model's: what an answer dictionary may compress). `window`, when
-    given: long message spans are cut again (`_windowed`), and it gets, for each segment,
-    the number of the message it belongs to (-1: none), so that a sender compresses the
-    pieces of one message together."""
-    messages: list[int] = []
-    models: list[int] = []
-    owners: list[int] | None = [] if window is not None else None
-    try:
-        cuts = _cuts(text, messages_key, messages, models, owners)
-    except (_NotAnObject, StopIteration, ValueError, IndexError, RecursionError):
+    given: long message spans are cut again (`scanner`'s long window), and it gets, for each
+    segment, the number of the message it belongs to (-1: none), so that a sender compresses
+    the pieces of one message together."""
+    found = scan(text, messages_key, window is not None)
+    if found is None:
         return None
+    cuts, owners = found.cuts, found.owners
     segments: list[str] = []
     marks: list[int] = []
-    message, model = set(messages), set(models)
+    message, model = set(found.messages), set(found.models)
     at, cut = 0, 0
     for start, end in cuts:
         if start > at:
@@ -201,7 +165,7 @@ def cut_messages(
         if answered is not None and cut in model:
             answered.append(len(segments))
         segments.append(text[start:end])
-        if window is not None and owners is not None:
+        if window is not None:
             window.append(owners[cut])
         at, cut = end, cut + 1
     if at < len(text):
@@ -209,181 +173,3 @@ def cut_messages(
         if window is not None:
             window.append(-1)
     return segments, marks
-
-
-def _skip(text: str, at: int) -> int:
-    end: int = _WS.match(text, at).end()  # type: ignore[union-attr]  # always matches
-    return end
-
-
-def _expect(text: str, at: int, char: str) -> int:
-    if text[at : at + 1] != char:
-        raise _NotAnObject(f"expected {char!r} at char {at}")
-    return at + 1
-
-
-def _cuts(
-    text: str,
-    messages_key: str | None,
-    messages: list[int],
-    models: list[int],
-    owners: list[int] | None = None,
-) -> list[tuple[int, int]]:
-    """The spans that are segments of their own: large member values, and each message
-    (their indexes in the spans added to `messages`; those of the model's to `models`)."""
-    at = _skip(text, 0)
-    at = _skip(text, _expect(text, at, "{"))
-    cuts: list[tuple[int, int]] = []
-    if text[at : at + 1] == "}":
-        return _end(text, at + 1, cuts)
-    while True:
-        at = _expect(text, at, '"')
-        key, at = scanstring(text, at, True)
-        at = _skip(text, _expect(text, _skip(text, at), ":"))
-        start = at
-        if key == messages_key and text[at : at + 1] == "[":
-            at = _messages(text, at, cuts, messages, models, owners=owners)
-        else:
-            _, at = _scan(text, at)
-            if at - start >= LARGE:
-                cuts.append((start, at))
-                if owners is not None:
-                    owners.append(-1)
-        at = _skip(text, at)
-        if text[at : at + 1] == "}":
-            return _end(text, at + 1, cuts)
-        at = _skip(text, _expect(text, at, ","))
-
-
-def _messages(
-    text: str,
-    at: int,
-    cuts: list[tuple[int, int]],
-    messages: list[int],
-    models: list[int],
-    *,
-    owners: list[int] | None,
-) -> int:
-    at = _skip(text, at + 1)
-    if text[at : at + 1] == "]":
-        return at + 1
-    while True:
-        start = at
-        at, own, role = _message(text, at)
-        spans = _message_spans(text, start, at, own)
-        if owners is not None:  # the long window: long spans cut again
-            spans = [piece for span in spans for piece in _windowed(text, *span)]
-            owners.extend([len(messages)] * len(spans))
-        largest = max(range(len(spans)), key=lambda k: spans[k][1] - spans[k][0])
-        messages.append(len(cuts) + largest)  # what the message says, its ids and marks aside
-        if isinstance(role, str) and role in ANSWER_ROLES:
-            models.extend(range(len(cuts), len(cuts) + len(spans)))
-        cuts.extend(spans)
-        at = _skip(text, at)
-        if text[at : at + 1] == "]":
-            return at + 1
-        at = _skip(text, _expect(text, at, ","))
-
-
-def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]], object]:
-    """A message's end, the spans of its own `ID_KEYS` members (each with the comma that
-    joins it to its neighbours), and its own `role` member's value (None: none): one scan,
-    member by member when it is an object."""
-    if text[at : at + 1] != "{":
-        return _scan(text, at)[1], [], None
-    own: list[tuple[int, int]] = []
-    role: object = None
-    at = _skip(text, at + 1)
-    if text[at : at + 1] == "}":
-        return at + 1, own, role
-    before: int | None = None  # the end of the member before (None: this is the first)
-    while True:
-        key_at = at
-        key, at = scanstring(text, _expect(text, at, '"'), True)
-        value, at = _scan(text, _skip(text, _expect(text, _skip(text, at), ":")))
-        if key == "role":
-            role = value
-        end, at = at, _skip(text, at)
-        if key in ID_KEYS:
-            if before is not None:
-                own.append((before, end))
-            elif text[at : at + 1] == ",":
-                own.append((key_at, _skip(text, at + 1)))
-        if text[at : at + 1] == "}":
-            return at + 1, own, role
-        before, at = end, _skip(text, _expect(text, at, ","))
-
-
-def _message_spans(
-    text: str, start: int, end: int, own: list[tuple[int, int]]
-) -> list[tuple[int, int]]:
-    """A message's spans: the message without its closing run (the brackets and whitespace
-    that end it), its own ids (`own`: a client may give every message a new id each run, as
-    Codex does) and its cache marks (`MARK_KEYS` members with their comma, at any depth),
-    which are left to the glue. A message keeps its piece whether or not a mark sits on it,
-    and from one run of a prompt to the next: a mark moving on costs its few bytes of glue,
-    not the message again (issue 30: two moving marks stored and sent every marked message
-    twice; issue 31: a repeated Codex session had no message in common with the run
-    before). Sound on valid JSON: a quote after a comma and whitespace opens a string, so a
-    match is a member of an object of the message. Linear: one regex pass over the
-    message, one value skipped per mark."""
-    cuts = list(own)
-    for mark in _MARK.finditer(text, start, end):
-        cuts.append((mark.start(), _scan(text, _skip(text, mark.end()))[1]))
-    spans: list[tuple[int, int]] = []
-    at = start
-    for cut_start, cut_end in sorted(cuts):
-        if cut_start >= at:  # never overlapping on valid JSON; kept safe all the same
-            spans.append((at, cut_start))
-            at = cut_end
-    close = end
-    while close > at and text[close - 1] in _CLOSING:
-        close -= 1
-    spans.append((at, close))
-    return [(a, b) for a, b in spans if b > a] or [(start, end)]
-
-
-def _windowed(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    """The span cut at content-defined places (`_LINE_END` of a line whose CRC-32 ends in
-    three zero bits; pieces at least `WINDOW_MIN` and, where a line end allows, at most
-    `WINDOW_MAX` bytes; none within `WINDOW_MIN` of its end) when it is `WINDOW_LONG` long
-    or more; else whole. Linear in the span: one regex pass and a CRC per line, once per
-    distinct text (`_WINDOWS`)."""
-    if end - start < WINDOW_LONG:
-        return [(start, end)]
-    span = text[start:end]
-    with _WINDOWS_LOCK:
-        cuts = _WINDOWS.get(span)
-    if cuts is None:
-        cuts = _cuts_of(span)  # outside the lock: linear in the span
-        with _WINDOWS_LOCK:
-            _WINDOWS.put(span, cuts)
-    found: list[tuple[int, int]] = []
-    at = start
-    for cut in cuts:
-        found.append((at, start + cut))
-        at = start + cut
-    found.append((at, end))
-    return found
-
-
-def _cuts_of(span: str) -> tuple[int, ...]:
-    cuts: list[int] = []
-    last = line = 0
-    limit = len(span) - WINDOW_MIN
-    for place in _LINE_END.finditer(span):
-        cut = place.end()
-        if cut > limit:
-            break
-        crc = zlib.crc32(span[line:cut].encode("utf-8", "surrogatepass"))
-        line = cut
-        if cut - last >= WINDOW_MIN and (crc & 7 == 0 or cut - last >= WINDOW_MAX):
-            cuts.append(cut)
-            last = cut
-    return tuple(cuts)
-
-
-def _end(text: str, at: int, cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    if _skip(text, at) != len(text):
-        raise _NotAnObject(f"extra data after the object at char {at}")
-    return cuts

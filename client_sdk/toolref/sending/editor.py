@@ -113,7 +113,7 @@ class Editor:
         self.answers: OrderedDict[str, bytes] = OrderedDict()  # recipe ref -> its answer
         self.max_answers = max(1, max_recipes)
         self.size_guard = size_guard
-        self.long_window = long_window  # long messages cut again (`segments._windowed`)
+        self.long_window = long_window  # long messages cut again (`scanner._windowed`)
         self.version = version  # the highest the gateway reads (its capabilities' `edits`)
 
     def prepare(

@@ -178,7 +178,7 @@ function isHex(byte: number | undefined): boolean {
 
 const CONSTANTS: readonly Uint8Array[] = ["null", "true", "false", "NaN", "Infinity", "-Infinity"].map((word) => new TextEncoder().encode(word));
 
-/** One scan of a JSON object, as segments.py's `_cuts`. */
+/** One scan of a JSON object, as scanner.py's `_fresh` (no memo: JS scans every body whole). */
 class Scanner {
   readonly cuts: [number, number][] = [];
   readonly messages: number[] = [];
@@ -400,7 +400,7 @@ class Scanner {
 
   /** A message's spans: the message without its closing run, its own ids and its cache marks
    * (`,` "cache_control" `:` value, whitespace around, at any depth), which are left to the
-   * glue (segments.py's `_message_spans`). */
+   * glue (scanner.py's `_message_spans`). */
   private spans(start: number, end: number, own: [number, number][]): [number, number][] {
     const data = this.data;
     const cuts: [number, number][] = [...own];

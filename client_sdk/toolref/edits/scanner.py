@@ -1,0 +1,361 @@
+"""The scan of a request's JSON body into the spans that are segments of their own (see
+`segments`): large member values and, under the messages key, each message (less its
+closing brackets, its own ids and its cache marks), long messages cut again where their
+content says (the long window).
+
+A turn's body is the one before plus what changed: a conversation only grows at its tail
+(a cache mark moving on, a message appended). So each scan is remembered (`Scan`: the spans,
+and where each message ended), the last `MEMOS` of them, and a body is scanned from the end
+of the last message it shares byte for byte with the remembered scan it shares most with
+(that prefix found by comparing text at C speed, `shared`): a turn costs a scan of what
+changed, not of the conversation. Any body, any memo: the spans are what a scan from the
+start gives (a message's spans depend on its own bytes only), so a memo of another
+conversation only shortens the prefix reused.
+
+Linear in the request: one scan, values skipped by the stdlib's C scanner (numbers are not
+converted, so a number no double holds, or of any length, is only text).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+import threading
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not in stubs
+from json.scanner import make_scanner
+from typing import Any, Final
+
+from toolref.kit.lru import LRU
+
+LARGE: Final = 256  # a member value at least this long is a segment of its own
+# The long window (issue 39): a message span this long is cut again, at content-defined
+# places (`_windowed`), so that content repeated from anywhere in the conversation (a file
+# read twice, in two messages) is the same segments again, which an edit keeps.
+WINDOW_LONG: Final = 4096
+WINDOW_MIN: Final = 512  # bytes at least between two such cuts
+WINDOW_MAX: Final = 8192  # a piece longer than this is cut at its next line end anyway
+# Places to cut: after an escaped line end (`\n` in the JSON text) whose line's CRC-32 has
+# its low 3 bits clear (one line in 8): content-defined, so the same text cuts at the same
+# places wherever it sits. What a message's text cuts into is remembered (`_WINDOWS`, by
+# the text: a conversation's old messages are cut once), so a turn costs a scan of its new
+# long messages only, and a hash of the old ones (C speed).
+_LINE_END: Final = re.compile(r"\\n")
+_WINDOWS: Final[LRU[str, tuple[int, ...]]] = LRU(4096, 16 << 20, len)
+_WINDOWS_LOCK: Final = threading.Lock()  # cuts run on the loop and in worker threads
+
+
+def _ignore(_: str) -> None:
+    return None
+
+
+# Values are only skipped: numbers and constants are not converted (any length, any size).
+_scan: Final[Callable[[str, int], tuple[Any, int]]] = make_scanner(
+    json.JSONDecoder(parse_float=_ignore, parse_int=_ignore, parse_constant=_ignore)  # type: ignore[arg-type]
+)
+_WS: Final = re.compile(r"[ \t\n\r]*")
+# Members that mark a prompt-cache breakpoint, which clients move from turn to turn (Anthropic's
+# `cache_control`, also on OpenAI-compatible routers): cut out of a message's piece.
+MARK_KEYS: Final = ("cache_control",)
+# A message's own members that name it, not what it says: cut out of its piece too.
+ID_KEYS: Final = frozenset({"id"})
+# The roles of the model's own messages (Gemini's `model`): what an answer dictionary compresses.
+ANSWER_ROLES: Final = frozenset({"assistant", "model"})
+_MARK: Final = re.compile(
+    r"[ \t\n\r]*,[ \t\n\r]*\"(?:" + "|".join(map(re.escape, MARK_KEYS)) + r")\"[ \t\n\r]*:"
+)
+_CLOSING: Final = frozenset("}] \t\n\r")
+
+
+class _NotAnObject(ValueError):
+    pass
+
+
+MEMOS: Final = 8  # scans remembered, each a body's text and its spans
+MEMO_CHARS: Final = 32 << 20  # characters of the bodies remembered, in all (a longer one: none)
+_MEMO_MIN: Final = 1024  # characters a body shares with a memo for it to be resumed from
+_MEMOS: Final[deque[Scan]] = deque(maxlen=MEMOS)
+_MEMOS_LOCK: Final = threading.Lock()  # scans run on the loop and in worker threads
+
+
+@dataclass(slots=True)
+class Scan:
+    """A body's spans in order (`cuts`), the index in them of each message's largest span
+    (`messages`), those of the model's messages (`models`), each span's message with the long
+    window (`owners`, -1: none; empty without it), and where each message ended (`ends`: the
+    offset after it, then how many spans and model spans there were then)."""
+
+    text: str
+    key: str | None
+    window: bool
+    cuts: list[tuple[int, int]] = field(default_factory=list)
+    messages: list[int] = field(default_factory=list)
+    models: list[int] = field(default_factory=list)
+    owners: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    counts: list[tuple[int, int]] = field(default_factory=list)
+
+
+def scan(text: str, messages_key: str | None, window: bool) -> Scan | None:
+    """The spans of `text` (a JSON object's), resumed from a remembered scan where one
+    shares its first messages (see the module docstring); None when it is not one JSON
+    object. O(what follows the shared messages) and a comparison at C speed."""
+    found = Scan(text, messages_key, window)
+    memo, common = _closest(text, messages_key, window)
+    try:
+        if memo is not None and _resume(found, memo, common):
+            pass
+        else:
+            found = Scan(text, messages_key, window)
+            _fresh(found)
+    except (_NotAnObject, StopIteration, ValueError, IndexError, RecursionError):
+        return None
+    if len(text) <= MEMO_CHARS:
+        with _MEMOS_LOCK:
+            if memo is not None and memo in _MEMOS:
+                _MEMOS.remove(memo)  # the conversation moved on: its newer body replaces it
+            _MEMOS.append(found)
+            while sum(len(m.text) for m in _MEMOS) > MEMO_CHARS:
+                _MEMOS.popleft()
+    return found
+
+
+def shared(one: str, other: str) -> int:
+    """How many first characters `one` and `other` share: slices compared at C speed,
+    halving the range (about two passes over the shorter)."""
+    size = min(len(one), len(other))
+    if one[:size] == other[:size]:
+        return size
+    low, high = 0, size  # one[:low] == other[:low]; one[:high] != other[:high]
+    while high - low > 64:
+        middle = (low + high) // 2
+        if one[low:middle] == other[low:middle]:
+            low = middle
+        else:
+            high = middle
+    while low < high and one[low] == other[low]:
+        low += 1
+    return low
+
+
+def _closest(text: str, key: str | None, window: bool) -> tuple[Scan | None, int]:
+    """The remembered scan sharing the most first characters with `text`, and how many."""
+    with _MEMOS_LOCK:
+        memos = [m for m in reversed(_MEMOS) if m.key == key and m.window == window]
+    best, most = None, _MEMO_MIN - 1
+    for memo in memos:  # the most recent first
+        if memo.text[:_MEMO_MIN] != text[:_MEMO_MIN]:
+            continue
+        common = shared(memo.text, text)
+        if common > most:
+            best, most = memo, common
+        if memo.ends and common > memo.ends[-1]:
+            break  # every message of it shared: the conversation's own last body
+    return best, most
+
+
+def _resume(found: Scan, memo: Scan, common: int) -> bool:
+    """`found` scanned from the end of the last of `memo`'s messages that the `common` first
+    characters hold, and the character after it (which ends a number); False when none."""
+    last = bisect.bisect_left(memo.ends, common) - 1
+    if last < 0:
+        return False
+    spans, models = memo.counts[last]
+    found.cuts = memo.cuts[:spans]
+    found.messages = memo.messages[: last + 1]
+    found.models = memo.models[:models]
+    found.owners = memo.owners[:spans] if found.window else []
+    found.ends = memo.ends[: last + 1]
+    found.counts = memo.counts[: last + 1]
+    text = found.text
+    at = _skip(text, memo.ends[last])
+    if text[at : at + 1] == "]":
+        at = at + 1
+    else:
+        at = _message_loop(found, _skip(text, _expect(text, at, ",")))
+    _members_after(found, at)
+    return True
+
+
+def _fresh(found: Scan) -> None:
+    text = found.text
+    at = _skip(text, _expect(text, _skip(text, 0), "{"))
+    if text[at : at + 1] == "}":
+        _end(text, at + 1)
+        return
+    _members(found, at)
+
+
+def _members(found: Scan, at: int) -> None:
+    """The members from `at` (a key's opening quote) to the object's end."""
+    text = found.text
+    while True:
+        at = _expect(text, at, '"')
+        key, at = scanstring(text, at, True)
+        at = _skip(text, _expect(text, _skip(text, at), ":"))
+        start = at
+        if key == found.key and text[at : at + 1] == "[":
+            at = _skip(text, at + 1)
+            at = at + 1 if text[at : at + 1] == "]" else _message_loop(found, at)
+        else:
+            _, at = _scan(text, at)
+            if at - start >= LARGE:
+                found.cuts.append((start, at))
+                if found.window:
+                    found.owners.append(-1)
+        at = _skip(text, at)
+        if text[at : at + 1] == "}":
+            _end(text, at + 1)
+            return
+        at = _skip(text, _expect(text, at, ","))
+
+
+def _members_after(found: Scan, at: int) -> None:
+    """What follows a member's value at `at`: the object's end, or more members."""
+    text = found.text
+    at = _skip(text, at)
+    if text[at : at + 1] == "}":
+        _end(text, at + 1)
+        return
+    _members(found, _skip(text, _expect(text, at, ",")))
+
+
+def _message_loop(found: Scan, at: int) -> int:
+    """The messages from `at` (the first's start) to the list's end; the offset after it."""
+    text, cuts = found.text, found.cuts
+    while True:
+        start = at
+        at, own, role = _message(text, at)
+        spans = _message_spans(text, start, at, own)
+        if found.window:  # the long window: long spans cut again
+            spans = [piece for span in spans for piece in _windowed(text, *span)]
+            found.owners.extend([len(found.messages)] * len(spans))
+        largest = max(range(len(spans)), key=lambda k: spans[k][1] - spans[k][0])
+        found.messages.append(len(cuts) + largest)  # what it says, its ids and marks aside
+        if isinstance(role, str) and role in ANSWER_ROLES:
+            found.models.extend(range(len(cuts), len(cuts) + len(spans)))
+        cuts.extend(spans)
+        found.ends.append(at)
+        found.counts.append((len(cuts), len(found.models)))
+        at = _skip(text, at)
+        if text[at : at + 1] == "]":
+            return at + 1
+        at = _skip(text, _expect(text, at, ","))
+
+
+def _skip(text: str, at: int) -> int:
+    end: int = _WS.match(text, at).end()  # type: ignore[union-attr]  # always matches
+    return end
+
+
+def _expect(text: str, at: int, char: str) -> int:
+    if text[at : at + 1] != char:
+        raise _NotAnObject(f"expected {char!r} at char {at}")
+    return at + 1
+
+
+def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]], object]:
+    """A message's end, the spans of its own `ID_KEYS` members (each with the comma that
+    joins it to its neighbours), and its own `role` member's value (None: none): one scan,
+    member by member when it is an object."""
+    if text[at : at + 1] != "{":
+        return _scan(text, at)[1], [], None
+    own: list[tuple[int, int]] = []
+    role: object = None
+    at = _skip(text, at + 1)
+    if text[at : at + 1] == "}":
+        return at + 1, own, role
+    before: int | None = None  # the end of the member before (None: this is the first)
+    while True:
+        key_at = at
+        key, at = scanstring(text, _expect(text, at, '"'), True)
+        value, at = _scan(text, _skip(text, _expect(text, _skip(text, at), ":")))
+        if key == "role":
+            role = value
+        end, at = at, _skip(text, at)
+        if key in ID_KEYS:
+            if before is not None:
+                own.append((before, end))
+            elif text[at : at + 1] == ",":
+                own.append((key_at, _skip(text, at + 1)))
+        if text[at : at + 1] == "}":
+            return at + 1, own, role
+        before, at = end, _skip(text, _expect(text, at, ","))
+
+
+def _message_spans(
+    text: str, start: int, end: int, own: list[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """A message's spans: the message without its closing run (the brackets and whitespace
+    that end it), its own ids (`own`: a client may give every message a new id each run, as
+    Codex does) and its cache marks (`MARK_KEYS` members with their comma, at any depth),
+    which are left to the glue. A message keeps its piece whether or not a mark sits on it,
+    and from one run of a prompt to the next: a mark moving on costs its few bytes of glue,
+    not the message again (issue 30: two moving marks stored and sent every marked message
+    twice; issue 31: a repeated Codex session had no message in common with the run
+    before). Sound on valid JSON: a quote after a comma and whitespace opens a string, so a
+    match is a member of an object of the message. Linear: one regex pass over the
+    message, one value skipped per mark."""
+    cuts = list(own)
+    for mark in _MARK.finditer(text, start, end):
+        cuts.append((mark.start(), _scan(text, _skip(text, mark.end()))[1]))
+    spans: list[tuple[int, int]] = []
+    at = start
+    for cut_start, cut_end in sorted(cuts):
+        if cut_start >= at:  # never overlapping on valid JSON; kept safe all the same
+            spans.append((at, cut_start))
+            at = cut_end
+    close = end
+    while close > at and text[close - 1] in _CLOSING:
+        close -= 1
+    spans.append((at, close))
+    return [(a, b) for a, b in spans if b > a] or [(start, end)]
+
+
+def _windowed(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The span cut at content-defined places (`_LINE_END` of a line whose CRC-32 ends in
+    three zero bits; pieces at least `WINDOW_MIN` and, where a line end allows, at most
+    `WINDOW_MAX` bytes; none within `WINDOW_MIN` of its end) when it is `WINDOW_LONG` long
+    or more; else whole. Linear in the span: one regex pass and a CRC per line, once per
+    distinct text (`_WINDOWS`)."""
+    if end - start < WINDOW_LONG:
+        return [(start, end)]
+    span = text[start:end]
+    with _WINDOWS_LOCK:
+        cuts = _WINDOWS.get(span)
+    if cuts is None:
+        cuts = _cuts_of(span)  # outside the lock: linear in the span
+        with _WINDOWS_LOCK:
+            _WINDOWS.put(span, cuts)
+    found: list[tuple[int, int]] = []
+    at = start
+    for cut in cuts:
+        found.append((at, start + cut))
+        at = start + cut
+    found.append((at, end))
+    return found
+
+
+def _cuts_of(span: str) -> tuple[int, ...]:
+    cuts: list[int] = []
+    last = line = 0
+    limit = len(span) - WINDOW_MIN
+    for place in _LINE_END.finditer(span):
+        cut = place.end()
+        if cut > limit:
+            break
+        crc = zlib.crc32(span[line:cut].encode("utf-8", "surrogatepass"))
+        line = cut
+        if cut - last >= WINDOW_MIN and (crc & 7 == 0 or cut - last >= WINDOW_MAX):
+            cuts.append(cut)
+            last = cut
+    return tuple(cuts)
+
+
+def _end(text: str, at: int) -> None:
+    if _skip(text, at) != len(text):
+        raise _NotAnObject(f"extra data after the object at char {at}")

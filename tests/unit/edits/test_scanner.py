@@ -1,0 +1,128 @@
+"""A body scanned from a remembered scan (`toolref.edits.scanner`: the messages it shares
+byte for byte reused, the rest scanned) has exactly the spans a scan from its start gives,
+whatever the remembered body was: the same conversation grown, changed at its tail, a
+number that grew a digit, another conversation, or no JSON object at all."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolref.edits import scanner
+
+text_value = st.text(alphabet=st.sampled_from('ab \n\\"é😀{}[],:x1'), max_size=60)
+long_text = st.integers(0, 3).map(
+    lambda n: "".join(f"line {i} of a file that is read {n}\n" for i in range(200 * n))
+)
+message = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["user", "assistant", "tool", "model"]),
+            "content": st.one_of(text_value, long_text),
+        },
+        optional={
+            "id": st.text(max_size=5),
+            "cache_control": st.just({"type": "ephemeral"}),
+        },
+    ),
+    st.integers(0, 10**30),
+    text_value,
+)
+extra = st.dictionaries(
+    st.sampled_from(["stream", "tools", "z"]), st.one_of(st.booleans(), text_value)
+)
+
+
+def body(messages: list[Any], tail: dict[str, Any], spacing: str) -> str:
+    inner = ("," + spacing).join(json.dumps(m, ensure_ascii=False) for m in messages)
+    rest = "".join(f',"{k}":{json.dumps(v)}' for k, v in tail.items())
+    return '{"model":"m","system":"' + "s" * 300 + '","messages":[' + inner + "]" + rest + "}"
+
+
+def fresh(text: str, key: str, window: bool) -> scanner.Scan | None:
+    scanner._MEMOS.clear()
+    return scanner.scan(text, key, window)
+
+
+def same(one: scanner.Scan | None, other: scanner.Scan | None) -> bool:
+    if one is None or other is None:
+        return one is other
+    return (one.cuts, one.messages, one.models, one.owners, one.ends) == (
+        other.cuts,
+        other.messages,
+        other.models,
+        other.owners,
+        other.ends,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(message, min_size=1, max_size=8),
+    st.lists(message, max_size=3),
+    st.integers(0, 3),
+    extra,
+    extra,
+    st.sampled_from(["", " ", "\n  "]),
+    st.booleans(),
+)
+def test_a_resumed_scan_is_the_scan_from_the_start(
+    first: list[Any],
+    more: list[Any],
+    changed: int,
+    tail: dict[str, Any],
+    other_tail: dict[str, Any],
+    spacing: str,
+    window: bool,
+) -> None:
+    later = [*first, *more]
+    if changed and later:  # the tail changed: a message rewritten, or a number grown
+        index = len(later) - min(changed, len(later))
+        old = later[index]
+        later[index] = old * 10 + 7 if isinstance(old, int) else {"role": "user", "content": "x"}
+    before = body(first, tail, spacing)
+    after = body(later, other_tail, spacing)
+    fresh(before, "messages", window)
+    resumed = scanner.scan(after, "messages", window)  # from the scan of `before`
+    assert same(resumed, fresh(after, "messages", window))
+
+
+def test_a_grown_conversation_is_scanned_from_its_last_shared_message() -> None:
+    messages = [{"role": "user", "content": f"message {n} " * 50} for n in range(200)]
+    before = body(messages, {}, "")
+    scanner._MEMOS.clear()
+    scanner.scan(before, "messages", True)
+    after = body([*messages, {"role": "assistant", "content": "done"}], {"stream": True}, "")
+    memo, common = scanner._closest(after, "messages", True)
+    assert memo is not None
+    assert common == before.index("]")  # everything up to the list's end
+    resumed = scanner.scan(after, "messages", True)
+    assert same(resumed, fresh(after, "messages", True))
+    assert resumed is not None
+    assert len(resumed.messages) == 201
+
+
+def test_a_body_that_is_no_object_is_none_whatever_is_remembered() -> None:
+    before = body([{"role": "user", "content": "a" * 2000}], {}, "")
+    fresh(before, "messages", False)
+    assert scanner.scan(before[:-1] + "} extra", "messages", False) is None
+    assert scanner.scan(before[:-1], "messages", False) is None
+
+
+def test_the_memory_is_bounded() -> None:
+    scanner._MEMOS.clear()
+    for n in range(3 * scanner.MEMOS):
+        scanner.scan(body([{"role": "user", "content": f"{n} " * 600}], {}, ""), "messages", False)
+    assert len(scanner._MEMOS) == scanner.MEMOS
+    assert sum(len(m.text) for m in scanner._MEMOS) <= scanner.MEMO_CHARS
+
+
+def test_shared_counts_first_characters_at_any_length() -> None:
+    for size in (0, 1, 63, 64, 65, 1000, 100_000):
+        one = "x" * size + "a" + "y" * 10
+        assert scanner.shared(one, "x" * size + "b") == size
+        assert scanner.shared(one, one) == len(one)
+        assert scanner.shared(one, one[:size]) == size
