@@ -29,7 +29,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
-import httpcore
+import httpcore2
 from starlette.types import Message, Receive, Scope, Send
 
 from toolref.asgi.budget import SCOPE_KEY, Account
@@ -94,7 +94,7 @@ class Forwarder:
         inbound = _Inbound(receive)
         content, framing = inbound.content(scope, first, scope.get(SCOPE_KEY))
         del first
-        url = httpcore.URL(
+        url = httpcore2.URL(
             scheme=upstream.upstream.scheme,
             host=upstream.upstream.host,
             port=upstream.upstream.port,
@@ -110,7 +110,7 @@ class Forwarder:
         self,
         scope: Scope,
         send: Send,
-        url: httpcore.URL,
+        url: httpcore2.URL,
         content: bytes | AsyncIterator[bytes],
         *,
         framing: list[tuple[bytes, bytes]],
@@ -125,13 +125,13 @@ class Forwarder:
                 [*request_headers(scope, upstream), *framing],
                 content,
             )
-        except httpcore.PoolTimeout:
+        except httpcore2.PoolTimeout:
             await _refuse(scope, send, self._busy())
             return
-        except httpcore.TimeoutException:
+        except httpcore2.TimeoutException:
             await _refuse(scope, send, UpstreamTimeoutError(_timeout(upstream)))
             return
-        except (httpcore.NetworkError, httpcore.ProtocolError) as exc:
+        except (httpcore2.NetworkError, httpcore2.ProtocolError) as exc:
             await _refuse(scope, send, UpstreamUnreachableError(_unreachable(upstream, exc)))
             return
         try:
@@ -222,7 +222,7 @@ async def _sent_once(body: bytes, account: Account) -> AsyncIterator[bytes]:
     account.close()
 
 
-async def _pieces(response: httpcore.Response, send: Send) -> None:
+async def _pieces(response: httpcore2.Response, send: Send) -> None:
     async for piece in response.aiter_stream():
         if piece:
             await send({"type": "http.response.body", "body": piece, "more_body": True})
