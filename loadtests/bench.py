@@ -27,6 +27,7 @@ from loadtests import (
     traces,
     turn_costs,
     web_chat,
+    wire_limit,
 )
 from loadtests.report import region, replace_region, write
 
@@ -102,6 +103,7 @@ def main() -> int:
         relay.run(found),
         size_guard.run(found),
         turn_costs.run(found),
+        wire_limit.run(found),
         *edits_bench.run(found),  # its own processes, stopped before the next section
         *agents.run(),
         web_chat.run(),

@@ -15,6 +15,7 @@ from loadtests import (
     rewriting,
     streams,
     turn_costs,
+    wire_limit,
 )
 from loadtests.patterns import PATTERNS
 from loadtests.timing import Timing, measure
@@ -205,3 +206,11 @@ def test_turn_costs_measure_both_ends_in_each_mode() -> None:
     assert len(section.rows) == len(PATTERNS)
     assert all(len(row) == len(section.header) for row in section.rows)
     assert section.figures["worst sender ratio"] > 0
+
+
+def test_the_wire_s_limit_models_the_last_turns_of_the_longest_trace() -> None:
+    section = wire_limit.run([small_trace()])
+    assert [row[0] for row in section.rows] == ["first judged", "median", "last"]
+    assert section.figures["break-even"] > 0
+    assert section.figures["faster"] > 0
+    assert "model" in section.verdicts[0]
