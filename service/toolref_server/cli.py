@@ -35,6 +35,7 @@ log = logging.getLogger("toolref_server")
 # The import names of pyproject.toml's `server` extra (a unit test keeps the two equal).
 SERVER_MODULES = (
     "hiredis",
+    "httpcore2",
     "prometheus_client",
     "pydantic_settings",
     "redis",
