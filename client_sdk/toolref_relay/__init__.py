@@ -8,8 +8,9 @@ needs the `relay` extra.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from toolref.kit.lazy import exports
 
 if TYPE_CHECKING:
     from toolref.wire.headers import KEY_HEADER, SAVINGS_HEADER, SWITCH_HEADER, SWITCHED_FROM_HEADER
@@ -83,16 +84,4 @@ __all__ = [
 
 
 if not TYPE_CHECKING:  # a type checker reads the imports above: an unknown name is an error
-
-    def __getattr__(name: str) -> Any:
-        """An export, imported at its first use (PEP 562), so that importing one module of the
-        package (`toolref.wire.headers`, say) does not import all of them."""
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
-
-    def __dir__() -> list[str]:
-        return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = exports(__name__, _LAZY, globals())

@@ -11,13 +11,13 @@
  *   header segment 0 does not name (what a browser adds: `cookie`, `origin`, ...) but the
  *   body's framing and toolref's own, then the body's `content-length`. The handler's answer
  *   is handed on unread (streams stay streams) with `Toolref-History` (the recipe kept),
- *   `Toolref-Edits: 3` and `Toolref-Savings`; a streamed answer of an LLM API is read as it
+ *   `Toolref-Edits: 4` and `Toolref-Savings`; a streamed answer of an LLM API is read as it
  *   passes and, once whole, kept by the registry (`PUT /v1/answers/{recipe}`) before its last
  *   piece goes on: the dictionary of the client's next edit (edits/answer.ts). A registry problem (409 missing-history or
  *   missing-pieces, 400, 413) goes back to the client as it is, the handler not called; a
  *   registry that cannot be asked is a 415 on which the client sends the request as it is.
  * - A request as it is with the offer (`Toolref-Edits`) goes to the handler; its answer
- *   is marked `Toolref-Edits: 3`, so the client sends edits from then on.
+ *   is marked `Toolref-Edits: 4`, so the client sends edits from then on.
  * - A protocol-2 request (`Toolref-Protocol: 2`, an older client): its `toolRef` markers are
  *   hydrated by the registry's `POST /v1/messages:hydrate` and spliced in as text, as before;
  *   history refs (`Toolref-History`, `historyRef`, checkpoints, kept bodies) are retired: 400

@@ -43,6 +43,7 @@
  */
 
 import { sha256Async, toHex } from "../digest.js";
+import { join } from "./isolated.js";
 import { endpoint } from "../endpoints.js";
 import type { FormatName } from "../formats/index.js";
 import { PY_BLANK, Reader, dumps, indexOf, isFalsy, isZero, items, pyStrip, sortedKeys, type Json, type JsonObject } from "./pyjson.js";
@@ -140,7 +141,7 @@ export class AnswerTap {
       if (start > 0 || !pending.length) {
         this.lineRead(data, start, end);
       } else {
-        const line = concat([...pending, data.subarray(0, end)]);
+        const line = join([...pending, data.subarray(0, end)]);
         this.lineRead(line, 0, line.length);
       }
       if (this.ended || this.broken) break;
@@ -359,25 +360,13 @@ function equals(a: Uint8Array, b: Uint8Array): boolean {
   return true;
 }
 
-function concat(parts: readonly Uint8Array[]): Uint8Array {
-  let size = 0;
-  for (const part of parts) size += part.length;
-  const out = new Uint8Array(size);
-  let at = 0;
-  for (const part of parts) {
-    out.set(part, at);
-    at += part.length;
-  }
-  return out;
-}
-
 /** `b"\n".join(lines)`. */
 function joinLines(lines: readonly Uint8Array[]): Uint8Array {
   if (lines.length === 1) return lines[0] as Uint8Array;
   const parts: Uint8Array[] = [];
   for (const line of lines) parts.push(line, NEWLINE);
   parts.pop();
-  return concat(parts);
+  return join(parts);
 }
 
 const NEWLINE = Uint8Array.of(0x0a);
