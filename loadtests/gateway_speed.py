@@ -1,7 +1,8 @@
 """Gateway speed: CPU and added time per request of the gateway, and of relay + gateway, as
 real processes on loopback next to a minimal pass-through proxy (the floor), straight to the
 same fake upstream, "before" (the gateway of `systems.BEFORE`, which called its own app over
-ASGI) and "after" (this tree), all interleaved in one run.
+ASGI) and "after" (this tree), and next to Portkey's gateway (Node, `loadtests.portkey`), all
+interleaved in one run.
 
 Small chat requests here (one short user message, a new one each time): sequential, in
 alternating blocks, and 32 connections kept busy. Agent-sized bodies, the shared traces
@@ -27,7 +28,7 @@ from typing import Final
 
 import psutil
 
-from loadtests import gateway_turns
+from loadtests import gateway_turns, portkey
 from loadtests.drive import Block, Load, Target, busy, sequential
 from loadtests.report import Section
 from loadtests.systems import (
@@ -50,6 +51,10 @@ PROVIDER: Final = {
 }
 PROTOCOL_2: Final = {**PROVIDER, "toolref-protocol": "2", "toolref-key": KEY}
 CONNECTIONS: Final = 32
+PORTKEY: Final = "Portkey gateway (Node)"
+GATEWAY_1: Final = "gateway, protocol 1"
+GATEWAY_2: Final = "gateway, protocol 2"
+CHAIN: Final = "relay + gateway"
 
 
 @dataclass(frozen=True)
@@ -69,14 +74,16 @@ QUICK: Final = Plan(block=40, rounds=2, load_seconds=1.0, load_rounds=1, traces=
 
 
 def small(n: int) -> bytes:
-    """A small chat request, different each time (a relay or a gateway keeps nothing)."""
+    """A small chat request, different each time (a relay or a gateway keeps nothing): an
+    Anthropic Messages body and an OpenAI Chat Completions one alike."""
     message = {"role": "user", "content": f"Say hello to request {n}, in one line."}
     return json.dumps({"model": "bench-1", "max_tokens": 256, "messages": [message]}).encode()
 
 
 @dataclass
 class Systems:
-    """Every process of the run, and the targets of the small requests, floor first."""
+    """Every process of the run, and the targets of the small requests, floor first;
+    Portkey's among them where it ran, and what the report says of it (or why it did not)."""
 
     launcher: Launcher
     upstream: Proc
@@ -87,6 +94,38 @@ class Systems:
     files: dict[str, str]  # code label -> the files its gateway and relay came from
     chains: dict[str, tuple[Proc, Proc]]  # code label -> its relay and its gateway
     spare: dict[str, Proc]  # code label -> a second gateway, for the turns behind the hop
+    portkey: Target | None
+    portkey_note: str
+
+
+async def _portkey(launcher: Launcher, upstream: Proc) -> tuple[Target | None, str]:
+    """Portkey's gateway as a target once it has answered a small request, and what ran
+    (whether a streamed answer came through too); None and why where it cannot run."""
+    try:
+        ran = portkey.install()
+        proc = portkey.start(launcher)
+        await launcher.wait()
+        url, headers = proc.url + portkey.PATH, portkey.headers(upstream.url)
+        target = Target(PORTKEY, "-", url, headers, [proc])
+        async with asyncio.timeout(60):
+            await target.send(small(-1))
+    except (RuntimeError, OSError, EOFError, ValueError) as exc:
+        said = f"{type(exc).__name__}: {str(exc)[:200]}".replace("\n", " ").replace("|", "/")
+        return None, f"**Portkey could not run here** ({said}): the checks fall back to the floor."
+    streamed = json.dumps({**json.loads(small(-2)), "stream": True}).encode()
+    try:
+        async with asyncio.timeout(60):
+            answer = await target.send(streamed)
+        through = answer.body.rstrip().endswith(b"data: [DONE]")
+    except (RuntimeError, OSError, EOFError, ValueError):
+        through = False
+    return target, (
+        f"Portkey is {ran}, started as `node build/start-server.js --port=P --headless`; it gets "
+        f"the same bodies at `{portkey.PATH}` with `x-portkey-provider: openai` and "
+        "`x-portkey-custom-host` the fake upstream's `/v1` (its OpenAI Chat Completions "
+        f"answer); a streamed request through it {'came' if through else 'did NOT come'} back "
+        "whole (server-sent events to `[DONE]`)."
+    )
 
 
 async def _start(launcher: Launcher, codes: list[Code]) -> Systems:
@@ -101,25 +140,29 @@ async def _start(launcher: Launcher, codes: list[Code]) -> Systems:
         chains[code.label] = (launcher.relay(code, gateway.url, f"relay-{short}"), gateway)
         spare[code.label] = launcher.gateway(code, upstream, f"hop-gateway-{short}")
     await launcher.wait()
+    other, said = await _portkey(launcher, upstream)
     direct = Target("fake upstream alone", "-", upstream.url + PATH, PROVIDER, [upstream])
     targets = [
         Target("floor: asyncio streams pass-through", "-", floor.url + PATH, PROVIDER, [floor]),
         Target("uvicorn + httpx pass-through", "-", stack.url + PATH, PROVIDER, [stack]),
+        *([other] if other else []),
     ]
     llm = f"/llm/{UPSTREAM_NAME}{PATH}"
     for code in codes:
         relay, gateway = chains[code.label]
         label = code.label
         targets += [
-            Target("gateway, protocol 1", label, gateway.url + llm, PROVIDER, [gateway]),
-            Target("gateway, protocol 2", label, gateway.url + llm, PROTOCOL_2, [gateway]),
-            Target("relay + gateway", label, relay.url + llm, PROVIDER, [relay, gateway]),
+            Target(GATEWAY_1, label, gateway.url + llm, PROVIDER, [gateway]),
+            Target(GATEWAY_2, label, gateway.url + llm, PROTOCOL_2, [gateway]),
+            Target(CHAIN, label, relay.url + llm, PROVIDER, [relay, gateway]),
         ]
         if code is codes[0]:
             two = "gateway, protocol 2, 2 workers"
             targets.append(Target(two, label, workers.url + llm, PROTOCOL_2, [workers]))
     files = {code.label: code.check() for code in codes}
-    return Systems(launcher, upstream, floor, direct, targets, codes, files, chains, spare)
+    return Systems(
+        launcher, upstream, floor, direct, targets, codes, files, chains, spare, other, said
+    )
 
 
 @dataclass
@@ -205,6 +248,7 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
     direct = figures[systems.direct.label, "-"]
     floor_key = (systems.targets[0].label, "-")
     floor = figures[floor_key]
+    other = figures[PORTKEY, "-"] if systems.portkey else None
     rows = []
     for target in [systems.direct, *systems.targets]:
         key = (target.label, target.code)
@@ -218,6 +262,7 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
             else None
         )
         added = (f.median_ms - direct.median_ms, f.p95_ms - direct.p95_ms)
+        mine = other if target.code != "-" else None  # toolref's rows against Portkey's
         rows.append(
             [
                 target.label,
@@ -230,6 +275,8 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
                 f"{f.throughput:,.0f}",
                 _ratio(f.throughput, floor.throughput) if target is not systems.direct else "",
                 f"{f.load_cpu_ms:.2f}",
+                _ratio(f.cpu_ms, mine.cpu_ms if mine else None),
+                _ratio(f.throughput, mine.throughput if mine else None),
             ]
         )
     loads = [
@@ -254,6 +301,7 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
                 f"{target.label} ({target.code}) adds {f.median_ms - direct.median_ms:.1f} ms "
                 f"(median) for {f.cpu_ms:.1f} ms of CPU: {waited:.1f} ms of it is waiting."
             )
+    verdicts += _checks(figures, systems.codes[0].label, floor, other)
     block_count = len(next(iter(measured.blocks.values())))
     block_size = len(next(iter(measured.blocks.values()))[0].seconds)
     intro = (
@@ -275,7 +323,8 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
         f"{block_count} blocks of {block_size} requests per system, the systems alternating; "
         "and at 32 busy connections. Added time: the system's median (p95) time to the whole "
         "answer minus the fake upstream's alone (its row shows its own times). Ratios are to "
-        "the floor and to `before`. Where the CPU goes: `python -m loadtests.gateway_profile` "
+        f"the floor, to `before` and to Portkey. {systems.portkey_note} "
+        "Where the CPU goes: `python -m loadtests.gateway_profile` "
         f"(py-spy, installed apart). Command: `{command}`."
     )
     return Section(
@@ -292,11 +341,48 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
             "req/s @32",
             "req/s ÷ floor",
             "CPU ms/req @32",
+            "CPU ÷ Portkey",
+            "req/s ÷ Portkey",
         ],
         rows=rows,
         verdicts=verdicts,
         plotted=False,
     )
+
+
+def _checks(
+    figures: dict[tuple[str, str], Figures], after: str, floor: Figures, other: Figures | None
+) -> list[str]:
+    """The "done when" lines: against Portkey's figures where it ran, else the floor's."""
+    gateway = {name: figures[name, after] for name in (GATEWAY_1, GATEWAY_2)}
+    chain = {CHAIN: figures[CHAIN, after]}
+
+    def check(
+        claim: str, mine: dict[str, Figures], base: Figures, limit: float, rate: bool = False
+    ) -> str:
+        """`mine`'s CPU per request at most `limit` times `base`'s (its req/s at least)."""
+        value = {k: f.throughput if rate else f.cpu_ms for k, f in mine.items()}
+        of = base.throughput if rate else base.cpu_ms
+        unit = "{:,.0f} req/s" if rate else "{:.2f} ms"
+        missed = [k for k, v in value.items() if (v < of * limit if rate else v > of * limit)]
+        said = "; ".join(f"{k} {unit.format(v)} ({v / of:.2f}x)" for k, v in value.items())
+        met = f"**missed** by {' and '.join(missed)}" if missed else "met"
+        return f"Done when {claim}: {said}, against {unit.format(of)}: {met}."
+
+    cpu = "CPU per small request of the gateway (after)"
+    chained = "CPU per small request of relay + gateway (after)"
+    served = "req/s at 32 connections of the gateway (after)"
+    if other is None:
+        return [
+            check(f"{cpu} is at most 9x the floor's (Portkey did not run)", gateway, floor, 9),
+            "Req/s at 32 connections against Portkey's: not judged, Portkey did not run.",
+            check(f"{chained} is at most 18x the floor's", chain, floor, 18),
+        ]
+    return [
+        check(f"{cpu} is at most Portkey's", gateway, other, 1),
+        check(f"{served} is at least Portkey's", gateway, other, 1, rate=True),
+        check(f"{chained} is at most 2x Portkey's", chain, other, 2),
+    ]
 
 
 async def _run(found: list[Trace], plan: Plan, command: str) -> list[Section]:
@@ -306,6 +392,7 @@ async def _run(found: list[Trace], plan: Plan, command: str) -> list[Section]:
         codes = [AFTER] if before is None else [AFTER, before]
         systems = await _start(Launcher(stack, scratch), codes)
         print(f"gateway speed: code {systems.files}", file=sys.stderr)
+        print(f"gateway speed: {systems.portkey_note}", file=sys.stderr)
         measured = await _small(systems, plan)
         loads.append(os.getloadavg()[0])
         turns = await gateway_turns.run(systems, found, plan, command)

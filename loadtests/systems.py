@@ -174,8 +174,11 @@ class Launcher:
         self.stack, self.scratch = stack, scratch
         self.waiting: list[tuple[Proc, int]] = []
 
-    def start(self, name: str, command: list[str], env: dict[str, str], cwd: Path) -> Proc:
-        port = int(command[command.index("--port") + 1])
+    def start(
+        self, name: str, command: list[str], env: dict[str, str], cwd: Path, port: int = 0
+    ) -> Proc:
+        """Start `command`, which listens on `port` (else on its `--port PORT`)."""
+        port = port or int(command[command.index("--port") + 1])
         log = self.stack.enter_context((self.scratch / f"{name}.log").open("wb"))
         popen = subprocess.Popen(
             command, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
@@ -188,9 +191,11 @@ class Launcher:
 
     async def wait(self, seconds: float = 60) -> None:
         """Until every process started since the last wait listens (the loop keeps running:
-        a relay's start-up probe may be answered by this process)."""
+        a relay's start-up probe may be answered by this process); after a failure, the
+        next wait waits for none of these."""
+        waiting, self.waiting = self.waiting, []
         deadline = time.monotonic() + seconds
-        for proc, port in self.waiting:
+        for proc, port in waiting:
             while True:
                 if proc.popen.poll() is not None:
                     log = (self.scratch / f"{proc.name}.log").read_text(errors="replace")
@@ -207,7 +212,6 @@ class Launcher:
                 writer.close()
                 await writer.wait_closed()
                 break
-        self.waiting.clear()
 
     def upstream(self) -> Proc:
         command = [sys.executable, "-m", "loadtests.fast_upstream", "--port", str(free_port())]
