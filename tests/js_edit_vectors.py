@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from toolref.edits import isolated, wire
+from toolref.edits import bodycut, isolated, scanner, wire
 from toolref.edits.edit import Inline, Keep, Named, Op, diff
 from toolref.edits.recipe import PIECE_MIN, framed, piece_ref
 from toolref.edits.request import Cut, cut
@@ -414,6 +414,15 @@ def _conversation(tag: str, turns: int, *, marks: bool = False, ids: bool = Fals
 Step = dict[str, Any]
 
 
+def forget_cuts() -> None:
+    """No body is cut on from one before (`toolref.edits.bodycut`) nor sent against the
+    recipe of one (`Editor._resumed`): JS makes the pass over the whole request every turn,
+    and its edits are the same (`tests/unit/edits/test_editor_resumed.py`); the base's
+    `shared` bytes, which JS counts as that pass does, are this pass's."""
+    scanner._MEMOS.clear()
+    bodycut._MEMOS.clear()
+
+
 def _scenario(name: str, editor: Editor, steps: list[Step]) -> dict[str, Any]:
     """Run `steps` through `editor`: `send` prepares a body (its index in `bodies`; confirmed
     when `confirm`: true, the ref; a string, that history; absent: nothing), `miss` answers
@@ -425,6 +434,7 @@ def _scenario(name: str, editor: Editor, steps: list[Step]) -> dict[str, Any]:
         if "send" in step:
             if step["send"] not in bodies:
                 bodies.append(step["send"])
+            forget_cuts()  # the pass over the whole request, as JS makes it (see `forget_cuts`)
             last = editor.prepare(HEADERS, _body(step["send"]), "messages")
             out: Step = {"send": bodies.index(step["send"]), "attempt": _attempt(last)}
             if "confirm" in step:

@@ -55,26 +55,46 @@ def diff(
     new: Sequence[Entry],
     segments: Sequence[bytes],
     held: Container[bytes] = (),
+    *,
+    first: Callable[[Entry], int | None] | None = None,
+    same: tuple[int, int] = (0, 0),
 ) -> list[Op]:
     """The edit from `base` to `new` (entries; `segments` the bytes of each of `new`).
     `held`: piece ids the registry is known to hold beyond the base. Greedy and linear: a
     run of kept entries starts at an entry of `RUN_MIN` bytes or more the base holds (a
     piece, or a message too short to be one) and goes on while the next entries follow it
-    there too (glue, a comma say, starts no run: it stands everywhere)."""
-    first: dict[Entry, int] = {}
-    for index, entry in enumerate(base):
-        if len(entry) > RUN_MIN:
-            first.setdefault(entry, index)
+    there too (glue, a comma say, starts no run: it stands everywhere).
+
+    `first`: where an entry first stands in `base` (`Recipe.first`; else found here, a
+    pass over `base`). `same`: entries `same[0]` to `same[1]` (excluded) of `new` are the
+    base's at the same places (a body cut on from the base's, `toolref.edits.bodycut`): a
+    run that reaches them goes over them in one step, so the edit costs the entries outside
+    them, and is the one the pass entry by entry would make."""
+    if first is None:
+        places: dict[Entry, int] = {}
+        for index, entry in enumerate(base):
+            if len(entry) > RUN_MIN:
+                places.setdefault(entry, index)
+        first = places.get
     ops: list[Op] = []
     run: int | None = None  # the base entry the current run would keep next
-    for at, entry in enumerate(new):
+    at = 0
+    while at < len(new):
+        entry = new[at]
+        if run is not None and run == at and same[0] <= at < same[1]:
+            last = ops[-1]
+            assert isinstance(last, Keep)
+            ops[-1] = Keep(last.start, same[1])
+            run = at = same[1]
+            continue
+        at += 1
         if run is not None and run < len(base) and base[run] == entry:
             last = ops[-1]
             assert isinstance(last, Keep)
             ops[-1] = Keep(last.start, run + 1)
             run += 1
             continue
-        start = first.get(entry)
+        start = first(entry) if len(entry) > RUN_MIN else None
         if start is not None:
             ops.append(Keep(start, start + 1))
             run = start + 1
@@ -83,7 +103,7 @@ def diff(
         if is_piece(entry) and piece_of(entry) in held:
             ops.append(Named(piece_of(entry)))
         else:
-            ops.append(Inline(segments[at]))
+            ops.append(Inline(segments[at - 1]))
     return ops
 
 

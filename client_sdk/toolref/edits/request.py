@@ -5,7 +5,8 @@ The registry hands a restored request to a receiver that fills the credentials i
 (`POST /v1/edits:apply`) as `REQUEST_MEDIA_TYPE`: segment 0 (its header lines, a
 credential's name-only), an empty line, the body (`joined`, `split`).
 
-Linear in the request: one cut, one SHA-256 per piece, one join.
+Linear in the request: one cut (of what follows the prefix it shares with a body cut
+before, `bodycut`), one SHA-256 per new segment, one over the framed entries, one join.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from toolref.edits.recipe import Entry, entry_of, recipe_ref
-from toolref.edits.segments import cut_messages, header_lines, header_segment, restore_headers
+from toolref.edits.bodycut import cut_body, remember_ref
+from toolref.edits.recipe import Entry, entry_of, framed, ref_of_framed
+from toolref.edits.segments import header_lines, header_segment, restore_headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +34,10 @@ class Cut:
     messages: tuple[int, ...] = ()
     answered: frozenset[int] = frozenset()  # the segments of the model's own messages
     owners: tuple[int, ...] = ()  # the long window: each segment's message number (-1: none)
+    # The recipe of the body this one was cut on from (`bodycut`), and how many segments
+    # after the headers' are its, the same entries at the same places.
+    resumed: str | None = None
+    same: int = 0
 
     @property
     def body(self) -> bytes:
@@ -47,25 +53,29 @@ def cut(
 ) -> Cut | None:
     """The recipe of a request whose body is one JSON object in UTF-8; None otherwise (such
     a request is sent as it is). `window`: long messages cut again at content-defined
-    places (`segments.cut_messages`), each segment's message in `Cut.owners`."""
+    places (`scanner`), each segment's message in `Cut.owners`."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         return None
-    models: list[int] = []
-    owners: list[int] | None = [] if window else None
-    found = cut_messages(text, messages_key, models, window=owners)
-    if found is None:
+    made = cut_body(text, messages_key, window=window, codec="ascii" if body.isascii() else "utf-8")
+    if made is None:
         return None
-    parts, messages = found
     header, secrets = header_segment(headers)
-    codec = "ascii" if body.isascii() else "utf-8"
-    segments = [header, *(part.encode(codec) for part in parts)]
-    entries = [entry_of(segment) for segment in segments]
-    at = tuple(index + 1 for index in messages)  # after the headers' segment
-    answered = frozenset(index + 1 for index in models)
-    owned = (-1, *owners) if owners is not None else ()  # the headers' segment: no message
-    return Cut(segments, entries, recipe_ref(entries), secrets, at, answered, owned)
+    first = entry_of(header)
+    ref = ref_of_framed([framed(first), *made.framed])
+    remember_ref(made, ref)
+    return Cut(
+        [header, *made.parts],
+        [first, *made.entries],
+        ref,
+        secrets,
+        tuple(made.messages),
+        frozenset(made.answered),
+        (-1, *made.owners) if window else (),  # the headers' segment: no message
+        made.before if made.reused else None,
+        made.reused,
+    )
 
 
 @dataclass(frozen=True, slots=True)

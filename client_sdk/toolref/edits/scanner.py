@@ -116,8 +116,8 @@ def scan(text: str, messages_key: str | None, window: bool) -> Scan | None:
         return None
     if len(text) <= MEMO_CHARS:
         with _MEMOS_LOCK:
-            if memo is not None and memo in _MEMOS:
-                _MEMOS.remove(memo)  # the conversation moved on: its newer body replaces it
+            if memo is not None and memo in _MEMOS and memo.ends and common >= memo.ends[0]:
+                _MEMOS.remove(memo)  # its conversation moved on (a message shared): replaced
             _MEMOS.append(found)
             while sum(len(m.text) for m in _MEMOS) > MEMO_CHARS:
                 _MEMOS.popleft()
@@ -125,21 +125,31 @@ def scan(text: str, messages_key: str | None, window: bool) -> Scan | None:
 
 
 def shared(one: str, other: str) -> int:
-    """How many first characters `one` and `other` share: slices compared at C speed,
-    halving the range (about two passes over the shorter)."""
+    """How many first characters `one` and `other` share: compared at C speed
+    (`str.startswith` from a place, one copy of the range), halving the range (about two
+    passes over the shorter). The last answer is remembered (the scan and `bodycut` ask it
+    of the same two bodies in turn)."""
+    last = _LAST_SHARED[0]
+    if last[0] is one and last[1] is other:
+        return last[2]
     size = min(len(one), len(other))
-    if one[:size] == other[:size]:
-        return size
-    low, high = 0, size  # one[:low] == other[:low]; one[:high] != other[:high]
-    while high - low > 64:
-        middle = (low + high) // 2
-        if one[low:middle] == other[low:middle]:
-            low = middle
-        else:
-            high = middle
-    while low < high and one[low] == other[low]:
-        low += 1
+    if one.startswith(other[:size]):
+        low = size
+    else:
+        low, high = 0, size  # one[:low] == other[:low]; one[:high] != other[:high]
+        while high - low > 64:
+            middle = (low + high) // 2
+            if one.startswith(other[low:middle], low):
+                low = middle
+            else:
+                high = middle
+        while low < high and one[low] == other[low]:
+            low += 1
+    _LAST_SHARED[0] = (one, other, low)
     return low
+
+
+_LAST_SHARED: Final[list[tuple[str, str, int]]] = [("", "", 0)]  # one item: swapped whole
 
 
 def _closest(text: str, key: str | None, window: bool) -> tuple[Scan | None, int]:

@@ -7,16 +7,24 @@ entries' bytes and `ENTRY_COST` per entry (the bookkeeping: the tuple slot, the 
 holder set). Least recently used recipes are dropped first; a piece goes when the last
 recipe naming it does. A request past `max_bytes` on its own is not kept.
 
-Choosing a base is linear in the request: one look-up per piece of it, one count per
-recipe holding that piece (a piece of one conversation is held by that conversation's
-recipe, an envelope piece (`tools`, `system`, the headers) by every recipe: a bounded
-number, `max_recipes`).
+A conversation's recipes are one line (`_Line`): a recipe kept on a base joins the base's.
+What a request shares with recipes is counted per line, and a recipe kept on a base whose
+first segments it shares (`same`, from `toolref.edits.bodycut`) takes the base's bookkeeping
+as it is and adds only its own segments after them: keeping a turn costs what it added.
+Each recipe has an index of where each of its entries first stands (`Recipe.first`), made
+the same way from its base's: a copy at C speed, then its new entries.
+
+Choosing a base from scratch (`best_base`) is linear in the request: one look-up per piece
+of it, one count per line holding that piece (a piece of one conversation is held by that
+conversation's line, an envelope piece (`tools`, `system`, the headers) by every line: a
+bounded number, `max_recipes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from itertools import chain
 from typing import Final
 
 from toolref.edits.recipe import RUN_MIN, Entry, is_piece, literal_of, piece_of
@@ -31,22 +39,41 @@ RELATED_MIN: Final = 64
 DEFAULT_MAX_BYTES: Final = 64 << 20
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(eq=False, slots=True)
+class _Line:
+    """One conversation's recipes: those kept now (`refs`), and what identifies every entry any
+    of them held (`keys`, `_shared_key`s: the entries a later one dropped stay until the line
+    goes with its last recipe; they are counted in `Recipes.held_bytes`)."""
+
+    refs: set[str] = field(default_factory=set)
+    keys: set[bytes] = field(default_factory=set)
+
+
+@dataclass(frozen=True, eq=False, slots=True)
 class Recipe:
-    """A confirmed recipe: its ref, entries, and the bytes it stands for."""
+    """A confirmed recipe: its ref, entries, the bytes it stands for, what it costs as the
+    module docstring counts, where each entry first stands (`first`), and its line."""
 
     ref: str
     entries: tuple[Entry, ...]
     size: int
+    cost: int
+    index: dict[Entry, int]
+    line: _Line
 
-    @property
-    def cost(self) -> int:
-        return sum(len(entry) for entry in self.entries) + ENTRY_COST * len(self.entries)
+    def first(self, entry: Entry) -> int | None:
+        """Where `entry` (one of more than `RUN_MIN` bytes) first stands; None when nowhere.
+        The index may name a place another entry now holds (one its base held there):
+        checked here."""
+        at = self.index.get(entry)
+        if at is None or at >= len(self.entries) or self.entries[at] != entry:
+            return None
+        return at
 
 
 @dataclass(frozen=True, slots=True)
 class Match:
-    """The base chosen for a request: the recipe, and the piece bytes both hold."""
+    """The base chosen for a request: the recipe, and the bytes both hold."""
 
     recipe: Recipe
     shared: int
@@ -64,9 +91,9 @@ class Recipes:
         self._recipes: LRU[str, Recipe] = LRU(max_recipes, dropped=self._release_dropped)
         self._pieces: dict[bytes, bytes] = {}  # piece id -> its bytes, once
         # What a request shares with a recipe: piece id, or a literal entry of `RUN_MIN`
-        # bytes or more (most messages are literals: `PIECE_MIN` is 16 KiB) -> the refs of
-        # the recipes holding it
-        self._holders: dict[bytes, set[str]] = {}
+        # bytes or more (most messages are literals: `PIECE_MIN` is 16 KiB) -> the lines
+        # whose recipes held it
+        self._holders: dict[bytes, set[_Line]] = {}
         self._bytes = 0  # as the module docstring counts them
 
     def __len__(self) -> int:
@@ -98,26 +125,44 @@ class Recipes:
         entry = recipe.entries[index]
         return self._pieces[piece_of(entry)] if is_piece(entry) else literal_of(entry)
 
-    def keep(self, ref: str, entries: Sequence[Entry], segments: Sequence[bytes]) -> bool:
+    def keep(
+        self,
+        ref: str,
+        entries: Sequence[Entry],
+        segments: Sequence[bytes],
+        *,
+        base: Recipe | None = None,
+        same: int = 0,
+    ) -> bool:
         """Keep a confirmed recipe as the most recently used (its pieces' bytes once);
-        False when it alone is past `max_bytes` (not kept). Linear in the request."""
+        False when it alone is past `max_bytes` (not kept). `base`: the recipe it was sent
+        against (it joins the base's line); `same`: how many of its entries after the first
+        are the base's, at the same places. Linear in the entries outside those."""
         if ref in self._recipes:
             self._recipes.touch(ref)
             return True
-        recipe = Recipe(ref, tuple(entries), sum(map(len, segments)))
+        if base is not None and base.ref not in self._recipes:
+            base, same = None, 0
+        end = 1 + same if base is not None and same > 0 else 0
+        new = (
+            range(len(entries)) if not end else chain(range(min(1, end)), range(end, len(entries)))
+        )
+        added = list(new)
         fresh = {
-            piece_of(entry): segment
-            for entry, segment in zip(entries, segments, strict=True)
-            if is_piece(entry) and piece_of(entry) not in self._pieces
+            piece_of(entries[at]): segments[at]
+            for at in added
+            if is_piece(entries[at]) and piece_of(entries[at]) not in self._pieces
         }
-        if recipe.cost + sum(map(len, fresh.values())) > self.max_bytes:
+        cost = sum(map(len, entries)) + ENTRY_COST * len(entries)
+        if cost + sum(map(len, fresh.values())) > self.max_bytes:
             return False
+        line = base.line if base is not None else _Line()
+        index = _index(entries, added, base.index if end and base is not None else None)
+        recipe = Recipe(ref, tuple(entries), sum(map(len, segments)), cost, index, line)
         self._pieces.update(fresh)
-        self._bytes += sum(map(len, fresh.values())) + recipe.cost
-        for entry in entries:
-            key = _shared_key(entry)
-            if key is not None:
-                self._holders.setdefault(key, set()).add(ref)
+        self._bytes += sum(map(len, fresh.values())) + cost
+        line.refs.add(ref)
+        self._hold(line, (entries[at] for at in added))
         self._recipes.put(ref, recipe)  # may drop the oldest past max_recipes
         while self._bytes > self.max_bytes and len(self._recipes) > 1:
             self.drop(next(iter(self._recipes)))
@@ -133,8 +178,10 @@ class Recipes:
             self._release(found)
 
     def drop_holding(self, pieces: Sequence[bytes]) -> None:
-        """Forget every recipe naming one of `pieces` (the gateway lost them)."""
-        refs = {ref for piece in pieces for ref in self._holders.get(piece, ())}
+        """Forget every recipe of a line that held one of `pieces` (the gateway lost them)."""
+        refs = {
+            ref for piece in pieces for line in self._holders.get(piece, ()) for ref in line.refs
+        }
         for ref in refs:
             self.drop(ref)
 
@@ -143,12 +190,13 @@ class Recipes:
     ) -> Match | None:
         """The confirmed recipe sharing the most bytes (pieces, long literals) with a request
         (ties: the most recently used), among those sharing one of its messages of
-        `RELATED_MIN` bytes or more (the same
-        conversation: an unrelated one is never a base); None when none does."""
-        shared: dict[str, int] = {}
-        related: set[str] = set()
+        `RELATED_MIN` bytes or more (the same conversation: an unrelated one is never a
+        base); None when none does. The lines holding a message of it first, then what each
+        of their recipes holds (`Recipe.first`)."""
         is_message = set(messages)
         seen: set[bytes] = set()
+        held: list[tuple[Entry, int, bool]] = []  # what some line holds: entry, size, message
+        related: set[_Line] = set()
         for index, entry in enumerate(entries):
             key = _shared_key(entry)
             if key is None or key in seen:
@@ -158,31 +206,83 @@ class Recipes:
                 continue
             seen.add(key)
             size = len(segments[index])
-            for ref in holders:
-                shared[ref] = shared.get(ref, 0) + size
-            if index in is_message and size >= RELATED_MIN:
+            message = index in is_message and size >= RELATED_MIN
+            held.append((entry, size, message))
+            if message:
                 related.update(holders)
-        if not related:
-            return None
         recency = {ref: order for order, ref in enumerate(self._recipes)}
-        best = max(related, key=lambda ref: (shared[ref], recency[ref]))
-        return Match(self._recipes[best], shared[best])
+        best: tuple[int, int] | None = None
+        found: Recipe | None = None
+        for ref in (ref for line in related for ref in line.refs):
+            recipe = self._recipes.peek(ref)
+            if recipe is None:
+                continue
+            mine = [
+                (size, message) for entry, size, message in held if recipe.first(entry) is not None
+            ]
+            if not any(message for _, message in mine):
+                continue
+            score = (sum(size for size, _ in mine), recency[ref])
+            if best is None or score > best:
+                best, found = score, recipe
+        if best is None or found is None:
+            return None
+        return Match(found, best[0])
+
+    def _hold(self, line: _Line, entries: Iterable[Entry]) -> None:
+        for entry in entries:
+            key = _shared_key(entry)
+            if key is not None and key not in line.keys:
+                line.keys.add(key)
+                self._holders.setdefault(key, set()).add(line)
 
     def _release_dropped(self, ref: str, recipe: Recipe) -> None:
         self._release(recipe)
 
     def _release(self, recipe: Recipe) -> None:
         self._bytes -= recipe.cost
-        for entry in recipe.entries:
-            key = _shared_key(entry)
-            holders = self._holders.get(key) if key is not None else None
-            if key is None or holders is None:
+        line = recipe.line
+        line.refs.discard(recipe.ref)
+        if line.refs:
+            return
+        for key in line.keys:  # the line's last recipe: what it held goes
+            holders = self._holders.get(key)
+            if holders is None:
                 continue
-            holders.discard(recipe.ref)
+            holders.discard(line)
             if not holders:
                 del self._holders[key]
-                if is_piece(entry):
-                    self._bytes -= len(self._pieces.pop(key))
+                piece = self._pieces.pop(key, None)
+                if piece is not None:
+                    self._bytes -= len(piece)
+        line.keys.clear()
+
+
+def _index(
+    entries: Sequence[Entry], added: list[int], base: dict[Entry, int] | None
+) -> dict[Entry, int]:
+    """Where each entry of more than `RUN_MIN` bytes first stands: the base's index copied
+    (the entries not in `added` stand where they stood in the base) and those in `added`
+    placed, in order; from scratch without a base, or when the base's has grown past twice
+    the entries (the places of entries no longer held). A segment 0 (the headers) never
+    equals a later one (a body's segment is JSON text, never `name: value` lines)."""
+    if base is None or len(base) > 2 * len(entries) + 64:
+        found: dict[Entry, int] = {}
+        for at, entry in enumerate(entries):
+            if len(entry) > RUN_MIN:
+                found.setdefault(entry, at)
+        return found
+    index = base.copy()
+    placed: set[Entry] = set()
+    for at in added:
+        entry = entries[at]
+        if len(entry) <= RUN_MIN or entry in placed:
+            continue
+        placed.add(entry)
+        old = index.get(entry)
+        if old is None or old > at or old >= len(entries) or entries[old] != entry:
+            index[entry] = at
+    return index
 
 
 def _shared_key(entry: Entry) -> bytes | None:

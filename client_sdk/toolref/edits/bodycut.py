@@ -1,0 +1,203 @@
+"""A request body's cut, remembered: its segments in UTF-8, their recipe entries and `framed`
+digests, and which of them are messages (counted in the request's segments, the
+headers' first); a body that shares its first characters with a
+remembered one is cut again only from where the two part.
+
+A turn's body is the one before plus what changed (`scanner`). Every span the scan finds
+wholly inside the prefix two bodies share is the same span, so the segments up to it (the
+span and the glue before it) are the same bytes, entries and digests: they are taken from
+the remembered cut as list slices, and only the segments after them are encoded, hashed and
+framed. Which spans are messages, and the model's, is the scan's own answer (a message cut
+off by the end of the prefix may say its role after it), taken from the remembered cut as far
+as the two agree, which a comparison at C speed finds.
+
+Cost per body: the scan of what changed, the segments after the prefix in Python, and list
+slices, comparisons and one prefix search at C speed. Memory: the last `MEMOS` cuts, their
+texts at most `MEMO_CHARS` characters in all, each with its segments and entries (about
+three times its text).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+from toolref.edits.recipe import Entry, entry_of, framed
+from toolref.edits.scanner import Scan, scan, shared
+
+MEMOS: Final = 8  # cuts remembered
+MEMO_CHARS: Final = 16 << 20  # characters of their bodies, in all (a longer body: not kept)
+_MEMO_MIN: Final = 1024  # characters a body shares with a cut for it to be resumed from
+_MEMOS: Final[deque[BodyCut]] = deque(maxlen=MEMOS)
+_MEMOS_LOCK: Final = threading.Lock()  # cuts run on the loop and in worker threads
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True, eq=False)
+class BodyCut:
+    """A body's segments (`parts`, in UTF-8), their entries and framed digests, the index in
+    the request's segments (`parts` after the headers') of each message's largest span
+    (`messages`) and of each span of the model's messages (`answered`), each part's message
+    with the long window (`owners`, -1: none; empty without it); and for resuming: the
+    scan's spans, how many parts there are once each span is cut (`through`), and the span
+    indices of the messages and of the model's spans. `reused`: the parts taken from the cut
+    before, `before`: the recipe ref last made of that one (its `ref`, which `request.cut`
+    sets)."""
+
+    text: str
+    key: str | None
+    window: bool
+    spans: list[tuple[int, int]]
+    through: list[int]
+    span_messages: list[int]
+    span_models: list[int]
+    parts: list[bytes]
+    entries: list[Entry]
+    framed: list[bytes]
+    messages: list[int]
+    answered: list[int]
+    owners: list[int]
+    reused: int = 0
+    before: str | None = None
+    ref: str | None = None
+
+
+def cut_body(text: str, key: str | None, *, window: bool, codec: str) -> BodyCut | None:
+    """The cut of `text` (a JSON object's; None otherwise), resumed from the remembered cut it
+    shares the most first characters with. `codec`: "ascii" when the body is, else "utf-8"
+    (the same bytes, the first faster)."""
+    found = scan(text, key, window)
+    if found is None:
+        return None
+    memo, common = _closest(text, key, window)
+    made = _cut(found, codec, memo, common)
+    if len(text) <= MEMO_CHARS:
+        with _MEMOS_LOCK:
+            if memo is not None and memo in _MEMOS and _moved_on(memo, common):
+                _MEMOS.remove(memo)  # the conversation moved on: its newer body replaces it
+            _MEMOS.append(made)
+            while sum(len(m.text) for m in _MEMOS) > MEMO_CHARS:
+                _MEMOS.popleft()
+    return made
+
+
+def _moved_on(memo: BodyCut, common: int) -> bool:
+    """A body sharing `common` first characters with `memo` is its conversation's next one: it
+    shares its first message whole (another conversation that shares only the envelope, the
+    tools and the system prompt, leaves `memo` to its own)."""
+    messages = memo.span_messages
+    return bool(messages) and common >= memo.spans[messages[0]][1]
+
+
+def remember_ref(made: BodyCut, ref: str) -> None:
+    """The recipe ref made of `made` (with its headers): what a cut resumed from it names as
+    `before`."""
+    with _MEMOS_LOCK:
+        made.ref = ref
+
+
+def _closest(text: str, key: str | None, window: bool) -> tuple[BodyCut | None, int]:
+    with _MEMOS_LOCK:
+        memos = [m for m in reversed(_MEMOS) if m.key == key and m.window == window]
+    best, most = None, _MEMO_MIN - 1
+    for memo in memos:  # the most recent first
+        if memo.text[:_MEMO_MIN] != text[:_MEMO_MIN]:
+            continue
+        common = shared(memo.text, text)
+        if common > most:
+            best, most = memo, common
+        if common == len(memo.text):
+            break
+    return best, most
+
+
+def _agreeing(one: list[_T], other: list[_T], limit: int) -> int:
+    """How many first items `one` and `other` share, at most `limit`: slices compared at C
+    speed, halving the range."""
+    limit = min(limit, len(one), len(other))
+    if one[:limit] == other[:limit]:
+        return limit
+    low, high = 0, limit
+    while high - low > 1:
+        middle = (low + high) // 2
+        if one[:middle] == other[:middle]:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def _before_disagreeing(one: list[int], other: list[int], keep: int) -> int:
+    """`keep`, or less: the first span index where two sorted lists of span indices part
+    (each list's items before it agree)."""
+    agree = _agreeing(one, other, 1 << 62)
+    for items in (one, other):
+        if agree < len(items):
+            keep = min(keep, items[agree])
+    return keep
+
+
+def _cut(found: Scan, codec: str, memo: BodyCut | None, common: int) -> BodyCut:
+    spans, text = found.cuts, found.text
+    keep = messages = models = 0  # spans whose segments are the memo's; its messages, models
+    if memo is not None:
+        inside = bisect.bisect_right(memo.spans, common, key=lambda span: span[1])
+        keep = _agreeing(memo.spans, spans, inside)
+        keep = _before_disagreeing(memo.span_messages, found.messages, keep)
+        keep = _before_disagreeing(memo.span_models, found.models, keep)
+        messages = bisect.bisect_left(found.messages, keep)
+        models = bisect.bisect_left(found.models, keep)
+    if memo is not None and keep:
+        count = memo.through[keep - 1]
+        made = BodyCut(
+            text, found.key, found.window, spans, memo.through[:keep],
+            found.messages, found.models,
+            memo.parts[:count], memo.entries[:count], memo.framed[:count],
+            memo.messages[:messages], memo.answered[:models],
+            memo.owners[:count] if found.window else [],
+            count, memo.ref,
+        )  # fmt: skip
+        at = spans[keep - 1][1]
+    else:
+        made = BodyCut(text, found.key, found.window, spans, [], found.messages, found.models,
+                       [], [], [], [], [], [])  # fmt: skip
+        at = 0
+    _extend(made, found, codec, keep=keep, at=at, messages=messages, models=models)
+    return made
+
+
+def _extend(
+    made: BodyCut, found: Scan, codec: str, *, keep: int, at: int, messages: int, models: int
+) -> None:
+    """Cut `made` on from span `keep` (its text from `at`); `messages`, `models`: how many of
+    the scan's message and model spans `made` holds already."""
+    text, owners = found.text, found.owners
+    span_messages, span_models = found.messages, found.models
+    parts, through = made.parts, made.through
+
+    def add(data: bytes, owner: int) -> None:
+        entry = entry_of(data)
+        parts.append(data)
+        made.entries.append(entry)
+        made.framed.append(framed(entry))
+        if made.window:
+            made.owners.append(owner)
+
+    for index in range(keep, len(found.cuts)):
+        start, end = found.cuts[index]
+        if start > at:
+            add(text[at:start].encode(codec), -1)
+        if messages < len(span_messages) and span_messages[messages] == index:
+            made.messages.append(len(parts) + 1)
+            messages += 1
+        if models < len(span_models) and span_models[models] == index:
+            made.answered.append(len(parts) + 1)
+            models += 1
+        add(text[start:end].encode(codec), owners[index] if made.window else -1)
+        through.append(len(parts))
+        at = end
+    if at < len(text):
+        add(text[at:].encode(codec), -1)
