@@ -14,7 +14,9 @@ runs), `/stats` (what the middleware added) and `/__next-answer` (POST `{"format
 "message": {...}}`: the next streamed answer, as `loadtests.fast_upstream` takes it).
 
 The middleware's added time of a request is the wall time from the request reaching the
-middleware to its answer sent, less the time inside the app: reading the edit, the
+middleware to the last piece of its answer sent (what the client waits for; the answer's
+keep, `PUT /v1/answers`, follows it), less the app's own time (inside the app, less its
+calls of the middleware's `send`, which taps the answer): reading the edit, the
 registry's round trip, restoring, and passing the answer on. Requests are measured one at
 a time (the benches send them so).
 """
@@ -33,6 +35,7 @@ from loadtests import scripted
 from toolref import AsyncRegistryClient, ToolRefMiddleware
 
 Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
 _STREAM: Final = re.compile(rb'"stream"\s*:\s*true')
 _PIECE: Final = 4096  # bytes of a streamed answer per body message
 
@@ -75,8 +78,16 @@ class Backend:
         client = AsyncRegistryClient(registry, timeout=120)
         self.middleware = ToolRefMiddleware(self.app, client)
 
-    async def app(self, scope: Scope, receive: Any, send: Any) -> None:
+    async def app(self, scope: Scope, receive: Any, given: Any) -> None:
         start = time.perf_counter()
+        sending = 0.0  # in the middleware's `send` (its tap, its keep): not the app's
+
+        async def send(message: Message) -> None:
+            nonlocal sending
+            began = time.perf_counter()
+            await given(message)
+            sending += time.perf_counter() - began
+
         body = await _read(receive)
         if self.scripted and _STREAM.search(body) is not None:
             events = self.scripted.pop(0)
@@ -88,7 +99,7 @@ class Backend:
                 await send({"type": "http.response.body", "body": piece, "more_body": more})
         else:
             await _answer(send, {"ok": True, "read": len(body)})
-        self.clock.inner += time.perf_counter() - start
+        self.clock.inner += time.perf_counter() - start - sending
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -106,8 +117,15 @@ class Backend:
         elif path.startswith("/llm/"):
             self.clock.inner = 0.0
             start = time.perf_counter()
-            await self.middleware(scope, receive, send)
-            self.clock.added.append(time.perf_counter() - start - self.clock.inner)
+            ended = [start]
+
+            async def timed(message: Message) -> None:
+                await send(message)
+                if message["type"] == "http.response.body" and not message.get("more_body"):
+                    ended[0] = time.perf_counter()  # the client has the whole answer
+
+            await self.middleware(scope, receive, timed)
+            self.clock.added.append(ended[0] - start - self.clock.inner)
         else:  # /bare/..., /control: no toolref
             await _json(receive, send, {"ok": True})
 

@@ -337,8 +337,10 @@ def backend_section(
         "over what the relay sent the gateway for the same conversation. CPU: the backend "
         "and registry processes together, judged against a control request after each "
         "turn, as above. `middleware ms`: its added time per request, median over the "
-        "turns: the wall time from the request reaching the middleware to its answer sent, "
-        "less the app's (the registry's round trip included). "
+        "turns: the wall time from the request reaching the middleware to the last piece "
+        "of its answer sent (what the client waits for), less the app's (the edit's "
+        "registry round trip included; the answer's keep, `PUT /v1/answers`, follows that "
+        "piece). `extra round trips`: requests beyond one per turn (a resend). "
         f"Code: {code}. Command: `{plan.command}`."
     )
     return Section(

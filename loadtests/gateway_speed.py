@@ -28,9 +28,9 @@ from typing import Final
 
 import psutil
 
-from loadtests import gateway_turns, portkey
+from loadtests import gateway_turns, portkey, startup
 from loadtests.drive import Block, Load, Target, busy, sequential
-from loadtests.report import Section
+from loadtests.report import BENCHMARKS, Section, replace_section
 from loadtests.systems import (
     AFTER,
     KEY,
@@ -394,6 +394,8 @@ async def _run(found: list[Trace], plan: Plan, command: str) -> list[Section]:
         print(f"gateway speed: code {systems.files}", file=sys.stderr)
         print(f"gateway speed: {systems.portkey_note}", file=sys.stderr)
         measured = await _small(systems, plan)
+        gateway = systems.chains[AFTER.label][1].url
+        started = await asyncio.to_thread(startup.verdicts, AFTER, gateway)
         loads.append(os.getloadavg()[0])
         turns = await gateway_turns.run(systems, found, plan, command)
         loads.append(os.getloadavg()[0])
@@ -403,6 +405,7 @@ async def _run(found: list[Trace], plan: Plan, command: str) -> list[Section]:
         "processes share them, so absolute times and throughput vary more than ratios do."
     )
     sections = [small_section(systems, measured, command), turns]
+    sections[0].verdicts += started  # `loadtests/startup.py`
     for section in sections:
         section.intro += " " + machine
     return sections
@@ -415,6 +418,7 @@ def run(found: list[Trace], plan: Plan = Plan()) -> list[Section]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: fewer rounds")
+    parser.add_argument("--write", action="store_true", help="into docs/benchmarks.md")
     args = parser.parse_args()
     found = load()
     if not found:
@@ -424,6 +428,8 @@ def main() -> int:
     command = "python -m loadtests.gateway_speed" + (" --quick" if args.quick else "")
     for section in asyncio.run(_run(found, plan, command)):
         print(section.markdown())
+        if args.write:
+            replace_section(BENCHMARKS, section)
     return 0
 
 

@@ -236,13 +236,52 @@ async def run(systems: Systems, found: list[Trace], plan: Plan, command: str) ->
     await systems.launcher.wait()
     traces = chosen(found, plan.traces)
     turns: list[Turn] = []
+    longest: tuple[Trace, list[Turn]] | None = None
     try:
         for trace in traces:
-            turns += await _replay(trace, systems, hops, relays, whole=plan.whole, start=len(turns))
+            start = len(turns)
+            replayed = await _replay(trace, systems, hops, relays, whole=plan.whole, start=start)
+            turns += replayed
+            grown = replayed[: len(replayed) - plan.whole]  # the conversation's own turns
+            if longest is None or len(grown) > len(longest[1]):
+                longest = (trace, grown)
     finally:
         for server in servers.values():
             server.close()
-    return section(_kinds(turns, hops), systems, traces, plan, command)
+    found_section = section(_kinds(turns, hops), systems, traces, plan, command)
+    if longest is not None:
+        found_section.verdicts.extend(_growth(*longest, systems.codes[0].label))
+    return found_section
+
+
+GROWTH_WINDOW: Final = 60  # turns: the relay's CPU per turn, the last ones over the first
+GROWTH: Final = 1.3  # at most (issue 40)
+LARGEST: Final = 20  # turns: the added time at the largest bodies
+ADDED_MS: Final = 5.0  # at most, median (issue 40)
+
+
+def _growth(trace: Trace, turns: list[Turn], code: str) -> list[str]:
+    """Issue 40's checks on the longest conversation replayed: the relay's own CPU per turn
+    (the relay in front of the hop: the relay alone), the last `GROWTH_WINDOW` turns over
+    the first (half the turns when there are fewer than twice as many), and the time relay
+    and gateway add at its `LARGEST` last turns (the largest bodies)."""
+    relay = [turn.cpu[f"hop {code}"] for turn in turns]
+    window = min(GROWTH_WINDOW, len(relay) // 2)
+    if window == 0:
+        return []
+    first, last = statistics.fmean(relay[:window]), statistics.fmean(relay[-window:])
+    ratio = last / first if first else float("inf")
+    tail = turns[-LARGEST:]
+    added = statistics.median(turn.seconds[code] - turn.seconds["direct"] for turn in tail) * 1e3
+    body = statistics.median(turn.agent_bytes for turn in tail) / 1e3
+    return [
+        f"{'PASS' if ratio <= GROWTH else 'FAIL'}: {trace.name} ({len(turns)} turns): the "
+        f"relay's CPU per turn, last {window} turns over the first {window}: "
+        f"{last * 1e3:.2f} ms over {first * 1e3:.2f} ms = {ratio:.2f} (target at most {GROWTH})",
+        f"{'PASS' if added <= ADDED_MS else 'FAIL'}: the time relay and gateway add to its last "
+        f"{len(tail)} turns (bodies {body:.0f} KB, median): {added:.2f} ms, median (target at "
+        f"most {ADDED_MS:.0f} ms)",
+    ]
 
 
 def _row(kind: str, system: str, code: str, found: Kind, before: Kind | None = None) -> list[str]:

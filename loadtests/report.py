@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Final
 
 
 @dataclass
@@ -72,6 +73,9 @@ def replace_region(path: Path, name: str, text: str) -> None:
     if not found or not closed:
         raise ValueError(f"{path} has no {start} ... {end} region")
     path.write_text(f"{before}{start}\n{text}{end}{after}")
+
+
+BENCHMARKS: Final = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
 
 def replace_section(path: Path, section: Section) -> None:

@@ -25,7 +25,7 @@ from loadtests import scripted, traces
 from loadtests.edits_baseline import AGENT_HEADERS
 from loadtests.edits_bench import from_trace
 from loadtests.patterns import PATTERNS, Pattern, encode
-from loadtests.report import Section
+from loadtests.report import BENCHMARKS, Section, replace_section
 from loadtests.traces import Trace
 from toolref.edits import wire
 from toolref.edits.answer import AnswerTap
@@ -147,6 +147,8 @@ def main() -> int:
     found = traces.load()
     section = run(found)
     print(section.markdown())
+    if "--write" in sys.argv[1:]:  # into docs/benchmarks.md
+        replace_section(BENCHMARKS, section)
     return 0 if found else 2
 
 

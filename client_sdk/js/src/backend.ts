@@ -212,8 +212,10 @@ async function applied(context: Context, request: Request): Promise<Response> {
 }
 
 /** `response`, its streamed answer read as it passes (edits/answer.ts `tapFor`): once whole,
- * kept by the registry as recipe `ref`'s (`PUT /v1/answers/{recipe}`) before the piece that
- * ends it goes on, so that the client's next edit, compressed against it, finds it. A
+ * kept by the registry as recipe `ref`'s (`PUT /v1/answers/{recipe}`) right after the piece
+ * that ends it goes on (the client has the answer's end without waiting for the registry;
+ * the stream closes once it is kept, before the client's next edit, compressed against it,
+ * can reach the registry). A
  * registry that cannot keep it costs that edit one resend (400 dictionary-mismatch), never
  * this answer. As it is when it cannot be an answer. */
 function keptAnswer(context: Context, response: Response, path: string, ref: string): Response {
@@ -230,8 +232,9 @@ function keptAnswer(context: Context, response: Response, path: string, ref: str
   const tapped = response.body.pipeThrough(
     new TransformStream<Uint8Array, Uint8Array>({
       async transform(chunk, controller) {
-        if (tap.feed(chunk) && tap.answer !== null) await keep(tap.answer);
+        const whole = tap.feed(chunk) ? tap.answer : null;
         controller.enqueue(chunk);
+        if (whole !== null) await keep(whole);
       },
     }),
   );

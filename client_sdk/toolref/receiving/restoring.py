@@ -173,25 +173,29 @@ def marked(send: Send, applied: AppliedEdit, sent: int) -> Send:
 
 def kept_answer(send: Send, registry: Registry, ref: str, path: str) -> Send:
     """`send`, reading the app's streamed answer as it passes (`toolref.edits.answer.tap_for`):
-    once whole, kept by the registry as recipe `ref`'s (`Registry.keep_answer`) before the
-    piece that ends it is sent on, so that the client's next edit, which compresses the
-    model's segments against it, always finds it. A registry that cannot keep it is logged
-    and the stream goes on: the next edit is refused 400 and sent again without. O(stream)."""
+    once whole, kept by the registry as recipe `ref`'s (`Registry.keep_answer`) right after
+    the piece that ends it is sent on (the request's one registry round trip on the client's
+    clock is the edit's; the answer's comes after the client has it all, and before the
+    client's next edit, which compresses the model's segments against it, can reach the
+    registry: that edit is read, restored and sent by the client after this one's end was
+    sent, while this round trip was already under way). A registry that cannot keep it is
+    logged: the next edit is refused 400 and sent again without. O(stream)."""
     tap: AnswerTap | None = None
 
     async def tapped(message: Message) -> None:
         nonlocal tap
+        answer: bytes | None = None
         if message["type"] == "http.response.start":
             headers = decoded(message.get("headers", []))
             tap = tap_for(path, message["status"], headers)
         elif tap is not None and tap.feed(message.get("body", b"")):
             answer, tap = tap.answer, None
-            if answer is not None:
-                try:
-                    await registry.keep_answer(ref, answer)
-                except ToolrefError as exc:
-                    log.warning("the answer of %s not kept: %s", ref, exc.detail)
         await send(message)
+        if answer is not None:
+            try:
+                await registry.keep_answer(ref, answer)
+            except ToolrefError as exc:
+                log.warning("the answer of %s not kept: %s", ref, exc.detail)
 
     return tapped
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Final
 
-from toolref.edits.recipe import RUN_MIN, Entry, is_piece, literal_of, piece_of
+from toolref.edits.recipe import PIECE, RUN_MIN, Entry, is_piece, literal_of, piece_of
 from toolref.kit.lru import LRU
 from toolref.kit.option_checks import check_count
 
@@ -178,10 +178,14 @@ class Recipes:
             self._release(found)
 
     def drop_holding(self, pieces: Sequence[bytes]) -> None:
-        """Forget every recipe of a line that held one of `pieces` (the gateway lost them)."""
-        refs = {
-            ref for piece in pieces for line in self._holders.get(piece, ()) for ref in line.refs
-        }
+        """Forget every recipe naming one of `pieces` (the gateway lost them)."""
+        refs = set()
+        for piece in pieces:
+            for line in self._holders.get(piece, ()):
+                for ref in line.refs:
+                    recipe = self._recipes.peek(ref)
+                    if recipe is not None and recipe.first(PIECE + piece) is not None:
+                        refs.add(ref)
         for ref in refs:
             self.drop(ref)
 
