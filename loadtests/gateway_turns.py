@@ -7,9 +7,10 @@ message made new).
 The gateway's own share: a second relay of each code sends its bodies to a `Hop` in this
 process, which forwards each to a second gateway of that code and times it, with that
 gateway's CPU. What the gateway adds to a turn is that time minus the fake upstream's for the
-turn's body; a continuation is a body naming a `Toolref-History`, a whole-conversation turn
-one that names none. The hop's own cost is not in it (it is this process's), and relay +
-gateway is timed on its own chain, with no hop.
+turn's body; a continuation is an edit naming a base (or, from a relay of before edits, a
+body naming a `Toolref-History`), a whole-conversation turn one that names none. The hop's
+own cost is not in it (it is this process's), and relay + gateway is timed on its own chain,
+with no hop.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from loadtests.rawhttp import Connection
 from loadtests.report import Section
 from loadtests.systems import UPSTREAM_NAME, Proc, note
 from loadtests.traces import Trace
+from toolref.edits import wire
+from toolref.wire.errors import ToolrefError
 
 if TYPE_CHECKING:
     from loadtests.gateway_speed import Plan, Systems
@@ -41,6 +44,9 @@ HEADERS: Final = {
 }
 _LENGTH: Final = re.compile(rb"\r\ncontent-length:\s*(\d+)", re.IGNORECASE)
 _HISTORY: Final = re.compile(rb"\r\ntoolref-history:\s*th_", re.IGNORECASE)
+_EDIT: Final = re.compile(
+    rb"\r\ncontent-type:\s*" + re.escape(wire.MEDIA_TYPE.encode()), re.IGNORECASE
+)
 _DROP: Final = {"content-length", "transfer-encoding", "connection"}
 
 
@@ -75,7 +81,7 @@ class Hop:
                 before = self.gateway.cpu()
                 answer = await upstream.send(head + body)
                 used = self.gateway.cpu() - before
-                continued = _HISTORY.search(head) is not None
+                continued = _continued(head, body)
                 if head.startswith(b"POST "):  # not the relay's start-up probe
                     sent = Forwarded(
                         self.turn, continued, len(body), answer.total, used, answer.status
@@ -93,6 +99,19 @@ class Hop:
         finally:
             await upstream.close()
             writer.close()
+
+
+def _continued(head: bytes, body: bytes) -> bool:
+    """A body that goes on from one the gateway holds: an edit naming a base (or, from a
+    relay of before edits, a request naming a `Toolref-History`)."""
+    if _HISTORY.search(head) is not None:
+        return True
+    if _EDIT.search(head) is None:
+        return False
+    try:
+        return wire.described(body).get("b") is not None
+    except ToolrefError:
+        return False
 
 
 def body_of(fmt: str, messages: list[dict[str, Any]]) -> bytes:
@@ -347,7 +366,8 @@ def section(
         "code sends its bodies through a hop in the bench's process (`loadtests/"
         "gateway_turns.py`, `Hop`) to a second gateway, which is timed from the body's first "
         "byte sent to its whole answer, and its CPU taken meanwhile. A turn is a continuation "
-        "when the relay's body named a `Toolref-History`, whole when it named none. Added "
+        "when the relay's body was an edit naming a base (a relay of before edits: a body "
+        "naming a `Toolref-History`), whole when it named none. Added "
         "time: the system's time minus the fake upstream's for the same body (median and p95 "
         "over the turns); CPU: per turn, mean, the time every thread of every process of the "
         "system ran (relay, gateway and its engine). Ratios to the floor and to `before`. "

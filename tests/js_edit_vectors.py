@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from toolref.edits import bodycut, isolated, scanner, wire
+from toolref.edits import bodycut, isolated, wire
 from toolref.edits.edit import Inline, Keep, Named, Op, diff
 from toolref.edits.recipe import PIECE_MIN, framed, piece_ref
 from toolref.edits.request import Cut, cut
@@ -419,8 +419,7 @@ def forget_cuts() -> None:
     recipe of one (`Editor._resumed`): JS makes the pass over the whole request every turn,
     and its edits are the same (`tests/unit/edits/test_editor_resumed.py`); the base's
     `shared` bytes, which JS counts as that pass does, are this pass's."""
-    scanner._MEMOS.clear()
-    bodycut._MEMOS.clear()
+    bodycut.forget()
 
 
 def _scenario(name: str, editor: Editor, steps: list[Step]) -> dict[str, Any]:

@@ -129,8 +129,9 @@ async def send_edit(
     large body; the request's round trips hold no lock."""
     editor = client.editor
     async with client.lock:
+        work = editor.new_bytes(content, messages_key)  # what follows the body before
         edit: Edit | None = await _WORKERS.run(
-            len(content), editor.prepare, agent_headers(agent), content, messages_key
+            work, editor.prepare, agent_headers(agent), content, messages_key
         )
     if edit is None:
         return NOT_AN_EDIT
@@ -208,6 +209,8 @@ def not_worth_an_edit(edit: Edit, request: httpx.Request, plain: httpx.Request) 
 
 
 # Cutting and diffing a body (a SHA-256 per piece, zstd against up to 1 MiB): about 14 ms a
-# MB measured; past this size, in a worker thread.
+# MB measured; past this size of new bytes (what follows the prefix a body shares with one
+# cut before: `Editor.new_bytes`; a late turn of a long conversation costs its tail), in a
+# worker thread.
 OFFLOAD_BYTES: Final = 256 << 10
 _WORKERS: Final = Workers(None, OFFLOAD_BYTES)

@@ -27,6 +27,7 @@ from typing import Final, TypeVar
 
 from toolref.edits.recipe import Entry, entry_of, framed
 from toolref.edits.scanner import Scan, scan, shared
+from toolref.edits.scanner import forget as scanner_forget
 
 MEMOS: Final = 8  # cuts remembered
 MEMO_CHARS: Final = 16 << 20  # characters of their bodies, in all (a longer body: not kept)
@@ -34,6 +35,10 @@ _MEMO_MIN: Final = 1024  # characters a body shares with a cut for it to be resu
 _MEMOS: Final[deque[BodyCut]] = deque(maxlen=MEMOS)
 _MEMOS_LOCK: Final = threading.Lock()  # cuts run on the loop and in worker threads
 _T = TypeVar("_T")
+# The last `_closest` answer: (body, (key, window), cut, bytes shared); one item, swapped whole.
+_LAST: Final[list[tuple[bytes, tuple[str | None, bool], BodyCut | None, int]]] = [
+    (b"", (None, False), None, 0)
+]
 
 
 @dataclass(slots=True, eq=False)
@@ -43,15 +48,17 @@ class BodyCut:
     (`messages`) and of each span of the model's messages (`answered`), each part's message
     with the long window (`owners`, -1: none; empty without it); and for resuming: the
     scan's spans, how many parts there are once each span is cut (`through`), and the span
-    indices of the messages and of the model's spans. `reused`: the parts taken from the cut
-    before, `before`: the recipe ref last made of that one (its `ref`, which `request.cut`
-    sets)."""
+    indices of the messages and of the model's spans, and the bytes of the body up to each
+    span's end (`byte_ends`). `reused`: the parts taken from the cut before, `before`: the
+    recipe ref last made of that one (its `ref`, which `request.cut` sets)."""
 
     text: str
+    body: bytes
     key: str | None
     window: bool
     spans: list[tuple[int, int]]
     through: list[int]
+    byte_ends: list[int]
     span_messages: list[int]
     span_models: list[int]
     parts: list[bytes]
@@ -65,23 +72,51 @@ class BodyCut:
     ref: str | None = None
 
 
-def cut_body(text: str, key: str | None, *, window: bool, codec: str) -> BodyCut | None:
-    """The cut of `text` (a JSON object's; None otherwise), resumed from the remembered cut it
-    shares the most first characters with. `codec`: "ascii" when the body is, else "utf-8"
-    (the same bytes, the first faster)."""
-    found = scan(text, key, window)
+def cut_body(body: bytes, key: str | None, *, window: bool) -> BodyCut | None:
+    """The cut of `body` (a JSON object's in UTF-8; None otherwise), resumed from the
+    remembered cut it shares the most first bytes with: only what follows the last span
+    that prefix holds whole is decoded, scanned and cut."""
+    memo, common = _closest(body, key, window)
+    chars = at = 0
+    if memo is not None:
+        spans = bisect.bisect_right(memo.byte_ends, common)
+        if spans:
+            chars, at = memo.spans[spans - 1][1], memo.byte_ends[spans - 1]
+    try:
+        text = memo.text[:chars] + body[at:].decode("utf-8") if memo else body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    known = (memo.text, chars) if memo is not None and chars else None
+    found = scan(text, key, window, known=known)
     if found is None:
         return None
-    memo, common = _closest(text, key, window)
-    made = _cut(found, codec, memo, common)
+    codec = "ascii" if body.isascii() else "utf-8"  # the same bytes, the first faster
+    made = _cut(found, body, codec, memo, chars)
     if len(text) <= MEMO_CHARS:
         with _MEMOS_LOCK:
-            if memo is not None and memo in _MEMOS and _moved_on(memo, common):
+            if memo is not None and memo in _MEMOS and _moved_on(memo, chars):
                 _MEMOS.remove(memo)  # the conversation moved on: its newer body replaces it
             _MEMOS.append(made)
             while sum(len(m.text) for m in _MEMOS) > MEMO_CHARS:
                 _MEMOS.popleft()
+            _LAST[0] = (body, (key, window), made, len(body))  # its closest cut: its own
     return made
+
+
+def unshared(body: bytes, key: str | None, *, window: bool) -> int:
+    """The bytes of `body` after the prefix it shares with the remembered cut closest to it:
+    what cutting it would work on (a comparison at C speed; remembered for the cut that
+    follows)."""
+    _, common = _closest(body, key, window)
+    return len(body) - common
+
+
+def forget() -> None:
+    """Remember no cut (and no scan): the next body is cut from scratch (tests, benches)."""
+    with _MEMOS_LOCK:
+        _MEMOS.clear()
+        _LAST[0] = (b"", (None, False), None, 0)
+    scanner_forget()
 
 
 def _moved_on(memo: BodyCut, common: int) -> bool:
@@ -99,19 +134,26 @@ def remember_ref(made: BodyCut, ref: str) -> None:
         made.ref = ref
 
 
-def _closest(text: str, key: str | None, window: bool) -> tuple[BodyCut | None, int]:
+def _closest(body: bytes, key: str | None, window: bool) -> tuple[BodyCut | None, int]:
+    """The remembered cut sharing the most first bytes with `body`, and how many (the last
+    answer remembered: `unshared` then `cut_body` ask it of the same body)."""
+    last = _LAST[0]
+    if last[0] is body and last[1] == (key, window):
+        return last[2], last[3]
     with _MEMOS_LOCK:
         memos = [m for m in reversed(_MEMOS) if m.key == key and m.window == window]
     best, most = None, _MEMO_MIN - 1
     for memo in memos:  # the most recent first
-        if memo.text[:_MEMO_MIN] != text[:_MEMO_MIN]:
+        if memo.body[:_MEMO_MIN] != body[:_MEMO_MIN]:
             continue
-        common = shared(memo.text, text)
+        common = shared(memo.body, body)
         if common > most:
             best, most = memo, common
-        if common == len(memo.text):
+        if common == len(memo.body):
             break
-    return best, most
+    found = (best, most if best is not None else 0)
+    _LAST[0] = (body, (key, window), *found)
+    return found
 
 
 def _agreeing(one: list[_T], other: list[_T], limit: int) -> int:
@@ -140,7 +182,7 @@ def _before_disagreeing(one: list[int], other: list[int], keep: int) -> int:
     return keep
 
 
-def _cut(found: Scan, codec: str, memo: BodyCut | None, common: int) -> BodyCut:
+def _cut(found: Scan, body: bytes, codec: str, memo: BodyCut | None, common: int) -> BodyCut:
     spans, text = found.cuts, found.text
     keep = messages = models = 0  # spans whose segments are the memo's; its messages, models
     if memo is not None:
@@ -153,8 +195,8 @@ def _cut(found: Scan, codec: str, memo: BodyCut | None, common: int) -> BodyCut:
     if memo is not None and keep:
         count = memo.through[keep - 1]
         made = BodyCut(
-            text, found.key, found.window, spans, memo.through[:keep],
-            found.messages, found.models,
+            text, body, found.key, found.window, spans, memo.through[:keep],
+            memo.byte_ends[:keep], found.messages, found.models,
             memo.parts[:count], memo.entries[:count], memo.framed[:count],
             memo.messages[:messages], memo.answered[:models],
             memo.owners[:count] if found.window else [],
@@ -162,8 +204,8 @@ def _cut(found: Scan, codec: str, memo: BodyCut | None, common: int) -> BodyCut:
         )  # fmt: skip
         at = spans[keep - 1][1]
     else:
-        made = BodyCut(text, found.key, found.window, spans, [], found.messages, found.models,
-                       [], [], [], [], [], [])  # fmt: skip
+        made = BodyCut(text, body, found.key, found.window, spans, [], [], found.messages,
+                       found.models, [], [], [], [], [], [])  # fmt: skip
         at = 0
     _extend(made, found, codec, keep=keep, at=at, messages=messages, models=models)
     return made
@@ -176,9 +218,12 @@ def _extend(
     the scan's message and model spans `made` holds already."""
     text, owners = found.text, found.owners
     span_messages, span_models = found.messages, found.models
-    parts, through = made.parts, made.through
+    parts, through, byte_ends = made.parts, made.through, made.byte_ends
+    size = byte_ends[-1] if byte_ends else 0  # bytes of the parts so far
 
     def add(data: bytes, owner: int) -> None:
+        nonlocal size
+        size += len(data)
         entry = entry_of(data)
         parts.append(data)
         made.entries.append(entry)
@@ -198,6 +243,7 @@ def _extend(
             models += 1
         add(text[start:end].encode(codec), owners[index] if made.window else -1)
         through.append(len(parts))
+        byte_ends.append(size)
         at = end
     if at < len(text):
         add(text[at:].encode(codec), -1)

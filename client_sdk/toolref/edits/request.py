@@ -54,11 +54,7 @@ def cut(
     """The recipe of a request whose body is one JSON object in UTF-8; None otherwise (such
     a request is sent as it is). `window`: long messages cut again at content-defined
     places (`scanner`), each segment's message in `Cut.owners`."""
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    made = cut_body(text, messages_key, window=window, codec="ascii" if body.isascii() else "utf-8")
+    made = cut_body(body, messages_key, window=window)
     if made is None:
         return None
     header, secrets = header_segment(headers)

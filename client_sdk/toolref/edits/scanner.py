@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not in stubs
 from json.scanner import make_scanner
-from typing import Any, Final
+from typing import Any, AnyStr, Final
 
 from toolref.kit.lru import LRU
 
@@ -100,12 +100,16 @@ class Scan:
     counts: list[tuple[int, int]] = field(default_factory=list)
 
 
-def scan(text: str, messages_key: str | None, window: bool) -> Scan | None:
+def scan(
+    text: str, messages_key: str | None, window: bool, *, known: tuple[str, int] | None = None
+) -> Scan | None:
     """The spans of `text` (a JSON object's), resumed from a remembered scan where one
     shares its first messages (see the module docstring); None when it is not one JSON
-    object. O(what follows the shared messages) and a comparison at C speed."""
+    object. O(what follows the shared messages) and a comparison at C speed. `known`: a
+    remembered body's text and how many first characters `text` shares with it at least
+    (the caller compared them): that body's scan is resumed from, with no comparison."""
     found = Scan(text, messages_key, window)
-    memo, common = _closest(text, messages_key, window)
+    memo, common = _known(known, messages_key, window) or _closest(text, messages_key, window)
     try:
         if memo is not None and _resume(found, memo, common):
             pass
@@ -124,32 +128,41 @@ def scan(text: str, messages_key: str | None, window: bool) -> Scan | None:
     return found
 
 
-def shared(one: str, other: str) -> int:
-    """How many first characters `one` and `other` share: compared at C speed
-    (`str.startswith` from a place, one copy of the range), halving the range (about two
-    passes over the shorter). The last answer is remembered (the scan and `bodycut` ask it
-    of the same two bodies in turn)."""
-    last = _LAST_SHARED[0]
-    if last[0] is one and last[1] is other:
-        return last[2]
+def forget() -> None:
+    """Remember no scan: the next body is scanned from its start (tests, benches)."""
+    with _MEMOS_LOCK:
+        _MEMOS.clear()
+
+
+def shared(one: AnyStr, other: AnyStr) -> int:
+    """How many first characters (or bytes) `one` and `other` share: compared at C speed
+    (`startswith` from a place, one copy of the range), halving the range (about two passes
+    over the shorter)."""
     size = min(len(one), len(other))
     if one.startswith(other[:size]):
-        low = size
-    else:
-        low, high = 0, size  # one[:low] == other[:low]; one[:high] != other[:high]
-        while high - low > 64:
-            middle = (low + high) // 2
-            if one.startswith(other[low:middle], low):
-                low = middle
-            else:
-                high = middle
-        while low < high and one[low] == other[low]:
-            low += 1
-    _LAST_SHARED[0] = (one, other, low)
+        return size
+    low, high = 0, size  # one[:low] == other[:low]; one[:high] != other[:high]
+    while high - low > 64:
+        middle = (low + high) // 2
+        if one.startswith(other[low:middle], low):
+            low = middle
+        else:
+            high = middle
+    while low < high and one[low] == other[low]:
+        low += 1
     return low
 
 
-_LAST_SHARED: Final[list[tuple[str, str, int]]] = [("", "", 0)]  # one item: swapped whole
+def _known(known: tuple[str, int] | None, key: str | None, window: bool) -> tuple[Scan, int] | None:
+    """The remembered scan of `known`'s text (the same object), and its count."""
+    if known is None:
+        return None
+    text, common = known
+    with _MEMOS_LOCK:
+        for memo in reversed(_MEMOS):
+            if memo.text is text and memo.key == key and memo.window == window:
+                return memo, common
+    return None
 
 
 def _closest(text: str, key: str | None, window: bool) -> tuple[Scan | None, int]:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from toolref.edits import wire
+from toolref.edits.bodycut import unshared
 from toolref.edits.edit import Inline, Keep, Op, dictionary, dictionary_order, diff
 from toolref.edits.recipe import parse_piece_ref
 from toolref.edits.request import Cut, cut
@@ -137,7 +138,7 @@ class Editor:
         UTF-8 (send it as it is). `headers`: the agent's end-to-end headers, toolref's own
         left out."""
         # The long window pays only where its pieces travel together (version 3's runs).
-        made = cut(headers, body, messages_key, window=self.long_window and self.version >= 3)
+        made = cut(headers, body, messages_key, window=self._window)
         if made is None:
             return None
         match = self._resumed(made) or self.recipes.best_base(
@@ -147,6 +148,16 @@ class Editor:
             return self._build(made, None, 0)
         self.recipes.touch(match.recipe.ref)
         return self._build(made, match.recipe, match.shared)
+
+    def new_bytes(self, body: bytes, messages_key: str | None) -> int:
+        """What `prepare` would work on in Python: the bytes of `body` after the prefix it
+        shares with a body cut before (`bodycut.unshared`, a comparison at C speed); a
+        caller puts a body in a worker thread by this, not by its size."""
+        return unshared(body, messages_key, window=self._window)
+
+    @property
+    def _window(self) -> bool:
+        return self.long_window and self.version >= 3
 
     def confirm(self, edit: Edit, history: str | None) -> bool:
         """Keep the recipe `edit` made when the answer names it (`Toolref-History`);

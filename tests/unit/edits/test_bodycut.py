@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.unit.edits.test_scanner import body as short_body
 from tests.unit.edits.test_scanner import extra, message
-from toolref.edits import bodycut, scanner
+from toolref.edits import bodycut
 from toolref.edits.recipe import entry_of, framed
 from toolref.edits.request import cut
 from toolref.edits.segments import cut_body as cut_str
@@ -25,16 +25,15 @@ def body(messages: list[Any], tail: dict[str, Any], spacing: str) -> str:
 
 
 def fresh(text: str, window: bool) -> bodycut.BodyCut | None:
-    scanner._MEMOS.clear()
-    bodycut._MEMOS.clear()
-    return bodycut.cut_body(text, "messages", window=window, codec="utf-8")
+    bodycut.forget()
+    return bodycut.cut_body(text.encode(), "messages", window=window)
 
 
 def made(found: bodycut.BodyCut | None) -> tuple[Any, ...] | None:
     if found is None:
         return None
     return (found.parts, found.entries, found.framed, found.messages, found.answered,
-            found.owners, found.spans, found.through)  # fmt: skip
+            found.owners, found.spans, found.through, found.byte_ends)  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
@@ -70,11 +69,15 @@ def test_a_resumed_cut_is_the_cut_from_scratch(
             later[index] = {"role": "user", "content": "x"}
     before, after = body(first, tail, spacing), body(later, other_tail, spacing)
     fresh(before, window)
-    resumed = bodycut.cut_body(after, "messages", window=window, codec="utf-8")
+    resumed = bodycut.cut_body(after.encode(), "messages", window=window)
     again = fresh(after, window)
     assert made(resumed) == made(again)
     if resumed is not None:  # what the parts are: the text, and each one's entry and digest
         assert b"".join(resumed.parts) == after.encode()
+        assert resumed.text == after
+        assert resumed.byte_ends == [
+            len(b"".join(resumed.parts[:count])) for count in resumed.through
+        ]
         assert resumed.entries == [entry_of(part) for part in resumed.parts]
         assert resumed.framed == [framed(entry) for entry in resumed.entries]
         if not window:  # the segments `segments.cut_body` gives
@@ -94,8 +97,7 @@ def test_a_grown_conversation_is_cut_again_only_at_its_tail() -> None:
     assert second.resumed == first.ref
     assert second.same >= len(first.segments) - 3  # all but the list's end and what follows
     assert second.segments[: 1 + second.same] == first.segments[: 1 + second.same]
-    scanner._MEMOS.clear()
-    bodycut._MEMOS.clear()
+    bodycut.forget()
     scratch = cut(headers, body(grown, {"stream": True}, "").encode(), "messages", window=True)
     assert scratch is not None
     assert scratch.same == 0
@@ -110,7 +112,7 @@ def test_conversations_that_share_their_envelope_keep_their_own_cuts() -> None:
     for turn in range(4):  # three agents of one kind, their turns interleaved
         for task in tasks:
             task.append({"role": "assistant", "content": f"step {turn} " * 30})
-            found = bodycut.cut_body(body(task, {}, ""), "messages", window=False, codec="ascii")
+            found = bodycut.cut_body(body(task, {}, "").encode(), "messages", window=False)
             assert found is not None
             if turn:  # cut on from its own body before: all but the new message
                 assert found.reused == len(found.parts) - 3  # a comma, it, the end
@@ -118,9 +120,9 @@ def test_conversations_that_share_their_envelope_keep_their_own_cuts() -> None:
 
 
 def test_the_memory_is_bounded() -> None:
-    bodycut._MEMOS.clear()
+    bodycut.forget()
     for n in range(3 * bodycut.MEMOS):
         text = body([{"role": "user", "content": f"{n} " * 600}], {}, "")
-        bodycut.cut_body(text, "messages", window=False, codec="ascii")
+        bodycut.cut_body(text.encode(), "messages", window=False)
     assert len(bodycut._MEMOS) == bodycut.MEMOS
     assert sum(len(m.text) for m in bodycut._MEMOS) <= bodycut.MEMO_CHARS

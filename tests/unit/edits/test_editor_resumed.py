@@ -14,13 +14,12 @@ from hypothesis import strategies as st
 from tests.unit.edits.agents import HEADERS, STYLES, Agent
 from tests.unit.edits.oracle import Registry, send
 from tests.unit.edits.test_editor import ACTIONS, act
-from toolref.edits import bodycut, scanner
+from toolref.edits import bodycut
 from toolref.sending.editor import Editor
 
 
 def forget() -> None:
-    scanner._MEMOS.clear()
-    bodycut._MEMOS.clear()
+    bodycut.forget()
 
 
 @given(
