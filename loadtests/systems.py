@@ -229,14 +229,18 @@ class Launcher:
         ]  # fmt: skip
         return self.start("stack-floor", command, AFTER.env(BENCH_UPSTREAM=upstream.url), ROOT)
 
-    def gateway(self, code: Code, upstream: Proc, name: str, workers: int = 1) -> Proc:
+    def gateway(
+        self, code: Code, upstream: Proc, name: str, workers: int = 1, **settings: str
+    ) -> Proc:
         """`toolref-server serve` on its own embedded engine (a child); with more than one
-        worker, uvicorn's supervisor binds the socket and the workers are its children."""
+        worker, uvicorn's supervisor binds the socket and the workers are its children.
+        `settings`: more `TOOLREF_*` variables (a code that knows them)."""
         env = code.env(
             TOOLREF_UPSTREAMS=f"{UPSTREAM_NAME}={upstream.url}",
             TOOLREF_DATA_DIR=str(self.scratch / f"{name}-data"),
             TOOLREF_WORKERS=str(workers),
             TOOLREF_LOG_LEVEL="warning",
+            **settings,
         )
         command = [sys.executable, "-m", "toolref_server.cli", "serve", "--port", str(free_port())]
         return self.start(name, command, env, code.cwd)

