@@ -40,6 +40,7 @@ from toolref import __version__
 from toolref.asgi.budget import Account
 from toolref.asgi.scope import Disconnected, Receive, Scope, Send, read_body, while_connected
 from toolref.asgi.workers import Workers
+from toolref.kit import allocator, collector
 from toolref.sending.editor import Editor
 from toolref.wire import redaction
 from toolref.wire.endpoints import endpoint
@@ -214,6 +215,8 @@ class Relay:
                 return
 
     async def startup(self) -> None:
+        collector.tune()  # a turn must not pay for the size of the cuts remembered
+        allocator.tune()  # nor page faults for its body's size (toolref.kit.allocator)
         if self._signals and self.config.switch:
             asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, self._cycle)
         if self.preflight is None:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, Final, cast
+from typing import Any, cast
 
 import httpx
 from redis.asyncio import BlockingConnectionPool, Redis, RedisCluster
@@ -24,6 +23,7 @@ from starlette.routing import Match, Route
 
 from toolref.asgi.budget import Budget
 from toolref.asgi.workers import Workers
+from toolref.kit import allocator, collector
 from toolref.wire import redaction
 from toolref.wire.errors import (
     MethodNotAllowedError,
@@ -70,19 +70,6 @@ from toolref_server.storage.usage_counters import UsageCounters
 from toolref_server.storage.verifier import Verifier
 
 log = logging.getLogger("toolref_server")
-GC_THRESHOLDS: Final = (50_000, 20, 20)  # see _tune_collector
-
-
-def _tune_collector() -> None:
-    """A parsed body is tens of thousands of acyclic containers, freed by reference
-    counting; at the default threshold (700 allocations) the cyclic collector would run a
-    full pass over every live object (caches included) every few requests: measured, a
-    quarter of hydrate's throughput and most of its tail latency. What exists at start-up
-    is collected once and then left out of every pass (`gc.freeze`, once per process)."""
-    if gc.get_threshold() != GC_THRESHOLDS:  # once per process
-        gc.collect()
-        gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def _sampling(metrics: Metrics, usage: UsageCounters, every: float) -> None:
@@ -316,7 +303,8 @@ def create_app(
                 usage=UsageCounters(store),
                 answers=Answers(store, settings.answer_cache_bytes),
             )
-            _tune_collector()
+            collector.tune()
+            allocator.tune()  # growing bodies from the heap (toolref.kit.allocator)
             usage = app.state.services.usage
             stack.push_async_callback(_last_flush, metrics, usage)
             sampler = asyncio.create_task(_sampling(metrics, usage, settings.sample_seconds))

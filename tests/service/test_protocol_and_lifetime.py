@@ -183,13 +183,13 @@ async def test_store_down_is_503_with_retry_after() -> None:
 
 async def test_the_service_tunes_the_cyclic_collector_once(make_api: Api) -> None:
     """Start-up objects frozen out of collections, and collections far apart: a parsed body
-    is freed by reference counting (see `app._tune_collector`)."""
+    is freed by reference counting (see `toolref.kit.collector`)."""
     import gc
 
-    from toolref_server import app
+    from toolref.kit import collector
 
     await make_api()
-    assert gc.get_threshold() == app.GC_THRESHOLDS
+    assert gc.get_threshold() == collector.THRESHOLDS
     frozen = gc.get_freeze_count()
     assert frozen > 0
     await make_api()  # a second app in the same process freezes nothing more

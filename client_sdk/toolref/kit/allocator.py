@@ -1,0 +1,40 @@
+"""The C allocator tuned for a process that works on growing bodies (the relay, the
+service): large blocks from the heap, not one mapping each.
+
+glibc serves a block of `M_MMAP_THRESHOLD` or more (128 KiB at start, raised to the size of
+the largest block freed so far) with a mapping of its own: each one costs page faults on
+first touch and an unmap when freed. A conversation's body grows every turn, so each turn's
+body, its text and their copies are larger than any block freed before: every one is mapped
+anew, and a turn pays page faults in proportion to the conversation (measured on the relay,
+a 300 KB body: 0.55 ms of a turn's cut in faults, 0.15 ms without). A fixed threshold of
+`MMAP_THRESHOLD` serves them from the heap, whose freed blocks the next turn reuses; the
+heap's free top is still given back past glibc's trim threshold.
+
+Only where the C library is glibc (`mallopt` found); elsewhere nothing changes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+from typing import Final
+
+MMAP_THRESHOLD: Final = 32 << 20  # glibc's own ceiling for its dynamic threshold
+_M_MMAP_THRESHOLD: Final = -3  # mallopt's parameter (malloc.h)
+
+
+def tune() -> bool:
+    """Set the fixed threshold; whether it was set (glibc on Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD))
