@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import bisect
 import threading
+from array import array
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
@@ -43,33 +45,43 @@ _LAST: Final[list[tuple[bytes, tuple[str | None, bool], BodyCut | None, int]]] =
 
 @dataclass(slots=True, eq=False)
 class BodyCut:
-    """A body's segments (`parts`, in UTF-8), their entries and framed digests, the index in
-    the request's segments (`parts` after the headers') of each message's largest span
-    (`messages`) and of each span of the model's messages (`answered`), each part's message
-    with the long window (`owners`, -1: none; empty without it); and for resuming: the
-    scan's spans, how many parts there are once each span is cut (`through`), and the span
-    indices of the messages and of the model's spans, and the bytes of the body up to each
-    span's end (`byte_ends`). `reused`: the parts taken from the cut before, `before`: the
-    recipe ref last made of that one (its `ref`, which `request.cut` sets)."""
+    """A body's segments in UTF-8 (`parts`) and their entries, each list with slot 0 kept for
+    the headers' segment (`request.cut` puts it there: the lists are the request's), the
+    parts' framed digests joined (`framed`), the index in the request's segments of each
+    message's largest span (`messages`) and of each span of the model's messages
+    (`answered`), each segment's message with the long window (`owners`, -1: none, the
+    headers' too; empty without it); and for resuming: the scan's spans, how many segments
+    there are once each span is cut (`through`), the bytes of the body and of `framed` up to
+    each span's end (`byte_ends`, `framed_ends`), and the span indices of the messages and of
+    the model's spans. Numbers are kept in arrays (a slice of one is a copy of memory, not a
+    reference to each number). `reused`: the parts taken from the cut before (`reused_bytes`
+    of the body), `before`: the recipe ref last made of that one (its `ref`, which
+    `request.cut` sets)."""
 
     text: str
     body: bytes
     key: str | None
     window: bool
     spans: list[tuple[int, int]]
-    through: list[int]
-    byte_ends: list[int]
+    through: array[int]
+    byte_ends: array[int]
+    framed_ends: array[int]
     span_messages: list[int]
     span_models: list[int]
     parts: list[bytes]
     entries: list[Entry]
-    framed: list[bytes]
-    messages: list[int]
-    answered: list[int]
-    owners: list[int]
+    framed: bytearray
+    messages: array[int]
+    answered: array[int]
+    owners: array[int]
     reused: int = 0
+    reused_bytes: int = 0
     before: str | None = None
     ref: str | None = None
+
+
+def _numbers(values: Iterable[int] = ()) -> array[int]:
+    return array("q", values)
 
 
 def cut_body(body: bytes, key: str | None, *, window: bool) -> BodyCut | None:
@@ -187,28 +199,47 @@ def _cut(found: Scan, body: bytes, codec: str, memo: BodyCut | None, common: int
     keep = messages = models = 0  # spans whose segments are the memo's; its messages, models
     if memo is not None:
         inside = bisect.bisect_right(memo.spans, common, key=lambda span: span[1])
-        keep = _agreeing(memo.spans, spans, inside)
+        keep = _same_spans(memo.spans, spans, inside)
         keep = _before_disagreeing(memo.span_messages, found.messages, keep)
         keep = _before_disagreeing(memo.span_models, found.models, keep)
         messages = bisect.bisect_left(found.messages, keep)
         models = bisect.bisect_left(found.models, keep)
     if memo is not None and keep:
-        count = memo.through[keep - 1]
+        count = memo.through[keep - 1]  # segments, the headers' slot included
+        taken = bisect.bisect_left(memo.messages, count)
+        answered = bisect.bisect_left(memo.answered, count)
         made = BodyCut(
             text, body, found.key, found.window, spans, memo.through[:keep],
-            memo.byte_ends[:keep], found.messages, found.models,
-            memo.parts[:count], memo.entries[:count], memo.framed[:count],
-            memo.messages[:messages], memo.answered[:models],
-            memo.owners[:count] if found.window else [],
-            count, memo.ref,
+            memo.byte_ends[:keep], memo.framed_ends[:keep], found.messages, found.models,
+            memo.parts[:count], memo.entries[:count],
+            bytearray(memo.framed[: memo.framed_ends[keep - 1]]),
+            memo.messages[:taken], memo.answered[:answered],
+            memo.owners[:count] if found.window else _numbers(),
+            count - 1, memo.byte_ends[keep - 1], memo.ref,
         )  # fmt: skip
         at = spans[keep - 1][1]
     else:
-        made = BodyCut(text, body, found.key, found.window, spans, [], [], found.messages,
-                       found.models, [], [], [], [], [], [])  # fmt: skip
+        made = BodyCut(
+            text, body, found.key, found.window, spans, _numbers(), _numbers(), _numbers(),
+            found.messages, found.models, [b""], [b""], bytearray(), _numbers(), _numbers(),
+            _numbers([-1]) if found.window else _numbers(),
+        )  # fmt: skip
         at = 0
     _extend(made, found, codec, keep=keep, at=at, messages=messages, models=models)
     return made
+
+
+def _same_spans(
+    remembered: list[tuple[int, int]], spans: list[tuple[int, int]], inside: int
+) -> int:
+    """How many first spans of `spans` are `remembered`'s, at most `inside`: when the scan
+    went on from `remembered`'s own (its spans are the same objects, and a span is only ever
+    in a list after the spans before it in the list it was taken from), one identity check;
+    else compared."""
+    inside = min(inside, len(spans))
+    if inside and spans[inside - 1] is remembered[inside - 1]:
+        return inside
+    return _agreeing(remembered, spans, inside)
 
 
 def _extend(
@@ -227,7 +258,7 @@ def _extend(
         entry = entry_of(data)
         parts.append(data)
         made.entries.append(entry)
-        made.framed.append(framed(entry))
+        made.framed += framed(entry)
         if made.window:
             made.owners.append(owner)
 
@@ -236,14 +267,15 @@ def _extend(
         if start > at:
             add(text[at:start].encode(codec), -1)
         if messages < len(span_messages) and span_messages[messages] == index:
-            made.messages.append(len(parts) + 1)
+            made.messages.append(len(parts))
             messages += 1
         if models < len(span_models) and span_models[models] == index:
-            made.answered.append(len(parts) + 1)
+            made.answered.append(len(parts))
             models += 1
         add(text[start:end].encode(codec), owners[index] if made.window else -1)
         through.append(len(parts))
         byte_ends.append(size)
+        made.framed_ends.append(len(made.framed))
         at = end
     if at < len(text):
         add(text[at:].encode(codec), -1)

@@ -31,13 +31,15 @@ class Cut:
     entries: list[Entry]
     ref: str
     secrets: list[tuple[str, str]]
-    messages: tuple[int, ...] = ()
+    messages: Sequence[int] = ()
     answered: frozenset[int] = frozenset()  # the segments of the model's own messages
-    owners: tuple[int, ...] = ()  # the long window: each segment's message number (-1: none)
+    owners: Sequence[int] = ()  # the long window: each segment's message number (-1: none)
     # The recipe of the body this one was cut on from (`bodycut`), and how many segments
-    # after the headers' are its, the same entries at the same places.
+    # after the headers' are its, the same entries at the same places (`same_bytes` bytes).
     resumed: str | None = None
     same: int = 0
+    size: int = -1  # the segments' bytes (-1: not counted; `sum(map(len, segments))`)
+    same_bytes: int = 0
 
     @property
     def body(self) -> bytes:
@@ -59,18 +61,21 @@ def cut(
         return None
     header, secrets = header_segment(headers)
     first = entry_of(header)
-    ref = ref_of_framed([framed(first), *made.framed])
+    made.parts[0], made.entries[0] = header, first  # the slot kept for them: no copy
+    ref = ref_of_framed([framed(first), bytes(made.framed)])
     remember_ref(made, ref)
     return Cut(
-        [header, *made.parts],
-        [first, *made.entries],
+        made.parts,
+        made.entries,
         ref,
         secrets,
-        tuple(made.messages),
+        made.messages,
         frozenset(made.answered),
-        (-1, *made.owners) if window else (),  # the headers' segment: no message
+        made.owners,
         made.before if made.reused else None,
         made.reused,
+        len(header) + len(body),
+        made.reused_bytes,
     )
 
 

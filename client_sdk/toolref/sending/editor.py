@@ -45,7 +45,7 @@ recipe is kept on its base's bookkeeping (`Recipes.keep`).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -167,7 +167,9 @@ class Editor:
         made = edit.cut
         base = self.recipes.get(edit.base) if edit.base is not None else None
         same = made.same if base is not None and base.ref == made.resumed else 0
-        kept = self.recipes.keep(made.ref, made.entries, made.segments, base=base, same=same)
+        kept = self.recipes.keep(
+            made.ref, made.entries, made.segments, base=base, same=same, size=made.size
+        )
         if kept and base is not None and base.ref != made.ref and 2 * edit.shared >= base.size:
             self.recipes.drop(base.ref)
         return kept
@@ -188,16 +190,17 @@ class Editor:
         recipe of the body this one was cut on from (`Cut.resumed`), when it is confirmed,
         the segments both hold at the same places are at least `RESUMED_SHARE` of the
         request's bytes (no other recipe could share much more), and they hold one of its
-        messages of `RELATED_MIN` bytes or more (the same conversation). Sums at C speed,
-        then the messages up to the first long one."""
+        messages of `RELATED_MIN` bytes or more (the same conversation). The sizes the cut
+        counted, then the messages up to the first long one."""
         if made.resumed is None or made.same == 0:
             return None
         base = self.recipes.get(made.resumed)
         if base is None:
             return None
         end = 1 + made.same
-        shared = sum(map(len, made.segments[1:end]))
-        if shared < RESUMED_SHARE * sum(map(len, made.segments)):
+        shared = made.same_bytes
+        size = made.size if made.size >= 0 else sum(map(len, made.segments))
+        if shared < RESUMED_SHARE * size:
             return None
         for index in made.messages:
             if index >= end:
@@ -312,7 +315,7 @@ def _inline_positions(ops: list[Op], segments: frozenset[int]) -> frozenset[int]
     return frozenset(n for n, at in enumerate(_placed(ops)) if at in segments)
 
 
-def _runs(ops: list[Op], owners: tuple[int, ...]) -> list[tuple[int, int]]:
+def _runs(ops: list[Op], owners: Sequence[int]) -> list[tuple[int, int]]:
     """(first, count) of each run of inline ops, counted from 0, that carry adjacent
     segments of one message (the long window's pieces of it): compressed as one frame,
     which tells no more of the conversation than the message compressed whole did.

@@ -55,7 +55,7 @@ class Recipe:
     module docstring counts, where each entry first stands (`first`), and its line."""
 
     ref: str
-    entries: tuple[Entry, ...]
+    entries: Sequence[Entry]  # the request's own list (`request.Cut.entries`), never changed
     size: int
     cost: int
     index: dict[Entry, int]
@@ -133,11 +133,13 @@ class Recipes:
         *,
         base: Recipe | None = None,
         same: int = 0,
+        size: int = -1,
     ) -> bool:
         """Keep a confirmed recipe as the most recently used (its pieces' bytes once);
         False when it alone is past `max_bytes` (not kept). `base`: the recipe it was sent
         against (it joins the base's line); `same`: how many of its entries after the first
-        are the base's, at the same places. Linear in the entries outside those."""
+        are the base's, at the same places; `size`: its segments' bytes (-1: counted here).
+        Linear in the entries outside those; `entries` is kept as it is (not copied)."""
         if ref in self._recipes:
             self._recipes.touch(ref)
             return True
@@ -153,12 +155,13 @@ class Recipes:
             for at in added
             if is_piece(entries[at]) and piece_of(entries[at]) not in self._pieces
         }
-        cost = sum(map(len, entries)) + ENTRY_COST * len(entries)
+        cost = _cost(entries, added, base if end else None, end)
         if cost + sum(map(len, fresh.values())) > self.max_bytes:
             return False
         line = base.line if base is not None else _Line()
         index = _index(entries, added, base.index if end and base is not None else None)
-        recipe = Recipe(ref, tuple(entries), sum(map(len, segments)), cost, index, line)
+        size = size if size >= 0 else sum(map(len, segments))
+        recipe = Recipe(ref, entries, size, cost, index, line)
         self._pieces.update(fresh)
         self._bytes += sum(map(len, fresh.values())) + cost
         line.refs.add(ref)
@@ -260,6 +263,17 @@ class Recipes:
                 if piece is not None:
                     self._bytes -= len(piece)
         line.keys.clear()
+
+
+def _cost(entries: Sequence[Entry], added: list[int], base: Recipe | None, end: int) -> int:
+    """What a recipe costs as the module docstring counts: from its base's where entries 1
+    to `end` are the base's (what the base's others cost taken off, the added ones' put on),
+    else from every entry."""
+    if base is None:
+        return sum(map(len, entries)) + ENTRY_COST * len(entries)
+    held = base.cost - ENTRY_COST * len(base.entries)  # the base's entries' bytes
+    held -= len(base.entries[0]) + sum(map(len, base.entries[end:]))
+    return held + sum(len(entries[at]) for at in added) + ENTRY_COST * len(entries)
 
 
 def _index(

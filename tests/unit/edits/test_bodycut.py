@@ -32,8 +32,9 @@ def fresh(text: str, window: bool) -> bodycut.BodyCut | None:
 def made(found: bodycut.BodyCut | None) -> tuple[Any, ...] | None:
     if found is None:
         return None
-    return (found.parts, found.entries, found.framed, found.messages, found.answered,
-            found.owners, found.spans, found.through, found.byte_ends)  # fmt: skip
+    return (found.parts[1:], found.entries[1:], found.framed, found.messages,
+            found.answered, found.owners, found.spans, found.through, found.byte_ends,
+            found.framed_ends)  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
@@ -73,15 +74,20 @@ def test_a_resumed_cut_is_the_cut_from_scratch(
     again = fresh(after, window)
     assert made(resumed) == made(again)
     if resumed is not None:  # what the parts are: the text, and each one's entry and digest
-        assert b"".join(resumed.parts) == after.encode()
+        parts = resumed.parts[1:]  # slot 0 is the headers' (`request.cut` fills it)
+        assert b"".join(parts) == after.encode()
         assert resumed.text == after
-        assert resumed.byte_ends == [
+        assert list(resumed.byte_ends) == [
             len(b"".join(resumed.parts[:count])) for count in resumed.through
         ]
-        assert resumed.entries == [entry_of(part) for part in resumed.parts]
-        assert resumed.framed == [framed(entry) for entry in resumed.entries]
+        assert resumed.entries[1:] == [entry_of(part) for part in parts]
+        assert resumed.framed == b"".join(framed(entry) for entry in resumed.entries[1:])
+        assert list(resumed.framed_ends) == [
+            len(b"".join(framed(e) for e in resumed.entries[1:count])) for count in resumed.through
+        ]
+        assert resumed.reused_bytes == len(b"".join(parts[: resumed.reused]))
         if not window:  # the segments `segments.cut_body` gives
-            assert [part.decode() for part in resumed.parts] == cut_str(after, "messages")
+            assert [part.decode() for part in parts] == cut_str(after, "messages")
 
 
 def test_a_grown_conversation_is_cut_again_only_at_its_tail() -> None:
@@ -115,7 +121,7 @@ def test_conversations_that_share_their_envelope_keep_their_own_cuts() -> None:
             found = bodycut.cut_body(body(task, {}, "").encode(), "messages", window=False)
             assert found is not None
             if turn:  # cut on from its own body before: all but the new message
-                assert found.reused == len(found.parts) - 3  # a comma, it, the end
+                assert found.reused == len(found.parts) - 4  # slot 0; a comma, it, the end
     assert len(bodycut._MEMOS) == 1 + 3  # "{}", and one cut per conversation
 
 
