@@ -15,13 +15,12 @@ segments (a tool list, a system prompt, a long tool result): named across recipe
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-from toolref.wire.canonical import digest_key
+from toolref.wire.canonical import digest_key, key_digest
 
 PIECE_MIN: Final = 16 << 10  # a shorter segment is kept in the recipe itself
 RUN_MIN: Final = 16  # a segment this long or longer can start a kept range (`edit.diff`)
@@ -119,4 +118,4 @@ def _parse(text: object, prefix: str) -> bytes | None:
     body = text[len(prefix) :]
     if not _REF_RE.fullmatch(body):
         return None
-    return base64.b32decode(body.upper() + "======")[:ID_BYTES]
+    return key_digest(body)

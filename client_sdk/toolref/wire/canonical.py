@@ -235,6 +235,14 @@ def digest_key(digest: bytes) -> str:
     return base64.b32encode(digest[:REF_DIGEST_BYTES]).decode("ascii").rstrip("=").lower()
 
 
+def key_digest(key: str) -> bytes:
+    """The 16 bytes `digest_key` wrote as `key` (26 characters of a-z and 2-7, checked by the
+    caller). int() reads base 32 in C; base64.b32decode is a Python loop, slow for 100s of
+    refs a request."""
+    number = int(key.translate(_B32_TO_INT_DIGITS), 32)
+    return (number >> 2).to_bytes(REF_DIGEST_BYTES, "big")  # 130 bits: 2 padding bits
+
+
 class Ref(str):
     """A tool ref: `tr_` + lowercase unpadded base32 of the first 16 digest bytes."""
 
@@ -272,9 +280,7 @@ class Ref(str):
     @property
     def digest_prefix(self) -> bytes:
         """The 16 digest bytes the ref encodes."""
-        # int() reads base 32 in C; base64.b32decode is a Python loop, slow for 100s of refs.
-        number = int(self.key.translate(_B32_TO_INT_DIGITS), 32)
-        return (number >> 2).to_bytes(REF_DIGEST_BYTES, "big")  # 130 bits: 2 padding bits
+        return key_digest(self.key)
 
     def __repr__(self) -> str:
         return f"Ref({str(self)!r})"
