@@ -28,12 +28,11 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from toolref.edits.recipe import Entry, entry_of, framed
-from toolref.edits.scanner import Scan, scan, shared
+from toolref.edits.scanner import Scan, closest, scan
 from toolref.edits.scanner import forget as scanner_forget
 
 MEMOS: Final = 8  # cuts remembered
 MEMO_CHARS: Final = 16 << 20  # characters of their bodies, in all (a longer body: not kept)
-_MEMO_MIN: Final = 1024  # characters a body shares with a cut for it to be resumed from
 _MEMOS: Final[deque[BodyCut]] = deque(maxlen=MEMOS)
 _MEMOS_LOCK: Final = threading.Lock()  # cuts run on the loop and in worker threads
 _T = TypeVar("_T")
@@ -154,16 +153,7 @@ def _closest(body: bytes, key: str | None, window: bool) -> tuple[BodyCut | None
         return last[2], last[3]
     with _MEMOS_LOCK:
         memos = [m for m in reversed(_MEMOS) if m.key == key and m.window == window]
-    best, most = None, _MEMO_MIN - 1
-    for memo in memos:  # the most recent first
-        if memo.body[:_MEMO_MIN] != body[:_MEMO_MIN]:
-            continue
-        common = shared(memo.body, body)
-        if common > most:
-            best, most = memo, common
-        if common == len(memo.body):
-            break
-    found = (best, most if best is not None else 0)
+    found = closest(memos, body, lambda m: m.body, lambda m, common: common == len(m.body))
     _LAST[0] = (body, (key, window), *found)
     return found
 

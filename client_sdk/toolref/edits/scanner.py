@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not in stubs
 from json.scanner import make_scanner
-from typing import Any, AnyStr, Final
+from typing import Any, AnyStr, Final, TypeVar
 
 from toolref.kit.lru import LRU
 
@@ -169,16 +169,35 @@ def _closest(text: str, key: str | None, window: bool) -> tuple[Scan | None, int
     """The remembered scan sharing the most first characters with `text`, and how many."""
     with _MEMOS_LOCK:
         memos = [m for m in reversed(_MEMOS) if m.key == key and m.window == window]
+    # every message of one shared: the conversation's own last body, looked no further
+    return closest(
+        memos, text, lambda m: m.text, lambda m, common: bool(m.ends) and common > m.ends[-1]
+    )
+
+
+_M = TypeVar("_M")
+
+
+def closest(
+    memos: list[_M],
+    subject: AnyStr,
+    of: Callable[[_M], AnyStr],
+    last: Callable[[_M, int], bool],
+) -> tuple[_M | None, int]:
+    """The one of `memos` (most recent first) whose text (`of`) shares the most first
+    characters or bytes with `subject`, at least `_MEMO_MIN`, and how many (0: none); the
+    search stops at one `last` says is the subject's own body before."""
     best, most = None, _MEMO_MIN - 1
-    for memo in memos:  # the most recent first
-        if memo.text[:_MEMO_MIN] != text[:_MEMO_MIN]:
+    for memo in memos:
+        text = of(memo)
+        if text[:_MEMO_MIN] != subject[:_MEMO_MIN]:
             continue
-        common = shared(memo.text, text)
+        common = shared(text, subject)
         if common > most:
             best, most = memo, common
-        if memo.ends and common > memo.ends[-1]:
-            break  # every message of it shared: the conversation's own last body
-    return best, most
+        if last(memo, common):
+            break
+    return best, most if best is not None else 0
 
 
 def _resume(found: Scan, memo: Scan, common: int) -> bool:

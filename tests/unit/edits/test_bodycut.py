@@ -9,10 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
+from tests.unit.edits.test_scanner import GROWN, Grown
 from tests.unit.edits.test_scanner import body as short_body
-from tests.unit.edits.test_scanner import extra, message
 from toolref.edits import bodycut
 from toolref.edits.recipe import entry_of, framed
 from toolref.edits.request import cut
@@ -38,37 +37,10 @@ def made(found: bodycut.BodyCut | None) -> tuple[Any, ...] | None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(message, min_size=1, max_size=8),
-    st.lists(message, max_size=3),
-    st.integers(0, 3),
-    extra,
-    extra,
-    st.sampled_from(["", " ", "\n  "]),
-    st.booleans(),
-    st.booleans(),
-)
-def test_a_resumed_cut_is_the_cut_from_scratch(
-    first: list[Any],
-    more: list[Any],
-    changed: int,
-    tail: dict[str, Any],
-    other_tail: dict[str, Any],
-    spacing: str,
-    window: bool,
-    role_last: bool,
-) -> None:
-    later = [*first, *more]
-    if changed and later:  # the tail changed: rewritten, a number grown, a role said last
-        index = len(later) - min(changed, len(later))
-        old = later[index]
-        if isinstance(old, int):
-            later[index] = old * 10 + 7
-        elif isinstance(old, dict) and role_last:
-            later[index] = {"content": old.get("content"), "role": "assistant"}
-        else:
-            later[index] = {"role": "user", "content": "x"}
-    before, after = body(first, tail, spacing), body(later, other_tail, spacing)
+@given(GROWN)
+def test_a_resumed_cut_is_the_cut_from_scratch(grown: Grown) -> None:
+    before, after = grown.bodies(body)
+    window = grown.window
     fresh(before, window)
     resumed = bodycut.cut_body(after.encode(), "messages", window=window)
     again = fresh(after, window)

@@ -6,7 +6,9 @@ number that grew a digit, another conversation, or no JSON object at all."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -59,8 +61,39 @@ def same(one: scanner.Scan | None, other: scanner.Scan | None) -> bool:
     )
 
 
-@settings(max_examples=300, deadline=None)
-@given(
+@dataclass(frozen=True)
+class Grown:
+    """A conversation and its next body: its first messages, more, how many at the tail
+    changed (rewritten, a number grown a digit, or with `role_last` its role said after its
+    content), the members after the messages before and after, the spacing, the long window."""
+
+    first: list[Any]
+    more: list[Any]
+    changed: int
+    tail: dict[str, Any]
+    other_tail: dict[str, Any]
+    spacing: str
+    window: bool
+    role_last: bool
+
+    def bodies(self, write: Callable[[list[Any], dict[str, Any], str], str]) -> tuple[str, str]:
+        later = [*self.first, *self.more]
+        if self.changed and later:
+            index = len(later) - min(self.changed, len(later))
+            old = later[index]
+            if isinstance(old, int):
+                later[index] = old * 10 + 7
+            elif isinstance(old, dict) and self.role_last:
+                later[index] = {"content": old.get("content"), "role": "assistant"}
+            else:
+                later[index] = {"role": "user", "content": "x"}
+        return write(self.first, self.tail, self.spacing), write(
+            later, self.other_tail, self.spacing
+        )
+
+
+GROWN: Final = st.builds(
+    Grown,
     st.lists(message, min_size=1, max_size=8),
     st.lists(message, max_size=3),
     st.integers(0, 3),
@@ -68,26 +101,17 @@ def same(one: scanner.Scan | None, other: scanner.Scan | None) -> bool:
     extra,
     st.sampled_from(["", " ", "\n  "]),
     st.booleans(),
+    st.booleans(),
 )
-def test_a_resumed_scan_is_the_scan_from_the_start(
-    first: list[Any],
-    more: list[Any],
-    changed: int,
-    tail: dict[str, Any],
-    other_tail: dict[str, Any],
-    spacing: str,
-    window: bool,
-) -> None:
-    later = [*first, *more]
-    if changed and later:  # the tail changed: a message rewritten, or a number grown
-        index = len(later) - min(changed, len(later))
-        old = later[index]
-        later[index] = old * 10 + 7 if isinstance(old, int) else {"role": "user", "content": "x"}
-    before = body(first, tail, spacing)
-    after = body(later, other_tail, spacing)
-    fresh(before, "messages", window)
-    resumed = scanner.scan(after, "messages", window)  # from the scan of `before`
-    assert same(resumed, fresh(after, "messages", window))
+
+
+@settings(max_examples=300, deadline=None)
+@given(GROWN)
+def test_a_resumed_scan_is_the_scan_from_the_start(grown: Grown) -> None:
+    before, after = grown.bodies(body)
+    fresh(before, "messages", grown.window)
+    resumed = scanner.scan(after, "messages", grown.window)  # from the scan of `before`
+    assert same(resumed, fresh(after, "messages", grown.window))
 
 
 def test_a_grown_conversation_is_scanned_from_its_last_shared_message() -> None:
