@@ -9,6 +9,7 @@ edits are made with the pure core (`tests/integration/edit_client.py`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections import Counter
@@ -166,6 +167,33 @@ async def test_with_no_cache_every_turn_reads_the_store_and_is_exact(redis: Redi
             assert answer.status_code == 200, answer.text
             assert_exact(stack, body_of(messages))
         assert len(sender.answers) == 6
+
+
+async def test_each_turn_ends_once_its_recipe_is_in_the_store(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recipe is kept while the upstream answers (it does not hold the request up), and
+    the answer's end waits for it: the moment a turn's answer is whole, its recipe is in the
+    store, even when the store writes slower than the upstream answers."""
+    from toolref_server.storage import recipes as stored
+
+    keep = stored.Recipes.keep
+
+    async def slow_keep(self: stored.Recipes, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.05)  # the store slower than the upstream
+        return await keep(self, *args, **kwargs)
+
+    monkeypatch.setattr(stored.Recipes, "keep", slow_keep)
+    async for stack in stack_of(redis, 1, edit_cache_bytes=0):
+        sender = await client(stack.gateways[0])
+        messages = conversation(6, 5)
+        for _ in range(4):
+            messages = edited(messages, "append", random.Random(1))
+            answer = await sender.send(body_of(messages))
+            assert answer.status_code == 200, answer.text
+            kept = keys.recipe_node(LOCAL_TENANT, answer.headers[HISTORY_HEADER])
+            assert await redis.exists(kept)
+        assert len(sender.answers) == 4  # every turn found its base: no resend
 
 
 @settings(

@@ -266,7 +266,7 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     expect(last.rawBytes / last.wireBytes).toBeGreaterThan(10);
   });
 
-  it("a streamed LLM answer to an edit is kept by the registry before its last piece reaches the client", async () => {
+  it("a streamed LLM answer to an edit is kept by the registry once its last piece reached the client, before its stream closes", async () => {
     const events = [
       { type: "message_start", message: { id: "msg_1", type: "message", role: "assistant", content: [], model: "m" } },
       { type: "content_block_start", index: 0, content_block: { type: "text", text: "" } },
@@ -317,13 +317,14 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
       expect(text).toBe(frames.join(""));
     }
     expect(exchanges.map((info) => info.edit)).toEqual([false, true, true]);
-    // Turns 2 and 3 were edits: each answer kept under the recipe the edit made, before its end.
+    // Turns 2 and 3 were edits: each answer kept under the recipe the edit made, after the
+    // client read its end event and before its stream closed (so before the next turn).
     expect(kept.map((item) => item.url)).toEqual(exchanges.slice(1).map((info) => `${reg.service.url}/v1/answers/${info.historyRef}`));
     expect(kept.every((item) => item.status === 204)).toBe(true);
     expect(kept[0]!.body).toBe(
       '{"role":"assistant","content":[{"type":"text","text":"Reading the file é😀 now."},{"type":"tool_use","id":"toolu_1","name":"read","input":{"path":"src/a.py"}}]}\n{"path":"src/a.py"}',
     );
-    expect(order).toEqual(["end", "kept", "end", "kept", "end"]);
+    expect(order).toEqual(["end", "end", "kept", "end", "kept"]);
   });
 
   it("the handler's stream reaches the client as the handler writes it", async () => {

@@ -6,9 +6,10 @@ to the request's budget account (`read`); the credentials the relay sent as real
 (`credentials`); the edit applied by the registry (`toolref_server.registry.edits`: its
 base, pieces, dictionary, the request restored, the switch rewrite when
 `Toolref-Switched-From` (`switched`, before anything is kept: a refusal stores nothing),
-and its recipe kept); the scope the upstream is sent with: exactly the
+and its recipe kept, `later`); the scope the upstream is sent with: exactly the
 restored headers and the body's length (`restored_scope`); the answer marked with the
 recipe's ref and the bytes saved (`marked`); then `Forwarder` sends the body byte for byte
+while the recipe is kept (`kept_recipe`: the answer's last message waits for it)
 and streams the answer back untouched, read as it passes (`kept_answer`): a whole streamed
 answer is kept as the recipe's (`storage.answers`) before its end event reaches the client,
 the dictionary of the next edit of the conversation (`toolref.edits.answer`).
@@ -75,7 +76,7 @@ async def forward_edit(
                 return await switched(services, rewrite, restored)
 
             applied = await apply_edit(
-                services, tenant, data, credentials(scope), account, then=then
+                services, tenant, data, credentials(scope), account, then=then, later=True
             )
         except Disconnected:
             return
@@ -87,8 +88,12 @@ async def forward_edit(
         upstream_name = scope[ROUTE_KEY].name
         metrics.gateway_usage(tenant, upstream_name, Counts(raw=len(body), wire=applied.wire))
         upstream = restored_scope(scope, applied, len(body), account)
-        answered = kept_answer(send, services, tenant, applied.ref, scope["path"])
-        await forwarder(upstream, replay(body, receive), marked(answered, applied, len(body)))
+        ended = kept_recipe(send, applied)
+        answered = kept_answer(ended, services, tenant, applied.ref, scope["path"])
+        try:
+            await forwarder(upstream, replay(body, receive), marked(answered, applied, len(body)))
+        finally:
+            await applied.kept()  # also when the upstream failed or the client went away
 
 
 async def read(receive: Receive, limit: int, account: Account) -> bytes:
@@ -143,6 +148,19 @@ def marked(send: Send, applied: Applied, raw: int) -> Send:
         await send(message)
 
     return with_marks
+
+
+def kept_recipe(send: Send, applied: Applied) -> Send:
+    """`send`, holding the answer's last message until the recipe is kept (`later`: kept
+    while the upstream answers, so a turn does not wait on the store before it is sent on;
+    the agent's next turn, which follows the answer's end, finds it on any replica)."""
+
+    async def ending(message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            await applied.keeping_done()
+        await send(message)
+
+    return ending
 
 
 def kept_answer(send: Send, services: Services, tenant: str, ref: str, path: str) -> Send:

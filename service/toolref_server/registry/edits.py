@@ -25,6 +25,7 @@ worker thread when large (`Workers`).
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -42,6 +43,7 @@ from toolref.wire.errors import (
     DictionaryMismatchError,
     MissingHistoryError,
     MissingPiecesError,
+    ToolrefError,
 )
 from toolref_server.settings import Settings
 from toolref_server.storage.answers import Answers
@@ -51,6 +53,7 @@ from toolref_server.storage.recipe_held import ENTRY_OVERHEAD, Held, Parts, cont
 from toolref_server.storage.recipes import Recipes, piece_id
 
 _GAP: Final = Inline(b"")  # an inline op before its bytes are read (dictionary_ranges)
+log = logging.getLogger("toolref.edits")
 
 
 class Editing(Protocol):
@@ -90,6 +93,24 @@ class Applied:
     added: Sequence[bytes] = ()  # the bytes of each entry added, in order
     segments: Sequence[bytes] = ()  # the request's segments, headers first
     keeping: asyncio.Task[object] | None = None  # the recipe being kept (`later`), or None
+
+    async def kept(self) -> None:
+        """The recipe's keeping (`later`) awaited once the answer went out (call it once):
+        a failure (the store down, the stored-bytes quota) is logged; the client's next edit
+        of it is answered 409 and resent."""
+        if self.keeping is None:
+            return
+        try:
+            await asyncio.shield(self.keeping)  # a cancelled caller leaves it to finish
+        except ToolrefError as exc:
+            log.warning("recipe %s not kept: %s", self.ref, exc.detail)
+        except Exception:  # the store's own failure: logged, the next turn resends
+            log.exception("recipe %s not kept", self.ref)
+
+    async def keeping_done(self) -> None:
+        """Until the recipe's keeping ended, however (`kept` says how); at once without."""
+        if self.keeping is not None:
+            await asyncio.wait({self.keeping})
 
     def as_edit(self, held: str | None) -> list[Op]:
         """The request as the ops of an edit of `held` (the recipe its receiver holds, when

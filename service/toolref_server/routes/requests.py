@@ -20,8 +20,6 @@ could not be kept costs the next turn a resend (409), never this one.
 
 from __future__ import annotations
 
-import logging
-
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
@@ -30,15 +28,13 @@ from toolref.asgi.budget import SCOPE_KEY, Account
 from toolref.edits import wire
 from toolref.edits.request import REQUEST_MEDIA_TYPE, joined
 from toolref.wire import endpoints
-from toolref.wire.errors import ToolrefError, UnsupportedMediaTypeError
+from toolref.wire.errors import UnsupportedMediaTypeError
 from toolref.wire.headers import EDITS_HEADER, HELD_HEADER, HISTORY_HEADER
 from toolref.wire.models import RECIPE_REF_PATTERN
 from toolref_server.http import codec
 from toolref_server.http.operation import ApiRoute, Header, Operation, Reply
-from toolref_server.registry.edits import Applied, apply_edit
+from toolref_server.registry.edits import apply_edit
 from toolref_server.routes import context
-
-log = logging.getLogger("toolref.edits")
 
 
 async def apply(request: Request) -> Response:
@@ -56,7 +52,7 @@ async def apply(request: Request) -> Response:
     as_edit = wire.MEDIA_TYPE in request.headers.get("accept", "")
     applied = await apply_edit(services, tenant, data, None, account, whole=not as_edit, later=True)
     headers = {HISTORY_HEADER: applied.ref, EDITS_HEADER: str(wire.VERSION)}
-    kept = BackgroundTask(_kept, applied)  # the recipe kept while the answer goes out
+    kept = BackgroundTask(applied.kept)  # the recipe kept while the answer goes out
     if as_edit:  # O(what changed) when the caller holds the base
         held = request.headers.get(HELD_HEADER)
         base = held if held is not None and held == applied.base else None
@@ -64,20 +60,6 @@ async def apply(request: Request) -> Response:
         return Response(answer, media_type=wire.MEDIA_TYPE, headers=headers, background=kept)
     body = joined(applied.head, applied.request.body)
     return Response(body, media_type=REQUEST_MEDIA_TYPE, headers=headers, background=kept)
-
-
-async def _kept(applied: Applied) -> None:
-    """The recipe's keeping, awaited once the answer went out: a failure (the store down,
-    the stored-bytes quota) is logged; the client's next edit of it is answered 409 and
-    resent."""
-    if applied.keeping is None:
-        return
-    try:
-        await applied.keeping
-    except ToolrefError as exc:
-        log.warning("recipe %s not kept: %s", applied.ref, exc.detail)
-    except Exception:  # the store's own failure: logged, the next turn resends
-        log.exception("recipe %s not kept", applied.ref)
 
 
 APPLY = Operation(
