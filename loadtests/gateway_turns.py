@@ -288,15 +288,19 @@ def _growth(trace: Trace, turns: list[Turn], code: str) -> list[str]:
     window = min(GROWTH_WINDOW, len(relay) // 2)
     if window == 0:
         return []
-    first, last = statistics.fmean(relay[:window]), statistics.fmean(relay[-window:])
+    # Medians: a turn the machine's other work slowed (this bench shares its cores) moves a
+    # mean; the means are shown beside them.
+    first, last = statistics.median(relay[:window]), statistics.median(relay[-window:])
     ratio = last / first if first else float("inf")
+    means = statistics.fmean(relay[-window:]) / statistics.fmean(relay[:window])
     tail = turns[-LARGEST:]
     added = statistics.median(turn.seconds[code] - turn.seconds["direct"] for turn in tail) * 1e3
     body = statistics.median(turn.agent_bytes for turn in tail) / 1e3
     return [
         f"{'PASS' if ratio <= GROWTH else 'FAIL'}: {trace.name} ({len(turns)} turns): the "
-        f"relay's CPU per turn, last {window} turns over the first {window}: "
-        f"{last * 1e3:.2f} ms over {first * 1e3:.2f} ms = {ratio:.2f} (target at most {GROWTH})",
+        f"relay's CPU per turn (median), last {window} turns over the first {window}: "
+        f"{last * 1e3:.2f} ms over {first * 1e3:.2f} ms = {ratio:.2f} (target at most {GROWTH}; "
+        f"the means' ratio {means:.2f})",
         f"{'PASS' if added <= ADDED_MS else 'FAIL'}: the time relay and gateway add to its last "
         f"{len(tail)} turns (bodies {body:.0f} KB, median): {added:.2f} ms, median (target at "
         f"most {ADDED_MS:.0f} ms)",
