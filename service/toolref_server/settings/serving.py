@@ -55,10 +55,11 @@ class ServingSettings(BaseModel):
         default="info", description="Log level: critical, error, warning, info or debug."
     )
     event_loop: str = Field(
-        default="auto",
-        description="The event loop: auto (uvloop where installed, as the server extra "
-        "installs it; else asyncio's), uvloop or asyncio. Side by side in `make bench`, at 32 "
-        "connections uvloop served 1.1-1.3x the requests a second at 0.8-0.9x the CPU each.",
+        default="asyncio",
+        description="The event loop: asyncio (the default: the HTTP layer's limits and "
+        "deadlines are tested on it), uvloop (pip install uvloop) or auto (uvloop where "
+        "installed). Side by side in `make bench` (five runs), uvloop's CPU per request was "
+        "0.81-0.99x asyncio's.",
     )
 
     @field_validator("event_loop")
@@ -67,7 +68,7 @@ class ServingSettings(BaseModel):
         if value.lower() not in EVENT_LOOPS:
             raise ValueError(f"use one of {', '.join(EVENT_LOOPS)}")
         if value.lower() == "uvloop" and importlib.util.find_spec("uvloop") is None:
-            raise ValueError("uvloop is not installed: pip install uvloop, or use auto")
+            raise ValueError("uvloop is not installed: pip install uvloop, or use asyncio")
         return value.lower()
 
     @field_validator("log_level")
