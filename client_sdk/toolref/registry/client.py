@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import urllib.request
 from collections.abc import Iterable
 from typing import Any, Self
 
@@ -25,6 +26,7 @@ from toolref.registry.answers import (
 from toolref.registry.base import BaseRegistryClient
 from toolref.registry.exchange import Exchange, T, run_async, run_sync
 from toolref.registry.options import InvocationLike, WireEncoding
+from toolref.registry.plain_transport import PlainTransport
 from toolref.registry.session import AnyTransport
 from toolref.wire.models import (
     Capabilities,
@@ -133,6 +135,8 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
                 "is a sync transport: use RegistryClient with it, or an async transport "
                 "(httpx.AsyncHTTPTransport, httpx.ASGITransport, httpx.MockTransport)"
             )
+        if transport is None and not _proxied(self.base_url):
+            transport = PlainTransport()  # http:// on asyncio streams (TLS: httpx's own)
         self._http = httpx.AsyncClient(transport=transport, timeout=self.timeout)
         self._negotiation = asyncio.Lock()
 
@@ -207,3 +211,13 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _proxied(url: str) -> bool:
+    """Whether the environment names a proxy httpx would send `url`'s requests through
+    (`PlainTransport` knows none: those keep httpx's transport)."""
+    proxies = urllib.request.getproxies()
+    if not (proxies.get("http") or proxies.get("all")):
+        return False
+    host = httpx.URL(url).host
+    return not urllib.request.proxy_bypass(host)

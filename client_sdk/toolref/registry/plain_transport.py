@@ -1,0 +1,183 @@
+"""`PlainTransport`: the asyncio registry client's HTTP/1.1 over plain `http://`, on asyncio
+streams and h11, connections kept alive; anything else goes to httpx's own transport.
+
+A chat backend's middleware makes one registry call per request (`POST /v1/edits:apply`),
+so the client's own cost is on every request's clock. Measured on one connection here
+(`make bench`'s chat-backend path; a microbenchmark of a 800-byte POST and 1 KB answer):
+httpx's `AsyncHTTPTransport` (httpcore over anyio) costs about 600 us of CPU a request, h11
+on asyncio streams about 200. The client's layers above the transport (timeouts, content
+decoding, the `Response`) stay httpx's.
+
+Scope: `http://` URLs only (TLS, proxies and HTTP/2 stay httpx's: `fallback`). Each request
+takes an idle connection to its host or opens one; an answer read to its end gives the
+connection back (at most `MAX_IDLE` kept per host). A kept connection the server closed
+meanwhile fails before any byte of an answer: the request goes once more on a new one.
+Errors are httpx's (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, ...), so callers'
+retries see what they saw before. Answers are read whole (a registry's are bounded by its
+limits), the body handed to httpx as the server encoded it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Final
+
+import h11
+import httpx
+
+MAX_IDLE: Final = 16  # kept-alive connections per host
+_READ: Final = 1 << 16
+
+
+class _Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.h11 = h11.Connection(h11.CLIENT)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.data
+
+
+class PlainTransport(httpx.AsyncBaseTransport):
+    """See the module docstring."""
+
+    def __init__(self, fallback: httpx.AsyncBaseTransport | None = None) -> None:
+        self.fallback = fallback if fallback is not None else httpx.AsyncHTTPTransport()
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http":
+            return await self.fallback.handle_async_request(request)
+        timeouts = request.extensions.get("timeout", {})
+        key = (url.host, url.port or 80)
+        content = await request.aread()
+        for fresh in (False, True):
+            connection = None if fresh else self._take(key)
+            reused = connection is not None
+            if connection is None:
+                connection = await self._open(key, timeouts.get("connect"))  # seconds
+            try:
+                response = await self._exchange(connection, request, content, timeouts)
+            except _Stale:
+                connection.close()
+                if reused:
+                    continue  # a kept connection the server closed: once more, on a new one
+                raise httpx.RemoteProtocolError("the server closed the connection") from None
+            except BaseException:
+                connection.close()
+                raise
+            self._give_back(key, connection)
+            return response
+        raise httpx.RemoteProtocolError("the server closed the connection")  # not reached
+
+    async def aclose(self) -> None:
+        for connections in self._idle.values():
+            for connection in connections:
+                connection.close()
+        self._idle.clear()
+        await self.fallback.aclose()
+
+    def _take(self, key: tuple[str, int]) -> _Connection | None:
+        connections = self._idle.get(key)
+        while connections:
+            connection = connections.pop()
+            if not connection.reader.at_eof():
+                return connection
+            connection.close()
+        return None
+
+    def _give_back(self, key: tuple[str, int], connection: _Connection) -> None:
+        state = connection.h11
+        if state.our_state is h11.DONE and state.their_state is h11.DONE:
+            state.start_next_cycle()
+            connections = self._idle.setdefault(key, [])
+            if len(connections) < MAX_IDLE:
+                connections.append(connection)
+                return
+        connection.close()
+
+    async def _open(self, key: tuple[str, int], seconds: float | None) -> _Connection:
+        try:
+            async with asyncio.timeout(seconds):
+                reader, writer = await asyncio.open_connection(*key, limit=_READ)
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"connecting to {key[0]}:{key[1]} timed out") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(f"cannot connect to {key[0]}:{key[1]}: {exc}") from exc
+        return _Connection(reader, writer)
+
+    async def _exchange(
+        self,
+        connection: _Connection,
+        request: httpx.Request,
+        content: bytes,
+        timeouts: dict[str, float | None],
+    ) -> httpx.Response:
+        state = connection.h11
+        head = h11.Request(
+            method=request.method,
+            target=request.url.raw_path,
+            headers=list(request.headers.raw),
+        )
+        data = state.send(head) or b""
+        if content:
+            data += state.send(h11.Data(data=content)) or b""
+        data += state.send(h11.EndOfMessage()) or b""
+        try:
+            connection.writer.write(data)
+            async with asyncio.timeout(timeouts.get("write")):
+                await connection.writer.drain()
+        except TimeoutError as exc:
+            raise httpx.WriteTimeout("writing the request timed out") from exc
+        except OSError as exc:
+            raise _Stale() from exc
+        started: h11.Response | None = None
+        body: list[bytes] = []
+        while True:
+            try:
+                event = state.next_event()
+            except h11.RemoteProtocolError as exc:
+                raise httpx.RemoteProtocolError(str(exc)) from exc
+            if event is h11.NEED_DATA:
+                try:
+                    async with asyncio.timeout(timeouts.get("read")):
+                        chunk = await connection.reader.read(_READ)
+                except TimeoutError as exc:
+                    raise httpx.ReadTimeout("reading the answer timed out") from exc
+                except OSError as exc:
+                    if started is None:
+                        raise _Stale() from exc
+                    raise httpx.ReadError(str(exc)) from exc
+                if not chunk and started is None:
+                    raise _Stale()
+                state.receive_data(chunk)
+            elif isinstance(event, h11.Response):
+                started = event
+            elif isinstance(event, h11.Data):
+                body.append(bytes(event.data))
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            elif isinstance(event, h11.ConnectionClosed):  # (1xx answers: read past)
+                raise httpx.RemoteProtocolError("the server closed the connection mid-answer")
+        assert started is not None
+        return httpx.Response(
+            started.status_code,
+            headers=[(bytes(k), bytes(v)) for k, v in started.headers.raw_items()],
+            stream=_Body(b"".join(body)),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": bytes(started.reason)},
+            request=request,
+        )
+
+
+class _Stale(Exception):
+    """A kept connection failed before any byte of an answer came."""
