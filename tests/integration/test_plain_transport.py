@@ -86,6 +86,61 @@ async def test_a_kept_connection_the_server_closed_is_replaced() -> None:
             await asyncio.sleep(0.1)  # the server has closed the kept connection by now
 
 
+async def test_an_answer_begun_then_cut_is_an_error_never_a_resend() -> None:
+    """The server starts its second answer on a kept connection and hangs up: the request
+    may have been acted on, so it is not sent again."""
+    seen: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            seen.append(await reader.readexactly(length))
+            if len(seen) == 1:
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                await writer.drain()
+                continue
+            writer.write(b"HTTP/1.1 200 O")  # begun, then cut
+            await writer.drain()
+            writer.close()
+            return
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with httpx.AsyncClient(transport=PlainTransport()) as client:
+        assert (await client.post(url, content=b"first")).text == "ok"
+        with pytest.raises(httpx.TransportError):
+            await client.post(url, content=b"second")
+    server.close()
+    assert seen == [b"first", b"second"]
+
+
+@pytest.mark.parametrize("late", [False, True])
+async def test_what_a_server_sends_on_an_idle_connection_is_never_an_answer(late: bool) -> None:
+    """A server that says `408` on a kept connection before closing it: the next request
+    goes on a new connection and gets its own answer."""
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        if late:  # with the answer, or once the connection is idle
+            await writer.drain()
+            await asyncio.sleep(0.02)
+        writer.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(0.5)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with httpx.AsyncClient(transport=PlainTransport()) as client:
+        for _ in range(3):
+            answer = await client.get(url)
+            assert (answer.status_code, answer.text) == (200, "ok")
+            await asyncio.sleep(0.05)
+    server.close()
+
+
 async def test_a_silent_server_is_a_read_timeout_and_a_closed_port_a_connect_error() -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await asyncio.sleep(5)

@@ -10,8 +10,12 @@ decoding, the `Response`) stay httpx's.
 
 Scope: `http://` URLs only (TLS, proxies and HTTP/2 stay httpx's: `fallback`). Each request
 takes an idle connection to its host or opens one; an answer read to its end gives the
-connection back (at most `MAX_IDLE` kept per host). A kept connection the server closed
-meanwhile fails before any byte of an answer: the request goes once more on a new one.
+connection back (at most `MAX_IDLE` kept per host, each at most `KEEP_ALIVE` seconds, and
+only when nothing came past the answer); one that something came on while idle is not used.
+A kept connection the server closed meanwhile fails before any byte of an answer came: the
+request goes once more on a new one (the registry's calls are idempotent: an edit applied
+twice keeps the same recipe; `session` retries them on any transport error anyway); once any
+byte came, it is an error, never a resend.
 Errors are httpx's (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, ...), so callers'
 retries see what they saw before. Answers are read whole (a registry's are bounded by its
 limits), the body handed to httpx as the server encoded it.
@@ -20,6 +24,8 @@ limits), the body handed to httpx as the server encoded it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Final
 
@@ -27,6 +33,8 @@ import h11
 import httpx
 
 MAX_IDLE: Final = 16  # kept-alive connections per host
+KEEP_ALIVE: Final = 5.0  # seconds a connection is kept idle (httpx's default): below servers'
+
 _READ: Final = 1 << 16
 
 
@@ -34,6 +42,13 @@ class _Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
         self.h11 = h11.Connection(h11.CLIENT)
+        self.idle_since = 0.0
+
+    def usable(self, now: float) -> bool:
+        """Kept briefly, and nothing came while idle (no EOF, no byte: a server's `408`
+        before it closes must not read as the next request's answer)."""
+        unread = getattr(self.reader, "_buffer", b"")  # asyncio's own buffer (CPython)
+        return now - self.idle_since < KEEP_ALIVE and not unread and not self.reader.at_eof()
 
     def close(self) -> None:
         self.writer.close()
@@ -53,6 +68,7 @@ class PlainTransport(httpx.AsyncBaseTransport):
     def __init__(self, fallback: httpx.AsyncBaseTransport | None = None) -> None:
         self.fallback = fallback if fallback is not None else httpx.AsyncHTTPTransport()
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._closed = False
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
@@ -81,27 +97,34 @@ class PlainTransport(httpx.AsyncBaseTransport):
         raise httpx.RemoteProtocolError("the server closed the connection")  # not reached
 
     async def aclose(self) -> None:
-        for connections in self._idle.values():
-            for connection in connections:
-                connection.close()
+        self._closed = True  # a connection in use is closed when its answer ends
+        idle = [connection for connections in self._idle.values() for connection in connections]
         self._idle.clear()
+        for connection in idle:
+            connection.close()
+        for connection in idle:
+            with contextlib.suppress(OSError):
+                await connection.writer.wait_closed()
         await self.fallback.aclose()
 
     def _take(self, key: tuple[str, int]) -> _Connection | None:
         connections = self._idle.get(key)
+        now = time.monotonic()
         while connections:
             connection = connections.pop()
-            if not connection.reader.at_eof():
+            if connection.usable(now):
                 return connection
             connection.close()
         return None
 
     def _give_back(self, key: tuple[str, int], connection: _Connection) -> None:
         state = connection.h11
-        if state.our_state is h11.DONE and state.their_state is h11.DONE:
+        done = state.our_state is h11.DONE and state.their_state is h11.DONE
+        if done and not state.trailing_data[0] and not self._closed:  # nothing past the answer
             state.start_next_cycle()
             connections = self._idle.setdefault(key, [])
             if len(connections) < MAX_IDLE:
+                connection.idle_since = time.monotonic()
                 connections.append(connection)
                 return
         connection.close()
@@ -129,10 +152,13 @@ class PlainTransport(httpx.AsyncBaseTransport):
             target=request.url.raw_path,
             headers=list(request.headers.raw),
         )
-        data = state.send(head) or b""
-        if content:
-            data += state.send(h11.Data(data=content)) or b""
-        data += state.send(h11.EndOfMessage()) or b""
+        try:
+            data = state.send(head) or b""
+            if content:
+                data += state.send(h11.Data(data=content)) or b""
+            data += state.send(h11.EndOfMessage()) or b""
+        except h11.LocalProtocolError as exc:
+            raise httpx.LocalProtocolError(str(exc)) from exc
         try:
             connection.writer.write(data)
             async with asyncio.timeout(timeouts.get("write")):
@@ -142,6 +168,7 @@ class PlainTransport(httpx.AsyncBaseTransport):
         except OSError as exc:
             raise _Stale() from exc
         started: h11.Response | None = None
+        heard = False  # any byte of an answer: from then on the request is never resent
         body: list[bytes] = []
         while True:
             try:
@@ -155,11 +182,12 @@ class PlainTransport(httpx.AsyncBaseTransport):
                 except TimeoutError as exc:
                     raise httpx.ReadTimeout("reading the answer timed out") from exc
                 except OSError as exc:
-                    if started is None:
+                    if not heard:
                         raise _Stale() from exc
                     raise httpx.ReadError(str(exc)) from exc
-                if not chunk and started is None:
+                if not chunk and not heard:
                     raise _Stale()
+                heard = heard or bool(chunk)
                 state.receive_data(chunk)
             elif isinstance(event, h11.Response):
                 started = event
