@@ -78,6 +78,13 @@ def replace_region(path: Path, name: str, text: str) -> None:
 BENCHMARKS: Final = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
 
 
+def shown(section: Section, argv: list[str]) -> None:
+    """A section's `python -m` run: printed, and put in docs/benchmarks.md with `--write`."""
+    print(section.markdown())
+    if "--write" in argv:
+        replace_section(BENCHMARKS, section)
+
+
 def replace_section(path: Path, section: Section) -> None:
     """Put `section` in place of the one of its title in a generated doc (up to the next
     `## ` heading or `<!-- ` region); before the first region, or at the end, if absent."""

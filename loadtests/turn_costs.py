@@ -25,7 +25,7 @@ from loadtests import scripted, traces
 from loadtests.edits_baseline import AGENT_HEADERS
 from loadtests.edits_bench import from_trace
 from loadtests.patterns import PATTERNS, Pattern, encode
-from loadtests.report import BENCHMARKS, Section, replace_section
+from loadtests.report import Section, shown
 from loadtests.traces import Trace
 from toolref.edits import wire
 from toolref.edits.answer import AnswerTap
@@ -145,10 +145,7 @@ def run(found: Sequence[Trace], turns: int = 80) -> Section:
 
 def main() -> int:
     found = traces.load()
-    section = run(found)
-    print(section.markdown())
-    if "--write" in sys.argv[1:]:  # into docs/benchmarks.md
-        replace_section(BENCHMARKS, section)
+    shown(run(found), sys.argv[1:])
     return 0 if found else 2
 
 

@@ -27,7 +27,7 @@ from loadtests import traces
 from loadtests.edits_baseline import AGENT_HEADERS
 from loadtests.edits_bench import from_trace
 from loadtests.patterns import encode
-from loadtests.report import BENCHMARKS, Section, replace_section
+from loadtests.report import Section, shown
 from loadtests.traces import Trace
 from toolref.edits import wire
 from toolref.edits.edit import apply_segments
@@ -140,10 +140,7 @@ def run(found: Sequence[Trace]) -> Section:
 
 def main() -> int:
     found = traces.load()
-    section = run(found)
-    print(section.markdown())
-    if "--write" in sys.argv[1:]:  # into docs/benchmarks.md
-        replace_section(BENCHMARKS, section)
+    shown(run(found), sys.argv[1:])
     return 0 if found else 2
 
 

@@ -38,7 +38,7 @@ class Cut:
     # after the headers' are its, the same entries at the same places (`same_bytes` bytes).
     resumed: str | None = None
     same: int = 0
-    size: int = -1  # the segments' bytes (-1: not counted; `sum(map(len, segments))`)
+    size: int = 0  # the segments' bytes (`cut` counts them: the headers' and the body's)
     same_bytes: int = 0
 
     @property

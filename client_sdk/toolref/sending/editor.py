@@ -199,8 +199,7 @@ class Editor:
             return None
         end = 1 + made.same
         shared = made.same_bytes
-        size = made.size if made.size >= 0 else sum(map(len, made.segments))
-        if shared < RESUMED_SHARE * size:
+        if shared < RESUMED_SHARE * made.size:
             return None
         for index in made.messages:
             if index >= end:

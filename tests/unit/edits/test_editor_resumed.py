@@ -15,7 +15,9 @@ from tests.unit.edits.agents import HEADERS, STYLES, Agent
 from tests.unit.edits.oracle import Registry, send
 from tests.unit.edits.test_editor import ACTIONS, act
 from toolref.edits import bodycut
+from toolref.edits.recipe import is_piece, piece_of
 from toolref.sending.editor import Editor
+from toolref.sending.recipes import ENTRY_COST
 
 
 def forget() -> None:
@@ -67,6 +69,13 @@ def test_a_growing_conversation_takes_the_resumed_path_every_turn() -> None:
             assert edit.base == edit.cut.resumed
         assert send(editor, registry, HEADERS, body).answer.body == body
     assert len(editor.recipes) == 1  # each turn's base dropped once it is kept
+    [ref] = editor.recipes
+    recipe = editor.recipes.get(ref)
+    assert recipe is not None  # its cost, counted on its base's, is the one counted whole
+    assert recipe.cost == sum(map(len, recipe.entries)) + ENTRY_COST * len(recipe.entries)
+    pieces = {piece_of(entry) for entry in recipe.entries if is_piece(entry)}
+    held = sum(len(editor.recipes.piece(piece)) for piece in pieces)
+    assert editor.recipes.held_bytes == recipe.cost + held  # the tools' piece, once
 
 
 def test_interleaved_conversations_each_go_on_from_their_own_body() -> None:
