@@ -185,6 +185,28 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.context_requests = Counter(
+            "toolref_context_requests",
+            "Gateway requests context editing looked at, by outcome: edited (results "
+            "replaced), rewrote (a batch made this turn), below (nothing to replace), client "
+            "(the request carries its own context_management), unread (not a JSON body).",
+            ["outcome"],
+            registry=r,
+        )
+        self.context_tokens = Counter(
+            "toolref_context_tokens",
+            "Estimated input tokens of edited gateway requests, as sent upstream (sent) and "
+            "saved by context editing (saved), by tenant and upstream.",
+            ["kind", "tenant", "upstream"],
+            registry=r,
+        )
+        self.context_cost_saved = Counter(
+            "toolref_context_cost_saved",
+            "Input cost saved by context editing, estimated at the policy's price per "
+            "million tokens (USD), by tenant and upstream.",
+            ["tenant", "upstream"],
+            registry=r,
+        )
         self._breaker_state: Callable[[], str] | None = None
         self._budget: Budget | None = None
         # Gateway usage not yet in the store's per-minute counters (the savings page).
@@ -208,6 +230,9 @@ class Metrics:
         if counts.raw or counts.wire:
             self.upload_bytes.labels("raw", tenant, upstream).inc(counts.raw)
             self.upload_bytes.labels("wire", tenant, upstream).inc(counts.wire)
+        if counts.tokens or counts.tokens_saved:
+            self.context_tokens.labels("sent", tenant, upstream).inc(counts.tokens)
+            self.context_tokens.labels("saved", tenant, upstream).inc(counts.tokens_saved)
         self.pending.add(tenant, upstream, counts)
 
     def watch_breaker(self, state: Callable[[], str]) -> None:

@@ -22,20 +22,18 @@ KEEP_MINUTES: Final = 24 * 60  # the longest window the page shows: a day
 @dataclass(frozen=True, slots=True)
 class Counts:
     """Gateway LLM requests, those answered 409 (each sent again in full by its client),
-    and their bytes as forwarded (raw) and as received (wire)."""
+    their bytes as forwarded (raw) and as received (wire); with context editing, the
+    estimated input tokens sent upstream (`tokens`) and saved (`tokens_saved`)."""
 
     requests: int = 0
     resends: int = 0
     raw: int = 0
     wire: int = 0
+    tokens: int = 0
+    tokens_saved: int = 0
 
     def __add__(self, other: Counts) -> Counts:
-        return Counts(
-            self.requests + other.requests,
-            self.resends + other.resends,
-            self.raw + other.raw,
-            self.wire + other.wire,
-        )
+        return Counts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(Counts)))
 
     def items(self) -> Iterator[tuple[str, int]]:
         """(field, value) of each field that is not 0."""

@@ -27,7 +27,7 @@ SDK_PARTS: Final = (
 )
 # The kit: the pure modules of `toolref.kit` and the pure packages beside it.
 KIT: Final = frozenset({"kit", "formats", "edits", "websocket"})
-SERVER_PARTS: Final = ("http", "routes", "registry", "storage", "gateway", "settings")
+SERVER_PARTS: Final = ("http", "routes", "registry", "storage", "gateway", "settings", "context")
 ENTRY: Final = frozenset({"", "app", "cli", "export", "services"})  # the service assembled
 
 # package -> the packages it may import (besides itself). docs/architecture.md draws these.
@@ -65,9 +65,12 @@ ALLOWED: Final[dict[str, frozenset[str]]] = {
             "server.storage",
         }
     ),
+    # context editing's pure parts: the conversation's facts, the plan, the rewrite
+    "server.context": frozenset({*SDK, "server.settings"}),
     "server.gateway": frozenset(
         {
             *SDK,
+            "server.context",
             "receiving",
             "registry",
             "handoff",

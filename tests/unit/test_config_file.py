@@ -78,6 +78,8 @@ def test_values_become_the_variables_they_stand_for() -> None:
         [access.api_keys]
         acme = ["aaa", "bbb"]
         globex = "ccc"
+        [context.context_policies.tenants.acme]
+        keep = 2
         """
     ) == {
         "TOOLREF_WORKERS": "3",
@@ -86,6 +88,7 @@ def test_values_become_the_variables_they_stand_for() -> None:
         "TOOLREF_LLM_TIMEOUT": "2.5",
         "TOOLREF_UPSTREAMS": "anthropic=https://api.anthropic.com,local=http://127.0.0.1:8080/v1",
         "TOOLREF_API_KEYS": "acme=aaa,acme=bbb,globex=ccc",
+        "TOOLREF_CONTEXT_POLICIES": '{"tenants": {"acme": {"keep": 2}}}',
     }
     assert set(GROUPS) == {
         "serving",
@@ -97,6 +100,7 @@ def test_values_become_the_variables_they_stand_for() -> None:
         "caches",
         "summaries",
         "gateway",
+        "context",
     }
 
 

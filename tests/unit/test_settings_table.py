@@ -24,6 +24,7 @@ from toolref_server.settings.access import AccessSettings
 from toolref_server.settings.bodies import BodyLimits
 from toolref_server.settings.caches import CacheSettings
 from toolref_server.settings.connections import ConnectionSettings
+from toolref_server.settings.context import ContextSettings
 from toolref_server.settings.environment import ELSEWHERE
 from toolref_server.settings.gateway import GatewaySettings
 from toolref_server.settings.records import RecordSettings
@@ -127,6 +128,20 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_GATEWAY_WS_MAX_MESSAGE_BYTES": ("int", 16 * MiB, "ge=1024"),
         "TOOLREF_GATEWAY_WS_IDLE_TIMEOUT": ("float", 900.0, "gt=0"),
         "TOOLREF_GATEWAY_WS_LIFETIME": ("float", 3600.0, "gt=0"),
+    },
+    ContextSettings: {
+        "TOOLREF_CONTEXT_EDITING": ("str", "off", ""),
+        "TOOLREF_CONTEXT_TRIGGER_TOKENS": ("int", 10000, "ge=0"),
+        "TOOLREF_CONTEXT_KEEP": ("int", 5, "ge=0"),
+        "TOOLREF_CONTEXT_MIN_TOKENS": ("int", 64, "ge=0"),
+        "TOOLREF_CONTEXT_CLEAR_AT_LEAST": ("int", 2000, "ge=1"),
+        "TOOLREF_CONTEXT_EXCLUDE_TOOLS": ("str", "", ""),
+        "TOOLREF_CONTEXT_SUMMARIZER": ("str", "extractive", ""),
+        "TOOLREF_CONTEXT_SUMMARY_CHARS": ("int", 200, "ge=40 le=20000"),
+        "TOOLREF_CONTEXT_RESPECT_CLIENT": ("bool", True, ""),
+        "TOOLREF_CONTEXT_PRICE_PER_MTOK": ("float", 3.0, "ge=0"),
+        "TOOLREF_CONTEXT_REWRITE_WEIGHT": ("float", 11.5, "ge=0"),
+        "TOOLREF_CONTEXT_POLICIES": ("str", "", ""),
     },
 }
 EVERY = {name: row for rows in TABLE.values() for name, row in rows.items()}

@@ -55,7 +55,9 @@ def without_toolref(pairs: Pairs) -> list[tuple[str, str]]:
     return [(k, v) for k, v in pairs if not k.lower().startswith(TOOLREF_PREFIX)]
 
 
-def savings_value(raw: int, wire: int) -> str:
-    """The `Toolref-Savings` value: raw=<bytes>, wire=<bytes>, ratio=<raw/wire>."""
+def savings_value(raw: int, wire: int, tokens_saved: int | None = None) -> str:
+    """The `Toolref-Savings` value: raw=<bytes>, wire=<bytes>, ratio=<raw/wire>, and
+    tokens-saved=<estimated input tokens> where context editing ran."""
     ratio = raw / wire if wire else 1.0
-    return f"raw={raw}, wire={wire}, ratio={ratio:.1f}"
+    value = f"raw={raw}, wire={wire}, ratio={ratio:.1f}"
+    return value if tokens_saved is None else f"{value}, tokens-saved={tokens_saved}"

@@ -86,8 +86,9 @@ _MEMOS_LOCK: Final = threading.Lock()  # scans run on the loop and in worker thr
 class Scan:
     """A body's spans in order (`cuts`), the index in them of each message's largest span
     (`messages`), those of the model's messages (`models`), each span's message with the long
-    window (`owners`, -1: none; empty without it), and where each message ended (`ends`: the
-    offset after it, then how many spans and model spans there were then)."""
+    window (`owners`, -1: none; empty without it), where each message ended (`ends`: the
+    offset after it; `counts`: how many spans and model spans there were then) and where
+    it began (`starts`)."""
 
     text: str
     key: str | None
@@ -98,6 +99,7 @@ class Scan:
     owners: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
     counts: list[tuple[int, int]] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
 
 
 def scan(
@@ -213,6 +215,7 @@ def _resume(found: Scan, memo: Scan, common: int) -> bool:
     found.owners = memo.owners[:spans] if found.window else []
     found.ends = memo.ends[: last + 1]
     found.counts = memo.counts[: last + 1]
+    found.starts = memo.starts[: last + 1]
     text = found.text
     at = _skip(text, memo.ends[last])
     if text[at : at + 1] == "]":
@@ -282,6 +285,7 @@ def _message_loop(found: Scan, at: int) -> int:
             found.models.extend(range(len(cuts), len(cuts) + len(spans)))
         cuts.extend(spans)
         found.ends.append(at)
+        found.starts.append(start)
         found.counts.append((len(cuts), len(found.models)))
         at = _skip(text, at)
         if text[at : at + 1] == "]":

@@ -25,6 +25,14 @@ Between a relay and a gateway:
   `toolref.websocket.frames`: `2`, each text message an edit of the one before it, its new
   segments each compressed alone (size-guarded); `1`, each compressed against the one before
   it (a gateway that reads no more, or a relay run with `--no-size-guard`).
+
+Between any client and the gateway (context editing, docs/context-editing.md):
+- `Toolref-Context-Editing`: on a request, `on` asks for old tool results to be replaced by
+  their summaries, `off` refuses it (within the operator's policy; none: the policy's).
+- `Toolref-Context`: on the answer of a request the gateway edited, `cleared=<results
+  replaced>; batches=<n>; rewrote=<1 when this turn replaced new ones: the provider's prompt
+  cache is written again>; tokens=<estimated input tokens as sent>; saved=<estimated
+  tokens saved>`; the same `saved` is in `Toolref-Savings` as `tokens-saved=<n>`.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ SAVINGS_HEADER: Final = "Toolref-Savings"
 EDITS_HEADER: Final = "Toolref-Edits"
 HELD_HEADER: Final = "Toolref-Held"
 FRAMES_HEADER: Final = "Toolref-Frames"
+CONTEXT_EDITING_HEADER: Final = "Toolref-Context-Editing"
+CONTEXT_HEADER: Final = "Toolref-Context"
 FRAMES_VERSION: Final = "2"  # what a relay sends by default: size-guarded edits
 FRAMES_VERSIONS: Final = ("1", "2")
 # Request headers of the history-ref protocol, retired in 0.3 (edits replace it): a request

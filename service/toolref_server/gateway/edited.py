@@ -39,6 +39,7 @@ from toolref.wire.headers import (
     TOOLREF_PREFIX,
     asgi_name,
 )
+from toolref_server.gateway.context_edits import ContextStep
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.registry.edits import Applied, apply_edit
 from toolref_server.services import Services
@@ -64,16 +65,20 @@ async def forward_edit(
     budget: Budget,
     tenant: str,
     rewrite: Callable[[bytes], bytes] | None,
+    context: ContextStep | None = None,
 ) -> None:
     """The edited request to the upstream, its answer back (see the module docstring).
-    `rewrite`: the switch's rewrite of the body, when the conversation switched here."""
+    `rewrite`: the switch's rewrite of the body, when the conversation switched here;
+    `context`: context editing's step (`context_edits.ContextStep`), last: the recipe kept
+    is the client's body, what the upstream gets is edited."""
     metrics = services.metrics
     with budget.account() as account:
         try:
             data = await read(receive, services.settings.max_body_bytes, account)
 
             async def then(restored: bytes) -> bytes:
-                return await switched(services, rewrite, restored)
+                body = await switched(services, rewrite, restored)
+                return body if context is None else await context(body)
 
             applied = await apply_edit(
                 services, tenant, data, credentials(scope), account, then=then, later=True
@@ -91,7 +96,9 @@ async def forward_edit(
         ended = kept_recipe(send, applied)
         answered = kept_answer(ended, services, tenant, applied.ref, scope["path"])
         try:
-            await forwarder(upstream, replay(body, receive), marked(answered, applied, len(body)))
+            await forwarder(
+                upstream, replay(body, receive), marked(answered, applied, len(body), context)
+            )
         finally:
             await applied.kept()  # also when the upstream failed or the client went away
 
@@ -133,13 +140,15 @@ def restored_scope(scope: Scope, applied: Applied, length: int, account: Account
     }
 
 
-def marked(send: Send, applied: Applied, raw: int) -> Send:
-    """`send`, adding to the answer's head the recipe kept (`Toolref-History: tb_...`)
-    and the bytes saved (`Toolref-Savings`)."""
+def marked(send: Send, applied: Applied, raw: int, context: ContextStep | None = None) -> Send:
+    """`send`, adding to the answer's head the recipe kept (`Toolref-History: tb_...`),
+    the bytes saved (`Toolref-Savings`) and what context editing did (`Toolref-Context`)."""
+    saved = None if context is None else context.saved
     told = [
         (_HISTORY, applied.ref.encode("ascii")),
-        (_SAVINGS, savings_value(raw, applied.wire).encode()),
+        (_SAVINGS, savings_value(raw, applied.wire, saved).encode()),
         (asgi_name(EDITS_HEADER), str(VERSION).encode()),
+        *(context.told() if context is not None else ()),
     ]
 
     async def with_marks(message: Message) -> None:

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolref.asgi.budget import Budget
 from toolref.asgi.hops import savings_value
-from toolref.asgi.scope import header, replay, with_body
+from toolref.asgi.scope import Disconnected, header, read_body, replay, with_body
 from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.handoff.switch import switched_text
 from toolref.receiving.hydrator import Hydrator
@@ -39,12 +39,15 @@ from toolref.wire.errors import (
     ToolrefError,
 )
 from toolref.wire.headers import (
+    CONTEXT_EDITING_HEADER,
     EDITS_HEADER,
     SAVINGS_HEADER,
     SWITCHED_FROM_HEADER,
 )
 from toolref.wire.numbers import describe, whole_number
+from toolref_server.context.policy import wanted
 from toolref_server.gateway.channel import serve_channel
+from toolref_server.gateway.context_edits import ContextStep
 from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.gateway.gate import GatewayAdmission
@@ -63,6 +66,7 @@ _EDITS: Final = (EDITS_HEADER.lower().encode(), str(EDITS_VERSION).encode())
 _COUNT_KEY: Final = "toolref.upload"
 _ENDPOINT_KEY: Final = "toolref.endpoint"
 _SWITCH_KEY: Final = "toolref.switch"  # the scope entry holding the parsed switch header
+_CONTEXT_KEY: Final = "toolref.context"  # the request's context editing step (None: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +164,7 @@ class Gateway:
         answers it 409 (its client sends it again in full)."""
         count = _Count(tenant, scope[ROUTE_KEY].name)
         self.metrics.gateway_usage(count.tenant, count.upstream, Counts(requests=1))
+        context = self._context(scope, tenant, count.upstream, llm)
 
         async def watched(message: Message) -> None:
             # A hydrated request's 409 is answered, not raised: seen on its way out.
@@ -185,13 +190,29 @@ class Gateway:
                     budget=self.budget,
                     tenant=tenant,
                     rewrite=rewrite,
+                    context=context,
                 )
             elif llm is not None:
-                await self._hydrated(count, llm, scope, receive, watched)
+                await self._hydrated(count, llm, {**scope, _CONTEXT_KEY: context}, receive, watched)
         except ToolrefError as exc:
             if exc.status == 409:  # an edit's base or pieces not held: answered by __call__
                 self.metrics.gateway_usage(count.tenant, count.upstream, Counts(resends=1))
             raise
+
+    def _context(
+        self, scope: Scope, tenant: str, upstream: str, llm: Endpoint | None
+    ) -> ContextStep | None:
+        """The request's context editing step, when its policy and its
+        `Toolref-Context-Editing` header want one (a wrong header: `BadRequestError`)."""
+        if llm is None:
+            return None
+        policy = self.settings.context_policy.of(upstream, tenant)
+        if not wanted(policy, header(scope, CONTEXT_EDITING_HEADER)):
+            return None
+        services = self._services()
+        return ContextStep(
+            tenant, upstream, llm, policy, services.summaries, services.workers, self.metrics
+        )
 
     async def _hydrated(
         self, count: _Count, llm: Endpoint, scope: Scope, receive: Receive, send: Send
@@ -238,12 +259,20 @@ class Gateway:
         told in `Toolref-Savings`, then forwarded. A body the middleware did not read (a
         protocol-1 request) is streamed on as it is: its two sizes are the same."""
         count: _Count = scope[_COUNT_KEY]
-        if header(scope, SWITCHED_FROM_HEADER) is not None and count.whole:
-            at: int | None = scope[_SWITCH_KEY]
-            body = await _whole(receive)
-            llm: Endpoint = scope[_ENDPOINT_KEY]
-            # A parse and a handoff: linear, off the loop when large.
-            body = await self._services().workers.run(len(body), switch_body, body, llm, at)
+        context: ContextStep | None = scope.get(_CONTEXT_KEY)
+        switch = header(scope, SWITCHED_FROM_HEADER) is not None and count.whole
+        if switch or context is not None:
+            try:
+                body = await self._whole(receive)
+            except Disconnected:
+                return
+            if switch:
+                at: int | None = scope[_SWITCH_KEY]
+                llm: Endpoint = scope[_ENDPOINT_KEY]
+                # A parse and a handoff: linear, off the loop when large.
+                body = await self._services().workers.run(len(body), switch_body, body, llm, at)
+            if context is not None:
+                body = await context(body)
             scope = with_body(scope, len(body))
             receive = replay(body, receive)
             del body  # held by `receive` alone, until the forwarder sends it on
@@ -251,7 +280,10 @@ class Gateway:
         wire = count.wire if count.whole else raw
         count.forwarded = True
         self.metrics.gateway_usage(count.tenant, count.upstream, Counts(raw=raw, wire=wire))
-        told = [(_SAVINGS, savings_value(raw, wire).encode())]
+        saved = None if context is None else context.saved
+        told = [(_SAVINGS, savings_value(raw, wire, saved).encode())]
+        if context is not None:
+            told += context.told()
         if header(scope, EDITS_HEADER) is not None:  # a sender that offers edits: say we read them
             told.append(_EDITS)
 
@@ -262,6 +294,17 @@ class Gateway:
             await send(message)
 
         await self.forwarder(scope, receive, with_savings)
+
+    async def _whole(self, receive: Receive) -> bytes:
+        """The request's body whole, within TOOLREF_MAX_BODY_BYTES (a hydrated one is
+        already; a body sent as it is is read here, for context editing)."""
+        with self.budget.account() as account:
+            return await read_body(
+                receive,
+                self.settings.max_body_bytes,
+                "send a smaller request, or raise TOOLREF_MAX_BODY_BYTES",
+                account,
+            )
 
     def _services(self) -> Services:
         services: Services | None = getattr(getattr(self._service, "state", None), "services", None)
@@ -324,15 +367,6 @@ def switch_body(body: bytes, llm: Endpoint, at: int | None) -> bytes:
         return body
     rewritten = switched_text(text, llm.format, llm.messages_key, at)
     return body if rewritten is None else rewritten.encode()
-
-
-async def _whole(receive: Receive) -> bytes:
-    parts = []
-    while True:
-        message = await receive()
-        parts.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(parts)
 
 
 def _length(scope: Scope) -> int:

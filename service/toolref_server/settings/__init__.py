@@ -12,6 +12,8 @@ object whose fields are declared by concern, one module (and base class) each.
 - `caches`: the per-process caches of verified records and edited requests;
 - `summaries`: the summarizers and the LLM one's bounds;
 - `gateway`: upstreams and the gateway's limits;
+- `context`: context editing at the gateway, its default policy and the policies by
+  upstream and tenant;
 - `environment`: the `TOOLREF_*` variables known, and the check refusing any other;
 - `config_file`: `serve --config toolref.toml`, a table per group, read into the variables
   it stands for where the environment has none.
@@ -36,6 +38,7 @@ from toolref_server.settings.access import (
 from toolref_server.settings.bodies import BodyLimits
 from toolref_server.settings.caches import CacheSettings
 from toolref_server.settings.connections import ConnectionSettings
+from toolref_server.settings.context import ContextSettings
 from toolref_server.settings.environment import PREFIX, check_variables
 from toolref_server.settings.gateway import GatewaySettings
 from toolref_server.settings.records import RecordSettings
@@ -56,6 +59,7 @@ class Settings(
     CacheSettings,
     SummarySettings,
     GatewaySettings,
+    ContextSettings,
     BaseSettings,
 ):
     """Every setting of the service (the bases' fields). docs/api.md lists them with their

@@ -1,7 +1,7 @@
 """`toolref-server serve --config toolref.toml`: the settings in a TOML file, one table per
 group of `Settings` (`[serving]`, `[connections]`, `[bodies]`, `[access]`, `[store]`,
-`[records]`, `[caches]`, `[summaries]`, `[gateway]`), each key a setting's name in lower
-case (`TOOLREF_MAX_BODY_BYTES` is `max_body_bytes` under `[bodies]`).
+`[records]`, `[caches]`, `[summaries]`, `[gateway]`, `[context]`), each key a setting's name
+in lower case (`TOOLREF_MAX_BODY_BYTES` is `max_body_bytes` under `[bodies]`).
 
 The file is read once, by the command, into the environment variables it stands for
 (`read`), which the command sets where the environment has none (`apply`): the environment
@@ -24,6 +24,7 @@ a Redis password, or a query, such as an upstream's `?key=`: `toolref.wire.redac
 
 from __future__ import annotations
 
+import json
 import shlex
 import stat
 import tomllib
@@ -48,6 +49,8 @@ GROUPS: Final[dict[str, type[BaseModel]]] = {
 }
 # Settings written `name=value,...`, which a table may give instead.
 LISTS: Final = frozenset({"upstreams", "api_keys", "tool_kinds"})
+# Settings written as JSON, which a table gives as it is.
+JSONS: Final = frozenset({"context_policies"})
 HOME: Final = {field: table for table, group in GROUPS.items() for field in group.model_fields}
 # Settings that are secrets whatever their value, and why; URL settings that are when a URL
 # in them carries credentials.
@@ -176,6 +179,8 @@ def _text(where: str, key: str, value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, str | int | float):
         return str(value)
+    if isinstance(value, dict) and key in JSONS:
+        return json.dumps(value)
     if isinstance(value, dict) and key in LISTS:
         entries = []
         for name, given in value.items():

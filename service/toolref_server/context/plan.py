@@ -1,0 +1,145 @@
+"""Which tool results a request has replaced by their summaries: a pure function of the
+conversation it carries and the policy, so that every replica, every turn, makes the same
+choice without stored state.
+
+The plan replays the conversation's turns: a turn's request ended where the model's answer
+began (each run of the model's messages), and the last turn is this request. At each turn
+it counts the conversation's estimated tokens (characters / `CHARS_PER_TOKEN`) less what
+earlier batches freed; past `trigger_tokens`, it replaces a batch: the oldest results not
+yet replaced, older than the last `keep`, of `min_tokens` or more and of no excluded tool,
+all of them at once (the most a rewrite of the cache can free); when they free less than
+`clear_at_least` tokens, no batch is made that turn. Nor is one made that would not pay for itself
+were the conversation to go on for as many turns again as it has had: a batch writes the
+provider's cache again from its first result on, which costs `rewrite_weight` times what
+reading a token from the cache does over what it saves (Anthropic's prices: writing 1.25,
+reading 0.1, so (1.25 - 0.1) / 0.1 = 11.5), and saves reading what it frees on every
+later turn. A result replaced stays replaced on every
+later turn (the replay makes the same choice again), so the provider's prompt cache is
+rewritten once per batch and hits again after, and a model that calls a tool again to see
+a replaced result only adds a new result: no turn replaces less than the one before.
+
+Linear: one step per message and per result; the batches' queue sees each result once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from toolref_server.context.facts import Message, Result
+from toolref_server.settings.context import Policy
+
+CHARS_PER_TOKEN: Final = 4  # the estimate of input tokens: characters of JSON text / 4
+PAYBACK: Final = 0.5  # the turns a batch must pay for itself in, over the turns so far
+STAND_IN_CHARS: Final = 200  # what a stand-in adds beyond its summary, about (names, args)
+
+
+@dataclass(frozen=True, slots=True)
+class Cleared:
+    """A result replaced: its message's index and its index among that message's results,
+    its tool's name, and the characters replacing it frees (estimated)."""
+
+    message: int
+    result: int
+    name: str
+    freed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The results this request has replaced (in conversation order), the batches that
+    replaced them, whether the last batch was made at this request's own turn (`rewrote`:
+    the provider's cache is written again from the first of that batch's results), and the
+    request's estimated characters before and after."""
+
+    cleared: tuple[Cleared, ...]
+    batches: int
+    rewrote: bool
+    chars: int
+    freed: int
+
+    @property
+    def tokens(self) -> int:
+        return self.chars // CHARS_PER_TOKEN
+
+    @property
+    def tokens_saved(self) -> int:
+        return self.freed // CHARS_PER_TOKEN
+
+
+@dataclass(slots=True)
+class _Replay:
+    policy: Policy
+    stand_in: int
+    total: int  # characters of the conversation up to this turn, envelope included
+    freed: int = 0
+    batches: int = 0
+    last: int = -1  # the turn of the last batch
+    frontier: int = 0  # results seen for the queue (older than the last `keep`, or not)
+    queued_freed: int = 0
+    # each result: its message, its index there, the result, its tool, the characters before
+    results: list[tuple[int, int, Result, str, int]] = field(default_factory=list)
+    queue: deque[tuple[Cleared, int]] = field(default_factory=deque)
+    cleared: list[Cleared] = field(default_factory=list)
+
+
+def plan(messages: Sequence[Message], envelope: int, policy: Policy) -> Plan:
+    """The plan of a request whose messages are `messages` and whose text outside them is
+    `envelope` characters (see the module docstring)."""
+    replay = _Replay(policy, STAND_IN_CHARS + policy.summary_chars, envelope)
+    names: dict[str | None, str] = {}
+    turn = 0
+    for index, message in enumerate(messages):
+        if message.model and index and not messages[index - 1].model:
+            _turn(replay, turn)
+            turn += 1
+        before = replay.total
+        replay.total += message.chars
+        for call in message.calls:
+            names[call.call_id] = call.name
+        for at, result in enumerate(message.results):
+            name = result.name or names.get(result.call_id, "")
+            replay.results.append((index, at, result, name, before))
+    _turn(replay, turn)
+    return Plan(
+        tuple(sorted(replay.cleared, key=lambda c: (c.message, c.result))),
+        replay.batches,
+        replay.last == turn,
+        replay.total,
+        replay.freed,
+    )
+
+
+def _turn(replay: _Replay, turn: int) -> None:
+    """The turn whose request held the messages counted so far: its batch, if one is due."""
+    policy = replay.policy
+    older = len(replay.results) - policy.keep
+    while replay.frontier < older:
+        index, at, result, name, before = replay.results[replay.frontier]
+        replay.frontier += 1
+        freed = result.chars - replay.stand_in
+        if (
+            freed > 0
+            and result.chars >= policy.min_tokens * CHARS_PER_TOKEN
+            and name not in policy.exclude_tools
+        ):
+            replay.queue.append((Cleared(index, at, name, freed), before))
+            replay.queued_freed += freed
+    least = policy.clear_at_least * CHARS_PER_TOKEN
+    over = replay.total - replay.freed > policy.trigger_tokens * CHARS_PER_TOKEN
+    if not over or replay.queued_freed < least:
+        return
+    freed = replay.queued_freed  # a batch replaces every result due: the most per rewrite
+    # The cache written again: from the batch's first result to the end, less what it frees.
+    # (What earlier batches freed lies before it, in the text as sent and as written.)
+    rewritten = replay.total - replay.queue[0][1] - freed
+    if policy.rewrite_weight * rewritten > freed * (turn + 1) * PAYBACK:
+        return  # would not pay for itself were the conversation to go on as long again
+    replay.cleared.extend(cleared for cleared, _ in replay.queue)
+    replay.queue.clear()
+    replay.queued_freed = 0
+    replay.freed += freed
+    replay.batches += 1
+    replay.last = turn

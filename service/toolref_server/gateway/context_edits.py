@@ -1,0 +1,244 @@
+"""Context editing at the gateway (docs/context-editing.md): a request's old tool results
+replaced by their summaries before it is sent upstream, for every format the gateway reads.
+
+A pipeline over the body, decoded once: its facts (`toolref_server.context.facts`,
+remembered from the turn before), the request left to the client when it manages its own
+context, the plan (`toolref_server.context.plan`: a pure function of the conversation, so
+every replica and every turn choose the same), what stands in for each result newly
+replaced (its summary from the summary cache: one per result, ever), and the body
+rewritten (`toolref_server.context.rewrite`): every byte but the replaced results' as the
+client sent it. The CPU work runs off the loop when the body is large (`Workers`).
+
+What it did travels back in `Toolref-Context` and `Toolref-Savings` (`Outcome.headers`),
+and is counted per tenant and upstream (`Metrics.context_*`, the savings page).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from toolref import formats
+from toolref.asgi.workers import Workers
+from toolref.wire.canonical import invocation_digest
+from toolref.wire.endpoints import Endpoint
+from toolref.wire.errors import ToolrefError
+from toolref.wire.headers import CONTEXT_HEADER
+from toolref_server.context import facts as facts_module
+from toolref_server.context.facts import Facts
+from toolref_server.context.plan import CHARS_PER_TOKEN, Cleared, Plan, plan
+from toolref_server.context.rewrite import as_json, rewritten, stand_in
+from toolref_server.metrics import Metrics
+from toolref_server.registry.summary_cache import SummaryCache
+from toolref_server.settings.context import Policy
+from toolref_server.usage import Counts
+
+_CONTEXT: Final = CONTEXT_HEADER.lower().encode()
+# A member of the body's own object (not text inside a string: a quote there is escaped).
+_CLIENT_MANAGED: Final = re.compile(r'"context_management"\s*:')
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What context editing did to one request: its plan, and the estimated tokens of the
+    body as sent and saved (measured on the bytes, not the plan's estimate)."""
+
+    plan: Plan
+    tokens: int
+    saved: int
+
+    def header(self) -> tuple[bytes, bytes]:
+        """`Toolref-Context` (toolref.wire.headers)."""
+        value = (
+            f"cleared={len(self.plan.cleared)}; batches={self.plan.batches}; "
+            f"rewrote={int(self.plan.rewrote)}; tokens={self.tokens}; saved={self.saved}"
+        )
+        return _CONTEXT, value.encode()
+
+
+@dataclass(slots=True)
+class ContextStep:
+    """One request's context editing, as a step of the gateway's pipeline: called with the
+    body as it goes upstream, it answers the body edited; `told` is what the answer's head
+    says of it."""
+
+    tenant: str
+    upstream: str
+    llm: Endpoint
+    policy: Policy
+    summaries: SummaryCache
+    workers: Workers
+    metrics: Metrics
+    outcome: Outcome | None = None
+
+    async def __call__(self, body: bytes) -> bytes:
+        edited, self.outcome = await edit_context(
+            body,
+            tenant=self.tenant,
+            upstream=self.upstream,
+            llm=self.llm,
+            policy=self.policy,
+            summaries=self.summaries,
+            workers=self.workers,
+            metrics=self.metrics,
+        )
+        return edited
+
+    @property
+    def saved(self) -> int | None:
+        """Estimated tokens saved (None: the body passed as it was)."""
+        return None if self.outcome is None else self.outcome.saved
+
+    def told(self) -> list[tuple[bytes, bytes]]:
+        return [] if self.outcome is None else [self.outcome.header()]
+
+
+async def edit_context(
+    body: bytes,
+    *,
+    tenant: str,
+    upstream: str,
+    llm: Endpoint,
+    policy: Policy,
+    summaries: SummaryCache,
+    workers: Workers,
+    metrics: Metrics,
+) -> tuple[bytes, Outcome | None]:
+    """`body` with its old tool results replaced as `policy` says, and what was done (None:
+    the body passes as it is: not a JSON object of `llm`'s format, or the client manages
+    its own context). O(the body) at C speed plus O(its new messages) in Python."""
+    found = await workers.run(len(body), _facts, body, tenant, llm)
+    if found is None:
+        metrics.context_requests.labels("unread").inc()
+        return body, None
+    if policy.respect_client and _client_managed(found):
+        metrics.context_requests.labels("client").inc()
+        return body, None
+    chosen = plan(found.messages, found.envelope, policy)  # O(messages + results)
+    if not chosen.cleared:
+        metrics.context_requests.labels("below").inc()
+        tokens = len(found.text) // CHARS_PER_TOKEN
+        metrics.gateway_usage(tenant, upstream, Counts(tokens=tokens))
+        return body, Outcome(chosen, tokens, 0)
+    await _stand_ins(found, chosen.cleared, tenant, policy, summaries)
+    text = await workers.run(len(body), _rewritten, found, chosen.cleared, policy)
+    out = text.encode("utf-8", "surrogatepass")
+    tokens = len(text) // CHARS_PER_TOKEN
+    saved = max(0, len(found.text) - len(text)) // CHARS_PER_TOKEN
+    metrics.context_requests.labels("rewrote" if chosen.rewrote else "edited").inc()
+    metrics.gateway_usage(tenant, upstream, Counts(tokens=tokens, tokens_saved=saved))
+    metrics.context_cost_saved.labels(tenant, upstream).inc(saved * policy.price_per_mtok / 1e6)
+    return out, Outcome(chosen, tokens, saved)
+
+
+def _facts(body: bytes, tenant: str, llm: Endpoint) -> Facts | None:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return facts_module.facts_of(text, tenant, llm.format, llm.messages_key)
+
+
+def _client_managed(found: Facts) -> bool:
+    """Does the body's own object carry `context_management` (outside its messages)?"""
+    text, messages = found.text, found.messages
+    return bool(
+        _CLIENT_MANAGED.search(text, 0, messages[0].start)
+        or _CLIENT_MANAGED.search(text, messages[-1].end)
+    )
+
+
+def _rewritten(found: Facts, cleared: Sequence[Cleared], policy: Policy) -> str:
+    replaced: dict[int, list[tuple[int, str]]] = {}
+    sid = _sid(policy)
+    for item in cleared:
+        result = found.messages[item.message].results[item.result]
+        if result.stand_in is not None and result.stand_in[0] == sid:
+            replaced.setdefault(item.message, []).append((item.result, result.stand_in[1]))
+    return rewritten(found, replaced)
+
+
+def _sid(policy: Policy) -> str:
+    return f"{policy.summarizer}:{policy.summary_chars}"
+
+
+async def _stand_ins(
+    found: Facts, cleared: Sequence[Cleared], tenant: str, policy: Policy, summaries: SummaryCache
+) -> None:
+    """What stands in for each result of `cleared` that has none yet: its summary (one
+    batched read of the summary cache, then the misses computed once), kept on its
+    `Result`. A result whose invocation cannot be read is left as it is."""
+    sid = _sid(policy)
+    wanted = [
+        c
+        for c in cleared
+        if (found.messages[c.message].results[c.result].stand_in or ("",))[0] != sid
+    ]
+    if not wanted:
+        return
+    invocations = _invocations(found, wanted)
+    items = [(ref, inv) for ref, inv in invocations.values()]
+    if not items:
+        return
+    made = await summaries.many(tenant, items, policy.summarizer, policy.summary_chars)
+    for (item, (_, invocation)), summary in zip(invocations.items(), made, strict=True):
+        result = found.messages[item.message].results[item.result]
+        args = invocation["args"]
+        shown = args if isinstance(args, str) else as_json(args)
+        text = stand_in(item.name, shown, result.chars, summary.text)
+        value = _text_result(found.format, text)
+        result.stand_in = (sid, as_json(value))
+
+
+def _text_result(format_name: str, text: str) -> Any:
+    return formats.get(format_name).text_result(text)  # type: ignore[arg-type]
+
+
+def _invocations(
+    found: Facts, wanted: Sequence[Cleared]
+) -> dict[Cleared, tuple[Any, dict[str, Any]]]:
+    """The invocation (ref, wire form) of each result of `wanted`: its call found by id (or,
+    in a format without ids, the last call of its tool before it), both parsed from their
+    messages' text. O(messages) steps, plus the parses."""
+    calls: dict[str | None, Any] = {}
+    by_name: dict[str, Any] = {}
+    wanted_at = {(c.message, c.result): c for c in wanted}
+    out: dict[Cleared, tuple[Any, dict[str, Any]]] = {}
+    for index, message in enumerate(found.messages):
+        for call in message.calls:
+            calls[call.call_id] = call
+            by_name[call.name] = call
+        for at, result in enumerate(message.results):
+            item = wanted_at.get((index, at))
+            if item is None:
+                continue
+            paired = calls.get(result.call_id) if result.call_id is not None else None
+            paired = paired or by_name.get(item.name)
+            try:
+                out[item] = _invocation(found, item, message, result.site, paired)
+            except (ValueError, KeyError, IndexError, TypeError, ToolrefError):
+                continue  # left as it is: the plan counted it, the bytes stay the client's
+    return out
+
+
+def _invocation(
+    found: Facts, item: Cleared, message: Any, site: Any, call: Any
+) -> tuple[Any, dict[str, Any]]:
+    text = found.text
+    value = _member(json.loads(text[message.start : message.end]), site.path, site.result_key)
+    args: Any = {}
+    if call is not None:
+        held = found.messages[call.message]
+        args = _member(json.loads(text[held.start : held.end]), call.site.path, call.site.args_key)
+    error = site.is_error
+    invocation = {"name": item.name, "args": args, "result": value, "isError": error}
+    return invocation_digest(item.name, args, value, error).ref, invocation
+
+
+def _member(value: Any, path: Sequence[Any], key: str | None) -> Any:
+    for step in path[1:]:
+        value = value[step]
+    return value[key]

@@ -1,0 +1,242 @@
+"""Context editing at the gateway (issue 41), over real sockets on the test engine: the
+service's gateway with an upstream that records every body, and clients posting whole
+conversations turn by turn (plain HTTP, as any agent or SDK does) or through the relay (as
+edits).
+
+For each format the gateway serves: old results reach the provider as their summaries, the
+last `keep` whole; everything else byte for byte; a result once replaced is the same bytes
+on every later turn, so each turn's body goes on from the one before (the prompt cache
+holds) but on the turns the answer says rewrote it; the answer tells what was done; a
+request that manages its own context, or refuses, passes as it came; a wrong header is a
+400 and nothing is forwarded.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tests.support.servers import serve_all
+from tests.unit.edits.agents import Agent
+from toolref_server.app import create_app
+from toolref_server.settings import Settings
+
+from .test_relay_edits import post, relayed
+
+pytestmark = pytest.mark.engine
+
+# Small enough that a short conversation passes it: what the defaults do at 10,000 tokens.
+POLICY: dict[str, Any] = {
+    "context_editing": "on",
+    "context_trigger_tokens": 1_500,
+    "context_keep": 2,
+    "context_clear_at_least": 500,
+    "context_rewrite_weight": 0.0,
+}
+PATHS = {
+    "openai-chat": "/v1/chat/completions",
+    "anthropic": "/v1/messages",
+    "openai-responses": "/v1/responses",
+    "gemini": "/v1beta/models/g:generateContent",
+}
+KEYS = {"openai-chat": "messages", "anthropic": "messages", "openai-responses": "input"}
+KEYS["gemini"] = "contents"
+
+
+@dataclass
+class Upstream:
+    bodies: list[bytes] = field(default_factory=list)
+
+    def app(self) -> Starlette:
+        async def record(request: Request) -> Response:
+            self.bodies.append(await request.body())
+            return JSONResponse({"ok": True})
+
+        return Starlette(routes=[Route("/{path:path}", record, methods=["POST"])])
+
+
+@dataclass
+class Gateway:
+    url: str
+    upstream: Upstream
+
+
+@pytest.fixture
+async def gateway(redis: Redis) -> AsyncIterator[Gateway]:
+    upstream = Upstream()
+    async with serve_all(upstream.app()) as [upstream_url]:
+        settings = Settings(redis_url="unused", upstreams=f"up={upstream_url}", **POLICY)
+        async with serve_all(create_app(settings, redis=redis)) as [url]:
+            yield Gateway(url, upstream)
+
+
+def output(turn: int) -> str:
+    """A tool's output: 3 KB of lines, different each turn."""
+    return "".join(f"line {n} of file {turn}: {'x' * 50}\n" for n in range(50))
+
+
+def conversation(fmt: str, turns: int) -> list[dict[str, Any]]:
+    """A user's ask, then per turn the model's call and its result, in format `fmt`."""
+    if fmt == "openai-chat":
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "fix the bug"}]
+        for t in range(turns):
+            function = {"name": "read", "arguments": json.dumps({"path": f"f{t}.py"})}
+            call: dict[str, Any] = {"id": f"c{t}", "type": "function", "function": function}
+            messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            messages.append({"role": "tool", "tool_call_id": f"c{t}", "content": output(t)})
+        return messages
+    if fmt == "anthropic":
+        messages = [{"role": "user", "content": "fix the bug"}]
+        for t in range(turns):
+            use = {"type": "tool_use", "id": f"c{t}", "name": "read", "input": {"path": f"f{t}"}}
+            result = {"type": "tool_result", "tool_use_id": f"c{t}", "content": output(t)}
+            messages += [
+                {"role": "assistant", "content": [use]},
+                {"role": "user", "content": [result]},
+            ]
+        return messages
+    if fmt == "openai-responses":
+        items: list[dict[str, Any]] = [{"role": "user", "content": "fix the bug"}]
+        for t in range(turns):
+            args = json.dumps({"path": f"f{t}.py"})
+            items.append(
+                {"type": "function_call", "call_id": f"c{t}", "name": "read", "arguments": args}
+            )
+            items.append({"type": "function_call_output", "call_id": f"c{t}", "output": output(t)})
+        return items
+    contents: list[dict[str, Any]] = [{"role": "user", "parts": [{"text": "fix the bug"}]}]
+    for t in range(turns):
+        part: dict[str, Any] = {"functionCall": {"name": "read", "args": {"path": f"f{t}"}}}
+        response = {"functionResponse": {"name": "read", "response": {"output": output(t)}}}
+        contents += [{"role": "model", "parts": [part]}, {"role": "user", "parts": [response]}]
+    return contents
+
+
+def body_of(fmt: str, messages: list[dict[str, Any]], **extra: Any) -> bytes:
+    return json.dumps({"model": "m", KEYS[fmt]: messages, **extra}, indent=1).encode()
+
+
+def context(answer: httpx.Response) -> dict[str, int]:
+    found = answer.headers["toolref-context"]
+    return {k.strip(): int(v) for k, v in (p.split("=") for p in found.split(";"))}
+
+
+@pytest.mark.parametrize("fmt", list(PATHS))
+async def test_old_results_reach_the_provider_as_summaries_and_the_cache_prefix_holds(
+    gateway: Gateway, fmt: str
+) -> None:
+    messages = conversation(fmt, 12)
+    sent: list[bytes] = []
+    told: list[dict[str, int]] = []
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        for turns in range(1, 13):
+            body = body_of(fmt, messages[: 1 + 2 * turns])
+            answer = await client.post("/llm/up" + PATHS[fmt], content=body)
+            assert answer.status_code == 200, answer.text
+            sent.append(gateway.upstream.bodies[-1])
+            told.append(context(answer))
+            assert f"tokens-saved={told[-1]['saved']}" in answer.headers["toolref-savings"]
+        metrics = (await client.get("/metrics")).text
+    last = json.loads(sent[-1])[KEYS[fmt]]
+    whole = json.loads(body_of(fmt, messages))[KEYS[fmt]]
+    texts = [json.dumps(m) for m in last]
+    replaced = [i for i, m in enumerate(texts) if "[toolref:" in m]
+    assert replaced, "no result was replaced"
+    assert len(replaced) == told[-1]["cleared"]
+    for i, m in enumerate(last):  # the rest is the client's, the last 2 results whole
+        if i not in replaced:
+            assert m == whole[i]
+    assert replaced[-1] < len(last) - 3
+    assert "call read(" in texts[replaced[0]]
+    assert "Summary:" in texts[replaced[0]]
+    for turn in range(1, len(sent)):
+        before = sent[turn - 1].rstrip(b"}\n ").rstrip(b"]\n ")
+        goes_on = sent[turn].startswith(before)
+        assert goes_on != bool(told[turn]["rewrote"]), (turn, told[turn])
+        assert told[turn]["cleared"] >= told[turn - 1]["cleared"]
+    assert told[-1]["batches"] == sum(t["rewrote"] for t in told)
+    assert told[-1]["saved"] > 0
+    assert told[-1]["tokens"] < len(body_of(fmt, messages)) // 4
+    saved = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith('toolref_context_tokens_total{kind="saved"')
+    ]
+    assert saved
+    assert float(saved[0].split()[-1]) > 0
+
+
+async def test_a_request_that_manages_its_own_context_or_refuses_passes_as_it_came(
+    gateway: Gateway,
+) -> None:
+    messages = conversation("anthropic", 12)
+    managed = body_of("anthropic", messages, context_management={"edits": []})
+    plain = body_of("anthropic", messages)
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        first = await client.post("/llm/up/v1/messages", content=managed)
+        refused = await client.post(
+            "/llm/up/v1/messages", content=plain, headers={"toolref-context-editing": "off"}
+        )
+        wrong = await client.post(
+            "/llm/up/v1/messages", content=plain, headers={"toolref-context-editing": "yes"}
+        )
+    assert first.status_code == refused.status_code == 200
+    assert gateway.upstream.bodies == [managed, plain]
+    assert "toolref-context" not in first.headers
+    assert "toolref-context" not in refused.headers
+    assert wrong.status_code == 400
+    assert wrong.headers["content-type"].startswith("application/problem+json")
+    assert "send `on`" in wrong.json()["detail"]
+    assert len(gateway.upstream.bodies) == 2  # the wrong one was not forwarded
+
+
+async def test_a_client_asks_for_it_when_the_operator_left_it_off(redis: Redis) -> None:
+    upstream = Upstream()
+    async with serve_all(upstream.app()) as [upstream_url]:
+        settings = Settings(
+            redis_url="unused",
+            upstreams=f"up={upstream_url}",
+            **{**POLICY, "context_editing": "off"},
+        )
+        async with serve_all(create_app(settings, redis=redis)) as [url]:
+            body = body_of("openai-chat", conversation("openai-chat", 12))
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                left = await client.post("/llm/up/v1/chat/completions", content=body)
+                asked = await client.post(
+                    "/llm/up/v1/chat/completions",
+                    content=body,
+                    headers={"Toolref-Context-Editing": "on"},
+                )
+    assert upstream.bodies[0] == body
+    assert "toolref-context" not in left.headers
+    assert b"[toolref:" in upstream.bodies[1]
+    assert context(asked)["cleared"] > 0
+
+
+async def test_through_the_relay_as_edits_the_recipe_is_the_client_s_the_provider_gets_summaries(
+    redis: Redis,
+) -> None:
+    """The relay sends edits; the gateway restores the agent's body (its recipe, which the
+    next edit names, is the agent's), then edits the context for the provider."""
+    agent = Agent(7, text_results=False)
+    async with (
+        relayed(redis, **POLICY) as stack,
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        for _ in range(14):
+            agent.step()
+            await post(client, stack, agent.body())
+        last = stack.provider.seen[-1][2]
+        edits = [r for r in stack.balancer.requests if "edit" in r.headers.get("content-type", "")]
+    assert b"[toolref:" in last
+    assert len(edits) >= 10  # later turns travelled as edits, based on the agent's bodies

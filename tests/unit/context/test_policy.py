@@ -1,0 +1,96 @@
+"""Context editing's policy: the settings' default, overrides by upstream and tenant, the
+request header within the mode, and configuration mistakes refused with the fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from toolref.wire.errors import BadRequestError, ConfigurationError
+from toolref_server.context.policy import wanted
+from toolref_server.settings import Settings
+from toolref_server.settings.config_file import parse
+from toolref_server.settings.context import Policy, parse_policies
+
+
+def test_the_tenant_wins_over_the_upstream_which_wins_over_the_default() -> None:
+    policies = {
+        "upstreams": {"anthropic": {"trigger_tokens": 50_000, "keep": 3}},
+        "tenants": {"acme": {"keep": 9, "exclude_tools": ["Read"], "mode": "never"}},
+    }
+    settings = Settings(context_editing="on", context_policies=json.dumps(policies))
+    found = settings.context_policy
+    assert found.of("openai", "bob") == settings.context_policy.default
+    assert found.of("anthropic", "bob").trigger_tokens == 50_000
+    assert found.of("anthropic", "bob").keep == 3
+    acme = found.of("anthropic", "acme")
+    assert (acme.trigger_tokens, acme.keep, acme.mode) == (50_000, 9, "never")
+    assert acme.exclude_tools == frozenset({"Read"})
+
+
+@pytest.mark.parametrize(
+    ("mode", "header", "edited"),
+    [
+        ("off", None, False),
+        ("off", "on", True),
+        ("on", None, True),
+        ("on", "off", False),
+        ("on", " ON ", True),
+        ("never", "on", False),
+        ("never", None, False),
+    ],
+)
+def test_a_request_asks_or_refuses_within_the_mode(
+    mode: str, header: str | None, edited: bool
+) -> None:
+    assert wanted(Policy(mode=mode), header) is edited
+
+
+def test_a_wrong_header_is_a_bad_request_saying_what_to_send() -> None:
+    with pytest.raises(BadRequestError, match="send `on`"):
+        wanted(Policy(mode="on"), "yes")
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{", "is not JSON"),
+        ('{"upstream": {}}', "`upstreams` and `tenants`"),
+        ('{"tenants": []}', "give an object"),
+        ('{"tenants": {"a": {"keeps": 3}}}', "no policy field is named 'keeps'"),
+        ('{"tenants": {"a": {"keep": "3"}}}', "give a int"),
+        ('{"tenants": {"a": {"keep": true}}}', "give a int"),
+        ('{"tenants": {"a": {"mode": "always"}}}', "one of off, on, never"),
+        ('{"tenants": {"a": {"keep": -1}}}', "at least 0"),
+        ('{"tenants": {"a": {"summarizer": "gpt"}}}', "extractive"),
+        ('{"tenants": {"a": {"exclude_tools": [1]}}}', "list of tool names"),
+    ],
+)
+def test_wrong_policies_are_refused_naming_the_fix(text: str, says: str) -> None:
+    with pytest.raises(ConfigurationError, match=says):
+        parse_policies(text, Policy())
+    with pytest.raises(ValidationError, match=says):
+        Settings(context_policies=text)
+
+
+def test_the_switch_and_the_summarizer_are_checked() -> None:
+    with pytest.raises(ValidationError, match="off, on, never"):
+        Settings(context_editing="yes")
+    with pytest.raises(ValidationError, match="extractive"):
+        Settings(context_summarizer="mine")
+
+
+def test_the_config_file_gives_policies_as_tables() -> None:
+    document = {
+        "context": {
+            "context_editing": "on",
+            "context_policies": {"upstreams": {"anthropic": {"keep": 2}}},
+        }
+    }
+    found = {s.variable: s.text for s in parse(document, "toolref.toml")}
+    assert found["TOOLREF_CONTEXT_EDITING"] == "on"
+    assert json.loads(found["TOOLREF_CONTEXT_POLICIES"]) == {
+        "upstreams": {"anthropic": {"keep": 2}}
+    }

@@ -1,0 +1,145 @@
+"""Context editing's facts and rewrite on arbitrary conversations, written by any JSON writer:
+every tool result of the four formats the gateway serves is found, a body's facts are the
+same whether made from the turn before or from scratch, and a body with results replaced
+is the client's byte for byte outside the replaced values (checked independently: the
+rewritten text split at the stand-ins gives the pieces of the client's text between its
+result values).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from toolref_server.context import facts as facts_module
+from toolref_server.context.facts import Facts, facts_of
+from toolref_server.context.rewrite import as_json, rewritten, stand_in
+
+from ..format_strategies import CONVERSATIONS
+
+GATEWAY_FORMATS = {
+    "openai-chat": "messages",
+    "openai-responses": "input",
+    "anthropic": "messages",
+    "gemini": "contents",
+}
+_DECODER = json.JSONDecoder()
+
+
+def written(messages: list[Any], key: str, data: st.DataObject) -> str:
+    """The body as one of several writers writes it: compact or spaced, ASCII or not, the
+    messages key before or after the other members, indented or not."""
+    spaced = data.draw(st.sampled_from([(",", ":"), (", ", ": "), (" , ", " : ")]), label="sep")
+    ascii_only = data.draw(st.booleans(), label="ascii")
+    indent = data.draw(st.sampled_from([None, None, 2]), label="indent")
+    first = data.draw(st.booleans(), label="messages first")
+    members: list[tuple[str, Any]] = [("model", "m-1"), ("stream", True)]
+    members.insert(0 if first else 2, (key, messages))
+    return json.dumps(dict(members), separators=spaced, ensure_ascii=ascii_only, indent=indent)
+
+
+def every_result(found: Facts) -> dict[int, list[tuple[int, str]]]:
+    """A stand-in for every result found, each unique (so the check can split at it)."""
+    replaced: dict[int, list[tuple[int, str]]] = {}
+    for index, message in enumerate(found.messages):
+        for at, result in enumerate(message.results):
+            text = stand_in("tool", '{"x": 1}', result.chars, f"summary <{index}.{at}>")
+            replaced.setdefault(index, []).append((at, as_json(text)))
+    return replaced
+
+
+@pytest.mark.parametrize("name", list(GATEWAY_FORMATS))
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_results_are_found_and_replaced_and_every_other_byte_is_the_client_s(
+    name: str, data: st.DataObject
+) -> None:
+    conversation = data.draw(CONVERSATIONS[name], label="conversation")
+    key = GATEWAY_FORMATS[name]
+    text = written(conversation.messages, key, data)
+    facts_module.forget()
+    found = facts_of(text, "tenant", name, key)
+    assert found is not None
+    results = sum(len(m.results) for m in found.messages)
+    assert results == len(conversation.invocations) + len(conversation.orphans)
+    replaced = every_result(found)
+    out = rewritten(found, replaced)
+    stand_ins = [new for index in sorted(replaced) for _, new in sorted(replaced[index])]
+    # The check: out split at the stand-ins gives the client's text between its result values.
+    at = 0
+    pieces = []
+    for new in stand_ins:
+        where = out.index(new, at)
+        pieces.append(out[at:where])
+        at = where + len(new)
+    pieces.append(out[at:])
+    at = 0
+    for piece in pieces[:-1]:
+        assert text.startswith(piece, at), "a byte outside the replaced results changed"
+        _, at = _DECODER.raw_decode(text, at + len(piece))  # the result value, skipped whole
+    assert text[at:] == pieces[-1]
+    # and once more, remembered: the same facts, and the same text
+    again = facts_of(text, "tenant", name, key)
+    assert again is not None
+    assert rewritten(again, replaced) == out
+
+
+@pytest.mark.parametrize("name", list(GATEWAY_FORMATS))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_facts_from_the_turn_before_are_the_facts_from_scratch(
+    name: str, data: st.DataObject
+) -> None:
+    conversation = data.draw(CONVERSATIONS[name], label="conversation")
+    key = GATEWAY_FORMATS[name]
+    messages = conversation.messages
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, len(messages)), min_size=2, max_size=4))))
+    facts_module.forget()
+    for cut in cuts:
+        body = json.dumps({"model": "m", key: messages[:cut], "tools": ["x" * 300]})
+        remembered = facts_of(body, "tenant", name, key)
+        facts_module.forget()
+        fresh = facts_of(body, "tenant", name, key)
+        assert remembered is not None
+        assert fresh is not None
+        assert summary(remembered) == summary(fresh)
+        assert remembered.envelope == fresh.envelope
+
+
+def summary(found: Facts) -> list[tuple[Any, ...]]:
+    return [
+        (
+            m.start,
+            m.end,
+            m.chars,
+            m.model,
+            [(c.call_id, c.name, c.site) for c in m.calls],
+            [(r.site, r.call_id, r.chars, r.error) for r in m.results],
+        )
+        for m in found.messages
+    ]
+
+
+def test_a_cache_mark_moving_on_does_not_change_what_a_message_counts() -> None:
+    """Claude Code moves its cache mark to the last message each turn: the message it left
+    counts the same characters as before (the plan replays earlier turns with them)."""
+    user = {"role": "user", "content": [{"type": "text", "text": "hello " * 40}]}
+    marked = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "hello " * 40, "cache_control": {"type": "ephemeral"}}
+        ],
+    }
+    answer = {"role": "assistant", "content": [{"type": "text", "text": "hi " * 30}]}
+    facts_module.forget()
+    one = facts_of(json.dumps({"messages": [marked]}), "t", "anthropic", "messages")
+    two = facts_of(json.dumps({"messages": [user, answer]}), "t", "anthropic", "messages")
+    assert one is not None
+    assert two is not None
+    assert one.messages[0].chars == two.messages[0].chars
+    assert two.messages[1].model
+    assert not two.messages[0].model
