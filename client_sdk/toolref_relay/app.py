@@ -59,6 +59,7 @@ from .channel import ChannelTransport
 from .clients import Client, Clients
 from .config import RelayConfig
 from .headers import (
+    CONTEXT_HEADER,
     SAVINGS_HEADER,
     SWITCH_HEADER,
     Pairs,
@@ -71,6 +72,7 @@ from .ledger import (
     Route,
     Tally,
     Upload,
+    context_of,
     header_bytes,
     savings_header,
     summary,
@@ -358,7 +360,10 @@ class Relay:
         if isinstance(answer, ErrorReply) and meter.sent == 0:
             route = "refused"  # nothing went out: the relay answered itself
         status = answer.status if isinstance(answer, ErrorReply) else answer.status_code
-        upload = Upload(_sent(call, len(raw)), len(content), meter.sent, route, status)
+        told = answer.headers.get(CONTEXT_HEADER) if isinstance(answer, httpx.Response) else None
+        upload = Upload(
+            _sent(call, len(raw)), len(content), meter.sent, route, status, context_of(told)
+        )
         self.link.told(who(call.headers, upstream), upload)
         extra = [(SAVINGS_HEADER, savings_header(upload))]
         if isinstance(answer, ErrorReply):
@@ -380,7 +385,11 @@ class Relay:
     ) -> httpx.Response:
         """The agent's request to the gateway as it came (inflated when `changed`)."""
         headers = to_gateway(
-            call.headers, key=self.config.key, switched_from=moved, body_changed=changed
+            call.headers,
+            key=self.config.key,
+            switched_from=moved,
+            body_changed=changed,
+            context_editing=self.config.context_editing,
         )
         request = httpx.Request(
             "POST", url, headers=headers, content=content, extensions=self.link.extensions()

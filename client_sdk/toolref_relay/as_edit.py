@@ -35,11 +35,11 @@ from toolref.sending.answers import may_resend, problem_of
 from toolref.sending.editor import Edit
 from toolref.sending.recipes import RELATED_MIN
 from toolref.wire.endpoints import endpoint
-from toolref.wire.headers import HISTORY_HEADER, KEY_HEADER, SWITCHED_FROM_HEADER
+from toolref.wire.headers import HISTORY_HEADER
 
 from .calls import Call, Meter, wire_size
 from .clients import Client
-from .headers import to_gateway
+from .headers import to_gateway, toolref_headers
 
 if TYPE_CHECKING:
     from .link import GatewayLink
@@ -72,12 +72,16 @@ async def as_edit(
     if not await link.takes_edits():
         return None
     client.editor.version = link.capabilities.version  # the highest the gateway reads
-    extra = [(KEY_HEADER, config.key)] if config.key else []
-    if moved:
-        extra.append((SWITCHED_FROM_HEADER, moved))
+    extra = toolref_headers(config.key, moved, config.context_editing)
     plain = None  # a switched turn is rewritten by the gateway: an edit, whatever its size
     if as_sent and not moved:
-        headers = to_gateway(call.headers, key=config.key, switched_from=None, body_changed=False)
+        headers = to_gateway(
+            call.headers,
+            key=config.key,
+            switched_from=None,
+            body_changed=False,
+            context_editing=config.context_editing,
+        )
         plain = httpx.Request(
             "POST", url, headers=headers, content=body, extensions=link.extensions()
         )

@@ -120,6 +120,23 @@ def parser() -> argparse.ArgumentParser:
         "size then tells an observer of the link whether a text repeats one the conversation "
         "holds: only where no one else sees the sizes; docs/reliability.md)",
     )
+    editing = relay.add_mutually_exclusive_group()
+    editing.add_argument(
+        "--context-editing",
+        dest="context_editing",
+        action="store_const",
+        const=True,
+        default=None,
+        help="ask the gateway to replace old tool results by their summaries, so the model "
+        "reads fewer tokens (docs/context-editing.md); by default the gateway's policy decides",
+    )
+    editing.add_argument(
+        "--no-context-editing",
+        dest="context_editing",
+        action="store_const",
+        const=False,
+        help="refuse context editing: the provider gets every result as the agent sent it",
+    )
     relay.add_argument(
         "--token-file",
         default=None,
@@ -181,6 +198,7 @@ def config_of(args: argparse.Namespace) -> RelayConfig:
         edits=not args.no_edits,
         channel=not args.no_channel,
         size_guard=not args.no_size_guard,
+        context_editing=args.context_editing,
         max_recipes=args.max_recipes,
         max_recipe_bytes=args.max_recipe_bytes,
         max_inflated_in_flight=args.max_inflated_in_flight,

@@ -74,6 +74,9 @@ class RelayConfig:
         default), so that its size tells nothing of what else the conversation holds;
         False compresses them against the conversation (smaller, for a link whose sizes
         no one else can see: `--no-size-guard`; docs/reliability.md, "Sizes").
+    context_editing: True asks the gateway to replace old tool results by their summaries
+        (`Toolref-Context-Editing: on`, `--context-editing`), False refuses it (`off`,
+        `--no-context-editing`); None leaves it to the gateway's operator.
     max_recipes / max_recipe_bytes: the recipes each client's editor keeps, and the bytes
         they may hold together (`toolref.sending.recipes`): the relay holds at most
         max_clients x max_recipe_bytes of them.
@@ -96,6 +99,7 @@ class RelayConfig:
     edits: bool = True
     channel: bool = True
     size_guard: bool = True
+    context_editing: bool | None = None
     max_recipes: int = 64
     max_recipe_bytes: int = 32 * MIB
     token: str = field(default_factory=new_token, repr=False)

@@ -7,12 +7,20 @@ from __future__ import annotations
 from typing import Final
 
 from toolref.asgi.hops import Pairs, decoded, encoded, end_to_end, first, without_toolref
-from toolref.wire.headers import KEY_HEADER, SAVINGS_HEADER, SWITCH_HEADER, SWITCHED_FROM_HEADER
+from toolref.wire.headers import (
+    CONTEXT_EDITING_HEADER,
+    CONTEXT_HEADER,
+    KEY_HEADER,
+    SAVINGS_HEADER,
+    SWITCH_HEADER,
+    SWITCHED_FROM_HEADER,
+)
 
 # Set again for the body the relay sends, when it sends another than the agent's.
 _BODY: Final = frozenset({"content-length", "content-encoding"})
 
 __all__ = [
+    "CONTEXT_HEADER",
     "KEY_HEADER",
     "SAVINGS_HEADER",
     "SWITCHED_FROM_HEADER",
@@ -23,21 +31,36 @@ __all__ = [
     "to_agent",
     "to_gateway",
     "to_provider",
+    "toolref_headers",
 ]
 
 
 def to_gateway(
-    pairs: Pairs, *, key: str | None, switched_from: str | None, body_changed: bool
+    pairs: Pairs,
+    *,
+    key: str | None,
+    switched_from: str | None,
+    body_changed: bool,
+    context_editing: bool | None = None,
 ) -> list[tuple[str, str]]:
     """The agent's headers for the gateway: credentials and the rest as they are; the
     agent's own `Toolref-*` headers dropped (the relay speaks toolref for it); the body's
     length and encoding dropped when the relay sends another body (inflated)."""
     kept = [(k, v) for k, v in without_toolref(end_to_end(pairs)) if not _resized(k, body_changed)]
-    if key:
-        kept.append((KEY_HEADER, key))
+    return [*kept, *toolref_headers(key, switched_from, context_editing)]
+
+
+def toolref_headers(
+    key: str | None, switched_from: str | None, context_editing: bool | None
+) -> list[tuple[str, str]]:
+    """The relay's own headers on a request to the gateway: the tenant's key, the switch,
+    and whether it asks for context editing (None: the gateway's policy decides)."""
+    found = [(KEY_HEADER, key)] if key else []
     if switched_from:
-        kept.append((SWITCHED_FROM_HEADER, switched_from))
-    return kept
+        found.append((SWITCHED_FROM_HEADER, switched_from))
+    if context_editing is not None:
+        found.append((CONTEXT_EDITING_HEADER, "on" if context_editing else "off"))
+    return found
 
 
 def to_provider(pairs: Pairs) -> list[tuple[str, str]]:

@@ -116,6 +116,7 @@ class Upload:
     wire: int
     route: Route = "gateway"
     status: int = 200  # the answer's, as the agent gets it
+    context: Context | None = None  # what the gateway's context editing did (None: nothing)
 
     @property
     def ratio(self) -> float:
@@ -126,6 +127,31 @@ class Upload:
         """Answered 2xx: the request reached the provider and succeeded (a turn the relay
         refused itself never did)."""
         return 200 <= self.status < 300 and self.route != "refused"
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the gateway's context editing did to a turn (its `Toolref-Context` header):
+    results replaced by their summaries, estimated input tokens saved, and whether this
+    turn replaced new ones (the provider's prompt cache written again)."""
+
+    cleared: int
+    saved: int
+    rewrote: bool
+
+
+def context_of(value: str | None) -> Context | None:
+    """The `Toolref-Context` value read (None when absent or not the gateway's form)."""
+    if not value:
+        return None
+    found: dict[str, int] = {}
+    for part in value.split(";"):
+        name, _, number = part.strip().partition("=")
+        if number.isdigit() and len(number) <= 15:
+            found[name] = int(number)
+    if "cleared" not in found or "saved" not in found:
+        return None
+    return Context(found["cleared"], found["saved"], bool(found.get("rewrote")))
 
 
 @dataclass(slots=True)
@@ -139,6 +165,7 @@ class Tally:
     fallbacks: int = 0
     refused: int = 0
     failed: int = 0  # answered other than 2xx (refused ones included): no bytes counted
+    tokens_saved: int = 0  # estimated, by the gateway's context editing
 
     @property
     def ratio(self) -> float:
@@ -155,6 +182,7 @@ class Tally:
         self.raw += upload.raw
         self.inflated += upload.inflated
         self.wire += upload.wire
+        self.tokens_saved += upload.context.saved if upload.context is not None else 0
         return self.turns
 
 
@@ -199,6 +227,13 @@ def turn_line(whose: Who, number: int, upload: Upload, tally: Tally) -> str:
         head += f"  sent {size(upload.wire)}  failed, not counted{where}"
     else:
         head += f"  sent {size(upload.wire)}  {shrunk(upload.raw, upload.wire)}{where}"
+    if upload.ok and upload.context is not None and upload.context.cleared:
+        found = upload.context
+        rewrote = ", the provider's cache written again" if found.rewrote else ""
+        head += (
+            f"  context: {found.cleared} old results summarized, ~{found.saved} tokens "
+            f"saved{rewrote}"
+        )
     return f"{head}  (its conversations so far: {session(tally)})"
 
 
@@ -206,9 +241,10 @@ def session(tally: Tally) -> str:
     counted = tally.turns - tally.failed
     failed = f", {tally.failed} failed" if tally.failed else ""
     turns = "turn" if counted == 1 else "turns"
+    tokens = f", ~{tally.tokens_saved} input tokens saved" if tally.tokens_saved else ""
     return (
         f"agent sent {size(tally.raw)}, sent {size(tally.wire)}, "
-        f"{shrunk(tally.raw, tally.wire)} over {counted} answered {turns}{failed}"
+        f"{shrunk(tally.raw, tally.wire)} over {counted} answered {turns}{failed}{tokens}"
     )
 
 
@@ -225,4 +261,5 @@ def summary(whose: Who, tally: Tally) -> str:
 
 def savings_header(upload: Upload) -> str:
     """The `Toolref-Savings` value of `upload` (`toolref.asgi.hops.savings_value`)."""
-    return savings_value(upload.raw, upload.wire)
+    saved = upload.context.saved if upload.context is not None else None
+    return savings_value(upload.raw, upload.wire, saved)

@@ -240,3 +240,35 @@ async def test_through_the_relay_as_edits_the_recipe_is_the_client_s_the_provide
         edits = [r for r in stack.balancer.requests if "edit" in r.headers.get("content-type", "")]
     assert b"[toolref:" in last
     assert len(edits) >= 10  # later turns travelled as edits, based on the agent's bodies
+
+
+async def test_the_relay_asks_for_it_for_its_agent_and_tells_the_tokens_saved(
+    redis: Redis,
+) -> None:
+    """`toolref relay --context-editing` on a gateway whose operator left it off: the
+    provider gets summaries, the relay's turn lines and its answer's `Toolref-Savings`
+    tell the tokens saved; `--no-context-editing` on a gateway with it on refuses it."""
+    agent = Agent(11)
+    asked = {**POLICY, "context_editing": "off"}
+    async with (
+        relayed(redis, relay_context=True, **asked) as stack,
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        for _ in range(14):
+            agent.step()
+            answer = await post(client, stack, agent.body())
+        assert b"[toolref:" in stack.provider.seen[-1][2]
+    assert "tokens-saved=" in answer.headers["toolref-savings"]
+    assert "toolref-context" not in answer.headers  # the agent does not speak toolref
+    assert any("old results summarized" in line for line in stack.lines)
+    await redis.flushall()
+    refusing = Agent(12)
+    async with (
+        relayed(redis, relay_context=False, **POLICY) as stack,
+        httpx.AsyncClient(timeout=30) as client,
+    ):
+        for _ in range(14):
+            refusing.step()
+            body = refusing.body()
+            await post(client, stack, body)
+            assert stack.provider.seen[-1][2] == body

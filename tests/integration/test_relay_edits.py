@@ -149,7 +149,12 @@ class Stack:
 
 @asynccontextmanager
 async def relayed(
-    redis: Redis, gateways: int = 1, wrap: Any = None, edits: bool = True, **settings: Any
+    redis: Redis,
+    gateways: int = 1,
+    wrap: Any = None,
+    edits: bool = True,
+    relay_context: bool | None = None,
+    **settings: Any,
 ) -> AsyncIterator[Stack]:
     """The relay before `gateways` instances of the service (one engine), alternating."""
     provider = Provider()
@@ -167,7 +172,7 @@ async def relayed(
         async with serve_all(*apps) as urls:
             balancer = Alternating(urls)
             lines: list[str] = []
-            options = RelayConfig(urls[0], key=KEY, edits=edits)
+            options = RelayConfig(urls[0], key=KEY, edits=edits, context_editing=relay_context)
             relay = Relay(options, report=lines.append, transport=balancer)
             async with serve(relay) as relay_url:
                 yield Stack(relay_url, relay, provider, balancer, lines)
