@@ -223,12 +223,14 @@ async def test_a_client_asks_for_it_when_the_operator_left_it_off(redis: Redis) 
     assert context(asked)["cleared"] > 0
 
 
+@pytest.mark.parametrize("text_results", [False, True], ids=["tool-results", "text-results"])
 async def test_through_the_relay_as_edits_the_recipe_is_the_client_s_the_provider_gets_summaries(
-    redis: Redis,
+    redis: Redis, text_results: bool
 ) -> None:
     """The relay sends edits; the gateway restores the agent's body (its recipe, which the
-    next edit names, is the agent's), then edits the context for the provider."""
-    agent = Agent(7, text_results=False)
+    next edit names, is the agent's), then edits the context for the provider: results of
+    the format's own, or returned as text (`[read_file for 'x.py'] Result:`)."""
+    agent = Agent(7, text_results=text_results)
     async with (
         relayed(redis, **POLICY) as stack,
         httpx.AsyncClient(timeout=30) as client,

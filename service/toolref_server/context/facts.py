@@ -10,6 +10,12 @@ whole; only the messages after it are parsed. The messages are found by
 speed, the scan and parse of its new messages, and one step per message (their sizes).
 The facts are a cache: a body's facts are the same whether or not a memo was used.
 
+Results an agent returns as text are results too, where the text says so: a user message
+(its string content, or a text part) that begins as an agent writes a tool's output, after
+a message of the model's (`OBSERVATIONS`: Cline's and Roo's `[read_file for 'x'] Result:`,
+mini-SWE-agent's `<returncode>0</returncode>`, the ReAct agents' `Observation:`). Such a
+result is replaced whole, by text.
+
 A message's size is its text less its cache marks and ids (the scanner's spans), so a
 cache mark moving on from one turn to the next does not change what earlier turns are
 counted at (`toolref_server.context.plan` replays them).
@@ -19,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import re
 import threading
 from collections import deque
 from dataclasses import dataclass, field
@@ -33,6 +40,14 @@ MEMO_CHARS: Final = 32 << 20  # characters of their texts, in all (a longer body
 _MEMOS: Final[deque[Facts]] = deque(maxlen=MEMOS)
 _LOCK: Final = threading.Lock()  # facts are made on the loop and in worker threads
 _MODEL_ITEMS: Final = frozenset({"reasoning"})  # Responses items the model writes, but `*_call`
+# How agents that return results as text begin one: (pattern, the tool's name when the text
+# does not say it). The name and the arguments the pattern finds, if any, name the call.
+OBSERVATIONS: Final = (
+    (re.compile(r"\[(?P<name>[\w.-]{1,64})(?: for '(?P<args>[^'\n]{0,500})')?\] Result:"), ""),
+    (re.compile(r"<returncode>-?\d{1,5}</returncode>"), "shell"),
+    (re.compile(r"(?:OBSERVATION|Observation):"), "observation"),
+)
+_TEXT_PARTS: Final = frozenset({"text", "input_text"})  # the types of a text part
 
 
 @dataclass(slots=True, eq=False)
@@ -50,7 +65,10 @@ class Call:
 class Result:
     """A tool result: its site in its message, the id of the call it answers, its tool's
     name where it says it, its JSON text's length, whether it is an error; once replaced,
-    what stands in for it (`stand_in`: the summarizer's id and the JSON text), remembered."""
+    what stands in for it (`stand_in`: the summarizer's id and the JSON text), remembered;
+    `text`: for a result the agent returned as text, the arguments its text names ("" for
+    none; None: a result of the format's own).
+    """
 
     site: Site
     call_id: str | None
@@ -58,6 +76,7 @@ class Result:
     chars: int
     error: bool
     stand_in: tuple[str, str] | None = None
+    text: str | None = None  # a result returned as text: the arguments its text names
 
 
 @dataclass(slots=True, eq=False)
@@ -115,7 +134,9 @@ def facts_of(text: str, tenant: str, format_name: str, key: str) -> Facts | None
         start, end = found.starts[index], found.ends[index]
         first = counts[index - 1][0] if index else bisect.bisect_left(cuts, (start, -1))
         chars = sum(b - a for a, b in cuts[first : counts[index][0]])
-        facts.messages.append(_message(text, start, end, chars, index=index, fmt=fmt))
+        after_model = bool(index) and facts.messages[index - 1].model
+        message = _message(text, start, end, chars, index=index, fmt=fmt, after_model=after_model)
+        facts.messages.append(message)
     facts.envelope = len(text) - sum(m.end - m.start for m in facts.messages)
     if len(text) <= MEMO_CHARS:
         with _LOCK:
@@ -146,9 +167,17 @@ def _same(message: Message, starts: list[int], ends: list[int], index: int) -> b
 
 
 def _message(
-    text: str, start: int, end: int, chars: int, *, index: int, fmt: formats.Format
+    text: str,
+    start: int,
+    end: int,
+    chars: int,
+    *,
+    index: int,
+    fmt: formats.Format,
+    after_model: bool,
 ) -> Message:
-    """The facts of the message at `text[start:end]`, the `index`th: parsed once."""
+    """The facts of the message at `text[start:end]`, the `index`th (`after_model`: the
+    one before it is the model's): parsed once."""
     try:
         value = json.loads(text[start:end])
     except ValueError:  # a number no float holds, and the like: a message with no tools
@@ -163,7 +192,44 @@ def _message(
             result = held.get(site.result_key)
             size = len(json.dumps(result, ensure_ascii=False))
             results.append(Result(site, site.call_id, site.name, size, site.is_error))
+    if not calls and not results and after_model:
+        results = _observations(value)
     return Message(start, end, chars, _is_model(value), tuple(calls), tuple(results))
+
+
+def _observations(value: Any) -> list[Result]:
+    """The results an agent returned as text in a user message (`OBSERVATIONS`): its string
+    content, or each of its text parts (Gemini's `parts` too), that begins as one does."""
+    if not isinstance(value, dict) or value.get("role") != "user":
+        return []
+    content = value.get("content", value.get("parts"))
+    member = "content" if "content" in value else "parts"
+    if isinstance(content, str):
+        found = _observation(content, Site((0,), None, result_key="content"))
+        return [found] if found is not None else []
+    results = []
+    for j, part in enumerate(content if isinstance(content, list) else ()):
+        if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+            continue
+        if part.get("type", "text") not in _TEXT_PARTS:
+            continue
+        found = _observation(part["text"], Site((0, member, j), None, result_key="text"))
+        if found is not None:
+            results.append(found)
+    return results
+
+
+def _observation(text: str, site: Site) -> Result | None:
+    start = len(text) - len(text.lstrip())
+    for pattern, name in OBSERVATIONS:
+        match = pattern.match(text, start)
+        if match is not None:
+            named = match.groupdict()
+            tool = named.get("name") or name
+            size = len(json.dumps(text, ensure_ascii=False))
+            site = Site(site.path, None, tool, result_key=site.result_key)
+            return Result(site, None, tool, size, False, text=named.get("args") or "")
+    return None
 
 
 def _at(value: Any, site: Site) -> Any:

@@ -189,7 +189,8 @@ async def _stand_ins(
         args = invocation["args"]
         shown = args if isinstance(args, str) else as_json(args)
         text = stand_in(item.name, shown, result.chars, summary.text)
-        value = _text_result(found.format, text)
+        # a result returned as text stays text; a format's own takes the format's form
+        value = text if result.text is not None else _text_result(found.format, text)
         result.stand_in = (sid, as_json(value))
 
 
@@ -216,20 +217,23 @@ def _invocations(
             if item is None:
                 continue
             paired = calls.get(result.call_id) if result.call_id is not None else None
-            paired = paired or by_name.get(item.name)
+            if result.text is None:
+                paired = paired or by_name.get(item.name)
             try:
-                out[item] = _invocation(found, item, message, result.site, paired)
+                out[item] = _invocation(found, item, message, result, paired)
             except (ValueError, KeyError, IndexError, TypeError, ToolrefError):
                 continue  # left as it is: the plan counted it, the bytes stay the client's
     return out
 
 
 def _invocation(
-    found: Facts, item: Cleared, message: Any, site: Any, call: Any
+    found: Facts, item: Cleared, message: Any, result: Any, call: Any
 ) -> tuple[Any, dict[str, Any]]:
-    text = found.text
+    """The invocation of `result` (its call's arguments parsed from its message; for a
+    result returned as text, the arguments its text names)."""
+    text, site = found.text, result.site
     value = _member(json.loads(text[message.start : message.end]), site.path, site.result_key)
-    args: Any = {}
+    args: Any = result.text if result.text is not None else {}
     if call is not None:
         held = found.messages[call.message]
         args = _member(json.loads(text[held.start : held.end]), call.site.path, call.site.args_key)

@@ -143,3 +143,75 @@ def test_a_cache_mark_moving_on_does_not_change_what_a_message_counts() -> None:
     assert one.messages[0].chars == two.messages[0].chars
     assert two.messages[1].model
     assert not two.messages[0].model
+
+
+OUTPUT = "".join(f"line {n}\n" for n in range(200))
+TEXT_RESULTS: dict[str, tuple[list[dict[str, Any]], tuple[str, str]]] = {
+    # Cline and Roo: the tool and its argument, then the output, as user text parts
+    "anthropic": (
+        [
+            {"role": "user", "content": [{"type": "text", "text": "task"}]},
+            {"role": "assistant", "content": [{"type": "text", "text": "<read_file>"}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": f"[read_file for 'src/a.py'] Result:\n{OUTPUT}"},
+                    {"type": "text", "text": "<environment_details>...</environment_details>"},
+                ],
+            },
+        ],
+        ("read_file", "src/a.py"),
+    ),
+    # mini-SWE-agent in text mode: the command's output as the user's string content
+    "openai-chat": (
+        [
+            {"role": "user", "content": "task"},
+            {"role": "assistant", "content": "```bash\nls\n```"},
+            {"role": "user", "content": f"<returncode>0</returncode>\n<output>\n{OUTPUT}</output>"},
+        ],
+        ("shell", ""),
+    ),
+    "gemini": (
+        [
+            {"role": "user", "parts": [{"text": "task"}]},
+            {"role": "model", "parts": [{"text": "Action: ls"}]},
+            {"role": "user", "parts": [{"text": f"Observation: {OUTPUT}"}]},
+        ],
+        ("observation", ""),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(TEXT_RESULTS))
+def test_results_an_agent_returns_as_text_are_results_replaced_by_text(name: str) -> None:
+    messages, (tool, args) = TEXT_RESULTS[name]
+    key = GATEWAY_FORMATS[name]
+    text = json.dumps({"model": "m", key: messages})
+    facts_module.forget()
+    found = facts_of(text, "tenant", name, key)
+    assert found is not None
+    (result,) = found.messages[2].results
+    assert (result.name, result.text) == (tool, args)
+    assert not found.messages[0].results  # a user's first message is no result
+    new = as_json(stand_in(tool, args, result.chars, "200 lines"))
+    out = json.loads(rewritten(found, {2: [(0, new)]}))[key]
+    assert out[:2] == messages[:2]
+    replaced = json.dumps(out[2])
+    assert "[toolref:" in replaced
+    assert "line 199" not in replaced
+    if name == "anthropic":  # the part after it is the agent's still
+        assert out[2]["content"][1] == messages[2]["content"][1]
+
+
+def test_text_that_only_looks_like_a_result_elsewhere_is_not_one() -> None:
+    """A user message that does not follow the model's, or whose pattern is not at its start,
+    is the user's own text."""
+    messages = [
+        {"role": "user", "content": "Observation: the first message is the task"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "please look at the <returncode>0</returncode> above"},
+    ]
+    facts_module.forget()
+    found = facts_of(json.dumps({"messages": messages}), "t", "openai-chat", "messages")
+    assert found is not None
+    assert all(not m.results for m in found.messages)
