@@ -11,6 +11,7 @@ from loadtests import (
     agents,
     answers,
     bandwidth,
+    context_bench,
     chart,
     conversation_memory,
     edits_bench,
@@ -105,6 +106,7 @@ def main() -> int:
         turn_costs.run(found),
         wire_limit.run(found),
         *edits_bench.run(found),  # its own processes, stopped before the next section
+        context_bench.run(found),  # its own processes too
         *agents.run(),
         web_chat.run(),
         *gateway_speed.run(found),  # its own processes, stopped before the next section

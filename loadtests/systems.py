@@ -230,13 +230,15 @@ class Launcher:
         return self.start("stack-floor", command, AFTER.env(BENCH_UPSTREAM=upstream.url), ROOT)
 
     def gateway(
-        self, code: Code, upstream: Proc, name: str, workers: int = 1, **settings: str
+        self, code: Code, upstream: Proc | str, name: str, workers: int = 1, **settings: str
     ) -> Proc:
         """`toolref-server serve` on its own embedded engine (a child); with more than one
         worker, uvicorn's supervisor binds the socket and the workers are its children.
-        `settings`: more `TOOLREF_*` variables (a code that knows them)."""
+        `upstream`: a process, or a URL served otherwise. `settings`: more `TOOLREF_*`
+        variables (a code that knows them)."""
+        url = upstream if isinstance(upstream, str) else upstream.url
         env = code.env(
-            TOOLREF_UPSTREAMS=f"{UPSTREAM_NAME}={upstream.url}",
+            TOOLREF_UPSTREAMS=f"{UPSTREAM_NAME}={url}",
             TOOLREF_DATA_DIR=str(self.scratch / f"{name}-data"),
             TOOLREF_WORKERS=str(workers),
             TOOLREF_LOG_LEVEL="warning",

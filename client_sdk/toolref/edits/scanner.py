@@ -293,6 +293,26 @@ def _message_loop(found: Scan, at: int) -> int:
         at = _skip(text, _expect(text, at, ","))
 
 
+def messages_after(text: str, at: int) -> list[tuple[int, int, int]] | None:
+    """The messages of a messages list that go on in `text` from `at` (just after one of
+    them: a comma and the next, or the list's end): each one's start, end, and characters
+    less its cache marks and ids (its spans'); None when `text` is not such a list there.
+    Linear in what it walks: for a body that goes on from one scanned before, the new
+    messages alone (the caller decodes only them)."""
+    found: list[tuple[int, int, int]] = []
+    try:
+        at = _skip(text, at)
+        while text[at : at + 1] != "]":
+            start = _skip(text, _expect(text, at, ","))
+            end, own, _ = _message(text, start)
+            spans = _message_spans(text, start, end, own)
+            found.append((start, end, sum(b - a for a, b in spans)))
+            at = _skip(text, end)
+    except (_NotAnObject, StopIteration, ValueError, IndexError, RecursionError):
+        return None
+    return found
+
+
 def _skip(text: str, at: int) -> int:
     end: int = _WS.match(text, at).end()  # type: ignore[union-attr]  # always matches
     return end

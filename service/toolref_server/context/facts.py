@@ -3,7 +3,7 @@ message sits in the text, its size, whether it is the model's, and the tool call
 results it holds (`Facts`).
 
 A turn's body is the one before plus what changed, so facts are remembered (the last
-`MEMOS` bodies, `MEMO_CHARS` characters in all, per tenant and endpoint) and a body's
+`MEMOS` bodies, `MEMO_BYTES` in all, per tenant and endpoint) and a body's
 facts are its closest remembered body's for every message that body's shared prefix holds
 whole; only the messages after it are parsed. The messages are found by
 `toolref.edits.scanner` (which resumes the same way). So a turn costs a comparison at C
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from toolref import formats
-from toolref.edits.scanner import ANSWER_ROLES, closest, scan
+from toolref.edits.scanner import ANSWER_ROLES, closest, messages_after, scan
 from toolref.formats import Site
 
 MEMOS: Final = 16  # bodies whose facts are remembered
-MEMO_CHARS: Final = 32 << 20  # characters of their texts, in all (a longer body: not kept)
+MEMO_BYTES: Final = 32 << 20  # their bytes, twice (the texts), in all (a longer body: none)
 _MEMOS: Final[deque[Facts]] = deque(maxlen=MEMOS)
 _LOCK: Final = threading.Lock()  # facts are made on the loop and in worker threads
 _MODEL_ITEMS: Final = frozenset({"reasoning"})  # Responses items the model writes, but `*_call`
@@ -64,7 +64,7 @@ class Call:
 @dataclass(slots=True, eq=False)
 class Result:
     """A tool result: its site in its message, the id of the call it answers, its tool's
-    name where it says it, its JSON text's length, whether it is an error; once replaced,
+    name where it says it, its JSON text's bytes, whether it is an error; once replaced,
     what stands in for it (`stand_in`: the summarizer's id and the JSON text), remembered;
     `text`: for a result the agent returned as text, the arguments its text names ("" for
     none; None: a result of the format's own).
@@ -73,7 +73,7 @@ class Result:
     site: Site
     call_id: str | None
     name: str | None
-    chars: int
+    size: int
     error: bool
     stand_in: tuple[str, str] | None = None
     text: str | None = None  # a result returned as text: the arguments its text names
@@ -81,79 +81,138 @@ class Result:
 
 @dataclass(slots=True, eq=False)
 class Message:
-    """A message: where its text sits (`start`, `end`), its size (`chars`, less its marks
-    and ids), whether the model wrote it, its calls and results; `rewritten`: its text
-    with some of its results replaced (which, by index; then the text), remembered."""
+    """A message: its JSON text (`text`), where it sits in the body's bytes (`bstart`,
+    `bend`), its size (`size`: bytes, less its cache marks and ids), whether the model
+    wrote it, its calls and results; `rewritten`: its bytes with some of its results
+    replaced (which, by index, and by what; then the bytes), remembered."""
 
-    start: int
-    end: int
-    chars: int
+    text: str
+    bstart: int
+    bend: int
+    size: int
     model: bool
     calls: tuple[Call, ...] = ()
     results: tuple[Result, ...] = ()
-    rewritten: tuple[tuple[int, ...], str] | None = None
+    rewritten: tuple[tuple[tuple[int, str], ...], bytes] | None = None
 
 
 @dataclass(slots=True, eq=False)
 class Facts:
-    """A body's text, whose it is (tenant, format, messages key), its messages, and the
-    characters outside them (`envelope`: the system prompt, tools, settings)."""
+    """A body's bytes, whose it is (tenant, format, messages key), its messages, and the
+    bytes outside their list (`envelope`: the system prompt, tools, settings); `replay`:
+    the plan's state at a turn, to go on from (`toolref_server.context.plan`)."""
 
-    text: str
+    body: bytes
     tenant: str
     format: str
     key: str
     messages: list[Message] = field(default_factory=list)
     envelope: int = 0
+    replay: Any = None
 
 
-def facts_of(text: str, tenant: str, format_name: str, key: str) -> Facts | None:
-    """The facts of `text` (a JSON object whose `key` member lists messages of
-    `format_name`); None when it is not one. O(what changed since the closest remembered
-    body, plus one step per message), a comparison at C speed."""
-    found = scan(text, key, False)
-    if found is None or not found.ends:
-        return None
-    fmt = formats.get(format_name)  # type: ignore[arg-type]  # a name of the endpoint table
+def facts_of(body: bytes, tenant: str, format_name: str, key: str) -> Facts | None:
+    """The facts of `body` (a JSON object in UTF-8 whose `key` member lists messages of
+    `format_name`); None when it is not one. O(what follows the messages it shares with the
+    closest remembered body, plus a comparison at C speed): only that is decoded, scanned
+    (`toolref.edits.scanner.messages_after`) and parsed; the messages before are the
+    memo's (the same objects). With no memo: the whole body, scanned once."""
     with _LOCK:
         memos = [
             m for m in reversed(_MEMOS) if (m.tenant, m.format, m.key) == (tenant, format_name, key)
         ]
-    closest_memo = closest(memos, text, _text_of, _whole)
+    closest_memo = closest(memos, body, _body_of, _whole)
     memo, common = closest_memo
-    facts = Facts(text, tenant, format_name, key)
-    reuse = 0
-    if memo is not None:
-        ends = [m.end for m in memo.messages]
-        reuse = bisect.bisect_right(ends, common)
-        while reuse and not _same(memo.messages[reuse - 1], found.starts, found.ends, reuse - 1):
-            reuse -= 1
-        facts.messages = memo.messages[:reuse]
-    cuts, counts = found.cuts, found.counts
-    for index in range(reuse, len(found.ends)):
-        start, end = found.starts[index], found.ends[index]
-        first = counts[index - 1][0] if index else bisect.bisect_left(cuts, (start, -1))
-        chars = sum(b - a for a, b in cuts[first : counts[index][0]])
-        after_model = bool(index) and facts.messages[index - 1].model
-        message = _message(text, start, end, chars, index=index, fmt=fmt, after_model=after_model)
-        facts.messages.append(message)
-    facts.envelope = len(text) - sum(m.end - m.start for m in facts.messages)
-    if len(text) <= MEMO_CHARS:
+    kept = bisect.bisect_right(memo.messages, common, key=_bend) if memo is not None else 0
+    fmt = formats.get(format_name)  # type: ignore[arg-type]  # a name of the endpoint table
+    facts = Facts(body, tenant, format_name, key)
+    found = None
+    if memo is not None and kept:
+        facts.messages = memo.messages[:kept]
+        facts.replay = memo.replay
+        found = _after(facts, body, memo.messages[kept - 1].bend, fmt)
+    if found is None:
+        facts.messages, facts.replay = [], None
+        if not _whole_body(facts, body, key, fmt):
+            return None
+    # outside the list of messages (what lies between two is not counted: it grows with them)
+    facts.envelope = len(body) - (facts.messages[-1].bend - facts.messages[0].bstart)
+    if 2 * len(body) <= MEMO_BYTES:
         with _LOCK:
             if memo is not None and memo in _MEMOS:
                 _MEMOS.remove(memo)  # this body goes on from it: the conversation moved on
             _MEMOS.append(facts)
-            while sum(len(m.text) for m in _MEMOS) > MEMO_CHARS:
+            while sum(2 * len(m.body) for m in _MEMOS) > MEMO_BYTES:
                 _MEMOS.popleft()
     return facts
 
 
-def _text_of(facts: Facts) -> str:
-    return facts.text
+def _after(facts: Facts, body: bytes, at: int, fmt: formats.Format) -> bool | None:
+    """`facts` gone on from its messages (the memo's) with the messages that follow byte
+    `at` of `body`; None when what follows is not the rest of a messages list."""
+    try:
+        tail = body[at:].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    found = messages_after(tail, 0)
+    if found is None:
+        return None
+    _append(facts, tail, at, found, fmt)
+    return True
+
+
+def _whole_body(facts: Facts, body: bytes, key: str, fmt: formats.Format) -> bool:
+    """`facts` of the whole of `body`, scanned from its start; False when it is not a JSON
+    object listing messages under `key`."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    found = scan(text, key, False)
+    if found is None or not found.ends:
+        return False
+    cuts, counts = found.cuts, found.counts
+    listed = []
+    for index, (start, end) in enumerate(zip(found.starts, found.ends, strict=True)):
+        first = counts[index - 1][0] if index else bisect.bisect_left(cuts, (start, -1))
+        listed.append((start, end, sum(b - a for a, b in cuts[first : counts[index][0]])))
+    _append(facts, text, 0, listed, fmt)
+    return True
+
+
+def _append(
+    facts: Facts,
+    text: str,
+    at: int,
+    listed: list[tuple[int, int, int]],
+    fmt: formats.Format,
+) -> None:
+    """The messages `listed` in `text` (start, end, characters less marks and ids), `text`
+    being the body's bytes from `at` decoded, appended to `facts`. O(their text)."""
+    before = facts.messages[-1] if facts.messages else None
+    position, byte = 0, at  # a place in `text` and its byte in the body
+    for start, end, spans in listed:
+        bstart = byte + len(text[position:start].encode("utf-8"))
+        own = text[start:end]
+        bend = bstart + len(own.encode("utf-8"))
+        size = bend - bstart - (end - start - spans)  # marks and ids are ASCII: bytes = chars
+        after_model = before is not None and before.model
+        index = len(facts.messages)
+        message = _message(own, bstart, bend, size, index=index, fmt=fmt, after_model=after_model)
+        facts.messages.append(message)
+        before, position, byte = message, end, bend
+
+
+def _body_of(facts: Facts) -> bytes:
+    return facts.body
+
+
+def _bend(message: Message) -> int:
+    return message.bend
 
 
 def _whole(facts: Facts, common: int) -> bool:
-    return common >= len(facts.text)  # a prefix of the body whole: its conversation's own
+    return common >= len(facts.body)  # a prefix of the body whole: its conversation's own
 
 
 def forget() -> None:
@@ -162,26 +221,22 @@ def forget() -> None:
         _MEMOS.clear()
 
 
-def _same(message: Message, starts: list[int], ends: list[int], index: int) -> bool:
-    return index < len(ends) and (message.start, message.end) == (starts[index], ends[index])
-
-
 def _message(
     text: str,
-    start: int,
-    end: int,
-    chars: int,
+    bstart: int,
+    bend: int,
+    size: int,
     *,
     index: int,
     fmt: formats.Format,
     after_model: bool,
 ) -> Message:
-    """The facts of the message at `text[start:end]`, the `index`th (`after_model`: the
-    one before it is the model's): parsed once."""
+    """The facts of the message whose JSON text is `text`, the `index`th (`after_model`:
+    the one before it is the model's): parsed once."""
     try:
-        value = json.loads(text[start:end])
+        value = json.loads(text)
     except ValueError:  # a number no float holds, and the like: a message with no tools
-        return Message(start, end, chars, model=False)
+        return Message(text, bstart, bend, size, model=False)
     calls: list[Call] = []
     results: list[Result] = []
     for site in fmt.sites([value]):
@@ -190,11 +245,11 @@ def _message(
             calls.append(Call(site.call_id, site.name or "", index, site))
         if site.result_key is not None and isinstance(held, dict):
             result = held.get(site.result_key)
-            size = len(json.dumps(result, ensure_ascii=False))
+            size = len(json.dumps(result, ensure_ascii=False).encode("utf-8"))
             results.append(Result(site, site.call_id, site.name, size, site.is_error))
     if not calls and not results and after_model:
         results = _observations(value)
-    return Message(start, end, chars, _is_model(value), tuple(calls), tuple(results))
+    return Message(text, bstart, bend, size, _is_model(value), tuple(calls), tuple(results))
 
 
 def _observations(value: Any) -> list[Result]:
@@ -226,7 +281,7 @@ def _observation(text: str, site: Site) -> Result | None:
         if match is not None:
             named = match.groupdict()
             tool = named.get("name") or name
-            size = len(json.dumps(text, ensure_ascii=False))
+            size = len(json.dumps(text, ensure_ascii=False).encode("utf-8"))
             site = Site(site.path, None, tool, result_key=site.result_key)
             return Result(site, None, tool, size, False, text=named.get("args") or "")
     return None

@@ -4,7 +4,7 @@ choice without stored state.
 
 The plan replays the conversation's turns: a turn's request ended where the model's answer
 began (each run of the model's messages), and the last turn is this request. At each turn
-it counts the conversation's estimated tokens (characters / `CHARS_PER_TOKEN`) less what
+it counts the conversation's estimated tokens (bytes / `BYTES_PER_TOKEN`) less what
 earlier batches freed; past `trigger_tokens`, it replaces a batch: the oldest results not
 yet replaced, older than the last `keep`, of `min_tokens` or more and of no excluded tool,
 all of them at once (the most a rewrite of the cache can free); when they free less than
@@ -31,15 +31,15 @@ from typing import Final
 from toolref_server.context.facts import Message, Result
 from toolref_server.settings.context import Policy
 
-CHARS_PER_TOKEN: Final = 4  # the estimate of input tokens: characters of JSON text / 4
+BYTES_PER_TOKEN: Final = 4  # the estimate of input tokens: bytes of JSON text / 4
 PAYBACK: Final = 0.5  # the turns a batch must pay for itself in, over the turns so far
-STAND_IN_CHARS: Final = 200  # what a stand-in adds beyond its summary, about (names, args)
+STAND_IN_BYTES: Final = 200  # what a stand-in adds beyond its summary, about (names, args)
 
 
 @dataclass(frozen=True, slots=True)
 class Cleared:
     """A result replaced: its message's index and its index among that message's results,
-    its tool's name, and the characters replacing it frees (estimated)."""
+    its tool's name, and the bytes replacing it frees (estimated)."""
 
     message: int
     result: int
@@ -52,63 +52,106 @@ class Plan:
     """The results this request has replaced (in conversation order), the batches that
     replaced them, whether the last batch was made at this request's own turn (`rewrote`:
     the provider's cache is written again from the first of that batch's results), and the
-    request's estimated characters before and after."""
+    request's estimated bytes before and after; `checkpoint`: where the next request
+    of the conversation can go on from (`plan`'s `resume`)."""
 
     cleared: tuple[Cleared, ...]
     batches: int
     rewrote: bool
-    chars: int
+    size: int
     freed: int
+    checkpoint: Checkpoint | None = None
 
     @property
     def tokens(self) -> int:
-        return self.chars // CHARS_PER_TOKEN
+        return self.size // BYTES_PER_TOKEN
 
     @property
     def tokens_saved(self) -> int:
-        return self.freed // CHARS_PER_TOKEN
+        return self.freed // BYTES_PER_TOKEN
 
 
 @dataclass(slots=True)
 class _Replay:
     policy: Policy
     stand_in: int
-    total: int  # characters of the conversation up to this turn, envelope included
+    total: int  # bytes of the conversation up to this turn, envelope included
     freed: int = 0
     batches: int = 0
     last: int = -1  # the turn of the last batch
     frontier: int = 0  # results seen for the queue (older than the last `keep`, or not)
     queued_freed: int = 0
-    # each result: its message, its index there, the result, its tool, the characters before
+    # each result: its message, its index there, the result, its tool, the bytes before it
     results: list[tuple[int, int, Result, str, int]] = field(default_factory=list)
     queue: deque[tuple[Cleared, int]] = field(default_factory=deque)
     cleared: list[Cleared] = field(default_factory=list)
+    names: dict[str | None, str] = field(default_factory=dict)  # each call's tool, by id
+
+    def copy(self) -> _Replay:
+        """A copy to go on from: its lists copied (C speed), their items shared."""
+        return _Replay(
+            self.policy, self.stand_in, self.total, self.freed, self.batches, self.last,
+            self.frontier, self.queued_freed, list(self.results), deque(self.queue),
+            list(self.cleared), dict(self.names),
+        )  # fmt: skip
 
 
-def plan(messages: Sequence[Message], envelope: int, policy: Policy) -> Plan:
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The replay after `last` (its messages, the same objects, up to it) before the turn
+    its request ended with, `turn`; for one envelope's size."""
+
+    last: Message
+    count: int
+    turn: int
+    envelope: int
+    replay: _Replay
+
+
+def plan(
+    messages: Sequence[Message], envelope: int, policy: Policy, resume: Checkpoint | None = None
+) -> Plan:
     """The plan of a request whose messages are `messages` and whose text outside them is
-    `envelope` characters (see the module docstring)."""
-    replay = _Replay(policy, STAND_IN_CHARS + policy.summary_chars, envelope)
-    names: dict[str | None, str] = {}
-    turn = 0
-    for index, message in enumerate(messages):
+    `envelope` bytes (see the module docstring). `resume`: a checkpoint of an earlier
+    request of the conversation, gone on from when this one holds its messages (the same
+    objects: `toolref_server.context.facts` reuses them) with the same envelope and policy:
+    then only the messages after it are replayed, and the replay's lists copied."""
+    if (
+        resume is not None
+        and resume.envelope == envelope
+        and resume.replay.policy == policy
+        and resume.count <= len(messages)
+        and messages[resume.count - 1] is resume.last
+    ):
+        replay, turn, start = resume.replay.copy(), resume.turn, resume.count
+    else:
+        replay = _Replay(policy, STAND_IN_BYTES + policy.summary_chars, envelope)
+        turn, start = 0, 0
+    names = replay.names
+    for index in range(start, len(messages)):
+        message = messages[index]
         if message.model and index and not messages[index - 1].model:
             _turn(replay, turn)
             turn += 1
         before = replay.total
-        replay.total += message.chars
+        replay.total += message.size
         for call in message.calls:
             names[call.call_id] = call.name
         for at, result in enumerate(message.results):
             name = result.name or names.get(result.call_id, "")
             replay.results.append((index, at, result, name, before))
+    checkpoint = None
+    if messages:
+        checkpoint = Checkpoint(messages[-1], len(messages), turn, envelope, replay.copy())
     _turn(replay, turn)
+    # batches take the queue in order, so `cleared` is in conversation order
     return Plan(
-        tuple(sorted(replay.cleared, key=lambda c: (c.message, c.result))),
+        tuple(replay.cleared),
         replay.batches,
         replay.last == turn,
         replay.total,
         replay.freed,
+        checkpoint,
     )
 
 
@@ -119,16 +162,16 @@ def _turn(replay: _Replay, turn: int) -> None:
     while replay.frontier < older:
         index, at, result, name, before = replay.results[replay.frontier]
         replay.frontier += 1
-        freed = result.chars - replay.stand_in
+        freed = result.size - replay.stand_in
         if (
             freed > 0
-            and result.chars >= policy.min_tokens * CHARS_PER_TOKEN
+            and result.size >= policy.min_tokens * BYTES_PER_TOKEN
             and name not in policy.exclude_tools
         ):
             replay.queue.append((Cleared(index, at, name, freed), before))
             replay.queued_freed += freed
-    least = policy.clear_at_least * CHARS_PER_TOKEN
-    over = replay.total - replay.freed > policy.trigger_tokens * CHARS_PER_TOKEN
+    least = policy.clear_at_least * BYTES_PER_TOKEN
+    over = replay.total - replay.freed > policy.trigger_tokens * BYTES_PER_TOKEN
     if not over or replay.queued_freed < least:
         return
     freed = replay.queued_freed  # a batch replaces every result due: the most per rewrite

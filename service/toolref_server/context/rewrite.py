@@ -8,7 +8,7 @@ once replaced keeps the provider's prompt cache warm from then on.
 Each replaced result's message is written anew from its own text (`toolref.formats.source.
 with_results`: only the result's value changes) and remembered on its `Message`, so a turn
 rewrites only the messages whose replacements are new; the body is then one join of the
-text's slices and those messages (C speed). Pure but for those memos.
+client's bytes and those messages (C speed). Pure but for those memos.
 """
 
 from __future__ import annotations
@@ -23,36 +23,35 @@ from toolref_server.context.facts import Facts
 ARGS_SHOWN: Final = 200  # characters of a call's arguments shown, at most
 
 
-def stand_in(name: str, args: str, chars: int, summary: str) -> str:
-    """The text that stands in for a result of `chars` characters of tool `name`, called
+def stand_in(name: str, args: str, size: int, summary: str) -> str:
+    """The text that stands in for a result of `size` bytes of tool `name`, called
     with `args` (JSON text, shown up to `ARGS_SHOWN` characters)."""
     shown = args if len(args) <= ARGS_SHOWN else args[: ARGS_SHOWN - 3] + "..."
     tool = name or "tool"
     return (
-        f"[toolref: {chars} characters of this result cleared; call {tool}({shown}) again "
+        f"[toolref: {size} bytes of this result cleared; call {tool}({shown}) again "
         f"to see it whole. Summary:]\n{summary}"
     )
 
 
-def rewritten(facts: Facts, replaced: Mapping[int, Sequence[tuple[int, str]]]) -> str:
-    """`facts.text` with, for each message index in `replaced`, each of its results (by
-    index) given the JSON text beside it. O(the text) at C speed, plus the messages whose
-    replacements changed since the turn before."""
-    text = facts.text
-    pieces: list[str] = []
+def rewritten(facts: Facts, replaced: Mapping[int, Sequence[tuple[int, str]]]) -> bytes:
+    """`facts.body` with, for each message index in `replaced`, each of its results (by
+    index) given the JSON text beside it. One join of the body's slices and those messages
+    at C speed, plus the messages whose replacements changed since the turn before."""
+    body = facts.body
+    pieces: list[bytes] = []
     at = 0
     for index in sorted(replaced):
         message = facts.messages[index]
-        chosen = sorted(replaced[index])
-        key = tuple(result for result, _ in chosen)
-        if message.rewritten is None or message.rewritten[0] != key:
+        chosen = tuple(sorted(replaced[index]))
+        if message.rewritten is None or message.rewritten[0] != chosen:
             sites = [(message.results[result].site, new) for result, new in chosen]
-            (new_text,) = with_results([text[message.start : message.end]], sites)
-            message.rewritten = (key, new_text)
-        pieces += (text[at : message.start], message.rewritten[1])
-        at = message.end
-    pieces.append(text[at:])
-    return "".join(pieces)
+            (new_text,) = with_results([message.text], sites)
+            message.rewritten = (chosen, new_text.encode("utf-8"))
+        pieces += (body[at : message.bstart], message.rewritten[1])
+        at = message.bend
+    pieces.append(body[at:])
+    return b"".join(pieces)
 
 
 def as_json(value: object) -> str:

@@ -29,7 +29,7 @@ from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import CONTEXT_HEADER
 from toolref_server.context import facts as facts_module
 from toolref_server.context.facts import Facts
-from toolref_server.context.plan import CHARS_PER_TOKEN, Cleared, Plan, plan
+from toolref_server.context.plan import BYTES_PER_TOKEN, Cleared, Plan, plan
 from toolref_server.context.rewrite import as_json, rewritten, stand_in
 from toolref_server.metrics import Metrics
 from toolref_server.registry.summary_cache import SummaryCache
@@ -38,7 +38,7 @@ from toolref_server.usage import Counts
 
 _CONTEXT: Final = CONTEXT_HEADER.lower().encode()
 # A member of the body's own object (not text inside a string: a quote there is escaped).
-_CLIENT_MANAGED: Final = re.compile(r'"context_management"\s*:')
+_CLIENT_MANAGED: Final = re.compile(rb'"context_management"\s*:')
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,17 +117,18 @@ async def edit_context(
     if policy.respect_client and _client_managed(found):
         metrics.context_requests.labels("client").inc()
         return body, None
-    chosen = plan(found.messages, found.envelope, policy)  # O(messages + results)
+    # O(the messages since the turn before, when it was seen; else of all of them)
+    chosen = plan(found.messages, found.envelope, policy, found.replay)
+    found.replay = chosen.checkpoint
     if not chosen.cleared:
         metrics.context_requests.labels("below").inc()
-        tokens = len(found.text) // CHARS_PER_TOKEN
+        tokens = len(body) // BYTES_PER_TOKEN
         metrics.gateway_usage(tenant, upstream, Counts(tokens=tokens))
         return body, Outcome(chosen, tokens, 0)
     await _stand_ins(found, chosen.cleared, tenant, policy, summaries)
-    text = await workers.run(len(body), _rewritten, found, chosen.cleared, policy)
-    out = text.encode("utf-8", "surrogatepass")
-    tokens = len(text) // CHARS_PER_TOKEN
-    saved = max(0, len(found.text) - len(text)) // CHARS_PER_TOKEN
+    out = await workers.run(len(body), _rewritten, found, chosen.cleared, policy)
+    tokens = len(out) // BYTES_PER_TOKEN
+    saved = max(0, len(body) - len(out)) // BYTES_PER_TOKEN
     metrics.context_requests.labels("rewrote" if chosen.rewrote else "edited").inc()
     metrics.gateway_usage(tenant, upstream, Counts(tokens=tokens, tokens_saved=saved))
     metrics.context_cost_saved.labels(tenant, upstream).inc(saved * policy.price_per_mtok / 1e6)
@@ -135,23 +136,19 @@ async def edit_context(
 
 
 def _facts(body: bytes, tenant: str, llm: Endpoint) -> Facts | None:
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return facts_module.facts_of(text, tenant, llm.format, llm.messages_key)
+    return facts_module.facts_of(body, tenant, llm.format, llm.messages_key)
 
 
 def _client_managed(found: Facts) -> bool:
     """Does the body's own object carry `context_management` (outside its messages)?"""
-    text, messages = found.text, found.messages
+    body, messages = found.body, found.messages
     return bool(
-        _CLIENT_MANAGED.search(text, 0, messages[0].start)
-        or _CLIENT_MANAGED.search(text, messages[-1].end)
+        _CLIENT_MANAGED.search(body, 0, messages[0].bstart)
+        or _CLIENT_MANAGED.search(body, messages[-1].bend)
     )
 
 
-def _rewritten(found: Facts, cleared: Sequence[Cleared], policy: Policy) -> str:
+def _rewritten(found: Facts, cleared: Sequence[Cleared], policy: Policy) -> bytes:
     replaced: dict[int, list[tuple[int, str]]] = {}
     sid = _sid(policy)
     for item in cleared:
@@ -188,7 +185,7 @@ async def _stand_ins(
         result = found.messages[item.message].results[item.result]
         args = invocation["args"]
         shown = args if isinstance(args, str) else as_json(args)
-        text = stand_in(item.name, shown, result.chars, summary.text)
+        text = stand_in(item.name, shown, result.size, summary.text)
         # a result returned as text stays text; a format's own takes the format's form
         value = text if result.text is not None else _text_result(found.format, text)
         result.stand_in = (sid, as_json(value))
@@ -231,12 +228,12 @@ def _invocation(
 ) -> tuple[Any, dict[str, Any]]:
     """The invocation of `result` (its call's arguments parsed from its message; for a
     result returned as text, the arguments its text names)."""
-    text, site = found.text, result.site
-    value = _member(json.loads(text[message.start : message.end]), site.path, site.result_key)
+    site = result.site
+    value = _member(json.loads(message.text), site.path, site.result_key)
     args: Any = result.text if result.text is not None else {}
     if call is not None:
         held = found.messages[call.message]
-        args = _member(json.loads(text[held.start : held.end]), call.site.path, call.site.args_key)
+        args = _member(json.loads(held.text), call.site.path, call.site.args_key)
     error = site.is_error
     invocation = {"name": item.name, "args": args, "result": value, "isError": error}
     return invocation_digest(item.name, args, value, error).ref, invocation

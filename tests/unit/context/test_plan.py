@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from toolref.formats import Site
 from toolref_server.context.facts import Call, Message, Result
-from toolref_server.context.plan import CHARS_PER_TOKEN, Plan, plan
+from toolref_server.context.plan import BYTES_PER_TOKEN, Plan, plan
 from toolref_server.settings.context import Policy
 
 TOOLS = ("read", "bash", "grep")
@@ -27,20 +27,20 @@ TOOLS = ("read", "bash", "grep")
 @st.composite
 def conversations(draw: st.DrawFn) -> list[Message]:
     """A user message, then turns: the model's message (calls, 1-3 of them), the results."""
-    messages = [Message(0, 0, draw(st.integers(10, 2000)), model=False)]
+    messages = [Message("", 0, 0, draw(st.integers(10, 2000)), model=False)]
     for turn in range(draw(st.integers(1, 40))):
         calls = []
         index = len(messages)
         for n in range(draw(st.integers(0, 3))):
             call_id = f"c{turn}-{n}"
             calls.append(Call(call_id, draw(st.sampled_from(TOOLS)), index, Site((0,), call_id)))
-        messages.append(Message(0, 0, draw(st.integers(10, 3000)), True, tuple(calls)))
+        messages.append(Message("", 0, 0, draw(st.integers(10, 3000)), True, tuple(calls)))
         for call in calls:
             size = draw(st.integers(10, 40_000))
             result = Result(
                 Site((0,), call.call_id, result_key="content"), call.call_id, None, size, False
             )
-            messages.append(Message(0, 0, size + 40, False, (), (result,)))
+            messages.append(Message("", 0, 0, size + 40, False, (), (result,)))
     return messages
 
 
@@ -82,15 +82,15 @@ def test_a_result_replaced_stays_replaced_and_the_policy_holds(
         assert found.batches == batches + found.rewrote
         if found.rewrote:
             new = [c for c in found.cleared if (c.message, c.result) not in before]
-            assert sum(c.freed for c in new) >= policy.clear_at_least * CHARS_PER_TOKEN
+            assert sum(c.freed for c in new) >= policy.clear_at_least * BYTES_PER_TOKEN
         results = [(i, r) for i, m in enumerate(messages[:end]) for r, _ in enumerate(m.results)]
         kept = set(results[len(results) - policy.keep :]) if policy.keep else set()
         assert not now & kept, "one of the last `keep` results was replaced"
         for cleared in found.cleared:
             result = messages[cleared.message].results[cleared.result]
-            assert result.chars >= policy.min_tokens * CHARS_PER_TOKEN
+            assert result.size >= policy.min_tokens * BYTES_PER_TOKEN
             assert cleared.name not in policy.exclude_tools
-        if found.chars <= policy.trigger_tokens * CHARS_PER_TOKEN:
+        if found.size <= policy.trigger_tokens * BYTES_PER_TOKEN:
             assert not found.cleared, "results replaced below the trigger"
         before, batches = now, found.batches
 
@@ -100,13 +100,13 @@ def test_a_batch_that_would_not_pay_for_itself_is_not_made() -> None:
     batch early in a long conversation waits until enough turns came to repay it, while
     with no weight it is made as soon as it is due."""
     big = Result(Site((0,), "a", result_key="content"), "a", "read", 30_000, False)
-    messages = [Message(0, 0, 100, False)]
+    messages = [Message("", 0, 0, 100, False)]
     for n in range(60):
         messages += [
             Message(
-                0, 0, 4_000, True, (Call(f"c{n}", "read", len(messages), Site((0,), f"c{n}")),)
+                "", 0, 0, 4_000, True, (Call(f"c{n}", "read", len(messages), Site((0,), f"c{n}")),)
             ),
-            Message(0, 0, 30_040, False, (), (replace(big, call_id=f"c{n}"),)),
+            Message("", 0, 0, 30_040, False, (), (replace(big, call_id=f"c{n}"),)),
         ]
     free = Policy(mode="on", trigger_tokens=10_000, keep=1, rewrite_weight=0.0)
     weighed = replace(free, rewrite_weight=11.5)
@@ -122,11 +122,13 @@ def test_a_batch_that_would_not_pay_for_itself_is_not_made() -> None:
 
 def test_nothing_is_replaced_below_the_trigger_and_all_due_at_once_above() -> None:
     result = Result(Site((0,), "a", result_key="content"), "a", "read", 8_000, False)
-    messages = [Message(0, 0, 100, False)]
+    messages = [Message("", 0, 0, 100, False)]
     for n in range(6):
         messages += [
-            Message(0, 0, 200, True, (Call(f"c{n}", "read", len(messages), Site((0,), f"c{n}")),)),
-            Message(0, 0, 8_040, False, (), (replace(result, call_id=f"c{n}"),)),
+            Message(
+                "", 0, 0, 200, True, (Call(f"c{n}", "read", len(messages), Site((0,), f"c{n}")),)
+            ),
+            Message("", 0, 0, 8_040, False, (), (replace(result, call_id=f"c{n}"),)),
         ]
     policy = Policy(mode="on", trigger_tokens=100_000, keep=2, rewrite_weight=0.0)
     assert plan(messages, 0, policy).cleared == ()

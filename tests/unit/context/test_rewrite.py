@@ -47,7 +47,7 @@ def every_result(found: Facts) -> dict[int, list[tuple[int, str]]]:
     replaced: dict[int, list[tuple[int, str]]] = {}
     for index, message in enumerate(found.messages):
         for at, result in enumerate(message.results):
-            text = stand_in("tool", '{"x": 1}', result.chars, f"summary <{index}.{at}>")
+            text = stand_in("tool", '{"x": 1}', result.size, f"summary <{index}.{at}>")
             replaced.setdefault(index, []).append((at, as_json(text)))
     return replaced
 
@@ -62,12 +62,12 @@ def test_results_are_found_and_replaced_and_every_other_byte_is_the_client_s(
     key = GATEWAY_FORMATS[name]
     text = written(conversation.messages, key, data)
     facts_module.forget()
-    found = facts_of(text, "tenant", name, key)
+    found = facts_of(text.encode(), "tenant", name, key)
     assert found is not None
     results = sum(len(m.results) for m in found.messages)
     assert results == len(conversation.invocations) + len(conversation.orphans)
     replaced = every_result(found)
-    out = rewritten(found, replaced)
+    out = rewritten(found, replaced).decode()
     stand_ins = [new for index in sorted(replaced) for _, new in sorted(replaced[index])]
     # The check: out split at the stand-ins gives the client's text between its result values.
     at = 0
@@ -83,9 +83,9 @@ def test_results_are_found_and_replaced_and_every_other_byte_is_the_client_s(
         _, at = _DECODER.raw_decode(text, at + len(piece))  # the result value, skipped whole
     assert text[at:] == pieces[-1]
     # and once more, remembered: the same facts, and the same text
-    again = facts_of(text, "tenant", name, key)
+    again = facts_of(text.encode(), "tenant", name, key)
     assert again is not None
-    assert rewritten(again, replaced) == out
+    assert rewritten(again, replaced).decode() == out
 
 
 @pytest.mark.parametrize("name", list(GATEWAY_FORMATS))
@@ -100,7 +100,7 @@ def test_facts_from_the_turn_before_are_the_facts_from_scratch(
     cuts = sorted(set(data.draw(st.lists(st.integers(1, len(messages)), min_size=2, max_size=4))))
     facts_module.forget()
     for cut in cuts:
-        body = json.dumps({"model": "m", key: messages[:cut], "tools": ["x" * 300]})
+        body = json.dumps({"model": "m", key: messages[:cut], "tools": ["x" * 300]}).encode()
         remembered = facts_of(body, "tenant", name, key)
         facts_module.forget()
         fresh = facts_of(body, "tenant", name, key)
@@ -113,12 +113,13 @@ def test_facts_from_the_turn_before_are_the_facts_from_scratch(
 def summary(found: Facts) -> list[tuple[Any, ...]]:
     return [
         (
-            m.start,
-            m.end,
-            m.chars,
+            m.text,
+            m.bstart,
+            m.bend,
+            m.size,
             m.model,
             [(c.call_id, c.name, c.site) for c in m.calls],
-            [(r.site, r.call_id, r.chars, r.error) for r in m.results],
+            [(r.site, r.call_id, r.size, r.error) for r in m.results],
         )
         for m in found.messages
     ]
@@ -136,11 +137,11 @@ def test_a_cache_mark_moving_on_does_not_change_what_a_message_counts() -> None:
     }
     answer = {"role": "assistant", "content": [{"type": "text", "text": "hi " * 30}]}
     facts_module.forget()
-    one = facts_of(json.dumps({"messages": [marked]}), "t", "anthropic", "messages")
-    two = facts_of(json.dumps({"messages": [user, answer]}), "t", "anthropic", "messages")
+    one = facts_of(json.dumps({"messages": [marked]}).encode(), "t", "anthropic", "messages")
+    two = facts_of(json.dumps({"messages": [user, answer]}).encode(), "t", "anthropic", "messages")
     assert one is not None
     assert two is not None
-    assert one.messages[0].chars == two.messages[0].chars
+    assert one.messages[0].size == two.messages[0].size
     assert two.messages[1].model
     assert not two.messages[0].model
 
@@ -186,14 +187,14 @@ TEXT_RESULTS: dict[str, tuple[list[dict[str, Any]], tuple[str, str]]] = {
 def test_results_an_agent_returns_as_text_are_results_replaced_by_text(name: str) -> None:
     messages, (tool, args) = TEXT_RESULTS[name]
     key = GATEWAY_FORMATS[name]
-    text = json.dumps({"model": "m", key: messages})
+    text = json.dumps({"model": "m", key: messages}).encode()
     facts_module.forget()
     found = facts_of(text, "tenant", name, key)
     assert found is not None
     (result,) = found.messages[2].results
     assert (result.name, result.text) == (tool, args)
     assert not found.messages[0].results  # a user's first message is no result
-    new = as_json(stand_in(tool, args, result.chars, "200 lines"))
+    new = as_json(stand_in(tool, args, result.size, "200 lines"))
     out = json.loads(rewritten(found, {2: [(0, new)]}))[key]
     assert out[:2] == messages[:2]
     replaced = json.dumps(out[2])
@@ -212,6 +213,6 @@ def test_text_that_only_looks_like_a_result_elsewhere_is_not_one() -> None:
         {"role": "user", "content": "please look at the <returncode>0</returncode> above"},
     ]
     facts_module.forget()
-    found = facts_of(json.dumps({"messages": messages}), "t", "openai-chat", "messages")
+    found = facts_of(json.dumps({"messages": messages}).encode(), "t", "openai-chat", "messages")
     assert found is not None
     assert all(not m.results for m in found.messages)
