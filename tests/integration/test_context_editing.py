@@ -180,8 +180,12 @@ async def test_a_request_that_manages_its_own_context_or_refuses_passes_as_it_ca
     gateway: Gateway,
 ) -> None:
     messages = conversation("anthropic", 12)
-    managed = body_of("anthropic", messages, context_management={"edits": []})
+    clearing = {"edits": [{"type": "clear_tool_uses_20250919", "keep": {"value": 3}}]}
+    managed = body_of("anthropic", messages, context_management=clearing)
     plain = body_of("anthropic", messages)
+    # Claude Code's: old thinking cleared, its tool results left to whoever manages them
+    thinking = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
+    claude_code = body_of("anthropic", messages, context_management=thinking)
     async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
         first = await client.post("/llm/up/v1/messages", content=managed)
         refused = await client.post(
@@ -190,14 +194,18 @@ async def test_a_request_that_manages_its_own_context_or_refuses_passes_as_it_ca
         wrong = await client.post(
             "/llm/up/v1/messages", content=plain, headers={"toolref-context-editing": "yes"}
         )
+        edited = await client.post("/llm/up/v1/messages", content=claude_code)
     assert first.status_code == refused.status_code == 200
-    assert gateway.upstream.bodies == [managed, plain]
+    assert gateway.upstream.bodies[:2] == [managed, plain]
     assert "toolref-context" not in first.headers
     assert "toolref-context" not in refused.headers
     assert wrong.status_code == 400
     assert wrong.headers["content-type"].startswith("application/problem+json")
     assert "send `on`" in wrong.json()["detail"]
-    assert len(gateway.upstream.bodies) == 2  # the wrong one was not forwarded
+    assert len(gateway.upstream.bodies) == 3  # the wrong one was not forwarded
+    assert context(edited)["cleared"] > 0
+    assert b"[toolref:" in gateway.upstream.bodies[2]
+    assert b"clear_thinking_20251015" in gateway.upstream.bodies[2]
 
 
 async def test_a_client_asks_for_it_when_the_operator_left_it_off(redis: Redis) -> None:

@@ -16,7 +16,6 @@ and is counted per tenant and upstream (`Metrics.context_*`, the savings page).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -28,6 +27,7 @@ from toolref.wire.endpoints import Endpoint
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import CONTEXT_HEADER
 from toolref_server.context import facts as facts_module
+from toolref_server.context.client import clears_tool_results
 from toolref_server.context.facts import Facts
 from toolref_server.context.plan import BYTES_PER_TOKEN, Cleared, Plan, plan
 from toolref_server.context.rewrite import as_json, rewritten, stand_in
@@ -37,8 +37,6 @@ from toolref_server.settings.context import Policy
 from toolref_server.usage import Counts
 
 _CONTEXT: Final = CONTEXT_HEADER.lower().encode()
-# A member of the body's own object (not text inside a string: a quote there is escaped).
-_CLIENT_MANAGED: Final = re.compile(rb'"context_management"\s*:')
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +112,7 @@ async def edit_context(
     if found is None:
         metrics.context_requests.labels("unread").inc()
         return body, None
-    if policy.respect_client and _client_managed(found):
+    if policy.respect_client and clears_tool_results(found):
         metrics.context_requests.labels("client").inc()
         return body, None
     # O(the messages since the turn before, when it was seen; else of all of them)
@@ -137,15 +135,6 @@ async def edit_context(
 
 def _facts(body: bytes, tenant: str, llm: Endpoint) -> Facts | None:
     return facts_module.facts_of(body, tenant, llm.format, llm.messages_key)
-
-
-def _client_managed(found: Facts) -> bool:
-    """Does the body's own object carry `context_management` (outside its messages)?"""
-    body, messages = found.body, found.messages
-    return bool(
-        _CLIENT_MANAGED.search(body, 0, messages[0].bstart)
-        or _CLIENT_MANAGED.search(body, messages[-1].bend)
-    )
 
 
 def _rewritten(found: Facts, cleared: Sequence[Cleared], policy: Policy) -> bytes:

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolref_server.context import facts as facts_module
+from toolref_server.context.client import clears_tool_results
 from toolref_server.context.facts import Facts, facts_of
 from toolref_server.context.rewrite import as_json, rewritten, stand_in
 
@@ -216,3 +217,27 @@ def test_text_that_only_looks_like_a_result_elsewhere_is_not_one() -> None:
     found = facts_of(json.dumps({"messages": messages}).encode(), "t", "openai-chat", "messages")
     assert found is not None
     assert all(not m.results for m in found.messages)
+
+
+@pytest.mark.parametrize(
+    ("management", "left"),
+    [
+        (None, False),
+        ({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}, False),  # Claude Code
+        ({"edits": [{"type": "clear_tool_uses_20250919"}]}, True),
+        ({"edits": [{"type": "clear_thinking_20251015"}, {"type": "clear_tool_uses_2026"}]}, True),
+        ({"edits": "all"}, True),  # unreadable: the client meant to manage it
+        ("yes", True),
+    ],
+)
+def test_a_request_is_left_to_the_client_when_it_clears_its_own_tool_results(
+    management: Any, left: bool
+) -> None:
+    messages = [{"role": "user", "content": 'say "context_management": {"edits": []}'}]
+    body: dict[str, Any] = {"model": "m", "messages": messages}
+    if management is not None:
+        body["context_management"] = management
+    facts_module.forget()
+    found = facts_of(json.dumps(body).encode(), "t", "anthropic", "messages")
+    assert found is not None
+    assert clears_tool_results(found) is left
