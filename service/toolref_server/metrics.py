@@ -200,6 +200,14 @@ class Metrics:
             ["kind", "tenant", "upstream"],
             registry=r,
         )
+        self.context_provider_tokens = Counter(
+            "toolref_context_provider_tokens",
+            "Input tokens of edited gateway requests as the provider's answers counted them "
+            "(where they carry a usage): all of them (input), read from its prompt cache "
+            "(cache_read), written to it (cache_write), by tenant and upstream.",
+            ["kind", "tenant", "upstream"],
+            registry=r,
+        )
         self.context_cost_saved = Counter(
             "toolref_context_cost_saved",
             "Input cost saved by context editing, estimated at the policy's price per "

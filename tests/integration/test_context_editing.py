@@ -60,7 +60,8 @@ class Upstream:
     def app(self) -> Starlette:
         async def record(request: Request) -> Response:
             self.bodies.append(await request.body())
-            return JSONResponse({"ok": True})
+            usage = {"input_tokens": 100, "cache_read_input_tokens": 900}
+            return JSONResponse({"ok": True, "usage": usage})
 
         return Starlette(routes=[Route("/{path:path}", record, methods=["POST"])])
 
@@ -147,6 +148,7 @@ async def test_old_results_reach_the_provider_as_summaries_and_the_cache_prefix_
             told.append(context(answer))
             assert f"tokens-saved={told[-1]['saved']}" in answer.headers["toolref-savings"]
         metrics = (await client.get("/metrics")).text
+        page = (await client.get("/v1/savings")).json()
     last = json.loads(sent[-1])[KEYS[fmt]]
     whole = json.loads(body_of(fmt, messages))[KEYS[fmt]]
     texts = [json.dumps(m) for m in last]
@@ -174,6 +176,14 @@ async def test_old_results_reach_the_provider_as_summaries_and_the_cache_prefix_
     ]
     assert saved
     assert float(saved[0].split()[-1]) > 0
+    provider = [
+        line for line in metrics.splitlines() if "toolref_context_provider_tokens_total{" in line
+    ]
+    counted = {line.split('kind="')[1].split('"')[0]: float(line.split()[-1]) for line in provider}
+    assert counted == {"input": 1000.0 * len(sent), "cache_read": 900.0 * len(sent)}
+    (row,) = next(w for w in page["windows"] if w["name"] == "hour")["rows"]
+    assert row["tokensSaved"] == float(saved[0].split()[-1]) > 0  # the savings page's too
+    assert row["tokens"] > 0
 
 
 async def test_a_request_that_manages_its_own_context_or_refuses_passes_as_it_came(

@@ -20,7 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from starlette.types import Message, Send
+
 from toolref import formats
+from toolref.asgi.hops import decoded
 from toolref.asgi.workers import Workers
 from toolref.wire.canonical import invocation_digest
 from toolref.wire.endpoints import Endpoint
@@ -31,6 +34,7 @@ from toolref_server.context.client import clears_tool_results
 from toolref_server.context.facts import Facts
 from toolref_server.context.plan import BYTES_PER_TOKEN, Cleared, Plan, plan
 from toolref_server.context.rewrite import as_json, rewritten, stand_in
+from toolref_server.context.usage import Usage, UsageReader
 from toolref_server.metrics import Metrics
 from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.settings.context import Policy
@@ -89,6 +93,38 @@ class ContextStep:
     def saved(self) -> int | None:
         """Estimated tokens saved (None: the body passed as it was)."""
         return None if self.outcome is None else self.outcome.saved
+
+    def watched(self, send: Send) -> Send:
+        """`send`, reading the provider's own count of input tokens from the answer as it
+        passes (`toolref_server.context.usage`), counted once the answer ends when the
+        request was edited (`Metrics.context_provider_tokens`)."""
+        reader: UsageReader | None = None
+
+        async def reading(message: Message) -> None:
+            nonlocal reader
+            if message["type"] == "http.response.start":
+                kind = dict(decoded(message.get("headers", []))).get("content-type", "")
+                reader = UsageReader(kind)
+            elif message["type"] == "http.response.body" and reader is not None:
+                reader.feed(message.get("body", b""))
+                if not message.get("more_body", False):
+                    self._count(reader.usage)
+                    reader = None
+            await send(message)
+
+        return reading
+
+    def _count(self, usage: Usage | None) -> None:
+        if usage is None or self.outcome is None:
+            return
+        counted = self.metrics.context_provider_tokens
+        for kind, value in (
+            ("input", usage.input),
+            ("cache_read", usage.cache_read),
+            ("cache_write", usage.cache_write),
+        ):
+            if value:
+                counted.labels(kind, self.tenant, self.upstream).inc(value)
 
     def told(self) -> list[tuple[bytes, bytes]]:
         return [] if self.outcome is None else [self.outcome.header()]

@@ -165,6 +165,8 @@ class Gateway:
         count = _Count(tenant, scope[ROUTE_KEY].name)
         self.metrics.gateway_usage(count.tenant, count.upstream, Counts(requests=1))
         context = self._context(scope, tenant, count.upstream, llm)
+        if context is not None:
+            send = context.watched(send)
 
         async def watched(message: Message) -> None:
             # A hydrated request's 409 is answered, not raised: seen on its way out.

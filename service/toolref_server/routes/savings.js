@@ -6,7 +6,7 @@ const KEY = "toolref-metrics-key";
 const REFRESH_MS = 30000;
 const LABELS = { hour: "Last hour", day: "Last day" };
 const SPANS = { hour: 60, day: 24 * 60 };
-const COLUMNS = ["requests", "resends", "raw", "wire", "saved", "raw / wire"];
+const COLUMNS = ["requests", "resends", "raw", "wire", "saved", "raw / wire", "tokens saved"];
 const ALL = "all";
 let shown = null;  // the last answer drawn, redrawn when a choice changes
 
@@ -38,6 +38,8 @@ function line(tbody, r, cls) {
   cell(tr, "td", bytes(r.wireBytes), r.wireBytes).title = count(r.wireBytes) + " bytes";
   cell(tr, "td", bytes(r.saved), r.saved, "saved").title = count(r.saved) + " bytes";
   cell(tr, "td", r.ratio === null ? "–" : r.ratio.toFixed(1) + "×", r.ratio === null ? "" : r.ratio);
+  // context editing: the model's input tokens saved (estimated), where it ran
+  cell(tr, "td", count(r.tokensSaved || 0), r.tokensSaved || 0).title = "estimated input tokens";
   tbody.appendChild(tr);
 }
 
@@ -45,7 +47,8 @@ function totals(rows, extra) {
   return numbers(rows.reduce((t, r) => ({
     ...t, requests: t.requests + r.requests, resends: t.resends + r.resends,
     rawBytes: t.rawBytes + r.rawBytes, wireBytes: t.wireBytes + r.wireBytes,
-  }), { ...extra, requests: 0, resends: 0, rawBytes: 0, wireBytes: 0 }));
+    tokensSaved: t.tokensSaved + (r.tokensSaved || 0),
+  }), { ...extra, requests: 0, resends: 0, rawBytes: 0, wireBytes: 0, tokensSaved: 0 }));
 }
 
 function windowSection(w) {
@@ -65,7 +68,8 @@ function windowSection(w) {
     summary.append(count(all.requests) + " requests; ");
     const b = document.createElement("b");
     b.textContent = bytes(all.saved) + " saved (" + share + "%)";
-    summary.append(b, " of " + bytes(all.rawBytes) + " raw; " + count(all.resends) + " resends.");
+    const tokens = all.tokensSaved > 0 ? "; ~" + count(all.tokensSaved) + " input tokens saved" : "";
+    summary.append(b, " of " + bytes(all.rawBytes) + " raw; " + count(all.resends) + " resends" + tokens + ".");
   }
   section.appendChild(summary);
   if (rows.length > 0) {

@@ -93,6 +93,13 @@ class UsageRow(_Model):
     resends: int = Field(description="Of them, answered 409: sent again in full by the client.")
     raw_bytes: int = Field(description="Request bytes forwarded upstream (as the client wrote).")
     wire_bytes: int = Field(description="Request bytes received (refs, histories, zstd).")
+    tokens: int = Field(
+        default=0,
+        description="Estimated input tokens sent upstream by requests context editing read.",
+    )
+    tokens_saved: int = Field(
+        default=0, description="Estimated input tokens context editing saved (bytes / 4)."
+    )
 
 
 class UsageWindow(_Model):
@@ -109,6 +116,7 @@ class UsagePoint(_Model):
     resends: int
     raw_bytes: int
     wire_bytes: int
+    tokens_saved: int = 0
 
 
 class UsageSeries(_Model):
@@ -136,6 +144,8 @@ def _row(tenant: str, upstream: str, counts: Counts) -> UsageRow:
         resends=counts.resends,
         raw_bytes=counts.raw,
         wire_bytes=counts.wire,
+        tokens=counts.tokens,
+        tokens_saved=counts.tokens_saved,
     )
 
 
@@ -166,6 +176,7 @@ async def savings(request: Request) -> Response:
                 resends=counts.resends,
                 raw_bytes=counts.raw,
                 wire_bytes=counts.wire,
+                tokens_saved=counts.tokens_saved,
             )
         )
     series = [UsageSeries(tenant=t, upstream=u, points=p) for (t, u), p in sorted(points.items())]

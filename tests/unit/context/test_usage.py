@@ -1,0 +1,114 @@
+"""The provider's own input token counts, read from an answer as it passes, for each API's
+answers and streams; bounded (what passes the limit is not read)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolref_server.context.usage import Usage, UsageReader
+
+
+def events(*values: object, sep: bytes = b"\n\n") -> bytes:
+    return b"".join(b"data: " + json.dumps(v).encode() + sep for v in values)
+
+
+ANTHROPIC_USAGE = {
+    "input_tokens": 12,
+    "cache_read_input_tokens": 900,
+    "cache_creation_input_tokens": 80,
+}
+CASES = [
+    pytest.param(
+        "application/json",
+        json.dumps({"type": "message", "usage": ANTHROPIC_USAGE}).encode(),
+        Usage(992, 900, 80),
+        id="anthropic-json",
+    ),
+    pytest.param(
+        "text/event-stream",
+        b"event: message_start\n"
+        + events({"type": "message_start", "message": {"usage": ANTHROPIC_USAGE}})
+        + b"event: message_delta\n"
+        + events({"type": "message_delta", "usage": {"output_tokens": 30}}),
+        Usage(992, 900, 80),
+        id="anthropic-stream",
+    ),
+    pytest.param(
+        "application/json; charset=utf-8",
+        json.dumps(
+            {
+                "choices": [],
+                "usage": {"prompt_tokens": 500, "prompt_tokens_details": {"cached_tokens": 384}},
+            }
+        ).encode(),
+        Usage(500, 384),
+        id="chat-json",
+    ),
+    pytest.param(
+        "text/event-stream",
+        events(
+            {"choices": [{"delta": {"content": "hi"}}]},
+            {"choices": [], "usage": {"prompt_tokens": 77}},
+        )
+        + b"data: [DONE]\n\n",
+        Usage(77),
+        id="chat-stream",
+    ),
+    pytest.param(
+        "text/event-stream",
+        events(
+            {"type": "response.created", "response": {"usage": None}},
+            {
+                "type": "response.completed",
+                "response": {
+                    "usage": {"input_tokens": 4000, "input_tokens_details": {"cached_tokens": 3500}}
+                },
+            },
+            sep=b"\r\n\r\n",
+        ),
+        Usage(4000, 3500),
+        id="responses-stream",
+    ),
+    pytest.param(
+        "text/event-stream",
+        events(
+            {
+                "candidates": [],
+                "usageMetadata": {"promptTokenCount": 321, "cachedContentTokenCount": 300},
+            }
+        ),
+        Usage(321, 300),
+        id="gemini-stream",
+    ),
+    pytest.param("application/json", b'{"choices": []}', None, id="none"),
+    pytest.param("application/json", b"not json", None, id="not-json"),
+]
+
+
+@pytest.mark.parametrize(("kind", "answer", "found"), CASES)
+@pytest.mark.parametrize("piece", [1, 7, 1 << 20])
+def test_each_api_s_count_is_read_whatever_the_pieces(
+    kind: str, answer: bytes, found: Usage | None, piece: int
+) -> None:
+    reader = UsageReader(kind)
+    for at in range(0, len(answer), piece):
+        reader.feed(answer[at : at + piece])
+    assert reader.usage == found
+
+
+def test_what_passes_the_limit_is_not_read() -> None:
+    big = json.dumps({"usage": {"prompt_tokens": 50}, "pad": "x" * 200}).encode()
+    reader = UsageReader("application/json", limit=100)
+    reader.feed(big)
+    assert reader.usage is None
+    stream = UsageReader("text/event-stream", limit=100)
+    stream.feed(b"data: " + big + b"\n\n")  # one line over the limit: skipped
+    stream.feed(events({"usage": {"prompt_tokens": 9}}))
+    assert stream.usage == Usage(9)
+    pieces = UsageReader("text/event-stream", limit=100)
+    for at in range(0, len(big), 30):  # over the limit before its line ends: skipped too
+        pieces.feed((b"data: " + big)[at : at + 30])
+    pieces.feed(b"\n\n" + events({"usage": {"prompt_tokens": 9}}))
+    assert pieces.usage == Usage(9)
