@@ -13,7 +13,6 @@ request, clearing only its old thinking: its tool results are edited (the defaul
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -25,8 +24,8 @@ from starlette.types import ASGIApp
 from tests.conftest import client_for
 from tests.support import agents
 from tests.support.chain import KEY, UPSTREAM, relay_chain
-from tests.support.fake_provider import FINAL_TEXT, FakeProvider, Script, marker, tool_results
-from tests.support.fake_provider.wire import Api, Call
+from tests.support.fake_provider import FINAL_TEXT, FakeProvider, LongScript, marker, tool_results
+from tests.support.fake_provider.wire import Api
 from tests.support.servers import serve
 
 from .test_agents import diagnostics, installed
@@ -44,25 +43,6 @@ POLICY: dict[str, Any] = {
     "context_clear_at_least": 300,
     "context_rewrite_weight": 0.0,
 }
-
-
-class LongOutputs(Script):
-    """The scripted session, each shell step printing `LINES` more lines and counting its
-    runs in `runs-kk.txt`; step `AGAIN` is step 0's call again (the same command)."""
-
-    def step(self, k: int, tools: dict[str, dict[str, Any]]) -> Call:
-        own = 0 if k == AGAIN else k
-        call = super().step(own, tools)
-        if self.kind(own) != "shell":
-            return call
-        runs = self.workdir / f"runs-{own:02d}.txt"
-        more = f" && seq 1 {LINES} && echo ran >> {runs}"
-        arguments = json.loads(json.dumps(call.arguments).replace(" && ls", more))
-        source = call.input.replace(" && ls", more) if call.input is not None else None
-        return Call(call.name, arguments, call.expect, input=source)
-
-    def expected(self, k: int) -> str:
-        return marker(0) if k == AGAIN else super().expected(k)
 
 
 @asynccontextmanager
@@ -88,7 +68,7 @@ async def test_a_long_session_completes_with_old_results_summarized(
 ) -> None:
     cli = installed(agents.SESSION_CLIS[name])
     workdir, home = tmp_path / "work", tmp_path / "home"
-    script = LongOutputs(CALLS, workdir, kinds=("shell", "shell", "read"))
+    script = LongScript(CALLS, workdir, kinds=("shell", "shell", "read"), lines=LINES, again=AGAIN)
     fake = FakeProvider(script, dump=tmp_path / "requests")
     chain = relay_chain(lambda url: edited_gateway(engine_url, url), tmp_path / "relay.log")
     async with serve(fake.app) as fake_url, chain(fake_url) as hops:

@@ -31,6 +31,7 @@ from tests.support.fake_provider.reading import (
 from tests.support.fake_provider.script import (
     FINAL_TEXT,
     SIDE_TEXT,
+    LongScript,
     Script,
     marker,
     step_file,
@@ -47,6 +48,7 @@ __all__ = [
     "Call",
     "EditScript",
     "FakeProvider",
+    "LongScript",
     "Model",
     "Recorded",
     "Reply",

@@ -110,6 +110,31 @@ class Script:
         return Call(name, shell_arguments(tools[name], command, self.workdir), expect)
 
 
+@dataclass(frozen=True, slots=True)
+class LongScript(Script):
+    """The scripted session with long results (context editing's): each shell step prints
+    `lines` more lines after its marker and counts its runs in `runs-kk.txt`; step `again`
+    (None: none) is step 0's call again, the same command, as a model that needs a result it
+    no longer sees whole runs its tool again."""
+
+    lines: int = 250
+    again: int | None = None
+
+    def step(self, k: int, tools: dict[str, dict[str, Any]]) -> Call:
+        own = 0 if k == self.again else k
+        call = Script.step(self, own, tools)
+        if self.kind(own) != "shell":
+            return call
+        runs = self.workdir / f"runs-{own:02d}.txt"
+        more = f" && seq 1 {self.lines} && echo ran >> {runs}"
+        arguments = json.loads(json.dumps(call.arguments).replace(" && ls", more))
+        source = call.input.replace(" && ls", more) if call.input is not None else None
+        return Call(call.name, arguments, call.expect, input=source)
+
+    def expected(self, k: int) -> str:
+        return marker(0) if k == self.again else Script.expected(self, k)
+
+
 def side_text(api: Api, body: dict[str, Any]) -> str:
     """The answer to a request without tools: SIDE_TEXT, or, when a Gemini request asks
     for JSON of a schema (Gemini CLI's model router and next-speaker check), the least
