@@ -203,6 +203,7 @@ def create_app(
     settings = settings or Settings.from_environment()
     settings.check_exposure()
     settings.check_summarizer()
+    settings.check_context_summarizers()
     # What new records and history messages are written with (one choice per process).
     compressors.configure(
         records=settings.record_dictionary,

@@ -82,6 +82,24 @@ class Settings(
 
     # What spans groups: exposure is the bind address (serving) against the keys (access).
 
+    def check_context_summarizers(self) -> None:
+        """Refuse a context editing policy whose summarizer this service does not offer
+        (openai-compatible with no TOOLREF_LLM_BASE_URL)."""
+        found = self.context_policy
+        named = [("TOOLREF_CONTEXT_SUMMARIZER", found.default.summarizer)]
+        for scope, table in (("upstreams", found.upstreams), ("tenants", found.tenants)):
+            named += [
+                (f"TOOLREF_CONTEXT_POLICIES {scope}.{name}", fields["summarizer"])
+                for name, fields in table.items()
+                if "summarizer" in fields
+            ]
+        for where, summarizer in named:
+            if summarizer not in self.summarizer_names:
+                raise ConfigurationError(
+                    f"{where} is {summarizer} but TOOLREF_LLM_BASE_URL is not set; set it "
+                    "(and TOOLREF_LLM_MODEL, TOOLREF_LLM_API_KEY), or use extractive"
+                )
+
     def check_exposure(self) -> None:
         """Refuse to serve an unauthenticated registry beyond this machine."""
         if not self.key_hashes and not self.is_loopback:

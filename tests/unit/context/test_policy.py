@@ -94,3 +94,13 @@ def test_the_config_file_gives_policies_as_tables() -> None:
     assert json.loads(found["TOOLREF_CONTEXT_POLICIES"]) == {
         "upstreams": {"anthropic": {"keep": 2}}
     }
+
+
+def test_a_summarizer_the_service_does_not_offer_is_refused_at_start() -> None:
+    with pytest.raises(ConfigurationError, match="TOOLREF_CONTEXT_SUMMARIZER is openai-compatible"):
+        Settings(context_summarizer="openai-compatible").check_context_summarizers()
+    policies = json.dumps({"tenants": {"acme": {"summarizer": "openai-compatible"}}})
+    with pytest.raises(ConfigurationError, match=r"tenants\.acme"):
+        Settings(context_policies=policies).check_context_summarizers()
+    offered = Settings(context_summarizer="openai-compatible", llm_base_url="http://127.0.0.1:9/v1")
+    offered.check_context_summarizers()  # offered: no refusal
