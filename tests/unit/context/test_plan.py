@@ -95,19 +95,25 @@ def test_a_result_replaced_stays_replaced_and_the_policy_holds(
         before, batches = now, found.batches
 
 
+def reads(count: int, asked: int, result: int) -> list[Message]:
+    """A user's message, then `count` turns: the model's message of `asked` bytes calling
+    `read`, and its result of `result` bytes."""
+    messages = [Message("", 0, 0, 100, False)]
+    for n in range(count):
+        call = Call(f"c{n}", "read", len(messages), Site((0,), f"c{n}"))
+        found = Result(Site((0,), f"c{n}", result_key="content"), f"c{n}", "read", result, False)
+        messages += [
+            Message("", 0, 0, asked, True, (call,)),
+            Message("", 0, 0, result + 40, False, (), (found,)),
+        ]
+    return messages
+
+
 def test_a_batch_that_would_not_pay_for_itself_is_not_made() -> None:
     """The same conversation: with the cache's cost weighed (11.5 for Anthropic's prices) a
     batch early in a long conversation waits until enough turns came to repay it, while
     with no weight it is made as soon as it is due."""
-    big = Result(Site((0,), "a", result_key="content"), "a", "read", 30_000, False)
-    messages = [Message("", 0, 0, 100, False)]
-    for n in range(60):
-        messages += [
-            Message(
-                "", 0, 0, 4_000, True, (Call(f"c{n}", "read", len(messages), Site((0,), f"c{n}")),)
-            ),
-            Message("", 0, 0, 30_040, False, (), (replace(big, call_id=f"c{n}"),)),
-        ]
+    messages = reads(60, 4_000, 30_000)
     free = Policy(mode="on", trigger_tokens=10_000, keep=1, rewrite_weight=0.0)
     weighed = replace(free, rewrite_weight=11.5)
     first: dict[float, int | None] = {policy.rewrite_weight: None for policy in (free, weighed)}
@@ -121,15 +127,7 @@ def test_a_batch_that_would_not_pay_for_itself_is_not_made() -> None:
 
 
 def test_nothing_is_replaced_below_the_trigger_and_all_due_at_once_above() -> None:
-    result = Result(Site((0,), "a", result_key="content"), "a", "read", 8_000, False)
-    messages = [Message("", 0, 0, 100, False)]
-    for n in range(6):
-        messages += [
-            Message(
-                "", 0, 0, 200, True, (Call(f"c{n}", "read", len(messages), Site((0,), f"c{n}")),)
-            ),
-            Message("", 0, 0, 8_040, False, (), (replace(result, call_id=f"c{n}"),)),
-        ]
+    messages = reads(6, 200, 8_000)
     policy = Policy(mode="on", trigger_tokens=100_000, keep=2, rewrite_weight=0.0)
     assert plan(messages, 0, policy).cleared == ()
     # 12,385 tokens in all; 10,325 at the turn before: only this one passes 11,000
