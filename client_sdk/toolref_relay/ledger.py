@@ -147,7 +147,7 @@ def context_of(value: str | None) -> Context | None:
     found: dict[str, int] = {}
     for part in value.split(";"):
         name, _, number = part.strip().partition("=")
-        if number.isdigit() and len(number) <= 15:
+        if number.isascii() and number.isdigit() and len(number) <= 15:
             found[name] = int(number)
     if "cleared" not in found or "saved" not in found:
         return None

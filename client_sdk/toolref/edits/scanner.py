@@ -100,6 +100,8 @@ class Scan:
     ends: list[int] = field(default_factory=list)
     counts: list[tuple[int, int]] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
+    lists: int = 0  # members named `key` holding a list (a JSON parser keeps the last one)
+    lists_at: list[int] = field(default_factory=list)  # `lists` at each message
 
 
 def scan(
@@ -216,6 +218,8 @@ def _resume(found: Scan, memo: Scan, common: int) -> bool:
     found.ends = memo.ends[: last + 1]
     found.counts = memo.counts[: last + 1]
     found.starts = memo.starts[: last + 1]
+    found.lists_at = memo.lists_at[: last + 1]
+    found.lists = found.lists_at[-1]
     text = found.text
     at = _skip(text, memo.ends[last])
     if text[at : at + 1] == "]":
@@ -244,6 +248,7 @@ def _members(found: Scan, at: int) -> None:
         at = _skip(text, _expect(text, _skip(text, at), ":"))
         start = at
         if key == found.key and text[at : at + 1] == "[":
+            found.lists += 1
             at = _skip(text, at + 1)
             at = at + 1 if text[at : at + 1] == "]" else _message_loop(found, at)
         else:
@@ -286,6 +291,7 @@ def _message_loop(found: Scan, at: int) -> int:
         cuts.extend(spans)
         found.ends.append(at)
         found.starts.append(start)
+        found.lists_at.append(found.lists)
         found.counts.append((len(cuts), len(found.models)))
         at = _skip(text, at)
         if text[at : at + 1] == "]":
@@ -293,12 +299,13 @@ def _message_loop(found: Scan, at: int) -> int:
         at = _skip(text, _expect(text, at, ","))
 
 
-def messages_after(text: str, at: int) -> list[tuple[int, int, int]] | None:
-    """The messages of a messages list that go on in `text` from `at` (just after one of
+def messages_after(text: str, at: int, key: str) -> list[tuple[int, int, int]] | None:
+    """The messages of the `key` list that go on in `text` from `at` (just after one of
     them: a comma and the next, or the list's end): each one's start, end, and characters
-    less its cache marks and ids (its spans'); None when `text` is not such a list there.
-    Linear in what it walks: for a body that goes on from one scanned before, the new
-    messages alone (the caller decodes only them)."""
+    less its cache marks and ids (its spans'); None when `text` is not such a list there,
+    followed by the rest of one JSON object with no other member named `key`. Linear in
+    what it walks: for a body that goes on from one scanned before, the new messages and
+    the members after them (the caller decodes only those)."""
     found: list[tuple[int, int, int]] = []
     try:
         at = _skip(text, at)
@@ -308,6 +315,15 @@ def messages_after(text: str, at: int) -> list[tuple[int, int, int]] | None:
             spans = _message_spans(text, start, end, own)
             found.append((start, end, sum(b - a for a, b in spans)))
             at = _skip(text, end)
+        at = _skip(text, at + 1)
+        while text[at : at + 1] != "}":
+            at = _expect(text, _skip(text, _expect(text, at, ",")), '"')
+            name, at = scanstring(text, at, True)
+            if name == key:
+                return None
+            _, at = _scan(text, _skip(text, _expect(text, _skip(text, at), ":")))
+            at = _skip(text, at)
+        _end(text, at + 1)
     except (_NotAnObject, StopIteration, ValueError, IndexError, RecursionError):
         return None
     return found

@@ -15,26 +15,64 @@ from typing import Final
 
 from toolref_server.context.facts import Facts
 
-# A member of the body's own object (inside a string, a quote is escaped).
-_MEMBER: Final = re.compile(rb'"context_management"\s*:\s*')
+_NAME: Final = b'"context_management"'  # looked for first: most bodies have none
 _TOOL_CLEARING: Final = "clear_tool_uses"  # the type prefix of Anthropic's tool-result edit
 _DECODER: Final = json.JSONDecoder()
+_WS: Final = re.compile(r"[ \t\n\r]*")
 
 
 def clears_tool_results(found: Facts) -> bool:
-    """Does the request's own `context_management` (outside its messages) clear tool
-    results? A value that cannot be read counts as yes: the client meant to manage it."""
+    """Does the request's own `context_management` member clear tool results? Only a
+    member of the body's object counts (not one inside a tool's schema). A value that
+    cannot be read counts as yes: the client meant to manage it. O(the body outside its
+    messages), at C speed but for its top-level members."""
     body, messages = found.body, found.messages
-    for start, end in ((0, messages[0].bstart), (messages[-1].bend, len(body))):
-        match = _MEMBER.search(body, start, end)
-        if match is None:
-            continue
-        try:
-            value, _ = _DECODER.raw_decode(body[match.end() : end].decode("utf-8"))
-        except ValueError:  # UnicodeDecodeError too
-            return True
-        return _clears(value)
-    return False
+    before, after = (0, messages[0].bstart), (messages[-1].bend, len(body))
+    if all(body.find(_NAME, start, end) < 0 for start, end in (before, after)):
+        return False
+    try:
+        head = body[: messages[0].bstart].decode("utf-8")
+        tail = body[messages[-1].bend :].decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    value = _member(head, _skip(head, 0) + 1, found.key)  # after the object's `{`
+    if value is _ABSENT:
+        value = _member(tail, _skip(tail, 0) + 1, None)  # after the list's `]`
+    return value is not _ABSENT and _clears(value)
+
+
+_ABSENT: Final = object()
+
+
+def _skip(text: str, at: int) -> int:
+    found = _WS.match(text, at)
+    return found.end() if found is not None else at
+
+
+def _member(text: str, at: int, stop: str | None) -> object:
+    """The value of the `context_management` member among the members that start at `at`
+    of `text` (after `{`, or after a list's `]`: a comma first), up to the member named
+    `stop` (the messages, whose value is not in `text`) or the object's end; `_ABSENT` when
+    there is none; None (read as "it clears") when the text is not members."""
+    try:
+        at = _skip(text, at)
+        while at < len(text) and text[at] != "}":
+            if text[at] == ",":
+                at = _skip(text, at + 1)
+            key, at = _DECODER.raw_decode(text, at)
+            at = _skip(text, at)
+            if text[at] != ":":
+                return None
+            at = _skip(text, at + 1)
+            if key == stop:
+                return _ABSENT
+            value, at = _DECODER.raw_decode(text, at)
+            if key == "context_management":
+                return value
+            at = _skip(text, at)
+    except (ValueError, IndexError, RecursionError):
+        return None
+    return _ABSENT
 
 
 def _clears(value: object) -> bool:

@@ -11,10 +11,11 @@ speed, the scan and parse of its new messages, and one step per message (their s
 The facts are a cache: a body's facts are the same whether or not a memo was used.
 
 Results an agent returns as text are results too, where the text says so: a user message
-(its string content, or a text part) that begins as an agent writes a tool's output, after
-a message of the model's (`OBSERVATIONS`: Cline's and Roo's `[read_file for 'x'] Result:`,
-mini-SWE-agent's `<returncode>0</returncode>`, the ReAct agents' `Observation:`). Such a
-result is replaced whole, by text.
+(its string content, or a text part) that begins as an agent writes a tool's output
+(`OBSERVATIONS`: Cline's and Roo's `[read_file for 'x'] Result:`, mini-SWE-agent's
+`<returncode>0</returncode>`, the ReAct agents' `Observation:`), after a message of the
+model's, in a conversation that has had no result of the format's own (there, such text
+is a person's). Such a result is replaced whole, by text.
 
 A message's size is its text less its cache marks and ids (the scanner's spans), so a
 cache mark moving on from one turn to the next does not change what earlier turns are
@@ -36,7 +37,7 @@ from toolref.edits.scanner import ANSWER_ROLES, closest, messages_after, scan
 from toolref.formats import Site
 
 MEMOS: Final = 16  # bodies whose facts are remembered
-MEMO_BYTES: Final = 32 << 20  # their bytes, twice (the texts), in all (a longer body: none)
+MEMO_BYTES: Final = 64 << 20  # what they hold in all, about (`_weight`; a heavier body: none)
 _MEMOS: Final[deque[Facts]] = deque(maxlen=MEMOS)
 _LOCK: Final = threading.Lock()  # facts are made on the loop and in worker threads
 _MODEL_ITEMS: Final = frozenset({"reasoning"})  # Responses items the model writes, but `*_call`
@@ -65,7 +66,7 @@ class Call:
 class Result:
     """A tool result: its site in its message, the id of the call it answers, its tool's
     name where it says it, its JSON text's bytes, whether it is an error; once replaced,
-    what stands in for it (`stand_in`: the summarizer's id and the JSON text), remembered;
+    what stands in for it (`stand_in`: by the summarizer's id, the JSON text), remembered;
     `text`: for a result the agent returned as text, the arguments its text names ("" for
     none; None: a result of the format's own).
     """
@@ -75,7 +76,7 @@ class Result:
     name: str | None
     size: int
     error: bool
-    stand_in: tuple[str, str] | None = None
+    stand_in: dict[str, str] = field(default_factory=dict)
     text: str | None = None  # a result returned as text: the arguments its text names
 
 
@@ -94,21 +95,21 @@ class Message:
     calls: tuple[Call, ...] = ()
     results: tuple[Result, ...] = ()
     rewritten: tuple[tuple[tuple[int, str], ...], bytes] | None = None
+    structured: bool = False  # it, or a message before it, holds results of the format's own
 
 
 @dataclass(slots=True, eq=False)
 class Facts:
-    """A body's bytes, whose it is (tenant, format, messages key), its messages, and the
-    bytes outside their list (`envelope`: the system prompt, tools, settings); `replay`:
-    the plan's state at a turn, to go on from (`toolref_server.context.plan`)."""
+    """A body's bytes, whose it is (tenant, format, messages key), its messages, and
+    `replay`: the plan's state at a turn, to go on from (`toolref_server.context.plan`)."""
 
     body: bytes
     tenant: str
     format: str
     key: str
     messages: list[Message] = field(default_factory=list)
-    envelope: int = 0
     replay: Any = None
+    weight: int = 0  # what it holds in memory, about (`_weight`)
 
 
 def facts_of(body: bytes, tenant: str, format_name: str, key: str) -> Facts | None:
@@ -135,14 +136,13 @@ def facts_of(body: bytes, tenant: str, format_name: str, key: str) -> Facts | No
         facts.messages, facts.replay = [], None
         if not _whole_body(facts, body, key, fmt):
             return None
-    # outside the list of messages (what lies between two is not counted: it grows with them)
-    facts.envelope = len(body) - (facts.messages[-1].bend - facts.messages[0].bstart)
-    if 2 * len(body) <= MEMO_BYTES:
+    facts.weight = _weight(facts)
+    if facts.weight <= MEMO_BYTES:
         with _LOCK:
             if memo is not None and memo in _MEMOS:
                 _MEMOS.remove(memo)  # this body goes on from it: the conversation moved on
             _MEMOS.append(facts)
-            while sum(2 * len(m.body) for m in _MEMOS) > MEMO_BYTES:
+            while sum(m.weight for m in _MEMOS) > MEMO_BYTES:
                 _MEMOS.popleft()
     return facts
 
@@ -154,7 +154,7 @@ def _after(facts: Facts, body: bytes, at: int, fmt: formats.Format) -> bool | No
         tail = body[at:].decode("utf-8")
     except UnicodeDecodeError:
         return None
-    found = messages_after(tail, 0)
+    found = messages_after(tail, 0, facts.key)
     if found is None:
         return None
     _append(facts, tail, at, found, fmt)
@@ -169,7 +169,7 @@ def _whole_body(facts: Facts, body: bytes, key: str, fmt: formats.Format) -> boo
     except UnicodeDecodeError:
         return False
     found = scan(text, key, False)
-    if found is None or not found.ends:
+    if found is None or not found.ends or found.lists != 1:  # two lists: a parser keeps one
         return False
     cuts, counts = found.cuts, found.counts
     listed = []
@@ -196,11 +196,22 @@ def _append(
         own = text[start:end]
         bend = bstart + len(own.encode("utf-8"))
         size = bend - bstart - (end - start - spans)  # marks and ids are ASCII: bytes = chars
-        after_model = before is not None and before.model
+        # a result as text only follows the model's, in a conversation with no results of
+        # the format's own so far (where a person's "Observation: ..." is the person's)
+        texts = before is not None and before.model and not before.structured
         index = len(facts.messages)
-        message = _message(own, bstart, bend, size, index=index, fmt=fmt, after_model=after_model)
+        message = _message(own, bstart, bend, size, index=index, fmt=fmt, texts=texts)
+        own_results = any(r.text is None for r in message.results)
+        message.structured = own_results or (before is not None and before.structured)
         facts.messages.append(message)
         before, position, byte = message, end, bend
+
+
+def _weight(facts: Facts) -> int:
+    """What a body's facts hold in memory, about: its bytes, its messages' texts (up to 4
+    bytes a character), and each message's objects and the plan's checkpoint (a few
+    hundred bytes each)."""
+    return 5 * len(facts.body) + 512 * len(facts.messages)
 
 
 def _body_of(facts: Facts) -> bytes:
@@ -229,10 +240,10 @@ def _message(
     *,
     index: int,
     fmt: formats.Format,
-    after_model: bool,
+    texts: bool,
 ) -> Message:
-    """The facts of the message whose JSON text is `text`, the `index`th (`after_model`:
-    the one before it is the model's): parsed once."""
+    """The facts of the message whose JSON text is `text`, the `index`th (`texts`: a
+    result returned as text may stand here): parsed once."""
     try:
         value = json.loads(text)
     except ValueError:  # a number no float holds, and the like: a message with no tools
@@ -247,7 +258,7 @@ def _message(
             result = held.get(site.result_key)
             size = len(json.dumps(result, ensure_ascii=False).encode("utf-8"))
             results.append(Result(site, site.call_id, site.name, size, site.is_error))
-    if not calls and not results and after_model:
+    if not calls and not results and texts:
         results = _observations(value)
     return Message(text, bstart, bend, size, _is_model(value), tuple(calls), tuple(results))
 

@@ -4,8 +4,10 @@ choice without stored state.
 
 The plan replays the conversation's turns: a turn's request ended where the model's answer
 began (each run of the model's messages), and the last turn is this request. At each turn
-it counts the conversation's estimated tokens (bytes / `BYTES_PER_TOKEN`) less what
-earlier batches freed; past `trigger_tokens`, it replaces a batch: the oldest results not
+it counts the estimated tokens of the conversation's messages (bytes / `BYTES_PER_TOKEN`;
+the system prompt, tools and settings, which no replacement touches and which a client may
+change, are not counted: a turn's choice depends on the messages alone) less what earlier
+batches freed; past `trigger_tokens`, it replaces a batch: the oldest results not
 yet replaced, older than the last `keep`, of `min_tokens` or more and of no excluded tool,
 all of them at once (the most a rewrite of the cache can free); when they free less than
 `clear_at_least` tokens, no batch is made that turn. Nor is one made that would not pay for itself
@@ -75,7 +77,7 @@ class Plan:
 class _Replay:
     policy: Policy
     stand_in: int
-    total: int  # bytes of the conversation up to this turn, envelope included
+    total: int  # bytes of the conversation's messages up to this turn
     freed: int = 0
     batches: int = 0
     last: int = -1  # the turn of the last batch
@@ -99,33 +101,29 @@ class _Replay:
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """The replay after `last` (its messages, the same objects, up to it) before the turn
-    its request ended with, `turn`; for one envelope's size."""
+    its request ended with, `turn`."""
 
     last: Message
     count: int
     turn: int
-    envelope: int
     replay: _Replay
 
 
-def plan(
-    messages: Sequence[Message], envelope: int, policy: Policy, resume: Checkpoint | None = None
-) -> Plan:
-    """The plan of a request whose messages are `messages` and whose text outside them is
-    `envelope` bytes (see the module docstring). `resume`: a checkpoint of an earlier
-    request of the conversation, gone on from when this one holds its messages (the same
-    objects: `toolref_server.context.facts` reuses them) with the same envelope and policy:
-    then only the messages after it are replayed, and the replay's lists copied."""
+def plan(messages: Sequence[Message], policy: Policy, resume: Checkpoint | None = None) -> Plan:
+    """The plan of a request whose messages are `messages` (see the module docstring).
+    `resume`: a checkpoint of an earlier request of the conversation, gone on from when
+    this one holds its messages (the same objects: `toolref_server.context.facts` reuses
+    them) and the policy is the same: then only the messages after it are replayed, and
+    the replay's lists copied."""
     if (
         resume is not None
-        and resume.envelope == envelope
         and resume.replay.policy == policy
         and resume.count <= len(messages)
         and messages[resume.count - 1] is resume.last
     ):
         replay, turn, start = resume.replay.copy(), resume.turn, resume.count
     else:
-        replay = _Replay(policy, STAND_IN_BYTES + policy.summary_chars, envelope)
+        replay = _Replay(policy, STAND_IN_BYTES + policy.summary_chars, 0)
         turn, start = 0, 0
     names = replay.names
     for index in range(start, len(messages)):
@@ -142,7 +140,7 @@ def plan(
             replay.results.append((index, at, result, name, before))
     checkpoint = None
     if messages:
-        checkpoint = Checkpoint(messages[-1], len(messages), turn, envelope, replay.copy())
+        checkpoint = Checkpoint(messages[-1], len(messages), turn, replay.copy())
     _turn(replay, turn)
     # batches take the queue in order, so `cleared` is in conversation order
     return Plan(

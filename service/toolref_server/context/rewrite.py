@@ -44,11 +44,13 @@ def rewritten(facts: Facts, replaced: Mapping[int, Sequence[tuple[int, str]]]) -
     for index in sorted(replaced):
         message = facts.messages[index]
         chosen = tuple(sorted(replaced[index]))
-        if message.rewritten is None or message.rewritten[0] != chosen:
+        done = message.rewritten  # read once: another thread may set it meanwhile
+        if done is None or done[0] != chosen:
             sites = [(message.results[result].site, new) for result, new in chosen]
             (new_text,) = with_results([message.text], sites)
-            message.rewritten = (chosen, new_text.encode("utf-8"))
-        pieces += (body[at : message.bstart], message.rewritten[1])
+            done = (chosen, new_text.encode("utf-8"))
+            message.rewritten = done
+        pieces += (body[at : message.bstart], done[1])
         at = message.bend
     pieces.append(body[at:])
     return b"".join(pieces)

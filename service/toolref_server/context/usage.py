@@ -39,14 +39,17 @@ class Usage:
 class UsageReader:
     """Feed it an answer's body pieces (`feed`), then read `usage` (None: none found)."""
 
-    def __init__(self, content_type: str, limit: int = LIMIT) -> None:
+    def __init__(self, content_type: str, limit: int = LIMIT, *, encoded: bool = False) -> None:
         self.stream = content_type.split(";", maxsplit=1)[0].strip().lower() == "text/event-stream"
         self.limit = limit
+        self.encoded = encoded  # a compressed answer (Content-Encoding): not read
         self._held = bytearray()
         self._skipping = False  # within an event line longer than the limit
         self._found: Usage | None = None
 
     def feed(self, data: bytes) -> None:
+        if self.encoded:
+            return
         if not self.stream:
             if len(self._held) <= self.limit:
                 self._held += data[: self.limit + 1 - len(self._held)]
@@ -69,8 +72,13 @@ class UsageReader:
 
     @property
     def usage(self) -> Usage | None:
-        if not self.stream and self._held and len(self._held) <= self.limit:
-            self._read(bytes(self._held))
+        """What was found, once the answer is whole (a last event line with no line end
+        read too)."""
+        if self._held and len(self._held) <= self.limit and not self._skipping:
+            if not self.stream:
+                self._read(bytes(self._held))
+            elif self._held.startswith(b"data:"):
+                self._read(bytes(self._held[5:]))
             self._held.clear()
         return self._found
 

@@ -16,7 +16,8 @@ and is counted per tenant and upstream (`Metrics.context_*`, the savings page).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -40,6 +41,7 @@ from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.settings.context import Policy
 from toolref_server.usage import Counts
 
+log = logging.getLogger(__name__)
 _CONTEXT: Final = CONTEXT_HEADER.lower().encode()
 
 
@@ -103,8 +105,9 @@ class ContextStep:
         async def reading(message: Message) -> None:
             nonlocal reader
             if message["type"] == "http.response.start":
-                kind = dict(decoded(message.get("headers", []))).get("content-type", "")
-                reader = UsageReader(kind)
+                head = dict(decoded(message.get("headers", [])))
+                encoding = head.get("content-encoding", "identity").strip().lower()
+                reader = UsageReader(head.get("content-type", ""), encoded=encoding != "identity")
             elif message["type"] == "http.response.body" and reader is not None:
                 reader.feed(message.get("body", b""))
                 if not message.get("more_body", False):
@@ -142,24 +145,42 @@ async def edit_context(
     metrics: Metrics,
 ) -> tuple[bytes, Outcome | None]:
     """`body` with its old tool results replaced as `policy` says, and what was done (None:
-    the body passes as it is: not a JSON object of `llm`'s format, or the client manages
-    its own context). O(the body) at C speed plus O(its new messages) in Python."""
-    found = await workers.run(len(body), _facts, body, tenant, llm)
+    the body passes as it is: not a JSON object of `llm`'s format, one too deep or odd to
+    read, the client manages its own context, or the summaries could not be had: context
+    editing never fails a request). O(the body) at C speed plus O(its new messages) in
+    Python."""
+    try:
+        found = await workers.run(len(body), _facts, body, tenant, llm)
+        managed = found is not None and policy.respect_client and clears_tool_results(found)
+    except (ValueError, RecursionError):  # a message nested deeper than a parse goes
+        found, managed = None, False
     if found is None:
         metrics.context_requests.labels("unread").inc()
         return body, None
-    if policy.respect_client and clears_tool_results(found):
+    if managed:
         metrics.context_requests.labels("client").inc()
         return body, None
     # O(the messages since the turn before, when it was seen; else of all of them)
-    chosen = plan(found.messages, found.envelope, policy, found.replay)
+    chosen = plan(found.messages, policy, found.replay)
     found.replay = chosen.checkpoint
     if not chosen.cleared:
         metrics.context_requests.labels("below").inc()
         tokens = len(body) // BYTES_PER_TOKEN
         metrics.gateway_usage(tenant, upstream, Counts(tokens=tokens))
         return body, Outcome(chosen, tokens, 0)
-    await _stand_ins(found, chosen.cleared, tenant, policy, summaries)
+    try:
+        await _stand_ins(
+            found,
+            chosen.cleared,
+            tenant=tenant,
+            policy=policy,
+            summaries=summaries,
+            workers=workers,
+        )
+    except (ToolrefError, OSError) as exc:  # the store, or a summarizer: sent as it came
+        log.warning("context editing skipped a request: its summaries failed (%s)", exc)
+        metrics.context_requests.labels("unread").inc()
+        return body, None
     out = await workers.run(len(body), _rewritten, found, chosen.cleared, policy)
     tokens = len(out) // BYTES_PER_TOKEN
     saved = max(0, len(body) - len(out)) // BYTES_PER_TOKEN
@@ -177,9 +198,9 @@ def _rewritten(found: Facts, cleared: Sequence[Cleared], policy: Policy) -> byte
     replaced: dict[int, list[tuple[int, str]]] = {}
     sid = _sid(policy)
     for item in cleared:
-        result = found.messages[item.message].results[item.result]
-        if result.stand_in is not None and result.stand_in[0] == sid:
-            replaced.setdefault(item.message, []).append((item.result, result.stand_in[1]))
+        held = found.messages[item.message].results[item.result].stand_in.get(sid)
+        if held is not None:
+            replaced.setdefault(item.message, []).append((item.result, held))
     return rewritten(found, replaced)
 
 
@@ -188,20 +209,24 @@ def _sid(policy: Policy) -> str:
 
 
 async def _stand_ins(
-    found: Facts, cleared: Sequence[Cleared], tenant: str, policy: Policy, summaries: SummaryCache
+    found: Facts,
+    cleared: Sequence[Cleared],
+    *,
+    tenant: str,
+    policy: Policy,
+    summaries: SummaryCache,
+    workers: Workers,
 ) -> None:
     """What stands in for each result of `cleared` that has none yet: its summary (one
     batched read of the summary cache, then the misses computed once), kept on its
     `Result`. A result whose invocation cannot be read is left as it is."""
     sid = _sid(policy)
-    wanted = [
-        c
-        for c in cleared
-        if (found.messages[c.message].results[c.result].stand_in or ("",))[0] != sid
-    ]
+    wanted = [c for c in cleared if sid not in found.messages[c.message].results[c.result].stand_in]
     if not wanted:
         return
-    invocations = _invocations(found, wanted)
+    # each message parsed once; off the loop when the messages are large
+    size = sum(len(found.messages[c.message].text) for c in wanted)
+    invocations = await workers.run(size, _invocations, found, wanted)
     items = [(ref, inv) for ref, inv in invocations.values()]
     if not items:
         return
@@ -213,7 +238,7 @@ async def _stand_ins(
         text = stand_in(item.name, shown, result.size, summary.text)
         # a result returned as text stays text; a format's own takes the format's form
         value = text if result.text is not None else _text_result(found.format, text)
-        result.stand_in = (sid, as_json(value))
+        result.stand_in[sid] = as_json(value)
 
 
 def _text_result(format_name: str, text: str) -> Any:
@@ -225,11 +250,18 @@ def _invocations(
 ) -> dict[Cleared, tuple[Any, dict[str, Any]]]:
     """The invocation (ref, wire form) of each result of `wanted`: its call found by id (or,
     in a format without ids, the last call of its tool before it), both parsed from their
-    messages' text. O(messages) steps, plus the parses."""
+    messages' text. O(messages) steps, plus each message parsed once."""
     calls: dict[str | None, Any] = {}
     by_name: dict[str, Any] = {}
     wanted_at = {(c.message, c.result): c for c in wanted}
     out: dict[Cleared, tuple[Any, dict[str, Any]]] = {}
+    parsed: dict[int, Any] = {}
+
+    def value_of(index: int) -> Any:
+        if index not in parsed:
+            parsed[index] = json.loads(found.messages[index].text)
+        return parsed[index]
+
     for index, message in enumerate(found.messages):
         for call in message.calls:
             calls[call.call_id] = call
@@ -242,23 +274,22 @@ def _invocations(
             if result.text is None:
                 paired = paired or by_name.get(item.name)
             try:
-                out[item] = _invocation(found, item, message, result, paired)
-            except (ValueError, KeyError, IndexError, TypeError, ToolrefError):
+                out[item] = _invocation(value_of, item, result, paired)
+            except (ValueError, KeyError, IndexError, TypeError, RecursionError, ToolrefError):
                 continue  # left as it is: the plan counted it, the bytes stay the client's
     return out
 
 
 def _invocation(
-    found: Facts, item: Cleared, message: Any, result: Any, call: Any
+    value_of: Callable[[int], Any], item: Cleared, result: Any, call: Any
 ) -> tuple[Any, dict[str, Any]]:
-    """The invocation of `result` (its call's arguments parsed from its message; for a
-    result returned as text, the arguments its text names)."""
+    """The invocation of `result` (its call's arguments from its message, `value_of` its
+    index; for a result returned as text, the arguments its text names)."""
     site = result.site
-    value = _member(json.loads(message.text), site.path, site.result_key)
+    value = _member(value_of(item.message), site.path, site.result_key)
     args: Any = result.text if result.text is not None else {}
     if call is not None:
-        held = found.messages[call.message]
-        args = _member(json.loads(held.text), call.site.path, call.site.args_key)
+        args = _member(value_of(call.message), call.site.path, call.site.args_key)
     error = site.is_error
     invocation = {"name": item.name, "args": args, "result": value, "isError": error}
     return invocation_digest(item.name, args, value, error).ref, invocation

@@ -75,7 +75,7 @@ def test_a_result_replaced_stays_replaced_and_the_policy_holds(
     before: set[tuple[int, int]] = set()
     batches = 0
     for end in turns(messages):
-        found = plan(messages[:end], 100, policy)
+        found = plan(messages[:end], policy)
         now = keys(found)
         assert before <= now, "a later turn put back a result an earlier one replaced"
         assert found.rewrote == (now != before)
@@ -119,7 +119,7 @@ def test_a_batch_that_would_not_pay_for_itself_is_not_made() -> None:
     first: dict[float, int | None] = {policy.rewrite_weight: None for policy in (free, weighed)}
     for end in turns(messages):
         for policy in (free, weighed):
-            if first[policy.rewrite_weight] is None and plan(messages[:end], 0, policy).cleared:
+            if first[policy.rewrite_weight] is None and plan(messages[:end], policy).cleared:
                 first[policy.rewrite_weight] = end
     assert first[0.0] is not None
     assert first[11.5] is not None
@@ -129,9 +129,9 @@ def test_a_batch_that_would_not_pay_for_itself_is_not_made() -> None:
 def test_nothing_is_replaced_below_the_trigger_and_all_due_at_once_above() -> None:
     messages = reads(6, 200, 8_000)
     policy = Policy(mode="on", trigger_tokens=100_000, keep=2, rewrite_weight=0.0)
-    assert plan(messages, 0, policy).cleared == ()
+    assert plan(messages, policy).cleared == ()
     # 12,385 tokens in all; 10,325 at the turn before: only this one passes 11,000
-    found = plan(messages, 0, replace(policy, trigger_tokens=11_000, clear_at_least=1))
+    found = plan(messages, replace(policy, trigger_tokens=11_000, clear_at_least=1))
     assert [c.message for c in found.cleared] == [2, 4, 6, 8]  # all but the last 2, at once
     assert found.batches == 1
     assert found.rewrote

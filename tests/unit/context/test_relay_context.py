@@ -42,6 +42,7 @@ def test_both_flags_at_once_are_refused() -> None:
         ("saved=12", None),
         ("cleared=x; saved=1", None),
         ("cleared=1; saved=" + "9" * 40, None),  # no number of any length is read
+        ("cleared=1; saved=\u00b2", None),  # a digit only to str.isdigit
     ],
 )
 def test_the_gateway_s_header_is_read_or_ignored(value: str | None, found: Context | None) -> None:

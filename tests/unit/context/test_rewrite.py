@@ -108,7 +108,6 @@ def test_facts_from_the_turn_before_are_the_facts_from_scratch(
         assert remembered is not None
         assert fresh is not None
         assert summary(remembered) == summary(fresh)
-        assert remembered.envelope == fresh.envelope
 
 
 def summary(found: Facts) -> list[tuple[Any, ...]]:
@@ -241,3 +240,25 @@ def test_a_request_is_left_to_the_client_when_it_clears_its_own_tool_results(
     found = facts_of(json.dumps(body).encode(), "t", "anthropic", "messages")
     assert found is not None
     assert clears_tool_results(found) is left
+
+
+def test_only_the_body_s_own_context_management_counts() -> None:
+    """A tool whose schema has a `context_management` property, after the messages or
+    before them, does not make the client one that manages its own context."""
+    schema = {"type": "object", "properties": {"context_management": {"type": "string"}}}
+    tools = [{"name": "t", "input_schema": schema}]
+    messages = [{"role": "user", "content": "hi"}]
+    for body in (
+        {"tools": tools, "messages": messages},
+        {"messages": messages, "tools": tools, "x": {"context_management": {"edits": "all"}}},
+    ):
+        facts_module.forget()
+        found = facts_of(json.dumps(body, indent=1).encode(), "t", "anthropic", "messages")
+        assert found is not None
+        assert not clears_tool_results(found)
+    clearing = {"edits": [{"type": "clear_tool_uses_20250919"}]}
+    after = {"messages": messages, "tools": tools, "context_management": clearing}
+    facts_module.forget()
+    found = facts_of(json.dumps(after, indent=1).encode(), "t", "anthropic", "messages")
+    assert found is not None
+    assert clears_tool_results(found)

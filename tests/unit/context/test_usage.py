@@ -112,3 +112,13 @@ def test_what_passes_the_limit_is_not_read() -> None:
         pieces.feed((b"data: " + big)[at : at + 30])
     pieces.feed(b"\n\n" + events({"usage": {"prompt_tokens": 9}}))
     assert pieces.usage == Usage(9)
+
+
+def test_a_compressed_answer_is_not_read_and_a_last_line_without_its_end_is() -> None:
+    body = json.dumps({"usage": {"prompt_tokens": 5}}).encode()
+    compressed = UsageReader("application/json", encoded=True)
+    compressed.feed(body)
+    assert compressed.usage is None
+    stream = UsageReader("text/event-stream")
+    stream.feed(b"data: " + body)  # the stream ended with no line end
+    assert stream.usage == Usage(5)

@@ -1,0 +1,122 @@
+"""The gateway's context editing step never fails a request: a body it cannot read, or
+whose summaries cannot be had (the store down), passes as it came; a body that goes on from
+a remembered one is read as from scratch, invalid or odd tails included."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from toolref.asgi.workers import Workers
+from toolref.wire.endpoints import Endpoint
+from toolref.wire.errors import StoreUnavailableError
+from toolref_server.context import facts as facts_module
+from toolref_server.context.facts import facts_of
+from toolref_server.gateway.context_edits import edit_context
+from toolref_server.metrics import Metrics
+from toolref_server.settings.context import Policy
+
+CHAT = Endpoint("openai-chat", "messages")
+POLICY = Policy(mode="on", trigger_tokens=0, keep=1, clear_at_least=1, rewrite_weight=0.0)
+
+
+def conversation(turns: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for t in range(turns):
+        call = {"id": f"c{t}", "type": "function", "function": {"name": "r", "arguments": "{}"}}
+        messages += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{t}", "content": "x" * 3000},
+        ]
+    return messages
+
+
+class Down:
+    """The summary cache with its store down (a fault injected: every read raises)."""
+
+    async def many(self, *args: Any) -> Sequence[Any]:
+        raise StoreUnavailableError("the store is down")
+
+
+async def edited(body: bytes, summaries: Any) -> tuple[bytes, Any]:
+    return await edit_context(
+        body,
+        tenant="t",
+        upstream="up",
+        llm=CHAT,
+        policy=POLICY,
+        summaries=summaries,
+        workers=Workers(None, None),
+        metrics=Metrics(),
+    )
+
+
+async def test_summaries_that_cannot_be_had_leave_the_body_as_it_came() -> None:
+    facts_module.forget()
+    body = json.dumps({"model": "m", "messages": conversation(4)}).encode()
+    out, outcome = await edited(body, Down())
+    assert out == body
+    assert outcome is None
+
+
+async def test_a_message_nested_deeper_than_a_parse_goes_passes_as_it_came() -> None:
+    facts_module.forget()
+    deep = "[" * 100_000 + "]" * 100_000
+    body = (
+        '{"model":"m","messages":[{"role":"user","content":"go"},'
+        '{"role":"tool","tool_call_id":"c","content":' + deep + "}]}"
+    ).encode()
+    out, outcome = await edited(body, Down())
+    assert out == body
+    assert outcome is None
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        ', "messages": [{"role": "user", "content": "again"}]}',  # a parser keeps the last list
+        ', "stream": tru}',  # not JSON
+        "} trailing",
+        ', "x": 1',  # never closed
+    ],
+)
+def test_a_body_going_on_from_a_remembered_one_is_read_as_from_scratch(tail: str) -> None:
+    """What follows the messages is checked on the remembered path as the scan from scratch
+    checks it: a second messages list, invalid JSON or extra data is not read."""
+    messages = conversation(2)
+    facts_module.forget()
+    first = json.dumps({"model": "m", "messages": messages[:3]})
+    assert facts_of(first.encode(), "t", "openai-chat", "messages") is not None
+    grown = json.dumps({"model": "m", "messages": messages})[:-1] + tail
+    remembered = facts_of(grown.encode(), "t", "openai-chat", "messages")
+    facts_module.forget()
+    fresh = facts_of(grown.encode(), "t", "openai-chat", "messages")
+    assert remembered is None
+    assert fresh is None
+
+
+def test_text_that_looks_like_an_observation_in_a_conversation_with_tools_is_a_person_s() -> None:
+    messages = [
+        *conversation(1),
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "Observation: the login broke after that " + "y" * 900},
+    ]
+    facts_module.forget()
+    found = facts_of(json.dumps({"messages": messages}).encode(), "t", "openai-chat", "messages")
+    assert found is not None
+    assert not found.messages[-1].results
+    assert len(found.messages[2].results) == 1  # the tool's own result
+
+
+def test_a_body_after_one_with_two_messages_lists_is_read_for_itself() -> None:
+    """The scan resumed from a body that had a second messages list counts the lists of
+    the body it reads, not those of the one before."""
+    messages = conversation(2)
+    facts_module.forget()
+    two = json.dumps({"model": "m", "messages": messages})[:-1] + ', "messages": []}'
+    assert facts_of(two.encode(), "t", "openai-chat", "messages") is None
+    one = json.dumps({"model": "m", "messages": [*messages, {"role": "user", "content": "n"}]})
+    assert facts_of(one.encode(), "t", "openai-chat", "messages") is not None
