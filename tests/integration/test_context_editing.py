@@ -292,3 +292,26 @@ async def test_the_relay_asks_for_it_for_its_agent_and_tells_the_tokens_saved(
             body = refusing.body()
             await post(client, stack, body)
             assert stack.provider.seen[-1][2] == body
+
+
+async def test_a_body_too_large_to_edit_passes_as_it_came(redis: Redis) -> None:
+    """Past TOOLREF_MAX_BODY_BYTES a request sent as it is was streamed on whole before
+    context editing; with it on, it still is (not edited, never refused for its size)."""
+    upstream = Upstream()
+    async with serve_all(upstream.app()) as [upstream_url]:
+        settings = Settings(
+            redis_url="unused", upstreams=f"up={upstream_url}", max_body_bytes=16_384, **POLICY
+        )
+        async with serve_all(create_app(settings, redis=redis)) as [url]:
+            body = body_of("openai-chat", conversation("openai-chat", 12))
+            assert len(body) > 16_384
+
+            async def pieces() -> AsyncIterator[bytes]:  # streamed, as a large upload is
+                for at in range(0, len(body), 4096):
+                    yield body[at : at + 4096]
+
+            async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+                answer = await client.post("/llm/up/v1/chat/completions", content=pieces())
+    assert answer.status_code == 200, answer.text
+    assert upstream.bodies == [body]
+    assert "toolref-context" not in answer.headers

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolref.asgi.budget import Budget
 from toolref.asgi.hops import savings_value
-from toolref.asgi.scope import Disconnected, header, read_body, replay, with_body
+from toolref.asgi.scope import Disconnected, header, replay, with_body
 from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.handoff.switch import switched_text
 from toolref.receiving.hydrator import Hydrator
@@ -36,6 +36,7 @@ from toolref.receiving.middleware import hydrate_request, speaks_refs
 from toolref.wire.endpoints import CHANNEL, GATEWAY, Endpoint, endpoint
 from toolref.wire.errors import (
     BadRequestError,
+    OverloadedError,
     ToolrefError,
 )
 from toolref.wire.headers import (
@@ -265,9 +266,14 @@ class Gateway:
         switch = header(scope, SWITCHED_FROM_HEADER) is not None and count.whole
         if switch or context is not None:
             try:
-                body = await self._whole(receive)
+                held, receive = await self._readable(receive)
             except Disconnected:
                 return
+        if (switch or context is not None) and held is None:
+            context = None  # too large to edit, or no room: it passes as it came, streamed
+        elif switch or context is not None:
+            assert held is not None
+            body = held
             if switch:
                 at: int | None = scope[_SWITCH_KEY]
                 llm: Endpoint = scope[_ENDPOINT_KEY]
@@ -297,16 +303,30 @@ class Gateway:
 
         await self.forwarder(scope, receive, with_savings)
 
-    async def _whole(self, receive: Receive) -> bytes:
-        """The request's body whole, within TOOLREF_MAX_BODY_BYTES (a hydrated one is
-        already; a body sent as it is is read here, for context editing)."""
+    async def _readable(self, receive: Receive) -> tuple[bytes | None, Receive]:
+        """The request's body whole, to be rewritten (a hydrated one is already; one sent
+        as it is is read here, for context editing); or None and a `receive` that gives
+        what was read and then the rest, for a body past TOOLREF_MAX_BODY_BYTES or one the
+        bodies in flight leave no room for (TOOLREF_MAX_INFLATED_IN_FLIGHT): it passes as
+        it came, as it would without context editing."""
+        pieces: list[bytes] = []
+        size, limit = 0, self.settings.max_body_bytes
         with self.budget.account() as account:
-            return await read_body(
-                receive,
-                self.settings.max_body_bytes,
-                "send a smaller request, or raise TOOLREF_MAX_BODY_BYTES",
-                account,
-            )
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise Disconnected
+                piece = message.get("body", b"")
+                pieces.append(piece)
+                if not message.get("more_body", False):
+                    return b"".join(pieces), receive
+                size += len(piece)
+                if size > limit:
+                    return None, _replaying(pieces, receive)
+                try:
+                    account.charge(len(piece))
+                except OverloadedError:
+                    return None, _replaying(pieces, receive)
 
     def _services(self) -> Services:
         services: Services | None = getattr(getattr(self._service, "state", None), "services", None)
@@ -369,6 +389,19 @@ def switch_body(body: bytes, llm: Endpoint, at: int | None) -> bytes:
         return body
     rewritten = switched_text(text, llm.format, llm.messages_key, at)
     return body if rewritten is None else rewritten.encode()
+
+
+def _replaying(pieces: list[bytes], receive: Receive) -> Receive:
+    """The request's `pieces` read so far, then the rest from `receive`."""
+    held = iter(pieces)
+
+    async def replayed() -> Message:
+        piece = next(held, None)
+        if piece is None:
+            return await receive()
+        return {"type": "http.request", "body": piece, "more_body": True}
+
+    return replayed
 
 
 def _length(scope: Scope) -> int:
