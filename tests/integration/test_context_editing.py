@@ -29,6 +29,7 @@ from starlette.routing import Route
 from tests.support.servers import serve_all
 from tests.unit.edits.agents import Agent
 from toolref_server.app import create_app
+from toolref_server.context import facts as facts_module
 from toolref_server.settings import Settings
 
 from .test_relay_edits import post, relayed
@@ -315,3 +316,25 @@ async def test_a_body_too_large_to_edit_passes_as_it_came(redis: Redis) -> None:
     assert answer.status_code == 200, answer.text
     assert upstream.bodies == [body]
     assert "toolref-context" not in answer.headers
+
+
+async def test_every_replica_sends_a_result_s_first_stand_in(redis: Redis) -> None:
+    """Two replicas on one store whose summaries of the same result differ (here their tool
+    kinds: as an LLM's would, or a fallback's): the second, with nothing of the first in
+    its memory, sends the stand-in the first made, byte for byte (pinned in the store)."""
+    upstream = Upstream()
+    body = body_of("openai-chat", conversation("openai-chat", 12))
+    async with serve_all(upstream.app()) as [upstream_url]:
+        common = {"redis_url": "unused", "upstreams": f"up={upstream_url}", **POLICY}
+        first = create_app(Settings(**common), redis=redis)
+        second = create_app(Settings(**common, tool_kinds="read=shell"), redis=redis)
+        async with (
+            serve_all(first, second) as [one, two],
+            httpx.AsyncClient(timeout=30) as client,
+        ):
+            facts_module.forget()
+            await client.post(one + "/llm/up/v1/chat/completions", content=body)
+            facts_module.forget()  # the second replica remembers nothing of the first
+            await client.post(two + "/llm/up/v1/chat/completions", content=body)
+    assert b"[toolref:" in upstream.bodies[0]
+    assert upstream.bodies[1] == upstream.bodies[0]

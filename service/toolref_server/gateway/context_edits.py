@@ -42,6 +42,7 @@ from toolref_server.settings.context import Policy
 from toolref_server.usage import Counts
 
 log = logging.getLogger(__name__)
+_PINNED: Final = "stand-in:"  # the summarizer id of a pinned stand-in: this, then the policy's
 _CONTEXT: Final = CONTEXT_HEADER.lower().encode()
 
 
@@ -217,9 +218,13 @@ async def _stand_ins(
     summaries: SummaryCache,
     workers: Workers,
 ) -> None:
-    """What stands in for each result of `cleared` that has none yet: its summary (one
-    batched read of the summary cache, then the misses computed once), kept on its
-    `Result`. A result whose invocation cannot be read is left as it is."""
+    """What stands in for each result of `cleared` that has none yet, kept on its `Result`.
+    Each result's stand-in is pinned in the store the first time any replica makes one
+    (`SummaryStore.pin`: first writer wins), so every replica, and this one after its memo
+    is gone, sends the same bytes for it, even where a summary was the extractive fallback
+    of a model that failed. One read of the pinned ones, then the summaries of the rest
+    (the summary cache: one per result, ever), then one write. A result whose invocation
+    cannot be read is left as it is."""
     sid = _sid(policy)
     wanted = [c for c in cleared if sid not in found.messages[c.message].results[c.result].stand_in]
     if not wanted:
@@ -227,18 +232,35 @@ async def _stand_ins(
     # each message parsed once; off the loop when the messages are large
     size = sum(len(found.messages[c.message].text) for c in wanted)
     invocations = await workers.run(size, _invocations, found, wanted)
-    items = [(ref, inv) for ref, inv in invocations.values()]
-    if not items:
+    if not invocations:
         return
+    store = summaries.store
+    slots = {
+        item: store.invocation(tenant, ref, _PINNED + sid) for item, (ref, _) in invocations.items()
+    }
+    pinned = await store.read(tenant, list(slots.values()))
+    missing = []
+    for item, text in zip(slots, pinned, strict=True):
+        if text is None:
+            missing.append(item)
+        else:
+            found.messages[item.message].results[item.result].stand_in[sid] = text
+    if not missing:
+        return
+    items = [invocations[item] for item in missing]
     made = await summaries.many(tenant, items, policy.summarizer, policy.summary_chars)
-    for (item, (_, invocation)), summary in zip(invocations.items(), made, strict=True):
+    texts = []
+    for item, summary in zip(missing, made, strict=True):
         result = found.messages[item.message].results[item.result]
-        args = invocation["args"]
+        args = invocations[item][1]["args"]
         shown = args if isinstance(args, str) else as_json(args)
         text = stand_in(item.name, shown, result.size, summary.text)
         # a result returned as text stays text; a format's own takes the format's form
         value = text if result.text is not None else _text_result(found.format, text)
-        result.stand_in[sid] = as_json(value)
+        texts.append(as_json(value))
+    kept = await store.pin(tenant, [slots[item] for item in missing], texts)
+    for item, text in zip(missing, kept, strict=True):
+        found.messages[item.message].results[item.result].stand_in[sid] = text
 
 
 def _text_result(format_name: str, text: str) -> Any:

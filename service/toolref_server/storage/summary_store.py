@@ -113,6 +113,27 @@ class SummaryStore:
             raise
         return True
 
+    async def pin(self, tenant: str, slots: Sequence[Slot], texts: Sequence[str]) -> list[str]:
+        """Keep each text in its slot unless one is there already (first writer wins, as a
+        lock would have it), counted for `tenant`'s quota; the text each slot holds after:
+        ours, or the one there. Over the quota: ours, not kept. Two round trips at most
+        (the writes, then a read of the slots another wrote first)."""
+        puts = [
+            Put(s.key, t.encode(), self.store.ttl, keep=True)
+            for s, t in zip(slots, texts, strict=True)
+        ]
+        try:
+            written = await self.store.put(tenant, "summary", puts)
+        except QuotaExceededError:
+            return list(texts)
+        lost = [i for i, done in enumerate(written) if not done]
+        held = await self.read(tenant, [slots[i] for i in lost]) if lost else []
+        found = list(texts)
+        for i, text in zip(lost, held, strict=True):
+            if text is not None:
+                found[i] = text
+        return found
+
     # --- the mutex ----------------------------------------------------------------------------
 
     async def acquire(self, slot: Slot) -> bool:

@@ -34,8 +34,20 @@ def conversation(turns: int) -> list[dict[str, Any]]:
     return messages
 
 
+class DownStore:
+    """The summary store with its engine down (a fault injected: every read raises)."""
+
+    def invocation(self, tenant: str, ref: str, summarizer: str) -> tuple[str, str, str]:
+        return (tenant, ref, summarizer)
+
+    async def read(self, *args: Any) -> Sequence[Any]:
+        raise StoreUnavailableError("the store is down")
+
+
 class Down:
-    """The summary cache with its store down (a fault injected: every read raises)."""
+    """The summary cache with its store down."""
+
+    store = DownStore()
 
     async def many(self, *args: Any) -> Sequence[Any]:
         raise StoreUnavailableError("the store is down")
