@@ -36,7 +36,7 @@ class Policy:
     """When and what context editing replaces (docs/context-editing.md: each default, why).
 
     - `trigger_tokens`: a request is edited once the conversation's estimated input passes
-      this (tokens: characters / 4), counted after what earlier batches cleared;
+      this (tokens: its messages' bytes / 4), counted after what earlier batches cleared;
     - `keep`: the last `keep` tool results are never replaced;
     - `min_tokens`: a result shorter than this is never replaced;
     - `clear_at_least`: a batch frees at least this many tokens, or none is made: the
@@ -177,8 +177,8 @@ class ContextSettings(BaseModel):
     context_trigger_tokens: int = Field(
         default=10_000,
         ge=0,
-        description="Estimated input tokens (characters / 4) past which old tool results "
-        "are replaced by their summaries.",
+        description="Estimated tokens of a conversation's messages (bytes / 4) past which "
+        "old tool results are replaced by their summaries.",
     )
     context_keep: int = Field(default=5, ge=0, description="The last tool results never replaced.")
     context_min_tokens: int = Field(
