@@ -8,16 +8,17 @@ upstream in this process that records every body it gets. A second relay, withou
 flag, sends the same turns through the same gateway: the provider gets them as the agent
 wrote them (direct), and the gateway's CPU for them is the reference.
 
-Input tokens: characters / 4 of each body the provider got, summed over the conversation.
+Input tokens: bytes / 4 of each body the provider got, summed over the conversation.
 Cost: each turn's body priced as prompt caching prices it: the bytes it shares from its
 start with the body before it read from the cache (0.1), the rest written (1.25). A
-rewrite: a turn whose body does not go on from the one before (the provider's cache
-written again from the first result replaced). Gateway CPU: the service process's, per
-turn, median over the first and the last `WINDOW` turns, and its growth (last over first),
-with editing and without (the two relays' turns alternate: both see the machine as it ran
-then); beside them the growth of requests of constant cost sent after each turn
-(`CONTROLS`: other work shares these cores, and how fast they ran moves from minute to
-minute; 1.0: the machine ran as fast at the end as at the start).
+rewrite: a turn on which editing made the provider write more of the body to its cache
+than the agent's own turn did (`rewrites`: from the first result a batch replaced on).
+Gateway CPU: the service process's, per turn, median over the first and the last `WINDOW`
+turns, and its growth (last over first), with editing and without (the two relays' turns
+alternate: both see the machine as it ran then); beside them the growth of requests of
+constant cost sent after each turn (`CONTROLS`: other work shares these cores, and how
+fast they ran moves from minute to minute; 1.0: the machine ran as fast at the end as at
+the start).
 """
 
 from __future__ import annotations
