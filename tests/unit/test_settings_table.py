@@ -141,6 +141,7 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_CONTEXT_RESPECT_CLIENT": ("bool", True, ""),
         "TOOLREF_CONTEXT_PRICE_PER_MTOK": ("float", 3.0, "ge=0"),
         "TOOLREF_CONTEXT_REWRITE_WEIGHT": ("float", 11.5, "ge=0"),
+        "TOOLREF_CONTEXT_MAX_MESSAGES": ("int", 20000, "ge=1"),
         "TOOLREF_CONTEXT_POLICIES": ("str", "", ""),
     },
 }

@@ -35,8 +35,10 @@ from typing import Any, Final
 from toolref import formats
 from toolref.edits.scanner import ANSWER_ROLES, closest, messages_after, scan
 from toolref.formats import Site
+from toolref_server.settings.context import Policy
 
 MEMOS: Final = 16  # bodies whose facts are remembered
+MAX_MESSAGES: Final = Policy().max_messages  # TOOLREF_CONTEXT_MAX_MESSAGES' default
 MEMO_BYTES: Final = 64 << 20  # what they hold in all, about (`_weight`; a heavier body: none)
 _MEMOS: Final[deque[Facts]] = deque(maxlen=MEMOS)
 _LOCK: Final = threading.Lock()  # facts are made on the loop and in worker threads
@@ -112,9 +114,12 @@ class Facts:
     weight: int = 0  # what it holds in memory, about (`_weight`)
 
 
-def facts_of(body: bytes, tenant: str, format_name: str, key: str) -> Facts | None:
+def facts_of(
+    body: bytes, tenant: str, format_name: str, key: str, max_messages: int = MAX_MESSAGES
+) -> Facts | None:
     """The facts of `body` (a JSON object in UTF-8 whose `key` member lists messages of
-    `format_name`); None when it is not one. O(what follows the messages it shares with the
+    `format_name`, at most `max_messages` of them, counted before any is parsed); None
+    when it is not one. O(what follows the messages it shares with the
     closest remembered body, plus a comparison at C speed): only that is decoded, scanned
     (`toolref.edits.scanner.messages_after`) and parsed; the messages before are the
     memo's (the same objects). With no memo: the whole body, scanned once."""
@@ -131,10 +136,10 @@ def facts_of(body: bytes, tenant: str, format_name: str, key: str) -> Facts | No
     if memo is not None and kept:
         facts.messages = memo.messages[:kept]
         facts.replay = memo.replay
-        found = _after(facts, body, memo.messages[kept - 1].bend, fmt)
+        found = _after(facts, body, memo.messages[kept - 1].bend, fmt, max_messages)
     if found is None:
         facts.messages, facts.replay = [], None
-        if not _whole_body(facts, body, key, fmt):
+        if not _whole_body(facts, body, key, fmt, max_messages):
             return None
     facts.weight = _weight(facts)
     if facts.weight <= MEMO_BYTES:
@@ -147,7 +152,9 @@ def facts_of(body: bytes, tenant: str, format_name: str, key: str) -> Facts | No
     return facts
 
 
-def _after(facts: Facts, body: bytes, at: int, fmt: formats.Format) -> bool | None:
+def _after(
+    facts: Facts, body: bytes, at: int, fmt: formats.Format, max_messages: int
+) -> bool | None:
     """`facts` gone on from its messages (the memo's) with the messages that follow byte
     `at` of `body`; None when what follows is not the rest of a messages list."""
     try:
@@ -155,13 +162,15 @@ def _after(facts: Facts, body: bytes, at: int, fmt: formats.Format) -> bool | No
     except UnicodeDecodeError:
         return None
     found = messages_after(tail, 0, facts.key)
-    if found is None:
+    if found is None or len(facts.messages) + len(found) > max_messages:
         return None
     _append(facts, tail, at, found, fmt)
     return True
 
 
-def _whole_body(facts: Facts, body: bytes, key: str, fmt: formats.Format) -> bool:
+def _whole_body(
+    facts: Facts, body: bytes, key: str, fmt: formats.Format, max_messages: int
+) -> bool:
     """`facts` of the whole of `body`, scanned from its start; False when it is not a JSON
     object listing messages under `key`."""
     try:
@@ -170,6 +179,8 @@ def _whole_body(facts: Facts, body: bytes, key: str, fmt: formats.Format) -> boo
         return False
     found = scan(text, key, False)
     if found is None or not found.ends or found.lists != 1:  # two lists: a parser keeps one
+        return False
+    if len(found.ends) > max_messages:
         return False
     cuts, counts = found.cuts, found.counts
     listed = []

@@ -150,20 +150,11 @@ async def edit_context(
     read, the client manages its own context, or the summaries could not be had: context
     editing never fails a request). O(the body) at C speed plus O(its new messages) in
     Python."""
-    try:
-        found = await workers.run(len(body), _facts, body, tenant, llm)
-        managed = found is not None and policy.respect_client and clears_tool_results(found)
-    except (ValueError, RecursionError):  # a message nested deeper than a parse goes
-        found, managed = None, False
-    if found is None:
-        metrics.context_requests.labels("unread").inc()
+    read = await workers.run(len(body), _read, body, tenant, llm, policy)
+    if isinstance(read, str):
+        metrics.context_requests.labels(read).inc()
         return body, None
-    if managed:
-        metrics.context_requests.labels("client").inc()
-        return body, None
-    # O(the messages since the turn before, when it was seen; else of all of them)
-    chosen = plan(found.messages, policy, found.replay)
-    found.replay = chosen.checkpoint
+    found, chosen = read
     if not chosen.cleared:
         metrics.context_requests.labels("below").inc()
         tokens = len(body) // BYTES_PER_TOKEN
@@ -191,8 +182,24 @@ async def edit_context(
     return out, Outcome(chosen, tokens, saved)
 
 
-def _facts(body: bytes, tenant: str, llm: Endpoint) -> Facts | None:
-    return facts_module.facts_of(body, tenant, llm.format, llm.messages_key)
+def _read(body: bytes, tenant: str, llm: Endpoint, policy: Policy) -> tuple[Facts, Plan] | str:
+    """The body's facts and plan, in one piece of work (off the loop when large); or why it
+    passes as it came: "unread" (not a JSON object of the endpoint's format, or nested
+    deeper than a parse goes), "client" (it clears its own tool results)."""
+    try:
+        found = facts_module.facts_of(
+            body, tenant, llm.format, llm.messages_key, policy.max_messages
+        )
+        if found is not None and policy.respect_client and clears_tool_results(found):
+            return "client"
+    except (ValueError, RecursionError):
+        found = None
+    if found is None:
+        return "unread"
+    # O(the messages since the turn before, when it was seen; else of all of them)
+    chosen = plan(found.messages, policy, found.replay)
+    found.replay = chosen.checkpoint
+    return found, chosen
 
 
 def _rewritten(found: Facts, cleared: Sequence[Cleared], policy: Policy) -> bytes:

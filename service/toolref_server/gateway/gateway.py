@@ -266,24 +266,22 @@ class Gateway:
         switch = header(scope, SWITCHED_FROM_HEADER) is not None and count.whole
         if switch or context is not None:
             try:
-                held, receive = await self._readable(receive)
+                body, receive = await self._readable(receive)
             except Disconnected:
                 return
-        if (switch or context is not None) and held is None:
-            context = None  # too large to edit, or no room: it passes as it came, streamed
-        elif switch or context is not None:
-            assert held is not None
-            body = held
-            if switch:
-                at: int | None = scope[_SWITCH_KEY]
-                llm: Endpoint = scope[_ENDPOINT_KEY]
-                # A parse and a handoff: linear, off the loop when large.
-                body = await self._services().workers.run(len(body), switch_body, body, llm, at)
-            if context is not None:
-                body = await context(body)
-            scope = with_body(scope, len(body))
-            receive = replay(body, receive)
-            del body  # held by `receive` alone, until the forwarder sends it on
+            if body is None:  # too large to edit, or no room: it passes as it came, streamed
+                context = None  # (a switched body is whole already: never here)
+            else:
+                if switch:
+                    at: int | None = scope[_SWITCH_KEY]
+                    llm: Endpoint = scope[_ENDPOINT_KEY]
+                    # A parse and a handoff: linear, off the loop when large.
+                    body = await self._services().workers.run(len(body), switch_body, body, llm, at)
+                if context is not None:
+                    body = await context(body)
+                scope = with_body(scope, len(body))
+                receive = replay(body, receive)
+                del body  # held by `receive` alone, until the forwarder sends it on
         raw = _length(scope)
         wire = count.wire if count.whole else raw
         count.forwarded = True

@@ -49,7 +49,9 @@ class Policy:
       reading it, over what reading it costs ((1.25 - 0.1) / 0.1 = 11.5 at Anthropic's
       prices; OpenAI's and Gemini's, which charge no write premium, about 1 to 3; 0: every
       batch is made): a batch is made only when it pays for itself
-      (`toolref_server.context.plan`)."""
+      (`toolref_server.context.plan`);
+    - `max_messages`: a request of more messages passes as it came, unread (what its facts
+      hold in memory is a few hundred bytes a message)."""
 
     mode: str = "off"
     trigger_tokens: int = 10_000
@@ -62,6 +64,7 @@ class Policy:
     respect_client: bool = True
     price_per_mtok: float = 3.0
     rewrite_weight: float = 11.5
+    max_messages: int = 20_000
 
 
 _TYPES: Final[dict[str, type]] = {
@@ -76,6 +79,7 @@ _TYPES: Final[dict[str, type]] = {
     "respect_client": bool,
     "price_per_mtok": float,
     "rewrite_weight": float,
+    "max_messages": int,
 }
 assert set(_TYPES) == {f.name for f in fields(Policy)}
 
@@ -217,6 +221,12 @@ class ContextSettings(BaseModel):
         "it, over reading it (11.5 at Anthropic's prices); a batch is made only when it pays "
         "for itself; 0: always.",
     )
+    context_max_messages: int = Field(
+        default=20_000,
+        ge=1,
+        description="Messages a request holds at most to be edited; one of more passes as it "
+        "came (its facts would hold a few hundred bytes a message).",
+    )
     context_policies: str = Field(
         default="",
         description='Policies by upstream and tenant, JSON: {"upstreams": {name: {field: '
@@ -263,5 +273,6 @@ class ContextSettings(BaseModel):
             respect_client=self.context_respect_client,
             price_per_mtok=self.context_price_per_mtok,
             rewrite_weight=self.context_rewrite_weight,
+            max_messages=self.context_max_messages,
         )
         return parse_policies(self.context_policies, default)

@@ -132,3 +132,16 @@ def test_a_body_after_one_with_two_messages_lists_is_read_for_itself() -> None:
     assert facts_of(two.encode(), "t", "openai-chat", "messages") is None
     one = json.dumps({"model": "m", "messages": [*messages, {"role": "user", "content": "n"}]})
     assert facts_of(one.encode(), "t", "openai-chat", "messages") is not None
+
+
+def test_more_messages_than_the_bound_are_not_read_before_any_is_parsed() -> None:
+    """TOOLREF_CONTEXT_MAX_MESSAGES: a request of more messages passes as it came, on the
+    path from scratch and on the one from a remembered body alike."""
+    messages = conversation(5)  # 11 messages
+    facts_module.forget()
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    assert facts_of(body, "t", "openai-chat", "messages", max_messages=10) is None
+    assert facts_of(body, "t", "openai-chat", "messages", max_messages=11) is not None
+    grown = json.dumps({"model": "m", "messages": [*messages, *conversation(1)[1:]]}).encode()
+    assert facts_of(grown, "t", "openai-chat", "messages", max_messages=12) is None
+    assert facts_of(grown, "t", "openai-chat", "messages", max_messages=13) is not None
