@@ -170,7 +170,7 @@ def _turn(replay: _Replay, turn: int) -> None:
             replay.queued_freed += freed
     least = policy.clear_at_least * BYTES_PER_TOKEN
     over = replay.total - replay.freed > policy.trigger_tokens * BYTES_PER_TOKEN
-    if not over or replay.queued_freed < least:
+    if not over or not replay.queue or replay.queued_freed < least:
         return
     freed = replay.queued_freed  # a batch replaces every result due: the most per rewrite
     # The cache written again: from the batch's first result to the end, less what it frees.

@@ -147,10 +147,14 @@ async def edit_context(
 ) -> tuple[bytes, Outcome | None]:
     """`body` with its old tool results replaced as `policy` says, and what was done (None:
     the body passes as it is: not a JSON object of `llm`'s format, one too deep or odd to
-    read, the client manages its own context, or the summaries could not be had: context
-    editing never fails a request). O(the body) at C speed plus O(its new messages) in
-    Python."""
-    read = await workers.run(len(body), _read, body, tenant, llm, policy)
+    read, the client manages its own context, the summaries could not be had, or a fault
+    of this step, logged with its trace: context editing never fails a request).
+    O(the body) at C speed plus O(its new messages) in Python."""
+    try:
+        read = await workers.run(len(body), _read, body, tenant, llm, policy)
+    except Exception:  # a fault of this optional step: the request goes on as it came
+        log.exception("context editing failed on a request; it was sent as it came")
+        read = "failed"
     if isinstance(read, str):
         metrics.context_requests.labels(read).inc()
         return body, None
@@ -173,7 +177,12 @@ async def edit_context(
         log.warning("context editing skipped a request: its summaries failed (%s)", exc)
         metrics.context_requests.labels("unread").inc()
         return body, None
-    out = await workers.run(len(body), _rewritten, found, chosen.cleared, policy)
+    try:
+        out = await workers.run(len(body), _rewritten, found, chosen.cleared, policy)
+    except Exception:  # as above
+        log.exception("context editing failed on a request; it was sent as it came")
+        metrics.context_requests.labels("failed").inc()
+        return body, None
     tokens = len(out) // BYTES_PER_TOKEN
     saved = max(0, len(body) - len(out)) // BYTES_PER_TOKEN
     metrics.context_requests.labels("rewrote" if chosen.rewrote else "edited").inc()

@@ -145,3 +145,22 @@ def test_more_messages_than_the_bound_are_not_read_before_any_is_parsed() -> Non
     grown = json.dumps({"model": "m", "messages": [*messages, *conversation(1)[1:]]}).encode()
     assert facts_of(grown, "t", "openai-chat", "messages", max_messages=12) is None
     assert facts_of(grown, "t", "openai-chat", "messages", max_messages=13) is not None
+
+
+@pytest.mark.parametrize("where", ["plan", "rewritten"])
+async def test_a_fault_of_the_step_sends_the_request_as_it_came(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the plan or the rewrite (a fault injected) is logged, not the client's
+    failure: the body goes on as it came."""
+    from toolref_server.gateway import context_edits
+
+    def broken(*args: Any) -> Any:
+        raise IndexError("a fault injected")
+
+    monkeypatch.setattr(context_edits, where, broken)
+    facts_module.forget()
+    body = json.dumps({"model": "m", "messages": conversation(4)}).encode()
+    out, outcome = await edited(body, Down())
+    assert out == body
+    assert outcome is None
