@@ -22,6 +22,7 @@ from tests.support.chain import KEY, UPSTREAM, relay_chain
 from tests.support.fake_provider import FakeProvider, LongScript
 from tests.support.servers import serve
 
+from toolref.wire.endpoints import Endpoint
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.settings import Settings
@@ -29,6 +30,12 @@ from toolref_server.settings import Settings
 CALLS: Final = 40  # tool calls of each session
 LINES: Final = 1000  # lines each shell step prints after its marker (about 4 KB: a file read)
 SESSIONS: Final = ("claude", "codex")
+ENDPOINTS: Final = {  # the fake provider's API names, as the gateway reads them
+    "messages": Endpoint("anthropic", "messages"),
+    "chat": Endpoint("openai-chat", "messages"),
+    "responses": Endpoint("openai-responses", "input"),
+    "gemini": Endpoint("gemini", "contents"),
+}
 
 
 def _gateway(
@@ -62,9 +69,9 @@ async def _session(cli: Cli, editing: str, engine_url: str, scratch: Path) -> li
     return [record.body for record in fake.turns(cli.api)]
 
 
-async def sessions() -> dict[str, tuple[list[bytes], list[bytes]]]:
-    """Per CLI: the provider's bodies with editing on, and off; none where node or the CLIs
-    cannot run here (the bench says so)."""
+async def sessions() -> dict[str, tuple[list[bytes], list[bytes], Endpoint]]:
+    """Per CLI: the provider's bodies with editing on, and off, and the endpoint they
+    went to; none where node or the CLIs cannot run here (the bench says so)."""
     if missing_node() is not None:
         return {}
     found = {}
@@ -77,7 +84,7 @@ async def sessions() -> dict[str, tuple[list[bytes], list[bytes]]]:
                 agents.install(cli)
                 on = await _session(cli, "on", url, Path(scratch))
                 off = await _session(cli, "off", url, Path(scratch))
-                found[f"{name}, {CALLS} calls"] = (on, off)
+                found[f"{name}, {CALLS} calls"] = (on, off, ENDPOINTS[cli.api])
         finally:
             engine.stop()
     return found

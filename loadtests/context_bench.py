@@ -37,6 +37,7 @@ from typing import Any, Final
 
 from loadtests import context_agents, traces
 from loadtests.bandwidth import turns_of
+from loadtests.context_ceiling import ceiling, cost
 from loadtests.gateway_turns import renamed
 from loadtests.rawhttp import Connection, request
 from loadtests.report import Section, shown
@@ -47,7 +48,6 @@ from toolref.edits.scanner import shared as common_prefix
 COMMAND: Final = "python -m loadtests.context_bench"
 MIN_TURNS: Final = 100  # the traces judged: as many requests or more (issue 41)
 WINDOW: Final = 20  # turns: the first and last, for the gateway's CPU growth
-READ, WRITE = 0.1, 1.25  # what a cached and a written input token cost, per token
 MEDIAN_AT_MOST, EACH_AT_MOST, GROWTH_AT_MOST = 0.6, 0.9, 1.3
 PATHS: Final = {"anthropic": "/v1/messages", "openai-chat": "/v1/chat/completions"}
 HEADERS: Final = {"content-type": "application/json", "x-api-key": "sk-bench"}
@@ -100,16 +100,6 @@ class Replayed:
         first, last = statistics.median(self.cpu[:window]), statistics.median(self.cpu[-window:])
         pace = statistics.median(self.control[-window:]) / statistics.median(self.control[:window])
         return first, last, pace
-
-
-def cost(bodies: list[bytes]) -> float:
-    """The conversation's input priced as prompt caching prices it (see the docstring)."""
-    total, before = 0.0, b""
-    for body in bodies:
-        shared = common_prefix(before, body)
-        total += READ * shared + WRITE * (len(body) - shared)
-        before = body
-    return total / 4
 
 
 def rewrites(on: list[bytes], off: list[bytes]) -> int:
@@ -195,6 +185,7 @@ async def _run(found: list[Trace]) -> Section:
             growth = last / first
             growths.append(growth)
             off_first, off_last, _ = off.growth(window)
+            fmt = turns_of(trace)[0].name
             rows.append(
                 [
                     trace.name,
@@ -203,6 +194,7 @@ async def _run(found: list[Trace]) -> Section:
                     f"{tokens:.2f}",
                     f"{priced:.2f}",
                     str(rewrites(on.bodies, off.bodies)),
+                    *_most(off.bodies, fmt, "messages"),
                     f"{first * 1e3:.2f} / {last * 1e3:.2f}",
                     f"{growth:.2f}",
                     f"{off_first * 1e3:.2f} / {off_last * 1e3:.2f}",
@@ -212,7 +204,7 @@ async def _run(found: list[Trace]) -> Section:
             )
     server.close()
     sessions = await context_agents.sessions()
-    for name, (on_bodies, off_bodies) in sessions.items():
+    for name, (on_bodies, off_bodies, llm) in sessions.items():
         tokens = sum(map(len, on_bodies)) / sum(map(len, off_bodies))
         priced = cost(on_bodies) / cost(off_bodies)
         ratios.append((tokens, priced))
@@ -224,10 +216,20 @@ async def _run(found: list[Trace]) -> Section:
                 f"{tokens:.2f}",
                 f"{priced:.2f}",
                 str(rewrites(on_bodies, off_bodies)),
+                *_most(off_bodies, llm.format, llm.messages_key),
                 *["–"] * 5,
             ]
         )
     return _section(rows, ratios, growths, [t.name for t in judged], list(sessions))
+
+
+def _most(bodies: list[bytes], format_name: str, key: str) -> list[str]:
+    """The ceiling's cells (`context_ceiling`): the results' share of the last body, the
+    tokens and cost with every result replaced, over direct."""
+    most = ceiling(bodies, format_name, key)
+    if most is None:
+        return ["–"] * 3
+    return [f"{most.results_share:.2f}", f"{most.tokens:.2f}", f"{most.cost:.2f}"]
 
 
 def _section(
@@ -268,7 +270,10 @@ def _section(
         "relay and gateway, editing on and off; no CPU figures: the gateway runs in this "
         "process). `tokens`, `cost`: with editing over direct; `rewrites`: turns on which "
         "editing made the provider write its cache again "
-        "(never one per turn).",
+        "(never one per turn). `the most`: every tool result replaced by its stand-in from "
+        "the turn after it arrived (`loadtests/context_ceiling.py`, in process over the "
+        "direct bodies): no policy saves more by replacing results alone; the rest of the "
+        "conversation (the model's own messages above all) passes as the client wrote it.",
         [
             "trace",
             "turns",
@@ -276,6 +281,9 @@ def _section(
             "tokens",
             "cost",
             "rewrites",
+            "results' share of the last body",
+            "the most: tokens",
+            "the most: cost",
             "gateway CPU ms, first / last turns",
             "CPU growth",
             "no editing: CPU ms, first / last",
