@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from toolref import AsyncRegistryClient, ToolRefMiddleware
+from toolref.wire.endpoints import CHANNEL
 
 if not __package__:  # run as `python examples/llm_backend.py`: the fake provider is the
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # checkout's test support
@@ -53,11 +54,15 @@ def scripted_model(api: Api, body: dict[str, Any]) -> Reply:
 
 
 def create_backend(
-    registry: AsyncRegistryClient | None, delay: float = 0.01, record: bool = True
+    registry: AsyncRegistryClient | None,
+    delay: float = 0.01,
+    record: bool = True,
+    channel: bool = False,
 ) -> Starlette:
     """The backend app; `registry` None: without the middleware. `delay`: seconds between
     streamed events. `app.state.provider.requests`: every request the app was given (none
-    kept without `record`: a long run's memory stays flat)."""
+    kept without `record`: a long run's memory stays flat). `channel`: the middleware serves
+    clients' channels (at /v1/channel: the SDK's `AsyncTransport` sends its turns there)."""
     provider = FakeProvider(scripted_model, delay=delay, record=record)
 
     async def received(request: Request) -> JSONResponse:
@@ -66,7 +71,8 @@ def create_backend(
     app = Starlette(routes=[Route("/received", received, methods=["GET"]), Mount("", provider.app)])
     app.state.provider = provider
     if registry is not None:
-        app.add_middleware(ToolRefMiddleware, registry=registry)
+        path = CHANNEL if channel else None
+        app.add_middleware(ToolRefMiddleware, registry=registry, channel_path=path)
     return app
 
 
@@ -81,11 +87,14 @@ def main() -> None:
     parser.add_argument(
         "--no-record", action="store_true", help="keep no request bodies (GET /received is empty)"
     )
+    parser.add_argument(
+        "--channel", action="store_true", help="serve clients' channels (at /v1/channel)"
+    )
     args = parser.parse_args()
     import uvicorn
 
     registry = None if args.plain else AsyncRegistryClient(args.registry, api_key=args.api_key)
-    app = create_backend(registry, record=not args.no_record)
+    app = create_backend(registry, record=not args.no_record, channel=args.channel)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 

@@ -1,10 +1,11 @@
 """The chat-backend path of the edits bench: a client app's `ToolReferenceManager` sends
-each turn to a chat backend (`loadtests.chat_backend`, a process: an app behind
-`ToolRefMiddleware`, streaming the answer the conversation's next turn writes back, as the
-relay path's upstream does), which restores each edit through a registry (`toolref-server serve`,
-a process) on the bench's engine. A counting hop between client and backend counts every
-byte the client wrote (request line, headers, body), as the hop between relay and gateway
-does for the relay path.
+each turn, through `toolref.AsyncTransport` (as an official SDK's `http_client` does), to a
+chat backend (`loadtests.chat_backend`, a process: an app behind `ToolRefMiddleware`, which
+serves a channel, streaming the answer the conversation's next turn writes back, as the
+relay path's upstream does), which restores each edit through a registry
+(`toolref-server serve`, a process) on the bench's engine. A counting hop between client
+and backend counts every byte the client wrote (request line, headers, body; the channel's
+upgrade and frames), as the hop between relay and gateway does for the relay path.
 
 Per conversation, as for the relay path (`edits_bench.Measured`): the bytes; the CPU per
 turn of the backend and registry processes together, with the same control request after
@@ -30,7 +31,8 @@ from loadtests.edits_baseline import AGENT_HEADERS, PROVIDER_HOSTS, baseline, co
 from loadtests.measured import Measured, keys_of, usage_of
 from loadtests.patterns import Pattern, encode
 from loadtests.systems import AFTER, ROOT, UPSTREAM_NAME, Launcher, Proc, free_port
-from toolref import ToolReferenceManager
+from toolref import AsyncTransport, ToolReferenceManager
+from toolref.wire.encoding import JSON_TYPE, dumps_json
 
 if TYPE_CHECKING:
     from loadtests.edits_bench import Run
@@ -50,7 +52,8 @@ class BackendSystem:
     backend: Proc
     hop: CountingHop
     url: str  # the hop's
-    http: httpx.AsyncClient
+    http: httpx.AsyncClient  # plain: the bench's own requests
+    sdk: httpx.AsyncClient  # the client app's: `AsyncTransport`, its one manager
     manager: ToolReferenceManager  # the client app's one manager, as an app keeps one
 
     def cpu(self) -> float:
@@ -77,9 +80,11 @@ async def backend_system(launcher: Launcher, engine: str) -> AsyncIterator[Backe
     hop = CountingHop([backend.url])
     server = await asyncio.start_server(hop.handle, "127.0.0.1", 0, limit=1 << 20)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    async with httpx.AsyncClient(timeout=120) as http:
+    manager = ToolReferenceManager()
+    sdk = httpx.AsyncClient(timeout=120, transport=AsyncTransport(manager=manager))
+    async with httpx.AsyncClient(timeout=120) as http, sdk:
         try:
-            yield BackendSystem(registry, backend, hop, url, http, ToolReferenceManager())
+            yield BackendSystem(registry, backend, hop, url, http, sdk, manager)
         finally:
             server.close()
             await hop.close()
@@ -88,9 +93,9 @@ async def backend_system(launcher: Launcher, engine: str) -> AsyncIterator[Backe
 async def converse(run: Run, system: BackendSystem, pattern: Pattern, kind: str) -> Measured:
     """`pattern`'s turns sent by the system's manager through `system`."""
     before = await keys_of(run.redis)
-    manager = system.manager
     url = f"{system.url}/llm/{UPSTREAM_NAME}{pattern.path}"
     headers = {k: v for k, v in AGENT_HEADERS[pattern.fmt] if k not in _HOP}
+    headers.setdefault("content-type", JSON_TYPE)
     bodies, cpu, engine, control = [], [], [], []
     start = run.turn
     added_before = len(await system.added())
@@ -105,7 +110,7 @@ async def converse(run: Run, system: BackendSystem, pattern: Pattern, kind: str)
         system.hop.turn = run.turn
         run.turn += 1
         service, engine_cpu = system.cpu(), run.engine.cpu()
-        answer = await manager.apost(system.http, url, json=turn.body, headers=headers)
+        answer = await system.sdk.post(url, content=dumps_json(turn.body), headers=headers)
         cpu.append(system.cpu() - service)
         engine.append(run.engine.cpu() - engine_cpu)
         if answer.status_code != 200:

@@ -33,6 +33,9 @@ from typing import Any, Final
 
 from loadtests import scripted
 from toolref import AsyncRegistryClient, ToolRefMiddleware
+from toolref.receiving.channel_server import serve_channel
+from toolref.wire.endpoints import CHANNEL
+from toolref.wire.errors import ToolrefError
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -76,7 +79,8 @@ class Backend:
         self.clock = Clock()
         self.scripted: list[bytes] = []  # streamed answers to give, in turn
         client = AsyncRegistryClient(registry, timeout=120)
-        self.middleware = ToolRefMiddleware(self.app, client)
+        # serving a channel: the client's turns ride it (the SDK's `AsyncTransport`)
+        self.middleware = ToolRefMiddleware(self.app, client, channel_path=CHANNEL)
 
     async def app(self, scope: Scope, receive: Any, given: Any) -> None:
         start = time.perf_counter()
@@ -114,20 +118,39 @@ class Backend:
             await _answer(send, {"ok": True})
         elif path == "/stats":
             await _json(receive, send, {"added": self.clock.added})
+        elif scope["type"] == "websocket" and path == CHANNEL:
+            # the middleware's channel, each turn timed as one over HTTP is
+            await serve_channel(scope, receive, send, self.timed, refuse=_busy)
         elif path.startswith("/llm/"):
-            self.clock.inner = 0.0
-            start = time.perf_counter()
-            ended = [start]
-
-            async def timed(message: Message) -> None:
-                await send(message)
-                if message["type"] == "http.response.body" and not message.get("more_body"):
-                    ended[0] = time.perf_counter()  # the client has the whole answer
-
-            await self.middleware(scope, receive, timed)
-            self.clock.added.append(ended[0] - start - self.clock.inner)
+            await self.timed(scope, receive, send)
         else:  # /bare/..., /control: no toolref
             await _json(receive, send, {"ok": True})
+
+    async def timed(self, scope: Scope, receive: Any, send: Any) -> None:
+        """A request through the middleware, its added time kept (`Clock.added`)."""
+        self.clock.inner = 0.0
+        start = time.perf_counter()
+        ended = [start]
+
+        async def timed(message: Message) -> None:
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                ended[0] = time.perf_counter()  # the client has the whole answer
+
+        await self.middleware(scope, receive, timed)
+        self.clock.added.append(ended[0] - start - self.clock.inner)
+
+
+def _busy(error: ToolrefError) -> Any:
+    """A channel's turn past its limit: 503, the problem's detail."""
+
+    async def busy(scope: Scope, receive: Any, send: Any) -> None:
+        content = json.dumps(error.to_problem()).encode()
+        headers = [(b"content-type", b"application/problem+json")]
+        await send({"type": "http.response.start", "status": error.status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    return busy
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,7 +38,8 @@ class Sent:
             if before is not None:
                 await before(request)
 
-        transport = AsyncTransport(wire, manager=ToolReferenceManager())
+        # over HTTP, every request on `wire` (the tests count them)
+        transport = AsyncTransport(wire, manager=ToolReferenceManager(), channel=False)
         return httpx2.AsyncClient(transport=transport, event_hooks={"request": [record]})
 
 

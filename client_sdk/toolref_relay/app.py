@@ -41,6 +41,7 @@ from toolref.asgi.budget import Account
 from toolref.asgi.scope import Disconnected, Receive, Scope, Send, read_body, while_connected
 from toolref.asgi.workers import Workers
 from toolref.kit import allocator, collector
+from toolref.sending.channel_transport import ChannelTransport
 from toolref.sending.editor import Editor
 from toolref.wire import redaction
 from toolref.wire.endpoints import endpoint
@@ -55,7 +56,6 @@ from . import control, guard
 from .as_edit import as_edit
 from .bodies import TOO_LARGE, inflated, readable
 from .calls import UNREACHABLE, Call, Meter, encoding_of, failed, log_call
-from .channel import ChannelTransport
 from .clients import Client, Clients
 from .config import RelayConfig
 from .headers import (
@@ -120,12 +120,14 @@ class Relay:
         self.report = report
         pool = transport if transport is not None else httpx.AsyncHTTPTransport()
         if transport is None and config.channel:  # a given transport is the caller's: kept
+            llm_routes = config.gateway.rstrip("/") + "/llm/"  # the turns: to its LLM routes
             pool = ChannelTransport(
                 pool,
                 config.gateway,
                 config.key,
                 connect_timeout=config.connect_timeout,
                 report=report,
+                rides=lambda request: str(request.url).startswith(llm_routes),
             )
         self.link = GatewayLink(config, pool, report)
         # the link's parts, by their names (one object each)

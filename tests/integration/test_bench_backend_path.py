@@ -1,7 +1,8 @@
 """The chat-backend path of the edits bench runs as `make bench` runs it: a client app's
-manager, a chat backend process behind `ToolRefMiddleware`, a registry process, a real
-engine; every turn after the manager has learnt that the backend reads edits is an edit,
-with no request beyond one per turn, and the middleware's added time is counted per turn."""
+manager on `toolref.AsyncTransport`, a chat backend process behind `ToolRefMiddleware`
+serving a channel, a registry process, a real engine; every turn after the manager has
+learnt that the backend reads edits is an edit on the channel, with no request beyond one
+per turn but the channel's upgrade, and the middleware's added time is counted per turn."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from loadtests.systems import Launcher
 from redis.asyncio import Redis
 
 from toolref.edits.wire import MEDIA_TYPE
+from toolref.wire.endpoints import CHANNEL
 from toolref_server.embedded import EmbeddedEngine
 
 from ..conftest import need
@@ -49,11 +51,21 @@ async def _measure(folder: Path) -> list[Measured]:
 def test_a_client_app_sends_edits_to_a_chat_backend_one_request_a_turn(tmp_path: Path) -> None:
     first, second = asyncio.run(_measure(tmp_path))
     # a new manager: its first request goes as it is (offering edits), every later one an edit
-    assert [s.media == MEDIA_TYPE for s in first.sent] == [False] + [True] * 7
+    # over HTTP, told of the backend's channel; then the channel opened (its upgrade, once)
+    # and every later turn an edit on it
+    assert [(s.method, s.media == MEDIA_TYPE) for s in first.sent] == [
+        ("POST", False),
+        ("GET", False),
+        *[("POST", True)] * 7,
+    ]
+    assert first.sent[1].target == CHANNEL
+    assert first.sent[1].status == 101
+    assert first.extra == 1  # the upgrade
     assert second.path == "edits"  # the manager has learnt it: every turn an edit
+    assert second.extra == 0  # on the same channel
+    assert all(s.target.startswith("/llm/") for s in second.sent)
     for measured in (first, second):
-        assert measured.turns == len(measured.sent) == len(measured.added) == 8
-        assert measured.extra == 0
+        assert measured.turns == len(measured.added) == 8
         assert measured.problems == {}
         assert all(0 < seconds < 5 for seconds in measured.added)
         assert measured.redis > 0

@@ -133,7 +133,7 @@ async def test_a_gateway_that_refuses_the_channel_gets_every_turn_over_http(redi
     assert provider.seen == bodies
     assert seen.sockets == 1  # tried once, then HTTP for `retry_seconds`
     assert len(seen.http) == 5
-    assert any("no channel to the gateway" in line for line in lines)
+    assert any("no channel to " in line and "over HTTP" in line for line in lines)
 
 
 async def test_a_request_the_relay_streams_on_goes_over_http_beside_the_channel(

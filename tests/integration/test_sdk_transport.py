@@ -84,7 +84,12 @@ def _sync_client(run: Run) -> httpx2.Client:
 Hook = Callable[[httpx2.Request], Awaitable[None]]
 
 
-def _async_client(run: Run, before: Hook | None = None) -> httpx2.AsyncClient:
+def _async_client(
+    run: Run, before: Hook | None = None, channel: bool = False
+) -> httpx2.AsyncClient:
+    """An async client whose transport sends over `run.wire` (every request it sends over
+    HTTP, recorded); `channel`: edits ride a channel where the receiver tells of one
+    (tests/integration/test_sdk_channel.py), else all go over HTTP, to be looked at."""
     wire = AsyncWire()
     run.wire = wire.sent
 
@@ -94,7 +99,8 @@ def _async_client(run: Run, before: Hook | None = None) -> httpx2.AsyncClient:
             await before(request)
 
     return httpx2.AsyncClient(
-        transport=AsyncTransport(wire, manager=run.manager), event_hooks={"request": [record]}
+        transport=AsyncTransport(wire, manager=run.manager, channel=channel),
+        event_hooks={"request": [record]},
     )
 
 
@@ -114,14 +120,18 @@ async def openai_sync(url: str, run: Run, tasks: tuple[str, ...] = TASKS) -> Run
 
 
 async def openai_async(
-    url: str, run: Run, tasks: tuple[str, ...] = TASKS, before: Hook | None = None
+    url: str,
+    run: Run,
+    tasks: tuple[str, ...] = TASKS,
+    before: Hook | None = None,
+    channel: bool = False,
 ) -> Run:
     async with openai.AsyncOpenAI(
         base_url=url + "/v1",
         api_key="k",
         max_retries=0,
         timeout=TIMEOUT,
-        http_client=_async_client(run, before),
+        http_client=_async_client(run, before, channel),
     ) as client:
         run.messages = list(await openai_client.aconverse(client, tasks))
     return run
@@ -139,14 +149,18 @@ async def anthropic_sync(url: str, run: Run, tasks: tuple[str, ...] = TASKS) -> 
 
 
 async def anthropic_async(
-    url: str, run: Run, tasks: tuple[str, ...] = TASKS, before: Hook | None = None
+    url: str,
+    run: Run,
+    tasks: tuple[str, ...] = TASKS,
+    before: Hook | None = None,
+    channel: bool = False,
 ) -> Run:
     async with anthropic.AsyncAnthropic(
         base_url=url,
         api_key="k",
         max_retries=0,
         timeout=TIMEOUT,
-        http_client=_async_client(run, before),
+        http_client=_async_client(run, before, channel),
     ) as client:
         run.messages = list(await anthropic_client.aconverse(client, tasks))
     return run

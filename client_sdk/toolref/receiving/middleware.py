@@ -14,6 +14,11 @@ JSON answer, or a `Toolref-References` header on anything else, event streams in
 unknown ref is answered with 409 and `missingRefs`, and the client resends those payloads
 in full. The history-ref protocol of 0.2 is refused (400 `history-refs-retired`).
 
+A client whose turns ride a channel (the SDK's `AsyncTransport`: one WebSocket at
+`channel_path`, when set, `toolref.receiving.channel_server`) has each turn served here
+as the HTTP request it stands for, its answer streamed back on the channel: the app sees
+the same request as over HTTP (headers the channel sent once included).
+
 Streaming stays streaming: after the body, the app's `receive` is the real one (it waits for
 the client to disconnect), and an answer is held back only to add `toolReferences` to a
 JSON body that arrives in one piece.
@@ -49,6 +54,7 @@ from toolref.asgi.scope import (
     replay,
     with_body,
 )
+from toolref.receiving.channel_server import serve_channel
 from toolref.receiving.held import HeldRequests
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
 from toolref.receiving.middleware_options import check_middleware_options
@@ -94,6 +100,13 @@ class ToolRefMiddleware:
         past it is answered 503 `overloaded` with `Retry-After`, before it costs more. The
         app may close the account in `scope[toolref.asgi.budget.SCOPE_KEY]` once it has sent
         the body on and holds it no more (the gateway does).
+    held_bytes: the restored requests held as the next edits' bases (0: none).
+    channel_path: where a client's channel is served (`toolref.wire.endpoints.CHANNEL`,
+        /v1/channel, where the SDK's `AsyncTransport` asks for it): a WebSocket there carries
+        its turns, each served here as an HTTP request. None (the default): no channel,
+        turns come over HTTP. Serve one only where this middleware is the outermost that
+        checks requests: one wrapped around it sees the upgrade (with the client's
+        credentials) but not the turns.
     """
 
     def __init__(
@@ -110,6 +123,7 @@ class ToolRefMiddleware:
         offload_bytes: int | None = None,
         budget: Budget | None = None,
         held_bytes: int = 64 * 2**20,
+        channel_path: str | None = None,
     ) -> None:
         check_middleware_options(
             registry=registry,
@@ -118,8 +132,10 @@ class ToolRefMiddleware:
             paths=paths,
             max_body_bytes=max_body_bytes,
             held_bytes=held_bytes,
+            channel_path=channel_path,
         )
         self.app = app
+        self.channel_path = channel_path
         self.registry = registry
         self.paths = paths
         self.max_body_bytes = max_body_bytes
@@ -147,11 +163,14 @@ class ToolRefMiddleware:
         if scope["type"] == "lifespan":
             await self.app(scope, self._on_startup(receive), send)
             return
+        if scope["type"] == "websocket" and scope.get("path") == self.channel_path:
+            await serve_channel(scope, receive, send, self, refuse=_refusal)  # turns: back here
+            return
         if not self._handles(scope):
             await self.app(scope, receive, send)
             return
         if offers_edits(scope):
-            scope, send = told_edits(scope, send)
+            scope, send = told_edits(scope, send, self.channel_path)
         if is_edit(scope):
             with self.budget.account() as account:
                 await restore_edit(
@@ -356,6 +375,15 @@ def _add_references(body: bytes, references: dict[str, str]) -> bytes:
     inner = stripped[:-1].rstrip()
     joiner = b"" if inner.endswith(b"{") else b","
     return inner + joiner + member + b"}"
+
+
+def _refusal(error: ToolrefError) -> ASGIApp:
+    """The answer to a channel's turn refused before it is served (too many at once)."""
+
+    async def refused(scope: Scope, receive: Receive, send: Send) -> None:
+        await _edit_problem(send, error)
+
+    return refused
 
 
 async def _edit_problem(send: Send, error: ToolrefError) -> None:

@@ -18,6 +18,7 @@ def check_middleware_options(
     paths: object,
     max_body_bytes: object,
     held_bytes: object = 0,
+    channel_path: object = None,
 ) -> None:
     """`ToolRefMiddleware`'s options, checked when the app is built, not per request."""
     if isinstance(registry, RegistryClient):
@@ -61,3 +62,10 @@ def check_middleware_options(
         0,
         "it bounds the requests held as the next edits' bases (0: none)",
     )
+    if channel_path is not None and (
+        not isinstance(channel_path, str) or not channel_path.startswith("/")
+    ):
+        raise TypeError(
+            f"channel_path is the path of the channel's WebSocket (a str starting with /, "
+            f"default /v1/channel) or None for no channel, not {channel_path!r}"
+        )

@@ -49,6 +49,7 @@ from toolref.wire.errors import (
     UnsupportedMediaTypeError,
 )
 from toolref.wire.headers import (
+    CHANNEL_HEADER,
     EDITS_HEADER,
     HISTORY_HEADER,
     SAVINGS_HEADER,
@@ -206,16 +207,19 @@ def offers_edits(scope: Scope) -> bool:
     return header(scope, EDITS_HEADER) is not None
 
 
-def told_edits(scope: Scope, send: Send) -> tuple[Scope, Send]:
+def told_edits(scope: Scope, send: Send, channel: str | None = None) -> tuple[Scope, Send]:
     """A request offering edits as the app sees it (the offer is toolref's, not the app's),
-    and `send` adding `Toolref-Edits` to its answer's head."""
+    and `send` adding `Toolref-Edits` to its answer's head, and `Toolref-Channel` when a
+    channel is served (at the path `channel`)."""
     name = asgi_name(EDITS_HEADER)
     kept = [(k, v) for k, v in scope["headers"] if k.lower() != name]
-    told = (name, EDITS_VALUE.encode())
+    told = [(name, EDITS_VALUE.encode())]
+    if channel is not None:
+        told.append((asgi_name(CHANNEL_HEADER), channel.encode("latin-1")))
 
     async def with_edits(message: Message) -> None:
         if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), told]}
+            message = {**message, "headers": [*message.get("headers", []), *told]}
         await send(message)
 
     return {**scope, "headers": kept}, with_edits

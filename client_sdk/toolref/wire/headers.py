@@ -21,6 +21,10 @@ Between a relay and a gateway:
   edits (`application/vnd.toolref.edit`, that version or lower) to a receiver that reads
   them; on the answer of a receiver that does, the highest version it reads. A sender that
   saw it sends that endpoint's later LLM requests as edits.
+- `Toolref-Channel`: beside `Toolref-Edits` on the answer of a receiver that serves a
+  channel (the gateway; a backend's `ToolRefMiddleware` given `channel_path`), the path of
+  its WebSocket on the same origin (`/v1/channel`): the sender may send its turns there
+  (`toolref.websocket.channel`) instead of one HTTP request each.
 - `Toolref-Frames`: on a WebSocket upgrade, the messages that follow are
   `toolref.websocket.frames`: `2`, each text message an edit of the one before it, its new
   segments each compressed alone (size-guarded); `1`, each compressed against the one before
@@ -47,6 +51,7 @@ SWITCH_HEADER: Final = "Toolref-Switch"
 SWITCHED_FROM_HEADER: Final = "Toolref-Switched-From"
 SAVINGS_HEADER: Final = "Toolref-Savings"
 EDITS_HEADER: Final = "Toolref-Edits"
+CHANNEL_HEADER: Final = "Toolref-Channel"
 HELD_HEADER: Final = "Toolref-Held"
 FRAMES_HEADER: Final = "Toolref-Frames"
 CONTEXT_EDITING_HEADER: Final = "Toolref-Context-Editing"

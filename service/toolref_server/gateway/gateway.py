@@ -31,6 +31,7 @@ from toolref.asgi.hops import savings_value
 from toolref.asgi.scope import Disconnected, header, replay, with_body
 from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.handoff.switch import switched_text
+from toolref.receiving.channel_server import serve_channel
 from toolref.receiving.hydrator import Hydrator
 from toolref.receiving.middleware import hydrate_request, speaks_refs
 from toolref.wire.endpoints import CHANNEL, GATEWAY, Endpoint, endpoint
@@ -40,6 +41,7 @@ from toolref.wire.errors import (
     ToolrefError,
 )
 from toolref.wire.headers import (
+    CHANNEL_HEADER,
     CONTEXT_EDITING_HEADER,
     EDITS_HEADER,
     SAVINGS_HEADER,
@@ -47,7 +49,6 @@ from toolref.wire.headers import (
 )
 from toolref.wire.numbers import describe, whole_number
 from toolref_server.context.policy import wanted
-from toolref_server.gateway.channel import serve_channel
 from toolref_server.gateway.context_edits import ContextStep
 from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
@@ -64,6 +65,7 @@ from toolref_server.usage import Counts
 
 _SAVINGS: Final = SAVINGS_HEADER.lower().encode()
 _EDITS: Final = (EDITS_HEADER.lower().encode(), str(EDITS_VERSION).encode())
+_CHANNEL: Final = (CHANNEL_HEADER.lower().encode(), CHANNEL.encode())  # where turns may ride
 _COUNT_KEY: Final = "toolref.upload"
 _ENDPOINT_KEY: Final = "toolref.endpoint"
 _SWITCH_KEY: Final = "toolref.switch"  # the scope entry holding the parsed switch header
@@ -121,7 +123,8 @@ class Gateway:
             return
         if scope["type"] == "websocket" and scope["path"] == CHANNEL:
             self._service = self._service or scope.get("app")
-            await serve_channel(scope, receive, send, self)  # each turn back through here
+            # each turn back through here
+            await serve_channel(scope, receive, send, self, refuse=_REFUSE)
             return
         if scope["type"] == "websocket" and scope["path"].startswith(PREFIX):
             self._service = self._service or scope.get("app")
@@ -291,7 +294,7 @@ class Gateway:
         if context is not None:
             told += context.told()
         if header(scope, EDITS_HEADER) is not None:  # a sender that offers edits: say we read them
-            told.append(_EDITS)
+            told += (_EDITS, _CHANNEL)
 
         async def with_savings(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -352,6 +355,9 @@ class Gateway:
             return message
 
         return wrapped
+
+
+_REFUSE: Final = partial(problem_response, for_llm_sdks=True)  # a channel's busy answer
 
 
 def switch_at(header: str | None) -> int | None:

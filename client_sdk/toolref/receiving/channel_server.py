@@ -1,14 +1,16 @@
-"""The gateway's side of the channel (`toolref.websocket.channel`, issue 39): one WebSocket
-from a relay at `GET /v1/channel` carrying its turns, each served as the HTTP request it
-stands for.
+"""The receiver's side of the channel (`toolref.websocket.channel`, issue 39): one WebSocket
+at `GET /v1/channel` carrying a sender's turns (the relay's, the SDK's `AsyncTransport`'s),
+each served as the HTTP request it stands for. The gateway serves it, and so does a
+backend's `ToolRefMiddleware`.
 
 Each request frame becomes an HTTP scope (the channel's client and server, the frame's
-target and headers with its body's length) handed to the gateway as any request is: the same
-admission, key, limits, edit and answer. Its answer goes back as frames on the same socket
-as it is made (its head, each piece of its body, its end), so a streamed answer stays a
-stream; turns are served concurrently, at most `MAX_STREAMS` at once per channel (a further
-one is answered 503 at once). The relay going away cancels every turn still being served,
-as a client hanging up does; a frame that does not read closes the channel (1002).
+target and headers with its body's length, the upgrade's `Host` where the frame names none)
+handed to the app as any request is: the same admission, key, limits, edit and answer.
+Its answer goes back as frames on the same socket as it is made (its head, each piece of
+its body, its end), so a streamed answer stays a stream; turns are served concurrently, at
+most `MAX_STREAMS` at once per channel (a further one is answered 503 at once). The sender
+going away cancels every turn still being served, as a client hanging up does; a frame
+that does not read closes the channel (1002).
 """
 
 from __future__ import annotations
@@ -19,20 +21,23 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Final
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
+from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send
 from toolref.websocket import channel as frames
-from toolref.wire.errors import OverloadedError
-from toolref_server.http.problem import problem_response
+from toolref.wire.errors import OverloadedError, ToolrefError
 
 log = logging.getLogger("toolref.channel")
 MAX_STREAMS: Final = 64  # turns served at once on one channel
 _PROTOCOL_ERROR: Final = 1002
 
 
-async def serve_channel(scope: Scope, receive: Receive, send: Send, gateway: ASGIApp) -> None:
-    """Accept the WebSocket, then serve each request frame through `gateway` until the
-    relay closes it."""
+Refuse = Callable[[ToolrefError], ASGIApp]  # the receiver's own answer to a problem
+
+
+async def serve_channel(
+    scope: Scope, receive: Receive, send: Send, app: ASGIApp, *, refuse: Refuse
+) -> None:
+    """Accept the WebSocket, then serve each request frame through `app` until the sender
+    closes it; a turn past `MAX_STREAMS` in flight is answered `refuse(OverloadedError)`."""
     if (await receive())["type"] != "websocket.connect":
         return
     await send({"type": "websocket.accept"})
@@ -64,7 +69,9 @@ async def serve_channel(scope: Scope, receive: Receive, send: Send, gateway: ASG
                 if (left := served.get(turn.stream)) is not None:
                     left.cancel()
                 continue
-            work = _served(scope, turn, gateway=gateway, out=out, gone=gone, busy=len(served))
+            work = _served(
+                scope, turn, app=app, out=out, gone=gone, busy=len(served), refuse=refuse
+            )
             served[turn.stream] = task = asyncio.create_task(work)
             task.add_done_callback(partial(_forget, served, turn.stream))
     finally:
@@ -81,15 +88,18 @@ async def _served(
     channel: Scope,
     turn: frames.Turn,
     *,
-    gateway: ASGIApp,
+    app: ASGIApp,
     out: Callable[[bytes], Awaitable[None]],
     gone: asyncio.Event,
     busy: int,
+    refuse: Refuse,
 ) -> None:
-    """One turn through `gateway`, its answer as frames (`out`)."""
+    """One turn through `app`, its answer as frames (`out`)."""
     stream = turn.stream
     path, _, query = turn.target.partition("?")
     headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in turn.headers]
+    if not any(name == b"host" for name, _ in headers):  # the sender drops it: the upgrade's
+        headers[:0] = [(k, v) for k, v in channel.get("headers", []) if k == b"host"][:1]
     headers.append((b"content-length", str(len(turn.body)).encode()))
     scope: Scope = {
         "type": "http",
@@ -134,9 +144,9 @@ async def _served(
                 retry_after=1,
                 limit=MAX_STREAMS,
             )
-            await problem_response(busy_error, for_llm_sdks=True)(scope, receive, send)
+            await refuse(busy_error)(scope, receive, send)
             return
-        await gateway(scope, receive, send)
+        await app(scope, receive, send)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the answer broke off: the relay's request fails, as on HTTP

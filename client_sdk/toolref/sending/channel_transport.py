@@ -1,29 +1,38 @@
-"""`ChannelTransport`: the relay's requests to the gateway's LLM routes over one WebSocket
+"""`ChannelTransport`: a sender's turns over one WebSocket to its receiver
 (`toolref.websocket.channel`, issue 39), so that a turn costs its edit and a few bytes of
 framing instead of an HTTP head; every other request, and every request while the channel
-cannot be had, through the connection pool it wraps.
+cannot be had, through the transport it wraps. The relay's to the gateway; the SDK's
+`AsyncTransport` to a gateway or to a backend's `ToolRefMiddleware`
+(`toolref.receiving.channel_server` serves both).
 
-Only requests whose body is whole ride the channel (the relay's turns and edits); one it
-streams on as it comes (a pass-through) goes over HTTP. The channel opens on the first LLM
-request (`GET {gateway}/v1/channel`, upgraded; the tenant's key at the upgrade and in the
-first frame's headers) and serves every turn after it, concurrently, each answer streamed
-back as it comes. A gateway that refuses the upgrade (an older one, a proxy that does not
-pass WebSockets) or cannot be reached leaves the relay on HTTP for `retry_seconds`, then it
+Only the requests `rides` picks and whose body is whole ride the channel (turns and
+edits); one still streaming (a pass-through) goes over HTTP. The channel opens on the first
+such request (`GET {base}{path}`, `/v1/channel` by default, upgraded; the key, when given,
+and the opening request's `credentials` headers at the upgrade) and serves every turn
+after it, concurrently, each answer streamed back as it comes. A receiver
+that refuses the upgrade (an older one, a backend without a channel, a proxy that does not
+pass WebSockets) or cannot be reached leaves the sender on HTTP for `retry_seconds`, then it
 tries again; a channel that closes fails the turns in flight on it (as a broken connection
-would: the agent retries) and the next turn opens a new one. Memory: one queue per turn in
-flight, holding the pieces of its answer not yet read by the agent.
+would: the client retries) and the next turn opens a new one. Memory: one queue per turn in
+flight, holding the pieces of its answer not yet read.
+
+Requests and answers of either httpx package (`toolref.sending.packages`): an answer is of
+its request's package, and so is what is raised.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import time
 from collections.abc import AsyncIterator, Callable
+from types import ModuleType
 from typing import Any, Final
 
 import httpx
 
+from toolref.sending.packages import AsyncBaseTransport2, AsyncByteStream2, packages_of
 from toolref.websocket import channel as frames
 from toolref.websocket.client import Closed
 from toolref.websocket.driver import Refusal, Socket, Unreachable, connect
@@ -35,24 +44,32 @@ _HOP: Final = frozenset({"host", "content-length", "transfer-encoding", "connect
 _GONE: Final = frames.Answered(-1, frames.BROKEN, b"the channel closed")
 
 
-class ChannelTransport(httpx.AsyncBaseTransport):
-    """See the module docstring. `inner`: the HTTP pool to the gateway (and everything
-    else); `report`: told when the channel opens or cannot."""
+class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
+    """See the module docstring. `inner`: the transport to the receiver (and everything
+    else); `base`: the receiver's origin (its channel at `base` + `path`); `rides`:
+    which requests to it take the channel (default: every POST); `credentials`: headers of
+    the request that opens the channel repeated on its upgrade; `report`: told when the
+    channel cannot be had."""
 
     def __init__(
         self,
-        inner: httpx.AsyncBaseTransport,
-        gateway: str,
+        inner: Any,
+        base: str,
         key: str | None,
         *,
         connect_timeout: float,
         report: Callable[[str], None],
+        path: str = CHANNEL,
+        rides: Callable[[Any], bool] = lambda request: True,
+        credentials: tuple[str, ...] = (),
         retry_seconds: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inner = inner
-        self.base = gateway.rstrip("/")
-        self.url = self.base + CHANNEL
+        self.base = base.rstrip("/")
+        self.url = self.base + path
+        self.rides = rides
+        self.credentials = credentials
         self.key = key
         self.connect_timeout = connect_timeout
         self.report = report
@@ -62,14 +79,15 @@ class ChannelTransport(httpx.AsyncBaseTransport):
         self._retry_at = 0.0
         self._opening = asyncio.Lock()
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(self, request: Any) -> Any:
         if (
             request.method != "POST"
-            or not str(request.url).startswith(self.base + "/llm/")
-            or not isinstance(request.stream, httpx.ByteStream)  # a body still streaming
+            or not str(request.url).startswith(self.base + "/")
+            or not _whole(request)  # a body still streaming
+            or not self.rides(request)
         ):
-            return await self.inner.handle_async_request(request)  # not a turn to the gateway
-        link = await self._open()
+            return await self.inner.handle_async_request(request)  # not a turn
+        link = await self._open(request)
         if link is None:
             return await self.inner.handle_async_request(request)
         return await link.send(request)
@@ -79,7 +97,7 @@ class ChannelTransport(httpx.AsyncBaseTransport):
             await self._link.close()
         await self.inner.aclose()
 
-    async def _open(self) -> _Link | None:
+    async def _open(self, request: Any) -> _Link | None:
         if self._link is not None and not self._link.closed:
             return self._link
         if self.clock() < self._retry_at:
@@ -88,6 +106,9 @@ class ChannelTransport(httpx.AsyncBaseTransport):
             if self._link is not None and not self._link.closed:
                 return self._link
             headers = [(KEY_HEADER, self.key)] if self.key else []
+            headers += [
+                (name, value) for name in self.credentials if (value := request.headers.get(name))
+            ]  # the opening request's own: a receiver may check them at the upgrade
             try:
                 socket = await connect(
                     self.url,
@@ -98,12 +119,26 @@ class ChannelTransport(httpx.AsyncBaseTransport):
             except (Unreachable, Refusal, OSError, ValueError) as exc:
                 self._retry_at = self.clock() + self.retry_seconds
                 self.report(
-                    f"toolref relay: no channel to the gateway ({_why(exc)}); turns go over "
+                    f"toolref: no channel to {self.base} ({_why(exc)}); turns go over "
                     f"HTTP, the channel is tried again in {self.retry_seconds:g}s"
                 )
                 return None
             self._link = _Link(socket)
             return self._link
+
+
+def _whole(request: Any) -> bool:
+    """Whether `request`'s body is all in memory (not a stream still coming)."""
+    try:
+        request.content  # noqa: B018  # raises RequestNotRead when it is not
+    except Exception:  # httpx's or httpx2's RequestNotRead
+        return False
+    return True
+
+
+def _package(request: Any) -> ModuleType:
+    """The httpx package `request` is of (its answer and errors are that package's)."""
+    return importlib.import_module(min(packages_of(request) or {"httpx"}))
 
 
 def _why(exc: BaseException) -> str:
@@ -124,7 +159,7 @@ class _Link:
         self.writing = asyncio.Lock()
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
-    async def send(self, request: httpx.Request) -> httpx.Response:
+    async def send(self, request: Any) -> Any:
         stream, self.next = self.next, self.next + 1
         queue: asyncio.Queue[frames.Answered] = asyncio.Queue()
         self.streams[stream] = queue
@@ -141,7 +176,7 @@ class _Link:
             self.streams.pop(stream, None)
             raise
         answer = _Answer(self, stream, queue, timeout, request)
-        return httpx.Response(status, headers=pairs, stream=answer, request=request)
+        return _package(request).Response(status, headers=pairs, stream=answer, request=request)
 
     async def _read(self) -> None:
         try:
@@ -167,33 +202,34 @@ class _Link:
             await self.socket.close()
 
 
-def _open_or_fail(link: _Link, request: httpx.Request) -> None:
+def _open_or_fail(link: _Link, request: Any) -> None:
     if link.closed:
-        raise httpx.ConnectError("the channel closed", request=request)
+        raise _package(request).ConnectError("the channel closed", request=request)
 
 
-def _read_timeout(request: httpx.Request) -> float | None:
+def _read_timeout(request: Any) -> float | None:
     found: Any = request.extensions.get("timeout", {})
     value = found.get("read") if isinstance(found, dict) else None
     return float(value) if isinstance(value, int | float) else None
 
 
 async def _next(
-    queue: asyncio.Queue[frames.Answered], request: httpx.Request, *, wait: float | None
+    queue: asyncio.Queue[frames.Answered], request: Any, *, wait: float | None
 ) -> frames.Answered:
     try:
         found = await asyncio.wait_for(queue.get(), wait)
     except TimeoutError:
-        raise httpx.ReadTimeout(
+        raise _package(request).ReadTimeout(
             "no answer frame within the read timeout", request=request
         ) from None
     if found.kind == frames.BROKEN:
         reason = found.data.decode("utf-8", "replace")
-        raise httpx.RemoteProtocolError(f"the answer broke off ({reason})", request=request)
+        error = _package(request).RemoteProtocolError
+        raise error(f"the answer broke off ({reason})", request=request)
     return found
 
 
-class _Answer(httpx.AsyncByteStream):
+class _Answer(httpx.AsyncByteStream, AsyncByteStream2):
     """A turn's answer body, piece by piece as its frames come."""
 
     def __init__(
@@ -202,7 +238,7 @@ class _Answer(httpx.AsyncByteStream):
         stream: int,
         queue: asyncio.Queue[frames.Answered],
         timeout: float | None,
-        request: httpx.Request,
+        request: Any,
     ) -> None:
         self.link, self.stream, self.queue = link, stream, queue
         self.timeout, self.request = timeout, request
@@ -217,8 +253,8 @@ class _Answer(httpx.AsyncByteStream):
                     return
                 if found.kind == frames.PIECE:
                     yield found.data
-        except httpx.HTTPError:
-            self.ended = True  # broken: nothing to cancel
+        except Exception:  # the package's HTTPError: broken, nothing to cancel
+            self.ended = True
             raise
         finally:
             self.link.streams.pop(self.stream, None)
