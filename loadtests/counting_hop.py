@@ -42,6 +42,7 @@ class Sent:
     status: int
     problem: str  # the answer's problem type (application/problem+json), else ""
     gateway: int  # which of the hop's gateways served it
+    channel: bool = False  # a turn on the channel (a WebSocket frame), not an HTTP request
 
     @property
     def llm(self) -> bool:
@@ -152,7 +153,8 @@ class CountingHop:
             media = MEDIA_TYPE if edit else "application/json"
             pending[stream] = len(self.sent)
             kind = "cancel" if meta.get("c") else media
-            self.sent.append(Sent(self.turn, "POST", target[0], kind, size, 0, "", index))
+            sent = Sent(self.turn, "POST", target[0], kind, size, 0, "", index, channel=True)
+            self.sent.append(sent)
 
         def answered(_: int, payload: bytes) -> None:
             stream, at = read_varint(payload, 0)

@@ -22,7 +22,7 @@ goes as an edit whatever it costs, since the turns after it are edits of it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -30,8 +30,7 @@ import httpx
 
 from toolref.asgi.hops import Pairs, end_to_end, without_toolref
 from toolref.asgi.workers import Workers
-from toolref.edits.answer import AnswerTap, tap_for
-from toolref.sending.answers import may_resend, problem_of
+from toolref.sending.answers import may_resend, problem_of, read_answer
 from toolref.sending.editor import Edit
 from toolref.sending.recipes import RELATED_MIN
 from toolref.wire.endpoints import endpoint
@@ -168,35 +167,6 @@ async def send_edit(
         if kept:
             read_answer(response, request.url.path, partial(editor.answered, edit.ref))
         return response
-
-
-def read_answer(
-    response: httpx.Response, path: str, answered: Callable[[bytes | None], None]
-) -> None:
-    """`response`'s stream, read as it passes on (`toolref.edits.answer.tap_for`): its
-    answer told to `answered` once whole (the gateway kept the same bytes), the dictionary
-    of the next edit of the conversation. Nothing when it cannot be one."""
-    tap = tap_for(path, response.status_code, response.headers.multi_items())
-    if tap is not None:
-        response.stream = _Tapped(response.stream, tap, answered)
-
-
-class _Tapped(httpx.AsyncByteStream):
-    """A response stream, each piece fed to `tap` on its way; `answered` told at its end."""
-
-    def __init__(
-        self, stream: Any, tap: AnswerTap, answered: Callable[[bytes | None], None]
-    ) -> None:
-        self.stream, self.tap, self.answered = stream, tap, answered
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for piece in self.stream:
-            if self.tap.feed(piece):
-                self.answered(self.tap.answer)
-            yield piece
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
 
 
 def not_worth_an_edit(edit: Edit, request: httpx.Request, plain: httpx.Request) -> bool:

@@ -62,8 +62,11 @@ def test_a_client_app_sends_edits_to_a_chat_backend_one_request_a_turn(tmp_path:
     assert first.sent[1].status == 101
     assert first.extra == 1  # the upgrade
     assert second.path == "edits"  # the manager has learnt it: every turn an edit
-    assert second.extra == 0  # on the same channel
-    assert all(s.target.startswith("/llm/") for s in second.sent)
+    assert first.sent[0].channel is False
+    assert all(s.channel for s in first.sent[2:])
+    assert second.extra == 0
+    assert len(second.sent) == 8
+    assert all(s.channel and s.target.startswith("/llm/") for s in second.sent)  # the same one
     for measured in (first, second):
         assert measured.turns == len(measured.added) == 8
         assert measured.problems == {}

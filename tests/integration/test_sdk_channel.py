@@ -11,6 +11,7 @@ channel is refused (a proxy without WebSockets) gets every turn over HTTP.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ from tests.support.servers import edit_header, serve, serve_all
 from toolref import AsyncRegistryClient, ToolReferenceManager
 from toolref.asgi.scope import ASGIApp, Receive, Scope, Send
 from toolref.edits.wire import VERSION as EDITS_VERSION
+from toolref.websocket import channel as frames
+from toolref.websocket.client import Message
+from toolref.websocket.driver import Refusal, connect
 from toolref.wire.endpoints import CHANNEL
 from toolref.wire.headers import CHANNEL_HEADER, EDITS_HEADER
 from toolref_server.app import create_app
@@ -168,3 +172,30 @@ async def test_edits_to_the_gateway_ride_its_channel(redis: Redis, client: Clien
     assert seen.sockets == [CHANNEL]
     for arrival in provider.state.provider.requests:  # nothing of toolref's forwarded
         assert not any(name.lower().startswith("toolref-") for name, _ in arrival.headers)
+
+
+async def test_the_backends_channel_carries_edits_and_nothing_else(registry_url: str) -> None:
+    """A request for the app alone (not an edit) sent on the channel is refused, 403,
+    before the app; an upgrade from a browser page (an `Origin`) is refused outright."""
+    async with served(registry_url, channel=True) as found:
+        socket = await connect(found.url + CHANNEL, [], max_message=1 << 20, connect_timeout=5)
+        try:
+            body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+            headers = [("content-type", "application/json")]
+            await socket.send(frames.Sender().turn(0, "/v1/chat/completions", headers, body))
+            message = await asyncio.wait_for(socket.receive(), 10)
+            assert isinstance(message, Message)
+            assert isinstance(message.data, bytes)
+            status, _ = frames.answered(message.data).head()
+        finally:
+            await socket.close()
+        with pytest.raises(Refusal) as refused:
+            await connect(
+                found.url + CHANNEL,
+                [("origin", "https://page.example")],
+                max_message=1 << 20,
+                connect_timeout=5,
+            )
+    assert status == 403
+    assert found.app.state.provider.requests == []
+    assert refused.value.status == 403

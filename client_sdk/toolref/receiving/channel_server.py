@@ -8,7 +8,7 @@ target and headers with its body's length, the upgrade's `Host` where the frame 
 handed to the app as any request is: the same admission, key, limits, edit and answer.
 Its answer goes back as frames on the same socket as it is made (its head, each piece of
 its body, its end), so a streamed answer stays a stream; turns are served concurrently, at
-most `MAX_STREAMS` at once per channel (a further one is answered 503 at once). The sender
+most `frames.MAX_STREAMS` at once per channel (a further one is answered 503 at once). The sender
 going away cancels every turn still being served, as a client hanging up does; a frame
 that does not read closes the channel (1002).
 """
@@ -26,19 +26,32 @@ from toolref.websocket import channel as frames
 from toolref.wire.errors import OverloadedError, ToolrefError
 
 log = logging.getLogger("toolref.channel")
-MAX_STREAMS: Final = 64  # turns served at once on one channel
 _PROTOCOL_ERROR: Final = 1002
 
 
 Refuse = Callable[[ToolrefError], ASGIApp]  # the receiver's own answer to a problem
+Serves = Callable[[Scope], ToolrefError | None]  # why a turn is not served here (None: it is)
+_POLICY_VIOLATION: Final = 1008
 
 
 async def serve_channel(
-    scope: Scope, receive: Receive, send: Send, app: ASGIApp, *, refuse: Refuse
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    app: ASGIApp,
+    *,
+    refuse: Refuse,
+    serves: Serves = lambda scope: None,
 ) -> None:
     """Accept the WebSocket, then serve each request frame through `app` until the sender
-    closes it; a turn past `MAX_STREAMS` in flight is answered `refuse(OverloadedError)`."""
+    closes it. A turn past `frames.MAX_STREAMS` in flight is answered `refuse(OverloadedError)`,
+    one `serves` says is not served here `refuse(<its error>)`. An upgrade from a browser
+    page (an `Origin` header: no sender of toolref's sends one, and a browser applies no
+    CORS to WebSockets) is refused, so no page can drive the channel of a local service."""
     if (await receive())["type"] != "websocket.connect":
+        return
+    if any(name == b"origin" for name, _ in scope.get("headers", [])):
+        await send({"type": "websocket.close", "code": _POLICY_VIOLATION})
         return
     await send({"type": "websocket.accept"})
     reader = frames.Receiver()
@@ -69,19 +82,33 @@ async def serve_channel(
                 if (left := served.get(turn.stream)) is not None:
                     left.cancel()
                 continue
+            if turn.stream in served:  # a stream is one turn: reused, it would escape the bound
+                log.info("channel closed: stream %d reused while served", turn.stream)
+                await send({"type": "websocket.close", "code": _PROTOCOL_ERROR})
+                return
             work = _served(
-                scope, turn, app=app, out=out, gone=gone, busy=len(served), refuse=refuse
+                scope,
+                turn,
+                app=app,
+                out=out,
+                gone=gone,
+                busy=len(served),
+                refuse=refuse,
+                serves=serves,
             )
             served[turn.stream] = task = asyncio.create_task(work)
-            task.add_done_callback(partial(_forget, served, turn.stream))
+            task.add_done_callback(partial(_forget, served, turn.stream, task))
     finally:
         gone.set()
         for task in list(served.values()):
             task.cancel()
 
 
-def _forget(served: dict[int, asyncio.Task[None]], stream: int, _: object) -> None:
-    served.pop(stream, None)
+def _forget(
+    served: dict[int, asyncio.Task[None]], stream: int, task: asyncio.Task[None], _: object
+) -> None:
+    if served.get(stream) is task:
+        del served[stream]
 
 
 async def _served(
@@ -93,15 +120,72 @@ async def _served(
     gone: asyncio.Event,
     busy: int,
     refuse: Refuse,
+    serves: Serves,
 ) -> None:
-    """One turn through `app`, its answer as frames (`out`)."""
+    """One turn through `app`, its answer as frames (`out`); a turn that cannot be served
+    (its scope not made, the app ending without a whole answer, a fault) breaks off."""
     stream = turn.stream
+    ended = False
+
+    async def send(message: Message) -> None:
+        nonlocal ended
+        if message["type"] == "http.response.start":
+            pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in message["headers"]]
+            await out(frames.head(stream, message["status"], pairs))
+        elif message["type"] == "http.response.body":
+            if message.get("body"):
+                await out(frames.piece(stream, message["body"]))
+            if not message.get("more_body", False):
+                ended = True
+                await out(frames.end(stream))
+
+    try:
+        scope = _scope(channel, turn)
+        sent = False
+
+        async def receive() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": turn.body, "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        if busy >= frames.MAX_STREAMS:
+            busy_error = OverloadedError(
+                f"this channel serves {frames.MAX_STREAMS} turns at once; retry after 1s",
+                retry_after=1,
+                limit=frames.MAX_STREAMS,
+            )
+            await refuse(busy_error)(scope, receive, send)
+        elif (why := serves(scope)) is not None:
+            await refuse(why)(scope, receive, send)
+        else:
+            await app(scope, receive, send)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the answer broke off: the sender's request fails, as on HTTP
+        log.warning("channel turn %d broke off: %s", stream, type(exc).__name__)
+        await out(frames.broken(stream, type(exc).__name__))
+        return
+    if not ended:  # the app returned without a whole answer: as a connection dropped
+        log.warning("channel turn %d broke off: the app ended without a whole answer", stream)
+        await out(frames.broken(stream, "unfinished"))
+
+
+def _scope(channel: Scope, turn: frames.Turn) -> Scope:
+    """The HTTP scope of a turn: the frame's target and headers (its `Host`, if any,
+    replaced by the upgrade's: what checked the upgrade checked that host), its body's
+    length, the channel's connection. `UnicodeEncodeError` for a header beyond latin-1."""
     path, _, query = turn.target.partition("?")
-    headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in turn.headers]
-    if not any(name == b"host" for name, _ in headers):  # the sender drops it: the upgrade's
-        headers[:0] = [(k, v) for k, v in channel.get("headers", []) if k == b"host"][:1]
+    headers = [
+        (k.lower().encode("latin-1"), v.encode("latin-1"))
+        for k, v in turn.headers
+        if k.lower() != "host"
+    ]
+    headers[:0] = [(k, v) for k, v in channel.get("headers", []) if k == b"host"][:1]
     headers.append((b"content-length", str(len(turn.body)).encode()))
-    scope: Scope = {
+    return {
         "type": "http",
         "asgi": channel.get("asgi", {"version": "3.0"}),
         "http_version": "1.1",
@@ -117,38 +201,3 @@ async def _served(
         "state": dict(channel.get("state", {})),
         "app": channel.get("app"),
     }
-    sent = False
-
-    async def receive() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": turn.body, "more_body": False}
-        await gone.wait()
-        return {"type": "http.disconnect"}
-
-    async def send(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in message["headers"]]
-            await out(frames.head(stream, message["status"], pairs))
-        elif message["type"] == "http.response.body":
-            if message.get("body"):
-                await out(frames.piece(stream, message["body"]))
-            if not message.get("more_body", False):
-                await out(frames.end(stream))
-
-    try:
-        if busy >= MAX_STREAMS:
-            busy_error = OverloadedError(
-                f"this channel serves {MAX_STREAMS} turns at once; retry after 1s",
-                retry_after=1,
-                limit=MAX_STREAMS,
-            )
-            await refuse(busy_error)(scope, receive, send)
-            return
-        await app(scope, receive, send)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # the answer broke off: the relay's request fails, as on HTTP
-        log.warning("channel turn %d broke off: %s", stream, type(exc).__name__)
-        await out(frames.broken(stream, type(exc).__name__))

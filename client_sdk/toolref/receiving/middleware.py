@@ -67,7 +67,7 @@ from toolref.receiving.restoring import (
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Registry
 from toolref.wire.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
-from toolref.wire.errors import InvalidProtocolError, ToolrefError
+from toolref.wire.errors import ForbiddenError, InvalidProtocolError, ToolrefError
 from toolref.wire.headers import PROTOCOL_HEADER, REFERENCES_HEADER
 from toolref.wire.models import FormatName
 from toolref.wire.protocol import PROTOCOL_REFS, negotiate
@@ -103,10 +103,12 @@ class ToolRefMiddleware:
     held_bytes: the restored requests held as the next edits' bases (0: none).
     channel_path: where a client's channel is served (`toolref.wire.endpoints.CHANNEL`,
         /v1/channel, where the SDK's `AsyncTransport` asks for it): a WebSocket there carries
-        its turns, each served here as an HTTP request. None (the default): no channel,
-        turns come over HTTP. Serve one only where this middleware is the outermost that
-        checks requests: one wrapped around it sees the upgrade (with the client's
-        credentials) but not the turns.
+        its edits, each served here as an HTTP request (nothing else rides it; an upgrade
+        from a browser page, with an `Origin`, is refused). None (the default): no channel,
+        edits come over HTTP. Serve one only where this middleware is the outermost that
+        checks requests: one wrapped around it sees at most the upgrade (with the client's
+        credentials), never the turns, and an HTTP-only one (Starlette's
+        `BaseHTTPMiddleware`, FastAPI's `@app.middleware("http")`) not even that.
     """
 
     def __init__(
@@ -164,7 +166,10 @@ class ToolRefMiddleware:
             await self.app(scope, self._on_startup(receive), send)
             return
         if scope["type"] == "websocket" and scope.get("path") == self.channel_path:
-            await serve_channel(scope, receive, send, self, refuse=_refusal)  # turns: back here
+            # each turn back through here; only edits it restores ride it
+            await serve_channel(
+                scope, receive, send, self, refuse=_refusal, serves=self._channel_turn
+            )
             return
         if not self._handles(scope):
             await self.app(scope, receive, send)
@@ -235,6 +240,17 @@ class ToolRefMiddleware:
             )
 
     # --- the request --------------------------------------------------------------------
+
+    def _channel_turn(self, scope: Scope) -> ToolrefError | None:
+        """Why a channel's turn is not served (None: it is): only an edit this middleware
+        restores rides the channel, never a request for the app alone, which would reach
+        it past every middleware around this one."""
+        if self._handles(scope) and is_edit(scope):
+            return None
+        return ForbiddenError(
+            f"the channel carries edits (application/vnd.toolref.edit) to the paths this "
+            f"backend restores, not a request to {scope['path']!r}; send it over HTTP"
+        )
 
     def _handles(self, scope: Scope) -> bool:
         if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):

@@ -8,6 +8,7 @@ from collections.abc import Collection
 from toolref import formats
 from toolref.kit.option_checks import check_count, check_key
 from toolref.registry.client import RegistryClient
+from toolref.wire.endpoints import CHANNEL_PATH
 
 
 def check_middleware_options(
@@ -63,9 +64,10 @@ def check_middleware_options(
         "it bounds the requests held as the next edits' bases (0: none)",
     )
     if channel_path is not None and (
-        not isinstance(channel_path, str) or not channel_path.startswith("/")
+        not isinstance(channel_path, str) or CHANNEL_PATH.fullmatch(channel_path) is None
     ):
         raise TypeError(
-            f"channel_path is the path of the channel's WebSocket (a str starting with /, "
-            f"default /v1/channel) or None for no channel, not {channel_path!r}"
+            f"channel_path is the path of the channel's WebSocket (a str starting with /, of "
+            f"URL path characters, at most 256; /v1/channel is where clients look) or None "
+            f"for no channel, not {channel_path!r}"
         )

@@ -26,20 +26,27 @@ import asyncio
 import contextlib
 import importlib
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from types import ModuleType
 from typing import Any, Final
 
 import httpx
 
+from toolref.edits.wire import MEDIA_TYPE as EDIT_TYPE
 from toolref.sending.packages import AsyncBaseTransport2, AsyncByteStream2, packages_of
 from toolref.websocket import channel as frames
 from toolref.websocket.client import Closed
 from toolref.websocket.driver import Refusal, Socket, Unreachable, connect
-from toolref.wire.endpoints import CHANNEL
-from toolref.wire.headers import KEY_HEADER
+from toolref.wire.endpoints import CHANNEL, CHANNEL_PATH
+from toolref.wire.headers import CHANNEL_HEADER, KEY_HEADER
 
 MAX_MESSAGE: Final = 64 << 20  # bytes of one answer frame
+MAX_CHANNELS: Final = 64  # a sender's channels open at once (`Channels`)
+MAX_ENDPOINTS: Final = 256  # endpoints whose channel a sender remembers
+# a request's credentials, repeated on its channel's upgrade (the same origin) for a
+# receiver that checks WebSockets at the upgrade; a channel is one set of them
+CREDENTIALS: Final = ("authorization", "x-api-key", "api-key", "x-goog-api-key", "toolref-key")
 _HOP: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 _GONE: Final = frames.Answered(-1, frames.BROKEN, b"the channel closed")
 
@@ -88,23 +95,29 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         ):
             return await self.inner.handle_async_request(request)  # not a turn
         link = await self._open(request)
-        if link is None:
+        if link is None or len(link.streams) >= frames.MAX_STREAMS:  # none, or as busy as it serves
             return await self.inner.handle_async_request(request)
         return await link.send(request)
 
     async def aclose(self) -> None:
+        await self.close_link()
+        await self.inner.aclose()
+
+    async def close_link(self) -> None:
+        """Close the channel, not the transport it wraps (its owner's to close)."""
         if self._link is not None:
             await self._link.close()
-        await self.inner.aclose()
 
     async def _open(self, request: Any) -> _Link | None:
         if self._link is not None and not self._link.closed:
             return self._link
         if self.clock() < self._retry_at:
             return None
-        async with self._opening:
+        async with self._opening:  # one open at a time; those waiting see how it went
             if self._link is not None and not self._link.closed:
                 return self._link
+            if self.clock() < self._retry_at:
+                return None
             headers = [(KEY_HEADER, self.key)] if self.key else []
             headers += [
                 (name, value) for name in self.credentials if (value := request.headers.get(name))
@@ -163,20 +176,40 @@ class _Link:
         stream, self.next = self.next, self.next + 1
         queue: asyncio.Queue[frames.Answered] = asyncio.Queue()
         self.streams[stream] = queue
-        headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() not in _HOP]
+        headers = [  # as they go on the wire: bytes, read back as latin-1
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in request.headers.raw
+            if k.decode("latin-1").lower() not in _HOP
+        ]
         target = request.url.raw_path.decode("ascii")
         timeout = _read_timeout(request)
+        sent = False
         try:
             async with self.writing:  # the frames' memory changes in the order they are sent
                 _open_or_fail(self, request)
                 await self.socket.send(self.sender.turn(stream, target, headers, request.content))
+                sent = True
             first = await _next(queue, request, wait=timeout)
             status, pairs = first.head()
-        except BaseException:
+            answer = _Answer(self, stream, queue, timeout, request)
+            raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
+            return _package(request).Response(status, headers=raw, stream=answer, request=request)
+        except BaseException as exc:
             self.streams.pop(stream, None)
+            if sent and not isinstance(exc, frames.FrameError | _broke(request)):
+                await self.cancel(stream)  # left before its answer: the receiver stops
             raise
-        answer = _Answer(self, stream, queue, timeout, request)
-        return _package(request).Response(status, headers=pairs, stream=answer, request=request)
+
+    async def cancel(self, stream: int) -> None:
+        """Tell the receiver a turn was left (best effort, not to be cancelled itself)."""
+        if self.closed:
+            return
+        with contextlib.suppress(OSError, ConnectionError, asyncio.CancelledError):
+            await asyncio.shield(self._cancel(stream))
+
+    async def _cancel(self, stream: int) -> None:
+        async with self.writing:
+            await self.socket.send(frames.Sender.cancel(stream))
 
     async def _read(self) -> None:
         try:
@@ -200,6 +233,12 @@ class _Link:
         self.reader.cancel()
         with contextlib.suppress(OSError, ConnectionError):
             await self.socket.close()
+
+
+def _broke(request: Any) -> type[Exception]:
+    """The package's error for an answer that broke off (nothing left to cancel)."""
+    error: type[Exception] = _package(request).RemoteProtocolError
+    return error
 
 
 def _open_or_fail(link: _Link, request: Any) -> None:
@@ -242,7 +281,7 @@ class _Answer(httpx.AsyncByteStream, AsyncByteStream2):
     ) -> None:
         self.link, self.stream, self.queue = link, stream, queue
         self.timeout, self.request = timeout, request
-        self.ended = False
+        self.ended = False  # its END or BROKEN came: nothing to cancel
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
@@ -253,17 +292,87 @@ class _Answer(httpx.AsyncByteStream, AsyncByteStream2):
                     return
                 if found.kind == frames.PIECE:
                     yield found.data
-        except Exception:  # the package's HTTPError: broken, nothing to cancel
+        except _broke(self.request):  # BROKEN came, or the channel closed
             self.ended = True
             raise
         finally:
             self.link.streams.pop(self.stream, None)
 
     async def aclose(self) -> None:
-        """The agent is done with the answer: a turn still being answered is cancelled."""
+        """The caller is done with the answer: a turn still being answered is cancelled."""
         self.link.streams.pop(self.stream, None)
-        if not self.ended and not self.link.closed:
+        if not self.ended:
             self.ended = True
-            with contextlib.suppress(OSError, ConnectionError):
-                async with self.link.writing:
-                    await self.link.socket.send(frames.Sender.cancel(self.stream))
+            await self.link.cancel(self.stream)
+
+
+class Channels:
+    """A sender's channels (the SDK's `AsyncTransport`): the channel each endpoint's answer
+    told of (`Toolref-Channel`: a path on its origin, the latest said), and the channels
+    open, one per origin, path and credentials (a channel carries one caller's turns,
+    authenticated as the caller that opened it), at most `MAX_CHANNELS`, the least
+    recently used closed first; endpoints remembered, at most `MAX_ENDPOINTS`. Only edits
+    ride a channel."""
+
+    def __init__(self, report: Callable[[str], None]) -> None:
+        self.report = report
+        self.paths: OrderedDict[str, str] = OrderedDict()  # endpoint -> its channel's path
+        self.open: OrderedDict[tuple[str, str, tuple[str, ...]], ChannelTransport] = OrderedDict()
+
+    def told(self, request: Any, response: Any) -> None:
+        """Learn from `response` (to `request`) where its endpoint's channel is."""
+        path = response.headers.get(CHANNEL_HEADER)
+        if path is None or CHANNEL_PATH.fullmatch(path) is None:
+            return
+        endpoint = _origin(request) + request.url.path
+        self.paths[endpoint] = path
+        self.paths.move_to_end(endpoint)
+        while len(self.paths) > MAX_ENDPOINTS:
+            self.paths.popitem(last=False)
+
+    async def sender(self, inner: Any, request: Any) -> Any:
+        """What sends `request`: its endpoint's channel when it is an edit and the endpoint
+        told of one, else `inner`."""
+        if not _is_edit(request.headers):
+            return inner
+        origin = _origin(request)
+        path = self.paths.get(origin + request.url.path)
+        if path is None:
+            return inner
+        key = (origin, path, tuple(request.headers.get(name, "") for name in CREDENTIALS))
+        found = self.open.get(key)
+        if found is not None:
+            self.open.move_to_end(key)
+            return found
+        found = self.open[key] = ChannelTransport(
+            inner,
+            origin,
+            None,
+            path=path,
+            connect_timeout=_connect_timeout(request),
+            report=self.report,
+            credentials=CREDENTIALS,
+        )
+        while len(self.open) > MAX_CHANNELS:
+            await self.open.popitem(last=False)[1].close_link()
+        return found
+
+    async def aclose(self) -> None:
+        """Close every channel (not the transports they wrap)."""
+        while self.open:
+            await self.open.popitem()[1].close_link()
+
+
+def _origin(request: Any) -> str:
+    return f"{request.url.scheme}://{request.url.netloc.decode('ascii')}"
+
+
+def _is_edit(headers: Any) -> bool:
+    value = headers.get("content-type", "")
+    return bool(value.split(";")[0].strip().lower() == EDIT_TYPE)
+
+
+def _connect_timeout(request: Any) -> float:
+    found: Any = request.extensions.get("timeout", {})
+    value = found.get("connect") if isinstance(found, dict) else None
+    return float(value) if isinstance(value, int | float) else 10.0

@@ -22,45 +22,41 @@ the problem's detail as its message.
 A receiver that does not speak toolref never answers `Toolref-Edits`, so it is never sent an
 edit: it gets the SDK's request, byte for byte (and a header it ignores).
 
-`AsyncTransport` sends the edits over one channel per origin where the receiver says it
-serves one (`Toolref-Channel: <path>` beside `Toolref-Edits`: the gateway, a
-`ToolRefMiddleware` given `channel_path`; `toolref.sending.channel_transport`), so a turn
-costs its edit and a few bytes of framing instead of an HTTP head; while the channel
-cannot be had (refused, unreachable) the edits go over HTTP, and it is asked for again
-every 30 s. `channel=False` keeps every request on HTTP. `Transport` (sync) sends over
-HTTP.
+`AsyncTransport` sends an endpoint's edits over a channel where the endpoint's answer said
+one is served (`Toolref-Channel: <path>` beside `Toolref-Edits`: the gateway, a
+`ToolRefMiddleware` given `channel_path`; `toolref.sending.channel_transport.Channels`), one
+per origin, path and credentials, so a turn costs its edit and a few bytes of framing
+instead of an HTTP head; while the channel cannot be had (refused, unreachable) the edits
+go over HTTP, and it is asked for again every 30 s. The channel connects straight to the
+origin (no proxy, the default TLS context), so by default (`channel=None`) only a
+transport whose inner one is the plain HTTP one takes it; `channel=True` with any inner
+transport, `channel=False` never. `Transport` (sync) sends over HTTP.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, cast, overload
+from typing import TYPE_CHECKING, Any, cast, overload
 
 import httpx
 
-from toolref.edits.wire import MEDIA_TYPE as EDIT_TYPE
 from toolref.registry.exchange import run_async, run_sync
 from toolref.sending.answers import may_resend
-from toolref.sending.channel_transport import ChannelTransport
+from toolref.sending.channel_transport import Channels
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.packages import AsyncBaseTransport2, BaseTransport2, packages_of
 from toolref.sending.refusals import readable_problem, shaped
 from toolref.sending.request_checks import check_shape_problems
 from toolref.wire.encoding import JSON_TYPE
 from toolref.wire.endpoints import Endpoint, endpoint
-from toolref.wire.headers import CHANNEL_HEADER, PROTOCOL_HEADER
+from toolref.wire.headers import PROTOCOL_HEADER
 
 if TYPE_CHECKING:
     import httpx2
 
 log = logging.getLogger("toolref.channel")
-# a request's credentials, repeated on its channel's upgrade (same origin) for a receiver
-# that checks WebSockets at the upgrade
-CREDENTIALS: Final = ("authorization", "x-api-key", "api-key", "x-goog-api-key", "toolref-key")
-_CHANNEL_PATH: Final = re.compile(r"/[!$&'()*+,;=:@/A-Za-z0-9._~%-]{0,255}")  # a path, no more
 
 
 class Transport(httpx.BaseTransport, BaseTransport2):
@@ -127,15 +123,19 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         *,
         manager: ToolReferenceManager | None = None,
         shape_problems: bool = True,
-        channel: bool = True,
+        channel: bool | None = None,
     ) -> None:
         self.inner = inner
         self.manager = manager if manager is not None else ToolReferenceManager()
         self.shape_problems = check_shape_problems(shape_problems)
-        if not isinstance(channel, bool):
-            raise TypeError(f"channel is True (edits over a channel) or False, not {channel!r}")
-        # by origin: the channel it told of (its path), then the channel once opened
-        self.channels: dict[str, str | ChannelTransport] | None = {} if channel else None
+        if channel not in (None, True, False):
+            raise TypeError(
+                f"channel is None (edits over a channel where the inner transport is the "
+                f"plain HTTP one), True (with any inner transport) or False, not {channel!r}"
+            )
+        if channel is None:
+            channel = inner is None or type(inner).__name__ == "AsyncHTTPTransport"
+        self.channels = Channels(log.info) if channel else None
 
     @overload
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response: ...
@@ -150,8 +150,10 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             await request.aread()
 
             async def send(step: httpx.Request) -> httpx.Response:
-                response = await self._sender(inner, step).handle_async_request(step)
-                self._told(step, response)
+                sender = inner if self.channels is None else await self.channels.sender(inner, step)
+                response = await sender.handle_async_request(step)
+                if self.channels is not None:
+                    self.channels.told(step, response)
                 if may_resend(response):
                     await response.aread()
                 return cast(httpx.Response, response)
@@ -163,66 +165,11 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         await response.aread()
         return shaped(response, request)
 
-    def _sender(self, inner: Any, step: Any) -> Any:
-        """What sends `step`: its origin's channel when it is an edit and the origin told
-        of one (`self.channels`), else `inner`."""
-        if self.channels is None or not _is_edit(step.headers):
-            return inner
-        origin = _origin(step)
-        found = self.channels.get(origin)
-        if isinstance(found, str):
-            found = self.channels[origin] = ChannelTransport(
-                inner,
-                origin,
-                None,
-                path=found,
-                connect_timeout=_connect_timeout(step),
-                report=log.info,
-                rides=lambda request: _is_edit(request.headers),
-                credentials=CREDENTIALS,
-            )
-        return inner if found is None else found
-
-    def _told(self, step: Any, response: Any) -> None:
-        """Remember the channel a receiver told of (`Toolref-Channel`: a path on its
-        origin), the first time."""
-        if self.channels is None:
-            return
-        path = response.headers.get(CHANNEL_HEADER)
-        origin = _origin(step)
-        if path is not None and origin not in self.channels and _CHANNEL_PATH.fullmatch(path):
-            self.channels[origin] = path
-
     async def aclose(self) -> None:
-        for channel in (self.channels or {}).values():
-            if isinstance(channel, ChannelTransport):
-                channel.inner = _NOTHING  # the inner transport is closed below, once
-                await channel.aclose()
+        if self.channels is not None:
+            await self.channels.aclose()  # not the inner transport: closed here, once
         if self.inner is not None:
             await self.inner.aclose()
-
-
-class _Nothing:
-    async def aclose(self) -> None:
-        return None
-
-
-_NOTHING: Final = _Nothing()
-
-
-def _origin(request: Any) -> str:
-    return f"{request.url.scheme}://{request.url.netloc.decode('ascii')}"
-
-
-def _is_edit(headers: Mapping[str, str]) -> bool:
-    value = headers.get("content-type", "")
-    return value.split(";")[0].strip().lower() == EDIT_TYPE
-
-
-def _connect_timeout(request: Any) -> float:
-    found: Any = request.extensions.get("timeout", {})
-    value = found.get("connect") if isinstance(found, dict) else None
-    return float(value) if isinstance(value, int | float) else 10.0
 
 
 def _refusal(shape: bool, request: Any, response: Any) -> bool:

@@ -34,6 +34,7 @@ from typing import Final
 
 from toolref.kit.varints import read_varint, varint
 
+MAX_STREAMS: Final = 64  # turns served at once on one channel (a sender sends no more)
 HEAD: Final = 0
 PIECE: Final = 1
 END: Final = 2

@@ -13,6 +13,7 @@ not part of the path) carry their conversation under `contents`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
@@ -29,6 +30,9 @@ SUMMARY: Final = "/v1/invocations/{ref}/summary"
 OPTIMIZE: Final = "/v1/messages:optimize"
 HYDRATE: Final = "/v1/messages:hydrate"
 HANDOFF: Final = "/v1/context:handoff"
+# what a receiver may name as its channel (`Toolref-Channel`): a path, of URL path
+# characters, no query or fragment
+CHANNEL_PATH: Final = re.compile(r"/[!$&'()*+,;=:@/A-Za-z0-9._~%-]{0,255}")
 CHANNEL: Final = "/v1/channel"  # the relay's WebSocket to the gateway (toolref.websocket.channel)
 APPLY_EDIT: Final = "/v1/edits:apply"  # an edit applied for a chat backend's middleware
 ANSWER: Final = "/v1/answers/{recipe}"  # the answer a recipe's request streamed (its middleware)

@@ -1,0 +1,224 @@
+"""The channel's two sides, in process: the receiver's (`toolref.receiving.channel_server`,
+the gateway's and `ToolRefMiddleware`'s) driven as an ASGI server drives it, and the SDK
+sender's bookkeeping (`toolref.sending.channel_transport.Channels`).
+
+The receiver refuses an upgrade from a browser page, closes a channel whose sender reuses
+a stream still served (the bound on turns in flight holds), answers a turn it does not
+serve with its refusal (the app never sees it), breaks off a turn whose app ends without
+a whole answer, and gives every turn the upgrade's `Host`. The sender keeps a channel per
+origin, path and credentials, learnt per endpoint, for edits only, and a bounded number."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send
+from toolref.edits.wire import MEDIA_TYPE
+from toolref.receiving.channel_server import serve_channel
+from toolref.sending import channel_transport
+from toolref.sending.channel_transport import Channels, ChannelTransport
+from toolref.websocket import channel as frames
+from toolref.wire.errors import ForbiddenError, ToolrefError
+from toolref.wire.headers import CHANNEL_HEADER
+
+HEADERS = [("content-type", MEDIA_TYPE), ("authorization", "Bearer k")]
+UPGRADE: Scope = {
+    "type": "websocket",
+    "path": "/v1/channel",
+    "headers": [(b"host", b"backend.example:8001")],
+    "client": ("127.0.0.1", 5),
+    "server": ("127.0.0.1", 8001),
+}
+
+
+class Socket:
+    """The server side of a WebSocket as ASGI hands it over: frames in, messages out."""
+
+    def __init__(self) -> None:
+        self.incoming: asyncio.Queue[Message] = asyncio.Queue()
+        self.sent: list[Message] = []
+        self.closed = asyncio.Event()
+        self.incoming.put_nowait({"type": "websocket.connect"})
+
+    def frame(self, data: bytes) -> None:
+        self.incoming.put_nowait({"type": "websocket.receive", "bytes": data})
+
+    def leave(self) -> None:
+        self.incoming.put_nowait({"type": "websocket.disconnect", "code": 1000})
+
+    async def receive(self) -> Message:
+        return await self.incoming.get()
+
+    async def send(self, message: Message) -> None:
+        self.sent.append(message)
+        if message["type"] == "websocket.close":
+            self.closed.set()
+
+    def answers(self) -> list[frames.Answered]:
+        return [frames.answered(m["bytes"]) for m in self.sent if m["type"] == "websocket.send"]
+
+
+def refuse(error: ToolrefError) -> ASGIApp:
+    async def refused(scope: Scope, receive: Receive, send: Send) -> None:
+        body = json.dumps(error.to_problem()).encode()
+        await send({"type": "http.response.start", "status": error.status, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    return refused
+
+
+def answering(seen: list[Scope]) -> ASGIApp:
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope)
+        await receive()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    return app
+
+
+async def serving(
+    socket: Socket,
+    app: ASGIApp,
+    scope: Scope = UPGRADE,
+    serves: Callable[[Scope], ToolrefError | None] = lambda scope: None,
+) -> asyncio.Task[None]:
+    task = asyncio.create_task(
+        serve_channel(scope, socket.receive, socket.send, app, refuse=refuse, serves=serves)
+    )
+    await asyncio.sleep(0)
+    return task
+
+
+async def settled(socket: Socket, count: int) -> None:
+    for _ in range(200):
+        if len(socket.answers()) >= count or socket.closed.is_set():
+            return
+        await asyncio.sleep(0.005)
+
+
+async def test_a_turn_is_served_with_the_upgrades_host_whatever_the_frame_says() -> None:
+    socket, seen = Socket(), list[Scope]()
+    task = await serving(socket, answering(seen))
+    socket.frame(frames.Sender().turn(0, "/v1/messages", [*HEADERS, ("host", "evil")], b"{}"))
+    await settled(socket, 3)
+    socket.leave()
+    await task
+    [scope] = seen
+    hosts = [v for k, v in scope["headers"] if k == b"host"]
+    assert hosts == [b"backend.example:8001"]
+    assert [a.kind for a in socket.answers()] == [frames.HEAD, frames.PIECE, frames.END]
+
+
+async def test_an_upgrade_from_a_browser_page_is_refused() -> None:
+    socket, seen = Socket(), list[Scope]()
+    scope = {**UPGRADE, "headers": [*UPGRADE["headers"], (b"origin", b"https://evil.example")]}
+    task = await serving(socket, answering(seen), scope)
+    await task
+    assert socket.sent == [{"type": "websocket.close", "code": 1008}]
+    assert seen == []
+
+
+async def test_a_turn_the_receiver_does_not_serve_is_refused_before_the_app() -> None:
+    socket, seen = Socket(), list[Scope]()
+    task = await serving(
+        socket, answering(seen), serves=lambda scope: ForbiddenError("not on the channel")
+    )
+    socket.frame(frames.Sender().turn(0, "/admin", HEADERS, b"{}"))
+    await settled(socket, 3)
+    socket.leave()
+    await task
+    assert seen == []
+    head, *_ = socket.answers()
+    assert head.head()[0] == 403
+
+
+async def test_a_stream_reused_while_served_closes_the_channel() -> None:
+    socket, started, cancelled = Socket(), asyncio.Event(), asyncio.Event()
+
+    async def slow(scope: Scope, receive: Receive, send: Send) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    task = await serving(socket, slow)
+    sender = frames.Sender()
+    socket.frame(sender.turn(7, "/v1/messages", HEADERS, b"{}"))
+    await asyncio.wait_for(started.wait(), 5)
+    socket.frame(sender.turn(7, "/v1/messages", HEADERS, b"{}"))
+    await asyncio.wait_for(task, 5)
+    assert socket.sent[-1] == {"type": "websocket.close", "code": 1002}
+    await asyncio.wait_for(cancelled.wait(), 5)  # the turn in flight does not outlive it
+
+
+async def test_an_app_that_ends_without_a_whole_answer_breaks_the_turn_off() -> None:
+    socket = Socket()
+
+    async def silent(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    task = await serving(socket, silent)
+    socket.frame(frames.Sender().turn(0, "/v1/messages", HEADERS, b"{}"))
+    await settled(socket, 2)
+    socket.leave()
+    await task
+    assert [a.kind for a in socket.answers()] == [frames.HEAD, frames.BROKEN]
+
+
+def request(url: str, *, edit: bool = True, key: str = "k") -> httpx.Request:
+    media = MEDIA_TYPE if edit else "application/json"
+    return httpx.Request(
+        "POST", url, content=b"{}", headers={"content-type": media, "authorization": key}
+    )
+
+
+def told(path: str | None) -> httpx.Response:
+    return httpx.Response(200, headers={CHANNEL_HEADER: path} if path else {})
+
+
+class Inner:
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_sender_keeps_a_channel_per_endpoint_told_and_per_credentials() -> None:
+    channels, inner = Channels(lambda line: None), Inner()
+    chat, other = "http://b:1/v1/chat/completions", "http://b:1/api/v1/messages"
+    assert await channels.sender(inner, request(chat)) is inner  # not told yet
+    channels.told(request(chat), told("/v1/channel"))
+    channels.told(request(other), told(None))
+    channels.told(request("http://b:1/x"), told("not a path"))
+    first = await channels.sender(inner, request(chat))
+    assert isinstance(first, ChannelTransport)
+    assert first.url == "http://b:1/v1/channel"
+    assert await channels.sender(inner, request(chat)) is first
+    assert await channels.sender(inner, request(chat, key="other")) is not first
+    assert await channels.sender(inner, request(chat, edit=False)) is inner  # edits only
+    assert await channels.sender(inner, request(other)) is inner  # its endpoint told none
+    assert await channels.sender(inner, request("http://b:1/x")) is inner
+    await channels.aclose()
+    assert channels.open == {}
+
+
+async def test_a_sender_keeps_a_bounded_number_of_channels(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(channel_transport, "MAX_CHANNELS", 3)
+    monkeypatch.setattr(channel_transport, "MAX_ENDPOINTS", 4)
+    channels, inner = Channels(lambda line: None), Inner()
+    for n in range(10):
+        url = f"http://b{n}:1/v1/messages"
+        channels.told(request(url), told("/v1/channel"))
+        made: Any = await channels.sender(inner, request(url))
+        assert isinstance(made, ChannelTransport)
+    assert len(channels.open) == 3
+    assert len(channels.paths) == 4
