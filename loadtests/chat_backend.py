@@ -5,8 +5,9 @@ app behind `ToolRefMiddleware`, which restores each edit through a registry proc
     python -m loadtests.chat_backend --port P --registry URL
 
 Routes: `/llm/...` (POST: the app reads the body and answers a small JSON body, or, for a
-body that asks `"stream": true` while an answer is scripted, streams that answer as a
-provider would; what a real backend does next, parse it and call a model, is the same with
+body that asks `"stream": true`, streams the answer scripted for it, else
+`loadtests.fast_upstream`'s fixed one, as the relay path's upstream does, as a provider
+would; what a real backend does next, parse it and call a model, is the same with
 toolref or without, and is left out of what this bench measures), the same app at
 `/bare/...` without the middleware (the turn a backend without toolref serves), `/control`
 (a request of constant cost the middleware passes through, to see how fast the machine
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from loadtests import scripted
+from loadtests.fast_upstream import EVENTS
 from toolref import AsyncRegistryClient, ToolRefMiddleware
 from toolref.receiving.channel_server import serve_channel
 from toolref.wire.endpoints import CHANNEL
@@ -93,8 +95,9 @@ class Backend:
             sending += time.perf_counter() - began
 
         body = await _read(receive)
-        if self.scripted and _STREAM.search(body) is not None:
-            events = self.scripted.pop(0)
+        if _STREAM.search(body) is not None:  # as the relay path's upstream answers
+            anthropic = str(scope["path"]).endswith("/messages")
+            events = self.scripted.pop(0) if self.scripted else EVENTS[anthropic]
             headers = [(b"content-type", b"text/event-stream")]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             for at in range(0, len(events), _PIECE):  # as a provider's stream comes

@@ -299,10 +299,7 @@ async def measure(
         try:
             measured = []
             async with system(launcher, code, upstream, engine.url, gateways=1, workers=1) as one:
-                # warmed up as the chat-backend path is below, both formats: the channel's
-                # memory of headers then starts each path's judged conversations alike
                 await run.converse(one, one_mark(6, 999), "warm-up")
-                await run.converse(one, PATTERNS["results-as-text"](3, 992), "warm-up")
                 for kind, pattern in conversations(found, plan):
                     measured.append(await run.converse(one, pattern, kind))
             await redis.flushall()  # the same conversations again, stored by no one yet

@@ -100,6 +100,9 @@ def _answer(body: bytes, media: str) -> bytes:
     return head.encode() + body
 
 
+# the fixed streamed answers' events, by whether the API is Anthropic's (the chat backend's
+# too, `loadtests.chat_backend`, so that both paths of the edits bench answer alike)
+EVENTS: Final = {True: _MESSAGE_EVENTS, False: _CHAT_EVENTS}
 ANSWERS: Final = {
     (True, False): _answer(json.dumps(_MESSAGE).encode(), "application/json"),
     (True, True): _answer(_MESSAGE_EVENTS, "text/event-stream"),
