@@ -165,6 +165,7 @@ async def _run(found: list[Trace]) -> Section:
     rows = []
     ratios: list[tuple[float, float]] = []
     growths: list[float] = []
+    most: list[tuple[float, float]] = []  # the ceiling of each conversation
     with tempfile.TemporaryDirectory() as folder, ExitStack() as stack:
         launcher = Launcher(stack, Path(folder))
         gateway = launcher.gateway(AFTER, upstream, "gateway")
@@ -194,7 +195,7 @@ async def _run(found: list[Trace]) -> Section:
                     f"{tokens:.2f}",
                     f"{priced:.2f}",
                     str(rewrites(on.bodies, off.bodies)),
-                    *_most(off.bodies, fmt, "messages"),
+                    *_most(off.bodies, fmt, "messages", most),
                     f"{first * 1e3:.2f} / {last * 1e3:.2f}",
                     f"{growth:.2f}",
                     f"{off_first * 1e3:.2f} / {off_last * 1e3:.2f}",
@@ -216,19 +217,22 @@ async def _run(found: list[Trace]) -> Section:
                 f"{tokens:.2f}",
                 f"{priced:.2f}",
                 str(rewrites(on_bodies, off_bodies)),
-                *_most(off_bodies, llm.format, llm.messages_key),
+                *_most(off_bodies, llm.format, llm.messages_key, most),
                 *["–"] * 5,
             ]
         )
-    return _section(rows, ratios, growths, [t.name for t in judged], list(sessions))
+    return _section(rows, ratios, growths, [t.name for t in judged], list(sessions), most=most)
 
 
-def _most(bodies: list[bytes], format_name: str, key: str) -> list[str]:
+def _most(
+    bodies: list[bytes], format_name: str, key: str, found: list[tuple[float, float]]
+) -> list[str]:
     """The ceiling's cells (`context_ceiling`): the results' share of the last body, the
-    tokens and cost with every result replaced, over direct."""
+    tokens and cost with every result replaced, over direct (kept in `found` too)."""
     most = ceiling(bodies, format_name, key)
     if most is None:
         return ["–"] * 3
+    found.append((most.tokens, most.cost))
     return [f"{most.results_share:.2f}", f"{most.tokens:.2f}", f"{most.cost:.2f}"]
 
 
@@ -238,6 +242,8 @@ def _section(
     growths: list[float],
     judged: list[str],
     sessions: list[str],
+    *,
+    most: list[tuple[float, float]],
 ) -> Section:
     verdicts = []
     if ratios:
@@ -253,6 +259,15 @@ def _section(
                 f"{'PASS' if worst <= EACH_AT_MOST else 'FAIL'}: {name}, each one: at most "
                 f"{worst:.2f} (target at most {EACH_AT_MOST})"
             )
+    if most:
+        tokens, cost_ = [m[0] for m in most], [m[1] for m in most]
+        verdicts.append(
+            "the most replacing results can save (`the most`: every result replaced from the "
+            f"turn after it arrived): tokens {statistics.median(tokens):.2f} median, "
+            f"{max(tokens):.2f} at most; cost {statistics.median(cost_):.2f} median, "
+            f"{max(cost_):.2f} at most (no target: where these pass a target above, no "
+            "policy of replacing results meets it on these conversations)"
+        )
     if growths:
         worst_growth = max(growths)
         verdicts.append(
