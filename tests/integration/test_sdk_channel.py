@@ -36,6 +36,7 @@ from tests.support.servers import edit_header, serve, serve_all
 from toolref import AsyncRegistryClient, ToolReferenceManager
 from toolref.asgi.scope import ASGIApp, Receive, Scope, Send
 from toolref.edits.wire import VERSION as EDITS_VERSION
+from toolref.sending import channel_transport
 from toolref.websocket import channel as frames
 from toolref.websocket.client import Message
 from toolref.websocket.driver import Refusal, connect
@@ -199,3 +200,16 @@ async def test_the_backends_channel_carries_edits_and_nothing_else(registry_url:
     assert status == 403
     assert found.app.state.provider.requests == []
     assert refused.value.status == 403
+
+
+async def test_a_channel_idle_past_its_time_is_opened_anew(
+    registry_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A channel that sat idle `IDLE_SECONDS` (a NAT may have dropped it without a word)
+    is closed before the next turn and a new one opened: here every turn waits past it."""
+    monkeypatch.setattr(channel_transport, "IDLE_SECONDS", 0.0)
+    async with served(registry_url, channel=True) as found:
+        run = await openai_async(found.url, Run(ToolReferenceManager()), channel=True)
+    assert_received_what_the_sdk_sent(run, found.app)
+    assert over_http(run) == [False]
+    assert found.seen.sockets == [CHANNEL] * (2 * len(TASKS) - 1)  # one per edit

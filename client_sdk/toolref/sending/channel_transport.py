@@ -13,7 +13,8 @@ after it, concurrently, each answer streamed back as it comes. A receiver
 that refuses the upgrade (an older one, a backend without a channel, a proxy that does not
 pass WebSockets) or cannot be reached leaves the sender on HTTP for `retry_seconds`, then it
 tries again; a channel that closes fails the turns in flight on it (as a broken connection
-would: the client retries) and the next turn opens a new one. Memory: one queue per turn in
+would: the client retries) and the next turn opens a new one, as does a turn after the
+channel sat idle `IDLE_SECONDS`. Memory: one queue per turn in
 flight, holding the pieces of its answer not yet read.
 
 Requests and answers of either httpx package (`toolref.sending.packages`): an answer is of
@@ -43,6 +44,10 @@ from toolref.wire.headers import CHANNEL_HEADER, KEY_HEADER
 
 MAX_MESSAGE: Final = 64 << 20  # bytes of one answer frame
 MAX_CHANNELS: Final = 64  # a sender's channels open at once (`Channels`)
+# A channel idle this long is closed before the next turn and a new one opened: a NAT or a
+# load balancer may drop an idle connection without a word, and a turn sent on it would
+# wait its whole read timeout (httpcore expires an idle connection after 5 s).
+IDLE_SECONDS: Final = 60.0
 MAX_ENDPOINTS: Final = 256  # endpoints whose channel a sender remembers
 # a request's credentials, repeated on its channel's upgrade (the same origin) for a
 # receiver that checks WebSockets at the upgrade; a channel is one set of them
@@ -109,7 +114,12 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             await self._link.close()
 
     async def _open(self, request: Any) -> _Link | None:
+        link = self._link
+        idle = link is not None and not link.streams and self.clock() - link.used > IDLE_SECONDS
+        if link is not None and not link.closed and idle:  # a NAT may have dropped it quietly
+            await link.close()
         if self._link is not None and not self._link.closed:
+            self._link.used = self.clock()
             return self._link
         if self.clock() < self._retry_at:
             return None
@@ -136,7 +146,7 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
                     f"HTTP, the channel is tried again in {self.retry_seconds:g}s"
                 )
                 return None
-            self._link = _Link(socket)
+            self._link = _Link(socket, self.clock())
             return self._link
 
 
@@ -163,8 +173,9 @@ def _why(exc: BaseException) -> str:
 class _Link:
     """One open channel: its frames' memory, the turns in flight, the reader."""
 
-    def __init__(self, socket: Socket) -> None:
+    def __init__(self, socket: Socket, now: float) -> None:
         self.socket = socket
+        self.used = now  # when a turn last went out on it
         self.sender = frames.Sender()
         self.streams: dict[int, asyncio.Queue[frames.Answered]] = {}
         self.next = 0
