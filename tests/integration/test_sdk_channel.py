@@ -22,6 +22,7 @@ import pytest
 from examples.llm_backend import create_backend
 from redis.asyncio import Redis
 from starlette.applications import Starlette
+from starlette.routing import Mount
 
 from tests.integration.test_sdk_transport import (
     TASKS,
@@ -213,3 +214,19 @@ async def test_a_channel_idle_past_its_time_is_opened_anew(
     assert_received_what_the_sdk_sent(run, found.app)
     assert over_http(run) == [False]
     assert found.seen.sockets == [CHANNEL] * (2 * len(TASKS) - 1)  # one per edit
+
+
+async def test_a_backend_mounted_below_a_path_serves_its_channel_below_it(
+    registry_url: str,
+) -> None:
+    """A backend app mounted at `/api` (a Starlette `Mount`) tells of `/api/v1/channel`, and
+    its edits ride the channel there."""
+    registry = AsyncRegistryClient(registry_url, retries=0)
+    app = create_backend(registry, delay=0.001, channel=True)
+    seen = Seen(Starlette(routes=[Mount("/api", app)]))
+    async with serve_all(seen) as [url]:
+        run = await openai_async(url + "/api", Run(ToolReferenceManager()), channel=True)
+    await registry.aclose()
+    assert_received_what_the_sdk_sent(run, app)
+    assert over_http(run) == [False]
+    assert seen.sockets == ["/api" + CHANNEL]

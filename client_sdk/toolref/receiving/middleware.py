@@ -108,7 +108,9 @@ class ToolRefMiddleware:
         edits come over HTTP. Serve one only where this middleware is the outermost that
         checks requests: one wrapped around it sees at most the upgrade (with the client's
         credentials), never the turns, and an HTTP-only one (Starlette's
-        `BaseHTTPMiddleware`, FastAPI's `@app.middleware("http")`) not even that.
+        `BaseHTTPMiddleware`, FastAPI's `@app.middleware("http")`) not even that. Under a
+        mount point (`root_path`: a Starlette `Mount`, a proxy's prefix) the channel is
+        served, and told of, below it.
     """
 
     def __init__(
@@ -165,7 +167,7 @@ class ToolRefMiddleware:
         if scope["type"] == "lifespan":
             await self.app(scope, self._on_startup(receive), send)
             return
-        if scope["type"] == "websocket" and scope.get("path") == self.channel_path:
+        if scope["type"] == "websocket" and self._is_channel(scope):
             # each turn back through here; only edits it restores ride it
             await serve_channel(
                 scope, receive, send, self, refuse=_refusal, serves=self._channel_turn
@@ -175,7 +177,10 @@ class ToolRefMiddleware:
             await self.app(scope, receive, send)
             return
         if offers_edits(scope):
-            scope, send = told_edits(scope, send, self.channel_path)
+            channel = self.channel_path
+            scope, send = told_edits(
+                scope, send, None if channel is None else _mounted(scope, channel)
+            )
         if is_edit(scope):
             with self.budget.account() as account:
                 await restore_edit(
@@ -240,6 +245,12 @@ class ToolRefMiddleware:
             )
 
     # --- the request --------------------------------------------------------------------
+
+    def _is_channel(self, scope: Scope) -> bool:
+        """A WebSocket to the channel: at `channel_path`, under the app's mount point
+        (`root_path`: a Starlette `Mount`, a proxy's prefix) where it has one."""
+        channel, path = self.channel_path, scope.get("path")
+        return channel is not None and path in (channel, _mounted(scope, channel))
 
     def _channel_turn(self, scope: Scope) -> ToolrefError | None:
         """Why a channel's turn is not served (None: it is): only an edit this middleware
@@ -391,6 +402,11 @@ def _add_references(body: bytes, references: dict[str, str]) -> bytes:
     inner = stripped[:-1].rstrip()
     joiner = b"" if inner.endswith(b"{") else b","
     return inner + joiner + member + b"}"
+
+
+def _mounted(scope: Scope, path: str) -> str:
+    """`path` as a client reaches it: under the app's `root_path`, when it has one."""
+    return str(scope.get("root_path", "")).rstrip("/") + path
 
 
 def _refusal(error: ToolrefError) -> ASGIApp:
