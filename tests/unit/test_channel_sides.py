@@ -222,3 +222,70 @@ async def test_a_sender_keeps_a_bounded_number_of_channels(
         assert isinstance(made, ChannelTransport)
     assert len(channels.open) == 3
     assert len(channels.paths) == 4
+
+
+async def test_what_a_proxy_sets_is_the_upgrades_and_the_path_is_decoded() -> None:
+    socket, seen = Socket(), list[Scope]()
+    upgrade = {
+        **UPGRADE,
+        "headers": [*UPGRADE["headers"], (b"x-forwarded-for", b"10.0.0.7")],
+    }
+    task = await serving(socket, answering(seen), upgrade)
+    spoofed = [*HEADERS, ("X-Forwarded-For", "1.2.3.4"), ("forwarded", "for=1.2.3.4")]
+    socket.frame(frames.Sender().turn(0, "/v1/my%20dep/messages?x=1", spoofed, b"{}"))
+    await settled(socket, 3)
+    socket.leave()
+    await task
+    [scope] = seen
+    names = [k for k, _ in scope["headers"]]
+    assert (b"x-forwarded-for", b"10.0.0.7") in scope["headers"]
+    assert b"forwarded" not in names
+    assert names.count(b"x-forwarded-for") == 1
+    assert scope["path"] == "/v1/my dep/messages"
+    assert scope["raw_path"] == b"/v1/my%20dep/messages"
+    assert scope["query_string"] == b"x=1"
+
+
+class Recording(Inner):
+    def __init__(self) -> None:
+        self.sent: list[httpx.Request] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(request)
+        return httpx.Response(200)
+
+
+class Busy:
+    """A link with a turn in flight (what `ChannelTransport.busy` reads)."""
+
+    closed = False
+    streams = {1: None}
+
+    async def close(self) -> None:
+        raise AssertionError("a channel with a turn in flight was closed")
+
+
+async def test_a_sender_never_closes_a_channel_with_a_turn_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(channel_transport, "MAX_CHANNELS", 2)
+    channels, inner = Channels(lambda line: None), Recording()
+    made = []
+    for n in range(3):
+        url = f"http://b{n}:1/v1/messages"
+        channels.told(request(url), told("/v1/channel"))
+        made.append(await channels.sender(inner, request(url)))
+        made[-1]._link = Busy()  # its turns go on
+    assert made[2] is inner  # every channel busy: the new one's turns over HTTP
+    assert len(channels.open) == 2
+
+
+async def test_a_channel_closed_by_its_owner_sends_over_http_for_good() -> None:
+    inner = Recording()
+    transport = ChannelTransport(
+        inner, "http://127.0.0.1:9", None, connect_timeout=1, report=lambda line: None
+    )
+    await transport.close_link()
+    answer = await transport.handle_async_request(request("http://127.0.0.1:9/v1/messages"))
+    assert answer.status_code == 200
+    assert len(inner.sent) == 1  # never a connect: retired

@@ -16,10 +16,12 @@ that does not read closes the channel (1002).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Final
+from urllib.parse import unquote
 
 from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send
 from toolref.websocket import channel as frames
@@ -64,6 +66,12 @@ async def serve_channel(
             if not gone.is_set():
                 await send({"type": "websocket.send", "bytes": data})
 
+    async def close(why: str) -> None:
+        log.info("channel closed: %s", why)
+        gone.set()  # no turn writes after the close
+        async with writing:
+            await send({"type": "websocket.close", "code": _PROTOCOL_ERROR})
+
     try:
         while True:
             message = await receive()
@@ -75,16 +83,14 @@ async def serve_channel(
             try:
                 turn = reader.turn(data)
             except frames.FrameError as exc:
-                log.info("channel closed: %s", exc)
-                await send({"type": "websocket.close", "code": _PROTOCOL_ERROR})
+                await close(str(exc))
                 return
             if isinstance(turn, frames.Cancel):  # its agent left: as a client hanging up
                 if (left := served.get(turn.stream)) is not None:
                     left.cancel()
                 continue
             if turn.stream in served:  # a stream is one turn: reused, it would escape the bound
-                log.info("channel closed: stream %d reused while served", turn.stream)
-                await send({"type": "websocket.close", "code": _PROTOCOL_ERROR})
+                await close(f"stream {turn.stream} reused while served")
                 return
             work = _served(
                 scope,
@@ -166,7 +172,8 @@ async def _served(
         raise
     except Exception as exc:  # the answer broke off: the sender's request fails, as on HTTP
         log.warning("channel turn %d broke off: %s", stream, type(exc).__name__)
-        await out(frames.broken(stream, type(exc).__name__))
+        with contextlib.suppress(Exception):  # the socket itself may be what failed
+            await out(frames.broken(stream, type(exc).__name__))
         return
     if not ended:  # the app returned without a whole answer: as a connection dropped
         log.warning("channel turn %d broke off: the app ended without a whole answer", stream)
@@ -174,16 +181,17 @@ async def _served(
 
 
 def _scope(channel: Scope, turn: frames.Turn) -> Scope:
-    """The HTTP scope of a turn: the frame's target and headers (its `Host`, if any,
-    replaced by the upgrade's: what checked the upgrade checked that host), its body's
-    length, the channel's connection. `UnicodeEncodeError` for a header beyond latin-1."""
-    path, _, query = turn.target.partition("?")
+    """The HTTP scope of a turn: the frame's target (its path decoded, as a server decodes
+    it) and headers, its body's length, the channel's connection. What a proxy in front
+    sets (`Host`, `Forwarded`, `X-Forwarded-*`, `X-Real-IP`) is the upgrade's, never the
+    frame's, which passed no proxy. `UnicodeEncodeError` for a header beyond latin-1."""
+    raw, _, query = turn.target.partition("?")
     headers = [
         (k.lower().encode("latin-1"), v.encode("latin-1"))
         for k, v in turn.headers
-        if k.lower() != "host"
+        if not _proxied(k.lower().encode("latin-1"))
     ]
-    headers[:0] = [(k, v) for k, v in channel.get("headers", []) if k == b"host"][:1]
+    headers[:0] = [(k, v) for k, v in channel.get("headers", []) if _proxied(k)]
     headers.append((b"content-length", str(len(turn.body)).encode()))
     return {
         "type": "http",
@@ -191,8 +199,8 @@ def _scope(channel: Scope, turn: frames.Turn) -> Scope:
         "http_version": "1.1",
         "method": "POST",
         "scheme": "https" if channel.get("scheme") == "wss" else "http",
-        "path": path,
-        "raw_path": path.encode("latin-1"),
+        "path": unquote(raw),
+        "raw_path": raw.encode("latin-1"),
         "query_string": query.encode("latin-1"),
         "root_path": channel.get("root_path", ""),
         "headers": headers,
@@ -201,3 +209,11 @@ def _scope(channel: Scope, turn: frames.Turn) -> Scope:
         "state": dict(channel.get("state", {})),
         "app": channel.get("app"),
     }
+
+
+def _proxied(name: bytes) -> bool:
+    """A header a proxy in front sets or rewrites (lowercase name)."""
+    return name in _PROXIED or name.startswith(b"x-forwarded-")
+
+
+_PROXIED: Final = frozenset({b"host", b"forwarded", b"x-real-ip"})

@@ -405,7 +405,8 @@ def _add_references(body: bytes, references: dict[str, str]) -> bytes:
 
 
 def _mounted(scope: Scope, path: str) -> str:
-    """`path` as a client reaches it: under the app's `root_path`, when it has one."""
+    """`path` as a client reaches it: under the app's `root_path`, when it has one (as
+    the scope's paths are: decoded)."""
     return str(scope.get("root_path", "")).rstrip("/") + path
 
 

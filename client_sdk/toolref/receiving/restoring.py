@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
+from urllib.parse import quote
 
 from toolref.asgi.budget import SCOPE_KEY, Account
 from toolref.asgi.hops import decoded, encoded, savings_value
@@ -61,6 +62,7 @@ from toolref.wire.headers import (
 _FRAMING: Final = frozenset(
     {"content-type", "content-length", "content-encoding", "transfer-encoding"}
 )
+_PATH_SAFE: Final = "/!$&'()*+,;=:@~"  # what a URL path keeps unquoted (RFC 3986)
 EDITS_VALUE: Final = str(wire.VERSION)  # what a receiver answers `Toolref-Edits` with
 log = logging.getLogger("toolref.edits")
 # The statuses of a refusal of the edit itself, answered to its client, which resends.
@@ -214,8 +216,8 @@ def told_edits(scope: Scope, send: Send, channel: str | None = None) -> tuple[Sc
     name = asgi_name(EDITS_HEADER)
     kept = [(k, v) for k, v in scope["headers"] if k.lower() != name]
     told = [(name, EDITS_VALUE.encode())]
-    if channel is not None:
-        told.append((asgi_name(CHANNEL_HEADER), channel.encode("latin-1")))
+    if channel is not None:  # as a URL path: a mount point's spaces and the like quoted
+        told.append((asgi_name(CHANNEL_HEADER), quote(channel, safe=_PATH_SAFE).encode()))
 
     async def with_edits(message: Message) -> None:
         if message["type"] == "http.response.start":

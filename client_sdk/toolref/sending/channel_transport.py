@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
+import logging
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -42,6 +45,7 @@ from toolref.websocket.driver import Refusal, Socket, Unreachable, connect
 from toolref.wire.endpoints import CHANNEL, CHANNEL_PATH
 from toolref.wire.headers import CHANNEL_HEADER, KEY_HEADER
 
+log = logging.getLogger("toolref.channel")
 MAX_MESSAGE: Final = 64 << 20  # bytes of one answer frame
 MAX_CHANNELS: Final = 64  # a sender's channels open at once (`Channels`)
 # A channel idle this long is closed before the next turn and a new one opened: a NAT or a
@@ -90,6 +94,7 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         self._link: _Link | None = None
         self._retry_at = 0.0
         self._opening = asyncio.Lock()
+        self._retired = False  # closed by its owner: no channel is opened again
 
     async def handle_async_request(self, request: Any) -> Any:
         if (
@@ -109,9 +114,16 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         await self.inner.aclose()
 
     async def close_link(self) -> None:
-        """Close the channel, not the transport it wraps (its owner's to close)."""
+        """Close the channel, for good, not the transport it wraps (its owner's to close):
+        its turns go over that transport from then on."""
+        self._retired = True
         if self._link is not None:
             await self._link.close()
+
+    @property
+    def busy(self) -> bool:
+        """Whether turns are in flight on its channel."""
+        return self._link is not None and not self._link.closed and bool(self._link.streams)
 
     async def _open(self, request: Any) -> _Link | None:
         link = self._link
@@ -121,12 +133,12 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         if self._link is not None and not self._link.closed:
             self._link.used = self.clock()
             return self._link
-        if self.clock() < self._retry_at:
+        if self._retired or self.clock() < self._retry_at:
             return None
         async with self._opening:  # one open at a time; those waiting see how it went
             if self._link is not None and not self._link.closed:
                 return self._link
-            if self.clock() < self._retry_at:
+            if self._retired or self.clock() < self._retry_at:
                 return None
             headers = [(KEY_HEADER, self.key)] if self.key else []
             headers += [
@@ -138,6 +150,7 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
                     headers,
                     max_message=MAX_MESSAGE,
                     connect_timeout=self.connect_timeout,
+                    ssl=_tls() if self.url.startswith("https:") else None,
                 )
             except (Unreachable, Refusal, OSError, ValueError) as exc:
                 self._retry_at = self.clock() + self.retry_seconds
@@ -146,8 +159,19 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
                     f"HTTP, the channel is tried again in {self.retry_seconds:g}s"
                 )
                 return None
-            self._link = _Link(socket, self.clock())
+            if self._retired:  # closed while it connected: nothing would ever close this one
+                socket.abort()
+                return None
+            self._link = _Link(socket, self.clock)
             return self._link
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The TLS context httpx's own transport verifies with (certifi's authorities), so the
+    channel trusts what the HTTP requests beside it trust."""
+    context: ssl.SSLContext = httpx.create_ssl_context()
+    return context
 
 
 def _whole(request: Any) -> bool:
@@ -173,10 +197,12 @@ def _why(exc: BaseException) -> str:
 class _Link:
     """One open channel: its frames' memory, the turns in flight, the reader."""
 
-    def __init__(self, socket: Socket, now: float) -> None:
+    def __init__(self, socket: Socket, clock: Callable[[], float]) -> None:
         self.socket = socket
-        self.used = now  # when a turn last went out on it
+        self.clock = clock
+        self.used = clock()  # when a turn last went out on it, or a frame came
         self.sender = frames.Sender()
+        self.cancelling: set[asyncio.Task[None]] = set()  # cancel frames on their way
         self.streams: dict[int, asyncio.Queue[frames.Answered]] = {}
         self.next = 0
         self.closed = False
@@ -198,29 +224,40 @@ class _Link:
         try:
             async with self.writing:  # the frames' memory changes in the order they are sent
                 _open_or_fail(self, request)
-                await self.socket.send(self.sender.turn(stream, target, headers, request.content))
-                sent = True
+                frame = self.sender.turn(stream, target, headers, request.content)
+                sent = True  # written before the send's first wait: it goes out
+                await self.socket.send(frame)
             first = await _next(queue, request, wait=timeout)
-            status, pairs = first.head()
+            try:
+                status, pairs = first.head()
+            except frames.FrameError as exc:  # as an answer that broke off: still served
+                self.cancel(stream)
+                error: Any = _broke(request)
+                raise error(str(exc), request=request) from None
             answer = _Answer(self, stream, queue, timeout, request)
             raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
             return _package(request).Response(status, headers=raw, stream=answer, request=request)
         except BaseException as exc:
             self.streams.pop(stream, None)
-            if sent and not isinstance(exc, frames.FrameError | _broke(request)):
-                await self.cancel(stream)  # left before its answer: the receiver stops
+            if sent and not isinstance(exc, _broke(request)):  # broken: its end came
+                self.cancel(stream)  # left before its answer: the receiver stops
             raise
 
-    async def cancel(self, stream: int) -> None:
-        """Tell the receiver a turn was left (best effort, not to be cancelled itself)."""
+    def cancel(self, stream: int) -> None:
+        """Tell the receiver a turn was left: a cancel frame sent in the background (its
+        caller, being cancelled or failing, never waits on the socket for it)."""
         if self.closed:
             return
-        with contextlib.suppress(OSError, ConnectionError, asyncio.CancelledError):
-            await asyncio.shield(self._cancel(stream))
+        task = asyncio.get_running_loop().create_task(self._cancel(stream))
+        self.cancelling.add(task)
+        task.add_done_callback(self.cancelling.discard)
 
     async def _cancel(self, stream: int) -> None:
-        async with self.writing:
-            await self.socket.send(frames.Sender.cancel(stream))
+        try:
+            async with self.writing:
+                await self.socket.send(frames.Sender.cancel(stream))
+        except (OSError, ConnectionError) as exc:  # the channel is going: nothing to cancel
+            log.debug("channel: cancel of turn %d not sent (%s)", stream, exc)
 
     async def _read(self) -> None:
         try:
@@ -229,6 +266,7 @@ class _Link:
                 if isinstance(message, Closed) or not isinstance(message.data, bytes):
                     return
                 found = frames.answered(message.data)
+                self.used = self.clock()
                 queue = self.streams.get(found.stream)
                 if queue is not None:  # else a turn the agent left: its pieces dropped
                     queue.put_nowait(found)
@@ -314,7 +352,7 @@ class _Answer(httpx.AsyncByteStream, AsyncByteStream2):
         self.link.streams.pop(self.stream, None)
         if not self.ended:
             self.ended = True
-            await self.link.cancel(self.stream)
+            self.link.cancel(self.stream)
 
 
 class Channels:
@@ -364,8 +402,12 @@ class Channels:
             report=self.report,
             credentials=CREDENTIALS,
         )
-        while len(self.open) > MAX_CHANNELS:
-            await self.open.popitem(last=False)[1].close_link()
+        if len(self.open) > MAX_CHANNELS:  # the least recently used with no turn in flight
+            idle = next((k for k, c in self.open.items() if k != key and not c.busy), None)
+            if idle is None:  # every one busy: this turn over HTTP, no channel made
+                del self.open[key]
+                return inner
+            await self.open.pop(idle).close_link()
         return found
 
     async def aclose(self) -> None:

@@ -28,9 +28,9 @@ one is served (`Toolref-Channel: <path>` beside `Toolref-Edits`: the gateway, a
 per origin, path and credentials, so a turn costs its edit and a few bytes of framing
 instead of an HTTP head; while the channel cannot be had (refused, unreachable) the edits
 go over HTTP, and it is asked for again every 30 s. The channel connects straight to the
-origin (no proxy, the default TLS context), so by default (`channel=None`) only a
-transport whose inner one is the plain HTTP one takes it; `channel=True` with any inner
-transport, `channel=False` never. `Transport` (sync) sends over HTTP.
+origin (no proxy, the authorities httpx trusts), so by default (`channel=None`) only a
+transport given no inner one takes it; `channel=True` with any inner transport,
+`channel=False` never. `Transport` (sync) sends over HTTP.
 """
 
 from __future__ import annotations
@@ -130,11 +130,11 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         self.shape_problems = check_shape_problems(shape_problems)
         if channel not in (None, True, False):
             raise TypeError(
-                f"channel is None (edits over a channel where the inner transport is the "
-                f"plain HTTP one), True (with any inner transport) or False, not {channel!r}"
+                f"channel is None (edits over a channel where no inner transport is given), "
+                f"True (with any inner transport) or False, not {channel!r}"
             )
-        if channel is None:
-            channel = inner is None or type(inner).__name__ == "AsyncHTTPTransport"
+        if channel is None:  # a given transport may carry a proxy, certificates, a socket
+            channel = inner is None
         self.channels = Channels(log.info) if channel else None
 
     @overload
