@@ -289,3 +289,42 @@ async def test_a_channel_closed_by_its_owner_sends_over_http_for_good() -> None:
     answer = await transport.handle_async_request(request("http://127.0.0.1:9/v1/messages"))
     assert answer.status_code == 200
     assert len(inner.sent) == 1  # never a connect: retired
+
+
+async def test_a_turn_past_the_bound_is_answered_busy_and_the_sender_sends_it_over_http() -> None:
+    socket, release = Socket(), asyncio.Event()
+
+    async def slow(scope: Scope, receive: Receive, send: Send) -> None:
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    task = await serving(socket, slow)
+    sender = frames.Sender()
+    for stream in range(frames.MAX_STREAMS + 1):
+        socket.frame(sender.turn(stream, "/v1/messages", HEADERS, b"{}"))
+    await settled(socket, 2)
+    busy = [a for a in socket.answers() if a.stream == frames.MAX_STREAMS]
+    status, pairs = busy[0].head()
+    assert status == 503
+    assert (frames.BUSY[0].lower(), frames.BUSY[1]) in [(k.lower(), v) for k, v in pairs]
+    release.set()
+    await settled(socket, 3 * frames.MAX_STREAMS + 2)
+    socket.leave()
+    await task
+
+    class Link:  # a channel whose receiver is that busy
+        closed, streams, used = False, dict[int, Any](), 0.0
+
+        async def send(self, request: httpx.Request) -> httpx.Response:
+            return httpx.Response(503, headers=[frames.BUSY], request=request)
+
+    inner = Recording()
+    transport = ChannelTransport(
+        inner, "http://127.0.0.1:9", None, connect_timeout=1, report=lambda line: None
+    )
+    transport._link = Link()  # type: ignore[assignment]
+    transport.clock = lambda: 0.0
+    answer = await transport.handle_async_request(request("http://127.0.0.1:9/v1/messages"))
+    assert answer.status_code == 200
+    assert len(inner.sent) == 1  # sent again over HTTP, where it was served

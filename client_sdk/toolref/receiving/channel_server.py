@@ -163,7 +163,7 @@ async def _served(
                 retry_after=1,
                 limit=frames.MAX_STREAMS,
             )
-            await refuse(busy_error)(scope, receive, send)
+            await refuse(busy_error)(scope, receive, _marked_busy(send))
         elif (why := serves(scope)) is not None:
             await refuse(why)(scope, receive, send)
         else:
@@ -178,6 +178,19 @@ async def _served(
     if not ended:  # the app returned without a whole answer: as a connection dropped
         log.warning("channel turn %d broke off: the app ended without a whole answer", stream)
         await out(frames.broken(stream, "unfinished"))
+
+
+def _marked_busy(send: Send) -> Send:
+    """`send`, its head saying the channel was too busy for the turn (`frames.BUSY`): the
+    sender sends that turn over HTTP instead, where nothing was done with it."""
+
+    async def marked(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            busy = (frames.BUSY[0].lower().encode(), frames.BUSY[1].encode())
+            message = {**message, "headers": [*message.get("headers", []), busy]}
+        await send(message)
+
+    return marked
 
 
 def _scope(channel: Scope, turn: frames.Turn) -> Scope:

@@ -107,7 +107,11 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         link = await self._open(request)
         if link is None or len(link.streams) >= frames.MAX_STREAMS:  # none, or as busy as it serves
             return await self.inner.handle_async_request(request)
-        return await link.send(request)
+        answer = await link.send(request)
+        if answer.status_code == 503 and answer.headers.get(frames.BUSY[0]) == frames.BUSY[1]:
+            await answer.aclose()  # the receiver did nothing with it (its turns counted on)
+            return await self.inner.handle_async_request(request)
+        return answer
 
     async def aclose(self) -> None:
         await self.close_link()

@@ -33,8 +33,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from toolref.kit.varints import read_varint, varint
+from toolref.wire.headers import CHANNEL_HEADER
 
 MAX_STREAMS: Final = 64  # turns served at once on one channel (a sender sends no more)
+# On the head of the answer to a turn the receiver had no room for (more than MAX_STREAMS in
+# flight): nothing was done with it, and the sender sends it over HTTP instead.
+BUSY: Final = (CHANNEL_HEADER, "busy")
 HEAD: Final = 0
 PIECE: Final = 1
 END: Final = 2
