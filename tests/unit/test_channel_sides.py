@@ -25,7 +25,7 @@ from toolref.sending import channel_transport
 from toolref.sending.channel_transport import Channels, ChannelTransport
 from toolref.websocket import channel as frames
 from toolref.wire.errors import ForbiddenError, ToolrefError
-from toolref.wire.headers import CHANNEL_HEADER
+from toolref.wire.headers import CHANNEL_HEADER, EDITS_HEADER
 
 HEADERS = [("content-type", MEDIA_TYPE), ("authorization", "Bearer k")]
 UPGRADE: Scope = {
@@ -181,8 +181,10 @@ def request(url: str, *, edit: bool = True, key: str = "k") -> httpx.Request:
     )
 
 
-def told(path: str | None) -> httpx.Response:
-    return httpx.Response(200, headers={CHANNEL_HEADER: path} if path else {})
+def told(path: str | None, *, receiver: bool = True) -> httpx.Response:
+    """A receiver's answer (`Toolref-Edits`) naming its channel at `path` (None: none)."""
+    headers = {EDITS_HEADER: "4"} if receiver else {}
+    return httpx.Response(200, headers={**headers, **({CHANNEL_HEADER: path} if path else {})})
 
 
 class Inner:
@@ -328,3 +330,15 @@ async def test_a_turn_past_the_bound_is_answered_busy_and_the_sender_sends_it_ov
     answer = await transport.handle_async_request(request("http://127.0.0.1:9/v1/messages"))
     assert answer.status_code == 200
     assert len(inner.sent) == 1  # sent again over HTTP, where it was served
+
+
+async def test_a_receiver_that_names_no_channel_any_more_is_sent_over_http() -> None:
+    channels, inner = Channels(lambda line: None), Inner()
+    chat = "http://b:1/v1/chat/completions"
+    channels.told(request(chat), told("/v1/channel"))
+    assert isinstance(await channels.sender(inner, request(chat)), ChannelTransport)
+    channels.told(request(chat), told("/v1/channel", receiver=False))  # a problem: no word
+    assert isinstance(await channels.sender(inner, request(chat)), ChannelTransport)
+    channels.told(request(chat), told(None))  # an edit's answer, no channel named
+    assert await channels.sender(inner, request(chat)) is inner
+    await channels.aclose()

@@ -177,10 +177,7 @@ class ToolRefMiddleware:
             await self.app(scope, receive, send)
             return
         if offers_edits(scope):
-            channel = self.channel_path
-            scope, send = told_edits(
-                scope, send, None if channel is None else _mounted(scope, channel)
-            )
+            scope, send = told_edits(scope, send, self._told_channel(scope))
         if is_edit(scope):
             with self.budget.account() as account:
                 await restore_edit(
@@ -193,6 +190,7 @@ class ToolRefMiddleware:
                     max_body_bytes=self.max_body_bytes,
                     problem=_edit_problem,
                     held=self.held,
+                    channel=self._told_channel(scope),
                 )
             return
         if not speaks_refs(scope):
@@ -245,6 +243,11 @@ class ToolRefMiddleware:
             )
 
     # --- the request --------------------------------------------------------------------
+
+    def _told_channel(self, scope: Scope) -> str | None:
+        """The channel's path as a client reaches it (None: none served)."""
+        channel = self.channel_path
+        return None if channel is None else _mounted(scope, channel)
 
     def _is_channel(self, scope: Scope) -> bool:
         """A WebSocket to the channel: at `channel_path`, under the app's mount point

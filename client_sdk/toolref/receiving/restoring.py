@@ -86,11 +86,13 @@ async def restore_edit(
     max_body_bytes: int,
     problem: Callable[[Send, ToolrefError], Awaitable[None]],
     held: HeldRequests | None = None,
+    channel: str | None = None,
 ) -> bool:
     """One edited request to `app` (see the module docstring); `problem` answers a refusal.
     False when the registry failed (the client was told to send the request as it is).
     `held`: the requests this process restored, each the base of its conversation's next
-    edit (the registry then answers what changed)."""
+    edit (the registry then answers what changed). `channel`: the path of the channel
+    served here, told on the answer (`Toolref-Channel`), as on the answer to an offer."""
     try:
         data = await read(receive, max_body_bytes, account)  # this backend's own limits
         try:
@@ -113,7 +115,8 @@ async def restore_edit(
         await problem(send, exc)
         return True
     answered = kept_answer(send, registry, applied.ref, scope["path"])
-    await app(restored, replay(applied.body, receive), marked(answered, applied, len(data)))
+    marks = marked(answered, applied, len(data), channel)
+    await app(restored, replay(applied.body, receive), marks)
     return True
 
 
@@ -157,12 +160,13 @@ def restored_scope(scope: Scope, applied: AppliedEdit, account: Account) -> Scop
     return {**scope, "headers": encoded(restored), SCOPE_KEY: account}
 
 
-def marked(send: Send, applied: AppliedEdit, sent: int) -> Send:
-    """`send`, adding to the answer's head the recipe kept, that edits are read here and the
-    bytes saved."""
+def marked(send: Send, applied: AppliedEdit, sent: int, channel: str | None = None) -> Send:
+    """`send`, adding to the answer's head the recipe kept, that edits are read here (and
+    where the channel is, when one is served: `channel`) and the bytes saved."""
     told: Sequence[tuple[bytes, bytes]] = (
         (asgi_name(HISTORY_HEADER), applied.ref.encode("ascii")),
         (asgi_name(EDITS_HEADER), EDITS_VALUE.encode()),
+        *(() if channel is None else ((asgi_name(CHANNEL_HEADER), _quoted(channel)),)),
         (asgi_name(SAVINGS_HEADER), savings_value(len(applied.body), sent).encode()),
     )
 
@@ -216,8 +220,8 @@ def told_edits(scope: Scope, send: Send, channel: str | None = None) -> tuple[Sc
     name = asgi_name(EDITS_HEADER)
     kept = [(k, v) for k, v in scope["headers"] if k.lower() != name]
     told = [(name, EDITS_VALUE.encode())]
-    if channel is not None:  # as a URL path: a mount point's spaces and the like quoted
-        told.append((asgi_name(CHANNEL_HEADER), quote(channel, safe=_PATH_SAFE).encode()))
+    if channel is not None:
+        told.append((asgi_name(CHANNEL_HEADER), _quoted(channel)))
 
     async def with_edits(message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -225,3 +229,9 @@ def told_edits(scope: Scope, send: Send, channel: str | None = None) -> tuple[Sc
         await send(message)
 
     return {**scope, "headers": kept}, with_edits
+
+
+def _quoted(path: str) -> bytes:
+    """A channel's path as a header tells it: a URL path (a mount point's spaces and the
+    like quoted)."""
+    return quote(path, safe=_PATH_SAFE).encode("ascii")

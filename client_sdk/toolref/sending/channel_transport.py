@@ -43,7 +43,7 @@ from toolref.websocket import channel as frames
 from toolref.websocket.client import Closed
 from toolref.websocket.driver import Refusal, Socket, Unreachable, connect
 from toolref.wire.endpoints import CHANNEL, CHANNEL_PATH
-from toolref.wire.headers import CHANNEL_HEADER, KEY_HEADER
+from toolref.wire.headers import CHANNEL_HEADER, EDITS_HEADER, KEY_HEADER
 
 log = logging.getLogger("toolref.channel")
 MAX_MESSAGE: Final = 64 << 20  # bytes of one answer frame
@@ -373,11 +373,16 @@ class Channels:
         self.open: OrderedDict[tuple[str, str, tuple[str, ...]], ChannelTransport] = OrderedDict()
 
     def told(self, request: Any, response: Any) -> None:
-        """Learn from `response` (to `request`) where its endpoint's channel is."""
+        """Learn from `response` (to `request`) where its endpoint's channel is: a
+        receiver's answer (one saying `Toolref-Edits`) names it, or says by naming none
+        that it serves none (any more)."""
+        if response.headers.get(EDITS_HEADER) is None:
+            return  # not a receiver's word on it (a problem, a plain backend)
         path = response.headers.get(CHANNEL_HEADER)
-        if path is None or CHANNEL_PATH.fullmatch(path) is None:
-            return
         endpoint = _origin(request) + request.url.path
+        if path is None or CHANNEL_PATH.fullmatch(path) is None:
+            self.paths.pop(endpoint, None)
+            return
         self.paths[endpoint] = path
         self.paths.move_to_end(endpoint)
         while len(self.paths) > MAX_ENDPOINTS:

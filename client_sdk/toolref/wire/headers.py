@@ -23,8 +23,10 @@ Between a relay and a gateway:
   saw it sends that endpoint's later LLM requests as edits.
 - `Toolref-Channel`: beside `Toolref-Edits` on the answer of a receiver that serves a
   channel (the gateway; a backend's `ToolRefMiddleware` given `channel_path`), the path of
-  its WebSocket on the same origin (`/v1/channel`): the sender may send its turns there
-  (`toolref.websocket.channel`) instead of one HTTP request each.
+  its WebSocket on the same origin (`/v1/channel`), on the answer to an offer and to
+  every edit: the sender may send its turns there (`toolref.websocket.channel`) instead
+  of one HTTP request each; a receiver's answer naming none says it serves none (any
+  more). `busy` on a channel turn's 503: no room for the turn, nothing done with it.
 - `Toolref-Frames`: on a WebSocket upgrade, the messages that follow are
   `toolref.websocket.frames`: `2`, each text message an edit of the one before it, its new
   segments each compressed alone (size-guarded); `1`, each compressed against the one before

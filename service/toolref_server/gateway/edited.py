@@ -31,8 +31,10 @@ from toolref.asgi.scope import Disconnected, header, read_body, replay
 from toolref.edits.answer import AnswerTap, tap_for
 from toolref.edits.segments import is_secret
 from toolref.edits.wire import MEDIA_TYPE, VERSION
+from toolref.wire.endpoints import CHANNEL
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import (
+    CHANNEL_HEADER,
     EDITS_HEADER,
     HISTORY_HEADER,
     SAVINGS_HEADER,
@@ -148,6 +150,7 @@ def marked(send: Send, applied: Applied, raw: int, context: ContextStep | None =
         (_HISTORY, applied.ref.encode("ascii")),
         (_SAVINGS, savings_value(raw, applied.wire, saved).encode()),
         (asgi_name(EDITS_HEADER), str(VERSION).encode()),
+        (asgi_name(CHANNEL_HEADER), CHANNEL.encode()),  # where the next may ride
         *(context.told() if context is not None else ()),
     ]
 
