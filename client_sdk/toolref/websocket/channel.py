@@ -1,20 +1,21 @@
-"""The channel's frames: turns and their answers on one WebSocket between the relay and the
-gateway (issue 39: no HTTP head per turn). The relay's side is `toolref_relay.channel`, the
-gateway's `toolref_server.gateway.channel`.
+"""The channel's frames: turns and their answers on one WebSocket between a sender (the
+relay, the SDK's `AsyncTransport`) and a receiver (the gateway, `ToolRefMiddleware`)
+(issue 39: no HTTP head per turn). The sender's side is
+`toolref.sending.channel_transport`, the receiver's `toolref.receiving.channel_server`.
 
-Each WebSocket message (binary) is one frame. The relay's, one per request:
+Each WebSocket message (binary) is one frame. The sender's, one per request:
 
     varint(stream) varint(len(meta)) meta body
 
 A turn the agent left is cancelled with a frame of that stream whose meta is `{"c":1}` and
-whose body is empty (`Sender.cancel`): the gateway stops serving it, as when a client hangs
+whose body is empty (`Sender.cancel`): the receiver stops serving it, as when a client hangs
 up. `meta` is what changed since the channel's previous request (`Sender`, `Receiver` keep it):
 empty when the target and the headers are the same, else a JSON object with `"p"` (the
 request's path and query) and/or `"h"` (its headers as `[name, value]` pairs, in order,
 framing aside). `body` is the request's body. So a turn of a conversation costs its edit and
 a few bytes: the stream id, a zero, the WebSocket frame's own head.
 
-The gateway's, for a stream, in order:
+The receiver's, for a stream, in order:
 
     varint(stream) 0x00 JSON {"s": status, "h": [[name, value], ...]}   the answer's head
     varint(stream) 0x01 bytes                                         a piece of its body
@@ -52,7 +53,7 @@ class FrameError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """A request as the gateway reads it off the channel."""
+    """A request as the receiver reads it off the channel."""
 
     stream: int
     target: str  # path and query
@@ -62,7 +63,7 @@ class Turn:
 
 @dataclass(frozen=True, slots=True)
 class Cancel:
-    """The relay's agent left stream `stream`: stop serving it."""
+    """The sender left stream `stream` (its caller did): stop serving it."""
 
     stream: int
 
@@ -91,7 +92,7 @@ class Answered:
 
 
 class Sender:
-    """The relay's side: a request as a frame, only what changed since the last one sent."""
+    """The sender's side: a request as a frame, only what changed since the last one sent."""
 
     def __init__(self) -> None:
         self.target: str | None = None
@@ -116,7 +117,7 @@ class Sender:
 
 
 class Receiver:
-    """The gateway's side: frames read back into requests, with the channel's memory."""
+    """The receiver's side: frames read back into requests, with the channel's memory."""
 
     def __init__(self) -> None:
         self.target: str | None = None
