@@ -23,8 +23,8 @@ from typing import Final
 
 from toolref.edits.scanner import shared as common_prefix
 from toolref_server.context import facts as facts_module
-from toolref_server.context.plan import plan
-from toolref_server.context.rewrite import as_json, rewritten, stand_in
+from toolref_server.context.batches import plan
+from toolref_server.context.replacing import as_json, rewritten, stand_in
 from toolref_server.settings.context import Policy
 
 READ, WRITE = 0.1, 1.25  # a cached and a written input token's price (context_bench's)

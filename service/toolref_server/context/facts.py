@@ -19,7 +19,7 @@ is a person's). Such a result is replaced whole, by text.
 
 A message's size is its text less its cache marks and ids (the scanner's spans), so a
 cache mark moving on from one turn to the next does not change what earlier turns are
-counted at (`toolref_server.context.plan` replays them).
+counted at (`toolref_server.context.batches` replays them).
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Message:
 @dataclass(slots=True, eq=False)
 class Facts:
     """A body's bytes, whose it is (tenant, format, messages key), its messages, and
-    `replay`: the plan's state at a turn, to go on from (`toolref_server.context.plan`)."""
+    `replay`: the plan's state at a turn, to go on from (`toolref_server.context.batches`)."""
 
     body: bytes
     tenant: str

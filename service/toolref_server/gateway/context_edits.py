@@ -3,10 +3,10 @@ replaced by their summaries before it is sent upstream, for every format the gat
 
 A pipeline over the body, decoded once: its facts (`toolref_server.context.facts`,
 remembered from the turn before), the request left to the client when it manages its own
-context, the plan (`toolref_server.context.plan`: a pure function of the conversation, so
+context, the plan (`toolref_server.context.batches`: a pure function of the conversation, so
 every replica and every turn choose the same), what stands in for each result newly
 replaced (its summary from the summary cache: one per result, ever), and the body
-rewritten (`toolref_server.context.rewrite`): every byte but the replaced results' as the
+rewritten (`toolref_server.context.replacing`): every byte but the replaced results' as the
 client sent it. The CPU work runs off the loop when the body is large (`Workers`).
 
 What it did travels back in `Toolref-Context` and `Toolref-Savings` (`Outcome.headers`),
@@ -31,11 +31,11 @@ from toolref.wire.endpoints import Endpoint
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import CONTEXT_HEADER
 from toolref_server.context import facts as facts_module
+from toolref_server.context.batches import BYTES_PER_TOKEN, Cleared, Plan, plan
 from toolref_server.context.client import clears_tool_results
 from toolref_server.context.facts import Facts
-from toolref_server.context.plan import BYTES_PER_TOKEN, Cleared, Plan, plan
-from toolref_server.context.rewrite import as_json, rewritten, stand_in
-from toolref_server.context.usage import Usage, UsageReader
+from toolref_server.context.provider_usage import Usage, UsageReader
+from toolref_server.context.replacing import as_json, rewritten, stand_in
 from toolref_server.metrics import Metrics
 from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.settings.context import Policy
@@ -99,7 +99,7 @@ class ContextStep:
 
     def watched(self, send: Send) -> Send:
         """`send`, reading the provider's own count of input tokens from the answer as it
-        passes (`toolref_server.context.usage`), counted once the answer ends when the
+        passes (`toolref_server.context.provider_usage`), counted once the answer ends when the
         request was edited (`Metrics.context_provider_tokens`)."""
         reader: UsageReader | None = None
 

@@ -49,7 +49,7 @@ class Policy:
       reading it, over what reading it costs ((1.25 - 0.1) / 0.1 = 11.5 at Anthropic's
       prices; OpenAI's and Gemini's, which charge no write premium, about 1 to 3; 0: every
       batch is made): a batch is made only when it pays for itself
-      (`toolref_server.context.plan`);
+      (`toolref_server.context.batches`);
     - `max_messages`: a request of more messages passes as it came, unread (what its facts
       hold in memory is a few hundred bytes a message)."""
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from toolref_server.context import facts as facts_module
 from toolref_server.context.client import clears_tool_results
 from toolref_server.context.facts import Facts, facts_of
-from toolref_server.context.rewrite import as_json, rewritten, stand_in
+from toolref_server.context.replacing import as_json, rewritten, stand_in
 
 from ..format_strategies import CONVERSATIONS
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from toolref_server.context.usage import Usage, UsageReader
+from toolref_server.context.provider_usage import Usage, UsageReader
 
 
 def events(*values: object, sep: bytes = b"\n\n") -> bytes:

@@ -1,4 +1,4 @@
-"""Context editing's plan (`toolref_server.context.plan`): which results a request has
+"""Context editing's plan (`toolref_server.context.batches`): which results a request has
 replaced, replayed from the conversation alone.
 
 Properties over arbitrary conversations (message sizes, the model's turns, results of any
@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolref.formats import Site
+from toolref_server.context.batches import BYTES_PER_TOKEN, Plan, plan
 from toolref_server.context.facts import Call, Message, Result
-from toolref_server.context.plan import BYTES_PER_TOKEN, Plan, plan
 from toolref_server.settings.context import Policy
 
 TOOLS = ("read", "bash", "grep")
