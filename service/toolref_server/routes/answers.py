@@ -30,14 +30,14 @@ from toolref.wire.errors import (
 from toolref.wire.models import RECIPE_REF_PATTERN
 from toolref_server.http import codec
 from toolref_server.http.operation import ApiRoute, Operation, Parameter, Reply
-from toolref_server.routes import context
+from toolref_server.routes import request_context
 
 _MEDIA = "application/octet-stream"
 
 
 async def keep_answer(request: Request) -> Response:
     """Check the ref and the size, keep the bytes, answer 204."""
-    tenant = context.tenant(request)  # the key first: 401 before anything else
+    tenant = request_context.tenant(request)  # the key first: 401 before anything else
     ref = request.path_params["recipe"]
     if not is_recipe_ref(ref):
         raise ValidationError(
@@ -50,7 +50,7 @@ async def keep_answer(request: Request) -> Response:
             f"{endpoints.ANSWER} takes the answer's bytes (`Content-Type: {_MEDIA}`), not "
             f"{media or 'a body without Content-Type'}; send them as AnswerTap made them"
         )
-    services = context.services(request)
+    services = request_context.services(request)
     account: Account = request.scope[SCOPE_KEY]
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_ANSWER:

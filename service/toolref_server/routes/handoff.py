@@ -18,34 +18,34 @@ from toolref_server.http import codec
 from toolref_server.http.operation import ApiRoute, Operation, Reply
 from toolref_server.registry.conversation import resolve_markers
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer
-from toolref_server.routes import context
+from toolref_server.routes import request_context
 from toolref_server.routes.messages import conversation_of
 
 
 async def handoff_context(request: Request) -> Response:
-    tenant = context.tenant(request)
+    tenant = request_context.tenant(request)
     conversation, body = await conversation_of(request, HandoffRequest)
     messages = conversation.messages
     refs = conversation.scan.refs
     if refs:
-        if context.protocol(request) < PROTOCOL_REFS:
+        if request_context.protocol(request) < PROTOCOL_REFS:
             raise ProtocolRequiredError(
                 f"the messages carry toolRef markers, which need `{PROTOCOL_HEADER}: "
                 f"{PROTOCOL_REFS}`"
             )
-        held = await resolve_markers(context.services(request), tenant, refs)
+        held = await resolve_markers(request_context.services(request), tenant, refs)
         invocations = {ref: rec.invocation() for ref, rec in held.items()}
         messages = formats.fill(messages, conversation.scan, invocations)
     target = None
     if body.request is not None:
         formats.check_messages(body.request)
         target = formats.detect(body.request, body.request_format)
-    settings = context.services(request).settings
+    settings = request_context.services(request).settings
     summary, source = None, "none"
     if body.summarize_text:
         budget = min(handoff.SUMMARY_CHARS, body.max_tool_context_chars // 4)
         summary, source = await _text_summary(request, tenant, messages, budget, conversation.size)
-    result = await context.services(request).workers.run(
+    result = await request_context.services(request).workers.run(
         conversation.size,
         handoff.build,
         messages,
@@ -75,7 +75,7 @@ async def _text_summary(
     """The LLM summarizer's summary of the dialogue when it is the default (cached per
     tenant under the digest of the transcript, computed once, held to the LLM quotas);
     else, or when it is not made, the digest."""
-    services = context.services(request)
+    services = request_context.services(request)
     summarizer = services.summaries.summarizers.get(services.settings.summarizer)
     if isinstance(summarizer, OpenAICompatibleSummarizer):
         transcript = await services.workers.run(size, _transcript, messages, summarizer)

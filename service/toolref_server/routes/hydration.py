@@ -24,13 +24,13 @@ from toolref_server.registry.conversation import (
     stats,
 )
 from toolref_server.registry.hydrate import Ask, Done, run
-from toolref_server.routes import context
+from toolref_server.routes import request_context
 from toolref_server.routes.messages import answer
 from toolref_server.services import Services
 
 
 async def hydrate(request: Request) -> Response:
-    services = context.services(request)
+    services = request_context.services(request)
     ask = await read(request)
     if ask.protocol < PROTOCOL_REFS:
         return as_sent(request, services, ask)
@@ -39,10 +39,10 @@ async def hydrate(request: Request) -> Response:
 
 async def read(request: Request) -> Ask:
     """Decode the body once (a request of the retired history refs refused first)."""
-    tenant = context.tenant(request)
-    protocol = context.protocol(request)
+    tenant = request_context.tenant(request)
+    protocol = request_context.protocol(request)
     retired({k.lower(): v for k, v in request.headers.items()})
-    decoded = await context.document(request)
+    decoded = await request_context.document(request)
     if isinstance(decoded.value, dict):
         named = [k for k in _RETIRED_MEMBERS if k in decoded.value]
         if named:

@@ -35,19 +35,19 @@ from toolref_server.http.operation import (
     Parameter,
     Reply,
 )
-from toolref_server.routes import context
+from toolref_server.routes import request_context
 from toolref_server.storage import record
 from toolref_server.storage.record import Record
 from toolref_server.storage.store import NewRecord
 
 
 async def register(request: Request) -> Response:
-    tenant = context.tenant(request)
-    context.require_refs_protocol(request)
-    value = await context.body(request)
-    context.check_batch(value, "invocations", request)
+    tenant = request_context.tenant(request)
+    request_context.require_refs_protocol(request)
+    value = await request_context.body(request)
+    request_context.check_batch(value, "invocations", request)
     body = validated(RegisterRequest, value)
-    threshold = context.services(request).settings.compress_threshold
+    threshold = request_context.services(request).settings.compress_threshold
     items, answers = [], []
     for invocation in body.invocations:
         digest = Digest.of(canonical_json(invocation.canonical_object()))
@@ -62,7 +62,7 @@ async def register(request: Request) -> Response:
         )
         items.append(NewRecord(ref, digest.sha256, data))
         answers.append((ref, digest.size))
-    outcomes = await context.services(request).store.register(tenant, items)
+    outcomes = await request_context.services(request).store.register(tenant, items)
     collided = [
         str(item.ref)
         for item, outcome in zip(items, outcomes, strict=True)
@@ -85,9 +85,9 @@ async def register(request: Request) -> Response:
 
 
 async def _refs_body(request: Request) -> list[Ref]:
-    value = await context.body(request)
-    context.check_batch(value, "refs", request)
-    return context.parse_refs(validated(RefsRequest, value).refs)
+    value = await request_context.body(request)
+    request_context.check_batch(value, "refs", request)
+    return request_context.parse_refs(validated(RefsRequest, value).refs)
 
 
 def _unique(refs: list[Ref]) -> list[Ref]:
@@ -95,19 +95,19 @@ def _unique(refs: list[Ref]) -> list[Ref]:
 
 
 async def find_missing(request: Request) -> Response:
-    tenant = context.tenant(request)
-    context.require_refs_protocol(request)
+    tenant = request_context.tenant(request)
+    request_context.require_refs_protocol(request)
     refs = _unique(await _refs_body(request))
-    present = await context.services(request).store.touch(tenant, refs)
+    present = await request_context.services(request).store.touch(tenant, refs)
     missing = [str(ref) for ref, here in zip(refs, present, strict=True) if not here]
     return codec.render(request, FindMissingResponse(missing=missing).model_dump(by_alias=True))
 
 
 async def resolve(request: Request) -> Response:
-    tenant = context.tenant(request)
-    context.require_refs_protocol(request)
+    tenant = request_context.tenant(request)
+    request_context.require_refs_protocol(request)
     refs = _unique(await _refs_body(request))
-    records = await context.services(request).store.fetch(tenant, refs)
+    records = await request_context.services(request).store.fetch(tenant, refs)
     found: dict[str, Record] = {}
     missing: list[str] = []
     for ref, rec in zip(refs, records, strict=True):
@@ -126,16 +126,16 @@ async def resolve(request: Request) -> Response:
 
 
 async def get_invocation(request: Request) -> Response:
-    tenant = context.tenant(request)
+    tenant = request_context.tenant(request)
     ref = Ref.parse(request.path_params["ref"])
-    (rec,) = await context.services(request).store.fetch(tenant, [ref])
+    (rec,) = await request_context.services(request).store.fetch(tenant, [ref])
     if rec is None or rec.digest[: len(ref.digest_prefix)] != ref.digest_prefix:
         raise NotFoundError(
             f"no invocation {ref} is held for this API key (never registered, expired, or "
             f"evicted); register it again with POST {endpoints.INVOCATIONS}"
         )
     etag = f'"{rec.digest.hex()}"'
-    ttl = context.services(request).settings.ttl_seconds
+    ttl = request_context.services(request).settings.ttl_seconds
     headers = {"ETag": etag, "Cache-Control": f"private, max-age={ttl}, immutable"}
     if _etag_matches(etag, request.headers.get("if-none-match")):
         return Response(status_code=304, headers=headers)
@@ -145,9 +145,9 @@ async def get_invocation(request: Request) -> Response:
 
 
 async def get_summary(request: Request) -> Response:
-    tenant = context.tenant(request)
+    tenant = request_context.tenant(request)
     ref = Ref.parse(request.path_params["ref"])
-    services = context.services(request)
+    services = request_context.services(request)
     name = request.query_params.get("summarizer") or services.settings.summarizer
     max_chars = _max_chars(
         request.query_params.get("maxChars"), services.settings.summary_max_chars

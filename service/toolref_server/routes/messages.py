@@ -36,14 +36,14 @@ from toolref_server.registry.conversation import (
     shallow,
     stats,
 )
-from toolref_server.routes import context
+from toolref_server.routes import request_context
 
 Body = TypeVar("Body", OptimizeRequest, HydrateRequest, HandoffRequest)
 
 
 async def conversation_of(request: Request, model: type[Body]) -> tuple[Conversation, Body]:
-    decoded = await context.document(request)
-    services = context.services(request)
+    decoded = await request_context.document(request)
+    services = request_context.services(request)
     limit = services.settings.max_messages
     return await services.workers.run(decoded.size, _conversation, limit, decoded, model)
 
@@ -83,9 +83,9 @@ def answer(
 
 
 async def optimize(request: Request) -> Response:
-    tenant = context.tenant(request)
-    context.require_refs_protocol(request)
-    services = context.services(request)
+    tenant = request_context.tenant(request)
+    request_context.require_refs_protocol(request)
+    services = request_context.services(request)
     conversation, _ = await conversation_of(request, OptimizeRequest)
     registration = await register(services, tenant, conversation)
     optimized, _ = await services.workers.run(

@@ -20,7 +20,7 @@ from toolref_server.http import codec, openapi
 from toolref_server.http.auth import Authenticator
 from toolref_server.http.operation import ApiRoute, Operation, Reply
 from toolref_server.metrics import CONTENT_TYPE as METRICS_TYPE
-from toolref_server.routes import context
+from toolref_server.routes import request_context
 from toolref_server.settings import Settings
 
 
@@ -63,7 +63,7 @@ def capabilities_of(settings: Settings, *, upstreams: bool = False) -> Capabilit
 
 
 async def capabilities(request: Request) -> Response:
-    services = context.services(request)
+    services = request_context.services(request)
     shown = _knows_key(services.auth, request)
     document = capabilities_of(services.settings, upstreams=shown).model_dump(by_alias=True)
     return codec.render(request, document)
@@ -88,7 +88,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    services = context.services(request)
+    services = request_context.services(request)
     if not await services.store.ping():
         raise StoreUnavailableError(
             "the store (Redis) does not answer PING; the service is up but cannot serve refs",
@@ -98,8 +98,8 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    context.services(request).auth.check_metrics(request)
-    exported = context.services(request).metrics.render()
+    request_context.services(request).auth.check_metrics(request)
+    exported = request_context.services(request).metrics.render()
     return Response(exported, media_type=METRICS_TYPE)
 
 
@@ -109,7 +109,7 @@ async def openapi_document(request: Request) -> Response:
     state = request.app.state
     built: dict[str, Any] | None = getattr(state, "openapi", None)
     if built is None:
-        services = context.services(request)
+        services = request_context.services(request)
         built = state.openapi = openapi.document(
             request.app.routes,
             secured=not services.auth.open,

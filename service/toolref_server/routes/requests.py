@@ -34,13 +34,13 @@ from toolref.wire.models import RECIPE_REF_PATTERN
 from toolref_server.http import codec
 from toolref_server.http.operation import ApiRoute, Header, Operation, Reply
 from toolref_server.registry.edits import apply_edit
-from toolref_server.routes import context
+from toolref_server.routes import request_context
 
 
 async def apply(request: Request) -> Response:
     """Read the edit within the body limit, apply it, answer the request it stands for."""
-    services = context.services(request)
-    tenant = context.tenant(request)
+    services = request_context.services(request)
+    tenant = request_context.tenant(request)
     media = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media != wire.MEDIA_TYPE:
         raise UnsupportedMediaTypeError(

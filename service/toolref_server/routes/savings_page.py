@@ -29,7 +29,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from toolref.wire import endpoints
 from toolref_server.http import codec
 from toolref_server.http.operation import ApiRoute, Operation, Reply
-from toolref_server.routes import context
+from toolref_server.routes import request_context
 from toolref_server.settings import LOCAL_TENANT
 from toolref_server.usage import KEEP_MINUTES, MINUTE, Counts, window
 
@@ -150,7 +150,7 @@ def _row(tenant: str, upstream: str, counts: Counts) -> UsageRow:
 
 
 async def savings(request: Request) -> Response:
-    services = context.services(request)
+    services = request_context.services(request)
     services.auth.check_metrics(request)
     # This worker's latest counts first; the others' are at most TOOLREF_SAMPLE_SECONDS old.
     await services.usage.flush(services.metrics.pending)
