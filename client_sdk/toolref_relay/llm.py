@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from toolref.wire.encoding import JSON_TYPE
+from toolref.wire.encoding import JSON_TYPE, media_type
 from toolref.wire.endpoints import endpoint
 from toolref.wire.models import FormatName
 
@@ -45,7 +45,7 @@ def _plain_json(headers: Mapping[str, str]) -> bool:
     named = {k.lower(): v for k, v in headers.items()}
     if named.get("content-encoding", "identity").strip().lower() != "identity":
         return False
-    return named.get("content-type", "").split(";")[0].strip().lower() == JSON_TYPE
+    return media_type(named.get("content-type")) == JSON_TYPE
 
 
 def _finite(text: str) -> float:

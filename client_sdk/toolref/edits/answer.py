@@ -25,6 +25,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, Final
 
+from toolref.wire.encoding import media_type
 from toolref.wire.endpoints import endpoint
 
 MAX_ANSWER: Final = 256 << 10  # bytes of an answer's dictionary; a longer one is none
@@ -46,7 +47,7 @@ def tap_for(path: str, status: int, headers: Iterable[tuple[str, str]]) -> Answe
     if status != 200 or found is None or found.format not in FORMATS:
         return None
     named = {name.lower(): value for name, value in headers}
-    media = named.get("content-type", "").split(";")[0].strip().lower()
+    media = media_type(named.get("content-type"))
     encoding = named.get("content-encoding", "identity").strip().lower()
     if media != _EVENT_STREAM or encoding != "identity":
         return None

@@ -40,7 +40,7 @@ from toolref.kit.process_counters import counter
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Hydration, Messages, Registry, registry_port
 from toolref.wire import compression
-from toolref.wire.encoding import JSON_TYPE
+from toolref.wire.encoding import JSON_TYPE, media_type
 from toolref.wire.errors import (
     AuthenticationError,
     ConflictError,
@@ -205,7 +205,7 @@ class Hydrator:
     def _read(self, body: bytes, content_type: str | None) -> tuple[spans.Document, str] | None:
         """The body's JSON document and where its messages are; None when there are no
         messages to hydrate (not JSON, not an object, no list under a messages key)."""
-        media = (content_type or "").split(";")[0].strip().lower()
+        media = media_type(content_type)
         if media != JSON_TYPE:
             return None
         # With one messages key, the spans of its messages come with the one parse.

@@ -44,6 +44,7 @@ from toolref.edits.segments import is_secret, restore_headers
 from toolref.receiving.held import HeldRequests, base_of
 from toolref.registry.answers import AppliedEdit
 from toolref.registry.port import Registry
+from toolref.wire.encoding import media_type
 from toolref.wire.errors import (
     BadRequestError,
     ToolrefError,
@@ -72,7 +73,7 @@ EDIT_REFUSALS: Final = frozenset({400, 409, 413, 422})
 def is_edit(scope: Scope) -> bool:
     """The request's body is an edit (its media type, any parameters and case)."""
     value = header(scope, "content-type")
-    return value is not None and value.split(";")[0].strip().lower() == wire.MEDIA_TYPE
+    return media_type(value) == wire.MEDIA_TYPE
 
 
 async def restore_edit(

@@ -164,7 +164,7 @@ class BaseRegistryClient(Session[TransportT_co]):
         url = self._url(endpoints.HYDRATE)
         request = httpx.Request("POST", url, headers=headers, content=content)
         response = yield from self._send(request)
-        media = response.headers.get("content-type", "").split(";")[0].strip()
+        media = encoding.media_type(response.headers.get("content-type"))
         if response.status_code >= 400 or media != encoding.JSON_TYPE:
             self._decode(response)  # raises the problem (or says what came instead)
         try:
@@ -191,7 +191,7 @@ class BaseRegistryClient(Session[TransportT_co]):
             "POST", self._url(endpoints.APPLY_EDIT), headers=headers, content=data
         )
         response = yield from self._send(request)
-        media = response.headers.get("content-type", "").split(";")[0].strip()
+        media = encoding.media_type(response.headers.get("content-type"))
         ref = response.headers.get(HISTORY_HEADER, "").strip()
         if response.status_code == 200 and ref:
             if media == edits.MEDIA_TYPE and segments:

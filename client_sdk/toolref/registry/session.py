@@ -225,7 +225,7 @@ class Session(Generic[TransportT_co]):
         )
 
     def _decode(self, response: httpx.Response) -> Any:
-        media = response.headers.get("content-type", "").split(";")[0].strip()
+        media = encoding.media_type(response.headers.get("content-type"))
         problem: Any = None
         try:
             if is_problem(response):

@@ -42,6 +42,7 @@ from toolref.sending.packages import AsyncBaseTransport2, AsyncByteStream2, pack
 from toolref.websocket import channel as frames
 from toolref.websocket.client import Closed
 from toolref.websocket.driver import Refusal, Socket, Unreachable, connect
+from toolref.wire.encoding import media_type
 from toolref.wire.endpoints import CHANNEL, CHANNEL_PATH
 from toolref.wire.headers import CHANNEL_HEADER, EDITS_HEADER, KEY_HEADER
 
@@ -223,7 +224,7 @@ class _Link:
             if k.decode("latin-1").lower() not in _HOP
         ]
         target = request.url.raw_path.decode("ascii")
-        timeout = _read_timeout(request)
+        timeout = _timeout(request, "read")
         sent = False
         try:
             async with self.writing:  # the frames' memory changes in the order they are sent
@@ -299,9 +300,10 @@ def _open_or_fail(link: _Link, request: Any) -> None:
         raise _package(request).ConnectError("the channel closed", request=request)
 
 
-def _read_timeout(request: Any) -> float | None:
+def _timeout(request: Any, kind: str) -> float | None:
+    """The request's own timeout of `kind` ("connect", "read"; None: none set)."""
     found: Any = request.extensions.get("timeout", {})
-    value = found.get("read") if isinstance(found, dict) else None
+    value = found.get(kind) if isinstance(found, dict) else None
     return float(value) if isinstance(value, int | float) else None
 
 
@@ -407,7 +409,7 @@ class Channels:
             origin,
             None,
             path=path,
-            connect_timeout=_connect_timeout(request),
+            connect_timeout=_timeout(request, "connect") or 10.0,
             report=self.report,
             credentials=CREDENTIALS,
         )
@@ -430,11 +432,4 @@ def _origin(request: Any) -> str:
 
 
 def _is_edit(headers: Any) -> bool:
-    value = headers.get("content-type", "")
-    return bool(value.split(";")[0].strip().lower() == EDIT_TYPE)
-
-
-def _connect_timeout(request: Any) -> float:
-    found: Any = request.extensions.get("timeout", {})
-    value = found.get("connect") if isinstance(found, dict) else None
-    return float(value) if isinstance(value, int | float) else 10.0
+    return media_type(headers.get("content-type")) == EDIT_TYPE

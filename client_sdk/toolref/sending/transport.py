@@ -49,7 +49,7 @@ from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.packages import AsyncBaseTransport2, BaseTransport2, packages_of
 from toolref.sending.refusals import readable_problem, shaped
 from toolref.sending.request_checks import check_shape_problems
-from toolref.wire.encoding import JSON_TYPE
+from toolref.wire.encoding import JSON_TYPE, media_type
 from toolref.wire.endpoints import Endpoint, endpoint
 from toolref.wire.headers import PROTOCOL_HEADER
 
@@ -196,7 +196,7 @@ def _plain_json(headers: Mapping[str, str]) -> bool:
         return False
     if named.get("content-encoding", "identity").strip().lower() != "identity":
         return False
-    return named.get("content-type", "").split(";")[0].strip().lower() == JSON_TYPE
+    return media_type(named.get("content-type")) == JSON_TYPE
 
 
 def _inner(inner: Any, request: Any, default: str) -> Any:

@@ -72,3 +72,9 @@ def _big_integer(data: bytes) -> int:
 def unpackb(data: bytes) -> Any:
     """Inverse of `packb`; other ext types come back as `msgpack.ExtType`."""
     return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=ext_hook)
+
+
+def media_type(value: str | None) -> str:
+    """The media type a `Content-Type` value names: lowercased, its parameters left out
+    ("" for none)."""
+    return (value or "").split(";", 1)[0].strip().lower()

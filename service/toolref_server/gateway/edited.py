@@ -31,6 +31,7 @@ from toolref.asgi.scope import Disconnected, header, read_body, replay
 from toolref.edits.answer import AnswerTap, tap_for
 from toolref.edits.segments import is_secret
 from toolref.edits.wire import MEDIA_TYPE, VERSION
+from toolref.wire.encoding import media_type
 from toolref.wire.endpoints import CHANNEL
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import (
@@ -54,7 +55,7 @@ _SAVINGS: Final = asgi_name(SAVINGS_HEADER)
 def is_edit(scope: Scope) -> bool:
     """The request's body is an edit (its media type, any parameters and case)."""
     value = header(scope, "content-type")
-    return value is not None and value.split(";")[0].strip().lower() == MEDIA_TYPE
+    return media_type(value) == MEDIA_TYPE
 
 
 async def forward_edit(

@@ -19,6 +19,7 @@ from toolref.wire.encoding import (
     JSON_TYPE,
     MSGPACK_TYPE,
     dumps_json,
+    media_type,
     packb,
 )
 from toolref.wire.errors import (
@@ -38,13 +39,9 @@ ENCODINGS: Final = (JSON_TYPE, MSGPACK_TYPE)
 COMPRESSORS: Final = ("gzip", "zstd")
 
 
-def _media_type(header: str | None) -> str:
-    return (header or "").split(";", 1)[0].strip().lower()
-
-
 def request_decoder(request: Request) -> str:
     """'json' or 'msgpack' from Content-Type; 415 for anything else."""
-    media = _media_type(request.headers.get("content-type"))
+    media = media_type(request.headers.get("content-type"))
     if media == JSON_TYPE or (media.startswith("application/") and media.endswith("+json")):
         return "json"
     if media in MSGPACK_ALIASES:
