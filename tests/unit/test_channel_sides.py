@@ -342,3 +342,35 @@ async def test_a_receiver_that_names_no_channel_any_more_is_sent_over_http() -> 
     channels.told(request(chat), told(None))  # an edit's answer, no channel named
     assert await channels.sender(inner, request(chat)) is inner
     await channels.aclose()
+
+
+async def test_turns_past_the_bytes_a_channel_holds_are_answered_busy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each turn's frame is in memory whole while it is served: past `MAX_HELD_BYTES` of
+    bodies at once, a turn is answered busy (the sender sends it over HTTP) and the app
+    never sees it."""
+    monkeypatch.setattr(frames, "MAX_HELD_BYTES", 1000)
+    socket, release, seen = Socket(), asyncio.Event(), list[Scope]()
+
+    async def slow(scope: Scope, receive: Receive, send: Send) -> None:
+        seen.append(scope)
+        await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    task = await serving(socket, slow)
+    sender = frames.Sender()
+    socket.frame(sender.turn(0, "/v1/messages", HEADERS, b"x" * 600))
+    socket.frame(sender.turn(1, "/v1/messages", HEADERS, b"y" * 600))
+    await settled(socket, 2)
+    [busy] = [a for a in socket.answers() if a.stream == 1 and a.kind == frames.HEAD]
+    assert busy.head()[0] == 503
+    assert len(seen) == 1
+    release.set()
+    await settled(socket, 5)
+    socket.frame(sender.turn(2, "/v1/messages", HEADERS, b"z" * 600))  # room again
+    await settled(socket, 8)
+    socket.leave()
+    await task
+    assert len(seen) == 2

@@ -60,6 +60,7 @@ async def serve_channel(
     writing = asyncio.Lock()
     gone = asyncio.Event()
     served: dict[int, asyncio.Task[None]] = {}
+    held: dict[int, int] = {}  # the bytes of each served turn's body, held until it ends
 
     async def out(data: bytes) -> None:
         async with writing:  # one frame at a time on the socket
@@ -92,18 +93,20 @@ async def serve_channel(
             if turn.stream in served:  # a stream is one turn: reused, it would escape the bound
                 await close(f"stream {turn.stream} reused while served")
                 return
+            full = _full(len(served), sum(held.values()) + len(turn.body))
             work = _served(
                 scope,
                 turn,
                 app=app,
                 out=out,
                 gone=gone,
-                busy=len(served),
+                busy=full,
                 refuse=refuse,
                 serves=serves,
             )
             served[turn.stream] = task = asyncio.create_task(work)
-            task.add_done_callback(partial(_forget, served, turn.stream, task))
+            held[turn.stream] = 0 if full else len(turn.body)
+            task.add_done_callback(partial(_forget, served, held, turn.stream))
     finally:
         gone.set()
         for task in list(served.values()):
@@ -111,10 +114,20 @@ async def serve_channel(
 
 
 def _forget(
-    served: dict[int, asyncio.Task[None]], stream: int, task: asyncio.Task[None], _: object
+    served: dict[int, asyncio.Task[None]], held: dict[int, int], stream: int, _: object
 ) -> None:
-    if served.get(stream) is task:
-        del served[stream]
+    served.pop(stream, None)  # a stream is never reused while served: this is its task
+    held.pop(stream, None)
+
+
+def _full(turns: int, body_bytes: int) -> str | None:
+    """Why the channel has no room for one more turn (None: it has): `frames.MAX_STREAMS`
+    turns served at once, or `frames.MAX_HELD_BYTES` of their bodies held."""
+    if turns >= frames.MAX_STREAMS:
+        return f"this channel serves {frames.MAX_STREAMS} turns at once"
+    if body_bytes > frames.MAX_HELD_BYTES:
+        return f"this channel holds {frames.MAX_HELD_BYTES} bytes of turns' bodies at once"
+    return None
 
 
 async def _served(
@@ -124,7 +137,7 @@ async def _served(
     app: ASGIApp,
     out: Callable[[bytes], Awaitable[None]],
     gone: asyncio.Event,
-    busy: int,
+    busy: str | None,
     refuse: Refuse,
     serves: Serves,
 ) -> None:
@@ -157,12 +170,8 @@ async def _served(
             await gone.wait()
             return {"type": "http.disconnect"}
 
-        if busy >= frames.MAX_STREAMS:
-            busy_error = OverloadedError(
-                f"this channel serves {frames.MAX_STREAMS} turns at once; retry after 1s",
-                retry_after=1,
-                limit=frames.MAX_STREAMS,
-            )
+        if busy is not None:  # nothing done with it: the sender sends it over HTTP
+            busy_error = OverloadedError(f"{busy}; retry after 1s", retry_after=1)
             await refuse(busy_error)(scope, receive, _marked_busy(send))
         elif (why := serves(scope)) is not None:
             await refuse(why)(scope, receive, send)

@@ -37,6 +37,9 @@ from toolref.kit.varints import read_varint, varint
 from toolref.wire.headers import CHANNEL_HEADER
 
 MAX_STREAMS: Final = 64  # turns served at once on one channel (a sender sends no more)
+# Bytes of turns' bodies a receiver holds at once on one channel (each turn's frame is in
+# memory whole while it is served); past them a turn is answered busy (below).
+MAX_HELD_BYTES: Final = 64 << 20
 # On the head of the answer to a turn the receiver had no room for (more than MAX_STREAMS in
 # flight): nothing was done with it, and the sender sends it over HTTP instead.
 BUSY: Final = (CHANNEL_HEADER, "busy")
