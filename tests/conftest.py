@@ -13,7 +13,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis, RedisCluster
 
-from tests.support import IN_CI
+from tests.support import IN_CI, failures
 from tests.support.cluster import LocalCluster
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine
@@ -24,6 +24,10 @@ from toolref_server.storage.redis import is_cluster_url, plain_url
 # TOOLREF_TEST_CLUSTER=1 runs the engine tests on a local Redis Cluster (3 + 3 nodes).
 ON_CLUSTER = os.environ.get("TOOLREF_TEST_CLUSTER", "").lower() in ("1", "true", "yes")
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    failures.register(config)
 
 
 def need(reason: str) -> None:
