@@ -77,7 +77,7 @@ $(NODE_ZSTD):
 FAILURES := .toolref/failed-tests.txt
 test:
 	@$(MAKE) --no-print-directory -j4 $(TEST_NEEDS)
-	@failed=""; rm -f $(FAILURES); export TOOLREF_FAILURES_FILE=$(FAILURES); \
+	@failed=""; rm -f $(FAILURES); export TOOLREF_TEST_FAILURES_FILE=$(FAILURES); \
 	$(BIN)/python -m pytest $(PARALLEL) -m "not e2e and not latency" $(PYTEST_ARGS) \
 		|| failed="$$failed one-node"; \
 	TOOLREF_TEST_CLUSTER=1 $(BIN)/python -m pytest $(PARALLEL) -m "not e2e and not latency" \

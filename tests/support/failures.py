@@ -1,7 +1,7 @@
 """Names the tests that failed, for the end of `make test`.
 
 `make test` runs four passes, and CI shows only the tail of what they printed: a failure in
-the first pass scrolls out of sight behind three more. With TOOLREF_FAILURES_FILE set, the
+the first pass scrolls out of sight behind three more. With TOOLREF_TEST_FAILURES_FILE set, the
 pytest controller (never an xdist worker, which would write each failure twice) appends one
 line per failed test to that file: its id and the last line of its error, cut to 300
 characters. The Makefile prints the file after the last pass.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-FAILURES_FILE = "TOOLREF_FAILURES_FILE"
+FAILURES_FILE = "TOOLREF_TEST_FAILURES_FILE"
 LINE_CHARS = 300
 
 
@@ -39,7 +39,7 @@ class FailureRecorder:
 
 
 def register(config: pytest.Config) -> None:
-    """Record failures when asked (TOOLREF_FAILURES_FILE) and this is the controller."""
+    """Record failures when asked (TOOLREF_TEST_FAILURES_FILE) and this is the controller."""
     target = os.environ.get(FAILURES_FILE)
     if target and not hasattr(config, "workerinput"):
         path = Path(target)
