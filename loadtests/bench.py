@@ -60,9 +60,10 @@ Targets missed, what the profile showed, and before and after (same machine):
   string wide). What is left is inherent: toolref parses each message with its span,
   detects the format, pairs the calls and fills, where the baseline parses once and splices.
 - canonical digest throughput: 19.5% of raw SHA-256 before, 20.5% after (escapes with nothing
-  to replace are skipped). The rest is two linear passes CPython offers no faster builtin
-  for: the check for control characters needing `\\u` escapes (`bytes.translate`, as slow
-  as SHA-256 itself) and one copy per escape kind present.
+  to replace are skipped), 23-26% later. Then strings and values with no floats went through
+  orjson (its escaping is JCS's, checked for every code point; its key order JCS's below
+  U+D800): 53%, where the check for rare control characters (`bytes.translate`, as slow as
+  SHA-256 itself) and a copy per escape kind had been most of the time (issue 38's stop).
 - bandwidth: refs + zstd uploaded 2.4x less than zstd alone on the longest trace, not 20x:
   tool payloads are a third of the bytes a client resends; the rest is the model's own text,
   which refs do not replace. Retired with the history refs of 0.2 (issue 38): every client

@@ -183,6 +183,29 @@ def test_deep_nesting_matches_reference() -> None:
     assert canonical_json(value) == rfc8785.dumps(value)
 
 
+def test_deep_nesting_past_orjsons_limit_matches_reference() -> None:
+    """No float: the orjson path, which refuses past 255 levels; the serializer takes it."""
+    value: Any = "leaf"
+    for depth in range(300):
+        value = [value] if depth % 2 else {"k": value}
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
+@pytest.mark.parametrize("padding", [0, 600])  # a short string, and a long one
+def test_every_escape_and_character_range_matches_reference(padding: int) -> None:
+    points = [*range(0x2100), 0x2028, 0x2029, 0xD7FF, 0xE000, 0xFEFF, 0xFFFF, 0x10000, 0x10FFFF]
+    for point in points:
+        text = "a" * padding + chr(point) + "b"
+        assert canonical_json(text) == rfc8785.dumps(text), hex(point)
+        assert canonical_json({"k": [text]}) == rfc8785.dumps({"k": [text]}), hex(point)
+
+
+@pytest.mark.parametrize("number", [2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1])
+def test_integers_around_64_bits_are_written_exactly(number: int) -> None:
+    expected = f'{{"n":{number},"s":"{"x" * 600}"}}'.encode()
+    assert canonical_json({"n": number, "s": "x" * 600}) == expected
+
+
 def test_absurd_nesting_is_a_typed_error_not_a_crash() -> None:
     value: Any = 1.5
     for _ in range(100_000):
