@@ -257,6 +257,7 @@ async def run(systems: Systems, found: list[Trace], plan: Plan, command: str) ->
     turns: list[Turn] = []
     longest: tuple[Trace, list[Turn]] | None = None
     try:
+        await _warm(systems, hops, relays)
         for trace in traces:
             start = len(turns)
             replayed = await _replay(trace, systems, hops, relays, whole=plan.whole, start=start)
@@ -271,6 +272,24 @@ async def run(systems: Systems, found: list[Trace], plan: Plan, command: str) ->
     if longest is not None:
         found_section.verdicts.extend(_growth(*longest, systems.codes[0].label))
     return found_section
+
+
+WARM_TURNS: Final = 4
+
+
+async def _warm(systems: Systems, hops: dict[str, Hop], relays: dict[str, Proc]) -> None:
+    """A short conversation of its own through every system, not counted: a process's
+    first requests (its lazy imports, pools, connections) are not what a turn costs, and a
+    whole turn is rare enough (each conversation's first) that one cold turn was its
+    median. Its text shares nothing with the traces', so no turn of theirs edits it."""
+    tag = uuid.uuid4().hex
+    messages: list[dict[str, Any]] = []
+    for n in range(WARM_TURNS):
+        messages.append({"role": "user", "content": f"warm-up {tag} question {n}"})
+        messages.append({"role": "assistant", "content": f"warm-up {tag} answer {n}"})
+    await _replay(Trace("warm-up", messages), systems, hops, relays, whole=0, start=-(10**6))
+    for hop in hops.values():
+        hop.forwarded.clear()
 
 
 GROWTH_WINDOW: Final = 60  # turns: the relay's CPU per turn, the last ones over the first
