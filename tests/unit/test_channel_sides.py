@@ -20,6 +20,7 @@ import pytest
 
 from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send
 from toolref.edits.wire import MEDIA_TYPE
+from toolref.kit.varints import varint
 from toolref.receiving.channel_server import serve_channel
 from toolref.sending import channel_transport
 from toolref.sending.channel_transport import Channels, ChannelTransport
@@ -374,3 +375,102 @@ async def test_turns_past_the_bytes_a_channel_holds_are_answered_busy(
     socket.leave()
     await task
     assert len(seen) == 2
+
+
+class Stuck(Socket):
+    """A sender that reads no answer: every write waits on it for ever."""
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "websocket.send":
+            await asyncio.Event().wait()
+        await super().send(message)
+
+
+async def test_a_sender_that_reads_no_answer_cannot_pile_turns_up() -> None:
+    """Past `MAX_STREAMS` turns are answered busy, their bodies not held; a sender that
+    reads none of those answers (each busy turn waits to write it) and sends more has the
+    channel ended at twice the bound, every turn cancelled: no task or body piles up."""
+    socket, started = Stuck(), list[Scope]()
+
+    async def holding(scope: Scope, receive: Receive, send: Send) -> None:
+        started.append(scope)
+        await asyncio.Event().wait()
+
+    task = await serving(socket, holding)
+    sender = frames.Sender()
+    for stream in range(10 * frames.MAX_STREAMS):
+        socket.frame(sender.turn(stream, "/v1/messages", HEADERS, b"x" * 1000))
+        await asyncio.sleep(0)  # each turn's task runs as far as it can
+    await asyncio.wait_for(task, 10)  # it ended by itself, the sender still connected
+    assert len(started) == frames.MAX_STREAMS
+    assert socket.incoming.qsize() > 0  # frames past the end were never read
+    left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert all(t.done() for t in left if "_served" in repr(t.get_coro()))
+
+
+@pytest.mark.parametrize(
+    ("meta", "why"),
+    [
+        (b'{"p":"/x","h":[' + b",".join([b'["a","b"]'] * 300) + b"]}", "over 256 headers"),
+        (b'{"p":"/x","h":[["a","' + b"v" * (70 << 10) + b'"]]}', "meta is"),
+        (b'{"p":' + b"[" * 30_000 + b"]" * 30_000 + b"}", "not a JSON object"),
+    ],
+)
+def test_a_request_frame_past_the_receivers_bounds_does_not_read(meta: bytes, why: str) -> None:
+    """Headers past `MAX_HEADERS`, meta past `MAX_META_BYTES` (its headers are rebuilt into
+    every later turn's scope), and meta nested past the parser's depth: each a FrameError,
+    which closes the channel (1002), never an exception escaping the receiver."""
+    frame = varint(1) + varint(len(meta)) + meta + b"{}"
+    with pytest.raises(frames.FrameError, match=why):
+        frames.Receiver().turn(frame)
+
+
+def test_an_answer_head_nested_past_the_parsers_depth_does_not_read() -> None:
+    frame = varint(0) + bytes([frames.HEAD]) + b"[" * 100_000
+    with pytest.raises(frames.FrameError):
+        frames.answered(frame).head()
+
+
+async def test_an_answer_head_with_no_headers_is_served_over_the_channel() -> None:
+    """ASGI makes `headers` optional on `http.response.start`: such an answer is served as
+    it is over HTTP, not broken off."""
+    socket = Socket()
+
+    async def bare(scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 204})
+        await send({"type": "http.response.body", "body": b""})
+
+    task = await serving(socket, bare)
+    socket.frame(frames.Sender().turn(0, "/v1/messages", HEADERS, b"{}"))
+    await settled(socket, 2)
+    socket.leave()
+    await task
+    head, end = socket.answers()
+    assert head.head() == (204, [])
+    assert end.kind == frames.END
+
+
+async def test_a_request_past_the_frame_limit_and_a_closed_channel_go_over_http() -> None:
+    """A body past `MAX_FRAME_BYTES` (a receiver's message limit would close the channel,
+    and every turn on it) goes over HTTP; so does a turn whose channel closed before it
+    was written (nothing was sent)."""
+
+    class Closed:  # a channel that closed while the turn waited to be written
+        closed, streams, used = False, dict[int, Any](), 0.0
+
+        async def send(self, request: httpx.Request) -> httpx.Response:
+            raise channel_transport._Unsent("the channel closed")
+
+    inner = Recording()
+    transport = ChannelTransport(
+        inner, "http://127.0.0.1:9", None, connect_timeout=1, report=lambda line: None
+    )
+    transport._link = Closed()  # type: ignore[assignment]
+    transport.clock = lambda: 0.0
+    answer = await transport.handle_async_request(request("http://127.0.0.1:9/v1/messages"))
+    assert answer.status_code == 200
+    large = httpx.Request(
+        "POST", "http://127.0.0.1:9/v1/messages", content=b"x" * (frames.MAX_FRAME_BYTES + 1)
+    )
+    assert (await transport.handle_async_request(large)).status_code == 200
+    assert len(inner.sent) == 2

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
-from typing import Final
+from typing import Any, Final
 from urllib.parse import unquote
 
 from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send
@@ -34,6 +35,11 @@ _PROTOCOL_ERROR: Final = 1002
 Refuse = Callable[[ToolrefError], ASGIApp]  # the receiver's own answer to a problem
 Serves = Callable[[Scope], ToolrefError | None]  # why a turn is not served here (None: it is)
 _POLICY_VIOLATION: Final = 1008
+# Turns at once on one channel, busy ones included, past which the channel is closed: a
+# sender sends at most `frames.MAX_STREAMS`, so one past twice that reads no answer (each
+# busy turn waits to write its 503), and its tasks would only pile up.
+_MAX_TASKS: Final = 2 * frames.MAX_STREAMS
+_DRAIN_SECONDS: Final = 5.0  # the channel gone, its turns' cancellation awaited this long
 
 
 async def serve_channel(
@@ -59,8 +65,7 @@ async def serve_channel(
     reader = frames.Receiver()
     writing = asyncio.Lock()
     gone = asyncio.Event()
-    served: dict[int, asyncio.Task[None]] = {}
-    held: dict[int, int] = {}  # the bytes of each served turn's body, held until it ends
+    turns = _Turns()
 
     async def out(data: bytes) -> None:
         async with writing:  # one frame at a time on the socket
@@ -87,37 +92,65 @@ async def serve_channel(
                 await close(str(exc))
                 return
             if isinstance(turn, frames.Cancel):  # its agent left: as a client hanging up
-                if (left := served.get(turn.stream)) is not None:
-                    left.cancel()
+                turns.cancel(turn.stream)
                 continue
-            if turn.stream in served:  # a stream is one turn: reused, it would escape the bound
+            if turn.stream in turns.served:  # one turn a stream: reused, it escapes the bound
                 await close(f"stream {turn.stream} reused while served")
                 return
-            full = _full(len(served), sum(held.values()) + len(turn.body))
-            work = _served(
-                scope,
+            if len(turns.served) >= _MAX_TASKS:  # busy answers it does not read
+                # Not `close`: its lock may be held by a write the sender never reads. The
+                # turns are cancelled below; the server closes the socket as the app ends.
+                log.info("channel closed: %d turns unanswered, none read", len(turns.served))
+                return
+            full = turns.full(turn)
+            if full is not None:  # answered busy, nothing done with it: its body not held
+                turn = dataclasses.replace(turn, body=b"")
+            turns.start(
                 turn,
-                app=app,
-                out=out,
-                gone=gone,
-                busy=full,
-                refuse=refuse,
-                serves=serves,
-            )
-            served[turn.stream] = task = asyncio.create_task(work)
-            held[turn.stream] = 0 if full else len(turn.body)
-            task.add_done_callback(partial(_forget, served, held, turn.stream))
+                _served(
+                    scope, turn, app=app, out=out, gone=gone, busy=full, refuse=refuse,
+                    serves=serves,
+                ),
+            )  # fmt: skip
     finally:
         gone.set()
-        for task in list(served.values()):
+        await turns.end()
+
+
+class _Turns:
+    """The turns a channel serves: their tasks, and the bytes of their bodies held, each
+    counted as it comes and goes (O(1) a frame)."""
+
+    def __init__(self) -> None:
+        self.served: dict[int, asyncio.Task[None]] = {}
+        self.held: dict[int, int] = {}  # each served turn's body bytes, held until it ends
+        self.held_bytes = 0
+
+    def full(self, turn: frames.Turn) -> str | None:
+        return _full(len(self.served), self.held_bytes + len(turn.body))
+
+    def start(self, turn: frames.Turn, work: Coroutine[Any, Any, None]) -> None:
+        self.served[turn.stream] = task = asyncio.create_task(work)
+        self.held[turn.stream] = len(turn.body)
+        self.held_bytes += len(turn.body)
+        task.add_done_callback(partial(self._forget, turn.stream))
+
+    def cancel(self, stream: int) -> None:
+        if (left := self.served.get(stream)) is not None:
+            left.cancel()
+
+    def _forget(self, stream: int, _: object) -> None:
+        self.served.pop(stream, None)  # a stream is never reused while served: its task
+        self.held_bytes -= self.held.pop(stream, 0)
+
+    async def end(self) -> None:
+        """Every turn cancelled, and awaited a while (an app's own cleanup): none is left
+        running past its channel."""
+        left = list(self.served.values())
+        for task in left:
             task.cancel()
-
-
-def _forget(
-    served: dict[int, asyncio.Task[None]], held: dict[int, int], stream: int, _: object
-) -> None:
-    served.pop(stream, None)  # a stream is never reused while served: this is its task
-    held.pop(stream, None)
+        if left:
+            await asyncio.wait(left, timeout=_DRAIN_SECONDS)
 
 
 def _full(turns: int, body_bytes: int) -> str | None:
@@ -149,7 +182,8 @@ async def _served(
     async def send(message: Message) -> None:
         nonlocal ended
         if message["type"] == "http.response.start":
-            pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in message["headers"]]
+            given = message.get("headers", [])  # optional in ASGI
+            pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in given]
             await out(frames.head(stream, message["status"], pairs))
         elif message["type"] == "http.response.body":
             if message.get("body"):
@@ -205,7 +239,7 @@ def _marked_busy(send: Send) -> Send:
 def _scope(channel: Scope, turn: frames.Turn) -> Scope:
     """The HTTP scope of a turn: the frame's target (its path decoded, as a server decodes
     it) and headers, its body's length, the channel's connection. What a proxy in front
-    sets (`Host`, `Forwarded`, `X-Forwarded-*`, `X-Real-IP`) is the upgrade's, never the
+    sets (`Host`, `Forwarded`, `X-Forwarded-*`, `X-Real-IP`, `Via`) is the upgrade's, never the
     frame's, which passed no proxy. `UnicodeEncodeError` for a header beyond latin-1."""
     raw, _, query = turn.target.partition("?")
     headers = [
@@ -238,4 +272,4 @@ def _proxied(name: bytes) -> bool:
     return name in _PROXIED or name.startswith(b"x-forwarded-")
 
 
-_PROXIED: Final = frozenset({b"host", b"forwarded", b"x-real-ip"})
+_PROXIED: Final = frozenset({b"host", b"forwarded", b"x-real-ip", b"via"})

@@ -103,12 +103,16 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             or not str(request.url).startswith(self.base + "/")
             or not _whole(request)  # a body still streaming
             or not self.rides(request)
+            or len(request.content) > frames.MAX_FRAME_BYTES  # past a receiver's message limit
         ):
             return await self.inner.handle_async_request(request)  # not a turn
         link = await self._open(request)
         if link is None or len(link.streams) >= frames.MAX_STREAMS:  # none, or as busy as it serves
             return await self.inner.handle_async_request(request)
-        answer = await link.send(request)
+        try:
+            answer = await link.send(request)
+        except _Unsent:  # the channel closed before the turn went out: nothing was sent
+            return await self.inner.handle_async_request(request)
         if answer.status_code == 503 and answer.headers.get(frames.BUSY[0]) == frames.BUSY[1]:
             await answer.aclose()  # the receiver did nothing with it (its turns counted on)
             return await self.inner.handle_async_request(request)
@@ -228,10 +232,9 @@ class _Link:
         sent = False
         try:
             async with self.writing:  # the frames' memory changes in the order they are sent
-                _open_or_fail(self, request)
-                frame = self.sender.turn(stream, target, headers, request.content)
+                frame = self._frame(stream, target, headers, request.content)
                 sent = True  # written before the send's first wait: it goes out
-                await self.socket.send(frame)
+                await self._write(frame, request)
             first = await _next(queue, request, wait=timeout)
             try:
                 status, pairs = first.head()
@@ -247,6 +250,19 @@ class _Link:
             if sent and not isinstance(exc, _broke(request)):  # broken: its end came
                 self.cancel(stream)  # left before its answer: the receiver stops
             raise
+
+    def _frame(self, stream: int, target: str, headers: frames.Pairs, body: bytes) -> bytes:
+        """The turn's frame, the frames' memory moved on; `_Unsent` when the channel closed
+        (nothing of the turn went out: it goes over HTTP)."""
+        if self.closed:
+            raise _Unsent("the channel closed")
+        return self.sender.turn(stream, target, headers, body)
+
+    async def _write(self, frame: bytes, request: Any) -> None:
+        try:
+            await self.socket.send(frame)
+        except OSError as exc:  # the socket's own failure, as the request's package says it
+            raise _package(request).WriteError(str(exc), request=request) from exc
 
     def cancel(self, stream: int) -> None:
         """Tell the receiver a turn was left: a cancel frame sent in the background (its
@@ -275,7 +291,10 @@ class _Link:
                 queue = self.streams.get(found.stream)
                 if queue is not None:  # else a turn the agent left: its pieces dropped
                     queue.put_nowait(found)
-        except (frames.FrameError, OSError):
+        except frames.FrameError as exc:  # a receiver that does not speak the channel
+            log.warning("channel: closed, an answer frame does not read (%s)", exc)
+            self.socket.abort()
+        except OSError:
             return
         finally:
             self.closed = True
@@ -295,9 +314,8 @@ def _broke(request: Any) -> type[Exception]:
     return error
 
 
-def _open_or_fail(link: _Link, request: Any) -> None:
-    if link.closed:
-        raise _package(request).ConnectError("the channel closed", request=request)
+class _Unsent(Exception):
+    """The channel closed before a turn was written: it goes over HTTP instead."""
 
 
 def _timeout(request: Any, kind: str) -> float | None:

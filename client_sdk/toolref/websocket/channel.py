@@ -40,6 +40,14 @@ MAX_STREAMS: Final = 64  # turns served at once on one channel (a sender sends n
 # Bytes of turns' bodies a receiver holds at once on one channel (each turn's frame is in
 # memory whole while it is served); past them a turn is answered busy (below).
 MAX_HELD_BYTES: Final = 64 << 20
+# A request frame's meta at most (its target and headers: h11 takes a head of 64 KiB), and its
+# headers at most: what changed is read, and a turn's scope is made from them, per frame.
+MAX_META_BYTES: Final = 64 << 10
+MAX_HEADERS: Final = 256
+# A request larger than this is not sent on the channel but over HTTP: a WebSocket server's
+# message limit (uvicorn's default 16 MiB, the gateway's `TOOLREF_WS_MAX_BYTES`) would close
+# the channel, and every turn on it, for one large first turn.
+MAX_FRAME_BYTES: Final = 8 << 20
 # On the head of the answer to a turn the receiver had no room for (more than MAX_STREAMS in
 # flight): nothing was done with it, and the sender sends it over HTTP instead.
 BUSY: Final = (CHANNEL_HEADER, "busy")
@@ -87,8 +95,8 @@ class Answered:
         try:
             found = json.loads(self.data)
             status, headers = found["s"], [(str(k), str(v)) for k, v in found["h"]]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise FrameError(f"an answer's head does not read ({exc})") from None
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise FrameError(f"an answer's head does not read ({type(exc).__name__})") from None
         if type(status) is not int or not 100 <= status <= 599:
             raise FrameError(f"an answer's status is {status!r}")
         return status, headers
@@ -133,18 +141,23 @@ class Receiver:
             raise FrameError("a request frame is cut short")
         if frame[at : at + size] == _CANCEL and at + size == len(frame):
             return Cancel(stream)
+        if size > MAX_META_BYTES:
+            raise FrameError(f"a request frame's meta is {size} bytes, over {MAX_META_BYTES}")
         if size:
             try:
                 meta = json.loads(frame[at : at + size])
                 target = meta.get("p", self.target)
                 headers = meta.get("h")
-            except (ValueError, AttributeError) as exc:
-                raise FrameError(f"a request frame's meta is not a JSON object ({exc})") from None
+            except (ValueError, AttributeError, RecursionError) as exc:
+                why = type(exc).__name__
+                raise FrameError(f"a request frame's meta is not a JSON object ({why})") from None
             if headers is not None:
                 try:
                     self.headers = [(str(k), str(v)) for k, v in headers]
                 except (ValueError, TypeError) as exc:
                     raise FrameError(f"a request frame's headers do not read ({exc})") from None
+                if len(self.headers) > MAX_HEADERS:
+                    raise FrameError(f"a request frame names over {MAX_HEADERS} headers")
             if not isinstance(target, str) or not target.startswith("/"):
                 raise FrameError(f"a request frame's target is {target!r}, not a path")
             self.target = target

@@ -37,22 +37,29 @@ REF_DIGEST_BYTES: Final = 16
 REF_LENGTH: Final = len(REF_PREFIX) + 26
 
 _SURROGATE_START: Final = "\ud800"
+# Characters of a string orjson escapes at once; longer ones in slices (`_string`), and a
+# value holding one is not given to orjson whole (memory: its buffer is sized for the worst).
+_SLICE: Final = 1 << 15
 # Sorted by code point, as orjson sorts keys, equals JCS's UTF-16 order below U+D800.
 _SORTED: Final = orjson.OPT_SORT_KEYS
 
 
 def _orjson_ok(value: object) -> bool:
-    """True when orjson's output is canonical for `value`: no floats (orjson writes 1e16,
-    JCS 10000000000000000), no key at or above U+D800, exact dicts, lists, strings, ints,
-    bools and None. A big integer or a lone surrogate still fails in orjson (`canonical_json`
-    then takes the serializer). O(values), with no copy."""
+    """True when orjson's output is canonical for `value`, and its memory bounded: no floats
+    (orjson writes 1e16, JCS 10000000000000000), no key at or above U+D800, no string past
+    `_SLICE`; exact dicts, lists, strings, ints, bools and None. A big integer or a lone
+    surrogate still fails in orjson (`canonical_json` then takes the serializer). O(values),
+    with no copy."""
     stack = [value]
     pop = stack.pop
     push = stack.extend
     while stack:
         item = pop()
         kind = type(item)
-        if kind is str or kind is int or kind is bool or item is None:
+        if kind is str:
+            if len(item) > _SLICE:  # type: ignore[arg-type]
+                return False
+        elif kind is int or kind is bool or item is None:
             continue
         if kind is dict:
             for key in item:  # type: ignore[attr-defined]
@@ -72,7 +79,15 @@ def _string(text: str) -> bytes:
     encoder for every code point), and several times faster than it on the long outputs
     and file contents tool results carry."""
     try:
-        return orjson.dumps(text)
+        if len(text) <= _SLICE:
+            return orjson.dumps(text)
+        # In slices: orjson reserves room for the worst escaping of what it is given (seen:
+        # 7x the output for a long string), so a long one costs a slice's worth of that.
+        # An escape never spans two slices (each is whole code points).
+        parts = [b'"']
+        parts += [orjson.dumps(text[at : at + _SLICE])[1:-1] for at in range(0, len(text), _SLICE)]
+        parts.append(b'"')
+        return b"".join(parts)
     except TypeError:  # a lone surrogate: named by the encoding's error
         _encode_utf8(text)
         raise
