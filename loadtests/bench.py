@@ -63,7 +63,9 @@ Targets missed, what the profile showed, and before and after (same machine):
   to replace are skipped), 23-26% later. Then strings and values with no floats went through
   orjson (its escaping is JCS's, checked for every code point; its key order JCS's below
   U+D800): 53%, where the check for rare control characters (`bytes.translate`, as slow as
-  SHA-256 itself) and a copy per escape kind had been most of the time (issue 38's stop).
+  SHA-256 itself) and a copy per escape kind had been most of the time; 45% with long
+  strings in 32K-character slices (orjson sizes its buffer for the worst escaping: 7x a
+  long string's bytes at peak, 2x in slices).
 - bandwidth: refs + zstd uploaded 2.4x less than zstd alone on the longest trace, not 20x:
   tool payloads are a third of the bytes a client resends; the rest is the model's own text,
   which refs do not replace. Retired with the history refs of 0.2 (issue 38): every client
