@@ -277,3 +277,21 @@ def test_ref_of_a_known_digest() -> None:
 def test_ref_rejects_non_strings() -> None:
     with pytest.raises(InvalidRefError):
         Ref(123)  # type: ignore[arg-type]
+
+
+def test_a_long_string_peaks_within_three_times_its_canonical_bytes() -> None:
+    """orjson sizes its buffer for the worst escaping of what it is given (7x a long
+    string's bytes at peak): long strings go in slices, so the peak stays near the output
+    (the slices, then their join)."""
+    import tracemalloc
+
+    text = 'line "quoted"\n\ttab\\' * 100_000
+    value = {"name": "read", "args": {"path": "a"}, "result": text, "isError": False}
+    tracemalloc.start()
+    try:
+        out = canonical_json(value)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out == rfc8785.dumps(value)
+    assert peak <= 3 * len(out), peak / len(out)
