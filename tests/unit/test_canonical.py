@@ -286,7 +286,7 @@ def test_a_long_string_peaks_within_three_times_its_canonical_bytes() -> None:
     import tracemalloc
 
     text = 'line "quoted"\n\ttab\\' * 100_000
-    value = {"name": "read", "args": {"path": "a"}, "result": text, "isError": False}
+    value: dict[str, Any] = {"name": "read", "args": {}, "result": text, "isError": False}
     tracemalloc.start()
     try:
         out = canonical_json(value)
