@@ -9,13 +9,17 @@
  *   it stands for, its body byte for byte, its headers those of the edit's segment 0 (each
  *   credential line filled from the request's real header of that name), then every real
  *   header segment 0 does not name (what a browser adds: `cookie`, `origin`, ...) but the
- *   body's framing and toolref's own, then the body's `content-length`. The handler's answer
+ *   body's framing and toolref's own, then the body's `content-length`. A real header named
+ *   in segment 0 replaces its line there (a proxy in front may set it), but for credentials
+ *   and fetch's own defaults (`user-agent`, `accept`, `accept-encoding`, `accept-language`);
+ *   segment 0 never names a header that describes a hop (`host`, framing). The handler's answer
  *   is handed on unread (streams stay streams) with `Toolref-History` (the recipe kept),
  *   `Toolref-Edits: 4` and `Toolref-Savings`; a streamed answer of an LLM API is read as it
  *   passes and, once whole, kept by the registry (`PUT /v1/answers/{recipe}`) before its last
- *   piece goes on: the dictionary of the client's next edit (edits/answer.ts). A registry problem (409 missing-history or
- *   missing-pieces, 400, 413) goes back to the client as it is, the handler not called; a
- *   registry that cannot be asked is a 415 on which the client sends the request as it is.
+ *   piece goes on: the dictionary of the client's next edit (edits/answer.ts). A refusal
+ *   the client resends on (409 missing-history or missing-pieces, 400 dictionary-mismatch)
+ *   goes back to it as it is, the handler not called; any other refusal, and a registry that
+ *   cannot be asked, is a 415 on which the client sends the request as it is.
  * - A request as it is with the offer (`Toolref-Edits`) goes to the handler; its answer
  *   is marked `Toolref-Edits: 4`, so the client sends edits from then on.
  * - A protocol-2 request (`Toolref-Protocol: 2`, an older client): its `toolRef` markers are
@@ -30,7 +34,7 @@
 
 import { TooLargeError, gunzip, readAll } from "./compression.js";
 import { tapFor } from "./edits/answer.js";
-import { headerLine } from "./edits/segments.js";
+import { describesHop, headerLine, isSecret } from "./edits/segments.js";
 import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import { UsageError } from "./errors.js";
 import type { FormatName } from "./formats/index.js";
@@ -91,6 +95,26 @@ type Limit = keyof typeof LIMITS;
 export const REQUEST_MEDIA_TYPE = "application/vnd.toolref.request";
 /** Real headers never passed beside the restored ones: the body's framing, toolref's own. */
 const FRAMING = new Set(["content-type", "content-length", "content-encoding", "transfer-encoding"]);
+/** The refusals of an edit its client resends on (the editor's misses). */
+const RESENT_ON: ReadonlyMap<number, ReadonlySet<string>> = new Map([
+  [409, new Set([problemType("missing-history"), problemType("missing-pieces")])],
+  [400, new Set([problemType("dictionary-mismatch")])],
+]);
+
+function resentOn(status: number, body: Uint8Array): boolean {
+  const types = RESENT_ON.get(status);
+  if (types === undefined) return false;
+  try {
+    const found: unknown = JSON.parse(new TextDecoder().decode(body));
+    return typeof found === "object" && found !== null && types.has(String((found as { type?: unknown }).type));
+  } catch {
+    return false;
+  }
+}
+
+/** What the client's HTTP stack adds to the edit request itself (fetch's defaults): of these,
+ * the values the app's SDK wrote, in segment 0, are the request's. */
+const CLIENT_DEFAULTS = new Set(["user-agent", "accept", "accept-encoding", "accept-language"]);
 /** Registry answers that mean it cannot apply anything now (down, misconfigured, too old). */
 const UNAVAILABLE = new Set([401, 403, 404, 405, 429]);
 const MARKER_REF = /"toolRef":"(tr_[a-z2-7]{26})"/g;
@@ -168,31 +192,47 @@ async function applied(context: Context, request: Request): Promise<Response> {
   const { status } = answer;
   if (status >= 500 || UNAVAILABLE.has(status)) return cannotApply(`the registry answered ${status}`);
   if (status >= 400) {
-    // The client's to resend or fix (409 missing-history / missing-pieces, 400, 413), as it is.
+    // A refusal the client resends on (409 missing-history / missing-pieces, 400
+    // dictionary-mismatch), as it is; any other (an edit over a limit, of a version the
+    // registry does not read) a 415, on which the client sends the request whole.
+    if (!resentOn(status, answer.bytes)) return cannotApply(`the registry refused the edit (${status})`);
     const type = answer.headers.get("content-type") ?? PROBLEM_TYPE;
     return new Response(answer.bytes as BodyInit, { status, headers: { "content-type": type, ...EDITS } });
   }
   const restored = status === 200 && (answer.headers.get("content-type") ?? "").startsWith(REQUEST_MEDIA_TYPE) ? parseRequest(answer.bytes) : null;
   if (restored === null) return cannotApply(`${context.registry} answered the edit with no request: is it a toolref registry?`);
+  // The app's headers (as `toolref.receiving.restoring.merged_headers`): segment 0's, none
+  // that describes a hop; a real header in place of segment 0's of its name (a proxy in
+  // front may set it, and the client must not override it from inside its body), but for
+  // credentials and the HTTP stack's own defaults on the edit request; then every other
+  // real header but the body's framing and toolref's.
   const merged = new Headers();
   const named = new Set<string>();
+  const replaced = new Set<string>();
   for (const [name, value] of restored.lines) {
     const low = name.toLowerCase();
+    if (describesHop(low)) continue;
     named.add(low);
+    let real: string | null;
+    try {
+      real = request.headers.get(name);
+    } catch {
+      return cannotApply(`the edit's first segment holds a header no HTTP request carries (${JSON.stringify(name.slice(0, 60))})`);
+    }
+    if (real !== null && !isSecret(low) && !CLIENT_DEFAULTS.has(low) && !FRAMING.has(low) && !low.startsWith(TOOLREF_PREFIX)) {
+      if (!replaced.has(low)) merged.append(name, real); // the network's word, once
+      replaced.add(low);
+      continue;
+    }
     const filled = value ?? request.headers.get(name);
     if (filled === null) {
-      return problem(
-        400,
-        "bad-request",
-        `the edit's first segment names the credential ${name}, which the request does not carry; send every credential it names (x-api-key, authorization, ...) as a real header, or the request whole`,
-        {},
-        EDITS,
-      );
+      // A proxy in front may have taken it (after checking it): the request whole goes as is.
+      return cannotApply(`the edit's first segment names the credential ${name}, which the request does not carry as a real header`);
     }
     try {
       merged.append(name, filled);
     } catch {
-      return problem(400, "bad-request", `the edit's first segment holds a header no HTTP request carries (${JSON.stringify(name.slice(0, 60))}); send the request whole`, {}, EDITS);
+      return cannotApply(`the edit's first segment holds a header no HTTP request carries (${JSON.stringify(name.slice(0, 60))})`);
     }
   }
   request.headers.forEach((value, name) => {
@@ -255,8 +295,9 @@ export function parseRequest(data: Uint8Array): { lines: [string, string | null]
   return { lines, body: data.subarray(at + 2) };
 }
 
-/** The registry cannot apply the edit now: a 415, on which a toolref client sends the
- * request as it is (and pauses its edits to this endpoint for a while). */
+/** The edit is not applied here, and its client resends on no refusal of it (the registry
+ * cannot be asked, refused it, a credential it names is missing): a 415, on which a toolref
+ * client sends the request as it is (and pauses its edits to this endpoint for a while). */
 function cannotApply(reason: string): Response {
   return problem(415, "unsupported-media-type", `this backend cannot apply edits now (${reason}); send the request as it is`);
 }

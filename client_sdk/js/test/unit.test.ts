@@ -176,7 +176,7 @@ describe("withToolRef without a registry call", () => {
     }
   });
 
-  it("an edit restored by a scripted registry: headers merged, credentials filled, or a 400 when they cannot be", async () => {
+  it("an edit restored by a scripted registry: headers merged, credentials filled, or a 415 when they cannot be", async () => {
     const restored = (head: string) =>
       (async () =>
         new Response(head + '\r\n{"messages":[]}', {
@@ -186,24 +186,26 @@ describe("withToolRef without a registry call", () => {
     const app = async (request: Request) => (seen.push(request), new Response("ok"));
     const edit = (headers: Record<string, string>) =>
       new Request("http://app.test/", { method: "POST", headers: { "Content-Type": MEDIA_TYPE, ...headers }, body: "edit bytes" });
-    const ok = withToolRef(app, { registry: "http://registry.test", fetch: restored("content-type: application/json\r\nauthorization:\r\nx-app: 1\r\n") });
-    const answer = await ok(edit({ authorization: "Bearer t", cookie: "c=1", "Toolref-Key": "k", "x-app": "2" }));
+    const segment = "content-type: application/json\r\nauthorization:\r\nx-app: 1\r\nuser-agent: OpenAI/JS 6\r\nhost: admin.internal\r\n";
+    const ok = withToolRef(app, { registry: "http://registry.test", fetch: restored(segment) });
+    const answer = await ok(edit({ authorization: "Bearer t", cookie: "c=1", "Toolref-Key": "k", "x-app": "2", "user-agent": "node" }));
     expect(answer.status).toBe(200);
     expect(Object.fromEntries(seen[0]!.headers)).toEqual({
       authorization: "Bearer t",
       "content-length": "15",
       "content-type": "application/json",
       cookie: "c=1",
-      "x-app": "1", // segment 0's, not the real one of the same name
-    });
+      "x-app": "2", // the real one (a proxy in front may set it), not segment 0's
+      "user-agent": "OpenAI/JS 6", // fetch's own default on the edit request: segment 0's
+    }); // and no host from inside the body
     expect(await seen[0]!.text()).toBe('{"messages":[]}');
     expect(answer.headers.get("Toolref-History")).toBe("tb_aaaaaaaaaaaaaaaaaaaaaaaaaa");
     expect(answer.headers.get("Toolref-Savings")).toBe("raw=15, wire=10, ratio=1.5");
     const lacking = await ok(edit({}));
-    expect(lacking.status).toBe(400);
+    expect(lacking.status).toBe(415); // the client sends the request whole
     expect(((await lacking.json()) as { detail: string }).detail).toMatch(/names the credential authorization/);
     const odd = await withToolRef(app, { registry: "http://registry.test", fetch: restored("bad name: 1\r\n") })(edit({}));
-    expect(odd.status).toBe(400);
+    expect(odd.status).toBe(415);
     expect(seen).toHaveLength(1);
   });
 

@@ -116,7 +116,7 @@ class AnswerTap:
             return
         try:
             event = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser: not an answer we read
             self.failed = True
             return
         if not isinstance(event, dict):

@@ -31,6 +31,7 @@ __all__ = [
     "SECRET_HEADERS",
     "cut_body",
     "cut_messages",
+    "describes_hop",
     "header_lines",
     "header_segment",
     "is_secret",
@@ -66,6 +67,12 @@ def is_secret(name: str) -> bool:
     return low in SECRET_HEADERS or any(word in low for word in _SECRET_WORDS)
 
 
+def describes_hop(name: str) -> bool:
+    """A header that describes the bytes on one hop (`Host`, framing, `Connection`, a
+    proxy's own), never the request: no segment holds one (lowercase `name`)."""
+    return name in _NOT_KEPT or (name.startswith("proxy-") and name != "proxy-authorization")
+
+
 def header_segment(pairs: Iterable[tuple[str, str]]) -> tuple[bytes, list[tuple[str, str]]]:
     """The headers' segment, and the credentials that travel apart (name, value), in order.
     `pairs`: the client's end-to-end headers (toolref's own and hop-by-hop ones left out by
@@ -74,7 +81,7 @@ def header_segment(pairs: Iterable[tuple[str, str]]) -> tuple[bytes, list[tuple[
     secrets: list[tuple[str, str]] = []
     for name, value in pairs:
         low = name.lower()
-        if low in _NOT_KEPT or (low.startswith("proxy-") and low != "proxy-authorization"):
+        if describes_hop(low):
             continue
         raw = name.encode("latin-1")
         if is_secret(low):

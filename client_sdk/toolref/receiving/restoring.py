@@ -1,6 +1,7 @@
 """An edited request (`application/vnd.toolref.edit`) restored for the app behind a chat
 backend's middleware, through the registry (`Registry.apply_edit`: one round trip, the
-recipe kept there, nothing here): any worker or replica serves any turn.
+recipe kept there; what this process holds, `held`, only saves bytes): any worker or
+replica serves any turn.
 
 The steps, each a function below: the edit read within the body limit, charged to the
 request's account (`read`); applied by the registry; the app's scope (`restored_scope`):
@@ -10,12 +11,13 @@ that name, then the request's own headers segment 0 does not name (what a browse
 body replayed; the answer marked (`marked`: the recipe kept, that edits are read here, the
 bytes saved), streamed as the app sends it.
 
-A refusal of the edit itself (409 `missing-history` or `missing-pieces`, 400, 413) is
-answered to the client as it is, which resends by itself (`toolref.sending.editor`). Any
-other failure is the registry's, not the edit's (it cannot be reached, refuses this
-backend's key, is over a quota, its store is down): the edit is answered 415
-(`unsupported-media-type`), on which the client sends the request as it is (and pauses
-its edits to this endpoint for a while: `toolref.sending.pause`): chatting never stops.
+A refusal the client resends on (409 `missing-history` or `missing-pieces`, 400
+`dictionary-mismatch`) is answered to it as it is, and it resends by itself
+(`toolref.sending.editor`). Any other failure, the edit's own (over a limit, a version this
+registry does not read) or the registry's (it cannot be reached, refuses this backend's
+key, is over a quota, its store is down), is answered 415 (`unsupported-media-type`), on
+which the client sends the request as it is (and pauses its edits to this endpoint for a
+while: `toolref.sending.pause`): chatting never stops.
 """
 
 from __future__ import annotations
@@ -40,13 +42,18 @@ from toolref.asgi.scope import (
 )
 from toolref.edits import wire
 from toolref.edits.answer import AnswerTap, tap_for
-from toolref.edits.segments import is_secret, restore_headers
+from toolref.edits.segments import describes_hop, is_secret, restore_headers
 from toolref.receiving.held import HeldRequests, base_of
 from toolref.registry.answers import AppliedEdit
 from toolref.registry.port import Registry
 from toolref.wire.encoding import media_type
 from toolref.wire.errors import (
     BadRequestError,
+    BodyTooLargeError,
+    DictionaryMismatchError,
+    MissingHistoryError,
+    MissingPiecesError,
+    OverloadedError,
     ToolrefError,
     UnsupportedMediaTypeError,
 )
@@ -63,11 +70,17 @@ from toolref.wire.headers import (
 _FRAMING: Final = frozenset(
     {"content-type", "content-length", "content-encoding", "transfer-encoding"}
 )
+# What the client's HTTP stack adds to the edit request itself (httpx's, fetch's defaults):
+# of these, the values the app's SDK wrote, in segment 0, are the request's.
+_CLIENT_DEFAULTS: Final = frozenset({"user-agent", "accept", "accept-encoding", "accept-language"})
 _PATH_SAFE: Final = "/!$&'()*+,;=:@~"  # what a URL path keeps unquoted (RFC 3986)
 EDITS_VALUE: Final = str(wire.VERSION)  # what a receiver answers `Toolref-Edits` with
 log = logging.getLogger("toolref.edits")
-# The statuses of a refusal of the edit itself, answered to its client, which resends.
-EDIT_REFUSALS: Final = frozenset({400, 409, 413, 422})
+# The refusals of an edit its client resends on (`toolref.sending.editor.on_miss`: the
+# base or pieces not held, inline bytes against another dictionary), answered as they are.
+# Any other (an edit over a limit, one this registry does not read) is answered 415: the
+# client sends the request as it is, which the app takes, rather than fail every turn.
+RESENT_ON: Final = MissingHistoryError | MissingPiecesError | DictionaryMismatchError
 
 
 def is_edit(scope: Scope) -> bool:
@@ -103,16 +116,19 @@ async def restore_edit(
                 held.keep(applied)
             else:
                 applied = await registry.apply_edit(data)
+            account.charge(len(applied.body))
+            restored = restored_scope(scope, applied, account)
         except ToolrefError as exc:
-            if exc.status in EDIT_REFUSALS:  # the edit's own: its client resends
+            if isinstance(exc, RESENT_ON | OverloadedError):  # resent, or retried later
                 raise
-            await problem(send, unapplied(registry, exc))  # the registry's: as it is
+            await problem(send, unapplied(registry, exc))  # sent as it is instead
             return False
-        account.charge(len(applied.body))
-        restored = restored_scope(scope, applied, account)
     except Disconnected:
         return True
-    except ToolrefError as exc:  # the body past a limit, the budget full (503), an edit's
+    except ToolrefError as exc:  # resent on; the budget full (503); the edit over the limit
+        if isinstance(exc, BodyTooLargeError):  # the request whole is the app's to take
+            await problem(send, unapplied(registry, exc))
+            return False
         await problem(send, exc)
         return True
     answered = kept_answer(send, registry, applied.ref, scope["path"])
@@ -129,11 +145,12 @@ async def read(receive: Receive, limit: int, account: Account) -> bytes:
 
 
 def unapplied(registry: Registry, exc: ToolrefError) -> UnsupportedMediaTypeError:
-    """The 415 an edit gets while the registry cannot apply it (down, refusing this backend,
-    over a quota): the client sends it as it is (and edits again once an answer says
-    `Toolref-Edits`)."""
+    """The 415 an edit gets that is not applied here, its client resending on no refusal
+    of it (the registry down, refusing this backend, over a quota; the edit over a limit,
+    of a version the registry does not read, naming a credential the request lacks): the
+    client sends it as it is (and edits again once an answer says `Toolref-Edits`)."""
     return UnsupportedMediaTypeError(
-        f"this backend cannot apply edits now ({registry.location}: {exc.detail}); send the "
+        f"this backend cannot apply this edit ({registry.location}: {exc.detail}); send the "
         f"request as it is (without Content-Type: {wire.MEDIA_TYPE})"
     )
 
@@ -149,16 +166,45 @@ def restored_scope(scope: Scope, applied: AppliedEdit, account: Account) -> Scop
             "the edit's headers name a credential the request does not send as a real header "
             "(toolref.edits.segments.header_segment); send every credential it names"
         )
-    named = {name.lower() for name, _ in restored}
-    restored += [
-        (name, value)
-        for name, value in own
-        if name.lower() not in named
-        and name.lower() not in _FRAMING
-        and not name.lower().startswith(TOOLREF_PREFIX)
-    ]
-    restored.append(("content-length", str(len(applied.body))))
-    return {**scope, "headers": encoded(restored), SCOPE_KEY: account}
+    merged = merged_headers(restored, own)
+    merged.append(("content-length", str(len(applied.body))))
+    return {**scope, "headers": encoded(merged), SCOPE_KEY: account}
+
+
+def merged_headers(
+    restored: Sequence[tuple[str, str]], own: Sequence[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    """The app's headers: segment 0's (`restored`, credentials filled), but none that
+    describes a hop (`Host`, framing: the request's own are its real ones); a real header
+    of the request in place of segment 0's lines of its name (the network's word: a proxy in
+    front may set `X-Forwarded-For` or an identity header, which the client must not
+    override from inside its body), but for the HTTP stack's own defaults on the edit
+    request (`_CLIENT_DEFAULTS`) and credentials, where segment 0's are what the app's SDK
+    wrote; then every other real header (what a browser or proxy adds: `cookie`, `origin`),
+    but the body's framing and toolref's. Linear in the headers."""
+    kept = [(name, value) for name, value in restored if not describes_hop(name.lower())]
+    named = {name.lower() for name, _ in kept}
+    instead: dict[str, list[tuple[str, str]]] = {}
+    added: list[tuple[str, str]] = []
+    for name, value in own:
+        low = name.lower()
+        if low in _FRAMING or low.startswith(TOOLREF_PREFIX):
+            continue
+        if low not in named:
+            added.append((name, value))
+        elif not is_secret(low) and low not in _CLIENT_DEFAULTS:
+            instead.setdefault(low, []).append((name, value))
+    if not instead:
+        return [*kept, *added]
+    merged: list[tuple[str, str]] = []
+    for name, value in kept:
+        low = name.lower()
+        if low not in instead:
+            merged.append((name, value))
+        elif instead[low]:  # at its first line; its other lines gone
+            merged += instead[low]
+            instead[low] = []
+    return [*merged, *added]
 
 
 def marked(send: Send, applied: AppliedEdit, sent: int, channel: str | None = None) -> Send:

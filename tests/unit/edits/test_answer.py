@@ -92,6 +92,15 @@ def test_a_stream_cut_short_an_error_or_an_overlong_answer_is_none() -> None:
     assert tap.answer is None
 
 
+def test_an_event_nested_past_the_parser_is_a_stream_not_read_never_an_error() -> None:
+    """The tap reads the app's stream as it passes: an event nested past the JSON parser's
+    depth makes no answer, and raises nothing into the answer's way."""
+    for nested in (b"[" * 100_000, b'{"a":' * 100_000):
+        tap = AnswerTap("anthropic")
+        tap.feed(b"event: x\ndata: " + nested + b"\n\n")
+        assert tap.answer is None
+
+
 def test_a_version_3_edit_reads_back_exactly_and_only_against_its_answer() -> None:
     answer = tapped("/v1/messages", stream("messages", CALL), [])
     assert answer is not None

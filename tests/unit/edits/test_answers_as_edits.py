@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from toolref.edits import isolated, wire
 from toolref.edits.edit import EditError, Inline, Keep, Named, apply_segments, diff
 from toolref.edits.recipe import entry_of, recipe_ref
-from toolref.receiving.held import HeldRequests, base_of
+from toolref.receiving.held import SEGMENT_OVERHEAD, HeldRequests, base_of, weight
 from toolref.registry.answers import AppliedEdit, HeldRequest
 from toolref.registry.client import AsyncRegistryClient
 from toolref.wire.errors import UnexpectedResponseError
@@ -69,7 +69,8 @@ def test_the_base_is_read_from_the_first_bytes_only_as_senders_write_it() -> Non
 
 
 def test_held_requests_are_bounded_by_their_bytes() -> None:
-    held = HeldRequests(100)
+    one = weight(HeldRequest("tb_" + "0" * 26, [HEAD, b"x" * 30]))
+    held = HeldRequests(3 * one)
     for n in range(5):
         held.keep(AppliedEdit(HEAD, b"x" * 30, f"tb_{n:026d}", [HEAD, b"x" * 30]))
     assert held.get("tb_" + "4".zfill(26)) is not None
@@ -77,6 +78,16 @@ def test_held_requests_are_bounded_by_their_bytes() -> None:
     nothing = HeldRequests(0)
     nothing.keep(AppliedEdit(HEAD, b"x", "tb_" + "a" * 26, [HEAD, b"x"]))
     assert nothing.get("tb_" + "a" * 26) is None
+
+
+def test_a_held_request_of_many_tiny_segments_weighs_what_it_takes() -> None:
+    """Each segment costs its object's overhead beside its bytes: 50,000 one-byte segments
+    weigh over 3 MB, not 50 KB (such requests held 8-40x the bound before)."""
+    tiny = HeldRequest("tb_" + "1" * 26, [HEAD, *[b"x"] * 50_000])
+    assert weight(tiny) >= 50_000 * (1 + SEGMENT_OVERHEAD)
+    held = HeldRequests(1_000_000)
+    held.keep(AppliedEdit(HEAD, b"x" * 50_000, tiny.ref, tiny.segments))
+    assert held.get(tiny.ref) is None  # past the bound on its own: not held
 
 
 def test_an_answer_keeping_a_base_the_client_does_not_hold_is_unexpected() -> None:

@@ -59,12 +59,18 @@ export function isSecret(name: string): boolean {
 /** The headers' segment, and the credentials that travel apart (name, value), in order.
  * `pairs`: the request's end-to-end headers (toolref's own left out by the caller); those
  * describing the hop are dropped here. Names and values are latin-1 (what HTTP carries). */
+/** A header that describes the bytes on one hop (`Host`, framing, `Connection`, a proxy's
+ * own), never the request: no segment holds one (lowercase `name`). */
+export function describesHop(name: string): boolean {
+  return NOT_KEPT.has(name) || (name.startsWith("proxy-") && name !== "proxy-authorization");
+}
+
 export function headerSegment(pairs: Iterable<readonly [string, string]>): { segment: Uint8Array; secrets: [string, string][] } {
   let text = "";
   const secrets: [string, string][] = [];
   for (const [name, value] of pairs) {
     const low = name.toLowerCase();
-    if (NOT_KEPT.has(low) || (low.startsWith("proxy-") && low !== "proxy-authorization")) continue;
+    if (describesHop(low)) continue;
     if (isSecret(low)) {
       secrets.push([name, value]);
       text += `${name}:\r\n`;
