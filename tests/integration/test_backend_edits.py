@@ -199,6 +199,25 @@ async def test_an_edit_the_backend_cannot_apply_is_sent_as_it_is(redis: Redis) -
     assert seen.bodies == [sdk_bytes(body) for body in bodies[:3]]
 
 
+async def test_an_edit_refused_for_good_is_a_415_and_the_client_sends_it_whole(
+    redis: Redis,
+) -> None:
+    """An edit the registry refuses with no resend to follow (here one of a version it
+    does not read; as for one over a limit): the client would fail every turn, so the
+    middleware answers 415, and the same request sent as it is reaches the app."""
+    seen = Seen()
+    async with backend(redis, seen) as (http, _):
+        refused = await http.post(
+            "/chat", content=b'{"v":99}\n', headers={"content-type": MEDIA_TYPE}
+        )
+        assert refused.status_code == 415, refused.text
+        assert "send the request as it is" in refused.json()["detail"]
+        manager = ToolReferenceManager()
+        body = turns(1)[0]
+        assert (await manager.apost(http, "/chat", json=body)).status_code == 200
+    assert seen.bodies == [sdk_bytes(body)]
+
+
 async def test_a_plain_client_is_passed_through_untouched(redis: Redis) -> None:
     """A client that neither offers nor sends edits: the app gets its request as it came,
     and the answer says nothing of edits."""
