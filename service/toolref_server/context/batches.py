@@ -8,10 +8,13 @@ it counts the estimated tokens of the conversation's messages (bytes / `BYTES_PE
 the system prompt, tools and settings, which no replacement touches and which a client may
 change, are not counted: a turn's choice depends on the messages alone) less what earlier
 batches freed; past `trigger_tokens`, it replaces a batch: the oldest results not
-yet replaced, older than the last `keep`, of `min_tokens` or more and of no excluded tool,
+yet replaced, older than the last `keep` and read by the model already (before its last
+message: a request never replaces a result it brings first), of `min_tokens` or more and of
+no excluded tool,
 all of them at once (the most a rewrite of the cache can free); when they free less than
 `clear_at_least` tokens, no batch is made that turn. Nor is one made that would not pay for itself
-were the conversation to go on for as many turns again as it has had: a batch writes the
+were the conversation to go on for half as many turns again as it has had (`PAYBACK`): a
+batch writes the
 provider's cache again from its first result on, which costs `rewrite_weight` times what
 reading a token from the cache does over what it saves (Anthropic's prices: writing 1.25,
 reading 0.1, so (1.25 - 0.1) / 0.1 = 11.5), and saves reading what it frees on every
@@ -83,6 +86,7 @@ class _Replay:
     last: int = -1  # the turn of the last batch
     frontier: int = 0  # results seen for the queue (older than the last `keep`, or not)
     queued_freed: int = 0
+    seen: int = 0  # results before the last model message: the model has read them
     # each result: its message, its index there, the result, its tool, the bytes before it
     results: list[tuple[int, int, Result, str, int]] = field(default_factory=list)
     queue: deque[tuple[Cleared, int]] = field(default_factory=deque)
@@ -93,7 +97,7 @@ class _Replay:
         """A copy to go on from: its lists copied (C speed), their items shared."""
         return _Replay(
             self.policy, self.stand_in, self.total, self.freed, self.batches, self.last,
-            self.frontier, self.queued_freed, list(self.results), deque(self.queue),
+            self.frontier, self.queued_freed, self.seen, list(self.results), deque(self.queue),
             list(self.cleared), dict(self.names),
         )  # fmt: skip
 
@@ -131,6 +135,8 @@ def plan(messages: Sequence[Message], policy: Policy, resume: Checkpoint | None 
         if message.model and index and not messages[index - 1].model:
             _turn(replay, turn)
             turn += 1
+        if message.model:
+            replay.seen = len(replay.results)
         before = replay.total
         replay.total += message.size
         for call in message.calls:
@@ -156,7 +162,9 @@ def plan(messages: Sequence[Message], policy: Policy, resume: Checkpoint | None 
 def _turn(replay: _Replay, turn: int) -> None:
     """The turn whose request held the messages counted so far: its batch, if one is due."""
     policy = replay.policy
-    older = len(replay.results) - policy.keep
+    # Older than the last `keep`, and read by the model already: a result in the request
+    # that first brings it (after the last model message) is never replaced there.
+    older = min(len(replay.results) - policy.keep, replay.seen)
     while replay.frontier < older:
         index, at, result, name, before = replay.results[replay.frontier]
         replay.frontier += 1

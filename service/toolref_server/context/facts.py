@@ -15,7 +15,9 @@ Results an agent returns as text are results too, where the text says so: a user
 (`OBSERVATIONS`: Cline's and Roo's `[read_file for 'x'] Result:`, mini-SWE-agent's
 `<returncode>0</returncode>`, the ReAct agents' `Observation:`), after a message of the
 model's, in a conversation that has had no result of the format's own (there, such text
-is a person's). Such a result is replaced whole, by text.
+is a person's). Such a result is replaced whole, by text; where the header stands alone in
+its text part (Cline and Roo write `[read_file for 'x'] Result:` so, the output in the part
+after it), the part after it is the result.
 
 A message's size is its text less its cache marks and ids (the scanner's spans), so a
 cache mark moving on from one turn to the next does not change what earlier turns are
@@ -265,13 +267,28 @@ def _message(
         held = _at(value, site)
         if site.args_key is not None:
             calls.append(Call(site.call_id, site.name or "", index, site))
-        if site.result_key is not None and isinstance(held, dict):
+        if site.result_key is not None and isinstance(held, dict) and _replaceable(held):
             result = held.get(site.result_key)
             size = len(json.dumps(result, ensure_ascii=False).encode("utf-8"))
             results.append(Result(site, site.call_id, site.name, size, site.is_error))
     if not calls and not results and texts:
         results = _observations(value)
     return Message(text, bstart, bend, size, _is_model(value), tuple(calls), tuple(results))
+
+
+def _replaceable(block: dict[str, Any]) -> bool:
+    """Whether a stand-in (text) may take the place of this result's content. Not of
+    Anthropic's server tools' results (`web_search_tool_result`, `code_execution_tool_result`,
+    ...: typed content the provider checks), nor of a `tool_result` holding
+    `tool_reference` blocks (the tools it loads would be gone)."""
+    kind = block.get("type")
+    if isinstance(kind, str) and kind.endswith("tool_result") and kind != "tool_result":
+        return False
+    content = block.get("content")
+    return not (
+        isinstance(content, list)
+        and any(isinstance(part, dict) and part.get("type") == "tool_reference" for part in content)
+    )
 
 
 def _observations(value: Any) -> list[Result]:
@@ -285,13 +302,25 @@ def _observations(value: Any) -> list[Result]:
         found = _observation(content, Site((0,), None, result_key="content"))
         return [found] if found is not None else []
     results = []
+    header: Result | None = None  # a part that is a header alone: the next part is its result
     for j, part in enumerate(content if isinstance(content, list) else ()):
         if not isinstance(part, dict) or not isinstance(part.get("text"), str):
+            header = None
             continue
         if part.get("type", "text") not in _TEXT_PARTS:
+            header = None
             continue
-        found = _observation(part["text"], Site((0, member, j), None, result_key="text"))
-        if found is not None:
+        site = Site((0, member, j), None, result_key="text")
+        if header is not None:  # Cline's and Roo's: `[read_file for 'x'] Result:`, then it
+            size = len(json.dumps(part["text"], ensure_ascii=False).encode("utf-8"))
+            named = Site(site.path, None, header.name, result_key="text")
+            results.append(Result(named, None, header.name, size, False, text=header.text))
+            header = None
+            continue
+        found = _observation(part["text"], site)
+        if found is not None and OBSERVATIONS[0][0].fullmatch(part["text"].strip()):
+            header = found  # alone in its part: what follows is the result
+        elif found is not None:
             results.append(found)
     return results
 

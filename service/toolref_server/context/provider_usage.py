@@ -85,7 +85,7 @@ class UsageReader:
     def _read(self, text: bytes) -> None:
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested past the parser: no usage read
             return
         found = usage_in(value)
         if found is not None:

@@ -15,6 +15,7 @@ and is counted per tenant and upstream (`Metrics.context_*`, the savings page).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -173,10 +174,13 @@ async def edit_context(
             summaries=summaries,
             workers=workers,
         )
-    except (ToolrefError, OSError) as exc:  # the store, or a summarizer: sent as it came
-        log.warning("context editing skipped a request: its summaries failed (%s)", exc)
-        metrics.context_requests.labels("unread").inc()
-        return body, None
+    except Exception as exc:  # the store, or a summarizer: the new batch waits
+        if not isinstance(exc, ToolrefError | OSError):
+            log.exception("context editing: the summaries of a new batch failed")
+        log.warning("context editing: a new batch waits, its summaries failed (%s)", exc)
+        # The stand-ins already held still stand (`_rewritten` applies those it has): the
+        # batches before stay replaced, so the provider's cache is not written twice.
+        chosen = _held_only(found, chosen, policy)
     try:
         out = await workers.run(len(body), _rewritten, found, chosen.cleared, policy)
     except Exception:  # as above
@@ -209,6 +213,16 @@ def _read(body: bytes, tenant: str, llm: Endpoint, policy: Policy) -> tuple[Fact
     chosen = plan(found.messages, policy, found.replay)
     found.replay = chosen.checkpoint
     return found, chosen
+
+
+def _held_only(found: Facts, chosen: Plan, policy: Policy) -> Plan:
+    """`chosen` as far as stand-ins are held for it (the rest could not be made): what
+    the request replaces, and no rewrite said where none was made."""
+    sid = _sid(policy)
+    held = tuple(
+        c for c in chosen.cleared if sid in found.messages[c.message].results[c.result].stand_in
+    )
+    return dataclasses.replace(chosen, cleared=held, rewrote=False)
 
 
 def _rewritten(found: Facts, cleared: Sequence[Cleared], policy: Policy) -> bytes:

@@ -43,7 +43,8 @@ class Policy:
       provider's prompt cache is rewritten once per batch, not once per turn;
     - `exclude_tools`: tools whose results are never replaced;
     - `summarizer`, `summary_chars`: what stands in for a result (the service's summarizers);
-    - `respect_client`: a request carrying its own `context_management` is left to it;
+    - `respect_client`: a request whose own `context_management` clears tool uses or
+      compacts (`clear_tool_uses_*`, `compact_*`) is left to it;
     - `price_per_mtok`: the input price the saved tokens are counted at, per million;
     - `rewrite_weight`: what writing a token to the provider's prompt cache costs beyond
       reading it, over what reading it costs ((1.25 - 0.1) / 0.1 = 11.5 at Anthropic's
@@ -165,9 +166,19 @@ def checked(where: str, key: str, value: object) -> Any:
         )
     if key == "mode" and value not in MODES:
         raise ConfigurationError(f"{where}: give one of {', '.join(MODES)}, not {value!r}")
-    if isinstance(value, int | float) and value < 0:
-        raise ConfigurationError(f"{where}: give a number of at least 0, not {value!r}")
+    least, most = _BOUNDS.get(key, (0, None))
+    if isinstance(value, int | float) and (value < least or (most is not None and value > most)):
+        within = f"from {least} to {most}" if most is not None else f"of at least {least}"
+        raise ConfigurationError(f"{where}: give a number {within}, not {value!r}")
     return value
+
+
+# A policy's numbers beyond at least 0, as the environment's own settings bound them (a
+# summary of fewer characters than a stand-in's head, or no message read, fails a request).
+_BOUNDS: Final[dict[str, tuple[int, int | None]]] = {
+    "summary_chars": (40, 20_000),
+    "max_messages": (1, None),
+}
 
 
 class ContextSettings(BaseModel):
@@ -207,7 +218,8 @@ class ContextSettings(BaseModel):
     )
     context_respect_client: bool = Field(
         default=True,
-        description="Leave a request that carries its own `context_management` to it.",
+        description="Leave a request whose own `context_management` clears tool uses or "
+        "compacts (`clear_tool_uses_*`, `compact_*`) to it.",
     )
     context_price_per_mtok: float = Field(
         default=3.0,

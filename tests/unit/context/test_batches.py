@@ -4,7 +4,8 @@ replaced, replayed from the conversation alone.
 Properties over arbitrary conversations (message sizes, the model's turns, results of any
 size and tool): what one turn replaced stays replaced on every later turn; the last `keep`
 results, small ones and excluded tools are never replaced; a batch frees at least
-`clear_at_least`; nothing is replaced below the trigger; `rewrote` says exactly when a
+`clear_at_least`; nothing is replaced below the trigger, nor in the request that first
+brings it to the model; `rewrote` says exactly when a
 turn replaced more than the one before; and a batch that would not pay for itself (the
 cache it rewrites against the reads it saves) is not made.
 """
@@ -86,6 +87,8 @@ def test_a_result_replaced_stays_replaced_and_the_policy_holds(
         results = [(i, r) for i, m in enumerate(messages[:end]) for r, _ in enumerate(m.results)]
         kept = set(results[len(results) - policy.keep :]) if policy.keep else set()
         assert not now & kept, "one of the last `keep` results was replaced"
+        last_model = max((i for i, m in enumerate(messages[:end]) if m.model), default=-1)
+        assert all(c.message < last_model for c in found.cleared), "replaced ere it was read"
         for cleared in found.cleared:
             result = messages[cleared.message].results[cleared.result]
             assert result.size >= policy.min_tokens * BYTES_PER_TOKEN
@@ -107,6 +110,23 @@ def reads(count: int, asked: int, result: int) -> list[Message]:
             Message("", 0, 0, result + 40, False, (), (found,)),
         ]
     return messages
+
+
+def test_results_the_model_has_not_read_are_never_replaced() -> None:
+    """The model calls `read` eight times at once, past the trigger: none of the eight
+    results is replaced in the request that brings them (the model never read them),
+    whatever `keep` says; on the next request, after the model's answer, the older ones
+    are due."""
+    messages = [Message("", 0, 0, 100, False)]
+    calls = [Call(f"c{n}", "read", 1, Site((0,), f"c{n}")) for n in range(8)]
+    messages.append(Message("", 0, 0, 400, True, tuple(calls)))
+    for n in range(8):
+        found = Result(Site((0,), f"c{n}", result_key="content"), f"c{n}", "read", 9_000, False)
+        messages.append(Message("", 0, 0, 9_040, False, (), (found,)))
+    policy = Policy(mode="on", trigger_tokens=1_000, keep=3, clear_at_least=1, rewrite_weight=0.0)
+    assert plan(messages, policy).cleared == ()
+    messages += [Message("", 0, 0, 300, True), Message("", 0, 0, 50, False)]
+    assert [c.message for c in plan(messages, policy).cleared] == [2, 3, 4, 5, 6]
 
 
 def test_a_batch_that_would_not_pay_for_itself_is_not_made() -> None:

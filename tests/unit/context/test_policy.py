@@ -64,6 +64,8 @@ def test_a_wrong_header_is_a_bad_request_saying_what_to_send() -> None:
         ('{"tenants": {"a": {"keep": true}}}', "give a int"),
         ('{"tenants": {"a": {"mode": "always"}}}', "one of off, on, never"),
         ('{"tenants": {"a": {"keep": -1}}}', "at least 0"),
+        ('{"tenants": {"a": {"summary_chars": 0}}}', "from 40 to 20000"),
+        ('{"tenants": {"a": {"max_messages": 0}}}', "at least 1"),
         ('{"tenants": {"a": {"summarizer": "gpt"}}}', "extractive"),
         ('{"tenants": {"a": {"exclude_tools": [1]}}}', "list of tool names"),
     ],

@@ -43,6 +43,20 @@ def written(messages: list[Any], key: str, data: st.DataObject) -> str:
     return json.dumps(dict(members), separators=spaced, ensure_ascii=ascii_only, indent=indent)
 
 
+def server_results(messages: list[Any]) -> int:
+    """Anthropic's results of server tools (`web_search_tool_result`, `mcp_tool_result`):
+    typed content no text may stand in for, so never candidates."""
+    return sum(
+        1
+        for message in messages
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict)
+        and str(block.get("type", "")).endswith("_tool_result")
+        and ("content" in block)
+    )
+
+
 def every_result(found: Facts) -> dict[int, list[tuple[int, str]]]:
     """A stand-in for every result found, each unique (so the check can split at it)."""
     replaced: dict[int, list[tuple[int, str]]] = {}
@@ -66,7 +80,8 @@ def test_results_are_found_and_replaced_and_every_other_byte_is_the_client_s(
     found = facts_of(text.encode(), "tenant", name, key)
     assert found is not None
     results = sum(len(m.results) for m in found.messages)
-    assert results == len(conversation.invocations) + len(conversation.orphans)
+    typed = server_results(conversation.messages) if name == "anthropic" else 0
+    assert results == len(conversation.invocations) + len(conversation.orphans) - typed
     replaced = every_result(found)
     out = rewritten(found, replaced).decode()
     stand_ins = [new for index in sorted(replaced) for _, new in sorted(replaced[index])]
@@ -204,6 +219,38 @@ def test_results_an_agent_returns_as_text_are_results_replaced_by_text(name: str
         assert out[2]["content"][1] == messages[2]["content"][1]
 
 
+def test_a_header_alone_in_its_part_makes_the_part_after_it_the_result() -> None:
+    """Cline and Roo write `[read_file for 'x'] Result:` as a text part of its own and the
+    output in the part after it: that part is the result, replaced by text; the header and
+    everything else stay the agent's."""
+    output = "".join(f"line {n} of a.py\n" for n in range(200))
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": [{"type": "text", "text": "<task>read a.py</task>"}]},
+        {"role": "assistant", "content": "<read_file><path>a.py</path></read_file>"},
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "[read_file for 'a.py'] Result:"},
+                {"type": "text", "text": output},
+                {"type": "text", "text": "<environment_details>x</environment_details>"},
+            ],
+        },
+    ]
+    facts_module.forget()
+    found = facts_of(json.dumps({"messages": messages}).encode(), "t", "anthropic", "messages")
+    assert found is not None
+    (result,) = found.messages[2].results
+    assert (result.name, result.text) == ("read_file", "a.py")
+    assert result.site.path == (0, "content", 1)
+    new = as_json(stand_in("read_file", "a.py", result.size, "200 lines"))
+    out = json.loads(rewritten(found, {2: [(0, new)]}))["messages"]
+    parts = out[2]["content"]
+    assert parts[0] == messages[2]["content"][0]
+    assert parts[2] == messages[2]["content"][2]
+    assert "[toolref:" in parts[1]["text"]
+    assert "line 199" not in parts[1]["text"]
+
+
 def test_text_that_only_looks_like_a_result_elsewhere_is_not_one() -> None:
     """A user message that does not follow the model's, or whose pattern is not at its start,
     is the user's own text."""
@@ -225,6 +272,7 @@ def test_text_that_only_looks_like_a_result_elsewhere_is_not_one() -> None:
         ({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}, False),  # Claude Code
         ({"edits": [{"type": "clear_tool_uses_20250919"}]}, True),
         ({"edits": [{"type": "clear_thinking_20251015"}, {"type": "clear_tool_uses_2026"}]}, True),
+        ({"edits": [{"type": "compact_20260112"}]}, True),  # the provider compacts it
         ({"edits": "all"}, True),  # unreadable: the client meant to manage it
         ("yes", True),
     ],
@@ -262,3 +310,80 @@ def test_only_the_body_s_own_context_management_counts() -> None:
     found = facts_of(json.dumps(after, indent=1).encode(), "t", "anthropic", "messages")
     assert found is not None
     assert clears_tool_results(found)
+
+
+THINKING = '{"edits":[{"type":"clear_thinking_20251015"}]}'
+CLEARING = '{"edits":[{"type":"clear_tool_uses_20250919"}]}'
+MESSAGES = '"messages":[{"role":"user","content":"hi"}]'
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"model":"m","context\\u005fmanagement":' + CLEARING + "," + MESSAGES + "}",
+        '{"context_management":'
+        + THINKING
+        + ',"context_management":'
+        + CLEARING
+        + ","
+        + MESSAGES
+        + "}",
+        '{"context_management":'
+        + THINKING
+        + ","
+        + MESSAGES
+        + ',"context_management":'
+        + CLEARING
+        + "}",
+    ],
+)
+def test_the_member_is_read_as_a_parser_reads_it(body: str) -> None:
+    """Its name escaped, or given twice (a parser keeps the last value, the tail's over the
+    head's): a request the provider would have clear its tool results is left to it."""
+    assert json.loads(body)["context_management"] == json.loads(CLEARING)
+    facts_module.forget()
+    found = facts_of(body.encode(), "t", "anthropic", "messages")
+    assert found is not None
+    assert clears_tool_results(found)
+
+
+def test_typed_results_no_text_may_stand_in_for_are_never_candidates() -> None:
+    """Anthropic's server tools' results (`web_search_tool_result`: a list of typed results
+    the provider checks) and a `tool_result` holding `tool_reference` blocks (the tools it
+    loads) are no candidates; a plain `tool_result` beside them is."""
+    big = "x" * 5_000
+    body = {
+        "model": "m",
+        "messages": [
+            {"role": "user", "content": "find it"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "server_tool_use", "id": "s1", "name": "web_search", "input": {}},
+                    {
+                        "type": "web_search_tool_result",
+                        "tool_use_id": "s1",
+                        "content": [{"type": "web_search_result", "url": "u", "title": big}],
+                    },
+                    {"type": "tool_use", "id": "t1", "name": "tool_search", "input": {}},
+                    {"type": "tool_use", "id": "t2", "name": "read", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "content": [{"type": "tool_reference", "tool_name": "deploy" + big}],
+                    },
+                    {"type": "tool_result", "tool_use_id": "t2", "content": big},
+                ],
+            },
+        ],
+    }
+    facts_module.forget()
+    found = facts_of(json.dumps(body).encode(), "tenant", "anthropic", "messages")
+    assert found is not None
+    results = [r for m in found.messages for r in m.results]
+    assert [r.call_id for r in results] == ["t2"]

@@ -71,7 +71,41 @@ async def test_summaries_that_cannot_be_had_leave_the_body_as_it_came() -> None:
     body = json.dumps({"model": "m", "messages": conversation(4)}).encode()
     out, outcome = await edited(body, Down())
     assert out == body
-    assert outcome is None
+    assert outcome is not None
+    assert outcome.plan.cleared == ()
+    assert not outcome.plan.rewrote
+
+
+class PinnedStore:
+    """A summary store holding a pinned stand-in for every result asked for."""
+
+    def invocation(self, tenant: str, ref: str, summarizer: str) -> tuple[str, str, str]:
+        return (tenant, ref, summarizer)
+
+    async def read(self, tenant: str, slots: Sequence[Any]) -> Sequence[Any]:
+        return ['"[stand-in]"' for _ in slots]
+
+
+class Pinned:
+    store = PinnedStore()
+
+
+async def test_a_store_down_holds_the_new_batch_back_and_keeps_the_ones_before() -> None:
+    """Turn 1 replaces three results; on turn 2 the store is down as a new batch falls due:
+    the three stay replaced, in the same bytes (the provider's cache holds), and the new
+    ones wait, sent as they came; no rewrite is said."""
+    facts_module.forget()
+    first = json.dumps({"model": "m", "messages": conversation(4)}).encode()
+    out1, outcome1 = await edited(first, Pinned())
+    assert outcome1 is not None
+    assert len(outcome1.plan.cleared) == 3
+    assert out1.count(b"[stand-in]") == 3
+    second = json.dumps({"model": "m", "messages": conversation(6)}).encode()
+    out2, outcome2 = await edited(second, Down())
+    assert outcome2 is not None
+    assert out2.count(b"[stand-in]") == 3
+    assert out2.startswith(out1[: out1.rindex(b"[stand-in]")])  # the same bytes before
+    assert not outcome2.plan.rewrote
 
 
 async def test_a_message_nested_deeper_than_a_parse_goes_passes_as_it_came() -> None:
