@@ -41,9 +41,9 @@ DEFAULT_MAX_BYTES: Final = 64 << 20
 
 @dataclass(eq=False, slots=True)
 class _Line:
-    """One conversation's recipes: those kept now (`refs`), and what identifies every entry any
-    of them held (`keys`, `_shared_key`s: the entries a later one dropped stay until the line
-    goes with its last recipe; they are counted in `Recipes.held_bytes`)."""
+    """One conversation's recipes: those kept now (`refs`), and what identifies every entry
+    they hold (`keys`, `_shared_key`s: a dropped recipe's go with it unless a recipe left in
+    the line holds them too)."""
 
     refs: set[str] = field(default_factory=set)
     keys: set[bytes] = field(default_factory=set)
@@ -60,6 +60,8 @@ class Recipe:
     cost: int
     index: dict[Entry, int]
     line: _Line
+    base: str | None = None  # the recipe it was kept on, whose entries 1 to `end` it shares
+    end: int = 0
 
     def first(self, entry: Entry) -> int | None:
         """Where `entry` (one of more than `RUN_MIN` bytes) first stands; None when nowhere.
@@ -161,7 +163,8 @@ class Recipes:
         line = base.line if base is not None else _Line()
         index = _index(entries, added, base.index if end and base is not None else None)
         size = size if size >= 0 else sum(map(len, segments))
-        recipe = Recipe(ref, entries, size, cost, index, line)
+        kept_on = base.ref if base is not None and end else None
+        recipe = Recipe(ref, entries, size, cost, index, line, kept_on, end)
         self._pieces.update(fresh)
         self._bytes += sum(map(len, fresh.values())) + cost
         line.refs.add(ref)
@@ -251,18 +254,40 @@ class Recipes:
         line = recipe.line
         line.refs.discard(recipe.ref)
         if line.refs:
+            self._release_unheld(recipe, line)
             return
         for key in line.keys:  # the line's last recipe: what it held goes
-            holders = self._holders.get(key)
-            if holders is None:
-                continue
-            holders.discard(line)
-            if not holders:
-                del self._holders[key]
-                piece = self._pieces.pop(key, None)
-                if piece is not None:
-                    self._bytes -= len(piece)
+            self._unhold(line, key)
         line.keys.clear()
+
+    def _release_unheld(self, recipe: Recipe, line: _Line) -> None:
+        """What `recipe` held that no recipe left in its line holds: released (its pieces'
+        bytes, its keys). Without it a line living on (a conversation whose window slides,
+        whose system prompt changes every turn) kept every entry it ever held. O(its entries
+        after those a recipe kept on it shares at the same places, times the line's
+        recipes): nothing for a conversation that only grows."""
+        left = [found for ref in line.refs if (found := self._recipes.peek(ref)) is not None]
+        shared = max((r.end for r in left if r.base == recipe.ref), default=0)
+        for at in chain(range(min(1, shared)), range(max(shared, 1), len(recipe.entries))):
+            entry = recipe.entries[at]
+            key = _shared_key(entry)
+            if key is None or key not in line.keys:
+                continue
+            if any(other.first(entry) is not None for other in left):
+                continue
+            line.keys.discard(key)
+            self._unhold(line, key)
+
+    def _unhold(self, line: _Line, key: bytes) -> None:
+        holders = self._holders.get(key)
+        if holders is None:
+            return
+        holders.discard(line)
+        if not holders:
+            del self._holders[key]
+            piece = self._pieces.pop(key, None)
+            if piece is not None:
+                self._bytes -= len(piece)
 
 
 def _cost(entries: Sequence[Entry], added: list[int], base: Recipe | None, end: int) -> int:

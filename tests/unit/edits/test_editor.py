@@ -7,6 +7,7 @@ where it changed or how long the conversation is."""
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Sequence
 
@@ -21,7 +22,7 @@ from toolref.edits import wire
 from toolref.edits.recipe import RUN_MIN, is_piece
 from toolref.edits.request import cut
 from toolref.sending.editor import MAX_RESENDS, MISSING_HISTORY, Editor
-from toolref.sending.recipes import Recipes
+from toolref.sending.recipes import Recipes, _shared_key
 from toolref.wire.compression import compress
 from toolref.wire.errors import DictionaryMismatchError
 
@@ -275,6 +276,32 @@ def test_memory_is_bounded_by_recipes_and_bytes() -> None:
     small = Editor(max_bytes=1_000)
     assert send(small, registry, HEADERS, agents[0].body()).answer.body == agents[0].body()
     assert len(small.recipes) == 0
+
+
+@pytest.mark.parametrize("shape", ["system changes", "window slides"])
+def test_a_conversation_that_drops_what_it_held_holds_only_what_it_holds_now(shape: str) -> None:
+    """One conversation, 200 turns, whose old content goes: a large system prompt (a piece)
+    new every turn, or a window of the last 12 messages. What its dropped recipes held goes
+    with them (a line living on kept every entry it ever held: 7 MB against a 4 MiB cap)."""
+    editor, registry = Editor(max_bytes=4 << 20), Registry()
+    rng = random.Random(7)
+    messages: list[dict[str, str]] = []
+    for n in range(200):
+        messages.append({"role": "user", "content": f"turn {n}: " + "w" * rng.randrange(80, 400)})
+        messages.append({"role": "assistant", "content": f"answer {n} " + "a" * 200})
+        if shape == "system changes":
+            system = f"prompt {n} " + "".join(rng.choice("abcdef") for _ in range(24_000))
+            body = {"model": "m", "system": system, "messages": messages}
+        else:
+            body = {"model": "m", "messages": messages[-12:]}
+        data = json.dumps(body).encode()
+        assert send(editor, registry, HEADERS, data).answer.body == data
+    recipes = editor.recipes
+    assert recipes.held_bytes <= 4 << 20
+    assert len(recipes._pieces) <= 2 * len(recipes)  # this turn's prompt and the last's
+    kept = [recipe for ref in recipes if (recipe := recipes.get(ref)) is not None]
+    held = {key for r in kept for e in r.entries if (key := _shared_key(e)) is not None}
+    assert set().union(*(r.line.keys for r in kept)) == held  # what the kept recipes hold
 
 
 def test_recipes_share_piece_bytes_and_free_them_with_the_last_holder() -> None:
