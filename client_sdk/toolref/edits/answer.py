@@ -64,6 +64,9 @@ class AnswerTap:
         self._read = 0
         self._blocks: dict[int, dict[str, Any]] = {}
         self._inputs: dict[int, list[str]] = {}  # tool_use block -> its input's pieces
+        # (block, field) -> the pieces its deltas streamed, joined once at the end: adding
+        # each to the block's string made a long answer's tap quadratic
+        self._texts: dict[tuple[int, str], list[str]] = {}
         self._content: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
         self.done = False  # its end event seen
@@ -150,7 +153,8 @@ class AnswerTap:
         field = {"text_delta": "text", "thinking_delta": "thinking"}.get(str(kind))
         field = field or ("signature" if kind == "signature_delta" else None)
         if field is not None:
-            block[field] = str(block.get(field) or "") + str(delta.get(field, ""))
+            del block  # its text is joined in `_made`
+            self._texts.setdefault((index, field), []).append(str(delta.get(field, "")))
 
     def _chat_event(self, event: dict[str, Any]) -> None:
         if "error" in event:
@@ -186,7 +190,10 @@ class AnswerTap:
             blocks = []
             streamed = []
             for index in sorted(self._blocks):
-                block = self._blocks[index]
+                block = dict(self._blocks[index])  # as it started: `answer` reads it again
+                for field in ("text", "thinking", "signature"):
+                    if (pieces := self._texts.get((index, field))) is not None:
+                        block[field] = str(block.get(field) or "") + "".join(pieces)
                 if index in self._inputs:
                     text = "".join(self._inputs[index])
                     streamed.append(text)

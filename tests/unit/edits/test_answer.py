@@ -183,3 +183,37 @@ def test_a_run_of_one_message_travels_as_one_frame_and_reads_back() -> None:
     assert isolated.unpack(joined, lengths, None, runs=True) == pieces
     with pytest.raises(MalformedBodyError):  # kind 4 only in an edit of version 3
         isolated.unpack(joined, lengths, None)
+
+
+def test_interleaved_deltas_of_several_blocks_make_each_block_whole() -> None:
+    """Thinking, its signature and text streamed in thousands of deltas, interleaved:
+    each block's text is its deltas joined (kept as pieces and joined once, so a long
+    answer costs its length, not its length squared)."""
+
+    def event(kind: str, data: dict[str, object]) -> bytes:
+        return f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode()
+
+    starts = [
+        event("content_block_start", {"type": "content_block_start", "index": 0,
+              "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+        event("content_block_start", {"type": "content_block_start", "index": 1,
+              "content_block": {"type": "text", "text": "pre:"}}),
+    ]  # fmt: skip
+    deltas = []
+    for n in range(3000):
+        for index, kind, field in ((0, "thinking_delta", "thinking"), (1, "text_delta", "text")):
+            delta = {"type": kind, field: f"{field[0]}{n},"}
+            deltas.append(event("content_block_delta", {"type": "content_block_delta",
+                                "index": index, "delta": delta}))  # fmt: skip
+    signed = {"type": "signature_delta", "signature": "sig"}
+    deltas.append(event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                        "delta": signed}))  # fmt: skip
+    tap = AnswerTap("anthropic")
+    for data in [*starts, *deltas, event("message_stop", {"type": "message_stop"})]:
+        tap.feed(data)
+    assert tap.answer is not None
+    message = json.loads(tap.answer.split(b"\n")[0])
+    thinking, text = message["content"]
+    assert thinking["thinking"] == "".join(f"t{n}," for n in range(3000))
+    assert thinking["signature"] == "sig"
+    assert text["text"] == "pre:" + "".join(f"t{n}," for n in range(3000))
