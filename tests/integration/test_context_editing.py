@@ -13,6 +13,7 @@ request that manages its own context, or refuses, passes as it came; a wrong hea
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -57,10 +58,12 @@ KEYS["gemini"] = "contents"
 @dataclass
 class Upstream:
     bodies: list[bytes] = field(default_factory=list)
+    encodings: list[str | None] = field(default_factory=list)
 
     def app(self) -> Starlette:
         async def record(request: Request) -> Response:
             self.bodies.append(await request.body())
+            self.encodings.append(request.headers.get("content-encoding"))
             usage = {"input_tokens": 100, "cache_read_input_tokens": 900}
             return JSONResponse({"ok": True, "usage": usage})
 
@@ -217,6 +220,21 @@ async def test_a_request_that_manages_its_own_context_or_refuses_passes_as_it_ca
     assert context(edited)["cleared"] > 0
     assert b"[toolref:" in gateway.upstream.bodies[2]
     assert b"clear_thinking_20251015" in gateway.upstream.bodies[2]
+
+
+async def test_a_compressed_body_passes_as_it_came_its_encoding_named(gateway: Gateway) -> None:
+    """A client that compresses its body itself (straight to the gateway): no step can
+    read those bytes, so they reach the provider as they came, `Content-Encoding` and all
+    (it was dropped, and the provider got gzip bytes labelled JSON)."""
+    plain = body_of("anthropic", conversation("anthropic", 12))
+    packed = gzip.compress(plain)
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        answer = await client.post(
+            "/llm/up/v1/messages", content=packed, headers={"content-encoding": "gzip"}
+        )
+    assert answer.status_code == 200
+    assert gateway.upstream.bodies == [packed]
+    assert gateway.upstream.encodings == ["gzip"]
 
 
 async def test_a_client_asks_for_it_when_the_operator_left_it_off(redis: Redis) -> None:

@@ -379,7 +379,14 @@ async def test_a_switched_conversation_reaches_the_new_upstream_with_its_tool_co
             headers={**headers, "toolref-switched-from": "up; at=3"},
         )
         plain = await client.post("/llm/rec/v1/messages", content=body, headers=headers)
-    assert switched.status_code == plain.status_code == 200
+        # As the relay sends it after a 415 (no protocol 2, the body as it is): rewritten too.
+        as_it_is = await client.post(
+            "/llm/rec/v1/messages",
+            content=body,
+            headers={"content-type": "application/json", "toolref-switched-from": "up; at=3"},
+        )
+    assert switched.status_code == plain.status_code == as_it_is.status_code == 200
+    assert stack.recorder.requests[2][3] == stack.recorder.requests[0][3]
     sent = json.loads(stack.recorder.requests[0][3])
     text = json.dumps(sent)
     assert "SIG-OF-A" not in text

@@ -266,14 +266,17 @@ class Gateway:
         protocol-1 request) is streamed on as it is: its two sizes are the same."""
         count: _Count = scope[_COUNT_KEY]
         context: ContextStep | None = scope.get(_CONTEXT_KEY)
-        switch = header(scope, SWITCHED_FROM_HEADER) is not None and count.whole
+        switch = header(scope, SWITCHED_FROM_HEADER) is not None
+        encoded = (header(scope, "content-encoding") or "identity").strip().lower() != "identity"
+        if encoded:  # bytes no step can read: they pass as they came, their encoding named
+            switch, context = False, None
         if switch or context is not None:
             try:
                 body, receive = await self._readable(receive)
             except Disconnected:
                 return
             if body is None:  # too large to edit, or no room: it passes as it came, streamed
-                context = None  # (a switched body is whole already: never here)
+                context, switch = None, False
             else:
                 if switch:
                     at: int | None = scope[_SWITCH_KEY]
