@@ -158,13 +158,13 @@ class _Bridge:
             if size > self.limits.max_message:
                 raise _Stop("refused", TOO_LARGE, f"message over {self.limits.max_message} bytes")
             with self.account() as charged:
-                charged.charge(size)
-                if self.inbound is not None:
-                    try:
+                try:  # past the budget: closed 1013, both ends, as any refusal
+                    charged.charge(size)
+                    if self.inbound is not None:
                         data = await self.inbound(data)
-                    except ToolrefError as exc:
-                        raise _Stop("refused", code_for(exc), exc.detail) from None
-                    charged.charge(_size(data))
+                        charged.charge(_size(data))
+                except ToolrefError as exc:
+                    raise _Stop("refused", code_for(exc), exc.detail) from None
                 await self.upstream.send(data)
             went = _size(data)
             self.sent += 1
@@ -179,7 +179,10 @@ class _Bridge:
             if isinstance(event, Closed):
                 return Ended("upstream", event.code, event.reason)
             with self.account() as charged:
-                charged.charge(_size(event.data))
+                try:
+                    charged.charge(_size(event.data))
+                except ToolrefError as exc:
+                    raise _Stop("refused", code_for(exc), exc.detail) from None
                 await self.send(_frame(event.data))
             self.received += 1
             self.last = time.monotonic()
