@@ -38,6 +38,7 @@ import httpx
 
 from toolref import __version__
 from toolref.asgi.budget import Account
+from toolref.asgi.hops import on_the_wire
 from toolref.asgi.scope import Disconnected, Receive, Scope, Send, read_body, while_connected
 from toolref.asgi.workers import Workers
 from toolref.kit import allocator, collector
@@ -394,7 +395,11 @@ class Relay:
             context_editing=self.config.context_editing,
         )
         request = httpx.Request(
-            "POST", url, headers=headers, content=content, extensions=self.link.extensions()
+            "POST",
+            url,
+            headers=on_the_wire(headers),
+            content=content,
+            extensions=self.link.extensions(),
         )
         return await meter.handle_async_request(request)
 
@@ -408,7 +413,7 @@ class Relay:
         request = httpx.Request(
             call.method,
             fallback + call.suffix(),
-            headers=to_provider(call.headers),
+            headers=on_the_wire(to_provider(call.headers)),
             content=raw,
             extensions=self.link.extensions(),
         )

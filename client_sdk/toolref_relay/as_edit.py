@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 import httpx
 
-from toolref.asgi.hops import Pairs, end_to_end, without_toolref
+from toolref.asgi.hops import Pairs, end_to_end, on_the_wire, without_toolref
 from toolref.asgi.workers import Workers
 from toolref.sending.answers import may_resend, problem_of, read_answer
 from toolref.sending.editor import Edit
@@ -82,7 +82,7 @@ async def as_edit(
             context_editing=config.context_editing,
         )
         plain = httpx.Request(
-            "POST", url, headers=headers, content=body, extensions=link.extensions()
+            "POST", url, headers=on_the_wire(headers), content=body, extensions=link.extensions()
         )
     answer = await send_edit(
         meter,
@@ -142,7 +142,7 @@ async def send_edit(
         request = httpx.Request(
             "POST",
             url,
-            headers=[*edit.headers, *extra],
+            headers=on_the_wire([*edit.headers, *extra]),
             content=edit.body,
             extensions=extensions,
         )

@@ -34,8 +34,8 @@ def recognise(
         return None
     try:
         body = json.loads(content, parse_constant=_not_json, parse_float=_finite)
-    except ValueError:  # not JSON, or an integer past Python's digit limit
-        return None
+    except (ValueError, RecursionError):  # not JSON, an integer past the digit limit, or
+        return None  # nested past the parser: passed on as it came
     if not isinstance(body, dict) or not isinstance(body.get(found.messages_key), list):
         return None
     return LLMRequest(found.format, found.messages_key, body)

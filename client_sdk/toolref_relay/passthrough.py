@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from toolref.asgi.hops import on_the_wire
 from toolref.asgi.scope import Disconnected, Receive, Send, body_pieces, while_connected
 
 from .calls import UNREACHABLE, Call, failed, log_call
@@ -42,8 +43,10 @@ async def pass_through(link: GatewayLink, call: Call, receive: Receive, send: Se
         request = httpx.Request(
             call.method,
             f"{link.config.gateway}/llm/{upstream}{call.suffix()}",
-            headers=to_gateway(
-                call.headers, key=link.config.key, switched_from=None, body_changed=False
+            headers=on_the_wire(
+                to_gateway(
+                    call.headers, key=link.config.key, switched_from=None, body_changed=False
+                )
             ),
             content=body() if has_body else None,
             extensions=link.extensions(),
@@ -60,7 +63,7 @@ async def pass_through(link: GatewayLink, call: Call, receive: Receive, send: Se
             request = httpx.Request(
                 call.method,
                 fallback + call.suffix(),
-                headers=to_provider(call.headers),
+                headers=on_the_wire(to_provider(call.headers)),
                 content=body() if has_body else None,
                 extensions=link.extensions(),
             )

@@ -26,7 +26,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from toolref import AsyncRegistryClient, CircuitBreaker, ToolReferenceManager, ToolRefMiddleware
+from toolref import (
+    AsyncRegistryClient,
+    AsyncTransport,
+    CircuitBreaker,
+    ToolReferenceManager,
+    ToolRefMiddleware,
+)
 from toolref.edits.wire import MEDIA_TYPE
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.app import create_app
@@ -60,7 +66,11 @@ def app(seen: Seen) -> Starlette:
         return StreamingResponse(chunks(), media_type="text/event-stream")
 
     return Starlette(
-        routes=[Route("/chat", chat, methods=["POST"]), Route("/stream", stream, methods=["POST"])]
+        routes=[
+            Route("/chat", chat, methods=["POST"]),
+            Route("/v1/chat/completions", chat, methods=["POST"]),  # an LLM API's path
+            Route("/stream", stream, methods=["POST"]),
+        ]
     )
 
 
@@ -216,6 +226,35 @@ async def test_an_edit_refused_for_good_is_a_415_and_the_client_sends_it_whole(
         body = turns(1)[0]
         assert (await manager.apost(http, "/chat", json=body)).status_code == 200
     assert seen.bodies == [sdk_bytes(body)]
+
+
+async def test_a_header_in_utf_8_reaches_the_app_byte_for_byte(redis: Redis) -> None:
+    """An app's header whose value is UTF-8 (`x-title: café`), through `AsyncTransport`:
+    as it came and in every edit, the app gets its bytes (httpx's guess of an encoding,
+    then ASCII, refused it or wrote `caf\\xe9`)."""
+    seen = Seen()
+    bodies = turns(3)
+    service = create_app(Settings(redis_url="unused"), redis=redis)
+    async with service.router.lifespan_context(service):
+        registry = AsyncRegistryClient(
+            "http://registry", transport=httpx.ASGITransport(app=service), retries=0
+        )
+        wrapped = ToolRefMiddleware(app(seen), registry)
+        sdk = AsyncTransport(httpx.ASGITransport(app=wrapped), channel=False)
+        async with httpx.AsyncClient(transport=sdk, base_url="http://backend") as http:
+            for body in bodies:
+                answer = await http.post(
+                    "/v1/chat/completions",
+                    content=json.dumps(body).encode(),
+                    headers=[
+                        (b"content-type", b"application/json"),
+                        (b"x-title", "café ☕".encode()),
+                    ],
+                )
+                assert answer.status_code == 200, answer.text
+    assert seen.bodies == [json.dumps(body).encode() for body in bodies]
+    sent = "café ☕".encode().decode("latin-1")  # as Starlette reads header bytes
+    assert [h["x-title"] for h in seen.headers] == [sent] * len(bodies)
 
 
 async def test_a_plain_client_is_passed_through_untouched(redis: Redis) -> None:

@@ -237,6 +237,28 @@ async def test_every_turn_reaches_the_provider_exactly_through_two_gateways(
                     assert wire < raw / 3, (move, raw, wire)
 
 
+async def test_a_header_in_utf_8_reaches_the_provider_byte_for_byte(redis: Redis) -> None:
+    """An agent's header whose value is UTF-8 (`x-title: café`, as an app names itself):
+    the relay read it as bytes and sent it on as text httpx refused (500 on every turn); it
+    reaches the provider as its bytes, as it came and in every edit."""
+    agent_headers = [(k.encode(), v.encode()) for k, v in HEADERS]
+    agent_headers.append((b"x-title", "café ☕".encode()))
+    conversation = Agent(5)
+    async with relayed(redis) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        for _ in range(4):
+            conversation.step()
+            answer = await agent.post(
+                stack.relay_url + "/llm/anthropic/v1/messages",
+                content=conversation.body(),
+                headers=agent_headers,
+            )
+            assert answer.status_code == 200, answer.text
+            _, seen, body = stack.provider.seen[-1]
+            assert body == conversation.body()
+            assert ("x-title", "café ☕") in seen
+        assert stack.balancer.requests[-1].headers["content-type"] == MEDIA_TYPE  # an edit
+
+
 async def test_a_store_flushed_mid_conversation_is_recovered_from_by_itself(
     redis: Redis,
 ) -> None:

@@ -401,3 +401,11 @@ def test_a_gateway_that_cannot_be_reached_is_asked_again() -> None:
         return await found.edits(ask), await found.edits(ask)
 
     assert asyncio.run(run()) == (False, True)
+
+
+def test_a_body_nested_past_the_parser_is_no_llm_request_to_read() -> None:
+    """Valid JSON nested past the parser's depth (a switched turn reads its body): passed
+    on as it came, never a 500."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    body = b'{"model":"m","messages":[{"role":"user","content":' + deep + b"}]}"
+    assert recognise("POST", "/v1/messages", {"content-type": "application/json"}, body) is None

@@ -26,6 +26,13 @@ def encoded(pairs: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
 
 
+def on_the_wire(pairs: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """`decoded` pairs back to their bytes, names as they were, for an `httpx.Request`: a
+    value in UTF-8 (`x-title: café`) goes on as it came (httpx encodes `str` values as
+    ASCII, and refused it)."""
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
+
+
 def first(pairs: Pairs, name: str) -> str | None:
     """The first value of header `name`, or None."""
     wanted = name.lower()

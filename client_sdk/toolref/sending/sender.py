@@ -30,7 +30,7 @@ from typing import Any, Final, cast
 
 import httpx
 
-from toolref.asgi.hops import end_to_end
+from toolref.asgi.hops import decoded, end_to_end, on_the_wire
 from toolref.edits import wire
 from toolref.kit.lru import LRU
 from toolref.registry.exchange import Exchange
@@ -51,9 +51,12 @@ Rebuild = Callable[[Any, bytes, list[tuple[str, str]]], Any]
 
 
 def rebuilt(request: Any, content: bytes, headers: list[tuple[str, str]]) -> Any:
-    """`request` again (its class, method, URL, extensions) with `content` and `headers`."""
+    """`request` again (its class, method, URL, extensions) with `content` and `headers`
+    (as `header_pairs` reads them: each byte a latin-1 character, so each goes back as the
+    byte it was, UTF-8 or not)."""
+    raw = on_the_wire(headers)
     return type(request)(
-        request.method, request.url, headers=headers, content=content, extensions=request.extensions
+        request.method, request.url, headers=raw, content=content, extensions=request.extensions
     )
 
 
@@ -81,7 +84,7 @@ class Sender:
         target = target_of(request.url)
         version = self.reads.get(target)
         self.savings.request(len(content))
-        pairs = list(request.headers.multi_items())
+        pairs = decoded(request.headers.raw)  # each byte a latin-1 character, UTF-8 or not
         edit = None
         pause = self.pauses.get(target)
         if version is not None and (pause is None or pause.over(self.clock())):
