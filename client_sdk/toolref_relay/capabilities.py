@@ -1,7 +1,8 @@
 """Whether the gateway takes edits (`application/vnd.toolref.edit`), and of which version:
 asked once per start (`GET /v1/capabilities`, `"edits": 2`, the highest it reads; 1 for a
 gateway before size-guarded edits) and kept; a 415 to an edit says no as well. Until it is
-known (the gateway down at start, say), a turn goes as it came."""
+known (the gateway down at start, or answering 5xx or 429 while it rolls), a turn goes as
+it came, and the next asks again."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ class Capabilities:
 
     async def edits(self, ask: Callable[[], Awaitable[httpx.Response]]) -> bool:
         """Whether to send edits; `ask` gets the capabilities document (once: the answer is
-        kept; a gateway that cannot be reached is asked again at the next turn)."""
+        kept; a gateway that cannot be reached, or answers 5xx or 429, is asked again at the
+        next turn)."""
         if self._edits is not None:
             return self._edits
         async with self._lock:  # one question in flight, however many turns wait on it
@@ -45,6 +47,8 @@ class Capabilities:
                         await response.aclose()
                 except httpx.HTTPError:
                     return False
+                if response.status_code >= 500 or response.status_code == 429:
+                    return False  # a gateway rolling, an ingress in between: asked again
                 version = _edits_version(body) if response.status_code == 200 else None
                 if version is not None:
                     self.version = version

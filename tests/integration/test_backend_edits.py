@@ -257,6 +257,37 @@ async def test_a_header_in_utf_8_reaches_the_app_byte_for_byte(redis: Redis) -> 
     assert [h["x-title"] for h in seen.headers] == [sent] * len(bodies)
 
 
+async def test_a_backend_that_stops_reading_edits_gets_requests_as_they_are(
+    redis: Redis,
+) -> None:
+    """The backend is rolled back (its middleware gone) mid-conversation: its app refuses
+    the edit it cannot read (a 400 naming no recipe), and the client sends the request as
+    it is, then every later one, without edits: no turn fails, and none goes as an edit."""
+    seen, plain_seen = Seen(), Seen()
+    manager = ToolReferenceManager()
+    bodies = turns(5)
+
+    async def strict(request: Request) -> Response:  # as FastAPI answers a body it can't parse
+        data = await request.body()
+        try:
+            json.loads(data)
+        except ValueError:
+            return JSONResponse({"detail": "invalid JSON"}, status_code=400)
+        plain_seen.bodies.append(data)
+        return JSONResponse({"ok": True})
+
+    rolled_back = Starlette(routes=[Route("/chat", strict, methods=["POST"])])
+    async with backend(redis, seen) as (http, _):
+        for body in bodies[:3]:
+            assert (await manager.apost(http, "/chat", json=body)).status_code == 200
+    transport = httpx.ASGITransport(app=rolled_back)
+    async with httpx.AsyncClient(transport=transport, base_url="http://backend") as rolled:
+        for body in bodies[3:]:
+            answer = await manager.apost(rolled, "/chat", json=body)
+            assert answer.status_code == 200, answer.text
+    assert plain_seen.bodies == [sdk_bytes(body) for body in bodies[3:]]
+
+
 async def test_a_plain_client_is_passed_through_untouched(redis: Redis) -> None:
     """A client that neither offers nor sends edits: the app gets its request as it came,
     and the answer says nothing of edits."""

@@ -387,13 +387,18 @@ def test_edits_are_sent_only_when_the_gateway_says_it_reads_them(
     assert len(asked) == 1
 
 
-def test_a_gateway_that_cannot_be_reached_is_asked_again() -> None:
+@pytest.mark.parametrize("first", ["unreachable", 503, 429])
+def test_a_gateway_that_cannot_be_reached_or_is_rolling_is_asked_again(first: Any) -> None:
+    """Unreachable, or answering 5xx or 429 (a gateway rolling, an ingress in between):
+    asked again at the next turn, not taken for one without edits for the whole start."""
     calls: list[int] = []
 
     async def ask() -> httpx.Response:
         calls.append(1)
         if len(calls) == 1:
-            raise httpx.ConnectError("down")
+            if first == "unreachable":
+                raise httpx.ConnectError("down")
+            return httpx.Response(first, text="try again")
         return httpx.Response(200, json={"edits": 1})
 
     async def run() -> tuple[bool, bool]:

@@ -14,15 +14,22 @@ import httpx
 from toolref.edits.answer import AnswerTap, tap_for
 from toolref.sending.packages import NOT_READ, AsyncByteStream2, SyncByteStream2
 from toolref.wire.encoding import PROBLEM_TYPE
+from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER
 
 
 def may_resend(response: httpx.Response) -> bool:
     """An answer the exchange may resend on (400 dictionary-mismatch, 409 missing-history or
-    missing-pieces, 415 from a receiver that cannot apply edits now): a problem, sent
-    before any of the app's answer. A streaming driver reads these whole before the exchange
-    sees them, and hands every other answer back unread."""
+    missing-pieces: a problem; a 415 naming no recipe, from a receiver that cannot apply
+    edits now, or no longer reads them), sent before any of the app's answer. A streaming
+    driver reads these whole before the exchange sees them, and hands every other answer
+    back unread."""
     media = response.headers.get("content-type", "")
-    return response.status_code in (400, 409, 415) and media.startswith(PROBLEM_TYPE)
+    status, headers = response.status_code, response.headers
+    if status == 415 and HISTORY_HEADER not in headers:
+        return True  # a 415 to an edit not applied: the request goes again, this one read
+    if 400 <= status < 500 and HISTORY_HEADER not in headers and EDITS_HEADER not in headers:
+        return True  # from a receiver that does not read edits: it goes again as it is
+    return status in (400, 409) and media.startswith(PROBLEM_TYPE)
 
 
 def send_streaming(client: httpx.Client, request: httpx.Request) -> httpx.Response:

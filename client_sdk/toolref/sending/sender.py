@@ -105,6 +105,11 @@ class Sender:
                     self.pauses.put(target, pause)
                 pause.refused(self.clock())
                 return (yield from self._as_it_is(request, content, pairs, rebuild, target))
+            if _no_reader(response):  # the receiver no longer reads edits: forgotten
+                self.reads.pop(target)
+                if response.status_code >= 400:  # refused as the body it could not read
+                    return (yield from self._as_it_is(request, content, pairs, rebuild, target))
+                return response
             following = self._next(edit, response)
             if following is None:
                 if self.editor.confirm(edit, response.headers.get(HISTORY_HEADER)):
@@ -149,6 +154,21 @@ def _segment_headers(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(k, v) for k, v in end_to_end(list(pairs)) if not k.lower().startswith(TOOLREF_PREFIX)]
 
 
+def _no_reader(response: httpx.Response) -> bool:
+    """An answer to an edit from a receiver that does not read edits (any more: a backend
+    rolled back, its middleware taken out): it names neither a recipe nor `Toolref-Edits`
+    (a receiver that does answers every edit so), and is no toolref problem."""
+    headers = response.headers
+    return (
+        HISTORY_HEADER not in headers and EDITS_HEADER not in headers and not problem_of(response)
+    )
+
+
 def _unsupported(response: httpx.Response) -> bool:
+    """A 415 to an edit not applied: toolref's (its registry cannot now), or any answer
+    naming no recipe (a receiver that no longer reads edits). An app's own 415 to a
+    request an edit was applied for names its recipe (`Toolref-History`): handed back."""
+    if HISTORY_HEADER in response.headers:
+        return False
     problem = problem_of(response)
     return problem is None or problem.get("type") == UNSUPPORTED
