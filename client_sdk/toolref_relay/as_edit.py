@@ -22,9 +22,11 @@ goes as an edit whatever it costs, since the turns after it are edits of it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import httpx
 
@@ -133,8 +135,8 @@ async def send_edit(
     editor = client.editor
     async with client.lock:
         work = editor.new_bytes(content, messages_key)  # what follows the body before
-        edit: Edit | None = await _WORKERS.run(
-            work, editor.prepare, agent_headers(agent), content, messages_key
+        edit: Edit | None = await _to_its_end(
+            _WORKERS.run(work, editor.prepare, agent_headers(agent), content, messages_key)
         )
     if edit is None:
         return NOT_AN_EDIT
@@ -155,8 +157,14 @@ async def send_edit(
         if may_resend(response):
             await response.aread()
             async with client.lock:
-                following = await _WORKERS.run(
-                    len(content), editor.on_miss, edit, response.status_code, problem_of(response)
+                following = await _to_its_end(
+                    _WORKERS.run(
+                        len(content),
+                        editor.on_miss,
+                        edit,
+                        response.status_code,
+                        problem_of(response),
+                    )
                 )
             if following is not None:
                 await response.aclose()
@@ -188,3 +196,20 @@ def not_worth_an_edit(edit: Edit, request: httpx.Request, plain: httpx.Request) 
 # worker thread.
 OFFLOAD_BYTES: Final = 256 << 10
 _WORKERS: Final = Workers(None, OFFLOAD_BYTES)
+
+
+T = TypeVar("T")
+
+
+async def _to_its_end(work: Awaitable[T]) -> T:
+    """`work` (the editor's, in a worker thread) awaited to its end even when the turn is
+    cancelled (the agent hung up): the caller holds `client.lock` until the thread is done
+    with the editor, which is not thread-safe, so the client's next turn never uses it at
+    the same time. The cancellation is raised once it is."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await task
+        raise

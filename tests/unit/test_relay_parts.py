@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 from typing import Any
@@ -414,3 +415,38 @@ def test_a_body_nested_past_the_parser_is_no_llm_request_to_read() -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     body = b'{"model":"m","messages":[{"role":"user","content":' + deep + b"}]}"
     assert recognise("POST", "/v1/messages", {"content-type": "application/json"}, body) is None
+
+
+def test_a_turn_cancelled_while_the_editor_works_holds_its_lock_until_the_work_ends() -> None:
+    """The agent hangs up while its body is cut in a worker thread: the turn's cancellation
+    waits for the cut to end, so the client's lock (and its editor, not thread-safe) is
+    never used by the next turn while the thread still works on it."""
+    from toolref_relay.as_edit import _to_its_end
+
+    async def run() -> list[str]:
+        events: list[str] = []
+        release = asyncio.Event()
+        lock = asyncio.Lock()
+
+        async def cut() -> str:
+            await release.wait()
+            events.append("cut ended")
+            return "edit"
+
+        async def turn() -> None:
+            async with lock:
+                await _to_its_end(cut())
+            events.append("unreachable")
+
+        task = asyncio.create_task(turn())
+        await asyncio.sleep(0)
+        task.cancel()
+        await asyncio.sleep(0)
+        assert lock.locked()  # still held: the cut goes on
+        release.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        events.append(f"lock free: {not lock.locked()}")
+        return events
+
+    assert asyncio.run(run()) == ["cut ended", "lock free: True"]
