@@ -58,7 +58,10 @@ _NOT_KEPT: Final = frozenset(
         "expect",
     }
 )
-_LINE: Final = re.compile(rb"([^:\r\n]+):(?: ([^\r\n]*))?\r\n")
+# A header line as HTTP allows it (RFC 9110): a token, then a value of visible characters,
+# spaces and tabs (obs-text too): anything else no HTTP request carries (h11 refuses to
+# send it), so a segment holding one is not headers.
+_LINE: Final = re.compile(rb"([!#$%&'*+\-.^_`|~0-9A-Za-z]+):(?: ([^\x00-\x08\x0a-\x1f\x7f]*))?\r\n")
 
 
 def is_secret(name: str) -> bool:

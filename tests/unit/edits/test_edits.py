@@ -18,7 +18,7 @@ from toolref.edits import isolated, wire
 from toolref.edits.edit import Inline, Keep, Named, apply, dictionary, dictionary_order, diff
 from toolref.edits.recipe import PIECE_MIN, RUN_MIN, entry_of, is_piece, piece_of, recipe_ref
 from toolref.edits.request import cut, restore
-from toolref.edits.segments import cut_body, header_segment, restore_headers
+from toolref.edits.segments import cut_body, header_lines, header_segment, restore_headers
 from toolref.wire.errors import (
     DecompressedTooLargeError,
     DictionaryMismatchError,
@@ -355,3 +355,19 @@ def test_isolated_records_read_back_each_kind_and_refuse_what_does_not_fit() -> 
     for bad in (gzipped[:-3], b"\x07\x01x", b"\x00ab"):
         with pytest.raises(MalformedBodyError):
             isolated.unpack(bad, [len(segments[2])], None)
+
+
+@pytest.mark.parametrize(
+    "segment",
+    [b"bad name: 1\r\n", b"x-a: a\x00b\r\n", b"x-a: a\x7fb\r\n", b"(x): 1\r\n", b": 1\r\n"],
+)
+def test_a_header_line_no_http_request_carries_is_no_headers_segment(segment: bytes) -> None:
+    """A name that is no token, a value with a control character: not headers (the
+    receiver answers 400; h11 refused to send such a line on, which read as the upstream
+    unreachable, 502)."""
+    assert header_lines(segment) is None
+
+
+def test_header_lines_take_what_http_allows() -> None:
+    line = b"x-app_1.v~: caf\xc3\xa9 \t(ok)\r\nauthorization:\r\n"
+    assert header_lines(line) == [("x-app_1.v~", "caf\xc3\xa9 \t(ok)"), ("authorization", None)]
