@@ -18,8 +18,8 @@ Cost, with the base held by this process: Python steps linear in the edit (its o
 entries it adds, the pieces it names, the entries scanned for chunk boundaries around
 what changed); C-speed steps linear in the request (list slices, the dictionary's join, the
 body's join, one SHA-256 over the framed entries). On a worker that does not hold the base,
-the base is read once (linear in it). Inflating, the dictionary and the join run in a
-worker thread when large (`Workers`).
+the base is read once (linear in it). Inflating, the dictionary, the inline pieces' ids
+(a SHA-256 of each) and the join run in a worker thread when large (`Workers`).
 """
 
 from __future__ import annotations
@@ -167,8 +167,10 @@ async def apply_edit(
     account.charge(len(words))
     answer = await _answer(services, tenant, header)  # v3: the base's answer
     inline = await workers.run(header.inline, wire.inline, header, blob, words, account, answer)
-    carried = {piece_id(s): s for s in inline if len(s) >= PIECE_MIN}  # O(inline)
-    edit, added = _edit(header.ops, inline, carried, held)  # O(ops)
+    pieces = sum(len(s) for s in inline if len(s) >= PIECE_MIN)
+    ids = await workers.run(pieces, _piece_ids, inline)  # a SHA-256 of each: off the loop
+    carried = {ref: data for ref, data in zip(ids, inline, strict=True) if ref is not None}
+    edit, added = _edit(header.ops, inline, ids, carried, held)  # O(ops)
     raw = await workers.run(header.entries, _size, base, edit, added)  # O(entries), C speed
     if raw > limit:
         raise DecompressedTooLargeError(
@@ -255,15 +257,22 @@ def _dictionary(base: Held | None, header: wire.Header) -> bytes:
     return b"".join(reversed(found))
 
 
+def _piece_ids(inline: Sequence[bytes]) -> list[bytes | None]:
+    """The id of each inline segment that is a piece (`PIECE_MIN` bytes or more), None for
+    the others. O(inline): a SHA-256 of each piece."""
+    return [piece_id(data) if len(data) >= PIECE_MIN else None for data in inline]
+
+
 def _edit(
     listed: Sequence[Keep | Named | int],
     inline: Sequence[bytes],
+    ids: Sequence[bytes | None],
     carried: Mapping[bytes, bytes],
     held: Mapping[bytes, bytes],
 ) -> tuple[StoredEdit, list[bytes]]:
     """The edit as stored (ranges kept, entries added) and the bytes of the entries it
     adds; `MissingPiecesError` listing every piece named and not held. O(ops)."""
-    segments = iter(inline)
+    segments = iter(zip(inline, ids, strict=True))
     edit: list[StoredOp] = []
     added: list[bytes] = []
     lacking: dict[bytes, None] = {}
@@ -278,8 +287,8 @@ def _edit(
             edit.append(PIECE + op.piece)
             added.append(found)
         else:
-            data = next(segments)
-            edit.append(PIECE + piece_id(data) if len(data) >= PIECE_MIN else LITERAL + data)
+            data, ref = next(segments)
+            edit.append(LITERAL + data if ref is None else PIECE + ref)
             added.append(data)
     if lacking:
         raise MissingPiecesError(
