@@ -20,6 +20,7 @@ turn.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -44,7 +45,7 @@ from toolref.wire.headers import (
 )
 from toolref_server.gateway.context_edits import ContextStep
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
-from toolref_server.registry.edits import Applied, apply_edit
+from toolref_server.registry.edits import Applied, apply_edit, keeping_done, kept
 from toolref_server.services import Services
 from toolref_server.usage import Counts
 
@@ -92,18 +93,22 @@ async def forward_edit(
             metrics.edits.labels(exc.slug).inc()
             raise
         metrics.edits.labels("applied").inc()
-        body = applied.body
+        size, ref, keeping = len(applied.body), applied.ref, applied.keeping
         upstream_name = scope[ROUTE_KEY].name
-        metrics.gateway_usage(tenant, upstream_name, Counts(raw=len(body), wire=applied.wire))
-        upstream = restored_scope(scope, applied, len(body), account)
-        ended = kept_recipe(send, applied)
-        answered = kept_answer(ended, services, tenant, applied.ref, scope["path"])
+        metrics.gateway_usage(tenant, upstream_name, Counts(raw=size, wire=applied.wire))
+        upstream = restored_scope(scope, applied, size, account)
+        ended = kept_recipe(send, keeping)
+        answered = kept_answer(ended, services, tenant, ref, scope["path"])
+        marks = marked(answered, applied, size, context)
+        # The body held by `receive` alone, until the forwarder sends it on: nothing here
+        # holds the request's bytes (the edit, the body, its segments) while the answer
+        # streams, past the account the forwarder closes once the body is sent.
+        receive = replay(applied.body, receive)
+        del data, applied
         try:
-            await forwarder(
-                upstream, replay(body, receive), marked(answered, applied, len(body), context)
-            )
+            await forwarder(upstream, receive, marks)
         finally:
-            await applied.kept()  # also when the upstream failed or the client went away
+            await kept(keeping, ref)  # also when the upstream failed or the client went away
 
 
 async def read(receive: Receive, limit: int, account: Account) -> bytes:
@@ -163,14 +168,14 @@ def marked(send: Send, applied: Applied, raw: int, context: ContextStep | None =
     return with_marks
 
 
-def kept_recipe(send: Send, applied: Applied) -> Send:
+def kept_recipe(send: Send, keeping: asyncio.Task[object] | None) -> Send:
     """`send`, holding the answer's last message until the recipe is kept (`later`: kept
     while the upstream answers, so a turn does not wait on the store before it is sent on;
     the agent's next turn, which follows the answer's end, finds it on any replica)."""
 
     async def ending(message: Message) -> None:
         if message["type"] == "http.response.body" and not message.get("more_body"):
-            await applied.keeping_done()
+            await keeping_done(keeping)
         await send(message)
 
     return ending

@@ -98,19 +98,11 @@ class Applied:
         """The recipe's keeping (`later`) awaited once the answer went out (call it once):
         a failure (the store down, the stored-bytes quota) is logged; the client's next edit
         of it is answered 409 and resent."""
-        if self.keeping is None:
-            return
-        try:
-            await asyncio.shield(self.keeping)  # a cancelled caller leaves it to finish
-        except ToolrefError as exc:
-            log.warning("recipe %s not kept: %s", self.ref, exc.detail)
-        except Exception:  # the store's own failure: logged, the next turn resends
-            log.exception("recipe %s not kept", self.ref)
+        await kept(self.keeping, self.ref)
 
     async def keeping_done(self) -> None:
         """Until the recipe's keeping ended, however (`kept` says how); at once without."""
-        if self.keeping is not None:
-            await asyncio.wait({self.keeping})
+        await keeping_done(self.keeping)
 
     def as_edit(self, held: str | None) -> list[Op]:
         """The request as the ops of an edit of `held` (the recipe its receiver holds, when
@@ -120,6 +112,25 @@ class Applied:
             return [Inline(segment) for segment in self.segments]
         added = iter(self.added)
         return [Keep(*op) if isinstance(op, tuple) else Inline(next(added)) for op in self.edit]
+
+
+async def kept(keeping: asyncio.Task[object] | None, ref: str) -> None:
+    """`Applied.kept` with what it needs alone (a caller streaming an answer holds these,
+    not the request's bytes)."""
+    if keeping is None:
+        return
+    try:
+        await asyncio.shield(keeping)  # a cancelled caller leaves it to finish
+    except ToolrefError as exc:
+        log.warning("recipe %s not kept: %s", ref, exc.detail)
+    except Exception:  # the store's own failure: logged, the next turn resends
+        log.exception("recipe %s not kept", ref)
+
+
+async def keeping_done(keeping: asyncio.Task[object] | None) -> None:
+    """Until a recipe's keeping ended, however; at once without."""
+    if keeping is not None:
+        await asyncio.wait({keeping})
 
 
 Then = Callable[[bytes], Awaitable[bytes]]  # the body as forwarded, from the body restored
