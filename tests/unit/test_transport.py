@@ -132,21 +132,29 @@ def test_a_receiver_that_does_not_speak_toolref_is_never_sent_an_edit() -> None:
     assert receiver.bodies == [body(messages=MESSAGES * (n + 1)) for n in range(3)]
 
 
+READER = {"toolref-edits": "4"}  # said by a receiver that reads edits, on every answer
+APPLIED = {"toolref-history": "tb_" + "a" * 26, **READER}  # an edit applied: the app's answer
+
+
 @pytest.mark.parametrize(
-    ("status", "media", "resend"),
+    ("status", "media", "said", "resend"),
     [
-        (409, "application/problem+json", True),
-        (400, "application/problem+json", True),
-        (415, "application/problem+json", True),
-        (422, "application/problem+json", False),
-        (409, "application/json", False),
-        (200, "text/event-stream", False),
+        (409, "application/problem+json", READER, True),  # missing-history, -pieces
+        (400, "application/problem+json", READER, True),  # dictionary-mismatch
+        (415, "application/problem+json", {}, True),  # cannot apply now
+        (415, "text/html", {}, True),  # a receiver that no longer reads edits
+        (422, "application/problem+json", READER, False),  # a refusal not resent on
+        (422, "application/json", {}, True),  # from a receiver that does not read edits
+        (409, "application/json", APPLIED, False),  # the app's own, to an applied edit
+        (415, "application/json", APPLIED, False),
+        (200, "text/event-stream", APPLIED, False),
     ],
 )
-def test_only_problems_the_manager_may_resend_on_are_read_first(
-    status: int, media: str, resend: bool
+def test_only_answers_the_manager_may_resend_on_are_read_first(
+    status: int, media: str, said: dict[str, str], resend: bool
 ) -> None:
-    assert may_resend(httpx.Response(status, headers={"content-type": media})) is resend
+    answer = httpx.Response(status, headers={"content-type": media, **said})
+    assert may_resend(answer) is resend
 
 
 @pytest.mark.parametrize("name", sorted(UNCARRIABLE))
