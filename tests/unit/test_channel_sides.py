@@ -258,6 +258,16 @@ class Recording(Inner):
         return httpx.Response(200)
 
 
+def over(link: object, inner: Recording) -> ChannelTransport:
+    """A sender whose channel is `link` (a stand-in), `inner` its HTTP."""
+    transport = ChannelTransport(
+        inner, "http://127.0.0.1:9", None, connect_timeout=1, report=lambda line: None
+    )
+    transport._link = link  # type: ignore[assignment]
+    transport.clock = lambda: 0.0
+    return transport
+
+
 class Busy:
     """A link with a turn in flight (what `ChannelTransport.busy` reads)."""
 
@@ -323,11 +333,7 @@ async def test_a_turn_past_the_bound_is_answered_busy_and_the_sender_sends_it_ov
             return httpx.Response(503, headers=[frames.BUSY], request=request)
 
     inner = Recording()
-    transport = ChannelTransport(
-        inner, "http://127.0.0.1:9", None, connect_timeout=1, report=lambda line: None
-    )
-    transport._link = Link()  # type: ignore[assignment]
-    transport.clock = lambda: 0.0
+    transport = over(Link(), inner)
     answer = await transport.handle_async_request(request("http://127.0.0.1:9/v1/messages"))
     assert answer.status_code == 200
     assert len(inner.sent) == 1  # sent again over HTTP, where it was served
@@ -462,11 +468,7 @@ async def test_a_request_past_the_frame_limit_and_a_closed_channel_go_over_http(
             raise channel_transport._Unsent("the channel closed")
 
     inner = Recording()
-    transport = ChannelTransport(
-        inner, "http://127.0.0.1:9", None, connect_timeout=1, report=lambda line: None
-    )
-    transport._link = Closed()  # type: ignore[assignment]
-    transport.clock = lambda: 0.0
+    transport = over(Closed(), inner)
     answer = await transport.handle_async_request(request("http://127.0.0.1:9/v1/messages"))
     assert answer.status_code == 200
     large = httpx.Request(
