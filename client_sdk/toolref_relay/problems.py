@@ -15,6 +15,7 @@ in the agent's shape.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Final
 
 import httpx
@@ -46,7 +47,9 @@ async def as_provider_error(
     status = response.status_code
     message = f"toolref gateway {gateway}: {detail}{_fix(status, call)}"
     shown = status if status >= 500 or status in _KEPT else 400
-    return error_reply(call.provider, shown, message, f"toolref_{slug_of(problem)}")
+    reply = error_reply(call.provider, shown, message, f"toolref_{slug_of(problem)}")
+    wait = response.headers.get("retry-after")  # a quota's, an overload's: the agent waits
+    return replace(reply, headers=(("retry-after", wait),)) if wait is not None else reply
 
 
 def _fix(status: int, call: Call) -> str:

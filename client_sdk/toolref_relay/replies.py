@@ -34,7 +34,7 @@ async def reply_json(send: Send, status: int, value: Any) -> None:
 
 
 async def reply_error(send: Send, error: ErrorReply, extra: Sequence[tuple[str, str]] = ()) -> None:
-    await reply(send, error.status, error.body, error.media_type, extra)
+    await reply(send, error.status, error.body, error.media_type, [*error.headers, *extra])
 
 
 async def relay_answer(

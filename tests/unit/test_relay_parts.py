@@ -450,3 +450,22 @@ def test_a_turn_cancelled_while_the_editor_works_holds_its_lock_until_the_work_e
         return events
 
     assert asyncio.run(run()) == ["cut ended", "lock free: True"]
+
+
+def test_a_gateway_refusal_in_the_agents_shape_keeps_its_retry_after() -> None:
+    """A 429 of the gateway's (a quota), rewritten into the provider's error shape for the
+    agent: its `Retry-After` goes with it, so the agent waits as the gateway asked."""
+    from toolref_relay.calls import Call
+    from toolref_relay.problems import as_provider_error
+
+    problem = {"type": "urn:toolref:problem:quota-exceeded", "title": "t", "detail": "wait"}
+    answer = httpx.Response(
+        429,
+        headers={"content-type": "application/problem+json", "retry-after": "7"},
+        content=json.dumps(problem).encode(),
+    )
+    call = Call("POST", "anthropic", "/v1/messages", "", [], "anthropic")
+    reply = asyncio.run(as_provider_error(answer, call, "http://gateway"))
+    assert reply is not None
+    assert reply.status == 429
+    assert ("retry-after", "7") in reply.headers

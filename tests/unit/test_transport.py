@@ -217,3 +217,21 @@ def test_a_415_pauses_edits_to_the_endpoint_doubling_until_one_is_answered() -> 
     turn(3.5, 8)  # an edit
     assert sent == [False, True, True, False, False, True, False, False, True, True]
     assert manager.savings.edits == 3
+
+
+def test_the_managers_post_sends_one_content_type_whatever_its_case() -> None:
+    """`post(..., headers={"content-type": ...})`: the caller's, once (as `client.post(json=)`
+    sends it), not the manager's default beside it."""
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200)
+
+    with httpx.Client(transport=httpx.MockTransport(handler), base_url="http://b") as client:
+        given = {"content-type": "application/json; charset=utf-8"}
+        payload = {"model": "m", "messages": MESSAGES}
+        ToolReferenceManager().post(client, "/chat", json=payload, headers=given)
+        ToolReferenceManager().post(client, "/chat", json=payload)
+    named = [[v for k, v in r.headers.raw if k.lower() == b"content-type"] for r in seen]
+    assert named == [[b"application/json; charset=utf-8"], [b"application/json"]]

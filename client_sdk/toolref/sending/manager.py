@@ -164,7 +164,8 @@ class ToolReferenceManager:
     ) -> httpx.Request:
         """The request `client.post(url, json=body, **kwargs)` would send."""
         check_body(body, self.messages_key)
-        headers = {"Content-Type": JSON_TYPE, **dict(kwargs.pop("headers", None) or {})}
+        headers = httpx.Headers(kwargs.pop("headers", None))  # any case: one Content-Type
+        headers.setdefault("Content-Type", JSON_TYPE)
         return client.build_request(
             "POST", url, content=dumps_json(body), headers=headers, **kwargs
         )

@@ -56,6 +56,7 @@ class ErrorReply:
     status: int
     body: bytes
     media_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()  # beside the body's: `Retry-After`, say
 
 
 def provider_of(path: str, headers: Sequence[tuple[str, str]]) -> Provider:

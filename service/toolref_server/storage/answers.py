@@ -5,10 +5,12 @@ compressed against it (version 3).
 The gateway keeps an answer before the end of its stream reaches the client (so the next
 turn always finds it), under the tenant and the recipe's ref, zstd-compressed, for the
 store's TTL, until the next edit of the recipe is kept (`Recipes.keep` deletes it then:
-it was that edit's dictionary; a regenerated turn after it is refused 400 and sent as
-version 2); recent ones stay in this process too (`cache_bytes`). An answer that could not
-be kept (the store down, the stored-bytes quota) is left out: the next edit naming it is
-refused 400 `dictionary-mismatch` and sent again without. Each call is at most one round
+it was that edit's dictionary; a regenerated turn after it, on another process, is
+refused 400 and sent again without it); recent ones stay in this process too
+(`cache_bytes`), which may still serve one deleted from the store, or one the store could
+not keep: it is the same answer, so the edit reads back the same. An answer no process holds
+(the store down on another replica, the stored-bytes quota) is refused 400
+`dictionary-mismatch`, and the edit sent again without it. Each call is at most one round
 trip, linear in the answer (`answer.MAX_ANSWER` bytes at most).
 """
 
