@@ -747,3 +747,28 @@ def test_two_objects_in_one_call_are_invalid_not_truncated_to_the_first() -> Non
     assert only.status is CallStatus.INVALID
     assert only.arguments is None
     assert only.raw_arguments == '{"a": 1}{"b": 2}'
+
+
+def test_long_arguments_in_small_deltas_are_not_parsed_again_per_delta(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """5,000 deltas of an array of objects, each ending in `}`: the arguments so far are
+    parsed (and joined) a bounded number of times, not once per delta (which made a 549 KB
+    array take 157 s)."""
+    import json as json_module
+
+    parsed: list[int] = []
+    loads = json_module.loads
+
+    def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(len(text))
+        return loads(text, *args, **kwargs)
+
+    monkeypatch.setattr("toolref.streaming.adapters.openai_chat.json.loads", counting)
+    items = [f'{{"n":{n}}}' for n in range(5000)]
+    deltas = ['{"items":[', items[0], *("," + item for item in items[1:]), "]}"]
+    events = [ev(call(0, "call_a", "save", "")), *(ev(call(0, args=d)) for d in deltas), *DONE]
+    calls = run(events)
+    whole = {"items": [{"n": n} for n in range(5000)]}
+    assert summary(calls) == [("call_a", "save", "complete", whole)]
+    assert len(parsed) < 50, len(parsed)

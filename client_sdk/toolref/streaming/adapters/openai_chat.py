@@ -305,9 +305,10 @@ class OpenAIChatAdapter(StreamAdapter):
                 call.cumulative = True
             elif (
                 len(args) <= length
-                and (call.cumulative or call.complete())
+                and (call.cumulative or (len(args) == length and call.complete()))
                 and (call.text().startswith(args))
-            ):
+            ):  # only a cumulative server's text, or one as long as the whole, is looked at:
+                # each delta's look (a join, a parse) made long arguments quadratic
                 pass  # a resend of text already here (cumulative servers, LocalAI)
             else:
                 call.parts.append(args)
