@@ -93,6 +93,35 @@ def test_encrypted_reasoning_items_of_the_responses_api_are_dropped() -> None:
     assert calls[0]["call_id"] == calls[1]["call_id"] == mapped_id("call:1")
 
 
+def test_a_function_call_item_before_the_switch_loses_its_item_id() -> None:
+    """Its `id` (`fc_...`) names an item of the old backend whose reasoning item is dropped:
+    OpenAI refuses such a pair half-kept (400). `call_id` pairs the result."""
+    body = {
+        "input": [
+            {"role": "user", "content": "hi"},
+            {"type": "reasoning", "id": "rs_1", "encrypted_content": "OPAQUE", "summary": []},
+            {"type": "function_call", "id": "fc_9", "call_id": "c1", "name": "ls", "arguments": ""},
+            {"type": "function_call_output", "call_id": "c1", "output": "done"},
+        ]
+    }
+    out = switched(body, "openai-responses", "input")
+    call = next(i for i in out["input"] if i.get("type") == "function_call")
+    assert "id" not in call
+    assert call["call_id"] == "c1"
+
+
+def test_an_assistant_message_of_thinking_alone_is_dropped_not_left_empty() -> None:
+    """Stripped of its thinking, it would have no content, which the API refuses."""
+    body = anthropic_conversation()
+    body["messages"].insert(
+        1,
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "t", "signature": "S"}]},
+    )
+    out = switched(body, "anthropic", "messages", at=4)
+    assert all(m.get("content") != [] for m in out["messages"])
+    assert len([m for m in out["messages"] if m["role"] == "assistant"]) == 1
+
+
 @given(st.text(max_size=80))
 def test_mapped_ids_fit_the_pattern_and_map_back(value: str) -> None:
     mapped = mapped_id(value)

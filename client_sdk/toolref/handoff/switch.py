@@ -114,11 +114,16 @@ def _cleaned(message: Any, *, strip: bool) -> Any:
     if strip and message.get("type") == "reasoning" and "encrypted_content" in message:
         return None
     out = {k: _mapped(k, v) for k, v in message.items()}
+    if strip and message.get("type") == "function_call":
+        # Its `id` (`fc_...`) names an item of the old backend, whose reasoning item is
+        # gone: OpenAI refuses the pair half-kept (400). `call_id` pairs the result.
+        out.pop("id", None)
     content = out.get("content")
     if isinstance(content, list):
-        out["content"] = [
-            _cleaned(block, strip=strip) for block in content if not (strip and _opaque(block))
-        ]
+        kept = [_cleaned(block, strip=strip) for block in content if not (strip and _opaque(block))]
+        if content and not kept:  # nothing but thinking: a message no API takes empty
+            return None
+        out["content"] = kept
     calls = out.get("tool_calls")
     if isinstance(calls, list):
         out["tool_calls"] = [_cleaned(call, strip=strip) for call in calls]
