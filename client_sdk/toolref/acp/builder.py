@@ -23,6 +23,51 @@ def clean(item: Mapping[str, Any]) -> dict[str, Any]:
     return {k: _clean_value(v) for k, v in item.items() if v is not None}
 
 
+# What each content item must carry (ACP v1's schema): sent without it, every later update
+# of the call's content would send it again, and a client would refuse each.
+_CONTENT_MEMBERS: dict[str, tuple[str, ...]] = {
+    "content": ("content",),
+    "diff": ("path", "newText"),
+    "terminal": ("terminalId",),
+}
+
+
+def checked_content(item: dict[str, Any]) -> dict[str, Any]:
+    """`item` when ACP v1 takes it as a tool call's content item; else `AcpError` naming
+    what is missing and how to make one."""
+    kind = item.get("type")
+    members = _CONTENT_MEMBERS.get(kind) if isinstance(kind, str) else None
+    if members is None:
+        raise AcpError(
+            f"a content item of type {kind!r}: ACP v1's are content, diff and terminal; make "
+            "one with text_content, diff_content or terminal_content"
+        )
+    lacking = [name for name in members if name not in item]
+    block = item.get("content")
+    if kind == "content" and not lacking:
+        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
+            lacking = ["content.type"]
+        elif block["type"] == "text" and not isinstance(block.get("text"), str):
+            lacking = ["content.text"]
+    if lacking:
+        raise AcpError(
+            f"a {kind} content item lacks {', '.join(lacking)}; make it with "
+            f"{kind}_content(...) (toolref.acp.content)"
+        )
+    return item
+
+
+def checked_location(item: dict[str, Any]) -> dict[str, Any]:
+    """`item` when ACP v1 takes it as a location (a path; a line of 0 or more); else
+    `AcpError` saying what to give."""
+    path, line = item.get("path"), item.get("line")
+    if not isinstance(path, str) or not path:
+        raise AcpError(f"a location's path is {path!r}: give the file's absolute path")
+    if line is not None and (type(line) is not int or line < 0):
+        raise AcpError(f"a location's line is {line!r}: give a line number of 0 or more, or none")
+    return item
+
+
 def _clean_value(value: Any) -> Any:
     if isinstance(value, Mapping):
         return clean(value)
@@ -84,11 +129,11 @@ class UpdateBuilder:
         return self._add(lambda state: setattr(state, "kind", kind))
 
     def add_content(self, *items: Mapping[str, Any]) -> Self:
-        added = [clean(item) for item in items]
+        added = [checked_content(clean(item)) for item in items]
         return self._add(lambda state: state.content.extend(copy.deepcopy(added)))
 
     def set_content(self, items: Iterable[Mapping[str, Any]]) -> Self:
-        replaced = [clean(item) for item in items]
+        replaced = [checked_content(clean(item)) for item in items]
         return self._add(lambda state: setattr(state, "content", copy.deepcopy(replaced)))
 
     def clear_content(self) -> Self:
@@ -104,11 +149,12 @@ class UpdateBuilder:
         return self.add_content(terminal_content(terminal_id))
 
     def set_locations(self, items: Iterable[Mapping[str, Any]]) -> Self:
-        replaced = [clean(item) for item in items]
+        replaced = [checked_location(clean(item)) for item in items]
         return self._add(lambda state: setattr(state, "locations", copy.deepcopy(replaced)))
 
     def add_location(self, path: str, line: int | None = None) -> Self:
-        return self._add(lambda state: state.locations.append(location(path, line)))
+        found = checked_location(location(path, line))
+        return self._add(lambda state: state.locations.append(found))
 
     def clear_locations(self) -> Self:
         return self.set_locations([])

@@ -1333,3 +1333,26 @@ def test_jsonrpc_envelope(make_tracker: MakeTracker, sent: Sent) -> None:
     assert message == {"jsonrpc": "2.0", "method": "session/update", "params": note}
     assert "id" not in message  # a notification, not a request
     assert json.loads(json.dumps(message)) == message
+
+
+@pytest.mark.parametrize(
+    ("build", "says"),
+    [
+        (lambda u: u.add_location("/a.py", -1), "line number of 0 or more"),
+        (lambda u: u.add_location("", 3), "absolute path"),
+        (lambda u: u.set_locations([{"line": 2}]), "absolute path"),
+        (lambda u: u.add_content({"type": "content", "content": {"type": "text"}}), "content.text"),
+        (lambda u: u.add_content({"type": "diff", "path": "/a.py"}), "lacks newText"),
+        (lambda u: u.set_content([{"type": "image"}]), "content, diff and terminal"),
+    ],
+)
+def test_an_item_acp_v1_does_not_take_is_refused_naming_the_fix(
+    make_tracker: MakeTracker, sent: Sent, build: Callable[[Any], object], says: str
+) -> None:
+    """A location or content item the schema refuses fails where it is made, saying how
+    to make it: sent, it would go again with every later update of the call."""
+    tracker = make_tracker(window=0.0)
+    tracker.start(CALL, "bash: ls")
+    with pytest.raises(AcpError, match=says):
+        build(tracker.update(CALL))
+    assert len(sent) == 1  # nothing but the start went out
