@@ -376,3 +376,24 @@ async def test_markers_that_fill_past_the_limit_or_the_budget_are_refused(redis:
             else:
                 assert await redis.dbsize() == before  # nothing new kept
             assert budget.in_flight == 0
+
+
+async def test_a_handoff_whose_markers_fill_past_the_limit_is_refused(redis: Redis) -> None:
+    """Found in review: `/v1/context:handoff` filled its markers with no bound (2,000
+    markers to one 1 MB record took a worker to 2 GB). As hydrate does, it refuses a fill
+    past the inflated limit (413), naming the setting, and answers one within it."""
+    invocation = {"name": "read_file", "args": {}, "result": "r" * (100 * KIB)}
+    limits = {**LIMITS, "max_decompressed_bytes": 2048 * KIB, "max_body_bytes": 256 * KIB}
+    app = create_app(Settings(redis_url="unused", **limits), redis=redis)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://t", headers=PROTOCOL
+        ) as client:
+            made = await client.post("/v1/invocations", json={"invocations": [invocation]})
+            ref = made.json()["refs"][0]["ref"]
+            over = await client.post("/v1/context:handoff", json=_amplifier(ref, 30))
+            within = await client.post("/v1/context:handoff", json=_amplifier(ref, 5))
+    assert over.status_code == 413, over.text
+    assert over.json()["type"] == "urn:toolref:problem:decompressed-too-large"
+    assert "TOOLREF_MAX_DECOMPRESSED_BYTES" in over.json()["detail"]
+    assert within.status_code == 200, within.text

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from toolref import formats, handoff
 from toolref.handoff.dialogue import turns
 from toolref.wire import endpoints
-from toolref.wire.errors import ProtocolRequiredError
+from toolref.wire.errors import DecompressedTooLargeError, ProtocolRequiredError
 from toolref.wire.headers import PROTOCOL_HEADER
 from toolref.wire.models import HandoffRequest, HandoffResponse, HandoffStats
 from toolref.wire.protocol import PROTOCOL_REFS
@@ -33,9 +33,17 @@ async def handoff_context(request: Request) -> Response:
                 f"the messages carry toolRef markers, which need `{PROTOCOL_HEADER}: "
                 f"{PROTOCOL_REFS}`"
             )
-        held = await resolve_markers(request_context.services(request), tenant, refs)
-        invocations = {ref: rec.invocation() for ref, rec in held.items()}
-        messages = formats.fill(messages, conversation.scan, invocations)
+        services = request_context.services(request)
+        held = await resolve_markers(services, tenant, refs)
+        _bounded(services.settings.max_decompressed_bytes, conversation, held)
+        # each record parsed once, and the fill: off the loop when large
+        messages = await services.workers.run(
+            conversation.size + sum(len(r.payload.result) for r in held.values()),
+            _filled,
+            messages,
+            conversation.scan,
+            held,
+        )
     target = None
     if body.request is not None:
         formats.check_messages(body.request)
@@ -67,6 +75,29 @@ async def handoff_context(request: Request) -> Response:
     if body.request is not None and target is not None:
         answer["messages"] = handoff.prepend(body.request, result.block, target)
     return codec.render(request, answer)
+
+
+def _bounded(limit: int, conversation: Any, held: dict[str, Any]) -> None:
+    """413 when filling the markers makes more than the inflated limit: every marker adds
+    its record's payloads, as often as a marker names it (2,000 markers to one 1 MB record
+    took a worker to 2 GB), as hydrate bounds its own fill."""
+    added = 0
+    for pair in conversation.scan.marked:
+        found = held.get(pair.ref) if pair.ref is not None else None
+        if found is not None:
+            added += len(found.payload.args) + len(found.payload.result)
+    if conversation.size + added > limit:
+        raise DecompressedTooLargeError(
+            f"the conversation's markers fill to at least {conversation.size + added} bytes, "
+            f"over the limit of {limit} (TOOLREF_MAX_DECOMPRESSED_BYTES); send fewer "
+            "messages, or name each record once",
+            limit=limit,
+        )
+
+
+def _filled(messages: list[Any], scan: Any, held: dict[str, Any]) -> list[Any]:
+    invocations = {ref: rec.invocation() for ref, rec in held.items()}
+    return formats.fill(messages, scan, invocations)
 
 
 async def _text_summary(
