@@ -385,14 +385,16 @@ async def test_a_handoff_whose_markers_fill_past_the_limit_is_refused(redis: Red
     invocation = {"name": "read_file", "args": {}, "result": "r" * (100 * KIB)}
     limits = {**LIMITS, "max_decompressed_bytes": 2048 * KIB, "max_body_bytes": 256 * KIB}
     app = create_app(Settings(redis_url="unused", **limits), redis=redis)
-    async with app.router.lifespan_context(app):
-        async with httpx.AsyncClient(
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://t", headers=PROTOCOL
-        ) as client:
-            made = await client.post("/v1/invocations", json={"invocations": [invocation]})
-            ref = made.json()["refs"][0]["ref"]
-            over = await client.post("/v1/context:handoff", json=_amplifier(ref, 30))
-            within = await client.post("/v1/context:handoff", json=_amplifier(ref, 5))
+        ) as client,
+    ):
+        made = await client.post("/v1/invocations", json={"invocations": [invocation]})
+        ref = made.json()["refs"][0]["ref"]
+        over = await client.post("/v1/context:handoff", json=_amplifier(ref, 30))
+        within = await client.post("/v1/context:handoff", json=_amplifier(ref, 5))
     assert over.status_code == 413, over.text
     assert over.json()["type"] == "urn:toolref:problem:decompressed-too-large"
     assert "TOOLREF_MAX_DECOMPRESSED_BYTES" in over.json()["detail"]

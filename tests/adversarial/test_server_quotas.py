@@ -207,6 +207,20 @@ async def test_writes_past_the_stored_bytes_quota_are_refused(redis: Redis) -> N
         assert held.json()["refs"][0]["new"] is False
 
 
+async def test_an_invocation_named_twice_in_a_batch_counts_once(redis: Redis) -> None:
+    """Found in review: a batch naming one invocation 50 times counted it 50 times against
+    the stored-bytes quota (one record stored). Each ref counts once; the answer still
+    lists every item, new the first time only."""
+    async with clients_for(redis, tenant_max_bytes=LIMIT) as clients:
+        acme = clients["acme"]
+        answer = await acme.post("/v1/invocations", json={"invocations": [invocation(1)] * 50})
+        assert answer.status_code == 200, answer.text
+        refs = answer.json()["refs"]
+        assert len(refs) == 50
+        assert [r["new"] for r in refs] == [True] + [False] * 49
+        assert await counted_bytes(redis, "acme") == await stored_bytes(redis, "acme", "i")
+
+
 async def stored_bytes(redis: Redis, tenant: str, kind: str = "") -> int:
     """What the tenant keeps in the engine, as stored (every key but its quota counters);
     `kind`: only keys of that kind (`s` summaries, `i` records...)."""

@@ -44,10 +44,11 @@ def older_results(
         key=lambda p: _position(p.result.path) if p.result is not None else (),
     )
     older = answered[: max(0, len(answered) - keep_recent)]
+    excluded = frozenset(exclude_tools)  # a set: a list looked up per pair was quadratic
     return [
         Candidate(pair, refs[pair.key], invocation(pair))
         for pair in older
-        if pair.name not in exclude_tools
+        if pair.name not in excluded
     ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -41,15 +42,13 @@ from toolref_server.storage.record import Record
 from toolref_server.storage.store import NewRecord
 
 
-async def register(request: Request) -> Response:
-    tenant = request_context.tenant(request)
-    request_context.require_refs_protocol(request)
-    value = await request_context.body(request)
-    request_context.check_batch(value, "invocations", request)
-    body = validated(RegisterRequest, value)
-    threshold = request_context.services(request).settings.compress_threshold
-    items, answers = [], []
-    for invocation in body.invocations:
+def _records(
+    invocations: Sequence[Invocation], threshold: int
+) -> tuple[list[NewRecord], list[tuple[Ref, int]]]:
+    """Each invocation's record and (ref, size), in order. O(the invocations)."""
+    items: list[NewRecord] = []
+    answers: list[tuple[Ref, int]] = []
+    for invocation in invocations:
         digest = Digest.of(canonical_json(invocation.canonical_object()))
         ref = digest.ref
         data = record.encode(
@@ -62,11 +61,30 @@ async def register(request: Request) -> Response:
         )
         items.append(NewRecord(ref, digest.sha256, data))
         answers.append((ref, digest.size))
-    outcomes = await request_context.services(request).store.register(tenant, items)
+    return items, answers
+
+
+async def register(request: Request) -> Response:
+    tenant = request_context.tenant(request)
+    request_context.require_refs_protocol(request)
+    decoded = await request_context.document(request, messages_key=None)
+    value = decoded.value
+    request_context.check_batch(value, "invocations", request)
+    body = validated(RegisterRequest, value)
+    services = request_context.services(request)
+    threshold = services.settings.compress_threshold
+    # canonical JSON, SHA-256 and the record of each: off the loop when the batch is large
+    records, answers = await services.workers.run(
+        decoded.size, _records, body.invocations, threshold
+    )
+    # each ref written and counted against the quota once, however often the batch names it
+    items = list({item.ref: item for item in records}.values())
+    stored = await services.store.register(tenant, items)
+    outcomes = dict(zip((item.ref for item in items), stored, strict=True))
     collided = [
         str(item.ref)
-        for item, outcome in zip(items, outcomes, strict=True)
-        if outcome.stored_digest is not None and outcome.stored_digest != item.digest
+        for item in items
+        if (known := outcomes[item.ref].stored_digest) is not None and known != item.digest
     ]
     if collided:
         raise RefCollisionError(
@@ -75,12 +93,14 @@ async def register(request: Request) -> Response:
             "payloads in full.",
             collidingRefs=collided,
         )
-    response = RegisterResponse(
-        refs=[
-            RegisteredRef(ref=ref, size=size, new=outcome.new)
-            for (ref, size), outcome in zip(answers, outcomes, strict=True)
-        ]
-    )
+    said: set[Ref] = set()
+    registered = []
+    for ref, size in answers:  # in order; a ref named again is not new the second time
+        registered.append(
+            RegisteredRef(ref=ref, size=size, new=outcomes[ref].new and ref not in said)
+        )
+        said.add(ref)
+    response = RegisterResponse(refs=registered)
     return codec.render(request, response.model_dump(by_alias=True))
 
 
