@@ -82,8 +82,13 @@ def test_a_flood_of_new_connections_never_closes_one_whose_request_is_waiting(
 ) -> None:
     """New connections arrive in bursts far past the limit: each burst is accepted before
     any of its connections is read, so a client whose request is already in the kernel's
-    buffer looks as idle as the flood around it. It is never the one closed (before that
-    check, 13 of 300 such requests in a harsher flood were closed unanswered)."""
+    buffer looks as idle as the flood around it. It is not the one closed (before that
+    check, 13 of 300 such requests in a harsher flood were closed unanswered).
+
+    One whose request is still on its way when its connection is chosen (accepted, nothing
+    in the kernel's buffer yet: the client thread not yet scheduled to send) looks idle
+    and may be: on two loaded cores, one of 150 was, about once in five runs. So at most
+    one here, which the check's absence (some 6 of 150) still fails."""
     attack = Attack(lambda a: _hold_idle(a, service, 0.05), threads=4)
     with attack.running():
         answered = [
@@ -91,7 +96,8 @@ def test_a_flood_of_new_connections_never_closes_one_whose_request_is_waiting(
             for _ in range(150)
         ]
     statuses = [reply.status if reply is not None else None for reply in answered]
-    assert statuses == [200] * 150, statuses
+    assert statuses.count(None) <= 1, statuses
+    assert all(status in (200, None) for status in statuses), statuses
     assert attack.opened > 10 * LIMIT
 
 
