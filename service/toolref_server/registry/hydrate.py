@@ -9,6 +9,7 @@ thread (`Workers`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -138,7 +139,7 @@ async def fill(
     share of the budget of bodies in flight, since a small body of markers may fill to many
     times its size."""
     payloads = {ref: rec.payload for ref, rec in held.items()}
-    added = _filled_growth(conversation, payloads)
+    added = filled_growth(conversation, payloads)
     _bound(services, ask, conversation.size + added, added)
     texts = await services.workers.run(
         conversation.size + added, source.fill, conversation.texts, conversation.scan, payloads
@@ -146,7 +147,7 @@ async def fill(
     return Filled(conversation, held, registration, texts)
 
 
-def _filled_growth(conversation: Conversation, payloads: dict[str, Payload]) -> int:
+def filled_growth(conversation: Conversation, payloads: Mapping[str, Payload]) -> int:
     """At most how many bytes filling the markers adds: each marker's payload, as often as
     a marker names it (a body of 200 markers to one 100 KB record fills to 20 MB)."""
     added = 0

@@ -16,10 +16,12 @@ from toolref.wire.models import HandoffRequest, HandoffResponse, HandoffStats
 from toolref.wire.protocol import PROTOCOL_REFS
 from toolref_server.http import codec
 from toolref_server.http.operation import ApiRoute, Operation, Reply
-from toolref_server.registry.conversation import resolve_markers
+from toolref_server.registry.conversation import Conversation, resolve_markers
+from toolref_server.registry.hydrate import filled_growth
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer
 from toolref_server.routes import request_context
 from toolref_server.routes.messages import conversation_of
+from toolref_server.storage.record import Record
 
 
 async def handoff_context(request: Request) -> Response:
@@ -77,20 +79,17 @@ async def handoff_context(request: Request) -> Response:
     return codec.render(request, answer)
 
 
-def _bounded(limit: int, conversation: Any, held: dict[str, Any]) -> None:
-    """413 when filling the markers makes more than the inflated limit: every marker adds
-    its record's payloads, as often as a marker names it (2,000 markers to one 1 MB record
-    took a worker to 2 GB), as hydrate bounds its own fill."""
-    added = 0
-    for pair in conversation.scan.marked:
-        found = held.get(pair.ref) if pair.ref is not None else None
-        if found is not None:
-            added += len(found.payload.args) + len(found.payload.result)
-    if conversation.size + added > limit:
+def _bounded(limit: int, conversation: Conversation, held: dict[str, Record]) -> None:
+    """413 when filling the markers makes more than the inflated limit, counted as hydrate
+    counts its own (`filled_growth`): 2,000 markers to one 1 MB record took a worker to 2 GB."""
+    size = conversation.size + filled_growth(
+        conversation, {ref: rec.payload for ref, rec in held.items()}
+    )
+    if size > limit:
         raise DecompressedTooLargeError(
-            f"the conversation's markers fill to at least {conversation.size + added} bytes, "
-            f"over the limit of {limit} (TOOLREF_MAX_DECOMPRESSED_BYTES); send fewer "
-            "messages, or name each record once",
+            f"the conversation's markers fill to at least {size} bytes, over the limit of "
+            f"{limit} (TOOLREF_MAX_DECOMPRESSED_BYTES); send fewer messages, or name each "
+            "record once",
             limit=limit,
         )
 
