@@ -8,9 +8,11 @@ and backend counts every byte the client wrote (request line, headers, body; the
 upgrade and frames), as the hop between relay and gateway does for the relay path.
 
 Per conversation, as for the relay path (`edits_bench.Measured`): the bytes; the CPU per
-turn of the backend and registry processes together, with the same control request after
-each turn; the Redis bytes the conversation added; and the middleware's added time per
-request (`chat_backend`: its wall time less the app's).
+turn of the backend and registry processes together, less the app's own (reading the body
+and answering: what a backend without toolref does too, counted by the app in its thread),
+with the same control request after each turn; the Redis bytes the conversation added;
+and the middleware's added time per request (`chat_backend`: its wall time less the
+app's).
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ class BackendSystem:
         found = await self.http.get(self.backend.url + "/stats")
         return [float(s) for s in found.json()["added"]]
 
+    async def app_cpu(self) -> float:
+        """The app's own CPU seconds in every request so far (not the middleware's)."""
+        found = await self.http.get(self.backend.url + "/stats/app-cpu")
+        return float(found.json()["app_cpu"])
+
 
 @asynccontextmanager
 async def backend_system(launcher: Launcher, engine: str) -> AsyncIterator[BackendSystem]:
@@ -109,9 +116,12 @@ async def converse(run: Run, system: BackendSystem, pattern: Pattern, kind: str)
             ).raise_for_status()
         system.hop.turn = run.turn
         run.turn += 1
+        app = await system.app_cpu()  # read before the turn's CPU is
         service, engine_cpu = system.cpu(), run.engine.cpu()
         answer = await system.sdk.post(url, content=dumps_json(turn.body), headers=headers)
-        cpu.append(system.cpu() - service)
+        ran = system.cpu() - service
+        # the middleware's and the registry's, not the app's own (read after the turn's CPU)
+        cpu.append(ran - (await system.app_cpu() - app))
         engine.append(run.engine.cpu() - engine_cpu)
         if answer.status_code != 200:
             raise RuntimeError(f"{pattern.name} turn {n + 1}: {answer.status_code} {answer.text}")

@@ -11,7 +11,8 @@ would; what a real backend does next, parse it and call a model, is the same wit
 toolref or without, and is left out of what this bench measures), the same app at
 `/bare/...` without the middleware (the turn a backend without toolref serves), `/control`
 (a request of constant cost the middleware passes through, to see how fast the machine
-runs), `/stats` (what the middleware added) and `/__next-answer` (POST `{"format": ...,
+runs), `/stats` (what the middleware added; `/stats/app-cpu`: the app's own CPU so far, in
+its thread, less its calls of `send`) and `/__next-answer` (POST `{"format": ...,
 "message": {...}}`: the next streamed answer, as `loadtests.fast_upstream` takes it).
 
 The middleware's added time of a request is the wall time from the request reaching the
@@ -50,16 +51,19 @@ class Clock:
     """What the middleware added, request by request (seconds)."""
 
     added: list[float] = field(default_factory=list)
+    app_cpu: float = 0.0  # the app's own CPU in every request so far (seconds)
     inner: float = 0.0  # the app's time in the request being measured
+    inner_cpu: float = 0.0  # the app's CPU (this thread's) in the request being measured
 
 
 async def _read(receive: Any) -> bytes:
-    body = bytearray()
+    """The whole body, as Starlette's `Request.body` reads it (one piece is not copied)."""
+    pieces = []
     while True:
         message = await receive()
-        body += message.get("body", b"")
+        pieces.append(message.get("body", b""))
         if not message.get("more_body"):
-            return bytes(body)
+            return b"".join(pieces)
 
 
 async def _answer(send: Any, answer: dict[str, Any]) -> None:
@@ -85,14 +89,15 @@ class Backend:
         self.middleware = ToolRefMiddleware(self.app, client, channel_path=CHANNEL)
 
     async def app(self, scope: Scope, receive: Any, given: Any) -> None:
-        start = time.perf_counter()
-        sending = 0.0  # in the middleware's `send` (its tap, its keep): not the app's
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        sending = sending_cpu = 0.0  # in the middleware's `send` (its tap, its keep): not the app's
 
         async def send(message: Message) -> None:
-            nonlocal sending
-            began = time.perf_counter()
+            nonlocal sending, sending_cpu
+            began, began_cpu = time.perf_counter(), time.thread_time()
             await given(message)
             sending += time.perf_counter() - began
+            sending_cpu += time.thread_time() - began_cpu
 
         body = await _read(receive)
         if _STREAM.search(body) is not None:  # as the relay path's upstream answers
@@ -107,6 +112,7 @@ class Backend:
         else:
             await _answer(send, {"ok": True, "read": len(body)})
         self.clock.inner += time.perf_counter() - start - sending
+        self.clock.inner_cpu += time.thread_time() - start_cpu - sending_cpu
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -120,7 +126,9 @@ class Backend:
             self.scripted.append(scripted.stream(script["format"], script["message"]))
             await _answer(send, {"ok": True})
         elif path == "/stats":
-            await _json(receive, send, {"added": self.clock.added})
+            await _json(receive, send, {"added": self.clock.added, "app_cpu": self.clock.app_cpu})
+        elif path == "/stats/app-cpu":
+            await _json(receive, send, {"app_cpu": self.clock.app_cpu})
         elif scope["type"] == "websocket" and path == CHANNEL:
             # the middleware's channel, each turn timed as one over HTTP is
             await serve_channel(scope, receive, send, self.timed, refuse=_busy)
@@ -131,7 +139,7 @@ class Backend:
 
     async def timed(self, scope: Scope, receive: Any, send: Any) -> None:
         """A request through the middleware, its added time kept (`Clock.added`)."""
-        self.clock.inner = 0.0
+        self.clock.inner = self.clock.inner_cpu = 0.0
         start = time.perf_counter()
         ended = [start]
 
@@ -142,6 +150,7 @@ class Backend:
 
         await self.middleware(scope, receive, timed)
         self.clock.added.append(ended[0] - start - self.clock.inner)
+        self.clock.app_cpu += self.clock.inner_cpu
 
 
 def _busy(error: ToolrefError) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Final
 
 from toolref.edits.edit import EditError
@@ -26,7 +27,7 @@ ENTRY_OVERHEAD: Final = 160  # what an entry costs in memory beyond its bytes (4
 Source = tuple[tuple[str, ...], int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: `length` is cached in its __dict__
 class Held:
     """A recipe: its `ref`, entries (with `framed` and `segments`, the bytes of each, and
     `sources`, where each literal is stored; None for a piece), chunks; and how it is
@@ -68,9 +69,10 @@ class Held:
         as its own, although a recipe shares most with its base."""
         return self.length + len(self.stream) + ENTRY_OVERHEAD * len(self.entries)
 
-    @property
+    @cached_property
     def length(self) -> int:
-        """Bytes of the request it stands for (headers segment included)."""
+        """Bytes of the request it stands for (headers segment included); summed once (the
+        cache weighs a recipe on each keep, put and drop)."""
         return sum(map(len, self.segments))
 
 
