@@ -262,6 +262,57 @@ async def test_a_small_edit_is_charged_for_the_request_it_restores(redis: Redis)
     assert budget.in_flight == 0
 
 
+async def test_an_edit_restoring_past_the_inflated_limit_is_sent_whole(redis: Redis) -> None:
+    """`max_inflated_bytes` bounds an edit's body once restored, as it bounds an inflated
+    one: refused (415: the client sends the request whole) once the registry's answer says
+    how big it is, before it is built or charged; the app never sees it."""
+    service = create_app(Settings(redis_url="unused"), redis=redis)
+    async with service.router.lifespan_context(service):
+        registry = AsyncRegistryClient("http://r", transport=httpx.ASGITransport(app=service))
+        budget = Budget(BUDGET, setting="budget=")
+        limit = BOMB // 2
+        seen: list[int] = []
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            seen.append(len((await receive())["body"]))
+            await _count_messages(scope, _given(b'{"messages": []}'), send)
+
+        backend = ToolRefMiddleware(
+            app, registry, budget=budget, max_body_bytes=BOMB * 2, max_inflated_bytes=limit
+        )
+        editor = Editor()
+        transport = httpx.ASGITransport(app=backend)
+        async with httpx.AsyncClient(transport=transport, base_url="http://b") as client:
+            part = {"role": "user", "content": "a" * (limit * 3 // 4)}
+            messages = [part]
+            small = {"model": "m", "messages": messages}  # within the limit
+            restored = json.dumps(small).encode()
+            whole = editor.prepare(JSON_HEADERS, restored, "messages")
+            assert whole is not None
+            first = await client.post("/chat", content=whole.body, headers=dict(whole.headers))
+            assert first.status_code == 200, first.text
+            assert editor.confirm(whole, first.headers["toolref-history"])
+            messages.append(part)  # past it
+            turn = editor.prepare(JSON_HEADERS, json.dumps(small).encode(), "messages")
+            assert turn is not None
+            assert turn.base == whole.ref
+            assert len(turn.body) < limit  # the edit is within the limit (zstd); its body not
+            refused = await client.post("/chat", content=turn.body, headers=dict(turn.headers))
+        await registry.aclose()
+    assert refused.status_code == 415, refused.text
+    assert f"over this backend's limit of {limit}" in refused.json()["detail"]
+    assert seen == [len(restored)]  # the first request only: the app never saw the edit
+    assert budget.in_flight == 0
+    assert budget.high_water < limit  # the refused body was never charged
+
+
+def _given(body: bytes) -> Any:
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive
+
+
 JSON_HEADERS: Final = [("content-type", "application/json")]
 
 

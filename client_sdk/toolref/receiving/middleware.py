@@ -90,7 +90,9 @@ class ToolRefMiddleware:
     format: the message format (detected per request when None).
     paths: only requests to these paths are handled (all POST/PUT/PATCH when None).
     max_body_bytes: larger protocol-2 bodies, as sent, are refused with 413.
-    max_inflated_bytes: the same for a gzip or zstd body once inflated.
+    max_inflated_bytes: the same for a gzip or zstd body once inflated, and for an edit's
+        body once restored (past it, the edit is refused before its body is built: 415,
+        and the client sends the request whole, which `max_body_bytes` bounds).
     alter_answers: add `toolReferences` to a JSON answer (held whole for it); False: the
         answer's body is never changed or held, and refs travel only in the
         `Toolref-References` header (the gateway, forwarding a provider's answer).
@@ -188,6 +190,7 @@ class ToolRefMiddleware:
                     send,
                     account=account,
                     max_body_bytes=self.max_body_bytes,
+                    max_restored_bytes=self.hydrator.max_inflated_bytes,
                     problem=_edit_problem,
                     held=self.held,
                     channel=self._told_channel(scope),

@@ -98,6 +98,7 @@ async def restore_edit(
     *,
     account: Account,
     max_body_bytes: int,
+    max_restored_bytes: int,
     problem: Callable[[Send, ToolrefError], Awaitable[None]],
     held: HeldRequests | None = None,
     channel: str | None = None,
@@ -106,17 +107,19 @@ async def restore_edit(
     False when the registry failed (the client was told to send the request as it is).
     `held`: the requests this process restored, each the base of its conversation's next
     edit (the registry then answers what changed). `channel`: the path of the channel
-    served here, told on the answer (`Toolref-Channel`), as on the answer to an offer."""
+    served here, told on the answer (`Toolref-Channel`), as on the answer to an offer.
+    The restored body is charged to `account`, and refused past `max_restored_bytes`,
+    before it is built."""
     try:
         data = await read(receive, max_body_bytes, account)  # this backend's own limits
+        reserve = reserved(account, max_restored_bytes)
         try:
             if held is not None and held.max_bytes:
                 base = held.get(base_of(data))
-                applied = await registry.apply_edit(data, segments=True, held=base)
+                applied = await registry.apply_edit(data, segments=True, held=base, reserve=reserve)
                 held.keep(applied)
             else:
-                applied = await registry.apply_edit(data)
-            account.charge(len(applied.body))
+                applied = await registry.apply_edit(data, reserve=reserve)
             restored = restored_scope(scope, applied, account)
         except ToolrefError as exc:
             if isinstance(exc, RESENT_ON | OverloadedError):  # resent, or retried later
@@ -135,6 +138,23 @@ async def restore_edit(
     marks = marked(answered, applied, len(data), channel)
     await app(restored, replay(applied.body, receive), marks)
     return True
+
+
+def reserved(account: Account, limit: int) -> Callable[[int], None]:
+    """What a restored body's bytes are told to before it is built: over `limit`,
+    `BodyTooLargeError` (the client sends the request whole, for the app's own limits);
+    else charged to `account` (`OverloadedError` past the process's budget)."""
+
+    def reserve(size: int) -> None:
+        if size > limit:
+            raise BodyTooLargeError(
+                f"the edit restores a body of {size} bytes, over this backend's limit of "
+                f"{limit} (max_inflated_bytes); send the request whole",
+                limit=limit,
+            )
+        account.charge(size)
+
+    return reserve
 
 
 async def read(receive: Receive, limit: int, account: Account) -> bytes:

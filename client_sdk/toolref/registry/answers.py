@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -113,6 +113,11 @@ class AppliedEdit:
     body: bytes
     ref: str
     segments: Sequence[bytes] = ()
+
+
+# Called with the bytes of an applied edit's body before it is built (joined): a budget
+# charges them, a limit refuses them by raising; nothing is held yet when it raises.
+Reserve = Callable[[int], None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from toolref.registry.answers import (
     HeldRequest,
     HydratedText,
     MessagesResult,
+    Reserve,
     Resolved,
 )
 from toolref.registry.exchange import Exchange
@@ -177,12 +178,17 @@ class BaseRegistryClient(Session[TransportT_co]):
             ) from None
 
     def _apply_edit(
-        self, data: bytes, segments: bool, held: HeldRequest | None
+        self,
+        data: bytes,
+        segments: bool,
+        held: HeldRequest | None,
+        reserve: Reserve | None = None,
     ) -> Exchange[AppliedEdit]:
         """`POST /v1/edits:apply`: the request edit `data` stands for, its recipe kept (a
         refusal raised as its error: 409 missing-history or missing-pieces, 400, 413).
         `segments`: asked for as an edit, against `held` when that is the edit's base (the
-        answer then carries what changed): the request's segments come back too."""
+        answer then carries what changed): the request's segments come back too.
+        `reserve`: told the body's bytes before it is built (as an edit, before its join)."""
         headers = {**self._headers, "Content-Type": edits.MEDIA_TYPE}
         headers["Accept"] = edits.MEDIA_TYPE if segments else requests.REQUEST_MEDIA_TYPE
         if segments and held is not None:
@@ -195,9 +201,11 @@ class BaseRegistryClient(Session[TransportT_co]):
         ref = response.headers.get(HISTORY_HEADER, "").strip()
         if response.status_code == 200 and ref:
             if media == edits.MEDIA_TYPE and segments:
-                return self._applied(response.content, ref, held)
+                return self._applied(response.content, ref, held, reserve)
             found = requests.split(response.content)
             if media == requests.REQUEST_MEDIA_TYPE and found is not None:
+                if reserve is not None:
+                    reserve(len(found[1]))
                 return AppliedEdit(found[0], found[1], ref)
         self._decode(response)  # raises the problem (or says what came instead)
         raise self._not_applied(response, "")
@@ -211,9 +219,11 @@ class BaseRegistryClient(Session[TransportT_co]):
         if response.status_code != 204:
             self._decode(response)  # raises the problem (or says what came instead)
 
-    def _applied(self, content: bytes, ref: str, held: HeldRequest | None) -> AppliedEdit:
+    def _applied(
+        self, content: bytes, ref: str, held: HeldRequest | None, reserve: Reserve | None = None
+    ) -> AppliedEdit:
         """The request of an answer sent as an edit (of `held`, or of nothing). O(ops +
-        inline bytes) and a join of the body."""
+        inline bytes) and a join of the body, once `reserve` was told its bytes."""
         try:
             header, blob = edits.read(content, len(content), MAX_ENTRIES)
             inline = edits.inline(header, blob, b"", None)
@@ -222,6 +232,8 @@ class BaseRegistryClient(Session[TransportT_co]):
             raise self._not_applied(content, f" ({exc})") from None
         if not found:
             raise self._not_applied(content, " (no segments)")
+        if reserve is not None:  # the body's bytes, before they are joined
+            reserve(sum(map(len, found)) - len(found[0]))
         return AppliedEdit(found[0], b"".join(found[1:]), ref, found)
 
     def _not_applied(self, answer: httpx.Response | bytes, why: str) -> UnexpectedResponseError:

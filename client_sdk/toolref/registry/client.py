@@ -21,6 +21,7 @@ from toolref.registry.answers import (
     HeldRequest,
     HydratedText,
     MessagesResult,
+    Reserve,
     Resolved,
 )
 from toolref.registry.base import BaseRegistryClient
@@ -183,13 +184,19 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
         return await self._run(self._hydrate_text(messages, format))
 
     async def apply_edit(
-        self, data: bytes, *, segments: bool = False, held: HeldRequest | None = None
+        self,
+        data: bytes,
+        *,
+        segments: bool = False,
+        held: HeldRequest | None = None,
+        reserve: Reserve | None = None,
     ) -> AppliedEdit:
         """The request the edit `data` stands for (`POST /v1/edits:apply`: segment 0 with
         credentials name-only, the body byte for byte), its recipe kept by the registry.
         `segments`: its segments too, the answer sent as an edit of `held` when that is the
-        edit's base (what changed crosses, not the conversation)."""
-        return await self._run(self._apply_edit(data, segments, held))
+        edit's base (what changed crosses, not the conversation). `reserve`: told the
+        body's bytes before it is built; what it raises, raised (the recipe is kept)."""
+        return await self._run(self._apply_edit(data, segments, held, reserve))
 
     async def keep_answer(self, ref: str, answer: bytes) -> None:
         """Keep the answer recipe `ref`'s request streamed (`PUT /v1/answers/{recipe}`): the

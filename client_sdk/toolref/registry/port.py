@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from toolref.kit import spans
-from toolref.registry.answers import AppliedEdit, HeldRequest
+from toolref.registry.answers import AppliedEdit, HeldRequest, Reserve
 from toolref.registry.client import AsyncRegistryClient
 from toolref.wire.models import FormatName
 
@@ -91,12 +91,18 @@ class Registry(Protocol):
         ...
 
     async def apply_edit(
-        self, data: bytes, *, segments: bool = False, held: HeldRequest | None = None
+        self,
+        data: bytes,
+        *,
+        segments: bool = False,
+        held: HeldRequest | None = None,
+        reserve: Reserve | None = None,
     ) -> AppliedEdit:
         """The request the edit `data` stands for, its recipe kept (segment 0 with its
         credentials name-only: the caller fills them); a refusal raised as its error.
         `segments`: its segments too, what changed sent against `held` (the caller's copy
-        of the edit's base, when it has one)."""
+        of the edit's base, when it has one). `reserve`: told the body's bytes before it is
+        built where it is built for the caller (what it raises, raised)."""
         ...
 
     async def keep_answer(self, ref: str, answer: bytes) -> None:
@@ -124,9 +130,14 @@ class HttpRegistry:
         return Hydration(None, answer.tool_references, answer.text, answer.messages)
 
     async def apply_edit(
-        self, data: bytes, *, segments: bool = False, held: HeldRequest | None = None
+        self,
+        data: bytes,
+        *,
+        segments: bool = False,
+        held: HeldRequest | None = None,
+        reserve: Reserve | None = None,
     ) -> AppliedEdit:
-        return await self.client.apply_edit(data, segments=segments, held=held)
+        return await self.client.apply_edit(data, segments=segments, held=held, reserve=reserve)
 
     async def keep_answer(self, ref: str, answer: bytes) -> None:
         await self.client.keep_answer(ref, answer)

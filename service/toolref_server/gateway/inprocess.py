@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from toolref.asgi.budget import Budget
-from toolref.registry.answers import AppliedEdit, HeldRequest
+from toolref.registry.answers import AppliedEdit, HeldRequest, Reserve
 from toolref.registry.port import Hydration, Messages
 from toolref.wire.models import FormatName, HydrateRequest, validated
 from toolref.wire.protocol import PROTOCOL_REFS
@@ -60,12 +60,20 @@ class InProcessRegistry:
         return Hydration(answered, done.references())
 
     async def apply_edit(
-        self, data: bytes, *, segments: bool = False, held: HeldRequest | None = None
+        self,
+        data: bytes,
+        *,
+        segments: bool = False,
+        held: HeldRequest | None = None,
+        reserve: Reserve | None = None,
     ) -> AppliedEdit:
         """The edit applied by this process's registry steps, as `POST /v1/edits:apply`
-        (in process the segments cost nothing to hand over: `held` is not needed)."""
+        (in process the segments cost nothing to hand over: `held` is not needed). The
+        body is built under this process's budget, `reserve` told its bytes then."""
         with self.budget.account() as account:
             applied = await apply_edit(self.services, self.tenant, data, None, account)
+        if reserve is not None:
+            reserve(len(applied.request.body))
         found = applied.segments if segments else ()
         return AppliedEdit(applied.head, applied.request.body, applied.ref, found)
 
