@@ -34,6 +34,7 @@ from toolref import (
     ToolRefMiddleware,
 )
 from toolref.edits.wire import MEDIA_TYPE
+from toolref.registry.port import HttpRegistry
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
@@ -226,6 +227,59 @@ async def test_an_edit_refused_for_good_is_a_415_and_the_client_sends_it_whole(
         body = turns(1)[0]
         assert (await manager.apost(http, "/chat", json=body)).status_code == 200
     assert seen.bodies == [sdk_bytes(body)]
+
+
+class OlderRegistry(HttpRegistry):
+    """The test's registry as a release that applies edits up to `version` says (0: none)."""
+
+    def __init__(self, client: AsyncRegistryClient, version: int) -> None:
+        super().__init__(client)
+        self.version = version
+
+    async def edits(self) -> int:
+        return self.version
+
+
+@pytest.mark.parametrize("version", [3, 0])
+async def test_the_backend_tells_clients_the_edits_its_registry_applies(
+    redis: Redis, version: int
+) -> None:
+    """`Toolref-Edits` says the lower of the middleware's version and its registry's: a
+    client then writes only edits the registry reads (version 3: JSON headers, not the
+    compact ones of 4), and none where it applies none; every turn reaches the app."""
+    seen, written = Seen(), []
+    service = create_app(Settings(redis_url="unused"), redis=redis)
+    async with service.router.lifespan_context(service):
+        client = AsyncRegistryClient("http://registry", transport=httpx.ASGITransport(app=service))
+        wrapped = ToolRefMiddleware(app(seen), OlderRegistry(client, version))
+
+        async def recorded(scope: Any, receive: Any, send: Any) -> None:
+            async def given() -> Any:
+                message = await receive()
+                if scope["type"] == "http" and message.get("body"):
+                    written.append(message["body"][:1])
+                return message
+
+            await wrapped(scope, given, send)
+
+        manager = ToolReferenceManager()
+        told = []
+        transport = httpx.ASGITransport(app=recorded)
+        async with httpx.AsyncClient(transport=transport, base_url="http://backend") as http:
+            for body in turns(4):
+                answer = await manager.apost(http, "/chat", json=body)
+                assert answer.status_code == 200, answer.text
+                told.append(answer.headers.get("toolref-edits"))
+        await client.aclose()
+    assert seen.bodies == [sdk_bytes(body) for body in turns(4)]
+    assert manager.savings.resends == 0
+    if version:
+        assert told == [str(version)] * 4
+        assert manager.savings.edits == 3
+        assert written[1:] == [b"{"] * 3  # JSON headers: no compact edit (its first byte 4)
+    else:
+        assert told == [None] * 4
+        assert manager.savings.edits == 0
 
 
 async def test_a_header_in_utf_8_reaches_the_app_byte_for_byte(redis: Redis) -> None:

@@ -118,7 +118,10 @@ const CLIENT_DEFAULTS = new Set(["user-agent", "accept", "accept-encoding", "acc
 /** Registry answers that mean it cannot apply anything now (down, misconfigured, too old). */
 const UNAVAILABLE = new Set([401, 403, 404, 405, 429]);
 const MARKER_REF = /"toolRef":"(tr_[a-z2-7]{26})"/g;
-const EDITS = { [EDITS_HEADER]: String(VERSION) };
+/** The lowest version of edits there is: a registry saying less applies none. */
+const FIRST_VERSION = 1;
+/** The most bytes of the registry's capabilities read (they are about 1 KiB). */
+const CAPABILITIES_BYTES = 64 << 10;
 const decoder = new TextDecoder();
 const encoder = new TextEncoder();
 
@@ -127,6 +130,8 @@ interface Context {
   readonly options: ToolRefBackendOptions;
   readonly limits: Record<Limit, number>;
   readonly registry: string;
+  /** The version of edits told to clients, once asked of the registry (`editsTold`). */
+  told?: Promise<number>;
 }
 
 
@@ -151,8 +156,34 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
     const version = Number((request.headers.get(PROTOCOL_HEADER) ?? "1").trim());
     const asked = offered ? withoutOffer(request) : request; // the offer is toolref's, not the app's
     const response = version >= 2 ? await hydrated(context, asked) : await handler(asked);
-    return offered ? withHeaders(response, EDITS) : response;
+    if (!offered) return response;
+    const told = await editsTold(context);
+    return told >= FIRST_VERSION ? withHeaders(response, edits(told)) : response;
   };
+}
+
+/** The version of edits this backend tells its clients: the lower of this SDK's and the
+ * registry's (its capabilities' `edits`), so a sender writes only what the registry
+ * applies; this SDK's when the registry does not say. Asked once per `withToolRef`. */
+function editsTold(context: Context): Promise<number> {
+  context.told ??= askEdits(context);
+  return context.told;
+}
+
+async function askEdits(context: Context): Promise<number> {
+  const bounds = { timeoutMs: context.limits.timeoutMs, maxAnswerBytes: CAPABILITIES_BYTES, signal: null, method: "GET" as const };
+  try {
+    const answer = await postBounded(context.options.fetch ?? globalThis.fetch, context.registry + "/v1/capabilities", {}, "", bounds);
+    const found: unknown = answer.status === 200 ? JSON.parse(decoder.decode(answer.bytes)) : null;
+    const theirs = typeof found === "object" && found !== null ? (found as { edits?: unknown }).edits : undefined;
+    return typeof theirs === "number" && Number.isInteger(theirs) ? Math.min(VERSION, theirs) : VERSION;
+  } catch {
+    return VERSION; // unknown: an edit it cannot read costs that turn a 415 and a resend
+  }
+}
+
+function edits(version: number): Record<string, string> {
+  return { [EDITS_HEADER]: String(Math.max(version, FIRST_VERSION)) };
 }
 
 // --- edits ----------------------------------------------------------------------------
@@ -166,15 +197,16 @@ function withoutOffer(request: Request): Request {
 
 async function applied(context: Context, request: Request): Promise<Response> {
   const { options, limits } = context;
+  const told = editsTold(context); // asked once, beside this request's own work
   let data: Uint8Array;
   try {
     data = request.body === null ? new Uint8Array(0) : await readAll(request.body, limits.maxBodyBytes);
   } catch (error) {
     if (request.signal?.aborted) return gone();
     if (error instanceof TooLargeError) {
-      return problem(413, "body-too-large", `the edit is over the limit of ${error.limit} bytes; send the request as it is`, { limit: error.limit }, EDITS);
+      return problem(413, "body-too-large", `the edit is over the limit of ${error.limit} bytes; send the request as it is`, { limit: error.limit }, edits(await told));
     }
-    return problem(400, "malformed-body", `the edit could not be read (${String(error)}); send it again`, {}, EDITS);
+    return problem(400, "malformed-body", `the edit could not be read (${String(error)}); send it again`, {}, edits(await told));
   }
   const headers: Record<string, string> = { "Content-Type": MEDIA_TYPE, Accept: `${REQUEST_MEDIA_TYPE}, ${PROBLEM_TYPE}` };
   if (options.key) headers["Authorization"] = `Bearer ${options.key}`;
@@ -197,7 +229,7 @@ async function applied(context: Context, request: Request): Promise<Response> {
     // registry does not read) a 415, on which the client sends the request whole.
     if (!resentOn(status, answer.bytes)) return cannotApply(`the registry refused the edit (${status})`);
     const type = answer.headers.get("content-type") ?? PROBLEM_TYPE;
-    return new Response(answer.bytes as BodyInit, { status, headers: { "content-type": type, ...EDITS } });
+    return new Response(answer.bytes as BodyInit, { status, headers: { "content-type": type, ...edits(await told) } });
   }
   const restored = status === 200 && (answer.headers.get("content-type") ?? "").startsWith(REQUEST_MEDIA_TYPE) ? parseRequest(answer.bytes) : null;
   if (restored === null) return cannotApply(`${context.registry} answered the edit with no request: is it a toolref registry?`);
@@ -242,7 +274,7 @@ async function applied(context: Context, request: Request): Promise<Response> {
   merged.set("content-length", String(restored.body.length));
   const rebuilt = new Request(request.url, { method: "POST", headers: merged, body: restored.body as BodyInit, signal: request.signal });
   let response = await context.handler(rebuilt);
-  const marks: Record<string, string> = { ...EDITS, [SAVINGS_HEADER]: savingsValue(restored.body.length, data.length) };
+  const marks: Record<string, string> = { ...edits(await told), [SAVINGS_HEADER]: savingsValue(restored.body.length, data.length) };
   const history = answer.headers.get(HISTORY_HEADER);
   if (history !== null) {
     marks[HISTORY_HEADER] = history;

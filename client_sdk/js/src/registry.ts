@@ -27,8 +27,8 @@ export interface CallBounds {
   readonly maxAnswerBytes: number;
   /** The incoming request's signal: the client leaving aborts the call. */
   readonly signal: AbortSignal | null;
-  /** The request's method (default POST; PUT keeps an answer). */
-  readonly method?: "POST" | "PUT";
+  /** The request's method (default POST; PUT keeps an answer; GET sends no body). */
+  readonly method?: "POST" | "PUT" | "GET";
 }
 
 /** The registry did not help (unreachable, too slow, a redirect, an answer too large). */
@@ -64,7 +64,8 @@ export async function postBounded(
   const aborted = new Promise<never>((_, fail) => signal.addEventListener("abort", () => fail(signal.reason), { once: true }));
   aborted.catch(() => undefined);
   try {
-    const sent = fetch(url, { method: bounds.method ?? "POST", headers, body: body as BodyInit, signal, redirect: "manual" });
+    const method = bounds.method ?? "POST";
+    const sent = fetch(url, { method, headers, body: (method === "GET" ? undefined : body) as BodyInit, signal, redirect: "manual" });
     sent.then((late) => signal.aborted && void late.body?.cancel().catch(() => undefined)).catch(() => undefined);
     const response = await Promise.race([sent, aborted]);
     const { status } = response;

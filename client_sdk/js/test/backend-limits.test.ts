@@ -8,7 +8,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { MEDIA_TYPE, refOf, withToolRef } from "../src/index.js";
+import { MEDIA_TYPE, refOf, VERSION, withToolRef } from "../src/index.js";
 
 const BOUND = 10_000; // a test that waits longer than this waits forever (the code before)
 
@@ -124,6 +124,24 @@ async function expectFallback(handle: (request: Request) => Promise<Response>, r
 }
 
 describe("withToolRef's bounds on the registry call", () => {
+  it("tells clients the edits its registry applies: the lower of its own and the registry's, asked once", async () => {
+    for (const [theirs, told] of [[3, "3"], [0, null], [99, String(VERSION)]] as const) {
+      const registry = await standIn((request, response) => {
+        response.setHeader("content-type", "application/json");
+        response.end(request.url === "/v1/capabilities" ? JSON.stringify({ edits: theirs }) : "{}");
+      });
+      const handle = withToolRef(echoing().handle, { registry: registry.url });
+      for (let n = 0; n < 2; n += 1) {
+        const offered = new Request("http://app.test/api/chat", { method: "POST", headers: { "Content-Type": "application/json", "Toolref-Edits": String(VERSION) }, body: FULL });
+        const answer = await handle(offered);
+        expect(answer.status).toBe(200);
+        expect(answer.headers.get("Toolref-Edits")).toBe(told);
+        expect(await answer.text()).toBe(FULL);
+      }
+      expect(registry.requests).toHaveLength(1); // the capabilities, once
+    }
+  });
+
   it(
     "a registry that never answers: the call ends at timeoutMs and the request falls back",
     async () => {
@@ -132,7 +150,7 @@ describe("withToolRef's bounds on the registry call", () => {
       const handle = withToolRef(app.handle, { registry: registry.url, timeoutMs: 300 });
       await expectFallback(handle, /did not answer within 300 ms \(options\.timeoutMs\)/);
       await registry.closed; // the call was abandoned: its connection closed
-      expect(registry.requests).toHaveLength(3);
+      expect(registry.requests).toHaveLength(4); // its capabilities (asked once), 3 calls
     },
     BOUND,
   );
@@ -148,7 +166,7 @@ describe("withToolRef's bounds on the registry call", () => {
           headers: { "content-type": "application/json" },
         })) as typeof fetch;
       await expectFallback(withToolRef(echoing().handle, { registry: "http://registry.test", fetch: stalled, timeoutMs: 100 }), /within 100 ms/);
-      expect(cancelled).toBe(3); // each stalled answer's body was cancelled, not left open
+      expect(cancelled).toBe(4); // each stalled answer's body was cancelled, not left open (the capabilities too)
     },
     BOUND,
   );
@@ -192,7 +210,7 @@ describe("withToolRef's bounds on the registry call", () => {
         });
         const handle = withToolRef(echoing().handle, { registry: registry.url });
         await expectFallback(handle, new RegExp(`redirect \\(${status} to ${elsewhere.url}`));
-        expect(registry.requests).toHaveLength(3);
+        expect(registry.requests).toHaveLength(4); // its capabilities (asked once), 3 calls
       }
       expect(elsewhere.requests).toHaveLength(0);
     },

@@ -54,6 +54,7 @@ from toolref.asgi.scope import (
     replay,
     with_body,
 )
+from toolref.edits import wire
 from toolref.receiving.channel_server import serve_channel
 from toolref.receiving.held import HeldRequests
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
@@ -164,6 +165,7 @@ class ToolRefMiddleware:
         self.registry_problem: str | None = None  # what the start-up check found wrong
         self._verified: asyncio.Task[None] | None = None
         self.held = HeldRequests(held_bytes)  # restored requests: the next edits' bases
+        self.edits_version = wire.VERSION  # told on answers; the registry's, once checked
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -179,7 +181,8 @@ class ToolRefMiddleware:
             await self.app(scope, receive, send)
             return
         if offers_edits(scope):
-            scope, send = told_edits(scope, send, self._told_channel(scope))
+            await self._verify_once()  # which version of edits the registry applies
+            scope, send = told_edits(scope, send, self._told_channel(scope), self.edits_version)
         if is_edit(scope):
             with self.budget.account() as account:
                 await restore_edit(
@@ -194,6 +197,7 @@ class ToolRefMiddleware:
                     problem=_edit_problem,
                     held=self.held,
                     channel=self._told_channel(scope),
+                    version=max(self.edits_version, min(wire.VERSIONS)),
                 )
             return
         if not speaks_refs(scope):
@@ -237,6 +241,8 @@ class ToolRefMiddleware:
         except TimeoutError:
             problem = f"{registry.location} did not answer in time"
         self.registry_problem = problem
+        if problem is None:
+            self.edits_version = await self._edits_version(registry)
         if problem is not None:
             log.error(
                 "toolref registry check failed: %s. Until it is fixed, protocol-2 requests "
@@ -244,6 +250,18 @@ class ToolRefMiddleware:
                 "toolref_middleware_fallbacks_total counts them",
                 problem,
             )
+
+    @staticmethod
+    async def _edits_version(registry: Registry) -> int:
+        """The version of edits this middleware tells its clients: the lower of its own
+        and the registry's (a sender then writes only what the registry applies); its own
+        when the registry does not say."""
+        try:
+            theirs = await asyncio.wait_for(registry.edits(), _VERIFY_SECONDS)
+        except (ToolrefError, TimeoutError) as exc:
+            log.warning("toolref registry's version of edits unknown: %s", exc)
+            return wire.VERSION
+        return min(wire.VERSION, theirs)
 
     # --- the request --------------------------------------------------------------------
 

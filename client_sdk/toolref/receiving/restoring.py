@@ -74,7 +74,6 @@ _FRAMING: Final = frozenset(
 # of these, the values the app's SDK wrote, in segment 0, are the request's.
 _CLIENT_DEFAULTS: Final = frozenset({"user-agent", "accept", "accept-encoding", "accept-language"})
 _PATH_SAFE: Final = "/!$&'()*+,;=:@~"  # what a URL path keeps unquoted (RFC 3986)
-EDITS_VALUE: Final = str(wire.VERSION)  # what a receiver answers `Toolref-Edits` with
 log = logging.getLogger("toolref.edits")
 # The refusals of an edit its client resends on (`toolref.sending.editor.on_miss`: the
 # base or pieces not held, inline bytes against another dictionary), answered as they are.
@@ -102,12 +101,14 @@ async def restore_edit(
     problem: Callable[[Send, ToolrefError], Awaitable[None]],
     held: HeldRequests | None = None,
     channel: str | None = None,
+    version: int = wire.VERSION,
 ) -> bool:
     """One edited request to `app` (see the module docstring); `problem` answers a refusal.
     False when the registry failed (the client was told to send the request as it is).
     `held`: the requests this process restored, each the base of its conversation's next
     edit (the registry then answers what changed). `channel`: the path of the channel
-    served here, told on the answer (`Toolref-Channel`), as on the answer to an offer.
+    served here, told on the answer (`Toolref-Channel`), as on the answer to an offer;
+    `version`: of edits, told on it (`Toolref-Edits`).
     The restored body is charged to `account`, and refused past `max_restored_bytes`,
     before it is built."""
     try:
@@ -135,7 +136,7 @@ async def restore_edit(
         await problem(send, exc)
         return True
     answered = kept_answer(send, registry, applied.ref, scope["path"])
-    marks = marked(answered, applied, len(data), channel)
+    marks = marked(answered, applied, len(data), channel, version)
     await app(restored, replay(applied.body, receive), marks)
     return True
 
@@ -227,12 +228,13 @@ def merged_headers(
     return [*merged, *added]
 
 
-def marked(send: Send, applied: AppliedEdit, sent: int, channel: str | None = None) -> Send:
-    """`send`, adding to the answer's head the recipe kept, that edits are read here (and
-    where the channel is, when one is served: `channel`) and the bytes saved."""
+def marked(send: Send, applied: AppliedEdit, sent: int, channel: str | None, version: int) -> Send:
+    """`send`, adding to the answer's head the recipe kept, that edits (of `version`) are
+    read here (and where the channel is, when one is served: `channel`) and the bytes
+    saved."""
     told: Sequence[tuple[bytes, bytes]] = (
         (asgi_name(HISTORY_HEADER), applied.ref.encode("ascii")),
-        (asgi_name(EDITS_HEADER), EDITS_VALUE.encode()),
+        (asgi_name(EDITS_HEADER), b"%d" % version),
         *(() if channel is None else ((asgi_name(CHANNEL_HEADER), _quoted(channel)),)),
         (asgi_name(SAVINGS_HEADER), savings_value(len(applied.body), sent).encode()),
     )
@@ -280,13 +282,16 @@ def offers_edits(scope: Scope) -> bool:
     return header(scope, EDITS_HEADER) is not None
 
 
-def told_edits(scope: Scope, send: Send, channel: str | None = None) -> tuple[Scope, Send]:
+def told_edits(scope: Scope, send: Send, channel: str | None, version: int) -> tuple[Scope, Send]:
     """A request offering edits as the app sees it (the offer is toolref's, not the app's),
-    and `send` adding `Toolref-Edits` to its answer's head, and `Toolref-Channel` when a
-    channel is served (at the path `channel`)."""
+    and `send` adding `Toolref-Edits: <version>` to its answer's head (none when `version`
+    is below every version of edits: the registry applies none), and `Toolref-Channel` when
+    a channel is served (at the path `channel`)."""
     name = asgi_name(EDITS_HEADER)
     kept = [(k, v) for k, v in scope["headers"] if k.lower() != name]
-    told = [(name, EDITS_VALUE.encode())]
+    if version < min(wire.VERSIONS):
+        return {**scope, "headers": kept}, send
+    told = [(name, b"%d" % version)]
     if channel is not None:
         told.append((asgi_name(CHANNEL_HEADER), _quoted(channel)))
 

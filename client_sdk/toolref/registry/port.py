@@ -114,6 +114,11 @@ class Registry(Protocol):
         """None when the registry answers and accepts this caller; else what is wrong."""
         ...
 
+    async def edits(self) -> int:
+        """The highest version of edits it applies (its capabilities' `edits`; 0: none);
+        a refusal raised as its error."""
+        ...
+
 
 class HttpRegistry:
     """The `Registry` over an `AsyncRegistryClient` (its breaker, retries and timeouts)."""
@@ -144,6 +149,9 @@ class HttpRegistry:
 
     async def verify(self) -> str | None:
         return await self.client.verify()
+
+    async def edits(self) -> int:
+        return (await self.client.capabilities()).edits
 
 
 def registry_port(registry: Registry | AsyncRegistryClient) -> Registry:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from toolref.asgi.budget import Budget
+from toolref.edits import wire as edit_wire
 from toolref.registry.answers import AppliedEdit, HeldRequest, Reserve
 from toolref.registry.port import Hydration, Messages
 from toolref.wire.models import FormatName, HydrateRequest, validated
@@ -83,3 +84,6 @@ class InProcessRegistry:
 
     async def verify(self) -> str | None:
         return None  # the registry is this process: nothing to reach, no key to present
+
+    async def edits(self) -> int:
+        return edit_wire.VERSION  # the registry is this process: the same release
