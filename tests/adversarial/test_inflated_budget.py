@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tracemalloc
 from typing import Any, Final
 
 import httpx
@@ -185,6 +186,54 @@ async def test_gateway_bombs_past_the_budget_get_503_and_a_sent_body_holds_none(
     assert await stored_records(redis) == FITS  # nor the registry
     assert budget.high_water <= BUDGET
     assert budget.in_flight == 0
+
+
+async def test_while_an_edited_requests_answer_streams_the_gateway_holds_none_of_it(
+    redis: Redis,
+) -> None:
+    """An edit of a few KiB restores a body of 24 MiB at the gateway; once it is sent
+    upstream, nothing in the gateway references it (nor the edit, nor its segments, nor the
+    recipe kept while the answer streams: its finished task held it as its result) while
+    the answer streams on: the process's traced memory then is back near where it began,
+    and the budget holds none of it. (The upstream reads and keeps nothing.)"""
+    size = 24 * 1024 * KIB
+    upstream = Upstream(hold=True)
+    async with upstream.serving() as upstream_url:
+        settings = Settings(
+            redis_url="unused",
+            upstreams=f"up={upstream_url}",
+            max_body_bytes=size * 2,
+            max_decompressed_bytes=size * 2,
+            max_inflated_in_flight=size * 8,
+            edit_cache_bytes=0,  # the recipes' cache holds pieces by design, bounded: not here
+        )
+        app = create_app(settings, redis=redis)
+        budget = app.state.budget
+        content = {"model": "m", "messages": [{"role": "user", "content": "x" * size}]}
+        edit = Editor().prepare(JSON_HEADERS, json.dumps(content).encode(), "messages")
+        assert edit is not None
+        assert len(edit.body) < 64 * KIB  # the edit is small; what it restores is not
+        del content
+        async with serve(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+            tracemalloc.start()
+            try:
+                began = tracemalloc.get_traced_memory()[0]
+                headers = dict(edit.headers)
+                async with client.stream(
+                    "POST", CHAT, content=edit.body, headers=headers
+                ) as answer:
+                    assert answer.status_code == 200, await answer.aread()
+                    await until(lambda: len(upstream.bodies) == 1)
+                    assert upstream.bodies[0] > size  # the body restored and sent whole
+                    _, peak = tracemalloc.get_traced_memory()
+                    streaming = tracemalloc.get_traced_memory()[0]
+                    assert budget.in_flight == 0
+                    upstream.release.set()
+                    assert [piece async for piece in answer.aiter_bytes()]
+            finally:
+                tracemalloc.stop()
+    assert peak > began + size  # the body was held while it was being sent ...
+    assert streaming < began + size // 4  # ... and none of it while the answer streams
 
 
 async def test_a_chat_backends_middleware_refuses_bombs_past_its_budget(redis: Redis) -> None:

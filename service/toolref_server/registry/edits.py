@@ -207,7 +207,7 @@ async def apply_edit(
     keep = recipes.keep(tenant, parts, edit, base=base, pieces=carried, named=named_held)
     keeping = None
     if later and recipes.store.sound:  # else a refusal (quota, store down) is the answer
-        keeping = asyncio.get_running_loop().create_task(keep)
+        keeping = asyncio.get_running_loop().create_task(_done(keep))
     else:
         await keep
     head = parts.segments[0]
@@ -215,6 +215,13 @@ async def apply_edit(
         parts.ref, request, body, raw, len(data), head, header.base, edit, added, parts.segments,
         keeping,
     )  # fmt: skip
+
+
+async def _done(keep: Awaitable[object]) -> None:
+    """`keep` to its end, its result dropped: a task keeps its result while it is referenced
+    (`Applied.keeping`, until the answer ended), and a kept recipe holds the request's
+    segments."""
+    await keep
 
 
 async def _base(services: Editing, tenant: str, ref: str | None) -> Held | None:
