@@ -230,7 +230,7 @@ def _check_messages_depth(
     for message, text in zip(messages, texts, strict=True):
         brackets = text.count("{") + text.count("[")
         if brackets > depth or text.count(",") >= limits.max_items:
-            check_depth(message, depth, limits.max_items)
+            check_depth(message, limits.max_depth, limits.max_items, start=3)
 
 
 def _raise_json_error(text: str) -> None:
@@ -298,10 +298,11 @@ _SCALARS: Final = frozenset({str, int, bool, type(None)})
 _CONTAINERS: Final = (dict, list)
 
 
-def check_depth(value: Any, max_depth: int, max_items: int | None = None) -> None:
+def check_depth(value: Any, max_depth: int, max_items: int | None = None, start: int = 1) -> None:
     """Refuse a decoded JSON value nested deeper than `max_depth` (containers only), or
-    with an array or object of more than `max_items` items."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    with an array or object of more than `max_items` items. `start`: the depth `value`
+    sits at in the body (1: it is the body)."""
+    stack: list[tuple[Any, int]] = [(value, start)]
     pop, push = stack.pop, stack.append
     while stack:
         node, depth = pop()

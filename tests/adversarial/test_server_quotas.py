@@ -464,3 +464,79 @@ async def test_summaries_count_in_the_stored_bytes_quota(redis: Redis) -> None:
         assert {k: v for k, v in after.items() if b":q:" not in k} == {
             k: v for k, v in before.items() if b":q:" not in k
         }
+
+
+def marker_turn(seed: int, ref: str) -> list[dict[str, Any]]:
+    """`tool_turn(seed)` as optimize answers it: its payloads made markers of `ref`."""
+    call = f"call_{seed}"
+    return [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": call, "type": "function", "function": {"name": "read_file", "toolRef": ref}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": call, "toolRef": ref},
+    ]
+
+
+def without_counters(state: dict[Any, Any]) -> dict[Any, Any]:
+    return {k: v for k, v in state.items() if b":q:" not in k}
+
+
+async def test_a_hydrate_at_the_stored_bytes_quota_is_answered_and_registers_nothing(
+    redis: Redis,
+) -> None:
+    """Found in review: a tenant at its stored-bytes quota got 429 on a hydrate carrying
+    payloads in full, because hydrate registers them on the side. Hydrate is a read: it is
+    answered (markers filled, the rest as sent) and registers nothing, saying so in
+    `Toolref-Registration`; the calls sent in full get no ref, so the client keeps sending
+    them in full, and the quota is never passed."""
+    async with clients_for(redis, tenant_max_bytes=LIMIT) as clients:
+        acme = clients["acme"]
+        hydrate = "/v1/messages:hydrate"
+        user = {"role": "user", "content": "read"}
+        first = await acme.post(hydrate, json={"messages": [user, *tool_turn(0)]})
+        assert first.status_code == 200, first.text
+        assert "toolref-registration" not in first.headers  # registered: nothing to say
+        ref = first.json()["toolReferences"]["call_0"]
+        for seed in range(1, 20):  # registered until the quota refuses
+            answer = await acme.post("/v1/invocations", json={"invocations": [invocation(seed)]})
+            if answer.status_code != 200:
+                assert_quota(answer, "storedBytes", LIMIT)
+                break
+        else:
+            raise AssertionError("never refused")
+
+        messages = [user, *marker_turn(0, ref), *tool_turn(50)]
+        before = without_counters(await snapshot(redis))
+        answer = await acme.post(hydrate, json={"messages": messages})
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["Toolref-Registration"] == "skipped; quota=storedBytes"
+        body = answer.json()
+        assert body["messages"] == [user, *tool_turn(0), *tool_turn(50)]
+        assert body["toolReferences"] == {"call_0": ref}  # the new call has none
+        assert body["optimizationStats"]["newRefs"] == 0
+        summary = await acme.post(
+            hydrate, json={"messages": messages, "mode": "summary", "keepRecent": 0}
+        )
+        assert summary.status_code == 200, summary.text
+        assert summary.headers["Toolref-Registration"] == "skipped; quota=storedBytes"
+        assert summary.json()["optimizationStats"]["summarized"] == 1  # the held one only
+        new_ref = Digest.of(
+            canonical_json(
+                Invocation.model_validate(
+                    {
+                        "name": "read_file",
+                        "args": json.dumps({"n": 50}),
+                        "result": invocation(50)["result"],
+                    }
+                ).canonical_object()
+            )
+        ).ref
+        missing = await acme.post("/v1/invocations:findMissing", json={"refs": [str(new_ref)]})
+        assert missing.json() == {"missing": [str(new_ref)]}
+        after = without_counters(await snapshot(redis))
+        assert {k for k in after if b":i:" in k} == {k for k in before if b":i:" in k}
+        assert await stored_bytes(redis, "acme") <= LIMIT

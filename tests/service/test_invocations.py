@@ -90,6 +90,57 @@ async def test_get_one_invocation_with_etag_and_304(api: httpx.AsyncClient) -> N
     assert cached.content == b""
 
 
+async def test_payloads_are_stored_as_written_and_refs_hash_the_canonical_form(
+    api: httpx.AsyncClient,
+) -> None:
+    """Found in review: docs/api.md says registration stores payloads as written, but
+    `POST /v1/invocations` stored them re-encoded (`1e5` came back as `100000.0`, escapes
+    and key order rewritten). Each payload is kept as the JSON text the client wrote now
+    (what a parser keeps of it: a repeated key's last value), and its ref still hashes the
+    canonical JSON, so the same invocation written another way is the same ref."""
+    args = '{"x": 1e5, "b": [1.0, -0.0], "a": "caf\\u00e9"}'
+    result = '{"ok":true,"n":2.50}'
+    text = (
+        '{"invocations": [{"name": "calc", "args": '
+        + args
+        + ', "result": 1, "result": '
+        + result
+        + "}]}"
+    )
+    response = await api.post(
+        "/v1/invocations", content=text.encode(), headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 200, response.text
+    [registered] = response.json()["refs"]
+    same = {"name": "calc", "args": json.loads(args), "result": json.loads(result)}
+    assert registered["ref"] == digest_of(same).ref
+    written = '{"name":"calc","args":' + args + ',"result":' + result + ',"isError":false}'
+    got = await api.get(f"/v1/invocations/{registered['ref']}")
+    assert got.text == written
+    resolved = await api.post("/v1/invocations:resolve", json={"refs": [registered["ref"]]})
+    assert (
+        resolved.text
+        == '{"invocations":{"' + registered["ref"] + '":' + written + '},"missing":[]}'
+    )
+    # Written another way (compact, `100000`): the same ref, and the first spelling kept.
+    again = await register(api, same)
+    assert again == [{**registered, "new": False}]
+    assert (await api.get(f"/v1/invocations/{registered['ref']}")).text == written
+
+
+async def test_a_msgpack_body_is_stored_as_compact_json(api: httpx.AsyncClient) -> None:
+    """msgpack carries values, not JSON text: its payloads are kept as compact JSON."""
+    value = {"name": "calc", "args": {"x": 1e5}, "result": "r"}
+    response = await api.post(
+        "/v1/invocations",
+        content=msgpack.packb({"invocations": [value]}),
+        headers={"Content-Type": "application/msgpack"},
+    )
+    [registered] = response.json()["refs"]
+    got = await api.get(f"/v1/invocations/{registered['ref']}")
+    assert got.text == '{"name":"calc","args":{"x":100000.0},"result":"r","isError":false}'
+
+
 async def test_get_unknown_is_404_problem(api: httpx.AsyncClient) -> None:
     unknown = invocation_digest("never", {}, "registered").ref
     response = await api.get(f"/v1/invocations/{unknown}")

@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 from toolref.wire.canonical import digest_of
 from toolref.wire.errors import StoreUnavailableError
+from toolref_server.registry.single_flight import SingleFlight
 from toolref_server.storage.counters import WINDOW_SECONDS, ModelCallCounters
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.store import Store
@@ -34,26 +35,29 @@ def past() -> float:
 async def test_one_holder_and_what_the_others_see(redis: Redis) -> None:
     store = summaries(redis)
     slot = store.invocation("t", REF, SID)
-    assert await store.acquire(slot)
-    assert not await store.acquire(slot)  # held
+    assert await store.take(slot) == (True, None)
+    assert await store.take(slot) == (False, None)  # held
     assert (await store.wait(slot, past())).outcome is Outcome.LATE
     await store.fail(slot)
-    assert not await store.acquire(slot)  # the failure mark holds it too
+    assert await store.take(slot) == (False, None)  # the failure mark holds it too
     assert (await store.wait(slot, past())).outcome is Outcome.FAILED
     await store.release(slot)
     assert (await store.wait(slot, past())).outcome is Outcome.FREE
-    assert await store.acquire(slot)
+    assert await store.take(slot) == (True, None)
     assert await store.keep(slot, "read a.py: 1 line")
     waited = await store.wait(slot, past())
     assert (waited.outcome, waited.text) == (Outcome.MADE, "read a.py: 1 line")
     assert await key_names(redis) == [slot.key]  # the lock went with the write
     assert 590 < await redis.ttl(slot.key) <= 600
+    # Taking the lock reads the value again: there, it is the answer, the lock given back.
+    assert await store.take(slot) == (False, "read a.py: 1 line")
+    assert await key_names(redis) == [slot.key]
 
 
 async def test_a_waiter_gets_the_value_kept_while_it_polls(redis: Redis) -> None:
     store = summaries(redis)
     slot = store.dialogue("t", "user: hi\nassistant: hello", SID)
-    assert await store.acquire(slot)
+    assert await store.take(slot) == (True, None)
     loop = asyncio.get_running_loop()
     waiting = asyncio.ensure_future(store.wait(slot, loop.time() + 5))
     await asyncio.sleep(0.1)
@@ -63,15 +67,42 @@ async def test_a_waiter_gets_the_value_kept_while_it_polls(redis: Redis) -> None
     assert (waited.outcome, waited.text) == (Outcome.MADE, "greetings")
 
 
+async def test_a_value_kept_before_the_lock_is_taken_is_not_made_again(redis: Redis) -> None:
+    """Found in review: the single flight took the lock and computed without reading the
+    value again, so a request whose read missed a summary another process kept a round
+    trip later (its lock already given back) asked the model a second time. It reads the
+    value again once it holds the lock, as dogpile.cache does, and answers with it."""
+    store = summaries(redis)
+    slot = store.invocation("t", REF, SID)
+    # Another process made and kept the summary just after this request's read missed it.
+    assert await store.take(slot) == (True, None)
+    assert await store.keep(slot, "read a.py: 1 line")
+    made: list[str] = []
+
+    async def create() -> str:
+        made.append("asked the model")
+        return "read a.py, again"
+
+    flight = SingleFlight(store, wait=5)
+    assert await flight.get_or_create(slot, create) == ("read a.py: 1 line", True)
+    assert made == []
+    assert await key_names(redis) == [slot.key]  # no lock left behind
+    # Absent, it is made once, under the lock, which goes with the write.
+    other = store.invocation("t", REF, "m:v1:200")
+    assert await flight.get_or_create(other, create) == ("read a.py, again", False)
+    assert made == ["asked the model"]
+    assert await key_names(redis) == sorted([slot.key, other.key])
+
+
 async def test_reads_are_batched_and_counted_and_keeping_past_the_quota_frees_the_lock(
     redis: Redis,
 ) -> None:
     store = summaries(redis, quota=40)
     kept, other = store.invocation("t", REF, SID), store.invocation("t", REF, "m:v1:200")
-    assert await store.acquire(kept)
+    assert await store.take(kept) == (True, None)
     assert await store.keep(kept, "a" * 30)
     assert await store.read("t", [kept, other]) == ["a" * 30, None]
-    assert await store.acquire(other)
+    assert await store.take(other) == (True, None)
     assert not await store.keep(other, "b" * 30)  # 60 bytes would pass the 40-byte quota
     counters = [name for name in await key_names(redis) if ":q:" in name]
     assert await key_names(redis) == sorted([kept.key, *counters])  # its lock went too
@@ -102,7 +133,7 @@ async def test_an_unreachable_engine_is_a_503_naming_the_summary_cache() -> None
     summaries = SummaryStore(store, lock_seconds=30, failure_seconds=60)
     slot = summaries.invocation("t", REF, SID)
     server.connected = False
-    for attempt in (summaries.acquire(slot), summaries.wait(slot, 0.0)):
+    for attempt in (summaries.take(slot), summaries.wait(slot, 0.0)):
         with pytest.raises(StoreUnavailableError) as failed:
             await attempt
         assert "summary cache (Redis) is unreachable" in failed.value.detail

@@ -1308,3 +1308,21 @@ def test_text_fill_in_place_and_by_walking_agree_with_value_fill() -> None:
     invocation = {"name": "f", "args": '{"x": 1.0}', "result": "out", "isError": False}
     assert filled == formats.fill(messages, found, {ref: invocation})
     assert filled[5]["content"] == [fake]  # the data kept as it was
+
+
+def test_the_fast_fill_path_steps_aside_only_for_escapes_that_could_spell_a_marker() -> None:
+    """Found in review: the fast path could fill a look-alike when the marker's key was
+    written escaped. It now leaves to the walk any message with an escape of an ASCII
+    letter, digit or underscore (which no JSON writer makes on its own), and keeps the
+    escapes writers do make (non-ASCII, HTML-safe `<>&`, quotes) on the fast path."""
+    from toolref.formats import source
+
+    ref = "tr_" + "a" * 26
+    wanted = {ref: {"content": '"out"'}}
+    for kept in ("caf\\u00e9", "\\u003cb\\u003e \\u0026", '\\"q\\"', "\\n\\t\\\\"):
+        text = '{"role":"tool","note":"' + kept + '","toolRef":"' + ref + '"}'
+        filled = source._filled_in_place(text, wanted)
+        assert filled == '{"role":"tool","note":"' + kept + '","content":"out"}', kept
+    for unsure in ("tool\\u0052ef", "\\u0074oolRef", "tr\\u005f", "\\u0041", "\\u0039"):
+        text = '{"role":"tool","note":"' + unsure + '","toolRef":"' + ref + '"}'
+        assert source._filled_in_place(text, wanted) is None, unsure

@@ -80,9 +80,10 @@ def fill(texts: Sequence[str], found: Scan, invocations: Mapping[str, Payload]) 
     with the payload texts held for that ref.
 
     A message whose markers can be told apart by their refs alone (each names another ref,
-    none lists its own member order, and the text holds no other `"toolRef":"tr_..."`
-    member) has each marker's `toolRef` member replaced in place, found by one regular
-    expression scan; any other message is walked (`spans.locate`)."""
+    none lists its own member order, the text holds no other `"toolRef":"tr_..."` member,
+    and no escape in it could spell a marker's key or ref) has each marker's `toolRef`
+    member replaced in place, found by one regular expression scan; any other message is
+    walked (`spans.locate`), which reads keys and refs as a parser does."""
     wanted: dict[int, list[tuple[Site, str, dict[str, str]]]] = defaultdict(list)
     for pair in found.pairs:
         ref = pair.ref
@@ -120,6 +121,10 @@ def _restorer(values: dict[str, str]) -> Change:
 
 
 _MARKER_MEMBER: Final = re.compile(r'"toolRef"\s*:\s*"(tr_[a-z2-7]{26})"')
+# A `\u` escape of an ASCII letter, digit or underscore: a key or ref written with one
+# (`"tool\u0052ef"`) is a marker's to a parser and invisible to `_MARKER_MEMBER`, which
+# could then take a look-alike for it. No JSON writer escapes these on its own.
+_WORD_ESCAPE: Final = re.compile(r"\\u00(?:3[0-9]|4[1-9a-fA-F]|5[0-9aAfF]|6[1-9a-fA-F]|7[0-9aA])")
 
 
 @functools.lru_cache(maxsize=64)
@@ -129,8 +134,9 @@ def _key_text(key: str) -> str:
 
 def _filled_in_place(text: str, by_ref: Mapping[str, Mapping[str, str]]) -> str | None:
     """`text` with the `toolRef` member of each marker replaced by its payload members, or
-    None when the members found are not exactly the markers expected (the walk decides)."""
-    if ORDER in text:
+    None when the members found are not exactly the markers expected, or when a marker's
+    key or ref may be written with escapes (the walk decides)."""
+    if ORDER in text or _WORD_ESCAPE.search(text) is not None:
         return None
     found = list(_MARKER_MEMBER.finditer(text))
     if len(found) != len(by_ref) or {m.group(1) for m in found} != by_ref.keys():

@@ -8,6 +8,9 @@ Between a client and a backend or the registry:
   (`tb_...`): the base of the next edit. (As a request header, with `Toolref-Dictionary` and
   `Toolref-Checkpoint`, it was the history-ref protocol, retired in 0.3: `RETIRED_HEADERS`.)
 - `Toolref-References`: the refs of the payloads a client sent in full (JSON, ASCII).
+- `Toolref-Registration`: on a hydrate's answer, `skipped; quota=storedBytes` when the
+  payloads it carried in full were not registered (the tenant's stored-bytes quota is
+  used up): the messages are answered in full all the same, and those calls get no ref.
 - `Toolref-Held`: on `POST /v1/edits:apply` asking for the request as an edit (`Accept:
   application/vnd.toolref.edit`), the recipe (`tb_...`) whose segments the caller holds:
   when it is the edit's base, the answer keeps ranges of it and carries only the rest.
@@ -48,6 +51,7 @@ from typing import Final
 PROTOCOL_HEADER: Final = "Toolref-Protocol"
 HISTORY_HEADER: Final = "Toolref-History"
 REFERENCES_HEADER: Final = "Toolref-References"
+REGISTRATION_HEADER: Final = "Toolref-Registration"
 KEY_HEADER: Final = "Toolref-Key"
 SWITCH_HEADER: Final = "Toolref-Switch"
 SWITCHED_FROM_HEADER: Final = "Toolref-Switched-From"

@@ -61,6 +61,7 @@ class Registration:
     refs: dict[str, str]  # pair key -> ref, for the pairs now safely held
     new: int
     hits: int
+    skipped: str | None = None  # the quota that kept anything from being registered
 
 
 def joined(texts: Sequence[str]) -> bytes:

@@ -1,23 +1,29 @@
 """The steps of a hydrate, over a request already read (`Ask`), from HTTP
 (`toolref_server.routes.hydration`) or handed over in process (the gateway's registry port):
 
-    read the conversation -> resolve -> register -> fill -> (summarize)
+    read the conversation -> resolve -> bound -> register -> fill -> (summarize)
+
+Bad input changes nothing stored: every check that may refuse the request (the format, the
+markers, every ref held, what filling would take) runs before anything is registered.
+Registering is a side effect of a read: at the tenant's stored-bytes quota it is skipped
+(`Registration.skipped`), and the messages are answered all the same.
 
 Each step is linear in the request's messages; the work on a large body runs in a worker
-thread (`Workers`).
+thread (`Workers`), summary mode's included.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from toolref.asgi.budget import Account, charge
 from toolref.formats import source
 from toolref.formats.source import Payload
 from toolref.wire.canonical import Ref
-from toolref.wire.errors import DecompressedTooLargeError, ValidationError
+from toolref.wire.errors import DecompressedTooLargeError, QuotaExceededError, ValidationError
 from toolref.wire.models import HydrateRequest
 from toolref_server import documents
 from toolref_server.registry import compaction
@@ -32,7 +38,10 @@ from toolref_server.registry.conversation import (
     resolve_markers,
 )
 from toolref_server.registry.summary_cache import SummaryCache
+from toolref_server.storage.quotas import STORED
 from toolref_server.storage.record import Record
+
+log = logging.getLogger(__name__)
 
 
 class Hydrating(Records, Protocol):
@@ -65,6 +74,7 @@ class Filled:
     held: dict[str, Record]
     registration: Registration
     texts: list[str]
+    size: int  # at most the characters of `texts`: what the work on them scales with
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +100,13 @@ async def run(services: Hydrating, ask: Ask) -> Done:
         decoded.size, conversation_of_decoded, limit, decoded, ask.body.format
     )
     held = await resolve(services, ask.tenant, conversation)
-    registration = await register(services, ask.tenant, conversation)
-    filled = await fill(services, ask, conversation, held, registration)
+    payloads = {ref: rec.payload for ref, rec in held.items()}
+    size = bound(services, ask, conversation, payloads)  # before anything is registered
+    registration = await register_read(services, ask.tenant, conversation)
+    texts = await services.workers.run(
+        size, source.fill, conversation.texts, conversation.scan, payloads
+    )
+    filled = Filled(conversation, held, registration, texts, size)
     texts, summary = filled.texts, dict[str, int]()
     if ask.body.mode == "summary":
         texts, summary = await summarize(services, ask, filled, summarizer)
@@ -126,25 +141,42 @@ def _check_names(conversation: Conversation, held: dict[str, Record]) -> None:
             )
 
 
-async def fill(
-    services: Hydrating,
-    ask: Ask,
-    conversation: Conversation,
-    held: dict[str, Record],
-    registration: Registration,
-) -> Filled:
-    """Every marker filled with the payload text held for its ref: stored bytes, never
-    written again. What the filled conversation will take is bounded first: at most the
-    inflated limit (what the client could have sent in full), and charged to the request's
-    share of the budget of bodies in flight, since a small body of markers may fill to many
-    times its size."""
-    payloads = {ref: rec.payload for ref, rec in held.items()}
+def bound(
+    services: Hydrating, ask: Ask, conversation: Conversation, payloads: Mapping[str, Payload]
+) -> int:
+    """What the filled conversation will take, at most, bounded before it is made (and
+    before anything is registered): an answer of more than the inflated limit (what the
+    client could have sent in full) is refused (413), and what filling and joining it add
+    (the filled texts, and the answer joined from them: twice the growth) is charged to the
+    request's share of the budget of bodies in flight, since a small body of markers may
+    fill to many times its size."""
     added = filled_growth(conversation, payloads)
-    _bound(services, ask, conversation.size + added, added)
-    texts = await services.workers.run(
-        conversation.size + added, source.fill, conversation.texts, conversation.scan, payloads
-    )
-    return Filled(conversation, held, registration, texts)
+    size = conversation.size + added
+    limit = services.limits.max_decompressed_bytes
+    if size > limit:
+        raise DecompressedTooLargeError(
+            f"the conversation hydrates to at least {size} bytes, over the limit of {limit} "
+            "(TOOLREF_MAX_DECOMPRESSED_BYTES, the most the service takes a body in full); "
+            "send fewer messages, or start a new conversation from a summary",
+            limit=limit,
+        )
+    charge(ask.account, 2 * added)
+    return size
+
+
+async def register_read(
+    services: Hydrating, tenant: str, conversation: Conversation
+) -> Registration:
+    """`register` the full payloads of the conversation, as a read does: at the tenant's
+    stored-bytes quota nothing is registered (`skipped`), and the hydrate is answered all
+    the same; its calls sent in full get no ref, so the client keeps sending them in full."""
+    try:
+        return await register(services, tenant, conversation)
+    except QuotaExceededError as exc:
+        if exc.extra.get("quota") != STORED:
+            raise
+        log.info("hydrate for tenant %r registered nothing: %s", tenant, exc.detail)
+        return Registration(refs={}, new=0, hits=0, skipped=STORED)
 
 
 def filled_growth(conversation: Conversation, payloads: Mapping[str, Payload]) -> int:
@@ -158,44 +190,52 @@ def filled_growth(conversation: Conversation, payloads: Mapping[str, Payload]) -
     return added
 
 
-def _bound(services: Hydrating, ask: Ask, size: int, added: int) -> None:
-    """Refuse an answer of more than the inflated limit (413), and charge what filling and
-    joining it add to the request's account: the filled texts, and the answer joined from
-    them (twice `added`), before they are made."""
-    limit = services.limits.max_decompressed_bytes
-    if size > limit:
-        raise DecompressedTooLargeError(
-            f"the conversation hydrates to at least {size} bytes, over the limit of {limit} "
-            "(TOOLREF_MAX_DECOMPRESSED_BYTES, the most the service takes a body in full); "
-            "send fewer messages, or start a new conversation from a summary",
-            limit=limit,
-        )
-    charge(ask.account, 2 * added)
-
-
 async def summarize(
     services: Hydrating, ask: Ask, filled: Filled, summarizer: str
 ) -> tuple[list[str], dict[str, int]]:
     """Results older than the last `keepRecent` replaced by their summary placeholders in
     the full texts (every other byte as sent); with `shadow`, the full texts and the
-    figures. Summary mode always works on the whole conversation."""
-    body, conversation = ask.body, filled.conversation
-    candidates = compaction.older_results(
-        conversation.scan,
-        references_of(conversation, filled.registration.refs),
-        body.keep_recent,
-        body.exclude_tools,
-        {ref: rec.invocation for ref, rec in filled.held.items()},
-    )
+    figures. Summary mode always works on the whole conversation; its own work (which
+    results, their placeholders, the texts with them) runs where the fill did."""
+    body = ask.body
+    candidates = await services.workers.run(filled.size, _older, filled, body)
     max_chars = body.max_chars or services.settings.summary_max_chars
     summaries = await services.summaries.many(
         ask.tenant, [(Ref(c.ref), c.invocation) for c in candidates], summarizer, max_chars
     )
-    chosen = compaction.replacements(conversation.fmt, candidates, [s.text for s in summaries])
-    condensed = compaction.apply_text(filled.texts, conversation.scan, chosen)
+    texts = [s.text for s in summaries]
+    condensed, replaced, size = await services.workers.run(
+        filled.size, _condensed, filled, candidates, texts
+    )
     figures = {
-        "summarized": len(chosen),
+        "summarized": replaced,
         "summaryCacheHits": sum(s.cached for s in summaries),
-        "hydratedBytes": joined_size(condensed),
+        "hydratedBytes": size,
     }
     return (filled.texts if body.shadow else condensed), figures
+
+
+def _older(filled: Filled, body: HydrateRequest) -> list[compaction.Candidate]:
+    """The results summary mode may replace (their invocations parsed): linear in them."""
+    conversation = filled.conversation
+    marked: dict[str, Callable[[], dict[str, Any]]] = {
+        ref: rec.invocation for ref, rec in filled.held.items()
+    }
+    return compaction.older_results(
+        conversation.scan,
+        references_of(conversation, filled.registration.refs),
+        body.keep_recent,
+        body.exclude_tools,
+        marked,
+    )
+
+
+def _condensed(
+    filled: Filled, candidates: list[compaction.Candidate], summaries: Sequence[str]
+) -> tuple[list[str], int, int]:
+    """The filled texts with each placeholder shorter than its result in its place, how
+    many, and the bytes of the messages they make: linear in the texts."""
+    conversation = filled.conversation
+    chosen = compaction.replacements(conversation.fmt, candidates, list(summaries))
+    condensed = compaction.apply_text(filled.texts, conversation.scan, chosen)
+    return condensed, len(chosen), joined_size(condensed)

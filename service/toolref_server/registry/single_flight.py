@@ -2,8 +2,10 @@
 ask for it at the same time (as dogpile.cache's `Lock` does over a backend's mutex).
 
 Within a process, the requests for one slot share one task. Across processes, that task
-takes the slot's lock (`toolref_server.storage.summary_store.SummaryStore`, the mutex) and
-computes, or waits for the holder's value; a holder that vanished without one (its lock
+takes the slot's lock (`toolref_server.storage.summary_store.SummaryStore`, the mutex),
+reads the value again now that it holds it (as dogpile.cache does: another may have kept it
+since the caller's read missed it) and computes only when there is none; or it waits for
+the holder's value; a holder that vanished without one (its lock
 expired or released) leaves the lock to be taken again.
 
 The computation's outcome decides what the lock becomes: a value is kept (when it fits the
@@ -69,7 +71,12 @@ class SingleFlight:
         """Compute under the slot's lock, or wait for whoever holds it (at most `wait`)."""
         deadline = asyncio.get_running_loop().time() + self.wait
         while True:
-            if await self.store.acquire(slot):
+            # The value is read again with the lock: another may have kept it since this
+            # request's read missed it (one round trip before, a whole computation later).
+            held, text = await self.store.take(slot)
+            if text is not None:
+                return text, True
+            if held:
                 return await self._holding(slot, create), False
             waited = await self.store.wait(slot, deadline)
             if waited.outcome is Outcome.MADE:

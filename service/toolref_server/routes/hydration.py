@@ -12,10 +12,10 @@ from toolref.asgi.budget import SCOPE_KEY
 from toolref.receiving.hydrator import retired
 from toolref.wire import endpoints
 from toolref.wire.errors import HistoryRefsRetiredError, ProtocolRequiredError
-from toolref.wire.headers import PROTOCOL_HEADER
+from toolref.wire.headers import PROTOCOL_HEADER, REGISTRATION_HEADER
 from toolref.wire.models import HydrateRequest, MessagesResponse, validated
 from toolref.wire.protocol import PROTOCOL_REFS
-from toolref_server.http.operation import ApiRoute, Operation, Reply
+from toolref_server.http.operation import ApiRoute, Header, Operation, Reply
 from toolref_server.registry.conversation import (
     conversation_of_decoded,
     joined,
@@ -81,7 +81,8 @@ def as_sent(request: Request, services: Services, ask: Ask) -> Response:
 
 
 def reply(request: Request, done: Done) -> Response:
-    """The messages answered, the refs of the tool calls in them, and the figures."""
+    """The messages answered, the refs of the tool calls in them, and the figures; at the
+    tenant's stored-bytes quota, `Toolref-Registration` says nothing was registered."""
     filled, texts = done.filled, done.texts
     conversation = filled.conversation
     messages = joined(texts)
@@ -94,13 +95,26 @@ def reply(request: Request, done: Done) -> Response:
         filled.registration.hits + len(filled.held),
     )
     figures.update(done.summary)
-    return answer(request, conversation.fmt.name, messages, done.references(), figures)
+    headers = None
+    if filled.registration.skipped is not None:
+        headers = {REGISTRATION_HEADER: f"skipped; quota={filled.registration.skipped}"}
+    references = done.references()
+    return answer(request, conversation.fmt.name, messages, references, figures, headers=headers)
 
+
+_REGISTRATION = Header(
+    REGISTRATION_HEADER,
+    "`skipped; quota=storedBytes`: the payloads sent in full were not registered (the "
+    "tenant's stored-bytes quota is used up); the messages are answered all the same, and "
+    "those calls have no ref in `toolReferences`.",
+    {"type": "string"},
+    required=False,
+)
 
 HYDRATE = Operation(
     "hydrateMessages",
     "Replace toolRef markers with their payloads (registers full payloads)",
-    Reply("The conversation in full.", MessagesResponse),
+    Reply("The conversation in full.", MessagesResponse, headers=(_REGISTRATION,)),
     (400, 409, 413, 415, 422),
     request=HydrateRequest,
 )

@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from starlette.requests import Request
 from starlette.responses import Response
 
+from toolref.formats.source import Payload
+from toolref.kit import spans
 from toolref.wire import endpoints
 from toolref.wire.canonical import Digest, Ref, canonical_json
 from toolref.wire.errors import NotFoundError, RefCollisionError, ValidationError
@@ -43,18 +45,23 @@ from toolref_server.storage.store import NewRecord
 
 
 def _records(
-    invocations: Sequence[Invocation], threshold: int
+    invocations: Sequence[Invocation], threshold: int, texts: Sequence[str] | None = None
 ) -> tuple[list[NewRecord], list[tuple[Ref, int]]]:
-    """Each invocation's record and (ref, size), in order. O(the invocations)."""
+    """Each invocation's record and (ref, size), in order: the ref hashes the canonical
+    JSON, the record keeps the payloads as written (`texts`: each invocation's JSON text as
+    sent, None for a msgpack body, whose payloads are kept as compact JSON). Linear in the
+    invocations."""
     items: list[NewRecord] = []
     answers: list[tuple[Ref, int]] = []
-    for invocation in invocations:
+    written = texts if texts is not None and len(texts) == len(invocations) else None
+    for n, invocation in enumerate(invocations):
         digest = Digest.of(canonical_json(invocation.canonical_object()))
         ref = digest.ref
+        payload = _as_written(written[n]) if written is not None else None
         data = record.encode(
             invocation.name,
             is_error=invocation.is_error,
-            payload=record.payload_of(invocation.to_wire()),
+            payload=payload or record.payload_of(invocation.to_wire()),
             digest=digest.sha256,
             size=digest.size,
             compress_threshold=threshold,
@@ -64,10 +71,21 @@ def _records(
     return items, answers
 
 
+def _as_written(text: str) -> Payload | None:
+    """The `args` and `result` of one invocation's JSON text, as written (`1e5`, key order,
+    escapes kept): what a parser of the text keeps (a repeated key, its last value)."""
+    members, _ = spans.members(text, 0, wanted="")
+    args, result = members.get("args"), members.get("result")
+    if args is None or result is None:
+        return None
+    return Payload(text[args.start : args.end], text[result.start : result.end])
+
+
 async def register(request: Request) -> Response:
     tenant = request_context.tenant(request)
     request_context.require_refs_protocol(request)
-    decoded = await request_context.document(request, messages_key=None)
+    # Each invocation's text as sent, kept (payloads are stored as written, as hydrate's).
+    decoded = await request_context.document(request, messages_key="invocations")
     value = decoded.value
     request_context.check_batch(value, "invocations", request)
     body = validated(RegisterRequest, value)
@@ -75,7 +93,7 @@ async def register(request: Request) -> Response:
     threshold = services.settings.compress_threshold
     # canonical JSON, SHA-256 and the record of each: off the loop when the batch is large
     records, answers = await services.workers.run(
-        decoded.size, _records, body.invocations, threshold
+        decoded.size, _records, body.invocations, threshold, decoded.texts
     )
     # each ref written and counted against the quota once, however often the batch names it
     items = list({item.ref: item for item in records}.values())

@@ -65,6 +65,8 @@ def answer(
     messages: bytes,
     references: dict[str, str] | None,
     stats: dict[str, int],
+    *,
+    headers: dict[str, str] | None = None,
 ) -> Response:
     """The answer (`MessagesResponse`): its members written through `MessagesAnswer`, its
     messages spliced in as the JSON text made for them (parsed again only for a client that
@@ -78,8 +80,8 @@ def answer(
     body: dict[str, Any] = {"format": written.pop("format"), "messages": None, **written}
     if codec.wants_msgpack(request):
         body["messages"] = json.loads(messages)
-        return codec.render(request, body)
-    return codec.render(request, body, encoded={"messages": messages})
+        return codec.render(request, body, headers=headers)
+    return codec.render(request, body, headers=headers, encoded={"messages": messages})
 
 
 async def optimize(request: Request) -> Response:

@@ -40,7 +40,8 @@ class AccessSettings(BaseModel):
         ge=0,
         description="Bytes a keyed tenant may keep in the store (records, histories and "
         "summaries as stored); a write past it is 429 `quota-exceeded` (a summary past it "
-        "is answered, not kept). 0: no limit.",
+        "is answered, not kept; a hydrate past it is answered and registers nothing). 0: "
+        "no limit.",
     )
 
     @field_validator("api_keys")

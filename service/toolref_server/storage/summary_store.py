@@ -7,10 +7,12 @@ fits that quota (`keep`).
 
 The mutex (as dogpile.cache's Redis backend holds one per key): a lock beside the value
 (`keys.summary_lock`), taken with `SET NX PX` so that a crashed holder blocks the others only
-until it expires (`lock_seconds`). Its holder deletes it when the value is kept (in the same
-round trip), or when it gave up without a failure (`release`); when the computation failed it
-leaves `failed` under the lock's key for `failure_seconds` instead (`fail`), so that whoever
-waits, and whoever asks until the mark expires, falls back at once. `wait` polls (value and
+until it expires (`lock_seconds`), and the value read again once it is held (`take`), so a
+value kept between a request's read and its lock is not made a second time. Its holder
+deletes it when the value is kept (in the same round trip), or when it gave up without a
+failure (`release`); when the computation failed it leaves `failed` under the lock's key for
+`failure_seconds` instead (`fail`), so that whoever waits, and whoever asks until the mark
+expires, falls back at once. `wait` polls (value and
 lock, one round trip each, backing off from 20 to 200 ms) until the value is there, the
 holder failed or is gone, or the deadline passes. What to compute, and who waits how long,
 is `toolref_server.registry.single_flight`'s and `toolref_server.registry.summary_cache`'s.
@@ -136,15 +138,31 @@ class SummaryStore:
 
     # --- the mutex ----------------------------------------------------------------------------
 
-    async def acquire(self, slot: Slot) -> bool:
-        """Take `slot`'s lock; False when another holds it (or its failure mark is there)."""
+    async def take(self, slot: Slot) -> tuple[bool, str | None]:
+        """Take `slot`'s lock, then read its value again (dogpile.cache's re-check once
+        the mutex is held): a value kept since the caller's read missed it is the answer,
+        not a second computation. (held, value): (True, None) the caller holds the lock
+        and computes; (False, None) another holds it (or its failure mark is there); a
+        value, the lock given back if it was taken. One round trip on one node (the GET
+        queued after the SET runs after it); on a cluster, where the two keys may sit on
+        two nodes, the GET follows once the lock is held."""
+        lock = keys.summary_lock(slot.key)
         token = uuid.uuid4().hex
         with self._engine():
-            return bool(
-                await self.store.redis.set(
-                    keys.summary_lock(slot.key), token, nx=True, px=self.lock_ms
-                )
-            )
+            if self.store.cluster:
+                held = bool(await self.store.redis.set(lock, token, nx=True, px=self.lock_ms))
+                value = await self.store.redis.get(slot.key) if held else None
+            else:
+                pipe = self.store.redis.pipeline(transaction=False)
+                pipe.set(lock, token, nx=True, px=self.lock_ms)
+                pipe.get(slot.key)
+                taken, value = await pipe.execute()
+                held = bool(taken)
+        if value is None:
+            return held, None
+        if held:
+            await self.release(slot)
+        return False, _text(value)
 
     async def release(self, slot: Slot) -> None:
         """Let the next ask take `slot`'s lock (best effort: an unreachable engine lets it
