@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, get_args
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from toolref.handoff.render import OPEN
-from toolref.handoff.switch import ID_PATTERN, mapped_id, original_id, switched, switched_text
+from toolref.handoff.switch import (
+    ID_PATTERN,
+    id_cap,
+    mapped_id,
+    original_id,
+    switched,
+    switched_text,
+)
+from toolref.wire.models import FormatName
 
 
 def anthropic_conversation() -> dict[str, Any]:
@@ -122,13 +131,105 @@ def test_an_assistant_message_of_thinking_alone_is_dropped_not_left_empty() -> N
     assert len([m for m in out["messages"] if m["role"] == "assistant"]) == 1
 
 
-@given(st.text(max_size=80))
-def test_mapped_ids_fit_the_pattern_and_map_back(value: str) -> None:
-    mapped = mapped_id(value)
-    assert ID_PATTERN.fullmatch(mapped) or len(mapped) > 256
-    assert original_id(mapped) == value
-    if ID_PATTERN.fullmatch(value) and not value.startswith("tid_"):
-        assert mapped == value  # the new backend's own ids pass as they are
+FORMATS: tuple[FormatName | None, ...] = (None, *get_args(FormatName))
+
+
+@given(st.text(max_size=300) | st.from_regex(r"[a-zA-Z0-9_-]{1,300}", fullmatch=True))
+def test_mapped_ids_fit_the_pattern_and_the_cap_of_every_format(value: str) -> None:
+    """Ids of any length: each mapped one fits the pattern and its API's cap, and maps back
+    unless it had to be a digest. Before, `tid_` and hex (twice the length, four times for
+    non-ASCII ids) went over 40 characters for Chat Completions and 64 for Responses, and
+    over the pattern's own 256."""
+    for fmt in FORMATS:
+        mapped = mapped_id(value, fmt)
+        assert ID_PATTERN.fullmatch(mapped)
+        assert len(mapped) <= id_cap(fmt)
+        assert mapped_id(value, fmt) == mapped  # deterministic
+        if not mapped.startswith("tid_h"):
+            assert original_id(mapped) == value
+        takes = len(value) <= id_cap(fmt) and ID_PATTERN.fullmatch(value)
+        if takes and not value.startswith("tid_"):
+            assert mapped == value  # the new backend's own ids pass as they are
+
+
+def test_openai_caps_are_40_for_chat_and_64_for_responses() -> None:
+    assert id_cap("openai-chat") == 40
+    assert id_cap("openai-responses") == 64
+    assert id_cap("anthropic") == 256  # the pattern's own bound
+    kimi = "functions.write_todos:0"  # 23 characters; `tid_` and hex made 50
+    assert len(mapped_id(kimi, "anthropic")) == 50  # fits there, and maps back
+    assert len(mapped_id(kimi, "openai-chat")) == 40
+    assert mapped_id(kimi, "openai-responses") == mapped_id(kimi, "anthropic")
+    own = "call_" + "a" * 50  # in the pattern, 55 characters
+    assert mapped_id(own, "openai-responses") == own
+    assert len(mapped_id(own, "openai-chat")) == 40
+
+
+def test_long_ids_that_share_a_prefix_stay_apart() -> None:
+    """A digest, not a cut: ids alike in their first 40 (or 64) characters do not collide."""
+    stem = "codex_mcp__codex_apps__google_calendar.search_events_exec-"
+    ids = [f"{stem}{n:036d}" for n in range(500)]
+    for fmt in ("openai-chat", "openai-responses", "anthropic"):
+        mapped = {mapped_id(value, fmt) for value in ids}
+        assert len(mapped) == len(ids)
+        assert all(len(m) <= id_cap(fmt) and ID_PATTERN.fullmatch(m) for m in mapped)
+
+
+@pytest.mark.parametrize(("fmt", "key"), [("openai-chat", "messages"), ("anthropic", "messages")])
+def test_long_ids_are_mapped_alike_in_calls_and_results(fmt: FormatName, key: str) -> None:
+    long_id = "functions.read_file:" + "7" * 60
+    if fmt == "openai-chat":
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": "read it"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": long_id,
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": '{"path": "a"}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": long_id, "content": "A-SOURCE"},
+            {"role": "user", "content": "go on"},
+        ]
+        out = switched({key: messages}, fmt, key, at=3)[key]
+        call_id = out[1]["tool_calls"][0]["id"]
+        assert out[2]["tool_call_id"] == call_id
+    else:
+        body = anthropic_conversation()
+        for message in body["messages"][1:3]:
+            for block in message["content"]:
+                for field in ("id", "tool_use_id"):
+                    if field in block:
+                        block[field] = long_id
+        out = switched(body, fmt, key, at=3)[key]
+        call_id = out[1]["content"][0]["id"]
+        assert out[2]["content"][0]["tool_use_id"] == call_id
+    assert len(call_id) <= id_cap(fmt)
+    assert ID_PATTERN.fullmatch(call_id)
+
+
+def test_an_id_with_a_lone_surrogate_is_mapped_not_raised() -> None:
+    """JSON can carry `\\ud800`: encoding it for the hex spelling raised UnicodeEncodeError
+    out of `switched_text`, which must take any JSON."""
+    text = json.dumps(
+        {
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "a.\ud800", "content": "x"}],
+                }
+            ]
+        }
+    )
+    out = switched_text(text, "anthropic", "messages", None)
+    assert out is not None
+    mapped = json.loads(out)["messages"][0]["content"][-1]["tool_use_id"]
+    assert ID_PATTERN.fullmatch(mapped)
+    assert original_id(mapped) == "a.\ud800"
 
 
 def test_the_text_rewrite_keeps_the_bytes_of_everything_it_leaves_alone() -> None:

@@ -6,8 +6,11 @@ minted that the new API refuses (`functions.write_todos:0` against Anthropic's
 `thinking` signatures, `redacted_thinking`, OpenAI Responses `encrypted_content`). So, in the
 first `at` messages (those from before the switch):
 
-- a tool id outside the pattern becomes `tid_` + the hex of its UTF-8 bytes (reversible with
-  `original_id`; an id inside the pattern is left alone), in calls and results alike;
+- a tool id outside the pattern, or longer than the new API takes (`ID_CAPS`: 40 characters
+  for Chat Completions, 64 for Responses), becomes `tid_` + the hex of its UTF-8 bytes
+  (reversible with `original_id`) when that fits, else `tid_h` + 35 hex digits of its SHA-256
+  (hex doubles the length: a 23-character Kimi id became 50); an id the new API takes is left
+  alone. In calls and results alike, so they still pair;
 - thinking and redacted-thinking blocks are dropped, and reasoning items of the Responses
   API with `encrypted_content` too;
 
@@ -20,6 +23,7 @@ a body's text: every member and message it leaves unchanged keeps its bytes (key
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
@@ -31,23 +35,45 @@ from toolref.wire.errors import ValidationError
 from toolref.wire.models import FormatName
 
 ID_PATTERN: Final = re.compile(r"[a-zA-Z0-9_-]{1,256}")
+ID_CAPS: Final[Mapping[str, int]] = {"openai-chat": 40, "openai-responses": 64}
+"""The longest tool id an API takes, where it is under the pattern's 256: Chat Completions
+refuses a `tool_calls[].id` or `tool_call_id` over 40 characters, Responses a `call_id` (and
+item `id`) over 64, both with 400 `string_above_max_length`."""
 _PREFIX: Final = "tid_"
+_DIGESTED: Final = "tid_h"  # `h` is no hex digit: never the spelling of an id
+_DIGEST_DIGITS: Final = 35  # 140 bits; `tid_h` and them make 40 characters, under every cap
 _OPAQUE_BLOCKS: Final = frozenset({"thinking", "redacted_thinking"})
 _ID_FIELDS: Final = ("id", "tool_use_id", "tool_call_id", "call_id")
 
 
-def mapped_id(value: str) -> str:
-    """`value` if the new API takes it, else its reversible spelling in `[a-zA-Z0-9_-]`."""
-    if ID_PATTERN.fullmatch(value) and not value.startswith(_PREFIX):
+def id_cap(fmt: str | None) -> int:
+    """The longest tool id the API of `fmt` takes."""
+    return ID_CAPS.get(fmt or "", 256)
+
+
+def mapped_id(value: str, fmt: FormatName | None = None) -> str:
+    """`value` if the API of `fmt` takes it (the pattern, and its cap); else, in
+    `[a-zA-Z0-9_-]` and within the cap, its reversible spelling (`tid_` and hex) or, when
+    that is too long, a digest (`tid_h` and 35 hex digits of SHA-256). Deterministic, and
+    two ids map to one only when SHA-256 collides in 140 bits."""
+    return _fitted(value, id_cap(fmt))
+
+
+def _fitted(value: str, cap: int) -> str:
+    if len(value) <= cap and ID_PATTERN.fullmatch(value) and not value.startswith(_PREFIX):
         return value
-    return _PREFIX + value.encode().hex()
+    data = value.encode("utf-8", "surrogatepass")  # JSON can carry a lone surrogate
+    spelled = _PREFIX + data.hex()
+    if len(spelled) <= cap:
+        return spelled
+    return _DIGESTED + hashlib.sha256(data).hexdigest()[:_DIGEST_DIGITS]
 
 
 def original_id(value: str) -> str:
-    """The id `mapped_id` was given."""
+    """The id `mapped_id` spelled out; a digest (or an id never mapped) as it is."""
     if value.startswith(_PREFIX):
         try:
-            return bytes.fromhex(value[len(_PREFIX) :]).decode()
+            return bytes.fromhex(value[len(_PREFIX) :]).decode("utf-8", "surrogatepass")
         except ValueError:
             return value
     return value
@@ -60,10 +86,12 @@ def switched(
     (all of them when None). Linear in the body."""
     messages = body[messages_key]
     before = len(messages) if at is None else max(0, min(at, len(messages)))
-    cleaned = [m for m in (_cleaned(m, strip=True) for m in messages[:before]) if m is not None]
+    cap = id_cap(fmt)
+    stripped = (_cleaned(m, cap, strip=True) for m in messages[:before])
+    cleaned = [m for m in stripped if m is not None]
     handoff = build(cleaned, fmt)
     # Ids are mapped after the switch too: a result there may answer a call from before.
-    rest = [_cleaned(m, strip=False) for m in messages[before:]]
+    rest = [_cleaned(m, cap, strip=False) for m in messages[before:]]
     out = dict(body)
     out[messages_key] = prepend([*cleaned, *rest], handoff.block, fmt)
     return out
@@ -106,27 +134,29 @@ def _dumped(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def _cleaned(message: Any, *, strip: bool) -> Any:
-    """A message with ids mapped and, with `strip` (from before the switch), without opaque
-    fields; None for an item that was nothing but an opaque field."""
+def _cleaned(message: Any, cap: int, *, strip: bool) -> Any:
+    """A message with ids mapped to fit `cap` and, with `strip` (from before the switch),
+    without opaque fields; None for an item that was nothing but an opaque field."""
     if not isinstance(message, dict):
         return message
     if strip and message.get("type") == "reasoning" and "encrypted_content" in message:
         return None
-    out = {k: _mapped(k, v) for k, v in message.items()}
+    out = {k: _mapped(k, v, cap) for k, v in message.items()}
     if strip and message.get("type") == "function_call":
         # Its `id` (`fc_...`) names an item of the old backend, whose reasoning item is
         # gone: OpenAI refuses the pair half-kept (400). `call_id` pairs the result.
         out.pop("id", None)
     content = out.get("content")
     if isinstance(content, list):
-        kept = [_cleaned(block, strip=strip) for block in content if not (strip and _opaque(block))]
+        kept = [
+            _cleaned(block, cap, strip=strip) for block in content if not (strip and _opaque(block))
+        ]
         if content and not kept:  # nothing but thinking: a message no API takes empty
             return None
         out["content"] = kept
     calls = out.get("tool_calls")
     if isinstance(calls, list):
-        out["tool_calls"] = [_cleaned(call, strip=strip) for call in calls]
+        out["tool_calls"] = [_cleaned(call, cap, strip=strip) for call in calls]
     return out
 
 
@@ -136,7 +166,7 @@ def _opaque(block: Any) -> bool:
     return isinstance(kind, str) and kind in _OPAQUE_BLOCKS
 
 
-def _mapped(key: str, value: Any) -> Any:
+def _mapped(key: str, value: Any, cap: int) -> Any:
     if key in _ID_FIELDS and isinstance(value, str):
-        return mapped_id(value)
+        return _fitted(value, cap)
     return value

@@ -360,6 +360,101 @@ def test_quirk_same_call_at_several_indices(events: list[Any]) -> None:
     assert summary(calls) == [("call_l", "bash", "complete", {"script": "ls /tmp | wc -l"})]
 
 
+def test_localai_resend_in_pieces_at_another_index_is_the_same_call() -> None:
+    """LocalAI's resend at another index may come in pieces: each repeats the finished call's
+    text from where the last left off, so it stays one call (the pieces were appended to it,
+    making it invalid)."""
+    events = [
+        ev(call(1, "call_l", "bash", SCRIPT)),
+        ev(call(0, "call_l", "bash", "")),
+        ev(call(0, args=SCRIPT[:11])),
+        ev(call(0, args=SCRIPT[11:20])),
+        ev(call(0, args=SCRIPT[20:])),
+        *DONE,
+    ]
+    assert summary(run(events)) == [("call_l", "bash", "complete", {"script": "ls /tmp | wc -l"})]
+
+
+# Two distinct calls that reuse one id and one name at two indexes (OpenRouter upstreams),
+# each streamed after a name-only opening like LocalAI's resend: only the text tells them apart.
+OPENROUTER_SAME_ID_AND_NAME = [
+    ev(call(0, "call_0", "read_file", "")),
+    ev(call(0, args='{"path": "a.txt"}')),
+    ev(call(1, "call_0", "read_file", "")),
+    ev(call(1, args='{"path": ')),
+    ev(call(1, args='"b.txt"}')),
+    *DONE,
+]
+OPENROUTER_SAME_ID_AND_NAME_SHARED_PREFIX = [
+    ev(call(0, "call_0", "read_file", "")),
+    ev(call(0, args='{"path": "a.txt"}')),
+    ev(call(1, "call_0", "read_file", "")),
+    ev(call(1, args='{"path": "')),  # repeats call 0's text so far: undecided
+    ev(call(1, args='b.txt"}')),  # departs from it: another call
+    *DONE,
+]
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        pytest.param(OPENROUTER_SAME_ID_AND_NAME, id="fresh-object"),
+        pytest.param(OPENROUTER_SAME_ID_AND_NAME_SHARED_PREFIX, id="shared-prefix"),
+    ],
+)
+def test_two_calls_sharing_an_id_and_a_name_at_two_indexes_stay_two(events: list[Any]) -> None:
+    """Merged by id, the second call's text was appended to the first's finished object
+    (`{"path": "a.txt"}{"path": "b.txt"}`, one invalid call). Text at the second index that
+    departs from the first call's finished arguments is another call; LocalAI's resends
+    (test_quirk_same_call_at_several_indices) repeat them and stay one call."""
+    calls = run(events)
+    assert summary(calls) == [
+        ("call_0", "read_file", "complete", {"path": "a.txt"}),
+        ("call_0_2", "read_file", "complete", {"path": "b.txt"}),
+    ]
+    assert calls[1].meta.get("original_id") == "call_0"
+    assert [c.index for c in calls] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        pytest.param(call(0, name="read_file", args="\n"), id="name-resent-with-a-newline"),
+        pytest.param(call(0, "call_a", "read_file", " "), id="id-and-name-resent-with-a-space"),
+        pytest.param(call(0, "call_b", args=" "), id="fresh-id-with-a-space"),
+        pytest.param(call(1, args="\n"), id="new-index-with-a-newline"),
+        pytest.param(call(1, "call_a", "read_file", "  "), id="same-id-at-a-new-index"),
+        pytest.param(call(NO_INDEX, name="read_file", args="\t"), id="no-index-name-and-tab"),
+    ],
+)
+def test_whitespace_after_a_finished_call_opens_no_phantom_call(late: dict[str, Any]) -> None:
+    """MiniMax-style streams resend a call's fragment (its name each time) or send
+    whitespace-only argument deltas after the object closed. Whitespace carries nothing in
+    JSON: it opened a second call whose blank arguments read as `{}`, one that would run."""
+    events = [
+        ev(call(0, "call_a", "read_file", "")),
+        ev(call(0, name="read_file", args='{"path":')),
+        ev(call(0, name="read_file", args=' "a.txt"}')),
+        ev(late),
+        *DONE,
+    ]
+    calls = run(events)
+    assert summary(calls) == [("call_a", "read_file", "complete", {"path": "a.txt"})]
+    assert buffered(events).has_tool_calls
+
+
+def test_whitespace_inside_a_string_still_reaches_the_call() -> None:
+    """Only a call's opening is refused to whitespace: a blank delta inside a string value
+    (a command's spaces) is content."""
+    events = [
+        ev(call(0, "call_a", "bash", '{"cmd": "ls')),
+        ev(call(0, name="bash", args="   ")),
+        ev(call(0, name="bash", args='-la"}')),
+        *DONE,
+    ]
+    assert summary(run(events)) == [("call_a", "bash", "complete", {"cmd": "ls   -la"})]
+
+
 def test_quirk_arguments_as_json_object() -> None:
     """LiteLLM ollama_chat, some OpenRouter paths and Mistral send arguments as an object,
     whole or after a name-only opening fragment."""

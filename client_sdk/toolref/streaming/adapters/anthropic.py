@@ -84,6 +84,7 @@ class AnthropicAdapter(BlockAdapter):
             detail = ": ".join(str(problem[k]) for k in ("type", "message") if problem.get(k))
             failed = self._fail_all(f"the stream reported an error: {detail or 'no details'}")
             return [*self._release(), *self._close_whole(None), *failed]
+        self._foreign(event)  # another provider's stream: say so, not "no calls"
         return []  # ping, and event types added after this adapter was written
 
     def end(self) -> list[ToolChunk]:

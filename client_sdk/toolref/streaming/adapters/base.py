@@ -7,8 +7,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from toolref.streaming.adapters.detect import misuse, provider_of, provider_of_sdk_event
 from toolref.streaming.chunk import ABORTED, TRUNCATED, ToolChunk
-from toolref.wire.errors import ChunkSequenceError
+from toolref.wire.errors import ChunkSequenceError, StreamError
 from toolref.wire.numbers import whole_number
 
 DONE_SENTINEL = "[DONE]"
@@ -109,8 +110,20 @@ class StreamAdapter(ABC):
         if type(event) is not dict and self.wire_types is not None:
             kind = getattr(event, "type", None)
             if isinstance(kind, str) and kind not in self.wire_types:
+                self._refuse(provider_of_sdk_event(kind, event))
                 return []
         return self._chunks(as_event(event))
+
+    def _foreign(self, event: Mapping[str, Any]) -> None:
+        """Raise `StreamError` when `event`, which this adapter found nothing in, is clearly
+        another provider's (see `detect`); events of no provider in particular pass."""
+        self._refuse(provider_of(event))
+
+    def _refuse(self, found: tuple[str, str] | None) -> None:
+        if found is not None and found[0] != self.provider:
+            raise StreamError(
+                misuse(found[0], found[1], self.provider), detected=found[0], adapter=self.provider
+            )
 
     @abstractmethod
     def _chunks(self, event: Mapping[str, Any] | None) -> list[ToolChunk]: ...

@@ -59,4 +59,5 @@ class BedrockAdapter(BlockAdapter):
             if key.endswith("Exception"):  # modelStreamErrorException, throttlingException...
                 message = value.get("message") if isinstance(value, Mapping) else value
                 return self._release() + self._fail_all(f"Bedrock sent {key}: {message}")
+        self._foreign(event)  # another provider's stream: say so, not "no calls"
         return []  # messageStart, metadata, and event kinds added later

@@ -55,11 +55,13 @@ class CohereAdapter(StreamAdapter):
             return [] if index is None else [ToolChunk(index=index, done=True)]
         if kind == "message-start":
             self._parent = event.get("id")
-        elif kind == "message-end":
+            return []
+        if kind == "message-end":
             delta = event.get("delta") or {}
             reason = delta.get("finish_reason")
             error_type = _STOPS.get(reason or "")
             detail = delta.get("error")
             error = f"finish_reason {reason!r}" + (f": {detail}" if detail else "")
             return [self._finish(0, reason, error if error_type else None, error_type)]
+        self._foreign(event)  # another provider's stream: say so, not "no calls"
         return []

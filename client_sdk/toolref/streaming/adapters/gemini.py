@@ -107,7 +107,10 @@ class GeminiAdapter(StreamAdapter):
             return self._fail_all(f"Gemini sent an error mid-stream: {message}")
         self._parent = pick(event, "responseId", "response_id") or self._parent
         out: list[ToolChunk] = []
-        for candidate in event.get("candidates") or ():
+        candidates = event.get("candidates")
+        if not candidates:
+            self._foreign(event)  # another provider's stream: say so, not "no calls"
+        for candidate in candidates or ():
             turn = as_int(candidate.get("index", 0), "candidate index")
             state = self._state.setdefault(turn, _Turn())
             for part in (candidate.get("content") or {}).get("parts") or ():

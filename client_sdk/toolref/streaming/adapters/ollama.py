@@ -39,6 +39,8 @@ class OllamaAdapter(StreamAdapter):
                 )
             )
             self._count += 1
+        if not out and not event.get("done"):
+            self._foreign(event)  # another provider's stream: say so, not "no calls"
         if event.get("done"):
             self._turns.add(0)
             reason = event.get("done_reason")

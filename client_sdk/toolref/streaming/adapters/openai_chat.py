@@ -3,7 +3,10 @@
 Routing follows the merge rules in the streaming notes (§9): key by (choice, index) but open
 a new call when a different id or a new name arrives at an index whose arguments are already
 a complete JSON object; infer a missing index; keep the first id and set the name once;
-replace instead of appending when a server resends the whole argument text so far.
+replace instead of appending when a server resends the whole argument text so far. An index
+merged by id into a call opened at another index (LocalAI) stays that call while its text
+repeats the call's, and opens another once it departs from a finished object (one id on two
+calls, OpenRouter). Whitespace-only argument text never opens a call.
 """
 
 from __future__ import annotations
@@ -22,11 +25,29 @@ _TRUNCATING = {"length": TRUNCATED, "content_filter": FILTERED}
 _PLACEHOLDER_IDS = frozenset(("", "null", "None"))
 
 
+def _carries(args: Any) -> bool:
+    """Whether arguments carry anything: whitespace-only text does not (JSON ignores it), so
+    it never opens a call (MiniMax-style resends of a blank fragment, or a newline after the
+    object closed, made a phantom `{}` call that could run)."""
+    return bool(args.strip()) if isinstance(args, str) else bool(args)
+
+
 def _is_object(text: str) -> bool:
     try:
         return isinstance(json.loads(text), dict)
     except ValueError:
         return False
+
+
+class _Alias:
+    """An index whose fragments were merged, by id, into a call opened at another index
+    (LocalAI sends one call at several indexes), until their text says otherwise."""
+
+    __slots__ = ("at", "name")
+
+    def __init__(self, name: str | None) -> None:
+        self.at = 0  # characters of the call's text this index has resent so far
+        self.name = name
 
 
 class _Call:
@@ -99,6 +120,7 @@ class OpenAIChatAdapter(StreamAdapter):
         self._by_key: dict[tuple[int, Any], _Call] = {}
         self._calls: dict[int, list[_Call]] = {}
         self._pending_meta: dict[int, dict[str, Any]] = {}
+        self._aliases: dict[tuple[int, Any], _Alias] = {}
         self._seen_done = False
 
     def _chunks(self, event: Mapping[str, Any] | None) -> list[ToolChunk]:
@@ -114,6 +136,7 @@ class OpenAIChatAdapter(StreamAdapter):
             return self._fail_all(f"the server sent an error mid-stream: {message}")
         choices = event.get("choices")
         if not choices:
+            self._foreign(event)  # another provider's stream: say so, not "no calls"
             return out  # usage chunk, Azure prompt_filter_results
         parent = event.get("id")
         for choice in choices:
@@ -180,7 +203,12 @@ class OpenAIChatAdapter(StreamAdapter):
             return
         call = self._route(turn, raw_index, call_id, name, args)
         if call is None:
-            return  # the same whole call resent at another index (LocalAI)
+            return  # whitespace alone opens no call
+        alias = self._aliases.get((turn, raw_index)) if self._aliases else None
+        if alias is not None:
+            call, call_id, name, args = self._through_alias(
+                turn, raw_index, alias, call, (call_id, name, args)
+            )
         parent_id = None
         if not call.parts and not call.is_object and call.id is None and call.name is None:
             pending = self._pending_meta.pop(turn, None)  # metadata that came before the call
@@ -209,15 +237,61 @@ class OpenAIChatAdapter(StreamAdapter):
             if current is None and call_id is not None:
                 for earlier in calls:
                     if earlier.id == call_id and self._same_call(earlier, name, args):
-                        # LocalAI emits one call at several indexes: merge by id.
+                        # LocalAI emits one call at several indexes: merge by id, until the
+                        # text at this index departs from the call's (`_through_alias`).
                         self._by_key[(turn, raw_index)] = earlier
+                        self._aliases[(turn, raw_index)] = _Alias(name)
                         return earlier
-        if current is not None and not self._starts_new(current, call_id, name, args):
-            return current
+        if current is not None:
+            alias = self._aliases.get((turn, raw_index)) if self._aliases else None
+            if alias is not None and call_id in (None, current.id) and name in (None, current.name):
+                return current  # its text decides (`_through_alias`)
+            if not self._starts_new(current, call_id, name, args):
+                return current
+        if call_id is None and name is None and not _carries(args):
+            return None  # whitespace before any call: JSON ignores it
+        return self._open(turn, raw_index)
+
+    def _open(self, turn: int, raw_index: Any) -> _Call:
+        calls = self._calls.setdefault(turn, [])
         fresh = _Call(len(calls))
         calls.append(fresh)
         self._by_key[(turn, raw_index)] = fresh
+        self._aliases.pop((turn, raw_index), None)
         return fresh
+
+    def _through_alias(
+        self,
+        turn: int,
+        raw_index: Any,
+        alias: _Alias,
+        call: _Call,
+        fragment: tuple[str | None, str | None, Any],
+    ) -> tuple[_Call, str | None, str | None, Any]:
+        """A fragment at an index merged by id into `call`: the call it belongs to, and its
+        id, name and arguments to apply there.
+
+        LocalAI resends a call at another index, whole or in pieces: text that repeats
+        `call`'s, from where this index left off, is dropped. Once `call`'s arguments are a
+        whole object, text that departs from them is another call that reuses the id and the
+        name (OpenRouter upstreams): it opens a call, with what this index resent before.
+        """
+        call_id, name, args = fragment
+        alias.name = alias.name or name
+        if name not in (None, call.name) or not call.complete():
+            del self._aliases[(turn, raw_index)]  # not a resend: route as any index does
+            return call, call_id, name, args
+        if not _carries(args):
+            return call, call_id, name, None
+        if isinstance(args, str):
+            text = call.text()
+            if args == text or text.startswith(args, alias.at):
+                alias.at = len(text) if args == text else alias.at + len(args)
+                return call, call_id, name, None
+            args = text[: alias.at] + args
+        elif isinstance(args, dict) and json.loads(call.text()) == args:
+            return call, call_id, name, None
+        return self._open(turn, raw_index), call.id, alias.name, args
 
     @staticmethod
     def _cumulative(call: _Call, args: str) -> bool:
@@ -242,7 +316,7 @@ class OpenAIChatAdapter(StreamAdapter):
             return False
         if isinstance(args, dict):
             return call.is_object and json.loads(call.text()) == args
-        return not args or (isinstance(args, str) and call.text().startswith(args))
+        return not _carries(args) or (isinstance(args, str) and call.text().startswith(args))
 
     @staticmethod
     def _resent(call: _Call, name: str | None, args: Any) -> bool:
@@ -256,11 +330,11 @@ class OpenAIChatAdapter(StreamAdapter):
         if call_id is not None and call.id is not None and call_id != call.id:
             # LM Studio sends a fresh id on every fragment of one call: only a name or a
             # finished object before it says this is another call (Ollama reuses index 0).
-            return name is not None or (call.complete() and bool(args))
+            return name is not None or (call.complete() and _carries(args))
         if name is not None and call.name and call.complete():
             if name != call.name:
                 return True
-            return bool(args) and not self._resent(call, name, args)
+            return _carries(args) and not self._resent(call, name, args)
         return False
 
     def _apply(

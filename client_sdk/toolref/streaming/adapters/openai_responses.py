@@ -69,6 +69,7 @@ class OpenAIResponsesAdapter(StreamAdapter):
             return [self._finish(0, "failed", f"response failed: {_describe(error)}", ABORTED)]
         if kind == "error":
             return self._fail_all(f"the stream reported an error: {_describe(event)}")
+        self._foreign(event)  # another provider's stream: say so, not "no calls"
         return []
 
     def _call_index(self, event: Mapping[str, Any]) -> int:
