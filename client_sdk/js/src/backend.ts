@@ -37,7 +37,8 @@ import { tapFor } from "./edits/answer.js";
 import { describesHop, headerLine, isSecret } from "./edits/segments.js";
 import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import { UsageError } from "./errors.js";
-import type { FormatName } from "./formats/index.js";
+import { FORMATS, type FormatName } from "./formats/index.js";
+import { checkOptions, type Spec } from "./options.js";
 import {
   EDITS_HEADER,
   EDITS_SINCE,
@@ -136,8 +137,26 @@ interface Context {
 
 
 
+/** withToolRef's options and what each holds (an unknown name fails naming the nearest:
+ * `apiKey` for `key` would otherwise send no key, and every edit would be a 415). */
+const BACKEND_OPTIONS: Spec = {
+  registry: "any", // checked below, with its own fix
+  key: "string",
+  fetch: "any",
+  messagesKey: "string",
+  format: "format",
+  maxBodyBytes: "any", // the limits: checkedLimits
+  maxInflatedBytes: "any",
+  timeoutMs: "any",
+  maxAnswerBytes: "any",
+};
+
 export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (request: Request) => Promise<Response> {
   if (typeof handler !== "function") throw new UsageError("withToolRef(handler, options): handler must be a function of a Request");
+  if (typeof options !== "object" || options === null || Array.isArray(options)) {
+    throw new UsageError(`withToolRef(handler, options) takes an object of options such as { registry: "http://127.0.0.1:8750" }`);
+  }
+  checkOptions("withToolRef", options, BACKEND_OPTIONS);
   if (typeof options?.registry !== "string" || !/^https?:\/\//.test(options.registry)) {
     throw new UsageError(
       `withToolRef needs options.registry, the registry's base URL such as "http://127.0.0.1:8750"; got ${JSON.stringify(options?.registry)}`,
@@ -145,6 +164,12 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
   }
   if (options.fetch !== undefined && typeof options.fetch !== "function") {
     throw new UsageError(`withToolRef({ fetch }) takes a function, not ${typeof options.fetch}; pass one or leave it out`);
+  }
+  if (options.messagesKey === "") throw new UsageError("withToolRef({ messagesKey }) is empty; name the body member holding the messages, or leave it out");
+  if (options.format != null && !FORMATS.some((known) => known.name === options.format)) {
+    throw new UsageError(
+      `withToolRef({ format }) is ${JSON.stringify(options.format)}; use one of ${FORMATS.map((known) => known.name).join(", ")}, or leave it out to have it detected`,
+    );
   }
   const context: Context = { handler, options, limits: checkedLimits(options), registry: options.registry.replace(/\/+$/, "") };
 

@@ -69,13 +69,29 @@ const FETCH_OPTIONS = { ...MANAGER_OPTIONS, fetch: "function", manager: "object"
 
 const encoder = new TextEncoder();
 
-/** The bytes of a body fetch was given, when they can be read without consuming anything. */
+/** The bytes of a body fetch was given, when they can be read without consuming anything:
+ * a copy taken now, as fetch takes one when called (the app may reuse or transfer its buffer
+ * once fetch returned, while the edit is still being made, or resent after a 409 or a 415),
+ * and a plain `Uint8Array` (a Node `Buffer`'s `slice` is a view: a piece kept from it would
+ * hold the app's whole buffer). A stream, a Blob, FormData, URLSearchParams: null (never read). */
 function bytesOf(body: BodyInit | null | undefined): Uint8Array | null {
-  if (typeof body === "string") return encoder.encode(body);
-  if (body instanceof Uint8Array) return body;
-  if (body instanceof ArrayBuffer) return new Uint8Array(body);
-  if (ArrayBuffer.isView(body)) return new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+  if (typeof body === "string") return encoder.encode(body); // fetch's UTF-8 (a lone surrogate: U+FFFD)
+  if (body instanceof ArrayBuffer) return new Uint8Array(body.slice(0));
+  if (ArrayBuffer.isView(body)) return new Uint8Array(new Uint8Array(body.buffer, body.byteOffset, body.byteLength));
   return null;
+}
+
+/** The `Content-Type` fetch gives a string body when the request names none. */
+const TEXT_TYPE = "text/plain;charset=UTF-8";
+
+/** The headers fetch sends for `input` and `init` (the Request constructor's rule): `init`'s
+ * when it has some (they replace a Request's, never merge with them), else the Request's; for
+ * a string body and no `Content-Type`, fetch's own `text/plain;charset=UTF-8`, which the bytes
+ * toolref hands fetch would not get (the receiver restores what the app's fetch sends). */
+function headersOf(input: RequestInfo | URL, init: RequestInit | undefined): Headers {
+  const headers = new Headers(init?.headers !== undefined ? init.headers : input instanceof Request ? input.headers : undefined);
+  if (typeof init?.body === "string" && !headers.has("content-type")) headers.set("content-type", TEXT_TYPE);
+  return headers;
 }
 
 /** What an edit carries beside it: the request's credentials (their values never travel in
@@ -121,8 +137,7 @@ export function toolrefFetch(options: ToolrefFetchOptions = {}): Fetch {
     const method = (init?.method ?? (input instanceof Request ? input.method : "GET")).toUpperCase();
     const data = method === "POST" ? bytesOf(init?.body) : null;
     if (data === null) return send(input, init);
-    const headers = new Headers(input instanceof Request ? input.headers : undefined);
-    new Headers(init?.headers).forEach((value, name) => headers.set(name, value));
+    const headers = headersOf(input, init);
     const url = input instanceof Request ? input.url : String(input);
     const found = llm(url, method, headers, data);
     if (found === null) return send(input, init);

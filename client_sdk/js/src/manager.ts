@@ -8,8 +8,12 @@
  * resent by the Editor (at most 3 times, the last everything inline) before the app sees any
  * answer; a 415 to an edit (the receiver cannot apply edits, or not now) sends the request as
  * it is, and the endpoint's requests as they are for a while (`pausedUntil`: 1 s, doubled
- * after each further 415, at most 30 s), offering edits. The answer is handed back unread (streams stay
- * streams), but for a problem it had to read to decide.
+ * after each further 415, at most 30 s), offering edits. An answer to an edit that names neither
+ * a recipe nor `Toolref-Edits` and is no problem comes from no receiver of edits (a backend
+ * rolled back, a replica without the middleware): the endpoint is forgotten (its requests go
+ * as they are, with the offer) and, refused (4xx, 5xx), the request is sent again as it is,
+ * as Python's `Sender` does. The answer is handed back unread (streams stay streams), but for
+ * a problem it had to read to decide (handed back byte for byte).
  */
 
 import { tapFor } from "./edits/answer.js";
@@ -19,7 +23,7 @@ import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import type { BodyCut } from "./edits/segments.js";
 import { UsageError } from "./errors.js";
 import { checkOptions, type Spec } from "./options.js";
-import { EDITS_HEADER, HISTORY_HEADER, TOOLREF_PREFIX, mayResend } from "./protocol.js";
+import { EDITS_HEADER, HISTORY_HEADER, PROBLEM_TYPE, TOOLREF_PREFIX, mayResend } from "./protocol.js";
 
 const encoder = new TextEncoder();
 
@@ -146,7 +150,11 @@ export class ToolReferenceManager {
     cut?: BodyCut | null,
     path?: string,
   ): Promise<Sent> {
-    const data = body instanceof Uint8Array ? body : encoder.encode(typeof body === "string" ? body : JSON.stringify(body));
+    // Bytes are copied (into a plain Uint8Array: a Buffer's `slice` is a view) unless the
+    // caller cut them already (it copied them then): they are read until the answer, resends
+    // included, and the caller may reuse its buffer meanwhile.
+    const data =
+      body instanceof Uint8Array ? (cut == null ? new Uint8Array(body) : body) : encoder.encode(typeof body === "string" ? body : JSON.stringify(body));
     const pairs = segmentHeaders(new Headers(headers));
     const counted = { attempts: 0, wire: 0 };
     const sent = await this.exchange(data, pairs, post, counted, cut, path);
@@ -184,26 +192,48 @@ export class ToolReferenceManager {
       let response = await post(edit.body, { "Content-Type": MEDIA_TYPE }, true);
       counted.attempts += 1;
       counted.wire += edit.body.length;
-      if (response.status === 415 && !response.headers.has(HISTORY_HEADER)) {
+      const { status } = response;
+      const named = response.headers.has(HISTORY_HEADER);
+      if (status === 415 && !named) {
         // The receiver's refusal of the media type (an app's own 415 is marked with the
         // recipe): this request as it is, and the offer again from now on. The refusal is
-        // read to its end (a small problem), not cancelled: a cancelled answer is a failed
-        // request to a browser's tools, and its connection is not reused.
-        await response.arrayBuffer().catch(() => undefined);
+        // read to its end (a small problem; cancelled past `DISCARD_BYTES`), not cancelled at
+        // once: a cancelled answer is a failed request to a browser's tools, and its
+        // connection is not reused.
+        await discard(response);
         this.pauseMs = Math.min(Math.max(this.pauseMs * 2, FIRST_PAUSE_MS), LONGEST_PAUSE_MS);
         this.pausedUntil = Date.now() + this.pauseMs;
         return plain();
       }
       this.learn(response);
-      if (mayResend(response.status, response.headers.get("content-type"))) {
-        const text = await response.text();
-        const following = await this.editor.onMiss(edit, response.status, parseObject(text));
+      const told = response.headers.has(EDITS_HEADER);
+      // A problem is read whole (as Python's `may_resend` reads it): one the editor resends
+      // on, and a 4xx one from no toolref receiver, which tells whether it is a problem.
+      const isProblem = (response.headers.get("content-type") ?? "").startsWith(PROBLEM_TYPE);
+      let whole: Uint8Array | null = null;
+      if (mayResend(status, response.headers.get("content-type")) || (isProblem && status >= 400 && status < 500 && !named && !told)) {
+        whole = new Uint8Array(await response.arrayBuffer());
+      }
+      const problem = whole === null ? null : parseObject(whole);
+      if (!named && !told && problem === null) {
+        // No receiver of edits answered it (neither a recipe nor `Toolref-Edits`, no problem:
+        // a backend rolled back, a replica without the middleware, an app that could not
+        // parse the edit): forgotten, as Python's `Sender` forgets it; refused, the request
+        // goes again as it is, with the offer.
+        this.edits = 0;
+        if (status >= 400) {
+          if (whole === null) await discard(response);
+          return plain();
+        }
+      }
+      if (problem !== null) {
+        const following = await this.editor.onMiss(edit, status, problem);
         if (following !== null) {
           edit = following;
           continue;
         }
-        response = new Response(text, { status: response.status, statusText: response.statusText, headers: response.headers });
       }
+      if (whole !== null) response = new Response(whole as BodyInit, { status, statusText: response.statusText, headers: response.headers }); // the bytes as they came
       const history = response.headers.get(HISTORY_HEADER);
       this.pauseMs = 0; // answered: the next 415 pauses briefly again
       if (!this.editor.confirm(edit, history)) return sent(response, edit);
@@ -237,9 +267,35 @@ export function readAnswer(response: Response, path: string, answered: (answer: 
   return new Response(tapped, { status: response.status, statusText: response.statusText, headers: response.headers });
 }
 
-function parseObject(text: string): Record<string, unknown> | null {
+/** The most bytes of a refused answer read before it is cancelled (a refusal is small). */
+const DISCARD_BYTES = 64 << 10;
+
+/** Read a refused answer to its end and drop it (its connection is then reused), at most
+ * `DISCARD_BYTES` (then cancelled: a body that never ends holds nothing up). */
+async function discard(response: Response): Promise<void> {
+  const reader = response.body?.getReader();
+  if (reader === undefined) return;
+  let read = 0;
   try {
-    const value: unknown = JSON.parse(text);
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      read += value.length;
+      if (read > DISCARD_BYTES) {
+        await reader.cancel();
+        return;
+      }
+    }
+  } catch {
+    // gone (the app aborted): the next request says so
+  }
+}
+
+const problemDecoder = new TextDecoder();
+
+function parseObject(bytes: Uint8Array): Record<string, unknown> | null {
+  try {
+    const value: unknown = JSON.parse(problemDecoder.decode(bytes));
     return typeof value === "object" && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : null;
   } catch {
     return null;

@@ -6,9 +6,9 @@
 
 import { UsageError } from "./errors.js";
 
-/** What an option holds: checked by `typeof`, or "integer" (a whole number), "ref" (any
+/** What an option holds: checked by `typeof`, or "integer" (a whole number), "any" (any
  * value, checked by its owner), "format" (a string or null). */
-export type Kind = "boolean" | "string" | "function" | "integer" | "format" | "nullable-boolean" | "object";
+export type Kind = "boolean" | "string" | "function" | "integer" | "format" | "nullable-boolean" | "object" | "any";
 
 export type Spec = Readonly<Record<string, Kind>>;
 
@@ -20,6 +20,7 @@ const KINDS: Record<Kind, { test: (value: unknown) => boolean; says: string }> =
   function: { test: (value) => typeof value === "function", says: "a function" },
   integer: { test: (value) => typeof value === "number" && Number.isInteger(value), says: "a whole number" },
   object: { test: (value) => typeof value === "object" && value !== null, says: "an object" },
+  any: { test: () => true, says: "a value its owner checks" }, // a known name, checked where it is used
 };
 
 /** Edit distance between `a` and `b` (case-insensitive), O(|a| x |b|): option names are short. */
@@ -74,7 +75,7 @@ export function checkOptions(where: string, options: unknown, spec: Spec, retire
       const close = nearest(name, known);
       throw new UsageError(
         `${where}({ ${name} }) is not an option` +
-          (close !== null ? `; did you mean ${close}?` : "") +
+          (close !== null ? `; did you mean ${close}?` : ".") +
           ` Known options: ${known.join(", ")}`,
       );
     }

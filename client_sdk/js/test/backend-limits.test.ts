@@ -319,4 +319,23 @@ describe("withToolRef's options", () => {
     expect(() => withToolRef(echo, { registry, timeoutMs: Infinity })).toThrow(/timeoutMs \}\) is Infinity/);
     expect(() => withToolRef(echo, { registry, fetch: "fetch" as unknown as typeof fetch })).toThrow(/takes a function, not string/);
   });
+
+  it("an unknown or mistyped option fails at once (it did nothing: `apiKey` sent no key, and every edit was a 415)", () => {
+    const registry = "http://registry.test";
+    const options = (extra: Record<string, unknown>) => ({ registry, ...extra }) as never;
+    expect(() => withToolRef(echo, options({ apiKey: "k" }))).toThrow(
+      "withToolRef({ apiKey }) is not an option. Known options: registry, key, fetch, messagesKey, format, maxBodyBytes, maxInflatedBytes, timeoutMs, maxAnswerBytes",
+    );
+    expect(() => withToolRef(echo, options({ timeoutMS: 100 }))).toThrow(/withToolRef\(\{ timeoutMS \}\) is not an option; did you mean timeoutMs\?/);
+    expect(() => withToolRef(echo, options({ maxBodySize: 1 }))).toThrow(/maxBodySize \}\) is not an option/);
+    expect(() => withToolRef(echo, options({ key: 42 }))).toThrow("withToolRef({ key }) takes a string, not number 42; pass one or leave it out");
+    expect(() => withToolRef(echo, options({ messagesKey: ["messages"] }))).toThrow(/messagesKey \}\) takes a string, not an array/);
+    expect(() => withToolRef(echo, options({ messagesKey: "" }))).toThrow(/messagesKey \}\) is empty/);
+    expect(() => withToolRef(echo, options({ format: "openai" }))).toThrow(
+      'withToolRef({ format }) is "openai"; use one of openai-chat, anthropic, openai-responses, ai-sdk-v5, ai-sdk-v4, or leave it out to have it detected',
+    );
+    expect(() => withToolRef(echo, "http://registry.test" as never)).toThrow(/takes an object of options such as \{ registry/);
+    // What is right still is.
+    expect(typeof withToolRef(echo, { registry, key: "k", messagesKey: "input", format: "anthropic", timeoutMs: 10 })).toBe("function");
+  });
 });

@@ -3,7 +3,22 @@
 // misses and 415s recovered before the app sees anything, answers unread, credentials beside
 // the edit, the state shared per endpoint, the LLM APIs' keys, and the retired options.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { MEDIA_TYPE, SHARED_ENDPOINTS, VERSION, ToolReferenceManager, UsageError, forgetSharedState, sharedEndpoints, toolrefFetch, type ExchangeInfo } from "../src/index.js";
+import {
+  MEDIA_TYPE,
+  PIECE_MIN,
+  Recipes,
+  SHARED_ENDPOINTS,
+  VERSION,
+  ToolReferenceManager,
+  UsageError,
+  entryOf,
+  forgetSharedState,
+  isPiece,
+  recipeRef,
+  sharedEndpoints,
+  toolrefFetch,
+  type ExchangeInfo,
+} from "../src/index.js";
 import { Receiver } from "./receiver.js";
 
 afterEach(() => forgetSharedState());
@@ -252,5 +267,168 @@ describe("options", () => {
     expect(() => toolrefFetch({ onExchange: "log" as never })).toThrow(/takes a function/);
     expect(() => toolrefFetch("fast" as never)).toThrow(UsageError);
     expect(() => toolrefFetch({ manager: {} as never })).toThrow(/takes a ToolReferenceManager/);
+  });
+});
+
+// Found in review (CHANGELOG 0.3.0, "Fixed (the JS SDK, found in review)").
+describe("what the receiver restores is what the app's fetch would have sent", () => {
+  const URL_ = "http://app.test/api/chat";
+  const JSON_HEADERS = { "content-type": "application/json" };
+  const text = (turns: number) => JSON.stringify({ messages: uiConversation(turns) });
+
+  it("a body buffer the app reuses or transfers once fetch returned changes nothing: edits and the resend after a 415 carry the bytes given", async () => {
+    const receiver = new Receiver();
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) });
+    const encoder = new TextEncoder();
+    for (const turns of [1, 2, 3]) {
+      const body = encoder.encode(text(turns));
+      const pending = send(URL_, { method: "POST", headers: JSON_HEADERS, body });
+      body.fill(0x20); // fetch took its copy when called: the app may reuse its buffer
+      expect((await pending).status).toBe(200);
+      expect(decoder.decode(receiver.arrived.at(-1)!.restored.body)).toBe(text(turns));
+    }
+    expect(exchanges.map((info) => info.edit)).toEqual([false, true, true]);
+    receiver.refuses = true; // a 415 to the edit: the request goes again as it is, later
+    const buffer = encoder.encode(text(4)).buffer;
+    const pending = send(URL_, { method: "POST", headers: JSON_HEADERS, body: buffer });
+    structuredClone(buffer, { transfer: [buffer] }); // handed to a worker: detached here
+    expect(buffer.byteLength).toBe(0);
+    expect((await pending).status).toBe(200);
+    expect(exchanges.at(-1)).toMatchObject({ attempts: 2, edit: false });
+    expect(decoder.decode(receiver.arrived.at(-1)!.wire)).toBe(text(4));
+  });
+
+  it("a Buffer body: the pieces kept are copies of their own, not views holding the app's whole body", async () => {
+    const receiver = new Receiver();
+    const manager = new ToolReferenceManager();
+    const send = toolrefFetch({ fetch: receiver.fetch, manager });
+    const file = { id: "f", role: "user", parts: [{ type: "text", text: "z".repeat(PIECE_MIN + 100) }] };
+    for (const turns of [1, 2]) {
+      const body = Buffer.from(JSON.stringify({ messages: [file, ...uiConversation(turns)] }));
+      await (await send(URL_, { method: "POST", headers: JSON_HEADERS, body })).text();
+    }
+    const recipes = manager.editor.recipes;
+    const recipe = recipes.get(recipes.refs()[0]!)!;
+    const pieces = recipe.entries.map((entry, index) => (isPiece(entry) ? recipes.segment(recipe, index) : null)).filter((piece) => piece !== null);
+    expect(pieces.length).toBeGreaterThan(0);
+    for (const piece of pieces) expect(piece.buffer.byteLength).toBe(piece.length);
+    // The same for a recipe kept straight from Buffer segments (a transport of one's own).
+    const body = Buffer.from("y".repeat(4 * PIECE_MIN));
+    const segments = [body.subarray(0, PIECE_MIN), body.subarray(PIECE_MIN)];
+    const entries = await Promise.all(segments.map(entryOf));
+    const own = new Recipes();
+    expect(own.keep(await recipeRef(entries), entries, segments)).toBe(true);
+    const kept = own.get(own.refs()[0]!)!;
+    for (const index of [0, 1]) expect(own.segment(kept, index).buffer.byteLength).toBe(segments[index]!.length);
+  });
+
+  it("a string body with no Content-Type: the receiver gets fetch's own text/plain;charset=UTF-8, as it is and restored from an edit", async () => {
+    const receiver = new Receiver();
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) });
+    const expected = new Request(URL_, { method: "POST", body: text(1) }).headers.get("content-type");
+    expect(expected).toBe("text/plain;charset=UTF-8");
+    for (const turns of [1, 2, 3]) await (await send(URL_, { method: "POST", body: text(turns) })).text();
+    expect(exchanges.map((info) => info.edit)).toEqual([false, true, true]);
+    for (const item of receiver.arrived) {
+      expect(new Map(item.restored.headers).get("content-type")).toBe(expected);
+    }
+    expect(receiver.arrived.map((item) => decoder.decode(item.restored.body))).toEqual([text(1), text(2), text(3)]);
+  });
+
+  it("a Request as input with init's headers: init's replace the Request's (they never merge), as fetch does", async () => {
+    const receiver = new Receiver();
+    const exchanges: ExchangeInfo[] = [];
+    const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) });
+    const request = new Request(URL_, { method: "POST", headers: { "x-old": "1", authorization: "Bearer old" } });
+    const init = { method: "POST", headers: { ...JSON_HEADERS, "x-new": "2" } };
+    const expected = [...new Request(request, { ...init, body: "{}" }).headers.keys()].sort();
+    expect(expected).toEqual(["content-type", "x-new"]);
+    for (const turns of [1, 2, 3]) await (await send(request, { ...init, body: text(turns) })).text();
+    expect(exchanges.map((info) => info.edit)).toEqual([false, true, true]);
+    for (const item of receiver.arrived) {
+      expect(item.restored.headers.map(([name]) => name).filter((name) => name !== "toolref-edits").sort()).toEqual(expected);
+    }
+    // The same Request and init without headers: the Request's.
+    await (await send(request, { method: "POST", body: text(4) })).text();
+    expect(new Map(receiver.arrived.at(-1)!.restored.headers).get("x-old")).toBe("1");
+  });
+});
+
+describe("a receiver that stops reading edits (Python's Sender recovers: so does this)", () => {
+  const URL_ = "http://app.test/api/chat";
+
+  /** A receiver of edits until `rolledBack`; then a backend without toolref answering an
+   * edit with `refusal` (the body could not be parsed as the app's JSON). */
+  function rollingBack(refusal: () => Response) {
+    const receiver = new Receiver();
+    const state = { rolledBack: false, plain: [] as string[] };
+    const fetch = (async (input: RequestInfo | URL, init?: RequestInit) => {
+      if (!state.rolledBack) return receiver.fetch(input, init);
+      const request = new Request(input, init);
+      const body = await request.text();
+      if (request.headers.get("content-type") === MEDIA_TYPE) return refusal();
+      state.plain.push(body);
+      return new Response("answered: " + body.length, { headers: { "content-type": "text/plain" } });
+    }) as typeof globalThis.fetch;
+    return { state, fetch };
+  }
+
+  for (const [what, refusal] of [
+    ["a 400 its JSON parser wrote", () => new Response('{"error":"Unexpected token"}', { status: 400, headers: { "content-type": "application/json" } })],
+    ["a 500 (a route's request.json() threw)", () => new Response("Internal Server Error", { status: 500 })],
+    ["a 422 problem+json of its own that is no JSON object", () => new Response("[]", { status: 422, headers: { "content-type": "application/problem+json" } })],
+  ] as const) {
+    it(`${what} to an edit: the request goes again as it is, unseen, and the next ones as they are`, async () => {
+      const { state, fetch } = rollingBack(refusal);
+      const exchanges: ExchangeInfo[] = [];
+      const send = toolrefFetch({ fetch, onExchange: (info) => exchanges.push(info) });
+      for (const turns of [1, 2]) await (await send(URL_, { method: "POST", headers: HEADERS, body: JSON.stringify({ messages: uiConversation(turns) }) })).text();
+      state.rolledBack = true;
+      for (const turns of [3, 4]) {
+        const body = JSON.stringify({ messages: uiConversation(turns) });
+        const answer = await send(URL_, { method: "POST", headers: HEADERS, body });
+        expect(answer.status).toBe(200);
+        expect(await answer.text()).toBe("answered: " + body.length);
+        expect(state.plain.at(-1)).toBe(body);
+      }
+      expect(exchanges.map((info) => [info.edit, info.attempts])).toEqual([
+        [false, 1],
+        [true, 1],
+        [false, 2], // the edit refused, then as it is
+        [false, 1], // forgotten: as it is, with the offer
+      ]);
+    });
+  }
+
+  it("a toolref problem without Toolref-Edits (a gateway's 401) is handed back, the endpoint not forgotten", async () => {
+    const problem = JSON.stringify({ type: "urn:toolref:problem:unauthorized", status: 401, detail: "unknown Toolref-Key" });
+    const { state, fetch } = rollingBack(() => new Response(problem, { status: 401, headers: { "content-type": "application/problem+json" } }));
+    const exchanges: ExchangeInfo[] = [];
+    const manager = new ToolReferenceManager();
+    const send = toolrefFetch({ fetch, manager, onExchange: (info) => exchanges.push(info) });
+    for (const turns of [1, 2]) await (await send(URL_, { method: "POST", headers: HEADERS, body: JSON.stringify({ messages: uiConversation(turns) }) })).text();
+    state.rolledBack = true;
+    const answer = await send(URL_, { method: "POST", headers: HEADERS, body: JSON.stringify({ messages: uiConversation(3) }) });
+    expect(answer.status).toBe(401);
+    expect(await answer.text()).toBe(problem);
+    expect(exchanges.at(-1)).toMatchObject({ edit: true, attempts: 1 });
+    expect(manager.edits).toBe(2);
+  });
+
+  it("a problem handed back is the receiver's bytes, not a decoding of them", async () => {
+    // The app's own 400 problem to a request an edit stood for (it names the recipe): a BOM
+    // and a byte that is no UTF-8, which response.text() would drop and replace.
+    const bytes = Uint8Array.from([0xef, 0xbb, 0xbf, ...new TextEncoder().encode('{"type":"urn:app:bad","detail":"'), 0xff, 0x22, 0x7d]);
+    const receiver = new Receiver((arrived) =>
+      arrived.edit === null ? new Response("ok") : new Response(bytes as BodyInit, { status: 400, headers: { "content-type": "application/problem+json" } }),
+    );
+    const send = toolrefFetch({ fetch: receiver.fetch });
+    await (await post(send, URL_, { messages: uiConversation(1) })).text();
+    const answer = await post(send, URL_, { messages: uiConversation(2) });
+    expect(answer.status).toBe(400);
+    expect(answer.headers.get("Toolref-History")).not.toBeNull();
+    expect(new Uint8Array(await answer.arrayBuffer())).toEqual(bytes);
   });
 });

@@ -100,7 +100,9 @@ export class Recipes {
     let freshBytes = 0;
     for (const segment of fresh.values()) freshBytes += segment.length;
     if (cost + freshBytes > this.maxBytes) return false;
-    for (const [key, segment] of fresh) this.pieces.set(key, segment.slice()); // a copy: never the request's buffer
+    // A copy, a plain Uint8Array: never the request's buffer (a Node Buffer's `slice` is a
+    // view, which would keep the whole request for one piece of it).
+    for (const [key, segment] of fresh) this.pieces.set(key, new Uint8Array(segment));
     this.held += freshBytes + cost;
     for (const entry of entries) {
       const key = sharedKey(entry);
