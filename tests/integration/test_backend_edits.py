@@ -22,6 +22,7 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -280,6 +281,41 @@ async def test_the_backend_tells_clients_the_edits_its_registry_applies(
     else:
         assert told == [None] * 4
         assert manager.savings.edits == 0
+
+
+async def test_an_app_that_raises_on_a_restored_edit_runs_once(redis: Redis) -> None:
+    """The middleware inside Starlette's own error handling (`add_middleware`, as apps add
+    it): a route that raises on a restored edit is answered 500 once, marked as this
+    backend's answer, and the exception still reaches the server. Unmarked, the client took
+    the server's 500 for a backend that no longer reads edits and sent the request again as
+    it is: the route ran twice (two model calls, where it calls one)."""
+    runs: list[int] = []
+    service = create_app(Settings(redis_url="unused"), redis=redis)
+    async with service.router.lifespan_context(service):
+        client = AsyncRegistryClient("http://registry", transport=httpx.ASGITransport(app=service))
+
+        async def chat(request: Request) -> Response:
+            runs.append(len(await request.body()))
+            if len(runs) > 1:
+                raise RuntimeError("the model call failed")
+            return JSONResponse({"reply": "ok"})
+
+        backend_app = Starlette(
+            routes=[Route("/chat", chat, methods=["POST"])],
+            middleware=[Middleware(ToolRefMiddleware, registry=client)],
+        )
+        transport = httpx.ASGITransport(app=backend_app, raise_app_exceptions=False)
+        manager = ToolReferenceManager()
+        async with httpx.AsyncClient(transport=transport, base_url="http://backend") as http:
+            first, second = turns(2)
+            assert (await manager.apost(http, "/chat", json=first)).status_code == 200
+            failed = await manager.apost(http, "/chat", json=second)
+        await client.aclose()
+    assert failed.status_code == 500
+    assert "toolref-history" in failed.headers  # this backend's answer, not a stranger's
+    assert "it was not sent again" in failed.json()["detail"]
+    assert runs == [len(sdk_bytes(first)), len(sdk_bytes(second))]  # each turn ran once
+    assert manager.savings.edits == 1
 
 
 async def test_a_header_in_utf_8_reaches_the_app_byte_for_byte(redis: Redis) -> None:

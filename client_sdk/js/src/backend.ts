@@ -298,7 +298,16 @@ async function applied(context: Context, request: Request): Promise<Response> {
   });
   merged.set("content-length", String(restored.body.length));
   const rebuilt = new Request(request.url, { method: "POST", headers: merged, body: restored.body as BodyInit, signal: request.signal });
-  let response = await context.handler(rebuilt);
+  let response: Response;
+  try {
+    response = await context.handler(rebuilt);
+  } catch (error) {
+    // Answered here, marked below as this backend's answer: a framework's unmarked 500 reads
+    // as a backend that no longer reads edits, and the client would send the request again
+    // as it is (the handler running twice). The error is logged, as a framework logs it.
+    console.error("toolref withToolRef: the handler threw on a restored request", error);
+    response = problem(500, "internal", "the app failed on this request (an error its handler did not handle: see the server's log); it was not sent again", {}, {});
+  }
   const marks: Record<string, string> = { ...edits(await told), [SAVINGS_HEADER]: savingsValue(restored.body.length, data.length) };
   const history = answer.headers.get(HISTORY_HEADER);
   if (history !== null) {

@@ -4,7 +4,7 @@
 // client's exact bytes and headers, the wire carries edits from the second request, a
 // registry emptied or gone mid-conversation is recovered without the app noticing, the
 // handler's stream reaches the client as it is written, protocol-2 markers still hydrate.
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { MEDIA_TYPE, VERSION, toolrefFetch, withToolRef, type ExchangeInfo } from "../src/index.js";
 import { backend, missingPython, registry, type Service } from "./services.js";
 
@@ -264,6 +264,47 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     }
     const last = exchanges.at(-1)!;
     expect(last.rawBytes / last.wireBytes).toBeGreaterThan(10);
+  });
+
+  it("a handler that throws on a restored edit runs once: answered 500, marked as this backend's, not sent again", async () => {
+    let runs = 0;
+    const handle = withToolRef(async (request: Request) => {
+      runs += 1;
+      await request.text();
+      if (runs > 1) throw new Error("the model call failed");
+      return new Response('{"reply":"ok"}', { headers: { "content-type": "application/json" } });
+    }, { registry: reg.service.url });
+    // as a framework serves it: a thrown error becomes its own (unmarked) 500
+    const framework = async (request: Request): Promise<Response> => {
+      try {
+        return await handle(request);
+      } catch {
+        return new Response("Internal Server Error", { status: 500 });
+      }
+    };
+    const exchanges: ExchangeInfo[] = [];
+    const send = client(framework, exchanges);
+    const logged = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    try {
+      const post = (messages: Message[]): Promise<Response> =>
+        send("http://backend.test/api/chat", {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ id: "chat-throws", messages }),
+        });
+      const first = await post([user(0)]);
+      expect(first.status).toBe(200);
+      expect(first.headers.get("Toolref-Edits")).toBe(String(VERSION));
+      const failed = await post([user(0), user(1)]);
+      expect(exchanges.map((info) => info.edit)).toEqual([false, true]);
+      expect(failed.status).toBe(500);
+      expect(failed.headers.get("Toolref-History")).toMatch(/^tb_/);
+      expect(((await failed.json()) as { detail: string }).detail).toMatch(/it was not sent again/);
+      expect(runs).toBe(2); // once per turn: the failed one was not sent again as it is
+      expect(logged).toHaveBeenCalledTimes(1);
+    } finally {
+      logged.mockRestore();
+    }
   });
 
   it("a streamed LLM answer to an edit is kept by the registry once its last piece reached the client, before its stream closes", async () => {

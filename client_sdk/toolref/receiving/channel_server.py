@@ -214,6 +214,9 @@ async def _served(
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the answer broke off: the sender's request fails, as on HTTP
+        if ended:  # answered whole before the app raised (its error answered for it)
+            log.warning("channel turn %d: the app raised after its answer: %r", stream, exc)
+            return
         log.warning("channel turn %d broke off: %s", stream, type(exc).__name__)
         with contextlib.suppress(Exception):  # the socket itself may be what failed
             await out(frames.broken(stream, type(exc).__name__))

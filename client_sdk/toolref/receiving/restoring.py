@@ -22,6 +22,7 @@ while: `toolref.sending.pause`): chatting never stops.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
@@ -137,8 +138,40 @@ async def restore_edit(
         return True
     answered = kept_answer(send, registry, applied.ref, scope["path"])
     marks = marked(answered, applied, len(data), channel, version)
-    await app(restored, replay(applied.body, receive), marks)
+    await answered_always(app, restored, replay(applied.body, receive), marks, problem)
     return True
+
+
+async def answered_always(
+    app: ASGIApp,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    problem: Callable[[Send, ToolrefError], Awaitable[None]],
+) -> None:
+    """`app` on a restored request, its exception re-raised (for the server to log), but
+    answered here first when the app had not begun its answer: a 500 with the edit's marks
+    (`send`), so that the client takes it as this receiver's answer. Unmarked, the server's
+    own 500 reads as a receiver that no longer reads edits, and the client sends the request
+    again as it is: the app would run twice."""
+    started = False
+
+    async def watched(message: Message) -> None:
+        nonlocal started
+        started = started or message["type"] == "http.response.start"
+        await send(message)
+
+    try:
+        await app(scope, receive, watched)
+    except Exception:
+        if not started:
+            failed = ToolrefError(
+                "the app failed on this request (an exception it did not handle: see the "
+                "server's log); it was not sent again"
+            )
+            with contextlib.suppress(Exception):  # the client gone: nothing to tell
+                await problem(send, failed)
+        raise
 
 
 def reserved(account: Account, limit: int) -> Callable[[int], None]:
