@@ -27,23 +27,48 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import IO, Any, Final
 
 import msgpack
 import zstandard
 
 from toolref.wire.canonical import Ref, is_ref
-from toolref.wire.errors import ValidationError
+from toolref.wire.errors import StoreUnavailableError, ValidationError
+from toolref.wire.models import MAX_SUMMARY_CHARS  # the largest summary budget (maxChars)
 from toolref_server.settings import TENANT_RE as TENANT_NAME  # the one tenant grammar
+from toolref_server.settings import Settings
+from toolref_server.settings.bodies import BodyLimits
+from toolref_server.settings.records import RecordSettings
 from toolref_server.storage import keys, keyspace, record
 from toolref_server.storage.keyspace import Client
 
 FORMAT: Final = 1
 _PAGE: Final = keyspace.PAGE
-_MAX_ITEM: Final = 256 * 2**20  # one item of the file, and one history message inflated
-_MAX_SUMMARY_CHARS: Final = 20_000  # the largest summary budget (maxChars)
-_ID_BYTES: Final = 16
+_SLACK: Final = 64 << 10  # an item's key and framing, a record's header, beside its content
 _PIECE: Final = 4096  # compressed bytes fed to the inflater at a time
+_FED: Final = 64 << 10  # inflated bytes fed to the item reader at a time
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What an import writes, by the settings of the registry it writes for: each key
+    lives at most `ttl_seconds` (TOOLREF_TTL_SECONDS; one without a lifetime gets that), and
+    a record holds at most `max_bytes` once inflated (TOOLREF_MAX_DECOMPRESSED_BYTES: no
+    request within it could have made a larger one). Defaults: those settings' defaults."""
+
+    ttl_seconds: int = RecordSettings.model_fields["ttl_seconds"].default
+    max_bytes: int = BodyLimits.model_fields["max_decompressed_bytes"].default
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        return cls(settings.ttl_seconds, settings.max_decompressed_bytes)
+
+    @property
+    def max_item(self) -> int:
+        """Bytes of one item of the file, as stored: its record within `max_bytes`."""
+        return self.max_bytes + _SLACK
+
 
 Progress = Callable[[int, int], None]  # (keys done, bytes done)
 
@@ -92,16 +117,19 @@ def import_(
     progress: Progress | None = None,
     tenant: str | None = None,
     checked: Progress | None = None,
+    *,
+    limits: Limits = Limits(),
 ) -> tuple[int, int]:
     """Check every item of an export, then write the keys that are absent; return (written,
     already present). A file with one bad item is refused whole (`ValidationError` naming
-    the first), and nothing is written. `tenant`: every key must be that tenant's."""
+    the first), and nothing is written. `tenant`: every key must be that tenant's.
+    `limits`: the importing registry's (`Limits.of(settings)`)."""
     _check_tenant(tenant)
     with _rereadable(source) as stream:
         start = stream.tell()
-        verify(stream, tenant, checked)
+        total = verify(stream, tenant, checked, limits)
         stream.seek(start)
-        return _write(redis, stream, progress)
+        return _write(redis, stream, progress, limits, total)
 
 
 @contextlib.contextmanager
@@ -117,13 +145,14 @@ def _rereadable(source: IO[bytes]) -> Iterator[IO[bytes]]:
         yield copy
 
 
-def _items(source: IO[bytes]) -> Iterator[Any]:
+def _items(source: IO[bytes], limits: Limits) -> Iterator[Any]:
     """The msgpack items of an export's zstd stream, one at a time; a `ValidationError` when
     the stream does not end where a frame and an item end (a file cut short: zstd's stream
-    reader would hand back the prefix as if it were whole). Input is fed `_PIECE` bytes at a
-    time, so what one step inflates to stays bounded (at most 32 zstd blocks of 128 KiB per
-    KiB of input); memory otherwise holds one item."""
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=_MAX_ITEM)
+    reader would hand back the prefix as if it were whole), or for an item larger than
+    `limits.max_item`. Input is fed `_PIECE` bytes at a time, so what one step inflates to
+    stays bounded (at most 32 zstd blocks of 128 KiB per KiB of input), and handed to the
+    item reader `_FED` bytes at a time; memory otherwise holds one item."""
+    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=limits.max_item + _FED)
     decompressor = zstandard.ZstdDecompressor()
     inflater, open_frame, fed, parsed = decompressor.decompressobj(), False, 0, 0
     try:
@@ -135,18 +164,32 @@ def _items(source: IO[bytes]) -> Iterator[Any]:
                 if inflater.eof:  # a frame ended; another may follow it
                     piece = inflater.unused_data
                     inflater, open_frame = decompressor.decompressobj(), False
-                if out:
-                    unpacker.feed(out)
-                    fed += len(out)
+                for at in range(0, len(out), _FED):
+                    unpacker.feed(out[at : at + _FED])
+                    fed += min(_FED, len(out) - at)
                     for item in unpacker:
                         parsed = unpacker.tell()  # where the last whole item ends
                         yield item
+                    if fed - parsed > limits.max_item:
+                        raise _oversized(fed - parsed, limits)
+    except msgpack.BufferFull:
+        raise _oversized(fed - parsed, limits) from None
     except (zstandard.ZstdError, msgpack.UnpackException, ValueError) as exc:
         raise _unreadable(f"{type(exc).__name__}: {exc}") from None
     if open_frame or fed == 0:
         raise _unreadable("its zstd stream ends before its frame does")
     if parsed != fed:
         raise _unreadable(f"its last {fed - parsed} bytes are part of an item")
+
+
+def _oversized(size: int, limits: Limits) -> ValidationError:
+    return ValidationError(
+        f"the file holds an item of more than {size} bytes, over the {limits.max_item} an "
+        f"item may take (a record within TOOLREF_MAX_DECOMPRESSED_BYTES, {limits.max_bytes}, "
+        "and its key); nothing was imported. Import it into a registry whose "
+        "TOOLREF_MAX_DECOMPRESSED_BYTES is as large as the one it was exported from (set it "
+        "for the import too), or make the file again with `toolref-server cache export`"
+    )
 
 
 def _unreadable(why: str) -> ValidationError:
@@ -166,10 +209,15 @@ def _header(items: Iterator[Any]) -> dict[str, Any]:
     return header
 
 
-def verify(source: IO[bytes], tenant: str | None = None, progress: Progress | None = None) -> int:
+def verify(
+    source: IO[bytes],
+    tenant: str | None = None,
+    progress: Progress | None = None,
+    limits: Limits = Limits(),
+) -> int:
     """Check every item of an export (`check_item`) without writing anything; return how
     many there are. Linear in the file; memory: one item at a time."""
-    items = _items(source)
+    items = _items(source, limits)
     header = _header(items)
     named = header.get("tenant")
     if named is not None and (not isinstance(named, str) or not TENANT_NAME.fullmatch(named)):
@@ -185,7 +233,7 @@ def verify(source: IO[bytes], tenant: str | None = None, progress: Progress | No
     owner = tenant if tenant is not None else named
     count = 0
     for count, item in enumerate(items, start=1):
-        problem = check_item(item, owner)
+        problem = check_item(item, owner, limits)
         if problem is not None:
             shown = _shown_key(item)
             raise ValidationError(
@@ -210,10 +258,11 @@ def _shown_key(item: Any) -> str:
     return f"a {type(item).__name__}, not a [key, value, ttl] item"
 
 
-def check_item(item: Any, tenant: str | None) -> str | None:
+def check_item(item: Any, tenant: str | None, limits: Limits = Limits()) -> str | None:
     """What is wrong with one `[key, value, ttl_ms]` item of an export (None: nothing).
     `tenant`: the tenant every key must belong to, when the file names one. Pure; linear
-    in the item (a record's content is hashed, a history message inflated and hashed)."""
+    in the item (a record's size read from its frame, then its content inflated and
+    hashed)."""
     if not isinstance(item, list | tuple) or len(item) != 3:
         return "is not a [key, value, ttl] item"
     key, value, ttl = item
@@ -235,12 +284,20 @@ def check_item(item: Any, tenant: str | None) -> str | None:
     check = _CHECKS.get(kind)
     if check is None:
         return f"is of kind {kind!r}, which exports never hold (they hold {', '.join(_CHECKS)})"
-    return check(rest, value)
+    return check(rest, value, limits)
 
 
-def _check_record(rest: str, value: bytes) -> str | None:
+def _check_record(rest: str, value: bytes, limits: Limits) -> str | None:
     if not is_ref("tr_" + rest):
         return "has a record key whose ref is malformed"
+    size = record.work_size(value)  # as its zstd frame declares it: nothing inflated yet
+    if size > limits.max_bytes + _SLACK:
+        return (
+            f"holds a record of {size} bytes once inflated, over "
+            f"TOOLREF_MAX_DECOMPRESSED_BYTES ({limits.max_bytes}): no request the importing "
+            "registry reads could have made it (set TOOLREF_MAX_DECOMPRESSED_BYTES for the "
+            "import as the registry it came from had it, or leave the record out)"
+        )
     try:
         record.decode(value)
     except record.UnknownDictionaryError as exc:
@@ -255,7 +312,7 @@ def _check_record(rest: str, value: bytes) -> str | None:
     return None
 
 
-def _check_summary(rest: str, value: bytes) -> str | None:
+def _check_summary(rest: str, value: bytes, _limits: Limits) -> str | None:
     body, _, summarizer = rest.partition(":")
     if not is_ref("tr_" + body) or not summarizer or keys.is_lock(summarizer):
         return "has a summary key that is not `<ref>:<summarizer id>`"
@@ -264,36 +321,44 @@ def _check_summary(rest: str, value: bytes) -> str | None:
     except UnicodeDecodeError:
         return "holds a summary that is not UTF-8"
     budget = summarizer.rpartition(":")[2]
-    limit = int(budget) if budget.isdigit() else _MAX_SUMMARY_CHARS
-    if len(text) > min(limit, _MAX_SUMMARY_CHARS):
+    limit = int(budget) if budget.isdigit() else MAX_SUMMARY_CHARS
+    if len(text) > min(limit, MAX_SUMMARY_CHARS):
         return f"holds a summary of {len(text)} characters, over its budget of {limit}"
     return None
 
 
-_CHECKS: Final[dict[str, Callable[[str, bytes], str | None]]] = {
+_CHECKS: Final[dict[str, Callable[[str, bytes, Limits], str | None]]] = {
     "i": _check_record,
     "s": _check_summary,
     "d": _check_summary,
 }
 
 
-def _write(redis: Client, source: IO[bytes], progress: Progress | None) -> tuple[int, int]:
-    """Write the keys of a checked export that are absent: `SET NX`, one pipeline a page."""
-    items = _items(source)
+def _write(
+    redis: Client, source: IO[bytes], progress: Progress | None, limits: Limits, total: int
+) -> tuple[int, int]:
+    """Write the keys of a checked export (`total` items) that are absent: `SET NX`, one
+    pipeline a page, each to live at most `limits.ttl_seconds` (one without a lifetime that
+    long). An engine lost midway is a `StoreUnavailableError` saying what was imported."""
+    items = _items(source, limits)
+    longest = limits.ttl_seconds * 1000
     _header(items)
     written = present = done = 0
     batch: list[list[Any]] = []
 
     def flush() -> None:
         nonlocal written, present
-        done_now, there = keyspace.put_absent(redis, batch)
+        try:
+            done_now, there = keyspace.put_absent(redis, batch)
+        except StoreUnavailableError as exc:
+            raise _lost(written + present, total, exc) from None
         written += done_now
         present += there
         batch.clear()
 
     for item in items:
         key, value, ttl = item
-        batch.append([key, value, ttl])
+        batch.append([key, value, min(ttl, longest) if ttl > 0 else longest])
         done += 1
         if len(batch) >= _PAGE:
             flush()
@@ -304,6 +369,15 @@ def _write(redis: Client, source: IO[bytes], progress: Progress | None) -> tuple
     if progress is not None:
         progress(done, 0)
     return written, present
+
+
+def _lost(imported: int, total: int, exc: StoreUnavailableError) -> StoreUnavailableError:
+    return StoreUnavailableError(
+        f"{exc.detail.partition(';')[0]} after {imported} of the file's {total} keys were "
+        "imported (the last batch may be in part); run the same import again once the "
+        "engine answers: it writes only the keys still absent, and leaves those written as "
+        "they are"
+    )
 
 
 def bar(verb: str, stream: IO[str] = sys.stderr) -> Progress:

@@ -12,6 +12,7 @@ import io
 import json
 import subprocess
 import sys
+import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,12 +23,14 @@ import pytest
 import zstandard
 from redis import Redis as SyncRedis
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
+from tests.support.processes import clean_env
 from tests.support.records import encode_values
 from toolref.edits.wire import MEDIA_TYPE as EDIT
 from toolref.sending.editor import Editor
 from toolref.wire.canonical import digest_key, digest_of
-from toolref.wire.errors import ValidationError
+from toolref.wire.errors import StoreUnavailableError, ValidationError
 from toolref_server import export
 from toolref_server.storage import record
 
@@ -198,6 +201,106 @@ async def test_tenant_option_refuses_another_tenants_file(redis: Redis, engine_u
     assert await snapshot(redis) == {}
 
 
+async def test_imported_keys_live_at_most_the_registrys_ttl(redis: Redis, engine_url: str) -> None:
+    """Found: import gave each key the lifetime its file named: -1 (a key without expiry,
+    which `volatile-lru` never evicts and the stored-bytes quota counts once at most) or ten
+    years. Now every key lives at most TOOLREF_TTL_SECONDS, one without a lifetime that."""
+    lifetimes = [-1, 10 * 365 * 86_400_000, 60_000]
+    items = [
+        [*record_item("acme", {**GOOD, "result": f"line {n}\n"})[:2], ttl]
+        for n, ttl in enumerate(lifetimes)
+    ]
+    with sync(engine_url) as target:
+        limits = export.Limits(ttl_seconds=3_600)
+        assert export.import_(target, io.BytesIO(export_file("acme", items)), limits=limits) == (
+            3,
+            0,
+        )
+    left = [await redis.pttl(item[0]) for item in items]
+    assert all(0 < ms <= 3_600_000 for ms in left), left
+    assert left[2] <= 60_000  # a shorter lifetime is kept as it is
+    assert left[0] > 3_500_000  # none: the whole TTL
+
+
+def big_record(tenant: str, size: int) -> list[Any]:
+    """A true record (it holds what its ref names) whose result is `size` zeros: a few KB
+    stored, `size` bytes once inflated."""
+    return record_item(tenant, {**GOOD, "result": "0" * size})
+
+
+async def test_a_record_past_the_inflated_limit_is_refused_before_it_is_inflated(
+    redis: Redis, engine_url: str
+) -> None:
+    """Found: a record of any size was checked and written (items up to 256 MiB, a fixed
+    limit, and their zstd bodies inflated whole to be checked): a 20 KB item of a true
+    record held 16 MiB once inflated, which import inflated, wrote, and the service then
+    read back whole. Now a record larger than TOOLREF_MAX_DECOMPRESSED_BYTES (no request
+    within it could have made it) refuses the file, by the size its frame declares,
+    before anything is inflated or written."""
+    item = big_record("acme", 16 << 20)
+    assert len(item[1]) < 64 << 10
+    data = export_file("acme", [record_item("acme", GOOD), item])
+    limits = export.Limits(max_bytes=1 << 20)
+    tracemalloc.start()
+    try:
+        with sync(engine_url) as target, pytest.raises(ValidationError) as refused:
+            export.import_(target, io.BytesIO(data), limits=limits)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert await snapshot(redis) == {}
+    detail = refused.value.detail
+    assert "item 2" in detail, detail
+    assert "TOOLREF_MAX_DECOMPRESSED_BYTES" in detail, detail
+    assert str(1 << 20) in detail, detail
+    assert peak < 4 << 20, peak  # not the 16 MiB
+    # An item larger than the limit as it is stored is refused as it is read.
+    raw = [item[0], b"\x03" + b"x" * (2 << 20), TTL]
+    with sync(engine_url) as target, pytest.raises(ValidationError) as refused:
+        export.import_(target, io.BytesIO(export_file("acme", [raw])), limits=limits)
+    assert "TOOLREF_MAX_DECOMPRESSED_BYTES" in refused.value.detail, refused.value.detail
+    assert await snapshot(redis) == {}
+
+
+class FailingAfter:
+    """A client whose pipelines fail (the engine gone) once `pages` of them ran."""
+
+    def __init__(self, client: SyncRedis, pages: int) -> None:
+        self.client, self.pages = client, pages
+
+    def pipeline(self, **options: Any) -> Any:
+        pipe = self.client.pipeline(**options)
+        if self.pages <= 0:
+            pipe.execute = self._gone  # type: ignore[method-assign,assignment]
+        self.pages -= 1
+        return pipe
+
+    @staticmethod
+    def _gone(*_: Any) -> Any:
+        raise RedisConnectionError("Connection closed by server.")
+
+
+async def test_an_engine_lost_mid_import_says_what_was_written_and_the_rerun_completes(
+    redis: Redis, engine_url: str
+) -> None:
+    """Found: an engine lost between two pages of writes left the first pages written and
+    surfaced as the engine's own error (the CLI: "the engine is unreachable; check
+    --redis-url"), without a word of the part imported. Now it is a StoreUnavailableError
+    saying how many keys were imported and that the same import, run again, writes the
+    rest (it writes only what is absent)."""
+    items = [record_item("acme", {**GOOD, "result": f"line {n}\n"}) for n in range(1200)]
+    data = export_file("acme", items)
+    with sync(engine_url) as target, pytest.raises(StoreUnavailableError) as lost:
+        export.import_(FailingAfter(target, 1), io.BytesIO(data))  # type: ignore[arg-type]
+    detail = lost.value.detail
+    assert "500 of the file's 1200 keys" in detail, detail
+    assert "run the same import again" in detail, detail
+    assert len(await snapshot(redis)) == 500
+    with sync(engine_url) as target:
+        assert export.import_(target, io.BytesIO(data)) == (700, 500)
+    assert len(await snapshot(redis)) == 1200
+
+
 class Stdin(io.RawIOBase):
     """A stream that reads once and cannot seek, as a pipe."""
 
@@ -296,4 +399,31 @@ def test_the_cli_names_the_bad_item_and_exits_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "item 2" in done.stderr
     assert named in done.stderr
+    assert "nothing was imported" in done.stderr
+
+
+def test_the_cli_holds_records_to_the_registrys_inflated_limit(tmp_path: Path) -> None:
+    """`cache import` reads its limits from the settings, as `serve` does."""
+    crafted = tmp_path / "large.trx"
+    crafted.write_bytes(export_file("acme", [big_record("acme", 2 << 20)]))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "toolref_server.cli",
+            "cache",
+            "import",
+            str(crafted),
+            "--redis-url",
+            "redis://127.0.0.1:1",
+        ],
+        cwd=ROOT,
+        env={**clean_env(), "TOOLREF_MAX_DECOMPRESSED_BYTES": str(1 << 20)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "TOOLREF_MAX_DECOMPRESSED_BYTES (1048576)" in done.stderr
     assert "nothing was imported" in done.stderr

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import json
 import tracemalloc
 import weakref
 from collections.abc import AsyncIterator
@@ -33,9 +34,14 @@ from starlette.routing import Route
 
 from toolref import AsyncRegistryClient, ToolRefMiddleware
 from toolref.asgi.budget import Budget
+from toolref.edits import wire
+from toolref.edits.edit import Inline, Named, Op
+from toolref.edits.recipe import PIECE_MIN
+from toolref.edits.request import cut
 from toolref_server.app import create_app
 from toolref_server.http.inflater import Inflater, Kept, TooLarge
 from toolref_server.settings import Settings
+from toolref_server.storage.recipes import piece_id
 
 from .bombs import (
     CHAT,
@@ -217,3 +223,53 @@ async def test_a_rest_hydrate_peaks_within_its_multiple(redis: Redis, shape: str
     multiple = peak / len(body)
     print(f"\nREST hydrate, {shape}: peak {peak} bytes for {len(body)}: {multiple:.2f}x")
     assert multiple <= REST_PEAK[shape]
+
+
+async def test_an_edit_naming_many_stored_pieces_is_refused_before_they_are_inflated(
+    redis: Redis,
+) -> None:
+    """Found: the pieces an edit names were read from the store and inflated, all of them,
+    before the body they make was held to TOOLREF_MAX_DECOMPRESSED_BYTES: a few hundred
+    bytes naming 24 pieces the tenant had kept (each within the limit, a few hundred bytes
+    stored) inflated 24 times the limit, then answered 413. Now their sizes, declared by
+    their frames, are summed first: 413 before any is inflated."""
+    limit = 256 << 10
+    settings = {"max_decompressed_bytes": limit, "edit_cache_bytes": 0}
+    async with running(redis, **settings) as app, in_process(app) as client:
+        cuts = []
+        for n in range(24):  # each kept by an edit of its own, within the limit
+            text = f"file {n}: " + "all work and no play makes jack a dull boy\n" * 4_500
+            body = json.dumps({"model": "m", "messages": [{"role": "user", "content": text}]})
+            made = cut([("content-type", "application/json")], body.encode(), "messages")
+            assert made is not None
+            kept = await client.post("/v1/edits:apply", **edit_of(made.segments))
+            assert kept.status_code == 200, kept.text
+            cuts.append(made)
+        pieces = [piece_id(s) for made in cuts for s in made.segments if len(s) >= PIECE_MIN]
+        assert len(pieces) == 24
+        ops: list[Op] = [Inline(cuts[0].segments[0]), Inline(b'{"model":"m","messages":[')]
+        for n, piece in enumerate(pieces):
+            ops += [Inline(b",")] if n else []
+            ops.append(Named(piece))
+        named = wire.encode(None, [*ops, Inline(b"]}")], None)
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            answer = await client.post("/v1/edits:apply", content=named, headers=EDIT_TYPE)
+            peak = tracemalloc.get_traced_memory()[1] - before
+        finally:
+            tracemalloc.stop()
+    assert answer.status_code == 413, answer.text
+    assert "TOOLREF_MAX_DECOMPRESSED_BYTES" in answer.json()["detail"]
+    print(f"\nan edit naming 24 pieces of {limit} bytes: peak {peak} bytes")
+    assert peak < 4 * limit  # not the 24 pieces inflated
+
+
+EDIT_TYPE: Final = {"Content-Type": wire.MEDIA_TYPE}
+
+
+def edit_of(segments: list[bytes]) -> dict[str, Any]:
+    """An edit with no base, every segment inline, as POST /v1/edits:apply takes it."""
+    body = wire.encode(None, [Inline(s) for s in segments], None)
+    return {"content": body, "headers": EDIT_TYPE}

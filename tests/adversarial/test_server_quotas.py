@@ -22,6 +22,9 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from tests.service.test_recipes import keep as keep_recipe
+from tests.service.test_recipes import pieces_of
+from tests.service.test_recipes import request as recipe_request
 from tests.support.processes import Service
 from toolref.edits.wire import MEDIA_TYPE
 from toolref.sending.editor import Editor
@@ -32,6 +35,8 @@ from toolref_server.app import create_app
 from toolref_server.settings import Settings
 from toolref_server.storage import record
 from toolref_server.storage.quotas import StoredBytes
+from toolref_server.storage.recipe_cache import RecipeCache
+from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.store import NewRecord, Store
 
 from ..conftest import all_keys, snapshot
@@ -347,12 +352,37 @@ async def test_recipes_count_and_are_refused_past_the_quota(redis: Redis) -> Non
         assert other.status_code == 200, other.text
 
 
+async def test_a_recipe_kept_alive_counts_in_every_window_it_is_kept_in(redis: Redis) -> None:
+    """Keeping a recipe extends what it needs (its group's nodes, chunks and pieces: EXPIRE
+    GT) without writing them. Found: those extensions were never counted, so a conversation
+    kept going window after window held its pieces in the store while the two counters the
+    quota reads no longer held them (a tenant at its quota could write as much again each
+    window). Now an extension counts like a read: once per window, never refused."""
+    clock = Clock(TTL)
+    quota = StoredBytes(10_000_000, TTL, clock=clock)
+    store = Store(redis, TTL, quota=quota)
+    recipes = Recipes(store, RecipeCache(0), refresh_seconds=1, clock=clock)
+    held = await keep_recipe(recipes, recipe_request(4), None)
+    for turns in (5, 6):  # each turn keeps every entry before it, in the next window
+        await asyncio.sleep(USED_BEFORE)
+        clock.to_next_window(TTL)
+        held = await keep_recipe(recipes, recipe_request(turns), held)
+    current, previous = quota.counters("t", clock())
+    counted = int(await redis.get(current) or 0) + int(await redis.get(previous) or 0)
+    assert pieces_of(held)  # pieces kept by reference only, since the first turn
+    assert 0 < await stored_bytes(redis, "t") <= counted
+
+
 def test_stored_bytes_arithmetic() -> None:
     quota = StoredBytes(100, 10, clock=lambda: 1_005.0)
     assert quota.counters("t", 1_005.0) == ("tr:t:q:100", "tr:t:q:99")
     assert quota.threshold(1_005.0) == 5_000  # used more than 5 s ago: before this window
     # -2 absent, -1 without a lifetime, 4.9 s left (used 5.1 s ago), 5.1 s left.
     assert quota.cost([1, 2, 4, 8], [-2, -1, 4_900, 5_100], 1_005.0) == 7
+    # Extended (EXPIRE GT): an absent key is not revived, one without a lifetime not
+    # extended, nor one that already lives longer than the extension asks (4.9 s > 4 s).
+    left = [-2, -1, 4_900, 5_100, 4_900]
+    assert quota.extended([1, 2, 4, 8, 16], left, [10, 10, 10, 10, 4], 1_005.0) == 4
     quota.check("t", used=60, adding=40, now=1_005.0)  # exactly full is allowed
     with pytest.raises(QuotaExceededError) as refused:
         quota.check("t", used=60, adding=41, now=1_005.0)

@@ -17,7 +17,7 @@ from toolref.wire.canonical import digest_of
 from toolref_server import export
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.storage.redis import plain_url
-from toolref_server.storage.store import slot_groups, ungroup
+from toolref_server.storage.slots import slot_groups, ungroup
 
 from ..conftest import need
 

@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import gc
+import io
+import os
 import subprocess
 import sys
+import tracemalloc
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import httpx
 import pytest
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from tests.support.processes import ROOT, clean_env
+from toolref.wire.canonical import digest_key
+from toolref_server import export
 from toolref_server.app import create_app
 from toolref_server.embedded import EmbeddedEngine, valkey_server_binary
 from toolref_server.settings import Settings
+from toolref_server.storage import keyspace
 
 from ..conftest import ON_CLUSTER, key_names, need
 
@@ -169,3 +177,44 @@ def test_import_refuses_a_file_that_is_not_an_export(tmp_path: Path) -> None:
     result = cli("import", str(bogus), "--redis-url", "redis://127.0.0.1:1")
     assert result.returncode == 2
     assert "not a toolref export" in result.stderr
+
+
+class _Discard(io.RawIOBase):
+    """An export's sink that keeps nothing (only the export's own memory is measured)."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        return len(data)
+
+
+async def test_an_export_holds_one_bounded_page_of_values_whatever_their_size(
+    redis: Redis, engine_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found: export read its keys 500 to a pipeline whatever their values' size (500
+    records of 30 MB: 15 GB held at once). Now a page also stops at `PAGE_BYTES` of values
+    (a larger value alone), asked by STRLEN first."""
+    page = 256 << 10
+    monkeypatch.setattr(keyspace, "PAGE_BYTES", page)
+    sizes = [100 << 10] * 80 + [400 << 10]  # the last one past a page alone
+    for size in sizes:
+        key = f"tr:acme:i:{digest_key(os.urandom(16))}"
+        await redis.set(key, os.urandom(size), ex=3_600)
+    client = SyncRedis.from_url(engine_url)
+    try:
+        pages = list(keyspace.items(client, "acme"))
+        gc.collect()
+        tracemalloc.start()
+        try:
+            assert export.export(client, cast(IO[bytes], _Discard()), "acme") == len(sizes)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    finally:
+        client.close()
+    held = [sum(len(value) for _, value, _ in found) for found in pages]
+    assert sorted(len(value) for found in pages for _, value, _ in found) == sorted(sizes)
+    assert max(held) <= max(page, 400 << 10), held
+    print(f"\nexport of {sum(sizes)} bytes: pages of at most {max(held)}, peak {peak}")
+    assert peak < sum(sizes) // 2, peak  # not every value at once (before: 1.3 times them)

@@ -79,10 +79,10 @@ async def test_a_turn_costs_python_steps_for_what_it_adds_not_for_the_conversati
     recipes = toolref_server.storage.recipes.Recipes
     pieces = recipes.pieces
 
-    async def looked_up(self: Any, tenant: str, ids: Any) -> Any:
+    async def looked_up(self: Any, tenant: str, ids: Any, **bound: Any) -> Any:
         ids = list(ids)
         counts["pieces looked up"] += len(ids)
-        return await pieces(self, tenant, ids)
+        return await pieces(self, tenant, ids, **bound)
 
     monkeypatch.setattr(recipes, "pieces", looked_up)
     chunk_of = toolref_server.storage.recipe_groups.chunk_of

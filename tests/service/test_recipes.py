@@ -12,6 +12,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
+from tests.conftest import all_keys
 from tests.unit.edits.test_edits import HEADERS
 from tests.unit.test_recipe_nodes import stored
 from toolref.edits.edit import Inline, Op, diff
@@ -129,6 +130,34 @@ async def test_lifetimes_of_nodes_and_snapshots(redis: Redis) -> None:
     assert set(fourth.stored) - set(seventh.stored)
     for chunk in set(fourth.stored) - set(seventh.stored):  # chunks no longer held
         assert await redis.ttl(keys.recipe_chunk("t", chunk)) <= SUPERSEDED
+
+
+async def test_a_turn_back_to_a_recipe_of_its_group_keeps_what_that_recipe_reads(
+    redis: Redis,
+) -> None:
+    """Found: a turn whose request its group had kept already (an undo: the conversation as
+    it was a turn before) was kept as a new snapshot; that recipe's node was there (never
+    written over), so it stayed the delta it was, while the snapshot shortened the chunks
+    the delta reads to TOOLREF_EDIT_SUPERSEDED_TTL: the recipe confirmed lived on without
+    them (its next turn a resend). Now it is kept as the same recipe again, and nothing of
+    it is superseded."""
+    clock = Clock()
+    recipes = recipes_on(redis, clock, every=8)
+    first = await keep(recipes, request(12), None)
+    second = await keep(recipes, request(3, "new"), first)  # little of the first kept
+    third = await keep(recipes, request(4, "new"), second)
+    chunks = await chunk_keys(redis)
+    back = await keep(recipes, request(3, "new"), third)  # the second again
+    assert back.ref == second.ref
+    assert back.snapshot == first.ref
+    assert back.stored == first.stored
+    for chunk in back.stored:
+        assert await redis.ttl(keys.recipe_chunk("t", chunk)) > SUPERSEDED
+    assert await chunk_keys(redis) == chunks  # none written for a snapshot never kept
+
+
+async def chunk_keys(redis: Redis) -> list[Any]:
+    return [key for key in await all_keys(redis) if b":k:" in key]
 
 
 async def test_a_refresh_extends_every_piece_once_its_time_has_come(redis: Redis) -> None:

@@ -8,9 +8,14 @@ wrote, or a chunk that does not hash to its id, read as not held."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,6 +23,7 @@ from tests.unit.edits.test_edits import EDITS, HEADERS, body_of, conversation, e
 from toolref.edits.edit import Inline, Keep, Op, diff
 from toolref.edits.recipe import LITERAL, PIECE, entry_of, recipe_ref_of
 from toolref.edits.request import Cut, cut
+from toolref_server.storage import recipe_groups
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, StoredOp, rechunk, settled
 from toolref_server.storage.recipe_groups import chunk_entries, chunk_of, group_literals
@@ -34,6 +40,8 @@ from toolref_server.storage.recipe_nodes import (
     literals_of,
     node_ops,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ID = b"i" * 16
 TOOLS = {"tools": ["t" * 20_000]}  # a piece
@@ -232,3 +240,65 @@ def test_the_cache_is_bounded_by_bytes_and_keeps_tenants_apart() -> None:
     cache.keep_pieces("a", [(b"3", b"z" * 2000)])  # larger than the bound: not kept
     assert cache.piece("a", b"3") is None
     assert RecipeCache(0).piece("a", b"2") is None
+
+
+def many_groups(count: int) -> tuple[list[bytes], list[Any]]:
+    """Entries whose literals are stored in `count` groups of 8 nodes, one in each node:
+    what a chunk rewritten whole holds after a long conversation (its runs: every node's
+    group up to it)."""
+    entries: list[bytes] = []
+    sources: list[Any] = []
+    for g in range(count):
+        group = tuple(recipe_ref_of(g.to_bytes(8) + n.to_bytes(8)) for n in range(8))
+        for n in range(8):
+            entries.append(LITERAL + b"x")
+            sources.append((group[: n + 1], 0))
+    return entries, sources
+
+
+def test_a_chunk_of_many_groups_is_made_in_steps_linear_in_its_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found: each run of a chunk's literals was compared with every group listed before it
+    (a tuple sliced each time): quadratic in the groups, 1.5 s of the event loop for a
+    chunk of 16,000 entries in 2,000 groups (a snapshot after a long conversation, rewriting
+    its chunks whole). Counted here in the module's calls to `len`, one or two per run and
+    group now, as many as runs x groups before."""
+    calls = [0]
+
+    def counted(value: Any) -> int:
+        calls[0] += 1
+        return len(value)
+
+    monkeypatch.setattr(recipe_groups, "len", counted, raising=False)
+    for count in (100, 400):
+        entries, sources = many_groups(count)
+        calls[0] = 0
+        chunk = chunk_of(entries, sources)
+        assert len(chunk.groups) == count
+        assert calls[0] <= 3 * len(entries), (count, calls[0])
+
+
+def test_a_chunk_is_the_same_in_every_process() -> None:
+    """Its runs were ordered as a set hashed them (str hashing is seeded per process), so
+    two workers keeping the same snapshot wrote the same entries as chunks of different ids
+    (each worker's left in the store, counted, until its TTL)."""
+    script = (
+        "from tests.unit.test_recipe_nodes import many_groups\n"
+        "from toolref_server.storage.recipe_groups import chunk_of\n"
+        "from toolref_server.storage.recipe_nodes import encode_chunk\n"
+        "print(encode_chunk(chunk_of(*many_groups(12)))[0].hex())\n"
+    )
+    ids = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+        for seed in (1, 2, 3)
+    }
+    assert len(ids) == 1, ids

@@ -173,7 +173,10 @@ async def apply_edit(
     services.rate.admit(tenant)
     base = await _base(services, tenant, header.base)  # cache, else a few batched reads
     named = [op.piece for op in header.ops if isinstance(op, Named)]
-    held = await recipes.pieces(tenant, named)  # cache, else one batched read
+    first = header.ops[0] if header.ops else None  # the headers' segment: not in `limit`
+    aside = first.piece if isinstance(first, Named) else None
+    # cache, else one batched read; their sizes held to `limit` before any is inflated
+    held = await recipes.pieces(tenant, named, limit=limit, aside=aside)
     words = await workers.run(header.dictionary or 0, _dictionary, base, header)  # O(ops + z)
     account.charge(len(words))
     answer = await _answer(services, tenant, header)  # v3: the base's answer

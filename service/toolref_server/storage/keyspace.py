@@ -2,10 +2,12 @@
 with their values and lifetimes, a page at a time, and absent keys written back.
 
 Synchronous (the CLI's own client). `items` walks the keyspace with SCAN (every primary in
-turn on a cluster), keeps the keys an export carries (`keys.exported`) and reads each page
-with one pipeline, so memory holds one page (`PAGE` keys) whatever the size. `put_absent`
-writes with `SET NX`, one pipeline a batch, so that writing twice changes nothing twice.
-What the file holds, and how it is checked, is `toolref_server.export`'s.
+turn on a cluster), keeps the keys an export carries (`keys.exported`), asks their sizes
+(STRLEN, one pipeline a page of `PAGE` keys) and reads them in pipelines of at most
+`PAGE_BYTES` (a larger value alone), so memory holds one page whatever the keyspace's size
+and however large its values. `put_absent` writes with `SET NX`, one pipeline a batch, so
+that writing twice changes nothing twice, and always with a lifetime. What the file holds,
+and how it is checked, is `toolref_server.export`'s.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Final
 
 from redis import Redis, RedisCluster
+from redis.exceptions import RedisError
 
+from toolref.wire.errors import StoreUnavailableError
 from toolref_server.storage import keys
 
 PAGE: Final = 500
+PAGE_BYTES: Final = 16 << 20  # values read in one pipeline, about (a larger one alone)
 
 Client = Redis | RedisCluster
 Item = tuple[bytes, bytes, int]  # key, value, remaining lifetime in ms (-1: none)
@@ -25,21 +30,41 @@ Item = tuple[bytes, bytes, int]  # key, value, remaining lifetime in ms (-1: non
 
 def items(redis: Client, tenant: str | None) -> Iterator[list[Item]]:
     """The exported keys of `tenant` (or of all tenants) with their values and lifetimes,
-    one page at a time (a page may come back empty when its keys expired meanwhile). The
-    tenant must be in the tenant grammar: its name is a SCAN pattern."""
+    one page at a time: at most `PAGE` keys and about `PAGE_BYTES` of values (a larger
+    value alone); a page may come back empty when its keys expired meanwhile. The tenant
+    must be in the tenant grammar: its name is a SCAN pattern."""
     for names in _pages(redis, keys.scan_pattern(tenant)):
         pipe = redis.pipeline(transaction=False)
         for key in names:
-            pipe.get(key)
-            pipe.pttl(key)
-        replies: list[Any] = pipe.execute()
-        page: list[Item] = []
-        for index, key in enumerate(names):
-            value, ttl = replies[2 * index], replies[2 * index + 1]
-            if value is None or ttl == -2:
-                continue  # expired while we read
-            page.append((key, value, ttl))
-        yield page
+            pipe.strlen(key)
+        sizes: list[Any] = pipe.execute()
+        batch: list[bytes] = []
+        held = 0
+        for key, size in zip(names, sizes, strict=True):
+            if batch and held + int(size) > PAGE_BYTES:
+                yield _read(redis, batch)
+                batch, held = [], 0
+            batch.append(key)
+            held += int(size)
+        if batch:
+            yield _read(redis, batch)
+
+
+def _read(redis: Client, names: Sequence[bytes]) -> list[Item]:
+    """The values and lifetimes of `names` (one pipeline), those that expired meanwhile
+    left out."""
+    pipe = redis.pipeline(transaction=False)
+    for key in names:
+        pipe.get(key)
+        pipe.pttl(key)
+    replies: list[Any] = pipe.execute()
+    page: list[Item] = []
+    for index, key in enumerate(names):
+        value, ttl = replies[2 * index], replies[2 * index + 1]
+        if value is None or ttl == -2:
+            continue  # expired while we read
+        page.append((key, value, ttl))
+    return page
 
 
 def _pages(redis: Client, pattern: str) -> Iterator[list[bytes]]:
@@ -67,13 +92,22 @@ def _pages(redis: Client, pattern: str) -> Iterator[list[bytes]]:
 
 
 def put_absent(redis: Client, batch: Sequence[Sequence[Any]]) -> tuple[int, int]:
-    """Write each `[key, value, ttl_ms]` of `batch` whose key is absent (`ttl_ms` -1: no
-    lifetime); return (written, already present). One round trip."""
+    """Write each `[key, value, ttl_ms]` of `batch` whose key is absent, to live `ttl_ms`
+    (positive: every key the service keeps expires, `export.Limits`); return (written,
+    already present). One round trip; `StoreUnavailableError` when the engine fails (part
+    of the batch may be written)."""
     pipe = redis.pipeline(transaction=False)
     for key, value, ttl in batch:
-        pipe.set(key, value, nx=True, px=ttl if ttl > 0 else None)
+        pipe.set(key, value, nx=True, px=ttl)
+    try:
+        replies: list[Any] = pipe.execute()
+    except RedisError as exc:  # some of the batch may be written
+        raise StoreUnavailableError(
+            f"the engine failed while keys were written ({type(exc).__name__}: {exc}); "
+            "write them again once it answers"
+        ) from None
     written = present = 0
-    for ok in pipe.execute():
+    for ok in replies:
         written += bool(ok)
         present += not ok
     return written, present

@@ -8,16 +8,18 @@ body is read.
 
 **Stored bytes** (`TOOLREF_TENANT_MAX_BYTES`): what a tenant's records, edited requests'
 recipes (nodes, chunks, pieces) and summaries (of invocations and of handoff dialogues) take
-in the store, as stored (compressed). Every key lives `TTL` seconds after
-it was last written or read, so the bytes a tenant keeps at time t are those it wrote or
-read since t - TTL. Time is cut into windows of one TTL, and a counter per tenant and window
+in the store, as stored (compressed). Every key lives `TTL` seconds after it was last
+written or read, so the bytes a tenant keeps at time t are those it wrote or read since
+t - TTL. Time is cut into windows of one TTL, and a counter per tenant and window
 (`keys.stored_bytes`) adds each key's size the first time the key is written or read in
 that window (a key's remaining lifetime, read before it is extended, tells whether it was
-last used before the window began). A key alive at t was used in t's window or the one
-before, so the current and the previous counters together are never below what the tenant
-keeps, and at most twice it (a key used in both windows counts in both). A write whose new
-bytes would take that sum past the quota is refused before anything is written; reads are
-never refused (they only count). A summary past the quota is answered and not kept
+last used before the window began); a key whose lifetime is only extended (keeping an
+edited request's recipe extends the nodes, chunks and pieces it needs) counts as a read
+does. A key alive at t was used in t's window or the one before, so the current and the
+previous counters together are never below what the tenant keeps, and at most twice it (a
+key used in both windows counts in both). A write whose new bytes would take that sum past
+the quota is refused before anything is written; reads and extensions are never refused
+(they only count). A summary past the quota is answered and not kept
 (`toolref_server.storage.summary_store`): making it is a read.
 
 What else a tenant makes the service store is bounded without counting: summary locks
@@ -111,6 +113,20 @@ class StoredBytes:
             size
             for size, left in zip(sizes, remaining, strict=True)
             if size and int(left) < threshold
+        )
+
+    def extended(
+        self, sizes: Sequence[int], remaining: Sequence[Any], seconds: Sequence[int], now: float
+    ) -> int:
+        """Bytes to count for keys of `sizes` whose lifetimes are about to be extended to at
+        least `seconds` (EXPIRE GT), given their remaining lifetimes in ms before: those last
+        used before the window began that the extension keeps alive longer (an absent key,
+        -2, is not revived, and one without a lifetime, -1, is not extended)."""
+        threshold = self.threshold(now)
+        return sum(
+            int(size)
+            for size, left, wanted in zip(sizes, remaining, seconds, strict=True)
+            if size and 0 <= int(left) < threshold and int(left) < wanted * 1000
         )
 
     def check(self, tenant: str, used: int, adding: int, now: float) -> None:

@@ -40,18 +40,22 @@ def group_literals(nodes: Sequence[RecipeNode]) -> Read | None:
 
 def chunk_of(entries: Sequence[Entry], sources: Sequence[Source | None]) -> Chunk:
     """The chunk of `entries`: its literals by where `sources` says they are stored (each
-    group listed once, its longest run of nodes). Linear in the entries and groups."""
-    runs = sorted({s[0] for s in sources if s is not None}, key=len, reverse=True)
+    group listed once, its longest run of nodes; a shorter run goes to the first group
+    listed that starts with it). Linear in the entries and the runs (each run's prefixes
+    are looked up by hash, at most `snapshot_every` of them: not every group listed before
+    it, which was quadratic in the groups of a chunk)."""
+    # Longest first, then by their refs: the same chunk (and id) in every process, whatever
+    # the order its set hashes to (str hashing is seeded per process).
+    runs = sorted({s[0] for s in sources if s is not None}, key=_longest_first)
     groups: list[tuple[str, ...]] = []
     place: dict[tuple[str, ...], int] = {}
     for run in runs:
-        for index, group in enumerate(groups):
-            if group[: len(run)] == run:
-                place[run] = index
-                break
-        else:
-            place[run] = len(groups)
-            groups.append(run)
+        if run in place:  # a prefix of a group listed before
+            continue
+        index = len(groups)
+        groups.append(run)
+        for end in range(1, len(run) + 1):
+            place.setdefault(run[:end], index)
     made: list[bytes | Ref] = []
     for entry, source in zip(entries, sources, strict=True):
         if source is None:
@@ -61,6 +65,10 @@ def chunk_of(entries: Sequence[Entry], sources: Sequence[Source | None]) -> Chun
             made.append((place[run], len(run) - 1, index))
     ids = tuple(tuple(_id(ref) for ref in group) for group in groups)
     return Chunk(ids, tuple(made))
+
+
+def _longest_first(run: tuple[str, ...]) -> tuple[int, tuple[str, ...]]:
+    return -len(run), run
 
 
 def chunk_entries(

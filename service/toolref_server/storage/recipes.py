@@ -33,7 +33,6 @@ of every segment): the next turn on this process reads nothing; nothing depends 
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -42,14 +41,13 @@ from typing import Final
 from toolref.asgi.workers import Workers
 from toolref.edits.edit import EditError
 from toolref.edits.recipe import (
-    ID_BYTES,
     PIECE,
     framed,
     parse_recipe_ref,
     recipe_ref_of,
     ref_of_framed,
 )
-from toolref_server.storage import compressors, keys
+from toolref_server.storage import compressors, keys, recipe_pieces
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, settled
 from toolref_server.storage.recipe_groups import chunk_entries, chunk_of, group_literals, replayed
@@ -67,37 +65,12 @@ from toolref_server.storage.recipe_nodes import (
     encode_node,
     node_ops,
 )
+from toolref_server.storage.recipe_pieces import Bound, bounded, inflated, piece_id
 from toolref_server.storage.store import Put, Store
 
 __all__ = ["Held", "Recipes", "piece_id"]
 
 _ACTION: Final = "recipe"
-
-
-def piece_id(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()[:ID_BYTES]
-
-
-def _inflated(pairs: Sequence[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
-    """Each (id, stored value) inflated and checked against its id; those that fail are
-    left out (not held). Linear in the bytes."""
-    found: dict[bytes, bytes] = {}
-    for piece, value in pairs:
-        data = _decompressed(value)
-        if data is not None and piece_id(data) == piece:
-            found[piece] = data
-    return found
-
-
-def _decompressed(value: bytes) -> bytes | None:
-    try:
-        return compressors.decompress(value)
-    except Exception:  # corrupt bytes fail in many ways (zstd, an unknown dictionary)
-        return None
-
-
-def _compressed(pieces: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    return [(piece, compressors.compress(data, "messages")) for piece, data in pieces]
 
 
 def _encoded(chunks: Sequence[Chunk]) -> list[tuple[bytes, bytes]]:
@@ -273,10 +246,14 @@ class Recipes:
         return held, pieces
 
     async def _nodes_and_pieces(
-        self, tenant: str, ids: Sequence[bytes], wanted: Iterable[bytes]
+        self,
+        tenant: str,
+        ids: Sequence[bytes],
+        wanted: Iterable[bytes],
+        bound: Bound | None = None,
     ) -> tuple[dict[bytes, RecipeNode], dict[bytes, bytes]]:
         """The nodes of `ids` held here or in the store, and the pieces of `wanted`: one
-        read for both."""
+        read for both. `bound`: (limit, aside), see `pieces`."""
         nodes: dict[bytes, RecipeNode] = {}
         lacking_nodes: list[bytes] = []
         for node_id in ids:
@@ -300,7 +277,10 @@ class Recipes:
             found = None if value is None else decode_node(value)
             if found is not None:
                 nodes[node_id] = found
-        read = await self._inflate(lacking, values[len(node_keys) :])
+        stored = values[len(node_keys) :]
+        if bound is not None:
+            bounded(bound, pieces, lacking, stored)
+        read = await self._inflate(lacking, stored)
         self.cache.keep_pieces(tenant, read.items())
         pieces.update(read)
         return nodes, pieces
@@ -310,13 +290,24 @@ class Recipes:
     ) -> dict[bytes, bytes]:
         pairs = [(p, v) for p, v in zip(ids, values, strict=True) if v is not None]
         size = sum(compressors.inflated_size(v) for _, v in pairs)
-        return await self.workers.run(size, _inflated, pairs)
+        return await self.workers.run(size, inflated, pairs)
 
-    async def pieces(self, tenant: str, ids: Iterable[bytes]) -> dict[bytes, bytes]:
+    async def pieces(
+        self,
+        tenant: str,
+        ids: Iterable[bytes],
+        *,
+        limit: int | None = None,
+        aside: bytes | None = None,
+    ) -> dict[bytes, bytes]:
         """The bytes of each piece of `ids` this tenant holds (the others left out): from
         the cache, the rest in one batched read, inflated and checked (in a worker thread
-        when large). Linear in the ids and the bytes read."""
-        _, found = await self._nodes_and_pieces(tenant, [], ids)
+        when large). Linear in the ids and the bytes read. `limit`: the bytes they may make
+        but `aside`'s (an edit's headers' segment, which its body's limit leaves out),
+        counted before any is inflated (the sizes their zstd frames declare):
+        `DecompressedTooLargeError` past it."""
+        bound = None if limit is None else (limit, aside)
+        _, found = await self._nodes_and_pieces(tenant, [], ids, bound)
         return found
 
     # --- keeping --------------------------------------------------------------------------
@@ -336,15 +327,21 @@ class Recipes:
         (written SET NX); `named`: ids of pieces held elsewhere that it names (extended).
         One write round trip (two with a stored-bytes quota); its own literals and
         O(ops + snapshot_every) bytes but every `snapshot_every`-th recipe: its node (a
-        slice a chunk) and the chunks no snapshot stored."""
+        slice a chunk) and the chunks no snapshot stored. A recipe its base's group holds
+        already (an undo) is that node, kept as the same recipe again (read back first)."""
         store = self.store
         ref = parts.ref
+        edited = base.ref if base is not None else None  # its answer: this edit's dictionary
+        if base is not None and ref != base.ref and ref in base.group:
+            # Its node is there, never written over: a snapshot made here would not be the
+            # recipe, and would supersede the chunks that node reads.
+            base = await self.load(tenant, ref) or base
         now = int(self.clock())
         refresh = base is None or now - base.refreshed >= self.refresh_seconds
         refreshed = now if refresh or base is None else base.refreshed
         lifetime = max(1, min(store.ttl, refreshed + store.ttl - now))
         compressed = await self.workers.run(
-            sum(map(len, pieces.values())), _compressed, list(pieces.items())
+            sum(map(len, pieces.values())), recipe_pieces.compressed, list(pieces.items())
         )
         puts = [
             Put(keys.edit_piece(tenant, piece), value, store.ttl, keep=True)
@@ -380,7 +377,7 @@ class Recipes:
         else:
             extend += [(keys.edit_piece(tenant, p), store.ttl) for p in named if p not in pieces]
         # The base's streamed answer was its next edit's dictionary: this is that edit.
-        dropped = [keys.answer(tenant, base.ref)] if base is not None and not same else []
+        dropped = [keys.answer(tenant, edited)] if edited is not None and edited != ref else []
         done = await store.put(
             tenant, _ACTION, puts, shorten=shorten, extend=extend, delete=dropped
         )

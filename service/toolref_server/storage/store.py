@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis, RedisCluster
-from redis.crc import key_slot
 from redis.exceptions import RedisError, ResponseError
 
 from toolref.asgi.workers import Workers
@@ -43,6 +42,7 @@ from toolref_server.storage import record
 from toolref_server.storage.keys import record as record_key
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.record import Record
+from toolref_server.storage.slots import queue_mgets, slot_groups, ungroup
 from toolref_server.storage.verifier import Verifier
 
 log = logging.getLogger(__name__)
@@ -348,12 +348,13 @@ class Store:
         (`QuotaExceededError`) before anything is written when they do not fit. With them,
         in the same round trip: each (key, seconds) of `shorten` gets at most that lifetime
         left (EXPIRE LT: never revived, never lengthened), each of `extend` at least that
-        lifetime (EXPIRE GT: never revived, never shortened), and the keys of `delete` go.
-        Two round trips (the quota's read, then the writes), one with no quota; linear in
-        the keys. Returns, for each put, whether it was written (False: a `keep` put whose
+        lifetime (EXPIRE GT: never revived, never shortened; counted as a read is, never
+        refused: it keeps bytes the tenant holds), and the keys of `delete` go. Two round
+        trips (the quota's read, then the writes), one with no quota; linear in the keys.
+        Returns, for each put, whether it was written (False: a `keep` put whose
         key was there already)."""
         cost = await self.cost_of_writing(
-            tenant, [p.key for p in puts], [len(p.value) for p in puts]
+            tenant, [p.key for p in puts], [len(p.value) for p in puts], extend
         )
         async with self.guard(action):
             pipe = self.redis.pipeline(transaction=False)
@@ -378,24 +379,44 @@ class Store:
 
     # --- the stored-bytes quota (toolref_server.storage.quotas) ----------------------------------
 
-    async def cost_of_writing(self, tenant: str, keys: Sequence[str], sizes: Sequence[int]) -> int:
-        """The bytes writing `sizes` under `keys` adds to `tenant`'s count (0 with no
-        quota); `QuotaExceededError` when they do not fit. One round trip."""
-        if self.quota is None or not keys:
+    async def cost_of_writing(
+        self,
+        tenant: str,
+        keys: Sequence[str],
+        sizes: Sequence[int],
+        extended: Sequence[tuple[str, int]] = (),
+    ) -> int:
+        """The bytes writing `sizes` under `keys` (each key once) and extending each
+        (key, seconds) of `extended` add to `tenant`'s count (0 with no quota);
+        `QuotaExceededError` when the writes do not fit (an extension is counted as a read
+        is: the first time in a window, never refused). One round trip."""
+        if self.quota is None or not (keys or extended):
             return 0
+        written: dict[str, int] = {}
+        for key, size in zip(keys, sizes, strict=True):
+            written.setdefault(key, size)  # a key written twice is stored once
+        kept: dict[str, int] = {}
+        for key, seconds in extended:
+            if key not in written:
+                kept[key] = max(seconds, kept.get(key, 0))
         now = self.quota.clock()
         current, previous = self.quota.counters(tenant, now)
         async with self.guard("quota"):
             pipe = self.redis.pipeline(transaction=False)
             pipe.get(current)
             pipe.get(previous)
-            for key in keys:
+            for key in written:
                 pipe.pttl(key)
+            for key in kept:
+                pipe.pttl(key)
+                pipe.strlen(key)
             replies: list[Any] = await pipe.execute()
         used = int(replies[0] or 0) + int(replies[1] or 0)
-        cost = self.quota.cost(sizes, replies[2:], now)
+        cost = self.quota.cost(list(written.values()), replies[2 : 2 + len(written)], now)
         self.quota.check(tenant, used, cost, now)
-        return cost
+        lifetimes = replies[2 + len(written) :: 2]
+        stored = replies[3 + len(written) :: 2]
+        return cost + self.quota.extended(stored, lifetimes, list(kept.values()), now)
 
     def charge(self, pipe: Any, tenant: str, cost: int) -> None:
         """Queue on `pipe` the counting of `cost` bytes for `tenant`."""
@@ -467,30 +488,3 @@ def _verified_all(
         None if value is None else verifier(value, ref)
         for ref, value in zip(refs, values, strict=True)
     ]
-
-
-def slot_groups(keys: Sequence[str], cluster: bool) -> list[list[int]]:
-    """Positions of `keys` for one MGET each: all together on one node; on a cluster,
-    grouped by hash slot (a multi-key command must stay within one slot)."""
-    if not cluster:
-        return [list(range(len(keys)))]
-    groups: dict[int, list[int]] = {}
-    for i, key in enumerate(keys):
-        groups.setdefault(key_slot(key.encode()), []).append(i)
-    return list(groups.values())
-
-
-def queue_mgets(pipe: Any, keys: Sequence[str], groups: Sequence[Sequence[int]]) -> None:
-    """One MGET per group. The cluster pipeline refuses `mget` outright (it cannot merge
-    replies across nodes); the raw command is routed by its keys, which share one slot."""
-    for group in groups:
-        pipe.execute_command("MGET", *[keys[i] for i in group])
-
-
-def ungroup(groups: Sequence[Sequence[int]], replies: Sequence[Any], count: int) -> list[Any]:
-    """The values of the MGETs `slot_groups` planned (the first replies), back in key order."""
-    values: list[Any] = [None] * count
-    for group, reply in zip(groups, replies, strict=False):
-        for i, value in zip(group, reply, strict=True):
-            values[i] = value
-    return values
