@@ -82,10 +82,10 @@ from .ledger import (
 from .link import GatewayLink
 from .llm import LLMRequest, recognise
 from .passthrough import pass_through
-from .preflight import Preflight
+from .preflight import Preflight, direct
 from .preflight import check as check_gateway
 from .problems import as_provider_error, not_a_gateway_reply
-from .replies import relay_answer, reply_error, reply_json
+from .replies import relay_answer, reply_error
 from .switch import conversation_of
 from .websocket_mode import serve_socket
 
@@ -119,7 +119,7 @@ class Relay:
         self.config = config
         self.preflight = preflight  # what the start found of the gateway (None: check then)
         self.report = report
-        pool = transport if transport is not None else httpx.AsyncHTTPTransport()
+        pool = transport if transport is not None else direct()  # no proxy, as the check
         if transport is None and config.channel:  # a given transport is the caller's: kept
             llm_routes = config.gateway.rstrip("/") + "/llm/"  # the turns: to its LLM routes
             pool = ChannelTransport(
@@ -180,8 +180,15 @@ class Relay:
             return
         raw_path = scope.get("raw_path") or path.encode()
         found = _ROUTE.match(raw_path.decode("latin-1"))
-        if found is None:
-            await reply_json(send, 404, {"error": _NOT_SERVED.format(path=path)})
+        if found is None:  # a base URL without /llm/NAME: 400 in the agent's shape, shown
+            message = _NOT_SERVED.format(path=path)  # at once (a 404 reads "model not found")
+            shape = provider_of(path, headers)
+            await reply_error(send, error_reply(shape, 400, message, "toolref_not_served"))
+            return
+        dots = guard.path_refusal(found.group(0))
+        if dots is not None:  # 400: no retry cures it; nothing forwarded
+            shape = provider_of(path, headers)
+            await reply_error(send, error_reply(shape, 400, dots, "toolref_bad_path"))
             return
         rest = found.group(2) or "/"
         call = Call(
@@ -440,7 +447,7 @@ class Relay:
 
 
 _NOT_SERVED: Final = (
-    "the relay serves /llm/{{name}}/... (not {path}): point the agent at "
+    "toolref relay: this relay serves /llm/{{name}}/... (not {path}): point the agent at "
     "http://127.0.0.1:8760/llm/anthropic (ANTHROPIC_BASE_URL) or .../llm/openai/v1 "
     "(OPENAI_BASE_URL), naming an upstream the gateway knows"
 )

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import math
 import os
 import shlex
 import socket
@@ -30,7 +31,7 @@ from urllib.parse import urlsplit
 
 from toolref.wire import redaction
 
-from .config import MIB, RelayConfig, misspelt_key
+from .config import MIB, RelayConfig, base_url, misspelt_key
 
 # The relay's own modules (the app, the gateway check, the control endpoints) are imported
 # once the port is bound: `toolref relay --help` and a busy port answer at once, and the
@@ -50,8 +51,12 @@ def parser() -> argparse.ArgumentParser:
     relay.add_argument(
         "--gateway", required=True, help="base URL of the toolref service (gateway and registry)"
     )
-    relay.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
-    relay.add_argument("--port", type=int, default=8760, help="port to listen on (8760)")
+    relay.add_argument(
+        "--host", type=_host, default="127.0.0.1", help="address to listen on (127.0.0.1)"
+    )
+    relay.add_argument(
+        "--port", type=_port, default=8760, help="port to listen on, 0-65535 (8760; 0: any free)"
+    )
     relay.add_argument(
         "--key",
         default=None,
@@ -182,8 +187,47 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="the relay's control token file (~/.toolref/relay-PORT.token, as it wrote it)",
     )
-    doctor.add_argument("--timeout", type=float, default=10.0, help="seconds for each request (10)")
+    doctor.add_argument(
+        "--timeout", type=_seconds, default=10.0, help="seconds for each request (10)"
+    )
     return made
+
+
+def _port(text: str) -> int:
+    """`--port`: a TCP port, 0-65535 (argparse says what is wrong, and exits 2)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a TCP port; give 0-65535 (8760 by default; 0: one the system picks)"
+        )
+    return port
+
+
+def _host(text: str) -> str:
+    """`--host`: an address or name; an IPv6 address as in a URL (`[::1]`) taken without
+    its brackets, as the socket wants it."""
+    host = text.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if not host:
+        raise argparse.ArgumentTypeError("an empty address; give one such as 127.0.0.1 or ::1")
+    return host
+
+
+def _seconds(text: str) -> float:
+    """`--timeout`: a positive, finite number of seconds (0 would fail every request)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of seconds above 0; give one such as 10"
+        )
+    return seconds
 
 
 def config_of(args: argparse.Namespace) -> RelayConfig:
@@ -256,8 +300,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "(the folder is made, 0700, when missing). The token is never printed."
         )
     config = dataclasses.replace(config, token_file=str(token_file))
-    host = f"[{args.host}]" if ":" in args.host else args.host
-    base = f"http://{host}:{port}"
+    base = f"http://{_shown_host(args.host)}:{port}"
     _say(f"toolref relay: listening on {base}/llm/NAME")
     for line in set_up_lines(base, found.upstreams):
         _say(line)
@@ -267,6 +310,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         log_level=args.log_level,
         loop=args.event_loop,
         access_log=False,  # its lines carry query strings, where some providers take keys
+        # uvicorn's own lines (a WebSocket upgrade's path and query among them) go to the
+        # handler above, through its redactor: uvicorn's logging set-up would give them a
+        # handler of their own, with none.
+        log_config=None,
+        # The answer's headers are the provider's: no `server: uvicorn`, no second `date`.
+        server_header=False,
+        date_header=False,
         lifespan="on",
         # WebSocket mode (toolref_relay.websocket_mode) over wsproto; messages within the body
         # limit; no permessage-deflate (a small frame could inflate past any limit).
@@ -288,11 +338,27 @@ def token_line(token_file: Path, base: str) -> str:
     )
 
 
+# A wildcard address (every interface) -> loopback's, of the same family.
+_LOOPBACK_OF = {"0.0.0.0": "127.0.0.1", "::": "::1"}  # noqa: S104 (names it, binds nothing)
+
+
+def _shown_host(host: str) -> str:
+    """The host agents are told to use for a relay bound to `host`: a wildcard (0.0.0.0,
+    ::) is no address a client may send as its `Host` (the relay serves its own address
+    only), so loopback's; an IPv6 address in brackets."""
+    host = _LOOPBACK_OF.get(host, host)
+    return f"[{host}]" if ":" in host else host
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from . import control, doctor
 
-    relay = args.relay.rstrip("/")
-    port = urlsplit(relay).port or 80
+    try:
+        relay = base_url("--relay", args.relay)
+    except ValueError as exc:
+        sys.exit(redaction.urls_in(f"toolref doctor: {exc}"))
+    parts = urlsplit(relay)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
     token_file = Path(args.token_file) if args.token_file else control.default_path(port)
     try:
         token: str | None = token_file.read_text().strip()
@@ -312,9 +378,10 @@ def _bind(host: str, port: int) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(2048)
-    except OSError as exc:
+    except (OSError, OverflowError) as exc:  # Overflow: a port past 65535 (`_port` says so)
         sock.close()
-        sys.exit(f"toolref relay: cannot listen on {host}:{port} ({exc.strerror or exc})")
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        sys.exit(f"toolref relay: cannot listen on {host}:{port} ({reason})")
     sock.set_inheritable(True)
     return sock
 

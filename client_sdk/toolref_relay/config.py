@@ -30,13 +30,28 @@ def misspelt_key(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def _base_url(option: str, value: str) -> str:
-    """`value` without its trailing slash, once it is an http(s) URL with no query."""
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc or parts.query:
+def base_url(option: str, value: str) -> str:
+    """`value` without its trailing slash, once it is an http(s) URL with a host, a port
+    (if any) of 1-65535 and no query or fragment (IPv6 hosts in brackets)."""
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # ValueError past 65535 or not a number
+        host = parts.hostname
+    except ValueError:  # `http://[::1` (an IPv6 host unclosed), `:abc`, `:99999`
+        parts, port, host = None, None, None
+    if (
+        parts is None
+        or parts.scheme not in ("http", "https")
+        or not host
+        or port == 0
+        or parts.query
+        or parts.fragment
+        or "#" in value
+    ):
         raise ValueError(
             f"{option} is {redaction.url(value)!r}, not an http(s) base URL; give one such as "
-            f"http://127.0.0.1:8750 (no query string)"
+            "http://127.0.0.1:8750 (a host, a port of 1-65535 if any, IPv6 in brackets: "
+            "http://[::1]:8750; no query string or fragment)"
         )
     return value.rstrip("/")
 
@@ -106,9 +121,9 @@ class RelayConfig:
     token_file: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gateway", _base_url("--gateway", self.gateway))
+        object.__setattr__(self, "gateway", base_url("--gateway", self.gateway))
         if self.fallback is not None:
-            object.__setattr__(self, "fallback", _base_url("--fallback", self.fallback))
+            object.__setattr__(self, "fallback", base_url("--fallback", self.fallback))
         for name in self.switch:
             if not name or "/" in name:
                 raise ValueError(

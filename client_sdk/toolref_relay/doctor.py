@@ -43,7 +43,8 @@ class Hop:
 async def probe(relay: str, token: str | None, *, request_timeout: float = 10.0) -> list[Hop]:
     """The hops of the chain behind the relay at `relay` (stops at the first that fails
     before the upstreams; every upstream is probed)."""
-    async with httpx.AsyncClient(timeout=request_timeout) as http:
+    # Straight to the relay (on loopback), never through a proxy of the environment.
+    async with httpx.AsyncClient(timeout=request_timeout, trust_env=False) as http:
         hops, check = await _relay_hop(http, relay, token)
         if check is None:
             return hops

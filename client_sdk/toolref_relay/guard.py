@@ -1,5 +1,5 @@
 """Which requests the relay serves: those for its own address (the `Host` it is reached
-by), and none that a web page sent (an `Origin`).
+by), none that a web page sent (an `Origin`), and none whose path has a dot segment.
 
 A web page cannot reach a loopback port by its address, but it can by a name of its own
 that it points at 127.0.0.1 after the page loaded (DNS rebinding): its requests then carry
@@ -56,6 +56,21 @@ def origin_refusal(origin: str | None) -> str | None:
         f"toolref relay: a request with an Origin header ({_shown(origin)}) comes from a web "
         "page, and the relay serves none: agents and their SDKs send no Origin, browsers do. "
         "Send it from the agent, curl or a script"
+    )
+
+
+def path_refusal(raw_path: str) -> str | None:
+    """Why a request for `raw_path` (as the agent sent it) is refused: a dot segment (`.`,
+    `..`), which the relay's HTTP client would resolve before the gateway could see it
+    (`/llm/a/../../v1/invocations:resolve` reached the gateway's registry API with the
+    tenant's key, past the gateway's own check for dot segments); None: served. Any other
+    path goes on as it was sent (an encoded `%2e%2e` too: the gateway refuses it)."""
+    if not any(segment in (".", "..") for segment in raw_path.split("/")):
+        return None
+    return (
+        f"toolref relay: the path {_shown(raw_path)} has a dot segment (. or ..), which "
+        "could leave /llm/NAME/; send the provider's path with plain segments, as its API "
+        "spells them (such as /llm/anthropic/v1/messages)"
     )
 
 

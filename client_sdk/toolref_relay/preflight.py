@@ -2,6 +2,9 @@
 gateway (`GET /v1/capabilities` in toolref's shape: its version, its upstream names), whether
 it wants API keys and accepts the relay's, and that it has the upstreams `--switch` names.
 
+The check goes where the turns go: straight to the gateway, never through a proxy named
+in the environment (`direct`).
+
 Anything wrong would fail every turn, so `toolref relay` refuses to start on it
 (`Preflight.problem`), saying what answered (or that nothing did, and why: a connection
 refused, a name not known, no answer in time) and what to point `--gateway` at;
@@ -87,7 +90,9 @@ async def check(
     `request_timeout` seconds. Capabilities are asked without a key first: a gateway that
     lists its upstreams to anyone runs without API keys."""
     started = time.monotonic()
-    async with httpx.AsyncClient(timeout=request_timeout) as http:
+    # Straight to the gateway, as every turn goes (`direct`): a proxy of the environment
+    # must not decide what the check finds.
+    async with httpx.AsyncClient(timeout=request_timeout, trust_env=False) as http:
         try:
             answer = await http.get(gateway + endpoints.CAPABILITIES, headers=_ACCEPT)
         except httpx.HTTPError as exc:
@@ -109,7 +114,9 @@ async def check(
             else:
                 caps = _capabilities(answer) or caps
     upstreams = tuple(caps.upstreams) if caps.upstreams is not None else None
-    registry = AsyncRegistryClient(gateway, api_key=key, timeout=request_timeout, retries=0)
+    registry = AsyncRegistryClient(
+        gateway, api_key=key, timeout=request_timeout, retries=0, transport=direct()
+    )
     try:
         refused = await registry.verify()
     finally:
@@ -121,6 +128,14 @@ async def check(
 
 
 _ACCEPT: Final = {"accept": "application/json"}
+
+
+def direct() -> httpx.AsyncHTTPTransport:
+    """A connection pool that reaches its hosts directly. The relay's turns, its start's
+    check and `toolref doctor` all go that way: HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and
+    NO_PROXY are not read (httpx's clients would read them, its transports do not), so the
+    check never passes or fails through a proxy the turns do not take."""
+    return httpx.AsyncHTTPTransport()
 
 
 def _finished(

@@ -204,6 +204,7 @@ def create_app(
     settings.check_exposure()
     settings.check_summarizer()
     settings.check_context_summarizers()
+    settings.check_context_names()
     # What new records and history messages are written with (one choice per process).
     compressors.configure(
         records=settings.record_dictionary,

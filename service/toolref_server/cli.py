@@ -142,6 +142,7 @@ def _cache(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             os.environ[f"TOOLREF_{name.upper()}"] = str(getattr(args, name))
     settings = Settings.from_environment()
+    settings.check_store_url()
     engine = None
     url = settings.redis_url
     if url is None:
@@ -165,6 +166,7 @@ def _cache(args: argparse.Namespace) -> int:
                     export.bar("imported"),
                     tenant=args.tenant,
                     checked=export.bar("checked"),
+                    limits=export.Limits.of(settings),
                 )
             print(
                 f"\ntoolref: imported {written} keys ({present} already present) from {args.file}",
@@ -224,6 +226,7 @@ def _serve(args: argparse.Namespace) -> int:
     if exposed is not None:
         log.warning(exposed, extra={"configFile": args.config})
     settings.check_exposure()
+    settings.check_store_url()  # before an engine starts, or a worker fails to open it
     from toolref_server.resources import raise_open_files_limit
 
     raise_open_files_limit()
@@ -352,11 +355,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _invalid(exc: pydantic.ValidationError, from_file: dict[str, str] | None = None) -> None:
-    """Each bad setting named as it was given: its variable, or its place in the file."""
-    for error in exc.errors(include_url=False):
-        name = "TOOLREF_" + "_".join(str(p) for p in error["loc"]).upper()
-        where = (from_file or {}).get(name, name)
-        print(f"toolref-server: {where}: {logs.redact(error['msg'])}", file=sys.stderr)
+    """Each bad setting named as it was given (its variable, or its place in the file),
+    with the value given and the fix (`settings.environment.invalid_lines`)."""
+    from toolref_server.settings import Settings
+    from toolref_server.settings.config_file import SECRETS
+    from toolref_server.settings.environment import invalid_lines
+
+    defaults = {name: field.default for name, field in Settings.model_fields.items()}
+    errors = exc.errors(include_url=False)
+    for line in invalid_lines(errors, defaults, SECRETS, from_file):
+        print(f"toolref-server: {logs.redact(line)}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ Gauges name how workers combine (`multiprocess_mode`); what moves by the clock o
 outside the metrics (the breaker, the bytes in flight) is sampled at each scrape and every
 `TOOLREF_SAMPLE_SECONDS` by each worker.
 
-Labels are bounded by configuration: routes are templates, tenants those of
-`TOOLREF_API_KEYS` (or `local`), upstreams those of `TOOLREF_UPSTREAMS`.
+Labels are bounded by configuration: routes are templates, methods HTTP's own (`method_label`:
+any other is `other`), tenants those of `TOOLREF_API_KEYS` (or `local`), upstreams those of
+`TOOLREF_UPSTREAMS`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,18 @@ from toolref_server.usage import Counts, Pending
 _BUCKETS: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 UNMATCHED: Final = "unmatched"  # the route label of paths no route serves (bounded labels)
+# The methods a `method` label names (RFC 9110's and PATCH); any other token a client sends
+# as its method (`FOO1`, `FOO2`, ...: h11 takes any) is `other`, so labels stay few.
+METHODS: Final = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"}
+)
+OTHER_METHOD: Final = "other"
+
+
+def method_label(method: str) -> str:
+    """The `method` label of a request made with `method`: itself when HTTP defines it,
+    else `other` (a client chooses its method: as a label it would be unbounded)."""
+    return method if method in METHODS else OTHER_METHOD
 
 
 class Metrics:

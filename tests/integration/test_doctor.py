@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import pytest
 from redis.asyncio import Redis
 
 import toolref
@@ -151,3 +152,23 @@ async def test_the_command_exits_1_on_a_failed_hop_and_says_each(
     assert " ms  " in lines[0]
     assert relay.config.token not in said
     assert KEY not in said
+
+
+async def test_a_proxy_of_the_environment_is_not_the_way_to_relay_or_gateway(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: doctor and the relay's gateway check used httpx clients, which read
+    HTTP_PROXY and friends, while every turn goes straight to the gateway: with a proxy
+    set (and loopback not in NO_PROXY) the relay said a gateway that was up "does not
+    answer", and doctor that no relay answered."""
+    proxy = closed_port_url()
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "all_proxy"):
+        monkeypatch.setenv(name, proxy)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    async with chain(redis) as (relay, url):
+        hops = by_name(await probe(url, relay.config.token))
+    assert hops[f"relay {url}"].ok
+    assert hops[f"gateway {relay.config.gateway}"].ok
+    assert hops["key"].ok
+    assert hops["upstream scripted"].ok

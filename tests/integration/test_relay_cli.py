@@ -4,6 +4,7 @@ read, never printed (what `nohup` or a supervisor keeps of its output stays free
 
 from __future__ import annotations
 
+import http.server
 import os
 import re
 import signal
@@ -11,6 +12,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -104,3 +106,71 @@ def test_a_turn_is_told_and_the_session_summed_up_at_exit(tmp_path: Path) -> Non
     assert KEY not in output
     assert "sk-provider-secret" not in output
     assert not token_file.exists()  # this start's token is gone with it
+
+
+class _Gateway(http.server.BaseHTTPRequestHandler):
+    """A gateway stand-in: any GET answered 200, with the `Server` and `Date` headers a
+    provider's answer carries (http.server writes both)."""
+
+    def do_GET(self) -> None:
+        body = b'{"data": []}'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _relay(tmp_path: Path, gateway: str, *more: str) -> Process:
+    port = free_port()
+    args = [TOOLREF, "relay", "--gateway", gateway, "--port", str(port), "--no-gateway-check"]
+    args += ["--token-file", str(tmp_path / "relay.token"), *more]
+    return Process(args, f"http://127.0.0.1:{port}", "/metrics", clean_env(), ready_status=401)
+
+
+def test_an_answer_reaches_the_agent_with_no_header_of_the_relay_s_own(tmp_path: Path) -> None:
+    """Review: uvicorn's own `server` and `date` were added to every answer, so the agent
+    read two of each (the provider's and `server: uvicorn`)."""
+    gateway = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Gateway)
+    threading.Thread(target=gateway.serve_forever, daemon=True).start()
+    relay = _relay(tmp_path, f"http://127.0.0.1:{gateway.server_address[1]}")
+    try:
+        answer = httpx.get(f"{relay.url}/llm/a/v1/models")
+        refused = httpx.get(f"{relay.url}/v1/models")  # the relay's own answer
+    finally:
+        relay.stop()
+        gateway.shutdown()
+    assert answer.status_code == 200
+    assert answer.headers.get_list("server") == [
+        _Gateway.server_version + " " + _Gateway.sys_version
+    ]
+    assert len(answer.headers.get_list("date")) == 1
+    assert refused.status_code == 400
+    assert "server" not in refused.headers
+
+
+def test_a_websocket_s_query_is_never_logged(tmp_path: Path) -> None:
+    """Review: at --log-level info, uvicorn logged each WebSocket upgrade as
+    `"WebSocket /llm/gemini/...?key=<the provider key>" 426`, query and all."""
+    relay = _relay(tmp_path, f"http://127.0.0.1:{free_port()}", "--log-level", "info")
+    secret = "AIzaSy-provider-key-in-the-query"
+    try:
+        with socket.create_connection(("127.0.0.1", int(relay.url.rsplit(":", 1)[1]))) as sock:
+            sock.sendall(
+                f"GET /llm/gemini/ws/live?key={secret}&alt=sse HTTP/1.1\r\n"
+                f"Host: {relay.url.removeprefix('http://')}\r\nUpgrade: websocket\r\n"
+                "Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n".encode()
+            )
+            head = sock.recv(65536)
+        assert head.startswith(b"HTTP/1.1 426 "), head  # no gateway: HTTP for this session
+        relay.process.send_signal(signal.SIGTERM)
+        relay.process.wait(30)
+        output = relay.output()
+    finally:
+        relay.stop()
+    assert "/llm/gemini/ws/live?key=[redacted]&alt=[redacted]" in output  # the line is there
+    assert secret not in output

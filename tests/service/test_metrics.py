@@ -14,9 +14,12 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
 
 from toolref.wire.canonical import digest_of
+from toolref_server.http.access import AccessMiddleware
 from toolref_server.logs import JsonFormatter
+from toolref_server.metrics import Metrics
 
 from ..conftest import Api
 
@@ -71,6 +74,69 @@ async def test_requests_are_counted_by_route_template_status_and_bytes(
     assert out == len(held.content) + len(unknown.content)
     count = value(samples, "toolref_request_duration_seconds_count", method="GET", route=template)
     assert count == 2
+
+
+async def test_a_method_of_the_client_s_own_is_one_label(api: httpx.AsyncClient) -> None:
+    """Review: the `method` label took the request's method as sent, and h11 takes any
+    token: one new series per made-up method (and 16 for the latency histogram), grown by
+    anyone who can reach the port, before any key is asked for."""
+    for method in ("FOO1", "FOO2", "QUERY", "PROPFIND"):
+        await api.request(method, "/v1/invocations")
+    await api.request("DELETE", "/v1/invocations")
+    samples = await scrape(api)
+    methods = {dict(labels).get("method") for _, labels in samples} - {None}
+    assert methods <= {"GET", "POST", "DELETE", "other"}
+    answered = {
+        dict(labels)["status"]
+        for name, labels in samples
+        if name == "toolref_requests_total" and dict(labels)["method"] == "other"
+    }
+    [status] = answered
+    other = value(
+        samples, "toolref_requests_total", method="other", route="/v1/invocations", status=status
+    )
+    assert other == 4
+    count = value(
+        samples, "toolref_request_duration_seconds_count", method="other", route="/v1/invocations"
+    )
+    assert count == 4
+
+
+async def test_a_client_that_hangs_up_before_its_answer_is_no_server_error() -> None:
+    """Review: a request whose client left before the answer started (an agent's turn
+    cancelled: the gateway returns without answering) was counted and logged as a 500,
+    so 5xx alerts fired on every cancelled turn."""
+
+    async def cancelled(scope: Scope, receive: Receive, send: Send) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    async def failing(scope: Scope, receive: Receive, send: Send) -> None:
+        await receive()  # the app ends without an answer while its client is still there
+
+    messages: list[Message] = []
+
+    async def receive() -> Message:
+        return messages.pop(0)
+
+    async def send(message: Message) -> None:
+        pass
+
+    metrics = Metrics()
+    scope = {"type": "http", "method": "POST", "path": "/v1/invocations", "headers": []}
+    messages += [{"type": "http.request", "body": b"{", "more_body": True}]
+    messages += [{"type": "http.disconnect"}]
+    await AccessMiddleware(cancelled, metrics)(scope, receive, send)
+    messages += [{"type": "http.request", "body": b"{}", "more_body": False}]
+    await AccessMiddleware(failing, metrics)(scope, receive, send)
+    samples = {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(metrics.render().decode())
+        for sample in family.samples
+        if sample.name == "toolref_requests_total"
+    }
+    labels = (("method", "POST"), ("route", "unmatched"))
+    assert samples == {(*labels, ("status", "499")): 1, (*labels, ("status", "500")): 1}
 
 
 async def test_refs_registered_resolved_and_missing_are_counted(api: httpx.AsyncClient) -> None:

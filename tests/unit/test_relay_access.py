@@ -3,16 +3,21 @@ served, the control token and its file (issue 28)."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import stat
+from collections.abc import MutableMapping
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from toolref.sending.editor import Editor
-from toolref_relay import RelayConfig
+from toolref_relay import Relay, RelayConfig
 from toolref_relay.clients import Client, Clients, credential_digest
 from toolref_relay.control import bearer, remove, same, switch_header, switch_request, write
-from toolref_relay.guard import host_refusal, origin_refusal, served_hosts
+from toolref_relay.guard import host_refusal, origin_refusal, path_refusal, served_hosts
 
 SECRET = b"k" * 32
 
@@ -138,3 +143,65 @@ def test_relay_options_for_clients_and_the_token() -> None:
         RelayConfig("http://g", token="short")
     with pytest.raises(ValueError, match="--max-clients is 0"):
         RelayConfig("http://g", max_clients=0)
+
+
+@pytest.mark.parametrize(
+    "raw_path",
+    [
+        b"/llm/openai/../../v1/invocations:resolve",  # the registry API, with the tenant's key
+        b"/llm/openai/v1/../../../v1/capabilities",
+        b"/llm/openai/v1/./models",  # would reach the gateway as /v1/models: altered
+        b"/llm/anthropic/..",
+    ],
+)
+def test_a_path_with_a_dot_segment_is_refused_and_nothing_is_forwarded(raw_path: bytes) -> None:
+    """Review: httpx resolves dot segments, so `/llm/openai/../../v1/invocations:resolve`
+    (which curl --path-as-is or any socket sends as it is) reached the gateway as
+    `/v1/invocations:resolve` with the relay's Toolref-Key, past the gateway's own refusal
+    of dot segments: any local process could call the registry API as the tenant."""
+    forwarded: list[httpx.Request] = []
+
+    def gateway(request: httpx.Request) -> httpx.Response:
+        forwarded.append(request)
+        return httpx.Response(200, json={})
+
+    relay = Relay(
+        RelayConfig("http://gateway.test", key="tenant-key", channel=False),
+        transport=httpx.MockTransport(gateway),
+        report=lambda _: None,
+    )
+    sent: list[MutableMapping[str, Any]] = []
+
+    arrived = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive() -> MutableMapping[str, Any]:
+        if not arrived:
+            await asyncio.Event().wait()  # the agent waits for its answer
+        return arrived.pop()
+
+    async def send(message: MutableMapping[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": raw_path.decode(),
+        "raw_path": raw_path,
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1:8760"), (b"x-api-key", b"sk-agent")],
+        "server": ("127.0.0.1", 8760),
+    }
+    asyncio.run(relay(scope, receive, send))
+    assert forwarded == []
+    assert sent[0]["status"] == 400
+    error = json.loads(sent[1]["body"])["error"]
+    assert "dot segment" in error["message"]
+    assert error["code"] == "toolref_bad_path"
+
+
+def test_plain_paths_and_encoded_dots_go_on_as_sent() -> None:
+    """Encoded dots are not resolved on the way (the gateway refuses them itself)."""
+    assert path_refusal("/llm/openai/v1/models") is None
+    assert path_refusal("/llm/openai/v1/files/a..b/.hidden") is None
+    assert path_refusal("/llm/openai/%2e%2e/v1") is None
+    assert path_refusal("/llm/openai/v1/..") is not None

@@ -3,6 +3,7 @@ gateway, each agent's set-up line, the provider error shapes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import ssl
@@ -11,7 +12,9 @@ import httpx
 import pytest
 
 from toolref.wire.shapes import error_reply, provider_of
+from toolref_relay import Relay, RelayConfig
 from toolref_relay.agents import AGENTS, set_up_lines, upstream_for
+from toolref_relay.cli import _shown_host, main, parser
 from toolref_relay.preflight import what_failed, who_answered
 
 
@@ -113,3 +116,99 @@ def test_gemini_is_known_by_its_paths_and_key_header() -> None:
     assert provider_of("/anything", [("X-Goog-Api-Key", "k")]) == "gemini"
     assert provider_of("/v1/messages", []) == "anthropic"
     assert provider_of("/v1/chat/completions", []) == "openai"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:99999",  # past 65535: httpx raised at the first request
+        "http://127.0.0.1:abc",  # a traceback (httpx.InvalidURL) at the gateway check
+        "http://127.0.0.1:0",
+        "http://[::1",  # was "toolref relay: Invalid IPv6 URL", naming neither option nor fix
+        "http://127.0.0.1:8750/#frag",  # every path was then appended after the fragment
+        "http://127.0.0.1:8750#",
+        "http://:8750",
+    ],
+)
+@pytest.mark.parametrize("option", ["gateway", "fallback"])
+def test_a_gateway_or_fallback_that_is_no_base_url_is_refused_naming_the_fix(
+    url: str, option: str
+) -> None:
+    urls = {"gateway": "http://127.0.0.1:8750", option: url}
+    with pytest.raises(ValueError, match=f"--{option} is .*a port of 1-65535"):
+        RelayConfig(gateway=urls["gateway"], fallback=urls.get("fallback"))
+
+
+def test_base_urls_with_ipv6_paths_and_slashes_are_kept() -> None:
+    config = RelayConfig("http://[::1]:8750/toolref/", fallback="https://api.example.com/")
+    assert config.gateway == "http://[::1]:8750/toolref"
+    assert config.fallback == "https://api.example.com"
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["relay", "--gateway", "http://g", "--port", "70000"], "'70000' is not a TCP port"),
+        (["relay", "--gateway", "http://g", "--port", "-1"], "give 0-65535"),
+        (["doctor", "--timeout", "0"], "above 0"),  # every hop then timed out at once
+        (["doctor", "--timeout", "-3"], "above 0"),
+        (["doctor", "--timeout", "nan"], "above 0"),
+    ],
+)
+def test_a_port_or_timeout_that_cannot_work_is_refused_by_the_parser(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review: `--port 70000` ended in an OverflowError traceback after the port check, and
+    `doctor --timeout 0` reported every hop as not answering."""
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(argv)
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
+
+
+def test_an_ipv6_host_is_taken_with_or_without_brackets() -> None:
+    assert parser().parse_args(["relay", "--gateway", "http://g", "--host", "[::1]"]).host == "::1"
+    assert parser().parse_args(["relay", "--gateway", "http://g", "--host", "::1"]).host == "::1"
+
+
+def test_a_relay_bound_to_a_wildcard_tells_agents_a_loopback_address() -> None:
+    """Review: bound to 0.0.0.0 it printed http://0.0.0.0:PORT/llm/... for each agent, a
+    Host it then refused (403: it serves its own address only)."""
+    assert _shown_host("0.0.0.0") == "127.0.0.1"
+    assert _shown_host("::") == "[::1]"
+    assert _shown_host("::1") == "[::1]"
+    assert _shown_host("localhost") == "localhost"
+
+
+def test_doctor_refuses_a_relay_address_that_is_no_url() -> None:
+    """Review: `--relay 127.0.0.1:8760` read the token of port 80 and said no relay answers;
+    a port past 65535 ended in a traceback."""
+    for relay in ("127.0.0.1:8760", "http://127.0.0.1:99999"):
+        with pytest.raises(SystemExit) as exited:
+            main(["doctor", "--relay", relay])
+        assert isinstance(exited.value.code, str)
+        assert exited.value.code.startswith(f"toolref doctor: --relay is {relay!r}")
+
+
+def test_a_path_outside_llm_is_refused_in_the_agent_s_shape() -> None:
+    """Review: an agent whose base URL lacked /llm/NAME got `{"error": "..."}` with a 404,
+    no provider's shape: the Anthropic SDK showed no message, Claude Code "There's an issue
+    with the selected model"."""
+
+    async def run() -> list[httpx.Response]:
+        relay = Relay(RelayConfig("http://127.0.0.1:9"), report=lambda _: None)
+        transport = httpx.ASGITransport(app=relay)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8760") as c:
+            return [
+                await c.post("/v1/messages", json={}, headers={"anthropic-version": "1"}),
+                await c.post("/v1/chat/completions", json={}),
+                await c.post("/v1beta/models/g:generateContent", json={}),
+            ]
+
+    anthropic, openai, gemini = asyncio.run(run())
+    assert anthropic.status_code == openai.status_code == gemini.status_code == 400
+    assert anthropic.json()["type"] == "error"
+    assert anthropic.json()["error"]["type"] == "invalid_request_error"
+    assert "/llm/anthropic" in anthropic.json()["error"]["message"]
+    assert openai.json()["error"]["code"] == "toolref_not_served"
+    assert gemini.json()["error"]["status"] == "INVALID_ARGUMENT"

@@ -16,6 +16,7 @@ from toolref_server.settings.environment import unknown_variables
 
 H1 = hashlib.sha256(b"k1").hexdigest()
 H2 = hashlib.sha256(b"k2").hexdigest()
+MiB = 2**20
 
 
 def test_api_keys_parse_to_hash_tenant_pairs() -> None:
@@ -187,3 +188,82 @@ def test_format_names_agree_between_models_and_formats() -> None:
     from toolref.wire.models import FormatName
 
     assert get_args(FormatName) == formats.NAMES
+
+
+def test_a_refused_value_is_told_with_the_value_and_the_fix(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review: `toolref-server serve` printed pydantic's words alone (`TOOLREF_MAX_BODY_BYTES:
+    Input should be greater than or equal to 1024`: no value, no fix), and a check across
+    settings under a variable of no name (`TOOLREF_: Value error, ...`)."""
+    from toolref_server import cli
+
+    monkeypatch.setenv("TOOLREF_MAX_BODY_BYTES", "-1")
+    monkeypatch.setenv("TOOLREF_LLM_API_KEY", "sk-secret-never-shown")
+    monkeypatch.setenv("TOOLREF_METRICS_KEY", "sk-secret-never-shown-either")
+    assert cli.main(["serve"]) == 2
+    said = capsys.readouterr().err.splitlines()
+    assert (
+        "toolref-server: TOOLREF_MAX_BODY_BYTES: Input should be greater than or equal to "
+        f"1024; given '-1': fix it, or unset TOOLREF_MAX_BODY_BYTES for its default ({32 * MiB})"
+    ) in said
+    [metrics] = [line for line in said if "TOOLREF_METRICS_KEY:" in line]
+    assert "not the 64 hex digits" in metrics
+    assert "given (a secret: not shown)" in metrics
+    assert "sk-secret" not in "\n".join(said)
+    monkeypatch.delenv("TOOLREF_MAX_BODY_BYTES")
+    monkeypatch.delenv("TOOLREF_METRICS_KEY")
+    monkeypatch.setenv("TOOLREF_MAX_INFLATED_IN_FLIGHT", "2000")
+    assert cli.main(["serve"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("toolref-server: TOOLREF_MAX_INFLATED_IN_FLIGHT (2000) is below")
+    assert "TOOLREF_:" not in line
+    assert "Value error" not in line
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["TOOLREF_GATEWAY_READ_TIMEOUT", "TOOLREF_CONTEXT_REWRITE_WEIGHT", "TOOLREF_LLM_TIMEOUT"],
+)
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "Infinity"])
+def test_no_setting_takes_nan_or_infinity(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    """Review: `inf` passed every `gt=0` (a timeout of `inf` overflows a socket's)."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(pydantic.ValidationError, match="finite number"):
+        Settings.from_environment()
+
+
+@pytest.mark.parametrize("url", ["api.openai.com/v1", "localhost:8080", "ftp://x/v1", "http:///v1"])
+def test_an_llm_base_url_without_scheme_or_host_is_refused(url: str) -> None:
+    """Review: taken as it was, every summary then fell back to extractive."""
+    with pytest.raises(pydantic.ValidationError, match=r"https://api\.openai\.com/v1"):
+        Settings(llm_base_url=url)
+    assert Settings(llm_base_url="http://127.0.0.1:9/v1").llm_base_url == "http://127.0.0.1:9/v1"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("localhost:6379", "'localhost:6379'"),
+        (":pw1@cache:6379/0", "'[redacted]@cache:6379/0'"),
+        ("http://cache:6379", "'http://cache:6379'"),
+    ],
+)
+def test_a_store_url_the_client_cannot_open_is_refused_before_anything_starts(
+    url: str, shown: str
+) -> None:
+    """Review: `TOOLREF_REDIS_URL=localhost:6379` was taken; the service then died on a
+    traceback (`Redis URL must specify one of the following schemes`) naming no setting."""
+    with pytest.raises(ConfigurationError) as refused:
+        Settings(redis_url=url).check_store_url()
+    assert refused.value.detail.startswith(f"TOOLREF_REDIS_URL is {shown}, not a Redis URL")
+    assert "redis://localhost:6379/0" in refused.value.detail
+    for fine in (
+        None,
+        "redis://:pw@cache:6379/0",
+        "unix:///run/valkey.sock",
+        "rediss+cluster://c:1",
+    ):
+        Settings(redis_url=fine).check_store_url()

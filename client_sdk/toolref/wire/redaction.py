@@ -12,9 +12,10 @@ userinfo is taken to end at the URL's last `@`, wherever it is: a password holdi
 unescaped `/`, `?`, `#` or `@` is masked whole, at the price of masking more of a URL whose
 path or query holds an `@` (a log line then says less, never a secret); in running text,
 a URL runs to the next space or quote, so punctuation after one (`key=...).`) is masked
-with the value it may belong to. `urls_in` does the same
-for each URL in a text; `LogRedactor` for each log record a handler writes. Pure, linear
-in the text, never raising.
+with the value it may belong to. `urls_in` does the same for each URL in a text;
+`targets_in` masks the query values of each request target in a text (`/path?key=...`,
+as a server logs it); `LogRedactor` does both for each log record a handler writes. Pure,
+linear in the text, never raising.
 """
 
 from __future__ import annotations
@@ -60,14 +61,33 @@ def urls_in(text: str) -> str:
     return _URL.sub(lambda found: url(found.group()), text)
 
 
+def targets_in(text: str) -> str:
+    """`text` with the query values of every request target in it masked, as `url` masks a
+    URL's: a path at the start of the text or after a space, quote or parenthesis, then
+    `?` (`"WebSocket /llm/gemini/x?key=AIza..."`, as uvicorn logs an upgrade)."""
+    if "?" not in text:
+        return text
+    return _TARGET.sub(_target_masked, text)
+
+
+# A request target in running text: `/path?query`, up to a space, quote or fragment.
+_TARGET: Final = re.compile(r"(?<![^\s'\"(])(/[^\s'\"<>`?#]*)\?([^\s'\"<>`#]*)")
+
+
+def _target_masked(found: re.Match[str]) -> str:
+    query = found.group(2)
+    return found.group(1) + "?" + "&".join(_masked(pair) for pair in query.split("&"))
+
+
 class LogRedactor(logging.Filter):
-    """A handler's filter: each record's message with its URLs masked (`urls_in`), before
-    any formatter sees it, whoever logged it (httpx logs each request's URL, query
-    included, at INFO)."""
+    """A handler's filter: each record's message with its URLs and request targets masked
+    (`urls_in`, `targets_in`), before any formatter sees it, whoever logged it (httpx logs
+    each request's URL, query included, at INFO; uvicorn each WebSocket upgrade's path and
+    query)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        shown = urls_in(message)
+        shown = targets_in(urls_in(message))
         if shown != message:
             record.msg, record.args = shown, None
         return True

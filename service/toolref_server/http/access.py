@@ -4,6 +4,9 @@ The id is the client's `X-Request-Id` when it is a plain token (so a chat backen
 one request through its logs and ours), otherwise a fresh one; it is sent back in the same
 header and carried by every log line written while the request runs.
 
+A request whose client hangs up before its answer starts is counted and logged with status
+499 (`CLIENT_CLOSED`), not 500: an agent cancelling a turn is no failure of the service.
+
 It is also the last line of defence: an exception no handler caught becomes a logged
 traceback and a 500 problem+json that carries the request id, instead of a bare 500.
 """
@@ -21,9 +24,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolref.wire.errors import ToolrefError
 from toolref_server.http.problem import problem_response
 from toolref_server.logs import REQUEST_ID
-from toolref_server.metrics import UNMATCHED, Metrics
+from toolref_server.metrics import UNMATCHED, Metrics, method_label
 
 REQUEST_ID_HEADER: Final = "X-Request-Id"
+# The status a request is counted and logged with when its client hung up before any answer
+# started (nginx's "client closed request"): not a 500, which says the service failed.
+CLIENT_CLOSED: Final = 499
 _HEADER_KEY: Final = REQUEST_ID_HEADER.lower().encode()
 _TOKEN: Final = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 
@@ -57,13 +63,15 @@ class AccessMiddleware:
         token = REQUEST_ID.set(request_id)
         started = time.perf_counter()
         status, received, sent = 500, 0, 0  # 500 unless an answer starts
-        answered = False
+        answered = gone = False
 
         async def counted_receive() -> Message:
-            nonlocal received
+            nonlocal received, gone
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+            elif message["type"] == "http.disconnect":
+                gone = True
             return message
 
         async def tagged_send(message: Message) -> None:
@@ -89,11 +97,13 @@ class AccessMiddleware:
             )
             await problem_response(failure)(scope, counted_receive, tagged_send)
         finally:
+            if gone and not answered:  # the client left first: no answer, and no fault of ours
+                status = CLIENT_CLOSED
             elapsed = time.perf_counter() - started
             route, method = route_of(scope), scope["method"]
-            m = self.metrics
-            m.requests.labels(method, route, str(status)).inc()
-            m.latency.labels(method, route).observe(elapsed)
+            m, labelled = self.metrics, method_label(method)  # never a client's own token
+            m.requests.labels(labelled, route, str(status)).inc()
+            m.latency.labels(labelled, route).observe(elapsed)
             m.bytes_in.labels(route).inc(received)
             m.bytes_out.labels(route).inc(sent)
             log.info(

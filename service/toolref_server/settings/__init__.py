@@ -28,6 +28,7 @@ import os
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from toolref.kit.option_checks import nearest
 from toolref.wire.errors import ConfigurationError
 from toolref_server.settings.access import (
     LOCAL_TENANT,
@@ -65,7 +66,11 @@ class Settings(
     """Every setting of the service (the bases' fields). docs/api.md lists them with their
     defaults."""
 
-    model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore")
+    # No setting takes NaN or infinity (`inf` passed every `gt=0`, and no timeout, size or
+    # rate works with it): a finite number, or the setting's default.
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX, frozen=True, extra="ignore", allow_inf_nan=False
+    )
 
     @classmethod
     def variables(cls) -> list[str]:
@@ -98,6 +103,27 @@ class Settings(
                 raise ConfigurationError(
                     f"{where} is {summarizer} but TOOLREF_LLM_BASE_URL is not set; set it "
                     "(and TOOLREF_LLM_MODEL, TOOLREF_LLM_API_KEY), or use extractive"
+                )
+
+    def check_context_names(self) -> None:
+        """Refuse a policy of TOOLREF_CONTEXT_POLICIES for an upstream or a tenant this
+        service does not have: it would never apply, without a word (a misspelt name)."""
+        found = self.context_policy
+        tenants = sorted(set(self.key_hashes.values())) or [LOCAL_TENANT]
+        for scope, table, known, setting in (
+            ("upstreams", found.upstreams, sorted(self.upstream_urls), "TOOLREF_UPSTREAMS"),
+            ("tenants", found.tenants, tenants, "TOOLREF_API_KEYS"),
+        ):
+            for name in table:
+                if name in known:
+                    continue
+                guess = nearest(name, known)
+                hint = f"; did you mean {guess!r}?" if guess else ""
+                has = ", ".join(known) or "none"
+                raise ConfigurationError(
+                    f"TOOLREF_CONTEXT_POLICIES {scope}.{name} names no {scope[:-1]} of this "
+                    f"service ({setting} gives: {has}), so that policy would never "
+                    f"apply{hint}; fix the name, or remove its policy"
                 )
 
     def check_exposure(self) -> None:

@@ -15,6 +15,7 @@ A tenant's fields win over its upstream's, which win over the defaults.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from functools import cached_property
@@ -160,6 +161,12 @@ def checked(where: str, key: str, value: object) -> Any:
         value = float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ConfigurationError(f"{where}: give a {kind.__name__}, not {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):  # JSON's NaN, Infinity
+        raise ConfigurationError(
+            f"{where}: give a finite number, not {value!r} (with NaN or infinity whether "
+            "a batch pays is decided by nothing, and the cost saved on /metrics reads NaN "
+            "or infinity for good)"
+        )
     if key == "summarizer" and value not in SUMMARIZER_NAMES:
         raise ConfigurationError(
             f"{where}: give one of {', '.join(SUMMARIZER_NAMES)}, not {value!r}"
@@ -174,10 +181,12 @@ def checked(where: str, key: str, value: object) -> Any:
 
 
 # A policy's numbers beyond at least 0, as the environment's own settings bound them (a
-# summary of fewer characters than a stand-in's head, or no message read, fails a request).
+# summary of fewer characters than a stand-in's head, or no message read, fails a request;
+# a batch that frees nothing rewrites the provider's prompt cache for nothing).
 _BOUNDS: Final[dict[str, tuple[int, int | None]]] = {
     "summary_chars": (40, 20_000),
     "max_messages": (1, None),
+    "clear_at_least": (1, None),
 }
 
 

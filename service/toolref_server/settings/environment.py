@@ -6,14 +6,19 @@ Known: every setting's variable (`TOOLREF_` + a field of `Settings`), the variab
 parts of toolref read that a shell may hold next to the service's (`ELSEWHERE`), and those
 of the test suite (`ELSEWHERE_PREFIXES`). Pure: the caller hands over the environment, and
 the same check serves any other source of `TOOLREF_*` names (a config file's keys).
+
+`invalid_lines` says what is wrong with values that were refused (pydantic's errors): the
+variable (or the file's place), the fact, the value given (never a secret's) and the fix.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 
 from toolref.kit.option_checks import nearest
+from toolref.wire import redaction
 from toolref.wire.errors import ConfigurationError
 
 PREFIX: Final = "TOOLREF_"
@@ -66,3 +71,47 @@ def check_variables(environ: Mapping[str, str], settings: Iterable[str]) -> None
             f"{said} toolref reads no such variable, so a misspelt setting would stay at its "
             "default: fix or unset it (docs/operations.md lists every setting)"
         )
+
+
+_SHOWN_CHARS: Final = 80  # of a refused value, quoted back
+_PYDANTIC_PREFIX: Final = re.compile(r"^(Value|Assertion) error, ")
+_BEFORE_HOST: Final = re.compile(r"^[^@]*@")  # a URL without its scheme: userinfo, perhaps
+
+
+def invalid_lines(
+    errors: Iterable[Mapping[str, Any]],
+    defaults: Mapping[str, object],
+    secrets: Iterable[str],
+    from_file: Mapping[str, str] | None = None,
+) -> list[str]:
+    """One line per refused value (pydantic's `errors(include_url=False)`): where it was
+    given (its variable, or its place in the config file: `from_file`), what is wrong, the
+    value given (a setting of `secrets` never shown; a URL's credentials masked) and the
+    fix, its default when it has one. A check across settings (its `loc` empty) already
+    names the settings and the fix: its message alone."""
+    hidden, lines = set(secrets), []
+    for error in errors:
+        message = _PYDANTIC_PREFIX.sub("", str(error["msg"]))
+        if not error["loc"]:
+            lines.append(message)
+            continue
+        field = str(error["loc"][0])
+        variable = PREFIX + field.upper()
+        where = (from_file or {}).get(variable)
+        given = "(a secret: not shown)" if field in hidden else _shown(error.get("input"))
+        undo = "remove it from the file" if where else f"unset {variable}"
+        default = defaults.get(field)
+        then = f" for its default ({default})" if default not in (None, "") else ""
+        lines.append(f"{where or variable}: {message}; given {given}: fix it, or {undo}{then}")
+    return lines
+
+
+def _shown(value: object) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    if "://" in text:
+        text = redaction.urls_in(text)
+    elif "@" in text:
+        text = _BEFORE_HOST.sub(redaction.MASK + "@", text)
+    if len(text) > _SHOWN_CHARS:
+        text = text[: _SHOWN_CHARS - 3] + "..."
+    return repr(text)

@@ -3,9 +3,19 @@ persists), its timeouts and pool, and when failures make requests fail fast."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Final
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
+
+from toolref.wire import redaction
+from toolref.wire.errors import ConfigurationError
+
+# The URL schemes a store URL may have: redis-py's, and Redis Cluster's (`storage.redis`).
+STORE_SCHEMES: Final = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
+MASKED: Final = re.compile(r"^.*@")  # what a URL without its scheme holds before its host
 
 
 class StoreSettings(BaseModel):
@@ -40,3 +50,18 @@ class StoreSettings(BaseModel):
         description="Store failures in a row after which requests fail fast with 503 for "
         "Retry-After seconds (then one request probes).",
     )
+
+    def check_store_url(self) -> None:
+        """Refuse a TOOLREF_REDIS_URL the Redis client cannot open (`localhost:6379`, no
+        scheme: the service failed with a traceback once started). Checked where a command
+        opens it (an app given its client, as the tests do, takes any text)."""
+        url = self.redis_url
+        if url is None or ("://" in url and urlsplit(url).scheme.lower() in STORE_SCHEMES):
+            return
+        # `localhost:6379` shown as it is; a password before an `@` never
+        shown = redaction.url(url) if "://" in url else MASKED.sub(redaction.MASK + "@", url)
+        raise ConfigurationError(
+            f"TOOLREF_REDIS_URL is {shown!r}, not a Redis URL: give one such as "
+            f"redis://localhost:6379/0 (schemes: {', '.join(STORE_SCHEMES)}), or unset it "
+            "for the embedded engine"
+        )

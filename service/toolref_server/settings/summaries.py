@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from typing import Self
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
@@ -93,6 +94,23 @@ class SummarySettings(BaseModel):
     @classmethod
     def _check_kinds(cls, value: str) -> str:
         KindTable.parse(value)
+        return value
+
+    @field_validator("llm_base_url")
+    @classmethod
+    def _check_llm_base_url(cls, value: str | None) -> str | None:
+        # `api.openai.com/v1` was taken, and every summary fell back to extractive
+        if value is not None:
+            try:
+                parts = urlsplit(value)
+                _ = parts.port  # ValueError when it is not one
+            except ValueError:
+                parts = None
+            if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    "not an http(s) URL with a host; give the API's base URL, such as "
+                    "https://api.openai.com/v1 (its /chat/completions is called)"
+                )
         return value
 
     @field_validator("summarizer")

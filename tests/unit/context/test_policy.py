@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from toolref.wire.errors import BadRequestError, ConfigurationError
+from toolref_server.app import create_app
 from toolref_server.context.policy import wanted
 from toolref_server.settings import Settings
 from toolref_server.settings.config_file import parse
@@ -68,6 +69,12 @@ def test_a_wrong_header_is_a_bad_request_saying_what_to_send() -> None:
         ('{"tenants": {"a": {"max_messages": 0}}}', "at least 1"),
         ('{"tenants": {"a": {"summarizer": "gpt"}}}', "extractive"),
         ('{"tenants": {"a": {"exclude_tools": [1]}}}', "list of tool names"),
+        # Review: JSON's NaN and Infinity were taken (a cost counter then read NaN for good),
+        # and a batch freeing 0 tokens, which TOOLREF_CONTEXT_CLEAR_AT_LEAST refuses.
+        ('{"tenants": {"a": {"price_per_mtok": NaN}}}', "finite number, not nan"),
+        ('{"tenants": {"a": {"rewrite_weight": Infinity}}}', "finite number, not inf"),
+        ('{"upstreams": {"a": {"price_per_mtok": -Infinity}}}', "finite number"),
+        ('{"tenants": {"a": {"clear_at_least": 0}}}', "at least 1"),
     ],
 )
 def test_wrong_policies_are_refused_naming_the_fix(text: str, says: str) -> None:
@@ -106,3 +113,40 @@ def test_a_summarizer_the_service_does_not_offer_is_refused_at_start() -> None:
         Settings(context_policies=policies).check_context_summarizers()
     offered = Settings(context_summarizer="openai-compatible", llm_base_url="http://127.0.0.1:9/v1")
     offered.check_context_summarizers()  # offered: no refusal
+
+
+def test_a_policy_for_an_upstream_or_tenant_the_service_lacks_is_refused_at_start() -> None:
+    """Review: a policy under a name no upstream or tenant has (`antropic`, a tenant of
+    another deployment) was kept and never applied, without a word."""
+    keys = f"acme={'a' * 64},globex={'b' * 64}"
+    upstreams = "anthropic=https://api.anthropic.com,openai=https://api.openai.com"
+    known = {"upstreams": {"anthropic": {"keep": 2}}, "tenants": {"acme": {"keep": 3}}}
+    Settings(
+        api_keys=keys, upstreams=upstreams, context_policies=json.dumps(known)
+    ).check_context_names()
+    local = json.dumps({"tenants": {"local": {"keep": 3}}})  # the one tenant without keys
+    Settings(context_policies=local).check_context_names()
+    for policies, says in (
+        (
+            {"upstreams": {"antropic": {"keep": 2}}},
+            "TOOLREF_CONTEXT_POLICIES upstreams.antropic names no upstream of this service "
+            "(TOOLREF_UPSTREAMS gives: anthropic, openai), so that policy would never apply; "
+            "did you mean 'anthropic'?",
+        ),
+        (
+            {"tenants": {"acme-corp": {"mode": "never"}}},
+            "TOOLREF_CONTEXT_POLICIES tenants.acme-corp names no tenant of this service "
+            "(TOOLREF_API_KEYS gives: acme, globex)",
+        ),
+    ):
+        settings = Settings(
+            api_keys=keys, upstreams=upstreams, context_policies=json.dumps(policies)
+        )
+        with pytest.raises(ConfigurationError) as refused:
+            settings.check_context_names()
+        assert refused.value.detail.startswith(says)
+    with pytest.raises(ConfigurationError, match="gives: local"):
+        Settings(context_policies=json.dumps({"tenants": {"acme": {}}})).check_context_names()
+    unknown = json.dumps({"upstreams": {"antropic": {"keep": 2}}})
+    with pytest.raises(ConfigurationError, match=r"upstreams\.antropic"):  # the service's start
+        create_app(Settings(redis_url="unused", context_policies=unknown))
