@@ -41,6 +41,7 @@ import socket
 import sys
 import termios
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import h11
@@ -76,6 +77,7 @@ log = logging.getLogger(__name__)
 
 HEALTH_PATH: Final = b"/healthz"
 _MIN_REARM: Final = 0.1
+_DEFAULT_NAMES: Final = frozenset({b"server", b"date"})  # what uvicorn adds to every answer
 
 
 class Connection(H11Protocol):
@@ -97,7 +99,7 @@ class Connection(H11Protocol):
                 "app, with lifespan on"
             )
         self.limits = limits
-        self.app = answering_problems(self.app, limits.retry_after)
+        self.app = answering_problems(self.app, limits.retry_after, self._own_defaults)
         self.head_limit = config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
         self.parser = Parser(self, self.head_limit)
         self.conn = self.parser
@@ -133,6 +135,16 @@ class Connection(H11Protocol):
         except OSError:
             return 0
         return int.from_bytes(found, sys.byteorder) if found else 0
+
+    def _own_defaults(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        """uvicorn's `server` and `date` left out of an answer that names its own (a
+        provider's answer the gateway passes on): one of each, the provider's, where
+        uvicorn sent both its own and the provider's."""
+        cycle = self.cycle
+        named = {bytes(name).lower() for name, _ in headers}
+        if cycle is not None and not named.isdisjoint(_DEFAULT_NAMES):
+            kept = [(k, v) for k, v in cycle.default_headers if k.lower() not in named]
+            cycle.default_headers = kept
 
     # --- uvicorn's protocol interface -------------------------------------------------
 

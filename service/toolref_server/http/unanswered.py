@@ -5,6 +5,7 @@ text/plain 500)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from toolref.wire.errors import ServiceUnavailableError, ToolrefError
@@ -14,17 +15,25 @@ if TYPE_CHECKING:
     from uvicorn._types import ASGI3Application
 
 
-def answering_problems(app: ASGI3Application, retry_after: int) -> ASGI3Application:
+def answering_problems(
+    app: ASGI3Application,
+    retry_after: int,
+    on_head: Callable[[Iterable[tuple[bytes, bytes]]], None] | None = None,
+) -> ASGI3Application:
     """`app`, except that a request it drops without an answer gets a problem+json one
     instead of uvicorn's text/plain 500: a 503 when the request was cancelled (a stop that
-    ran out of TOOLREF_SHUTDOWN_TIMEOUT), a 500 for anything else the app let escape."""
+    ran out of TOOLREF_SHUTDOWN_TIMEOUT), a 500 for anything else the app let escape.
+    `on_head`: given each answer's headers before its head is sent."""
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
         started = False
 
         async def tracked(message: Any) -> None:
             nonlocal started
-            started = started or message["type"] == "http.response.start"
+            if message["type"] == "http.response.start":
+                started = True
+                if on_head is not None:  # the answer's own headers, before they are sent
+                    on_head(message.get("headers", ()))
             await send(message)
 
         try:
