@@ -10,11 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
+import msgpack
 import pytest
 from redis.asyncio import Redis
 
 from toolref.wire.canonical import digest_of
 from toolref_server.registry import compaction
+from toolref_server.routes import messages as messages_routes
 
 from ..conftest import Api, snapshot
 from .test_messages import hydrate, optimize
@@ -131,6 +133,42 @@ async def test_summary_mode_works_off_the_event_loop_on_a_large_body(
             assert threads[step][0].startswith("toolref-work"), (step, threads[step])
         else:
             assert threads[step] == [main], (step, threads[step])
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small-inline", "large-offloaded"])
+async def test_a_msgpack_answer_is_made_off_the_event_loop_when_large(
+    make_api: Api, monkeypatch: pytest.MonkeyPatch, large: bool
+) -> None:
+    """Found in review: a client that asks for msgpack had its answer's messages parsed
+    again and packed on the event loop (the JSON answer splices their text). That runs in a
+    worker thread for answers of `TOOLREF_OFFLOAD_BYTES` or more, inline for smaller ones;
+    the answer is the same either way."""
+    api = await make_api(offload_bytes=50_000)
+    threads: list[str] = []
+    inner = messages_routes.as_msgpack
+
+    def wrapped(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return inner(*args)
+
+    monkeypatch.setattr(messages_routes, "as_msgpack", wrapped)
+    size = 20_000 if large else 2_000
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for n in range(5):
+        messages += call(n, f"line {n}\n" * (size // 7))
+    body = {"messages": messages}
+    assert (len(json.dumps(body)) >= 50_000) is large
+    response = await api.post(
+        "/v1/messages:hydrate", json=body, headers={"Accept": "application/msgpack"}
+    )
+    assert response.status_code == 200, response.text[:300]
+    assert response.headers["content-type"].startswith("application/msgpack")
+    assert msgpack.unpackb(response.content)["messages"] == messages
+    assert len(threads) == 1
+    if large:
+        assert threads[0].startswith("toolref-work"), threads
+    else:
+        assert threads == [threading.main_thread().name]
 
 
 # --- 5. the fast fill path and escaped keys --------------------------------------------------

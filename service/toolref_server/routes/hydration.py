@@ -33,8 +33,8 @@ async def hydrate(request: Request) -> Response:
     services = request_context.services(request)
     ask = await read(request)
     if ask.protocol < PROTOCOL_REFS:
-        return as_sent(request, services, ask)
-    return reply(request, await run(services, ask))
+        return await as_sent(request, services, ask)
+    return await reply(request, await run(services, ask))
 
 
 async def read(request: Request) -> Ask:
@@ -58,7 +58,7 @@ async def read(request: Request) -> Ask:
 _RETIRED_MEMBERS = ("historyRef", "returnMessages", "checkpoint")
 
 
-def as_sent(request: Request, services: Services, ask: Ask) -> Response:
+async def as_sent(request: Request, services: Services, ask: Ask) -> Response:
     """Protocol 1: the messages back as they came, no refs, nothing stored. A summarizer
     named that is not offered is refused (422) as in protocol 2."""
     if ask.body.summarizer is not None:
@@ -77,10 +77,10 @@ def as_sent(request: Request, services: Services, ask: Ask) -> Response:
         )
     messages = joined(conversation.texts)
     size = len(messages)
-    return answer(request, conversation.fmt.name, messages, None, stats(size, size, 0, 0, 0))
+    return await answer(request, conversation.fmt.name, messages, None, stats(size, size, 0, 0, 0))
 
 
-def reply(request: Request, done: Done) -> Response:
+async def reply(request: Request, done: Done) -> Response:
     """The messages answered, the refs of the tool calls in them, and the figures; at the
     tenant's stored-bytes quota, `Toolref-Registration` says nothing was registered."""
     filled, texts = done.filled, done.texts
@@ -99,7 +99,8 @@ def reply(request: Request, done: Done) -> Response:
     if filled.registration.skipped is not None:
         headers = {REGISTRATION_HEADER: f"skipped; quota={filled.registration.skipped}"}
     references = done.references()
-    return answer(request, conversation.fmt.name, messages, references, figures, headers=headers)
+    fmt = conversation.fmt.name
+    return await answer(request, fmt, messages, references, figures, headers=headers)
 
 
 _REGISTRATION = Header(

@@ -59,7 +59,7 @@ def _conversation(
     return conversation_of_decoded(limit, decoded, body.format), body
 
 
-def answer(
+async def answer(
     request: Request,
     fmt: FormatName,
     messages: bytes,
@@ -69,8 +69,8 @@ def answer(
     headers: dict[str, str] | None = None,
 ) -> Response:
     """The answer (`MessagesResponse`): its members written through `MessagesAnswer`, its
-    messages spliced in as the JSON text made for them (parsed again only for a client that
-    asked for msgpack)."""
+    messages spliced in as the JSON text made for them (parsed again and packed only for a
+    client that asked for msgpack: linear in them, in a worker thread when large)."""
     members = MessagesAnswer(
         format=fmt,
         tool_references=references,
@@ -79,9 +79,17 @@ def answer(
     written = members.model_dump(by_alias=True, exclude_none=True)
     body: dict[str, Any] = {"format": written.pop("format"), "messages": None, **written}
     if codec.wants_msgpack(request):
-        body["messages"] = json.loads(messages)
-        return codec.render(request, body, headers=headers)
+        workers = request_context.services(request).workers
+        return await workers.run(len(messages), as_msgpack, request, body, messages, headers)
     return codec.render(request, body, headers=headers, encoded={"messages": messages})
+
+
+def as_msgpack(
+    request: Request, body: dict[str, Any], messages: bytes, headers: dict[str, str] | None
+) -> Response:
+    """`body` with its messages parsed from their JSON text, packed for a msgpack client."""
+    body["messages"] = json.loads(messages)
+    return codec.render(request, body, headers=headers)
 
 
 async def optimize(request: Request) -> Response:
@@ -103,7 +111,7 @@ async def optimize(request: Request) -> Response:
         registration.hits,
     )
     references = references_of(conversation, registration.refs)
-    return answer(request, conversation.fmt.name, answered, references, figures)
+    return await answer(request, conversation.fmt.name, answered, references, figures)
 
 
 OPTIMIZE = Operation(
