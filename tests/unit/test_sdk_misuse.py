@@ -451,3 +451,19 @@ def test_a_transport_wants_shape_problems_as_a_bool(made: Any, bad: object) -> N
     with pytest.raises(TypeError, match=f"shape_problems must be True or False, not {bad!r}"):
         made(shape_problems=bad)
     assert made(shape_problems=False).shape_problems is False
+
+
+def test_a_transport_given_the_wrong_inner_kind_or_a_client_says_so_when_made() -> None:
+    """An async inner transport to `Transport` (or a sync one to `AsyncTransport`, or a
+    client) failed only at the first request, with an AttributeError naming no fix."""
+    with pytest.raises(TypeError, match=r"async transport .*pass inner=httpx.HTTPTransport\(\)"):
+        Transport(httpx.AsyncHTTPTransport())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"sync transport .*inner=httpx.AsyncHTTPTransport\(\)"):
+        AsyncTransport(httpx.HTTPTransport())  # type: ignore[arg-type]
+    with httpx.Client() as client, pytest.raises(TypeError, match="inner is a client"):
+        Transport(client)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="manager must be a ToolReferenceManager"):
+        Transport(manager={"messages_key": "input"})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="inner must be an httpx transport"):
+        AsyncTransport(ToolReferenceManager())  # type: ignore[arg-type]
+    assert Transport(httpx.MockTransport(lambda r: httpx.Response(200))).inner is not None

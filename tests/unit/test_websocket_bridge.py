@@ -75,3 +75,87 @@ async def test_a_message_past_the_budget_closes_both_ends_1013(side: str) -> Non
     assert sent[-1]["type"] == "websocket.close"
     assert sent[-1]["code"] == bridging.TRY_LATER
     assert upstream.sent == []  # nothing past the budget went on
+
+
+async def _deaf_upstream() -> tuple[asyncio.Server, int]:
+    """A WebSocket server that accepts the upgrade, then never reads again (a stalled
+    provider: its receive window fills, and every write to it waits)."""
+    import base64
+    import hashlib
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        guid = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+        accept = base64.b64encode(hashlib.sha1(key + guid).digest())
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+        )
+        await writer.drain()
+        await asyncio.Event().wait()  # never reads
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def test_a_stalled_upstream_does_not_hold_the_bridge_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An upstream that stops reading: the idle limit ends the bridge, and its close frame,
+    which that upstream never takes, is given up on after `CLOSE_TIMEOUT` and the
+    connection dropped; the client gets its close (the bridge waited on the write for ever,
+    holding the socket, its slot and the client open)."""
+    from toolref.websocket import driver
+
+    monkeypatch.setattr(driver, "CLOSE_TIMEOUT", 0.2)
+    server, port = await _deaf_upstream()
+    upstream = await driver.connect(
+        f"ws://127.0.0.1:{port}/v1/responses", max_message=64 << 20, connect_timeout=5
+    )
+    incoming: asyncio.Queue[Message] = asyncio.Queue()
+    big = "x" * (8 << 20)  # past what the kernel's buffers hold
+    for _ in range(4):
+        incoming.put_nowait({"type": "websocket.receive", "text": big})
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    limits = bridging.Limits(max_message=64 << 20, idle=0.3, lifetime=600)
+    try:
+        ended = await asyncio.wait_for(bridging.bridge(incoming.get, send, upstream, limits), 30)
+    finally:
+        server.close()
+    assert (ended.by, ended.code) == ("idle", bridging.GOING_AWAY)
+    assert sent[-1] == {"type": "websocket.close", "code": 1001, "reason": ended.reason}
+    assert upstream._writer.transport.is_closing()
+
+
+async def test_a_fault_of_the_bridge_closes_both_ends_1011() -> None:
+    """A fault in restoring a client's message (not a refusal: a bug) closes the upstream's
+    socket and the client's, 1011 (it escaped the bridge, which left the provider's socket
+    open and the client without a close frame)."""
+    upstream = Upstream([])
+    incoming: asyncio.Queue[Message] = asyncio.Queue()
+    incoming.put_nowait({"type": "websocket.receive", "bytes": b"\x03a frame"})
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    async def broken(message: str | bytes) -> str | bytes:
+        raise IndexError("a fault injected")
+
+    limits = bridging.Limits(max_message=1 << 20, idle=60, lifetime=600)
+    ended = await asyncio.wait_for(
+        bridging.bridge(incoming.get, send, cast(Socket, upstream), limits, inbound=broken), 5
+    )
+    assert (ended.by, ended.code) == ("fault", bridging.INTERNAL)
+    assert upstream.closed == (bridging.INTERNAL, "internal error")
+    assert sent[-1] == {"type": "websocket.close", "code": 1011, "reason": "internal error"}
+    assert upstream.sent == []

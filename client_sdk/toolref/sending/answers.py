@@ -6,15 +6,20 @@ that read a problem whole before handing a streamed answer back."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 import httpx
 
 from toolref.edits.answer import AnswerTap, tap_for
+from toolref.edits.wire import MEDIA_TYPE as EDIT_TYPE
+from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.sending.packages import NOT_READ, AsyncByteStream2, SyncByteStream2
-from toolref.wire.encoding import PROBLEM_TYPE
+from toolref.sending.refusals import MAX_PROBLEM_BYTES
+from toolref.wire.encoding import PROBLEM_TYPE, media_type
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER
+
+R = TypeVar("R")
 
 
 def may_resend(response: httpx.Response) -> bool:
@@ -32,17 +37,119 @@ def may_resend(response: httpx.Response) -> bool:
     return status in (400, 409) and media.startswith(PROBLEM_TYPE)
 
 
+def to_read(response: Any, request: Any) -> bool:
+    """A streamed answer a driver reads (`read_problem`) before the exchange sees it: a
+    problem the exchange may resend on (`may_resend`), to an edit. Any other answer is
+    handed on unread (an answer to a request as it is is the app's own); one the exchange
+    resends past needs no body and is closed (`drive`, `adrive`)."""
+    return (
+        media_type(request.headers.get("content-type")) == EDIT_TYPE
+        and response.headers.get("content-type", "").startswith(PROBLEM_TYPE)
+        and may_resend(response)
+    )
+
+
+def read_problem(response: Any) -> None:
+    """`response` read whole when its body is at most `MAX_PROBLEM_BYTES` (toolref's are
+    < 2 KiB); a longer one is left a stream holding every byte it had (no problem of
+    toolref's: the exchange hands it on, or closes it), at most that much read of it."""
+    if _declared(response) is not None:
+        if _declared(response):
+            response.read()
+        return
+    pieces: list[bytes] = []
+    rest: Iterator[bytes] = iter(response.stream)
+    for piece in rest:
+        pieces.append(piece)
+        if sum(map(len, pieces)) > MAX_PROBLEM_BYTES:
+            break
+    else:
+        rest = iter(())
+    response.stream = _Replayed(pieces, rest, response.stream)
+    if sum(map(len, pieces)) <= MAX_PROBLEM_BYTES:
+        response.read()
+
+
+async def aread_problem(response: Any) -> None:
+    """Async `read_problem`."""
+    if _declared(response) is not None:
+        if _declared(response):
+            await response.aread()
+        return
+    pieces: list[bytes] = []
+    rest: AsyncIterator[bytes] = aiter(response.stream)
+    async for piece in rest:
+        pieces.append(piece)
+        if sum(map(len, pieces)) > MAX_PROBLEM_BYTES:
+            break
+    else:
+        rest = _none()
+    response.stream = _Replayed(pieces, rest, response.stream)
+    if sum(map(len, pieces)) <= MAX_PROBLEM_BYTES:
+        await response.aread()
+
+
+def _declared(response: Any) -> bool | None:
+    """Whether the body's `Content-Length` is within `MAX_PROBLEM_BYTES`; None: none said."""
+    length = response.headers.get("content-length", "").strip()
+    return int(length) <= MAX_PROBLEM_BYTES if length.isdigit() else None
+
+
+async def _none() -> AsyncIterator[bytes]:
+    return
+    yield b""  # pragma: no cover - makes this an async generator
+
+
+def drive(exchange: Exchange[R], send: Callable[[httpx.Request], httpx.Response]) -> R:
+    """`run_sync`, every answer but the one returned closed (read or not: an answer the
+    exchange resent past held a pooled connection), also when the exchange raises."""
+    sent: list[httpx.Response] = []
+
+    def sending(step: httpx.Request) -> httpx.Response:
+        sent.append(send(step))
+        return sent[-1]
+
+    kept: Any = None
+    try:
+        kept = run_sync(exchange, sending)
+        return kept  # type: ignore[no-any-return]
+    finally:
+        for response in sent:
+            if response is not kept:
+                response.close()
+
+
+async def adrive(
+    exchange: Exchange[R], send: Callable[[httpx.Request], Awaitable[httpx.Response]]
+) -> R:
+    """Async `drive` (cancelled, the answers it had are closed too)."""
+    sent: list[httpx.Response] = []
+
+    async def sending(step: httpx.Request) -> httpx.Response:
+        sent.append(await send(step))
+        return sent[-1]
+
+    kept: Any = None
+    try:
+        kept = await run_async(exchange, sending)
+        return kept  # type: ignore[no-any-return]
+    finally:
+        for response in sent:
+            if response is not kept:
+                await response.aclose()
+
+
 def send_streaming(client: httpx.Client, request: httpx.Request) -> httpx.Response:
     response = client.send(request, stream=True)
-    if may_resend(response):
-        response.read()
+    if to_read(response, request):
+        read_problem(response)
     return response
 
 
 async def asend_streaming(client: httpx.AsyncClient, request: httpx.Request) -> httpx.Response:
     response = await client.send(request, stream=True)
-    if may_resend(response):
-        await response.aread()
+    if to_read(response, request):
+        await aread_problem(response)
     return response
 
 
@@ -84,6 +191,29 @@ def read_answer(response: Any, path: str, answered: Answered) -> None:
             answered(tap.answer)
         return
     response.stream = _Tapped(response.stream, tap, answered)
+
+
+class _Replayed(httpx.SyncByteStream, httpx.AsyncByteStream, SyncByteStream2, AsyncByteStream2):
+    """A response stream of which `pieces` were read: they, then the `rest` of it."""
+
+    def __init__(self, pieces: list[bytes], rest: Any, stream: Any) -> None:
+        self.pieces, self.rest, self.stream = pieces, rest, stream
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.pieces
+        yield from self.rest
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for piece in self.pieces:
+            yield piece
+        async for piece in self.rest:
+            yield piece
+
+    def close(self) -> None:
+        self.stream.close()
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
 
 
 class _Tapped(httpx.SyncByteStream, httpx.AsyncByteStream, SyncByteStream2, AsyncByteStream2):

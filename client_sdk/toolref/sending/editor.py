@@ -29,7 +29,9 @@ Per request:
   `toolref.edits.answer.AnswerTap`) is the dictionary of the model's segments of the next
   edit of it (version 3, against a gateway that reads it): the assistant message the agent
   writes back costs how it differs from the answer. The answers of the last
-  `max_recipes` recipes are kept, each at most `answer.MAX_ANSWER` bytes.
+  `max_recipes` recipes still kept are, each at most `answer.MAX_ANSWER` bytes, counted
+  with the recipes in `max_bytes` (past it the least recently used recipes go, as for a
+  recipe kept).
 - Once confirmed, the recipe is kept (`recipes.Recipes`, bounded) and its base dropped when
   it holds at least half of the base's bytes (the conversation moved on: one recipe per
   live conversation, so choosing a base stays linear).
@@ -172,6 +174,7 @@ class Editor:
         )
         if kept and base is not None and base.ref != made.ref and 2 * edit.shared >= base.size:
             self.recipes.drop(base.ref)
+        self._trim_answers()
         return kept
 
     def answered(self, ref: str, answer: bytes | None) -> None:
@@ -180,10 +183,26 @@ class Editor:
         if answer is None:
             self.answers.pop(ref, None)
             return
+        self.answers.pop(ref, None)
         self.answers[ref] = answer
-        self.answers.move_to_end(ref)
-        while len(self.answers) > self.max_answers:
-            self.answers.popitem(last=False)
+        self._trim_answers()
+
+    def _trim_answers(self) -> None:
+        """The answers of kept recipes only, counted with them in `max_bytes`: past it, the
+        least recently used recipes go (their answers with them), as for a recipe kept,
+        then the oldest answers; and no more than `max_answers`."""
+        while True:
+            for ref in [ref for ref in self.answers if ref not in self.recipes]:
+                del self.answers[ref]
+            held = sum(map(len, self.answers.values()))
+            if self.recipes.held_bytes + held <= self.recipes.max_bytes or len(self.recipes) < 2:
+                break
+            self.recipes.drop(next(iter(self.recipes)))
+        while self.answers and (
+            len(self.answers) > self.max_answers
+            or self.recipes.held_bytes + held > self.recipes.max_bytes
+        ):
+            held -= len(self.answers.popitem(last=False)[1])
 
     def _resumed(self, made: Cut) -> Match | None:
         """The base `best_base` would choose, found without a pass over the request: the

@@ -91,8 +91,9 @@ class ToolReferenceManager:
     ) -> Exchange[httpx.Response]:
         """The sans-I/O exchange under `post`, `stream` and `toolref.Transport`: `request`
         (its body read) as the app made it; yields the requests to send, returns the answer
-        to hand back (a driver reads a problem the exchange may resend on, `may_resend`,
-        and hands every other answer back unread)."""
+        to hand back (a driver reads a problem to an edit the exchange may resend on, at most
+        64 KiB, `answers.to_read`, hands every other answer back unread, and closes those
+        the exchange resent past, `answers.drive`)."""
         content = request.content
         return self.sender.exchange(request, content, messages_key or self.messages_key)
 
@@ -126,7 +127,7 @@ class ToolReferenceManager:
         unread (read it with `iter_lines`, `iter_bytes`, ...). `method` must be "POST"."""
         check_stream_method(method)
         request = self._request(client, url, json, kwargs)
-        response = run_sync(
+        response = answers.drive(
             self.exchange(request), lambda step: answers.send_streaming(client, step)
         )
         try:
@@ -147,7 +148,7 @@ class ToolReferenceManager:
         """Async `stream`: `async with manager.astream(client, "POST", url, json=...)`."""
         check_stream_method(method)
         request = self._request(client, url, json, kwargs)
-        response = await run_async(
+        response = await answers.adrive(
             self.exchange(request), lambda step: answers.asend_streaming(client, step)
         )
         try:

@@ -54,3 +54,46 @@ def check_shape_problems(value: object) -> bool:
             "problems to the SDK in its API's error shape, False as problem+json"
         )
     return value
+
+
+def check_inner(inner: object, *, sync: bool) -> None:
+    """`Transport(inner)` / `AsyncTransport(inner)`: a transport of the same kind (sync or
+    async), not a client, not the other kind (each is called at the first request only, so a
+    wrong one would go unseen until then)."""
+    made, other = ("Transport", "AsyncTransport") if sync else ("AsyncTransport", "Transport")
+    default = "httpx.HTTPTransport()" if sync else "httpx.AsyncHTTPTransport()"
+    needed, wrong = (
+        ("handle_request", "handle_async_request")
+        if sync
+        else ("handle_async_request", "handle_request")
+    )
+    if inner is None or callable(getattr(inner, needed, None)):
+        return
+    name = type(inner).__name__
+    if callable(getattr(inner, "send", None)) and callable(getattr(inner, "build_request", None)):
+        raise TypeError(
+            f"inner is a client ({name}), not a transport: give {made}() the client's "
+            f"transport, inner={default} (or leave inner out), and the client {made}(): "
+            f"httpx.{'Client' if sync else 'AsyncClient'}(transport={made}())"
+        )
+    if callable(getattr(inner, wrong, None)):
+        kind = "an async" if sync else "a sync"
+        raise TypeError(
+            f"inner is {kind} transport ({name}), and {made} sends for "
+            f"{'sync' if sync else 'async'} clients only: pass inner={default} (or leave "
+            f"inner out), or use {other} with {'an async' if sync else 'a sync'} client"
+        )
+    raise TypeError(
+        f"inner must be an httpx transport ({default}, or None for a new one), not {inner!r}"
+    )
+
+
+def check_manager(manager: object, made: str) -> None:
+    """`Transport(manager=...)`: a `ToolReferenceManager` (or None for a new one)."""
+    from toolref.sending.manager import ToolReferenceManager  # it imports this module
+
+    if manager is not None and not isinstance(manager, ToolReferenceManager):
+        raise TypeError(
+            f"manager must be a ToolReferenceManager (or None for a new one), not {manager!r}: "
+            f"{made}(manager=ToolReferenceManager(...))"
+        )

@@ -42,13 +42,12 @@ from typing import TYPE_CHECKING, Any, cast, overload
 
 import httpx
 
-from toolref.registry.exchange import run_async, run_sync
-from toolref.sending.answers import may_resend
+from toolref.sending.answers import adrive, aread_problem, drive, read_problem, to_read
 from toolref.sending.channel_transport import Channels
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.packages import AsyncBaseTransport2, BaseTransport2, packages_of
 from toolref.sending.refusals import readable_problem, shaped
-from toolref.sending.request_checks import check_shape_problems
+from toolref.sending.request_checks import check_inner, check_manager, check_shape_problems
 from toolref.wire.encoding import JSON_TYPE, media_type
 from toolref.wire.endpoints import Endpoint, endpoint
 from toolref.wire.headers import PROTOCOL_HEADER
@@ -79,6 +78,8 @@ class Transport(httpx.BaseTransport, BaseTransport2):
         manager: ToolReferenceManager | None = None,
         shape_problems: bool = True,
     ) -> None:
+        check_inner(inner, sync=True)
+        check_manager(manager, "Transport")
         self.inner = inner
         self.manager = manager if manager is not None else ToolReferenceManager()
         self.shape_problems = check_shape_problems(shape_problems)
@@ -97,12 +98,12 @@ class Transport(httpx.BaseTransport, BaseTransport2):
 
             def send(step: httpx.Request) -> httpx.Response:
                 response = inner.handle_request(step)
-                if may_resend(response):
-                    response.read()
+                if to_read(response, step):
+                    read_problem(response)
                 return cast(httpx.Response, response)
 
             exchange = self.manager.exchange(request, messages_key=found.messages_key)
-            response = run_sync(exchange, send)
+            response = drive(exchange, send)
         if not _refusal(self.shape_problems, request, response):
             return response
         response.read()
@@ -125,6 +126,8 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         shape_problems: bool = True,
         channel: bool | None = None,
     ) -> None:
+        check_inner(inner, sync=False)
+        check_manager(manager, "AsyncTransport")
         self.inner = inner
         self.manager = manager if manager is not None else ToolReferenceManager()
         self.shape_problems = check_shape_problems(shape_problems)
@@ -154,12 +157,12 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
                 response = await sender.handle_async_request(step)
                 if self.channels is not None:
                     self.channels.told(step, response)
-                if may_resend(response):
-                    await response.aread()
+                if to_read(response, step):
+                    await aread_problem(response)
                 return cast(httpx.Response, response)
 
             exchange = self.manager.exchange(request, messages_key=found.messages_key)
-            response = await run_async(exchange, send)
+            response = await adrive(exchange, send)
         if not _refusal(self.shape_problems, request, response):
             return response
         await response.aread()

@@ -8,7 +8,9 @@ closes the other with its code (1005 and 1006, which no close frame may carry, b
 1000 and 1011). The bridge also ends a connection over its `lifetime` or `idle` (seconds
 without a message either way: 1001), a client message over `max_message` bytes (1009;
 the upstream's are bounded by its `Client` as they arrive), and one `inbound` refused (a
-`ToolrefError`: 1009 for a limit, 1013 when the process is overloaded, else 1007). Each
+`ToolrefError`: 1009 for a limit, 1013 when the process is overloaded, else 1007); a
+fault of the bridge's own closes both ends 1011 (logged), and a bridge cancelled drops
+the upstream's connection. Each
 message is charged to a fresh `account()` (the process's budget of bytes in flight) while
 it is held. `on_sent` is told each client message's bytes as the client sent it and as
 it went upstream, once it went (the relay's turn lines, the gateway's usage). Memory: one
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
@@ -39,6 +42,8 @@ INTERNAL: Final = 1011
 TRY_LATER: Final = 1013
 _NOT_SENT: Final = {1005: 1000, 1006: INTERNAL}  # codes no close frame may carry
 
+log = logging.getLogger(__name__)
+
 
 class Charge(Protocol):
     def charge(self, size: int) -> None: ...
@@ -56,7 +61,8 @@ class Limits:
 @dataclass(frozen=True, slots=True)
 class Ended:
     """How a bridged connection ended: `by` the "client", the "upstream", or the bridge
-    ("idle", "lifetime", "refused": a message over the limit or one `inbound` refused),
+    ("idle", "lifetime", "refused": a message over the limit or one `inbound` refused;
+    "fault": a failure of its own, 1011),
     with the close code and reason; the messages and bytes that crossed each way."""
 
     by: str
@@ -117,6 +123,9 @@ async def bridge(
     tasks = [asyncio.create_task(one()) for one in work]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this task cancelled (the server stopping): the upstream dropped
+        upstream.abort()
+        raise
     finally:
         for task in tasks:
             task.cancel()
@@ -205,8 +214,9 @@ def _outcome(task: asyncio.Task[Ended]) -> Ended:
         return Ended(error.by, error.code, error.reason)
     if isinstance(error, OSError | ConnectionError):
         return Ended("upstream", INTERNAL, f"the upstream connection failed ({error})")
-    if error is not None:
-        raise error
+    if error is not None:  # a fault: both ends closed 1011 all the same, none left open
+        log.error("a WebSocket bridge failed; both ends closed 1011", exc_info=error)
+        return Ended("fault", INTERNAL, "internal error")
     return task.result()
 
 

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from toolref.websocket.client import ABNORMAL, Accepted, Client, Closed, Event, Message, Refused
 
 READ: Final = 64 * 1024  # bytes read from the socket at a time
+CLOSE_TIMEOUT: Final = 5.0  # seconds a closing write may wait on a peer that reads nothing
 _SCHEMES: Final = {"ws": False, "http": False, "wss": True, "https": True}
 
 
@@ -151,7 +152,8 @@ class Socket:
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Send the close frame, then close the transport (the peer's answer is not
-        waited for: nothing more is read from this socket)."""
+        waited for: nothing more is read from this socket). A peer that takes nothing
+        within `CLOSE_TIMEOUT` seconds (a stalled one, its window full) is dropped."""
         frame = self.client.close(code, reason)
         if frame and not self._writer.is_closing():
             self._writer.write(frame)
@@ -163,5 +165,10 @@ class Socket:
         self._writer.transport.abort()
 
     async def _drain_quietly(self) -> None:
+        """What is written taken by the peer, within `CLOSE_TIMEOUT`; else the connection
+        dropped (a closing write never waits on a peer for ever)."""
         with contextlib.suppress(OSError, ConnectionError):
-            await self._writer.drain()
+            try:
+                await asyncio.wait_for(self._writer.drain(), CLOSE_TIMEOUT)
+            except TimeoutError:
+                self.abort()

@@ -269,8 +269,9 @@ def _message(
             calls.append(Call(site.call_id, site.name or "", index, site))
         if site.result_key is not None and isinstance(held, dict) and _replaceable(held):
             result = held.get(site.result_key)
-            size = len(json.dumps(result, ensure_ascii=False).encode("utf-8"))
-            results.append(Result(site, site.call_id, site.name, size, site.is_error))
+            # its own size: `size` is the message's (the plan counts the turns by it)
+            own = len(json.dumps(result, ensure_ascii=False).encode("utf-8"))
+            results.append(Result(site, site.call_id, site.name, own, site.is_error))
     if not calls and not results and texts:
         results = _observations(value)
     return Message(text, bstart, bend, size, _is_model(value), tuple(calls), tuple(results))

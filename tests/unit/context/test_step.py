@@ -198,3 +198,38 @@ async def test_a_fault_of_the_step_sends_the_request_as_it_came(
     out, outcome = await edited(body, Down())
     assert out == body
     assert outcome is None
+
+
+@pytest.mark.parametrize("format_name", ["anthropic", "openai-chat"])
+def test_a_message_holding_a_result_is_counted_whole(format_name: str) -> None:
+    """A message's size is its own bytes (less marks and ids), not its last result's: the
+    plan's trigger counts the turns by it (the message's size was its last result's, so a
+    result beside 5 KB of text counted 1 KB, and a cache mark in that result's content,
+    moving on at the next turn, changed what every earlier turn was counted at)."""
+    if format_name == "anthropic":
+        last: dict[str, Any] = {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "a", "content": "x" * 1000},
+                {"type": "text", "text": "y" * 5000},
+            ],
+        }
+        call: dict[str, Any] = {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "a", "name": "Read", "input": {"p": "x"}}],
+        }
+    else:
+        last = {"role": "tool", "tool_call_id": "a", "content": "x" * 1000, "note": "y" * 5000}
+        call = {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "Read", "arguments": "{}"}}
+            ],
+        }
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}, call, last]})
+    facts_module.forget()
+    found = facts_of(body.encode(), "t", format_name, "messages")
+    assert found is not None
+    message = found.messages[-1]
+    assert [r.size for r in message.results] == [1002]
+    assert message.size > 6000
