@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from toolref.handoff import commands
 from toolref.handoff.commands import has_side_effects
 from toolref.handoff.shell import simple_commands
 
@@ -93,6 +94,7 @@ CASES: list[Any] = [
     ("sed -i 's/a/b/' f", True),
     ("sed -i.bak 's/a/b/' f", True),
     ("sed --in-place 's/a/b/' f", True),
+    ("sed --in-place=.bak 's/a/b/' f", True),
     ("sed -E -i 's/a/b/' f", True),
     ("sed -n '1,10p' f", False),
     ("sed -e 's/a/b/' f", False),
@@ -295,6 +297,24 @@ def _id(case: Any) -> str:
 @pytest.mark.parametrize(("command", "expected"), CASES, ids=[_id(c) for c in CASES])
 def test_has_side_effects(command: str, expected: bool) -> None:
     assert has_side_effects(command) is expected
+
+
+def test_nested_find_exec_is_judged_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`find -exec find -exec ...` judged each word once: it used to rescan the words after
+    every action and recurse into each nested `find` (2**n judgements for n of them)."""
+    seen: list[list[str]] = []
+    judge = commands._command_has_side_effects
+
+    def counting(argv: list[str]) -> bool:
+        seen.append(argv)
+        return judge(argv)
+
+    monkeypatch.setattr(commands, "_command_has_side_effects", counting)
+    nested = 12  # the old walk: thousands of judgements, and doubling with each one more
+    assert has_side_effects("find ." + " -exec find" * nested) is False
+    assert len(seen) <= 2
+    assert has_side_effects("find ." + " -exec find" * nested + " -exec rm {} ';'") is True
+    assert has_side_effects("find . -exec grep -l x {} + -exec mv {} /tmp ';'") is True
 
 
 def test_the_table_is_big_and_balanced() -> None:

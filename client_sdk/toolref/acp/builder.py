@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Self
 from toolref.acp.content import diff_content, location, terminal_content, text_content
 from toolref.acp.kind import ToolKind
 from toolref.acp.state import ToolCallState, ToolCallStatus
-from toolref.wire.errors import AcpError
+from toolref.wire.canonical import canonical_json
+from toolref.wire.errors import AcpError, CanonicalizationError
 
 if TYPE_CHECKING:
     from toolref.acp.tracker import ToolCallTracker
@@ -92,6 +93,21 @@ def as_kind(value: ToolKind | str) -> ToolKind:
         raise AcpError(f"tool kind {value!r} is not one of ACP v1's: {valid}") from None
 
 
+def checked_json(field: str, value: Any) -> Any:
+    """`value` when it has a JSON form (what `rawInput` / `rawOutput` carry); else
+    `AcpError` naming the field. Checked where it is given: found only when sent, the value
+    would already be the call's state, and every later update of the call would fail."""
+    try:
+        canonical_json(value)
+    except CanonicalizationError as exc:
+        raise AcpError(
+            f"{field} {value!r:.80} has no JSON form ({exc}); give JSON values: dicts with "
+            "str keys, lists, str, int, float, bool",
+            field=field,
+        ) from None
+    return value
+
+
 def _not_null(field: str, value: Any) -> None:
     if value is None:
         raise AcpError(
@@ -161,12 +177,12 @@ class UpdateBuilder:
 
     def raw_input(self, value: Any) -> Self:
         _not_null("rawInput", value)
-        kept = copy.deepcopy(value)
+        kept = copy.deepcopy(checked_json("rawInput", value))
         return self._add(lambda state: setattr(state, "raw_input", copy.deepcopy(kept)))
 
     def raw_output(self, value: Any) -> Self:
         _not_null("rawOutput", value)
-        kept = copy.deepcopy(value)
+        kept = copy.deepcopy(checked_json("rawOutput", value))
         return self._add(lambda state: setattr(state, "raw_output", copy.deepcopy(kept)))
 
     def send(self) -> list[dict[str, Any]]:

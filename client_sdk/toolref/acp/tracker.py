@@ -9,7 +9,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolref.acp.builder import Change, UpdateBuilder, as_kind, as_status, clean
+from toolref.acp.builder import (
+    Change,
+    UpdateBuilder,
+    as_kind,
+    as_status,
+    checked_content,
+    checked_json,
+    checked_location,
+    clean,
+)
 from toolref.acp.content import text_content
 from toolref.acp.kind import ToolKind, tool_kind
 from toolref.acp.plan import plan_entries
@@ -23,6 +32,7 @@ from toolref.wire.errors import AcpError, DuplicateToolCallError, UnknownToolCal
 Notification = dict[str, Any]
 _FINAL = frozenset((ToolCallStatus.COMPLETED, ToolCallStatus.FAILED))
 _COLLECTIONS = frozenset(("content", "locations"))
+KEEP_FINISHED = 256  # finished calls whose state a tracker keeps, by default
 
 
 def _digest(value: Any) -> bytes:
@@ -61,6 +71,11 @@ class ToolCallTracker:
     after it), on `flush()`, or at once when the status becomes `completed` or `failed`.
     `full_objects=True` is for clients that expect complete objects: every update then
     carries the whole state. Every notification also goes to `sink`, when given.
+
+    A call is finished once `completed` or `failed` has gone out: v1 has no status after
+    those, so a later update raises `AcpError`. The tracker then keeps only its state (for
+    `state()`), and only of the last `keep_finished` finished calls: memory is bounded by
+    the calls still running, however long the session.
     """
 
     def __init__(
@@ -72,16 +87,24 @@ class ToolCallTracker:
         sink: Callable[[Notification], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
         kinds: Mapping[str, ToolKind | str] | None = None,
+        keep_finished: int = KEEP_FINISHED,
     ) -> None:
         if window < 0:
             raise AcpError(f"coalescing window {window!r} is negative; use 0 to send at once")
+        if type(keep_finished) is not int or keep_finished < 0:
+            raise AcpError(
+                f"keep_finished {keep_finished!r} is not a count; give 0 or more finished "
+                "calls to keep"
+            )
         self.session_id = session_id
         self.window = window
         self.full_objects = full_objects
         self._sink = sink
         self._clock = clock
         self._kinds = kinds
-        self._calls: dict[str, _Call] = {}
+        self._calls: dict[str, _Call] = {}  # the calls not yet finished
+        self._finished: dict[str, ToolCallState] = {}  # the last ones finished, oldest first
+        self.keep_finished = keep_finished
         self._plan: bytes | None = None
         self.bytes_sent = 0  # compact JSON bytes of the `update` objects sent
         self.bytes_full = 0  # what sending every update as the full object would have cost
@@ -104,7 +127,7 @@ class ToolCallTracker:
         """Announce a call with `tool_call` (sent at once: updates must come after it)."""
         if not isinstance(call_id, str) or not call_id:
             raise AcpError(f"tool call id {call_id!r} must be a non-empty string")
-        if call_id in self._calls:
+        if call_id in self._calls or call_id in self._finished:
             raise DuplicateToolCallError(
                 f"tool call {call_id!r} was already announced; a second tool_call makes "
                 "clients reset it (Zed clears its content), so send updates instead",
@@ -120,20 +143,27 @@ class ToolCallTracker:
             title=title,
             kind=as_kind(kind),
             status=as_status(status),
-            content=[clean(item) for item in content],
-            locations=[clean(item) for item in locations],
-            raw_input=copy.deepcopy(raw_input),  # later changes by the caller must not leak
-            raw_output=copy.deepcopy(raw_output),
+            content=[checked_content(clean(item)) for item in content],
+            locations=[checked_location(clean(item)) for item in locations],
+            # later changes by the caller must not leak
+            raw_input=copy.deepcopy(checked_json("rawInput", raw_input)),
+            raw_output=copy.deepcopy(checked_json("rawOutput", raw_output)),
         )
-        call = self._calls[call_id] = _Call(state)
+        call = _Call(state)
         fields = state.fields()
         call.sent = {name: _digest(value) for name, value in fields.items()}
+        self._calls[call_id] = call  # only once all of it is known to be sendable
         full = {"sessionUpdate": "tool_call", "toolCallId": call_id, **fields}
-        if self.full_objects:
-            return [self._emit(full, _size(full))]
         # Clients start a call with empty content and locations: no need to say so.
-        update = {k: v for k, v in full.items() if v != [] or k not in _COLLECTIONS}
-        return [self._emit(update, _size(full))]
+        update = (
+            full
+            if self.full_objects
+            else {k: v for k, v in full.items() if v != [] or k not in _COLLECTIONS}
+        )
+        note = self._emit(update, _size(full))
+        if state.status in _FINAL:
+            self._retire(call)
+        return [note]
 
     def start_call(self, call: ToolCall, *, title: str | None = None) -> list[Notification]:
         """Announce a streamed call (`toolref.streaming.ToolCall`): title and locations from
@@ -152,19 +182,29 @@ class ToolCallTracker:
         )
 
     def update(self, call_id: str) -> UpdateBuilder:
-        """A builder for changes to `call_id`; finish it with `.send()`."""
-        self._call(call_id)
+        """A builder for changes to `call_id`; finish it with `.send()`. Once the call is
+        finished (`completed` or `failed` went out) a send that changes nothing is dropped,
+        and one that changes anything raises `AcpError`."""
+        if call_id not in self._finished:
+            self._call(call_id)
         return UpdateBuilder(self, call_id)
 
     def apply(self, call_id: str, changes: Iterable[Change]) -> list[Notification]:
         """Apply builder changes to a call; the notifications sent now."""
+        finished = self._finished.get(call_id)
+        if finished is not None:
+            return self._refuse_after_finish(finished, changes)
         call = self._call(call_id)
         state = call.current.copy()
         for change in changes:
             change(state)
         call.current = state
         now = self._clock()
-        if self.window <= 0 or state.status in _FINAL:
+        if state.status in _FINAL:
+            notes = self._send(call)
+            self._retire(call)
+            return notes
+        if self.window <= 0:
             return self._send(call)
         if call.held_since is None:
             call.held_since = now
@@ -184,16 +224,24 @@ class ToolCallTracker:
         ]
 
     def flush(self, call_id: str | None = None) -> list[Notification]:
-        """Send held updates now: of one call, or of every call."""
+        """Send held updates now: of one call, or of every call (a finished call holds none)."""
+        if call_id is not None and call_id in self._finished:
+            return []
         calls = [self._call(call_id)] if call_id is not None else list(self._calls.values())
         return [note for call in calls if call.held_since is not None for note in self._send(call)]
 
     def state(self, call_id: str) -> ToolCallState:
-        """The call's current state (including changes still held for coalescing)."""
+        """The call's current state (including changes still held for coalescing); of a
+        finished call, while it is among the last `keep_finished`."""
+        finished = self._finished.get(call_id)
+        if finished is not None:
+            return finished.copy()
         return self._call(call_id).current.copy()
 
     def pending(self, call_id: str) -> bool:
         """Whether the call has changes the client has not been sent yet."""
+        if call_id in self._finished:
+            return False  # its final update went out with everything it held
         return bool(_changes(self._call(call_id))[1])
 
     # --- plans ---
@@ -211,6 +259,25 @@ class ToolCallTracker:
 
     # --- internals ---
 
+    def _refuse_after_finish(
+        self, finished: ToolCallState, changes: Iterable[Change]
+    ) -> list[Notification]:
+        """Nothing for a repeat of what a finished call shows; `AcpError` for a change."""
+        state = finished.copy()
+        for change in changes:
+            change(state)
+        before, after = finished.fields(), state.fields()
+        changed = [name for name in after if _digest(after[name]) != _digest(before.get(name))]
+        if not changed:
+            return []
+        raise AcpError(
+            f"tool call {finished.id!r} is already {finished.status.value}, and this update "
+            f"changes its {', '.join(changed)}: ACP v1 has no status after completed or "
+            "failed, and clients show the call as done; put everything in the update that "
+            "finishes it, or start a call with a new id",
+            toolCallId=finished.id,
+        )
+
     def _call(self, call_id: str) -> _Call:
         call = self._calls.get(call_id)
         if call is None:
@@ -220,6 +287,17 @@ class ToolCallTracker:
                 toolCallId=call_id,
             )
         return call
+
+    def _retire(self, call: _Call) -> None:
+        """Forget what a finished call needs no more: its digests, and past
+        `keep_finished`, the oldest finished calls altogether."""
+        call_id = call.current.id
+        del self._calls[call_id]
+        if self.keep_finished == 0:
+            return
+        self._finished[call_id] = call.current
+        while len(self._finished) > self.keep_finished:
+            del self._finished[next(iter(self._finished))]
 
     def _send(self, call: _Call) -> list[Notification]:
         call.held_since = None

@@ -206,7 +206,8 @@ def _command_has_side_effects(argv: list[str]) -> bool:
         return any(not a.startswith("-") and a not in _HARMLESS_TARGETS for a in args)
     if program in ("sed", "perl", "ruby"):
         return any(
-            a == "--in-place" or (a.startswith("-") and not a.startswith("--") and "i" in a)
+            a.startswith("--in-place")  # `--in-place=.bak` too
+            or (a.startswith("-") and not a.startswith("--") and "i" in a)
             for a in args
         )
     if program == "tar":
@@ -250,18 +251,29 @@ def _tar_writes(args: list[str]) -> bool:
     return False
 
 
+_FIND_ACTIONS: Final = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+_FIND_ENDS: Final = frozenset({";", "+", "\\;"})
+
+
 def _find_writes(args: list[str]) -> bool:
+    """`-delete`, or an `-exec` (`-execdir`, `-ok`...) command with side effects. One pass:
+    each command ends at its terminator or at the next action (a `find` run by `-exec` has
+    its own actions in the same words), so every word is judged once. Before, each action
+    rescanned the words after it and a nested `find` recursed into them: `find -exec find
+    -exec ...` took time exponential in its length."""
     if "-delete" in args:
         return True
-    for index, arg in enumerate(args):
-        if arg in ("-exec", "-execdir", "-ok", "-okdir"):
-            command = []
-            for word in args[index + 1 :]:
-                if word in (";", "+", "\\;"):
-                    break
-                command.append(word)
-            if command and _command_has_side_effects(unwrap(command) or command):
+    command: list[str] | None = None
+    for arg in [*args, ";"]:
+        if command is not None and (arg in _FIND_ENDS or arg in _FIND_ACTIONS):
+            argv = unwrap(command) or command
+            if argv and argv[0].rsplit("/", 1)[-1] != "find" and _command_has_side_effects(argv):
                 return True
+            command = None
+        if arg in _FIND_ACTIONS:
+            command = []
+        elif command is not None:
+            command.append(arg)
     return False
 
 

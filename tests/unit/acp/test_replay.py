@@ -39,6 +39,7 @@ from toolref.acp import (
     terminal_content,
     text_content,
 )
+from toolref.wire.errors import AcpError
 
 SETTINGS = settings(
     deadline=None,
@@ -521,6 +522,15 @@ def _run(program: Program, mode: str) -> None:
         match op:
             case Batch(index, changes):
                 call_id = ensure(index)
+                if tracker.state(call_id).status in FINAL:
+                    before = len(run.sent)  # finished: v1 has nothing after it, so a
+                    try:  # repeat is dropped and a change refused
+                        returned = _build(tracker, call_id, changes)
+                    except AcpError as exc:
+                        returned = [str(exc)]
+                    assert returned == [] or "already" in returned[0]
+                    assert len(run.sent) == before
+                    continue
                 run.call(_build, tracker, call_id, changes)
                 if tracker.state(call_id).status in FINAL:
                     run.assert_in_sync(call_id)  # completed / failed go out at once

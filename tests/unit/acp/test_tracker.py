@@ -792,10 +792,10 @@ def test_full_objects_updates_resend_unchanged_fields(
     make_tracker: MakeTracker, sent: Sent
 ) -> None:
     tracker = begin(make_tracker, sent, full_objects=True)
-    tracker.update(CALL).status("completed").send()
     tracker.update(CALL).clear_content().send()
+    tracker.update(CALL).status("completed").send()
     assert updates(sent) == [
-        full_state(status="completed"),
+        full_state(content=[]),
         full_state(status="completed", content=[]),
     ]
 
@@ -1356,3 +1356,104 @@ def test_an_item_acp_v1_does_not_take_is_refused_naming_the_fix(
     with pytest.raises(AcpError, match=says):
         build(tracker.update(CALL))
     assert len(sent) == 1  # nothing but the start went out
+
+
+# --- found in review: finished calls, items at start, values without a JSON form ---
+
+
+@pytest.mark.parametrize("final", ["completed", "failed"])
+def test_a_finished_call_takes_no_more_updates(
+    make_tracker: MakeTracker, sent: Sent, final: str
+) -> None:
+    """v1 has no status after completed or failed: an update after it (here moving the call
+    back to in_progress with more content) used to go out."""
+    tracker = make_tracker(window=0.0)
+    tracker.start(CALL, "bash: ls", status="in_progress")
+    tracker.update(CALL).status(final).text("done").send()
+    assert len(sent) == 2
+    with pytest.raises(AcpError, match=f"already {final}.*status, content.*new id"):
+        tracker.update(CALL).status("in_progress").text("more").send()
+    assert tracker.update(CALL).status(final).send() == []  # a repeat changes nothing
+    with pytest.raises(DuplicateToolCallError):
+        tracker.start(CALL, "bash: ls")
+    assert tracker.flush(CALL) == []
+    assert not tracker.pending(CALL)
+    assert tracker.state(CALL).status == final  # still readable
+    assert len(sent) == 2
+
+
+def test_a_call_announced_failed_is_finished(make_tracker: MakeTracker, sent: Sent) -> None:
+    tracker = make_tracker()
+    tracker.start(CALL, "bash: ls", status="failed", content=[text_content("not run")])
+    with pytest.raises(AcpError, match="already failed"):
+        tracker.update(CALL).text("ran after all").send()
+    assert len(sent) == 1
+
+
+def test_finished_calls_are_forgotten_past_keep_finished(
+    make_tracker: MakeTracker, sent: Sent, clock: Clock
+) -> None:
+    """A tracker kept every call of the session, with its content, for ever."""
+    tracker = make_tracker(window=1.0, keep_finished=3)
+    ids = [f"call_{n}" for n in range(50)]
+    for call_id in ids:
+        tracker.start(call_id, "bash: ls")
+        tracker.update(call_id).text("x" * 1000).send()  # held
+        tracker.update(call_id).status("completed").send()  # out at once, with the text
+    assert len(sent) == 100
+    assert [note["update"]["content"][0]["content"]["text"] for note in sent[1::2]] == [
+        "x" * 1000
+    ] * 50
+    assert tracker._calls == {}
+    assert list(tracker._finished) == ids[-3:]
+    assert tracker.state(ids[-1]).status == "completed"
+    with pytest.raises(UnknownToolCallError):
+        tracker.state(ids[0])
+    clock.now += 5
+    assert tracker.due() == []
+    assert tracker.flush() == []
+
+
+@pytest.mark.parametrize("keep", [-1, 1.5, "3"])
+def test_keep_finished_must_be_a_count(make_tracker: MakeTracker, keep: Any) -> None:
+    with pytest.raises(AcpError, match="keep_finished"):
+        make_tracker(keep_finished=keep)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"content": [{"type": "diff", "path": "/a.py"}]},
+        {"content": [{"type": "image"}]},
+        {"locations": [{"line": 3}]},
+        {"locations": [{"path": "/a.py", "line": -1}]},
+        {"raw_input": {"when": object()}},
+        {"raw_output": {1, 2}},
+    ],
+    ids=["diff-without-newText", "no-such-type", "no-path", "negative-line", "raw-in", "raw-out"],
+)
+def test_start_refuses_what_the_schema_does_and_announces_nothing(
+    make_tracker: MakeTracker, sent: Sent, options: dict[str, Any]
+) -> None:
+    """`start` sent such items as given (a tool_call the schema refuses), and a value with
+    no JSON form left the id taken with nothing announced."""
+    tracker = make_tracker()
+    with pytest.raises(AcpError):
+        tracker.start(CALL, "bash: ls", **options)
+    assert sent == []
+    tracker.start(CALL, "bash: ls")  # the id is still free
+    assert len(sent) == 1
+
+
+@pytest.mark.parametrize("field", ["raw_input", "raw_output"])
+def test_a_raw_value_without_json_form_is_refused_where_given(
+    make_tracker: MakeTracker, sent: Sent, field: str
+) -> None:
+    """It used to become the call's state and fail at send: then every later update of the
+    call failed too."""
+    tracker = make_tracker()
+    tracker.start(CALL, "bash: ls")
+    with pytest.raises(AcpError, match="no JSON form"):
+        getattr(tracker.update(CALL), field)({"at": {1, 2}})
+    assert tracker.update(CALL).status("in_progress").send() == sent[1:]
+    assert sent[1]["update"] == {**HEAD, "status": "in_progress"}
