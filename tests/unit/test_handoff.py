@@ -1068,6 +1068,56 @@ def test_prepend_puts_the_block_before_the_first_user_text(
     assert formats.detect(out, fmt).name == fmt
 
 
+@pytest.mark.parametrize(
+    ("fmt", "message", "expected"),
+    [
+        (
+            "anthropic",
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                    {"type": "text", "text": "go on"},
+                ],
+            },
+            [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                {"type": "text", "text": BLOCK},
+                {"type": "text", "text": "go on"},
+            ],
+        ),
+        (
+            "gemini",
+            {
+                "role": "user",
+                "parts": [{"functionResponse": {"name": "read", "response": {"r": 1}}}],
+            },
+            [
+                {"functionResponse": {"name": "read", "response": {"r": 1}}},
+                {"text": BLOCK},
+            ],
+        ),
+    ],
+)
+def test_prepend_leaves_leading_tool_results_first(
+    fmt: FormatName, message: Message, expected: list[Any]
+) -> None:
+    """Found in review: the block went in front of the tool results that lead the first
+    user message; Anthropic wants them first after the calls they answer."""
+    call: Message = (
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "read", "input": {}}],
+        }
+        if fmt == "anthropic"
+        else {"role": "model", "parts": [{"functionCall": {"name": "read", "args": {}}}]}
+    )
+    out = prepend([call, message], BLOCK, fmt)
+    key = "content" if fmt == "anthropic" else "parts"
+    assert out[1][key] == expected
+    assert out[0] == call
+
+
 def test_prepend_only_touches_the_first_user_message() -> None:
     messages = [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}]
     out = prepend(messages, BLOCK, "openai-chat")

@@ -104,7 +104,8 @@ _TEXT_PART: Final = {"openai-responses": "input_text"}
 def prepend(
     messages: Sequence[Any], block: str, fmt: Format | FormatName | None = None
 ) -> list[Any]:
-    """Copy of `messages` with `block` in front of the first user message's text."""
+    """Copy of `messages` with `block` in front of the first user message's text (after
+    the tool results that lead it, which stay first)."""
     name = _format(messages, fmt).name
     out = list(messages)
     for index, message in enumerate(out):
@@ -119,15 +120,31 @@ def prepend(
             updated["content"] = f"{block}\n\n{content}"
         elif isinstance(content, list):
             kind = _TEXT_PART.get(name, "text")
-            updated["content"] = [{"type": kind, "text": block}, *content]
+            at = _results_first(content)
+            updated["content"] = [*content[:at], {"type": kind, "text": block}, *content[at:]]
         elif isinstance(parts, list):
             text_part = {"text": block} if name == "gemini" else {"type": "text", "text": block}
-            updated["parts"] = [text_part, *parts]
+            at = _results_first(parts)
+            updated["parts"] = [*parts[:at], text_part, *parts[at:]]
         else:
             continue
         out[index] = updated
         return out
     return [_user_message(name, block), *out]
+
+
+def _results_first(items: Sequence[Any]) -> int:
+    """How many tool results lead a message's parts (Anthropic's `tool_result` blocks,
+    Gemini's `functionResponse` parts): they stay first, as the APIs want results right
+    after the calls they answer; the block goes after them."""
+    count = 0
+    for item in items:
+        if not isinstance(item, dict):
+            break
+        if item.get("type") != "tool_result" and "functionResponse" not in item:
+            break
+        count += 1
+    return count
 
 
 def _user_message(name: str, block: str) -> dict[str, Any]:
