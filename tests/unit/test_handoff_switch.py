@@ -227,7 +227,8 @@ def test_an_id_with_a_lone_surrogate_is_mapped_not_raised() -> None:
     )
     out = switched_text(text, "anthropic", "messages", None)
     assert out is not None
-    mapped = json.loads(out)["messages"][0]["content"][-1]["tool_use_id"]
+    blocks = json.loads(out)["messages"][0]["content"]
+    (mapped,) = [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"]
     assert ID_PATTERN.fullmatch(mapped)
     assert original_id(mapped) == "a.\ud800"
 
