@@ -53,39 +53,45 @@ def read_problem(response: Any) -> None:
     """`response` read whole when its body is at most `MAX_PROBLEM_BYTES` (toolref's are
     < 2 KiB); a longer one is left a stream holding every byte it had (no problem of
     toolref's: the exchange hands it on, or closes it), at most that much read of it."""
-    if _declared(response) is not None:
-        if _declared(response):
+    declared = _declared(response)
+    if declared is not None:
+        if declared:
             response.read()
         return
     pieces: list[bytes] = []
+    size = 0  # a running total: a stream of tiny pieces costs one step each
     rest: Iterator[bytes] = iter(response.stream)
     for piece in rest:
         pieces.append(piece)
-        if sum(map(len, pieces)) > MAX_PROBLEM_BYTES:
+        size += len(piece)
+        if size > MAX_PROBLEM_BYTES:
             break
     else:
         rest = iter(())
     response.stream = _Replayed(pieces, rest, response.stream)
-    if sum(map(len, pieces)) <= MAX_PROBLEM_BYTES:
+    if size <= MAX_PROBLEM_BYTES:
         response.read()
 
 
 async def aread_problem(response: Any) -> None:
     """Async `read_problem`."""
-    if _declared(response) is not None:
-        if _declared(response):
+    declared = _declared(response)
+    if declared is not None:
+        if declared:
             await response.aread()
         return
     pieces: list[bytes] = []
+    size = 0
     rest: AsyncIterator[bytes] = aiter(response.stream)
     async for piece in rest:
         pieces.append(piece)
-        if sum(map(len, pieces)) > MAX_PROBLEM_BYTES:
+        size += len(piece)
+        if size > MAX_PROBLEM_BYTES:
             break
     else:
         rest = _none()
     response.stream = _Replayed(pieces, rest, response.stream)
-    if sum(map(len, pieces)) <= MAX_PROBLEM_BYTES:
+    if size <= MAX_PROBLEM_BYTES:
         await response.aread()
 
 
