@@ -192,10 +192,11 @@ async def test_while_an_edited_requests_answer_streams_the_gateway_holds_none_of
     redis: Redis,
 ) -> None:
     """An edit of a few KiB restores a body of 24 MiB at the gateway; once it is sent
-    upstream, nothing in the gateway references it (nor the edit, nor its segments, nor the
-    recipe kept while the answer streams: its finished task held it as its result) while
-    the answer streams on: the process's traced memory then is back near where it began,
-    and the budget holds none of it. (The upstream reads and keeps nothing.)"""
+    upstream and its recipe kept (which starts once the body went upstream, and runs while
+    the upstream answers), nothing in the gateway references it (nor the edit, nor its
+    segments, nor the recipe kept: its finished task held it as its result) while the
+    answer streams on: the process's traced memory then is back near where it began, and
+    the budget holds none of it. (The upstream reads and keeps nothing.)"""
     size = 24 * 1024 * KIB
     upstream = Upstream(hold=True)
     async with upstream.serving() as upstream_url:
@@ -225,6 +226,11 @@ async def test_while_an_edited_requests_answer_streams_the_gateway_holds_none_of
                     assert answer.status_code == 200, await answer.aread()
                     await until(lambda: len(upstream.bodies) == 1)
                     assert upstream.bodies[0] > size  # the body restored and sent whole
+                    for _ in range(3000):  # the recipe kept, while the upstream holds on
+                        if await redis.keys("tr:*:b:*"):
+                            break
+                        await asyncio.sleep(0.01)
+                    await asyncio.sleep(0.05)  # its task ends after the write
                     _, peak = tracemalloc.get_traced_memory()
                     streaming = tracemalloc.get_traced_memory()[0]
                     assert budget.in_flight == 0

@@ -20,7 +20,6 @@ turn.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -44,8 +43,8 @@ from toolref.wire.headers import (
     asgi_name,
 )
 from toolref_server.gateway.context_edits import ContextStep
-from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
-from toolref_server.registry.edits import Applied, apply_edit, keeping_done, kept
+from toolref_server.gateway.forwarder import ROUTE_KEY, SENT_KEY, Forwarder
+from toolref_server.registry.edits import Applied, Keeping, apply_edit, keeping_done, kept
 from toolref_server.services import Services
 from toolref_server.usage import Counts
 
@@ -94,18 +93,20 @@ async def forward_edit(
             raise
         metrics.edits.labels("applied").inc()
         size, ref, keeping = len(applied.body), applied.ref, applied.keeping
-        upstream_name = scope[ROUTE_KEY].name
-        metrics.gateway_usage(tenant, upstream_name, Counts(raw=size, wire=applied.wire))
-        upstream = restored_scope(scope, applied, size, account)
-        ended = kept_recipe(send, keeping)
-        answered = kept_answer(ended, services, tenant, ref, scope["path"])
-        marks = marked(answered, applied, size, context)
-        # The body held by `receive` alone, until the forwarder sends it on: nothing here
-        # holds the request's bytes (the edit, the body, its segments) while the answer
-        # streams, past the account the forwarder closes once the body is sent.
-        receive = replay(applied.body, receive)
-        del data, applied
         try:
+            upstream_name = scope[ROUTE_KEY].name
+            metrics.gateway_usage(tenant, upstream_name, Counts(raw=size, wire=applied.wire))
+            upstream = restored_scope(scope, applied, size, account)
+            if keeping is not None:  # the keep's work runs once the body went upstream
+                upstream[SENT_KEY] = keeping.start
+            ended = kept_recipe(send, keeping)
+            answered = kept_answer(ended, services, tenant, ref, scope["path"])
+            marks = marked(answered, applied, size, context)
+            # The body held by `receive` alone, until the forwarder sends it on: nothing
+            # here holds the request's bytes (the edit, the body, its segments) while the
+            # answer streams, past the account the forwarder closes once the body is sent.
+            receive = replay(applied.body, receive)
+            del data, applied
             await forwarder(upstream, receive, marks)
         finally:
             await kept(keeping, ref)  # also when the upstream failed or the client went away
@@ -168,7 +169,7 @@ def marked(send: Send, applied: Applied, raw: int, context: ContextStep | None =
     return with_marks
 
 
-def kept_recipe(send: Send, keeping: asyncio.Task[object] | None) -> Send:
+def kept_recipe(send: Send, keeping: Keeping | None) -> Send:
     """`send`, holding the answer's last message until the recipe is kept (`later`: kept
     while the upstream answers, so a turn does not wait on the store before it is sent on;
     the agent's next turn, which follows the answer's end, finds it on any replica)."""

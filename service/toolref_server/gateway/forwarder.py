@@ -42,6 +42,9 @@ from toolref_server.gateway.upstreams import Route
 from toolref_server.http.problem import problem_response
 
 ROUTE_KEY: Final = "toolref.upstream"  # the scope entry holding the request's `Route`
+# The scope entry holding what to call once a whole body was handed to the upstream's
+# connection (a recipe's keeping starts then: `registry.edits.Keeping`).
+SENT_KEY: Final = "toolref.sent"
 _FRAMING: Final = frozenset({"content-length", "transfer-encoding"})
 _CHUNKED: Final = (b"transfer-encoding", b"chunked")
 
@@ -180,7 +183,7 @@ class _Inbound:
             length = [(b"content-length", str(len(body)).encode())]
             framing = length if body or framed else []
             if account is not None and body:
-                return _sent_once(body, account), framing
+                return _sent_once(body, account, scope.get(SENT_KEY)), framing
             return body, framing
         declared = _declared_length(scope)
         framing = [_CHUNKED] if declared is None else [(b"content-length", declared)]
@@ -211,15 +214,20 @@ def _declared_length(scope: Scope) -> bytes | None:
     return None if value is None else str(value).encode()
 
 
-async def _sent_once(body: bytes, account: Account) -> AsyncIterator[bytes]:
+async def _sent_once(
+    body: bytes, account: Account, sent: Callable[[], None] | None = None
+) -> AsyncIterator[bytes]:
     """`body` for the upstream, then dropped, and the request's account on the budget of
     bodies in flight closed: the hydrated body is held by nothing once sent, so a stream
-    that lasts minutes does not keep it charged (or in memory). The request carries its
-    `Content-Length` (the middleware set it), so it is not sent chunked."""
+    that lasts minutes does not keep it charged (or in memory); then `sent` told. The
+    request carries its `Content-Length` (the middleware set it), so it is not sent
+    chunked."""
     held = [body]
     del body
     yield held.pop()
     account.close()
+    if sent is not None:
+        sent()
 
 
 async def _pieces(response: httpcore2.Response, send: Send) -> None:

@@ -92,7 +92,7 @@ class Applied:
     edit: StoredEdit = ()  # its ops as stored: ranges kept of the base, entries added
     added: Sequence[bytes] = ()  # the bytes of each entry added, in order
     segments: Sequence[bytes] = ()  # the request's segments, headers first
-    keeping: asyncio.Task[object] | None = None  # the recipe being kept (`later`), or None
+    keeping: Keeping | None = None  # the recipe being kept (`later`), or None
 
     async def kept(self) -> None:
         """The recipe's keeping (`later`) awaited once the answer went out (call it once):
@@ -114,23 +114,48 @@ class Applied:
         return [Keep(*op) if isinstance(op, tuple) else Inline(next(added)) for op in self.edit]
 
 
-async def kept(keeping: asyncio.Task[object] | None, ref: str) -> None:
+class Keeping:
+    """A recipe kept while its request is answered (`later`), in a task that waits for
+    `start`: the caller starts it once the request went upstream, so that the keep's work
+    (encoding, compressing, the store's round trip) runs while the upstream thinks, not
+    before the request is sent (a task created first runs first). `kept` and `keeping_done`
+    start it too, so it always runs. Its result is dropped: a task holds its result while
+    referenced, and a kept recipe holds the request's segments."""
+
+    __slots__ = ("_gate", "task")
+
+    def __init__(self, keep: Awaitable[object]) -> None:
+        self._gate = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self._run(keep))
+
+    async def _run(self, keep: Awaitable[object]) -> None:
+        await self._gate.wait()
+        await keep
+
+    def start(self) -> None:
+        """Let the keeping begin (again: nothing)."""
+        self._gate.set()
+
+
+async def kept(keeping: Keeping | None, ref: str) -> None:
     """`Applied.kept` with what it needs alone (a caller streaming an answer holds these,
     not the request's bytes)."""
     if keeping is None:
         return
+    keeping.start()
     try:
-        await asyncio.shield(keeping)  # a cancelled caller leaves it to finish
+        await asyncio.shield(keeping.task)  # a cancelled caller leaves it to finish
     except ToolrefError as exc:
         log.warning("recipe %s not kept: %s", ref, exc.detail)
     except Exception:  # the store's own failure: logged, the next turn resends
         log.exception("recipe %s not kept", ref)
 
 
-async def keeping_done(keeping: asyncio.Task[object] | None) -> None:
-    """Until a recipe's keeping ended, however; at once without."""
+async def keeping_done(keeping: Keeping | None) -> None:
+    """Until a recipe's keeping ended, however (started first); at once without."""
     if keeping is not None:
-        await asyncio.wait({keeping})
+        keeping.start()
+        await asyncio.wait({keeping.task})
 
 
 Then = Callable[[bytes], Awaitable[bytes]]  # the body as forwarded, from the body restored
@@ -210,7 +235,7 @@ async def apply_edit(
     keep = recipes.keep(tenant, parts, edit, base=base, pieces=carried, named=named_held)
     keeping = None
     if later and recipes.store.sound:  # else a refusal (quota, store down) is the answer
-        keeping = asyncio.get_running_loop().create_task(_done(keep))
+        keeping = Keeping(keep)
     else:
         await keep
     head = parts.segments[0]
@@ -218,13 +243,6 @@ async def apply_edit(
         parts.ref, request, body, raw, len(data), head, header.base, edit, added, parts.segments,
         keeping,
     )  # fmt: skip
-
-
-async def _done(keep: Awaitable[object]) -> None:
-    """`keep` to its end, its result dropped: a task keeps its result while it is referenced
-    (`Applied.keeping`, until the answer ended), and a kept recipe holds the request's
-    segments."""
-    await keep
 
 
 async def _base(services: Editing, tenant: str, ref: str | None) -> Held | None:
