@@ -134,10 +134,10 @@ async def _start(launcher: Launcher, codes: list[Code]) -> Systems:
     chains, spare = {}, {}
     # Two workers, as a deployment runs one per core: uvicorn's supervisor binds the socket.
     workers = launcher.gateway(codes[0], upstream, "gateway-2-workers", workers=2)
-    # The event loop side by side (the service's default is asyncio's, the relay's uvloop
-    # where installed): both on uvloop.
-    fast = launcher.gateway(codes[0], upstream, "gateway-uvloop", TOOLREF_EVENT_LOOP="uvloop")
-    fast_relay = launcher.relay(codes[0], fast.url, "relay-uvloop", "--event-loop", "uvloop")
+    # The event loop side by side (both default to uvloop where installed): the gateway on
+    # asyncio's, and relay and gateway both on it.
+    plain = launcher.gateway(codes[0], upstream, "gateway-asyncio", TOOLREF_EVENT_LOOP="asyncio")
+    plain_relay = launcher.relay(codes[0], plain.url, "relay-asyncio", "--event-loop", "asyncio")
     for code in codes:
         short = code.label.split()[0]
         gateway = launcher.gateway(code, upstream, f"gateway-{short}")
@@ -164,10 +164,10 @@ async def _start(launcher: Launcher, codes: list[Code]) -> Systems:
             two = "gateway, protocol 2, 2 workers"
             targets.append(Target(two, label, workers.url + llm, PROTOCOL_2, [workers]))
             targets += [
-                Target("gateway, protocol 1, uvloop", label, fast.url + llm, PROVIDER, [fast]),
+                Target("gateway, protocol 1, asyncio", label, plain.url + llm, PROVIDER, [plain]),
                 Target(
-                    "relay + gateway, both on uvloop", label, fast_relay.url + llm, PROVIDER,
-                    [fast_relay, fast],
+                    "relay + gateway, both on asyncio", label, plain_relay.url + llm, PROVIDER,
+                    [plain_relay, plain],
                 ),
             ]  # fmt: skip
     files = {code.label: code.check() for code in codes}
@@ -327,11 +327,10 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
         "`Toolref-Protocol: 2` (through the hydration pipeline), and once more served by "
         "two workers (`TOOLREF_WORKERS=2`: uvicorn's supervisor binds the socket, the "
         "workers and the engine are its children); relay + gateway is "
-        "`toolref relay --gateway` in front of it. The gateway runs asyncio's event loop "
-        "(its default), the relay uvloop (its default where installed, as the relay and "
-        "server extras install it); the rows `uvloop` are the gateway told to run uvloop "
-        "(`TOOLREF_EVENT_LOOP=uvloop`), and relay and gateway both on it, the choice "
-        "measured side by side. "
+        "`toolref relay --gateway` in front of it. Both run uvloop (their default where "
+        "installed, as the relay and server extras install it); the rows `asyncio` are the "
+        "gateway told to run asyncio's loop (`TOOLREF_EVENT_LOOP=asyncio`), and relay and "
+        "gateway both on it (`--event-loop asyncio`), the choice measured side by side. "
         f"{note(systems.files)} CPU is the time every thread of every process of "
         "the system ran (the gateway's engine included; Linux's schedstat, in ns), per "
         "request: sequential, "

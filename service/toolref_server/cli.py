@@ -269,7 +269,7 @@ def _serving(settings: Settings, log_config: dict[str, Any]) -> int:
             workers=settings.workers,
             log_level=settings.log_level.lower(),
             log_config=log_config,
-            loop=settings.event_loop,  # TOOLREF_EVENT_LOOP: asyncio unless asked
+            loop=settings.event_loop,  # TOOLREF_EVENT_LOOP: uvloop where installed, else asyncio
             # Deadlines, the connection limit and problem+json refusals; as an import path,
             # so worker processes load it too.
             http="toolref_server.http.connection:Connection",

@@ -47,16 +47,24 @@ def alive(pid: int) -> bool:
         return False
 
 
+def runs_uvloop(pid: int) -> bool:
+    """Whether the process has uvloop's extension loaded (its event loop)."""
+    return any("uvloop" in m.path for m in psutil.Process(pid).memory_maps())
+
+
+@pytest.mark.parametrize("loop", ["auto", "asyncio"])
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_stop_signal_stops_the_engine_first_and_keeps_the_data(
-    tmp_path: Path, stop: signal.Signals
+    tmp_path: Path, stop: signal.Signals, loop: str
 ) -> None:
     """The signal goes to the service process alone (as `kill PID` or Kubernetes send it).
     When the process has exited, its engine is gone too (stopped by it, not orphaned), and a
-    service started at once on the same folder holds what was registered just before."""
+    service started at once on the same folder holds what was registered just before. On
+    either event loop: `auto` (the default) runs uvloop, installed with the server extra."""
     data_dir = tmp_path / "data"
-    service = serve(data_dir)
+    service = serve(data_dir, TOOLREF_EVENT_LOOP=loop)
     try:
+        assert runs_uvloop(service.process.pid) == (loop == "auto")
         registered = httpx.post(
             service.url + "/v1/invocations", json={"invocations": [INVOCATION]}, headers=HEADERS
         )

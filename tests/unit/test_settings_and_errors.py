@@ -96,7 +96,7 @@ def test_log_level_is_checked_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_event_loop_is_checked_at_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert Settings().event_loop == "asyncio"
+    assert Settings().event_loop == "auto"
     monkeypatch.setenv("TOOLREF_EVENT_LOOP", "Auto")
     assert Settings().event_loop == "auto"
     monkeypatch.setenv("TOOLREF_EVENT_LOOP", "trio")

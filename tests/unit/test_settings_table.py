@@ -47,7 +47,7 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_RETRY_AFTER_SECONDS": ("int", 1, "ge=1"),
         "TOOLREF_SAMPLE_SECONDS": ("float", 5.0, "gt=0 le=60"),  # issue 32
         "TOOLREF_LOG_LEVEL": ("str", "info", ""),
-        "TOOLREF_EVENT_LOOP": ("str", "asyncio", ""),
+        "TOOLREF_EVENT_LOOP": ("str", "auto", ""),
     },
     ConnectionSettings: {
         "TOOLREF_HEADER_TIMEOUT": ("float", 10.0, "gt=0"),
