@@ -30,7 +30,9 @@ size must depend on their own bytes alone.
 
 A frame inflates to the op's length exactly (never past it: refused as it inflates), and
 carries a checksum (zstd's, gzip's CRC-32). Other kinds are reserved (a shipped dictionary
-both sides hold whatever the conversation). Pure; linear in the segments.
+both sides hold whatever the conversation). Pure; linear in the segments, with one zstd
+decompressor per edit (and one against the answer), not per record: making one costs more
+than inflating a small frame.
 """
 
 from __future__ import annotations
@@ -105,6 +107,7 @@ def _joined(  # noqa: PLR0917  (the reader's state, passed on)
     index: int,
     meter: Meter | None,
     found: list[bytes],
+    alone: zstandard.ZstdDecompressor,
 ) -> int:
     """A run of kind 4 at `at` (after its kind): its segments added to `found`; the offset
     after it."""
@@ -115,7 +118,7 @@ def _joined(  # noqa: PLR0917  (the reader's state, passed on)
     if at + size > len(blob):
         raise _malformed(f"the run at segment {index} is cut short")
     wanted = lengths[index : index + count]
-    data = compression.inflate(blob[at : at + size], sum(wanted), meter)
+    data = compression.inflate(blob[at : at + size], sum(wanted), meter, using=alone)
     if len(data) != sum(wanted):
         raise _malformed(f"the run at segment {index} inflates to {len(data)} bytes")
     place = 0
@@ -146,6 +149,8 @@ def unpack(
     found: list[bytes] = []
     at = 0
     view = memoryview(blob)
+    alone = compression.decompressor()  # one per edit: made per record, it costs the most
+    against: zstandard.ZstdDecompressor | None = None  # made at the first record of kind 3
     for index, length in enumerate(lengths):
         if len(found) > index:
             continue  # read with a run before it (kind 4)
@@ -154,7 +159,7 @@ def unpack(
         mode = blob[at]
         at += 1
         if mode == JOINED and runs:
-            at = _joined(blob, at, lengths, index, meter, found)
+            at = _joined(blob, at, lengths, index, meter, found, alone)
             continue
         if mode == RAW:
             if at + length > len(blob):
@@ -170,10 +175,12 @@ def unpack(
         frame = bytes(view[at : at + size])
         if mode == ANSWER:
             assert answer is not None
-            data = compression.decompress(frame, answer, length, "the answer", meter)
+            against = against or compression.decompressor(answer)
+            data = compression.decompress(frame, answer, length, "the answer", meter, using=against)
+        elif mode == ALONE:
+            data = compression.inflate(frame, length, meter, using=alone)
         else:
-            inflate = compression.inflate if mode == ALONE else compression.inflate_gzip
-            data = inflate(frame, length, meter)
+            data = compression.inflate_gzip(frame, length, meter)
         at += size
         if len(data) != length:
             raise _malformed(f"segment {index} inflates to {len(data)} bytes, not its {length}")

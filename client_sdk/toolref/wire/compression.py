@@ -10,7 +10,10 @@ Plain gzip and zstd bodies inflate here too, in chunks of at most 64 KiB, each c
 against the body's limit and charged to the request's
 `toolref.asgi.budget.Account` (when given)
 before it is kept. No compressor or decompressor outlives its call: each is made per body
-and referenced by nothing but the call's frame (no sink object refers back to it).
+and referenced by nothing but the call's frame (no sink object refers back to it). A caller
+inflating many small frames in one call (an edit's records, `toolref.edits.isolated`) makes
+one (`decompressor`) and hands it to each: making one costs more than a small frame's
+inflating.
 """
 
 from __future__ import annotations
@@ -44,6 +47,14 @@ _CHUNK: Final = 64 * 1024
 
 def _dictionary(data: bytes) -> zstandard.ZstdCompressionDict:
     return zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+
+
+def decompressor(dictionary: bytes = b"") -> zstandard.ZstdDecompressor:
+    """A zstd decompressor, against raw-content `dictionary` when given, for `inflate` and
+    `decompress` to use over the frames of one call (one at a time)."""
+    if not dictionary:
+        return zstandard.ZstdDecompressor()
+    return zstandard.ZstdDecompressor(dict_data=_dictionary(dictionary))
 
 
 def compress(body: bytes, dictionary: bytes, level: int) -> bytes:
@@ -93,15 +104,21 @@ def frame_size(frame: bytes, limit: int, fix: str, less: str = "send fewer messa
 
 
 def decompress(
-    body: bytes, dictionary: bytes, limit: int, name: str, account: Meter | None = None
+    body: bytes,
+    dictionary: bytes,
+    limit: int,
+    name: str,
+    account: Meter | None = None,
+    *,
+    using: zstandard.ZstdDecompressor | None = None,
 ) -> bytes:
     """Inflate a body compressed by `compress` against `dictionary` (the dictionary of
     `name`, named in errors). The frame must declare its size, at most `limit` (see
     `check_frame`), charged to `account` before inflating; it must be whole, alone, and
-    match its checksum."""
+    match its checksum. `using`: `decompressor(dictionary)`, made once by the caller."""
     size = check_frame(body, limit, name)
     _charge(account, size)
-    inflater = zstandard.ZstdDecompressor(dict_data=_dictionary(dictionary)).decompressobj()
+    inflater = (using or decompressor(dictionary)).decompressobj()
     try:
         data = inflater.decompress(body)
     except zstandard.ZstdError as exc:
@@ -116,10 +133,17 @@ def decompress(
     return data
 
 
-def inflate(body: bytes, limit: int, account: Meter | None = None) -> bytes:
+def inflate(
+    body: bytes,
+    limit: int,
+    account: Meter | None = None,
+    *,
+    using: zstandard.ZstdDecompressor | None = None,
+) -> bytes:
     """A plain zstd body (no dictionary), producing at most `limit` bytes, each chunk
-    charged to `account` before it is kept."""
-    reader = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True)
+    charged to `account` before it is kept. `using`: `decompressor()`, made once by the
+    caller."""
+    reader = (using or decompressor()).stream_reader(body, read_across_frames=True)
     parts, size = [], 0
     try:
         while chunk := reader.read(_CHUNK):

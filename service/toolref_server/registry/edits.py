@@ -205,7 +205,8 @@ async def apply_edit(
     words = await workers.run(header.dictionary or 0, _dictionary, base, header)  # O(ops + z)
     account.charge(len(words))
     answer = await _answer(services, tenant, header)  # v3: the base's answer
-    inline = await workers.run(header.inline, wire.inline, header, blob, words, account, answer)
+    work = header.inline + len(blob)  # records read, and what they inflate to
+    inline = await workers.run(work, wire.inline, header, blob, words, account, answer)
     pieces = sum(len(s) for s in inline if len(s) >= PIECE_MIN)
     ids = await workers.run(pieces, _piece_ids, inline)  # a SHA-256 of each: off the loop
     carried = {ref: data for ref, data in zip(ids, inline, strict=True) if ref is not None}
