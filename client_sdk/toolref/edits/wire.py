@@ -57,6 +57,7 @@ VERSIONS: Final = (1, 2, 3, 4)
 MAX_HEADER: Final = 4 << 20  # bytes of the header line
 DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)
 LEVEL: Final = 3  # zstd level of the inline bytes
+MAX_DICTIONARY: Final = 1 << 20  # v1 `z`: bytes of the base the inline bytes compress against
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,11 @@ def read(
         raise _malformed("`z` is not a dictionary size")
     if dictionary is not None and version != 1:
         raise _malformed(f"`z` is a version-1 member, and this edit is of version {version}")
+    if dictionary is not None and dictionary > MAX_DICTIONARY:
+        raise _malformed(
+            f"`z` is {dictionary}, over the {MAX_DICTIONARY} bytes a dictionary may take of the "
+            "base; compress against fewer of its last bytes"
+        )
     answer = header.get("a")
     if answer is not None and not _is_answer_id(answer):
         raise _malformed(f"`a` is {_shown(answer)}, not the {ID_LENGTH} hex digits of an answer")

@@ -14,8 +14,10 @@ that refuses the upgrade (an older one, a backend without a channel, a proxy tha
 pass WebSockets) or cannot be reached leaves the sender on HTTP for `retry_seconds`, then it
 tries again; a channel that closes fails the turns in flight on it (as a broken connection
 would: the client retries) and the next turn opens a new one, as does a turn after the
-channel sat idle `IDLE_SECONDS`. Memory: one queue per turn in
-flight, holding the pieces of its answer not yet read.
+channel sat idle `IDLE_SECONDS`; one that takes no frame within a turn's write timeout
+(a receiver that reads nothing) is dropped, the turn failing `WriteTimeout` as over HTTP,
+and so is one whose answer frame does not read (a text message included). Memory: one
+queue per turn in flight, holding the pieces of its answer not yet read.
 
 Requests and answers of either httpx package (`toolref.sending.packages`): an answer is of
 its request's package, and so is what is raised.
@@ -231,10 +233,13 @@ class _Link:
         timeout = _timeout(request, "read")
         sent = False
         try:
-            async with self.writing:  # the frames' memory changes in the order they are sent
-                frame = self._frame(stream, target, headers, request.content)
-                sent = True  # written before the send's first wait: it goes out
-                await self._write(frame, request)
+            try:  # the frames' memory changes in the order they are sent
+                async with asyncio.timeout(_timeout(request, "write")), self.writing:
+                    frame = self._frame(stream, target, headers, request.content)
+                    sent = True  # written before the send's first wait: it goes out
+                    await self._write(frame, request)
+            except TimeoutError:
+                raise self._stuck(request) from None
             first = await _next(queue, request, wait=timeout)
             try:
                 status, pairs = first.head()
@@ -253,10 +258,23 @@ class _Link:
 
     def _frame(self, stream: int, target: str, headers: frames.Pairs, body: bytes) -> bytes:
         """The turn's frame, the frames' memory moved on; `_Unsent` when the channel closed
-        (nothing of the turn went out: it goes over HTTP)."""
-        if self.closed:
+        or is closing (nothing of the turn would go out: it goes over HTTP)."""
+        if self.closed or not self.socket.open:
             raise _Unsent("the channel closed")
         return self.sender.turn(stream, target, headers, body)
+
+    def _stuck(self, request: Any) -> Exception:
+        """The package's `WriteTimeout` for a turn the channel took no frame of within its
+        write timeout; the channel is dropped (its turns fail, the next turn opens a new
+        one), as HTTP drops a connection a write timed out on."""
+        self.socket.abort()
+        error: Any = _package(request).WriteTimeout
+        stuck: Exception = error(
+            "the channel took no frame within the write timeout; the receiver reads nothing "
+            "(raise the request's write timeout if it is only slow)",
+            request=request,
+        )
+        return stuck
 
     async def _write(self, frame: bytes, request: Any) -> None:
         try:
@@ -284,7 +302,7 @@ class _Link:
         try:
             while True:
                 message = await self.socket.receive()
-                if isinstance(message, Closed) or not isinstance(message.data, bytes):
+                if isinstance(message, Closed):
                     return
                 found = frames.answered(message.data)
                 self.used = self.clock()

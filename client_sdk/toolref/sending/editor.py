@@ -68,7 +68,7 @@ from toolref.wire.errors import DictionaryMismatchError, MissingHistoryError, Mi
 
 MAX_RESENDS: Final = 3
 MIN_DICTIONARY: Final = 32 << 10
-MAX_DICTIONARY: Final = 1 << 20
+MAX_DICTIONARY: Final = wire.MAX_DICTIONARY  # what a receiver reads
 DICTIONARY_PER_INLINE: Final = 32
 # A body cut on from a confirmed recipe's, sharing this much of its bytes with it at the same
 # places, is sent against it without counting what it shares with every recipe.

@@ -92,6 +92,9 @@ class Answered:
 
     def head(self) -> tuple[int, Pairs]:
         """The status and headers of a HEAD frame; `FrameError` when it is not one."""
+        if self.kind != HEAD:
+            kind = self.kind
+            raise FrameError(f"stream {self.stream}'s answer starts with kind {kind}, not its head")
         try:
             found = json.loads(self.data)
             status, headers = found["s"], [(str(k), str(v)) for k, v in found["h"]]
@@ -183,8 +186,10 @@ def broken(stream: int, reason: str) -> bytes:
     return varint(stream) + bytes([BROKEN]) + reason.encode()
 
 
-def answered(frame: bytes) -> Answered:
-    """An answer frame read; `FrameError` when it does not read."""
+def answered(frame: str | bytes) -> Answered:
+    """An answer frame read; `FrameError` when it does not read (a text message, too)."""
+    if isinstance(frame, str):
+        raise FrameError("a text message came where answer frames are binary")
     stream, at = read_varint(frame, 0)
     if stream is None or at >= len(frame) or frame[at] > BROKEN:
         raise FrameError("an answer frame does not read")

@@ -123,9 +123,14 @@ class Client:
         """The upgrade request's bytes."""
         return self._ws.send(self._request)
 
+    @property
+    def open(self) -> bool:
+        """Whether a message sent now goes out (no close sent or received yet)."""
+        return self._ws.state is ConnectionState.OPEN
+
     def send(self, data: str | bytes) -> bytes:
         """One whole message (text for `str`); b"" once the connection is closing."""
-        if self._ws.state is not ConnectionState.OPEN:
+        if not self.open:
             return b""
         return self._ws.send(TextMessage(data) if isinstance(data, str) else BytesMessage(data))
 

@@ -143,6 +143,12 @@ class Socket:
                 self._writer.close()
                 return event
 
+    @property
+    def open(self) -> bool:
+        """Whether a message sent now goes out (`send` drops it once the connection is
+        closing: a close sent or received, or the transport closed)."""
+        return self.client.open and not self._writer.is_closing()
+
     async def send(self, data: str | bytes) -> None:
         """One message (text for `str`); waits while the peer is slow to read."""
         frame = self.client.send(data)

@@ -314,6 +314,20 @@ def test_a_malformed_edit_is_refused_saying_what(line: bytes) -> None:
     assert "toolref.edits.wire.encode" in found.value.detail
 
 
+def test_a_dictionary_past_its_bound_is_refused_before_the_base_is_read() -> None:
+    """`z` takes at most `wire.MAX_DICTIONARY` bytes of the base (what a sender uses): a
+    header of a few bytes cannot make a receiver copy a base of 64 MiB into a dictionary
+    on each request."""
+    words = b"the base's last bytes " * (wire.MAX_DICTIONARY // 22 + 1)
+    at_most = wire.encode(None, [Inline(b"new text")], words[: wire.MAX_DICTIONARY])
+    assert wire.read(at_most, 1 << 20)[0].dictionary == wire.MAX_DICTIONARY
+    with pytest.raises(MalformedBodyError) as found:
+        wire.read(
+            wire.encode(None, [Inline(b"new text")], words[: wire.MAX_DICTIONARY + 1]), 1 << 20
+        )
+    assert f"`z` is {wire.MAX_DICTIONARY + 1}" in found.value.detail
+
+
 def test_inline_bytes_against_another_dictionary_are_a_mismatch() -> None:
     data = wire.encode(None, [Inline(b"the base is long, " * 40)], b"the base is long, " * 50)
     header, blob = wire.read(data, 1 << 20)

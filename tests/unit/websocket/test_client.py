@@ -155,7 +155,10 @@ def test_a_ping_is_answered_with_its_pong() -> None:
 
 def test_the_servers_close_is_reported_and_answered() -> None:
     client, server = _opened()
+    assert client.open
     [closed] = client.receive(server.send(CloseConnection(1001, "going away")))
+    assert not client.open  # a message sent now would not go out (`send` gives b"")
+    assert client.send(b"late") == b""
     assert closed == Closed(1001, "going away")
     [answer] = _received(server, client.outgoing())
     assert isinstance(answer, CloseConnection)
