@@ -15,7 +15,8 @@ HTTP parsers are installed) and adds, per connection:
   (the app had not asked for more yet) does not count, nor does a wait for `100-continue`.
 - **Send deadline.** An answer the client leaves unread (the send buffer full, for
   `send_timeout` seconds) is dropped with its connection: it would hold the buffered answer
-  and the descriptor for ever.
+  and the descriptor for ever. So is a connection closed with part of an answer still
+  buffered, `send_timeout` seconds after the close (a close waits for the buffer to drain).
 - **Keep-alive.** A connection idle between requests is closed after `keep_alive` seconds.
 - **Connection limit.** Past `max_connections` open connections in this process, a new one
   closes the oldest idle connection (one waiting for a request head) to make room; when
@@ -23,6 +24,9 @@ HTTP parsers are installed) and adds, per connection:
   still answered) and it is closed.
 - **Refusals as problems.** A request h11 cannot parse is a 400 `malformed-request` (431
   `headers-too-large` past h11's 16 KiB head limit) in application/problem+json.
+- **Framed twice.** A request with both `Content-Length` and `Transfer-Encoding` is read by
+  its chunks (as h11 reads it) and its connection closed after the answer (RFC 9112 6.3: a
+  proxy in front that framed it by `Content-Length` would see another request in it).
 
 The limits come from the app: its lifespan publishes `ConnectionLimits` in the lifespan
 state, which uvicorn hands to every protocol instance, so they are the app's own settings.
@@ -99,7 +103,7 @@ class Connection(H11Protocol):
                 "app, with lifespan on"
             )
         self.limits = limits
-        self.app = answering_problems(self.app, limits.retry_after, self._own_defaults)
+        self.app = answering_problems(self.app, limits.retry_after, self._answer_head)
         self.head_limit = config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
         self.parser = Parser(self, self.head_limit)
         self.conn = self.parser
@@ -107,6 +111,7 @@ class Connection(H11Protocol):
         self.timed_flow: TimedFlow | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._send_timer: asyncio.TimerHandle | None = None
+        self._drop_timer: asyncio.TimerHandle | None = None  # closed, the answer unsent
         # Reading a head: since the connection started (`_first_byte_due` False), or idle
         # between requests until a first byte comes (True); `_head_bytes` of it so far.
         self._reading_head = True
@@ -119,6 +124,7 @@ class Connection(H11Protocol):
         self._body_paused = 0.0
         self._body_received = 0
         self._body_declared: int | None = None
+        self._framed_twice = False
         self._over_limit = False
         self._refusal: tuple[ToolrefError, str] | None = None
 
@@ -135,6 +141,16 @@ class Connection(H11Protocol):
         except OSError:
             return 0
         return int.from_bytes(found, sys.byteorder) if found else 0
+
+    def _answer_head(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
+        """Before an answer's head is sent: `_own_defaults`, and the answer to a request
+        framed twice closes its connection."""
+        headers = list(headers)
+        self._own_defaults(headers)
+        cycle = self.cycle
+        if cycle is not None and self._framed_twice:
+            cycle.keep_alive = False
+            cycle.default_headers = [*cycle.default_headers, (b"connection", b"close")]
 
     def _own_defaults(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """uvicorn's `server` and `date` left out of an answer that names its own (a
@@ -185,9 +201,10 @@ class Connection(H11Protocol):
             self.transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._send_timer is not None:
-            self._send_timer.cancel()
-            self._send_timer = None
+        for timer in (self._send_timer, self._drop_timer):
+            if timer is not None:
+                timer.cancel()
+        self._send_timer = self._drop_timer = None
         self._cancel_timer()
         self.idle.discard(self)
         self.limits.metrics.connections_open.dec()
@@ -210,6 +227,8 @@ class Connection(H11Protocol):
             self._wait_for_head(self.limits.keep_alive, first_byte_due=True)
         super().on_response_complete()
         self._unset_keepalive_if_required()  # the deadline above replaces uvicorn's timer
+        if self.transport.is_closing():  # uvicorn closed it (`Connection: close`)
+            self._drop_unsent()
         buffered = self.parser.trailing_data[0]
         if self._reading_head and self._first_byte_due and buffered:
             # Part of a pipelined request is here already: its head is due from now.
@@ -271,8 +290,11 @@ class Connection(H11Protocol):
         self._body_started = time.monotonic()
         self._body_paused = self._paused()
         self._body_received = 0
-        declared = dict(request.headers).get(b"content-length")
-        self._body_declared = whole_number(declared.decode("ascii"), 30) if declared else None
+        fields = dict(request.headers)
+        declared = fields.get(b"content-length")
+        self._framed_twice = declared is not None and b"transfer-encoding" in fields
+        length = declared.decode("ascii") if declared and not self._framed_twice else ""
+        self._body_declared = whole_number(length, 30) if length else None
         self._arm(self.limits.body_timeout)
         # h11 bounds a head only while it is incomplete: one that came whole in a single
         # read may be longer. Its size as sent, give or take the spaces around the colons:
@@ -406,6 +428,17 @@ class Connection(H11Protocol):
         if not self.transport.is_closing():
             self.limits.metrics.connections_closed.labels(reason).inc()
             self.transport.close()
+        self._drop_unsent()
+
+    def _drop_unsent(self) -> None:
+        """A closed transport holding part of an answer stays open until the client reads
+        it, which it may never do: give it `send_timeout` seconds, then drop it."""
+        if self._drop_timer is None and self.transport.get_write_buffer_size():
+            self._drop_timer = self.loop.call_later(self.limits.send_timeout, self._dropped)
+
+    def _dropped(self) -> None:
+        self._drop_timer = None
+        self.transport.abort()  # counted closed already, by the reason it was closed for
 
 
 def _no_delay(transport: asyncio.Transport) -> None:
