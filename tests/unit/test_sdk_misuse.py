@@ -8,6 +8,7 @@ unknown format skipped). Lines marked `type: ignore[...]` are mistakes mypy catc
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import re
 from typing import Any, get_args
@@ -467,3 +468,18 @@ def test_a_transport_given_the_wrong_inner_kind_or_a_client_says_so_when_made() 
     with pytest.raises(TypeError, match="inner must be an httpx transport"):
         AsyncTransport(ToolReferenceManager())  # type: ignore[arg-type]
     assert Transport(httpx.MockTransport(lambda r: httpx.Response(200))).inner is not None
+
+
+def test_an_async_transport_used_on_a_second_event_loop_says_the_fix() -> None:
+    """Its connections and channels belong to the loop of its first request: a second
+    `asyncio.run` with a client made at import failed deep in the pool (or hung on a
+    channel's lock) instead of saying so."""
+    transport = AsyncTransport(httpx.MockTransport(lambda r: httpx.Response(204)))
+
+    async def one() -> int:
+        async with httpx.AsyncClient(transport=transport, base_url=BASE) as client:
+            return (await client.get("/healthz")).status_code
+
+    assert asyncio.run(one()) == 204
+    with pytest.raises(RuntimeError, match=r"another event loop.*one client per event loop"):
+        asyncio.run(one())

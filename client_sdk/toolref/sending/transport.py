@@ -35,6 +35,7 @@ transport given no inner one takes it; `channel=True` with any inner transport,
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 from collections.abc import Mapping
@@ -139,12 +140,14 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         if channel is None:  # a given transport may carry a proxy, certificates, a socket
             channel = inner is None
         self.channels = Channels(log.info) if channel else None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop of its first request
 
     @overload
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response: ...
     @overload
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response: ...
     async def handle_async_request(self, request: Any) -> Any:
+        self._loop = _same_loop(self._loop)
         inner = self.inner = _inner(self.inner, request, "AsyncHTTPTransport")
         found = _candidate(request)
         if found is None:
@@ -173,6 +176,20 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             await self.channels.aclose()  # not the inner transport: closed here, once
         if self.inner is not None:
             await self.inner.aclose()
+
+
+def _same_loop(first: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop:
+    """The running loop, when it is the one the transport first sent on (its connections,
+    channels and locks belong to that loop); `RuntimeError` saying the fix otherwise."""
+    running = asyncio.get_running_loop()
+    if first is not None and first is not running:
+        raise RuntimeError(
+            "this AsyncTransport (and the client holding it) sent its first request on "
+            "another event loop; its connections and channels belong to that loop. Make "
+            "one client per event loop: create it inside the coroutine that asyncio.run() "
+            "runs, not at import, and close it there"
+        )
+    return running
 
 
 def _refusal(shape: bool, request: Any, response: Any) -> bool:
