@@ -402,6 +402,10 @@ async def test_a_request_of_the_retired_history_refs_is_refused_and_stores_nothi
     assert await snapshot(redis) == before
 
 
+# A well-formed ref (no record needed: the marker is refused before any lookup).
+HELD = "tr_" + "a" * 26
+
+
 def marker_with(ref: str) -> list[dict[str, Any]]:
     return [
         {
@@ -446,6 +450,13 @@ BAD: list[tuple[str, dict[str, Any], int, str, str]] = [
         "message 0",
     ),
     ("malformed marker ref", {"messages": marker_with("tr_nope")}, 422, "invalid-ref", "message 0"),
+    (
+        "marker beside its payload",
+        {"messages": [marker_with(HELD)[0], {**marker_with(HELD)[1], "content": "ls"}]},
+        422,
+        "validation-failed",
+        "'content'",
+    ),
     (
         "too many messages",
         {"messages": [{"role": "user", "content": "x"}] * 11},

@@ -231,3 +231,28 @@ async def test_edits_to_a_backend_whose_registry_refuses_its_key_go_as_they_are(
                 response = await manager.apost(http, "/chat", json=body)
                 assert response.status_code == 200, response.text
         assert seen == [dumps_json(body) for body in bodies]
+
+
+@pytest.mark.parametrize("key", ["messages", "input"])
+async def test_the_whitespace_between_messages_reaches_the_app_as_sent(
+    redis: Redis, key: str
+) -> None:
+    """Found in review: with its default messages keys (more than one), the middleware
+    joined the hydrated messages with "," and dropped the whitespace around them, and with
+    one key it repeated the first separator between every two: a Python client's `, ` (or
+    any pretty-printed body) reached the app changed. Each separator is the client's now."""
+    texts = [json.dumps(m) for m in MESSAGES]
+    listed = f"[ {texts[0]},\n  {texts[1]} ,{texts[2]}\n]"
+    body = f'{{"model": "m", "{key}": {listed}}}'.encode()
+    async with registry_app(redis) as transport:
+        seen: list[bytes] = []
+        app = ToolRefMiddleware(backend(seen), client(transport, None))
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://b"
+        ) as http:
+            response = await http.post(
+                "/chat", content=body, headers={**PROTOCOL_2, "Content-Type": "application/json"}
+            )
+    assert response.status_code == 200
+    assert response.headers["toolref-protocol"] == "2"
+    assert seen == [body]

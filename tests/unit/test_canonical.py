@@ -12,6 +12,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolref.wire import canonical
 from toolref.wire.canonical import (
     REF_LENGTH,
     Digest,
@@ -295,3 +296,16 @@ def test_a_long_string_peaks_within_three_times_its_canonical_bytes() -> None:
         tracemalloc.stop()
     assert out == rfc8785.dumps(value)
     assert peak <= 3 * len(out), peak / len(out)
+
+
+def test_values_with_strings_take_the_orjson_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found in review: a string (every invocation has its name) sent any value to the
+    Python serializer, so orjson, several times faster, never canonicalized an invocation."""
+
+    def serializer_used(value: object, out: list[bytes]) -> None:
+        raise AssertionError(f"the serializer took {value!r}")
+
+    invocation = {"name": "read", "args": {"path": "é/a"}, "result": ["x" * 600, 7, None]}
+    expected = rfc8785.dumps(invocation)
+    monkeypatch.setattr(canonical, "_serialize", serializer_used)
+    assert canonical_json(invocation) == expected

@@ -207,10 +207,23 @@ def _check_marker(obj: dict[str, Any], site: Site) -> None:
     if MARKER not in obj:
         return
     order = obj.get(ORDER)
-    if ORDER in obj and not (isinstance(order, list) and all(isinstance(k, str) for k in order)):
+    if ORDER in obj and not (
+        isinstance(order, list)
+        and all(isinstance(k, str) for k in order)
+        and len(set(order)) == len(order)
+    ):
         raise ValidationError(
             f"the toolRef marker at message {site.message} ({_dotted(site.path)}) has a "
-            f"{ORDER} that is not a list of member names; send markers as optimize made them",
+            f"{ORDER} that is not a list of distinct member names; send markers as optimize "
+            "made them",
+            message=site.message,
+        )
+    beside = [key for key in site.payload_keys if key in obj]
+    if beside:
+        raise ValidationError(
+            f"the toolRef marker at message {site.message} ({_dotted(site.path)}) also "
+            f"carries {beside[0]!r}, the payload it stands for (filled, it would be there "
+            "twice); send the marker without it, or the payload in full without the marker",
             message=site.message,
         )
     value = obj[MARKER]

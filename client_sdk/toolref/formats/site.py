@@ -107,7 +107,8 @@ def from_marker(marker: dict[str, Any], values: dict[str, Any]) -> dict[str, Any
     listed = marker.get(ORDER)
     if isinstance(listed, list):
         listed = [key for key in listed if isinstance(key, str)]
-        order = [*listed, *(key for key in order if key not in listed)]
+        named = set(listed)  # a set: a list's `in` made a long order quadratic
+        order = [*listed, *(key for key in order if key not in named)]
     restored: dict[str, Any] = {}
     for key in order:
         if key in values:
@@ -157,7 +158,8 @@ def from_marker_text(text: str, at: int, values: dict[str, str]) -> str:
     listed = found[ORDER].value if ORDER in found else None
     if isinstance(listed, list):
         listed = [key for key in listed if isinstance(key, str)]
-        order = [*listed, *(key for key in order if key not in listed)]
+        named = set(listed)  # a set: a list's `in` made a long order quadratic
+        order = [*listed, *(key for key in order if key not in named)]
     parts: list[str] = []
     for key in order:
         if key in values:

@@ -165,7 +165,7 @@ class Hydrator:
         read = await self._work(len(body), self._read, body, headers.get("content-type"))
         if read is None:
             return PassThrough(body, PROTOCOL_REFS)
-        document, key = read
+        document, key, items = read
         if "historyRef" in document.members:
             raise HistoryRefsRetiredError(
                 "the body names a `historyRef`: history refs were retired in toolref 0.3, "
@@ -174,7 +174,6 @@ class Hydrator:
             )
         listed = document.members[key]
         text = document.text[listed.start : listed.end]
-        items = document.items if len(self.messages_keys) == 1 else None
         messages = Messages(text, document.value[key], document.text, items)
         try:
             answer = await self.registry.hydrate(messages, self.format)
@@ -196,29 +195,37 @@ class Hydrator:
         del text, messages  # held no longer: the answer's texts take their place
         texts = answer.texts if answer.texts is not None else await self._work(size, answer.split)
         del answer
-        return Hydrated(await self._work(len(body) + size, _spliced, document, key, texts), lacking)
+        spliced = await self._work(len(body) + size, _spliced, document, key, items, texts)
+        return Hydrated(spliced, lacking)
 
     async def _work(self, size: int, step: Callable[..., T], *args: Any) -> T:
         """`step(*args)`, in a worker thread when its input is `offload_bytes` or more."""
         return await self.workers.run(size, step, *args)
 
-    def _read(self, body: bytes, content_type: str | None) -> tuple[spans.Document, str] | None:
-        """The body's JSON document and where its messages are; None when there are no
-        messages to hydrate (not JSON, not an object, no list under a messages key)."""
+    def _read(
+        self, body: bytes, content_type: str | None
+    ) -> tuple[spans.Document, str, list[tuple[int, int]]] | None:
+        """The body's JSON document, where its messages are and the span of each; None
+        when there are no messages to hydrate (not JSON, not an object, no list under a
+        messages key)."""
         media = media_type(content_type)
         if media != JSON_TYPE:
             return None
-        # With one messages key, the spans of its messages come with the one parse.
-        array_key = self.messages_keys[0] if len(self.messages_keys) == 1 else None
+        # The spans of the messages under the first key come with the one parse; those
+        # under another key (the first present as a list wins) are walked once more.
         try:
-            document = spans.document(body.decode("utf-8"), array_key)
+            document = spans.document(body.decode("utf-8"), self.messages_keys[0])
         except (ValueError, RecursionError):
             return None  # the app answers its own malformed input
         if not isinstance(document.value, dict):
             return None
         for key in self.messages_keys:
             if isinstance(document.value.get(key), list):
-                return document, key
+                items = document.items
+                if key != self.messages_keys[0] or items is None:
+                    listed, _ = spans.elements(document.text, document.members[key].start)
+                    items = [(start, end) for _, start, end in listed]
+                return document, key, items
         return None
 
     def _without_registry(
@@ -249,26 +256,36 @@ def _reason(exc: ToolrefError) -> str:
     return "not-a-registry"
 
 
-def _spliced(document: spans.Document, key: str, messages: Sequence[str]) -> bytes:
-    """The client's body with its messages hydrated (each message's text) in place of its
-    own: everything else as the client wrote it, byte for byte (whitespace, repeated keys,
-    number spellings; the client's own separator between messages). One join of texts held
-    (linear, in C): the body's text is built once and encoded once, no piece copied on the
-    way."""
+def _spliced(
+    document: spans.Document,
+    key: str,
+    items: Sequence[tuple[int, int]],
+    messages: Sequence[str],
+) -> bytes:
+    """The client's body with its messages hydrated (each message's text, one for each of
+    the spans `items`) in place of its own: everything else as the client wrote it, byte for
+    byte (whitespace, repeated keys, number spellings; the client's own separator between
+    each two messages). One join of texts held (linear, in C): the body's text is built
+    once and encoded once, no piece copied on the way."""
     text = document.text
     array = document.members[key]
-    items = document.items
+    if len(items) != len(messages):
+        raise UnexpectedResponseError(
+            f"the registry answered {len(messages)} messages hydrated for the {len(items)} "
+            "sent; is it a toolref registry?"
+        )
     if items:
-        separator = text[items[0][1] : items[1][0]] if len(items) > 1 else ","
         lead, trail = text[array.start + 1 : items[0][0]], text[items[-1][1] : array.end - 1]
     else:
-        separator, lead, trail = ",", "", ""
+        lead = trail = text[array.start + 1 : array.end - 1]  # `[ ]`: what lies between
     listed: list[str] = ["[", lead]
     for index, message in enumerate(messages):
         if index:
-            listed.append(separator)
+            listed.append(text[items[index - 1][1] : items[index][0]])
         listed.append(message)
-    listed += (trail, "]")
+    if items:
+        listed.append(trail)
+    listed.append("]")
     # texts held already, joined once (no message copied twice)
     return "".join([text[: array.start], *listed, text[array.end :]]).encode()
 

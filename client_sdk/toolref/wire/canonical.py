@@ -59,7 +59,8 @@ def _orjson_ok(value: object) -> bool:
         if kind is str:
             if len(item) > _SLICE:  # type: ignore[arg-type]
                 return False
-        elif kind is int or kind is bool or item is None:
+            continue
+        if kind is int or kind is bool or item is None:
             continue
         if kind is dict:
             for key in item:  # type: ignore[attr-defined]
