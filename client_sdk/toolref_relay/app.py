@@ -54,7 +54,7 @@ from toolref.wire.errors import (
 from toolref.wire.shapes import ErrorReply, error_reply, provider_of
 
 from . import control, guard
-from .as_edit import as_edit
+from .as_edit import OFFLOAD_BYTES, as_edit
 from .bodies import TOO_LARGE, inflated, readable
 from .calls import UNREACHABLE, Call, Meter, encoding_of, failed, log_call
 from .clients import Client, Clients
@@ -80,7 +80,7 @@ from .ledger import (
     who,
 )
 from .link import GatewayLink
-from .llm import LLMRequest, recognise
+from .llm import recognise
 from .passthrough import pass_through
 from .preflight import Preflight, direct
 from .preflight import check as check_gateway
@@ -326,16 +326,12 @@ class Relay:
             "content-type": first(call.headers, "content-type") or "",
             "content-encoding": "identity" if changed else encoding_of(call.headers),
         }
-
-        def parsed() -> LLMRequest | None:  # only switching and a 413 need the body read
-            return recognise("POST", call.path, media, content)
-
         moved = None
-        llm = parsed() if self.config.switch else None
-        if llm is not None:
-            conversation = conversation_of(llm.body, llm.messages_key)
-            count = len(llm.body[llm.messages_key])
-            moved = self.switchboard.moved(conversation, upstream, count)
+        if self.config.switch:  # only switching needs the body read: off the loop if large
+            opening = await _PARSERS.run(len(content), _opening, call.path, media, content)
+            if opening is not None:
+                conversation, count = opening
+                moved = self.switchboard.moved(conversation, upstream, count)
         url = f"{self.config.gateway}/llm/{upstream}{call.suffix()}"
         client = self.clients.client(upstream, call.headers, call.query)
         meter = Meter(self.pool)
@@ -460,6 +456,18 @@ def _sent(call: Call, body: int) -> int:
 
 # Any compressed body may become megabytes, however small it arrives: off the loop, always.
 _WORKERS: Final = Workers(None, 0)
+# Parsing a switched turn's body (about 10 ms a MiB for a conversation of small parts): in
+# a worker thread past the size an edit's cut goes there too.
+_PARSERS: Final = Workers(None, OFFLOAD_BYTES)
+
+
+def _opening(path: str, media: dict[str, str], content: bytes) -> tuple[str | None, int] | None:
+    """The conversation a switched turn continues and its message count (`switch`); None
+    when its body is not an LLM request to read."""
+    llm = recognise("POST", path, media, content)
+    if llm is None:
+        return None
+    return conversation_of(llm.body, llm.messages_key), len(llm.body[llm.messages_key])
 
 
 async def _inflate(raw: bytes, encoding: str | None, limit: int, account: Account) -> bytes:

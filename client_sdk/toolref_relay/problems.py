@@ -34,15 +34,15 @@ async def as_provider_error(
     response: httpx.Response, call: Call, gateway: str
 ) -> ErrorReply | None:
     """`response` (a problem small enough to read whole: `readable_problem`) in the agent's
-    shape, its body read and closed; None (nothing read) when it is not such a problem."""
+    shape, its body read and closed; None when it is not toolref's problem: `response`
+    goes on as it came (read whole when it was a problem, its headers all kept)."""
     if not readable_problem(response):
         return None
     body = await response.aread()
     await response.aclose()
     problem = toolref_problem(body)
-    if problem is None:
-        # problem+json, but not toolref's: the provider's own, forwarded; as it came
-        return ErrorReply(response.status_code, body, response.headers["content-type"])
+    if problem is None:  # problem+json, but not toolref's: the provider's own, forwarded
+        return None
     detail = str(problem.get("detail") or problem.get("title") or "")
     status = response.status_code
     message = f"toolref gateway {gateway}: {detail}{_fix(status, call)}"
