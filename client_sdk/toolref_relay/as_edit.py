@@ -173,7 +173,7 @@ async def send_edit(
         async with client.lock:
             kept = editor.confirm(edit, response.headers.get(HISTORY_HEADER))  # O(entries)
         if kept:
-            read_answer(response, request.url.path, partial(editor.answered, edit.ref))
+            read_answer(response, request.url.path, partial(client.answered, edit.ref))
         return response
 
 

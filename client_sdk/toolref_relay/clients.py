@@ -40,6 +40,26 @@ class Client:
     editor: Editor
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
+    def answered(self, ref: str, answer: bytes | None) -> None:
+        """The editor told of the answer recipe `ref`'s request streamed, under the lock: a
+        turn holding it may be preparing in a worker thread (a large body), and the editor
+        is not thread-safe (keeping an answer may drop recipes that thread iterates). Told
+        at once when the lock is free, else once it is (that turn's edit then does without
+        this answer as its dictionary)."""
+        if not self.lock.locked():
+            self.editor.answered(ref, answer)
+            return
+        task = asyncio.get_running_loop().create_task(self._answered_later(ref, answer))
+        _TELLING.add(task)
+        task.add_done_callback(_TELLING.discard)
+
+    async def _answered_later(self, ref: str, answer: bytes | None) -> None:
+        async with self.lock:
+            self.editor.answered(ref, answer)
+
+
+_TELLING: Final[set[asyncio.Task[None]]] = set()  # answers waiting for their client's lock
+
 
 def credential_digest(headers: Pairs, query: str, secret: bytes) -> bytes:
     """HMAC-SHA256 under `secret` of the request's provider credentials (every value of the

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from toolref_relay import Relay, RelayConfig, app
+from toolref_relay.clients import Client
 from toolref_relay.llm import LLMRequest
 
 Handler = Callable[[httpx.Request], httpx.Response]
@@ -124,3 +125,32 @@ def test_a_providers_own_problem_document_reaches_the_agent_with_its_headers(pat
 
 def _json(value: Any) -> bytes:
     return json.dumps(value).encode()
+
+
+class _Told:
+    """An editor's `answered`, recorded."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, bytes | None]] = []
+
+    def answered(self, ref: str, answer: bytes | None) -> None:
+        self.told.append((ref, answer))
+
+
+async def test_an_answer_is_told_to_the_editor_under_its_clients_lock() -> None:
+    """Found in review: a streamed answer was told to the editor as it ended, while another
+    turn of the same client (parallel subagents share one) could be preparing its edit in
+    a worker thread, holding the lock: the editor is not thread-safe, and keeping an answer
+    may drop recipes that thread iterates. It waits for the lock now."""
+    told = _Told()
+    client = Client(told)  # type: ignore[arg-type]
+    async with client.lock:  # a turn preparing
+        client.answered("tb_a", b"the answer")
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert told.told == []
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert told.told == [("tb_a", b"the answer")]
+    client.answered("tb_b", None)  # the lock free: at once
+    assert told.told[-1] == ("tb_b", None)
