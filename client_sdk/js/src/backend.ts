@@ -23,7 +23,8 @@
  * - A request as it is with the offer (`Toolref-Edits`) goes to the handler; its answer
  *   is marked `Toolref-Edits: 4`, so the client sends edits from then on.
  * - A protocol-2 request (`Toolref-Protocol: 2`, an older client): its `toolRef` markers are
- *   hydrated by the registry's `POST /v1/messages:hydrate` and spliced in as text, as before;
+ *   hydrated by the registry's `POST /v1/messages:hydrate`, each message spliced in as text in
+ *   place of the client's own (all else the client's bytes, its whitespace too), as before;
  *   history refs (`Toolref-History`, `historyRef`, checkpoints, kept bodies) are retired: 400
  *   `history-refs-retired`, naming the upgrade.
  *
@@ -57,7 +58,7 @@ import {
   savingsValue,
 } from "./protocol.js";
 import { ClientGone, postBounded, type RegistryAnswer } from "./registry.js";
-import { memberSpans, type MemberSpan } from "./spans.js";
+import { elementSpans, memberSpans, type ElementSpan, type MemberSpan } from "./spans.js";
 
 type Fetch = typeof globalThis.fetch;
 export type Handler = (request: Request) => Response | Promise<Response>;
@@ -402,7 +403,9 @@ async function hydrated(context: Context, request: Request): Promise<Response> {
   const spans = readBody(text, key);
   if (spans === null) return handler(rebuilt(request, raw));
   if (spans.some((span) => span.key === "historyRef")) return retiredHistory("a `historyRef`");
-  const sentMessages = text.slice(spans.find((span) => span.key === key)!.valueStart, spans.find((span) => span.key === key)!.end);
+  // The last member of that key, as JSON.parse (and readBody) took it.
+  const listed = spans.findLast((span) => span.key === key)!;
+  const sentMessages = text.slice(listed.valueStart, listed.end);
   let answer: RegistryAnswer;
   try {
     answer = await hydrate(options, limits, request.signal ?? null, context.registry, sentMessages);
@@ -420,12 +423,18 @@ async function hydrated(context: Context, request: Request): Promise<Response> {
     return new Response(answer.bytes as BodyInit, { status: answer.status, headers });
   }
   const answerText = decoder.decode(answer.bytes);
-  const hydratedMessages = readBody(answerText, "messages")?.find((span) => span.key === "messages");
+  const hydratedMessages = readBody(answerText, "messages")?.findLast((span) => span.key === "messages");
   if (hydratedMessages === undefined) {
     return unavailable(handler, request, raw, sentMessages, `${context.registry} answered hydrate with no messages: is it a toolref registry?`);
   }
+  const sent = elementSpans(text, listed.valueStart);
+  const answered = elementSpans(answerText, hydratedMessages.valueStart);
+  if (answered.length !== sent.length) {
+    const counts = `${answered.length} messages hydrated for the ${sent.length} sent`;
+    return unavailable(handler, request, raw, sentMessages, `${context.registry} answered hydrate with ${counts}: is it a toolref registry?`);
+  }
   const parsed = JSON.parse(answerText) as { toolReferences?: Record<string, string> };
-  const body = spliced(text, spans, key, answerText.slice(hydratedMessages.valueStart, hydratedMessages.end));
+  const body = spliced(text, sent, answerText, answered);
   const response = await handler(rebuilt(request, encoder.encode(body)));
   const extra: Record<string, string> = { [PROTOCOL_HEADER]: "2" };
   const known = new Set([...sentMessages.matchAll(MARKER_REF)].map((match) => match[1]));
@@ -489,14 +498,20 @@ async function hydrate(
   });
 }
 
-/** The client's body with `messages` in place of its own. */
-function spliced(text: string, spans: MemberSpan[], key: string, messages: string): string {
+/** The client's body `text` with each of its messages (at `sent`) replaced by the registry's
+ * hydrated one (at `answered` in `answer`, as many): everything else is the client's, byte
+ * for byte (the text around the array, and the whitespace after `[`, between each two
+ * messages and before `]`). */
+function spliced(text: string, sent: readonly ElementSpan[], answer: string, answered: readonly ElementSpan[]): string {
   const parts: string[] = [];
-  for (const span of spans) {
-    if (span.key === key) parts.push(text.slice(span.start, span.valueStart).trimEnd() + messages);
-    else parts.push(text.slice(span.start, span.end));
-  }
-  return "{" + parts.join(",") + "}";
+  let at = 0;
+  sent.forEach((span, index) => {
+    const message = answered[index]!;
+    parts.push(text.slice(at, span.start), answer.slice(message.start, message.end));
+    at = span.end;
+  });
+  parts.push(text.slice(at));
+  return parts.join("");
 }
 
 /** The request the handler gets: the same but for its body (and toolref's own headers). */

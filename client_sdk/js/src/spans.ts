@@ -1,6 +1,7 @@
 /**
- * Where each member of a JSON object sits in its text, so a body can be spliced without
- * being parsed and written again (a number written `1.0` by another client stays `1.0`).
+ * Where each member of a JSON object (or element of an array) sits in its text, so a body
+ * can be spliced without being parsed and written again (a number written `1.0` by another
+ * client stays `1.0`).
  * The text must be valid JSON (the caller parses it first); linear in its length.
  */
 
@@ -34,6 +35,27 @@ export function memberSpans(text: string): MemberSpan[] | null {
     at = skip(text, end);
     if (text[at] === "}") return members;
     at = skip(text, at + 1); // the comma
+  }
+}
+
+/** Where an element of a JSON array sits in its text: from its first character to the index after its last. */
+export interface ElementSpan {
+  readonly start: number;
+  readonly end: number;
+}
+
+/** The elements of the array whose `[` is at `at`, in order (the whitespace around each is
+ * not in its span: it is the text's between them). */
+export function elementSpans(text: string, at: number): ElementSpan[] {
+  const elements: ElementSpan[] = [];
+  let index = skip(text, at + 1);
+  if (text[index] === "]") return elements;
+  for (;;) {
+    const end = valueEnd(text, index);
+    elements.push({ start: index, end });
+    index = skip(text, end);
+    if (text[index] !== ",") return elements; // the `]`
+    index = skip(text, index + 1);
   }
 }
 

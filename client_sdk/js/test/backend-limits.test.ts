@@ -303,6 +303,34 @@ describe("withToolRef's Toolref-References header", () => {
   );
 });
 
+describe("withToolRef's hydrate answer", () => {
+  it(
+    "a registry answering another number of messages than sent is the registry unavailable, naming both counts",
+    async () => {
+      // Each hydrated message takes the place of the client's own, the client's whitespace
+      // around it kept: an answer with a message more or fewer cannot be spliced.
+      const extra = await standIn((_, response, self) => {
+        const sent = JSON.parse(self.requests.at(-1)!) as { messages: unknown[] };
+        response.setHeader("content-type", "application/json");
+        response.end(JSON.stringify({ messages: [...sent.messages, ...sent.messages] }));
+      });
+      const app = echoing();
+      const handle = withToolRef(app.handle, { registry: extra.url });
+      const passed = await handle(post(FULL));
+      expect(passed.status).toBe(200);
+      expect(passed.headers.get("Toolref-Protocol")).toBe("1");
+      expect(await passed.text()).toBe(FULL);
+      const refused = await handle(post(MARKED));
+      expect(refused.status).toBe(409);
+      const problem = (await refused.json()) as { missingRefs: string[]; detail: string };
+      expect(problem.missingRefs).toEqual([REF]);
+      expect(problem.detail).toMatch(/answered hydrate with 2 messages hydrated for the 1 sent/);
+      expect(app.calls).toBe(1);
+    },
+    BOUND,
+  );
+});
+
 describe("withToolRef's options", () => {
   const echo = async (request: Request) => new Response(await request.text());
 

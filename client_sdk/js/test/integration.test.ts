@@ -448,6 +448,34 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     expect(chat.seen[1]).toBe(text);
   });
 
+  it("protocol 2: a pretty-printed body (Python's `, ` and `: `, whitespace between messages) reaches the app as sent, the marker filled", async () => {
+    // Found in review: withToolRef rebuilt the whole object, joining its members with ","
+    // (and trimming the whitespace after `"messages":`) and taking the registry's separators
+    // between messages, so such a body reached the app changed. The client's text is kept
+    // now but for each message, the registry's hydrated one. (The part a marker stands for is
+    // the registry's as it fills it: written compactly, as a JS client writes it.)
+    const chat = jsChat();
+    const handle = withToolRef(chat.handle, { registry: reg.service.url });
+    const py = (value: unknown): string => JSON.stringify(value).replaceAll(',"', ', "').replaceAll('":', '": '); // no `,"` or `":` inside these strings
+    const tool = { type: "tool-read_file", toolCallId: "c7", state: "output-available", input: { path: "a.py" }, output: "x = 1\n".repeat(40) };
+    const texts = [py(user(0)), `{"id": "a0", "role": "assistant", "parts": [${JSON.stringify(tool)}]}`, py(user(1))];
+    const text = `{\n  "id": "chat-7", \n  "messages":  [\n    ${texts[0]},\n    ${texts[1]} ,${texts[2]}\n  ]\t, "trigger": "submit-message"\n}\n`;
+    const first = await handle(new Request("http://backend.test/api/chat", { method: "POST", headers: PROTOCOL_2, body: text }));
+    expect(first.status).toBe(200);
+    expect(first.headers.get("Toolref-Protocol")).toBe("2");
+    expect(chat.seen[0]).toBe(text);
+    const references = JSON.parse(first.headers.get("Toolref-References") ?? "{}") as Record<string, string>;
+    expect(Object.keys(references)).toEqual(["c7"]);
+    const payload = `,"input":${JSON.stringify(tool.input)},"output":${JSON.stringify(tool.output)}`;
+    expect(text).toContain(payload);
+    const marker = `,"toolRef":"${references["c7"]}","toolRefOrder":["type","toolCallId","state","input","output"]`;
+    const marked = text.replace(payload, marker);
+    const second = await handle(new Request("http://backend.test/api/chat", { method: "POST", headers: PROTOCOL_2, body: marked }));
+    expect(second.status).toBe(200);
+    expect(second.headers.get("Toolref-Protocol")).toBe("2");
+    expect(chat.seen[1]).toBe(text);
+  });
+
   it("protocol 2: a call id above U+00FF (call_€) is confirmed in an ASCII header", async () => {
     // Issue 28: `Toolref-References` was written as JSON.stringify wrote it, and fetch refuses
     // header characters above U+00FF, so every turn of such a conversation threw.
