@@ -22,8 +22,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from tests.service.test_recipes import age, pieces_of
 from tests.service.test_recipes import keep as keep_recipe
-from tests.service.test_recipes import pieces_of
 from tests.service.test_recipes import request as recipe_request
 from tests.support.processes import Service
 from toolref.edits.wire import MEDIA_TYPE
@@ -33,7 +33,7 @@ from toolref.wire.errors import QuotaExceededError, ServiceUnavailableError, err
 from toolref.wire.models import Invocation
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
-from toolref_server.storage import record
+from toolref_server.storage import keys, record
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipes import Recipes
@@ -371,6 +371,33 @@ async def test_a_recipe_kept_alive_counts_in_every_window_it_is_kept_in(redis: R
     counted = int(await redis.get(current) or 0) + int(await redis.get(previous) or 0)
     assert pieces_of(held)  # pieces kept by reference only, since the first turn
     assert 0 < await stored_bytes(redis, "t") <= counted
+
+
+async def test_a_conversation_counts_its_groups_nodes_once_per_window(redis: Redis) -> None:
+    """Found: keeping a delta extends its group's nodes to the end they have already (the
+    recipe's `refreshed` plus the TTL; EXPIRE GT, which moves it by the fraction of a second
+    it is asked in). A node lives less than the TTL, so its remaining lifetime read as a key
+    last used before the window began: in a window after the one of the conversation's last
+    refresh, every turn counted its group's nodes again (up to TOOLREF_EDIT_SNAPSHOT_EVERY
+    of them per turn). Now an extension counts when it carries a key past the window its
+    end was in: the counts before cover it up to there."""
+    clock = Clock(TTL)
+    quota = StoredBytes(10_000_000, TTL, clock=clock)
+    store = Store(redis, TTL, quota=quota)
+    recipes = Recipes(store, RecipeCache(0), refresh_seconds=TTL, clock=clock)
+    held = await keep_recipe(recipes, recipe_request(3), None)  # a snapshot
+    held = await keep_recipe(recipes, recipe_request(4), held)  # a delta
+    await asyncio.sleep(USED_BEFORE)
+    before = clock()
+    clock.to_next_window(TTL)  # the next window, before a refresh is due
+    await age(redis, clock() - before)  # the engine's lifetimes as they are then
+    made = []
+    for turns in (5, 6, 7):
+        held = await keep_recipe(recipes, recipe_request(turns), held)
+        assert held.depth == turns - 3  # a delta, extending its group's nodes
+        made.append(int(await redis.strlen(keys.recipe_node("t", held.ref))))
+    current, _ = quota.counters("t", clock())
+    assert int(await redis.get(current) or 0) == sum(made)  # the new nodes alone
 
 
 def test_stored_bytes_arithmetic() -> None:

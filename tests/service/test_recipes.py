@@ -223,3 +223,54 @@ async def test_the_cache_spares_the_store_and_is_not_needed(redis: Redis) -> Non
     assert await _gets(redis) == before  # from memory
     await redis.flushall()
     assert await recipes_on(redis, clock).load("t", held.ref) is None  # the store decides
+
+
+def chat(messages: list[str], tail: str = "") -> Cut:
+    """A request of `messages`, its body ending in `tail` after them."""
+    listed = ",".join(f'{{"role":"user","content":"{m}"}}' for m in messages)
+    made = cut(HEADERS, f'{{"model":"m","messages":[{listed}]{tail}}}'.encode(), "messages")
+    assert made is not None
+    return made
+
+
+def message(n: int) -> str:
+    """The first two messages are pieces; the others literals of 3 KiB."""
+    return f"turn {n} " + "w" * (17_000 if n < 2 else 3_000 + n)
+
+
+async def age(redis: Redis, seconds: float) -> None:
+    """Every key's lifetime as it is `seconds` later (those it outlives gone)."""
+    for key in await all_keys(redis):
+        left = int(await redis.pttl(key))
+        if 0 <= left <= seconds * 1000:
+            await redis.delete(key)
+        elif left > 0:
+            await redis.pexpire(key, left - int(seconds * 1000))
+
+
+async def test_a_refreshed_recipe_loads_whole_for_its_whole_lifetime(redis: Redis) -> None:
+    """Found: a snapshot may hold a chunk in part (a turn back that drops the end of the
+    conversation, then goes on). Loading it read every literal of that chunk, also those of
+    the part it does not hold, stored in nodes no literal of the recipe is in; a refresh
+    extends the nodes its literals are in, so those expired first, and the recipe (its
+    refresh promising it the TTL) was not held from then on. Now a snapshot reads the
+    literals of the slices it holds, and nothing else."""
+    clock = Clock()
+    recipes = recipes_on(redis, clock)
+    messages = [message(n) for n in range(3)]
+    held = await keep(recipes, chat(messages), None)
+    for added in (range(3, 7), range(7, 8), range(8, 9)):  # a delta of 4, of 1, a snapshot
+        messages += [message(n) for n in added]
+        held = await keep(recipes, chat(messages), held)
+    messages = messages[:7]  # back to the delta of 4, the body ending otherwise
+    for n in range(3):  # a delta, then a snapshot holding the chunk of the last one in part
+        held = await keep(recipes, chat(messages, ',"stop":1'), held)
+        messages.append(message(20 + n))
+    assert any(n < t for n, t in zip(held.chunks.lengths, held.chunks.totals, strict=True))
+    clock.now += 500
+    await age(redis, 500)
+    held = await keep(recipes, chat(messages, ',"stop":1'), held)  # a refresh
+    assert held.node.refreshed == int(clock.now)
+    clock.now += 600
+    await age(redis, 600)  # within the TTL since the refresh
+    assert await recipes_on(redis, clock).load("t", held.ref) is not None

@@ -119,14 +119,18 @@ class StoredBytes:
         self, sizes: Sequence[int], remaining: Sequence[Any], seconds: Sequence[int], now: float
     ) -> int:
         """Bytes to count for keys of `sizes` whose lifetimes are about to be extended to at
-        least `seconds` (EXPIRE GT), given their remaining lifetimes in ms before: those last
-        used before the window began that the extension keeps alive longer (an absent key,
-        -2, is not revived, and one without a lifetime, -1, is not extended)."""
-        threshold = self.threshold(now)
+        least `seconds` (EXPIRE GT), given their remaining lifetimes in ms before: those the
+        extension carries past the end of the window their end was in. A key alive was
+        counted in the window its end is in or the one before, which covers it up to there
+        (a recipe's node, extended to the end it has already: `Recipes.keep`); a key extended
+        to the TTL counts when last used before this window began, as `cost` says. An absent
+        key (-2) is not revived, and one without a lifetime (-1) is not extended."""
         return sum(
             int(size)
             for size, left, wanted in zip(sizes, remaining, seconds, strict=True)
-            if size and 0 <= int(left) < threshold and int(left) < wanted * 1000
+            if size
+            and 0 <= int(left) < wanted * 1000
+            and (now + int(left) / 1000) // self.ttl < (now + wanted) // self.ttl
         )
 
     def check(self, tenant: str, used: int, adding: int, now: float) -> None:

@@ -71,25 +71,43 @@ def _longest_first(run: tuple[str, ...]) -> tuple[int, tuple[str, ...]]:
     return -len(run), run
 
 
+def literal_reads(chunk: Chunk, start: int, end: int, counts: dict[tuple[bytes, ...], int]) -> None:
+    """Add to `counts` the nodes of each group (its first n) that reading the literals of
+    `chunk`'s entries `start`..`end` takes. A snapshot reads the slices it holds, and no
+    other literal: the rest of a chunk may name nodes it does not need, which its refresh
+    does not extend (`recipes._everything`). Linear in the entries."""
+    for entry in chunk.entries[start:end]:
+        if not isinstance(entry, bytes):
+            group = chunk.groups[entry[0]]
+            counts[group] = max(counts.get(group, 0), entry[1] + 1)
+
+
 def chunk_entries(
-    chunk: Chunk, literals: Mapping[tuple[bytes, ...], list[list[bytes]]]
+    chunk: Chunk,
+    literals: Mapping[tuple[bytes, ...], list[list[bytes]]],
+    start: int = 0,
+    end: int | None = None,
 ) -> tuple[list[Entry], list[Source | None]] | None:
-    """The entries of `chunk` and their sources, its literals from `literals` (each group's
-    nodes' literals, `group_literals`); None when one is missing."""
-    refs = [tuple(recipe_ref_of(i) for i in group) for group in chunk.groups]
+    """Entries `start`..`end` of `chunk` and their sources, its literals from `literals`
+    (the literals of each group's first nodes, `group_literals`); None when one is
+    missing. Linear in those entries (and the groups they name)."""
+    refs: dict[int, tuple[str, ...]] = {}
     entries: list[Entry] = []
     sources: list[Source | None] = []
-    for entry in chunk.entries:
+    for entry in chunk.entries[start:end]:
         if isinstance(entry, bytes):
             entries.append(entry)
             sources.append(None)
             continue
         group, member, index = entry
         read = literals.get(chunk.groups[group])
-        if read is None or index >= len(read[member]):
+        if read is None or member >= len(read) or index >= len(read[member]):
             return None
+        run = refs.get(group)
+        if run is None:
+            run = refs[group] = tuple(recipe_ref_of(i) for i in chunk.groups[group])
         entries.append(LITERAL + read[member][index])
-        sources.append((refs[group][: member + 1], index))
+        sources.append((run[: member + 1], index))
     return entries, sources
 
 

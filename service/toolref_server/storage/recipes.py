@@ -50,7 +50,13 @@ from toolref.edits.recipe import (
 from toolref_server.storage import compressors, keys, recipe_pieces
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, settled
-from toolref_server.storage.recipe_groups import chunk_entries, chunk_of, group_literals, replayed
+from toolref_server.storage.recipe_groups import (
+    chunk_entries,
+    chunk_of,
+    group_literals,
+    literal_reads,
+    replayed,
+)
 from toolref_server.storage.recipe_held import Held, Parts, Source
 from toolref_server.storage.recipe_nodes import (
     CONTEXT,
@@ -181,40 +187,42 @@ class Recipes:
         values = await self.store.get_many([keys.recipe_chunk(tenant, c) for c in stored], _ACTION)
         pairs = zip(values, stored, strict=True)
         chunks = [None if v is None else decode_chunk(v, c) for v, c in pairs]
-        if not all(chunks):
+        by_id = {c: chunk for c, chunk in zip(stored, chunks, strict=True) if chunk is not None}
+        if len(by_id) < len(stored):
             return None, {}
-        read = [c for c in chunks if c is not None]
-        groups = list(dict.fromkeys(g for c in read for g in c.groups))
-        members = list(dict.fromkeys(m for g in groups for m in g))
+        # Only the slices it holds are read: the rest of a chunk may name nodes and pieces
+        # this recipe does not need, which its refresh does not extend (`_everything`).
+        counts: dict[tuple[bytes, ...], int] = {}  # each group's first nodes it reads
+        for chunk, offset, length in node.chunks:
+            if offset + length > len(by_id[chunk].entries):
+                return None, {}
+            literal_reads(by_id[chunk], offset, offset + length, counts)
+        members = list(dict.fromkeys(m for g, n in counts.items() for m in g[:n]))
         own = _id(ref)
-        wanted = _pieces_of(e for c in read for e in c.entries)
+        wanted = _pieces_of(e for c, o, n in node.chunks for e in by_id[c].entries[o : o + n])
         nodes, pieces = await self._nodes_and_pieces(
             tenant, [m for m in members if m != own], [*wanted, *added]
         )
         nodes[own] = node
         literals: dict[tuple[bytes, ...], list[list[bytes]]] = {}
-        for group in groups:
+        for group, count in counts.items():
+            first = group[:count]
             found = (
-                group_literals([nodes[m] for m in group])
-                if all(m in nodes for m in group)
+                group_literals([nodes[m] for m in first])
+                if all(m in nodes for m in first)
                 else None
             )
             if found is None:
                 return None, pieces
             literals[group] = found[0]
-        runs = [chunk_entries(c, literals) for c in read]
-        if not all(runs):
-            return None, pieces
-        by_id = dict(zip(stored, runs, strict=True))
         entries: list[bytes] = []
         sources: list[Source | None] = []
         for chunk, offset, length in node.chunks:
-            run = by_id[chunk]
-            assert run is not None
-            if offset + length > len(run[0]):
+            run = chunk_entries(by_id[chunk], literals, offset, offset + length)
+            if run is None:
                 return None, pieces
-            entries += run[0][offset : offset + length]
-            sources += run[1][offset : offset + length]
+            entries += run[0]
+            sources += run[1]
         segments = [e[1:] if e[:1] != PIECE else pieces.get(e[1:]) for e in entries]
         if None in segments:
             return None, pieces
@@ -228,7 +236,7 @@ class Recipes:
             [length for _, _, length in node.chunks],
             [c for c, _, _ in node.chunks],
             [offset for _, offset, _ in node.chunks],
-            [len(by_id[c][0]) for c, _, _ in node.chunks],  # type: ignore[index]
+            [len(by_id[c].entries) for c, _, _ in node.chunks],
         )
         held = Held(
             ref,
