@@ -305,7 +305,11 @@ def test_values_with_strings_take_the_orjson_path(monkeypatch: pytest.MonkeyPatc
     def serializer_used(value: object, out: list[bytes]) -> None:
         raise AssertionError(f"the serializer took {value!r}")
 
-    invocation = {"name": "read", "args": {"path": "é/a"}, "result": ["x" * 600, 7, None]}
+    invocation: dict[str, Any] = {
+        "name": "read",
+        "args": {"path": "é/a"},
+        "result": ["x" * 600, 7, None],
+    }
     expected = rfc8785.dumps(invocation)
     monkeypatch.setattr(canonical, "_serialize", serializer_used)
     assert canonical_json(invocation) == expected

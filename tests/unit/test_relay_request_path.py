@@ -75,7 +75,7 @@ def test_a_switched_turns_large_body_is_read_off_the_event_loop(
     100 ms for 6 MiB of small parts), stalling every other agent's stream meanwhile; a
     large one is now read in a worker thread, as an edit's cut is."""
     threads: list[str] = []
-    read = app.recognise
+    read = app.recognise  # type: ignore[attr-defined]
 
     def recorded(*args: Any) -> LLMRequest | None:
         threads.append(threading.current_thread().name)
