@@ -183,9 +183,10 @@ async def _read_body(link: Link, request: Received) -> None:
 
 
 @asynccontextmanager
-async def gateway(redis: Redis, **settings: Any) -> AsyncIterator[str]:
+async def serving(redis: Redis, **settings: Any) -> AsyncIterator[uvicorn.Server]:
     """The service (registry and gateway) on a real socket, with the HTTP layer of
-    `toolref-server serve`; yields its base URL."""
+    `toolref-server serve`; yields its uvicorn server (connections left open at the end are
+    aborted: a test's unread answers do not hold the shutdown)."""
     app = create_app(Settings(**{"redis_url": "unused", **settings}), redis=redis)
     config = uvicorn.Config(
         app,
@@ -206,11 +207,20 @@ async def gateway(redis: Redis, **settings: Any) -> AsyncIterator[str]:
                 task.result()
                 raise AssertionError("uvicorn stopped before it started")
             await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}"
+        yield server
     finally:
         server.should_exit = True
+        for connection in list(server.server_state.connections):
+            connection.transport.abort()
         await task
+
+
+@asynccontextmanager
+async def gateway(redis: Redis, **settings: Any) -> AsyncIterator[str]:
+    """`serving`, yielding the service's base URL."""
+    async with serving(redis, **settings) as server:
+        port = server.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}"
 
 
 # --- the raw client ---------------------------------------------------------------------

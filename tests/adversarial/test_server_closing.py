@@ -7,52 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import pytest
 import uvicorn
 from redis.asyncio import Redis
 
-from toolref_server.app import create_app
 from toolref_server.http.connection import Connection
-from toolref_server.settings import Settings
+
+from .gateway_wire import serving
 
 pytestmark = [pytest.mark.engine]
 
 PATIENCE = 10.0
-
-
-@asynccontextmanager
-async def serving(redis: Redis, **settings: Any) -> AsyncIterator[uvicorn.Server]:
-    app = create_app(Settings(**{"redis_url": "unused", **settings}), redis=redis)
-    config = uvicorn.Config(
-        app,
-        host="127.0.0.1",
-        port=0,
-        http="toolref_server.http.connection:Connection",
-        ws="none",
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=1,
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-                raise AssertionError("uvicorn stopped before it started")
-            await asyncio.sleep(0.01)
-        yield server
-    finally:
-        server.should_exit = True
-        for connection in list(server.server_state.connections):
-            connection.transport.abort()
-        await task
 
 
 def port_of(server: uvicorn.Server) -> int:
