@@ -9,7 +9,9 @@ base, pieces, dictionary, the request restored, the switch rewrite when
 and its recipe kept, `later`); the scope the upstream is sent with: exactly the
 restored headers and the body's length (`restored_scope`); the answer marked with the
 recipe's ref and the bytes saved (`marked`); then `Forwarder` sends the body byte for byte
-while the recipe is kept (`kept_recipe`: the answer's last message waits for it)
+and the recipe is kept once it went (`Keeping`, started by the forwarder's `SENT_KEY`: the
+keep's work runs while the upstream thinks, not before it has the request), the answer's
+last message waiting for it (`kept_recipe`)
 and streams the answer back untouched, read as it passes (`kept_answer`): a whole streamed
 answer is kept as the recipe's (`storage.answers`) before its end event reaches the client,
 the dictionary of the next edit of the conversation (`toolref.edits.answer`).
