@@ -160,6 +160,19 @@ def test_constructor_rejects_impossible_settings(threshold: int, reset: float) -
     assert str(threshold) in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("threshold", "reset"), [(1, float("inf")), (1, float("nan")), (float("nan"), 1.0)]
+)
+def test_constructor_rejects_settings_that_never_open_or_never_close(
+    threshold: float, reset: float
+) -> None:
+    """NaN compares false and an infinite timeout never passes: such a breaker would never
+    open, or once open never probe the registry again."""
+    with pytest.raises(ValueError, match="finite") as info:
+        CircuitBreaker(failure_threshold=threshold, reset_timeout=reset)  # type: ignore[arg-type]
+    assert f"{threshold} and {reset}" in str(info.value)
+
+
 def test_constructor_accepts_the_edges() -> None:
     breaker = CircuitBreaker(failure_threshold=1, reset_timeout=0)
     assert (breaker.failure_threshold, breaker.reset_timeout) == (1, 0)

@@ -46,7 +46,9 @@ def with_body(scope: Scope, length: int) -> Scope:
     """The scope for a body the app gets instead of the one sent: as written (no
     Content-Encoding), and its length."""
     headers = [
-        (k, v) for k, v in scope["headers"] if k not in (b"content-encoding", b"content-length")
+        (k, v)
+        for k, v in scope["headers"]
+        if k.lower() not in (b"content-encoding", b"content-length")
     ]
     headers.append((b"content-length", str(length).encode()))
     return {**scope, "headers": headers}
@@ -122,6 +124,8 @@ async def while_connected(
     watcher = asyncio.ensure_future(_disconnect(receive, body_done))
     try:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if not task.done() and not watcher.cancelled() and watcher.exception() is not None:
+            await asyncio.wait({task})  # a failed watch saw no disconnect: the work goes on
     finally:
         if not task.done():
             task.cancel()

@@ -8,6 +8,7 @@ failure opens it again for another `reset_timeout`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from enum import StrEnum
@@ -26,9 +27,11 @@ class CircuitBreaker:
         reset_timeout: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if failure_threshold < 1 or reset_timeout < 0:
+        # NaN compares false: such a breaker would never open, or never probe once open.
+        finite = math.isfinite(failure_threshold) and math.isfinite(reset_timeout)
+        if not finite or failure_threshold < 1 or reset_timeout < 0:
             raise ValueError(
-                f"failure_threshold must be >= 1 and reset_timeout >= 0, got "
+                f"failure_threshold must be >= 1 and reset_timeout >= 0, both finite, got "
                 f"{failure_threshold} and {reset_timeout}"
             )
         self.failure_threshold = failure_threshold

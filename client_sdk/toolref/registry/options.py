@@ -33,6 +33,8 @@ def check_number(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} is a number, not a {type(value).__name__} ({value!r})")
     works, meaning = NUMBERS[name]
+    if math.isinf(value):  # a timeout never applied, retries without end
+        raise ValueError(f"{name} must be finite, got {value!r}: it is {meaning}")
     if math.isnan(value) or value < 0 or (works == "> 0" and value == 0):
         raise ValueError(f"{name} must be {works}, got {value!r}: it is {meaning}")
 
