@@ -221,13 +221,16 @@ def _check_messages_depth(
 ) -> None:
     """`check_depth` for a body of messages, walking only the messages whose text could
     break a limit: more brackets than the depth allows, or more commas than the items
-    (counted in C). A message sits at depth 3 (body, list, message)."""
+    (counted in C). A message sits at depth 3 (body, list, message); one that is no array
+    or object (a string, however long) has no depth or items of its own."""
     messages = value[key]
     check_depth({**value, key: []}, limits.max_depth, limits.max_items)
     if len(messages) > limits.max_items:
         check_depth(messages, 1, limits.max_items)  # refused for its length
     depth = limits.max_depth - 2
     for message, text in zip(messages, texts, strict=True):
+        if type(message) not in _CONTAINERS:
+            continue
         brackets = text.count("{") + text.count("[")
         if brackets > depth or text.count(",") >= limits.max_items:
             check_depth(message, limits.max_depth, limits.max_items, start=3)
