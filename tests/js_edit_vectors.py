@@ -180,6 +180,22 @@ def _cut_cases() -> list[tuple[str, list[tuple[str, str]], Spec | bytes, str | N
             "messages",
         ),
         (
+            "cache marks after a first id and after brackets",
+            HEADERS,
+            [
+                (
+                    '{"messages":[{"id":"m1" , "cache_control":{"type":"ephemeral"},"role":"user",'
+                    '"content":"' + "e" * 80 + '"},{"id":"m2","cache_control":{}},'
+                    '{"role":"user","content":[{"type":"tool_result","content":[{"type":"text",'
+                    '"text":"' + "f" * 80 + '"}] ,\n "cache_control":{"type":"ephemeral"}}]},'
+                    '{"role":"assistant","content":[{"input":{"a":[1]},"cache_control":{}}],'
+                    '"id":"m3"}]}',
+                    1,
+                )
+            ],
+            "messages",
+        ),
+        (
             "messages that are not objects",
             HEADERS,
             [('{"messages":["text",12,[1,2],null,true,{}],"tail":[]}', 1)],

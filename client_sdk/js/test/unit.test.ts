@@ -88,6 +88,30 @@ describe("the edits core", () => {
     expect(cutBody(new TextEncoder().encode('{"messages":[' + "[".repeat(10) + "]}"), "messages")).toBeNull();
   });
 
+  it("a message keeps its piece with a mark after a first id or after brackets", () => {
+    const said = "said ".repeat(40);
+    const messages = [
+      `{"id":"m1"%s, "role":"user","content":"${said}"}`,
+      `{"role":"user","content":[{"type":"tool_result","content":[{"type":"text","text":"${said}"}]%s}]}`,
+      `{"role":"assistant","content":[{"type":"tool_use","input":{"text":"${said}","n":[1,{}]}%s}]}`,
+    ];
+    const encoder = new TextEncoder();
+    const decoder = new TextDecoder();
+    for (const message of messages) {
+      const pieces = [', "cache_control": {"type": "ephemeral"}', ""].map((mark) => {
+        const body = encoder.encode(`{"model":"m","messages":[${message.replace("%s", mark)}]}`);
+        const cut = cutBody(body, "messages")!;
+        const joined = new Uint8Array(cut.segments.reduce((n, s) => n + s.length, 0));
+        cut.segments.reduce((n, s) => (joined.set(s, n), n + s.length), 0);
+        expect(joined).toEqual(body);
+        return decoder.decode(cut.segments[cut.messages[0]!]);
+      });
+      expect(pieces[0]).toBe(pieces[1]);
+      expect(pieces[0]).toContain(said);
+      expect(pieces[0]).not.toContain("cache_control");
+    }
+  });
+
   it("segment 0: hop headers out, credentials name-only and apart", () => {
     const { segment, secrets } = headerSegment([
       ["Content-Type", "application/json"],

@@ -342,7 +342,8 @@ def _expect(text: str, at: int, char: str) -> int:
 
 def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]], object]:
     """A message's end, the spans of its own `ID_KEYS` members (each with the comma that
-    joins it to its neighbours), and its own `role` member's value (None: none): one scan,
+    joins it to its neighbours: a first one's reaches over the marks after it, to the next
+    member, whose cuts it holds), and its own `role` member's value (None: none): one scan,
     member by member when it is an object."""
     if text[at : at + 1] != "{":
         return _scan(text, at)[1], [], None
@@ -352,6 +353,7 @@ def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]], object]:
     if text[at : at + 1] == "}":
         return at + 1, own, role
     before: int | None = None  # the end of the member before (None: this is the first)
+    first: int | None = None  # where a first id starts, its cut waiting for a next member
     while True:
         key_at = at
         key, at = scanstring(text, _expect(text, at, '"'), True)
@@ -359,11 +361,14 @@ def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]], object]:
         if key == "role":
             role = value
         end, at = at, _skip(text, at)
+        if first is not None and key not in MARK_KEYS:
+            own.append((first, key_at))
+            first = None
         if key in ID_KEYS:
             if before is not None:
                 own.append((before, end))
-            elif text[at : at + 1] == ",":
-                own.append((key_at, _skip(text, at + 1)))
+            else:
+                first = key_at
         if text[at : at + 1] == "}":
             return at + 1, own, role
         before, at = end, _skip(text, _expect(text, at, ","))
@@ -373,7 +378,8 @@ def _message_spans(
     text: str, start: int, end: int, own: list[tuple[int, int]]
 ) -> list[tuple[int, int]]:
     """A message's spans: the message without its closing run (the brackets and whitespace
-    that end it), its own ids (`own`: a client may give every message a new id each run, as
+    that end it, and those before the cuts at its end: a mark after a list's or an object's
+    end), its own ids (`own`: a client may give every message a new id each run, as
     Codex does) and its cache marks (`MARK_KEYS` members with their comma, at any depth),
     which are left to the glue. A message keeps its piece whether or not a mark sits on it,
     and from one run of a prompt to the next: a mark moving on costs its few bytes of glue,
@@ -388,13 +394,18 @@ def _message_spans(
     spans: list[tuple[int, int]] = []
     at = start
     for cut_start, cut_end in sorted(cuts):
-        if cut_start >= at:  # never overlapping on valid JSON; kept safe all the same
+        if cut_start >= at:  # one inside a cut before (marks after a first id) is in it
             spans.append((at, cut_start))
             at = cut_end
-    close = end
-    while close > at and text[close - 1] in _CLOSING:
-        close -= 1
-    spans.append((at, close))
+    spans.append((at, end))
+    while spans:  # the closing run, through the cuts at the end
+        a, close = spans[-1]
+        while close > a and text[close - 1] in _CLOSING:
+            close -= 1
+        if close > a:
+            spans[-1] = (a, close)
+            break
+        spans.pop()
     return [(a, b) for a, b in spans if b > a] or [(start, end)]
 
 

@@ -130,6 +130,46 @@ def test_a_cache_mark_moving_off_a_message_leaves_its_piece(spacing: str) -> Non
     assert len(one.segments[one.messages[0]]) > RUN_MIN  # it identifies the message
 
 
+def keeps_its_piece(message: str, spacing: str) -> None:
+    """A body holding `message` with a mark where it says `<mark>`, and the same without:
+    each restored byte for byte, the message's piece the same in both."""
+    mark = f',{spacing}"cache_control":{spacing}{{"type": "ephemeral"}}'
+    marked, plain = (
+        f'{{"model":"m","messages":[{message.replace("<mark>", m)}]}}'.encode() for m in (mark, "")
+    )
+    one, two = (cut(HEADERS, body, "messages") for body in (marked, plain))
+    assert one is not None
+    assert two is not None
+    for made, body in ((one, marked), (two, plain)):
+        assert made.body == body
+        back = restore(made.segments, made.secrets)
+        assert back is not None
+        assert back.body == body
+    assert one.segments[one.messages[0]] == two.segments[two.messages[0]]
+    assert b"cache_control" not in one.segments[one.messages[0]]
+    assert len(one.segments[one.messages[0]]) > RUN_MIN  # it identifies the message
+
+
+@pytest.mark.parametrize("spacing", ["", " ", "\n  "])
+def test_a_mark_after_a_first_id_leaves_its_piece(spacing: str) -> None:
+    """A mark right after a message's first member, its id: the id's cut (with the comma
+    after it) and the mark's (with the comma before it) overlap; both are glue."""
+    said = "said " * 40
+    keeps_its_piece(f'{{"id":"msg_1"<mark>,{spacing}"role":"user","content":"{said}"}}', spacing)
+
+
+@pytest.mark.parametrize("spacing", ["", " ", "\n  "])
+@pytest.mark.parametrize(
+    "value", ['[{"type":"text","text":"<out>"}]', '{"text":"<out>","more":[1,{}]}', '"<out>"']
+)
+def test_a_mark_after_a_bracket_leaves_its_piece(spacing: str, value: str) -> None:
+    """A mark after a member whose value ends in a bracket (a `tool_result` whose content
+    is a list): the brackets before the mark close the message as those after it do, glue."""
+    content = value.replace("<out>", "out " * 40)
+    block = f'{{"type":"tool_result","tool_use_id":"t1","content":{content}<mark>}}'
+    keeps_its_piece(f'{{"role":"user","content":[{block}]}}', spacing)
+
+
 def test_a_mark_inside_a_string_is_text() -> None:
     """A `, "cache_control":` inside a string is escaped text, never a cut."""
     inner = json.dumps('x, "cache_control": {} ' * 10)

@@ -377,14 +377,16 @@ class Scanner {
   }
 
   /** A message's end, the spans of its own `id` members (each with the comma joining it to
-   * its neighbours) in `own`, and its own `role` member's value in `said` (a string read as
-   * Python reads it; another value as a non-string). */
+   * its neighbours: a first one's reaches over the marks after it, to the next member) in
+   * `own`, and its own `role` member's value in `said` (a string read as Python reads it;
+   * another value as a non-string). */
   private message(at: number, own: [number, number][], said: { role?: unknown }): number {
     const data = this.data;
     if (data[at] !== 0x7b) return this.value(at);
     at = this.skip(at + 1);
     if (data[at] === 0x7d) return at + 1;
     let before: number | null = null; // the end of the member before (null: this is the first)
+    let first: number | null = null; // where a first id starts, its cut waiting for a next member
     for (;;) {
       const keyAt = this.expect(at, 0x22) - 1;
       at = this.string(keyAt);
@@ -394,9 +396,13 @@ class Scanner {
       if (key === "role") said.role = data[valueAt] === 0x22 ? this.key(valueAt, at) : null;
       const end = at;
       at = this.skip(at);
+      if (first !== null && key !== MARK_KEY) {
+        own.push([first, keyAt]);
+        first = null;
+      }
       if (key === ID_KEY) {
         if (before !== null) own.push([before, end]);
-        else if (data[at] === 0x2c) own.push([keyAt, this.skip(at + 1)]);
+        else first = keyAt;
       }
       if (data[at] === 0x7d) return at + 1;
       before = end;
@@ -404,9 +410,9 @@ class Scanner {
     }
   }
 
-  /** A message's spans: the message without its closing run, its own ids and its cache marks
-   * (`,` "cache_control" `:` value, whitespace around, at any depth), which are left to the
-   * glue (scanner.py's `_message_spans`). */
+  /** A message's spans: the message without its closing run (through the cuts at its end),
+   * its own ids and its cache marks (`,` "cache_control" `:` value, whitespace around, at any
+   * depth), which are left to the glue (scanner.py's `_message_spans`). */
   private spans(start: number, end: number, own: [number, number][]): [number, number][] {
     const data = this.data;
     const cuts: [number, number][] = [...own];
@@ -430,13 +436,23 @@ class Scanner {
     let at = start;
     for (const [cutStart, cutEnd] of cuts) {
       if (cutStart >= at) {
+        // one inside a cut before (marks after a first id) is in it
         spans.push([at, cutStart]);
         at = cutEnd;
       }
     }
-    let close = end;
-    while (close > at && (isWhite(data[close - 1]) || data[close - 1] === 0x7d || data[close - 1] === 0x5d)) close--;
-    spans.push([at, close]);
+    spans.push([at, end]);
+    while (spans.length) {
+      // the closing run, through the cuts at the end
+      const [a] = spans[spans.length - 1]!;
+      let close = spans[spans.length - 1]![1];
+      while (close > a && (isWhite(data[close - 1]) || data[close - 1] === 0x7d || data[close - 1] === 0x5d)) close--;
+      if (close > a) {
+        spans[spans.length - 1] = [a, close];
+        break;
+      }
+      spans.pop();
+    }
     const kept = spans.filter(([a, b]) => b > a);
     return kept.length ? kept : [[start, end]];
   }
