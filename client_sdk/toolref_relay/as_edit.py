@@ -135,9 +135,13 @@ async def send_edit(
     editor = client.editor
     async with client.lock:
         work = editor.new_bytes(content, messages_key)  # what follows the body before
-        edit: Edit | None = await _to_its_end(
-            _WORKERS.run(work, editor.prepare, agent_headers(agent), content, messages_key)
-        )
+        edit: Edit | None
+        if _WORKERS.here(work):  # in place: nothing to await, nothing to cancel midway
+            edit = editor.prepare(agent_headers(agent), content, messages_key)
+        else:
+            edit = await _to_its_end(
+                _WORKERS.run(work, editor.prepare, agent_headers(agent), content, messages_key)
+            )
     if edit is None:
         return NOT_AN_EDIT
     while True:

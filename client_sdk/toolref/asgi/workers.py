@@ -37,10 +37,14 @@ class Workers:
             if sys.getswitchinterval() > SWITCH_INTERVAL:
                 sys.setswitchinterval(SWITCH_INTERVAL)
 
+    def here(self, size: int) -> bool:
+        """Work of `size` bytes runs on the caller's thread (`run` calls it in place)."""
+        return self.threshold is None or size < self.threshold
+
     async def run(self, size: int, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """`work(*args, **kwargs)`: in a worker thread when `size` (the bytes it works on)
         is at least the threshold, else here."""
-        if self.threshold is None or size < self.threshold:
+        if self.here(size):
             return work(*args, **kwargs)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, functools.partial(work, *args, **kwargs))

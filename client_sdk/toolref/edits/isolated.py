@@ -37,6 +37,7 @@ than inflating a small frame.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Collection, Sequence
 from typing import Final
 
@@ -54,6 +55,7 @@ ANSWER: Final = 0x03
 JOINED: Final = 0x04
 LEVEL: Final = 3  # zstd level: segments are small, the frame's own bytes do the work
 MIN_COMPRESSED: Final = 24  # a shorter segment travels as it is (a frame costs ~15 bytes)
+_THREAD: Final = threading.local()  # each thread's compressor (`_compressor`)
 
 
 def pack(
@@ -70,21 +72,69 @@ def pack(
     `answered` also against `answer` (kind 3), when that is smaller still. `runs`: (first,
     count) of segments of one message, which go as one frame (kind 4) when that is smaller
     than their records one by one."""
-    out = bytearray()
-    alone = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
-    against = None
-    if compress and answer and answered:
+    if not compress:
+        return b"".join(bytes([RAW]) + data for data in segments)
+    alone = _compressor()
+    records = _alone(segments, alone)
+    return _against(segments, records, answer, answered, runs, alone)
+
+
+def pack_both(
+    segments: Sequence[bytes],
+    *,
+    answer: bytes,
+    answered: Collection[int],
+    runs: Sequence[tuple[int, int]],
+) -> tuple[bytes, bytes]:
+    """`pack(segments)` and `pack(segments, answer=..., answered=..., runs=...)`, each
+    segment compressed alone once for both (what a sender weighs to choose one)."""
+    alone = _compressor()
+    records = _alone(segments, alone)
+    return b"".join(records), _against(segments, records, answer, answered, runs, alone)
+
+
+def _compressor() -> zstandard.ZstdCompressor:
+    """This thread's compressor for frames of their own (making one per edit costs about
+    as much as compressing a small segment; one compressor is not shared across threads)."""
+    made: zstandard.ZstdCompressor | None = getattr(_THREAD, "alone", None)
+    if made is None:
+        made = _THREAD.alone = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)
+    return made
+
+
+def _alone(segments: Sequence[bytes], alone: zstandard.ZstdCompressor) -> list[bytes]:
+    """Each segment's record: its bytes as they are or a frame of its own, the smaller."""
+    records = []
+    for data in segments:
+        best = bytes([RAW]) + data
+        if len(data) >= MIN_COMPRESSED:
+            best = min(best, _record(ALONE, alone.compress(data)), key=len)
+        records.append(best)
+    return records
+
+
+def _against(  # noqa: PLR0917  (the records and what may improve them)
+    segments: Sequence[bytes],
+    records: list[bytes],
+    answer: bytes,
+    answered: Collection[int],
+    runs: Sequence[tuple[int, int]],
+    alone: zstandard.ZstdCompressor,
+) -> bytes:
+    """`records` joined, those at `answered` against `answer` where smaller (kind 3), the
+    `runs` as one frame each where smaller (kind 4)."""
+    if answer and answered:
         words = zstandard.ZstdCompressionDict(answer, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         against = zstandard.ZstdCompressor(level=LEVEL, dict_data=words, write_checksum=True)
-    records: list[bytes] = []
-    for index, data in enumerate(segments):
-        best = bytes([RAW]) + data
-        if compress and len(data) >= MIN_COMPRESSED:
-            best = min(best, _record(ALONE, alone.compress(data)), key=len)
-            if against is not None and index in answered:
-                best = min(best, _record(ANSWER, against.compress(data)), key=len)
-        records.append(best)
-    joined = {first: count for first, count in runs if count > 1} if compress else {}
+        records = list(records)
+        for index in sorted(answered):
+            if index < len(segments) and len(segments[index]) >= MIN_COMPRESSED:
+                framed = _record(ANSWER, against.compress(segments[index]))
+                records[index] = min(records[index], framed, key=len)
+    joined = {first: count for first, count in runs if count > 1}
+    if not joined:
+        return b"".join(records)
+    out = bytearray()
     index = 0
     while index < len(records):
         count = joined.get(index, 1)

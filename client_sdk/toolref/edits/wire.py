@@ -96,11 +96,10 @@ def encode_isolated(
     version-3 edit when that makes it smaller. `version` 4: the same records after a
     compact header (`compact`), whatever they hold."""
     listed, blobs = _listed(ops)
-    records = isolated.pack(blobs, compress=compress)
     usable = answer if base is not None and answered else b""
     named: str | None = None
     if compress and (usable or runs):
-        made = isolated.pack(blobs, answer=usable, answered=answered, runs=runs)
+        records, made = isolated.pack_both(blobs, answer=usable, answered=answered, runs=runs)
         named_cost = compact.ANSWER_BYTES if version >= 4 else len(',"a":""') + ID_LENGTH
         cost = named_cost if usable else 0
         if len(made) + cost < len(records):
@@ -108,8 +107,9 @@ def encode_isolated(
             version = max(version, 3)
         elif version < 4:
             version = 2
-    elif version < 4:
-        version = 2
+    else:
+        records = isolated.pack(blobs, compress=compress)
+        version = version if version >= 4 else 2
     if version >= 4:
         return compact.encode(base, [_compact_op(op) for op in ops], named) + records
     header: dict[str, Any] = {"v": version, "b": base, "o": listed, "n": sum(map(len, blobs))}

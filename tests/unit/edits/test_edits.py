@@ -463,3 +463,43 @@ def test_isolated_records_cost_one_decompressor_per_edit_not_per_record(
     made = 0
     assert isolated.unpack(against + alone, lengths * 2, None, answer) == segments * 2
     assert made <= 2
+
+
+_SEGMENTS = st.lists(
+    st.one_of(
+        st.binary(max_size=60),
+        st.sampled_from(
+            [b'{"role":"assistant","content":"fine, done: ' + b"ok " * n + b'"}' for n in (4, 20)]
+        ),
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    segments=_SEGMENTS,
+    picks=st.sets(st.integers(0, 9)),
+    run=st.tuples(st.integers(0, 7), st.integers(0, 4)),
+)
+def test_both_packings_are_each_packing_alone(
+    segments: list[bytes], picks: set[int], run: tuple[int, int]
+) -> None:
+    """`pack_both` (what a sender weighs: plain records, and with the answer and runs)
+    gives exactly what `pack` gives for each, and each reads back: the frames compressed
+    once for both, with this thread's compressor, are the ones a fresh compressor makes."""
+    answer = b'{"role":"assistant","content":"fine, done: ' + b"ok " * 12 + b'"}'
+    first = min(run[0], len(segments))
+    runs = [(first, min(run[1], len(segments) - first))]  # within the segments, as a sender's
+    plain, against = isolated.pack_both(segments, answer=answer, answered=picks, runs=runs)
+    assert plain == isolated.pack(segments)
+    assert against == isolated.pack(segments, answer=answer, answered=picks, runs=runs)
+    lengths = [len(s) for s in segments]
+    assert isolated.unpack(plain, lengths, None) == segments
+    assert isolated.unpack(against, lengths, None, answer, runs=True) == segments
+    fresh = zstandard.ZstdCompressor(level=isolated.LEVEL, write_checksum=True)
+    for segment in segments:
+        if len(segment) >= isolated.MIN_COMPRESSED:
+            frame = fresh.compress(segment)
+            expected = min(b"\x00" + segment, b"\x01" + varint(len(frame)) + frame, key=len)
+            assert expected in plain
