@@ -101,8 +101,8 @@ class AnswerTap:
             return None
         try:
             made = self._made()
-        except (TypeError, ValueError):  # a stream shaped like no answer
-            return None
+        except (TypeError, ValueError, RecursionError):  # shaped like no answer, or a tool
+            return None  # input nested past the parser: none, never raised into the stream
         return made if len(made) <= MAX_ANSWER else None
 
     def _line_read(self, line: bytes) -> None:
@@ -118,10 +118,13 @@ class AnswerTap:
             self.done = True
             return
         try:
-            event = json.loads(data)
-        except (ValueError, RecursionError):  # nested past the parser: not an answer we read
+            self._event_read(json.loads(data))
+        except (TypeError, ValueError, RecursionError):
+            # nested past the parser, or shaped like no event of an answer (`"choices": 1`):
+            # not an answer we read, and nothing raised into the way of the stream
             self.failed = True
-            return
+
+    def _event_read(self, event: Any) -> None:
         if not isinstance(event, dict):
             self.failed = True
         elif self._anthropic:
@@ -174,14 +177,18 @@ class AnswerTap:
 
     def _call(self, call: dict[str, Any]) -> None:
         index = call.get("index", 0)
-        made = self._calls.setdefault(index if isinstance(index, int) else 0, {"arguments": []})
+        # its name's and arguments' pieces, joined once in `_made` (adding each piece to
+        # the name so far made a stream of name pieces cost its length squared)
+        made = self._calls.setdefault(
+            index if isinstance(index, int) else 0, {"name": [], "arguments": []}
+        )
         for field in ("id", "type"):
             if isinstance(call.get(field), str):
                 made[field] = call[field]
         function = call.get("function")
         if isinstance(function, dict):
             if isinstance(function.get("name"), str):
-                made["name"] = str(made.get("name", "")) + function["name"]
+                made["name"].append(function["name"])
             if isinstance(function.get("arguments"), str):
                 made["arguments"].append(function["arguments"])
 
@@ -207,7 +214,7 @@ class AnswerTap:
                 made = self._calls[index]
                 arguments = "".join(made["arguments"])
                 streamed.append(arguments)
-                function = {"name": made.get("name", ""), "arguments": arguments}
+                function = {"name": "".join(made["name"]), "arguments": arguments}
                 calls.append({"id": made.get("id", ""), "type": "function", "function": function})
             content = "".join(self._content) if self._content or not calls else None
             message = {"role": "assistant", "content": content}

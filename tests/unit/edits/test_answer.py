@@ -217,3 +217,57 @@ def test_interleaved_deltas_of_several_blocks_make_each_block_whole() -> None:
     assert thinking["thinking"] == "".join(f"t{n}," for n in range(3000))
     assert thinking["signature"] == "sig"
     assert text["text"] == "pre:" + "".join(f"t{n}," for n in range(3000))
+
+
+def _sse(data: dict[str, object]) -> bytes:
+    return f"data: {json.dumps(data)}\n\n".encode()
+
+
+def test_a_tool_input_nested_past_the_parser_is_no_answer_never_an_error() -> None:
+    """A tool input the model streamed nested deeper than the JSON parser goes: the stream
+    ended whole, yet it makes no answer, and `answer` raises nothing into the way of the
+    piece that ends the stream (the gateway reads it before it sends that piece on)."""
+    tap = AnswerTap("anthropic")
+    start = {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {}}
+    tap.feed(_sse({"type": "content_block_start", "index": 0, "content_block": start}))
+    deep = {"type": "input_json_delta", "partial_json": "[" * 5000 + "]" * 5000}
+    tap.feed(_sse({"type": "content_block_delta", "index": 0, "delta": deep}))
+    assert tap.feed(_sse({"type": "message_stop"}))
+    assert tap.answer is None
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"choices": 1},
+        {"choices": [{"delta": {"tool_calls": 7}}]},
+        {"choices": [{"delta": {"tool_calls": [{"function": {"name": 1, "arguments": 2}}]}}]},
+    ],
+)
+def test_a_chat_event_of_odd_shape_is_a_stream_not_read_never_an_error(
+    event: dict[str, object],
+) -> None:
+    """`feed` runs in the answer's way: an event of a shape no answer has makes none (the
+    stream is not one this reads) and raises nothing, so the stream passes on as it came."""
+    tap = AnswerTap("openai-chat")
+    tap.feed(_sse(event))
+    tap.feed(b"data: [DONE]\n\n")
+    assert tap.answer is None or json.loads(tap.answer.split(b"\n")[0])["role"] == "assistant"
+
+
+def test_a_tool_name_streamed_in_many_pieces_is_the_pieces_joined() -> None:
+    """A function name streamed in thousands of pieces is kept as pieces and joined once
+    (adding each to the name so far made a stream of name pieces cost its length squared:
+    an 8 MiB stream held the event loop for half a minute)."""
+    tap = AnswerTap("openai-chat")
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "run_"}}
+    tap.feed(_sse({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]}))
+    for n in range(3000):
+        piece = {"index": 0, "function": {"name": f"{n}_", "arguments": f"{n},"}}
+        tap.feed(_sse({"choices": [{"index": 0, "delta": {"tool_calls": [piece]}}]}))
+    assert tap.feed(b"data: [DONE]\n\n")
+    assert tap.answer is not None
+    message = json.loads(tap.answer.split(b"\n")[0])
+    function = message["tool_calls"][0]["function"]
+    assert function["name"] == "run_" + "".join(f"{n}_" for n in range(3000))
+    assert function["arguments"] == "".join(f"{n}," for n in range(3000))
