@@ -58,7 +58,8 @@ export interface ToolrefFetchOptions extends ManagerOptions {
   /** The fetch that sends (default: globalThis.fetch at call time). Part of the state's
    * identity: define it once (module level), not inline. */
   fetch?: Fetch;
-  /** Use this manager (and nothing shared); otherwise the endpoint's shared one. */
+  /** Use this manager (and nothing shared); otherwise the endpoint's shared one. Its own
+   * options apply: `messagesKey`, `maxRecipes` or `maxRecipeBytes` beside it fail. */
   manager?: ToolReferenceManager;
   /** Called once per LLM request, after its answer's headers arrived. */
   onExchange?: (info: ExchangeInfo) => void;
@@ -109,6 +110,14 @@ export function toolrefFetch(options: ToolrefFetchOptions = {}): Fetch {
   checkOptions("toolrefFetch", options, FETCH_OPTIONS, RETIRED_OPTIONS);
   if (options.manager !== undefined && !(options.manager instanceof ToolReferenceManager)) {
     throw new UsageError("toolrefFetch({ manager }) takes a ToolReferenceManager (new ToolReferenceManager(options)); or leave it out");
+  }
+  // The manager's own options apply: one given beside it would be ignored without a word.
+  const beside = options.manager !== undefined ? Object.keys(managerOptions(options))[0] : undefined;
+  if (beside !== undefined) {
+    throw new UsageError(
+      `toolrefFetch({ manager, ${beside} }): ${beside} beside a manager of your own is not used; ` +
+        `give it to the manager, new ToolReferenceManager({ ${beside} }), or leave the manager out`,
+    );
   }
   settle(managerOptions(options)); // a misused option fails here, not at the first request
   const send: Fetch = (input, init) => (options.fetch ?? globalThis.fetch)(input, init);

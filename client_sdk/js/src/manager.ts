@@ -9,11 +9,12 @@
  * answer; a 415 to an edit (the receiver cannot apply edits, or not now) sends the request as
  * it is, and the endpoint's requests as they are for a while (`pausedUntil`: 1 s, doubled
  * after each further 415, at most 30 s), offering edits. An answer to an edit that names neither
- * a recipe nor `Toolref-Edits` and is no problem comes from no receiver of edits (a backend
- * rolled back, a replica without the middleware): the endpoint is forgotten (its requests go
- * as they are, with the offer) and, refused (4xx, 5xx), the request is sent again as it is,
- * as Python's `Sender` does. The answer is handed back unread (streams stay streams), but for
- * a problem it had to read to decide (handed back byte for byte).
+ * a recipe nor `Toolref-Edits` and is no toolref problem (a framework's own problem+json is
+ * none) comes from no receiver of edits (a backend rolled back, a replica without the
+ * middleware): the endpoint is forgotten (its requests go as they are, with the offer) and,
+ * refused (4xx, 5xx), the request is sent again as it is, as Python's `Sender` does. The
+ * answer is handed back unread (streams stay streams), but for a problem it had to read to
+ * decide (handed back byte for byte).
  */
 
 import { tapFor } from "./edits/answer.js";
@@ -23,7 +24,7 @@ import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import type { BodyCut } from "./edits/segments.js";
 import { UsageError } from "./errors.js";
 import { checkOptions, type Spec } from "./options.js";
-import { EDITS_HEADER, HISTORY_HEADER, PROBLEM_TYPE, TOOLREF_PREFIX, mayResend } from "./protocol.js";
+import { EDITS_HEADER, HISTORY_HEADER, PROBLEM_TYPE, TOOLREF_PREFIX, isToolrefProblem, mayResend } from "./protocol.js";
 
 const encoder = new TextEncoder();
 
@@ -208,18 +209,19 @@ export class ToolReferenceManager {
       this.learn(response);
       const told = response.headers.has(EDITS_HEADER);
       // A problem is read whole (as Python's `may_resend` reads it): one the editor resends
-      // on, and a 4xx one from no toolref receiver, which tells whether it is a problem.
+      // on, and a 4xx one from no toolref receiver, which tells whether it is toolref's.
       const isProblem = (response.headers.get("content-type") ?? "").startsWith(PROBLEM_TYPE);
       let whole: Uint8Array | null = null;
       if (mayResend(status, response.headers.get("content-type")) || (isProblem && status >= 400 && status < 500 && !named && !told)) {
         whole = new Uint8Array(await response.arrayBuffer());
       }
       const problem = whole === null ? null : parseObject(whole);
-      if (!named && !told && problem === null) {
-        // No receiver of edits answered it (neither a recipe nor `Toolref-Edits`, no problem:
-        // a backend rolled back, a replica without the middleware, an app that could not
-        // parse the edit): forgotten, as Python's `Sender` forgets it; refused, the request
-        // goes again as it is, with the offer.
+      if (!named && !told && !isToolrefProblem(problem)) {
+        // No receiver of edits answered it (neither a recipe nor `Toolref-Edits`, no toolref
+        // problem: a backend rolled back, a replica without the middleware, an app that could
+        // not parse the edit, its framework's own problem+json included, as Spring's and
+        // ASP.NET's): forgotten, as Python's `Sender` forgets it; refused, the request goes
+        // again as it is, with the offer.
         this.edits = 0;
         if (status >= 400) {
           if (whole === null) await discard(response);

@@ -19,12 +19,19 @@ export const EDITS_SINCE = "0.3";
 export const TOOLREF_PREFIX = "toolref-";
 export const JSON_TYPE = "application/json";
 export const PROBLEM_TYPE = "application/problem+json";
-const PROBLEM_BASE = "urn:toolref:problem:";
+export const PROBLEM_BASE = "urn:toolref:problem:";
 export const MISSING_REFS = PROBLEM_BASE + "missing-refs";
 
 /** The problem type of `slug`. */
 export function problemType(slug: string): string {
   return PROBLEM_BASE + slug;
+}
+
+/** A problem document toolref wrote (its `type` under `urn:toolref:problem:`): not a
+ * framework's own (`about:blank`, an RFC 9110 link), as Python's `toolref_problem` reads it. */
+export function isToolrefProblem(problem: Readonly<Record<string, unknown>> | null): boolean {
+  const kind = problem?.["type"];
+  return typeof kind === "string" && kind.startsWith(PROBLEM_BASE);
 }
 
 /** An answer the sender may resend on: a 400 or 409 problem, sent before any app answer. */

@@ -19,7 +19,9 @@
  * Version 3, with zstd, against a receiver that reads it: the answer a confirmed recipe's
  * request streamed (`answered`, from the caller's `AnswerTap`) is the dictionary of the
  * model's segments of the next edit of it, and the pieces of one long message cut by the
- * long window (`segments.windowed`) travel as one frame.
+ * long window (`segments.windowed`) travel as one frame. The answers of the last
+ * `maxRecipes` recipes still kept are held, counted with the recipes in `maxBytes` (past
+ * it the least recently used recipes go, as for a recipe kept), as editor.py holds them.
  */
 
 import { diff, type Op } from "./edit.js";
@@ -70,7 +72,8 @@ export class Editor {
   readonly recipes: Recipes;
   /** The highest edit version the receiver reads (its `Toolref-Edits`), at most `VERSION`. */
   version: number = VERSION;
-  /** Recipe ref -> the answer its request streamed, the last `maxAnswers` (oldest first). */
+  /** Recipe ref -> the answer its request streamed (oldest first): kept recipes' only, the
+   * last `maxAnswers`, counted with the recipes in their `maxBytes` (`trimAnswers`). */
   readonly answers = new Map<string, Uint8Array>();
   private readonly maxAnswers: number;
 
@@ -93,7 +96,26 @@ export class Editor {
     this.answers.delete(ref);
     if (answer === null) return;
     this.answers.set(ref, answer);
-    while (this.answers.size > this.maxAnswers) this.answers.delete(this.answers.keys().next().value!);
+    this.trimAnswers();
+  }
+
+  /** The answers of kept recipes only, counted with them in `maxBytes`: past it, the least
+   * recently used recipes go (their answers with them), as for a recipe kept, then the
+   * oldest answers; and no more than `maxAnswers` (editor.py's `_trim_answers`). */
+  private trimAnswers(): void {
+    let held = 0;
+    for (;;) {
+      for (const ref of [...this.answers.keys()]) if (this.recipes.get(ref) === undefined) this.answers.delete(ref);
+      held = 0;
+      for (const answer of this.answers.values()) held += answer.length;
+      if (this.recipes.heldBytes + held <= this.recipes.maxBytes || this.recipes.size < 2) break;
+      this.recipes.drop(this.recipes.refs()[0]!); // the least recently used
+    }
+    while (this.answers.size && (this.answers.size > this.maxAnswers || this.recipes.heldBytes + held > this.recipes.maxBytes)) {
+      const oldest = this.answers.keys().next().value!;
+      held -= this.answers.get(oldest)!.length;
+      this.answers.delete(oldest);
+    }
   }
 
   /** The first attempt of a request; null when its body is not one JSON object in UTF-8
@@ -118,6 +140,7 @@ export class Editor {
     const kept = this.recipes.keep(made.ref, made.entries, made.segments);
     const base = edit.base !== null ? this.recipes.get(edit.base) : undefined;
     if (kept && base !== undefined && base.ref !== made.ref && 2 * edit.shared >= base.size) this.recipes.drop(base.ref);
+    this.trimAnswers();
     return kept;
   }
 

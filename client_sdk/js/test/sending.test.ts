@@ -1,0 +1,134 @@
+// The sending path under review (docs/js.md, "What is sent"): what the Editor keeps of the
+// answers it compresses against stays within the manager's bounds, as Python's Editor keeps
+// it; and a backend that stops reading edits is recovered from whatever its framework
+// answers an edit it cannot read (a problem document of its own included).
+import { afterEach, describe, expect, it } from "vitest";
+import { Editor, MEDIA_TYPE, ToolReferenceManager, UsageError, forgetSharedState, toolrefFetch, type ExchangeInfo } from "../src/index.js";
+import { Receiver } from "./receiver.js";
+
+afterEach(() => forgetSharedState());
+
+const encoder = new TextEncoder();
+
+/** A request of a conversation of its own, prepared and confirmed by `editor` as the answer
+ * naming its recipe confirms it; its recipe's ref. */
+async function kept(editor: Editor, text: string): Promise<string> {
+  const body = encoder.encode(JSON.stringify({ messages: [{ role: "user", content: text }] }));
+  const edit = (await editor.prepare([["content-type", "application/json"]], body, "messages"))!;
+  expect(editor.confirm(edit, edit.ref)).toBe(true);
+  return edit.ref;
+}
+
+function answerBytes(editor: Editor): number {
+  let size = 0;
+  for (const answer of editor.answers.values()) size += answer.length;
+  return size;
+}
+
+describe("the answers an Editor keeps (Python's Editor._trim_answers)", () => {
+  it("an answer whose recipe is not kept (dropped before its stream ended) is not held", async () => {
+    const editor = new Editor(64, 1 << 20);
+    for (let n = 0; n < 8; n++) editor.answered(`tb_${"a".repeat(25)}${"aeimquy4"[n]}`, new Uint8Array(200 << 10));
+    expect(editor.answers.size).toBe(0);
+  });
+
+  it("answers count with the recipes in maxRecipeBytes: past it, the least recently used recipes go, then the oldest answers", async () => {
+    const max = 600 << 10;
+    const editor = new Editor(64, max);
+    const refs: string[] = [];
+    for (let n = 0; n < 4; n++) refs.push(await kept(editor, `conversation ${n} `.repeat(40)));
+    for (const ref of refs) {
+      editor.answered(ref, new Uint8Array(250 << 10).fill(refs.indexOf(ref)));
+      expect(editor.recipes.heldBytes + answerBytes(editor)).toBeLessThanOrEqual(max);
+      for (const held of editor.answers.keys()) expect(editor.recipes.get(held)).toBeDefined();
+    }
+    // The newest recipe and its answer are kept; the oldest went, its answer with it.
+    expect(editor.answers.has(refs[3]!)).toBe(true);
+    expect(editor.recipes.get(refs[0]!)).toBeUndefined();
+  });
+
+  it("a recipe dropped later (maxRecipes) takes its answer with it", async () => {
+    const editor = new Editor(2, 64 << 20);
+    const refs: string[] = [];
+    for (let n = 0; n < 2; n++) {
+      refs.push(await kept(editor, `chat ${n} `.repeat(30)));
+      editor.answered(refs[n]!, new Uint8Array(100 << 10));
+    }
+    expect(editor.answers.size).toBe(2);
+    // A third recipe confirmed: maxRecipes 2 drops the first, and its answer goes too.
+    await kept(editor, "chat 2 ".repeat(30));
+    expect(editor.recipes.get(refs[0]!)).toBeUndefined();
+    expect([...editor.answers.keys()]).toEqual([refs[1]!]);
+  });
+});
+
+describe("a backend that stops reading edits and answers them with a problem document of its own", () => {
+  const URL_ = "http://app.test/api/chat";
+  const HEADERS = { "content-type": "application/json", authorization: "Bearer sk-secret" };
+
+  function conversation(turns: number): unknown[] {
+    const messages: unknown[] = [];
+    for (let turn = 0; turn < turns; turn++) {
+      messages.push({ role: "user", content: `question ${turn}: ${"why ".repeat(40)}` });
+      messages.push({ role: "assistant", content: `answer ${turn}: ${"because ".repeat(60)}` });
+    }
+    return messages;
+  }
+
+  // Spring Boot 3 and ASP.NET Core answer a body they cannot read with a problem+json of
+  // their own (`about:blank` or an RFC 9110 link): no toolref problem, no Toolref-Edits.
+  for (const [what, type] of [
+    ["Spring's about:blank", "about:blank"],
+    ["ASP.NET's RFC 9110 link", "https://tools.ietf.org/html/rfc9110#section-15.5.1"],
+  ] as const) {
+    it(`a 400 problem+json (${what}): the request goes again as it is, unseen, and the next ones as they are`, async () => {
+      const receiver = new Receiver();
+      const state = { rolledBack: false, plain: [] as string[] };
+      const fetch = (async (input: RequestInfo | URL, init?: RequestInit) => {
+        if (!state.rolledBack) return receiver.fetch(input, init);
+        const request = new Request(input, init);
+        const body = await request.text();
+        if (request.headers.get("content-type") === MEDIA_TYPE) {
+          const problem = { type, title: "Bad Request", status: 400, detail: "Failed to read request" };
+          return new Response(JSON.stringify(problem), { status: 400, headers: { "content-type": "application/problem+json" } });
+        }
+        state.plain.push(body);
+        return new Response("answered", { headers: { "content-type": "text/plain" } });
+      }) as typeof globalThis.fetch;
+      const exchanges: ExchangeInfo[] = [];
+      const send = toolrefFetch({ fetch, onExchange: (info) => exchanges.push(info) });
+      for (const turns of [1, 2]) await (await send(URL_, { method: "POST", headers: HEADERS, body: JSON.stringify({ messages: conversation(turns) }) })).text();
+      state.rolledBack = true;
+      for (const turns of [3, 4, 5]) {
+        const body = JSON.stringify({ messages: conversation(turns) });
+        const answer = await send(URL_, { method: "POST", headers: HEADERS, body });
+        expect(answer.status).toBe(200);
+        expect(await answer.text()).toBe("answered");
+        expect(state.plain.at(-1)).toBe(body);
+      }
+      expect(exchanges.map((info) => [info.edit, info.attempts])).toEqual([
+        [false, 1],
+        [true, 1],
+        [false, 2], // the edit refused, then as it is
+        [false, 1], // forgotten: as it is, with the offer
+        [false, 1],
+      ]);
+    });
+  }
+});
+
+describe("toolrefFetch({ manager }) with the manager's options beside it", () => {
+  it("fails loudly, naming the option and where it goes, instead of ignoring it", () => {
+    const manager = new ToolReferenceManager();
+    for (const [name, value] of [
+      ["messagesKey", "input"],
+      ["maxRecipes", 4],
+      ["maxRecipeBytes", 1 << 20],
+    ] as const) {
+      const call = () => toolrefFetch({ manager, [name]: value });
+      expect(call).toThrow(UsageError);
+      expect(call).toThrow(new RegExp(`${name}.*new ToolReferenceManager\\(\\{ ${name} \\}\\)`));
+    }
+    expect(() => toolrefFetch({ manager })).not.toThrow();
+  });
+});
