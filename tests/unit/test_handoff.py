@@ -1349,3 +1349,86 @@ def test_shell_file_reads_come_before_other_command_output() -> None:
     titles = [e.title for e in parse(result.block).section("Commands Run")]
     assert "$ sed -n '1,200p' src/app.py" in titles[0]
     assert titles[-1] == "$ tool19 --help"
+
+
+_PNG = "iVBORw0KGgo" + "A" * 6000
+
+
+@pytest.mark.parametrize(
+    ("fmt", "messages"),
+    [
+        (
+            "anthropic",
+            [
+                {"role": "user", "content": "look"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "tool_use", "id": "s1", "name": "screenshot", "input": {}}
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": "s1",
+                            "content": [
+                                {"type": "text", "text": "SHOT-CAPTION"},
+                                {
+                                    "type": "image",
+                                    "source": {
+                                        "type": "base64",
+                                        "media_type": "image/png",
+                                        "data": _PNG,
+                                    },
+                                },
+                            ],
+                        }
+                    ],
+                },
+            ],
+        ),
+        (
+            "openai-responses",
+            [
+                {"role": "user", "content": "look"},
+                {"type": "function_call", "call_id": "s1", "name": "screenshot", "arguments": "{}"},
+                {
+                    "type": "function_call_output",
+                    "call_id": "s1",
+                    "output": [
+                        {"type": "input_text", "text": "SHOT-CAPTION"},
+                        {"type": "input_image", "image_url": f"data:image/png;base64,{_PNG}"},
+                    ],
+                },
+            ],
+        ),
+    ],
+)
+def test_an_image_in_a_tool_result_is_named_not_carried_as_base64(
+    fmt: FormatName, messages: list[Any]
+) -> None:
+    """An image result came into the block as its JSON: thousands of characters of base64,
+    cut in the middle, which no model reads as an image, spending the block's budget."""
+    out = build(messages, fmt, summarize_text=False)
+    assert "SHOT-CAPTION" in out.block
+    assert "AAAAAAAAAA" not in out.block
+    assert "[image/png image: not carried in this block]" in out.block
+    assert out.chars_omitted == 0
+
+
+def test_a_listing_of_entries_typed_file_stays_as_it_is() -> None:
+    """Only blocks that hold media bytes are named: a directory entry is a tool's answer."""
+    messages = [
+        {"role": "user", "content": "list"},
+        {"type": "function_call", "call_id": "l1", "name": "ls", "arguments": "{}"},
+        {
+            "type": "function_call_output",
+            "call_id": "l1",
+            "output": [{"type": "file", "name": "app.py"}, {"type": "input_text", "text": "1"}],
+        },
+    ]
+    out = build(messages, "openai-responses", summarize_text=False)
+    assert '{"type":"file","name":"app.py"}' in out.block
+    assert "not carried" not in out.block

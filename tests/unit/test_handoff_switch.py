@@ -18,7 +18,9 @@ from toolref.handoff.switch import (
     switched,
     switched_text,
 )
+from toolref.wire.endpoints import endpoint
 from toolref.wire.models import FormatName
+from toolref_server.gateway.gateway import switch_body
 
 
 def anthropic_conversation() -> dict[str, Any]:
@@ -318,3 +320,76 @@ def test_the_text_rewrite_is_total_for_any_json(
     out = switched_text(text, fmt, key, at)
     if out is not None:
         assert isinstance(json.loads(out)[key], list)
+
+
+def test_a_lone_surrogate_in_a_rewritten_message_is_written_as_its_escape() -> None:
+    """The message the block goes into is written again: a lone surrogate in it came out
+    raw, and the gateway's `.encode()` of the body raised UnicodeEncodeError (a 500 for
+    valid JSON)."""
+    text = '{"model":"m","messages":[{"role":"user","content":"a\\ud800b"}]}'
+    out = switched_text(text, "anthropic", "messages", None)
+    assert out is not None
+    assert "\\ud800" in out
+    assert json.loads(out.encode("utf-8")) == switched(json.loads(text), "anthropic", "messages")
+
+
+def test_the_gateway_rewrites_a_body_with_a_lone_surrogate() -> None:
+    llm = endpoint("POST", "/v1/messages")
+    assert llm is not None
+    body = b'{"model":"m","messages":[{"role":"user","content":"a\\udc00b"}]}'
+    out = json.loads(switch_body(body, llm, None))
+    assert OPEN in out["messages"][0]["content"]
+    assert out["messages"][0]["content"].endswith("a\udc00b")
+
+
+def test_items_before_a_dropped_reasoning_item_keep_their_bytes() -> None:
+    """Matched from the end, every item before a dropped reasoning item was compared with
+    its neighbour and written again by `json` (`\\u00e9` became `é`, `1e-7` became
+    `1e-07`), though the switch left it alone."""
+    kept = (
+        '{"type":"message","role":"assistant",'
+        '"content":[{"type":"output_text","text":"caf\\u00e9"}],"n":1e-7}'
+    )
+    text = (
+        '{"model":"m","input":[{"role":"user","content":"hi"},'
+        + kept
+        + ',{"role":"user","content":"more"},'
+        '{"type":"reasoning","id":"rs_1","encrypted_content":"OPAQUE","summary":[]},'
+        '{"type":"message","role":"assistant","content":[{"type":"output_text","text":"ok"}]},'
+        '{"role":"user","content":"and now"}]}'
+    )
+    out = switched_text(text, "openai-responses", "input", None)
+    assert out is not None
+    assert kept in out
+    assert '{"role":"user","content":"more"}' in out
+    assert json.loads(out) == switched(json.loads(text), "openai-responses", "input")
+
+
+_PLAIN_TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=6)
+
+
+@given(
+    st.lists(st.tuples(_PLAIN_TEXT, st.booleans()), min_size=1, max_size=8),
+    st.none() | st.integers(0, 20),
+)
+def test_messages_the_switch_leaves_alone_keep_their_bytes_wherever_others_drop(
+    texts: list[tuple[str, bool]], at: int | None
+) -> None:
+    """Thinking-only assistant messages (dropped before the switch) anywhere between plain
+    text messages: each plain message but the first user one, which takes the block, keeps
+    the text it was sent as (here, ASCII escapes and spaces `json` would not write)."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "start"}]
+    for index, (words, thinking_after) in enumerate(texts):
+        role = "assistant" if index % 2 == 0 else "user"
+        messages.append({"role": role, "content": [{"type": "text", "text": words}]})
+        if thinking_after:
+            thought = {"type": "thinking", "thinking": "t", "signature": "S"}
+            messages.append({"role": "assistant", "content": [thought]})
+    pieces = [json.dumps(m, separators=(", ", ": ")) for m in messages]
+    text = '{"model": "m", "messages": [' + ", ".join(pieces) + "]}"
+    out = switched_text(text, "anthropic", "messages", at)
+    assert out is not None
+    for message, piece in zip(messages[1:], pieces[1:], strict=True):
+        if message["content"][0]["type"] == "text":
+            assert piece in out
+    assert json.loads(out) == switched(json.loads(text), "anthropic", "messages", at)

@@ -84,24 +84,39 @@ def switched(
 ) -> dict[str, Any]:
     """`body` for the new backend; `at`: how many of its messages came before the switch
     (all of them when None). Linear in the body."""
-    messages = body[messages_key]
+    out = dict(body)
+    out[messages_key] = _switched_messages(body[messages_key], fmt, at)[0]
+    return out
+
+
+def _switched_messages(
+    messages: list[Any], fmt: FormatName, at: int | None
+) -> tuple[list[Any], list[int | None]]:
+    """The messages for the new backend, and for each the index of the message it was made
+    from (None: the user message `prepend` adds to hold the block). Linear."""
     before = len(messages) if at is None else max(0, min(at, len(messages)))
     cap = id_cap(fmt)
-    stripped = (_cleaned(m, cap, strip=True) for m in messages[:before])
-    cleaned = [m for m in stripped if m is not None]
+    cleaned, origins = [], []
+    for index, message in enumerate(messages[:before]):
+        stripped = _cleaned(message, cap, strip=True)
+        if stripped is not None:  # None: an item that was nothing but an opaque field
+            cleaned.append(stripped)
+            origins.append(index)
     handoff = build(cleaned, fmt)
     # Ids are mapped after the switch too: a result there may answer a call from before.
     rest = [_cleaned(m, cap, strip=False) for m in messages[before:]]
-    out = dict(body)
-    out[messages_key] = prepend([*cleaned, *rest], handoff.block, fmt)
-    return out
+    new = prepend([*cleaned, *rest], handoff.block, fmt)
+    found: list[int | None] = [*origins, *range(before, len(messages))]
+    if len(new) > len(found):  # `prepend` put a user message of its own first
+        found.insert(0, None)
+    return new, found
 
 
 def switched_text(text: str, fmt: FormatName, messages_key: str, at: int | None) -> str | None:
     """`switched` on a body's JSON text; None when it is not an object holding its messages
     as a list (it then travels as it is). Messages and members the switch leaves as they
-    were keep their text; the rest is written by `json` (no other bytes change). Linear in
-    the text."""
+    were keep their text, wherever others were dropped; the rest is written by `json` (no
+    other bytes change; a lone surrogate as its escape). Linear in the text."""
     try:
         document = spans.document(text, messages_key)
     except (ValueError, RecursionError):
@@ -110,16 +125,16 @@ def switched_text(text: str, fmt: FormatName, messages_key: str, at: int | None)
         return None
     old = document.value[messages_key]
     try:
-        new = switched(document.value, fmt, messages_key, at)[messages_key]
+        new, origins = _switched_messages(old, fmt, at)
     except ValidationError:  # messages that are not in `fmt`: nothing to rewrite
         return None
-    texts = [_dumped(m) for m in new]
-    # The messages after the switch keep their place at the end of the list; those the
-    # rewrite left equal keep their bytes.
-    for back in range(1, min(len(old), len(new)) + 1):
-        if new[-back] == old[-back]:
-            first, last = document.items[-back]
-            texts[-back] = text[first:last]
+    texts = []
+    for message, origin in zip(new, origins, strict=True):
+        if origin is not None and message == old[origin]:
+            first, last = document.items[origin]
+            texts.append(text[first:last])
+        else:
+            texts.append(_dumped(message))
     listed = "[" + ",".join(texts) + "]"
     parts = []
     for name, member in document.members.items():
@@ -130,8 +145,14 @@ def switched_text(text: str, fmt: FormatName, messages_key: str, at: int | None)
     return "{" + ",".join(parts) + "}"
 
 
+_SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
+
+
 def _dumped(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """`value` as JSON text; a lone surrogate (JSON can carry `\\ud800`) as its escape, as
+    no UTF-8 encoder takes it raw."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def _cleaned(message: Any, cap: int, *, strip: bool) -> Any:
