@@ -70,7 +70,8 @@ class ToolCallTracker:
     of each field), and it goes out when the window has passed (`due()`, or the next update
     after it), on `flush()`, or at once when the status becomes `completed` or `failed`.
     `full_objects=True` is for clients that expect complete objects: every update then
-    carries the whole state. Every notification also goes to `sink`, when given.
+    carries the whole state. Every notification also goes to `sink`, when given; one the
+    sink raised on counts as not sent (its changes stay pending, a start leaves the id free).
 
     A call is finished once `completed` or `failed` has gone out: v1 has no status after
     those, so a later update raises `AcpError`. The tracker then keeps only its state (for
@@ -152,7 +153,6 @@ class ToolCallTracker:
         call = _Call(state)
         fields = state.fields()
         call.sent = {name: _digest(value) for name, value in fields.items()}
-        self._calls[call_id] = call  # only once all of it is known to be sendable
         full = {"sessionUpdate": "tool_call", "toolCallId": call_id, **fields}
         # Clients start a call with empty content and locations: no need to say so.
         update = (
@@ -160,7 +160,12 @@ class ToolCallTracker:
             if self.full_objects
             else {k: v for k, v in full.items() if v != [] or k not in _COLLECTIONS}
         )
-        note = self._emit(update, _size(full))
+        self._calls[call_id] = call  # only once all of it is known to be sendable
+        try:
+            note = self._emit(update, _size(full))
+        except BaseException:
+            del self._calls[call_id]  # the client never heard of it: the id stays free
+            raise
         if state.status in _FINAL:
             self._retire(call)
         return [note]
@@ -253,9 +258,10 @@ class ToolCallTracker:
         digest = _digest(entries)
         if digest == self._plan:
             return []
-        self._plan = digest
         update = {"sessionUpdate": "plan", "entries": entries}
-        return [self._emit(update, _size(update))]
+        note = self._emit(update, _size(update))  # a sink that raised leaves it unsent
+        self._plan = digest
+        return [note]
 
     # --- internals ---
 
@@ -300,23 +306,31 @@ class ToolCallTracker:
             del self._finished[next(iter(self._finished))]
 
     def _send(self, call: _Call) -> list[Notification]:
-        call.held_since = None
         fields, changed, digests = _changes(call)
         if not changed:
+            call.held_since = None
             return []  # nothing the client does not already show
-        call.sent.update((name, digests[name]) for name in changed)
         head = {"sessionUpdate": "tool_call_update", "toolCallId": call.current.id}
         full = {**head, **fields}
         update = full if self.full_objects else {**head, **changed}
-        return [self._emit(update, _size(full))]
+        before, held = dict(call.sent), call.held_since
+        call.held_since = None
+        call.sent.update((name, digests[name]) for name in changed)
+        try:
+            note = self._emit(update, _size(full))
+        except BaseException:
+            call.sent, call.held_since = before, held  # the client has none of it: pending
+            raise
+        return [note]
 
     def _emit(self, update: dict[str, Any], full_size: int) -> Notification:
+        """Hand one notification to the sink; counted once the sink took it."""
         note = {"sessionId": self.session_id, "update": update}
+        if self._sink is not None:
+            self._sink(note)
         self.bytes_sent += _size(update)
         self.bytes_full += full_size
         self.notifications += 1
-        if self._sink is not None:
-            self._sink(note)
         return note
 
 

@@ -1457,3 +1457,75 @@ def test_a_raw_value_without_json_form_is_refused_where_given(
         getattr(tracker.update(CALL), field)({"at": {1, 2}})
     assert tracker.update(CALL).status("in_progress").send() == sent[1:]
     assert sent[1]["update"] == {**HEAD, "status": "in_progress"}
+
+
+class FlakySink:
+    """A sink whose next `fails` deliveries raise (a closed pipe, a full buffer)."""
+
+    def __init__(self) -> None:
+        self.fails = 0
+        self.got: Sent = []
+
+    def __call__(self, notification: dict[str, Any]) -> None:
+        if self.fails:
+            self.fails -= 1
+            raise OSError("the client's pipe is closed")
+        self.got.append(notification)
+
+
+@pytest.mark.parametrize("window", [0.0, 5.0])
+def test_an_update_the_sink_refused_is_still_pending(clock: Clock, window: float) -> None:
+    """The tracker marked the fields as delivered before the sink ran: after a failed
+    delivery `pending()` said no, and the status never reached the client (the next update
+    left it out as unchanged)."""
+    sink = FlakySink()
+    tracker = ToolCallTracker("sess_1", sink=sink, clock=clock, window=window)
+    tracker.start(CALL, "bash: ls")
+    sink.fails = 1
+    if window:  # held until the window has passed
+        assert tracker.update(CALL).status("in_progress").text("one").send() == []
+        clock.now += window
+    with pytest.raises(OSError, match="pipe is closed"):
+        tracker.due() if window else tracker.update(CALL).status("in_progress").text("one").send()
+    assert tracker.pending(CALL)
+    assert tracker.flush() if window else tracker.update(CALL).send()
+    assert sink.got[-1]["update"] == {
+        **HEAD,
+        "status": "in_progress",
+        "content": [text_content("one")],
+    }
+
+
+def test_a_final_update_the_sink_refused_can_be_sent_again(clock: Clock) -> None:
+    sink = FlakySink()
+    tracker = ToolCallTracker("sess_1", sink=sink, clock=clock)
+    tracker.start(CALL, "bash: ls")
+    sink.fails = 1
+    with pytest.raises(OSError, match="pipe is closed"):
+        tracker.update(CALL).status("completed").send()
+    assert tracker.update(CALL).status("completed").send() == sink.got[-1:]
+    assert sink.got[-1]["update"] == {**HEAD, "status": "completed"}
+    assert tracker.notifications == 2
+
+
+def test_a_start_the_sink_refused_leaves_the_id_free(clock: Clock) -> None:
+    """The call was registered before the sink ran: retrying `start` raised
+    DuplicateToolCallError for a call the client had never heard of."""
+    sink = FlakySink()
+    tracker = ToolCallTracker("sess_1", sink=sink, clock=clock)
+    sink.fails = 1
+    with pytest.raises(OSError, match="pipe is closed"):
+        tracker.start(CALL, "bash: ls")
+    assert tracker.start(CALL, "bash: ls") == sink.got
+    assert [note["update"]["sessionUpdate"] for note in sink.got] == ["tool_call"]
+    assert tracker.notifications == 1
+
+
+def test_a_plan_the_sink_refused_is_sent_again() -> None:
+    sink = FlakySink()
+    tracker = ToolCallTracker("sess_1", sink=sink)
+    sink.fails = 1
+    with pytest.raises(OSError, match="pipe is closed"):
+        tracker.plan(["read the file"])
+    assert tracker.plan(["read the file"]) == sink.got
+    assert [note["update"]["sessionUpdate"] for note in sink.got] == ["plan"]

@@ -867,3 +867,34 @@ def test_long_arguments_in_small_deltas_are_not_parsed_again_per_delta(
     whole = {"items": [{"n": n} for n in range(5000)]}
     assert summary(calls) == [("call_a", "save", "complete", whole)]
     assert len(parsed) < 50, len(parsed)
+
+
+@pytest.mark.parametrize("quirk", ["name on every fragment", "fresh id on every fragment"])
+def test_long_arguments_from_resending_servers_are_not_parsed_again_per_delta(
+    monkeypatch: pytest.MonkeyPatch, quirk: str
+) -> None:
+    """MiniMax (via NIM) resends the name with every fragment, LM Studio a fresh id: each
+    fragment then asks whether the arguments so far are a whole object, which joined and
+    parsed them once per delta (10,000 items took 11 s). A scan of each delta's own text
+    answers it, and only a closed object is parsed."""
+    import json as json_module
+
+    parsed: list[int] = []
+    loads = json_module.loads
+
+    def counting(text: Any, *args: Any, **kwargs: Any) -> Any:
+        parsed.append(len(text))
+        return loads(text, *args, **kwargs)
+
+    monkeypatch.setattr("toolref.streaming.adapters.openai_chat.json.loads", counting)
+    items = [f'{{"n":{n},"s":"{{[\\"}}]"}}' for n in range(5000)]
+    deltas = ['{"items":[', items[0], *("," + item for item in items[1:]), "]}"]
+    if quirk == "name on every fragment":
+        fragments = [call(0, args=d, name="save") for d in deltas]
+    else:
+        fragments = [call(0, f"lms_{n}", args=d) for n, d in enumerate(deltas)]
+    events = [ev(call(0, "call_a", "save", "")), *(ev(f) for f in fragments), *DONE]
+    calls = run(events)
+    whole = {"items": [{"n": n, "s": '{["}]'} for n in range(5000)]}
+    assert summary(calls) == [("call_a", "save", "complete", whole)]
+    assert len(parsed) < 50, len(parsed)

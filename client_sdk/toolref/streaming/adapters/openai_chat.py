@@ -11,12 +11,12 @@ calls, OpenRouter). Whitespace-only argument text never opens a call.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from toolref.streaming.adapters.base import StreamAdapter, as_int
+from toolref.streaming.adapters.shape import Shape
 from toolref.streaming.chunk import ABORTED, FILTERED, TRUNCATED, ToolChunk
 from toolref.wire.errors import ChunkSequenceError
 
@@ -54,7 +54,6 @@ class _Call:
     """What the adapter must remember of a call to route the next fragment."""
 
     __slots__ = (
-        "checked",
         "cumulative",
         "id",
         "index",
@@ -62,6 +61,8 @@ class _Call:
         "length",
         "name",
         "parts",
+        "shape",
+        "unscanned",
         "whole",
     )
 
@@ -73,8 +74,20 @@ class _Call:
         self.length = 0
         self.is_object = False
         self.cumulative = False  # latched once the server resent the whole text
-        self.checked = -1  # length at which `whole` was last computed
-        self.whole = False
+        self.shape = Shape()  # the brackets of the text so far, read a delta at a time
+        self.unscanned: list[str] = []  # text `shape` has not read yet
+        self.whole: bool | None = None  # the strict parse, once the object closed
+
+    def replace(self, text: str) -> None:
+        """The whole text so far is `text` (a cumulative server's resend)."""
+        self.parts = [text]
+        self.length = len(text)
+        self.shape, self.unscanned, self.whole = Shape(), [text], None
+
+    def append(self, text: str) -> None:
+        self.parts.append(text)
+        self.unscanned.append(text)
+        self.length += len(text)
 
     def text(self) -> str:
         if len(self.parts) > 1:
@@ -82,16 +95,18 @@ class _Call:
         return self.parts[0] if self.parts else ""
 
     def complete(self) -> bool:
-        """True when the arguments so far are a whole JSON object (cached per length)."""
+        """True when the arguments so far are a whole JSON object. Costs the text added
+        since the last look (servers that resend a name or an id ask on every fragment);
+        the text is parsed once, when its outer object closes."""
         if self.is_object:
             return True
-        if self.checked != self.length:
-            self.checked = self.length
-            text = self.text().rstrip()
-            self.whole = False
-            if text.endswith("}"):
-                with contextlib.suppress(ValueError):
-                    self.whole = isinstance(json.loads(text), dict)
+        for piece in self.unscanned:
+            self.shape.feed(piece)
+        self.unscanned = []
+        if not self.shape.closed:
+            return False
+        if self.whole is None:  # only whitespace can follow and keep it closed
+            self.whole = _is_object(self.text())
         return self.whole
 
 
@@ -374,8 +389,7 @@ class OpenAIChatAdapter(StreamAdapter):
             length = call.length
             if len(args) > length > 0 and self._cumulative(call, args):
                 snapshot = args  # cumulative server: the whole text so far, again
-                call.parts = [args]
-                call.length = len(args)
+                call.replace(args)
                 call.cumulative = True
             elif (
                 len(args) <= length
@@ -385,8 +399,7 @@ class OpenAIChatAdapter(StreamAdapter):
                 # each delta's look (a join, a parse) made long arguments quadratic
                 pass  # a resend of text already here (cumulative servers, LocalAI)
             else:
-                call.parts.append(args)
-                call.length = length + len(args)
+                call.append(args)
                 delta = args
         if new_id is None and new_name is None and delta is not None and not meta and not parent_id:
             out.append(ToolChunk(index=call.index, turn=turn, args_delta=delta))  # the hot path
