@@ -356,3 +356,34 @@ async def test_every_replica_sends_a_result_s_first_stand_in(redis: Redis) -> No
             await client.post(two + "/llm/up/v1/chat/completions", content=body)
     assert b"[toolref:" in upstream.bodies[0]
     assert upstream.bodies[1] == upstream.bodies[0]
+
+
+async def test_a_body_of_more_arrays_and_objects_than_the_bound_passes_as_it_came(
+    redis: Redis,
+) -> None:
+    """TOOLREF_MAX_CONTAINERS bounds what one body's parse may hold in memory: a body of
+    more arrays and objects passes as it came, never parsed message by message (a 14 MB
+    message of `{}`s took 360 MB to read). Brackets within strings are not counted."""
+    upstream = Upstream()
+    messages = conversation("openai-chat", 12)
+    within = [{"role": "user", "content": "[{" * 500}, *messages]  # brackets in a string
+    parts = [{"type": "text", "text": "fix"}] * 150
+    past = [{"role": "user", "content": parts}, *messages]
+    async with serve_all(upstream.app()) as [upstream_url]:
+        settings = Settings(
+            redis_url="unused", upstreams=f"up={upstream_url}", max_containers=100, **POLICY
+        )
+        async with (
+            serve_all(create_app(settings, redis=redis)) as [url],
+            httpx.AsyncClient(base_url=url, timeout=30) as client,
+        ):
+            facts_module.forget()
+            read = await client.post(
+                "/llm/up/v1/chat/completions", content=body_of("openai-chat", within)
+            )
+            body = body_of("openai-chat", past)
+            unread = await client.post("/llm/up/v1/chat/completions", content=body)
+    assert read.status_code == unread.status_code == 200
+    assert context(read)["cleared"] > 0
+    assert upstream.bodies[1] == body
+    assert "toolref-context" not in unread.headers

@@ -41,6 +41,11 @@ from toolref_server.settings.context import Policy
 
 MEMOS: Final = 16  # bodies whose facts are remembered
 MAX_MESSAGES: Final = Policy().max_messages  # TOOLREF_CONTEXT_MAX_MESSAGES' default
+MAX_CONTAINERS: Final = 1_000_000  # TOOLREF_MAX_CONTAINERS' default
+# A JSON string, its escapes whole, or one never closed (to the end): what `containers`
+# leaves out of its count. Each backslash starts an iteration, so the match is found
+# without going back: linear (a pattern that fails on an unclosed string is quadratic).
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.?[^"\\]*)*(?:"|\Z)', re.DOTALL)
 MEMO_BYTES: Final = 64 << 20  # what they hold in all, about (`_weight`; a heavier body: none)
 _MEMOS: Final[deque[Facts]] = deque(maxlen=MEMOS)
 _LOCK: Final = threading.Lock()  # facts are made on the loop and in worker threads
@@ -117,14 +122,24 @@ class Facts:
 
 
 def facts_of(
-    body: bytes, tenant: str, format_name: str, key: str, max_messages: int = MAX_MESSAGES
+    body: bytes,
+    tenant: str,
+    format_name: str,
+    key: str,
+    max_messages: int = MAX_MESSAGES,
+    *,
+    max_containers: int = MAX_CONTAINERS,
 ) -> Facts | None:
     """The facts of `body` (a JSON object in UTF-8 whose `key` member lists messages of
-    `format_name`, at most `max_messages` of them, counted before any is parsed); None
-    when it is not one. O(what follows the messages it shares with the
-    closest remembered body, plus a comparison at C speed): only that is decoded, scanned
-    (`toolref.edits.scanner.messages_after`) and parsed; the messages before are the
-    memo's (the same objects). With no memo: the whole body, scanned once."""
+    `format_name`, at most `max_messages` of them, counted before any is parsed, of at
+    most `max_containers` arrays and objects in all, counted before anything is: what a
+    parse of its messages holds); None when it is not one. O(what follows the messages it
+    shares with the closest remembered body, plus a comparison and a count at C speed):
+    only that is decoded, scanned (`toolref.edits.scanner.messages_after`) and parsed; the
+    messages before are the memo's (the same objects). With no memo: the whole body,
+    scanned once."""
+    if containers(body, max_containers) > max_containers:
+        return None
     with _LOCK:
         memos = [
             m for m in reversed(_MEMOS) if (m.tenant, m.format, m.key) == (tenant, format_name, key)
@@ -152,6 +167,17 @@ def facts_of(
             while sum(m.weight for m in _MEMOS) > MEMO_BYTES:
                 _MEMOS.popleft()
     return facts
+
+
+def containers(body: bytes, bound: int) -> int:
+    """The arrays and objects of `body` (its opening brackets outside JSON strings), or
+    an upper bound of them when that is within `bound` (brackets in strings counted too:
+    two counts at C speed, no more when that is enough). Linear."""
+    found = body.count(b"[") + body.count(b"{")
+    if found <= bound:
+        return found
+    outside = _STRING.sub(b"", body)
+    return outside.count(b"[") + outside.count(b"{")
 
 
 def _after(

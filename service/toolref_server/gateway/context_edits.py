@@ -78,6 +78,7 @@ class ContextStep:
     summaries: SummaryCache
     workers: Workers
     metrics: Metrics
+    max_containers: int = facts_module.MAX_CONTAINERS  # TOOLREF_MAX_CONTAINERS
     outcome: Outcome | None = None
 
     async def __call__(self, body: bytes) -> bytes:
@@ -90,6 +91,7 @@ class ContextStep:
             summaries=self.summaries,
             workers=self.workers,
             metrics=self.metrics,
+            max_containers=self.max_containers,
         )
         return edited
 
@@ -145,14 +147,16 @@ async def edit_context(
     summaries: SummaryCache,
     workers: Workers,
     metrics: Metrics,
+    max_containers: int = facts_module.MAX_CONTAINERS,
 ) -> tuple[bytes, Outcome | None]:
     """`body` with its old tool results replaced as `policy` says, and what was done (None:
     the body passes as it is: not a JSON object of `llm`'s format, one too deep or odd to
-    read, the client manages its own context, the summaries could not be had, or a fault
-    of this step, logged with its trace: context editing never fails a request).
+    read, or of more than `max_containers` arrays and objects, the client manages its own
+    context, the summaries could not be had, or a fault of this step, logged with its
+    trace: context editing never fails a request).
     O(the body) at C speed plus O(its new messages) in Python."""
     try:
-        read = await workers.run(len(body), _read, body, tenant, llm, policy)
+        read = await workers.run(len(body), _read, body, tenant, llm, policy, max_containers)
     except Exception:  # a fault of this optional step: the request goes on as it came
         log.exception("context editing failed on a request; it was sent as it came")
         read = "failed"
@@ -178,10 +182,11 @@ async def edit_context(
         if not isinstance(exc, ToolrefError | OSError):
             log.exception("context editing: the summaries of a new batch failed")
         log.warning("context editing: a new batch waits, its summaries failed (%s)", exc)
-        # The stand-ins already held still stand (`_rewritten` applies those it has): the
-        # batches before stay replaced, so the provider's cache is not written twice.
-        chosen = _held_only(found, chosen, policy)
+        # The stand-ins already held still stand (`_replaced`): the batches before stay
+        # replaced, so the provider's cache is not written twice; no rewrite is said.
+        chosen = dataclasses.replace(chosen, rewrote=False)
     try:
+        chosen = dataclasses.replace(chosen, cleared=_replaced(found, chosen.cleared, policy))
         out = await workers.run(len(body), _rewritten, found, chosen.cleared, policy)
     except Exception:  # as above
         log.exception("context editing failed on a request; it was sent as it came")
@@ -195,13 +200,21 @@ async def edit_context(
     return out, Outcome(chosen, tokens, saved)
 
 
-def _read(body: bytes, tenant: str, llm: Endpoint, policy: Policy) -> tuple[Facts, Plan] | str:
+def _read(
+    body: bytes, tenant: str, llm: Endpoint, policy: Policy, max_containers: int
+) -> tuple[Facts, Plan] | str:
     """The body's facts and plan, in one piece of work (off the loop when large); or why it
-    passes as it came: "unread" (not a JSON object of the endpoint's format, or nested
-    deeper than a parse goes), "client" (it clears its own tool results)."""
+    passes as it came: "unread" (not a JSON object of the endpoint's format, nested deeper
+    than a parse goes, or of more messages, arrays and objects than a parse may hold),
+    "client" (it clears its own tool results)."""
     try:
         found = facts_module.facts_of(
-            body, tenant, llm.format, llm.messages_key, policy.max_messages
+            body,
+            tenant,
+            llm.format,
+            llm.messages_key,
+            policy.max_messages,
+            max_containers=max_containers,
         )
         if found is not None and policy.respect_client and clears_tool_results(found):
             return "client"
@@ -215,14 +228,20 @@ def _read(body: bytes, tenant: str, llm: Endpoint, policy: Policy) -> tuple[Fact
     return found, chosen
 
 
-def _held_only(found: Facts, chosen: Plan, policy: Policy) -> Plan:
-    """`chosen` as far as stand-ins are held for it (the rest could not be made): what
-    the request replaces, and no rewrite said where none was made."""
+def _replaced(found: Facts, cleared: Sequence[Cleared], policy: Policy) -> tuple[Cleared, ...]:
+    """The results of `cleared` the request replaces: those a stand-in is held for (the
+    rest could not be made, or their invocation read) that is shorter than the result
+    (the plan estimates a stand-in's bytes; one longer, a summary of non-ASCII text or a
+    long call shown, would send more than the client did). Stand-ins are pinned, so every
+    replica and turn keeps the same. O(cleared and their stand-ins' bytes)."""
     sid = _sid(policy)
-    held = tuple(
-        c for c in chosen.cleared if sid in found.messages[c.message].results[c.result].stand_in
-    )
-    return dataclasses.replace(chosen, cleared=held, rewrote=False)
+    kept = []
+    for item in cleared:
+        result = found.messages[item.message].results[item.result]
+        held = result.stand_in.get(sid)
+        if held is not None and len(held.encode("utf-8")) < result.size:
+            kept.append(item)
+    return tuple(kept)
 
 
 def _rewritten(found: Facts, cleared: Sequence[Cleared], policy: Policy) -> bytes:

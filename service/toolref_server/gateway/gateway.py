@@ -217,7 +217,14 @@ class Gateway:
             return None
         services = self._services()
         return ContextStep(
-            tenant, upstream, llm, policy, services.summaries, services.workers, self.metrics
+            tenant,
+            upstream,
+            llm,
+            policy,
+            services.summaries,
+            services.workers,
+            self.metrics,
+            self.settings.max_containers,  # what a parse of its messages may hold
         )
 
     async def _hydrated(

@@ -108,6 +108,30 @@ async def test_a_store_down_holds_the_new_batch_back_and_keeps_the_ones_before()
     assert not outcome2.plan.rewrote
 
 
+class LongerStore(PinnedStore):
+    """A summary store whose pinned stand-ins are longer than the results they stand for
+    (a summary of non-ASCII text, or a long call shown, beyond the plan's estimate)."""
+
+    async def read(self, tenant: str, slots: Sequence[Any]) -> Sequence[Any]:
+        return [json.dumps("[stand-in] " + "y" * 3100) for _ in slots]
+
+
+class Longer:
+    store = LongerStore()
+
+
+async def test_a_stand_in_no_shorter_than_its_result_leaves_the_result_as_it_came() -> None:
+    """A result is replaced only by fewer bytes: a stand-in longer than the result would
+    send the provider more than the client did (and write its cache again for nothing)."""
+    facts_module.forget()
+    body = json.dumps({"model": "m", "messages": conversation(4)}).encode()
+    out, outcome = await edited(body, Longer())
+    assert out == body
+    assert outcome is not None
+    assert outcome.plan.cleared == ()
+    assert outcome.saved == 0
+
+
 async def test_a_message_nested_deeper_than_a_parse_goes_passes_as_it_came() -> None:
     facts_module.forget()
     deep = "[" * 100_000 + "]" * 100_000
@@ -233,3 +257,33 @@ def test_a_message_holding_a_result_is_counted_whole(format_name: str) -> None:
     message = found.messages[-1]
     assert [r.size for r in message.results] == [1002]
     assert message.size > 6000
+
+
+def test_a_body_of_more_arrays_and_objects_than_the_bound_is_not_read() -> None:
+    """TOOLREF_MAX_CONTAINERS: a body whose messages' parse would hold more arrays and
+    objects passes unread, on the path from scratch and on the one from a remembered body
+    alike; brackets within strings (escaped quotes and all) are not counted."""
+    messages = conversation(2)  # 13 arrays and objects, and `{}` twice in strings
+    facts_module.forget()
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    assert facts_of(body, "t", "openai-chat", "messages", max_containers=12) is None
+    assert facts_of(body, "t", "openai-chat", "messages", max_containers=13) is not None
+    grown = json.dumps({"model": "m", "messages": [*messages, {"role": "user", "content": []}]})
+    assert facts_of(grown.encode(), "t", "openai-chat", "messages", max_containers=14) is None
+    assert facts_of(grown.encode(), "t", "openai-chat", "messages", max_containers=15)
+    quoted = [*messages, {"role": "user", "content": '\\"[{' * 50 + '"[{\\'}]
+    text = json.dumps({"model": "m", "messages": quoted}).encode()
+    assert facts_of(text, "t", "openai-chat", "messages", max_containers=14) is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [
+        (b'{"a": [1, {"b": "[{"}]}', 3),
+        (b'["\\\\", [], "\\"[", {}]', 3),  # an escaped backslash ends before the quote
+        (b"[" + b'"\\"' * 1000, 1),  # a string never closed: its brackets are not counted
+        (b'[["' + b"\\" * 999, 2),  # nor after a last lone backslash
+    ],
+)
+def test_the_arrays_and_objects_counted_are_those_outside_strings(text: bytes, count: int) -> None:
+    assert facts_module.containers(text, 0) == count
