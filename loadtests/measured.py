@@ -10,8 +10,11 @@ from redis.asyncio import Redis
 
 from loadtests.counting_hop import Sent
 from toolref.edits.wire import MEDIA_TYPE
+from toolref_server.storage import keys
 
-COUNTERS: Final = frozenset({"q", "c"})  # per tenant, not per conversation
+# Per tenant (and window or minute), not per conversation: the stored-bytes quota, model
+# calls, and gateway usage (a conversation that crossed a minute added that minute's hash).
+COUNTERS: Final = frozenset({keys.STORED_BYTES, keys.MODEL_CALLS, keys.USAGE})
 
 
 @dataclass

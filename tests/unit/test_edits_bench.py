@@ -18,12 +18,13 @@ from loadtests import edits_baseline, edits_report, fast_upstream, patterns
 from loadtests.bandwidth import on_the_wire
 from loadtests.counting_hop import CountingHop, Sent
 from loadtests.edits_bench import Plan, conversations, from_trace
-from loadtests.measured import Measured
+from loadtests.measured import COUNTERS, Measured
 from loadtests.patterns import PATTERNS, Pattern, encode
 from loadtests.rawhttp import Connection, request
 from loadtests.report import Section, replace_section
 
 from toolref import formats
+from toolref_server.storage import keys
 
 TURNS = 30
 
@@ -380,3 +381,15 @@ def test_a_section_is_replaced_in_place_or_added_before_the_regions(tmp_path: An
     assert "old" not in text
     assert text.index("new") < text.index("## Two")
     assert text.index("kept") < text.index("## Three") < text.index("<!-- soak -->")
+
+
+def test_what_the_bench_leaves_out_of_a_conversations_keys_is_per_tenant_counters() -> None:
+    """The edits bench measures the keys a conversation added, per tenant counters left
+    out: one that crossed a minute added that minute's usage hash, which was counted as the
+    conversation's (tau-bench's figure moved across 0.5 by it)."""
+    tenant = "t"
+    counters = [keys.usage(tenant, 1), keys.stored_bytes(tenant, 1), keys.model_calls(tenant, 1)]
+    assert {key.split(":")[2] for key in counters} <= COUNTERS
+    own = [keys.recipe_node(tenant, "tb_abc"), keys.answer(tenant, "tb_abc")]
+    own += [keys.edit_piece(tenant, b"\x01" * 16), keys.recipe_chunk(tenant, b"\x02" * 16)]
+    assert not {key.split(":")[2] for key in own} & COUNTERS
