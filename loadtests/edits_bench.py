@@ -355,10 +355,14 @@ def main(argv: list[str] | None = None) -> int:
         "--write", action="store_true", help="put the sections in docs/benchmarks.md"
     )
     parser.add_argument("--turns", type=int, help="turns of every conversation (a smoke run)")
-    parser.add_argument("--patterns", help="these patterns only, comma-separated")
+    parser.add_argument("--patterns", help="these patterns only, comma-separated (empty: none)")
+    parser.add_argument("--traces", help="the shared traces whose names hold one of these")
     parser.add_argument("--no-traces", action="store_true", help="no shared trace")
     args = parser.parse_args(argv)
     found = [] if args.no_traces else traces.load()
+    if args.traces:
+        wanted = args.traces.split(",")
+        found = [t for t in found if any(part in t.name for part in wanted)]
     why = "--no-traces" if args.no_traces else f"the folder {traces.TRACES} is absent or empty"
     if not found:
         print(f"edits bench: no shared traces ({why}): patterns only", file=sys.stderr)
@@ -367,8 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     plan = replace(plan, command=command, suffix=f", at {args.code}" if args.code else "")
     if args.turns:
         plan = replace(plan, turns=args.turns, trace_turns=args.turns, replica_turns=args.turns)
-    if args.patterns:
-        names = tuple(args.patterns.split(","))
+    if args.patterns is not None:
+        names = tuple(name for name in args.patterns.split(",") if name)
         unknown = [n for n in names if n not in PATTERNS]
         if unknown:
             parser.error(f"--patterns: no pattern {unknown}; choose among {', '.join(PATTERNS)}")

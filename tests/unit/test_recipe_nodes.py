@@ -23,6 +23,7 @@ from tests.unit.edits.test_edits import EDITS, HEADERS, body_of, conversation, e
 from toolref.edits.edit import Inline, Keep, Op, diff
 from toolref.edits.recipe import LITERAL, PIECE, entry_of, recipe_ref_of
 from toolref.edits.request import Cut, cut
+from toolref.wire.encoding import packb
 from toolref_server.storage import recipe_groups
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, StoredOp, rechunk, settled
@@ -229,6 +230,48 @@ def test_bytes_no_version_wrote_are_not_a_node() -> None:
     assert decode_chunk(encode_chunk(chunk)[1], encode_chunk(chunk)[0]) == chunk
     for bad in [Chunk(((ID,),), ((1, 0, 0),)), Chunk((), (b"\x00short",))]:  # no group 1
         assert decode_chunk(*reversed(encode_chunk(bad))) is None
+
+
+def _map_form(node: Snapshot | Delta) -> bytes:
+    """A node as versions before the positional form wrote it (a msgpack map)."""
+    fields: dict[str, Any] = {"r": node.refreshed}
+    if node.blob:
+        fields |= {"l": node.blob, "z": node.context}
+    if isinstance(node, Snapshot):
+        fields |= {"c": [list(c) for c in node.chunks], "n": list(node.lengths)}
+    else:
+        ops = [list(op) if isinstance(op, tuple) else op for op in node.ops]
+        fields |= {"s": node.snapshot, "a": list(node.ancestors), "x": ops}
+    return b"\x02" + packb(fields)
+
+
+@pytest.mark.parametrize("depth", [0, 1, 5])
+def test_a_delta_is_stored_positionally_and_the_map_form_still_reads(depth: int) -> None:
+    """A delta's bytes name no member (a short turn's node was a tenth member names) and
+    its ids go joined; what earlier versions stored (the map form) still reads, so a
+    conversation kept before an upgrade goes on from its recipe."""
+    ids = [bytes([n]) * 16 for n in range(depth + 1)]
+    ops = ((0, 4), PIECE + b"p" * 16, 12)
+    delta = Delta(ids[0], tuple(ids[1:]), ops, b"\x28\xb5literals", 300, 1_764_000_000)
+    snapshot = Snapshot(((ID, 0, 3),), (5, 7), b"blob", 1_764_000_000)
+    for node in (delta, snapshot):
+        assert decode_node(encode_node(node)) == node
+        assert decode_node(_map_form(node)) == node
+    assert len(encode_node(delta)) <= len(_map_form(delta)) - 12 - 2 * depth
+
+
+def test_a_positional_node_of_another_shape_is_not_a_node() -> None:
+    """Unknown kinds, a chain that is not whole ids, a snapshot with a context: not held."""
+    ops = [12]
+    for fields in [
+        [2, 1, b"", 0, ID, ops],  # no such kind
+        [1, 1, b"", 0, ID + b"x", ops],  # a chain of 17 bytes
+        [1, 1, b"", 0, b"", ops],  # no snapshot
+        [0, 1, b"", 5, [], []],  # a snapshot against a context
+        [1, "1", b"", 0, ID, ops],  # refreshed not a number
+        [1, 1, b"", 0, ID],  # a member short
+    ]:
+        assert decode_node(b"\x02" + packb(fields)) is None
 
 
 def test_the_cache_is_bounded_by_bytes_and_keeps_tenants_apart() -> None:
