@@ -68,6 +68,7 @@ from toolref_server.storage.store import Store, StoreClient
 from toolref_server.storage.summary_store import SummaryStore
 from toolref_server.storage.usage_counters import UsageCounters
 from toolref_server.storage.verifier import Verifier
+from toolref_server.usage import Pending
 
 log = logging.getLogger("toolref_server")
 
@@ -89,8 +90,17 @@ async def _sampling(metrics: Metrics, usage: UsageCounters, every: float) -> Non
 
 
 async def _last_flush(metrics: Metrics, usage: UsageCounters) -> None:
-    with contextlib.suppress(StoreUnavailableError):
+    """At stop, after the sampler: what this worker counted, added (a flush the stop
+    cancelled included); what the store cannot take now is lost with the process."""
+    try:
         await usage.flush(metrics.pending)
+    except StoreUnavailableError as exc:
+        log.warning(
+            "gateway usage of %d minute x tenant x upstream entries left off the savings page "
+            "at stop: %s",
+            len(metrics.pending),
+            exc.detail,
+        )
 
 
 @contextlib.asynccontextmanager
@@ -211,7 +221,7 @@ def create_app(
         messages=settings.message_dictionary,
         level=settings.compress_level,
     )
-    metrics = Metrics()
+    metrics = Metrics(Pending(limit=settings.usage_pending_slots))
     # Request bodies in flight, REST and gateway together (one budget per process).
     budget = Budget(
         settings.max_inflated_in_flight,

@@ -54,7 +54,7 @@ def method_label(method: str) -> str:
 class Metrics:
     """Every metric the service exports, on its own registry."""
 
-    def __init__(self) -> None:
+    def __init__(self, pending: Pending | None = None) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -231,7 +231,15 @@ class Metrics:
         self._breaker_state: Callable[[], str] | None = None
         self._budget: Budget | None = None
         # Gateway usage not yet in the store's per-minute counters (the savings page).
-        self.pending = Pending()
+        self.pending = pending if pending is not None else Pending()
+        self.usage_dropped = Counter(
+            "toolref_usage_dropped",
+            "Gateway requests left off the savings page: counted while this worker held "
+            "TOOLREF_USAGE_PENDING_SLOTS entries the store had not taken (it was down), by "
+            "tenant and upstream.",
+            ["tenant", "upstream"],
+            registry=r,
+        )
         self.directory = workers_metrics.directory()
 
     def refs(self, found: list[bool]) -> None:
@@ -254,7 +262,8 @@ class Metrics:
         if counts.tokens or counts.tokens_saved:
             self.context_tokens.labels("sent", tenant, upstream).inc(counts.tokens)
             self.context_tokens.labels("saved", tenant, upstream).inc(counts.tokens_saved)
-        self.pending.add(tenant, upstream, counts)
+        if not self.pending.add(tenant, upstream, counts):
+            self.usage_dropped.labels(tenant, upstream).inc(counts.requests)
 
     def watch_breaker(self, state: Callable[[], str]) -> None:
         """Read the breaker's state at scrape time (it moves by the clock, not by calls)."""

@@ -2,14 +2,21 @@
 added to the store's per-minute counters (`toolref_server.storage.usage_counters`), which the
 savings page reads (`toolref_server.routes.savings_page`).
 
-Pure: the clock is handed in. Bounded: an entry per minute x tenant x upstream counted
-since the last flush (every `TOOLREF_SAMPLE_SECONDS`: two minutes' worth, about); entries a
-failed flush puts back are kept at most `KEEP_MINUTES` (the store's counters live that
-long), so an engine down for a day holds at most a day of minutes per tenant and upstream.
+Pure: the clock is handed in. A flush takes a numbered `Batch` of what was counted and lets
+go of it only once the store confirms the write (`written`): a write that failed, timed out
+or was cancelled is sent again, whole and under the same number, before anything counted
+since; the store adds a batch once (exactly once per writer and number), so no count is lost
+to a failure or counted twice by a retry. Bounded: at most `limit` minute x tenant x
+upstream entries, the batch's included (`TOOLREF_USAGE_PENDING_SLOTS`; about 300 bytes
+each): while the store is down, use of a new minute, tenant or upstream beyond it is dropped
+(`add` says so; the entries held keep counting). Every `TOOLREF_SAMPLE_SECONDS` a flush
+holds two minutes' worth, about. Entries older than `KEEP_MINUTES` are dropped when a batch
+is taken (the store's counters live that long).
 """
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields
@@ -17,6 +24,7 @@ from typing import Final, NamedTuple
 
 MINUTE: Final = 60
 KEEP_MINUTES: Final = 24 * 60  # the longest window the page shows: a day
+SLOTS: Final = 20_000  # TOOLREF_USAGE_PENDING_SLOTS' default: about 6 MB
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,31 +60,72 @@ class Slot(NamedTuple):
     upstream: str
 
 
-class Pending:
-    """What this worker counted since its last flush, per minute, tenant and upstream."""
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """What one flush writes: this worker's `number`-th batch (from 1, in the order taken)."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    number: int
+    counts: dict[Slot, Counts]
+
+
+class Pending:
+    """What this worker counted and the store has not confirmed, per minute, tenant and
+    upstream: at most `limit` entries. `writer` names this worker to the store (random:
+    one per process), which adds each of its batches once."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        limit: int = SLOTS,
+        writer: str | None = None,
+    ) -> None:
         self.clock = clock
+        self.limit = limit
+        self.writer = writer if writer is not None else secrets.token_hex(8)
         self._counts: dict[Slot, Counts] = {}
+        self._batch: Batch | None = None  # taken, not confirmed written
+        self._taken = 0
 
     def __len__(self) -> int:
-        return len(self._counts)
+        return len(self._counts) + (len(self._batch.counts) if self._batch else 0)
 
-    def add(self, tenant: str, upstream: str, counts: Counts) -> None:
+    def add(self, tenant: str, upstream: str, counts: Counts) -> bool:
+        """Count `counts`; False: dropped, `limit` entries held and this one new."""
         slot = Slot(int(self.clock() // MINUTE), tenant, upstream)
-        self._counts[slot] = self._counts.get(slot, Counts()) + counts
+        held = self._counts.get(slot)
+        if held is None:
+            if len(self) >= self.limit:
+                return False
+            held = Counts()
+        self._counts[slot] = held + counts
+        return True
 
-    def drain(self) -> dict[Slot, Counts]:
-        """Everything counted, handed over (and forgotten here)."""
-        drained, self._counts = self._counts, {}
-        return drained
-
-    def restore(self, drained: dict[Slot, Counts]) -> None:
-        """Put back what a flush could not write, but what is older than a day."""
+    def batch(self) -> Batch | None:
+        """The batch to write next: the one taken before and not confirmed written (sent
+        again as it was, but minutes older than a day), else everything counted since, as
+        a new batch; None when there is nothing to write."""
         oldest = int(self.clock() // MINUTE) - KEEP_MINUTES
-        for slot, counts in drained.items():
-            if slot.minute > oldest:
-                self._counts[slot] = self._counts.get(slot, Counts()) + counts
+        if self._batch is not None:
+            if any(slot.minute <= oldest for slot in self._batch.counts):
+                self._batch = Batch(self._batch.number, _since(self._batch.counts, oldest))
+            if self._batch.counts:
+                return self._batch
+            self._batch = None
+        counts, self._counts = _since(self._counts, oldest), {}
+        if not counts:
+            return None
+        self._taken += 1
+        self._batch = Batch(self._taken, counts)
+        return self._batch
+
+    def written(self, batch: Batch) -> None:
+        """`batch` is in the store: let go of it (a no-op when another flush did)."""
+        if self._batch is not None and self._batch.number == batch.number:
+            self._batch = None
+
+
+def _since(counts: dict[Slot, Counts], oldest: int) -> dict[Slot, Counts]:
+    return {slot: value for slot, value in counts.items() if slot.minute > oldest}
 
 
 def window(

@@ -46,6 +46,7 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_SHUTDOWN_TIMEOUT": ("int", 20, "ge=1"),
         "TOOLREF_RETRY_AFTER_SECONDS": ("int", 1, "ge=1"),
         "TOOLREF_SAMPLE_SECONDS": ("float", 5.0, "gt=0 le=60"),  # issue 32
+        "TOOLREF_USAGE_PENDING_SLOTS": ("int", 20_000, "ge=1"),  # review: usage counters
         "TOOLREF_LOG_LEVEL": ("str", "info", ""),
         "TOOLREF_EVENT_LOOP": ("str", "auto", ""),
     },

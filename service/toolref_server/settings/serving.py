@@ -51,6 +51,14 @@ class ServingSettings(BaseModel):
         "workers gone, and adds its gateway usage to the store's per-minute counters (the "
         "savings page).",
     )
+    usage_pending_slots: int = Field(
+        default=20_000,
+        ge=1,
+        description="Each worker holds at most this many minute x tenant x upstream entries of "
+        "gateway usage the store has not taken yet (about 300 bytes each: 6 MB by default); "
+        "while the store is down, use of a new minute, tenant or upstream beyond them is left "
+        "off the savings page (toolref_usage_dropped counts it; /metrics has it all).",
+    )
     log_level: str = Field(
         default="info", description="Log level: critical, error, warning, info or debug."
     )

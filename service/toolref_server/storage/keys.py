@@ -16,6 +16,9 @@ of one tenant scans) and no two tenants share a key:
 | `c` | a model-call counter (`counters.ModelCallCounters`) | the minute (epoch seconds // 60) |
 | `u` | a minute's gateway usage (`usage.UsageCounters`), `<upstream>:<field>` | the minute |
 
+A usage hash also holds `@<writer>` per worker that added to it: the number of the last
+batch it added (`usage_writer`), so that a batch sent again is added once.
+
 A summary's single-flight lock (and its failure mark, the same key holding `failed`) is its
 summary's key followed by `:lock`. Exports carry the kinds in `EXPORTED`, never locks or
 counters (nor pieces and recipes: a client whose base is gone sends its request whole
@@ -110,6 +113,11 @@ def usage_field(upstream: str, name: str) -> str:
     """A field of a usage hash: the upstream (`settings.upstreams.NAME_RE`: no colon) and
     what it counts."""
     return f"{upstream}:{name}"
+
+
+def usage_writer(writer: str) -> str:
+    """The field of a usage hash holding the last batch `writer` (hex: no colon) added."""
+    return f"@{writer}"
 
 
 def usage_fields(field: bytes | str) -> tuple[str, str]:
