@@ -12,9 +12,10 @@
  * a recipe nor `Toolref-Edits` and is no toolref problem (a framework's own problem+json is
  * none) comes from no receiver of edits (a backend rolled back, a replica without the
  * middleware): the endpoint is forgotten (its requests go as they are, with the offer) and,
- * refused (4xx, 5xx), the request is sent again as it is, as Python's `Sender` does. The
- * answer is handed back unread (streams stay streams), but for a problem it had to read to
- * decide (handed back byte for byte).
+ * refused (4xx, 415 included, 5xx), the request is sent again as it is, as Python's `Sender`
+ * does. The answer is handed back unread (streams stay streams), but for a problem it had to
+ * read to decide (at most `MAX_PROBLEM_BYTES` of it, as Python reads one; handed back byte
+ * for byte).
  */
 
 import { tapFor } from "./edits/answer.js";
@@ -195,25 +196,30 @@ export class ToolReferenceManager {
       counted.wire += edit.body.length;
       const { status } = response;
       const named = response.headers.has(HISTORY_HEADER);
+      this.learn(response);
+      const told = response.headers.has(EDITS_HEADER);
+      const isProblem = (response.headers.get("content-type") ?? "").startsWith(PROBLEM_TYPE);
       if (status === 415 && !named) {
-        // The receiver's refusal of the media type (an app's own 415 is marked with the
-        // recipe): this request as it is, and the offer again from now on. The refusal is
-        // read to its end (a small problem; cancelled past `DISCARD_BYTES`), not cancelled at
-        // once: a cancelled answer is a failed request to a browser's tools, and its
+        // The edit not applied (an app's own 415 is marked with the recipe): this request as
+        // it is, and the offer again; paused when a receiver of edits refused it (toolref's
+        // problem, or `Toolref-Edits`: its registry down), forgotten too when none did (a
+        // framework's own 415: a backend rolled back), as Python's `Sender` does. The refusal
+        // is read to its end (a small problem; cancelled past `DISCARD_BYTES`), not cancelled
+        // at once: a cancelled answer is a failed request to a browser's tools, and its
         // connection is not reused.
-        await discard(response);
+        const read = isProblem ? await readProblem(response) : { whole: null, response };
+        if (read.whole === null) await discard(read.response);
+        if (!told && !isToolrefProblem(read.whole === null ? null : parseObject(read.whole))) this.edits = 0;
         this.pauseMs = Math.min(Math.max(this.pauseMs * 2, FIRST_PAUSE_MS), LONGEST_PAUSE_MS);
         this.pausedUntil = Date.now() + this.pauseMs;
         return plain();
       }
-      this.learn(response);
-      const told = response.headers.has(EDITS_HEADER);
-      // A problem is read whole (as Python's `may_resend` reads it): one the editor resends
-      // on, and a 4xx one from no toolref receiver, which tells whether it is toolref's.
-      const isProblem = (response.headers.get("content-type") ?? "").startsWith(PROBLEM_TYPE);
+      // A problem is read (as Python's `may_resend` reads it, at most `MAX_PROBLEM_BYTES`):
+      // one the editor resends on, and a 4xx one from no toolref receiver, which tells
+      // whether it is toolref's. A longer one is none of toolref's: handed on, every byte.
       let whole: Uint8Array | null = null;
       if (mayResend(status, response.headers.get("content-type")) || (isProblem && status >= 400 && status < 500 && !named && !told)) {
-        whole = new Uint8Array(await response.arrayBuffer());
+        ({ whole, response } = await readProblem(response));
       }
       const problem = whole === null ? null : parseObject(whole);
       if (!named && !told && !isToolrefProblem(problem)) {
@@ -245,10 +251,11 @@ export class ToolReferenceManager {
     }
   }
 
-  /** The edit version an answer says its receiver reads, if it says one. */
+  /** The edit version an answer says its receiver reads, if it says one: 1-3 ASCII digits,
+   * at least 1 (`4.0`, `0x4`, `+4`, `1e0` say nothing), as Python's `Sender._told` reads it. */
   private learn(response: Response): void {
-    const said = Number((response.headers.get(EDITS_HEADER) ?? "").trim());
-    if (Number.isSafeInteger(said) && said >= 1) this.edits = Math.min(said, VERSION);
+    const said = (response.headers.get(EDITS_HEADER) ?? "").trim();
+    if (/^[0-9]{1,3}$/.test(said) && Number(said) >= 1) this.edits = Math.min(Number(said), VERSION);
   }
 }
 
@@ -271,6 +278,66 @@ export function readAnswer(response: Response, path: string, answered: (answer: 
 
 /** The most bytes of a refused answer read before it is cancelled (a refusal is small). */
 const DISCARD_BYTES = 64 << 10;
+
+/** The most bytes of a problem read to tell what it is (Python's `MAX_PROBLEM_BYTES`): one
+ * toolref writes is < 2 KiB. */
+const MAX_PROBLEM_BYTES = 64 << 10;
+
+/** `response`'s body read whole when it is at most `MAX_PROBLEM_BYTES` (`whole`; `response`
+ * then used up); else `whole` null and `response` one holding every byte it had (those read,
+ * then the rest as they come), at most that much read of it (none when its `Content-Length`
+ * says more), as Python's `read_problem` does. */
+async function readProblem(response: Response): Promise<{ whole: Uint8Array | null; response: Response }> {
+  const length = (response.headers.get("content-length") ?? "").trim();
+  if (/^[0-9]+$/.test(length) && Number(length) > MAX_PROBLEM_BYTES) return { whole: null, response };
+  const reader = response.body?.getReader();
+  if (reader === undefined) return { whole: new Uint8Array(0), response };
+  const pieces: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    pieces.push(value);
+    size += value.length;
+    if (size > MAX_PROBLEM_BYTES) {
+      const rest = replayed(pieces, reader);
+      return { whole: null, response: new Response(rest, { status: response.status, statusText: response.statusText, headers: response.headers }) };
+    }
+  }
+  const whole = new Uint8Array(size);
+  let at = 0;
+  for (const piece of pieces) {
+    whole.set(piece, at);
+    at += piece.length;
+  }
+  return { whole, response };
+}
+
+/** A stream of `pieces` (read already from `reader`), then the rest of `reader`; cancelled,
+ * it cancels `reader`. */
+function replayed(pieces: Uint8Array[], reader: ReadableStreamDefaultReader<Uint8Array>): ReadableStream<Uint8Array> {
+  let next = 0;
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        if (next < pieces.length) {
+          controller.enqueue(pieces[next]!);
+          pieces[next++] = EMPTY; // handed on: not held twice
+          return;
+        }
+        const { done, value } = await reader.read();
+        if (done) controller.close();
+        else controller.enqueue(value);
+      },
+      cancel(reason) {
+        return reader.cancel(reason);
+      },
+    },
+    { highWaterMark: 0 },
+  );
+}
+
+const EMPTY = new Uint8Array(0);
 
 /** Read a refused answer to its end and drop it (its connection is then reused), at most
  * `DISCARD_BYTES` (then cancelled: a body that never ends holds nothing up). */

@@ -2,7 +2,7 @@
 // answers it compresses against stays within the manager's bounds, as Python's Editor keeps
 // it; and a backend that stops reading edits is recovered from whatever its framework
 // answers an edit it cannot read (a problem document of its own included).
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { Editor, MEDIA_TYPE, ToolReferenceManager, UsageError, forgetSharedState, toolrefFetch, type ExchangeInfo } from "../src/index.js";
 import { Receiver } from "./receiver.js";
 
@@ -131,4 +131,154 @@ describe("toolrefFetch({ manager }) with the manager's options beside it", () =>
     }
     expect(() => toolrefFetch({ manager })).not.toThrow();
   });
+});
+
+describe("parity with Python's Sender (the review of SDK sending parity)", () => {
+  const URL_ = "http://app.test/api/chat";
+  const HEADERS = { "content-type": "application/json" };
+  const PROBLEM = { "content-type": "application/problem+json" };
+
+  function body(turns: number): string {
+    const messages: unknown[] = [];
+    for (let turn = 0; turn < turns; turn++) messages.push({ role: "user", content: `question ${turn}: ${"why ".repeat(40)}` });
+    return JSON.stringify({ messages });
+  }
+
+  /** A receiver of edits until `refusal` is set; then a backend without toolref answering an
+   * edit with it and a request as it is with "answered" (no Toolref-Edits). */
+  function rollingBack() {
+    const receiver = new Receiver();
+    const state = { refusal: null as null | (() => Response), kinds: [] as string[], plain: [] as string[] };
+    const fetch = (async (input: RequestInfo | URL, init?: RequestInit) => {
+      const request = new Request(input, init);
+      const edit = request.headers.get("content-type") === MEDIA_TYPE;
+      state.kinds.push(edit ? "edit" : "as it is");
+      if (state.refusal === null) return receiver.fetch(input, init);
+      if (edit) return state.refusal();
+      state.plain.push(await request.text());
+      return new Response("answered", { headers: { "content-type": "text/plain" } });
+    }) as typeof globalThis.fetch;
+    return { state, fetch };
+  }
+
+  /** Two turns to a receiver of edits, then three to the backend rolled back, the last an
+   * hour on (any pause long over): each gets the answer to its request as made. */
+  async function run(refusal: () => Response, manager: ToolReferenceManager): Promise<string[]> {
+    const { state, fetch } = rollingBack();
+    let now = 1_000_000;
+    const clock = vi.spyOn(Date, "now").mockImplementation(() => now);
+    try {
+      const send = toolrefFetch({ fetch, manager });
+      for (const turns of [1, 2]) await (await send(URL_, { method: "POST", headers: HEADERS, body: body(turns) })).text();
+      state.refusal = refusal;
+      for (const turns of [3, 4, 5]) {
+        if (turns === 5) now += 3_600_000;
+        const answer = await send(URL_, { method: "POST", headers: HEADERS, body: body(turns) });
+        expect([answer.status, await answer.text()]).toEqual([200, "answered"]);
+        expect(state.plain.at(-1)).toBe(body(turns));
+      }
+    } finally {
+      clock.mockRestore();
+    }
+    return state.kinds;
+  }
+
+  const problem = (status: number, type: string) => () =>
+    new Response(JSON.stringify({ type, title: "Unsupported Media Type", status }), { status, headers: PROBLEM });
+
+  for (const [what, refusal] of [
+    ["Spring's about:blank", problem(415, "about:blank")],
+    ["ASP.NET's RFC 9110 link", problem(415, "https://tools.ietf.org/html/rfc9110#section-15.5.14")],
+    ["a plain text one", () => new Response("Unsupported Media Type", { status: 415, headers: { "content-type": "text/plain" } })],
+  ] as const) {
+    it(`a 415 from no receiver of edits (${what}): as it is, and the endpoint forgotten (no edit every 30 s)`, async () => {
+      const manager = new ToolReferenceManager();
+      const kinds = await run(refusal, manager);
+      expect(kinds).toEqual(["as it is", "edit", "edit", "as it is", "as it is", "as it is"]);
+      expect(manager.edits).toBe(0);
+    });
+  }
+
+  it("toolref's own 415 (its registry down): as it is, paused, the endpoint kept: an edit once the pause is over", async () => {
+    const manager = new ToolReferenceManager();
+    const kinds = await run(problem(415, "urn:toolref:problem:unsupported-media-type"), manager);
+    expect(kinds).toEqual(["as it is", "edit", "edit", "as it is", "as it is", "edit", "as it is"]);
+    expect(manager.edits).toBe(2); // the test receiver's Toolref-Edits
+  });
+
+  /** A body of `size` bytes in 16 KiB pieces, pulled one at a time; `pulled` counts them. */
+  function counted(content: Uint8Array) {
+    const seen = { pulled: 0, cancelled: false };
+    let at = 0;
+    const stream = new ReadableStream<Uint8Array>(
+      {
+        pull(controller) {
+          if (at >= content.length) return controller.close();
+          const piece = content.slice(at, at + (16 << 10));
+          at += piece.length;
+          seen.pulled += piece.length;
+          controller.enqueue(piece);
+        },
+        cancel() {
+          seen.cancelled = true;
+        },
+      },
+      { highWaterMark: 0 },
+    );
+    return { stream, seen };
+  }
+
+  it("a long 409 problem+json to an edit is read at most 64 KiB to tell, and handed back byte for byte", async () => {
+    // Python's read_problem stops at MAX_PROBLEM_BYTES (a toolref problem is < 2 KiB): this
+    // is none, from a receiver of edits (it says Toolref-Edits), so the app gets it.
+    const content = new TextEncoder().encode(JSON.stringify({ type: "about:blank", detail: "x".repeat(1 << 20) }));
+    const long = counted(content);
+    const { state, fetch } = rollingBack();
+    const send = toolrefFetch({ fetch });
+    for (const turns of [1, 2]) await (await send(URL_, { method: "POST", headers: HEADERS, body: body(turns) })).text();
+    state.refusal = () => new Response(long.stream, { status: 409, headers: { ...PROBLEM, "toolref-edits": "4" } });
+    const answer = await send(URL_, { method: "POST", headers: HEADERS, body: body(3) });
+    expect(answer.status).toBe(409);
+    expect(long.seen.pulled).toBeLessThanOrEqual((64 << 10) + (32 << 10));
+    expect(new Uint8Array(await answer.arrayBuffer())).toEqual(content);
+    expect(state.kinds).toEqual(["as it is", "edit", "edit"]);
+  });
+
+  it("a long 400 problem+json from no receiver of edits: at most 64 KiB read, then as it is", async () => {
+    const content = new TextEncoder().encode(JSON.stringify({ type: "about:blank", detail: "x".repeat(1 << 20) }));
+    const long = counted(content);
+    const { state, fetch } = rollingBack();
+    const send = toolrefFetch({ fetch });
+    for (const turns of [1, 2]) await (await send(URL_, { method: "POST", headers: HEADERS, body: body(turns) })).text();
+    state.refusal = () => new Response(long.stream, { status: 400, headers: PROBLEM });
+    const answer = await send(URL_, { method: "POST", headers: HEADERS, body: body(3) });
+    expect([answer.status, await answer.text()]).toEqual([200, "answered"]);
+    expect(long.seen.pulled).toBeLessThanOrEqual((64 << 10) + (32 << 10));
+    expect(long.seen.cancelled).toBe(true);
+    expect(state.kinds).toEqual(["as it is", "edit", "edit", "as it is"]);
+  });
+
+  /** What the endpoint is sent after its first answer said `Toolref-Edits: said`. */
+  async function after(said: string): Promise<string[]> {
+    const kinds: string[] = [];
+    const fetch = (async (input: RequestInfo | URL, init?: RequestInit) => {
+      kinds.push(new Request(input, init).headers.get("content-type") === MEDIA_TYPE ? "edit" : "as it is");
+      return new Response("{}", { headers: { "content-type": "application/json", "toolref-edits": said } });
+    }) as typeof globalThis.fetch;
+    const send = toolrefFetch({ fetch });
+    for (const turns of [1, 2]) await (await send(URL_, { method: "POST", headers: HEADERS, body: body(turns) })).text();
+    return kinds;
+  }
+
+  for (const said of ["4.0", "0x4", "+4", "1e0", "4e0", "0004", "0", "-1", "", "\u00b2"]) {
+    it(`Toolref-Edits: ${JSON.stringify(said)} is not 1-3 digits: read as nothing, as Python reads it`, async () => {
+      expect(await after(said)).toEqual(["as it is", "as it is"]);
+    });
+  }
+
+  for (const said of ["4", " 3 ", "04", "999"]) {
+    it(`Toolref-Edits: ${JSON.stringify(said)} is read`, async () => {
+      expect(await after(said)).toEqual(["as it is", "edit"]);
+    });
+  }
 });

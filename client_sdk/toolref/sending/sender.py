@@ -12,7 +12,12 @@ no base (each segment inline, alone), later ones against the recipe the receiver
 `dictionary-mismatch`) is resent by the `Editor` (at most 3 times, the last with
 everything inline); a 415 (a receiver that cannot apply edits now) sends the request as it
 is, and the endpoint's requests go as they are, offering edits, for a while
-(`toolref.sending.pause`). The answer kept is handed back as it came: a
+(`toolref.sending.pause`). An answer to an edit that names neither a recipe nor
+`Toolref-Edits` and is no toolref problem (`urn:toolref:problem:`; a framework's own
+problem+json, Spring's `about:blank` or ASP.NET's RFC 9110 link, is none) comes from no
+receiver of edits (a backend rolled back): the endpoint is forgotten (its requests go as
+they are, with the offer) and, refused (4xx, 415 included, or 5xx), the request is sent again
+as it is, as the TypeScript manager does. The answer kept is handed back as it came: a
 stream stays a stream (only a problem the exchange resends on is read, by the driver).
 
 Segment 0 holds the request's headers but credentials (name-only), hop headers and
@@ -38,12 +43,11 @@ from toolref.sending.answers import problem_of, read_answer
 from toolref.sending.editor import Edit, Editor
 from toolref.sending.pause import Pause
 from toolref.sending.savings import Savings
-from toolref.wire.errors import UnsupportedMediaTypeError
+from toolref.wire.errors import PROBLEM_BASE
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER, TOOLREF_PREFIX
 
 MAX_ENDPOINTS: Final = 64  # endpoints whose answer to the offer is remembered
 OFFER: Final = (EDITS_HEADER, str(wire.VERSION))
-UNSUPPORTED: Final = UnsupportedMediaTypeError.problem_type()
 
 # (the request to send again, its body, its headers): a request of the same class, URL and
 # extensions as the app's.
@@ -99,11 +103,15 @@ class Sender:
             )
             self._told(target, response)
             self.savings.sent(len(edit.body), resend=edit.resends > 0)
-            if response.status_code == 415 and _unsupported(response):
+            if response.status_code == 415 and HISTORY_HEADER not in response.headers:
+                # the edit not applied (an app's own 415 names its recipe): paused, and
+                # forgotten when no receiver of edits said so (a framework's own 415)
                 if pause is None:
                     pause = Pause()
                     self.pauses.put(target, pause)
                 pause.refused(self.clock())
+                if _no_reader(response):
+                    self.reads.pop(target)
                 return (yield from self._as_it_is(request, content, pairs, rebuild, target))
             if _no_reader(response):  # the receiver no longer reads edits: forgotten
                 self.reads.pop(target)
@@ -138,7 +146,8 @@ class Sender:
     def _told(self, target: str, response: httpx.Response) -> None:
         """Learn from an answer whether its endpoint reads edits, and of which version."""
         said = response.headers.get(EDITS_HEADER, "").strip()
-        if said.isdigit() and 0 < len(said) < 4 and int(said) >= min(wire.VERSIONS):
+        # 1-3 ASCII digits (`isdigit` alone takes `²`, which `int` refuses), as JS reads it
+        if said.isascii() and said.isdigit() and len(said) < 4 and int(said) >= min(wire.VERSIONS):
             self.reads.put(target, min(int(said), max(wire.VERSIONS)))
 
     def _next(self, edit: Edit, response: httpx.Response) -> Edit | None:
@@ -157,18 +166,20 @@ def _segment_headers(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 def _no_reader(response: httpx.Response) -> bool:
     """An answer to an edit from a receiver that does not read edits (any more: a backend
     rolled back, its middleware taken out): it names neither a recipe nor `Toolref-Edits`
-    (a receiver that does answers every edit so), and is no toolref problem."""
+    (a receiver that does answers every edit so), and is no toolref problem (a framework's
+    own problem+json, as Spring's `about:blank` or ASP.NET's RFC 9110 link, is none)."""
     headers = response.headers
     return (
-        HISTORY_HEADER not in headers and EDITS_HEADER not in headers and not problem_of(response)
+        HISTORY_HEADER not in headers
+        and EDITS_HEADER not in headers
+        and _toolref_problem(response) is None
     )
 
 
-def _unsupported(response: httpx.Response) -> bool:
-    """A 415 to an edit not applied: toolref's (its registry cannot now), or any answer
-    naming no recipe (a receiver that no longer reads edits). An app's own 415 to a
-    request an edit was applied for names its recipe (`Toolref-History`): handed back."""
-    if HISTORY_HEADER in response.headers:
-        return False
+def _toolref_problem(response: httpx.Response) -> dict[str, Any] | None:
+    """The toolref problem `response` holds (its `type` under `urn:toolref:problem:`, as
+    `refusals.toolref_problem` reads one), read; None for any other answer, and for a
+    problem not read (a streamed one past `MAX_PROBLEM_BYTES`)."""
     problem = problem_of(response)
-    return problem is None or problem.get("type") == UNSUPPORTED
+    kind = None if problem is None else problem.get("type")
+    return problem if isinstance(kind, str) and kind.startswith(PROBLEM_BASE) else None

@@ -27,8 +27,8 @@
  * or an exponent is a float written as Python's `repr` writes it (`1.0`, `1e+16`, `1e-05`),
  * `NaN` and `Infinity` are read and written, event data is read as `json.loads` reads bytes
  * (UTF-8 with `surrogatepass`, a leading BOM dropped), and a lone surrogate is written as it is,
- * encoded as `surrogatepass` does. What still differs from Python (each gives other bytes or no
- * answer here: at worst the next edit is refused once and sent again without):
+ * encoded as `surrogatepass` does. What still differs from Python (each gives other bytes, or an
+ * answer on one side only: at worst the next edit is refused once and sent again without):
  *
  * - two halves of a surrogate pair that meet only when strings are joined (text deltas, tool
  *   input pieces), or that come as two three-byte sequences, are one character here (four
@@ -37,9 +37,12 @@
  *   zero bytes): no answer here;
  * - a delta whose text, thinking, signature or `partial_json` is not a string (Python takes its
  *   `str()`), or a block whose such field was neither a string nor empty: no answer here;
- * - `choices` or `tool_calls` that is a number or `true`, JSON nested deeper than Python's
- *   recursion limit (about 1000 levels): Python raises, here no answer (`failed`, or `answer`
- *   null).
+ * - JSON nested deeper than Python's recursion limit (about 1000 levels, less the stack in
+ *   use) is no answer in Python; here it is read up to the depth the JS stack allows (a few
+ *   thousand levels), and only past that is no answer (`answer` null).
+ *
+ * `choices` or `tool_calls` that is a number or `true`: no answer here and in Python alike
+ * (neither raises into the stream).
  */
 
 import { sha256Async, toHex } from "../digest.js";
