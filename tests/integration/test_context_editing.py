@@ -387,3 +387,31 @@ async def test_a_body_of_more_arrays_and_objects_than_the_bound_passes_as_it_cam
     assert context(read)["cleared"] > 0
     assert upstream.bodies[1] == body
     assert "toolref-context" not in unread.headers
+
+
+async def test_a_result_holding_a_lone_surrogate_is_replaced_as_any_other(
+    gateway: Gateway,
+) -> None:
+    """A result holding a lone surrogate escape (`\\ud800`: JSON carries it, UTF-8 has no
+    form for it) made its conversation pass unedited on every turn (its size, and its
+    stand-in, could not be encoded). Now its turns make the same batches as a conversation
+    without it, and its stand-in names the surrogate by its escape."""
+    plain = conversation("openai-chat", 12)
+    odd = conversation("openai-chat", 12)
+    odd[2]["content"] = "\ud800 " + odd[2]["content"]  # the first result
+    told: dict[str, list[dict[str, int]]] = {"plain": [], "odd": []}
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as client:
+        for name, messages in (("plain", plain), ("odd", odd)):
+            for turns in range(1, 13):
+                body = body_of("openai-chat", messages[: 1 + 2 * turns])
+                answer = await client.post("/llm/up/v1/chat/completions", content=body)
+                assert answer.status_code == 200, answer.text
+                told[name].append(context(answer))
+    made = {n: [(t["cleared"], t["batches"], t["rewrote"]) for t in told[n]] for n in told}
+    assert made["odd"] == made["plain"]
+    assert told["odd"][-1]["cleared"] > 0
+    last = gateway.upstream.bodies[-1]
+    sent = json.loads(last)["messages"]  # valid JSON
+    assert sent[2]["content"].startswith("[toolref:")
+    assert "\\ud800 line 0 of file 0" in sent[2]["content"]  # the summary names it
+    assert all(json.loads(b) for b in gateway.upstream.bodies)

@@ -296,11 +296,17 @@ def _message(
         if site.result_key is not None and isinstance(held, dict) and _replaceable(held):
             result = held.get(site.result_key)
             # its own size: `size` is the message's (the plan counts the turns by it)
-            own = len(json.dumps(result, ensure_ascii=False).encode("utf-8"))
+            own = json_size(result)
             results.append(Result(site, site.call_id, site.name, own, site.is_error))
     if not calls and not results and texts:
         results = _observations(value)
     return Message(text, bstart, bend, size, _is_model(value), tuple(calls), tuple(results))
+
+
+def json_size(value: Any) -> int:
+    """The bytes of `value` as JSON text in UTF-8, a lone surrogate (JSON carries `\\ud800`;
+    UTF-8 has no form for it) counted as its 6-byte escape. Linear in the value."""
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace"))
 
 
 def _replaceable(block: dict[str, Any]) -> bool:
@@ -339,7 +345,7 @@ def _observations(value: Any) -> list[Result]:
             continue
         site = Site((0, member, j), None, result_key="text")
         if header is not None:  # Cline's and Roo's: `[read_file for 'x'] Result:`, then it
-            size = len(json.dumps(part["text"], ensure_ascii=False).encode("utf-8"))
+            size = json_size(part["text"])
             named = Site(site.path, None, header.name, result_key="text")
             results.append(Result(named, None, header.name, size, False, text=header.text))
             header = None
@@ -359,7 +365,7 @@ def _observation(text: str, site: Site) -> Result | None:
         if match is not None:
             named = match.groupdict()
             tool = named.get("name") or name
-            size = len(json.dumps(text, ensure_ascii=False).encode("utf-8"))
+            size = json_size(text)
             site = Site(site.path, None, tool, result_key=site.result_key)
             return Result(site, None, tool, size, False, text=named.get("args") or "")
     return None

@@ -5,7 +5,8 @@ read, cache written), OpenAI Chat's and Responses' (prompt or input tokens, cach
 
 Bounded: a JSON answer is kept up to `limit` bytes to be read at its end (a larger one is
 not read); a stream is read line by line, only the `data:` lines that name a usage parsed,
-a line longer than `limit` skipped. Linear in the answer.
+a line longer than `limit` skipped. Linear in the answer, however small its pieces: each
+byte is searched for a line end once.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class UsageReader:
         self.encoded = encoded  # a compressed answer (Content-Encoding): not read
         self._held = bytearray()
         self._skipping = False  # within an event line longer than the limit
+        self._searched = 0  # bytes of `_held` known to hold no line end
         self._found: Usage | None = None
 
     def feed(self, data: bytes) -> None:
@@ -56,14 +58,16 @@ class UsageReader:
             return
         self._held += data
         while True:
-            end = self._held.find(b"\n")
+            end = self._held.find(b"\n", self._searched)  # only what was not searched yet
             if end < 0:
                 if len(self._held) > self.limit:
                     self._held.clear()
                     self._skipping = True
+                self._searched = len(self._held)
                 return
             line = bytes(self._held[:end])
             del self._held[: end + 1]
+            self._searched = 0
             if self._skipping or len(line) > self.limit:
                 self._skipping = False
                 continue
@@ -80,6 +84,7 @@ class UsageReader:
             elif self._held.startswith(b"data:"):
                 self._read(bytes(self._held[5:]))
             self._held.clear()
+            self._searched = 0
         return self._found
 
     def _read(self, text: bytes) -> None:

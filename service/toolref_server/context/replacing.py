@@ -14,8 +14,9 @@ client's bytes and those messages (C speed). Pure but for those memos.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
-from typing import Final
+from typing import Any, Final
 
 from toolref.formats.source import with_results
 from toolref_server.context.facts import Facts
@@ -57,5 +58,22 @@ def rewritten(facts: Facts, replaced: Mapping[int, Sequence[tuple[int, str]]]) -
 
 
 def as_json(value: object) -> str:
-    """A stand-in's value as JSON text: the same bytes for the same value, every turn."""
-    return json.dumps(value, ensure_ascii=False)
+    """A stand-in's value as JSON text: the same bytes for the same value, every turn; a
+    lone surrogate (JSON carries `\\ud800`, UTF-8 has no form for it) as its escape, so
+    the text encodes, is stored and is sent. Linear in the text."""
+    return _SURROGATE.sub(_escape, json.dumps(value, ensure_ascii=False))
+
+
+def escaped(value: Any) -> Any:
+    """`value` with each lone surrogate in its strings (and keys) written out as the text of
+    its escape (`"\\ud800"`, six characters): a value canonical JSON, and so a ref and a
+    summary, can be had of. Linear in the value."""
+    text = json.dumps(value, ensure_ascii=False)
+    return json.loads(_SURROGATE.sub(lambda found: "\\" + _escape(found), text))
+
+
+_SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
+
+
+def _escape(found: re.Match[str]) -> str:
+    return f"\\u{ord(found.group()):04x}"

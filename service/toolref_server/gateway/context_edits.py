@@ -29,14 +29,14 @@ from toolref.asgi.hops import decoded
 from toolref.asgi.workers import Workers
 from toolref.wire.canonical import invocation_digest
 from toolref.wire.endpoints import Endpoint
-from toolref.wire.errors import ToolrefError
+from toolref.wire.errors import CanonicalizationError, ToolrefError
 from toolref.wire.headers import CONTEXT_HEADER
 from toolref_server.context import facts as facts_module
 from toolref_server.context.batches import BYTES_PER_TOKEN, Cleared, Plan, plan
 from toolref_server.context.client import clears_tool_results
 from toolref_server.context.facts import Facts
 from toolref_server.context.provider_usage import Usage, UsageReader
-from toolref_server.context.replacing import as_json, rewritten, stand_in
+from toolref_server.context.replacing import as_json, escaped, rewritten, stand_in
 from toolref_server.metrics import Metrics
 from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.settings.context import Policy
@@ -362,8 +362,13 @@ def _invocation(
     if call is not None:
         args = _member(value_of(call.message), call.site.path, call.site.args_key)
     error = site.is_error
+    try:
+        ref = invocation_digest(item.name, args, value, error).ref
+    except CanonicalizationError:  # a lone surrogate (`\ud800`): summarized as its escape
+        args, value = escaped(args), escaped(value)
+        ref = invocation_digest(item.name, args, value, error).ref
     invocation = {"name": item.name, "args": args, "result": value, "isError": error}
-    return invocation_digest(item.name, args, value, error).ref, invocation
+    return ref, invocation
 
 
 def _member(value: Any, path: Sequence[Any], key: str | None) -> Any:

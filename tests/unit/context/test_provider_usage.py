@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolref_server.context.provider_usage import Usage, UsageReader
 
@@ -122,3 +124,58 @@ def test_a_compressed_answer_is_not_read_and_a_last_line_without_its_end_is() ->
     stream = UsageReader("text/event-stream")
     stream.feed(b"data: " + body)  # the stream ended with no line end
     assert stream.usage == Usage(5)
+
+
+class _Counted(bytearray):
+    """A reader's buffer that counts the bytes its searches for a line end go over."""
+
+    scanned = 0
+
+    def find(self, sub: object, start: int = 0, *rest: int) -> int:  # type: ignore[override]
+        self.scanned += len(self) - start
+        return super().find(sub, start, *rest)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("limit", [1 << 20, 1000], ids=["within", "past-the-limit"])
+def test_a_long_line_in_tiny_pieces_is_searched_once(limit: int) -> None:
+    """Each byte of a stream is searched for a line end once, however small its pieces
+    (every piece searched the whole line held so far: quadratic, up to the 1 MiB limit)."""
+    line = b"data: " + json.dumps({"usage": {"prompt_tokens": 7}, "pad": "x" * 20_000}).encode()
+    stream = line + b"\n\n" + events({"usage": {"prompt_tokens": 3}})
+    reader = UsageReader("text/event-stream", limit=limit)
+    held = reader._held = _Counted()
+    for at in range(len(stream)):
+        reader.feed(stream[at : at + 1])
+    assert reader.usage == (Usage(7) if limit > len(line) else Usage(3))
+    assert held.scanned <= 2 * len(stream)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                b"data: " + json.dumps({"usage": {"prompt_tokens": 5}}).encode(),
+                b"data: " + json.dumps({"usage": {"input_tokens": 8}, "p": "y" * 60}).encode(),
+                b"event: x",
+                b"",
+                b"data: " + b"z" * 90,
+            ]
+        ),
+        max_size=12,
+    ),
+    st.lists(st.integers(1, 40), min_size=1, max_size=30),
+    st.sampled_from([b"\n", b"\r\n"]),
+)
+def test_a_stream_in_any_pieces_reads_as_it_does_whole(
+    lines: list[bytes], sizes: list[int], end: bytes
+) -> None:
+    stream = b"".join(line + end for line in lines)
+    whole = UsageReader("text/event-stream", limit=80)
+    whole.feed(stream)
+    pieces = UsageReader("text/event-stream", limit=80)
+    at = 0
+    for size in sizes * (len(stream) // sum(sizes) + 1):
+        pieces.feed(stream[at : at + size])
+        at += size
+    assert pieces.usage == whole.usage

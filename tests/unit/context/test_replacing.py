@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from toolref_server.context import facts as facts_module
 from toolref_server.context.client import clears_tool_results
 from toolref_server.context.facts import Facts, facts_of
-from toolref_server.context.replacing import as_json, rewritten, stand_in
+from toolref_server.context.replacing import as_json, escaped, rewritten, stand_in
 
 from ..format_strategies import CONVERSATIONS
 
@@ -387,3 +387,21 @@ def test_typed_results_no_text_may_stand_in_for_are_never_candidates() -> None:
     assert found is not None
     results = [r for m in found.messages for r in m.results]
     assert [r.call_id for r in results] == ["t2"]
+
+
+def test_a_lone_surrogate_is_counted_and_written_as_its_escape() -> None:
+    """JSON carries a lone surrogate (`\\ud800`), UTF-8 has no form for it: a result holding
+    one is counted at the escape's bytes as sent, its stand-in written with the escape kept
+    (it decodes to the same text), and its invocation read with the escape as text."""
+    content = "\ud800 x"
+    body = json.dumps(
+        {"model": "m", "messages": [{"role": "tool", "tool_call_id": "c", "content": content}]}
+    ).encode()
+    found = facts_of(body, "t", "openai-chat", "messages")
+    assert found is not None
+    (result,) = found.messages[0].results
+    assert result.size == len(b'"\\ud800 x"')
+    written = as_json("[toolref: ...]\n" + content)
+    assert written.encode("utf-8") == b'"[toolref: ...]\\n\\ud800 x"'
+    assert json.loads(written) == "[toolref: ...]\n" + content
+    assert escaped({"k\udc00": [content, "\\"]}) == {"k\\udc00": ["\\ud800 x", "\\"]}
