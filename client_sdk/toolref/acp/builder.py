@@ -6,8 +6,15 @@ import copy
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
-from toolref.acp.content import diff_content, location, terminal_content, text_content
-from toolref.acp.kind import ToolKind
+from toolref.acp.content import (
+    MAX_LINE,
+    diff_content,
+    is_line,
+    location,
+    terminal_content,
+    text_content,
+)
+from toolref.acp.kind import ToolKind, as_kind
 from toolref.acp.state import ToolCallState, ToolCallStatus
 from toolref.wire.canonical import canonical_json
 from toolref.wire.errors import AcpError, CanonicalizationError
@@ -59,13 +66,16 @@ def checked_content(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def checked_location(item: dict[str, Any]) -> dict[str, Any]:
-    """`item` when ACP v1 takes it as a location (a path; a line of 0 or more); else
+    """`item` when ACP v1 takes it as a location (a path; a line that is a uint32); else
     `AcpError` saying what to give."""
     path, line = item.get("path"), item.get("line")
     if not isinstance(path, str) or not path:
         raise AcpError(f"a location's path is {path!r}: give the file's absolute path")
-    if line is not None and (type(line) is not int or line < 0):
-        raise AcpError(f"a location's line is {line!r}: give a line number of 0 or more, or none")
+    if line is not None and not is_line(line):
+        raise AcpError(
+            f"a location's line is {line!r}: give a line number from 0 to {MAX_LINE} (the "
+            "schema's uint32), or none"
+        )
     return item
 
 
@@ -83,14 +93,6 @@ def as_status(value: ToolCallStatus | str) -> ToolCallStatus:
     except ValueError:
         valid = ", ".join(s.value for s in ToolCallStatus)
         raise AcpError(f"tool call status {value!r} is not one of ACP v1's: {valid}") from None
-
-
-def as_kind(value: ToolKind | str) -> ToolKind:
-    try:
-        return ToolKind(value)
-    except ValueError:
-        valid = ", ".join(k.value for k in ToolKind)
-        raise AcpError(f"tool kind {value!r} is not one of ACP v1's: {valid}") from None
 
 
 def checked_json(field: str, value: Any) -> Any:

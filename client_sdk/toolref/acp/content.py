@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
+
+MAX_LINE: Final = 2**32 - 1  # a location's `line` is a uint32 in ACP v1's schema
+
+
+def is_line(value: Any) -> bool:
+    """Whether `value` is a line ACP v1 takes: an int (not a bool) from 0 to `MAX_LINE`."""
+    return type(value) is int and 0 <= value <= MAX_LINE
 
 
 def text_content(text: str) -> dict[str, Any]:

@@ -6,6 +6,8 @@ import os
 from collections.abc import Mapping
 from typing import Any, Final
 
+from toolref.acp.content import is_line
+
 # The argument that says most about a call, in order of preference.
 _SUBJECTS: Final = (
     "command",
@@ -37,14 +39,16 @@ def title_for(name: str, arguments: Any) -> str:
 
 
 def locations_for(arguments: Any) -> list[dict[str, Any]]:
-    """The absolute file path a call names, as an ACP location (with its line if given)."""
+    """The absolute file path a call names, as an ACP location, with its line when the
+    model gave one the schema takes (a uint32; another is dropped, as a client reading the
+    schema's default-on-error would drop it, and the path kept)."""
     if not isinstance(arguments, Mapping):
         return []
     for key in _PATHS:
         path = arguments.get(key)
         if isinstance(path, str) and os.path.isabs(path):
             line = arguments.get("line", arguments.get("offset"))
-            if isinstance(line, int) and not isinstance(line, bool) and line >= 0:
+            if is_line(line):
                 return [{"path": path, "line": line}]
             return [{"path": path}]
     return []

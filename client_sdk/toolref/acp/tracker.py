@@ -12,7 +12,6 @@ from typing import Any
 from toolref.acp.builder import (
     Change,
     UpdateBuilder,
-    as_kind,
     as_status,
     checked_content,
     checked_json,
@@ -20,7 +19,7 @@ from toolref.acp.builder import (
     clean,
 )
 from toolref.acp.content import text_content
-from toolref.acp.kind import ToolKind, tool_kind
+from toolref.acp.kind import ToolKind, as_kind, checked_kinds, tool_kind
 from toolref.acp.plan import plan_entries
 from toolref.acp.state import ToolCallState, ToolCallStatus
 from toolref.acp.title import locations_for, title_for
@@ -73,6 +72,9 @@ class ToolCallTracker:
     carries the whole state. Every notification also goes to `sink`, when given; one the
     sink raised on counts as not sent (its changes stay pending, a start leaves the id free).
 
+    `kinds` (tool name -> ACP kind) overrides the kind table for `start_call`; each kind is
+    checked here (`AcpError` listing ACP v1's kinds).
+
     A call is finished once `completed` or `failed` has gone out: v1 has no status after
     those, so a later update raises `AcpError`. The tracker then keeps only its state (for
     `state()`), and only of the last `keep_finished` finished calls: memory is bounded by
@@ -102,7 +104,7 @@ class ToolCallTracker:
         self.full_objects = full_objects
         self._sink = sink
         self._clock = clock
-        self._kinds = kinds
+        self._kinds = checked_kinds(kinds) if kinds is not None else None
         self._calls: dict[str, _Call] = {}  # the calls not yet finished
         self._finished: dict[str, ToolCallState] = {}  # the last ones finished, oldest first
         self.keep_finished = keep_finished

@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequenc
 from dataclasses import replace
 from typing import Any
 
+from toolref.streaming.arguments import apply_patch, join_pieces, json_length, patch_length
 from toolref.streaming.call import CallStatus, ToolCall
-from toolref.streaming.chunk import ABORTED, ArgPatch, ToolChunk
+from toolref.streaming.chunk import ABORTED, ToolChunk
 from toolref.streaming.event import (
     ArgumentsProgress,
     CallCompleted,
@@ -19,10 +20,12 @@ from toolref.streaming.event import (
     CallStarted,
     ToolEvent,
 )
-from toolref.wire.errors import ChunkSequenceError
+from toolref.wire.errors import ChunkSequenceError, ConfigurationError
 
 _NO_EVENTS: tuple[ToolEvent, ...] = ()
 _FREEFORM = frozenset(("custom", "custom_tool_call"))
+MAX_CALLS = 1024  # calls one response may hold, by default
+MAX_ARGUMENT_CHARS = 16 * 1024 * 1024  # argument characters one response may hold, by default
 
 
 class _Slot:
@@ -34,11 +37,13 @@ class _Slot:
         "index",
         "kind",
         "last_progress",
+        "length",
         "meta",
         "name",
         "obj",
         "parent_id",
         "parts",
+        "pieces",
         "provider_executed",
         "seq",
         "turn",
@@ -53,11 +58,30 @@ class _Slot:
         self.kind = "function"
         self.provider_executed = False
         self.parts: list[str] = []  # joined once at the end: `+=` per chunk is quadratic
+        self.length = 0  # characters held: of `parts`, or of `obj` as JSON (about, for patches)
         self.obj: dict[str, Any] | None = None  # set when arguments arrive as an object
+        self.pieces = False  # whether `obj` holds strings appended in pieces, not joined yet
         self.meta: dict[str, Any] = {}
         self.parent_id: str | None = None
         self.closed = False
         self.last_progress = -math.inf
+
+
+def _joined(slot: _Slot) -> dict[str, Any] | None:
+    """The call's object arguments, strings appended in pieces joined (once, when read)."""
+    if slot.pieces and slot.obj is not None:
+        join_pieces(slot.obj)
+    slot.pieces = False
+    return slot.obj
+
+
+def _checked_limit(name: str, value: int) -> int:
+    if type(value) is not int or value < 1:
+        raise ConfigurationError(
+            f"ToolBuffer({name}={value!r}): a limit is a whole number of 1 or more; leave it "
+            "out for the default"
+        )
+    return value
 
 
 def _reject_constant(name: str) -> None:
@@ -80,56 +104,6 @@ def _merge(into: MutableMapping[str, Any], extra: Mapping[str, Any]) -> None:
             into[key] = copy.deepcopy(value)
 
 
-def _apply_patch(obj: dict[str, Any], patch: ArgPatch) -> None:
-    if not patch.path:
-        raise ChunkSequenceError("an argument patch needs a non-empty path below the root")
-    node: Any = obj
-    for part, following in zip(patch.path, patch.path[1:], strict=False):
-        empty: Any = [] if isinstance(following, int) else {}
-        node = _child(node, part, empty, patch)
-    last = patch.path[-1]
-    value = patch.value
-    if patch.append:
-        existing = _get(node, last)
-        if isinstance(existing, str) and isinstance(value, str):
-            value = existing + value
-    _set(node, last, value, patch)
-
-
-def _get(node: Any, part: str | int) -> Any:
-    if isinstance(node, dict):
-        return node.get(part)
-    if isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-        return node[part]
-    return None
-
-
-def _set(node: Any, part: str | int, value: Any, patch: ArgPatch) -> None:
-    if isinstance(node, dict) and isinstance(part, str):
-        node[part] = value
-    elif isinstance(node, list) and isinstance(part, int) and part >= 0:
-        node.extend([None] * (part + 1 - len(node)))
-        node[part] = value
-    else:
-        raise ChunkSequenceError(
-            f"argument patch path {list(patch.path)!r} steps with {part!r} into a "
-            f"{type(node).__name__}; a patch must follow the shape earlier patches built"
-        )
-
-
-def _child(node: Any, part: str | int, empty: Any, patch: ArgPatch) -> Any:
-    child = _get(node, part)
-    if child is None:
-        child = empty
-        _set(node, part, child, patch)
-    elif not isinstance(child, dict | list):
-        raise ChunkSequenceError(
-            f"argument patch path {list(patch.path)!r} steps through {part!r}, which holds "
-            f"a {type(child).__name__}; a patch must follow the shape earlier patches built"
-        )
-    return child
-
-
 class ToolBuffer:
     """Accumulates the chunks of one streamed response into complete tool calls.
 
@@ -141,6 +115,12 @@ class ToolBuffer:
 
     `progress_interval` throttles `ArgumentsProgress` events per call (seconds; `0` for
     every delta, `None` for none).
+
+    Limits, for a stream that is broken or hostile: `max_calls` (default 1024) calls in the
+    response, all turns together, and `max_argument_chars` (default 16 MiB) characters of
+    arguments held for all of them (object arguments count as their JSON; a snapshot
+    replaces what its call held). A chunk past either raises `ChunkSequenceError` naming the
+    setting (`error.extra`: `limit`, `maximum`), and is not applied.
     """
 
     def __init__(
@@ -148,10 +128,18 @@ class ToolBuffer:
         *,
         progress_interval: float | None = 0.05,
         clock: Callable[[], float] = time.monotonic,
+        max_calls: int = MAX_CALLS,
+        max_argument_chars: int = MAX_ARGUMENT_CHARS,
     ) -> None:
         self._interval = progress_interval
         self._clock = clock
+        self.max_calls = _checked_limit("max_calls", max_calls)
+        self.max_argument_chars = _checked_limit("max_argument_chars", max_argument_chars)
+        self._chars = 0  # argument characters held, all calls together
         self._slots: dict[tuple[int, int], _Slot] = {}
+        # The open calls of each turn, so that finishing a turn costs its own calls only
+        # (walking every slot per finished turn was quadratic in the number of turns).
+        self._open_in: dict[int, dict[int, _Slot]] = {}
         self._calls: dict[tuple[int, int], ToolCall] = {}
         self._ids: set[str] = set()
         self._ended: set[int] = set()
@@ -174,12 +162,16 @@ class ToolBuffer:
         key = (chunk.turn, index)
         slot = self._slots.get(key)
         events: Sequence[ToolEvent] = _NO_EVENTS
+        if slot is not None and slot.closed:
+            return self._after_close(key, chunk)
+        length = self._measured(slot, chunk)  # refuses a chunk past max_argument_chars
         if slot is None:
             slot = self._open(chunk)
             events = [CallStarted(chunk.turn, index, chunk.id, chunk.name)]
-        elif slot.closed:
-            return self._after_close(key, chunk)
         self._apply(slot, chunk)
+        if length is not None:
+            self._chars += length - slot.length
+            slot.length = length
         if chunk.error is not None:
             return [*events, self._finish(slot, chunk.error, chunk.error_type)]
         if chunk.done:
@@ -206,9 +198,50 @@ class ToolBuffer:
                 f"call {index} of turn {chunk.turn} started after that turn finished; a turn's "
                 "finish chunk must come after all of its calls"
             )
+        if len(self._slots) >= self.max_calls:
+            raise ChunkSequenceError(
+                f"call {index} of turn {chunk.turn} would be call {len(self._slots) + 1} of "
+                f"this response, over max_calls={self.max_calls}; a response holds a few "
+                "calls, so the stream is broken or hostile. If it is genuine, give "
+                "ToolBuffer(max_calls=...) a larger limit",
+                limit="max_calls",
+                maximum=self.max_calls,
+            )
         slot = _Slot(chunk.turn, index, len(self._slots) + 1)
         self._slots[(chunk.turn, index)] = slot
+        self._open_in.setdefault(chunk.turn, {})[index] = slot
         return slot
+
+    def _measured(self, slot: _Slot | None, chunk: ToolChunk) -> int | None:
+        """The argument characters the call will hold with `chunk` (`None`: unchanged);
+        `ChunkSequenceError` when the response's would pass `max_argument_chars`. Costs the
+        chunk's own size."""
+        snapshot, patches, delta = chunk.args_snapshot, chunk.args_patch, chunk.args_delta
+        if snapshot is None and not patches and delta is None:
+            return None
+        held = 0 if slot is None else slot.length
+        length = held
+        if isinstance(snapshot, str):
+            length = len(snapshot)
+        elif snapshot is not None:
+            length = json_length(snapshot)
+        for patch in patches or ():
+            length += patch_length(patch)
+        if delta is not None:
+            length += len(delta)
+        total = self._chars - held + length
+        if total > self.max_argument_chars:
+            name = (slot.name if slot is not None else None) or chunk.name or "unnamed"
+            raise ChunkSequenceError(
+                f"call {chunk.index} ({name}) of turn {chunk.turn} would bring this "
+                f"response's arguments to {total} characters, over max_argument_chars="
+                f"{self.max_argument_chars}; a model writes far less, so the stream is "
+                "broken or hostile. If it is genuine, give ToolBuffer(max_argument_chars=...) "
+                "a larger limit",
+                limit="max_argument_chars",
+                maximum=self.max_argument_chars,
+            )
+        return length
 
     def _apply(self, slot: _Slot, chunk: ToolChunk) -> None:
         if chunk.id:
@@ -232,17 +265,17 @@ class ToolBuffer:
         snapshot = chunk.args_snapshot
         if isinstance(snapshot, str):
             slot.parts = [snapshot]
-            slot.obj = None
+            slot.obj, slot.pieces = None, False
         elif snapshot is not None:
             slot.parts = []
-            slot.obj = copy.deepcopy(dict(snapshot))
+            slot.obj, slot.pieces = copy.deepcopy(dict(snapshot)), False
         if chunk.args_patch:
             if slot.obj is None:
                 if "".join(slot.parts).strip():
                     self._mixed(slot)
                 slot.obj = {}
             for patch in chunk.args_patch:
-                _apply_patch(slot.obj, patch)
+                slot.pieces = apply_patch(slot.obj, patch) or slot.pieces
         if chunk.args_delta is not None:
             if slot.obj is not None:
                 self._mixed(slot)
@@ -263,7 +296,8 @@ class ToolBuffer:
         if now - slot.last_progress < self._interval:
             return events
         slot.last_progress = now
-        snapshot = copy.deepcopy(slot.obj) if slot.obj is not None else None
+        obj = _joined(slot)
+        snapshot = copy.deepcopy(obj) if obj is not None else None
         progress = ArgumentsProgress(
             slot.turn, slot.index, slot.id, slot.name, slot.parts, len(slot.parts), snapshot
         )
@@ -310,10 +344,11 @@ class ToolBuffer:
         return events
 
     def _finish_turn(self, turn: int, error: str | None, error_type: str | None) -> list[ToolEvent]:
+        """Close the turn's open calls, in index order: O(k log k) for its k open calls."""
+        still_open = self._open_in.pop(turn, {})
         return [
             self._finish(slot, error, error_type)
-            for slot in sorted(self._slots.values(), key=lambda s: s.index)
-            if slot.turn == turn and not slot.closed
+            for slot in sorted(still_open.values(), key=lambda s: s.index)
         ]
 
     # --- finishing ---
@@ -350,6 +385,11 @@ class ToolBuffer:
         self, slot: _Slot, error: str | None = None, error_type: str | None = None
     ) -> CallCompleted | CallFailed:
         slot.closed = True
+        still_open = self._open_in.get(slot.turn)
+        if still_open is not None:
+            still_open.pop(slot.index, None)
+            if not still_open:
+                del self._open_in[slot.turn]
         raw, arguments, status, error = self._parse(slot, error)
         call = ToolCall(
             index=slot.index,
@@ -373,6 +413,7 @@ class ToolBuffer:
     def _parse(
         slot: _Slot, error: str | None
     ) -> tuple[str, dict[str, Any] | None, CallStatus, str | None]:
+        _joined(slot)
         if slot.obj is not None:
             raw = json.dumps(slot.obj, ensure_ascii=False, separators=(",", ":"))
         else:

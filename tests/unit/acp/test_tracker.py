@@ -1338,7 +1338,7 @@ def test_jsonrpc_envelope(make_tracker: MakeTracker, sent: Sent) -> None:
 @pytest.mark.parametrize(
     ("build", "says"),
     [
-        (lambda u: u.add_location("/a.py", -1), "line number of 0 or more"),
+        (lambda u: u.add_location("/a.py", -1), "line number from 0 to 4294967295"),
         (lambda u: u.add_location("", 3), "absolute path"),
         (lambda u: u.set_locations([{"line": 2}]), "absolute path"),
         (lambda u: u.add_content({"type": "content", "content": {"type": "text"}}), "content.text"),

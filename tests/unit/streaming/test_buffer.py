@@ -510,7 +510,7 @@ def test_a_synthesized_id_is_the_calls_place_whatever_order_calls_close_in() -> 
 
 
 def test_many_repeats_of_one_id_get_distinct_suffixes_in_order() -> None:
-    buffer = quiet()
+    buffer = ToolBuffer(progress_interval=None, max_calls=2000)
     for index in range(2000):
         buffer.feed(ToolChunk(index=index, id="dup", name="f", args_delta="{}", done=True))
     ids = [c.id for c in buffer.close()]

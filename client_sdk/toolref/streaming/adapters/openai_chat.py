@@ -4,9 +4,10 @@ Routing follows the merge rules in the streaming notes (§9): key by (choice, in
 a new call when a different id or a new name arrives at an index whose arguments are already
 a complete JSON object; infer a missing index; keep the first id and set the name once;
 replace instead of appending when a server resends the whole argument text so far. An index
-merged by id into a call opened at another index (LocalAI) stays that call while its text
-repeats the call's, and opens another once it departs from a finished object (one id on two
-calls, OpenRouter). Whitespace-only argument text never opens a call.
+merged by id into a call opened at another index (LocalAI; the first or the latest call with
+that id in the choice, looked up by id) stays that call while its text repeats the call's,
+and opens another once it departs from a finished object (one id on two calls,
+OpenRouter). Whitespace-only argument text never opens a call.
 """
 
 from __future__ import annotations
@@ -134,6 +135,9 @@ class OpenAIChatAdapter(StreamAdapter):
         super().__init__()
         self._by_key: dict[tuple[int, Any], _Call] = {}
         self._calls: dict[int, list[_Call]] = {}
+        # (turn, id) -> the first and the latest call with that id: what a fragment with the
+        # id at a new index may resend, found in O(1) (was a walk over the turn's calls).
+        self._by_id: dict[tuple[int, str], tuple[_Call, ...]] = {}
         self._pending_meta: dict[int, dict[str, Any]] = {}
         self._aliases: dict[tuple[int, Any], _Alias] = {}
         self._seen_done = False
@@ -250,8 +254,8 @@ class OpenAIChatAdapter(StreamAdapter):
         else:
             current = self._by_key.get((turn, raw_index))
             if current is None and call_id is not None:
-                for earlier in calls:
-                    if earlier.id == call_id and self._same_call(earlier, name, args):
+                for earlier in self._by_id.get((turn, call_id), ()):
+                    if self._same_call(earlier, name, args):
                         # LocalAI emits one call at several indexes: merge by id, until the
                         # text at this index departs from the call's (`_through_alias`).
                         self._by_key[(turn, raw_index)] = earlier
@@ -368,6 +372,8 @@ class OpenAIChatAdapter(StreamAdapter):
         new_id = None
         if call_id is not None and call.id is None:
             call.id = new_id = call_id
+            known = self._by_id.get((turn, call_id))
+            self._by_id[(turn, call_id)] = (call,) if known is None else (known[0], call)
         new_name = None
         if name is not None and name != call.name:
             if not call.name or name.startswith(call.name):

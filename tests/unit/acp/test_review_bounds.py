@@ -1,0 +1,104 @@
+"""Found in review (streaming bounds): the tracker's `kinds` checked where given, and a
+location's `line` held to the schema's uint32 (refused from the caller, dropped when it
+comes from the model's arguments)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from toolref.acp import ToolCallTracker, ToolKind, locations_for, tool_kind
+from toolref.streaming import CallStatus, ToolCall
+from toolref.wire.errors import AcpError
+
+MakeTracker = Callable[..., ToolCallTracker]
+Sent = list[dict[str, Any]]
+UINT32_MAX = 2**32 - 1
+
+
+def complete(call_id: str, name: str, arguments: dict[str, Any]) -> ToolCall:
+    return ToolCall(
+        index=0,
+        id=call_id,
+        name=name,
+        status=CallStatus.COMPLETE,
+        arguments=arguments,
+        raw_arguments="{}",
+    )
+
+
+# --- kinds ---
+
+
+@pytest.mark.parametrize(
+    ("kinds", "says"),
+    [
+        ({"Bash": "shell"}, r"kinds\['Bash'\] is 'shell'.*read, edit, delete, move, search"),
+        ({"Bash": None}, r"kinds\['Bash'\] is None"),
+        ({3: "read"}, r"tool name 3"),
+        ([("Bash", "read")], r"a mapping of tool name to kind"),
+    ],
+    ids=["no-such-kind", "none", "name-not-a-string", "not-a-mapping"],
+)
+def test_kinds_are_checked_when_the_tracker_is_made(
+    make_tracker: MakeTracker, kinds: Any, says: str
+) -> None:
+    """An invalid kind raised a plain ValueError at the first `start_call` of that tool,
+    mid-session, with nothing sent for the call."""
+    with pytest.raises(AcpError, match=says):
+        make_tracker(kinds=kinds)
+
+
+def test_kinds_given_are_copied(make_tracker: MakeTracker, sent: Sent) -> None:
+    kinds = {"deploy": "execute"}
+    tracker = make_tracker(kinds=kinds)
+    kinds["deploy"] = "shell"  # a later change by the caller neither leaks nor breaks it
+    tracker.start_call(complete("call_a", "deploy", {}))
+    assert sent[-1]["update"]["kind"] == "execute"
+
+
+def test_tool_kind_refuses_an_override_acp_lacks() -> None:
+    with pytest.raises(AcpError, match=r"'shell'.*switch_mode, other"):
+        tool_kind("Bash", overrides={"Bash": "shell"})
+    assert tool_kind("Bash", overrides={"Bash": ToolKind.THINK}) is ToolKind.THINK
+
+
+# --- locations: line is a uint32 ---
+
+
+@pytest.mark.parametrize("line", [UINT32_MAX + 1, 2**64, -1])
+def test_a_line_outside_uint32_from_the_caller_is_refused(
+    make_tracker: MakeTracker, sent: Sent, line: int
+) -> None:
+    tracker = make_tracker()
+    with pytest.raises(AcpError, match="from 0 to 4294967295"):
+        tracker.start("call_1", "read", locations=[{"path": "/a.py", "line": line}])
+    tracker.start("call_1", "read")
+    with pytest.raises(AcpError, match="from 0 to 4294967295"):
+        tracker.update("call_1").add_location("/a.py", line)
+    with pytest.raises(AcpError, match="from 0 to 4294967295"):
+        tracker.update("call_1").set_locations([{"path": "/a.py", "line": line}])
+    assert len(sent) == 1  # only the start without locations went out
+
+
+def test_the_largest_uint32_line_is_taken(make_tracker: MakeTracker, sent: Sent) -> None:
+    tracker = make_tracker()
+    tracker.start("call_1", "read", locations=[{"path": "/a.py", "line": UINT32_MAX}])
+    assert sent[-1]["update"]["locations"] == [{"path": "/a.py", "line": UINT32_MAX}]
+
+
+@pytest.mark.parametrize("key", ["line", "offset"])
+def test_a_model_line_outside_uint32_is_dropped_and_the_path_kept(
+    make_tracker: MakeTracker, sent: Sent, key: str
+) -> None:
+    """The schema reads a bad `line` as absent (default on error): the model's argument is
+    dropped, as a negative one was, and the call still announced with its file."""
+    arguments = {"file_path": "/a.py", key: UINT32_MAX + 1}
+    assert locations_for(arguments) == [{"path": "/a.py"}]
+    assert locations_for({"file_path": "/a.py", key: UINT32_MAX}) == [
+        {"path": "/a.py", "line": UINT32_MAX}
+    ]
+    make_tracker().start_call(complete("call_a", "read_file", arguments))
+    assert sent[-1]["update"]["locations"] == [{"path": "/a.py"}]
