@@ -17,7 +17,11 @@ the gateway's messages (the provider's events) reach the agent exactly, in order
 come. On an LLM endpoint's path (`toolref.wire.endpoints.socket_turns`), each message sent
 to the gateway is a turn, as over HTTP: its turn line, in its agent and upstream's totals,
 with its bytes as the agent sent them (raw) and as the relay sent them (wire: the frame),
-the numbers the gateway counts for it on /metrics and the savings page.
+the numbers the gateway counts for it on /metrics and the savings page. Its log line, at
+the end, tells the bytes of every message sent, as the agent sent them and as they went.
+Context editing is not applied over a WebSocket (docs/context-editing.md): with
+`--context-editing` the upgrade carries the ask to the gateway, which counts it, and the
+relay says the session gets none. A path with a dot segment is answered 400, as over HTTP.
 
 Limits: a message of `--max-body-bytes` either way (1009); each message charged to the
 relay's budget of bytes in flight (`--max-inflated-in-flight`) while held; the gateway's
@@ -94,6 +98,10 @@ async def serve_socket(link: GatewayLink, scope: Scope, receive: Receive, send: 
         message = f"the relay serves WebSockets at /llm/{{name}}/... (not {path})"
         await refuse(send, error_reply(provider, 404, message, "toolref_not_served"))
         return
+    dots = guard.path_refusal(found.group(0))
+    if dots is not None:  # as over HTTP: 400, no retry cures it; nothing sent on
+        await refuse(send, error_reply(provider, 400, dots, "toolref_bad_path"))
+        return
     query = scope.get("query_string", b"").decode("latin-1")
     call = Call("GET", found.group(1), found.group(2) or "/", query, headers, provider)
     await _joined(link, call, list(scope.get("subprotocols") or ()), receive, send)
@@ -105,7 +113,13 @@ async def _joined(
     config = link.config
     upstream = link.switchboard.route(call.name)
     outgoing = _without_handshake(
-        to_gateway(call.headers, key=config.key, switched_from=None, body_changed=False)
+        to_gateway(
+            call.headers,
+            key=config.key,
+            switched_from=None,
+            body_changed=False,
+            context_editing=config.context_editing,
+        )
     )
     url = gateway_socket_url(config.gateway, f"/llm/{upstream}{call.suffix()}")
     frames, mode = await _frames(link)
@@ -135,14 +149,25 @@ async def _joined(
             "headers": to_agent(_without_handshake(decoded(accepted.headers))),
         }
     )
+    turns = socket_turns(call.path)
+    if turns and config.context_editing:
+        link.report(
+            f"toolref relay: context editing is not applied over a WebSocket (/llm/{call.name}"
+            f"{call.path}): its turns go as they came; run the agent over HTTP to have old "
+            "tool results replaced"
+        )
     encoder = Encoder(mode)
     whose = who(call.headers, upstream)
+    raw_sent = 0
 
     async def compressed(message: str | bytes) -> str | bytes:
         return await _WORKERS.run(len(message), encoder.encode, message)
 
     def turn(raw: int, wire: int) -> None:
-        link.told(whose, Upload(raw, raw, wire, "gateway"))  # messages: no header lines
+        nonlocal raw_sent
+        raw_sent += raw
+        if turns:
+            link.told(whose, Upload(raw, raw, wire, "gateway"))  # messages: no header lines
 
     limits = Limits(config.max_body_bytes, IDLE, LIFETIME)
     ended = await bridge(
@@ -152,9 +177,9 @@ async def _joined(
         limits,
         inbound=compressed,
         account=link.budget.account,
-        on_sent=turn if socket_turns(call.path) else None,
+        on_sent=turn,
     )
-    log_call(call, upstream, 101, ended.sent, ended.sent_bytes)
+    log_call(call, upstream, 101, raw_sent, ended.sent_bytes)
 
 
 async def _frames(link: GatewayLink) -> tuple[str, Mode]:

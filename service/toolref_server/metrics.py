@@ -202,7 +202,9 @@ class Metrics:
             "toolref_context_requests",
             "Gateway requests context editing looked at, by outcome: edited (results "
             "replaced), rewrote (a batch made this turn), below (nothing to replace), client "
-            "(the request carries its own context_management), unread (not a JSON body).",
+            "(the request carries its own context_management), unread (not a JSON body, or "
+            "past TOOLREF_MAX_CONTAINERS), failed (a fault of the step), socket (a WebSocket "
+            "session that asked for it: never edited).",
             ["outcome"],
             registry=r,
         )

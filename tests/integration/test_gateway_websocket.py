@@ -7,10 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket as sockets
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from redis.asyncio import Redis
+from starlette.applications import Starlette
+from starlette.routing import WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tests.integration.relay_gateway import KEY, gateway
 from tests.support.fake_provider import FakeProvider, Reply
@@ -200,3 +205,85 @@ async def test_an_open_socket_holds_one_of_the_tenants_gateway_slots(redis: Redi
             raise AssertionError("the slot never came back")
         await again.close()
     assert len(fake.sockets) == 2
+
+
+async def raw_upgrade(url: str, path: str, *, receive_buffer: int) -> sockets.socket:
+    """A client that upgrades to a WebSocket at `path` (with the tenant's key), its receive
+    window `receive_buffer` bytes, and reads nothing after the 101: what no WebSocket
+    library does."""
+    parts = urlsplit(url)
+    sock = sockets.socket()
+    sock.setsockopt(sockets.SOL_SOCKET, sockets.SO_RCVBUF, receive_buffer)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, (parts.hostname, parts.port))
+    head = (
+        f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\nUpgrade: websocket\r\n"
+        "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        f"Sec-WebSocket-Version: 13\r\n{KEY_HEADER}: {KEY}\r\n\r\n"
+    )
+    await loop.sock_sendall(sock, head.encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer:  # the 101 alone: nothing comes before a message
+        answer += await asyncio.wait_for(loop.sock_recv(sock, 1), 10)
+    assert answer.startswith(b"HTTP/1.1 101"), answer
+    return sock
+
+
+def masked_text(text: str) -> bytes:
+    """One text frame as a client sends it (masked, with a key of zeros: the bytes as they
+    are)."""
+    data = text.encode()
+    assert len(data) < 126
+    return bytes([0x81, 0x80 | len(data)]) + b"\0\0\0\0" + data
+
+
+async def test_a_client_that_reads_nothing_gives_its_slot_back_after_the_idle_limit(
+    redis: Redis,
+) -> None:
+    """The upstream streams more than the client's window holds and the client reads
+    nothing: the idle limit ends the socket, and its close must not wait on that client for
+    ever, holding the tenant's gateway slot (the tenant's next socket refused 429)."""
+    flooding = asyncio.Event()
+
+    async def flood(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await websocket.receive_text()
+        flooding.set()
+        try:
+            for _ in range(64):
+                await websocket.send_bytes(b"x" * (1 << 20))
+            await websocket.receive_text()
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            return
+
+    upstream = Starlette(routes=[WebSocketRoute("/v1/flood", flood)])
+    async with gateway(
+        redis,
+        {"flood": upstream},
+        gateway_tenant_requests_in_flight=1,
+        gateway_ws_idle_timeout=0.5,
+    ) as service:
+        stalled = await raw_upgrade(service.url, "/llm/flood/v1/flood", receive_buffer=4096)
+        try:
+            await asyncio.get_running_loop().sock_sendall(stalled, masked_text("go"))
+            await asyncio.wait_for(flooding.wait(), 10)
+            base = service.url.replace("http://", "ws://")
+            for _ in range(300):  # the slot comes back once the stalled socket is let go
+                try:
+                    again = await connect(
+                        base + "/llm/flood/v1/flood",
+                        [(KEY_HEADER, KEY)],
+                        max_message=1 << 21,
+                        connect_timeout=10,
+                    )
+                    break
+                except Refusal as exc:
+                    if exc.status != 429:
+                        raise
+                    await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the stalled socket held the tenant's slot")
+            again.abort()
+        finally:
+            stalled.close()

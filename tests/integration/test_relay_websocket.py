@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket as sockets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -154,3 +155,44 @@ async def test_a_web_page_cannot_open_a_socket_through_the_relay(redis: Redis) -
             await agent_socket(relay_url, ("Origin", "https://evil.example"))
     assert refused.value.status == 403
     assert fake.sockets == []
+
+
+async def test_a_dot_segment_in_the_path_is_refused_400_not_sent_on(redis: Redis) -> None:
+    """As over HTTP (`guard.path_refusal`): a path that could leave /llm/NAME/ is the
+    agent's mistake, told as one, not a 426 that sends it to HTTP with the same path."""
+    fake = FakeProvider(_model)
+    async with relayed(redis, fake, []) as relay_url:
+        with pytest.raises(Refusal) as refused:
+            await connect(
+                relay_url.replace("http://", "ws://") + "/llm/fake/v1/../v1/responses",
+                max_message=1 << 20,
+                connect_timeout=10,
+            )
+    assert refused.value.status == 400
+    assert json.loads(refused.value.body)["error"]["code"] == "toolref_bad_path"
+    assert fake.sockets == []
+
+
+async def test_the_sessions_log_line_tells_its_bytes(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The relay's line for a socket said "agent sent N bytes" with N its messages' count."""
+    fake = FakeProvider(_model)
+    caplog.set_level(logging.INFO, logger="toolref.relay")
+    async with relayed(redis, fake, []) as relay_url:
+        socket = await agent_socket(relay_url)
+        sent = [create(0, generate=False)]
+        await socket.send(sent[0])
+        previous = response_id(await events_until_done(socket))
+        sent.append(create(1, previous))
+        await socket.send(sent[1])
+        await events_until_done(socket)
+        await socket.close()
+        await asyncio.wait_for(fake.sockets[0].ended.wait(), 10)
+        for _ in range(100):  # the relay's line once its bridge ended
+            lines = [r.getMessage() for r in caplog.records if " -> fake 101" in r.getMessage()]
+            if lines:
+                break
+            await asyncio.sleep(0.05)
+    [line] = lines
+    assert f"agent sent {sum(len(s.encode()) for s in sent)} bytes" in line

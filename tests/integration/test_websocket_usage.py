@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 from starlette.routing import WebSocketRoute
@@ -28,7 +31,7 @@ from tests.support.servers import serve
 from toolref.websocket.client import Closed, Message
 from toolref.websocket.driver import Socket, connect
 from toolref.websocket.frames import Encoder
-from toolref.wire.headers import KEY_HEADER
+from toolref.wire.headers import CONTEXT_EDITING_HEADER, KEY_HEADER
 from toolref_relay import Relay, RelayConfig
 
 from .relay_gateway import KEY, Recorded, gateway
@@ -163,3 +166,79 @@ async def test_a_socket_that_is_no_llm_endpoint_counts_no_turn(redis: Redis) -> 
     assert savings == {"hour": {}, "day": {}}
     assert relay.totals.all.turns == 0
     assert not [line for line in lines if " turn " in line]
+
+
+async def socket_sessions(url: str) -> float:
+    """`toolref_context_requests_total{outcome="socket"}` on the gateway's /metrics."""
+    async with httpx.AsyncClient(base_url=url) as client:
+        answer = await client.get("/metrics", headers={"Authorization": f"Bearer {SCRAPER}"})
+    answer.raise_for_status()
+    for family in text_string_to_metric_families(answer.text):
+        for sample in family.samples:
+            if sample.name == "toolref_context_requests_total" and (
+                sample.labels["outcome"] == "socket"
+            ):
+                return float(sample.value)
+    return 0.0
+
+
+@pytest.mark.parametrize(
+    ("asked", "policy", "told"),
+    [("on", "off", True), (None, "on", True), (None, "off", False), ("off", "on", False)],
+)
+async def test_context_editing_asked_of_a_socket_is_said_not_applied(
+    redis: Redis,
+    caplog: pytest.LogCaptureFixture,
+    asked: str | None,
+    policy: str,
+    told: bool,
+) -> None:
+    """A session whose header or operator asks for context editing gets none over a
+    WebSocket (docs/context-editing.md): before, nothing said so; now an info line and one
+    count under `toolref_context_requests_total{outcome="socket"}`."""
+    caplog.set_level(logging.INFO, logger="toolref.gateway")
+    fake = FakeProvider(_model)
+    scraper = hashlib.sha256(SCRAPER.encode()).hexdigest()
+    headers = [(KEY_HEADER, KEY)] + ([(CONTEXT_EDITING_HEADER, asked)] if asked else [])
+    async with gateway(
+        redis, {"fake": fake.app}, metrics_key=scraper, context_editing=policy
+    ) as found:
+        socket = await connect(
+            socket_url(found.url, "/llm/fake/v1/responses"),
+            headers,
+            max_message=1 << 20,
+            connect_timeout=10,
+        )
+        await socket.send(create(0))
+        await events_until_done(socket)
+        await socket.close()
+        await asyncio.wait_for(fake.sockets[0].ended.wait(), 10)
+        counted = await socket_sessions(found.url)
+    said = [
+        r.getMessage() for r in caplog.records if "not applied over a WebSocket" in r.getMessage()
+    ]
+    assert counted == (1 if told else 0)
+    assert len(said) == (1 if told else 0)
+    if told:
+        assert ("header" if asked else "policy") in said[0]
+
+
+async def test_the_relay_asking_for_context_editing_is_said_not_applied(redis: Redis) -> None:
+    """`toolref relay --context-editing`: its socket sessions carry the ask to the gateway
+    (counted there) and the relay says the session gets none."""
+    fake, lines = FakeProvider(_model), list[str]()
+    async with service(redis, fake) as found:
+        relay = Relay(RelayConfig(found.url, key=KEY, context_editing=True), report=lines.append)
+        async with serve(relay) as relay_url:
+            socket = await connect(
+                socket_url(relay_url, "/llm/fake/v1/responses"),
+                max_message=1 << 20,
+                connect_timeout=10,
+            )
+            await socket.send(create(0))
+            await events_until_done(socket)
+            await socket.close()
+            await asyncio.wait_for(fake.sockets[0].ended.wait(), 10)
+        counted = await socket_sessions(found.url)
+    assert counted == 1
+    assert any("context editing" in line and "WebSocket" in line for line in lines), lines

@@ -17,34 +17,45 @@ sent them as `toolref.websocket.frames` (`Toolref-Frames: 2` or `1`: each text m
 against the one before it), so the upstream receives the agent's bytes exactly. Limits
 (TOOLREF_GATEWAY_WS_*): a message's bytes (1009), seconds without a message (idle) and
 seconds open (lifetime), both 1001; each message is charged to the process's budget of
-bytes in flight while it is held.
+bytes in flight while it is held. The close the gateway sends its client waits at most
+`toolref.websocket.driver.CLOSE_TIMEOUT` seconds: a client that reads nothing (its window
+full) is let go then, with the tenant's slot, where it held them for as long as it kept its
+connection.
 
 On an LLM endpoint's path (`toolref.wire.endpoints.socket_turns`: the Responses API's
 WebSocket), each client message sent upstream is a turn, counted as an HTTP request is
 (`Metrics.gateway_usage`: /metrics and the savings page): one request for the tenant and
 upstream, its bytes as sent upstream (raw) and as received (wire: the frame, when the relay
 compressed it).
+
+Context editing (docs/context-editing.md) is not applied over a WebSocket: a session on such
+a path whose `Toolref-Context-Editing` header or operator's policy asks for it says so, an
+info line at the upgrade naming which asked, and one count in
+`toolref_context_requests_total{outcome="socket"}`; a header of another value than `on` or
+`off` is not read (not refused).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Final
 
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from toolref.asgi.budget import Budget
 from toolref.asgi.hops import decoded, encoded, end_to_end, without_toolref
 from toolref.asgi.scope import header
 from toolref.asgi.workers import Workers
 from toolref.websocket.bridge import Limits, bridge
-from toolref.websocket.driver import Refusal, Unreachable, connect
+from toolref.websocket.driver import CLOSE_TIMEOUT, Refusal, Unreachable, connect
 from toolref.websocket.frames import Decoder
 from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.endpoints import socket_turns
-from toolref.wire.errors import ToolrefError
-from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSIONS
+from toolref.wire.errors import BadRequestError, ToolrefError
+from toolref.wire.headers import CONTEXT_EDITING_HEADER, FRAMES_HEADER, FRAMES_VERSIONS
+from toolref_server.context.policy import wanted
 from toolref_server.gateway.forwarder import UpstreamUnreachableError, request_headers
 from toolref_server.gateway.gate import GatewayAdmission
 from toolref_server.gateway.upstreams import Route
@@ -176,6 +187,7 @@ class Sockets:
 
         counted = None
         if socket_turns(found.path):
+            self._unedited(scope, found, tenant)
             usage, name = self.metrics.gateway_usage, found.name
 
             def counted(received: int, sent: int) -> None:
@@ -183,7 +195,7 @@ class Sockets:
 
         ended = await bridge(
             receive,
-            send,
+            closing_within(send, CLOSE_TIMEOUT),
             upstream,
             self.limits,
             inbound=inbound,
@@ -200,6 +212,43 @@ class Sockets:
             ended.sent,
             ended.received,
         )
+
+    def _unedited(self, scope: Scope, found: Route, tenant: str) -> None:
+        """A session that asks for context editing told it gets none (see the module
+        docstring)."""
+        asked = header(scope, CONTEXT_EDITING_HEADER)
+        try:
+            on = wanted(self.settings.context_policy.of(found.name, tenant), asked)
+        except BadRequestError:  # not read over a WebSocket: the session goes on as it came
+            on = False
+        if not on:
+            return
+        why = "its Toolref-Context-Editing header" if asked is not None else "the policy"
+        log.info(
+            "WebSocket /llm/%s%s: context editing is not applied over a WebSocket (asked by "
+            "%s); its turns go as they came (use HTTP to have old tool results replaced)",
+            found.name,
+            found.path,
+            why,
+        )
+        self.metrics.context_requests.labels("socket").inc()
+
+
+def closing_within(send: Send, seconds: float) -> Send:
+    """`send`, its `websocket.close` given at most `seconds`: the server's send waits while
+    the client's window is full, and a client that reads nothing would hold the socket (its
+    slot in flight, its task) for as long as it kept the connection open."""
+
+    async def sent(message: Message) -> None:
+        if message["type"] != "websocket.close":
+            await send(message)
+            return
+        try:
+            await asyncio.wait_for(send(message), seconds)
+        except TimeoutError:
+            log.info("a WebSocket client read nothing for %gs; its close was not sent", seconds)
+
+    return sent
 
 
 async def refuse(send: Send, error: ToolrefError) -> None:
