@@ -11,7 +11,9 @@ which any client resends by itself).
 
 Import trusts nothing in the file. It reads the whole file once to check every item
 (`check_item`) and writes nothing unless all pass, then reads it again to write (a file that
-cannot be read twice, stdin, is first copied to a temporary file: memory stays constant).
+cannot be read twice, stdin, is first copied to a temporary file: memory stays constant),
+checking each item again as it is written: a file rewritten between the two reads is
+refused at its first changed item, saying how many keys were imported before it.
 Every key must be under the tenant the header names (or `--tenant`); every record must hold
 what its ref names (the SHA-256 of its canonical invocation, recomputed, equals its stored
 digest, which starts with the ref: `record.verified`); a summary cannot be checked against
@@ -46,7 +48,8 @@ from toolref_server.storage.keyspace import Client
 FORMAT: Final = 1
 _PAGE: Final = keyspace.PAGE
 _SLACK: Final = 64 << 10  # an item's key and framing, a record's header, beside its content
-_PIECE: Final = 4096  # compressed bytes fed to the inflater at a time
+_READ: Final = 64 << 10  # compressed bytes read from the file at a time
+_PIECE: Final = 512  # of them fed to the inflater at a time: 16 MiB inflated at most
 _FED: Final = 64 << 10  # inflated bytes fed to the item reader at a time
 
 
@@ -129,7 +132,7 @@ def import_(
         start = stream.tell()
         total = verify(stream, tenant, checked, limits)
         stream.seek(start)
-        return _write(redis, stream, progress, limits, total)
+        return _write(redis, stream, progress, limits, total, tenant=tenant)
 
 
 @contextlib.contextmanager
@@ -150,19 +153,22 @@ def _items(source: IO[bytes], limits: Limits) -> Iterator[Any]:
     the stream does not end where a frame and an item end (a file cut short: zstd's stream
     reader would hand back the prefix as if it were whole), or for an item larger than
     `limits.max_item`. Input is fed `_PIECE` bytes at a time, so what one step inflates to
-    stays bounded (at most 32 zstd blocks of 128 KiB per KiB of input), and handed to the
-    item reader `_FED` bytes at a time; memory otherwise holds one item."""
+    stays bounded (a run-length block takes 4 bytes and inflates to 128 KiB: 32 MiB per KiB
+    of input, 16 MiB a step), and handed to the item reader `_FED` bytes at a time; memory
+    otherwise holds one item."""
     unpacker = msgpack.Unpacker(raw=False, max_buffer_size=limits.max_item + _FED)
     decompressor = zstandard.ZstdDecompressor()
     inflater, open_frame, fed, parsed = decompressor.decompressobj(), False, 0, 0
     try:
-        while piece := source.read(_PIECE):
-            while piece:
+        while read := source.read(_READ):
+            pieces = [read[at : at + _PIECE] for at in range(0, len(read), _PIECE)][::-1]
+            while pieces:
+                piece = pieces.pop()
                 open_frame = True
                 out = inflater.decompress(piece)
-                piece = b""
                 if inflater.eof:  # a frame ended; another may follow it
-                    piece = inflater.unused_data
+                    if inflater.unused_data:
+                        pieces.append(inflater.unused_data)
                     inflater, open_frame = decompressor.decompressobj(), False
                 for at in range(0, len(out), _FED):
                     unpacker.feed(out[at : at + _FED])
@@ -209,16 +215,9 @@ def _header(items: Iterator[Any]) -> dict[str, Any]:
     return header
 
 
-def verify(
-    source: IO[bytes],
-    tenant: str | None = None,
-    progress: Progress | None = None,
-    limits: Limits = Limits(),
-) -> int:
-    """Check every item of an export (`check_item`) without writing anything; return how
-    many there are. Linear in the file; memory: one item at a time."""
-    items = _items(source, limits)
-    header = _header(items)
+def _owner(header: dict[str, Any], tenant: str | None) -> str | None:
+    """The tenant every key of the file must be under (`tenant`, else the one its header
+    names; None: any), once the header agrees with `tenant`."""
     named = header.get("tenant")
     if named is not None and (not isinstance(named, str) or not TENANT_NAME.fullmatch(named)):
         raise ValidationError(
@@ -230,7 +229,19 @@ def verify(
             f"the file is an export of tenant {named!r}, not of {tenant!r} (--tenant); nothing "
             "was imported. Import it without --tenant, or name its tenant"
         )
-    owner = tenant if tenant is not None else named
+    return tenant if tenant is not None else named
+
+
+def verify(
+    source: IO[bytes],
+    tenant: str | None = None,
+    progress: Progress | None = None,
+    limits: Limits = Limits(),
+) -> int:
+    """Check every item of an export (`check_item`) without writing anything; return how
+    many there are. Linear in the file; memory: one item at a time."""
+    items = _items(source, limits)
+    owner = _owner(_header(items), tenant)
     count = 0
     for count, item in enumerate(items, start=1):
         problem = check_item(item, owner, limits)
@@ -335,14 +346,25 @@ _CHECKS: Final[dict[str, Callable[[str, bytes, Limits], str | None]]] = {
 
 
 def _write(
-    redis: Client, source: IO[bytes], progress: Progress | None, limits: Limits, total: int
+    redis: Client,
+    source: IO[bytes],
+    progress: Progress | None,
+    limits: Limits,
+    total: int,
+    *,
+    tenant: str | None,
 ) -> tuple[int, int]:
     """Write the keys of a checked export (`total` items) that are absent: `SET NX`, one
     pipeline a page, each to live at most `limits.ttl_seconds` (one without a lifetime that
-    long). An engine lost midway is a `StoreUnavailableError` saying what was imported."""
+    long). Each item is checked again as it is read (the file may have been rewritten since
+    its check): one that fails now is a `ValidationError` saying what was imported before
+    it. An engine lost midway is a `StoreUnavailableError` saying what was imported."""
     items = _items(source, limits)
     longest = limits.ttl_seconds * 1000
-    _header(items)
+    try:
+        owner = _owner(_header(items), tenant)
+    except ValidationError as exc:
+        raise _changed(exc.detail.partition(";")[0], 0, total) from None
     written = present = done = 0
     batch: list[list[Any]] = []
 
@@ -356,7 +378,18 @@ def _write(
         present += there
         batch.clear()
 
-    for item in items:
+    def read() -> Iterator[Any]:
+        try:
+            yield from items
+        except ValidationError as exc:  # unreadable now, though it was read whole before
+            detail = exc.detail.partition("; nothing")[0]
+            raise _changed(detail, written + present, total) from None
+
+    for item in read():
+        problem = check_item(item, owner, limits)
+        if problem is not None:
+            shown = f"item {done + 1} of the file ({_shown_key(item)}) {problem}"
+            raise _changed(shown, written + present, total)
         key, value, ttl = item
         batch.append([key, value, min(ttl, longest) if ttl > 0 else longest])
         done += 1
@@ -369,6 +402,15 @@ def _write(
     if progress is not None:
         progress(done, 0)
     return written, present
+
+
+def _changed(what: str, imported: int, total: int) -> ValidationError:
+    return ValidationError(
+        f"{what}: the file changed since it was checked (it passed then); {imported} keys "
+        f"were imported before it (of the {total} checked, each checked again as it was "
+        "written), none after. Let nothing write the file while it is imported (import a "
+        "copy), and make it again with `toolref-server cache export` if it was changed"
+    )
 
 
 def _lost(imported: int, total: int, exc: StoreUnavailableError) -> StoreUnavailableError:

@@ -427,3 +427,81 @@ def test_the_cli_holds_records_to_the_registrys_inflated_limit(tmp_path: Path) -
     assert done.returncode == 2, done.stderr
     assert "TOOLREF_MAX_DECOMPRESSED_BYTES (1048576)" in done.stderr
     assert "nothing was imported" in done.stderr
+
+
+class RewrittenAfterCheck(io.BytesIO):
+    """A file that another process rewrites once import has checked it: what the second
+    read (the one that writes) finds is `later`."""
+
+    def __init__(self, first: bytes, later: bytes) -> None:
+        super().__init__(first)
+        self._later: bytes | None = later
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if self._later is not None and self.tell() > 0:  # read once: rewritten now
+            later, self._later = self._later, None
+            self.truncate(0)
+            super().seek(0)
+            self.write(later)
+        return super().seek(offset, whence)
+
+
+async def test_a_file_changed_after_its_check_writes_nothing_unchecked(
+    redis: Redis, engine_url: str
+) -> None:
+    """Found: import checked the file on its first read, and wrote what its second read
+    found without checking it: a file rewritten in between (by whoever could write it, while
+    a long check ran) planted a payload under another tenant's ref, though `--tenant acme`
+    and the file's header held the import to acme. Now every item is checked again as it is
+    written: the changed one is refused, naming it, and the keys written before it (each
+    checked) are counted."""
+    good = [record_item("acme", {**GOOD, "result": f"line {n}\n"}) for n in range(600)]
+    first = export_file("acme", good)
+    later = export_file("acme", [*good, record_item("globex", EVIL, under=GOOD)])
+    with sync(engine_url) as target, pytest.raises(ValidationError) as refused:
+        export.import_(target, RewrittenAfterCheck(first, later), tenant="acme")
+    held = await snapshot(redis)
+    assert not [key for key in held if ":globex:" in str(key)], held
+    assert len(held) == 500  # the first page, checked twice
+    detail = refused.value.detail
+    assert "item 601" in detail, detail
+    assert "under tenant 'globex'" in detail, detail
+    assert "changed since it was checked" in detail, detail
+    assert "500 keys were imported before it" in detail, detail
+
+
+async def test_a_file_spoilt_after_its_check_says_what_was_imported(
+    redis: Redis, engine_url: str
+) -> None:
+    """Found: a file that could no longer be read to its end after its check (rewritten
+    meanwhile) stopped the writes midway with "nothing was imported", though pages of keys
+    were."""
+    good = [record_item("acme", {**GOOD, "result": f"line {n}\n"}) for n in range(1200)]
+    first = export_file("acme", good)
+    with sync(engine_url) as target, pytest.raises(ValidationError) as refused:
+        export.import_(target, RewrittenAfterCheck(first, first + b"\x00" * 16))
+    written = len(await snapshot(redis))
+    assert written == 1000, written  # two pages
+    detail = refused.value.detail
+    assert "nothing was imported" not in detail, detail
+    assert "cannot be read to its end" in detail, detail
+    assert f"{written} keys were imported before it" in detail, detail
+
+
+def test_a_file_that_inflates_a_thousandfold_is_read_in_small_steps() -> None:
+    """Found: the check fed zstd 4 KiB of the file at a time, and 4 KiB of run-length blocks
+    (4 bytes each, 128 KiB once inflated) inflate to 128 MiB in one step: a file of a few KB
+    made import hold that much at once, 8 times the bound its docstring said. Now at most
+    512 bytes are fed at a time: 16 MiB at most, whatever the file."""
+    packer = msgpack.Packer(use_bin_type=True)
+    header = packer.pack({"toolrefExport": 1, "tenant": "acme", "created": 0})
+    data = zstandard.ZstdCompressor().compress(header + b"\x00" * (256 << 20))
+    assert len(data) < 16 << 10
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValidationError, match="not a \\[key, value, ttl\\] item"):
+            export.verify(io.BytesIO(data))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 24 << 20, peak

@@ -203,3 +203,51 @@ def test_the_warning_names_each_secret_the_file_holds(tmp_path: Path) -> None:
     assert warning is not None
     assert "redis_url (credentials in a URL)" in warning
     assert "api_keys (API key hashes)" in warning
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("[serving]\nhost = true", "toolref.toml [serving] host: `host` is text, not the TOML "
+         "boolean true; write it in quotes (\"true\") if that is the text you mean"),
+        ("[store]\nredis_url = 6379", "toolref.toml [store] redis_url: `redis_url` is text, not "
+         "the TOML integer 6379"),
+        ("[summaries]\nllm_model = 4.1", "`llm_model` is text, not the TOML float 4.1; write it "
+         "in quotes (\"4.1\")"),
+        ("[store]\ndata_dir = 0", "`data_dir` is text, not the TOML integer 0"),
+        ("[store]\nredis_cluster = 1", "toolref.toml [store] redis_cluster: `redis_cluster` is "
+         "true or false, not the TOML integer 1; write true or false"),
+        ("[serving]\nworkers = true", "toolref.toml [serving] workers: `workers` is a number, "
+         "not the TOML boolean true; write a number (its default: 1)"),
+    ],
+)  # fmt: skip
+def test_a_value_of_the_wrong_type_is_refused_with_its_key_value_and_fix(
+    text: str, said: str
+) -> None:
+    """Found: a TOML boolean or number given to a text setting (`host = true`,
+    `redis_url = 6379`), or a number to a true/false one (`redis_cluster = 1`), became its
+    text ("true", "6379", "1") and was taken without a word. Now the file is refused, naming
+    the key, the value given and the fix. A string is taken for any setting, as the
+    environment gives it."""
+    assert said in refused(text)
+
+
+def test_a_wrong_type_for_a_secret_does_not_show_the_value() -> None:
+    """Found: a list table's entry of the wrong type was quoted back, the API key hashes'
+    included (secrets whatever their value)."""
+    for text in (
+        "[summaries]\nllm_api_key = 123456789",
+        "[access.api_keys]\nacme = 123456789",
+        '[access.api_keys]\nacme = ["ok", 123456789]',
+    ):
+        detail = refused(text)
+        assert "123456789" not in detail, detail
+        assert "a secret: not shown" in detail, detail
+
+
+def test_strings_are_taken_for_any_setting_as_the_environment_gives_them() -> None:
+    assert given('[serving]\nworkers = "3"\nhost = "127.0.0.1"\n[store]\nredis_cluster = "1"') == {
+        "TOOLREF_WORKERS": "3",
+        "TOOLREF_HOST": "127.0.0.1",
+        "TOOLREF_REDIS_CLUSTER": "1",
+    }

@@ -9,9 +9,12 @@ wins over the file, the command's flags over both, and every process (each uvico
 reads its settings once from its environment as before. A table that is no group, a key
 that is no setting, or a setting under another group's table, is refused with the name
 most likely meant (`environment.meant`, the rule unknown `TOOLREF_*` variables are refused
-by). Values are TOML strings, numbers or booleans; the comma-separated lists (`upstreams`,
-`api_keys`, `tool_kinds`) may also be tables (`[gateway.upstreams]` with
-`anthropic = "https://api.anthropic.com"`; an API key's tenant may list several hashes).
+by). Values are TOML strings, numbers or booleans: a string for any setting (as the
+environment gives it), a boolean only for a true/false setting and a number only for a
+numeric one, else the file is refused (`host = true` is no host). The comma-separated
+lists (`upstreams`, `api_keys`, `tool_kinds`) may also be tables (`[gateway.upstreams]`
+with `anthropic = "https://api.anthropic.com"`; an API key's tenant may list several
+hashes).
 Pure but for reading the file; linear in its size.
 
 A file that holds secrets should be readable by its owner alone: `exposure` says so when
@@ -28,10 +31,11 @@ import json
 import shlex
 import stat
 import tomllib
+import types
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic_settings import BaseSettings
@@ -109,8 +113,54 @@ def parse(document: Mapping[str, Any], name: str) -> list[Setting]:
                 raise ConfigurationError(
                     f"{where}: `{key}` is a setting of [{home}], not [{table}]; move it there"
                 )
+            _check_type(where, key, value)
             found.append(Setting(PREFIX + key.upper(), _text(where, key, value), where))
     return found
+
+
+_TOML_TYPES: Final = {bool: "boolean", int: "integer", float: "float"}
+
+
+def _kind(key: str) -> str:
+    """What the setting `key` takes: `bool`, `number` or `text` (its annotation, optional or
+    not)."""
+    annotation = Settings.model_fields[key].annotation
+    if get_origin(annotation) in (Union, types.UnionType):
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    if annotation is bool:
+        return "bool"
+    return "number" if annotation in (int, float) else "text"
+
+
+def _check_type(where: str, key: str, value: object) -> None:
+    """Refuse a TOML boolean or number given to a setting of another kind: it would become
+    its text ("true", "6379") without a word. A string is left to the setting's own check."""
+    given = _TOML_TYPES.get(type(value))
+    kind = _kind(key)
+    if given is None or (kind, given == "boolean") in (("bool", True), ("number", False)):
+        return
+    secret = key in SECRETS
+    shown = "(a secret: not shown)" if secret else _toml(value)
+    fact = f"{where}: `{key}` is"
+    if kind == "text":
+        quoted = '"..."' if secret else json.dumps(_toml(value))
+        raise ConfigurationError(
+            f"{fact} text, not the TOML {given} {shown}; write it in quotes ({quoted}) if "
+            "that is the text you mean, or fix it"
+        )
+    if kind == "bool":
+        raise ConfigurationError(
+            f"{fact} true or false, not the TOML {given} {shown}; write true or false"
+        )
+    default = Settings.model_fields[key].default
+    raise ConfigurationError(
+        f"{fact} a number, not the TOML {given} {shown}; write a number (its default: {default})"
+    )
+
+
+def _toml(value: object) -> str:
+    """A TOML boolean or number as the file wrote it."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def exposure(path: Path, settings: list[Setting]) -> str | None:
@@ -186,7 +236,8 @@ def _text(where: str, key: str, value: object) -> str:
         for name, given in value.items():
             for one in given if isinstance(given, list) else [given]:
                 if not isinstance(one, str):
-                    raise ConfigurationError(f"{where}.{name}: give a string, not {one!r}")
+                    shown = "(a secret: not shown)" if key in SECRETS else repr(one)
+                    raise ConfigurationError(f"{where}.{name}: give a string, not {shown}")
                 entries.append(f"{name}={one}")
         return ",".join(entries)
     shape = "a string or a table of strings" if key in LISTS else "a string, number or boolean"
