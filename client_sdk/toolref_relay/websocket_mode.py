@@ -26,7 +26,9 @@ relay says the session gets none. A path with a dot segment is answered 400, as 
 Limits: a message of `--max-body-bytes` either way (1009); each message charged to the
 relay's budget of bytes in flight (`--max-inflated-in-flight`) while held; the gateway's
 idle and lifetime limits close both hops, and the relay's own are a day (`IDLE`,
-`LIFETIME`).
+`LIFETIME`); the close to an agent that reads nothing waits at most
+`toolref.websocket.driver.CLOSE_TIMEOUT` (the bridge's). The path and query go to the
+gateway as the agent sent them (a `#` too: `toolref.websocket.driver.connect`).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ Each test fails on the code before WebSocket mode: the gateway refused every upg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket as sockets
 from typing import Any
@@ -14,7 +15,10 @@ from urllib.parse import urlsplit
 import pytest
 from redis.asyncio import Redis
 from starlette.applications import Starlette
-from starlette.routing import WebSocketRoute
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import Scope
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from tests.integration.relay_gateway import KEY, gateway
@@ -287,3 +291,62 @@ async def test_a_client_that_reads_nothing_gives_its_slot_back_after_the_idle_li
             again.abort()
         finally:
             stalled.close()
+
+
+class Targets:
+    """An upstream that keeps the target of every request that reaches it as it came on
+    its wire (raw path and query), over HTTP and WebSocket alike."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, bytes]] = []
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/{rest:path}", self._http, methods=["GET"]),
+                WebSocketRoute("/v1/{rest:path}", self._socket),
+            ]
+        )
+
+    def _kept(self, scope: Scope) -> None:
+        query = scope.get("query_string", b"")
+        self.seen.append((scope["type"], scope["raw_path"] + (b"?" + query if query else b"")))
+
+    async def _http(self, request: Request) -> Response:
+        self._kept(request.scope)
+        return Response(b"ok")
+
+    async def _socket(self, websocket: WebSocket) -> None:
+        self._kept(websocket.scope)
+        await websocket.accept()
+        with contextlib.suppress(WebSocketDisconnect):
+            await websocket.receive_text()
+
+
+async def raw_get(url: str, path: str) -> bytes:
+    """A plain `GET path` with the tenant's key, the target as it is (no client library
+    sends a `#` on): the answer's status line."""
+    parts = urlsplit(url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    writer.write(
+        f"GET {path} HTTP/1.1\r\nHost: {parts.netloc}\r\n{KEY_HEADER}: {KEY}\r\n"
+        "Connection: close\r\n\r\n".encode()
+    )
+    answer = await asyncio.wait_for(reader.read(), 10)
+    writer.close()
+    return answer.split(b"\r\n", 1)[0]
+
+
+@pytest.mark.parametrize("tail", ["/v1/responses?a=1#x", "/v1/a#b?c=1", "/v1/a?b#c?d"])
+async def test_a_socket_target_with_a_hash_reaches_the_upstream_as_over_http(
+    redis: Redis, tail: str
+) -> None:
+    """A `#` in the target (the server takes it: it is no fragment on the wire): the HTTP
+    forwarder sends the target as it came, and so must the socket (its client parsed the
+    upstream's URL, dropping `#x`, or the query after a `#` in the path)."""
+    targets = Targets()
+    async with gateway(redis, {"echo": targets.app()}) as service:
+        assert await raw_get(service.url, f"/llm/echo{tail}") == b"HTTP/1.1 200 OK"
+        stalled = await raw_upgrade(service.url, f"/llm/echo{tail}", receive_buffer=1 << 16)
+        stalled.close()
+    assert targets.seen == [("http", tail.encode()), ("websocket", tail.encode())]

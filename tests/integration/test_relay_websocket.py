@@ -17,7 +17,13 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from tests.integration.test_gateway_websocket import create, events_until_done, response_id
+from tests.integration.test_gateway_websocket import (
+    Targets,
+    create,
+    events_until_done,
+    raw_upgrade,
+    response_id,
+)
 from tests.support.fake_provider import FakeProvider, Reply
 from tests.support.servers import serve
 from toolref.websocket.client import Closed, Message
@@ -196,3 +202,18 @@ async def test_the_sessions_log_line_tells_its_bytes(
             await asyncio.sleep(0.05)
     [line] = lines
     assert f"agent sent {sum(len(s.encode()) for s in sent)} bytes" in line
+
+
+async def test_a_hash_in_the_agents_target_reaches_the_provider(redis: Redis) -> None:
+    """The agent's path and query reach the gateway, and then the provider, as it sent them,
+    a `#` included, as the gateway forwards one over HTTP (the relay's client dropped `#x`
+    and the gateway's then sent `?a=1`)."""
+    targets = Targets()
+    async with gateway(redis, {"echo": targets.app()}) as service:
+        relay = Relay(RelayConfig(service.url, key=KEY), report=lambda line: None)
+        async with serve(relay) as relay_url:
+            agent = await raw_upgrade(
+                relay_url, "/llm/echo/v1/responses?a=1#x", receive_buffer=1 << 16
+            )
+            agent.close()
+    assert targets.seen == [("websocket", b"/v1/responses?a=1#x")]

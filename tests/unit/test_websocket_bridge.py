@@ -159,3 +159,32 @@ async def test_a_fault_of_the_bridge_closes_both_ends_1011() -> None:
     assert upstream.closed == (bridging.INTERNAL, "internal error")
     assert sent[-1] == {"type": "websocket.close", "code": 1011, "reason": "internal error"}
     assert upstream.sent == []
+
+
+async def test_a_client_that_reads_nothing_does_not_hold_the_bridge_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client that reads nothing: its server's `send` waits for a window that never
+    opens (uvicorn's does), the close included. The idle limit ends the bridge, and the
+    close to the client is given up on after `CLOSE_TIMEOUT`, so the bridge returns and its
+    user frees what it holds (the gateway's slot, the relay's session); it waited for ever,
+    for every user of the bridge (only the gateway bounded its own close)."""
+    from toolref.websocket import driver
+
+    monkeypatch.setattr(driver, "CLOSE_TIMEOUT", 0.2)
+    upstream = Upstream([b"more than the client's window"])
+    incoming: asyncio.Queue[Message] = asyncio.Queue()
+    tried: list[Message] = []
+
+    async def send(message: Message) -> None:  # the client's window is full
+        tried.append(message)
+        await asyncio.Event().wait()
+
+    limits = bridging.Limits(max_message=1 << 20, idle=0.3, lifetime=600)
+    ended = await asyncio.wait_for(
+        bridging.bridge(incoming.get, send, cast(Socket, upstream), limits), 10
+    )
+    assert (ended.by, ended.code) == ("idle", bridging.GOING_AWAY)
+    assert upstream.closed == (bridging.GOING_AWAY, ended.reason)
+    assert tried[-1] == {"type": "websocket.close", "code": 1001, "reason": ended.reason}
+    assert ended.received == 0  # the upstream's message never reached the client

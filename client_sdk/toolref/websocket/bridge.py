@@ -14,7 +14,9 @@ the upstream's connection. Each
 message is charged to a fresh `account()` (the process's budget of bytes in flight) while
 it is held. `on_sent` is told each client message's bytes as the client sent it and as
 it went upstream, once it went (the relay's turn lines, the gateway's usage). Memory: one
-message each way, at most.
+message each way, at most. No close waits on a peer for ever: each side's is given at most
+`toolref.websocket.driver.CLOSE_TIMEOUT` seconds, so a peer that reads nothing (its window
+full) is let go then and the bridge returns, its user free to release what it holds.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from toolref.asgi.scope import Message, Receive, Send
+from toolref.websocket import driver
 from toolref.websocket.client import TOO_LARGE, Closed, close_reason
 from toolref.websocket.driver import Socket
 from toolref.wire.errors import LimitExceededError, OverloadedError, ToolrefError
@@ -221,12 +224,33 @@ def _outcome(task: asyncio.Task[Ended]) -> Ended:
 
 
 async def _close_both(ended: Ended, send: Send, upstream: Socket) -> None:
+    """The close to each side, each waiting at most `driver.CLOSE_TIMEOUT` on a peer that
+    reads nothing (`Socket.close` drops the upstream's connection then; the client's server
+    drops its own once the bridge's user returns)."""
     code = _NOT_SENT.get(ended.code, ended.code)
     reason = close_reason(ended.reason)
     await upstream.close(code, reason)  # nothing more is sent once the upstream closed
     if ended.by != "client":
-        with contextlib.suppress(Exception):  # the client may be gone already
-            await send({"type": "websocket.close", "code": code, "reason": reason})
+        await close_client(send, code, reason)
+
+
+async def close_client(send: Send, code: int, reason: str = "") -> None:
+    """`websocket.close` to an accepted ASGI socket's client, given at most
+    `driver.CLOSE_TIMEOUT` seconds: the server's send waits while the client's window is
+    full, and one that reads nothing would hold the caller (its slot in flight, its task,
+    whatever it holds) for as long as it kept its connection open. A client gone already
+    is nothing to close."""
+    closing = send({"type": "websocket.close", "code": code, "reason": reason})
+    try:
+        await asyncio.wait_for(closing, driver.CLOSE_TIMEOUT)
+    except TimeoutError:
+        log.info(
+            "a WebSocket client read nothing for %gs; its close (%d) was not sent",
+            driver.CLOSE_TIMEOUT,
+            code,
+        )
+    except Exception:  # the client may be gone already
+        log.debug("a WebSocket client was gone before its close (%d)", code, exc_info=True)
 
 
 class _Nothing:

@@ -52,8 +52,12 @@ async def connect(
     ssl: ssl_module.SSLContext | None = None,
 ) -> Socket:
     """A WebSocket to `url` (`ws://`, `wss://`; `http(s)://` as their equivalents), its
-    upgrade request carrying `headers` after the handshake's own."""
-    parts = urlsplit(url)
+    upgrade request carrying `headers` after the handshake's own. Its target is the URL's
+    path and query exactly as written, a `#` and what follows it included: a WebSocket URL
+    has no fragment (RFC 6455 3), and a server takes a `#` in a target, so a gateway
+    forwarding one sends it on, as its HTTP forwarder does (read as a fragment, it was
+    dropped: the upstream got another query, or none)."""
+    parts = urlsplit(url, allow_fragments=False)
     if parts.scheme not in _SCHEMES or not parts.hostname:
         raise ValueError(f"{url!r} is not a ws://, wss://, http:// or https:// URL")
     secure = _SCHEMES[parts.scheme]
@@ -61,7 +65,8 @@ async def connect(
     host = parts.hostname if parts.port is None else f"{parts.hostname}:{parts.port}"
     if ":" in parts.hostname:  # IPv6
         host = f"[{parts.hostname}]" + (f":{parts.port}" if parts.port else "")
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    path = parts.path if parts.path.startswith("/") else "/" + parts.path  # "ws://h#x"
+    target = path + (f"?{parts.query}" if parts.query else "")
     context = (ssl or ssl_module.create_default_context()) if secure else None
     try:
         reader, writer = await asyncio.wait_for(

@@ -5,11 +5,12 @@ Refusals come before anything is accepted, each as a plain HTTP answer to the up
 (problem+json): the `Toolref-Key` (401), the path (400, 404), the tenant's and the
 process's gateway requests in flight (429, 503: a socket holds one slot while it is open).
 Then the gateway opens the upstream's WebSocket (`toolref.websocket`: `ws://` or `wss://`
-from the base URL, the same path and query, the client's end-to-end headers and
-credentials as they came, none of toolref's) and accepts the client's only once the
-upstream accepted it: an upstream that refuses the upgrade (no WebSocket there, an old
-server, any status) makes the gateway answer **426** (`websocket-unavailable`), one it
-cannot reach 502, so a client falls back to HTTP at once.
+from the base URL, the same path and query as the client sent them, a `#` included, as
+over HTTP; the client's end-to-end headers and credentials as they came, none of
+toolref's) and accepts the client's only once the upstream accepted it: an upstream that
+refuses the upgrade (no WebSocket there, an old server, any status) makes the gateway
+answer **426** (`websocket-unavailable`), one it cannot reach 502, so a client falls back
+to HTTP at once.
 
 Once open, `toolref.websocket.bridge` joins them: the upstream's messages reach the client
 exactly, in order, as they come; the client's go upstream, restored first when the relay
@@ -18,9 +19,9 @@ against the one before it), so the upstream receives the agent's bytes exactly. 
 (TOOLREF_GATEWAY_WS_*): a message's bytes (1009), seconds without a message (idle) and
 seconds open (lifetime), both 1001; each message is charged to the process's budget of
 bytes in flight while it is held. The close the gateway sends its client waits at most
-`toolref.websocket.driver.CLOSE_TIMEOUT` seconds: a client that reads nothing (its window
-full) is let go then, with the tenant's slot, where it held them for as long as it kept its
-connection.
+`toolref.websocket.driver.CLOSE_TIMEOUT` seconds (the bridge's, for each side): a client
+that reads nothing (its window full) is let go then, with the tenant's slot, where it held
+them for as long as it kept its connection.
 
 On an LLM endpoint's path (`toolref.wire.endpoints.socket_turns`: the Responses API's
 WebSocket), each client message sent upstream is a turn, counted as an HTTP request is
@@ -37,19 +38,18 @@ info line at the upgrade naming which asked, and one count in
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import Final
 
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from toolref.asgi.budget import Budget
 from toolref.asgi.hops import decoded, encoded, end_to_end, without_toolref
 from toolref.asgi.scope import header
 from toolref.asgi.workers import Workers
 from toolref.websocket.bridge import Limits, bridge
-from toolref.websocket.driver import CLOSE_TIMEOUT, Refusal, Unreachable, connect
+from toolref.websocket.driver import Refusal, Unreachable, connect
 from toolref.websocket.frames import Decoder
 from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.endpoints import socket_turns
@@ -195,7 +195,7 @@ class Sockets:
 
         ended = await bridge(
             receive,
-            closing_within(send, CLOSE_TIMEOUT),
+            send,
             upstream,
             self.limits,
             inbound=inbound,
@@ -232,23 +232,6 @@ class Sockets:
             why,
         )
         self.metrics.context_requests.labels("socket").inc()
-
-
-def closing_within(send: Send, seconds: float) -> Send:
-    """`send`, its `websocket.close` given at most `seconds`: the server's send waits while
-    the client's window is full, and a client that reads nothing would hold the socket (its
-    slot in flight, its task) for as long as it kept the connection open."""
-
-    async def sent(message: Message) -> None:
-        if message["type"] != "websocket.close":
-            await send(message)
-            return
-        try:
-            await asyncio.wait_for(send(message), seconds)
-        except TimeoutError:
-            log.info("a WebSocket client read nothing for %gs; its close was not sent", seconds)
-
-    return sent
 
 
 async def refuse(send: Send, error: ToolrefError) -> None:
