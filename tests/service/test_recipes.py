@@ -274,3 +274,30 @@ async def test_a_refreshed_recipe_loads_whole_for_its_whole_lifetime(redis: Redi
     clock.now += 600
     await age(redis, 600)  # within the TTL since the refresh
     assert await recipes_on(redis, clock).load("t", held.ref) is not None
+
+
+async def test_a_delta_loads_for_its_whole_lifetime_with_no_group_extended(
+    redis: Redis,
+) -> None:
+    """Deltas kept over time, none due a refresh: each new delta's node lives until
+    `refreshed` + TTL, and so does every node of its group, written to that time or
+    extended to it at the refresh; a turn extends nothing of its group again (six EXPIREs
+    a turn, once). The newest recipe loads up to the end of its own lifetime, from a
+    process that holds nothing."""
+    clock = Clock()
+    recipes = recipes_on(redis, clock, every=8)
+    messages = [message(n) for n in range(3)]
+    held = await keep(recipes, chat(messages), None)
+    for n in range(3, 9):  # deltas, 40 s apart: the group grows, no refresh is due
+        clock.now += 40
+        await age(redis, 40)
+        messages.append(message(n))
+        held = await keep(recipes, chat(messages), held)
+    assert held.depth > 1  # a delta read through its group
+    left = await ttl(redis, held.ref)
+    group = [keys.recipe_node("t", ref) for ref in held.group]
+    lifetimes = [int(await redis.ttl(key)) for key in group]
+    assert min(lifetimes) >= left - 1, lifetimes
+    clock.now += left - 2
+    await age(redis, left - 2)
+    assert await recipes_on(redis, clock).load("t", held.ref) is not None

@@ -22,8 +22,10 @@ a cluster, in one round trip).
 Lifetimes: a node lives until its `refreshed` time plus the TTL, and so does everything it
 needs (its group, the pieces and chunks of its recipe, the nodes their literals are in):
 keeping a recipe extends all of them once `refresh_seconds` have passed since
-(TOOLREF_EDIT_REFRESH_SECONDS), else only what it writes, names anew or is read through
-(a delta: its group). A node holds literals others may read, so it is never shortened; a
+(TOOLREF_EDIT_REFRESH_SECONDS), else only what it writes and the pieces it names anew (a
+delta's group, which it is read through, was written or extended to that time since the
+refresh: nothing of it is extended again each turn). A node holds literals others may
+read, so it is never shortened; a
 snapshot shortens the chunks of the snapshot before it that it no longer holds to
 `superseded_ttl` seconds (TOOLREF_EDIT_SUPERSEDED_TTL).
 
@@ -374,9 +376,8 @@ class Recipes:
                 kept = set(held.stored)
                 gone = [c for c in base.stored if c not in kept]
                 shorten += [(keys.recipe_chunk(tenant, c), self.superseded_ttl) for c in gone]
-        else:
+        else:  # its group lives until `refreshed` + TTL already: written or extended so
             held = await self._delta_of(parts, edit, base, refreshed)
-            extend += [(keys.recipe_node(tenant, r), lifetime) for r in base.group]
         same = base is not None and ref == base.ref  # its own node again, refreshed
         node_put = Put(keys.recipe_node(tenant, ref), encode_node(held.node), lifetime, not same)
         puts.append(node_put)
