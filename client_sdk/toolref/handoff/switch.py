@@ -11,14 +11,17 @@ first `at` messages (those from before the switch):
   (reversible with `original_id`) when that fits, else `tid_h` + 35 hex digits of its SHA-256
   (hex doubles the length: a 23-character Kimi id became 50); an id the new API takes is left
   alone. In calls and results alike, so they still pair;
-- thinking and redacted-thinking blocks are dropped, and reasoning items of the Responses
-  API with `encrypted_content` too;
+- thinking and redacted-thinking blocks are dropped, and every reasoning item of the
+  Responses API: with `encrypted_content` (`store=false`) or without (`store=true`: an
+  `rs_` id only the old backend holds), it is the old backend's state, not the dialogue's;
+  a function call loses its item `id` with it (OpenAI refuses either of the pair alone);
 
 and the handoff block of those messages (`toolref.handoff.build`) goes in front of the first
 user message. The same request always gives the same result, so every later turn on the new
 backend gets the same prefix and its prompt cache keeps hitting. `switched_text` does it on
 a body's text: every member and message it leaves unchanged keeps its bytes (key order,
-`1.0`, `-0.0`, `1e-7`); only what it rewrites is written again.
+`1.0`, `-0.0`, `1e-7`); in a message whose only change is a mapped id, only that id's
+string is written again; the other messages it changes are written again whole.
 """
 
 from __future__ import annotations
@@ -98,8 +101,10 @@ def _switched_messages(
     cap = id_cap(fmt)
     cleaned, origins = [], []
     for index, message in enumerate(messages[:before]):
+        if _reasoning_item(message):
+            continue
         stripped = _cleaned(message, cap, strip=True)
-        if stripped is not None:  # None: an item that was nothing but an opaque field
+        if stripped is not None:  # None: a message that was nothing but thinking
             cleaned.append(stripped)
             origins.append(index)
     handoff = build(cleaned, fmt)
@@ -115,8 +120,11 @@ def _switched_messages(
 def switched_text(text: str, fmt: FormatName, messages_key: str, at: int | None) -> str | None:
     """`switched` on a body's JSON text; None when it is not an object holding its messages
     as a list (it then travels as it is). Messages and members the switch leaves as they
-    were keep their text, wherever others were dropped; the rest is written by `json` (no
-    other bytes change; a lone surrogate as its escape). Linear in the text."""
+    were keep their text, wherever others were dropped; in a message whose only change is
+    a mapped id, only that id's string is replaced (found by a scan of the message's text,
+    so a duplicate key's last value, the one parsed, is the one replaced); the rest is
+    written by `json` (no other bytes change; a lone surrogate as its escape). Linear in
+    the text."""
     try:
         document = spans.document(text, messages_key)
     except (ValueError, RecursionError):
@@ -130,11 +138,17 @@ def switched_text(text: str, fmt: FormatName, messages_key: str, at: int | None)
         return None
     texts = []
     for message, origin in zip(new, origins, strict=True):
-        if origin is not None and message == old[origin]:
-            first, last = document.items[origin]
-            texts.append(text[first:last])
-        else:
+        edits = None if origin is None else _id_edits(old[origin], message)
+        if origin is None or edits is None:
             texts.append(_dumped(message))
+            continue
+        first, last = document.items[origin]
+        if edits:  # only ids mapped: their strings replaced, every other byte kept
+            found = spans.locate(text, first, [path for path, _ in edits])
+            replaced = [(*found[path], _dumped(mapped)) for path, mapped in edits]
+            texts.append(spans.splice(text, replaced, first, last))
+        else:
+            texts.append(text[first:last])
     listed = "[" + ",".join(texts) + "]"
     parts = []
     for name, member in document.members.items():
@@ -155,13 +169,42 @@ def _dumped(value: Any) -> str:
     return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
+def _id_edits(old: Any, new: Any) -> list[tuple[spans.Path, str]] | None:
+    """Where `new` (`_cleaned` of `old`) holds a mapped id in place of `old`'s, as (path,
+    id); None when anything else differs (a member or block dropped): it is then written
+    again whole. `[]` when nothing differs. Walks only what `_cleaned` rebuilt: linear."""
+    found: list[tuple[spans.Path, str]] = []
+    stack: list[tuple[spans.Path, Any, Any]] = [((), old, new)]
+    while stack:
+        path, was, now = stack.pop()
+        if was is now:  # `_cleaned` hands on what it leaves alone, not a copy
+            continue
+        if isinstance(was, dict) and isinstance(now, dict) and len(was) == len(now):
+            for (key, a), (other, b) in zip(was.items(), now.items(), strict=True):
+                if key != other:
+                    return None
+                if a is not b and key in _ID_FIELDS and isinstance(a, str) and isinstance(b, str):
+                    found.append(((*path, key), b))
+                else:
+                    stack.append(((*path, key), a, b))
+        elif isinstance(was, list) and isinstance(now, list) and len(was) == len(now):
+            stack.extend(((*path, i), a, b) for i, (a, b) in enumerate(zip(was, now, strict=True)))
+        else:
+            return None
+    return found
+
+
+def _reasoning_item(message: Any) -> bool:
+    """A Responses `reasoning` item: the old backend's state (its `encrypted_content`, or
+    with `store=true` an `rs_` id it holds), which no other backend can resolve."""
+    return isinstance(message, dict) and message.get("type") == "reasoning"
+
+
 def _cleaned(message: Any, cap: int, *, strip: bool) -> Any:
     """A message with ids mapped to fit `cap` and, with `strip` (from before the switch),
-    without opaque fields; None for an item that was nothing but an opaque field."""
+    without opaque fields; None for a message that was nothing but thinking."""
     if not isinstance(message, dict):
         return message
-    if strip and message.get("type") == "reasoning" and "encrypted_content" in message:
-        return None
     out = {k: _mapped(k, v, cap) for k, v in message.items()}
     if strip and message.get("type") == "function_call":
         # Its `id` (`fc_...`) names an item of the old backend, whose reasoning item is
