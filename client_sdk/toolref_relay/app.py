@@ -31,6 +31,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Final
 
@@ -128,7 +129,7 @@ class Relay:
                 config.key,
                 connect_timeout=config.connect_timeout,
                 report=report,
-                rides=lambda request: str(request.url).startswith(llm_routes),
+                rides=partial(_rides, llm_routes),
             )
         self.link = GatewayLink(config, pool, report)
         # the link's parts, by their names (one object each)
@@ -402,7 +403,7 @@ class Relay:
             url,
             headers=on_the_wire(headers),
             content=content,
-            extensions=self.link.extensions(),
+            extensions=self.link.extensions(call, url),
         )
         return await meter.handle_async_request(request)
 
@@ -418,7 +419,7 @@ class Relay:
             fallback + call.suffix(),
             headers=on_the_wire(to_provider(call.headers)),
             content=raw,
-            extensions=self.link.extensions(),
+            extensions=self.link.extensions(call, fallback + call.suffix()),
         )
         try:
             return await meter.handle_async_request(request)
@@ -440,6 +441,13 @@ class Relay:
 
     async def _pass(self, call: Call, receive: Receive, send: Send) -> None:
         await pass_through(self.link, call, receive, send)
+
+
+def _rides(llm_routes: str, request: httpx.Request) -> bool:
+    """Whether a turn goes over the channel: one to the gateway's LLM routes whose target
+    is its URL's (a frame carries `request.url`'s; one the agent sent with a `#`, or what
+    httpx escapes, goes over HTTP, which sends it as it came: `Call.exact`)."""
+    return str(request.url).startswith(llm_routes) and "target" not in request.extensions
 
 
 _NOT_SERVED: Final = (

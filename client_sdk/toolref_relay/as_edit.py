@@ -84,7 +84,11 @@ async def as_edit(
             context_editing=config.context_editing,
         )
         plain = httpx.Request(
-            "POST", url, headers=on_the_wire(headers), content=body, extensions=link.extensions()
+            "POST",
+            url,
+            headers=on_the_wire(headers),
+            content=body,
+            extensions=link.extensions(call, url),
         )
     answer = await send_edit(
         meter,
@@ -94,7 +98,7 @@ async def as_edit(
         extra=extra,
         content=body,
         messages_key=found.messages_key,
-        extensions=link.extensions(),
+        extensions=link.extensions(call, url),
         as_it_is=plain,
     )
     if answer == UNSUPPORTED:

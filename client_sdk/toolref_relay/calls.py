@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import Final
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -32,6 +33,18 @@ class Call:
 
     def suffix(self) -> str:
         return self.path + (f"?{self.query}" if self.query else "")
+
+    def exact(self, url: str) -> dict[str, bytes]:
+        """The request extension sending `url` (a base URL, then `suffix()`) with the path
+        and query as the agent sent them, where httpx would not: it takes a `#` for a
+        fragment, never sent (`?a=1#x` went out as `?a=1`), and escapes what it holds unsafe
+        (`"` as `%22`). httpcore sends a `target` extension in the URL's stead, as the
+        gateway and the relay's WebSocket mode send a target. Empty where httpx's is it."""
+        suffix = self.suffix()
+        base = url[: len(url) - len(suffix)]
+        prefix = httpx.URL(base).raw_path if urlsplit(base).path else b""
+        target = prefix + suffix.encode("latin-1")  # the agent's bytes (read as latin-1)
+        return {} if target == httpx.URL(url).raw_path else {"target": target}
 
 
 class Meter(httpx.AsyncBaseTransport):

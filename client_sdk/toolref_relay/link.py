@@ -57,9 +57,12 @@ class GatewayLink:
         number, tally = self.totals.add(whose, upload)
         self.report(turn_line(whose, number, upload, tally))
 
-    def extensions(self) -> dict[str, Any]:
-        """The request extensions of every request to the gateway: the timeouts."""
-        return {"timeout": dict(self._timeouts)}
+    def extensions(self, call: Call | None = None, url: str = "") -> dict[str, Any]:
+        """The request extensions of every request to the gateway (and the fallback): the
+        timeouts; for `call`'s request to `url`, its target as the agent sent it
+        (`Call.exact`)."""
+        timeouts = {"timeout": dict(self._timeouts)}
+        return timeouts if call is None else {**timeouts, **call.exact(url)}
 
     async def takes_edits(self) -> bool:
         """Whether the gateway takes edits (asked once per start; `capabilities`), its

@@ -40,16 +40,17 @@ async def pass_through(link: GatewayLink, call: Call, receive: Receive, send: Se
 
     async def forward() -> None:
         upstream = link.switchboard.route(call.name)
+        url = f"{link.config.gateway}/llm/{upstream}{call.suffix()}"
         request = httpx.Request(
             call.method,
-            f"{link.config.gateway}/llm/{upstream}{call.suffix()}",
+            url,
             headers=on_the_wire(
                 to_gateway(
                     call.headers, key=link.config.key, switched_from=None, body_changed=False
                 )
             ),
             content=body() if has_body else None,
-            extensions=link.extensions(),
+            extensions=link.extensions(call, url),
         )
         try:
             answer = await link.pool.handle_async_request(request)
@@ -65,7 +66,7 @@ async def pass_through(link: GatewayLink, call: Call, receive: Receive, send: Se
                 fallback + call.suffix(),
                 headers=on_the_wire(to_provider(call.headers)),
                 content=body() if has_body else None,
-                extensions=link.extensions(),
+                extensions=link.extensions(call, fallback + call.suffix()),
             )
             try:
                 answer = await link.pool.handle_async_request(request)

@@ -157,7 +157,7 @@ async def test_a_stream_reused_while_served_closes_the_channel() -> None:
     await asyncio.wait_for(started.wait(), 5)
     socket.frame(sender.turn(7, "/v1/messages", HEADERS, b"{}"))
     await asyncio.wait_for(task, 5)
-    assert socket.sent[-1] == {"type": "websocket.close", "code": 1002}
+    assert socket.sent[-1] == {"type": "websocket.close", "code": 1002, "reason": ""}
     await asyncio.wait_for(cancelled.wait(), 5)  # the turn in flight does not outlive it
 
 
@@ -476,3 +476,61 @@ async def test_a_request_past_the_frame_limit_and_a_closed_channel_go_over_http(
     )
     assert (await transport.handle_async_request(large)).status_code == 200
     assert len(inner.sent) == 2
+
+
+class Unread(Socket):
+    """A sender that reads nothing: its window full, every write waits on it for ever, the
+    close included (uvicorn's `send` does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tried: list[Message] = []
+
+    async def send(self, message: Message) -> None:
+        if message["type"] == "websocket.accept":
+            await super().send(message)
+            return
+        self.tried.append(message)
+        await asyncio.Event().wait()
+
+
+async def test_a_channel_closed_to_a_sender_that_reads_nothing_is_let_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A frame that does not read closes the channel (1002); to a sender that reads nothing
+    that close is given up on after `CLOSE_TIMEOUT`, as the bridge's is, and the channel's
+    task ends (it waited for ever, holding whatever its server holds for it)."""
+    from toolref.websocket import driver
+
+    monkeypatch.setattr(driver, "CLOSE_TIMEOUT", 0.2)
+    socket = Unread()
+    task = await serving(socket, answering([]))
+    socket.frame(b"\xff")  # no frame: the channel is closed
+    await asyncio.wait_for(task, 10)
+    assert socket.tried == [{"type": "websocket.close", "code": 1002, "reason": ""}]
+
+
+async def test_a_channel_closed_behind_a_write_that_never_ends_is_let_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The close waits for the socket's one writer: behind a turn's answer its sender never
+    reads, that wait is bounded by `CLOSE_TIMEOUT` too, and the channel ends with no close
+    sent (the socket is busy; its server drops it as the channel's task returns), its turn
+    cancelled."""
+    from toolref.websocket import driver
+
+    monkeypatch.setattr(driver, "CLOSE_TIMEOUT", 0.2)
+    socket, seen = Unread(), list[Scope]()
+    task = await serving(socket, answering(seen))
+    sender = frames.Sender()
+    socket.frame(sender.turn(3, "/v1/messages", HEADERS, b"{}"))
+    for _ in range(200):  # its answer's head is being written, for ever
+        if socket.tried:
+            break
+        await asyncio.sleep(0.005)
+    socket.frame(sender.turn(3, "/v1/messages", HEADERS, b"{}"))  # reused: closes
+    await asyncio.wait_for(task, 10)
+    assert len(seen) == 1
+    assert [m["type"] for m in socket.tried] == ["websocket.send"]  # the close never got in
+    left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert all(t.done() for t in left if "_served" in repr(t.get_coro()))

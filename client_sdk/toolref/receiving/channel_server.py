@@ -10,7 +10,8 @@ Its answer goes back as frames on the same socket as it is made (its head, each 
 its body, its end), so a streamed answer stays a stream; turns are served concurrently, at
 most `frames.MAX_STREAMS` at once per channel (a further one is answered 503 at once). The sender
 going away cancels every turn still being served, as a client hanging up does; a frame
-that does not read closes the channel (1002).
+that does not read closes the channel (1002), the close given up on after
+`driver.CLOSE_TIMEOUT` to a sender that reads nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from urllib.parse import unquote
 
 from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send
 from toolref.websocket import channel as frames
+from toolref.websocket import driver
+from toolref.websocket.bridge import close_client
 from toolref.wire.errors import OverloadedError, ToolrefError
 
 log = logging.getLogger("toolref.channel")
@@ -75,8 +78,7 @@ async def serve_channel(
     async def close(why: str) -> None:
         log.info("channel closed: %s", why)
         gone.set()  # no turn writes after the close
-        async with writing:
-            await send({"type": "websocket.close", "code": _PROTOCOL_ERROR})
+        await _closed(send, writing)
 
     try:
         while True:
@@ -115,6 +117,21 @@ async def serve_channel(
     finally:
         gone.set()
         await turns.end()
+
+
+async def _closed(send: Send, writing: asyncio.Lock) -> None:
+    """1002 to the sender, given at most `driver.CLOSE_TIMEOUT` for the socket's one writer
+    (a turn's write to a sender that reads nothing holds it for ever) and as long again for
+    the close itself (`close_client`): the channel's task ends either way."""
+    try:
+        await asyncio.wait_for(writing.acquire(), driver.CLOSE_TIMEOUT)
+    except TimeoutError:  # busy for good: its server drops it as the channel returns
+        log.info("channel's sender read nothing for %gs: no close", driver.CLOSE_TIMEOUT)
+        return
+    try:
+        await close_client(send, _PROTOCOL_ERROR)
+    finally:
+        writing.release()
 
 
 class _Turns:
