@@ -4,6 +4,7 @@ sends (`Meter`), and the log line and 502 every route of it shares."""
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
@@ -18,6 +19,10 @@ from .ledger import header_bytes
 log = logging.getLogger("toolref.relay")
 
 UNREACHABLE: Final = (httpx.ConnectError, httpx.ConnectTimeout)
+
+
+# A path and query httpx sends as they are: RFC 3986's unreserved and sub-delims, `:@/?`.
+_PLAIN: Final = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,;=:@/?]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +46,8 @@ class Call:
         (`"` as `%22`). httpcore sends a `target` extension in the URL's stead, as the
         gateway and the relay's WebSocket mode send a target. Empty where httpx's is it."""
         suffix = self.suffix()
+        if _PLAIN.fullmatch(suffix) and "/." not in suffix:  # nothing httpx drops, escapes
+            return {}  # or resolves (a dot segment): every usual turn, with no URL parsed
         base = url[: len(url) - len(suffix)]
         prefix = httpx.URL(base).raw_path if urlsplit(base).path else b""
         target = prefix + suffix.encode("latin-1")  # the agent's bytes (read as latin-1)

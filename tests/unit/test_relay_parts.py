@@ -11,6 +11,8 @@ from typing import Any
 import httpx
 import pytest
 import zstandard
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from toolref.asgi.hops import end_to_end
 from toolref.asgi.scope import Disconnected, Message, read_body
@@ -32,6 +34,7 @@ from toolref_relay import (
     who,
 )
 from toolref_relay.bodies import TOO_LARGE, inflated, readable
+from toolref_relay.calls import Call
 from toolref_relay.capabilities import Capabilities
 from toolref_relay.headers import to_agent, to_gateway, to_provider
 from toolref_relay.ledger import MAX_TOTALS, OTHERS, shrunk
@@ -469,3 +472,25 @@ def test_a_gateway_refusal_in_the_agents_shape_keeps_its_retry_after() -> None:
     assert reply is not None
     assert reply.status == 429
     assert ("retry-after", "7") in reply.headers
+
+
+_SAFE = "ABCXYZabcxyz0189-._~!$&'()*+,;=:@/"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    path=st.text(alphabet=_SAFE + '"{}#%^|` ', max_size=30),
+    query=st.text(alphabet=_SAFE + '?"{}#%^|` ', max_size=30),
+)
+def test_a_target_sent_without_the_extension_is_the_agents_bytes(path: str, query: str) -> None:
+    """`Call.exact` answers a path and query of RFC 3986's unreserved and sub-delims (and
+    `:@/?`) without parsing a URL (every usual turn: a per-turn cost of the relay); where
+    it gives no extension, httpx sends the agent's bytes as they are, whatever they hold."""
+    call = Call("POST", "bench", "/v1/" + path, query, [], "openai")
+    assume("/." not in call.suffix())  # a dot segment: refused before (`guard.path_refusal`)
+    url = "http://127.0.0.1:9/llm/bench" + call.suffix()
+    sent = ("/llm/bench" + call.suffix()).encode("latin-1")
+    exact = call.exact(url)
+    assert (exact or {"target": httpx.URL(url).raw_path}) == {"target": sent}
+    if all(c in _SAFE + "?" for c in call.suffix()):
+        assert exact == {}  # answered without a URL parsed
