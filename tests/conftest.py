@@ -129,7 +129,9 @@ async def make_api(redis: Redis) -> AsyncIterator[Api]:
             await stack.enter_async_context(app.router.lifespan_context(app))
             client = httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app, client=(peer, 123)),
-                base_url="http://toolref.test",
+                # A loopback name, as on the service's own machine: without a metrics key,
+                # /metrics and /v1/savings answer no other Host (DNS rebinding).
+                base_url="http://localhost:8750",
                 headers={"Toolref-Protocol": "2", **(headers or {})},
             )
             await stack.enter_async_context(client)

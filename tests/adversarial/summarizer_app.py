@@ -77,7 +77,9 @@ async def apps(redis: Redis) -> AsyncIterator[Build]:
             await stack.enter_async_context(app.router.lifespan_context(app))
             http = httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app),
-                base_url="http://toolref.test",
+                # A loopback name, as on the service's own machine: without a metrics key,
+                # /metrics and /v1/savings answer no other Host (DNS rebinding).
+                base_url="http://localhost:8750",
                 headers={"Toolref-Protocol": "2", **(headers or {})},
                 timeout=60,
             )

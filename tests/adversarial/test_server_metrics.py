@@ -30,13 +30,65 @@ API_KEYS = f"acme={hashlib.sha256(TENANT.encode()).hexdigest()}"
 METRICS_PATHS = ("/metrics", "/v1/savings")
 
 
+# The `Host` values a request made on this machine names the service by: a loopback address
+# or `localhost`, with any port (or none), in any case.
+LOCAL_HOSTS = (
+    "127.0.0.1:8750",
+    "localhost",
+    "LocalHost:9000",
+    "127.8.9.10",
+    "[::1]:8750",
+    "[::1]",
+    "[::ffff:127.0.0.1]:80",
+)
+
+
 @pytest.mark.parametrize("peer", ["127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"])
 async def test_without_a_key_this_machine_reads_them(make_api: Api, peer: str) -> None:
     api = await make_api(api_keys=API_KEYS, peer=peer)
-    response = await api.get("/metrics")
-    assert response.status_code == 200
-    assert b"toolref_requests_total" in response.content
-    assert (await api.get("/v1/savings")).status_code == 200
+    for host in LOCAL_HOSTS:
+        response = await api.get("/metrics", headers={"Host": host})
+        assert response.status_code == 200, host
+        assert b"toolref_requests_total" in response.content
+        assert (await api.get("/v1/savings", headers={"Host": host})).status_code == 200, host
+
+
+@pytest.mark.parametrize(
+    "host",
+    [
+        "rebind.example:8750",  # a page's own name, pointed at 127.0.0.1 (DNS rebinding)
+        "rebind.example",
+        "127.0.0.1.rebind.example:8750",
+        "localhost.rebind.example",
+        "toolref.test",
+        "10.1.2.3:8750",  # an address, but not loopback
+        "[2001:db8::1]:8750",
+        "",
+    ],
+)
+async def test_without_a_key_a_loopback_request_for_another_host_is_refused(
+    make_api: Api, host: str
+) -> None:
+    """A web page the operator visits can point a name of its own at 127.0.0.1 after it
+    loaded: the browser's requests then come from loopback, for `Host: rebind.example`, and
+    the page reads what they answer. Before, they were answered."""
+    api = await make_api(api_keys=API_KEYS)
+    for path in METRICS_PATHS:
+        response = await api.get(path, headers={"Host": host})
+        assert response.status_code == 403, (path, host)
+        assert response.headers["content-type"] == "application/problem+json"
+        problem = response.json()
+        assert problem["type"] == "urn:toolref:problem:forbidden"
+        detail = problem["detail"]
+        assert f"Host {host!r}" in detail
+        for said in ("localhost", "127.0.0.1", "DNS rebinding", "TOOLREF_METRICS_KEY"):
+            assert said in detail, said
+        assert "toolref_requests_total" not in response.text
+    # With the metrics key set, the key decides, whatever the Host.
+    keyed = await make_api(api_keys=API_KEYS, metrics_key=METRICS_KEY)
+    for path in METRICS_PATHS:
+        answer = await keyed.get(path, headers={"Host": host, "Authorization": f"Bearer {SCRAPER}"})
+        assert answer.status_code == 200, (path, host)
 
 
 @pytest.mark.parametrize("peer", ["203.0.113.9", "10.1.2.3", "::ffff:10.1.2.3", "2001:db8::1"])
@@ -94,6 +146,12 @@ async def test_over_a_socket_uvicorn_s_forwarded_address_opens_nothing(redis: Re
     app = create_app(Settings(redis_url="unused", api_keys=API_KEYS), redis=redis)
     async with serve(app) as url, httpx.AsyncClient(base_url=url) as client:
         assert (await client.get("/metrics")).status_code == 200
+        port = httpx.URL(url).port
+        for host in (f"rebind.example:{port}", "rebind.example"):  # DNS rebinding
+            answer = await client.get("/metrics", headers={"Host": host})
+            assert answer.status_code == 403, host
+            assert f"Host {host!r}" in answer.json()["detail"]
+        assert (await client.get("/v1/savings", headers={"Host": "localhost"})).status_code == 200
         for claimed in ("127.0.0.1", "203.0.113.9"):
             answer = await client.get("/metrics", headers={"X-Forwarded-For": claimed})
             assert answer.status_code == 403, claimed

@@ -267,3 +267,38 @@ def test_a_store_url_the_client_cannot_open_is_refused_before_anything_starts(
         "rediss+cluster://c:1",
     ):
         Settings(redis_url=fine).check_store_url()
+
+
+@pytest.mark.parametrize(
+    ("text", "secret", "named"),
+    [
+        (f"globex={H2},acme=supersecretkeyvalue123", "supersecret", ("acme", "entry 2")),
+        ("acme=short", "short", ("acme", "entry 1")),
+        (f"acme={H1},trk_rawkeygivenalone0123", "trk_rawkey", ("entry 2",)),
+        (f"acme={H1}, sk live key=abc", "sk live", ("entry 2",)),
+        ("acme=" + "f" * 63, "f" * 11, ("acme", "entry 1")),
+    ],
+)
+def test_a_bad_api_keys_entry_never_shows_its_value(
+    text: str, secret: str, named: tuple[str, ...]
+) -> None:
+    """A raw key given for its hash was quoted back (its first 11 characters, or all of a
+    short one): the refusal names the entry and the fix, never the value."""
+    with pytest.raises(ConfigurationError) as info:
+        parse_api_keys(text)
+    detail = info.value.detail
+    assert secret not in detail
+    assert secret[:4] not in detail.replace("TOOLREF_API_KEYS", "")
+    for part in named:
+        assert part in detail
+    assert "toolref-server hash-key" in detail
+
+
+def test_a_bad_tenant_name_beside_a_hash_is_named_and_the_hash_is_not() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        parse_api_keys(f"acme={H1},bad tenant={H2}")
+    detail = info.value.detail
+    assert "entry 2 of 2 names the tenant 'bad tenant'" in detail
+    assert "A-Z a-z 0-9 _ . -" in detail
+    assert H2 not in detail
+    assert H2[:8] not in detail

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
+import re
 from typing import Final
 
 from starlette.requests import HTTPConnection
@@ -23,6 +24,9 @@ PROXY_HEADERS: Final = (
     "x-real-ip",
     "via",
 )
+# A `Host` value: a name or IPv4 address, or an IPv6 address in brackets; a port if any.
+_HOST: Final = re.compile(r"(?:\[(?P<v6>[0-9a-f:.]+)\]|(?P<name>[0-9a-z.-]+))(?::[0-9]{0,5})?")
+_SHOWN: Final = 80  # characters of a refused Host quoted back
 KEYGEN: Final = "toolref-server keygen TENANT"
 _MAKE_KEY: Final = (
     "make a key (`openssl rand -hex 32`), set TOOLREF_METRICS_KEY to its SHA-256 "
@@ -45,15 +49,27 @@ class Authenticator:
 
     def check_metrics(self, request: HTTPConnection) -> None:
         """GET /metrics (and the savings data): the bearer key TOOLREF_METRICS_KEY hashes;
-        without one configured, requests made on this machine only (`elsewhere`), else 403
+        without one configured, requests made on this machine (`elsewhere`) for a loopback
+        name (`foreign_host`: not a name a web page points at this machine) only, else 403
         saying how to set a key."""
+        path = request.url.path
         if self._metrics is None:
             where = elsewhere(request)
             if where is not None:
                 raise ForbiddenError(
-                    f"GET {request.url.path} answers only requests made on the service's own "
+                    f"GET {path} answers only requests made on the service's own "
                     f"machine while TOOLREF_METRICS_KEY is not set, and this one came {where}. "
                     f"To read it from elsewhere, {_MAKE_KEY}"
+                )
+            host = foreign_host(request)
+            if host is not None:
+                raise ForbiddenError(
+                    f"GET {path} answers only requests for this machine's loopback names "
+                    "(Host localhost, 127.0.0.1 or [::1], any port) while TOOLREF_METRICS_KEY "
+                    f"is not set, and this one is for Host {host}: a web page that points a "
+                    "name of its own at this machine (DNS rebinding) sends such requests. Ask "
+                    f"for http://127.0.0.1:PORT{path} (or localhost); to read it by another "
+                    f"name, {_MAKE_KEY}"
                 )
             return
         presented = _presented(request)
@@ -139,9 +155,46 @@ def elsewhere(request: HTTPConnection) -> str | None:
         address = ipaddress.ip_address(peer)
     except ValueError:
         return f"from {peer!r}, not a loopback address"
+    return None if _loopback(address) else f"from {peer}, not a loopback address"
+
+
+def foreign_host(request: HTTPConnection) -> str | None:
+    """The request's `Host`, quoted for a refusal, unless it names this machine's loopback:
+    `localhost` or a loopback address (as `elsewhere` counts them), with any port or none,
+    in any case. A web page can reach a loopback port by a name of its own that it points
+    at 127.0.0.1 after it loaded (DNS rebinding), and read the answer as its own; its
+    requests then carry `Host: that.name`. No Host, or several, is refused too."""
+    hosts = request.headers.getlist("host")
+    if len(hosts) == 1 and _loopback_host(hosts[0]):
+        return None
+    if not hosts:
+        return "(none)"
+    shown = ", ".join(hosts)
+    return repr(shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "...")
+
+
+def _loopback_host(host: str) -> bool:
+    """Whether a `Host` value names a loopback address or `localhost`."""
+    match = _HOST.fullmatch(host.strip().lower())
+    if match is None:
+        return False
+    name = match["name"]
+    if name == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(name if name is not None else match["v6"])
+    except ValueError:
+        return False
+    if (name is None) != isinstance(address, ipaddress.IPv6Address):  # `[1.2.3.4]`, `::1`
+        return False
+    return _loopback(address)
+
+
+def _loopback(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """127.0.0.0/8, ::1, and an IPv4-mapped IPv6 address of the former."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return None if address.is_loopback else f"from {peer}, not a loopback address"
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 def _presented(request: HTTPConnection) -> bytes | None:

@@ -42,8 +42,8 @@ PROBLEMS: Final = {
     400: "Malformed body or Toolref-Protocol header, or a ref endpoint called as protocol 1.",
     401: "Missing or unknown API key.",
     403: "No metrics key is configured (TOOLREF_METRICS_KEY) and the request was not made on "
-    "the service's own machine (a loopback peer, no proxy header): set one to read it "
-    "from elsewhere.",
+    "the service's own machine (a loopback peer, no proxy header, a Host of localhost or a "
+    "loopback address): set one to read it from elsewhere.",
     404: "Unknown ref (never registered, expired, evicted, or another tenant's).",
     409: "Conflict: a 128-bit ref collision, or (hydrate) refs not held, all listed in "
     "`missingRefs`, or a history ref not held, named in `missingHistory`.",

@@ -144,8 +144,9 @@ class Settings(
         return (
             "TOOLREF_METRICS_KEY is not set: GET /metrics and /v1/savings (request counts and "
             "bytes per tenant) answer only requests made on this machine (a loopback peer, no "
-            "proxy header), 403 to any other. A proxy on this machine that adds no "
-            "X-Forwarded-For or Forwarded header makes every client local. To scrape from "
-            "elsewhere or behind a proxy, set TOOLREF_METRICS_KEY to the SHA-256 of a "
-            "scraper key (`toolref-server hash-key KEY`) and send the key as a bearer token"
+            "proxy header, a Host of localhost or a loopback address), 403 to any other. A "
+            "proxy on this machine that adds no X-Forwarded-For or Forwarded header makes "
+            "every client local. To scrape from elsewhere or behind a proxy, set "
+            "TOOLREF_METRICS_KEY to the SHA-256 of a scraper key (`toolref-server hash-key "
+            "KEY`) and send the key as a bearer token"
         )

@@ -26,7 +26,7 @@ class AccessSettings(BaseModel):
         default="",
         description="SHA-256 hex of the bearer key GET /metrics and /v1/savings require; "
         "empty: they answer only requests made on this machine (a loopback peer, no proxy "
-        "header), 403 to any other.",
+        "header, a Host of localhost or a loopback address), 403 to any other.",
     )
     # Per-tenant quotas (toolref_server.storage.quotas).
     tenant_requests_per_second: float = Field(
@@ -79,21 +79,16 @@ class AccessSettings(BaseModel):
 
 
 def parse_api_keys(text: str) -> dict[str, str]:
-    """Parse `tenant=<sha256 hex>,...` into {hash: tenant}, saying exactly what is wrong."""
+    """Parse `tenant=<sha256 hex>,...` into {hash: tenant}, saying exactly what is wrong:
+    which entry (its place, and its tenant when that is a tenant's name), never its value,
+    which may be a raw key given for its hash."""
     keys: dict[str, str] = {}
-    for raw in text.split(","):
-        entry = raw.strip()
-        if not entry:
-            continue
+    entries = [entry for raw in text.split(",") if (entry := raw.strip())]
+    for place, entry in enumerate(entries, 1):
         tenant, sep, digest = entry.partition("=")
         tenant, digest = tenant.strip(), digest.strip().lower()
         if not sep or not TENANT_RE.fullmatch(tenant) or not _HASH_RE.fullmatch(digest):
-            shown = entry if len(entry) < 20 else entry[:16] + "..."
-            raise ConfigurationError(
-                f"TOOLREF_API_KEYS entry {shown!r} is not `tenant=<64 hex digits>`: the tenant "
-                "is 1-64 of A-Z a-z 0-9 _ . -, and the hash is the key's SHA-256 "
-                "(`toolref-server hash-key` prints it)"
-            )
+            raise ConfigurationError(_bad_entry(f"entry {place} of {len(entries)}", entry))
         if digest in keys and keys[digest] != tenant:
             raise ConfigurationError(
                 f"TOOLREF_API_KEYS gives one key hash to tenants {keys[digest]!r} and {tenant!r}; "
@@ -101,3 +96,26 @@ def parse_api_keys(text: str) -> dict[str, str]:
             )
         keys[digest] = tenant
     return keys
+
+
+def _bad_entry(which: str, entry: str) -> str:
+    """Why `which` entry is refused, never quoting its value: a raw key given for its hash
+    would be shown. Only a tenant's name before the `=` is (an entry without one may be a
+    key alone)."""
+    tenant, sep, digest = (part.strip() for part in entry.partition("="))
+    if not sep:
+        tenant = ""
+    if _HASH_RE.fullmatch(digest.lower()):
+        shown = tenant if len(tenant) <= 64 else tenant[:61] + "..."
+        return (
+            f"TOOLREF_API_KEYS {which} names the tenant {shown!r}: a tenant is 1-64 of "
+            "A-Z a-z 0-9 _ . -; rename it"
+        )
+    if TENANT_RE.fullmatch(tenant):
+        which += f" (tenant {tenant!r})"
+    return (
+        f"TOOLREF_API_KEYS {which} is not `tenant=<64 hex digits>` (the value is not shown: "
+        "it may be a key): after the tenant and `=` comes the SHA-256 of the tenant's key, "
+        "never the key itself; `toolref-server hash-key` prints it (give it the key on "
+        "stdin), and `toolref-server keygen TENANT` makes a new key and its entry"
+    )
