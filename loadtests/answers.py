@@ -87,7 +87,9 @@ Client = Callable[[Starlette], tuple[Any, ToolReferenceManager | None]]
 
 def _clients(service: Any) -> list[Client]:
     def registry() -> AsyncRegistryClient:
-        return AsyncRegistryClient("http://registry", transport=httpx.ASGITransport(app=service))
+        return AsyncRegistryClient(
+            "http://localhost:8750", transport=httpx.ASGITransport(app=service)
+        )
 
     def bare(app: Starlette) -> tuple[Any, None]:
         return app, None

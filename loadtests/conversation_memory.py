@@ -92,7 +92,7 @@ async def replay(url: str, trace: Trace, **settings: Any) -> Kept:
     async with service.router.lifespan_context(service):
         before = await _used(redis)
         registry = AsyncRegistryClient(
-            "http://registry", transport=httpx.ASGITransport(app=service)
+            "http://localhost:8750", transport=httpx.ASGITransport(app=service)
         )
         app = ToolRefMiddleware(backend(replies), registry)
         manager = ToolReferenceManager()

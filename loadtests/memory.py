@@ -34,7 +34,7 @@ async def _measure(url: str, items: list[dict[str, Any]]) -> tuple[int, int, int
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://toolref.bench"
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost:8750"
         ) as client,
     ):
         for start in range(0, len(items), 200):

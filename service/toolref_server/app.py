@@ -39,6 +39,7 @@ from toolref_server.http.access import AccessMiddleware
 from toolref_server.http.admission import AdmissionMiddleware
 from toolref_server.http.auth import Authenticator
 from toolref_server.http.connection_limits import STATE_KEY, ConnectionLimits
+from toolref_server.http.hosts import KeylessHosts
 from toolref_server.http.problem import problem_response
 from toolref_server.http.protocol import ProtocolMiddleware
 from toolref_server.metrics import Metrics
@@ -337,6 +338,8 @@ def create_app(
         ],
         middleware=[
             Middleware(AccessMiddleware, metrics=metrics),
+            # No API keys: only requests for a loopback Host (DNS rebinding), gateway's too.
+            Middleware(KeylessHosts, settings=settings),
             # Before the registry's own layers: gateway requests speak the provider's
             # protocol, with their own limits (TOOLREF_GATEWAY_*).
             Middleware(Gateway, settings=settings, metrics=metrics, budget=budget),

@@ -248,7 +248,9 @@ async def test_a_chat_backends_middleware_refuses_bombs_past_its_budget(redis: R
     too small for one request within the limits is refused at construction."""
     service = create_app(Settings(redis_url="unused"), redis=redis)
     async with service.router.lifespan_context(service):
-        registry = AsyncRegistryClient("http://r", transport=httpx.ASGITransport(app=service))
+        registry = AsyncRegistryClient(
+            "http://localhost:8750", transport=httpx.ASGITransport(app=service)
+        )
 
         async def app(scope: object, receive: object, send: object) -> None:
             raise AssertionError("a refused request never reaches the app")
@@ -282,7 +284,9 @@ async def test_a_small_edit_is_charged_for_the_request_it_restores(redis: Redis)
     than sending the request whole), and served once they end."""
     service = create_app(Settings(redis_url="unused"), redis=redis)
     async with service.router.lifespan_context(service):
-        registry = AsyncRegistryClient("http://r", transport=httpx.ASGITransport(app=service))
+        registry = AsyncRegistryClient(
+            "http://localhost:8750", transport=httpx.ASGITransport(app=service)
+        )
         budget = Budget(BUDGET, setting="budget=")
         backend = ToolRefMiddleware(
             _count_messages,
@@ -323,7 +327,9 @@ async def test_an_edit_restoring_past_the_inflated_limit_is_sent_whole(redis: Re
     how big it is, before it is built or charged; the app never sees it."""
     service = create_app(Settings(redis_url="unused"), redis=redis)
     async with service.router.lifespan_context(service):
-        registry = AsyncRegistryClient("http://r", transport=httpx.ASGITransport(app=service))
+        registry = AsyncRegistryClient(
+            "http://localhost:8750", transport=httpx.ASGITransport(app=service)
+        )
         budget = Budget(BUDGET, setting="budget=")
         limit = BOMB // 2
         seen: list[int] = []
@@ -462,7 +468,9 @@ async def test_markers_that_fill_past_the_limit_or_the_budget_are_refused(redis:
         async with app.router.lifespan_context(app):
             budget: Budget = app.state.budget
             async with httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://t", headers=PROTOCOL
+                transport=httpx.ASGITransport(app=app),
+                base_url="http://localhost:8750",
+                headers=PROTOCOL,
             ) as client:
                 made = await client.post("/v1/invocations", json={"invocations": [invocation]})
                 ref = made.json()["refs"][0]["ref"]
@@ -494,7 +502,9 @@ async def test_a_handoff_whose_markers_fill_past_the_limit_is_refused(redis: Red
     async with (
         app.router.lifespan_context(app),
         httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://t", headers=PROTOCOL
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://localhost:8750",
+            headers=PROTOCOL,
         ) as client,
     ):
         made = await client.post("/v1/invocations", json={"invocations": [invocation]})

@@ -83,7 +83,7 @@ async def running(redis: Redis, **settings: Any) -> AsyncIterator[Starlette]:
         yield app
 
 
-def in_process(app: Any, base_url: str = "http://toolref.test") -> httpx.AsyncClient:
+def in_process(app: Any, base_url: str = "http://localhost:8750") -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base_url, timeout=60)
 
 
@@ -130,7 +130,7 @@ async def test_thousands_of_compressed_requests_leave_no_inflater_alive(redis: R
         assert live_inflaters() == before == 0
         assert service.state.budget.in_flight == 0
         registry = AsyncRegistryClient(
-            "http://registry", transport=httpx.ASGITransport(app=service)
+            "http://localhost:8750", transport=httpx.ASGITransport(app=service)
         )
         budget = Budget()
         backend = ToolRefMiddleware(_echo_app(), registry, budget=budget)

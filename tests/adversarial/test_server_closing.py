@@ -64,7 +64,7 @@ async def test_a_connection_closed_with_its_answer_unsent_is_dropped(redis: Redi
             assert isinstance(connection, Connection)
             transport = connection.transport
             transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-            request = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+            request = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
             for _ in range(2000):  # answers the client never reads, until one is held back
                 answered = server.server_state.total_requests
                 await loop.sock_sendall(sock, request)
@@ -89,11 +89,11 @@ async def test_content_length_beside_transfer_encoding_closes_after_the_answer(
     are never answered."""
     body = b'{"refs": []}'
     first = (
-        b"POST /v1/invocations:findMissing HTTP/1.1\r\nHost: x\r\nToolref-Protocol: 2\r\n"
+        b"POST /v1/invocations:findMissing HTTP/1.1\r\nHost: localhost\r\nToolref-Protocol: 2\r\n"
         b"Content-Type: application/json\r\nContent-Length: 3\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
     )
-    smuggled = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+    smuggled = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
     async with serving(redis, keep_alive_timeout=5) as server:
         loop = asyncio.get_running_loop()
         sock = await client(server)

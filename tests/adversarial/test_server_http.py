@@ -65,22 +65,22 @@ def service(
 # --- requests that are not HTTP -------------------------------------------------------------
 
 MALFORMED = {
-    "NUL in a header value": b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\x00b\r\n\r\n",
-    "NUL in the path": b"GET /heal\x00thz HTTP/1.1\r\nHost: x\r\n\r\n",
-    "space in the path": b"GET /a b HTTP/1.1\r\nHost: x\r\n\r\n",
-    "no version": b"GET /healthz\r\nHost: x\r\n\r\n",
+    "NUL in a header value": b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-A: a\x00b\r\n\r\n",
+    "NUL in the path": b"GET /heal\x00thz HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    "space in the path": b"GET /a b HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    "no version": b"GET /healthz\r\nHost: localhost\r\n\r\n",
     "not HTTP at all": b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40 + b"\r\n\r\n",
-    "header without a colon": b"GET /healthz HTTP/1.1\r\nHost: x\r\nnocolon\r\n\r\n",
-    "bare LF in a value": b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: a\rb\r\n\r\n",
-    "letters in Content-Length": b"POST /v1/invocations HTTP/1.1\r\nHost: x\r\n"
+    "header without a colon": b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nnocolon\r\n\r\n",
+    "bare LF in a value": b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-A: a\rb\r\n\r\n",
+    "letters in Content-Length": b"POST /v1/invocations HTTP/1.1\r\nHost: localhost\r\n"
     b"Content-Length: 12a\r\n\r\n",
-    "Content-Length of 4,301 digits": b"POST /v1/invocations HTTP/1.1\r\nHost: x\r\n"
+    "Content-Length of 4,301 digits": b"POST /v1/invocations HTTP/1.1\r\nHost: localhost\r\n"
     b"Content-Length: " + b"9" * 4301 + b"\r\n\r\n",
-    "two Content-Lengths": b"POST /v1/invocations HTTP/1.1\r\nHost: x\r\n"
+    "two Content-Lengths": b"POST /v1/invocations HTTP/1.1\r\nHost: localhost\r\n"
     b"Content-Length: 1\r\nContent-Length: 2\r\n\r\n",
-    "Transfer-Encoding gzip": b"POST /v1/invocations HTTP/1.1\r\nHost: x\r\n"
+    "Transfer-Encoding gzip": b"POST /v1/invocations HTTP/1.1\r\nHost: localhost\r\n"
     b"Transfer-Encoding: gzip\r\n\r\n",
-    "bad chunk size": b"POST /v1/invocations HTTP/1.1\r\nHost: x\r\n"
+    "bad chunk size": b"POST /v1/invocations HTTP/1.1\r\nHost: localhost\r\n"
     b"Transfer-Encoding: chunked\r\n\r\nzz\r\n",
 }
 
@@ -93,7 +93,7 @@ def test_a_malformed_request_is_a_problem(service: Service, raw: bytes) -> None:
 
 @pytest.mark.parametrize("whole", [True, False], ids=["in one piece", "in parts"])
 def test_a_head_over_the_limit_is_a_431_problem(service: Service, whole: bool) -> None:
-    start, rest = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 20_000, b"\r\n\r\n"
+    start, rest = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-A: " + b"a" * 20_000, b"\r\n\r\n"
     with connect(service) as sock:
         sock.sendall(start + rest if whole else start)
         if not whole:
@@ -110,7 +110,7 @@ def test_a_head_over_the_limit_is_a_431_problem(service: Service, whole: bool) -
 def test_a_head_that_never_ends_is_a_408_problem(service: Service) -> None:
     with connect(service) as sock:
         started = time.monotonic()
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # no empty line
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")  # no empty line
         problem = assert_problem(read_reply(sock), 408, "request-timeout")
         elapsed = time.monotonic() - started
     assert elapsed >= HEADER_TIMEOUT - CLOCK_SLACK
@@ -278,7 +278,7 @@ def slowloris(service: Service) -> Attack:
     def work(attack: Attack) -> None:
         socks = attack.connect(service, 25)
         try:
-            for piece in (b"GET /healthz HTTP/1.1\r\n", b"Host: x\r\n", b"X-A: a\r\n") * 20:
+            for piece in (b"GET /healthz HTTP/1.1\r\n", b"Host: localhost\r\n", b"X-A: a\r\n") * 20:
                 if attack.stop.is_set():
                     break
                 for sock in socks:

@@ -111,7 +111,7 @@ def healthz_seconds(port: int) -> float:
     """A small request on a fresh connection: connect, GET /healthz, read the answer."""
     started = time.perf_counter()
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         data = b""
         while chunk := sock.recv(65536):
             data += chunk
@@ -178,9 +178,9 @@ def test_a_stop_during_an_attack_is_not_held_up_by_it(tmp_path: Path) -> None:
         for _ in range(200):
             attacker()
         for _ in range(20):
-            attacker().sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            attacker().sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n")
         head = (
-            b"POST /v1/invocations HTTP/1.1\r\nHost: x\r\nToolref-Protocol: 2\r\n"
+            b"POST /v1/invocations HTTP/1.1\r\nHost: localhost\r\nToolref-Protocol: 2\r\n"
             b"Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"
         )
         uploads = [attacker() for _ in range(20)]

@@ -426,7 +426,7 @@ async def test_the_local_tenant_of_a_service_without_keys_has_no_quota(redis: Re
         app.router.lifespan_context(app),
         httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app),
-            base_url="http://t",
+            base_url="http://localhost:8750",
             headers={"Toolref-Protocol": "2"},
         ) as api,
     ):

@@ -51,7 +51,7 @@ async def test_a_primary_fails_over_while_clients_chat(
     service = create_app(settings)  # the lifespan opens the cluster client from the URL
     async with service.router.lifespan_context(service):
         registry = AsyncRegistryClient(
-            "http://registry",
+            "http://localhost:8750",
             transport=httpx.ASGITransport(app=service),
             retries=0,
             breaker=CircuitBreaker(failure_threshold=3, reset_timeout=0.2),

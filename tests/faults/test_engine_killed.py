@@ -73,7 +73,7 @@ async def serving(engine: EmbeddedEngine) -> AsyncIterator[tuple[Starlette, http
         service.router.lifespan_context(service),
         httpx.AsyncClient(
             transport=httpx.ASGITransport(app=service),
-            base_url="http://registry",
+            base_url="http://localhost:8750",
             headers={PROTOCOL_HEADER: "2"},
         ) as api,
     ):
@@ -99,7 +99,10 @@ async def test_engine_killed_while_clients_chat(
     async with serving(engine) as (service, api):
         link = TimingTransport(httpx.ASGITransport(app=service))
         registry = AsyncRegistryClient(
-            "http://registry", transport=link, retries=0, breaker=CircuitBreaker(FAILURES, RESET)
+            "http://localhost:8750",
+            transport=link,
+            retries=0,
+            breaker=CircuitBreaker(FAILURES, RESET),
         )
         backend = Backend()
         async with (

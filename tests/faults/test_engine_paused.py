@@ -47,7 +47,7 @@ async def test_a_paused_engine_answers_every_request_in_time(engines: Engines) -
         service.router.lifespan_context(service),
         httpx.AsyncClient(
             transport=httpx.ASGITransport(app=service),
-            base_url="http://registry",
+            base_url="http://localhost:8750",
             headers={PROTOCOL_HEADER: "2"},
         ) as api,
     ):
@@ -128,7 +128,7 @@ async def test_a_burst_beyond_the_pool_waits_for_a_connection(engines: Engines) 
         service.router.lifespan_context(service),
         httpx.AsyncClient(
             transport=httpx.ASGITransport(app=service),
-            base_url="http://registry",
+            base_url="http://localhost:8750",
             headers={PROTOCOL_HEADER: "2"},
         ) as api,
     ):

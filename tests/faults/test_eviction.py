@@ -43,7 +43,7 @@ async def test_evicted_recipes_are_resent_and_every_turn_succeeds(engines: Engin
     async with service.router.lifespan_context(service):
         link = TimingTransport(httpx.ASGITransport(app=service))
         registry = AsyncRegistryClient(
-            "http://registry", transport=link, retries=0, breaker=CircuitBreaker()
+            "http://localhost:8750", transport=link, retries=0, breaker=CircuitBreaker()
         )
         backend = Backend(result_size=RESULT_SIZE, spread=SPREAD)
         async with (

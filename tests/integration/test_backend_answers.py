@@ -53,9 +53,11 @@ async def backend(
     settings = Settings(redis_url="unused", edit_cache_bytes=0, answer_cache_bytes=0)
     service = create_app(settings, redis=redis)
     async with service.router.lifespan_context(service):
-        raw = httpx.AsyncClient(transport=httpx.ASGITransport(app=service), base_url="http://r")
+        raw = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=service), base_url="http://localhost:8750"
+        )
         registry = AsyncRegistryClient(
-            "http://registry",
+            "http://localhost:8750",
             transport=httpx.ASGITransport(app=service),
             retries=0,
             breaker=CircuitBreaker(failure_threshold=100),

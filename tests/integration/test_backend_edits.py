@@ -82,7 +82,7 @@ async def backend(redis: Redis, seen: Seen) -> AsyncIterator[tuple[httpx.AsyncCl
     service = create_app(Settings(redis_url="unused", edit_cache_bytes=0), redis=redis)
     async with service.router.lifespan_context(service):
         registry = AsyncRegistryClient(
-            "http://registry",
+            "http://localhost:8750",
             transport=httpx.ASGITransport(app=service),
             retries=0,
             breaker=CircuitBreaker(failure_threshold=100),
@@ -251,7 +251,9 @@ async def test_the_backend_tells_clients_the_edits_its_registry_applies(
     seen, written = Seen(), []
     service = create_app(Settings(redis_url="unused"), redis=redis)
     async with service.router.lifespan_context(service):
-        client = AsyncRegistryClient("http://registry", transport=httpx.ASGITransport(app=service))
+        client = AsyncRegistryClient(
+            "http://localhost:8750", transport=httpx.ASGITransport(app=service)
+        )
         wrapped = ToolRefMiddleware(app(seen), OlderRegistry(client, version))
 
         async def recorded(scope: Any, receive: Any, send: Any) -> None:
@@ -292,7 +294,9 @@ async def test_an_app_that_raises_on_a_restored_edit_runs_once(redis: Redis) -> 
     runs: list[int] = []
     service = create_app(Settings(redis_url="unused"), redis=redis)
     async with service.router.lifespan_context(service):
-        client = AsyncRegistryClient("http://registry", transport=httpx.ASGITransport(app=service))
+        client = AsyncRegistryClient(
+            "http://localhost:8750", transport=httpx.ASGITransport(app=service)
+        )
 
         async def chat(request: Request) -> Response:
             runs.append(len(await request.body()))
@@ -327,7 +331,7 @@ async def test_a_header_in_utf_8_reaches_the_app_byte_for_byte(redis: Redis) -> 
     service = create_app(Settings(redis_url="unused"), redis=redis)
     async with service.router.lifespan_context(service):
         registry = AsyncRegistryClient(
-            "http://registry", transport=httpx.ASGITransport(app=service), retries=0
+            "http://localhost:8750", transport=httpx.ASGITransport(app=service), retries=0
         )
         wrapped = ToolRefMiddleware(app(seen), registry)
         sdk = AsyncTransport(httpx.ASGITransport(app=wrapped), channel=False)
@@ -428,7 +432,9 @@ async def test_a_registry_that_refuses_the_backend_costs_one_extra_request_then_
     guarded = create_app(Settings(redis_url="unused", api_keys=f"t={key_hash}"), redis=redis)
     async with guarded.router.lifespan_context(guarded):
         registry = AsyncRegistryClient(
-            "http://registry", api_key="a-wrong-key", transport=httpx.ASGITransport(app=guarded)
+            "http://localhost:8750",
+            api_key="a-wrong-key",
+            transport=httpx.ASGITransport(app=guarded),
         )
         wrapped = ToolRefMiddleware(app(seen), registry)
         sent: list[str] = []
@@ -481,7 +487,7 @@ async def test_the_registry_answers_a_held_base_with_what_changed(
     service = create_app(Settings(redis_url="unused"), redis=redis)
     async with service.router.lifespan_context(service):
         answered = Answered(service)
-        registry = AsyncRegistryClient("http://registry", transport=answered)
+        registry = AsyncRegistryClient("http://localhost:8750", transport=answered)
         wrapped = ToolRefMiddleware(app(seen), registry, held_bytes=held_bytes)
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=wrapped), base_url="http://backend"
@@ -490,7 +496,7 @@ async def test_the_registry_answers_a_held_base_with_what_changed(
                 assert (await manager.apost(http, "/chat", json=body)).status_code == 200
         other = Answered(service)
         elsewhere = ToolRefMiddleware(
-            app(seen), AsyncRegistryClient("http://registry", transport=other)
+            app(seen), AsyncRegistryClient("http://localhost:8750", transport=other)
         )
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=elsewhere), base_url="http://backend"

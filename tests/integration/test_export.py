@@ -55,7 +55,7 @@ async def api_on(url: str, stack: list[Any], api_keys: str = "") -> httpx.AsyncC
     await lifespan.__aenter__()
     client = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app),
-        base_url="http://t",
+        base_url="http://localhost:8750",
         headers={"Toolref-Protocol": "2"},
     )
     stack.append((client, lifespan, redis))

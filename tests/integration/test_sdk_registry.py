@@ -274,7 +274,7 @@ async def setup(request: pytest.FixtureRequest) -> AsyncIterator[Setup]:
             stack.push_async_callback(redis.aclose)
             app = create_app(Settings(redis_url="unused", max_batch=MAX_BATCH), redis=redis)
             await stack.enter_async_context(app.router.lifespan_context(app))
-            made = Setup(kind, "http://toolref.test", lambda: client_for(url), app=app)
+            made = Setup(kind, "http://localhost:8750", lambda: client_for(url), app=app)
         elif ON_CLUSTER:
             running = request.getfixturevalue("service")
             url = request.getfixturevalue("engine_url")

@@ -33,7 +33,7 @@ from toolref_server.settings import Settings
 
 from ..conftest import key_names, snapshot
 
-BASE_URL = "http://toolref.test"
+BASE_URL = "http://localhost:8750"
 
 
 @pytest.fixture

@@ -117,7 +117,7 @@ async def setup(redis: Redis) -> AsyncIterator[Setup]:
     async with service.router.lifespan_context(service):
         link = Switch(httpx.ASGITransport(app=service))
         registry = AsyncRegistryClient(
-            "http://registry",
+            "http://localhost:8750",
             transport=link,
             retries=0,
             breaker=CircuitBreaker(failure_threshold=2, reset_timeout=0),

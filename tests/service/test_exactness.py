@@ -74,7 +74,7 @@ async def chain(redis: Redis, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
     async with service.router.lifespan_context(service):
         link = Switch(httpx.ASGITransport(app=service))
         registry = AsyncRegistryClient(
-            "http://registry",
+            "http://localhost:8750",
             transport=link,
             retries=0,
             breaker=CircuitBreaker(failure_threshold=1, reset_timeout=0),

@@ -144,7 +144,9 @@ async def llm_api(redis: Redis) -> AsyncIterator[tuple[httpx.AsyncClient, Stub, 
         app = create_app(settings, redis=redis, llm_transport=stub)
         lifespan = app.router.lifespan_context(app)
         await lifespan.__aenter__()
-        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
+        client = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://localhost:8750"
+        )
         clients.append((client, lifespan))
     yield clients[0][0], clients[1][0], stubs[0]  # type: ignore[misc]
     for client, lifespan in clients:

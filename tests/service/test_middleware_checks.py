@@ -74,7 +74,7 @@ async def registry_app(redis: Redis, **settings: Any) -> AsyncIterator[httpx.ASG
 
 def client(transport: httpx.AsyncBaseTransport, key: str | None) -> AsyncRegistryClient:
     return AsyncRegistryClient(
-        "http://registry",
+        "http://localhost:8750",
         transport=transport,
         api_key=key,
         retries=0,

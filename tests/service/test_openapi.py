@@ -55,7 +55,7 @@ from ..conftest import Api
 JSON, MSGPACK, PROBLEM = "application/json", "application/msgpack", "application/problem+json"
 EDIT = MEDIA_TYPE  # application/vnd.toolref.edit
 APPLIED = "application/vnd.toolref.request"  # what POST /v1/edits:apply answers
-BASE = "http://toolref.test"
+BASE = "http://localhost:8750"
 KEY = "openapi-test-key"
 KEYS = f"acme={hash_key(KEY)}"
 READ = {"name": "read_file", "args": {"path": "src/app.py"}, "result": "print('hi')\n"}

@@ -164,7 +164,7 @@ async def test_store_down_is_503_with_retry_after() -> None:
     async with app.router.lifespan_context(app):
         client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app),
-            base_url="http://t",
+            base_url="http://localhost:8750",
             headers={"Toolref-Protocol": "2"},
         )
         async with client:

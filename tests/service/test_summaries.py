@@ -133,7 +133,7 @@ async def build(redis: Redis) -> AsyncIterator[Build]:
             await stack.enter_async_context(app.router.lifespan_context(app))
             client = httpx.AsyncClient(
                 transport=httpx.ASGITransport(app=app),
-                base_url="http://toolref.test",
+                base_url="http://localhost:8750",
                 headers={"Toolref-Protocol": "2", **(headers or {})},
                 timeout=30,
             )

@@ -119,7 +119,10 @@ async def test_readme_curl_example_answers_as_documented() -> None:
     app = create_app(Settings(), redis=fakeredis.FakeAsyncRedis())
     async with (
         app.router.lifespan_context(app),
-        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://x") as http,
+        # The README's own Host: a service without keys answers no other (DNS rebinding).
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url=f"http://{host}"
+        ) as http,
     ):
         answer = await http.request(
             "POST" if body is not None else "GET", "/" + path, headers=headers, content=body

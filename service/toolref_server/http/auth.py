@@ -1,5 +1,8 @@
 """API keys to tenants: `Authorization: Bearer <key>`, keys configured as SHA-256 hashes;
-and who may read the metrics endpoints (`/metrics`, `/v1/savings`)."""
+who may read the metrics endpoints (`/metrics`, `/v1/savings`); and the one rule for a
+`Host` that names this machine's loopback (`foreign_host`), which those endpoints keep
+without their own key and a service without API keys keeps for every request
+(`toolref_server.http.hosts`)."""
 
 from __future__ import annotations
 
@@ -155,7 +158,7 @@ def elsewhere(request: HTTPConnection) -> str | None:
         address = ipaddress.ip_address(peer)
     except ValueError:
         return f"from {peer!r}, not a loopback address"
-    return None if _loopback(address) else f"from {peer}, not a loopback address"
+    return None if loopback(address) else f"from {peer}, not a loopback address"
 
 
 def foreign_host(request: HTTPConnection) -> str | None:
@@ -163,7 +166,9 @@ def foreign_host(request: HTTPConnection) -> str | None:
     `localhost` or a loopback address (as `elsewhere` counts them), with any port or none,
     in any case. A web page can reach a loopback port by a name of its own that it points
     at 127.0.0.1 after it loaded (DNS rebinding), and read the answer as its own; its
-    requests then carry `Host: that.name`. No Host, or several, is refused too."""
+    requests then carry `Host: that.name`. No Host, or several, is refused too. Kept by
+    `/metrics` and `/v1/savings` without TOOLREF_METRICS_KEY, and by every request to a
+    service without API keys (`toolref_server.http.hosts.KeylessHosts`)."""
     hosts = request.headers.getlist("host")
     if len(hosts) == 1 and _loopback_host(hosts[0]):
         return None
@@ -187,10 +192,10 @@ def _loopback_host(host: str) -> bool:
         return False
     if (name is None) != isinstance(address, ipaddress.IPv6Address):  # `[1.2.3.4]`, `::1`
         return False
-    return _loopback(address)
+    return loopback(address)
 
 
-def _loopback(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+def loopback(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     """127.0.0.0/8, ::1, and an IPv4-mapped IPv6 address of the former."""
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped.is_loopback

@@ -62,6 +62,12 @@ _INFO = (
     "`request-timeout` (head or body too slow), 431 `headers-too-large`, 503 `overloaded` "
     "(every connection busy)."
 )
+# Told when the service has no API keys (`http.hosts.KeylessHosts`).
+_KEYLESS: Final = (
+    " This service has no API keys: every request but /healthz and /readyz (WebSocket "
+    "upgrades too) must name localhost or a loopback address as its Host (any port), else "
+    "403 `forbidden`, so that no web page can use it through DNS rebinding."
+)
 _BEARER: Final = {"type": "http", "scheme": "bearer", "description": "API key."}
 _TOOLREF_KEY: Final = {
     "type": "apiKey",
@@ -120,7 +126,11 @@ def document(
         components["securitySchemes"] = schemes
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
-        "info": {"title": "toolref", "version": __version__, "description": _INFO},
+        "info": {
+            "title": "toolref",
+            "version": __version__,
+            "description": _INFO if secured else _INFO + _KEYLESS,
+        },
         "paths": paths,
         "components": components,
     }
