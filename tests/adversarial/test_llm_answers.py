@@ -178,3 +178,25 @@ def conversation() -> list[dict[str, object]]:
         {"role": "tool", "tool_call_id": "call_1", "content": READ["result"]},
         {"role": "assistant", "content": "It has 300 lines."},
     ]
+
+
+async def test_an_answer_with_a_lone_surrogate_is_kept_and_answered(redis: Redis) -> None:
+    """Found in review: a model answer holding a lone surrogate (`"\\ud83d"`: an emoji's
+    escape cut in two) is JSON, but no UTF-8 carries it: keeping it raised before the lock
+    was released, so the request answered 500, the next ones waited the whole bound for a
+    lock nobody held, and once it expired the model was asked again, for the same 500,
+    every time. Now the surrogate is U+FFFD: answered, kept, asked once."""
+
+    async def odd(server: RawProvider, connection: Connection) -> None:
+        await connection.answer(completion("read_file src/app.py \ud83d: 300 lines"))
+
+    async with raw_provider(odd) as llm, apps(redis) as build:
+        app = await build(llm)
+        ref = await app.register(READ)
+        first = await app.summary(ref)
+        again = await app.summary(ref)
+    assert first["summarizer"] == llm_id(200)
+    assert (first["fallback"], first["cached"]) == (False, False)
+    assert first["summary"] == "read_file src/app.py \ufffd: 300 lines"
+    assert (again["summary"], again["cached"]) == (first["summary"], True)
+    assert llm.calls == 1

@@ -8,15 +8,20 @@ against a 3 s setting, and every request joined to that computation waited with 
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
+import types
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from tests.support.fake_provider.raw import Connection, RawProvider, completion, raw_provider
 from toolref.kit import extractive
 from toolref.kit.kinds import KindTable
 from toolref.wire.canonical import digest_of
+from toolref_server.registry import summarizers
 from toolref_server.registry.llm_quotas import ModelCallQuotas
 from toolref_server.registry.summarizers import ExtractiveSummarizer
 from toolref_server.registry.summary_cache import SummaryCache
@@ -153,3 +158,35 @@ async def test_joined_requests_stop_waiting_at_the_bound_whatever_the_summarizer
     finally:
         stuck.release.set()
         await asyncio.sleep(0)
+
+
+async def test_the_prompt_is_written_out_off_the_event_loop(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: the LLM summarizer wrote a result that is no string out whole as
+    JSON on the event loop, before cutting it to TOOLREF_LLM_INPUT_CHARS: a 64 MiB result
+    held every request of the process about 0.4 s, once per model call (300 a minute per
+    tenant by default). The prompt is now made in a worker thread, as extractive is."""
+    threads: list[int] = []
+
+    def dumps(value: Any, **options: Any) -> str:
+        threads.append(threading.get_ident())
+        return json.dumps(value, **options)
+
+    monkeypatch.setattr(summarizers, "json", types.SimpleNamespace(dumps=dumps))
+    rows = [{"path": f"src/module_{n}.py", "lines": n} for n in range(2000)]
+    structured = {"name": "list_files", "args": {"root": "src"}, "result": rows}
+
+    async def answer(server: RawProvider, connection: Connection) -> None:
+        await connection.answer(completion("2000 files under src"))
+
+    async with raw_provider(answer) as llm, apps(redis) as build:
+        app = await build(llm)
+        threads.clear()  # (building the app writes its kind table out)
+        summary = await app.summary(await app.register(structured))
+    assert (summary["summary"], summary["fallback"]) == ("2000 files under src", False)
+    sent = llm.connections[0].body["messages"][1]["content"]
+    assert "src/module_0.py" in sent
+    assert "characters omitted" in sent  # the result, cut to TOOLREF_LLM_INPUT_CHARS
+    assert threads  # the result and the arguments were written out
+    assert threading.get_ident() not in threads  # (the test shares the service's loop)

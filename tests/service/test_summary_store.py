@@ -146,3 +146,20 @@ async def test_an_unreachable_engine_is_a_503_naming_the_summary_cache() -> None
         "toolref_store_errors_total", {"operation": "summary"}
     )
     assert errors == 3
+
+
+async def test_a_lone_surrogate_is_kept_as_a_replacement_and_the_lock_released(
+    redis: Redis,
+) -> None:
+    """Found in review: `keep` encoded the text before its guard, so a lone surrogate raised
+    with the lock still held (every request for it waited until the lock expired). Text
+    UTF-8 cannot carry is kept with U+FFFD in its place, by `keep` and by `pin`."""
+    store = summaries(redis)
+    slot = store.invocation("t", REF, SID)
+    assert await store.take(slot) == (True, None)
+    assert await store.keep(slot, "read a.py \udc00 1 line")
+    assert await key_names(redis) == [slot.key]  # the lock went with the write
+    assert await store.read("t", [slot]) == ["read a.py \ufffd 1 line"]
+    other = store.dialogue("t", "user: hi", SID)
+    await store.pin("t", [other], ["hi \ud83d"])
+    assert await store.read("t", [other]) == ["hi \ufffd"]

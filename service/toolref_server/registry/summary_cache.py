@@ -44,7 +44,7 @@ from toolref_server.registry.summarizers import (
     Summarizer,
     SummarizerError,
 )
-from toolref_server.storage.summary_store import Slot, SummaryStore
+from toolref_server.storage.summary_store import Slot, SummaryStore, well_formed
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,9 @@ class SummaryCache:
                 await self._admit(tenant, name)
             try:
                 async with asyncio.timeout(self.compute_seconds):
-                    text = await compute()
+                    # A lone surrogate (a model's `"\\ud800"`) would fail the store, leave
+                    # the lock held and the request a 500, every time: U+FFFD instead.
+                    text = well_formed(await compute())
             except Exception as exc:  # any failure of the summarizer is its failure
                 self._failed(name, guarded)
                 failure = exc if isinstance(exc, SummarizerError) else _failure(name, exc)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import re
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -45,6 +46,7 @@ from toolref_server.storage.store import Put, Store
 _FAILED: Final = b"failed"
 _FIRST_POLL: Final = 0.02  # seconds
 _LAST_POLL: Final = 0.2
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +105,8 @@ class SummaryStore:
         """Keep `text` in `slot` when it fits the tenant's stored-bytes quota (counted), and
         release the lock in any case; False when it did not fit (answered, not kept)."""
         lock = keys.summary_lock(slot.key)
-        put = Put(slot.key, text.encode(), self.store.ttl)
         try:
+            put = Put(slot.key, utf8(text), self.store.ttl)
             await self.store.put(slot.tenant, "summary", [put], delete=[lock])
         except QuotaExceededError:
             self.store.metrics.summary_cache.labels("not-kept").inc()
@@ -121,7 +123,7 @@ class SummaryStore:
         ours, or the one there. Over the quota: ours, not kept. Two round trips at most
         (the writes, then a read of the slots another wrote first)."""
         puts = [
-            Put(s.key, t.encode(), self.store.ttl, keep=True)
+            Put(s.key, utf8(t), self.store.ttl, keep=True)
             for s, t in zip(slots, texts, strict=True)
         ]
         try:
@@ -220,6 +222,25 @@ def engine_errors(store: Store) -> Iterator[None]:
             f"{store.retry_after}s, or hydrate in full mode",
             retry_after=store.retry_after,
         ) from None
+
+
+def well_formed(text: str) -> str:
+    """`text` with each lone UTF-16 surrogate (a JSON `"\\ud800"` without its pair, which a
+    model may send, cutting an emoji's escape in two) as U+FFFD: text UTF-8 carries, so it
+    is kept and answered. Same length; linear in the text, at C speed when there is none."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+def utf8(text: str) -> bytes:
+    """`text` as UTF-8, a lone surrogate as U+FFFD (`well_formed`): never an error."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return well_formed(text).encode()
 
 
 def _text(value: bytes | str) -> str:
