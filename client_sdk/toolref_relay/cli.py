@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import importlib
 import logging
 import math
 import os
@@ -208,8 +209,15 @@ def _port(text: str) -> int:
 
 def _host(text: str) -> str:
     """`--host`: an address or name; an IPv6 address as in a URL (`[::1]`) taken without
-    its brackets, as the socket wants it."""
+    its brackets, as the socket wants it. One with a port (`127.0.0.1:8760`, `[::1]:8760`)
+    is refused: the port is `--port`'s."""
     host = text.strip()
+    address, colon, port = host.rpartition(":")
+    if colon and port.isdigit() and (address.endswith("]") or ":" not in address):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has a port; give the address alone and the port apart: "
+            f"--host {address} --port {port}"
+        )
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     if not host:
@@ -257,6 +265,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         config = config_of(args)
     except ValueError as exc:
         sys.exit(redaction.urls_in(f"toolref relay: {exc}"))
+    if args.event_loop == "uvloop" and not _importable("uvloop"):
+        sys.exit(
+            "toolref relay: --event-loop uvloop, but uvloop is not installed here; install it "
+            "(pip install uvloop: not on Windows), or use --event-loop auto (uvloop where "
+            "installed, else asyncio's loop)"
+        )
     sock = _bind(args.host, args.port)  # first: a busy port fails before anything is said
     port = sock.getsockname()[1]
     try:
@@ -300,31 +314,34 @@ def main(argv: Sequence[str] | None = None) -> None:
             "(the folder is made, 0700, when missing). The token is never printed."
         )
     config = dataclasses.replace(config, token_file=str(token_file))
-    base = f"http://{_shown_host(args.host)}:{port}"
-    _say(f"toolref relay: listening on {base}/llm/NAME")
-    for line in set_up_lines(base, found.upstreams):
-        _say(line)
-    _say(token_line(token_file, base))
-    served = uvicorn.Config(
-        Relay(config, signals=True, preflight=found),
-        log_level=args.log_level,
-        loop=args.event_loop,
-        access_log=False,  # its lines carry query strings, where some providers take keys
-        # uvicorn's own lines (a WebSocket upgrade's path and query among them) go to the
-        # handler above, through its redactor: uvicorn's logging set-up would give them a
-        # handler of their own, with none.
-        log_config=None,
-        # The answer's headers are the provider's: no `server: uvicorn`, no second `date`.
-        server_header=False,
-        date_header=False,
-        lifespan="on",
-        # WebSocket mode (toolref_relay.websocket_mode) over wsproto; messages within the body
-        # limit; no permessage-deflate (a small frame could inflate past any limit).
-        ws="wsproto",
-        ws_max_size=config.max_body_bytes,
-        ws_per_message_deflate=False,
-    )
-    uvicorn.Server(served).run(sockets=[sock])  # the app deletes the token file at exit
+    try:  # the app deletes the token file at its shutdown; a start failing before, here
+        base = f"http://{_shown_host(args.host)}:{port}"
+        _say(f"toolref relay: listening on {base}/llm/NAME")
+        for line in set_up_lines(base, found.upstreams):
+            _say(line)
+        _say(token_line(token_file, base))
+        served = uvicorn.Config(
+            Relay(config, signals=True, preflight=found),
+            log_level=args.log_level,
+            loop=args.event_loop,
+            access_log=False,  # its lines carry query strings, where some providers take keys
+            # uvicorn's own lines (a WebSocket upgrade's path and query among them) go to the
+            # handler above, through its redactor: uvicorn's logging set-up would give them a
+            # handler of their own, with none.
+            log_config=None,
+            # The answer's headers are the provider's: no `server: uvicorn`, no second `date`.
+            server_header=False,
+            date_header=False,
+            lifespan="on",
+            # WebSocket mode (toolref_relay.websocket_mode) over wsproto; messages within the body
+            # limit; no permessage-deflate (a small frame could inflate past any limit).
+            ws="wsproto",
+            ws_max_size=config.max_body_bytes,
+            ws_per_message_deflate=False,
+        )
+        uvicorn.Server(served).run(sockets=[sock])  # the app deletes the token file at exit
+    finally:
+        control.remove(token_file, config.token)
 
 
 def token_line(token_file: Path, base: str) -> str:
@@ -358,6 +375,15 @@ def _doctor(args: argparse.Namespace) -> int:
     except ValueError as exc:
         sys.exit(redaction.urls_in(f"toolref doctor: {exc}"))
     parts = urlsplit(relay)
+    if parts.path:  # `/llm/NAME` is an LLM path: the relay would send the token on with it
+        alone = f"{parts.scheme}://{parts.netloc}"
+        sys.exit(
+            redaction.urls_in(
+                f"toolref doctor: --relay is {relay!r}, with a path; give the relay's address "
+                f"alone: {alone} (an agent's base URL, /llm/NAME, is no relay address: the "
+                "relay would send the control token on to the gateway with it)"
+            )
+        )
     port = parts.port or (443 if parts.scheme == "https" else 80)
     token_file = Path(args.token_file) if args.token_file else control.default_path(port)
     try:
@@ -366,6 +392,14 @@ def _doctor(args: argparse.Namespace) -> int:
         token = None  # the relay hop says what to do
     hops = asyncio.run(doctor.probe(relay, token, request_timeout=args.timeout))
     return 0 if doctor.report(hops, _say) else 1
+
+
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -14,6 +15,8 @@ from toolref.wire import redaction
 MIB: Final = 2**20
 MIN_TOKEN: Final = 16  # characters of a control token given rather than drawn
 KEY_VARIABLE: Final = "TOOLREF_KEY"  # the one variable the relay reads
+# An upstream name as the gateway takes it (TOOLREF_UPSTREAMS: toolref_server's NAME_RE).
+_UPSTREAM_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def misspelt_key(environ: Mapping[str, str]) -> str | None:
@@ -54,6 +57,31 @@ def base_url(option: str, value: str) -> str:
             "http://[::1]:8750; no query string or fragment)"
         )
     return value.rstrip("/")
+
+
+def key_problem(key: str) -> str | None:
+    """Why `key` cannot travel as a header value (whitespace, a character outside
+    printable ASCII), never quoting it; None: it can."""
+    for at, char in enumerate(key):
+        if not "!" <= char <= "~":
+            return (
+                f"the key (--key or {KEY_VARIABLE}) has {char!r} at index {at} of {len(key)}; "
+                "a toolref key (trk_..., from toolref-server keygen) is printable ASCII "
+                "without whitespace: give it alone, stripped (a key read from a file often "
+                "ends with a newline)"
+            )
+    return None
+
+
+def switch_problem(name: str) -> str | None:
+    """Why `name` (of --switch) is no upstream name a gateway can have; None: it is."""
+    if _UPSTREAM_NAME.fullmatch(name) and name not in (".", ".."):
+        return None
+    return (
+        f"--switch names {name!r}, not an upstream name: a gateway's names are 1-64 of "
+        "A-Z a-z 0-9 _ . - (not . or .., which would leave /llm/); give names as the "
+        "gateway knows them, comma-separated (anthropic,kimi)"
+    )
 
 
 _TOKEN_BYTES: Final = 32
@@ -124,12 +152,11 @@ class RelayConfig:
         object.__setattr__(self, "gateway", base_url("--gateway", self.gateway))
         if self.fallback is not None:
             object.__setattr__(self, "fallback", base_url("--fallback", self.fallback))
+        if self.key is not None and (problem := key_problem(self.key)) is not None:
+            raise ValueError(problem)
         for name in self.switch:
-            if not name or "/" in name:
-                raise ValueError(
-                    f"--switch names {name!r}, not an upstream name; give names as the "
-                    f"gateway knows them, comma-separated (anthropic,kimi)"
-                )
+            if (problem := switch_problem(name)) is not None:
+                raise ValueError(problem)
         if len(set(self.switch)) != len(self.switch):
             raise ValueError(f"--switch names an upstream twice ({','.join(self.switch)})")
         for option, number in (

@@ -136,7 +136,8 @@ async def _switch(
             select(str(body["upstream"]))
         except Disconnected:
             return
-        except (ToolrefError, ValueError, KeyError, TypeError) as exc:
+        except (ToolrefError, ValueError, KeyError, TypeError, RecursionError) as exc:
+            # RecursionError: `[[[...` nested past the parser, within the 4 KiB
             detail = f'{exc}; send {{"upstream": NAME}} naming one of {list(board.names)}'
             await reply_json(send, 400, {"error": detail})
             return

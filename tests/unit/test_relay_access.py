@@ -205,3 +205,62 @@ def test_plain_paths_and_encoded_dots_go_on_as_sent() -> None:
     assert path_refusal("/llm/openai/v1/files/a..b/.hidden") is None
     assert path_refusal("/llm/openai/%2e%2e/v1") is None
     assert path_refusal("/llm/openai/v1/..") is not None
+
+
+@pytest.mark.parametrize(
+    ("key", "says"),
+    [
+        ("trk_secret\n", "'\\n' at index 10"),  # read from a file, its newline kept
+        ("Bearer trk_secret", "' ' at index 6"),
+        ("trk_s\u00e9cret", "'\u00e9' at index 5"),  # pasted through a word processor
+        ("trk_\u201csecret", "'\u201c' at index 4"),
+    ],
+)
+def test_a_key_that_cannot_travel_in_a_header_is_refused_at_start_unshown(
+    key: str, says: str
+) -> None:
+    """Review: a key with whitespace ended the start in a traceback from the registry
+    client, and one with a character outside ASCII in a UnicodeEncodeError traceback from
+    httpx; with --no-gateway-check every turn would have failed instead."""
+    with pytest.raises(ValueError, match="the key") as refused:
+        RelayConfig("http://g", key=key)
+    message = str(refused.value)
+    assert says in message
+    assert "TOOLREF_KEY" in message  # where it came from, and the fix
+    assert "secret" not in message
+    assert RelayConfig("http://g", key="trk_Ab-9_x.~+/=").key == "trk_Ab-9_x.~+/="
+
+
+@pytest.mark.parametrize("name", ["..", ".", "a b", "kimi?x=1", "kimi#x", "k%2f", "x" * 65, "é"])
+def test_a_switch_name_no_gateway_upstream_can_have_is_refused(name: str) -> None:
+    """Review: `--switch ..,anthropic` was taken; with --no-gateway-check each turn went to
+    `{gateway}/llm/../v1/...`, which the relay's HTTP client resolves to the gateway's
+    registry API (`/v1/...`), with the tenant's key. The gateway's names are 1-64 of
+    A-Z a-z 0-9 _ . - (TOOLREF_UPSTREAMS)."""
+    with pytest.raises(ValueError, match="--switch names") as refused:
+        RelayConfig("http://g", switch=(name, "anthropic"))
+    assert "A-Z a-z 0-9 _ . -" in str(refused.value)
+    assert RelayConfig("http://g", switch=("kimi-k2.5", "gpt_4")).switch == ("kimi-k2.5", "gpt_4")
+
+
+def test_a_switch_body_nested_past_the_parser_is_a_400() -> None:
+    """Review: `POST /toolref/switch` with `[[[...` 4000 deep (within its 4 KiB) raised
+    RecursionError out of the app: a 500 and a traceback in the relay's log."""
+    token = "t" * 43
+    relay = Relay(
+        RelayConfig("http://127.0.0.1:9", switch=("a", "b"), token=token), report=lambda _: None
+    )
+
+    async def run() -> httpx.Response:
+        transport = httpx.ASGITransport(app=relay)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8760") as c:
+            return await c.post(
+                "/toolref/switch",
+                content=b"[" * 4000,
+                headers={"authorization": f"Bearer {token}"},
+            )
+
+    answer = asyncio.run(run())
+    assert answer.status_code == 400
+    assert '{"upstream": NAME}' in answer.json()["error"]
+    assert relay.switchboard.selected == "a"

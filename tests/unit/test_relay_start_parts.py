@@ -7,6 +7,10 @@ import asyncio
 import json
 import socket
 import ssl
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import httpx
 import pytest
@@ -212,3 +216,100 @@ def test_a_path_outside_llm_is_refused_in_the_agent_s_shape() -> None:
     assert "/llm/anthropic" in anthropic.json()["error"]["message"]
     assert openai.json()["error"]["code"] == "toolref_not_served"
     assert gemini.json()["error"]["status"] == "INVALID_ARGUMENT"
+
+
+def test_doctor_refuses_a_relay_address_with_a_path_before_sending_the_token(
+    tmp_path: Path,
+) -> None:
+    """Review: `--relay http://127.0.0.1:8760/llm/anthropic` (the agent's base URL) asked
+    `/llm/anthropic/toolref/check` with the control token as `Authorization: Bearer`: the
+    relay took it for an LLM path and sent the token on, to the gateway and the provider."""
+    seen: list[tuple[str, str | None]] = []
+
+    class Recorder(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append((self.path, self.headers.get("authorization")))
+            self.send_response(404)
+            self.send_header("content-length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    token_file = tmp_path / "relay.token"
+    token_file.write_text("t" * 43 + "\n")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    relay = f"http://127.0.0.1:{server.server_address[1]}/llm/anthropic"
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main(["doctor", "--relay", relay, "--token-file", str(token_file)])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == []
+    assert isinstance(exited.value.code, str)
+    assert f"--relay is {relay!r}" in exited.value.code
+    assert f"give the relay's address alone: http://127.0.0.1:{server.server_address[1]}" in (
+        exited.value.code
+    )
+
+
+def test_a_start_that_fails_after_writing_the_token_removes_its_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: the app deletes the token file at its shutdown, which a start that fails
+    once the file is written never reaches (uvicorn failing to load, an interrupt during
+    start-up): the file was left behind."""
+    import uvicorn
+
+    def fails(self: object, sockets: object = None) -> None:
+        raise RuntimeError("uvicorn could not start")
+
+    monkeypatch.setattr(uvicorn.Server, "run", fails)
+    token_file = tmp_path / "relay.token"
+    gateway = "http://127.0.0.1:9"  # nothing there: started anyway
+    argv = ["relay", "--gateway", gateway, "--no-gateway-check", "--port", "0"]
+    with pytest.raises(RuntimeError, match="could not start"):
+        main([*argv, "--token-file", str(token_file)])
+    assert not token_file.exists()
+
+
+def test_event_loop_uvloop_without_uvloop_stops_the_start_with_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review: `--event-loop uvloop` where uvloop is not installed (Windows, or an
+    environment without the relay extra) started, wrote the token file, then ended in
+    uvicorn's ModuleNotFoundError traceback."""
+    import uvicorn
+
+    def served(self: object, sockets: object = None) -> None:
+        raise AssertionError("served")
+
+    monkeypatch.setattr(uvicorn.Server, "run", served)
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop: ImportError
+    token_file = tmp_path / "relay.token"
+    argv = ["relay", "--gateway", "http://127.0.0.1:9", "--no-gateway-check", "--port", "0"]
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--event-loop", "uvloop", "--token-file", str(token_file)])
+    assert isinstance(exited.value.code, str)
+    assert "--event-loop uvloop, but uvloop is not installed" in exited.value.code
+    assert "--event-loop auto" in exited.value.code
+    assert not token_file.exists()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1:8760", "localhost:8760", "[::1]:8760"])
+def test_a_host_with_a_port_is_refused_by_the_parser(
+    host: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review: `--host 127.0.0.1:8760` was taken, then failed to bind saying `cannot
+    listen on 127.0.0.1:8760:8760 (Name or service not known)`, naming no fix."""
+    with pytest.raises(SystemExit) as exited:
+        parser().parse_args(["relay", "--gateway", "http://g", "--host", host])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert f"{host!r} has a port" in said
+    assert "--port 8760" in said
+    assert parser().parse_args(["relay", "--gateway", "http://g", "--host", "fe80::1"]).host == (
+        "fe80::1"
+    )
