@@ -302,3 +302,17 @@ def test_a_bad_tenant_name_beside_a_hash_is_named_and_the_hash_is_not() -> None:
     assert "A-Z a-z 0-9 _ . -" in detail
     assert H2 not in detail
     assert H2[:8] not in detail
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_an_upstream_named_by_a_dot_segment_is_refused(name: str) -> None:
+    """An upstream becomes the path /llm/{name}/...: named `..`, its requests would name
+    another path of the service (the registry's API, with the tenant's key)."""
+    from toolref_server.settings.upstreams import parse_upstreams
+
+    with pytest.raises(ConfigurationError, match=r"not \. or \.\."):
+        parse_upstreams(f"{name}=https://api.example.com")
+    assert set(parse_upstreams("a.b=https://api.example.com,..x=https://b.example.com")) == {
+        "a.b",
+        "..x",
+    }

@@ -57,10 +57,11 @@ def parse_upstreams(text: str) -> dict[str, Upstream]:
         if not entry:
             continue
         name, sep, url = (part.strip() for part in entry.partition("="))
-        if not sep or not NAME_RE.fullmatch(name):
+        if not sep or not NAME_RE.fullmatch(name) or name in (".", ".."):
             raise ConfigurationError(
                 f"TOOLREF_UPSTREAMS entry {redaction.urls_in(entry)!r} is not `name=base_url`: "
-                "the name is 1-64 of A-Z a-z 0-9 _ . - (it becomes the path /llm/{name}/...)"
+                "the name is 1-64 of A-Z a-z 0-9 _ . -, not . or .. (it becomes the path "
+                "/llm/{name}/..., where a dot segment would name another path)"
             )
         if name in found:
             raise ConfigurationError(
