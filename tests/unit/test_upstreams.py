@@ -95,3 +95,17 @@ def test_a_routed_path_never_leaves_the_upstreams_base(segments: list[str]) -> N
     for piece in target.split(b"/"):
         assert unquote_to_bytes(piece) not in (b".", b"..")
         assert b"\\" not in unquote_to_bytes(piece)
+
+
+def test_a_target_that_would_start_with_two_slashes_is_refused() -> None:
+    """Under a base URL without a path, `//` after the name would make the target a
+    network-path reference (`//host/...`): refused; under a base path it stays a path."""
+    with pytest.raises(BadRequestError) as caught:
+        route(UPSTREAMS, "/llm/local//evil.example/v1", b"/llm/local//evil.example/v1")
+    assert "//" in str(caught.value)
+    kept = route(UPSTREAMS, "/llm/up//v1", b"/llm/up//v1")
+    assert kept is not None
+    assert kept.target(b"") == b"/api//v1"
+    inside = route(UPSTREAMS, "/llm/local/v1//x", b"/llm/local/v1//x")
+    assert inside is not None
+    assert inside.target(b"") == b"/v1//x"

@@ -19,8 +19,9 @@ untouched and are never logged here.
 
 What the client receives: the upstream's status, end-to-end headers and body bytes, but
 no `Toolref-*` header (toolref's headers are the gateway's to send: an upstream cannot
-forge a history or refs). Problems name an upstream by its name and URL without
-credentials; the request's path and query are never logged or shown.
+forge a history or refs), nor the `Content-Length` of an answer its chunks framed. Problems
+name an upstream by its name and URL without credentials; the request's path and query
+are never logged or shown.
 """
 
 from __future__ import annotations
@@ -77,8 +78,15 @@ def request_headers(scope: Scope, upstream: Route) -> list[tuple[bytes, bytes]]:
 
 def answer_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """The upstream's headers for the client: end to end (encoding and length included:
-    the body is passed as the upstream encoded it), without any `Toolref-*`."""
-    return encoded(without_toolref(end_to_end(decoded(headers))))
+    the body is passed as the upstream encoded it), without any `Toolref-*`. An answer
+    framed by its chunks loses its `Content-Length` too: the chunks decided its length
+    (RFC 9112 6.3), so that header need not describe the bytes forwarded."""
+    pairs = decoded(headers)
+    chunked = any(k.lower() == "transfer-encoding" for k, _ in pairs)
+    kept = without_toolref(end_to_end(pairs))
+    if chunked:
+        kept = [(k, v) for k, v in kept if k.lower() != "content-length"]
+    return encoded(kept)
 
 
 class Forwarder:

@@ -15,27 +15,33 @@ state machine are DONE, even when h11 still holds bytes the upstream sent past t
 end (`trailing_data`): those bytes would be read as the next request's answer, whoever
 sends it. `_ExactHTTP11Connection` closes such a connection instead. Bytes that come after
 the answer, while the connection is idle, make its socket readable, and httpcore2 closes a
-readable idle connection rather than reuse it (`AsyncHTTP11Connection.has_expired`).
-`tests/adversarial/test_gateway_attacks.py` pins both against a real socket.
+readable idle connection rather than reuse it (`AsyncHTTP11Connection.has_expired`). Bytes
+can also wait above the socket, where `poll` does not see them: anyio's read queue (its
+read off the socket takes all there is, and hands on 64 KiB at most) and, over TLS, the
+records read but not yet decrypted; `_Probed` counts those as readable too (`_held`).
+`tests/adversarial/test_gateway_attacks.py` and `test_gateway_forwarding.py` pin these
+against a real socket.
 
 **Probes.** The pool still asks every idle connection whether its socket is readable each
 time it assigns or releases one (two `poll` calls per idle connection per request), and
 anyio answers `get_extra_info` by building a dict of every attribute of the socket (its
 family, addresses, ...) for each question: a fifth of the gateway's busy CPU at 32
-connections (`python -m loadtests.gateway_profile`). `_Probed` holds the socket once and
-asks `poll` alone; O(1) per probe, as before.
+connections (`python -m loadtests.gateway_profile`). `_Probed` holds the socket (and the
+buffers above it) once and asks `poll` alone; O(1) per probe, as before.
 """
 
 from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import AsyncIterable
+from collections import deque
+from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass
 from typing import Final
 
 import httpcore2
 import httpx
+from anyio.streams.tls import TLSStream
 from httpcore2._utils import is_socket_readable
 
 _KEEP_ALIVE_SECONDS: Final = 5.0  # an idle connection is closed after this (httpx's default)
@@ -68,6 +74,7 @@ class _Probed(httpcore2.AsyncNetworkStream):
     def __init__(self, stream: httpcore2.AsyncNetworkStream) -> None:
         self._stream = stream
         self._socket: socket.socket | None = stream.get_extra_info("socket")
+        self._held = _held(stream)
 
     # The signatures are httpcore2's network stream's (its timeouts are arguments).
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
@@ -89,10 +96,27 @@ class _Probed(httpcore2.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> object:
         if info == "is_readable":
-            return is_socket_readable(self._socket)
+            return self._held() or is_socket_readable(self._socket)
         if info == "socket":
             return self._socket
         return self._stream.get_extra_info(info)
+
+
+def _held(stream: httpcore2.AsyncNetworkStream) -> Callable[[], bool]:
+    """Whether bytes from the upstream wait above `stream`'s socket (module docstring,
+    Reuse): httpcore2's anyio stream over asyncio, the gateway's; a stream of another make
+    is asked nothing more than its socket, as httpcore2 asks it.
+    `test_gateway_forwarding.py` fails should anyio's buffers move."""
+    layer = getattr(stream, "_stream", None)  # httpcore2's AnyIOStream: anyio's stream
+    tls = layer if isinstance(layer, TLSStream) else None
+    if tls is not None:
+        layer = tls.transport_stream
+    queue = getattr(getattr(layer, "_protocol", None), "read_queue", None)
+    held: deque[bytes] = queue if isinstance(queue, deque) else deque()
+    if tls is None:
+        return lambda: bool(held)
+    records, ssl_object = tls._read_bio, tls._ssl_object
+    return lambda: bool(held) or records.pending > 0 or ssl_object.pending() > 0
 
 
 class _ExactConnection(httpcore2.AsyncHTTPConnection):
@@ -119,10 +143,17 @@ class _ExactConnection(httpcore2.AsyncHTTPConnection):
 class UpstreamPool(httpcore2.AsyncConnectionPool):
     """See the module docstring. `max_connections`: open at most, kept alive as many."""
 
-    def __init__(self, *, max_connections: int, timeouts: Timeouts) -> None:
+    def __init__(
+        self,
+        *,
+        max_connections: int,
+        timeouts: Timeouts,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         # httpx's certificates (certifi), not the environment's: the upstreams are the
-        # operator's. HTTP/1.1 only (the ALPN httpcore2 offers), which the check above needs.
-        self._context = httpx.create_ssl_context(trust_env=False)
+        # operator's (`ssl_context`: another, for tests). HTTP/1.1 only (the ALPN httpcore2
+        # offers), which the check above needs.
+        self._context = ssl_context or httpx.create_ssl_context(trust_env=False)
         super().__init__(
             ssl_context=self._context,
             max_connections=max_connections,

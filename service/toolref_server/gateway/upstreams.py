@@ -2,8 +2,9 @@
 
 `/llm/{name}/{path}` forwards to `{base_url}/{path}`, the path and query as the client
 encoded them, byte for byte. A path that could leave the base (dot segments, plain or
-percent-encoded; encoded `/` or `\\`), or holds control characters or broken escapes, is
-refused before anything is read. Pure: parsing and matching only.
+percent-encoded; encoded `/` or `\\`; under a base URL without a path, a leading `//`,
+which a URL parser upstream reads as a host), or holds control characters or broken
+escapes, is refused before anything is read. Pure: parsing and matching only.
 """
 
 from __future__ import annotations
@@ -66,6 +67,12 @@ def route(upstreams: Mapping[str, Upstream], path: str, raw_path: bytes | None) 
     if upstream is None:
         return None
     raw_rest = b"/" + rest
+    if not upstream.base_path and raw_rest.startswith(b"//"):
+        raise BadRequestError(
+            f"the gateway path {_quoted(path)} would reach upstream {upstream.name!r} "
+            "starting with // (a URL parser reads what follows as a host); send "
+            "/llm/{name}/{path} with one / after the name"
+        )
     return Route(upstream, _decoded(raw_rest), raw_rest)
 
 
