@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import ssl
 import sys
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -20,6 +22,21 @@ from toolref_relay import Relay, RelayConfig
 from toolref_relay.agents import AGENTS, set_up_lines, upstream_for
 from toolref_relay.cli import _shown_host, main, parser
 from toolref_relay.preflight import what_failed, who_answered
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was() -> Iterator[None]:
+    """A relay start run here configures logging as the process it would be (uvicorn's
+    loggers, the root's handlers); put back after each test, so a later test in this worker
+    finds logging as it was."""
+    manager = logging.Logger.manager
+    loggers = [logging.getLogger(), *(logging.getLogger(n) for n in list(manager.loggerDict))]
+    saved = [(x, x.handlers[:], x.level, x.propagate, x.disabled) for x in loggers]
+    yield
+    for logger, handlers, level, propagate, disabled in saved:
+        logger.handlers[:] = handlers
+        logger.setLevel(level)
+        logger.propagate, logger.disabled = propagate, disabled
 
 
 @pytest.mark.parametrize(
