@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,12 +10,11 @@ from urllib.parse import urlsplit
 
 from toolref.kit.option_checks import nearest
 from toolref.wire import redaction
+from toolref.wire.endpoints import is_upstream_name
 
 MIB: Final = 2**20
 MIN_TOKEN: Final = 16  # characters of a control token given rather than drawn
 KEY_VARIABLE: Final = "TOOLREF_KEY"  # the one variable the relay reads
-# An upstream name as the gateway takes it (TOOLREF_UPSTREAMS: toolref_server's NAME_RE).
-_UPSTREAM_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def misspelt_key(environ: Mapping[str, str]) -> str | None:
@@ -75,7 +73,7 @@ def key_problem(key: str) -> str | None:
 
 def switch_problem(name: str) -> str | None:
     """Why `name` (of --switch) is no upstream name a gateway can have; None: it is."""
-    if _UPSTREAM_NAME.fullmatch(name) and name not in (".", ".."):
+    if is_upstream_name(name):
         return None
     return (
         f"--switch names {name!r}, not an upstream name: a gateway's names are 1-64 of "

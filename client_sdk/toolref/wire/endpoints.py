@@ -45,6 +45,15 @@ SAVINGS_PAGE: Final = "/savings"  # the page showing it
 INDEX: Final = "/"  # points to the savings page
 DOCS: Final = "/docs"  # a short index of the endpoints, for a person
 GATEWAY: Final = "/llm/{name}/{path}"  # the service's gateway, when it has upstreams
+_UPSTREAM_NAME: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def is_upstream_name(name: str) -> bool:
+    """Whether `name` can name a gateway upstream (`TOOLREF_UPSTREAMS`, the relay's
+    `--switch`): 1-64 of A-Z a-z 0-9 _ . -, no colon (a usage hash's field holds it), and not
+    `.` or `..` (its `/llm/{name}/` would be a dot segment naming another path)."""
+    return _UPSTREAM_NAME.fullmatch(name) is not None and name not in (".", "..")
+
 
 # --- LLM endpoints ----------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ from typing import Final
 from urllib.parse import unquote, urlsplit
 
 from toolref.wire import redaction
+from toolref.wire.endpoints import is_upstream_name
 from toolref.wire.errors import ConfigurationError
 
-NAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # A path segment as a request target carries it: visible ASCII, `%` only to escape.
 RAW_SEGMENT: Final = re.compile(rb"(?:[\x21-\x24\x26-\x7e]|%[0-9A-Fa-f]{2})*")
 
@@ -57,7 +57,7 @@ def parse_upstreams(text: str) -> dict[str, Upstream]:
         if not entry:
             continue
         name, sep, url = (part.strip() for part in entry.partition("="))
-        if not sep or not NAME_RE.fullmatch(name) or name in (".", ".."):
+        if not sep or not is_upstream_name(name):
             raise ConfigurationError(
                 f"TOOLREF_UPSTREAMS entry {redaction.urls_in(entry)!r} is not `name=base_url`: "
                 "the name is 1-64 of A-Z a-z 0-9 _ . -, not . or .. (it becomes the path "

@@ -110,8 +110,8 @@ def usage(tenant: str, minute: int) -> str:
 
 
 def usage_field(upstream: str, name: str) -> str:
-    """A field of a usage hash: the upstream (`settings.upstreams.NAME_RE`: no colon) and
-    what it counts."""
+    """A field of a usage hash: the upstream (`toolref.wire.endpoints.is_upstream_name`: no
+    colon) and what it counts."""
     return f"{upstream}:{name}"
 
 
