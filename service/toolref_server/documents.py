@@ -19,7 +19,7 @@ from typing import Any, Final
 import msgpack
 
 from toolref.kit import spans
-from toolref.wire.encoding import ext_hook
+from toolref.wire.encoding import LONE_SURROGATE, ext_hook
 from toolref.wire.errors import (
     CanonicalizationError,
     MalformedBodyError,
@@ -257,7 +257,6 @@ def _reject_constant(name: str) -> Any:
 # A `\\u` escape of a UTF-16 surrogate (D800-DFFF): only these can make a JSON string that
 # no UTF-8 carries (json.loads joins valid pairs; raw bytes and msgpack must be UTF-8).
 _SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 def check_text(data: bytes, value: Any) -> None:
@@ -277,7 +276,7 @@ def check_text(data: bytes, value: Any) -> None:
                 push(child)
         elif kind is list:
             stack.extend(node)
-        elif kind is str and (found := _SURROGATE.search(node)) is not None:
+        elif kind is str and (found := LONE_SURROGATE.search(node)) is not None:
             raise CanonicalizationError(
                 f"a string in the body holds a lone UTF-16 surrogate "
                 f"(\\u{ord(found.group()):04x} without its pair), which UTF-8 cannot carry; "

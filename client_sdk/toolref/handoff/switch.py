@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from toolref.handoff import build, prepend
 from toolref.kit import spans
+from toolref.wire.encoding import surrogates_escaped
 from toolref.wire.errors import ValidationError
 from toolref.wire.models import FormatName
 
@@ -159,14 +160,10 @@ def switched_text(text: str, fmt: FormatName, messages_key: str, at: int | None)
     return "{" + ",".join(parts) + "}"
 
 
-_SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
-
-
 def _dumped(value: Any) -> str:
     """`value` as JSON text; a lone surrogate (JSON can carry `\\ud800`) as its escape, as
     no UTF-8 encoder takes it raw."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return _SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+    return surrogates_escaped(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def _id_edits(old: Any, new: Any) -> list[tuple[spans.Path, str]] | None:

@@ -7,6 +7,7 @@ travel as ext type 1 holding their decimal digits.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any, Final
 
@@ -19,6 +20,15 @@ JSON_TYPE: Final = "application/json"
 MSGPACK_TYPE: Final = "application/msgpack"
 PROBLEM_TYPE: Final = "application/problem+json"
 BIGINT_EXT: Final = 1
+# A surrogate code point in a str: JSON carries one (`"\ud800"`, json.loads keeps it lone;
+# a valid pair is read as one character), UTF-8 has no form for it.
+LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def surrogates_escaped(text: str) -> str:
+    """JSON `text` with each lone surrogate written as its `\\uXXXX` escape: the same JSON
+    value, in text UTF-8 carries. Linear."""
+    return LONE_SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def loads_fast(data: bytes | str) -> Any:

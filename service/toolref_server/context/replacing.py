@@ -14,11 +14,11 @@ client's bytes and those messages (C speed). Pure but for those memos.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from toolref.formats.source import with_results
+from toolref.wire.encoding import LONE_SURROGATE, surrogates_escaped
 from toolref_server.context.facts import Facts
 
 ARGS_SHOWN: Final = 200  # characters of a call's arguments shown, at most
@@ -61,7 +61,7 @@ def as_json(value: object) -> str:
     """A stand-in's value as JSON text: the same bytes for the same value, every turn; a
     lone surrogate (JSON carries `\\ud800`, UTF-8 has no form for it) as its escape, so
     the text encodes, is stored and is sent. Linear in the text."""
-    return _SURROGATE.sub(_escape, json.dumps(value, ensure_ascii=False))
+    return surrogates_escaped(json.dumps(value, ensure_ascii=False))
 
 
 def escaped(value: Any) -> Any:
@@ -69,11 +69,6 @@ def escaped(value: Any) -> Any:
     its escape (`"\\ud800"`, six characters): a value canonical JSON, and so a ref and a
     summary, can be had of. Linear in the value."""
     text = json.dumps(value, ensure_ascii=False)
-    return json.loads(_SURROGATE.sub(lambda found: "\\" + _escape(found), text))
-
-
-_SURROGATE: Final = re.compile(r"[\ud800-\udfff]")
-
-
-def _escape(found: re.Match[str]) -> str:
-    return f"\\u{ord(found.group()):04x}"
+    return json.loads(
+        LONE_SURROGATE.sub(lambda found: "\\" + surrogates_escaped(found.group()), text)
+    )

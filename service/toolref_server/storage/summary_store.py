@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import re
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -39,6 +38,7 @@ from typing import Final
 from redis.exceptions import RedisError
 
 from toolref.wire.canonical import Ref
+from toolref.wire.encoding import LONE_SURROGATE
 from toolref.wire.errors import QuotaExceededError, StoreUnavailableError
 from toolref_server.storage import keys
 from toolref_server.storage.store import Put, Store
@@ -46,7 +46,6 @@ from toolref_server.storage.store import Put, Store
 _FAILED: Final = b"failed"
 _FIRST_POLL: Final = 0.02  # seconds
 _LAST_POLL: Final = 0.2
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +230,7 @@ def well_formed(text: str) -> str:
     try:
         text.encode()
     except UnicodeEncodeError:
-        return _SURROGATE.sub("\ufffd", text)
+        return LONE_SURROGATE.sub("\ufffd", text)
     return text
 
 
