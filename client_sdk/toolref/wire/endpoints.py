@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from toolref.wire.models import FormatName
+if TYPE_CHECKING:  # an annotation only: the relay's start imports this module, not pydantic
+    from toolref.wire.models import FormatName
 
 # --- the registry's REST API (prefix /v1) -----------------------------------------------
 
