@@ -251,3 +251,30 @@ def test_strings_are_taken_for_any_setting_as_the_environment_gives_them() -> No
         "TOOLREF_HOST": "127.0.0.1",
         "TOOLREF_REDIS_CLUSTER": "1",
     }
+
+
+# A commented line of the example shows a sample rather than its setting's default.
+SAMPLES = {"context_policies": "a policy for a tenant (the default is none)"}
+
+
+def test_the_examples_commented_lines_show_the_real_defaults() -> None:
+    """The example says "Commented lines show the defaults": each `# key = value` of a
+    setting is its default as `Settings` declares it (`event_loop` showed asyncio after the
+    default became auto), a `""  # unset by default` one a setting with no default."""
+    wrong, checked = [], 0
+    for number, line in enumerate(EXAMPLE.read_text().splitlines(), 1):
+        found = re.fullmatch(r"# (\w+) = (.*?)(  # unset by default)?", line)
+        if not found or found[1] not in HOME or found[1] in SAMPLES:
+            continue
+        checked += 1
+        shown = tomllib.loads(f"value = {found[2]}")["value"]
+        default = Settings.model_fields[found[1]].default
+        expected = str(default) if isinstance(default, Path) else default
+        if found[3]:
+            ok = shown == "" and default in (None, "")
+        else:  # 8 for 8.0 is the same number; "8" for 8 is not
+            ok = shown == expected and isinstance(shown, str) == isinstance(expected, str)
+        if not ok:
+            wrong.append(f"line {number}: {found[1]} = {found[2]}, but its default is {default!r}")
+    assert checked > len(HOME) // 2, "the example's commented lines were not found"
+    assert not wrong, "deploy/toolref.example.toml: " + "; ".join(wrong)

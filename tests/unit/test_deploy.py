@@ -6,6 +6,7 @@ validated by `Settings` itself, and probe paths are asked of the app on fakeredi
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -481,6 +482,38 @@ def test_dockerfile_builds_in_stages_and_runs_unprivileged() -> None:
         assert needed not in ignored, f"{needed} is needed by the build"
 
 
+def ignored_by_the_build(path: str) -> bool:
+    """Whether Dockerfile.dockerignore leaves `path` (from the root) out of the context: a
+    pattern matches it or a folder above it (`**` any folders, as Docker reads it)."""
+    lines = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+    patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    parts = path.split("/")
+    prefixes = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+    return any(
+        fnmatch.fnmatchcase(prefix, pattern) or fnmatch.fnmatchcase(prefix, pattern[3:])
+        if pattern.startswith("**/")
+        else fnmatch.fnmatchcase(prefix, pattern)
+        for pattern in patterns
+        for prefix in prefixes
+    )
+
+
+def test_the_build_context_leaves_out_the_js_sdk_and_node_modules() -> None:
+    """`COPY client_sdk` takes the folder whole, and the wheel needs only its Python packages:
+    the JS SDK beside them (its node_modules over 100 MB once `make` ran npm) must not be
+    sent with every build nor copied into the builder."""
+    assert ignored_by_the_build("client_sdk/js/node_modules/vitest/package.json")
+    assert ignored_by_the_build("client_sdk/js/src/index.ts")
+    assert not ignored_by_the_build("client_sdk/toolref/__init__.py")
+    assert not ignored_by_the_build("service/toolref_server/routes/savings.html")
+    for folder, names, _ in os.walk(ROOT):
+        names[:] = [name for name in names if name not in (".git", ".venv")]
+        if "node_modules" in names:
+            names.remove("node_modules")  # not walked into: it is checked as a whole
+            relative = (Path(folder) / "node_modules").relative_to(ROOT).as_posix()
+            assert ignored_by_the_build(relative), f"{relative} is sent to docker build"
+
+
 def test_compose_wires_the_service_to_its_store() -> None:
     doc = compose()
     service, redis = doc["services"]["toolref"], doc["services"]["redis"]
@@ -574,3 +607,24 @@ def test_operations_doc_lists_every_deploy_file() -> None:
         "kubectl apply -f deploy/k8s/",
     ):
         assert command in section
+
+
+# `(docs/operations.md, "Memory per request")`: a deploy file pointing at a part of a doc.
+DOC_POINTER = re.compile(r"\b((?:docs/)?[\w.-]+\.md), \"([^\"]+)\"")
+
+
+def test_every_doc_section_a_deploy_file_points_at_exists() -> None:
+    """Each `FILE.md, "Section"` a deploy file names is a heading of that file, or the bold
+    lead of one of its paragraphs (`**Who may read it.**`): the configmap sent readers to
+    README.md, "Settings", which README never had (the table is docs/api.md's)."""
+    pointers = []
+    for path in sorted(DEPLOY.rglob("*")):
+        if path.is_file():
+            where = path.relative_to(ROOT)
+            pointers += [(where, *found) for found in DOC_POINTER.findall(path.read_text())]
+    assert len(pointers) >= 3, pointers
+    for where, doc, section in pointers:
+        text = (ROOT / doc).read_text()
+        headings = re.findall(r"^#+ (.+?)\s*$", text, re.M)
+        leads = re.findall(r"\*\*([^*]+?)\.?\*\*", text)
+        assert section in headings + leads, f"{where}: {doc} has no section {section!r}"
