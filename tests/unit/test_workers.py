@@ -1,0 +1,134 @@
+"""`toolref.asgi.workers`: work in a worker thread leaves the thread nothing of it.
+
+Found: the pool's thread keeps its work item (the callable, its arguments, the future and its
+result) until it next gets the GIL after setting the result. On a busy machine the loop may
+take the result and go on first: the REST hydrate route's inflated body (the result of
+`Inflater.finish`) stayed alive through the request's registration, one more body at its
+peak (7.02 times the body in tests/adversarial/test_memory_bounds.py, now and then, where
+6.02 is due), and its inflater and sink with it ("2 inflaters alive"). Here the thread is
+made to hold its item until told, deterministically."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures.thread as pool_thread
+import gc
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from toolref.asgi.workers import Workers
+
+
+class Blob:
+    """Stands for a body: alive or not, by its weakref."""
+
+
+def made_from(given: Blob) -> Blob:
+    return Blob()
+
+
+def failing(given: Blob) -> Blob:
+    raise ValueError("no")
+
+
+@pytest.fixture
+def slow_to_let_go(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Each worker thread holds the work item it ran (as a thread that does not get the GIL
+    back does) until the test ends; the items held, listed."""
+    release = threading.Event()
+    held: list[Any] = []
+    run = pool_thread._WorkItem.run
+
+    def holding(item: Any, *args: Any) -> None:
+        run(item, *args)
+        held.append(item)
+        release.wait(30)
+
+    monkeypatch.setattr(pool_thread._WorkItem, "run", holding)
+    try:
+        yield held
+    finally:
+        release.set()
+
+
+def test_the_thread_keeps_neither_the_arguments_nor_the_result(slow_to_let_go: list[Any]) -> None:
+    async def main() -> tuple[weakref.ref[Blob], weakref.ref[Blob]]:
+        workers = Workers(2, 0)
+        try:
+            given = Blob()
+            made = await workers.run(1, made_from, given)
+            refs = weakref.ref(given), weakref.ref(made)
+            del given, made
+            gc.collect()
+            return refs
+        finally:
+            workers.close()
+
+    given, made = asyncio.run(main())
+    assert slow_to_let_go, "the thread let go of its work item: nothing tested"
+    assert given() is None
+    assert made() is None
+
+
+def test_offloaded_work_and_its_object_are_let_go_too(slow_to_let_go: list[Any]) -> None:
+    """`offload(inflater.finish)`: the bound method kept its inflater alive."""
+
+    class Finisher:
+        def finish(self) -> Blob:
+            return Blob()
+
+    async def main() -> tuple[weakref.ref[Finisher], weakref.ref[Blob]]:
+        workers = Workers(2, None)
+        try:
+            finisher = Finisher()
+            made = await workers.offload(finisher.finish)
+            refs = weakref.ref(finisher), weakref.ref(made)
+            del finisher, made
+            gc.collect()
+            return refs
+        finally:
+            workers.close()
+
+    finisher, made = asyncio.run(main())
+    assert slow_to_let_go
+    assert finisher() is None
+    assert made() is None
+
+
+def test_an_exception_reaches_the_caller_and_the_thread_keeps_it_not(
+    slow_to_let_go: list[Any],
+) -> None:
+    async def main() -> weakref.ref[Blob]:
+        workers = Workers(1, 0)
+        try:
+            given = Blob()
+            ref = weakref.ref(given)
+            with pytest.raises(ValueError, match="no") as caught:
+                await workers.run(1, failing, given)
+            del given, caught  # its traceback holds `failing` and its argument
+            gc.collect()
+            return ref
+        finally:
+            workers.close()
+
+    assert asyncio.run(main())() is None
+    assert slow_to_let_go
+
+
+def test_small_work_runs_in_place_and_large_in_a_worker_thread() -> None:
+    async def main() -> tuple[str, str]:
+        workers = Workers(1, 100)
+        try:
+            here = await workers.run(99, lambda: threading.current_thread().name)
+            there = await workers.run(100, lambda: threading.current_thread().name)
+            return here, there
+        finally:
+            workers.close()
+
+    here, there = asyncio.run(main())
+    assert here == threading.current_thread().name
+    assert there.startswith("toolref-work")
