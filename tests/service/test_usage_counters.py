@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from redis._parsers.base import BaseParser
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
@@ -21,6 +22,7 @@ from toolref_server.app import create_app
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.storage import keys
+from toolref_server.storage.redis import is_cluster_url
 from toolref_server.storage.store import Store
 from toolref_server.storage.usage_counters import LIFETIME, UsageCounters
 from toolref_server.usage import KEEP_MINUTES, Batch, Counts, Pending, Slot, window
@@ -298,6 +300,65 @@ async def test_an_engine_without_scripting_gets_plain_increments(redis: Redis) -
     assert len(pending) == 0
     assert await counters.read(["acme"], NOW, 60) == {Slot(NOW, "acme", "up"): Counts(3)}
     assert await redis.ttl(keys.usage("acme", NOW)) > LIFETIME - 5
+
+
+async def test_an_engine_whose_acl_refuses_scripts_gets_plain_increments(
+    engine_url: str, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user the engine's ACL does not let run EVAL/EVALSHA (NOPERM, as a managed engine
+    may): the counts are added with HINCRBY, the script is not tried again, and the switch is
+    logged once."""
+    if is_cluster_url(engine_url):
+        pytest.skip("an ACL user on every node of a cluster: not set up here")
+    user, password = "toolref-no-scripts", "toolref-no-scripts-password"
+    await redis.execute_command(  # type: ignore[no-untyped-call]
+        "ACL", "SETUSER", user, "reset", "on", f">{password}", "~*", "&*", "+@all",
+        "-eval", "-evalsha", "-eval_ro", "-evalsha_ro", "-fcall", "-fcall_ro",
+    )  # fmt: skip
+    limited = Redis.from_url(engine_url, username=user, password=password)
+    try:
+        with pytest.raises(ResponseError, match=r"(?i)no permissions"):
+            await limited.eval("return 0", 0)
+        counters = UsageCounters(Store(limited, ttl_seconds=600))
+        pending = Pending(Clock(NOW))
+        with caplog.at_level("WARNING"):
+            for requests in (1, 2):
+                pending.add("acme", "up", Counts(requests=requests))
+                await counters.flush(pending)
+        assert not counters.scripted
+        assert len(pending) == 0
+        assert await counters.read(["acme"], NOW, 60) == {Slot(NOW, "acme", "up"): Counts(3)}
+        assert await redis.ttl(keys.usage("acme", NOW)) > LIFETIME - 5
+        switched = [r for r in caplog.records if "HINCRBY" in r.getMessage()]
+        assert len(switched) == 1
+    finally:
+        await limited.aclose()
+        await redis.execute_command("ACL", "DELUSER", user)  # type: ignore[no-untyped-call]
+
+
+async def test_an_engine_out_of_memory_is_a_failure_not_a_refusal_of_scripts(
+    redis: Redis,
+) -> None:
+    """OOM ("command not allowed when used memory > 'maxmemory'") is not scripting refused:
+    the flush fails, its counts are kept, and the next flush still runs the script."""
+    counters = UsageCounters(Store(redis, ttl_seconds=600))
+    pending = Pending(Clock(NOW))
+    pending.add("acme", "up", Counts(requests=3))
+
+    async def out_of_memory(run: Callable[[], Awaitable[Any]]) -> Any:
+        oom = "OOM command not allowed when used memory > 'maxmemory'."
+        raise BaseParser.parse_error(oom)  # type: ignore[no-untyped-call]
+
+    with pytest.MonkeyPatch.context() as patch:
+        _pipelines(redis, patch, out_of_memory)
+        with pytest.raises(StoreUnavailableError, match="usage counters"):
+            await counters.flush(pending)
+    assert counters.scripted
+    assert len(pending) == 1
+    await counters.flush(pending)
+    assert len(pending) == 0
+    assert await counters.read(["acme"], NOW, 60) == {Slot(NOW, "acme", "up"): Counts(3)}
+    assert await redis.hget(keys.usage("acme", NOW), keys.usage_writer(pending.writer))
 
 
 async def test_the_app_bounds_what_a_worker_holds_and_adds_it_at_stop(redis: Redis) -> None:

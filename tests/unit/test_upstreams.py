@@ -109,3 +109,20 @@ def test_a_target_that_would_start_with_two_slashes_is_refused() -> None:
     inside = route(UPSTREAMS, "/llm/local/v1//x", b"/llm/local/v1//x")
     assert inside is not None
     assert inside.target(b"") == b"/v1//x"
+
+
+@pytest.mark.parametrize("url", ["https://host//evil.example", "http://u:SECRET@host///a/b"])
+def test_a_base_path_that_starts_with_two_slashes_is_refused_at_load(url: str) -> None:
+    """A base path starting with `//` would start every target sent upstream with `//`
+    (read as a host by a URL parser there): refused when the settings load, naming the
+    upstream and the fix; trailing slashes, or `//` further in, stay a path."""
+    with pytest.raises(ConfigurationError) as caught:
+        parse_upstreams(f"up={url}")
+    message = str(caught.value)
+    assert "TOOLREF_UPSTREAMS" in message
+    assert "'up'" in message
+    assert "//" in message
+    assert "one /" in message
+    assert "SECRET" not in message
+    assert parse_upstreams("up=https://host/a//b/")["up"].base_path == "/a//b"
+    assert parse_upstreams("up=https://host//")["up"].base_path == ""

@@ -22,6 +22,42 @@ def patch_length(patch: ArgPatch) -> int:
     return json_length(value)
 
 
+def held_length(value: Any) -> int:
+    """The characters `value` holds as the buffer counts them after patches: its leaves as
+    JSON (strings appended in pieces as the joined string), nulls and the keys and
+    punctuation of objects and lists not counted. O(size of value)."""
+    total, stack = 0, [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+        elif isinstance(node, Pieces):
+            total += 2 + sum(json_length(part) - 2 for part in node.parts)
+        elif node is not None:
+            total += json_length(node)
+    return total
+
+
+def patch_change(obj: dict[str, Any] | None, patch: ArgPatch) -> int:
+    """The characters applying `patch` to `obj` changes (`held_length`): its value's, less
+    those of the value it sets again; a string appended to a string adds its own (`obj`
+    None: its value's, at most what it changes on any object). O(path + the replaced value,
+    which the patch drops: linear over a stream)."""
+    value = patch.value
+    existing: Any = None
+    if obj is not None and patch.path:
+        existing = obj
+        for part in patch.path:
+            existing = _get(existing, part)
+            if existing is None:
+                break
+    if patch.append and isinstance(value, str) and isinstance(existing, str | Pieces):
+        return json_length(value) - 2
+    return held_length(value) - held_length(existing)
+
+
 class Pieces:
     """A string leaf appended in pieces (Vertex streams a long string as many values for one
     path), joined once when the object is read: `+` per piece copied the string so far each

@@ -8,11 +8,11 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Final
 
-from toolref.streaming.arguments import apply_patch, join_pieces, json_length, patch_length
+from toolref.streaming.arguments import apply_patch, join_pieces, json_length, patch_change
 from toolref.streaming.call import CallStatus, ToolCall
-from toolref.streaming.chunk import ABORTED, ToolChunk
+from toolref.streaming.chunk import ABORTED, ArgPatch, ToolChunk
 from toolref.streaming.event import (
     ArgumentsProgress,
     CallCompleted,
@@ -73,6 +73,33 @@ def _joined(slot: _Slot) -> dict[str, Any] | None:
         join_pieces(slot.obj)
     slot.pieces = False
     return slot.obj
+
+
+def _patched_at_most(
+    snapshot: str | Mapping[str, Any] | None, slot: _Slot | None, patches: Sequence[ArgPatch]
+) -> int:
+    """The characters `patches` will change (`patch_change`), before they are applied: less
+    each value set again, except where a patch of the same chunk set its leaf, an object
+    above it or a leaf below it before (then at most: the value's own). O(patches' paths +
+    the values they replace)."""
+    if isinstance(snapshot, Mapping):
+        obj: dict[str, Any] | None = dict(snapshot)
+    else:
+        obj = slot.obj if slot is not None and snapshot is None else None
+    total = 0
+    touched: dict[Any, Any] = {}  # a trie of the chunk's paths so far; a set leaf holds _SET
+    for patch in patches:
+        node, overlaps = touched, False
+        for part in patch.path:
+            node = node.setdefault(part, {})
+            overlaps = overlaps or _SET in node
+        overlaps = overlaps or len(node) > 1 or (bool(node) and _SET not in node)
+        node[_SET] = True
+        total += patch_change(None if overlaps else obj, patch)
+    return total
+
+
+_SET: Final = object()  # in `_patched_at_most`'s trie: a patch of the chunk set this path
 
 
 def _checked_limit(name: str, value: int) -> int:
@@ -168,8 +195,9 @@ class ToolBuffer:
         if slot is None:
             slot = self._open(chunk)
             events = [CallStarted(chunk.turn, index, chunk.id, chunk.name)]
-        self._apply(slot, chunk)
+        patched = self._apply(slot, chunk)
         if length is not None:
+            length += patched  # patches of one chunk that overlap: as they left it
             self._chars += length - slot.length
             slot.length = length
         if chunk.error is not None:
@@ -213,9 +241,10 @@ class ToolBuffer:
         return slot
 
     def _measured(self, slot: _Slot | None, chunk: ToolChunk) -> int | None:
-        """The argument characters the call will hold with `chunk` (`None`: unchanged);
-        `ChunkSequenceError` when the response's would pass `max_argument_chars`. Costs the
-        chunk's own size."""
+        """The argument characters the call will hold with `chunk`, but for its patches
+        (`None`: unchanged); `ChunkSequenceError` when the response's would pass
+        `max_argument_chars`. Costs the chunk's own size, and the values its patches set
+        again (dropped by them)."""
         snapshot, patches, delta = chunk.args_snapshot, chunk.args_patch, chunk.args_delta
         if snapshot is None and not patches and delta is None:
             return None
@@ -225,8 +254,8 @@ class ToolBuffer:
             length = len(snapshot)
         elif snapshot is not None:
             length = json_length(snapshot)
-        for patch in patches or ():
-            length += patch_length(patch)
+        patched = _patched_at_most(snapshot, slot, patches) if patches else 0
+        length += patched
         if delta is not None:
             length += len(delta)
         total = self._chars - held + length
@@ -241,9 +270,10 @@ class ToolBuffer:
                 limit="max_argument_chars",
                 maximum=self.max_argument_chars,
             )
-        return length
+        return length - patched  # `feed` adds the patches as applied (less, if they overlap)
 
-    def _apply(self, slot: _Slot, chunk: ToolChunk) -> None:
+    def _apply(self, slot: _Slot, chunk: ToolChunk) -> int:
+        """Apply `chunk` to `slot`; the characters its patches changed (`patch_change`)."""
         if chunk.id:
             if slot.id is None or chunk.done:
                 slot.id = chunk.id  # a closing chunk is authoritative (Responses' done item)
@@ -262,6 +292,7 @@ class ToolBuffer:
             slot.parent_id = chunk.parent_id
         if chunk.meta:
             _merge(slot.meta, chunk.meta)
+        patched = 0
         snapshot = chunk.args_snapshot
         if isinstance(snapshot, str):
             slot.parts = [snapshot]
@@ -275,11 +306,13 @@ class ToolBuffer:
                     self._mixed(slot)
                 slot.obj = {}
             for patch in chunk.args_patch:
+                patched += patch_change(slot.obj, patch)
                 slot.pieces = apply_patch(slot.obj, patch) or slot.pieces
         if chunk.args_delta is not None:
             if slot.obj is not None:
                 self._mixed(slot)
             slot.parts.append(chunk.args_delta)
+        return patched
 
     @staticmethod
     def _mixed(slot: _Slot) -> None:

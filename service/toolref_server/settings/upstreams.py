@@ -88,6 +88,13 @@ def _upstream(name: str, url: str) -> Upstream:
         or any(s in (".", "..") for s in base.split("/"))
     ):
         raise wrong
+    if base.startswith("//"):
+        raise ConfigurationError(
+            f"TOOLREF_UPSTREAMS gives {name!r} the base URL {redaction.url(url)!r}, whose path "
+            "starts with // (every request target sent upstream would too, and a URL parser "
+            "there reads what follows as a host); write the path with one / after the host, "
+            "such as https://api.example.com/v1"
+        )
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
         host = parts.hostname.encode("idna").decode("ascii")

@@ -9,8 +9,9 @@ minute counted, two when a batch before failed). Exactly once: the script adds a
 hash only when the hash's mark for the writer is below the batch's number, and sets the mark
 and the lifetime in the same step, so a batch sent again after a failure, a timeout or a
 cancel (the engine may have run it) is added once, and no hash is left without a lifetime.
-An engine without scripting gets plain `HINCRBY`s instead: at least once there (a batch the
-engine ran before its reply was lost is added again). Reading minutes is one `HGETALL` per
+An engine without scripting (EVAL unknown, refused by the ACL or turned off) gets plain
+`HINCRBY`s instead, from then on (logged once): at least once there (a batch the engine ran
+before its reply was lost is added again). Reading minutes is one `HGETALL` per
 tenant and minute (`read`: at most tenants x 1440 replies of at most upstreams x 6 fields
 and a mark per worker, pipelined). Not counted in a tenant's stored-bytes quota: the
 service's own accounting, bounded as above (as the model-call and quota counters). Engine
@@ -20,15 +21,20 @@ errors are `StoreUnavailableError`.
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError, ResponseError
 
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.storage import keys
 from toolref_server.storage.store import Store
 from toolref_server.usage import FIELDS, KEEP_MINUTES, MINUTE, Batch, Counts, Pending, Slot
+
+log = logging.getLogger(__name__)
+_EVAL: Final = re.compile(r"\beval(?:sha)?(?:_ro)?\b")
 
 LIFETIME: Final = (KEEP_MINUTES + 2) * MINUTE  # seconds: a day, and the minute being written
 
@@ -69,12 +75,21 @@ class UsageCounters:
                 for key, fields in per_key.items():
                     pipe.eval(_ADD_ONCE, 1, key, mark, batch.number, LIFETIME, *fields)
                 try:
-                    await pipe.execute()
-                    return
+                    replies: list[Any] = await pipe.execute(raise_on_error=False)
                 except ResponseError as exc:
-                    if "unknown command" not in str(exc).lower():
-                        raise
-                    self.scripted = False  # nothing was added: every call was refused
+                    replies = [exc]
+                errors = [reply for reply in replies if isinstance(reply, ResponseError)]
+                if not errors:
+                    return
+                if not all(_refuses_scripts(error) for error in errors):
+                    raise errors[0]
+                # Nothing was added: every call was refused, as every one will be.
+                self.scripted = False
+                log.warning(
+                    "the engine refuses scripts (%s): usage is added with plain HINCRBY "
+                    "from now on (at least once, not exactly once)",
+                    errors[0],
+                )
             pipe = self.store.redis.pipeline(transaction=False)
             for key, fields in per_key.items():
                 for at in range(0, len(fields), 2):
@@ -125,6 +140,22 @@ def _counts(reply: Mapping[bytes | str, bytes | str]) -> dict[str, Counts]:
         if name in FIELDS:
             values.setdefault(upstream, {})[name] = int(raw_value)
     return {upstream: Counts(**fields) for upstream, fields in values.items()}
+
+
+def _refuses_scripts(error: ResponseError) -> bool:
+    """Whether `error` is the engine refusing EVAL as a command (not there, not allowed to
+    this user, turned off), not a failure of this call (memory, a lost replica, a script's
+    own error). On the engine's own message: a pipeline's `raise_on_error=False` reply."""
+    text = str(error).lower()
+    if isinstance(error, NoPermissionError):  # the ACL: the command, not a key or channel
+        return "command" in text
+    if isinstance(error, OutOfMemoryError):  # "command not allowed when used memory > ..."
+        return False
+    if "unknown command" in text:
+        return True
+    return bool(_EVAL.search(text)) and any(
+        word in text for word in ("disabled", "not allowed", "not supported")
+    )
 
 
 @contextlib.contextmanager

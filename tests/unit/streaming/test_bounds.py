@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import toolref.streaming.adapters.openai_chat as openai_chat_module
+import toolref.streaming.arguments as arguments_module
 import toolref.streaming.buffer as buffer_module
 from tests.unit.streaming.steps import growth
 from toolref.streaming import (
@@ -173,6 +174,62 @@ def test_object_arguments_count_as_their_json() -> None:
         buffer.feed(ToolChunk(index=0, args_patch=(ArgPatch(("b",), 12),)))
     [call] = buffer.close()
     assert call.arguments == {"a": "xyz!"}
+
+
+def test_a_leaf_set_again_counts_its_new_value_not_both() -> None:
+    """A patch that sets a leaf again replaces its value: what the call holds is the last
+    value, however often it was set (re-setting a 10-character value 1,000 times is not
+    10,000 characters)."""
+    buffer = quiet(max_argument_chars=40)
+    buffer.feed(ToolChunk(index=0, name="f", args_patch=(ArgPatch(("a",), {"b": [1, 2]}),)))
+    for n in range(1000):
+        value = f"{n:08d}"  # "00000042": 10 characters as JSON
+        buffer.feed(ToolChunk(index=0, args_patch=(ArgPatch(("a", "b"), value),)))
+        buffer.feed(ToolChunk(index=0, args_patch=(ArgPatch(("s",), value),)))
+        buffer.feed(ToolChunk(index=0, args_patch=(ArgPatch(("s",), "x", append=True),)))
+    buffer.feed(ToolChunk(index=0, args_patch=(ArgPatch(("a",), "y" * 10),)))  # a subtree
+    buffer.feed(ToolChunk(index=0, args_patch=(ArgPatch(("t",), "z" * 15),)))  # 12+11+17
+    with pytest.raises(ChunkSequenceError, match=r"41 characters.*max_argument_chars=40"):
+        buffer.feed(ToolChunk(index=0, args_patch=(ArgPatch(("u",), 1),)))
+    [call] = buffer.close()
+    assert call.arguments == {"a": "y" * 10, "s": "00000999x", "t": "z" * 15}
+
+
+def test_leaves_set_again_within_one_chunk_are_measured_as_they_stand() -> None:
+    """Patches of one chunk that set the same leaf (or a leaf and the object above it): the
+    call holds what the last one left."""
+    buffer = quiet(max_argument_chars=30)
+    buffer.feed(ToolChunk(index=0, name="f", args_patch=(ArgPatch(("a",), "x" * 8),)))
+    for n in range(200):
+        patches = (
+            ArgPatch(("a",), "x" * 8),
+            ArgPatch(("a",), {"b": "y" * 4}),
+            ArgPatch(("a", "b"), f"{n:06d}"),
+            ArgPatch(("a", "b"), "!", append=True),
+        )
+        buffer.feed(ToolChunk(index=0, args_patch=patches))
+    buffer.feed(ToolChunk(index=0, args_patch=(ArgPatch(("t",), "z" * 19),)))  # 9 + 21 held
+    with pytest.raises(ChunkSequenceError, match=r"31 characters.*max_argument_chars=30"):
+        buffer.feed(ToolChunk(index=0, args_patch=(ArgPatch(("u",), 1),)))
+    [call] = buffer.close()
+    assert call.arguments == {"a": {"b": "000199!"}, "t": "z" * 19}
+
+
+def test_leaves_set_again_cost_linear_work() -> None:
+    """Each patch costs its path and the value it replaces (dropped by it): an object set
+    again and again, its leaves set again between, is linear in the stream."""
+
+    def resets(n: int) -> object:
+        buffer = quiet()
+        buffer.feed(ToolChunk(index=0, name="f", args_patch=(ArgPatch(("a",), {}),)))
+        for k in range(n):
+            patches = [ArgPatch(("a", f"k{k % 20}"), "v" * 8) for _ in range(2)]
+            if k % 20 == 19:
+                patches.append(ArgPatch(("a",), {"b": [1, 2, 3]}))
+            buffer.feed(ToolChunk(index=0, args_patch=tuple(patches)))
+        return buffer.close()
+
+    assert growth(resets, 400, buffer_module, arguments_module) < 2.2
 
 
 def test_a_limit_must_be_a_positive_count() -> None:
