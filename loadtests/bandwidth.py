@@ -14,6 +14,7 @@ import zstandard
 from loadtests.report import Section
 from loadtests.traces import Trace
 from toolref import formats
+from toolref.edits.wire import VERSION
 from toolref.formats import Format
 from toolref.sending.editor import Editor
 from toolref.wire.canonical import digest_of
@@ -54,13 +55,14 @@ def turns_of(trace: Trace) -> tuple[Format, list[dict[str, Any]], list[int]]:
     return fmt, messages, cuts
 
 
-def edit_uploads(trace: Trace, *, guarded: bool = True) -> list[bytes]:
+def edit_uploads(trace: Trace, *, guarded: bool = True, version: int = VERSION) -> list[bytes]:
     """The bodies a client sends as edits (`Editor`, the relay's and the SDK's), one request
     per model call, against a receiver that confirms every recipe: size-guarded (each new
-    segment compressed alone, the default) or not (against the conversation)."""
+    segment compressed alone, the default) or not (against the conversation); of `version`
+    (4: no brotli records)."""
     fmt, messages, cuts = turns_of(trace)
     del fmt
-    editor = Editor(size_guard=guarded)
+    editor = Editor(size_guard=guarded, version=version)
     bodies = []
     for cut in cuts:
         edit = editor.prepare([], _bytes(messages[:cut]), "messages")

@@ -149,7 +149,7 @@ class CountingHop:
         def counted(size: int, payload: bytes) -> None:
             stream, meta, body = _turn(payload)
             target[0] = str(meta.get("p") or target[0])
-            edit = body.startswith((b'{"v":', b"\x04"))  # a JSON header line, or a compact one
+            edit = body.startswith((b'{"v":', b"\x04", b"\x05"))  # JSON, or compact (4, 5)
             media = MEDIA_TYPE if edit else "application/json"
             pending[stream] = len(self.sent)
             kind = "cancel" if meta.get("c") else media

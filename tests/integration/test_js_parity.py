@@ -50,6 +50,7 @@ from toolref_server.settings import Settings
 
 REPLAY = ROOT / "tests" / "support" / "js_replay.mjs"
 ZSTD_KINDS = frozenset({isolated.ALONE, isolated.ANSWER, isolated.JOINED})
+BROTLI_KINDS = frozenset({isolated.BROTLI, isolated.BROTLI_JOINED})
 DIST = ROOT / "client_sdk" / "js" / "dist" / "index.js"
 TIMEOUT = 30  # seconds: a net for a hang, not a timing check
 # Node whose zlib has zstd (`make test` installs it): the JS SDK then writes Python's frames.
@@ -202,6 +203,7 @@ class Compared:
     js: list[list[int]]
     python: list[list[int]]
     zstd_records: int = 0
+    brotli_records: int = 0  # version 5 (Node's zlib has brotli, with or without zstd)
     answered: int = 0  # edits whose model's segments went against the answer (version 3)
 
     def total(self, side: list[list[int]]) -> int:
@@ -225,19 +227,26 @@ def records(data: bytes, answer: bytes | None = None) -> tuple[str, list[bytes],
             index += 1
             continue
         count: int | None = 1
-        if kind == isolated.JOINED:
+        if kind in {isolated.JOINED, isolated.BROTLI_JOINED}:
             count, at = read_varint(blob, at)
         size, at = read_varint(blob, at)
         assert count is not None
         assert size is not None
-        at += size
+        at += size + (isolated.CRC_BYTES if kind in BROTLI_KINDS else 0)
         index += count
-    segments = isolated.unpack(blob, lengths, None, answer, runs=header.version >= 3)
+    segments = isolated.unpack(
+        blob,
+        lengths,
+        None,
+        answer,
+        runs=header.version >= 3,
+        with_brotli=header.version >= 5,
+    )
     return json.dumps(wire.described(data)), segments, kinds
 
 
-def same_edit(js: bytes, python: bytes, zstd: bool, answer: bytes | None) -> int:
-    """Assert JS's edit is Python's (see the module docstring); the zstd records JS wrote."""
+def same_edit(js: bytes, python: bytes, zstd: bool, answer: bytes | None) -> list[int]:
+    """Assert JS's edit is Python's (see the module docstring); the kinds of JS's records."""
     js_line, js_segments, js_kinds = records(js, answer)
     py_line, py_segments, _ = records(python, answer)
     assert js_line == py_line
@@ -247,7 +256,7 @@ def same_edit(js: bytes, python: bytes, zstd: bool, answer: bytes | None) -> int
     else:
         assert isolated.ALONE not in js_kinds  # no zstd here: gzip records
         assert len(js) <= GZIP_RATIO * len(python) + GZIP_MORE, (len(js), len(python))
-    return sum(kind in ZSTD_KINDS for kind in js_kinds)
+    return js_kinds
 
 
 def answered(editor: Editor, ref: str, path: str, record: dict[str, Any]) -> None:
@@ -283,7 +292,9 @@ def in_step(
         assert attempt["contentType"] == wire.MEDIA_TYPE
         answer = editor.answers.get(edit.base) if edit.base is not None else None
         js = base64.b64decode(attempt["body"])
-        compared.zstd_records += same_edit(js, edit.body, zstd, answer)
+        kinds = same_edit(js, edit.body, zstd, answer)
+        compared.zstd_records += sum(kind in ZSTD_KINDS for kind in kinds)
+        compared.brotli_records += sum(kind in BROTLI_KINDS for kind in kinds)
         compared.answered += "a" in described(js)
         python.append(len(edit.body))
         problem = json.loads(attempt["problem"]) if attempt["problem"] else None
@@ -357,6 +368,7 @@ async def test_js_sends_the_edits_pythons_editor_makes(
     assert [len(sizes) for sizes in compared.js] == [1] * requests  # no resend
     assert compared.js[0] == [len(sent.bodies[0])]  # the first as it is
     assert (compared.zstd_records > 0) == replay.zstd
+    assert compared.brotli_records > 0  # version 5: new segments as brotli streams
     assert (compared.answered > 0) == replay.zstd  # the answers JS read were dictionaries
     raw = sum(map(len, sent.bodies))
     assert compared.total(compared.js) * 5 < raw  # edits from the second request

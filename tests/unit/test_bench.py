@@ -156,8 +156,11 @@ def test_edit_uploads_send_each_message_about_once() -> None:
     assert upload.sizes[bandwidth.EDITS_ROW] == sum(map(len, bodies))
     assert upload.sizes[bandwidth.EDITS_ROW] < upload.sizes["raw"] / 2
     # (a trace this small and repetitive compresses whole about as well: the comparison
-    # with zstd is the benchmark's, over the shared traces)
-    assert upload.sizes[bandwidth.OPEN_ROW] <= upload.sizes[bandwidth.EDITS_ROW]
+    # with zstd is the benchmark's, over the shared traces). Against the conversation, zstd
+    # does better than zstd alone; brotli alone (version 5, the default) may beat both.
+    zstd_alone = sum(map(len, bandwidth.edit_uploads(trace, version=4)))
+    assert upload.sizes[bandwidth.OPEN_ROW] <= zstd_alone
+    assert upload.sizes[bandwidth.EDITS_ROW] <= zstd_alone
     assert upload.messages == len(trace.messages)
 
 

@@ -22,6 +22,8 @@ import {
   withToolRef,
   gzip,
 } from "../src/index.js";
+import { BROTLI, BROTLI_MAX, crc32, pack, platformBrotli, platformCodec } from "../src/edits/isolated.js";
+import { brotliDecompressSync } from "node:zlib";
 
 describe("canonical JSON", () => {
   it("refuses NaN and infinities, saying what to send instead", () => {
@@ -121,6 +123,29 @@ describe("the edits core", () => {
     ]);
     expect(new TextDecoder().decode(segment)).toBe("Content-Type: application/json\r\nX-Api-Key:\r\nAccept: \r\n");
     expect(secrets).toEqual([["X-Api-Key", "k"]]);
+  });
+
+  it("version 5: a segment alone as a brotli stream with its CRC-32, where smaller (isolated.py's kinds)", async () => {
+    expect(crc32(new TextEncoder().encode("123456789"))).toBe(0xcbf43926); // CRC-32/ISO-HDLC's check value
+    const brotli = platformBrotli();
+    expect(brotli).not.toBeNull(); // Node's zlib has brotli in every supported version
+    const words = "self return def import value items config request None result error raise".split(" ");
+    const text = new TextEncoder().encode(
+      Array.from({ length: 40 }, (_, n) => words.map((w, k) => `${w}${(n * 31 + k * 7) % 97}`).join(" ")).join("\n"),
+    );
+    const codec = platformCodec();
+    const plain = await pack([text], codec);
+    const packed = await pack([text], codec, {}, brotli);
+    expect(packed.length).toBeLessThan(plain.length);
+    expect(packed[0]).toBe(BROTLI);
+    const [size, at] = packed[1]! < 0x80 ? [packed[1]!, 2] : [(packed[1]! & 0x7f) | (packed[2]! << 7), 3];
+    const stream = packed.subarray(at, at + size);
+    expect(new Uint8Array(brotliDecompressSync(stream))).toEqual(text);
+    const crc = packed.subarray(at + size);
+    expect(crc.length).toBe(4);
+    expect(((crc[0]! << 24) | (crc[1]! << 16) | (crc[2]! << 8) | crc[3]!) >>> 0).toBe(crc32(text));
+    const big = new Uint8Array(BROTLI_MAX + 1).fill(97);
+    expect((await pack([big], codec, {}, brotli))[0]).not.toBe(BROTLI); // past BROTLI_MAX: not tried
   });
 
   it("varints and the Toolref-Savings value are Python's", () => {

@@ -1,7 +1,7 @@
-"""The compact header of an edit of version 4: what the JSON header line of versions 1-3
-says, in bytes (a continuation turn's header went from about 110 bytes to about 30).
+"""The compact header of an edit of version 4 or 5: what the JSON header line of versions
+1-3 says, in bytes (a continuation turn's header went from about 110 bytes to about 30).
 
-    0x04                       the version (a JSON header starts with `{`, 0x7B)
+    0x04 or 0x05               the version (a JSON header starts with `{`, 0x7B)
     flags                      bit 0: a base follows; bit 1: an answer id follows
     [16 bytes]                 the base recipe's id (`tb_` + base32 of them)
     [8 bytes]                  the answer's id (`answer.answer_id`: 16 hex digits as bytes)
@@ -10,7 +10,7 @@ says, in bytes (a continuation turn's header went from about 110 bytes to about 
         varint(start << 2 | 1) varint(n) keep base entries start to start + n (n > 0)
         varint(2) + 16 bytes             a piece the registry holds, by its id
     <records>                  the inline segments, as versions 2 and 3 carry them
-                               (`isolated`: kinds 0 to 4)
+                               (`isolated`: kinds 0 to 4; version 5 also 5 and 6, brotli)
 
 Inline bytes in all are the sum of the lengths (no `n`). Every rule of the JSON header
 holds: a base for keeps and for an answer, the headers' segment first, no empty inline
@@ -28,7 +28,9 @@ from toolref.edits.recipe import ID_BYTES, parse_recipe_ref, recipe_ref_of
 from toolref.kit.varints import read_varint, varint
 
 VERSION: Final = 4
-MARK: Final = bytes([VERSION])  # the first byte of a compact header
+VERSIONS: Final = (4, 5)  # 5: the records may be brotli streams (`isolated`)
+MARKS: Final = frozenset(VERSIONS)  # the first byte of a compact header
+MARK: Final = bytes([VERSION])
 ANSWER_BYTES: Final = 8
 _BASE: Final = 1
 _ANSWER: Final = 2
@@ -37,12 +39,16 @@ _INLINE, _KEEP, _NAMED = 0, 1, 2
 Op = Keep | Named | int
 
 
-def encode(base: str | None, ops: Sequence[Op], answer: str | None) -> bytes:
+def encode(
+    base: str | None, ops: Sequence[Op], answer: str | None, version: int = VERSION
+) -> bytes:
     """The compact header of an edit of `base` (a `tb_` ref, or None) with `ops` (an int:
     the length of the next inline segment) whose model's segments went against `answer`
-    (its id, or None)."""
+    (its id, or None), of `version` (4, or 5 when its records may be brotli streams)."""
+    if version not in VERSIONS:
+        raise ValueError(f"a compact header of version {version}: there are {VERSIONS}")
     flags = (_BASE if base is not None else 0) | (_ANSWER if answer is not None else 0)
-    out = bytearray(MARK + bytes([flags]))
+    out = bytearray(bytes([version, flags]))
     if base is not None:
         found = parse_recipe_ref(base)
         if found is None:
@@ -75,10 +81,10 @@ class TooManyOps(Unreadable):
 
 def decode(data: bytes, max_ops: int) -> tuple[str | None, list[Op], str | None, int]:
     """The base, the ops and the answer id of the compact header `data` starts with, and
-    the offset after it; `Unreadable` for anything else. At most `max_ops` ops are read
-    (past them: `TooManyOps`, before any is built)."""
-    if len(data) < 2 or data[0] != VERSION:
-        raise Unreadable("it does not start with the version byte 4 and its flags")
+    the offset after it (its version is its first byte); `Unreadable` for anything else.
+    At most `max_ops` ops are read (past them: `TooManyOps`, before any is built)."""
+    if len(data) < 2 or data[0] not in MARKS:
+        raise Unreadable("it does not start with the version byte (4 or 5) and its flags")
     flags, at = data[1], 2
     if flags & ~(_BASE | _ANSWER):
         raise Unreadable(f"its flags {flags:#04x} name more than a base and an answer")

@@ -52,8 +52,8 @@ from toolref.wire.errors import (
 )
 
 MEDIA_TYPE: Final = "application/vnd.toolref.edit"
-VERSION: Final = 4  # the highest this version reads and writes (`compact`)
-VERSIONS: Final = (1, 2, 3, 4)
+VERSION: Final = 5  # the highest this version reads and writes (`compact`)
+VERSIONS: Final = (1, 2, 3, 4, 5)
 MAX_HEADER: Final = 4 << 20  # bytes of the header line
 DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)
 LEVEL: Final = 3  # zstd level of the inline bytes
@@ -94,12 +94,16 @@ def encode_isolated(
     answer `base`'s request streamed) and `answered` (which inline segments, counted from
     0, are the model's), or `runs` ((first, count) of inline segments of one message), a
     version-3 edit when that makes it smaller. `version` 4: the same records after a
-    compact header (`compact`), whatever they hold."""
+    compact header (`compact`), whatever they hold; 5: records may also be brotli streams
+    (`isolated`, kinds 5 and 6)."""
     listed, blobs = _listed(ops)
+    with_brotli = version >= 5
     usable = answer if base is not None and answered else b""
     named: str | None = None
     if compress and (usable or runs):
-        records, made = isolated.pack_both(blobs, answer=usable, answered=answered, runs=runs)
+        records, made = isolated.pack_both(
+            blobs, answer=usable, answered=answered, runs=runs, with_brotli=with_brotli
+        )
         named_cost = compact.ANSWER_BYTES if version >= 4 else len(',"a":""') + ID_LENGTH
         cost = named_cost if usable else 0
         if len(made) + cost < len(records):
@@ -108,10 +112,11 @@ def encode_isolated(
         elif version < 4:
             version = 2
     else:
-        records = isolated.pack(blobs, compress=compress)
+        records = isolated.pack(blobs, compress=compress, with_brotli=with_brotli)
         version = version if version >= 4 else 2
     if version >= 4:
-        return compact.encode(base, [_compact_op(op) for op in ops], named) + records
+        compact_ops = [_compact_op(op) for op in ops]
+        return compact.encode(base, compact_ops, named, min(version, 5)) + records
     header: dict[str, Any] = {"v": version, "b": base, "o": listed, "n": sum(map(len, blobs))}
     if named is not None:
         header["a"] = named
@@ -166,7 +171,7 @@ def read(
     what is wrong and the fix; `DecompressedTooLargeError` for inline bytes past
     `max_inline` (before any is inflated); `TooManyItemsError` for a recipe of more than
     `max_entries` entries (before any is built). O(header line)."""
-    if data[:1] == compact.MARK:
+    if data[:1] and data[0] in compact.MARKS:
         return _read_compact(data, max_inline, max_entries)
     end = data.find(b"\n", 0, MAX_HEADER + 1)
     if end < 0:
@@ -219,7 +224,7 @@ def read(
 
 
 def _read_compact(data: bytes, max_inline: int, max_entries: int) -> tuple[Header, bytes]:
-    """A version-4 edit (`compact`): its header read, checked as a JSON one is."""
+    """A version-4 or -5 edit (`compact`): its header read, checked as a JSON one is."""
     try:
         base, ops, answer, end = compact.decode(data, max_entries)
     except compact.TooManyOps as exc:
@@ -237,7 +242,7 @@ def _read_compact(data: bytes, max_inline: int, max_entries: int) -> tuple[Heade
             "fewer new segments, or the request whole",
             limit=max_inline,
         )
-    header = Header(base, ops, inline, None, 0, compact.VERSION, answer)
+    header = Header(base, ops, inline, None, 0, data[0], answer)
     return _checked(header, max_entries), data[end:]
 
 
@@ -322,7 +327,14 @@ def inline(
     `meter` before they are."""
     if header.version >= 2:
         named = answer if header.version >= 3 and header.answer is not None else None
-        return isolated.unpack(blob, header.lengths, meter, named, runs=header.version >= 3)
+        return isolated.unpack(
+            blob,
+            header.lengths,
+            meter,
+            named,
+            runs=header.version >= 3,
+            with_brotli=header.version >= 5,
+        )
     raw = header.dictionary is None
     data = blob if raw else _inflate(blob, dictionary, header.inline, meter)
     if len(data) != header.inline:

@@ -31,7 +31,7 @@ MAX_REQUESTS: Final = 4096  # recipes held at most, whatever their size
 def base_of(edit: bytes) -> str | None:
     """The recipe an edit names as its base, read from its first bytes; None when it names
     none, or is not written as toolref's senders write it. O(1)."""
-    if edit[:1] == compact.MARK:  # version 4: the base's id after the flags
+    if edit[:1] and edit[0] in compact.MARKS:  # versions 4, 5: the base's id after the flags
         has_base = len(edit) >= 2 + ID_BYTES and edit[1] & 1
         return recipe_ref_of(edit[2 : 2 + ID_BYTES]) if has_base else None
     found = _BASE.match(edit, 0, 64)

@@ -295,7 +295,7 @@ class Editor:
             answer = self.answers.get(ref, b"") if ref is not None and not plain else b""
             runs = _runs(ops, made.owners) if made.owners and not plain else []
             if (not answer and not runs) or self.version < 3:
-                return wire.encode_isolated(ref, ops, version=min(self.version, 4))
+                return wire.encode_isolated(ref, ops, version=self.version)
             models = _inline_positions(ops, made.answered) if answer else frozenset()
             return wire.encode_isolated(
                 ref, ops, answer=answer, answered=models, runs=runs, version=self.version

@@ -1,4 +1,4 @@
-"""zstd and gzip bodies and frames: inflated within a limit, and zstd frames compressed
+"""zstd, gzip and brotli bodies and frames: inflated within a limit, and zstd frames compressed
 against a raw-content dictionary both sides hold (an unguarded edit's inline bytes against
 its base's segments, `toolref.edits.wire` version 1).
 
@@ -21,6 +21,7 @@ from __future__ import annotations
 import zlib
 from typing import Final, Protocol
 
+import brotli
 import zstandard
 
 from toolref.wire.errors import (
@@ -194,5 +195,40 @@ def inflate_gzip(body: bytes, limit: int, account: Meter | None = None) -> bytes
         raise MalformedBodyError(
             f"the gzip body is corrupt ({exc}); compress the whole body as one gzip stream, "
             "or send it uncompressed"
+        ) from None
+    return b"".join(parts)
+
+
+def inflate_brotli(stream: bytes, limit: int, account: Meter | None = None) -> bytes:
+    """One brotli stream (RFC 7932; its built-in dictionary only) producing at most `limit`
+    bytes: the decoder's output grows by at most one chunk past what is left under the
+    limit per step, so a bomb stops there; each chunk is charged to `account` before it is
+    kept. Bytes after the stream's end, or a stream cut short, are malformed. Linear in
+    the output; the decoder's window grows with its output (at most 16 MiB: a stream's
+    window is 24 bits at most without the large-window flag, which this decoder does not
+    set)."""
+    decoder = brotli.Decompressor()
+    parts, size, data = [], 0, stream
+    try:
+        while not decoder.is_finished():
+            out = decoder.process(data, output_buffer_limit=min(limit - size + 1, _CHUNK))
+            data = b""  # all of it was given: later steps only take the output
+            size += len(out)
+            if size > limit:
+                raise DecompressedTooLargeError(
+                    f"the brotli stream inflates past the limit of {limit} bytes; send fewer "
+                    "messages",
+                    limit=limit,
+                )
+            if not out and not decoder.is_finished():
+                raise MalformedBodyError(
+                    "the brotli stream ends before it does (truncated); send the whole stream"
+                )
+            _charge(account, len(out))
+            parts.append(out)
+    except brotli.error as exc:
+        raise MalformedBodyError(
+            f"the brotli stream is corrupt ({exc}), or bytes follow its end; send one whole "
+            "stream per record"
         ) from None
     return b"".join(parts)

@@ -83,7 +83,7 @@ def _too_large(size: int) -> BodyTooLargeError:
 KEEP_ANSWER = Operation(
     "keepAnswer",
     "Keep the answer a recipe's request streamed (a chat backend's middleware)",
-    Reply("Kept: the next edit of the recipe may compress against it (edit versions 3, 4)."),
+    Reply("Kept: the next edit of the recipe may compress against it (edit versions 3 to 5)."),
     (400, 413, 415, 422),
     media={
         _MEDIA: {

@@ -191,7 +191,7 @@ export class Editor {
   private async isolated(made: Cut, ref: string | null, ops: readonly Op[], plain: boolean): Promise<Uint8Array> {
     const answer = ref !== null && !plain ? (this.answers.get(ref) ?? null) : null;
     const runs = made.owners.length && !plain ? runsOf(ops, made.owners) : [];
-    if ((answer === null && !runs.length) || this.version < 3) return encodeIsolated(ref, ops, this.codec, null, new Set(), [], Math.min(this.version, 4));
+    if ((answer === null && !runs.length) || this.version < 3) return encodeIsolated(ref, ops, this.codec, null, new Set(), [], this.version);
     const models = answer !== null ? inlinePositions(ops, made.answered) : new Set<number>();
     return encodeIsolated(ref, ops, this.codec, answer, models, runs, this.version);
   }

@@ -8,9 +8,13 @@
  *     0x03 + varint(frame size) + a zstd frame against the answer (version 3: the model's segments)
  *     0x04 + varint(n) + varint(frame size) + one zstd frame of the next n segments joined
  *            (version 3: the pieces of one long message, the long window)
+ *     0x05 + varint(stream size) + a brotli stream alone (quality 5) + its CRC-32, big endian
+ *            (version 5, where the platform has brotli: Node's zlib; segments of at most 64 KiB)
+ *     0x06 + varint(n) + varint(stream size) + a brotli stream of n segments joined + its CRC-32
  *
  * so that no segment's size depends on any other bytes of the conversation (docs/reliability.md,
- * "Sizes"). With zstd the records are Python's, byte for byte.
+ * "Sizes"; brotli's built-in dictionary is public, the same for everyone). With zstd and
+ * brotli the records are Python's, byte for byte.
  */
 
 import { gzip } from "../compression.js";
@@ -21,8 +25,70 @@ export const ALONE = 0x01;
 export const GZIP = 0x02;
 export const ANSWER = 0x03;
 export const JOINED = 0x04;
+export const BROTLI = 0x05;
+export const BROTLI_JOINED = 0x06;
 /** A shorter segment travels as it is (a frame costs about 15 bytes). */
 export const MIN_COMPRESSED = 24;
+/** isolated.py's BROTLI_QUALITY and BROTLI_MAX: a longer segment (or run) is tried with zstd only. */
+export const BROTLI_QUALITY = 5;
+export const BROTLI_MAX = 64 << 10;
+
+/** A brotli stream of `data` at BROTLI_QUALITY (what Python's `brotli.compress(data, quality=5)` writes). */
+export type Brotli = (data: Uint8Array) => Uint8Array;
+
+interface BrotliZlib {
+  brotliCompressSync?: (data: Uint8Array, options: Record<string, unknown>) => Uint8Array;
+  constants?: Record<string, number | undefined>;
+}
+
+let brotliFound: Brotli | null | undefined;
+
+/** The platform's brotli (Node's zlib, reached through `process.getBuiltinModule` so that a
+ * browser bundle never imports `node:zlib`), or null (browsers: CompressionStream has none). */
+export function platformBrotli(): Brotli | null {
+  if (brotliFound === undefined) brotliFound = detectBrotli();
+  return brotliFound;
+}
+
+function detectBrotli(): Brotli | null {
+  const proc = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process;
+  if (typeof proc?.getBuiltinModule !== "function") return null;
+  let zlib: BrotliZlib | undefined;
+  try {
+    zlib = proc.getBuiltinModule("node:zlib") as BrotliZlib | undefined;
+  } catch {
+    return null;
+  }
+  const compressSync = zlib?.brotliCompressSync;
+  const quality = zlib?.constants?.["BROTLI_PARAM_QUALITY"];
+  if (typeof compressSync !== "function" || quality === undefined) return null;
+  const options = { params: { [quality]: BROTLI_QUALITY } };
+  return (data: Uint8Array) => new Uint8Array(compressSync.call(zlib, data, options));
+}
+
+const CRC_TABLE = (() => {
+  const table = new Uint32Array(256);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    table[n] = c >>> 0;
+  }
+  return table;
+})();
+
+/** CRC-32 (ISO-HDLC, zlib's `crc32`) of `data`. */
+export function crc32(data: Uint8Array): number {
+  let crc = 0xffffffff;
+  for (const byte of data) crc = CRC_TABLE[(crc ^ byte) & 0xff]! ^ (crc >>> 8);
+  return (crc ^ 0xffffffff) >>> 0;
+}
+
+/** varint(stream size) + `data` as a brotli stream + its CRC-32, big endian (kinds 5 and 6). */
+function brotliStream(data: Uint8Array, brotli: Brotli): Uint8Array {
+  const stream = brotli(data);
+  const crc = crc32(data);
+  return join([varint(stream.length), stream, Uint8Array.of(crc >>> 24, (crc >>> 16) & 0xff, (crc >>> 8) & 0xff, crc & 0xff)]);
+}
 
 /** How inline segments are compressed: a record kind and its compressor; none: as they are. */
 export interface Codec {
@@ -48,12 +114,17 @@ export interface Version3 {
 /** The records of `segments`, each the smaller of its bytes as they are and its frame alone;
  * with `v3` (and zstd), those of `answered` also against the answer, and runs joined, when
  * smaller still (isolated.py's `pack`, byte for byte). */
-export async function pack(segments: readonly Uint8Array[], codec: Codec | null, v3: Version3 = {}): Promise<Uint8Array> {
+export async function pack(
+  segments: readonly Uint8Array[],
+  codec: Codec | null,
+  v3: Version3 = {},
+  brotli: Brotli | null = null,
+): Promise<Uint8Array> {
   const zstd = codec?.kind === ALONE ? platformZstd() : null;
   const answer = zstd?.withDictionary && v3.answer?.length && v3.answered?.size ? v3.answer : null;
   const records = await Promise.all(
     segments.map(async (data, index) => {
-      const best = await record(data, codec);
+      const best = await record(data, codec, brotli);
       if (answer === null || zstd === null || !v3.answered?.has(index) || data.length < MIN_COMPRESSED) return best;
       const frame = await zstd(data, answer);
       const against = join([Uint8Array.of(ANSWER), varint(frame.length), frame]);
@@ -70,7 +141,11 @@ export async function pack(segments: readonly Uint8Array[], codec: Codec | null,
       const whole = join(segments.slice(index, index + count));
       if (whole.length >= MIN_COMPRESSED) {
         const frame = await zstd(whole);
-        const one = join([Uint8Array.of(JOINED), varint(count), varint(frame.length), frame]);
+        let one = join([Uint8Array.of(JOINED), varint(count), varint(frame.length), frame]);
+        if (brotli !== null && whole.length <= BROTLI_MAX) {
+          const other = join([Uint8Array.of(BROTLI_JOINED), varint(count), brotliStream(whole, brotli)]);
+          if (other.length < one.length) one = other;
+        }
         let apart = 0;
         for (const each of records.slice(index, index + count)) apart += each.length;
         if (one.length < apart) {
@@ -86,12 +161,15 @@ export async function pack(segments: readonly Uint8Array[], codec: Codec | null,
   return join(out);
 }
 
-async function record(data: Uint8Array, codec: Codec | null): Promise<Uint8Array> {
+async function record(data: Uint8Array, codec: Codec | null, brotli: Brotli | null): Promise<Uint8Array> {
   const raw = join([Uint8Array.of(RAW), data]);
   if (codec === null || data.length < MIN_COMPRESSED) return raw;
   const frame = await codec.compress(data);
   const packed = join([Uint8Array.of(codec.kind), varint(frame.length), frame]);
-  return packed.length < raw.length ? packed : raw;
+  const best = packed.length < raw.length ? packed : raw;
+  if (brotli === null || data.length > BROTLI_MAX) return best;
+  const other = join([Uint8Array.of(BROTLI), brotliStream(data, brotli)]);
+  return other.length < best.length ? other : best;
 }
 
 export function varint(value: number): Uint8Array {

@@ -14,16 +14,16 @@
 
 import { answerId, ID_LENGTH } from "./answer.js";
 import { compactHeader } from "./compact.js";
-import { ALONE, join, pack, type Codec } from "./isolated.js";
+import { ALONE, join, pack, platformBrotli, type Codec } from "./isolated.js";
 import { pieceRef } from "./recipe.js";
 import type { Op } from "./edit.js";
 import { platformZstd } from "../zstd.js";
 
 export const MEDIA_TYPE = "application/vnd.toolref.edit";
-/** What this SDK writes by default, and the highest it writes (4: a compact header, compact.ts;
- * 3: the answer as dictionary and the long window's runs, with zstd; a receiver of 2 gets
- * version 2). */
-export const VERSION = 4;
+/** What this SDK writes by default, and the highest it writes (5: records may be brotli streams
+ * where the platform has brotli, isolated.ts; 4: a compact header, compact.ts; 3: the answer as
+ * dictionary and the long window's runs, with zstd; a receiver of 2 gets version 2). */
+export const VERSION = 5;
 
 const encoder = new TextEncoder();
 
@@ -59,13 +59,14 @@ export async function encodeIsolated(
   version = 3,
 ): Promise<Uint8Array> {
   const { head, blobs } = line(2, base, ops);
-  let records = await pack(blobs, codec);
+  const brotli = version >= 5 && codec !== null ? platformBrotli() : null;
+  let records = await pack(blobs, codec, {}, brotli);
   const dictionaries = platformZstd()?.withDictionary === true; // else no record of kind 3
   const usable = dictionaries && answer !== null && answer.length && base !== null && answered.size ? answer : null;
   let named: string | null = null;
-  let written = version >= 4 ? 4 : 2;
+  let written = version >= 4 ? Math.min(version, 5) : 2;
   if (codec?.kind === ALONE && (usable !== null || runs.length)) {
-    const made = await pack(blobs, codec, { answer: usable ?? undefined, answered, runs });
+    const made = await pack(blobs, codec, { answer: usable ?? undefined, answered, runs }, brotli);
     const cost = usable === null ? 0 : version >= 4 ? ANSWER_BYTES : ',"a":""'.length + ID_LENGTH;
     if (made.length + cost < records.length) {
       records = made;
@@ -73,7 +74,7 @@ export async function encodeIsolated(
       written = Math.max(written, 3);
     }
   }
-  if (written >= 4) return join([compactHeader(base, ops, named), records]);
+  if (written >= 4) return join([compactHeader(base, ops, named, written), records]);
   if (written === 2) return join([head, records]);
   return join([line(3, base, ops, named !== null ? `,"a":"${named}"` : "").head, records]);
 }

@@ -1,0 +1,180 @@
+"""Edits of version 5 (issue 39): a new segment alone, or a run, as a brotli stream (kinds 5
+and 6, `toolref.edits.isolated`), read back within its length, checked by its CRC-32, and
+only where the edit's version says so."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+import brotli
+import pytest
+
+from toolref.edits import compact, isolated, wire
+from toolref.edits.edit import Inline, Keep, Op
+from toolref.kit.varints import varint
+from toolref.wire.compression import inflate_brotli
+from toolref.wire.errors import DecompressedTooLargeError, MalformedBodyError
+
+WORDS = [
+    "self",
+    "return",
+    "def",
+    "import",
+    "value",
+    "items",
+    "config",
+    "request",
+    "None",
+    "result",
+    "error",
+    "raise",
+]
+
+
+def text(seed: int, lines: int = 40) -> bytes:
+    """Code-like text of new words each seed (what a tool result reads)."""
+    rng = random.Random(seed)
+    rows = (
+        " ".join(rng.choice(WORDS) + str(rng.randrange(99)) for _ in range(6)) for _ in range(lines)
+    )
+    return "\n".join(rows).encode()
+
+
+def record_kinds(packed: bytes, lengths: list[int]) -> list[int]:
+    """The kind of each record of `packed` (a run counted once)."""
+    kinds, at, index = [], 0, 0
+    while index < len(lengths):
+        kind = packed[at]
+        kinds.append(kind)
+        at += 1
+        if kind == isolated.RAW:
+            at, index = at + lengths[index], index + 1
+            continue
+        count = 1
+        if kind in {isolated.JOINED, isolated.BROTLI_JOINED}:
+            count, at = varint_at(packed, at)
+        size, at = varint_at(packed, at)
+        crc = isolated.CRC_BYTES if kind in {isolated.BROTLI, isolated.BROTLI_JOINED} else 0
+        at, index = at + size + crc, index + count
+    return kinds
+
+
+def varint_at(data: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+
+
+def test_brotli_records_are_smaller_and_read_back_only_where_the_version_allows() -> None:
+    segments = [b"", b"x" * 10, text(1), text(2, 200)]
+    lengths = [len(s) for s in segments]
+    plain = isolated.pack(segments)
+    packed = isolated.pack(segments, with_brotli=True)
+    assert len(packed) < len(plain)  # brotli's public dictionary knows these words
+    assert isolated.BROTLI in record_kinds(packed, lengths)
+    assert isolated.BROTLI not in record_kinds(plain, lengths)
+    assert isolated.unpack(packed, lengths, None, with_brotli=True) == segments
+    with pytest.raises(MalformedBodyError, match="known kind"):
+        isolated.unpack(packed, lengths, None, runs=True)  # version 3 or 4: no kind 5
+
+
+def test_a_segment_costs_the_same_record_whatever_else_the_edit_holds() -> None:
+    """The size guard holds with brotli: a record depends on its own segment's bytes only
+    (the built-in dictionary is the format's, the same for everyone)."""
+    secret = b"token=" + text(9, 3)
+    guess = b"token=" + text(9, 3)  # the right guess, in another segment
+    alone = isolated.pack([guess], with_brotli=True)
+    beside = isolated.pack([secret, guess], with_brotli=True)
+    assert beside.endswith(alone)
+    assert len(beside) == len(isolated.pack([secret], with_brotli=True)) + len(alone)
+
+
+def test_a_run_of_one_message_may_travel_as_one_brotli_stream() -> None:
+    pieces = [text(3, 30), text(3, 31)[-500:], text(4, 30)]
+    lengths = [len(p) for p in pieces]
+    packed = isolated.pack(pieces, runs=[(0, 3)], with_brotli=True)
+    kinds = record_kinds(packed, lengths)
+    assert kinds == [isolated.BROTLI_JOINED]
+    assert isolated.unpack(packed, lengths, None, runs=True, with_brotli=True) == pieces
+    with pytest.raises(MalformedBodyError):
+        isolated.unpack(packed, lengths, None, runs=True)
+
+
+def test_a_segment_over_brotli_max_is_tried_with_zstd_only() -> None:
+    big = text(5, 4000)
+    assert len(big) > isolated.BROTLI_MAX
+    packed = isolated.pack([big], with_brotli=True)
+    assert record_kinds(packed, [len(big)]) == [isolated.ALONE]
+
+
+def brotli_record(data: bytes, *, crc: int | None = None, stream: bytes | None = None) -> bytes:
+    made = brotli.compress(data, quality=5) if stream is None else stream
+    check = zlib.crc32(data) if crc is None else crc
+    return bytes([isolated.BROTLI]) + varint(len(made)) + made + check.to_bytes(4, "big")
+
+
+def test_bad_brotli_records_are_refused_before_more_is_read() -> None:
+    data = text(6)
+    good = brotli_record(data)
+    assert isolated.unpack(good, [len(data)], None, with_brotli=True) == [data]
+    bomb = brotli_record(b"\x00" * (64 << 20))  # 64 MiB of zeros in a few bytes
+    assert len(bomb) < 200
+    with pytest.raises(DecompressedTooLargeError):
+        isolated.unpack(bomb, [len(data)], None, with_brotli=True)
+    cases = {
+        "crc": brotli_record(data, crc=zlib.crc32(data) ^ 1),
+        "short": brotli_record(data)[:-1],
+        "truncated stream": brotli_record(data, stream=brotli.compress(data)[:-3]),
+        "bytes after the stream": brotli_record(data, stream=brotli.compress(data) + b"\x00"),
+        "shorter than its op": brotli_record(data[:-1]),
+        "not brotli": brotli_record(data, stream=b"\xff" * 12),
+    }
+    for name, bad in cases.items():
+        with pytest.raises(MalformedBodyError):  # noqa: PT012 (the case named if it passes)
+            isolated.unpack(bad, [len(data)], None, with_brotli=True)
+            pytest.fail(name)
+
+
+def test_inflate_brotli_charges_each_chunk_and_stops_past_its_limit() -> None:
+    charged: list[int] = []
+
+    class Meter:
+        def charge(self, size: int) -> None:
+            charged.append(size)
+
+    data = text(7, 3000)
+    assert inflate_brotli(brotli.compress(data), len(data), Meter()) == data
+    assert sum(charged) == len(data)
+    assert max(charged) <= 2 * (64 << 10)  # a step grows the output by one block at most past it
+    with pytest.raises(DecompressedTooLargeError):
+        inflate_brotli(brotli.compress(b"\x00" * (64 << 20), quality=5), 1 << 20)
+    with pytest.raises(MalformedBodyError):
+        inflate_brotli(b"", 10)
+
+
+def test_version_5_edits_have_a_header_byte_of_their_own() -> None:
+    ops: list[Op] = [Inline(b""), Keep(1, 4), Inline(text(8))]
+    base = "tb_" + "a" * 26
+    five = wire.encode_isolated(base, ops, version=5)
+    four = wire.encode_isolated(base, ops, version=4)
+    assert five[:1] == b"\x05"
+    assert four[:1] == compact.MARK
+    assert len(five) < len(four)
+    for body, version in ((five, 5), (four, 4)):
+        header, blob = wire.read(body, 1 << 20)
+        assert header.version == version
+        assert wire.inline(header, blob, b"", None) == [b"", text(8)]
+    # a version-4 header over kind-5 records: refused, not guessed
+    header, _ = wire.read(four, 1 << 20)
+    kind5 = bytes([isolated.RAW]) + isolated.pack([text(8)], with_brotli=True)
+    assert kind5[1] == isolated.BROTLI
+    with pytest.raises(MalformedBodyError):
+        wire.inline(header, kind5, b"", None)
+    with pytest.raises(ValueError, match="version 6"):
+        compact.encode(base, [0], None, version=6)
