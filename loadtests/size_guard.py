@@ -69,7 +69,8 @@ def run(found: Sequence[Trace], turns: int = 40) -> Section:
     return Section(
         "The size guard's cost (issue 37)",
         f"`{COMMAND}`. Edit bodies of every shared trace and edit pattern through the relay's "
-        "`Editor`: size-guarded (the default: each new segment compressed alone, so that a "
+        "`Editor`: size-guarded (the default: each new segment compressed alone, as a zstd "
+        "frame or, in edits of version 5, a brotli stream, whichever is smaller, so that a "
         "text repeating a secret of the conversation costs what any other does; "
         'docs/reliability.md, "Sizes") and unguarded (`--no-size-guard`: compressed against '
         "the conversation). Request heads are the same either way and left out.",
