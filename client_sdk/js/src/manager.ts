@@ -1,8 +1,8 @@
 /**
  * `ToolReferenceManager`: one endpoint's sender (docs/js.md, "What is sent"; the wire contract
  * of issue 38). Until the receiver answered `Toolref-Edits`, a request goes as it is, the exact
- * bytes the app gave, with the offer `Toolref-Edits: 4`; once it did, every request goes as an
- * edit of version min(N, 4) through the manager's `Editor` (edits/editor.ts): the first of a
+ * bytes the app gave, with the offer `Toolref-Edits: 5`; once it did, every request goes as an
+ * edit of version min(N, 5) through the manager's `Editor` (edits/editor.ts): the first of a
  * conversation with no base, the later ones against the recipe the receiver confirmed with
  * `Toolref-History`; a 409 missing-history / missing-pieces (or a 400 dictionary-mismatch) is
  * resent by the Editor (at most 3 times, the last everything inline) before the app sees any

@@ -3,7 +3,7 @@
 // with TOOLREF_UPSTREAMS, started from .venv), which applies the edits and forwards to a
 // scripted provider in this process (test/provider.ts): Chat Completions, Responses and
 // Messages, streamed and not. The first request goes as the SDK wrote it with the offer
-// (`Toolref-Edits: 4`), every later one as an edit; the provider receives exactly the bytes
+// (`Toolref-Edits: 5`), every later one as an edit; the provider receives exactly the bytes
 // the SDK built and its credentials, every request; from the second request on, the wire
 // carries a fraction of the body; a registry restarted empty mid-conversation is recovered by
 // a resend the SDK never sees; a streamed answer reaches the SDK while the provider streams.

@@ -5,7 +5,7 @@ already holds, through an `httpx` (or `httpx2`) client.
     reply = manager.post(http, "/chat", json={"messages": history})
 
 The body is the JSON an `httpx` client writes for `json=` (compact, UTF-8). The first
-request to a backend goes as it is, offering edits (`Toolref-Edits: 4`); once the backend's
+request to a backend goes as it is, offering edits (`Toolref-Edits: 5`); once the backend's
 `ToolRefMiddleware` (or `withToolRef`, or the gateway) answers that it reads them, each
 request travels as an edit: the segments the backend confirmed are kept by reference, new
 ones inline, each compressed alone (`toolref.sending.sender`). The backend's app receives

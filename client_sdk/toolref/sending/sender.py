@@ -4,7 +4,7 @@ manager (`post`, `stream`) and `toolref.Transport` drive it, sync or async, over
 `httpx2`.
 
 Negotiation, per endpoint (scheme, host, port and path): until an answer from it carried
-`Toolref-Edits`, a request goes as it is, with `Toolref-Edits: 4` added (an offer a
+`Toolref-Edits`, a request goes as it is, with `Toolref-Edits: 5` added (an offer a
 receiver that does not speak toolref ignores); once one did, every request goes as an edit
 of that version or lower through the client's `Editor`: the first of a conversation with
 no base (each segment inline, alone), later ones against the recipe the receiver confirmed

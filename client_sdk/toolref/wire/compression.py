@@ -203,16 +203,20 @@ def inflate_brotli(stream: bytes, limit: int, account: Meter | None = None) -> b
     """One brotli stream (RFC 7932; its built-in dictionary only) producing at most `limit`
     bytes: the decoder's output grows by at most one chunk past what is left under the
     limit per step, so a bomb stops there; each chunk is charged to `account` before it is
-    kept. Bytes after the stream's end, or a stream cut short, are malformed. Linear in
-    the output; the decoder's window grows with its output (at most 16 MiB: a stream's
-    window is 24 bits at most without the large-window flag, which this decoder does not
+    kept. The stream is handed to the decoder a chunk at a time: given all of it, the
+    binding copies what it has not consumed at each step of bounded output (steps x input,
+    seconds for a body of zeros then metadata). Bytes after the stream's end, or a stream
+    cut short, are malformed. Linear in the stream and the output; the decoder's window is
+    at most 16 MiB (24 bits without the large-window flag, which this decoder does not
     set)."""
     decoder = brotli.Decompressor()
-    parts, size, data = [], 0, stream
+    view = memoryview(stream)
+    parts, size, given = [], 0, 0
     try:
         while not decoder.is_finished():
+            data = view[given : given + _CHUNK] if decoder.can_accept_more_data() else view[:0]
+            given += len(data)
             out = decoder.process(data, output_buffer_limit=min(limit - size + 1, _CHUNK))
-            data = b""  # all of it was given: later steps only take the output
             size += len(out)
             if size > limit:
                 raise DecompressedTooLargeError(
@@ -220,7 +224,8 @@ def inflate_brotli(stream: bytes, limit: int, account: Meter | None = None) -> b
                     "messages",
                     limit=limit,
                 )
-            if not out and not decoder.is_finished():
+            stuck = not data and (given == len(stream) or not decoder.can_accept_more_data())
+            if not out and stuck and not decoder.is_finished():
                 raise MalformedBodyError(
                     "the brotli stream ends before it does (truncated); send the whole stream"
                 )
@@ -231,4 +236,8 @@ def inflate_brotli(stream: bytes, limit: int, account: Meter | None = None) -> b
             f"the brotli stream is corrupt ({exc}), or bytes follow its end; send one whole "
             "stream per record"
         ) from None
+    if given < len(stream):
+        raise MalformedBodyError(
+            "bytes follow the brotli stream's end; send one whole stream per record"
+        )
     return b"".join(parts)
