@@ -209,3 +209,42 @@ def test_a_body_of_messages_is_held_to_depth_and_items_message_by_message(
         return
     with pytest.raises(refused):
         documents.decode_document(data, "json", limits, "messages")
+
+
+def test_a_gzip_body_is_handed_to_the_inflater_a_chunk_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given the whole body, each step of bounded output copied what was left of it
+    (`unconsumed_tail`): steps x input, half a second for 16 MiB of zeros then random
+    bytes. Each call now gets at most 64 KiB; members back to back, a member cut short and
+    bytes after the last still read as before."""
+    import os
+    import zlib
+
+    from toolref.wire import compression
+
+    sizes: list[int] = []
+    made = zlib.decompressobj
+
+    class Counted:
+        def __init__(self, wbits: int) -> None:
+            self.inner = made(wbits=wbits)
+
+        def decompress(self, data: bytes, max_length: int) -> bytes:
+            sizes.append(len(data))
+            return self.inner.decompress(data, max_length)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    monkeypatch.setattr(zlib, "decompressobj", Counted)
+    raw = bytes(4 << 20) + os.urandom(1 << 20)
+    body = gzip.compress(raw, 1) + gzip.compress(b"tail", 1)
+    assert compression.inflate_gzip(body, len(raw) + 4) == raw + b"tail"
+    assert max(sizes) <= 64 << 10
+    with pytest.raises(MalformedBodyError):
+        compression.inflate_gzip(body[:-5], len(raw) + 4)
+    with pytest.raises(MalformedBodyError):
+        compression.inflate_gzip(body + b"junk", len(raw) + 4)
+    with pytest.raises(DecompressedTooLargeError):
+        compression.inflate_gzip(body, len(raw))
