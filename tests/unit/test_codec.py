@@ -248,3 +248,36 @@ def test_a_gzip_body_is_handed_to_the_inflater_a_chunk_at_a_time(
         compression.inflate_gzip(body + b"junk", len(raw) + 4)
     with pytest.raises(DecompressedTooLargeError):
         compression.inflate_gzip(body, len(raw))
+
+
+def test_a_request_body_fed_in_one_large_piece_is_inflated_a_chunk_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The service's streaming inflater (`http.inflater.Inflater`) given a whole gzip body
+    at once (an ASGI server may hand over large pieces): zlib gets at most 64 KiB a call,
+    so no step copies the rest of the piece."""
+    import os
+    import zlib
+
+    from toolref_server.http.inflater import Inflater
+
+    sizes: list[int] = []
+    made = zlib.decompressobj
+
+    class Counted:
+        def __init__(self, wbits: int) -> None:
+            self.inner = made(wbits=wbits)
+
+        def decompress(self, data: bytes, max_length: int) -> bytes:
+            sizes.append(len(data))
+            return self.inner.decompress(data, max_length)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    monkeypatch.setattr(zlib, "decompressobj", Counted)
+    raw = bytes(4 << 20) + os.urandom(1 << 20)
+    inflater = Inflater("gzip", len(raw) + 4)
+    inflater.feed(gzip.compress(raw, 1) + gzip.compress(b"tail", 1))
+    assert inflater.finish() == raw + b"tail"
+    assert max(sizes) <= 64 << 10

@@ -82,6 +82,13 @@ class Inflater:
             ) from None
 
     def _feed_gzip(self, data: bytes) -> None:
+        """`data` in pieces of at most OUT_CHUNK: given a larger one, each bounded step
+        would copy what is left of it (`unconsumed_tail`: steps x input)."""
+        view = memoryview(data)
+        for at in range(0, len(data), OUT_CHUNK):
+            self._feed_gzip_piece(view[at : at + OUT_CHUNK])
+
+    def _feed_gzip_piece(self, data: bytes | memoryview) -> None:
         kept = self.kept
         while True:
             # Small steps: one huge step would briefly hold twice its output while resizing.
