@@ -22,7 +22,7 @@ import {
   withToolRef,
   gzip,
 } from "../src/index.js";
-import { BROTLI, BROTLI_MAX, crc32, pack, platformBrotli, platformCodec } from "../src/edits/isolated.js";
+import { BROTLI, BROTLI_BUDGET, crc32, pack, platformBrotli, platformCodec } from "../src/edits/isolated.js";
 import { brotliDecompressSync } from "node:zlib";
 
 describe("canonical JSON", () => {
@@ -144,8 +144,22 @@ describe("the edits core", () => {
     const crc = packed.subarray(at + size);
     expect(crc.length).toBe(4);
     expect(((crc[0]! << 24) | (crc[1]! << 16) | (crc[2]! << 8) | crc[3]!) >>> 0).toBe(crc32(text));
-    const big = new Uint8Array(BROTLI_MAX + 1).fill(97);
-    expect((await pack([big], codec, {}, brotli))[0]).not.toBe(BROTLI); // past BROTLI_MAX: not tried
+    const big = new Uint8Array(BROTLI_BUDGET + 1).fill(97);
+    expect((await pack([big], codec, {}, brotli))[0]).not.toBe(BROTLI); // past the edit's budget: not tried
+    // the budget is spent in order: a first segment that leaves less than the second's length
+    const long = new Uint8Array(BROTLI_BUDGET - 100);
+    for (let from = 0; from < long.length; from += text.length) long.set(text.subarray(0, long.length - from), from);
+    const two = await pack([long, text], codec, {}, brotli);
+    expect(two[0]).toBe(BROTLI);
+    let offset = 1;
+    let length = 0;
+    for (let shift = 0; ; shift += 7) {
+      const byte = two[offset++]!;
+      length += (byte & 0x7f) * 2 ** shift;
+      if (!(byte & 0x80)) break;
+    }
+    expect(two[offset + length + 4]).not.toBe(BROTLI); // the second record: zstd or gzip, not tried
+    expect((await pack([text, text], codec, {}, brotli))[0]).toBe(BROTLI);
   });
 
   it("varints and the Toolref-Savings value are Python's", () => {

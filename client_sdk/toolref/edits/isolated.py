@@ -30,7 +30,9 @@ Kinds 5 and 6 (issue 39): brotli at quality 5 makes a segment alone 8-12% smalle
 zstd at level 3 does on agent traffic (its built-in dictionary of common words and code
 tokens is public, part of the format, the same for every conversation and tenant, so a
 segment's size still depends on its own bytes alone), at about 6 ms per MiB: a sender tries
-it on segments of at most `BROTLI_MAX` bytes and keeps whichever record is smaller. A
+it on the edit's segments in order, then its runs, while their bytes fit in
+`BROTLI_BUDGET` (16 KiB an edit: at most ~0.2 ms; a new segment of a continuation turn is
+mostly smaller, and the rest go as zstd frames), and keeps whichever record is smaller. A
 brotli stream carries no checksum of its own; the CRC-32 after it is checked as zstd's is.
 
 Kind 3 is for the assistant segments of a version-3 edit: the answer the base's request
@@ -71,7 +73,9 @@ BROTLI_JOINED: Final = 0x06
 LEVEL: Final = 3  # zstd level: segments are small, the frame's own bytes do the work
 MIN_COMPRESSED: Final = 24  # a shorter segment travels as it is (a frame costs ~15 bytes)
 BROTLI_QUALITY: Final = 5  # 6-9 gain under 0.1% more; 10-11 another 8% at 20-40x the CPU
-BROTLI_MAX: Final = 64 << 10  # a longer segment (or run) is tried with zstd only: <= ~0.7 ms
+# Bytes of an edit tried with brotli at most (segments in order, then runs): brotli costs
+# about 20 us per KiB at quality 5 where zstd costs 5, and the relay's turn waits for it.
+BROTLI_BUDGET: Final = 16 << 10
 CRC_BYTES: Final = 4
 _THREAD: Final = threading.local()  # each thread's compressor (`_compressor`)
 
@@ -95,8 +99,8 @@ def pack(
     if not compress:
         return b"".join(bytes([RAW]) + data for data in segments)
     alone = _compressor()
-    records = _alone(segments, alone, with_brotli)
-    return _against(segments, records, answer, answered, runs, alone, with_brotli)
+    records, left = _alone(segments, alone, BROTLI_BUDGET if with_brotli else 0)
+    return _against(segments, records, answer, answered, runs, alone, left)
 
 
 def pack_both(
@@ -110,8 +114,8 @@ def pack_both(
     """`pack(segments)` and `pack(segments, answer=..., answered=..., runs=...)`, each
     segment compressed alone once for both (what a sender weighs to choose one)."""
     alone = _compressor()
-    records = _alone(segments, alone, with_brotli)
-    made = _against(segments, records, answer, answered, runs, alone, with_brotli)
+    records, left = _alone(segments, alone, BROTLI_BUDGET if with_brotli else 0)
+    made = _against(segments, records, answer, answered, runs, alone, left)
     return b"".join(records), made
 
 
@@ -128,18 +132,20 @@ def _compressor() -> zstandard.ZstdCompressor:
 
 
 def _alone(
-    segments: Sequence[bytes], alone: zstandard.ZstdCompressor, with_brotli: bool
-) -> list[bytes]:
-    """Each segment's record: its bytes as they are or a frame of its own, the smaller."""
+    segments: Sequence[bytes], alone: zstandard.ZstdCompressor, budget: int
+) -> tuple[list[bytes], int]:
+    """Each segment's record: its bytes as they are or a frame of its own, the smaller,
+    those that fit in `budget` (in order) tried as a brotli stream too; the budget left."""
     records = []
     for data in segments:
         best = bytes([RAW]) + data
         if len(data) >= MIN_COMPRESSED:
             best = min(best, _record(ALONE, alone.compress(data)), key=len)
-            if with_brotli and len(data) <= BROTLI_MAX:
+            if len(data) <= budget:
+                budget -= len(data)
                 best = min(best, bytes([BROTLI]) + _brotli_stream(data), key=len)
         records.append(best)
-    return records
+    return records, budget
 
 
 def _brotli_stream(data: bytes) -> bytes:
@@ -155,10 +161,11 @@ def _against(  # noqa: PLR0917  (the records and what may improve them)
     answered: Collection[int],
     runs: Sequence[tuple[int, int]],
     alone: zstandard.ZstdCompressor,
-    with_brotli: bool,
+    budget: int,
 ) -> bytes:
     """`records` joined, those at `answered` against `answer` where smaller (kind 3), the
-    `runs` as one frame each where smaller (kind 4, or 6 `with_brotli`)."""
+    `runs` as one frame each where smaller (kind 4, or 6 for runs that fit in `budget`, in
+    order)."""
     if answer and answered:
         words = zstandard.ZstdCompressionDict(answer, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         against = zstandard.ZstdCompressor(level=LEVEL, dict_data=words, write_checksum=True)
@@ -175,7 +182,9 @@ def _against(  # noqa: PLR0917  (the records and what may improve them)
     while index < len(records):
         count = joined.get(index, 1)
         if count > 1 and sum(map(len, segments[index : index + count])) >= MIN_COMPRESSED:
-            one = _run(b"".join(segments[index : index + count]), count, alone, with_brotli)
+            data = b"".join(segments[index : index + count])
+            one = _run(data, count, alone, with_brotli=len(data) <= budget)
+            budget -= len(data) if len(data) <= budget else 0
             if len(one) < sum(map(len, records[index : index + count])):
                 out += one
                 index += count
@@ -185,11 +194,11 @@ def _against(  # noqa: PLR0917  (the records and what may improve them)
     return bytes(out)
 
 
-def _run(data: bytes, count: int, alone: zstandard.ZstdCompressor, with_brotli: bool) -> bytes:
+def _run(data: bytes, count: int, alone: zstandard.ZstdCompressor, *, with_brotli: bool) -> bytes:
     """The record of `count` segments joined as `data`: kind 4, or 6 where smaller."""
     frame = alone.compress(data)
     best = bytes([JOINED]) + varint(count) + varint(len(frame)) + frame
-    if with_brotli and len(data) <= BROTLI_MAX:
+    if with_brotli:
         best = min(best, bytes([BROTLI_JOINED]) + varint(count) + _brotli_stream(data), key=len)
     return best
 

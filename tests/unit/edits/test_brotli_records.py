@@ -106,11 +106,25 @@ def test_a_run_of_one_message_may_travel_as_one_brotli_stream() -> None:
         isolated.unpack(packed, lengths, None, runs=True)
 
 
-def test_a_segment_over_brotli_max_is_tried_with_zstd_only() -> None:
+def test_an_edit_tries_brotli_on_its_segments_in_order_within_its_budget() -> None:
+    """Brotli costs about four times zstd's CPU per byte, and the turn waits for it: an edit
+    tries it on at most BROTLI_BUDGET bytes, segments first, in order, then runs."""
     big = text(5, 4000)
-    assert len(big) > isolated.BROTLI_MAX
+    assert len(big) > isolated.BROTLI_BUDGET
     packed = isolated.pack([big], with_brotli=True)
     assert record_kinds(packed, [len(big)]) == [isolated.ALONE]
+    small = text(6)
+    first = (text(7, 400) * 4)[: isolated.BROTLI_BUDGET - len(small) + 1]  # leaves too little
+    kinds = record_kinds(isolated.pack([first, small], with_brotli=True), [len(first), len(small)])
+    assert kinds == [isolated.BROTLI, isolated.ALONE]
+    kinds = record_kinds(isolated.pack([small, first], with_brotli=True), [len(small), len(first)])
+    assert kinds[0] == isolated.BROTLI
+    pieces = [small, small]  # a run after segments that spent the budget: zstd only
+    packed = isolated.pack([first, *pieces], runs=[(1, 2)], with_brotli=True)
+    assert record_kinds(packed, [len(first), len(small), len(small)])[1:] in (
+        [isolated.JOINED],
+        [isolated.ALONE, isolated.ALONE],
+    )
 
 
 def brotli_record(data: bytes, *, crc: int | None = None, stream: bytes | None = None) -> bytes:

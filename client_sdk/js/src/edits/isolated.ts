@@ -9,7 +9,8 @@
  *     0x04 + varint(n) + varint(frame size) + one zstd frame of the next n segments joined
  *            (version 3: the pieces of one long message, the long window)
  *     0x05 + varint(stream size) + a brotli stream alone (quality 5) + its CRC-32, big endian
- *            (version 5, where the platform has brotli: Node's zlib; segments of at most 64 KiB)
+ *            (version 5, where the platform has brotli: Node's zlib; segments, then runs, in order,
+ *            while they fit in BROTLI_BUDGET bytes an edit)
  *     0x06 + varint(n) + varint(stream size) + a brotli stream of n segments joined + its CRC-32
  *
  * so that no segment's size depends on any other bytes of the conversation (docs/reliability.md,
@@ -29,9 +30,10 @@ export const BROTLI = 0x05;
 export const BROTLI_JOINED = 0x06;
 /** A shorter segment travels as it is (a frame costs about 15 bytes). */
 export const MIN_COMPRESSED = 24;
-/** isolated.py's BROTLI_QUALITY and BROTLI_MAX: a longer segment (or run) is tried with zstd only. */
+/** isolated.py's BROTLI_QUALITY and BROTLI_BUDGET: bytes of an edit tried with brotli at most
+ * (segments in order, then runs; brotli costs about four times zstd's CPU). */
 export const BROTLI_QUALITY = 5;
-export const BROTLI_MAX = 64 << 10;
+export const BROTLI_BUDGET = 16 << 10;
 
 /** A brotli stream of `data` at BROTLI_QUALITY (what Python's `brotli.compress(data, quality=5)` writes). */
 export type Brotli = (data: Uint8Array) => Uint8Array;
@@ -122,9 +124,15 @@ export async function pack(
 ): Promise<Uint8Array> {
   const zstd = codec?.kind === ALONE ? platformZstd() : null;
   const answer = zstd?.withDictionary && v3.answer?.length && v3.answered?.size ? v3.answer : null;
+  let left = brotli === null || codec === null ? 0 : BROTLI_BUDGET;
+  const tried = segments.map((data) => {
+    if (data.length < MIN_COMPRESSED || data.length > left) return false;
+    left -= data.length;
+    return true;
+  });
   const records = await Promise.all(
     segments.map(async (data, index) => {
-      const best = await record(data, codec, brotli);
+      const best = await record(data, codec, tried[index] ? brotli : null);
       if (answer === null || zstd === null || !v3.answered?.has(index) || data.length < MIN_COMPRESSED) return best;
       const frame = await zstd(data, answer);
       const against = join([Uint8Array.of(ANSWER), varint(frame.length), frame]);
@@ -142,7 +150,8 @@ export async function pack(
       if (whole.length >= MIN_COMPRESSED) {
         const frame = await zstd(whole);
         let one = join([Uint8Array.of(JOINED), varint(count), varint(frame.length), frame]);
-        if (brotli !== null && whole.length <= BROTLI_MAX) {
+        if (brotli !== null && whole.length <= left) {
+          left -= whole.length;
           const other = join([Uint8Array.of(BROTLI_JOINED), varint(count), brotliStream(whole, brotli)]);
           if (other.length < one.length) one = other;
         }
@@ -167,7 +176,7 @@ async function record(data: Uint8Array, codec: Codec | null, brotli: Brotli | nu
   const frame = await codec.compress(data);
   const packed = join([Uint8Array.of(codec.kind), varint(frame.length), frame]);
   const best = packed.length < raw.length ? packed : raw;
-  if (brotli === null || data.length > BROTLI_MAX) return best;
+  if (brotli === null) return best;
   const other = join([Uint8Array.of(BROTLI), brotliStream(data, brotli)]);
   return other.length < best.length ? other : best;
 }
