@@ -22,3 +22,35 @@ def test_the_collector_is_tuned_once() -> None:
     frozen = gc.get_freeze_count()
     collector.tune()  # the second time freezes nothing more
     assert gc.get_freeze_count() <= frozen
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mallopt is glibc's (Linux)")
+def test_the_heap_keeps_its_free_top_for_the_next_turn() -> None:
+    """A fixed mmap threshold froze glibc's trim threshold at 128 KiB: a turn's large
+    temporary block, freed at the top of the heap, was handed back and faulted in again
+    next turn (a brotli stream's encoder tables: 0.5 ms for 100 bytes). Tuned, the free top
+    stays, up to `TRIM_THRESHOLD`: what mallinfo2 calls `keepcost`."""
+    import ctypes
+    import ctypes.util
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [  # noqa: RUF012 (ctypes' own form)
+            (name, ctypes.c_size_t)
+            for name in (
+                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                "fsmblks", "uordblks", "fordblks", "keepcost",
+            )
+        ]  # fmt: skip
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    if not hasattr(libc, "mallinfo2"):
+        pytest.skip("glibc before 2.33 has no mallinfo2")
+    libc.mallinfo2.restype = MallInfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    assert allocator.tune() is True
+    block = libc.malloc(4 << 20)  # under the mmap threshold: from the heap's top
+    assert block
+    libc.free(block)
+    assert libc.mallinfo2().keepcost >= 4 << 20  # kept, not trimmed

@@ -76,6 +76,9 @@ BROTLI_QUALITY: Final = 5  # 6-9 gain under 0.1% more; 10-11 another 8% at 20-40
 # Bytes of an edit tried with brotli at most (segments in order, then runs): brotli costs
 # about 20 us per KiB at quality 5 where zstd costs 5, and the relay's turn waits for it.
 BROTLI_BUDGET: Final = 16 << 10
+# The window's bits: 64 KiB holds any stream the budget lets through (brotli's default, 22,
+# sizes the encoder's ring buffer to 4 MiB per stream, which costs its allocation).
+BROTLI_WINDOW: Final = 16
 CRC_BYTES: Final = 4
 _THREAD: Final = threading.local()  # each thread's compressor (`_compressor`)
 
@@ -150,7 +153,7 @@ def _alone(
 
 def _brotli_stream(data: bytes) -> bytes:
     """varint(stream size) + `data` as a brotli stream + its CRC-32 (kinds 5 and 6)."""
-    stream: bytes = brotli.compress(data, quality=BROTLI_QUALITY)
+    stream: bytes = brotli.compress(data, quality=BROTLI_QUALITY, lgwin=BROTLI_WINDOW)
     return varint(len(stream)) + stream + zlib.crc32(data).to_bytes(CRC_BYTES, "big")
 
 

@@ -34,8 +34,11 @@ export const MIN_COMPRESSED = 24;
  * (segments in order, then runs; brotli costs about four times zstd's CPU). */
 export const BROTLI_QUALITY = 5;
 export const BROTLI_BUDGET = 16 << 10;
+/** isolated.py's BROTLI_WINDOW: the window's bits (64 KiB holds any stream the budget lets through). */
+export const BROTLI_WINDOW = 16;
 
-/** A brotli stream of `data` at BROTLI_QUALITY (what Python's `brotli.compress(data, quality=5)` writes). */
+/** A brotli stream of `data` at BROTLI_QUALITY and BROTLI_WINDOW (what Python's
+ * `brotli.compress(data, quality=5, lgwin=16)` writes). */
 export type Brotli = (data: Uint8Array) => Uint8Array;
 
 interface BrotliZlib {
@@ -63,8 +66,9 @@ function detectBrotli(): Brotli | null {
   }
   const compressSync = zlib?.brotliCompressSync;
   const quality = zlib?.constants?.["BROTLI_PARAM_QUALITY"];
-  if (typeof compressSync !== "function" || quality === undefined) return null;
-  const options = { params: { [quality]: BROTLI_QUALITY } };
+  const window = zlib?.constants?.["BROTLI_PARAM_LGWIN"];
+  if (typeof compressSync !== "function" || quality === undefined || window === undefined) return null;
+  const options = { params: { [quality]: BROTLI_QUALITY, [window]: BROTLI_WINDOW } };
   return (data: Uint8Array) => new Uint8Array(compressSync.call(zlib, data, options));
 }
 
