@@ -34,7 +34,7 @@ def test_the_heap_keeps_its_free_top_for_the_next_turn() -> None:
     import ctypes.util
 
     class MallInfo2(ctypes.Structure):
-        _fields_ = [  # noqa: RUF012 (ctypes' own form)
+        _fields_ = [
             (name, ctypes.c_size_t)
             for name in (
                 "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
