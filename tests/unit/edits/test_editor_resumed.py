@@ -93,6 +93,8 @@ def test_an_older_recipe_sharing_a_little_more_does_not_stop_a_resumed_turn(guar
         same_base(fast, slow)
         for editor, registry in zip((resumed, whole), registries, strict=True):
             assert send(editor, registry, HEADERS, body).answer.body == body
+    assert fast is not None
+    assert slow is not None
     assert fast.base == fast.cut.resumed != slow.base  # the case this test holds
     assert slow.shared - fast.shared < 0.02 * fast.cut.size  # 344 of 20,144 bytes here
 
