@@ -211,17 +211,9 @@ def test_a_body_of_messages_is_held_to_depth_and_items_message_by_message(
         documents.decode_document(data, "json", limits, "messages")
 
 
-def test_a_gzip_body_is_handed_to_the_inflater_a_chunk_at_a_time(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Given the whole body, each step of bounded output copied what was left of it
-    (`unconsumed_tail`): steps x input, half a second for 16 MiB of zeros then random
-    bytes. Each call now gets at most 64 KiB; members back to back, a member cut short and
-    bytes after the last still read as before."""
-    import os
+def inputs_to_zlib(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of each input zlib's inflaters are given from now on, in order."""
     import zlib
-
-    from toolref.wire import compression
 
     sizes: list[int] = []
     made = zlib.decompressobj
@@ -238,6 +230,21 @@ def test_a_gzip_body_is_handed_to_the_inflater_a_chunk_at_a_time(
             return getattr(self.inner, name)
 
     monkeypatch.setattr(zlib, "decompressobj", Counted)
+    return sizes
+
+
+def test_a_gzip_body_is_handed_to_the_inflater_a_chunk_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Given the whole body, each step of bounded output copied what was left of it
+    (`unconsumed_tail`): steps x input, half a second for 16 MiB of zeros then random
+    bytes. Each call now gets at most 64 KiB; members back to back, a member cut short and
+    bytes after the last still read as before."""
+    import os
+
+    from toolref.wire import compression
+
+    sizes = inputs_to_zlib(monkeypatch)
     raw = bytes(4 << 20) + os.urandom(1 << 20)
     body = gzip.compress(raw, 1) + gzip.compress(b"tail", 1)
     assert compression.inflate_gzip(body, len(raw) + 4) == raw + b"tail"
@@ -257,25 +264,10 @@ def test_a_request_body_fed_in_one_large_piece_is_inflated_a_chunk_at_a_time(
     at once (an ASGI server may hand over large pieces): zlib gets at most 64 KiB a call,
     so no step copies the rest of the piece."""
     import os
-    import zlib
 
     from toolref_server.http.inflater import Inflater
 
-    sizes: list[int] = []
-    made = zlib.decompressobj
-
-    class Counted:
-        def __init__(self, wbits: int) -> None:
-            self.inner = made(wbits=wbits)
-
-        def decompress(self, data: bytes, max_length: int) -> bytes:
-            sizes.append(len(data))
-            return self.inner.decompress(data, max_length)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
-
-    monkeypatch.setattr(zlib, "decompressobj", Counted)
+    sizes = inputs_to_zlib(monkeypatch)
     raw = bytes(4 << 20) + os.urandom(1 << 20)
     inflater = Inflater("gzip", len(raw) + 4)
     inflater.feed(gzip.compress(raw, 1) + gzip.compress(b"tail", 1))

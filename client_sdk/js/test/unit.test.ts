@@ -22,7 +22,8 @@ import {
   withToolRef,
   gzip,
 } from "../src/index.js";
-import { BROTLI, BROTLI_BUDGET, crc32, pack, platformBrotli, platformCodec } from "../src/edits/isolated.js";
+import { BROTLI, BROTLI_BUDGET, pack, platformBrotli, platformCodec } from "../src/edits/isolated.js";
+import { crc32 } from "../src/edits/window.js";
 import { brotliDecompressSync } from "node:zlib";
 
 describe("canonical JSON", () => {

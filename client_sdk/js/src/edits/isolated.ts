@@ -20,6 +20,7 @@
 
 import { gzip } from "../compression.js";
 import { platformZstd } from "../zstd.js";
+import { crc32 } from "./window.js";
 
 export const RAW = 0x00;
 export const ALONE = 0x01;
@@ -70,23 +71,6 @@ function detectBrotli(): Brotli | null {
   if (typeof compressSync !== "function" || quality === undefined || window === undefined) return null;
   const options = { params: { [quality]: BROTLI_QUALITY, [window]: BROTLI_WINDOW } };
   return (data: Uint8Array) => new Uint8Array(compressSync.call(zlib, data, options));
-}
-
-const CRC_TABLE = (() => {
-  const table = new Uint32Array(256);
-  for (let n = 0; n < 256; n++) {
-    let c = n;
-    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
-    table[n] = c >>> 0;
-  }
-  return table;
-})();
-
-/** CRC-32 (ISO-HDLC, zlib's `crc32`) of `data`. */
-export function crc32(data: Uint8Array): number {
-  let crc = 0xffffffff;
-  for (const byte of data) crc = CRC_TABLE[(crc ^ byte) & 0xff]! ^ (crc >>> 8);
-  return (crc ^ 0xffffffff) >>> 0;
 }
 
 /** varint(stream size) + `data` as a brotli stream + its CRC-32, big endian (kinds 5 and 6). */
