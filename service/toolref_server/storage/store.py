@@ -42,6 +42,7 @@ from toolref_server.storage import record
 from toolref_server.storage.keys import record as record_key
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.record import Record
+from toolref_server.storage.scripting import refuses_scripts
 from toolref_server.storage.slots import queue_mgets, slot_groups, ungroup
 from toolref_server.storage.verifier import Verifier
 
@@ -285,9 +286,9 @@ class Store:
                     else:
                         values = await self._read(keys=keys, args=[self.ttl])
                 except ResponseError as exc:
-                    if "unknown command" not in str(exc).lower():
+                    if not refuses_scripts(exc):
                         raise
-                    # An engine without scripting: MGET and EXPIREs then.
+                    # An engine that refuses scripts: MGET and EXPIREs then.
                     self._read = self._read_counted = None
             if values is None:
                 values = await self.read_and_touch(tenant, keys, "resolve")

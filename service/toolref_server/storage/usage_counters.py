@@ -22,19 +22,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
-from redis.exceptions import NoPermissionError, OutOfMemoryError, RedisError, ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.storage import keys
+from toolref_server.storage.scripting import refuses_scripts
 from toolref_server.storage.store import Store
 from toolref_server.usage import FIELDS, KEEP_MINUTES, MINUTE, Batch, Counts, Pending, Slot
 
 log = logging.getLogger(__name__)
-_EVAL: Final = re.compile(r"\beval(?:sha)?(?:_ro)?\b")
 
 LIFETIME: Final = (KEEP_MINUTES + 2) * MINUTE  # seconds: a day, and the minute being written
 
@@ -81,7 +80,7 @@ class UsageCounters:
                 errors = [reply for reply in replies if isinstance(reply, ResponseError)]
                 if not errors:
                     return
-                if not all(_refuses_scripts(error) for error in errors):
+                if not all(refuses_scripts(error) for error in errors):
                     raise errors[0]
                 # Nothing was added: every call was refused, as every one will be.
                 self.scripted = False
@@ -140,22 +139,6 @@ def _counts(reply: Mapping[bytes | str, bytes | str]) -> dict[str, Counts]:
         if name in FIELDS:
             values.setdefault(upstream, {})[name] = int(raw_value)
     return {upstream: Counts(**fields) for upstream, fields in values.items()}
-
-
-def _refuses_scripts(error: ResponseError) -> bool:
-    """Whether `error` is the engine refusing EVAL as a command (not there, not allowed to
-    this user, turned off), not a failure of this call (memory, a lost replica, a script's
-    own error). On the engine's own message: a pipeline's `raise_on_error=False` reply."""
-    text = str(error).lower()
-    if isinstance(error, NoPermissionError):  # the ACL: the command, not a key or channel
-        return "command" in text
-    if isinstance(error, OutOfMemoryError):  # "command not allowed when used memory > ..."
-        return False
-    if "unknown command" in text:
-        return True
-    return bool(_EVAL.search(text)) and any(
-        word in text for word in ("disabled", "not allowed", "not supported")
-    )
 
 
 @contextlib.contextmanager
