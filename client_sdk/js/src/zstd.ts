@@ -37,15 +37,21 @@ export function platformZstd(): Zstd | null {
   return detected;
 }
 
-function detect(): Zstd | null {
+/** Node's `node:zlib`, reached through `process.getBuiltinModule` (a browser bundle never
+ * imports it), or undefined where there is none: the one way the SDK finds it. */
+export function nodeZlib<T>(): T | undefined {
   const proc = (globalThis as { process?: NodeProcess }).process;
-  if (typeof proc?.getBuiltinModule !== "function") return null;
-  let zlib: Zlib | undefined;
+  if (typeof proc?.getBuiltinModule !== "function") return undefined;
   try {
-    zlib = proc.getBuiltinModule("node:zlib") as Zlib | undefined;
+    return proc.getBuiltinModule("node:zlib") as T | undefined;
   } catch {
-    return null;
+    return undefined;
   }
+}
+
+function detect(): Zstd | null {
+  const zlib = nodeZlib<Zlib>();
+  if (zlib === undefined) return null;
   const compressSync = zlib?.zstdCompressSync;
   const compress = zlib?.zstdCompress;
   const level = zlib?.constants?.["ZSTD_c_compressionLevel"];

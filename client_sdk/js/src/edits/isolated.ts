@@ -19,7 +19,7 @@
  */
 
 import { gzip } from "../compression.js";
-import { platformZstd } from "../zstd.js";
+import { nodeZlib, platformZstd } from "../zstd.js";
 import { crc32 } from "./window.js";
 
 export const RAW = 0x00;
@@ -57,14 +57,7 @@ export function platformBrotli(): Brotli | null {
 }
 
 function detectBrotli(): Brotli | null {
-  const proc = (globalThis as { process?: { getBuiltinModule?: (id: string) => unknown } }).process;
-  if (typeof proc?.getBuiltinModule !== "function") return null;
-  let zlib: BrotliZlib | undefined;
-  try {
-    zlib = proc.getBuiltinModule("node:zlib") as BrotliZlib | undefined;
-  } catch {
-    return null;
-  }
+  const zlib = nodeZlib<BrotliZlib>();
   const compressSync = zlib?.brotliCompressSync;
   const quality = zlib?.constants?.["BROTLI_PARAM_QUALITY"];
   const window = zlib?.constants?.["BROTLI_PARAM_LGWIN"];
