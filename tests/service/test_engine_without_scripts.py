@@ -7,28 +7,17 @@ from __future__ import annotations
 import httpx
 import pytest
 from redis.asyncio import Redis
-from redis.exceptions import ResponseError
 
 from tests.service.test_invocations import READ, register
+from tests.support.no_scripts import no_scripts
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
-from toolref_server.storage.redis import is_cluster_url
 
 pytestmark = pytest.mark.engine
 
 
 async def test_refs_resolve_where_the_acl_refuses_eval(engine_url: str, redis: Redis) -> None:
-    if is_cluster_url(engine_url):
-        pytest.skip("an ACL user on every node of a cluster: not set up here")
-    user, password = "toolref-no-eval", "toolref-no-eval-password"
-    await redis.execute_command(  # type: ignore[no-untyped-call]
-        "ACL", "SETUSER", user, "reset", "on", f">{password}", "~*", "&*", "+@all",
-        "-eval", "-evalsha", "-eval_ro", "-evalsha_ro", "-fcall", "-fcall_ro",
-    )  # fmt: skip
-    limited = Redis.from_url(engine_url, username=user, password=password)
-    try:
-        with pytest.raises(ResponseError, match=r"(?i)no permissions"):
-            await limited.eval("return 0", 0)
+    async with no_scripts(engine_url, redis, "toolref-no-eval") as limited:
         app = create_app(Settings(redis_url="unused"), redis=limited)
         async with (
             app.router.lifespan_context(app),
@@ -43,6 +32,3 @@ async def test_refs_resolve_where_the_acl_refuses_eval(engine_url: str, redis: R
                 response = await api.post("/v1/invocations:resolve", json={"refs": [read["ref"]]})
                 assert response.status_code == 200, response.text
                 assert response.json()["invocations"][read["ref"]]["result"] == READ["result"]
-    finally:
-        await limited.aclose()
-        await redis.execute_command("ACL", "DELUSER", user)  # type: ignore[no-untyped-call]

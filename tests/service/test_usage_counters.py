@@ -17,12 +17,12 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tests.conftest import key_names
+from tests.support.no_scripts import no_scripts
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.app import create_app
 from toolref_server.services import Services
 from toolref_server.settings import Settings
 from toolref_server.storage import keys
-from toolref_server.storage.redis import is_cluster_url
 from toolref_server.storage.store import Store
 from toolref_server.storage.usage_counters import LIFETIME, UsageCounters
 from toolref_server.usage import KEEP_MINUTES, Batch, Counts, Pending, Slot, window
@@ -308,17 +308,7 @@ async def test_an_engine_whose_acl_refuses_scripts_gets_plain_increments(
     """A user the engine's ACL does not let run EVAL/EVALSHA (NOPERM, as a managed engine
     may): the counts are added with HINCRBY, the script is not tried again, and the switch is
     logged once."""
-    if is_cluster_url(engine_url):
-        pytest.skip("an ACL user on every node of a cluster: not set up here")
-    user, password = "toolref-no-scripts", "toolref-no-scripts-password"
-    await redis.execute_command(  # type: ignore[no-untyped-call]
-        "ACL", "SETUSER", user, "reset", "on", f">{password}", "~*", "&*", "+@all",
-        "-eval", "-evalsha", "-eval_ro", "-evalsha_ro", "-fcall", "-fcall_ro",
-    )  # fmt: skip
-    limited = Redis.from_url(engine_url, username=user, password=password)
-    try:
-        with pytest.raises(ResponseError, match=r"(?i)no permissions"):
-            await limited.eval("return 0", 0)
+    async with no_scripts(engine_url, redis, "toolref-no-scripts") as limited:
         counters = UsageCounters(Store(limited, ttl_seconds=600))
         pending = Pending(Clock(NOW))
         with caplog.at_level("WARNING"):
@@ -331,9 +321,6 @@ async def test_an_engine_whose_acl_refuses_scripts_gets_plain_increments(
         assert await redis.ttl(keys.usage("acme", NOW)) > LIFETIME - 5
         switched = [r for r in caplog.records if "HINCRBY" in r.getMessage()]
         assert len(switched) == 1
-    finally:
-        await limited.aclose()
-        await redis.execute_command("ACL", "DELUSER", user)  # type: ignore[no-untyped-call]
 
 
 async def test_an_engine_out_of_memory_is_a_failure_not_a_refusal_of_scripts(
