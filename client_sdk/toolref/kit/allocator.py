@@ -13,8 +13,10 @@ A fixed threshold also freezes glibc's trim threshold at its start (128 KiB): th
 of the heap past it is given back at each free, so a turn's large temporary blocks (a
 body's copies; brotli's encoder tables, about 1 MiB a stream) were handed back and faulted
 in again at the next turn: 0.5 ms a brotli stream of 100 bytes, 0.04 ms with the top kept.
-`TRIM_THRESHOLD` keeps up to 16 MiB of free top (a bound: memory stays flat), past which it
-is given back as before.
+`TRIM_THRESHOLD` keeps up to 16 MiB of free top, past which it is given back as before: a
+bound per arena (the main thread's heap, and each worker thread's arena, whose heaps glibc
+trims by the same threshold), so memory stays flat at most 16 MiB per busy thread above
+what the work itself holds; `make soak` measures the service's RSS over its run.
 
 Only where the C library is glibc (`mallopt` found); elsewhere nothing changes.
 """
