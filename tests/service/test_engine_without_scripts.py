@@ -8,8 +8,8 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
+from tests.service.no_scripts import no_scripts
 from tests.service.test_invocations import READ, register
-from tests.support.no_scripts import no_scripts
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 

@@ -17,7 +17,7 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from tests.conftest import key_names
-from tests.support.no_scripts import no_scripts
+from tests.service.no_scripts import no_scripts
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.app import create_app
 from toolref_server.services import Services

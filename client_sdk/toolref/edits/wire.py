@@ -54,6 +54,7 @@ from toolref.wire.errors import (
 MEDIA_TYPE: Final = "application/vnd.toolref.edit"
 VERSION: Final = 5  # the highest this version reads and writes (`compact`)
 VERSIONS: Final = (1, 2, 3, 4, 5)
+JSON_VERSIONS: Final = (1, 2, 3)  # those written with a JSON header line (`compact`: 4, 5)
 MAX_HEADER: Final = 4 << 20  # bytes of the header line
 DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)
 LEVEL: Final = 3  # zstd level of the inline bytes
@@ -181,8 +182,11 @@ def read(
     except (ValueError, RecursionError) as exc:
         raise _malformed(f"the header line is not JSON ({exc})") from None
     version = header.get("v") if isinstance(header, dict) else None
-    if type(version) is not int or version not in VERSIONS:
-        raise _malformed(f"the header is not an edit object of version {VERSIONS}")
+    if type(version) is not int or version not in JSON_VERSIONS:
+        raise _malformed(
+            f"the header is not an edit object of version {JSON_VERSIONS} (versions 4 and 5 "
+            "have a compact header, starting with their version's byte)"
+        )
     assert isinstance(header, dict)
     base = header.get("b")
     if base is not None and not is_recipe_ref(base):

@@ -243,3 +243,12 @@ def test_inflate_brotli_hands_the_decoder_the_stream_a_chunk_at_a_time(
     bomb = _zeros_then_metadata(8 << 20, 1)
     with pytest.raises(DecompressedTooLargeError):
         inflate_brotli(bomb, 1 << 20)
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_json_header_line_of_a_compact_version_is_refused(version: int) -> None:
+    """Versions 4 and 5 are written with a compact header only: a JSON line naming them (a
+    version-5 record kind behind a JSON header, say) is refused, not read as version 3's."""
+    line = b'{"v":%d,"b":null,"o":[5],"n":5}\n' % version
+    with pytest.raises(MalformedBodyError, match="compact header"):
+        wire.read(line + b"\x00hello", 1 << 20)
