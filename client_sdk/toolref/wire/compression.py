@@ -46,6 +46,21 @@ def _charge(meter: Meter | None, size: int) -> None:
 _CHUNK: Final = 64 * 1024
 
 
+def _keep(  # noqa: PLR0917  (an inflater's state, passed on)
+    parts: list[bytes], chunk: bytes, size: int, limit: int, meter: Meter | None, what: str
+) -> int:
+    """`chunk` of what `what` inflates to, kept in `parts` once it is within `limit` and
+    charged to `meter`; the size inflated so far."""
+    size += len(chunk)
+    if size > limit:
+        raise DecompressedTooLargeError(
+            f"{what} inflates past the limit of {limit} bytes; send fewer messages", limit=limit
+        )
+    _charge(meter, len(chunk))
+    parts.append(chunk)
+    return size
+
+
 def _dictionary(data: bytes) -> zstandard.ZstdCompressionDict:
     return zstandard.ZstdCompressionDict(data, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
@@ -145,17 +160,11 @@ def inflate(
     charged to `account` before it is kept. `using`: `decompressor()`, made once by the
     caller."""
     reader = (using or decompressor()).stream_reader(body, read_across_frames=True)
-    parts, size = [], 0
+    parts: list[bytes] = []
+    size = 0
     try:
         while chunk := reader.read(_CHUNK):
-            size += len(chunk)
-            if size > limit:
-                raise DecompressedTooLargeError(
-                    f"the zstd body inflates past the limit of {limit} bytes; send fewer messages",
-                    limit=limit,
-                )
-            _charge(account, len(chunk))
-            parts.append(chunk)
+            size = _keep(parts, chunk, size, limit, account, "the zstd body")
     except zstandard.ZstdError as exc:
         raise MalformedBodyError(
             f"the zstd body is corrupt ({exc}); compress the whole body as one zstd stream, "
@@ -182,14 +191,7 @@ def inflate_gzip(body: bytes, limit: int, account: Meter | None = None) -> bytes
                 data = view[given : given + _CHUNK]
                 given += len(data)
             out = inflater.decompress(data, min(limit - size + 1, _CHUNK))
-            size += len(out)
-            if size > limit:
-                raise DecompressedTooLargeError(
-                    f"the gzip body inflates past the limit of {limit} bytes; send fewer messages",
-                    limit=limit,
-                )
-            _charge(account, len(out))
-            parts.append(out)
+            size = _keep(parts, out, size, limit, account, "the gzip body")
             data = inflater.unconsumed_tail
             if inflater.eof:
                 data = inflater.unused_data + data
@@ -220,26 +222,19 @@ def inflate_brotli(stream: bytes, limit: int, account: Meter | None = None) -> b
     set)."""
     decoder = brotli.Decompressor()
     view = memoryview(stream)
-    parts, size, given = [], 0, 0
+    parts: list[bytes] = []
+    size = given = 0
     try:
         while not decoder.is_finished():
             data = view[given : given + _CHUNK] if decoder.can_accept_more_data() else view[:0]
             given += len(data)
             out = decoder.process(data, output_buffer_limit=min(limit - size + 1, _CHUNK))
-            size += len(out)
-            if size > limit:
-                raise DecompressedTooLargeError(
-                    f"the brotli stream inflates past the limit of {limit} bytes; send fewer "
-                    "messages",
-                    limit=limit,
-                )
+            size = _keep(parts, out, size, limit, account, "the brotli stream")
             stuck = not data and (given == len(stream) or not decoder.can_accept_more_data())
             if not out and stuck and not decoder.is_finished():
                 raise MalformedBodyError(
                     "the brotli stream ends before it does (truncated); send the whole stream"
                 )
-            _charge(account, len(out))
-            parts.append(out)
     except brotli.error as exc:
         raise MalformedBodyError(
             f"the brotli stream is corrupt ({exc}), or bytes follow its end; send one whole "
