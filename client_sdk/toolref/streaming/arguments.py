@@ -14,14 +14,6 @@ def json_length(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
 
 
-def patch_length(patch: ArgPatch) -> int:
-    """The characters `patch` adds: an appended string's own, else its value's as JSON."""
-    value = patch.value
-    if patch.append and isinstance(value, str):
-        return len(value)
-    return json_length(value)
-
-
 def held_length(value: Any) -> int:
     """The characters `value` holds as the buffer counts them after patches: its leaves as
     JSON (strings appended in pieces as the joined string), nulls and the keys and
