@@ -55,6 +55,7 @@ PORTKEY: Final = "Portkey gateway (Node)"
 GATEWAY_1: Final = "gateway, protocol 1"
 GATEWAY_2: Final = "gateway, protocol 2"
 CHAIN: Final = "relay + gateway"
+RELAY_H11: Final = "relay on h11 + gateway"
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,8 @@ async def _start(launcher: Launcher, codes: list[Code]) -> Systems:
         gateway = launcher.gateway(code, upstream, f"gateway-{short}")
         chains[code.label] = (launcher.relay(code, gateway.url, f"relay-{short}"), gateway)
         spare[code.label] = launcher.gateway(code, upstream, f"hop-gateway-{short}")
+    # The relay's HTTP parser side by side (`--http auto`: httptools where installed): h11's.
+    h11 = launcher.relay(codes[0], chains[codes[0].label][1].url, "relay-h11", "--http", "h11")
     await launcher.wait()
     other, said = await _portkey(launcher, upstream)
     direct = Target("fake upstream alone", "-", upstream.url + PATH, PROVIDER, [upstream])
@@ -169,6 +172,7 @@ async def _start(launcher: Launcher, codes: list[Code]) -> Systems:
                     "relay + gateway, both on asyncio", label, plain_relay.url + llm, PROVIDER,
                     [plain_relay, plain],
                 ),
+                Target(RELAY_H11, label, h11.url + llm, PROVIDER, [h11, gateway]),
             ]  # fmt: skip
     files = {code.label: code.check() for code in codes}
     return Systems(
@@ -330,7 +334,10 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
         "`toolref relay --gateway` in front of it. Both run uvloop (their default where "
         "installed, as the relay and server extras install it); the rows `asyncio` are the "
         "gateway told to run asyncio's loop (`TOOLREF_EVENT_LOOP=asyncio`), and relay and "
-        "gateway both on it (`--event-loop asyncio`), the choice measured side by side. "
+        "gateway both on it (`--event-loop asyncio`), the choice measured side by side; "
+        f"`{RELAY_H11}` is the relay told to parse HTTP with h11 (`--http h11`, pure "
+        "Python) where its default is httptools (`--http auto`, llhttp in C, as the relay "
+        "extra installs it). "
         f"{note(systems.files)} CPU is the time every thread of every process of "
         "the system ran (the gateway's engine included; Linux's schedstat, in ns), per "
         "request: sequential, "
