@@ -30,7 +30,7 @@ from loadtests.systems import BEFORE, ROOT, Code, Launcher
 DOCS = ROOT / "docs" / "benchmarks.md"
 
 
-def _archive(revision: str) -> bytes:
+def archive(revision: str) -> bytes:
     return subprocess.run(
         ["git", "archive", revision, "client_sdk/toolref", "client_sdk/toolref_relay",
          "service/toolref_server"],
@@ -38,15 +38,22 @@ def _archive(revision: str) -> bytes:
     ).stdout  # fmt: skip
 
 
+def checkout(stack: ExitStack, revision: str) -> Code:
+    """`revision`'s SDK, relay and service written out (`git archive`) into a folder the
+    stack removes, as a `Code` run from `PYTHONPATH` (checked: it imports from there)."""
+    folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="toolref-ab-")))
+    with tarfile.open(fileobj=BytesIO(archive(revision))) as tar:
+        tar.extractall(folder, filter="data")
+    path = f"{folder / 'client_sdk'}{os.pathsep}{folder / 'service'}"
+    code = Code(revision, path, folder, "toolref_relay", "toolref_server.gateway.gateway")
+    code.check()
+    return code
+
+
 async def measure(revision: str, label: str) -> Section:
-    archive = _archive(revision)
     with ExitStack() as stack:
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="toolref-ab-")))
-        with tarfile.open(fileobj=BytesIO(archive)) as tar:
-            tar.extractall(folder, filter="data")
-        path = f"{folder / 'client_sdk'}{os.pathsep}{folder / 'service'}"
-        gateway = "toolref_server.gateway.gateway"
-        other = Code(f"{revision}", path, folder, "toolref_relay", gateway)
+        other = checkout(stack, revision)
+        gateway = other.gateway_module
         here = Code("after", "", ROOT, "toolref_relay", gateway)  # the column's `before`: it
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="toolref-gw-")))
         systems = await gateway_speed._start(Launcher(stack, scratch), [here, other])

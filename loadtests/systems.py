@@ -29,6 +29,8 @@ from typing import Final
 
 import psutil
 
+from toolref_server.embedded import valkey_server_binary
+
 ROOT: Final = Path(__file__).resolve().parents[1]
 BEFORE: Final = "3160e1c"  # the last commit whose gateway called its own app over ASGI
 UPSTREAM_NAME: Final = "bench"  # the upstream's name at the gateway: /llm/bench/...
@@ -246,6 +248,31 @@ class Launcher:
         )
         command = [sys.executable, "-m", "toolref_server.cli", "serve", "--port", str(free_port())]
         return self.start(name, command, env, code.cwd)
+
+    def granian_gateway(self, upstream: Proc, name: str) -> tuple[Proc, Proc]:
+        """This tree's gateway app served by granian (one worker, uvloop) rather than
+        `toolref-server serve`'s uvicorn, on an engine of its own (valkey-server, started
+        here: granian starts none): the gateway's process and the engine's. What uvicorn's
+        protocol gives the gateway (`toolref_server.http.connection`: head, body and send
+        deadlines, the connection limit, problem+json refusals) is not there."""
+        engine_port = free_port()
+        engine = self.start(
+            f"{name}-engine",
+            [valkey_server_binary(), "--port", str(engine_port), "--save", "", "--appendonly",
+             "no", "--bind", "127.0.0.1"],
+            AFTER.env(), self.scratch,
+        )  # fmt: skip
+        env = AFTER.env(
+            TOOLREF_UPSTREAMS=f"{UPSTREAM_NAME}={upstream.url}",
+            TOOLREF_REDIS_URL=f"redis://127.0.0.1:{engine_port}/0",
+            TOOLREF_LOG_LEVEL="warning",
+        )
+        command = [
+            str(Path(sys.executable).with_name("granian")), "--interface", "asgi", "--factory",
+            "--host", "127.0.0.1", "--port", str(free_port()), "--workers", "1", "--loop",
+            "uvloop", "--log-level", "warning", "toolref_server.app:create_app",
+        ]  # fmt: skip
+        return self.start(name, command, env, ROOT), engine
 
     def relay(self, code: Code, gateway: str, name: str, *options: str) -> Proc:
         """`toolref relay --gateway URL` (and `options`), once something listens at URL (the

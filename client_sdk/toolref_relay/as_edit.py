@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
@@ -76,20 +76,23 @@ async def as_edit(
     extra = toolref_headers(config.key, moved, config.context_editing)
     plain = None  # a switched turn is rewritten by the gateway: an edit, whatever its size
     if as_sent and not moved:
-        headers = to_gateway(
-            call.headers,
-            key=config.key,
-            switched_from=None,
-            body_changed=False,
-            context_editing=config.context_editing,
-        )
-        plain = httpx.Request(
-            "POST",
-            url,
-            headers=on_the_wire(headers),
-            content=body,
-            extensions=link.extensions(call, url),
-        )
+
+        def plain() -> httpx.Request:  # made only for a first turn (`not_worth_an_edit`)
+            headers = to_gateway(
+                call.headers,
+                key=config.key,
+                switched_from=None,
+                body_changed=False,
+                context_editing=config.context_editing,
+            )
+            return httpx.Request(
+                "POST",
+                url,
+                headers=on_the_wire(headers),
+                content=body,
+                extensions=link.extensions(call, url),
+            )
+
     answer = await send_edit(
         meter,
         client,
@@ -129,7 +132,7 @@ async def send_edit(
     content: bytes,
     messages_key: str,
     extensions: dict[str, Any],
-    as_it_is: httpx.Request | None = None,
+    as_it_is: Callable[[], httpx.Request] | None = None,
 ) -> httpx.Response | Declined:
     """The gateway's answer to the turn sent as an edit (resends done); `extra`: the
     relay's own headers (`Toolref-Key`, `Toolref-Switched-From`); `as_it_is`: the request
@@ -156,8 +159,9 @@ async def send_edit(
             content=edit.body,
             extensions=extensions,
         )
-        if as_it_is is not None and not_worth_an_edit(edit, request, as_it_is):
-            return await pool.handle_async_request(as_it_is)
+        plain = None if as_it_is is None else not_worth_an_edit(edit, request, as_it_is)
+        if plain is not None:
+            return await pool.handle_async_request(plain)
         response = await pool.handle_async_request(request)
         if response.status_code == 415 and HISTORY_HEADER not in response.headers:
             await response.aclose()  # the gateway's (the provider's would name the recipe)
@@ -185,17 +189,21 @@ async def send_edit(
         return response
 
 
-def not_worth_an_edit(edit: Edit, request: httpx.Request, plain: httpx.Request) -> bool:
-    """`request`, the first attempt of `edit`, puts more on the wire than `plain` (the
-    request as it came), and no later turn could be sent as an edit of it: no base, and no
-    message of `RELATED_MIN` bytes (`Recipes.best_base` relates a request to a recipe by
-    such a message only)."""
+def not_worth_an_edit(
+    edit: Edit, request: httpx.Request, plain: Callable[[], httpx.Request]
+) -> httpx.Request | None:
+    """The request as it came (`plain()`, made only here: a turn with a base never needs
+    it) when `request`, the first attempt of `edit`, puts more on the wire than it, and no
+    later turn could be sent as an edit of it: no base, and no message of `RELATED_MIN`
+    bytes (`Recipes.best_base` relates a request to a recipe by such a message only); else
+    None."""
     if edit.base is not None or edit.resends:
-        return False
+        return None
     made = edit.cut
     if any(len(made.segments[index]) >= RELATED_MIN for index in made.messages):
-        return False
-    return wire_size(request) > wire_size(plain)
+        return None
+    came = plain()
+    return came if wire_size(request) > wire_size(came) else None
 
 
 # Cutting and diffing a body (a SHA-256 per piece, zstd against up to 1 MiB): about 14 ms a

@@ -175,7 +175,7 @@ def parser() -> argparse.ArgumentParser:
         default="auto",
         choices=("auto", "httptools", "h11"),
         help="the HTTP/1.1 parser: auto: httptools (in C) where installed (the relay extra "
-        "installs it), else h11's (pure Python: about a tenth more of the relay's CPU a turn)",
+        "installs it), else h11's (pure Python: about 5% more of the relay's CPU a turn)",
     )
     relay.add_argument(
         "--log-level",

@@ -2,9 +2,9 @@
 with h11's bound on a request's head.
 
 Measured in `make bench` ("Gateway speed", the rows `relay on h11` beside the default):
-uvicorn's h11 protocol, pure Python, cost the relay about a tenth more CPU on a late agent
-turn (`python -m loadtests.relay_http_ab`: 2.77 ms against 2.53 on the longest trace's
-last turns) and relay + gateway 4% more on a small request.
+uvicorn's h11 protocol, pure Python, cost the relay about 5% more CPU on a late agent turn
+(`python -m loadtests.turns_ab --h11`: 2.05 ms against 1.94 on the longest trace's last
+turns) and relay + gateway about 6% more on a small request.
 `--http h11` keeps it (`--http auto`, the default: this one where httptools is installed,
 as the relay extra installs it).
 

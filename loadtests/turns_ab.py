@@ -1,0 +1,114 @@
+"""Agent turns side by side: this tree against another revision (`--revision`), and the
+relay on h11 (`--h11`), through real relay and gateway processes in one run; what a change
+did to the late turns of a long conversation, as ratios within one run on this machine.
+
+Each system is a gateway (its embedded engine a child) and a relay in front of it. Each is
+sent the turns of the longer trace `loadtests.gateway_speed` replays (each turn the whole
+conversation so far, streamed answers), as a conversation of its own per round (its first
+message made new), the systems alternating turn by turn (which goes first rotates). Per
+system, over the last 20 turns of every round: the median time to the whole answer, and
+the median CPU a turn of the relay and of the gateway with its engine (Linux's schedstat).
+The small-request side by side is `loadtests.code_ab` (and `gateway_speed`'s `relay on h11
++ gateway` row).
+
+    python -m loadtests.turns_ab [--revision REV] [--h11] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loadtests.bandwidth import turns_of
+from loadtests.code_ab import checkout
+from loadtests.drive import Target
+from loadtests.gateway_turns import HEADERS, PATHS, body_of, chosen, renamed
+from loadtests.systems import AFTER, UPSTREAM_NAME, Code, Launcher, Proc
+from loadtests.traces import load
+
+LATE = 20
+
+
+@dataclass
+class System:
+    """A relay and its gateway, and what their late turns took (ms)."""
+
+    label: str
+    relay: Proc
+    gateway: Proc
+    times: list[float] = field(default_factory=list)
+    relay_cpu: list[float] = field(default_factory=list)
+    gateway_cpu: list[float] = field(default_factory=list)
+
+    def line(self) -> str:
+        time_, relay, gateway = (
+            statistics.median(v) for v in (self.times, self.relay_cpu, self.gateway_cpu)
+        )
+        return (
+            f"{self.label}: last {LATE} turns, time {time_:.2f} ms, CPU relay {relay:.2f} ms "
+            f"+ gateway {gateway:.2f} ms = {relay + gateway:.2f} ms"
+        )
+
+
+async def measure(revision: str | None, h11: bool, rounds: int) -> list[System]:
+    trace = chosen(load(), 2)[-1]  # the longer of the two `gateway_speed` replays
+    fmt, messages, cuts = turns_of(trace)
+    path = f"/llm/{UPSTREAM_NAME}{PATHS[fmt.name]}"
+    with ExitStack() as stack:
+        launcher = Launcher(stack, Path(stack.enter_context(tempfile.TemporaryDirectory())))
+        upstream = launcher.upstream()
+        plans: list[tuple[str, Code, tuple[str, ...]]] = [("this tree", AFTER, ())]
+        if revision is not None:
+            plans.append((revision, checkout(stack, revision), ()))
+        if h11:
+            plans.append(("this tree, relay on h11", AFTER, ("--http", "h11")))
+        systems = []
+        for number, (label, code, options) in enumerate(plans):
+            gateway = launcher.gateway(code, upstream, f"gateway-{number}")
+            relay = launcher.relay(code, gateway.url, f"relay-{number}", *options)
+            systems.append(System(label, relay, gateway))
+        await launcher.wait()
+        for number in range(rounds):
+            talks = [renamed(messages) for _ in systems]
+            targets = [
+                Target("relay", s.label, s.relay.url + path, HEADERS, [s.relay]) for s in systems
+            ]
+            for index, cut in enumerate(cuts):
+                turn = (index + number) % len(systems)
+                for at in [*range(turn, len(systems)), *range(turn)]:
+                    system, body = systems[at], body_of(fmt.name, talks[at][:cut])
+                    relay, gateway = system.relay.cpu(), system.gateway.cpu()
+                    start = time.perf_counter()
+                    await targets[at].send(body)
+                    if index >= len(cuts) - LATE:
+                        system.times.append((time.perf_counter() - start) * 1e3)
+                        system.relay_cpu.append((system.relay.cpu() - relay) * 1e3)
+                        system.gateway_cpu.append((system.gateway.cpu() - gateway) * 1e3)
+            for target in targets:
+                await target.close()
+    return systems
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--revision", help="a revision of this repository to set beside")
+    parser.add_argument("--h11", action="store_true", help="this tree's relay on h11 beside")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if not load():
+        print("turns a/b: the shared traces are absent", file=sys.stderr)
+        return 2
+    for system in asyncio.run(measure(args.revision, args.h11, args.rounds)):
+        print(system.line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
