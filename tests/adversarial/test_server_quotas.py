@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from tests.service.test_recipes import age, pieces_of
 from tests.service.test_recipes import keep as keep_recipe
@@ -29,7 +29,12 @@ from tests.support.processes import Service
 from toolref.edits.wire import MEDIA_TYPE
 from toolref.sending.editor import Editor
 from toolref.wire.canonical import Digest, canonical_json
-from toolref.wire.errors import QuotaExceededError, ServiceUnavailableError, error_from_problem
+from toolref.wire.errors import (
+    QuotaExceededError,
+    ServiceUnavailableError,
+    StoreUnavailableError,
+    error_from_problem,
+)
 from toolref.wire.models import Invocation
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
@@ -37,7 +42,7 @@ from toolref_server.storage import keys, record
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipes import Recipes
-from toolref_server.storage.store import NewRecord, Store
+from toolref_server.storage.store import NewRecord, Put, Store
 
 from ..conftest import all_keys, snapshot
 from ..sockets import connect, read_reply
@@ -398,6 +403,59 @@ async def test_a_conversation_counts_its_groups_nodes_once_per_window(redis: Red
         made.append(int(await redis.strlen(keys.recipe_node("t", held.ref))))
     current, _ = quota.counters("t", clock())
     assert int(await redis.get(current) or 0) == sum(made)  # the new nodes alone
+
+
+async def test_a_key_written_small_then_large_counts_the_large_value(redis: Redis) -> None:
+    """Found in review: a write over a key (SET: an answer, a summary) counted nothing when
+    the key was used in this window already, whatever it held before: an answer kept as one
+    byte, then again as 5,000 under the same recipe ref, counted one byte. Twenty recipe refs
+    so held ten times the quota while the count said 20 bytes. Now a write over a key counts
+    what it grows the key by, and is refused past the quota as any write is."""
+    clock = Clock(TTL)
+    quota = StoredBytes(10_000, TTL, clock=clock)
+    store = Store(redis, TTL, quota=quota)
+    refused = 0
+    for n in range(20):
+        key = keys.answer("t", f"tb_{n:026d}")
+        try:
+            await store.put("t", "answer", [Put(key, b"x", TTL)])
+            await store.put("t", "answer", [Put(key, random.Random(n).randbytes(5_000), TTL)])
+        except QuotaExceededError:
+            refused += 1
+    assert refused
+    assert 0 < await stored_bytes(redis, "t") <= await counted_bytes(redis, "t") <= 10_000
+    # The same value again, or a smaller one, adds nothing.
+    held = keys.answer("t", f"tb_{0:026d}")
+    before = await counted_bytes(redis, "t")
+    await store.put("t", "answer", [Put(held, b"y" * 10, TTL)])
+    assert await counted_bytes(redis, "t") == before
+
+
+async def test_a_write_the_engine_fails_part_way_counts_nothing_and_keeps_nothing(
+    redis: Redis,
+) -> None:
+    """Found in review: a write's values and its count were separate commands of one
+    pipeline, so an engine that refused some of them (out of memory: the first SETs refused,
+    the INCRBY after them let through once their arguments were freed) counted 6 MB for a
+    tenant that kept nothing, or kept values it never counted. On one node the writes and
+    the count are now one transaction (MULTI): all or nothing. (A cluster cannot: skipped.)"""
+    if isinstance(redis, RedisCluster):
+        pytest.skip("no transaction spans a cluster's slots (`Store.writes`)")
+    quota = StoredBytes(100_000_000, TTL, clock=Clock(TTL))
+    store = Store(redis, TTL, quota=quota)
+    memory: Any = await redis.info("memory")
+    await redis.config_set("maxmemory", memory["used_memory"] + 3_000_000)
+    try:
+        puts = [
+            Put(keys.answer("t", f"tb_{n:026d}"), random.Random(n).randbytes(2_000_000), TTL)
+            for n in range(3)
+        ]
+        with pytest.raises(StoreUnavailableError):
+            await store.put("t", "answer", puts)
+    finally:
+        await redis.config_set("maxmemory", 0)
+    assert await stored_bytes(redis, "t") == 0
+    assert await counted_bytes(redis, "t") == 0
 
 
 def test_stored_bytes_arithmetic() -> None:

@@ -301,3 +301,23 @@ async def test_a_delta_loads_for_its_whole_lifetime_with_no_group_extended(
     clock.now += left - 2
     await age(redis, left - 2)
     assert await recipes_on(redis, clock).load("t", held.ref) is not None
+
+
+async def test_a_recipe_resent_whole_reads_back_when_its_old_node_did_not(
+    redis: Redis,
+) -> None:
+    """Found in review: a delta whose group is gone (evicted; or kept on a base only a
+    process's cache held) is not held, so its next edit is answered 409 and the client
+    resends the request whole. Keeping that request wrote its node SET NX: the broken delta
+    stayed, extended again, and the recipe never read back, every turn a 409 and a resend.
+    Now a node there that does not read back is written over by the one just made."""
+    clock = Clock()
+    recipes = recipes_on(redis, clock)
+    snapshot = await keep(recipes, request(3), None)
+    delta = await keep(recipes, request(4), snapshot)
+    assert delta.depth == 1
+    await redis.delete(keys.recipe_node("t", snapshot.ref))
+    assert await recipes.load("t", delta.ref) is None  # not held: 409, never an error
+    again = await keep(recipes, request(4), None)  # the resend: read back (`keep` asserts)
+    assert again.ref == delta.ref
+    assert await recipes_on(redis, clock).load("t", delta.ref) is not None

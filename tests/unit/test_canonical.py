@@ -215,6 +215,36 @@ def test_absurd_nesting_is_a_typed_error_not_a_crash() -> None:
         canonical_json(value)
 
 
+def _nested(depth: int, leaf: Any) -> tuple[Any, bytes]:
+    """`depth` levels of arrays and objects around `leaf`, and their canonical bytes."""
+    value, text = leaf, json.dumps(leaf)
+    for level in range(depth):
+        value, text = ([value], f"[{text}]") if level % 2 else ({"k": value}, f'{{"k":{text}}}')
+    return value, text.encode()
+
+
+def _called_from_depth(frames: int, call: Any) -> Any:
+    return call() if frames == 0 else _called_from_depth(frames - 1, call)
+
+
+@pytest.mark.parametrize("leaf", [1, 1.5])  # the orjson path gives up at 255 levels, too
+def test_nesting_limit_is_the_js_sdks_whatever_the_callers_stack(leaf: Any) -> None:
+    """Up to MAX_DEPTH (1000, as canonical.ts) levels have bytes, from a caller already 600
+    frames deep too (Python's recursion limit gave up near 400 levels there); one more is a
+    typed error, as in JavaScript."""
+    deepest, expected = _nested(canonical.MAX_DEPTH, leaf)
+    assert _called_from_depth(600, lambda: canonical_json(deepest)) == expected
+    with pytest.raises(CanonicalizationError, match="over 1000 levels"):
+        canonical_json(_nested(canonical.MAX_DEPTH + 1, leaf)[0])
+
+
+def test_an_integer_longer_than_python_writes_is_a_typed_error() -> None:
+    """Was a bare ValueError from int.__str__; the service refuses such numbers too."""
+    with pytest.raises(CanonicalizationError, match="more than 4300 digits"):
+        canonical_json({"n": 10**4300, "f": 0.5})
+    assert canonical_json(10**4299) == b"1" + b"0" * 4299
+
+
 def test_digest_is_sha256_of_canonical_bytes_with_size() -> None:
     data = canonical_json({"name": "read", "args": {"path": "a"}, "result": "x", "isError": False})
     digest = invocation_digest("read", {"path": "a"}, "x")

@@ -13,12 +13,25 @@
 import { CanonicalizationError } from "./errors.js";
 
 const encoder = new TextEncoder();
-const MAX_DEPTH = 10_000;
+/** Arrays and objects nested deeper are refused, as client_sdk/toolref/wire/canonical.py refuses
+ * them (its MAX_DEPTH): a value has a ref on both sides or on neither. */
+export const MAX_DEPTH = 1000;
+/** The longest integer (in digits) the Python SDK writes, and the service reads. */
+const MAX_DIGITS = 4300;
 
 /** The canonical JSON text of `value` (check with {@link canonicalBytes} for the bytes). */
 export function canonicalJson(value: unknown): string {
   const out: string[] = [];
-  const written = write(value, out, 0, new Set());
+  let written: boolean;
+  try {
+    written = write(value, out, 0, new Set());
+  } catch (error) {
+    // MAX_DEPTH levels fit the stack; a caller already deep in its own might not.
+    if (error instanceof RangeError && /call stack/i.test(error.message)) {
+      throw new CanonicalizationError("value is nested too deeply to canonicalize here; flatten it");
+    }
+    throw error;
+  }
   if (!written) {
     throw new CanonicalizationError(
       `a ${describeType(value)} has no JSON form; pass a string, number, boolean, null, array or object`,
@@ -79,9 +92,16 @@ function write(value: unknown, out: string[], depth: number, path: Set<object>):
     case "number":
       out.push(formatNumber(value));
       return true;
-    case "bigint":
-      out.push(value.toString());
+    case "bigint": {
+      const digits = value.toString();
+      if (digits.length - (value < 0n ? 1 : 0) > MAX_DIGITS) {
+        throw new CanonicalizationError(
+          `an integer of more than ${MAX_DIGITS} digits has no canonical form here (the service reads no longer number); send it as a string`,
+        );
+      }
+      out.push(digits);
       return true;
+    }
     case "boolean":
       out.push(value ? "true" : "false");
       return true;
@@ -95,22 +115,27 @@ function write(value: unknown, out: string[], depth: number, path: Set<object>):
     return true;
   }
   const obj = value as object;
+  if (obj instanceof Number || obj instanceof String || obj instanceof Boolean) {
+    return write(obj.valueOf(), out, depth, path);
+  }
   if (depth >= MAX_DEPTH) {
-    throw new CanonicalizationError(`value is nested more than ${MAX_DEPTH} levels deep; flatten it`);
+    throw new CanonicalizationError(
+      `value is nested too deeply to canonicalize (over ${MAX_DEPTH} levels of arrays and objects); flatten it`,
+    );
   }
   if (path.has(obj)) {
     throw new CanonicalizationError("value contains a cycle, which has no JSON form; remove the back reference");
   }
-  if (obj instanceof Number || obj instanceof String || obj instanceof Boolean) {
-    return write(obj.valueOf(), out, depth, path);
-  }
   path.add(obj);
   if (Array.isArray(obj)) {
+    // By index, not forEach, which skips the holes of a sparse array: JSON.stringify writes
+    // each as null (`[1, , 3]` is `[1,null,3]`).
     out.push("[");
-    obj.forEach((item: unknown, index: number) => {
+    const items = obj as unknown[];
+    for (let index = 0; index < items.length; index++) {
       if (index) out.push(",");
-      if (!write(item, out, depth + 1, path)) out.push("null");
-    });
+      if (!write(items[index], out, depth + 1, path)) out.push("null");
+    }
     out.push("]");
   } else {
     const record = obj as Record<string, unknown>;

@@ -24,6 +24,7 @@ import {
 } from "../src/index.js";
 import { BROTLI, BROTLI_BUDGET, pack, platformBrotli, platformCodec } from "../src/edits/isolated.js";
 import { crc32 } from "../src/edits/window.js";
+import { MAX_DEPTH } from "../src/canonical.js";
 import { brotliDecompressSync } from "node:zlib";
 
 describe("canonical JSON", () => {
@@ -45,6 +46,32 @@ describe("canonical JSON", () => {
     cycle["self"] = cycle;
     expect(() => canonicalJson(cycle)).toThrow(CanonicalizationError);
     expect(() => canonicalJson("\ud800")).toThrow(/lone UTF-16 surrogate \(\\ud800\)/);
+  });
+
+  it("writes the holes of a sparse array as null, as JSON.stringify sends them", () => {
+    for (const value of [[1, , 3], [, 2], new Array(3), { a: [, "x"] }]) {
+      expect(canonicalJson(value)).toBe(JSON.stringify(value));
+    }
+  });
+
+  it("nests MAX_DEPTH (1000) levels, as the Python SDK does, and refuses one more with a typed error", () => {
+    let value: unknown = 1.5;
+    let text = "1.5";
+    for (let level = 0; level < MAX_DEPTH; level++) {
+      value = level % 2 ? [value] : { k: value };
+      text = level % 2 ? `[${text}]` : `{"k":${text}}`;
+    }
+    expect(MAX_DEPTH).toBe(1000);
+    expect(canonicalJson(value)).toBe(text);
+    expect(() => canonicalJson([value])).toThrow(CanonicalizationError);
+    let deeper: unknown = 1;
+    for (let level = 0; level < 5000; level++) deeper = [deeper]; // was a RangeError (stack)
+    expect(() => canonicalJson(deeper)).toThrow(/nested too deeply/);
+  });
+
+  it("refuses a bigint of more than 4300 digits, as the Python SDK refuses the integer", () => {
+    expect(canonicalJson(-(10n ** 4299n))).toBe(`-1${"0".repeat(4299)}`);
+    expect(() => canonicalJson(10n ** 4300n)).toThrow(CanonicalizationError);
   });
 
   it("base32 is RFC 4648's, lowercase, unpadded", () => {

@@ -8,6 +8,10 @@ Two paths give the same bytes. Values with no floats and no object keys at or ab
 the rest, and what orjson refuses (integers past 64 bits, nesting past 255 levels), go
 through a Python serializer that writes each string through orjson and floats as ECMAScript
 does. Both are property-tested against the `rfc8785` package.
+
+Both SDKs refuse the same values, with a `CanonicalizationError`: NaN and infinities, lone
+surrogates, arrays and objects nested past `MAX_DEPTH` levels, integers of more than 4300
+digits (what the service reads).
 """
 
 from __future__ import annotations
@@ -17,9 +21,10 @@ import difflib
 import hashlib
 import math
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias, cast
+from typing import Any, Final, TypeAlias
 
 import orjson
 
@@ -35,6 +40,11 @@ JSONValue: TypeAlias = dict[str, Any] | list[Any] | str | int | float | bool | N
 REF_PREFIX: Final = "tr_"
 REF_DIGEST_BYTES: Final = 16
 REF_LENGTH: Final = len(REF_PREFIX) + 26
+# Arrays and objects nested deeper than this are refused, here as in the JS SDK (canonical.ts):
+# the same values have refs on both sides whatever the caller's stack (the service reads at
+# most 512 levels).
+MAX_DEPTH: Final = 1000
+_END: Final = object()
 
 _SURROGATE_START: Final = "\ud800"
 # Characters of a string orjson escapes at once; longer ones in slices (`_string`), and a
@@ -132,49 +142,90 @@ def _utf16_key(item: tuple[str, Any]) -> bytes:
     return item[0].encode("utf-16-be", "surrogatepass")
 
 
-def _serialize(value: object, out: list[bytes]) -> None:
-    kind = type(value)
+def _scalar(value: object, kind: type) -> bytes:
+    """The canonical bytes of a value that is no array or object."""
     if kind is str:
-        out.append(_string(value))  # type: ignore[arg-type]
-    elif value is None:
-        out.append(b"null")
-    elif value is True:
-        out.append(b"true")
-    elif value is False:
-        out.append(b"false")
-    elif kind is int:
-        out.append(str(value).encode())
-    elif kind is float:
-        out.append(format_float(value).encode())  # type: ignore[arg-type]
-    elif kind is dict:
-        items: list[tuple[Any, Any]] = list(value.items())  # type: ignore[attr-defined]
-        for key, _ in items:
-            if type(key) is not str:
+        return _string(value)  # type: ignore[arg-type]
+    if value is None:
+        return b"null"
+    if value is True:
+        return b"true"
+    if value is False:
+        return b"false"
+    if kind is int:
+        try:
+            return str(value).encode()
+        except ValueError:  # past sys.get_int_max_str_digits() (4300 by default)
+            raise CanonicalizationError(
+                f"an integer of more than {sys.get_int_max_str_digits()} digits has no "
+                "canonical form here (the service reads no longer number); send it as a string",
+                value="integer",
+            ) from None
+    if kind is float:
+        return format_float(value).encode()  # type: ignore[arg-type]
+    raise CanonicalizationError(
+        f"a {kind.__name__} has no JSON form; use str, int, float, bool, None, list or dict",
+        value=kind.__name__,
+    )
+
+
+def _sorted_items(value: dict[Any, Any]) -> list[tuple[str, Any]]:
+    items: list[tuple[Any, Any]] = list(value.items())
+    for key, _ in items:
+        if type(key) is not str:
+            raise CanonicalizationError(
+                f"object key {key!r} is a {type(key).__name__}; JSON object keys are strings",
+                value=repr(key),
+            )
+    items.sort(key=_utf16_key)
+    return items
+
+
+def _serialize(value: object, out: list[bytes]) -> None:
+    """Appends the canonical bytes of `value` to `out`. With a stack of its own (at most
+    `MAX_DEPTH` open arrays and objects), not Python's: how deep a value may be does not
+    depend on how deep the caller's stack already is."""
+    append = out.append
+    # Open arrays and objects: (iterator of their members, whether it is an object).
+    open_: list[tuple[Iterator[Any], bool]] = []
+    node: Any = value
+    while True:
+        kind = type(node)
+        if kind is dict or kind is list or kind is tuple:
+            if len(open_) >= MAX_DEPTH:
                 raise CanonicalizationError(
-                    f"object key {key!r} is a {type(key).__name__}; JSON object keys are strings",
-                    value=repr(key),
+                    f"value is nested too deeply to canonicalize (over {MAX_DEPTH} levels of "
+                    "arrays and objects); flatten it",
+                    limit=MAX_DEPTH,
                 )
-        items.sort(key=_utf16_key)
-        out.append(b"{")
-        for index, (key, member) in enumerate(items):
-            if index:
-                out.append(b",")
-            out.append(_string(key))
-            out.append(b":")
-            _serialize(member, out)
-        out.append(b"}")
-    elif kind is list or kind is tuple:
-        out.append(b"[")
-        for index, element in enumerate(cast(list[Any], value)):
-            if index:
-                out.append(b",")
-            _serialize(element, out)
-        out.append(b"]")
-    else:
-        raise CanonicalizationError(
-            f"a {kind.__name__} has no JSON form; use str, int, float, bool, None, list or dict",
-            value=kind.__name__,
-        )
+            if kind is dict:
+                append(b"{")
+                open_.append((iter(_sorted_items(node)), True))
+            else:
+                append(b"[")
+                open_.append((iter(node), False))
+            first = True
+        else:
+            append(_scalar(node, kind))
+            first = False
+        while open_:  # the next member to write, closing what has none left
+            members, is_object = open_[-1]
+            member: Any = next(members, _END)
+            if member is _END:
+                append(b"}" if is_object else b"]")
+                open_.pop()
+                first = False
+                continue
+            if not first:
+                append(b",")
+            if is_object:
+                append(_string(member[0]))
+                append(b":")
+                member = member[1]
+            node = member
+            break
+        else:
+            return
 
 
 def _encode_utf8(text: str) -> bytes:
@@ -191,18 +242,13 @@ def _encode_utf8(text: str) -> bytes:
 
 def canonical_json(value: object) -> bytes:
     """RFC 8785 canonical UTF-8 bytes of a JSON value (plus exact big integers)."""
-    try:
-        if _orjson_ok(value):
-            try:
-                return orjson.dumps(value, option=_SORTED)
-            except TypeError:  # past 64-bit integers, 255 levels, a lone surrogate
-                pass
-        out: list[bytes] = []
-        _serialize(value, out)
-    except RecursionError:
-        raise CanonicalizationError(
-            "value is nested too deeply to canonicalize; flatten it below ~900 levels"
-        ) from None
+    if _orjson_ok(value):
+        try:
+            return orjson.dumps(value, option=_SORTED)
+        except TypeError:  # past 64-bit integers, 255 levels, a lone surrogate
+            pass
+    out: list[bytes] = []
+    _serialize(value, out)
     return b"".join(out)
 
 

@@ -13,14 +13,15 @@ written or read, so the bytes a tenant keeps at time t are those it wrote or rea
 t - TTL. Time is cut into windows of one TTL, and a counter per tenant and window
 (`keys.stored_bytes`) adds each key's size the first time the key is written or read in
 that window (a key's remaining lifetime, read before it is extended, tells whether it was
-last used before the window began); a key whose lifetime is only extended (keeping an
-edited request's recipe extends the nodes, chunks and pieces it needs) counts as a read
-does. A key alive at t was used in t's window or the one before, so the current and the
-previous counters together are never below what the tenant keeps, and at most twice it (a
-key used in both windows counts in both). A write whose new bytes would take that sum past
-the quota is refused before anything is written; reads and extensions are never refused
-(they only count). A summary past the quota is answered and not kept
-(`toolref_server.storage.summary_store`): making it is a read.
+last used before the window began), and what a write over it grows it by after that; a
+key whose lifetime is only extended (keeping an edited request's recipe extends the nodes,
+chunks and pieces it needs) counts as a read does. A key alive at t was used in t's window
+or the one before, so the current and the previous counters together are never below what
+the tenant keeps, and at most twice it (a key used in both windows counts in both). A
+write whose new bytes would take that sum past the quota is refused before anything is
+written; reads and extensions are never refused (they only count). A summary past the
+quota is answered and not kept (`toolref_server.storage.summary_store`): making it is a
+read.
 
 What else a tenant makes the service store is bounded without counting: summary locks
 (one per summary being made, deleted when it is, under 100 bytes) and failure marks (one per
@@ -105,14 +106,24 @@ class StoredBytes:
         too): it was used `ttl - remaining` ago, longer ago than the window began."""
         return math.floor((self.ttl - now % self.ttl) * 1000)
 
-    def cost(self, sizes: Sequence[int], remaining: Sequence[Any], now: float) -> int:
+    def cost(
+        self,
+        sizes: Sequence[int],
+        remaining: Sequence[Any],
+        now: float,
+        replaced: Sequence[Any] | None = None,
+    ) -> int:
         """Bytes to count for keys of `sizes` about to be written or read, given their
-        remaining lifetimes in ms (PTTL replies) before this use."""
+        remaining lifetimes in ms (PTTL replies) before this use. `replaced`: for writes
+        over what is there (SET, not SET NX), the sizes there now (STRLEN replies): a key
+        counted in this window already counts what it grows by, so that writing a key
+        small and then again large counts the large value."""
         threshold = self.threshold(now)
+        before = replaced if replaced is not None else [None] * len(sizes)
         return sum(
-            size
-            for size, left in zip(sizes, remaining, strict=True)
-            if size and int(left) < threshold
+            size if int(left) < threshold else max(0, size - int(old))
+            for size, left, old in zip(sizes, remaining, before, strict=True)
+            if size and (int(left) < threshold or old is not None)
         )
 
     def extended(

@@ -15,7 +15,8 @@ first), so that loading it is one read of them all, whatever the conversation's 
 A chunk (`recipe_chunks`) is a run of entries under its id (a digest of what it stores),
 shared by every snapshot that holds it: a piece by its entry, a literal by where it is
 stored (a group's nodes, the node's place in it, the literal's place in the node). A node
-is never written over (SET NX): what a chunk refers to stays what it was.
+is never written over (SET NX): what a chunk refers to stays what it was (but a node that
+no longer reads back, which nothing can read through either: `Recipes.keep`).
 
 Bytes: a version byte, then msgpack (a node positional, `encode_node`), compressed (zstd,
 the shipped messages dictionary) when that is smaller (`_PLAIN` / `_PACKED`). Reading is

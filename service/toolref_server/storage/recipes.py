@@ -391,10 +391,15 @@ class Recipes:
             tenant, _ACTION, puts, shorten=shorten, extend=extend, delete=dropped
         )
         self.cache.keep_pieces(tenant, pieces.items())
-        if done[-1] or same:
-            self.cache.keep_recipe(tenant, ref, held)
-        else:  # kept before, as another node (never written over): that one is the recipe
+        if not (done[-1] or same):  # kept before, as another node: that one is the recipe
             self.cache.drop_recipe(tenant, ref)
+            if await self.load(tenant, ref) is not None:
+                return held
+            # ...unless it does not read back (a delta whose group is gone: evicted, or
+            # kept on a base only a process's cache held). Written over by this one, or
+            # each resend would extend it again and the recipe never read back.
+            await store.put(tenant, _ACTION, [replace(node_put, keep=False)])
+        self.cache.keep_recipe(tenant, ref, held)
         return held
 
     async def _snapshot_of(

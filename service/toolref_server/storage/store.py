@@ -42,46 +42,13 @@ from toolref_server.storage import record
 from toolref_server.storage.keys import record as record_key
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.record import Record
-from toolref_server.storage.scripting import refuses_scripts
+from toolref_server.storage.scripting import READ_AND_TOUCH, READ_TOUCH_AND_COUNT, refuses_scripts
 from toolref_server.storage.slots import queue_mgets, slot_groups, ungroup
 from toolref_server.storage.verifier import Verifier
 
 log = logging.getLogger(__name__)
 
 StoreClient = Redis | RedisCluster
-
-_READ_AND_TOUCH = """
-local values = {}
-for i, key in ipairs(KEYS) do
-  local value = redis.call('GET', key)
-  if value then redis.call('EXPIRE', key, ARGV[1]) end
-  values[i] = value
-end
-return values
-"""
-
-# The same, counting for the stored-bytes quota (toolref_server.storage.quotas): the last key is the
-# tenant's counter; a value is counted when its remaining lifetime (ms) is below ARGV[2].
-_READ_TOUCH_AND_COUNT = """
-local last = #KEYS - 1
-local values = {}
-local cost = 0
-for i = 1, last do
-  local key = KEYS[i]
-  local left = redis.call('PTTL', key)
-  local value = redis.call('GET', key)
-  if value then
-    if left < tonumber(ARGV[2]) then cost = cost + #value end
-    redis.call('EXPIRE', key, ARGV[1])
-  end
-  values[i] = value
-end
-if cost > 0 then
-  redis.call('INCRBY', KEYS[last + 1], cost)
-  redis.call('EXPIRE', KEYS[last + 1], ARGV[3])
-end
-return values
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,12 +95,12 @@ class Store:
         self.cluster = isinstance(redis, RedisCluster)
         # One node: GET and EXPIRE of a whole batch as one script call (one reply to parse
         # instead of one per key). A cluster keeps MGET per slot plus EXPIREs.
-        self._read = None if self.cluster else redis.register_script(_READ_AND_TOUCH)
+        self._read = None if self.cluster else redis.register_script(READ_AND_TOUCH)
         # The stored-bytes quota, when there is one: every write and read counts.
         self.quota = quota if quota is not None and quota.enabled else None
         self._read_counted = None
         if self.quota is not None and not self.cluster:
-            self._read_counted = redis.register_script(_READ_TOUCH_AND_COUNT)
+            self._read_counted = redis.register_script(READ_TOUCH_AND_COUNT)
         self.ttl = ttl_seconds
         self.retry_after = retry_after
         self.breaker = CircuitBreaker(failure_threshold, reset_timeout=retry_after)
@@ -225,7 +192,7 @@ class Store:
             if not pending:
                 break
             async with self.guard("register"):
-                pipe = self.redis.pipeline(transaction=False)
+                pipe = self.writes()
                 for i in pending:
                     key = self.key(tenant, records[i].ref)
                     pipe.set(key, records[i].data, nx=True, ex=self.ttl)
@@ -355,10 +322,14 @@ class Store:
         Returns, for each put, whether it was written (False: a `keep` put whose
         key was there already)."""
         cost = await self.cost_of_writing(
-            tenant, [p.key for p in puts], [len(p.value) for p in puts], extend
+            tenant,
+            [p.key for p in puts],
+            [len(p.value) for p in puts],
+            extend,
+            [not p.keep for p in puts],
         )
         async with self.guard(action):
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self.writes()
             for p in puts:
                 pipe.set(p.key, p.value, nx=p.keep, ex=p.ttl)
                 if p.keep:
@@ -378,6 +349,18 @@ class Store:
             at += 2 if p.keep else 1
         return written
 
+    def writes(self) -> Any:
+        """A pipeline for writes counted for the quota: with a quota, on one node, a
+        transaction (MULTI), so that a failure part-way (the engine out of memory, the
+        connection lost) leaves neither a value written uncounted nor a count of bytes not
+        written. A cluster's keys sit in many slots, where no transaction reaches: there a
+        failure part-way may leave some of the writes done, counted or not (the count is
+        off until its windows end, two TTLs at most). With no quota there is no count to
+        keep true, and a recipe's node is written last (a part-way failure leaves it not
+        held: a 409 and a resend), so no transaction: its queued replies would cost every
+        turn's keep."""
+        return self.redis.pipeline(transaction=self.quota is not None and not self.cluster)
+
     # --- the stored-bytes quota (toolref_server.storage.quotas) ----------------------------------
 
     async def cost_of_writing(
@@ -386,16 +369,20 @@ class Store:
         keys: Sequence[str],
         sizes: Sequence[int],
         extended: Sequence[tuple[str, int]] = (),
+        replacing: Sequence[bool] = (),
     ) -> int:
-        """The bytes writing `sizes` under `keys` (each key once) and extending each
-        (key, seconds) of `extended` add to `tenant`'s count (0 with no quota);
-        `QuotaExceededError` when the writes do not fit (an extension is counted as a read
-        is: the first time in a window, never refused). One round trip."""
+        """The bytes writing `sizes` under `keys` (each key once; `replacing`: each write a
+        SET over what is there, which counts what it grows a key by, else a SET NX) and
+        extending each (key, seconds) of `extended` add to `tenant`'s count (0 with no
+        quota); `QuotaExceededError` when the writes do not fit (an extension is counted
+        as a read is: the first time in a window, never refused). One round trip."""
         if self.quota is None or not (keys or extended):
             return 0
-        written: dict[str, int] = {}
-        for key, size in zip(keys, sizes, strict=True):
-            written.setdefault(key, size)  # a key written twice is stored once
+        written: dict[str, tuple[int, bool]] = {}
+        over = list(replacing) or [False] * len(keys)
+        for key, size, replaces in zip(keys, sizes, over, strict=True):
+            had = written.get(key)  # a key written twice is stored once: the larger
+            written[key] = (max(size, had[0]), replaces or had[1]) if had else (size, replaces)
         kept: dict[str, int] = {}
         for key, seconds in extended:
             if key not in written:
@@ -406,18 +393,20 @@ class Store:
             pipe = self.redis.pipeline(transaction=False)
             pipe.get(current)
             pipe.get(previous)
-            for key in written:
-                pipe.pttl(key)
-            for key in kept:
+            for key in [*written, *kept]:
                 pipe.pttl(key)
                 pipe.strlen(key)
             replies: list[Any] = await pipe.execute()
         used = int(replies[0] or 0) + int(replies[1] or 0)
-        cost = self.quota.cost(list(written.values()), replies[2 : 2 + len(written)], now)
+        at = 2 + 2 * len(written)
+        lifetimes, stored = replies[2:at:2], replies[3:at:2]
+        sizes = [size for size, _ in written.values()]
+        pairs = zip(stored, written.values(), strict=True)
+        before = [there if replaces else None for there, (_, replaces) in pairs]
+        cost = self.quota.cost(sizes, lifetimes, now, before)
         self.quota.check(tenant, used, cost, now)
-        lifetimes = replies[2 + len(written) :: 2]
-        stored = replies[3 + len(written) :: 2]
-        return cost + self.quota.extended(stored, lifetimes, list(kept.values()), now)
+        kept_stored = replies[at + 1 :: 2]
+        return cost + self.quota.extended(kept_stored, replies[at::2], list(kept.values()), now)
 
     def charge(self, pipe: Any, tenant: str, cost: int) -> None:
         """Queue on `pipe` the counting of `cost` bytes for `tenant`."""
