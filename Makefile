@@ -25,18 +25,18 @@ SOURCES_ON_PATH = $(BIN)/python -c 'import pathlib, sysconfig; \
 
 # A larger set covers the smaller ones, so `make serve` after `make test` installs nothing.
 $(SERVER_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[server,relay]'
+	$(BIN)/python -m pip install --quiet -e '.[server]'
 	$(SOURCES_ON_PATH)
 	@touch $@
 
 $(LOADTEST_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[server,relay,loadtest]'
+	$(BIN)/python -m pip install --quiet -e '.[server,loadtest]'
 	$(SOURCES_ON_PATH)
 	@touch $@ $(SERVER_STAMP)
 
 # Tests import the load-test modules, and mypy checks them: dev needs loadtest too.
 $(DEV_STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[server,relay,dev,loadtest]'
+	$(BIN)/python -m pip install --quiet -e '.[server,dev,loadtest]'
 	$(SOURCES_ON_PATH)
 	@touch $@ $(LOADTEST_STAMP) $(SERVER_STAMP)
 

@@ -55,7 +55,6 @@ PORTKEY: Final = "Portkey gateway (Node)"
 GATEWAY_1: Final = "gateway, protocol 1"
 GATEWAY_2: Final = "gateway, protocol 2"
 CHAIN: Final = "relay + gateway"
-RELAY_H11: Final = "relay on h11 + gateway"
 GRANIAN_1: Final = "gateway on granian, protocol 1"
 GRANIAN_2: Final = "gateway on granian, protocol 2"
 
@@ -146,8 +145,6 @@ async def _start(launcher: Launcher, codes: list[Code]) -> Systems:
         gateway = launcher.gateway(code, upstream, f"gateway-{short}")
         chains[code.label] = (launcher.relay(code, gateway.url, f"relay-{short}"), gateway)
         spare[code.label] = launcher.gateway(code, upstream, f"hop-gateway-{short}")
-    # The relay's HTTP parser side by side (`--http auto`: httptools where installed): h11's.
-    h11 = launcher.relay(codes[0], chains[codes[0].label][1].url, "relay-h11", "--http", "h11")
     # The ASGI server side by side: the gateway's app on granian (Rust), its own engine.
     granian = launcher.granian_gateway(upstream, "gateway-granian")
     await launcher.wait()
@@ -176,7 +173,6 @@ async def _start(launcher: Launcher, codes: list[Code]) -> Systems:
                     "relay + gateway, both on asyncio", label, plain_relay.url + llm, PROVIDER,
                     [plain_relay, plain],
                 ),
-                Target(RELAY_H11, label, h11.url + llm, PROVIDER, [h11, gateway]),
                 Target(GRANIAN_1, label, granian[0].url + llm, PROVIDER, [*granian]),
                 Target(GRANIAN_2, label, granian[0].url + llm, PROTOCOL_2, [*granian]),
             ]  # fmt: skip
@@ -340,10 +336,8 @@ def small_section(systems: Systems, measured: Measured, command: str) -> Section
         "`toolref relay --gateway` in front of it. Both run uvloop (their default where "
         "installed, as the relay and server extras install it); the rows `asyncio` are the "
         "gateway told to run asyncio's loop (`TOOLREF_EVENT_LOOP=asyncio`), and relay and "
-        "gateway both on it (`--event-loop asyncio`), the choice measured side by side; "
-        f"`{RELAY_H11}` is the relay told to parse HTTP with h11 (`--http h11`, pure "
-        "Python) where its default is httptools (`--http auto`, llhttp in C, as the relay "
-        "extra installs it). The rows `gateway on granian` are the gateway's app served by "
+        "gateway both on it (`--event-loop asyncio`), the choice measured side by side. "
+        "The rows `gateway on granian` are the gateway's app served by "
         "granian (Rust's hyper and tokio; one worker, uvloop; `granian --interface asgi "
         "--factory toolref_server.app:create_app`) on an engine of its own, where "
         "`toolref-server serve` runs uvicorn with toolref's own HTTP/1.1 protocol (head, body "

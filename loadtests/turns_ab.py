@@ -1,6 +1,7 @@
-"""Agent turns side by side: this tree against another revision (`--revision`), and the
-relay on h11 (`--h11`), through real relay and gateway processes in one run; what a change
-did to the late turns of a long conversation, as ratios within one run on this machine.
+"""Agent turns side by side: this tree against another revision (`--revision`), and its
+relay started with other options (`--relay-options`, e.g. "--event-loop asyncio"), through
+real relay and gateway processes in one run; what a change did to the late turns of a long
+conversation, as ratios within one run on this machine.
 
 Each system is a gateway (its embedded engine a child) and a relay in front of it. Each is
 sent the turns of the longer trace `loadtests.gateway_speed` replays (each turn the whole
@@ -8,16 +9,16 @@ conversation so far, streamed answers), as a conversation of its own per round (
 message made new), the systems alternating turn by turn (which goes first rotates). Per
 system, over the last 20 turns of every round: the median time to the whole answer, and
 the median CPU a turn of the relay and of the gateway with its engine (Linux's schedstat).
-The small-request side by side is `loadtests.code_ab` (and `gateway_speed`'s `relay on h11
-+ gateway` row).
+The small-request side by side is `loadtests.code_ab`.
 
-    python -m loadtests.turns_ab [--revision REV] [--h11] [--rounds 3]
+    python -m loadtests.turns_ab [--revision REV] [--relay-options "..."] [--rounds 3]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import shlex
 import statistics
 import sys
 import tempfile
@@ -57,7 +58,7 @@ class System:
         )
 
 
-async def measure(revision: str | None, h11: bool, rounds: int) -> list[System]:
+async def measure(revision: str | None, options: str | None, rounds: int) -> list[System]:
     trace = chosen(load(), 2)[-1]  # the longer of the two `gateway_speed` replays
     fmt, messages, cuts = turns_of(trace)
     path = f"/llm/{UPSTREAM_NAME}{PATHS[fmt.name]}"
@@ -67,12 +68,12 @@ async def measure(revision: str | None, h11: bool, rounds: int) -> list[System]:
         plans: list[tuple[str, Code, tuple[str, ...]]] = [("this tree", AFTER, ())]
         if revision is not None:
             plans.append((revision, checkout(stack, revision), ()))
-        if h11:
-            plans.append(("this tree, relay on h11", AFTER, ("--http", "h11")))
+        if options:
+            plans.append((f"this tree, relay {options}", AFTER, tuple(shlex.split(options))))
         systems = []
-        for number, (label, code, options) in enumerate(plans):
+        for number, (label, code, extra) in enumerate(plans):
             gateway = launcher.gateway(code, upstream, f"gateway-{number}")
-            relay = launcher.relay(code, gateway.url, f"relay-{number}", *options)
+            relay = launcher.relay(code, gateway.url, f"relay-{number}", *extra)
             systems.append(System(label, relay, gateway))
         await launcher.wait()
         for number in range(rounds):
@@ -99,13 +100,13 @@ async def measure(revision: str | None, h11: bool, rounds: int) -> list[System]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--revision", help="a revision of this repository to set beside")
-    parser.add_argument("--h11", action="store_true", help="this tree's relay on h11 beside")
+    parser.add_argument("--relay-options", help="this tree's relay with these options beside")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     if not load():
         print("turns a/b: the shared traces are absent", file=sys.stderr)
         return 2
-    for system in asyncio.run(measure(args.revision, args.h11, args.rounds)):
+    for system in asyncio.run(measure(args.revision, args.relay_options, args.rounds)):
         print(system.line())
     return 0
 

@@ -171,13 +171,6 @@ def parser() -> argparse.ArgumentParser:
         help="auto: uvloop where installed (the relay extra installs it), else asyncio's",
     )
     relay.add_argument(
-        "--http",
-        default="auto",
-        choices=("auto", "httptools", "h11"),
-        help="the HTTP/1.1 parser: auto: httptools (in C) where installed (the relay extra "
-        "installs it), else h11's (pure Python: about 5% more of the relay's CPU a turn)",
-    )
-    relay.add_argument(
         "--log-level",
         default="warning",
         choices=("debug", "info", "warning", "error"),
@@ -280,12 +273,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             "(pip install uvloop: not on Windows), or use --event-loop auto (uvloop where "
             "installed, else asyncio's loop)"
         )
-    if args.http == "httptools" and not _importable("httptools"):
-        sys.exit(
-            "toolref relay: --http httptools, but httptools is not installed here; install "
-            "it (pip install httptools), or use --http auto (httptools where installed, else "
-            "h11)"
-        )
     sock = _bind(args.host, args.port)  # first: a busy port fails before anything is said
     port = sock.getsockname()[1]
     try:
@@ -335,29 +322,42 @@ def main(argv: Sequence[str] | None = None) -> None:
         for line in set_up_lines(base, found.upstreams):
             _say(line)
         _say(token_line(token_file, base))
-        served = uvicorn.Config(
-            Relay(config, signals=True, preflight=found),
-            log_level=args.log_level,
-            loop=args.event_loop,
-            http=http_protocol(args.http),
-            access_log=False,  # its lines carry query strings, where some providers take keys
-            # uvicorn's own lines (a WebSocket upgrade's path and query among them) go to the
-            # handler above, through its redactor: uvicorn's logging set-up would give them a
-            # handler of their own, with none.
-            log_config=None,
-            # The answer's headers are the provider's: no `server: uvicorn`, no second `date`.
-            server_header=False,
-            date_header=False,
-            lifespan="on",
-            # WebSocket mode (toolref_relay.websocket_mode) over wsproto; messages within the body
-            # limit; no permessage-deflate (a small frame could inflate past any limit).
-            ws="wsproto",
-            ws_max_size=config.max_body_bytes,
-            ws_per_message_deflate=False,
-        )
+        app = Relay(config, signals=True, preflight=found)
+        served = server_config(app, args.event_loop, args.log_level, config.max_body_bytes)
         uvicorn.Server(served).run(sockets=[sock])  # the app deletes the token file at exit
     finally:
         control.remove(token_file, config.token)
+
+
+def server_config(app: Any, loop: str, log_level: str, max_body_bytes: int) -> Any:
+    """The relay's uvicorn configuration (a `uvicorn.Config`) for `app`."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        log_level=log_level,
+        loop=loop,
+        # h11, whatever else is installed: uvicorn's default picks httptools where it is
+        # (uvicorn[standard] installs it), whose protocol forwards a chunked body's trailers
+        # as headers, drops a `gzip` transfer coding, loses the body of an `Upgrade: h2c`
+        # request and queues pipelined requests without bound; matching h11 took more code
+        # than its 5% of the relay's CPU was worth (docs/benchmarks.md, issue 40).
+        http="h11",
+        access_log=False,  # its lines carry query strings, where some providers take keys
+        # uvicorn's own lines (a WebSocket upgrade's path and query among them) go to the
+        # handler above, through its redactor: uvicorn's logging set-up would give them a
+        # handler of their own, with none.
+        log_config=None,
+        # The answer's headers are the provider's: no `server: uvicorn`, no second `date`.
+        server_header=False,
+        date_header=False,
+        lifespan="on",
+        # WebSocket mode (toolref_relay.websocket_mode) over wsproto; messages within the body
+        # limit; no permessage-deflate (a small frame could inflate past any limit).
+        ws="wsproto",
+        ws_max_size=max_body_bytes,
+        ws_per_message_deflate=False,
+    )
 
 
 def token_line(token_file: Path, base: str) -> str:
@@ -416,16 +416,6 @@ def _importable(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
-
-
-def http_protocol(choice: str) -> Any:
-    """uvicorn's `http` for `--http`: the relay's httptools protocol (`http_protocol`, the
-    head bounded as h11 bounds it) where chosen or, for auto, installed; else h11's."""
-    if choice == "h11" or (choice == "auto" and not _importable("httptools")):
-        return "h11"
-    from .http_protocol import Protocol
-
-    return Protocol
 
 
 def _bind(host: str, port: int) -> socket.socket:

@@ -21,22 +21,19 @@ import zstandard
 
 from toolref.edits import wire
 from toolref.edits.wire import MEDIA_TYPE
-from toolref_relay.app import Relay
-from toolref_relay.cli import http_protocol
 
 
 @asynccontextmanager
-async def serve(app: Any, *, http: str | None = None) -> AsyncIterator[str]:
-    """Serve `app` (lifespan included) until the block ends; yields its base URL. `http`:
-    a relay's `--http` choice (None: as `_config` picks)."""
-    async with serve_all(app, http=http) as [url]:
+async def serve(app: Any) -> AsyncIterator[str]:
+    """Serve `app` (lifespan included) until the block ends; yields its base URL."""
+    async with serve_all(app) as [url]:
         yield url
 
 
 @asynccontextmanager
-async def serve_all(*apps: Any, http: str | None = None) -> AsyncIterator[list[str]]:
+async def serve_all(*apps: Any) -> AsyncIterator[list[str]]:
     """`serve` for several apps at once, stopped together (each stop takes a few ticks)."""
-    servers = [uvicorn.Server(_config(app, http)) for app in apps]
+    servers = [uvicorn.Server(_config(app)) for app in apps]
     tasks = [asyncio.create_task(server.serve()) for server in servers]
     try:
         while not all(server.started for server in servers):
@@ -52,15 +49,11 @@ async def serve_all(*apps: Any, http: str | None = None) -> AsyncIterator[list[s
         await asyncio.gather(*tasks)
 
 
-def _config(app: Any, http: str | None = None) -> uvicorn.Config:
+def _config(app: Any) -> uvicorn.Config:
     return uvicorn.Config(
         app,
         host="127.0.0.1",
         port=0,
-        # A relay on the protocol `toolref relay` serves it on (`--http auto`); any other
-        # app (a provider's stand-in, a middleware's app) on h11, which keeps a target as it
-        # came (httptools' URL parser drops a `#...`: tests check what arrived).
-        http=http_protocol(http or "auto") if isinstance(app, Relay) else "h11",
         log_config=None,  # leave the test run's logging alone
         access_log=False,
         lifespan="auto",

@@ -494,3 +494,20 @@ def test_a_target_sent_without_the_extension_is_the_agents_bytes(path: str, quer
     assert (exact or {"target": httpx.URL(url).raw_path}) == {"target": sent}
     if all(c in _SAFE + "?" for c in call.suffix()):
         assert exact == {}  # answered without a URL parsed
+
+
+def test_the_relay_is_served_on_h11_whatever_parsers_are_installed() -> None:
+    """uvicorn's default (`http="auto"`) picks httptools where it is installed, whose
+    protocol forwards a chunked body's trailers as headers, drops a `gzip` transfer coding
+    and loses an `Upgrade: h2c` request's body: the relay names h11."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    from toolref_relay.cli import server_config
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        return None
+
+    config = server_config(app, "asyncio", "warning", 1024)
+    assert config.http == "h11"
+    config.load()
+    assert config.http_protocol_class is H11Protocol
