@@ -26,6 +26,17 @@ export function invocationObject(invocation: Invocation): Record<string, unknown
   if (typeof isError !== "boolean") {
     throw new UsageError(`an invocation's isError is true or false, not ${String(isError)}`);
   }
+  // JSON.stringify drops an undefined or function member: the ref would be of an invocation
+  // without it (one the registry refuses), not of the call the app made.
+  for (const [member, value] of [["args", args], ["result", result]] as const) {
+    if (value === undefined || typeof value === "function" || typeof value === "symbol") {
+      throw new UsageError(
+        `invocation ${JSON.stringify(name)}'s ${member} is ${value === undefined ? "undefined" : `a ${typeof value}`}, ` +
+          `which has no JSON form (JSON.stringify would drop it); give its JSON value ` +
+          `(${member === "args" ? "{} for no arguments" : "the tool's output, such as a string"})`,
+      );
+    }
+  }
   return { name, args, result, isError };
 }
 

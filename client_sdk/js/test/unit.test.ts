@@ -21,6 +21,7 @@ import {
   varint,
   withToolRef,
   gzip,
+  UsageError,
 } from "../src/index.js";
 import { BROTLI, BROTLI_BUDGET, pack, platformBrotli, platformCodec } from "../src/edits/isolated.js";
 import { crc32 } from "../src/edits/window.js";
@@ -88,6 +89,16 @@ describe("refs and markers", () => {
     expect(isRef(ref)).toBe(true);
     expect(ref).toHaveLength(29);
     expect(isRef(ref.replace("tr_", "th_"))).toBe(false);
+  });
+
+  it("a result or args with no JSON form is refused, not dropped from the ref", () => {
+    // Review (SDK misuse): JSON.stringify dropped them, so a missing result, or a function
+    // given as one, made the same ref as each other: one of an invocation with no result.
+    expect(() => refOf({ name: "t", args: {}, result: undefined })).toThrow(/t"'s result is undefined, which has no JSON form/);
+    expect(() => refOf({ name: "t", args: {}, result: () => 1 })).toThrow(UsageError);
+    expect(() => refOf({ name: "t", args: {}, result: () => 1 })).toThrow(/result is a function.*give its JSON value/);
+    expect(() => refOf({ name: "t", result: "x" } as never)).toThrow(/args is undefined.*\{\} for no arguments/);
+    expect(isRef(refOf({ name: "t", args: {}, result: null }))).toBe(true);
   });
 
   it("a marker keeps member order, listing it when the default would not restore it", () => {

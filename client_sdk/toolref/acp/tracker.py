@@ -92,6 +92,15 @@ class ToolCallTracker:
         kinds: Mapping[str, ToolKind | str] | None = None,
         keep_finished: int = KEEP_FINISHED,
     ) -> None:
+        if isinstance(window, bool) or not isinstance(window, (int, float)):
+            raise AcpError(
+                f"coalescing window {window!r} is not a number of seconds; use 0 to send at once"
+            )
+        if sink is not None and not callable(sink):
+            raise AcpError(
+                f"sink {sink!r} is not callable; pass a function taking each notification, "
+                "such as sink=notifications.append"
+            )
         if window < 0:
             raise AcpError(f"coalescing window {window!r} is negative; use 0 to send at once")
         if type(keep_finished) is not int or keep_finished < 0:
@@ -141,6 +150,16 @@ class ToolCallTracker:
                 f"tool call {call_id!r} needs a non-empty title; clients show it as the label",
                 toolCallId=call_id,
             )
+        for name, items, example in (
+            ("content", content, "text_content('...')"),
+            ("locations", locations, "location('a.py')"),
+        ):
+            if isinstance(items, (str, Mapping)):
+                raise AcpError(
+                    f"{name} is a list of items, not one {type(items).__name__} ({items!r:.60}): "
+                    f"{name}=[item], such as {name}=[toolref.acp.{example}]",
+                    toolCallId=call_id,
+                )
         state = ToolCallState(
             id=call_id,
             title=title,

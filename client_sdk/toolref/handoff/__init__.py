@@ -106,6 +106,12 @@ def prepend(
 ) -> list[Any]:
     """Copy of `messages` with `block` in front of the first user message's text (after
     the tool results that lead it, which stay first)."""
+    if not isinstance(block, str):
+        fix = "handoff.block" if isinstance(block, Handoff) else "build(old_messages, fmt).block"
+        raise TypeError(
+            f"block is the handoff's text (a str), not a {type(block).__name__}: "
+            f"prepend(messages, {fix}, fmt)"
+        )
     name = _format(messages, fmt).name
     out = list(messages)
     for index, message in enumerate(out):

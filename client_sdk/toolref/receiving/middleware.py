@@ -58,7 +58,7 @@ from toolref.edits import wire
 from toolref.receiving.channel_server import serve_channel
 from toolref.receiving.held import HeldRequests
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
-from toolref.receiving.middleware_options import check_middleware_options
+from toolref.receiving.middleware_options import check_app, check_middleware_options
 from toolref.receiving.restoring import (
     is_edit,
     offers_edits,
@@ -132,6 +132,7 @@ class ToolRefMiddleware:
         held_bytes: int = 64 * 2**20,
         channel_path: str | None = None,
     ) -> None:
+        check_app(app)
         check_middleware_options(
             registry=registry,
             messages_keys=messages_keys,
@@ -140,6 +141,10 @@ class ToolRefMiddleware:
             max_body_bytes=max_body_bytes,
             held_bytes=held_bytes,
             channel_path=channel_path,
+            max_inflated_bytes=max_inflated_bytes,
+            alter_answers=alter_answers,
+            offload_bytes=offload_bytes,
+            budget=budget,
         )
         self.app = app
         self.channel_path = channel_path

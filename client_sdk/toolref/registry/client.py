@@ -49,6 +49,16 @@ __all__ = [
 ]
 
 
+def _check_transport(transport: object, made: str, example: str) -> None:
+    """`transport=` that is neither kind of httpx transport (a client, a URL): say so."""
+    if not isinstance(transport, (httpx.BaseTransport, httpx.AsyncBaseTransport)):
+        raise TypeError(
+            f"transport is an httpx transport ({example}, httpx.MockTransport(...)), not a "
+            f"{type(transport).__name__} ({transport!r:.60}); a client's options are keywords: "
+            f"{made}(url, api_key=..., timeout=...)"
+        )
+
+
 class RegistryClient(BaseRegistryClient[httpx.BaseTransport]):
     """Blocking client. `transport=` injects an httpx transport (tests, custom networking);
     the options are `BaseRegistryClient`'s."""
@@ -58,6 +68,7 @@ class RegistryClient(BaseRegistryClient[httpx.BaseTransport]):
 
     def _open(self, transport: AnyTransport | None) -> None:
         if transport is not None and not isinstance(transport, httpx.BaseTransport):
+            _check_transport(transport, "RegistryClient", "httpx.HTTPTransport()")
             raise TypeError(
                 f"RegistryClient sends blocking requests, and {type(transport).__name__} is an "
                 "async transport: use AsyncRegistryClient with it, or a sync transport "
@@ -131,6 +142,7 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
 
     def _open(self, transport: AnyTransport | None) -> None:
         if transport is not None and not isinstance(transport, httpx.AsyncBaseTransport):
+            _check_transport(transport, "AsyncRegistryClient", "httpx.AsyncHTTPTransport()")
             raise TypeError(
                 f"AsyncRegistryClient sends asyncio requests, and {type(transport).__name__} "
                 "is a sync transport: use RegistryClient with it, or an async transport "

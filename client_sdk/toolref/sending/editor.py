@@ -20,11 +20,12 @@ Per request:
   own (a version-2 edit, `toolref.edits.isolated`): as it is or compressed alone, so that
   no segment's size tells what else the conversation holds (an attacker's text repeating
   a secret costs what a wrong guess does). Against a gateway that reads version 1 only,
-  they travel as one plain zstd frame. Unguarded (`size_guard=False`, for a link whose
-  sizes no one else sees): the inline bytes are compressed together against the last `z`
-  bytes of the base's segments in edit order, z = min(base bytes, max(32 KiB, 32 x inline
-  bytes), 1 MiB); only the chosen base's bytes, never another conversation's. When
-  compressing does not make them smaller they travel as they are.
+  they travel as they are (one frame of them all would put the turn's new segments in one
+  context: an attacker's page beside a secret a tool read). Unguarded (`size_guard=False`,
+  for a link whose sizes no one else sees): the inline bytes are compressed together
+  against the last `z` bytes of the base's segments in edit order, z = min(base bytes,
+  max(32 KiB, 32 x inline bytes), 1 MiB); only the chosen base's bytes, never another
+  conversation's. When compressing does not make them smaller they travel as they are.
 - The answer a confirmed recipe's request streamed (`answered`, from the caller's
   `toolref.edits.answer.AnswerTap`) is the dictionary of the model's segments of the next
   edit of it (version 3, against a gateway that reads it): the assistant message the agent
@@ -292,8 +293,9 @@ class Editor:
         plain: bool,
         made: Cut,
     ) -> bytes:
-        """The edit's bytes: size-guarded (see the module docstring), else the inline bytes
-        against the base's; as they are when that is smaller."""
+        """The edit's bytes: size-guarded (see the module docstring; toward version 1, the
+        inline bytes as they are), else the inline bytes against the base's; as they are
+        when that is smaller."""
         if self.size_guard and self.version >= 2:
             answer = self.answers.get(ref, b"") if ref is not None and not plain else b""
             runs = _runs(ops, made.owners) if made.owners and not plain else []
@@ -304,9 +306,9 @@ class Editor:
                 ref, ops, answer=answer, answered=models, runs=runs, version=self.version
             )
         body = wire.encode(ref, ops, None)  # as they are
-        if inline:
+        if inline and not self.size_guard:  # guarded toward version 1: as they are
             words = b""
-            if base is not None and not plain and not self.size_guard:
+            if base is not None and not plain:
                 words = self._dictionary(base, ops, inline)
             packed = wire.encode(ref, ops, words)
             if len(packed) < len(body):

@@ -35,10 +35,11 @@ from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.sending import answers
 from toolref.sending.editor import Editor
 from toolref.sending.recipes import DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES
-from toolref.sending.request_checks import check_body, check_stream_method
+from toolref.sending.request_checks import check_body, check_client, check_stream_method
 from toolref.sending.savings import Savings
 from toolref.sending.sender import Sender
 from toolref.wire.encoding import JSON_TYPE, dumps_json
+from toolref.wire.errors import ValidationError
 
 # Options of the manager before edits (0.2): each is refused, naming why and what to do.
 RETIRED: Final = {
@@ -103,6 +104,7 @@ class ToolReferenceManager:
         """POST `json` (holding the messages) through `client`, as an edit once the backend
         reads them. Extra keyword arguments (headers, params, timeout, ...) go to
         `client.build_request`."""
+        check_client(client, sync=True)
         request = self._request(client, url, json, kwargs)
         return run_sync(self.exchange(request), client.send)
 
@@ -110,6 +112,7 @@ class ToolReferenceManager:
         self, client: httpx.AsyncClient, url: str, json: Mapping[str, Any], **kwargs: Any
     ) -> httpx.Response:
         """Async `post`."""
+        check_client(client, sync=False)
         request = self._request(client, url, json, kwargs)
         return await run_async(self.exchange(request), client.send)
 
@@ -126,6 +129,7 @@ class ToolReferenceManager:
         """`client.stream("POST", url, ...)` sent as `post` sends: the answer is handed back
         unread (read it with `iter_lines`, `iter_bytes`, ...). `method` must be "POST"."""
         check_stream_method(method)
+        check_client(client, sync=True)
         request = self._request(client, url, json, kwargs)
         response = answers.drive(
             self.exchange(request), lambda step: answers.send_streaming(client, step)
@@ -147,6 +151,7 @@ class ToolReferenceManager:
     ) -> AsyncIterator[httpx.Response]:
         """Async `stream`: `async with manager.astream(client, "POST", url, json=...)`."""
         check_stream_method(method)
+        check_client(client, sync=False)
         request = self._request(client, url, json, kwargs)
         response = await answers.adrive(
             self.exchange(request), lambda step: answers.asend_streaming(client, step)
@@ -167,6 +172,11 @@ class ToolReferenceManager:
         check_body(body, self.messages_key)
         headers = httpx.Headers(kwargs.pop("headers", None))  # any case: one Content-Type
         headers.setdefault("Content-Type", JSON_TYPE)
-        return client.build_request(
-            "POST", url, content=dumps_json(body), headers=headers, **kwargs
-        )
+        try:
+            content = dumps_json(body)
+        except (TypeError, ValueError) as error:  # a datetime, a set, NaN: no JSON form
+            raise ValidationError(
+                f"json is not JSON-serializable ({error}); convert such values first "
+                "(str() a datetime, list() a set, None for NaN) or json.loads(your_dumps(body))"
+            ) from error
+        return client.build_request("POST", url, content=content, headers=headers, **kwargs)

@@ -6,7 +6,9 @@ names the value and the fix."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Final
 
+from toolref.sending.packages import PACKAGES
 from toolref.wire.errors import ValidationError
 
 
@@ -67,9 +69,17 @@ def check_inner(inner: object, *, sync: bool) -> None:
         if sync
         else ("handle_async_request", "handle_request")
     )
+    from toolref.sending.transport import AsyncTransport, Transport  # it imports this module
+
+    name = type(inner).__name__
+    if isinstance(inner, (Transport, AsyncTransport)):
+        raise TypeError(
+            f"inner is a toolref {name} already: one around it would offer edits to itself and "
+            f"handle each request twice; give the client one {made}, wrapping the transport "
+            f"that sends: {made}(inner={default}), or {made}() for a new one"
+        )
     if inner is None or callable(getattr(inner, needed, None)):
         return
-    name = type(inner).__name__
     if callable(getattr(inner, "send", None)) and callable(getattr(inner, "build_request", None)):
         raise TypeError(
             f"inner is a client ({name}), not a transport: give {made}() the client's "
@@ -97,3 +107,54 @@ def check_manager(manager: object, made: str) -> None:
             f"manager must be a ToolReferenceManager (or None for a new one), not {manager!r}: "
             f"{made}(manager=ToolReferenceManager(...))"
         )
+
+
+CLIENTS: Final = ("Client", "AsyncClient")
+_KINDS: dict[type, bool | None] = {}  # client class -> async (read once per class)
+
+
+def _async_client(kind: type) -> bool | None:
+    """True for an async httpx (or httpx2) client class, False for a sync one, None for
+    neither (read once per class)."""
+    if kind in _KINDS:
+        return _KINDS[kind]
+    found = next(
+        (
+            base.__name__ == "AsyncClient"
+            for base in kind.__mro__
+            if base.__module__.split(".")[0] in PACKAGES and base.__name__ in CLIENTS
+        ),
+        None,
+    )
+    _KINDS[kind] = found
+    return found
+
+
+def check_client(client: object, *, sync: bool) -> None:
+    """`post`/`stream` take a sync httpx client, `apost`/`astream` an async one: the other kind
+    would fail deep inside (a coroutine never awaited, or a blocking call on the loop)."""
+    is_async = _async_client(type(client))
+    if is_async is (not sync):
+        return
+    call = (
+        "manager.post(http, url, json=body)"
+        if sync
+        else "await manager.apost(http, url, json=body)"
+    )
+    if is_async is None:
+        raise TypeError(
+            f"client is the httpx.{'Client' if sync else 'AsyncClient'} to send through, not "
+            f"{client!r}: {call}"
+        )
+    name = type(client).__name__
+    if sync:
+        raise TypeError(
+            f"client is an async client ({name}), and post()/stream() send through a sync one: "
+            "use `await manager.apost(client, ...)` or `async with manager.astream(client, "
+            "...)`, or pass an httpx.Client"
+        )
+    raise TypeError(
+        f"client is a sync client ({name}), and apost()/astream() send through an async one: "
+        "use manager.post(client, ...) or manager.stream(client, ...), or pass an "
+        "httpx.AsyncClient"
+    )

@@ -29,6 +29,16 @@ def ref_of(pair: Pair) -> str:
 
 def rewrite(messages: list[Any], fmt: Format, usable: Container[str]) -> Rewrite:
     """Pure: `messages` with every complete invocation whose ref is `usable` made a marker."""
+    if not isinstance(fmt, Format):
+        raise TypeError(
+            f"fmt is a toolref.formats.Format, not {fmt!r}: for a format name, "
+            f"rewrite(messages, toolref.formats.get({fmt!r}), usable)"
+        )
+    if isinstance(usable, str):
+        raise TypeError(
+            f"usable is a collection of refs, not the str {usable!r} (`in` would match any "
+            f"substring of it): usable={{{usable!r}}}"
+        )
     found = formats.scan(messages, fmt)
     refs = {pair.key: ref_of(pair) for pair in found.complete}
     used = {key: ref for key, ref in refs.items() if ref in usable}

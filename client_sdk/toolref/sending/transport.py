@@ -114,6 +114,17 @@ class Transport(httpx.BaseTransport, BaseTransport2):
         if self.inner is not None:
             self.inner.close()
 
+    # An async client calls these; without them its error is an AttributeError in httpx.
+    async def handle_async_request(self, request: Any) -> Any:
+        raise TypeError(
+            _WRONG_KIND.format(made="Transport", other="AsyncTransport", kind="an async")
+        )
+
+    async def __aenter__(self) -> Any:
+        raise TypeError(
+            _WRONG_KIND.format(made="Transport", other="AsyncTransport", kind="an async")
+        )
+
 
 class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
     """`Transport` for `httpx.AsyncClient` / `httpx2.AsyncClient`; `channel`: send edits
@@ -171,11 +182,25 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         await response.aread()
         return shaped(response, request)
 
+    # A sync client calls these; without them its error is an AttributeError in httpx.
+    def handle_request(self, request: Any) -> Any:
+        raise TypeError(_WRONG_KIND.format(made="AsyncTransport", other="Transport", kind="a sync"))
+
+    def __enter__(self) -> Any:
+        raise TypeError(_WRONG_KIND.format(made="AsyncTransport", other="Transport", kind="a sync"))
+
     async def aclose(self) -> None:
         if self.channels is not None:
             await self.channels.aclose()  # not the inner transport: closed here, once
         if self.inner is not None:
             await self.inner.aclose()
+
+
+_WRONG_KIND = (
+    "a toolref.{made} was given to {kind} client, which cannot call it; give that client a "
+    "toolref.{other}() (httpx.AsyncClient / httpx2.AsyncClient take AsyncTransport, "
+    "httpx.Client / httpx2.Client take Transport)"
+)
 
 
 def _same_loop(first: asyncio.AbstractEventLoop | None) -> asyncio.AbstractEventLoop:

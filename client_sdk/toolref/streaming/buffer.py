@@ -183,10 +183,18 @@ class ToolBuffer:
             raise ChunkSequenceError(
                 "chunk fed after close() or abort(); use a new ToolBuffer per response"
             )
-        index = chunk.index
+        try:
+            index = chunk.index
+            turn = chunk.turn
+        except AttributeError:  # a raw provider event (a str has .index): free for a chunk
+            raise TypeError(
+                f"feed() takes a toolref.streaming.ToolChunk, not a {type(chunk).__name__} "
+                f"({chunk!r:.80}): turn provider events into chunks with an adapter, "
+                f"adapter_for('openai_chat').feed(event), or use accumulate(events, provider)"
+            ) from None
         if index is None:
             return self._turn_chunk(chunk)
-        key = (chunk.turn, index)
+        key = (turn, index)
         slot = self._slots.get(key)
         events: Sequence[ToolEvent] = _NO_EVENTS
         if slot is not None and slot.closed:

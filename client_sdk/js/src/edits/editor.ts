@@ -31,7 +31,6 @@ import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, Recipes, type Recipe } from "./
 import { cut, type Cut } from "./request.js";
 import type { BodyCut } from "./segments.js";
 import { MEDIA_TYPE, VERSION, encodeIsolated, encodeV1 } from "./wire.js";
-import { platformZstd } from "../zstd.js";
 
 export const MAX_RESENDS = 3;
 const PROBLEM = "urn:toolref:problem:";
@@ -179,9 +178,10 @@ export class Editor {
     let inline = 0;
     for (const op of ops) if (op.op === "inline") inline += op.data.length;
     const ref = base?.ref ?? null;
-    // Version 2 (size-guarded), or 1 for a receiver that reads no more: as they are, or one
-    // plain zstd frame where the platform has zstd (never against the base: sizes are signals).
-    const body = this.version >= 2 ? await this.isolated(made, ref, ops, plain) : await encodeV1(ref, ops, this.codec === null ? null : platformZstd());
+    // Version 2 (size-guarded), or 1 for a receiver that reads no more: as they are (one frame
+    // of them all would put the turn's new segments, a fetched page and a secret, in one
+    // compression context: sizes are signals).
+    const body = this.version >= 2 ? await this.isolated(made, ref, ops, plain) : await encodeV1(ref, ops, null);
     const headers: [string, string][] = [["Content-Type", MEDIA_TYPE], ...made.secrets];
     return { cut: made, body, headers, ref: made.ref, base: ref, shared, inline, ops, resends, unheld, plain, whole };
   }
