@@ -107,6 +107,7 @@ def _wsgi(environ: Any, start_response: Any) -> list[bytes]:
         (_app, {"offload_bytes": -1}, ValueError, "offload_bytes must be >= 0"),
         (_app, {"budget": 1000}, TypeError, r"not 1000: .*budget=Budget\(<bytes>\)"),
         (_app, {"paths": ["chat"]}, ValueError, "paths holds 'chat'.*paths={'/chat'}"),
+        (_app, {"held_bytes": -1}, ValueError, "held_bytes must be >= 0"),
     ],
 )
 def test_the_middleware_refuses_an_app_or_option_that_cannot_work(

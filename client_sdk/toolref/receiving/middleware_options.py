@@ -96,6 +96,12 @@ def check_middleware_options(
             )
     check_count("max_body_bytes", max_body_bytes, 1, "it is the largest body, in bytes")
     check_count(
+        "held_bytes",
+        held_bytes,
+        0,
+        "it bounds the requests held as the next edits' bases (0: none)",
+    )
+    check_count(
         "max_inflated_bytes",
         max_inflated_bytes,
         1,
