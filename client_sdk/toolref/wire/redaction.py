@@ -25,8 +25,15 @@ import re
 from typing import Final
 
 MASK: Final = "[redacted]"
-# A URL in running text: a scheme, `://`, then up to whitespace or a quote.
-_URL: Final = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>`]+")
+# A URL in running text: a scheme, `://`, then up to whitespace or a quote. Or (group 1
+# empty) a run of scheme characters holding a `+`, `.` or `-` with no `://` after it, taken
+# (and left as it is) by one match: each later start within it (after that `+`, `.` or `-`)
+# scanned it again to fail alike, quadratic in the run (`a+a+a+...`). A plain word matches
+# neither, so costs no call. Linear: each character is read once or twice.
+_URL: Final = re.compile(
+    r"\b[A-Za-z][A-Za-z0-9]*+"
+    r"(?:(?:[+.-][A-Za-z0-9+.-]*+)?(://)[^\s'\"<>`]+|[+.-][A-Za-z0-9+.-]*+)"
+)
 
 
 def url(text: str) -> str:
@@ -58,7 +65,12 @@ def urls_in(text: str) -> str:
     """`text` with every URL in it as `url` shows it."""
     if "://" not in text:
         return text
-    return _URL.sub(lambda found: url(found.group()), text)
+    return _URL.sub(_url_masked, text)
+
+
+def _url_masked(found: re.Match[str]) -> str:
+    shown = found.group()
+    return url(shown) if found.group(1) else shown  # a word, not a URL: as it is
 
 
 def targets_in(text: str) -> str:
@@ -70,13 +82,22 @@ def targets_in(text: str) -> str:
     return _TARGET.sub(_target_masked, text)
 
 
-# A request target in running text: `/path?query`, up to a space, quote or fragment.
-_TARGET: Final = re.compile(r"(?<![^\s'\"(])(/[^\s'\"<>`?#]*)\?([^\s'\"<>`#]*)")
+# A request target in running text: `/path?query`, up to a space, quote or fragment, at the
+# start of the text or after a space, quote or parenthesis. Or (group 2 None) a path holding
+# a `(` with no query, taken (and left as it is) by one match: each later start within it
+# (after that `(`) scanned it again to fail alike, quadratic in the path (`(/(/(/...`). A
+# plain path matches neither, so costs no call. Linear: each character is read once or twice.
+_TARGET: Final = re.compile(
+    r"/(?<![^\s'\"(]/)"
+    r"(?:([^\s'\"<>`?#]*+)\?([^\s'\"<>`#]*+)|[^\s'\"<>`?#(]*+\([^\s'\"<>`?#]*+)"
+)
 
 
 def _target_masked(found: re.Match[str]) -> str:
     query = found.group(2)
-    return found.group(1) + "?" + "&".join(_masked(pair) for pair in query.split("&"))
+    if query is None:
+        return found.group()  # a path with no query (and a `(`): as it is
+    return f"/{found.group(1)}?" + "&".join(_masked(pair) for pair in query.split("&"))
 
 
 class LogRedactor(logging.Filter):

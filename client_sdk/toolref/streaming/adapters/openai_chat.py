@@ -24,6 +24,10 @@ from toolref.wire.errors import ChunkSequenceError
 _KNOWN = frozenset(("index", "id", "type", "function"))
 _TRUNCATING = {"length": TRUNCATED, "content_filter": FILTERED}
 _PLACEHOLDER_IDS = frozenset(("", "null", "None"))
+# Characters a call's name may grow to, by default (providers allow 64 to 128): each
+# fragment of a name streamed in pieces is told as the name so far, a copy of it, so an
+# unbounded name made the stream quadratic in its length.
+MAX_NAME_CHARS = 1024
 
 
 def _carries(args: Any) -> bool:
@@ -130,6 +134,9 @@ class OpenAIChatAdapter(StreamAdapter):
     # The SDK's `chat.completions.stream()` helper wraps each chunk in a `chunk` event and
     # derives content and argument events from them, each holding the text so far.
     wire_types = frozenset(("chunk",))
+    # A setting: the characters a call's name may grow to (a larger one is refused, a
+    # `ChunkSequenceError`); each fragment of a name costs the name so far, so at most this.
+    max_name_chars: int = MAX_NAME_CHARS
 
     def __init__(self) -> None:
         super().__init__()
@@ -376,10 +383,18 @@ class OpenAIChatAdapter(StreamAdapter):
             self._by_id[(turn, call_id)] = (call,) if known is None else (known[0], call)
         new_name = None
         if name is not None and name != call.name:
-            if not call.name or name.startswith(call.name):
-                call.name = name
-            else:
-                call.name += name  # a name streamed in fragments
+            whole = not call.name or name.startswith(call.name)
+            length = len(name) if whole else len(call.name or "") + len(name)
+            if length > self.max_name_chars:
+                raise ChunkSequenceError(
+                    f"call {call.index}'s name grew to {length} characters, over "
+                    f"max_name_chars={self.max_name_chars}; a tool's name is far shorter, so "
+                    "the stream is broken or hostile. If it is genuine, give the adapter a "
+                    "larger max_name_chars",
+                    limit="max_name_chars",
+                    maximum=self.max_name_chars,
+                )
+            call.name = name if whole else f"{call.name}{name}"  # a name streamed in fragments
             new_name = call.name
         delta: str | None = None
         snapshot: str | dict[str, Any] | None = None
