@@ -8,6 +8,11 @@ from typing import Any
 from toolref.streaming.chunk import ArgPatch
 from toolref.wire.errors import ChunkSequenceError
 
+# Elements a patch may set past the end of an array, by default (`ToolBuffer.max_array_gap`):
+# the gap is filled with nulls, so an index alone (`$.a[100000000]`, 20 bytes) held memory
+# in proportion to its value, not to the stream.
+MAX_ARRAY_GAP = 1024
+
 
 def json_length(value: Any) -> int:
     """The characters of `value` as compact JSON (what `raw_arguments` holds for it)."""
@@ -61,16 +66,17 @@ class Pieces:
         self.parts = [first]
 
 
-def apply_patch(obj: dict[str, Any], patch: ArgPatch) -> bool:
+def apply_patch(obj: dict[str, Any], patch: ArgPatch, max_gap: int = MAX_ARRAY_GAP) -> bool:
     """Set (or append to) the leaf `patch.path` names, making the objects and lists on the
-    way; `ChunkSequenceError` for a path the earlier patches' shape does not allow. True
-    when the leaf is left as `Pieces` (`join_pieces` before reading `obj`). O(path)."""
+    way; `ChunkSequenceError` for a path the earlier patches' shape does not allow, or for
+    an array index more than `max_gap` past the array's end. True when the leaf is left as
+    `Pieces` (`join_pieces` before reading `obj`). O(path + max_gap)."""
     if not patch.path:
         raise ChunkSequenceError("an argument patch needs a non-empty path below the root")
     node: Any = obj
     for part, following in zip(patch.path, patch.path[1:], strict=False):
         empty: Any = [] if isinstance(following, int) else {}
-        node = _child(node, part, empty, patch)
+        node = _child(node, part, empty, patch, max_gap)
     last = patch.path[-1]
     value = patch.value
     if patch.append and isinstance(value, str):
@@ -81,7 +87,7 @@ def apply_patch(obj: dict[str, Any], patch: ArgPatch) -> bool:
         if isinstance(existing, str):
             value = Pieces(existing)
             value.parts.append(patch.value)
-    _set(node, last, value, patch)
+    _set(node, last, value, patch, max_gap)
     return isinstance(value, Pieces)
 
 
@@ -107,10 +113,19 @@ def _get(node: Any, part: str | int) -> Any:
     return None
 
 
-def _set(node: Any, part: str | int, value: Any, patch: ArgPatch) -> None:
+def _set(node: Any, part: str | int, value: Any, patch: ArgPatch, max_gap: int) -> None:
     if isinstance(node, dict) and isinstance(part, str):
         node[part] = value
     elif isinstance(node, list) and isinstance(part, int) and part >= 0:
+        if part - len(node) > max_gap:
+            raise ChunkSequenceError(
+                f"argument patch path {list(patch.path)!r} sets element {part} of an array "
+                f"of {len(node)}, more than max_array_gap={max_gap} past its end (the gap is "
+                "filled with nulls), so the stream is broken or hostile. If it is genuine, "
+                "give the ToolBuffer a larger max_array_gap",
+                limit="max_array_gap",
+                maximum=max_gap,
+            )
         node.extend([None] * (part + 1 - len(node)))
         node[part] = value
     else:
@@ -120,11 +135,11 @@ def _set(node: Any, part: str | int, value: Any, patch: ArgPatch) -> None:
         )
 
 
-def _child(node: Any, part: str | int, empty: Any, patch: ArgPatch) -> Any:
+def _child(node: Any, part: str | int, empty: Any, patch: ArgPatch, max_gap: int) -> Any:
     child = _get(node, part)
     if child is None:
         child = empty
-        _set(node, part, child, patch)
+        _set(node, part, child, patch, max_gap)
     elif not isinstance(child, dict | list):
         held = "str" if isinstance(child, Pieces) else type(child).__name__
         raise ChunkSequenceError(

@@ -10,7 +10,13 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequenc
 from dataclasses import replace
 from typing import Any, Final
 
-from toolref.streaming.arguments import apply_patch, join_pieces, json_length, patch_change
+from toolref.streaming.arguments import (
+    MAX_ARRAY_GAP,
+    apply_patch,
+    join_pieces,
+    json_length,
+    patch_change,
+)
 from toolref.streaming.call import CallStatus, ToolCall
 from toolref.streaming.chunk import ABORTED, ArgPatch, ToolChunk
 from toolref.streaming.event import (
@@ -24,6 +30,7 @@ from toolref.wire.errors import ChunkSequenceError, ConfigurationError
 
 _NO_EVENTS: tuple[ToolEvent, ...] = ()
 _FREEFORM = frozenset(("custom", "custom_tool_call"))
+_COMPACT: Final[dict[str, Any]] = {"ensure_ascii": False, "separators": (",", ":")}
 MAX_CALLS = 1024  # calls one response may hold, by default
 MAX_ARGUMENT_CHARS = 16 * 1024 * 1024  # argument characters one response may hold, by default
 
@@ -147,8 +154,11 @@ class ToolBuffer:
     response, all turns together, and `max_argument_chars` (default 16 MiB) characters of
     arguments held for all of them (object arguments count as their JSON; a snapshot
     replaces what its call held). A chunk past either raises `ChunkSequenceError` naming the
-    setting (`error.extra`: `limit`, `maximum`), and is not applied.
+    setting (`error.extra`: `limit`, `maximum`), and is not applied (so is a patch setting an
+    array element more than `max_array_gap`, an attribute, default 1024, past its end).
     """
+
+    max_array_gap: int = MAX_ARRAY_GAP  # gaps are filled with nulls: bounded
 
     def __init__(
         self,
@@ -315,7 +325,7 @@ class ToolBuffer:
                 slot.obj = {}
             for patch in chunk.args_patch:
                 patched += patch_change(slot.obj, patch)
-                slot.pieces = apply_patch(slot.obj, patch) or slot.pieces
+                slot.pieces = apply_patch(slot.obj, patch, self.max_array_gap) or slot.pieces
         if chunk.args_delta is not None:
             if slot.obj is not None:
                 self._mixed(slot)
@@ -345,15 +355,8 @@ class ToolBuffer:
         return [*events, progress]
 
     def _after_close(self, key: tuple[int, int], chunk: ToolChunk) -> Sequence[ToolEvent]:
-        content = (
-            chunk.args_delta,
-            chunk.args_snapshot,
-            chunk.args_patch,
-            chunk.error,
-            chunk.id,
-            chunk.name,
-        )
-        if any(part is not None for part in content):
+        content = (chunk.args_delta, chunk.args_snapshot, chunk.args_patch, chunk.error)
+        if any(part is not None for part in (*content, chunk.id, chunk.name)):
             raise ChunkSequenceError(
                 f"call {key[1]} of turn {key[0]} got more content after it closed; "
                 "a closed call takes only metadata"
@@ -455,10 +458,7 @@ class ToolBuffer:
         slot: _Slot, error: str | None
     ) -> tuple[str, dict[str, Any] | None, CallStatus, str | None]:
         _joined(slot)
-        if slot.obj is not None:
-            raw = json.dumps(slot.obj, ensure_ascii=False, separators=(",", ":"))
-        else:
-            raw = "".join(slot.parts)
+        raw = "".join(slot.parts) if slot.obj is None else json.dumps(slot.obj, **_COMPACT)
         if error is not None:
             return raw, None, CallStatus.INCOMPLETE, error
         if slot.kind in _FREEFORM:  # Responses custom tools take text, not JSON

@@ -244,10 +244,10 @@ def test_a_long_string_appended_in_pieces_is_joined_once(monkeypatch: pytest.Mon
     38 s). The pieces are kept and joined once, when the object is read."""
     copied: list[int] = []
 
-    def counting(obj: dict[str, Any], patch: ArgPatch) -> bool:
+    def counting(obj: dict[str, Any], patch: ArgPatch, *limits: int) -> bool:
         held = obj.get("s") if patch.path == ("s",) else None
         copied.append(len(held) if patch.append and isinstance(held, str) else 0)
-        return apply_patch(obj, patch)
+        return apply_patch(obj, patch, *limits)
 
     monkeypatch.setattr("toolref.streaming.buffer.apply_patch", counting)
     buffer = ToolBuffer(progress_interval=None)

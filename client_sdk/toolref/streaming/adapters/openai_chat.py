@@ -94,6 +94,19 @@ class _Call:
         self.unscanned.append(text)
         self.length += len(text)
 
+    def starts_with(self, text: str) -> bool:
+        """Whether the text so far begins with `text`, read part by part: O(len(text)). A
+        join here (the text so far, copied) on each short fragment after a cumulative
+        resend made such a stream quadratic."""
+        at, end = 0, len(text)
+        for part in self.parts:
+            if at >= end:
+                break
+            if not part.startswith(text[at : at + len(part)]):
+                return False
+            at += len(part)
+        return at >= end
+
     def text(self) -> str:
         if len(self.parts) > 1:
             self.parts = ["".join(self.parts)]
@@ -415,7 +428,7 @@ class OpenAIChatAdapter(StreamAdapter):
             elif (
                 len(args) <= length
                 and (call.cumulative or (len(args) == length and call.complete()))
-                and (call.text().startswith(args))
+                and call.starts_with(args)
             ):  # only a cumulative server's text, or one as long as the whole, is looked at:
                 # each delta's look (a join, a parse) made long arguments quadratic
                 pass  # a resend of text already here (cumulative servers, LocalAI)
