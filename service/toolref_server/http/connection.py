@@ -103,7 +103,9 @@ class Connection(H11Protocol):
                 "app, with lifespan on"
             )
         self.limits = limits
-        self.app = answering_problems(self.app, limits.retry_after, self._answer_head)
+        self.app = answering_problems(
+            self.app, limits.retry_after, self._answer_head, self._cancelled
+        )
         self.head_limit = config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
         self.parser = Parser(self, self.head_limit)
         self.conn = self.parser
@@ -151,6 +153,17 @@ class Connection(H11Protocol):
         if cycle is not None and self._framed_twice:
             cycle.keep_alive = False
             cycle.default_headers = [*cycle.default_headers, (b"connection", b"close")]
+
+    def _cancelled(self) -> None:
+        """A stop cancelled this connection's request (`unanswered`): the connection is
+        closed, an answer under way ends short of its end (a chunked one without its last
+        chunk: the client sees a cut, not an end), and uvicorn, told the client is gone,
+        reports no unfinished answer as an error."""
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True
+            cycle.message_event.set()
+        self.transport.close()
 
     def _own_defaults(self, headers: Iterable[tuple[bytes, bytes]]) -> None:
         """uvicorn's `server` and `date` left out of an answer that names its own (a

@@ -1,10 +1,11 @@
 """An app's dropped requests answered in problem+json: what the HTTP layer sends when the
 app raises, is cancelled by a stop, or returns without answering (uvicorn would send a
-text/plain 500)."""
+text/plain 500). A request a stop cancels is said as a warning, not as a crash."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -14,16 +15,22 @@ from toolref_server.http.problem import problem_response
 if TYPE_CHECKING:
     from uvicorn._types import ASGI3Application
 
+log = logging.getLogger("toolref_server")
+
 
 def answering_problems(
     app: ASGI3Application,
     retry_after: int,
     on_head: Callable[[Iterable[tuple[bytes, bytes]]], None] | None = None,
+    on_cancelled: Callable[[], None] | None = None,
 ) -> ASGI3Application:
     """`app`, except that a request it drops without an answer gets a problem+json one
     instead of uvicorn's text/plain 500: a 503 when the request was cancelled (a stop that
     ran out of TOOLREF_SHUTDOWN_TIMEOUT), a 500 for anything else the app let escape.
-    `on_head`: given each answer's headers before its head is sent."""
+    `on_head`: given each answer's headers before its head is sent. `on_cancelled`: called
+    when a stop cancelled an HTTP request (its 503 sent if nothing was, else its answer cut
+    short), which then ends quietly (uvicorn would log the cancellation as "Exception in
+    ASGI application", with a traceback); the callback closes the connection."""
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
         started = False
@@ -39,20 +46,27 @@ def answering_problems(
         try:
             await app(scope, receive, tracked)
         except BaseException as exc:
-            if started or scope["type"] != "http":
+            if scope["type"] != "http":
                 raise
-            error: ToolrefError
-            if isinstance(exc, asyncio.CancelledError):
-                error = ServiceUnavailableError(
-                    "the service is stopping and cancelled this request; retry after "
-                    f"{retry_after}s (another replica, or this one restarted, will answer)",
-                    retry_after=retry_after,
+            if isinstance(exc, asyncio.CancelledError) and on_cancelled is not None:
+                log.warning(
+                    "the service stopped (TOOLREF_SHUTDOWN_TIMEOUT ran out, or a second stop "
+                    "signal came) before answering %s %s: %s",
+                    scope.get("method"),
+                    scope.get("path"),
+                    "its answer was cut short" if started else "answered 503",
                 )
+                if not started:
+                    await _closing(_stopping(retry_after), scope, receive, tracked)
+                on_cancelled()
+                return  # said above: not a crash for uvicorn to log
+            if started:
+                raise
+            if isinstance(exc, asyncio.CancelledError):
+                await _closing(_stopping(retry_after), scope, receive, tracked)
             else:
                 error = ToolrefError("the service failed unexpectedly; retry later")
-            response = problem_response(error)
-            response.headers["connection"] = "close"
-            await response(scope, receive, tracked)
+                await _closing(error, scope, receive, tracked)
             raise
         if not started and scope["type"] == "http":
             # An app that returns without answering: uvicorn would send a text/plain 500.
@@ -61,3 +75,18 @@ def answering_problems(
             )
 
     return cast("ASGI3Application", guarded)
+
+
+def _stopping(retry_after: int) -> ToolrefError:
+    return ServiceUnavailableError(
+        "the service is stopping and cancelled this request; retry after "
+        f"{retry_after}s (another replica, or this one restarted, will answer)",
+        retry_after=retry_after,
+    )
+
+
+async def _closing(error: ToolrefError, scope: Any, receive: Any, send: Any) -> None:
+    """`error` as the request's answer, its connection closed after it."""
+    response = problem_response(error)
+    response.headers["connection"] = "close"
+    await response(scope, receive, send)
