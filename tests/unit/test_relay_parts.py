@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gzip
 import json
+import logging
 from typing import Any
 
 import httpx
@@ -507,7 +508,15 @@ def test_the_relay_is_served_on_h11_whatever_parsers_are_installed() -> None:
     async def app(scope: object, receive: object, send: object) -> None:
         return None
 
-    config = server_config(app, "asyncio", "warning", 1024)
-    assert config.http == "h11"
-    config.load()
-    assert config.http_protocol_class is H11Protocol
+    # uvicorn.Config sets its loggers' levels: put them back (tests/unit/test_logs.py reads
+    # uvicorn.error's INFO lines in the same worker)
+    loggers = [logging.getLogger(name) for name in ("uvicorn", "uvicorn.error", "uvicorn.access")]
+    levels = [logger.level for logger in loggers]
+    try:
+        config = server_config(app, "asyncio", "warning", 1024)
+        assert config.http == "h11"
+        config.load()
+        assert config.http_protocol_class is H11Protocol
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
