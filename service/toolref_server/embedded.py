@@ -9,12 +9,10 @@ fsync every second, plus RDB snapshots), so refs survive a restart.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from toolref.wire.errors import ConfigurationError
+from toolref_server.supervised import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +55,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    # Linux: stop the engine if this process is killed without a chance to clean up.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class EmbeddedEngine:
@@ -162,7 +155,8 @@ class EmbeddedEngine:
                         stdout=subprocess.DEVNULL,
                         stderr=stderr,
                         start_new_session=True,
-                        preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+                        # the engine stops with this process, however it ends (Linux)
+                        preexec_fn=die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
                     )
                 except OSError as exc:  # missing, not executable, not a program here
                     raise ConfigurationError(
