@@ -30,7 +30,7 @@ from loadtests.systems import BEFORE, ROOT, Code, Launcher
 DOCS = ROOT / "docs" / "benchmarks.md"
 
 
-def archive(revision: str) -> bytes:
+def _archive(revision: str) -> bytes:
     return subprocess.run(
         ["git", "archive", revision, "client_sdk/toolref", "client_sdk/toolref_relay",
          "service/toolref_server"],
@@ -42,7 +42,7 @@ def checkout(stack: ExitStack, revision: str) -> Code:
     """`revision`'s SDK, relay and service written out (`git archive`) into a folder the
     stack removes, as a `Code` run from `PYTHONPATH` (checked: it imports from there)."""
     folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="toolref-ab-")))
-    with tarfile.open(fileobj=BytesIO(archive(revision))) as tar:
+    with tarfile.open(fileobj=BytesIO(_archive(revision))) as tar:
         tar.extractall(folder, filter="data")
     path = f"{folder / 'client_sdk'}{os.pathsep}{folder / 'service'}"
     code = Code(revision, path, folder, "toolref_relay", "toolref_server.gateway.gateway")
