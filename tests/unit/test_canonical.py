@@ -343,3 +343,18 @@ def test_values_with_strings_take_the_orjson_path(monkeypatch: pytest.MonkeyPatc
     expected = rfc8785.dumps(invocation)
     monkeypatch.setattr(canonical, "_serialize", serializer_used)
     assert canonical_json(invocation) == expected
+
+
+@pytest.mark.parametrize("kind", ["list", "dict"])
+def test_a_value_that_contains_itself_is_refused_not_walked_for_ever(kind: str) -> None:
+    """SDK misuse (no parsed JSON contains itself): the fast path's check stops after
+    `_FAST_CONTAINERS` arrays and objects and the serializer refuses it at `MAX_DEPTH`."""
+    looped: Any
+    if kind == "list":
+        looped = [1]
+        looped.append(looped)
+    else:
+        looped = {}
+        looped["x"] = looped
+    with pytest.raises(CanonicalizationError, match="or it contains itself"):
+        canonical_json(looped)

@@ -44,6 +44,8 @@ REF_LENGTH: Final = len(REF_PREFIX) + 26
 # the same values have refs on both sides whatever the caller's stack (the service reads at
 # most 512 levels).
 MAX_DEPTH: Final = 1000
+# Arrays and objects the orjson path looks at before it leaves a value to the serializer.
+_FAST_CONTAINERS: Final = 1_000_000
 _END: Final = object()
 
 _SURROGATE_START: Final = "\ud800"
@@ -59,10 +61,12 @@ def _orjson_ok(value: object) -> bool:
     (orjson writes 1e16, JCS 10000000000000000), no key at or above U+D800, no string past
     `_SLICE`; exact dicts, lists, strings, ints, bools and None. A big integer or a lone
     surrogate still fails in orjson (`canonical_json` then takes the serializer). O(values),
-    with no copy."""
+    with no copy; past `_FAST_CONTAINERS` arrays and objects, False (a value that contains
+    itself would be walked for ever: the serializer refuses it at `MAX_DEPTH`)."""
     stack = [value]
     pop = stack.pop
     push = stack.extend
+    containers = 0
     while stack:
         item = pop()
         kind = type(item)
@@ -72,6 +76,10 @@ def _orjson_ok(value: object) -> bool:
             continue
         if kind is int or kind is bool or item is None:
             continue
+        if kind is dict or kind is list:
+            containers += 1
+            if containers > _FAST_CONTAINERS:
+                return False
         if kind is dict:
             for key in item:  # type: ignore[attr-defined]
                 if type(key) is not str or (not key.isascii() and max(key) >= _SURROGATE_START):
@@ -195,7 +203,7 @@ def _serialize(value: object, out: list[bytes]) -> None:
             if len(open_) >= MAX_DEPTH:
                 raise CanonicalizationError(
                     f"value is nested too deeply to canonicalize (over {MAX_DEPTH} levels of "
-                    "arrays and objects); flatten it",
+                    "arrays and objects, or it contains itself); flatten it",
                     limit=MAX_DEPTH,
                 )
             if kind is dict:
