@@ -207,8 +207,9 @@ def _json_document(data: bytes, limits: BodyLimits, messages_key: str | None) ->
     # per container, which the container count before parsing does not bound).
     value, items = parsed.value, parsed.items
     texts = [text[start:end] for start, end in items] if items is not None else None
-    bound = data.count(b"{") + data.count(b"[")  # no deeper than its brackets
-    if bound > max_depth and type(value) in _CONTAINERS:
+    deep = data.count(b"{") + data.count(b"[") > max_depth  # no deeper than its brackets
+    wide = data.count(b",") >= limits.max_items  # no container has more items than commas
+    if (deep or wide) and type(value) in _CONTAINERS:
         if texts is None or messages_key is None:
             check_depth(value, max_depth, limits.max_items)
         else:

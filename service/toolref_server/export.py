@@ -51,6 +51,7 @@ _SLACK: Final = 64 << 10  # an item's key and framing, a record's header, beside
 _READ: Final = 64 << 10  # compressed bytes read from the file at a time
 _PIECE: Final = 512  # of them fed to the inflater at a time: 16 MiB inflated at most
 _FED: Final = 64 << 10  # inflated bytes fed to the item reader at a time
+_MEMBERS: Final = 8  # of an array or map: an item has 3, the header 3 (msgpack: refused unbuilt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,8 +156,26 @@ def _items(source: IO[bytes], limits: Limits) -> Iterator[Any]:
     `limits.max_item`. Input is fed `_PIECE` bytes at a time, so what one step inflates to
     stays bounded (a run-length block takes 4 bytes and inflates to 128 KiB: 32 MiB per KiB
     of input, 16 MiB a step), and handed to the item reader `_FED` bytes at a time; memory
-    otherwise holds one item."""
-    unpacker = msgpack.Unpacker(raw=False, max_buffer_size=limits.max_item + _FED)
+    otherwise holds one item, and an item one array (or the header one map) of `_MEMBERS`
+    at most: nothing nests in them, so a file of small arrays cannot hold 60 times its size
+    (an empty array: one byte read, a list of 56 built)."""
+    built = 0
+
+    def container(value: Any) -> Any:
+        nonlocal built
+        built += 1
+        if built > 1:
+            raise _not_export("holds an array or map inside an item")
+        return value
+
+    unpacker = msgpack.Unpacker(
+        raw=False,
+        max_buffer_size=limits.max_item + _FED,
+        max_array_len=_MEMBERS,
+        max_map_len=_MEMBERS,
+        list_hook=container,
+        object_hook=container,
+    )
     decompressor = zstandard.ZstdDecompressor()
     inflater, open_frame, fed, parsed = decompressor.decompressobj(), False, 0, 0
     try:
@@ -174,13 +193,17 @@ def _items(source: IO[bytes], limits: Limits) -> Iterator[Any]:
                     unpacker.feed(out[at : at + _FED])
                     fed += min(_FED, len(out) - at)
                     for item in unpacker:
-                        parsed = unpacker.tell()  # where the last whole item ends
+                        parsed, built = unpacker.tell(), 0  # where the last whole item ends
                         yield item
                     if fed - parsed > limits.max_item:
                         raise _oversized(fed - parsed, limits)
     except msgpack.BufferFull:
         raise _oversized(fed - parsed, limits) from None
     except (zstandard.ZstdError, msgpack.UnpackException, ValueError) as exc:
+        if isinstance(exc, ValidationError):
+            raise
+        if "max_array_len" in str(exc) or "max_map_len" in str(exc):  # over `_MEMBERS`
+            raise _not_export(f"holds an array or map of more than {_MEMBERS} members") from None
         raise _unreadable(f"{type(exc).__name__}: {exc}") from None
     if open_frame or fed == 0:
         raise _unreadable("its zstd stream ends before its frame does")
@@ -195,6 +218,13 @@ def _oversized(size: int, limits: Limits) -> ValidationError:
         "and its key); nothing was imported. Import it into a registry whose "
         "TOOLREF_MAX_DECOMPRESSED_BYTES is as large as the one it was exported from (set it "
         "for the import too), or make the file again with `toolref-server cache export`"
+    )
+
+
+def _not_export(what: str) -> ValidationError:
+    return ValidationError(
+        f"the file {what}, which no export holds (each item is [key, value, ttl]); nothing "
+        "was imported. Make the file again with `toolref-server cache export`"
     )
 
 

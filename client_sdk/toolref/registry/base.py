@@ -33,7 +33,7 @@ from toolref.registry.options import (
 from toolref.registry.session import Session, TransportT_co
 from toolref.wire import encoding, endpoints
 from toolref.wire.canonical import Ref
-from toolref.wire.errors import ToolrefError, UnexpectedResponseError
+from toolref.wire.errors import DecompressedTooLargeError, ToolrefError, UnexpectedResponseError
 from toolref.wire.headers import HELD_HEADER, HISTORY_HEADER, PROTOCOL_HEADER
 from toolref.wire.models import (
     FindMissingResponse,
@@ -112,11 +112,28 @@ class BaseRegistryClient(Session[TransportT_co]):
         invocations: dict[str, Invocation] = {}
         missing: list[str] = []
         for batch in (yield from self._batches(wanted)):
-            body = {"refs": list(batch)}
-            answer = yield from self._call("POST", endpoints.RESOLVE, ResolveResponse, body)
-            invocations.update(answer.invocations)
-            missing.extend(answer.missing)
+            yield from self._resolve_batch(list(batch), invocations, missing)
         return Resolved(invocations, missing)
+
+    def _resolve_batch(
+        self, batch: list[str], invocations: dict[str, Invocation], missing: list[str]
+    ) -> Exchange[None]:
+        """`batch` resolved into `invocations` and `missing`. One whose payloads inflate past
+        what the service reads for one request (413 `decompressed-too-large`) is asked again
+        in halves: at most twice as many requests as refs, and a failure only for one ref
+        alone past the limit."""
+        try:
+            body = {"refs": batch}
+            answer = yield from self._call("POST", endpoints.RESOLVE, ResolveResponse, body)
+        except DecompressedTooLargeError:
+            if len(batch) < 2:
+                raise
+            half = len(batch) // 2
+            yield from self._resolve_batch(batch[:half], invocations, missing)
+            yield from self._resolve_batch(batch[half:], invocations, missing)
+            return
+        invocations.update(answer.invocations)
+        missing.extend(answer.missing)
 
     def _get(self, ref: str) -> Exchange[Invocation]:
         return self._get_one(Ref(ref))

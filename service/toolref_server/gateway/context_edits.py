@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -34,7 +35,7 @@ from toolref.wire.headers import CONTEXT_HEADER
 from toolref_server.context import facts as facts_module
 from toolref_server.context.batches import BYTES_PER_TOKEN, Cleared, Plan, plan
 from toolref_server.context.client import clears_tool_results
-from toolref_server.context.facts import Facts
+from toolref_server.context.facts import Call, Facts, Result
 from toolref_server.context.provider_usage import Usage, UsageReader
 from toolref_server.context.replacing import as_json, escaped, rewritten, stand_in
 from toolref_server.metrics import Metrics
@@ -319,11 +320,14 @@ def _text_result(format_name: str, text: str) -> Any:
 def _invocations(
     found: Facts, wanted: Sequence[Cleared]
 ) -> dict[Cleared, tuple[Any, dict[str, Any]]]:
-    """The invocation (ref, wire form) of each result of `wanted`: its call found by id (or,
-    in a format without ids, the last call of its tool before it), both parsed from their
-    messages' text. O(messages) steps, plus each message parsed once."""
-    calls: dict[str | None, Any] = {}
-    by_name: dict[str, Any] = {}
+    """The invocation (ref, wire form) of each result of `wanted`: its call paired as the
+    SDK pairs them (`toolref.formats.conversation.scan`, `_Unanswered`), both parsed from
+    their messages' text. Every result of the format's own takes its call, wanted or not,
+    so the pairing is the conversation's alone, the same on every turn; a second result
+    for an answered call has none (as an orphan: its args `{}`). Each call's arguments are
+    so read for one result at most: O(messages, calls and results) steps, plus each message
+    parsed once."""
+    unanswered = _Unanswered()
     wanted_at = {(c.message, c.result): c for c in wanted}
     out: dict[Cleared, tuple[Any, dict[str, Any]]] = {}
     parsed: dict[int, Any] = {}
@@ -335,15 +339,12 @@ def _invocations(
 
     for index, message in enumerate(found.messages):
         for call in message.calls:
-            calls[call.call_id] = call
-            by_name[call.name] = call
+            unanswered.add(call)
         for at, result in enumerate(message.results):
+            paired = unanswered.answered_by(result) if result.text is None else None
             item = wanted_at.get((index, at))
             if item is None:
                 continue
-            paired = calls.get(result.call_id) if result.call_id is not None else None
-            if result.text is None:
-                paired = paired or by_name.get(item.name)
             try:
                 out[item] = _invocation(value_of, item, result, paired)
             except (ValueError, KeyError, IndexError, TypeError, RecursionError, ToolrefError):
@@ -351,8 +352,42 @@ def _invocations(
     return out
 
 
+class _Unanswered:
+    """The calls no result has answered yet, oldest first, by id and by tool name (those
+    with no id apart): a result takes the oldest of its id, else of its name with no id;
+    one with no id, the oldest of its name. Each call is taken once: O(1) amortized."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, deque[Call]] = defaultdict(deque)
+        self._by_name: dict[str, deque[Call]] = defaultdict(deque)
+        self._idless_by_name: dict[str, deque[Call]] = defaultdict(deque)
+        self._taken: set[int] = set()
+
+    def add(self, call: Call) -> None:
+        self._by_name[call.name].append(call)
+        if call.call_id is None:
+            self._idless_by_name[call.name].append(call)
+        else:
+            self._by_id[call.call_id].append(call)
+
+    def answered_by(self, result: Result) -> Call | None:
+        name = result.name or ""
+        if result.call_id is not None:
+            found = self._take(self._by_id.get(result.call_id))
+            return found if found is not None else self._take(self._idless_by_name.get(name))
+        return self._take(self._by_name.get(name))
+
+    def _take(self, queue: deque[Call] | None) -> Call | None:
+        while queue:
+            call = queue.popleft()
+            if id(call) not in self._taken:
+                self._taken.add(id(call))
+                return call
+        return None
+
+
 def _invocation(
-    value_of: Callable[[int], Any], item: Cleared, result: Any, call: Any
+    value_of: Callable[[int], Any], item: Cleared, result: Result, call: Call | None
 ) -> tuple[Any, dict[str, Any]]:
     """The invocation of `result` (its call's arguments from its message, `value_of` its
     index; for a result returned as text, the arguments its text names)."""

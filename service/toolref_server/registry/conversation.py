@@ -220,8 +220,11 @@ async def held_records(
     found_in: Records, tenant: str, refs: Sequence[str]
 ) -> tuple[dict[str, Record], list[str]]:
     """The record of every ref the store holds (lifetimes extended), and the refs it does
-    not hold (absent, or another invocation under a colliding key)."""
-    records = await found_in.store.fetch(tenant, [Ref(r) for r in refs])
+    not hold (absent, or another invocation under a colliding key). Records that inflate
+    past the inflated limit together are refused (413) before any is inflated: a few
+    hundred bytes in the store may hold megabytes."""
+    limit = found_in.settings.max_decompressed_bytes
+    records = await found_in.store.fetch(tenant, [Ref(r) for r in refs], limit=limit)
     found: dict[str, Record] = {}
     missing: list[str] = []
     for ref, kept in zip(refs, records, strict=True):

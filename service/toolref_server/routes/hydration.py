@@ -63,8 +63,11 @@ async def as_sent(request: Request, services: Services, ask: Ask) -> Response:
     named that is not offered is refused (422) as in protocol 2."""
     if ask.body.summarizer is not None:
         services.summaries.summarizer(ask.body.summarizer)
-    limit = services.settings.max_messages
-    conversation = conversation_of_decoded(limit, ask.decoded, ask.body.format)
+    limit, decoded = services.settings.max_messages, ask.decoded
+    # read, detected and paired as in protocol 2: off the loop when large
+    conversation = await services.workers.run(
+        decoded.size, conversation_of_decoded, limit, decoded, ask.body.format
+    )
     if conversation.scan.refs or ask.body.mode == "summary":
         what = (
             "toolRef markers"

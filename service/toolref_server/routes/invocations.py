@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -145,7 +146,10 @@ async def resolve(request: Request) -> Response:
     tenant = request_context.tenant(request)
     request_context.require_refs_protocol(request)
     refs = _unique(await _refs_body(request))
-    records = await request_context.services(request).store.fetch(tenant, refs)
+    services = request_context.services(request)
+    # the answer holds every record inflated: their sum bounded before any is inflated
+    limit = services.settings.max_decompressed_bytes
+    records = await services.store.fetch(tenant, refs, limit=limit)
     found: dict[str, Record] = {}
     missing: list[str] = []
     for ref, rec in zip(refs, records, strict=True):
@@ -156,11 +160,17 @@ async def resolve(request: Request) -> Response:
     # The answer's members through its model; the payloads, held as registered, are put in
     # after it: spliced as their stored text (JSON), never re-encoded.
     answer = ResolveResponse(invocations={}, missing=missing).model_dump(by_alias=True)
-    if codec.wants_msgpack(request):
-        answer["invocations"] = {ref: rec.invocation() for ref, rec in found.items()}
-        return codec.render(request, answer)
+    if codec.wants_msgpack(request):  # payloads parsed and packed: off the loop when large
+        size = sum(len(rec.payload.args) + len(rec.payload.result) for rec in found.values())
+        return await services.workers.run(size, as_msgpack, request, answer, found)
     held = ",".join(f"{json.dumps(ref)}:{rec.wire_text()}" for ref, rec in found.items())
     return codec.render(request, answer, encoded={"invocations": ("{" + held + "}").encode()})
+
+
+def as_msgpack(request: Request, answer: dict[str, Any], found: dict[str, Record]) -> Response:
+    """`answer` with the invocations found, their payloads parsed, packed for msgpack."""
+    answer["invocations"] = {ref: rec.invocation() for ref, rec in found.items()}
+    return codec.render(request, answer)
 
 
 async def get_invocation(request: Request) -> Response:

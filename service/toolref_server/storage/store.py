@@ -36,7 +36,7 @@ from redis.exceptions import RedisError, ResponseError
 from toolref.asgi.workers import Workers
 from toolref.kit.breaker import BreakerState, CircuitBreaker
 from toolref.wire.canonical import Ref
-from toolref.wire.errors import StoreUnavailableError
+from toolref.wire.errors import DecompressedTooLargeError, StoreUnavailableError
 from toolref_server.metrics import Metrics
 from toolref_server.storage import record
 from toolref_server.storage.keys import record as record_key
@@ -236,8 +236,12 @@ class Store:
         self.metrics.refs(present)
         return present
 
-    async def fetch(self, tenant: str, refs: Sequence[Ref]) -> list[Record | None]:
-        """Records for refs (None where absent), extending the lifetime of those read."""
+    async def fetch(
+        self, tenant: str, refs: Sequence[Ref], *, limit: int | None = None
+    ) -> list[Record | None]:
+        """Records for refs (None where absent), extending the lifetime of those read.
+        `limit`: the most bytes they may inflate to together, summed from their zstd frames
+        before any is inflated (413 past it)."""
         if not refs:
             return []
         keys = [self.key(tenant, ref) for ref in refs]
@@ -261,7 +265,7 @@ class Store:
                 values = await self.read_and_touch(tenant, keys, "resolve")
         else:
             values = await self.read_and_touch(tenant, keys, "resolve")
-        return await self._verified(tenant, refs, values)
+        return await self._verified(tenant, refs, values, limit)
 
     async def read_and_touch(self, tenant: str, keys: Sequence[str], action: str) -> list[Any]:
         """The values under `keys` (None where absent), each lifetime extended: one round
@@ -428,7 +432,7 @@ class Store:
                 await pipe.execute()
 
     async def _verified(
-        self, tenant: str, refs: Sequence[Ref], values: Sequence[Any]
+        self, tenant: str, refs: Sequence[Ref], values: Sequence[Any], limit: int | None = None
     ) -> list[Record | None]:
         """The records read, each checked against its ref (`record.verified`: decoded, its
         content's SHA-256 recomputed, or the same bytes known sound: `Verifier`): linear in
@@ -436,6 +440,13 @@ class Store:
         when they are many. A corrupt record is never served: it counts as missing, so the
         client resends the payload, and it is deleted, so that resend stores it again."""
         size = sum(record.work_size(value) for value in values if value is not None)
+        if limit is not None and size > limit:
+            raise DecompressedTooLargeError(
+                f"the {len(refs)} refs named hold {size} bytes once inflated, over the limit "
+                f"of {limit} on what one request reads (TOOLREF_MAX_DECOMPRESSED_BYTES); name "
+                "fewer refs in one request",
+                limit=limit,
+            )
         if self.workers is None:
             records = _verified_all(self.verifier, refs, values)
         else:

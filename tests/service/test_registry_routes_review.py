@@ -1,0 +1,248 @@
+"""The registry's steps and the REST routes, as the review of their bounds found them: records
+read for an answer bounded by the inflated limit before any is inflated, CPU work on a large
+body off the event loop, the JSON item limit held whatever the brackets, and an export file's
+items held to their shape before they are built."""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import msgpack
+import pytest
+import zstandard
+
+from toolref import AsyncRegistryClient
+from toolref.wire.canonical import digest_of
+from toolref.wire.errors import DecompressedTooLargeError, ValidationError
+from toolref_server import export
+from toolref_server.routes import hydration
+from toolref_server.routes import invocations as invocation_routes
+from toolref_server.storage import store
+
+from ..conftest import Api
+from .test_hydrate_review import call, marked
+from .test_messages import hydrate
+
+LIMIT = 64 * 1024
+
+
+async def registered(api: httpx.AsyncClient, count: int, size: int) -> list[str]:
+    """The refs of `count` invocations whose results are `size` bytes that compress well:
+    each a few hundred bytes in the store, `size` once inflated."""
+    invocations = [{"name": "read", "args": {"n": n}, "result": "x" * size} for n in range(count)]
+    answer = await api.post("/v1/invocations", json={"invocations": invocations})
+    assert answer.status_code == 200, answer.text[:300]
+    return [row["ref"] for row in answer.json()["refs"]]
+
+
+def inflations(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many records each read of the store inflated and checked (`_verified_all`)."""
+    counts: list[int] = []
+    inner = store._verified_all
+
+    def counted(verifier: Any, refs: Any, values: Any) -> Any:
+        counts.append(sum(value is not None for value in values))
+        return inner(verifier, refs, values)
+
+    monkeypatch.setattr(store, "_verified_all", counted)
+    return counts
+
+
+async def test_resolve_refuses_records_past_the_inflated_limit_before_inflating_them(
+    make_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: resolve inflated every record it named into its answer, whatever
+    they came to: records of 3 MB each, a few hundred bytes in the store, answered 96 MB
+    (384 MB at its peak) for 32 refs under a 4 MB limit, and 1,000 refs of the limit's
+    records 64 GB. Their sizes, as their zstd frames declare them, are summed first: past
+    TOOLREF_MAX_DECOMPRESSED_BYTES together, 413 before any is inflated."""
+    api = await make_api(max_decompressed_bytes=LIMIT)
+    refs = await registered(api, 3, 30_000)
+    counts = inflations(monkeypatch)
+    refused = await api.post("/v1/invocations:resolve", json={"refs": refs})
+    assert refused.status_code == 413, refused.text[:300]
+    problem = refused.json()
+    assert problem["type"] == "urn:toolref:problem:decompressed-too-large"
+    assert problem["limit"] == LIMIT
+    assert "TOOLREF_MAX_DECOMPRESSED_BYTES" in problem["detail"]
+    assert "fewer refs" in problem["detail"]
+    assert counts == []  # nothing inflated
+    answered = await api.post("/v1/invocations:resolve", json={"refs": refs[:2]})
+    assert answered.status_code == 200, answered.text[:300]
+    assert sorted(answered.json()["invocations"]) == sorted(refs[:2])
+    assert counts == [2]
+
+
+async def test_the_sdk_asks_again_in_halves_for_a_batch_past_the_inflated_limit(
+    make_api: Api,
+) -> None:
+    """The SDK side of the bound above: a resolve batch whose records inflate past the
+    limit together is asked again in halves (each record alone within it), so the caller
+    gets every invocation, not the 413; a ref alone past the limit still raises it."""
+    api = await make_api(max_decompressed_bytes=LIMIT)
+    refs = await registered(api, 5, 30_000)
+    asked: list[int] = []
+    app = api._transport  # the app, as the SDK would reach it
+
+    class Recorded(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            if request.url.path.endswith(":resolve"):
+                body = await request.aread()
+                as_json = request.headers["content-type"].startswith("application/json")
+                sent = json.loads(body) if as_json else msgpack.unpackb(body)
+                asked.append(len(sent["refs"]))
+            return await app.handle_async_request(request)
+
+    async with AsyncRegistryClient("http://localhost:8750", transport=Recorded()) as client:
+        resolved = await client.resolve(refs)
+        assert sorted(resolved.invocations) == sorted(refs)
+        assert resolved.missing == []
+        # 5 refused (150 KB), then 2 answered and 3 refused, then 1 and 2 answered
+        assert asked == [5, 2, 3, 1, 2]
+        alone = await registered(api, 1, LIMIT + 1024)
+        with pytest.raises(DecompressedTooLargeError):
+            await client.resolve(alone)
+
+
+async def test_a_hydrate_of_markers_past_the_limit_inflates_none_of_their_records(
+    make_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: a hydrate (and a handoff) read and inflated the record of every
+    marker before its fill was bounded: 5,000 markers to records of the limit held 5,000
+    times it, then 413. The records are held to the limit together before any is
+    inflated."""
+    api = await make_api(max_decompressed_bytes=LIMIT)
+    refs = await registered(api, 3, 30_000)
+    counts = inflations(monkeypatch)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for n, ref in enumerate(refs):
+        messages += marked(n, ref, name="read")
+    response = await hydrate(api, messages)
+    assert response.status_code == 413, response.text[:300]
+    assert response.json()["type"] == "urn:toolref:problem:decompressed-too-large"
+    assert counts == []
+    handoff = await api.post("/v1/context:handoff", json={"messages": messages})
+    assert handoff.status_code == 413, handoff.text[:300]
+    assert counts == []
+
+
+def threads_of(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[str]:
+    """The threads `module.<name>` ran in, each time it ran."""
+    threads: list[str] = []
+    inner: Callable[..., Any] = getattr(module, name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, wrapped)
+    return threads
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small-inline", "large-offloaded"])
+async def test_a_protocol_1_hydrate_reads_its_conversation_off_the_event_loop_when_large(
+    make_api: Api, monkeypatch: pytest.MonkeyPatch, large: bool
+) -> None:
+    """Found in review: a protocol-1 hydrate (the messages answered as sent) read, detected
+    and paired its conversation on the event loop: 3.7 s for a 33 MB body of tool calls,
+    every other request of the worker waiting. It runs where protocol 2's does: in a worker
+    thread for a body of TOOLREF_OFFLOAD_BYTES or more."""
+    api = await make_api(offload_bytes=50_000)
+    threads = threads_of(monkeypatch, hydration, "conversation_of_decoded")
+    size = 20_000 if large else 2_000
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for n in range(5):
+        messages += call(n, f"line {n}\n" * (size // 7))
+    assert (len(json.dumps({"messages": messages})) >= 50_000) is large
+    response = await api.post(
+        "/v1/messages:hydrate", json={"messages": messages}, headers={"Toolref-Protocol": "1"}
+    )
+    assert response.status_code == 200, response.text[:300]
+    assert response.json()["messages"] == messages
+    assert len(threads) == 1
+    if large:
+        assert threads[0].startswith("toolref-work"), threads
+    else:
+        assert threads == [threading.main_thread().name]
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small-inline", "large-offloaded"])
+async def test_a_msgpack_resolve_parses_its_records_off_the_event_loop_when_large(
+    make_api: Api, monkeypatch: pytest.MonkeyPatch, large: bool
+) -> None:
+    """Found in review: a msgpack client's resolve had every record parsed and packed on
+    the event loop: about 1 s for records of 64 MB. That runs in a worker thread for
+    records of TOOLREF_OFFLOAD_BYTES or more."""
+    api = await make_api(offload_bytes=50_000)
+    refs = await registered(api, 3, 20_000 if large else 2_000)
+    threads = threads_of(monkeypatch, invocation_routes, "as_msgpack")
+    response = await api.post(
+        "/v1/invocations:resolve", json={"refs": refs}, headers={"Accept": "application/msgpack"}
+    )
+    assert response.status_code == 200, response.text[:300]
+    assert sorted(msgpack.unpackb(response.content)["invocations"]) == sorted(refs)
+    assert len(threads) == 1
+    if large:
+        assert threads[0].startswith("toolref-work"), threads
+    else:
+        assert threads == [threading.main_thread().name]
+
+
+async def test_a_json_array_past_the_item_limit_is_refused_whatever_its_brackets(
+    make_api: Api,
+) -> None:
+    """Found in review: TOOLREF_MAX_ITEMS was checked on a JSON body only when it held
+    more brackets than TOOLREF_MAX_DEPTH, so one flat array took any number of items (a
+    16 MB body of `0,` built a list of 8 million, 83 MB, under the default of 100,000); a
+    msgpack body was refused. A body with as many commas as the limit is checked too."""
+    api = await make_api(max_items=10)
+    refs = [str(digest_of({"name": "read", "args": {"n": n}, "result": ""}).ref) for n in range(20)]
+    response = await api.post("/v1/invocations:findMissing", json={"refs": refs})
+    assert response.status_code == 413, response.text[:300]
+    assert response.json()["type"] == "urn:toolref:problem:too-many-items"
+    assert "20 items, over the limit of 10" in response.json()["detail"]
+    answered = await api.post("/v1/invocations:findMissing", json={"refs": refs[:10]})
+    assert answered.status_code == 200, answered.text[:300]
+
+
+def tree(depth: int) -> bytes:
+    """msgpack of arrays of 8 arrays, `depth` levels of them, empty ones at the bottom."""
+    return b"\x98" + tree(depth - 1) * 8 if depth else b"\x90"
+
+
+def export_file(item: bytes) -> io.BytesIO:
+    header = msgpack.packb({"toolrefExport": 1, "tenant": None, "created": 0})
+    return io.BytesIO(zstandard.ZstdCompressor().compress(header + item))
+
+
+@pytest.mark.parametrize("shape", ["wide", "nested"])
+def test_an_export_item_of_many_small_values_is_refused_before_it_is_built(shape: str) -> None:
+    """Found in review: `cache import` built each item whole before checking its shape: an
+    array of 8 MB of nils (a file of 317 bytes) took 80 MB, ten times the item bound its
+    reader keeps; empty arrays take 56 bytes each. An array or map of more than the 3
+    members an item has, or one inside an item, is refused as it is read."""
+    if shape == "wide":
+        n = 8 * 2**20
+        item = b"\xdd" + n.to_bytes(4, "big") + b"\xc0" * n  # an array of n nils
+    else:
+        item = b"\x93\xa1k\xc4\x01v" + tree(7)  # [k, v, 2 million empty arrays, 8 a level]
+    source = export_file(item)
+    assert len(source.getvalue()) < 2_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValidationError) as refused:
+            export.verify(source, limits=export.Limits(3600, 16 * 2**20))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * len(item)  # the inflated item at most, never the lists of its values
+    assert "no export holds" in refused.value.detail
+    assert "nothing was imported" in refused.value.detail
+    good = export_file(msgpack.packb(["k", b"v", -1]))
+    assert len(list(export._items(good, export.Limits()))) == 2
