@@ -351,6 +351,32 @@ async def test_a_header_in_utf_8_reaches_the_app_byte_for_byte(redis: Redis) -> 
     assert [h["x-title"] for h in seen.headers] == [sent] * len(bodies)
 
 
+async def test_a_lone_surrogate_in_a_conversation_is_sent_as_the_js_sdk_sends_it(
+    redis: Redis,
+) -> None:
+    """A conversation read from valid JSON holding a lone surrogate escape (`"\\ud800"`,
+    a model's answer cut mid-emoji): `json.loads` keeps it lone, and `post(json=...)`
+    refused the body (a `ValidationError` whose advice, `json.loads(your_dumps(body))`,
+    gave the same value). It goes as `JSON.stringify` writes it, the TypeScript manager's
+    bytes: the surrogate as its escape, everything else as before; every turn reaches the
+    app so, later ones as edits."""
+    seen = Seen()
+    manager = ToolReferenceManager()
+    odd = json.loads('"cut \\ud83d| \\udc00x \\ud83d\\ude00 \\u00e9"')
+    bodies, wanted = turns(4), []
+    for body in bodies:
+        said = {"role": "user", "content": "ODD", "ODD": 1}
+        wanted.append(sdk_bytes({**body, "messages": [*body["messages"], said]}))
+        body["messages"] = [*body["messages"], {"role": "user", "content": odd, odd: 1}]
+    async with backend(redis, seen) as (http, _):
+        for body in bodies:
+            answer = await manager.apost(http, "/chat", json=body)
+            assert answer.status_code == 200, answer.text
+    escaped = '"cut \\ud83d| \\udc00x 😀 é"'.encode()  # JSON.stringify's, the pair raw
+    assert seen.bodies == [body.replace(b'"ODD"', escaped) for body in wanted]
+    assert manager.savings.edits == 3
+
+
 async def test_a_backend_that_stops_reading_edits_gets_requests_as_they_are(
     redis: Redis,
 ) -> None:

@@ -19,6 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.integration.test_relay_edits import TIMEOUT, assert_exact, post, relayed
+from toolref.edits.wire import MEDIA_TYPE
 
 pytestmark = pytest.mark.engine
 
@@ -92,3 +93,60 @@ async def test_any_writer_s_json_reaches_the_provider_byte_for_byte(redis: Redis
                 await post(agent, stack, body)
                 assert_exact(stack, body)  # the manager path (edits off) fails here
                 messages += [_message(rng, sep, "assistant"), _message(rng, sep, "user")]
+
+
+def _turns(kind: str, turns: int) -> list[bytes]:
+    """A conversation of `turns` requests, each a tool call and its result more, holding
+    `kind`'s unusual spelling in every tool input and result."""
+    odd = ODD[kind]
+    messages = [b'{"role":"user","content":"' + b"read the files, " * 30 + b'"}']
+    bodies = []
+    for turn in range(turns):
+        use = b'{"type":"tool_use","id":"toolu_%d","name":"Read","input":{"v":%s}}' % (turn, odd)
+        result = b'{"type":"tool_result","tool_use_id":"toolu_%d","content":[%s, %s]}' % (
+            turn,
+            odd,
+            json.dumps("line\n" * 200).encode(),
+        )
+        messages += [b'{"role":"assistant","content":[%s]}' % use]
+        messages += [b'{"role":"user","content":[%s]}' % result]
+        listed = b",\r\n\t".join(messages)
+        bodies.append(ENVELOPES[kind] % listed if kind in ENVELOPES else ENVELOPE % listed)
+    return bodies
+
+
+ENVELOPE = b'{"model":"claude","max_tokens":1024,"messages":[%s]}'
+ODD = {
+    "cesu-surrogate": b'"\\ud83d\xed\xb8\x80 raw low after an escaped high"',  # not UTF-8
+    "invalid-utf-8": b'"a\xffb \xc0\xaf"',  # not UTF-8
+    "bom": b'"a byte order mark first"',
+    "top-level-array": b"1",
+    "messages-not-a-list": b"2",
+    "escapes": b'"\\u00E9\\u00e9\\u00c9\xc3\xa9\\/\\u0000 \\ud800 \\udc00x"',
+    "numbers": b"[-0,1E400,1e-400,0.10,-0.0E+0,%s]" % (b"9" * 400),
+    "whitespace": b'{ "a"\r\n:\t[ ]\r\n,\t"a" : { } , "" : "" }',
+}
+ENVELOPES = {
+    "bom": b"\xef\xbb\xbf" + ENVELOPE,
+    "top-level-array": b"[%s]",
+    "messages-not-a-list": b'{"model":"claude","messages":{"list":[%s]}}',
+    "whitespace": b"\r\n\t " + ENVELOPE + b"\t\r\n",
+}
+
+
+@pytest.mark.parametrize("kind", list(ODD))
+async def test_unusual_and_invalid_bodies_reach_the_provider_byte_for_byte(
+    redis: Redis, kind: str
+) -> None:
+    """Each turn of a tool-using conversation reaches the provider as the agent wrote it:
+    uppercase and mixed escapes, `\\u0000`, lone surrogate escapes, numbers no double holds,
+    repeated and empty keys, CRLF and tabs everywhere, messages that are no list (as edits);
+    a UTF-8 byte order mark, bytes that are not UTF-8 in a string, a top-level array (not
+    one JSON object in UTF-8: as they came, never changed and never refused)."""
+    plain = kind in ("cesu-surrogate", "invalid-utf-8", "bom", "top-level-array")
+    async with relayed(redis) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        for body in _turns(kind, 3):
+            await post(agent, stack, body)
+            assert_exact(stack, body)
+            sent = stack.balancer.requests[-1]
+            assert (sent.headers["content-type"] != MEDIA_TYPE) == plain, kind

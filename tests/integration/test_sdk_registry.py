@@ -34,6 +34,7 @@ from tests.support.processes import Service
 from toolref import (
     AsyncRegistryClient,
     BreakerState,
+    CanonicalizationError,
     Capabilities,
     CircuitBreaker,
     CircuitOpenError,
@@ -496,6 +497,29 @@ async def test_a_malformed_ref_is_refused_locally(setup: Setup, bad: str, token:
     with pytest.raises(InvalidRefError):
         await registry.resolve([bad])
     assert registry.recorder.sent == []  # not even capabilities were fetched
+
+
+@pytest.mark.parametrize("msgpack", [True, False], ids=["msgpack", "json"])
+async def test_a_lone_surrogate_is_the_services_422_whatever_the_encoding(
+    redis: Redis, msgpack: bool
+) -> None:
+    """Messages read from valid JSON holding a lone surrogate (`"\\ud800"`): msgpack, whose
+    strings are UTF-8, has no form for it, and the client raised `UnicodeEncodeError` (no
+    `ToolrefError`) before sending. The request goes as JSON, the surrogate as its escape,
+    and the service's 422 names it; nothing is stored."""
+    app = create_app(Settings(redis_url="unused"), redis=redis)
+    async with app.router.lifespan_context(app):
+        registry = AsyncRegistryClient(
+            "http://localhost:8750",
+            transport=httpx.ASGITransport(app=app),
+            retries=0,
+            encoding="auto" if msgpack else "json",
+        )
+        messages = json.loads('[{"role":"user","content":"half \\ud800 of it"}]')
+        with pytest.raises(CanonicalizationError, match="surrogate"):
+            await registry.optimize(messages)
+        await registry.aclose()
+    assert await redis.dbsize() == 0
 
 
 async def test_optimize_and_hydrate_round_trip_a_conversation(setup: Setup, token: str) -> None:

@@ -151,7 +151,10 @@ class Session(Generic[TransportT_co]):
         }
         content = None
         if body is not None:
-            content = encoding.packb(body) if msgpack else encoding.dumps_json(body)
+            try:
+                content = encoding.packb(body) if msgpack else encoding.dumps_json(body)
+            except UnicodeEncodeError:  # a lone surrogate, which msgpack (UTF-8) cannot carry
+                msgpack, content = False, encoding.dumps_json(body)  # JSON: its escape
             headers["Content-Type"] = encoding.MSGPACK_TYPE if msgpack else encoding.JSON_TYPE
             content = self._compressed(caps, content, headers)
         return httpx.Request(method, self._url(path), headers=headers, content=content)

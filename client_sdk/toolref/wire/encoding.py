@@ -44,7 +44,13 @@ def loads_fast(data: bytes | str) -> Any:
 
 
 def dumps_json(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+    """Compact JSON in UTF-8; a lone surrogate (`json.loads` makes one of `"\\ud800"`) as
+    its escape, as `JSON.stringify` writes it (the JS SDK's bytes for the same value)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        return surrogates_escaped(text).encode()
 
 
 def _default(value: Any) -> Any:
