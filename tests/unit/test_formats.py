@@ -25,6 +25,7 @@ from toolref.formats import (
 )
 from toolref.formats import site as site_module
 from toolref.formats.evidence import FOREIGN
+from toolref.sending.rewrite import rewrite
 from toolref.wire.canonical import digest_of, is_ref
 from toolref.wire.errors import InvalidRefError, ValidationError
 from toolref.wire.models import FormatName
@@ -922,6 +923,34 @@ def test_a_long_order_member_is_read_in_linear_time() -> None:
     text = text[:-1] + ', "toolRefOrder": ' + json.dumps(names[::-1]) + "}"
     filled = json.loads(site_module.from_marker_text(text, 0, {"args": "2"}))
     assert list(filled) == [*reversed(names), "args"]
+
+
+def test_rewrite_reads_a_list_of_usable_refs_once() -> None:
+    """Found in review: `rewrite` asked `ref in usable` once per invocation, and a list (or
+    `refs.values()`) answers that by reading itself through: invocations x refs comparisons,
+    10 s for 32,000 of each. A collection that is not a set is read once into one now."""
+    chat = formats.get("openai-chat")
+    messages = [
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": f"{i}"}}
+                for i in range(300)
+            ],
+        },
+        *({"role": "tool", "tool_call_id": f"c{i}", "content": "x"} for i in range(300)),
+    ]
+    refs = list(rewrite(messages, chat, set()).refs.values())
+    held = refs[::2]
+    wanted = rewrite(messages, chat, set(held))
+    assert len(wanted.used) == 150
+    Compared.seen[0] = 0
+    assert rewrite(messages, chat, [Compared(r) for r in reversed(held)]) == wanted
+    assert Compared.seen[0] < 10 * len(refs)
+    assert rewrite(messages, chat, tuple(held)) == wanted
+    assert rewrite(messages, chat, dict(enumerate(held)).values()) == wanted
+    with pytest.raises(TypeError, match=r"not of dict: usable=set\(refs\)"):
+        rewrite(messages, chat, [held[0], {"ref": held[1]}])  # type: ignore[list-item]
 
 
 # --- pairing ----------------------------------------------------------------------------

@@ -11,7 +11,7 @@
 
 import { UsageError } from "./errors.js";
 import type { Format } from "./formats/index.js";
-import { MARKER, ORDER, fromMarker, getAt, has, payloadKeys, toMarker, updateAt, type JsonObject, type Site } from "./formats/site.js";
+import { MARKER, ORDER, fromMarker, getAt, has, payloadKeys, toMarker, updateAll, type Change, type JsonObject, type Path, type Site } from "./formats/site.js";
 import { isRef, refOf, type Invocation } from "./ref.js";
 
 /** One side of an invocation: the message it is in, where, and the object there. */
@@ -69,12 +69,20 @@ export function invocationOf(found: Found): Invocation {
   };
 }
 
+/** Calls in the order they came, taken from the front by moving `head`: an array's `shift`
+ * moves every element left in V8 once the array is large, which made taking them all
+ * quadratic. */
+interface Queue {
+  readonly items: Found[];
+  head: number;
+}
+
 /** Calls waiting for their result, by id, by name, and by name for those without an id;
  * taking the oldest one a result answers is O(1) amortized. */
 class Pending {
-  private readonly byId = new Map<string, Found[]>();
-  private readonly byName = new Map<string | null, Found[]>();
-  private readonly idlessByName = new Map<string | null, Found[]>();
+  private readonly byId = new Map<string, Queue>();
+  private readonly byName = new Map<string | null, Queue>();
+  private readonly idlessByName = new Map<string | null, Queue>();
   private readonly taken = new Set<Found>();
 
   add(found: Found): void {
@@ -89,9 +97,9 @@ class Pending {
     return this.take(this.byName.get(site.name));
   }
 
-  private take(queue: Found[] | undefined): Found | null {
-    while (queue !== undefined && queue.length > 0) {
-      const found = queue.shift()!;
+  private take(queue: Queue | undefined): Found | null {
+    while (queue !== undefined && queue.head < queue.items.length) {
+      const found = queue.items[queue.head++]!;
       if (!this.taken.has(found)) {
         this.taken.add(found);
         return found;
@@ -101,10 +109,10 @@ class Pending {
   }
 }
 
-function push<K>(map: Map<K, Found[]>, key: K, found: Found): void {
+function push<K>(map: Map<K, Queue>, key: K, found: Found): void {
   const queue = map.get(key);
-  if (queue === undefined) map.set(key, [found]);
-  else queue.push(found);
+  if (queue === undefined) map.set(key, { items: [found], head: 0 });
+  else queue.items.push(found);
 }
 
 /** Every invocation in `messages`, in order of first appearance, keyed as the Python SDK
@@ -177,13 +185,13 @@ export interface Mark {
   readonly ref: string;
 }
 
-/** The message with these sides as markers (the same object if none). */
+/** The message with these sides as markers (the same object if none); each container on
+ * the way copied once, however many marks it holds. */
 export function marked(message: unknown, marks: readonly Mark[]): unknown {
-  let out = message;
-  for (const { site, ref } of marks) {
-    out = updateAt(out, site.path, (obj) => toMarker(obj as JsonObject, payloadKeys(site), ref));
-  }
-  return out;
+  return updateAll(
+    message,
+    marks.map(({ site, ref }): [Path, Change] => [site.path, (obj) => toMarker(obj as JsonObject, payloadKeys(site), ref)]),
+  );
 }
 
 export interface Rewrite {
@@ -221,7 +229,7 @@ export function fill(
   format: Format,
   invocations: Readonly<Record<string, Invocation>>,
 ): unknown[] {
-  const out = [...messages];
+  const changes = new Map<number, [Path, Change][]>(); // by message: each copied once
   for (const found of scan(messages, format)) {
     const ref = found.marker;
     const invocation = ref === null ? undefined : invocations[ref];
@@ -231,8 +239,14 @@ export function fill(
       const values: JsonObject = {};
       if (site.argsKey !== null) values[site.argsKey] = invocation.args;
       if (site.resultKey !== null) values[site.resultKey] = invocation.result;
-      out[message] = updateAt(out[message], site.path, (marker) => fromMarker(marker as JsonObject, values));
+      const change: Change = (marker) => fromMarker(marker as JsonObject, values);
+      const here = changes.get(message);
+      if (here === undefined) changes.set(message, [[site.path, change]]);
+      else here.push([site.path, change]);
     }
   }
-  return out;
+  return messages.map((message, index) => {
+    const here = changes.get(index);
+    return here === undefined ? message : updateAll(message, here);
+  });
 }

@@ -3,7 +3,8 @@ a `toolRef` marker (a pure function over the format layer)."""
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Collection, Container, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,16 @@ def rewrite(messages: list[Any], fmt: Format, usable: Container[str]) -> Rewrite
             f"usable is a collection of refs, not the str {usable!r} (`in` would match any "
             f"substring of it): usable={{{usable!r}}}"
         )
+    if isinstance(usable, Collection) and not isinstance(usable, AbstractSet | Mapping):
+        # A list (or `refs.values()`) answers `in` by reading it through: once per
+        # invocation, quadratic. Read once into a set: linear in both.
+        try:
+            usable = frozenset(usable)
+        except TypeError:
+            kinds = sorted({type(ref).__name__ for ref in usable if not isinstance(ref, str)})
+            raise TypeError(
+                f"usable is a collection of refs (str), not of {', '.join(kinds)}: usable=set(refs)"
+            ) from None
     found = formats.scan(messages, fmt)
     refs = {pair.key: ref_of(pair) for pair in found.complete}
     used = {key: ref for key, ref in refs.items() if ref in usable}

@@ -36,6 +36,20 @@ export function isObject(value: unknown): value is JsonObject {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
+function own(obj: JsonObject, key: string): boolean {
+  return Object.prototype.hasOwnProperty.call(obj, key);
+}
+
+/** `obj[key] = value` as an own member whatever its name: assigning `__proto__` (a member
+ * `JSON.parse` makes) would set the object's prototype, and the member be lost. */
+function put(obj: JsonObject, key: string, value: unknown): void {
+  if (key === "__proto__") {
+    Object.defineProperty(obj, key, { value, writable: true, enumerable: true, configurable: true });
+  } else {
+    obj[key] = value;
+  }
+}
+
 /** A member as JSON.stringify sees it: own, and not undefined. */
 export function has(obj: JsonObject, key: string): boolean {
   return Object.prototype.hasOwnProperty.call(obj, key) && obj[key] !== undefined;
@@ -47,17 +61,42 @@ export function getAt(root: unknown, path: Path): unknown {
   return node;
 }
 
-/** Copy of `root` with the object at `path` replaced by `change(it)`; only the containers
- * on the way are copied, the input is never modified. */
-export function updateAt<T>(root: T, path: Path, change: (value: unknown) => unknown): T {
-  if (path.length === 0) return change(root) as T;
-  const [step, ...rest] = path;
-  const copy = (Array.isArray(root) ? [...(root as unknown[])] : { ...(root as JsonObject) }) as Record<
-    string | number,
-    unknown
-  >;
-  copy[step!] = updateAt(copy[step!], rest, change);
-  return copy as T;
+export type Change = (value: unknown) => unknown;
+
+interface Trie {
+  change?: Change;
+  readonly below: Map<string | number, Trie>;
+}
+
+/** Copy of `root` with the object at each path replaced by `change(it)` (site.py's
+ * `update_all`). Only the containers on the way are copied, each once however many changes
+ * it holds (a message with thousands of markers costs one copy of it, not one per marker:
+ * linear in the paths and the containers copied); the input is never modified. A change at
+ * a path below another's is made first, and the outer change receives the object with it. */
+export function updateAll<T>(root: T, changes: Iterable<readonly [Path, Change]>): T {
+  const trie: Trie = { below: new Map() };
+  for (const [path, change] of changes) {
+    let node = trie;
+    for (const step of path) {
+      let next = node.below.get(step);
+      if (next === undefined) node.below.set(step, (next = { below: new Map() }));
+      node = next;
+    }
+    node.change = change;
+  }
+  return rebuilt(root, trie) as T;
+}
+
+function rebuilt(value: unknown, trie: Trie): unknown {
+  if (trie.below.size > 0) {
+    const copy = (Array.isArray(value) ? [...(value as unknown[])] : { ...(value as JsonObject) }) as Record<
+      string | number,
+      unknown
+    >;
+    for (const [step, sub] of trie.below) copy[step] = rebuilt(copy[step], sub);
+    value = copy;
+  }
+  return trie.change === undefined ? value : trie.change(value);
 }
 
 /** `obj` with its payload `keys` removed and `toolRef` at the place of the first. */
@@ -69,7 +108,7 @@ export function toMarker(obj: JsonObject, keys: readonly string[], ref: string):
     if (keys.includes(key)) {
       if (index === first) marker[MARKER] = ref;
     } else {
-      marker[key] = obj[key];
+      put(marker, key, obj[key]);
     }
   });
   if (!sameList(restoredOrder(Object.keys(marker), keys), order)) marker[ORDER] = order;
@@ -83,12 +122,14 @@ export function fromMarker(marker: JsonObject, values: JsonObject): JsonObject {
   const listed = marker[ORDER];
   if (Array.isArray(listed)) {
     const named = listed.filter((key): key is string => typeof key === "string");
-    order = [...named, ...order.filter((key) => !named.includes(key))];
+    const seen = new Set(named); // a set: an array's `includes` made a long order quadratic
+    order = [...named, ...order.filter((key) => !seen.has(key))];
   }
   const restored: JsonObject = {};
   for (const key of order) {
-    if (key in values) restored[key] = values[key];
-    else if (key in marker && key !== MARKER && key !== ORDER) restored[key] = marker[key];
+    // Own members only: `in` also finds `toString` and the rest of Object.prototype.
+    if (own(values, key)) put(restored, key, values[key]);
+    else if (own(marker, key) && key !== MARKER && key !== ORDER) put(restored, key, marker[key]);
   }
   return restored;
 }
