@@ -41,6 +41,8 @@ _POLICY_VIOLATION: Final = 1008
 # Turns at once on one channel, busy ones included, past which the channel is closed: a
 # sender sends at most `frames.MAX_STREAMS`, so one past twice that reads no answer (each
 # busy turn waits to write its 503), and its tasks would only pile up.
+# The scope extension marking a turn a channel carries (`on_channel`).
+TURN_EXTENSION: Final = "toolref.channel_turn"
 _MAX_TASKS: Final = 2 * frames.MAX_STREAMS
 _DRAIN_SECONDS: Final = 5.0  # the channel gone, its turns' cancellation awaited this long
 
@@ -284,7 +286,14 @@ def _scope(channel: Scope, turn: frames.Turn) -> Scope:
         "server": channel.get("server"),
         "state": dict(channel.get("state", {})),
         "app": channel.get("app"),
+        "extensions": {TURN_EXTENSION: {}},
     }
+
+
+def on_channel(scope: Scope) -> bool:
+    """Whether `scope` is a turn a channel carries (`_scope`): the sender's next turn on
+    that channel comes to this same process, while its socket lives."""
+    return TURN_EXTENSION in (scope.get("extensions") or {})
 
 
 def _proxied(name: bytes) -> bool:

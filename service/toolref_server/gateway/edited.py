@@ -11,10 +11,13 @@ restored headers and the body's length (`restored_scope`); the answer marked wit
 recipe's ref and the bytes saved (`marked`); then `Forwarder` sends the body byte for byte
 and the recipe is kept once it went (`Keeping`, started by the forwarder's `SENT_KEY`: the
 keep's work runs while the upstream thinks, not before it has the request), the answer's
-last message waiting for it (`kept_recipe`)
-and streams the answer back untouched, read as it passes (`kept_answer`): a whole streamed
-answer is kept as the recipe's (`storage.answers`) before its end event reaches the client,
-the dictionary of the next edit of the conversation (`toolref.edits.answer`).
+last message waiting for it (`kept_recipe`), and streams the answer back untouched, read as
+it passes (`kept_answer`): a whole streamed answer is kept as the recipe's
+(`storage.answers`) before its end event reaches the client, the dictionary of the next
+edit of the conversation (`toolref.edits.answer`). A turn a channel carried
+(`channel_server.on_channel`) waits for neither: its next turn comes to this process, which
+remembers the answer and waits for a keep still under way (`Recipes.under_way`); both are
+stored once the answer ended.
 
 Everything it needs is in the request or the store, so any worker or replica serves any
 turn.
@@ -22,7 +25,7 @@ turn.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
 from starlette.types import Message, Receive, Scope, Send
@@ -33,6 +36,7 @@ from toolref.asgi.scope import Disconnected, header, read_body, replay
 from toolref.edits.answer import AnswerTap, tap_for
 from toolref.edits.segments import is_secret
 from toolref.edits.wire import MEDIA_TYPE, VERSION
+from toolref.receiving.channel_server import on_channel
 from toolref.wire.encoding import media_type
 from toolref.wire.endpoints import CHANNEL
 from toolref.wire.errors import ToolrefError
@@ -95,14 +99,18 @@ async def forward_edit(
             raise
         metrics.edits.labels("applied").inc()
         size, ref, keeping = len(applied.body), applied.ref, applied.keeping
+        stored: Callable[[], Awaitable[None]] = _nothing_to_store
         try:
             upstream_name = scope[ROUTE_KEY].name
             metrics.gateway_usage(tenant, upstream_name, Counts(raw=size, wire=applied.wire))
             upstream = restored_scope(scope, applied, size, account)
             if keeping is not None:  # the keep's work runs once the body went upstream
                 upstream[SENT_KEY] = keeping.start
-            ended = kept_recipe(send, keeping)
-            answered = kept_answer(ended, services, tenant, ref, scope["path"])
+            # A channel's next turn comes to this process: its answer's end waits for no
+            # store (the next turn waits here for a keep still under way: `under_way`).
+            hold = not on_channel(scope)
+            ended = kept_recipe(send, keeping) if hold else send
+            answered, stored = kept_answer(ended, services, tenant, ref, scope["path"], hold=hold)
             marks = marked(answered, applied, size, context)
             # The body held by `receive` alone, until the forwarder sends it on: nothing
             # here holds the request's bytes (the edit, the body, its segments) while the
@@ -111,7 +119,12 @@ async def forward_edit(
             del data, applied
             await forwarder(upstream, receive, marks)
         finally:
+            await stored()  # before its keep's end: the next edit's keep deletes it
             await kept(keeping, ref)  # also when the upstream failed or the client went away
+
+
+async def _nothing_to_store() -> None:
+    return None
 
 
 async def read(receive: Receive, limit: int, account: Account) -> bytes:
@@ -184,20 +197,33 @@ def kept_recipe(send: Send, keeping: Keeping | None) -> Send:
     return ending
 
 
-def kept_answer(send: Send, services: Services, tenant: str, ref: str, path: str) -> Send:
+def kept_answer(
+    send: Send, services: Services, tenant: str, ref: str, path: str, *, hold: bool = True
+) -> tuple[Send, Callable[[], Awaitable[None]]]:
     """`send`, reading a streamed answer as it passes (`toolref.edits.answer.tap_for`): once
     whole, kept as recipe `ref`'s answer before the piece that ends it is sent on (one
-    write; the stream's other pieces go on as they come)."""
+    write; the stream's other pieces go on as they come); and what to await once the answer
+    went out. Not `hold`ing (a channel's turn): the answer is remembered in this process
+    before that piece, where the next turn on the channel finds it, and stored by the
+    second (after the answer's end: any other replica reads it from the store)."""
     tap: AnswerTap | None = None
+    whole: bytes | None = None
 
     async def reading(message: Message) -> None:
-        nonlocal tap
+        nonlocal tap, whole
         if message["type"] == "http.response.start":
             tap = tap_for(path, message["status"], decoded(message.get("headers", [])))
         elif tap is not None and tap.feed(message.get("body", b"")):
             answer = tap.answer  # the piece holding the end event: kept before it is sent
-            if answer is not None:
+            if answer is not None and hold:
                 await services.answers.keep(tenant, ref, answer)
+            elif answer is not None:
+                services.answers.remember(tenant, ref, answer)
+                whole = answer
         await send(message)
 
-    return reading
+    async def stored() -> None:
+        if whole is not None:
+            await services.answers.keep(tenant, ref, whole)
+
+    return reading, stored

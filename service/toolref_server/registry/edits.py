@@ -237,6 +237,7 @@ async def apply_edit(
     keeping = None
     if later and recipes.store.sound:  # else a refusal (quota, store down) is the answer
         keeping = Keeping(keep)
+        recipes.under_way(tenant, parts.ref, keeping.task)  # its next turn here waits for it
     else:
         await keep
     head = parts.segments[0]

@@ -3,14 +3,16 @@ that any worker or replica can read the next edit of it, whose model's segments 
 compressed against it (version 3).
 
 The gateway keeps an answer before the end of its stream reaches the client (so the next
-turn always finds it), under the tenant and the recipe's ref, zstd-compressed, for the
-store's TTL, until the next edit of the recipe is kept (`Recipes.keep` deletes it then:
-it was that edit's dictionary; a regenerated turn after it, on another process, is
-refused 400 and sent again without it); recent ones stay in this process too
-(`cache_bytes`), which may still serve one deleted from the store, or one the store could
-not keep: it is the same answer, so the edit reads back the same. An answer no process holds
-(the store down on another replica, the stored-bytes quota) is refused 400
-`dictionary-mismatch`, and the edit sent again without it. Each call is at most one round
+turn always finds it; a channel's turn, whose next turn comes to the same process, has it
+remembered here first and stored once its answer ended: `remember`), under the tenant
+and the recipe's ref, zstd-compressed, for the store's TTL, until the next edit of the
+recipe is kept (`Recipes.keep` deletes it then: it was that edit's dictionary; a
+regenerated turn after it, on another process, is refused 400 and sent again without
+it); recent ones stay in this process too (`cache_bytes`), which may still serve one
+deleted from the store, or one the store could not keep: it is the same answer, so the
+edit reads back the same. An answer no process holds (the store down on another replica,
+the stored-bytes quota) is refused 400 `dictionary-mismatch`, and the edit sent again
+without it. Each call is at most one round
 trip, linear in the answer (`answer.MAX_ANSWER` bytes at most).
 """
 
@@ -35,9 +37,13 @@ class Answers:
         self.store = store
         self.cache: LRU[tuple[str, str], bytes] = LRU(max(1, cache_bytes // 256), cache_bytes, len)
 
+    def remember(self, tenant: str, ref: str, answer: bytes) -> None:
+        """`answer` as recipe `ref`'s in this process alone, until `keep` stores it too."""
+        self.cache.put((tenant, ref), answer)
+
     async def keep(self, tenant: str, ref: str, answer: bytes) -> bool:
         """Keep `answer` as recipe `ref`'s; whether it was (see the module docstring)."""
-        self.cache.put((tenant, ref), answer)
+        self.remember(tenant, ref, answer)
         packed = zstandard.ZstdCompressor(level=_LEVEL).compress(answer)
         try:
             await self.store.put(

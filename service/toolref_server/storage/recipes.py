@@ -35,6 +35,7 @@ of every segment): the next turn on this process reads nothing; nothing depends 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -125,6 +126,9 @@ class Recipes:
         (never kept, expired, evicted; a node, chunk or piece it needs gone). From the
         cache, else at most four round trips (module docstring); linear in the recipe."""
         held = self.cache.recipe(tenant, ref)
+        if held is None:  # a keep of it under way in this process (`under_way`): its end
+            await self.cache.settled(tenant, ref)
+            held = self.cache.recipe(tenant, ref)
         if held is not None:
             return held
         data = await self.store.get(keys.recipe_node(tenant, ref), _ACTION)
@@ -321,6 +325,10 @@ class Recipes:
         return found
 
     # --- keeping --------------------------------------------------------------------------
+
+    def under_way(self, tenant: str, ref: str, keep: asyncio.Task[None]) -> None:
+        """`keep` is keeping recipe `ref`: a `load` of it here waits for its end."""
+        self.cache.under_way(tenant, ref, keep)
 
     async def keep(
         self,
