@@ -10,7 +10,7 @@ DEV_STAMP      := $(VENV)/.installed-dev
 SAVINGS_DRIVER := tests/browser/savings
 
 .PHONY: serve test check package js-test e2e e2e-install lint fmt bench bench-edits loadtest loadtest-hostile soak clean \
-	demo web-build chromium browser-test savings-page
+	demo web-build chromium nginx browser-test savings-page
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,7 +60,7 @@ CLUSTER_TESTS := tests/service tests/adversarial/test_server_quotas.py \
 	tests/integration/test_streaming_registry.py tests/integration/test_savings.py
 TEST_WORKERS ?= 2
 PARALLEL := -n $(TEST_WORKERS) --dist loadfile
-TEST_NEEDS = $(DEV_STAMP) web-build chromium $(SAVINGS_DRIVER)/node_modules/.package-lock.json \
+TEST_NEEDS = $(DEV_STAMP) web-build chromium nginx $(SAVINGS_DRIVER)/node_modules/.package-lock.json \
 	$(JS_DIR)/node_modules/.package-lock.json $(NODE_ZSTD)
 
 # A Node whose zlib compresses zstd against a dictionary, for the JS SDK's parity test
@@ -199,6 +199,18 @@ chromium:
 		echo "make: installing Debian's chromium system-wide (apt-get install -y chromium) for the browser tests;"; \
 		echo "      NO_SYSTEM_INSTALL=1 refuses; CHROMIUM=/path/to/chromium uses your own."; \
 		apt-get install -y chromium || (apt-get update && apt-get install -y chromium); }
+
+# Debian's nginx for tests/integration/test_nginx.py (the relay and the gateway behind a real
+# nginx, run by the tests as a foreground process of their own: the package's service is not
+# started), where it is missing; announced, as Chromium is. NO_SYSTEM_INSTALL=1 refuses;
+# NGINX=/path/to/nginx uses your own (the tests read it).
+nginx:
+	@test -x "$${NGINX:-/usr/sbin/nginx}" || { \
+		if [ -n "$(NO_SYSTEM_INSTALL)" ]; then \
+			echo "make: no nginx at $${NGINX:-/usr/sbin/nginx}: install Debian's nginx, or set NGINX=/path/to/nginx"; exit 1; fi; \
+		echo "make: installing Debian's nginx system-wide (apt-get install -y nginx) for the tests behind nginx;"; \
+		echo "      NO_SYSTEM_INSTALL=1 refuses; NGINX=/path/to/nginx uses your own."; \
+		apt-get install -y nginx || (apt-get update && apt-get install -y nginx); }
 
 # The demo in headless Chromium (playwright-core): 30 turns, a registry restart; `make test`
 # runs it too (tests/browser).

@@ -85,7 +85,7 @@ from .llm import recognise
 from .passthrough import pass_through
 from .preflight import Preflight, direct
 from .preflight import check as check_gateway
-from .problems import as_provider_error, not_a_gateway_reply
+from .problems import as_provider_error, not_a_gateway_reply, proxy_error
 from .replies import relay_answer, reply_error
 from .switch import conversation_of
 from .websocket_mode import serve_socket
@@ -356,7 +356,12 @@ class Relay:
                     call, url, content, changed=changed, moved=moved, meter=meter
                 )
             if isinstance(answer, httpx.Response):  # the gateway's own refusal, told
-                answer = await as_provider_error(answer, call, self.config.gateway) or answer
+                gateway = self.config.gateway
+                answer = (
+                    await as_provider_error(answer, call, gateway)
+                    or await proxy_error(answer, call, gateway)
+                    or answer
+                )
             found = self.preflight  # started anyway on a gateway found wrong when it answered
             if isinstance(answer, httpx.Response) and found and found.reached and found.problem:
                 answer = await not_a_gateway_reply(answer, call, found.problem)

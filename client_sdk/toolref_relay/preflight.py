@@ -243,6 +243,14 @@ def not_a_gateway(gateway: str, answer: httpx.Response) -> str:
     shown = answer.content[:SHOWN_BYTES].decode("utf-8", "replace")
     more = "..." if len(answer.content) > SHOWN_BYTES else ""
     media = answer.headers.get("content-type", "no content type")
+    if answer.status_code in (502, 503, 504) and "json" not in media:
+        server = answer.headers.get("server") or "a proxy"
+        return (
+            f"toolref relay: --gateway {gateway} is a proxy ({server}) whose gateway behind "
+            f"it does not answer: GET {endpoints.CAPABILITIES} answered {answer.status_code} "
+            f"({media}) from the proxy itself. Start toolref-server where the proxy points "
+            f"(nginx: its proxy_pass), or point --gateway at the service; {OVERRIDE}"
+        )
     return (
         f"toolref relay: --gateway {gateway} is not a toolref gateway: GET "
         f"{endpoints.CAPABILITIES} answered {answer.status_code} ({media}) {shown!r}{more}, "

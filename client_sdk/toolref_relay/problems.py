@@ -11,15 +11,24 @@ Seen with Claude Code 2.1.330: a 400 shows `API Error: 400 <message>` verbatim; 
 only "There's an issue with the selected model"; a 401 "Failed to authenticate".
 The provider's own errors, forwarded by the gateway, pass as they came: they are already
 in the agent's shape.
+
+A proxy between the relay and the gateway (nginx above all) answers some requests itself,
+with an HTML page: 413 past its body limit, 502 when the gateway is down, 504 when it did
+not answer in time. Such a page (no `X-Request-Id`, which every answer of the gateway over
+HTTP carries, no JSON, and not carried by the channel, where no proxy answers) is told in
+the agent's shape too, naming the proxy and the setting to change, with its status kept as
+the others are.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Final
 
 import httpx
 
+from toolref.sending.channel_transport import CARRIED
 from toolref.sending.refusals import readable_problem, slug_of, toolref_problem
 from toolref.wire.shapes import ErrorReply, error_reply
 
@@ -28,6 +37,20 @@ from .headers import first
 from .preflight import OVERRIDE
 
 _KEPT: Final = (413, 429)
+_PAGE_BYTES: Final = 64 * 1024  # a proxy's error page, read whole when no larger
+_PROXY_FIXES: Final = {
+    413: (
+        "its body limit is below the request's size: raise it to the gateway's "
+        "TOOLREF_MAX_BODY_BYTES (nginx: client_max_body_size 32m); the first turn of a "
+        "conversation the relay has not seen is sent whole"
+    ),
+    502: "the gateway behind it does not answer: start toolref-server where it points",
+    503: "the gateway behind it does not answer: start toolref-server where it points",
+    504: (
+        "the gateway did not answer it in time: raise its read timeout (nginx: "
+        "proxy_read_timeout 600s)"
+    ),
+}
 
 
 async def as_provider_error(
@@ -50,6 +73,37 @@ async def as_provider_error(
     reply = error_reply(call.provider, shown, message, f"toolref_{slug_of(problem)}")
     wait = response.headers.get("retry-after")  # a quota's, an overload's: the agent waits
     return replace(reply, headers=(("retry-after", wait),)) if wait is not None else reply
+
+
+async def proxy_error(response: httpx.Response, call: Call, gateway: str) -> ErrorReply | None:
+    """A proxy's own error page in front of the gateway (see the module docstring) in the
+    agent's shape, its body read and closed; None for any other answer (left unread)."""
+    headers = response.headers
+    media = headers.get("content-type", "").split(";")[0].strip().lower()
+    length = headers.get("content-length", "")
+    if (
+        response.status_code < 400
+        or response.extensions.get(CARRIED)  # the channel's: the provider's, as it came
+        or "x-request-id" in headers
+        or media not in ("text/html", "text/plain", "")
+        or "content-encoding" in headers
+        or not length.isdigit()
+        or int(length) > _PAGE_BYTES
+    ):
+        return None
+    page = await response.aread()
+    await response.aclose()
+    status = response.status_code
+    found = re.search(rb"<title>\s*([^<]{1,120}?)\s*</title>", page, re.IGNORECASE)
+    title = found[1].decode("latin-1") if found else response.reason_phrase
+    server = headers.get("server") or "a proxy"
+    fix = _PROXY_FIXES.get(status, "see that proxy's error log")
+    message = (
+        f"{server}, between the relay and the toolref gateway {gateway}, answered "
+        f"{status} ({title}) itself; fix: {fix} (docs/operations.md, Behind nginx)"
+    )
+    shown = status if status >= 500 or status in _KEPT else 400
+    return error_reply(call.provider, shown, message, f"toolref_proxy_{status}")
 
 
 def _fix(status: int, call: Call) -> str:

@@ -49,6 +49,8 @@ from toolref.wire.endpoints import CHANNEL, CHANNEL_PATH
 from toolref.wire.headers import CHANNEL_HEADER, EDITS_HEADER, KEY_HEADER
 
 log = logging.getLogger("toolref.channel")
+# An answer's extension: a channel carried it (no proxy in between answered it itself).
+CARRIED: Final = "toolref.channel"
 MAX_MESSAGE: Final = 64 << 20  # bytes of one answer frame
 MAX_CHANNELS: Final = 64  # a sender's channels open at once (`Channels`)
 # A channel idle this long is closed before the next turn and a new one opened: a NAT or a
@@ -249,7 +251,9 @@ class _Link:
                 raise error(str(exc), request=request) from None
             answer = _Answer(self, stream, queue, timeout, request)
             raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
-            return _package(request).Response(status, headers=raw, stream=answer, request=request)
+            return _package(request).Response(
+                status, headers=raw, stream=answer, request=request, extensions={CARRIED: True}
+            )
         except BaseException as exc:
             self.streams.pop(stream, None)
             if sent and not isinstance(exc, _broke(request)):  # broken: its end came

@@ -19,7 +19,10 @@ untouched and are never logged here.
 
 What the client receives: the upstream's status, end-to-end headers and body bytes, but
 no `Toolref-*` header (toolref's headers are the gateway's to send: an upstream cannot
-forge a history or refs), nor the `Content-Length` of an answer its chunks framed. Problems
+forge a history or refs), nor the `Content-Length` of an answer its chunks framed; an event
+stream (`text/event-stream`) gets `X-Accel-Buffering: no` unless the upstream said otherwise,
+so an nginx in front (buffering by default: the first events held until the stream ends or
+its buffers fill) passes each event on as it comes, and consumes the header. Problems
 name an upstream by its name and URL without credentials; the request's path and query
 are never logged or shown.
 """
@@ -48,6 +51,8 @@ ROUTE_KEY: Final = "toolref.upstream"  # the scope entry holding the request's `
 SENT_KEY: Final = "toolref.sent"
 _FRAMING: Final = frozenset({"content-length", "transfer-encoding"})
 _CHUNKED: Final = (b"transfer-encoding", b"chunked")
+_EVENT_STREAM: Final = "text/event-stream"
+_UNBUFFERED: Final = ("x-accel-buffering", "no")  # nginx's, per answer: pass it on unbuffered
 
 
 class UpstreamUnreachableError(ServiceUnavailableError):
@@ -80,12 +85,18 @@ def answer_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, byte
     """The upstream's headers for the client: end to end (encoding and length included:
     the body is passed as the upstream encoded it), without any `Toolref-*`. An answer
     framed by its chunks loses its `Content-Length` too: the chunks decided its length
-    (RFC 9112 6.3), so that header need not describe the bytes forwarded."""
+    (RFC 9112 6.3), so that header need not describe the bytes forwarded. An event stream
+    gains `X-Accel-Buffering: no` when the upstream sent no such header (the module
+    docstring)."""
     pairs = decoded(headers)
     chunked = any(k.lower() == "transfer-encoding" for k, _ in pairs)
     kept = without_toolref(end_to_end(pairs))
     if chunked:
         kept = [(k, v) for k, v in kept if k.lower() != "content-length"]
+    names = {k.lower(): v for k, v in kept}
+    media = names.get("content-type", "").split(";")[0].strip().lower()
+    if media == _EVENT_STREAM and _UNBUFFERED[0] not in names:
+        kept.append(_UNBUFFERED)
     return encoded(kept)
 
 
