@@ -124,8 +124,10 @@ def switched_text(text: str, fmt: FormatName, messages_key: str, at: int | None)
     were keep their text, wherever others were dropped; in a message whose only change is
     a mapped id, only that id's string is replaced (found by a scan of the message's text,
     so a duplicate key's last value, the one parsed, is the one replaced); the rest is
-    written by `json` (no other bytes change; a lone surrogate as its escape). Linear in
-    the text."""
+    written by `json` (a lone surrogate as its escape). The body's frame is written anew:
+    the whitespace between its top-level members and between its messages is not kept,
+    and a top-level member named twice keeps its last value only (a switched turn is
+    rewritten for another provider, whose prompt cache starts anew). Linear in the text."""
     try:
         document = spans.document(text, messages_key)
     except (ValueError, RecursionError):
