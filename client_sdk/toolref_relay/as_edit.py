@@ -15,9 +15,11 @@ the provider) is the agent's to see, in its provider's error shape.
 A request the edit would not shrink (header lines and body, counted alike on both sides),
 and too small for a later turn to be an edit of (no message of `RELATED_MIN` bytes: the
 editor's rule for a base), goes to the gateway as it came, with the tenant's key
-(`as_it_is`): a tiny request's edit costs more than the request (the edit's framing, the
-media type), and a recipe of it would save the next turn nothing. One that could be a base
-goes as an edit whatever it costs, since the turns after it are edits of it.
+(`as_it_is`): every sender's rule (`toolref.sending.editor.not_worth_an_edit`), here with
+the relay's whole requests counted. A tiny request's edit costs more than the request (the
+edit's framing, the media type), and a recipe of it would save the next turn nothing. One
+that could be a base goes as an edit whatever it costs, since the turns after it are edits
+of it.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ import httpx
 from toolref.asgi.hops import Pairs, end_to_end, on_the_wire, without_toolref
 from toolref.asgi.workers import Workers
 from toolref.sending.answers import may_resend, problem_of, read_answer
-from toolref.sending.editor import Edit
-from toolref.sending.recipes import RELATED_MIN
+from toolref.sending.editor import Edit, stands_alone
+from toolref.sending.editor import not_worth_an_edit as not_worth
 from toolref.wire.endpoints import endpoint
 from toolref.wire.headers import HISTORY_HEADER
 
@@ -193,17 +195,14 @@ def not_worth_an_edit(
     edit: Edit, request: httpx.Request, plain: Callable[[], httpx.Request]
 ) -> httpx.Request | None:
     """The request as it came (`plain()`, made only here: a turn with a base never needs
-    it) when `request`, the first attempt of `edit`, puts more on the wire than it, and no
-    later turn could be sent as an edit of it: no base, and no message of `RELATED_MIN`
-    bytes (`Recipes.best_base` relates a request to a recipe by such a message only); else
-    None."""
-    if edit.base is not None or edit.resends:
-        return None
-    made = edit.cut
-    if any(len(made.segments[index]) >= RELATED_MIN for index in made.messages):
+    it) when `request`, the first attempt of `edit`, is not worth an edit by every sender's
+    rule (`toolref.sending.editor.not_worth_an_edit`: no later turn could be an edit of it,
+    and it puts more on the wire than the request as it came, both counted whole, header
+    lines and body); else None."""
+    if not stands_alone(edit):
         return None
     came = plain()
-    return came if wire_size(request) > wire_size(came) else None
+    return came if not_worth(edit, wire_size(came), wire_size(request)) else None
 
 
 # Cutting and diffing a body (a SHA-256 per piece, zstd against up to 1 MiB): about 14 ms a

@@ -493,7 +493,8 @@ async def test_garbage_keys_in_open_mode_cannot_evict_the_users_state(redis: Red
             recipe = made.headers["toolref-history"]
             assert recipe.startswith("tb_")
             for n in range(40):
-                other = {"model": "m", "messages": [{"role": "user", "content": f"other {n}"}]}
+                text = f"other {n}: " + "why " * 16  # worth an edit (a tiny one goes as it is)
+                other = {"model": "m", "messages": [{"role": "user", "content": text}]}
                 key = {"Toolref-Key": f"garbage-{n}"}
                 for _ in range(2):
                     made = await garbage.apost(client, base, json=other, headers=key)

@@ -45,6 +45,7 @@ from toolref.edits.answer import tap_for
 from toolref.edits.wire import described
 from toolref.kit.varints import read_varint
 from toolref.sending.editor import Edit, Editor
+from toolref.sending.transport import AsyncTransport
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -442,3 +443,55 @@ async def test_moving_cache_marks_cost_js_what_they_cost_pythons_editor(
     print(shown("moving marks", sent, compared, replay.zstd))
     assert [len(sizes) for sizes in compared.js] == [1] * len(sent.bodies)
     assert compared.total(compared.js) * 5 < sum(map(len, sent.bodies))
+
+
+def _small_first(*texts: str) -> list[bytes]:
+    """A conversation of Chat Completions bodies, one more user message each (the model's
+    answer between), as compact JSON."""
+    messages: list[dict[str, str]] = []
+    bodies = []
+    for text in texts:
+        if messages:
+            messages.append({"role": "assistant", "content": "You said it."})
+        messages.append({"role": "user", "content": text})
+        value = {"model": "m", "messages": list(messages)}
+        bodies.append(json.dumps(value, separators=(",", ":")).encode())
+    return bodies
+
+
+async def test_a_conversation_starting_with_a_tiny_body_costs_js_what_it_costs_python(
+    gateway: Gateway, replay: Replay
+) -> None:
+    """Another conversation first (the gateway then reads edits), then one starting with a
+    tiny body: JS's `toolrefFetch` and Python's `AsyncTransport` both send the tiny body as
+    it came (`not_worth_an_edit`, `notWorthAnEdit`) and its next turn as the same edit, byte
+    for byte with zstd; the provider receives each body exactly from both."""
+    warm = _small_first("Explain the parser. " * 12)
+    bodies = warm + _small_first("hi", "Now walk me through the parser, step by step. " * 12)
+    path = "/llm/up/v1/chat/completions"
+    js: list[tuple[str, bytes]] = []
+    for body in bodies:
+        record = await asyncio.to_thread(replay.send, gateway.url + path, body)
+        assert record["status"] == 200, record
+        [attempt] = record["attempts"]
+        js.append((attempt["contentType"], base64.b64decode(attempt["body"])))
+    await gateway.redis.flushall()
+    python: list[tuple[str, bytes]] = []
+
+    async def recorded(request: httpx2.Request) -> httpx2.Response:
+        python.append((request.headers["content-type"], await request.aread()))
+        return await inner.handle_async_request(request)
+
+    inner = httpx2.AsyncHTTPTransport()
+    transport = AsyncTransport(httpx2.MockTransport(recorded), channel=False)
+    for body in bodies:  # the request as the app made it: the headers JS's was given
+        request = httpx2.Request("POST", gateway.url + path, content=body, headers=HEADERS)
+        answer = await transport.handle_async_request(request)
+        assert answer.status_code == 200
+        await answer.aread()
+    await inner.aclose()
+    assert received(gateway) == bodies + bodies  # JS's, then Python's, each exactly
+    kinds = ["application/json", "application/json", wire.MEDIA_TYPE]
+    assert [media for media, _ in js] == [media for media, _ in python] == kinds
+    assert [body for _, body in js[:2]] == [body for _, body in python[:2]] == bodies[:2]
+    same_edit(js[2][1], python[2][1], replay.zstd, None)

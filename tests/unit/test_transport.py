@@ -5,7 +5,9 @@ Which requests: a POST to an LLM endpoint (`toolref.wire.endpoints`) whose body 
 JSON, from a caller that does not speak toolref itself; everything else passes through as
 it came, no header added. A request is sent as it is with `Toolref-Edits: 2` until an
 answer carries `Toolref-Edits`; then as an edit, whatever bytes the body holds (a lone
-surrogate escape, a number no double holds: they are cut, not parsed)."""
+surrogate escape, a number no double holds: they are cut, not parsed). The messages here
+are long enough to be worth an edit (a tiny first body goes as it came:
+tests/integration/test_sdk_small_bodies.py)."""
 
 from __future__ import annotations
 
@@ -29,12 +31,14 @@ def body(**members: Any) -> bytes:
     return json.dumps({"model": "m", **members}).encode()
 
 
-MESSAGES = [{"role": "user", "content": "hi"}]
+MESSAGES = [{"role": "user", "content": "What does the parser do with a trailing comma?"}]
 # Valid JSON a JSON library cannot write back, each of which providers accept.
 UNCARRIABLE = {
     # What JSON.stringify writes for a string cut inside an emoji.
-    "lone-surrogate": b'{"model":"m","messages":[{"role":"user","content":"cut \\ud83d"}]}',
-    "past-a-double": b'{"model":"m","messages":[{"role":"user","content":"x"}],"seed":1e400}',
+    "lone-surrogate": b'{"model":"m","messages":[{"role":"user","content":"a question '
+    b'that JSON.stringify cut \\ud83d"}]}',
+    "past-a-double": b'{"model":"m","messages":[{"role":"user","content":"What does the '
+    b'parser do with this seed?"}],"seed":1e400}',
     "past-int-digits": b'{"model":"m","messages":[],"n":' + b"9" * 5000 + b"}",
 }
 

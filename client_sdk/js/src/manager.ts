@@ -4,7 +4,8 @@
  * bytes the app gave, with the offer `Toolref-Edits: 5`; once it did, every request goes as an
  * edit of version min(N, 5) through the manager's `Editor` (edits/editor.ts): the first of a
  * conversation with no base, the later ones against the recipe the receiver confirmed with
- * `Toolref-History`; a 409 missing-history / missing-pieces (or a 400 dictionary-mismatch) is
+ * `Toolref-History` (a first one not worth an edit, `notWorthAnEdit`: smaller as it is, and no
+ * later turn could be an edit of it, goes as it is with the offer, as Python's); a 409 missing-history / missing-pieces (or a 400 dictionary-mismatch) is
  * resent by the Editor (at most 3 times, the last everything inline) before the app sees any
  * answer; a 415 to an edit (the receiver cannot apply edits, or not now) sends the request as
  * it is, and the endpoint's requests as they are for a while (`pausedUntil`: 1 s, doubled
@@ -19,7 +20,7 @@
  */
 
 import { tapFor } from "./edits/answer.js";
-import { Editor, type Edit } from "./edits/editor.js";
+import { Editor, asItCameBytes, notWorthAnEdit, type Edit } from "./edits/editor.js";
 import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES } from "./edits/recipes.js";
 import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import type { BodyCut } from "./edits/segments.js";
@@ -190,6 +191,8 @@ export class ToolReferenceManager {
     this.editor.version = this.edits;
     let edit = await this.editor.prepare(pairs, data, this.messagesKey, cut);
     if (edit === null) return plain();
+    // A tiny first turn: smaller as it is, and no later turn's base (Python's `Sender` alike).
+    if (notWorthAnEdit(edit, asItCameBytes(edit, [[EDITS_HEADER, String(VERSION)]]))) return plain();
     for (;;) {
       let response = await post(edit.body, { "Content-Type": MEDIA_TYPE }, true);
       counted.attempts += 1;

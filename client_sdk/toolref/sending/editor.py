@@ -37,6 +37,15 @@ Per request:
   it holds at least half of the base's bytes (the conversation moved on: one recipe per
   live conversation, so choosing a base stays linear).
 
+A first attempt with no base whose edit would put more bytes on the wire than the request
+as it came, and that no later turn could be sent as an edit of (no message of
+`RELATED_MIN` bytes: `Recipes.best_base` relates a request to a recipe by such a message
+only), is not worth an edit (`not_worth_an_edit`): every sender (the relay, the manager and
+transports, and JS's manager, `edits/editor.ts`'s twin) sends it as it came. A tiny request's
+edit costs more than the request (the edit's framing, the media type), and a recipe of it
+would save the next turn nothing; one that could be a base goes as an edit whatever it
+costs, since the turns after it are edits of it.
+
 Cost: linear in the request (a cut, one look-up per piece, a diff, at most 1 MiB of
 dictionary and one zstd pass over the inline bytes); a turn of a conversation whose body
 before was cut here costs what it added in Python, the rest at C speed: the cut goes on
@@ -100,6 +109,48 @@ class Edit:
     @property
     def ref(self) -> str:
         return self.cut.ref
+
+
+def stands_alone(edit: Edit) -> bool:
+    """Whether no later turn could be sent as an edit of `edit`'s request: it is a first
+    attempt with no base, and none of its messages has `RELATED_MIN` bytes (a later request
+    is related to a recipe by such a message only, `Recipes.best_base`). O(messages)."""
+    if edit.base is not None or edit.resends:
+        return False
+    made = edit.cut
+    return all(len(made.segments[index]) < RELATED_MIN for index in made.messages)
+
+
+def header_bytes(pairs: Iterable[tuple[str, str]]) -> int:
+    """The bytes of header lines on the wire (HTTP/1.1: `name: value` and CRLF, each), names
+    and values as text, each byte a latin-1 character."""
+    return sum(len(name) + len(value) + 4 for name, value in pairs)
+
+
+def edit_bytes(edit: Edit) -> int:
+    """The bytes `edit` puts on the wire: its headers (the media type, the credentials) and
+    its body."""
+    return header_bytes(edit.headers) + len(edit.body)
+
+
+def as_it_came_bytes(edit: Edit, beside: Iterable[tuple[str, str]] = ()) -> int:
+    """The bytes the request `edit` stands for puts on the wire as it came: its header lines
+    (segment 0, each credential with its value) and its body, and `beside`, the headers it
+    carries that the edit does not (a sender's offer). Headers both carry (the hop's,
+    toolref's own) are counted on neither side; `edit_bytes` is its other side."""
+    made = edit.cut
+    values = sum(len(value) + 1 for _, value in made.secrets)  # `name:` -> `name: value`
+    return made.size + values + header_bytes(beside)
+
+
+def not_worth_an_edit(edit: Edit, plain: int, sent: int | None = None) -> bool:
+    """Whether `edit` goes as its request came (the module docstring): it `stands_alone` and
+    puts more bytes on the wire than the request as it came, `plain` of them (counted as
+    `sent` is: by default `as_it_came_bytes` against `edit_bytes`). The rule of every
+    sender, Python's and JS's (`notWorthAnEdit`), so that both send the same bytes."""
+    if not stands_alone(edit):
+        return False
+    return (edit_bytes(edit) if sent is None else sent) > plain
 
 
 class _Held:

@@ -8,7 +8,9 @@ Negotiation, per endpoint (scheme, host, port and path): until an answer from it
 receiver that does not speak toolref ignores); once one did, every request goes as an edit
 of that version or lower through the client's `Editor`: the first of a conversation with
 no base (each segment inline, alone), later ones against the recipe the receiver confirmed
-(`Toolref-History`). A miss (409 `missing-history`, `missing-pieces`, 400
+(`Toolref-History`); a first one that is not worth an edit (smaller as it is, and no later
+turn could be an edit of it: `editor.not_worth_an_edit`, every sender's rule) goes as it
+is, with the offer. A miss (409 `missing-history`, `missing-pieces`, 400
 `dictionary-mismatch`) is resent by the `Editor` (at most 3 times, the last with
 everything inline); a 415 (a receiver that cannot apply edits now) sends the request as it
 is, and the endpoint's requests go as they are, offering edits, for a while
@@ -40,7 +42,7 @@ from toolref.edits import wire
 from toolref.kit.lru import LRU
 from toolref.registry.exchange import Exchange
 from toolref.sending.answers import problem_of, read_answer
-from toolref.sending.editor import Edit, Editor
+from toolref.sending.editor import Edit, Editor, as_it_came_bytes, not_worth_an_edit
 from toolref.sending.pause import Pause
 from toolref.sending.savings import Savings
 from toolref.wire.errors import PROBLEM_BASE
@@ -94,6 +96,8 @@ class Sender:
         if version is not None and (pause is None or pause.over(self.clock())):
             self.editor.version = version
             edit = self.editor.prepare(_segment_headers(pairs), content, messages_key)
+        if edit is not None and not_worth_an_edit(edit, as_it_came_bytes(edit, (OFFER,))):
+            edit = None  # a tiny first turn: smaller as it is, and no later turn's base
         if edit is None:
             return (yield from self._as_it_is(request, content, pairs, rebuild, target))
         own = [(k, v) for k, v in pairs if k.lower().startswith(TOOLREF_PREFIX)]

@@ -22,12 +22,17 @@
  * long window (`segments.windowed`) travel as one frame. The answers of the last
  * `maxRecipes` recipes still kept are held, counted with the recipes in `maxBytes` (past
  * it the least recently used recipes go, as for a recipe kept), as editor.py holds them.
+ *
+ * A first attempt with no base whose edit would put more bytes on the wire than the request
+ * as it came, and that no later turn could be sent as an edit of (no message of `RELATED_MIN`
+ * bytes), is not worth an edit (`notWorthAnEdit`, editor.py's `not_worth_an_edit`): every
+ * sender sends it as it came, Python's and JS's alike, so both send the same bytes.
  */
 
 import { diff, type Op } from "./edit.js";
 import { ALONE, platformCodec, type Codec } from "./isolated.js";
 import { parsePieceRef, pieceEntry } from "./recipe.js";
-import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, Recipes, type Recipe } from "./recipes.js";
+import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, RELATED_MIN, Recipes, type Recipe } from "./recipes.js";
 import { cut, type Cut } from "./request.js";
 import type { BodyCut } from "./segments.js";
 import { MEDIA_TYPE, VERSION, encodeIsolated, encodeV1 } from "./wire.js";
@@ -58,6 +63,45 @@ export interface Edit {
   readonly plain: boolean;
   /** No base, nothing named: every segment inline. */
   readonly whole: boolean;
+}
+
+/** Whether no later turn could be sent as an edit of `edit`'s request: a first attempt with
+ * no base, none of whose messages has `RELATED_MIN` bytes (editor.py's `stands_alone`). */
+export function standsAlone(edit: Edit): boolean {
+  if (edit.base !== null || edit.resends) return false;
+  return edit.cut.messages.every((index) => edit.cut.segments[index]!.length < RELATED_MIN);
+}
+
+/** The bytes of header lines on the wire (HTTP/1.1: `name: value` and CRLF, each), each
+ * character one byte (latin-1), as editor.py's `header_bytes` counts them. */
+export function headerBytes(pairs: Iterable<readonly [string, string]>): number {
+  let size = 0;
+  for (const [name, value] of pairs) size += name.length + value.length + 4;
+  return size;
+}
+
+/** The bytes `edit` puts on the wire: its headers (the media type, the credentials) and its
+ * body (editor.py's `edit_bytes`). */
+export function editBytes(edit: Edit): number {
+  return headerBytes(edit.headers) + edit.body.length;
+}
+
+/** The bytes the request `edit` stands for puts on the wire as it came: its header lines
+ * (segment 0, each credential with its value), its body, and `beside`, headers it carries that
+ * the edit does not (the offer); those both carry are counted on neither side (editor.py's
+ * `as_it_came_bytes`). */
+export function asItCameBytes(edit: Edit, beside: Iterable<readonly [string, string]> = []): number {
+  let size = headerBytes(beside);
+  for (const segment of edit.cut.segments) size += segment.length;
+  for (const [, value] of edit.cut.secrets) size += value.length + 1; // `name:` -> `name: value`
+  return size;
+}
+
+/** Whether `edit` goes as its request came: it `standsAlone` and puts more bytes on the wire
+ * than the request as it came, `plain` of them (counted as `sent` is: by default
+ * `asItCameBytes` against `editBytes`). Every sender's rule (editor.py's `not_worth_an_edit`). */
+export function notWorthAnEdit(edit: Edit, plain: number, sent?: number): boolean {
+  return standsAlone(edit) && (sent ?? editBytes(edit)) > plain;
 }
 
 interface Built {

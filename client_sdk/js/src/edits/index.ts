@@ -25,4 +25,16 @@ export { ALONE, GZIP, MIN_COMPRESSED, RAW, pack, platformCodec, varint, type Cod
 export { MEDIA_TYPE, VERSION, encodeIsolated, encodeV1 } from "./wire.js";
 export { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, ENTRY_COST, RELATED_MIN, Recipes, type Match, type Recipe } from "./recipes.js";
 export { ANSWER_FORMATS, AnswerTap, ID_LENGTH, MAX_ANSWER, MAX_STREAM, answerId, tapFor } from "./answer.js";
-export { DICTIONARY_MISMATCH, Editor, MAX_RESENDS, MISSING_HISTORY, MISSING_PIECES, type Edit } from "./editor.js";
+export {
+  DICTIONARY_MISMATCH,
+  Editor,
+  MAX_RESENDS,
+  MISSING_HISTORY,
+  MISSING_PIECES,
+  asItCameBytes,
+  editBytes,
+  headerBytes,
+  notWorthAnEdit,
+  standsAlone,
+  type Edit,
+} from "./editor.js";
