@@ -274,6 +274,24 @@ class Launcher:
         ]  # fmt: skip
         return self.start(name, command, env, ROOT), engine
 
+    def far_engine(self, delay_ms: float, name: str = "engine") -> tuple[Proc, Proc]:
+        """An engine of its own (valkey-server) and a proxy in front that delays every byte
+        by `delay_ms` each way (`loadtests.delay_proxy`): a store a round trip of twice it
+        away. A gateway reaches it at the proxy's URL (`redis://...`, its `url` below)."""
+        engine_port = free_port()
+        engine = self.start(
+            name,
+            [valkey_server_binary(), "--port", str(engine_port), "--save", "", "--appendonly",
+             "no", "--bind", "127.0.0.1"],
+            AFTER.env(), self.scratch,
+        )  # fmt: skip
+        command = [
+            sys.executable, "-m", "loadtests.delay_proxy", "--port", str(free_port()),
+            "--to", f"127.0.0.1:{engine_port}", "--delay-ms", str(delay_ms),
+        ]  # fmt: skip
+        proxy = self.start(f"{name}-delay", command, AFTER.env(), ROOT)
+        return engine, proxy
+
     def relay(self, code: Code, gateway: str, name: str, *options: str) -> Proc:
         """`toolref relay --gateway URL` (and `options`), once something listens at URL (the
         relay checks its gateway at start, and stops on one that does not answer)."""

@@ -11,7 +11,12 @@ system, over the last 20 turns of every round: the median time to the whole answ
 the median CPU a turn of the relay and of the gateway with its engine (Linux's schedstat).
 The small-request side by side is `loadtests.code_ab`.
 
+`--store-delay MS`: each gateway's store is one engine behind a proxy that delays every
+byte by MS each way (`loadtests.delay_proxy`: a store a round trip of twice MS away), not
+its embedded engine; the engine's CPU is then no gateway's.
+
     python -m loadtests.turns_ab [--revision REV] [--relay-options "..."] [--rounds 3]
+        [--store-delay MS]
 """
 
 from __future__ import annotations
@@ -58,7 +63,9 @@ class System:
         )
 
 
-async def measure(revision: str | None, options: str | None, rounds: int) -> list[System]:
+async def measure(
+    revision: str | None, options: str | None, rounds: int, store_delay: float | None = None
+) -> list[System]:
     trace = chosen(load(), 2)[-1]  # the longer of the two `gateway_speed` replays
     fmt, messages, cuts = turns_of(trace)
     path = f"/llm/{UPSTREAM_NAME}{PATHS[fmt.name]}"
@@ -70,9 +77,14 @@ async def measure(revision: str | None, options: str | None, rounds: int) -> lis
             plans.append((revision, checkout(stack, revision), ()))
         if options:
             plans.append((f"this tree, relay {options}", AFTER, tuple(shlex.split(options))))
+        store: dict[str, str] = {}
+        if store_delay is not None:
+            _, proxy = launcher.far_engine(store_delay)
+            store["TOOLREF_REDIS_URL"] = proxy.url.replace("http://", "redis://") + "/0"
+            await launcher.wait()
         systems = []
         for number, (label, code, extra) in enumerate(plans):
-            gateway = launcher.gateway(code, upstream, f"gateway-{number}")
+            gateway = launcher.gateway(code, upstream, f"gateway-{number}", **store)
             relay = launcher.relay(code, gateway.url, f"relay-{number}", *extra)
             systems.append(System(label, relay, gateway))
         await launcher.wait()
@@ -102,11 +114,16 @@ def main() -> int:
     parser.add_argument("--revision", help="a revision of this repository to set beside")
     parser.add_argument("--relay-options", help="this tree's relay with these options beside")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--store-delay", type=float, help="ms each way between each gateway and its store"
+    )
     args = parser.parse_args()
     if not load():
         print("turns a/b: the shared traces are absent", file=sys.stderr)
         return 2
-    for system in asyncio.run(measure(args.revision, args.relay_options, args.rounds)):
+    for system in asyncio.run(
+        measure(args.revision, args.relay_options, args.rounds, args.store_delay)
+    ):
         print(system.line())
     return 0
 
