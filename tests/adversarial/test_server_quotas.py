@@ -1,8 +1,8 @@
 """Per-tenant quotas: requests per second and stored bytes, both 429 `quota-exceeded`.
 
 The stored-bytes counting runs on the real engine (and, in the cluster pass, on a cluster,
-where reads are MGETs and counting takes its own round trip). Its windows are driven by a
-clock offset from real time, so a key's remaining lifetime in the engine and the quota's
+where reads are a GET per key and counting takes its own round trip). Its windows are driven
+by a clock offset from real time, so a key's remaining lifetime in the engine and the quota's
 idea of "now" stay consistent. The request-rate flood runs against a real process.
 """
 

@@ -1,5 +1,5 @@
 """Records spread over a real cluster's slots export and import like a single node's, and
-reads of many refs group by slot instead of failing with CROSSSLOT."""
+reads of many refs, a GET per key, never fail with CROSSSLOT."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from toolref.wire.canonical import digest_of
 from toolref_server import export
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.storage.redis import plain_url
-from toolref_server.storage.slots import slot_groups, ungroup
+from toolref_server.storage.slots import queue_reads, read_values
 
 from ..conftest import need
 
@@ -59,7 +59,17 @@ def test_a_cluster_exports_every_key_and_a_single_node_imports_them(
     source.close()
 
 
-def test_mgets_are_planned_one_per_slot_and_answers_come_back_in_order(
+class Queued:
+    """A pipeline that only records what is queued on it."""
+
+    def __init__(self) -> None:
+        self.commands: list[tuple[object, ...]] = []
+
+    def execute_command(self, *args: object) -> None:
+        self.commands.append(args)
+
+
+def test_a_batch_is_read_a_get_per_key_and_answers_come_back_in_order(
     cluster: LocalCluster,
 ) -> None:
     client = RedisCluster.from_url(plain_url(cluster.url))
@@ -69,12 +79,12 @@ def test_mgets_are_planned_one_per_slot_and_answers_come_back_in_order(
     ]
     for n, key in enumerate(keys[::2]):
         client.set(key, str(n))
-    groups = slot_groups(keys, cluster=True)
-    assert all(len({key_slot(keys[i].encode()) for i in group}) == 1 for group in groups)
     pipe = client.pipeline(transaction=False)  # type: ignore[no-untyped-call]
-    for group in groups:
-        pipe.execute_command("MGET", *[keys[i] for i in group])
-    values = ungroup(groups, pipe.execute(), len(keys))
+    assert queue_reads(pipe, keys, cluster=True) == len(keys)
+    values = read_values(pipe.execute(), True, len(keys))
     assert values == [client.get(key) for key in keys]
-    assert slot_groups(keys, cluster=False) == [list(range(len(keys)))]
+    one = Queued()
+    assert queue_reads(one, keys, cluster=False) == 1  # one node: one MGET
+    assert one.commands == [("MGET", *keys)]
+    assert read_values([[b"a", None]], False, 2) == [b"a", None]
     client.close()

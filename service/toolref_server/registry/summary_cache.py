@@ -106,7 +106,7 @@ class SummaryCache:
         slots = [self.store.invocation(tenant, ref, sid) for ref, _ in items]
         if not slots:
             return []
-        # One round trip (one MGET per hash slot), lifetimes extended, counted for the quota.
+        # One round trip (a GET per key on a cluster), lifetimes extended, counted for the quota.
         texts = await self.store.read(tenant, slots)
         found: list[Summary | None] = [
             None if text is None else Summary(text, sid, cached=True, fallback=False)

@@ -16,8 +16,8 @@ entries added since). A turn writes its own edit, its literals and at most
 `snapshot_every` ids, never every entry again. A recipe comes back in at most four round
 trips whatever the conversation's length: GET its node; MGET its snapshot and the deltas
 between (those after the newest one this process holds); MGET the snapshot's chunks; MGET
-the nodes those chunks' literals are stored in and every piece (one MGET per hash slot on
-a cluster, in one round trip).
+the nodes those chunks' literals are stored in and every piece (a GET per key on a
+cluster, in one round trip: `slots`).
 
 Lifetimes: a node lives until its `refreshed` time plus the TTL, and so does everything it
 needs (its group, the pieces and chunks of its recipe, the nodes their literals are in):

@@ -1,37 +1,28 @@
-"""Multi-key reads on a cluster: a multi-key command must stay within one hash slot
-(CROSSSLOT otherwise), so a batch of keys is read with one MGET per slot, queued on one
-pipeline (one round trip), and the replies put back in key order. On one node, one MGET."""
+"""Batched reads on one node or a cluster. On one node a batch is one MGET. On a cluster a
+multi-key command must stay within one hash slot (CROSSSLOT otherwise), and even there it
+is refused (TRYAGAIN) while a resharding has moved some of its keys and not the others,
+which the cluster client resends until it gives up: so each key is read with its own GET,
+queued on one pipeline, which the cluster client sends as one pipeline per node (one round
+trip, the nodes at once), each GET following its own ASK or MOVED."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
-from redis.crc import key_slot
 
-
-def slot_groups(keys: Sequence[str], cluster: bool) -> list[list[int]]:
-    """Positions of `keys` for one MGET each: all together on one node; on a cluster,
-    grouped by hash slot (a multi-key command must stay within one slot)."""
+def queue_reads(pipe: Any, keys: Sequence[str], cluster: bool) -> int:
+    """Queue on `pipe` the reads of `keys` (at least one); the number of replies they
+    take, the first of the pipeline's (`read_values` reads them)."""
     if not cluster:
-        return [list(range(len(keys)))]
-    groups: dict[int, list[int]] = {}
-    for i, key in enumerate(keys):
-        groups.setdefault(key_slot(key.encode()), []).append(i)
-    return list(groups.values())
+        pipe.execute_command("MGET", *keys)
+        return 1
+    for key in keys:
+        pipe.get(key)
+    return len(keys)
 
 
-def queue_mgets(pipe: Any, keys: Sequence[str], groups: Sequence[Sequence[int]]) -> None:
-    """One MGET per group. The cluster pipeline refuses `mget` outright (it cannot merge
-    replies across nodes); the raw command is routed by its keys, which share one slot."""
-    for group in groups:
-        pipe.execute_command("MGET", *[keys[i] for i in group])
-
-
-def ungroup(groups: Sequence[Sequence[int]], replies: Sequence[Any], count: int) -> list[Any]:
-    """The values of the MGETs `slot_groups` planned (the first replies), back in key order."""
-    values: list[Any] = [None] * count
-    for group, reply in zip(groups, replies, strict=False):
-        for i, value in zip(group, reply, strict=True):
-            values[i] = value
-    return values
+def read_values(replies: Sequence[Any], cluster: bool, count: int) -> list[Any]:
+    """The values of the `count` keys `queue_reads` queued (None where absent), in key
+    order, from the pipeline's replies."""
+    return list(replies[:count]) if cluster else list(replies[0])

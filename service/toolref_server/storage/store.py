@@ -1,8 +1,9 @@
 """Redis access: tenant-namespaced records, batched reads, sliding lifetimes.
 
 Every method is one round trip to Redis whatever the batch size: a pipeline, and for reads
-on one node a single script call that gets and touches the whole batch (on a cluster, or an
-engine without scripting, one MGET per hash slot plus EXPIREs). Redis failures become
+on one node a single script call that gets and touches the whole batch (on an engine
+without scripting an MGET plus EXPIREs; on a cluster a GET per key plus EXPIREs, which the
+cluster client sends as one pipeline per node: `slots`). Redis failures become
 `StoreUnavailableError`, which the service answers with 503 and Retry-After.
 
 A circuit breaker sits in front: after `failure_threshold` failures in a row, requests fail
@@ -43,7 +44,7 @@ from toolref_server.storage.keys import record as record_key
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.record import Record
 from toolref_server.storage.scripting import READ_AND_TOUCH, READ_TOUCH_AND_COUNT, refuses_scripts
-from toolref_server.storage.slots import queue_mgets, slot_groups, ungroup
+from toolref_server.storage.slots import queue_reads, read_values
 from toolref_server.storage.verifier import Verifier
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ class Store:
         self.redis = redis
         self.cluster = isinstance(redis, RedisCluster)
         # One node: GET and EXPIRE of a whole batch as one script call (one reply to parse
-        # instead of one per key). A cluster keeps MGET per slot plus EXPIREs.
+        # instead of one per key). A cluster reads a GET per key plus EXPIREs (`slots`).
         self._read = None if self.cluster else redis.register_script(READ_AND_TOUCH)
         # The stored-bytes quota, when there is one: every write and read counts.
         self.quota = quota if quota is not None and quota.enabled else None
@@ -269,36 +270,34 @@ class Store:
 
     async def read_and_touch(self, tenant: str, keys: Sequence[str], action: str) -> list[Any]:
         """The values under `keys` (None where absent), each lifetime extended: one round
-        trip, one MGET per hash slot on a cluster (and one more to count them for the
+        trip, a GET per key on a cluster (`slots`; and one more to count them for the
         stored-bytes quota, the first time they are read in its window)."""
-        groups = slot_groups(keys, self.cluster)
         counted = self.quota is not None
         async with self.guard(action):
             pipe = self.redis.pipeline(transaction=False)
-            queue_mgets(pipe, keys, groups)
+            reads = queue_reads(pipe, keys, self.cluster)
             if counted:
                 for key in keys:
                     pipe.pttl(key)
             for key in keys:
                 pipe.expire(key, self.ttl)
             replies: list[Any] = await pipe.execute()
-        values = ungroup(groups, replies, len(keys))
+        values = read_values(replies, self.cluster, len(keys))
         if counted:
-            lifetimes = replies[len(groups) : len(groups) + len(keys)]
+            lifetimes = replies[reads : reads + len(keys)]
             await self._count(tenant, [len(v) if v else 0 for v in values], lifetimes)
         return values
 
     async def get_many(self, keys: Sequence[str], action: str) -> list[bytes | None]:
         """The values under `keys` (None where absent), lifetimes left as they are: one
-        round trip, one MGET per hash slot on a cluster; linear in the keys."""
+        round trip, a GET per key on a cluster (`slots`); linear in the keys."""
         if not keys:
             return []
-        groups = slot_groups(keys, self.cluster)
         async with self.guard(action):
             pipe = self.redis.pipeline(transaction=False)
-            queue_mgets(pipe, keys, groups)
+            queue_reads(pipe, keys, self.cluster)
             replies: list[Any] = await pipe.execute()
-        return ungroup(groups, replies, len(keys))
+        return read_values(replies, self.cluster, len(keys))
 
     async def get(self, key: str, action: str) -> bytes | None:
         """The value under `key` (None where absent), its lifetime left as it is. One GET."""

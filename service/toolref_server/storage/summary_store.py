@@ -94,7 +94,7 @@ class SummaryStore:
 
     async def read(self, tenant: str, slots: Sequence[Slot]) -> list[str | None]:
         """The summaries kept in `slots` (None where absent), each lifetime extended and
-        counted: one round trip (one MGET per hash slot on a cluster)."""
+        counted: one round trip (a GET per key on a cluster)."""
         if not slots:
             return []
         values = await self.store.read_and_touch(tenant, [s.key for s in slots], "summary")
