@@ -115,6 +115,14 @@ async def _running(work: asyncio.Task[None]) -> AsyncIterator[None]:
             await work
 
 
+async def _misrouted(store: Store) -> None:
+    """An engine reached as what it is not (a cluster's node as one engine), said once at
+    start, as `/readyz` says it (`Store.misrouted`)."""
+    why = await store.misrouted()
+    if why is not None:
+        log.error(why)
+
+
 class _HttpProblem(ToolrefError):
     """Any other error Starlette raises as an HTTPException, as a problem."""
 
@@ -324,6 +332,8 @@ def create_app(
             stack.push_async_callback(_last_flush, metrics, usage)
             sampler = asyncio.create_task(_sampling(metrics, usage, settings.sample_seconds))
             await stack.enter_async_context(_running(sampler))
+            # Not awaited: a store that does not answer must not delay the start.
+            await stack.enter_async_context(_running(asyncio.create_task(_misrouted(store))))
             # The HTTP layer (toolref_server.http.connection) reads its limits from here.
             yield {STATE_KEY: ConnectionLimits.of(settings, metrics)}
 

@@ -11,6 +11,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, cast
 
+import httpx
 import pytest
 from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
@@ -18,6 +19,8 @@ from redis.crc import key_slot
 
 from tests.adversarial.test_server_quotas import Clock, counted_bytes, stored_bytes
 from toolref.wire.errors import QuotaExceededError, StoreUnavailableError
+from toolref_server.app import create_app
+from toolref_server.settings import Settings
 from toolref_server.storage import keys
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.store import Put, Store
@@ -161,3 +164,37 @@ async def test_a_counted_write_failing_on_one_node_is_off_until_its_windows_end(
     clock.to_next_window(TTL)
     clock.to_next_window(TTL)  # the count's windows ended: the same write fits
     await store.put("t", "answer", [Put(refused, value, TTL)])
+
+
+async def test_a_clusters_node_reached_as_one_engine_is_said_not_ready(
+    cluster: RedisCluster, redis: Redis
+) -> None:
+    """Found in review: `TOOLREF_REDIS_URL=redis://` at a node of a cluster answered every
+    request 503 (MOVED on the other nodes' slots) while `/readyz`, which only PINGs, said
+    ready. Now `/readyz` answers 503 naming the fix (and the start logs it); the cluster
+    client, and one engine, are ready."""
+    node = cluster.get_primaries()[0]
+    plain = Redis(host=node.host, port=int(node.port))
+    try:
+        why = await Store(plain, TTL).misrouted()
+        assert why is not None
+        assert "redis+cluster://" in why
+        assert await Store(cluster, TTL).misrouted() is None
+        app = create_app(Settings(redis_url="unused"), redis=plain)
+        async with (
+            app.router.lifespan_context(app),
+            httpx.AsyncClient(
+                transport=httpx.ASGITransport(app=app), base_url="http://localhost:8750"
+            ) as client,
+        ):
+            ready = await client.get("/readyz")
+        assert ready.status_code == 503
+        assert "TOOLREF_REDIS_CLUSTER=true" in ready.json()["detail"]
+    finally:
+        await plain.aclose()
+
+
+async def test_one_engine_is_not_misrouted(redis: Redis) -> None:
+    if isinstance(redis, RedisCluster):
+        pytest.skip("the cluster pass: its nodes are, as one engine (the test above)")
+    assert await Store(redis, TTL).misrouted() is None

@@ -94,6 +94,9 @@ async def readyz(request: Request) -> Response:
             "the store (Redis) does not answer PING; the service is up but cannot serve refs",
             retry_after=services.settings.retry_after_seconds,
         )
+    misrouted = await services.store.misrouted()
+    if misrouted is not None:
+        raise StoreUnavailableError(misrouted, retry_after=services.settings.retry_after_seconds)
     return codec.render(request, Health(status="ready").model_dump())
 
 

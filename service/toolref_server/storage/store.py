@@ -39,7 +39,7 @@ from toolref.kit.breaker import BreakerState, CircuitBreaker
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import DecompressedTooLargeError, StoreUnavailableError
 from toolref_server.metrics import Metrics
-from toolref_server.storage import record
+from toolref_server.storage import engine_mode, record
 from toolref_server.storage.keys import record as record_key
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.record import Record
@@ -468,6 +468,10 @@ class Store:
                     await self.redis.delete(*[self.key(tenant, ref) for ref in corrupt])
         self.metrics.refs([rec is not None for rec in records])
         return records
+
+    async def misrouted(self) -> str | None:
+        """Why this engine cannot serve as configured (`engine_mode.misrouted`), or None."""
+        return await engine_mode.misrouted(self.redis, self.cluster)
 
     async def ping(self) -> bool:
         """Does the engine answer? Asked past the breaker, whose state it then sets: a
