@@ -67,6 +67,7 @@ from toolref_server.storage.recipes import Recipes
 from toolref_server.storage.redis import is_cluster_url, plain_url
 from toolref_server.storage.store import Store, StoreClient
 from toolref_server.storage.summary_store import SummaryStore
+from toolref_server.storage.under_way import UnderWay
 from toolref_server.storage.usage_counters import UsageCounters
 from toolref_server.storage.verifier import Verifier
 from toolref_server.supervised import end_with_supervisor
@@ -322,9 +323,10 @@ def create_app(
                     snapshot_every=settings.edit_snapshot_every,
                     superseded_ttl=settings.edit_superseded_ttl,
                     refresh_seconds=settings.edit_refresh_seconds,
+                    under_way=(under_way := UnderWay()),  # the writes a read here waits for
                 ),
                 usage=UsageCounters(store),
-                answers=Answers(store, settings.answer_cache_bytes),
+                answers=Answers(store, settings.answer_cache_bytes, under_way),
             )
             collector.tune()
             allocator.tune()  # growing bodies from the heap (toolref.kit.allocator)

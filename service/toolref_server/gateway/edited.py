@@ -15,9 +15,9 @@ last message waiting for it (`kept_recipe`), and streams the answer back untouch
 it passes (`kept_answer`): a whole streamed answer is kept as the recipe's
 (`storage.answers`) before its end event reaches the client, the dictionary of the next
 edit of the conversation (`toolref.edits.answer`). A turn a channel carried
-(`channel_server.on_channel`) waits for neither: its next turn comes to this process, which
-remembers the answer and waits for a keep still under way (`Recipes.under_way`); both are
-stored once the answer ended.
+(`channel_server.on_channel`) waits for neither: its next turn comes to this process, where
+a read of either waits for its write still under way (`storage.under_way`); both writes
+run on if the turn is cancelled once its answer went.
 
 Everything it needs is in the request or the store, so any worker or replica serves any
 turn.
@@ -25,6 +25,7 @@ turn.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
@@ -119,8 +120,10 @@ async def forward_edit(
             del data, applied
             await forwarder(upstream, receive, marks)
         finally:
-            await stored()  # before its keep's end: the next edit's keep deletes it
-            await kept(keeping, ref)  # also when the upstream failed or the client went away
+            try:
+                await stored()
+            finally:
+                await kept(keeping, ref)  # also when the upstream failed or the client left
 
 
 async def _nothing_to_store() -> None:
@@ -203,14 +206,15 @@ def kept_answer(
     """`send`, reading a streamed answer as it passes (`toolref.edits.answer.tap_for`): once
     whole, kept as recipe `ref`'s answer before the piece that ends it is sent on (one
     write; the stream's other pieces go on as they come); and what to await once the answer
-    went out. Not `hold`ing (a channel's turn): the answer is remembered in this process
-    before that piece, where the next turn on the channel finds it, and stored by the
-    second (after the answer's end: any other replica reads it from the store)."""
+    went out. Not `hold`ing (a channel's turn): its write begins there and runs on while the
+    end goes out (`Answers.keeping`: a read of it in this process waits for it meanwhile),
+    awaited by the second, shielded: a turn cancelled once its answer went (the channel
+    closing) leaves the write to end."""
     tap: AnswerTap | None = None
-    whole: bytes | None = None
+    writing: asyncio.Task[bool] | None = None
 
     async def reading(message: Message) -> None:
-        nonlocal tap, whole
+        nonlocal tap, writing
         if message["type"] == "http.response.start":
             tap = tap_for(path, message["status"], decoded(message.get("headers", [])))
         elif tap is not None and tap.feed(message.get("body", b"")):
@@ -218,12 +222,11 @@ def kept_answer(
             if answer is not None and hold:
                 await services.answers.keep(tenant, ref, answer)
             elif answer is not None:
-                services.answers.remember(tenant, ref, answer)
-                whole = answer
+                writing = services.answers.keeping(tenant, ref, answer)
         await send(message)
 
     async def stored() -> None:
-        if whole is not None:
-            await services.answers.keep(tenant, ref, whole)
+        if writing is not None:
+            await asyncio.shield(writing)
 
     return reading, stored

@@ -28,6 +28,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Final, Protocol
 
 from toolref.asgi.budget import Account
@@ -120,12 +121,17 @@ class Keeping:
     (encoding, compressing, the store's round trip) runs while the upstream thinks, not
     before the request is sent (a task created first runs first). `kept` and `keeping_done`
     start it too, so it always runs. Its result is dropped: a task holds its result while
-    referenced, and a kept recipe holds the request's segments."""
+    referenced, and a kept recipe holds the request's segments. `begun`: told the task
+    when it is let begin (`Recipes.keeping`: a load of the recipe here waits for it then;
+    one never begun is held by nothing)."""
 
-    __slots__ = ("_gate", "task")
+    __slots__ = ("_begun", "_gate", "task")
 
-    def __init__(self, keep: Awaitable[object]) -> None:
+    def __init__(
+        self, keep: Awaitable[object], begun: Callable[[asyncio.Task[None]], None] | None = None
+    ) -> None:
         self._gate = asyncio.Event()
+        self._begun = begun
         self.task = asyncio.get_running_loop().create_task(self._run(keep))
 
     async def _run(self, keep: Awaitable[object]) -> None:
@@ -134,7 +140,10 @@ class Keeping:
 
     def start(self) -> None:
         """Let the keeping begin (again: nothing)."""
-        self._gate.set()
+        if not self._gate.is_set():
+            self._gate.set()
+            if self._begun is not None:
+                self._begun(self.task)
 
 
 async def kept(keeping: Keeping | None, ref: str) -> None:
@@ -236,8 +245,7 @@ async def apply_edit(
     keep = recipes.keep(tenant, parts, edit, base=base, pieces=carried, named=named_held)
     keeping = None
     if later and recipes.store.sound:  # else a refusal (quota, store down) is the answer
-        keeping = Keeping(keep)
-        recipes.under_way(tenant, parts.ref, keeping.task)  # its next turn here waits for it
+        keeping = Keeping(keep, partial(recipes.keeping, tenant, parts.ref))  # waited for
     else:
         await keep
     head = parts.segments[0]

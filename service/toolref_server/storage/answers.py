@@ -4,19 +4,21 @@ compressed against it (version 3).
 
 The gateway keeps an answer before the end of its stream reaches the client (so the next
 turn always finds it; a channel's turn, whose next turn comes to the same process, has it
-remembered here first and stored once its answer ended: `remember`), under the tenant
-and the recipe's ref, zstd-compressed, for the store's TTL, until the next edit of the
-recipe is kept (`Recipes.keep` deletes it then: it was that edit's dictionary; a
-regenerated turn after it, on another process, is refused 400 and sent again without
-it); recent ones stay in this process too (`cache_bytes`), which may still serve one
-deleted from the store, or one the store could not keep: it is the same answer, so the
-edit reads back the same. An answer no process holds (the store down on another replica,
-the stored-bytes quota) is refused 400 `dictionary-mismatch`, and the edit sent again
-without it. Each call is at most one round
+written while its end goes on, `keeping`, and a read of it here waits for that), under the
+tenant and the recipe's ref, zstd-compressed, for the store's TTL, until the next edit of
+the recipe is kept (`Recipes.keep` deletes it then, once its write under way here ended:
+it was that edit's dictionary; a regenerated turn after it, on another process, is
+refused 400 and sent again without it); recent ones stay in this process too
+(`cache_bytes`), which may still serve one deleted from the store, or one the store could
+not keep: it is the same answer, so the edit reads back the same. An answer no process
+holds (the store down on another replica, the stored-bytes quota) is refused 400
+`dictionary-mismatch`, and the edit sent again without it. Each call is at most one round
 trip, linear in the answer (`answer.MAX_ANSWER` bytes at most).
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import zstandard
 
@@ -24,6 +26,7 @@ from toolref.kit.lru import LRU
 from toolref.wire.errors import ToolrefError
 from toolref_server.storage import keys
 from toolref_server.storage.store import Put, Store
+from toolref_server.storage.under_way import ANSWER, UnderWay
 
 _ACTION = "keep the answer of an edited request"
 _READ = "read the answer an edit names"
@@ -33,17 +36,22 @@ _LEVEL = 3
 class Answers:
     """See the module docstring."""
 
-    def __init__(self, store: Store, cache_bytes: int) -> None:
+    def __init__(self, store: Store, cache_bytes: int, under_way: UnderWay | None = None) -> None:
         self.store = store
         self.cache: LRU[tuple[str, str], bytes] = LRU(max(1, cache_bytes // 256), cache_bytes, len)
+        self.under_way = UnderWay() if under_way is None else under_way  # `Recipes` share it
 
-    def remember(self, tenant: str, ref: str, answer: bytes) -> None:
-        """`answer` as recipe `ref`'s in this process alone, until `keep` stores it too."""
+    def keeping(self, tenant: str, ref: str, answer: bytes) -> asyncio.Task[bool]:
+        """`keep`, begun now and left to run (a caller cancelled while it runs does not end
+        it: await it shielded); a `get` of it here waits for it meanwhile."""
         self.cache.put((tenant, ref), answer)
+        task = asyncio.get_running_loop().create_task(self.keep(tenant, ref, answer))
+        self.under_way.add((ANSWER, tenant, ref), task)
+        return task
 
     async def keep(self, tenant: str, ref: str, answer: bytes) -> bool:
         """Keep `answer` as recipe `ref`'s; whether it was (see the module docstring)."""
-        self.remember(tenant, ref, answer)
+        self.cache.put((tenant, ref), answer)
         packed = zstandard.ZstdCompressor(level=_LEVEL).compress(answer)
         try:
             await self.store.put(
@@ -58,6 +66,7 @@ class Answers:
         found = self.cache.get((tenant, ref))
         if found is not None:
             return found
+        await self.under_way.settled((ANSWER, tenant, ref))  # its write, when under way here
         packed = await self.store.get(keys.answer(tenant, ref), _READ)
         if packed is None:
             return None

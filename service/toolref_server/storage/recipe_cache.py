@@ -8,16 +8,10 @@ worker or replica, or an entry dropped, reads the store instead (a few batched r
 
 One `toolref.kit.lru.LRU` for both, bounded by the bytes held (TOOLREF_EDIT_CACHE_BYTES);
 each tenant's entries under its own scope. Thread-safe (a lock around each call).
-
-Beside them, the keeps under way in this process (`under_way`, `settled`): a turn whose
-answer ended before its recipe was kept (a channel's turn: the sender's next turn on that
-channel comes here) has its next turn wait for that keep, not find the recipe missing. At
-most one entry per request in flight (each gone when its keep ends); event loop only.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Iterable
 from threading import Lock
@@ -45,7 +39,6 @@ class RecipeCache(Generic[R]):
         self.limit = limit
         self._entries: LRU[tuple[str, str, object], bytes | R] = LRU(sys.maxsize, limit, _size)
         self._lock = Lock()
-        self._under_way: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     def piece(self, tenant: str, piece: bytes) -> bytes | None:
         with self._lock:
@@ -75,24 +68,6 @@ class RecipeCache(Generic[R]):
     def drop_recipe(self, tenant: str, ref: str) -> None:
         with self._lock:
             self._entries.pop((tenant, _RECIPE, ref))
-
-    def under_way(self, tenant: str, ref: str, keep: asyncio.Task[None]) -> None:
-        """`keep` is keeping recipe `ref` (until it ends: `settled` waits for it)."""
-        key = (tenant, ref)
-        self._under_way[key] = keep
-
-        def ended(task: asyncio.Task[None]) -> None:
-            if self._under_way.get(key) is task:
-                del self._under_way[key]
-
-        keep.add_done_callback(ended)
-
-    async def settled(self, tenant: str, ref: str) -> None:
-        """Until a keep of recipe `ref` under way in this process ended, however it ended
-        (its own request reports how); at once when there is none, or from within it."""
-        keep = self._under_way.get((tenant, ref))
-        if keep is not None and keep is not asyncio.current_task():
-            await asyncio.wait({keep})
 
     def clear(self) -> None:
         with self._lock:

@@ -76,6 +76,7 @@ from toolref_server.storage.recipe_nodes import (
 )
 from toolref_server.storage.recipe_pieces import Bound, bounded, inflated, piece_id
 from toolref_server.storage.store import Put, Store
+from toolref_server.storage.under_way import ANSWER, RECIPE, UnderWay
 
 __all__ = ["Held", "Recipes", "piece_id"]
 
@@ -110,10 +111,12 @@ class Recipes:
         superseded_ttl: int | None = None,
         refresh_seconds: int = 3600,
         clock: Callable[[], float] = time.time,
+        under_way: UnderWay | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.cache = cache
+        self.under_way = UnderWay() if under_way is None else under_way  # `Answers` share it
         self.workers = workers or Workers(None, None)
         self.snapshot_every = max(1, snapshot_every)
         self.superseded_ttl = min(superseded_ttl or store.ttl, store.ttl)
@@ -126,8 +129,8 @@ class Recipes:
         (never kept, expired, evicted; a node, chunk or piece it needs gone). From the
         cache, else at most four round trips (module docstring); linear in the recipe."""
         held = self.cache.recipe(tenant, ref)
-        if held is None:  # a keep of it under way in this process (`under_way`): its end
-            await self.cache.settled(tenant, ref)
+        if held is None:  # a keep of it under way in this process (`keeping`): its end
+            await self.under_way.settled((RECIPE, tenant, ref))
             held = self.cache.recipe(tenant, ref)
         if held is not None:
             return held
@@ -326,9 +329,9 @@ class Recipes:
 
     # --- keeping --------------------------------------------------------------------------
 
-    def under_way(self, tenant: str, ref: str, keep: asyncio.Task[None]) -> None:
+    def keeping(self, tenant: str, ref: str, keep: asyncio.Task[None]) -> None:
         """`keep` is keeping recipe `ref`: a `load` of it here waits for its end."""
-        self.cache.under_way(tenant, ref, keep)
+        self.under_way.add((RECIPE, tenant, ref), keep)
 
     async def keep(
         self,
@@ -395,6 +398,8 @@ class Recipes:
             extend += [(keys.edit_piece(tenant, p), store.ttl) for p in named if p not in pieces]
         # The base's streamed answer was its next edit's dictionary: this is that edit.
         dropped = [keys.answer(tenant, edited)] if edited is not None and edited != ref else []
+        if dropped:  # its write, when still under way here, first (else it lingers)
+            await self.under_way.settled((ANSWER, tenant, edited))
         done = await store.put(
             tenant, _ACTION, puts, shorten=shorten, extend=extend, delete=dropped
         )

@@ -1,0 +1,55 @@
+"""`UnderWay`: the store writes this process started and has not seen end, by what they
+write, so that what reads or deletes the same thing waits for them rather than miss it.
+
+A turn the relay's channel carried ends its answer before its recipe and its answer are
+stored (its next turn comes to this process): the next turn's recipe load waits for the
+recipe's keep (`Recipes.load`), its answer read for the answer's write (`Answers.get`), and
+its own keep, which deletes that answer from the store, for that write too (`Recipes.keep`:
+else a late write would leave it there until its TTL).
+
+In this process's memory only, and only an optimization of what the store holds: another
+worker or replica reads the store (a write not yet there costs that turn one resend). An
+entry lives while its task runs (at most one per request in flight, each removed when its
+task ends, by identity). Event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Hashable
+from typing import Final
+
+log = logging.getLogger(__name__)
+
+RECIPE: Final = "recipe"  # (RECIPE, tenant, ref): a recipe's keep
+ANSWER: Final = "answer"  # (ANSWER, tenant, ref): the write of a recipe's answer
+
+
+class UnderWay:
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        self._tasks: dict[Hashable, asyncio.Task[object]] = {}
+
+    def add(self, what: Hashable, task: asyncio.Task[object]) -> None:
+        """`task` writes `what` (until it ends: `settled` waits for it)."""
+        self._tasks[what] = task
+
+        def ended(done: asyncio.Task[object]) -> None:
+            if self._tasks.get(what) is done:
+                del self._tasks[what]
+            if not done.cancelled() and (error := done.exception()) is not None:
+                log.warning("a store write under way failed: %r", error)  # retrieved: logged
+
+        task.add_done_callback(ended)
+
+    async def settled(self, what: Hashable) -> None:
+        """Until a write of `what` under way here ended, however it ended (its own caller
+        reports how); at once when there is none, or when asked from within it."""
+        task = self._tasks.get(what)
+        if task is not None and task is not asyncio.current_task():
+            await asyncio.wait({task})
+
+    def __len__(self) -> int:
+        return len(self._tasks)
