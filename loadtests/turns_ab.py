@@ -84,7 +84,7 @@ async def measure(
             await launcher.wait()
         systems = []
         for number, (label, code, extra) in enumerate(plans):
-            gateway = launcher.gateway(code, upstream, f"gateway-{number}", **store)
+            gateway = launcher.gateway(code, upstream, f"gateway-{number}", 1, **store)
             relay = launcher.relay(code, gateway.url, f"relay-{number}", *extra)
             systems.append(System(label, relay, gateway))
         await launcher.wait()
