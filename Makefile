@@ -96,11 +96,12 @@ js-test: $(DEV_STAMP) $(JS_DIR)/node_modules/.package-lock.json
 	cd $(JS_DIR) && npx tsc --noEmit -p tsconfig.json
 	cd $(JS_DIR) && npx vitest run
 
-# Real agent CLIs (Claude Code, Codex, Qwen Code, Gemini CLI, opencode, the latest Codex on
-# its WebSocket: pinned npm packages; aider: PyPI, in a venv of its own; all under
-# .toolref/e2e) through whole tool-calling sessions against a fake provider, in a network
-# namespace with only loopback when unshare is permitted (tests/e2e/isolate.py). About 90 s
-# once installed (the first install of aider takes 2-3 minutes). Needs node and npm; under
+# Real agent CLIs (Claude Code, Codex, Qwen Code, Gemini CLI, opencode, the Continue CLI,
+# pi, the latest Codex on its WebSocket: pinned npm packages; aider and mini-swe-agent: PyPI,
+# each in a venv of its own; all under .toolref/e2e) through whole tool-calling sessions
+# against a fake provider, in a network namespace with only loopback when unshare is
+# permitted (tests/e2e/isolate.py). About 110 s once installed (the first install of aider
+# takes 2-3 minutes, of mini-swe-agent about one). Needs node and npm; under
 # CI=true their absence fails. TOOLREF_E2E_CHAIN=direct|relay picks what sits between.
 e2e: e2e-install
 	$(BIN)/python -m tests.e2e.isolate $(BIN)/python -m pytest -m e2e tests/e2e $(PYTEST_ARGS)

@@ -1,7 +1,8 @@
 """Real agent CLIs for the end-to-end tests: pinned npm (and PyPI) installs and offline runs.
 
 Each CLI is installed with `npm install --prefix .toolref/e2e/<name> <package>@<version>`
-(aider: `pip install aider-chat==<version>` into the venv `.toolref/e2e/aider/venv`),
+(aider and mini-swe-agent: `pip install <package>==<version>` into the venv
+`.toolref/e2e/<name>/venv`),
 skipped when that version is already there, and run as /work/shared/notes/relay.md says:
 a scratch HOME (and CODEX_HOME), an environment of its own (no proxies, no keys from the
 machine), its base URL pointed at the fake provider or the relay, telemetry and updates
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tests.support import IN_CI
+from tests.support import IN_CI, more_agents
 from tests.support.fake_provider import Api
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,6 +83,9 @@ MORE_CLIS: dict[str, Cli] = {
     for cli in (
         Cli("gemini", "@google/gemini-cli", "0.61.0", "gemini", "gemini"),
         Cli("opencode", "opencode-ai", "1.18.33", "chat", "opencode"),
+        Cli("continue", "@continuedev/cli", "1.5.47", "chat", "cn"),
+        Cli("pi", "@mariozechner/pi-coding-agent", "0.73.1", "messages", "pi"),
+        Cli("mini-swe-agent", "mini-swe-agent", "2.4.6", "chat", "mini", registry="pypi"),
     )
 }
 SESSION_CLIS: dict[str, Cli] = {**CLIS, **MORE_CLIS}
@@ -261,6 +265,12 @@ def command(
         return [str(cli.binary), "run", prompt], env
     if cli.name in ("aider", "aider-anthropic"):
         return aider_command(cli, base, workdir, prompt, env)
+    if cli.name == "continue":
+        return more_agents.continue_command(cli.binary, base + "/v1", home, prompt, env)
+    if cli.name == "pi":
+        return more_agents.pi_command(cli.binary, base, home, prompt, env)
+    if cli.name == "mini-swe-agent":
+        return more_agents.mini_command(cli.binary, base + "/v1", home, prompt, env)
     raise ValueError(f"no such CLI {cli.name!r}")
 
 
@@ -405,7 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "install":
         print(
-            "usage: python -m tests.support.agents install [claude codex qwen codex-ws]",
+            "usage: python -m tests.support.agents install [NAME ...] (of "
+            f"{' '.join(INSTALLABLE)})",
             file=sys.stderr,
         )
         return 2

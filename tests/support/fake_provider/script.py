@@ -8,7 +8,8 @@ e2e-out-$((1000+k)) | tee step-kk.txt`: the output is computed by the shell, so 
 the command really ran) and a read tool (the file the previous step wrote), using the names
 and argument shapes of the tools the request offers (`Bash`/`Read` for Claude Code,
 `shell`/`exec_command` for Codex, `run_shell_command`/`read_file` for Qwen Code and Gemini
-CLI, `bash`/`read` for opencode); for an agent that refuses `$((...))` (Gemini CLI) the
+CLI, `bash`/`read` for opencode, `Bash`/`Read` for the Continue CLI, `bash` alone for
+mini-swe-agent, its reads `cat`); for an agent that refuses `$((...))` (Gemini CLI) the
 shell prints the marker with printf's `%d`. Requests without tools (titles, summaries,
 quota probes) get plain text, or the least JSON of the schema a Gemini request asks for.
 """
@@ -60,6 +61,10 @@ class Script:
     # `$((...))` in the command (False: printf's `%d`, for an agent that refuses command
     # substitution, as Gemini CLI does)
     arithmetic: bool = True
+    # For an agent that ends on a command, not on a text (mini-swe-agent: a command whose
+    # output's first line is this word), the last answer is a shell call printing it, then
+    # the final text (the answer's kind "finish")
+    finish: str | None = None
 
     def __call__(self, api: Api, body: dict[str, Any]) -> Reply:
         """The answer to a request (a `Model`)."""
@@ -68,12 +73,24 @@ class Script:
         if not tools:
             return Reply(text=side_text(api, body), index=k, kind="side")
         if k >= self.calls:
-            return Reply(text=f"{FINAL_TEXT} ({k} tool calls)", index=k)
+            final = f"{FINAL_TEXT} ({k} tool calls)"
+            if self.finish is None:
+                return Reply(text=final, index=k)
+            return self.finishing(k, final, tools)
         try:
             call = self.step(k, tools)
         except LookupError as exc:
             return Reply(text=f"E2E-ERROR: {exc}", index=k, kind=f"error: {exc}")
         return Reply(call=call, index=k)
+
+    def finishing(self, k: int, final: str, tools: dict[str, dict[str, Any]]) -> Reply:
+        """The shell call that ends the session, printing `finish` then `final`."""
+        name = _first(self.shell, tools)
+        if name is None or self.finish is None:
+            return Reply(text=final, index=k)
+        command = f"echo {shlex.quote(self.finish)} && echo {shlex.quote(final)}"
+        call = Call(name, shell_arguments(tools[name], command, self.workdir), final)
+        return Reply(text=final, call=call, index=k, kind="finish")
 
     def kind(self, k: int) -> str:
         return "shell" if k == 0 else self.kinds[k % len(self.kinds)]
@@ -204,6 +221,6 @@ def exec_source(command: str, workdir: Path) -> str:
 
 def read_arguments(schema: dict[str, Any], path: str) -> dict[str, Any]:
     props: dict[str, Any] = schema.get("properties") or {}
-    names = ("file_path", "absolute_path", "filePath", "path")
+    names = ("file_path", "absolute_path", "filePath", "filepath", "path")
     key = next((k for k in names if k in props), "file_path")
     return {key: path}

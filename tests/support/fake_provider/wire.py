@@ -55,7 +55,7 @@ class Reply:
 
     @property
     def answer(self) -> str:
-        return f"tool:{self.call.name}" if self.call else self.kind
+        return f"tool:{self.call.name}" if self.call and self.kind != "finish" else self.kind
 
 
 def sse(data: Any, event: str | None = None, crlf: bool = False) -> bytes:
