@@ -258,7 +258,9 @@ async def test_gateway_answers_match_the_document(gateway: Served) -> None:
     manager = ToolReferenceManager()
     operation = gateway.operation("POST", GATEWAY)
     for turn in range(2):
-        body = chat(*[{"role": "user", "content": f"turn {n}"} for n in range(turn + 1)])
+        # messages of 64 bytes or more: a first request of tiny ones goes as it came
+        talk = [{"role": "user", "content": f"turn {n}: " + "go on " * 12} for n in range(2)]
+        body = chat(*talk[: turn + 1])
         response = await manager.apost(client, completions, json=body, headers=KEYED)
         assert response.status_code == 200, response.text
         assert response.headers["Toolref-Edits"] == str(EDITS_VERSION)
