@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from toolref import formats
 from toolref.formats import Format, Pair
 from toolref.kit.kinds import DEFAULT_KINDS, Kind, KindTable
-from toolref.kit.payload import arguments, command_of, path_of, text_of
+from toolref.kit.payload import arguments, command_of, path_of, text_of, without_media
 
 LineRange = tuple[int, int | None]  # first line, last line (None: to the end); 1-based
 
@@ -70,61 +70,7 @@ def _result_text(pair: Pair) -> str | None:
         return None
     if site.result_key is None or site.result_key not in obj:
         return "" if site.bare else None
-    return text_of(_without_media(obj[site.result_key]))
-
-
-# Content blocks that carry an image, a document or audio (Anthropic, both OpenAI APIs,
-# the AI SDK's tool output): base64 or a data URL no model reads from a markdown block.
-_MEDIA: Final = {
-    "image": "image",
-    "input_image": "image",
-    "image_url": "image",
-    "document": "document",
-    "input_file": "file",
-    "file": "file",
-    "input_audio": "audio",
-    "media": "media",
-}
-
-
-def _without_media(result: Any) -> Any:
-    """`result` with each media block of its content list (or of a list it holds one level
-    down, as `{"type": "content", "value": [...]}`) named in a text block instead. Linear."""
-    if isinstance(result, list):
-        return [_named(item) for item in result]
-    if isinstance(result, dict) and any(isinstance(v, list) for v in result.values()):
-        return {k: [_named(i) for i in v] if isinstance(v, list) else v for k, v in result.items()}
-    return result
-
-
-# Where those blocks hold their bytes: a `{"type": "file", "name": ...}` entry of a
-# directory listing has none of them, and stays as it is.
-_PAYLOADS: Final = ("source", "data", "image_url", "file_data", "file_id", "file", "input_audio")
-
-
-def _named(item: Any) -> Any:
-    kind = item.get("type") if isinstance(item, dict) else None
-    if not isinstance(kind, str) or kind not in _MEDIA or not any(k in item for k in _PAYLOADS):
-        return item
-    text = f"[{_media_type(item)}{_MEDIA[kind]}: not carried in this block]"
-    return {"type": "text", "text": text}
-
-
-def _media_type(item: dict[str, Any]) -> str:
-    """The media type a block names (`image/png `), or ""."""
-    source = item.get("source")
-    for found in (
-        source.get("media_type") if isinstance(source, dict) else None,
-        item.get("media_type"),
-        item.get("mediaType"),
-    ):
-        if isinstance(found, str) and found:
-            return f"{found[:100]} "
-    url = item.get("image_url")
-    url = url.get("url") if isinstance(url, dict) else url
-    if isinstance(url, str) and url.startswith("data:"):
-        return f"{url[5:].partition(';')[0].partition(',')[0][:100]} "
-    return ""
+    return text_of(without_media(obj[site.result_key]))
 
 
 def _path(kind: Kind, args: Any) -> str | None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from toolref import formats
-from toolref.edits.scanner import ANSWER_ROLES, closest, messages_after, scan
+from toolref.edits.scanner import ANSWER_ROLES, MARK_KEYS, closest, messages_after, scan
 from toolref.formats import Site
 from toolref_server.settings.context import Policy
 
@@ -289,14 +289,16 @@ def _message(
         return Message(text, bstart, bend, size, model=False)
     calls: list[Call] = []
     results: list[Result] = []
+    marked = any(f'"{key}"' in text for key in MARK_KEYS)
     for site in fmt.sites([value]):
         held = _at(value, site)
         if site.args_key is not None:
             calls.append(Call(site.call_id, site.name or "", index, site))
         if site.result_key is not None and isinstance(held, dict) and _replaceable(held):
             result = held.get(site.result_key)
-            # its own size: `size` is the message's (the plan counts the turns by it)
-            own = json_size(result)
+            # its own size, less its cache marks: `size` is the message's (the plan counts
+            # the turns by it)
+            own = json_size(unmarked(result) if marked else result)
             results.append(Result(site, site.call_id, site.name, own, site.is_error))
     if not calls and not results and texts:
         results = _observations(value)
@@ -307,6 +309,17 @@ def json_size(value: Any) -> int:
     """The bytes of `value` as JSON text in UTF-8, a lone surrogate (JSON carries `\\ud800`;
     UTF-8 has no form for it) counted as its 6-byte escape. Linear in the value."""
     return len(json.dumps(value, ensure_ascii=False).encode("utf-8", "backslashreplace"))
+
+
+def unmarked(value: Any) -> Any:
+    """`value` without its cache marks (`MARK_KEYS` members, at any depth): what a result
+    is counted, named (its ref) and summarized by, so a mark a client moves on from one
+    turn to the next leaves its stand-in the same bytes. Linear in the value."""
+    if isinstance(value, dict):
+        return {k: unmarked(v) for k, v in value.items() if k not in MARK_KEYS}
+    if isinstance(value, list):
+        return [unmarked(item) for item in value]
+    return value
 
 
 def _replaceable(block: dict[str, Any]) -> bool:

@@ -28,6 +28,7 @@ from starlette.types import Message, Send
 from toolref import formats
 from toolref.asgi.hops import decoded
 from toolref.asgi.workers import Workers
+from toolref.kit.payload import without_media
 from toolref.wire.canonical import invocation_digest
 from toolref.wire.endpoints import Endpoint
 from toolref.wire.errors import CanonicalizationError, ToolrefError
@@ -35,7 +36,7 @@ from toolref.wire.headers import CONTEXT_HEADER
 from toolref_server.context import facts as facts_module
 from toolref_server.context.batches import BYTES_PER_TOKEN, Cleared, Plan, plan
 from toolref_server.context.client import clears_tool_results
-from toolref_server.context.facts import Call, Facts, Result
+from toolref_server.context.facts import Call, Facts, Result, unmarked
 from toolref_server.context.provider_usage import Usage, UsageReader
 from toolref_server.context.replacing import as_json, escaped, rewritten, stand_in
 from toolref_server.metrics import Metrics
@@ -46,6 +47,7 @@ from toolref_server.usage import Counts
 log = logging.getLogger(__name__)
 _PINNED: Final = "stand-in:"  # the summarizer id of a pinned stand-in: this, then the policy's
 _CONTEXT: Final = CONTEXT_HEADER.lower().encode()
+_MEDIA_NOTE: Final = "cleared"  # what a media block is named with in a summary
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,9 +392,11 @@ def _invocation(
     value_of: Callable[[int], Any], item: Cleared, result: Result, call: Call | None
 ) -> tuple[Any, dict[str, Any]]:
     """The invocation of `result` (its call's arguments from its message, `value_of` its
-    index; for a result returned as text, the arguments its text names)."""
+    index; for a result returned as text, the arguments its text names), its ref made of
+    its value less its cache marks; the summarizer reads each media block of its content
+    named (`[image/png image: cleared]`), not its base64."""
     site = result.site
-    value = _member(value_of(item.message), site.path, site.result_key)
+    value = unmarked(_member(value_of(item.message), site.path, site.result_key))
     args: Any = result.text if result.text is not None else {}
     if call is not None:
         args = _member(value_of(call.message), call.site.path, call.site.args_key)
@@ -402,7 +406,9 @@ def _invocation(
     except CanonicalizationError:  # a lone surrogate (`\ud800`): summarized as its escape
         args, value = escaped(args), escaped(value)
         ref = invocation_digest(item.name, args, value, error).ref
-    invocation = {"name": item.name, "args": args, "result": value, "isError": error}
+    # an image, a document or audio is named, not summarized as its base64 (`_MEDIA_NOTE`)
+    shown = without_media(value, _MEDIA_NOTE)
+    invocation = {"name": item.name, "args": args, "result": shown, "isError": error}
     return ref, invocation
 
 
