@@ -314,12 +314,25 @@ def json_size(value: Any) -> int:
 def unmarked(value: Any) -> Any:
     """`value` without its cache marks (`MARK_KEYS` members, at any depth): what a result
     is counted, named (its ref) and summarized by, so a mark a client moves on from one
-    turn to the next leaves its stand-in the same bytes. Linear in the value."""
-    if isinstance(value, dict):
-        return {k: unmarked(v) for k, v in value.items() if k not in MARK_KEYS}
-    if isinstance(value, list):
-        return [unmarked(item) for item in value]
-    return value
+    turn to the next leaves its stand-in the same bytes. Linear in the value, on a stack
+    of its own: as deep as a body's parse goes (recursion here took two frames a level,
+    so a marked result failed at half the depth an unmarked one was read to)."""
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]  # (value, its copy's home, key)
+    while stack:
+        item, home, key = stack.pop()
+        copy: Any = item
+        if isinstance(item, dict):
+            copy = {}
+            for name, member in item.items():
+                if name not in MARK_KEYS:
+                    copy[name] = None  # its place kept: members stay in order
+                    stack.append((member, copy, name))
+        elif isinstance(item, list):
+            copy = [None] * len(item)
+            stack.extend((member, copy, at) for at, member in enumerate(item))
+        home[key] = copy
+    return root[0]
 
 
 def _replaceable(block: dict[str, Any]) -> bool:

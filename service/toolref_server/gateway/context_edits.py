@@ -21,7 +21,7 @@ import logging
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from starlette.types import Message, Send
 
@@ -29,7 +29,7 @@ from toolref import formats
 from toolref.asgi.hops import decoded
 from toolref.asgi.workers import Workers
 from toolref.kit.payload import without_media
-from toolref.wire.canonical import invocation_digest
+from toolref.wire.canonical import Ref, invocation_digest
 from toolref.wire.endpoints import Endpoint
 from toolref.wire.errors import CanonicalizationError, ToolrefError
 from toolref.wire.headers import CONTEXT_HEADER
@@ -288,7 +288,8 @@ async def _stand_ins(
         return
     store = summaries.store
     slots = {
-        item: store.invocation(tenant, ref, _PINNED + sid) for item, (ref, _) in invocations.items()
+        item: store.invocation(tenant, made.ref, _PINNED + sid)
+        for item, made in invocations.items()
     }
     pinned = await store.read(tenant, list(slots.values()))
     missing = []
@@ -299,12 +300,12 @@ async def _stand_ins(
             found.messages[item.message].results[item.result].stand_in[sid] = text
     if not missing:
         return
-    items = [invocations[item] for item in missing]
+    items = [(invocations[item].summarized, invocations[item].invocation) for item in missing]
     made = await summaries.many(tenant, items, policy.summarizer, policy.summary_chars)
     texts = []
     for item, summary in zip(missing, made, strict=True):
         result = found.messages[item.message].results[item.result]
-        args = invocations[item][1]["args"]
+        args = invocations[item].invocation["args"]
         shown = args if isinstance(args, str) else as_json(args)
         text = stand_in(item.name, shown, result.size, summary.text)
         # a result returned as text stays text; a format's own takes the format's form
@@ -319,9 +320,7 @@ def _text_result(format_name: str, text: str) -> Any:
     return formats.get(format_name).text_result(text)  # type: ignore[arg-type]
 
 
-def _invocations(
-    found: Facts, wanted: Sequence[Cleared]
-) -> dict[Cleared, tuple[Any, dict[str, Any]]]:
+def _invocations(found: Facts, wanted: Sequence[Cleared]) -> dict[Cleared, Invoked]:
     """The invocation (ref, wire form) of each result of `wanted`: its call paired as the
     SDK pairs them (`toolref.formats.conversation.scan`, `_Unanswered`), both parsed from
     their messages' text. Every result of the format's own takes its call, wanted or not,
@@ -331,7 +330,7 @@ def _invocations(
     parsed once."""
     unanswered = _Unanswered()
     wanted_at = {(c.message, c.result): c for c in wanted}
-    out: dict[Cleared, tuple[Any, dict[str, Any]]] = {}
+    out: dict[Cleared, Invoked] = {}
     parsed: dict[int, Any] = {}
 
     def value_of(index: int) -> Any:
@@ -390,7 +389,7 @@ class _Unanswered:
 
 def _invocation(
     value_of: Callable[[int], Any], item: Cleared, result: Result, call: Call | None
-) -> tuple[Any, dict[str, Any]]:
+) -> Invoked:
     """The invocation of `result` (its call's arguments from its message, `value_of` its
     index; for a result returned as text, the arguments its text names), its ref made of
     its value less its cache marks; the summarizer reads each media block of its content
@@ -406,10 +405,23 @@ def _invocation(
     except CanonicalizationError:  # a lone surrogate (`\ud800`): summarized as its escape
         args, value = escaped(args), escaped(value)
         ref = invocation_digest(item.name, args, value, error).ref
-    # an image, a document or audio is named, not summarized as its base64 (`_MEDIA_NOTE`)
+    # an image, a document or audio is named, not summarized as its base64 (`_MEDIA_NOTE`);
+    # such a summary is kept under what it summarizes: the registry's summaries of `ref`
+    # (hydrate's summary mode, GET .../summary) are of the whole result
     shown = without_media(value, _MEDIA_NOTE)
+    summarized = ref if shown == value else invocation_digest(item.name, args, shown, error).ref
     invocation = {"name": item.name, "args": args, "result": shown, "isError": error}
-    return ref, invocation
+    return Invoked(ref, summarized, invocation)
+
+
+class Invoked(NamedTuple):
+    """A replaced result's invocation: `ref`, its stand-in's (pinned); `summarized`, what
+    its summary is kept under (`ref`, or the digest of `invocation` where media blocks were
+    named in it); `invocation`, what the summarizer reads."""
+
+    ref: Ref
+    summarized: Ref
+    invocation: dict[str, Any]
 
 
 def _member(value: Any, path: Sequence[Any], key: str | None) -> Any:

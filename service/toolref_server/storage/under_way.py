@@ -9,8 +9,9 @@ else a late write would leave it there until its TTL).
 
 In this process's memory only, and only an optimization of what the store holds: another
 worker or replica reads the store (a write not yet there costs that turn one resend). An
-entry lives while its task runs (at most one per request in flight, each removed when its
-task ends, by identity). Event loop only.
+entry lives while its task runs, or until a later write of the same thing takes its place
+(at most two per request in flight: a channel turn's keep and answer write; each removed
+when its task ends, by identity). Its owner reports how a write ended. Event loop only.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class UnderWay:
             if self._tasks.get(what) is done:
                 del self._tasks[what]
             if not done.cancelled() and (error := done.exception()) is not None:
-                log.warning("a store write under way failed: %r", error)  # retrieved: logged
+                log.debug("a store write under way failed: %r", error)  # its owner says how
 
         task.add_done_callback(ended)
 

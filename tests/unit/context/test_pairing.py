@@ -25,7 +25,7 @@ def invocations(body: dict[str, Any], format_name: str, key: str) -> list[dict[s
     chosen = plan(found.messages, POLICY)
     read = _invocations(found, chosen.cleared)
     assert len(read) == len(chosen.cleared)
-    return [read[item][1] for item in chosen.cleared]
+    return [read[item].invocation for item in chosen.cleared]
 
 
 def test_a_call_whose_id_many_results_repeat_is_read_for_the_first_only() -> None:

@@ -12,9 +12,11 @@ from typing import Any
 
 from toolref.asgi.workers import Workers
 from toolref.kit import extractive
+from toolref.wire.canonical import invocation_digest
 from toolref.wire.endpoints import Endpoint
 from toolref_server.context import facts as facts_module
-from toolref_server.gateway.context_edits import edit_context
+from toolref_server.context.batches import plan
+from toolref_server.gateway.context_edits import _invocations, edit_context
 from toolref_server.metrics import Metrics
 from toolref_server.registry.summary_cache import Summary
 from toolref_server.settings.context import Policy
@@ -134,3 +136,57 @@ async def test_a_cache_mark_inside_a_replaced_result_moving_on_leaves_its_stand_
     was, now = json.loads(first)["messages"], json.loads(then)["messages"]
     assert was[4]["content"][0]["content"].startswith("[toolref:")
     assert now[4]["content"][0]["content"] == was[4]["content"][0]["content"]
+
+
+class Recording(Summaries):
+    """The summary cache, recording the refs its summaries are kept under."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: list[Any] = []
+
+    async def many(
+        self, tenant: str, items: Sequence[tuple[Any, Mapping[str, Any]]], name: str, chars: int
+    ) -> list[Summary]:
+        self.refs += [ref for ref, _ in items]
+        return await super().many(tenant, items, name, chars)
+
+
+async def test_a_summary_of_named_media_is_kept_apart_from_the_whole_results() -> None:
+    """Found in review: the media-named summary was kept under the result's own ref, the
+    slot the registry's summaries of the whole result use (hydrate's summary mode, `GET
+    /v1/invocations/{ref}/summary`): whichever came first, the other read its summary. It
+    is kept under the digest of what it summarizes now; a result with no media keeps its
+    ref, and the stand-in is pinned by the result's ref either way."""
+    facts_module.forget()
+    png = {"type": "base64", "media_type": "image/png", "data": IMAGE}
+    shot = [{"type": "text", "text": "Took a screenshot"}, {"type": "image", "source": png}]
+    text = [{"type": "text", "text": "plain output " * 200}]
+    body = anthropic([shot, text, shot])
+    found = facts_module.facts_of(json.dumps(body).encode(), "t", "anthropic", "messages")
+    assert found is not None
+    wanted = plan(found.messages, POLICY).cleared
+    made = _invocations(found, wanted)
+    media, plain = (made[item] for item in wanted[:2])
+    assert media.summarized != media.ref  # what is summarized is not the whole result
+    whole = invocation_digest("Read", {"file_path": "f0"}, shot, False).ref
+    assert media.ref == whole  # the pin: the result as sent
+    assert plain.summarized == plain.ref
+
+
+def test_a_marked_result_is_read_as_deep_as_an_unmarked_one() -> None:
+    """Found in review: leaving the marks out recursed two frames a level, so a result
+    nested past about 500 levels whose message held a cache mark failed to read (its body
+    passed unedited) where the same result unmarked was read: edited on one turn, not the
+    next, as the client moved its mark."""
+    facts_module.forget()
+    deep: Any = "x" * 2000
+    for _ in range(900):
+        deep = [deep]
+    content = [{"type": "text", "text": json.dumps(deep)}, {"type": "text", "text": "t"}]
+    nested = [{"type": "text", "text": "deep"}, {"type": "text", "text": "n", "extra": deep}]
+    for marked in (None, 0):
+        body = anthropic([nested, content], marked=marked)
+        found = facts_module.facts_of(json.dumps(body).encode(), "t", "anthropic", "messages")
+        assert found is not None, marked
+        assert facts_module.unmarked(deep) == deep
