@@ -10,7 +10,7 @@ left as it is.
 
 from __future__ import annotations
 
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +26,7 @@ from toolref.formats.site import (
     to_marker,
     update_all,
 )
+from toolref.kit.pending import Pending
 from toolref.wire.canonical import Ref, is_ref
 from toolref.wire.errors import InvalidRefError, ValidationError
 
@@ -123,7 +124,7 @@ class Scan:
 def scan(messages: Sequence[Any], sites: Iterable[Site]) -> Scan:
     """Pair the sites of `messages`, checking that markers are refs."""
     found = Scan()
-    pending = _Pending()  # calls without a result yet, oldest first
+    pending: Pending[Pair] = Pending()  # calls without a result yet, oldest first
     uses: dict[str, int] = defaultdict(int)
     keys: set[str] = set()
     for site in sites:
@@ -134,10 +135,10 @@ def scan(messages: Sequence[Any], sites: Iterable[Site]) -> Scan:
             if site.result_key is not None:
                 pair.result, pair.result_obj = site, obj
             else:
-                pending.add(pair)
+                pending.add(pair, site.call_id, site.name)
             found.pairs.append(pair)
         elif site.result_key is not None or site.bare:
-            call = pending.answered_by(site)
+            call = pending.answered_by(site.call_id, site.name)
             if call is not None:
                 call.result, call.result_obj = site, obj
                 _check_same_ref(call)
@@ -146,46 +147,6 @@ def scan(messages: Sequence[Any], sites: Iterable[Site]) -> Scan:
                 # call, which some clients send): it travels as it is, as the app would take it.
                 found.pairs.append(Pair(key=_key(site, uses, keys), result=site, result_obj=obj))
     return found
-
-
-class _Pending:
-    """Calls without a result yet, indexed so that finding (and taking) the oldest one a
-    result answers costs O(1) amortized, however the results are ordered: by id, and by
-    tool name for the calls or results that have no id. A call taken through one index is
-    skipped when another reaches it."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[str, deque[Pair]] = defaultdict(deque)
-        self._by_name: dict[str | None, deque[Pair]] = defaultdict(deque)
-        self._idless_by_name: dict[str | None, deque[Pair]] = defaultdict(deque)
-        self._taken: set[int] = set()
-
-    def add(self, pair: Pair) -> None:
-        call = pair.call
-        assert call is not None
-        self._by_name[call.name].append(pair)
-        if call.call_id is None:
-            self._idless_by_name[call.name].append(pair)
-        else:
-            self._by_id[call.call_id].append(pair)
-
-    def answered_by(self, result: Site) -> Pair | None:
-        """The oldest pending call `result` answers, taken: same id, else (ids absent) the
-        same tool name."""
-        if result.call_id is not None:
-            found = self._take(self._by_id.get(result.call_id))
-            if found is None:
-                found = self._take(self._idless_by_name.get(result.name))
-            return found
-        return self._take(self._by_name.get(result.name))
-
-    def _take(self, queue: deque[Pair] | None) -> Pair | None:
-        while queue:
-            pair = queue.popleft()
-            if id(pair) not in self._taken:
-                self._taken.add(id(pair))
-                return pair
-        return None
 
 
 def _key(site: Site, uses: dict[str, int], keys: set[str]) -> str:

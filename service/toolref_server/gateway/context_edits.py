@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
@@ -29,6 +28,7 @@ from toolref import formats
 from toolref.asgi.hops import decoded
 from toolref.asgi.workers import Workers
 from toolref.kit.payload import without_media
+from toolref.kit.pending import Pending
 from toolref.wire.canonical import Ref, invocation_digest
 from toolref.wire.endpoints import Endpoint
 from toolref.wire.errors import CanonicalizationError, ToolrefError
@@ -322,13 +322,13 @@ def _text_result(format_name: str, text: str) -> Any:
 
 def _invocations(found: Facts, wanted: Sequence[Cleared]) -> dict[Cleared, Invoked]:
     """The invocation (ref, wire form) of each result of `wanted`: its call paired as the
-    SDK pairs them (`toolref.formats.conversation.scan`, `_Unanswered`), both parsed from
+    SDK pairs them (`toolref.kit.pending.Pending`), both parsed from
     their messages' text. Every result of the format's own takes its call, wanted or not,
     so the pairing is the conversation's alone, the same on every turn; a second result
     for an answered call has none (as an orphan: its args `{}`). Each call's arguments are
     so read for one result at most: O(messages, calls and results) steps, plus each message
     parsed once."""
-    unanswered = _Unanswered()
+    unanswered: Pending[Call] = Pending()
     wanted_at = {(c.message, c.result): c for c in wanted}
     out: dict[Cleared, Invoked] = {}
     parsed: dict[int, Any] = {}
@@ -340,9 +340,13 @@ def _invocations(found: Facts, wanted: Sequence[Cleared]) -> dict[Cleared, Invok
 
     for index, message in enumerate(found.messages):
         for call in message.calls:
-            unanswered.add(call)
+            unanswered.add(call, call.call_id, call.name)
         for at, result in enumerate(message.results):
-            paired = unanswered.answered_by(result) if result.text is None else None
+            paired = (
+                unanswered.answered_by(result.call_id, result.name or "")
+                if result.text is None
+                else None
+            )
             item = wanted_at.get((index, at))
             if item is None:
                 continue
@@ -351,40 +355,6 @@ def _invocations(found: Facts, wanted: Sequence[Cleared]) -> dict[Cleared, Invok
             except (ValueError, KeyError, IndexError, TypeError, RecursionError, ToolrefError):
                 continue  # left as it is: the plan counted it, the bytes stay the client's
     return out
-
-
-class _Unanswered:
-    """The calls no result has answered yet, oldest first, by id and by tool name (those
-    with no id apart): a result takes the oldest of its id, else of its name with no id;
-    one with no id, the oldest of its name. Each call is taken once: O(1) amortized."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[str, deque[Call]] = defaultdict(deque)
-        self._by_name: dict[str, deque[Call]] = defaultdict(deque)
-        self._idless_by_name: dict[str, deque[Call]] = defaultdict(deque)
-        self._taken: set[int] = set()
-
-    def add(self, call: Call) -> None:
-        self._by_name[call.name].append(call)
-        if call.call_id is None:
-            self._idless_by_name[call.name].append(call)
-        else:
-            self._by_id[call.call_id].append(call)
-
-    def answered_by(self, result: Result) -> Call | None:
-        name = result.name or ""
-        if result.call_id is not None:
-            found = self._take(self._by_id.get(result.call_id))
-            return found if found is not None else self._take(self._idless_by_name.get(name))
-        return self._take(self._by_name.get(name))
-
-    def _take(self, queue: deque[Call] | None) -> Call | None:
-        while queue:
-            call = queue.popleft()
-            if id(call) not in self._taken:
-                self._taken.add(id(call))
-                return call
-        return None
 
 
 def _invocation(
