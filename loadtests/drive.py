@@ -96,7 +96,10 @@ async def busy(
             while time.monotonic() < stop:
                 answer = await conn.send(request(target.url, body(next(counter)), target.headers))
                 if answer.status != 200:
-                    raise RuntimeError(f"{target.label} answered {answer.status} under load")
+                    raise RuntimeError(
+                        f"{target.label} ({target.code}) answered {answer.status} under load: "
+                        f"{answer.body[:300]!r}"
+                    )
                 done += 1
         finally:
             await conn.close()

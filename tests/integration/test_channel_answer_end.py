@@ -299,3 +299,34 @@ async def test_a_channel_closing_right_after_an_answer_leaves_its_write_to_end(
                 release.set()
                 await _settled(app)
         assert len(await redis.keys(_ANSWERS)) == 1
+
+
+async def test_a_channel_turn_waits_as_over_http_while_the_store_is_behind(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found measuring: 32 connections sending as fast as they were answered kept their
+    writes in flight past the answers, and the tenant's 64 requests in flight were reached
+    (429). With a quarter of that limit under way (`UnderWay.busy`), a channel turn's end
+    waits for its writes, as over HTTP: slowed, never refused."""
+    monkeypatch.setattr(UnderWay, "busy", lambda self, most: True)  # the store behind
+    provider = Provider(replies(3, 12))
+    async with relayed(redis, provider) as (relay_url, seen, _):
+        url = relay_url + "/llm/anthropic/v1/messages"
+        messages: list[dict[str, Any]] = [{"role": "user", "content": "Build it. " * 60}]
+        async with httpx.AsyncClient(timeout=_GUARD) as agent:
+            assert (await agent.post(url, content=_body(messages), headers=HEADERS)).is_success
+            messages = _next(messages, provider, 0)
+            with writes_held(monkeypatch) as (release, waiting):
+                second = asyncio.create_task(
+                    agent.post(url, content=_body(messages), headers=HEADERS)
+                )
+                while not waiting or len(provider.seen) < 2:  # the turn is at its keeps
+                    assert not second.done()
+                    await asyncio.sleep(0.01)
+                for _ in range(20):  # the loop turns, the answer still held
+                    await asyncio.sleep(0)
+                assert not second.done()
+                release.set()
+                answered = await asyncio.wait_for(second, _GUARD)
+        assert answered.content == provider.streamed[1]
+    assert seen.http == []  # it rode the channel

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Final
 
 from starlette.types import Message, Receive, Scope, Send
@@ -107,10 +108,8 @@ async def forward_edit(
             upstream = restored_scope(scope, applied, size, account)
             if keeping is not None:  # the keep's work runs once the body went upstream
                 upstream[SENT_KEY] = keeping.start
-            # A channel's next turn comes to this process: its answer's end waits for no
-            # store (the next turn waits here for a keep still under way: `under_way`).
-            hold = not on_channel(scope)
-            ended = kept_recipe(send, keeping) if hold else send
+            hold = _holding(scope, services)
+            ended = kept_recipe(send, keeping, hold)
             answered, stored = kept_answer(ended, services, tenant, ref, scope["path"], hold=hold)
             marks = marked(answered, applied, size, context)
             # The body held by `receive` alone, until the forwarder sends it on: nothing
@@ -187,13 +186,32 @@ def marked(send: Send, applied: Applied, raw: int, context: ContextStep | None =
     return with_marks
 
 
-def kept_recipe(send: Send, keeping: Keeping | None) -> Send:
-    """`send`, holding the answer's last message until the recipe is kept (`later`: kept
-    while the upstream answers, so a turn does not wait on the store before it is sent on;
-    the agent's next turn, which follows the answer's end, finds it on any replica)."""
+def _holding(scope: Scope, services: Services) -> Callable[[], bool]:
+    """Whether the answer's end waits for its writes, asked when it comes: over HTTP always
+    (the next turn may reach any replica). A channel's next turn comes to this process,
+    which waits for a write still under way (`under_way`): its end waits for none, unless
+    the store is behind (a quarter of TOOLREF_GATEWAY_TENANT_REQUESTS_IN_FLIGHT under way
+    here): then it waits as over HTTP, so a client sending as fast as it is answered is
+    slowed, never refused (429) for the requests its writes keep in flight."""
+    if not on_channel(scope):
+        return _always
+    under_way = services.recipes.under_way
+    most = max(1, services.settings.gateway_tenant_requests_in_flight // 4)
+    return partial(under_way.busy, most)
+
+
+def _always() -> bool:
+    return True
+
+
+def kept_recipe(send: Send, keeping: Keeping | None, hold: Callable[[], bool] = _always) -> Send:
+    """`send`, holding the answer's last message until the recipe is kept when `hold()`
+    says so then (`later`: kept while the upstream answers, so a turn does not wait on the
+    store before it is sent on; the agent's next turn, which follows the answer's end,
+    finds it on any replica)."""
 
     async def ending(message: Message) -> None:
-        if message["type"] == "http.response.body" and not message.get("more_body"):
+        if message["type"] == "http.response.body" and not message.get("more_body") and hold():
             await keeping_done(keeping)
         await send(message)
 
@@ -201,13 +219,19 @@ def kept_recipe(send: Send, keeping: Keeping | None) -> Send:
 
 
 def kept_answer(
-    send: Send, services: Services, tenant: str, ref: str, path: str, *, hold: bool = True
+    send: Send,
+    services: Services,
+    tenant: str,
+    ref: str,
+    path: str,
+    *,
+    hold: Callable[[], bool] = _always,
 ) -> tuple[Send, Callable[[], Awaitable[None]]]:
     """`send`, reading a streamed answer as it passes (`toolref.edits.answer.tap_for`): once
     whole, kept as recipe `ref`'s answer before the piece that ends it is sent on (one
     write; the stream's other pieces go on as they come); and what to await once the answer
-    went out. Not `hold`ing (a channel's turn): its write begins there and runs on while the
-    end goes out (`Answers.keeping`: a read of it in this process waits for it meanwhile),
+    went out. Not `hold()`ing then (a channel's turn): its write begins there and runs on
+    while the end goes out (`Answers.keeping`: a read of it in this process waits for it meanwhile),
     awaited by the second, shielded: a turn cancelled once its answer went (the channel
     closing) leaves the write to end."""
     tap: AnswerTap | None = None
@@ -219,7 +243,7 @@ def kept_answer(
             tap = tap_for(path, message["status"], decoded(message.get("headers", [])))
         elif tap is not None and tap.feed(message.get("body", b"")):
             answer = tap.answer  # the piece holding the end event: kept before it is sent
-            if answer is not None and hold:
+            if answer is not None and hold():
                 await services.answers.keep(tenant, ref, answer)
             elif answer is not None:
                 writing = services.answers.keeping(tenant, ref, answer)

@@ -52,5 +52,10 @@ class UnderWay:
         if task is not None and task is not asyncio.current_task():
             await asyncio.wait({task})
 
+    def busy(self, most: int) -> bool:
+        """Whether `most` writes or more are under way (the store behind): what would go
+        on after an answer's end should then be waited for before it."""
+        return len(self._tasks) >= most
+
     def __len__(self) -> int:
         return len(self._tasks)
