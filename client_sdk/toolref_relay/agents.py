@@ -43,6 +43,9 @@ AGENTS: Final = (
         v1=True,
     ),
     Agent("aider", "openai", "OPENAI_API_BASE={url} aider --model openai/MODEL", v1=True),
+    Agent("Continue CLI", "openai", "apiBase: {url} for a model in its config.yaml", v1=True),
+    Agent("pi", "anthropic", '"baseUrl": "{url}" for a provider in ~/.pi/agent/models.json'),
+    Agent("mini-swe-agent", "openai", "OPENAI_API_BASE={url} mini -m openai/MODEL", v1=True),
 )
 
 
