@@ -8,7 +8,8 @@ sent the turns of the longer trace `loadtests.gateway_speed` replays (each turn 
 conversation so far, streamed answers), as a conversation of its own per round (its first
 message made new), the systems alternating turn by turn (which goes first rotates). Per
 system, over the last 20 turns of every round: the median time to the whole answer, and
-the median CPU a turn of the relay and of the gateway with its engine (Linux's schedstat).
+the median CPU a turn of the relay and of the gateway with its engine (Linux's schedstat);
+beside them the gateway's over the first 20 turns, and its growth (last over first).
 The small-request side by side is `loadtests.code_ab`.
 
 `--store-delay MS`: each gateway's store is one engine behind a proxy that delays every
@@ -52,14 +53,17 @@ class System:
     times: list[float] = field(default_factory=list)
     relay_cpu: list[float] = field(default_factory=list)
     gateway_cpu: list[float] = field(default_factory=list)
+    first_gateway_cpu: list[float] = field(default_factory=list)  # its first turns (ms)
 
     def line(self) -> str:
         time_, relay, gateway = (
             statistics.median(v) for v in (self.times, self.relay_cpu, self.gateway_cpu)
         )
+        first = statistics.median(self.first_gateway_cpu)
         return (
             f"{self.label}: last {LATE} turns, time {time_:.2f} ms, CPU relay {relay:.2f} ms "
-            f"+ gateway {gateway:.2f} ms = {relay + gateway:.2f} ms"
+            f"+ gateway {gateway:.2f} ms = {relay + gateway:.2f} ms; gateway's first {LATE} "
+            f"turns {first:.2f} ms (last over first {gateway / first:.2f})"
         )
 
 
@@ -104,6 +108,8 @@ async def measure(
                         system.times.append((time.perf_counter() - start) * 1e3)
                         system.relay_cpu.append((system.relay.cpu() - relay) * 1e3)
                         system.gateway_cpu.append((system.gateway.cpu() - gateway) * 1e3)
+                    elif index < LATE:
+                        system.first_gateway_cpu.append((system.gateway.cpu() - gateway) * 1e3)
             for target in targets:
                 await target.close()
     return systems

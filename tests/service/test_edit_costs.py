@@ -11,6 +11,7 @@ Python (the pieces to read, each segment's bytes, the ref digested entry by entr
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections import Counter
 from collections.abc import Callable
@@ -157,3 +158,50 @@ async def test_what_the_caller_does_to_the_body_comes_before_anything_is_kept(
                 then=refuse,
             )
         assert await snapshot(redis) == before
+
+
+async def test_a_turn_sizes_the_segments_it_adds_or_drops_not_those_it_keeps(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The body's size (checked against the limit) and the recipe's (the cache's weight)
+    are its base's less the entries the edit drops plus those it adds: the segments whose
+    lengths a turn sums are what changed, not the conversation (before, every segment kept
+    was summed twice a turn, at turn 120 about a thousand)."""
+    counts: Counter[str] = Counter()
+
+    def sizing(items: Any, start: int = 0) -> Any:
+        listed = list(items)
+        counts["segments sized"] += len(listed)
+        return builtins.sum(listed, start)
+
+    for module in (toolref_server.registry.edits, toolref_server.storage.recipe_held):
+        monkeypatch.setattr(module, "sum", sizing, raising=False)
+    app = create_app(Settings(redis_url="unused"), redis=redis)
+    budget = Budget(1 << 30)
+    per_turn: list[int] = []
+    messages: list[Any] = [{"role": "system", "content": "s" * 20_000}]
+    base: Cut | None = None
+    async with app.router.lifespan_context(app):
+        services = app.state.services
+        for turn in range(120):
+            messages += [
+                {"role": "user", "content": f"question {turn} " + "q" * (100 + turn % 7)},
+                {"role": "assistant", "content": f"answer {turn} " + "a" * (300 + turn % 5)},
+            ]
+            body = json.dumps({"model": "m", "messages": messages}).encode()
+            new = cut(HEADERS, body, "messages")
+            assert new is not None
+            counts.clear()
+            with budget.account() as account:
+                applied = await apply_edit(
+                    services, LOCAL_TENANT, edit_of(base, new), new.secrets, account
+                )
+            per_turn.append(counts["segments sized"])
+            assert applied.request.body == body
+            held = services.recipes.cache.recipe(LOCAL_TENANT, applied.ref)
+            assert held is not None
+            assert held.length == builtins.sum(map(len, new.segments))
+            base = new
+    # A turn adds 4 entries and drops the one that closed the body before: a few each.
+    assert max(per_turn[1:]) <= 16, per_turn
+    assert max(per_turn[-20:]) <= max(per_turn[1:21]), per_turn

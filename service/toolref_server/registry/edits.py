@@ -50,7 +50,14 @@ from toolref_server.settings import Settings
 from toolref_server.storage.answers import Answers
 from toolref_server.storage.quotas import RequestRate
 from toolref_server.storage.recipe_chunks import StoredEdit, StoredOp
-from toolref_server.storage.recipe_held import ENTRY_OVERHEAD, Held, Parts, context, derive
+from toolref_server.storage.recipe_held import (
+    ENTRY_OVERHEAD,
+    Held,
+    Parts,
+    context,
+    derive,
+    kept_bytes,
+)
 from toolref_server.storage.recipes import Recipes, piece_id
 
 _GAP: Final = Inline(b"")  # an inline op before its bytes are read (dictionary_ranges)
@@ -351,9 +358,9 @@ def _edit(
 
 def _size(base: Held | None, edit: StoredEdit, added: Sequence[bytes]) -> int:
     """Bytes of the body the edit stands for (its headers' segment aside), before any list
-    of the recipe is built: the kept ranges' segments summed at C speed, O(entries kept)
-    (bounded by TOOLREF_MAX_EDIT_ENTRIES, `wire.read`); `EditError` as `derive`."""
-    total = sum(map(len, added))
+    of the recipe is built: the base's length less what the ranges leave out
+    (`recipe_held.kept_bytes`: O(ops + entries not kept), C-speed sums); `EditError` as
+    `derive`."""
     length = len(base.segments) if base is not None else 0
     for op in edit:
         if isinstance(op, tuple):
@@ -364,7 +371,7 @@ def _size(base: Held | None, edit: StoredEdit, added: Sequence[bytes]) -> int:
                     "the edit against the base it names (toolref.edits.edit.diff), or send "
                     "the request whole"
                 )
-            total += sum(map(len, base.segments[start:end]))
+    total = kept_bytes(base, edit) + sum(map(len, added))
     first = edit[0] if edit else None
     if isinstance(first, tuple):
         assert base is not None

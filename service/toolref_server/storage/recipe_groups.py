@@ -147,6 +147,7 @@ def replayed(base: Held, ref: str, delta: Delta, pieces: Mapping[bytes, bytes]) 
         path,
         base.stored,
         stream,
+        parts.length,
     )
 
 

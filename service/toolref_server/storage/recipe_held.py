@@ -47,6 +47,7 @@ class Held:
     path: tuple[str, ...]
     stored: tuple[bytes, ...]
     stream: bytes
+    known: int | None = None  # `length` when its maker knew it (`Parts.length`), else None
 
     @property
     def group(self) -> tuple[str, ...]:
@@ -71,9 +72,9 @@ class Held:
 
     @cached_property
     def length(self) -> int:
-        """Bytes of the request it stands for (headers segment included); summed once (the
-        cache weighs a recipe on each keep, put and drop)."""
-        return sum(map(len, self.segments))
+        """Bytes of the request it stands for (headers segment included): as derived from
+        its base's (`known`, O(edit)), else summed once (a recipe read back)."""
+        return self.known if self.known is not None else sum(map(len, self.segments))
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +89,7 @@ class Parts:
     sources: list[Source | None]
     chunks: Chunks
     added: list[int]
+    length: int  # bytes of the request, headers segment included (`Held.length`)
 
     def placed(self, group: tuple[str, ...]) -> list[Source | None]:
         """The sources once its own literals are stored in the last node of `group`."""
@@ -126,7 +128,28 @@ def derive(base: Held | None, edit: StoredEdit, added: Sequence[bytes]) -> Parts
             sources.append(None)
     chunks = rechunk(base.chunks if base is not None else None, edit)
     ref = ref_of_framed(framed_entries)
-    return Parts(ref, entries, framed_entries, segments, sources, chunks, literals)
+    size = kept_bytes(base, edit) + sum(map(len, added))  # O(ops + entries not kept)
+    return Parts(ref, entries, framed_entries, segments, sources, chunks, literals, size)
+
+
+def kept_bytes(base: Held | None, edit: StoredEdit) -> int:
+    """Bytes of the base's segments the ranges of `edit` keep (each range within the base:
+    checked first). Ranges in order, none kept twice (an edit as `diff` makes it): the
+    base's length less the entries between and around them, O(ops + entries not kept);
+    else each range summed, O(entries kept). C-speed sums either way."""
+    ranges = [op for op in edit if isinstance(op, tuple)]
+    if base is None or not ranges:
+        return 0
+    segments = base.segments
+    at = 0
+    dropped = 0
+    for start, end in ranges:
+        if start < at:  # out of order, or kept twice: summed as they are
+            return sum(sum(map(len, segments[s:e])) for s, e in ranges)
+        dropped += sum(map(len, segments[at:start]))
+        at = end
+    dropped += sum(map(len, segments[at:]))
+    return base.length - dropped
 
 
 def context(segments: Sequence[bytes], size: int = CONTEXT) -> bytes:

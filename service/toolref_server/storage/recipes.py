@@ -454,6 +454,7 @@ class Recipes:
             (),
             node.ids,
             stream,
+            parts.length,
         )
         return held, written
 
@@ -480,6 +481,7 @@ class Recipes:
             path,
             base.stored,
             stream,
+            parts.length,
         )
 
 
