@@ -156,20 +156,8 @@ async def test_an_http_turn_still_ends_only_once_its_keeps_are_stored(
         async with httpx.AsyncClient(timeout=_GUARD) as agent:
             first = await agent.post(url, content=_body(messages), headers=HEADERS)
             assert first.status_code == 200, first.text
-            reply = provider.replies[0]
-            messages = [*messages, written_back("messages", reply), result("messages", reply, 0)]
-            with writes_held(monkeypatch) as (release, waiting):
-                second = asyncio.create_task(
-                    agent.post(url, content=_body(messages), headers=HEADERS)
-                )
-                while not waiting or len(provider.seen) < 2:  # the turn is at its keeps
-                    assert not second.done()
-                    await asyncio.sleep(0.01)
-                for _ in range(20):  # the loop turns, the answer still held
-                    await asyncio.sleep(0)
-                assert not second.done()
-                release.set()
-                answered = await asyncio.wait_for(second, _GUARD)
+            messages = _next(messages, provider, 0)
+            answered = await _held_while_writes_are(agent, url, messages, provider, monkeypatch)
         assert answered.status_code == 200
         assert answered.content == provider.streamed[1]
     assert len(seen.http) == 2
@@ -316,17 +304,27 @@ async def test_a_channel_turn_waits_as_over_http_while_the_store_is_behind(
         async with httpx.AsyncClient(timeout=_GUARD) as agent:
             assert (await agent.post(url, content=_body(messages), headers=HEADERS)).is_success
             messages = _next(messages, provider, 0)
-            with writes_held(monkeypatch) as (release, waiting):
-                second = asyncio.create_task(
-                    agent.post(url, content=_body(messages), headers=HEADERS)
-                )
-                while not waiting or len(provider.seen) < 2:  # the turn is at its keeps
-                    assert not second.done()
-                    await asyncio.sleep(0.01)
-                for _ in range(20):  # the loop turns, the answer still held
-                    await asyncio.sleep(0)
-                assert not second.done()
-                release.set()
-                answered = await asyncio.wait_for(second, _GUARD)
+            answered = await _held_while_writes_are(agent, url, messages, provider, monkeypatch)
         assert answered.content == provider.streamed[1]
     assert seen.http == []  # it rode the channel
+
+
+async def _held_while_writes_are(
+    agent: httpx.AsyncClient,
+    url: str,
+    messages: list[dict[str, Any]],
+    provider: Provider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> httpx.Response:
+    """The second turn sent with the store's writes held back: its answer has not ended
+    once the turn is at its keeps (the loop turned meanwhile); then they are let go."""
+    with writes_held(monkeypatch) as (release, waiting):
+        second = asyncio.create_task(agent.post(url, content=_body(messages), headers=HEADERS))
+        while not waiting or len(provider.seen) < 2:  # the turn is at its keeps
+            assert not second.done()
+            await asyncio.sleep(0.01)
+        for _ in range(20):  # the loop turns, the answer still held
+            await asyncio.sleep(0)
+        assert not second.done()
+        release.set()
+        return await asyncio.wait_for(second, _GUARD)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import builtins
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -69,6 +69,34 @@ def edit_of(base: Cut | None, new: Cut) -> bytes:
     return wire.encode(base.ref, diff(base.entries, new.entries, new.segments), b"")
 
 
+async def growing(
+    redis: Redis, turns: int, before: Callable[[], None]
+) -> AsyncIterator[tuple[Any, bytes, Cut, Any]]:
+    """A conversation growing by a question and an answer a turn, after a 20 KB system
+    message (a piece), each turn applied as an edit of the one before on the app:
+    (services, body, its cut, applied) a turn; `before` runs just before each apply."""
+    app = create_app(Settings(redis_url="unused"), redis=redis)
+    budget = Budget(1 << 30)
+    messages: list[Any] = [{"role": "system", "content": "s" * 20_000}]
+    base: Cut | None = None
+    async with app.router.lifespan_context(app):
+        services = app.state.services
+        for turn in range(turns):
+            messages += [
+                {"role": "user", "content": f"question {turn} " + "q" * (100 + turn % 7)},
+                {"role": "assistant", "content": f"answer {turn} " + "a" * (300 + turn % 5)},
+            ]
+            body = json.dumps({"model": "m", "messages": messages}).encode()
+            new = cut(HEADERS, body, "messages")
+            assert new is not None
+            data = edit_of(base, new)
+            before()
+            with budget.account() as account:
+                applied = await apply_edit(services, LOCAL_TENANT, data, new.secrets, account)
+            yield services, body, new, applied
+            base = new
+
+
 async def test_a_turn_costs_python_steps_for_what_it_adds_not_for_the_conversation(
     redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -99,29 +127,11 @@ async def test_a_turn_costs_python_steps_for_what_it_adds_not_for_the_conversati
 
     monkeypatch.setattr(toolref_server.storage.recipes, "chunk_of", chunked)
     monkeypatch.setattr(toolref_server.storage.recipe_chunks, "_cuts", cut_up)
-    app = create_app(Settings(redis_url="unused"), redis=redis)
-    budget = Budget(1 << 30)
     per_turn: list[Counter[str]] = []
-    messages: list[Any] = [{"role": "system", "content": "s" * 20_000}]  # a piece
-    base: Cut | None = None
-    async with app.router.lifespan_context(app):
-        services = app.state.services
-        for turn in range(200):
-            messages += [
-                {"role": "user", "content": f"question {turn} " + "q" * (100 + turn % 7)},
-                {"role": "assistant", "content": f"answer {turn} " + "a" * (300 + turn % 5)},
-            ]
-            body = json.dumps({"model": "m", "messages": messages}).encode()
-            new = cut(HEADERS, body, "messages")
-            assert new is not None
-            data = edit_of(base, new)
-            counts.clear()
-            with budget.account() as account:
-                applied = await apply_edit(services, LOCAL_TENANT, data, new.secrets, account)
-            per_turn.append(Counter(counts))
-            assert applied.request.body == body
-            assert applied.ref == new.ref
-            base = new
+    async for _, body, new, applied in growing(redis, 200, counts.clear):
+        per_turn.append(Counter(counts))
+        assert applied.request.body == body
+        assert applied.ref == new.ref
     # A turn adds 4 entries (two messages, two commas); a snapshot turn (one in 8) looks
     # at what the 8 turns since the last added. None looks at the conversation's ~800.
     for turn, counted in enumerate(per_turn[1:], start=1):
@@ -176,32 +186,13 @@ async def test_a_turn_sizes_the_segments_it_adds_or_drops_not_those_it_keeps(
 
     for module in (toolref_server.registry.edits, toolref_server.storage.recipe_held):
         monkeypatch.setattr(module, "sum", sizing, raising=False)
-    app = create_app(Settings(redis_url="unused"), redis=redis)
-    budget = Budget(1 << 30)
     per_turn: list[int] = []
-    messages: list[Any] = [{"role": "system", "content": "s" * 20_000}]
-    base: Cut | None = None
-    async with app.router.lifespan_context(app):
-        services = app.state.services
-        for turn in range(120):
-            messages += [
-                {"role": "user", "content": f"question {turn} " + "q" * (100 + turn % 7)},
-                {"role": "assistant", "content": f"answer {turn} " + "a" * (300 + turn % 5)},
-            ]
-            body = json.dumps({"model": "m", "messages": messages}).encode()
-            new = cut(HEADERS, body, "messages")
-            assert new is not None
-            counts.clear()
-            with budget.account() as account:
-                applied = await apply_edit(
-                    services, LOCAL_TENANT, edit_of(base, new), new.secrets, account
-                )
-            per_turn.append(counts["segments sized"])
-            assert applied.request.body == body
-            held = services.recipes.cache.recipe(LOCAL_TENANT, applied.ref)
-            assert held is not None
-            assert held.length == builtins.sum(map(len, new.segments))
-            base = new
+    async for services, body, new, applied in growing(redis, 120, counts.clear):
+        per_turn.append(counts["segments sized"])
+        assert applied.request.body == body
+        held = services.recipes.cache.recipe(LOCAL_TENANT, applied.ref)
+        assert held is not None
+        assert held.length == builtins.sum(map(len, new.segments))
     # A turn adds 4 entries and drops the one that closed the body before: a few each.
     assert max(per_turn[1:]) <= 16, per_turn
     assert max(per_turn[-20:]) <= max(per_turn[1:21]), per_turn

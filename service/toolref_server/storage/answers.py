@@ -45,13 +45,17 @@ class Answers:
         """`keep`, begun now and left to run (a caller cancelled while it runs does not end
         it: await it shielded); a `get` of it here waits for it meanwhile."""
         self.cache.put((tenant, ref), answer)
-        task = asyncio.get_running_loop().create_task(self.keep(tenant, ref, answer))
+        task = asyncio.get_running_loop().create_task(self._stored(tenant, ref, answer))
         self.under_way.add((ANSWER, tenant, ref), task)
         return task
 
     async def keep(self, tenant: str, ref: str, answer: bytes) -> bool:
         """Keep `answer` as recipe `ref`'s; whether it was (see the module docstring)."""
         self.cache.put((tenant, ref), answer)
+        return await self._stored(tenant, ref, answer)
+
+    async def _stored(self, tenant: str, ref: str, answer: bytes) -> bool:
+        """`answer` written to the store, compressed; whether it was."""
         packed = zstandard.ZstdCompressor(level=_LEVEL).compress(answer)
         try:
             await self.store.put(

@@ -56,6 +56,3 @@ class UnderWay:
         """Whether `most` writes or more are under way (the store behind): what would go
         on after an answer's end should then be waited for before it."""
         return len(self._tasks) >= most
-
-    def __len__(self) -> int:
-        return len(self._tasks)
