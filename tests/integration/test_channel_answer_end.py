@@ -296,7 +296,7 @@ async def test_a_channel_turn_waits_as_over_http_while_the_store_is_behind(
     writes in flight past the answers, and the tenant's 64 requests in flight were reached
     (429). With a quarter of that limit under way (`UnderWay.busy`), a channel turn's end
     waits for its writes, as over HTTP: slowed, never refused."""
-    monkeypatch.setattr(UnderWay, "busy", lambda self, most: True)  # the store behind
+    monkeypatch.setattr(UnderWay, "busy", lambda self, *_: True)  # the store behind
     provider = Provider(replies(3, 12))
     async with relayed(redis, provider) as (relay_url, seen, _):
         url = relay_url + "/llm/anthropic/v1/messages"

@@ -249,6 +249,31 @@ async def test_what_a_proxy_sets_is_the_upgrades_and_the_path_is_decoded() -> No
     assert scope["query_string"] == b"x=1"
 
 
+async def test_a_turn_carries_its_own_headers_never_the_upgrades_or_another_turns() -> None:
+    """Each turn is its own tenant's and agent's: the key and credentials the channel was
+    opened with never reach a turn, and a turn's headers replace the turn before's whole
+    (one that lacks the key or a credential the turn before carried is served without)."""
+    socket, seen = Socket(), list[Scope]()
+    upgrade = {
+        **UPGRADE,
+        "headers": [*UPGRADE["headers"], (b"toolref-key", b"key-a"), (b"x-api-key", b"sk-a")],
+    }
+    task = await serving(socket, answering(seen), upgrade)
+    sender = frames.Sender()
+    first = [("content-type", MEDIA_TYPE), ("toolref-key", "key-b"), ("x-api-key", "sk-b")]
+    socket.frame(sender.turn(0, "/llm/up/v1/messages", [("content-type", MEDIA_TYPE)], b"{}"))
+    socket.frame(sender.turn(1, "/llm/up/v1/messages", first, b"{}"))
+    socket.frame(sender.turn(2, "/llm/up/v1/messages", [("content-type", MEDIA_TYPE)], b"{}"))
+    await settled(socket, 9)
+    socket.leave()
+    await task
+    named = [
+        {k: v for k, v in scope["headers"] if k in (b"toolref-key", b"x-api-key")}
+        for scope in sorted(seen, key=lambda scope: len(scope["headers"]))
+    ]
+    assert named == [{}, {}, {b"toolref-key": b"key-b", b"x-api-key": b"sk-b"}]
+
+
 class Recording(Inner):
     def __init__(self) -> None:
         self.sent: list[httpx.Request] = []

@@ -29,7 +29,11 @@ Per request:
 - The answer a confirmed recipe's request streamed (`answered`, from the caller's
   `toolref.edits.answer.AnswerTap`) is the dictionary of the model's segments of the next
   edit of it (version 3, against a gateway that reads it): the assistant message the agent
-  writes back costs how it differs from the answer. The answers of the last
+  writes back costs how it differs from the answer. Only that message's segments: the one
+  just after the base's messages (`_rendering`), never an older model message the base
+  lacks (one the agent rewrote, its thinking dropped, say: compressed against the answer,
+  its size told whether the answer, which a fetched page can steer, repeats a secret it
+  holds). The answers of the last
   `max_recipes` recipes still kept are, each at most `answer.MAX_ANSWER` bytes, counted
   with the recipes in `max_bytes` (past it the least recently used recipes go, as for a
   recipe kept).
@@ -180,6 +184,7 @@ class Editor:
             raise ValueError(f"edits of version {version}: this SDK writes {wire.VERSIONS}")
         self.recipes = Recipes(max_recipes, max_bytes)
         self.answers: OrderedDict[str, bytes] = OrderedDict()  # recipe ref -> its answer
+        self.rendered: dict[str, int] = {}  # kept recipe's ref -> its request's messages
         self.max_answers = max(1, max_recipes)
         self.size_guard = size_guard
         self.long_window = long_window  # long messages cut again (`scanner._windowed`)
@@ -224,6 +229,8 @@ class Editor:
         kept = self.recipes.keep(
             made.ref, made.entries, made.segments, base=base, same=same, size=made.size
         )
+        if kept:
+            self.rendered[made.ref] = len(made.messages)  # the next message renders its answer
         if kept and base is not None and base.ref != made.ref and 2 * edit.shared >= base.size:
             self.recipes.drop(base.ref)
         self._trim_answers()
@@ -246,6 +253,8 @@ class Editor:
         while True:
             for ref in [ref for ref in self.answers if ref not in self.recipes]:
                 del self.answers[ref]
+            for ref in [ref for ref in self.rendered if ref not in self.recipes]:
+                del self.rendered[ref]
             held = sum(map(len, self.answers.values()))
             if self.recipes.held_bytes + held <= self.recipes.max_bytes or len(self.recipes) < 2:
                 break
@@ -352,7 +361,9 @@ class Editor:
             runs = _runs(ops, made.owners) if made.owners and not plain else []
             if (not answer and not runs) or self.version < 3:
                 return wire.encode_isolated(ref, ops, version=self.version)
-            models = _inline_positions(ops, made.answered) if answer else frozenset()
+            count = self.rendered.get(ref) if ref is not None and answer else None
+            rendering = _rendering(made, count)
+            models = _inline_positions(ops, rendering) if rendering else frozenset()
             return wire.encode_isolated(
                 ref, ops, answer=answer, answered=models, runs=runs, version=self.version
             )
@@ -387,6 +398,24 @@ def _inline_positions(ops: list[Op], segments: frozenset[int]) -> frozenset[int]
     """Which inline ops, counted from 0, carry one of `segments` (indices in the request's
     segments). O(ops)."""
     return frozenset(n for n, at in enumerate(_placed(ops)) if at in segments)
+
+
+def _rendering(made: Cut, count: int | None) -> frozenset[int]:
+    """The segments of the model's message that renders the answer of a base whose request
+    held `count` messages: the request's message `count` (from 0), when it is the model's;
+    none else. With the long window, those it owns; without, the model's segments between
+    its neighbours' when neither is the model's (else none: whose they are is not known).
+    O(model segments)."""
+    messages = made.messages
+    if count is None or count >= len(messages) or messages[count] not in made.answered:
+        return frozenset()
+    if made.owners:
+        return frozenset(at for at in made.answered if made.owners[at] == count)
+    before = messages[count - 1] if count > 0 else 0
+    after = messages[count + 1] if count + 1 < len(messages) else len(made.segments)
+    if before in made.answered or after in made.answered:
+        return frozenset()
+    return frozenset(at for at in made.answered if before < at < after)
 
 
 def _runs(ops: list[Op], owners: Sequence[int]) -> list[tuple[int, int]]:

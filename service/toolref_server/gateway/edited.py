@@ -108,7 +108,7 @@ async def forward_edit(
             upstream = restored_scope(scope, applied, size, account)
             if keeping is not None:  # the keep's work runs once the body went upstream
                 upstream[SENT_KEY] = keeping.start
-            hold = _holding(scope, services)
+            hold = _holding(scope, services, tenant)
             ended = kept_recipe(send, keeping, hold)
             answered, stored = kept_answer(ended, services, tenant, ref, scope["path"], hold=hold)
             marks = marked(answered, applied, size, context)
@@ -186,18 +186,22 @@ def marked(send: Send, applied: Applied, raw: int, context: ContextStep | None =
     return with_marks
 
 
-def _holding(scope: Scope, services: Services) -> Callable[[], bool]:
+def _holding(scope: Scope, services: Services, tenant: str) -> Callable[[], bool]:
     """Whether the answer's end waits for its writes, asked when it comes: over HTTP always
     (the next turn may reach any replica). A channel's next turn comes to this process,
     which waits for a write still under way (`under_way`): its end waits for none, unless
-    the store is behind (a quarter of TOOLREF_GATEWAY_TENANT_REQUESTS_IN_FLIGHT under way
-    here): then it waits as over HTTP, so a client sending as fast as it is answered is
-    slowed, never refused (429) for the requests its writes keep in flight."""
+    the store is behind for `tenant` (a quarter of TOOLREF_GATEWAY_TENANT_REQUESTS_IN_FLIGHT
+    of its writes under way here) or for the process (a quarter of
+    TOOLREF_GATEWAY_MAX_REQUESTS_IN_FLIGHT): then it waits as over HTTP, so a client
+    sending as fast as it is answered is slowed, never refused (429, 503) for the requests
+    its writes keep in flight. Another tenant's writes alone never hold it."""
     if not on_channel(scope):
         return _always
     under_way = services.recipes.under_way
-    most = max(1, services.settings.gateway_tenant_requests_in_flight // 4)
-    return partial(under_way.busy, most)
+    settings = services.settings
+    most = max(1, settings.gateway_tenant_requests_in_flight // 4)
+    most_all = max(1, settings.gateway_max_requests_in_flight // 4)
+    return partial(under_way.busy, tenant, most, most_all)
 
 
 def _always() -> bool:

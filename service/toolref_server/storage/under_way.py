@@ -11,7 +11,8 @@ In this process's memory only, and only an optimization of what the store holds:
 worker or replica reads the store (a write not yet there costs that turn one resend). An
 entry lives while its task runs, or until a later write of the same thing takes its place
 (at most two per request in flight: a channel turn's keep and answer write; each removed
-when its task ends, by identity). Its owner reports how a write ended. Event loop only.
+when its task ends, by identity). Its owner reports how a write ended. The writes running
+are counted per tenant (`busy`): one tenant's never make another's wait. Event loop only.
 """
 
 from __future__ import annotations
@@ -26,20 +27,33 @@ log = logging.getLogger(__name__)
 RECIPE: Final = "recipe"  # (RECIPE, tenant, ref): a recipe's keep
 ANSWER: Final = "answer"  # (ANSWER, tenant, ref): the write of a recipe's answer
 
+What = tuple[str, str, str]  # (RECIPE or ANSWER, tenant, ref)
+
 
 class UnderWay:
     """See the module docstring."""
 
     def __init__(self) -> None:
         self._tasks: dict[Hashable, asyncio.Task[object]] = {}
+        self._running: dict[str, int] = {}  # tenant -> its writes running (O(1) `busy`)
+        self._total = 0
 
-    def add(self, what: Hashable, task: asyncio.Task[object]) -> None:
+    def add(self, what: What, task: asyncio.Task[object]) -> None:
         """`task` writes `what` (until it ends: `settled` waits for it)."""
         self._tasks[what] = task
+        tenant = what[1]
+        self._running[tenant] = self._running.get(tenant, 0) + 1
+        self._total += 1
 
         def ended(done: asyncio.Task[object]) -> None:
             if self._tasks.get(what) is done:
                 del self._tasks[what]
+            self._total -= 1
+            left = self._running[tenant] - 1
+            if left:
+                self._running[tenant] = left
+            else:
+                del self._running[tenant]
             if not done.cancelled() and (error := done.exception()) is not None:
                 log.debug("a store write under way failed: %r", error)  # its owner says how
 
@@ -52,7 +66,8 @@ class UnderWay:
         if task is not None and task is not asyncio.current_task():
             await asyncio.wait({task})
 
-    def busy(self, most: int) -> bool:
-        """Whether `most` writes or more are under way (the store behind): what would go
-        on after an answer's end should then be waited for before it."""
-        return len(self._tasks) >= most
+    def busy(self, tenant: str, most: int, most_all: int) -> bool:
+        """Whether `tenant` has `most` writes or more under way, or the process
+        `most_all` (the store behind): what would go on after an answer's end should then
+        be waited for before it. Another tenant's writes count only in the second."""
+        return self._running.get(tenant, 0) >= most or self._total >= most_all

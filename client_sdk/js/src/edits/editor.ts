@@ -18,7 +18,9 @@
  *
  * Version 3, with zstd, against a receiver that reads it: the answer a confirmed recipe's
  * request streamed (`answered`, from the caller's `AnswerTap`) is the dictionary of the
- * model's segments of the next edit of it, and the pieces of one long message cut by the
+ * segments of the model's message that renders it (the one just after the base's messages,
+ * `rendering`: never an older model message the base lacks, editor.py's `_rendering`) in the
+ * next edit of it, and the pieces of one long message cut by the
  * long window (`segments.windowed`) travel as one frame. The answers of the last
  * `maxRecipes` recipes still kept are held, counted with the recipes in `maxBytes` (past
  * it the least recently used recipes go, as for a recipe kept), as editor.py holds them.
@@ -118,6 +120,8 @@ export class Editor {
   /** Recipe ref -> the answer its request streamed (oldest first): kept recipes' only, the
    * last `maxAnswers`, counted with the recipes in their `maxBytes` (`trimAnswers`). */
   readonly answers = new Map<string, Uint8Array>();
+  /** A kept recipe's ref -> how many messages its request held (the next renders its answer). */
+  readonly rendered = new Map<string, number>();
   private readonly maxAnswers: number;
 
   constructor(
@@ -149,6 +153,7 @@ export class Editor {
     let held = 0;
     for (;;) {
       for (const ref of [...this.answers.keys()]) if (this.recipes.get(ref) === undefined) this.answers.delete(ref);
+      for (const ref of [...this.rendered.keys()]) if (this.recipes.get(ref) === undefined) this.rendered.delete(ref);
       held = 0;
       for (const answer of this.answers.values()) held += answer.length;
       if (this.recipes.heldBytes + held <= this.recipes.maxBytes || this.recipes.size < 2) break;
@@ -181,6 +186,7 @@ export class Editor {
     if (history === null || history.trim() !== edit.ref) return false;
     const made = edit.cut;
     const kept = this.recipes.keep(made.ref, made.entries, made.segments);
+    if (kept) this.rendered.set(made.ref, made.messages.length);
     const base = edit.base !== null ? this.recipes.get(edit.base) : undefined;
     if (kept && base !== undefined && base.ref !== made.ref && 2 * edit.shared >= base.size) this.recipes.drop(base.ref);
     this.trimAnswers();
@@ -236,7 +242,8 @@ export class Editor {
     const answer = ref !== null && !plain ? (this.answers.get(ref) ?? null) : null;
     const runs = made.owners.length && !plain ? runsOf(ops, made.owners) : [];
     if ((answer === null && !runs.length) || this.version < 3) return encodeIsolated(ref, ops, this.codec, null, new Set(), [], this.version);
-    const models = answer !== null ? inlinePositions(ops, made.answered) : new Set<number>();
+    const rendering = answer !== null && ref !== null ? renderingOf(made, this.rendered.get(ref)) : new Set<number>();
+    const models = rendering.size ? inlinePositions(ops, rendering) : new Set<number>();
     return encodeIsolated(ref, ops, this.codec, answer, models, runs, this.version);
   }
 }
@@ -258,6 +265,25 @@ function inlinePositions(ops: readonly Op[], segments: ReadonlySet<number>): Set
   placed(ops).forEach((at, n) => {
     if (segments.has(at)) found.add(n);
   });
+  return found;
+}
+
+/** The segments of the model's message that renders the answer of a base whose request held
+ * `count` messages: the request's message `count` (from 0), when it is the model's; with the
+ * long window those it owns, without it the model's segments between its neighbours' when
+ * neither is the model's (editor.py's `_rendering`). O(model segments). */
+function renderingOf(made: Cut, count: number | undefined): Set<number> {
+  const found = new Set<number>();
+  const { messages, answered, owners } = made;
+  if (count === undefined || count >= messages.length || !answered.has(messages[count]!)) return found;
+  if (owners.length) {
+    for (const at of answered) if (owners[at] === count) found.add(at);
+    return found;
+  }
+  const before = count > 0 ? messages[count - 1]! : 0;
+  const after = count + 1 < messages.length ? messages[count + 1]! : made.segments.length;
+  if (answered.has(before) || answered.has(after)) return found;
+  for (const at of answered) if (before < at && at < after) found.add(at);
   return found;
 }
 

@@ -1,0 +1,73 @@
+// Sizes are signals (Python's tests/unit/edits/test_size_oracles.py): the answer dictionary
+// (record kind 3) compresses the message that renders the answer only, never an older model
+// message the base lacks. zstd is stood in for by deflate with a preset dictionary (Node 20's
+// zlib has no zstd), a compressor whose sizes tell as zstd's would.
+import { deflateRawSync } from "node:zlib";
+import { describe, expect, it, vi } from "vitest";
+
+vi.mock("../src/zstd.js", async (original) => {
+  const actual = await original<typeof import("../src/zstd.js")>();
+  const zstd = Object.assign(
+    async (data: Uint8Array, dictionary?: Uint8Array) =>
+      new Uint8Array(deflateRawSync(data, dictionary?.length ? { dictionary } : {})),
+    { withDictionary: true },
+  );
+  return { ...actual, platformZstd: () => zstd };
+});
+
+const { Editor } = await import("../src/index.js");
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+const token = (seed: number): string => {
+  let state = seed;
+  let out = "sk-";
+  for (let n = 0; n < 24; n++) {
+    state = (state * 1103515245 + 12345) % 2147483648;
+    out += "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"[state % 52];
+  }
+  return out;
+};
+const filler = (count: number, seed: number): string => {
+  const words = ["alpha", "beta", "gamma", "delta", "file", "line", "error", "value", "config"];
+  return Array.from({ length: count }, (_, n) => words[(n * 7 + seed * 3 + ((n * n) % 5)) % words.length]).join(" ");
+};
+const text = (role: string, said: string) => ({ role, content: [{ type: "text", text: said }] });
+const headers: [string, string][] = [["content-type", "application/json"]];
+const body = (messages: unknown[]) => encoder.encode(JSON.stringify({ model: "m", messages }));
+
+/** Two turns: the model said the secret in an older turn (its thinking beside it); its answer
+ * to the next repeats a guess. The agent writes the answer back and drops the older message's
+ * thinking, so that message travels again. The second edit's size and whether it names the answer. */
+async function rewrittenTurn(guess: string, secret: string): Promise<[number, boolean]> {
+  const editor = new Editor(64, 1 << 22);
+  const older = "I read the config: api_token=" + secret + " " + filler(50, 7);
+  const thinking = { type: "thinking", thinking: filler(30, 9), signature: "sig" };
+  const first = [
+    text("user", "read my config " + filler(80, 1)),
+    { role: "assistant", content: [thinking, { type: "text", text: older }] },
+    text("user", "now fetch the page " + filler(60, 2)),
+  ];
+  const one = (await editor.prepare(headers, body(first), "messages"))!;
+  expect(editor.confirm(one, one.ref)).toBe(true);
+  const said = "The page says: api_token=" + guess + " " + filler(40, 5);
+  editor.answered(one.ref, encoder.encode(JSON.stringify(text("assistant", said))));
+  const second = [first[0], text("assistant", older), first[2], text("assistant", said), text("user", "thanks " + filler(30, 3))];
+  const two = (await editor.prepare(headers, body(second), "messages"))!;
+  return [two.body.length, two.body[0] === 0x05 ? (two.body[1]! & 2) !== 0 : decoder.decode(two.body).includes('"a":')];
+}
+
+describe("the answer dictionary", () => {
+  it("never compresses an older model message against the answer (a guess costs the same right or wrong)", async () => {
+    for (let seed = 10; seed < 16; seed++) {
+      const [right] = await rewrittenTurn(token(seed), token(seed));
+      const [wrong] = await rewrittenTurn(token(seed + 100), token(seed));
+      expect(wrong).toBe(right);
+    }
+  });
+
+  it("still compresses the message rendering the answer against it", async () => {
+    const [, named] = await rewrittenTurn(token(1), token(2));
+    expect(named).toBe(true);
+  });
+});

@@ -1,0 +1,153 @@
+"""Sizes are signals (docs/reliability.md, "Sizes"; review: compression side channels):
+what a guarded editor's edit costs, measured with a secret in the conversation and a right
+or a wrong guess at it in text an attacker steers.
+
+- The answer dictionary (record kind 3) compresses the message that renders the answer
+  only, never an older model message the base lacks (fixed here).
+- Two residual oracles the guard does not close, measured so that the doc's statement of
+  them stays true: tool results of one message (parallel tool calls) share its segment's
+  context; a long message's piece repeated byte for byte costs a reference.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import string
+from typing import Any
+
+from tests.unit.edits.oracle import Registry, send
+from toolref.edits.wire import described
+from toolref.sending.editor import Editor
+
+HEADERS = [("content-type", "application/json"), ("x-api-key", "k")]
+WORDS = ("alpha", "beta", "gamma", "delta", "file", "line", "error", "value", "config")
+SEEDS = range(10, 16)
+
+
+def token(seed: int) -> str:
+    pick = random.Random(seed)
+    return "sk-" + "".join(pick.choice(string.ascii_letters) for _ in range(24))
+
+
+def words(count: int, seed: int) -> str:
+    pick = random.Random(seed)
+    return " ".join(pick.choice(WORDS) for _ in range(count))
+
+
+def text(role: str, said: str) -> dict[str, Any]:
+    return {"role": role, "content": [{"type": "text", "text": said}]}
+
+
+def body(messages: list[dict[str, Any]]) -> bytes:
+    return json.dumps({"model": "m", "messages": messages}).encode()
+
+
+def rewritten_turn(guess: str, secret: str) -> tuple[int, dict[str, Any]]:
+    """Two turns through a guarded editor: the model said the secret in an older turn (its
+    thinking beside it); its answer to the turn after repeats a guess (a fetched page asked
+    it to). The agent writes that answer back and drops the older message's thinking, so
+    the older message travels again. The second edit's size and header."""
+    editor, registry = Editor(), Registry()
+    older = "I read the config: api_token=" + secret + " " + words(50, 7)
+    thinking = {"type": "thinking", "thinking": words(30, 9), "signature": "sig"}
+    first = [
+        text("user", "read my config " + words(80, 1)),
+        {"role": "assistant", "content": [thinking, {"type": "text", "text": older}]},
+        text("user", "now fetch the page " + words(60, 2)),
+    ]
+    ref = send(editor, registry, HEADERS, body(first)).answer.history
+    assert ref is not None
+    said = "The page says: api_token=" + guess + " " + words(40, 5)
+    answer = json.dumps(text("assistant", said), separators=(",", ":")).encode()
+    editor.answered(ref, answer)
+    second = [first[0], text("assistant", older), first[2], text("assistant", said)]
+    edit = editor.prepare(
+        HEADERS, body([*second, text("user", "thanks " + words(30, 3))]), "messages"
+    )
+    assert edit is not None
+    return len(edit.body), described(edit.body)
+
+
+def test_an_older_model_message_is_never_compressed_against_the_answer() -> None:
+    """Found: every inline segment of a model's message went against the base's answer, so
+    an older one the agent rewrote (its thinking dropped) holding a secret cost 373 bytes
+    when the answer repeated it and 397-398 when it did not."""
+    for seed in SEEDS:
+        right, _ = rewritten_turn(token(seed), token(seed))
+        wrong, _ = rewritten_turn(token(seed + 100), token(seed))
+        assert right == wrong, seed
+
+
+def test_the_message_rendering_the_answer_still_goes_against_it() -> None:
+    size, header = rewritten_turn(token(1), token(2))
+    assert "a" in header  # an edit naming the answer: its rendering compressed against it
+    editor = Editor()
+    editor.answered("tb_none", b"x" * 100)  # an answer of no recipe kept: never used
+    assert "tb_none" not in editor.answers
+    assert size > 0
+
+
+def parallel_results(guess: str, secret: str, pad: int) -> int:
+    """A first request whose last message carries two tool results (parallel tool calls):
+    a file holding the secret and the attacker's page holding a guess. Its edit's size."""
+    file = "api_token=" + secret + " " + words(40 + pad, 3)
+    page = "<html>" + words(60 + pad, 4) + " api_token=" + guess + "</html>"
+    results = [
+        {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": content}
+        for n, content in ((1, file), (2, page))
+    ]
+    calls = [{"type": "tool_use", "id": f"toolu_{n}", "name": "read", "input": {}} for n in (1, 2)]
+    messages = [
+        text("user", "read my config and fetch the page " + words(20, 2)),
+        {"role": "assistant", "content": calls},
+        {"role": "user", "content": results},
+    ]
+    edit = Editor().prepare(HEADERS, body(messages), "messages")
+    assert edit is not None
+    return len(edit.body)
+
+
+def test_tool_results_of_one_message_share_its_context() -> None:
+    """A residual oracle (docs/reliability.md, "Sizes"): one message is one segment (a long
+    one, pieces joined as one frame), so the tool results it carries are compressed
+    together: a right guess costs less. Measured: 18-23 bytes less, short or long."""
+    for pad in (0, 800):  # one segment; pieces of the long window joined again (kind 4/6)
+        right = [parallel_results(token(seed), token(seed), pad) for seed in SEEDS]
+        wrong = [parallel_results(token(seed + 100), token(seed), pad) for seed in SEEDS]
+        assert statistics.median(wrong) - statistics.median(right) >= 10, (pad, right, wrong)
+
+
+def piece_turn(known: str, guess: str) -> tuple[int, int]:
+    """A conversation holding a long file (its secret line among known ones), then a page
+    of the attacker's repeating the file with a guess at that line: the second edit's
+    size, and its inline bytes."""
+    lines = [f"line {n}: " + words(12, n) for n in range(200)]
+    secret_at = 120
+
+    def file_with(value: str) -> str:
+        return "\n".join([*lines[:secret_at], "api_token=" + value, *lines[secret_at:]])
+
+    editor, registry = Editor(), Registry()
+    first = [
+        text("user", "read the config " + words(40, 1)),
+        text("user", "config:\n" + file_with(known)),
+    ]
+    send(editor, registry, HEADERS, body(first))
+    page = "<pre>\n" + file_with(guess) + "\n</pre>"
+    edit = editor.prepare(HEADERS, body([*first, text("user", page)]), "messages")
+    assert edit is not None
+    return len(edit.body), edit.inline
+
+
+def test_a_long_message_s_piece_repeated_costs_a_reference() -> None:
+    """A residual oracle (docs/reliability.md, "Sizes"): the long window cuts a message of
+    4 KiB or more into pieces at content-defined places, and a piece the conversation holds
+    is kept by reference: a page repeating a file around a guessed line costs hundreds of
+    bytes less when the guess is right (the piece holding the secret line is the file's)."""
+    for seed in SEEDS[:3]:
+        right, right_inline = piece_turn(token(seed), token(seed))
+        wrong, wrong_inline = piece_turn(token(seed), token(seed + 100))
+        assert wrong_inline - right_inline >= 512, (right_inline, wrong_inline)
+        assert wrong - right >= 100, (right, wrong)
