@@ -125,28 +125,38 @@ class Commands:
             self.recording = False
 
 
-def _as_bytes(arg: Any) -> bytes:
-    """An argument as redis-py puts it on the wire (its Encoder, for the types we send)."""
-    if isinstance(arg, bytes | memoryview):
-        return bytes(arg)
-    if isinstance(arg, str):
-        return arg.encode()
-    return repr(arg).encode()  # int and float
+def _commands(packed: bytes) -> Iterator[tuple[bytes, ...]]:
+    """The commands in `packed`, RESP arrays of bulk strings as a client writes them."""
+    at = 0
+    while at < len(packed):
+        end = packed.index(b"\r\n", at)
+        count, at = int(packed[at + 1 : end]), end + 2
+        args = []
+        for _ in range(count):
+            end = packed.index(b"\r\n", at)
+            size, at = int(packed[at + 1 : end]), end + 2
+            args.append(packed[at : at + size])
+            at += size + 2
+        yield tuple(args)
 
 
 @pytest.fixture
 def commands(monkeypatch: pytest.MonkeyPatch) -> Commands:
     seen = Commands()
-    original = AbstractConnection.pack_command
+    original = AbstractConnection.send_packed_command
 
-    def pack_command(self: AbstractConnection, *args: Any) -> list[bytes]:
+    async def send_packed_command(
+        self: AbstractConnection, command: Any, check_health: bool = True
+    ) -> None:
         if seen.recording:
-            seen.sent.append(tuple(_as_bytes(arg) for arg in args))
-        return original(self, *args)
+            packed = command if isinstance(command, bytes) else b"".join(map(bytes, command))
+            seen.sent.extend(_commands(packed))
+        await original(self, command, check_health)
 
-    # Pipelines (pack_commands), scripts and single commands all pass through here, on the
-    # node client and on every node connection of the cluster client.
-    monkeypatch.setattr(AbstractConnection, "pack_command", pack_command)
+    # Pipelines (redis-py's and the store's `commands.Batch`), scripts and single commands
+    # all reach the wire through here, on the node client and on every node connection of
+    # the cluster client.
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", send_packed_command)
     return seen
 
 

@@ -88,7 +88,7 @@ async def test_redis_failures_become_store_unavailable() -> None:
         def pipeline(self, *args: object, **kwargs: object) -> Any:
             raise RedisConnectionError("engine gone")
 
-    store = Store(Down(), ttl_seconds=100, retry_after=7)
+    store = Store(Down(), ttl_seconds=100, retry_after=7, batches=False)
     with pytest.raises(StoreUnavailableError) as info:
         await store.fetch("t", [digest_of(INVOCATION).ref])
     assert info.value.retry_after == 7
@@ -130,7 +130,7 @@ class Counting(fakeredis.FakeAsyncRedis):
 def flaky() -> tuple[fakeredis.FakeServer, Counting, Store]:
     server = fakeredis.FakeServer()
     client = Counting(server)
-    store = Store(client, ttl_seconds=100, retry_after=3, failure_threshold=2)
+    store = Store(client, ttl_seconds=100, retry_after=3, failure_threshold=2, batches=False)
     store._read = None  # every read is a pipeline, so `trips` counts them all
     return server, client, store
 
@@ -182,7 +182,7 @@ async def test_an_engine_that_answers_with_an_error_does_not_open_the_breaker() 
         def pipeline(self, *args: Any, **kwargs: Any) -> Any:
             raise ResponseError("OOM command not allowed when used memory > 'maxmemory'")
 
-    store = Store(Full(), ttl_seconds=100, failure_threshold=1)
+    store = Store(Full(), ttl_seconds=100, failure_threshold=1, batches=False)
     for _ in range(3):
         with pytest.raises(StoreUnavailableError) as info:
             await store.register("t", [new_record(INVOCATION)])
@@ -219,7 +219,7 @@ async def test_requests_waiting_for_a_slot_skip_an_engine_that_failed_meanwhile(
     # times out; the two waiting for the slot get it only after the failure is recorded and
     # the breaker is open, so neither sends anything to the engine.
     client = Stalled()
-    store = Store(client, ttl_seconds=100, failure_threshold=1, slots=1, slot_wait=5)
+    store = Store(client, ttl_seconds=100, failure_threshold=1, slots=1, slot_wait=5, batches=False)
     ref = digest_of(INVOCATION).ref
     calls = [asyncio.create_task(store.touch("t", [ref])) for _ in range(3)]
     await asyncio.sleep(0.01)
@@ -235,7 +235,9 @@ async def test_requests_waiting_for_a_slot_skip_an_engine_that_failed_meanwhile(
 
 async def test_a_request_that_waits_too_long_for_a_slot_is_refused() -> None:
     client = Stalled()
-    store = Store(client, ttl_seconds=100, failure_threshold=5, slots=1, slot_wait=0.05)
+    store = Store(
+        client, ttl_seconds=100, failure_threshold=5, slots=1, slot_wait=0.05, batches=False
+    )
     ref = digest_of(INVOCATION).ref
     holder = asyncio.create_task(store.touch("t", [ref]))
     await asyncio.sleep(0.01)

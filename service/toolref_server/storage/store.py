@@ -1,9 +1,9 @@
 """Redis access: tenant-namespaced records, batched reads, sliding lifetimes.
 
-Every method is one round trip to Redis whatever the batch size: a pipeline, and for reads
-on one node a single script call that gets and touches the whole batch (on an engine
-without scripting an MGET plus EXPIREs; on a cluster a GET per key plus EXPIREs, which the
-cluster client sends as one pipeline per node: `slots`). Redis failures become
+Every method is one round trip to Redis whatever the batch size: a pipeline (on one node a
+`commands.Batch`), and for reads on one node a single script call that gets and touches the
+whole batch (on an engine without scripting an MGET plus EXPIREs; on a cluster a GET per key
+plus EXPIREs, one cluster pipeline per node: `slots`). Redis failures become
 `StoreUnavailableError`, which the service answers with 503 and Retry-After.
 
 A circuit breaker sits in front: after `failure_threshold` failures in a row, requests fail
@@ -40,6 +40,7 @@ from toolref.wire.canonical import Ref
 from toolref.wire.errors import DecompressedTooLargeError, StoreUnavailableError
 from toolref_server.metrics import Metrics
 from toolref_server.storage import engine_mode, record
+from toolref_server.storage.commands import Batch
 from toolref_server.storage.keys import record as record_key
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.record import Record
@@ -67,9 +68,8 @@ class Registered:
 
 @dataclass(frozen=True, slots=True)
 class Put:
-    """One value to write for `Store.put`, to live `ttl` seconds. `keep`: write it only
-    where the key is absent (SET NX), and extend an existing value's lifetime to `ttl`
-    instead (never shortened: EXPIRE GT)."""
+    """One value for `Store.put`, to live `ttl` seconds. `keep`: written only where the key
+    is absent (SET NX), an existing value's lifetime extended to `ttl` (EXPIRE GT)."""
 
     key: str
     value: bytes
@@ -91,11 +91,13 @@ class Store:
         workers: Workers | None = None,
         quota: StoredBytes | None = None,
         verifier: Verifier | None = None,
+        batches: bool = True,
     ) -> None:
         self.redis = redis
         self.cluster = isinstance(redis, RedisCluster)
-        # One node: GET and EXPIRE of a whole batch as one script call (one reply to parse
-        # instead of one per key). A cluster reads a GET per key plus EXPIREs (`slots`).
+        # `pipeline`: a `commands.Batch` on one node; False: the client's own pipelines.
+        self._batches = batches and not self.cluster
+        # One node: GET and EXPIRE of a batch as one script call (a cluster: `slots`).
         self._read = None if self.cluster else redis.register_script(READ_AND_TOUCH)
         # The stored-bytes quota, when there is one: every write and read counts.
         self.quota = quota if quota is not None and quota.enabled else None
@@ -111,8 +113,7 @@ class Store:
         self.metrics = metrics or Metrics()
         self.metrics.watch_breaker(lambda: self.breaker.state.value)
         self.workers = workers
-        # `is not None`: an empty Verifier is falsy (it has a length), and the app's, built
-        # from TOOLREF_VERIFIED_RECORDS and TOOLREF_VERIFIED_CHARS, is empty at start.
+        # `is not None`: an empty Verifier is falsy (it has a length): the app's at start.
         self.verifier = verifier if verifier is not None else Verifier(100_000)
 
     @staticmethod
@@ -129,8 +130,7 @@ class Store:
 
     @asynccontextmanager
     async def guard(self, action: str) -> AsyncIterator[None]:
-        # Open: refuse before queueing for a slot (a half-open breaker is asked once a slot
-        # is held, so that only one request probes).
+        # Open: refuse before queueing for a slot (half-open: asked once one is held).
         if self.breaker.state is BreakerState.OPEN:
             raise self._skipped()
         try:
@@ -222,7 +222,7 @@ class Store:
             return []
         counted = self.quota is not None
         async with self.guard("findMissing"):
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self.pipeline()
             for ref in refs:
                 key = self.key(tenant, ref)
                 if counted:
@@ -274,7 +274,7 @@ class Store:
         stored-bytes quota, the first time they are read in its window)."""
         counted = self.quota is not None
         async with self.guard(action):
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self.pipeline()
             reads = queue_reads(pipe, keys, self.cluster)
             if counted:
                 for key in keys:
@@ -294,7 +294,7 @@ class Store:
         if not keys:
             return []
         async with self.guard(action):
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self.pipeline()
             queue_reads(pipe, keys, self.cluster)
             replies: list[Any] = await pipe.execute()
         return read_values(replies, self.cluster, len(keys))
@@ -318,12 +318,10 @@ class Store:
         """Write `puts` for `tenant`, counted for its stored-bytes quota: refused whole
         (`QuotaExceededError`) before anything is written when they do not fit. With them,
         in the same round trip: each (key, seconds) of `shorten` gets at most that lifetime
-        left (EXPIRE LT: never revived, never lengthened), each of `extend` at least that
-        lifetime (EXPIRE GT: never revived, never shortened; counted as a read is, never
-        refused: it keeps bytes the tenant holds), and the keys of `delete` go. Two round
-        trips (the quota's read, then the writes), one with no quota; linear in the keys.
-        Returns, for each put, whether it was written (False: a `keep` put whose
-        key was there already)."""
+        left (EXPIRE LT), each of `extend` at least that lifetime (EXPIRE GT; neither revives
+        a key; counted as a read is, never refused), and the keys of `delete` go. Two round
+        trips (the quota's read, the writes), one with no quota; linear in the keys. Returns
+        whether each put was written (False: a `keep` put whose key was there)."""
         cost = await self.cost_of_writing(
             tenant,
             [p.key for p in puts],
@@ -358,11 +356,19 @@ class Store:
         connection lost) leaves neither a value written uncounted nor a count of bytes not
         written. A cluster's keys sit in many slots, where no transaction reaches: there a
         failure part-way may leave some of the writes done, counted or not (the count is
-        off until its windows end, two TTLs at most). With no quota there is no count to
-        keep true, and a recipe's node is written last (a part-way failure leaves it not
-        held: a 409 and a resend), so no transaction: its queued replies would cost every
-        turn's keep."""
-        return self.redis.pipeline(transaction=self.quota is not None and not self.cluster)
+        off until its windows end, two TTLs at most). With no quota, no count to keep true,
+        and a recipe's node written last (a part-way failure: a 409 and a resend), so no
+        transaction: its queued replies would cost every turn's keep."""
+        if self.quota is not None and not self.cluster:
+            return self.redis.pipeline(transaction=True)
+        return self.pipeline()
+
+    def pipeline(self) -> Any:
+        """Commands for one round trip, no transaction: a `commands.Batch` on one node (half
+        redis-py's CPU), else the client's pipeline (a cluster's routes them by slot)."""
+        if self._batches and isinstance(self.redis, Redis):
+            return Batch(self.redis)
+        return self.redis.pipeline(transaction=False)
 
     # --- the stored-bytes quota (toolref_server.storage.quotas) ----------------------------------
 
@@ -393,7 +399,7 @@ class Store:
         now = self.quota.clock()
         current, previous = self.quota.counters(tenant, now)
         async with self.guard("quota"):
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = self.pipeline()
             pipe.get(current)
             pipe.get(previous)
             for key in [*written, *kept]:
@@ -426,7 +432,7 @@ class Store:
         cost = self.quota.cost(sizes, lifetimes, self.quota.clock())
         if cost:
             async with self.guard("quota"):
-                pipe = self.redis.pipeline(transaction=False)
+                pipe = self.pipeline()
                 self.charge(pipe, tenant, cost)
                 await pipe.execute()
 
