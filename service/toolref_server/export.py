@@ -38,6 +38,7 @@ import zstandard
 from toolref.wire.canonical import Ref, is_ref
 from toolref.wire.errors import StoreUnavailableError, ValidationError
 from toolref.wire.models import MAX_SUMMARY_CHARS  # the largest summary budget (maxChars)
+from toolref_server.context.replacing import PINNED, longest_pinned
 from toolref_server.settings import TENANT_RE as TENANT_NAME  # the one tenant grammar
 from toolref_server.settings import Settings
 from toolref_server.settings.bodies import BodyLimits
@@ -354,6 +355,20 @@ def _check_record(rest: str, value: bytes, limits: Limits) -> str | None:
 
 
 def _check_summary(rest: str, value: bytes, _limits: Limits) -> str | None:
+    """An invocation's summary, or a stand-in context editing pinned (`PINNED`)."""
+    return _summary_problem(rest, value, stand_ins=True)
+
+
+def _check_dialogue(rest: str, value: bytes, _limits: Limits) -> str | None:
+    """A handoff dialogue's summary (no stand-in is kept under a dialogue)."""
+    return _summary_problem(rest, value, stand_ins=False)
+
+
+def _summary_problem(rest: str, value: bytes, *, stand_ins: bool) -> str | None:
+    """A summary's text is held to the characters its id ends with (at most
+    `MAX_SUMMARY_CHARS`); a stand-in's, to the most `stand_in` writes for a summary of
+    those (`longest_pinned`, worked out only for a text longer than the summary: linear
+    in the text)."""
     body, _, summarizer = rest.partition(":")
     if not is_ref("tr_" + body) or not summarizer or keys.is_lock(summarizer):
         return "has a summary key that is not `<ref>:<summarizer id>`"
@@ -362,16 +377,26 @@ def _check_summary(rest: str, value: bytes, _limits: Limits) -> str | None:
     except UnicodeDecodeError:
         return "holds a summary that is not UTF-8"
     budget = summarizer.rpartition(":")[2]
-    limit = int(budget) if budget.isdigit() else MAX_SUMMARY_CHARS
-    if len(text) > min(limit, MAX_SUMMARY_CHARS):
-        return f"holds a summary of {len(text)} characters, over its budget of {limit}"
-    return None
+    # ASCII digits, no more than the largest budget has: int() refuses `²`, and 4,301 digits
+    named = budget.isascii() and budget.isdigit() and len(budget) <= len(str(MAX_SUMMARY_CHARS))
+    chars = min(int(budget), MAX_SUMMARY_CHARS) if named else MAX_SUMMARY_CHARS
+    if len(text) <= chars:
+        return None
+    if stand_ins and summarizer.startswith(PINNED):
+        most = longest_pinned(chars)
+        if len(text) <= most:
+            return None
+        return (
+            f"holds a stand-in of {len(text)} characters, over the {most} any stand-in of a "
+            f"summary of {chars} characters takes"
+        )
+    return f"holds a summary of {len(text)} characters, over its budget of {chars}"
 
 
 _CHECKS: Final[dict[str, Callable[[str, bytes, Limits], str | None]]] = {
     "i": _check_record,
     "s": _check_summary,
-    "d": _check_summary,
+    "d": _check_dialogue,
 }
 
 

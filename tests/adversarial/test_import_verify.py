@@ -32,6 +32,7 @@ from toolref.sending.editor import Editor
 from toolref.wire.canonical import digest_key, digest_of
 from toolref.wire.errors import StoreUnavailableError, ValidationError
 from toolref_server import export
+from toolref_server.context.replacing import PINNED, longest_pinned
 from toolref_server.storage import record
 
 from ..conftest import ON_CLUSTER, Api, snapshot
@@ -137,6 +138,17 @@ BAD: dict[str, tuple[str | None, list[list[Any]], str]] = {
         "acme",
         [[f"tr:acme:s:{digest_of(GOOD).ref.key}:extractive:v1:40".encode(), b"y" * 41, TTL]],
         "over its budget of 40",
+    ),
+    "stand-in-over-the-longest": (
+        "acme",
+        [
+            [
+                f"tr:acme:s:{digest_of(GOOD).ref.key}:{PINNED}extractive:200".encode(),
+                b"y" * (longest_pinned(200) + 1),
+                TTL,
+            ]
+        ],
+        f"over the {longest_pinned(200)} any stand-in",
     ),
     "summary-not-utf8": (
         "acme",

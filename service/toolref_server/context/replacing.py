@@ -13,26 +13,48 @@ client's bytes and those messages (C speed). Pure but for those memos.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from toolref.formats import FORMATS
 from toolref.formats.source import with_results
 from toolref.wire.encoding import LONE_SURROGATE, surrogates_escaped
 from toolref_server.context.facts import Facts
 
 ARGS_SHOWN: Final = 200  # characters of a call's arguments shown, at most
+NAME_SHOWN: Final = 128  # characters of a tool's name shown, at most (providers allow 64)
+SIZE_DIGITS: Final = 19  # of a result's size in bytes, at most: no body reaches 10**19
+PINNED: Final = "stand-in:"  # a pinned stand-in's summarizer id: this, `<summarizer>:<chars>`
+_WIDEST: Final = "\x00"  # JSON writes it in 6 characters (`\u0000`): none takes more
 
 
 def stand_in(name: str, args: str, size: int, summary: str) -> str:
-    """The text that stands in for a result of `size` bytes of tool `name`, called
-    with `args` (JSON text, shown up to `ARGS_SHOWN` characters)."""
-    shown = args if len(args) <= ARGS_SHOWN else args[: ARGS_SHOWN - 3] + "..."
-    tool = name or "tool"
+    """The text that stands in for a result of `size` bytes of tool `name` (shown up to
+    `NAME_SHOWN` characters), called with `args` (JSON text, shown up to `ARGS_SHOWN`)."""
+    tool = _shown(name, NAME_SHOWN) or "tool"
     return (
-        f"[toolref: {size} bytes of this result cleared; call {tool}({shown}) again "
-        f"to see it whole. Summary:]\n{summary}"
+        f"[toolref: {size} bytes of this result cleared; call {tool}({_shown(args, ARGS_SHOWN)}) "
+        f"again to see it whole. Summary:]\n{summary}"
     )
+
+
+def _shown(text: str, most: int) -> str:
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+@functools.lru_cache(maxsize=64)
+def longest_pinned(summary_chars: int) -> int:
+    """The most characters a stand-in of a summary of `summary_chars` characters is kept in
+    (pinned: the JSON text of `stand_in`'s text as a result, `as_json` of it or of a
+    format's form of it): its name, arguments and summary each at their longest, of the
+    character JSON writes longest, its size of `SIZE_DIGITS` digits. What `toolref-server
+    cache import` holds a `PINNED` summary to. Linear in `summary_chars`."""
+    text = stand_in(
+        _WIDEST * NAME_SHOWN, _WIDEST * ARGS_SHOWN, 10**SIZE_DIGITS - 1, _WIDEST * summary_chars
+    )
+    return max(len(as_json(each.text_result(text))) for each in FORMATS.values())
 
 
 def rewritten(facts: Facts, replaced: Mapping[int, Sequence[tuple[int, str]]]) -> bytes:

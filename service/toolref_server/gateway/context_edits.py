@@ -38,14 +38,13 @@ from toolref_server.context.batches import BYTES_PER_TOKEN, Cleared, Plan, plan
 from toolref_server.context.client import clears_tool_results
 from toolref_server.context.facts import Call, Facts, Result, unmarked
 from toolref_server.context.provider_usage import Usage, UsageReader
-from toolref_server.context.replacing import as_json, escaped, rewritten, stand_in
+from toolref_server.context.replacing import PINNED, as_json, escaped, rewritten, stand_in
 from toolref_server.metrics import Metrics
 from toolref_server.registry.summary_cache import SummaryCache
 from toolref_server.settings.context import Policy
 from toolref_server.usage import Counts
 
 log = logging.getLogger(__name__)
-_PINNED: Final = "stand-in:"  # the summarizer id of a pinned stand-in: this, then the policy's
 _CONTEXT: Final = CONTEXT_HEADER.lower().encode()
 _MEDIA_NOTE: Final = "cleared"  # what a media block is named with in a summary
 
@@ -288,8 +287,7 @@ async def _stand_ins(
         return
     store = summaries.store
     slots = {
-        item: store.invocation(tenant, made.ref, _PINNED + sid)
-        for item, made in invocations.items()
+        item: store.invocation(tenant, made.ref, PINNED + sid) for item, made in invocations.items()
     }
     pinned = await store.read(tenant, list(slots.values()))
     missing = []

@@ -191,6 +191,7 @@ async def apply_edit(
     then: Then = _as_it_is,
     whole: bool = True,
     later: bool = False,
+    outage: bool = False,
 ) -> Applied:
     """The request the edit in `data` stands for (credentials from `secrets`; None: left
     name-only, for a receiver that fills them itself and whose registry never sees one),
@@ -201,10 +202,15 @@ async def apply_edit(
     body is not joined (a receiver that takes the request's segments joins them itself), only
     its headers' segment checked. `later`: the recipe is kept while the caller answers (in
     `Applied.keeping`, which the caller awaits once it answered): a turn's answer does not
-    wait on the store; a recipe that could not be kept (the store down) costs the next turn
-    a resend, never this one. Under a stored-bytes quota, or once the store failed (until a
-    call reaches it again), the recipe is kept before the answer, as without `later`: a
-    refusal is the answer (429, 503) and the client sends its request as it is."""
+    wait on the store; a recipe that could not be kept (the store down) is held by this
+    process still (`Recipes.keep`): its next turn here (a channel's) is an edit of it,
+    another process's a resend; never this turn. Under a stored-bytes quota, or once the
+    store failed (until a call reaches it again), the recipe is kept before the answer, as
+    without `later`: a refusal is the answer (429, 503), on which a chat backend's
+    middleware has its client send the request as it is (415). `outage` (the gateway's,
+    whose sender hands a 503 to its agent): once the store failed too the recipe is kept
+    after the answer (its keep fails fast, or reaches the store come back), so a turn whose
+    base this process holds is served through a store outage and just after it."""
     settings, recipes, workers = services.settings, services.recipes, services.workers
     limit = settings.max_decompressed_bytes
     # O(header): ops and lengths, the recipe's entries counted; off the loop when large
@@ -251,7 +257,8 @@ async def apply_edit(
     named_held = [p for p in named if p not in carried]
     keep = recipes.keep(tenant, parts, edit, base=base, pieces=carried, named=named_held)
     keeping = None
-    if later and recipes.store.sound:  # else a refusal (quota, store down) is the answer
+    store = recipes.store
+    if later and (store.sound or (outage and store.quota is None)):  # else refused (above)
         keeping = Keeping(keep, partial(recipes.keeping, tenant, parts.ref))  # waited for
     else:
         await keep

@@ -43,13 +43,8 @@ from typing import Final
 
 from toolref.asgi.workers import Workers
 from toolref.edits.edit import EditError
-from toolref.edits.recipe import (
-    PIECE,
-    framed,
-    parse_recipe_ref,
-    recipe_ref_of,
-    ref_of_framed,
-)
+from toolref.edits.recipe import PIECE, framed, parse_recipe_ref, recipe_ref_of, ref_of_framed
+from toolref.wire.errors import StoreUnavailableError
 from toolref_server.storage import compressors, keys, recipe_pieces
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, settled
@@ -400,9 +395,14 @@ class Recipes:
         dropped = [keys.answer(tenant, edited)] if edited is not None and edited != ref else []
         if dropped:  # its write, when still under way here, first (else it lingers)
             await self.under_way.settled((ANSWER, tenant, edited))
-        done = await store.put(
-            tenant, _ACTION, puts, shorten=shorten, extend=extend, delete=dropped
-        )
+        try:
+            done = await store.put(
+                tenant, _ACTION, puts, shorten=shorten, extend=extend, delete=dropped
+            )
+        except StoreUnavailableError:  # held here still: this process's next turn edits it
+            self.cache.keep_pieces(tenant, pieces.items())
+            self.cache.keep_recipe(tenant, ref, held)
+            raise
         self.cache.keep_pieces(tenant, pieces.items())
         if not (done[-1] or same):  # kept before, as another node: that one is the recipe
             self.cache.drop_recipe(tenant, ref)

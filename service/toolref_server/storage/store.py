@@ -123,9 +123,9 @@ class Store:
 
     @property
     def sound(self) -> bool:
-        """No failure since the last call that reached the engine: a write may be left to
-        finish after the answer (`registry.edits.apply_edit(later=True)`), and no quota
-        refuses it (a refusal is the answer's)."""
+        """No failure since the last call that reached the engine, and no quota to refuse a
+        write: one may be left to finish after the answer (`apply_edit(later=True)`; the
+        gateway's, `outage=True`, also while this is False for a failure)."""
         return self.breaker.sound and self.quota is None
 
     @asynccontextmanager
