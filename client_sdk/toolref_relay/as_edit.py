@@ -9,8 +9,12 @@ missing-pieces and a 400 dictionary-mismatch are resent (at most three times, th
 everything inline) before the agent sees anything; the answer the gateway gives after that
 goes back to the agent as it arrives. A body that is not one JSON object in UTF-8 is not
 sent as an edit (`NOT_AN_EDIT`), nor is anything after a gateway answers 415 to the media
-type (`UNSUPPORTED`): the caller sends it as it came. A 413 (too large for the gateway or
-the provider) is the agent's to see, in its provider's error shape.
+type (`UNSUPPORTED`): the caller sends it as it came. Nor is a turn the gateway answers
+503 `store-unavailable` (its store down, the turn's base not held by the process that got
+it: `STORE_DOWN`): it goes as it came at once, which the gateway forwards without its
+store, and so do the turns after it until `link.paused` is over (1 s, doubled while the
+store stays down, at most 30: `toolref.sending.pause`). A 413 (too large for the gateway
+or the provider) is the agent's to see, in its provider's error shape.
 
 A request the edit would not shrink (header lines and body, counted alike on both sides),
 and too small for a later turn to be an edit of (no message of `RELATED_MIN` bytes: the
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
@@ -37,6 +42,8 @@ from toolref.asgi.workers import Workers
 from toolref.sending.answers import may_resend, problem_of, read_answer
 from toolref.sending.editor import Edit, stands_alone
 from toolref.sending.editor import not_worth_an_edit as not_worth
+from toolref.sending.refusals import slug_of, toolref_problem
+from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.endpoints import endpoint
 from toolref.wire.headers import HISTORY_HEADER
 
@@ -49,7 +56,8 @@ if TYPE_CHECKING:
 
 NOT_AN_EDIT: Final = "not-an-edit"
 UNSUPPORTED: Final = "unsupported"
-Declined = Literal["not-an-edit", "unsupported"]
+STORE_DOWN: Final = "store-unavailable"  # the gateway's 503 problem slug, and ours
+Declined = Literal["not-an-edit", "unsupported", "store-unavailable"]
 
 
 async def as_edit(
@@ -72,7 +80,7 @@ async def as_edit(
     if found is None:
         return None
     config = link.config
-    if not await link.takes_edits():
+    if not link.paused.over(time.monotonic()) or not await link.takes_edits():
         return None
     client.editor.version = link.capabilities.version  # the highest the gateway reads
     extra = toolref_headers(config.key, moved, config.context_editing)
@@ -113,8 +121,16 @@ async def as_edit(
             "go as they came from now on"
         )
         return None
+    if answer == STORE_DOWN:
+        link.paused.refused(time.monotonic())
+        link.report(
+            f"toolref relay: the gateway's store is unavailable (503); requests go as they "
+            f"came for {link.paused.length:g} s, then as edits again"
+        )
+        return None
     if answer == NOT_AN_EDIT:
         return None
+    link.paused.answered()
     return answer
 
 
@@ -168,6 +184,8 @@ async def send_edit(
         if response.status_code == 415 and HISTORY_HEADER not in response.headers:
             await response.aclose()  # the gateway's (the provider's would name the recipe)
             return UNSUPPORTED
+        if await _store_down(response):
+            return STORE_DOWN
         if may_resend(response):
             await response.aread()
             async with client.lock:
@@ -189,6 +207,21 @@ async def send_edit(
         if kept:
             read_answer(response, request.url.path, partial(client.answered, edit.ref))
         return response
+
+
+async def _store_down(response: httpx.Response) -> bool:
+    """The gateway's own 503 `store-unavailable` (read and closed then): the edit was not
+    applied, nothing of it kept. A provider's 503 names no toolref problem."""
+    if response.status_code != 503 or HISTORY_HEADER in response.headers:
+        return False
+    if not response.headers.get("content-type", "").startswith(PROBLEM_TYPE):
+        return False
+    await response.aread()  # a problem: small (the gateway's), read whole either way
+    problem = toolref_problem(response.content)
+    if problem is None or slug_of(problem) != STORE_DOWN:
+        return False
+    await response.aclose()
+    return True
 
 
 def not_worth_an_edit(

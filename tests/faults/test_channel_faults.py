@@ -352,3 +352,34 @@ async def _sent(agent: httpx.AsyncClient, relay_url: str, messages: list[dict[st
     )
     assert answer.status_code == 200, answer.text
     return data
+
+
+async def test_a_turn_the_store_down_refuses_goes_as_it_came(engines: Engines) -> None:
+    """Found: with the engine down, a turn whose base the gateway's process did not hold
+    (another replica's, say: no cache here) was answered 503 `store-unavailable`, and the
+    relay handed that to the agent for every turn of the outage. Now the relay sends that
+    turn as it came (the gateway forwards it without its store) and the turns after it too,
+    for a pause, then edits again: every turn answered 200, every body byte for byte."""
+    engine = engines.start("engine", appendonly="no", save='""')
+    agents = Agents()
+    lines: list[str] = []
+    async with serve_all(agents.app()) as [provider_url]:
+        seen = _gateway(engine.tcp_url, provider_url, **_UNCACHED)
+        async with serve(seen) as url:
+            relay = Relay(RelayConfig(url, key=KEY), report=lines.append)
+            async with serve(relay) as relay_url, httpx.AsyncClient(timeout=_GUARD) as agent:
+                chat = Talk(0)
+                for _ in range(2):
+                    await chat.turn(agent, relay_url)
+                applied = _slug(seen.app, "applied")
+                Engines.kill(engine)
+                for _ in range(3):  # the first tried as an edit, refused; all go as they came
+                    await chat.turn(agent, relay_url)
+                assert _slug(seen.app, "applied") == applied
+                assert _slug(seen.app, "store-unavailable") == 1  # one edit tried, then paused
+                assert sum("store is unavailable" in line for line in lines) == 1
+                Engines.restart(engine)
+                relay.link.paused.until = 0.0  # the pause over (its length is its own test)
+                await chat.turn(agent, relay_url)  # an edit again, its base lost: one resend
+                assert _slug(seen.app, "applied") == applied + 1
+    assert agents.seen == {0: chat.sent}
