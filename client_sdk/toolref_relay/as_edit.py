@@ -39,11 +39,9 @@ import httpx
 
 from toolref.asgi.hops import Pairs, end_to_end, on_the_wire, without_toolref
 from toolref.asgi.workers import Workers
-from toolref.sending.answers import may_resend, problem_of, read_answer
+from toolref.sending.answers import may_resend, problem_of, read_answer, store_down
 from toolref.sending.editor import Edit, stands_alone
 from toolref.sending.editor import not_worth_an_edit as not_worth
-from toolref.sending.refusals import slug_of, toolref_problem
-from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.endpoints import endpoint
 from toolref.wire.headers import HISTORY_HEADER
 
@@ -56,7 +54,7 @@ if TYPE_CHECKING:
 
 NOT_AN_EDIT: Final = "not-an-edit"
 UNSUPPORTED: Final = "unsupported"
-STORE_DOWN: Final = "store-unavailable"  # the gateway's 503 problem slug, and ours
+STORE_DOWN: Final = "store-unavailable"  # the gateway's 503 problem's slug
 Declined = Literal["not-an-edit", "unsupported", "store-unavailable"]
 
 
@@ -210,15 +208,13 @@ async def send_edit(
 
 
 async def _store_down(response: httpx.Response) -> bool:
-    """The gateway's own 503 `store-unavailable` (read and closed then): the edit was not
-    applied, nothing of it kept. A provider's 503 names no toolref problem."""
-    if response.status_code != 503 or HISTORY_HEADER in response.headers:
-        return False
-    if not response.headers.get("content-type", "").startswith(PROBLEM_TYPE):
+    """The gateway's own 503 `store-unavailable` (`toolref.sending.answers.store_down`;
+    read and closed then): the edit was not applied, nothing of it kept. A provider's 503
+    names no toolref problem."""
+    if response.status_code != 503 or not may_resend(response):
         return False
     await response.aread()  # a problem: small (the gateway's), read whole either way
-    problem = toolref_problem(response.content)
-    if problem is None or slug_of(problem) != STORE_DOWN:
+    if not store_down(response):
         return False
     await response.aclose()
     return True

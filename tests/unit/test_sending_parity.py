@@ -121,6 +121,37 @@ def test_toolrefs_own_415_pauses_edits_and_keeps_the_endpoint() -> None:
     ]
 
 
+def test_toolrefs_own_503_store_unavailable_pauses_edits_as_a_415_does() -> None:
+    """The receiver's store down, the edit's base not held where it went: the request
+    goes as it is (served without the store), edits pause and come back."""
+    receiver = RollingBack()
+    run(receiver, problem(503, "urn:toolref:problem:store-unavailable"), pause_over=True)
+    assert receiver.kinds == [
+        *["as it is", "edit"],
+        *["edit", "as it is"],  # refused 503 store-unavailable: as it is, paused
+        "as it is",  # paused
+        *["edit", "as it is"],  # the pause over: an edit again
+    ]
+
+
+def test_another_503_to_an_edit_is_the_apps_to_see() -> None:
+    """An overloaded receiver (or a provider's 503) is answered as it came: nothing to
+    resend as it is, which would only add load."""
+    now = [0.0]
+    manager = ToolReferenceManager()
+    manager.sender.clock = lambda: now[0]
+    receiver = RollingBack()
+    transport = Transport(httpx.MockTransport(receiver), manager=manager)
+    with httpx.Client(transport=transport) as client:
+        for turn in (1, 2):
+            client.post(URL, content=body(turn), headers=JSON)
+        receiver.refusal = problem(503, "urn:toolref:problem:overloaded")
+        answer = client.post(URL, content=body(3), headers=JSON)
+    assert answer.status_code == 503
+    assert answer.json()["error"]["code"] == "toolref_overloaded"  # in the API's shape
+    assert receiver.kinds[-1] == "edit"
+
+
 NOT_READ = {
     "latin-1-superscript": b"\xb2",
     "utf-8-superscript": "\u00b2".encode(),

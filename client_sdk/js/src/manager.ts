@@ -26,7 +26,7 @@ import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import type { BodyCut } from "./edits/segments.js";
 import { UsageError } from "./errors.js";
 import { checkOptions, type Spec } from "./options.js";
-import { EDITS_HEADER, HISTORY_HEADER, PROBLEM_TYPE, TOOLREF_PREFIX, isToolrefProblem, mayResend } from "./protocol.js";
+import { EDITS_HEADER, HISTORY_HEADER, PROBLEM_TYPE, TOOLREF_PREFIX, isToolrefProblem, mayResend, problemType } from "./protocol.js";
 
 const encoder = new TextEncoder();
 
@@ -119,6 +119,8 @@ export function segmentHeaders(headers: Headers): [string, string][] {
 
 const FIRST_PAUSE_MS = 1000;
 const LONGEST_PAUSE_MS = 30_000;
+/** Toolref's 503 when a receiver's store is down (Python's `answers.store_down`). */
+const STORE_DOWN = problemType("store-unavailable");
 
 export class ToolReferenceManager {
   readonly messagesKey: string;
@@ -221,10 +223,17 @@ export class ToolReferenceManager {
       // one the editor resends on, and a 4xx one from no toolref receiver, which tells
       // whether it is toolref's. A longer one is none of toolref's: handed on, every byte.
       let whole: Uint8Array | null = null;
-      if (mayResend(status, response.headers.get("content-type")) || (isProblem && status >= 400 && status < 500 && !named && !told)) {
+      if (mayResend(status, response.headers.get("content-type")) || (isProblem && !named && ((status >= 400 && status < 500 && !told) || status === 503))) {
         ({ whole, response } = await readProblem(response));
       }
       const problem = whole === null ? null : parseObject(whole);
+      if (status === 503 && !named && problem?.["type"] === STORE_DOWN) {
+        // The receiver's store down, the edit's base not held where it went: not applied, as
+        // a 415; this request as it is, edits paused (Python's `answers.store_down`).
+        this.pauseMs = Math.min(Math.max(this.pauseMs * 2, FIRST_PAUSE_MS), LONGEST_PAUSE_MS);
+        this.pausedUntil = Date.now() + this.pauseMs;
+        return plain();
+      }
       if (!named && !told && !isToolrefProblem(problem)) {
         // No receiver of edits answered it (neither a recipe nor `Toolref-Edits`, no toolref
         // problem: a backend rolled back, a replica without the middleware, an app that could

@@ -206,6 +206,24 @@ describe("parity with Python's Sender (the review of SDK sending parity)", () =>
     expect(manager.edits).toBe(2); // the test receiver's Toolref-Edits
   });
 
+  it("toolref's own 503 store-unavailable (its store down): as it is, paused, as a 415 (Python's parity test)", async () => {
+    const manager = new ToolReferenceManager();
+    const kinds = await run(problem(503, "urn:toolref:problem:store-unavailable"), manager);
+    expect(kinds).toEqual(["as it is", "edit", "edit", "as it is", "as it is", "edit", "as it is"]);
+    expect(manager.edits).toBe(2);
+  });
+
+  it("another 503 to an edit (overloaded) is the app's to see, not sent again", async () => {
+    const { state, fetch } = rollingBack();
+    const send = toolrefFetch({ fetch, manager: new ToolReferenceManager() });
+    for (const turns of [1, 2]) await (await send(URL_, { method: "POST", headers: HEADERS, body: body(turns) })).text();
+    state.refusal = problem(503, "urn:toolref:problem:overloaded");
+    const answer = await send(URL_, { method: "POST", headers: HEADERS, body: body(3) });
+    expect(answer.status).toBe(503);
+    expect(state.kinds.at(-1)).toBe("edit");
+    expect(await answer.text()).toContain("overloaded");
+  });
+
   /** A body of `size` bytes in 16 KiB pieces, pulled one at a time; `pulled` counts them. */
   function counted(content: Uint8Array) {
     const seen = { pulled: 0, cancelled: false };

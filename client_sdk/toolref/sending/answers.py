@@ -17,24 +17,39 @@ from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.sending.packages import NOT_READ, AsyncByteStream2, SyncByteStream2
 from toolref.sending.refusals import MAX_PROBLEM_BYTES
 from toolref.wire.encoding import PROBLEM_TYPE, media_type
+from toolref.wire.errors import PROBLEM_BASE, StoreUnavailableError
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER
 
 R = TypeVar("R")
+STORE_UNAVAILABLE = StoreUnavailableError.slug
 
 
 def may_resend(response: httpx.Response) -> bool:
     """An answer the exchange may resend on (400 dictionary-mismatch, 409 missing-history or
     missing-pieces: a problem; a 415 naming no recipe, from a receiver that cannot apply
-    edits now, or no longer reads them), sent before any of the app's answer. A streaming
-    driver reads these whole before the exchange sees them, and hands every other answer
-    back unread."""
+    edits now, or no longer reads them; a 503 problem naming none, `store_down` when the
+    receiver's store is), sent before any of the app's answer. A streaming driver reads
+    these whole before the exchange sees them, and hands every other answer back unread."""
     media = response.headers.get("content-type", "")
     status, headers = response.status_code, response.headers
     if status == 415 and HISTORY_HEADER not in headers:
         return True  # a 415 to an edit not applied: the request goes again, this one read
+    if status == 503 and HISTORY_HEADER not in headers and media.startswith(PROBLEM_TYPE):
+        return True  # read: `store_down` tells
     if 400 <= status < 500 and HISTORY_HEADER not in headers and EDITS_HEADER not in headers:
         return True  # from a receiver that does not read edits: it goes again as it is
     return status in (400, 409) and media.startswith(PROBLEM_TYPE)
+
+
+def store_down(response: httpx.Response) -> bool:
+    """`response` (read whole) is a receiver's 503 `store-unavailable` to an edit: its store
+    down and the edit's base not held where it went. Nothing of the edit was applied or
+    kept: the request goes as it is (the receiver serves it without its store), and the
+    endpoint's next ones too for a while (`toolref.sending.pause`), as after a 415."""
+    if response.status_code != 503 or HISTORY_HEADER in response.headers:
+        return False
+    problem = problem_of(response)
+    return problem is not None and problem.get("type") == PROBLEM_BASE + STORE_UNAVAILABLE
 
 
 def to_read(response: Any, request: Any) -> bool:

@@ -12,8 +12,9 @@ no base (each segment inline, alone), later ones against the recipe the receiver
 turn could be an edit of it: `editor.not_worth_an_edit`, every sender's rule) goes as it
 is, with the offer. A miss (409 `missing-history`, `missing-pieces`, 400
 `dictionary-mismatch`) is resent by the `Editor` (at most 3 times, the last with
-everything inline); a 415 (a receiver that cannot apply edits now) sends the request as it
-is, and the endpoint's requests go as they are, offering edits, for a while
+everything inline); a 415 (a receiver that cannot apply edits now), or a 503
+`store-unavailable` (its store down: `answers.store_down`), sends the request as it is, and
+the endpoint's requests go as they are, offering edits, for a while
 (`toolref.sending.pause`). An answer to an edit that names neither a recipe nor
 `Toolref-Edits` and is no toolref problem (`urn:toolref:problem:`; a framework's own
 problem+json, Spring's `about:blank` or ASP.NET's RFC 9110 link, is none) comes from no
@@ -41,7 +42,7 @@ from toolref.asgi.hops import decoded, end_to_end, on_the_wire
 from toolref.edits import wire
 from toolref.kit.lru import LRU
 from toolref.registry.exchange import Exchange
-from toolref.sending.answers import problem_of, read_answer
+from toolref.sending.answers import problem_of, read_answer, store_down
 from toolref.sending.editor import Edit, Editor, as_it_came_bytes, not_worth_an_edit
 from toolref.sending.pause import Pause
 from toolref.sending.savings import Savings
@@ -107,14 +108,15 @@ class Sender:
             )
             self._told(target, response)
             self.savings.sent(len(edit.body), resend=edit.resends > 0)
-            if response.status_code == 415 and HISTORY_HEADER not in response.headers:
+            down = store_down(response)  # not applied either: the receiver's store down
+            if down or (response.status_code == 415 and HISTORY_HEADER not in response.headers):
                 # the edit not applied (an app's own 415 names its recipe): paused, and
                 # forgotten when no receiver of edits said so (a framework's own 415)
                 if pause is None:
                     pause = Pause()
                     self.pauses.put(target, pause)
                 pause.refused(self.clock())
-                if _no_reader(response):
+                if not down and _no_reader(response):
                     self.reads.pop(target)
                 return (yield from self._as_it_is(request, content, pairs, rebuild, target))
             if _no_reader(response):  # the receiver no longer reads edits: forgotten
