@@ -196,6 +196,40 @@ def _cut_cases() -> list[tuple[str, list[tuple[str, str]], Spec | bytes, str | N
             "messages",
         ),
         (
+            "parallel tool results",
+            HEADERS,
+            [
+                (
+                    '{"messages":[{"role":"user","content":"go"},{"role":"user","content":['
+                    '{"type":"tool_result","tool_use_id":"t1","content":"'
+                    + ("é file " * 30)
+                    + '"} ,\n '
+                    '{"tool_use_id":"t2","type":"text","type":"tool_result","content":[{"type":'
+                    '"text","text":"page","cache_control":{"type":"ephemeral"}}]},'
+                    '{"type":"text","text":"and"}]},{"role":"user","content":[{"type":'
+                    '"tool_result","content":"alone"},{"type":"tool_resul\\u0074","content":2},'
+                    '{"type":["tool_result"]}, 7]}]}',
+                    1,
+                )
+            ],
+            "messages",
+        ),
+        (
+            "function responses",
+            HEADERS,
+            [
+                (
+                    '{"contents":[{"role":"model","parts":[{"functionCall":{"name":"f"}}]},'
+                    '{"role":"user","parts":[{"functionResponse":{"name":"f","response":{"r":"'
+                    + ("x" * 40)
+                    + '"}}},{"function_response":{"name":"g"}},{"text":"ok"}]},'
+                    '{"role":"user","parts":[{"functionResponse":{}}],"content":[]}]}',
+                    1,
+                )
+            ],
+            "contents",
+        ),
+        (
             "messages that are not objects",
             HEADERS,
             [('{"messages":["text",12,[1,2],null,true,{}],"tail":[]}', 1)],
@@ -300,6 +334,7 @@ def _cut_record(made: Cut | None, body: bytes) -> dict[str, Any] | None:
         "ref": made.ref,
         "messages": list(made.messages),
         "secrets": [list(pair) for pair in made.secrets],
+        "splits": [[index, list(offsets)] for index, offsets in sorted(made.splits.items())],
     }
 
 
@@ -597,6 +632,18 @@ def _windowed_cases() -> list[tuple[str, Spec]]:
         ("escaped backslashes", _chat([_message("user", [("a\\nb " * 40 + "\n", 200)])])),
         ("one long line", _chat([_message("user", [("x" * 9000 + "\n" + "y" * 9000, 1)])])),
         ("just under the window", _chat([_message("user", [("z" * 4070, 1)])])),
+        (
+            "parallel tool results",
+            _compact(
+                [
+                    ('{"messages":[{"role":"user","content":[{"type":"tool_result","content":', 1),
+                    *_text([(code, 1)]),
+                    ('},{"type":"tool_result","content":', 1),
+                    *_text([(_lines("é😀中 page", 300), 1)]),
+                    ("}]}]}", 1),
+                ]
+            ),
+        ),
         (
             "the model's messages",
             _chat(

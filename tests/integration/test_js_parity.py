@@ -42,6 +42,7 @@ from tests.support.processes import ROOT
 from tests.support.servers import serve, serve_all
 from toolref.edits import isolated, wire
 from toolref.edits.answer import tap_for
+from toolref.edits.request import cut
 from toolref.edits.wire import described
 from toolref.kit.varints import read_varint
 from toolref.sending.editor import Edit, Editor
@@ -495,3 +496,42 @@ async def test_a_conversation_starting_with_a_tiny_body_costs_js_what_it_costs_p
     assert [media for media, _ in js] == [media for media, _ in python] == kinds
     assert [body for _, body in js[:2]] == [body for _, body in python[:2]] == bodies[:2]
     same_edit(js[2][1], python[2][1], replay.zstd, None)
+
+
+def parallel_results(bodies: list[bytes]) -> list[bytes]:
+    """`bodies` as if each tool call had run beside a second one: every `tool_result` block
+    followed by another (a fetched page) in the same user message, so each such message
+    carries two results (docs/reliability.md, "Sizes": each compressed alone)."""
+    changed: list[bytes] = []
+    for body in bodies:
+        value = json.loads(body)
+        for message in value["messages"]:
+            content = message.get("content")
+            if message.get("role") != "user" or not isinstance(content, list):
+                continue
+            blocks: list[Any] = []
+            for block in content:
+                blocks.append(block)
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    page = "<html>the page fetched beside it: " + json.dumps(block)[:200]
+                    blocks.append({**block, "tool_use_id": "page", "content": page})
+            message["content"] = blocks
+        changed.append(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+    return changed
+
+
+async def test_parallel_tool_results_cost_js_what_they_cost_pythons_editor(
+    gateway: Gateway, replay: Replay
+) -> None:
+    """Messages carrying two tool results each: both SDKs cut them where each result starts
+    and compress each piece alone (zstd frames, or gzip members without zstd, back to back
+    in one record), the same edits byte for byte with zstd; the provider gets each body."""
+    recorded = await conversation(gateway, "anthropic-messages")
+    sent = Conversation(recorded.paths, parallel_results(recorded.bodies))
+    cuts = [cut(list(HEADERS.items()), body, "messages") for body in sent.bodies]
+    assert any(made is not None and made.splits for made in cuts)
+    compared = await js_in_step(replay, gateway, sent)
+    print(shown("parallel tool results", sent, compared, replay.zstd))
+    assert [len(sizes) for sizes in compared.js] == [1] * len(sent.bodies)
+    if replay.zstd:
+        assert compared.js == compared.python

@@ -29,12 +29,12 @@ interface Edits {
     messagesKey: string | null;
     body?: Spec;
     bodyHex?: string;
-    cut: { header: string; segments: [number, number][]; entries: string[]; ref: string; messages: number[]; secrets: [string, string][] } | null;
+    cut: { header: string; segments: [number, number][]; entries: string[]; ref: string; messages: number[]; secrets: [string, string][]; splits: [number, number[]][] } | null;
   }[];
   windowed: {
     name: string;
     body: Spec;
-    cut: { header: string; segments: [number, number][]; entries: string[]; ref: string; messages: number[]; secrets: [string, string][]; owners: number[]; answered: number[] };
+    cut: { header: string; segments: [number, number][]; entries: string[]; ref: string; messages: number[]; secrets: [string, string][]; owners: number[]; answered: number[]; splits: [number, number[]][] };
   }[];
   diffs: { name: string; base: Spec; new: Spec; held: string[]; baseRef: string; ops: unknown[]; edit: Bytes }[];
   editors: {
@@ -94,13 +94,14 @@ describe("edits vectors: the cut", () => {
       const made = await cut(item.headers, data, item.messagesKey);
       if (item.cut === null) return void expect(made).toBeNull();
       expect(made).not.toBeNull();
-      const { segments, entries, ref, messages, secrets } = made!;
+      const { segments, entries, ref, messages, secrets, splits } = made!;
       expect(latin1(segments[0]!)).toBe(item.cut.header);
       expect(segments.slice(1).map((segment) => latin1(segment))).toEqual(item.cut.segments.map(([start, end]) => latin1(data.subarray(start, end))));
       expect(entries.map((entry) => toHex(entry.framed))).toEqual(item.cut.entries);
       expect(ref).toBe(item.cut.ref);
       expect(messages).toEqual(item.cut.messages);
       expect(secrets).toEqual(item.cut.secrets);
+      expect([...splits]).toEqual(item.cut.splits); // where a message's tool results start
     });
   }
 });
@@ -111,13 +112,14 @@ describe("edits vectors: the long window's cut", () => {
       const data = body(item.body);
       const made = await cut(HEADERS, data, "messages", undefined, true);
       expect(made).not.toBeNull();
-      const { segments, entries, ref, messages, owners, answered } = made!;
+      const { segments, entries, ref, messages, owners, answered, splits } = made!;
       expect(segments.slice(1).map((segment) => latin1(segment))).toEqual(item.cut.segments.map(([start, end]) => latin1(data.subarray(start, end))));
       expect(entries.map((entry) => toHex(entry.framed))).toEqual(item.cut.entries);
       expect(ref).toBe(item.cut.ref);
       expect(messages).toEqual(item.cut.messages);
       expect(owners).toEqual(item.cut.owners);
       expect([...answered].sort((a, b) => a - b)).toEqual(item.cut.answered);
+      expect([...splits]).toEqual(item.cut.splits);
     });
   }
 });

@@ -71,3 +71,40 @@ describe("the answer dictionary", () => {
     expect(named).toBe(true);
   });
 });
+
+/** A first request whose last message carries two tool results (parallel tool calls,
+ * Anthropic's or Gemini's shape): a file holding `secret` and a page holding `guess`, `lines`
+ * lines long (100: the long window cuts it). Its edit's size. */
+async function parallelResults(guess: string, secret: string, gemini: boolean, lines: number): Promise<number> {
+  const file = "api_token=" + secret + "\n" + filler(40, 3);
+  const page = [...Array.from({ length: lines }, (_, n) => `<p>${filler(12, 4 + n)}</p>`), "api_token=" + guess, "</html>"].join("\n");
+  const editor = new Editor(64, 1 << 22);
+  if (gemini) {
+    const parts = [file, page].map((content) => ({ functionResponse: { name: "read", response: { content } } }));
+    const contents = [
+      { role: "user", parts: [{ text: "read my config and fetch the page" }] },
+      { role: "model", parts: [{ functionCall: { name: "read", args: {} } }, { functionCall: { name: "read", args: {} } }] },
+      { role: "user", parts },
+    ];
+    return (await editor.prepare(headers, encoder.encode(JSON.stringify({ contents })), "contents"))!.body.length;
+  }
+  const results = [file, page].map((content, n) => ({ type: "tool_result", tool_use_id: `toolu_${n}`, content }));
+  const uses = [0, 1].map((n) => ({ type: "tool_use", id: `toolu_${n}`, name: "read", input: {} }));
+  const messages = [text("user", "read my config and fetch the page " + filler(20, 2)), { role: "assistant", content: uses }, { role: "user", content: results }];
+  return (await editor.prepare(headers, body(messages), "messages"))!.body.length;
+}
+
+describe("parallel tool results", () => {
+  it("are compressed each alone: two right guesses cost what the same two wrong cost", async () => {
+    for (const gemini of [false, true]) {
+      for (const lines of [0, 100]) {
+        for (let seed = 10; seed < 13; seed++) {
+          const [s, w] = [token(seed), token(seed + 100)];
+          const right = (await parallelResults(s, s, gemini, lines)) + (await parallelResults(w, w, gemini, lines));
+          const wrong = (await parallelResults(w, s, gemini, lines)) + (await parallelResults(s, w, gemini, lines));
+          expect([gemini, lines, seed, wrong]).toEqual([gemini, lines, seed, right]);
+        }
+      }
+    }
+  });
+});

@@ -24,7 +24,8 @@ import threading
 from array import array
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Final, TypeVar
 
 from toolref.edits.recipe import Entry, entry_of, framed
@@ -55,7 +56,8 @@ class BodyCut:
     the model's spans. Numbers are kept in arrays (a slice of one is a copy of memory, not a
     reference to each number). `reused`: the parts taken from the cut before (`reused_bytes`
     of the body), `before`: the recipe ref last made of that one (its `ref`, which
-    `request.cut` sets)."""
+    `request.cut` sets). `splits`: (index in `parts`, offsets in its bytes) of each part
+    that the scan's `bounds` fall in (a message's tool results, each compressed alone)."""
 
     text: str
     body: bytes
@@ -77,6 +79,7 @@ class BodyCut:
     reused_bytes: int = 0
     before: str | None = None
     ref: str | None = None
+    splits: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
 
 
 def _numbers(values: Iterable[int] = ()) -> array[int]:
@@ -207,6 +210,7 @@ def _cut(found: Scan, body: bytes, codec: str, memo: BodyCut | None, common: int
             memo.owners[:count] if found.window else _numbers(),
             count - 1, memo.byte_ends[keep - 1], memo.ref,
         )  # fmt: skip
+        made.splits = memo.splits[: bisect.bisect_left(memo.splits, count, key=_first)]
         at = spans[keep - 1][1]
     else:
         made = BodyCut(
@@ -217,6 +221,10 @@ def _cut(found: Scan, body: bytes, codec: str, memo: BodyCut | None, common: int
         at = 0
     _extend(made, found, codec, keep=keep, at=at, messages=messages, models=models)
     return made
+
+
+def _first(split: tuple[int, tuple[int, ...]]) -> int:
+    return split[0]
 
 
 def _same_spans(
@@ -252,10 +260,23 @@ def _extend(
         if made.window:
             made.owners.append(owner)
 
+    bounds = found.bounds  # sorted: walked once beside the spans (those in glue passed over)
+    bound = bisect.bisect_left(bounds, found.cuts[keep][0]) if keep < len(found.cuts) else 0
     for index in range(keep, len(found.cuts)):
         start, end = found.cuts[index]
         if start > at:
             add(text[at:start].encode(codec), -1)
+        offsets: list[int] = []
+        while bound < len(bounds) and bounds[bound] < end:
+            if bounds[bound] >= start:
+                offsets.append(bounds[bound] - start)
+            bound += 1
+        if offsets and codec != "ascii":  # in bytes: the text before each, encoded once
+            cuts = [start + offset for offset in offsets]
+            pieces = zip([start, *cuts], cuts, strict=False)
+            offsets = list(accumulate(len(text[a:b].encode(codec)) for a, b in pieces))
+        if offsets:
+            made.splits.append((len(parts), tuple(offsets)))
         if messages < len(span_messages) and span_messages[messages] == index:
             made.messages.append(len(parts))
             messages += 1

@@ -26,6 +26,15 @@ Layout: one record per inline segment, in op order.
     0x06 + varint(n) + varint(stream size) + a brotli stream of the next n segments joined +
            their CRC-32: kind 4 in brotli (version 5 only)
 
+A segment a message's tool results share (`toolref.edits.request.Cut.splits`: a user
+message carrying the results of parallel tool calls, Anthropic's `tool_result` blocks or
+Gemini's `functionResponse` parts; a fetched page beside a file holding a secret) is cut
+at the offsets where each result starts and the last ends, and each piece is compressed
+alone: its record, of kind 1 (or 2), holds one frame (or gzip member) per piece, back to
+back, which the reader inflates as one (`compression.inflate` reads across frames). Never
+brotli (a brotli stream is not read across streams), never against the answer, never in a
+run (`_apart`); as it is when that is smaller.
+
 Kinds 5 and 6 (issue 39): brotli at quality 5 makes a segment alone 8-12% smaller than
 zstd at level 3 does on agent traffic (its built-in dictionary of common words and code
 tokens is public, part of the format, the same for every conversation and tenant, so a
@@ -52,7 +61,9 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from itertools import pairwise
+from types import MappingProxyType
 from typing import Final
 
 import brotli
@@ -81,6 +92,7 @@ BROTLI_BUDGET: Final = 16 << 10
 BROTLI_WINDOW: Final = 16
 CRC_BYTES: Final = 4
 _THREAD: Final = threading.local()  # each thread's compressor (`_compressor`)
+_NONE: Final[Mapping[int, Sequence[int]]] = MappingProxyType({})  # no segment split
 
 
 def pack(
@@ -91,6 +103,7 @@ def pack(
     answered: Collection[int] = (),
     runs: Sequence[tuple[int, int]] = (),
     with_brotli: bool = False,
+    splits: Mapping[int, Sequence[int]] = _NONE,
 ) -> bytes:
     """The records of `segments`, each the smaller of its bytes as they are and a zstd
     frame of its own (`compress` False: as they are, for a link where CPU costs more than
@@ -98,12 +111,14 @@ def pack(
     `answered` also against `answer` (kind 3), when that is smaller still. `runs`: (first,
     count) of segments of one message, which go as one frame (kind 4) when that is smaller
     than their records one by one. `with_brotli` (version 5): a brotli stream of its own
-    (kinds 5, 6) where that is smaller still."""
+    (kinds 5, 6) where that is smaller still. `splits`: segment index -> the offsets in it
+    of a message's tool results (`Cut.splits`), whose pieces are compressed each alone."""
     if not compress:
         return b"".join(bytes([RAW]) + data for data in segments)
     alone = _compressor()
-    records, left = _alone(segments, alone, BROTLI_BUDGET if with_brotli else 0)
-    return _against(segments, records, answer, answered, runs, alone, left)
+    records, left = _alone(segments, alone, BROTLI_BUDGET if with_brotli else 0, splits)
+    dictionary = (answer, [index for index in answered if index not in splits])
+    return _against(segments, records, dictionary, _apart(runs, splits), alone, left)
 
 
 def pack_both(
@@ -113,12 +128,14 @@ def pack_both(
     answered: Collection[int],
     runs: Sequence[tuple[int, int]],
     with_brotli: bool = False,
+    splits: Mapping[int, Sequence[int]] = _NONE,
 ) -> tuple[bytes, bytes]:
     """`pack(segments)` and `pack(segments, answer=..., answered=..., runs=...)`, each
     segment compressed alone once for both (what a sender weighs to choose one)."""
     alone = _compressor()
-    records, left = _alone(segments, alone, BROTLI_BUDGET if with_brotli else 0)
-    made = _against(segments, records, answer, answered, runs, alone, left)
+    records, left = _alone(segments, alone, BROTLI_BUDGET if with_brotli else 0, splits)
+    dictionary = (answer, [index for index in answered if index not in splits])
+    made = _against(segments, records, dictionary, _apart(runs, splits), alone, left)
     return b"".join(records), made
 
 
@@ -135,20 +152,52 @@ def _compressor() -> zstandard.ZstdCompressor:
 
 
 def _alone(
-    segments: Sequence[bytes], alone: zstandard.ZstdCompressor, budget: int
+    segments: Sequence[bytes],
+    alone: zstandard.ZstdCompressor,
+    budget: int,
+    splits: Mapping[int, Sequence[int]],
 ) -> tuple[list[bytes], int]:
     """Each segment's record: its bytes as they are or a frame of its own, the smaller,
-    those that fit in `budget` (in order) tried as a brotli stream too; the budget left."""
+    those that fit in `budget` (in order) tried as a brotli stream too; the budget left.
+    A segment of `splits`: as it is or a frame per piece, the smaller."""
     records = []
-    for data in segments:
+    for index, data in enumerate(segments):
         best = bytes([RAW]) + data
-        if len(data) >= MIN_COMPRESSED:
+        offsets = splits.get(index)
+        if offsets is not None and len(data) >= MIN_COMPRESSED:
+            best = min(best, _record(ALONE, _frames(data, offsets, alone)), key=len)
+        elif len(data) >= MIN_COMPRESSED:
             best = min(best, _record(ALONE, alone.compress(data)), key=len)
             if len(data) <= budget:
                 budget -= len(data)
                 best = min(best, bytes([BROTLI]) + _brotli_stream(data), key=len)
         records.append(best)
     return records, budget
+
+
+def _frames(data: bytes, offsets: Sequence[int], alone: zstandard.ZstdCompressor) -> bytes:
+    """`data` cut at `offsets` (ascending), each piece a zstd frame of its own, back to back:
+    linear in `data`."""
+    ends = (0, *offsets, len(data))
+    return b"".join(alone.compress(data[a:b]) for a, b in pairwise(ends) if b > a)
+
+
+def _apart(
+    runs: Sequence[tuple[int, int]], splits: Mapping[int, Sequence[int]]
+) -> list[tuple[int, int]]:
+    """`runs` less the segments of `splits`: each run's stretches of two or more others
+    (a segment of split pieces is never compressed with its neighbours). O(runs' segments)."""
+    if not splits:
+        return list(runs)
+    found: list[tuple[int, int]] = []
+    for first, count in runs:
+        start = first
+        for index in range(first, first + count + 1):
+            if index == first + count or index in splits:
+                if index - start > 1:
+                    found.append((start, index - start))
+                start = index + 1
+    return found
 
 
 def _brotli_stream(data: bytes) -> bytes:
@@ -160,15 +209,15 @@ def _brotli_stream(data: bytes) -> bytes:
 def _against(  # noqa: PLR0917  (the records and what may improve them)
     segments: Sequence[bytes],
     records: list[bytes],
-    answer: bytes,
-    answered: Collection[int],
+    dictionary: tuple[bytes, Collection[int]],
     runs: Sequence[tuple[int, int]],
     alone: zstandard.ZstdCompressor,
     budget: int,
 ) -> bytes:
     """`records` joined, those at `answered` against `answer` where smaller (kind 3), the
     `runs` as one frame each where smaller (kind 4, or 6 for runs that fit in `budget`, in
-    order)."""
+    order). `dictionary`: the answer and the indices of `answered`."""
+    answer, answered = dictionary
     if answer and answered:
         words = zstandard.ZstdCompressionDict(answer, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         against = zstandard.ZstdCompressor(level=LEVEL, dict_data=words, write_checksum=True)

@@ -11,8 +11,8 @@ before, `bodycut`), one SHA-256 per new segment, one over the framed entries, on
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Final
 
 from toolref.edits.bodycut import cut_body, remember_ref
@@ -25,7 +25,11 @@ class Cut:
     """A request cut: `segments` (the headers' first), their `entries`, the recipe's `ref`,
     the credentials that travel as real headers (`secrets`), the index in `segments` of
     each message's largest segment, what it says (`messages`), and of every segment of the
-    model's own messages (`answered`: `segments.ANSWER_ROLES`)."""
+    model's own messages (`answered`: `segments.ANSWER_ROLES`). `splits`: for each segment
+    of a message holding two or more tool results (Anthropic's `tool_result` blocks,
+    Gemini's `functionResponse` parts) that holds where one starts or the last ends, those
+    offsets in its bytes (`scanner._blocks`): a sender compresses the bytes between them
+    each alone (`toolref.edits.isolated`). The segments are the same with or without."""
 
     segments: list[bytes]
     entries: list[Entry]
@@ -40,6 +44,7 @@ class Cut:
     same: int = 0
     size: int = 0  # the segments' bytes (`cut` counts them: the headers' and the body's)
     same_bytes: int = 0
+    splits: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def body(self) -> bytes:
@@ -76,6 +81,7 @@ def cut(
         made.reused,
         len(header) + len(body),
         made.reused_bytes,
+        dict(made.splits),
     )
 
 

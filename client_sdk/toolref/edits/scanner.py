@@ -65,6 +65,11 @@ MARK_KEYS: Final = ("cache_control",)
 ID_KEYS: Final = frozenset({"id"})
 # The roles of the model's own messages (Gemini's `model`): what an answer dictionary compresses.
 ANSWER_ROLES: Final = frozenset({"assistant", "model"})
+# A message's members listing its blocks (Anthropic's `content`, Gemini's `parts`), and what
+# makes a block a tool's result: each such block of a message holding two or more is
+# compressed alone (`Scan.bounds`, `toolref.edits.isolated`'s split records).
+BLOCK_KEYS: Final = frozenset({"content", "parts"})
+RESULT_KEYS: Final = frozenset({"functionResponse", "function_response"})
 _MARK: Final = re.compile(
     r"[ \t\n\r]*,[ \t\n\r]*\"(?:" + "|".join(map(re.escape, MARK_KEYS)) + r")\"[ \t\n\r]*:"
 )
@@ -88,7 +93,8 @@ class Scan:
     (`messages`), those of the model's messages (`models`), each span's message with the long
     window (`owners`, -1: none; empty without it), where each message ended (`ends`: the
     offset after it; `counts`: how many spans and model spans there were then) and where
-    it began (`starts`)."""
+    it began (`starts`), and where the blocks of a message holding two or more tool results
+    start and the last of them ends (`bounds`, in order: `_blocks`)."""
 
     text: str
     key: str | None
@@ -102,6 +108,7 @@ class Scan:
     starts: list[int] = field(default_factory=list)
     lists: int = 0  # members named `key` holding a list (a JSON parser keeps the last one)
     lists_at: list[int] = field(default_factory=list)  # `lists` at each message
+    bounds: list[int] = field(default_factory=list)
 
 
 def scan(
@@ -220,6 +227,7 @@ def _resume(found: Scan, memo: Scan, common: int) -> bool:
     found.starts = memo.starts[: last + 1]
     found.lists_at = memo.lists_at[: last + 1]
     found.lists = found.lists_at[-1]
+    found.bounds = memo.bounds[: bisect.bisect_left(memo.bounds, memo.ends[last])]
     text = found.text
     at = _skip(text, memo.ends[last])
     if text[at : at + 1] == "]":
@@ -279,7 +287,7 @@ def _message_loop(found: Scan, at: int) -> int:
     text, cuts = found.text, found.cuts
     while True:
         start = at
-        at, own, role = _message(text, at)
+        at, own, role = _message(text, at, found.bounds)
         spans = _message_spans(text, start, at, own)
         if found.window:  # the long window: long spans cut again
             spans = [piece for span in spans for piece in _windowed(text, *span)]
@@ -311,7 +319,7 @@ def messages_after(text: str, at: int, key: str) -> list[tuple[int, int, int]] |
         at = _skip(text, at)
         while text[at : at + 1] != "]":
             start = _skip(text, _expect(text, at, ","))
-            end, own, _ = _message(text, start)
+            end, own, _ = _message(text, start, [])
             spans = _message_spans(text, start, end, own)
             found.append((start, end, sum(b - a for a, b in spans)))
             at = _skip(text, end)
@@ -340,11 +348,12 @@ def _expect(text: str, at: int, char: str) -> int:
     return at + 1
 
 
-def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]], object]:
+def _message(text: str, at: int, bounds: list[int]) -> tuple[int, list[tuple[int, int]], object]:
     """A message's end, the spans of its own `ID_KEYS` members (each with the comma that
     joins it to its neighbours: a first one's reaches over the marks after it, to the next
     member, whose cuts it holds), and its own `role` member's value (None: none): one scan,
-    member by member when it is an object."""
+    member by member when it is an object, its `BLOCK_KEYS` lists block by block (`_blocks`
+    adds to `bounds`)."""
     if text[at : at + 1] != "{":
         return _scan(text, at)[1], [], None
     own: list[tuple[int, int]] = []
@@ -357,7 +366,11 @@ def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]], object]:
     while True:
         key_at = at
         key, at = scanstring(text, _expect(text, at, '"'), True)
-        value, at = _scan(text, _skip(text, _expect(text, _skip(text, at), ":")))
+        at = _skip(text, _expect(text, _skip(text, at), ":"))
+        if key in BLOCK_KEYS and text[at : at + 1] == "[":
+            value, at = None, _blocks(text, at, bounds)
+        else:
+            value, at = _scan(text, at)
         if key == "role":
             role = value
         end, at = at, _skip(text, at)
@@ -372,6 +385,28 @@ def _message(text: str, at: int) -> tuple[int, list[tuple[int, int]], object]:
         if text[at : at + 1] == "}":
             return at + 1, own, role
         before, at = end, _skip(text, _expect(text, at, ","))
+
+
+def _blocks(text: str, at: int, bounds: list[int]) -> int:
+    """The end of the list at `at` (a message's blocks), each block skipped by the C scanner;
+    where each block starts and the last ends added to `bounds` when two or more are a
+    tool's result (a `tool_result` block, a `functionResponse` part). Linear in the list."""
+    starts: list[int] = []
+    results = 0
+    at = _skip(text, at + 1)
+    while text[at : at + 1] != "]":
+        if starts:
+            at = _skip(text, _expect(text, at, ","))
+        starts.append(at)
+        block, at = _scan(text, at)
+        if isinstance(block, dict) and (
+            block.get("type") == "tool_result" or not RESULT_KEYS.isdisjoint(block)
+        ):
+            results += 1
+        end, at = at, _skip(text, at)
+    if results > 1:
+        bounds.extend([*starts, end])
+    return at + 1
 
 
 def _message_spans(

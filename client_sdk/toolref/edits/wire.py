@@ -32,8 +32,9 @@ first op): an empty segment weighs no bytes, so only entries would bound it.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any, Final
 
 import zstandard
@@ -59,6 +60,7 @@ MAX_HEADER: Final = 4 << 20  # bytes of the header line
 DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)
 LEVEL: Final = 3  # zstd level of the inline bytes
 MAX_DICTIONARY: Final = 1 << 20  # v1 `z`: bytes of the base the inline bytes compress against
+_NO_SPLITS: Final[Mapping[int, Sequence[int]]] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +91,7 @@ def encode_isolated(
     answered: Collection[int] = (),
     runs: Sequence[tuple[int, int]] = (),
     version: int = 3,
+    splits: Mapping[int, Sequence[int]] = _NO_SPLITS,
 ) -> bytes:
     """A version-2 edit's bytes: each inline segment as it is or compressed alone,
     whichever is smaller (`isolated.pack`; `compress` False: as it is). With `answer` (the
@@ -96,14 +99,20 @@ def encode_isolated(
     0, are the model's), or `runs` ((first, count) of inline segments of one message), a
     version-3 edit when that makes it smaller. `version` 4: the same records after a
     compact header (`compact`), whatever they hold; 5: records may also be brotli streams
-    (`isolated`, kinds 5 and 6)."""
+    (`isolated`, kinds 5 and 6). `splits`: inline segment -> the offsets of a message's tool
+    results in it (`Cut.splits`), each piece compressed alone (`isolated.pack`)."""
     listed, blobs = _listed(ops)
     with_brotli = version >= 5
     usable = answer if base is not None and answered else b""
     named: str | None = None
     if compress and (usable or runs):
         records, made = isolated.pack_both(
-            blobs, answer=usable, answered=answered, runs=runs, with_brotli=with_brotli
+            blobs,
+            answer=usable,
+            answered=answered,
+            runs=runs,
+            with_brotli=with_brotli,
+            splits=splits,
         )
         named_cost = compact.ANSWER_BYTES if version >= 4 else len(',"a":""') + ID_LENGTH
         cost = named_cost if usable else 0
@@ -113,7 +122,7 @@ def encode_isolated(
         elif version < 4:
             version = 2
     else:
-        records = isolated.pack(blobs, compress=compress, with_brotli=with_brotli)
+        records = isolated.pack(blobs, compress=compress, with_brotli=with_brotli, splits=splits)
         version = version if version >= 4 else 2
     if version >= 4:
         compact_ops = [_compact_op(op) for op in ops]

@@ -359,13 +359,20 @@ class Editor:
         if self.size_guard and self.version >= 2:
             answer = self.answers.get(ref, b"") if ref is not None and not plain else b""
             runs = _runs(ops, made.owners) if made.owners and not plain else []
+            splits = _inline_splits(ops, made.splits) if made.splits else {}
             if (not answer and not runs) or self.version < 3:
-                return wire.encode_isolated(ref, ops, version=self.version)
+                return wire.encode_isolated(ref, ops, version=self.version, splits=splits)
             count = self.rendered.get(ref) if ref is not None and answer else None
             rendering = _rendering(made, count)
             models = _inline_positions(ops, rendering) if rendering else frozenset()
             return wire.encode_isolated(
-                ref, ops, answer=answer, answered=models, runs=runs, version=self.version
+                ref,
+                ops,
+                answer=answer,
+                answered=models,
+                runs=runs,
+                version=self.version,
+                splits=splits,
             )
         body = wire.encode(ref, ops, None)  # as they are
         if inline and not self.size_guard:  # guarded toward version 1: as they are
@@ -398,6 +405,14 @@ def _inline_positions(ops: list[Op], segments: frozenset[int]) -> frozenset[int]
     """Which inline ops, counted from 0, carry one of `segments` (indices in the request's
     segments). O(ops)."""
     return frozenset(n for n, at in enumerate(_placed(ops)) if at in segments)
+
+
+def _inline_splits(
+    ops: list[Op], splits: Mapping[int, tuple[int, ...]]
+) -> dict[int, tuple[int, ...]]:
+    """`Cut.splits` for the inline ops, counted from 0 (a segment shared by a message's
+    tool results: its pieces each compressed alone). O(ops)."""
+    return {n: splits[at] for n, at in enumerate(_placed(ops)) if at in splits}
 
 
 def _rendering(made: Cut, count: int | None) -> frozenset[int]:

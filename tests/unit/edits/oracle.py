@@ -127,9 +127,16 @@ class Turn:
     kept: bool  # the editor kept the recipe (within its bounds)
 
 
-def send(editor: Editor, registry: Registry, headers: list[tuple[str, str]], body: bytes) -> Turn:
-    """A request through `editor` to `registry`, resends included, as the relay sends it."""
-    edit = editor.prepare(headers, body, "messages")
+def send(
+    editor: Editor,
+    registry: Registry,
+    headers: list[tuple[str, str]],
+    body: bytes,
+    key: str = "messages",
+) -> Turn:
+    """A request through `editor` to `registry`, resends included, as the relay sends it
+    (`key`: the body's messages key)."""
+    edit = editor.prepare(headers, body, key)
     assert edit is not None
     sent: list[int] = []
     while True:

@@ -19,11 +19,22 @@ text_value = st.text(alphabet=st.sampled_from('ab \n\\"é😀{}[],:x1'), max_siz
 long_text = st.integers(0, 3).map(
     lambda n: "".join(f"line {i} of a file that is read {n}\n" for i in range(200 * n))
 )
+# A message's blocks: tool results (Anthropic's, Gemini's parts), cache marks among them.
+block = st.one_of(
+    st.fixed_dictionaries(
+        {"type": st.just("tool_result"), "content": st.one_of(text_value, long_text)},
+        optional={"cache_control": st.just({"type": "ephemeral"})},
+    ),
+    st.fixed_dictionaries(
+        {"functionResponse": st.fixed_dictionaries({"response": st.one_of(text_value, long_text)})}
+    ),
+    st.fixed_dictionaries({"type": st.just("text"), "text": text_value}),
+)
 message = st.one_of(
     st.fixed_dictionaries(
         {
             "role": st.sampled_from(["user", "assistant", "tool", "model"]),
-            "content": st.one_of(text_value, long_text),
+            "content": st.one_of(text_value, long_text, st.lists(block, max_size=4)),
         },
         optional={
             "id": st.text(max_size=5),
@@ -52,12 +63,13 @@ def fresh(text: str, key: str, window: bool) -> scanner.Scan | None:
 def same(one: scanner.Scan | None, other: scanner.Scan | None) -> bool:
     if one is None or other is None:
         return one is other
-    return (one.cuts, one.messages, one.models, one.owners, one.ends) == (
+    return (one.cuts, one.messages, one.models, one.owners, one.ends, one.bounds) == (
         other.cuts,
         other.messages,
         other.models,
         other.owners,
         other.ends,
+        other.bounds,
     )
 
 

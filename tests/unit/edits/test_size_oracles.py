@@ -4,16 +4,16 @@ or a wrong guess at it in text an attacker steers.
 
 - The answer dictionary (record kind 3) compresses the message that renders the answer
   only, never an older model message the base lacks (fixed here).
-- Two residual oracles the guard does not close, measured so that the doc's statement of
-  them stays true: tool results of one message (parallel tool calls) share its segment's
-  context; a long message's piece repeated byte for byte costs a reference.
+- The tool results of one message (parallel tool calls) are compressed each alone (fixed
+  here: they shared the message's context).
+- A residual oracle the guard does not close, measured so that the doc's statement of it
+  stays true: a long message's piece repeated byte for byte costs a reference.
 """
 
 from __future__ import annotations
 
 import json
 import random
-import statistics
 import string
 from typing import Any
 
@@ -89,34 +89,67 @@ def test_the_message_rendering_the_answer_still_goes_against_it() -> None:
     assert size > 0
 
 
-def parallel_results(guess: str, secret: str, pad: int) -> int:
-    """A first request whose last message carries two tool results (parallel tool calls):
-    a file holding the secret and the attacker's page holding a guess. Its edit's size."""
-    file = "api_token=" + secret + " " + words(40 + pad, 3)
-    page = "<html>" + words(60 + pad, 4) + " api_token=" + guess + "</html>"
-    results = [
-        {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": content}
-        for n, content in ((1, file), (2, page))
-    ]
-    calls = [{"type": "tool_use", "id": f"toolu_{n}", "name": "read", "input": {}} for n in (1, 2)]
-    messages = [
-        text("user", "read my config and fetch the page " + words(20, 2)),
-        {"role": "assistant", "content": calls},
-        {"role": "user", "content": results},
-    ]
-    edit = Editor().prepare(HEADERS, body(messages), "messages")
+def parallel_results(guess: str, secret: str, *, gemini: bool, lines: int) -> bytes:
+    """A first request whose last message carries two tool results (parallel tool calls,
+    Anthropic's `tool_result` blocks or Gemini's `functionResponse` parts): a file holding
+    the secret and the attacker's page holding a guess, `lines` lines long (100: a message
+    the long window cuts into pieces). Its edit."""
+    file = "api_token=" + secret + "\n" + words(40, 3)
+    page = "\n".join(
+        [f"<p>{words(12, 4 + n)}</p>" for n in range(lines)] + ["api_token=" + guess, "</html>"]
+    )
+    if gemini:
+        calls: list[dict[str, Any]] = [{"functionCall": {"name": "read", "args": {}}}] * 2
+        results: list[dict[str, Any]] = [
+            {"functionResponse": {"name": "read", "response": {"content": content}}}
+            for content in (file, page)
+        ]
+        messages = [
+            {"role": "user", "parts": [{"text": "read my config and fetch the page"}]},
+            {"role": "model", "parts": calls},
+            {"role": "user", "parts": results},
+        ]
+        edit = Editor().prepare(HEADERS, json.dumps({"contents": messages}).encode(), "contents")
+    else:
+        results = [
+            {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": content}
+            for n, content in ((1, file), (2, page))
+        ]
+        uses = [
+            {"type": "tool_use", "id": f"toolu_{n}", "name": "read", "input": {}} for n in (1, 2)
+        ]
+        messages = [
+            text("user", "read my config and fetch the page " + words(20, 2)),
+            {"role": "assistant", "content": uses},
+            {"role": "user", "content": results},
+        ]
+        edit = Editor().prepare(HEADERS, body(messages), "messages")
     assert edit is not None
-    return len(edit.body)
+    return edit.body
 
 
-def test_tool_results_of_one_message_share_its_context() -> None:
-    """A residual oracle (docs/reliability.md, "Sizes"): one message is one segment (a long
-    one, pieces joined as one frame), so the tool results it carries are compressed
-    together: a right guess costs less. Measured: 18-23 bytes less, short or long."""
-    for pad in (0, 800):  # one segment; pieces of the long window joined again (kind 4/6)
-        right = [parallel_results(token(seed), token(seed), pad) for seed in SEEDS]
-        wrong = [parallel_results(token(seed + 100), token(seed), pad) for seed in SEEDS]
-        assert statistics.median(wrong) - statistics.median(right) >= 10, (pad, right, wrong)
+def test_tool_results_of_one_message_are_compressed_each_alone() -> None:
+    """Found in review: one message was one compression context (a long one's pieces
+    joined again as one frame), so the tool results it carries were compressed together:
+    a right guess cost 14-23 bytes less. Now each result of such a message is a frame of
+    its own: an edit's size is the file's part (the secret's) plus the page's (the
+    guess's), whatever their relation. So two right guesses (secret s guessed s, secret w
+    guessed w) cost exactly the bytes of the same two guesses wrong (s guessed w, w
+    guessed s), for Anthropic and Gemini, short and cut by the long window."""
+    for gemini in (False, True):
+        for lines in (0, 100):
+            for seed in SEEDS:
+                s, w = token(seed), token(seed + 100)
+                sizes = {
+                    (secret, guess): parallel_results(guess, secret, gemini=gemini, lines=lines)
+                    for secret in (s, w)
+                    for guess in (s, w)
+                }
+                right = len(sizes[s, s]) + len(sizes[w, w])
+                wrong = len(sizes[s, w]) + len(sizes[w, s])
+                assert right == wrong, (gemini, lines, seed, right, wrong)
+                for made in sizes.values():  # the edits carry frames, not the bytes as they are
+                    assert len(made) * 2 < sum(len(value) for value in sizes.values())
 
 
 def piece_turn(known: str, guess: str) -> tuple[int, int]:

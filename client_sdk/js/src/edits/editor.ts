@@ -241,10 +241,11 @@ export class Editor {
   private async isolated(made: Cut, ref: string | null, ops: readonly Op[], plain: boolean): Promise<Uint8Array> {
     const answer = ref !== null && !plain ? (this.answers.get(ref) ?? null) : null;
     const runs = made.owners.length && !plain ? runsOf(ops, made.owners) : [];
-    if ((answer === null && !runs.length) || this.version < 3) return encodeIsolated(ref, ops, this.codec, null, new Set(), [], this.version);
+    const splits = made.splits.size ? splitsOf(ops, made.splits) : new Map<number, readonly number[]>();
+    if ((answer === null && !runs.length) || this.version < 3) return encodeIsolated(ref, ops, this.codec, null, new Set(), [], this.version, splits);
     const rendering = answer !== null && ref !== null ? renderingOf(made, this.rendered.get(ref)) : new Set<number>();
     const models = rendering.size ? inlinePositions(ops, rendering) : new Set<number>();
-    return encodeIsolated(ref, ops, this.codec, answer, models, runs, this.version);
+    return encodeIsolated(ref, ops, this.codec, answer, models, runs, this.version, splits);
   }
 }
 
@@ -256,6 +257,16 @@ function placed(ops: readonly Op[]): number[] {
     if (op.op === "inline") found.push(at);
     at += op.op === "keep" ? op.end - op.start : 1;
   }
+  return found;
+}
+
+/** `Cut.splits` for the inline ops, counted from 0 (editor.py's `_inline_splits`). O(ops). */
+function splitsOf(ops: readonly Op[], splits: ReadonlyMap<number, readonly number[]>): Map<number, readonly number[]> {
+  const found = new Map<number, readonly number[]>();
+  placed(ops).forEach((at, n) => {
+    const offsets = splits.get(at);
+    if (offsets !== undefined) found.set(n, offsets);
+  });
   return found;
 }
 

@@ -14,7 +14,10 @@
  *     0x06 + varint(n) + varint(stream size) + a brotli stream of n segments joined + its CRC-32
  *
  * so that no segment's size depends on any other bytes of the conversation (docs/reliability.md,
- * "Sizes"; brotli's built-in dictionary is public, the same for everyone). With zstd and
+ * "Sizes"; brotli's built-in dictionary is public, the same for everyone). A segment a
+ * message's tool results share (`splits`: parallel tool calls' results in one message) is cut
+ * where each starts and the last ends, and its record (kind 1, or 2) holds a frame (or gzip
+ * member) per piece, back to back: never brotli, against the answer or in a run. With zstd and
  * brotli the records are Python's, byte for byte.
  */
 
@@ -102,17 +105,20 @@ export async function pack(
   codec: Codec | null,
   v3: Version3 = {},
   brotli: Brotli | null = null,
+  splits: ReadonlyMap<number, readonly number[]> = new Map(),
 ): Promise<Uint8Array> {
   const zstd = codec?.kind === ALONE ? platformZstd() : null;
   const answer = zstd?.withDictionary && v3.answer?.length && v3.answered?.size ? v3.answer : null;
   let left = brotli === null || codec === null ? 0 : BROTLI_BUDGET;
-  const tried = segments.map((data) => {
-    if (data.length < MIN_COMPRESSED || data.length > left) return false;
+  const tried = segments.map((data, index) => {
+    if (data.length < MIN_COMPRESSED || data.length > left || splits.has(index)) return false;
     left -= data.length;
     return true;
   });
   const records = await Promise.all(
     segments.map(async (data, index) => {
+      const offsets = splits.get(index);
+      if (offsets !== undefined) return pieces(data, offsets, codec);
       const best = await record(data, codec, tried[index] ? brotli : null);
       if (answer === null || zstd === null || !v3.answered?.has(index) || data.length < MIN_COMPRESSED) return best;
       const frame = await zstd(data, answer);
@@ -121,7 +127,7 @@ export async function pack(
     }),
   );
   const joined = new Map<number, number>();
-  if (zstd !== null) for (const [first, count] of v3.runs ?? []) if (count > 1) joined.set(first, count);
+  if (zstd !== null) for (const [first, count] of apart(v3.runs ?? [], splits)) if (count > 1) joined.set(first, count);
   if (!joined.size) return join(records);
   const out: Uint8Array[] = [];
   for (let index = 0; index < records.length; ) {
@@ -149,6 +155,36 @@ export async function pack(
     index += 1;
   }
   return join(out);
+}
+
+/** A split segment's record (isolated.py's `_frames`): as it is, or a frame per piece of
+ * `data` cut at `offsets`, back to back, whichever is smaller. Linear in `data`. */
+async function pieces(data: Uint8Array, offsets: readonly number[], codec: Codec | null): Promise<Uint8Array> {
+  const raw = join([Uint8Array.of(RAW), data]);
+  if (codec === null || data.length < MIN_COMPRESSED) return raw;
+  const ends = [0, ...offsets, data.length];
+  const frames: Uint8Array[] = [];
+  for (let n = 1; n < ends.length; n++) if (ends[n]! > ends[n - 1]!) frames.push(await codec.compress(data.subarray(ends[n - 1]!, ends[n]!)));
+  const all = join(frames);
+  const packed = join([Uint8Array.of(codec.kind), varint(all.length), all]);
+  return packed.length < raw.length ? packed : raw;
+}
+
+/** `runs` less the segments of `splits`: each run's stretches of two or more others
+ * (isolated.py's `_apart`). O(runs' segments). */
+function apart(runs: readonly (readonly [number, number])[], splits: ReadonlyMap<number, readonly number[]>): [number, number][] {
+  if (!splits.size) return runs.map(([first, count]) => [first, count]);
+  const found: [number, number][] = [];
+  for (const [first, count] of runs) {
+    let start = first;
+    for (let index = first; index <= first + count; index++) {
+      if (index === first + count || splits.has(index)) {
+        if (index - start > 1) found.push([start, index - start]);
+        start = index + 1;
+      }
+    }
+  }
+  return found;
 }
 
 async function record(data: Uint8Array, codec: Codec | null, brotli: Brotli | null): Promise<Uint8Array> {

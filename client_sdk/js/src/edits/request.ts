@@ -20,6 +20,9 @@ export interface Cut {
   readonly answered: ReadonlySet<number>;
   /** The long window: each segment's message number (-1: none); empty without it. */
   readonly owners: readonly number[];
+  /** Segment -> the offsets in it where a message's tool results start and the last ends
+   * (request.py's `Cut.splits`): a sender compresses the bytes between them each alone. */
+  readonly splits: ReadonlyMap<number, readonly number[]>;
 }
 
 /** The recipe of a request whose body is one JSON object in UTF-8; null otherwise (such a
@@ -40,5 +43,6 @@ export async function cut(
   const messages = body.messages.map((index) => index + 1); // after the headers' segment
   const answered = new Set(body.answered.map((index) => index + 1));
   const owners = body.owners.length ? [-1, ...body.owners] : []; // the headers': no message
-  return { segments, entries, ref: await recipeRef(entries), secrets, messages, answered, owners };
+  const splits = new Map(body.splits.map(([index, offsets]) => [index + 1, offsets] as const));
+  return { segments, entries, ref: await recipeRef(entries), secrets, messages, answered, owners, splits };
 }

@@ -20,6 +20,7 @@
  * gives up near 1,000 levels and sends such a body as it is).
  */
 
+import { BLOCK_KEYS, blocks, splitsOf } from "./blocks.js";
 import { characters, windowed } from "./window.js";
 
 /** A member value at least this many characters long is a segment of its own. */
@@ -127,6 +128,9 @@ export interface BodyCut {
   readonly answered: number[];
   /** With the long window: each segment's message number (-1: none); else empty. */
   readonly owners: number[];
+  /** [index in `segments`, offsets in it] of each segment of a message holding two or more
+   * tool results that holds where one starts or the last ends (request.py's `Cut.splits`). */
+  readonly splits: [number, number[]][];
 }
 
 /** The body's segments; null when it is not one JSON object in UTF-8 (sent as it is). */
@@ -147,6 +151,7 @@ export function cutBody(body: Uint8Array, messagesKey: string | null, window = f
   const marks: number[] = [];
   const answered: number[] = [];
   const owners: number[] = [];
+  const splits: [number, number[]][] = [];
   const message = new Set(scanner.messages);
   const model = new Set(scanner.models);
   let at = 0;
@@ -157,6 +162,8 @@ export function cutBody(body: Uint8Array, messagesKey: string | null, window = f
     }
     if (message.has(index)) marks.push(segments.length);
     if (model.has(index)) answered.push(segments.length);
+    const offsets = scanner.splits.get(index);
+    if (offsets !== undefined) splits.push([segments.length, offsets]);
     segments.push(body.subarray(start, end));
     if (window) owners.push(scanner.owners[index]!);
     at = end;
@@ -165,7 +172,7 @@ export function cutBody(body: Uint8Array, messagesKey: string | null, window = f
     segments.push(body.subarray(at));
     if (window) owners.push(-1);
   }
-  return { segments, messages: marks, listed: scanner.listed, answered, owners };
+  return { segments, messages: marks, listed: scanner.listed, answered, owners, splits };
 }
 
 const NOT_JSON = new Error("not one JSON object");
@@ -192,11 +199,13 @@ class Scanner {
   readonly models: number[] = [];
   /** With the long window: each cut's message number (-1: none). */
   readonly owners: number[] = [];
+  /** Cut index -> the offsets in it where a message's tool results start and the last ends. */
+  readonly splits = new Map<number, number[]>();
 
   listed = false;
 
   constructor(
-    private readonly data: Uint8Array,
+    readonly data: Uint8Array,
     private readonly messagesKey: string | null,
     private readonly window = false,
   ) {}
@@ -232,25 +241,25 @@ class Scanner {
     if (this.skip(at) !== this.data.length) throw NOT_JSON;
   }
 
-  private skip(at: number): number {
+  skip(at: number): number {
     while (isWhite(this.data[at])) at++;
     return at;
   }
 
-  private expect(at: number, byte: number): number {
+  expect(at: number, byte: number): number {
     if (this.data[at] !== byte) throw NOT_JSON;
     return at + 1;
   }
 
   /** The key whose string spans `start` to `end` (quotes included), as Python reads it. */
-  private key(start: number, end: number): string {
+  key(start: number, end: number): string {
     const raw = this.data.subarray(start + 1, end - 1);
     const text = utf8.decode(raw);
     return raw.includes(0x5c) ? (JSON.parse(`"${text}"`) as string) : text;
   }
 
   /** The end of the string opening at `at` (a quote), refused as Python's strict scanner refuses. */
-  private string(at: number): number {
+  string(at: number): number {
     const data = this.data;
     at++;
     for (;;) {
@@ -353,12 +362,14 @@ class Scanner {
       const start = at;
       const own: [number, number][] = [];
       const said: { role?: unknown } = {};
-      at = this.message(at, own, said);
+      const bounds: number[] = [];
+      at = this.message(at, own, said, bounds);
       let spans = this.spans(start, at, own);
       if (this.window) {
         spans = spans.flatMap(([from, to]) => windowed(data, from, to));
         for (let n = 0; n < spans.length; n++) this.owners.push(this.messages.length);
       }
+      splitsOf(spans, bounds, this.cuts.length, this.splits);
       let largest = 0;
       let most = -1;
       spans.forEach(([from, to], index) => {
@@ -379,8 +390,9 @@ class Scanner {
   /** A message's end, the spans of its own `id` members (each with the comma joining it to
    * its neighbours: a first one's reaches over the marks after it, to the next member) in
    * `own`, and its own `role` member's value in `said` (a string read as Python reads it;
-   * another value as a non-string). */
-  private message(at: number, own: [number, number][], said: { role?: unknown }): number {
+   * another value as a non-string); its `BLOCK_KEYS` lists walked block by block (`blocks`
+   * adds to `bounds`). */
+  private message(at: number, own: [number, number][], said: { role?: unknown }, bounds: number[]): number {
     const data = this.data;
     if (data[at] !== 0x7b) return this.value(at);
     at = this.skip(at + 1);
@@ -392,7 +404,7 @@ class Scanner {
       at = this.string(keyAt);
       const key = this.key(keyAt, at);
       const valueAt = this.skip(this.expect(this.skip(at), 0x3a));
-      at = this.value(valueAt);
+      at = BLOCK_KEYS.has(key) && data[valueAt] === 0x5b ? blocks(this, valueAt, bounds) : this.value(valueAt);
       if (key === "role") said.role = data[valueAt] === 0x22 ? this.key(valueAt, at) : null;
       const end = at;
       at = this.skip(at);

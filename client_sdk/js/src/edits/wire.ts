@@ -48,7 +48,8 @@ function line(version: number, base: string | null, ops: readonly Op[], extra = 
  * (null: every record as it is), whichever is smaller. With `answer` (the answer the base's
  * request streamed) and `answered` (which inline segments, counted from 0, are the model's),
  * or `runs` ((first, count) of inline segments of one message), a version-3 edit when that
- * makes it smaller (wire.py's `encode_isolated`, byte for byte). */
+ * makes it smaller (wire.py's `encode_isolated`, byte for byte). `splits`: inline segment ->
+ * the offsets of a message's tool results in it, each piece compressed alone (isolated.ts). */
 export async function encodeIsolated(
   base: string | null,
   ops: readonly Op[],
@@ -57,16 +58,17 @@ export async function encodeIsolated(
   answered: ReadonlySet<number> = new Set(),
   runs: readonly (readonly [number, number])[] = [],
   version = 3,
+  splits: ReadonlyMap<number, readonly number[]> = new Map(),
 ): Promise<Uint8Array> {
   const { head, blobs } = line(2, base, ops);
   const brotli = version >= 5 && codec !== null ? platformBrotli() : null;
-  let records = await pack(blobs, codec, {}, brotli);
+  let records = await pack(blobs, codec, {}, brotli, splits);
   const dictionaries = platformZstd()?.withDictionary === true; // else no record of kind 3
   const usable = dictionaries && answer !== null && answer.length && base !== null && answered.size ? answer : null;
   let named: string | null = null;
   let written = version >= 4 ? Math.min(version, 5) : 2;
   if (codec?.kind === ALONE && (usable !== null || runs.length)) {
-    const made = await pack(blobs, codec, { answer: usable ?? undefined, answered, runs }, brotli);
+    const made = await pack(blobs, codec, { answer: usable ?? undefined, answered, runs }, brotli, splits);
     const cost = usable === null ? 0 : version >= 4 ? ANSWER_BYTES : ',"a":""'.length + ID_LENGTH;
     if (made.length + cost < records.length) {
       records = made;
