@@ -92,9 +92,16 @@ async def _sampling(metrics: Metrics, usage: UsageCounters, every: float) -> Non
             log.warning("gateway usage not added to the store yet: %s", exc.detail)
 
 
-async def _last_flush(metrics: Metrics, usage: UsageCounters) -> None:
-    """At stop, after the sampler: what this worker counted, added (a flush the stop
-    cancelled included); what the store cannot take now is lost with the process."""
+async def _stopping(
+    under_way: UnderWay, seconds: float, metrics: Metrics, usage: UsageCounters
+) -> None:
+    """At stop, after the sampler: the store writes still running here, awaited at most
+    `seconds` (one cut would cost its conversation's next turn a resend); then what this
+    worker counted, added (a flush the stop cancelled included); what the store cannot
+    take now is lost with the process."""
+    left = await under_way.drained(seconds)
+    if left:
+        log.warning("stopping with %d store writes still running (a next turn resends)", left)
     try:
         await usage.flush(metrics.pending)
     except StoreUnavailableError as exc:
@@ -331,7 +338,12 @@ def create_app(
             collector.tune()
             allocator.tune()  # growing bodies from the heap (toolref.kit.allocator)
             usage = app.state.services.usage
-            stack.push_async_callback(_last_flush, metrics, usage)
+            # At stop, before the store's client closes: the writes left to run after their
+            # answers (a channel's turns), at most a command's deadline and a slot's; then
+            # the usage this worker counted.
+            stack.push_async_callback(
+                _stopping, under_way, 2 * settings.redis_timeout, metrics, usage
+            )
             sampler = asyncio.create_task(_sampling(metrics, usage, settings.sample_seconds))
             await stack.enter_async_context(_running(sampler))
             # Not awaited: a store that does not answer must not delay the start.

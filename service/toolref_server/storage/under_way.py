@@ -37,6 +37,7 @@ class UnderWay:
         self._tasks: dict[Hashable, asyncio.Task[object]] = {}
         self._running: dict[str, int] = {}  # tenant -> its writes running (O(1) `busy`)
         self._total = 0
+        self._all: set[asyncio.Task[object]] = set()  # every write running (`drained`)
 
     def add(self, what: What, task: asyncio.Task[object]) -> None:
         """`task` writes `what` (until it ends: `settled` waits for it)."""
@@ -44,10 +45,12 @@ class UnderWay:
         tenant = what[1]
         self._running[tenant] = self._running.get(tenant, 0) + 1
         self._total += 1
+        self._all.add(task)
 
         def ended(done: asyncio.Task[object]) -> None:
             if self._tasks.get(what) is done:
                 del self._tasks[what]
+            self._all.discard(done)
             self._total -= 1
             left = self._running[tenant] - 1
             if left:
@@ -65,6 +68,14 @@ class UnderWay:
         task = self._tasks.get(what)
         if task is not None and task is not asyncio.current_task():
             await asyncio.wait({task})
+
+    async def drained(self, seconds: float) -> int:
+        """Until every write running here ended, at most `seconds` (a stop: the store's
+        client closes after it, and a write it cut would cost its next turn a resend); how
+        many were still running then."""
+        if self._all:
+            await asyncio.wait(set(self._all), timeout=seconds)
+        return len(self._all)
 
     def busy(self, tenant: str, most: int, most_all: int) -> bool:
         """Whether `tenant` has `most` writes or more under way, or the process
