@@ -376,14 +376,15 @@ class Relay:
         upload = Upload(
             _sent(call, len(raw)), len(content), meter.sent, route, status, context_of(told)
         )
-        self.link.told(who(call.headers, upstream), upload)
         extra = [(SAVINGS_HEADER, savings_header(upload))]
-        if isinstance(answer, ErrorReply):
-            await reply_error(send, answer, extra)
-            log_call(call, upstream, answer.status, upload.raw, upload.wire)
-            return
-        log_call(call, upstream, answer.status_code, upload.raw, upload.wire)
-        await relay_answer(send, answer, extra)
+        try:
+            if isinstance(answer, ErrorReply):
+                await reply_error(send, answer, extra)
+            else:
+                await relay_answer(send, answer, extra)
+        finally:  # the turn's line and log once its answer went (or broke off)
+            self.link.told(who(call.headers, upstream), upload)
+            log_call(call, upstream, status, upload.raw, upload.wire)
 
     async def _as_it_is(
         self,

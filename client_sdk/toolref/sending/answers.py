@@ -251,8 +251,8 @@ class _Tapped(httpx.SyncByteStream, httpx.AsyncByteStream, SyncByteStream2, Asyn
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         async for piece in self.stream:
+            yield piece  # on its way first: the tap's work follows it
             self._fed(piece)
-            yield piece
 
     def _fed(self, piece: bytes) -> None:
         if self.tap.feed(piece):
