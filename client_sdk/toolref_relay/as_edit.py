@@ -179,32 +179,50 @@ async def send_edit(
         if plain is not None:
             return await pool.handle_async_request(plain)
         response = await pool.handle_async_request(request)
-        if response.status_code == 415 and HISTORY_HEADER not in response.headers:
-            await response.aclose()  # the gateway's (the provider's would name the recipe)
-            return UNSUPPORTED
-        if await _store_down(response):
-            return STORE_DOWN
-        if may_resend(response):
-            await response.aread()
-            async with client.lock:
-                following = await _to_its_end(
-                    _WORKERS.run(
-                        len(content),
-                        editor.on_miss,
-                        edit,
-                        response.status_code,
-                        problem_of(response),
-                    )
-                )
-            if following is not None:
-                await response.aclose()
-                edit = following
-                continue
+        try:
+            found = await _answered(client, edit, request, response, len(content))
+        except BaseException:  # the agent left (or the read failed) before it was handed on:
+            await _shielded(response.aclose())  # closed, not left open on the pool or channel
+            raise
+        if not isinstance(found, Edit):
+            return found
+        edit = found
+
+
+async def _answered(
+    client: Client, edit: Edit, request: httpx.Request, response: httpx.Response, size: int
+) -> httpx.Response | Declined | Edit:
+    """What `send_edit` does with the gateway's `response` to `edit`: the answer (its
+    recipe confirmed), a refusal (`UNSUPPORTED`, `STORE_DOWN`), or the next attempt of a
+    miss (the response read and closed). `size`: the body's bytes (a worker thread past
+    `OFFLOAD_BYTES`)."""
+    editor = client.editor
+    if response.status_code == 415 and HISTORY_HEADER not in response.headers:
+        await response.aclose()  # the gateway's (the provider's would name the recipe)
+        return UNSUPPORTED
+    if await _store_down(response):
+        return STORE_DOWN
+    if may_resend(response):
+        await response.aread()
         async with client.lock:
-            kept = editor.confirm(edit, response.headers.get(HISTORY_HEADER))  # O(entries)
-        if kept:
-            read_answer(response, request.url.path, partial(client.answered, edit.ref))
-        return response
+            following = await _to_its_end(
+                _WORKERS.run(size, editor.on_miss, edit, response.status_code, problem_of(response))
+            )
+        if following is not None:
+            await response.aclose()
+            return following
+    async with client.lock:  # may wait for another turn's preparing: a cancel point
+        kept = editor.confirm(edit, response.headers.get(HISTORY_HEADER))  # O(entries)
+    if kept:
+        read_answer(response, request.url.path, partial(client.answered, edit.ref))
+    return response
+
+
+async def _shielded(work: Awaitable[None]) -> None:
+    """`work` awaited to its end even when the caller is cancelled meanwhile (a second
+    cancel), its failure dropped: closing a response that is being left."""
+    with contextlib.suppress(BaseException):
+        await asyncio.shield(work)
 
 
 async def _store_down(response: httpx.Response) -> bool:

@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from toolref.sending.channel_transport import CARRIED, FRAMED
 from toolref.wire.shapes import ErrorReply, Provider, error_reply
 
 from .headers import Pairs, first
@@ -56,7 +57,9 @@ class Call:
 
 class Meter(httpx.AsyncBaseTransport):
     """The shared connection pool, counting the requests sent through it as they go on the
-    wire: header lines (`name: value` and its line end, each) and body."""
+    wire: over HTTP, header lines (`name: value` and its line end, each) and body; over the
+    channel, the turn's frame (a WebSocket message: its bytes), as its answer tells
+    (`FRAMED`), and both when the channel's busy answer sent it over HTTP after all."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner, self.sent = inner, 0
@@ -65,10 +68,14 @@ class Meter(httpx.AsyncBaseTransport):
         size = wire_size(request)
         self.sent += size
         try:
-            return await self.inner.handle_async_request(request)
+            response = await self.inner.handle_async_request(request)
         except UNREACHABLE:
             self.sent -= size  # never connected: nothing went out
             raise
+        framed = response.extensions.get(FRAMED)
+        if isinstance(framed, int):  # a channel's frame went for it: no HTTP head, if it
+            self.sent += framed - (size if response.extensions.get(CARRIED) else 0)  # answered
+        return response
 
 
 def wire_size(request: httpx.Request) -> int:

@@ -170,8 +170,9 @@ class Metrics:
         self.upload_bytes = Counter(
             "toolref_upload_bytes",
             "Gateway LLM request bytes: raw (the body forwarded upstream, as its client "
-            "wrote it) and wire (the body received: an edit, refs, compression), "
-            "by tenant and upstream; a WebSocket turn's message alike.",
+            "wrote it) and wire (the body received: an edit, refs, compression; every "
+            "attempt, one refused before it was forwarded included), by tenant and upstream; "
+            "a WebSocket turn's message alike.",
             ["kind", "tenant", "upstream"],
             registry=r,
         )

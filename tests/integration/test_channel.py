@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -24,8 +25,9 @@ from redis.asyncio import Redis
 from tests.integration.test_answer_dictionary import Provider, replies, result, written_back
 from tests.support.servers import serve, serve_all
 from tests.unit.edits.agents import HEADERS
-from toolref.asgi.scope import ASGIApp, Receive, Scope, Send
+from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send
 from toolref_relay import Relay, RelayConfig
+from toolref_relay.ledger import size
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -44,6 +46,7 @@ class Seen:
     refuse: bool = False
     http: list[str] = field(default_factory=list)
     sockets: int = 0
+    frames: list[int] = field(default_factory=list)  # the bytes of each channel message
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
@@ -52,9 +55,19 @@ class Seen:
                 await receive()
                 await send({"type": "websocket.close", "code": 1008})
                 return
+            receive = self._framed(receive)
         elif scope["type"] == "http" and scope["path"].startswith("/llm/"):
             self.http.append(scope["path"])
         await self.app(scope, receive, send)
+
+    def _framed(self, receive: Receive) -> Receive:
+        async def framed() -> Message:
+            message = await receive()
+            if message["type"] == "websocket.receive":
+                self.frames.append(len(message.get("bytes") or b""))
+            return message
+
+        return framed
 
 
 @asynccontextmanager
@@ -152,3 +165,36 @@ async def test_a_request_the_relay_streams_on_goes_over_http_beside_the_channel(
     assert provider.seen[-1] == b"x" * 16000
     assert seen.sockets == 1
     assert seen.http == ["/llm/anthropic/v1/files"]
+
+
+async def test_a_turn_over_the_channel_counts_its_frame_not_an_http_head(redis: Redis) -> None:
+    """What the relay tells it sent for a turn (`Toolref-Savings`' `wire=`, the turn line;
+    its counters add the same) is what went on the wire: over the channel, the turn's frame
+    (no header lines: a WebSocket message's bytes). Before, each turn counted the HTTP head
+    it did not send (about 250 bytes more each; the savings read smaller than they were)."""
+    provider = Provider(replies(4, 9))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Build it. " * 60}]
+    told: list[int] = []
+    async with (
+        relayed(redis, provider) as (relay_url, seen, lines),
+        httpx.AsyncClient(timeout=30) as agent,
+    ):
+        for n in range(4):
+            body = {"model": MODEL, "max_tokens": 512, "stream": True, "messages": messages}
+            answer = await agent.post(
+                relay_url + "/llm/anthropic/v1/messages",
+                content=json.dumps(body).encode(),
+                headers=HEADERS,
+            )
+            assert answer.status_code == 200, answer.text
+            savings = answer.headers["toolref-savings"]
+            found = re.fullmatch(r"raw=(\d+), wire=(\d+), ratio=.*", savings)
+            assert found is not None
+            told.append(int(found[2]))
+            reply = provider.replies[n]
+            messages = [*messages, written_back("messages", reply), result("messages", reply, n)]
+    assert seen.http == []  # every turn rode the channel
+    assert told == seen.frames  # one frame a turn, its bytes
+    turns = [line for line in lines if " turn " in line and "since the relay" not in line]
+    for line, wire in zip(turns, told, strict=True):  # the turn lines tell the same
+        assert f"sent {size(wire)}  " in line

@@ -139,3 +139,29 @@ async def test_the_page_the_index_and_docs(stack: Stack) -> None:
     assert '<a href="/openapi.json">' in docs.text
     for path in ("/v1/savings", "/v1/messages:hydrate", "/metrics"):
         assert f"<code>{path}</code>" in docs.text
+
+
+async def test_a_resent_request_counts_both_attempts_on_the_wire(stack: Stack) -> None:
+    """An edit the gateway answered 409 (its base evicted) came over the wire, and so did
+    its resend: the bytes on the wire are both attempts'. Before, the refused attempt's
+    bytes were left out, and the page's `saved` (raw - wire) grew by them."""
+    calls = 0
+
+    async def evict_before_the_third_request(request: httpx2.Request) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            recipes = [n for n in await key_names(stack.redis) if n.split(":")[2] in "bkp"]
+            await stack.redis.delete(*recipes)
+
+    acme = await openai_turns(
+        stack.url + "/llm/openai", ACME, openai_client.TASKS[:3], evict_before_the_third_request
+    )
+    async with httpx.AsyncClient(base_url=stack.url) as client:
+        metrics = await from_metrics(client, SCRAPER)
+        savings = await from_savings(client, SCRAPER)
+    counted = metrics[("acme", "openai")]
+    assert counted["resends"] == len(acme.wire) - len(acme.sdk) == 1
+    assert counted["rawBytes"] == sum(map(len, acme.sdk))  # each body forwarded once
+    assert counted["wireBytes"] == sum(len(r.read()) for r in acme.wire)  # every attempt
+    assert savings["hour"][("acme", "openai")] == counted

@@ -559,3 +559,29 @@ async def test_a_channel_closed_behind_a_write_that_never_ends_is_let_go(
     assert [m["type"] for m in socket.tried] == ["websocket.send"]  # the close never got in
     left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     assert all(t.done() for t in left if "_served" in repr(t.get_coro()))
+
+
+async def test_the_relay_counts_a_channel_turn_as_its_frame_and_a_busy_one_twice() -> None:
+    """The relay's `Meter` counts what went on the wire: a turn the channel carried, its
+    frame (no HTTP head); one the channel answered busy and HTTP then carried, that frame
+    and the HTTP request. Before, both counted the HTTP request alone."""
+    from toolref_relay.calls import Meter, wire_size
+
+    class Link:  # a channel carrying each turn as a frame of 40 bytes, or busy
+        closed, streams, used, busy = False, dict[int, Any](), 0.0, False
+
+        async def send(self, request: httpx.Request) -> httpx.Response:
+            status, headers = (503, [frames.BUSY]) if self.busy else (200, [])
+            extensions = {channel_transport.CARRIED: True, channel_transport.FRAMED: 40}
+            return httpx.Response(status, headers=headers, request=request, extensions=extensions)
+
+    link, inner = Link(), Recording()
+    meter = Meter(over(link, inner))
+    turn = request("http://127.0.0.1:9/v1/messages")
+    assert (await meter.handle_async_request(turn)).status_code == 200
+    assert meter.sent == 40
+    assert inner.sent == []
+    link.busy, meter.sent = True, 0
+    assert (await meter.handle_async_request(turn)).status_code == 200
+    assert inner.sent == [turn]  # over HTTP after the busy answer
+    assert meter.sent == 40 + wire_size(turn)

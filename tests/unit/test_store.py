@@ -46,6 +46,19 @@ async def test_the_store_keeps_the_verifier_it_is_given() -> None:
     assert len(given) == 1
 
 
+async def test_the_verifier_counts_tool_names_in_its_characters() -> None:
+    """TOOLREF_VERIFIED_CHARS bounds the characters the remembered records hold. It counted
+    their arguments and results only: records with long tool names (any length a body
+    carries) and tiny payloads weighed a few characters each, so 100,000 of them (the count
+    bound) held 100,000 names of any size. Now the name counts too."""
+    given = Verifier(limit=100, chars=3000)  # room for one record of a 2,000-character name
+    store = Store(fakeredis.FakeAsyncRedis(), ttl_seconds=100, verifier=given)
+    items = [new_record({**INVOCATION, "name": str(n) * 2000, "result": "x"}) for n in range(10)]
+    await store.register("t", items)
+    assert all(await store.fetch("t", [item.ref for item in items]))
+    assert len(given) == 1
+
+
 async def test_register_is_set_if_absent(store: Store) -> None:
     item = new_record(INVOCATION)
     [first] = await store.register("t", [item])

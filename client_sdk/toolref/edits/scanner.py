@@ -43,9 +43,20 @@ WINDOW_MAX: Final = 8192  # a piece longer than this is cut at its next line end
 # its low 3 bits clear (one line in 8): content-defined, so the same text cuts at the same
 # places wherever it sits. What a message's text cuts into is remembered (`_WINDOWS`, by
 # the text: a conversation's old messages are cut once), so a turn costs a scan of its new
-# long messages only, and a hash of the old ones (C speed).
+# long messages only, and a hash of the old ones (C speed). Bounded: at most `WINDOWS`
+# texts and `WINDOWS_CHARS` characters of them and their cuts (a longer text: not kept).
 _LINE_END: Final = re.compile(r"\\n")
-_WINDOWS: Final[LRU[str, tuple[int, ...]]] = LRU(4096, 16 << 20, len)
+WINDOWS: Final = 4096
+WINDOWS_CHARS: Final = 16 << 20
+
+
+def _held(cut: tuple[int, tuple[int, ...]]) -> int:
+    """What a text's entry holds: its characters (the key: the text itself) and its cuts."""
+    return cut[0] + len(cut[1])
+
+
+# text -> (its length, where it cuts)
+_WINDOWS: Final[LRU[str, tuple[int, tuple[int, ...]]]] = LRU(WINDOWS, WINDOWS_CHARS, _held)
 _WINDOWS_LOCK: Final = threading.Lock()  # cuts run on the loop and in worker threads
 
 
@@ -454,11 +465,13 @@ def _windowed(text: str, start: int, end: int) -> list[tuple[int, int]]:
         return [(start, end)]
     span = text[start:end]
     with _WINDOWS_LOCK:
-        cuts = _WINDOWS.get(span)
-    if cuts is None:
+        known = _WINDOWS.get(span)
+    if known is not None:
+        cuts = known[1]
+    else:
         cuts = _cuts_of(span)  # outside the lock: linear in the span
         with _WINDOWS_LOCK:
-            _WINDOWS.put(span, cuts)
+            _WINDOWS.put(span, (len(span), cuts))
     found: list[tuple[int, int]] = []
     at = start
     for cut in cuts:

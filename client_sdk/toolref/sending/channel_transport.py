@@ -51,6 +51,10 @@ from toolref.wire.headers import CHANNEL_HEADER, EDITS_HEADER, KEY_HEADER
 log = logging.getLogger("toolref.channel")
 # An answer's extension: a channel carried it (no proxy in between answered it itself).
 CARRIED: Final = "toolref.channel"
+# An answer's extension: the bytes of the frame its request went as on the channel (a
+# WebSocket message: no header lines); on an answer over HTTP after the channel's busy
+# answer, that frame's bytes too (what a sender counting its wire adds: the relay's `Meter`).
+FRAMED: Final = "toolref.channel.framed"
 MAX_MESSAGE: Final = 64 << 20  # bytes of one answer frame
 MAX_CHANNELS: Final = 64  # a sender's channels open at once (`Channels`)
 # A channel idle this long is closed before the next turn and a new one opened: a NAT or a
@@ -119,7 +123,10 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             return await self.inner.handle_async_request(request)
         if answer.status_code == 503 and answer.headers.get(frames.BUSY[0]) == frames.BUSY[1]:
             await answer.aclose()  # the receiver did nothing with it (its turns counted on)
-            return await self.inner.handle_async_request(request)
+            framed = answer.extensions.get(FRAMED)
+            answer = await self.inner.handle_async_request(request)
+            if framed is not None:  # went on the wire before this one
+                answer.extensions[FRAMED] = framed
         return answer
 
     async def aclose(self) -> None:
@@ -252,7 +259,11 @@ class _Link:
             answer = _Answer(self, stream, queue, timeout, request)
             raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
             return _package(request).Response(
-                status, headers=raw, stream=answer, request=request, extensions={CARRIED: True}
+                status,
+                headers=raw,
+                stream=answer,
+                request=request,
+                extensions={CARRIED: True, FRAMED: len(frame)},
             )
         except BaseException as exc:
             self.streams.pop(stream, None)

@@ -165,21 +165,35 @@ class Gateway:
     ) -> None:
         """A request to an LLM endpoint (or an edit of one), counted for its tenant and
         upstream (`Metrics.gateway_usage`): one request, and a resend when the gateway
-        answers it 409 (its client sends it again in full)."""
+        answers it 409 (its client sends it again in full). The bytes of one refused
+        before it was sent on (a 409, a 400 `dictionary-mismatch`, a 503
+        `store-unavailable`: each sent again) count on the wire too: they came over it."""
         count = _Count(tenant, scope[ROUTE_KEY].name)
         self.metrics.gateway_usage(count.tenant, count.upstream, Counts(requests=1))
         context = self._context(scope, tenant, count.upstream, llm)
         if context is not None:
             send = context.watched(send)
 
+        async def counted() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                count.wire += len(message.get("body", b""))
+                count.whole = not message.get("more_body", False)
+            return message
+
+        def refused(status: int) -> None:
+            """Its answer (`status`) given before it was sent on: its bytes received."""
+            resends = int(status == 409)
+            if not count.forwarded and (resends or count.wire):
+                self.metrics.gateway_usage(
+                    count.tenant, count.upstream, Counts(resends=resends, wire=count.wire)
+                )
+
         async def watched(message: Message) -> None:
-            # A hydrated request's 409 is answered, not raised: seen on its way out.
-            if (
-                message["type"] == "http.response.start"
-                and message["status"] == 409
-                and not count.forwarded
-            ):
-                self.metrics.gateway_usage(count.tenant, count.upstream, Counts(resends=1))
+            # A hydrated request's refusal (a 409) is answered, not raised: seen on its way
+            # out.
+            if message["type"] == "http.response.start":
+                refused(message["status"])
             await send(message)
 
         try:
@@ -189,7 +203,7 @@ class Gateway:
                     rewrite = partial(switch_body, llm=llm, at=scope[_SWITCH_KEY])
                 await forward_edit(
                     scope,
-                    receive,
+                    counted,
                     send,
                     services=self._services(),
                     forwarder=self.forwarder,
@@ -199,10 +213,11 @@ class Gateway:
                     context=context,
                 )
             elif llm is not None:
-                await self._hydrated(count, llm, {**scope, _CONTEXT_KEY: context}, receive, watched)
+                await self._hydrated(count, llm, {**scope, _CONTEXT_KEY: context}, counted, watched)
         except ToolrefError as exc:
-            if exc.status == 409:  # an edit's base or pieces not held: answered by __call__
-                self.metrics.gateway_usage(count.tenant, count.upstream, Counts(resends=1))
+            # an edit's base or pieces not held (409), ...: answered by __call__; an edit is
+            # counted once applied (`forward_edit`), so one refused is not yet
+            refused(exc.status)
             raise
 
     def _context(
@@ -230,21 +245,13 @@ class Gateway:
     async def _hydrated(
         self, count: _Count, llm: Endpoint, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        """Hydrated in process (a protocol-2 request), then to `_counted_forward`, counting
-        the bytes as they arrive."""
+        """Hydrated in process (a protocol-2 request), then to `_counted_forward`;
+        `receive` counts the bytes as they arrive (`_llm`)."""
         tenant = count.tenant
         scope[_COUNT_KEY] = count
         scope[_ENDPOINT_KEY] = llm
-
-        async def counted() -> Message:
-            message = await receive()
-            if message["type"] == "http.request":
-                count.wire += len(message.get("body", b""))
-                count.whole = not message.get("more_body", False)
-            return message
-
         if not speaks_refs(scope):  # a client without toolref: passed on as it is
-            await self._counted_forward(scope, counted, send)
+            await self._counted_forward(scope, receive, send)
             return
         settings = self.settings
         hydrator = Hydrator(
@@ -260,7 +267,7 @@ class Gateway:
                 self._counted_forward,
                 hydrator,
                 scope,
-                counted,
+                receive,
                 send,
                 account=account,
                 max_body_bytes=settings.max_body_bytes,

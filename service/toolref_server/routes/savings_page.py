@@ -92,7 +92,10 @@ class UsageRow(_Model):
     requests: int = Field(description="LLM requests through the gateway, whatever the answer.")
     resends: int = Field(description="Of them, answered 409: sent again in full by the client.")
     raw_bytes: int = Field(description="Request bytes forwarded upstream (as the client wrote).")
-    wire_bytes: int = Field(description="Request bytes received (refs, histories, zstd).")
+    wire_bytes: int = Field(
+        description="Request bytes received (refs, histories, zstd), every attempt: one "
+        "refused before it was forwarded and sent again too."
+    )
     tokens: int = Field(
         default=0,
         description="Estimated input tokens sent upstream by requests context editing read.",

@@ -19,7 +19,8 @@ class CacheSettings(BaseModel):
     verified_chars: int = Field(
         default=32 * 2**20,
         ge=0,
-        description="At most this many characters of payloads in those records (LRU).",
+        description="At most this many characters of tool names and payloads in those "
+        "records (LRU).",
     )
     edit_cache_bytes: int = Field(
         default=64 * 2**20,

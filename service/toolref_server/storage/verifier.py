@@ -6,7 +6,8 @@ the key (a flipped bit, a record planted) hash differently and are checked in fu
 
 Records are kept decoded, so a record read again costs one SHA-256 of its bytes, neither
 the check nor the decoding. Bounded: at most `limit` records and `chars` characters of
-payloads (LRU). Thread-safe: the checks run in worker threads."""
+their tool names and payloads (LRU; a name is as long as a body lets it be, so it counts).
+Thread-safe: the checks run in worker threads."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from toolref_server.storage.record import Record
 class Verifier:
     """See the module docstring. `limit`: records remembered; `chars`: at most this many
     characters of their payloads, kept decoded (a record read again is then neither
-    checked nor decoded)."""
+    checked nor decoded); their tool names count too."""
 
     def __init__(self, limit: int, chars: int = 32 << 20) -> None:
         self.limit = limit
@@ -40,8 +41,7 @@ class Verifier:
             # The same bytes, sound before: sound still, but they must name this ref too.
             return known if known.digest[: len(ref.digest_prefix)] == ref.digest_prefix else None
         found = record.verified(data, ref)
-        size = len(found.payload.args) + len(found.payload.result) if found is not None else 0
-        if found is not None and self.limit > 0 and size <= self.chars:
+        if found is not None and self.limit > 0 and _chars(found) <= self.chars:
             with self._lock:
                 if key not in self._sound:
                     self._sound.put(key, found)
@@ -52,4 +52,4 @@ class Verifier:
 
 
 def _chars(found: Record) -> int:
-    return len(found.payload.args) + len(found.payload.result)
+    return len(found.name) + len(found.payload.args) + len(found.payload.result)

@@ -156,6 +156,28 @@ def test_the_memory_is_bounded() -> None:
     assert sum(len(m.text) for m in scanner._MEMOS) <= scanner.MEMO_CHARS
 
 
+def test_the_long_windows_memory_is_bounded_by_the_characters_of_its_texts() -> None:
+    """What a long message's text cuts into is remembered by the text itself. The bound
+    weighed only the cuts (one per 512 characters at least), so its 4,096 texts of any
+    length were held whole: 4,096 tool results of 1 MiB, 4 GiB, in a relay or an agent's
+    process running for days. Now the texts' characters count against it."""
+    with scanner._WINDOWS_LOCK:
+        scanner._WINDOWS.clear()
+    try:
+        limit = scanner._WINDOWS.limit
+        assert limit is not None
+        span = 8192
+        for n in range(limit // span + 512):  # distinct texts, more characters than the bound
+            text = f"{n:08d}" + "a" * (span - 8)
+            scanner._windowed(text, 0, len(text))
+        with scanner._WINDOWS_LOCK:
+            held = sum(len(text) for text in scanner._WINDOWS)
+        assert 0 < held <= limit
+    finally:
+        with scanner._WINDOWS_LOCK:
+            scanner._WINDOWS.clear()
+
+
 def test_shared_counts_first_characters_at_any_length() -> None:
     for size in (0, 1, 63, 64, 65, 1000, 100_000):
         one = "x" * size + "a" + "y" * 10
