@@ -161,17 +161,17 @@ export class ToolReferenceManager {
     const data =
       body instanceof Uint8Array ? (cut == null ? new Uint8Array(body) : body) : encoder.encode(typeof body === "string" ? body : JSON.stringify(body));
     const pairs = segmentHeaders(new Headers(headers));
-    const counted = { attempts: 0, wire: 0 };
+    const counted = { attempts: 0, wire: 0, resends: 0 };
     const sent = await this.exchange(data, pairs, post, counted, cut, path);
     this.savings.requests += 1;
     this.savings.rawBytes += data.length;
     this.savings.wireBytes += counted.wire;
-    this.savings.resends += counted.attempts - 1;
+    this.savings.resends += counted.resends; // attempts after a miss, as Python's `Savings`
     if (sent.edit) this.savings.edits += 1;
     return sent;
   }
 
-  private async exchange(data: Uint8Array, pairs: [string, string][], post: Post, counted: { attempts: number; wire: number }, cut?: BodyCut | null, path?: string): Promise<Sent> {
+  private async exchange(data: Uint8Array, pairs: [string, string][], post: Post, counted: { attempts: number; wire: number; resends: number }, cut?: BodyCut | null, path?: string): Promise<Sent> {
     const sent = (response: Response, edit: Edit | null, historyRef: string | null = null): Sent => ({
       response,
       rawBytes: data.length,
@@ -250,6 +250,7 @@ export class ToolReferenceManager {
         const following = await this.editor.onMiss(edit, status, problem);
         if (following !== null) {
           edit = following;
+          counted.resends += 1; // a miss resent (not a request sent as it is after a refusal)
           continue;
         }
       }

@@ -237,6 +237,25 @@ describe("state shared per endpoint", () => {
     expect(sharedEndpoints()).toBe(SHARED_ENDPOINTS);
   });
 
+  it("savings count a miss resent, never a request sent as it is after a refusal (Python's `Savings` alike)", async () => {
+    const receiver = new Receiver();
+    const manager = new ToolReferenceManager();
+    const send = toolrefFetch({ fetch: receiver.fetch, manager });
+    const turn = async (n: number) => {
+      const answer = await post(send, "http://app.test/api/chat", { id: "chat", messages: uiConversation(n), trigger: "submit-message" });
+      expect(answer.status).toBe(200);
+      await answer.text();
+    };
+    for (const n of [1, 2, 3]) await turn(n);
+    expect(manager.savings.resends).toBe(0);
+    receiver.forget(); // its registry emptied: the next edit is a 409 and one resend
+    await turn(4);
+    expect(manager.savings.resends).toBe(1);
+    receiver.refuses = true; // a 415: the request goes as it is, no resend
+    await turn(5);
+    expect(manager.savings).toMatchObject({ requests: 5, resends: 1 });
+  });
+
   it("an explicit manager is used alone", async () => {
     const receiver = new Receiver();
     const manager = new ToolReferenceManager();
