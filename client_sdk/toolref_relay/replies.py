@@ -55,9 +55,11 @@ async def relay_answer(
         await send({"type": "http.response.body", "body": body, "more_body": False})
         return len(body)
     headers = to_agent(pairs, extra=extra)
-    await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
     sent = 0
-    try:
+    try:  # the answer closed however this ends: its head's send cancelled included
+        await send(
+            {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        )
         async for chunk in response.aiter_raw():
             if chunk:
                 sent += len(chunk)

@@ -520,3 +520,28 @@ def test_the_relay_is_served_on_h11_whatever_parsers_are_installed() -> None:
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
+
+
+async def test_an_answer_whose_head_the_agent_never_took_is_closed() -> None:
+    """Found in review: the head went to the agent before the block that closes the
+    answer, so a send cancelled there (the agent gone, uvicorn's write paused) left the
+    gateway's answer open (a channel stream, a pooled connection held)."""
+    from toolref_relay.replies import relay_answer
+
+    closed: list[bool] = []
+
+    class Stream(httpx.AsyncByteStream):
+        async def __aiter__(self) -> Any:
+            yield b"data: {}\n\n"
+
+        async def aclose(self) -> None:
+            closed.append(True)
+
+    response = httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=Stream())
+
+    async def send(message: Any) -> None:
+        raise asyncio.CancelledError  # the head's send cancelled
+
+    with pytest.raises(asyncio.CancelledError):
+        await relay_answer(send, response)
+    assert closed == [True]
