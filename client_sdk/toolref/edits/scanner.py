@@ -22,7 +22,6 @@ import bisect
 import json
 import re
 import threading
-import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,34 +29,10 @@ from json.decoder import scanstring  # type: ignore[attr-defined]  # public, not
 from json.scanner import make_scanner
 from typing import Any, AnyStr, Final, TypeVar
 
-from toolref.kit.lru import LRU
+from toolref.edits import window
+from toolref.edits.window import windowed
 
 LARGE: Final = 256  # a member value at least this long is a segment of its own
-# The long window (issue 39): a message span this long is cut again, at content-defined
-# places (`_windowed`), so that content repeated from anywhere in the conversation (a file
-# read twice, in two messages) is the same segments again, which an edit keeps.
-WINDOW_LONG: Final = 4096
-WINDOW_MIN: Final = 512  # bytes at least between two such cuts
-WINDOW_MAX: Final = 8192  # a piece longer than this is cut at its next line end anyway
-# Places to cut: after an escaped line end (`\n` in the JSON text) whose line's CRC-32 has
-# its low 3 bits clear (one line in 8): content-defined, so the same text cuts at the same
-# places wherever it sits. What a message's text cuts into is remembered (`_WINDOWS`, by
-# the text: a conversation's old messages are cut once), so a turn costs a scan of its new
-# long messages only, and a hash of the old ones (C speed). Bounded: at most `WINDOWS`
-# texts and `WINDOWS_CHARS` characters of them and their cuts (a longer text: not kept).
-_LINE_END: Final = re.compile(r"\\n")
-WINDOWS: Final = 4096
-WINDOWS_CHARS: Final = 16 << 20
-
-
-def _held(cut: tuple[int, tuple[int, ...]]) -> int:
-    """What a text's entry holds: its characters (the key: the text itself) and its cuts."""
-    return cut[0] + len(cut[1])
-
-
-# text -> (its length, where it cuts)
-_WINDOWS: Final[LRU[str, tuple[int, tuple[int, ...]]]] = LRU(WINDOWS, WINDOWS_CHARS, _held)
-_WINDOWS_LOCK: Final = threading.Lock()  # cuts run on the loop and in worker threads
 
 
 def _ignore(_: str) -> None:
@@ -151,9 +126,11 @@ def scan(
 
 
 def forget() -> None:
-    """Remember no scan: the next body is scanned from its start (tests, benches)."""
+    """Remember no scan: the next body is scanned from its start, its long messages cut
+    afresh (tests, benches)."""
     with _MEMOS_LOCK:
         _MEMOS.clear()
+    window.forget()
 
 
 def shared(one: AnyStr, other: AnyStr) -> int:
@@ -301,7 +278,7 @@ def _message_loop(found: Scan, at: int) -> int:
         at, own, role = _message(text, at, found.bounds)
         spans = _message_spans(text, start, at, own)
         if found.window:  # the long window: long spans cut again
-            spans = [piece for span in spans for piece in _windowed(text, *span)]
+            spans = [piece for span in spans for piece in windowed(text, *span)]
             found.owners.extend([len(found.messages)] * len(spans))
         largest = max(range(len(spans)), key=lambda k: spans[k][1] - spans[k][0])
         found.messages.append(len(cuts) + largest)  # what it says, its ids and marks aside
@@ -453,48 +430,6 @@ def _message_spans(
             break
         spans.pop()
     return [(a, b) for a, b in spans if b > a] or [(start, end)]
-
-
-def _windowed(text: str, start: int, end: int) -> list[tuple[int, int]]:
-    """The span cut at content-defined places (`_LINE_END` of a line whose CRC-32 ends in
-    three zero bits; pieces at least `WINDOW_MIN` and, where a line end allows, at most
-    `WINDOW_MAX` bytes; none within `WINDOW_MIN` of its end) when it is `WINDOW_LONG` long
-    or more; else whole. Linear in the span: one regex pass and a CRC per line, once per
-    distinct text (`_WINDOWS`)."""
-    if end - start < WINDOW_LONG:
-        return [(start, end)]
-    span = text[start:end]
-    with _WINDOWS_LOCK:
-        known = _WINDOWS.get(span)
-    if known is not None:
-        cuts = known[1]
-    else:
-        cuts = _cuts_of(span)  # outside the lock: linear in the span
-        with _WINDOWS_LOCK:
-            _WINDOWS.put(span, (len(span), cuts))
-    found: list[tuple[int, int]] = []
-    at = start
-    for cut in cuts:
-        found.append((at, start + cut))
-        at = start + cut
-    found.append((at, end))
-    return found
-
-
-def _cuts_of(span: str) -> tuple[int, ...]:
-    cuts: list[int] = []
-    last = line = 0
-    limit = len(span) - WINDOW_MIN
-    for place in _LINE_END.finditer(span):
-        cut = place.end()
-        if cut > limit:
-            break
-        crc = zlib.crc32(span[line:cut].encode("utf-8", "surrogatepass"))
-        line = cut
-        if cut - last >= WINDOW_MIN and (crc & 7 == 0 or cut - last >= WINDOW_MAX):
-            cuts.append(cut)
-            last = cut
-    return tuple(cuts)
 
 
 def _end(text: str, at: int) -> None:

@@ -187,7 +187,7 @@ class Editor:
         self.rendered: dict[str, int] = {}  # kept recipe's ref -> its request's messages
         self.max_answers = max(1, max_recipes)
         self.size_guard = size_guard
-        self.long_window = long_window  # long messages cut again (`scanner._windowed`)
+        self.long_window = long_window  # long messages cut again (`window.windowed`)
         self.version = version  # the highest the gateway reads (its capabilities' `edits`)
 
     def prepare(

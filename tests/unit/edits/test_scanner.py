@@ -13,7 +13,7 @@ from typing import Any, Final
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolref.edits import scanner
+from toolref.edits import scanner, window
 
 text_value = st.text(alphabet=st.sampled_from('ab \n\\"é😀{}[],:x1'), max_size=60)
 long_text = st.integers(0, 3).map(
@@ -161,21 +161,21 @@ def test_the_long_windows_memory_is_bounded_by_the_characters_of_its_texts() -> 
     weighed only the cuts (one per 512 characters at least), so its 4,096 texts of any
     length were held whole: 4,096 tool results of 1 MiB, 4 GiB, in a relay or an agent's
     process running for days. Now the texts' characters count against it."""
-    with scanner._WINDOWS_LOCK:
-        scanner._WINDOWS.clear()
+    with window._WINDOWS_LOCK:
+        window._WINDOWS.clear()
     try:
-        limit = scanner._WINDOWS.limit
+        limit = window._WINDOWS.limit
         assert limit is not None
         span = 8192
         for n in range(limit // span + 512):  # distinct texts, more characters than the bound
             text = f"{n:08d}" + "a" * (span - 8)
-            scanner._windowed(text, 0, len(text))
-        with scanner._WINDOWS_LOCK:
-            held = sum(len(text) for text in scanner._WINDOWS)
+            window.windowed(text, 0, len(text))
+        with window._WINDOWS_LOCK:
+            held = sum(len(text) for text in window._WINDOWS)
         assert 0 < held <= limit
     finally:
-        with scanner._WINDOWS_LOCK:
-            scanner._WINDOWS.clear()
+        with window._WINDOWS_LOCK:
+            window._WINDOWS.clear()
 
 
 def test_shared_counts_first_characters_at_any_length() -> None:
