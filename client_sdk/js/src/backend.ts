@@ -119,12 +119,16 @@ function resentOn(status: number, body: Uint8Array): boolean {
 const CLIENT_DEFAULTS = new Set(["user-agent", "accept", "accept-encoding", "accept-language"]);
 /** Registry answers that mean it cannot apply anything now (down, misconfigured, too old). */
 const UNAVAILABLE = new Set([401, 403, 404, 405, 429]);
-const MARKER_REF = /"toolRef":"(tr_[a-z2-7]{26})"/g;
+/** A marker's ref as any JSON writer puts it (Python's `": "` too), as hydrator.py finds it. */
+const MARKER_REF = /"toolRef"\s*:\s*"(tr_[a-z2-7]{26})"/g;
 /** The lowest version of edits there is: a registry saying less applies none. */
 const FIRST_VERSION = 1;
 /** The most bytes of the registry's capabilities read (they are about 1 KiB). */
 const CAPABILITIES_BYTES = 64 << 10;
 const decoder = new TextDecoder();
+/** A client's body as JSON reads it, or a throw (not UTF-8; a BOM kept, which no JSON
+ * parser takes): such a body goes to the app as sent, as Python's strict decode leaves it. */
+const strict = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 const encoder = new TextEncoder();
 
 interface Context {
@@ -229,9 +233,9 @@ async function applied(context: Context, request: Request): Promise<Response> {
     data = request.body === null ? new Uint8Array(0) : await readAll(request.body, limits.maxBodyBytes);
   } catch (error) {
     if (request.signal?.aborted) return gone();
-    if (error instanceof TooLargeError) {
-      return problem(413, "body-too-large", `the edit is over the limit of ${error.limit} bytes; send the request as it is`, { limit: error.limit }, edits(await told));
-    }
+    // The request whole is the app's to take (its own limits): a 415, as ToolRefMiddleware
+    // answers it; a 413 was handed to the app by the client, the turn failed.
+    if (error instanceof TooLargeError) return cannotApply(`the edit is over the limit of ${error.limit} bytes (maxBodyBytes)`);
     return problem(400, "malformed-body", `the edit could not be read (${String(error)}); send it again`, {}, edits(await told));
   }
   const headers: Record<string, string> = { "Content-Type": MEDIA_TYPE, Accept: `${REQUEST_MEDIA_TYPE}, ${PROBLEM_TYPE}` };
@@ -399,8 +403,15 @@ async function hydrated(context: Context, request: Request): Promise<Response> {
     return problem(415, "unsupported-media-type", `this backend reads protocol-2 bodies plain or gzip, not ${encoding}; send it plain or gzip`);
   }
   const key = options.messagesKey ?? "messages";
-  const text = decoder.decode(raw);
-  const spans = readBody(text, key);
+  // Only a JSON body is hydrated, as ToolRefMiddleware reads it: any other goes on as sent.
+  const media = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+  let text: string;
+  try {
+    text = media === JSON_TYPE ? strict.decode(raw) : "";
+  } catch {
+    text = "";
+  }
+  const spans = text === "" ? null : readBody(text, key);
   if (spans === null) return handler(rebuilt(request, raw));
   if (spans.some((span) => span.key === "historyRef")) return retiredHistory("a `historyRef`");
   // The last member of that key, as JSON.parse (and readBody) took it.
@@ -414,11 +425,17 @@ async function hydrated(context: Context, request: Request): Promise<Response> {
     return unavailable(handler, request, raw, sentMessages, error instanceof Error ? error.message : String(error));
   }
   const type = answer.headers.get("content-type") ?? "";
-  if (answer.status >= 500 || answer.status === 401 || answer.status === 403) {
+  // Down, refusing this backend, over its quota: markers are missing refs, full payloads pass.
+  if (answer.status >= 500 || UNAVAILABLE.has(answer.status)) {
     return unavailable(handler, request, raw, sentMessages, `registry answered ${answer.status}`);
   }
+  if (answer.status >= 400 && answer.status !== 409 && sentMessages.search(MARKER_REF) < 0) {
+    // A body the registry refuses (400, 413, 422) that the app alone would take: the app's, as
+    // protocol 1 (the client sends full payloads), as hydrator.py leaves it.
+    return unavailable(handler, request, raw, sentMessages, `registry refused it (${answer.status})`);
+  }
   if (answer.status >= 400) {
-    // The client's to fix or resend (409 missing-refs, 400, 413, 422).
+    // The client's to fix or resend (409 missing-refs or a conflict; a refused body with markers).
     const headers = new Headers({ "content-type": type.startsWith(PROBLEM_TYPE) ? type : PROBLEM_TYPE, [PROTOCOL_HEADER]: "2" });
     return new Response(answer.bytes as BodyInit, { status: answer.status, headers });
   }
@@ -514,11 +531,11 @@ function spliced(text: string, sent: readonly ElementSpan[], answer: string, ans
   return parts.join("");
 }
 
-/** The request the handler gets: the same but for its body (and toolref's own headers). */
+/** The request the handler gets: the same but for its body (and toolref's own headers); its
+ * `Content-Type` the client's (a charset, a multipart boundary kept). */
 function rebuilt(request: Request, body: Uint8Array): Request {
   const headers = new Headers(request.headers);
   for (const name of ["content-encoding", "content-length", "toolref-protocol", "toolref-edits"]) headers.delete(name);
-  headers.set("content-type", JSON_TYPE);
   return new Request(request.url, { method: request.method, headers, body: body as BodyInit, signal: request.signal });
 }
 
