@@ -33,65 +33,19 @@
  * the `Toolref-References` header (ASCII, at most 8 KiB, else left out).
  */
 
-import { TooLargeError, gunzip, readAll } from "./compression.js";
+import { TooLargeError, readAll } from "./compression.js";
 import { tapFor } from "./edits/answer.js";
 import { describesHop, headerLine, isSecret } from "./edits/segments.js";
 import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import { UsageError } from "./errors.js";
-import { FORMATS, type FormatName } from "./formats/index.js";
+import { FORMATS } from "./formats/index.js";
 import { checkOptions, type Spec } from "./options.js";
-import {
-  EDITS_HEADER,
-  EDITS_SINCE,
-  HEADER_LIMIT,
-  HISTORY_HEADER,
-  JSON_TYPE,
-  MISSING_REFS,
-  PROBLEM_TYPE,
-  PROTOCOL_HEADER,
-  REFERENCES_HEADER,
-  RETIRED_HEADERS,
-  SAVINGS_HEADER,
-  TOOLREF_PREFIX,
-  asciiJson,
-  problemType,
-  savingsValue,
-} from "./protocol.js";
+import { EDITS_HEADER, HISTORY_HEADER, PROBLEM_TYPE, PROTOCOL_HEADER, SAVINGS_HEADER, TOOLREF_PREFIX, problemType, savingsValue } from "./protocol.js";
 import { ClientGone, postBounded, type RegistryAnswer } from "./registry.js";
-import { elementSpans, memberSpans, type ElementSpan, type MemberSpan } from "./spans.js";
+import { type Context, type Handler, LIMITS, type Limit, type ToolRefBackendOptions, UNAVAILABLE, gone, problem, withHeaders } from "./backend-parts.js";
+import { hydrated } from "./hydrated.js";
 
-type Fetch = typeof globalThis.fetch;
-export type Handler = (request: Request) => Response | Promise<Response>;
-
-export interface ToolRefBackendOptions {
-  /** The registry's base URL, e.g. "http://127.0.0.1:8750". */
-  registry: string;
-  /** The registry API key (sent as `Authorization: Bearer <key>`). */
-  key?: string;
-  /** The fetch that calls the registry (default: globalThis.fetch at call time). */
-  fetch?: Fetch;
-  /** The body member holding the messages of a protocol-2 request. Default "messages". */
-  messagesKey?: string;
-  /** The messages' format (protocol 2); the registry detects it when absent. */
-  format?: FormatName;
-  /** Larger bodies (an edit, a protocol-2 body), as sent, are refused with 413. Default 32 MiB (as ToolRefMiddleware). */
-  maxBodyBytes?: number;
-  /** The same for a gzip protocol-2 body once inflated. Default 64 MiB. */
-  maxInflatedBytes?: number;
-  /** The registry call's deadline, its answer read included, in ms. Default 5000 (the Python client's 5 s). */
-  timeoutMs?: number;
-  /** The most bytes of a registry answer read; a larger one is the registry unavailable. Default 128 MiB. */
-  maxAnswerBytes?: number;
-}
-
-/** Each limit: its unit, its default, its largest value. */
-const LIMITS = {
-  maxBodyBytes: ["bytes", 32 << 20, Number.MAX_SAFE_INTEGER],
-  maxInflatedBytes: ["bytes", 64 << 20, Number.MAX_SAFE_INTEGER],
-  timeoutMs: ["milliseconds", 5000, 2 ** 31 - 1], // setTimeout's longest delay (24.8 days)
-  maxAnswerBytes: ["bytes", 128 << 20, Number.MAX_SAFE_INTEGER],
-} as const;
-type Limit = keyof typeof LIMITS;
+export type { Handler, ToolRefBackendOptions } from "./backend-parts.js";
 
 /** What the registry answers an edit with: segment 0, an empty line, the body. */
 export const REQUEST_MEDIA_TYPE = "application/vnd.toolref.request";
@@ -117,30 +71,11 @@ function resentOn(status: number, body: Uint8Array): boolean {
 /** What the client's HTTP stack adds to the edit request itself (fetch's defaults): of these,
  * the values the app's SDK wrote, in segment 0, are the request's. */
 const CLIENT_DEFAULTS = new Set(["user-agent", "accept", "accept-encoding", "accept-language"]);
-/** Registry answers that mean it cannot apply anything now (down, misconfigured, too old). */
-const UNAVAILABLE = new Set([401, 403, 404, 405, 429]);
-/** A marker's ref as any JSON writer puts it (Python's `": "` too), as hydrator.py finds it. */
-const MARKER_REF = /"toolRef"\s*:\s*"(tr_[a-z2-7]{26})"/g;
 /** The lowest version of edits there is: a registry saying less applies none. */
 const FIRST_VERSION = 1;
 /** The most bytes of the registry's capabilities read (they are about 1 KiB). */
 const CAPABILITIES_BYTES = 64 << 10;
 const decoder = new TextDecoder();
-/** A client's body as JSON reads it, or a throw (not UTF-8; a BOM kept, which no JSON
- * parser takes): such a body goes to the app as sent, as Python's strict decode leaves it. */
-const strict = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-const encoder = new TextEncoder();
-
-interface Context {
-  readonly handler: Handler;
-  readonly options: ToolRefBackendOptions;
-  readonly limits: Record<Limit, number>;
-  readonly registry: string;
-  /** The version of edits told to clients, once asked of the registry (`editsTold`). */
-  told?: Promise<number>;
-}
-
-
 
 /** withToolRef's options and what each holds (an unknown name fails naming the nearest:
  * `apiKey` for `key` would otherwise send no key, and every edit would be a 415). */
@@ -373,115 +308,6 @@ function cannotApply(reason: string): Response {
   return problem(415, "unsupported-media-type", `this backend cannot apply edits now (${reason}); send the request as it is`);
 }
 
-// --- protocol 2 -----------------------------------------------------------------------
-
-async function hydrated(context: Context, request: Request): Promise<Response> {
-  const { handler, options, limits } = context;
-  const retired = RETIRED_HEADERS.find((name) => request.headers.has(name));
-  if (retired !== undefined) return retiredHistory(retired);
-  const encoding = (request.headers.get("content-encoding") ?? "identity").trim().toLowerCase();
-  const { maxBodyBytes: maxBody, maxInflatedBytes: maxInflated } = limits;
-  let raw: Uint8Array;
-  let inflated = false; // where a limit was hit: reading the body, or inflating it
-  try {
-    raw = request.body === null ? new Uint8Array(0) : await readAll(request.body, maxBody);
-    inflated = true;
-    if (encoding === "gzip") raw = await gunzip(raw, maxInflated);
-  } catch (error) {
-    if (request.signal?.aborted) return gone();
-    if (error instanceof TooLargeError) {
-      return problem(
-        413,
-        inflated ? "decompressed-too-large" : "body-too-large",
-        `the ${inflated ? "inflated " : ""}body is over the limit of ${error.limit} bytes; send fewer messages`,
-        { limit: error.limit },
-      );
-    }
-    return problem(400, "malformed-body", `the gzip body is corrupt (${String(error)}); send it whole, or uncompressed`);
-  }
-  if (encoding !== "identity" && encoding !== "gzip") {
-    return problem(415, "unsupported-media-type", `this backend reads protocol-2 bodies plain or gzip, not ${encoding}; send it plain or gzip`);
-  }
-  const key = options.messagesKey ?? "messages";
-  // Only a JSON body is hydrated, as ToolRefMiddleware reads it: any other goes on as sent.
-  const media = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
-  let text: string;
-  try {
-    text = media === JSON_TYPE ? strict.decode(raw) : "";
-  } catch {
-    text = "";
-  }
-  const spans = text === "" ? null : readBody(text, key);
-  if (spans === null) return handler(rebuilt(request, raw));
-  if (spans.some((span) => span.key === "historyRef")) return retiredHistory("a `historyRef`");
-  // The last member of that key, as JSON.parse (and readBody) took it.
-  const listed = spans.findLast((span) => span.key === key)!;
-  const sentMessages = text.slice(listed.valueStart, listed.end);
-  let answer: RegistryAnswer;
-  try {
-    answer = await hydrate(options, limits, request.signal ?? null, context.registry, sentMessages);
-  } catch (error) {
-    if (error instanceof ClientGone) return gone();
-    return unavailable(handler, request, raw, sentMessages, error instanceof Error ? error.message : String(error));
-  }
-  const type = answer.headers.get("content-type") ?? "";
-  // Down, refusing this backend, over its quota: markers are missing refs, full payloads pass.
-  if (answer.status >= 500 || UNAVAILABLE.has(answer.status)) {
-    return unavailable(handler, request, raw, sentMessages, `registry answered ${answer.status}`);
-  }
-  if (answer.status >= 400 && answer.status !== 409 && sentMessages.search(MARKER_REF) < 0) {
-    // A body the registry refuses (400, 413, 422) that the app alone would take: the app's, as
-    // protocol 1 (the client sends full payloads), as hydrator.py leaves it.
-    return unavailable(handler, request, raw, sentMessages, `registry refused it (${answer.status})`);
-  }
-  if (answer.status >= 400) {
-    // The client's to fix or resend (409 missing-refs or a conflict; a refused body with markers).
-    const headers = new Headers({ "content-type": type.startsWith(PROBLEM_TYPE) ? type : PROBLEM_TYPE, [PROTOCOL_HEADER]: "2" });
-    return new Response(answer.bytes as BodyInit, { status: answer.status, headers });
-  }
-  const answerText = decoder.decode(answer.bytes);
-  const hydratedMessages = readBody(answerText, "messages")?.findLast((span) => span.key === "messages");
-  if (hydratedMessages === undefined) {
-    return unavailable(handler, request, raw, sentMessages, `${context.registry} answered hydrate with no messages: is it a toolref registry?`);
-  }
-  const sent = elementSpans(text, listed.valueStart);
-  const answered = elementSpans(answerText, hydratedMessages.valueStart);
-  if (answered.length !== sent.length) {
-    const counts = `${answered.length} messages hydrated for the ${sent.length} sent`;
-    return unavailable(handler, request, raw, sentMessages, `${context.registry} answered hydrate with ${counts}: is it a toolref registry?`);
-  }
-  const parsed = JSON.parse(answerText) as { toolReferences?: Record<string, string> };
-  const body = spliced(text, sent, answerText, answered);
-  const response = await handler(rebuilt(request, encoder.encode(body)));
-  const extra: Record<string, string> = { [PROTOCOL_HEADER]: "2" };
-  const known = new Set([...sentMessages.matchAll(MARKER_REF)].map((match) => match[1]));
-  const lacking = Object.fromEntries(Object.entries(parsed.toolReferences ?? {}).filter(([, ref]) => !known.has(ref)));
-  // Any call id fits (ASCII); a header past 8 KiB is left out: those refs are confirmed on a
-  // later turn, as ToolRefMiddleware leaves them.
-  const header = asciiJson(lacking);
-  if (Object.keys(lacking).length && header.length <= HEADER_LIMIT) extra[REFERENCES_HEADER] = header;
-  return withHeaders(response, extra);
-}
-
-/** A request of the retired history-ref protocol: refused, naming the upgrade. */
-function retiredHistory(what: string): Response {
-  return problem(
-    400,
-    "history-refs-retired",
-    `the request sends ${what}: history refs were retired in toolref ${EDITS_SINCE}, which sends each request as an edit; upgrade the client's toolref SDK (@toolref/client or toolref ${EDITS_SINCE} or later), or send the whole conversation without it`,
-  );
-}
-
-function readBody(text: string, key: string): MemberSpan[] | null {
-  try {
-    const value: unknown = JSON.parse(text);
-    if (typeof value !== "object" || value === null || !Array.isArray((value as Record<string, unknown>)[key])) return null;
-  } catch {
-    return null; // the handler answers its own malformed input
-  }
-  return memberSpans(text);
-}
-
 /** The limits in force: each option a whole number within its bounds, or its default. */
 function checkedLimits(options: ToolRefBackendOptions): Record<Limit, number> {
   const found = {} as Record<Limit, number>;
@@ -496,79 +322,3 @@ function checkedLimits(options: ToolRefBackendOptions): Record<Limit, number> {
   return found;
 }
 
-async function hydrate(
-  options: ToolRefBackendOptions,
-  limits: Record<Limit, number>,
-  signal: AbortSignal | null,
-  registry: string,
-  messages: string,
-): Promise<RegistryAnswer> {
-  let body = '{"messages":' + messages + ',"mode":"full"';
-  if (options.format) body += ',"format":' + JSON.stringify(options.format);
-  body += "}";
-  const headers: Record<string, string> = { [PROTOCOL_HEADER]: "2", "Content-Type": JSON_TYPE, Accept: JSON_TYPE };
-  if (options.key) headers["Authorization"] = `Bearer ${options.key}`;
-  return postBounded(options.fetch ?? globalThis.fetch, registry + "/v1/messages:hydrate", headers, body, {
-    timeoutMs: limits.timeoutMs,
-    maxAnswerBytes: limits.maxAnswerBytes,
-    signal,
-  });
-}
-
-/** The client's body `text` with each of its messages (at `sent`) replaced by the registry's
- * hydrated one (at `answered` in `answer`, as many): everything else is the client's, byte
- * for byte (the text around the array, and the whitespace after `[`, between each two
- * messages and before `]`). */
-function spliced(text: string, sent: readonly ElementSpan[], answer: string, answered: readonly ElementSpan[]): string {
-  const parts: string[] = [];
-  let at = 0;
-  sent.forEach((span, index) => {
-    const message = answered[index]!;
-    parts.push(text.slice(at, span.start), answer.slice(message.start, message.end));
-    at = span.end;
-  });
-  parts.push(text.slice(at));
-  return parts.join("");
-}
-
-/** The request the handler gets: the same but for its body (and toolref's own headers); its
- * `Content-Type` the client's (a charset, a multipart boundary kept). */
-function rebuilt(request: Request, body: Uint8Array): Request {
-  const headers = new Headers(request.headers);
-  for (const name of ["content-encoding", "content-length", "toolref-protocol", "toolref-edits"]) headers.delete(name);
-  return new Request(request.url, { method: request.method, headers, body: body as BodyInit, signal: request.signal });
-}
-
-/** The registry cannot help: full payloads pass through as protocol 1; refs cannot. */
-async function unavailable(handler: Handler, request: Request, raw: Uint8Array, messages: string, reason: string): Promise<Response> {
-  const refs = [...new Set([...messages.matchAll(MARKER_REF)].map((match) => match[1]!))];
-  if (refs.length) {
-    return problem(409, "missing-refs", `the registry is unavailable (${reason}), so no ref can be resolved; resend these payloads in full`, {
-      missingRefs: refs,
-    });
-  }
-  const response = await handler(rebuilt(request, raw));
-  return withHeaders(response, { [PROTOCOL_HEADER]: "1" });
-}
-
-// --- answers --------------------------------------------------------------------------
-
-/** The client left: the handler is not called, and this answer reaches nobody. */
-function gone(): Response {
-  return problem(499, "client-closed-request", "the client closed the request before it was answered; nothing was sent to the handler");
-}
-
-function problem(status: number, slug: string, detail: string, extra: Record<string, unknown> = {}, headers: Record<string, string> = { [PROTOCOL_HEADER]: "2" }): Response {
-  const type = slug === "missing-refs" ? MISSING_REFS : problemType(slug);
-  return new Response(JSON.stringify({ type, title: slug, status, detail, ...extra }), {
-    status,
-    headers: { "content-type": PROBLEM_TYPE, ...headers },
-  });
-}
-
-/** `response` with `extra` headers, its body handed on unread (a stream stays a stream). */
-function withHeaders(response: Response, extra: Record<string, string>): Response {
-  const headers = new Headers(response.headers);
-  for (const [name, value] of Object.entries(extra)) headers.set(name, value);
-  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
-}
