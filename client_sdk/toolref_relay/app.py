@@ -56,7 +56,7 @@ from toolref.wire.shapes import ErrorReply, error_reply, provider_of
 
 from . import control, guard
 from .as_edit import OFFLOAD_BYTES, as_edit
-from .bodies import TOO_LARGE, inflated, readable
+from .bodies import TOO_LARGE, declared_too_large, inflated, readable
 from .calls import UNREACHABLE, Call, Meter, encoding_of, failed, log_call
 from .clients import Client, Clients
 from .config import RelayConfig
@@ -288,6 +288,11 @@ class Relay:
         self, call: Call, receive: Receive, send: Send, account: Account
     ) -> None:
         limits = self.config
+        declared = declared_too_large(call.headers, limits.max_body_bytes)
+        if declared is not None:  # refused before a `100 Continue` asks for the upload
+            too_large = error_reply(call.provider, 413, declared, "toolref_request_too_large")
+            await self._refuse(call, send, too_large, 0, [("connection", "close")])
+            return
         try:
             raw = await read_body(receive, limits.max_body_bytes, TOO_LARGE, account)
         except Disconnected:

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import Final
 
 from toolref.asgi.budget import Account
+from toolref.asgi.hops import Pairs, first
 from toolref.wire.compression import inflate, inflate_gzip
+from toolref.wire.numbers import whole_number
 
 _INFLATERS: Final[dict[str, Callable[[bytes, int, Account | None], bytes]]] = {
     "gzip": inflate_gzip,
@@ -19,6 +21,20 @@ _IDENTITY: Final = ("", "identity")
 TOO_LARGE: Final = (
     "start the relay with a larger --max-body-bytes, or shorten the conversation (/compact)"
 )
+
+
+def declared_too_large(headers: Pairs, limit: int) -> str | None:
+    """Why a body whose `Content-Length` is past `limit` is refused before any of it is
+    read (None: it is not, or it is framed by its chunks): an agent that sent `Expect:
+    100-continue` (curl does, before a large body) is then told before it uploads."""
+    if first(headers, "transfer-encoding") is not None:  # the chunks frame it (RFC 9112 6.3)
+        return None
+    length = whole_number((first(headers, "content-length") or "").strip(), 30)
+    if length is None or length <= limit:
+        return None
+    return (
+        f"the request declares {length} body bytes, over the limit of {limit} as sent; {TOO_LARGE}"
+    )
 
 
 def readable(encoding: str | None) -> bool:

@@ -41,13 +41,17 @@ def first(pairs: Pairs, name: str) -> str | None:
 
 def end_to_end(pairs: Pairs) -> list[tuple[str, str]]:
     """`pairs` without hop-by-hop headers: the fixed ones, `proxy-*`, and any the
-    `Connection` header names."""
+    `Connection` header names; and without `Content-Length` beside a `Transfer-Encoding`
+    (the message was framed by its chunks, RFC 9112 6.3: a proxy removes the length, which
+    the next hop's HTTP client would otherwise send with a body of another size)."""
     named = {
         token.strip().lower()
         for k, v in pairs
         if k.lower() == "connection"
         for token in v.split(",")
     }
+    if any(k.lower() == "transfer-encoding" for k, _ in pairs):
+        named.add("content-length")
     return [
         (k, v)
         for k, v in pairs
