@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 
 from toolref.wire import errors
@@ -236,3 +237,27 @@ def test_make_serve_puts_the_toolref_command_in_the_venv_the_readme_names() -> N
 
     assert names("relay") <= names("server")
     assert "`.venv/bin/toolref relay --gateway http://127.0.0.1:8750`" in README
+
+
+def test_the_options_the_sdk_doc_says_are_refused_saying_why_are() -> None:
+    """docs/sdk.md's table of mistakes: each `Class(option=...)` of its 0.2-options row is
+    refused with a `TypeError` saying it was retired (a row naming a class that refuses them
+    only as Python does, "unexpected keyword argument", would promise a fix it never says)."""
+    import pytest
+
+    from toolref import AsyncRegistryClient, ToolReferenceManager, ToolRefMiddleware
+
+    async def app(scope: object, receive: object, send: object) -> None:
+        return None
+
+    registry = AsyncRegistryClient("http://127.0.0.1:1")
+    makers: dict[str, Callable[..., object]] = {
+        "ToolReferenceManager": ToolReferenceManager,
+        "ToolRefMiddleware": lambda **option: ToolRefMiddleware(app, registry, **option),
+    }
+    [row] = [line for line in SDK_DOC.splitlines() if line.startswith("| an option of 0.2 (")]
+    named = re.findall(r"`(\w+)\((\w+)=[^`]*\)`", row)
+    assert ("ToolReferenceManager", "history_refs") in named
+    for owner, option in named:
+        with pytest.raises(TypeError, match="retired"):
+            makers[owner](**{option: 1})

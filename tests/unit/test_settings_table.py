@@ -152,6 +152,13 @@ NOT_SETTINGS = {
     "TOOLREF_TEST_REDIS_URL": "tests/conftest.py: the engine the tests use instead of their own",
     "TOOLREF_TEST_CLUSTER": "tests/cluster: runs the cluster tests",
     "TOOLREF_UPSTREAM": "docs/operations.md: the misspelling the service refuses",
+    "TOOLREF_KYE": "docs/relay.md: the misspelling of TOOLREF_KEY the relay names",
+    # docs/edits.md: the settings 0.3 removed or renamed, which the service refuses.
+    "TOOLREF_HISTORY_CACHE_BYTES": "removed in 0.3",
+    "TOOLREF_GATEWAY_TENANTS": "removed in 0.3",
+    "TOOLREF_GATEWAY_HISTORY_CHARS": "removed in 0.3",
+    "TOOLREF_HISTORY_SUPERSEDED_TTL": "renamed TOOLREF_EDIT_SUPERSEDED_TTL in 0.3",
+    "TOOLREF_HISTORY_REFRESH_SECONDS": "renamed TOOLREF_EDIT_REFRESH_SECONDS in 0.3",
     **ELSEWHERE,
 }
 ENV_NAME = re.compile(r"\bTOOLREF_[A-Z0-9_]*[A-Z0-9]\b")
@@ -200,11 +207,37 @@ def test_each_variable_is_read_under_its_name(monkeypatch: pytest.MonkeyPatch) -
     assert {env_name(field) for field in read} == set(EVERY)
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/api.md", "docs/operations.md"])
+NAMING_DOCS = [
+    "README.md",
+    "docs/api.md",
+    "docs/operations.md",
+    "docs/relay.md",
+    "docs/sdk.md",
+    "docs/js.md",
+    "docs/edits.md",
+    "docs/context-editing.md",
+    "deploy/compose.yaml",
+    "deploy/k8s/configmap.yaml",
+    "deploy/k8s/deployment.yaml",
+    "deploy/k8s/secret.yaml",
+    "deploy/toolref.example.toml",
+]
+
+
+@pytest.mark.parametrize("doc", NAMING_DOCS)
 def test_the_docs_name_only_settings(doc: str) -> None:
     named = set(ENV_NAME.findall((ROOT / doc).read_text()))
     assert named, f"{doc} names no TOOLREF_ variable: the pattern is stale"
     assert named - set(EVERY) - set(NOT_SETTINGS) == set()
+
+
+def test_the_context_editing_table_shows_the_defaults() -> None:
+    """docs/context-editing.md's table of defaults, each as the setting has it."""
+    text = (ROOT / "docs/context-editing.md").read_text()
+    rows = re.findall(r"^\| `(TOOLREF_[A-Z0-9_]+)` \| `([^`]*)` \|", text, re.M)
+    assert len(rows) >= 5, "docs/context-editing.md's table is gone: the pattern is stale"
+    for name, shown in rows:
+        assert shown == str(EVERY[name][1]), name
 
 
 def test_every_setting_is_in_the_readme_table() -> None:
