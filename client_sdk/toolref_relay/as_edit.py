@@ -39,7 +39,13 @@ import httpx
 
 from toolref.asgi.hops import Pairs, end_to_end, on_the_wire, without_toolref
 from toolref.asgi.workers import Workers
-from toolref.sending.answers import may_resend, problem_of, read_answer, store_down
+from toolref.sending.answers import (
+    may_be_store_down,
+    may_resend,
+    problem_of,
+    read_answer,
+    store_down,
+)
 from toolref.sending.editor import Edit, stands_alone
 from toolref.sending.editor import not_worth_an_edit as not_worth
 from toolref.wire.endpoints import endpoint
@@ -229,7 +235,7 @@ async def _store_down(response: httpx.Response) -> bool:
     """The gateway's own 503 `store-unavailable` (`toolref.sending.answers.store_down`;
     read and closed then): the edit was not applied, nothing of it kept. A provider's 503
     names no toolref problem."""
-    if response.status_code != 503 or not may_resend(response):
+    if not may_be_store_down(response):  # by its head: any other answer is left unread
         return False
     await response.aread()  # a problem: small (the gateway's), read whole either way
     if not store_down(response):

@@ -27,18 +27,26 @@ STORE_UNAVAILABLE = StoreUnavailableError.slug
 def may_resend(response: httpx.Response) -> bool:
     """An answer the exchange may resend on (400 dictionary-mismatch, 409 missing-history or
     missing-pieces: a problem; a 415 naming no recipe, from a receiver that cannot apply
-    edits now, or no longer reads them; a 503 problem naming none, `store_down` when the
-    receiver's store is), sent before any of the app's answer. A streaming driver reads
-    these whole before the exchange sees them, and hands every other answer back unread."""
+    edits now, or no longer reads them), sent before any of the app's answer. A streaming
+    driver reads these whole before the exchange sees them (`to_read`), and hands every
+    other answer back unread."""
     media = response.headers.get("content-type", "")
     status, headers = response.status_code, response.headers
     if status == 415 and HISTORY_HEADER not in headers:
         return True  # a 415 to an edit not applied: the request goes again, this one read
-    if status == 503 and HISTORY_HEADER not in headers and media.startswith(PROBLEM_TYPE):
-        return True  # read: `store_down` tells
     if 400 <= status < 500 and HISTORY_HEADER not in headers and EDITS_HEADER not in headers:
         return True  # from a receiver that does not read edits: it goes again as it is
     return status in (400, 409) and media.startswith(PROBLEM_TYPE)
+
+
+def may_be_store_down(response: httpx.Response) -> bool:
+    """By its head, `response` may be `store_down`'s: a 503 problem naming no recipe (read
+    whole to tell: `to_read`)."""
+    return (
+        response.status_code == 503
+        and HISTORY_HEADER not in response.headers
+        and response.headers.get("content-type", "").startswith(PROBLEM_TYPE)
+    )
 
 
 def store_down(response: httpx.Response) -> bool:
@@ -46,7 +54,7 @@ def store_down(response: httpx.Response) -> bool:
     down and the edit's base not held where it went. Nothing of the edit was applied or
     kept: the request goes as it is (the receiver serves it without its store), and the
     endpoint's next ones too for a while (`toolref.sending.pause`), as after a 415."""
-    if response.status_code != 503 or HISTORY_HEADER in response.headers:
+    if not may_be_store_down(response):
         return False
     problem = problem_of(response)
     return problem is not None and problem.get("type") == PROBLEM_BASE + STORE_UNAVAILABLE
@@ -54,13 +62,14 @@ def store_down(response: httpx.Response) -> bool:
 
 def to_read(response: Any, request: Any) -> bool:
     """A streamed answer a driver reads (`read_problem`) before the exchange sees it: a
-    problem the exchange may resend on (`may_resend`), to an edit. Any other answer is
-    handed on unread (an answer to a request as it is is the app's own); one the exchange
-    resends past needs no body and is closed (`drive`, `adrive`)."""
+    problem the exchange may resend on (`may_resend`) or act on (`may_be_store_down`), to an
+    edit. Any other answer is handed on unread (an answer to a request as it is is the
+    app's own); one the exchange resends past needs no body and is closed (`drive`,
+    `adrive`)."""
     return (
         media_type(request.headers.get("content-type")) == EDIT_TYPE
         and response.headers.get("content-type", "").startswith(PROBLEM_TYPE)
-        and may_resend(response)
+        and (may_resend(response) or may_be_store_down(response))
     )
 
 

@@ -1,11 +1,11 @@
 /**
- * The long window (client_sdk/toolref/edits/scanner.py's `_windowed`, the same cuts): a
+ * The long window (client_sdk/toolref/edits/window.py's `windowed`, the same cuts): a
  * message span of `WINDOW_LONG` characters or more is cut again at content-defined places, so
  * that content repeated anywhere in the conversation (a file read twice, in two messages) is
  * the same segments again, which an edit keeps.
  */
 
-/** The long window (scanner.py's `_windowed`): a message span of this many characters or more
+/** The long window (window.py's `windowed`): a message span of this many characters or more
  * is cut again after an escaped line end (`\n` in the JSON text) whose line's CRC-32 has its
  * low 3 bits clear, pieces at least `WINDOW_MIN` and, where a line end allows, at most
  * `WINDOW_MAX` characters, so that content repeated anywhere in the conversation is the same
@@ -39,7 +39,7 @@ export function crc32(data: Uint8Array, start = 0, end = data.length): number {
 }
 
 /** The span `data[start:end]` cut at content-defined places (see `WINDOW_LONG`), as
- * scanner.py's `_windowed`: character counts as Python's, a CRC-32 of each line's UTF-8
+ * window.py's `windowed`: character counts as Python's, a CRC-32 of each line's UTF-8
  * bytes. Linear in the span. */
 export function windowed(data: Uint8Array, start: number, end: number): [number, number][] {
   if (end - start < WINDOW_LONG) return [[start, end]];
