@@ -14,6 +14,7 @@ request that manages its own context, or refuses, passes as it came; a wrong hea
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -356,6 +357,39 @@ async def test_every_replica_sends_a_result_s_first_stand_in(redis: Redis) -> No
             await client.post(two + "/llm/up/v1/chat/completions", content=body)
     assert b"[toolref:" in upstream.bodies[0]
     assert upstream.bodies[1] == upstream.bodies[0]
+
+
+async def test_a_stand_in_the_store_cannot_keep_is_not_sent(redis: Redis) -> None:
+    """Found in review: a tenant past its stored-bytes quota had its stand-ins sent though
+    the store kept none (`pin` answered ours, not kept), so a replica with nothing of the
+    first in its memory made its own, in other bytes (a model's summary, or a fallback):
+    the same result in two forms on two turns, the provider's cache broken each time. Now
+    a stand-in not kept is not sent: the result waits, as it came, on every replica."""
+    upstream = Upstream()
+    key = "tenant-key-at-its-quota"
+    body = body_of("openai-chat", conversation("openai-chat", 12))
+    async with serve_all(upstream.app()) as [upstream_url]:
+        common = {
+            "redis_url": "unused",
+            "upstreams": f"up={upstream_url}",
+            "api_keys": f"t={hashlib.sha256(key.encode()).hexdigest()}",
+            "tenant_max_bytes": 50,  # no stand-in fits
+            **POLICY,
+        }
+        first = create_app(Settings(**common), redis=redis)
+        second = create_app(Settings(**common, tool_kinds="read=shell"), redis=redis)
+        async with (
+            serve_all(first, second) as [one, two],
+            httpx.AsyncClient(timeout=30, headers={"Toolref-Key": key}) as client,
+        ):
+            facts_module.forget()
+            answers = [await client.post(one + "/llm/up/v1/chat/completions", content=body)]
+            facts_module.forget()  # the second replica remembers nothing of the first
+            answers.append(await client.post(two + "/llm/up/v1/chat/completions", content=body))
+    assert [a.status_code for a in answers] == [200, 200]
+    assert upstream.bodies == [body, body]
+    for answer in answers:
+        assert context(answer)["cleared"] == context(answer)["rewrote"] == 0
 
 
 async def test_a_body_of_more_arrays_and_objects_than_the_bound_passes_as_it_came(

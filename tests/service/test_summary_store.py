@@ -111,6 +111,19 @@ async def test_reads_are_batched_and_counted_and_keeping_past_the_quota_frees_th
     assert registry.get_sample_value("toolref_summary_cache_total", {"result": "not-kept"}) == 1
 
 
+async def test_a_pin_past_the_quota_says_it_was_not_kept(redis: Redis) -> None:
+    """Found in review: past the quota `pin` answered the text given, as if kept, and
+    context editing sent it though no other replica could find it. Now it answers None
+    for each, and nothing is written."""
+    store = summaries(redis, quota=40)
+    first, second = store.invocation("t", REF, SID), store.invocation("t", REF, "m:v1:200")
+    assert await store.pin("t", [first], ["a" * 30]) == ["a" * 30]
+    before = await key_names(redis)
+    assert await store.pin("t", [second], ["b" * 30]) == [None]
+    assert await key_names(redis) == before
+    assert await store.pin("t", [first], ["c" * 30]) == ["a" * 30]  # the one there
+
+
 async def test_model_calls_are_counted_per_tenant_and_minute(redis: Redis) -> None:
     now = [1_000 * WINDOW_SECONDS + 1.0]
     counters = ModelCallCounters(Store(redis, 600), clock=lambda: now[0])

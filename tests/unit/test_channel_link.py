@@ -15,7 +15,7 @@ from toolref.edits.wire import MEDIA_TYPE
 from toolref.sending import channel_transport
 from toolref.sending.channel_transport import _Link
 from toolref.websocket import channel as frames
-from toolref.websocket.client import Closed, Message
+from toolref.websocket.client import Accepted, Closed, Message
 from toolref.websocket.driver import Socket
 
 
@@ -28,6 +28,7 @@ class Stub:
         self.sent: list[str | bytes] = []
         self.incoming: asyncio.Queue[Message | Closed] = asyncio.Queue()
         self.dropped = asyncio.Event()
+        self.accepted = Accepted((), None)  # an older receiver's answer: no windows
 
     async def send(self, data: str | bytes) -> None:
         self.sent.append(data)

@@ -1,6 +1,6 @@
 """The channel's two sides, in process: the receiver's (`toolref.receiving.channel_server`,
 the gateway's and `ToolRefMiddleware`'s) driven as an ASGI server drives it, and the SDK
-sender's bookkeeping (`toolref.sending.channel_transport.Channels`).
+sender's bookkeeping (`toolref.sending.channels.Channels`).
 
 The receiver refuses an upgrade from a browser page, closes a channel whose sender reuses
 a stream still served (the bound on turns in flight holds), answers a turn it does not
@@ -23,7 +23,9 @@ from toolref.edits.wire import MEDIA_TYPE
 from toolref.kit.varints import varint
 from toolref.receiving.channel_server import serve_channel
 from toolref.sending import channel_transport
-from toolref.sending.channel_transport import Channels, ChannelTransport
+from toolref.sending import channels as channels_module
+from toolref.sending.channel_transport import ChannelTransport
+from toolref.sending.channels import Channels
 from toolref.websocket import channel as frames
 from toolref.wire.errors import ForbiddenError, ToolrefError
 from toolref.wire.headers import CHANNEL_HEADER, EDITS_HEADER
@@ -215,8 +217,8 @@ async def test_a_sender_keeps_a_channel_per_endpoint_told_and_per_credentials() 
 async def test_a_sender_keeps_a_bounded_number_of_channels(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(channel_transport, "MAX_CHANNELS", 3)
-    monkeypatch.setattr(channel_transport, "MAX_ENDPOINTS", 4)
+    monkeypatch.setattr(channels_module, "MAX_CHANNELS", 3)
+    monkeypatch.setattr(channels_module, "MAX_ENDPOINTS", 4)
     channels, inner = Channels(lambda line: None), Inner()
     for n in range(10):
         url = f"http://b{n}:1/v1/messages"
@@ -306,7 +308,7 @@ class Busy:
 async def test_a_sender_never_closes_a_channel_with_a_turn_in_flight(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(channel_transport, "MAX_CHANNELS", 2)
+    monkeypatch.setattr(channels_module, "MAX_CHANNELS", 2)
     channels, inner = Channels(lambda line: None), Recording()
     made = []
     for n in range(3):

@@ -1432,3 +1432,46 @@ def test_a_listing_of_entries_typed_file_stays_as_it_is() -> None:
     out = build(messages, "openai-responses", summarize_text=False)
     assert '{"type":"file","name":"app.py"}' in out.block
     assert "not carried" not in out.block
+
+
+@pytest.mark.parametrize(
+    "response",
+    [
+        {"stdout": "cc main.c", "stderr": "main.c:3: error: expected ';'", "exit_code": 2},
+        {"output": "cc main.c", "error": "main.c:3: error: expected ';'"},
+        {"content": "cc main.c", "truncated": "main.c:3: error: expected ';'"},
+    ],
+)
+def test_a_result_object_is_carried_whole_not_only_its_text_member(
+    response: dict[str, Any],
+) -> None:
+    """A result object holding its text beside other members (a Gemini `functionResponse`
+    of `stdout`, `stderr` and `exit_code`) came into the block as its `stdout` alone: the
+    compiler's error and the exit status were lost from a block that says it is verbatim."""
+    messages = [
+        {"role": "user", "parts": [{"text": "build it"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "sh", "args": {"cmd": "make"}}}]},
+        {
+            "role": "user",
+            "parts": [{"functionResponse": {"name": "sh", "response": response}}],
+        },
+    ]
+    out = build(messages, "gemini", summarize_text=False)
+    assert "cc main.c" in out.block
+    assert "main.c:3: error: expected ';'" in out.block
+    assert json.dumps(response, ensure_ascii=False, separators=(",", ":")) in out.block
+
+
+def test_a_result_object_of_its_text_alone_is_carried_as_that_text() -> None:
+    """`{"output": "..."}` (and a text block's `type`) still give the text itself, its
+    lines as lines."""
+    messages = [
+        {"role": "user", "parts": [{"text": "read it"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "sh", "args": {"cmd": "ls"}}}]},
+        {
+            "role": "user",
+            "parts": [{"functionResponse": {"name": "sh", "response": {"output": "a\nb"}}}],
+        },
+    ]
+    out = build(messages, "gemini", summarize_text=False)
+    assert "```\na\nb\n```" in out.block

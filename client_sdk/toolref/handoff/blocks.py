@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from toolref import formats
 from toolref.formats import Format, Pair
@@ -70,7 +71,27 @@ def _result_text(pair: Pair) -> str | None:
         return None
     if site.result_key is None or site.result_key not in obj:
         return "" if site.bare else None
-    return text_of(without_media(obj[site.result_key]))
+    return _verbatim(without_media(obj[site.result_key]))
+
+
+# Members of a result object that say how it went, not what it holds (MCP's `isError`, and
+# its `structuredContent`, which the spec has the text repeat).
+_ABOUT: Final = frozenset({"type", "isError", "is_error", "structuredContent", "_meta"})
+_TEXT_BLOCKS: Final = ("text", "input_text", "output_text")
+
+
+def _verbatim(result: Any) -> str:
+    """The result's text (`text_of`); but an object of more than one member (besides
+    `_ABOUT`) that is no text block, such as `{"stdout": ..., "stderr": ..., "exit_code":
+    2}`, as its whole JSON: `text_of` keeps its text member alone, and the block says its
+    results are verbatim. Linear."""
+    if (
+        isinstance(result, Mapping)
+        and result.get("type") not in _TEXT_BLOCKS
+        and len(result.keys() - _ABOUT) > 1
+    ):
+        return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    return text_of(result)
 
 
 def _path(kind: Kind, args: Any) -> str | None:

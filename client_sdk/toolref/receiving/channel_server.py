@@ -11,7 +11,10 @@ its body, its end), so a streamed answer stays a stream; turns are served concur
 most `frames.MAX_STREAMS` at once per channel (a further one is answered 503 at once). The sender
 going away cancels every turn still being served, as a client hanging up does; a frame
 that does not read closes the channel (1002), the close given up on after
-`driver.CLOSE_TIMEOUT` to a sender that reads nothing.
+`driver.CLOSE_TIMEOUT` to a sender that reads nothing. A sender that asks for windows
+(`frames.WINDOW_HEADER`) gets them: each turn's pieces wait for its credit (`_Window`), and
+a turn left without credit for `send_timeout` seconds breaks off (`Unread`), as HTTP drops a
+client that reads nothing; the channel's other turns go on.
 """
 
 from __future__ import annotations
@@ -47,6 +50,37 @@ _MAX_TASKS: Final = 2 * frames.MAX_STREAMS
 _DRAIN_SECONDS: Final = 5.0  # the channel gone, its turns' cancellation awaited this long
 
 
+class Unread(ConnectionError):
+    """A turn's answer waited `send_timeout` seconds for its sender's credit: it breaks off,
+    raised to the app's `send` as a client gone (an `OSError`, as uvicorn's own)."""
+
+
+class _Window:
+    """Bytes of one turn's answer the receiver may still send (`frames`' windows): taken
+    as pieces go, given back by the sender's credit, never above the window granted."""
+
+    def __init__(self, size: int, wait: float) -> None:
+        self.size = self.left = size
+        self.wait = wait
+        self.more = asyncio.Event()
+
+    def grant(self, size: int) -> None:
+        self.left = min(self.left + size, self.size)
+        self.more.set()
+
+    async def take(self, want: int) -> int:
+        """Up to `want` bytes to send now, waiting for credit (`Unread` past `wait` s)."""
+        while self.left <= 0:
+            self.more.clear()
+            try:
+                await asyncio.wait_for(self.more.wait(), self.wait)
+            except TimeoutError:
+                raise Unread(f"its answer was left unread for {self.wait:g}s") from None
+        taken = min(want, self.left)
+        self.left -= taken
+        return taken
+
+
 async def serve_channel(
     scope: Scope,
     receive: Receive,
@@ -55,22 +89,25 @@ async def serve_channel(
     *,
     refuse: Refuse,
     serves: Serves = lambda scope: None,
+    send_timeout: float = 30.0,
 ) -> None:
     """Accept the WebSocket, then serve each request frame through `app` until the sender
-    closes it. A turn past `frames.MAX_STREAMS` in flight is answered `refuse(OverloadedError)`,
-    one `serves` says is not served here `refuse(<its error>)`. An upgrade from a browser
-    page (an `Origin` header: no sender of toolref's sends one, and a browser applies no
-    CORS to WebSockets) is refused, so no page can drive the channel of a local service."""
+    closes it; with windows where the sender asks for them (`send_timeout`: how long a turn
+    waits for credit). A turn past `frames.MAX_STREAMS` in flight is answered
+    `refuse(OverloadedError)`, one `serves` says is not served here `refuse(<its error>)`.
+    An upgrade from a browser page (an `Origin` header: no sender of toolref's sends one,
+    and a browser applies no CORS to WebSockets) is refused, so no page can drive the
+    channel of a local service."""
     if (await receive())["type"] != "websocket.connect":
         return
     if any(name == b"origin" for name, _ in scope.get("headers", [])):
         await send({"type": "websocket.close", "code": _POLICY_VIOLATION})
         return
-    await send({"type": "websocket.accept"})
+    window = await _accepted(scope, send)
     reader = frames.Receiver()
     writing = asyncio.Lock()
     gone = asyncio.Event()
-    turns = _Turns()
+    turns = _Turns(window, send_timeout)
 
     async def out(data: bytes) -> None:
         async with writing:  # one frame at a time on the socket
@@ -98,6 +135,9 @@ async def serve_channel(
             if isinstance(turn, frames.Cancel):  # its agent left: as a client hanging up
                 turns.cancel(turn.stream)
                 continue
+            if isinstance(turn, frames.Credit):  # its answer read on: send on
+                turns.credit(turn)
+                continue
             if turn.stream in turns.served:  # one turn a stream: reused, it escapes the bound
                 await close(f"stream {turn.stream} reused while served")
                 return
@@ -113,12 +153,24 @@ async def serve_channel(
                 turn,
                 _served(
                     scope, turn, app=app, out=out, gone=gone, busy=full, refuse=refuse,
-                    serves=serves,
+                    serves=serves, window=turns.window(turn.stream),
                 ),
             )  # fmt: skip
     finally:
         gone.set()
         await turns.end()
+
+
+async def _accepted(scope: Scope, send: Send) -> int | None:
+    """Accept the upgrade, granting the window the sender asked for (None: it asked for
+    none: no windows on this channel)."""
+    window = frames.window_granted(_header(scope, frames.WINDOW_HEADER.encode()))
+    if window is None:
+        await send({"type": "websocket.accept"})
+    else:
+        granted = [(frames.WINDOW_HEADER.encode(), str(window).encode())]
+        await send({"type": "websocket.accept", "headers": granted})
+    return window
 
 
 async def _closed(send: Send, writing: asyncio.Lock) -> None:
@@ -137,13 +189,28 @@ async def _closed(send: Send, writing: asyncio.Lock) -> None:
 
 
 class _Turns:
-    """The turns a channel serves: their tasks, and the bytes of their bodies held, each
-    counted as it comes and goes (O(1) a frame)."""
+    """The turns a channel serves: their tasks, their windows (where the sender keeps
+    them), and the bytes of their bodies held, each counted as it comes and goes (O(1) a
+    frame)."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: int | None, send_timeout: float) -> None:
         self.served: dict[int, asyncio.Task[None]] = {}
         self.held: dict[int, int] = {}  # each served turn's body bytes, held until it ends
         self.held_bytes = 0
+        self.size, self.send_timeout = window, send_timeout
+        self.windows: dict[int, _Window] = {}  # each served turn's, with windows
+
+    def window(self, stream: int) -> _Window | None:
+        """A new turn's window (None: the channel keeps none)."""
+        if self.size is None:
+            return None
+        found = self.windows[stream] = _Window(self.size, self.send_timeout)
+        return found
+
+    def credit(self, credit: frames.Credit) -> None:
+        """Credit for a turn served (one that ended already: nothing to do)."""
+        if (found := self.windows.get(credit.stream)) is not None:
+            found.grant(credit.size)
 
     def full(self, turn: frames.Turn) -> str | None:
         return _full(len(self.served), self.held_bytes + len(turn.body))
@@ -161,6 +228,7 @@ class _Turns:
     def _forget(self, stream: int, _: object) -> None:
         self.served.pop(stream, None)  # a stream is never reused while served: its task
         self.held_bytes -= self.held.pop(stream, 0)
+        self.windows.pop(stream, None)
 
     async def end(self) -> None:
         """Every turn cancelled, and awaited a while (an app's own cleanup): none is left
@@ -192,9 +260,11 @@ async def _served(
     busy: str | None,
     refuse: Refuse,
     serves: Serves,
+    window: _Window | None,
 ) -> None:
-    """One turn through `app`, its answer as frames (`out`); a turn that cannot be served
-    (its scope not made, the app ending without a whole answer, a fault) breaks off."""
+    """One turn through `app`, its answer as frames (`out`), its pieces within `window`
+    where there is one; a turn that cannot be served (its scope not made, the app ending
+    without a whole answer, its answer left unread, a fault) breaks off."""
     stream = turn.stream
     ended = False
 
@@ -205,8 +275,12 @@ async def _served(
             pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in given]
             await out(frames.head(stream, message["status"], pairs))
         elif message["type"] == "http.response.body":
-            if message.get("body"):
-                await out(frames.piece(stream, message["body"]))
+            body = message.get("body", b"")
+            at = 0
+            while at < len(body):  # O(len(body)): a copy per piece a window lets go
+                size = len(body) - at if window is None else await window.take(len(body) - at)
+                await out(frames.piece(stream, body[at : at + size]))  # whole: not copied
+                at += size
             if not message.get("more_body", False):
                 ended = True
                 await out(frames.end(stream))
@@ -294,6 +368,15 @@ def on_channel(scope: Scope) -> bool:
     """Whether `scope` is a turn a channel carries (`_scope`): the sender's next turn on
     that channel comes to this same process, while its socket lives."""
     return TURN_EXTENSION in (scope.get("extensions") or {})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The value of header `name` (lowercase) of `scope`, latin-1, the first one."""
+    for key, value in scope.get("headers", []):
+        if key == name:
+            found: str = value.decode("latin-1")
+            return found
+    return None
 
 
 def _proxied(name: bytes) -> bool:

@@ -17,7 +17,11 @@ would: the client retries) and the next turn opens a new one, as does a turn aft
 channel sat idle `IDLE_SECONDS`; one that takes no frame within a turn's write timeout
 (a receiver that reads nothing) is dropped, the turn failing `WriteTimeout` as over HTTP,
 and so is one whose answer frame does not read (a text message included). Memory: one
-queue per turn in flight, holding the pieces of its answer not yet read.
+queue per turn in flight, holding the pieces of its answer not yet read: at most
+`frames.WINDOW` bytes where the receiver keeps windows (the gateway and `ToolRefMiddleware`
+keep them: the sender grants a turn's bytes back as its caller reads them, so an answer
+left unread waits at the receiver, and one sent past its window drops the channel as a
+receiver that does not speak it); an older receiver's answers are held as they come.
 
 Requests and answers of either httpx package (`toolref.sending.packages`): an answer is of
 its request's package, and so is what is raised.
@@ -32,21 +36,18 @@ import importlib
 import logging
 import ssl
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from types import ModuleType
 from typing import Any, Final
 
 import httpx
 
-from toolref.edits.wire import MEDIA_TYPE as EDIT_TYPE
 from toolref.sending.packages import AsyncBaseTransport2, AsyncByteStream2, packages_of
 from toolref.websocket import channel as frames
 from toolref.websocket.client import Closed
 from toolref.websocket.driver import Refusal, Socket, Unreachable, connect
-from toolref.wire.encoding import media_type
-from toolref.wire.endpoints import CHANNEL, CHANNEL_PATH
-from toolref.wire.headers import CHANNEL_HEADER, EDITS_HEADER, KEY_HEADER
+from toolref.wire.endpoints import CHANNEL
+from toolref.wire.headers import KEY_HEADER
 
 log = logging.getLogger("toolref.channel")
 # An answer's extension: a channel carried it (no proxy in between answered it itself).
@@ -56,12 +57,10 @@ CARRIED: Final = "toolref.channel"
 # answer, that frame's bytes too (what a sender counting its wire adds: the relay's `Meter`).
 FRAMED: Final = "toolref.channel.framed"
 MAX_MESSAGE: Final = 64 << 20  # bytes of one answer frame
-MAX_CHANNELS: Final = 64  # a sender's channels open at once (`Channels`)
 # A channel idle this long is closed before the next turn and a new one opened: a NAT or a
 # load balancer may drop an idle connection without a word, and a turn sent on it would
 # wait its whole read timeout (httpcore expires an idle connection after 5 s).
 IDLE_SECONDS: Final = 60.0
-MAX_ENDPOINTS: Final = 256  # endpoints whose channel a sender remembers
 # a request's credentials, repeated on its channel's upgrade (the same origin) for a
 # receiver that checks WebSockets at the upgrade; a channel is one set of them
 CREDENTIALS: Final = ("authorization", "x-api-key", "api-key", "x-goog-api-key", "toolref-key")
@@ -160,7 +159,8 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
                 return self._link
             if self._retired or self.clock() < self._retry_at:
                 return None
-            headers = [(KEY_HEADER, self.key)] if self.key else []
+            headers = [(frames.WINDOW_HEADER, str(frames.WINDOW))]  # windows, asked for
+            headers += [(KEY_HEADER, self.key)] if self.key else []
             headers += [
                 (name, value) for name in self.credentials if (value := request.headers.get(name))
             ]  # the opening request's own: a receiver may check them at the upgrade
@@ -214,6 +214,28 @@ def _why(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+class _Stream:
+    """A turn in flight: its answer's frames not yet read, and with windows the bytes of
+    its pieces received beyond those granted back (`owed`) and read since the last grant."""
+
+    __slots__ = ("owed", "queue", "read")
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[frames.Answered] = asyncio.Queue()
+        self.owed = 0
+        self.read = 0
+
+    def received(self, piece: frames.Answered, window: int) -> None:
+        """Count a piece come; `FrameError` (the channel dropped) past the window: the
+        receiver keeps none, whatever it said."""
+        self.owed += len(piece.data)
+        if self.owed > window:
+            raise frames.FrameError(
+                f"stream {piece.stream} was sent {self.owed} bytes beyond those granted "
+                f"back, over its window of {window}"
+            )
+
+
 class _Link:
     """One open channel: its frames' memory, the turns in flight, the reader."""
 
@@ -222,8 +244,9 @@ class _Link:
         self.clock = clock
         self.used = clock()  # when a turn last went out on it, or a frame came
         self.sender = frames.Sender()
-        self.cancelling: set[asyncio.Task[None]] = set()  # cancel frames on their way
-        self.streams: dict[int, asyncio.Queue[frames.Answered]] = {}
+        self.window = frames.window_kept(socket.accepted.headers)  # None: an older receiver
+        self.later: set[asyncio.Task[None]] = set()  # cancel and credit frames on their way
+        self.streams: dict[int, _Stream] = {}
         self.next = 0
         self.closed = False
         self.writing = asyncio.Lock()
@@ -231,32 +254,31 @@ class _Link:
 
     async def send(self, request: Any) -> Any:
         stream, self.next = self.next, self.next + 1
-        queue: asyncio.Queue[frames.Answered] = asyncio.Queue()
-        self.streams[stream] = queue
+        state = self.streams[stream] = _Stream()
         headers = [  # as they go on the wire: bytes, read back as latin-1
             (k.decode("latin-1"), v.decode("latin-1"))
             for k, v in request.headers.raw
             if k.decode("latin-1").lower() not in _HOP
         ]
         target = request.url.raw_path.decode("ascii")
-        timeout = _timeout(request, "read")
+        timeout = timeout_of(request, "read")
         sent = False
         try:
             try:  # the frames' memory changes in the order they are sent
-                async with asyncio.timeout(_timeout(request, "write")), self.writing:
+                async with asyncio.timeout(timeout_of(request, "write")), self.writing:
                     frame = self._frame(stream, target, headers, request.content)
                     sent = True  # written before the send's first wait: it goes out
                     await self._write(frame, request)
             except TimeoutError:
                 raise self._stuck(request) from None
-            first = await _next(queue, request, wait=timeout)
+            first = await _next(state.queue, request, wait=timeout)
             try:
                 status, pairs = first.head()
             except frames.FrameError as exc:  # as an answer that broke off: still served
                 self.cancel(stream)
                 error: Any = _broke(request)
                 raise error(str(exc), request=request) from None
-            answer = _Answer(self, stream, queue, timeout, request)
+            answer = _Answer(self, stream, state, timeout, request)
             raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
             return _package(request).Response(
                 status,
@@ -300,18 +322,32 @@ class _Link:
     def cancel(self, stream: int) -> None:
         """Tell the receiver a turn was left: a cancel frame sent in the background (its
         caller, being cancelled or failing, never waits on the socket for it)."""
+        self._later(frames.Sender.cancel(stream))
+
+    def taken(self, stream: int, state: _Stream, size: int) -> None:
+        """`size` bytes of a turn's answer were read: with windows, granted back to the
+        receiver half a window at a time (a credit frame sent in the background)."""
+        if self.window is None:
+            return
+        state.read += size
+        if state.read >= self.window // 2:
+            state.owed -= state.read
+            self._later(frames.Sender.credit(stream, state.read))
+            state.read = 0
+
+    def _later(self, frame: bytes) -> None:
         if self.closed:
             return
-        task = asyncio.get_running_loop().create_task(self._cancel(stream))
-        self.cancelling.add(task)
-        task.add_done_callback(self.cancelling.discard)
+        task = asyncio.get_running_loop().create_task(self._send_later(frame))
+        self.later.add(task)
+        task.add_done_callback(self.later.discard)
 
-    async def _cancel(self, stream: int) -> None:
+    async def _send_later(self, frame: bytes) -> None:
         try:
             async with self.writing:
-                await self.socket.send(frames.Sender.cancel(stream))
-        except (OSError, ConnectionError) as exc:  # the channel is going: nothing to cancel
-            log.debug("channel: cancel of turn %d not sent (%s)", stream, exc)
+                await self.socket.send(frame)
+        except (OSError, ConnectionError) as exc:  # the channel is going: nothing to tell
+            log.debug("channel: a frame not sent (%s)", exc)
 
     async def _read(self) -> None:
         try:
@@ -321,9 +357,12 @@ class _Link:
                     return
                 found = frames.answered(message.data)
                 self.used = self.clock()
-                queue = self.streams.get(found.stream)
-                if queue is not None:  # else a turn the agent left: its pieces dropped
-                    queue.put_nowait(found)
+                state = self.streams.get(found.stream)
+                if state is None:  # a turn the agent left: its pieces dropped
+                    continue
+                if found.kind == frames.PIECE and self.window is not None:
+                    state.received(found, self.window)
+                state.queue.put_nowait(found)
         except frames.FrameError as exc:  # a receiver that does not speak the channel
             log.warning("channel: closed, an answer frame does not read (%s)", exc)
             self.socket.abort()
@@ -331,8 +370,8 @@ class _Link:
             return
         finally:
             self.closed = True
-            for queue in self.streams.values():
-                queue.put_nowait(_GONE)
+            for state in self.streams.values():
+                state.queue.put_nowait(_GONE)
 
     async def close(self) -> None:
         self.closed = True
@@ -351,7 +390,7 @@ class _Unsent(Exception):
     """The channel closed before a turn was written: it goes over HTTP instead."""
 
 
-def _timeout(request: Any, kind: str) -> float | None:
+def timeout_of(request: Any, kind: str) -> float | None:
     """The request's own timeout of `kind` ("connect", "read"; None: none set)."""
     found: Any = request.extensions.get("timeout", {})
     value = found.get(kind) if isinstance(found, dict) else None
@@ -378,25 +417,21 @@ class _Answer(httpx.AsyncByteStream, AsyncByteStream2):
     """A turn's answer body, piece by piece as its frames come."""
 
     def __init__(
-        self,
-        link: _Link,
-        stream: int,
-        queue: asyncio.Queue[frames.Answered],
-        timeout: float | None,
-        request: Any,
+        self, link: _Link, stream: int, state: _Stream, timeout: float | None, request: Any
     ) -> None:
-        self.link, self.stream, self.queue = link, stream, queue
+        self.link, self.stream, self.state = link, stream, state
         self.timeout, self.request = timeout, request
         self.ended = False  # its END or BROKEN came: nothing to cancel
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             while True:
-                found = await _next(self.queue, self.request, wait=self.timeout)
+                found = await _next(self.state.queue, self.request, wait=self.timeout)
                 if found.kind == frames.END:
                     self.ended = True
                     return
                 if found.kind == frames.PIECE:
+                    self.link.taken(self.stream, self.state, len(found.data))
                     yield found.data
         except _broke(self.request):  # BROKEN came, or the channel closed
             self.ended = True
@@ -410,77 +445,3 @@ class _Answer(httpx.AsyncByteStream, AsyncByteStream2):
         if not self.ended:
             self.ended = True
             self.link.cancel(self.stream)
-
-
-class Channels:
-    """A sender's channels (the SDK's `AsyncTransport`): the channel each endpoint's answer
-    told of (`Toolref-Channel`: a path on its origin, the latest said), and the channels
-    open, one per origin, path and credentials (a channel carries one caller's turns,
-    authenticated as the caller that opened it), at most `MAX_CHANNELS`, the least
-    recently used closed first; endpoints remembered, at most `MAX_ENDPOINTS`. Only edits
-    ride a channel."""
-
-    def __init__(self, report: Callable[[str], None]) -> None:
-        self.report = report
-        self.paths: OrderedDict[str, str] = OrderedDict()  # endpoint -> its channel's path
-        self.open: OrderedDict[tuple[str, str, tuple[str, ...]], ChannelTransport] = OrderedDict()
-
-    def told(self, request: Any, response: Any) -> None:
-        """Learn from `response` (to `request`) where its endpoint's channel is: a
-        receiver's answer (one saying `Toolref-Edits`) names it, or says by naming none
-        that it serves none (any more)."""
-        if response.headers.get(EDITS_HEADER) is None:
-            return  # not a receiver's word on it (a problem, a plain backend)
-        path = response.headers.get(CHANNEL_HEADER)
-        endpoint = _origin(request) + request.url.path
-        if path is None or CHANNEL_PATH.fullmatch(path) is None:
-            self.paths.pop(endpoint, None)
-            return
-        self.paths[endpoint] = path
-        self.paths.move_to_end(endpoint)
-        while len(self.paths) > MAX_ENDPOINTS:
-            self.paths.popitem(last=False)
-
-    async def sender(self, inner: Any, request: Any) -> Any:
-        """What sends `request`: its endpoint's channel when it is an edit and the endpoint
-        told of one, else `inner`."""
-        if not _is_edit(request.headers):
-            return inner
-        origin = _origin(request)
-        path = self.paths.get(origin + request.url.path)
-        if path is None:
-            return inner
-        key = (origin, path, tuple(request.headers.get(name, "") for name in CREDENTIALS))
-        found = self.open.get(key)
-        if found is not None:
-            self.open.move_to_end(key)
-            return found
-        found = self.open[key] = ChannelTransport(
-            inner,
-            origin,
-            None,
-            path=path,
-            connect_timeout=_timeout(request, "connect") or 10.0,
-            report=self.report,
-            credentials=CREDENTIALS,
-        )
-        if len(self.open) > MAX_CHANNELS:  # the least recently used with no turn in flight
-            idle = next((k for k, c in self.open.items() if k != key and not c.busy), None)
-            if idle is None:  # every one busy: this turn over HTTP, no channel made
-                del self.open[key]
-                return inner
-            await self.open.pop(idle).close_link()
-        return found
-
-    async def aclose(self) -> None:
-        """Close every channel (not the transports they wrap)."""
-        while self.open:
-            await self.open.popitem()[1].close_link()
-
-
-def _origin(request: Any) -> str:
-    return f"{request.url.scheme}://{request.url.netloc.decode('ascii')}"
-
-
-def _is_edit(headers: Any) -> bool:
-    return media_type(headers.get("content-type")) == EDIT_TYPE

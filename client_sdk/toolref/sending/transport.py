@@ -24,7 +24,7 @@ edit: it gets the SDK's request, byte for byte (and a header it ignores).
 
 `AsyncTransport` sends an endpoint's edits over a channel where the endpoint's answer said
 one is served (`Toolref-Channel: <path>` beside `Toolref-Edits`: the gateway, a
-`ToolRefMiddleware` given `channel_path`; `toolref.sending.channel_transport.Channels`), one
+`ToolRefMiddleware` given `channel_path`; `toolref.sending.channels.Channels`), one
 per origin, path and credentials, so a turn costs its edit and a few bytes of framing
 instead of an HTTP head; while the channel cannot be had (refused, unreachable) the edits
 go over HTTP, and it is asked for again every 30 s. The channel connects straight to the
@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any, cast, overload
 import httpx
 
 from toolref.sending.answers import adrive, aread_problem, drive, read_problem, to_read
-from toolref.sending.channel_transport import Channels
+from toolref.sending.channels import Channels
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.packages import AsyncBaseTransport2, BaseTransport2, packages_of
 from toolref.sending.refusals import readable_problem, shaped

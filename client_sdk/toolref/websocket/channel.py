@@ -9,11 +9,13 @@ Each WebSocket message (binary) is one frame. The sender's, one per request:
 
 A turn the agent left is cancelled with a frame of that stream whose meta is `{"c":1}` and
 whose body is empty (`Sender.cancel`): the receiver stops serving it, as when a client hangs
-up. `meta` is what changed since the channel's previous request (`Sender`, `Receiver` keep it):
-empty when the target and the headers are the same, else a JSON object with `"p"` (the
-request's path and query) and/or `"h"` (its headers as `[name, value]` pairs, in order,
-framing aside). `body` is the request's body. So a turn of a conversation costs its edit and
-a few bytes: the stream id, a zero, the WebSocket frame's own head.
+up. Where both sides keep windows (below), a frame whose meta is `{"w":N}` and whose body is
+empty grants that stream N more bytes of its answer (`Sender.credit`). `meta` is what
+changed since the channel's previous request (`Sender`, `Receiver` keep it): empty when the
+target and the headers are the same, else a JSON object with `"p"` (the request's path and
+query) and/or `"h"` (its headers as `[name, value]` pairs, in order, framing aside). `body`
+is the request's body. So a turn of a conversation costs its edit and a few bytes: the
+stream id, a zero, the WebSocket frame's own head.
 
 The receiver's, for a stream, in order:
 
@@ -24,11 +26,22 @@ The receiver's, for a stream, in order:
 
 Streams are answered concurrently; a stream's frames keep their order. Sans-I/O: bytes in,
 bytes out; each read bounded by its frame (the WebSocket's message limit bounds that).
+
+Windows (flow control per stream, as HTTP/2's): a sender that asks for them sends
+`Toolref-Channel-Window: W` on the upgrade; a receiver that keeps them answers the upgrade
+with the window it keeps (`window_granted`: W within `MIN_WINDOW`..`MAX_WINDOW`). Then the
+receiver sends at most that many bytes of a stream's pieces beyond those the sender granted
+back, and the sender grants them back as its caller reads them (half a window at a time).
+So an answer its caller leaves unread holds at most a window in the sender's memory, and
+waits at the receiver (which breaks it off after its send timeout, as HTTP drops a client
+that reads nothing) without holding up the channel's other turns. Either side without it
+(an older one) leaves both without windows.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -51,6 +64,13 @@ MAX_FRAME_BYTES: Final = 8 << 20
 # On the head of the answer to a turn the receiver had no room for (more than MAX_STREAMS in
 # flight): nothing was done with it, and the sender sends it over HTTP instead.
 BUSY: Final = (CHANNEL_HEADER, "busy")
+# Windows (the module docstring): the header asking for them on the upgrade and granting
+# them on its answer; the window a sender asks for (bytes of one answer it holds unread at
+# most: 1 MiB at 100 ms round trips still streams 10 MB/s), and the bounds a receiver keeps.
+WINDOW_HEADER: Final = "toolref-channel-window"
+WINDOW: Final = 1 << 20
+MIN_WINDOW: Final = 64 << 10
+MAX_WINDOW: Final = 16 << 20
 HEAD: Final = 0
 PIECE: Final = 1
 END: Final = 2
@@ -79,7 +99,17 @@ class Cancel:
     stream: int
 
 
+@dataclass(frozen=True, slots=True)
+class Credit:
+    """The sender read `size` more bytes of stream `stream`'s answer: the receiver may send
+    as many more (windows only)."""
+
+    stream: int
+    size: int
+
+
 _CANCEL: Final = b'{"c":1}'
+_CREDIT: Final = re.compile(rb'\{"w":([1-9][0-9]{0,9})\}')
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +159,11 @@ class Sender:
     def cancel(stream: int) -> bytes:
         return varint(stream) + varint(len(_CANCEL)) + _CANCEL
 
+    @staticmethod
+    def credit(stream: int, size: int) -> bytes:
+        said = b'{"w":%d}' % size
+        return varint(stream) + varint(len(said)) + said
+
 
 class Receiver:
     """The receiver's side: frames read back into requests, with the channel's memory."""
@@ -137,13 +172,17 @@ class Receiver:
         self.target: str | None = None
         self.headers: Pairs | None = None
 
-    def turn(self, frame: bytes) -> Turn | Cancel:
+    def turn(self, frame: bytes) -> Turn | Cancel | Credit:
         stream, at = read_varint(frame, 0)
         size, at = read_varint(frame, at)
         if stream is None or size is None or at + size > len(frame):
             raise FrameError("a request frame is cut short")
-        if frame[at : at + size] == _CANCEL and at + size == len(frame):
-            return Cancel(stream)
+        if at + size == len(frame):  # no body: a cancel, a credit, or a turn's empty body
+            meta = frame[at:]
+            if meta == _CANCEL:
+                return Cancel(stream)
+            if (granted := _CREDIT.fullmatch(meta)) is not None:
+                return Credit(stream, int(granted[1]))
         if size > MAX_META_BYTES:
             raise FrameError(f"a request frame's meta is {size} bytes, over {MAX_META_BYTES}")
         if size:
@@ -167,6 +206,25 @@ class Receiver:
         if self.target is None or self.headers is None:
             raise FrameError("the channel's first request frame names no target and headers")
         return Turn(stream, self.target, self.headers, frame[at + size :])
+
+
+def window_granted(asked: str | None) -> int | None:
+    """The window a receiver keeps for a sender that asked for `asked` (the upgrade's
+    `WINDOW_HEADER`; None: it asked for none, or not as a number of bytes)."""
+    if asked is None or not asked.isascii() or not asked.isdigit() or len(asked) > 10:
+        return None
+    return min(max(int(asked), MIN_WINDOW), MAX_WINDOW)
+
+
+def window_kept(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
+    """The window the receiver's answer to the upgrade (`headers`) grants: None where it
+    keeps none (an older receiver), or names one beyond the bounds."""
+    for name, value in headers:
+        if name.lower() == WINDOW_HEADER.encode():
+            text = value.decode("latin-1")
+            granted = window_granted(text)
+            return granted if granted is not None and str(granted) == text else None
+    return None
 
 
 def head(stream: int, status: int, headers: Sequence[tuple[str, str]]) -> bytes:

@@ -58,7 +58,8 @@ class Plan:
     replaced them, whether the last batch was made at this request's own turn (`rewrote`:
     the provider's cache is written again from the first of that batch's results), and the
     request's estimated bytes before and after; `checkpoint`: where the next request
-    of the conversation can go on from (`plan`'s `resume`)."""
+    of the conversation can go on from (`plan`'s `resume`); `newest`: where the last
+    batch's results begin in `cleared`."""
 
     cleared: tuple[Cleared, ...]
     batches: int
@@ -66,6 +67,7 @@ class Plan:
     size: int
     freed: int
     checkpoint: Checkpoint | None = None
+    newest: int = 0
 
     @property
     def tokens(self) -> int:
@@ -84,6 +86,7 @@ class _Replay:
     freed: int = 0
     batches: int = 0
     last: int = -1  # the turn of the last batch
+    newest: int = 0  # where the last batch's results begin in `cleared`
     frontier: int = 0  # results seen for the queue (older than the last `keep`, or not)
     queued_freed: int = 0
     seen: int = 0  # results before the last model message: the model has read them
@@ -97,8 +100,8 @@ class _Replay:
         """A copy to go on from: its lists copied (C speed), their items shared."""
         return _Replay(
             self.policy, self.stand_in, self.total, self.freed, self.batches, self.last,
-            self.frontier, self.queued_freed, self.seen, list(self.results), deque(self.queue),
-            list(self.cleared), dict(self.names),
+            self.newest, self.frontier, self.queued_freed, self.seen, list(self.results),
+            deque(self.queue), list(self.cleared), dict(self.names),
         )  # fmt: skip
 
 
@@ -156,6 +159,7 @@ def plan(messages: Sequence[Message], policy: Policy, resume: Checkpoint | None 
         replay.total,
         replay.freed,
         checkpoint,
+        replay.newest,
     )
 
 
@@ -186,6 +190,7 @@ def _turn(replay: _Replay, turn: int) -> None:
     rewritten = replay.total - replay.queue[0][1] - freed
     if policy.rewrite_weight * rewritten > freed * (turn + 1) * PAYBACK:
         return  # would not pay for itself were the conversation to go on as long again
+    replay.newest = len(replay.cleared)
     replay.cleared.extend(cleared for cleared, _ in replay.queue)
     replay.queue.clear()
     replay.queued_freed = 0

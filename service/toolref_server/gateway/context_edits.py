@@ -188,7 +188,10 @@ async def edit_context(
         # replaced, so the provider's cache is not written twice; no rewrite is said.
         chosen = dataclasses.replace(chosen, rewrote=False)
     try:
-        chosen = dataclasses.replace(chosen, cleared=_replaced(found, chosen.cleared, policy))
+        kept = _replaced(found, chosen.cleared, policy)
+        # the cache is written again only where a result of the last batch is replaced
+        rewrote = chosen.rewrote and not set(chosen.cleared[chosen.newest :]).isdisjoint(kept)
+        chosen = dataclasses.replace(chosen, cleared=kept, rewrote=rewrote)
         out = await workers.run(len(body), _rewritten, found, chosen.cleared, policy)
     except Exception:  # as above
         log.exception("context editing failed on a request; it was sent as it came")
@@ -310,8 +313,13 @@ async def _stand_ins(
         value = text if result.text is not None else _text_result(found.format, text)
         texts.append(as_json(value))
     kept = await store.pin(tenant, [slots[item] for item in missing], texts)
+    # None: not kept (the tenant past its stored-bytes quota). Another replica, or this one
+    # once its memo is gone, would make its own, in other bytes where a model summarizes or
+    # its summary fell back (the provider's cache broken on each such turn): the result
+    # waits, as it came, for a turn that can keep its stand-in.
     for item, text in zip(missing, kept, strict=True):
-        found.messages[item.message].results[item.result].stand_in[sid] = text
+        if text is not None:
+            found.messages[item.message].results[item.result].stand_in[sid] = text
 
 
 def _text_result(format_name: str, text: str) -> Any:

@@ -42,13 +42,12 @@ from toolref.wire.errors import (
 )
 from toolref.wire.headers import (
     CHANNEL_HEADER,
-    CONTEXT_EDITING_HEADER,
     EDITS_HEADER,
     SAVINGS_HEADER,
     SWITCHED_FROM_HEADER,
 )
 from toolref.wire.numbers import describe, whole_number
-from toolref_server.context.policy import wanted
+from toolref_server.context.policy import context_header, wanted
 from toolref_server.gateway.context_edits import ContextStep
 from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
@@ -124,7 +123,10 @@ class Gateway:
         if scope["type"] == "websocket" and scope["path"] == CHANNEL:
             self._service = self._service or scope.get("app")
             # each turn back through here
-            await serve_channel(scope, receive, send, self, refuse=_REFUSE)
+            await serve_channel(
+                scope, receive, send, self, refuse=_REFUSE,
+                send_timeout=self.settings.send_timeout,
+            )  # fmt: skip
             return
         if scope["type"] == "websocket" and scope["path"].startswith(PREFIX):
             self._service = self._service or scope.get("app")
@@ -228,7 +230,7 @@ class Gateway:
         if llm is None:
             return None
         policy = self.settings.context_policy.of(upstream, tenant)
-        if not wanted(policy, header(scope, CONTEXT_EDITING_HEADER)):
+        if not wanted(policy, context_header(scope)):
             return None
         services = self._services()
         return ContextStep(

@@ -54,8 +54,8 @@ from toolref.websocket.frames import Decoder
 from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.endpoints import socket_turns
 from toolref.wire.errors import BadRequestError, ToolrefError
-from toolref.wire.headers import CONTEXT_EDITING_HEADER, FRAMES_HEADER, FRAMES_VERSIONS
-from toolref_server.context.policy import wanted
+from toolref.wire.headers import FRAMES_HEADER, FRAMES_VERSIONS
+from toolref_server.context.policy import context_header, wanted
 from toolref_server.gateway.forwarder import UpstreamUnreachableError, request_headers
 from toolref_server.gateway.gate import GatewayAdmission
 from toolref_server.gateway.upstreams import Route
@@ -216,7 +216,7 @@ class Sockets:
     def _unedited(self, scope: Scope, found: Route, tenant: str) -> None:
         """A session that asks for context editing told it gets none (see the module
         docstring)."""
-        asked = header(scope, CONTEXT_EDITING_HEADER)
+        asked = context_header(scope)
         try:
             on = wanted(self.settings.context_policy.of(found.name, tenant), asked)
         except BadRequestError:  # not read over a WebSocket: the session goes on as it came

@@ -271,22 +271,22 @@ class Store:
     async def read_and_touch(self, tenant: str, keys: Sequence[str], action: str) -> list[Any]:
         """The values under `keys` (None where absent), each lifetime extended: one round
         trip, a GET per key on a cluster (`slots`; and one more to count them for the
-        stored-bytes quota, the first time they are read in its window)."""
-        counted = self.quota is not None
+        stored-bytes quota, the first time they are read in its window: each key once)."""
+        unique = list(dict.fromkeys(keys))  # PTTLs before EXPIREs: a copy would count again
         async with self.guard(action):
             pipe = self.pipeline()
-            reads = queue_reads(pipe, keys, self.cluster)
-            if counted:
-                for key in keys:
+            reads = queue_reads(pipe, unique, self.cluster)
+            if self.quota is not None:
+                for key in unique:
                     pipe.pttl(key)
-            for key in keys:
+            for key in unique:
                 pipe.expire(key, self.ttl)
             replies: list[Any] = await pipe.execute()
-        values = read_values(replies, self.cluster, len(keys))
-        if counted:
-            lifetimes = replies[reads : reads + len(keys)]
+        values = read_values(replies, self.cluster, len(unique))
+        if self.quota is not None:
+            lifetimes = replies[reads : reads + len(unique)]
             await self._count(tenant, [len(v) if v else 0 for v in values], lifetimes)
-        return values
+        return list(map(dict(zip(unique, values, strict=True)).__getitem__, keys))
 
     async def get_many(self, keys: Sequence[str], action: str) -> list[bytes | None]:
         """The values under `keys` (None where absent), lifetimes left as they are: one

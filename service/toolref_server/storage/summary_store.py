@@ -116,11 +116,15 @@ class SummaryStore:
             raise
         return True
 
-    async def pin(self, tenant: str, slots: Sequence[Slot], texts: Sequence[str]) -> list[str]:
+    async def pin(
+        self, tenant: str, slots: Sequence[Slot], texts: Sequence[str]
+    ) -> list[str | None]:
         """Keep each text in its slot unless one is there already (first writer wins, as a
         lock would have it), counted for `tenant`'s quota; the text each slot holds after:
-        ours, or the one there. Over the quota: ours, not kept. Two round trips at most
-        (the writes, then a read of the slots another wrote first)."""
+        ours, or the one there. Over the quota: None for each (not kept: another replica,
+        or this one later, would not find it, so the caller may not count on its bytes).
+        Two round trips at most (the writes, then a read of the slots another wrote
+        first)."""
         puts = [
             Put(s.key, utf8(t), self.store.ttl, keep=True)
             for s, t in zip(slots, texts, strict=True)
@@ -128,13 +132,13 @@ class SummaryStore:
         try:
             written = await self.store.put(tenant, "summary", puts)
         except QuotaExceededError:
-            return list(texts)
+            self.store.metrics.summary_cache.labels("not-kept").inc(len(puts))
+            return [None] * len(puts)
         lost = [i for i, done in enumerate(written) if not done]
         held = await self.read(tenant, [slots[i] for i in lost]) if lost else []
-        found = list(texts)
+        found: list[str | None] = list(texts)
         for i, text in zip(lost, held, strict=True):
-            if text is not None:
-                found[i] = text
+            found[i] = text  # the one there; None: gone meanwhile, and ours not kept
         return found
 
     # --- the mutex ----------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from toolref.wire.errors import BadRequestError, ConfigurationError
 from toolref_server.app import create_app
-from toolref_server.context.policy import wanted
+from toolref_server.context.policy import context_header, wanted
 from toolref_server.settings import Settings
 from toolref_server.settings.config_file import parse
 from toolref_server.settings.context import Policy, parse_policies
@@ -52,6 +52,26 @@ def test_a_request_asks_or_refuses_within_the_mode(
 def test_a_wrong_header_is_a_bad_request_saying_what_to_send() -> None:
     with pytest.raises(BadRequestError, match="send `on`"):
         wanted(Policy(mode="on"), "yes")
+    with pytest.raises(BadRequestError, match="send `on`"):
+        wanted(Policy(mode="on"), "on, yes")
+
+
+@pytest.mark.parametrize("mode", ["off", "on"])
+def test_an_off_added_after_the_clients_on_refuses(mode: str) -> None:
+    """A proxy may add `Toolref-Context-Editing: off` behind a client's `on`: every value
+    is read (the first alone was, and the request was edited)."""
+    scope = {
+        "type": "http",
+        "headers": [
+            (b"toolref-context-editing", b"on"),
+            (b"toolref-context-editing", b"off"),
+        ],
+    }
+    assert context_header(scope) == "on, off"
+    assert wanted(Policy(mode=mode), context_header(scope)) is False
+    assert wanted(Policy(mode=mode), context_header({"type": "http", "headers": []})) is (
+        mode == "on"
+    )
 
 
 @pytest.mark.parametrize(

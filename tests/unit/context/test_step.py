@@ -132,6 +132,33 @@ async def test_a_stand_in_no_shorter_than_its_result_leaves_the_result_as_it_cam
     assert outcome.saved == 0
 
 
+async def test_a_batch_none_of_whose_results_is_replaced_says_no_rewrite() -> None:
+    """Found in review: when no result of the turn's batch could be replaced (each stand-in
+    longer than its result, or not kept by the store), the answer still said `rewrote=1`
+    and `/metrics` counted a rewrite, though the body went as it came."""
+    facts_module.forget()
+    body = json.dumps({"model": "m", "messages": conversation(4)}).encode()
+    metrics = Metrics()
+    out, outcome = await edit_context(
+        body,
+        tenant="t",
+        upstream="up",
+        llm=CHAT,
+        policy=POLICY,
+        summaries=Longer(),  # type: ignore[arg-type]
+        workers=Workers(None, None),
+        metrics=metrics,
+    )
+    assert out == body
+    assert outcome is not None
+    assert not outcome.plan.rewrote
+    assert b"rewrote=0" in outcome.header()[1]
+    counted = metrics.registry.get_sample_value(
+        "toolref_context_requests_total", {"outcome": "rewrote"}
+    )
+    assert not counted
+
+
 async def test_a_message_nested_deeper_than_a_parse_goes_passes_as_it_came() -> None:
     facts_module.forget()
     deep = "[" * 100_000 + "]" * 100_000

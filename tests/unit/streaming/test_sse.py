@@ -83,3 +83,29 @@ def test_frames_that_carry_no_event_do_not_close_the_last_block(
     max_tokens stop must not release that block as complete: it was cut."""
     [call] = accumulate(events, provider)
     assert (call.status, call.error_type) == (CallStatus.INCOMPLETE, "truncated")
+
+
+@pytest.mark.parametrize("char", ["\u2028", "\u2029", "\x85"], ids=["LS", "PS", "NEL"])
+def test_a_line_separator_inside_the_json_is_not_a_line_end(char: str) -> None:
+    """SSE ends lines at CR, LF or CRLF only; JSON may carry U+2028, U+2029 and U+0085 raw
+    in a string (json.dumps(ensure_ascii=False) does), and the frame is still one event."""
+    payload = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "input_json_delta", "partial_json": f'{{"a": "x{char}y"}}'},
+    }
+    frame = "event: content_block_delta\ndata: " + json.dumps(payload, ensure_ascii=False)
+    assert as_event(frame) == payload
+    assert as_event(frame.encode()) == payload
+
+
+@pytest.mark.parametrize("frame", [f"\ufeffevent: message_start\ndata: {TEXT}", f"\ufeff{TEXT}"])
+def test_a_leading_byte_order_mark_is_dropped(frame: str) -> None:
+    """The SSE spec drops one BOM at the start of a stream: its first frame carries it."""
+    assert as_event(frame) == PAYLOAD
+    assert as_event(frame.encode()) == PAYLOAD
+
+
+def test_data_over_lines_ended_by_cr_alone_is_joined() -> None:
+    frame = 'event: x\rdata: {"type": "x",\rdata:  "n": 1}\r'
+    assert as_event(frame) == {"type": "x", "n": 1}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -30,7 +31,7 @@ def as_event(event: Any) -> Mapping[str, Any] | None:
         except UnicodeDecodeError as exc:
             raise ChunkSequenceError(f"stream event is not UTF-8 text: {exc}") from None
     if isinstance(event, str):
-        text = event.strip()
+        text = event.removeprefix("\ufeff").strip()  # the BOM a stream may begin with
         if text.startswith(_SSE_FIELDS):
             text = _sse_data(text)
             if not text:
@@ -63,12 +64,15 @@ def as_event(event: Any) -> Mapping[str, Any] | None:
 
 
 _SSE_FIELDS = ("data:", "event:", "id:", "retry:", ":")
+# SSE's line ends, and only those: `str.splitlines` also ends a line at U+2028, U+2029 and
+# U+0085, which JSON carries raw inside strings, and cut such an event in two.
+_SSE_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def _sse_data(frame: str) -> str:
     """The data of one SSE frame (`event:` and `id:` lines, comments ignored; several `data:`
-    lines joined by newlines, as the SSE spec says)."""
-    lines = [line[5:] for line in frame.splitlines() if line.startswith("data:")]
+    lines joined by newlines, as the SSE spec says). O(frame)."""
+    lines = [line[5:] for line in _SSE_LINE_END.split(frame) if line.startswith("data:")]
     return "\n".join(line[1:] if line.startswith(" ") else line for line in lines).strip()
 
 
