@@ -17,7 +17,8 @@ export interface ToolRefBackendOptions {
   key?: string;
   /** The fetch that calls the registry (default: globalThis.fetch at call time). */
   fetch?: Fetch;
-  /** The body member holding the messages of a protocol-2 request. Default "messages". */
+  /** The body member holding the messages of a protocol-2 request. Default: the first of
+   * "messages", "input", "contents" holding a list (as ToolRefMiddleware). */
   messagesKey?: string;
   /** The messages' format (protocol 2); the registry detects it when absent. */
   format?: FormatName;

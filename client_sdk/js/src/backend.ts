@@ -118,13 +118,21 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
     const media = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
     if (media === MEDIA_TYPE) return applied(context, request);
     const offered = request.headers.has(EDITS_HEADER);
-    const version = Number((request.headers.get(PROTOCOL_HEADER) ?? "1").trim());
     const asked = offered ? withoutOffer(request) : request; // the offer is toolref's, not the app's
-    const response = version >= 2 ? await hydrated(context, asked) : await handler(asked);
+    const response = speaksRefs(request.headers) ? await hydrated(context, asked) : await handler(asked);
     if (!offered) return response;
     const told = await editsTold(context);
     return told >= FIRST_VERSION ? withHeaders(response, edits(told)) : response;
   };
+}
+
+/** Whether the request asks for protocol 2 or later: its `Toolref-Protocol` an integer of
+ * at most 9 digits (Python's `negotiate`); a header that is no version (`0x2`, `2.0`, `2e0`,
+ * `2, 2`, which `Number` reads as 2 or NaN) is not ours to judge, and the app sees the
+ * request as it came, as `ToolRefMiddleware`'s `speaks_refs` has it. */
+function speaksRefs(headers: Headers): boolean {
+  const text = (headers.get(PROTOCOL_HEADER) ?? "1").trim();
+  return /^[0-9]{1,9}$/.test(text) && Number(text) >= 2;
 }
 
 /** The version of edits this backend tells its clients: the lower of this SDK's and the
@@ -160,6 +168,10 @@ function withoutOffer(request: Request): Request {
   return new Request(request, { headers });
 }
 
+/** Bytes of a restored request's head (its header lines) allowed beside its body: the
+ * registry's own bound on segment 0's headers is far below it. */
+const RESTORED_HEAD_BYTES = 1 << 20;
+
 async function applied(context: Context, request: Request): Promise<Response> {
   const { options, limits } = context;
   const told = editsTold(context); // asked once, beside this request's own work
@@ -179,7 +191,8 @@ async function applied(context: Context, request: Request): Promise<Response> {
   try {
     answer = await postBounded(options.fetch ?? globalThis.fetch, context.registry + "/v1/edits:apply", headers, data, {
       timeoutMs: limits.timeoutMs,
-      maxAnswerBytes: limits.maxAnswerBytes,
+      // the restored request: its body within maxInflatedBytes (below), its head with it
+      maxAnswerBytes: Math.min(limits.maxAnswerBytes, limits.maxInflatedBytes + RESTORED_HEAD_BYTES),
       signal: request.signal ?? null,
     });
   } catch (error) {
@@ -198,6 +211,10 @@ async function applied(context: Context, request: Request): Promise<Response> {
   }
   const restored = status === 200 && (answer.headers.get("content-type") ?? "").startsWith(REQUEST_MEDIA_TYPE) ? parseRequest(answer.bytes) : null;
   if (restored === null) return cannotApply(`${context.registry} answered the edit with no request: is it a toolref registry?`);
+  if (restored.body.length > limits.maxInflatedBytes) {
+    // As ToolRefMiddleware's `reserved`: the client sends the request whole, for the app's own limits.
+    return cannotApply(`the edit restores a body of ${restored.body.length} bytes, over this backend's limit of ${limits.maxInflatedBytes} (maxInflatedBytes); send the request whole`);
+  }
   // The app's headers (as `toolref.receiving.restoring.merged_headers`): segment 0's, none
   // that describes a hop; a real header in place of segment 0's of its name (a proxy in
   // front may set it, and the client must not override it from inside its body), but for

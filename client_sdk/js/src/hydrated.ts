@@ -56,7 +56,9 @@ export async function hydrated(context: Context, request: Request): Promise<Resp
   if (encoding !== "identity" && encoding !== "gzip") {
     return problem(415, "unsupported-media-type", `this backend reads protocol-2 bodies plain or gzip, not ${encoding}; send it plain or gzip`);
   }
-  const key = options.messagesKey ?? "messages";
+  // Where the messages sit: `messagesKey`, or the first of MESSAGES_KEYS whose value is a
+  // list, as ToolRefMiddleware's hydrator reads them (`messages_keys`).
+  const keys = options.messagesKey === undefined ? MESSAGES_KEYS : [options.messagesKey];
   // Only a JSON body is hydrated, as ToolRefMiddleware reads it: any other goes on as sent.
   const media = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
   let text: string;
@@ -65,8 +67,9 @@ export async function hydrated(context: Context, request: Request): Promise<Resp
   } catch {
     text = "";
   }
-  const spans = text === "" ? null : readBody(text, key);
-  if (spans === null) return handler(rebuilt(request, raw));
+  const read = text === "" ? null : readBody(text, keys);
+  if (read === null) return handler(rebuilt(request, raw));
+  const { spans, key } = read;
   if (spans.some((span) => span.key === "historyRef")) return retiredHistory("a `historyRef`");
   // The last member of that key, as JSON.parse (and readBody) took it.
   const listed = spans.findLast((span) => span.key === key)!;
@@ -94,7 +97,7 @@ export async function hydrated(context: Context, request: Request): Promise<Resp
     return new Response(answer.bytes as BodyInit, { status: answer.status, headers });
   }
   const answerText = decoder.decode(answer.bytes);
-  const hydratedMessages = readBody(answerText, "messages")?.findLast((span) => span.key === "messages");
+  const hydratedMessages = readBody(answerText, ["messages"])?.spans.findLast((span) => span.key === "messages");
   if (hydratedMessages === undefined) {
     return unavailable(handler, request, raw, sentMessages, `${context.registry} answered hydrate with no messages: is it a toolref registry?`);
   }
@@ -126,15 +129,24 @@ function retiredHistory(what: string): Response {
   );
 }
 
-function readBody(text: string, key: string): MemberSpan[] | null {
+/** The body's members and the first of `keys` holding a list (the messages); null where
+ * none does, or the body is not a JSON object. */
+function readBody(text: string, keys: readonly string[]): { spans: MemberSpan[]; key: string } | null {
+  let key: string | undefined;
   try {
     const value: unknown = JSON.parse(text);
-    if (typeof value !== "object" || value === null || !Array.isArray((value as Record<string, unknown>)[key])) return null;
+    if (typeof value !== "object" || value === null || Array.isArray(value)) return null;
+    key = keys.find((name) => Array.isArray((value as Record<string, unknown>)[name]));
   } catch {
     return null; // the handler answers its own malformed input
   }
-  return memberSpans(text);
+  const spans = key === undefined ? null : memberSpans(text);
+  return key === undefined || spans === null ? null : { spans, key };
 }
+
+/** Where a protocol-2 body's messages may sit, the first present as a list winning (Chat
+ * Completions and Anthropic, Responses, Gemini), as ToolRefMiddleware reads them. */
+const MESSAGES_KEYS = ["messages", "input", "contents"] as const;
 
 async function hydrate(
   options: ToolRefBackendOptions,

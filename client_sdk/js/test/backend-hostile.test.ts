@@ -194,6 +194,19 @@ describe("withToolRef: an edit's restored request and its answer", () => {
     }).fetch;
   }
 
+  it("found in review: an edit restoring a body over maxInflatedBytes is a 415 (the client sends it whole), as ToolRefMiddleware's limit; within it, the app gets it", async () => {
+    const body = encoder.encode(`{"messages":["${"x".repeat(2000)}"]}`);
+    for (const [limit, status] of [[1000, 415], [body.length, 200]] as const) {
+      const app = recording();
+      const handle = withToolRef(app.handle, { registry: "http://registry.test", fetch: applying(body), maxInflatedBytes: limit });
+      const edit = new Request("http://app.test/api/chat", { method: "POST", headers: { "Content-Type": MEDIA_TYPE }, body: "edit" });
+      const answer = await handle(edit);
+      expect(answer.status).toBe(status);
+      expect(app.seen).toHaveLength(status === 200 ? 1 : 0);
+      if (status === 415) expect(((await answer.json()) as { detail: string }).detail).toContain("maxInflatedBytes");
+    }
+  });
+
   it("the app gets the restored body byte for byte (invalid UTF-8, a BOM, `__proto__`)", async () => {
     const body = new Uint8Array([0xef, 0xbb, 0xbf, ...encoder.encode('{"__proto__":1,"messages":["'), 0xed, 0xa0, 0x80, ...encoder.encode('"]}')]);
     const app = recording();
@@ -234,5 +247,39 @@ describe("withToolRef: an edit's restored request and its answer", () => {
       tail += new TextDecoder().decode(value);
     }
     expect(tail).toBe("data: [DONE]\n\n");
+  });
+  it("found in review: a Toolref-Protocol that is no version (0x2, 2.0, 2e0, repeated) is not the backend's: the app sees the request as it came, as ToolRefMiddleware's speaks_refs has it", async () => {
+    for (const value of ["0x2", "2.0", "2e0", " +2", "2, 2", "0b10", "1234567890"]) {
+      const app = recording();
+      const { fetch, calls } = registry(echoHydrate);
+      const handle = withToolRef(app.handle, { registry: "http://registry.test", fetch });
+      const request = new Request("http://app.test/api/chat", {
+        method: "POST",
+        headers: { "Toolref-Protocol": value, "Content-Type": "application/json" },
+        body: SPACED,
+      });
+      const answer = await handle(request);
+      expect(answer.status).toBe(200);
+      expect(calls).toEqual([]); // no hydrate: before, Number() read 0x2, 2.0, 2e0 as 2
+      expect(new TextDecoder().decode(app.seen[0]!.body)).toBe(SPACED);
+      expect(app.seen[0]!.headers.get("Toolref-Protocol")).toBe(value.trim());
+    }
+  });
+  it("found in review: a protocol-2 body with its messages under `input` (Responses) or `contents` (Gemini) is hydrated without `messagesKey`, as ToolRefMiddleware reads it", async () => {
+    for (const key of ["input", "contents"]) {
+      const app = recording();
+      const sent: string[] = [];
+      const { fetch, calls } = registry((path, body) => {
+        sent.push(body);
+        return echoHydrate(path, body);
+      });
+      const handle = withToolRef(app.handle, { registry: "http://registry.test", fetch });
+      const body = SPACED.replace('{"messages":', `{"model": "m", "${key}":`);
+      const answer = await handle(protocol2(body));
+      expect(answer.status).toBe(200);
+      expect(calls).toEqual(["/v1/messages:hydrate"]); // before: the handler got the markers
+      expect(sent[0]!.startsWith('{"messages":[{"role": "assistant"')).toBe(true);
+      expect(new TextDecoder().decode(app.seen[0]!.body)).toBe(body);
+    }
   });
 });
