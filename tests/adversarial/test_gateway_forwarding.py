@@ -22,7 +22,16 @@ from redis.asyncio import Redis
 
 from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool
 
-from .gateway_wire import Link, RawUpstream, Received, echo, exchange, gateway, request_bytes
+from .gateway_wire import (
+    Link,
+    RawUpstream,
+    Received,
+    echo,
+    exchange,
+    gateway,
+    opened,
+    request_bytes,
+)
 
 AS_A = [("Toolref-Key", "k")]
 _ANONYMOUS = "aNULL:@SECLEVEL=0"  # TLS 1.2 without certificates, for loopback tests only
@@ -211,3 +220,71 @@ async def test_a_path_that_would_start_with_two_slashes_upstream_is_refused(
     assert "//" in refused.json()["detail"]
     assert inside.status == based.status == 200
     assert [r.target for r in upstream.requests] == ["/v1//models", "/api//v1/models"]
+
+
+# --- one upstream's stall, and upstream failures ------------------------------------------
+
+
+async def stalls(link: Link, request: Received) -> bool:
+    """No answer until the gateway hangs up."""
+    await link.until_closed()
+    return False
+
+
+@pytest.mark.engine
+async def test_a_stalled_upstream_never_holds_another_upstreams_connections(
+    redis: Redis,
+) -> None:
+    """Upstream `slow` holds every request it gets (an outage that accepts and never
+    answers, for up to the read timeout); upstream `fast` answers at once. Before: one
+    pool of TOOLREF_GATEWAY_MAX_CONNECTIONS served every upstream, so `slow`'s requests
+    took all of it and a request to `fast` waited TOOLREF_GATEWAY_CONNECT_TIMEOUT for a
+    connection and was refused 503 `overloaded`. Now each upstream has its own pool of
+    that size: `fast` is served, while `slow`'s own next request is still told it is
+    busy."""
+    async with (
+        RawUpstream(stalls) as slow,
+        RawUpstream() as fast,
+        gateway(
+            redis,
+            upstreams=f"slow={slow.url},fast={fast.url}",
+            gateway_max_connections=1,
+            gateway_connect_timeout=0.5,
+        ) as url,
+    ):
+        _, writer = await opened(url)
+        writer.write(request_bytes("GET", "/llm/slow/v1/models", AS_A, length=False))
+        await slow.wait_for_requests(1)
+        served = await exchange(url, request_bytes("GET", "/llm/fast/v1/models", AS_A))
+        busy = await exchange(url, request_bytes("GET", "/llm/slow/v1/models", AS_A))
+        writer.close()
+    assert served.status == 200, served.body
+    assert [r.target for r in fast.requests] == ["/v1/models"]
+    assert busy.status == 503, busy.body
+    assert "TOOLREF_GATEWAY_MAX_CONNECTIONS=1" in busy.json()["detail"]
+    assert len(slow.requests) == 1
+
+
+@pytest.mark.engine
+async def test_an_upstream_that_does_not_speak_http_is_named_with_the_fix(redis: Redis) -> None:
+    """TOOLREF_UPSTREAMS names `http://` for an upstream that speaks TLS on that port (the
+    easy slip: the provider's port 443 without the `s`). Before: 502 saying the upstream
+    `cannot be reached (RemoteProtocolError)`, to check that it is up: it was reached, and
+    up. Now the 502 says it answered what is not HTTP/1.1 and to check the scheme and
+    port. An upstream that cannot be reached at all is still told as such."""
+    server_context, _ = _contexts()
+    accepted: list[int] = []
+
+    async def handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+
+    async with (
+        _upstream(handshake, server_context, accepted) as port,
+        gateway(redis, upstreams=f"tls=http://127.0.0.1:{port}") as url,
+    ):
+        reply = await exchange(url, request_bytes("GET", "/llm/tls/v1/models", AS_A))
+    assert reply.status == 502, reply.body
+    detail = reply.json()["detail"]
+    assert "cannot be reached" not in detail
+    assert "not an HTTP/1.1 answer" in detail
+    assert "https://" in detail

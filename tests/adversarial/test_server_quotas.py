@@ -431,6 +431,36 @@ async def test_a_key_written_small_then_large_counts_the_large_value(redis: Redi
     assert await counted_bytes(redis, "t") == before
 
 
+async def test_overwrites_and_deletes_count_within_the_bound_the_docs_state(
+    redis: Redis,
+) -> None:
+    """Found in review: the docs said the two counters hold at most twice what a tenant
+    keeps; a key written 5,000 bytes, then 1, then 5,000 again counts the 4,999 bytes it
+    grows each time (nothing is given back on a shrink or a delete: sizes are read before
+    the write, and two concurrent shrinks would both give bytes back), and a key deleted
+    then written counts whole again. What holds, and the docs now say: never below what
+    the tenant keeps; above it by at most what shrinking overwrites and deletes gave up in
+    the window (`quotas` module docstring, docs/operations.md)."""
+    quota = StoredBytes(10_000_000, TTL, clock=Clock(TTL))
+    store = Store(redis, TTL, quota=quota)
+    key = keys.answer("t", f"tb_{0:026d}")
+    large, small = random.Random(1).randbytes(5_000), b"x"
+    given_up = 0
+    await store.put("t", "answer", [Put(key, large, TTL)])
+    for _ in range(10):  # an answer kept again each time its turn is regenerated
+        await store.put("t", "answer", [Put(key, small, TTL)])
+        given_up += len(large) - len(small)
+        await store.put("t", "answer", [Put(key, large, TTL)])
+        kept, counted = await stored_bytes(redis, "t"), await counted_bytes(redis, "t")
+        assert kept <= counted <= kept + given_up
+    assert counted == kept + given_up  # the bound is reached: it is what holds, not less
+    await store.put("t", "answer", [], delete=[key])  # a base's answer dropped...
+    given_up += len(large)
+    await store.put("t", "answer", [Put(key, large, TTL)])  # ...and written back
+    kept, counted = await stored_bytes(redis, "t"), await counted_bytes(redis, "t")
+    assert kept <= counted == kept + given_up
+
+
 async def test_a_write_the_engine_fails_part_way_counts_nothing_and_keeps_nothing(
     redis: Redis,
 ) -> None:

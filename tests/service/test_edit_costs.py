@@ -24,6 +24,7 @@ import toolref.edits.edit
 import toolref.edits.recipe
 import toolref_server.registry.edits
 import toolref_server.storage.recipe_chunks
+import toolref_server.storage.recipe_forms
 import toolref_server.storage.recipe_groups
 import toolref_server.storage.recipe_held
 import toolref_server.storage.recipe_nodes
@@ -48,6 +49,7 @@ MODULES = (
     toolref.edits.edit,
     toolref_server.registry.edits,
     toolref_server.storage.recipes,
+    toolref_server.storage.recipe_forms,
     toolref_server.storage.recipe_held,
     toolref_server.storage.recipe_groups,
     toolref_server.storage.recipe_nodes,
@@ -125,7 +127,7 @@ async def test_a_turn_costs_python_steps_for_what_it_adds_not_for_the_conversati
         counts["entries sized"] += end - start
         return cuts(entries, start, end)
 
-    monkeypatch.setattr(toolref_server.storage.recipes, "chunk_of", chunked)
+    monkeypatch.setattr(toolref_server.storage.recipe_forms, "chunk_of", chunked)
     monkeypatch.setattr(toolref_server.storage.recipe_chunks, "_cuts", cut_up)
     per_turn: list[Counter[str]] = []
     async for _, body, new, applied in growing(redis, 200, counts.clear):

@@ -321,3 +321,32 @@ async def test_a_recipe_resent_whole_reads_back_when_its_old_node_did_not(
     again = await keep(recipes, request(4), None)  # the resend: read back (`keep` asserts)
     assert again.ref == delta.ref
     assert await recipes_on(redis, clock).load("t", delta.ref) is not None
+
+
+@pytest.mark.parametrize("bad", [b"\x28\xb5\x2f\xfd" + bytes(12), b"not what was written"])
+async def test_a_node_chunk_or_piece_that_does_not_read_is_deleted_when_read(
+    redis: Redis, bad: bytes
+) -> None:
+    """Found in review: a piece or chunk whose stored bytes did not read (corrupt; or
+    compressed with a dictionary this replica lacks) was not held, but stayed: the resend
+    writes it SET NX, so the bad bytes stayed, and every turn missed until they expired.
+    Now what does not read is deleted where it is read (the recipe's own node, the nodes of
+    its group, its chunks and pieces): put back, the recipe loads again."""
+    clock = Clock()
+    recipes = recipes_on(redis, clock)
+    snapshot = await keep(recipes, request(3), None)
+    delta = await keep(recipes, request(4), snapshot)
+    assert delta.snapshot == snapshot.ref
+    for key in (
+        keys.edit_piece("t", pieces_of(snapshot)[0]),
+        keys.recipe_chunk("t", snapshot.stored[0]),
+        keys.recipe_node("t", snapshot.ref),  # a node of its group
+        keys.recipe_node("t", delta.ref),  # its own node
+    ):
+        good = await redis.get(key)
+        assert isinstance(good, bytes)
+        await redis.set(key, bad, keepttl=True)
+        assert await recipes_on(redis, clock).load("t", delta.ref) is None
+        assert not await redis.exists(key), key
+        await redis.set(key, good, ex=TTL)  # what a resend writes (SET NX)
+        assert await recipes_on(redis, clock).load("t", delta.ref) is not None

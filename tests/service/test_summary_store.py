@@ -4,20 +4,27 @@ on a cluster in the cluster pass): what `registry.single_flight` relies on."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+from typing import Any
 
 import fakeredis
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError
 
 from toolref.wire.canonical import digest_of
 from toolref.wire.errors import StoreUnavailableError
-from toolref_server.registry.single_flight import SingleFlight
+from toolref_server.registry.single_flight import SingleFlight, Skipped
+from toolref_server.registry.summarizers import SummarizerError
+from toolref_server.storage import keys
 from toolref_server.storage.counters import WINDOW_SECONDS, ModelCallCounters
 from toolref_server.storage.quotas import StoredBytes
 from toolref_server.storage.store import Store
 from toolref_server.storage.summary_store import Outcome, SummaryStore
 
 from ..conftest import key_names
+from .no_scripts import no_scripts
 
 REF = digest_of({"name": "read", "args": {"path": "a.py"}, "result": "x"}).ref
 SID = "extractive:v1:200"
@@ -35,34 +42,39 @@ def past() -> float:
 async def test_one_holder_and_what_the_others_see(redis: Redis) -> None:
     store = summaries(redis)
     slot = store.invocation("t", REF, SID)
-    assert await store.take(slot) == (True, None)
-    assert await store.take(slot) == (False, None)  # held
+    token, _ = await store.take(slot)
+    assert token is not None
+    assert await store.take(slot) == (None, None)  # held
     assert (await store.wait(slot, past())).outcome is Outcome.LATE
-    await store.fail(slot)
-    assert await store.take(slot) == (False, None)  # the failure mark holds it too
+    await store.fail(slot, token)
+    assert await store.take(slot) == (None, None)  # the failure mark holds it too
     assert (await store.wait(slot, past())).outcome is Outcome.FAILED
-    await store.release(slot)
+    await store.release(slot, token)  # a failure mark is no holder's: it stays
+    assert (await store.wait(slot, past())).outcome is Outcome.FAILED
+    await redis.delete(keys.summary_lock(slot.key))  # the mark expired
     assert (await store.wait(slot, past())).outcome is Outcome.FREE
-    assert await store.take(slot) == (True, None)
-    assert await store.keep(slot, "read a.py: 1 line")
+    token, _ = await store.take(slot)
+    assert token is not None
+    assert await store.keep(slot, token, "read a.py: 1 line")
     waited = await store.wait(slot, past())
     assert (waited.outcome, waited.text) == (Outcome.MADE, "read a.py: 1 line")
     assert await key_names(redis) == [slot.key]  # the lock went with the write
     assert 590 < await redis.ttl(slot.key) <= 600
     # Taking the lock reads the value again: there, it is the answer, the lock given back.
-    assert await store.take(slot) == (False, "read a.py: 1 line")
+    assert await store.take(slot) == (None, "read a.py: 1 line")
     assert await key_names(redis) == [slot.key]
 
 
 async def test_a_waiter_gets_the_value_kept_while_it_polls(redis: Redis) -> None:
     store = summaries(redis)
     slot = store.dialogue("t", "user: hi\nassistant: hello", SID)
-    assert await store.take(slot) == (True, None)
+    token, _ = await store.take(slot)
+    assert token is not None
     loop = asyncio.get_running_loop()
     waiting = asyncio.ensure_future(store.wait(slot, loop.time() + 5))
     await asyncio.sleep(0.1)
     assert not waiting.done()
-    assert await store.keep(slot, "greetings")
+    assert await store.keep(slot, token, "greetings")
     waited = await asyncio.wait_for(waiting, 1)
     assert (waited.outcome, waited.text) == (Outcome.MADE, "greetings")
 
@@ -75,8 +87,9 @@ async def test_a_value_kept_before_the_lock_is_taken_is_not_made_again(redis: Re
     store = summaries(redis)
     slot = store.invocation("t", REF, SID)
     # Another process made and kept the summary just after this request's read missed it.
-    assert await store.take(slot) == (True, None)
-    assert await store.keep(slot, "read a.py: 1 line")
+    token, _ = await store.take(slot)
+    assert token is not None
+    assert await store.keep(slot, token, "read a.py: 1 line")
     made: list[str] = []
 
     async def create() -> str:
@@ -99,11 +112,13 @@ async def test_reads_are_batched_and_counted_and_keeping_past_the_quota_frees_th
 ) -> None:
     store = summaries(redis, quota=40)
     kept, other = store.invocation("t", REF, SID), store.invocation("t", REF, "m:v1:200")
-    assert await store.take(kept) == (True, None)
-    assert await store.keep(kept, "a" * 30)
+    token, _ = await store.take(kept)
+    assert token is not None
+    assert await store.keep(kept, token, "a" * 30)
     assert await store.read("t", [kept, other]) == ["a" * 30, None]
-    assert await store.take(other) == (True, None)
-    assert not await store.keep(other, "b" * 30)  # 60 bytes would pass the 40-byte quota
+    token, _ = await store.take(other)
+    assert token is not None
+    assert not await store.keep(other, token, "b" * 30)  # 60 bytes would pass the 40-byte quota
     counters = [name for name in await key_names(redis) if ":q:" in name]
     assert await key_names(redis) == sorted([kept.key, *counters])  # its lock went too
     assert (await store.wait(other, past())).outcome is Outcome.FREE
@@ -153,8 +168,8 @@ async def test_an_unreachable_engine_is_a_503_naming_the_summary_cache() -> None
         assert failed.value.retry_after == 4
     with pytest.raises(StoreUnavailableError):
         await ModelCallCounters(store).count("t")
-    await summaries.release(slot)
-    await summaries.fail(slot)
+    await summaries.release(slot, "a token")
+    await summaries.fail(slot, "a token")
     errors = store.metrics.registry.get_sample_value(
         "toolref_store_errors_total", {"operation": "summary"}
     )
@@ -169,10 +184,139 @@ async def test_a_lone_surrogate_is_kept_as_a_replacement_and_the_lock_released(
     UTF-8 cannot carry is kept with U+FFFD in its place, by `keep` and by `pin`."""
     store = summaries(redis)
     slot = store.invocation("t", REF, SID)
-    assert await store.take(slot) == (True, None)
-    assert await store.keep(slot, "read a.py \udc00 1 line")
+    token, _ = await store.take(slot)
+    assert token is not None
+    assert await store.keep(slot, token, "read a.py \udc00 1 line")
     assert await key_names(redis) == [slot.key]  # the lock went with the write
     assert await store.read("t", [slot]) == ["read a.py \ufffd 1 line"]
     other = store.dialogue("t", "user: hi", SID)
     await store.pin("t", [other], ["hi \ud83d"])
     assert await store.read("t", [other]) == ["hi \ufffd"]
+
+
+@pytest.mark.parametrize("first_ends", ["kept", "failed", "skipped"])
+async def test_a_holder_whose_lock_expired_leaves_the_next_holders_lock(
+    redis: Redis, first_ends: str
+) -> None:
+    """Found in review: `keep`, `release` and `fail` deleted or overwrote the lock without
+    checking it was still theirs. A holder whose lock expired while it computed then took
+    away the lock of the request that had taken it since, and a third request called the
+    model as well (or fell back on a failure that was not its summary's). Now each
+    compares its token first: the second holder's lock stays until the second is done."""
+    store = summaries(redis)
+    slot = store.invocation("t", REF, SID)
+    lock = keys.summary_lock(slot.key)
+    calls: list[str] = []
+    started = {name: asyncio.Event() for name in ("first", "second")}
+    finish = {name: asyncio.Event() for name in ("first", "second")}
+
+    def model(name: str) -> Callable[[], Awaitable[str]]:
+        async def create() -> str:
+            calls.append(name)
+            if name in started:
+                started[name].set()
+                await finish[name].wait()
+            if name == "first" and first_ends == "failed":
+                raise SummarizerError("the model failed")
+            if name == "first" and first_ends == "skipped":
+                raise Skipped("tenant-quota", "not asked")
+            return f"{name}'s summary"
+
+        return create
+
+    def process(name: str) -> asyncio.Future[tuple[str, bool]]:  # a replica of its own
+        return asyncio.ensure_future(SingleFlight(store, wait=5).get_or_create(slot, model(name)))
+
+    first = process("first")
+    await asyncio.wait_for(started["first"].wait(), 5)
+    await redis.delete(lock)  # the first's lock expired while it still computes
+    second = process("second")
+    await asyncio.wait_for(started["second"].wait(), 5)
+    finish["first"].set()
+    with suppress(SummarizerError):
+        await first
+    held = await redis.get(lock)
+    assert held is not None  # still the second's
+    assert held != b"failed"
+    third = process("third")
+    if first_ends == "kept":
+        assert await third == ("first's summary", True)  # the value kept is the answer
+    else:
+        assert (await store.wait(slot, past())).outcome is Outcome.LATE  # held
+        await asyncio.sleep(0.05)  # the third takes its look while the second still holds
+    finish["second"].set()
+    assert (await second)[0] == "second's summary"
+    if first_ends != "kept":
+        assert await third == ("second's summary", True)  # waited for the second's
+    assert calls == ["first", "second"]  # the third asked no model
+    assert await redis.exists(lock) == 0  # the second gave its lock back
+
+
+@pytest.mark.parametrize("cluster", [True, False])
+async def test_a_lock_taken_whose_reply_was_lost_is_given_back(
+    redis: Redis, monkeypatch: pytest.MonkeyPatch, cluster: bool
+) -> None:
+    """Found in review: when the lock was taken and the command after it failed (on a
+    cluster the GET of the value that follows the SET NX; on one node the round trip's
+    reply), `take` raised with the lock left behind, and every request for that summary
+    waited for it and fell back until it expired (30 s by default). Now the lock is given
+    back (if it is still the one taken) before the error is raised."""
+    store = summaries(redis)
+    store.store.cluster = cluster  # the cluster's two commands, or the one round trip
+    slot = store.invocation("t", REF, SID)
+    client: Any = store.store.redis
+    if cluster:
+
+        async def lost(*args: Any, **kwargs: Any) -> Any:
+            raise ConnectionError("Connection closed by server.")
+
+        monkeypatch.setattr(client, "get", lost)
+    else:
+        pipeline = client.pipeline
+
+        def replies_lost(*args: Any, **kwargs: Any) -> Any:
+            pipe = pipeline(*args, **kwargs)
+            execute = pipe.execute
+
+            async def lost() -> Any:
+                await execute()  # the engine ran the SET and the GET; their replies are lost
+                raise ConnectionError("Connection closed by server.")
+
+            pipe.execute = lost
+            return pipe
+
+        monkeypatch.setattr(client, "pipeline", replies_lost)
+    with pytest.raises(StoreUnavailableError):
+        await store.take(slot)
+    monkeypatch.undo()
+    assert await key_names(redis) == []  # no lock left to wait for
+    assert (await store.wait(slot, past())).outcome is Outcome.FREE
+
+
+async def test_an_engine_without_scripts_checks_the_token_with_plain_commands(
+    engine_url: str, redis: Redis
+) -> None:
+    """The compare-and-delete (and -set) of the lock falls back to a GET and a DEL or SET
+    where the engine refuses scripts: a holder whose lock expired still leaves the next
+    holder's lock, and gives back or marks failed its own."""
+    async with no_scripts(engine_url, redis, "toolref-summary-no-eval") as limited:
+        store = summaries(limited)
+        slot = store.invocation("t", REF, SID)
+        lock = keys.summary_lock(slot.key)
+        first, _ = await store.take(slot)
+        await redis.delete(lock)  # the first's lock expired
+        second, _ = await store.take(slot)
+        assert first is not None
+        assert second is not None
+        await store.release(slot, first)
+        assert not store.scripted  # the engine refused the script: plain commands since
+        await store.fail(slot, first)
+        assert await store.keep(slot, first, "first's summary")  # kept; the lock is not its
+        assert await redis.get(lock) == second.encode()  # the second's, still
+        await store.fail(slot, second)
+        assert await redis.get(lock) == b"failed"
+        other = store.invocation("t", REF, "m:v1:200")
+        third, _ = await store.take(other)
+        assert third is not None
+        await store.release(other, third)
+        assert await redis.exists(keys.summary_lock(other.key)) == 0

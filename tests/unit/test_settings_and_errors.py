@@ -316,3 +316,26 @@ def test_an_upstream_named_by_a_dot_segment_is_refused(name: str) -> None:
         "a.b",
         "..x",
     }
+
+
+@pytest.mark.parametrize("lock", ["8.5", "9"])
+def test_the_summary_lock_must_outlast_the_whole_computation(
+    monkeypatch: pytest.MonkeyPatch, lock: str
+) -> None:
+    """Found in review: the lock only had to outlast TOOLREF_LLM_TIMEOUT, but a computation
+    is cut off at the timeout + 0.5 s, counted from after a quota round trip, and its value
+    kept a round trip later: a lock of 8.5 s or 9 s with the 8 s timeout expired while its
+    holder could still be waiting for the model, and a second request called it too. The
+    lock must exceed the timeout + 1 s; the error says the values and the fix."""
+    monkeypatch.setenv("TOOLREF_LLM_TIMEOUT", "8")
+    monkeypatch.setenv("TOOLREF_SUMMARY_LOCK_SECONDS", lock)
+    with pytest.raises(pydantic.ValidationError) as info:
+        Settings()
+    text = str(info.value)
+    assert f"TOOLREF_SUMMARY_LOCK_SECONDS ({float(lock)})" in text
+    assert "TOOLREF_LLM_TIMEOUT (8.0) + 1.0 s" in text
+    assert "raise TOOLREF_SUMMARY_LOCK_SECONDS above 9.0" in text
+    monkeypatch.setenv("TOOLREF_SUMMARY_LOCK_SECONDS", "9.5")
+    settings = Settings()
+    assert settings.summary_lock_seconds > settings.summary_compute_seconds + 0.5
+    assert settings.summary_wait_seconds == 9.0

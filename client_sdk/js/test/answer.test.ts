@@ -234,3 +234,80 @@ describe("answerId", () => {
     expect((await answerId(new Uint8Array())).length).toBe(ID_LENGTH);
   });
 });
+
+// The stream's edges (review: answer tap edges): the same streams and answer bytes as
+// tests/unit/edits/test_answer.py's EDGE_CASES, so relay or SDK and gateway make the same bytes.
+describe("AnswerTap: the stream's edges, as Python reads them, at every cut", () => {
+  const CHAT_EDGE =
+    'data: {"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,' +
+    '"id":"call_1","type":"function","function":{"name":"run","arguments":""}}]}}]}\n\n' +
+    'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":' +
+    '{"arguments":"{\\"a\\": 1}"}}]}}]}\n\n' +
+    "data: [DONE]\n\n";
+  const CHAT_EDGE_ANSWER =
+    '{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",' +
+    '"function":{"name":"run","arguments":"{\\"a\\": 1}"}}]}\n{"a": 1}';
+  const ANTHROPIC_EDGE =
+    "event: content_block_start\r" +
+    'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\r\r' +
+    "event: content_block_delta\r" +
+    'data: {"type":"content_block_delta","index":0,\r\n' +
+    'data: "delta":{"type":"text_delta","text":"h\\u00e9"}}\n\r' +
+    'data: {"type":"message_stop"}\r\n\r\n';
+  const ANTHROPIC_EDGE_ANSWER = '{"role":"assistant","content":[{"type":"text","text":"hé"}]}';
+  const BOM = "\ufeff"; // EF BB BF once encoded
+  const cases: [string, string, string, string][] = [
+    ["a BOM before the first event", "openai-chat", BOM + CHAT_EDGE, CHAT_EDGE_ANSWER],
+    ["CR-only line ends", "openai-chat", CHAT_EDGE.replaceAll("\n", "\r"), CHAT_EDGE_ANSWER],
+    ["a BOM and CRLF", "openai-chat", BOM + CHAT_EDGE.replaceAll("\n", "\r\n"), CHAT_EDGE_ANSWER],
+    ["CR, LF, CRLF and LF CR mixed", "anthropic", ANTHROPIC_EDGE, ANTHROPIC_EDGE_ANSWER],
+    ["a BOM and mixed line ends", "anthropic", BOM + ANTHROPIC_EDGE, ANTHROPIC_EDGE_ANSWER],
+  ];
+
+  /** The answer as relay, SDK and gateway take it: when `feed` says it ended (at most once). */
+  function taken(format: string, pieces: Uint8Array[]): string | null {
+    const tap = new AnswerTap(format);
+    const answers: (string | null)[] = [];
+    for (const piece of pieces) if (tap.feed(piece)) answers.push(text(tap.answer));
+    expect(answers.length).toBeLessThanOrEqual(1);
+    return answers[0] ?? null;
+  }
+
+  /** `data` whole, byte by byte, and in two pieces at every byte (an empty one between). */
+  function cuts(data: Uint8Array): Uint8Array[][] {
+    const out = [[data], Array.from(data, (_, n) => data.subarray(n, n + 1))];
+    for (let n = 0; n <= data.length; n++) out.push([data.subarray(0, n), new Uint8Array(), data.subarray(n)]);
+    return out;
+  }
+
+  it.each(cases)("%s", (_, format, stream, expected) => {
+    const data = bytes(stream);
+    if (stream.startsWith(BOM)) expect(Array.from(data.subarray(0, 3))).toEqual([0xef, 0xbb, 0xbf]);
+    for (const pieces of cuts(data)) expect([pieces.map((p) => p.length), taken(format, pieces)]).toEqual([pieces.map((p) => p.length), expected]);
+  });
+
+  it("counts only the bytes up to the end event's line against MAX_STREAM", () => {
+    const chat = bytes(CHAT_EDGE);
+    const data = new Uint8Array(MAX_STREAM + 10).fill(0x0a); // blank lines after the end, past the limit
+    data.set(chat);
+    const end = chat.length;
+    for (const pieces of [[data], [data.subarray(0, end), data.subarray(end)], [data.subarray(0, end - 1), data.subarray(end - 1)]])
+      expect(taken("openai-chat", pieces)).toBe(CHAT_EDGE_ANSWER);
+    // the end line ended by the CR of a CRLF at the limit's last byte: read; one byte later, not
+    const endLine = bytes(CHAT_EDGE.replaceAll("\n", "\r\n"));
+    for (const [extra, expected] of [
+      [0, CHAT_EDGE_ANSWER],
+      [1, null],
+    ] as const) {
+      const padding = new Uint8Array(MAX_STREAM - endLine.length + 1 + extra).fill(0x2d); // a comment line
+      padding[0] = 0x3a;
+      padding[padding.length - 1] = 0x0a;
+      const whole = new Uint8Array(padding.length + endLine.length);
+      whole.set(padding);
+      whole.set(endLine, padding.length);
+      const at = whole.length - 1; // the last LF, past the limit
+      for (const pieces of [[whole], [whole.subarray(0, at), whole.subarray(at)], [padding, endLine]])
+        expect(taken("openai-chat", pieces)).toBe(expected);
+    }
+  });
+});

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from typing import Any, Final
 
@@ -33,6 +34,8 @@ MAX_STREAM: Final = 8 << 20  # bytes of stream read for one; a longer stream giv
 ID_LENGTH: Final = 16  # hex digits of SHA-256 naming an answer (`answer_id`)
 FORMATS: Final = frozenset({"anthropic", "openai-chat"})
 _EVENT_STREAM: Final = "text/event-stream"
+_BOM: Final = b"\xef\xbb\xbf"
+_LINE_END: Final = re.compile(rb"\r\n?|\n")  # SSE's line ends, and only those
 
 
 def answer_id(answer: bytes) -> str:
@@ -59,6 +62,9 @@ class AnswerTap:
 
     def __init__(self, fmt: str) -> None:
         self._anthropic = fmt == "anthropic"
+        self._begun = False  # a first byte that is no BOM's read (or a BOM dropped)
+        self._head = b""  # the first bytes while they may yet be a BOM
+        self._cr = False  # the last piece ended with CR: an LF first in the next ends nothing
         self._line = bytearray()
         self._data: list[bytes] = []
         self._read = 0
@@ -73,25 +79,45 @@ class AnswerTap:
         self.failed = False  # never an answer: cut, an error event, too long, unreadable
 
     def feed(self, data: bytes) -> bool:
-        """Read `data`; whether the answer ended within it (once, at its end event)."""
+        """Read `data`; whether the answer ended within it (once, at its end event). Lines end
+        at CRLF, LF or CR (the SSE spec's three); one UTF-8 BOM before the first is dropped;
+        only the bytes up to the line that ends the answer count against `MAX_STREAM`, and
+        what follows that line in the same piece is not read (the answer is taken when `feed`
+        says it ended, so bytes after the end never change it, whichever piece they come in,
+        and the answer is the same however the stream is cut). O(len(data))."""
         if self.done or self.failed:
             if self.done and data.strip():
                 self.failed = True  # bytes after the end: not the stream this reads
             return False
-        self._read += len(data)
-        if self._read > MAX_STREAM:
-            self.failed = True
-            return False
-        last = data.rfind(b"\n")
-        if last < 0:  # within a line: kept, so that a long line costs its length once
-            self._line += data
-            return False
-        lines = (bytes(self._line) + data[:last]).split(b"\n")
-        self._line = bytearray(data[last + 1 :])
-        for line in lines:
-            self._line_read(line[:-1] if line.endswith(b"\r") else line)
-            if self.done or self.failed:
-                break
+        if not self._begun:  # the stream's first bytes: up to 2 held, as they may be a BOM
+            data = self._head + data
+            if len(data) < len(_BOM) and _BOM.startswith(data):
+                self._head = data
+                return False
+            self._begun, self._head = True, b""
+            if data.startswith(_BOM):
+                self._read += len(_BOM)
+                data = data[len(_BOM) :]
+        room = MAX_STREAM - self._read
+        view = data[:room]  # past it, only the end of the answer's last line would do
+        self._read += len(view)
+        start = 1 if self._cr and view.startswith(b"\n") else 0  # a CRLF cut between pieces
+        self._cr = self._cr and not view
+        last = max(view.rfind(b"\n"), view.rfind(b"\r"))
+        if last < start:  # within a line: kept, so that a long line costs its length once
+            self._line += view[start:]
+        else:
+            text = bytes(self._line) + view[start : last + 1]
+            self._line = bytearray(view[last + 1 :])
+            self._cr = view.endswith(b"\r")
+            lines = _LINE_END.split(text)
+            lines.pop()  # what follows the last line end: kept in `_line`
+            for line in lines:
+                self._line_read(line)
+                if self.done or self.failed:
+                    break
+        if len(data) > room and not self.done:
+            self.failed = True  # the answer's end not within MAX_STREAM bytes
         return self.done and not self.failed
 
     @property
@@ -105,7 +131,7 @@ class AnswerTap:
             return None  # input nested past the parser: none, never raised into the stream
         return made if len(made) <= MAX_ANSWER else None
 
-    def _line_read(self, line: bytes) -> None:
+    def _line_read(self, line: bytes) -> None:  # `line` without its line end
         if line.startswith(b"data:"):
             value = line[5:]
             self._data.append(value[1:] if value.startswith(b" ") else value)

@@ -101,10 +101,11 @@ def answer_headers(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, byte
 
 
 class Forwarder:
-    """See the module docstring. `pool`: the upstream connections (its timeouts bound
-    every connect, read and write); `retry_after`: seconds, told when they are all busy."""
+    """See the module docstring. `pool`: the connections to the upstream of a name, its
+    own (their timeouts bound every connect, read and write), so one upstream that stalls
+    holds none of another's; `retry_after`: seconds, told when they are all busy."""
 
-    def __init__(self, pool: Callable[[], UpstreamPool], retry_after: int) -> None:
+    def __init__(self, pool: Callable[[str], UpstreamPool], retry_after: int) -> None:
         self._pool = pool
         self._retry_after = retry_after
 
@@ -141,14 +142,14 @@ class Forwarder:
         cannot be had. Cancelled at any stage by the client hanging up."""
         upstream: Route = scope[ROUTE_KEY]
         try:
-            response = await self._pool().send(
+            response = await self._pool(upstream.name).send(
                 scope["method"].encode("ascii"),
                 url,
                 [*request_headers(scope, upstream), *framing],
                 content,
             )
         except httpcore2.PoolTimeout:
-            await _refuse(scope, send, self._busy())
+            await _refuse(scope, send, self._busy(upstream))
             return
         except httpcore2.TimeoutException:
             await _refuse(scope, send, UpstreamTimeoutError(_timeout(upstream)))
@@ -169,12 +170,12 @@ class Forwarder:
         finally:
             await response.aclose()
 
-    def _busy(self) -> OverloadedError:
-        limit = self._pool().max_connections
+    def _busy(self, upstream: Route) -> OverloadedError:
+        limit = self._pool(upstream.name).max_connections
         return OverloadedError(
-            f"every upstream connection of this gateway process stayed busy for "
-            f"TOOLREF_GATEWAY_CONNECT_TIMEOUT (TOOLREF_GATEWAY_MAX_CONNECTIONS={limit}); "
-            f"retry after {self._retry_after}s",
+            f"every connection of this gateway process to upstream {upstream.name!r} stayed "
+            f"busy for TOOLREF_GATEWAY_CONNECT_TIMEOUT (TOOLREF_GATEWAY_MAX_CONNECTIONS="
+            f"{limit}, per upstream); retry after {self._retry_after}s",
             retry_after=self._retry_after,
             limit=limit,
         )
@@ -271,7 +272,30 @@ def _timeout(upstream: Route) -> str:
 
 
 def _unreachable(upstream: Route, exc: Exception) -> str:
+    """What failed before the answer's head, and the fix: no connection, or one that
+    answered what is not HTTP/1.1 (a scheme or port that does not match), or one cut."""
+    named = f"upstream {upstream.name!r} ({upstream.upstream.shown})"
+    if isinstance(exc, httpcore2.RemoteProtocolError):
+        return (
+            f"{named} sent what is not an HTTP/1.1 answer, or closed the connection "
+            "without one; check the scheme and port in TOOLREF_UPSTREAMS (an upstream that "
+            "speaks TLS needs https://)"
+        )
+    if isinstance(exc, httpcore2.LocalProtocolError):
+        return f"{named} could not be sent this request as HTTP/1.1 ({exc})"
+    if isinstance(exc, httpcore2.ConnectError):
+        return (
+            f"{named} cannot be reached ({type(exc).__name__}: {_reason(exc)}); check "
+            "TOOLREF_UPSTREAMS and that the upstream is up"
+        )
     return (
-        f"upstream {upstream.name!r} ({upstream.upstream.shown}) cannot be reached "
-        f"({type(exc).__name__}); check TOOLREF_UPSTREAMS and that the upstream is up"
+        f"{named} cut the connection before answering ({type(exc).__name__}); retry, and "
+        "check that the upstream is up"
     )
+
+
+def _reason(exc: Exception) -> str:
+    """The first line of what the network said (a refused connection, a name not found, a
+    certificate refused), at most 200 characters."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else "no reason given"
+    return text[:200]

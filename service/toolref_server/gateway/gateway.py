@@ -105,7 +105,9 @@ class Gateway:
         )
         self.admission = GatewayAdmission(settings)
         self.forwarder = Forwarder(self._upstream_pool, settings.retry_after_seconds)
-        self._pool: UpstreamPool | None = None
+        # One pool per upstream name (at most len(TOOLREF_UPSTREAMS)): an upstream that
+        # stalls holds its own connections only, never another upstream's.
+        self._pools: dict[str, UpstreamPool] = {}
         self._service: ASGIApp | None = None  # the whole app: its services, once started
         self.sockets = Sockets(
             settings,
@@ -354,23 +356,26 @@ class Gateway:
             raise RuntimeError("the gateway runs inside create_app's service, once it started")
         return services
 
-    def _upstream_pool(self) -> UpstreamPool:
-        if self._pool is None:
+    def _upstream_pool(self, name: str) -> UpstreamPool:
+        """The connections to upstream `name` (of TOOLREF_UPSTREAMS), its own."""
+        pool = self._pools.get(name)
+        if pool is None:
             s = self.settings
-            self._pool = UpstreamPool(
+            pool = self._pools[name] = UpstreamPool(
                 max_connections=s.gateway_max_connections,
                 timeouts=Timeouts(s.gateway_connect_timeout, s.gateway_read_timeout),
             )
-        return self._pool
+        return pool
 
     def _closing(self, receive: Receive) -> Receive:
-        """The lifespan's `receive`, closing the upstream pool at shutdown."""
+        """The lifespan's `receive`, closing the upstream pools at shutdown."""
 
         async def wrapped() -> Message:
             message = await receive()
-            if message.get("type") == "lifespan.shutdown" and self._pool is not None:
-                pool, self._pool = self._pool, None
-                await pool.aclose()
+            if message.get("type") == "lifespan.shutdown":
+                pools, self._pools = list(self._pools.values()), {}
+                for pool in pools:
+                    await pool.aclose()
             return message
 
         return wrapped

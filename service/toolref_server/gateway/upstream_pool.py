@@ -1,5 +1,6 @@
-"""`UpstreamPool`: the gateway's HTTP/1.1 connections to its upstreams, shared by every
-tenant, each reused only when its last answer ended exactly where its framing said.
+"""`UpstreamPool`: the gateway's HTTP/1.1 connections to one of its upstreams (each has its
+own pool, so one that stalls never holds another's), shared by every tenant, each reused
+only when its last answer ended exactly where its framing said.
 
 It is httpcore2's connection pool (the maintained successor of httpcore, whose pool asked
 every pooled connection whether it was idle or expired on every request: 41% of the

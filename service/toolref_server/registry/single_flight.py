@@ -8,7 +8,8 @@ since the caller's read missed it) and computes only when there is none; or it w
 the holder's value; a holder that vanished without one (its lock
 expired or released) leaves the lock to be taken again.
 
-The computation's outcome decides what the lock becomes: a value is kept (when it fits the
+The computation's outcome decides what the lock becomes (only while the lock is still the
+one taken: its token, compared by the store): a value is kept (when it fits the
 tenant's quota) and the lock released; a `SummarizerError` leaves a failure mark, so that
 the waiters, and the asks until the mark expires, fall back at once; a `Skipped` (the model
 was not asked) or any other exception releases it. No request waits more than `wait`
@@ -73,11 +74,11 @@ class SingleFlight:
         while True:
             # The value is read again with the lock: another may have kept it since this
             # request's read missed it (one round trip before, a whole computation later).
-            held, text = await self.store.take(slot)
+            token, text = await self.store.take(slot)
             if text is not None:
                 return text, True
-            if held:
-                return await self._holding(slot, create), False
+            if token is not None:
+                return await self._holding(slot, token, create), False
             waited = await self.store.wait(slot, deadline)
             if waited.outcome is Outcome.MADE:
                 assert waited.text is not None
@@ -88,19 +89,21 @@ class SingleFlight:
                 raise Skipped("wait", f"no summary after waiting {self.wait}s for another")
             # FREE: the holder is gone without a value; take the lock ourselves.
 
-    async def _holding(self, slot: Slot, create: Create) -> str:
+    async def _holding(self, slot: Slot, token: str, create: Create) -> str:
+        """Compute under the lock `token` holds; what the lock becomes is done only while
+        it still holds `token` (one that expired meanwhile may be another's now)."""
         try:
             text = await create()
         except Skipped:
-            await self.store.release(slot)  # nothing failed: the next ask may make it
+            await self.store.release(slot, token)  # nothing failed: the next ask may make it
             raise
         except SummarizerError:
             # Remember the failure: the waiters fall back now, and so does every request
             # until the mark expires (then the next one asks the model again).
-            await self.store.fail(slot)
+            await self.store.fail(slot, token)
             raise
         except BaseException:
-            await self.store.release(slot)
+            await self.store.release(slot, token)
             raise
-        await self.store.keep(slot, text)
+        await self.store.keep(slot, token, text)
         return text

@@ -29,7 +29,10 @@ class GatewaySettings(BaseModel):
         "think long before its first token).",
     )
     gateway_max_connections: int = Field(
-        default=256, ge=1, description="Connections open to upstreams, at most, per process."
+        default=256,
+        ge=1,
+        description="Connections open to each upstream, at most, per process (each upstream "
+        "has its own: one that stalls never holds another's).",
     )
     gateway_max_requests_in_flight: int = Field(
         default=512,

@@ -87,7 +87,7 @@ class SummarySettings(BaseModel):
         default=30.0,
         gt=0,
         description="Expiry of a summary computation lock (a crashed "
-        "holder blocks others at most this long). Must exceed the LLM timeout.",
+        "holder blocks others at most this long). Must exceed the LLM timeout plus 1 s.",
     )
 
     @field_validator("tool_kinds")
@@ -122,12 +122,19 @@ class SummarySettings(BaseModel):
 
     @model_validator(mode="after")
     def _check_lock(self) -> Self:
-        if self.summary_lock_seconds <= self.llm_timeout:
+        # The holder keeps the lock from its SET NX through a quota round trip, the
+        # computation (cut off at `summary_compute_seconds`) and the round trips that keep
+        # its value: the lock must outlast all of them, so the whole join margin.
+        bound = self.llm_timeout + JOIN_MARGIN_SECONDS
+        if self.summary_lock_seconds <= bound:
             raise ValueError(
                 f"TOOLREF_SUMMARY_LOCK_SECONDS ({self.summary_lock_seconds}) must exceed "
-                f"TOOLREF_LLM_TIMEOUT ({self.llm_timeout}): a lock that expires while its "
-                "holder still waits for the LLM lets a second request call it too; raise the "
-                "lock seconds or lower the timeout"
+                f"TOOLREF_LLM_TIMEOUT ({self.llm_timeout}) + {JOIN_MARGIN_SECONDS} s: a "
+                f"computation is cut off {JOIN_MARGIN_SECONDS / 2} s after the timeout and "
+                "its value kept a round trip later, and a lock that expires while its holder "
+                "still waits for the LLM lets a second request call it too; raise "
+                f"TOOLREF_SUMMARY_LOCK_SECONDS above {bound} or lower TOOLREF_LLM_TIMEOUT "
+                f"below {self.summary_lock_seconds - JOIN_MARGIN_SECONDS}"
             )
         return self
 

@@ -17,11 +17,19 @@ last used before the window began), and what a write over it grows it by after t
 key whose lifetime is only extended (keeping an edited request's recipe extends the nodes,
 chunks and pieces it needs) counts as a read does. A key alive at t was used in t's window
 or the one before, so the current and the previous counters together are never below what
-the tenant keeps, and at most twice it (a key used in both windows counts in both). A
-write whose new bytes would take that sum past the quota is refused before anything is
-written; reads and extensions are never refused (they only count). A summary past the
-quota is answered and not kept (`toolref_server.storage.summary_store`): making it is a
-read.
+the tenant keeps. Above it they hold at most: the keys used in both windows once more (each
+window counts them), the keys used in the previous one and gone since, and what shrinking
+overwrites and deletes gave up in the two windows. Nothing is given back when a write
+shrinks a key or a key is deleted (sizes are read before the write: two shrinks at once
+would both give the same bytes back, and a tenant could drive its count down), so a later
+write counts those bytes again: a key written 5,000 bytes, then 1, then 5,000, ten times
+in a window, counts 54,990 for 5,000 kept, and one deleted then written again counts
+twice. Kept answers do so: `Answers.keep` writes a recipe's answer over each time its turn
+is made again, `Recipes.keep` deletes its base's answer, which a resent base writes back.
+The count falls when its window ends (at most two TTLs later). A write whose new bytes
+would take that sum past the quota is refused before anything is written; reads and
+extensions are never refused (they only count). A summary past the quota is answered and
+not kept (`toolref_server.storage.summary_store`): making it is a read.
 
 What else a tenant makes the service store is bounded without counting: summary locks
 (one per summary being made, deleted when it is, under 100 bytes) and failure marks (one per
@@ -117,7 +125,10 @@ class StoredBytes:
         remaining lifetimes in ms (PTTL replies) before this use. `replaced`: for writes
         over what is there (SET, not SET NX), the sizes there now (STRLEN replies): a key
         counted in this window already counts what it grows by, so that writing a key
-        small and then again large counts the large value."""
+        small and then again large counts the large value. A shrink counts 0 and gives
+        nothing back (the sizes were read before the write: concurrent shrinks would give
+        the same bytes back twice), so writing large, small, large again counts the growth
+        twice: the count exceeds what is kept by what shrinks (and deletes) gave up."""
         threshold = self.threshold(now)
         before = replaced if replaced is not None else [None] * len(sizes)
         return sum(

@@ -31,15 +31,22 @@ snapshot shortens the chunks of the snapshot before it that it no longer holds t
 
 What this process read or kept is held in its `RecipeCache` too (a `Held`, with the bytes
 of every segment): the next turn on this process reads nothing; nothing depends on it.
+
+A node, chunk or piece read that is not what was written (corrupt; compressed with a
+dictionary this process lacks) is not held, and is deleted (`_discard`): the client's
+resend, written SET NX, then stores it again, and the miss recovers by itself. How a
+recipe is made into a snapshot or a delta to write: `recipe_forms`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import replace
-from typing import Final
+from typing import Final, TypeVar
 
 from toolref.asgi.workers import Workers
 from toolref.edits.edit import EditError
@@ -47,27 +54,22 @@ from toolref.edits.recipe import PIECE, framed, parse_recipe_ref, recipe_ref_of,
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.storage import compressors, keys, recipe_pieces
 from toolref_server.storage.recipe_cache import RecipeCache
-from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, settled
+from toolref_server.storage.recipe_chunks import Chunks, StoredEdit
+from toolref_server.storage.recipe_forms import delta_of, snapshot_of
 from toolref_server.storage.recipe_groups import (
     chunk_entries,
-    chunk_of,
     group_literals,
     literal_reads,
     replayed,
 )
 from toolref_server.storage.recipe_held import Held, Parts, Source
 from toolref_server.storage.recipe_nodes import (
-    CONTEXT,
-    Chunk,
     Delta,
     RecipeNode,
     Snapshot,
-    blob_of,
     decode_chunk,
     decode_node,
-    encode_chunk,
     encode_node,
-    node_ops,
 )
 from toolref_server.storage.recipe_pieces import Bound, bounded, inflated, piece_id
 from toolref_server.storage.store import Put, Store
@@ -76,10 +78,8 @@ from toolref_server.storage.under_way import ANSWER, RECIPE, UnderWay
 __all__ = ["Held", "Recipes", "piece_id"]
 
 _ACTION: Final = "recipe"
-
-
-def _encoded(chunks: Sequence[Chunk]) -> list[tuple[bytes, bytes]]:
-    return [encode_chunk(chunk) for chunk in chunks]
+_T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 
 def _id(ref: str) -> bytes:
@@ -129,9 +129,11 @@ class Recipes:
             held = self.cache.recipe(tenant, ref)
         if held is not None:
             return held
-        data = await self.store.get(keys.recipe_node(tenant, ref), _ACTION)
+        key = keys.recipe_node(tenant, ref)
+        data = await self.store.get(key, _ACTION)
         node = None if data is None else decode_node(data)
         if node is None:
+            await self._discard(tenant, [key] if data is not None else [])
             return None
         try:
             held = await self._loaded(tenant, ref, node)
@@ -158,8 +160,8 @@ class Recipes:
         else:
             start = self.cache.recipe(tenant, snapshot_ref)
         wanted = later if start is not None else [snapshot_ref, *later]
-        values = await self.store.get_many([keys.recipe_node(tenant, r) for r in wanted], _ACTION)
-        nodes = [None if v is None else decode_node(v) for v in values]
+        node_keys = [keys.recipe_node(tenant, r) for r in wanted]
+        nodes = await self._read(tenant, node_keys, lambda v, _: decode_node(v))
         deltas = [*nodes[len(wanted) - len(later) :], node]
         if not all(isinstance(d, Delta) for d in deltas):
             return None
@@ -188,9 +190,8 @@ class Recipes:
         stored in and its pieces and `added` (the pieces of deltas on it) in one read; and
         those pieces."""
         stored = node.ids
-        values = await self.store.get_many([keys.recipe_chunk(tenant, c) for c in stored], _ACTION)
-        pairs = zip(values, stored, strict=True)
-        chunks = [None if v is None else decode_chunk(v, c) for v, c in pairs]
+        chunk_keys = [keys.recipe_chunk(tenant, c) for c in stored]
+        chunks = await self._read(tenant, chunk_keys, lambda v, at: decode_chunk(v, stored[at]))
         by_id = {c: chunk for c, chunk in zip(stored, chunks, strict=True) if chunk is not None}
         if len(by_id) < len(stored):
             return None, {}
@@ -285,17 +286,47 @@ class Recipes:
         node_keys = [keys.recipe_node(tenant, recipe_ref_of(i)) for i in lacking_nodes]
         piece_keys = [keys.edit_piece(tenant, p) for p in lacking]
         values = await self.store.get_many([*node_keys, *piece_keys], _ACTION)
-        for node_id, value in zip(lacking_nodes, values, strict=False):
+        unread: list[str] = []  # there, and not what was written: deleted (`_discard`)
+        for key, node_id, value in zip(node_keys, lacking_nodes, values, strict=False):
             found = None if value is None else decode_node(value)
             if found is not None:
                 nodes[node_id] = found
+            elif value is not None:
+                unread.append(key)
         stored = values[len(node_keys) :]
         if bound is not None:
             bounded(bound, pieces, lacking, stored)
         read = await self._inflate(lacking, stored)
+        pairs = zip(piece_keys, lacking, stored, strict=True)
+        unread += [k for k, p, v in pairs if v is not None and p not in read]
+        await self._discard(tenant, unread)
         self.cache.keep_pieces(tenant, read.items())
         pieces.update(read)
         return nodes, pieces
+
+    async def _read(
+        self, tenant: str, wanted: Sequence[str], decode: Callable[[bytes, int], _T | None]
+    ) -> list[_T | None]:
+        """The values of `wanted` (one read), each decoded (`decode(value, index)`), None
+        where absent or not what was written (those deleted: `_discard`)."""
+        values = await self.store.get_many(wanted, _ACTION)
+        found = [None if v is None else decode(v, at) for at, v in enumerate(values)]
+        pairs = zip(wanted, values, found, strict=True)
+        await self._discard(tenant, [k for k, v, f in pairs if v is not None and f is None])
+        return found
+
+    async def _discard(self, tenant: str, unread: Sequence[str]) -> None:
+        """Delete `unread`: values there that do not read (corrupt; compressed with a
+        dictionary this process lacks, a mixed-version rollout), each a miss. The resend
+        writes them SET NX: kept, they would stay until they expire, every turn a miss.
+        One DEL round trip, only then; a failure leaves them to the next read."""
+        if not unread:
+            return
+        log.warning(
+            "%d stored recipe value(s) do not read (first: %s); deleted", len(unread), unread[0]
+        )
+        with suppress(StoreUnavailableError):
+            await self.store.put(tenant, _ACTION, [], delete=unread)
 
     async def _inflate(
         self, ids: Sequence[bytes], values: Sequence[bytes | None]
@@ -373,7 +404,7 @@ class Recipes:
             or ref == base.snapshot
             or ref in base.path
         ):
-            held, written = await self._snapshot_of(parts, refreshed)
+            held, written = await snapshot_of(self.workers, parts, refreshed)
             puts += [Put(keys.recipe_chunk(tenant, c), v, store.ttl, keep=True) for c, v in written]
             fresh = {c for c, _ in written}
             old = [c for c in held.stored if c not in fresh]
@@ -383,7 +414,7 @@ class Recipes:
                 gone = [c for c in base.stored if c not in kept]
                 shorten += [(keys.recipe_chunk(tenant, c), self.superseded_ttl) for c in gone]
         else:  # its group lives until `refreshed` + TTL already: written or extended so
-            held = await self._delta_of(parts, edit, base, refreshed)
+            held = await delta_of(self.workers, parts, edit, base, refreshed)
         same = base is not None and ref == base.ref  # its own node again, refreshed
         node_put = Put(keys.recipe_node(tenant, ref), encode_node(held.node), lifetime, not same)
         puts.append(node_put)
@@ -414,75 +445,6 @@ class Recipes:
             await store.put(tenant, _ACTION, [replace(node_put, keep=False)])
         self.cache.keep_recipe(tenant, ref, held)
         return held
-
-    async def _snapshot_of(
-        self, parts: Parts, refreshed: int
-    ) -> tuple[Held, list[tuple[bytes, bytes]]]:
-        """The recipe as a snapshot (its literals stored in its node), and the chunks to
-        write (id, value): its fresh runs, settled (`recipe_chunks.settled`). O(slices +
-        the entries of its fresh runs)."""
-        sources = parts.placed((parts.ref,))
-        literals = [parts.segments[at] for at in parts.added]
-        chunks = settled(parts.chunks, parts.entries)
-        ids = list(chunks.ids)
-        made: list[Chunk] = []
-        places: list[int] = []
-        for index, known in enumerate(ids):
-            if known is None:
-                start, end = chunks.starts[index], chunks.ends[index]
-                made.append(chunk_of(parts.entries[start:end], sources[start:end]))
-                places.append(index)
-        written = await self.workers.run(8 * sum(len(c.entries) for c in made), _encoded, made)
-        for index, (made_id, _) in zip(places, written, strict=True):
-            ids[index] = made_id
-        blob, _ = await self.workers.run(sum(map(len, literals)), blob_of, literals, b"")
-        done = Chunks(
-            chunks.lengths, chunks.starts, chunks.ends, ids, chunks.offsets, chunks.totals
-        )
-        lengths = tuple(map(len, literals))
-        node = Snapshot(tuple(done.slices), lengths, blob, refreshed)
-        stream = b"".join(literals)[-CONTEXT:]
-        held = Held(
-            parts.ref,
-            parts.entries,
-            parts.framed,
-            parts.segments,
-            sources,
-            done,
-            node,
-            None,
-            (),
-            node.ids,
-            stream,
-            parts.length,
-        )
-        return held, written
-
-    async def _delta_of(self, parts: Parts, edit: StoredEdit, base: Held, refreshed: int) -> Held:
-        """The recipe as a delta on `base`: its literals compressed against its group's."""
-        snapshot = base.snapshot or base.ref
-        path = (*base.path, parts.ref)
-        ops, literals = node_ops(edit)
-        blob, context = await self.workers.run(
-            sum(map(len, literals)), blob_of, literals, base.stream
-        )
-        node = Delta(_id(snapshot), tuple(map(_id, base.path)), ops, blob, context, refreshed)
-        stream = (base.stream + b"".join(literals))[-CONTEXT:]
-        sources = parts.placed((snapshot, *path))
-        return Held(
-            parts.ref,
-            parts.entries,
-            parts.framed,
-            parts.segments,
-            sources,
-            parts.chunks,
-            node,
-            snapshot,
-            path,
-            base.stored,
-            stream,
-            parts.length,
-        )
 
 
 def _everything(tenant: str, held: Held, lifetime: int, ttl: int) -> list[tuple[str, int]]:

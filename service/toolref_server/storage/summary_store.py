@@ -8,11 +8,17 @@ fits that quota (`keep`).
 The mutex (as dogpile.cache's Redis backend holds one per key): a lock beside the value
 (`keys.summary_lock`), taken with `SET NX PX` so that a crashed holder blocks the others only
 until it expires (`lock_seconds`), and the value read again once it is held (`take`), so a
-value kept between a request's read and its lock is not made a second time. Its holder
-deletes it when the value is kept (in the same round trip), or when it gave up without a
-failure (`release`); when the computation failed it leaves `failed` under the lock's key for
+value kept between a request's read and its lock is not made a second time. The lock holds a
+random token, which `take` gives its holder: the holder deletes the lock once the value is
+kept (`keep`, the round trip after the write), or when it gave up without a failure
+(`release`); when the computation failed it leaves `failed` under the lock's key for
 `failure_seconds` instead (`fail`), so that whoever waits, and whoever asks until the mark
-expires, falls back at once. `wait` polls (value and
+expires, falls back at once. Each only while the lock holds its token (compare and delete,
+or set, in one script call on the lock's one key; plain commands on an engine that refuses
+scripts): a holder whose lock expired while it computed leaves the lock another took since
+(else it would free it for a third, and each would ask the model). A lock taken whose reply
+was lost (the connection dropped after the SET NX, or on a cluster the GET after it failed)
+is given back the same way before the error is raised. `wait` polls (value and
 lock, one round trip each, backing off from 20 to 200 ms) until the value is there, the
 holder failed or is gone, or the deadline passes. What to compute, and who waits how long,
 is `toolref_server.registry.single_flight`'s and `toolref_server.registry.summary_cache`'s.
@@ -33,19 +39,34 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from toolref.wire.canonical import Ref
 from toolref.wire.encoding import LONE_SURROGATE
 from toolref.wire.errors import QuotaExceededError, StoreUnavailableError
 from toolref_server.storage import keys
+from toolref_server.storage.scripting import refuses_scripts
 from toolref_server.storage.store import Put, Store
 
 _FAILED: Final = b"failed"
 _FIRST_POLL: Final = 0.02  # seconds
 _LAST_POLL: Final = 0.2
+
+# The lock's holder gives it back, or leaves its failure mark in its place (ARGV[2],
+# expiring after ARGV[3] ms; also where the lock expired and nobody took it), only while it
+# holds the holder's token (ARGV[1]). One key: one node, on a cluster too.
+_RELEASE: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_FAIL: Final = """
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +102,9 @@ class SummaryStore:
         self.lock_seconds = lock_seconds
         self.lock_ms = max(1, int(lock_seconds * 1000))
         self.failed_ms = max(1, int(failure_seconds * 1000))
+        self._release = store.redis.register_script(_RELEASE)
+        self._fail = store.redis.register_script(_FAIL)
+        self.scripted = True  # until the engine says it refuses scripts
 
     @staticmethod
     def invocation(tenant: str, ref: Ref, summarizer_id: str) -> Slot:
@@ -100,20 +124,18 @@ class SummaryStore:
         values = await self.store.read_and_touch(tenant, [s.key for s in slots], "summary")
         return [None if value is None else _text(value) for value in values]
 
-    async def keep(self, slot: Slot, text: str) -> bool:
+    async def keep(self, slot: Slot, token: str, text: str) -> bool:
         """Keep `text` in `slot` when it fits the tenant's stored-bytes quota (counted), and
-        release the lock in any case; False when it did not fit (answered, not kept)."""
-        lock = keys.summary_lock(slot.key)
+        release the lock `token` holds in any case (the round trip after the write); False
+        when it did not fit (answered, not kept)."""
         try:
             put = Put(slot.key, utf8(text), self.store.ttl)
-            await self.store.put(slot.tenant, "summary", [put], delete=[lock])
+            await self.store.put(slot.tenant, "summary", [put])
         except QuotaExceededError:
             self.store.metrics.summary_cache.labels("not-kept").inc()
-            await self.release(slot)
             return False
-        except BaseException:
-            await self.release(slot)
-            raise
+        finally:
+            await self.release(slot, token)
         return True
 
     async def pin(
@@ -143,43 +165,71 @@ class SummaryStore:
 
     # --- the mutex ----------------------------------------------------------------------------
 
-    async def take(self, slot: Slot) -> tuple[bool, str | None]:
+    async def take(self, slot: Slot) -> tuple[str | None, str | None]:
         """Take `slot`'s lock, then read its value again (dogpile.cache's re-check once
         the mutex is held): a value kept since the caller's read missed it is the answer,
-        not a second computation. (held, value): (True, None) the caller holds the lock
-        and computes; (False, None) another holds it (or its failure mark is there); a
-        value, the lock given back if it was taken. One round trip on one node (the GET
-        queued after the SET runs after it); on a cluster, where the two keys may sit on
-        two nodes, the GET follows once the lock is held."""
+        not a second computation. (token, value): (token, None) the caller holds the lock
+        and computes, and hands `token` to `keep`, `release` or `fail`; (None, None) another
+        holds it (or its failure mark is there); a value, the lock given back if it was
+        taken. One round trip on one node (the GET queued after the SET runs after it); on
+        a cluster, where the two keys may sit on two nodes, the GET follows once the lock
+        is held. An engine error once the SET is sent gives the lock back (if it was taken)
+        before it is raised: else every ask would wait for it until it expired."""
         lock = keys.summary_lock(slot.key)
         token = uuid.uuid4().hex
-        with self._engine():
-            if self.store.cluster:
-                held = bool(await self.store.redis.set(lock, token, nx=True, px=self.lock_ms))
-                value = await self.store.redis.get(slot.key) if held else None
-            else:
-                pipe = self.store.redis.pipeline(transaction=False)
-                pipe.set(lock, token, nx=True, px=self.lock_ms)
-                pipe.get(slot.key)
-                taken, value = await pipe.execute()
-                held = bool(taken)
+        try:
+            with self._engine():
+                if self.store.cluster:
+                    taken = await self.store.redis.set(lock, token, nx=True, px=self.lock_ms)
+                    value = await self.store.redis.get(slot.key) if taken else None
+                else:
+                    pipe = self.store.redis.pipeline(transaction=False)
+                    pipe.set(lock, token, nx=True, px=self.lock_ms)
+                    pipe.get(slot.key)
+                    taken, value = await pipe.execute()
+        except BaseException:
+            await self.release(slot, token)  # taken or not: only ours goes
+            raise
         if value is None:
-            return held, None
-        if held:
-            await self.release(slot)
-        return False, _text(value)
+            return (token if taken else None), None
+        if taken:
+            await self.release(slot, token)
+        return None, _text(value)
 
-    async def release(self, slot: Slot) -> None:
-        """Let the next ask take `slot`'s lock (best effort: an unreachable engine lets it
-        expire instead)."""
+    async def release(self, slot: Slot, token: str) -> None:
+        """Let the next ask take `slot`'s lock, if `token` still holds it (best effort: an
+        unreachable engine lets it expire instead)."""
         with suppress(RedisError):
-            await self.store.redis.delete(keys.summary_lock(slot.key))
+            await self._own(self._release, slot, [token])
 
-    async def fail(self, slot: Slot) -> None:
-        """Mark `slot`'s computation failed, in place of its lock, for `failure_seconds`
-        (best effort, as `release`)."""
+    async def fail(self, slot: Slot, token: str) -> None:
+        """Mark `slot`'s computation failed, in place of the lock `token` holds (or held,
+        if it expired and nobody took it since), for `failure_seconds` (best effort, as
+        `release`)."""
         with suppress(RedisError):
-            await self.store.redis.set(keys.summary_lock(slot.key), _FAILED, px=self.failed_ms)
+            await self._own(self._fail, slot, [token, _FAILED, self.failed_ms])
+
+    async def _own(self, script: Any, slot: Slot, args: list[Any]) -> None:
+        """`script` (`_RELEASE` or `_FAIL`) on `slot`'s lock, one round trip; on an engine
+        that refuses scripts, its plain commands: a GET, then the DEL or SET when the token
+        is there. Those are not atomic: a lock that expires between them and is taken by
+        another at that moment is deleted or overwritten (a window of one round trip)."""
+        lock = keys.summary_lock(slot.key)
+        if self.scripted:
+            try:
+                await script(keys=[lock], args=args)
+                return
+            except ResponseError as exc:
+                if not refuses_scripts(exc):
+                    raise
+                self.scripted = False
+        held = await self.store.redis.get(lock)
+        ours = held == args[0].encode()
+        if script is self._release:
+            if ours:
+                await self.store.redis.delete(lock)
+        elif ours or held is None:
+            await self.store.redis.set(lock, args[1], px=args[2])
 
     async def wait(self, slot: Slot, deadline: float) -> Waited:
         """Poll until `slot`'s value is there, its holder failed or is gone, or the event

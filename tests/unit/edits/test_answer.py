@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.support.fake_provider import wire as provider
 from toolref.edits import isolated, wire
-from toolref.edits.answer import MAX_ANSWER, AnswerTap, answer_id, tap_for
+from toolref.edits.answer import MAX_ANSWER, MAX_STREAM, AnswerTap, answer_id, tap_for
 from toolref.edits.edit import Inline, Keep, Op
 from toolref.edits.request import cut
 from toolref.wire.errors import DictionaryMismatchError, MalformedBodyError
@@ -271,3 +271,81 @@ def test_a_tool_name_streamed_in_many_pieces_is_the_pieces_joined() -> None:
     function = message["tool_calls"][0]["function"]
     assert function["name"] == "run_" + "".join(f"{n}_" for n in range(3000))
     assert function["arguments"] == "".join(f"{n}," for n in range(3000))
+
+
+# --- the stream's edges (review: answer tap edges) ---------------------------------------------
+# The same streams and answer bytes are in client_sdk/js/test/answer.test.ts ("the stream's
+# edges"): relay or SDK and gateway must make the same bytes, however the stream is cut.
+
+CHAT_EDGE = (
+    b'data: {"choices":[{"index":0,"delta":{"role":"assistant","tool_calls":[{"index":0,'
+    b'"id":"call_1","type":"function","function":{"name":"run","arguments":""}}]}}]}\n\n'
+    b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":'
+    b'{"arguments":"{\\"a\\": 1}"}}]}}]}\n\n'
+    b"data: [DONE]\n\n"
+)
+CHAT_EDGE_ANSWER = (
+    b'{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",'
+    b'"function":{"name":"run","arguments":"{\\"a\\": 1}"}}]}\n{"a": 1}'
+)
+ANTHROPIC_EDGE = (
+    b"event: content_block_start\r"
+    b'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\r\r'
+    b"event: content_block_delta\r"
+    b'data: {"type":"content_block_delta","index":0,\r\n'
+    b'data: "delta":{"type":"text_delta","text":"h\\u00e9"}}\n\r'
+    b'data: {"type":"message_stop"}\r\n\r\n'
+)
+ANTHROPIC_EDGE_ANSWER = '{"role":"assistant","content":[{"type":"text","text":"hé"}]}'.encode()
+BOM = b"\xef\xbb\xbf"
+EDGE_CASES = [
+    ("openai-chat", BOM + CHAT_EDGE, CHAT_EDGE_ANSWER),  # a BOM before the first event
+    ("openai-chat", CHAT_EDGE.replace(b"\n", b"\r"), CHAT_EDGE_ANSWER),  # CR-only line ends
+    ("openai-chat", BOM + CHAT_EDGE.replace(b"\n", b"\r\n"), CHAT_EDGE_ANSWER),
+    ("anthropic", ANTHROPIC_EDGE, ANTHROPIC_EDGE_ANSWER),  # CR, LF, CRLF and LF CR mixed
+    ("anthropic", BOM + ANTHROPIC_EDGE, ANTHROPIC_EDGE_ANSWER),
+]
+
+
+def taken(fmt: str, pieces: list[bytes]) -> bytes | None:
+    """The answer as relay, SDK and gateway take it: when `feed` says the answer ended (at
+    most once), else none."""
+    tap = AnswerTap(fmt)
+    answers = [tap.answer for piece in pieces if tap.feed(piece)]
+    assert len(answers) <= 1
+    return answers[0] if answers else None
+
+
+def cuts(data: bytes) -> list[list[bytes]]:
+    """`data` whole, byte by byte, and in two pieces at every byte (an empty one between)."""
+    return [[data], [data[n : n + 1] for n in range(len(data))]] + [
+        [data[:n], b"", data[n:]] for n in range(len(data) + 1)
+    ]
+
+
+@pytest.mark.parametrize(("fmt", "data", "expected"), EDGE_CASES)
+def test_a_bom_and_any_sse_line_end_make_the_answer_at_every_cut(
+    fmt: str, data: bytes, expected: bytes
+) -> None:
+    """A UTF-8 BOM before the first line (it made the first line no `data:` line: the answer
+    lost its first event, a tool call's id and name) and lines ended by CR alone (the stream
+    was held whole, no answer) or by a CRLF cut between two pieces."""
+    for pieces in cuts(data):
+        assert taken(fmt, pieces) == expected, [len(p) for p in pieces]
+
+
+def test_only_the_bytes_up_to_the_end_count_against_max_stream() -> None:
+    """Bytes after the end event in the piece that holds it count for nothing: whole, a
+    stream whose blank lines after the end cross MAX_STREAM made no answer, cut, it made one."""
+    data = CHAT_EDGE + b"\n" * (MAX_STREAM - len(CHAT_EDGE) + 10)
+    end = len(CHAT_EDGE)
+    for pieces in ([data], [data[:end], data[end:]], [data[: end - 1], data[end - 1 :]]):
+        assert taken("openai-chat", pieces) == CHAT_EDGE_ANSWER
+    # the end line ended by the CR of a CRLF at the limit's last byte: read; one byte later, not
+    end_line = CHAT_EDGE.replace(b"\n", b"\r\n")
+    for extra, expected in ((0, CHAT_EDGE_ANSWER), (1, None)):
+        padding = b":" + b"-" * (MAX_STREAM - len(end_line) - 1 + extra) + b"\n"  # a comment
+        data = padding + end_line
+        at = len(data) - 1  # the last LF, past the limit
+        for pieces in ([data], [data[:at], data[at:]], [padding, end_line]):
+            assert taken("openai-chat", pieces) == expected, (extra, [len(p) for p in pieces])

@@ -826,6 +826,48 @@ def test_gemini_cut_finish_reasons_fail_the_open_call(reason: str, error_type: s
     assert buffer.finish_reasons == {0: reason}
 
 
+def test_gemini_stream_cut_mid_string_leaves_the_open_call_incomplete() -> None:
+    """No terminal chunk is Vertex's known quirk (its last partial argument is whole, and the
+    call is closed as it stands); but a stream that ends while a partial argument said more
+    of its string would come was cut mid-string: that call is incomplete, never runnable.
+    Calls already closed in the turn, and whole calls, stay complete."""
+    start = g_chunk([g_call(name="write", id="w1", willContinue=True)])
+    more = {"jsonPath": "$.path", "stringValue": "/etc/pass", "willContinue": True}
+    cut = g_chunk([g_call(partialArgs=[more], willContinue=True)])
+    events = [g_chunk([g_call(name="ls", args={"dir": "."})]), start, cut]
+    calls, buffer = run("gemini", events)
+    assert [(c.name, c.status, c.error_type, c.runnable) for c in calls] == [
+        ("ls", CallStatus.COMPLETE, None, True),
+        ("write", CallStatus.INCOMPLETE, "aborted", False),
+    ]
+    assert calls[1].raw_arguments == '{"path":"/etc/pass"}'
+    assert "mid-string" in (calls[1].error or "")
+    assert buffer.has_tool_calls is True  # the whole call is still runnable
+    whole = {"jsonPath": "$.path", "stringValue": "wd"}  # the string's last piece: whole
+    calls, _ = run(
+        "gemini", [start, cut, g_chunk([g_call(partialArgs=[whole], willContinue=True)])]
+    )
+    assert [(c.status, c.arguments) for c in calls] == [
+        (CallStatus.COMPLETE, {"path": "/etc/passwd"})
+    ]
+
+
+def test_gemini_a_string_begun_in_the_part_that_names_the_call_goes_on() -> None:
+    """A call's first part may carry partial arguments beside its name: a string it begins
+    (`willContinue: true`) goes on in the next part (its first piece was dropped: the call
+    was opened after the piece was marked as continuing), and a stream cut right after that
+    first part left the call incomplete, not complete."""
+    first = {"jsonPath": "$.path", "stringValue": "/etc/pass", "willContinue": True}
+    start = g_chunk([g_call(name="write", id="w1", willContinue=True, partialArgs=[first])])
+    rest = {"jsonPath": "$.path", "stringValue": "wd"}
+    calls, _ = run("gemini", [start, g_chunk([g_call(partialArgs=[rest])]), g_chunk(finish="STOP")])
+    assert [(c.status, c.arguments) for c in calls] == [
+        (CallStatus.COMPLETE, {"path": "/etc/passwd"})
+    ]
+    calls, _ = run("gemini", [start])
+    assert [(c.status, c.error_type) for c in calls] == [(CallStatus.INCOMPLETE, "aborted")]
+
+
 def test_gemini_whole_calls_stay_open_until_the_turn_finishes() -> None:
     """Whole calls wait for their turn's finish (a signature may still come), so MAX_TOKENS
     in the same turn makes them incomplete too."""

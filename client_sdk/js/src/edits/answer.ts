@@ -93,6 +93,9 @@ interface Call {
 /** Fed a stream's bytes as they come (`feed`); `answer` once its end event was seen. */
 export class AnswerTap {
   private readonly anthropic: boolean;
+  private begun = false; // a first byte that is no BOM's read (or a BOM dropped)
+  private head: Uint8Array = EMPTY; // the first bytes while they may yet be a BOM
+  private cr = false; // the last piece ended with CR: an LF first in the next ends nothing
   private line: Uint8Array[] = []; // the pieces of a line not ended yet
   private data: Uint8Array[] = []; // the data lines of the event not dispatched yet
   private read = 0;
@@ -120,36 +123,61 @@ export class AnswerTap {
     return this.broken;
   }
 
-  /** Read `data`; whether the answer ended within it (once, at its end event). */
+  /** Read `data`; whether the answer ended within it (once, at its end event). Lines end at CRLF,
+   * LF or CR (the SSE spec's three); one UTF-8 BOM before the first is dropped; only the bytes up
+   * to the line that ends the answer count against {@link MAX_STREAM}, and what follows that line
+   * in the same piece is not read (the answer is taken when `feed` says it ended, so bytes after the
+   * end never change it, whichever piece they come in, and the answer is the same however the stream
+   * is cut). O(data.length). */
   feed(data: Uint8Array): boolean {
     if (this.ended || this.broken) {
       if (this.ended && !isBlank(data)) this.broken = true; // bytes after the end: not the stream this reads
       return false;
     }
-    this.read += data.length;
-    if (this.read > MAX_STREAM) {
-      this.broken = true;
-      return false;
-    }
-    const last = data.lastIndexOf(0x0a);
-    if (last < 0) {
-      // within a line: kept, so that a long line costs its length once
-      if (data.length) this.line.push(data.slice());
-      return false;
-    }
-    const pending = this.line;
-    this.line = last + 1 < data.length ? [data.slice(last + 1)] : [];
-    for (let start = 0; start <= last; ) {
-      const end = data.indexOf(0x0a, start);
-      if (start > 0 || !pending.length) {
-        this.lineRead(data, start, end);
-      } else {
-        const line = join([...pending, data.subarray(0, end)]);
-        this.lineRead(line, 0, line.length);
+    if (!this.begun) {
+      // the stream's first bytes: up to 2 held, as they may be a BOM
+      if (this.head.length) data = join([this.head, data]);
+      if (data.length < BOM.length && startsWith(BOM, 0, BOM.length, data)) {
+        this.head = data.slice();
+        return false;
       }
-      if (this.ended || this.broken) break;
-      start = end + 1;
+      this.begun = true;
+      this.head = EMPTY;
+      if (startsWith(data, 0, data.length, BOM)) {
+        this.read += BOM.length;
+        data = data.subarray(BOM.length);
+      }
     }
+    const room = MAX_STREAM - this.read;
+    const view = data.subarray(0, room); // past it, only the end of the answer's last line would do
+    this.read += view.length;
+    const start = this.cr && view[0] === LF ? 1 : 0; // a CRLF cut between pieces
+    this.cr &&= !view.length;
+    const last = Math.max(view.lastIndexOf(LF), view.lastIndexOf(CR));
+    if (last < start) {
+      // within a line: kept, so that a long line costs its length once
+      if (view.length > start) this.line.push(view.slice(start));
+    } else {
+      const pending = this.line;
+      this.line = last + 1 < view.length ? [view.slice(last + 1)] : [];
+      this.cr = view[view.length - 1] === CR;
+      let nextLf = view.indexOf(LF, start); // the next LF and CR from `at` on, each found once: O(view)
+      let nextCr = view.indexOf(CR, start);
+      for (let at = start; at <= last; ) {
+        if (nextLf >= 0 && nextLf < at) nextLf = view.indexOf(LF, at);
+        if (nextCr >= 0 && nextCr < at) nextCr = view.indexOf(CR, at);
+        const end = nextLf < 0 ? nextCr : nextCr < 0 ? nextLf : Math.min(nextLf, nextCr);
+        if (at > start || !pending.length) {
+          this.lineRead(view, at, end);
+        } else {
+          const line = join([...pending, view.subarray(at, end)]);
+          this.lineRead(line, 0, line.length);
+        }
+        if (this.ended || this.broken) break;
+        at = end === nextCr && nextLf === end + 1 ? end + 2 : end + 1;
+      }
+    }
+    if (data.length > room && !this.ended) this.broken = true; // the answer's end not within MAX_STREAM bytes
     return this.ended && !this.broken;
   }
 
@@ -168,9 +196,8 @@ export class AnswerTap {
     return this.made;
   }
 
-  /** The line `data[start:end]`, its newline cut. */
+  /** The line `data[start:end]`, without its line end. */
   private lineRead(data: Uint8Array, start: number, end: number): void {
-    if (end > start && data[end - 1] === 0x0d) end--;
     if (startsWith(data, start, end, DATA)) {
       const from = start + DATA.length;
       this.data.push(data.slice(from < end && data[from] === 0x20 ? from + 1 : from, end));
@@ -325,6 +352,10 @@ export class AnswerTap {
 // --- bytes ----------------------------------------------------------------------------------
 
 const DATA = new TextEncoder().encode("data:");
+const BOM = Uint8Array.of(0xef, 0xbb, 0xbf);
+const EMPTY = new Uint8Array();
+const LF = 0x0a;
+const CR = 0x0d; // SSE's line ends: CRLF, LF and CR
 const DONE = new TextEncoder().encode("[DONE]");
 const DECODER = new TextDecoder("utf-8", { fatal: true }); // a leading BOM dropped, as utf-8-sig does
 const WITHIN = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });

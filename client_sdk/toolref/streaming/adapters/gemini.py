@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolref.streaming.adapters.base import StreamAdapter, as_int, pick
-from toolref.streaming.chunk import FILTERED, MALFORMED, TRUNCATED, ArgPatch, PathPart, ToolChunk
+from toolref.streaming.chunk import (
+    ABORTED,
+    FILTERED,
+    MALFORMED,
+    TRUNCATED,
+    ArgPatch,
+    PathPart,
+    ToolChunk,
+)
 from toolref.wire.errors import ChunkSequenceError
 from toolref.wire.numbers import describe, whole_number
 
@@ -30,6 +38,7 @@ _STEP = re.compile(
 )
 
 
+_NAME = re.compile(r"[A-Za-z_$][\w$-]*")
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|.)")
 _ESCAPES = {"b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 
@@ -67,6 +76,19 @@ def json_path(text: str) -> tuple[PathPart, ...]:
             steps.append(name if quoted is None else _ESCAPE.sub(_unescape, quoted))
         at = match.end()
     return tuple(steps)
+
+
+def _written(path: tuple[PathPart, ...]) -> str:
+    """A path as a normalized jsonPath again (`$.a[0]['b c']`), to name it in an error."""
+    out = "$"
+    for step in path:
+        if isinstance(step, int):
+            out += f"[{step}]"
+        elif _NAME.fullmatch(step):
+            out += f".{step}"
+        else:
+            out += "['" + step.replace("\\", "\\\\").replace("'", "\\'") + "']"
+    return out
 
 
 def _leaf(partial: Mapping[str, Any]) -> Any:
@@ -122,8 +144,25 @@ class GeminiAdapter(StreamAdapter):
         return out
 
     def end(self) -> list[ToolChunk]:
-        # No terminal chunk is a known Vertex quirk, not a failure: close what is open.
-        return [self._finish(turn, None) for turn in sorted(self._turns - self._finished)]
+        # No terminal chunk is a known Vertex quirk, not a failure: close what is open. But a
+        # Vertex call whose partial argument said more of its string would come was cut
+        # mid-string (the quirk's last chunk carries whole values): that call is incomplete.
+        out: list[ToolChunk] = []
+        for turn in sorted(self._turns - self._finished):
+            state = self._state.get(turn)
+            if state is not None and state.open is not None and state.continuing:
+                paths = ", ".join(sorted(_written(path) for path in state.continuing)[:3])
+                out.append(
+                    ToolChunk(
+                        index=state.open,
+                        turn=turn,
+                        error=f"the gemini stream ended mid-string: the partial argument at "
+                        f"{paths} said more would come (willContinue) and none did",
+                        error_type=ABORTED,
+                    )
+                )
+            out.append(self._finish(turn, None))
+        return out
 
     def _close(self, turn: int, reason: str, candidate: Mapping[str, Any]) -> ToolChunk:
         message = pick(candidate, "finishMessage", "finish_message")
@@ -154,12 +193,13 @@ class GeminiAdapter(StreamAdapter):
         self._turns.add(turn)
         name = call.get("name")
         will_continue = pick(call, "willContinue", "will_continue") is True
+        if name:  # a new call: no string of the last one goes on (before this part's own)
+            state.continuing.clear()
         patches = self._patches(state, pick(call, "partialArgs", "partial_args"))
         if name:
             index = state.calls
             state.calls += 1
             state.signed = state.signed or bool(meta)
-            state.continuing.clear()
             state.open = index if will_continue else None
             args = call.get("args")
             out.append(
