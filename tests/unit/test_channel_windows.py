@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -204,13 +204,19 @@ def turn() -> httpx.Request:
     )
 
 
-async def test_the_sender_grants_back_half_a_window_at_a_time_as_its_caller_reads() -> None:
-    socket = Granting(WINDOW)
+async def answered(socket: Granting) -> tuple[_Link, Any]:
+    """A channel on `socket`, a turn sent on it, and its answer's head come."""
     link = _Link(cast(DriverSocket, socket), lambda: 0.0)
     sending = asyncio.create_task(link.send(turn()))
     await until(lambda: socket.sent)
     socket.incoming.put_nowait(Message(frames.head(0, 200, [])))
     answer = await sending
+    return link, answer
+
+
+async def test_the_sender_grants_back_half_a_window_at_a_time_as_its_caller_reads() -> None:
+    socket = Granting(WINDOW)
+    link, answer = await answered(socket)
     chunk = WINDOW // 4
     for _ in range(4):
         socket.incoming.put_nowait(Message(frames.piece(0, b"x" * chunk)))
@@ -229,11 +235,7 @@ async def test_the_sender_grants_back_half_a_window_at_a_time_as_its_caller_read
 
 async def test_a_receiver_that_sends_past_the_window_drops_the_channel() -> None:
     socket = Granting(WINDOW)
-    link = _Link(cast(DriverSocket, socket), lambda: 0.0)
-    sending = asyncio.create_task(link.send(turn()))
-    await until(lambda: socket.sent)
-    socket.incoming.put_nowait(Message(frames.head(0, 200, [])))
-    answer = await sending
+    link, answer = await answered(socket)
     socket.incoming.put_nowait(Message(frames.piece(0, b"x" * WINDOW)))
     socket.incoming.put_nowait(Message(frames.piece(0, b"x")))  # nothing read, nothing granted
     with pytest.raises(httpx.RemoteProtocolError):
@@ -245,11 +247,7 @@ async def test_a_receiver_that_sends_past_the_window_drops_the_channel() -> None
 
 async def test_an_older_receivers_answer_is_held_as_it_comes_with_no_credit_sent() -> None:
     socket = Granting(None)
-    link = _Link(cast(DriverSocket, socket), lambda: 0.0)
-    sending = asyncio.create_task(link.send(turn()))
-    await until(lambda: socket.sent)
-    socket.incoming.put_nowait(Message(frames.head(0, 200, [])))
-    answer = await sending
+    link, answer = await answered(socket)
     for _ in range(4):
         socket.incoming.put_nowait(Message(frames.piece(0, b"x" * WINDOW)))
     socket.incoming.put_nowait(Message(frames.end(0)))
