@@ -13,7 +13,8 @@ type (`UNSUPPORTED`): the caller sends it as it came. Nor is a turn the gateway 
 503 `store-unavailable` (its store down, the turn's base not held by the process that got
 it: `STORE_DOWN`): it goes as it came at once, which the gateway forwards without its
 store, and so do the turns after it until `link.paused` is over (1 s, doubled while the
-store stays down, at most 30: `toolref.sending.pause`). A 413 (too large for the gateway
+store stays down, at most 30: `toolref.sending.pause`; turns in flight at once and refused
+together are one refusal, not one doubling each). A 413 (too large for the gateway
 or the provider) is the agent's to see, in its provider's error shape.
 
 A request the edit would not shrink (header lines and body, counted alike on both sides),
@@ -86,6 +87,7 @@ async def as_edit(
     config = link.config
     if not link.paused.over(time.monotonic()) or not await link.takes_edits():
         return None
+    seen = link.paused.begun  # turns refused together are one outage (`Pause.refused`)
     client.editor.version = link.capabilities.version  # the highest the gateway reads
     extra = toolref_headers(config.key, moved, config.context_editing)
     plain = None  # a switched turn is rewritten by the gateway: an edit, whatever its size
@@ -126,7 +128,7 @@ async def as_edit(
         )
         return None
     if answer == STORE_DOWN:
-        link.paused.refused(time.monotonic())
+        link.paused.refused(time.monotonic(), seen)
         link.report(
             f"toolref relay: the gateway's store is unavailable (503); requests go as they "
             f"came for {link.paused.length:g} s, then as edits again"

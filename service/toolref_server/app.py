@@ -42,6 +42,7 @@ from toolref_server.http.connection_limits import STATE_KEY, ConnectionLimits
 from toolref_server.http.hosts import KeylessHosts
 from toolref_server.http.problem import problem_response
 from toolref_server.http.protocol import ProtocolMiddleware
+from toolref_server.http.unanswered import AnswerCut
 from toolref_server.metrics import Metrics
 from toolref_server.registry.llm_quotas import ModelCallQuotas
 from toolref_server.registry.summarizers import OpenAICompatibleSummarizer, build_summarizers
@@ -215,7 +216,8 @@ def _methods_of(request: Request) -> list[str]:
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    if not isinstance(exc, AnswerCut):  # one is said where raised, and cut by the HTTP layer
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
     return problem_response(
         ToolrefError("the service failed unexpectedly; the error is logged, retry later")
     )
@@ -246,6 +248,8 @@ def create_app(
         settings.max_inflated_in_flight,
         setting="TOOLREF_MAX_INFLATED_IN_FLIGHT",
         retry_after=settings.retry_after_seconds,
+        per_tenant=settings.tenant_inflated_limit,  # one tenant's share (429 past it)
+        tenant_setting="TOOLREF_TENANT_INFLATED_IN_FLIGHT",
     )
     metrics.watch_budget(budget)
     open_metrics = settings.warn_open_metrics()

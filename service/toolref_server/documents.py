@@ -223,18 +223,29 @@ def _check_messages_depth(
     """`check_depth` for a body of messages, walking only the messages whose text could
     break a limit: more brackets than the depth allows, or more commas than the items
     (counted in C). A message sits at depth 3 (body, list, message); one that is no array
-    or object (a string, however long) has no depth or items of its own."""
-    messages = value[key]
-    check_depth({**value, key: []}, limits.max_depth, limits.max_items)
-    if len(messages) > limits.max_items:
-        check_depth(messages, 1, limits.max_items)  # refused for its length
-    depth = limits.max_depth - 2
-    for message, text in zip(messages, texts, strict=True):
-        if type(message) not in _CONTAINERS:
+    or object (a string, however long) has no depth or items of its own. In the order the
+    body is written, as `check_depth`: the first container breaking a limit is the one
+    refused, whichever limit it breaks."""
+    max_depth, max_items = limits.max_depth, limits.max_items
+    if len(value) > max_items:
+        raise _too_many_items(len(value), max_items)
+    for name, member in value.items():
+        if type(member) not in _CONTAINERS:
             continue
-        brackets = text.count("{") + text.count("[")
-        if brackets > depth or text.count(",") >= limits.max_items:
-            check_depth(message, limits.max_depth, limits.max_items, start=3)
+        if name != key:
+            check_depth(member, max_depth, max_items, start=2)
+            continue
+        if max_depth < 2:
+            raise _too_deep(max_depth)
+        if len(member) > max_items:
+            raise _too_many_items(len(member), max_items)
+        depth = max_depth - 2
+        for message, text in zip(member, texts, strict=True):
+            if type(message) not in _CONTAINERS:
+                continue
+            brackets = text.count("{") + text.count("[")
+            if brackets > depth or text.count(",") >= max_items:
+                check_depth(message, max_depth, max_items, start=3)
 
 
 def _raise_json_error(text: str) -> None:
@@ -303,8 +314,10 @@ _CONTAINERS: Final = (dict, list)
 
 def check_depth(value: Any, max_depth: int, max_items: int | None = None, start: int = 1) -> None:
     """Refuse a decoded JSON value nested deeper than `max_depth` (containers only), or
-    with an array or object of more than `max_items` items. `start`: the depth `value`
-    sits at in the body (1: it is the body)."""
+    with an array or object of more than `max_items` items: the first container that
+    breaks one, in the order its text is written (a body breaking both is refused alike
+    however it is walked: `_check_messages_depth`). `start`: the depth `value` sits at in
+    the body (1: it is the body)."""
     stack: list[tuple[Any, int]] = [(value, start)]
     pop, push = stack.pop, stack.append
     while stack:
@@ -312,14 +325,18 @@ def check_depth(value: Any, max_depth: int, max_items: int | None = None, start:
         if depth > max_depth:
             raise _too_deep(max_depth)
         if max_items is not None and len(node) > max_items:
-            raise TooManyItemsError(
-                f"an array or object has {len(node)} items, over the limit of {max_items}; "
-                "send fewer, or large payloads as strings",
-                limit=max_items,
-            )
-        for child in node.values() if type(node) is dict else node:
+            raise _too_many_items(len(node), max_items)
+        for child in reversed(node.values()) if type(node) is dict else reversed(node):
             if type(child) in _CONTAINERS:
-                push((child, depth + 1))
+                push((child, depth + 1))  # popped in the order written
+
+
+def _too_many_items(count: int, max_items: int) -> TooManyItemsError:
+    return TooManyItemsError(
+        f"an array or object has {count} items, over the limit of {max_items}; send fewer, "
+        "or large payloads as strings",
+        limit=max_items,
+    )
 
 
 def check_json_tree(value: Any, max_depth: int) -> None:

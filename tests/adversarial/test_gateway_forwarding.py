@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import socket
 import ssl
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -288,3 +291,80 @@ async def test_an_upstream_that_does_not_speak_http_is_named_with_the_fix(redis:
     assert "cannot be reached" not in detail
     assert "not an HTTP/1.1 answer" in detail
     assert "https://" in detail
+
+
+# --- an upstream that breaks off its answer after the head ---------------------------------
+
+_FIRST = b"hello"  # the answer's first body bytes, read by the client before the upstream fails
+
+
+def _breaks_off(how: str, forwarded: asyncio.Event) -> Callable[[Link, Received], Awaitable[bool]]:
+    """An answer's head and first 5 body bytes (chunked, or of a `Content-Length` of 100),
+    then, once the client has read them (`forwarded`), `how`: a close, a reset, or nothing
+    more (the gateway's read timeout runs out)."""
+
+    async def serve(link: Link, request: Received) -> bool:
+        if how == "short":
+            await link.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n" + _FIRST)
+        else:
+            head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            await link.write(head + b"5\r\n" + _FIRST + b"\r\n")
+        await forwarded.wait()
+        if how == "stall":
+            await link.until_closed()
+        elif how == "reset":
+            link.writer.get_extra_info("socket").setsockopt(
+                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+            )
+            link.writer.transport.abort()
+        return False  # "closed", "short": the connection closes here
+
+    return serve
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        ("closed", "closed the connection before its end"),
+        ("short", "closed the connection before its end"),
+        ("reset", "reset"),
+        ("stall", "no answer bytes for 1s"),
+    ],
+)
+async def test_an_upstream_breaking_off_its_answer_is_one_warning_and_a_cut(
+    redis: Redis, caplog: pytest.LogCaptureFixture, how: str, said: str
+) -> None:
+    """The upstream sends an answer's head and 5 body bytes, then closes (chunked, or short
+    of its `Content-Length`), resets, or stalls past TOOLREF_GATEWAY_READ_TIMEOUT. The
+    client's answer is cut as before (no last chunk; short of its length; the connection
+    closed). Before: two ERROR tracebacks (Starlette's `unhandled error on GET /llm/...`,
+    uvicorn's `Exception in ASGI application`) naming neither the upstream nor what it did.
+    Now one WARNING naming the upstream, what happened and the bytes the client got."""
+    caplog.set_level(logging.INFO)
+    forwarded = asyncio.Event()
+    async with (
+        RawUpstream(_breaks_off(how, forwarded)) as upstream,
+        gateway(redis, upstreams=f"up={upstream.url}", gateway_read_timeout=1) as url,
+    ):
+        reader, writer = await opened(url)
+        writer.write(request_bytes("GET", "/llm/up/v1/answer", AS_A))
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        body = await asyncio.wait_for(reader.readuntil(_FIRST), 10)
+        forwarded.set()
+        rest = await asyncio.wait_for(reader.read(), 10)  # b"" once the gateway closes
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200 ")
+    if how == "short":
+        assert b"content-length: 100\r\n" in head.lower()
+        assert body + rest == _FIRST  # 5 of 100 bytes, then the close
+    else:
+        assert b"transfer-encoding: chunked\r\n" in head.lower()
+        assert body + rest == b"5\r\n" + _FIRST + b"\r\n"  # no last chunk: a cut, not an end
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    cut = [m for m in warned if f"upstream 'up' ({upstream.url})" in m]
+    assert len(cut) == 1, warned
+    assert said in cut[0]
+    assert "after 5 body bytes" in cut[0]
+    assert all("shutdown" not in m and "stopped" not in m for m in warned)

@@ -18,6 +18,7 @@ from tests.unit.test_recipe_nodes import stored
 from toolref.edits.edit import Inline, Op, diff
 from toolref.edits.recipe import is_piece, piece_of
 from toolref.edits.request import Cut, cut
+from toolref.wire.errors import DecompressedTooLargeError
 from toolref_server.storage import keys
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipe_held import derive
@@ -350,3 +351,39 @@ async def test_a_node_chunk_or_piece_that_does_not_read_is_deleted_when_read(
         assert not await redis.exists(key), key
         await redis.set(key, good, ex=TTL)  # what a resend writes (SET NX)
         assert await recipes_on(redis, clock).load("t", delta.ref) is not None
+
+
+# A zstd frame header gone bad: it declares 1 TiB of content (single segment, 8-byte size).
+HUGE_FRAME = b"\x28\xb5\x2f\xfd\xe0" + (1 << 40).to_bytes(8, "little") + b"gone bad"
+
+
+async def test_a_piece_whose_frame_declares_an_impossible_size_is_a_miss_not_a_413(
+    redis: Redis,
+) -> None:
+    """Found in review: a stored piece whose frame header went bad, declaring more than any
+    piece can be (over the limit on the whole body it is a segment of), failed the size
+    check of an edit naming it with 413 `decompressed-too-large` before it was read, so
+    it was never deleted: every edit naming it was refused until it expired, and the
+    sender's resend (SET NX) could not store it again. Now it reads as corrupt: left out
+    (a miss), deleted, and the resend stores it. Pieces that are what they say and make
+    more than the limit together still get their 413."""
+    clock = Clock()
+    recipes = recipes_on(redis, clock)
+    held = await keep(recipes, request(3), None)
+    piece, other = pieces_of(held)[0:2]
+    key = keys.edit_piece("t", piece)
+    good = await redis.get(key)
+    assert isinstance(good, bytes)
+    await redis.set(key, HUGE_FRAME, keepttl=True)
+    limit = 20_000  # over one piece (17,000 bytes and more), under two
+    found = await recipes_on(redis, clock).pieces("t", [piece, other], limit=limit)
+    assert list(found) == [other]  # a miss: the sender resends it
+    assert not await redis.exists(key)  # deleted: the resend's SET NX stores it
+    await redis.set(key, good, ex=TTL)
+    with pytest.raises(DecompressedTooLargeError):  # both real: over the limit together
+        await recipes_on(redis, clock).pieces("t", [piece, other], limit=limit)
+    await redis.set(key, HUGE_FRAME, keepttl=True)
+    third = pieces_of(await keep(recipes, request(3, "other"), None))[0]
+    with pytest.raises(DecompressedTooLargeError):  # two real ones over it: still refused
+        await recipes_on(redis, clock).pieces("t", [piece, other, third], limit=limit)
+    assert not await redis.exists(key)  # and the corrupt one deleted all the same

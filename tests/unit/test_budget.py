@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from toolref.asgi.budget import Budget, charge, shared
-from toolref.wire.errors import OverloadedError
+from toolref.wire.errors import OverloadedError, QuotaExceededError
 
 
 def test_charges_add_up_and_a_closed_account_gives_everything_back() -> None:
@@ -100,3 +100,82 @@ def test_charge_without_an_account_is_a_no_op_and_bad_limits_are_refused() -> No
     assert shared.limit >= 96 * 2**20  # the middleware's two default limits together
     with pytest.raises(ValueError, match="SOME_SETTING"):
         Budget(0, setting="SOME_SETTING")
+
+
+# --- a tenant's share (review: one tenant's bodies) ---
+
+
+def test_past_its_share_a_tenant_is_refused_429_while_another_tenant_is_served() -> None:
+    budget = Budget(1000, setting="TOOLREF_ALL", per_tenant=400, tenant_setting="TOOLREF_ONE")
+    a1, a2, b, anyone = (
+        budget.account("a"),
+        budget.account("a"),
+        budget.account("b"),
+        budget.account(),
+    )
+    a1.charge(300)
+    a2.charge(100)
+    with pytest.raises(QuotaExceededError) as caught:
+        a2.charge(1)
+    b.charge(400)
+    anyone.charge(200)  # no tenant: the budget alone
+    assert (budget.of("a"), budget.of("b"), budget.in_flight) == (400, 400, 1000)
+    error = caught.value
+    assert (error.status, error.slug) == (429, "quota-exceeded")
+    assert error.extra == {"quota": "inflatedBytesInFlight", "limit": 400}
+    assert error.http_headers() == {"Retry-After": "1"}
+    assert "TOOLREF_ONE" in error.detail
+    assert "TOOLREF_ALL" in error.detail
+    a1.close()
+    a2.charge(300)  # room again once another of its requests ended
+    for account in (a2, b, anyone):
+        account.close()
+    assert budget.in_flight == 0
+    assert budget.tenants_holding == 0  # no entry outlives a tenant's bytes
+
+
+def test_an_account_bound_late_counts_what_it_holds_for_its_tenant() -> None:
+    """The registry's REST routes: the account opens before the key is checked."""
+    budget = Budget(1000, per_tenant=500)
+    with budget.account() as account:
+        account.charge(100)
+        account.bind("a")
+        account.bind("b")  # bound once: stays a's
+        assert budget.of("a") == 100
+        with pytest.raises(QuotaExceededError):
+            account.charge(401)
+        account.charge(400)
+    assert budget.tenants_holding == 0
+    closed = budget.account()
+    closed.close()
+    closed.bind("a")  # a closed account stays as it is
+    assert budget.tenants_holding == 0
+
+
+def test_a_share_must_fit_the_budget() -> None:
+    with pytest.raises(ValueError, match=r"share of 2000 bytes \(TOOLREF_ONE\).*TOOLREF_ALL"):
+        Budget(1000, setting="TOOLREF_ALL", per_tenant=2000, tenant_setting="TOOLREF_ONE")
+
+
+def test_threads_of_one_tenant_never_pass_its_share() -> None:
+    budget = Budget(64 * 1024, per_tenant=16 * 1024)
+    start = threading.Barrier(8)
+
+    def work(tenant: str) -> None:
+        start.wait()
+        for _ in range(2000):
+            with budget.account(tenant) as account:
+                try:
+                    account.charge(1024)
+                    account.charge(1024)
+                except QuotaExceededError:
+                    pass
+                assert budget.of(tenant) <= 16 * 1024
+
+    threads = [threading.Thread(target=work, args=("ab"[n % 2],)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert budget.in_flight == 0
+    assert budget.tenants_holding == 0

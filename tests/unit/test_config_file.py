@@ -254,7 +254,10 @@ def test_strings_are_taken_for_any_setting_as_the_environment_gives_them() -> No
 
 
 # A commented line of the example shows a sample rather than its setting's default.
-SAMPLES = {"context_policies": "a policy for a tenant (the default is none)"}
+SAMPLES = {
+    "context_policies": "a policy for a tenant (the default is none)",
+    "tenant_inflated_in_flight": "a share in bytes (the default is derived: unset)",
+}
 
 
 def test_the_examples_commented_lines_show_the_real_defaults() -> None:

@@ -63,6 +63,8 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_MAX_BODY_BYTES": ("int", 32 * MiB, "ge=1024"),
         "TOOLREF_MAX_DECOMPRESSED_BYTES": ("int", 64 * MiB, "ge=1024"),
         "TOOLREF_MAX_INFLATED_IN_FLIGHT": ("int", 256 * MiB, "ge=1024"),
+        # review: one tenant's bodies (unset: a quarter of the above, at least one request's)
+        "TOOLREF_TENANT_INFLATED_IN_FLIGHT": ("int | None", None, "ge=1024"),
         "TOOLREF_MAX_DEPTH": ("int", 128, "ge=2 le=512"),
         "TOOLREF_MAX_ITEMS": ("int", 100_000, "ge=10"),
         "TOOLREF_MAX_CONTAINERS": ("int", 1_000_000, "ge=100"),

@@ -168,3 +168,22 @@ def containers(tree: J) -> int:
 def test_the_containers_counted_before_parsing_are_the_documents(tree: J, seed: int) -> None:
     data = write(tree, random.Random(seed)).encode()
     assert documents._containers(data) == containers(tree)  # brackets in strings left out
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # found by the property above: a message with too many items before one too deep
+        '{ \n\t "messages"\t: [\n[ "",\n"" ,\n""],\r\n[\r[]\r\n] \n\t ]\r\n}',
+        '{"messages": [[[]]], "x": [1, 2, 3]}',  # too deep before a member with too many
+        '{"x": [1, 2, 3], "messages": [[[]]]}',  # the member first
+        '{"messages": [[1, 2, 3], [[]]], "y": 1}',
+    ],
+)
+def test_a_body_breaking_two_limits_is_refused_for_the_first_as_written(text: str) -> None:
+    """Each walk refuses the first container that breaks a limit in the order the body is
+    written: the same error whether the body's messages are walked one by one or whole
+    (before, the whole walk went last child first, and the two could differ)."""
+    limits = documents.BodyLimits(2**20, 2**20, max_depth=3, max_items=2)
+    data = text.encode()
+    assert outcome(data, limits, "messages") == outcome(data, limits, None)

@@ -132,6 +132,9 @@ export class ToolReferenceManager {
    * at most 30 s, reset once an edit is answered (as `toolref.sending.pause`). */
   pausedUntil = 0;
   pauseMs = 0;
+  /** Pauses begun so far: a 415 to an edit sent before the latest began is the same outage
+   * seen again by a request that was in flight, not a further refusal (no doubling). */
+  private pauses = 0;
   readonly savings: Savings = { requests: 0, edits: 0, resends: 0, rawBytes: 0, wireBytes: 0 };
 
   constructor(options: ManagerOptions = {}) {
@@ -192,10 +195,14 @@ export class ToolReferenceManager {
     if (this.edits === 0 || Date.now() < this.pausedUntil) return plain();
     this.editor.version = this.edits;
     let edit = await this.editor.prepare(pairs, data, this.messagesKey, cut);
-    if (edit === null) return plain();
+    // Read again after the await: while the edit was made (hashing, compressing), another
+    // request may have found the endpoint paused or reading no edits; this one is not sent
+    // as an edit already known to be refused.
+    if (edit === null || this.edits === 0 || Date.now() < this.pausedUntil) return plain();
     // A tiny first turn: smaller as it is, and no later turn's base (Python's `Sender` alike).
     if (notWorthAnEdit(edit, asItCameBytes(edit, [[EDITS_HEADER, String(VERSION)]]))) return plain();
     for (;;) {
+      const pauses = this.pauses; // the pauses begun before this attempt went
       let response = await post(edit.body, { "Content-Type": MEDIA_TYPE }, true);
       counted.attempts += 1;
       counted.wire += edit.body.length;
@@ -215,8 +222,7 @@ export class ToolReferenceManager {
         const read = isProblem ? await readProblem(response) : { whole: null, response };
         if (read.whole === null) await discard(read.response);
         if (!told && !isToolrefProblem(read.whole === null ? null : parseObject(read.whole))) this.edits = 0;
-        this.pauseMs = Math.min(Math.max(this.pauseMs * 2, FIRST_PAUSE_MS), LONGEST_PAUSE_MS);
-        this.pausedUntil = Date.now() + this.pauseMs;
+        this.refused(pauses);
         return plain();
       }
       // A problem is read (as Python's `may_resend` reads it, at most `MAX_PROBLEM_BYTES`):
@@ -230,8 +236,7 @@ export class ToolReferenceManager {
       if (status === 503 && !named && problem?.["type"] === STORE_DOWN) {
         // The receiver's store down, the edit's base not held where it went: not applied, as
         // a 415; this request as it is, edits paused (Python's `answers.store_down`).
-        this.pauseMs = Math.min(Math.max(this.pauseMs * 2, FIRST_PAUSE_MS), LONGEST_PAUSE_MS);
-        this.pausedUntil = Date.now() + this.pauseMs;
+        this.refused(pauses);
         return plain();
       }
       if (!named && !told && !isToolrefProblem(problem)) {
@@ -262,6 +267,18 @@ export class ToolReferenceManager {
       const read = path === undefined ? response : readAnswer(response, path, (answer) => this.editor.answered(ref, answer));
       return sent(read, edit, ref);
     }
+  }
+
+  /** An edit refused (415, or 503 store-unavailable): edits paused 1 s, doubled after each
+   * further refusal, at most 30 s. `pauses`: the pauses begun when the edit was sent; one
+   * begun since (a request in flight alongside it was refused first) already counts this
+   * outage, so the many edits a server has in flight when its receiver's registry goes down
+   * pause it once, not 2^n s. */
+  private refused(pauses: number): void {
+    if (pauses !== this.pauses) return;
+    this.pauses += 1;
+    this.pauseMs = Math.min(Math.max(this.pauseMs * 2, FIRST_PAUSE_MS), LONGEST_PAUSE_MS);
+    this.pausedUntil = Date.now() + this.pauseMs;
   }
 
   /** The edit version an answer says its receiver reads, if it says one: 1-3 ASCII digits,

@@ -58,7 +58,8 @@ RETIRED: Final = {
 
 class ToolReferenceManager:
     """A client's requests as edits (see the module docstring). `savings` says what they
-    cost; one manager per client (not thread-safe: one thread or one event loop)."""
+    cost; one manager per client, which its threads or an event loop's tasks may share (the
+    sender's lock is held for the work between sends, never across one)."""
 
     def __init__(
         self,

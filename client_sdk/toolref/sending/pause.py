@@ -23,12 +23,18 @@ class Pause:
     def __init__(self) -> None:
         self.until = 0.0  # edits again from this time
         self.length = 0.0
+        self.begun = 0  # pauses begun: an edit sent before the latest is of its outage
 
     def over(self, now: float) -> bool:
         return now >= self.until
 
-    def refused(self, now: float) -> None:
-        """An edit answered 415 at `now`."""
+    def refused(self, now: float, seen: int | None = None) -> None:
+        """An edit answered 415 at `now`; `seen`: `begun` when it was sent. One sent before
+        the latest pause began (edits in flight at once, all refused) is that outage: it
+        pauses nothing more (else n at once paused 2^(n-1) s, as JS's manager counts)."""
+        if seen is not None and seen != self.begun:
+            return
+        self.begun += 1
         self.length = min(max(self.length * 2, FIRST), LONGEST)
         self.until = now + self.length
 

@@ -30,11 +30,13 @@ toolref's; an edit travels with its media type, the credentials and toolref's ow
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 
 import httpx
 
@@ -50,6 +52,7 @@ from toolref.wire.errors import PROBLEM_BASE
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER, TOOLREF_PREFIX
 
 MAX_ENDPOINTS: Final = 64  # endpoints whose answer to the offer is remembered
+R = TypeVar("R")
 OFFER: Final = (EDITS_HEADER, str(wire.VERSION))
 
 # (the request to send again, its body, its headers): a request of the same class, URL and
@@ -75,25 +78,35 @@ def target_of(url: Any) -> str:
 @dataclass
 class Sender:
     """One client's requests to its receivers (see the module docstring). `editor`: its
-    recipes and choices; `savings`: what its requests cost."""
+    recipes and choices; `savings`: what its requests cost. Shared by threads (an app's
+    one client) and by the tasks of an event loop: each step of an exchange (the work
+    between two sends) and each answer told to the editor run holding `lock`, never a send
+    nor the app's reading of an answer."""
 
     editor: Editor = field(default_factory=Editor)
     savings: Savings = field(default_factory=Savings)
     reads: LRU[str, int] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
     pauses: LRU[str, Pause] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
     clock: Callable[[], float] = time.monotonic
+    lock: AbstractContextManager[Any] = field(default_factory=threading.RLock)
 
     def exchange(
         self, request: Any, content: bytes, messages_key: str, rebuild: Rebuild = rebuilt
     ) -> Exchange[httpx.Response]:
         """The exchange for `request` (an LLM request as the app made it, `content` its
         body): yields the requests to send, returns the answer to hand back."""
+        return _locked(self._exchange(request, content, messages_key, rebuild), self.lock)
+
+    def _exchange(
+        self, request: Any, content: bytes, messages_key: str, rebuild: Rebuild
+    ) -> Exchange[httpx.Response]:
         target = target_of(request.url)
         version = self.reads.get(target)
         self.savings.request(len(content))
         pairs = decoded(request.headers.raw)  # each byte a latin-1 character, UTF-8 or not
         edit = None
         pause = self.pauses.get(target)
+        seen = pause.begun if pause is not None else 0  # the pauses begun when it was sent
         if version is not None and (pause is None or pause.over(self.clock())):
             self.editor.version = version
             edit = self.editor.prepare(_segment_headers(pairs), content, messages_key)
@@ -112,10 +125,11 @@ class Sender:
             if down or (response.status_code == 415 and HISTORY_HEADER not in response.headers):
                 # the edit not applied (an app's own 415 names its recipe): paused, and
                 # forgotten when no receiver of edits said so (a framework's own 415)
+                pause = self.pauses.peek(target)  # one another edit's refusal may have begun
                 if pause is None:
                     pause = Pause()
                     self.pauses.put(target, pause)
-                pause.refused(self.clock())
+                pause.refused(self.clock(), seen)
                 if not down and _no_reader(response):
                     self.reads.pop(target)
                 return (yield from self._as_it_is(request, content, pairs, rebuild, target))
@@ -124,10 +138,13 @@ class Sender:
                 if response.status_code >= 400:  # refused as the body it could not read
                     return (yield from self._as_it_is(request, content, pairs, rebuild, target))
                 return response
+            # the resend as its own endpoint reads edits: another endpoint's turn, prepared
+            # while this one was sent, set the editor's version to what that one reads
+            self.editor.version = version if version is not None else self.editor.version
             following = self._next(edit, response)
             if following is None:
                 if self.editor.confirm(edit, response.headers.get(HISTORY_HEADER)):
-                    read_answer(response, request.url.path, partial(self.editor.answered, edit.ref))
+                    read_answer(response, request.url.path, partial(self._answered, edit.ref))
                 self.savings.edits += 1
                 if pause is not None:
                     pause.answered()
@@ -149,6 +166,11 @@ class Sender:
         self.savings.sent(len(content), resend=False)
         return response
 
+    def _answered(self, ref: str, answer: bytes | None) -> None:
+        """The answer of recipe `ref`'s request, told as the app reads it (in its thread)."""
+        with self.lock:
+            self.editor.answered(ref, answer)
+
     def _told(self, target: str, response: httpx.Response) -> None:
         """Learn from an answer whether its endpoint reads edits, and of which version."""
         said = response.headers.get(EDITS_HEADER, "").strip()
@@ -161,6 +183,29 @@ class Sender:
             return None
         problem = problem_of(response)
         return None if problem is None else self.editor.on_miss(edit, response.status_code, problem)
+
+
+def _locked(exchange: Exchange[R], lock: AbstractContextManager[Any]) -> Exchange[R]:
+    """`exchange`, each of its steps run holding `lock`: the requests it yields are sent,
+    and what they answer (or raise) handed back, without it. O(1) per step."""
+    answer: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            with lock:
+                step = exchange.send(answer) if error is None else exchange.throw(error)
+        except StopIteration as stop:
+            done: R = stop.value
+            return done
+        answer = error = None
+        try:
+            answer = yield step
+        except GeneratorExit:
+            with lock:
+                exchange.close()
+            raise
+        except BaseException as exc:  # a transport's error, thrown in: the exchange's own
+            error = exc
 
 
 def _segment_headers(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:

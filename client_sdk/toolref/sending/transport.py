@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast, overload
 
@@ -82,6 +83,7 @@ class Transport(httpx.BaseTransport, BaseTransport2):
         check_inner(inner, sync=True)
         check_manager(manager, "Transport")
         self.inner = inner
+        self._making = threading.Lock()  # the inner transport made once, whatever the threads
         self.manager = manager if manager is not None else ToolReferenceManager()
         self.shape_problems = check_shape_problems(shape_problems)
 
@@ -90,7 +92,8 @@ class Transport(httpx.BaseTransport, BaseTransport2):
     @overload
     def handle_request(self, request: httpx2.Request) -> httpx2.Response: ...
     def handle_request(self, request: Any) -> Any:
-        inner = self.inner = _inner(self.inner, request, "HTTPTransport")
+        with self._making:  # two threads' first requests at once: else one pool leaked
+            inner = self.inner = _inner(self.inner, request, "HTTPTransport")
         found = _candidate(request)
         if found is None:
             response = inner.handle_request(request)
@@ -169,10 +172,14 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             async def send(step: httpx.Request) -> httpx.Response:
                 sender = inner if self.channels is None else await self.channels.sender(inner, step)
                 response = await sender.handle_async_request(step)
-                if self.channels is not None:
-                    self.channels.told(step, response)
-                if to_read(response, step):
-                    await aread_problem(response)
+                try:
+                    if self.channels is not None:
+                        self.channels.told(step, response)
+                    if to_read(response, step):
+                        await aread_problem(response)
+                except BaseException:  # cancelled while a problem was read: its connection back
+                    await response.aclose()
+                    raise
                 return cast(httpx.Response, response)
 
             exchange = self.manager.exchange(request, messages_key=found.messages_key)

@@ -8,9 +8,9 @@ closes the other with its code (1005 and 1006, which no close frame may carry, b
 1000 and 1011). The bridge also ends a connection over its `lifetime` or `idle` (seconds
 without a message either way: 1001), a client message over `max_message` bytes (1009;
 the upstream's are bounded by its `Client` as they arrive), and one `inbound` refused (a
-`ToolrefError`: 1009 for a limit, 1013 when the process is overloaded, else 1007); a
-fault of the bridge's own closes both ends 1011 (logged), and a bridge cancelled drops
-the upstream's connection. Each
+`ToolrefError`: 1009 for a limit, 1013 when the process is overloaded or the tenant at
+its share, else 1007); a fault of the bridge's own closes both ends 1011 (logged), and a
+bridge cancelled drops the upstream's connection. Each
 message is charged to a fresh `account()` (the process's budget of bytes in flight) while
 it is held. `on_sent` is told each client message's bytes as the client sent it and as
 it went upstream, once it went (the relay's turn lines, the gateway's usage). Memory: one
@@ -34,7 +34,12 @@ from toolref.asgi.scope import Message, Receive, Send
 from toolref.websocket import driver
 from toolref.websocket.client import TOO_LARGE, Closed, close_reason
 from toolref.websocket.driver import Socket
-from toolref.wire.errors import LimitExceededError, OverloadedError, ToolrefError
+from toolref.wire.errors import (
+    LimitExceededError,
+    OverloadedError,
+    QuotaExceededError,
+    ToolrefError,
+)
 
 Inbound = Callable[[str | bytes], Awaitable[str | bytes]]
 Sent = Callable[[int, int], None]  # (bytes as the client sent them, as sent upstream)
@@ -86,7 +91,7 @@ def code_for(error: ToolrefError) -> int:
     """The close code a refused message ends its connection with."""
     if isinstance(error, LimitExceededError):
         return TOO_LARGE
-    if isinstance(error, OverloadedError):
+    if isinstance(error, OverloadedError | QuotaExceededError):  # the budget, or a share
         return TRY_LATER
     return INVALID
 

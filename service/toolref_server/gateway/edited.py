@@ -86,7 +86,7 @@ async def forward_edit(
     `context`: context editing's step (`context_edits.ContextStep`), last: the recipe kept
     is the client's body, what the upstream gets is edited."""
     metrics = services.metrics
-    with budget.account() as account:
+    with budget.account(tenant) as account:  # the tenant's share too
         try:
             data = await read(receive, services.settings.max_body_bytes, account)
 

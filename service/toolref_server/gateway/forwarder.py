@@ -5,8 +5,10 @@ the answer's bytes (as the upstream encoded them) go to the client as they come,
 stream's time to first byte is the upstream's plus a loop turn. Cancellation crosses both
 ways: the client hanging up at any stage (while its body is sent, while the upstream
 thinks before its answer's head, while the answer streams) closes the upstream request and
-its connection at once; the upstream failing mid-answer aborts the client's connection (a
-truncated answer never looks complete).
+its connection at once; the upstream failing mid-answer (a read timeout, a reset, a close
+before its end) aborts the client's connection (a truncated answer never looks complete):
+one warning names the upstream, what it did and the body bytes the client got, and the
+HTTP layer cuts the answer without a traceback (`AnswerCut`).
 
 What the upstream receives: the client's method, its path and query as it encoded them
 (under the upstream's base path), its end-to-end headers as they came, in order, without
@@ -30,6 +32,7 @@ are never logged or shown.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
@@ -44,6 +47,7 @@ from toolref.wire.numbers import whole_number
 from toolref_server.gateway.upstream_pool import UpstreamPool
 from toolref_server.gateway.upstreams import Route
 from toolref_server.http.problem import problem_response
+from toolref_server.http.unanswered import AnswerCut
 
 ROUTE_KEY: Final = "toolref.upstream"  # the scope entry holding the request's `Route`
 # The scope entry holding what to call once a whole body was handed to the upstream's
@@ -53,6 +57,9 @@ _FRAMING: Final = frozenset({"content-length", "transfer-encoding"})
 _CHUNKED: Final = (b"transfer-encoding", b"chunked")
 _EVENT_STREAM: Final = "text/event-stream"
 _UNBUFFERED: Final = ("x-accel-buffering", "no")  # nginx's, per answer: pass it on unbuffered
+_CAUSES: Final = 8  # how far down an exception's causes `_broke_off` looks for the OS's word
+
+log = logging.getLogger(__name__)
 
 
 class UpstreamUnreachableError(ServiceUnavailableError):
@@ -165,10 +172,25 @@ class Forwarder:
                     "headers": answer_headers(response.headers),
                 }
             )
-            # The upstream failing mid-answer raises: the client's connection is aborted.
-            await _pieces(response, send)
+            # The upstream failing mid-answer is said, then cut (the module docstring).
+            await _pieces(response, send, lambda sent, exc: self._cut(upstream, sent, exc))
         finally:
             await response.aclose()
+
+    def _cut(self, upstream: Route, sent: int, exc: Exception) -> AnswerCut:
+        """The upstream broke off its answer (`exc`) after `sent` body bytes went to the
+        client: one warning, and the `AnswerCut` that has the HTTP layer cut the answer."""
+        read = self._pool(upstream.name).timeouts.read
+        log.warning(
+            "upstream %r (%s) broke off its answer after %d body bytes had gone to the "
+            "client: %s; the client's answer was cut (its connection closed short of the "
+            "end, or its channel turn broken off), for its client to retry",
+            upstream.name,
+            upstream.upstream.shown,
+            sent,
+            _broke_off(exc, read),
+        )
+        return AnswerCut(f"upstream {upstream.name!r} broke off its answer")
 
     def _busy(self, upstream: Route) -> OverloadedError:
         limit = self._pool(upstream.name).max_connections
@@ -250,10 +272,23 @@ async def _sent_once(
         sent()
 
 
-async def _pieces(response: httpcore2.Response, send: Send) -> None:
-    async for piece in response.aiter_stream():
+async def _pieces(
+    response: httpcore2.Response, send: Send, cut: Callable[[int, Exception], AnswerCut]
+) -> None:
+    """The answer's body to the client as it comes; the upstream failing while it is read
+    (never the client's side failing: `send` is outside the guard) raises `cut(bytes sent
+    so far, what failed)`."""
+    stream, sent = aiter(response.aiter_stream()), 0
+    while True:
+        try:
+            piece = await anext(stream)
+        except StopAsyncIteration:
+            break
+        except (httpcore2.TimeoutException, httpcore2.NetworkError, httpcore2.ProtocolError) as exc:
+            raise cut(sent, exc) from None
         if piece:
             await send({"type": "http.response.body", "body": piece, "more_body": True})
+            sent += len(piece)
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
@@ -292,6 +327,28 @@ def _unreachable(upstream: Route, exc: Exception) -> str:
         f"{named} cut the connection before answering ({type(exc).__name__}); retry, and "
         "check that the upstream is up"
     )
+
+
+def _broke_off(exc: Exception, read_timeout: float) -> str:
+    """What the upstream did mid-answer, in words: no bytes for the read timeout, its
+    connection failed (a reset: the OS's own words), or it closed before its end (h11's)."""
+    if isinstance(exc, httpcore2.TimeoutException):
+        return (
+            f"no answer bytes for {read_timeout:g}s, its read timeout "
+            "(TOOLREF_GATEWAY_READ_TIMEOUT)"
+        )
+    if isinstance(exc, httpcore2.ProtocolError):
+        text = _reason(exc)
+        if "without sending complete message body" in text:
+            return f"it closed the connection before its end ({text})"
+        return f"it sent what is not HTTP/1.1 ({text})"
+    cause: BaseException | None = exc
+    for _ in range(_CAUSES):  # ReadError <- anyio's BrokenResourceError <- the OSError
+        if cause is None or isinstance(cause, OSError):
+            break
+        cause = cause.__cause__ or cause.__context__
+    said = str(cause) if isinstance(cause, OSError) else type(exc).__name__
+    return f"its connection failed ({said})"
 
 
 def _reason(exc: Exception) -> str:

@@ -38,6 +38,7 @@ from toolref.wire.endpoints import CHANNEL, GATEWAY, Endpoint, endpoint
 from toolref.wire.errors import (
     BadRequestError,
     OverloadedError,
+    QuotaExceededError,
     ToolrefError,
 )
 from toolref.wire.headers import (
@@ -101,7 +102,10 @@ class Gateway:
         self.metrics = metrics
         # Bodies in flight, shared with the registry's REST reader (TOOLREF_MAX_INFLATED_*).
         self.budget = budget or Budget(
-            settings.max_inflated_in_flight, setting="TOOLREF_MAX_INFLATED_IN_FLIGHT"
+            settings.max_inflated_in_flight,
+            setting="TOOLREF_MAX_INFLATED_IN_FLIGHT",
+            per_tenant=settings.tenant_inflated_limit,
+            tenant_setting="TOOLREF_TENANT_INFLATED_IN_FLIGHT",
         )
         self.admission = GatewayAdmission(settings)
         self.forwarder = Forwarder(self._upstream_pool, settings.retry_after_seconds)
@@ -266,7 +270,7 @@ class Gateway:
             offload_bytes=settings.offload_bytes,
             workers=self._services().workers,
         )
-        with self.budget.account() as account:
+        with self.budget.account(tenant) as account:
             await hydrate_request(
                 self._counted_forward,
                 hydrator,
@@ -290,7 +294,7 @@ class Gateway:
             switch, context = False, None
         if switch or context is not None:
             try:
-                body, receive = await self._readable(receive)
+                body, receive = await self._readable(count.tenant, receive)
             except Disconnected:
                 return
             if body is None:  # too large to edit, or no room: it passes as it came, streamed
@@ -325,15 +329,15 @@ class Gateway:
 
         await self.forwarder(scope, receive, with_savings)
 
-    async def _readable(self, receive: Receive) -> tuple[bytes | None, Receive]:
+    async def _readable(self, tenant: str, receive: Receive) -> tuple[bytes | None, Receive]:
         """The request's body whole, to be rewritten (a hydrated one is already; one sent
         as it is is read here, for context editing); or None and a `receive` that gives
         what was read and then the rest, for a body past TOOLREF_MAX_BODY_BYTES or one the
-        bodies in flight leave no room for (TOOLREF_MAX_INFLATED_IN_FLIGHT): it passes as
-        it came, as it would without context editing."""
+        bodies in flight leave no room for (TOOLREF_MAX_INFLATED_IN_FLIGHT, or the
+        tenant's share of it): it passes as it came, as it would without context editing."""
         pieces: list[bytes] = []
         size, limit = 0, self.settings.max_body_bytes
-        with self.budget.account() as account:
+        with self.budget.account(tenant) as account:
             while True:
                 message = await receive()
                 if message["type"] == "http.disconnect":
@@ -347,7 +351,7 @@ class Gateway:
                     return None, _replaying(pieces, receive)
                 try:
                     account.charge(len(piece))
-                except OverloadedError:
+                except (OverloadedError, QuotaExceededError):
                     return None, _replaying(pieces, receive)
 
     def _services(self) -> Services:

@@ -71,7 +71,7 @@ class InProcessRegistry:
         """The edit applied by this process's registry steps, as `POST /v1/edits:apply`
         (in process the segments cost nothing to hand over: `held` is not needed). The
         body is built under this process's budget, `reserve` told its bytes then."""
-        with self.budget.account() as account:
+        with self.budget.account(self.tenant) as account:
             applied = await apply_edit(self.services, self.tenant, data, None, account)
         if reserve is not None:
             reserve(len(applied.request.body))

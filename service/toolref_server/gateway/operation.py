@@ -110,8 +110,8 @@ OPERATION: Final = Operation(
         413: "Body, or body inflated, over its limit.",
         415: "Unsupported Content-Encoding of a body to hydrate.",
         422: "A body to hydrate that is invalid (a malformed ref, say).",
-        429: "The tenant's quota (`quota`: requestsPerSecond or gatewayRequestsInFlight) is "
-        "used up; retry after Retry-After seconds.",
+        429: "The tenant's quota (`quota`: requestsPerSecond, gatewayRequestsInFlight or "
+        "inflatedBytesInFlight) is used up; retry after Retry-After seconds.",
         502: "The upstream is unreachable (`upstream-unreachable`).",
         503: "The gateway or the registry is serving as much as it is set to (`overloaded`), "
         "or the store is unreachable; retry after Retry-After seconds.",

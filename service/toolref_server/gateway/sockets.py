@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 from starlette.types import Receive, Scope, Send
@@ -199,7 +200,7 @@ class Sockets:
             upstream,
             self.limits,
             inbound=inbound,
-            account=self.budget.account,
+            account=partial(self.budget.account, tenant),  # the tenant's share too
             on_sent=counted,
         )
         log.info(

@@ -8,7 +8,10 @@ always admitted: a liveness probe must not fail because the process is busy.
 
 Each admitted request gets an account on the process's budget of body bytes in flight
 (`toolref.asgi.budget`, TOOLREF_MAX_INFLATED_IN_FLIGHT) in `scope[SCOPE_KEY]`, which the body
-reader charges as the body arrives and inflates, given back when the request ends.
+reader charges as the body arrives and inflates, given back when the request ends. A route
+binds it to the request's tenant once the key is checked, before the body is read
+(`routes.request_context.tenant`): from then on it charges that tenant's share too
+(TOOLREF_TENANT_INFLATED_IN_FLIGHT, 429 past it).
 """
 
 from __future__ import annotations

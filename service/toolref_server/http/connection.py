@@ -155,10 +155,11 @@ class Connection(H11Protocol):
             cycle.default_headers = [*cycle.default_headers, (b"connection", b"close")]
 
     def _cancelled(self) -> None:
-        """A stop cancelled this connection's request (`unanswered`): the connection is
-        closed, an answer under way ends short of its end (a chunked one without its last
-        chunk: the client sees a cut, not an end), and uvicorn, told the client is gone,
-        reports no unfinished answer as an error."""
+        """A stop cancelled this connection's request, or the app cut its answer
+        (`unanswered.AnswerCut`): the connection is closed, an answer under way ends short
+        of its end (a chunked one without its last chunk: the client sees a cut, not an
+        end), and uvicorn, told the client is gone, reports no unfinished answer as an
+        error."""
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True

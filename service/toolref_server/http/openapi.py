@@ -50,8 +50,9 @@ PROBLEMS: Final = {
     413: "Body, inflated body or batch over its limit.",
     415: "Unsupported Content-Type or Content-Encoding.",
     422: "Body parsed but invalid: shape, nesting depth, NaN/Infinity, or a malformed ref.",
-    429: "The tenant's quota (`quota`: requestsPerSecond or storedBytes) is used up; retry "
-    "after Retry-After seconds, sending full payloads meanwhile.",
+    429: "The tenant's quota (`quota`: requestsPerSecond, storedBytes or "
+    "inflatedBytesInFlight) is used up; retry after Retry-After seconds, sending full "
+    "payloads meanwhile.",
     503: "The store is unreachable (`store-unavailable`), or the service is serving as many "
     "requests or connections as it is set to (`overloaded`); retry after Retry-After seconds.",
 }

@@ -1,6 +1,7 @@
 """An app's dropped requests answered in problem+json: what the HTTP layer sends when the
 app raises, is cancelled by a stop, or returns without answering (uvicorn would send a
-text/plain 500). A request a stop cancels is said as a warning, not as a crash."""
+text/plain 500). A request a stop cancels is said as a warning, not as a crash; an answer
+the app cuts on purpose (`AnswerCut`, said by whoever raised it) ends quietly."""
 
 from __future__ import annotations
 
@@ -18,6 +19,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("toolref_server")
 
 
+class AnswerCut(Exception):
+    """Raised by an app whose answer, its head already sent, cannot be finished (an
+    upstream that broke off mid-answer), once it has said why (a warning naming what
+    failed). The HTTP layer closes the connection short of the answer's end (a chunked one
+    without its last chunk, one framed by `Content-Length` short of it: the client sees a
+    cut, never an end), and logs no traceback. Not a `ToolrefError`: there is nothing left
+    to answer."""
+
+
 def answering_problems(
     app: ASGI3Application,
     retry_after: int,
@@ -30,7 +40,9 @@ def answering_problems(
     `on_head`: given each answer's headers before its head is sent. `on_cancelled`: called
     when a stop cancelled an HTTP request (its 503 sent if nothing was, else its answer cut
     short), which then ends quietly (uvicorn would log the cancellation as "Exception in
-    ASGI application", with a traceback); the callback closes the connection."""
+    ASGI application", with a traceback); the callback closes the connection. It is called
+    too for an answer the app cut (`AnswerCut` after the head), which ends as quietly, with
+    no further word: its raiser said what failed."""
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
         started = False
@@ -60,6 +72,9 @@ def answering_problems(
                     await _closing(_stopping(retry_after), scope, receive, tracked)
                 on_cancelled()
                 return  # said above: not a crash for uvicorn to log
+            if isinstance(exc, AnswerCut) and started and on_cancelled is not None:
+                on_cancelled()  # the connection closed short of the answer's end
+                return  # said where it was raised: not a crash for uvicorn to log
             if started:
                 raise
             if isinstance(exc, asyncio.CancelledError):

@@ -40,6 +40,9 @@ def tenant(request: Request) -> str:
     found = services(request)
     name = found.auth.tenant_for(request)
     found.rate.admit(name)
+    account: Account | None = request.scope.get(SCOPE_KEY)
+    if account is not None:  # its body charges the tenant's share from now on
+        account.bind(name)
     return name
 
 

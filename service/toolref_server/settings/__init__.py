@@ -25,7 +25,9 @@ declares it; docs/api.md lists them all with their defaults.
 from __future__ import annotations
 
 import os
+from typing import Self
 
+from pydantic import model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from toolref.kit.option_checks import nearest
@@ -87,6 +89,15 @@ class Settings(
 
     # What spans groups: exposure is the bind address (serving) against the keys (access).
 
+    @property
+    def tenant_inflated_limit(self) -> int | None:
+        """Each tenant's share of the bodies in flight (`tenant_inflated_share`), where
+        TOOLREF_API_KEYS names two tenants or more; None with one or none: no other tenant
+        to keep room for, the budget is all its."""
+        if len(set(self.key_hashes.values())) < 2:
+            return None
+        return self.tenant_inflated_share
+
     def check_context_summarizers(self) -> None:
         """Refuse a context editing policy whose summarizer this service does not offer
         (openai-compatible with no TOOLREF_LLM_BASE_URL)."""
@@ -125,6 +136,23 @@ class Settings(
                     f"service ({setting} gives: {has}), so that policy would never "
                     f"apply{hint}; fix the name, or remove its policy"
                 )
+
+    @model_validator(mode="after")
+    def _check_tenant_requests(self) -> Self:
+        """Refuse a gateway where one tenant's requests in flight could take every slot of
+        the process's, where TOOLREF_API_KEYS names two tenants or more: the others would
+        all be refused (503) while that tenant's requests last."""
+        tenants = len(set(self.key_hashes.values()))
+        own, every = self.gateway_tenant_requests_in_flight, self.gateway_max_requests_in_flight
+        if tenants >= 2 and self.upstream_urls and own >= every:
+            raise ValueError(
+                f"TOOLREF_GATEWAY_TENANT_REQUESTS_IN_FLIGHT ({own}) is not below "
+                f"TOOLREF_GATEWAY_MAX_REQUESTS_IN_FLIGHT ({every}), so one of the {tenants} "
+                "tenants of TOOLREF_API_KEYS could hold every gateway request slot of the "
+                f"process and the others would be refused; lower it below {every} (an eighth "
+                "of it is the default), or raise TOOLREF_GATEWAY_MAX_REQUESTS_IN_FLIGHT"
+            )
+        return self
 
     def check_exposure(self) -> None:
         """Refuse to serve an unauthenticated registry beyond this machine."""

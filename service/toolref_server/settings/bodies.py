@@ -25,6 +25,16 @@ class BodyLimits(BaseModel):
         "(gateway) or 1.6 GB (REST) of memory, not all there is (docs/operations.md). At "
         "least the body limit plus the inflated limit.",
     )
+    tenant_inflated_in_flight: int | None = Field(
+        default=None,
+        ge=1024,
+        description="Bytes of request bodies one tenant's requests may hold at once, its "
+        "share of TOOLREF_MAX_INFLATED_IN_FLIGHT (where TOOLREF_API_KEYS names two tenants "
+        "or more); past it, 429 `quota-exceeded` (`quota: inflatedBytesInFlight`) with "
+        "Retry-After, while the other tenants are served. Unset: a quarter of "
+        "TOOLREF_MAX_INFLATED_IN_FLIGHT, at least what one request may hold. At most "
+        "TOOLREF_MAX_INFLATED_IN_FLIGHT.",
+    )
     max_depth: int = Field(default=128, ge=2, le=512, description="JSON nesting limit.")
     max_items: int = Field(
         default=100_000,
@@ -61,4 +71,28 @@ class BodyLimits(BaseModel):
                 "TOOLREF_MAX_DECOMPRESSED_BYTES inflated), so such a request could never be "
                 "served; raise it to a few times that, or lower those limits"
             )
+        share = self.tenant_inflated_in_flight
+        if share is not None and share > self.max_inflated_in_flight:
+            raise ValueError(
+                f"TOOLREF_TENANT_INFLATED_IN_FLIGHT ({share}) is over "
+                f"TOOLREF_MAX_INFLATED_IN_FLIGHT ({self.max_inflated_in_flight}), the budget "
+                "it is a tenant's share of; lower it to at most that (a quarter of it keeps "
+                "one tenant from refusing the others), or raise TOOLREF_MAX_INFLATED_IN_FLIGHT"
+            )
+        if share is not None and share < largest:
+            raise ValueError(
+                f"TOOLREF_TENANT_INFLATED_IN_FLIGHT ({share}) is below what one request may "
+                f"hold ({largest}: TOOLREF_MAX_BODY_BYTES as sent plus "
+                "TOOLREF_MAX_DECOMPRESSED_BYTES inflated), so such a request of any tenant "
+                f"could never be served; raise it to at least {largest}, or lower those limits"
+            )
         return self
+
+    @property
+    def tenant_inflated_share(self) -> int:
+        """A tenant's share of the bodies in flight: TOOLREF_TENANT_INFLATED_IN_FLIGHT, or
+        a quarter of the budget, at least what one request may hold."""
+        if self.tenant_inflated_in_flight is not None:
+            return self.tenant_inflated_in_flight
+        largest = self.max_body_bytes + self.max_decompressed_bytes
+        return max(self.max_inflated_in_flight // 4, largest)

@@ -1,6 +1,7 @@
 """Pieces of edited requests as stored: their ids, their bytes compressed for the store and
 inflated back (each checked against its id), and the bound on what an edit's named pieces
-may inflate to, checked before any is.
+may inflate to, checked before any is (a piece declaring more than that bound by itself is
+corrupt, not large: `impossible`).
 
 Pure: no I/O (`recipes` reads and writes them).
 """
@@ -51,7 +52,8 @@ def bounded(
 ) -> None:
     """Refuse pieces whose bytes, but the one `bound` leaves out, pass its limit: those
     held in memory (`cached`), and those read (`stored`, of `ids`) by the sizes their zstd
-    frames declare, before any is inflated. Linear in them (a frame's header each)."""
+    frames declare, before any is inflated. Linear in them (a frame's header each). Drop
+    the `impossible` ones first: they are corrupt, not large."""
     limit, aside = bound
     size = sum(len(data) for piece, data in cached.items() if piece != aside)
     size += sum(
@@ -65,3 +67,18 @@ def bounded(
             "it stands for (TOOLREF_MAX_DECOMPRESSED_BYTES); send a smaller request",
             limit=limit,
         )
+
+
+def impossible(bound: Bound, ids: Sequence[bytes], stored: Sequence[bytes | None]) -> list[int]:
+    """The places in `stored` (of `ids`) of values whose frames declare more than the limit
+    by themselves: a piece is a segment of a body that limit bounds (an edit standing for
+    more is refused before anything is kept), so those are frame headers gone bad, not
+    large pieces: unreadable, as any corrupt value (deleted; a miss the sender recovers
+    from). The headers' segment (`aside`, outside the limit) is left to the inflate's
+    check. Linear in them (a frame's header each)."""
+    limit, aside = bound
+    return [
+        at
+        for at, (piece, value) in enumerate(zip(ids, stored, strict=True))
+        if value is not None and piece != aside and compressors.inflated_size(value) > limit
+    ]

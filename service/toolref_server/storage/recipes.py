@@ -34,8 +34,11 @@ of every segment): the next turn on this process reads nothing; nothing depends 
 
 A node, chunk or piece read that is not what was written (corrupt; compressed with a
 dictionary this process lacks) is not held, and is deleted (`_discard`): the client's
-resend, written SET NX, then stores it again, and the miss recovers by itself. How a
-recipe is made into a snapshot or a delta to write: `recipe_forms`.
+resend, written SET NX, then stores it again, and the miss recovers by itself. So is a
+piece an edit names whose frame declares more than the edit's body limit by itself
+(`recipe_pieces.impossible`: a header gone bad, not a large piece), rather than refused 413
+on every edit naming it until it expired. How a recipe is made into a snapshot or a delta
+to write: `recipe_forms`.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ from typing import Final, TypeVar
 from toolref.asgi.workers import Workers
 from toolref.edits.edit import EditError
 from toolref.edits.recipe import PIECE, framed, parse_recipe_ref, recipe_ref_of, ref_of_framed
-from toolref.wire.errors import StoreUnavailableError
+from toolref.wire.errors import DecompressedTooLargeError, StoreUnavailableError
 from toolref_server.storage import compressors, keys, recipe_pieces
 from toolref_server.storage.recipe_cache import RecipeCache
 from toolref_server.storage.recipe_chunks import Chunks, StoredEdit
@@ -71,7 +74,13 @@ from toolref_server.storage.recipe_nodes import (
     decode_node,
     encode_node,
 )
-from toolref_server.storage.recipe_pieces import Bound, bounded, inflated, piece_id
+from toolref_server.storage.recipe_pieces import (
+    Bound,
+    bounded,
+    impossible,
+    inflated,
+    piece_id,
+)
 from toolref_server.storage.store import Put, Store
 from toolref_server.storage.under_way import ANSWER, RECIPE, UnderWay
 
@@ -295,7 +304,15 @@ class Recipes:
                 unread.append(key)
         stored = values[len(node_keys) :]
         if bound is not None:
-            bounded(bound, pieces, lacking, stored)
+            bad = impossible(bound, lacking, stored)  # corrupt, not large: not counted
+            unread += [piece_keys[at] for at in bad]
+            gone = set(bad)
+            stored = [None if at in gone else v for at, v in enumerate(stored)]
+            try:
+                bounded(bound, pieces, lacking, stored)
+            except DecompressedTooLargeError:
+                await self._discard(tenant, unread)  # refused, and what did not read deleted
+                raise
         read = await self._inflate(lacking, stored)
         pairs = zip(piece_keys, lacking, stored, strict=True)
         unread += [k for k, p, v in pairs if v is not None and p not in read]
