@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import errno
 import importlib
 import importlib.util
 import logging
@@ -431,9 +432,27 @@ def _bind(host: str, port: int) -> socket.socket:
     except (OSError, OverflowError) as exc:  # Overflow: a port past 65535 (`_port` says so)
         sock.close()
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        sys.exit(f"toolref relay: cannot listen on {host}:{port} ({reason})")
+        fix = _bind_fix(exc)
+        sys.exit(f"toolref relay: cannot listen on {host}:{port} ({reason}); {fix}")
     sock.set_inheritable(True)
     return sock
+
+
+def _bind_fix(exc: Exception) -> str:
+    """What to do about `_bind`'s failure `exc`."""
+    if isinstance(exc, socket.gaierror):
+        return "--host names no address; give one such as 127.0.0.1 (the default) or ::1"
+    code = exc.errno if isinstance(exc, OSError) else None
+    if code == errno.EADDRINUSE:
+        return (
+            "another process listens there (a relay already running?): stop it, or give "
+            "another --port (0: one the system picks)"
+        )
+    if code == errno.EADDRNOTAVAIL:
+        return "that is no address of this machine: give --host 127.0.0.1 (the default)"
+    if code == errno.EACCES:
+        return "a port below 1024 needs privileges: give --port 1024 or above (8760 by default)"
+    return "fix --host or --port"
 
 
 def _say(line: str) -> None:

@@ -26,8 +26,10 @@ relay says the session gets none. A path with a dot segment is answered 400, as 
 Limits: a message of `--max-body-bytes` either way (1009); each message charged to the
 relay's budget of bytes in flight (`--max-inflated-in-flight`) while held; the gateway's
 idle and lifetime limits close both hops, and the relay's own are a day (`IDLE`,
-`LIFETIME`); the close to an agent that reads nothing waits at most
-`toolref.websocket.driver.CLOSE_TIMEOUT` (the bridge's). The path and query go to the
+`LIFETIME`); a side that takes nothing of a message for
+`toolref.websocket.bridge.SEND_TIMEOUT` (30 s) ends both 1001, and until then is not read
+for (the relay stops reading the other side); the close to an agent that reads nothing
+waits at most `toolref.websocket.driver.CLOSE_TIMEOUT` (the bridge's). The path and query go to the
 gateway as the agent sent them (a `#` too: `toolref.websocket.driver.connect`).
 """
 

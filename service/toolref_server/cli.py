@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib.metadata
 import importlib.util
 import json
@@ -17,6 +18,7 @@ import os
 import secrets
 import shlex
 import signal
+import socket
 import sys
 import urllib.parse
 from collections.abc import Iterator, Sequence
@@ -24,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import pydantic
 
-from toolref.wire.errors import ToolrefError
+from toolref.wire.errors import ConfigurationError, ToolrefError
 from toolref_server import logs
 
 if TYPE_CHECKING:
@@ -184,7 +186,16 @@ def _open(path: str, mode: str) -> Iterator[IO[bytes]]:
     if path == "-":
         yield sys.stdout.buffer if "w" in mode else sys.stdin.buffer
         return
-    with open(path, mode) as stream:
+    writing = "w" in mode
+    try:
+        stream = open(path, mode)  # noqa: SIM115 (closed below)
+    except OSError as exc:  # a missing folder or file, no permission, a folder named
+        verb, std = ("write", "stdout") if writing else ("read", "stdin")
+        raise ConfigurationError(
+            f"cannot {verb} the export file {path!r} ({exc.strerror or exc}); give a file "
+            f"this user can {verb}, in a folder that exists ('-' for {std})"
+        ) from None
+    with stream:
         yield stream
 
 
@@ -227,6 +238,7 @@ def _serve(args: argparse.Namespace) -> int:
         log.warning(exposed, extra={"configFile": args.config})
     settings.check_exposure()
     settings.check_store_url()  # before an engine starts, or a worker fails to open it
+    check_listen(settings.host, settings.port, settings.workers)  # before an engine starts
     from toolref_server.resources import raise_open_files_limit
 
     raise_open_files_limit()
@@ -243,6 +255,61 @@ def _serve(args: argparse.Namespace) -> int:
     # scrape of any of them (toolref_server.workers_metrics); removed when serving ends.
     with workers_metrics.serving(settings.workers):
         return _serving(settings, log_config)
+
+
+def check_listen(host: str, port: int, workers: int) -> None:
+    """Refuse, before anything starts, an address uvicorn could not listen on: a port in
+    use, a host that does not resolve or is no address of this machine (uvicorn said
+    `[Errno 98] Address already in use` or `[Errno -2] Name or service not known`, naming
+    neither the setting nor the fix, once the engine had started). Binds as uvicorn will:
+    one worker, every address the host resolves to (asyncio's `create_server`); several,
+    the one socket of the host's family (`Config.bind_socket`). Each socket is closed at
+    once, never having listened."""
+    if not host:
+        return  # every interface: asyncio's own choice of families
+    addresses: list[tuple[socket.AddressFamily, Any]]
+    try:
+        if workers > 1:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            addresses = [(family, (host, port))]
+        else:
+            found = socket.getaddrinfo(
+                host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE
+            )
+            addresses = list(dict.fromkeys((info[0], info[4]) for info in found))
+        for family, address in addresses:
+            try:
+                sock = socket.socket(family, socket.SOCK_STREAM)
+            except OSError:
+                if workers > 1:
+                    raise
+                continue  # a family this machine lacks: asyncio skips it too
+            with sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+    except socket.gaierror as exc:
+        raise ConfigurationError(
+            f"TOOLREF_HOST is {host!r}, which does not resolve ({exc.strerror or exc}); give "
+            "an address of this machine (127.0.0.1, 0.0.0.0 for every interface) or a name "
+            "that resolves to one (--host or TOOLREF_HOST)"
+        ) from None
+    except (OSError, OverflowError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        code = exc.errno if isinstance(exc, OSError) else None
+        fix = _LISTEN_FIXES.get(code or 0, "fix --host and --port (TOOLREF_HOST, TOOLREF_PORT)")
+        raise ConfigurationError(f"cannot listen on {host}:{port} ({reason}); {fix}") from None
+
+
+_LISTEN_FIXES = {
+    errno.EADDRINUSE: "another process listens there (another toolref-server?): stop it, or "
+    "give another port with --port or TOOLREF_PORT",
+    errno.EADDRNOTAVAIL: "that is no address of this machine: give one of its addresses "
+    "(127.0.0.1, 0.0.0.0 for every interface) with --host or TOOLREF_HOST",
+    errno.EACCES: "a port below 1024 needs privileges: give one of 1024 or above with --port "
+    "or TOOLREF_PORT",
+}
 
 
 def _serving(settings: Settings, log_config: dict[str, Any]) -> int:
@@ -351,6 +418,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except pydantic.ValidationError as exc:
         _invalid(exc)
+        return 2
+    except (OSError, ValueError) as exc:
+        # What no check above foresaw (a path, a value the libraries refuse): one line, no
+        # traceback, its class kept so that a bug is still told from a bad setting.
+        print(
+            f"toolref-server: {logs.redact(str(exc))} ({type(exc).__name__}); check the "
+            "setting, flag or path it names (toolref-server COMMAND --help lists them)",
+            file=sys.stderr,
+        )
         return 2
 
 

@@ -95,8 +95,16 @@ class EmbeddedEngine:
         return self.data_dir / "valkey.stderr"
 
     def _acquire(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        lock = (self.data_dir / "engine.lock").open("a+")
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            lock = (self.data_dir / "engine.lock").open("a+")
+        except OSError as exc:  # a file of that name, no permission, a read-only disk
+            raise ConfigurationError(
+                f"the embedded engine's data folder {str(self.data_dir)!r} cannot be used "
+                f"({exc.strerror or exc}: {exc.filename}); set TOOLREF_DATA_DIR (--data-dir) "
+                "to a folder this user can write, or TOOLREF_REDIS_URL to a Redis or Valkey "
+                "server"
+            ) from None
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -261,3 +261,71 @@ def test_the_options_the_sdk_doc_says_are_refused_saying_why_are() -> None:
     for owner, option in named:
         with pytest.raises(TypeError, match="retired"):
             makers[owner](**{option: 1})
+
+
+JS_DOC = (ROOT / "docs" / "js.md").read_text()
+# What the docs' TypeScript calls from the AI SDK (`ai`, `@ai-sdk/react`) and from the SDK.
+_AI_SDK = {"streamText", "convertToModelMessages", "DefaultChatTransport", "useChat"}
+_JS_EXPORTS = {"toolrefFetch", "withToolRef", "ToolReferenceManager", "forgetSharedState"}
+
+
+def _ts_blocks(text: str) -> list[str]:
+    return re.findall(r"```ts\n(.*?)```", text, re.DOTALL)
+
+
+def test_the_js_doc_typescript_imports_what_it_calls() -> None:
+    """A `ts` block that imports the SDK is a file a reader copies: each function it calls from the
+    AI SDK or from `@toolref/client` is imported in it. Before, the backend helper's block
+    called `streamText` and `convertToModelMessages` without importing them, and passed
+    `convertToModelMessages(messages)` unawaited: in AI SDK 6 and 7 it returns a Promise,
+    so `streamText` got no messages (tsc: TS2740) in two of the three majors the doc
+    supports."""
+    files = [block for block in _ts_blocks(JS_DOC) if '} from "@toolref/client";' in block]
+    assert len(files) >= 3, "docs/js.md's importing ts blocks are gone: the pattern is stale"
+    for block in files:
+        imported = {
+            name.strip().removeprefix("type ")
+            for names in re.findall(r"^import \{([^}]*)\} from ", block, re.M)
+            for name in names.split(",")
+        } | set(re.findall(r"^import (\w+) from ", block, re.M))
+        called = {
+            name for name in _AI_SDK | _JS_EXPORTS if re.search(rf"(?<![\w.]){name}\(", block)
+        }
+        assert called <= imported, f"docs/js.md calls {called - imported} unimported:\n{block}"
+        for call in re.finditer(r"(?<![\w.])convertToModelMessages\(", block):
+            assert block[: call.start()].endswith("await "), "AI SDK 6 and 7 return a Promise"
+
+
+def test_the_js_doc_install_runs_from_one_folder() -> None:
+    """The install block's lines run one after the other in one shell: a `cd` the next line
+    does not expect stays in a subshell (before, `cd client_sdk/js && npm ci` left the shell
+    where `cd my-app` then failed)."""
+    [block] = [b for b in re.findall(r"```sh\n(.*?)```", JS_DOC, re.DOTALL) if "my-app" in b]
+    lines = [line.split(" #")[0].strip() for line in block.strip().splitlines()]
+    assert lines[0].startswith("(cd toolref/client_sdk/js && npm ci)"), lines
+    assert lines[1] == "cd my-app && npm install ../toolref/client_sdk/js", lines
+
+
+def test_the_js_doc_node_sdk_block_gives_the_provider_key() -> None:
+    """`new OpenAI({...})` with no `apiKey` throws at construction unless `OPENAI_API_KEY`
+    is set (openai's "Missing credentials"): the block says where the key comes from."""
+    [block] = [b for b in _ts_blocks(JS_DOC) if "new OpenAI(" in b and "import" in b]
+    assert "apiKey" in block
+    assert "OPENAI_API_KEY" in block
+
+
+def test_the_commands_the_operations_doc_gives_are_ones_the_clis_take() -> None:
+    """docs/operations.md's `toolref-server ...` lines parse too (`--help` exits 0)."""
+    from toolref_relay.cli import parser as relay_parser
+    from toolref_server.cli import _parser as server_parser
+
+    parsers = {"toolref": relay_parser(), "toolref-server": server_parser()}
+    commands = _commands((ROOT / "docs" / "operations.md").read_text())
+    assert ("toolref-server", ["serve", "--config", "toolref.toml"]) in commands
+    for program, args in commands:
+        try:
+            parsers[program].parse_args(args)
+        except SystemExit as stop:
+            if stop.code != 0 or "--help" not in args:
+                said = f"{program} {' '.join(args)}"
+                raise AssertionError(f"{said}: not a command line it takes") from None

@@ -28,7 +28,7 @@ class Upstream:
         self.closed: tuple[int, str] | None = None
         self.frames = frames
 
-    async def send(self, data: str | bytes) -> None:
+    async def send(self, data: str | bytes, stall: float | None = None) -> None:
         self.sent.append(data)
 
     async def receive(self) -> Frame | Closed:
@@ -188,3 +188,105 @@ async def test_a_client_that_reads_nothing_does_not_hold_the_bridge_open(
     assert upstream.closed == (bridging.GOING_AWAY, ended.reason)
     assert tried[-1] == {"type": "websocket.close", "code": 1001, "reason": ended.reason}
     assert ended.received == 0  # the upstream's message never reached the client
+
+
+async def test_a_side_that_takes_nothing_ends_the_bridge_after_the_send_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An upstream that reads nothing, the idle limit far off and the client still sending:
+    after `send_timeout` seconds in which the upstream took none of a message the bridge
+    ends 1001 ("unread"), both ends closed (it held them, the message and its user's slot,
+    until the idle limit, or for the lifetime while the client kept sending). The relay's
+    bridge and the gateway's alike."""
+    from toolref.websocket import driver
+
+    monkeypatch.setattr(driver, "CLOSE_TIMEOUT", 0.2)
+    server, port = await _deaf_upstream()
+    upstream = await driver.connect(
+        f"ws://127.0.0.1:{port}/v1/responses", max_message=64 << 20, connect_timeout=5
+    )
+    incoming: asyncio.Queue[Message] = asyncio.Queue()
+    for _ in range(4):
+        incoming.put_nowait({"type": "websocket.receive", "text": "x" * (8 << 20)})
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    limits = bridging.Limits(max_message=64 << 20, idle=600, lifetime=600, send_timeout=0.3)
+    try:
+        ended = await asyncio.wait_for(bridging.bridge(incoming.get, send, upstream, limits), 30)
+    finally:
+        server.close()
+    assert (ended.by, ended.code) == ("unread", bridging.GOING_AWAY)
+    assert ended.reason == "the upstream took nothing for 0.3s"
+    assert sent[-1] == {"type": "websocket.close", "code": 1001, "reason": ended.reason}
+    assert upstream._writer.transport.is_closing()
+
+
+async def test_a_client_that_reads_nothing_ends_the_bridge_after_the_send_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A client whose server's send never returns (its window full), the idle limit far
+    off: the bridge ends 1001 after `send_timeout`, the upstream closed with it."""
+    from toolref.websocket import driver
+
+    monkeypatch.setattr(driver, "CLOSE_TIMEOUT", 0.2)
+    upstream = Upstream([b"more than the client's window"])
+    incoming: asyncio.Queue[Message] = asyncio.Queue()
+
+    async def send(message: Message) -> None:
+        await asyncio.Event().wait()
+
+    limits = bridging.Limits(max_message=1 << 20, idle=600, lifetime=600, send_timeout=0.3)
+    ended = await asyncio.wait_for(
+        bridging.bridge(incoming.get, send, cast(Socket, upstream), limits), 10
+    )
+    assert (ended.by, ended.code) == ("unread", bridging.GOING_AWAY)
+    assert upstream.closed == (bridging.GOING_AWAY, "the client took nothing for 0.3s")
+
+
+async def test_an_upstream_reading_slowly_is_not_cut_by_the_send_timeout() -> None:
+    """The upstream's deadline restarts while it takes some: a message that takes it many
+    times `stall` to read, read steadily, goes through (no `Stalled`)."""
+    import base64
+    import hashlib
+    import socket as sockets
+
+    from toolref.websocket import driver
+
+    got = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal got
+        head = await reader.readuntil(b"\r\n\r\n")
+        key = next(
+            line.split(b":", 1)[1].strip()
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"sec-websocket-key:")
+        )
+        accept = base64.b64encode(
+            hashlib.sha1(key + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest()
+        )
+        writer.write(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n"
+        )
+        while data := await reader.read(32 * 1024):  # 32 KiB each 20 ms: slow, steady
+            got += len(data)
+            await asyncio.sleep(0.02)
+
+    listening = sockets.create_server(("127.0.0.1", 0))
+    listening.setsockopt(sockets.SOL_SOCKET, sockets.SO_RCVBUF, 32 * 1024)
+    server = await asyncio.start_server(serve, sock=listening, limit=32 * 1024)
+    upstream = await driver.connect(
+        f"ws://127.0.0.1:{listening.getsockname()[1]}/", max_message=1 << 20, connect_timeout=5
+    )
+    raw = upstream._writer.get_extra_info("socket")
+    raw.setsockopt(sockets.SOL_SOCKET, sockets.SO_SNDBUF, 32 * 1024)
+    try:
+        await asyncio.wait_for(upstream.send(b"z" * (8 << 20), 0.3), 120)
+    finally:
+        upstream.abort()
+        server.close()
+    assert got > 4 << 20  # most of it read by the time the send was done

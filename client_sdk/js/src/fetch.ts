@@ -105,6 +105,19 @@ function besideAnEdit(headers: Headers): Headers {
   return beside;
 }
 
+/** `url` leaves the page's origin: sent from a browser page (or worker) to another origin,
+ * where toolref's headers need the receiver's CORS to allow them. False where there is no
+ * page (Node: no CORS). */
+function crossOrigin(url: string): boolean {
+  const here = (globalThis as { location?: { origin?: unknown; href?: unknown } }).location;
+  if (typeof here?.origin !== "string" || typeof here.href !== "string") return false;
+  try {
+    return new URL(url, here.href).origin !== here.origin;
+  } catch {
+    return false; // fetch refuses such a URL itself
+  }
+}
+
 /** A fetch-compatible function that sends LLM requests as edits once their receiver reads them. */
 export function toolrefFetch(options: ToolrefFetchOptions = {}): Fetch {
   checkOptions("toolrefFetch", options, FETCH_OPTIONS, RETIRED_OPTIONS);
@@ -161,6 +174,7 @@ export function toolrefFetch(options: ToolrefFetchOptions = {}): Fetch {
       headers,
       found.manager.editor.longWindow ? found.cut : undefined,
       new URL(url, "http://x").pathname,
+      crossOrigin(url),
     );
     const { response } = sent;
     options.onExchange?.({

@@ -135,6 +135,15 @@ export class ToolReferenceManager {
   /** Pauses begun so far: a 415 to an edit sent before the latest began is the same outage
    * seen again by a request that was in flight, not a further refusal (no doubling). */
   private pauses = 0;
+  /** Toolref's headers never reach this endpoint: a browser refused them (a cross-origin
+   * request whose CORS preflight does not allow `Toolref-Edits`, or the edit's media type),
+   * so requests go as the app wrote them, with no offer (see {@link ToolReferenceManager.send}'s
+   * `crossOrigin`). Until the page reloads or `forgetSharedState()`. */
+  bare = false;
+  /** An attempt carrying the offer, and one carrying an edit, got an answer: their headers
+   * pass the browser's checks, so a later failure to send one is the network's. */
+  private offerPassed = false;
+  private editPassed = false;
   readonly savings: Savings = { requests: 0, edits: 0, resends: 0, rawBytes: 0, wireBytes: 0 };
 
   constructor(options: ManagerOptions = {}) {
@@ -150,6 +159,11 @@ export class ToolReferenceManager {
    * `headers`: the request's own (what segment 0 holds). `cut`: the body's cut, when the
    * caller made it already. `path`: the request's URL path, whose streamed answer (an LLM
    * API's: edits/answer.ts) is read as it passes, the dictionary of the next edit.
+   * `crossOrigin`: `post` sends from a browser page to another origin, where toolref's headers
+   * need the receiver's CORS to allow them: an attempt carrying them that fails with a
+   * `TypeError` (fetch's "Failed to fetch", a refused preflight) before any such attempt was
+   * answered is sent again as the app wrote it, and the endpoint's requests go so from then on
+   * (`bare`); the app sees the answer the request would have had without toolref.
    */
   async send(
     body: Uint8Array | string | object,
@@ -157,6 +171,7 @@ export class ToolReferenceManager {
     headers: HeadersInit = { "content-type": "application/json" },
     cut?: BodyCut | null,
     path?: string,
+    crossOrigin = false,
   ): Promise<Sent> {
     // Bytes are copied (into a plain Uint8Array: a Buffer's `slice` is a view) unless the
     // caller cut them already (it copied them then): they are read until the answer, resends
@@ -165,7 +180,7 @@ export class ToolReferenceManager {
       body instanceof Uint8Array ? (cut == null ? new Uint8Array(body) : body) : encoder.encode(typeof body === "string" ? body : JSON.stringify(body));
     const pairs = segmentHeaders(new Headers(headers));
     const counted = { attempts: 0, wire: 0, resends: 0 };
-    const sent = await this.exchange(data, pairs, post, counted, cut, path);
+    const sent = await this.exchange(data, pairs, crossOrigin ? this.guarded(post, data) : post, counted, cut, path);
     this.savings.requests += 1;
     this.savings.rawBytes += data.length;
     this.savings.wireBytes += counted.wire;
@@ -186,25 +201,29 @@ export class ToolReferenceManager {
       reused: edit === null ? 0 : edit.ops.reduce((sum, op) => sum + (op.op === "keep" ? op.end - op.start : op.op === "named" ? 1 : 0), 0),
     });
     const plain = async (): Promise<Sent> => {
-      const response = await post(data, { [EDITS_HEADER]: String(VERSION) }, false);
+      const response = await post(data, this.bare ? {} : { [EDITS_HEADER]: String(VERSION) }, false);
       counted.attempts += 1;
       counted.wire += data.length;
       this.learn(response);
       return sent(response, null);
     };
-    if (this.edits === 0 || Date.now() < this.pausedUntil) return plain();
+    if (this.bare || this.edits === 0 || Date.now() < this.pausedUntil) return plain();
     this.editor.version = this.edits;
     let edit = await this.editor.prepare(pairs, data, this.messagesKey, cut);
     // Read again after the await: while the edit was made (hashing, compressing), another
     // request may have found the endpoint paused or reading no edits; this one is not sent
     // as an edit already known to be refused.
-    if (edit === null || this.edits === 0 || Date.now() < this.pausedUntil) return plain();
+    if (edit === null || this.bare || this.edits === 0 || Date.now() < this.pausedUntil) return plain();
     // A tiny first turn: smaller as it is, and no later turn's base (Python's `Sender` alike).
     if (notWorthAnEdit(edit, asItCameBytes(edit, [[EDITS_HEADER, String(VERSION)]]))) return plain();
     for (;;) {
       const pauses = this.pauses; // the pauses begun before this attempt went
       let response = await post(edit.body, { "Content-Type": MEDIA_TYPE }, true);
       counted.attempts += 1;
+      if (this.bareAnswers.has(response)) {
+        counted.wire += data.length; // the edit never left the browser: the request as it is did
+        return sent(response, null);
+      }
       counted.wire += edit.body.length;
       const { status } = response;
       const named = response.headers.has(HISTORY_HEADER);
@@ -268,6 +287,43 @@ export class ToolReferenceManager {
       return sent(read, edit, ref);
     }
   }
+
+  /** `post` for a cross-origin request (see `send`): an attempt carrying toolref's headers
+   * (the offer, or an edit) that fails with a `TypeError` before any attempt of its kind was
+   * answered may be the browser refusing them (CORS), which no answer tells apart from a
+   * network failure: the request goes again as the app wrote it (`data`, its own headers:
+   * the request the app's fetch would have made), answered as one sent as it is; only once
+   * that is answered are the endpoint's requests sent so from then on (`bare`). A failure
+   * again is the app's to see. An edit answered so counts as sent as it is (`bareAnswers`). */
+  private guarded(post: Post, data: Uint8Array): Post {
+    return async (body, headers, edit) => {
+      const carries = edit || EDITS_HEADER in headers;
+      try {
+        const response = await post(body, headers, edit);
+        if (edit) this.editPassed = true;
+        else if (carries) this.offerPassed = true;
+        return response;
+      } catch (error) {
+        if (!carries || !(error instanceof TypeError) || (edit ? this.editPassed : this.offerPassed)) throw error;
+        const response = await post(data, {}, false);
+        if (!this.bare) {
+          this.bare = true;
+          this.edits = 0;
+          console.warn(
+            "toolref: a request carrying toolref's headers failed where the same request without them was answered: " +
+              "this page's origin is not allowed to send them (CORS), so requests go as they are, with no savings. " +
+              "Allow the request headers Toolref-Edits and Content-Type, and expose Toolref-Edits, Toolref-History, " +
+              "Toolref-Savings and Toolref-Channel, in the backend's CORS settings (docs/js.md, \"Cross-origin pages\")",
+          );
+        }
+        this.bareAnswers.add(response);
+        return response;
+      }
+    };
+  }
+
+  /** Answers to an edit that went as the app wrote it instead (`guarded`): sent as it is. */
+  private readonly bareAnswers = new WeakSet<Response>();
 
   /** An edit refused (415, or 503 store-unavailable): edits paused 1 s, doubled after each
    * further refusal, at most 30 s. `pauses`: the pauses begun when the edit was sent; one

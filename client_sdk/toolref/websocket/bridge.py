@@ -14,7 +14,16 @@ bridge cancelled drops the upstream's connection. Each
 message is charged to a fresh `account()` (the process's budget of bytes in flight) while
 it is held. `on_sent` is told each client message's bytes as the client sent it and as
 it went upstream, once it went (the relay's turn lines, the gateway's usage). Memory: one
-message each way, at most. No close waits on a peer for ever: each side's is given at most
+message each way, at most, in hand, and one in the transport toward a side slow to read:
+each direction sends before it reads the next message, so a side that reads nothing stops
+the bridge reading the other side (its sends wait: backpressure reaches its socket), and
+the other direction goes on (its own task). A side that takes nothing for `send_timeout`
+seconds (`SEND_TIMEOUT`; the gateway's `TOOLREF_SEND_TIMEOUT`) ends the connection 1001
+("unread"), both ends closed: the upstream's deadline restarts while it takes some of a
+message; the client's server sends a message once the one before it is taken (down to its
+low-water mark), so there it is the wait for that. Before, such a side held both ends, the
+message and its user's slot until the idle limit, or for the lifetime while messages went
+the other way. No close waits on a peer for ever: each side's is given at most
 `toolref.websocket.driver.CLOSE_TIMEOUT` seconds, so a peer that reads nothing (its window
 full) is let go then and the bridge returns, its user free to release what it holds.
 """
@@ -49,6 +58,7 @@ INVALID: Final = 1007
 INTERNAL: Final = 1011
 TRY_LATER: Final = 1013
 _NOT_SENT: Final = {1005: 1000, 1006: INTERNAL}  # codes no close frame may carry
+SEND_TIMEOUT: Final = 30.0  # seconds a side may take nothing of a message (see above)
 
 log = logging.getLogger(__name__)
 
@@ -59,17 +69,19 @@ class Charge(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """max_message: bytes of one client message; idle, lifetime: seconds."""
+    """max_message: bytes of one client message; idle, lifetime, send_timeout: seconds."""
 
     max_message: int
     idle: float
     lifetime: float
+    send_timeout: float = SEND_TIMEOUT
 
 
 @dataclass(frozen=True, slots=True)
 class Ended:
     """How a bridged connection ended: `by` the "client", the "upstream", or the bridge
     ("idle", "lifetime", "refused": a message over the limit or one `inbound` refused;
+    "unread": a side took nothing of a message for `send_timeout`, 1001;
     "fault": a failure of its own, 1011),
     with the close code and reason; the messages and bytes that crossed each way."""
 
@@ -182,7 +194,10 @@ class _Bridge:
                         charged.charge(_size(data))
                 except ToolrefError as exc:
                     raise _Stop("refused", code_for(exc), exc.detail) from None
-                await self.upstream.send(data)
+                try:
+                    await self.upstream.send(data, self.limits.send_timeout)
+                except driver.Stalled:
+                    raise self._unread("upstream") from None
             went = _size(data)
             self.sent += 1
             self.sent_bytes += went
@@ -200,9 +215,16 @@ class _Bridge:
                     charged.charge(_size(event.data))
                 except ToolrefError as exc:
                     raise _Stop("refused", code_for(exc), exc.detail) from None
-                await self.send(_frame(event.data))
+                try:  # the server's send waits while the client's window is full
+                    await asyncio.wait_for(self.send(_frame(event.data)), self.limits.send_timeout)
+                except TimeoutError:
+                    raise self._unread("client") from None
             self.received += 1
             self.last = time.monotonic()
+
+    def _unread(self, side: str) -> _Stop:
+        timeout = self.limits.send_timeout
+        return _Stop("unread", GOING_AWAY, f"the {side} took nothing for {timeout:g}s")
 
     async def watch(self) -> Ended:
         limits, start = self.limits, time.monotonic()

@@ -7,7 +7,10 @@
 The socket then sends whole messages and receives them one at a time (`receive`: a
 `Message`, then, once, the `Closed` that ends the connection); pings are answered as they
 come. Reads take at most `READ` bytes at a time, and a message is held only up to the
-client's `max_message`.
+client's `max_message`. A send waits while the peer is slow to read (the transport's buffer
+past its high-water mark: one message, and 64 KiB); given `stall` seconds, it raises
+`Stalled` once the peer took nothing of it for that long (a peer reading at any pace goes
+on).
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ _SCHEMES: Final = {"ws": False, "http": False, "wss": True, "https": True}
 
 class Unreachable(Exception):
     """The WebSocket could not be opened: no connection, or no answer to the upgrade."""
+
+
+class Stalled(Exception):
+    """The peer took nothing of a message for the `stall` seconds its send was given."""
 
 
 class Refusal(Exception):
@@ -154,12 +161,31 @@ class Socket:
         closing: a close sent or received, or the transport closed)."""
         return self.client.open and not self._writer.is_closing()
 
-    async def send(self, data: str | bytes) -> None:
-        """One message (text for `str`); waits while the peer is slow to read."""
+    async def send(self, data: str | bytes, stall: float | None = None) -> None:
+        """One message (text for `str`); waits while the peer is slow to read, and with
+        `stall`, raises `Stalled` once it took none of the bytes left for `stall`
+        seconds."""
         frame = self.client.send(data)
         if frame and not self._writer.is_closing():
             self._writer.write(frame)
-            await self._writer.drain()
+            if stall is None:
+                await self._writer.drain()
+            else:
+                await self._drain_within(stall)
+
+    async def _drain_within(self, stall: float) -> None:
+        """`drain`, restarted for as long as each `stall` seconds the buffer shrank."""
+        transport = self._writer.transport
+        left = transport.get_write_buffer_size()
+        while True:
+            try:
+                await asyncio.wait_for(self._writer.drain(), stall)
+                return
+            except TimeoutError:
+                now = transport.get_write_buffer_size()
+                if now >= left:
+                    raise Stalled(f"the peer took nothing for {stall:g}s") from None
+                left = now
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Send the close frame, then close the transport (the peer's answer is not

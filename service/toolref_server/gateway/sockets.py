@@ -18,7 +18,10 @@ sent them as `toolref.websocket.frames` (`Toolref-Frames: 2` or `1`: each text m
 against the one before it), so the upstream receives the agent's bytes exactly. Limits
 (TOOLREF_GATEWAY_WS_*): a message's bytes (1009), seconds without a message (idle) and
 seconds open (lifetime), both 1001; each message is charged to the process's budget of
-bytes in flight while it is held. The close the gateway sends its client waits at most
+bytes in flight while it is held. A side that reads nothing is not read for: the bridge
+stops reading the other side (one message held each way), and after `TOOLREF_SEND_TIMEOUT`
+seconds in which it took nothing of a message the socket ends 1001, both hops closed. The
+close the gateway sends its client waits at most
 `toolref.websocket.driver.CLOSE_TIMEOUT` seconds (the bridge's, for each side): a client
 that reads nothing (its window full) is let go then, with the tenant's slot, where it held
 them for as long as it kept its connection.
@@ -134,6 +137,7 @@ class Sockets:
             settings.gateway_ws_max_message_bytes,
             settings.gateway_ws_idle_timeout,
             settings.gateway_ws_lifetime,
+            settings.send_timeout,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -53,13 +53,26 @@ class StoreSettings(BaseModel):
 
     def check_store_url(self) -> None:
         """Refuse a TOOLREF_REDIS_URL the Redis client cannot open (`localhost:6379`, no
-        scheme: the service failed with a traceback once started). Checked where a command
+        scheme; `redis://host:99999`, a port that does not parse: the service failed with a
+        traceback once started). Checked where a command
         opens it (an app given its client, as the tests do, takes any text)."""
         url = self.redis_url
-        if url is None or ("://" in url and urlsplit(url).scheme.lower() in STORE_SCHEMES):
+        if url is None:
             return
         # `localhost:6379` shown as it is; a password before an `@` never
         shown = redaction.url(url) if "://" in url else MASKED.sub(redaction.MASK + "@", url)
+        try:
+            parts = urlsplit(url)
+            _ = parts.port  # ValueError past 65535, or not a number
+        except ValueError as exc:  # `redis://host:99999`, `:abc`, `redis://[::1` (unclosed)
+            raise ConfigurationError(
+                f"TOOLREF_REDIS_URL is {shown!r}, which does not parse ({exc}): give a host "
+                "and a port of 1-65535, an IPv6 host in brackets, such as "
+                "redis://localhost:6379/0 or redis://[::1]:6379/0, or unset it for the "
+                "embedded engine"
+            ) from None
+        if "://" in url and parts.scheme.lower() in STORE_SCHEMES:
+            return
         raise ConfigurationError(
             f"TOOLREF_REDIS_URL is {shown!r}, not a Redis URL: give one such as "
             f"redis://localhost:6379/0 (schemes: {', '.join(STORE_SCHEMES)}), or unset it "

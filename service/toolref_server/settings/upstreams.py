@@ -77,7 +77,10 @@ def _upstream(name: str, url: str) -> Upstream:
         "http(s) URL with a host, a port if any of 1-65535, a path of plain segments and no "
         "query or fragment, such as https://api.anthropic.com"
     )
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # `https://[::1` (an IPv6 host unclosed)
+        raise wrong from None
     base = parts.path.rstrip("/")
     if (
         parts.scheme not in ("http", "https")
