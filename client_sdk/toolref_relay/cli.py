@@ -354,8 +354,9 @@ def server_config(app: Any, loop: str, log_level: str, max_body_bytes: int) -> A
         date_header=False,
         lifespan="on",
         # WebSocket mode (toolref_relay.websocket_mode) over wsproto; messages within the body
-        # limit; no permessage-deflate (a small frame could inflate past any limit).
-        ws="wsproto",
+        # limit; no permessage-deflate (a small frame could inflate past any limit). Its
+        # protocol stops reading an agent that reads nothing and drops it after 30 s.
+        ws="toolref.asgi.paced:PacedWebSocket",
         ws_max_size=max_body_bytes,
         ws_per_message_deflate=False,
     )

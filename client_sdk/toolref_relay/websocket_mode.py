@@ -29,8 +29,11 @@ idle and lifetime limits close both hops, and the relay's own are a day (`IDLE`,
 `LIFETIME`); a side that takes nothing of a message for
 `toolref.websocket.bridge.SEND_TIMEOUT` (30 s) ends both 1001, and until then is not read
 for (the relay stops reading the other side); the close to an agent that reads nothing
-waits at most `toolref.websocket.driver.CLOSE_TIMEOUT` (the bridge's). The path and query go to the
-gateway as the agent sent them (a `#` too: `toolref.websocket.driver.connect`).
+waits at most `toolref.websocket.driver.CLOSE_TIMEOUT` (the bridge's), and its connection is
+dropped 30 s after that if its bytes still went nowhere (`toolref.asgi.paced`, the relay's
+WebSocket protocol, which also stops reading an agent that reads nothing, pings included).
+The path and query go to the gateway as the agent sent them (a `#` too:
+`toolref.websocket.driver.connect`).
 """
 
 from __future__ import annotations

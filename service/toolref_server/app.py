@@ -59,7 +59,7 @@ from toolref_server.routes import (
 )
 from toolref_server.services import Services
 from toolref_server.settings import Settings
-from toolref_server.storage import compressors
+from toolref_server.storage import compressors, outage
 from toolref_server.storage.answers import Answers
 from toolref_server.storage.counters import ModelCallCounters
 from toolref_server.storage.quotas import RequestRate, StoredBytes
@@ -125,8 +125,14 @@ async def _running(work: asyncio.Task[None]) -> AsyncIterator[None]:
 
 
 async def _misrouted(store: Store) -> None:
-    """An engine reached as what it is not (a cluster's node as one engine), said once at
-    start, as `/readyz` says it (`Store.misrouted`)."""
+    """An engine that refuses the credentials of TOOLREF_REDIS_URL (a warning: the service
+    serves what it can meanwhile), or one reached as what it is not (a cluster's node as
+    one engine), said once at start, as `/readyz` says it (`Store.ping`, `Store.misrouted`).
+    The breaker is left as it is: an engine down at start is for requests to find."""
+    if not await store.ping(probe=False):
+        if store.refused is not None:
+            log.warning(outage.credentials(store.refused, words=True))
+        return
     why = await store.misrouted()
     if why is not None:
         log.error(why)

@@ -342,8 +342,9 @@ def _serving(settings: Settings, log_config: dict[str, Any]) -> int:
             http="toolref_server.http.connection:Connection",
             # WebSockets (`/llm/...` upgraded: toolref_server.gateway.sockets) over wsproto,
             # messages up to the gateway's limit; no permessage-deflate (a small frame
-            # could inflate past any limit before it is counted).
-            ws="wsproto",
+            # could inflate past any limit before it is counted). Its protocol stops
+            # reading a client that reads nothing and drops it after TOOLREF_SEND_TIMEOUT.
+            ws="toolref_server.http.websocket:WebSocket",
             ws_max_size=settings.gateway_ws_max_message_bytes,
             ws_per_message_deflate=False,
             timeout_graceful_shutdown=settings.shutdown_timeout,
@@ -386,6 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from toolref_server.http.auth import hash_key
     from toolref_server.settings import parse_api_keys
+    from toolref_server.storage import outage
 
     args = _parser().parse_args(argv)
     try:
@@ -410,11 +412,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"toolref-server: {logs.redact(exc.detail)}", file=sys.stderr)
         return 2
     except RedisError as exc:
-        print(
-            f"toolref-server: the engine is unreachable ({logs.redact(str(exc))}); check "
-            "--redis-url",
-            file=sys.stderr,
+        said = outage.refused(exc)  # it answered, and refused the URL's user or password
+        shown = (
+            outage.for_cli(logs.redact(said))
+            if said is not None
+            else f"the engine is unreachable ({logs.redact(str(exc))}); check --redis-url"
         )
+        print(f"toolref-server: {shown}", file=sys.stderr)
         return 2
     except pydantic.ValidationError as exc:
         _invalid(exc)

@@ -43,7 +43,7 @@ from toolref_server.settings import TENANT_RE as TENANT_NAME  # the one tenant g
 from toolref_server.settings import Settings
 from toolref_server.settings.bodies import BodyLimits
 from toolref_server.settings.records import RecordSettings
-from toolref_server.storage import keys, keyspace, record
+from toolref_server.storage import keys, keyspace, outage, record
 from toolref_server.storage.keyspace import Client
 
 FORMAT: Final = 1
@@ -469,11 +469,13 @@ def _changed(what: str, imported: int, total: int) -> ValidationError:
 
 
 def _lost(imported: int, total: int, exc: StoreUnavailableError) -> StoreUnavailableError:
+    cause = exc.detail.partition(";")[0]
+    fixed = "the credentials are fixed (the user or password in --redis-url, or its ACL)"
+    when = fixed if cause.startswith(outage.CLI_REFUSED) else "the engine answers"
     return StoreUnavailableError(
-        f"{exc.detail.partition(';')[0]} after {imported} of the file's {total} keys were "
-        "imported (the last batch may be in part); run the same import again once the "
-        "engine answers: it writes only the keys still absent, and leaves those written as "
-        "they are"
+        f"{cause} after {imported} of the file's {total} keys were imported (the last batch "
+        f"may be in part); run the same import again once {when}: it writes only the keys "
+        "still absent, and leaves those written as they are"
     )
 
 

@@ -193,7 +193,7 @@ async def serving(redis: Redis, **settings: Any) -> AsyncIterator[uvicorn.Server
         host="127.0.0.1",
         port=0,
         http="toolref_server.http.connection:Connection",
-        ws="none",  # as `toolref-server serve` runs it
+        ws="toolref_server.http.websocket:WebSocket",  # as `toolref-server serve` runs it
         log_config=None,
         access_log=False,
         lifespan="on",

@@ -12,7 +12,9 @@ through toolrefFetch to each backend:
   itself needs and knows nothing of toolref: before the fix every toolrefFetch request failed
   (TypeError: Failed to fetch, the preflight refused) where the page's own fetch was answered;
   now each is answered as the page's own fetch is (the offer tried once, then never again);
-- one allowing every request header but exposing none: answered as without toolref;
+- Starlette and a JS `withToolRef` backend allowing every request header but exposing none
+  (`allow_headers=["*"]`): before, answered as without toolref (the page never saw
+  `Toolref-Edits`); now edits from the second request, the receivers exposing their headers;
 - Starlette and a JS `withToolRef` backend with the CORS settings docs/js.md gives
   ("Cross-origin pages"): edits from the second request, few bytes on the wire.
 
@@ -114,11 +116,16 @@ async def record(redis: Redis, tmp_path: Path) -> AsyncIterator[dict[str, Any]]:
                         name: url + "/api/chat" for name, url in zip(configs, urls, strict=True)
                     },
                     "jsBackends": {
+                        "all-headers-js": {
+                            "origin": "*",
+                            "allowHeaders": ["*"],
+                            "exposeHeaders": [],
+                        },
                         "documented-js": {
                             "origin": origin,
                             "allowHeaders": ALLOW_HEADERS,
                             "exposeHeaders": EXPOSE_HEADERS,
-                        }
+                        },
                     },
                 }
                 (tmp_path / "plan.json").write_text(json.dumps(plan))
@@ -164,8 +171,16 @@ async def test_a_page_on_another_origin(record: dict[str, Any]) -> None:
     assert len(warned) == 1, app_only["console"]
     assert "Toolref-Edits" in warned[0]
 
-    # Every request header allowed, none exposed: the page never learns, nothing fails.
-    assert [t["info"]["edit"] for t in runs["all-headers"]["toolref"]["turns"]] == [False] * TURNS
+    # Every request header allowed, none exposed (`allow_headers=["*"]`, the common set-up):
+    # the receivers expose the toolref headers each answer carries themselves (before, the
+    # page never saw `Toolref-Edits`: every request went whole, nothing said so). Edits from
+    # the second request, each against the last one's recipe; no CORS allow header added.
+    for name in ("all-headers", "all-headers-js"):
+        run = runs[name]["toolref"]
+        assert [t["info"]["edit"] for t in run["turns"]] == [False] + [True] * (TURNS - 1), name
+        for turn in run["turns"][2:]:
+            assert turn["info"]["continued"] is not None, (name, turn)
+        assert not [line for line in run["console"] if line.startswith("toolref:")], name
 
     # The documented settings, Starlette and withToolRef: edits from the second request.
     for name in ("documented", "documented-js"):

@@ -57,7 +57,7 @@ def _config(app: Any) -> uvicorn.Config:
         log_config=None,  # leave the test run's logging alone
         access_log=False,
         lifespan="auto",
-        ws="wsproto",  # as toolref-server and toolref relay serve WebSockets
+        ws="toolref.asgi.paced:PacedWebSocket",  # as the relay serves them (the service: its own)
         ws_per_message_deflate=False,
         timeout_graceful_shutdown=5,  # a stream a failed test left open ends the server anyway
     )

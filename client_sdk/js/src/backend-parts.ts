@@ -4,7 +4,7 @@
  * handler, and the answers it gives of its own.
  */
 
-import { MISSING_REFS, PROBLEM_TYPE, PROTOCOL_HEADER, problemType } from "./protocol.js";
+import { MISSING_REFS, PROBLEM_TYPE, PROTOCOL_HEADER, TOOLREF_PREFIX, problemType } from "./protocol.js";
 import type { FormatName } from "./formats/index.js";
 
 type Fetch = typeof globalThis.fetch;
@@ -65,6 +65,41 @@ export function problem(status: number, slug: string, detail: string, extra: Rec
     headers: { "content-type": PROBLEM_TYPE, ...headers },
   });
 }
+
+/** The `Access-Control-Expose-Headers` value naming each of `ours` (toolref headers an answer
+ * carries, lowercase) after the app's own `value` (every name of it kept, as written); null
+ * when it names them all. A `*` of the app's counts for none: it exposes every header only to
+ * a request without credentials (the Fetch standard; to one with cookies it is a header named
+ * `*`), and names beside it are read either way. Linear in the two. */
+export function exposeValue(value: string | null, ours: readonly string[]): string | null {
+  const theirs = (value ?? "").trim();
+  const named = new Set(theirs.split(",").map((name) => name.trim().toLowerCase()));
+  const missing = [...new Set(ours)].filter((name) => !named.has(name)).map(titled);
+  if (missing.length === 0) return null;
+  return [...(theirs ? [theirs] : []), ...missing].join(", ");
+}
+
+/** `toolref-edits` as the docs write it, `Toolref-Edits` (the case is the reader's). */
+function titled(name: string): string {
+  return name.replace(/(^|-)([a-z])/g, (_, dash: string, letter: string) => dash + letter.toUpperCase());
+}
+
+/** `response`, the toolref headers it carries named in its `Access-Control-Expose-Headers`
+ * (`exposeValue`) when `request` has an `Origin` (a browser page's: on another origin, the
+ * page reads no answer header its backend does not expose, whatever CORS sits in front, one
+ * allowing every request header included). Never a CORS allow header: whether the origin
+ * may read the answer at all is the app's to say. */
+export function exposed(request: Request, response: Response): Response {
+  if (!request.headers.get("origin")) return response;
+  const ours: string[] = [];
+  response.headers.forEach((_, name) => {
+    if (name.toLowerCase().startsWith(TOOLREF_PREFIX)) ours.push(name.toLowerCase());
+  });
+  const value = exposeValue(response.headers.get(EXPOSE_HEADER), ours);
+  return value === null ? response : withHeaders(response, { [EXPOSE_HEADER]: value });
+}
+
+const EXPOSE_HEADER = "Access-Control-Expose-Headers";
 
 /** `response` with `extra` headers, its body handed on unread (a stream stays a stream). */
 export function withHeaders(response: Response, extra: Record<string, string>): Response {

@@ -28,6 +28,11 @@
  *   history refs (`Toolref-History`, `historyRef`, checkpoints, kept bodies) are retired: 400
  *   `history-refs-retired`, naming the upgrade.
  *
+ * - An answer marked with toolref headers whose request has an `Origin` (a browser page's)
+ *   names them in `Access-Control-Expose-Headers`, after the app's own names
+ *   (backend-parts.ts `exposed`): a page on another origin reads them whatever CORS sits in
+ *   front; no CORS allow header is added.
+ *
  * Bounded as ToolRefMiddleware: the body as sent and inflated, the registry call (a deadline,
  * aborted when the client leaves, no redirect followed, its answer capped: `registry.ts`), and
  * the `Toolref-References` header (ASCII, at most 8 KiB, else left out).
@@ -42,7 +47,7 @@ import { FORMATS } from "./formats/index.js";
 import { checkOptions, type Spec } from "./options.js";
 import { EDITS_HEADER, HISTORY_HEADER, PROBLEM_TYPE, PROTOCOL_HEADER, SAVINGS_HEADER, TOOLREF_PREFIX, problemType, savingsValue } from "./protocol.js";
 import { ClientGone, postBounded, type RegistryAnswer } from "./registry.js";
-import { type Context, type Handler, LIMITS, type Limit, type ToolRefBackendOptions, UNAVAILABLE, gone, problem, withHeaders } from "./backend-parts.js";
+import { type Context, type Handler, LIMITS, type Limit, type ToolRefBackendOptions, UNAVAILABLE, exposed, gone, problem, withHeaders } from "./backend-parts.js";
 import { hydrated } from "./hydrated.js";
 
 export type { Handler, ToolRefBackendOptions } from "./backend-parts.js";
@@ -116,13 +121,14 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
   return async (request: Request): Promise<Response> => {
     if (request.method !== "POST") return handler(request);
     const media = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
-    if (media === MEDIA_TYPE) return applied(context, request);
+    if (media === MEDIA_TYPE) return exposed(request, await applied(context, request));
     const offered = request.headers.has(EDITS_HEADER);
+    const refs = speaksRefs(request.headers);
+    if (!offered && !refs) return handler(request);
     const asked = offered ? withoutOffer(request) : request; // the offer is toolref's, not the app's
-    const response = speaksRefs(request.headers) ? await hydrated(context, asked) : await handler(asked);
-    if (!offered) return response;
-    const told = await editsTold(context);
-    return told >= FIRST_VERSION ? withHeaders(response, edits(told)) : response;
+    const response = refs ? await hydrated(context, asked) : await handler(asked);
+    const told = offered ? await editsTold(context) : 0;
+    return exposed(request, told >= FIRST_VERSION ? withHeaders(response, edits(told)) : response);
   };
 }
 

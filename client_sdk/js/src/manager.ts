@@ -180,7 +180,7 @@ export class ToolReferenceManager {
       body instanceof Uint8Array ? (cut == null ? new Uint8Array(body) : body) : encoder.encode(typeof body === "string" ? body : JSON.stringify(body));
     const pairs = segmentHeaders(new Headers(headers));
     const counted = { attempts: 0, wire: 0, resends: 0 };
-    const sent = await this.exchange(data, pairs, crossOrigin ? this.guarded(post, data) : post, counted, cut, path);
+    const sent = await this.exchange(data, pairs, crossOrigin ? this.guarded(post, data) : post, counted, cut, path, crossOrigin);
     this.savings.requests += 1;
     this.savings.rawBytes += data.length;
     this.savings.wireBytes += counted.wire;
@@ -189,7 +189,15 @@ export class ToolReferenceManager {
     return sent;
   }
 
-  private async exchange(data: Uint8Array, pairs: [string, string][], post: Post, counted: { attempts: number; wire: number; resends: number }, cut?: BodyCut | null, path?: string): Promise<Sent> {
+  private async exchange(
+    data: Uint8Array,
+    pairs: [string, string][],
+    post: Post,
+    counted: { attempts: number; wire: number; resends: number },
+    cut?: BodyCut | null,
+    path?: string,
+    crossOrigin = false,
+  ): Promise<Sent> {
     const sent = (response: Response, edit: Edit | null, historyRef: string | null = null): Sent => ({
       response,
       rawBytes: data.length,
@@ -229,6 +237,7 @@ export class ToolReferenceManager {
       const named = response.headers.has(HISTORY_HEADER);
       this.learn(response);
       const told = response.headers.has(EDITS_HEADER);
+      if (crossOrigin && told && !named && status >= 200 && status < 300) this.historyHidden();
       const isProblem = (response.headers.get("content-type") ?? "").startsWith(PROBLEM_TYPE);
       if (status === 415 && !named) {
         // The edit not applied (an app's own 415 is marked with the recipe): this request as
@@ -321,6 +330,23 @@ export class ToolReferenceManager {
       }
     };
   }
+
+  /** An edit to another origin answered 2xx with `Toolref-Edits` readable but no
+   * `Toolref-History`: every receiver of edits names the recipe it kept, so the page's CORS
+   * hides it (exposes `Toolref-Edits` only), and no edit ever has a base (each sends every
+   * segment again). Said once, naming the header to expose. */
+  private historyHidden(): void {
+    if (this.historyWarned) return;
+    this.historyWarned = true;
+    console.warn(
+      "toolref: an edit to another origin was answered with Toolref-Edits but no Toolref-History: the backend's CORS " +
+        "does not expose Toolref-History to this page, so no edit is sent against the last one and each sends the whole " +
+        "conversation again (compressed). Expose Toolref-History (with Toolref-Edits, Toolref-Savings and Toolref-Channel) " +
+        'in the backend\'s CORS settings (docs/js.md, "Cross-origin pages")',
+    );
+  }
+
+  private historyWarned = false;
 
   /** Answers to an edit that went as the app wrote it instead (`guarded`): sent as it is. */
   private readonly bareAnswers = new WeakSet<Response>();

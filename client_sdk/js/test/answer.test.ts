@@ -1,6 +1,7 @@
 // The answer a stream makes (edits/answer.ts) against the bytes client_sdk/toolref/edits/answer.py
 // makes of the same stream (computed by running it), fed whole and in pieces that cut lines and
 // characters; the streams that make none; tapFor's choice; answerId.
+import { createHash } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { AnswerTap, ID_LENGTH, MAX_ANSWER, MAX_STREAM, answerId, tapFor } from "../src/edits/answer.js";
 
@@ -195,8 +196,13 @@ describe("AnswerTap: no answer", () => {
       `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"${long}"}}\n\n` +
       'data: {"type":"message_stop"}\n\n';
     const { tap, ended } = fed("anthropic", stream, 4096);
-    expect(ended.length).toBe(1);
-    expect([tap.done, tap.failed, tap.answer]).toEqual([true, false, null]);
+    expect(ended.length).toBe(0); // given up once its text passed MAX_ANSWER (review: answer taps' memory)
+    expect([tap.done, tap.failed, tap.answer]).toEqual([false, true, null]);
+    // text the answer escapes counts once: held within MAX_ANSWER, read to the end, then none
+    const quoted = stream.replace(long, '\\"'.repeat(MAX_ANSWER / 2));
+    const escaped = fed("anthropic", quoted, 4096);
+    expect(escaped.ended.length).toBe(1);
+    expect([escaped.tap.done, escaped.tap.failed, escaped.tap.answer]).toEqual([true, false, null]);
   });
 
   it("for an integer longer than Python reads (4300 digits)", () => {
@@ -256,12 +262,22 @@ describe("AnswerTap: the stream's edges, as Python reads them, at every cut", ()
     'data: {"type":"message_stop"}\r\n\r\n';
   const ANTHROPIC_EDGE_ANSWER = '{"role":"assistant","content":[{"type":"text","text":"hé"}]}';
   const BOM = "\ufeff"; // EF BB BF once encoded
+  const RUNS = "\n\r\n\r\r: keep-alive\r\n:\n\n"; // blank and comment lines, stepped over unread
+  const ANTHROPIC_RUNS =
+    RUNS +
+    ANTHROPIC_EDGE.replace('"index":0,\r\n', '"index":0,\r\n: within an event\revent: x\n').replace(
+      'data: {"type":"message_stop"}',
+      RUNS + 'data: {"type":"message_stop"}',
+    );
   const cases: [string, string, string, string][] = [
     ["a BOM before the first event", "openai-chat", BOM + CHAT_EDGE, CHAT_EDGE_ANSWER],
     ["CR-only line ends", "openai-chat", CHAT_EDGE.replaceAll("\n", "\r"), CHAT_EDGE_ANSWER],
     ["a BOM and CRLF", "openai-chat", BOM + CHAT_EDGE.replaceAll("\n", "\r\n"), CHAT_EDGE_ANSWER],
     ["CR, LF, CRLF and LF CR mixed", "anthropic", ANTHROPIC_EDGE, ANTHROPIC_EDGE_ANSWER],
     ["a BOM and mixed line ends", "anthropic", BOM + ANTHROPIC_EDGE, ANTHROPIC_EDGE_ANSWER],
+    ["blank and comment runs", "anthropic", ANTHROPIC_RUNS, ANTHROPIC_EDGE_ANSWER],
+    ["a BOM, blank and comment runs", "anthropic", BOM + ANTHROPIC_RUNS, ANTHROPIC_EDGE_ANSWER],
+    ["blank and comment runs between chat events", "openai-chat", RUNS + CHAT_EDGE.replaceAll("\n\n", "\n" + RUNS), CHAT_EDGE_ANSWER],
   ];
 
   /** The answer as relay, SDK and gateway take it: when `feed` says it ended (at most once). */
@@ -309,5 +325,90 @@ describe("AnswerTap: the stream's edges, as Python reads them, at every cut", ()
       for (const pieces of [[whole], [whole.subarray(0, at), whole.subarray(at)], [padding, endLine]])
         expect(taken("openai-chat", pieces)).toBe(expected);
     }
+  });
+});
+
+// --- what a tap holds (review: answer taps' memory) ---------------------------------------------
+// The same streams and give-up points as tests/unit/edits/test_answer.py ("what a tap holds"): both
+// sides give up at the same event, so they still agree on every answer.
+describe("AnswerTap: what a tap holds", () => {
+  const sse = (data: unknown): string => `data: ${JSON.stringify(data)}\n\n`;
+  const TEXT_START = sse({ type: "content_block_start", index: 0, content_block: { type: "text", text: "" } });
+  const textDelta = (text: string): string => sse({ type: "content_block_delta", index: 0, delta: { type: "text_delta", text } });
+
+  /** The bytes of the strings and byte arrays reachable from `value` (a tap's held deltas). */
+  function heldBytes(value: unknown, seen = new Set<unknown>()): number {
+    if (typeof value === "string") return value.length;
+    if (value === null || typeof value !== "object" || seen.has(value)) return 0;
+    seen.add(value);
+    if (value instanceof Uint8Array) return value.byteLength;
+    let sum = 0;
+    const members = value instanceof Map ? [...value.keys(), ...value.values()] : Object.values(value);
+    for (const member of members) sum += heldBytes(member, seen);
+    return sum;
+  }
+
+  it("gives up once what it holds can only make an answer over MAX_ANSWER, its memory dropped", () => {
+    const delta = bytes(textDelta("x".repeat(1000)));
+    const tap = new AnswerTap("anthropic");
+    tap.feed(bytes(TEXT_START));
+    for (let n = 0; n < 262; n++) tap.feed(delta);
+    expect(tap.failed).toBe(false); // 262,000 bytes of text: it may yet make an answer
+    tap.feed(delta);
+    expect(tap.failed).toBe(true); // 263,000: it cannot
+    const long = new AnswerTap("anthropic");
+    long.feed(bytes(TEXT_START));
+    let fed = 0;
+    while (fed < MAX_STREAM - 2 * delta.length) {
+      long.feed(delta);
+      fed += delta.length;
+    }
+    expect(long.failed).toBe(true);
+    expect(heldBytes(long)).toBeLessThan(64 << 10); // ~8 MiB of text held to the end before
+  });
+
+  it("counts a chat call's arguments twice, and every call", () => {
+    const event = bytes(sse({ choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: "y".repeat(1000) } }] } }] }));
+    const tap = new AnswerTap("openai-chat");
+    for (let n = 0; n < 131; n++) tap.feed(event);
+    expect(tap.failed).toBe(false);
+    tap.feed(event);
+    expect(tap.failed).toBe(true);
+    const calls = new AnswerTap("openai-chat");
+    for (let n = 0; n < 3913; n++) {
+      expect(calls.failed).toBe(false);
+      calls.feed(bytes(sse({ choices: [{ delta: { tool_calls: [{ index: n }] } }] })));
+    }
+    expect(calls.failed).toBe(true);
+  });
+
+  it.each([
+    ["anthropic", "2a9fc8712b103d7c872967ed19999088555e7c6279990e19672632df426c2d59"],
+    ["openai-chat", "37c13c731f7ee285b4f3d38b442f7da870aa98a4088156d8c1875e1279df9f4a"],
+  ])("still makes a %s answer of exactly MAX_ANSWER bytes (Python's), and none of one more", (format, sha) => {
+    const pieces = ['say "hi"\n', "\u0001\u00e9\u{1f600}", "\ud800", "z".repeat(1000)];
+    const answer = (fill: number): Uint8Array | null => {
+      const parts = [...pieces, "w".repeat(fill)];
+      const stream =
+        format === "anthropic"
+          ? TEXT_START + parts.map(textDelta).join("") + sse({ type: "message_stop" })
+          : parts.map((content) => sse({ choices: [{ delta: { content } }] })).join("") + "data: [DONE]\n\n";
+      return fed(format, stream).tap.answer;
+    };
+    const made = answer(0) as Uint8Array;
+    const full = answer(MAX_ANSWER - made.length) as Uint8Array;
+    expect(full.length).toBe(MAX_ANSWER);
+    expect(createHash("sha256").update(full).digest("hex")).toBe(sha);
+    expect(answer(MAX_ANSWER - made.length + 1)).toBeNull();
+  });
+
+  it("joins a block's deltas as Python does: across a block started again, fields in Python's order", () => {
+    const start = (block: unknown): string => sse({ type: "content_block_start", index: 0, content_block: block });
+    const delta = (d: unknown): string => sse({ type: "content_block_delta", index: 0, delta: d });
+    const stop = sse({ type: "message_stop" });
+    const again = start({ type: "text", text: "" }) + textDelta("a") + start({ type: "text", text: "P" }) + textDelta("b") + stop;
+    expect(text(fed("anthropic", again).tap.answer)).toBe('{"role":"assistant","content":[{"type":"text","text":"Pab"}]}');
+    const order = start({ type: "thinking" }) + delta({ type: "signature_delta", signature: "s" }) + delta({ type: "thinking_delta", thinking: "t" }) + stop;
+    expect(text(fed("anthropic", order).tap.answer)).toBe('{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"}]}');
   });
 });

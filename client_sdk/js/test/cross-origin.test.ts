@@ -4,7 +4,8 @@
 // fetch with a TypeError before anything is sent; answer headers not exposed are hidden.
 // tests/browser/test_cross_origin.py runs the same in Chromium.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { forgetSharedState, toolrefFetch, type ExchangeInfo } from "../src/index.js";
+import { exposeValue } from "../src/backend-parts.js";
+import { forgetSharedState, toolrefFetch, withToolRef, type ExchangeInfo } from "../src/index.js";
 import { Receiver } from "./receiver.js";
 
 afterEach(() => {
@@ -124,5 +125,52 @@ describe("a page on another origin than its backend", () => {
     calls = 0;
     await expect(converse(send, 3)).rejects.toThrow("Failed to fetch");
     expect(calls).toBe(1);
+  });
+});
+
+describe("the receiver exposes the toolref headers it marks an answer with", () => {
+  it("exposeValue: each toolref header named after the app's own names, every one kept", () => {
+    expect(exposeValue(null, ["toolref-edits", "toolref-history"])).toBe("Toolref-Edits, Toolref-History");
+    expect(exposeValue("X-Request-Id, toolref-edits", ["toolref-edits", "toolref-savings", "toolref-savings"])).toBe("X-Request-Id, toolref-edits, Toolref-Savings");
+    expect(exposeValue("TOOLREF-EDITS", ["toolref-edits"])).toBeNull(); // named already: as it is
+    expect(exposeValue("X-Request-Id", [])).toBeNull();
+    // `*` exposes every header only to a request without credentials; with cookies it is a
+    // header named `*` (Fetch): the names go beside it, read either way.
+    expect(exposeValue("*", ["toolref-edits"])).toBe("*, Toolref-Edits");
+  });
+
+  /** A registry stand-in for withToolRef's offer path: its capabilities, nothing else. */
+  const registry = (async () => Response.json({ edits: 5 })) as typeof fetch;
+  const app = async (): Promise<Response> => Response.json({ ok: true }, { headers: { "Access-Control-Expose-Headers": "X-Request-Id" } });
+  const offer = (headers: Record<string, string>): Request =>
+    new Request(API, { method: "POST", headers: { "Content-Type": "application/json", "Toolref-Edits": "5", ...headers }, body: '{"messages":[]}' });
+
+  it("withToolRef: an offer from a page (an Origin) is answered with Toolref-Edits exposed, no CORS allow header added", async () => {
+    const handle = withToolRef(app, { registry: "http://registry.test", fetch: registry });
+    const answer = await handle(offer({ Origin: PAGE }));
+    expect(answer.headers.get("toolref-edits")).toBe("5");
+    expect(answer.headers.get("access-control-expose-headers")).toBe("X-Request-Id, Toolref-Edits");
+    expect([...answer.headers.keys()].filter((name) => name.startsWith("access-control-allow"))).toEqual([]);
+    // No Origin (a server's SDK), or a request toolref does not handle: the app's answer as it is.
+    expect((await handle(offer({}))).headers.get("access-control-expose-headers")).toBe("X-Request-Id");
+    const plain = new Request(API, { method: "POST", headers: { "Content-Type": "application/json", Origin: PAGE }, body: "{}" });
+    expect((await handle(plain)).headers.get("access-control-expose-headers")).toBe("X-Request-Id");
+  });
+
+  it("an edit answered with Toolref-Edits readable but Toolref-History hidden: one console.warn naming it", async () => {
+    vi.stubGlobal("location", new URL(`${PAGE}/`));
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const receiver = new Receiver();
+    const page = browser(receiver, ["content-type", "toolref-edits"], ["toolref-edits"]);
+    const exchanges: ExchangeInfo[] = [];
+    await converse(toolrefFetch({ fetch: page.fetch, onExchange: (info) => exchanges.push(info) }), 4);
+    expect(exchanges.map((info) => [info.edit, info.continued])).toEqual([[false, null], [true, null], [true, null], [true, null]]);
+    expect(warn).toHaveBeenCalledTimes(1);
+    expect(String(warn.mock.calls[0]![0])).toContain("Expose Toolref-History");
+    // Same origin, nothing hidden by a browser: no word.
+    forgetSharedState();
+    vi.stubGlobal("location", new URL("http://localhost:8000/"));
+    await converse(toolrefFetch({ fetch: browser(new Receiver(), ["content-type", "toolref-edits"], ["toolref-edits"]).fetch }), 3);
+    expect(warn).toHaveBeenCalledTimes(1);
   });
 });

@@ -16,6 +16,17 @@ Only a whole answer is one: a stream with a 200, `text/event-stream` and no
 `data: [DONE]`) within `MAX_STREAM` bytes and making at most `MAX_ANSWER` bytes. A stream
 cut short, an error event, anything else: no answer, and the next edit is what it would
 have been without. Pure and incremental: linear in the stream, one JSON parse per event.
+
+What a tap holds is bounded by `MAX_ANSWER`, not `MAX_STREAM`: it counts the bytes it holds
+that are certain to be in the answer (`_size` of each text, thinking, signature and content
+piece and each tool input piece, a tool call's arguments twice, as the answer holds them
+twice; 3 bytes for each block, 67 for each tool call), and once they pass `MAX_ANSWER` the
+answer can only be longer: the tap gives up then (`failed`, all it held dropped), at the same
+event as answer.ts (which counts the same). The count is a lower bound, never more than the
+answer makes: escapes only add bytes, a block or a call only grows, and a surrogate counts 2
+(3 in Python's `surrogatepass`; two that JS joins into one character make 4 there). Lines
+that make nothing (blank lines with no event pending, comments, `event:` lines) are stepped
+over by `bytes.find`, not read one by one.
 """
 
 from __future__ import annotations
@@ -35,7 +46,11 @@ ID_LENGTH: Final = 16  # hex digits of SHA-256 naming an answer (`answer_id`)
 FORMATS: Final = frozenset({"anthropic", "openai-chat"})
 _EVENT_STREAM: Final = "text/event-stream"
 _BOM: Final = b"\xef\xbb\xbf"
-_LINE_END: Final = re.compile(rb"\r\n?|\n")  # SSE's line ends, and only those
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+_BLOCK: Final = 3  # bytes a block makes at least: `{}` and a comma (or the message's `]`)
+# bytes a tool call makes at least: `{"id":"","type":"function","function":{"name":"",
+# "arguments":""}}` (65), a comma (or the message's `]`) and the line end before its arguments
+_CALL: Final = 67
 
 
 def answer_id(answer: bytes) -> str:
@@ -75,6 +90,7 @@ class AnswerTap:
         self._texts: dict[tuple[int, str], list[str]] = {}
         self._content: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
+        self._held = 0  # bytes held that are certain to be in the answer (module docstring)
         self.done = False  # its end event seen
         self.failed = False  # never an answer: cut, an error event, too long, unreadable
 
@@ -88,6 +104,7 @@ class AnswerTap:
         if self.done or self.failed:
             if self.done and data.strip():
                 self.failed = True  # bytes after the end: not the stream this reads
+                self._drop()
             return False
         if not self._begun:  # the stream's first bytes: up to 2 held, as they may be a BOM
             data = self._head + data
@@ -107,17 +124,16 @@ class AnswerTap:
         if last < start:  # within a line: kept, so that a long line costs its length once
             self._line += view[start:]
         else:
-            text = bytes(self._line) + view[start : last + 1]
+            text = b"".join((b"\n", self._line, view[start : last + 1]))
             self._line = bytearray(view[last + 1 :])
             self._cr = view.endswith(b"\r")
-            lines = _LINE_END.split(text)
-            lines.pop()  # what follows the last line end: kept in `_line`
-            for line in lines:
-                self._line_read(line)
-                if self.done or self.failed:
-                    break
+            if b"\r" in text:  # CRLF and CR as LF: the same lines (no line holds either)
+                text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            self._lines_read(text)
         if len(data) > room and not self.done:
             self.failed = True  # the answer's end not within MAX_STREAM bytes
+        if self.failed:
+            self._drop()
         return self.done and not self.failed
 
     @property
@@ -131,13 +147,43 @@ class AnswerTap:
             return None  # input nested past the parser: none, never raised into the stream
         return made if len(made) <= MAX_ANSWER else None
 
-    def _line_read(self, line: bytes) -> None:  # `line` without its line end
-        if line.startswith(b"data:"):
-            value = line[5:]
-            self._data.append(value[1:] if value.startswith(b" ") else value)
-        elif not line and self._data:
-            data, self._data = b"\n".join(self._data), []
-            self._event(data)
+    def _lines_read(self, text: bytes) -> None:
+        """Reads the lines of `text`: an LF, then lines each ended by LF. Only `data:` lines and
+        the blank line that ends an event with data are read one by one; the lines between them
+        (blank lines with no event pending, comments, `event:` lines: nothing in SSE's reading)
+        are stepped over by `bytes.find`, at C speed (a Python call for each of a flood of
+        blank lines cost ~1 s per 8 MiB). Each find starts where the last one it found was
+        passed: O(len(text))."""
+        at = 0  # text[at] is the LF before the next line to read
+        data = blank = -2  # the LF before the next data line / blank line; -1: none left
+        while not (self.done or self.failed):
+            if -1 < data < at or data == -2:
+                data = text.find(b"\ndata:", at)
+            if self._data and (-1 < blank < at or blank == -2):
+                blank = text.find(b"\n\n", at)
+            if self._data and blank != -1 and (data == -1 or blank < data):
+                joined, self._data = b"\n".join(self._data), []
+                at = blank + 1
+                self._event(joined)
+            elif data != -1:
+                end = text.index(b"\n", data + 1)
+                value = text[data + 6 : end]
+                self._data.append(value[1:] if value.startswith(b" ") else value)
+                at = end
+            else:
+                return
+
+    def _hold(self, size: int) -> None:
+        """Counts `size` more bytes certain to be in the answer: past MAX_ANSWER, none."""
+        self._held += size
+        if self._held > MAX_ANSWER:
+            self.failed = True
+
+    def _drop(self) -> None:
+        """All a tap that failed held (it never makes an answer)."""
+        self._line, self._data, self._head = bytearray(), [], b""
+        self._blocks, self._inputs, self._texts = {}, {}, {}
+        self._content, self._calls = [], {}
 
     def _event(self, data: bytes) -> None:
         if not self._anthropic and data.strip() == b"[DONE]":
@@ -167,7 +213,10 @@ class AnswerTap:
         elif kind == "content_block_start":
             block = event.get("content_block")
             if isinstance(block, dict):
-                self._blocks[_index(event)] = dict(block)
+                index = _index(event)
+                if index not in self._blocks:
+                    self._hold(_BLOCK)
+                self._blocks[index] = dict(block)
         elif kind == "content_block_delta":
             delta = event.get("delta")
             block = self._blocks.get(_index(event))
@@ -177,13 +226,17 @@ class AnswerTap:
     def _delta(self, index: int, block: dict[str, Any], delta: dict[str, Any]) -> None:
         kind = delta.get("type")
         if kind == "input_json_delta":
-            self._inputs.setdefault(index, []).append(str(delta.get("partial_json", "")))
+            piece = str(delta.get("partial_json", ""))
+            self._inputs.setdefault(index, []).append(piece)
+            self._hold(_size(piece))  # as streamed, after the message
             return
         field = {"text_delta": "text", "thinking_delta": "thinking"}.get(str(kind))
         field = field or ("signature" if kind == "signature_delta" else None)
         if field is not None:
             del block  # its text is joined in `_made`
-            self._texts.setdefault((index, field), []).append(str(delta.get(field, "")))
+            piece = str(delta.get(field, ""))
+            self._texts.setdefault((index, field), []).append(piece)
+            self._hold(_size(piece))
 
     def _chat_event(self, event: dict[str, Any]) -> None:
         if "error" in event:
@@ -197,6 +250,7 @@ class AnswerTap:
                 continue
             if isinstance(delta.get("content"), str):
                 self._content.append(delta["content"])
+                self._hold(_size(delta["content"]))
             for call in delta.get("tool_calls") or ():
                 if isinstance(call, dict):
                     self._call(call)
@@ -205,9 +259,10 @@ class AnswerTap:
         index = call.get("index", 0)
         # its name's and arguments' pieces, joined once in `_made` (adding each piece to
         # the name so far made a stream of name pieces cost its length squared)
-        made = self._calls.setdefault(
-            index if isinstance(index, int) else 0, {"name": [], "arguments": []}
-        )
+        index = index if isinstance(index, int) else 0
+        if index not in self._calls:
+            self._hold(_CALL)
+        made = self._calls.setdefault(index, {"name": [], "arguments": []})
         for field in ("id", "type"):
             if isinstance(call.get(field), str):
                 made[field] = call[field]
@@ -215,8 +270,10 @@ class AnswerTap:
         if isinstance(function, dict):
             if isinstance(function.get("name"), str):
                 made["name"].append(function["name"])
+                self._hold(_size(function["name"]))
             if isinstance(function.get("arguments"), str):
                 made["arguments"].append(function["arguments"])
+                self._hold(2 * _size(function["arguments"]))  # in the message, then as streamed
 
     def _made(self) -> bytes:
         if self._anthropic:
@@ -248,6 +305,16 @@ class AnswerTap:
                 message["tool_calls"] = calls
         parts = [_compact(message), *streamed]
         return "\n".join(parts).encode("utf-8", "surrogatepass")
+
+
+def _size(text: str) -> int:
+    """Bytes `text` makes in the answer at least, the same as answer.ts's `size`: its UTF-8,
+    a surrogate counted as 2 (its `surrogatepass` bytes are 3; JS joins two into a character
+    of 4). Escapes add to it (a quote, a line end, a control character): not counted."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # lone surrogates
+        return len(text.encode("utf-8", "surrogatepass")) - len(_SURROGATE.findall(text))
 
 
 def _compact(value: Any) -> str:

@@ -23,8 +23,11 @@ Streaming stays streaming: after the body, the app's `receive` is the real one (
 the client to disconnect), and an answer is held back only to add `toolReferences` to a
 JSON body that arrives in one piece.
 
-Any other request passes through untouched, and its answer is byte for byte what the app
-alone would give. When the registry is down (or refuses the middleware's key), requests
+An answer marked with toolref headers whose request has an `Origin` (a browser page's) names
+them in `Access-Control-Expose-Headers`, after the app's own names (`restoring.exposing`):
+a page on another origin reads them whatever CORS sits outside; no CORS allow header is
+added. Any other request passes through untouched, and its answer is byte for byte what
+the app alone would give. When the registry is down (or refuses the middleware's key), requests
 without markers pass through and are answered as protocol 1 (so clients send full payloads);
 requests with markers get 409 with every ref missing; edits get 415 (the client sends the
 request as it is). Chatting never stops. Each such fallback is counted in
@@ -60,6 +63,7 @@ from toolref.receiving.held import HeldRequests
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
 from toolref.receiving.middleware_options import check_app, check_middleware_options
 from toolref.receiving.restoring import (
+    exposing,
     is_edit,
     offers_edits,
     restore_edit,
@@ -185,6 +189,7 @@ class ToolRefMiddleware:
         if not self._handles(scope):
             await self.app(scope, receive, send)
             return
+        send = exposing(scope, send)  # outermost: it sees every mark the answer gets
         if offers_edits(scope):
             await self._verify_once()  # which version of edits the registry applies
             scope, send = told_edits(scope, send, self._told_channel(scope), self.edits_version)

@@ -336,6 +336,55 @@ def told_edits(scope: Scope, send: Send, channel: str | None, version: int) -> t
     return {**scope, "headers": kept}, with_edits
 
 
+_EXPOSE: Final = b"access-control-expose-headers"
+
+
+def exposing(scope: Scope, send: Send) -> Send:
+    """`send`, listing in `Access-Control-Expose-Headers` the toolref headers its answer
+    carries (`exposed`) when the request has an `Origin` (a browser page's: on another
+    origin, the page reads no answer header its backend does not expose, whatever CORS
+    middleware sits outside, one allowing every request header included). Never a CORS
+    allow header: whether the origin may read the answer at all is the app's to say."""
+    if header(scope, "origin") is None:
+        return send
+
+    async def with_exposed(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": exposed(message.get("headers", []))}
+        await send(message)
+
+    return with_exposed
+
+
+def exposed(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """`headers` with each toolref header they carry named in `Access-Control-Expose-Headers`:
+    appended to the app's own names (its lines joined into one, every name kept), added
+    where it has none; as they are when it names them all. A `*` of the app's counts for
+    none: it exposes every header only to a request without credentials (the Fetch
+    standard; to one with cookies it is a header named `*`), and names beside it are read
+    either way. Linear in the headers."""
+    ours: dict[bytes, None] = {}
+    theirs: list[bytes] = []
+    for key, value in headers:
+        low = key.lower()
+        if low == _EXPOSE:
+            theirs.append(value.strip())
+        elif low.startswith(TOOLREF_PREFIX.encode()):
+            ours.setdefault(low)
+    named = {item.strip().lower() for line in theirs for item in line.split(b",")}
+    missing = [_titled(name) for name in ours if name not in named]
+    if not missing:
+        return list(headers)
+    value = b", ".join([*(line for line in theirs if line), *missing])
+    kept = [(key, v) for key, v in headers if key.lower() != _EXPOSE]
+    return [*kept, (_EXPOSE, value)]
+
+
+def _titled(name: bytes) -> bytes:
+    """`toolref-edits` as the docs write it, `Toolref-Edits` (the case is the reader's)."""
+    return b"-".join(part[:1].upper() + part[1:] for part in name.split(b"-"))
+
+
 def _quoted(path: str) -> bytes:
     """A channel's path as a header tells it: a URL path (a mount point's spaces and the
     like quoted)."""

@@ -8,12 +8,16 @@ tested byte for byte without one.
 Bounds, each checked as the bytes arrive: a message is assembled from its frames up to
 `max_message` bytes (UTF-8 bytes for text), past which the client closes with 1009 and
 reports it; the body of a refused upgrade is kept up to `max_refusal` bytes. A ping is
-answered with its pong (`outgoing`); no extension is offered, so every frame's payload is
-its message's bytes (no inflating on this side).
+answered with its pong (`outgoing`) while the pongs fit in `pong_room` bytes, which the
+driver sets to what its write buffer has left under its high-water mark: past it, a ping
+goes unanswered (a peer reading nothing would otherwise have its pongs held without bound;
+RFC 6455 5.5.3 lets a later pong answer earlier pings). No extension is offered, so every
+frame's payload is its message's bytes (no inflating on this side).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -116,6 +120,7 @@ class Client:
         self._refused: RejectConnection | None = None
         self._refusal = bytearray()
         self.closed: Closed | None = None
+        self.pong_room = sys.maxsize  # bytes of pongs `outgoing` may still take
 
     # --- what to send ---------------------------------------------------------------------
 
@@ -191,7 +196,10 @@ class Client:
         if isinstance(event, BytesMessage):
             return self._part(bytes(event.data), event.message_finished)
         if isinstance(event, Ping):
-            self._out += self._ws.send(event.response())
+            pong = self._ws.send(event.response())
+            if len(pong) <= self.pong_room:
+                self._out += pong
+                self.pong_room -= len(pong)
             return None
         if isinstance(event, CloseConnection):
             reason = event.reason or ""

@@ -6,8 +6,10 @@
 `Refusal` (the server answered with a plain HTTP status: its status, headers and body).
 The socket then sends whole messages and receives them one at a time (`receive`: a
 `Message`, then, once, the `Closed` that ends the connection); pings are answered as they
-come. Reads take at most `READ` bytes at a time, and a message is held only up to the
-client's `max_message`. A send waits while the peer is slow to read (the transport's buffer
+come while the transport's buffer has room under its high-water mark (a peer that sends
+pings and reads nothing leaves the rest unanswered: the buffer stays within the mark).
+Reads take at most `READ` bytes at a time, and a message is held only up to the client's
+`max_message`. A send waits while the peer is slow to read (the transport's buffer
 past its high-water mark: one message, and 64 KiB); given `stall` seconds, it raises
 `Stalled` once the peer took nothing of it for that long (a peer reading at any pace goes
 on).
@@ -132,6 +134,9 @@ class Socket:
                 data = await self._reader.read(READ)
             except (OSError, ssl_module.SSLError):
                 data = b""
+            transport = self._writer.transport
+            high = transport.get_write_buffer_limits()[1]
+            self.client.pong_room = max(high - transport.get_write_buffer_size(), 0)
             self._events.extend(self.client.receive(data))
             pending = self.client.outgoing()
             if pending and not self._writer.is_closing():

@@ -24,7 +24,10 @@ seconds in which it took nothing of a message the socket ends 1001, both hops cl
 close the gateway sends its client waits at most
 `toolref.websocket.driver.CLOSE_TIMEOUT` seconds (the bridge's, for each side): a client
 that reads nothing (its window full) is let go then, with the tenant's slot, where it held
-them for as long as it kept its connection.
+them for as long as it kept its connection. Below the bridge, the service's WebSocket
+protocol (`toolref_server.http.websocket`) stops reading a client whose pongs and messages
+it cannot write, and drops its connection after `TOOLREF_SEND_TIMEOUT` seconds in which it
+took nothing, or in which its closed connection's bytes went nowhere.
 
 On an LLM endpoint's path (`toolref.wire.endpoints.socket_turns`: the Responses API's
 WebSocket), each client message sent upstream is a turn, counted as an HTTP request is

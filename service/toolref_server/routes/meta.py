@@ -22,6 +22,7 @@ from toolref_server.http.operation import ApiRoute, Operation, Reply
 from toolref_server.metrics import CONTENT_TYPE as METRICS_TYPE
 from toolref_server.routes import request_context
 from toolref_server.settings import Settings
+from toolref_server.storage import outage
 
 
 def capabilities_of(settings: Settings, *, upstreams: bool = False) -> Capabilities:
@@ -90,8 +91,10 @@ async def healthz(request: Request) -> Response:
 async def readyz(request: Request) -> Response:
     services = request_context.services(request)
     if not await services.store.ping():
+        refused = services.store.refused  # it answered, and refused the credentials
+        down = "the store (Redis) does not answer PING; the service is up but cannot serve refs"
         raise StoreUnavailableError(
-            "the store (Redis) does not answer PING; the service is up but cannot serve refs",
+            outage.credentials(refused) if refused is not None else down,
             retry_after=services.settings.retry_after_seconds,
         )
     misrouted = await services.store.misrouted()

@@ -19,7 +19,7 @@ from redis import Redis, RedisCluster
 from redis.exceptions import RedisError
 
 from toolref.wire.errors import StoreUnavailableError
-from toolref_server.storage import keys
+from toolref_server.storage import keys, outage
 
 PAGE: Final = 500
 PAGE_BYTES: Final = 16 << 20  # values read in one pipeline, about (a larger one alone)
@@ -102,8 +102,11 @@ def put_absent(redis: Client, batch: Sequence[Sequence[Any]]) -> tuple[int, int]
     try:
         replies: list[Any] = pipe.execute()
     except RedisError as exc:  # some of the batch may be written
+        said = outage.refused(exc)
         raise StoreUnavailableError(
-            f"the engine failed while keys were written ({type(exc).__name__}: {exc}); "
+            f"{outage.for_cli(said)}, then write them again"
+            if said is not None
+            else f"the engine failed while keys were written ({type(exc).__name__}: {exc}); "
             "write them again once it answers"
         ) from None
     written = present = 0

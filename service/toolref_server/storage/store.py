@@ -39,7 +39,7 @@ from toolref.kit.breaker import BreakerState, CircuitBreaker
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import DecompressedTooLargeError, StoreUnavailableError
 from toolref_server.metrics import Metrics
-from toolref_server.storage import engine_mode, record
+from toolref_server.storage import engine_mode, outage, record
 from toolref_server.storage.commands import Batch
 from toolref_server.storage.keys import record as record_key
 from toolref_server.storage.quotas import StoredBytes
@@ -115,6 +115,8 @@ class Store:
         self.workers = workers
         # `is not None`: an empty Verifier is falsy (it has a length): the app's at start.
         self.verifier = verifier if verifier is not None else Verifier(100_000)
+        # What the engine said when it last refused the credentials (`outage.refused`).
+        self.refused: str | None = None
 
     @staticmethod
     def key(tenant: str, ref: Ref) -> str:
@@ -152,6 +154,7 @@ class Store:
                 raise self._unavailable(action, type(exc).__name__, exc) from None
             except RedisError as exc:
                 self.breaker.failure()
+                self.refused = outage.refused(exc)  # the last failure's: `_skipped` says it
                 raise self._unavailable(action, type(exc).__name__, exc) from None
             self.breaker.success()
         finally:
@@ -159,23 +162,14 @@ class Store:
 
     def _skipped(self) -> StoreUnavailableError:
         wait = max(1, math.ceil(self.breaker.retry_in()))
-        return StoreUnavailableError(
-            f"the registry's store failed {self.breaker.failure_threshold} times in a row, "
-            f"so requests skip it for now; retry after {wait}s, or send full payloads "
-            "meanwhile",
-            retry_after=wait,
-        )
+        return outage.skipped(self.breaker.failure_threshold, wait, self.refused)
 
     def _unavailable(
         self, action: str, cause: str, exc: Exception | None = None
     ) -> StoreUnavailableError:
         log.warning("store %s failed: %s%s", action, cause, f": {exc}" if exc else "")
         self.metrics.store_errors.labels(action).inc()
-        return StoreUnavailableError(
-            f"the registry's store is unreachable ({cause}); retry after "
-            f"{self.retry_after}s, or send full payloads meanwhile",
-            retry_after=self.retry_after,
-        )
+        return outage.unavailable(cause, self.retry_after, outage.refused(exc))
 
     async def register(self, tenant: str, records: Sequence[NewRecord]) -> list[Registered]:
         """Store records that are absent; extend the lifetime of those present.
@@ -479,15 +473,21 @@ class Store:
         """Why this engine cannot serve as configured (`engine_mode.misrouted`), or None."""
         return await engine_mode.misrouted(self.redis, self.cluster)
 
-    async def ping(self) -> bool:
-        """Does the engine answer? Asked past the breaker, whose state it then sets: a
-        readiness probe that succeeds lets traffic back in at once."""
+    async def ping(self, *, probe: bool = True) -> bool:
+        """Does the engine answer? Asked past the breaker, whose state it then sets (not
+        with `probe=False`: the start's check): a readiness probe that succeeds lets
+        traffic back in at once. `refused`: what the engine said if it refused the
+        credentials (a wrong password, NOPERM: `outage`), None if it did not."""
         try:
             answered = bool(await self.redis.ping())
-        except RedisError:
-            self.breaker.failure()
+        except RedisError as exc:
+            self.refused = outage.refused(exc)
+            if probe:
+                self.breaker.failure()
             return False
-        self.breaker.success()
+        self.refused = None
+        if probe:
+            self.breaker.success()
         return answered
 
 

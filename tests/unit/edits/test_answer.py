@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import tracemalloc
 
 import pytest
 from hypothesis import given
@@ -297,6 +298,10 @@ ANTHROPIC_EDGE = (
     b'data: {"type":"message_stop"}\r\n\r\n'
 )
 ANTHROPIC_EDGE_ANSWER = '{"role":"assistant","content":[{"type":"text","text":"hé"}]}'.encode()
+RUNS = b"\n\r\n\r\r: keep-alive\r\n:\n\n"  # blank and comment lines, stepped over unread
+ANTHROPIC_RUNS = RUNS + ANTHROPIC_EDGE.replace(
+    b'"index":0,\r\n', b'"index":0,\r\n: within an event\revent: x\n'
+).replace(b'data: {"type":"message_stop"}', RUNS + b'data: {"type":"message_stop"}')
 BOM = b"\xef\xbb\xbf"
 EDGE_CASES = [
     ("openai-chat", BOM + CHAT_EDGE, CHAT_EDGE_ANSWER),  # a BOM before the first event
@@ -304,6 +309,9 @@ EDGE_CASES = [
     ("openai-chat", BOM + CHAT_EDGE.replace(b"\n", b"\r\n"), CHAT_EDGE_ANSWER),
     ("anthropic", ANTHROPIC_EDGE, ANTHROPIC_EDGE_ANSWER),  # CR, LF, CRLF and LF CR mixed
     ("anthropic", BOM + ANTHROPIC_EDGE, ANTHROPIC_EDGE_ANSWER),
+    ("anthropic", ANTHROPIC_RUNS, ANTHROPIC_EDGE_ANSWER),  # blank and comment runs
+    ("anthropic", BOM + ANTHROPIC_RUNS, ANTHROPIC_EDGE_ANSWER),
+    ("openai-chat", RUNS + CHAT_EDGE.replace(b"\n\n", b"\n" + RUNS), CHAT_EDGE_ANSWER),
 ]
 
 
@@ -349,3 +357,94 @@ def test_only_the_bytes_up_to_the_end_count_against_max_stream() -> None:
         at = len(data) - 1  # the last LF, past the limit
         for pieces in ([data], [data[:at], data[at:]], [padding, end_line]):
             assert taken("openai-chat", pieces) == expected, (extra, [len(p) for p in pieces])
+
+
+# --- what a tap holds (review: answer taps' memory) --------------------------------------------
+# The same streams and give-up points are in client_sdk/js/test/answer.test.ts ("what a tap
+# holds"): both sides give up at the same event, so they still agree on every answer.
+
+TEXT_START = (
+    b'data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n'
+)
+
+
+def _text_delta(text: str) -> bytes:
+    delta = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "text_delta", "text": text},
+    }
+    return _sse(delta)
+
+
+def test_a_tap_gives_up_once_what_it_holds_can_only_make_an_answer_over_max_answer() -> None:
+    """Text deltas of 1000 bytes each: the 262nd still may make an answer (262,000 bytes of
+    text, within MAX_ANSWER), the 263rd cannot: the tap gives up there, its memory dropped
+    (it held the whole 8 MiB stream's text until its end before)."""
+    tap = AnswerTap("anthropic")
+    tap.feed(TEXT_START)
+    delta = _text_delta("x" * 1000)
+    for _ in range(262):
+        tap.feed(delta)
+    assert not tap.failed
+    tap.feed(delta)
+    assert tap.failed
+    tap = AnswerTap("anthropic")
+    data = TEXT_START + delta * ((MAX_STREAM - len(TEXT_START)) // len(delta))
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for at in range(0, len(data), 1 << 16):
+            tap.feed(data[at : at + (1 << 16)])
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert tap.failed
+    assert held < 64 << 10, held  # what is left of the tap: ~7.7 MiB before
+
+
+def test_a_chat_tap_counts_tool_arguments_twice_and_every_call() -> None:
+    """A call's arguments are in the answer twice (in the message, then as streamed): 131
+    pieces of 1000 bytes may make one, 132 cannot. A flood of calls each makes at least
+    `{"id":"","type":"function","function":{"name":"","arguments":""}}` (65 bytes), a
+    comma and a line end: 3912 of them may make an answer, 3913 cannot."""
+    tap = AnswerTap("openai-chat")
+    piece = {"index": 0, "function": {"arguments": "y" * 1000}}
+    event = _sse({"choices": [{"index": 0, "delta": {"tool_calls": [piece]}}]})
+    for _ in range(131):
+        tap.feed(event)
+    assert not tap.failed
+    tap.feed(event)
+    assert tap.failed
+    tap = AnswerTap("openai-chat")
+    for n in range(3913):
+        assert not tap.failed
+        tap.feed(_sse({"choices": [{"delta": {"tool_calls": [{"index": n}]}}]}))
+    assert tap.failed
+
+
+@pytest.mark.parametrize("fmt", ["anthropic", "openai-chat"])
+def test_an_answer_of_exactly_max_answer_is_still_one(fmt: str) -> None:
+    """The rule counts only bytes certain to be in the answer: text that the answer escapes
+    (quotes, line ends, a control character), non-ASCII and a lone surrogate count for less
+    than they make, so an answer of MAX_ANSWER bytes is still made, one byte more is none."""
+    pieces = ['say "hi"\n', "\x01\u00e9\U0001f600", "\ud800", "z" * 1000]
+
+    def answer(fill: int) -> bytes | None:
+        if fmt == "anthropic":
+            events = [TEXT_START, *(_text_delta(p) for p in [*pieces, "w" * fill])]
+            end = _sse({"type": "message_stop"})
+        else:
+            events = [_sse({"choices": [{"delta": {"content": p}}]}) for p in [*pieces, "w" * fill]]
+            end = b"data: [DONE]\n\n"
+        tap = AnswerTap(fmt)
+        for data in [*events, end]:
+            tap.feed(data)
+        return tap.answer
+
+    made = answer(0)
+    assert made is not None
+    full = answer(MAX_ANSWER - len(made))
+    assert full is not None
+    assert len(full) == MAX_ANSWER
+    assert answer(MAX_ANSWER - len(made) + 1) is None

@@ -18,6 +18,17 @@
  * error event, anything else: no answer. Incremental: linear in the stream, one JSON parse per
  * event.
  *
+ * What a tap holds is bounded by {@link MAX_ANSWER}, not {@link MAX_STREAM}: it counts the bytes it
+ * holds that are certain to be in the answer (`size` of each text, thinking, signature and content
+ * piece and each tool input piece, a tool call's arguments twice, as the answer holds them twice;
+ * 3 bytes for each block, 67 for each tool call), and once they pass MAX_ANSWER the answer can only
+ * be longer: the tap gives up then (`failed`, all it held dropped), at the same event as answer.py
+ * (which counts the same). The count is a lower bound: escapes only add bytes, a block or a call
+ * only grows, and a surrogate (a UTF-16 unit) counts 2. A block's deltas are kept apart and joined
+ * once the answer is made, as Python joins them (across a block started again at its index, fields
+ * in Python's order: text, thinking, signature). With no event pending, the lines before the next
+ * data line (blank lines, comments, `event:` lines) are stepped over by `indexOf`, not read.
+ *
  * The bytes are Python's `json.dumps(message, ensure_ascii=False, separators=(",", ":"))`, so
  * JSON is read and written here as Python's `json` does, not with `JSON.parse`/`JSON.stringify`
  * (which would move integer-like keys first, write `1.0` as `1` and `1e16` as `10000000000000000`,
@@ -47,6 +58,8 @@
 
 import { sha256Async, toHex } from "../digest.js";
 import { join } from "./isolated.js";
+import { BOM, CR, DATA, DONE, EMPTY, LF } from "./pybytes.js";
+import { decode, equals, isBlank, joinLines, size, startsWith, stripBytes, utf8 } from "./pybytes.js";
 import { endpoint } from "../endpoints.js";
 import type { FormatName } from "../formats/index.js";
 import { PY_BLANK, Reader, dumps, indexOf, isFalsy, isZero, items, pyStrip, sortedKeys, type Json, type JsonObject } from "./pyjson.js";
@@ -101,6 +114,10 @@ export class AnswerTap {
   private read = 0;
   private readonly blocks = new Map<bigint, JsonObject>();
   private readonly inputs = new Map<bigint, string[]>(); // tool_use block -> its input's pieces
+  // block -> field (text, thinking, signature) -> its deltas' pieces, joined in `assembled` as
+  // answer.py joins them: a block started again at its index keeps them, as in Python
+  private readonly texts = new Map<bigint, Map<string, string[]>>();
+  private held = 0; // bytes held that are certain to be in the answer (module comment)
   private readonly content: string[] = [];
   private readonly calls = new Map<bigint, Call>();
   private ended = false; // its end event seen
@@ -131,7 +148,10 @@ export class AnswerTap {
    * is cut). O(data.length). */
   feed(data: Uint8Array): boolean {
     if (this.ended || this.broken) {
-      if (this.ended && !isBlank(data)) this.broken = true; // bytes after the end: not the stream this reads
+      if (this.ended && !isBlank(data)) {
+        this.broken = true; // bytes after the end: not the stream this reads
+        this.drop();
+      }
       return false;
     }
     if (!this.begun) {
@@ -164,6 +184,15 @@ export class AnswerTap {
       let nextLf = view.indexOf(LF, start); // the next LF and CR from `at` on, each found once: O(view)
       let nextCr = view.indexOf(CR, start);
       for (let at = start; at <= last; ) {
+        if (!this.data.length && (at > start || !pending.length)) {
+          // no event pending: only a data line reads as something; the blank, comment and other
+          // lines before the next one are stepped over by indexOf, unread (each byte looked at once)
+          let next = view.indexOf(D, at);
+          while (next >= 0 && next <= last && !(lineStart(view, at, next) && startsWith(view, next, last + 1, DATA)))
+            next = view.indexOf(D, next + 1);
+          if (next < 0 || next > last) break;
+          at = next;
+        }
         if (nextLf >= 0 && nextLf < at) nextLf = view.indexOf(LF, at);
         if (nextCr >= 0 && nextCr < at) nextCr = view.indexOf(CR, at);
         const end = nextLf < 0 ? nextCr : nextCr < 0 ? nextLf : Math.min(nextLf, nextCr);
@@ -178,7 +207,26 @@ export class AnswerTap {
       }
     }
     if (data.length > room && !this.ended) this.broken = true; // the answer's end not within MAX_STREAM bytes
+    if (this.broken) this.drop();
     return this.ended && !this.broken;
+  }
+
+  /** Counts `bytes` more certain to be in the answer: past MAX_ANSWER, none (module comment). */
+  private hold(bytes: number): void {
+    this.held += bytes;
+    if (this.held > MAX_ANSWER) this.broken = true;
+  }
+
+  /** All a tap that failed held (it never makes an answer). */
+  private drop(): void {
+    this.line = [];
+    this.data = [];
+    this.head = EMPTY;
+    this.blocks.clear();
+    this.inputs.clear();
+    this.texts.clear();
+    this.content.length = 0;
+    this.calls.clear();
   }
 
   /** The answer's bytes (module comment), the same array each time; null unless the stream ended
@@ -233,16 +281,19 @@ export class AnswerTap {
       this.broken = true;
     } else if (kind === "content_block_start") {
       const block = event.get("content_block");
-      if (block instanceof Map) this.blocks.set(indexOf(event), new Map(block));
+      if (block instanceof Map) {
+        const index = indexOf(event);
+        if (!this.blocks.has(index)) this.hold(BLOCK);
+        this.blocks.set(index, new Map(block));
+      }
     } else if (kind === "content_block_delta") {
       const delta = event.get("delta");
       const index = indexOf(event);
-      const block = this.blocks.get(index);
-      if (delta instanceof Map && block !== undefined) this.delta(index, block, delta);
+      if (delta instanceof Map && this.blocks.has(index)) this.delta(index, delta);
     }
   }
 
-  private delta(index: bigint, block: JsonObject, delta: JsonObject): void {
+  private delta(index: bigint, delta: JsonObject): void {
     const kind = delta.get("type");
     if (kind === "input_json_delta") {
       const piece = delta.has("partial_json") ? delta.get("partial_json") : "";
@@ -250,15 +301,22 @@ export class AnswerTap {
       if (typeof piece !== "string") this.odd = true;
       else if (pieces === undefined) this.inputs.set(index, [piece]);
       else pieces.push(piece);
+      if (typeof piece === "string") this.hold(size(piece)); // as streamed, after the message
       return;
     }
     const field = DELTA_FIELDS.get(kind);
     if (field === undefined) return;
-    const had = block.get(field);
-    const before = had === undefined || isFalsy(had) ? "" : had;
     const added = delta.has(field) ? delta.get(field) : "";
-    if (typeof before !== "string" || typeof added !== "string") this.odd = true;
-    else block.set(field, before + added); // in its place when the block has it, else last
+    if (typeof added !== "string") {
+      this.odd = true;
+      return;
+    }
+    let fields = this.texts.get(index);
+    if (fields === undefined) this.texts.set(index, (fields = new Map()));
+    const pieces = fields.get(field);
+    if (pieces === undefined) fields.set(field, [added]);
+    else pieces.push(added);
+    this.hold(size(added));
   }
 
   private chatEvent(event: JsonObject): void {
@@ -276,7 +334,10 @@ export class AnswerTap {
       const delta = choice.get("delta");
       if (!(delta instanceof Map)) continue;
       const content = delta.get("content");
-      if (typeof content === "string") this.content.push(content);
+      if (typeof content === "string") {
+        this.content.push(content);
+        this.hold(size(content));
+      }
       const calls = items(delta.get("tool_calls"));
       if (calls === null) {
         this.broken = true;
@@ -289,15 +350,24 @@ export class AnswerTap {
   private call(call: JsonObject): void {
     const index = indexOf(call);
     let made = this.calls.get(index);
-    if (made === undefined) this.calls.set(index, (made = { arguments: [] }));
+    if (made === undefined) {
+      this.hold(CALL);
+      this.calls.set(index, (made = { arguments: [] }));
+    }
     const id = call.get("id");
     if (typeof id === "string") made.id = id;
     const called = call.get("function");
     if (called instanceof Map) {
       const name = called.get("name");
-      if (typeof name === "string") made.name = (made.name ?? "") + name;
+      if (typeof name === "string") {
+        made.name = (made.name ?? "") + name;
+        this.hold(size(name));
+      }
       const piece = called.get("arguments");
-      if (typeof piece === "string") made.arguments.push(piece);
+      if (typeof piece === "string") {
+        made.arguments.push(piece);
+        this.hold(2 * size(piece)); // in the message, then as streamed
+      }
     }
   }
 
@@ -308,6 +378,15 @@ export class AnswerTap {
       const blocks: Json[] = [];
       for (const index of sortedKeys(this.blocks)) {
         const block = this.blocks.get(index) as JsonObject;
+        const fields = this.texts.get(index);
+        for (const field of DELTA_FIELDS.values()) {
+          const added = fields?.get(field);
+          if (added === undefined) continue;
+          const had = block.get(field);
+          const before = had === undefined || isFalsy(had) ? "" : had;
+          if (typeof before !== "string") throw new TypeError("a field Python would take the str() of");
+          block.set(field, before + added.join("")); // in its place when the block has it, else last
+        }
         const pieces = this.inputs.get(index);
         if (pieces !== undefined) {
           const text = pieces.join("");
@@ -349,114 +428,13 @@ export class AnswerTap {
   }
 }
 
-// --- bytes ----------------------------------------------------------------------------------
+const BLOCK = 3; // bytes a block makes at least: `{}` and a comma (or the message's `]`)
+// bytes a tool call makes at least: `{"id":"","type":"function","function":{"name":"",
+// "arguments":""}}` (65), a comma (or the message's `]`) and the line end before its arguments
+const CALL = 67;
+const D = 0x64; // a data line's first byte
 
-const DATA = new TextEncoder().encode("data:");
-const BOM = Uint8Array.of(0xef, 0xbb, 0xbf);
-const EMPTY = new Uint8Array();
-const LF = 0x0a;
-const CR = 0x0d; // SSE's line ends: CRLF, LF and CR
-const DONE = new TextEncoder().encode("[DONE]");
-const DECODER = new TextDecoder("utf-8", { fatal: true }); // a leading BOM dropped, as utf-8-sig does
-const WITHIN = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
-const ENCODER = new TextEncoder();
-const SURROGATE = /[\ud800-\udfff]/;
-
-/** Python's `bytes.isspace()` (ASCII whitespace), or no bytes. */
-function isSpace(byte: number): boolean {
-  return byte === 0x20 || (byte >= 0x09 && byte <= 0x0d);
-}
-
-function isBlank(data: Uint8Array): boolean {
-  for (const byte of data) if (!isSpace(byte)) return false;
-  return true;
-}
-
-/** Python's `bytes.strip()`. */
-function stripBytes(data: Uint8Array): Uint8Array {
-  let start = 0;
-  let end = data.length;
-  while (start < end && isSpace(data[start] as number)) start++;
-  while (end > start && isSpace(data[end - 1] as number)) end--;
-  return data.subarray(start, end);
-}
-
-/** Whether `data[start:end]` starts with `prefix`. */
-function startsWith(data: Uint8Array, start: number, end: number, prefix: Uint8Array): boolean {
-  if (end - start < prefix.length) return false;
-  for (let i = 0; i < prefix.length; i++) if (data[start + i] !== prefix[i]) return false;
-  return true;
-}
-
-function equals(a: Uint8Array, b: Uint8Array): boolean {
-  if (a.length !== b.length) return false;
-  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
-  return true;
-}
-
-/** `b"\n".join(lines)`. */
-function joinLines(lines: readonly Uint8Array[]): Uint8Array {
-  if (lines.length === 1) return lines[0] as Uint8Array;
-  const parts: Uint8Array[] = [];
-  for (const line of lines) parts.push(line, NEWLINE);
-  parts.pop();
-  return join(parts);
-}
-
-const NEWLINE = Uint8Array.of(0x0a);
-
-/** `data.decode("utf-8", "surrogatepass")`, as Python's `json.loads` reads bytes: UTF-8, where a
- * surrogate's three bytes (ED A0..BF 80..BF) are that surrogate. Throws on anything else. */
-function decode(data: Uint8Array): string {
-  try {
-    return DECODER.decode(data);
-  } catch (error) {
-    let out = "";
-    let start = 0;
-    for (let at = 0; at + 2 < data.length; ) {
-      const [lead, second = 0, third = 0] = data.subarray(at, at + 3);
-      if (lead !== 0xed || second < 0xa0 || second > 0xbf || (third & 0xc0) !== 0x80) {
-        at++;
-        continue;
-      }
-      out += (start ? WITHIN : DECODER).decode(data.subarray(start, at));
-      out += String.fromCharCode(0xd000 | ((second & 0x3f) << 6) | (third & 0x3f));
-      start = at += 3;
-    }
-    if (!start) throw error;
-    return out + WITHIN.decode(data.subarray(start));
-  }
-}
-
-/** `text.encode("utf-8", "surrogatepass")`: a lone surrogate as its three bytes. */
-function utf8(text: string): Uint8Array {
-  if (!SURROGATE.test(text)) return ENCODER.encode(text);
-  const out = new Uint8Array(text.length * 3);
-  let at = 0;
-  for (let i = 0; i < text.length; i++) {
-    let code = text.charCodeAt(i);
-    if (code >= 0xd800 && code < 0xdc00 && i + 1 < text.length) {
-      const low = text.charCodeAt(i + 1);
-      if (low >= 0xdc00 && low < 0xe000) {
-        code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
-        i++;
-      }
-    }
-    if (code < 0x80) {
-      out[at++] = code;
-    } else if (code < 0x800) {
-      out[at++] = 0xc0 | (code >> 6);
-      out[at++] = 0x80 | (code & 0x3f);
-    } else if (code < 0x10000) {
-      out[at++] = 0xe0 | (code >> 12);
-      out[at++] = 0x80 | ((code >> 6) & 0x3f);
-      out[at++] = 0x80 | (code & 0x3f);
-    } else {
-      out[at++] = 0xf0 | (code >> 18);
-      out[at++] = 0x80 | ((code >> 12) & 0x3f);
-      out[at++] = 0x80 | ((code >> 6) & 0x3f);
-      out[at++] = 0x80 | (code & 0x3f);
-    }
-  }
-  return out.slice(0, at);
+/** Whether `view[at]`, at or after the line start `from`, starts a line. */
+function lineStart(view: Uint8Array, from: number, at: number): boolean {
+  return at === from || view[at - 1] === LF || view[at - 1] === CR;
 }
