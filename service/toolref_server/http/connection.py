@@ -56,7 +56,6 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from toolref.wire.errors import (
-    ConfigurationError,
     HeadersTooLargeError,
     MalformedRequestError,
     OverloadedError,
@@ -65,10 +64,9 @@ from toolref.wire.errors import (
 )
 from toolref.wire.numbers import whole_number
 from toolref_server.http.connection_limits import (
-    STATE_KEY,
-    ConnectionLimits,
     IdleConnections,
     idle_connections,
+    published,
 )
 from toolref_server.http.problem import problem_message, problem_response
 from toolref_server.http.reading import Parser, TimedFlow
@@ -95,14 +93,7 @@ class Connection(H11Protocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        limits = app_state.get(STATE_KEY)
-        if not isinstance(limits, ConnectionLimits):
-            raise ConfigurationError(
-                f"{type(self).__name__} needs the app's lifespan to publish ConnectionLimits "
-                f"under {STATE_KEY!r} (toolref_server.app.create_app does); run it with that "
-                "app, with lifespan on"
-            )
-        self.limits = limits
+        self.limits = limits = published(app_state, type(self).__name__)
         self.app = answering_problems(
             self.app, limits.retry_after, self._answer_head, self._cancelled
         )

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 from weakref import WeakKeyDictionary
 
 from uvicorn.server import ServerState
 
+from toolref.wire.errors import ConfigurationError
 from toolref_server.metrics import Metrics
 from toolref_server.resources import open_files_limit
 from toolref_server.settings import Settings
@@ -45,6 +46,19 @@ class ConnectionLimits:
             retry_after=settings.retry_after_seconds,
             metrics=metrics,
         )
+
+
+def published(app_state: dict[str, Any], protocol: str) -> ConnectionLimits:
+    """The `ConnectionLimits` the app's lifespan published (what `protocol`, a connection's
+    class, reads); `ConfigurationError` naming the fix where there are none."""
+    limits = app_state.get(STATE_KEY)
+    if not isinstance(limits, ConnectionLimits):
+        raise ConfigurationError(
+            f"{protocol} needs the app's lifespan to publish ConnectionLimits under "
+            f"{STATE_KEY!r} (toolref_server.app.create_app does); run it with that app, with "
+            "lifespan on"
+        )
+    return limits
 
 
 def connection_budget(settings: Settings) -> int:

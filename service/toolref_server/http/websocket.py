@@ -15,8 +15,7 @@ from uvicorn.config import Config
 from uvicorn.server import ServerState
 
 from toolref.asgi.paced import PacedWebSocket
-from toolref.wire.errors import ConfigurationError
-from toolref_server.http.connection_limits import STATE_KEY, ConnectionLimits
+from toolref_server.http.connection_limits import published
 
 
 class WebSocket(PacedWebSocket):
@@ -30,15 +29,8 @@ class WebSocket(PacedWebSocket):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        limits = app_state.get(STATE_KEY)
-        if not isinstance(limits, ConnectionLimits):
-            raise ConfigurationError(
-                f"{type(self).__name__} needs the app's lifespan to publish ConnectionLimits "
-                f"under {STATE_KEY!r} (toolref_server.app.create_app does); run it with that "
-                "app, with lifespan on"
-            )
-        self.limits = limits
-        self.send_timeout = limits.send_timeout
+        self.limits = published(app_state, type(self).__name__)
+        self.send_timeout = self.limits.send_timeout
 
     def dropped(self, reason: str) -> None:
         self.limits.metrics.connections_closed.labels(reason).inc()
