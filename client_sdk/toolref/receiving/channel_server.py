@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any, Final
 from urllib.parse import unquote
 
-from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send
+from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send, header
 from toolref.websocket import channel as frames
 from toolref.websocket import driver
 from toolref.websocket.bridge import close_client
@@ -164,7 +164,7 @@ async def serve_channel(
 async def _accepted(scope: Scope, send: Send) -> int | None:
     """Accept the upgrade, granting the window the sender asked for (None: it asked for
     none: no windows on this channel)."""
-    window = frames.window_granted(_header(scope, frames.WINDOW_HEADER.encode()))
+    window = frames.window_granted(header(scope, frames.WINDOW_HEADER))
     if window is None:
         await send({"type": "websocket.accept"})
     else:
@@ -368,15 +368,6 @@ def on_channel(scope: Scope) -> bool:
     """Whether `scope` is a turn a channel carries (`_scope`): the sender's next turn on
     that channel comes to this same process, while its socket lives."""
     return TURN_EXTENSION in (scope.get("extensions") or {})
-
-
-def _header(scope: Scope, name: bytes) -> str | None:
-    """The value of header `name` (lowercase) of `scope`, latin-1, the first one."""
-    for key, value in scope.get("headers", []):
-        if key == name:
-            found: str = value.decode("latin-1")
-            return found
-    return None
 
 
 def _proxied(name: bytes) -> bool:

@@ -28,11 +28,11 @@ class Pause:
     def over(self, now: float) -> bool:
         return now >= self.until
 
-    def refused(self, now: float, seen: int | None = None) -> None:
+    def refused(self, now: float, seen: int) -> None:
         """An edit answered 415 at `now`; `seen`: `begun` when it was sent. One sent before
         the latest pause began (edits in flight at once, all refused) is that outage: it
         pauses nothing more (else n at once paused 2^(n-1) s, as JS's manager counts)."""
-        if seen is not None and seen != self.begun:
+        if seen != self.begun:
             return
         self.begun += 1
         self.length = min(max(self.length * 2, FIRST), LONGEST)
