@@ -31,6 +31,7 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 from uvicorn.protocols.websockets.wsproto_impl import WSProtocol
 
+from tests.adversarial.gateway_wire import StrictUpstream, gateway
 from tests.integration.relay_gateway import KEY
 from tests.integration.test_gateway_websocket import masked_text, raw_upgrade
 from tests.support.servers import serve_all
@@ -262,3 +263,26 @@ def test_the_service_and_the_relay_serve_websockets_with_it(
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
+
+
+async def test_a_post_asking_for_a_websocket_is_served_as_the_request_it_is(redis: Redis) -> None:
+    """A POST with `Upgrade: websocket` and `Connection: Upgrade` (the gateway fuzz found
+    one): a WebSocket handshake is a GET, so it is served as HTTP; before, the WebSocket
+    protocol took it and answered an empty 400 (no problem+json)."""
+    async with (
+        StrictUpstream() as upstream,
+        gateway(redis, upstreams=f"up={upstream.url}/api") as url,
+    ):
+        port = int(url.rsplit(":", 1)[1])
+        body = b'{"model": "m", "max_tokens": 8, "messages": []}'
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"POST /llm/up/v1/messages HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+            b"Connection: Upgrade\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body
+        )
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200"), head
+    assert b"x-fake-upstream: 1" in head.lower()

@@ -241,6 +241,12 @@ class Connection(H11Protocol):
             self._head_bytes = len(buffered)
             self._arm(self.limits.header_timeout)
 
+    def _should_upgrade(self) -> bool:
+        """A WebSocket upgrade is a GET (RFC 6455 4.1): any other request that asks for one
+        is served as the HTTP request it is (a server may ignore `Upgrade`, RFC 9110 7.8),
+        not handed to the WebSocket protocol, whose handshake answered it an empty 400."""
+        return self.scope.get("method") == "GET" and super()._should_upgrade()
+
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
         """The connection becomes a WebSocket (uvicorn's wsproto protocol takes the
         transport): a head refused (too large, over the connection limit) is answered as
