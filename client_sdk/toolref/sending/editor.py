@@ -38,8 +38,9 @@ Per request:
   with the recipes in `max_bytes` (past it the least recently used recipes go, as for a
   recipe kept).
 - Once confirmed, the recipe is kept (`recipes.Recipes`, bounded) and its base dropped when
-  it holds at least half of the base's bytes (the conversation moved on: one recipe per
-  live conversation, so choosing a base stays linear).
+  it continues the base (`Recipes.continues`: half of the base's bytes and its last
+  message; the conversation moved on: one recipe per live conversation, so choosing a base
+  stays linear). Another conversation opening with the base's messages leaves it kept.
 
 A first attempt with no base whose edit would put more bytes on the wire than the request
 as it came, and that no later turn could be sent as an edit of (no message of
@@ -226,12 +227,18 @@ class Editor:
         made = edit.cut
         base = self.recipes.get(edit.base) if edit.base is not None else None
         same = made.same if base is not None and base.ref == made.resumed else 0
+        tail = made.entries[made.messages[-1]] if made.messages else None
         kept = self.recipes.keep(
-            made.ref, made.entries, made.segments, base=base, same=same, size=made.size
+            made.ref, made.entries, made.segments, base=base, same=same, size=made.size, tail=tail
         )
         if kept:
             self.rendered[made.ref] = len(made.messages)  # the next message renders its answer
-        if kept and base is not None and base.ref != made.ref and 2 * edit.shared >= base.size:
+        if (
+            kept
+            and base is not None
+            and base.ref != made.ref
+            and self.recipes.continues(made.ref, base, edit.shared)
+        ):
             self.recipes.drop(base.ref)
         self._trim_answers()
         return kept

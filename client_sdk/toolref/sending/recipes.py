@@ -62,6 +62,7 @@ class Recipe:
     line: _Line
     base: str | None = None  # the recipe it was kept on, whose entries 1 to `end` it shares
     end: int = 0
+    tail: Entry | None = None  # its last message's largest segment (`continues`)
 
     def first(self, entry: Entry) -> int | None:
         """Where `entry` (one of more than `RUN_MIN` bytes) first stands; None when nowhere.
@@ -136,12 +137,14 @@ class Recipes:
         base: Recipe | None = None,
         same: int = 0,
         size: int = -1,
+        tail: Entry | None = None,
     ) -> bool:
         """Keep a confirmed recipe as the most recently used (its pieces' bytes once);
         False when it alone is past `max_bytes` (not kept). `base`: the recipe it was sent
         against (it joins the base's line); `same`: how many of its entries after the first
-        are the base's, at the same places; `size`: its segments' bytes (-1: counted here).
-        Linear in the entries outside those; `entries` is kept as it is (not copied)."""
+        are the base's, at the same places; `size`: its segments' bytes (-1: counted here);
+        `tail`: its last message's largest segment (`continues`). Linear in the entries
+        outside those; `entries` is kept as it is (not copied)."""
         if ref in self._recipes:
             self._recipes.touch(ref)
             return True
@@ -164,7 +167,7 @@ class Recipes:
         index = _index(entries, added, base.index if end and base is not None else None)
         size = size if size >= 0 else sum(map(len, segments))
         kept_on = base.ref if base is not None and end else None
-        recipe = Recipe(ref, entries, size, cost, index, line, kept_on, end)
+        recipe = Recipe(ref, entries, size, cost, index, line, kept_on, end, tail)
         self._pieces.update(fresh)
         self._bytes += sum(map(len, fresh.values())) + cost
         line.refs.add(ref)
@@ -182,6 +185,20 @@ class Recipes:
         found = self._recipes.pop(ref)
         if found is not None:
             self._release(found)
+
+    def continues(self, ref: str, base: Recipe, shared: int) -> bool:
+        """Recipe `ref` continues `base`'s conversation, so the base is past (dropped): it
+        shares at least half the base's bytes and holds the base's last message (its largest
+        segment; where that is too short to be looked up, the bytes alone decide). Another
+        conversation opening with the base's first messages (a long system prompt, the same
+        task) shares their bytes but not the base's last message: were the base dropped,
+        its own next turn would find no base of its conversation (interleaved conversations
+        evicted each other's, each turn sent nearly whole). O(1)."""
+        recipe = self._recipes.peek(ref)
+        if recipe is None or 2 * shared < base.size:
+            return False
+        tail = base.tail
+        return tail is None or len(tail) <= RUN_MIN or recipe.first(tail) is not None
 
     def drop_holding(self, pieces: Sequence[bytes]) -> None:
         """Forget every recipe naming one of `pieces` (the gateway lost them)."""

@@ -185,10 +185,11 @@ export class Editor {
   confirm(edit: Edit, history: string | null): boolean {
     if (history === null || history.trim() !== edit.ref) return false;
     const made = edit.cut;
-    const kept = this.recipes.keep(made.ref, made.entries, made.segments);
+    const last = made.messages[made.messages.length - 1];
+    const kept = this.recipes.keep(made.ref, made.entries, made.segments, last === undefined ? undefined : made.entries[last]);
     if (kept) this.rendered.set(made.ref, made.messages.length);
     const base = edit.base !== null ? this.recipes.get(edit.base) : undefined;
-    if (kept && base !== undefined && base.ref !== made.ref && 2 * edit.shared >= base.size) this.recipes.drop(base.ref);
+    if (kept && base !== undefined && base.ref !== made.ref && this.recipes.continues(made.ref, base, edit.shared)) this.recipes.drop(base.ref);
     this.trimAnswers();
     return kept;
   }

@@ -24,6 +24,8 @@ export interface Recipe {
   readonly entries: readonly Entry[];
   readonly size: number;
   readonly cost: number;
+  /** Its last message's largest segment (`continues`). */
+  readonly tail?: Entry | undefined;
 }
 
 /** The base chosen for a request: the recipe, and the bytes both hold. */
@@ -82,8 +84,9 @@ export class Recipes {
     this.recipes.set(ref, found);
   }
 
-  /** Keep a confirmed recipe as the most recently used; false when it alone is past `maxBytes`. */
-  keep(ref: string, entries: readonly Entry[], segments: readonly Uint8Array[]): boolean {
+  /** Keep a confirmed recipe as the most recently used; false when it alone is past `maxBytes`.
+   * `tail`: its last message's largest segment (`continues`). */
+  keep(ref: string, entries: readonly Entry[], segments: readonly Uint8Array[], tail?: Entry): boolean {
     if (this.recipes.has(ref)) {
       this.touch(ref);
       return true;
@@ -111,10 +114,22 @@ export class Recipes {
       if (holders === undefined) this.holders.set(key, (holders = new Set()));
       holders.add(ref);
     }
-    this.recipes.set(ref, { ref, entries, size, cost });
+    this.recipes.set(ref, { ref, entries, size, cost, tail });
     while (this.recipes.size > this.maxRecipes) this.drop(this.recipes.keys().next().value as string);
     while (this.held > this.maxBytes && this.recipes.size > 1) this.drop(this.recipes.keys().next().value as string);
     return true;
+  }
+
+  /** Recipe `ref` continues `base`'s conversation, so the base is past (dropped): it shares at
+   * least half the base's bytes and holds the base's last message (its largest segment; where
+   * that is too short to be looked up, the bytes alone decide). Another conversation opening
+   * with the base's first messages (a long system prompt) shares their bytes, not the base's
+   * last message: dropping the base left that one's next turn no base of its own. O(1). */
+  continues(ref: string, base: Recipe, shared: number): boolean {
+    if (!this.recipes.has(ref) || 2 * shared < base.size) return false;
+    const tail = base.tail;
+    if (tail === undefined || tail.bytes.length <= RUN_MIN) return true;
+    return this.holders.get(tail.key)?.has(ref) === true;
   }
 
   /** Forget a recipe (superseded, or the receiver no longer holds it). */
