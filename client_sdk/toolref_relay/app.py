@@ -94,7 +94,7 @@ _ROUTE: Final = re.compile(r"^/llm/([^/]+)(/.*)?$")
 
 
 def _stderr(line: str) -> None:
-    print(redaction.urls_in(line), file=sys.stderr, flush=True)
+    print(redaction.shown(line), file=sys.stderr, flush=True)
 
 
 class Relay:

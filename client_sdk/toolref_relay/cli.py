@@ -160,6 +160,14 @@ def parser() -> argparse.ArgumentParser:
         "past it a turn is answered 503 with Retry-After (256 MiB)",
     )
     relay.add_argument(
+        "--send-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a WebSocket side (the agent, the gateway) that takes nothing the relay sends it "
+        "for this long is let go (30)",
+    )
+    relay.add_argument(
         "--no-gateway-check",
         action="store_true",
         help="start even when --gateway is not a toolref gateway, refuses the key, or lacks "
@@ -257,6 +265,7 @@ def config_of(args: argparse.Namespace) -> RelayConfig:
         max_recipes=args.max_recipes,
         max_recipe_bytes=args.max_recipe_bytes,
         max_inflated_in_flight=args.max_inflated_in_flight,
+        send_timeout=args.send_timeout,
     )
 
 
@@ -267,7 +276,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         config = config_of(args)
     except ValueError as exc:
-        sys.exit(redaction.urls_in(f"toolref relay: {exc}"))
+        sys.exit(redaction.shown(f"toolref relay: {exc}"))
     if args.event_loop == "uvloop" and not _importable("uvloop"):
         sys.exit(
             "toolref relay: --event-loop uvloop, but uvloop is not installed here; install it "
@@ -304,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     if found.problem is not None and not args.no_gateway_check:
         sock.close()
-        sys.exit(redaction.urls_in(found.problem))  # one message, on stderr; exit 1
+        sys.exit(redaction.shown(found.problem))  # one message, on stderr; exit 1
     _say(found.line.replace(OVERRIDE, OVERRIDDEN))
     token_file = Path(args.token_file) if args.token_file else control.default_path(port)
     try:
@@ -324,15 +333,22 @@ def main(argv: Sequence[str] | None = None) -> None:
             _say(line)
         _say(token_line(token_file, base))
         app = Relay(config, signals=True, preflight=found)
-        served = server_config(app, args.event_loop, args.log_level, config.max_body_bytes)
+        served = server_config(
+            app, args.event_loop, args.log_level, config.max_body_bytes, config.send_timeout
+        )
         uvicorn.Server(served).run(sockets=[sock])  # the app deletes the token file at exit
     finally:
         control.remove(token_file, config.token)
 
 
-def server_config(app: Any, loop: str, log_level: str, max_body_bytes: int) -> Any:
-    """The relay's uvicorn configuration (a `uvicorn.Config`) for `app`."""
+def server_config(
+    app: Any, loop: str, log_level: str, max_body_bytes: int, send_timeout: float = 30.0
+) -> Any:
+    """The relay's uvicorn configuration (a `uvicorn.Config`) for `app`; `send_timeout`:
+    `--send-timeout`, its WebSocket protocol's."""
     import uvicorn
+
+    from toolref.asgi.paced import with_send_timeout
 
     return uvicorn.Config(
         app,
@@ -342,8 +358,10 @@ def server_config(app: Any, loop: str, log_level: str, max_body_bytes: int) -> A
         # (uvicorn[standard] installs it), whose protocol forwards a chunked body's trailers
         # as headers, drops a `gzip` transfer coding, loses the body of an `Upgrade: h2c`
         # request and queues pipelined requests without bound; matching h11 took more code
-        # than its 5% of the relay's CPU was worth (docs/benchmarks.md, issue 40).
-        http="h11",
+        # than its 5% of the relay's CPU was worth (docs/benchmarks.md, issue 40). Only a GET
+        # is upgraded to a WebSocket: uvicorn's own answered any other request asking for
+        # one (a POST with `Upgrade: websocket`) an empty 400 (toolref.asgi.upgrade).
+        http="toolref.asgi.upgrade:GetUpgrades",
         access_log=False,  # its lines carry query strings, where some providers take keys
         # uvicorn's own lines (a WebSocket upgrade's path and query among them) go to the
         # handler above, through its redactor: uvicorn's logging set-up would give them a
@@ -355,8 +373,9 @@ def server_config(app: Any, loop: str, log_level: str, max_body_bytes: int) -> A
         lifespan="on",
         # WebSocket mode (toolref_relay.websocket_mode) over wsproto; messages within the body
         # limit; no permessage-deflate (a small frame could inflate past any limit). Its
-        # protocol stops reading an agent that reads nothing and drops it after 30 s.
-        ws="toolref.asgi.paced:PacedWebSocket",
+        # protocol stops reading an agent that reads nothing and drops it after
+        # `--send-timeout` seconds (30).
+        ws=with_send_timeout(send_timeout),
         ws_max_size=max_body_bytes,
         ws_per_message_deflate=False,
     )
@@ -391,12 +410,12 @@ def _doctor(args: argparse.Namespace) -> int:
     try:
         relay = base_url("--relay", args.relay)
     except ValueError as exc:
-        sys.exit(redaction.urls_in(f"toolref doctor: {exc}"))
+        sys.exit(redaction.shown(f"toolref doctor: {exc}"))
     parts = urlsplit(relay)
     if parts.path:  # `/llm/NAME` is an LLM path: the relay would send the token on with it
         alone = f"{parts.scheme}://{parts.netloc}"
         sys.exit(
-            redaction.urls_in(
+            redaction.shown(
                 f"toolref doctor: --relay is {relay!r}, with a path; give the relay's address "
                 f"alone: {alone} (an agent's base URL, /llm/NAME, is no relay address: the "
                 "relay would send the control token on to the gateway with it)"
@@ -458,8 +477,9 @@ def _bind_fix(exc: Exception) -> str:
 
 def _say(line: str) -> None:
     """A line on stderr, any URL in it with its credentials masked (`--gateway` may carry
-    some); the control token it prints on purpose is no URL's."""
-    print(redaction.urls_in(line), file=sys.stderr, flush=True)
+    some), what a terminal acts on escaped (`redaction.shown`); the control token it prints
+    on purpose is no URL's."""
+    print(redaction.shown(line), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

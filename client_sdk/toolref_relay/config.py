@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -105,6 +106,10 @@ class RelayConfig:
         At least the two limits above together, so any one turn within them can be served.
     connect_timeout / read_timeout: seconds to connect, and to wait between two pieces of
         an answer (a model may think for minutes before its first token).
+    send_timeout: seconds a WebSocket side may take nothing the relay sends it before it is
+        let go (`--send-timeout`): an agent that reads nothing (`toolref.asgi.paced`, the
+        relay's WebSocket protocol) and either side of a bridged socket (1001,
+        `toolref.websocket.bridge`), as the service's `TOOLREF_SEND_TIMEOUT` does.
     max_clients: clients (an upstream and a provider credential) whose state is kept; the
         least recently used is dropped first (`clients`).
     channel: send LLM requests to the gateway over one WebSocket (`channel`: no HTTP head
@@ -136,6 +141,7 @@ class RelayConfig:
     max_inflated_in_flight: int = 256 * MIB
     connect_timeout: float = 5.0
     read_timeout: float = 600.0
+    send_timeout: float = 30.0  # toolref.asgi.paced.SEND_TIMEOUT (uvicorn not imported here)
     max_clients: int = 8
     edits: bool = True
     channel: bool = True
@@ -177,6 +183,12 @@ class RelayConfig:
                 f"--max-inflated-in-flight is {self.max_inflated_in_flight}, below what one "
                 f"turn may hold ({largest}: --max-body-bytes plus --max-inflated-bytes), so "
                 "such a turn could never be served; give a few times that"
+            )
+        if not (math.isfinite(self.send_timeout) and self.send_timeout > 0):
+            raise ValueError(
+                f"--send-timeout is {self.send_timeout}; give a number of seconds above 0, "
+                "such as 30 (the default): a WebSocket side that takes nothing for that long "
+                "is let go"
             )
         if self.connect_timeout <= 0 or self.read_timeout <= 0:
             raise ValueError(

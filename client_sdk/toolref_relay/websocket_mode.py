@@ -26,11 +26,11 @@ relay says the session gets none. A path with a dot segment is answered 400, as 
 Limits: a message of `--max-body-bytes` either way (1009); each message charged to the
 relay's budget of bytes in flight (`--max-inflated-in-flight`) while held; the gateway's
 idle and lifetime limits close both hops, and the relay's own are a day (`IDLE`,
-`LIFETIME`); a side that takes nothing of a message for
-`toolref.websocket.bridge.SEND_TIMEOUT` (30 s) ends both 1001, and until then is not read
-for (the relay stops reading the other side); the close to an agent that reads nothing
-waits at most `toolref.websocket.driver.CLOSE_TIMEOUT` (the bridge's), and its connection is
-dropped 30 s after that if its bytes still went nowhere (`toolref.asgi.paced`, the relay's
+`LIFETIME`); a side that takes nothing of a message for `--send-timeout` seconds (30 s)
+ends both 1001, and until then is not read for (the relay stops reading the other side);
+the close to an agent that reads nothing waits at most `toolref.websocket.driver.CLOSE_TIMEOUT`
+(the bridge's), and its connection is dropped `--send-timeout` seconds after that if its
+bytes still went nowhere (`toolref.asgi.paced`, the relay's
 WebSocket protocol, which also stops reading an agent that reads nothing, pings included).
 The path and query go to the gateway as the agent sent them (a `#` too:
 `toolref.websocket.driver.connect`).
@@ -176,7 +176,7 @@ async def _joined(
         if turns:
             link.told(whose, Upload(raw, raw, wire, "gateway"))  # messages: no header lines
 
-    limits = Limits(config.max_body_bytes, IDLE, LIFETIME)
+    limits = Limits(config.max_body_bytes, IDLE, LIFETIME, config.send_timeout)
     ended = await bridge(
         receive,
         send,

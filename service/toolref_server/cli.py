@@ -144,7 +144,7 @@ def _cache(args: argparse.Namespace) -> int:
         if getattr(args, name) is not None:
             os.environ[f"TOOLREF_{name.upper()}"] = str(getattr(args, name))
     settings = Settings.from_environment()
-    settings.check_store_url()
+    settings.check_store_url("--redis-url" if args.redis_url is not None else None)
     engine = None
     url = settings.redis_url
     if url is None:
@@ -209,10 +209,13 @@ def _serve(args: argparse.Namespace) -> int:
         "redis_url": args.redis_url,
         "data_dir": args.data_dir,
     }
-    # Workers are separate processes that read settings from the environment.
+    # Workers are separate processes that read settings from the environment. What a flag
+    # gave is named by its flag in a refusal (`flags`: variable -> flag), not its variable.
+    flags: dict[str, str] = {}
     for name, value in overrides.items():
         if value is not None:
             os.environ[f"TOOLREF_{name.upper()}"] = str(value)
+            flags[f"TOOLREF_{name.upper()}"] = "--" + name.replace("_", "-")
     from_file: dict[str, str] = {}
     exposed: str | None = None
     if args.config is not None:
@@ -231,14 +234,16 @@ def _serve(args: argparse.Namespace) -> int:
     except pydantic.ValidationError as exc:
         if exposed is not None:
             print(f"toolref-server: warning: {exposed}", file=sys.stderr)
-        _invalid(exc, from_file)
+        _invalid(exc, from_file, flags)
         return 2
     log_config = logs.configure(settings.log_level)
     if exposed is not None:
         log.warning(exposed, extra={"configFile": args.config})
     settings.check_exposure()
-    settings.check_store_url()  # before an engine starts, or a worker fails to open it
-    check_listen(settings.host, settings.port, settings.workers)  # before an engine starts
+    # before an engine starts, or a worker fails to open it
+    settings.check_store_url(flags.get("TOOLREF_REDIS_URL"))
+    host_from = flags.get("TOOLREF_HOST", "TOOLREF_HOST")
+    check_listen(settings.host, settings.port, settings.workers, host_from)  # ditto
     from toolref_server.resources import raise_open_files_limit
 
     raise_open_files_limit()
@@ -257,14 +262,15 @@ def _serve(args: argparse.Namespace) -> int:
         return _serving(settings, log_config)
 
 
-def check_listen(host: str, port: int, workers: int) -> None:
+def check_listen(host: str, port: int, workers: int, host_from: str = "TOOLREF_HOST") -> None:
     """Refuse, before anything starts, an address uvicorn could not listen on: a port in
     use, a host that does not resolve or is no address of this machine (uvicorn said
     `[Errno 98] Address already in use` or `[Errno -2] Name or service not known`, naming
     neither the setting nor the fix, once the engine had started). Binds as uvicorn will:
     one worker, every address the host resolves to (asyncio's `create_server`); several,
     the one socket of the host's family (`Config.bind_socket`). Each socket is closed at
-    once, never having listened."""
+    once, never having listened. `host_from`: what gave the host (`--host`, or its variable),
+    as a refusal names it."""
     if not host:
         return  # every interface: asyncio's own choice of families
     addresses: list[tuple[socket.AddressFamily, Any]]
@@ -291,7 +297,7 @@ def check_listen(host: str, port: int, workers: int) -> None:
                 sock.bind(address)
     except socket.gaierror as exc:
         raise ConfigurationError(
-            f"TOOLREF_HOST is {host!r}, which does not resolve ({exc.strerror or exc}); give "
+            f"{host_from} is {host!r}, which does not resolve ({exc.strerror or exc}); give "
             "an address of this machine (127.0.0.1, 0.0.0.0 for every interface) or a name "
             "that resolves to one (--host or TOOLREF_HOST)"
         ) from None
@@ -434,17 +440,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _invalid(exc: pydantic.ValidationError, from_file: dict[str, str] | None = None) -> None:
-    """Each bad setting named as it was given (its variable, or its place in the file),
-    with the value given and the fix (`settings.environment.invalid_lines`)."""
+def _invalid(
+    exc: pydantic.ValidationError,
+    from_file: dict[str, str] | None = None,
+    flags: dict[str, str] | None = None,
+) -> None:
+    """Each bad setting named as it was given (its flag, its variable, or its place in the
+    file), with the value given, its range when bounded both ways, and the fix
+    (`settings.environment.invalid_lines`)."""
     from toolref_server.settings import Settings
     from toolref_server.settings.config_file import SECRETS
     from toolref_server.settings.environment import invalid_lines
 
-    defaults = {name: field.default for name, field in Settings.model_fields.items()}
+    fields = Settings.model_fields
+    defaults = {name: field.default for name, field in fields.items()}
+    ranges = {name: span for name, field in fields.items() if (span := _range(field.metadata))}
     errors = exc.errors(include_url=False)
-    for line in invalid_lines(errors, defaults, SECRETS, from_file):
+    lines = invalid_lines(errors, defaults, SECRETS, from_file, flags=flags, ranges=ranges)
+    for line in lines:
         print(f"toolref-server: {logs.redact(line)}", file=sys.stderr)
+
+
+def _range(metadata: Sequence[object]) -> str:
+    """A field's bounds as "0-65535" when it has a lowest and a highest value (`ge`, `le`);
+    "" otherwise (one bound alone: pydantic's message says it)."""
+    lows = [getattr(bound, "ge", None) for bound in metadata]  # annotated_types.Ge
+    highs = [getattr(bound, "le", None) for bound in metadata]  # annotated_types.Le
+    low = next((value for value in lows if value is not None), None)
+    high = next((value for value in highs if value is not None), None)
+    return f"{low}-{high}" if low is not None and high is not None else ""
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 Nothing a client sent is logged but the request line, the status and the sizes: never a body,
 never a key. Secrets that still reach a message (an `Authorization` value, a bearer token, an
-API key in an exception text, a URL's credentials: `toolref.wire.redaction`) are masked by
-`redact` before the line is written, whoever logged it.
+API key in an exception text, a URL's credentials, a request target's query values:
+`toolref.wire.redaction`) are masked by `redact` before the line is written, whoever logged
+it.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ _SECRET_FIELDS: Final = frozenset({"authorization", "api_key", "body", "payload"
 
 
 def redact(text: str) -> str:
-    """`text` with credentials masked: a URL's (`toolref.wire.redaction.urls_in`), and keys."""
+    """`text` with credentials masked: a URL's (`toolref.wire.redaction.urls_in`), a request
+    target's query values (`targets_in`: uvicorn logs each WebSocket upgrade's path and
+    query, where Gemini takes its key), and keys."""
 
     def mask(match: re.Match[str]) -> str:
         if match.group(1):
@@ -46,7 +49,7 @@ def redact(text: str) -> str:
             return match.group(3) + MASK
         return MASK
 
-    return _SECRETS.sub(mask, redaction.urls_in(text))
+    return _SECRETS.sub(mask, redaction.targets_in(redaction.urls_in(text)))
 
 
 class JsonFormatter(logging.Formatter):
@@ -69,7 +72,14 @@ class JsonFormatter(logging.Formatter):
             line[name] = MASK if name.lower() in _SECRET_FIELDS else _plain(value)
         if record.exc_info:
             line["error"] = redact(self.formatException(record.exc_info))
-        return json.dumps(line, ensure_ascii=False, default=str)
+        # JSON escapes C0 controls; DEL, C1 controls, line separators and bidirectional
+        # controls (`redaction.UNPRINTABLE`) would reach a terminal as they came.
+        written = json.dumps(line, ensure_ascii=False, default=str)
+        return redaction.UNPRINTABLE.sub(_json_escape, written)
+
+
+def _json_escape(found: re.Match[str]) -> str:
+    return f"\\u{ord(found.group()):04x}"  # only ever inside a JSON string
 
 
 def _plain(value: Any) -> Any:

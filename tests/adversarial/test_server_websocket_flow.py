@@ -259,7 +259,13 @@ def test_the_service_and_the_relay_serve_websockets_with_it(
     try:
         config = server_config(app, "asyncio", "warning", 1024)
         config.load()
-        assert config.ws_protocol_class is PacedWebSocket
+        assert issubclass(config.ws_protocol_class, PacedWebSocket)
+        assert config.ws_protocol_class.send_timeout == 30.0
+        # review (relay and start-up edges): `--send-timeout`, a constant 30 s before
+        config = server_config(app, "asyncio", "warning", 1024, send_timeout=2.5)
+        config.load()
+        assert issubclass(config.ws_protocol_class, PacedWebSocket)
+        assert config.ws_protocol_class.send_timeout == 2.5
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)

@@ -59,7 +59,10 @@ def test_a_redis_url_that_does_not_parse_is_one_line_before_anything_starts(
     else:
         args = ["cache", "export", str(tmp_path / "out.bin"), "--data-dir", str(data)]
     result = run_cli(*args, "--redis-url", url)
-    refused(result, "TOOLREF_REDIS_URL is ", why, "a port of 1-65535", "redis://localhost:6379/0")
+    # the flag gave it: named so (review, relay and start-up edges: TOOLREF_REDIS_URL before)
+    refused(result, "--redis-url is ", why, "a port of 1-65535", "redis://localhost:6379/0")
+    assert "TOOLREF_REDIS_URL is" not in result.stderr
+    assert "leave out --redis-url" in result.stderr
     assert "pw" not in result.stderr  # the password is never shown
     assert not data.exists()
     assert not (tmp_path / "out.bin").exists()
@@ -128,7 +131,9 @@ def test_a_host_that_does_not_resolve_is_named_with_the_fix(tmp_path: Path) -> N
         str(data),
         TOOLREF_API_KEYS=KEYS,
     )
-    refused(result, "TOOLREF_HOST is 'no-such-host.invalid', which does not resolve", "--host")
+    # the flag gave it: named so (review, relay and start-up edges: TOOLREF_HOST before)
+    refused(result, "--host is 'no-such-host.invalid', which does not resolve")
+    assert "TOOLREF_HOST is" not in result.stderr
     assert not data.exists()
 
 
@@ -143,3 +148,41 @@ def test_a_free_port_still_serves_after_the_check(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", port))
         sock.listen()
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "said", "unsaid"),
+    [
+        (
+            ("--port", "99999"),
+            {},
+            ("--port: ", "(0-65535)", "given '99999'", "leave out --port for its default (8750)"),
+            "TOOLREF_PORT",
+        ),
+        (("--port", "-1"), {}, ("--port: ", "(0-65535)", "given '-1'"), "TOOLREF_PORT"),
+        (
+            (),
+            {"TOOLREF_PORT": "99999"},
+            ("TOOLREF_PORT: ", "(0-65535)", "unset TOOLREF_PORT for its default (8750)"),
+            "--port",
+        ),
+        (
+            ("--workers", "0"),
+            {},
+            ("--workers: ", "given '0'", "leave out --workers for its default (1)"),
+            "TOOLREF_WORKERS",
+        ),
+    ],
+)
+def test_a_bad_value_is_named_as_the_flag_or_the_variable_that_gave_it(
+    tmp_path: Path, args: tuple[str, ...], env: dict[str, str], said: tuple[str, ...], unsaid: str
+) -> None:
+    """Review (relay and start-up edges): `serve --port 99999` said `TOOLREF_PORT: ...: fix
+    it, or unset TOOLREF_PORT`, a variable no one had set, and not the range a port takes.
+    Now the flag when a flag gave the value, the variable when the variable did, and a
+    bounded setting's range."""
+    data = tmp_path / "data"
+    result = run_cli("serve", *args, "--data-dir", str(data), **env)
+    refused(result, *said)
+    assert unsaid not in result.stderr
+    assert not data.exists()

@@ -250,3 +250,28 @@ async def test_an_upstream_that_reads_nothing_is_dropped_after_the_send_timeout(
             with contextlib.suppress(BaseException):
                 await sending
             agent.abort()
+
+
+async def test_an_agent_that_reads_nothing_through_the_relay_is_dropped_after_its_option(
+    redis: Redis,
+) -> None:
+    """Review (relay and start-up edges): the relay's WebSocket send timeout was a constant
+    30 s; `toolref relay --send-timeout` (`RelayConfig.send_timeout`) sets it. The gateway's
+    an hour off, an agent reading nothing through the relay while the upstream streams is
+    let go after the relay's 0.5 s: the gateway socket, then the upstream's, closed."""
+    from tests.support.servers import serve
+    from toolref_relay import Relay, RelayConfig
+
+    upstream = Upstream(flood=True)
+    async with gateway(
+        redis, {"up": upstream.app()}, send_timeout=3600, gateway_ws_idle_timeout=3600
+    ) as service:
+        relay = Relay(RelayConfig(service.url, key=KEY, send_timeout=0.5), report=lambda _: None)
+        async with serve(relay) as relay_url:
+            agent = await raw_upgrade(relay_url, PATH, receive_buffer=4096)
+            try:
+                await asyncio.get_running_loop().sock_sendall(agent, masked_text("go"))
+                await asyncio.wait_for(upstream.ended.wait(), 10)  # the constant: 30 s
+            finally:
+                agent.close()
+    assert upstream.sent < MESSAGES

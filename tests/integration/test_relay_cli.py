@@ -174,3 +174,78 @@ def test_a_websocket_s_query_is_never_logged(tmp_path: Path) -> None:
         relay.stop()
     assert "/llm/gemini/ws/live?key=[redacted]&alt=[redacted]" in output  # the line is there
     assert secret not in output
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """A gateway stand-in that answers a POST 200 and keeps each request's path and body."""
+
+    seen: list[tuple[str, bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.seen.append((self.path, body))
+        answer = b'{"id": "msg_1"}'
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_post_asking_for_a_websocket_is_relayed_as_the_request_it_is(tmp_path: Path) -> None:
+    """Review (relay and start-up edges): a POST with `Upgrade: websocket` and `Connection:
+    Upgrade` was handed to uvicorn's WebSocket protocol, whose handshake answered an empty
+    400; a WebSocket handshake is a GET, so the relay now forwards it as any POST. A GET
+    asking for one still reaches the relay's WebSocket mode (426: no gateway channel)."""
+    gateway = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=gateway.serve_forever, daemon=True).start()
+    _Recorder.seen = []
+    url = f"http://127.0.0.1:{gateway.server_address[1]}"
+    relay = _relay(tmp_path, url, "--no-channel", "--no-edits")
+    port = int(relay.url.rsplit(":", 1)[1])
+    body = b'{"model": "m", "max_tokens": 8, "messages": []}'
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(
+                b"POST /llm/a/v1/messages HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                b"Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (port, len(body), body)
+            )
+            posted = _answer(sock)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(
+                b"GET /llm/a/v1/realtime HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n" % port
+            )
+            upgraded = sock.recv(65536)
+    finally:
+        relay.stop()
+        gateway.shutdown()
+    assert posted.startswith(b"HTTP/1.1 200 "), posted
+    assert posted.endswith(b'{"id": "msg_1"}'), posted
+    assert _Recorder.seen == [("/llm/a/v1/messages", body)]
+    assert upgraded.startswith(b"HTTP/1.1 426 "), upgraded
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """An answer read whole: its head, then the body its Content-Length declares."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    found = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    length = int(found[1]) if found else 0
+    while len(rest) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return head + b"\r\n\r\n" + rest

@@ -101,3 +101,32 @@ def test_configure_routes_every_logger_through_json(capsys: pytest.CaptureFixtur
     assert [entry["message"] for entry in lines] == ["hello there", "Started server process"]
     assert "color_message" not in lines[1]  # uvicorn's coloured copy of the message
     assert config["formatters"]["json"]["()"] is JsonFormatter
+
+
+def test_a_request_target_s_query_key_is_masked() -> None:
+    """uvicorn logs each WebSocket upgrade at INFO with its path and query (`"WebSocket
+    /llm/gemini/...?key=AIza..." [accepted]`), through the service's handler: Gemini's Live
+    API takes its key in the query. Before, the key was written whole."""
+    parsed = line(
+        '%s - "WebSocket %s" [accepted]',
+        "127.0.0.1:50000",
+        "/llm/gemini/ws/BidiGenerateContent?alt=sse&key=AIzaSy-secret-42",
+    )
+    assert "AIzaSy-secret-42" not in json.dumps(parsed)
+    assert f"/llm/gemini/ws/BidiGenerateContent?alt={MASK}&key={MASK}" in str(parsed["message"])
+
+
+def test_a_line_holds_no_character_a_terminal_acts_on() -> None:
+    """JSON escapes C0 controls, but a line was written with `ensure_ascii=False`: DEL, C1
+    controls (U+009B is a CSI of its own) and U+2028 from a WebSocket path the gateway logs
+    decoded (`%C2%9B`), a bidirectional override, reached `tail -f` or `kubectl logs` as they
+    came. Each is its `\\u` escape now; the line reads back the same."""
+    path = "/v1/x\x7f\u009b2J\u2028\u202e\x1b[31m"
+    record = logging.LogRecord("toolref_server.x", logging.INFO, __file__, 1, "%s", (path,), None)
+    written = JsonFormatter().format(record)
+    for character in ("\x7f", "\u009b", "\u2028", "\u202e", "\x1b"):
+        assert character not in written
+    assert json.loads(written)["message"] == path
+    assert "é" in JsonFormatter().format(
+        logging.LogRecord("x", logging.INFO, __file__, 1, "café", (), None)
+    )  # other text stays as it is

@@ -178,3 +178,24 @@ def test_urls_and_targets_are_masked_as_by_the_plain_patterns(text: str) -> None
     """The linear patterns mask what the plain (quadratic) ones did, no more, no less."""
     assert urls_in(text) == _OLD_URL.sub(lambda found: url(found.group()), text)
     assert targets_in(text) == _OLD_TARGET.sub(_old_target, text)
+
+
+def test_a_handler_with_the_redactor_writes_no_escape_sequence() -> None:
+    """The relay's handler writes plain `name: message` lines on its terminal; httpx logs
+    the reason phrase a server sent (`HTTP/1.1 200 <phrase>`), which may hold ESC: the
+    sequence ran on the operator's terminal. Shown as its escape now, and bounded."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.addFilter(LogRedactor())
+    logger = logging.getLogger("test_redaction.phrase")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        logger.warning('HTTP Request: %s %s "%s"', "POST", "http://g/x", "HTTP/1.1 200 \x1b[2J")
+        logger.warning("%s", "n" * 100_000)
+    finally:
+        logger.removeHandler(handler)
+    written = out.getvalue()
+    assert "\x1b" not in written
+    assert "HTTP/1.1 200 \\x1b[2J" in written
+    assert len(written) < 10_000

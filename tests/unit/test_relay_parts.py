@@ -500,10 +500,13 @@ def test_a_target_sent_without_the_extension_is_the_agents_bytes(path: str, quer
 def test_the_relay_is_served_on_h11_whatever_parsers_are_installed() -> None:
     """uvicorn's default (`http="auto"`) picks httptools where it is installed, whose
     protocol forwards a chunked body's trailers as headers, drops a `gzip` transfer coding
-    and loses an `Upgrade: h2c` request's body: the relay names h11."""
+    and loses an `Upgrade: h2c` request's body: the relay names h11 (as `GetUpgrades`, a
+    WebSocket upgrade only for a GET; the service's `Connection` builds on it too)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
+    from toolref.asgi.upgrade import GetUpgrades
     from toolref_relay.cli import server_config
+    from toolref_server.http.connection import Connection
 
     async def app(scope: object, receive: object, send: object) -> None:
         return None
@@ -514,9 +517,10 @@ def test_the_relay_is_served_on_h11_whatever_parsers_are_installed() -> None:
     levels = [logger.level for logger in loggers]
     try:
         config = server_config(app, "asyncio", "warning", 1024)
-        assert config.http == "h11"
         config.load()
-        assert config.http_protocol_class is H11Protocol
+        assert config.http_protocol_class is GetUpgrades
+        assert issubclass(GetUpgrades, H11Protocol)
+        assert issubclass(Connection, GetUpgrades)
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)

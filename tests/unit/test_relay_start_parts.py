@@ -330,3 +330,125 @@ def test_a_host_with_a_port_is_refused_by_the_parser(
     assert parser().parse_args(["relay", "--gateway", "http://g", "--host", "fe80::1"]).host == (
         "fe80::1"
     )
+
+
+def _gateway_answering(status: int, body: bytes, content_type: str) -> ThreadingHTTPServer:
+    """A server at the relay's `--gateway` answering every GET with `body`."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+_CAPABILITIES: dict[str, object] = {
+    "protocol": {"low": 1, "high": 2},
+    "ref_scheme": {
+        "prefix": "tr_",
+        "length": 36,
+        "digest": "sha256",
+        "digest_bytes": 20,
+        "encoding": "base32",
+        "canonicalization": "jcs",
+    },
+    "encodings": ["application/json"],
+    "compressors": [],
+    "limits": {
+        "max_body_bytes": 1,
+        "max_decompressed_bytes": 1,
+        "max_depth": 1,
+        "max_batch": 1,
+        "max_messages": 1,
+    },
+    "ttl_seconds": 1,
+    "formats": [],
+    "summarizers": [],
+}
+_FORGED = "toolref relay: gateway http://127.0.0.1:1 is toolref 9.9, key accepted"
+
+
+def test_what_a_gateway_names_reaches_the_terminal_escaped_and_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Review: the relay printed the upstream names a gateway's capabilities list as they
+    came: an escape sequence (`ESC ]0;...BEL` retitles the terminal, `ESC [2J` clears it)
+    reached the operator's terminal, a CR LF forged a line of the relay's own, and a name
+    of 100,000 characters was printed whole, three times."""
+    import uvicorn
+
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    names = ["anthropic", "\x1b]0;owned\x07\x1b[2Jx", f"a\r\n{_FORGED}\u009b31m", "n" * 100_000]
+    body = json.dumps({**_CAPABILITIES, "upstreams": names}).encode()
+    server = _gateway_answering(200, body, "application/json")
+    gateway = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        main(["relay", "--gateway", gateway, "--port", "0", "--token-file", str(tmp_path / "t")])
+    finally:
+        server.shutdown()
+        server.server_close()
+    said = capsys.readouterr().err
+    for control in ("\x1b", "\x07", "\r", "\u009b"):
+        assert control not in said
+    assert not any(line.startswith(_FORGED) for line in said.splitlines())
+    assert "\\x1b]0;owned\\x07\\x1b[2Jx" in said  # shown, as its escapes
+    assert "n" * 100_000 not in said
+    assert max(len(line) for line in said.splitlines()) < 5_000
+
+
+def test_a_content_type_a_gateway_sends_is_printed_escaped(tmp_path: Path) -> None:
+    """Review: a `--gateway` that is no toolref gateway stopped the start with a message
+    quoting its `Content-Type` as it came: an escape sequence in it reached the terminal."""
+    server = _gateway_answering(404, b"{}", "text/html\x1b[2J\x1b]0;owned\x07")
+    gateway = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(SystemExit) as exited:
+            main(["relay", "--gateway", gateway, "--port", "0", "--token-file", str(tmp_path)])
+    finally:
+        server.shutdown()
+        server.server_close()
+    said = exited.value.code
+    assert isinstance(said, str)
+    assert "is not a toolref gateway" in said
+    assert "\x1b" not in said
+    assert "\x07" not in said
+    assert "text/html\\x1b[2J" in said
+
+
+@pytest.mark.parametrize("given", ["0", "-1", "nan", "inf"])
+def test_a_send_timeout_that_cannot_work_is_one_line_at_start(given: str) -> None:
+    """Review (relay and start-up edges): the relay's WebSocket send timeout was a constant
+    30 s; `--send-timeout` sets it, and one that is not a positive, finite number of
+    seconds stops the start in one line naming the option, the value and the fix."""
+    from toolref_relay.cli import main
+
+    with pytest.raises(SystemExit) as stopped:
+        main(["relay", "--gateway", "http://127.0.0.1:9", "--send-timeout", given])
+    message = str(stopped.value.code)
+    assert "\n" not in message
+    assert message.startswith(f"toolref relay: --send-timeout is {float(given)}")
+    assert "give a number of seconds above 0, such as 30 (the default)" in message
+
+
+def test_the_send_timeout_reaches_both_of_the_relays_websocket_limits() -> None:
+    """`--send-timeout` is the served protocol's (an agent that reads nothing, pings
+    included) and the bridge's (a side that takes nothing of a message); 30 s by default."""
+    from toolref.asgi.paced import PacedWebSocket, with_send_timeout
+    from toolref_relay.cli import config_of
+
+    args = ["relay", "--gateway", "http://g"]
+    assert config_of(parser().parse_args(args)).send_timeout == 30.0
+    config = config_of(parser().parse_args([*args, "--send-timeout", "2.5"]))
+    assert config.send_timeout == 2.5
+    served = with_send_timeout(config.send_timeout)
+    assert issubclass(served, PacedWebSocket)
+    assert served.send_timeout == 2.5

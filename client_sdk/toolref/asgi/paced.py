@@ -1,7 +1,8 @@
 """`PacedWebSocket`: uvicorn's wsproto WebSocket protocol with what it writes bounded, for a
 client that reads nothing. The service (`toolref_server.http.websocket`, its send timeout
-`TOOLREF_SEND_TIMEOUT`) and the relay (`SEND_TIMEOUT`) serve WebSockets with it
-(`ws=` of their uvicorn configuration); it needs uvicorn, which both install.
+`TOOLREF_SEND_TIMEOUT`) and the relay (`with_send_timeout`: its `--send-timeout`,
+`SEND_TIMEOUT` by default) serve WebSockets with it (`ws=` of their uvicorn configuration);
+it needs uvicorn, which both install.
 
 uvicorn's `WSProtocol` writes each ping's pong straight to the transport, and stops reading
 only while the app has not taken a message: a client that sends pings and reads nothing
@@ -38,7 +39,7 @@ from wsproto.events import Ping, Pong
 if TYPE_CHECKING:
     from uvicorn._types import WebSocketEvent
 
-SEND_TIMEOUT: Final = 30.0  # the relay's; the service's is TOOLREF_SEND_TIMEOUT (30 s)
+SEND_TIMEOUT: Final = 30.0  # the relay's default; the service's is TOOLREF_SEND_TIMEOUT (30 s)
 
 
 class PacedWebSocket(WSProtocol):
@@ -140,6 +141,16 @@ class PacedWebSocket(WSProtocol):
         if not self.transport.is_closing():
             self.dropped("send-timeout")  # one closed already counts as closed
         self.transport.abort()
+
+
+def with_send_timeout(seconds: float) -> type[PacedWebSocket]:
+    """`PacedWebSocket` whose send timeout is `seconds` (the relay's `--send-timeout`; the
+    service sets it from its published limits instead: `toolref_server.http.websocket`)."""
+
+    class Timed(PacedWebSocket):
+        send_timeout = seconds
+
+    return Timed
 
 
 class _Closing:

@@ -16,6 +16,13 @@ with the value it may belong to. `urls_in` does the same for each URL in a text;
 `targets_in` masks the query values of each request target in a text (`/path?key=...`,
 as a server logs it); `LogRedactor` does both for each log record a handler writes. Pure,
 linear in the text, never raising.
+
+A line printed on a terminal or written to a log may also quote text a peer chose (an
+upstream name a gateway lists, a header it sends, a problem's detail): `printable` shows
+each character a terminal acts on as its escape (`\x1b`, `\r\n`, `\u009b`), so no escape
+sequence runs and no CR LF forges a line, and keeps at most `MAX_SHOWN` characters of it;
+`shown` is a line as the relay prints it (`urls_in`, then `printable`), and `LogRedactor`
+applies `printable` too.
 """
 
 from __future__ import annotations
@@ -25,6 +32,13 @@ import re
 from typing import Final
 
 MASK: Final = "[redacted]"
+MAX_SHOWN: Final = 4096  # characters of one printed line or log message; the rest counted
+# What a terminal acts on rather than shows: C0 controls but tab, DEL, C1 controls (U+009B
+# is a CSI of its own), the line and paragraph separators, and the bidirectional controls
+# that reorder what follows them.
+UNPRINTABLE: Final = re.compile(
+    "[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
 # A URL in running text: a scheme, `://`, then up to whitespace or a quote. Or (group 1
 # empty) a run of scheme characters holding a `+`, `.` or `-` with no `://` after it, taken
 # (and left as it is) by one match: each later start within it (after that `+`, `.` or `-`)
@@ -100,15 +114,37 @@ def _target_masked(found: re.Match[str]) -> str:
     return f"/{found.group(1)}?" + "&".join(_masked(pair) for pair in query.split("&"))
 
 
+def printable(text: str, limit: int = MAX_SHOWN) -> str:
+    """`text` as a terminal or a log may show it: each character a terminal acts on as its
+    escape (`\x1b`, `\n`, `\u202e`; tab as it is), at most `limit` characters of `text`
+    kept and the rest counted (`... (N more characters)`). Mask secrets before: a cut could
+    leave a URL's password without the `@` that marks it. Linear in `text`."""
+    cut = text[:limit]
+    more = len(text) - len(cut)
+    kept = UNPRINTABLE.sub(_escaped, cut)
+    return f"{kept}... ({more} more characters)" if more else kept
+
+
+def _escaped(found: re.Match[str]) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(line: str) -> str:
+    """`line` as it may be printed: its URLs' credentials masked (`urls_in`), then
+    `printable`. The relay's printed lines and exit messages go through it."""
+    return printable(urls_in(line))
+
+
 class LogRedactor(logging.Filter):
     """A handler's filter: each record's message with its URLs and request targets masked
     (`urls_in`, `targets_in`), before any formatter sees it, whoever logged it (httpx logs
     each request's URL, query included, at INFO; uvicorn each WebSocket upgrade's path and
-    query)."""
+    query), and then `printable` (a reason phrase, a header or a name a peer chose)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        shown = targets_in(urls_in(message))
+        shown = printable(targets_in(urls_in(message)))
         if shown != message:
             record.msg, record.args = shown, None
         return True

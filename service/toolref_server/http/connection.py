@@ -4,7 +4,8 @@ refusal as problem+json.
 uvicorn as configured by default waits for a request's head and body as long as the client
 likes, keeps any number of connections, and answers a malformed request in text/plain.
 `Connection` subclasses its h11 protocol (`toolref-server serve` always runs it, whichever
-HTTP parsers are installed) and adds, per connection:
+HTTP parsers are installed; as `toolref.asgi.upgrade.GetUpgrades`, the relay's too: a
+WebSocket upgrade only for a GET) and adds, per connection:
 
 - **Head deadline.** The request line and headers must arrive within `header_timeout`
   seconds of the connection's start, or of the first byte of a later request. Past it: 408
@@ -52,9 +53,9 @@ import h11
 from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from starlette.types import Receive, Scope, Send
 from uvicorn.config import Config
-from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
+from toolref.asgi.upgrade import GetUpgrades
 from toolref.wire.errors import (
     HeadersTooLargeError,
     MalformedRequestError,
@@ -82,7 +83,7 @@ _MIN_REARM: Final = 0.1
 _DEFAULT_NAMES: Final = frozenset({b"server", b"date"})  # what uvicorn adds to every answer
 
 
-class Connection(H11Protocol):
+class Connection(GetUpgrades):
     """See the module docstring."""
 
     def __init__(
@@ -240,12 +241,6 @@ class Connection(H11Protocol):
             self._first_byte_due = False
             self._head_bytes = len(buffered)
             self._arm(self.limits.header_timeout)
-
-    def _should_upgrade(self) -> bool:
-        """A WebSocket upgrade is a GET (RFC 6455 4.1): any other request that asks for one
-        is served as the HTTP request it is (a server may ignore `Upgrade`, RFC 9110 7.8),
-        not handed to the WebSocket protocol, whose handshake answered it an empty 400."""
-        return self.scope.get("method") == "GET" and super()._should_upgrade()
 
     def handle_websocket_upgrade(self, event: h11.Request) -> None:
         """The connection becomes a WebSocket (uvicorn's wsproto protocol takes the

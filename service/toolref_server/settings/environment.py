@@ -78,17 +78,27 @@ _PYDANTIC_PREFIX: Final = re.compile(r"^(Value|Assertion) error, ")
 _BEFORE_HOST: Final = re.compile(r"^[^@]*@")  # a URL without its scheme: userinfo, perhaps
 
 
+_BOUND_ERRORS: Final = frozenset(
+    {"greater_than", "greater_than_equal", "less_than", "less_than_equal"}
+)
+
+
 def invalid_lines(
     errors: Iterable[Mapping[str, Any]],
     defaults: Mapping[str, object],
     secrets: Iterable[str],
     from_file: Mapping[str, str] | None = None,
+    *,
+    flags: Mapping[str, str] | None = None,
+    ranges: Mapping[str, str] | None = None,
 ) -> list[str]:
     """One line per refused value (pydantic's `errors(include_url=False)`): where it was
-    given (its variable, or its place in the config file: `from_file`), what is wrong, the
-    value given (a setting of `secrets` never shown; a URL's credentials masked) and the
-    fix, its default when it has one. A check across settings (its `loc` empty) already
-    names the settings and the fix: its message alone."""
+    given (its command-line flag: `flags`, variable -> flag; else its place in the config
+    file: `from_file`; else its variable), what is wrong (a bound missed: the setting's
+    range too, from `ranges`, field -> "0-65535"), the value given (a setting of `secrets`
+    never shown; a URL's credentials masked) and the fix, its default when it has one. A
+    check across settings (its `loc` empty) already names the settings and the fix: its
+    message alone."""
     hidden, lines = set(secrets), []
     for error in errors:
         message = _PYDANTIC_PREFIX.sub("", str(error["msg"]))
@@ -97,9 +107,16 @@ def invalid_lines(
             continue
         field = str(error["loc"][0])
         variable = PREFIX + field.upper()
+        flag = (flags or {}).get(variable)
         where = (from_file or {}).get(variable)
         given = "(a secret: not shown)" if field in hidden else _shown(error.get("input"))
-        undo = "remove it from the file" if where else f"unset {variable}"
+        if flag is not None:
+            where, undo = flag, f"leave out {flag}"
+        else:
+            undo = "remove it from the file" if where else f"unset {variable}"
+        span = (ranges or {}).get(field)
+        if span is not None and error.get("type") in _BOUND_ERRORS:
+            message = f"{message} ({span})"
         default = defaults.get(field)
         then = f" for its default ({default})" if default not in (None, "") else ""
         lines.append(f"{where or variable}: {message}; given {given}: fix it, or {undo}{then}")

@@ -51,11 +51,14 @@ class StoreSettings(BaseModel):
         "Retry-After seconds (then one request probes).",
     )
 
-    def check_store_url(self) -> None:
+    def check_store_url(self, flag: str | None = None) -> None:
         """Refuse a TOOLREF_REDIS_URL the Redis client cannot open (`localhost:6379`, no
         scheme; `redis://host:99999`, a port that does not parse: the service failed with a
         traceback once started). Checked where a command
-        opens it (an app given its client, as the tests do, takes any text)."""
+        opens it (an app given its client, as the tests do, takes any text). `flag`: the
+        command-line flag that gave it (`--redis-url`), named instead of the variable."""
+        named = flag or "TOOLREF_REDIS_URL"
+        undo = f"leave out {flag}" if flag else "unset it"
         url = self.redis_url
         if url is None:
             return
@@ -66,15 +69,15 @@ class StoreSettings(BaseModel):
             _ = parts.port  # ValueError past 65535, or not a number
         except ValueError as exc:  # `redis://host:99999`, `:abc`, `redis://[::1` (unclosed)
             raise ConfigurationError(
-                f"TOOLREF_REDIS_URL is {shown!r}, which does not parse ({exc}): give a host "
+                f"{named} is {shown!r}, which does not parse ({exc}): give a host "
                 "and a port of 1-65535, an IPv6 host in brackets, such as "
-                "redis://localhost:6379/0 or redis://[::1]:6379/0, or unset it for the "
+                f"redis://localhost:6379/0 or redis://[::1]:6379/0, or {undo} for the "
                 "embedded engine"
             ) from None
         if "://" in url and parts.scheme.lower() in STORE_SCHEMES:
             return
         raise ConfigurationError(
-            f"TOOLREF_REDIS_URL is {shown!r}, not a Redis URL: give one such as "
-            f"redis://localhost:6379/0 (schemes: {', '.join(STORE_SCHEMES)}), or unset it "
+            f"{named} is {shown!r}, not a Redis URL: give one such as "
+            f"redis://localhost:6379/0 (schemes: {', '.join(STORE_SCHEMES)}), or {undo} "
             "for the embedded engine"
         )
