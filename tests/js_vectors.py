@@ -12,6 +12,8 @@ text Python computes for the exact integer, the one it computes for the double J
 holds (what a JavaScript client sends, and so what the server digests), and the value with
 each such integer as `{"$bigint": "<digits>"}` for JavaScript to rebuild as a `bigint`.
 `edits` holds the edits vectors (tests/js_edit_vectors.py): cuts, diffs and editors' attempts.
+`answers` holds streamed answers and the bytes the answer tap makes of each
+(tests/js_answer_vectors.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Container
 from pathlib import Path
 from typing import Any, Final
 
-from tests import js_edit_vectors
+from tests import js_answer_vectors, js_edit_vectors
 from toolref import formats
 from toolref.sending.rewrite import rewrite
 from toolref.wire.canonical import canonical_json, digest_of
@@ -519,6 +521,7 @@ def build() -> dict[str, Any]:
         "invocations": invocation_cases(),
         "conversations": conversation_cases(),
         "edits": js_edit_vectors.build(),
+        "answers": js_answer_vectors.build(),
     }
 
 

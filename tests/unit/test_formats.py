@@ -1389,3 +1389,26 @@ def test_the_fast_fill_path_steps_aside_only_for_escapes_that_could_spell_a_mark
     for unsure in ("tool\\u0052ef", "\\u0074oolRef", "tr\\u005f", "\\u0041", "\\u0039"):
         text = '{"role":"tool","note":"' + unsure + '","toolRef":"' + ref + '"}'
         assert source._filled_in_place(text, wanted) is None, unsure
+
+
+def test_a_responses_local_shell_call_pairs_with_its_output() -> None:
+    """Found in review: `local_shell_call` (Codex CLI's local shell) was no call and
+    `local_shell_call_output` no result, so neither was ever made a ref. The call's `action`
+    is its arguments, named `local_shell`; its output pairs by `call_id` (or, as OpenAI's
+    SDK writes it, by `id`, the call's id); replace and fill give back the same messages."""
+    action = {"type": "exec", "command": ["ls"], "env": {}}
+    messages: list[Any] = [{"role": "user", "content": "go"}]
+    for n, output in enumerate(({"call_id": "c0"}, {"id": "c1"})):
+        messages += [
+            {"type": "local_shell_call", "id": f"lsh_{n}", "call_id": f"c{n}", "action": action},
+            {"type": "local_shell_call_output", **output, "output": f"out {n}"},
+        ]
+    found = formats.scan(messages, formats.detect(messages))
+    assert [p.invocation() for p in found.complete] == [
+        {"name": "local_shell", "args": action, "result": f"out {n}", "isError": False}
+        for n in range(2)
+    ]
+    replaced, filled = round_trip(messages, "openai-responses")
+    assert "action" not in replaced[1]
+    assert "output" not in replaced[2]
+    assert json.dumps(filled) == json.dumps(messages)

@@ -175,6 +175,7 @@ export function toolrefFetch(options: ToolrefFetchOptions = {}): Fetch {
       found.manager.editor.longWindow ? found.cut : undefined,
       new URL(url, "http://x").pathname,
       crossOrigin(url),
+      init?.signal ?? (input instanceof Request ? input.signal : undefined),
     );
     const { response } = sent;
     options.onExchange?.({

@@ -15,8 +15,8 @@
  * middleware): the endpoint is forgotten (its requests go as they are, with the offer) and,
  * refused (4xx, 415 included, 5xx), the request is sent again as it is, as Python's `Sender`
  * does. The answer is handed back unread (streams stay streams), but for a problem it had to
- * read to decide (at most `MAX_PROBLEM_BYTES` of it, as Python reads one; handed back byte
- * for byte).
+ * read to decide (at most `MAX_PROBLEM_BYTES` of it, as Python reads one, within
+ * `PROBLEM_READ_MS`: refusals.ts; handed back byte for byte).
  */
 
 import { tapFor } from "./edits/answer.js";
@@ -26,6 +26,7 @@ import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import type { BodyCut } from "./edits/segments.js";
 import { UsageError } from "./errors.js";
 import { checkOptions, type Spec } from "./options.js";
+import { discard, readProblem } from "./refusals.js";
 import { EDITS_HEADER, HISTORY_HEADER, PROBLEM_TYPE, TOOLREF_PREFIX, isToolrefProblem, mayResend, problemType } from "./protocol.js";
 
 const encoder = new TextEncoder();
@@ -164,6 +165,8 @@ export class ToolReferenceManager {
    * `TypeError` (fetch's "Failed to fetch", a refused preflight) before any such attempt was
    * answered is sent again as the app wrote it, and the endpoint's requests go so from then on
    * (`bare`); the app sees the answer the request would have had without toolref.
+   * `signal`: the caller's (fetch's `signal`): it ends the SDK's own reads of a refusal and
+   * any further attempt, its reason thrown, even where `post` ignores it.
    */
   async send(
     body: Uint8Array | string | object,
@@ -172,6 +175,7 @@ export class ToolReferenceManager {
     cut?: BodyCut | null,
     path?: string,
     crossOrigin = false,
+    signal?: AbortSignal,
   ): Promise<Sent> {
     // Bytes are copied (into a plain Uint8Array: a Buffer's `slice` is a view) unless the
     // caller cut them already (it copied them then): they are read until the answer, resends
@@ -180,7 +184,7 @@ export class ToolReferenceManager {
       body instanceof Uint8Array ? (cut == null ? new Uint8Array(body) : body) : encoder.encode(typeof body === "string" ? body : JSON.stringify(body));
     const pairs = segmentHeaders(new Headers(headers));
     const counted = { attempts: 0, wire: 0, resends: 0 };
-    const sent = await this.exchange(data, pairs, crossOrigin ? this.guarded(post, data) : post, counted, cut, path, crossOrigin);
+    const sent = await this.exchange(data, pairs, crossOrigin ? this.guarded(post, data) : post, counted, cut, path, crossOrigin, signal);
     this.savings.requests += 1;
     this.savings.rawBytes += data.length;
     this.savings.wireBytes += counted.wire;
@@ -197,6 +201,7 @@ export class ToolReferenceManager {
     cut?: BodyCut | null,
     path?: string,
     crossOrigin = false,
+    signal?: AbortSignal,
   ): Promise<Sent> {
     const sent = (response: Response, edit: Edit | null, historyRef: string | null = null): Sent => ({
       response,
@@ -209,6 +214,7 @@ export class ToolReferenceManager {
       reused: edit === null ? 0 : edit.ops.reduce((sum, op) => sum + (op.op === "keep" ? op.end - op.start : op.op === "named" ? 1 : 0), 0),
     });
     const plain = async (): Promise<Sent> => {
+      signal?.throwIfAborted(); // a request as it is after a refusal: not sent once the caller left
       const response = await post(data, this.bare ? {} : { [EDITS_HEADER]: String(VERSION) }, false);
       counted.attempts += 1;
       counted.wire += data.length;
@@ -226,6 +232,7 @@ export class ToolReferenceManager {
     if (notWorthAnEdit(edit, asItCameBytes(edit, [[EDITS_HEADER, String(VERSION)]]))) return plain();
     for (;;) {
       const pauses = this.pauses; // the pauses begun before this attempt went
+      signal?.throwIfAborted(); // a resend: not sent once the caller left
       let response = await post(edit.body, { "Content-Type": MEDIA_TYPE }, true);
       counted.attempts += 1;
       if (this.bareAnswers.has(response)) {
@@ -244,11 +251,11 @@ export class ToolReferenceManager {
         // it is, and the offer again; paused when a receiver of edits refused it (toolref's
         // problem, or `Toolref-Edits`: its registry down), forgotten too when none did (a
         // framework's own 415: a backend rolled back), as Python's `Sender` does. The refusal
-        // is read to its end (a small problem; cancelled past `DISCARD_BYTES`), not cancelled
-        // at once: a cancelled answer is a failed request to a browser's tools, and its
-        // connection is not reused.
-        const read = isProblem ? await readProblem(response) : { whole: null, response };
-        if (read.whole === null) await discard(read.response);
+        // is read to its end (a small problem; cancelled past `DISCARD_BYTES` or
+        // `PROBLEM_READ_MS`), not cancelled at once: a cancelled answer is a failed request to
+        // a browser's tools, and its connection is not reused.
+        const read = isProblem ? await readProblem(response, signal) : { whole: null, response };
+        if (read.whole === null) await discard(read.response, signal);
         if (!told && !isToolrefProblem(read.whole === null ? null : parseObject(read.whole))) this.edits = 0;
         this.refused(pauses);
         return plain();
@@ -258,7 +265,7 @@ export class ToolReferenceManager {
       // whether it is toolref's. A longer one is none of toolref's: handed on, every byte.
       let whole: Uint8Array | null = null;
       if (mayResend(status, response.headers.get("content-type")) || (isProblem && !named && ((status >= 400 && status < 500 && !told) || status === 503))) {
-        ({ whole, response } = await readProblem(response));
+        ({ whole, response } = await readProblem(response, signal));
       }
       const problem = whole === null ? null : parseObject(whole);
       if (status === 503 && !named && problem?.["type"] === STORE_DOWN) {
@@ -275,7 +282,7 @@ export class ToolReferenceManager {
         // again as it is, with the offer.
         this.edits = 0;
         if (status >= 400) {
-          if (whole === null) await discard(response);
+          if (whole === null) await discard(response, signal);
           return plain();
         }
       }
@@ -386,90 +393,6 @@ export function readAnswer(response: Response, path: string, answered: (answer: 
     }),
   );
   return new Response(tapped, { status: response.status, statusText: response.statusText, headers: response.headers });
-}
-
-/** The most bytes of a refused answer read before it is cancelled (a refusal is small). */
-const DISCARD_BYTES = 64 << 10;
-
-/** The most bytes of a problem read to tell what it is (Python's `MAX_PROBLEM_BYTES`): one
- * toolref writes is < 2 KiB. */
-const MAX_PROBLEM_BYTES = 64 << 10;
-
-/** `response`'s body read whole when it is at most `MAX_PROBLEM_BYTES` (`whole`; `response`
- * then used up); else `whole` null and `response` one holding every byte it had (those read,
- * then the rest as they come), at most that much read of it (none when its `Content-Length`
- * says more), as Python's `read_problem` does. */
-async function readProblem(response: Response): Promise<{ whole: Uint8Array | null; response: Response }> {
-  const length = (response.headers.get("content-length") ?? "").trim();
-  if (/^[0-9]+$/.test(length) && Number(length) > MAX_PROBLEM_BYTES) return { whole: null, response };
-  const reader = response.body?.getReader();
-  if (reader === undefined) return { whole: new Uint8Array(0), response };
-  const pieces: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    pieces.push(value);
-    size += value.length;
-    if (size > MAX_PROBLEM_BYTES) {
-      const rest = replayed(pieces, reader);
-      return { whole: null, response: new Response(rest, { status: response.status, statusText: response.statusText, headers: response.headers }) };
-    }
-  }
-  const whole = new Uint8Array(size);
-  let at = 0;
-  for (const piece of pieces) {
-    whole.set(piece, at);
-    at += piece.length;
-  }
-  return { whole, response };
-}
-
-/** A stream of `pieces` (read already from `reader`), then the rest of `reader`; cancelled,
- * it cancels `reader`. */
-function replayed(pieces: Uint8Array[], reader: ReadableStreamDefaultReader<Uint8Array>): ReadableStream<Uint8Array> {
-  let next = 0;
-  return new ReadableStream<Uint8Array>(
-    {
-      async pull(controller) {
-        if (next < pieces.length) {
-          controller.enqueue(pieces[next]!);
-          pieces[next++] = EMPTY; // handed on: not held twice
-          return;
-        }
-        const { done, value } = await reader.read();
-        if (done) controller.close();
-        else controller.enqueue(value);
-      },
-      cancel(reason) {
-        return reader.cancel(reason);
-      },
-    },
-    { highWaterMark: 0 },
-  );
-}
-
-const EMPTY = new Uint8Array(0);
-
-/** Read a refused answer to its end and drop it (its connection is then reused), at most
- * `DISCARD_BYTES` (then cancelled: a body that never ends holds nothing up). */
-async function discard(response: Response): Promise<void> {
-  const reader = response.body?.getReader();
-  if (reader === undefined) return;
-  let read = 0;
-  try {
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) return;
-      read += value.length;
-      if (read > DISCARD_BYTES) {
-        await reader.cancel();
-        return;
-      }
-    }
-  } catch {
-    // gone (the app aborted): the next request says so
-  }
 }
 
 const problemDecoder = new TextDecoder();

@@ -2,6 +2,7 @@
 // makes of the same stream (computed by running it), fed whole and in pieces that cut lines and
 // characters; the streams that make none; tapFor's choice; answerId.
 import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { AnswerTap, ID_LENGTH, MAX_ANSWER, MAX_STREAM, answerId, tapFor } from "../src/edits/answer.js";
 
@@ -375,7 +376,7 @@ describe("AnswerTap: what a tap holds", () => {
     tap.feed(event);
     expect(tap.failed).toBe(true);
     const calls = new AnswerTap("openai-chat");
-    for (let n = 0; n < 3913; n++) {
+    for (let n = 0; n < 4444; n++) {
       expect(calls.failed).toBe(false);
       calls.feed(bytes(sse({ choices: [{ delta: { tool_calls: [{ index: n }] } }] })));
     }
@@ -402,6 +403,22 @@ describe("AnswerTap: what a tap holds", () => {
     expect(answer(MAX_ANSWER - made.length + 1)).toBeNull();
   });
 
+  it("counts a block that starts whole as it holds it, and gives up where Python does", () => {
+    const results = [{ type: "web_search_result", url: "u", encrypted_content: "e".repeat(60_000) }];
+    const block = bytes(sse({ type: "content_block_start", index: 0, content_block: { type: "web_search_tool_result", tool_use_id: "s", content: results } }));
+    const at = (index: number): Uint8Array => bytes(new TextDecoder().decode(block).replace('"index":0', `"index":${index}`));
+    const tap = new AnswerTap("anthropic");
+    for (let index = 0; index < 4; index++) tap.feed(at(index));
+    expect(tap.failed).toBe(false); // 4 blocks of 60,000 bytes: it may yet make an answer
+    tap.feed(at(4));
+    expect(tap.failed).toBe(true); // 5: it cannot (each counted 3 bytes before)
+    const long = new AnswerTap("anthropic");
+    const text = (index: number): Uint8Array => bytes(sse({ type: "content_block_start", index, content_block: { type: "text", text: "x".repeat(60_000) } }));
+    for (let index = 0; index < 120; index++) long.feed(text(index));
+    expect(long.failed).toBe(true);
+    expect(heldBytes(long)).toBeLessThan(256 << 10); // ~7.2 MB of blocks held to the end before
+  });
+
   it("joins a block's deltas as Python does: across a block started again, fields in Python's order", () => {
     const start = (block: unknown): string => sse({ type: "content_block_start", index: 0, content_block: block });
     const delta = (d: unknown): string => sse({ type: "content_block_delta", index: 0, delta: d });
@@ -411,4 +428,25 @@ describe("AnswerTap: what a tap holds", () => {
     const order = start({ type: "thinking" }) + delta({ type: "signature_delta", signature: "s" }) + delta({ type: "thinking_delta", thinking: "t" }) + stop;
     expect(text(fed("anthropic", order).tap.answer)).toBe('{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"}]}');
   });
+});
+
+// Streams of every call shape each tap reads, and shapes it gives up on, with the answer Python
+// makes of each (tests/js_answer_vectors.py, written into vectors.json): the same bytes here.
+describe("AnswerTap: answer vectors (Python's bytes for every call shape)", () => {
+  interface AnswerVector {
+    name: string;
+    format: string;
+    stream: string;
+    answer: string | null;
+  }
+  const { answers } = JSON.parse(readFileSync(new URL("./vectors.json", import.meta.url), "utf8")) as { answers: AnswerVector[] };
+  it("holds the call shapes", () => {
+    expect(answers.some((vector) => vector.name.includes("custom") && vector.answer !== null)).toBe(true);
+  });
+  for (const vector of answers) {
+    it(`${vector.name} (fed whole, by 5 bytes)`, () => {
+      const data = Buffer.from(vector.stream, "hex");
+      for (const step of [Infinity, 5]) expect(hex(fed(vector.format, new Uint8Array(data), step).tap.answer)).toBe(vector.answer);
+    });
+  }
 });

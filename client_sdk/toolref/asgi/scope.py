@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, MutableMapping, Sequence
 from typing import Any
 
 from toolref.asgi.budget import Account, charge
@@ -54,6 +54,17 @@ def with_body(scope: Scope, length: int) -> Scope:
     return {**scope, "headers": headers}
 
 
+def with_headers(send: Send, added: Sequence[tuple[bytes, bytes]]) -> Send:
+    """`send`, adding `added` to the answer's head after its own headers."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *added]}
+        await send(message)
+
+    return sending
+
+
 def replay(body: bytes, receive: Receive) -> Receive:
     """The body once, then the real `receive`: a streaming app waits on it for the client's
     disconnect, as it would without the middleware. Once given, the body is not held here."""
@@ -93,11 +104,9 @@ async def read_body(
     return b"".join(chunks)
 
 
-async def body_pieces(receive: Receive, first: bytes | None = None) -> AsyncIterator[bytes]:
-    """The body piece by piece as it arrives (after `first`, a piece already received);
-    `Disconnected` when the client leaves before its end."""
-    if first is not None:
-        yield first
+async def body_pieces(receive: Receive) -> AsyncIterator[bytes]:
+    """The body piece by piece as it arrives; `Disconnected` when the client leaves before
+    its end."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":

@@ -4,12 +4,16 @@ The agent writes the model's answer back into its next request as an assistant m
 gateway streamed that very answer to it one turn before. Relay and gateway (or the SDK and
 the middleware's registry) both read the stream as it passes (`AnswerTap`) and assemble the
 same bytes from it, with nothing exchanged: the answer as one assistant message in its
-API's own JSON (`{"role":"assistant","content":[...]}` for Anthropic Messages, with
-`tool_calls` for OpenAI Chat), every string as the model wrote it, tool inputs compact, then
-each tool input as the model streamed it. A version-3 edit compresses the assistant
-segments it carries against those bytes (`toolref.edits.isolated`, record kind 3) and
-names them by `answer_id`; a receiver that holds other bytes, or none, refuses the edit
-(400 `dictionary-mismatch`) and the sender sends it again without.
+API's own JSON (`{"role":"assistant","content":[...]}` for Anthropic Messages; for OpenAI
+Chat its `content`, its `refusal` when it streamed one, and `tool_calls`, each a function
+call or a freeform one, `{"type":"custom","custom":{"name":..,"input":..}}`), every string as
+the model wrote it (the halves of a surrogate pair one character, as JS holds them), tool
+inputs compact, then each tool input (a call's arguments or input) as the model streamed it.
+A shape no answer is made of (a piece of text that is no string, a call both a function and
+a custom one, event data not UTF-8): no answer, as in answer.ts. A version-3 edit
+compresses the assistant segments it carries against those bytes (`toolref.edits.isolated`,
+record kind 3) and names them by `answer_id`; a receiver that holds other bytes, or none,
+refuses the edit (400 `dictionary-mismatch`) and the sender sends it again without.
 
 Only a whole answer is one: a stream with a 200, `text/event-stream` and no
 `Content-Encoding`, of an API read here, seen to its end event (`message_stop`,
@@ -18,15 +22,16 @@ cut short, an error event, anything else: no answer, and the next edit is what i
 have been without. Pure and incremental: linear in the stream, one JSON parse per event.
 
 What a tap holds is bounded by `MAX_ANSWER`, not `MAX_STREAM`: it counts the bytes it holds
-that are certain to be in the answer (`_size` of each text, thinking, signature and content
-piece and each tool input piece, a tool call's arguments twice, as the answer holds them
-twice; 3 bytes for each block, 67 for each tool call), and once they pass `MAX_ANSWER` the
-answer can only be longer: the tap gives up then (`failed`, all it held dropped), at the same
-event as answer.ts (which counts the same). The count is a lower bound, never more than the
-answer makes: escapes only add bytes, a block or a call only grows, and a surrogate counts 2
-(3 in Python's `surrogatepass`; two that JS joins into one character make 4 there). Lines
-that make nothing (blank lines with no event pending, comments, `event:` lines) are stepped
-over by `bytes.find`, not read one by one.
+that are certain to be in the answer (`_size` of each text, thinking, signature, refusal and
+content piece and each tool input piece, a tool call's arguments twice, as the answer holds
+them twice; each block's bytes as it started, its input left out, and a comma; 59 for each
+tool call), and once they pass `MAX_ANSWER` the answer can only be longer: the tap gives up
+then (`failed`, all it held dropped), at the same event as answer.ts (which counts the same).
+The count is a lower bound, never more than the answer makes: escapes only add bytes, a
+block or a call only grows (but a block started again smaller at its index, which no API
+streams), and a surrogate counts 2 (3 in `surrogatepass`; the two halves of a pair make one
+character of 4). Lines that make nothing (blank lines with no event pending, comments,
+`event:` lines) are stepped over by `bytes.find`, not read one by one.
 """
 
 from __future__ import annotations
@@ -47,10 +52,13 @@ FORMATS: Final = frozenset({"anthropic", "openai-chat"})
 _EVENT_STREAM: Final = "text/event-stream"
 _BOM: Final = b"\xef\xbb\xbf"
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
-_BLOCK: Final = 3  # bytes a block makes at least: `{}` and a comma (or the message's `]`)
-# bytes a tool call makes at least: `{"id":"","type":"function","function":{"name":"",
-# "arguments":""}}` (65), a comma (or the message's `]`) and the line end before its arguments
-_CALL: Final = 67
+# bytes a tool call makes at least: the lesser of a function call's `{"id":"","type":"function",
+# "function":{"name":"","arguments":""}}` (65) and a custom one's `{"id":"","type":"custom",
+# "custom":{"name":"","input":""}}` (57), a comma (or the message's `]`) and the line end
+# before its arguments
+_CALL: Final = 59
+# a Chat tool call's kind -> the field of its object that its text streams in
+_CALL_TEXT: Final = {"function": "arguments", "custom": "input"}
 
 
 def answer_id(answer: bytes) -> str:
@@ -84,12 +92,17 @@ class AnswerTap:
         self._data: list[bytes] = []
         self._read = 0
         self._blocks: dict[int, dict[str, Any]] = {}
+        self._started: dict[int, int] = {}  # block -> the bytes held for it as it started
         self._inputs: dict[int, list[str]] = {}  # tool_use block -> its input's pieces
         # (block, field) -> the pieces its deltas streamed, joined once at the end: adding
         # each to the block's string made a long answer's tap quadratic
         self._texts: dict[tuple[int, str], list[str]] = {}
         self._content: list[str] = []
+        self._refusal: list[str] = []
         self._calls: dict[int, dict[str, Any]] = {}
+        # a value the answer cannot be made of as answer.ts makes it (a piece of text that is
+        # no string, a call both a function and a custom one): the stream is read on, no answer
+        self._odd = False
         self._held = 0  # bytes held that are certain to be in the answer (module docstring)
         self.done = False  # its end event seen
         self.failed = False  # never an answer: cut, an error event, too long, unreadable
@@ -139,7 +152,7 @@ class AnswerTap:
     @property
     def answer(self) -> bytes | None:
         """The answer's bytes (module docstring); None unless the stream ended whole."""
-        if not self.done or self.failed:
+        if not self.done or self.failed or self._odd:
             return None
         try:
             made = self._made()
@@ -182,15 +195,16 @@ class AnswerTap:
     def _drop(self) -> None:
         """All a tap that failed held (it never makes an answer)."""
         self._line, self._data, self._head = bytearray(), [], b""
-        self._blocks, self._inputs, self._texts = {}, {}, {}
-        self._content, self._calls = [], {}
+        self._blocks, self._inputs, self._texts, self._started = {}, {}, {}, {}
+        self._content, self._refusal, self._calls = [], [], {}
 
     def _event(self, data: bytes) -> None:
         if not self._anthropic and data.strip() == b"[DONE]":
             self.done = True
             return
-        try:
-            self._event_read(json.loads(data))
+        try:  # read as answer.ts reads it: UTF-8 only (json.loads also takes UTF-16 and -32)
+            text = data[len(_BOM) :] if data.startswith(_BOM) else data
+            self._event_read(json.loads(text.decode("utf-8", "surrogatepass")))
         except (TypeError, ValueError, RecursionError):
             # nested past the parser, or shaped like no event of an answer (`"choices": 1`):
             # not an answer we read, and nothing raised into the way of the stream
@@ -214,8 +228,12 @@ class AnswerTap:
             block = event.get("content_block")
             if isinstance(block, dict):
                 index = _index(event)
-                if index not in self._blocks:
-                    self._hold(_BLOCK)
+                # its bytes as it started, but its input (the streamed one replaces it), and a
+                # comma (or the message's `]`); started again at its index, only what it adds
+                size = _size(_compact({k: v for k, v in block.items() if k != "input"})) + 1
+                if size > (counted := self._started.get(index, 0)):
+                    self._started[index] = size
+                    self._hold(size - counted)
                 self._blocks[index] = dict(block)
         elif kind == "content_block_delta":
             delta = event.get("delta")
@@ -226,7 +244,10 @@ class AnswerTap:
     def _delta(self, index: int, block: dict[str, Any], delta: dict[str, Any]) -> None:
         kind = delta.get("type")
         if kind == "input_json_delta":
-            piece = str(delta.get("partial_json", ""))
+            piece = delta.get("partial_json", "")
+            if not isinstance(piece, str):
+                self._odd = True  # no answer is made of it (answer.ts alike)
+                return
             self._inputs.setdefault(index, []).append(piece)
             self._hold(_size(piece))  # as streamed, after the message
             return
@@ -234,7 +255,10 @@ class AnswerTap:
         field = field or ("signature" if kind == "signature_delta" else None)
         if field is not None:
             del block  # its text is joined in `_made`
-            piece = str(delta.get(field, ""))
+            piece = delta.get(field, "")
+            if not isinstance(piece, str):
+                self._odd = True
+                return
             self._texts.setdefault((index, field), []).append(piece)
             self._hold(_size(piece))
 
@@ -251,6 +275,9 @@ class AnswerTap:
             if isinstance(delta.get("content"), str):
                 self._content.append(delta["content"])
                 self._hold(_size(delta["content"]))
+            if isinstance(delta.get("refusal"), str):  # written back as the message's refusal
+                self._refusal.append(delta["refusal"])
+                self._hold(_size(delta["refusal"]))
             for call in delta.get("tool_calls") or ():
                 if isinstance(call, dict):
                     self._call(call)
@@ -263,17 +290,23 @@ class AnswerTap:
         if index not in self._calls:
             self._hold(_CALL)
         made = self._calls.setdefault(index, {"name": [], "arguments": []})
-        for field in ("id", "type"):
-            if isinstance(call.get(field), str):
-                made[field] = call[field]
-        function = call.get("function")
-        if isinstance(function, dict):
-            if isinstance(function.get("name"), str):
-                made["name"].append(function["name"])
-                self._hold(_size(function["name"]))
-            if isinstance(function.get("arguments"), str):
-                made["arguments"].append(function["arguments"])
-                self._hold(2 * _size(function["arguments"]))  # in the message, then as streamed
+        if isinstance(call.get("id"), str):
+            made["id"] = call["id"]
+        typed = call.get("type")  # another type, or none: as before, a function call
+        for kind, field in _CALL_TEXT.items():  # a function call, or a freeform one (`custom`)
+            spec = call.get(kind)
+            if not (isinstance(spec, dict) or typed == kind):
+                continue
+            if made.setdefault("kind", kind) != kind:
+                self._odd = True  # both: not a call the agent writes back
+            if not isinstance(spec, dict):
+                continue
+            if isinstance(spec.get("name"), str):
+                made["name"].append(spec["name"])
+                self._hold(_size(spec["name"]))
+            if isinstance(spec.get(field), str):
+                made["arguments"].append(spec[field])
+                self._hold(2 * _size(spec[field]))  # in the message, then as streamed
 
     def _made(self) -> bytes:
         if self._anthropic:
@@ -283,7 +316,10 @@ class AnswerTap:
                 block = dict(self._blocks[index])  # as it started: `answer` reads it again
                 for field in ("text", "thinking", "signature"):
                     if (pieces := self._texts.get((index, field))) is not None:
-                        block[field] = str(block.get(field) or "") + "".join(pieces)
+                        before = block.get(field) or ""
+                        if not isinstance(before, str):  # no answer (answer.ts alike)
+                            raise TypeError(f"a block's {field} is no string: {before!r}")
+                        block[field] = before + "".join(pieces)
                 if index in self._inputs:
                     text = "".join(self._inputs[index])
                     streamed.append(text)
@@ -297,14 +333,20 @@ class AnswerTap:
                 made = self._calls[index]
                 arguments = "".join(made["arguments"])
                 streamed.append(arguments)
-                function = {"name": "".join(made["name"]), "arguments": arguments}
-                calls.append({"id": made.get("id", ""), "type": "function", "function": function})
-            content = "".join(self._content) if self._content or not calls else None
+                kind = made.get("kind", "function")
+                spec = {"name": "".join(made["name"]), _CALL_TEXT[kind]: arguments}
+                calls.append({"id": made.get("id", ""), "type": kind, kind: spec})
+            plain = not calls and not self._refusal
+            content = "".join(self._content) if self._content or plain else None
             message = {"role": "assistant", "content": content}
+            if self._refusal:
+                message["refusal"] = "".join(self._refusal)
             if calls:
                 message["tool_calls"] = calls
-        parts = [_compact(message), *streamed]
-        return "\n".join(parts).encode("utf-8", "surrogatepass")
+        text = "\n".join([_compact(message), *streamed])
+        if _SURROGATE.search(text):  # the halves of a pair one character, as JS holds them
+            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+        return text.encode("utf-8", "surrogatepass")
 
 
 def _size(text: str) -> int:

@@ -30,7 +30,6 @@ __all__ = [
     "MARK_KEYS",
     "SECRET_HEADERS",
     "cut_body",
-    "cut_messages",
     "describes_hop",
     "header_lines",
     "header_segment",
@@ -139,47 +138,16 @@ def restore_headers(
 def cut_body(text: str, messages_key: str | None) -> list[str] | None:
     """The body's segments (see the module docstring); None when it is not one JSON object
     (such a body is sent as one segment by the caller, or passed on as it is)."""
-    found = cut_messages(text, messages_key)
-    return None if found is None else found[0]
-
-
-def cut_messages(
-    text: str,
-    messages_key: str | None,
-    answered: list[int] | None = None,
-    *,
-    window: list[int] | None = None,
-) -> tuple[list[str], list[int]] | None:
-    """`cut_body`, and the index in its segments of each message's largest span (what it
-    says), in order (a client tells its conversations apart by their messages). `answered`,
-    when given, gets the index of every span of a message whose own `role` member is one
-    of `ANSWER_ROLES` (the model's: what an answer dictionary may compress). `window`, when
-    given: long message spans are cut again (`scanner`'s long window), and it gets, for each
-    segment, the number of the message it belongs to (-1: none), so that a sender compresses
-    the pieces of one message together."""
-    found = scan(text, messages_key, window is not None)
+    found = scan(text, messages_key, False)
     if found is None:
         return None
-    cuts, owners = found.cuts, found.owners
     segments: list[str] = []
-    marks: list[int] = []
-    message, model = set(found.messages), set(found.models)
-    at, cut = 0, 0
-    for start, end in cuts:
+    at = 0
+    for start, end in found.cuts:
         if start > at:
             segments.append(text[at:start])
-            if window is not None:
-                window.append(-1)
-        if cut in message:
-            marks.append(len(segments))
-        if answered is not None and cut in model:
-            answered.append(len(segments))
         segments.append(text[start:end])
-        if window is not None:
-            window.append(owners[cut])
-        at, cut = end, cut + 1
+        at = end
     if at < len(text):
         segments.append(text[at:])
-        if window is not None:
-            window.append(-1)
-    return segments, marks
+    return segments

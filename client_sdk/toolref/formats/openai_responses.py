@@ -1,8 +1,11 @@
 """`openai-responses`: Responses API input items.
 
-Calls are `function_call` items (`arguments`, a JSON string) and `custom_tool_call` items
-(`input`); results are `function_call_output` and `custom_tool_call_output` items (`output`),
-paired by `call_id`. The marker replaces the payload member in place::
+Calls are `function_call` items (`arguments`, a JSON string), `custom_tool_call` items
+(`input`) and `local_shell_call` items (`action`, tool `local_shell`: Codex CLI's); results
+are `function_call_output`, `custom_tool_call_output` and `local_shell_call_output` items
+(`output`), paired by `call_id` (a `local_shell_call_output` without one: by its `id`, which
+OpenAI's SDK sets to the call's). Items the provider ran (`mcp_call`, `web_search_call`,
+...) are neither. The marker replaces the payload member in place::
 
     {"type": "function_call", "call_id": "call_1", "name": "shell",
      "toolRef": "tr_x7k2m4qpeoaccwyd6n3h5ggwmu"}
@@ -19,8 +22,16 @@ from toolref.formats.evidence import DISTINCTIVE, FOREIGN, NEUTRAL, part_types
 from toolref.formats.site import MARKER, Site
 
 NAME: Final = "openai-responses"
-_ARGS: Final = {"function_call": "arguments", "custom_tool_call": "input"}
-_RESULTS: Final = frozenset({"function_call_output", "custom_tool_call_output"})
+_ARGS: Final = {
+    "function_call": "arguments",
+    "custom_tool_call": "input",
+    "local_shell_call": "action",
+}
+_TOOLS: Final = {"local_shell_call": "local_shell"}  # the tool of a call item naming none
+_RESULTS: Final = frozenset(
+    {"function_call_output", "custom_tool_call_output", "local_shell_call_output"}
+)
+_BY_ID: Final = frozenset({"local_shell_call_output"})  # may name its call by `id`
 _OWN_PARTS: Final = frozenset(
     {"input_text", "output_text", "input_image", "input_file", "summary_text", "reasoning_text"}
 )
@@ -53,11 +64,13 @@ def sites(messages: Sequence[Any]) -> Iterator[Site]:
         if not isinstance(kind, str):
             continue
         call_id = item.get("call_id")
+        if call_id is None and kind in _BY_ID:
+            call_id = item.get("id")
         call_id = call_id if isinstance(call_id, str) else None
         if kind in _ARGS:
             key = _ARGS[kind]
             if key in item or MARKER in item:
-                name = item.get("name")
+                name = item.get("name", _TOOLS.get(kind))
                 yield Site(
                     (i,),
                     call_id=call_id,

@@ -180,18 +180,32 @@ def _edited(
     return out
 
 
-def with_results(texts: Sequence[str], results: Sequence[tuple[Site, str]]) -> list[str]:
+def with_results(
+    texts: Sequence[str],
+    results: Sequence[tuple[Site, str]],
+    beside: Sequence[Mapping[str, str]] = (),
+) -> list[str]:
     """`conversation.with_results` on texts: at each result site (holding its result in
-    full), the result member's value replaced by the given JSON text."""
+    full), the result member's value replaced by the given JSON text; `beside[i]` (when
+    given): other members of the `i`th result's object, each present one's value replaced
+    by the JSON text beside its key (Gemini's `functionResponse.parts` emptied with it)."""
     changes: dict[int, dict[tuple[int | str, ...], Change]] = defaultdict(dict)
-    for site, new in results:
+    for n, (site, new) in enumerate(results):
         if site.result_key is None:
             continue
+        others = beside[n] if n < len(beside) else {}
 
-        def put(text: str, at: int, key: str = site.result_key, new: str = new) -> str:
+        def put(
+            text: str,
+            at: int,
+            key: str = site.result_key,
+            new: str = new,
+            others: Mapping[str, str] = others,
+        ) -> str:
             found, end = spans.members(text, at, wanted="")
-            member = found[key]
-            return text[at : member.start] + new + text[member.end : end]
+            edits = [(found[key].start, found[key].end, new)]
+            edits += [(found[k].start, found[k].end, v) for k, v in others.items() if k in found]
+            return spans.splice(text, edits, at, end)
 
         changes[site.message][site.path[1:]] = put
     return _edited(texts, changes, keep=False)

@@ -28,7 +28,7 @@ from functools import partial
 from typing import Any, Final
 from urllib.parse import unquote
 
-from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send, header
+from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send, header, with_headers
 from toolref.websocket import channel as frames
 from toolref.websocket import driver
 from toolref.websocket.bridge import close_client
@@ -322,14 +322,7 @@ async def _served(
 def _marked_busy(send: Send) -> Send:
     """`send`, its head saying the channel was too busy for the turn (`frames.BUSY`): the
     sender sends that turn over HTTP instead, where nothing was done with it."""
-
-    async def marked(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            busy = (frames.BUSY[0].lower().encode(), frames.BUSY[1].encode())
-            message = {**message, "headers": [*message.get("headers", []), busy]}
-        await send(message)
-
-    return marked
+    return with_headers(send, [(frames.BUSY[0].lower().encode(), frames.BUSY[1].encode())])
 
 
 def _scope(channel: Scope, turn: frames.Turn) -> Scope:

@@ -40,6 +40,7 @@ from toolref.asgi.scope import (
     header,
     read_body,
     replay,
+    with_headers,
 )
 from toolref.edits import wire
 from toolref.edits.answer import AnswerTap, tap_for
@@ -271,13 +272,7 @@ def marked(send: Send, applied: AppliedEdit, sent: int, channel: str | None, ver
         *(() if channel is None else ((asgi_name(CHANNEL_HEADER), _quoted(channel)),)),
         (asgi_name(SAVINGS_HEADER), savings_value(len(applied.body), sent).encode()),
     )
-
-    async def with_marks(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), *told]}
-        await send(message)
-
-    return with_marks
+    return with_headers(send, told)
 
 
 def kept_answer(send: Send, registry: Registry, ref: str, path: str) -> Send:
@@ -327,13 +322,7 @@ def told_edits(scope: Scope, send: Send, channel: str | None, version: int) -> t
     told = [(name, b"%d" % version)]
     if channel is not None:
         told.append((asgi_name(CHANNEL_HEADER), _quoted(channel)))
-
-    async def with_edits(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), *told]}
-        await send(message)
-
-    return {**scope, "headers": kept}, with_edits
+    return {**scope, "headers": kept}, with_headers(send, told)
 
 
 _EXPOSE: Final = b"access-control-expose-headers"

@@ -146,12 +146,10 @@ class BaseRegistryClient(Session[TransportT_co]):
         check_messages_options(messages, format)
         return self._messages(endpoints.OPTIMIZE, {"messages": messages, "format": format})
 
-    def _messages(
-        self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
-    ) -> Exchange[MessagesResult]:
+    def _messages(self, path: str, body: dict[str, Any]) -> Exchange[MessagesResult]:
         """optimize or hydrate: `body` without its None members, the answer read whole."""
         sent = {k: v for k, v in body.items() if v is not None}
-        answer = yield from self._call("POST", path, MessagesResponse, sent, headers=headers)
+        answer = yield from self._call("POST", path, MessagesResponse, sent)
         return MessagesResult.of(answer)
 
     def _hydrate(

@@ -133,17 +133,11 @@ class Session(Generic[TransportT_co]):
         return f"{self.base_url}{path}"
 
     def _request(
-        self,
-        caps: Capabilities,
-        method: str,
-        path: str,
-        body: Any = None,
-        extra: Mapping[str, str] | None = None,
+        self, caps: Capabilities, method: str, path: str, body: Any = None
     ) -> httpx.Request:
         msgpack = self._uses_msgpack(caps)
         headers = {
             **self._headers,
-            **(extra or {}),
             PROTOCOL_HEADER: str(self.protocol),
             "Accept": f"{encoding.MSGPACK_TYPE}, {encoding.JSON_TYPE};q=0.5"
             if msgpack
@@ -263,14 +257,13 @@ class Session(Generic[TransportT_co]):
         body: Any = None,
         *,
         refs: bool = True,
-        headers: Mapping[str, str] | None = None,
     ) -> Exchange[Answer]:
         """One request of an operation (`refs`: one only protocol 2 has), its answer read
         as `answer`."""
         caps = yield from self._capabilities_exchange()
         if refs:
             self._require_refs()
-        request = self._request(caps, method, path, body, headers)
+        request = self._request(caps, method, path, body)
         response = yield from self._send(request)
         return self._read(answer, request, response)
 

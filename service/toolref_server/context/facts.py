@@ -58,17 +58,24 @@ OBSERVATIONS: Final = (
     (re.compile(r"(?:OBSERVATION|Observation):"), "observation"),
 )
 _TEXT_PARTS: Final = frozenset({"text", "input_text"})  # the types of a text part
+# By a result's member: the member beside it holding the result's media, counted with it and
+# emptied (`[]`) when it is replaced: Gemini's `functionResponse.parts` (inline data, files,
+# beside `response`; optional, so a response without them is whole).
+BESIDE: Final = {"response": "parts"}
 
 
 @dataclass(slots=True, eq=False)
 class Call:
     """A tool call: its id (None: the format has none), its tool's name, its message's
-    index and its site in that message (the message's index there is 0)."""
+    index and its site in that message (the message's index there is 0); `direct`: the
+    model made it (False: code did, its `caller` another tool's: Anthropic's and OpenAI's
+    programmatic tool calling), so the model can make it again."""
 
     call_id: str | None
     name: str
     message: int
     site: Site
+    direct: bool = True
 
 
 @dataclass(slots=True, eq=False)
@@ -87,6 +94,9 @@ class Result:
     error: bool
     stand_in: dict[str, str] = field(default_factory=dict)
     text: str | None = None  # a result returned as text: the arguments its text names
+    beside: tuple[str, ...] = ()  # members beside it that go with it (`BESIDE`), emptied
+    # by the summarizer's id: none is made (its call unknown, or code's) and none was pinned
+    unmade: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True, eq=False)
@@ -293,13 +303,19 @@ def _message(
     for site in fmt.sites([value]):
         held = _at(value, site)
         if site.args_key is not None:
-            calls.append(Call(site.call_id, site.name or "", index, site))
+            calls.append(Call(site.call_id, site.name or "", index, site, _direct(held)))
         if site.result_key is not None and isinstance(held, dict) and _replaceable(held):
             result = held.get(site.result_key)
             # its own size, less its cache marks: `size` is the message's (the plan counts
             # the turns by it)
             own = json_size(unmarked(result) if marked else result)
-            results.append(Result(site, site.call_id, site.name, own, site.is_error))
+            media = held.get(BESIDE.get(site.result_key, ""))
+            beside: tuple[str, ...] = ()
+            if isinstance(media, list) and media:
+                beside = (BESIDE[site.result_key],)
+                own += json_size(media) - len("[]")  # what emptying it frees
+            found = Result(site, site.call_id, site.name, own, site.is_error, beside=beside)
+            results.append(found)
     if not calls and not results and texts:
         results = _observations(value)
     return Message(text, bstart, bend, size, _is_model(value), tuple(calls), tuple(results))
@@ -348,6 +364,14 @@ def _replaceable(block: dict[str, Any]) -> bool:
         isinstance(content, list)
         and any(isinstance(part, dict) and part.get("type") == "tool_reference" for part in content)
     )
+
+
+def _direct(block: Any) -> bool:
+    """Whether the model made this call: no `caller`, or one of type `direct` (Anthropic's
+    `{"type": "code_execution_20250825", "tool_id": ...}` and OpenAI's `{"type": "program",
+    "caller_id": ...}`: code the model wrote made it)."""
+    caller = block.get("caller") if isinstance(block, dict) else None
+    return not isinstance(caller, dict) or caller.get("type") in (None, "direct")
 
 
 def _observations(value: Any) -> list[Result]:

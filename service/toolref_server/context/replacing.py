@@ -6,7 +6,8 @@ summary. The same invocation and summary give the same bytes on every turn, so a
 once replaced keeps the provider's prompt cache warm from then on.
 
 Each replaced result's message is written anew from its own text (`toolref.formats.source.
-with_results`: only the result's value changes) and remembered on its `Message`, so a turn
+with_results`: only the result's value changes, and the media beside it, emptied: Gemini's
+`functionResponse.parts`, `facts.BESIDE`) and remembered on its `Message`, so a turn
 rewrites only the messages whose replacements are new; the body is then one join of the
 client's bytes and those messages (C speed). Pure but for those memos.
 """
@@ -70,7 +71,8 @@ def rewritten(facts: Facts, replaced: Mapping[int, Sequence[tuple[int, str]]]) -
         done = message.rewritten  # read once: another thread may set it meanwhile
         if done is None or done[0] != chosen:
             sites = [(message.results[result].site, new) for result, new in chosen]
-            (new_text,) = with_results([message.text], sites)
+            beside = [dict.fromkeys(message.results[result].beside, "[]") for result, _ in chosen]
+            (new_text,) = with_results([message.text], sites, beside)
             done = (chosen, new_text.encode("utf-8"))
             message.rewritten = done
         pieces += (body[at : message.bstart], done[1])

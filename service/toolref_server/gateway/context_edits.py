@@ -278,9 +278,14 @@ async def _stand_ins(
     is gone, sends the same bytes for it, even where a summary was the extractive fallback
     of a model that failed. One read of the pinned ones, then the summaries of the rest
     (the summary cache: one per result, ever), then one write. A result whose invocation
-    cannot be read is left as it is."""
+    cannot be read is left as it is; so is one whose tool the model could not call again
+    (`Invoked.runnable`) that has no stand-in pinned (one pinned before stays)."""
     sid = _sid(policy)
-    wanted = [c for c in cleared if sid not in found.messages[c.message].results[c.result].stand_in]
+    wanted = []
+    for item in cleared:
+        result = found.messages[item.message].results[item.result]
+        if sid not in result.stand_in and sid not in result.unmade:
+            wanted.append(item)
     if not wanted:
         return
     # each message parsed once; off the loop when the messages are large
@@ -295,10 +300,13 @@ async def _stand_ins(
     pinned = await store.read(tenant, list(slots.values()))
     missing = []
     for item, text in zip(slots, pinned, strict=True):
-        if text is None:
-            missing.append(item)
+        result = found.messages[item.message].results[item.result]
+        if text is not None:
+            result.stand_in[sid] = text
+        elif not invocations[item].runnable:
+            result.unmade.add(sid)  # the model could not call it again: left as it came
         else:
-            found.messages[item.message].results[item.result].stand_in[sid] = text
+            missing.append(item)
     if not missing:
         return
     items = [(invocations[item].summarized, invocations[item].invocation) for item in missing]
@@ -387,17 +395,22 @@ def _invocation(
     shown = without_media(value, _MEDIA_NOTE)
     summarized = ref if shown == value else invocation_digest(item.name, args, shown, error).ref
     invocation = {"name": item.name, "args": args, "result": shown, "isError": error}
-    return Invoked(ref, summarized, invocation)
+    runnable = bool(item.name) and (call is None or call.direct)
+    return Invoked(ref, summarized, invocation, runnable)
 
 
 class Invoked(NamedTuple):
     """A replaced result's invocation: `ref`, its stand-in's (pinned); `summarized`, what
     its summary is kept under (`ref`, or the digest of `invocation` where media blocks were
-    named in it); `invocation`, what the summarizer reads."""
+    named in it); `invocation`, what the summarizer reads; `runnable`: the model can call
+    its tool again as the stand-in says (False: its tool unknown, its call not in the
+    conversation; or code made the call, a tool code alone may call): no new stand-in is
+    made for it, one pinned before stays."""
 
     ref: Ref
     summarized: Ref
     invocation: dict[str, Any]
+    runnable: bool = True
 
 
 def _member(value: Any, path: Sequence[Any], key: str | None) -> Any:

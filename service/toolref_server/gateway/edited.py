@@ -37,7 +37,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from toolref.asgi.budget import SCOPE_KEY, Account, Budget
 from toolref.asgi.hops import decoded, encoded, savings_value
-from toolref.asgi.scope import Disconnected, header, read_body, replay
+from toolref.asgi.scope import Disconnected, header, read_body, replay, with_headers
 from toolref.edits.answer import AnswerTap, tap_for
 from toolref.edits.segments import is_secret
 from toolref.edits.wire import MEDIA_TYPE, VERSION
@@ -182,13 +182,7 @@ def marked(send: Send, applied: Applied, raw: int, context: ContextStep | None =
         (asgi_name(CHANNEL_HEADER), CHANNEL.encode()),  # where the next may ride
         *(context.told() if context is not None else ()),
     ]
-
-    async def with_marks(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            message = {**message, "headers": [*message.get("headers", []), *told]}
-        await send(message)
-
-    return with_marks
+    return with_headers(send, told)
 
 
 def _holding(scope: Scope, services: Services, tenant: str) -> Callable[[], bool]:

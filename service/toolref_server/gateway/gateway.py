@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolref.asgi.budget import Budget
 from toolref.asgi.hops import savings_value
-from toolref.asgi.scope import Disconnected, header, replay, with_body
+from toolref.asgi.scope import Disconnected, header, replay, with_body, with_headers
 from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.handoff.switch import switched_text
 from toolref.receiving.channel_server import serve_channel
@@ -320,14 +320,7 @@ class Gateway:
             told += context.told()
         if header(scope, EDITS_HEADER) is not None:  # a sender that offers edits: say we read them
             told += (_EDITS, _CHANNEL)
-
-        async def with_savings(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = [*message.get("headers", []), *told]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.forwarder(scope, receive, with_savings)
+        await self.forwarder(scope, receive, with_headers(send, told))
 
     async def _readable(self, tenant: str, receive: Receive) -> tuple[bytes | None, Receive]:
         """The request's body whole, to be rewritten (a hydrated one is already; one sent

@@ -180,8 +180,8 @@ def render(
     return response
 
 
-def raw_json(body: bytes, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+def raw_json(body: bytes, headers: dict[str, str] | None = None) -> Response:
     """A JSON answer whose body is already encoded (stored text, spliced as it is)."""
-    response = Response(body, status_code=status, media_type=JSON_TYPE, headers=headers)
+    response = Response(body, media_type=JSON_TYPE, headers=headers)
     response.headers["vary"] = "Accept, Toolref-Protocol"
     return response

@@ -123,10 +123,10 @@ def conversation_of_decoded(
     return Conversation(fmt, messages, texts, formats.scan(messages, fmt), detection)
 
 
-def check_length(limit: int, count: int, note: str = "") -> None:
+def check_length(limit: int, count: int) -> None:
     if count > limit:
         raise BatchTooLargeError(
-            f"the conversation has {count} messages{note}, over the limit of {limit}; send fewer",
+            f"the conversation has {count} messages, over the limit of {limit}; send fewer",
             limit=limit,
         )
 

@@ -95,11 +95,11 @@ def check_batch(value: Any, member: str, request: Request) -> None:
         )
 
 
-def parse_refs(texts: Sequence[str], member: str = "refs") -> list[Ref]:
+def parse_refs(texts: Sequence[str]) -> list[Ref]:
     refs = []
     for index, text in enumerate(texts):
         try:
             refs.append(Ref.parse(text))
         except InvalidRefError as exc:
-            raise InvalidRefError(f"/{member}/{index}: {exc.detail}", **exc.extra) from None
+            raise InvalidRefError(f"/refs/{index}: {exc.detail}", **exc.extra) from None
     return refs

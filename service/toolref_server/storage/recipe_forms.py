@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from toolref.asgi.workers import Workers
-from toolref.edits.recipe import parse_recipe_ref
 from toolref_server.storage.recipe_chunks import Chunks, StoredEdit, settled
-from toolref_server.storage.recipe_groups import chunk_of
+from toolref_server.storage.recipe_groups import chunk_of, recipe_id
 from toolref_server.storage.recipe_held import Held, Parts
 from toolref_server.storage.recipe_nodes import (
     CONTEXT,
@@ -26,12 +25,6 @@ from toolref_server.storage.recipe_nodes import (
 
 def _encoded(chunks: Sequence[Chunk]) -> list[tuple[bytes, bytes]]:
     return [encode_chunk(chunk) for chunk in chunks]
-
-
-def _id(ref: str) -> bytes:
-    found = parse_recipe_ref(ref)
-    assert found is not None
-    return found
 
 
 async def snapshot_of(
@@ -84,7 +77,9 @@ async def delta_of(
     path = (*base.path, parts.ref)
     ops, literals = node_ops(edit)
     blob, context = await workers.run(sum(map(len, literals)), blob_of, literals, base.stream)
-    node = Delta(_id(snapshot), tuple(map(_id, base.path)), ops, blob, context, refreshed)
+    node = Delta(
+        recipe_id(snapshot), tuple(map(recipe_id, base.path)), ops, blob, context, refreshed
+    )
     stream = (base.stream + b"".join(literals))[-CONTEXT:]
     sources = parts.placed((snapshot, *path))
     return Held(

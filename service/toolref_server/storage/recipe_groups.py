@@ -63,7 +63,7 @@ def chunk_of(entries: Sequence[Entry], sources: Sequence[Source | None]) -> Chun
         else:
             run, index = source
             made.append((place[run], len(run) - 1, index))
-    ids = tuple(tuple(_id(ref) for ref in group) for group in groups)
+    ids = tuple(tuple(recipe_id(ref) for ref in group) for group in groups)
     return Chunk(ids, tuple(made))
 
 
@@ -111,7 +111,8 @@ def chunk_entries(
     return entries, sources
 
 
-def _id(ref: str) -> bytes:
+def recipe_id(ref: str) -> bytes:
+    """The 16 bytes of a `tb_` ref this store made (so known to be one)."""
     found = parse_recipe_ref(ref)
     assert found is not None
     return found

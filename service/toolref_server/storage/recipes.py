@@ -53,7 +53,7 @@ from typing import Final, TypeVar
 
 from toolref.asgi.workers import Workers
 from toolref.edits.edit import EditError
-from toolref.edits.recipe import PIECE, framed, parse_recipe_ref, recipe_ref_of, ref_of_framed
+from toolref.edits.recipe import PIECE, framed, recipe_ref_of, ref_of_framed
 from toolref.wire.errors import DecompressedTooLargeError, StoreUnavailableError
 from toolref_server.storage import compressors, keys, recipe_pieces
 from toolref_server.storage.recipe_cache import RecipeCache
@@ -63,6 +63,7 @@ from toolref_server.storage.recipe_groups import (
     chunk_entries,
     group_literals,
     literal_reads,
+    recipe_id,
     replayed,
 )
 from toolref_server.storage.recipe_held import Held, Parts, Source
@@ -89,12 +90,6 @@ __all__ = ["Held", "Recipes", "piece_id"]
 _ACTION: Final = "recipe"
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
-
-
-def _id(ref: str) -> bytes:
-    found = parse_recipe_ref(ref)
-    assert found is not None
-    return found
 
 
 def _pieces_of(entries: Iterable[bytes | object]) -> list[bytes]:
@@ -212,7 +207,7 @@ class Recipes:
                 return None, {}
             literal_reads(by_id[chunk], offset, offset + length, counts)
         members = list(dict.fromkeys(m for g, n in counts.items() for m in g[:n]))
-        own = _id(ref)
+        own = recipe_id(ref)
         wanted = _pieces_of(e for c, o, n in node.chunks for e in by_id[c].entries[o : o + n])
         nodes, pieces = await self._nodes_and_pieces(
             tenant, [m for m in members if m != own], [*wanted, *added]

@@ -66,3 +66,31 @@ def test_parallel_calls_of_one_tool_without_ids_pair_in_order() -> None:
     }
     read = invocations(body, "gemini", "contents")
     assert [i["args"] for i in read] == [{"path": "a"}, {"path": "b"}]  # the last is kept
+
+
+def test_a_local_shell_result_is_named_for_the_local_shell_call_it_answers() -> None:
+    """Found in review: a Responses `local_shell_call` (Codex CLI's local shell) was no call,
+    so its result, sent as a `function_call_output` (Codex) or a `local_shell_call_output`
+    (the AI SDK, OpenAI's SDK by `id`), was an orphan: replaced with a stand-in telling the
+    model to `call tool({}) again`, a tool it has none of, or (the latter) never replaced.
+    It is named `local_shell` now, with the call's `action` as its arguments."""
+    action = {"type": "exec", "command": ["ls", "-la"], "env": {}}
+    items: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    outputs = (
+        {"type": "function_call_output", "call_id": "c0"},
+        {"type": "local_shell_call_output", "call_id": "c1"},
+        {"type": "local_shell_call_output", "id": "c2"},
+    )
+    for n, output in enumerate(outputs):
+        call = {"type": "local_shell_call", "id": f"lsh_{n}", "call_id": f"c{n}"}
+        items += [
+            {**call, "status": "completed", "action": action},
+            {**output, "output": f"{n}" + "file\n" * 600},
+        ]
+    items += [
+        {"type": "function_call", "call_id": "k", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "k", "output": "x" * 3000},
+        {"role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+    ]
+    read = invocations({"model": "m", "input": items}, "openai-responses", "input")
+    assert [(i["name"], i["args"]) for i in read] == [("local_shell", action)] * 3

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests import js_answer_vectors
 from tests.support.fake_provider import wire as provider
 from toolref.edits import isolated, wire
 from toolref.edits.answer import MAX_ANSWER, MAX_STREAM, AnswerTap, answer_id, tap_for
@@ -406,8 +407,8 @@ def test_a_tap_gives_up_once_what_it_holds_can_only_make_an_answer_over_max_answ
 def test_a_chat_tap_counts_tool_arguments_twice_and_every_call() -> None:
     """A call's arguments are in the answer twice (in the message, then as streamed): 131
     pieces of 1000 bytes may make one, 132 cannot. A flood of calls each makes at least
-    `{"id":"","type":"function","function":{"name":"","arguments":""}}` (65 bytes), a
-    comma and a line end: 3912 of them may make an answer, 3913 cannot."""
+    `{"id":"","type":"custom","custom":{"name":"","input":""}}` (57 bytes, a function
+    call's 65), a comma and a line end: 4443 of them may make an answer, 4444 cannot."""
     tap = AnswerTap("openai-chat")
     piece = {"index": 0, "function": {"arguments": "y" * 1000}}
     event = _sse({"choices": [{"index": 0, "delta": {"tool_calls": [piece]}}]})
@@ -417,7 +418,7 @@ def test_a_chat_tap_counts_tool_arguments_twice_and_every_call() -> None:
     tap.feed(event)
     assert tap.failed
     tap = AnswerTap("openai-chat")
-    for n in range(3913):
+    for n in range(4444):
         assert not tap.failed
         tap.feed(_sse({"choices": [{"delta": {"tool_calls": [{"index": n}]}}]}))
     assert tap.failed
@@ -448,3 +449,102 @@ def test_an_answer_of_exactly_max_answer_is_still_one(fmt: str) -> None:
     assert full is not None
     assert len(full) == MAX_ANSWER
     assert answer(MAX_ANSWER - len(made) + 1) is None
+
+
+# --- answer taps for every call shape (review: answer taps for every call shape) ---------------
+# The streams are tests/js_answer_vectors.py's: vectors.json carries the bytes Python makes of
+# each to client_sdk/js/test/answer.test.ts ("answer vectors"), which asserts JS makes the same.
+
+ANSWERS = {name: (fmt, data) for name, fmt, data in js_answer_vectors.CASES}
+
+
+def _made(name: str) -> bytes | None:
+    return js_answer_vectors.made(*ANSWERS[name])
+
+
+def test_a_chat_custom_tool_call_is_the_call_the_agent_writes_back() -> None:
+    """A freeform tool's call streams `custom: {name, input}`, not `function`: it is written
+    back as `{"type":"custom","custom":{"name":..,"input":..}}`, its input then as streamed
+    (it was a function call of no name and no arguments before)."""
+    patch = js_answer_vectors.PATCH
+    call = {"id": "call_1", "type": "custom", "custom": {"name": "apply_patch", "input": patch}}
+    message = {"role": "assistant", "content": None, "tool_calls": [call]}
+    expected = json.dumps(message, separators=(",", ":")) + "\n" + patch
+    assert _made("chat: a custom (freeform) tool call, its input in pieces") == expected.encode()
+    both = _made("chat: parallel calls, a function and a custom one, with text")
+    assert both == (
+        b'{"role":"assistant","content":"Both: ","tool_calls":['
+        b'{"id":"call_f","type":"function","function":{"name":"ls","arguments":"{}"}},'
+        b'{"id":"call_c","type":"custom","custom":{"name":"patch","input":"x"}}]}\n{}\nx'
+    )
+    late = _made("chat: a custom call whose type comes after its input")
+    assert late == (
+        b'{"role":"assistant","content":null,"tool_calls":[{"id":"","type":"custom",'
+        b'"custom":{"name":"","input":"a"}}]}\na'
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "chat: a call that is both a function and a custom one: none",
+        "chat: a call typed function that streams a custom input: none",
+        "chat: event data in UTF-16: none",
+        "anthropic: a text delta of null: none",
+        "anthropic: a block whose text is a number: none",
+        "anthropic: a partial_json that is a number: none",
+    ],
+)
+def test_a_shape_the_tap_does_not_model_is_no_answer(name: str) -> None:
+    """No answer, in Python as in JS, rather than bytes only one side makes (Python took the
+    `str()` of a null or numeric piece, decoded UTF-16 data, wrote a mixed call as a function)."""
+    assert _made(name) is None
+
+
+def test_a_chat_refusal_is_in_the_answer() -> None:
+    """A refusal streams as `delta.refusal`: the message the agent writes back carries it (it
+    made `"content":""` before, the refusal lost)."""
+    assert _made("chat: a refusal") == (
+        b'{"role":"assistant","content":null,"refusal":"I can\'t help with that."}'
+    )
+    assert _made("chat: a refusal after text") == (
+        b'{"role":"assistant","content":"Well.","refusal":"No."}'
+    )
+
+
+def test_a_surrogate_pair_is_one_character_however_it_came() -> None:
+    """Two halves of a surrogate pair, in two deltas or as two three-byte sequences, make one
+    four-byte character, as in JS (six bytes here before: the next edit refused)."""
+    assert _made("chat: a surrogate pair split between two deltas") == (
+        '{"role":"assistant","content":"\U0001f600 ok"}'.encode()
+    )
+    assert _made("anthropic: a surrogate pair as two three-byte sequences") == (
+        '{"role":"assistant","content":[{"type":"text","text":"\U0001f600"}]}'.encode()
+    )
+
+
+def test_a_block_that_starts_whole_counts_what_it_holds() -> None:
+    """A block that comes whole in its `content_block_start` (a `web_search_tool_result`, or a
+    text that starts with its text) counts its bytes as the tap holds it: 5 blocks of 60,000
+    bytes may make an answer, the 5th cannot; the tap gives up there, its memory dropped (each
+    counted 3 bytes before, and the tap held the whole 8 MiB stream's blocks until its end)."""
+    tap = AnswerTap("anthropic")
+    results = [{"type": "web_search_result", "url": "u", "encrypted_content": "e" * 60_000}]
+    for index in range(4):
+        block = {"type": "web_search_tool_result", "tool_use_id": "s", "content": results}
+        tap.feed(_sse({"type": "content_block_start", "index": index, "content_block": block}))
+    assert not tap.failed
+    tap.feed(_sse({"type": "content_block_start", "index": 4, "content_block": block}))
+    assert tap.failed
+    tap = AnswerTap("anthropic")
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(120):  # ~7.2 MiB of blocks
+            text = {"type": "text", "text": "x" * 60_000}
+            tap.feed(_sse({"type": "content_block_start", "index": index, "content_block": text}))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert tap.failed
+    assert held < 256 << 10, held

@@ -1402,3 +1402,22 @@ def test_adapter_for_unknown_provider_names_the_known_ones() -> None:
 
 def test_adapter_for_gives_a_fresh_adapter_each_time() -> None:
     assert adapter_for("anthropic") is not adapter_for("anthropic")
+
+
+def test_responses_local_shell_call_is_a_call_of_local_shell() -> None:
+    """Found in review: a `local_shell_call` item (Codex CLI's local shell, run by the
+    client) was no tool item to the adapter, so `ToolBuffer` reported no call and
+    `has_tool_calls` was False for a turn that asked for a command. It is a call of
+    `local_shell` now, its `action` object the arguments."""
+    action = {"type": "exec", "command": ["ls", "-la"], "env": {}}
+    item: Event = {"type": "local_shell_call", "id": "lsh_1", "call_id": "call_ls"}
+    events = [
+        added(0, {**item, "status": "in_progress", "action": action}),
+        item_done(0, {**item, "status": "completed", "action": action}),
+        completed(),
+    ]
+    calls, buffer = run("openai_responses", events)
+    assert summary(calls) == [("call_ls", "local_shell", CallStatus.COMPLETE, action)]
+    assert calls[0].kind == "local_shell_call"
+    assert calls[0].meta["item_id"] == "lsh_1"
+    assert buffer.has_tool_calls is True

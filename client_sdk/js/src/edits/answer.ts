@@ -6,8 +6,12 @@
  * receiver streamed that very answer one turn before. Both read the stream as it passes
  * ({@link AnswerTap}) and assemble the same bytes from it, with nothing exchanged: the answer
  * as one assistant message in its API's own JSON (`{"role":"assistant","content":[...]}` for
- * Anthropic Messages, with `tool_calls` for OpenAI Chat), every string as the model wrote it,
- * tool inputs compact, then each tool input as the model streamed it, joined by newlines. A
+ * Anthropic Messages; for OpenAI Chat its `content`, its `refusal` when it streamed one, and
+ * `tool_calls`, each a function call or a freeform one, `{"type":"custom","custom":{"name":..,
+ * "input":..}}`), every string as the model wrote it, tool inputs compact, then each tool input (a
+ * call's arguments or input) as the model streamed it, joined by newlines. A shape no answer is
+ * made of (a piece of text that is no string, a call both a function and a custom one, event
+ * data not UTF-8): no answer, as in Python. A
  * version-3 edit compresses the assistant segments it carries against those bytes (isolated.ts,
  * record kind 3) and names them by {@link answerId}; a receiver that holds other bytes, or none,
  * refuses the edit (400 `dictionary-mismatch`) and the sender sends it again without.
@@ -19,12 +23,13 @@
  * event.
  *
  * What a tap holds is bounded by {@link MAX_ANSWER}, not {@link MAX_STREAM}: it counts the bytes it
- * holds that are certain to be in the answer (`size` of each text, thinking, signature and content
- * piece and each tool input piece, a tool call's arguments twice, as the answer holds them twice;
- * 3 bytes for each block, 67 for each tool call), and once they pass MAX_ANSWER the answer can only
- * be longer: the tap gives up then (`failed`, all it held dropped), at the same event as answer.py
- * (which counts the same). The count is a lower bound: escapes only add bytes, a block or a call
- * only grows, and a surrogate (a UTF-16 unit) counts 2. A block's deltas are kept apart and joined
+ * holds that are certain to be in the answer (`size` of each text, thinking, signature, refusal and
+ * content piece and each tool input piece, a tool call's arguments twice, as the answer holds them
+ * twice; each block's bytes as it started, its input left out, and a comma; 59 for each tool
+ * call), and once they pass MAX_ANSWER the answer can only be longer: the tap gives up then
+ * (`failed`, all it held dropped), at the same event as answer.py (which counts the same). The
+ * count is a lower bound: escapes only add bytes, a block or a call only grows (but a block started
+ * again smaller at its index, which no API streams), and a surrogate (a UTF-16 unit) counts 2. A block's deltas are kept apart and joined
  * once the answer is made, as Python joins them (across a block started again at its index, fields
  * in Python's order: text, thinking, signature). With no event pending, the lines before the next
  * data line (blank lines, comments, `event:` lines) are stepped over by `indexOf`, not read.
@@ -38,16 +43,11 @@
  * or an exponent is a float written as Python's `repr` writes it (`1.0`, `1e+16`, `1e-05`),
  * `NaN` and `Infinity` are read and written, event data is read as `json.loads` reads bytes
  * (UTF-8 with `surrogatepass`, a leading BOM dropped), and a lone surrogate is written as it is,
- * encoded as `surrogatepass` does. What still differs from Python (each gives other bytes, or an
- * answer on one side only: at worst the next edit is refused once and sent again without):
+ * encoded as `surrogatepass` does; two halves of a surrogate pair, however they came (joined
+ * from two deltas, or two three-byte sequences), are one character of four bytes here and in
+ * Python alike. What still differs from Python (it gives an answer on one side only: at worst
+ * the next edit is refused once and sent again without):
  *
- * - two halves of a surrogate pair that meet only when strings are joined (text deltas, tool
- *   input pieces), or that come as two three-byte sequences, are one character here (four
- *   bytes), two in Python (six);
- * - event data that Python's `json.loads` reads as UTF-16 or UTF-32 (it detects them by their
- *   zero bytes): no answer here;
- * - a delta whose text, thinking, signature or `partial_json` is not a string (Python takes its
- *   `str()`), or a block whose such field was neither a string nor empty: no answer here;
  * - JSON nested deeper than Python's recursion limit (about 1000 levels, less the stack in
  *   use) is no answer in Python; here it is read up to the depth the JS stack allows (a few
  *   thousand levels), and only past that is no answer (`answer` null).
@@ -96,11 +96,18 @@ const DELTA_FIELDS = new Map<Json | undefined, string>([
   ["signature_delta", "signature"],
 ]);
 
-/** A tool call of OpenAI Chat as it streams in. */
+/** A Chat tool call's kind -> the field of its object that its text streams in. */
+const CALL_TEXT = new Map<string, string>([
+  ["function", "arguments"],
+  ["custom", "input"],
+]);
+
+/** A tool call of OpenAI Chat as it streams in: a function call, or a freeform one (`custom`). */
 interface Call {
   id?: string;
-  name?: string;
-  readonly arguments: string[];
+  kind?: string;
+  readonly name: string[];
+  readonly arguments: string[]; // its arguments (a custom call's input)
 }
 
 /** Fed a stream's bytes as they come (`feed`); `answer` once its end event was seen. */
@@ -113,16 +120,18 @@ export class AnswerTap {
   private data: Uint8Array[] = []; // the data lines of the event not dispatched yet
   private read = 0;
   private readonly blocks = new Map<bigint, JsonObject>();
+  private readonly started = new Map<bigint, number>(); // block -> the bytes held for it as it started
   private readonly inputs = new Map<bigint, string[]>(); // tool_use block -> its input's pieces
   // block -> field (text, thinking, signature) -> its deltas' pieces, joined in `assembled` as
   // answer.py joins them: a block started again at its index keeps them, as in Python
   private readonly texts = new Map<bigint, Map<string, string[]>>();
   private held = 0; // bytes held that are certain to be in the answer (module comment)
   private readonly content: string[] = [];
+  private readonly refusal: string[] = [];
   private readonly calls = new Map<bigint, Call>();
   private ended = false; // its end event seen
   private broken = false; // never an answer: cut, an error event, too long, unreadable
-  private odd = false; // a value Python would take the str() of: no answer here
+  private odd = false; // a value no answer is made of (as in Python): the stream read on, no answer
   private made: Uint8Array | null | undefined;
 
   /** For `format`, a {@link FormatName}: `anthropic`, else OpenAI Chat's. */
@@ -223,9 +232,11 @@ export class AnswerTap {
     this.data = [];
     this.head = EMPTY;
     this.blocks.clear();
+    this.started.clear();
     this.inputs.clear();
     this.texts.clear();
     this.content.length = 0;
+    this.refusal.length = 0;
     this.calls.clear();
   }
 
@@ -283,7 +294,14 @@ export class AnswerTap {
       const block = event.get("content_block");
       if (block instanceof Map) {
         const index = indexOf(event);
-        if (!this.blocks.has(index)) this.hold(BLOCK);
+        // its bytes as it started, but its input (the streamed one replaces it), and a comma (or
+        // the message's `]`); started again at its index, only what it adds
+        const size_ = size(dumps(new Map([...block].filter(([key]) => key !== "input")))) + 1;
+        const counted = this.started.get(index) ?? 0;
+        if (size_ > counted) {
+          this.started.set(index, size_);
+          this.hold(size_ - counted);
+        }
         this.blocks.set(index, new Map(block));
       }
     } else if (kind === "content_block_delta") {
@@ -338,6 +356,11 @@ export class AnswerTap {
         this.content.push(content);
         this.hold(size(content));
       }
+      const refusal = delta.get("refusal");
+      if (typeof refusal === "string") {
+        this.refusal.push(refusal); // written back as the message's refusal
+        this.hold(size(refusal));
+      }
       const calls = items(delta.get("tool_calls"));
       if (calls === null) {
         this.broken = true;
@@ -352,18 +375,23 @@ export class AnswerTap {
     let made = this.calls.get(index);
     if (made === undefined) {
       this.hold(CALL);
-      this.calls.set(index, (made = { arguments: [] }));
+      this.calls.set(index, (made = { name: [], arguments: [] }));
     }
     const id = call.get("id");
     if (typeof id === "string") made.id = id;
-    const called = call.get("function");
-    if (called instanceof Map) {
-      const name = called.get("name");
+    const typed = call.get("type"); // another type, or none: a function call
+    for (const [kind, field] of CALL_TEXT) {
+      const spec = call.get(kind);
+      if (!(spec instanceof Map || typed === kind)) continue;
+      made.kind ??= kind;
+      if (made.kind !== kind) this.odd = true; // both: not a call the agent writes back
+      if (!(spec instanceof Map)) continue;
+      const name = spec.get("name");
       if (typeof name === "string") {
-        made.name = (made.name ?? "") + name;
+        made.name.push(name);
         this.hold(size(name));
       }
-      const piece = called.get("arguments");
+      const piece = spec.get(field);
       if (typeof piece === "string") {
         made.arguments.push(piece);
         this.hold(2 * size(piece)); // in the message, then as streamed
@@ -384,7 +412,7 @@ export class AnswerTap {
           if (added === undefined) continue;
           const had = block.get(field);
           const before = had === undefined || isFalsy(had) ? "" : had;
-          if (typeof before !== "string") throw new TypeError("a field Python would take the str() of");
+          if (typeof before !== "string") throw new TypeError("a block field that is no string: no answer (answer.py alike)");
           block.set(field, before + added.join("")); // in its place when the block has it, else last
         }
         const pieces = this.inputs.get(index);
@@ -405,33 +433,37 @@ export class AnswerTap {
         const made = this.calls.get(index) as Call;
         const args = made.arguments.join("");
         streamed.push(args);
+        const kind = made.kind ?? "function";
         const called = new Map<string, Json>([
-          ["name", made.name ?? ""],
-          ["arguments", args],
+          ["name", made.name.join("")],
+          [CALL_TEXT.get(kind) as string, args],
         ]);
         calls.push(
           new Map<string, Json>([
             ["id", made.id ?? ""],
-            ["type", "function"],
-            ["function", called],
+            ["type", kind],
+            [kind, called],
           ]),
         );
       }
-      const content = this.content.length || !calls.length ? this.content.join("") : null;
+      const plain = !calls.length && !this.refusal.length;
+      const content = this.content.length || plain ? this.content.join("") : null;
       message = new Map<string, Json>([
         ["role", "assistant"],
         ["content", content],
       ]);
+      if (this.refusal.length) message.set("refusal", this.refusal.join(""));
       if (calls.length) message.set("tool_calls", calls);
     }
     return utf8([dumps(message), ...streamed].join("\n"));
   }
 }
 
-const BLOCK = 3; // bytes a block makes at least: `{}` and a comma (or the message's `]`)
-// bytes a tool call makes at least: `{"id":"","type":"function","function":{"name":"",
-// "arguments":""}}` (65), a comma (or the message's `]`) and the line end before its arguments
-const CALL = 67;
+// bytes a tool call makes at least: the lesser of a function call's `{"id":"","type":"function",
+// "function":{"name":"","arguments":""}}` (65) and a custom one's `{"id":"","type":"custom",
+// "custom":{"name":"","input":""}}` (57), a comma (or the message's `]`) and the line end before
+// its arguments
+const CALL = 59;
 const D = 0x64; // a data line's first byte
 
 /** Whether `view[at]`, at or after the line start `from`, starts a line. */

@@ -2,17 +2,25 @@
  * `openai-responses`: Responses API input items (client_sdk/toolref/formats/
  * openai_responses.py).
  *
- * Calls are `function_call` items (`arguments`, a JSON string) and `custom_tool_call` items
- * (`input`); results are `function_call_output` and `custom_tool_call_output` items
- * (`output`), paired by `call_id`. The marker replaces the payload member in place.
+ * Calls are `function_call` items (`arguments`, a JSON string), `custom_tool_call` items
+ * (`input`) and `local_shell_call` items (`action`, tool `local_shell`); results are
+ * `function_call_output`, `custom_tool_call_output` and `local_shell_call_output` items
+ * (`output`), paired by `call_id` (a `local_shell_call_output` without one: by its `id`).
+ * The marker replaces the payload member in place.
  */
 
 import { DISTINCTIVE, FOREIGN, NEUTRAL, partTypes } from "./evidence.js";
 import { MARKER, has, isObject, type Site } from "./site.js";
 
 export const NAME = "openai-responses";
-const ARGS: Record<string, string> = { function_call: "arguments", custom_tool_call: "input" };
-const RESULTS = new Set(["function_call_output", "custom_tool_call_output"]);
+const ARGS: Record<string, string> = {
+  function_call: "arguments",
+  custom_tool_call: "input",
+  local_shell_call: "action",
+};
+const TOOLS: Record<string, string> = { local_shell_call: "local_shell" }; // a call item naming no tool
+const RESULTS = new Set(["function_call_output", "custom_tool_call_output", "local_shell_call_output"]);
+const BY_ID = new Set(["local_shell_call_output"]); // may name its call by `id`
 const OWN_PARTS = new Set(["input_text", "output_text", "input_image", "input_file", "summary_text", "reasoning_text"]);
 const FOREIGN_PARTS = new Set(["tool_use", "server_tool_use", "mcp_tool_use", "tool_result", "image_url", "image", "thinking"]);
 
@@ -31,11 +39,14 @@ export function sites(item: unknown): Site[] {
   if (!isObject(item)) return [];
   const kind = item["type"];
   if (typeof kind !== "string") return [];
-  const callId = typeof item["call_id"] === "string" ? item["call_id"] : null;
+  const absent = item["call_id"] === undefined || item["call_id"] === null;
+  const named = absent && BY_ID.has(kind) ? item["id"] : item["call_id"];
+  const callId = typeof named === "string" ? named : null;
   const argsKey = ARGS[kind];
   if (argsKey !== undefined && Object.prototype.hasOwnProperty.call(ARGS, kind)) {
     if (!(has(item, argsKey) || has(item, MARKER))) return [];
-    const name = typeof item["name"] === "string" ? item["name"] : null;
+    const given = has(item, "name") ? item["name"] : Object.prototype.hasOwnProperty.call(TOOLS, kind) ? TOOLS[kind] : null;
+    const name = typeof given === "string" ? given : null;
     return [{ path: [], callId, name, argsKey, resultKey: null, isError: false }];
   }
   if (RESULTS.has(kind) && (has(item, "output") || has(item, MARKER))) {

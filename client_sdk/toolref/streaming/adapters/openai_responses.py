@@ -18,7 +18,9 @@ _TOOL_ITEMS = {
     "function_call": ("arguments", False),
     "custom_tool_call": ("input", False),
     "mcp_call": ("arguments", True),
+    "local_shell_call": ("action", False),  # Codex CLI's local shell: an object, no name
 }
+_TOOLS = {"local_shell_call": "local_shell"}  # the tool of an item naming none
 _DELTAS = {
     "response.function_call_arguments.delta",
     "response.custom_tool_call_input.delta",
@@ -101,7 +103,7 @@ class OpenAIResponsesAdapter(StreamAdapter):
             ToolChunk(
                 index=index,
                 id=item.get("call_id") or item.get("id"),
-                name=item.get("name"),
+                name=item.get("name") or _TOOLS.get(item["type"]),
                 kind=item["type"],
                 provider_executed=provider_executed,
                 args_snapshot=arguments if (done or arguments) else None,
