@@ -41,6 +41,7 @@ import httpx
 from toolref.asgi.hops import Pairs, end_to_end, on_the_wire, without_toolref
 from toolref.asgi.workers import Workers
 from toolref.sending.answers import (
+    aread_problem,
     may_be_store_down,
     may_resend,
     problem_of,
@@ -211,7 +212,7 @@ async def _answered(
     if await _store_down(response):
         return STORE_DOWN
     if may_resend(response):
-        await response.aread()
+        await aread_problem(response)  # 64 KiB and `PROBLEM_READ_S`: else on as it comes
         async with client.lock:
             following = await _to_its_end(
                 _WORKERS.run(size, editor.on_miss, edit, response.status_code, problem_of(response))
@@ -239,7 +240,7 @@ async def _store_down(response: httpx.Response) -> bool:
     names no toolref problem."""
     if not may_be_store_down(response):  # by its head: any other answer is left unread
         return False
-    await response.aread()  # a problem: small (the gateway's), read whole either way
+    await aread_problem(response)  # the gateway's is small: at most 64 KiB, PROBLEM_READ_S
     if not store_down(response):
         return False
     await response.aclose()

@@ -2,7 +2,8 @@
 asked once per start (`GET /v1/capabilities`, `"edits": 2`, the highest it reads; 1 for a
 gateway before size-guarded edits) and kept; a 415 to an edit says no as well. Until it is
 known (the gateway down at start, or answering 5xx or 429 while it rolls), a turn goes as
-it came, and the next asks again."""
+it came, and the next asks again; so does one whose document is not read whole within
+`toolref.sending.refusals.PROBLEM_READ_S` and 64 KiB (its connection closed)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Final
 import httpx
 
 from toolref.edits.wire import VERSIONS
+from toolref.sending.answers import aread_problem, is_read
 
 EDITS_VERSION: Final = max(VERSIONS)  # the highest this relay writes
 
@@ -41,13 +43,14 @@ class Capabilities:
             if self._edits is None:
                 try:
                     response = await ask()
-                    try:
-                        body = await response.aread()
+                    try:  # 64 KiB within `PROBLEM_READ_S` (toolref's is < 1 KiB), else none
+                        await aread_problem(response)
+                        body = response.content if is_read(response) else None
                     finally:
                         await response.aclose()
                 except httpx.HTTPError:
                     return False
-                if response.status_code >= 500 or response.status_code == 429:
+                if response.status_code >= 500 or response.status_code == 429 or body is None:
                     return False  # a gateway rolling, an ingress in between: asked again
                 version = _edits_version(body) if response.status_code == 200 else None
                 if version is not None:

@@ -28,6 +28,7 @@ from typing import Final
 
 import httpx
 
+from toolref.sending.answers import aread_problem, is_read
 from toolref.sending.channel_transport import CARRIED
 from toolref.sending.refusals import readable_problem, slug_of, toolref_problem
 from toolref.wire.shapes import ErrorReply, error_reply
@@ -58,12 +59,15 @@ async def as_provider_error(
 ) -> ErrorReply | None:
     """`response` (a problem small enough to read whole: `readable_problem`) in the agent's
     shape, its body read and closed; None when it is not toolref's problem: `response`
-    goes on as it came (read whole when it was a problem, its headers all kept)."""
+    goes on as it came (read whole when it was a problem, its headers all kept; one whose
+    body did not come within `PROBLEM_READ_S` as it comes, the bytes read first)."""
     if not readable_problem(response):
         return None
-    body = await response.aread()
+    await aread_problem(response)  # within `PROBLEM_READ_S`: else on as it comes, unread
+    if not is_read(response):
+        return None
     await response.aclose()
-    problem = toolref_problem(body)
+    problem = toolref_problem(response.content)
     if problem is None:  # problem+json, but not toolref's: the provider's own, forwarded
         return None
     detail = str(problem.get("detail") or problem.get("title") or "")
@@ -91,8 +95,11 @@ async def proxy_error(response: httpx.Response, call: Call, gateway: str) -> Err
         or int(length) > _PAGE_BYTES
     ):
         return None
-    page = await response.aread()
+    await aread_problem(response)  # as a problem is: within `PROBLEM_READ_S`, else as it is
+    if not is_read(response):
+        return None
     await response.aclose()
+    page = response.content
     status = response.status_code
     found = re.search(rb"<title>\s*([^<]{1,120}?)\s*</title>", page, re.IGNORECASE)
     title = found[1].decode("latin-1") if found else response.reason_phrase

@@ -21,10 +21,9 @@ const MAX_PROBLEM_BYTES = 64 << 10;
 const DISCARD_BYTES = 64 << 10;
 
 /** The longest the SDK reads one refusal's body, in ms, the whole read whatever its pace:
- * Python's sender reads the same within the request's read timeout (httpx's 5 s unless the
- * app's client sets one, and there per read, so a body trickled a byte at a time holds it up
- * to 64 Ki reads); here 5 s for the whole, then the body is handed on as it comes (a
- * problem) or cancelled (a refusal dropped). A problem toolref writes is one small write. */
+ * Python's sender reads the same within its `PROBLEM_READ_S` (5 s, `sending/refusals.py`):
+ * 5 s for the whole, then the body is handed on as it comes (a problem) or cancelled (a
+ * refusal dropped). A problem toolref writes is one small write. */
 export const PROBLEM_READ_MS = 5000;
 
 /** Answers handed on by `readProblem` unread to their end (over `MAX_PROBLEM_BYTES`, or past

@@ -14,7 +14,8 @@ transport's, unread, so a stream stays a stream; only a problem the exchange may
 is read whole first. Everything else passes through untouched.
 
 A toolref problem that reaches the SDK (a gateway's refusal: an unknown `Toolref-Key` or
-upstream, a body over the limit, a quota, ...) is read whole (it is small) and handed over
+upstream, a body over the limit, a quota, ...) is read whole (it is small, and read within
+`PROBLEM_READ_S`: one that trickles past it is handed over as it comes) and handed over
 in the error shape of the request's API, its status and headers kept
 (`toolref.sending.refusals`): the SDK raises its own `APIStatusError` for the status, with
 the problem's detail as its message.
@@ -44,7 +45,14 @@ from typing import TYPE_CHECKING, Any, cast, overload
 
 import httpx
 
-from toolref.sending.answers import adrive, aread_problem, drive, read_problem, to_read
+from toolref.sending.answers import (
+    adrive,
+    aread_problem,
+    drive,
+    is_read,
+    read_problem,
+    to_read,
+)
 from toolref.sending.channels import Channels
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.packages import AsyncBaseTransport2, BaseTransport2, packages_of
@@ -102,16 +110,24 @@ class Transport(httpx.BaseTransport, BaseTransport2):
 
             def send(step: httpx.Request) -> httpx.Response:
                 response = inner.handle_request(step)
-                if to_read(response, step):
-                    read_problem(response)
+                try:
+                    if to_read(response, step):
+                        read_problem(response)
+                except BaseException:  # failed while a problem was read: its connection back
+                    response.close()
+                    raise
                 return cast(httpx.Response, response)
 
             exchange = self.manager.exchange(request, messages_key=found.messages_key)
             response = drive(exchange, send)
         if not _refusal(self.shape_problems, request, response):
             return response
-        response.read()
-        return shaped(response, request)
+        try:
+            read_problem(response)  # within its deadline, else handed on as it comes
+        except BaseException:
+            response.close()
+            raise
+        return shaped(response, request) if is_read(response) else response
 
     def close(self) -> None:
         if self.inner is not None:
@@ -186,8 +202,12 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             response = await adrive(exchange, send)
         if not _refusal(self.shape_problems, request, response):
             return response
-        await response.aread()
-        return shaped(response, request)
+        try:
+            await aread_problem(response)  # within its deadline, else handed on as it comes
+        except BaseException:
+            await response.aclose()
+            raise
+        return shaped(response, request) if is_read(response) else response
 
     # A sync client calls these; without them its error is an AttributeError in httpx.
     def handle_request(self, request: Any) -> Any:
