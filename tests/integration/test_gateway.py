@@ -398,3 +398,27 @@ async def test_a_switched_conversation_reaches_the_new_upstream_with_its_tool_co
     assert int(switched.headers["toolref-savings"].split(",")[0].removeprefix("raw=")) == len(
         stack.recorder.requests[0][3]
     )
+
+
+async def test_a_browser_page_on_another_origin_is_told_the_toolref_headers(stack: Stack) -> None:
+    """A request with an `Origin` (a page on another origin, calling the gateway with
+    `toolrefFetch`) is answered with its toolref headers named in
+    `Access-Control-Expose-Headers`, after the upstream's own names: unexposed, the page
+    read no `Toolref-History` and confirmed no edit. Never a CORS allow header (the
+    upstream's to say); a request without an `Origin` gets none."""
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+    headers = {"content-type": "application/json", "toolref-protocol": "2"}
+    async with httpx.AsyncClient(base_url=stack.gateway) as client:
+        page = await client.post(
+            "/llm/rec/v1/chat/completions",
+            content=body,
+            headers={**headers, "origin": "https://app.example"},
+        )
+        plain = await client.post("/llm/rec/v1/chat/completions", content=body, headers=headers)
+    assert page.status_code == plain.status_code == 200
+    named = {n.strip().lower() for n in page.headers["access-control-expose-headers"].split(",")}
+    ours = {name for name in page.headers if name.startswith("toolref-")}
+    assert ours
+    assert ours <= named
+    assert "access-control-allow-origin" not in page.headers
+    assert "access-control-expose-headers" not in plain.headers

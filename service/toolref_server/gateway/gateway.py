@@ -34,6 +34,7 @@ from toolref.handoff.switch import switched_text
 from toolref.receiving.channel_server import serve_channel
 from toolref.receiving.hydrator import Hydrator
 from toolref.receiving.middleware import hydrate_request, speaks_refs
+from toolref.receiving.restoring import exposing
 from toolref.wire.endpoints import CHANNEL, GATEWAY, Endpoint, endpoint
 from toolref.wire.errors import (
     BadRequestError,
@@ -144,6 +145,7 @@ class Gateway:
         if self._service is None:
             self._service = scope.get("app")
         scope["route"] = Template()
+        send = exposing(scope, send)  # a page on another origin reads the toolref headers
         try:
             await self._forward(scope, receive, send)
         except ToolrefError as exc:
