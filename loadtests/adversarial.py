@@ -292,4 +292,7 @@ def main() -> None:  # pragma: no cover - manual runs
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "adversarial")
     main()

@@ -204,4 +204,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "agents")
     raise SystemExit(main())

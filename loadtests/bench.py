@@ -135,4 +135,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "bench")
     raise SystemExit(main())

@@ -323,4 +323,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "context_bench", write=True)
     sys.exit(main())

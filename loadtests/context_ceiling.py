@@ -123,4 +123,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "context_ceiling")
     sys.exit(main())

@@ -209,6 +209,9 @@ def run(traces: list[Trace]) -> Section:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "conversation_memory")
     found = load()
     if not found:
         raise SystemExit("conversation_memory: the shared traces are not in ../shared/traces")

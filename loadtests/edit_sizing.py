@@ -148,4 +148,7 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "edit_sizing")
     asyncio.run(main())

@@ -128,4 +128,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "portkey")
     raise SystemExit(main())

@@ -167,4 +167,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "relay")
     raise SystemExit(main())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -76,6 +77,20 @@ def replace_region(path: Path, name: str, text: str) -> None:
 
 
 BENCHMARKS: Final = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+
+def usage(doc: str | None, module: str, *, write: bool = False) -> None:
+    """`python -m loadtests.<module> --help`: the module's docstring, and no run; an
+    argument it does not take refused before any run starts (`write`: it takes `--write`,
+    as `shown` reads it)."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m loadtests.{module}",
+        description=(doc or "").strip(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if write:
+        parser.add_argument("--write", action="store_true", help="put it in docs/benchmarks.md")
+    parser.parse_args()
 
 
 def shown(section: Section, argv: list[str]) -> None:

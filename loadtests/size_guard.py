@@ -98,4 +98,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "size_guard")
     raise SystemExit(main())

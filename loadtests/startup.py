@@ -81,9 +81,9 @@ def verdicts(code: Code, gateway: str) -> list[str]:
 def main() -> int:
     from loadtests.systems import AFTER
 
-    if len(sys.argv) != 2:
+    if len(sys.argv) != 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__, file=sys.stderr)
-        return 2
+        return 0 if sys.argv[1:] in (["-h"], ["--help"]) else 2
     print(f"load average {os.getloadavg()[0]:.1f}")
     for line in verdicts(AFTER, sys.argv[1]):
         print(line)

@@ -150,4 +150,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "turn_costs", write=True)
     sys.exit(main())

@@ -107,4 +107,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "web_chat")
     sys.exit(main())

@@ -145,4 +145,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from loadtests.report import usage
+
+    usage(__doc__, "wire_limit", write=True)
     sys.exit(main())

@@ -217,3 +217,26 @@ def test_the_wire_s_limit_models_the_last_turns_of_the_longest_trace() -> None:
     assert section.figures["break-even"] > 0
     assert section.figures["faster"] > 0
     assert "model" in section.verdicts[0]
+
+
+def test_every_bench_module_says_what_it_does_on_help_and_starts_no_run() -> None:
+    """`python -m loadtests.<module> --help` prints its usage and exits 0 for every module
+    that runs (`__main__`): fourteen of them started their run instead (minutes of work)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "loadtests"
+    runnable = sorted(p.stem for p in folder.glob("*.py") if "__main__" in p.read_text())
+    assert len(runnable) > 20
+    for module in runnable:
+        done = subprocess.run(
+            [sys.executable, "-m", f"loadtests.{module}", "--help"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=folder.parent,
+            check=False,
+        )
+        assert done.returncode == 0, (module, done.stderr[-500:])
+        assert module in done.stdout + done.stderr, module
