@@ -43,7 +43,58 @@ def delta(index: Any, value: Any) -> dict[str, Any]:
     return {"type": "content_block_delta", "index": index, "delta": value}
 
 
+COMPLETED: Final = {"type": "response.completed", "response": {"status": "completed"}}
+
+
+def responses(*events: Any) -> bytes:
+    """An OpenAI Responses stream of these events, then `response.completed`."""
+    return sse(*events, COMPLETED)
+
+
+def item_done(index: Any, item: Any) -> dict[str, Any]:
+    return {"type": "response.output_item.done", "output_index": index, "item": item}
+
+
+def gemini(*parts: Any, finish: str | None = None) -> dict[str, Any]:
+    """A Gemini `streamGenerateContent` event: these parts of candidate 0, its finishReason."""
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": list(parts)}, "index": 0}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    return {"candidates": [candidate], "modelVersion": "gemini-2.5-pro"}
+
+
+REASONING: Final = {
+    "id": "rs_1",
+    "type": "reasoning",
+    "summary": [{"type": "summary_text", "text": "**Listing** the files"}],
+    "encrypted_content": "gAAAAB" + "x9" * 40,
+}
+MESSAGE: Final = {
+    "id": "msg_1",
+    "type": "message",
+    "status": "completed",
+    "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": "Looking."}],
+    "role": "assistant",
+}
+FUNCTION: Final = {
+    "id": "fc_1",
+    "type": "function_call",
+    "status": "completed",
+    "arguments": '{"command":["bash","-lc","ls"],"workdir":"/w"}',
+    "call_id": "call_1",
+    "name": "shell",
+}
+SEARCH: Final = {"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {}}
+
 PATCH: Final = "*** Begin Patch\n*** Add File: a.py\n+print('hi')\n*** End Patch"
+CUSTOM: Final = {
+    "id": "ctc_1",
+    "type": "custom_tool_call",
+    "status": "completed",
+    "call_id": "call_2",
+    "input": PATCH,
+    "name": "apply_patch",
+}
 CASES: Final[list[tuple[str, str, bytes]]] = [
     (
         "chat: a custom (freeform) tool call, its input in pieces",
@@ -195,6 +246,112 @@ CASES: Final[list[tuple[str, str, bytes]]] = [
         )
         + sse({"type": "message_stop"}),
     ),
+    *[
+        (f"responses: {name}", "openai-responses", data)
+        for name, data in [
+            (
+                "reasoning, text, a function call and a custom call, deltas repeating them",
+                responses(
+                    {"type": "response.output_item.added", "output_index": 0, "item": REASONING},
+                    item_done(0, REASONING),
+                    {"type": "response.output_text.delta", "output_index": 1, "delta": "Lo"},
+                    item_done(1, MESSAGE),
+                    {"type": "response.function_call_arguments.delta", "output_index": 2},
+                    item_done(3, CUSTOM),
+                    item_done(2, FUNCTION),
+                ),
+            ),
+            ("a web search call kept as sent, its id dropped", responses(item_done(0, SEARCH))),
+            (
+                "an item at output_index true, one at 2**70",
+                responses(item_done(True, MESSAGE), item_done(2**70, FUNCTION)),
+            ),
+            (
+                "an item again at its index: the last one",
+                responses(item_done(0, FUNCTION), item_done(0, MESSAGE)),
+            ),
+            (
+                "a lone surrogate and a pair in pieces",
+                responses(
+                    item_done(
+                        0,
+                        {
+                            "type": "message",
+                            "role": "assistant",
+                            "content": [
+                                {"type": "output_text", "text": "\ud83d"},
+                                {"text": "\ude00\ud800"},
+                            ],
+                        },
+                    )
+                ),
+            ),
+            (
+                "response.incomplete: none",
+                sse(item_done(0, MESSAGE), {"type": "response.incomplete"}),
+            ),
+            ("an error event: none", sse(item_done(0, MESSAGE), {"type": "error"}, COMPLETED)),
+            ("an item that is no object: none", responses(item_done(0, [MESSAGE]))),
+            ("no response.completed: none", sse(item_done(0, MESSAGE))),
+            ("data: [DONE] is no event: none", sse(item_done(0, MESSAGE), b"[DONE]")),
+        ]
+    ],
+    *[
+        (f"gemini: {name}", "gemini", data)
+        for name, data in [
+            (
+                "text in pieces merged, a thought left out, a signed call",
+                sse(
+                    gemini({"text": "Plan", "thought": True}, {"text": "Run"}),
+                    gemini({"text": "ning "}, {"text": ""}),
+                    gemini({"text": "tests."}),
+                    gemini(
+                        {
+                            "functionCall": {"name": "run", "args": {"cmd": "pytest -q", "n": 1.0}},
+                            "thoughtSignature": "c2ln",
+                        },
+                        {"text": "x", "thoughtSignature": "c2ln"},
+                        {"text": "y"},
+                        finish="STOP",
+                    ),
+                ),
+            ),
+            (
+                "an empty text starts a part, the next is added to it",
+                sse(gemini({"text": ""}, {"text": "a"}, {"text": "b"}, finish="MAX_TOKENS")),
+            ),
+            (
+                "thought false and {} are no thought",
+                sse(
+                    gemini(
+                        {"text": "a", "thought": False}, {"text": "b", "thought": {}}, finish="STOP"
+                    )
+                ),
+            ),
+            (
+                "usage-only events, parts none, content none",
+                sse(
+                    {"usageMetadata": {"promptTokenCount": 1}},
+                    {"candidates": [{"content": {"role": "model"}}]},
+                    {"candidates": [{"content": None, "finishReason": "STOP"}]},
+                ),
+            ),
+            (
+                "a surrogate pair cut between two parts",
+                sse(gemini({"text": "\ud83d"}), gemini({"text": "\ude00"}, finish="STOP")),
+            ),
+            ("no finishReason: none", sse(gemini({"text": "a"}))),
+            ("an empty finishReason: none", sse(gemini({"text": "a"}, finish=""))),
+            ("an error event: none", sse(gemini({"text": "a"}), {"error": {"code": 500}})),
+            ("a part that is no object: none", sse(gemini("a", finish="STOP"))),
+            (
+                "parts that are no list: none",
+                sse(
+                    {"candidates": [{"content": {"parts": {"text": "a"}}, "finishReason": "STOP"}]}
+                ),
+            ),
+        ]
+    ],
 ]
 
 

@@ -474,6 +474,35 @@ def _responses_conversation(rng: random.Random, turns: int) -> list[dict[str, An
     return items
 
 
+def _responses_tool_items() -> list[dict[str, Any]]:
+    """Responses: the shell, apply_patch and computer tools' items, with their outputs (an
+    array, a string or none, an object), and a `computer_call` with `action` alone (no
+    call)."""
+    click = {"type": "click", "button": "left", "x": 1, "y": 2}
+    shot = {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBOR😀"}
+    exit_0 = {"type": "exit", "exit_code": 0}
+    patch = {"type": "create_file", "path": "a😀.py", "diff": "+x = 1.0\n"}
+    return [
+        {"role": "user", "content": [{"type": "input_text", "text": "fix it"}]},
+        {"type": "shell_call", "call_id": "sh_1", "action": {"commands": ["ls"]}},
+        {
+            "type": "shell_call_output",
+            "call_id": "sh_1",
+            "output": [{"stdout": "a😀\n" * 8, "stderr": "", "outcome": exit_0}],
+        },
+        {"type": "apply_patch_call", "call_id": "ap_1", "operation": patch},
+        {"type": "apply_patch_call_output", "call_id": "ap_1", "status": "failed", "output": "x"},
+        {"type": "apply_patch_call", "call_id": "ap_2", "operation": patch},
+        {"type": "apply_patch_call_output", "call_id": "ap_2", "status": "completed"},
+        {"type": "computer_call", "id": "cu_1", "call_id": "cc_1", "actions": [click]},
+        {"type": "computer_call_output", "call_id": "cc_1", "output": shot},
+        {"type": "computer_call", "call_id": "cc_2", "action": click, "actions": None},
+        {"type": "computer_call_output", "call_id": "cc_2", "output": shot},
+        {"type": "computer_call", "call_id": "cc_3", "action": click},
+        {"type": "computer_call_output", "call_id": "cc_3", "output": shot},
+    ]
+
+
 def conversation_cases() -> list[dict[str, Any]]:
     rng = random.Random(5)
     conversations = [
@@ -494,6 +523,7 @@ def conversation_cases() -> list[dict[str, Any]]:
         ("anthropic short", "anthropic", _anthropic_conversation(other, 3)),
         ("anthropic long", "anthropic", _anthropic_conversation(other, 8)),
         ("openai-responses", "openai-responses", _responses_conversation(other, 6)),
+        ("openai-responses tool items", "openai-responses", _responses_tool_items()),
     ]
     cases = []
     for name, fmt_name, messages in conversations:

@@ -40,8 +40,8 @@ import httpx
 
 from toolref.asgi.hops import Pairs, end_to_end, on_the_wire, without_toolref
 from toolref.asgi.workers import Workers
+from toolref.registry.bounded import aread_problem
 from toolref.sending.answers import (
-    aread_problem,
     may_be_store_down,
     may_resend,
     problem_of,

@@ -15,7 +15,7 @@ from typing import Final
 import httpx
 
 from toolref.edits.wire import VERSIONS
-from toolref.sending.answers import aread_problem, is_read
+from toolref.registry.bounded import aread_problem, is_read
 
 EDITS_VERSION: Final = max(VERSIONS)  # the highest this relay writes
 

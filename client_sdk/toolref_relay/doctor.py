@@ -22,7 +22,10 @@ from typing import Any, Final
 
 import httpx
 
+from toolref.registry.bounded import aread_within
+
 from .control import CHECK_PATH
+from .preflight import MOST_BYTES
 
 MODELS_PATH: Final = "/v1/models"
 SHOWN_CHARS: Final = 300  # of an error message, in a hop's line
@@ -42,29 +45,44 @@ class Hop:
 
 async def probe(relay: str, token: str | None, *, request_timeout: float = 10.0) -> list[Hop]:
     """The hops of the chain behind the relay at `relay` (stops at the first that fails
-    before the upstreams; every upstream is probed)."""
+    before the upstreams; every upstream is probed). Each answer's body is read within
+    `request_timeout` seconds for the whole and `preflight.MOST_BYTES` (a provider's models
+    list longer than that is judged by its status: a refusal of the chain's is small)."""
     # Straight to the relay (on loopback), never through a proxy of the environment.
     async with httpx.AsyncClient(timeout=request_timeout, trust_env=False) as http:
-        hops, check = await _relay_hop(http, relay, token)
+        hops, check = await _relay_hop(http, relay, token, request_timeout)
         if check is None:
             return hops
         hops += _gateway_hops(check)
         if not all(hop.ok for hop in hops):
             return hops
         for name in check.get("upstreams") or []:
-            hops.append(await _upstream_hop(http, relay, str(name)))
+            hops.append(await _upstream_hop(http, relay, str(name), request_timeout))
         if not check.get("upstreams"):
             hops.append(Hop("upstreams", False, None, None, "the gateway lists none"))
     return hops
 
 
+async def _got(
+    http: httpx.AsyncClient, url: str, headers: dict[str, str], within: float
+) -> tuple[httpx.Response, bytes | None]:
+    """`GET url`, and its body when whole within `within` seconds and `MOST_BYTES` (None:
+    it did not end so; its connection closed)."""
+    answer = await http.send(http.build_request("GET", url, headers=headers), stream=True)
+    return answer, await aread_within(answer, within, MOST_BYTES)
+
+
+def _unended(within: float) -> str:
+    return f"its answer did not end within {within:g} s and {MOST_BYTES} bytes"
+
+
 async def _relay_hop(
-    http: httpx.AsyncClient, relay: str, token: str | None
+    http: httpx.AsyncClient, relay: str, token: str | None, within: float
 ) -> tuple[list[Hop], dict[str, Any] | None]:
     headers = {"authorization": f"Bearer {token}"} if token else {}
     started = time.monotonic()
     try:
-        answer = await http.get(relay + CHECK_PATH, headers=headers)
+        answer, body = await _got(http, relay + CHECK_PATH, headers, within)
     except httpx.HTTPError as exc:
         detail = (
             f"no relay answers at {relay} ({type(exc).__name__}); start it "
@@ -78,8 +96,11 @@ async def _relay_hop(
             "give --token-file"
         )
         return [Hop(f"relay {relay}", False, 401, seconds, detail)], None
+    if body is None:
+        detail = f"answered {answer.status_code}, but {_unended(within)}: not a toolref relay"
+        return [Hop(f"relay {relay}", False, answer.status_code, seconds, detail)], None
     try:
-        check = answer.json()
+        check = json.loads(body)
     except ValueError:
         check = None
     if answer.status_code != 200 or not isinstance(check, dict) or "gateway" not in check:
@@ -113,15 +134,16 @@ def _gateway_hops(check: dict[str, Any]) -> list[Hop]:
     return hops
 
 
-async def _upstream_hop(http: httpx.AsyncClient, relay: str, name: str) -> Hop:
+async def _upstream_hop(http: httpx.AsyncClient, relay: str, name: str, within: float) -> Hop:
     hop = f"upstream {name} (GET /llm/{name}{MODELS_PATH})"
     started = time.monotonic()
     try:
-        answer = await http.get(f"{relay}/llm/{name}{MODELS_PATH}")
+        answer, body = await _got(http, f"{relay}/llm/{name}{MODELS_PATH}", {}, within)
     except httpx.HTTPError as exc:
         return Hop(hop, False, None, None, f"the relay broke off ({type(exc).__name__})")
     seconds = time.monotonic() - started
-    refusal = chain_refusal(answer.content)
+    # Not whole within the bound: no refusal of the chain's (a problem's size), the provider's.
+    refusal = chain_refusal(body) if body is not None else None
     if refusal is not None:
         return Hop(hop, False, answer.status_code, seconds, refusal[:SHOWN_CHARS])
     if answer.status_code < 400:

@@ -25,11 +25,16 @@ from typing import Any, Final
 import httpx
 import pydantic
 
+from toolref.registry.bounded import aread_within
 from toolref.registry.client import AsyncRegistryClient
 from toolref.wire import endpoints
 from toolref.wire.models import Capabilities
 
 SHOWN_BYTES: Final = 200  # of a body that is not toolref's, in the message
+# The most read of one answer the check (and `toolref doctor`) reads to judge, within its
+# `request_timeout` for the whole: a gateway's capabilities are a few KiB (its upstreams'
+# names), so this leaves room; an endless or trickled body costs neither memory nor a hang.
+MOST_BYTES: Final = 2**20
 OVERRIDE: Final = "to start anyway, add --no-gateway-check"
 OVERRIDDEN: Final = "started anyway (--no-gateway-check)"
 
@@ -86,21 +91,22 @@ async def check(
     fallback: str | None = None,
     request_timeout: float = 5.0,
 ) -> Preflight:
-    """Check `gateway` (see the module docstring): three requests at most, each within
-    `request_timeout` seconds. Capabilities are asked without a key first: a gateway that
+    """Check `gateway` (see the module docstring): three requests at most, each answer's
+    body whole within `request_timeout` seconds and `MOST_BYTES` (a gateway's are
+    a few KiB; `aread_within`). Capabilities are asked without a key first: a gateway that
     lists its upstreams to anyone runs without API keys."""
     started = time.monotonic()
     # Straight to the gateway, as every turn goes (`direct`): a proxy of the environment
     # must not decide what the check finds.
     async with httpx.AsyncClient(timeout=request_timeout, trust_env=False) as http:
         try:
-            answer = await http.get(gateway + endpoints.CAPABILITIES, headers=_ACCEPT)
+            answer, body = await _get(http, gateway, _ACCEPT, request_timeout)
         except httpx.HTTPError as exc:
             problem = unreachable(gateway, exc, request_timeout, fallback)
             return Preflight(gateway, False, problem=problem, line=problem, seconds=_since(started))
-        caps = _capabilities(answer)
+        caps = _capabilities(answer, body)
         if caps is None:
-            problem = not_a_gateway(gateway, answer)
+            problem = not_a_gateway(gateway, answer, body, request_timeout)
             return Preflight(gateway, True, problem=problem, line=problem, seconds=_since(started))
         if caps.upstreams is not None:  # listed to anyone: no API keys there
             found = Preflight(gateway, True, True, caps.version, tuple(caps.upstreams), False)
@@ -108,11 +114,11 @@ async def check(
         if key:  # with the key: the names it may see
             headers = {**_ACCEPT, "authorization": f"Bearer {key}"}
             try:
-                answer = await http.get(gateway + endpoints.CAPABILITIES, headers=headers)
+                answer, body = await _get(http, gateway, headers, request_timeout)
             except httpx.HTTPError:
                 pass  # verify says what is wrong
             else:
-                caps = _capabilities(answer) or caps
+                caps = _capabilities(answer, body) or caps
     upstreams = tuple(caps.upstreams) if caps.upstreams is not None else None
     registry = AsyncRegistryClient(
         gateway, api_key=key, timeout=request_timeout, retries=0, transport=direct()
@@ -128,6 +134,16 @@ async def check(
 
 
 _ACCEPT: Final = {"accept": "application/json"}
+
+
+async def _get(
+    http: httpx.AsyncClient, gateway: str, headers: dict[str, str], within: float
+) -> tuple[httpx.Response, bytes | None]:
+    """The gateway's capabilities answer, and its body when whole within `within` seconds
+    and `MOST_BYTES` (None: it did not end so; its connection closed)."""
+    request = http.build_request("GET", gateway + endpoints.CAPABILITIES, headers=headers)
+    answer = await http.send(request, stream=True)
+    return answer, await aread_within(answer, within, MOST_BYTES)
 
 
 def direct() -> httpx.AsyncHTTPTransport:
@@ -155,11 +171,11 @@ def _since(started: float) -> float:
     return time.monotonic() - started
 
 
-def _capabilities(answer: httpx.Response) -> Capabilities | None:
-    if answer.status_code != 200:
+def _capabilities(answer: httpx.Response, body: bytes | None) -> Capabilities | None:
+    if answer.status_code != 200 or body is None:
         return None
     try:
-        return Capabilities.model_validate(answer.json())
+        return Capabilities.model_validate_json(body)
     except (ValueError, pydantic.ValidationError):
         return None
 
@@ -238,11 +254,22 @@ def _described(found: Preflight, key: str | None) -> str:
     return f"toolref relay: gateway {found.gateway} is toolref{version}, {keys}; {names}"
 
 
-def not_a_gateway(gateway: str, answer: httpx.Response) -> str:
-    """What to say of `gateway` answering capabilities with `answer`, not toolref's."""
-    shown = answer.content[:SHOWN_BYTES].decode("utf-8", "replace")
-    more = "..." if len(answer.content) > SHOWN_BYTES else ""
+def not_a_gateway(
+    gateway: str, answer: httpx.Response, body: bytes | None = b"", within: float = 0.0
+) -> str:
+    """What to say of `gateway` answering capabilities with `answer`, not toolref's (`body`:
+    its body; None: one that did not end within `within` seconds and `MOST_BYTES`)."""
     media = answer.headers.get("content-type", "no content type")
+    if body is None:
+        return (
+            f"toolref relay: --gateway {gateway} is not a toolref gateway: GET "
+            f"{endpoints.CAPABILITIES} answered {answer.status_code} ({media}) with a body "
+            f"that did not end within {within:g} s and {MOST_BYTES} bytes (a toolref "
+            "gateway's is a few KiB). Point --gateway at the toolref service (where "
+            f"`toolref-server serve` listens, such as http://127.0.0.1:8750); {OVERRIDE}"
+        )
+    shown = body[:SHOWN_BYTES].decode("utf-8", "replace")
+    more = "..." if len(body) > SHOWN_BYTES else ""
     if answer.status_code in (502, 503, 504) and "json" not in media:
         server = answer.headers.get("server") or "a proxy"
         return (

@@ -11,7 +11,7 @@ import httpx
 
 from toolref.asgi.hops import decoded, encoded
 from toolref.asgi.scope import Send
-from toolref.sending.answers import is_read
+from toolref.registry.bounded import is_read
 from toolref.wire.shapes import ErrorReply
 
 from .headers import to_agent

@@ -61,7 +61,7 @@ class Provider:
     async def _answer(self, request: Request) -> Response:
         self.seen.append(await request.body())
         turn = len(self.seen) - 1
-        api: wire.Api = "messages" if request.url.path.endswith("/messages") else "chat"
+        api = api_of(request.url.path)
         frames = wire.frames(api, self.replies[turn], MODEL, 10, usage=False)
         if turn in self.cut:
             frames = frames[:-2]
@@ -72,6 +72,14 @@ class Provider:
                 yield frame
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def api_of(path: str) -> wire.Api:
+    if path.endswith("/messages"):
+        return "messages"
+    if path.endswith("/responses"):
+        return "responses"
+    return "gemini" if path.endswith(":streamGenerateContent") else "chat"
 
 
 @dataclass
@@ -87,7 +95,7 @@ async def relayed(redis: Redis, provider: Provider) -> AsyncIterator[Stack]:
         tenant = f"t={hashlib.sha256(KEY.encode()).hexdigest()}"
         config = Settings(
             redis_url="unused",
-            upstreams=f"anthropic={provider_url},openai={provider_url}",
+            upstreams=f"anthropic={provider_url},openai={provider_url},gemini={provider_url}",
             api_keys=tenant,
             answer_cache_bytes=0,  # every answer read from the store, as another replica would
             edit_cache_bytes=0,
@@ -259,3 +267,97 @@ async def test_a_file_read_again_costs_a_fraction_of_the_first_read(redis: Redis
     first_read, second_read = len(edits[1]), len(edits[2])
     assert first_read > 3000  # the file, compressed
     assert second_read * 4 < first_read, (first_read, second_read)
+
+
+GEMINI_PATH = "/llm/gemini/v1beta/models/scripted-1:streamGenerateContent"
+ITEMS_PATHS = {"responses": "/llm/openai/v1/responses", "gemini": GEMINI_PATH}
+
+
+def item_written_back(api: wire.Api, reply: wire.Reply) -> dict[str, Any]:
+    """What Codex CLI (Responses) and Gemini CLI write back for `reply`."""
+    if api == "gemini":
+        return {
+            "role": "model",
+            "parts": wire.gemini_response(reply, MODEL, 10)["candidates"][0]["content"]["parts"],
+        }
+    item = wire.responses_item(reply)
+    if item["type"] == "message":
+        entry = {"type": "output_text", "text": reply.text}
+        return {"type": "message", "role": "assistant", "content": [entry]}
+    return {k: item[k] for k in ("type", "name", "arguments", "call_id")}
+
+
+def item_result(api: wire.Api, reply: wire.Reply, n: int) -> dict[str, Any]:
+    text = f"result of step {n}: " + "ok " * 50
+    if api == "gemini":
+        if reply.call is None:
+            return {"role": "user", "parts": [{"text": f"go on with step {n + 1}"}]}
+        response = {"name": reply.call.name, "response": {"content": text}}
+        return {"role": "user", "parts": [{"functionResponse": response}]}
+    if reply.call is None:
+        return {"type": "message", "role": "user", "content": f"go on with step {n + 1}"}
+    return {
+        "type": "function_call_output",
+        "call_id": f"call_e2e_{reply.index:03d}",
+        "output": text,
+    }
+
+
+async def converse_items(
+    stack: Stack, api: wire.Api, turns: int, back: list[wire.Reply] | None = None
+) -> list[bytes]:
+    """`converse` for OpenAI Responses (`input` items) and Gemini (`contents`)."""
+    key = "contents" if api == "gemini" else "input"
+    first: dict[str, Any] = (
+        {"role": "user", "parts": [{"text": "Build it. " * 60}]}
+        if api == "gemini"
+        else {"type": "message", "role": "user", "content": "Build it. " * 60}
+    )
+    items = [first]
+    headers = [("Content-Type", "application/json"), ("x-goog-api-key", "AIza" + "g" * 35)]
+    bodies = []
+    async with httpx.AsyncClient(timeout=30) as agent:
+        for n in range(turns):
+            body = {"model": MODEL, "stream": True, key: items}
+            data = json.dumps(body).encode()
+            bodies.append(data)
+            url = stack.relay_url + ITEMS_PATHS[api] + ("?alt=sse" if api == "gemini" else "")
+            answer = await agent.post(
+                url, content=data, headers=headers if api == "gemini" else CHAT_HEADERS
+            )
+            assert answer.status_code == 200, answer.text
+            assert answer.content == stack.provider.streamed[n]
+            reply = (back or stack.provider.replies)[n]
+            items = [*items, item_written_back(api, reply), item_result(api, reply, n)]
+    return bodies
+
+
+@pytest.mark.parametrize("api", ["responses", "gemini"])
+async def test_responses_and_gemini_answers_are_dictionaries_on_both_sides(
+    redis: Redis, api: wire.Api
+) -> None:
+    """Relay and gateway read the same answer of a Responses or Gemini stream: each edit
+    that carries the model's message against it is applied (no resend), and costs less
+    than when the agent wrote back other answers. A Responses call item has no role, so
+    only a turn after a text answer (a `message` item) carries one (docs/edits.md)."""
+    provider = Provider(replies(8, 1))
+    async with relayed(redis, provider) as stack:
+        bodies = await converse_items(stack, api, 8)
+    assert provider.seen == bodies
+    edits = sent(stack)
+    assert len(edits) == 8  # no resend: the gateway held the bytes the relay made
+    named = ["a" in described(edit) for edit in edits[1:]]
+    if api == "gemini":
+        assert all(named), named
+    else:  # after each text answer (turns 2 and 5), and only there
+        assert named == [n % 3 == 2 for n in range(7)], named
+
+    await redis.flushall()
+    rewritten = Provider(replies(8, 1))
+    async with relayed(redis, rewritten) as stack:
+        bodies = await converse_items(stack, api, 8, back=replies(8, 2))
+    assert rewritten.seen == bodies
+    with_answer = sum(map(len, edits[1:]))
+    without = sum(map(len, sent(stack)[1:]))
+    print(f"\n{api}: edits {with_answer:,} B against the answers, {without:,} B without")
+    assert with_answer < without, (with_answer, without)

@@ -21,7 +21,7 @@ import pytest
 
 from tests.support.servers import serve
 from toolref.edits.wire import MEDIA_TYPE
-from toolref.sending import answers
+from toolref.registry import bounded
 from toolref.wire.endpoints import CAPABILITIES
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.preflight import Preflight
@@ -99,7 +99,7 @@ def turn() -> bytes:
 
 @pytest.fixture(autouse=True)
 def short_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(answers, "PROBLEM_READ_S", 0.2)
+    monkeypatch.setattr(bounded, "PROBLEM_READ_S", 0.2)
 
 
 HOW = {"trickled": (b" ", 0.02), "flooded": (b" " * 65536, 0)}

@@ -27,7 +27,7 @@ import pytest
 from tests.support.servers import serve
 from toolref import AsyncTransport, Transport
 from toolref.edits.wire import MEDIA_TYPE
-from toolref.sending import answers
+from toolref.registry import bounded
 
 TIMEOUT = 30  # a net for a hang, not a timing check
 PROBLEM = "application/problem+json"
@@ -131,7 +131,7 @@ TURNS = {"sync": _sync_turns, "async": _async_turns}
 
 @pytest.fixture(autouse=True)
 def short_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(answers, "PROBLEM_READ_S", 0.2)
+    monkeypatch.setattr(bounded, "PROBLEM_READ_S", 0.2)
 
 
 @pytest.mark.parametrize("how", TURNS)
@@ -193,7 +193,7 @@ async def test_the_caller_cancelled_while_a_refusal_trickles_closes_it_and_its_r
 ) -> None:
     """Cancelled during the SDK's own read (its deadline far off): the read pending is
     cancelled, no task of it left behind, and the connection closed."""
-    monkeypatch.setattr(answers, "PROBLEM_READ_S", 3600.0)
+    monkeypatch.setattr(bounded, "PROBLEM_READ_S", 3600.0)
     headers = [(b"content-type", PROBLEM.encode()), (b"toolref-edits", b"5")]
     stand = Stand(409, headers, b"{")
     async with standing(stand) as url, httpx.AsyncClient(transport=AsyncTransport()) as http:

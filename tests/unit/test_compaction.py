@@ -554,3 +554,36 @@ def test_summary_mode_on_every_shared_trace() -> None:
             assert not {p.key for p in newest[-3:]} & set(chosen), label
             conversations += 1
     assert conversations >= 7
+
+
+def test_responses_outputs_that_keep_their_shape_are_never_candidates() -> None:
+    """Found in review: summary mode would put its placeholder (a string) in place of a
+    `shell_call_output`'s array and a `computer_call_output`'s screenshot object, a request
+    the provider refuses. Neither is a candidate, sent in full or as a marker; an
+    `apply_patch_call_output` (a string) is, with the older results counted as before."""
+    big = "x" * 5_000
+    exit_0 = {"type": "exit", "exit_code": 0}
+    shot = {"type": "computer_screenshot", "image_url": "data:image/png;base64," + big}
+    messages: list[Message] = [
+        {"role": "user", "content": "go"},
+        {"type": "shell_call", "call_id": "s1", "action": {"commands": ["ls"]}},
+        {
+            "type": "shell_call_output",
+            "call_id": "s1",
+            "output": [{"stdout": big, "stderr": "", "outcome": exit_0}],
+        },
+        {"type": "computer_call", "call_id": "k1", "actions": [{"type": "screenshot"}]},
+        {"type": "computer_call_output", "call_id": "k1", "output": shot},
+        {"type": "apply_patch_call", "call_id": "p1", "operation": {"type": "delete_file"}},
+        {"type": "apply_patch_call_output", "call_id": "p1", "status": "completed", "output": big},
+        {"type": "function_call", "call_id": "f1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "f1", "output": big},
+    ]
+    fmt, found, candidates = candidates_of(messages, keep_recent=1)
+    assert keys(candidates) == ["p1"]
+    assert list(replacements(fmt, candidates, ["s"])) == ["p1"]
+    refs = refs_for(found)
+    marked = formats.replace(messages, found, refs)
+    held = {refs[p.key]: lambda p=p: p.invocation() for p in found.complete}
+    again = formats.scan(marked, fmt)
+    assert keys(older_results(again, refs, 1, (), held)) == ["p1"]

@@ -1412,3 +1412,87 @@ def test_a_responses_local_shell_call_pairs_with_its_output() -> None:
     assert "action" not in replaced[1]
     assert "output" not in replaced[2]
     assert json.dumps(filled) == json.dumps(messages)
+
+
+def _text_round_trip(messages: list[Any]) -> list[str]:
+    """The messages' texts replaced (every complete invocation) and filled back, as the
+    registry does it (`source.replace`, `source.fill`)."""
+    from toolref.formats import source
+
+    fmt = formats.get("openai-responses")
+    texts = [json.dumps(m, separators=(",", ":")) for m in messages]
+    found = formats.scan(messages, fmt)
+    refs = real_refs(found)
+    replaced, payloads = source.replace(texts, found, refs)
+    marked = formats.scan([json.loads(t) for t in replaced], fmt)
+    by_ref = {refs[key]: payload for key, payload in payloads.items()}
+    return source.fill(replaced, marked, by_ref)
+
+
+def test_responses_shell_patch_and_computer_calls_pair_with_their_outputs() -> None:
+    """Found in review: `shell_call`, `apply_patch_call` and `computer_call` were no calls
+    and their outputs no results, so none was ever made a ref (a screenshot travelled in
+    full every turn). Their arguments are `action` (tool `shell`), `operation` (tool
+    `apply_patch`: a failed output is an error; one without `output` answers its call with
+    nothing to replace) and `actions` or `action` (tool `computer`); the outputs keep their
+    shapes (an array, an object) through replace and fill, value and text alike."""
+    shell = {"commands": ["ls -la"], "timeout_ms": 1000, "max_output_length": 4096}
+    chunks = [{"stdout": "a\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}}]
+    patch = {"type": "update_file", "path": "a.py", "diff": "@@ -1 +1 @@\n-a\n+b\n"}
+    shot = {"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBOR"}
+    click = {"type": "click", "button": "left", "x": 1, "y": 2}
+    messages: list[Any] = [
+        {"role": "user", "content": "go"},
+        {"type": "shell_call", "call_id": "s1", "action": shell, "status": "completed"},
+        {"type": "shell_call_output", "call_id": "s1", "output": chunks},
+        {"type": "apply_patch_call", "call_id": "p1", "operation": patch, "status": "completed"},
+        {"type": "apply_patch_call_output", "call_id": "p1", "status": "failed", "output": "no"},
+        {"type": "apply_patch_call", "call_id": "p2", "operation": patch, "status": "completed"},
+        {"type": "apply_patch_call_output", "call_id": "p2", "status": "completed"},
+        {"type": "computer_call", "id": "cu1", "call_id": "k1", "actions": [click]},
+        {"type": "computer_call_output", "call_id": "k1", "output": shot},
+        {"type": "computer_call", "call_id": "k2", "action": None, "actions": [click]},
+        {"type": "computer_call_output", "call_id": "k2", "output": shot},
+        {"type": "computer_call", "call_id": "k3", "action": click, "actions": None},
+        {"type": "computer_call_output", "call_id": "k3", "output": shot},
+    ]
+    found = formats.scan(messages, formats.detect(messages))
+    by_key = {p.key: p for p in found.pairs}
+    assert [p.invocation() for p in found.complete] == [
+        {"name": "shell", "args": shell, "result": chunks, "isError": False},
+        {"name": "apply_patch", "args": patch, "result": "no", "isError": True},
+        {"name": "computer", "args": [click], "result": shot, "isError": False},
+        {"name": "computer", "args": [click], "result": shot, "isError": False},
+        {"name": "computer", "args": click, "result": shot, "isError": False},
+    ]
+    bare = by_key["p2"]  # answered (not pending), nothing to replace
+    assert bare.result is not None
+    assert bare.result.bare
+    assert not bare.complete
+    replaced, filled = round_trip(messages, "openai-responses")
+    assert "output" not in replaced[2]
+    assert "operation" not in replaced[3]
+    assert [sorted(replaced[i]) for i in (7, 9, 11)] == [
+        ["call_id", "id", "toolRef", "type"],
+        ["action", "call_id", "toolRef", "type"],
+        ["actions", "call_id", "toolRef", "type"],
+    ]
+    assert json.dumps(filled) == json.dumps(messages)
+    compact = [json.dumps(m, separators=(",", ":")) for m in messages]
+    assert _text_round_trip(messages) == compact
+
+
+def test_a_responses_computer_call_with_only_action_is_no_call() -> None:
+    """A `computer_call` holding only `action` (the preview tool's) would leave a marker
+    naming neither `action` nor `actions`, which could be filled back as the other: it is
+    read as no call, and it and its output travel as they are."""
+    click = {"type": "click", "button": "left", "x": 1, "y": 2}
+    shot = {"type": "computer_screenshot", "file_id": "file_1"}
+    messages: list[Any] = [
+        {"type": "computer_call", "call_id": "k1", "action": click},
+        {"type": "computer_call_output", "call_id": "k1", "output": shot},
+    ]
+    found = formats.scan(messages, formats.get("openai-responses"))
+    assert found.complete == []
+    replaced, _ = round_trip(messages, "openai-responses")
+    assert replaced == messages

@@ -230,7 +230,14 @@ describe("tapFor", () => {
     expect(tapFor("/v1/messages", 200, [["content-type", "application/json"]])).toBeNull();
     expect(tapFor("/v1/messages", 200, [])).toBeNull();
     expect(tapFor("/v1/models", 200, stream)).toBeNull();
-    expect(tapFor("/v1/responses", 200, stream)).toBeNull(); // a format whose answers are not read
+    expect(tapFor("/v1/responses", 400, stream)).toBeNull();
+    // Gemini's answers are read (new AnswerTap("gemini")), but no JS endpoint is Gemini's
+    expect(tapFor("/v1beta/models/g:streamGenerateContent", 200, stream)).toBeNull();
+  });
+
+  it("taps OpenAI Responses streams", () => {
+    expect(tapFor("/v1/responses", 200, stream)).not.toBeNull();
+    expect(tapFor("/v1/responses", 200, [["content-type", "application/json"]])).toBeNull();
   });
 });
 

@@ -14,6 +14,8 @@ a custom one, event data not UTF-8): no answer, as in answer.ts. A version-3 edi
 compresses the assistant segments it carries against those bytes (`toolref.edits.isolated`,
 record kind 3) and names them by `answer_id`; a receiver that holds other bytes, or none,
 refuses the edit (400 `dictionary-mismatch`) and the sender sends it again without.
+OpenAI Responses and Gemini answers (their output items, the model's parts, as Codex CLI
+and Gemini CLI write them back) are read by `toolref.edits.answer_items`.
 
 Only a whole answer is one: a stream with a 200, `text/event-stream` and no
 `Content-Encoding`, of an API read here, seen to its end event (`message_stop`,
@@ -38,20 +40,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable
 from typing import Any, Final
 
+from toolref.edits.answer_items import SURROGATE as _SURROGATE
+from toolref.edits.answer_items import GeminiAnswer, ResponsesAnswer
+from toolref.edits.answer_items import size as _size
 from toolref.wire.encoding import media_type
 from toolref.wire.endpoints import endpoint
 
 MAX_ANSWER: Final = 256 << 10  # bytes of an answer's dictionary; a longer one is none
 MAX_STREAM: Final = 8 << 20  # bytes of stream read for one; a longer stream gives none
 ID_LENGTH: Final = 16  # hex digits of SHA-256 naming an answer (`answer_id`)
-FORMATS: Final = frozenset({"anthropic", "openai-chat"})
+FORMATS: Final = frozenset({"anthropic", "openai-chat", "openai-responses", "gemini"})
 _EVENT_STREAM: Final = "text/event-stream"
 _BOM: Final = b"\xef\xbb\xbf"
-_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 # bytes a tool call makes at least: the lesser of a function call's `{"id":"","type":"function",
 # "function":{"name":"","arguments":""}}` (65) and a custom one's `{"id":"","type":"custom",
 # "custom":{"name":"","input":""}}` (57), a comma (or the message's `]`) and the line end
@@ -85,6 +88,12 @@ class AnswerTap:
 
     def __init__(self, fmt: str) -> None:
         self._anthropic = fmt == "anthropic"
+        # OpenAI Responses' and Gemini's answers (`toolref.edits.answer_items`)
+        self._items: ResponsesAnswer | GeminiAnswer | None = None
+        if fmt in ("openai-responses", "gemini"):
+            reader = ResponsesAnswer if fmt == "openai-responses" else GeminiAnswer
+            self._items = reader(self._hold)
+        self._chat = not self._anthropic and self._items is None  # any other: Chat's
         self._begun = False  # a first byte that is no BOM's read (or a BOM dropped)
         self._head = b""  # the first bytes while they may yet be a BOM
         self._cr = False  # the last piece ended with CR: an LF first in the next ends nothing
@@ -197,9 +206,11 @@ class AnswerTap:
         self._line, self._data, self._head = bytearray(), [], b""
         self._blocks, self._inputs, self._texts, self._started = {}, {}, {}, {}
         self._content, self._refusal, self._calls = [], [], {}
+        if self._items is not None:
+            self._items.drop()
 
     def _event(self, data: bytes) -> None:
-        if not self._anthropic and data.strip() == b"[DONE]":
+        if self._chat and data.strip() == b"[DONE]":
             self.done = True
             return
         try:  # read as answer.ts reads it: UTF-8 only (json.loads also takes UTF-16 and -32)
@@ -215,6 +226,9 @@ class AnswerTap:
             self.failed = True
         elif self._anthropic:
             self._anthropic_event(event)
+        elif self._items is not None:
+            self._items.event(event)
+            self.done, self.failed = self._items.done, self.failed or self._items.failed
         else:
             self._chat_event(event)
 
@@ -309,6 +323,8 @@ class AnswerTap:
                 self._hold(2 * _size(spec[field]))  # in the message, then as streamed
 
     def _made(self) -> bytes:
+        if self._items is not None:
+            return _encoded(self._items.made())
         if self._anthropic:
             blocks = []
             streamed = []
@@ -343,20 +359,15 @@ class AnswerTap:
                 message["refusal"] = "".join(self._refusal)
             if calls:
                 message["tool_calls"] = calls
-        text = "\n".join([_compact(message), *streamed])
-        if _SURROGATE.search(text):  # the halves of a pair one character, as JS holds them
-            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
-        return text.encode("utf-8", "surrogatepass")
+        return _encoded("\n".join([_compact(message), *streamed]))
 
 
-def _size(text: str) -> int:
-    """Bytes `text` makes in the answer at least, the same as answer.ts's `size`: its UTF-8,
-    a surrogate counted as 2 (its `surrogatepass` bytes are 3; JS joins two into a character
-    of 4). Escapes add to it (a quote, a line end, a control character): not counted."""
-    try:
-        return len(text.encode("utf-8"))
-    except UnicodeEncodeError:  # lone surrogates
-        return len(text.encode("utf-8", "surrogatepass")) - len(_SURROGATE.findall(text))
+def _encoded(text: str) -> bytes:
+    """`text` as the answer's bytes: the halves of a surrogate pair one character, as JS holds
+    them, a lone one as `surrogatepass` writes it."""
+    if _SURROGATE.search(text):
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return text.encode("utf-8", "surrogatepass")
 
 
 def _compact(value: Any) -> str:

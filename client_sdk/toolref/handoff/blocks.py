@@ -71,7 +71,51 @@ def _result_text(pair: Pair) -> str | None:
         return None
     if site.result_key is None or site.result_key not in obj:
         return "" if site.bare else None
-    return _verbatim(without_media(obj[site.result_key]))
+    text = _verbatim(without_media(_without_encrypted(obj[site.result_key])))
+    notes = _media_parts(obj.get("parts"))
+    return "\n".join([text, *notes]) if text and notes else text or "\n".join(notes)
+
+
+# Gemini's media parts (a `functionResponse`'s `parts`: a screenshot beside its `response`).
+_GEMINI_MEDIA: Final = ("inlineData", "inline_data", "fileData", "file_data")
+
+
+def _media_parts(parts: Any) -> list[str]:
+    """A note for each media part of a Gemini `functionResponse`'s `parts`
+    (`[image/png image: not carried in this block]`), as `without_media` names a media
+    block: their base64 is no use in a markdown block, but a result that had an image must
+    not read as one without. Linear in the parts."""
+    if not isinstance(parts, list):
+        return []
+    notes = []
+    for part in parts:
+        media = (
+            next((part[k] for k in _GEMINI_MEDIA if k in part), None)
+            if isinstance(part, dict)
+            else None
+        )
+        if not isinstance(media, dict):
+            continue
+        mime = media.get("mimeType", media.get("mime_type"))
+        mime = mime[:100] if isinstance(mime, str) and mime else ""
+        major = mime.partition("/")[0]
+        kind = major if major in ("image", "audio", "video") else "file"
+        notes.append(f"[{mime + ' ' if mime else ''}{kind}: not carried in this block]")
+    return notes
+
+
+def _without_encrypted(result: Any) -> Any:
+    """`result` without the `encrypted_content` of its `web_search_result` blocks
+    (Anthropic's: the page, readable by Anthropic alone): base64 that no model reads and
+    that took the result's share of the block; the page's `url` and `title` stay. Linear."""
+    if not isinstance(result, list):
+        return result
+    return [
+        {k: v for k, v in item.items() if k != "encrypted_content"}
+        if isinstance(item, dict) and item.get("type") == "web_search_result"
+        else item
+        for item in result
+    ]
 
 
 # Members of a result object that say how it went, not what it holds (MCP's `isError`, and

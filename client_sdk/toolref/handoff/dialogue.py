@@ -49,6 +49,7 @@ def _text(content: Any) -> str:
             isinstance(part, dict)
             and isinstance(part.get("text"), str)
             and part.get("type", "text") in _TEXT_TYPES
+            and part.get("thought") is not True  # Gemini's thinking, as a `thinking` block
         ):
             pieces.append(part["text"])
     return "\n".join(pieces)

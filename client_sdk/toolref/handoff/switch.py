@@ -14,7 +14,8 @@ first `at` messages (those from before the switch):
 - thinking and redacted-thinking blocks are dropped, and every reasoning item of the
   Responses API: with `encrypted_content` (`store=false`) or without (`store=true`: an
   `rs_` id only the old backend holds), it is the old backend's state, not the dialogue's;
-  a function call loses its item `id` with it (OpenAI refuses either of the pair alone);
+  a function, custom, shell or apply-patch call loses its item `id` with it (OpenAI refuses
+  either of the pair alone);
 
 and the handoff block of those messages (`toolref.handoff.build`) goes in front of the first
 user message. The same request always gives the same result, so every later turn on the new
@@ -48,6 +49,11 @@ _DIGESTED: Final = "tid_h"  # `h` is no hex digit: never the spelling of an id
 _DIGEST_DIGITS: Final = 35  # 140 bits; `tid_h` and them make 40 characters, under every cap
 _OPAQUE_BLOCKS: Final = frozenset({"thinking", "redacted_thinking"})
 _ID_FIELDS: Final = ("id", "tool_use_id", "tool_call_id", "call_id")
+# Responses call items whose item `id` is optional, dropped with the reasoning item before
+# them (a `local_shell_call` and a `computer_call` require theirs: they stay).
+_HALF_PAIRED: Final = frozenset(
+    {"function_call", "custom_tool_call", "shell_call", "apply_patch_call"}
+)
 
 
 def id_cap(fmt: str | None) -> int:
@@ -205,9 +211,10 @@ def _cleaned(message: Any, cap: int, *, strip: bool) -> Any:
     if not isinstance(message, dict):
         return message
     out = {k: _mapped(k, v, cap) for k, v in message.items()}
-    if strip and message.get("type") == "function_call":
-        # Its `id` (`fc_...`) names an item of the old backend, whose reasoning item is
-        # gone: OpenAI refuses the pair half-kept (400). `call_id` pairs the result.
+    kind = message.get("type")  # any JSON may come: a list is no member of a set
+    if strip and isinstance(kind, str) and kind in _HALF_PAIRED:
+        # Its `id` (`fc_...`, `ctc_...`, ...) names an item of the old backend, whose reasoning
+        # item is gone: OpenAI refuses the pair half-kept (400). `call_id` pairs the result.
         out.pop("id", None)
     content = out.get("content")
     if isinstance(content, list):

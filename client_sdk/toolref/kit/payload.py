@@ -130,9 +130,11 @@ def exit_status(result: Any) -> int | None:
 
 
 # Content blocks that carry an image, a document or audio (Anthropic, both OpenAI APIs,
-# the AI SDK's tool output): base64 or a data URL no model reads from a markdown block.
+# the AI SDK's tool output, a Responses `computer_call_output`'s screenshot): base64 or a
+# data URL no model reads from a markdown block.
 _MEDIA: Final = {
     "image": "image",
+    "computer_screenshot": "image",
     "input_image": "image",
     "image_url": "image",
     "document": "document",
@@ -145,8 +147,11 @@ _MEDIA: Final = {
 
 def without_media(result: Any, note: str = "not carried in this block") -> Any:
     """`result` with each media block of its content list (or of a list it holds one level
-    down, as `{"type": "content", "value": [...]}`) named in a text block instead
-    (`[image/png image: <note>]`). Linear."""
+    down, as `{"type": "content", "value": [...]}`; or `result` itself, a Responses
+    `computer_screenshot`) named in a text block instead (`[image/png image: <note>]`).
+    Linear."""
+    if isinstance(result, dict) and result.get("type") == "computer_screenshot":
+        return _named(result, note)
     if isinstance(result, list):
         return [_named(item, note) for item in result]
     if isinstance(result, dict) and any(isinstance(v, list) for v in result.values()):

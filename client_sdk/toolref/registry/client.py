@@ -25,9 +25,10 @@ from toolref.registry.answers import (
     Resolved,
 )
 from toolref.registry.base import BaseRegistryClient
+from toolref.registry.bounded import aread_within, read_within
 from toolref.registry.exchange import Exchange, T, run_async, run_sync
 from toolref.registry.options import InvocationLike, WireEncoding
-from toolref.registry.plain_transport import PlainTransport
+from toolref.registry.plain_transport import MAX_ANSWER_BYTES, PlainTransport
 from toolref.registry.session import AnyTransport
 from toolref.wire.models import (
     Capabilities,
@@ -82,8 +83,17 @@ class RegistryClient(BaseRegistryClient[httpx.BaseTransport]):
         if self._capabilities is None:
             with self._negotiation:
                 if self._capabilities is None:
-                    run_sync(self._capabilities_exchange(), self._http.send)
-        return run_sync(exchange, self._http.send)
+                    run_sync(self._capabilities_exchange(), self._sent)
+        return run_sync(exchange, self._sent)
+
+    def _sent(self, request: httpx.Request) -> httpx.Response:
+        """`request`'s answer, read whole within `timeout` seconds (and one read timeout)
+        and `MAX_ANSWER_BYTES`; else an httpx `ReadError` (retried as any), its connection
+        closed: a registry that trickles or floods costs neither a hang nor memory."""
+        response = self._http.send(request, stream=True)
+        if read_within(response, self.timeout, MAX_ANSWER_BYTES) is None:
+            raise _unended(request, self.timeout)
+        return response
 
     def capabilities(self) -> Capabilities:
         return self._run(self._capabilities_exchange())
@@ -118,10 +128,10 @@ class RegistryClient(BaseRegistryClient[httpx.BaseTransport]):
 
     def verify(self) -> str | None:
         """None when the registry answers and accepts this client's key; else what is wrong."""
-        return run_sync(self._verify(), self._http.send)
+        return run_sync(self._verify(), self._sent)
 
     def ready(self) -> bool:
-        return run_sync(self._ready(), self._http.send)
+        return run_sync(self._ready(), self._sent)
 
     def close(self) -> None:
         self._http.close()
@@ -158,8 +168,15 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
         if self._capabilities is None:
             async with self._negotiation:
                 if self._capabilities is None:
-                    await run_async(self._capabilities_exchange(), self._http.send)
-        return await run_async(exchange, self._http.send)
+                    await run_async(self._capabilities_exchange(), self._sent)
+        return await run_async(exchange, self._sent)
+
+    async def _sent(self, request: httpx.Request) -> httpx.Response:
+        """Async `RegistryClient._sent` (the deadline exact)."""
+        response = await self._http.send(request, stream=True)
+        if await aread_within(response, self.timeout, MAX_ANSWER_BYTES) is None:
+            raise _unended(request, self.timeout)
+        return response
 
     async def capabilities(self) -> Capabilities:
         return await self._run(self._capabilities_exchange())
@@ -217,10 +234,10 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
 
     async def verify(self) -> str | None:
         """None when the registry answers and accepts this client's key; else what is wrong."""
-        return await run_async(self._verify(), self._http.send)
+        return await run_async(self._verify(), self._sent)
 
     async def ready(self) -> bool:
-        return await run_async(self._ready(), self._http.send)
+        return await run_async(self._ready(), self._sent)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -230,6 +247,15 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+
+def _unended(request: httpx.Request, within: float) -> httpx.ReadError:
+    return httpx.ReadError(
+        f"the answer to {request.method} {request.url.path} did not end within {within:g} s "
+        f"and {MAX_ANSWER_BYTES} bytes (the client's timeout; a registry's answers are far "
+        "smaller): a proxy or server that trickles or floods?",
+        request=request,
+    )
 
 
 def _proxied(url: str) -> bool:

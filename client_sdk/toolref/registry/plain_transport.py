@@ -17,8 +17,10 @@ request goes once more on a new one (the registry's calls are idempotent: an edi
 twice keeps the same recipe; `session` retries them on any transport error anyway); once any
 byte came, it is an error, never a resend.
 Errors are httpx's (`ConnectError`, `ReadTimeout`, `RemoteProtocolError`, ...), so callers'
-retries see what they saw before. Answers are read whole (a registry's are bounded by its
-limits), the body handed to httpx as the server encoded it.
+retries see what they saw before. Answers are read whole, the body handed to httpx as the
+server encoded it: at most `MAX_ANSWER_BYTES` of it, and, from the answer's first byte, the
+whole within the request's read timeout (not per read: a trickle would hold the caller for
+ever); past either, `ReadError` or `ReadTimeout` and the connection closed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ import httpx
 
 MAX_IDLE: Final = 16  # kept-alive connections per host
 KEEP_ALIVE: Final = 5.0  # seconds a connection is kept idle (httpx's default): below servers'
+
+# The most of one answer's body read (the JS client's `maxAnswerBytes`): a registry's answers
+# are bounded by its limits (32 MiB a body, 64 MiB inflated, by default), so this is twice
+# the inflated default; past it a flood costs no more memory.
+MAX_ANSWER_BYTES: Final = 128 * 2**20
 
 _READ: Final = 1 << 16
 
@@ -170,29 +177,29 @@ class PlainTransport(httpx.AsyncBaseTransport):
         started: h11.Response | None = None
         heard = False  # any byte of an answer: from then on the request is never resent
         body: list[bytes] = []
+        size = 0
+        late: float | None = None  # the answer whole by then, from its first byte
+        whole = timeouts.get("read")
         while True:
             try:
                 event = state.next_event()
             except h11.RemoteProtocolError as exc:
                 raise httpx.RemoteProtocolError(str(exc)) from exc
             if event is h11.NEED_DATA:
-                try:
-                    async with asyncio.timeout(timeouts.get("read")):
-                        chunk = await connection.reader.read(_READ)
-                except TimeoutError as exc:
-                    raise httpx.ReadTimeout("reading the answer timed out") from exc
-                except OSError as exc:
-                    if not heard:
-                        raise _Stale() from exc
-                    raise httpx.ReadError(str(exc)) from exc
+                chunk = await _read(connection, timeouts.get("read"), late, heard)
                 if not chunk and not heard:
                     raise _Stale()
+                if chunk and late is None and whole is not None:
+                    late = asyncio.get_running_loop().time() + whole
                 heard = heard or bool(chunk)
                 state.receive_data(chunk)
             elif isinstance(event, h11.Response):
                 started = event
             elif isinstance(event, h11.Data):
                 body.append(bytes(event.data))
+                size += len(event.data)
+                if size > MAX_ANSWER_BYTES:
+                    raise httpx.ReadError(f"the answer's body is over {MAX_ANSWER_BYTES} bytes")
             elif isinstance(event, h11.EndOfMessage):
                 break
             elif isinstance(event, h11.ConnectionClosed):  # (1xx answers: read past)
@@ -205,6 +212,28 @@ class PlainTransport(httpx.AsyncBaseTransport):
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": bytes(started.reason)},
             request=request,
         )
+
+
+async def _read(
+    connection: _Connection, seconds: float | None, late: float | None, heard: bool
+) -> bytes:
+    """The next bytes of an answer, within `seconds` and by `late` (loop time; None: no
+    deadline for the whole); httpx's errors, `_Stale` when the connection failed before
+    any byte came (`heard`)."""
+    try:
+        async with asyncio.timeout(seconds) as within:
+            if late is not None:
+                within.reschedule(min(late, within.when() or late))
+            return await connection.reader.read(_READ)
+    except TimeoutError as exc:
+        raise httpx.ReadTimeout(
+            "reading the answer timed out (each read, and the whole "
+            "from its first byte, within the read timeout)"
+        ) from exc
+    except OSError as exc:
+        if not heard:
+            raise _Stale() from exc
+        raise httpx.ReadError(str(exc)) from exc
 
 
 class _Stale(Exception):

@@ -6,8 +6,6 @@ that read a problem whole before handing a streamed answer back."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -15,9 +13,9 @@ import httpx
 
 from toolref.edits.answer import AnswerTap, tap_for
 from toolref.edits.wire import MEDIA_TYPE as EDIT_TYPE
+from toolref.registry.bounded import aread_problem, is_read, read_problem
 from toolref.registry.exchange import Exchange, run_async, run_sync
-from toolref.sending.packages import NOT_READ, AsyncByteStream2, SyncByteStream2
-from toolref.sending.refusals import MAX_PROBLEM_BYTES, PROBLEM_READ_S
+from toolref.registry.packages import NOT_READ, AsyncByteStream2, SyncByteStream2
 from toolref.wire.encoding import PROBLEM_TYPE, media_type
 from toolref.wire.errors import PROBLEM_BASE, StoreUnavailableError
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER
@@ -73,94 +71,6 @@ def to_read(response: Any, request: Any) -> bool:
         and response.headers.get("content-type", "").startswith(PROBLEM_TYPE)
         and (may_resend(response) or may_be_store_down(response))
     )
-
-
-def read_problem(response: Any, within: float | None = None) -> None:
-    """`response` read whole when its body is at most `MAX_PROBLEM_BYTES` (toolref's are
-    < 2 KiB) and comes within `within` seconds (`PROBLEM_READ_S`, the whole read whatever
-    its pace: checked between two reads, so at most that plus one read timeout); else it is
-    left a stream holding every byte it had (no problem of toolref's: the exchange hands it
-    on, or closes it), at most that much read of it. One read or left already: as it is."""
-    if _declared(response) is False or _done(response):
-        return
-    late = time.monotonic() + (PROBLEM_READ_S if within is None else within)
-    pieces: list[bytes] = []
-    size = 0  # a running total: a stream of tiny pieces costs one step each
-    rest: Iterator[bytes] = iter(response.stream)
-    for piece in rest:
-        pieces.append(piece)
-        size += len(piece)
-        if size > MAX_PROBLEM_BYTES or time.monotonic() >= late:
-            break
-    else:
-        response.stream = _Replayed(pieces, iter(()), response.stream)
-        response.read()
-        return
-    response.stream = _Replayed(pieces, rest, response.stream, left=True)
-
-
-async def aread_problem(response: Any, within: float | None = None) -> None:
-    """Async `read_problem`, the deadline exact: a read pending at it is handed on with the
-    stream (its bytes first of the rest), or cancelled when the stream is closed; one
-    cancelled or failed (the caller's task cancelled) is cancelled and awaited."""
-    if _declared(response) is False or _done(response):
-        return
-    loop = asyncio.get_running_loop()
-    late = loop.time() + (PROBLEM_READ_S if within is None else within)
-    pieces: list[bytes] = []
-    size = 0
-    rest: AsyncIterator[bytes] = aiter(response.stream)
-    pending: asyncio.Future[bytes | None] | None = None
-    try:
-        while size <= MAX_PROBLEM_BYTES:
-            pending = asyncio.ensure_future(_piece(rest))
-            await asyncio.wait((pending,), timeout=max(late - loop.time(), 0))
-            if not pending.done():
-                break  # late: handed on with the read still pending
-            piece = pending.result()
-            pending = None
-            if piece is None:
-                response.stream = _Replayed(pieces, _none(), response.stream)
-                await response.aread()
-                return
-            pieces.append(piece)
-            size += len(piece)
-    except BaseException:
-        await _cancelled(pending)
-        raise
-    response.stream = _Replayed(pieces, rest, response.stream, left=True, pending=pending)
-
-
-def _done(response: Any) -> bool:
-    """`response` read whole already, or left a stream by `read_problem` (not read twice)."""
-    stream = getattr(response, "stream", None)
-    return is_read(response) or (isinstance(stream, _Replayed) and stream.left)
-
-
-async def _piece(stream: AsyncIterator[bytes]) -> bytes | None:
-    """The next piece of `stream`; None at its end."""
-    return await anext(stream, None)
-
-
-async def _cancelled(pending: asyncio.Future[bytes | None] | None) -> None:
-    """`pending` (a read of a stream) cancelled and ended, whatever it raised."""
-    if pending is None:
-        return
-    pending.cancel()
-    await asyncio.wait((pending,))
-    if not pending.cancelled():
-        pending.exception()  # retrieved: a read that failed as it was cancelled
-
-
-def _declared(response: Any) -> bool | None:
-    """Whether the body's `Content-Length` is within `MAX_PROBLEM_BYTES`; None: none said."""
-    length = response.headers.get("content-length", "").strip()
-    return int(length) <= MAX_PROBLEM_BYTES if length.isdigit() else None
-
-
-async def _none() -> AsyncIterator[bytes]:
-    return
-    yield b""  # pragma: no cover - makes this an async generator
 
 
 def drive(exchange: Exchange[R], send: Callable[[httpx.Request], httpx.Response]) -> R:
@@ -228,16 +138,6 @@ def problem_of(response: httpx.Response) -> dict[str, Any] | None:
     return problem if isinstance(problem, dict) else None
 
 
-def is_read(response: httpx.Response) -> bool:
-    """The answer was read whole (a streamed answer not yet read is not); an `httpx` or an
-    `httpx2` one."""
-    try:
-        response.content  # noqa: B018 - raises until the body has been read whole
-    except NOT_READ:
-        return False
-    return True
-
-
 Answered = Callable[[bytes | None], None]
 
 
@@ -254,48 +154,6 @@ def read_answer(response: Any, path: str, answered: Answered) -> None:
             answered(tap.answer)
         return
     response.stream = _Tapped(response.stream, tap, answered)
-
-
-class _Replayed(httpx.SyncByteStream, httpx.AsyncByteStream, SyncByteStream2, AsyncByteStream2):
-    """A response stream of which `pieces` were read: they, then what `pending` (a read of
-    it begun) gives, then the `rest` of it. `left`: left a stream by `read_problem` (too
-    long, or late). Closed, a read still pending is cancelled first."""
-
-    def __init__(
-        self,
-        pieces: list[bytes],
-        rest: Any,
-        stream: Any,
-        *,
-        left: bool = False,
-        pending: asyncio.Future[bytes | None] | None = None,
-    ) -> None:
-        self.pieces, self.rest, self.stream = pieces, rest, stream
-        self.left, self.pending = left, pending
-
-    def __iter__(self) -> Iterator[bytes]:
-        yield from self.pieces
-        yield from self.rest
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for piece in self.pieces:
-            yield piece
-        if self.pending is not None:
-            pending, self.pending = self.pending, None
-            begun = await pending
-            if begun is None:
-                return
-            yield begun
-        async for piece in self.rest:
-            yield piece
-
-    def close(self) -> None:
-        self.stream.close()
-
-    async def aclose(self) -> None:
-        pending, self.pending = self.pending, None
-        await _cancelled(pending)
-        await self.stream.aclose()
 
 
 class _Tapped(httpx.SyncByteStream, httpx.AsyncByteStream, SyncByteStream2, AsyncByteStream2):

@@ -23,7 +23,7 @@ keep them: the sender grants a turn's bytes back as its caller reads them, so an
 left unread waits at the receiver, and one sent past its window drops the channel as a
 receiver that does not speak it); an older receiver's answers are held as they come.
 
-Requests and answers of either httpx package (`toolref.sending.packages`): an answer is of
+Requests and answers of either httpx package (`toolref.registry.packages`): an answer is of
 its request's package, and so is what is raised.
 """
 
@@ -42,7 +42,7 @@ from typing import Any, Final
 
 import httpx
 
-from toolref.sending.packages import AsyncBaseTransport2, AsyncByteStream2, packages_of
+from toolref.registry.packages import AsyncBaseTransport2, AsyncByteStream2, packages_of
 from toolref.websocket import channel as frames
 from toolref.websocket.client import Closed
 from toolref.websocket.driver import Refusal, Socket, Unreachable, connect

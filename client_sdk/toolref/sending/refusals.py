@@ -17,16 +17,11 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from toolref.registry.bounded import MAX_PROBLEM_BYTES
 from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.errors import PROBLEM_BASE
 from toolref.wire.shapes import error_reply, provider_of
 
-MAX_PROBLEM_BYTES: Final = 64 * 1024  # a problem document toolref writes is < 2 KiB
-# The longest the SDK reads one refusal's body to tell what it is, in seconds, the whole read
-# whatever its pace (JS's `PROBLEM_READ_MS`): past it the body is handed on as it comes, or
-# closed when the exchange drops it. Async: exactly this; sync: checked between two reads,
-# so at most this plus one read timeout (httpx's, per read: 5 s unless the client sets one).
-PROBLEM_READ_S: Final = 5.0
 _REWRITTEN: Final = frozenset({"content-type", "content-length", "content-encoding"})
 
 

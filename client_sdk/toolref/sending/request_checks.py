@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from toolref.sending.packages import PACKAGES
+from toolref.registry.packages import PACKAGES
 from toolref.wire.errors import ValidationError
 
 

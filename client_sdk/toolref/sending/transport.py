@@ -45,17 +45,11 @@ from typing import TYPE_CHECKING, Any, cast, overload
 
 import httpx
 
-from toolref.sending.answers import (
-    adrive,
-    aread_problem,
-    drive,
-    is_read,
-    read_problem,
-    to_read,
-)
+from toolref.registry.bounded import aread_problem, is_read, read_problem
+from toolref.registry.packages import AsyncBaseTransport2, BaseTransport2, packages_of
+from toolref.sending.answers import adrive, drive, to_read
 from toolref.sending.channels import Channels
 from toolref.sending.manager import ToolReferenceManager
-from toolref.sending.packages import AsyncBaseTransport2, BaseTransport2, packages_of
 from toolref.sending.refusals import readable_problem, shaped
 from toolref.sending.request_checks import check_inner, check_manager, check_shape_problems
 from toolref.wire.encoding import JSON_TYPE, media_type

@@ -37,6 +37,7 @@ from typing import Any, Final
 from toolref import formats
 from toolref.edits.scanner import ANSWER_ROLES, MARK_KEYS, closest, messages_after, scan
 from toolref.formats import Site
+from toolref.formats.openai_responses import SHAPED
 from toolref_server.settings.context import Policy
 
 MEMOS: Final = 16  # bodies whose facts are remembered
@@ -355,9 +356,13 @@ def _replaceable(block: dict[str, Any]) -> bool:
     """Whether a stand-in (text) may take the place of this result's content. Not of
     Anthropic's server tools' results (`web_search_tool_result`, `code_execution_tool_result`,
     ...: typed content the provider checks), nor of a `tool_result` holding
-    `tool_reference` blocks (the tools it loads would be gone)."""
+    `tool_reference` blocks (the tools it loads would be gone), nor of a Responses output
+    whose `output` keeps its shape (`SHAPED`: a shell call's array, a computer call's
+    screenshot object)."""
     kind = block.get("type")
     if isinstance(kind, str) and kind.endswith("tool_result") and kind != "tool_result":
+        return False
+    if isinstance(kind, str) and kind in SHAPED:
         return False
     content = block.get("content")
     return not (

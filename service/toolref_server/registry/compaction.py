@@ -13,6 +13,7 @@ from typing import Any
 
 from toolref import formats
 from toolref.formats import Format, Pair, Scan, source
+from toolref.formats.openai_responses import SHAPED
 from toolref.kit.placeholder import placeholder
 from toolref.wire.encoding import dumps_json
 
@@ -32,8 +33,10 @@ def older_results(
     marked: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
 ) -> list[Candidate]:
     """Answered invocations whose results are older than the last `keep_recent` results,
-    excluding the tools named, in result order: complete ones, and markers whose ref is in
-    `marked` (which gives the invocation of each)."""
+    excluding the tools named and the results no text may stand in for (a Responses output
+    whose `output` keeps its shape, `SHAPED`: they still count among the recent ones), in
+    result order: complete ones, and markers whose ref is in `marked` (which gives the
+    invocation of each)."""
     held = marked or {}
 
     def invocation(pair: Pair) -> dict[str, Any]:
@@ -48,8 +51,14 @@ def older_results(
     return [
         Candidate(pair, refs[pair.key], invocation(pair))
         for pair in older
-        if pair.name not in excluded
+        if pair.name not in excluded and _textual(pair)
     ]
+
+
+def _textual(pair: Pair) -> bool:
+    """Whether a text (the placeholder) may stand in for this pair's result."""
+    kind = pair.result_obj.get("type") if pair.result_obj is not None else None
+    return not (isinstance(kind, str) and kind in SHAPED)
 
 
 def _answered(pair: Pair, marked: Mapping[str, object]) -> bool:

@@ -405,3 +405,37 @@ def test_a_lone_surrogate_is_counted_and_written_as_its_escape() -> None:
     assert written.encode("utf-8") == b'"[toolref: ...]\\n\\ud800 x"'
     assert json.loads(written) == "[toolref: ...]\n" + content
     assert escaped({"k\udc00": [content, "\\"]}) == {"k\\udc00": ["\\ud800 x", "\\"]}
+
+
+def test_responses_outputs_that_keep_their_shape_are_never_candidates() -> None:
+    """Found in review: a `shell_call_output`'s `output` is an array of `{stdout, stderr,
+    outcome}` and a `computer_call_output`'s a `computer_screenshot` object; a text stand-in
+    there is a request the provider refuses. They are no candidates; an
+    `apply_patch_call_output` (its `output` a string) and a `function_call_output` are."""
+    big = "x" * 5_000
+    exit_0 = {"type": "exit", "exit_code": 0}
+    shot = {"type": "computer_screenshot", "image_url": "data:image/png;base64," + big}
+    patch = {"type": "update_file", "path": "a.py", "diff": big}
+    items = [
+        {"role": "user", "content": "go"},
+        {"type": "shell_call", "call_id": "s1", "action": {"commands": ["ls"]}},
+        {
+            "type": "shell_call_output",
+            "call_id": "s1",
+            "output": [{"stdout": big, "stderr": "", "outcome": exit_0}],
+        },
+        {"type": "computer_call", "call_id": "k1", "actions": [{"type": "screenshot"}]},
+        {"type": "computer_call_output", "call_id": "k1", "output": shot},
+        {"type": "apply_patch_call", "call_id": "p1", "operation": patch},
+        {"type": "apply_patch_call_output", "call_id": "p1", "status": "completed", "output": big},
+        {"type": "function_call", "call_id": "f1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "f1", "output": big},
+    ]
+    facts_module.forget()
+    body = json.dumps({"model": "m", "input": items}).encode()
+    found = facts_of(body, "tenant", "openai-responses", "input")
+    assert found is not None
+    calls = [(c.call_id, c.name) for m in found.messages for c in m.calls]
+    assert calls == [("s1", "shell"), ("k1", "computer"), ("p1", "apply_patch"), ("f1", "read")]
+    results = [r.call_id for m in found.messages for r in m.results]
+    assert results == ["p1", "f1"]

@@ -75,7 +75,9 @@ def test_only_a_whole_plain_stream_of_a_known_api_is_read(
     status: int, headers: list[tuple[str, str]]
 ) -> None:
     assert tap_for("/v1/messages", status, headers) is None
-    assert tap_for("/v1/responses", 200, EVENT_STREAM) is None  # not read (yet)
+    assert tap_for("/v1/responses", status, headers) is None
+    assert tap_for("/v1beta/models/g:generateContent", status, headers) is None
+    assert tap_for("/v1/models", 200, EVENT_STREAM) is None  # no LLM API
 
 
 def test_a_stream_cut_short_an_error_or_an_overlong_answer_is_none() -> None:

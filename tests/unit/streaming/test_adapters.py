@@ -1421,3 +1421,34 @@ def test_responses_local_shell_call_is_a_call_of_local_shell() -> None:
     assert calls[0].kind == "local_shell_call"
     assert calls[0].meta["item_id"] == "lsh_1"
     assert buffer.has_tool_calls is True
+
+
+def test_responses_shell_patch_and_computer_calls_are_calls_of_their_tools() -> None:
+    """Found in review: `shell_call`, `apply_patch_call` and `computer_call` items were no
+    tool items to the adapter, so a turn asking for a command, a patch or a click reported
+    no call. They are calls of `shell` (`action`), `apply_patch` (`operation`) and
+    `computer` (`{"actions": [...]}`, or `action` where `actions` is none); a shell call in a hosted
+    container (`environment` a `container_reference`) is the provider's to run."""
+    shell = {"commands": ["ls"], "timeout_ms": 1000}
+    patch = {"type": "delete_file", "path": "a.py"}
+    click = {"type": "click", "button": "left", "x": 1, "y": 2}
+    hosted = {"type": "container_reference", "container_id": "cntr_1"}
+    items: list[Event] = [
+        {"type": "shell_call", "id": "sh_1", "call_id": "c_sh", "action": shell},
+        {"type": "apply_patch_call", "id": "ap_1", "call_id": "c_ap", "operation": patch},
+        {"type": "computer_call", "id": "cu_1", "call_id": "c_cu", "actions": [click]},
+        {"type": "computer_call", "id": "cu_2", "call_id": "c_c2", "action": click},
+        {"type": "shell_call", "call_id": "c_h", "action": shell, "environment": hosted},
+    ]
+    events = [added(n, item) for n, item in enumerate(items)]
+    events += [item_done(n, item) for n, item in enumerate(items)]
+    calls, buffer = run("openai_responses", [*events, completed()])
+    assert summary(calls) == [
+        ("c_sh", "shell", CallStatus.COMPLETE, shell),
+        ("c_ap", "apply_patch", CallStatus.COMPLETE, patch),
+        ("c_cu", "computer", CallStatus.COMPLETE, {"actions": [click]}),
+        ("c_c2", "computer", CallStatus.COMPLETE, click),
+        ("c_h", "shell", CallStatus.COMPLETE, shell),
+    ]
+    assert [c.provider_executed for c in calls] == [False, False, False, False, True]
+    assert buffer.has_tool_calls is True

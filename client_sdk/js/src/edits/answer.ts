@@ -15,6 +15,8 @@
  * version-3 edit compresses the assistant segments it carries against those bytes (isolated.ts,
  * record kind 3) and names them by {@link answerId}; a receiver that holds other bytes, or none,
  * refuses the edit (400 `dictionary-mismatch`) and the sender sends it again without.
+ * OpenAI Responses and Gemini answers (their output items, the model's parts, as Codex CLI and
+ * Gemini CLI write them back) are read by answerItems.ts.
  *
  * Only a whole answer is one: a stream with a 200, `text/event-stream` and no `Content-Encoding`,
  * of an API read here, seen to its end event (`message_stop`, `data: [DONE]`) within
@@ -61,14 +63,16 @@ import { join } from "./isolated.js";
 import { BOM, CR, DATA, DONE, EMPTY, LF } from "./pybytes.js";
 import { decode, equals, isBlank, joinLines, size, startsWith, stripBytes, utf8 } from "./pybytes.js";
 import { endpoint } from "../endpoints.js";
+import { GeminiAnswer, ResponsesAnswer, type ItemReader } from "./answerItems.js";
 import type { FormatName } from "../formats/index.js";
 import { PY_BLANK, Reader, dumps, indexOf, isFalsy, isZero, items, pyStrip, sortedKeys, type Json, type JsonObject } from "./pyjson.js";
 
 export const MAX_ANSWER = 256 << 10; // bytes of an answer's dictionary; a longer one is none
 export const MAX_STREAM = 8 << 20; // bytes of stream read for one; a longer stream gives none
 export const ID_LENGTH = 16; // hex digits of SHA-256 naming an answer (`answerId`)
-/** The formats whose answers are read: Anthropic Messages and OpenAI Chat Completions. */
-export const ANSWER_FORMATS: ReadonlySet<FormatName> = new Set<FormatName>(["anthropic", "openai-chat"]);
+/** The formats whose answers are read: Anthropic Messages, OpenAI Chat Completions and OpenAI
+ * Responses (and Gemini's, `new AnswerTap("gemini")`, answerItems.ts: no endpoint here is Gemini's). */
+export const ANSWER_FORMATS: ReadonlySet<FormatName> = new Set<FormatName>(["anthropic", "openai-chat", "openai-responses"]);
 const EVENT_STREAM = "text/event-stream";
 
 /** The name of an answer's bytes in an edit (`"a"`): hex of their SHA-256, cut. */
@@ -113,6 +117,7 @@ interface Call {
 /** Fed a stream's bytes as they come (`feed`); `answer` once its end event was seen. */
 export class AnswerTap {
   private readonly anthropic: boolean;
+  private readonly items: ItemReader | null = null; // OpenAI Responses' and Gemini's (answerItems.ts)
   private begun = false; // a first byte that is no BOM's read (or a BOM dropped)
   private head: Uint8Array = EMPTY; // the first bytes while they may yet be a BOM
   private cr = false; // the last piece ended with CR: an LF first in the next ends nothing
@@ -134,9 +139,12 @@ export class AnswerTap {
   private odd = false; // a value no answer is made of (as in Python): the stream read on, no answer
   private made: Uint8Array | null | undefined;
 
-  /** For `format`, a {@link FormatName}: `anthropic`, else OpenAI Chat's. */
+  /** For `format`: `anthropic`, `openai-responses`, `gemini`, else OpenAI Chat's. */
   constructor(format: string) {
     this.anthropic = format === "anthropic";
+    const hold = (bytes: number): void => this.hold(bytes);
+    if (format === "openai-responses") this.items = new ResponsesAnswer(hold);
+    else if (format === "gemini") this.items = new GeminiAnswer(hold);
   }
 
   /** Its end event seen. */
@@ -238,6 +246,7 @@ export class AnswerTap {
     this.content.length = 0;
     this.refusal.length = 0;
     this.calls.clear();
+    this.items?.drop();
   }
 
   /** The answer's bytes (module comment), the same array each time; null unless the stream ended
@@ -268,7 +277,7 @@ export class AnswerTap {
   }
 
   private event(data: Uint8Array): void {
-    if (!this.anthropic && equals(stripBytes(data), DONE)) {
+    if (!this.anthropic && this.items === null && equals(stripBytes(data), DONE)) {
       this.ended = true;
       return;
     }
@@ -281,7 +290,11 @@ export class AnswerTap {
     }
     if (!(event instanceof Map)) this.broken = true;
     else if (this.anthropic) this.anthropicEvent(event);
-    else this.chatEvent(event);
+    else if (this.items !== null) {
+      this.items.event(event);
+      this.ended = this.items.done;
+      this.broken ||= this.items.failed;
+    } else this.chatEvent(event);
   }
 
   private anthropicEvent(event: JsonObject): void {
@@ -400,6 +413,7 @@ export class AnswerTap {
   }
 
   private assembled(): Uint8Array {
+    if (this.items !== null) return utf8(this.items.made());
     const streamed: string[] = [];
     let message: JsonObject;
     if (this.anthropic) {

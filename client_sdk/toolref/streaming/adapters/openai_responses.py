@@ -19,8 +19,17 @@ _TOOL_ITEMS = {
     "custom_tool_call": ("input", False),
     "mcp_call": ("arguments", True),
     "local_shell_call": ("action", False),  # Codex CLI's local shell: an object, no name
+    "shell_call": ("action", False),  # the provider's where its environment is hosted
+    "apply_patch_call": ("operation", False),
+    "computer_call": ("actions", False),  # as `{"actions": [...]}`; or `action`, where none
 }
-_TOOLS = {"local_shell_call": "local_shell"}  # the tool of an item naming none
+_TOOLS = {  # the tool of an item naming none
+    "local_shell_call": "local_shell",
+    "shell_call": "shell",
+    "apply_patch_call": "apply_patch",
+    "computer_call": "computer",
+}
+_HOSTED = "container_reference"  # a shell call's `environment` the provider runs it in
 _DELTAS = {
     "response.function_call_arguments.delta",
     "response.custom_tool_call_input.delta",
@@ -88,6 +97,11 @@ class OpenAIResponsesAdapter(StreamAdapter):
         if spec is None:
             return []
         field, provider_executed = spec
+        if item["type"] == "computer_call" and item.get(field) is None:
+            field = "action"  # the preview tool's single action
+        environment = item.get("environment")
+        if item["type"] == "shell_call" and isinstance(environment, Mapping):
+            provider_executed = environment.get("type") == _HOSTED
         output_index = as_int(event.get("output_index", 0), "output_index")
         index = self._call_index(event)
         if index in self._closed:
@@ -97,6 +111,8 @@ class OpenAIResponsesAdapter(StreamAdapter):
             if item.get(name) is not None:
                 meta["item_id" if name == "id" else name] = item[name]
         arguments = item.get(field)
+        if isinstance(arguments, list):  # a batch of actions: arguments are an object
+            arguments = {field: arguments}
         if done:
             self._closed.add(index)
         return [
