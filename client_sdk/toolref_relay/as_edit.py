@@ -223,7 +223,8 @@ async def _answered(
     async with client.lock:  # may wait for another turn's preparing: a cancel point
         kept = editor.confirm(edit, response.headers.get(HISTORY_HEADER))  # O(entries)
     if kept:
-        read_answer(response, request.url.path, partial(client.answered, edit.ref))
+        answered = partial(client.answered, edit.ref)
+        read_answer(response, request.url.path, answered, editor.version)
     return response
 
 

@@ -142,3 +142,48 @@ async def test_bad_summary_options(
     response = await api.post("/v1/messages:hydrate", json={"messages": openai_chat(), **options})
     assert response.status_code == 422
     assert phrase in response.text
+
+
+async def test_a_server_tools_typed_result_is_never_summarized(api: httpx.AsyncClient) -> None:
+    """Found in review: summary mode put its placeholder (a string) in place of a
+    `web_search_tool_result`'s content (a list of `web_search_result` blocks), a request
+    Anthropic refuses. It stays as sent; the client's own older result is summarized."""
+    results_list = [
+        {
+            "type": "web_search_result",
+            "url": "https://example.com",
+            "title": "example",
+            "encrypted_content": "e" * 5_000,
+        }
+    ]
+    messages: list[Any] = [
+        {"role": "user", "content": "search, then read"},
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "server_tool_use",
+                    "id": "srvtoolu_1",
+                    "name": "web_search",
+                    "input": {"query": "toolref"},
+                },
+                {
+                    "type": "web_search_tool_result",
+                    "tool_use_id": "srvtoolu_1",
+                    "content": results_list,
+                },
+                {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "line\n" * 1_000}
+            ],
+        },
+    ]
+    answer = await summary_hydrate(api, messages, keepRecent=0)
+    blocks = answer["messages"][1]["content"]
+    assert blocks[1]["content"] == results_list
+    assert placeholder_text(answer["messages"][2]["content"][0]["content"]) is not None
+    assert answer["optimizationStats"]["summarized"] == 1

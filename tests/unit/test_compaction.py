@@ -587,3 +587,166 @@ def test_responses_outputs_that_keep_their_shape_are_never_candidates() -> None:
     held = {refs[p.key]: lambda p=p: p.invocation() for p in found.complete}
     again = formats.scan(marked, fmt)
     assert keys(older_results(again, refs, 1, (), held)) == ["p1"]
+
+
+# --- results no text may stand in for (the rule context editing keeps too) -----------------
+
+
+def _anthropic_pair(call: Message, result: Message) -> list[Message]:
+    """A conversation of one call block and one result block, then a later plain call."""
+    return [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [result]},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "later", "name": "Read", "input": {}}],
+        },
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": "later", "content": "x" * 5_000}],
+        },
+    ]
+
+
+_BIG = "x" * 5_000
+_SERVER_CALL: Message = {
+    "type": "server_tool_use",
+    "id": "srv",
+    "name": "web_search",
+    "input": {"query": "toolref"},
+}
+
+
+@pytest.mark.parametrize(
+    ("call", "result"),
+    [
+        (
+            _SERVER_CALL,
+            {
+                "type": "web_search_tool_result",
+                "tool_use_id": "srv",
+                "content": [
+                    {
+                        "type": "web_search_result",
+                        "url": "https://example.com",
+                        "title": "t",
+                        "encrypted_content": _BIG,
+                    }
+                ],
+            },
+        ),
+        (
+            {**_SERVER_CALL, "name": "web_fetch", "input": {"url": "https://example.com"}},
+            {
+                "type": "web_fetch_tool_result",
+                "tool_use_id": "srv",
+                "content": {
+                    "type": "web_fetch_result",
+                    "url": "https://example.com",
+                    "content": {
+                        "type": "document",
+                        "source": {"type": "text", "media_type": "text/plain", "data": _BIG},
+                    },
+                },
+            },
+        ),
+        (
+            {**_SERVER_CALL, "name": "code_execution", "input": {"code": "print(1)"}},
+            {
+                "type": "code_execution_tool_result",
+                "tool_use_id": "srv",
+                "content": {
+                    "type": "code_execution_result",
+                    "stdout": _BIG,
+                    "stderr": "",
+                    "return_code": 0,
+                    "content": [],
+                },
+            },
+        ),
+        (
+            {"type": "mcp_tool_use", "id": "srv", "name": "get", "server_name": "s", "input": {}},
+            {
+                "type": "mcp_tool_result",
+                "tool_use_id": "srv",
+                "content": [{"type": "text", "text": _BIG}],
+            },
+        ),
+        (
+            {"type": "tool_use", "id": "srv", "name": "tool_search", "input": {"q": "deploy"}},
+            {
+                "type": "tool_result",
+                "tool_use_id": "srv",
+                "content": [{"type": "tool_reference", "tool_name": "deploy" + _BIG}],
+            },
+        ),
+        (
+            {
+                "type": "tool_use",
+                "id": "srv",
+                "name": "Read",
+                "input": {"p": "a"},
+                "caller": {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"},
+            },
+            {"type": "tool_result", "tool_use_id": "srv", "content": _BIG},
+        ),
+    ],
+    ids=["web_search", "web_fetch", "code_execution", "mcp", "tool_reference", "caller"],
+)
+def test_results_not_the_clients_to_replace_are_never_candidates(
+    call: Message, result: Message
+) -> None:
+    """Found in review: summary mode wrote its placeholder (a string) into a server tool's
+    result (typed content the provider checks: a request it refuses), over a `tool_result`
+    holding `tool_reference` blocks (the tools it loads gone), and over the result of a call
+    code made. Context editing skips them all; summary mode now does too (one rule), sent in
+    full or as markers, and they still count among the recent ones."""
+    messages = _anthropic_pair(call, result)
+    fmt, found, candidates = candidates_of(messages, keep_recent=0)
+    assert keys(candidates) == ["later"]
+    assert list(replacements(fmt, candidates, ["s"])) == ["later"]
+    refs = refs_for(found)
+    assert set(refs) == {"srv", "later"}  # both complete: only the rule keeps "srv" out
+    marked = formats.replace(messages, found, refs)
+    held = {refs[p.key]: lambda p=p: p.invocation() for p in found.complete}
+    again = formats.scan(marked, fmt)
+    assert keys(older_results(again, refs, 0, (), held)) == ["later"]
+    # still one of the recent ones: keeping one full keeps "later" full
+    assert keys(older_results(found, refs, 1, ())) == []
+
+
+def test_a_plain_tool_result_and_a_direct_caller_stay_candidates() -> None:
+    direct = {
+        "type": "tool_use",
+        "id": "srv",
+        "name": "Read",
+        "input": {"p": "a"},
+        "caller": {"type": "direct"},
+    }
+    messages = _anthropic_pair(
+        direct,
+        {"type": "tool_result", "tool_use_id": "srv", "content": [{"type": "text", "text": _BIG}]},
+    )
+    _, _, candidates = candidates_of(messages, keep_recent=0)
+    assert keys(candidates) == ["srv", "later"]
+
+
+def test_the_result_of_a_responses_call_code_made_is_never_a_candidate() -> None:
+    """OpenAI's programmatic tool calling: a `function_call` whose `caller` is a program."""
+    messages: list[Message] = [
+        {"role": "user", "content": "go"},
+        {
+            "type": "function_call",
+            "call_id": "p1",
+            "name": "read",
+            "arguments": "{}",
+            "caller": {"type": "program", "caller_id": "ci_1"},
+        },
+        {"type": "function_call_output", "call_id": "p1", "output": _BIG},
+        {"type": "function_call", "call_id": "f1", "name": "read", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "f1", "output": _BIG},
+    ]
+    _, found, candidates = candidates_of(messages, keep_recent=0)
+    assert {p.key for p in found.complete} == {"p1", "f1"}
+    assert keys(candidates) == ["f1"]

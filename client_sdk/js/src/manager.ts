@@ -299,7 +299,7 @@ export class ToolReferenceManager {
       this.pauseMs = 0; // answered: the next 415 pauses briefly again
       if (!this.editor.confirm(edit, history)) return sent(response, edit);
       const ref = edit.ref;
-      const read = path === undefined ? response : readAnswer(response, path, (answer) => this.editor.answered(ref, answer));
+      const read = path === undefined ? response : readAnswer(response, path, (answer) => this.editor.answered(ref, answer), this.editor.version);
       return sent(read, edit, ref);
     }
   }
@@ -380,9 +380,9 @@ export class ToolReferenceManager {
 
 /** `response`, its streamed answer read as it passes on (edits/answer.ts `tapFor`): told to
  * `answered` once whole (the receiver kept the same bytes). As it is when it cannot be an
- * answer. */
-export function readAnswer(response: Response, path: string, answered: (answer: Uint8Array | null) => void): Response {
-  const tap = response.body !== null ? tapFor(path, response.status, response.headers) : null;
+ * answer, or one of a format a receiver of `version` keeps none of. */
+export function readAnswer(response: Response, path: string, answered: (answer: Uint8Array | null) => void, version: number): Response {
+  const tap = response.body !== null ? tapFor(path, response.status, response.headers, version) : null;
   if (tap === null || response.body === null) return response;
   const tapped = response.body.pipeThrough(
     new TransformStream<Uint8Array, Uint8Array>({

@@ -235,6 +235,15 @@ describe("tapFor", () => {
     expect(tapFor("/v1beta/models/g:streamGenerateContent", 200, stream)).toBeNull();
   });
 
+  it("taps a Responses answer for a sender only where its receiver reads edits of version 6 (Python's SINCE)", () => {
+    // a receiver of version 5 keeps no Responses answer: a dictionary of one would be refused every turn
+    expect(tapFor("/v1/responses", 200, stream, 5)).toBeNull();
+    expect(tapFor("/v1/responses", 200, stream, 6)).toBeInstanceOf(AnswerTap);
+    expect(tapFor("/v1/responses", 200, stream)).toBeInstanceOf(AnswerTap); // a receiver's own
+    expect(tapFor("/v1/messages", 200, stream, 3)).toBeInstanceOf(AnswerTap);
+    expect(tapFor("/v1/chat/completions", 200, stream, 5)).toBeInstanceOf(AnswerTap);
+  });
+
   it("taps OpenAI Responses streams", () => {
     expect(tapFor("/v1/responses", 200, stream)).not.toBeNull();
     expect(tapFor("/v1/responses", 200, [["content-type", "application/json"]])).toBeNull();

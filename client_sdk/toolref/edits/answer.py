@@ -53,6 +53,10 @@ MAX_ANSWER: Final = 256 << 10  # bytes of an answer's dictionary; a longer one i
 MAX_STREAM: Final = 8 << 20  # bytes of stream read for one; a longer stream gives none
 ID_LENGTH: Final = 16  # hex digits of SHA-256 naming an answer (`answer_id`)
 FORMATS: Final = frozenset({"anthropic", "openai-chat", "openai-responses", "gemini"})
+# The edits version from which a receiver keeps a format's answers (`wire.VERSION` 6: those
+# of Responses and Gemini); below it a sender taps none of them (its dictionary would be
+# bytes the receiver does not hold: a `dictionary-mismatch` and a resend every turn).
+SINCE: Final = {"openai-responses": 6, "gemini": 6}
 _EVENT_STREAM: Final = "text/event-stream"
 _BOM: Final = b"\xef\xbb\xbf"
 # bytes a tool call makes at least: the lesser of a function call's `{"id":"","type":"function",
@@ -69,11 +73,17 @@ def answer_id(answer: bytes) -> str:
     return hashlib.sha256(answer).hexdigest()[:ID_LENGTH]
 
 
-def tap_for(path: str, status: int, headers: Iterable[tuple[str, str]]) -> AnswerTap | None:
+def tap_for(
+    path: str, status: int, headers: Iterable[tuple[str, str]], version: int | None = None
+) -> AnswerTap | None:
     """A tap for the answer to `POST path` with this status and these headers, or None
-    when it cannot be one (see the module docstring)."""
+    when it cannot be one (see the module docstring). `version`: a sender's, the edits
+    version its receiver reads, below which that receiver keeps no answer of the format
+    (`SINCE`); None: a receiver's, every format."""
     found = endpoint("POST", path)
     if status != 200 or found is None or found.format not in FORMATS:
+        return None
+    if version is not None and version < SINCE.get(found.format, 0):
         return None
     named = {name.lower(): value for name, value in headers}
     media = media_type(named.get("content-type"))

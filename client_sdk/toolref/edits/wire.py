@@ -53,8 +53,11 @@ from toolref.wire.errors import (
 )
 
 MEDIA_TYPE: Final = "application/vnd.toolref.edit"
-VERSION: Final = 5  # the highest this version reads and writes (`compact`)
-VERSIONS: Final = (1, 2, 3, 4, 5)
+# The highest this version reads and writes (`compact`). 6: the receiver keeps the answers of
+# OpenAI Responses and Gemini too, so a sender taps them (`answer.SINCE`); its edits are
+# written as version 5's (the records the same).
+VERSION: Final = 6
+VERSIONS: Final = (1, 2, 3, 4, 5, 6)
 JSON_VERSIONS: Final = (1, 2, 3)  # those written with a JSON header line (`compact`: 4, 5)
 MAX_HEADER: Final = 4 << 20  # bytes of the header line
 DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)

@@ -141,12 +141,14 @@ def problem_of(response: httpx.Response) -> dict[str, Any] | None:
 Answered = Callable[[bytes | None], None]
 
 
-def read_answer(response: Any, path: str, answered: Answered) -> None:
+def read_answer(response: Any, path: str, answered: Answered, version: int) -> None:
     """`response` (httpx's or httpx2's) read as it passes on to the app
     (`toolref.edits.answer.tap_for`): its answer told to `answered` once whole (the receiver
-    kept the same bytes), the dictionary of the next edit of the conversation. An answer
-    already read is read at once; one that cannot be an answer, not at all. O(answer)."""
-    tap = tap_for(path, response.status_code, response.headers.multi_items())
+    kept the same bytes), the dictionary of the next edit of the conversation. `version`:
+    the edits version the receiver reads (a format whose answers it keeps not: none). An
+    answer already read is read at once; one that cannot be an answer, not at all.
+    O(answer)."""
+    tap = tap_for(path, response.status_code, response.headers.multi_items(), version)
     if tap is None:
         return
     if is_read(response):

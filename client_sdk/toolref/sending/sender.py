@@ -144,7 +144,8 @@ class Sender:
             following = self._next(edit, response)
             if following is None:
                 if self.editor.confirm(edit, response.headers.get(HISTORY_HEADER)):
-                    read_answer(response, request.url.path, partial(self._answered, edit.ref))
+                    answered = partial(self._answered, edit.ref)
+                    read_answer(response, request.url.path, answered, self.editor.version)
                 self.savings.edits += 1
                 if pause is not None:
                     pause.answered()

@@ -37,7 +37,7 @@ from typing import Any, Final
 from toolref import formats
 from toolref.edits.scanner import ANSWER_ROLES, MARK_KEYS, closest, messages_after, scan
 from toolref.formats import Site
-from toolref.formats.openai_responses import SHAPED
+from toolref.formats.replaceable import direct, textual
 from toolref_server.settings.context import Policy
 
 MEMOS: Final = 16  # bodies whose facts are remembered
@@ -304,9 +304,11 @@ def _message(
     for site in fmt.sites([value]):
         held = _at(value, site)
         if site.args_key is not None:
-            calls.append(Call(site.call_id, site.name or "", index, site, _direct(held)))
-        if site.result_key is not None and isinstance(held, dict) and _replaceable(held):
-            result = held.get(site.result_key)
+            calls.append(Call(site.call_id, site.name or "", index, site, direct(held)))
+        # only a result a text may stand in for (`toolref.formats.replaceable`: the rule
+        # hydrate's summary mode keeps too)
+        result = held.get(site.result_key) if isinstance(held, dict) and site.result_key else None
+        if site.result_key is not None and isinstance(held, dict) and textual(held, result):
             # its own size, less its cache marks: `size` is the message's (the plan counts
             # the turns by it)
             own = json_size(unmarked(result) if marked else result)
@@ -350,33 +352,6 @@ def unmarked(value: Any) -> Any:
             stack.extend((member, copy, at) for at, member in enumerate(item))
         home[key] = copy
     return root[0]
-
-
-def _replaceable(block: dict[str, Any]) -> bool:
-    """Whether a stand-in (text) may take the place of this result's content. Not of
-    Anthropic's server tools' results (`web_search_tool_result`, `code_execution_tool_result`,
-    ...: typed content the provider checks), nor of a `tool_result` holding
-    `tool_reference` blocks (the tools it loads would be gone), nor of a Responses output
-    whose `output` keeps its shape (`SHAPED`: a shell call's array, a computer call's
-    screenshot object)."""
-    kind = block.get("type")
-    if isinstance(kind, str) and kind.endswith("tool_result") and kind != "tool_result":
-        return False
-    if isinstance(kind, str) and kind in SHAPED:
-        return False
-    content = block.get("content")
-    return not (
-        isinstance(content, list)
-        and any(isinstance(part, dict) and part.get("type") == "tool_reference" for part in content)
-    )
-
-
-def _direct(block: Any) -> bool:
-    """Whether the model made this call: no `caller`, or one of type `direct` (Anthropic's
-    `{"type": "code_execution_20250825", "tool_id": ...}` and OpenAI's `{"type": "program",
-    "caller_id": ...}`: code the model wrote made it)."""
-    caller = block.get("caller") if isinstance(block, dict) else None
-    return not isinstance(caller, dict) or caller.get("type") in (None, "direct")
 
 
 def _observations(value: Any) -> list[Result]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from toolref import formats
 from toolref.formats import Format, Pair, Scan, source
-from toolref.formats.openai_responses import SHAPED
+from toolref.formats.replaceable import direct, textual
 from toolref.kit.placeholder import placeholder
 from toolref.wire.encoding import dumps_json
 
@@ -33,10 +33,12 @@ def older_results(
     marked: Mapping[str, Callable[[], dict[str, Any]]] | None = None,
 ) -> list[Candidate]:
     """Answered invocations whose results are older than the last `keep_recent` results,
-    excluding the tools named and the results no text may stand in for (a Responses output
-    whose `output` keeps its shape, `SHAPED`: they still count among the recent ones), in
-    result order: complete ones, and markers whose ref is in `marked` (which gives the
-    invocation of each)."""
+    excluding the tools named and the results no text may stand in for
+    (`toolref.formats.replaceable`, context editing's rule: a server tool's typed result,
+    a `tool_result` holding `tool_reference` blocks, a Responses output whose `output`
+    keeps its shape, the result of a call code made; they still count among the recent
+    ones), in result order: complete ones, and markers whose ref is in `marked` (which
+    gives the invocation of each)."""
     held = marked or {}
 
     def invocation(pair: Pair) -> dict[str, Any]:
@@ -48,17 +50,14 @@ def older_results(
     )
     older = answered[: max(0, len(answered) - keep_recent)]
     excluded = frozenset(exclude_tools)  # a set: a list looked up per pair was quadratic
-    return [
-        Candidate(pair, refs[pair.key], invocation(pair))
-        for pair in older
-        if pair.name not in excluded and _textual(pair)
-    ]
-
-
-def _textual(pair: Pair) -> bool:
-    """Whether a text (the placeholder) may stand in for this pair's result."""
-    kind = pair.result_obj.get("type") if pair.result_obj is not None else None
-    return not (isinstance(kind, str) and kind in SHAPED)
+    chosen = []
+    for pair in older:
+        if pair.name in excluded or not direct(pair.call_obj):
+            continue
+        whole = invocation(pair)  # a marker's result: its held invocation's
+        if textual(pair.result_obj, whole["result"]):
+            chosen.append(Candidate(pair, refs[pair.key], whole))
+    return chosen
 
 
 def _answered(pair: Pair, marked: Mapping[str, object]) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -15,7 +16,9 @@ from hypothesis import strategies as st
 from tests import js_answer_vectors as vectors
 from tests.support.fake_provider import wire as provider
 from tests.unit.edits.oracle import Registry, send
-from toolref.edits.answer import MAX_ANSWER, AnswerTap, tap_for
+from toolref.edits import wire
+from toolref.edits.answer import MAX_ANSWER, SINCE, AnswerTap, tap_for
+from toolref.sending.answers import read_answer
 from toolref.sending.editor import Editor
 
 RESPONSES = "/v1/responses"
@@ -202,3 +205,30 @@ def test_the_next_turns_edit_is_smaller_against_a_gemini_answer() -> None:
     with_answer = next_edit("contents", first, written, answer)
     without = next_edit("contents", first, written, None)
     assert with_answer < without - 200, (with_answer, without)
+
+
+@pytest.mark.parametrize("path", [RESPONSES, GEMINI])
+def test_a_sender_to_a_receiver_of_version_5_taps_no_responses_or_gemini_answer(
+    path: str,
+) -> None:
+    """A receiver of edits before version 6 keeps no answer of these formats: a sender
+    tapping one there would compress the next turn against bytes the receiver lacks (a
+    `dictionary-mismatch` and a resend, every turn). Below 6 no tap; from 6, one; the
+    formats answers were kept for before, at any version from 3; a receiver taps all."""
+    assert tap_for(path, 200, EVENT_STREAM, 5) is None
+    assert tap_for(path, 200, EVENT_STREAM, 6) is not None
+    assert tap_for(path, 200, EVENT_STREAM) is not None  # a receiver's own
+    assert tap_for("/v1/messages", 200, EVENT_STREAM, 3) is not None
+    assert tap_for("/v1/chat/completions", 200, EVENT_STREAM, 5) is not None
+    assert max(SINCE.values()) <= wire.VERSION
+
+
+@pytest.mark.parametrize("version", [5, 6])
+def test_a_senders_read_answer_taps_by_its_receivers_version(version: int) -> None:
+    """`read_answer` (the Python SDK's sender and the relay) is given the version its
+    receiver reads, and taps a Responses answer only from 6."""
+    told: list[bytes | None] = []
+    data = stream("responses", TEXT)
+    response = httpx.Response(200, headers=EVENT_STREAM, content=data)
+    read_answer(response, RESPONSES, told.append, version)
+    assert (told != []) is (version >= 6)

@@ -1452,3 +1452,84 @@ def test_responses_shell_patch_and_computer_calls_are_calls_of_their_tools() -> 
     ]
     assert [c.provider_executed for c in calls] == [False, False, False, False, True]
     assert buffer.has_tool_calls is True
+
+
+# --- OpenAI Chat: custom (freeform) tool calls ---
+
+
+def chat_calls(*calls: Event, finish: str | None = None) -> Event:
+    delta: Event = {"tool_calls": list(calls)} if calls else {}
+    return {"id": "chatcmpl-1", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+PATCH = "*** Begin Patch\n*** Add File: a.py\n+print(1)\n*** End Patch\n"
+
+
+def test_chat_custom_tool_call_input_is_freeform_text() -> None:
+    """Found in review: a Chat `type: "custom"` call streams `custom: {name, input}`, not
+    `function`; the adapter read neither, so the call had no name (invalid) and
+    `has_tool_calls` was False for a turn asking for it. It is a `custom` call now, its input
+    the text as streamed (`{"input": ...}`, as the Responses adapter's `custom_tool_call`),
+    beside a function call in the same turn."""
+    events = [
+        chat_calls(
+            {"index": 0, "id": "call_c", "type": "custom", "custom": {"name": "apply_patch"}}
+        ),
+        chat_calls({"index": 0, "custom": {"input": PATCH[:20]}}),
+        chat_calls(
+            {"index": 0, "custom": {"input": PATCH[20:]}},
+            {"index": 1, "id": "call_f", "type": "function", "function": {"name": "ls"}},
+        ),
+        chat_calls({"index": 1, "function": {"arguments": "{}"}}),
+        chat_calls(finish="tool_calls"),
+    ]
+    calls, buffer = run("openai_chat", events)
+    custom, function = calls
+    assert (custom.id, custom.name, custom.kind) == ("call_c", "apply_patch", "custom")
+    assert custom.status is CallStatus.COMPLETE
+    assert custom.arguments == {"input": PATCH}
+    assert custom.raw_arguments == PATCH
+    assert summary([function]) == [("call_f", "ls", CallStatus.COMPLETE, {})]
+    assert function.kind == "function"
+    assert buffer.has_tool_calls is True
+
+
+def test_chat_custom_input_that_looks_like_a_resend_is_appended() -> None:
+    """Freeform text is not JSON: a delta that begins with the text so far is more text
+    (a function call's would be read as a cumulative server's resend)."""
+    events = [
+        chat_calls(
+            {"index": 0, "id": "c", "type": "custom", "custom": {"name": "p", "input": "a"}}
+        ),
+        chat_calls({"index": 0, "custom": {"input": "ab"}}),
+        chat_calls({"index": 0, "custom": {"input": " "}}),
+        chat_calls(finish="tool_calls"),
+    ]
+    (call,), _ = run("openai_chat", events)
+    assert call.arguments == {"input": "aab "}
+
+
+def test_chat_custom_call_cut_off_without_a_finish_is_incomplete() -> None:
+    """Whether freeform text is whole cannot be read from it: a stream that ends with no
+    finish_reason and no [DONE] leaves the call incomplete (a function call's text is
+    complete when it is a whole object)."""
+    events = [
+        chat_calls(
+            {"index": 0, "id": "c", "type": "custom", "custom": {"name": "p", "input": "{}"}}
+        )
+    ]
+    (call,), buffer = run("openai_chat", events)
+    assert call.status is CallStatus.INCOMPLETE
+    assert "freeform" in (call.error or "")
+    assert buffer.has_tool_calls is False
+
+
+def test_chat_call_both_custom_and_function_is_refused() -> None:
+    events = [
+        chat_calls(
+            {"index": 0, "id": "c", "type": "custom", "custom": {"name": "p", "input": "a"}}
+        ),
+        chat_calls({"index": 0, "function": {"arguments": "{}"}}),
+    ]
+    with pytest.raises(ChunkSequenceError, match="custom"):
+        run("openai_chat", events)

@@ -73,6 +73,10 @@ export const ID_LENGTH = 16; // hex digits of SHA-256 naming an answer (`answerI
 /** The formats whose answers are read: Anthropic Messages, OpenAI Chat Completions and OpenAI
  * Responses (and Gemini's, `new AnswerTap("gemini")`, answerItems.ts: no endpoint here is Gemini's). */
 export const ANSWER_FORMATS: ReadonlySet<FormatName> = new Set<FormatName>(["anthropic", "openai-chat", "openai-responses"]);
+/** The edits version from which a receiver keeps a format's answers (Python's `SINCE`): below
+ * it a sender taps none of them (its dictionary would be bytes the receiver does not hold: a
+ * `dictionary-mismatch` and a resend every turn). */
+export const ANSWER_SINCE: ReadonlyMap<FormatName, number> = new Map<FormatName, number>([["openai-responses", 6]]);
 const EVENT_STREAM = "text/event-stream";
 
 /** The name of an answer's bytes in an edit (`"a"`): hex of their SHA-256, cut. */
@@ -81,10 +85,13 @@ export async function answerId(answer: Uint8Array): Promise<string> {
 }
 
 /** A tap for the answer to `POST path` with this status and these headers, or null when it
- * cannot be one (see the module comment). */
-export function tapFor(path: string, status: number, headers: Iterable<readonly [string, string]>): AnswerTap | null {
+ * cannot be one (see the module comment). `version`: a sender's, the edits version its receiver
+ * reads, below which that receiver keeps no answer of the format (`ANSWER_SINCE`); absent: a
+ * receiver's, every format. */
+export function tapFor(path: string, status: number, headers: Iterable<readonly [string, string]>, version?: number): AnswerTap | null {
   const found = endpoint("POST", path);
   if (status !== 200 || found === null || !ANSWER_FORMATS.has(found.format)) return null;
+  if (version !== undefined && version < (ANSWER_SINCE.get(found.format) ?? 0)) return null;
   const named = new Map<string, string>();
   for (const [name, value] of headers) named.set(name.toLowerCase(), value);
   const media = pyStrip((named.get("content-type") ?? "").split(";")[0] ?? "").toLowerCase();

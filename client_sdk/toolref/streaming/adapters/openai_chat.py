@@ -8,6 +8,13 @@ merged by id into a call opened at another index (LocalAI; the first or the late
 that id in the choice, looked up by id) stays that call while its text repeats the call's,
 and opens another once it departs from a finished object (one id on two calls,
 OpenRouter). Whitespace-only argument text never opens a call.
+
+A custom (freeform) tool's call (`type: "custom"`) streams `custom: {name, input}` in place
+of `function: {name, arguments}`: it is a call of kind `custom` whose input is text, not
+JSON, as the Responses adapter's `custom_tool_call` (`ToolBuffer` gives `{"input": text}`).
+Its input is appended as streamed (no resend is read into it: text that begins with the
+text so far is more text), and it is complete only when the turn finishes (freeform text
+says nothing of its end). One call streaming both `function` and `custom` is refused.
 """
 
 from __future__ import annotations
@@ -17,11 +24,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolref.streaming.adapters.base import StreamAdapter, as_int
+from toolref.streaming.adapters.chat_kinds import CUSTOM, cut_off, settled, spec
 from toolref.streaming.adapters.shape import Shape
 from toolref.streaming.chunk import ABORTED, FILTERED, TRUNCATED, ToolChunk
 from toolref.wire.errors import ChunkSequenceError
 
-_KNOWN = frozenset(("index", "id", "type", "function"))
+_KNOWN = frozenset(("index", "id", "type", "function", "custom"))
 _TRUNCATING = {"length": TRUNCATED, "content_filter": FILTERED}
 _PLACEHOLDER_IDS = frozenset(("", "null", "None"))
 # Characters a call's name may grow to, by default (providers allow 64 to 128): each
@@ -63,6 +71,7 @@ class _Call:
         "id",
         "index",
         "is_object",
+        "kind",
         "length",
         "name",
         "parts",
@@ -82,6 +91,7 @@ class _Call:
         self.shape = Shape()  # the brackets of the text so far, read a delta at a time
         self.unscanned: list[str] = []  # text `shape` has not read yet
         self.whole: bool | None = None  # the strict parse, once the object closed
+        self.kind: str | None = None  # "function" or `CUSTOM`, once a fragment says
 
     def replace(self, text: str) -> None:
         """The whole text so far is `text` (a cumulative server's resend)."""
@@ -115,7 +125,10 @@ class _Call:
     def complete(self) -> bool:
         """True when the arguments so far are a whole JSON object. Costs the text added
         since the last look (servers that resend a name or an id ask on every fragment);
-        the text is parsed once, when its outer object closes."""
+        the text is parsed once, when its outer object closes. A custom call's text is never
+        (freeform: only the turn's finish ends it)."""
+        if self.kind == CUSTOM:
+            return False
         if self.is_object:
             return True
         for piece in self.unscanned:
@@ -132,11 +145,7 @@ def _cut_at_end(call: _Call, turn: int) -> ToolChunk:
     text = call.text()
     shown = repr(text) if len(text) <= 60 else f"{len(text)} characters ending {text[-40:]!r}"
     return ToolChunk(
-        index=call.index,
-        turn=turn,
-        error=f"the stream ended with no finish_reason or [DONE] while these arguments were "
-        f"not yet a whole JSON object ({shown}): they were cut off; retry the request",
-        error_type=ABORTED,
+        index=call.index, turn=turn, error=cut_off(call.kind, shown), error_type=ABORTED
     )
 
 
@@ -229,11 +238,11 @@ class OpenAIChatAdapter(StreamAdapter):
             call_id = str(call_id)  # Poolside sends integer ids
             if call_id in _PLACEHOLDER_IDS:
                 call_id = None  # Mistral's SDK default id is the string "null"
-        function = fragment.get("function") or {}
-        name = function.get("name") or None
-        args = function.get("arguments")
+        kind, held, member = spec(fragment)  # a function's, or a custom (freeform) tool's
+        name = held.get("name") or None
+        args = held.get(member)
         meta = None
-        if len(fragment) > 2 or "function" not in fragment:
+        if len(fragment) > 2 or ("function" not in fragment and "custom" not in fragment):
             extras = {k: v for k, v in fragment.items() if k not in _KNOWN and v is not None}
             meta = extras or None
         if call_id is None and name is None and not args:
@@ -263,6 +272,7 @@ class OpenAIChatAdapter(StreamAdapter):
             meta=meta,
             parent_id=parent_id,
             out=out,
+            kind=kind,
         )
 
     def _route(
@@ -387,8 +397,11 @@ class OpenAIChatAdapter(StreamAdapter):
         meta: dict[str, Any] | None,
         parent_id: str | None,
         out: list[ToolChunk],
+        kind: str | None = None,
     ) -> None:
         """Merge one fragment into `call` (§9 rules 3-5) and emit what changed."""
+        before, call.kind = call.kind, settled(call.index, call.kind, bool(call.parts), kind)
+        new_kind = CUSTOM if call.kind == CUSTOM and before != CUSTOM else None  # else default
         new_id = None
         if call_id is not None and call.id is None:
             call.id = new_id = call_id
@@ -411,7 +424,16 @@ class OpenAIChatAdapter(StreamAdapter):
             new_name = call.name
         delta: str | None = None
         snapshot: str | dict[str, Any] | None = None
-        if isinstance(args, dict):
+        if call.kind == CUSTOM and args is not None:
+            if not isinstance(args, str):
+                raise ChunkSequenceError(
+                    f"custom call {call.index}'s input is a {type(args).__name__}; a custom "
+                    "(freeform) tool's input is text"
+                )
+            if args:  # freeform: as streamed, no resend read into it
+                call.append(args)
+                delta = args
+        elif isinstance(args, dict):
             call.is_object = True
             call.parts = [json.dumps(args)]
             snapshot = args
@@ -435,15 +457,23 @@ class OpenAIChatAdapter(StreamAdapter):
             else:
                 call.append(args)
                 delta = args
-        if new_id is None and new_name is None and delta is not None and not meta and not parent_id:
+        if (
+            new_id is None
+            and new_name is None
+            and delta is not None
+            and not meta
+            and not parent_id
+            and new_kind is None
+        ):
             out.append(ToolChunk(index=call.index, turn=turn, args_delta=delta))  # the hot path
-        elif new_id or new_name or delta is not None or snapshot is not None or meta:
+        elif new_id or new_name or delta is not None or snapshot is not None or meta or new_kind:
             out.append(
                 ToolChunk(
                     index=call.index,
                     turn=turn,
                     id=new_id,
                     name=new_name,
+                    kind=new_kind,
                     args_delta=delta,
                     args_snapshot=snapshot,
                     meta=meta,
