@@ -16,7 +16,12 @@ tries again; a channel that closes fails the turns in flight on it (as a broken 
 would: the client retries) and the next turn opens a new one, as does a turn after the
 channel sat idle `IDLE_SECONDS`; one that takes no frame within a turn's write timeout
 (a receiver that reads nothing) is dropped, the turn failing `WriteTimeout` as over HTTP,
-and so is one whose answer frame does not read (a text message included). Memory: one
+and so is one whose answer frame does not read (a text message included), and one on
+which a turn's read timeout passed with no frame come for any turn (`ReadTimeout`: a hung
+receiver, a connection a NAT dropped in use). A channel that closed or was dropped before
+any answer frame came on it (a proxy that passes the upgrade and drops what follows)
+counts as one that cannot be had: HTTP for `retry_seconds`, said once, not an upgrade and
+a failed turn for every turn. Memory: one
 queue per turn in flight, holding the pieces of its answer not yet read: at most
 `frames.WINDOW` bytes where the receiver keeps windows (the gateway and `ToolRefMiddleware`
 keep them: the sender grants a turn's bytes back as its caller reads them, so an answer
@@ -146,6 +151,14 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
 
     async def _open(self, request: Any) -> _Link | None:
         link = self._link
+        if link is not None and link.closed and link.failed:  # as one that cannot be had
+            self._link = None
+            self._retry_at = self.clock() + self.retry_seconds
+            self.report(
+                f"toolref: the channel to {self.base} closed before any answer came on it; "
+                f"turns go over HTTP, the channel is tried again in {self.retry_seconds:g}s"
+            )
+            return None
         idle = link is not None and not link.streams and self.clock() - link.used > IDLE_SECONDS
         if link is not None and not link.closed and idle:  # a NAT may have dropped it quietly
             await link.close()
@@ -249,6 +262,8 @@ class _Link:
         self.streams: dict[int, _Stream] = {}
         self.next = 0
         self.closed = False
+        self.heard = 0  # answer frames come on it
+        self.ours = False  # closed by its sender (idle, retired), not by a failure
         self.writing = asyncio.Lock()
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
@@ -271,7 +286,7 @@ class _Link:
                     await self._write(frame, request)
             except TimeoutError:
                 raise self._stuck(request) from None
-            first = await _next(state.queue, request, wait=timeout)
+            first = await self.next_piece(state.queue, request, timeout)
             try:
                 status, pairs = first.head()
             except frames.FrameError as exc:  # as an answer that broke off: still served
@@ -293,6 +308,36 @@ class _Link:
                 self.cancel(stream)  # left before its answer: the receiver stops
             raise
 
+    @property
+    def failed(self) -> bool:
+        """Closed by the receiver or a failure before any answer frame came on it: a
+        receiver (or a proxy before it) that accepts the upgrade and then drops the
+        connection, or answers nothing. Opening another at once would fail each turn the
+        same way, for ever (an upgrade a turn)."""
+        return self.closed and not self.heard and not self.ours
+
+    async def next_piece(
+        self, queue: asyncio.Queue[frames.Answered], request: Any, wait: float | None
+    ) -> frames.Answered:
+        """A turn's next frame (`_next`); a read timeout with no frame come on the
+        channel meanwhile, for any turn, drops the channel (its turns fail, the next opens
+        a new one, or goes over HTTP: `failed`), as HTTP drops a connection a read timed
+        out on: a silent channel (a hung receiver, a connection a NAT dropped in use) was
+        kept, and every turn on it waited its read timeout, for ever."""
+        before = self.heard
+        try:
+            return await _next(queue, request, wait=wait)
+        except _package(request).ReadTimeout:
+            if self.heard == before:
+                self.drop()
+            raise
+
+    def drop(self) -> None:
+        """Drop the connection at once; the channel is closed from now (no turn is written
+        on it: the next opens a new one, or goes over HTTP)."""
+        self.closed = True
+        self.socket.abort()
+
     def _frame(self, stream: int, target: str, headers: frames.Pairs, body: bytes) -> bytes:
         """The turn's frame, the frames' memory moved on; `_Unsent` when the channel closed
         or is closing (nothing of the turn would go out: it goes over HTTP)."""
@@ -304,7 +349,7 @@ class _Link:
         """The package's `WriteTimeout` for a turn the channel took no frame of within its
         write timeout; the channel is dropped (its turns fail, the next turn opens a new
         one), as HTTP drops a connection a write timed out on."""
-        self.socket.abort()
+        self.drop()
         error: Any = _package(request).WriteTimeout
         stuck: Exception = error(
             "the channel took no frame within the write timeout; the receiver reads nothing "
@@ -357,6 +402,7 @@ class _Link:
                     return
                 found = frames.answered(message.data)
                 self.used = self.clock()
+                self.heard += 1
                 state = self.streams.get(found.stream)
                 if state is None:  # a turn the agent left: its pieces dropped
                     continue
@@ -374,7 +420,7 @@ class _Link:
                 state.queue.put_nowait(_GONE)
 
     async def close(self) -> None:
-        self.closed = True
+        self.closed = self.ours = True
         self.reader.cancel()
         with contextlib.suppress(OSError, ConnectionError):
             await self.socket.close()
@@ -426,7 +472,7 @@ class _Answer(httpx.AsyncByteStream, AsyncByteStream2):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             while True:
-                found = await _next(self.state.queue, self.request, wait=self.timeout)
+                found = await self.link.next_piece(self.state.queue, self.request, self.timeout)
                 if found.kind == frames.END:
                     self.ended = True
                     return

@@ -7,7 +7,11 @@ tested byte for byte without one.
 
 Bounds, each checked as the bytes arrive: a message is assembled from its frames up to
 `max_message` bytes (UTF-8 bytes for text), past which the client closes with 1009 and
-reports it; the body of a refused upgrade is kept up to `max_refusal` bytes. A ping is
+reports it, and held as those bytes (one buffer, whatever its frames: a message of many
+small or empty frames once held an object per frame, about ten times its bytes, and empty
+frames grew it without ever reaching the limit); the body of a refused upgrade is kept up
+to `max_refusal` bytes, and the refusal is reported once those came (a body that never
+ends is not read until the connect timeout). A ping is
 answered with its pong (`outgoing`) while the pongs fit in `pong_room` bytes, which the
 driver sets to what its write buffer has left under its high-water mark: past it, a ping
 goes unanswered (a peer reading nothing would otherwise have its pongs held without bound;
@@ -115,8 +119,7 @@ class Client:
         self.max_message = max_message
         self.max_refusal = max_refusal
         self._out = bytearray()
-        self._parts: list[str | bytes] = []
-        self._size = 0
+        self._held = bytearray()  # the message being assembled: its (UTF-8) bytes so far
         self._refused: RejectConnection | None = None
         self._refusal = bytearray()
         self.closed: Closed | None = None
@@ -188,9 +191,12 @@ class Client:
             self._refused = event
             return None if event.has_body else self._refusal_event()
         if isinstance(event, RejectData):
+            if self._refused is None:  # reported already (its body was past `max_refusal`)
+                return None
             room = self.max_refusal - len(self._refusal)
             self._refusal += event.data[: max(room, 0)]
-            return self._refusal_event() if event.body_finished else None
+            full = len(event.data) >= room  # what is kept came: the rest is not waited for
+            return self._refusal_event() if event.body_finished or full else None
         if isinstance(event, TextMessage):
             return self._part(event.data, event.message_finished)
         if isinstance(event, BytesMessage):
@@ -214,19 +220,16 @@ class Client:
     def _part(self, data: str | bytes, last: bool) -> Event | None:
         if self.closed is not None:  # closing: what still comes is not delivered
             return None
-        self._size += len(data.encode()) if isinstance(data, str) else len(data)
-        if self._size > self.max_message:
-            self._parts, self._size = [], 0
+        self._held += data.encode() if isinstance(data, str) else data
+        if len(self._held) > self.max_message:
+            self._held = bytearray()
             reason = f"message over {self.max_message} bytes"
             self._out += self.close(TOO_LARGE, reason)
             return Closed(TOO_LARGE, reason, by_us=True)
-        self._parts.append(data)
         if not last:
             return None
-        parts, self._parts, self._size = self._parts, [], 0
-        if isinstance(parts[0], str):
-            return Message("".join(p for p in parts if isinstance(p, str)))
-        return Message(b"".join(p for p in parts if isinstance(p, bytes)))
+        held, self._held = bytes(self._held), bytearray()  # a message's frames: one type
+        return Message(held.decode() if isinstance(data, str) else held)
 
     def _refusal_event(self) -> Refused:
         refused = self._refused
