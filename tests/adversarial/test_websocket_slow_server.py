@@ -212,6 +212,35 @@ async def test_an_upgrade_answered_without_end_is_unreachable_within_the_timeout
             )
 
 
+async def test_the_connection_and_the_upgrade_share_one_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`connect_timeout` bounds the connection and the upgrade together, as the driver
+    says: the upgrade gets what the connection left of it (it got the whole again: twice
+    the timeout at worst)."""
+    from toolref.websocket import driver
+
+    given: list[float] = []
+    real_wait_for, real_open = asyncio.wait_for, asyncio.open_connection
+
+    async def wait_for(work: Any, timeout: float) -> Any:  # noqa: ASYNC109 - its stand-in
+        given.append(timeout)
+        return await real_wait_for(work, timeout)
+
+    async def slow_open(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.2)  # a slow connect (TLS, a far host)
+        return await real_open(*args, **kwargs)
+
+    monkeypatch.setattr(driver.asyncio, "wait_for", wait_for)
+    monkeypatch.setattr(driver.asyncio, "open_connection", slow_open)
+    async with serving(trickle_head) as (port, _):
+        with pytest.raises(Unreachable):
+            await connect(f"ws://127.0.0.1:{port}/x", max_message=100, connect_timeout=1)
+    connection, upgrade = given
+    assert connection == 1
+    assert upgrade <= 1 - 0.2
+
+
 class Http(httpx.AsyncBaseTransport):
     """The HTTP transport beside the channel: answers every request 200, counting them."""
 

@@ -77,6 +77,8 @@ async def connect(
     path = parts.path if parts.path.startswith("/") else "/" + parts.path  # "ws://h#x"
     target = path + (f"?{parts.query}" if parts.query else "")
     context = (ssl or ssl_module.create_default_context()) if secure else None
+    loop = asyncio.get_running_loop()
+    ends = loop.time() + connect_timeout  # the connection and the upgrade, both within it
     try:
         reader, writer = await asyncio.wait_for(
             asyncio.open_connection(parts.hostname, port, ssl=context, limit=READ), connect_timeout
@@ -90,7 +92,7 @@ async def connect(
     client = Client(host, target, headers, subprotocols=subprotocols, max_message=max_message)
     opened = Socket(reader, writer, client)
     try:
-        await asyncio.wait_for(opened.handshake(), connect_timeout)
+        await asyncio.wait_for(opened.handshake(), max(ends - loop.time(), 0))
     except TimeoutError:
         opened.abort()
         raise Unreachable(f"no answer to the upgrade within {connect_timeout:g}s") from None
