@@ -655,6 +655,26 @@ def _windowed_cases() -> list[tuple[str, Spec]]:
                 ]
             ),
         ),
+        (
+            "OpenAI Responses items of the model's (by type, a role of another's overriding)",
+            _compact(
+                [
+                    ('{"messages":[{"type":"message","role":"user","content":"go"},', 1),
+                    ('{"type":"reasoning","summary":[],"encrypted_content":', 1),
+                    *_text([(code, 1)]),
+                    ('},{"type":"function_call","name":"sh","arguments":"{}","call_id":"c"},', 1),
+                    ('{"type":"function_call_output","call_id":"c","output":', 1),
+                    *_text([(code, 1)]),
+                    ('},{"type":"message","role":"assistant","content":[]},', 1),
+                    ('{"role":"assistant","content":"x"},', 1),
+                    ('{"type":"custom_tool_call","role":"user","input":"x"},', 1),
+                    ('{"type":"shell_call","role":5,"call_id":"s"},', 1),
+                    ('{"type":"reas\\u006fning","summary":[]},', 1),
+                    ('{"type":"message","role":"model"},', 1),
+                    ('{"type":"computer_call","role":null},{"type":["reasoning"]}]}', 1),
+                ]
+            ),
+        ),
     ]
 
 
@@ -670,6 +690,7 @@ def windowed_cases() -> list[dict[str, Any]]:
         assert record is not None
         record["owners"] = list(made.owners)
         record["answered"] = sorted(made.answered)
+        record["items"] = sorted(made.items)
         cases.append({"name": name, "body": _compact(spec), "cut": record})
     return cases
 

@@ -231,8 +231,8 @@ async def test_the_connection_and_the_upgrade_share_one_connect_timeout(
         await asyncio.sleep(0.2)  # a slow connect (TLS, a far host)
         return await real_open(*args, **kwargs)
 
-    monkeypatch.setattr(driver.asyncio, "wait_for", wait_for)
-    monkeypatch.setattr(driver.asyncio, "open_connection", slow_open)
+    monkeypatch.setattr(f"{driver.__name__}.asyncio.wait_for", wait_for)
+    monkeypatch.setattr(f"{driver.__name__}.asyncio.open_connection", slow_open)
     async with serving(trickle_head) as (port, _):
         with pytest.raises(Unreachable):
             await connect(f"ws://127.0.0.1:{port}/x", max_message=100, connect_timeout=1)

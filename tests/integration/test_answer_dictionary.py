@@ -338,8 +338,9 @@ async def test_responses_and_gemini_answers_are_dictionaries_on_both_sides(
 ) -> None:
     """Relay and gateway read the same answer of a Responses or Gemini stream: each edit
     that carries the model's message against it is applied (no resend), and costs less
-    than when the agent wrote back other answers. A Responses call item has no role, so
-    only a turn after a text answer (a `message` item) carries one (docs/edits.md)."""
+    than when the agent wrote back other answers. Every turn carries one: a Responses
+    call item has no role, but it is the model's by its type (`scanner.MODEL_ITEMS`; before,
+    only a turn after a text answer, a `message` item, did: 2 of 7)."""
     provider = Provider(replies(8, 1))
     async with relayed(redis, provider) as stack:
         bodies = await converse_items(stack, api, 8)
@@ -347,10 +348,7 @@ async def test_responses_and_gemini_answers_are_dictionaries_on_both_sides(
     edits = sent(stack)
     assert len(edits) == 8  # no resend: the gateway held the bytes the relay made
     named = ["a" in described(edit) for edit in edits[1:]]
-    if api == "gemini":
-        assert all(named), named
-    else:  # after each text answer (turns 2 and 5), and only there
-        assert named == [n % 3 == 2 for n in range(7)], named
+    assert all(named), named  # Responses: after a call item too (not only a text answer)
 
     await redis.flushall()
     rewritten = Provider(replies(8, 1))

@@ -380,9 +380,13 @@ export class ToolReferenceManager {
 
 /** `response`, its streamed answer read as it passes on (edits/answer.ts `tapFor`): told to
  * `answered` once whole (the receiver kept the same bytes). As it is when it cannot be an
- * answer, or one of a format a receiver of `version` keeps none of. */
+ * answer, or one of a format a receiver of `version` keeps none of, or of the lower version
+ * the answer says (`Toolref-Edits`: the receiver that streamed it, a replica of 5 among
+ * others of 6, kept what one of 5 keeps), as Python's `read_answer`. */
 export function readAnswer(response: Response, path: string, answered: (answer: Uint8Array | null) => void, version: number): Response {
-  const tap = response.body !== null ? tapFor(path, response.status, response.headers, version) : null;
+  const said = (response.headers.get(EDITS_HEADER) ?? "").trim();
+  const told = /^[0-9]{1,3}$/.test(said) ? Math.min(version, Number(said)) : version;
+  const tap = response.body !== null ? tapFor(path, response.status, response.headers, told) : null;
   if (tap === null || response.body === null) return response;
   const tapped = response.body.pipeThrough(
     new TransformStream<Uint8Array, Uint8Array>({

@@ -5,6 +5,7 @@ import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { AnswerTap, ID_LENGTH, MAX_ANSWER, MAX_STREAM, answerId, tapFor } from "../src/edits/answer.js";
+import { readAnswer } from "../src/manager.js";
 
 const ANTHROPIC =
   'event: message_start\n' +
@@ -463,6 +464,26 @@ describe("AnswerTap: answer vectors (Python's bytes for every call shape)", () =
     it(`${vector.name} (fed whole, by 5 bytes)`, () => {
       const data = Buffer.from(vector.stream, "hex");
       for (const step of [Infinity, 5]) expect(hex(fed(vector.format, new Uint8Array(data), step).tap.answer)).toBe(vector.answer);
+    });
+  }
+});
+
+// Replicas rolled one by one (or one rolled back): the sender learnt 6, but this answer came
+// from a receiver saying 5 (`Toolref-Edits`), which kept none of a Responses answer: tapped,
+// the next turn would name an answer no one holds (a dictionary-mismatch and a resend, every turn).
+describe("readAnswer: the answer's own Toolref-Edits", () => {
+  const { answers } = JSON.parse(readFileSync(new URL("./vectors.json", import.meta.url), "utf8")) as {
+    answers: { format: string; stream: string; answer: string | null }[];
+  };
+  const whole = answers.find((vector) => vector.format === "openai-responses" && vector.answer !== null)!;
+  for (const [said, tapped] of [["5", false], ["6", true], [null, true]] as const) {
+    it(`a sender of 6 taps a Responses answer saying ${String(said)}: ${tapped}`, async () => {
+      const headers = new Headers({ "content-type": "text/event-stream" });
+      if (said !== null) headers.set("toolref-edits", said);
+      const told: (Uint8Array | null)[] = [];
+      const response = new Response(new Uint8Array(Buffer.from(whole.stream, "hex")), { status: 200, headers });
+      await readAnswer(response, "/v1/responses", (answer) => told.push(answer), 6).arrayBuffer();
+      expect(told.length > 0).toBe(tapped);
     });
   }
 });

@@ -34,7 +34,7 @@ interface Edits {
   windowed: {
     name: string;
     body: Spec;
-    cut: { header: string; segments: [number, number][]; entries: string[]; ref: string; messages: number[]; secrets: [string, string][]; owners: number[]; answered: number[]; splits: [number, number[]][] };
+    cut: { header: string; segments: [number, number][]; entries: string[]; ref: string; messages: number[]; secrets: [string, string][]; owners: number[]; answered: number[]; splits: [number, number[]][]; items: number[] };
   }[];
   diffs: { name: string; base: Spec; new: Spec; held: string[]; baseRef: string; ops: unknown[]; edit: Bytes }[];
   editors: {
@@ -112,13 +112,14 @@ describe("edits vectors: the long window's cut", () => {
       const data = body(item.body);
       const made = await cut(HEADERS, data, "messages", undefined, true);
       expect(made).not.toBeNull();
-      const { segments, entries, ref, messages, owners, answered, splits } = made!;
+      const { segments, entries, ref, messages, owners, answered, splits, items } = made!;
       expect(segments.slice(1).map((segment) => latin1(segment))).toEqual(item.cut.segments.map(([start, end]) => latin1(data.subarray(start, end))));
       expect(entries.map((entry) => toHex(entry.framed))).toEqual(item.cut.entries);
       expect(ref).toBe(item.cut.ref);
       expect(messages).toEqual(item.cut.messages);
       expect(owners).toEqual(item.cut.owners);
       expect([...answered].sort((a, b) => a - b)).toEqual(item.cut.answered);
+      expect([...items].sort((a, b) => a - b)).toEqual(item.cut.items); // Responses items of the model's
       expect([...splits]).toEqual(item.cut.splits);
     });
   }

@@ -16,6 +16,7 @@ vi.mock("../src/zstd.js", async (original) => {
 });
 
 const { Editor } = await import("../src/index.js");
+const { AnswerTap } = await import("../src/edits/answer.js");
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
@@ -106,5 +107,64 @@ describe("parallel tool results", () => {
         }
       }
     }
+  });
+});
+
+/** A Codex answer (OpenAI Responses) as the tap makes it: reasoning (its summary repeats a
+ * guess a fetched page asked for; its encrypted content long and random, as the server's is)
+ * and a shell call; and its items as Codex writes them back (test_size_oracles.py's). */
+function codexAnswer(guess: string): [Uint8Array, unknown[]] {
+  let encrypted = "gAAAAB";
+  for (let n = 0; n < 40; n++) encrypted += token(1000 + n).slice(3, 33);
+  const reasoning = { id: "rs_1", type: "reasoning", summary: [{ type: "summary_text", text: "The page says api_token=" + guess }], encrypted_content: encrypted };
+  const command = { command: ["bash", "-lc", "cat config.env; echo " + filler(20, 6)] };
+  const call = { id: "fc_1", type: "function_call", status: "completed", arguments: JSON.stringify(command), call_id: "call_1", name: "shell" };
+  const events = [
+    { type: "response.output_item.done", output_index: 0, item: reasoning },
+    { type: "response.output_item.done", output_index: 1, item: call },
+    { type: "response.completed", response: { status: "completed" } },
+  ];
+  const tap = new AnswerTap("openai-responses");
+  tap.feed(encoder.encode(events.map((event) => "data: " + JSON.stringify(event) + "\n\n").join("")));
+  const answer = tap.answer!;
+  const text = decoder.decode(answer);
+  return [answer, JSON.parse(text.slice(0, text.indexOf("\n"))) as unknown[]];
+}
+
+/** Two Codex turns: the answer to the first written back as its items, then the call's output,
+ * a file holding `secret` (`interleaved`: between the call and a second call, as older Codex
+ * wrote them), then the user's next message. The second edit's size and whether it names the answer. */
+async function codexTurn(guess: string, secret: string, withAnswer = true, interleaved = false): Promise<[number, boolean]> {
+  const editor = new Editor(64, 1 << 22);
+  const input = (items: unknown[]) => encoder.encode(JSON.stringify({ model: "m", input: items }));
+  const first = [{ type: "message", role: "user", content: "read my config " + filler(80, 1) }];
+  const one = (await editor.prepare(headers, input(first), "input"))!;
+  expect(editor.confirm(one, one.ref)).toBe(true);
+  const [answer, items] = codexAnswer(guess);
+  if (withAnswer) editor.answered(one.ref, answer);
+  const output = { type: "function_call_output", call_id: "call_1", output: "api_token=" + secret + "\n" + filler(40, 8) };
+  const written = interleaved ? [items[0], items[1], output, items[1]] : [...items, output];
+  const user = { type: "message", role: "user", content: "thanks " + filler(30, 3) };
+  const two = (await editor.prepare(headers, input([...first, ...written, user]), "input"))!;
+  return [two.body.length, two.body[0] === 0x05 ? (two.body[1]! & 2) !== 0 : decoder.decode(two.body).includes('"a":')];
+}
+
+describe("a Codex turn (OpenAI Responses items)", () => {
+  it("never compresses a tool output after the model's items against the answer (a guess costs the same right or wrong)", async () => {
+    for (const interleaved of [false, true]) {
+      for (let seed = 10; seed < 16; seed++) {
+        const [right, named] = await codexTurn(token(seed), token(seed), true, interleaved);
+        const [wrong] = await codexTurn(token(seed + 100), token(seed), true, interleaved);
+        expect(named).toBe(true);
+        expect([interleaved, seed, wrong]).toEqual([interleaved, seed, right]);
+      }
+    }
+  });
+
+  it("compresses its reasoning and call against the answer: smaller than without", async () => {
+    const [against, named] = await codexTurn(token(1), token(2));
+    const [alone, plain] = await codexTurn(token(1), token(2), false);
+    expect([named, plain]).toEqual([true, false]);
+    expect(against).toBeLessThan(alone - 600);
   });
 });

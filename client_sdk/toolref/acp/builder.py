@@ -6,14 +6,8 @@ import copy
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
-from toolref.acp.content import (
-    MAX_LINE,
-    diff_content,
-    is_line,
-    location,
-    terminal_content,
-    text_content,
-)
+from toolref.acp.content import diff_content, location, terminal_content, text_content
+from toolref.acp.items import checked_content, checked_location
 from toolref.acp.kind import ToolKind, as_kind
 from toolref.acp.state import ToolCallState, ToolCallStatus
 from toolref.wire.canonical import canonical_json
@@ -25,58 +19,42 @@ if TYPE_CHECKING:
 Change = Callable[[ToolCallState], None]
 
 
-def clean(item: Mapping[str, Any]) -> dict[str, Any]:
+class FieldChange:
+    """A change to one field of a call's state (its ACP name in `field`): the tracker then
+    hashes and measures that field only, not the whole call, when it sends."""
+
+    __slots__ = ("apply", "field")
+
+    def __init__(self, field: str, apply: Change) -> None:
+        self.field = field
+        self.apply = apply
+
+    def __call__(self, state: ToolCallState) -> None:
+        self.apply(state)
+
+
+def clean(item: Any) -> dict[str, Any]:
     """A deep copy of a content item or location without null members (v1 reads null as
     "no change", and an item's optional members are simply left out)."""
+    if not isinstance(item, Mapping):
+        raise AcpError(
+            f"a content item or location is a {type(item).__name__} ({item!r:.60}), not an "
+            "object; make content items with text_content(...), diff_content(...) or "
+            "terminal_content(...), locations with location(path, line) (toolref.acp)"
+        )
     return {k: _clean_value(v) for k, v in item.items() if v is not None}
 
 
-# What each content item must carry (ACP v1's schema): sent without it, every later update
-# of the call's content would send it again, and a client would refuse each.
-_CONTENT_MEMBERS: dict[str, tuple[str, ...]] = {
-    "content": ("content",),
-    "diff": ("path", "newText"),
-    "terminal": ("terminalId",),
-}
-
-
-def checked_content(item: dict[str, Any]) -> dict[str, Any]:
-    """`item` when ACP v1 takes it as a tool call's content item; else `AcpError` naming
-    what is missing and how to make one."""
-    kind = item.get("type")
-    members = _CONTENT_MEMBERS.get(kind) if isinstance(kind, str) else None
-    if members is None:
+def item_list(name: str, items: Any) -> list[Any]:
+    """`items` as a list, when it is a collection of items; else `AcpError` saying to give
+    a list (one item, a str or None is a common slip)."""
+    example = "text_content('...')" if name == "content" else "location('/src/app.py')"
+    if isinstance(items, (str, bytes, Mapping)) or not isinstance(items, Iterable):
         raise AcpError(
-            f"a content item of type {kind!r}: ACP v1's are content, diff and terminal; make "
-            "one with text_content, diff_content or terminal_content"
+            f"{name} is a list of items, not one {type(items).__name__} ({items!r:.60}): "
+            f"{name}=[item], such as {name}=[toolref.acp.{example}] ({name}=[] for none)"
         )
-    lacking = [name for name in members if name not in item]
-    block = item.get("content")
-    if kind == "content" and not lacking:
-        if not isinstance(block, Mapping) or not isinstance(block.get("type"), str):
-            lacking = ["content.type"]
-        elif block["type"] == "text" and not isinstance(block.get("text"), str):
-            lacking = ["content.text"]
-    if lacking:
-        raise AcpError(
-            f"a {kind} content item lacks {', '.join(lacking)}; make it with "
-            f"{kind}_content(...) (toolref.acp.content)"
-        )
-    return item
-
-
-def checked_location(item: dict[str, Any]) -> dict[str, Any]:
-    """`item` when ACP v1 takes it as a location (a path; a line that is a uint32); else
-    `AcpError` saying what to give."""
-    path, line = item.get("path"), item.get("line")
-    if not isinstance(path, str) or not path:
-        raise AcpError(f"a location's path is {path!r}: give the file's absolute path")
-    if line is not None and not is_line(line):
-        raise AcpError(
-            f"a location's line is {line!r}: give a line number from 0 to {MAX_LINE} (the "
-            "schema's uint32), or none"
-        )
-    return item
+    return list(items)
 
 
 def _clean_value(value: Any) -> Any:
@@ -128,31 +106,33 @@ class UpdateBuilder:
         self._call_id = call_id
         self._changes: list[Change] = []
 
-    def _add(self, change: Change) -> Self:
-        self._changes.append(change)
+    def _add(self, field: str, change: Change) -> Self:
+        self._changes.append(FieldChange(field, change))
         return self
 
     def status(self, value: ToolCallStatus | str) -> Self:
         status = as_status(value)
-        return self._add(lambda state: setattr(state, "status", status))
+        return self._add("status", lambda state: setattr(state, "status", status))
 
     def title(self, value: str) -> Self:
         _not_null("title", value)
         if not isinstance(value, str) or not value:
             raise AcpError(f"title {value!r} must be a non-empty string; clients show it")
-        return self._add(lambda state: setattr(state, "title", value))
+        return self._add("title", lambda state: setattr(state, "title", value))
 
     def kind(self, value: ToolKind | str) -> Self:
         kind = as_kind(value)
-        return self._add(lambda state: setattr(state, "kind", kind))
+        return self._add("kind", lambda state: setattr(state, "kind", kind))
 
     def add_content(self, *items: Mapping[str, Any]) -> Self:
-        added = [checked_content(clean(item)) for item in items]
-        return self._add(lambda state: state.content.extend(copy.deepcopy(added)))
+        added = [checked_content(clean(item)) for item in item_list("content", items)]
+        return self._add("content", lambda state: state.content.extend(copy.deepcopy(added)))
 
     def set_content(self, items: Iterable[Mapping[str, Any]]) -> Self:
-        replaced = [checked_content(clean(item)) for item in items]
-        return self._add(lambda state: setattr(state, "content", copy.deepcopy(replaced)))
+        replaced = [checked_content(clean(item)) for item in item_list("content", items)]
+        return self._add(
+            "content", lambda state: setattr(state, "content", copy.deepcopy(replaced))
+        )
 
     def clear_content(self) -> Self:
         return self.set_content([])
@@ -167,12 +147,14 @@ class UpdateBuilder:
         return self.add_content(terminal_content(terminal_id))
 
     def set_locations(self, items: Iterable[Mapping[str, Any]]) -> Self:
-        replaced = [checked_location(clean(item)) for item in items]
-        return self._add(lambda state: setattr(state, "locations", copy.deepcopy(replaced)))
+        replaced = [checked_location(clean(item)) for item in item_list("locations", items)]
+        return self._add(
+            "locations", lambda state: setattr(state, "locations", copy.deepcopy(replaced))
+        )
 
     def add_location(self, path: str, line: int | None = None) -> Self:
         found = checked_location(location(path, line))
-        return self._add(lambda state: state.locations.append(found))
+        return self._add("locations", lambda state: state.locations.append(found))
 
     def clear_locations(self) -> Self:
         return self.set_locations([])
@@ -180,12 +162,14 @@ class UpdateBuilder:
     def raw_input(self, value: Any) -> Self:
         _not_null("rawInput", value)
         kept = copy.deepcopy(checked_json("rawInput", value))
-        return self._add(lambda state: setattr(state, "raw_input", copy.deepcopy(kept)))
+        return self._add("rawInput", lambda state: setattr(state, "raw_input", copy.deepcopy(kept)))
 
     def raw_output(self, value: Any) -> Self:
         _not_null("rawOutput", value)
         kept = copy.deepcopy(checked_json("rawOutput", value))
-        return self._add(lambda state: setattr(state, "raw_output", copy.deepcopy(kept)))
+        return self._add(
+            "rawOutput", lambda state: setattr(state, "raw_output", copy.deepcopy(kept))
+        )
 
     def send(self) -> list[dict[str, Any]]:
         """Apply the changes; the notifications sent now (none if nothing changed or the

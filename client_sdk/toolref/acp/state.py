@@ -28,6 +28,8 @@ FIELDS: dict[str, str] = {
     "raw_output": "rawOutput",
 }
 
+ATTRIBUTES: dict[str, str] = {wire: attr for attr, wire in FIELDS.items()}
+
 
 @dataclass(slots=True)
 class ToolCallState:
@@ -53,6 +55,13 @@ class ToolCallState:
             elif value is not None:
                 out[wire] = copy.deepcopy(value) if isinstance(value, list | dict) else value
         return out
+
+    def field(self, wire: str) -> Any:
+        """One field by its ACP name, as `fields()` gives it (`None`: never set)."""
+        value = getattr(self, ATTRIBUTES[wire])
+        if isinstance(value, StrEnum):
+            return value.value
+        return copy.deepcopy(value) if isinstance(value, list | dict) else value
 
     def copy(self) -> ToolCallState:
         return copy.deepcopy(self)

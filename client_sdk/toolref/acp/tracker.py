@@ -9,19 +9,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from toolref.acp.builder import (
-    Change,
-    UpdateBuilder,
-    as_status,
-    checked_content,
-    checked_json,
-    checked_location,
-    clean,
-)
+from toolref.acp.builder import Change, UpdateBuilder, as_status, checked_json, clean, item_list
 from toolref.acp.content import text_content
+from toolref.acp.items import checked_content, checked_location
 from toolref.acp.kind import ToolKind, as_kind, checked_kinds, tool_kind
 from toolref.acp.plan import plan_entries
-from toolref.acp.state import ToolCallState, ToolCallStatus
+from toolref.acp.state import ATTRIBUTES, FIELDS, ToolCallState, ToolCallStatus
 from toolref.acp.title import locations_for, title_for
 from toolref.streaming.call import CallStatus, ToolCall
 from toolref.wire.canonical import canonical_json
@@ -38,16 +31,27 @@ def _digest(value: Any) -> bytes:
     return hashlib.blake2b(canonical_json(value), digest_size=16).digest()
 
 
+def _check_id(call_id: Any) -> None:
+    if not isinstance(call_id, str) or not call_id:
+        raise AcpError(
+            f"tool call id {call_id!r} must be a non-empty string: give the id of the call, "
+            "as the model's tool call carries it"
+        )
+
+
 def _size(update: Mapping[str, Any]) -> int:
     return len(dumps_json(update))
 
 
-def _changes(call: _Call) -> tuple[dict[str, Any], dict[str, Any], dict[str, bytes]]:
-    """(every field, the fields the client does not have yet, each field's digest)."""
-    fields = call.current.fields()
-    digests = {name: _digest(value) for name, value in fields.items()}
-    changed = {name: fields[name] for name, d in digests.items() if call.sent.get(name) != d}
-    return fields, changed, digests
+def _measure(name: str, value: Any) -> tuple[bytes, int]:
+    """A field's digest, and its bytes as a member of a compact JSON object (`"k":v`)."""
+    return _digest(value), _size({name: value}) - 2
+
+
+def _object_size(members: Iterable[int]) -> int:
+    """The bytes of a compact JSON object of members of these sizes: braces and commas."""
+    sizes = list(members)
+    return 2 + sum(sizes) + max(len(sizes) - 1, 0)
 
 
 @dataclass(slots=True)
@@ -55,6 +59,25 @@ class _Call:
     current: ToolCallState
     sent: dict[str, bytes] = field(default_factory=dict)  # ACP field -> digest the client has
     held_since: float | None = None  # set while an update waits to coalesce
+    # ACP field -> (digest, member bytes) of its current value, but for the `dirty` ones:
+    # a send hashes only the fields changed since the last, O(their size), not the call's.
+    known: dict[str, tuple[bytes, int]] = field(default_factory=dict)
+    dirty: set[str] = field(default_factory=lambda: set(FIELDS.values()))
+
+    def changes(self) -> list[str]:
+        """The fields whose values the client does not have yet, in wire order."""
+        for name in self.dirty:
+            value = self.current.field(name)
+            if value is None:
+                self.known.pop(name, None)
+            else:
+                self.known[name] = _measure(name, value)
+        self.dirty.clear()
+        return [
+            name
+            for name in FIELDS.values()
+            if name in self.known and self.sent.get(name) != self.known[name][0]
+        ]
 
 
 class ToolCallTracker:
@@ -101,6 +124,11 @@ class ToolCallTracker:
                 f"sink {sink!r} is not callable; pass a function taking each notification, "
                 "such as sink=notifications.append"
             )
+        if not isinstance(session_id, str) or not session_id:
+            raise AcpError(
+                f"session id {session_id!r} must be a non-empty string: give the sessionId "
+                "the client got from session/new"
+            )
         if window < 0:
             raise AcpError(f"coalescing window {window!r} is negative; use 0 to send at once")
         if type(keep_finished) is not int or keep_finished < 0:
@@ -137,8 +165,7 @@ class ToolCallTracker:
         raw_output: Any = None,
     ) -> list[Notification]:
         """Announce a call with `tool_call` (sent at once: updates must come after it)."""
-        if not isinstance(call_id, str) or not call_id:
-            raise AcpError(f"tool call id {call_id!r} must be a non-empty string")
+        _check_id(call_id)
         if call_id in self._calls or call_id in self._finished:
             raise DuplicateToolCallError(
                 f"tool call {call_id!r} was already announced; a second tool_call makes "
@@ -150,30 +177,22 @@ class ToolCallTracker:
                 f"tool call {call_id!r} needs a non-empty title; clients show it as the label",
                 toolCallId=call_id,
             )
-        for name, items, example in (
-            ("content", content, "text_content('...')"),
-            ("locations", locations, "location('a.py')"),
-        ):
-            if isinstance(items, (str, Mapping)):
-                raise AcpError(
-                    f"{name} is a list of items, not one {type(items).__name__} ({items!r:.60}): "
-                    f"{name}=[item], such as {name}=[toolref.acp.{example}]",
-                    toolCallId=call_id,
-                )
         state = ToolCallState(
             id=call_id,
             title=title,
             kind=as_kind(kind),
             status=as_status(status),
-            content=[checked_content(clean(item)) for item in content],
-            locations=[checked_location(clean(item)) for item in locations],
+            content=[checked_content(clean(item)) for item in item_list("content", content)],
+            locations=[checked_location(clean(item)) for item in item_list("locations", locations)],
             # later changes by the caller must not leak
             raw_input=copy.deepcopy(checked_json("rawInput", raw_input)),
             raw_output=copy.deepcopy(checked_json("rawOutput", raw_output)),
         )
         call = _Call(state)
         fields = state.fields()
-        call.sent = {name: _digest(value) for name, value in fields.items()}
+        call.known = {name: _measure(name, value) for name, value in fields.items()}
+        call.sent = {name: digest for name, (digest, _) in call.known.items()}
+        call.dirty.clear()
         full = {"sessionUpdate": "tool_call", "toolCallId": call_id, **fields}
         # Clients start a call with empty content and locations: no need to say so.
         update = (
@@ -211,6 +230,7 @@ class ToolCallTracker:
         """A builder for changes to `call_id`; finish it with `.send()`. Once the call is
         finished (`completed` or `failed` went out) a send that changes nothing is dropped,
         and one that changes anything raises `AcpError`."""
+        _check_id(call_id)
         if call_id not in self._finished:
             self._call(call_id)
         return UpdateBuilder(self, call_id)
@@ -221,10 +241,12 @@ class ToolCallTracker:
         if finished is not None:
             return self._refuse_after_finish(finished, changes)
         call = self._call(call_id)
-        state = call.current.copy()
+        state = call.current  # changed in place: a copy would cost the whole call each time
         for change in changes:
             change(state)
-        call.current = state
+            # A builder's change names its field; another may touch any.
+            name = getattr(change, "field", None)
+            call.dirty.update((name,) if name in ATTRIBUTES else ATTRIBUTES)
         now = self._clock()
         if state.status in _FINAL:
             notes = self._send(call)
@@ -268,7 +290,7 @@ class ToolCallTracker:
         """Whether the call has changes the client has not been sent yet."""
         if call_id in self._finished:
             return False  # its final update went out with everything it held
-        return bool(_changes(self._call(call_id))[1])
+        return bool(self._call(call_id).changes())
 
     # --- plans ---
 
@@ -327,18 +349,21 @@ class ToolCallTracker:
             del self._finished[next(iter(self._finished))]
 
     def _send(self, call: _Call) -> list[Notification]:
-        fields, changed, digests = _changes(call)
+        """Send what the client lacks: O(the changed fields' size), or O(the call's) with
+        `full_objects` (what it sends)."""
+        changed = call.changes()
         if not changed:
             call.held_since = None
             return []  # nothing the client does not already show
         head = {"sessionUpdate": "tool_call_update", "toolCallId": call.current.id}
-        full = {**head, **fields}
-        update = full if self.full_objects else {**head, **changed}
+        names = list(call.known) if self.full_objects else changed
+        update = {**head, **{name: call.current.field(name) for name in names}}
+        full_size = _object_size([_size(head) - 2, *(size for _, size in call.known.values())])
         before, held = dict(call.sent), call.held_since
         call.held_since = None
-        call.sent.update((name, digests[name]) for name in changed)
+        call.sent.update((name, call.known[name][0]) for name in changed)
         try:
-            note = self._emit(update, _size(full))
+            note = self._emit(update, full_size)
         except BaseException:
             call.sent, call.held_since = before, held  # the client has none of it: pending
             raise

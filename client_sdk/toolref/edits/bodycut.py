@@ -57,7 +57,9 @@ class BodyCut:
     reference to each number). `reused`: the parts taken from the cut before (`reused_bytes`
     of the body), `before`: the recipe ref last made of that one (its `ref`, which
     `request.cut` sets). `splits`: (index in `parts`, offsets in its bytes) of each part
-    that the scan's `bounds` fall in (a message's tool results, each compressed alone)."""
+    that the scan's `bounds` fall in (a message's tool results, each compressed alone).
+    `items`: the numbers of the messages that are Responses items of the model's (the
+    scan's, `scanner.MODEL_ITEMS`)."""
 
     text: str
     body: bytes
@@ -80,6 +82,7 @@ class BodyCut:
     before: str | None = None
     ref: str | None = None
     splits: list[tuple[int, tuple[int, ...]]] = field(default_factory=list)
+    items: list[int] = field(default_factory=list)
 
 
 def _numbers(values: Iterable[int] = ()) -> array[int]:
@@ -219,6 +222,7 @@ def _cut(found: Scan, body: bytes, codec: str, memo: BodyCut | None, common: int
             _numbers([-1]) if found.window else _numbers(),
         )  # fmt: skip
         at = 0
+    made.items = found.items  # message numbers: the scan's whole list (a copy when resumed)
     _extend(made, found, codec, keep=keep, at=at, messages=messages, models=models)
     return made
 

@@ -29,7 +29,10 @@ class Cut:
     of a message holding two or more tool results (Anthropic's `tool_result` blocks,
     Gemini's `functionResponse` parts) that holds where one starts or the last ends, those
     offsets in its bytes (`scanner._blocks`): a sender compresses the bytes between them
-    each alone (`toolref.edits.isolated`). The segments are the same with or without."""
+    each alone (`toolref.edits.isolated`). The segments are the same with or without.
+    `items`: the numbers of the messages that are OpenAI Responses items of the model's
+    (`scanner.MODEL_ITEMS`, an assistant `message` item), whose segments are in `answered`:
+    an answer's output items, written back in order (`editor._rendering`)."""
 
     segments: list[bytes]
     entries: list[Entry]
@@ -45,6 +48,7 @@ class Cut:
     size: int = 0  # the segments' bytes (`cut` counts them: the headers' and the body's)
     same_bytes: int = 0
     splits: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    items: frozenset[int] = frozenset()  # message numbers
 
     @property
     def body(self) -> bytes:
@@ -82,6 +86,7 @@ def cut(
         len(header) + len(body),
         made.reused_bytes,
         dict(made.splits),
+        frozenset(made.items),
     )
 
 

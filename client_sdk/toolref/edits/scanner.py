@@ -51,6 +51,22 @@ MARK_KEYS: Final = ("cache_control",)
 ID_KEYS: Final = frozenset({"id"})
 # The roles of the model's own messages (Gemini's `model`): what an answer dictionary compresses.
 ANSWER_ROLES: Final = frozenset({"assistant", "model"})
+# The types of the OpenAI Responses items the model makes that have no role (an `input`
+# item's own `type` member): the model's too, as a `message` item of an `ANSWER_ROLES` role
+# is. Such items (`Scan.items`) are a Responses answer's output, written back in order: the
+# run of them renders it (`editor._rendering`). Tool outputs (`function_call_output`, ...)
+# are none of them.
+MODEL_ITEMS: Final = frozenset(
+    {
+        "reasoning",
+        "function_call",
+        "custom_tool_call",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "computer_call",
+    }
+)
 # A message's members listing its blocks (Anthropic's `content`, Gemini's `parts`), and what
 # makes a block a tool's result: each such block of a message holding two or more is
 # compressed alone (`Scan.bounds`, `toolref.edits.isolated`'s split records).
@@ -79,8 +95,10 @@ class Scan:
     (`messages`), those of the model's messages (`models`), each span's message with the long
     window (`owners`, -1: none; empty without it), where each message ended (`ends`: the
     offset after it; `counts`: how many spans and model spans there were then) and where
-    it began (`starts`), and where the blocks of a message holding two or more tool results
-    start and the last of them ends (`bounds`, in order: `_blocks`)."""
+    it began (`starts`), where the blocks of a message holding two or more tool results
+    start and the last of them ends (`bounds`, in order: `_blocks`), and the numbers of the
+    messages that are Responses items of the model's (`items`: `MODEL_ITEMS`, or a
+    `message` item of an `ANSWER_ROLES` role; `_is_item`)."""
 
     text: str
     key: str | None
@@ -95,6 +113,7 @@ class Scan:
     lists: int = 0  # members named `key` holding a list (a JSON parser keeps the last one)
     lists_at: list[int] = field(default_factory=list)  # `lists` at each message
     bounds: list[int] = field(default_factory=list)
+    items: list[int] = field(default_factory=list)
 
 
 def scan(
@@ -216,6 +235,7 @@ def _resume(found: Scan, memo: Scan, common: int) -> bool:
     found.lists_at = memo.lists_at[: last + 1]
     found.lists = found.lists_at[-1]
     found.bounds = memo.bounds[: bisect.bisect_left(memo.bounds, memo.ends[last])]
+    found.items = memo.items[: bisect.bisect_left(memo.items, last + 1)]
     text = found.text
     at = _skip(text, memo.ends[last])
     if text[at : at + 1] == "]":
@@ -275,14 +295,17 @@ def _message_loop(found: Scan, at: int) -> int:
     text, cuts = found.text, found.cuts
     while True:
         start = at
-        at, own, role = _message(text, at, found.bounds)
+        at, own, role, kind = _message(text, at, found.bounds)
         spans = _message_spans(text, start, at, own)
         if found.window:  # the long window: long spans cut again
             spans = [piece for span in spans for piece in windowed(text, *span)]
             found.owners.extend([len(found.messages)] * len(spans))
         largest = max(range(len(spans)), key=lambda k: spans[k][1] - spans[k][0])
+        item = _is_item(role, kind)
+        if item:
+            found.items.append(len(found.messages))
         found.messages.append(len(cuts) + largest)  # what it says, its ids and marks aside
-        if isinstance(role, str) and role in ANSWER_ROLES:
+        if item or (isinstance(role, str) and role in ANSWER_ROLES):
             found.models.extend(range(len(cuts), len(cuts) + len(spans)))
         cuts.extend(spans)
         found.ends.append(at)
@@ -307,7 +330,7 @@ def messages_after(text: str, at: int, key: str) -> list[tuple[int, int, int]] |
         at = _skip(text, at)
         while text[at : at + 1] != "]":
             start = _skip(text, _expect(text, at, ","))
-            end, own, _ = _message(text, start, [])
+            end, own, _, _ = _message(text, start, [])
             spans = _message_spans(text, start, end, own)
             found.append((start, end, sum(b - a for a, b in spans)))
             at = _skip(text, end)
@@ -336,19 +359,33 @@ def _expect(text: str, at: int, char: str) -> int:
     return at + 1
 
 
-def _message(text: str, at: int, bounds: list[int]) -> tuple[int, list[tuple[int, int]], object]:
+def _is_item(role: object, kind: object) -> bool:
+    """Whether a message whose own `role` and `type` members are these is a Responses item
+    of the model's: a `MODEL_ITEMS` type with no role of another's (none, or not a string,
+    or an `ANSWER_ROLES` one), or a `message` of an `ANSWER_ROLES` role."""
+    if not isinstance(kind, str):
+        return False
+    if isinstance(role, str):
+        return role in ANSWER_ROLES and (kind in MODEL_ITEMS or kind == "message")
+    return kind in MODEL_ITEMS
+
+
+def _message(
+    text: str, at: int, bounds: list[int]
+) -> tuple[int, list[tuple[int, int]], object, object]:
     """A message's end, the spans of its own `ID_KEYS` members (each with the comma that
     joins it to its neighbours: a first one's reaches over the marks after it, to the next
-    member, whose cuts it holds), and its own `role` member's value (None: none): one scan,
-    member by member when it is an object, its `BLOCK_KEYS` lists block by block (`_blocks`
-    adds to `bounds`)."""
+    member, whose cuts it holds), and its own `role` and `type` members' values (None:
+    none): one scan, member by member when it is an object, its `BLOCK_KEYS` lists block by
+    block (`_blocks` adds to `bounds`)."""
     if text[at : at + 1] != "{":
-        return _scan(text, at)[1], [], None
+        return _scan(text, at)[1], [], None, None
     own: list[tuple[int, int]] = []
     role: object = None
+    kind: object = None
     at = _skip(text, at + 1)
     if text[at : at + 1] == "}":
-        return at + 1, own, role
+        return at + 1, own, role, kind
     before: int | None = None  # the end of the member before (None: this is the first)
     first: int | None = None  # where a first id starts, its cut waiting for a next member
     while True:
@@ -361,6 +398,8 @@ def _message(text: str, at: int, bounds: list[int]) -> tuple[int, list[tuple[int
             value, at = _scan(text, at)
         if key == "role":
             role = value
+        elif key == "type":
+            kind = value
         end, at = at, _skip(text, at)
         if first is not None and key not in MARK_KEYS:
             own.append((first, key_at))
@@ -371,7 +410,7 @@ def _message(text: str, at: int, bounds: list[int]) -> tuple[int, list[tuple[int
             else:
                 first = key_at
         if text[at : at + 1] == "}":
-            return at + 1, own, role
+            return at + 1, own, role, kind
         before, at = end, _skip(text, _expect(text, at, ","))
 
 

@@ -58,6 +58,7 @@ MEDIA_TYPE: Final = "application/vnd.toolref.edit"
 # written as version 5's (the records the same).
 VERSION: Final = 6
 VERSIONS: Final = (1, 2, 3, 4, 5, 6)
+WRITTEN: Final = 5  # the highest version whose bytes an edit is written in (6 writes 5's)
 JSON_VERSIONS: Final = (1, 2, 3)  # those written with a JSON header line (`compact`: 4, 5)
 MAX_HEADER: Final = 4 << 20  # bytes of the header line
 DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)
@@ -129,7 +130,7 @@ def encode_isolated(
         version = version if version >= 4 else 2
     if version >= 4:
         compact_ops = [_compact_op(op) for op in ops]
-        return compact.encode(base, compact_ops, named, min(version, 5)) + records
+        return compact.encode(base, compact_ops, named, min(version, WRITTEN)) + records
     header: dict[str, Any] = {"v": version, "b": base, "o": listed, "n": sum(map(len, blobs))}
     if named is not None:
         header["a"] = named

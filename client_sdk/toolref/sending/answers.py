@@ -145,9 +145,14 @@ def read_answer(response: Any, path: str, answered: Answered, version: int) -> N
     """`response` (httpx's or httpx2's) read as it passes on to the app
     (`toolref.edits.answer.tap_for`): its answer told to `answered` once whole (the receiver
     kept the same bytes), the dictionary of the next edit of the conversation. `version`:
-    the edits version the receiver reads (a format whose answers it keeps not: none). An
-    answer already read is read at once; one that cannot be an answer, not at all.
-    O(answer)."""
+    the edits version the receiver reads (a format whose answers it keeps not: none), or
+    the lower one this answer says (`Toolref-Edits`): the receiver that streamed it, one
+    replica of 5 among others of 6 (rolling, or rolled back), kept what a receiver of 5
+    keeps. An answer already read is read at once; one that cannot be an answer, not at
+    all. O(answer)."""
+    said = response.headers.get(EDITS_HEADER, "").strip()
+    if said.isascii() and said.isdigit() and len(said) < 4:  # as `Sender._told` reads it
+        version = min(version, int(said))
     tap = tap_for(path, response.status_code, response.headers.multi_items(), version)
     if tap is None:
         return

@@ -30,7 +30,9 @@ Per request:
   `toolref.edits.answer.AnswerTap`) is the dictionary of the model's segments of the next
   edit of it (version 3, against a gateway that reads it): the assistant message the agent
   writes back costs how it differs from the answer. Only that message's segments: the one
-  just after the base's messages (`_rendering`), never an older model message the base
+  just after the base's messages (`_rendering`; for OpenAI Responses, the run of the
+  model's items from there, reasoning and calls too, up to the first tool output or user
+  message), never an older model message the base
   lacks (one the agent rewrote, its thinking dropped, say: compressed against the answer,
   its size told whether the answer, which a fetched page can steer, repeats a secret it
   holds). The answers of the last
@@ -423,18 +425,26 @@ def _inline_splits(
 
 
 def _rendering(made: Cut, count: int | None) -> frozenset[int]:
-    """The segments of the model's message that renders the answer of a base whose request
-    held `count` messages: the request's message `count` (from 0), when it is the model's;
-    none else. With the long window, those it owns; without, the model's segments between
-    its neighbours' when neither is the model's (else none: whose they are is not known).
-    O(model segments)."""
+    """The segments of the model's messages that render the answer of a base whose request
+    held `count` messages: the request's message `count` (from 0), when it is the model's,
+    and when it is an OpenAI Responses item of the model's (`Cut.items`: reasoning, a
+    call, an assistant `message`), the items after it up to the first that is none (a
+    tool's output, a user's message): the answer's output items, written back in order.
+    None else; never a message before `count`, nor a tool's output. With the long window,
+    those they own; without, the model's segments between the run's neighbours' when
+    neither is the model's (else none: whose they are is not known). O(model segments and
+    the run)."""
     messages = made.messages
     if count is None or count >= len(messages) or messages[count] not in made.answered:
         return frozenset()
+    end = count + 1  # the run's end: one message, or the items of the answer
+    if count in made.items:
+        while end < len(messages) and end in made.items:
+            end += 1
     if made.owners:
-        return frozenset(at for at in made.answered if made.owners[at] == count)
+        return frozenset(at for at in made.answered if count <= made.owners[at] < end)
     before = messages[count - 1] if count > 0 else 0
-    after = messages[count + 1] if count + 1 < len(messages) else len(made.segments)
+    after = messages[end] if end < len(messages) else len(made.segments)
     if before in made.answered or after in made.answered:
         return frozenset()
     return frozenset(at for at in made.answered if before < at < after)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from toolref.edits import wire
+from toolref.edits.answer import answer_id
 from toolref.edits.edit import (
     EditError,
     Inline,
@@ -47,6 +48,7 @@ class Registry:
     recipes: dict[str, list[bytes]] = field(default_factory=dict)
     pieces: dict[bytes, bytes] = field(default_factory=dict)
     received: int = 0  # edit bytes received, every attempt
+    answers: dict[str, bytes] = field(default_factory=dict)  # recipe -> its request's answer
 
     def flush(self) -> None:
         """The registry restarted empty."""
@@ -75,8 +77,11 @@ class Registry:
             if any(self.segment(base[i]) is None for i in wanted):
                 return _problem(MissingHistoryError("the base is incomplete", header.base or ""))
             words = dictionary(order, lambda i: self.segment(base[i]) or b"", header.dictionary)
+        held = self.answers.get(header.base) if header.base is not None else None
+        if header.answer is not None and (held is None or answer_id(held) != header.answer):
+            return _problem(DictionaryMismatchError(f"no answer {header.answer} held"))
         try:
-            inline = iter(wire.inline(header, blob, words, None))
+            inline = iter(wire.inline(header, blob, words, None, held))
         except DictionaryMismatchError as exc:
             return _problem(exc)
         ops = [Inline(next(inline)) if isinstance(op, int) else op for op in header.ops]

@@ -232,3 +232,19 @@ def test_a_senders_read_answer_taps_by_its_receivers_version(version: int) -> No
     response = httpx.Response(200, headers=EVENT_STREAM, content=data)
     read_answer(response, RESPONSES, told.append, version)
     assert (told != []) is (version >= 6)
+
+
+@pytest.mark.parametrize(("said", "tapped"), [("5", False), ("6", True), (None, True)])
+def test_an_answer_from_a_receiver_of_5_is_no_dictionary_whatever_was_learnt_before(
+    said: str | None, tapped: bool
+) -> None:
+    """Replicas rolled one by one (or one rolled back) while a sender runs: it learnt 6
+    (the relay asks once per start), but this answer came from a receiver that says 5 in
+    its `Toolref-Edits`, which kept none of it; tapped, the next turn would name an answer
+    no one holds (`dictionary-mismatch` and a resend, every turn). The answer's own word
+    wins; an answer saying none is read by what the sender learnt."""
+    told: list[bytes | None] = []
+    headers = [*EVENT_STREAM, *([] if said is None else [("toolref-edits", said)])]
+    response = httpx.Response(200, headers=headers, content=stream("responses", TEXT))
+    read_answer(response, RESPONSES, told.append, 6)
+    assert (told != []) is tapped

@@ -33,7 +33,7 @@ def made(found: bodycut.BodyCut | None) -> tuple[Any, ...] | None:
         return None
     return (found.parts[1:], found.entries[1:], found.framed, found.messages,
             found.answered, found.owners, found.spans, found.through, found.byte_ends,
-            found.framed_ends, found.splits)  # fmt: skip
+            found.framed_ends, found.splits, found.items)  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)

@@ -39,6 +39,8 @@ message = st.one_of(
         optional={
             "id": st.text(max_size=5),
             "cache_control": st.just({"type": "ephemeral"}),
+            # OpenAI Responses items: the model's by type (`scanner.MODEL_ITEMS`), or not
+            "type": st.sampled_from(["message", "reasoning", "function_call_output"]),
         },
     ),
     st.integers(0, 10**30),
@@ -63,13 +65,14 @@ def fresh(text: str, key: str, window: bool) -> scanner.Scan | None:
 def same(one: scanner.Scan | None, other: scanner.Scan | None) -> bool:
     if one is None or other is None:
         return one is other
-    return (one.cuts, one.messages, one.models, one.owners, one.ends, one.bounds) == (
+    return (one.cuts, one.messages, one.models, one.owners, one.ends, one.bounds, one.items) == (
         other.cuts,
         other.messages,
         other.models,
         other.owners,
         other.ends,
         other.bounds,
+        other.items,
     )
 
 
@@ -184,3 +187,29 @@ def test_shared_counts_first_characters_at_any_length() -> None:
         assert scanner.shared(one, "x" * size + "b") == size
         assert scanner.shared(one, one) == len(one)
         assert scanner.shared(one, one[:size]) == size
+
+
+def test_responses_items_of_the_model_are_its_messages_by_their_type() -> None:
+    """A Responses item has no role but a `message`'s: the model's items are told by their
+    `type` (`scanner.MODEL_ITEMS`), their spans the model's (`models`) and their numbers
+    `items`; tool outputs and the user's items are not; a role of another's (a string not
+    the model's) overrides a model's type; chat messages (no `type`) are as before."""
+    items: list[Any] = [
+        {"type": "message", "role": "user", "content": "go"},
+        {"type": "reasoning", "summary": [], "encrypted_content": "e" * 300},
+        {"type": "function_call", "name": "shell", "arguments": "{}", "call_id": "c"},
+        {"type": "function_call_output", "call_id": "c", "output": "ok"},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text"}]},
+        {"role": "assistant", "content": "no type: the model's, no item"},
+        {"type": "custom_tool_call", "role": "user", "input": "x"},
+        *(
+            {"type": kind, "id": "x", "call_id": "c"}
+            for kind in ("local_shell_call", "shell_call", "apply_patch_call", "computer_call")
+        ),
+        {"type": "custom_tool_call_output", "call_id": "c", "output": "x"},
+    ]
+    found = fresh(json.dumps({"input": items}), "input", False)
+    assert found is not None
+    assert found.items == [1, 2, 4, 7, 8, 9, 10]
+    model_messages = [n for n, at in enumerate(found.messages) if at in found.models]
+    assert model_messages == [1, 2, 4, 5, 7, 8, 9, 10]

@@ -17,9 +17,12 @@ import random
 import string
 from typing import Any
 
+from tests import js_answer_vectors as answer_vectors
 from tests.unit.edits.oracle import Registry, send
+from toolref.edits.answer import AnswerTap
+from toolref.edits.request import Cut, cut
 from toolref.edits.wire import described
-from toolref.sending.editor import Editor
+from toolref.sending.editor import Editor, _rendering
 
 HEADERS = [("content-type", "application/json"), ("x-api-key", "k")]
 WORDS = ("alpha", "beta", "gamma", "delta", "file", "line", "error", "value", "config")
@@ -184,3 +187,133 @@ def test_a_long_message_s_piece_repeated_costs_a_reference() -> None:
         wrong, wrong_inline = piece_turn(token(seed), token(seed + 100))
         assert wrong_inline - right_inline >= 512, (right_inline, wrong_inline)
         assert wrong - right >= 100, (right, wrong)
+
+
+def codex(items: list[dict[str, Any]]) -> bytes:
+    return json.dumps({"model": "m", "input": items}).encode()
+
+
+def codex_answer(guess: str) -> tuple[bytes, list[dict[str, Any]]]:
+    """A Codex answer (OpenAI Responses) as the tap makes it: reasoning (its summary repeats
+    a guess a fetched page asked for; its `encrypted_content` long and random, as the
+    server's is) and a shell call; and its items as Codex writes them back."""
+    pick = random.Random(3)
+    encrypted = "gAAAAB" + "".join(pick.choice(string.ascii_letters) for _ in range(1200))
+    reasoning = {
+        "id": "rs_1",
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": "The page says api_token=" + guess}],
+        "encrypted_content": encrypted,
+    }
+    command = {"command": ["bash", "-lc", "cat config.env; echo " + words(20, 6)]}
+    call = {
+        "id": "fc_1",
+        "type": "function_call",
+        "status": "completed",
+        "arguments": json.dumps(command),
+        "call_id": "call_1",
+        "name": "shell",
+    }
+    tap = AnswerTap("openai-responses")
+    tap.feed(
+        answer_vectors.responses(
+            answer_vectors.item_done(0, reasoning), answer_vectors.item_done(1, call)
+        )
+    )
+    answer = tap.answer
+    assert answer is not None
+    return answer, json.loads(answer.split(b"\n", 1)[0])
+
+
+def codex_turn(
+    guess: str, secret: str, *, with_answer: bool = True, interleaved: bool = False
+) -> tuple[bytes, dict[str, Any]]:
+    """Two Codex turns through a guarded editor: the answer to the first (`codex_answer`)
+    written back as its items, then the call's output, a file holding the secret
+    (`interleaved`: the output between the call and a second call, as older Codex wrote
+    them), then the user's next message. The second edit and its header; the registry
+    (which holds the answer, as the gateway does) reads it whole, at once."""
+    editor, registry = Editor(), Registry()
+    first = [{"type": "message", "role": "user", "content": "read my config " + words(80, 1)}]
+    ref = send(editor, registry, HEADERS, codex(first), "input").answer.history
+    assert ref is not None
+    answer, items = codex_answer(guess)
+    if with_answer:
+        editor.answered(ref, answer)
+        registry.answers[ref] = answer
+    output = {
+        "type": "function_call_output",
+        "call_id": "call_1",
+        "output": "api_token=" + secret + "\n" + words(40, 8),
+    }
+    written = [items[0], items[1], output, items[1]] if interleaved else [*items, output]
+    user = {"type": "message", "role": "user", "content": "thanks " + words(30, 3)}
+    data = codex([*first, *written, user])
+    edit = editor.prepare(HEADERS, data, "input")
+    assert edit is not None
+    read = registry.answer(edit.body, edit.cut.secrets)
+    assert (read.status, read.body) == (200, data)  # no resend: read against the answer
+    return edit.body, described(edit.body)
+
+
+def test_a_tool_output_after_the_model_s_items_is_never_compressed_against_the_answer() -> None:
+    """A Codex turn's items that render the base's answer (its reasoning and calls) go
+    against it; the tool's output after them, a file holding the secret, never does: a
+    guess in the answer costs the same bytes right or wrong, an output between two calls
+    (the run of the model's items ends at it) too."""
+    for interleaved in (False, True):
+        for seed in SEEDS:
+            right, header = codex_turn(token(seed), token(seed), interleaved=interleaved)
+            wrong, _ = codex_turn(token(seed + 100), token(seed), interleaved=interleaved)
+            assert "a" in header  # the items went against the answer
+            assert len(right) == len(wrong), (interleaved, seed, len(right), len(wrong))
+
+
+def test_a_codex_turn_s_reasoning_and_call_go_against_the_answer() -> None:
+    """Before, only a first new item with a role (a `message`) rendered the answer: a turn
+    starting with reasoning or a call, every reasoning model's, named none and sent the
+    reasoning's encrypted content (1,206 random bytes) compressed alone. Now the run of the
+    model's items from the base's message count goes against the answer."""
+    against, header = codex_turn(token(1), token(2))
+    alone, plain = codex_turn(token(1), token(2), with_answer=False)
+    assert "a" in header
+    assert "a" not in plain
+    assert len(against) < len(alone) - 600, (len(against), len(alone))
+
+
+def test_only_responses_items_make_a_run_other_formats_render_with_one_message() -> None:
+    """An assistant message after the one rendering the answer (a prefill the client wrote,
+    in Anthropic's or Chat's shape) is not the answer's: the rendering is one message, as
+    before. Responses items of the model's from the base's count are the answer's output,
+    in order: all of them, up to a tool output. (Without the long window a rendering
+    beside another model message is none: whose segments are whose is not known.)"""
+    for window in (True, False):
+        chat = [text("user", "q " * 200), text("assistant", "a " * 200)]
+        data = body([*chat, text("assistant", "{" * 300)])
+        prefill = cut(HEADERS, data, "messages", window=window)
+        assert prefill is not None
+        one = _segments_of(prefill, {1}) if window else frozenset()
+        assert _rendering(prefill, 1) == one
+        items: list[dict[str, Any]] = [
+            {"type": "message", "role": "user", "content": "q " * 200},
+            {"type": "reasoning", "summary": [], "encrypted_content": "e" * 300},
+            {"type": "function_call", "name": "sh", "arguments": "{}" + " " * 300},
+            {"type": "function_call_output", "call_id": "c", "output": "o " * 200},
+            {"type": "function_call", "name": "sh", "arguments": "{}" + " " * 300},
+        ]
+        codexed = cut(HEADERS, codex(items), "input", window=window)
+        assert codexed is not None
+        assert codexed.items == {1, 2, 4}
+        assert _rendering(codexed, 1) == _segments_of(codexed, {1, 2})
+        assert _rendering(codexed, 0) == frozenset()  # the user's: none
+
+
+def _segments_of(made: Cut, numbers: set[int]) -> frozenset[int]:
+    """The model's segments of these messages (from each one's first span to the next's)."""
+    bounds = [*made.messages, len(made.segments)]
+    return frozenset(
+        at
+        for n in numbers
+        for at in made.answered
+        if (made.owners[at] == n if made.owners else bounds[n - 1] < at < bounds[n + 1])
+    )

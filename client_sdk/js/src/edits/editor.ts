@@ -18,8 +18,10 @@
  *
  * Version 3, with zstd, against a receiver that reads it: the answer a confirmed recipe's
  * request streamed (`answered`, from the caller's `AnswerTap`) is the dictionary of the
- * segments of the model's message that renders it (the one just after the base's messages,
- * `rendering`: never an older model message the base lacks, editor.py's `_rendering`) in the
+ * segments of the model's message that renders it (the one just after the base's messages;
+ * for OpenAI Responses the run of the model's items from there, reasoning and calls too, up
+ * to the first tool output or user message; `renderingOf`: never an older model message the
+ * base lacks, nor a tool output, editor.py's `_rendering`) in the
  * next edit of it, and the pieces of one long message cut by the
  * long window (`segments.windowed`) travel as one frame. The answers of the last
  * `maxRecipes` recipes still kept are held, counted with the recipes in `maxBytes` (past
@@ -280,20 +282,24 @@ function inlinePositions(ops: readonly Op[], segments: ReadonlySet<number>): Set
   return found;
 }
 
-/** The segments of the model's message that renders the answer of a base whose request held
- * `count` messages: the request's message `count` (from 0), when it is the model's; with the
- * long window those it owns, without it the model's segments between its neighbours' when
- * neither is the model's (editor.py's `_rendering`). O(model segments). */
+/** The segments of the model's messages that render the answer of a base whose request held
+ * `count` messages: the request's message `count` (from 0), when it is the model's, and when
+ * it is a Responses item of the model's (`Cut.items`), the items after it up to the first
+ * that is none (a tool's output, a user's message); with the long window those they own,
+ * without it the model's segments between the run's neighbours' when neither is the model's
+ * (editor.py's `_rendering`). O(model segments and the run). */
 function renderingOf(made: Cut, count: number | undefined): Set<number> {
   const found = new Set<number>();
-  const { messages, answered, owners } = made;
+  const { messages, answered, owners, items } = made;
   if (count === undefined || count >= messages.length || !answered.has(messages[count]!)) return found;
+  let end = count + 1; // the run's end: one message, or the items of the answer
+  if (items.has(count)) while (end < messages.length && items.has(end)) end++;
   if (owners.length) {
-    for (const at of answered) if (owners[at] === count) found.add(at);
+    for (const at of answered) if (owners[at]! >= count && owners[at]! < end) found.add(at);
     return found;
   }
   const before = count > 0 ? messages[count - 1]! : 0;
-  const after = count + 1 < messages.length ? messages[count + 1]! : made.segments.length;
+  const after = end < messages.length ? messages[end]! : made.segments.length;
   if (answered.has(before) || answered.has(after)) return found;
   for (const at of answered) if (before < at && at < after) found.add(at);
   return found;

@@ -23,6 +23,9 @@ export interface Cut {
   /** Segment -> the offsets in it where a message's tool results start and the last ends
    * (request.py's `Cut.splits`): a sender compresses the bytes between them each alone. */
   readonly splits: ReadonlyMap<number, readonly number[]>;
+  /** The numbers of the messages that are OpenAI Responses items of the model's (request.py's
+   * `Cut.items`): an answer's output items, written back in order (editor.ts's `renderingOf`). */
+  readonly items: ReadonlySet<number>;
 }
 
 /** The recipe of a request whose body is one JSON object in UTF-8; null otherwise (such a
@@ -44,5 +47,6 @@ export async function cut(
   const answered = new Set(body.answered.map((index) => index + 1));
   const owners = body.owners.length ? [-1, ...body.owners] : []; // the headers': no message
   const splits = new Map(body.splits.map(([index, offsets]) => [index + 1, offsets] as const));
-  return { segments, entries, ref: await recipeRef(entries), secrets, messages, answered, owners, splits };
+  const items = new Set(body.items);
+  return { segments, entries, ref: await recipeRef(entries), secrets, messages, answered, owners, splits, items };
 }

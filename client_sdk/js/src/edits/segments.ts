@@ -27,6 +27,10 @@ import { characters, windowed } from "./window.js";
 export const LARGE = 256;
 /** Roles of the model's own messages: what an answer dictionary may compress. */
 export const ANSWER_ROLES: ReadonlySet<string> = new Set(["assistant", "model"]);
+/** The types of the OpenAI Responses items the model makes that have no role (scanner.py's
+ * `MODEL_ITEMS`): the model's too, as a `message` item of an `ANSWER_ROLES` role is; the run
+ * of them renders a Responses answer (editor.ts's `renderingOf`). No tool output is one. */
+export const MODEL_ITEMS: ReadonlySet<string> = new Set(["reasoning", "function_call", "custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call", "computer_call"]);
 /** Header names whose values are credentials: they travel on every request, never in a segment. */
 export const SECRET_HEADERS: ReadonlySet<string> = new Set(["authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"]);
 const SECRET_WORDS = ["key", "token", "secret", "auth", "cookie", "password"];
@@ -124,8 +128,10 @@ export interface BodyCut {
   readonly segments: Uint8Array[];
   readonly messages: number[];
   readonly listed: boolean;
-  /** The index in `segments` of every span of a message of `ANSWER_ROLES`. */
+  /** The index in `segments` of every span of a message of `ANSWER_ROLES` (or in `items`). */
   readonly answered: number[];
+  /** The numbers of the messages that are Responses items of the model's (`isItem`). */
+  readonly items: number[];
   /** With the long window: each segment's message number (-1: none); else empty. */
   readonly owners: number[];
   /** [index in `segments`, offsets in it] of each segment of a message holding two or more
@@ -172,10 +178,19 @@ export function cutBody(body: Uint8Array, messagesKey: string | null, window = f
     segments.push(body.subarray(at));
     if (window) owners.push(-1);
   }
-  return { segments, messages: marks, listed: scanner.listed, answered, owners, splits };
+  return { segments, messages: marks, listed: scanner.listed, answered, owners, splits, items: scanner.items };
 }
 
 const NOT_JSON = new Error("not one JSON object");
+
+/** Whether a message whose own `role` and `type` are these is a Responses item of the
+ * model's (scanner.py's `_is_item`): a `MODEL_ITEMS` type with no role of another's, or a
+ * `message` of an `ANSWER_ROLES` role. */
+function isItem(role: unknown, type: unknown): boolean {
+  if (typeof type !== "string") return false;
+  if (typeof role === "string") return ANSWER_ROLES.has(role) && (MODEL_ITEMS.has(type) || type === "message");
+  return MODEL_ITEMS.has(type);
+}
 
 function isWhite(byte: number | undefined): boolean {
   return byte === 0x20 || byte === 0x09 || byte === 0x0a || byte === 0x0d;
@@ -195,8 +210,10 @@ const CONSTANTS: readonly Uint8Array[] = ["null", "true", "false", "NaN", "Infin
 class Scanner {
   readonly cuts: [number, number][] = [];
   readonly messages: number[] = [];
-  /** Indices in `cuts` of the spans of the model's messages (`ANSWER_ROLES`). */
+  /** Indices in `cuts` of the spans of the model's messages (`ANSWER_ROLES`, `MODEL_ITEMS`). */
   readonly models: number[] = [];
+  /** The numbers of the messages that are Responses items of the model's (`isItem`). */
+  readonly items: number[] = [];
   /** With the long window: each cut's message number (-1: none). */
   readonly owners: number[] = [];
   /** Cut index -> the offsets in it where a message's tool results start and the last ends. */
@@ -361,7 +378,7 @@ class Scanner {
     for (;;) {
       const start = at;
       const own: [number, number][] = [];
-      const said: { role?: unknown } = {};
+      const said: { role?: unknown; type?: unknown } = {};
       const bounds: number[] = [];
       at = this.message(at, own, said, bounds);
       let spans = this.spans(start, at, own);
@@ -376,8 +393,10 @@ class Scanner {
         const size = characters(data, from, to);
         if (size > most) [largest, most] = [index, size];
       });
+      const item = isItem(said.role, said.type);
+      if (item) this.items.push(this.messages.length);
       this.messages.push(this.cuts.length + largest);
-      if (typeof said.role === "string" && ANSWER_ROLES.has(said.role)) {
+      if (item || (typeof said.role === "string" && ANSWER_ROLES.has(said.role))) {
         for (let n = 0; n < spans.length; n++) this.models.push(this.cuts.length + n);
       }
       this.cuts.push(...spans);
@@ -389,10 +408,10 @@ class Scanner {
 
   /** A message's end, the spans of its own `id` members (each with the comma joining it to
    * its neighbours: a first one's reaches over the marks after it, to the next member) in
-   * `own`, and its own `role` member's value in `said` (a string read as Python reads it;
-   * another value as a non-string); its `BLOCK_KEYS` lists walked block by block (`blocks`
-   * adds to `bounds`). */
-  private message(at: number, own: [number, number][], said: { role?: unknown }, bounds: number[]): number {
+   * `own`, and its own `role` and `type` members' values in `said` (a string read as Python
+   * reads it; another value as a non-string); its `BLOCK_KEYS` lists walked block by block
+   * (`blocks` adds to `bounds`). */
+  private message(at: number, own: [number, number][], said: { role?: unknown; type?: unknown }, bounds: number[]): number {
     const data = this.data;
     if (data[at] !== 0x7b) return this.value(at);
     at = this.skip(at + 1);
@@ -406,6 +425,7 @@ class Scanner {
       const valueAt = this.skip(this.expect(this.skip(at), 0x3a));
       at = BLOCK_KEYS.has(key) && data[valueAt] === 0x5b ? blocks(this, valueAt, bounds) : this.value(valueAt);
       if (key === "role") said.role = data[valueAt] === 0x22 ? this.key(valueAt, at) : null;
+      else if (key === "type") said.type = data[valueAt] === 0x22 ? this.key(valueAt, at) : null;
       const end = at;
       at = this.skip(at);
       if (first !== null && key !== MARK_KEY) {
