@@ -13,7 +13,8 @@ holds (what a JavaScript client sends, and so what the server digests), and the 
 each such integer as `{"$bigint": "<digits>"}` for JavaScript to rebuild as a `bigint`.
 `edits` holds the edits vectors (tests/js_edit_vectors.py): cuts, diffs and editors' attempts.
 `answers` holds streamed answers and the bytes the answer tap makes of each
-(tests/js_answer_vectors.py).
+(tests/js_answer_vectors.py). `endpoints` holds requests (method, path) and the LLM endpoint
+`toolref.wire.endpoints.endpoint` finds for each (JS's `endpoint` must find the same).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from tests import js_answer_vectors, js_edit_vectors
 from toolref import formats
 from toolref.sending.rewrite import rewrite
 from toolref.wire.canonical import canonical_json, digest_of
+from toolref.wire.endpoints import endpoint
 from toolref.wire.errors import CanonicalizationError
 
 ROOT: Final = Path(__file__).resolve().parents[1]
@@ -542,6 +544,48 @@ def conversation_cases() -> list[dict[str, Any]]:
     return cases
 
 
+ENDPOINT_PATHS: Final = (
+    "/v1/messages",
+    "/v1/messages/",
+    "/llm/claude/v1/messages//",
+    "/v1/messages/count_tokens",
+    "/v1/messages/batches",
+    "/v1/chat/completions",
+    "/v1/chat/completions/x",
+    "/v1/responses",
+    "/v1/responses/input_tokens",
+    "/v1beta/models/gemini-2.5-pro:generateContent",
+    "/llm/gemini/v1beta/models/gemini-2.5-flash:streamGenerateContent",
+    "/v1beta/models/g:streamGenerateContent/",
+    "/v1/projects/p/locations/l/publishers/google/models/g:streamGenerateContent",
+    "/v1beta/models/g:countTokens",
+    "/v1beta/models/g:embedContent",
+    "/v1beta/models/g:generateContent:x",
+    "/v1beta/models/g:GENERATECONTENT",
+    ":generateContent",
+    "/v1/models",
+    "/",
+    "",
+)
+
+
+def endpoint_cases() -> list[dict[str, Any]]:
+    """Each path, POSTed (and once as a GET, a lower-case post), and its endpoint."""
+    cases = []
+    for method in ("POST", "post", "GET"):
+        for path in (
+            ENDPOINT_PATHS if method == "POST" else ENDPOINT_PATHS[:1] + ENDPOINT_PATHS[9:11]
+        ):
+            found = endpoint(method, path)
+            made = (
+                None
+                if found is None
+                else {"format": found.format, "messagesKey": found.messages_key}
+            )
+            cases.append({"method": method, "path": path, "endpoint": made})
+    return cases
+
+
 def build() -> dict[str, Any]:
     return {
         "comment": "Written by `python -m tests.js_vectors --write` (the Python SDK); do not edit.",
@@ -552,6 +596,7 @@ def build() -> dict[str, Any]:
         "conversations": conversation_cases(),
         "edits": js_edit_vectors.build(),
         "answers": js_answer_vectors.build(),
+        "endpoints": endpoint_cases(),
     }
 
 

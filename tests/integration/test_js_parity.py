@@ -47,6 +47,7 @@ from toolref.edits.wire import described
 from toolref.kit.varints import read_varint
 from toolref.sending.editor import Edit, Editor
 from toolref.sending.transport import AsyncTransport
+from toolref.wire.endpoints import endpoint
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -184,6 +185,9 @@ async def conversation(gateway: Gateway, name: str) -> Conversation:
             base_url=url + "/v1", api_key="k", max_retries=0, http_client=http
         ) as client:
             await openai_client.aconverse(client, TASKS)
+    elif name == "gemini":
+        async with http:
+            await gemini_converse(http, url + GEMINI)
     else:
         async with anthropic.AsyncAnthropic(
             base_url=url, api_key="k", max_retries=0, http_client=http
@@ -191,6 +195,44 @@ async def conversation(gateway: Gateway, name: str) -> Conversation:
             await anthropic_client.aconverse(client, TASKS)
     assert received(gateway) == recorder.bodies
     return Conversation(recorder.paths, recorder.bodies)
+
+
+GEMINI = "/v1beta/models/scripted-1:streamGenerateContent"  # Gemini CLI asks `?alt=sse`
+
+
+async def gemini_converse(http: httpx2.AsyncClient, url: str) -> None:
+    """`TASKS` as Gemini CLI holds them (no Google SDK here): `contents`, the model's parts
+    written back as streamed, each call's result a `functionResponse`."""
+    contents: list[dict[str, Any]] = []
+    for task in TASKS:
+        contents.append({"role": "user", "parts": [{"text": task}]})
+        while True:
+            body = {"contents": contents, "tools": [{"functionDeclarations": []}]}
+            answer = await http.post(url, content=json.dumps(body), headers=HEADERS)
+            assert answer.status_code == 200, answer.text
+            parts: list[dict[str, Any]] = []
+            for line in answer.text.splitlines():
+                if line.startswith("data:"):
+                    chunk = json.loads(line[5:])
+                    parts += chunk["candidates"][0]["content"].get("parts", [])
+            contents.append({"role": "model", "parts": parts})
+            calls = [part["functionCall"] for part in parts if "functionCall" in part]
+            if not calls:
+                break
+            results = [
+                {
+                    "functionResponse": {
+                        "name": call["name"],
+                        "response": {
+                            "content": openai_client.run_tool(
+                                call["name"], json.dumps(call["args"])
+                            )
+                        },
+                    }
+                }
+                for call in calls
+            ]
+            contents.append({"role": "user", "parts": results})
 
 
 def received(gateway: Gateway) -> list[bytes]:
@@ -340,7 +382,8 @@ async def js_in_step(
         assert record["status"] == 200, record
         assert record["info"]["rawBytes"] == len(body)
         assert record["info"]["wireBytes"] == sum(a["bytes"] for a in record["attempts"])
-        key = "input" if path.endswith("/responses") else "messages"
+        found = endpoint("POST", path)
+        key = found.messages_key if found is not None else "messages"
         in_step(editor, record, body, key, replay.zstd, compared, path)
     assert received(gateway) == sent.bodies  # the provider got the SDK's bytes, every time
     return compared
@@ -355,7 +398,7 @@ def shown(name: str, sent: Conversation, compared: Compared, zstd: bool) -> str:
     )
 
 
-CONVERSATIONS = ("openai-chat", "anthropic-messages")
+CONVERSATIONS = ("openai-chat", "anthropic-messages", "gemini")
 
 
 @pytest.mark.parametrize("name", CONVERSATIONS)

@@ -2,14 +2,16 @@
  * The LLM endpoints whose requests `toolrefFetch` rewrites for the official `openai` and
  * `@anthropic-ai/sdk` clients: the table of client_sdk/toolref/wire/endpoints.py (matched
  * by the end of the path, so a base URL with its own prefix, such as a toolref gateway's
- * `/llm/{name}`, matches too). Pure: matching only.
+ * `/llm/{name}`, matches too), Gemini's `:generateContent` and `:streamGenerateContent`
+ * (`contents`; the query, `?alt=sse`, is no part of the path) among them. Pure: matching only.
  */
 
 import type { FormatName } from "./formats/index.js";
 
-/** An LLM API: its message format, and where its messages sit in a request body. */
+/** An LLM API: its message format (`gemini`: no format of formats/, edits need none; its
+ * answers are read, edits/answerItems.ts), and where its messages sit in a request body. */
 export interface Endpoint {
-  readonly format: FormatName;
+  readonly format: FormatName | "gemini";
   readonly messagesKey: string;
 }
 
@@ -19,6 +21,8 @@ export const ENDPOINTS: readonly (readonly [string, Endpoint])[] = [
   ["/messages", { format: "anthropic", messagesKey: "messages" }],
   ["/chat/completions", { format: "openai-chat", messagesKey: "messages" }],
   ["/responses", { format: "openai-responses", messagesKey: "input" }],
+  [":generateContent", { format: "gemini", messagesKey: "contents" }],
+  [":streamGenerateContent", { format: "gemini", messagesKey: "contents" }],
 ];
 
 /** The LLM endpoint a request calls (a POST whose path ends as one of {@link ENDPOINTS},

@@ -232,8 +232,24 @@ describe("tapFor", () => {
     expect(tapFor("/v1/messages", 200, [])).toBeNull();
     expect(tapFor("/v1/models", 200, stream)).toBeNull();
     expect(tapFor("/v1/responses", 400, stream)).toBeNull();
-    // Gemini's answers are read (new AnswerTap("gemini")), but no JS endpoint is Gemini's
-    expect(tapFor("/v1beta/models/g:streamGenerateContent", 200, stream)).toBeNull();
+    expect(tapFor("/v1beta/models/g:streamGenerateContent", 400, stream)).toBeNull();
+    expect(tapFor("/v1beta/models/g:countTokens", 200, stream)).toBeNull();
+  });
+
+  it("taps Gemini streams, as Python's tap_for: a receiver always, a sender from version 6 (SINCE)", () => {
+    // before, no JS endpoint was Gemini's: withToolRef, answering `Toolref-Edits: 6`, kept no
+    // Gemini answer, and a Python sender's edit naming one was refused every turn
+    const gemini = tapFor("/llm/gemini/v1beta/models/gemini-2.5-pro:streamGenerateContent", 200, stream);
+    expect(gemini).toBeInstanceOf(AnswerTap);
+    expect(tapFor("/v1beta/models/g:generateContent/", 200, stream)).toBeInstanceOf(AnswerTap);
+    const chunk = (parts: unknown[], finish?: string) =>
+      `data: ${JSON.stringify({ candidates: [{ content: { role: "model", parts }, ...(finish ? { finishReason: finish } : {}) }] })}\r\n\r\n`;
+    expect(gemini?.feed(bytes(chunk([{ text: "Reading é😀 " }]) + chunk([{ text: "now." }, { functionCall: { name: "read", args: { path: "a.py" } } }], "STOP")))).toBe(true);
+    expect(text(gemini?.answer ?? null)).toBe(
+      '{"role":"model","parts":[{"text":"Reading é😀 now."},{"functionCall":{"name":"read","args":{"path":"a.py"}}}]}',
+    );
+    expect(tapFor("/v1beta/models/g:streamGenerateContent", 200, stream, 5)).toBeNull();
+    expect(tapFor("/v1beta/models/g:streamGenerateContent", 200, stream, 6)).toBeInstanceOf(AnswerTap);
   });
 
   it("taps a Responses answer for a sender only where its receiver reads edits of version 6 (Python's SINCE)", () => {

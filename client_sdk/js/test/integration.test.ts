@@ -368,6 +368,62 @@ describe.skipIf(missing !== null)("withToolRef (a JS backend) against the Python
     expect(order).toEqual(["end", "end", "kept", "end", "kept"]);
   });
 
+  it("a Gemini conversation (streamGenerateContent): sent as edits, and each streamed answer kept for the next edit", async () => {
+    // Before, no JS endpoint was Gemini's: toolrefFetch sent these as they are, and
+    // withToolRef, answering `Toolref-Edits: 6` (Gemini answers kept), kept none, so a Python
+    // sender's edit naming the answer was refused (dictionary-mismatch) and resent every turn.
+    const parts = (turn: number) => [{ text: `Reading part ${turn} é😀` }, { functionCall: { name: "read", args: { path: `src/${turn}.py` } } }];
+    const frames = (turn: number) => {
+      const [text, call] = parts(turn);
+      const chunk = (content: unknown[], finish?: string) =>
+        `data: ${JSON.stringify({ candidates: [{ content: { role: "model", parts: content }, ...(finish ? { finishReason: finish } : {}) }] })}\r\n\r\n`;
+      return [chunk([text]), chunk([call], "STOP")];
+    };
+    const seen: string[] = [];
+    const paths: string[] = [];
+    let turn = 0;
+    const handler = async (request: Request): Promise<Response> => {
+      seen.push(await request.text());
+      paths.push(new URL(request.url).pathname + new URL(request.url).search);
+      const sent = frames(turn++);
+      return new Response(
+        new ReadableStream<Uint8Array>({
+          start(controller) {
+            for (const frame of sent) controller.enqueue(new TextEncoder().encode(frame));
+            controller.close();
+          },
+        }),
+        { headers: { "content-type": "text/event-stream" } },
+      );
+    };
+    const kept: { url: string; status: number; body: string }[] = [];
+    const registryFetch: typeof fetch = async (input, init) => {
+      const answer = await fetch(input, init);
+      if (init?.method === "PUT") kept.push({ url: String(input), status: answer.status, body: new TextDecoder().decode(init.body as Uint8Array) });
+      return answer;
+    };
+    const exchanges: ExchangeInfo[] = [];
+    const send = client(withToolRef(handler, { registry: reg.service.url, fetch: registryFetch }), exchanges);
+    const url = "http://backend.test/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse";
+    const contents: unknown[] = [{ role: "user", parts: [{ text: "Build it. " + "x".repeat(400) }] }];
+    const bodies: string[] = [];
+    for (let n = 0; n < 3; n++) {
+      bodies.push(JSON.stringify({ contents, generationConfig: { temperature: 0 } }));
+      const response = await send(url, { method: "POST", headers: { "content-type": "application/json", "x-goog-api-key": "AIza-k" }, body: bodies.at(-1)! });
+      expect(await response.text()).toBe(frames(n).join(""));
+      contents.push({ role: "model", parts: parts(n) }, { role: "user", parts: [{ functionResponse: { name: "read", response: { content: "ok ".repeat(200) } } }] });
+    }
+    expect(seen).toEqual(bodies); // the handler got the client's very bytes
+    expect(paths.every((path) => path === "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse")).toBe(true);
+    expect(exchanges.map((info) => info.edit)).toEqual([false, true, true]);
+    expect(exchanges.every((info) => !info.resent)).toBe(true); // on a Node with zstd, each edit names the answer
+    // Turns 2 and 3 were edits: each answer kept under the recipe the edit made, the bytes
+    // Python's tap makes of it (the model's content as Gemini CLI writes it back).
+    expect(kept.map((item) => item.url)).toEqual(exchanges.slice(1).map((info) => `${reg.service.url}/v1/answers/${info.historyRef}`));
+    expect(kept.every((item) => item.status === 204)).toBe(true);
+    expect(kept.map((item) => item.body)).toEqual([1, 2].map((n) => JSON.stringify({ role: "model", parts: parts(n) })));
+  });
+
   it("the handler's stream reaches the client as the handler writes it", async () => {
     const chat = jsChat(150);
     const exchanges: ExchangeInfo[] = [];

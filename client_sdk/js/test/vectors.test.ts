@@ -5,6 +5,7 @@ import {
   CanonicalizationError,
   canonicalJson,
   detect,
+  endpoint,
   fill,
   refOf,
   rewrite,
@@ -28,6 +29,7 @@ interface Vectors {
     optimized: unknown[];
     toolReferences: Record<string, string>;
   }[];
+  endpoints: { method: string; path: string; endpoint: { format: string; messagesKey: string } | null }[];
 }
 
 const vectors = JSON.parse(readFileSync(new URL("./vectors.json", import.meta.url), "utf8")) as Vectors;
@@ -80,6 +82,15 @@ describe("vectors from the Python SDK", () => {
       expect(refOf(item.invocation)).toBe(item.ref);
     });
   }
+
+  it("endpoints: the LLM endpoint of each request is Python's (Gemini's among them)", () => {
+    expect(vectors.endpoints.some((item) => item.endpoint?.format === "gemini")).toBe(true);
+    const found = vectors.endpoints.map((item) => {
+      const api = endpoint(item.method, item.path);
+      return { ...item, endpoint: api === null ? null : { format: api.format, messagesKey: api.messagesKey } };
+    });
+    expect(found).toEqual(vectors.endpoints);
+  });
 
   for (const item of vectors.conversations) {
     it(`conversation: ${item.name}`, () => {

@@ -62,21 +62,23 @@ import { sha256Async, toHex } from "../digest.js";
 import { join } from "./isolated.js";
 import { BOM, CR, DATA, DONE, EMPTY, LF } from "./pybytes.js";
 import { decode, equals, isBlank, joinLines, size, startsWith, stripBytes, utf8 } from "./pybytes.js";
-import { endpoint } from "../endpoints.js";
+import { endpoint, type Endpoint } from "../endpoints.js";
 import { GeminiAnswer, ResponsesAnswer, type ItemReader } from "./answerItems.js";
-import type { FormatName } from "../formats/index.js";
 import { PY_BLANK, Reader, dumps, indexOf, isFalsy, isZero, items, pyStrip, sortedKeys, type Json, type JsonObject } from "./pyjson.js";
 
 export const MAX_ANSWER = 256 << 10; // bytes of an answer's dictionary; a longer one is none
 export const MAX_STREAM = 8 << 20; // bytes of stream read for one; a longer stream gives none
 export const ID_LENGTH = 16; // hex digits of SHA-256 naming an answer (`answerId`)
-/** The formats whose answers are read: Anthropic Messages, OpenAI Chat Completions and OpenAI
- * Responses (and Gemini's, `new AnswerTap("gemini")`, answerItems.ts: no endpoint here is Gemini's). */
-export const ANSWER_FORMATS: ReadonlySet<FormatName> = new Set<FormatName>(["anthropic", "openai-chat", "openai-responses"]);
+/** The formats whose answers are read (Python's `FORMATS`): Anthropic Messages, OpenAI Chat
+ * Completions, OpenAI Responses and Gemini (answerItems.ts). */
+export const ANSWER_FORMATS: ReadonlySet<Endpoint["format"]> = new Set<Endpoint["format"]>(["anthropic", "openai-chat", "openai-responses", "gemini"]);
 /** The edits version from which a receiver keeps a format's answers (Python's `SINCE`): below
  * it a sender taps none of them (its dictionary would be bytes the receiver does not hold: a
  * `dictionary-mismatch` and a resend every turn). */
-export const ANSWER_SINCE: ReadonlyMap<FormatName, number> = new Map<FormatName, number>([["openai-responses", 6]]);
+export const ANSWER_SINCE: ReadonlyMap<Endpoint["format"], number> = new Map<Endpoint["format"], number>([
+  ["openai-responses", 6],
+  ["gemini", 6],
+]);
 const EVENT_STREAM = "text/event-stream";
 
 /** The name of an answer's bytes in an edit (`"a"`): hex of their SHA-256, cut. */

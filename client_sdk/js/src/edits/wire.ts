@@ -21,7 +21,7 @@ import { platformZstd } from "../zstd.js";
 
 export const MEDIA_TYPE = "application/vnd.toolref.edit";
 /** What this SDK writes by default, and the highest it writes (6: the receiver keeps the
- * answers of OpenAI Responses too, so the sender taps them, answer.ts `ANSWER_SINCE`, its edits
+ * answers of OpenAI Responses and Gemini too, so the sender taps them, answer.ts `ANSWER_SINCE`, its edits
  * written as version 5's; 5: records may be brotli streams where the platform has brotli,
  * isolated.ts; 4: a compact header, compact.ts; 3: the answer as dictionary and the long
  * window's runs, with zstd; a receiver of 2 gets version 2). */
