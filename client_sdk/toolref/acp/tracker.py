@@ -243,10 +243,11 @@ class ToolCallTracker:
         call = self._call(call_id)
         state = call.current  # changed in place: a copy would cost the whole call each time
         for change in changes:
-            change(state)
-            # A builder's change names its field; another may touch any.
+            # A builder's change names its field; another may touch any. Marked before it
+            # runs: one that raised midway has changed the state in place all the same.
             name = getattr(change, "field", None)
             call.dirty.update((name,) if name in ATTRIBUTES else ATTRIBUTES)
+            change(state)
         now = self._clock()
         if state.status in _FINAL:
             notes = self._send(call)

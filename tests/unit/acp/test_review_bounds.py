@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from toolref.acp import ToolCallTracker, ToolKind, locations_for, tool_kind
+from toolref.acp import ToolCallTracker, ToolKind, locations_for, text_content, tool_kind
+from toolref.acp.state import ToolCallState
 from toolref.streaming import CallStatus, ToolCall
 from toolref.wire.errors import AcpError
 
@@ -102,3 +103,23 @@ def test_a_model_line_outside_uint32_is_dropped_and_the_path_kept(
     ]
     make_tracker().start_call(complete("call_a", "read_file", arguments))
     assert sent[-1]["update"]["locations"] == [{"path": "/a.py"}]
+
+
+def test_a_change_that_raises_midway_still_reaches_the_client(
+    make_tracker: MakeTracker, sent: Sent
+) -> None:
+    """Found in review: the state is changed in place, and a change that raised after it
+    changed a field (a caller's own `Change`) left that field out of the ones to hash, so
+    the client never got what `state()` showed, not even with the call's final update."""
+    tracker = make_tracker()
+    tracker.start("call_1", "read")
+
+    def half_done(state: ToolCallState) -> None:
+        state.content.append(text_content("partial"))
+        raise ValueError("the caller's change failed")
+
+    with pytest.raises(ValueError, match="failed"):
+        tracker.apply("call_1", [half_done])
+    shown = tracker.state("call_1").content
+    tracker.update("call_1").status("completed").send()
+    assert sent[-1]["update"].get("content") == shown == [text_content("partial")]
