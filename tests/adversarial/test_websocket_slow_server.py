@@ -328,3 +328,34 @@ async def test_a_silent_channel_is_dropped_when_a_turn_times_out_on_it() -> None
     assert link.socket._writer.transport.is_closing()
     assert len(told) == 1, told
     assert "closed before any answer" in told[0]
+
+
+async def test_a_turn_timing_out_leaves_the_other_turns_on_a_silent_channel_their_own_wait() -> (
+    None
+):
+    """Two turns on one channel that hears nothing: the one with the shorter read timeout
+    fails `ReadTimeout` as over HTTP, and the other keeps its own wait (a model reasoning in
+    silence answers later; over HTTP that request would not fail early either); the channel
+    is dropped when the last turn in flight times out with nothing heard."""
+
+    async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(accept(await reader.readuntil(b"\r\n\r\n")))
+        while True:
+            await read_frame(reader)
+
+    async with serving(talk) as (port, upgrades):
+        transport = ChannelTransport(
+            Http(), f"http://127.0.0.1:{port}", None, connect_timeout=10, report=lambda _: None
+        )
+        short = asyncio.ensure_future(outcome(transport, turn(port, read=0.2)))
+        await asyncio.sleep(0)
+        long = asyncio.ensure_future(outcome(transport, turn(port, read=2.0)))
+        got = [await short]
+        link = transport._link
+        assert link is not None
+        assert not link.closed  # the other turn still waits on it
+        got.append(await long)
+        await transport.close_link()
+    assert got == [httpx.ReadTimeout, httpx.ReadTimeout]
+    assert link.closed
+    assert len(upgrades) == 1

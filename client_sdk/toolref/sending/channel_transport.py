@@ -263,6 +263,7 @@ class _Link:
         self.next = 0
         self.closed = False
         self.heard = 0  # answer frames come on it
+        self.waiting = 0  # turns waiting for a frame (`next_piece`)
         self.ours = False  # closed by its sender (idle, retired), not by a failure
         self.writing = asyncio.Lock()
         self.reader = asyncio.get_running_loop().create_task(self._read())
@@ -320,17 +321,21 @@ class _Link:
         self, queue: asyncio.Queue[frames.Answered], request: Any, wait: float | None
     ) -> frames.Answered:
         """A turn's next frame (`_next`); a read timeout with no frame come on the
-        channel meanwhile, for any turn, drops the channel (its turns fail, the next opens
-        a new one, or goes over HTTP: `failed`), as HTTP drops a connection a read timed
-        out on: a silent channel (a hung receiver, a connection a NAT dropped in use) was
-        kept, and every turn on it waited its read timeout, for ever."""
+        channel meanwhile, for any turn, drops the channel when no other turn waits on it
+        (the next turn opens a new one, or goes over HTTP: `failed`), as HTTP drops a
+        connection a read timed out on (a hung receiver, a connection a NAT dropped in use).
+        Another turn waiting keeps its own wait (a model reasoning in silence answers later):
+        the last to time out drops it."""
         before = self.heard
+        self.waiting += 1
         try:
             return await _next(queue, request, wait=wait)
         except _package(request).ReadTimeout:
-            if self.heard == before:
+            if self.heard == before and self.waiting == 1:
                 self.drop()
             raise
+        finally:
+            self.waiting -= 1
 
     def drop(self) -> None:
         """Drop the connection at once; the channel is closed from now (no turn is written
