@@ -1,9 +1,9 @@
 """Whether the gateway takes edits (`application/vnd.toolref.edit`), and of which version:
-asked once per start (`GET /v1/capabilities`, `"edits": 2`, the highest it reads; 1 for a
+asked once per start (`GET /v1/capabilities`, `"edits": 6`, the highest it reads; 1 for a
 gateway before size-guarded edits) and kept; a 415 to an edit says no as well. Until it is
 known (the gateway down at start, or answering 5xx or 429 while it rolls), a turn goes as
 it came, and the next asks again; so does one whose document is not read whole within
-`toolref.sending.refusals.PROBLEM_READ_S` and 64 KiB (its connection closed)."""
+`toolref.registry.bounded.PROBLEM_READ_S` and 64 KiB (its connection closed)."""
 
 from __future__ import annotations
 

@@ -14,14 +14,14 @@
  *   and fetch's own defaults (`user-agent`, `accept`, `accept-encoding`, `accept-language`);
  *   segment 0 never names a header that describes a hop (`host`, framing). The handler's answer
  *   is handed on unread (streams stay streams) with `Toolref-History` (the recipe kept),
- *   `Toolref-Edits: 5` and `Toolref-Savings`; a streamed answer of an LLM API is read as it
+ *   `Toolref-Edits: 6` and `Toolref-Savings`; a streamed answer of an LLM API is read as it
  *   passes and, once whole, kept by the registry (`PUT /v1/answers/{recipe}`) before its last
  *   piece goes on: the dictionary of the client's next edit (edits/answer.ts). A refusal
  *   the client resends on (409 missing-history or missing-pieces, 400 dictionary-mismatch)
  *   goes back to it as it is, the handler not called; any other refusal, and a registry that
  *   cannot be asked, is a 415 on which the client sends the request as it is.
  * - A request as it is with the offer (`Toolref-Edits`) goes to the handler; its answer
- *   is marked `Toolref-Edits: 5`, so the client sends edits from then on.
+ *   is marked `Toolref-Edits: 6`, so the client sends edits from then on.
  * - A protocol-2 request (`Toolref-Protocol: 2`, an older client): its `toolRef` markers are
  *   hydrated by the registry's `POST /v1/messages:hydrate`, each message spliced in as text in
  *   place of the client's own (all else the client's bytes, its whitespace too), as before;

@@ -12,7 +12,7 @@
  *
  *       new OpenAI({ baseURL: "http://gateway/llm/openai/v1", fetch: toolrefFetch() })
  *
- * Such a request goes as the app wrote it with `Toolref-Edits: 5` until the endpoint answers
+ * Such a request goes as the app wrote it with `Toolref-Edits: 6` until the endpoint answers
  * `Toolref-Edits`, then as an edit (`manager.ts`). The state (what the endpoint reads, the
  * recipes it confirmed) is shared per endpoint (`shared.ts`), so the one-liner written inline
  * in a component, called again on every render, still sends edits. Everything else goes
@@ -46,7 +46,7 @@ export interface ExchangeInfo {
   resent: boolean;
   /** Requests sent for it (1 unless resent). */
   attempts: number;
-  /** It went as an edit (false: as the app wrote it, with the offer `Toolref-Edits: 5`). */
+  /** It went as an edit (false: as the app wrote it, with the offer `Toolref-Edits: 6`). */
   edit: boolean;
   /** Segments of the request the receiver held already, sent by reference. */
   reused: number;

@@ -1,7 +1,7 @@
 /**
  * `ToolReferenceManager`: one endpoint's sender (docs/js.md, "What is sent"; the wire contract
  * of issue 38). Until the receiver answered `Toolref-Edits`, a request goes as it is, the exact
- * bytes the app gave, with the offer `Toolref-Edits: 5`; once it did, every request goes as an
+ * bytes the app gave, with the offer `Toolref-Edits: 6`; once it did, every request goes as an
  * edit of version min(N, 5) through the manager's `Editor` (edits/editor.ts): the first of a
  * conversation with no base, the later ones against the recipe the receiver confirmed with
  * `Toolref-History` (a first one not worth an edit, `notWorthAnEdit`: smaller as it is, and no
@@ -126,7 +126,7 @@ const STORE_DOWN = problemType("store-unavailable");
 export class ToolReferenceManager {
   readonly messagesKey: string;
   readonly editor: Editor;
-  /** The edit version the receiver reads (its `Toolref-Edits`, at most 2); 0 until it said. */
+  /** The edit version the receiver reads (its `Toolref-Edits`, at most `VERSION`); 0 until it said. */
   edits = 0;
   /** After a 415 to an edit (the receiver cannot apply one now), requests go as they are
    * until `pausedUntil` (Date.now ms): 1 s after a first 415, doubled after each further one,
