@@ -46,6 +46,7 @@ from tests.support.processes import Process, Service, clean_env
 
 from loadtests import soak_report
 from loadtests.report import replace_region
+from loadtests.soak_items import ITEM_APIS
 from loadtests.soak_memory import MIB, Growth, Limit, Sample, Sampler, growth
 from loadtests.soak_traffic import Tally, Targets, Traffic
 from toolref_server.embedded import free_port
@@ -112,6 +113,7 @@ def processes(scratch: Path, options: Options) -> Iterator[dict[str, Process]]:
             TOOLREF_EDIT_REFRESH_SECONDS=ttl,
             TOOLREF_VERIFIED_CHARS=cache,
             TOOLREF_EDIT_CACHE_BYTES=cache,  # every turn comes as an edit
+            TOOLREF_ANSWER_CACHE_BYTES=cache,  # each streamed answer, the next edit's dictionary
         )
         stack.callback(service.stop)
         port = free_port()
@@ -137,6 +139,7 @@ class Result:
     growths: list[Growth]
     tally: Tally
     logged: dict[str, list[str]]  # process -> its error lines
+    notes: tuple[str, ...] = ()  # what the gateway counted (not judged)
 
     def problems(self) -> list[str]:
         limit = self.options.limit
@@ -170,10 +173,13 @@ def soak(options: Options) -> Result:
     ):
         targets = Targets(started["service"].url, started["relay"].url, started["backend"].url, KEY)
 
+        notes: list[str] = []
+
         async def drive() -> None:
             traffic = Traffic(targets, salt, tally, turns=options.turns)
             try:
                 await traffic.run(phases, options.in_flight)
+                notes.extend(await counted(traffic))
             finally:
                 await traffic.aclose()
 
@@ -182,7 +188,24 @@ def soak(options: Options) -> Result:
             asyncio.run(drive())
         logged = {name: error_lines(p.output()) for name, p in started.items()}
     samples = sampler.samples
-    return Result(options, samples, growth(samples, options.warmup), tally, logged)
+    return Result(options, samples, growth(samples, options.warmup), tally, logged, tuple(notes))
+
+
+async def counted(traffic: Traffic) -> list[str]:
+    """The gateway's edits by outcome (its /metrics, on loopback), and what the relay said
+    the Responses and Gemini turns after the first of each conversation cost (their
+    `Toolref-Savings`: the answer dictionary at work makes them small)."""
+    answer = await traffic.service.get("/metrics")
+    edits = re.findall(r'^toolref_edits_total\{outcome="([^"]+)"\} (\S+)$', answer.text, re.M)
+    found = ["gateway edits: " + ", ".join(f"{o} {float(n):,.0f}" for o, n in edits)]
+    saved = traffic.item_conversations.savings
+    for api in ITEM_APIS:
+        raw, wire, turns = (saved[f"{api} {k}"] for k in ("raw", "wire", "turns"))
+        ratio = raw / wire if wire else 0.0
+        found.append(
+            f"{api} turns after the first: {turns:,}, {raw:,} B as {wire:,} B ({ratio:.1f}x)"
+        )
+    return found
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     if docs:
         replace_region(DOCS / "benchmarks.md", "soak", text)
     print(text)
+    for note in result.notes:
+        print(f"soak: {note}", file=sys.stderr)
     for problem in result.problems():
         print(f"soak: FAIL {problem}", file=sys.stderr)
     if not result.problems():

@@ -12,8 +12,13 @@ may change between phases):
 - the gateway: an agent's turn (Anthropic Messages or OpenAI Chat, streamed every other
   turn, its body identity, zstd or gzip as agents send them) to `toolref relay`, which
   sends it on to the service's `/llm/fake/...` and the fake provider;
+- the gateway's answer taps: OpenAI Responses and Gemini conversations through the relay
+  (`loadtests/soak_items.py`), every turn streamed, each answer written back as the next
+  turn's history as Codex CLI and Gemini CLI do, so that the relay's and the gateway's
+  answers are the dictionaries of the next edits (issue 39);
 - clients going away: a body cut off half way (to the service, the relay and the
-  backend, zstd), and a stream read to its first bytes and dropped (relay and backend);
+  backend, zstd), and a stream read to its first bytes and dropped (relay: a Responses or
+  Gemini stream every other time; and backend);
 - edits meant to make the gateway build far more than it was sent (issue 37): a few KB
   keeping a held base hundreds of times over, empty inline segments, a header line nested
   past the parser, no ops; each refused at once (413 or 400), or it fails the run.
@@ -39,6 +44,8 @@ import httpx
 import zstandard
 
 import toolref
+from loadtests.soak_items import GEMINI, HEADERS, ITEM_APIS, PATHS, RESPONSES, ItemConversations
+from loadtests.soak_items import events as sse_events
 from loadtests.workload import TOOL_SCHEMA, anthropic, cuts, invocation, synthetic
 from toolref.edits.edit import Inline, Keep
 from toolref.edits.recipe import entry_of, recipe_ref
@@ -49,13 +56,14 @@ from toolref.wire.encoding import JSON_TYPE, MSGPACK_TYPE, packb, unpackb
 REST, MIDDLEWARE, GATEWAY = "rest", "middleware", "gateway"
 CUT_REQUEST, CUT_STREAM = "disconnect mid-request", "disconnect mid-stream"
 EDIT_ATTACK: Final = "edit attack"
+SAVINGS: Final = "toolref-savings"  # the relay's answer header: raw=, wire=
 EDIT_ATTACKS: Final = ("amplify", "empty segments", "nested header", "no ops")
 # One round of actions, 20 of them: what each slot starts.
 SCHEDULE: Final = (
     "register", "middleware", "gateway", "findMissing", "optimize",
-    "resolve", "gateway", "middleware", "register", CUT_REQUEST,
+    "resolve", RESPONSES, "middleware", "register", CUT_REQUEST,
     "summary", "middleware", "gateway", "findMissing", "optimize",
-    EDIT_ATTACK, "gateway", "middleware", "resolve", CUT_STREAM,
+    EDIT_ATTACK, GEMINI, "middleware", "resolve", CUT_STREAM,
 )  # fmt: skip
 CODINGS: Final = ("identity", "zstd", "gzip")
 AGENT_TOOLS: Final = {
@@ -164,6 +172,7 @@ class Traffic:
         self.rest = Conversations(f"{salt}-rest", width, turns)
         self.sdk_conversations = Conversations(f"{salt}-sdk", width, turns)
         self.agent_conversations = Conversations(f"{salt}-agent", width, turns)
+        self.item_conversations = ItemConversations(f"{salt}-items", width, turns)
         self._counts: Counter[str] = Counter()
         timeout = httpx.Timeout(60, connect=10)
         auth = {"Authorization": f"Bearer {targets.key}", "Toolref-Protocol": "2"}
@@ -212,6 +221,8 @@ class Traffic:
             "optimize": lambda: self.rest.turn(self.optimize_hydrate),
             "middleware": lambda: self.sdk_conversations.turn(self.middleware_turn),
             "gateway": lambda: self.agent_conversations.turn(self.gateway_turn),
+            RESPONSES: lambda: self.item_turn(RESPONSES),
+            GEMINI: lambda: self.item_turn(GEMINI),
             CUT_REQUEST: self.cut_request,
             CUT_STREAM: self.cut_stream,
             EDIT_ATTACK: self.edit_attack,
@@ -310,6 +321,34 @@ class Traffic:
         end = _ENDS[api] if json.loads(raw)["stream"] else None
         await self._read_whole(self.agent, GATEWAY, path, content=content, headers=headers, end=end)
 
+    async def item_turn(self, api: str) -> None:
+        """A Responses or Gemini agent's turn to the relay (streamed; its body identity,
+        zstd or gzip), the answer read and written back (`soak_items`)."""
+        at, conversation = self.item_conversations.slot(api)
+        async with conversation.lock:
+            ok = False
+            try:
+                raw = conversation.body()
+                coding = CODINGS[self._nth("item body") % 3]
+                headers = {"Content-Type": JSON_TYPE, **HEADERS[api]}
+                if coding != "identity":
+                    headers["Content-Encoding"] = coding
+                self.tally.bodies[f"{coding} (agent)"] += 1
+                content = compress(raw, coding)
+                async with self.agent.stream(
+                    "POST", PATHS[api], content=content, headers=headers
+                ) as answer:
+                    data = b"".join([chunk async for chunk in answer.aiter_bytes()])
+                self.tally.requests[f"{GATEWAY} {api} stream"] += 1
+                if answer.status_code != 200:
+                    raise Failed(f"HTTP {answer.status_code}: {data[:120]!r}")
+                if conversation.turn:  # the first turn has no answer before it
+                    self.item_conversations.saved(api, answer.headers.get(SAVINGS))
+                conversation.answered(sse_events(data))
+                ok = True
+            finally:
+                self.item_conversations.finished(api, at, conversation, ok)
+
     async def _read_whole(
         self,
         client: httpx.AsyncClient,
@@ -391,8 +430,13 @@ class Traffic:
     async def cut_stream(self) -> None:
         """A streamed answer read to its first bytes, then the connection dropped: from the
         relay (the gateway's stream) and from the backend (through the SDK), in turn."""
-        where = (GATEWAY, MIDDLEWARE)[self._nth(CUT_STREAM) % 2]
-        if where == GATEWAY:
+        n = self._nth(CUT_STREAM)
+        where = (GATEWAY, MIDDLEWARE)[n % 2]
+        if where == GATEWAY and n // 2 % 2 == 1:  # a Responses or Gemini stream
+            api = ITEM_APIS[n // 4 % 2]
+            raw, path = self.item_conversations.peek(api), PATHS[api]
+            client, headers = self.agent, {"Content-Type": JSON_TYPE, **HEADERS[api]}
+        elif where == GATEWAY:
             history, _ = self.agent_conversations.peek()
             api, raw = self._agent_body(history, 0)  # turn 0: streamed
             client, path = self.agent, f"/llm/fake{_PATHS[api]}"

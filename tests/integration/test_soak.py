@@ -42,6 +42,7 @@ def test_a_short_soak_sends_every_kind_of_request_and_none_fails() -> None:
     assert result.logged == {name: [] for name in ("service", "relay", "backend", "provider")}
     rest = {f"rest {k}" for k in ("register", "findMissing", "resolve", "summary", "optimize")}
     answered = {"gateway", "gateway stream", "middleware", "middleware stream", "rest hydrate"}
+    answered |= {"gateway responses stream", "gateway gemini stream"}  # answers written back
     cut = {f"{CUT_REQUEST} ({w})" for w in ("rest", "gateway", "middleware")}
     cut |= {f"{CUT_STREAM} ({w})" for w in ("gateway", "middleware")}
     attacks = {f"{EDIT_ATTACK} ({kind})" for kind in EDIT_ATTACKS}
