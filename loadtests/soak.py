@@ -118,7 +118,10 @@ def processes(scratch: Path, options: Options) -> Iterator[dict[str, Process]]:
         stack.callback(service.stop)
         port = free_port()
         relay = Process(  # /metrics needs this start's control token: 401 says it is up
-            relay_command(service.url, port), f"http://127.0.0.1:{port}", "/metrics",
+            # its recipes per credential bounded low, as the service's caches: full and
+            # evicting within warm-up (at 64, a short run judged them still filling)
+            [*relay_command(service.url, port), "--max-recipes", "16"],
+            f"http://127.0.0.1:{port}", "/metrics",
             clean_env(TOOLREF_KEY=KEY), ready_status=401,
         )  # fmt: skip
         stack.callback(relay.stop)
