@@ -373,9 +373,16 @@ export class ToolReferenceManager {
   /** The edit version an answer says its receiver reads, if it says one: 1-3 ASCII digits,
    * at least 1 (`4.0`, `0x4`, `+4`, `1e0` say nothing), as Python's `Sender._told` reads it. */
   private learn(response: Response): void {
-    const said = (response.headers.get(EDITS_HEADER) ?? "").trim();
-    if (/^[0-9]{1,3}$/.test(said) && Number(said) >= 1) this.edits = Math.min(Number(said), VERSION);
+    const said = editsSaid(response);
+    if (said !== null && said >= 1) this.edits = Math.min(said, VERSION);
   }
+}
+
+/** The edits version an answer's `Toolref-Edits` says (1-3 ASCII digits, as Python's
+ * `edits_said` reads it); null when it says none. */
+function editsSaid(response: Response): number | null {
+  const said = (response.headers.get(EDITS_HEADER) ?? "").trim();
+  return /^[0-9]{1,3}$/.test(said) ? Number(said) : null;
 }
 
 /** `response`, its streamed answer read as it passes on (edits/answer.ts `tapFor`): told to
@@ -384,8 +391,8 @@ export class ToolReferenceManager {
  * the answer says (`Toolref-Edits`: the receiver that streamed it, a replica of 5 among
  * others of 6, kept what one of 5 keeps), as Python's `read_answer`. */
 export function readAnswer(response: Response, path: string, answered: (answer: Uint8Array | null) => void, version: number): Response {
-  const said = (response.headers.get(EDITS_HEADER) ?? "").trim();
-  const told = /^[0-9]{1,3}$/.test(said) ? Math.min(version, Number(said)) : version;
+  const said = editsSaid(response);
+  const told = said !== null ? Math.min(version, said) : version;
   const tap = response.body !== null ? tapFor(path, response.status, response.headers, told) : null;
   if (tap === null || response.body === null) return response;
   const tapped = response.body.pipeThrough(

@@ -141,6 +141,13 @@ def problem_of(response: httpx.Response) -> dict[str, Any] | None:
 Answered = Callable[[bytes | None], None]
 
 
+def edits_said(response: Any) -> int | None:
+    """The edits version an answer's `Toolref-Edits` says: 1-3 ASCII digits (`isdigit`
+    alone takes `²`, which `int` refuses), as JS's manager reads it; None when it says none."""
+    said = response.headers.get(EDITS_HEADER, "").strip()
+    return int(said) if said.isascii() and said.isdigit() and len(said) < 4 else None
+
+
 def read_answer(response: Any, path: str, answered: Answered, version: int) -> None:
     """`response` (httpx's or httpx2's) read as it passes on to the app
     (`toolref.edits.answer.tap_for`): its answer told to `answered` once whole (the receiver
@@ -150,9 +157,8 @@ def read_answer(response: Any, path: str, answered: Answered, version: int) -> N
     replica of 5 among others of 6 (rolling, or rolled back), kept what a receiver of 5
     keeps. An answer already read is read at once; one that cannot be an answer, not at
     all. O(answer)."""
-    said = response.headers.get(EDITS_HEADER, "").strip()
-    if said.isascii() and said.isdigit() and len(said) < 4:  # as `Sender._told` reads it
-        version = min(version, int(said))
+    said = edits_said(response)
+    version = version if said is None else min(version, said)
     tap = tap_for(path, response.status_code, response.headers.multi_items(), version)
     if tap is None:
         return

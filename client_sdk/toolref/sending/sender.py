@@ -44,7 +44,7 @@ from toolref.asgi.hops import decoded, end_to_end, on_the_wire
 from toolref.edits import wire
 from toolref.kit.lru import LRU
 from toolref.registry.exchange import Exchange
-from toolref.sending.answers import problem_of, read_answer, store_down
+from toolref.sending.answers import edits_said, problem_of, read_answer, store_down
 from toolref.sending.editor import Edit, Editor, as_it_came_bytes, not_worth_an_edit
 from toolref.sending.pause import Pause
 from toolref.sending.savings import Savings
@@ -174,10 +174,9 @@ class Sender:
 
     def _told(self, target: str, response: httpx.Response) -> None:
         """Learn from an answer whether its endpoint reads edits, and of which version."""
-        said = response.headers.get(EDITS_HEADER, "").strip()
-        # 1-3 ASCII digits (`isdigit` alone takes `²`, which `int` refuses), as JS reads it
-        if said.isascii() and said.isdigit() and len(said) < 4 and int(said) >= min(wire.VERSIONS):
-            self.reads.put(target, min(int(said), max(wire.VERSIONS)))
+        said = edits_said(response)
+        if said is not None and said >= min(wire.VERSIONS):
+            self.reads.put(target, min(said, max(wire.VERSIONS)))
 
     def _next(self, edit: Edit, response: httpx.Response) -> Edit | None:
         if response.status_code not in (400, 409):
