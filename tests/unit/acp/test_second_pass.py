@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator, FormatChecker
 
+from tests.conftest import need
 from tests.unit.acp.conformance import SCHEMA_PATH, check
 from toolref.acp import ToolCallTracker, location, text_content
 from toolref.wire.errors import AcpError
@@ -40,8 +41,8 @@ SETTINGS = settings(
 
 @cache
 def _validator(definition: str) -> Draft202012Validator:
-    if not SCHEMA_PATH.exists():  # never skip: the oracle is the point of these tests
-        pytest.fail(f"the ACP v1 schema is needed at {SCHEMA_PATH}")
+    if not SCHEMA_PATH.exists():  # the oracle of these tests: failed under CI=true
+        need(f"the official ACP v1 schema at {SCHEMA_PATH} (../shared is absent)")
     schema = json.loads(SCHEMA_PATH.read_text())
     return Draft202012Validator(
         {"$schema": schema["$schema"], "$defs": schema["$defs"], "$ref": f"#/$defs/{definition}"},
