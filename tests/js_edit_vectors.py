@@ -675,6 +675,24 @@ def _windowed_cases() -> list[tuple[str, Spec]]:
                 ]
             ),
         ),
+        (
+            "OpenAI Responses hosted tools' items: a web or tool search the model's, no output",
+            _compact(
+                [
+                    ('{"messages":[{"type":"message","role":"user","content":"go"},', 1),
+                    ('{"type":"web_search_call","status":"completed","action":', 1),
+                    ('{"type":"search","query":"q"}},', 1),
+                    ('{"type":"mcp_call","name":"read","output":', 1),
+                    *_text([(code, 1)]),
+                    ('},{"type":"tool_search_call","call_id":"t","arguments":{}},', 1),
+                    ('{"type":"tool_search_output","call_id":"t","tools":[]},', 1),
+                    ('{"type":"file_search_call","results":[]},', 1),
+                    ('{"type":"code_interpreter_call","outputs":[]},', 1),
+                    ('{"type":"image_generation_call","result":"aVZC"},', 1),
+                    ('{"type":"mcp_list_tools","tools":[]}]}', 1),
+                ]
+            ),
+        ),
     ]
 
 

@@ -9,7 +9,10 @@ missing-pieces and a 400 dictionary-mismatch are resent (at most three times, th
 everything inline) before the agent sees anything; the answer the gateway gives after that
 goes back to the agent as it arrives. A body that is not one JSON object in UTF-8 is not
 sent as an edit (`NOT_AN_EDIT`), nor is anything after a gateway answers 415 to the media
-type (`UNSUPPORTED`): the caller sends it as it came. Nor is a turn the gateway answers
+type (`UNSUPPORTED`): the caller sends it as it came. An edit refused 400 `malformed-body`
+(`UNREADABLE`: a gateway rolled back to a version that does not read its bytes) goes as it
+came too, and the relay relearns the version (`capabilities`); each answer's
+`Toolref-Edits` is learnt as well. Nor is a turn the gateway answers
 503 `store-unavailable` (its store down, the turn's base not held by the process that got
 it: `STORE_DOWN`): it goes as it came at once, which the gateway forwards without its
 store, and so do the turns after it until `link.paused` is over (1 s, doubled while the
@@ -42,6 +45,7 @@ from toolref.asgi.hops import Pairs, end_to_end, on_the_wire, without_toolref
 from toolref.asgi.workers import Workers
 from toolref.registry.bounded import aread_problem
 from toolref.sending.answers import (
+    edits_said,
     may_be_store_down,
     may_resend,
     problem_of,
@@ -51,6 +55,7 @@ from toolref.sending.answers import (
 from toolref.sending.editor import Edit, stands_alone
 from toolref.sending.editor import not_worth_an_edit as not_worth
 from toolref.wire.endpoints import endpoint
+from toolref.wire.errors import PROBLEM_BASE, MalformedBodyError
 from toolref.wire.headers import HISTORY_HEADER
 
 from .calls import Call, Meter, wire_size
@@ -63,7 +68,8 @@ if TYPE_CHECKING:
 NOT_AN_EDIT: Final = "not-an-edit"
 UNSUPPORTED: Final = "unsupported"
 STORE_DOWN: Final = "store-unavailable"  # the gateway's 503 problem's slug
-Declined = Literal["not-an-edit", "unsupported", "store-unavailable"]
+UNREADABLE: Final = "unreadable"  # 400 malformed-body: a gateway reading an older version
+Declined = Literal["not-an-edit", "unsupported", "store-unavailable", "unreadable"]
 
 
 async def as_edit(
@@ -89,7 +95,7 @@ async def as_edit(
     if not link.paused.over(time.monotonic()) or not await link.takes_edits():
         return None
     seen = link.paused.begun  # turns refused together are one outage (`Pause.refused`)
-    client.editor.version = link.capabilities.version  # the highest the gateway reads
+    version = client.editor.version = link.capabilities.version  # what the gateway reads
     extra = toolref_headers(config.key, moved, config.context_editing)
     plain = None  # a switched turn is rewritten by the gateway: an edit, whatever its size
     if as_sent and not moved:
@@ -128,6 +134,20 @@ async def as_edit(
             "go as they came from now on"
         )
         return None
+    if answer == UNREADABLE:
+        lower = link.capabilities.unreadable(version)
+        if not lower:  # no older version to write: the relay's own fault, edits paused
+            link.paused.refused(time.monotonic(), seen)
+        link.report(
+            f"toolref relay: the gateway {config.gateway} refused an edit of version "
+            f"{version} as malformed (400); the turn goes as it came, and "
+            + (
+                "the relay asks the gateway which version it reads (rolled back?)"
+                if lower
+                else f"requests go as they came for {link.paused.length:g} s"
+            )
+        )
+        return None
     if answer == STORE_DOWN:
         link.paused.refused(time.monotonic(), seen)
         link.report(
@@ -137,6 +157,7 @@ async def as_edit(
         return None
     if answer == NOT_AN_EDIT:
         return None
+    link.capabilities.said(edits_said(answer))  # a replica of another version, rolled
     link.paused.answered()
     return answer
 
@@ -220,12 +241,23 @@ async def _answered(
         if following is not None:
             await response.aclose()
             return following
+        if _unreadable(response):
+            await response.aclose()
+            return UNREADABLE
     async with client.lock:  # may wait for another turn's preparing: a cancel point
         kept = editor.confirm(edit, response.headers.get(HISTORY_HEADER))  # O(entries)
     if kept:
         answered = partial(client.answered, edit.ref)
         read_answer(response, request.url.path, answered, editor.version)
     return response
+
+
+def _unreadable(response: httpx.Response) -> bool:
+    """`response` (its problem read) is the gateway's 400 `malformed-body` to an edit: a
+    gateway that does not read the version its bytes are written in."""
+    problem = problem_of(response) if HISTORY_HEADER not in response.headers else None
+    malformed = PROBLEM_BASE + MalformedBodyError.slug
+    return response.status_code == 400 and problem is not None and problem.get("type") == malformed
 
 
 async def _shielded(work: Awaitable[None]) -> None:

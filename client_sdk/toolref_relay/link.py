@@ -67,7 +67,7 @@ class GatewayLink:
         return timeouts if call is None else {**timeouts, **call.exact(url)}
 
     async def takes_edits(self) -> bool:
-        """Whether the gateway takes edits (asked once per start; `capabilities`), its
+        """Whether the gateway takes edits (asked at start and relearnt; `capabilities`), its
         version then in `self.capabilities.version`."""
 
         async def ask() -> httpx.Response:

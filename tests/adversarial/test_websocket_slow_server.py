@@ -22,6 +22,7 @@ from typing import Any, Final
 import httpx
 import pytest
 
+from toolref.sending.backoff import Backoff
 from toolref.sending.channel_transport import ChannelTransport
 from toolref.websocket.client import Message
 from toolref.websocket.driver import Refusal, Unreachable, connect
@@ -212,6 +213,20 @@ async def test_an_upgrade_answered_without_end_is_unreachable_within_the_timeout
             )
 
 
+async def test_an_upgrade_answer_with_an_oversized_head_says_so_its_limit_and_the_fix() -> None:
+    """A 101 whose head runs past h11's 16 KiB (a proxy adding long cookies or tokens):
+    before, `Unreachable("the connection ended during the upgrade (Bad HTTP message)")`,
+    which sent the reader looking for a dropped connection; now it says the head was too
+    large, the limit, and what to change."""
+    async with serving(endless_headers) as (port, _):
+        with pytest.raises(Unreachable) as raised:
+            await connect(f"ws://127.0.0.1:{port}/x", max_message=100, connect_timeout=10)
+    said = str(raised.value)
+    assert "ended during the upgrade" not in said
+    assert "head over 16384 bytes" in said
+    assert "fewer or shorter headers" in said
+
+
 async def test_the_connection_and_the_upgrade_share_one_connect_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -359,3 +374,60 @@ async def test_a_turn_timing_out_leaves_the_other_turns_on_a_silent_channel_thei
     assert got == [httpx.ReadTimeout, httpx.ReadTimeout]
     assert link.closed
     assert len(upgrades) == 1
+
+
+async def test_a_receiver_that_always_breaks_channels_is_tried_ever_more_rarely() -> None:
+    """A receiver that accepts every upgrade and drops the connection as the turn comes
+    (each turn on such a channel fails: it may have been acted on, so it is not resent over
+    HTTP): before, a channel was tried again every 30 s for ever, a failed turn each time;
+    now the wait doubles after each such channel (with jitter, drawn here at its top), up
+    to `longest_retry_seconds`. The clock and the draw are the test's."""
+
+    async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(accept(await reader.readuntil(b"\r\n\r\n")))
+        await read_frame(reader)
+        writer.transport.abort()
+
+    now = [1000.0]
+    told: list[str] = []
+    async with serving(talk) as (port, upgrades):
+        inner = Http()
+        transport = ChannelTransport(
+            inner,
+            f"http://127.0.0.1:{port}",
+            None,
+            connect_timeout=10,
+            report=told.append,
+            retry_seconds=30,
+            longest_retry_seconds=100,
+            clock=lambda: now[0],
+            random=lambda: 1.0,
+        )
+        got = []
+        for wait in (30, 60, 100, 100):
+            got.append(await outcome(transport, turn(port)))  # opens a channel: it breaks
+            got.append(await outcome(transport, turn(port)))  # over HTTP: the wait begins
+            now[0] += wait - 1
+            got.append(await outcome(transport, turn(port)))  # still over HTTP
+            now[0] += 1
+        await transport.close_link()
+    assert got == [httpx.RemoteProtocolError, b"over http", b"over http"] * 4
+    assert len(upgrades) == 4
+    assert [line.rsplit(" ", 1)[-1] for line in told] == ["30s", "60s", "100s", "100s"]
+
+
+def test_the_channel_s_back_off_draws_its_jitter_and_starts_again_after_a_healthy_channel() -> None:
+    """Each wait is drawn between half and all of the doubled one; a channel that lived
+    `healthy` seconds with answers on it starts the count again, a shorter one does not."""
+    draws = iter([0.0, 1.0, 0.5, 0.0])
+    backoff = Backoff(10, 1000, healthy=300, random=lambda: next(draws))
+    assert [backoff.failed(0), backoff.failed(0), backoff.failed(0)] == [5.0, 20.0, 30.0]
+    assert not backoff.over(29.9)
+    assert backoff.over(30)
+    backoff.lived(299)
+    assert backoff.failures == 3
+    backoff.lived(300)
+    assert backoff.failed(100) == 5.0
+    assert backoff.until == 105.0
+    with pytest.raises(ValueError, match="longest_retry_seconds"):
+        Backoff(30, 10)

@@ -354,7 +354,7 @@ async def test_a_turn_past_the_bound_is_answered_busy_and_the_sender_sends_it_ov
     await task
 
     class Link:  # a channel whose receiver is that busy
-        closed, streams, used = False, dict[int, Any](), 0.0
+        closed, streams, used, opened, heard = False, dict[int, Any](), 0.0, 0.0, 0
 
         async def send(self, request: httpx.Request) -> httpx.Response:
             return httpx.Response(503, headers=[frames.BUSY], request=request)
@@ -489,7 +489,7 @@ async def test_a_request_past_the_frame_limit_and_a_closed_channel_go_over_http(
     was written (nothing was sent)."""
 
     class Closed:  # a channel that closed while the turn waited to be written
-        closed, streams, used = False, dict[int, Any](), 0.0
+        closed, streams, used, opened, heard = False, dict[int, Any](), 0.0, 0.0, 0
 
         async def send(self, request: httpx.Request) -> httpx.Response:
             raise channel_transport._Unsent("the channel closed")
@@ -571,6 +571,7 @@ async def test_the_relay_counts_a_channel_turn_as_its_frame_and_a_busy_one_twice
 
     class Link:  # a channel carrying each turn as a frame of 40 bytes, or busy
         closed, streams, used, busy = False, dict[int, Any](), 0.0, False
+        opened, heard = 0.0, 0
 
         async def send(self, request: httpx.Request) -> httpx.Response:
             status, headers = (503, [frames.BUSY]) if self.busy else (200, [])

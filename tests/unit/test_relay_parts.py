@@ -549,3 +549,28 @@ async def test_an_answer_whose_head_the_agent_never_took_is_closed() -> None:
     with pytest.raises(asyncio.CancelledError):
         await relay_answer(send, response)
     assert closed == [True]
+
+
+def test_a_gateway_that_refused_an_edit_is_asked_again_later() -> None:
+    """A 415 turned edits off for the whole start (a gateway rolled back, then forward
+    again, got every turn as it came until the relay restarted); now its capabilities are
+    asked again `RECENT` seconds later, and edits resume when they say so."""
+    from toolref_relay.capabilities import RECENT
+
+    asked: list[int] = []
+
+    async def ask() -> httpx.Response:
+        asked.append(1)
+        return httpx.Response(200, content=json.dumps({"edits": 4}).encode())
+
+    now = [50.0]
+    found = Capabilities()
+    found.clock = lambda: now[0]
+    found.refused()
+    assert asyncio.run(found.edits(ask)) is False
+    now[0] += RECENT - 1
+    assert asyncio.run(found.edits(ask)) is False
+    assert asked == []
+    now[0] += 1
+    assert asyncio.run(found.edits(ask)) is True
+    assert (asked, found.version) == ([1], 4)

@@ -129,7 +129,8 @@ export class ToolReferenceManager {
   /** The edit version the receiver reads (its `Toolref-Edits`, at most `VERSION`); 0 until it said. */
   edits = 0;
   /** After a 415 to an edit (the receiver cannot apply one now), requests go as they are
-   * until `pausedUntil` (Date.now ms): 1 s after a first 415, doubled after each further one,
+   * until `pausedUntil` (`performance.now()` ms: a monotonic clock, so a wall clock set back
+   * cannot stretch a pause): 1 s after a first 415, doubled after each further one,
    * at most 30 s, reset once an edit is answered (as `toolref.sending.pause`). */
   pausedUntil = 0;
   pauseMs = 0;
@@ -221,13 +222,13 @@ export class ToolReferenceManager {
       this.learn(response);
       return sent(response, null);
     };
-    if (this.bare || this.edits === 0 || Date.now() < this.pausedUntil) return plain();
+    if (this.bare || this.edits === 0 || performance.now() < this.pausedUntil) return plain();
     this.editor.version = this.edits;
     let edit = await this.editor.prepare(pairs, data, this.messagesKey, cut);
     // Read again after the await: while the edit was made (hashing, compressing), another
     // request may have found the endpoint paused or reading no edits; this one is not sent
     // as an edit already known to be refused.
-    if (edit === null || this.bare || this.edits === 0 || Date.now() < this.pausedUntil) return plain();
+    if (edit === null || this.bare || this.edits === 0 || performance.now() < this.pausedUntil) return plain();
     // A tiny first turn: smaller as it is, and no later turn's base (Python's `Sender` alike).
     if (notWorthAnEdit(edit, asItCameBytes(edit, [[EDITS_HEADER, String(VERSION)]]))) return plain();
     for (;;) {
@@ -367,7 +368,7 @@ export class ToolReferenceManager {
     if (pauses !== this.pauses) return;
     this.pauses += 1;
     this.pauseMs = Math.min(Math.max(this.pauseMs * 2, FIRST_PAUSE_MS), LONGEST_PAUSE_MS);
-    this.pausedUntil = Date.now() + this.pauseMs;
+    this.pausedUntil = performance.now() + this.pauseMs;
   }
 
   /** The edit version an answer says its receiver reads, if it says one: 1-3 ASCII digits,

@@ -145,7 +145,7 @@ describe("a receiver refusing edits while several are in flight (docs/js.md, the
     const manager = new ToolReferenceManager();
     const send = toolrefFetch({ fetch: gate.fetch, manager });
     let now = 1_000_000;
-    vi.spyOn(Date, "now").mockImplementation(() => now);
+    vi.spyOn(performance, "now").mockImplementation(() => now);
     await (await post(send, body(99, 1))).text();
     const answers = [0, 1, 2, 3].map((id) => post(send, body(id, 1)));
     await gate.waitFor(4);
@@ -163,6 +163,31 @@ describe("a receiver refusing edits while several are in flight (docs/js.md, the
     expect(manager.pausedUntil - now).toBe(2000);
   });
 
+  it("a pause ends on the monotonic clock: a wall clock set back an hour meanwhile does not stretch it", async () => {
+    const receiver = new Receiver();
+    const gate = holding(receiver);
+    const manager = new ToolReferenceManager();
+    const send = toolrefFetch({ fetch: gate.fetch, manager });
+    let wall = 1_700_000_000_000;
+    let now = 1_000_000;
+    vi.spyOn(Date, "now").mockImplementation(() => wall);
+    vi.spyOn(performance, "now").mockImplementation(() => now);
+    await (await post(send, body(99, 1))).text();
+    gate.state.refusal = REGISTRY_DOWN;
+    gate.state.open = true;
+    expect((await post(send, body(0, 1))).status).toBe(200); // refused, sent as it is: paused 1 s
+    expect(gate.state.kinds.slice(-2)).toEqual(["edit", "as it is"]);
+    now += 500; // within the pause: as it is
+    expect((await post(send, body(0, 2))).status).toBe(200);
+    expect(gate.state.kinds.at(-1)).toBe("as it is");
+    // The system clock is set back an hour (NTP, a user); a second passes on the monotonic one.
+    wall -= 3_600_000;
+    now += 600;
+    gate.state.refusal = null;
+    expect((await post(send, body(0, 3))).status).toBe(200);
+    expect(gate.state.kinds.at(-1)).toBe("edit"); // before: paused for an hour more
+  });
+
   it("an edit still being prepared when its endpoint was paused goes as it is, not as an edit refused again", async () => {
     const receiver = new Receiver();
     const gate = holding(receiver);
@@ -170,7 +195,7 @@ describe("a receiver refusing edits while several are in flight (docs/js.md, the
     const exchanges: ExchangeInfo[] = [];
     const send = toolrefFetch({ fetch: gate.fetch, manager, onExchange: (info) => exchanges.push(info) });
     const now = 1_000_000;
-    vi.spyOn(Date, "now").mockImplementation(() => now);
+    vi.spyOn(performance, "now").mockImplementation(() => now);
     await (await post(send, body(99, 1))).text();
     // The second request's edit is held in the making (a long conversation's hashing).
     const prepare = manager.editor.prepare.bind(manager.editor);

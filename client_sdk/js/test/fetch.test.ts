@@ -141,7 +141,7 @@ describe("negotiation and edits", () => {
     const exchanges: ExchangeInfo[] = [];
     const send = toolrefFetch({ fetch: receiver.fetch, onExchange: (info) => exchanges.push(info) });
     let now = 1_000_000;
-    const clock = vi.spyOn(Date, "now").mockImplementation(() => now);
+    const clock = vi.spyOn(performance, "now").mockImplementation(() => now);
     try {
       await converse(send, 2);
       receiver.refuses = true;

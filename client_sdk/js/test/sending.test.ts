@@ -166,7 +166,7 @@ describe("parity with Python's Sender (the review of SDK sending parity)", () =>
   async function run(refusal: () => Response, manager: ToolReferenceManager): Promise<string[]> {
     const { state, fetch } = rollingBack();
     let now = 1_000_000;
-    const clock = vi.spyOn(Date, "now").mockImplementation(() => now);
+    const clock = vi.spyOn(performance, "now").mockImplementation(() => now);
     try {
       const send = toolrefFetch({ fetch, manager });
       for (const turns of [1, 2]) await (await send(URL_, { method: "POST", headers: HEADERS, body: body(turns) })).text();

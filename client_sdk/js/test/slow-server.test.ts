@@ -240,3 +240,33 @@ describe("the SDK's reads leave nothing behind", () => {
     expect(removed.mock.calls.map((call) => call[1])).toEqual(added.mock.calls.map((call) => call[1]));
   });
 });
+
+describe("a body that inflates past the bound (a compression bomb)", () => {
+  // fetch undoes Content-Encoding itself, a chunk at a time as the reader pulls (16 KiB each
+  // in Node's): the SDK's reads count decoded bytes, so 64 KiB of gzip that inflates to
+  // 64 MiB is over `MAX_PROBLEM_BYTES` (and a registry's `maxAnswerBytes`) after a few
+  // chunks, not held whole. Reading it with `arrayBuffer()` or `text()` would fail this.
+  async function bomb(): Promise<string> {
+    const { gzipSync } = await import("node:zlib");
+    const body = gzipSync(Buffer.alloc(64 << 20));
+    expect(body.length).toBeLessThan(64 << 10); // within the bound as it comes
+    const server = createServer((_, response) => {
+      const head = { "content-type": "application/problem+json", "content-encoding": "gzip" };
+      response.writeHead(409, { ...head, "content-length": String(body.length) });
+      response.end(body);
+    });
+    servers.push(server);
+    await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
+  }
+
+  it("a refusal's problem is handed on unread, and a registry's answer is over its bound", async () => {
+    const url = await bomb();
+    const { whole, response } = await readProblem(await fetch(url));
+    expect(whole).toBeNull();
+    await response.body?.cancel();
+    const { readAll, TooLargeError } = await import("../src/compression.js");
+    const answer = await fetch(url);
+    await expect(readAll(answer.body!, 1 << 20)).rejects.toBeInstanceOf(TooLargeError);
+  });
+});

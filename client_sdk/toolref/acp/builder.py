@@ -35,14 +35,37 @@ class FieldChange:
 
 def clean(item: Any) -> dict[str, Any]:
     """A deep copy of a content item or location without null members (v1 reads null as
-    "no change", and an item's optional members are simply left out)."""
+    "no change", and an item's optional members are simply left out), but for what a
+    `_meta` holds: opaque to ACP ("MUST NOT make assumptions about values"), so carried as
+    given, nulls included. `AcpError` when any of it has no JSON form: taken, it would be
+    the call's state, and every later update of the call would fail. One walk and one
+    JSON check of the item: linear in its size."""
     if not isinstance(item, Mapping):
         raise AcpError(
             f"a content item or location is a {type(item).__name__} ({item!r:.60}), not an "
             "object; make content items with text_content(...), diff_content(...) or "
             "terminal_content(...), locations with location(path, line) (toolref.acp)"
         )
-    return {k: _clean_value(v) for k, v in item.items() if v is not None}
+    out = _clean_mapping(item)
+    checked_json("a content item or location", out)
+    return out
+
+
+def _clean_mapping(item: Mapping[Any, Any]) -> dict[str, Any]:
+    return {
+        k: (_carried(v) if k == "_meta" else _clean_value(v))
+        for k, v in item.items()
+        if v is not None
+    }
+
+
+def _carried(value: Any) -> Any:
+    """A deep copy of `value` as given (nulls kept): later changes by the caller do not leak."""
+    if isinstance(value, Mapping):
+        return {k: _carried(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_carried(v) for v in value]
+    return value
 
 
 def item_list(name: str, items: Any) -> list[Any]:
@@ -59,7 +82,7 @@ def item_list(name: str, items: Any) -> list[Any]:
 
 def _clean_value(value: Any) -> Any:
     if isinstance(value, Mapping):
-        return clean(value)
+        return _clean_mapping(value)
     if isinstance(value, list):
         return [_clean_value(v) for v in value]
     return value

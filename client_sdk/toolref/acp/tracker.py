@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
+import heapq
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from toolref.acp.builder import Change, UpdateBuilder, as_status, checked_json, clean, item_list
@@ -25,6 +29,8 @@ Notification = dict[str, Any]
 _FINAL = frozenset((ToolCallStatus.COMPLETED, ToolCallStatus.FAILED))
 _COLLECTIONS = frozenset(("content", "locations"))
 KEEP_FINISHED = 256  # finished calls whose state a tracker keeps, by default
+MAX_RUNNING = 1024  # calls a tracker holds running at once, by default
+_Held = tuple[float, int, str]  # (held since, hold number, call id): one entry of `_due`
 
 
 def _digest(value: Any) -> bytes:
@@ -59,6 +65,7 @@ class _Call:
     current: ToolCallState
     sent: dict[str, bytes] = field(default_factory=dict)  # ACP field -> digest the client has
     held_since: float | None = None  # set while an update waits to coalesce
+    held_seq: int = 0  # the number of that hold: which `_due` entry is the live one
     # ACP field -> (digest, member bytes) of its current value, but for the `dirty` ones:
     # a send hashes only the fields changed since the last, O(their size), not the call's.
     known: dict[str, tuple[bytes, int]] = field(default_factory=dict)
@@ -102,6 +109,12 @@ class ToolCallTracker:
     those, so a later update raises `AcpError`. The tracker then keeps only its state (for
     `state()`), and only of the last `keep_finished` finished calls: memory is bounded by
     the calls still running, however long the session.
+
+    Bounds: at most `max_running` calls running at once (default 1024; a `start` past it
+    raises `AcpError`), `keep_finished` finished ones (default 256). The duplicate check
+    sees only those: an id finished and forgotten may be announced again, and clients then
+    reset the call they show for it. `due()` and `flush()` cost the updates held, not the
+    calls running; a repeat of what a finished call shows costs the fields it names.
     """
 
     def __init__(
@@ -114,6 +127,7 @@ class ToolCallTracker:
         clock: Callable[[], float] = time.monotonic,
         kinds: Mapping[str, ToolKind | str] | None = None,
         keep_finished: int = KEEP_FINISHED,
+        max_running: int = MAX_RUNNING,
     ) -> None:
         if isinstance(window, bool) or not isinstance(window, (int, float)):
             raise AcpError(
@@ -136,6 +150,17 @@ class ToolCallTracker:
                 f"keep_finished {keep_finished!r} is not a count; give 0 or more finished "
                 "calls to keep"
             )
+        if type(max_running) is not int or max_running < 1:
+            raise AcpError(
+                f"max_running {max_running!r} is not a count; give 1 or more calls to hold "
+                f"running at once (default {MAX_RUNNING})"
+            )
+        if type(full_objects) is not bool:
+            raise AcpError(
+                f"full_objects {full_objects!r} is not a bool; give True or False: True for "
+                "clients that expect every update as the whole call, False (the default) to "
+                "send only what changed"
+            )
         self.session_id = session_id
         self.window = window
         self.full_objects = full_objects
@@ -143,8 +168,15 @@ class ToolCallTracker:
         self._clock = clock
         self._kinds = checked_kinds(kinds) if kinds is not None else None
         self._calls: dict[str, _Call] = {}  # the calls not yet finished
-        self._finished: dict[str, ToolCallState] = {}  # the last ones finished, oldest first
+        # The last ones finished, oldest first: an OrderedDict, as dropping the oldest of a
+        # plain dict rescans the slots freed at its front (O(keep_finished) per drop).
+        self._finished: OrderedDict[str, ToolCallState] = OrderedDict()
         self.keep_finished = keep_finished
+        self.max_running = max_running
+        # A heap of held updates by time held, checked against their call when popped
+        # (stale once sent or finished); rebuilt when over 2 * running + 64 entries.
+        self._due: list[_Held] = []
+        self._holds = 0
         self._plan: bytes | None = None
         self.bytes_sent = 0  # compact JSON bytes of the `update` objects sent
         self.bytes_full = 0  # what sending every update as the full object would have cost
@@ -177,11 +209,23 @@ class ToolCallTracker:
                 f"tool call {call_id!r} needs a non-empty title; clients show it as the label",
                 toolCallId=call_id,
             )
+        status = as_status(status)
+        if status not in _FINAL and len(self._calls) >= self.max_running:
+            raise AcpError(
+                f"tool call {call_id!r} would be running call {len(self._calls) + 1}, over "
+                f"max_running={self.max_running}: each call is kept until its completed or "
+                "failed status goes out, so send one as each call ends (a call left running "
+                "is held for the whole session), or give ToolCallTracker(max_running=...) a "
+                "larger limit",
+                toolCallId=call_id,
+                limit="max_running",
+                maximum=self.max_running,
+            )
         state = ToolCallState(
             id=call_id,
             title=title,
             kind=as_kind(kind),
-            status=as_status(status),
+            status=status,
             content=[checked_content(clean(item)) for item in item_list("content", content)],
             locations=[checked_location(clean(item)) for item in item_list("locations", locations)],
             # later changes by the caller must not leak
@@ -256,28 +300,34 @@ class ToolCallTracker:
         if self.window <= 0:
             return self._send(call)
         if call.held_since is None:
-            call.held_since = now
+            self._hold(call, now)
             return []
         if now - call.held_since >= self.window:
             return self._send(call)
         return []
 
     def due(self) -> list[Notification]:
-        """Send held updates whose coalescing window has passed (call it from your loop)."""
+        """Send held updates whose coalescing window has passed (call it from your loop),
+        oldest held first. O((d + s) log h): the d due and s stale entries of the h in the
+        heap, which holds at most 2 * running + 64; calls not due are not looked at."""
         now = self._clock()
-        return [
-            note
-            for call in self._calls.values()
-            if call.held_since is not None and now - call.held_since >= self.window
-            for note in self._send(call)
-        ]
+        notes: list[Notification] = []
+        while self._due and now - self._due[0][0] >= self.window:
+            notes.extend(self._send_held(heapq.heappop(self._due)))
+        return notes
 
     def flush(self, call_id: str | None = None) -> list[Notification]:
-        """Send held updates now: of one call, or of every call (a finished call holds none)."""
-        if call_id is not None and call_id in self._finished:
-            return []
-        calls = [self._call(call_id)] if call_id is not None else list(self._calls.values())
-        return [note for call in calls if call.held_since is not None for note in self._send(call)]
+        """Send held updates now: of one call, or of every call, oldest held first (a
+        finished call holds none). Of every call: O(h log h), h the heap's entries."""
+        if call_id is not None:
+            if call_id in self._finished:
+                return []
+            call = self._call(call_id)
+            return self._send(call) if call.held_since is not None else []
+        notes: list[Notification] = []
+        while self._due:
+            notes.extend(self._send_held(heapq.heappop(self._due)))
+        return notes
 
     def state(self, call_id: str) -> ToolCallState:
         """The call's current state (including changes still held for coalescing); of a
@@ -312,12 +362,24 @@ class ToolCallTracker:
     def _refuse_after_finish(
         self, finished: ToolCallState, changes: Iterable[Change]
     ) -> list[Notification]:
-        """Nothing for a repeat of what a finished call shows; `AcpError` for a change."""
-        state = finished.copy()
+        """Nothing for a repeat of what a finished call shows; `AcpError` for a change.
+        Builder changes cost the fields they name (read and hashed, never copied deep):
+        they replace a field or extend a list, and that list is a fresh one here."""
+        changes = list(changes)
+        named = {getattr(change, "field", None) for change in changes}
+        names = {name for name in named if isinstance(name, str) and name in ATTRIBUTES}
+        if len(names) == len(named):
+            state = dataclasses.replace(finished)  # shares the values: O(1)
+            for name in names & _COLLECTIONS:
+                attr = ATTRIBUTES[name]
+                setattr(state, attr, list(getattr(finished, attr)))
+        else:  # a change of another kind may touch anything
+            state, names = finished.copy(), set(ATTRIBUTES)
         for change in changes:
             change(state)
-        before, after = finished.fields(), state.fields()
-        changed = [name for name in after if _digest(after[name]) != _digest(before.get(name))]
+        changed = [
+            name for name in FIELDS.values() if name in names and _differs(finished, state, name)
+        ]
         if not changed:
             return []
         raise AcpError(
@@ -347,7 +409,37 @@ class ToolCallTracker:
             return
         self._finished[call_id] = call.current
         while len(self._finished) > self.keep_finished:
-            del self._finished[next(iter(self._finished))]
+            self._finished.popitem(last=False)  # O(1)
+
+    def _hold(self, call: _Call, now: float) -> None:
+        """Hold the call's update from `now`, and index it for `due()`: O(log h). Stale
+        entries are dropped when they outnumber the live (at most one per running call):
+        O(h) then, after h / 2 holds at least, so O(1) a hold amortized."""
+        self._holds += 1
+        call.held_since, call.held_seq = now, self._holds
+        heapq.heappush(self._due, (now, self._holds, call.current.id))
+        if len(self._due) > 2 * len(self._calls) + 64:
+            self._due = [entry for entry in self._due if self._held(entry) is not None]
+            heapq.heapify(self._due)
+
+    def _held(self, entry: _Held) -> _Call | None:
+        """The call an entry of `_due` stands for, while it still holds that update."""
+        call = self._calls.get(entry[2])
+        if call is None or call.held_since is None or call.held_seq != entry[1]:
+            return None  # sent since, or finished
+        return call
+
+    def _send_held(self, entry: _Held) -> list[Notification]:
+        """Send the update an entry of `_due` stands for, if still held; one the sink
+        refused stays held, so its entry goes back."""
+        call = self._held(entry)
+        if call is None:
+            return []
+        try:
+            return self._send(call)
+        except BaseException:
+            heapq.heappush(self._due, entry)
+            raise
 
     def _send(self, call: _Call) -> list[Notification]:
         """Send what the client lacks: O(the changed fields' size), or O(the call's) with
@@ -379,6 +471,15 @@ class ToolCallTracker:
         self.bytes_full += full_size
         self.notifications += 1
         return note
+
+
+def _differs(before: ToolCallState, after: ToolCallState, name: str) -> bool:
+    """Whether one field's value differs: by identity first, else by digest (a read)."""
+    old, new = (getattr(state, ATTRIBUTES[name]) for state in (before, after))
+    if old is new:
+        return False
+    old, new = (v.value if isinstance(v, StrEnum) else v for v in (old, new))
+    return _digest(old) != _digest(new)
 
 
 def jsonrpc(notification: Notification) -> dict[str, Any]:

@@ -55,7 +55,10 @@ ANSWER_ROLES: Final = frozenset({"assistant", "model"})
 # item's own `type` member): the model's too, as a `message` item of an `ANSWER_ROLES` role
 # is. Such items (`Scan.items`) are a Responses answer's output, written back in order: the
 # run of them renders it (`editor._rendering`). Tool outputs (`function_call_output`, ...)
-# are none of them.
+# are none of them, nor a hosted tool's item holding its output (`mcp_call`,
+# `file_search_call`, `code_interpreter_call`, `image_generation_call`, `mcp_list_tools`);
+# a web search (`web_search_call`: the model's query, as Codex writes it back) and a tool
+# search's call (`tool_search_call`) are the model's, as a call is.
 MODEL_ITEMS: Final = frozenset(
     {
         "reasoning",
@@ -65,6 +68,8 @@ MODEL_ITEMS: Final = frozenset(
         "shell_call",
         "apply_patch_call",
         "computer_call",
+        "web_search_call",
+        "tool_search_call",
     }
 )
 # A message's members listing its blocks (Anthropic's `content`, Gemini's `parts`), and what

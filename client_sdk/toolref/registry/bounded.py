@@ -3,7 +3,9 @@ its pace: a problem a sender reads to decide what it does next (`read_problem`: 
 stream past `MAX_PROBLEM_BYTES` or `PROBLEM_READ_S`, every byte it had kept), and an answer
 read whole to be understood (`read_within`: the registry client's, the relay's start check,
 `toolref doctor`; None past its bounds, the connection closed). A body that trickles or
-never ends costs neither memory nor a hang. On `httpx.Response`s and `httpx2`'s
+never ends costs neither memory nor a hang. The bytes are counted as they came and as
+they decode (`Content-Encoding`, `toolref.registry.decoded`): a small body that inflates
+past the bound is over it too, stopped before httpx decodes it. On `httpx.Response`s and `httpx2`'s
 (`toolref.registry.packages`). One home: the registry client and every sender read through
 it."""
 
@@ -16,9 +18,12 @@ from typing import Any, Final
 
 import httpx
 
+from toolref.registry.decoded import Decoded
 from toolref.registry.packages import NOT_READ, AsyncByteStream2, SyncByteStream2
 
-MAX_PROBLEM_BYTES: Final = 64 * 1024  # a problem document toolref writes is < 2 KiB
+# A problem document toolref writes is < 2 KiB. Counted as it came and as it decodes
+# (`Content-Encoding`, `toolref.registry.decoded`): a small gzip bomb is over it too.
+MAX_PROBLEM_BYTES: Final = 64 * 1024
 # The longest the SDK reads one refusal's body to tell what it is, in seconds, the whole read
 # whatever its pace (JS's `PROBLEM_READ_MS`): past it the body is handed on as it comes, or
 # closed when the exchange drops it. Async: exactly this; sync: checked between two reads,
@@ -39,11 +44,12 @@ def read_problem(response: Any, within: float | None = None, most: int | None = 
     late = time.monotonic() + (PROBLEM_READ_S if within is None else within)
     pieces: list[bytes] = []
     size = 0  # a running total: a stream of tiny pieces costs one step each
+    decoded = Decoded(response.headers, most)  # what httpx's read would decode it to
     rest: Iterator[bytes] = iter(response.stream)
     for piece in rest:
         pieces.append(piece)
         size += len(piece)
-        if size > most or time.monotonic() >= late:
+        if size > most or not decoded.feed(piece) or time.monotonic() >= late:
             break
     else:
         response.stream = _Replayed(pieces, iter(()), response.stream)
@@ -65,10 +71,11 @@ async def aread_problem(
     late = loop.time() + (PROBLEM_READ_S if within is None else within)
     pieces: list[bytes] = []
     size = 0
+    decoded = Decoded(response.headers, most)
     rest: AsyncIterator[bytes] = aiter(response.stream)
     pending: asyncio.Future[bytes | None] | None = None
     try:
-        while size <= most:
+        while size <= most and not decoded.over:
             pending = asyncio.ensure_future(_piece(rest))
             await asyncio.wait((pending,), timeout=max(late - loop.time(), 0))
             if not pending.done():
@@ -81,6 +88,7 @@ async def aread_problem(
                 return
             pieces.append(piece)
             size += len(piece)
+            decoded.feed(piece)
     except BaseException:
         await _cancelled(pending)
         raise

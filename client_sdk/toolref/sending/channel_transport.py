@@ -9,24 +9,24 @@ Only the requests `rides` picks and whose body is whole ride the channel (turns 
 edits); one still streaming (a pass-through) goes over HTTP. The channel opens on the first
 such request (`GET {base}{path}`, `/v1/channel` by default, upgraded; the key, when given,
 and the opening request's `credentials` headers at the upgrade) and serves every turn
-after it, concurrently, each answer streamed back as it comes. A receiver
-that refuses the upgrade (an older one, a backend without a channel, a proxy that does not
-pass WebSockets) or cannot be reached leaves the sender on HTTP for `retry_seconds`, then it
-tries again; a channel that closes fails the turns in flight on it (as a broken connection
-would: the client retries) and the next turn opens a new one, as does a turn after the
-channel sat idle `IDLE_SECONDS`; one that takes no frame within a turn's write timeout
-(a receiver that reads nothing) is dropped, the turn failing `WriteTimeout` as over HTTP,
-and so is one whose answer frame does not read (a text message included), and one on
-which a turn's read timeout passed with no frame come for any turn (`ReadTimeout`: a hung
-receiver, a connection a NAT dropped in use). A channel that closed or was dropped before
-any answer frame came on it (a proxy that passes the upgrade and drops what follows)
-counts as one that cannot be had: HTTP for `retry_seconds`, said once, not an upgrade and
-a failed turn for every turn. Memory: one
+after it, concurrently, each answer streamed back as it comes. A receiver that refuses the
+upgrade (an older one, a backend without a channel, a proxy that does not pass WebSockets)
+or cannot be reached leaves the sender on HTTP for `retry_seconds`, then it tries again
+(each failure in a row doubling the wait: `toolref.sending.backoff`); a channel that closes
+fails the turns in flight on it (as a broken connection would: the client retries) and the
+next turn opens a new one, as does a turn after the channel sat idle `IDLE_SECONDS`; one
+that takes no frame within a turn's write timeout (a receiver that reads nothing) is
+dropped, the turn failing `WriteTimeout` as over HTTP, and so is one whose answer frame does
+not read (a text message included), and one on which a turn's read timeout passed with no
+frame come for any turn (`ReadTimeout`: a hung receiver, a connection a NAT dropped in use).
+A channel that closed or was dropped before any answer frame came on it (a proxy that passes
+the upgrade and drops what follows) counts as one that cannot be had: HTTP for the
+back-off's wait, said once, not an upgrade and a failed turn for every turn. Memory: one
 queue per turn in flight, holding the pieces of its answer not yet read: at most
 `frames.WINDOW` bytes where the receiver keeps windows (the gateway and `ToolRefMiddleware`
-keep them: the sender grants a turn's bytes back as its caller reads them, so an answer
-left unread waits at the receiver, and one sent past its window drops the channel as a
-receiver that does not speak it); an older receiver's answers are held as they come.
+keep them: the sender grants a turn's bytes back as its caller reads them, so an answer left
+unread waits at the receiver, and one sent past its window drops the channel as a receiver
+that does not speak it); an older receiver's answers are held as they come.
 
 Requests and answers of either httpx package (`toolref.registry.packages`): an answer is of
 its request's package, and so is what is raised.
@@ -48,6 +48,7 @@ from typing import Any, Final
 import httpx
 
 from toolref.registry.packages import AsyncBaseTransport2, AsyncByteStream2, packages_of
+from toolref.sending.backoff import LONGEST, Backoff
 from toolref.websocket import channel as frames
 from toolref.websocket.client import Closed
 from toolref.websocket.driver import Refusal, Socket, Unreachable, connect
@@ -75,10 +76,10 @@ _GONE: Final = frames.Answered(-1, frames.BROKEN, b"the channel closed")
 
 class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
     """See the module docstring. `inner`: the transport to the receiver (and everything
-    else); `base`: the receiver's origin (its channel at `base` + `path`); `rides`:
-    which requests to it take the channel (default: every POST); `credentials`: headers of
-    the request that opens the channel repeated on its upgrade; `report`: told when the
-    channel cannot be had."""
+    else); `base`: the receiver's origin (its channel at `base` + `path`); `rides`: which
+    requests to it take the channel (default: every POST); `credentials`: headers of the
+    request that opens the channel repeated on its upgrade; `report`: told when the channel
+    cannot be had; `longest_retry_seconds`: the back-off's cap; `random`: its jitter."""
 
     def __init__(
         self,
@@ -92,7 +93,9 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         rides: Callable[[Any], bool] = lambda request: True,
         credentials: tuple[str, ...] = (),
         retry_seconds: float = 30.0,
+        longest_retry_seconds: float = LONGEST,
         clock: Callable[[], float] = time.monotonic,
+        random: Callable[[], float] | None = None,
     ) -> None:
         self.inner = inner
         self.base = base.rstrip("/")
@@ -102,10 +105,9 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         self.key = key
         self.connect_timeout = connect_timeout
         self.report = report
-        self.retry_seconds = retry_seconds
+        self.backoff = Backoff(retry_seconds, longest_retry_seconds, random=random)
         self.clock = clock
         self._link: _Link | None = None
-        self._retry_at = 0.0
         self._opening = asyncio.Lock()
         self._retired = False  # closed by its owner: no channel is opened again
 
@@ -151,12 +153,12 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
 
     async def _open(self, request: Any) -> _Link | None:
         link = self._link
+        self.backoff.lived(link.used - link.opened if link is not None and link.heard else 0)
         if link is not None and link.closed and link.failed:  # as one that cannot be had
-            self._link = None
-            self._retry_at = self.clock() + self.retry_seconds
+            self._link, wait = None, self.backoff.failed(self.clock())
             self.report(
                 f"toolref: the channel to {self.base} closed before any answer came on it; "
-                f"turns go over HTTP, the channel is tried again in {self.retry_seconds:g}s"
+                f"turns go over HTTP, the channel is tried again in {wait:.0f}s"
             )
             return None
         idle = link is not None and not link.streams and self.clock() - link.used > IDLE_SECONDS
@@ -165,12 +167,12 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         if self._link is not None and not self._link.closed:
             self._link.used = self.clock()
             return self._link
-        if self._retired or self.clock() < self._retry_at:
+        if self._retired or not self.backoff.over(self.clock()):
             return None
         async with self._opening:  # one open at a time; those waiting see how it went
             if self._link is not None and not self._link.closed:
                 return self._link
-            if self._retired or self.clock() < self._retry_at:
+            if self._retired or not self.backoff.over(self.clock()):
                 return None
             headers = [(frames.WINDOW_HEADER, str(frames.WINDOW))]  # windows, asked for
             headers += [(KEY_HEADER, self.key)] if self.key else []
@@ -186,10 +188,10 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
                     ssl=_tls() if self.url.startswith("https:") else None,
                 )
             except (Unreachable, Refusal, OSError, ValueError) as exc:
-                self._retry_at = self.clock() + self.retry_seconds
+                wait = self.backoff.failed(self.clock())
                 self.report(
                     f"toolref: no channel to {self.base} ({_why(exc)}); turns go over "
-                    f"HTTP, the channel is tried again in {self.retry_seconds:g}s"
+                    f"HTTP, the channel is tried again in {wait:.0f}s"
                 )
                 return None
             if self._retired:  # closed while it connected: nothing would ever close this one
@@ -255,7 +257,7 @@ class _Link:
     def __init__(self, socket: Socket, clock: Callable[[], float]) -> None:
         self.socket = socket
         self.clock = clock
-        self.used = clock()  # when a turn last went out on it, or a frame came
+        self.used = self.opened = clock()  # used: a turn last went out, or a frame came
         self.sender = frames.Sender()
         self.window = frames.window_kept(socket.accepted.headers)  # None: an older receiver
         self.later: set[asyncio.Task[None]] = set()  # cancel and credit frames on their way

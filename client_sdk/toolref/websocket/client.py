@@ -46,6 +46,7 @@ ABNORMAL: Final = 1006  # the connection ended without a close frame (never sent
 TOO_LARGE: Final = 1009
 REASON_BYTES: Final = 123  # a close frame's payload is 125 bytes: the code, then the reason
 MAX_REFUSAL: Final = 64 * 1024  # bytes kept of a refused upgrade's body
+MAX_HEAD: Final = 16 * 1024  # bytes of the upgrade's answer's head (h11's, under wsproto)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,7 @@ class Client:
         self._refused: RejectConnection | None = None
         self._refusal = bytearray()
         self.closed: Closed | None = None
+        self.head_too_large = False  # the upgrade's answer's head ran past `MAX_HEAD`
         self.pong_room = sys.maxsize  # bytes of pongs `outgoing` may still take
 
     # --- what to send ---------------------------------------------------------------------
@@ -165,6 +167,9 @@ class Client:
             self._ws.receive_data(data if data else None)
         except RemoteProtocolError as exc:
             hint = exc.event_hint
+            cause = exc.__context__  # h11's, in the handshake: 431 says its head limit
+            if getattr(cause, "error_status_hint", None) == 431:
+                self.head_too_large = True
             if isinstance(hint, CloseConnection):
                 self._out += self._ws.send(hint)
                 return self._end(Closed(hint.code, close_reason(str(exc)), by_us=True))

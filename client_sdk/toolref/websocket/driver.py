@@ -26,7 +26,16 @@ from collections.abc import Sequence
 from typing import Final
 from urllib.parse import urlsplit
 
-from toolref.websocket.client import ABNORMAL, Accepted, Client, Closed, Event, Message, Refused
+from toolref.websocket.client import (
+    ABNORMAL,
+    MAX_HEAD,
+    Accepted,
+    Client,
+    Closed,
+    Event,
+    Message,
+    Refused,
+)
 
 READ: Final = 64 * 1024  # bytes read from the socket at a time
 CLOSE_TIMEOUT: Final = 5.0  # seconds a closing write may wait on a peer that reads nothing
@@ -127,6 +136,13 @@ class Socket:
                 return
             if isinstance(event, Refused):
                 raise Refusal(event)
+            if isinstance(event, Closed) and self.client.head_too_large:
+                raise Unreachable(
+                    f"the answer to the upgrade has a head over {MAX_HEAD} bytes, the most "
+                    "this client reads; have the receiver (or a proxy before it) send fewer or "
+                    "shorter headers on its 101 (long cookies, tokens), or send over HTTP "
+                    "(the relay's --no-channel)"
+                )
             if isinstance(event, Closed):
                 raise Unreachable(f"the connection ended during the upgrade ({event.reason})")
 

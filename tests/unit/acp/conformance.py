@@ -61,6 +61,8 @@ def _no_nulls(value: Any, where: str) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             if key not in ("rawInput", "rawOutput"):  # any JSON, nested nulls included
+                if key == "_meta" and item is not None:
+                    continue  # opaque: carried as given, nulls inside included
                 _no_nulls(item, f"{where}.{key}")
     elif isinstance(value, list):
         for n, item in enumerate(value):

@@ -37,6 +37,8 @@ MODEL_TYPES: Final = frozenset(
         "shell_call",
         "apply_patch_call",
         "computer_call",
+        "web_search_call",
+        "tool_search_call",
     }
 )
 INSTRUCTIONS: Final = "You are a coding agent running in a terminal. Be precise. " * 12

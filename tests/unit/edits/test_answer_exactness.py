@@ -64,8 +64,12 @@ encrypted = st.one_of(
 def responses_item(draw: st.DrawFn, n: int) -> dict[str, Any]:
     """One output item of the model's, as the server streams it (with its id)."""
     kind = draw(
-        st.sampled_from(["reasoning", "message", "function_call", "custom_tool_call", "shell"])
+        st.sampled_from(
+            ["reasoning", "message", "function_call", "custom_tool_call", "shell", "hosted"]
+        )
     )
+    if kind == "hosted":
+        return draw(hosted_item(n))
     if kind == "reasoning":
         summary = [{"type": "summary_text", "text": draw(texts)}]
         item: dict[str, Any] = {"id": f"rs_{n}", "type": "reasoning", "summary": summary}
@@ -114,6 +118,37 @@ def responses_item(draw: st.DrawFn, n: int) -> dict[str, Any]:
     }
 
 
+@st.composite
+def hosted_item(draw: st.DrawFn, n: int) -> dict[str, Any]:
+    """An item of a tool the provider runs: a web search (the model's query), or one
+    holding the tool's output (an MCP call's, a file search's results, an interpreter's
+    logs, an image), as streamed."""
+    kind = draw(
+        st.sampled_from(
+            ["web_search_call", "mcp_call", "file_search_call", "code_interpreter_call",
+             "image_generation_call"]
+        )
+    )  # fmt: skip
+    said = draw(long_texts)
+    if kind == "web_search_call":
+        action = draw(
+            st.sampled_from(
+                [{"type": "search", "query": said, "sources": [{"type": "url", "url": said}]},
+                 {"type": "open_page", "url": "https://x.test/" + said},
+                 {"type": "find_in_page", "url": "https://x.test", "pattern": said}]
+            )
+        )  # fmt: skip
+        return {"id": f"ws_{n}", "type": kind, "status": "completed", "action": action}
+    made: dict[str, Any] = {"id": f"h_{n}", "type": kind, "status": "completed"}
+    if kind == "mcp_call":
+        return made | {"server_label": "docs", "name": "read", "arguments": "{}", "output": said}
+    if kind == "file_search_call":
+        return made | {"queries": [draw(texts)], "results": [{"file_id": "f", "text": said}]}
+    if kind == "code_interpreter_call":
+        return made | {"code": "print(1)", "outputs": [{"type": "logs", "logs": said}]}
+    return made | {"revised_prompt": said, "result": "iVBORw0KGgo" + draw(texts)}
+
+
 def responses_events(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The events a Responses stream makes of `items`: each added, its deltas, done."""
     events: list[dict[str, Any]] = [
@@ -139,9 +174,22 @@ CODEX_KEEP: Final = {
     "function_call": ("type", "name", "arguments", "call_id"),
     "custom_tool_call": ("type", "status", "call_id", "name", "input"),
 }
+# hosted items Codex reads as none it knows (`ResponseItem::Other`) and never writes back
+CODEX_DROPS: Final = frozenset({"mcp_call", "file_search_call", "code_interpreter_call"})
+CODEX_OUTPUTS: Final = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+}
 
 
-def codex_written(item: dict[str, Any]) -> dict[str, Any]:
+def codex_written(item: dict[str, Any]) -> dict[str, Any] | None:
+    if item["type"] in CODEX_DROPS:
+        return None
+    if item["type"] == "web_search_call":  # its query, none of the search's results
+        action = {k: v for k, v in item["action"].items() if k != "sources"}
+        return {"type": item["type"], "status": item["status"], "action": action}
+    if item["type"] == "image_generation_call":  # its id kept
+        return {k: item[k] for k in ("type", "id", "status", "revised_prompt", "result")}
     keep = CODEX_KEEP.get(item["type"])
     if keep is None:
         return {k: v for k, v in item.items() if k != "id"}
@@ -236,7 +284,8 @@ def test_responses_turns_restore_exactly_and_only_model_items_go_against_the_ans
         outputs: list[dict[str, Any]] = []
         for n, item in enumerate(model):
             back = codex_written(item) if way == "codex" else item
-            items.append(spelled(back, "odd" if way == "odd" else how, seed + 7 * turn + n))
+            if back is not None:
+                items.append(spelled(back, "odd" if way == "odd" else how, seed + 7 * turn + n))
             if (output := output_of(item, draw)) is not None:
                 outputs.append(output)
                 if interleaved:
@@ -388,10 +437,15 @@ def test_gemini_turns_restore_exactly_and_only_the_models_turn_goes_against_the_
 # --- the properties above, seen to bite --------------------------------------------------
 
 
-def codex_turn(holds: str) -> tuple[list[Sent], Request, dict[str, int]]:
-    """A Codex turn after one whose answer was reasoning, a text and two calls (a shell
-    command's arguments, a patch), written back as Codex writes them, then their outputs;
-    `holds`: what the receiver holds of the answer ("same", "other", "none")."""
+LINES: Final = "".join(f"{n}: collected 40 items, 39 passed, 1 failed\n" for n in range(40))
+
+
+def codex_turn(
+    holds: str, model: list[dict[str, Any]] | None = None
+) -> tuple[list[Sent], Request, dict[str, int]]:
+    """A Codex turn after one whose answer was `model` (by default reasoning, a text and two
+    calls: a shell command's arguments, a patch), written back as Codex writes them, then
+    their outputs; `holds`: what the receiver holds of the answer ("same", "other", "none")."""
     bodycut.forget()
     extra = {"model": "gpt-5-codex", "instructions": INSTRUCTIONS, "stream": True}
     editor, registry = Editor(), Registry()
@@ -399,8 +453,8 @@ def codex_turn(holds: str) -> tuple[list[Sent], Request, dict[str, int]]:
     made = request("input", items, "compact", 0, extra)
     ref = send(editor, registry, made.body, "input")[-1].answer.history
     assert ref is not None
-    lines = "".join(f"{n}: collected 40 items, 39 passed, 1 failed\n" for n in range(40))
-    model: list[dict[str, Any]] = [
+    lines = LINES
+    model = model or [
         {"id": "rs_1", "type": "reasoning", "summary": [], "encrypted_content": "QUJD" * 600},
         {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
          "content": [{"type": "output_text", "text": lines, "annotations": []}]},
@@ -414,14 +468,11 @@ def codex_turn(holds: str) -> tuple[list[Sent], Request, dict[str, int]]:
     editor.answered(ref, mine)
     if theirs is not None:
         registry.answers[ref] = theirs
-    items += [spelled(codex_written(item), "compact", 0) for item in model]
+    items += [spelled(back, "compact", 0) for item in model if (back := codex_written(item))]
     items += [
-        spelled(
-            {"type": "function_call_output", "call_id": "call_1", "output": lines}, "compact", 0
-        ),
-        spelled(
-            {"type": "custom_tool_call_output", "call_id": "call_2", "output": lines}, "compact", 0
-        ),
+        spelled({"type": kind, "call_id": item["call_id"], "output": lines}, "compact", 0)
+        for item in model
+        if (kind := CODEX_OUTPUTS.get(item["type"]))
     ]
     made = request("input", items, "compact", 0, extra)
     return send(editor, registry, made.body, "input"), made, {ref: 1}
@@ -439,6 +490,33 @@ def test_a_codex_turn_goes_against_the_answer_its_items_only() -> None:
         offsets.append(offsets[-1] + len(data))
     owners = {k for s in segments for k, (a, b) in enumerate(made.spans) if a <= offsets[s - 1] < b}
     assert owners == {1, 2, 3, 4}, owners
+
+
+def test_a_codex_turn_whose_answer_searched_the_web_goes_against_the_answer() -> None:
+    """A web search (Codex writes back its `status` and `action`: the model's query, no
+    result) is the model's item as a call is: an answer that searched first, then wrote
+    and called, goes against the answer whole (before, the search ended the run where it
+    began: nothing went). Hosted items holding a tool's output (an MCP call's, a file
+    search's results, an interpreter's logs) Codex does not write back."""
+    model: list[dict[str, Any]] = [
+        {"id": "ws_1", "type": "web_search_call", "status": "completed",
+         "action": {"type": "search", "query": "pytest fixture scope " + LINES[:400]}},
+        {"id": "mcp_1", "type": "mcp_call", "server_label": "docs", "name": "read",
+         "arguments": "{}", "output": LINES, "status": "completed"},
+        {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed",
+         "content": [{"type": "output_text", "text": LINES, "annotations": []}]},
+        {"id": "fc_1", "type": "function_call", "status": "completed", "call_id": "call_1",
+         "arguments": json.dumps({"command": ["pytest", "-q", LINES]}), "name": "shell"},
+    ]  # fmt: skip
+    attempts, made, counts = codex_turn("same", model)
+    check_turn(attempts, made, counts, is_model_item, holds=True)
+    header, segments = against_answer(attempts[0].edit.body)
+    assert header.answer is not None
+    offsets = [0]
+    for data in attempts[0].edit.cut.segments[1:]:
+        offsets.append(offsets[-1] + len(data))
+    owners = {k for s in segments for k, (a, b) in enumerate(made.spans) if a <= offsets[s - 1] < b}
+    assert owners == {1, 2, 3}, owners
 
 
 def test_a_receiver_holding_other_bytes_of_the_answer_or_none_refuses_and_the_resend_is_exact() -> (

@@ -207,9 +207,20 @@ def test_responses_items_of_the_model_are_its_messages_by_their_type() -> None:
             for kind in ("local_shell_call", "shell_call", "apply_patch_call", "computer_call")
         ),
         {"type": "custom_tool_call_output", "call_id": "c", "output": "x"},
+        # hosted tools: a web search (its query) and a tool search's call are the model's;
+        # an item holding the tool's output is not
+        {"type": "web_search_call", "status": "completed", "action": {"type": "search"}},
+        {"type": "tool_search_call", "call_id": "t", "execution": "server", "arguments": {}},
+        *(
+            {"type": kind, "id": "x", "status": "completed"}
+            for kind in ("mcp_call", "file_search_call", "code_interpreter_call")
+        ),
+        {"type": "image_generation_call", "result": "aVZC"},
+        {"type": "mcp_list_tools", "tools": []},
+        {"type": "tool_search_output", "call_id": "t", "tools": []},
     ]
     found = fresh(json.dumps({"input": items}), "input", False)
     assert found is not None
-    assert found.items == [1, 2, 4, 7, 8, 9, 10]
+    assert found.items == [1, 2, 4, 7, 8, 9, 10, 12, 13]
     model_messages = [n for n, at in enumerate(found.messages) if at in found.models]
-    assert model_messages == [1, 2, 4, 5, 7, 8, 9, 10]
+    assert model_messages == [1, 2, 4, 5, 7, 8, 9, 10, 12, 13]

@@ -29,8 +29,9 @@ export const LARGE = 256;
 export const ANSWER_ROLES: ReadonlySet<string> = new Set(["assistant", "model"]);
 /** The types of the OpenAI Responses items the model makes that have no role (scanner.py's
  * `MODEL_ITEMS`): the model's too, as a `message` item of an `ANSWER_ROLES` role is; the run
- * of them renders a Responses answer (editor.ts's `renderingOf`). No tool output is one. */
-export const MODEL_ITEMS: ReadonlySet<string> = new Set(["reasoning", "function_call", "custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call", "computer_call"]);
+ * of them renders a Responses answer (editor.ts's `renderingOf`). No tool output is one, nor a
+ * hosted tool's item holding its output (`mcp_call`, ...); a web search's and a tool search's are. */
+export const MODEL_ITEMS: ReadonlySet<string> = new Set(["reasoning", "function_call", "custom_tool_call", "local_shell_call", "shell_call", "apply_patch_call", "computer_call", "web_search_call", "tool_search_call"]);
 /** Header names whose values are credentials: they travel on every request, never in a segment. */
 export const SECRET_HEADERS: ReadonlySet<string> = new Set(["authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key", "cookie"]);
 const SECRET_WORDS = ["key", "token", "secret", "auth", "cookie", "password"];
