@@ -51,11 +51,11 @@ from toolref.sending.answers import (
     problem_of,
     read_answer,
     store_down,
+    unreadable,
 )
 from toolref.sending.editor import Edit, stands_alone
 from toolref.sending.editor import not_worth_an_edit as not_worth
 from toolref.wire.endpoints import endpoint
-from toolref.wire.errors import PROBLEM_BASE, MalformedBodyError
 from toolref.wire.headers import HISTORY_HEADER
 
 from .calls import Call, Meter, wire_size
@@ -241,7 +241,7 @@ async def _answered(
         if following is not None:
             await response.aclose()
             return following
-        if _unreadable(response):
+        if unreadable(response):
             await response.aclose()
             return UNREADABLE
     async with client.lock:  # may wait for another turn's preparing: a cancel point
@@ -250,14 +250,6 @@ async def _answered(
         answered = partial(client.answered, edit.ref)
         read_answer(response, request.url.path, answered, editor.version)
     return response
-
-
-def _unreadable(response: httpx.Response) -> bool:
-    """`response` (its problem read) is the gateway's 400 `malformed-body` to an edit: a
-    gateway that does not read the version its bytes are written in."""
-    problem = problem_of(response) if HISTORY_HEADER not in response.headers else None
-    malformed = PROBLEM_BASE + MalformedBodyError.slug
-    return response.status_code == 400 and problem is not None and problem.get("type") == malformed
 
 
 async def _shielded(work: Awaitable[None]) -> None:

@@ -8,14 +8,17 @@ and 64 KiB (its connection closed).
 The version is relearnt while the relay runs: every answer's `Toolref-Edits` says one
 (`said`), and so does an edit refused 400 `malformed-body` (a gateway rolled back to a
 version that does not read those bytes: it reads less than them, and the capabilities are
-asked again at once). The version written is the lowest said within `RECENT` seconds
-where that one does not read the bytes this relay writes (else the highest said within it,
-else the last said): replicas of 4 and 6 behind one address are sent what both read, not a
-refused edit every other turn, while replicas of 5 and 6 (the same bytes) keep 6, each
-answer tapped by its own `Toolref-Edits`; rolled forward, the relay writes more once no
-lower version was said for `RECENT`. A 415 to an edit turns edits off, and the
-capabilities are asked again `RECENT` seconds later. At most one entry per version is kept:
-O(versions) a turn.
+asked again at once). The version written follows every sender's rule,
+`toolref.sending.said` (the SDK's `Sender` follows it too): the lowest said within
+`RECENT` seconds where that one does not read the bytes this relay writes (else the highest
+said within it, else the last said): replicas of 4 and 6 behind one address are sent what
+both read, not a refused edit every other turn, while replicas of 5 and 6 (the same bytes)
+keep 6, each answer tapped by its own `Toolref-Edits`; rolled forward, the relay writes
+more once no lower version was said for `RECENT`. A 415 to an edit turns edits off, and the
+capabilities are asked again `RECENT` seconds later; so does a capabilities answer that says
+no edits (a 4xx, a page that is no document: a proxy before the gateway, answering the
+question asked again after a `malformed-body`, no longer turns edits off for the whole run).
+At most one entry per version is kept: O(versions) a turn.
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ from typing import Final
 
 import httpx
 
-from toolref.edits.wire import VERSIONS, WRITTEN
+from toolref.edits.wire import VERSIONS
 from toolref.registry.bounded import aread_problem, is_read
+from toolref.sending.said import RECENT, Said
 
 EDITS_VERSION: Final = max(VERSIONS)  # the highest this relay writes
-RECENT: Final = 300.0  # seconds a version said (an answer's, a refusal's) is written to
 
 
 class Capabilities:
@@ -41,7 +44,7 @@ class Capabilities:
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self._edits: bool | None = None if enabled else False
-        self._said: dict[int, float] = {}  # version -> when it was last said
+        self._said = Said()  # the versions the gateway said, each with when
         self._refused_at = 0.0  # a 415's time: edits off until `RECENT` after it
         self.clock: Callable[[], float] = time.monotonic
         self._lock = asyncio.Lock()
@@ -53,38 +56,29 @@ class Capabilities:
 
     @property
     def version(self) -> int:
-        """The version to write: the lowest said within `RECENT` where it does not read the
-        bytes this relay writes (below `WRITTEN`), else the highest said within it (taps
-        follow each answer's own version: a replica of 5 beside one of 6 costs no tap of
-        the other's answers), else the last said."""
-        if not self._said:
-            return EDITS_VERSION
-        now = self.clock()
-        recent = [v for v, at in self._said.items() if now - at < RECENT]
-        if not recent:
-            return max(self._said, key=self._said.__getitem__)
-        return min(recent) if min(recent) < WRITTEN else max(recent)
+        """The version to write (`toolref.sending.said.Said.version`: taps follow each
+        answer's own version, so a replica of 5 beside one of 6 costs no tap of the other's
+        answers); the highest this relay writes while none was said."""
+        found = self._said.version(self.clock())
+        return EDITS_VERSION if found is None else found
 
     def said(self, version: int | None) -> None:
         """A version the gateway said (an answer's `Toolref-Edits`; None: none)."""
-        if version is not None and version >= min(VERSIONS):
-            self._said[min(version, EDITS_VERSION)] = self.clock()
+        self._said.said(version, self.clock())
 
     def unreadable(self, version: int) -> bool:
         """An edit of `version` was refused 400 `malformed-body`: the gateway reads less
         than its bytes (said), and the capabilities are asked again at the next
         `edits`. False: no lower version to write (the relay's own fault: edits paused)."""
-        lower = min(version, WRITTEN) - 1
-        if lower < min(VERSIONS):
+        if not self._said.unreadable(version, self.clock()):
             return False
-        self.said(lower)
         self._edits = None if self.enabled else False
         return True
 
     async def edits(self, ask: Callable[[], Awaitable[httpx.Response]]) -> bool:
         """Whether to send edits; `ask` gets the capabilities document (the answer is kept;
         a gateway that cannot be reached, or answers 5xx or 429, is asked again at the next
-        turn; after a 415, `RECENT` seconds later)."""
+        turn; after a 415 or an answer that says no edits, `RECENT` seconds later)."""
         refused_at = self._refused_at if self.enabled else 0.0
         if self._edits is False and refused_at and self.clock() - refused_at >= RECENT:
             self._edits, self._refused_at = None, 0.0
@@ -106,6 +100,8 @@ class Capabilities:
                 version = _edits_version(body) if response.status_code == 200 else None
                 self.said(version)
                 self._edits = version is not None
+                if not self._edits:  # none said (a proxy's 404 or page too): asked again later
+                    self._refused_at = max(self.clock(), 1e-9)
         return self._edits
 
     def refused(self) -> None:

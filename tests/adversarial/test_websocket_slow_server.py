@@ -24,6 +24,7 @@ import pytest
 
 from toolref.sending.backoff import Backoff
 from toolref.sending.channel_transport import ChannelTransport
+from toolref.websocket import channel as frames
 from toolref.websocket.client import Message
 from toolref.websocket.driver import Refusal, Unreachable, connect
 
@@ -414,6 +415,79 @@ async def test_a_receiver_that_always_breaks_channels_is_tried_ever_more_rarely(
     assert got == [httpx.RemoteProtocolError, b"over http", b"over http"] * 4
     assert len(upgrades) == 4
     assert [line.rsplit(" ", 1)[-1] for line in told] == ["30s", "60s", "100s", "100s"]
+
+
+async def test_a_receiver_that_answers_a_head_then_breaks_every_channel_is_backed_off() -> None:
+    """A receiver that answers each channel's first turn with its head and then drops the
+    connection (found in review): before, the frame it answered made the channel count as
+    one that worked, so every turn opened a new channel at once and failed on it, for ever,
+    with no back-off; now a channel that breaks before it lived `healthy` seconds counts as
+    a failure in a row (HTTP for the back-off's wait, said), and one that lived that long is
+    opened again at once (a receiver restarted)."""
+
+    async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(accept(await reader.readuntil(b"\r\n\r\n")))
+        await read_frame(reader)
+        writer.write(frame(0x2, frames.head(0, 200, [])))
+        await writer.drain()
+        writer.transport.abort()
+
+    now = [1000.0]
+    told: list[str] = []
+    async with serving(talk) as (port, upgrades):
+        inner = Http()
+        transport = ChannelTransport(
+            inner,
+            f"http://127.0.0.1:{port}",
+            None,
+            connect_timeout=10,
+            report=told.append,
+            retry_seconds=30,
+            clock=lambda: now[0],
+            random=lambda: 1.0,
+        )
+        got = [await outcome(transport, turn(port)) for _ in range(3)]
+        now[0] += 30
+        got += [await outcome(transport, turn(port)) for _ in range(2)]
+        await transport.close_link()
+    broke, http = httpx.RemoteProtocolError, b"over http"
+    assert got == [broke, http, http, broke, http]  # before: every one `broke`
+    assert len(upgrades) == 2
+    assert [line.rsplit(" ", 1)[-1] for line in told] == ["30s", "60s"]
+    assert "broke" in told[0]
+
+
+async def test_a_channel_that_lived_healthy_and_broke_is_opened_again_at_once() -> None:
+    """A channel that served turns for `healthy` seconds and then broke (a receiver
+    restarted) is opened again by the next turn, no back-off."""
+    now = [1000.0]
+
+    async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(accept(await reader.readuntil(b"\r\n\r\n")))
+        await read_frame(reader)
+        writer.write(frame(0x2, frames.head(0, 200, [])) + frame(0x2, frames.end(0)))
+        await writer.drain()
+        await read_frame(reader)
+        now[0] += 300  # the channel served for `healthy` seconds
+        writer.write(frame(0x2, frames.head(1, 200, [])))
+        await writer.drain()
+        writer.transport.abort()
+
+    told: list[str] = []
+    async with serving(talk) as (port, upgrades):
+        transport = ChannelTransport(
+            Http(),
+            f"http://127.0.0.1:{port}",
+            None,
+            connect_timeout=10,
+            report=told.append,
+            clock=lambda: now[0],
+        )
+        got = [await outcome(transport, turn(port)) for _ in range(3)]
+        await transport.close_link()
+    assert got == [b"", httpx.RemoteProtocolError, b""]
+    assert len(upgrades) == 2
+    assert told == []
 
 
 def test_the_channel_s_back_off_draws_its_jitter_and_starts_again_after_a_healthy_channel() -> None:

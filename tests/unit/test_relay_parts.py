@@ -555,7 +555,7 @@ def test_a_gateway_that_refused_an_edit_is_asked_again_later() -> None:
     """A 415 turned edits off for the whole start (a gateway rolled back, then forward
     again, got every turn as it came until the relay restarted); now its capabilities are
     asked again `RECENT` seconds later, and edits resume when they say so."""
-    from toolref_relay.capabilities import RECENT
+    from toolref.sending.said import RECENT
 
     asked: list[int] = []
 
@@ -574,3 +574,34 @@ def test_a_gateway_that_refused_an_edit_is_asked_again_later() -> None:
     now[0] += 1
     assert asyncio.run(found.edits(ask)) is True
     assert (asked, found.version) == ([1], 4)
+
+
+@pytest.mark.parametrize(
+    "again", [(404, b"not found"), (401, b"{}"), (200, b"<html>a proxy's page</html>")]
+)
+def test_a_relearnt_version_answered_by_no_document_is_asked_again_later(
+    again: tuple[int, bytes],
+) -> None:
+    """An edit refused 400 `malformed-body` has the capabilities asked again; a proxy
+    before the gateway that answered that question 404, 401 or a page of its own (found in
+    review) turned edits off for the rest of the relay's run, though the gateway took
+    edits before and after. Now an answer that says no edits is asked again `RECENT`
+    seconds later, as after a 415."""
+    from toolref.sending.said import RECENT
+
+    answers = [(200, json.dumps({"edits": 6}).encode()), again]
+
+    async def ask() -> httpx.Response:
+        status, body = answers.pop(0) if answers else (200, json.dumps({"edits": 6}).encode())
+        return httpx.Response(status, content=body)
+
+    now = [50.0]
+    found = Capabilities()
+    found.clock = lambda: now[0]
+    assert asyncio.run(found.edits(ask)) is True
+    assert found.unreadable(6)
+    assert asyncio.run(found.edits(ask)) is False  # the proxy's answer
+    now[0] += RECENT - 1
+    assert asyncio.run(found.edits(ask)) is False
+    now[0] += 1
+    assert asyncio.run(found.edits(ask)) is True

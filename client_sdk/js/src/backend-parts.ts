@@ -87,14 +87,19 @@ function titled(name: string): string {
 /** `response`, the toolref headers it carries named in its `Access-Control-Expose-Headers`
  * (`exposeValue`) when `request` has an `Origin` (a browser page's: on another origin, the
  * page reads no answer header its backend does not expose, whatever CORS sits in front, one
- * allowing every request header included). Never a CORS allow header: whether the origin
- * may read the answer at all is the app's to say. */
+ * allowing every request header included), and its `Content-Encoding` with them. Never a CORS
+ * allow header: whether the origin may read the answer at all is the app's to say. */
 export function exposed(request: Request, response: Response): Response {
   if (!request.headers.get("origin")) return response;
   const ours: string[] = [];
   response.headers.forEach((_, name) => {
     if (name.toLowerCase().startsWith(TOOLREF_PREFIX)) ours.push(name.toLowerCase());
   });
+  // Content-Encoding too, when such an answer has one: the page's browser decodes the body
+  // and, the header hidden, its tap would read a plain stream and make an answer this
+  // receiver (which taps the encoded bytes) never keeps, each next edit naming it refused
+  // `dictionary-mismatch` (docs/edits.md, "The answer as dictionary"), as Python's `exposed`.
+  if (ours.length > 0 && response.headers.has("content-encoding")) ours.push("content-encoding");
   const value = exposeValue(response.headers.get(EXPOSE_HEADER), ours);
   return value === null ? response : withHeaders(response, { [EXPOSE_HEADER]: value });
 }

@@ -22,6 +22,7 @@
 import { tapFor } from "./edits/answer.js";
 import { Editor, asItCameBytes, notWorthAnEdit, type Edit } from "./edits/editor.js";
 import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES } from "./edits/recipes.js";
+import { Said } from "./edits/said.js";
 import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import type { BodyCut } from "./edits/segments.js";
 import { UsageError } from "./errors.js";
@@ -122,12 +123,20 @@ const FIRST_PAUSE_MS = 1000;
 const LONGEST_PAUSE_MS = 30_000;
 /** Toolref's 503 when a receiver's store is down (Python's `answers.store_down`). */
 const STORE_DOWN = problemType("store-unavailable");
+/** Toolref's 400 to an edit whose bytes it cannot read (a receiver rolled back). */
+const MALFORMED_BODY = problemType("malformed-body");
 
 export class ToolReferenceManager {
   readonly messagesKey: string;
   readonly editor: Editor;
-  /** The edit version the receiver reads (its `Toolref-Edits`, at most `VERSION`); 0 until it said. */
-  edits = 0;
+  /** The edit version to write to the receiver, by every sender's rule (edits/said.ts, Python's
+   * `toolref.sending.said`) from what it said recently: each answer's `Toolref-Edits`, and a
+   * 400 `malformed-body` to an edit (rolled back); 0 until it said, or once forgotten. */
+  get edits(): number {
+    return this.said.version(performance.now()) ?? 0;
+  }
+  /** The versions the receiver said (its `Toolref-Edits`, a refusal's), each with when. */
+  private said = new Said();
   /** After a 415 to an edit (the receiver cannot apply one now), requests go as they are
    * until `pausedUntil` (`performance.now()` ms: a monotonic clock, so a wall clock set back
    * cannot stretch a pause): 1 s after a first 415, doubled after each further one,
@@ -222,8 +231,9 @@ export class ToolReferenceManager {
       this.learn(response);
       return sent(response, null);
     };
-    if (this.bare || this.edits === 0 || performance.now() < this.pausedUntil) return plain();
-    this.editor.version = this.edits;
+    const version = this.edits; // the bytes written for it: a refusal says the one below
+    if (this.bare || version === 0 || performance.now() < this.pausedUntil) return plain();
+    this.editor.version = version;
     let edit = await this.editor.prepare(pairs, data, this.messagesKey, cut);
     // Read again after the await: while the edit was made (hashing, compressing), another
     // request may have found the endpoint paused or reading no edits; this one is not sent
@@ -257,7 +267,7 @@ export class ToolReferenceManager {
         // a browser's tools, and its connection is not reused.
         const read = isProblem ? await readProblem(response, signal) : { whole: null, response };
         if (read.whole === null) await discard(read.response, signal);
-        if (!told && !isToolrefProblem(read.whole === null ? null : parseObject(read.whole))) this.edits = 0;
+        if (!told && !isToolrefProblem(read.whole === null ? null : parseObject(read.whole))) this.forget();
         this.refused(pauses);
         return plain();
       }
@@ -281,11 +291,18 @@ export class ToolReferenceManager {
         // not parse the edit, its framework's own problem+json included, as Spring's and
         // ASP.NET's): forgotten, as Python's `Sender` forgets it; refused, the request goes
         // again as it is, with the offer.
-        this.edits = 0;
+        this.forget();
         if (status >= 400) {
           if (whole === null) await discard(response, signal);
           return plain();
         }
+      }
+      if (status === 400 && !named && problem?.["type"] === MALFORMED_BODY) {
+        // A receiver rolled back to a version that does not read the edit's bytes: the version
+        // below them said (no lower one: not a rollback, edits paused), and this request as
+        // it is, whose answer says what it reads (Python's `Sender`, the relay alike).
+        if (!this.said.unreadable(version, performance.now())) this.refused(pauses);
+        return plain();
       }
       if (problem !== null) {
         const following = await this.editor.onMiss(edit, status, problem);
@@ -325,7 +342,7 @@ export class ToolReferenceManager {
         const response = await post(data, {}, false);
         if (!this.bare) {
           this.bare = true;
-          this.edits = 0;
+          this.forget();
           console.warn(
             "toolref: a request carrying toolref's headers failed where the same request without them was answered: " +
               "this page's origin is not allowed to send them (CORS), so requests go as they are, with no savings. " +
@@ -374,8 +391,13 @@ export class ToolReferenceManager {
   /** The edit version an answer says its receiver reads, if it says one: 1-3 ASCII digits,
    * at least 1 (`4.0`, `0x4`, `+4`, `1e0` say nothing), as Python's `Sender._told` reads it. */
   private learn(response: Response): void {
-    const said = editsSaid(response);
-    if (said !== null && said >= 1) this.edits = Math.min(said, VERSION);
+    this.said.said(editsSaid(response), performance.now());
+  }
+
+  /** The endpoint forgotten: no receiver of edits answers there (its requests go as they are,
+   * with the offer, until one says it reads them). */
+  private forget(): void {
+    this.said = new Said();
   }
 }
 

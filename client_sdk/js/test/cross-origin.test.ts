@@ -3,8 +3,10 @@
 // simulated in front of the scripted receiver. A preflight refusing a request header fails
 // fetch with a TypeError before anything is sent; answer headers not exposed are hidden.
 // tests/browser/test_cross_origin.py runs the same in Chromium.
+import { gzipSync } from "node:zlib";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { exposeValue } from "../src/backend-parts.js";
+import { tapFor } from "../src/edits/answer.js";
 import { forgetSharedState, toolrefFetch, withToolRef, type ExchangeInfo } from "../src/index.js";
 import { Receiver } from "./receiver.js";
 
@@ -155,6 +157,25 @@ describe("the receiver exposes the toolref headers it marks an answer with", () 
     expect((await handle(offer({}))).headers.get("access-control-expose-headers")).toBe("X-Request-Id");
     const plain = new Request(API, { method: "POST", headers: { "Content-Type": "application/json", Origin: PAGE }, body: "{}" });
     expect((await handle(plain)).headers.get("access-control-expose-headers")).toBe("X-Request-Id");
+  });
+
+  it("withToolRef: an encoded event stream's Content-Encoding exposed with its toolref headers, so the page's tap gives no answer as the receiver's", async () => {
+    const body = gzipSync(new TextEncoder().encode('event: message_stop\ndata: {"type":"message_stop"}\n\n'));
+    const gzipped = async (): Promise<Response> =>
+      new Response(body, { headers: { "Content-Type": "text/event-stream", "Content-Encoding": "gzip" } });
+    const handle = withToolRef(gzipped, { registry: "http://registry.test", fetch: registry });
+    const answer = await handle(offer({ Origin: PAGE }));
+    expect(new Uint8Array(await answer.arrayBuffer())).toEqual(new Uint8Array(body)); // as the app sent it
+    expect(tapFor("/v1/messages", 200, answer.headers)).toBeNull(); // the receiver's tap: none
+    // What the page reads (safelisted and exposed headers): before, no Content-Encoding, a tap
+    // of the decoded stream, an answer the receiver never kept.
+    const exposed = new Set((answer.headers.get("access-control-expose-headers") ?? "").split(",").map((name) => name.trim().toLowerCase()));
+    const seen = [...answer.headers].filter(([name]) => name === "content-type" || exposed.has(name));
+    expect(seen).toContainEqual(["content-encoding", "gzip"]);
+    expect(tapFor("/v1/messages", 200, seen)).toBeNull();
+    // An answer toolref marks nothing on: as the app wrote it.
+    const plain = new Request(API, { method: "POST", headers: { "Content-Type": "application/json", Origin: PAGE }, body: "{}" });
+    expect((await handle(plain)).headers.get("access-control-expose-headers")).toBeNull();
   });
 
   it("an edit answered with Toolref-Edits readable but Toolref-History hidden: one console.warn naming it", async () => {

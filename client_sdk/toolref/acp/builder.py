@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from toolref.acp.content import diff_content, location, terminal_content, text_content
 from toolref.acp.items import checked_content, checked_location
@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from toolref.acp.tracker import ToolCallTracker
 
 Change = Callable[[ToolCallState], None]
+# Levels of objects and lists a content item or location may have, its `_meta` included:
+# serde_json's default recursion limit, which Rust ACP clients parse with (a deeper item
+# would not reach them), and well within what the copies made of it (`copy.deepcopy`,
+# Python's stack) take.
+MAX_ITEM_DEPTH: Final = 128
 
 
 class FieldChange:
@@ -46,26 +51,42 @@ def clean(item: Any) -> dict[str, Any]:
             "object; make content items with text_content(...), diff_content(...) or "
             "terminal_content(...), locations with location(path, line) (toolref.acp)"
         )
-    out = _clean_mapping(item)
+    out = _copied(item)
     checked_json("a content item or location", out)
     return out
 
 
-def _clean_mapping(item: Mapping[Any, Any]) -> dict[str, Any]:
-    return {
-        k: (_carried(v) if k == "_meta" else _clean_value(v))
-        for k, v in item.items()
-        if v is not None
-    }
-
-
-def _carried(value: Any) -> Any:
-    """A deep copy of `value` as given (nulls kept): later changes by the caller do not leak."""
-    if isinstance(value, Mapping):
-        return {k: _carried(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_carried(v) for v in value]
-    return value
+def _copied(item: Mapping[Any, Any]) -> dict[str, Any]:
+    """`item` copied (later changes by the caller do not leak), null members of its objects
+    left out but under a `_meta` (carried as given). A walk with a stack of its own, not
+    Python's: `AcpError` past `MAX_ITEM_DEPTH` levels of objects and lists (a value that
+    contains itself too), not RecursionError. O(the item's size)."""
+    top: dict[str, Any] = {}
+    stack: list[tuple[Any, Any, int, bool]] = [(item, top, 1, False)]  # from, to, depth, meta
+    while stack:
+        source, target, depth, meta = stack.pop()
+        is_object = isinstance(source, Mapping)
+        for key, value in source.items() if is_object else enumerate(source):
+            if value is None and is_object and not meta:
+                continue
+            if isinstance(value, Mapping | list):
+                if depth >= MAX_ITEM_DEPTH:
+                    raise AcpError(
+                        f"a content item or location is nested past {MAX_ITEM_DEPTH} levels "
+                        "of objects and lists (its `_meta` included), or contains itself; "
+                        "ACP clients parse no deeper: flatten it (a deep value as a JSON "
+                        "string, say)",
+                        limit=MAX_ITEM_DEPTH,
+                    )
+                held: Any = {} if isinstance(value, Mapping) else []
+                stack.append((value, held, depth + 1, meta or (is_object and key == "_meta")))
+            else:
+                held = value
+            if is_object:
+                target[key] = held
+            else:
+                target.append(held)
+    return top
 
 
 def item_list(name: str, items: Any) -> list[Any]:
@@ -78,14 +99,6 @@ def item_list(name: str, items: Any) -> list[Any]:
             f"{name}=[item], such as {name}=[toolref.acp.{example}] ({name}=[] for none)"
         )
     return list(items)
-
-
-def _clean_value(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return _clean_mapping(value)
-    if isinstance(value, list):
-        return [_clean_value(v) for v in value]
-    return value
 
 
 def as_status(value: ToolCallStatus | str) -> ToolCallStatus:

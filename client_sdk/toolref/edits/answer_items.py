@@ -13,10 +13,7 @@ event as answer.ts), and says when the answer ended (`done`) or can be none (`fa
   entry's `type`, `text`, `refusal`), `reasoning` as `type`, `summary`, `content`,
   `encrypted_content`, `function_call` as `type`, `name`, `arguments`, `call_id`,
   `custom_tool_call` as `type`, `status`, `call_id`, `name`, `input` (each as the item has
-  it, in that order), `web_search_call` as `type`, `status`, `action` (none null; the
-  action as `type` and its own members, `query`, `queries` / `url` / `url`, `pattern`, none
-  null, any other action as `{"type":"other"}`: the search's `sources` are not written
-  back), any other item as the server sent it; the answer is the items in
+  it, in that order), any other item as the server sent it; the answer is the items in
   `output_index` order as one compact JSON list, then each call's arguments (a custom
   call's input) as the model wrote them, joined by newlines. `response.completed` ends it;
   `error`, `response.failed` and `response.incomplete` make none. Another client that
@@ -53,12 +50,6 @@ _KEEP: Final = {
     "custom_tool_call": ("type", "status", "call_id", "name", "input"),
 }
 _ENTRY: Final = ("type", "text", "refusal")  # a message's content entry, written back
-# a web search's action type -> its members Codex writes back (`WebSearchAction`), in order
-_ACTION: Final = {
-    "search": ("type", "query", "queries"),
-    "open_page": ("type", "url"),
-    "find_in_page": ("type", "url", "pattern"),
-}
 _STREAMED: Final = {"function_call": "arguments", "custom_tool_call": "input"}
 _ENDS: Final = frozenset({"error", "response.failed", "response.incomplete"})
 # a Gemini part with any of these true is no plain text part (Gemini CLI's
@@ -127,8 +118,6 @@ class ResponsesAnswer:
 
 def _written(typed: str, item: dict[str, Any]) -> dict[str, Any]:
     """`item` as the agent writes it back (module docstring)."""
-    if typed == "web_search_call":
-        return _search(item)
     keep = _KEEP.get(typed)
     if keep is None:
         return {key: value for key, value in item.items() if key != "id"}
@@ -141,26 +130,6 @@ def _written(typed: str, item: dict[str, Any]) -> dict[str, Any]:
             for entry in written["content"]
         ]
     return written
-
-
-def _search(item: dict[str, Any]) -> dict[str, Any]:
-    """A web search as Codex writes it back (module docstring): its `status` and `action`,
-    none null; the action's own members, none null, or `{"type":"other"}`."""
-    written: dict[str, Any] = {"type": "web_search_call"}
-    if item.get("status") is not None:
-        written["status"] = item["status"]
-    action = item.get("action")
-    if isinstance(action, dict):
-        kind = action.get("type")
-        keep = _ACTION.get(kind) if isinstance(kind, str) else None
-        action = {"type": "other"} if keep is None else _present(action, keep)
-    if action is not None:
-        written["action"] = action
-    return written
-
-
-def _present(value: dict[str, Any], keep: tuple[str, ...]) -> dict[str, Any]:
-    return {key: value[key] for key in keep if value.get(key) is not None}
 
 
 class GeminiAnswer:

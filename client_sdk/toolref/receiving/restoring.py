@@ -326,6 +326,7 @@ def told_edits(scope: Scope, send: Send, channel: str | None, version: int) -> t
 
 
 _EXPOSE: Final = b"access-control-expose-headers"
+_ENCODING: Final = b"content-encoding"
 
 
 def exposing(scope: Scope, send: Send) -> Send:
@@ -351,15 +352,23 @@ def exposed(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]
     where it has none; as they are when it names them all. A `*` of the app's counts for
     none: it exposes every header only to a request without credentials (the Fetch
     standard; to one with cookies it is a header named `*`), and names beside it are read
-    either way. Linear in the headers."""
+    either way. `Content-Encoding` too, when such an answer has one: the page's browser
+    decodes the body and, the header hidden, its tap would read a plain stream and make an
+    answer this receiver (which taps the encoded bytes) never keeps: each next edit naming
+    it refused `dictionary-mismatch` (docs/edits.md, "The answer as dictionary"). Linear in
+    the headers."""
     ours: dict[bytes, None] = {}
     theirs: list[bytes] = []
+    encoded = False
     for key, value in headers:
         low = key.lower()
         if low == _EXPOSE:
             theirs.append(value.strip())
         elif low.startswith(TOOLREF_PREFIX.encode()):
             ours.setdefault(low)
+        encoded = encoded or low == _ENCODING
+    if ours and encoded:
+        ours.setdefault(_ENCODING)
     named = {item.strip().lower() for line in theirs for item in line.split(b",")}
     missing = [_titled(name) for name in ours if name not in named]
     if not missing:

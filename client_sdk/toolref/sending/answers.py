@@ -17,19 +17,20 @@ from toolref.registry.bounded import aread_problem, is_read, read_problem
 from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.registry.packages import NOT_READ, AsyncByteStream2, SyncByteStream2
 from toolref.wire.encoding import PROBLEM_TYPE, media_type
-from toolref.wire.errors import PROBLEM_BASE, StoreUnavailableError
+from toolref.wire.errors import PROBLEM_BASE, MalformedBodyError, StoreUnavailableError
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER
 
 R = TypeVar("R")
 STORE_UNAVAILABLE = StoreUnavailableError.slug
+MALFORMED_BODY = PROBLEM_BASE + MalformedBodyError.slug
 
 
 def may_resend(response: httpx.Response) -> bool:
     """An answer the exchange may resend on (400 dictionary-mismatch, 409 missing-history or
-    missing-pieces: a problem; a 415 naming no recipe, from a receiver that cannot apply
-    edits now, or no longer reads them), sent before any of the app's answer. A streaming
-    driver reads these whole before the exchange sees them (`to_read`), and hands every
-    other answer back unread."""
+    missing-pieces, 400 malformed-body from a receiver rolled back: a problem; a 415 naming
+    no recipe, from a receiver that cannot apply edits now, or no longer reads them), sent
+    before any of the app's answer. A streaming driver reads these whole before the
+    exchange sees them (`to_read`), and hands every other answer back unread."""
     media = response.headers.get("content-type", "")
     status, headers = response.status_code, response.headers
     if status == 415 and HISTORY_HEADER not in headers:
@@ -58,6 +59,17 @@ def store_down(response: httpx.Response) -> bool:
         return False
     problem = problem_of(response)
     return problem is not None and problem.get("type") == PROBLEM_BASE + STORE_UNAVAILABLE
+
+
+def unreadable(response: httpx.Response) -> bool:
+    """`response` (its problem read) is a receiver's 400 `malformed-body` to an edit: one
+    that does not read the version the edit's bytes are written in (rolled back). The edit
+    was not applied: the request goes as it is, and the version below is said
+    (`toolref.sending.said.Said.unreadable`)."""
+    if response.status_code != 400 or HISTORY_HEADER in response.headers:
+        return False
+    problem = problem_of(response)
+    return problem is not None and problem.get("type") == MALFORMED_BODY
 
 
 def to_read(response: Any, request: Any) -> bool:

@@ -1,5 +1,6 @@
 """`Backoff`: how long a sender lets its channel be after it could not be had (the upgrade
-refused, the receiver unreachable, a channel closed before any answer came on it), so that
+refused, the receiver unreachable, a channel closed before any answer came on it or before
+it lived `healthy` seconds with answers on it), so that
 a receiver that always breaks channels costs a failed turn ever more rarely, not one each
 `first` seconds for ever.
 

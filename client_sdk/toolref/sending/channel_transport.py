@@ -20,13 +20,14 @@ dropped, the turn failing `WriteTimeout` as over HTTP, and so is one whose answe
 not read (a text message included), and one on which a turn's read timeout passed with no
 frame come for any turn (`ReadTimeout`: a hung receiver, a connection a NAT dropped in use).
 A channel that closed or was dropped before any answer frame came on it (a proxy that passes
-the upgrade and drops what follows) counts as one that cannot be had: HTTP for the
-back-off's wait, said once, not an upgrade and a failed turn for every turn. Memory: one
-queue per turn in flight, holding the pieces of its answer not yet read: at most
-`frames.WINDOW` bytes where the receiver keeps windows (the gateway and `ToolRefMiddleware`
-keep them: the sender grants a turn's bytes back as its caller reads them, so an answer left
-unread waits at the receiver, and one sent past its window drops the channel as a receiver
-that does not speak it); an older receiver's answers are held as they come.
+the upgrade and drops what follows), or before it lived `backoff.healthy` seconds with no
+answer ended on it (a receiver that answers a frame, then breaks each channel; one restarted
+after answering is opened again at once), counts as one that cannot be had: HTTP for the
+back-off's wait, said. Memory: one queue per turn in flight, holding its answer's pieces not
+yet read: at most `frames.WINDOW` bytes where the receiver keeps windows (the gateway and
+`ToolRefMiddleware`: the sender grants a turn's bytes back as its caller reads them, so an
+answer left unread waits at the receiver, and one sent past its window drops the channel as
+a receiver that does not speak it); an older receiver's answers are held as they come.
 
 Requests and answers of either httpx package (`toolref.registry.packages`): an answer is of
 its request's package, and so is what is raised.
@@ -72,6 +73,8 @@ IDLE_SECONDS: Final = 60.0
 CREDENTIALS: Final = ("authorization", "x-api-key", "api-key", "x-goog-api-key", "toolref-key")
 _HOP: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 _GONE: Final = frames.Answered(-1, frames.BROKEN, b"the channel closed")
+_UNHEARD: Final = "closed before any answer came on it"
+_HTTP_FOR: Final = "turns go over HTTP, the channel is tried again in"
 
 
 class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
@@ -140,8 +143,8 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         await self.inner.aclose()
 
     async def close_link(self) -> None:
-        """Close the channel, for good, not the transport it wraps (its owner's to close):
-        its turns go over that transport from then on."""
+        """Close the channel for good, not the transport it wraps (its owner's): turns go
+        over that one from then on."""
         self._retired = True
         if self._link is not None:
             await self._link.close()
@@ -153,13 +156,12 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
 
     async def _open(self, request: Any) -> _Link | None:
         link = self._link
-        self.backoff.lived(link.used - link.opened if link is not None and link.heard else 0)
-        if link is not None and link.closed and link.failed:  # as one that cannot be had
-            self._link, wait = None, self.backoff.failed(self.clock())
-            self.report(
-                f"toolref: the channel to {self.base} closed before any answer came on it; "
-                f"turns go over HTTP, the channel is tried again in {wait:.0f}s"
-            )
+        lived = link.used - link.opened if link is not None and link.heard else 0.0
+        self.backoff.lived(lived)
+        if link is not None and link.closed and link.failed and lived < self.backoff.healthy:
+            self._link, wait = None, self.backoff.failed(self.clock())  # cannot be had
+            how = f"broke {lived:.0f}s after it opened" if link.heard else _UNHEARD
+            self.report(f"toolref: the channel to {self.base} {how}; {_HTTP_FOR} {wait:.0f}s")
             return None
         idle = link is not None and not link.streams and self.clock() - link.used > IDLE_SECONDS
         if link is not None and not link.closed and idle:  # a NAT may have dropped it quietly
@@ -190,8 +192,7 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             except (Unreachable, Refusal, OSError, ValueError) as exc:
                 wait = self.backoff.failed(self.clock())
                 self.report(
-                    f"toolref: no channel to {self.base} ({_why(exc)}); turns go over "
-                    f"HTTP, the channel is tried again in {wait:.0f}s"
+                    f"toolref: no channel to {self.base} ({_why(exc)}); {_HTTP_FOR} {wait:.0f}s"
                 )
                 return None
             if self._retired:  # closed while it connected: nothing would ever close this one
@@ -264,7 +265,7 @@ class _Link:
         self.streams: dict[int, _Stream] = {}
         self.next = 0
         self.closed = False
-        self.heard = 0  # answer frames come on it
+        self.heard = self.answered = 0  # answer frames come on it; answers ended (END)
         self.waiting = 0  # turns waiting for a frame (`next_piece`)
         self.ours = False  # closed by its sender (idle, retired), not by a failure
         self.writing = asyncio.Lock()
@@ -313,11 +314,9 @@ class _Link:
 
     @property
     def failed(self) -> bool:
-        """Closed by the receiver or a failure before any answer frame came on it: a
-        receiver (or a proxy before it) that accepts the upgrade and then drops the
-        connection, or answers nothing. Opening another at once would fail each turn the
-        same way, for ever (an upgrade a turn)."""
-        return self.closed and not self.heard and not self.ours
+        """Closed by the receiver or a failure, not by its sender, no answer ended on it:
+        one that cannot be had when no frame came or it lived less than `healthy`."""
+        return self.closed and not self.ours and not self.answered
 
     async def next_piece(
         self, queue: asyncio.Queue[frames.Answered], request: Any, wait: float | None
@@ -410,6 +409,7 @@ class _Link:
                 found = frames.answered(message.data)
                 self.used = self.clock()
                 self.heard += 1
+                self.answered += found.kind == frames.END
                 state = self.streams.get(found.stream)
                 if state is None:  # a turn the agent left: its pieces dropped
                     continue

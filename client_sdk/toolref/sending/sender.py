@@ -10,11 +10,14 @@ of that version or lower through the client's `Editor`: the first of a conversat
 no base (each segment inline, alone), later ones against the recipe the receiver confirmed
 (`Toolref-History`); a first one that is not worth an edit (smaller as it is, and no later
 turn could be an edit of it: `editor.not_worth_an_edit`, every sender's rule) goes as it
-is, with the offer. A miss (409 `missing-history`, `missing-pieces`, 400
-`dictionary-mismatch`) is resent by the `Editor` (at most 3 times, the last with
-everything inline); a 415 (a receiver that cannot apply edits now), or a 503
-`store-unavailable` (its store down: `answers.store_down`), sends the request as it is, and
-the endpoint's requests go as they are, offering edits, for a while
+is, with the offer. The version is relearnt from every answer, and from a refusal 400
+`malformed-body` (a receiver rolled back to a version that does not read the edit's bytes:
+the request goes again as it is, and the version below them is said), by every sender's
+rule (`toolref.sending.said`: replicas of 4 and 6 are both sent 4). A miss (409
+`missing-history`, `missing-pieces`, 400 `dictionary-mismatch`) is resent by the `Editor`
+(at most 3 times, the last with everything inline); a 415 (a receiver that cannot apply
+edits now), or a 503 `store-unavailable` (its store down: `answers.store_down`), sends the
+request as it is, and the endpoint's requests go as they are, offering edits, for a while
 (`toolref.sending.pause`). An answer to an edit that names neither a recipe nor
 `Toolref-Edits` and is no toolref problem (`urn:toolref:problem:`; a framework's own
 problem+json, Spring's `about:blank` or ASP.NET's RFC 9110 link, is none) comes from no
@@ -44,9 +47,10 @@ from toolref.asgi.hops import decoded, end_to_end, on_the_wire
 from toolref.edits import wire
 from toolref.kit.lru import LRU
 from toolref.registry.exchange import Exchange
-from toolref.sending.answers import edits_said, problem_of, read_answer, store_down
+from toolref.sending.answers import edits_said, problem_of, read_answer, store_down, unreadable
 from toolref.sending.editor import Edit, Editor, as_it_came_bytes, not_worth_an_edit
 from toolref.sending.pause import Pause
+from toolref.sending.said import Said
 from toolref.sending.savings import Savings
 from toolref.wire.errors import PROBLEM_BASE
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER, TOOLREF_PREFIX
@@ -85,7 +89,7 @@ class Sender:
 
     editor: Editor = field(default_factory=Editor)
     savings: Savings = field(default_factory=Savings)
-    reads: LRU[str, int] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
+    reads: LRU[str, Said] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
     pauses: LRU[str, Pause] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
     clock: Callable[[], float] = time.monotonic
     lock: AbstractContextManager[Any] = field(default_factory=threading.RLock)
@@ -101,7 +105,8 @@ class Sender:
         self, request: Any, content: bytes, messages_key: str, rebuild: Rebuild
     ) -> Exchange[httpx.Response]:
         target = target_of(request.url)
-        version = self.reads.get(target)
+        said = self.reads.get(target)
+        version = said.version(self.clock()) if said is not None else None
         self.savings.request(len(content))
         pairs = decoded(request.headers.raw)  # each byte a latin-1 character, UTF-8 or not
         edit = None
@@ -125,11 +130,7 @@ class Sender:
             if down or (response.status_code == 415 and HISTORY_HEADER not in response.headers):
                 # the edit not applied (an app's own 415 names its recipe): paused, and
                 # forgotten when no receiver of edits said so (a framework's own 415)
-                pause = self.pauses.peek(target)  # one another edit's refusal may have begun
-                if pause is None:
-                    pause = Pause()
-                    self.pauses.put(target, pause)
-                pause.refused(self.clock(), seen)
+                pause = self._paused(target, seen)
                 if not down and _no_reader(response):
                     self.reads.pop(target)
                 return (yield from self._as_it_is(request, content, pairs, rebuild, target))
@@ -138,6 +139,13 @@ class Sender:
                 if response.status_code >= 400:  # refused as the body it could not read
                     return (yield from self._as_it_is(request, content, pairs, rebuild, target))
                 return response
+            if version is not None and unreadable(response):
+                # a receiver rolled back: it reads less than the edit's bytes (said, as the
+                # relay learns it); the request as it is, whose answer says what it reads
+                said = self.reads.peek(target)
+                if said is not None and not said.unreadable(version, self.clock()):
+                    self._paused(target, seen)  # no lower version: not a rollback
+                return (yield from self._as_it_is(request, content, pairs, rebuild, target))
             # the resend as its own endpoint reads edits: another endpoint's turn, prepared
             # while this one was sent, set the editor's version to what that one reads
             self.editor.version = version if version is not None else self.editor.version
@@ -172,11 +180,27 @@ class Sender:
         with self.lock:
             self.editor.answered(ref, answer)
 
+    def _paused(self, target: str, seen: int) -> Pause:
+        """The endpoint's edits paused (`toolref.sending.pause`): an edit sent when `seen`
+        pauses had begun was refused (one another edit's refusal began since counts it)."""
+        pause = self.pauses.peek(target)
+        if pause is None:
+            pause = Pause()
+            self.pauses.put(target, pause)
+        pause.refused(self.clock(), seen)
+        return pause
+
     def _told(self, target: str, response: httpx.Response) -> None:
-        """Learn from an answer whether its endpoint reads edits, and of which version."""
-        said = edits_said(response)
-        if said is not None and said >= min(wire.VERSIONS):
-            self.reads.put(target, min(said, max(wire.VERSIONS)))
+        """Learn from an answer whether its endpoint reads edits, and of which version (each
+        said is kept: `toolref.sending.said`)."""
+        version = edits_said(response)
+        if version is None or version < min(wire.VERSIONS):
+            return
+        said = self.reads.get(target)  # the most recently used, as a `put` made it
+        if said is None:
+            said = Said()
+            self.reads.put(target, said)
+        said.said(version, self.clock())
 
     def _next(self, edit: Edit, response: httpx.Response) -> Edit | None:
         if response.status_code not in (400, 409):

@@ -265,3 +265,34 @@ def test_evicting_a_finished_call_does_not_walk_the_map() -> None:
         tracker.start(f"c{n}", "bash")
         tracker.update(f"c{n}").status("completed").send()
     assert list(OrderedDict.keys(tracker._finished)) == ["c16", "c17", "c18", "c19"]
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    top: dict[str, Any] = {}
+    inner = top
+    for _ in range(levels - 1):
+        inner["a"] = {}
+        inner = inner["a"]
+    return top
+
+
+@pytest.mark.parametrize("where", ["_meta", "annotations"])
+def test_an_item_nested_past_the_depth_limit_is_refused_with_the_limit(
+    make_tracker: MakeTracker, sent: Sent, where: str
+) -> None:
+    """Found in review: an item whose `_meta` (or any member) was nested 10,000 deep, or
+    only 500, raised RecursionError from its copies, not `AcpError`; now the copy is an
+    iterative walk, and past 128 levels (serde_json's default limit: Rust ACP clients parse
+    no deeper) `AcpError` names the limit and the fix. Within it, the item is carried."""
+    tracker = make_tracker()
+    tracker.start("c", "bash")
+    text: dict[str, Any] = {"type": "text", "text": "x", where: _nested(10_000)}
+    deep = {"type": "content", "content": text}
+    with pytest.raises(AcpError, match=r"nested past 128 levels.*flatten") as caught:
+        tracker.update("c").add_content(deep).send()
+    assert caught.value.extra["limit"] == 128
+    with pytest.raises(AcpError, match="nested past 128 levels"):
+        tracker.start("d", "bash", content=[deep])
+    within = {"type": "content", "content": {"type": "text", "text": "y", "_meta": _nested(120)}}
+    tracker.update("c").add_content(within).send()
+    assert sent[-1]["update"]["content"] == [within]

@@ -93,45 +93,6 @@ def test_responses_reasoning_and_several_items_in_output_order() -> None:
 REASONED = "responses: reasoning, text, a function call and a custom call, deltas repeating them"
 
 
-def test_responses_web_search_calls_are_written_back_as_codex_writes_them() -> None:
-    """Codex (codex-rs/protocol `ResponseItem::WebSearchCall`) writes a web search back as
-    `type`, `status`, `action` (none that is null), the action as `type` and its own
-    members (`query`, `queries`; `url`; `url`, `pattern`; none null), any other action as
-    `{"type":"other"}`: the search's `sources`, members it does not know and the id go."""
-    searches = [
-        (
-            {"id": "ws_1", "type": "web_search_call", "status": "completed",
-             "action": {"type": "search", "queries": ["a", "b"], "query": "pytest flaky",
-                        "sources": [{"type": "url", "url": "https://x.test"}]}},
-            {"type": "web_search_call", "status": "completed",
-             "action": {"type": "search", "query": "pytest flaky", "queries": ["a", "b"]}},
-        ),
-        (
-            {"type": "web_search_call", "id": "ws_2", "extra": 1,
-             "action": {"url": "https://docs.pytest.org", "type": "open_page"},
-             "status": "completed"},
-            {"type": "web_search_call", "status": "completed",
-             "action": {"type": "open_page", "url": "https://docs.pytest.org"}},
-        ),
-        (
-            {"id": "ws_3", "type": "web_search_call", "status": None,
-             "action": {"type": "find_in_page", "url": None, "pattern": "fixture"}},
-            {"type": "web_search_call", "action": {"type": "find_in_page", "pattern": "fixture"}},
-        ),
-        (
-            {"id": "ws_4", "type": "web_search_call", "status": "completed",
-             "action": {"type": "browse", "query": "x"}},
-            {"type": "web_search_call", "status": "completed", "action": {"type": "other"}},
-        ),
-        (
-            {"id": "ws_5", "type": "web_search_call", "status": "in_progress", "action": None},
-            {"type": "web_search_call", "status": "in_progress"},
-        ),
-    ]  # fmt: skip
-    data = vectors.responses(*(vectors.item_done(n, item) for n, (item, _) in enumerate(searches)))
-    assert tapped(RESPONSES, data, [7]) == compact([codex for _, codex in searches])
-
-
 @pytest.mark.parametrize(
     "end",
     [{"type": "response.failed"}, {"type": "response.incomplete"}, {"type": "error"}],

@@ -8,8 +8,7 @@
  * as Python), and says when the answer ended (`done`) or can be none (`failed`).
  *
  * - OpenAI Responses: each `response.output_item.done` item, as Codex writes it back (its `id`
- *   dropped, the members of a message, reasoning, function or custom call kept in Codex's order,
- *   a web search's `status` and `action`, none null, the action's own members or `other`),
+ *   dropped, the members of a message, reasoning, function or custom call kept in Codex's order),
  *   in `output_index` order as one compact JSON list, then each call's arguments (a custom call's
  *   input) as the model wrote them, joined by newlines; `response.completed` ends it; `error`,
  *   `response.failed`, `response.incomplete` make none.
@@ -41,12 +40,6 @@ const KEEP = new Map<string, readonly string[]>([
   ["custom_tool_call", ["type", "status", "call_id", "name", "input"]],
 ]);
 const ENTRY = ["type", "text", "refusal"]; // a message's content entry, written back
-/** A web search's action type -> its members Codex writes back (`WebSearchAction`), in order. */
-const ACTION = new Map<string, readonly string[]>([
-  ["search", ["type", "query", "queries"]],
-  ["open_page", ["type", "url"]],
-  ["find_in_page", ["type", "url", "pattern"]],
-]);
 const STREAMED = new Map<string, string>([
   ["function_call", "arguments"],
   ["custom_tool_call", "input"],
@@ -108,7 +101,6 @@ export class ResponsesAnswer implements ItemReader {
 
 /** `item` as the agent writes it back. */
 function writtenOf(typed: string, item: JsonObject): JsonObject {
-  if (typed === "web_search_call") return searchOf(item);
   const keep = KEEP.get(typed);
   if (keep === undefined) return new Map([...item].filter(([key]) => key !== "id"));
   const written: JsonObject = new Map();
@@ -126,31 +118,6 @@ function writtenOf(typed: string, item: JsonObject): JsonObject {
     );
   }
   return written;
-}
-
-/** A web search as Codex writes it back: its `status` and `action`, none null; the action's
- * own members, none null, or `{"type":"other"}` (answer_items.py's `_search`). */
-function searchOf(item: JsonObject): JsonObject {
-  const written: JsonObject = new Map([["type", "web_search_call"]]);
-  const status = item.get("status");
-  if (status !== undefined && status !== null) written.set("status", status);
-  let action = item.get("action");
-  if (action instanceof Map) {
-    const kind = action.get("type");
-    const keep = typeof kind === "string" ? ACTION.get(kind) : undefined;
-    action = keep === undefined ? new Map([["type", "other"]]) : present(action, keep);
-  }
-  if (action !== undefined && action !== null) written.set("action", action);
-  return written;
-}
-
-function present(value: JsonObject, keep: readonly string[]): JsonObject {
-  const kept: JsonObject = new Map();
-  for (const key of keep) {
-    const found = value.get(key);
-    if (found !== undefined && found !== null) kept.set(key, found);
-  }
-  return kept;
 }
 
 /** The model's parts of a Gemini stream. */

@@ -26,6 +26,8 @@ export const MEDIA_TYPE = "application/vnd.toolref.edit";
  * isolated.ts; 4: a compact header, compact.ts; 3: the answer as dictionary and the long
  * window's runs, with zstd; a receiver of 2 gets version 2). */
 export const VERSION = 6;
+/** The highest version whose bytes an edit is written in (6 writes 5's): Python's `WRITTEN`. */
+export const WRITTEN = 5;
 
 const encoder = new TextEncoder();
 
@@ -68,7 +70,7 @@ export async function encodeIsolated(
   const dictionaries = platformZstd()?.withDictionary === true; // else no record of kind 3
   const usable = dictionaries && answer !== null && answer.length && base !== null && answered.size ? answer : null;
   let named: string | null = null;
-  let written = version >= 4 ? Math.min(version, 5) : 2;
+  let written = version >= 4 ? Math.min(version, WRITTEN) : 2;
   if (codec?.kind === ALONE && (usable !== null || runs.length)) {
     const made = await pack(blobs, codec, { answer: usable ?? undefined, answered, runs }, brotli, splits);
     const cost = usable === null ? 0 : version >= 4 ? ANSWER_BYTES : ',"a":""'.length + ID_LENGTH;

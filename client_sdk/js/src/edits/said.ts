@@ -1,0 +1,60 @@
+/**
+ * `Said`: which edits version a sender writes to a receiver, from the versions it said
+ * recently: every sender's rule, Python's `toolref.sending.said` (the relay's and the SDK's),
+ * here once for the JS sender (manager.ts).
+ *
+ * A receiver says a version in each answer's `Toolref-Edits`, and one that refuses an edit 400
+ * `malformed-body` says, without a header, that it reads less than the bytes the edit was
+ * written in (`unreadable`: a receiver rolled back). The version written is the lowest said
+ * within `RECENT_MS` where that one does not read the bytes a sender of this version writes
+ * (below `WRITTEN`: versions 5 and 6 write version 5's), else the highest said within it, else
+ * the last said. So replicas of 4 and 6 behind one address are sent what both read, not a
+ * refused edit every other turn; replicas of 5 and 6 (the same bytes) keep 6, each answer
+ * tapped by its own `Toolref-Edits`; rolled forward, a sender writes more once no lower version
+ * was said for `RECENT_MS`.
+ *
+ * Pure: the caller passes its clock's reading (`now`, ms, monotonic: `performance.now()`). At
+ * most one entry per version: O(versions) a call.
+ */
+
+import { VERSION, WRITTEN } from "./wire.js";
+
+/** How long a version said (an answer's, a refusal's) is written to: Python's `RECENT`. */
+export const RECENT_MS = 300_000;
+const LOWEST = 1;
+
+export class Said {
+  /** version -> when it was last said */
+  private readonly at = new Map<number, number>();
+
+  /** `version` said at `now` (an answer's `Toolref-Edits`; null, or below every version of
+   * edits: nothing said). One above `VERSION` counts as `VERSION`. */
+  said(version: number | null, now: number): void {
+    if (version !== null && version >= LOWEST) this.at.set(Math.min(version, VERSION), now);
+  }
+
+  /** An edit written for `version` was refused 400 `malformed-body`: the receiver reads less
+   * than its bytes (`min(version, WRITTEN)`), so the version below them is said. False: there
+   * is none (the sender's own fault, not a rollback). */
+  unreadable(version: number, now: number): boolean {
+    const lower = Math.min(version, WRITTEN) - 1;
+    if (lower < LOWEST) return false;
+    this.said(lower, now);
+    return true;
+  }
+
+  /** The version to write (the module docstring); null while none was said. */
+  version(now: number): number | null {
+    if (this.at.size === 0) return null;
+    const recent: number[] = [];
+    let last = 0;
+    let lastAt = -Infinity;
+    for (const [version, at] of this.at) {
+      if (now - at < RECENT_MS) recent.push(version);
+      if (at > lastAt) [last, lastAt] = [version, at];
+    }
+    if (recent.length === 0) return last;
+    const lowest = Math.min(...recent);
+    return lowest < WRITTEN ? lowest : Math.max(...recent);
+  }
+}

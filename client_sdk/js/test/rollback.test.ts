@@ -1,0 +1,156 @@
+// The JS sender before a receiver rolled back, forward, or mixed while the page runs (review:
+// SDK senders after a rollback), as tests/integration/test_sdk_rollback.py tests Python's.
+// The test receiver (receiver.ts) reads version 2's bytes; `older` makes it one of an edits
+// version: its answers say that version, and an edit written in a newer version's bytes is
+// refused 400 `malformed-body` with no `Toolref-Edits` (as a receiver of 4 refuses version
+// 5's compact header). One said to be of 6 answers an edit it cannot read (a compact header,
+// which the test receiver does not parse) 200 without a recipe. Before, the sender learnt the
+// version from each answer only: the refusal reached the app, and behind replicas of 2 and 6
+// the replica of 6 raised the version back, so every turn reaching the other failed.
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { MEDIA_TYPE, RECENT_MS, Said, ToolReferenceManager, forgetSharedState, toolrefFetch } from "../src/index.js";
+import { Receiver } from "./receiver.js";
+
+afterEach(() => {
+  forgetSharedState();
+  vi.restoreAllMocks();
+});
+
+const URL_ = "http://app.test/api/chat";
+const HEADERS = { "content-type": "application/json" };
+
+/** The version an edit's bytes are written in: a compact header's first byte, else the JSON
+ * header line's `v`. */
+function written(wire: Uint8Array): number {
+  if (wire[0] !== 0x7b) return wire[0]!;
+  const line = new TextDecoder().decode(wire.subarray(0, wire.indexOf(0x0a)));
+  return (JSON.parse(line) as { v: number }).v;
+}
+
+interface Sent {
+  edit: boolean;
+  written: number | null;
+}
+
+/** `receiver` as one of edits `version` (changed while it runs: `replica.version`). */
+function older(receiver: Receiver, version: number) {
+  const replica = {
+    version,
+    fetch: (async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+      const request = new Request(input, init);
+      const wire = new Uint8Array(await request.arrayBuffer());
+      if (request.headers.get("content-type") === MEDIA_TYPE) {
+        if (written(wire) > replica.version) {
+          const problem = { type: "urn:toolref:problem:malformed-body", title: "malformed body", status: 400 };
+          return new Response(JSON.stringify(problem), { status: 400, headers: { "content-type": "application/problem+json" } });
+        }
+        if (written(wire) > 3) return new Response("answered", { headers: { "content-type": "text/plain", "Toolref-Edits": String(replica.version) } });
+      }
+      const response = await receiver.fetch(request.url, { method: "POST", headers: request.headers, body: wire });
+      if (response.headers.has("Toolref-Edits")) response.headers.set("Toolref-Edits", String(replica.version));
+      return response;
+    }) as typeof fetch,
+  };
+  return replica;
+}
+
+/** Replicas taking requests in turn (resends included); `sent` notes each attempt. */
+function balanced(replicas: { fetch: typeof fetch }[], sent: Sent[]): typeof fetch {
+  return (async (input: RequestInfo | URL, init?: RequestInit) => {
+    const request = new Request(input, init);
+    const edit = request.headers.get("content-type") === MEDIA_TYPE;
+    const wire = new Uint8Array(await request.clone().arrayBuffer());
+    sent.push({ edit, written: edit ? written(wire) : null });
+    return replicas[(sent.length - 1) % replicas.length]!.fetch(request);
+  }) as typeof fetch;
+}
+
+function conversation(turns: number): string {
+  const messages: unknown[] = [{ role: "user", content: `read a.py ${"x = 1\n".repeat(300)}` }];
+  for (let turn = 0; turn < turns; turn++) {
+    messages.push({ role: "assistant", content: `reading file ${turn}` });
+    messages.push({ role: "user", content: `file ${turn}: ${`y = ${turn}\n`.repeat(200)}` });
+  }
+  return JSON.stringify({ messages });
+}
+
+describe("a receiver rolled back while the sender runs (Python's test_sdk_rollback)", () => {
+  it("rolled back from 6 to 2 then forward: the refused turn goes again as it is, unseen, and later turns are edits of 2 until 6 was said alone for RECENT_MS", async () => {
+    let now = 1_000_000;
+    vi.spyOn(performance, "now").mockImplementation(() => now);
+    const receiver = new Receiver();
+    const replica = older(receiver, 6);
+    const sent: Sent[] = [];
+    const manager = new ToolReferenceManager();
+    const send = toolrefFetch({ fetch: balanced([replica], sent), manager });
+    let turns = 0;
+    const turn = async (): Promise<Sent[]> => {
+      const before = sent.length;
+      const body = conversation(++turns);
+      const answer = await send(URL_, { method: "POST", headers: HEADERS, body });
+      expect(answer.status).toBe(200); // the app never sees the refusal
+      await answer.text();
+      const arrived = receiver.arrived.at(-1)!;
+      if (sent.at(-1)!.written === null || sent.at(-1)!.written! <= 3) expect(new TextDecoder().decode(arrived.restored.body)).toBe(body);
+      return sent.slice(before);
+    };
+    await turn();
+    expect((await turn()).map((s) => s.written)).toEqual([5]);
+    replica.version = 2;
+    expect((await turn()).map((s) => s.written)).toEqual([5, null]); // refused, then as it is
+    expect(manager.edits).toBe(2);
+    for (let n = 0; n < 2; n++) expect((await turn()).map((s) => s.written)).toEqual([2]);
+    replica.version = 6;
+    expect((await turn()).map((s) => s.written)).toEqual([2]); // 2 said within RECENT_MS
+    now += RECENT_MS;
+    expect((await turn()).map((s) => s.written)).toEqual([5]);
+    expect(manager.edits).toBe(6);
+  });
+
+  it("replicas of 6 and 2 in turn: no failed turn, one resend per version stepped down, and no resend loop", async () => {
+    vi.spyOn(performance, "now").mockReturnValue(1_000_000);
+    const receiver = new Receiver();
+    const sent: Sent[] = [];
+    const send = toolrefFetch({ fetch: balanced([older(receiver, 6), older(receiver, 2)], sent), manager: new ToolReferenceManager() });
+    const turns = 10;
+    for (let turn = 1; turn <= turns; turn++) {
+      const body = conversation(turn);
+      const answer = await send(URL_, { method: "POST", headers: HEADERS, body });
+      expect(answer.status).toBe(200);
+      await answer.text();
+    }
+    // 5's bytes, then 4's, refused by the replica of 2 (each resent as it is): then 2's.
+    expect(sent.length).toBeLessThanOrEqual(turns + 2);
+    expect(sent.slice(-5).map((s) => s.written)).toEqual([2, 2, 2, 2, 2]);
+  });
+});
+
+describe("Said (Python's toolref.sending.said, the same cases: tests/unit/test_sending_said.py)", () => {
+  it("writes the lowest said recently below WRITTEN, else the highest recent, else the last said", () => {
+    const said = new Said();
+    expect(said.version(0)).toBeNull();
+    said.said(6, 0);
+    said.said(5, 1);
+    expect(said.version(2)).toBe(6); // 5 and 6 write the same bytes
+    said.said(4, 2);
+    expect(said.version(3)).toBe(4);
+    expect(said.version(2 + RECENT_MS)).toBe(4); // all stale: the last said
+    said.said(6, 10 + RECENT_MS);
+    expect(said.version(10 + RECENT_MS)).toBe(6); // 4 no longer recent
+    said.said(99, 20 + RECENT_MS);
+    expect(said.version(20 + RECENT_MS)).toBe(6);
+    said.said(0, 21 + RECENT_MS);
+    said.said(null, 21 + RECENT_MS);
+    expect(said.version(21 + RECENT_MS)).toBe(6);
+  });
+
+  it("an unreadable edit says the version below the bytes it was written in; none below 1", () => {
+    const said = new Said();
+    expect(said.unreadable(6, 0)).toBe(true);
+    expect(said.version(0)).toBe(4);
+    expect(said.unreadable(2, 1)).toBe(true);
+    expect(said.version(1)).toBe(1);
+    expect(said.unreadable(1, 2)).toBe(false);
+    expect(said.version(2)).toBe(1);
+  });
+});

@@ -1,0 +1,62 @@
+"""`Said`: which edits version a sender writes to a receiver, from the versions it said
+recently. Every Python sender's rule (the relay's `toolref_relay.capabilities`, the SDK's
+`toolref.sending.sender.Sender`); JS's twin is `client_sdk/js/src/edits/said.ts`.
+
+A receiver says a version in each answer's `Toolref-Edits` (the relay also reads its
+capabilities), and one that refuses an edit 400 `malformed-body` says, without a header, that
+it reads less than the bytes the edit was written in (`unreadable`: a receiver rolled back).
+The version written is the lowest said within `RECENT` seconds where that one does not read
+the bytes a sender of this version writes (below `WRITTEN`: versions 5 and 6 write version
+5's), else the highest said within it, else the last said. So replicas of 4 and 6 behind one
+address are sent what both read, not a refused edit every other turn; replicas of 5 and 6
+(the same bytes) keep 6, each answer tapped by its own `Toolref-Edits`; rolled forward, a
+sender writes more once no lower version was said for `RECENT`.
+
+Pure: the caller passes its clock's reading (`now`, seconds, monotonic). At most one entry
+per version: O(versions) a call.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from toolref.edits.wire import VERSIONS, WRITTEN
+
+RECENT: Final = 300.0  # seconds a version said (an answer's, a refusal's) is written to
+HIGHEST: Final = max(VERSIONS)  # the highest a sender of this SDK writes
+LOWEST: Final = min(VERSIONS)
+
+
+class Said:
+    """The versions one receiver (an endpoint, a gateway) said, each with when it last did."""
+
+    __slots__ = ("_at",)
+
+    def __init__(self) -> None:
+        self._at: dict[int, float] = {}  # version -> when it was last said
+
+    def said(self, version: int | None, now: float) -> None:
+        """`version` said at `now` (an answer's `Toolref-Edits`; None, or below every
+        version of edits: nothing said). One above `HIGHEST` counts as `HIGHEST`."""
+        if version is not None and version >= LOWEST:
+            self._at[min(version, HIGHEST)] = now
+
+    def unreadable(self, version: int, now: float) -> bool:
+        """An edit written for `version` was refused 400 `malformed-body`: the receiver
+        reads less than its bytes (`min(version, WRITTEN)`), so the version below them is
+        said. False: there is none (the sender's own fault, not a rollback)."""
+        lower = min(version, WRITTEN) - 1
+        if lower < LOWEST:
+            return False
+        self.said(lower, now)
+        return True
+
+    def version(self, now: float) -> int | None:
+        """The version to write (the module docstring); None while none was said."""
+        if not self._at:
+            return None
+        recent = [v for v, at in self._at.items() if now - at < RECENT]
+        if not recent:
+            return max(self._at, key=self._at.__getitem__)
+        lowest = min(recent)
+        return lowest if lowest < WRITTEN else max(recent)

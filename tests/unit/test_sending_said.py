@@ -1,0 +1,37 @@
+"""`toolref.sending.said`: which edits version a sender writes from what its receiver said
+recently (the relay's and the SDK's rule; JS's `edits/said.ts` is tested on the same cases in
+client_sdk/js/test/rollback.test.ts). The clock is the caller's: readings passed in."""
+
+from __future__ import annotations
+
+from toolref.sending.said import RECENT, Said
+
+
+def test_the_lowest_recent_below_written_else_the_highest_recent_else_the_last() -> None:
+    said = Said()
+    assert said.version(0) is None
+    said.said(6, 0)
+    said.said(5, 1)
+    assert said.version(2) == 6  # 5 and 6 write the same bytes: 6's taps kept
+    said.said(4, 2)
+    assert said.version(3) == 4  # replicas of 4 and 6: what both read
+    assert said.version(2 + RECENT) == 4  # nothing recent: the last said
+    said.said(6, 10 + RECENT)
+    assert said.version(10 + RECENT) == 6  # 4 no longer recent: rolled forward
+    said.said(99, 20 + RECENT)  # above the highest this SDK writes: counts as it
+    assert said.version(20 + RECENT) == 6
+    said.said(0, 21 + RECENT)  # below every version, or none: nothing said
+    said.said(None, 21 + RECENT)
+    assert said.version(21 + RECENT) == 6
+
+
+def test_an_unreadable_edit_says_the_version_below_its_bytes() -> None:
+    """Version 6 writes 5's bytes: refused, 4 is said; down to 1, below which nothing is (a
+    refusal there is not a rollback)."""
+    said = Said()
+    assert said.unreadable(6, 0)
+    assert said.version(0) == 4
+    assert said.unreadable(2, 1)
+    assert said.version(1) == 1
+    assert not said.unreadable(1, 2)
+    assert said.version(2) == 1
