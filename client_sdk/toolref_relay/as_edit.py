@@ -8,8 +8,9 @@ travel inside the edit as segment 0, kept by reference while they do not change)
 missing-pieces and a 400 dictionary-mismatch are resent (at most three times, the last with
 everything inline) before the agent sees anything; the answer the gateway gives after that
 goes back to the agent as it arrives. A body that is not one JSON object in UTF-8 is not
-sent as an edit (`NOT_AN_EDIT`), nor is anything after a gateway answers 415 to the media
-type (`UNSUPPORTED`): the caller sends it as it came. An edit refused 400 `malformed-body`
+sent as an edit (`NOT_AN_EDIT`), nor is anything for `RECENT` seconds after a gateway
+answers 415 to the media type (`UNSUPPORTED`; then the capabilities are asked again): the
+caller sends it as it came. An edit refused 400 `malformed-body`
 (`UNREADABLE`: a gateway rolled back to a version that does not read its bytes) goes as it
 came too, and the relay relearns the version (`capabilities`); each answer's
 `Toolref-Edits` is learnt as well. Nor is a turn the gateway answers
@@ -55,6 +56,8 @@ from toolref.sending.answers import (
 )
 from toolref.sending.editor import Edit, stands_alone
 from toolref.sending.editor import not_worth_an_edit as not_worth
+from toolref.sending.pause import UNREADABLE_FIRST, UNREADABLE_LONGEST
+from toolref.sending.said import RECENT
 from toolref.wire.endpoints import endpoint
 from toolref.wire.headers import HISTORY_HEADER
 
@@ -131,21 +134,24 @@ async def as_edit(
         link.capabilities.refused()
         link.report(
             f"toolref relay: the gateway {config.gateway} refused an edit (415); requests "
-            "go as they came from now on"
+            f"go as they came, and the relay asks the gateway again in {RECENT:g} s"
         )
         return None
     if answer == UNREADABLE:
         lower = link.capabilities.unreadable(version)
-        if not lower:  # no older version to write: the relay's own fault, edits paused
-            link.paused.refused(time.monotonic(), seen)
+        if not lower:  # no older version to write: not a rollback, edits paused long
+            link.paused.refused(time.monotonic(), seen, UNREADABLE_FIRST, UNREADABLE_LONGEST)
         link.report(
             f"toolref relay: the gateway {config.gateway} refused an edit of version "
             f"{version} as malformed (400); the turn goes as it came, and "
             + (
-                "the relay asks the gateway which version it reads (rolled back?)"
+                "the relay asks the gateway which version it reads"
                 if lower
                 else f"requests go as they came for {link.paused.length:g} s"
             )
+            + "; expected only after the gateway was rolled back to an older toolref: if the "
+            "gateway was not rolled back, report this line and its time (the gateway's log "
+            "has the request id)"
         )
         return None
     if answer == STORE_DOWN:

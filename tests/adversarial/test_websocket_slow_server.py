@@ -490,6 +490,49 @@ async def test_a_channel_that_lived_healthy_and_broke_is_opened_again_at_once() 
     assert told == []
 
 
+async def test_a_receiver_that_ends_one_answer_then_breaks_each_channel_is_backed_off() -> None:
+    """A receiver that ends each channel's first answer and then breaks the channel in the
+    middle of its second turn (found in review): before, the answer it ended made the
+    channel count as one that worked, so the next turn opened a new channel at once and
+    every second turn failed, for ever, with no back-off; now a channel that broke a turn
+    in flight before it lived `healthy` seconds counts as a failure in a row (HTTP for the
+    back-off's wait, said), as one that ended no answer does."""
+
+    async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(accept(await reader.readuntil(b"\r\n\r\n")))
+        await read_frame(reader)
+        writer.write(frame(0x2, frames.head(0, 200, [])) + frame(0x2, frames.end(0)))
+        await writer.drain()
+        await read_frame(reader)
+        writer.write(frame(0x2, frames.head(1, 200, [])))
+        await writer.drain()
+        writer.transport.abort()
+
+    now = [1000.0]
+    told: list[str] = []
+    async with serving(talk) as (port, upgrades):
+        transport = ChannelTransport(
+            Http(),
+            f"http://127.0.0.1:{port}",
+            None,
+            connect_timeout=10,
+            report=told.append,
+            retry_seconds=30,
+            clock=lambda: now[0],
+            random=lambda: 1.0,
+        )
+        got = [await outcome(transport, turn(port)) for _ in range(4)]
+        now[0] += 30
+        got += [await outcome(transport, turn(port)) for _ in range(4)]
+        await transport.close_link()
+    broke, http = httpx.RemoteProtocolError, b"over http"
+    # before: [b"", broke] * 4, a new channel at once after each break
+    assert got == [b"", broke, http, http, b"", broke, http, http]
+    assert len(upgrades) == 2
+    assert [line.rsplit(" ", 1)[-1] for line in told] == ["30s", "60s"]
+    assert "broke" in told[0]
+
+
 def test_the_channel_s_back_off_draws_its_jitter_and_starts_again_after_a_healthy_channel() -> None:
     """Each wait is drawn between half and all of the doubled one; a channel that lived
     `healthy` seconds with answers on it starts the count again, a shorter one does not."""

@@ -53,8 +53,16 @@ TURNS = 4
 
 # docs/js.md, "Cross-origin pages": what a backend's CORS needs for toolref (the page's origin
 # filled in). Starlette's CORSMiddleware, and the same lists for Hono's and Express's cors().
+# `Content-Encoding` too: the receivers expose it where an answer has one, and a CORS list of
+# its own replaces theirs (hidden, a page's tap reads an encoded answer as a plain one).
 ALLOW_HEADERS = ["Content-Type", "Toolref-Edits", "Toolref-Key"]
-EXPOSE_HEADERS = ["Toolref-Edits", "Toolref-History", "Toolref-Savings", "Toolref-Channel"]
+EXPOSE_HEADERS = [
+    "Toolref-Edits",
+    "Toolref-History",
+    "Toolref-Savings",
+    "Toolref-Channel",
+    "Content-Encoding",
+]
 
 
 def documented(origin: str) -> dict[str, Any]:

@@ -16,11 +16,18 @@ import httpx
 import pytest
 from redis.asyncio import Redis
 
-from tests.integration.test_relay_edits import TIMEOUT, assert_exact, post, relayed
+from tests.integration.test_relay_edits import (
+    TIMEOUT,
+    WithoutEdits,
+    assert_exact,
+    post,
+    relayed,
+)
 from tests.unit.edits.agents import Agent
 from toolref.asgi.scope import Receive, Scope, Send
 from toolref.edits import compact
 from toolref.edits.wire import MEDIA_TYPE
+from toolref.sending.said import RECENT
 from toolref.wire.encoding import PROBLEM_TYPE
 from toolref.wire.errors import PROBLEM_BASE
 
@@ -155,3 +162,45 @@ async def test_replicas_of_two_versions_cost_no_resend_loop(redis: Redis) -> Non
     assert media.count("application/json") <= 1  # at most the one refused turn, as it came
     assert len(stack.balancer.requests) <= 10 + 2  # its refused edit, and its resend
     assert all(written(r.content) == 4 for r in stack.balancer.requests[-6:])
+
+
+async def test_the_lines_after_a_refused_edit_say_what_follows_and_what_to_do(
+    redis: Redis,
+) -> None:
+    """Found in review (leftovers of stop 57): a 400 `malformed-body` is taken for a
+    rollback, and the turn goes again as it came, so a genuine relay bug (bytes no gateway
+    reads) would be hidden; the line said so without saying what to do. Now it says the
+    refusal is expected only after a rollback, and to report it otherwise. And the 415
+    line said requests go as they came "from now on", though the relay asks the gateway
+    again `RECENT` seconds later."""
+    gateways: list[Older] = []
+
+    def wrap(app: Any) -> Older:
+        gateways.append(Older(app))
+        return gateways[-1]
+
+    conversation = Agent(11, marks=2)
+    async with relayed(redis, wrap=wrap) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        for _ in range(2):
+            conversation.step()
+            await post(agent, stack, conversation.body())
+        gateways[0].version = 4
+        conversation.step()
+        await post(agent, stack, conversation.body())
+    refused = [line for line in stack.lines if "as malformed (400)" in line]
+    assert len(refused) == 1, stack.lines
+    assert "refused an edit of version 6" in refused[0]
+    assert "if the gateway was not rolled back, report this" in refused[0]
+
+
+async def test_the_415_line_says_when_edits_are_tried_again(redis: Redis) -> None:
+    conversation = Agent(6)
+    wrap = lambda app: WithoutEdits(app, refuse=True)  # noqa: E731
+    async with relayed(redis, wrap=wrap) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
+        for _ in range(2):
+            conversation.step()
+            await post(agent, stack, conversation.body())
+    refused = [line for line in stack.lines if "refused an edit (415)" in line]
+    assert len(refused) == 1, stack.lines
+    assert "from now on" not in refused[0]
+    assert f"asks the gateway again in {RECENT:g} s" in refused[0]

@@ -23,7 +23,7 @@ import { tapFor } from "./edits/answer.js";
 import { Editor, asItCameBytes, notWorthAnEdit, type Edit } from "./edits/editor.js";
 import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES } from "./edits/recipes.js";
 import { Said } from "./edits/said.js";
-import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
+import { MEDIA_TYPE, VERSION, WRITTEN } from "./edits/wire.js";
 import type { BodyCut } from "./edits/segments.js";
 import { UsageError } from "./errors.js";
 import { checkOptions, type Spec } from "./options.js";
@@ -121,6 +121,10 @@ export function segmentHeaders(headers: Headers): [string, string][] {
 
 const FIRST_PAUSE_MS = 1000;
 const LONGEST_PAUSE_MS = 30_000;
+/** An edit of the lowest version refused as unreadable (no rollback explains it): paused 5
+ * minutes, doubled, at most an hour (Python's `pause.UNREADABLE_FIRST`, `UNREADABLE_LONGEST`). */
+const UNREADABLE_PAUSE_MS = 300_000;
+const UNREADABLE_LONGEST_MS = 3_600_000;
 /** Toolref's 503 when a receiver's store is down (Python's `answers.store_down`). */
 const STORE_DOWN = problemType("store-unavailable");
 /** Toolref's 400 to an edit whose bytes it cannot read (a receiver rolled back). */
@@ -134,6 +138,18 @@ export class ToolReferenceManager {
    * 400 `malformed-body` to an edit (rolled back); 0 until it said, or once forgotten. */
   get edits(): number {
     return this.said.version(performance.now()) ?? 0;
+  }
+  /** Set by the app: 0 forgets the receiver (requests go as they are, with the offer, until an
+   * answer says it reads edits); a version is written from now on as one the receiver said
+   * now (relearnt from its answers, as any said). A `UsageError` for anything else. */
+  set edits(version: number) {
+    if (!Number.isSafeInteger(version) || version < 0) {
+      throw new UsageError(
+        `manager.edits is ${String(version)}; set 0 (forget the receiver: requests go as they are, with the offer) or an edits version from 1 to ${VERSION}`,
+      );
+    }
+    this.forget();
+    if (version > 0) this.said.said(version, performance.now());
   }
   /** The versions the receiver said (its `Toolref-Edits`, a refusal's), each with when. */
   private said = new Said();
@@ -236,9 +252,11 @@ export class ToolReferenceManager {
     this.editor.version = version;
     let edit = await this.editor.prepare(pairs, data, this.messagesKey, cut);
     // Read again after the await: while the edit was made (hashing, compressing), another
-    // request may have found the endpoint paused or reading no edits; this one is not sent
-    // as an edit already known to be refused.
-    if (edit === null || this.bare || this.edits === 0 || performance.now() < this.pausedUntil) return plain();
+    // request may have found the endpoint paused or reading no edits, or a refusal said a
+    // version below the bytes this one is written in; it is not sent as an edit already known
+    // to be refused.
+    const now = this.edits;
+    if (edit === null || this.bare || now === 0 || Math.min(now, WRITTEN) < Math.min(version, WRITTEN) || performance.now() < this.pausedUntil) return plain();
     // A tiny first turn: smaller as it is, and no later turn's base (Python's `Sender` alike).
     if (notWorthAnEdit(edit, asItCameBytes(edit, [[EDITS_HEADER, String(VERSION)]]))) return plain();
     for (;;) {
@@ -252,6 +270,7 @@ export class ToolReferenceManager {
       }
       counted.wire += edit.body.length;
       const { status } = response;
+      const where = response.url || path || "this endpoint"; // before a problem read rebuilds it
       const named = response.headers.has(HISTORY_HEADER);
       this.learn(response);
       const told = response.headers.has(EDITS_HEADER);
@@ -301,7 +320,12 @@ export class ToolReferenceManager {
         // A receiver rolled back to a version that does not read the edit's bytes: the version
         // below them said (no lower one: not a rollback, edits paused), and this request as
         // it is, whose answer says what it reads (Python's `Sender`, the relay alike).
-        if (!this.said.unreadable(version, performance.now())) this.refused(pauses);
+        // An endpoint another turn forgot meanwhile stays forgotten (Python's `Sender` alike).
+        if (this.edits !== 0) {
+          const stepped = this.said.unreadable(version, performance.now());
+          if (!stepped) this.refused(pauses, UNREADABLE_PAUSE_MS, UNREADABLE_LONGEST_MS);
+          this.unreadableSaid(where, version, stepped ? this.edits : null, response.headers.get("x-request-id"));
+        }
         return plain();
       }
       if (problem !== null) {
@@ -373,6 +397,24 @@ export class ToolReferenceManager {
 
   private historyWarned = false;
 
+  /** An edit written for `version` was refused 400 `malformed-body` and the version stepped
+   * down (to `written`; null: none lower, edits paused). A rollback explains it; else the
+   * SDK wrote bytes its receiver cannot read, a bug the request sent again as it is hides
+   * from the app. Said once per version refused (Python's `Sender` logs it alike). */
+  private unreadableSaid(where: string, version: number, written: number | null, requestId: string | null): void {
+    if (this.unreadableWarned.has(version)) return;
+    this.unreadableWarned.add(version);
+    const after = written !== null ? `its requests are now written for version ${written}` : "no version is lower: edits paused for it a while, requests go as they are";
+    console.warn(
+      `toolref: ${where} refused an edit written for edits version ${version} as unreadable (400 malformed-body; request id ` +
+        `${requestId ?? "none given: note the time"}); ${after}. Expected only after its receiver was rolled back to an older ` +
+        "toolref: if the backend was not rolled back, report this with the request id",
+    );
+  }
+
+  /** The versions whose refusal as unreadable was said (`unreadableSaid`): at most one each. */
+  private readonly unreadableWarned = new Set<number>();
+
   /** Answers to an edit that went as the app wrote it instead (`guarded`): sent as it is. */
   private readonly bareAnswers = new WeakSet<Response>();
 
@@ -381,10 +423,10 @@ export class ToolReferenceManager {
    * begun since (a request in flight alongside it was refused first) already counts this
    * outage, so the many edits a server has in flight when its receiver's registry goes down
    * pause it once, not 2^n s. */
-  private refused(pauses: number): void {
+  private refused(pauses: number, first = FIRST_PAUSE_MS, longest = LONGEST_PAUSE_MS): void {
     if (pauses !== this.pauses) return;
     this.pauses += 1;
-    this.pauseMs = Math.min(Math.max(this.pauseMs * 2, FIRST_PAUSE_MS), LONGEST_PAUSE_MS);
+    this.pauseMs = Math.min(Math.max(this.pauseMs * 2, first), longest);
     this.pausedUntil = performance.now() + this.pauseMs;
   }
 

@@ -8,7 +8,7 @@
 // version from each answer only: the refusal reached the app, and behind replicas of 2 and 6
 // the replica of 6 raised the version back, so every turn reaching the other failed.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { MEDIA_TYPE, RECENT_MS, Said, ToolReferenceManager, forgetSharedState, toolrefFetch } from "../src/index.js";
+import { MEDIA_TYPE, RECENT_MS, Said, ToolReferenceManager, UsageError, forgetSharedState, toolrefFetch } from "../src/index.js";
 import { Receiver } from "./receiver.js";
 
 afterEach(() => {
@@ -125,6 +125,48 @@ describe("a receiver rolled back while the sender runs (Python's test_sdk_rollba
   });
 });
 
+describe("a refusal as unreadable is said (review: leftovers of stop 57)", () => {
+  it("each version stepped down on a 400 malformed-body warns once, naming the endpoint, the versions and what to do", async () => {
+    // Before: the refused turn went again as it is and the version stepped down, unseen, so a
+    // genuine bug in the sender (bytes its receiver cannot read) was hidden from everyone.
+    let now = 1_000_000;
+    vi.spyOn(performance, "now").mockImplementation(() => now);
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => {});
+    const receiver = new Receiver();
+    const replica = older(receiver, 6);
+    const sent: Sent[] = [];
+    const send = toolrefFetch({ fetch: balanced([replica], sent), manager: new ToolReferenceManager() });
+    let turns = 0;
+    const turn = async (): Promise<void> => {
+      const answer = await send(URL_, { method: "POST", headers: HEADERS, body: conversation(++turns) });
+      expect(answer.status).toBe(200);
+      await answer.text();
+    };
+    await turn();
+    await turn();
+    expect(warn).not.toHaveBeenCalled();
+    replica.version = 4;
+    await turn(); // 5's bytes refused: 4 said
+    await turn();
+    expect(warn).toHaveBeenCalledTimes(1);
+    const said = String(warn.mock.calls[0]![0]);
+    expect(said).toContain("/api/chat"); // the answer's URL (a mock's is empty), else the path
+    expect(said).toContain("edits version 6");
+    expect(said).toContain("now written for version 4");
+    expect(said).toContain("if the backend was not rolled back, report this with the request id");
+    // forward again, then back: the same step refused again is not said again
+    replica.version = 6;
+    now += RECENT_MS;
+    await turn();
+    await turn();
+    replica.version = 4;
+    const before = sent.length;
+    await turn();
+    expect(sent.slice(before).map((s) => s.written)).toEqual([5, null]); // refused, as it is
+    expect(warn).toHaveBeenCalledTimes(1);
+  });
+});
+
 describe("Said (Python's toolref.sending.said, the same cases: tests/unit/test_sending_said.py)", () => {
   it("writes the lowest said recently below WRITTEN, else the highest recent, else the last said", () => {
     const said = new Said();
@@ -152,5 +194,123 @@ describe("Said (Python's toolref.sending.said, the same cases: tests/unit/test_s
     expect(said.version(1)).toBe(1);
     expect(said.unreadable(1, 2)).toBe(false);
     expect(said.version(2)).toBe(1);
+  });
+});
+
+// Found in review (second pass): the manager's `edits` became a getter, so an app's
+// `manager.edits = 0` (the documented field, settable before) threw a bare TypeError in a module
+// and did nothing in a sloppy script; an edit prepared while another turn's refusal said a
+// lower version went out anyway, refused again; and a refusal on an endpoint another turn had
+// just forgotten made it send edits again, where Python's `Sender` keeps it forgotten.
+describe("the manager's version under concurrent turns and set by the app (review, second pass)", () => {
+  const MALFORMED = { type: "urn:toolref:problem:malformed-body", title: "malformed body", status: 400 };
+  const refusal = (headers: Record<string, string> = {}) =>
+    new Response(JSON.stringify(MALFORMED), { status: 400, headers: { "content-type": "application/problem+json", ...headers } });
+  const said = (version: number) => new Response("{}", { headers: { "content-type": "application/json", "Toolref-Edits": String(version) } });
+  const body = (turn: number) => conversation(turn);
+
+  it("an edit prepared while another turn's refusal said a lower version is not sent in the refused bytes", async () => {
+    vi.spyOn(performance, "now").mockReturnValue(1_000_000);
+    const manager = new ToolReferenceManager();
+    const written: (number | null)[] = [];
+    const post = async (content: Uint8Array, _headers: Record<string, string>, edit: boolean): Promise<Response> => {
+      written.push(edit ? content[0] === 0x7b ? -1 : content[0]! : null);
+      return edit ? refusal() : said(6);
+    };
+    await manager.send(body(1), post);
+    expect(manager.edits).toBe(6);
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const prepare = manager.editor.prepare.bind(manager.editor);
+    vi.spyOn(manager.editor, "prepare").mockImplementationOnce(async (...args) => {
+      await gate; // this turn's edit is made while the other is refused
+      return prepare(...args);
+    });
+    const slow = manager.send(body(2), post);
+    await manager.send(body(3), post); // its 5's bytes refused: 4 said
+    expect(manager.edits).toBe(4);
+    open();
+    await slow;
+    // before: [null, 5, null, 5, null], the slow turn's edit of 5's bytes refused again
+    expect(written).toEqual([null, 5, null, null]);
+  });
+
+  it("a refusal of an edit to an endpoint another turn just forgot keeps it forgotten (Python's Sender alike)", async () => {
+    vi.spyOn(performance, "now").mockReturnValue(1_000_000);
+    const manager = new ToolReferenceManager();
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let edits = 0;
+    let sent!: () => void;
+    const inFlight = new Promise<void>((resolve) => (sent = resolve));
+    const post = async (_content: Uint8Array, _headers: Record<string, string>, edit: boolean): Promise<Response> => {
+      if (!edit) return edits === 0 ? said(6) : new Response("{}", { headers: { "content-type": "application/json" } });
+      if (++edits === 1) {
+        sent();
+        await held;
+        return refusal(); // a toolref receiver's refusal, no Toolref-Edits
+      }
+      return new Response("not toolref", { status: 400, headers: { "content-type": "text/plain" } }); // no receiver of edits
+    };
+    await manager.send(body(1), post);
+    const first = manager.send(body(2), post);
+    await inFlight; // its edit sent, its answer held
+    await manager.send(body(3), post); // answered by no receiver of edits: forgotten
+    expect(manager.edits).toBe(0);
+    release();
+    await first;
+    expect(manager.edits).toBe(0); // before: 4, edits sent again to a forgotten endpoint
+  });
+
+  it("manager.edits set by the app: 0 forgets the receiver, a version is written from then on, anything else fails naming the fix", async () => {
+    vi.spyOn(performance, "now").mockReturnValue(1_000_000);
+    const manager = new ToolReferenceManager();
+    const written: (number | null)[] = [];
+    const post = async (content: Uint8Array, _headers: Record<string, string>, edit: boolean): Promise<Response> => {
+      written.push(edit ? content[0] === 0x7b ? -1 : content[0]! : null);
+      return said(6);
+    };
+    await manager.send(body(1), post);
+    expect(manager.edits).toBe(6);
+    manager.edits = 0; // before: TypeError, "Cannot set property edits ... which has only a getter"
+    expect(manager.edits).toBe(0);
+    await manager.send(body(2), post);
+    expect(written).toEqual([null, null]);
+    manager.edits = 4;
+    expect(manager.edits).toBe(4);
+    expect(() => (manager.edits = 2.5)).toThrow(/manager.edits is 2.5; .*0 .*1 to 6/);
+    expect(() => (manager.edits = -1)).toThrow(UsageError);
+  });
+});
+
+describe("a receiver refusing every edit (review: the relearning code, second pass)", () => {
+  it("costs a few refused edits an hour, not one a turn (Python's test_sender_unreadable_warning alike)", async () => {
+    // Before: with no lower version, edits paused as after a 415 (1 s, at most 30 s), and the
+    // refused versions expired after RECENT_MS: a proxy rewriting bodies got an edit, refused
+    // and resent, on every turn a minute apart, for ever. Now 5 minutes, doubled, at most an hour.
+    let now = 1_000_000;
+    vi.spyOn(performance, "now").mockImplementation(() => now);
+    vi.spyOn(console, "warn").mockImplementation(() => {});
+    const receiver = new Receiver();
+    const replica = older(receiver, 6);
+    const said = replica.fetch;
+    replica.fetch = (async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+      const request = new Request(input, init);
+      if (request.headers.get("content-type") !== MEDIA_TYPE) return said(request);
+      const problem = { type: "urn:toolref:problem:malformed-body", title: "malformed body", status: 400 };
+      return new Response(JSON.stringify(problem), { status: 400, headers: { "content-type": "application/problem+json" } });
+    }) as typeof fetch; // says 6, refuses every edit's bytes
+    const sent: Sent[] = [];
+    const send = toolrefFetch({ fetch: balanced([replica], sent), manager: new ToolReferenceManager() });
+    for (let turn = 1; turn <= 4 * 60; turn++) {
+      const answer = await send(URL_, { method: "POST", headers: HEADERS, body: conversation(2 + (turn % 3)) });
+      expect(answer.status).toBe(200);
+      await answer.text();
+      now += 60_000;
+    }
+    const refused = sent.filter((s) => s.edit).length;
+    // each step-down from 6 is 5 refused edits (5, 4, 3, 2 and 1), at each of the pauses' ends:
+    // 5, 10, 20, 40 minutes, then an hour; one a turn would be 240
+    expect(refused).toBeLessThanOrEqual(5 * 8);
   });
 });

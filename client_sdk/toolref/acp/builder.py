@@ -69,7 +69,7 @@ def _copied(item: Mapping[Any, Any]) -> dict[str, Any]:
         for key, value in source.items() if is_object else enumerate(source):
             if value is None and is_object and not meta:
                 continue
-            if isinstance(value, Mapping | list):
+            if isinstance(value, Mapping | list | tuple):  # a tuple: the list it is sent as
                 if depth >= MAX_ITEM_DEPTH:
                     raise AcpError(
                         f"a content item or location is nested past {MAX_ITEM_DEPTH} levels "
@@ -110,9 +110,12 @@ def as_status(value: ToolCallStatus | str) -> ToolCallStatus:
 
 
 def checked_json(field: str, value: Any) -> Any:
-    """`value` when it has a JSON form (what `rawInput` / `rawOutput` carry); else
-    `AcpError` naming the field. Checked where it is given: found only when sent, the value
-    would already be the call's state, and every later update of the call would fail."""
+    """`value` when it has a JSON form (what `rawInput` / `rawOutput` carry) within
+    `MAX_ITEM_DEPTH` levels; else `AcpError` naming the field. Checked where it is given:
+    found only when sent (or copied: `copy.deepcopy` is Python's stack, RecursionError at
+    about 500 levels), the value would already be the call's state, and every later update
+    of the call would fail. Two walks of the value: linear in its size."""
+    _checked_depth(field, value)
     try:
         canonical_json(value)
     except CanonicalizationError as exc:
@@ -122,6 +125,26 @@ def checked_json(field: str, value: Any) -> Any:
             field=field,
         ) from None
     return value
+
+
+def _checked_depth(field: str, value: Any) -> None:
+    """`AcpError` when `value` has more than `MAX_ITEM_DEPTH` levels of objects and lists
+    (or contains itself). A walk with a stack of its own, stopped at the limit: O(size)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if type(node) not in (dict, list, tuple):
+            continue  # a scalar, or what has no JSON form (the JSON check names it)
+        if depth > MAX_ITEM_DEPTH:
+            raise AcpError(
+                f"{field} is nested past {MAX_ITEM_DEPTH} levels of objects and lists, or "
+                "contains itself; ACP clients parse no deeper, and the tracker copies it: "
+                "flatten it (a deep value as a JSON string, say)",
+                field=field,
+                limit=MAX_ITEM_DEPTH,
+            )
+        members = node.values() if type(node) is dict else node
+        stack.extend((member, depth + 1) for member in members)
 
 
 def _not_null(field: str, value: Any) -> None:

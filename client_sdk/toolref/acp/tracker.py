@@ -111,10 +111,12 @@ class ToolCallTracker:
     the calls still running, however long the session.
 
     Bounds: at most `max_running` calls running at once (default 1024; a `start` past it
-    raises `AcpError`), `keep_finished` finished ones (default 256). The duplicate check
-    sees only those: an id finished and forgotten may be announced again, and clients then
-    reset the call they show for it. `due()` and `flush()` cost the updates held, not the
-    calls running; a repeat of what a finished call shows costs the fields it names.
+    raises `AcpError` with the count: send `completed` or `failed` as each call ends, or
+    give a larger `max_running`), `keep_finished` finished ones (default 256). The
+    duplicate check sees only those: an id finished and forgotten may be announced again,
+    and clients then reset the call they show for it. `due()` and `flush()` cost the
+    updates held, not the calls running; a repeat of what a finished call shows costs the
+    fields it names.
     """
 
     def __init__(
@@ -219,6 +221,7 @@ class ToolCallTracker:
                 "larger limit",
                 toolCallId=call_id,
                 limit="max_running",
+                running=len(self._calls),
                 maximum=self.max_running,
             )
         state = ToolCallState(

@@ -19,15 +19,15 @@ that takes no frame within a turn's write timeout (a receiver that reads nothing
 dropped, the turn failing `WriteTimeout` as over HTTP, and so is one whose answer frame does
 not read (a text message included), and one on which a turn's read timeout passed with no
 frame come for any turn (`ReadTimeout`: a hung receiver, a connection a NAT dropped in use).
-A channel that closed or was dropped before any answer frame came on it (a proxy that passes
-the upgrade and drops what follows), or before it lived `backoff.healthy` seconds with no
-answer ended on it (a receiver that answers a frame, then breaks each channel; one restarted
-after answering is opened again at once), counts as one that cannot be had: HTTP for the
-back-off's wait, said. Memory: one queue per turn in flight, holding its answer's pieces not
+A channel closed or dropped before any answer frame came (a proxy that passes the upgrade
+and drops what follows), or before it lived `backoff.healthy` seconds with no answer ended
+on it or a turn's unended (a receiver that answers a frame, or ends one answer, then breaks
+each channel; one restarted between turns is opened again at once), cannot be had: HTTP
+for the back-off's wait, said. Memory: one queue per turn in flight, its answer's pieces not
 yet read: at most `frames.WINDOW` bytes where the receiver keeps windows (the gateway and
 `ToolRefMiddleware`: the sender grants a turn's bytes back as its caller reads them, so an
-answer left unread waits at the receiver, and one sent past its window drops the channel as
-a receiver that does not speak it); an older receiver's answers are held as they come.
+answer left unread waits at the receiver, one sent past its window drops the channel); an
+older receiver's answers are held as they come.
 
 Requests and answers of either httpx package (`toolref.registry.packages`): an answer is of
 its request's package, and so is what is raised.
@@ -234,12 +234,11 @@ class _Stream:
     """A turn in flight: its answer's frames not yet read, and with windows the bytes of
     its pieces received beyond those granted back (`owed`) and read since the last grant."""
 
-    __slots__ = ("owed", "queue", "read")
+    __slots__ = ("done", "owed", "queue", "read")
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[frames.Answered] = asyncio.Queue()
-        self.owed = 0
-        self.read = 0
+        self.owed, self.read, self.done = 0, 0, False  # done: its END or BROKEN came
 
     def received(self, piece: frames.Answered, window: int) -> None:
         """Count a piece come; `FrameError` (the channel dropped) past the window: the
@@ -265,7 +264,7 @@ class _Link:
         self.streams: dict[int, _Stream] = {}
         self.next = 0
         self.closed = False
-        self.heard = self.answered = 0  # answer frames come on it; answers ended (END)
+        self.heard, self.answered, self.broke = 0, 0, False  # frames; ENDs; a turn failed
         self.waiting = 0  # turns waiting for a frame (`next_piece`)
         self.ours = False  # closed by its sender (idle, retired), not by a failure
         self.writing = asyncio.Lock()
@@ -314,9 +313,8 @@ class _Link:
 
     @property
     def failed(self) -> bool:
-        """Closed by the receiver or a failure, not by its sender, no answer ended on it:
-        one that cannot be had when no frame came or it lived less than `healthy`."""
-        return self.closed and not self.ours and not self.answered
+        """Closed, not by its sender, having ended no answer or failing a turn (`_open`)."""
+        return self.closed and not self.ours and (not self.answered or self.broke)
 
     async def next_piece(
         self, queue: asyncio.Queue[frames.Answered], request: Any, wait: float | None
@@ -413,6 +411,7 @@ class _Link:
                 state = self.streams.get(found.stream)
                 if state is None:  # a turn the agent left: its pieces dropped
                     continue
+                state.done = state.done or found.kind in (frames.END, frames.BROKEN)
                 if found.kind == frames.PIECE and self.window is not None:
                     state.received(found, self.window)
                 state.queue.put_nowait(found)
@@ -423,6 +422,7 @@ class _Link:
             return
         finally:
             self.closed = True
+            self.broke = self.broke or any(not s.done for s in self.streams.values())
             for state in self.streams.values():
                 state.queue.put_nowait(_GONE)
 

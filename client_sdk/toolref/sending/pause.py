@@ -15,6 +15,11 @@ from typing import Final
 
 FIRST: Final = 1.0  # seconds, after a first 415
 LONGEST: Final = 30.0
+# An edit of the lowest version refused as unreadable (400 `malformed-body`: no rollback
+# explains it, a proxy rewriting bodies or a sender's bug): 5 minutes, doubled, at most an
+# hour, so such a receiver costs a few refused edits an hour, not one a turn
+UNREADABLE_FIRST: Final = 300.0
+UNREADABLE_LONGEST: Final = 3600.0
 
 
 class Pause:
@@ -28,14 +33,18 @@ class Pause:
     def over(self, now: float) -> bool:
         return now >= self.until
 
-    def refused(self, now: float, seen: int) -> None:
+    def refused(
+        self, now: float, seen: int, first: float | None = None, longest: float | None = None
+    ) -> None:
         """An edit answered 415 at `now`; `seen`: `begun` when it was sent. One sent before
         the latest pause began (edits in flight at once, all refused) is that outage: it
         pauses nothing more (else n at once paused 2^(n-1) s, as JS's manager counts)."""
         if seen != self.begun:
             return
         self.begun += 1
-        self.length = min(max(self.length * 2, FIRST), LONGEST)
+        first = FIRST if first is None else first  # read now: settable in tests
+        longest = LONGEST if longest is None else longest
+        self.length = min(max(self.length * 2, first), longest)
         self.until = now + self.length
 
     def answered(self) -> None:

@@ -12,8 +12,9 @@ no base (each segment inline, alone), later ones against the recipe the receiver
 turn could be an edit of it: `editor.not_worth_an_edit`, every sender's rule) goes as it
 is, with the offer. The version is relearnt from every answer, and from a refusal 400
 `malformed-body` (a receiver rolled back to a version that does not read the edit's bytes:
-the request goes again as it is, and the version below them is said), by every sender's
-rule (`toolref.sending.said`: replicas of 4 and 6 are both sent 4). A miss (409
+the request goes again as it is, and the version below them is said; each step is logged
+once per endpoint, a warning: were it no rollback, the sender's bug would be hidden), by
+every sender's rule (`toolref.sending.said`: replicas of 4 and 6 are both sent 4). A miss (409
 `missing-history`, `missing-pieces`, 400 `dictionary-mismatch`) is resent by the `Editor`
 (at most 3 times, the last with everything inline); a 415 (a receiver that cannot apply
 edits now), or a 503 `store-unavailable` (its store down: `answers.store_down`), sends the
@@ -33,6 +34,7 @@ toolref's; an edit travels with its media type, the credentials and toolref's ow
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -49,7 +51,7 @@ from toolref.kit.lru import LRU
 from toolref.registry.exchange import Exchange
 from toolref.sending.answers import edits_said, problem_of, read_answer, store_down, unreadable
 from toolref.sending.editor import Edit, Editor, as_it_came_bytes, not_worth_an_edit
-from toolref.sending.pause import Pause
+from toolref.sending.pause import UNREADABLE_FIRST, UNREADABLE_LONGEST, Pause
 from toolref.sending.said import Said
 from toolref.sending.savings import Savings
 from toolref.wire.errors import PROBLEM_BASE
@@ -58,6 +60,7 @@ from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER, TOOLREF_PREFIX
 MAX_ENDPOINTS: Final = 64  # endpoints whose answer to the offer is remembered
 R = TypeVar("R")
 OFFER: Final = (EDITS_HEADER, str(wire.VERSION))
+log = logging.getLogger(__name__)
 
 # (the request to send again, its body, its headers): a request of the same class, URL and
 # extensions as the app's.
@@ -91,6 +94,10 @@ class Sender:
     savings: Savings = field(default_factory=Savings)
     reads: LRU[str, Said] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
     pauses: LRU[str, Pause] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
+    # (endpoint, edits version) whose refusal as unreadable was logged (`_warn_unreadable`)
+    warned: LRU[tuple[str, int], bool] = field(
+        default_factory=lambda: LRU(MAX_ENDPOINTS * len(wire.VERSIONS))
+    )
     clock: Callable[[], float] = time.monotonic
     lock: AbstractContextManager[Any] = field(default_factory=threading.RLock)
 
@@ -143,8 +150,12 @@ class Sender:
                 # a receiver rolled back: it reads less than the edit's bytes (said, as the
                 # relay learns it); the request as it is, whose answer says what it reads
                 said = self.reads.peek(target)
-                if said is not None and not said.unreadable(version, self.clock()):
-                    self._paused(target, seen)  # no lower version: not a rollback
+                stepped = said is not None and said.unreadable(version, self.clock())
+                if said is not None and not stepped:  # no lower version: not a rollback
+                    self._paused(target, seen, UNREADABLE_FIRST, UNREADABLE_LONGEST)
+                if said is not None:  # a genuine sender bug would be hidden: logged
+                    written = said.version(self.clock()) if stepped else None
+                    self._warn_unreadable(target, version, written, response)
                 return (yield from self._as_it_is(request, content, pairs, rebuild, target))
             # the resend as its own endpoint reads edits: another endpoint's turn, prepared
             # while this one was sent, set the editor's version to what that one reads
@@ -180,15 +191,45 @@ class Sender:
         with self.lock:
             self.editor.answered(ref, answer)
 
-    def _paused(self, target: str, seen: int) -> Pause:
+    def _paused(
+        self, target: str, seen: int, first: float | None = None, longest: float | None = None
+    ) -> Pause:
         """The endpoint's edits paused (`toolref.sending.pause`): an edit sent when `seen`
         pauses had begun was refused (one another edit's refusal began since counts it)."""
         pause = self.pauses.peek(target)
         if pause is None:
             pause = Pause()
             self.pauses.put(target, pause)
-        pause.refused(self.clock(), seen)
+        pause.refused(self.clock(), seen, first, longest)
         return pause
+
+    def _warn_unreadable(
+        self, target: str, version: int, written: int | None, response: httpx.Response
+    ) -> None:
+        """Say, once per endpoint and version refused, that an edit was refused 400
+        `malformed-body` and the version stepped down (to `written`; None: none lower,
+        paused). A rollback explains it; else the sender wrote bytes its receiver cannot
+        read (a bug, which the resend as it is would hide from the app)."""
+        if (target, version) in self.warned:
+            return
+        self.warned.put((target, version), True)
+        after = (
+            f"its requests are now written for version {written}"
+            if written is not None
+            else "no version is lower: edits paused for it a while, requests go as they are"
+        )
+        problem = problem_of(response) or {}
+        log.warning(
+            "toolref: %s refused an edit written for edits version %d as unreadable (400 "
+            "malformed-body: %.200s; request id %s); %s. Expected only after its receiver "
+            "was rolled back to an older toolref: %s",
+            target,
+            version,
+            problem.get("detail", "no detail"),
+            response.headers.get("x-request-id", "none given: note the time"),
+            after,
+            "if the backend was not rolled back, report this with the request id",
+        )
 
     def _told(self, target: str, response: httpx.Response) -> None:
         """Learn from an answer whether its endpoint reads edits, and of which version (each

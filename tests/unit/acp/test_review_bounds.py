@@ -123,3 +123,60 @@ def test_a_change_that_raises_midway_still_reaches_the_client(
     shown = tracker.state("call_1").content
     tracker.update("call_1").status("completed").send()
     assert sent[-1]["update"].get("content") == shown == [text_content("partial")]
+
+
+# --- rawInput / rawOutput depth ---
+
+
+def _deep_list(levels: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("field", ["raw_input", "raw_output"])
+def test_a_raw_value_nested_past_the_item_depth_is_refused_where_given(
+    make_tracker: MakeTracker, sent: Sent, field: str
+) -> None:
+    """Found in review: `rawInput` / `rawOutput` were checked only for a JSON form (up to
+    1,000 levels), but the tracker copies them with `copy.deepcopy`, which raised
+    RecursionError at about 500 levels, at start or later. Now, as for content items, past
+    128 levels `AcpError` names the field, the limit and the fix, where the value is given;
+    the call is left as it was, and a value within the limit is carried."""
+    tracker = make_tracker()
+    deep = _deep_list(700)
+    with pytest.raises(AcpError, match=r"nested past 128 levels.*flatten") as caught:
+        tracker.start("a", "bash", **{field: deep})
+    assert caught.value.extra["limit"] == 128
+    assert caught.value.extra["field"] in {"rawInput", "rawOutput"}
+    assert sent == []  # nothing announced: the id stays free
+    tracker.start("a", "bash")
+    builder = tracker.update("a")
+    with pytest.raises(AcpError, match=r"nested past 128 levels"):
+        getattr(builder, field)(_deep_list(129))
+    builder.title("still usable").send()
+    assert sent[-1]["update"]["title"] == "still usable"
+    within = _deep_list(128)
+    getattr(tracker.update("a"), field)(within).status("completed").send()
+    wire = "rawInput" if field == "raw_input" else "rawOutput"
+    assert sent[-1]["update"][wire] == within
+    assert getattr(tracker.state("a"), field) == within
+
+
+def test_a_start_past_max_running_carries_the_count_and_the_fix(
+    make_tracker: MakeTracker,
+) -> None:
+    """Found in review: the refusal said the count in its text only; now its fields carry
+    the calls running and the maximum, and the text names both fixes."""
+    tracker = make_tracker(max_running=2)
+    tracker.start("a", "bash")
+    tracker.start("b", "bash")
+    with pytest.raises(AcpError, match=r"running call 3, over max_running=2") as caught:
+        tracker.start("c", "bash")
+    assert caught.value.extra["running"] == 2
+    assert caught.value.extra["maximum"] == 2
+    assert "completed or failed" in str(caught.value)
+    assert "ToolCallTracker(max_running=...)" in str(caught.value)
+    assert "max_running" in (ToolCallTracker.__doc__ or "")
+    assert "larger `max_running`" in (ToolCallTracker.__doc__ or "")

@@ -296,3 +296,21 @@ def test_an_item_nested_past_the_depth_limit_is_refused_with_the_limit(
     within = {"type": "content", "content": {"type": "text", "text": "y", "_meta": _nested(120)}}
     tracker.update("c").add_content(within).send()
     assert sent[-1]["update"]["content"] == [within]
+
+
+def test_an_item_s_tuples_are_copied_so_later_changes_by_the_caller_do_not_leak(
+    make_tracker: MakeTracker, sent: Sent
+) -> None:
+    """Found in review (second pass): `_copied` walked objects and lists only, so a tuple
+    (a JSON array to `canonical_json`) was kept as the caller's own, with the objects in
+    it: a change the caller made after `add_content` changed the call's state, and what a
+    later update of the call sent. Now a tuple is copied as the list it is sent as."""
+    tracker = make_tracker()
+    tracker.start("c", "bash")
+    inner: dict[str, Any] = {"n": 1}
+    item = {"type": "content", "content": {"type": "text", "text": "x", "_meta": {"t": (inner,)}}}
+    tracker.update("c").add_content(item).send()
+    inner["n"] = 2  # the caller's own object, changed after it was given
+    more = {"type": "content", "content": {"type": "text", "text": "y"}}
+    tracker.update("c").add_content(more).send()  # the call's whole content sent again
+    assert sent[-1]["update"]["content"][0]["content"]["_meta"] == {"t": [{"n": 1}]}
