@@ -15,6 +15,8 @@ each such integer as `{"$bigint": "<digits>"}` for JavaScript to rebuild as a `b
 `answers` holds streamed answers and the bytes the answer tap makes of each
 (tests/js_answer_vectors.py). `endpoints` holds requests (method, path) and the LLM endpoint
 `toolref.wire.endpoints.endpoint` finds for each (JS's `endpoint` must find the same).
+`said` holds sequences of what receivers said and the edits version `toolref.sending.said.Said`
+writes after each (tests/js_said_vectors.py).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from collections.abc import Container
 from pathlib import Path
 from typing import Any, Final
 
-from tests import js_answer_vectors, js_edit_vectors
+from tests import js_answer_vectors, js_edit_vectors, js_said_vectors
 from toolref import formats
 from toolref.sending.rewrite import rewrite
 from toolref.wire.canonical import canonical_json, digest_of
@@ -597,6 +599,7 @@ def build() -> dict[str, Any]:
         "edits": js_edit_vectors.build(),
         "answers": js_answer_vectors.build(),
         "endpoints": endpoint_cases(),
+        "said": js_said_vectors.build(),
     }
 
 

@@ -43,6 +43,7 @@ from toolref.asgi.hops import on_the_wire
 from toolref.asgi.scope import Disconnected, Receive, Scope, Send, read_body, while_connected
 from toolref.asgi.workers import Workers
 from toolref.kit import allocator, collector
+from toolref.sending.backoff import FIRST as FIRST_RETRY
 from toolref.sending.channel_transport import ChannelTransport
 from toolref.sending.editor import Editor
 from toolref.wire import redaction
@@ -130,6 +131,8 @@ class Relay:
                 connect_timeout=config.connect_timeout,
                 report=report,
                 rides=partial(_rides, llm_routes),
+                retry_seconds=min(FIRST_RETRY, config.channel_retry_max),
+                longest_retry_seconds=config.channel_retry_max,
             )
         self.link = GatewayLink(config, pool, report)
         # the link's parts, by their names (one object each)

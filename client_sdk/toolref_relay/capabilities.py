@@ -1,5 +1,5 @@
 """Whether the gateway takes edits (`application/vnd.toolref.edit`), and of which version:
-asked at start (`GET /v1/capabilities`, `"edits": 6`, the highest it reads; 1 for a
+asked at the first turn (`GET /v1/capabilities`, `"edits": 6`, the highest it reads; 1 for a
 gateway before size-guarded edits). Until it is known (the gateway down at start, or
 answering 5xx or 429 while it rolls), a turn goes as it came, and the next asks again; so
 does one whose document is not read whole within `toolref.registry.bounded.PROBLEM_READ_S`

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 
 from toolref.wire import redaction
 
-from .config import MIB, RelayConfig, base_url, misspelt_key
+from .config import CHANNEL_RETRY_MAX, MIB, RelayConfig, base_url, misspelt_key
 
 # The relay's own modules (the app, the gateway check, the control endpoints) are imported
 # once the port is bound: `toolref relay --help` and a busy port answer at once, and the
@@ -116,6 +116,14 @@ def parser() -> argparse.ArgumentParser:
         "--no-channel",
         action="store_true",
         help="send turns to the gateway as HTTP requests, never over its WebSocket channel",
+    )
+    relay.add_argument(
+        "--channel-retry-max",
+        type=float,
+        default=CHANNEL_RETRY_MAX,
+        metavar="SECONDS",
+        help="after failures in a row to have the gateway's channel, turns go over HTTP for "
+        "30 s, doubled after each, at most this long, before it is tried again (600)",
     )
     relay.add_argument(
         "--no-edits",
@@ -260,6 +268,7 @@ def config_of(args: argparse.Namespace) -> RelayConfig:
         max_clients=args.max_clients,
         edits=not args.no_edits,
         channel=not args.no_channel,
+        channel_retry_max=args.channel_retry_max,
         size_guard=not args.no_size_guard,
         context_editing=args.context_editing,
         max_recipes=args.max_recipes,

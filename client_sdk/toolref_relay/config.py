@@ -10,12 +10,14 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from toolref.kit.option_checks import nearest
+from toolref.sending.backoff import LONGEST
 from toolref.wire import redaction
 from toolref.wire.endpoints import is_upstream_name
 
 MIB: Final = 2**20
 MIN_TOKEN: Final = 16  # characters of a control token given rather than drawn
 KEY_VARIABLE: Final = "TOOLREF_KEY"  # the one variable the relay reads
+CHANNEL_RETRY_MAX: Final = LONGEST  # --channel-retry-max's default (seconds)
 
 
 def misspelt_key(environ: Mapping[str, str]) -> str | None:
@@ -114,6 +116,10 @@ class RelayConfig:
         least recently used is dropped first (`clients`).
     channel: send LLM requests to the gateway over one WebSocket (`channel`: no HTTP head
         per turn), HTTP while the gateway refuses it; False: always HTTP.
+    channel_retry_max: the most seconds the relay sends over HTTP before trying a channel
+        again after failures in a row to have one (`--channel-retry-max`; the back-off,
+        `toolref.sending.backoff`, waits 30 s x 2^(n-1) after the n-th, at most this; one
+        below 30 s is every wait).
     edits: send LLM requests as edits when the gateway takes them (`edited`); False sends
         them as they came.
     size_guard: each inline segment of an edit compressed in a context of its own (the
@@ -145,6 +151,7 @@ class RelayConfig:
     max_clients: int = 8
     edits: bool = True
     channel: bool = True
+    channel_retry_max: float = CHANNEL_RETRY_MAX
     size_guard: bool = True
     context_editing: bool | None = None
     max_recipes: int = 64
@@ -189,6 +196,12 @@ class RelayConfig:
                 f"--send-timeout is {self.send_timeout}; give a number of seconds above 0, "
                 "such as 30 (the default): a WebSocket side that takes nothing for that long "
                 "is let go"
+            )
+        if not (math.isfinite(self.channel_retry_max) and self.channel_retry_max > 0):
+            raise ValueError(
+                f"--channel-retry-max is {self.channel_retry_max}; give a number of seconds "
+                f"above 0, such as {CHANNEL_RETRY_MAX:g} (the default): the most the relay "
+                "waits, sending over HTTP, before trying the gateway's channel again"
             )
         if self.connect_timeout <= 0 or self.read_timeout <= 0:
             raise ValueError(

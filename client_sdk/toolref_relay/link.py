@@ -67,8 +67,8 @@ class GatewayLink:
         return timeouts if call is None else {**timeouts, **call.exact(url)}
 
     async def takes_edits(self) -> bool:
-        """Whether the gateway takes edits (asked at start and relearnt; `capabilities`), its
-        version then in `self.capabilities.version`."""
+        """Whether the gateway takes edits (asked at the first turn and relearnt;
+        `capabilities`), its version then in `self.capabilities.version`."""
 
         async def ask() -> httpx.Response:
             url = self.config.gateway + CAPABILITIES

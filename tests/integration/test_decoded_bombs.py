@@ -16,7 +16,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import gzip
+import tracemalloc
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import brotli
@@ -96,6 +99,23 @@ class Bombs:
 PACKAGES: dict[str, Any] = {"httpx": httpx, "httpx2": httpx2}
 
 
+@contextmanager
+def held() -> Iterator[list[int]]:
+    """The most bytes allocated at once within the block (`tracemalloc`, every thread),
+    above what was held as it began: `[peak]` once the block ends. A count of memory, not
+    of time."""
+    tracing = tracemalloc.is_tracing()  # on already (PYTHONTRACEMALLOC): left on
+    tracemalloc.start() if not tracing else tracemalloc.reset_peak()
+    before = tracemalloc.get_traced_memory()[0]
+    peak = [0]
+    try:
+        yield peak
+        peak[0] = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+
+
 @pytest.mark.parametrize("package", PACKAGES)
 @pytest.mark.parametrize("coding", CODINGS)
 async def test_a_body_that_inflates_past_the_bound_is_not_read(coding: str, package: str) -> None:
@@ -103,8 +123,12 @@ async def test_a_body_that_inflates_past_the_bound_is_not_read(coding: str, pack
     async with serve(Bombs()) as url, PACKAGES[package].AsyncClient() as client:
         request = client.build_request("GET", f"{url}/{BOMB}/{coding}")
         response = await client.send(request, stream=True)
-        body = await asyncio.wait_for(bounded.aread_within(response, TIMEOUT, MOST), TIMEOUT)
+        with held() as peak:
+            body = await asyncio.wait_for(bounded.aread_within(response, TIMEOUT, MOST), TIMEOUT)
         assert body is None  # before: all 32 MiB, decoded whole
+        # stopped a step past the bound: a read that decoded it whole, then found it over,
+        # would have held the 32 MiB at once
+        assert peak[0] < 4 * MOST, peak
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -125,6 +149,7 @@ async def test_a_small_encoded_body_is_read_and_decoded(coding: str, package: st
 
 @pytest.mark.parametrize("coding", ["gzip", "br", "br, gzip"])
 async def test_a_blocking_read_of_a_bomb_is_over_the_bound(coding: str) -> None:
+    assert len(encoded(coding, BOMB)) < MOST  # made here: not counted in the read's peak
     async with serve(Bombs()) as url:
 
         def read(size: int) -> bytes | None:
@@ -132,7 +157,9 @@ async def test_a_blocking_read_of_a_bomb_is_over_the_bound(coding: str) -> None:
                 request = client.build_request("GET", f"{url}/{size}/{coding}")
                 return bounded.read_within(client.send(request, stream=True), TIMEOUT, MOST)
 
-        assert await asyncio.wait_for(asyncio.to_thread(read, BOMB), TIMEOUT) is None
+        with held() as peak:
+            assert await asyncio.wait_for(asyncio.to_thread(read, BOMB), TIMEOUT) is None
+        assert peak[0] < 4 * MOST, peak  # not decoded whole, then found over
         small = await asyncio.wait_for(asyncio.to_thread(read, SMALL), TIMEOUT)
         assert small is not None
         assert len(small) == SMALL

@@ -141,11 +141,12 @@ export class ToolReferenceManager {
   }
   /** Set by the app: 0 forgets the receiver (requests go as they are, with the offer, until an
    * answer says it reads edits); a version is written from now on as one the receiver said
-   * now (relearnt from its answers, as any said). A `UsageError` for anything else. */
+   * now (relearnt from its answers, as any said; one above `VERSION` as `VERSION`). A
+   * `UsageError` for anything else (negative, fractional, not a number). */
   set edits(version: number) {
     if (!Number.isSafeInteger(version) || version < 0) {
       throw new UsageError(
-        `manager.edits is ${String(version)}; set 0 (forget the receiver: requests go as they are, with the offer) or an edits version from 1 to ${VERSION}`,
+        `manager.edits is ${String(version)}; set 0 (forget the receiver: requests go as they are, with the offer) or an edits version, a whole number from 1 (one above ${VERSION} is written as ${VERSION})`,
       );
     }
     this.forget();

@@ -278,7 +278,7 @@ describe("the manager's version under concurrent turns and set by the app (revie
     expect(written).toEqual([null, null]);
     manager.edits = 4;
     expect(manager.edits).toBe(4);
-    expect(() => (manager.edits = 2.5)).toThrow(/manager.edits is 2.5; .*0 .*1 to 6/);
+    expect(() => (manager.edits = 2.5)).toThrow(/manager.edits is 2.5; .*0 .*a whole number from 1/);
     expect(() => (manager.edits = -1)).toThrow(UsageError);
   });
 });
@@ -302,15 +302,23 @@ describe("a receiver refusing every edit (review: the relearning code, second pa
     }) as typeof fetch; // says 6, refuses every edit's bytes
     const sent: Sent[] = [];
     const send = toolrefFetch({ fetch: balanced([replica], sent), manager: new ToolReferenceManager() });
+    const editsAt: number[] = []; // the turns on which an edit went (and was refused)
     for (let turn = 1; turn <= 4 * 60; turn++) {
+      const before = sent.filter((s) => s.edit).length;
       const answer = await send(URL_, { method: "POST", headers: HEADERS, body: conversation(2 + (turn % 3)) });
       expect(answer.status).toBe(200);
       await answer.text();
+      if (sent.filter((s) => s.edit).length > before) editsAt.push(turn);
       now += 60_000;
     }
-    const refused = sent.filter((s) => s.edit).length;
-    // each step-down from 6 is 5 refused edits (5, 4, 3, 2 and 1), at each of the pauses' ends:
-    // 5, 10, 20, 40 minutes, then an hour; one a turn would be 240
-    expect(refused).toBeLessThanOrEqual(5 * 8);
+    expect(sent.filter((s) => s.edit).length).toBe(editsAt.length); // one refused edit a turn at most
+    // Each step down from 6 is 5 refused edits (5's bytes, then 4, 3, 2 and 1), one a turn; the
+    // last begins a pause of 5 minutes, doubled, at most an hour (a turn a minute: the next edit
+    // `pause` turns later). One a turn would be 240.
+    const expected: number[] = [];
+    for (let start = 2, pause = 5; start <= 4 * 60; start += 4 + pause, pause = Math.min(pause * 2, 60)) {
+      for (let n = start; n < start + 5; n++) expected.push(n);
+    }
+    expect(editsAt).toEqual(expected);
   });
 });

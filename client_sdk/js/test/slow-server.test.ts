@@ -245,7 +245,8 @@ describe("a body that inflates past the bound (a compression bomb)", () => {
   // fetch undoes Content-Encoding itself, a chunk at a time as the reader pulls (16 KiB each
   // in Node's): the SDK's reads count decoded bytes, so 64 KiB of gzip that inflates to
   // 64 MiB is over `MAX_PROBLEM_BYTES` (and a registry's `maxAnswerBytes`) after a few
-  // chunks, not held whole. Reading it with `arrayBuffer()` or `text()` would fail this.
+  // chunks, not held whole. `counted` measures what a read pulled of the decoded body: a read
+  // by `arrayBuffer()` or `text()` (all 64 MiB, then its size checked) would fail this.
   async function bomb(): Promise<string> {
     const { gzipSync } = await import("node:zlib");
     const body = gzipSync(Buffer.alloc(64 << 20));
@@ -260,13 +261,39 @@ describe("a body that inflates past the bound (a compression bomb)", () => {
     return `http://127.0.0.1:${(server.address() as AddressInfo).port}/`;
   }
 
+  /** `response` whose decoded body is pulled only as its reader asks (`pulled`: bytes so far). */
+  function counted(response: Response): { response: Response; pulled: () => number } {
+    const reader = response.body!.getReader();
+    let pulled = 0;
+    const body = new ReadableStream<Uint8Array>(
+      {
+        async pull(controller) {
+          const { done, value } = await reader.read();
+          if (done) return controller.close();
+          pulled += value.length;
+          controller.enqueue(value);
+        },
+        cancel: (reason) => reader.cancel(reason),
+      },
+      { highWaterMark: 0 },
+    );
+    const headers = response.headers;
+    return { response: new Response(body, { status: response.status, headers }), pulled: () => pulled };
+  }
+
   it("a refusal's problem is handed on unread, and a registry's answer is over its bound", async () => {
     const url = await bomb();
-    const { whole, response } = await readProblem(await fetch(url));
+    const problem = counted(await fetch(url));
+    const { whole, response } = await readProblem(problem.response);
     expect(whole).toBeNull();
     await response.body?.cancel();
+    // `MAX_PROBLEM_BYTES` (64 KiB) and one chunk past it, not the 64 MiB it inflates to
+    expect(problem.pulled()).toBeGreaterThan(64 << 10);
+    expect(problem.pulled()).toBeLessThan(1 << 20);
     const { readAll, TooLargeError } = await import("../src/compression.js");
-    const answer = await fetch(url);
-    await expect(readAll(answer.body!, 1 << 20)).rejects.toBeInstanceOf(TooLargeError);
+    const answer = counted(await fetch(url));
+    await expect(readAll(answer.response.body!, 1 << 20)).rejects.toBeInstanceOf(TooLargeError);
+    expect(answer.pulled()).toBeGreaterThan(1 << 20);
+    expect(answer.pulled()).toBeLessThan(2 << 20);
   });
 });

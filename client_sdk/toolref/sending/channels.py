@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from toolref.edits.wire import MEDIA_TYPE as EDIT_TYPE
+from toolref.sending.backoff import FIRST, LONGEST
 from toolref.sending.channel_transport import CREDENTIALS, ChannelTransport, timeout_of
 from toolref.wire.encoding import media_type
 from toolref.wire.endpoints import CHANNEL_PATH
@@ -24,10 +25,12 @@ class Channels:
     open, one per origin, path and credentials (a channel carries one caller's turns,
     authenticated as the caller that opened it), at most `MAX_CHANNELS`, the least
     recently used closed first; endpoints remembered, at most `MAX_ENDPOINTS`. Only edits
-    ride a channel."""
+    ride a channel. `retry_max`: each channel's back-off cap (`toolref.sending.backoff`;
+    one below its first wait, 30 s, is every wait)."""
 
-    def __init__(self, report: Callable[[str], None]) -> None:
+    def __init__(self, report: Callable[[str], None], retry_max: float = LONGEST) -> None:
         self.report = report
+        self.retry_max = retry_max
         self.paths: OrderedDict[str, str] = OrderedDict()  # endpoint -> its channel's path
         self.open: OrderedDict[tuple[str, str, tuple[str, ...]], ChannelTransport] = OrderedDict()
 
@@ -69,6 +72,8 @@ class Channels:
             connect_timeout=timeout_of(request, "connect") or 10.0,
             report=self.report,
             credentials=CREDENTIALS,
+            retry_seconds=min(FIRST, self.retry_max),
+            longest_retry_seconds=self.retry_max,
         )
         if len(self.open) > MAX_CHANNELS:  # the least recently used with no turn in flight
             idle = next((k for k, c in self.open.items() if k != key and not c.busy), None)

@@ -48,10 +48,16 @@ import httpx
 from toolref.registry.bounded import aread_problem, is_read, read_problem
 from toolref.registry.packages import AsyncBaseTransport2, BaseTransport2, packages_of
 from toolref.sending.answers import adrive, drive, to_read
+from toolref.sending.backoff import LONGEST
 from toolref.sending.channels import Channels
 from toolref.sending.manager import ToolReferenceManager
 from toolref.sending.refusals import readable_problem, shaped
-from toolref.sending.request_checks import check_inner, check_manager, check_shape_problems
+from toolref.sending.request_checks import (
+    check_channel_retry_max,
+    check_inner,
+    check_manager,
+    check_shape_problems,
+)
 from toolref.wire.encoding import JSON_TYPE, media_type
 from toolref.wire.endpoints import Endpoint, endpoint
 from toolref.wire.headers import PROTOCOL_HEADER
@@ -141,7 +147,9 @@ class Transport(httpx.BaseTransport, BaseTransport2):
 
 class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
     """`Transport` for `httpx.AsyncClient` / `httpx2.AsyncClient`; `channel`: send edits
-    over a channel per origin where the receiver serves one (see the module docstring)."""
+    over a channel per origin where the receiver serves one (see the module docstring);
+    `channel_retry_max`: the most seconds edits go over HTTP before a channel is tried again
+    after failures in a row to have one (30 s after the first, doubled after each)."""
 
     def __init__(
         self,
@@ -150,6 +158,7 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         manager: ToolReferenceManager | None = None,
         shape_problems: bool = True,
         channel: bool | None = None,
+        channel_retry_max: float = LONGEST,
     ) -> None:
         check_inner(inner, sync=False)
         check_manager(manager, "AsyncTransport")
@@ -163,7 +172,8 @@ class AsyncTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             )
         if channel is None:  # a given transport may carry a proxy, certificates, a socket
             channel = inner is None
-        self.channels = Channels(log.info) if channel else None
+        retry_max = check_channel_retry_max(channel_retry_max)
+        self.channels = Channels(log.info, retry_max) if channel else None
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop of its first request
 
     @overload
