@@ -19,6 +19,10 @@ window at zero is never: the connection and its buffered bytes stay. Here, per c
   `send_timeout` seconds drops the connection (abort; `dropped("send-timeout")`).
 - **Close deadline.** A transport closed with bytes still buffered, that shrink by nothing
   for `send_timeout` seconds, is dropped (abort): a close alone waits for them for ever.
+- **Graceful stop.** An app that registers "on_stop" in the scope's `STOP_EXTENSION`
+  (the channel's receiver) is told of the server's stop instead of having its socket closed
+  (1012) at once, and closes it itself once its work in flight is done (uvicorn's
+  `timeout_graceful_shutdown` bounds that); any other socket is closed at once, as before.
 
 Bound on what is buffered for one client: the high-water mark (64 KiB), one message the
 app sends (its send waits below the mark), one pong, a close frame.
@@ -35,6 +39,8 @@ from uvicorn.protocols.websockets.wsproto_impl import WSProtocol
 from uvicorn.server import ServerState
 from wsproto.connection import ConnectionState
 from wsproto.events import Ping, Pong
+
+from toolref.asgi.scope import STOP_EXTENSION
 
 if TYPE_CHECKING:
     from uvicorn._types import WebSocketEvent
@@ -60,6 +66,7 @@ class PacedWebSocket(WSProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._left = 0  # bytes buffered when the deadline was armed
         self._lost = False
+        self.stop: dict[str, Any] = {}  # the app's "on_stop", where it drains its work
 
     def dropped(self, reason: str) -> None:
         """A connection dropped for `reason` ("send-timeout"); the service counts it."""
@@ -74,6 +81,22 @@ class PacedWebSocket(WSProtocol):
         self._lost = True
         self._disarm()
         super().connection_lost(exc)
+
+    def handle_connect(self, event: Any) -> None:
+        super().handle_connect(event)
+        extensions: Any = self.scope.setdefault("extensions", {})
+        extensions[STOP_EXTENSION] = self.stop
+
+    def shutdown(self) -> None:
+        """The server stops: an app that drains its work (`STOP_EXTENSION`'s "on_stop")
+        is told, and closes the socket itself once done (uvicorn's shutdown timeout bounds
+        it); any other socket is closed (1012) at once, as uvicorn does."""
+        on_stop = self.stop.get("on_stop")
+        if on_stop is None or not self.handshake_complete or self.close_sent:
+            super().shutdown()
+            return
+        self.stop.pop("on_stop")  # told once; a second stop closes at once
+        on_stop()
 
     def pause_writing(self) -> None:
         super().pause_writing()

@@ -19,6 +19,11 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+# A WebSocket scope's extension from a server that stops gracefully
+# (`toolref.asgi.paced.PacedWebSocket`): a dict where the app sets "on_stop" to a callable;
+# at the stop the server calls it instead of closing the socket (1012) at once, and the app
+# closes the socket itself once its work in flight has ended (the channel's turns).
+STOP_EXTENSION = "toolref.websocket.stop"
 
 
 def header_values(scope: Scope, name: str) -> list[str]:

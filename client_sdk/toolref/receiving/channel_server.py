@@ -14,7 +14,10 @@ that does not read closes the channel (1002), the close given up on after
 `driver.CLOSE_TIMEOUT` to a sender that reads nothing. A sender that asks for windows
 (`frames.WINDOW_HEADER`) gets them: each turn's pieces wait for its credit (`_Window`), and
 a turn left without credit for `send_timeout` seconds breaks off (`Unread`), as HTTP drops a
-client that reads nothing; the channel's other turns go on.
+client that reads nothing; the channel's other turns go on. Its server stopping
+(`STOP_EXTENSION`: a graceful stop) lets the turns in flight finish their answers, answers
+any turn sent meanwhile busy (the sender sends it over HTTP), then closes the channel
+(1012); the server's shutdown timeout bounds that wait.
 """
 
 from __future__ import annotations
@@ -28,7 +31,16 @@ from functools import partial
 from typing import Any, Final
 from urllib.parse import unquote
 
-from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send, header, with_headers
+from toolref.asgi.scope import (
+    STOP_EXTENSION,
+    ASGIApp,
+    Message,
+    Receive,
+    Scope,
+    Send,
+    header,
+    with_headers,
+)
 from toolref.websocket import channel as frames
 from toolref.websocket import driver
 from toolref.websocket.bridge import close_client
@@ -41,6 +53,7 @@ _PROTOCOL_ERROR: Final = 1002
 Refuse = Callable[[ToolrefError], ASGIApp]  # the receiver's own answer to a problem
 Serves = Callable[[Scope], ToolrefError | None]  # why a turn is not served here (None: it is)
 _POLICY_VIOLATION: Final = 1008
+_SERVICE_RESTART: Final = 1012
 # Turns at once on one channel, busy ones included, past which the channel is closed: a
 # sender sends at most `frames.MAX_STREAMS`, so one past twice that reads no answer (each
 # busy turn waits to write its 503), and its tasks would only pile up.
@@ -108,20 +121,24 @@ async def serve_channel(
     writing = asyncio.Lock()
     gone = asyncio.Event()
     turns = _Turns(window, send_timeout)
+    stopping, drained = _stop_told(scope, turns)
 
     async def out(data: bytes) -> None:
         async with writing:  # one frame at a time on the socket
             if not gone.is_set():
                 await send({"type": "websocket.send", "bytes": data})
 
-    async def close(why: str) -> None:
+    async def close(why: str, code: int = _PROTOCOL_ERROR) -> None:
         log.info("channel closed: %s", why)
         gone.set()  # no turn writes after the close
-        await _closed(send, writing)
+        await _closed(send, writing, code)
 
     try:
         while True:
-            message = await receive()
+            message = await _next(receive, drained)
+            if message is None:  # stopped, no turn left: the sender opens its next elsewhere
+                await close("its server stops", _SERVICE_RESTART)
+                return
             if message["type"] == "websocket.disconnect":
                 return
             data = message.get("bytes")
@@ -146,7 +163,7 @@ async def serve_channel(
                 # turns are cancelled below; the server closes the socket as the app ends.
                 log.info("channel closed: %d turns unanswered, none read", len(turns.served))
                 return
-            full = turns.full(turn)
+            full = "this receiver is stopping" if stopping.is_set() else turns.full(turn)
             if full is not None:  # answered busy, nothing done with it: its body not held
                 turn = dataclasses.replace(turn, body=b"")
             turns.start(
@@ -154,6 +171,7 @@ async def serve_channel(
                 _served(
                     scope, turn, app=app, out=out, gone=gone, busy=full, refuse=refuse,
                     serves=serves, window=turns.window(turn.stream),
+                    answered=partial(turns.answered, turn.stream),
                 ),
             )  # fmt: skip
     finally:
@@ -173,17 +191,54 @@ async def _accepted(scope: Scope, send: Send) -> int | None:
     return window
 
 
-async def _closed(send: Send, writing: asyncio.Lock) -> None:
-    """1002 to the sender, given at most `driver.CLOSE_TIMEOUT` for the socket's one writer
-    (a turn's write to a sender that reads nothing holds it for ever) and as long again for
-    the close itself (`close_client`): the channel's task ends either way."""
+async def _next(receive: Receive, drained: asyncio.Task[None] | None) -> Message | None:
+    """The sender's next message; None once `drained` (its server stopped and no turn is
+    served)."""
+    if drained is None:
+        return await receive()
+    message = asyncio.ensure_future(receive())
+    try:
+        await asyncio.wait({message, drained}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not message.done():
+            message.cancel()  # a queue's get: nothing taken
+    if message.done() and not message.cancelled():
+        return message.result()
+    return None
+
+
+def _stop_told(scope: Scope, turns: _Turns) -> tuple[asyncio.Event, asyncio.Task[None] | None]:
+    """Set when the channel's server stops (`STOP_EXTENSION`), and the task that ends once it
+    did and no turn is served (None: a server that closes the socket itself at its stop)."""
+    stopping = asyncio.Event()
+    stop = (scope.get("extensions") or {}).get(STOP_EXTENSION)
+    if not isinstance(stop, dict):
+        return stopping, None
+    stop["on_stop"] = stopping.set
+    turns.drained = asyncio.create_task(_drained(stopping, turns))
+    return stopping, turns.drained
+
+
+async def _drained(stopping: asyncio.Event, turns: _Turns) -> None:
+    """Once `stopping` is set and every turn served has its answer ended (what a turn's app
+    does after it, a write, is cancelled with the channel, as on any close)."""
+    await stopping.wait()
+    while turns.answering:
+        turns.empty.clear()
+        await turns.empty.wait()
+
+
+async def _closed(send: Send, writing: asyncio.Lock, code: int = _PROTOCOL_ERROR) -> None:
+    """`code` (1002 by default) to the sender, given at most `driver.CLOSE_TIMEOUT` for the
+    socket's one writer (a turn's write to a sender that reads nothing holds it for ever)
+    and as long again for the close itself (`close_client`): the channel's task ends either way."""
     try:
         await asyncio.wait_for(writing.acquire(), driver.CLOSE_TIMEOUT)
     except TimeoutError:  # busy for good: its server drops it as the channel returns
         log.info("channel's sender read nothing for %gs: no close", driver.CLOSE_TIMEOUT)
         return
     try:
-        await close_client(send, _PROTOCOL_ERROR)
+        await close_client(send, code)
     finally:
         writing.release()
 
@@ -199,6 +254,9 @@ class _Turns:
         self.held_bytes = 0
         self.size, self.send_timeout = window, send_timeout
         self.windows: dict[int, _Window] = {}  # each served turn's, with windows
+        self.answering: set[int] = set()  # served turns whose answer has not ended
+        self.empty = asyncio.Event()  # set as the last of them ends
+        self.drained: asyncio.Task[None] | None = None  # `_stop_told`'s, ended with them
 
     def window(self, stream: int) -> _Window | None:
         """A new turn's window (None: the channel keeps none)."""
@@ -217,6 +275,7 @@ class _Turns:
 
     def start(self, turn: frames.Turn, work: Coroutine[Any, Any, None]) -> None:
         self.served[turn.stream] = task = asyncio.create_task(work)
+        self.answering.add(turn.stream)
         self.held[turn.stream] = len(turn.body)
         self.held_bytes += len(turn.body)
         task.add_done_callback(partial(self._forget, turn.stream))
@@ -229,11 +288,20 @@ class _Turns:
         self.served.pop(stream, None)  # a stream is never reused while served: its task
         self.held_bytes -= self.held.pop(stream, 0)
         self.windows.pop(stream, None)
+        self.answered(stream)
+
+    def answered(self, stream: int) -> None:
+        """A turn's answer ended (its END sent), or its task did."""
+        self.answering.discard(stream)
+        if not self.answering:
+            self.empty.set()
 
     async def end(self) -> None:
         """Every turn cancelled, and awaited a while (an app's own cleanup): none is left
         running past its channel."""
         left = list(self.served.values())
+        if self.drained is not None:
+            self.drained.cancel()
         for task in left:
             task.cancel()
         if left:
@@ -261,6 +329,7 @@ async def _served(
     refuse: Refuse,
     serves: Serves,
     window: _Window | None,
+    answered: Callable[[], None],
 ) -> None:
     """One turn through `app`, its answer as frames (`out`), its pieces within `window`
     where there is one; a turn that cannot be served (its scope not made, the app ending
@@ -284,6 +353,7 @@ async def _served(
             if not message.get("more_body", False):
                 ended = True
                 await out(frames.end(stream))
+                answered()
 
     try:
         scope = _scope(channel, turn)
