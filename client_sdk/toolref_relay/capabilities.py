@@ -45,7 +45,7 @@ class Capabilities:
         self.enabled = enabled
         self._edits: bool | None = None if enabled else False
         self._said = Said()  # the versions the gateway said, each with when
-        self._refused_at = 0.0  # a 415's time: edits off until `RECENT` after it
+        self._refused_at: float | None = None  # a 415's time: no edits until `RECENT` after
         self.clock: Callable[[], float] = time.monotonic
         self._lock = asyncio.Lock()
 
@@ -79,9 +79,9 @@ class Capabilities:
         """Whether to send edits; `ask` gets the capabilities document (the answer is kept;
         a gateway that cannot be reached, or answers 5xx or 429, is asked again at the next
         turn; after a 415 or an answer that says no edits, `RECENT` seconds later)."""
-        refused_at = self._refused_at if self.enabled else 0.0
-        if self._edits is False and refused_at and self.clock() - refused_at >= RECENT:
-            self._edits, self._refused_at = None, 0.0
+        at = self._refused_at
+        if self.enabled and self._edits is False and at is not None and self.clock() - at >= RECENT:
+            self._edits, self._refused_at = None, None
         if self._edits is not None:
             return self._edits
         async with self._lock:  # one question in flight, however many turns wait on it
@@ -101,13 +101,13 @@ class Capabilities:
                 self.said(version)
                 self._edits = version is not None
                 if not self._edits:  # none said (a proxy's 404 or page too): asked again later
-                    self._refused_at = max(self.clock(), 1e-9)
+                    self._refused_at = self.clock()
         return self._edits
 
     def refused(self) -> None:
         """The gateway answered 415 to an edit: requests as they came, and the capabilities
         asked again `RECENT` seconds from now."""
-        self._edits, self._refused_at = False, max(self.clock(), 1e-9)
+        self._edits, self._refused_at = False, self.clock()
 
 
 def _edits_version(body: bytes) -> int | None:

@@ -33,8 +33,9 @@ class Refusing:
     """Says it reads edits of version 4, but refuses every edit 400 `malformed-body` (as a
     sender writing bytes no receiver reads would see), each with its own request id."""
 
-    def __init__(self) -> None:
+    def __init__(self, detail: str = "the edit could not be read") -> None:
         self.kinds: list[str] = []
+        self.detail = detail
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.headers.get("content-type") == MEDIA_TYPE:
@@ -43,7 +44,7 @@ class Refusing:
                 "type": "urn:toolref:problem:malformed-body",
                 "title": "malformed body",
                 "status": 400,
-                "detail": "the edit could not be read",
+                "detail": self.detail,
             }
             headers = {
                 "content-type": "application/problem+json",
@@ -116,3 +117,23 @@ def test_a_receiver_refusing_every_edit_costs_a_few_refused_edits_an_hour_not_on
         expected += range(start, start + 4)
         start, pause = start + 3 + pause, min(pause * 2, 60)
     assert edits_at == expected
+
+
+def test_the_warning_shows_the_receiver_s_text_escaped_and_cut(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The problem's detail is the receiver's text: a hostile or broken one could write
+    characters a terminal acts on (clearing the screen, moving the cursor) or megabytes into
+    the app's log. It is shown as `toolref.wire.redaction.printable` shows a peer's text:
+    escaped, at most 200 characters."""
+    receiver = Refusing(detail="\x1b[2J\x1b[Hall clear" + "x" * 10_000)
+    transport = Transport(httpx.MockTransport(receiver))
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    with httpx.Client(transport=transport) as client:
+        for turn in range(1, 4):
+            assert client.post(URL, content=body(turn), headers=JSON).status_code == 200
+    said = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert said, "no warning"
+    assert "\x1b" not in said[0]
+    assert "\\x1b[2J" in said[0]  # as its escape
+    assert len(said[0]) < 1_000

@@ -256,8 +256,8 @@ export class ToolReferenceManager {
     // request may have found the endpoint paused or reading no edits, or a refusal said a
     // version below the bytes this one is written in; it is not sent as an edit already known
     // to be refused.
-    const now = this.edits;
-    if (edit === null || this.bare || now === 0 || Math.min(now, WRITTEN) < Math.min(version, WRITTEN) || performance.now() < this.pausedUntil) return plain();
+    const current = this.edits; // another turn may have lowered it meanwhile
+    if (edit === null || this.bare || current === 0 || Math.min(current, WRITTEN) < Math.min(version, WRITTEN) || performance.now() < this.pausedUntil) return plain();
     // A tiny first turn: smaller as it is, and no later turn's base (Python's `Sender` alike).
     if (notWorthAnEdit(edit, asItCameBytes(edit, [[EDITS_HEADER, String(VERSION)]]))) return plain();
     for (;;) {

@@ -51,8 +51,8 @@ def clean(item: Any) -> dict[str, Any]:
             "object; make content items with text_content(...), diff_content(...) or "
             "terminal_content(...), locations with location(path, line) (toolref.acp)"
         )
-    out = _copied(item)
-    checked_json("a content item or location", out)
+    out = _copied(item)  # its depth checked on the way
+    _json_form("a content item or location", out)
     return out
 
 
@@ -116,6 +116,11 @@ def checked_json(field: str, value: Any) -> Any:
     about 500 levels), the value would already be the call's state, and every later update
     of the call would fail. Two walks of the value: linear in its size."""
     _checked_depth(field, value)
+    return _json_form(field, value)
+
+
+def _json_form(field: str, value: Any) -> Any:
+    """`value` when it has a JSON form (its depth already bounded); else `AcpError`."""
     try:
         canonical_json(value)
     except CanonicalizationError as exc:

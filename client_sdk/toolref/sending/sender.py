@@ -56,6 +56,7 @@ from toolref.sending.said import Said
 from toolref.sending.savings import Savings
 from toolref.wire.errors import PROBLEM_BASE
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER, TOOLREF_PREFIX
+from toolref.wire.redaction import printable
 
 MAX_ENDPOINTS: Final = 64  # endpoints whose answer to the offer is remembered
 R = TypeVar("R")
@@ -221,12 +222,12 @@ class Sender:
         problem = problem_of(response) or {}
         log.warning(
             "toolref: %s refused an edit written for edits version %d as unreadable (400 "
-            "malformed-body: %.200s; request id %s); %s. Expected only after its receiver "
+            "malformed-body: %s; request id %s); %s. Expected only after its receiver "
             "was rolled back to an older toolref: %s",
             target,
             version,
-            problem.get("detail", "no detail"),
-            response.headers.get("x-request-id", "none given: note the time"),
+            printable(str(problem.get("detail", "no detail")), 200),  # the peer's text
+            printable(response.headers.get("x-request-id", "none given: note the time"), 200),
             after,
             "if the backend was not rolled back, report this with the request id",
         )
