@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from toolref.sending.channel_transport import CARRIED, FRAMED
+from toolref.sending.channel_link import CARRIED, FRAMED
 from toolref.wire.shapes import ErrorReply, Provider, error_reply
 
 from .headers import Pairs, first

@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 from toolref.wire import redaction
 
 from .config import CHANNEL_RETRY_MAX, MIB, RelayConfig, base_url, misspelt_key
+from .cuts import QuietCuts
 
 # The relay's own modules (the app, the gateway check, the control endpoints) are imported
 # once the port is bound: `toolref relay --help` and a busy port answer at once, and the
@@ -308,6 +309,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=args.log_level.upper(), format="%(name)s: %(message)s")
     for handler in logging.getLogger().handlers:  # httpx logs each URL, query and all, at INFO
         handler.addFilter(redaction.LogRedactor())
+        handler.addFilter(QuietCuts())  # an answer cut on purpose: one line, no traceback
     hint = misspelt_key(os.environ) if config.key is None else None
     if hint is not None:
         _say(hint)

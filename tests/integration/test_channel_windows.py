@@ -16,7 +16,8 @@ import httpx
 from tests.support.servers import serve
 from toolref.asgi.scope import ASGIApp, Receive, Scope, Send
 from toolref.receiving.channel_server import serve_channel
-from toolref.sending.channel_transport import ChannelTransport, _Link
+from toolref.sending.channel_link import Link
+from toolref.sending.channel_transport import ChannelTransport
 from toolref.websocket import channel as frames
 from toolref.wire.errors import ToolrefError
 
@@ -56,7 +57,7 @@ def _refuse(error: ToolrefError) -> ASGIApp:
     return refused
 
 
-def held(link: _Link) -> int:
+def held(link: Link) -> int:
     """Bytes of answers the sender holds unread (its queues)."""
     total = 0
     for state in link.streams.values():

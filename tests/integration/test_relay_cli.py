@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.processes import Process, clean_env
 
@@ -249,3 +250,51 @@ def _answer(sock: socket.socket) -> bytes:
             break
         rest += chunk
     return head + b"\r\n\r\n" + rest
+
+
+class _Cutting(http.server.BaseHTTPRequestHandler):
+    """A gateway stand-in whose streamed answer to a POST breaks off: a chunk, then the
+    connection closed with no last chunk."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        self.wfile.write(b"5\r\nhello\r\n")
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_an_answer_the_upstream_cuts_is_cut_for_the_agent_and_said_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """Review (stop 58): an answer that broke off mid-stream (a gateway stopped, an upstream
+    gone) is cut for the agent as it must be (no last chunk: a cut never looks whole), and
+    said in one warning; before, uvicorn printed it as "Exception in ASGI application" with
+    two tracebacks in the agent's terminal, once per cut."""
+    gateway = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Cutting)
+    threading.Thread(target=gateway.serve_forever, daemon=True).start()
+    relay = _relay(tmp_path, f"http://127.0.0.1:{gateway.server_address[1]}", "--no-channel")
+    try:
+        with (
+            pytest.raises(httpx.RemoteProtocolError),
+            httpx.stream("POST", f"{relay.url}/llm/a/v1/messages", content=b"{}") as answer,
+        ):
+            answer.read()
+        relay.process.send_signal(signal.SIGTERM)
+        relay.process.wait(30)
+        output = relay.output()
+    finally:
+        relay.stop()
+        gateway.shutdown()
+    assert "Traceback" not in output, output
+    cut = [line for line in output.splitlines() if "an answer to the agent was cut" in line]
+    assert len(cut) == 1, output
+    assert "broke off after 5 bytes" in cut[0]

@@ -1,4 +1,4 @@
-"""The sender's open channel (`toolref.sending.channel_transport._Link`) against a stand-in
+"""The sender's open channel (`toolref.sending.channel_link.Link`) against a stand-in
 socket: a receiver that takes no frame fails the turns within their write timeout (the
 channel dropped), a receiver's text message drops the channel, a turn whose channel is
 closing goes over HTTP, and an answer that does not start with its head does not read."""
@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from toolref.edits.wire import MEDIA_TYPE
-from toolref.sending import channel_transport
-from toolref.sending.channel_transport import _Link
+from toolref.sending import channel_link
+from toolref.sending.channel_link import Link
 from toolref.websocket import channel as frames
 from toolref.websocket.client import Accepted, Closed, Message
 from toolref.websocket.driver import Socket
@@ -47,8 +47,8 @@ class Stub:
         self.abort()
 
 
-def link(socket: Stub) -> _Link:
-    return _Link(cast(Socket, socket), lambda: 0.0)
+def link(socket: Stub) -> Link:
+    return Link(cast(Socket, socket), lambda: 0.0)
 
 
 def turn(write: float | None = None) -> httpx.Request:
@@ -97,7 +97,7 @@ async def test_a_turn_whose_channel_is_closing_is_not_written() -> None:
     socket = Stub()
     socket.open = False
     channel = link(socket)
-    with pytest.raises(channel_transport._Unsent):
+    with pytest.raises(channel_link.Unsent):
         await asyncio.wait_for(channel.send(turn()), 5)
     assert socket.sent == []
     assert channel.streams == {}

@@ -22,7 +22,7 @@ from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send
 from toolref.edits.wire import MEDIA_TYPE
 from toolref.kit.varints import varint
 from toolref.receiving.channel_server import serve_channel
-from toolref.sending import channel_transport
+from toolref.sending import channel_link
 from toolref.sending import channels as channels_module
 from toolref.sending.channel_transport import ChannelTransport
 from toolref.sending.channels import Channels
@@ -492,7 +492,7 @@ async def test_a_request_past_the_frame_limit_and_a_closed_channel_go_over_http(
         closed, streams, used, opened, heard = False, dict[int, Any](), 0.0, 0.0, 0
 
         async def send(self, request: httpx.Request) -> httpx.Response:
-            raise channel_transport._Unsent("the channel closed")
+            raise channel_link.Unsent("the channel closed")
 
     inner = Recording()
     transport = over(Closed(), inner)
@@ -575,7 +575,7 @@ async def test_the_relay_counts_a_channel_turn_as_its_frame_and_a_busy_one_twice
 
         async def send(self, request: httpx.Request) -> httpx.Response:
             status, headers = (503, [frames.BUSY]) if self.busy else (200, [])
-            extensions = {channel_transport.CARRIED: True, channel_transport.FRAMED: 40}
+            extensions = {channel_link.CARRIED: True, channel_link.FRAMED: 40}
             return httpx.Response(status, headers=headers, request=request, extensions=extensions)
 
     link, inner = Link(), Recording()

@@ -17,7 +17,7 @@ import pytest
 from tests.unit.test_channel_sides import HEADERS, UPGRADE, Socket, refuse
 from toolref.asgi.scope import ASGIApp, Receive, Scope, Send
 from toolref.receiving.channel_server import serve_channel
-from toolref.sending.channel_transport import _Link
+from toolref.sending.channel_link import Link
 from toolref.websocket import channel as frames
 from toolref.websocket.client import Accepted, Closed, Message
 from toolref.websocket.driver import Socket as DriverSocket
@@ -204,9 +204,9 @@ def turn() -> httpx.Request:
     )
 
 
-async def answered(socket: Granting) -> tuple[_Link, Any]:
+async def answered(socket: Granting) -> tuple[Link, Any]:
     """A channel on `socket`, a turn sent on it, and its answer's head come."""
-    link = _Link(cast(DriverSocket, socket), lambda: 0.0)
+    link = Link(cast(DriverSocket, socket), lambda: 0.0)
     sending = asyncio.create_task(link.send(turn()))
     await until(lambda: socket.sent)
     socket.incoming.put_nowait(Message(frames.head(0, 200, [])))

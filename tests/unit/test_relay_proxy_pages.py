@@ -9,7 +9,7 @@ import asyncio
 
 import httpx
 
-from toolref.sending.channel_transport import CARRIED
+from toolref.sending.channel_link import CARRIED
 from toolref_relay.calls import Call
 from toolref_relay.problems import proxy_error
 

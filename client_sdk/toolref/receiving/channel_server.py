@@ -17,7 +17,10 @@ a turn left without credit for `send_timeout` seconds breaks off (`Unread`), as 
 client that reads nothing; the channel's other turns go on. Its server stopping
 (`STOP_EXTENSION`: a graceful stop) lets the turns in flight finish their answers, answers
 any turn sent meanwhile busy (the sender sends it over HTTP), then closes the channel
-(1012); the server's shutdown timeout bounds that wait.
+(`frames.DRAINED`: 1012, saying every turn read was answered, so a turn the sender wrote
+meanwhile and got no answer to was never read, and the sender sends it over HTTP); the
+server's shutdown timeout bounds that wait, and a channel it cuts short is said in one
+warning (not as a crash, with a traceback).
 """
 
 from __future__ import annotations
@@ -53,7 +56,6 @@ _PROTOCOL_ERROR: Final = 1002
 Refuse = Callable[[ToolrefError], ASGIApp]  # the receiver's own answer to a problem
 Serves = Callable[[Scope], ToolrefError | None]  # why a turn is not served here (None: it is)
 _POLICY_VIOLATION: Final = 1008
-_SERVICE_RESTART: Final = 1012
 # Turns at once on one channel, busy ones included, past which the channel is closed: a
 # sender sends at most `frames.MAX_STREAMS`, so one past twice that reads no answer (each
 # busy turn waits to write its 503), and its tasks would only pile up.
@@ -111,10 +113,7 @@ async def serve_channel(
     An upgrade from a browser page (an `Origin` header: no sender of toolref's sends one,
     and a browser applies no CORS to WebSockets) is refused, so no page can drive the
     channel of a local service."""
-    if (await receive())["type"] != "websocket.connect":
-        return
-    if any(name == b"origin" for name, _ in scope.get("headers", [])):
-        await send({"type": "websocket.close", "code": _POLICY_VIOLATION})
+    if not await _admitted(scope, receive, send):
         return
     window = await _accepted(scope, send)
     reader = frames.Receiver()
@@ -128,16 +127,16 @@ async def serve_channel(
             if not gone.is_set():
                 await send({"type": "websocket.send", "bytes": data})
 
-    async def close(why: str, code: int = _PROTOCOL_ERROR) -> None:
+    async def close(why: str, code: int = _PROTOCOL_ERROR, reason: str = "") -> None:
         log.info("channel closed: %s", why)
         gone.set()  # no turn writes after the close
-        await _closed(send, writing, code)
+        await _closed(send, writing, code, reason)
 
     try:
         while True:
             message = await _next(receive, drained)
             if message is None:  # stopped, no turn left: the sender opens its next elsewhere
-                await close("its server stops", _SERVICE_RESTART)
+                await close("its server stops", *frames.DRAINED)
                 return
             if message["type"] == "websocket.disconnect":
                 return
@@ -174,9 +173,34 @@ async def serve_channel(
                     answered=partial(turns.answered, turn.stream),
                 ),
             )  # fmt: skip
+    except asyncio.CancelledError:
+        if not _cut_by_stop(stopping, turns):  # its connection's task cancelled otherwise
+            raise
     finally:
         gone.set()
         await turns.end()
+
+
+def _cut_by_stop(stopping: asyncio.Event, turns: _Turns) -> bool:
+    """Whether a cancellation is its server's stop running out of time (its shutdown
+    timeout, or a second stop signal): said in one warning, not raised as a crash."""
+    if stopping.is_set():
+        log.warning(
+            "channel closed: its server stopped before %d turns were answered (their "
+            "answers cut; the shutdown timeout ran out, or a second stop signal came)",
+            len(turns.answering),
+        )
+    return stopping.is_set()
+
+
+async def _admitted(scope: Scope, receive: Receive, send: Send) -> bool:
+    """Whether the upgrade is one to serve: not from a browser page (closed unaccepted)."""
+    if (await receive())["type"] != "websocket.connect":
+        return False
+    if any(name == b"origin" for name, _ in scope.get("headers", [])):
+        await send({"type": "websocket.close", "code": _POLICY_VIOLATION})
+        return False
+    return True
 
 
 async def _accepted(scope: Scope, send: Send) -> int | None:
@@ -228,17 +252,20 @@ async def _drained(stopping: asyncio.Event, turns: _Turns) -> None:
         await turns.empty.wait()
 
 
-async def _closed(send: Send, writing: asyncio.Lock, code: int = _PROTOCOL_ERROR) -> None:
-    """`code` (1002 by default) to the sender, given at most `driver.CLOSE_TIMEOUT` for the
-    socket's one writer (a turn's write to a sender that reads nothing holds it for ever)
-    and as long again for the close itself (`close_client`): the channel's task ends either way."""
+async def _closed(
+    send: Send, writing: asyncio.Lock, code: int = _PROTOCOL_ERROR, reason: str = ""
+) -> None:
+    """`code` (1002 by default) and `reason` to the sender, given at most `driver.CLOSE_TIMEOUT`
+    for the socket's one writer (a turn's write to a sender that reads nothing holds it for
+    ever) and as long again for the close itself (`close_client`): the channel's task ends
+    either way."""
     try:
         await asyncio.wait_for(writing.acquire(), driver.CLOSE_TIMEOUT)
     except TimeoutError:  # busy for good: its server drops it as the channel returns
         log.info("channel's sender read nothing for %gs: no close", driver.CLOSE_TIMEOUT)
         return
     try:
-        await close_client(send, code)
+        await close_client(send, code, reason)
     finally:
         writing.release()
 

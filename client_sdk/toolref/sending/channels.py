@@ -10,7 +10,8 @@ from typing import Any, Final
 
 from toolref.edits.wire import MEDIA_TYPE as EDIT_TYPE
 from toolref.sending.backoff import FIRST, LONGEST
-from toolref.sending.channel_transport import CREDENTIALS, ChannelTransport, timeout_of
+from toolref.sending.channel_link import timeout_of
+from toolref.sending.channel_transport import CREDENTIALS, ChannelTransport
 from toolref.wire.encoding import media_type
 from toolref.wire.endpoints import CHANNEL_PATH
 from toolref.wire.headers import CHANNEL_HEADER, EDITS_HEADER

@@ -64,6 +64,12 @@ MAX_FRAME_BYTES: Final = 8 << 20
 # On the head of the answer to a turn the receiver had no room for (more than MAX_STREAMS in
 # flight): nothing was done with it, and the sender sends it over HTTP instead.
 BUSY: Final = (CHANNEL_HEADER, "busy")
+# The close a receiver sends once its server stops and every turn it read has its answer
+# ended (`toolref.receiving.channel_server`): a turn its sender wrote that has no answer
+# frame at this close was never read, and goes over HTTP (nothing was done with it). Any
+# other close, uvicorn's own 1012 at a stop included, says nothing of what was read: a
+# turn unanswered at it fails, as on a connection dropped.
+DRAINED: Final = (1012, "toolref: every turn read was answered")
 # Windows (the module docstring): the header asking for them on the upgrade and granting
 # them on its answer; the window a sender asks for (bytes of one answer it holds unread at
 # most: 1 MiB at 100 ms round trips still streams 10 MB/s), and the bounds a receiver keeps.
