@@ -12,6 +12,7 @@ over HTTP for the back-off's wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import httpx
@@ -65,6 +66,17 @@ class Stopping:
                 frames.end(turn.stream),
             ):
                 await send({"type": "websocket.send", "bytes": frame})
+
+
+def _stoppable(stop: dict[str, object]) -> Scope:
+    """A channel's upgrade as a server that drains at its stop hands it over: `stop` is
+    where the channel registers what its server calls at the stop (`STOP_EXTENSION`)."""
+    return {
+        "type": "websocket",
+        "path": "/v1/channel",
+        "headers": [],
+        "extensions": {STOP_EXTENSION: stop},
+    }
 
 
 def _turn(url: str, n: int) -> httpx.Request:
@@ -121,14 +133,7 @@ async def test_a_receiver_stopping_closes_the_channel_drained_once_its_turns_are
         await release.wait()
         await quick(scope, receive, send)
 
-    extensions: dict[str, object] = {STOP_EXTENSION: stop}
-    scope: Scope = {
-        "type": "websocket",
-        "path": "/v1/channel",
-        "headers": [],
-        "extensions": extensions,
-    }
-    task = await serving(socket, held, scope)
+    task = await serving(socket, held, _stoppable(stop))
     sender = frames.Sender()
     socket.frame(sender.turn(0, "/v1/messages", HEADERS, b"{}"))
     await asyncio.sleep(0.01)
@@ -157,20 +162,12 @@ async def test_a_channel_cut_short_by_its_servers_stop_timeout_is_one_warning(
 
     async def endless(scope: Scope, receive: Receive, send: Send) -> None:
         started.set()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
+        cancelled.set()
+        raise asyncio.CancelledError  # as the turn's task ends, cancelled
 
-    extensions: dict[str, object] = {STOP_EXTENSION: stop}
-    scope: Scope = {
-        "type": "websocket",
-        "path": "/v1/channel",
-        "headers": [],
-        "extensions": extensions,
-    }
-    task = await serving(socket, endless, scope)
+    task = await serving(socket, endless, _stoppable(stop))
     socket.frame(frames.Sender().turn(0, "/v1/messages", HEADERS, b"{}"))
     await asyncio.wait_for(started.wait(), _GUARD)
     stop["on_stop"]()  # type: ignore[operator]
