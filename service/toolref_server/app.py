@@ -385,6 +385,8 @@ def create_app(
                 limit=settings.max_requests_in_flight,
                 retry_after=settings.retry_after_seconds,
                 budget=budget,
+                per_tenant=settings.tenant_requests_limit,  # one tenant's share (429 past it)
+                auth=Authenticator(settings),
             ),
         ],
         exception_handlers={

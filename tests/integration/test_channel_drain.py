@@ -17,10 +17,12 @@ import json
 
 import httpx
 import pytest
+import uvicorn
 
-from tests.support.servers import serve
-from tests.unit.test_channel_sides import HEADERS, Socket, answering, serving, settled
+from tests.support.servers import _config, serve
+from tests.unit.test_channel_sides import HEADERS, Socket, answering, refuse, serving, settled
 from toolref.asgi.scope import STOP_EXTENSION, Message, Receive, Scope, Send
+from toolref.receiving.channel_server import serve_channel
 from toolref.sending.channel_transport import ChannelTransport
 from toolref.websocket import channel as frames
 
@@ -189,3 +191,138 @@ async def test_a_channel_cancelled_while_its_server_runs_is_cancelled() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+class Eager(Socket):
+    """A sender that writes its next turn as soon as a turn's answer ends (a relay under
+    load: each busy turn resent over HTTP, the next written on the channel at once), up to
+    `left` turns."""
+
+    def __init__(self, left: int) -> None:
+        super().__init__()
+        self.left, self.sender, self.stream = left, frames.Sender(), 0
+
+    def next_turn(self) -> None:
+        if self.left:
+            self.left -= 1
+            self.frame(self.sender.turn(self.stream, "/v1/messages", HEADERS, b"{}"))
+            self.stream += 1
+
+    async def send(self, message: Message) -> None:
+        await super().send(message)
+        if message["type"] == "websocket.send" and frames.answered(message["bytes"]).kind in (
+            frames.END,
+            frames.BROKEN,
+        ):
+            self.next_turn()
+
+
+async def test_a_sender_sending_turns_as_fast_as_they_are_answered_does_not_hold_the_drain() -> (
+    None
+):
+    """Its server stopping, a channel whose sender writes its next turn as each answer
+    ends is closed `DRAINED` at once, its turns read meanwhile answered busy. Before, a
+    turn waiting to be read was always read first and every busy turn was waited for, so
+    the channel stayed open for as long as turns came: under load the stop's timeout cut
+    it, and the turns on it failed (the sender could not know they were never read)."""
+    socket, stop = Eager(left=10_000), dict[str, object]()
+    task = await serving(socket, answering([]), _stoppable(stop))
+    socket.next_turn()
+    await settled(socket, 6)  # a turn or two answered: turns keep coming
+    stop["on_stop"]()  # type: ignore[operator]
+    left = socket.left
+    await asyncio.wait_for(task, _GUARD)
+    closes = [m for m in socket.sent if m["type"] == "websocket.close"]
+    assert closes == [{"type": "websocket.close", "code": 1012, "reason": frames.DRAINED[1]}]
+    assert left - socket.left <= 2  # closed at once, its sender still sending
+
+
+class Answering:
+    """A receiver (`serve_channel` on its own server) whose answers stream a few pieces,
+    each body it was sent kept, channel or HTTP."""
+
+    def __init__(self) -> None:
+        self.seen: list[bytes] = []
+        self.under_way = asyncio.Event()  # 30 turns answered
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            return
+        if scope["type"] == "websocket":
+            await serve_channel(scope, receive, send, self, refuse=refuse)
+            return
+        self.seen.append((await receive()).get("body", b""))
+        if len(self.seen) >= 30:
+            self.under_way.set()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(3):
+            await asyncio.sleep(0.002)
+            await send({"type": "http.response.body", "body": b"x", "more_body": True})
+        await send({"type": "http.response.body", "body": b"y"})
+
+
+class Balanced(httpx.AsyncBaseTransport):
+    """HTTP to the next replica (`to`), as a load balancer sends it once the first stops."""
+
+    def __init__(self, to: str) -> None:
+        self.to, self.inner = to, httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.url = request.url.copy_with(netloc=self.to.split("//")[1].encode())
+        return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def _stopped_under_load() -> tuple[list[bytes], list[bytes], list[BaseException]]:
+    """Twelve agents sending turns back to back over one channel while its receiver's
+    server stops: what they sent, what either replica got, and the turns that failed."""
+    first, second = Answering(), Answering()
+    server = uvicorn.Server(_config(first))
+    stopped = asyncio.create_task(server.serve())
+    while not server.started:  # noqa: ASYNC110  # uvicorn says it by this flag only
+        await asyncio.sleep(0.01)
+    url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    sent: list[bytes] = []
+    failed: list[BaseException] = []
+    async with serve(second) as next_url:
+        transport = ChannelTransport(
+            Balanced(next_url), url, None, connect_timeout=_GUARD, report=lambda _: None
+        )
+        done = asyncio.Event()
+
+        async def agent(n: int) -> None:
+            while not done.is_set():
+                sent.append(body := json.dumps({"agent": n, "turn": len(sent)}).encode())
+                request = httpx.Request("POST", url + "/v1/messages", content=body)
+                try:
+                    answer = await asyncio.wait_for(transport.handle_async_request(request), 10)
+                    assert await answer.aread() == b"xxxy"
+                except httpx.HTTPError as exc:
+                    failed.append(exc)
+
+        agents = [asyncio.create_task(agent(n)) for n in range(12)]
+        await asyncio.wait_for(first.under_way.wait(), _GUARD)
+        server.should_exit = True
+        await asyncio.wait_for(stopped, _GUARD)
+        done.set()
+        await asyncio.gather(*agents)
+        await transport.aclose()
+    return sent, first.seen + second.seen, failed
+
+
+async def test_a_receiver_stopping_under_load_loses_no_turn_and_sends_none_twice(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Real sockets (uvicorn, `PacedWebSocket`), a few stops (the race is the loop's):
+    every turn is answered, and each body reaches one replica exactly once, the stopping
+    one on the channel or the next over HTTP; the stop ends drained, not cut by its
+    timeout. Before, the channel stayed open until the stop's timeout (5 s here) cut it
+    in about half the stops, and the turns on it failed, never sent anywhere."""
+    with caplog.at_level("WARNING", logger="toolref.channel"):
+        for _ in range(4):
+            sent, got, failed = await _stopped_under_load()
+            assert failed == []
+            assert sorted(got) == sorted(sent)  # each once, none lost
+    assert not [r for r in caplog.records if "stopped before" in r.getMessage()]

@@ -110,3 +110,25 @@ def test_an_answer_that_does_not_start_with_its_head_does_not_read() -> None:
     looks: Any = frames.Answered(0, frames.PIECE, b'{"s":200,"h":[]}')
     with pytest.raises(frames.FrameError, match="not its head"):
         looks.head()
+
+
+async def test_a_channel_closed_by_its_owner_before_its_reader_ran_fails_the_turn_on_it() -> None:
+    """Its owner closes the channel (`ChannelTransport.aclose`, `close_link`) in the tick it
+    opened, a turn written on it already: the reader, cancelled before it ever ran, ends
+    nothing, and the turn waited for an answer frame that never comes (for ever, with no
+    read timeout). It fails at once, as any turn on a channel closed under it."""
+    socket, opened = Stub(), list[Link]()
+
+    async def owner_closes() -> None:  # ready before the channel opens: runs before its reader
+        await opened[0].close()
+
+    closing = asyncio.create_task(owner_closes())
+    opened.append(channel := link(socket))
+    timeouts = {"connect": 1.0, "read": None, "write": None, "pool": 1.0}
+    request = turn()
+    request.extensions["timeout"] = timeouts
+    with pytest.raises(httpx.RemoteProtocolError, match="the channel closed"):
+        async with asyncio.timeout(5):  # a failure guard only: before, it waited for ever
+            await channel.send(request)  # in this task: written before `closing` runs
+    await closing
+    assert channel.streams == {}

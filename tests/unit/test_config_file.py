@@ -257,6 +257,8 @@ def test_strings_are_taken_for_any_setting_as_the_environment_gives_them() -> No
 SAMPLES = {
     "context_policies": "a policy for a tenant (the default is none)",
     "tenant_inflated_in_flight": "a share in bytes (the default is derived: unset)",
+    "tenant_requests_in_flight": "a share of requests (the default is derived: unset)",
+    "tenant_channels": "a share of connections (the default is derived: unset)",
 }
 
 

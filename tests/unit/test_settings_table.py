@@ -58,6 +58,9 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         "TOOLREF_KEEP_ALIVE_TIMEOUT": ("int", 5, "ge=1"),
         "TOOLREF_MAX_CONNECTIONS": ("int", 1000, "ge=1"),
         "TOOLREF_MAX_REQUESTS_IN_FLIGHT": ("int", 128, "ge=1"),
+        # review: tenant fairness (unset: a quarter of the two above)
+        "TOOLREF_TENANT_REQUESTS_IN_FLIGHT": ("int | None", None, "ge=1"),
+        "TOOLREF_TENANT_CHANNELS": ("int | None", None, "ge=1"),
     },
     BodyLimits: {
         "TOOLREF_MAX_BODY_BYTES": ("int", 32 * MiB, "ge=1024"),

@@ -93,3 +93,36 @@ def test_serve_says_which_two_settings_disagree(
         "toolref-server: TOOLREF_GATEWAY_TENANT_REQUESTS_IN_FLIGHT (64) is not below "
         "TOOLREF_GATEWAY_MAX_REQUESTS_IN_FLIGHT (10)"
     )
+
+
+def test_a_tenants_requests_and_channels_are_a_quarter_of_the_worker_s() -> None:
+    """Review (tenant fairness): each tenant's share of the registry's requests in flight
+    and of the connections (its channels), a quarter unless given, at least one; none with
+    one tenant or none (no other to keep room for)."""
+    two = settings(api_keys=TWO)
+    assert (two.tenant_requests_limit, two.tenant_channel_limit) == (32, 250)
+    small = settings(api_keys=TWO, max_requests_in_flight=3, max_connections=2)
+    assert (small.tenant_requests_limit, small.tenant_channel_limit) == (1, 1)
+    given = settings(api_keys=TWO, tenant_requests_in_flight=5, tenant_channels=7)
+    assert (given.tenant_requests_limit, given.tenant_channel_limit) == (5, 7)
+    for keys in ("", ONE):
+        alone = settings(api_keys=keys, tenant_requests_in_flight=5, tenant_channels=7)
+        assert (alone.tenant_requests_limit, alone.tenant_channel_limit) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("given", "setting", "whole"),
+    [
+        ({"tenant_requests_in_flight": 128}, "TOOLREF_TENANT_REQUESTS_IN_FLIGHT (128)", 128),
+        ({"tenant_channels": 1000}, "TOOLREF_TENANT_CHANNELS (1000)", 1000),
+    ],
+)
+def test_a_share_of_all_of_them_is_refused_naming_both(
+    given: dict[str, int], setting: str, whole: int
+) -> None:
+    with pytest.raises(pydantic.ValidationError) as caught:
+        settings(api_keys=TWO, **given)
+    said = str(caught.value)
+    assert f"{setting} is not below" in said
+    assert f"lower it below {whole}" in said
+    settings(api_keys=ONE, **given)  # one tenant: no other to refuse

@@ -16,7 +16,8 @@ that does not read closes the channel (1002), the close given up on after
 a turn left without credit for `send_timeout` seconds breaks off (`Unread`), as HTTP drops a
 client that reads nothing; the channel's other turns go on. Its server stopping
 (`STOP_EXTENSION`: a graceful stop) lets the turns in flight finish their answers, answers
-any turn sent meanwhile busy (the sender sends it over HTTP), then closes the channel
+any turn sent meanwhile busy (the sender sends it over HTTP), then, as soon as those turns
+are answered (not the busy ones', nor the next turn its sender wrote), closes the channel
 (`frames.DRAINED`: 1012, saying every turn read was answered, so a turn the sender wrote
 meanwhile and got no answer to was never read, and the sender sends it over HTTP); the
 server's shutdown timeout bounds that wait, and a channel it cuts short is said in one
@@ -172,6 +173,7 @@ async def serve_channel(
                     serves=serves, window=turns.window(turn.stream),
                     answered=partial(turns.answered, turn.stream),
                 ),
+                busy=full is not None,
             )  # fmt: skip
     except asyncio.CancelledError:
         if not _cut_by_stop(stopping, turns):  # its connection's task cancelled otherwise
@@ -216,10 +218,14 @@ async def _accepted(scope: Scope, send: Send) -> int | None:
 
 
 async def _next(receive: Receive, drained: asyncio.Task[None] | None) -> Message | None:
-    """The sender's next message; None once `drained` (its server stopped and no turn is
-    served)."""
+    """The sender's next message; None once `drained` (its server stopped and every turn
+    it served has its answer ended), then at once: a sender sending turns as fast as they
+    are answered busy would otherwise keep the channel open until the stop's timeout cut
+    it, and every turn on it with it."""
     if drained is None:
         return await receive()
+    if drained.done():
+        return None  # what the sender wrote since is not read: it goes over HTTP
     message = asyncio.ensure_future(receive())
     try:
         await asyncio.wait({message, drained}, return_when=asyncio.FIRST_COMPLETED)
@@ -245,7 +251,9 @@ def _stop_told(scope: Scope, turns: _Turns) -> tuple[asyncio.Event, asyncio.Task
 
 async def _drained(stopping: asyncio.Event, turns: _Turns) -> None:
     """Once `stopping` is set and every turn served has its answer ended (what a turn's app
-    does after it, a write, is cancelled with the channel, as on any close)."""
+    does after it, a write, is cancelled with the channel, as on any close). A turn answered
+    busy is not waited for: nothing was done with it, and its sender sends it over HTTP
+    whether its 503 or the close comes first."""
     await stopping.wait()
     while turns.answering:
         turns.empty.clear()
@@ -281,7 +289,7 @@ class _Turns:
         self.held_bytes = 0
         self.size, self.send_timeout = window, send_timeout
         self.windows: dict[int, _Window] = {}  # each served turn's, with windows
-        self.answering: set[int] = set()  # served turns whose answer has not ended
+        self.answering: set[int] = set()  # served turns (not busy) whose answer has not ended
         self.empty = asyncio.Event()  # set as the last of them ends
         self.drained: asyncio.Task[None] | None = None  # `_stop_told`'s, ended with them
 
@@ -300,9 +308,10 @@ class _Turns:
     def full(self, turn: frames.Turn) -> str | None:
         return _full(len(self.served), self.held_bytes + len(turn.body))
 
-    def start(self, turn: frames.Turn, work: Coroutine[Any, Any, None]) -> None:
+    def start(self, turn: frames.Turn, work: Coroutine[Any, Any, None], busy: bool) -> None:
         self.served[turn.stream] = task = asyncio.create_task(work)
-        self.answering.add(turn.stream)
+        if not busy:  # a stop waits for its answer (`_drained`); a busy one, nothing done
+            self.answering.add(turn.stream)
         self.held[turn.stream] = len(turn.body)
         self.held_bytes += len(turn.body)
         task.add_done_callback(partial(self._forget, turn.stream))

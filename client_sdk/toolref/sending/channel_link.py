@@ -80,6 +80,7 @@ class Link:
         self.waiting = 0  # turns waiting for a frame (`next_piece`)
         self.drained = False  # closed by its receiver's stop, every turn it read answered
         self.ours = False  # closed by its sender (idle, retired), not by a failure
+        self.over = False  # its turns in flight were told it ended (`_ended`)
         self.writing = asyncio.Lock()
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
@@ -239,18 +240,27 @@ class Link:
         except OSError:
             return
         finally:
-            self.closed = True
-            # drained: a turn with no answer frame was not read (`send` sends it over HTTP)
-            unread = {s for s in self.streams.values() if self.drained and not s.heard}
-            self.broke = self.broke or any(
-                not s.done and s not in unread for s in self.streams.values()
-            )
-            for state in self.streams.values():
-                state.queue.put_nowait(_UNREAD if state in unread else _GONE)
+            self._ended()
+
+    def _ended(self) -> None:
+        """The channel is over: each turn in flight told, once (its queue's last item). A
+        turn with no answer frame at a drained close was not read (`send` sends it over
+        HTTP); any other unended one fails."""
+        if self.over:
+            return
+        self.closed = self.over = True
+        unread = {s for s in self.streams.values() if self.drained and not s.heard}
+        self.broke = self.broke or any(
+            not s.done and s not in unread for s in self.streams.values()
+        )
+        for state in self.streams.values():
+            state.queue.put_nowait(_UNREAD if state in unread else _GONE)
 
     async def close(self) -> None:
         self.closed = self.ours = True
         self.reader.cancel()
+        # a reader cancelled before it ever ran runs no `finally`: its turns are told here
+        self._ended()
         with contextlib.suppress(OSError, ConnectionError):
             await self.socket.close()
 

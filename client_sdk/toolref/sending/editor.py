@@ -44,6 +44,9 @@ Per request:
   message; the conversation moved on: one recipe per live conversation, so choosing a base
   stays linear). Another conversation opening with the base's messages leaves it kept.
 
+A request whose recipe would hold more entries than a receiver takes by default
+(`MAX_ENTRIES`, about 25,000 messages) is not made an edit: it goes as it came, never a 413.
+
 A first attempt with no base whose edit would put more bytes on the wire than the request
 as it came, and that no later turn could be sent as an edit of (no message of
 `RELATED_MIN` bytes: `Recipes.best_base` relates a request to a recipe by such a message
@@ -86,6 +89,10 @@ from toolref.wire.errors import DictionaryMismatchError, MissingHistoryError, Mi
 MAX_RESENDS: Final = 3
 MIN_DICTIONARY: Final = 32 << 10
 MAX_DICTIONARY: Final = wire.MAX_DICTIONARY  # what a receiver reads
+# Entries of a recipe a receiver takes by default (TOOLREF_MAX_EDIT_ENTRIES; past it, 413
+# `too-many-items`, which no sender resends on): a request of more (about 25,000 messages)
+# goes as it is.
+MAX_ENTRIES: Final = wire.DEFAULT_MAX_ENTRIES
 DICTIONARY_PER_INLINE: Final = 32
 # A body cut on from a confirmed recipe's, sharing this much of its bytes with it at the same
 # places, is sent against it without counting what it shares with every recipe.
@@ -197,11 +204,11 @@ class Editor:
         self, headers: Iterable[tuple[str, str]], body: bytes, messages_key: str | None
     ) -> Edit | None:
         """The first attempt of a request; None when its body is not one JSON object in
-        UTF-8 (send it as it is). `headers`: the agent's end-to-end headers, toolref's own
-        left out."""
+        UTF-8, or its recipe would hold more than `MAX_ENTRIES` entries (send it as it is).
+        `headers`: the agent's end-to-end headers, toolref's own left out."""
         # The long window pays only where its pieces travel together (version 3's runs).
         made = cut(headers, body, messages_key, window=self._window)
-        if made is None:
+        if made is None or len(made.entries) > MAX_ENTRIES:
             return None
         match = self._resumed(made) or self.recipes.best_base(
             made.entries, made.segments, made.messages

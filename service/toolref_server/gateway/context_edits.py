@@ -171,8 +171,9 @@ async def edit_context(
         tokens = len(body) // BYTES_PER_TOKEN
         metrics.gateway_usage(tenant, upstream, Counts(tokens=tokens))
         return body, Outcome(chosen, tokens, 0)
+    made: set[Cleared] = set()
     try:
-        await _stand_ins(
+        made = await _stand_ins(
             found,
             chosen.cleared,
             tenant=tenant,
@@ -189,8 +190,13 @@ async def edit_context(
         chosen = dataclasses.replace(chosen, rewrote=False)
     try:
         kept = _replaced(found, chosen.cleared, policy)
-        # the cache is written again only where a result of the last batch is replaced
+        # The cache is written again where a result of a batch made at this turn is
+        # replaced, and where a stand-in made at this request is sent: none was pinned, so
+        # no turn before sent it (its batch held back: the store was down, or could not keep
+        # it), or the store lost it since (a flush, an eviction) and it is made again, in
+        # other bytes where a model summarizes (the extractive summary's are the same).
         rewrote = chosen.rewrote and not set(chosen.cleared[chosen.newest :]).isdisjoint(kept)
+        rewrote = rewrote or not made.isdisjoint(kept)
         chosen = dataclasses.replace(chosen, cleared=kept, rewrote=rewrote)
         out = await workers.run(len(body), _rewritten, found, chosen.cleared, policy)
     except Exception:  # as above
@@ -271,8 +277,10 @@ async def _stand_ins(
     policy: Policy,
     summaries: SummaryCache,
     workers: Workers,
-) -> None:
-    """What stands in for each result of `cleared` that has none yet, kept on its `Result`.
+) -> set[Cleared]:
+    """What stands in for each result of `cleared` that has none yet, kept on its `Result`;
+    the results whose stand-in this request made (none was pinned: sent for the first time,
+    or again after the store lost it), the rest held in memory or read pinned.
     Each result's stand-in is pinned in the store the first time any replica makes one
     (`SummaryStore.pin`: first writer wins), so every replica, and this one after its memo
     is gone, sends the same bytes for it, even where a summary was the extractive fallback
@@ -287,12 +295,12 @@ async def _stand_ins(
         if sid not in result.stand_in and sid not in result.unmade:
             wanted.append(item)
     if not wanted:
-        return
+        return set()
     # each message parsed once; off the loop when the messages are large
     size = sum(len(found.messages[c.message].text) for c in wanted)
     invocations = await workers.run(size, _invocations, found, wanted)
     if not invocations:
-        return
+        return set()
     store = summaries.store
     slots = {
         item: store.invocation(tenant, made.ref, PINNED + sid) for item, made in invocations.items()
@@ -308,7 +316,7 @@ async def _stand_ins(
         else:
             missing.append(item)
     if not missing:
-        return
+        return set()
     items = [(invocations[item].summarized, invocations[item].invocation) for item in missing]
     made = await summaries.many(tenant, items, policy.summarizer, policy.summary_chars)
     texts = []
@@ -328,6 +336,7 @@ async def _stand_ins(
     for item, text in zip(missing, kept, strict=True):
         if text is not None:
             found.messages[item.message].results[item.result].stand_in[sid] = text
+    return set(missing)
 
 
 def _text_result(format_name: str, text: str) -> Any:

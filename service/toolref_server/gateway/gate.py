@@ -6,6 +6,12 @@ target may not carry, 400), and a slot among the tenant's and the process's gate
 requests in flight (429, 503), held while the request (or the socket) lasts.
 
 Each step is O(1) but the query check, linear in the query.
+
+A channel (`/v1/channel`, `channel`) passes the same key (its turns carry it: the sender
+repeats it on the upgrade) and holds one of its tenant's channels while it is open
+(TOOLREF_TENANT_CHANNELS, 429 past it): an open channel holds a connection for as long as
+its sender likes and never makes room for another, so without a key and a count one
+client could take every connection of the worker.
 """
 
 from __future__ import annotations
@@ -45,6 +51,23 @@ class GatewayAdmission:
             settings.gateway_tenant_requests_in_flight,
             settings.retry_after_seconds,
         )
+        self.channels = InFlight(
+            settings.max_connections,  # never reached first: the HTTP layer's own limit
+            settings.tenant_channel_limit,
+            settings.retry_after_seconds,
+            setting="TOOLREF_MAX_CONNECTIONS",
+            tenant_setting="TOOLREF_TENANT_CHANNELS",
+            quota="channels",
+            what="channels open (its sender sends its turns over HTTP meanwhile)",
+        )
+
+    def channel(self, scope: Scope) -> str:
+        """The tenant of a channel's upgrade, one of its channels taken (`channels.give`
+        it back once the channel ends); 401 without a key of this service, 429 past the
+        tenant's channels, both raised before anything is accepted."""
+        tenant = self.auth.tenant_for_key(header(scope, KEY_HEADER), header=KEY_HEADER)
+        self.channels.take(tenant)
+        return tenant
 
     @contextmanager
     def admitted(self, scope: Scope, *, http: bool) -> Iterator[Admitted]:

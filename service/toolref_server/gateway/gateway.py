@@ -55,7 +55,7 @@ from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.gateway.gate import GatewayAdmission
 from toolref_server.gateway.inprocess import InProcessRegistry
-from toolref_server.gateway.sockets import Sockets
+from toolref_server.gateway.sockets import Sockets, refuse
 from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool
 from toolref_server.gateway.upstreams import PREFIX
 from toolref_server.http.problem import problem_response
@@ -129,11 +129,7 @@ class Gateway:
             return
         if scope["type"] == "websocket" and scope["path"] == CHANNEL:
             self._service = self._service or scope.get("app")
-            # each turn back through here
-            await serve_channel(
-                scope, receive, send, self, refuse=_REFUSE,
-                send_timeout=self.settings.send_timeout,
-            )  # fmt: skip
+            await self._channel(scope, receive, send)
             return
         if scope["type"] == "websocket" and scope["path"].startswith(PREFIX):
             self._service = self._service or scope.get("app")
@@ -150,6 +146,34 @@ class Gateway:
             await self._forward(scope, receive, send)
         except ToolrefError as exc:
             await problem_response(exc, for_llm_sdks=True)(scope, receive, send)
+
+    async def _channel(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A channel, once its key and its tenant's channels let it in (`gate`: 401, 429
+        answered to the upgrade); each of its turns back through here."""
+        connect = await receive()
+        if connect["type"] != "websocket.connect":
+            return
+        try:
+            tenant = self.admission.channel(scope)
+        except ToolrefError as exc:
+            await refuse(send, exc)
+            return
+        given = False
+
+        async def received() -> Message:
+            nonlocal given
+            if not given:  # `serve_channel` reads the upgrade itself
+                given = True
+                return connect
+            return await receive()
+
+        try:
+            await serve_channel(
+                scope, received, send, self, refuse=_REFUSE,
+                send_timeout=self.settings.send_timeout,
+            )  # fmt: skip
+        finally:
+            self.admission.channels.give(tenant)
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Every refusal before anything is read or stored (`gate`), then the switch

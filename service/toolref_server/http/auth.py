@@ -106,6 +106,17 @@ class Authenticator:
             )
         return found
 
+    def known_tenant(self, authorization: str | None) -> str:
+        """The tenant whose key an `Authorization: Bearer` header value bears, "" for none
+        known (a request its route refuses 401, or one of an endpoint without a key): what
+        admission counts a request against before its route checks the key. O(the header
+        and the tenants' keys)."""
+        if self.open:
+            return LOCAL_TENANT
+        presented = _bearer(authorization)
+        found = None if presented is None else self._tenant_of(presented)
+        return found or ""
+
     def tenant_for_key(self, key: str | None, *, header: str) -> str:
         """The tenant of a key sent alone in `header` (the gateway's `Toolref-Key`: there
         `Authorization` is the provider's). A refusal names the header, what to send in it
@@ -204,7 +215,12 @@ def loopback(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
 
 def _presented(request: HTTPConnection) -> bytes | None:
     """The SHA-256 of the request's bearer key, or None when it sends none."""
-    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    return _bearer(request.headers.get("authorization"))
+
+
+def _bearer(authorization: str | None) -> bytes | None:
+    """The SHA-256 of the key an `Authorization` value bears, or None when it bears none."""
+    scheme, _, key = (authorization or "").partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         return None
     return hashlib.sha256(key.strip().encode()).digest()

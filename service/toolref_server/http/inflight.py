@@ -1,11 +1,12 @@
 """`InFlight`: requests in flight in this process, in all and per tenant, each within its
-limit: the one count behind the registry's admission (`http.admission`) and the gateway's.
+limit: the one count behind the registry's admission (`http.admission`), the gateway's, and
+the channels a tenant keeps open (`gateway.gate`).
 
 Every request in flight holds memory and a share of the event loop; a gateway request also
 holds an upstream connection, often for minutes (a stream), so a tenant that opens many (or
 leaves many waiting on a slow upstream) would hold the pool every tenant shares. Past the
-process's `limit`, 503 `overloaded`; past a tenant's `per_tenant` (where tenants are known
-before the body is read: the gateway), 429 `quota-exceeded`. Both before anything is read.
+process's `limit`, 503 `overloaded`; past a tenant's `per_tenant` (None: no share, one
+tenant or none), 429 `quota-exceeded`. Both before anything is read.
 A slot comes back as soon as its request ends, however it ends (a client hanging up ends
 it at once).
 """
@@ -29,12 +30,16 @@ class InFlight:
         *,
         setting: str = "TOOLREF_GATEWAY_MAX_REQUESTS_IN_FLIGHT",
         fix: str = "",
+        tenant_setting: str = "TOOLREF_GATEWAY_TENANT_REQUESTS_IN_FLIGHT",
+        quota: str = "gatewayRequestsInFlight",
+        what: str = "gateway requests in flight",
     ) -> None:
         self.limit = limit
         self.per_tenant = per_tenant
         self.retry_after = retry_after
         self.setting = setting
         self.fix = fix
+        self.tenant_setting, self.quota, self.what = tenant_setting, quota, what
         self.total = 0
         self._tenants: dict[str, int] = {}
 
@@ -62,11 +67,11 @@ class InFlight:
         held = self.of(tenant)
         if self.per_tenant is not None and held >= self.per_tenant:
             raise QuotaExceededError(
-                f"this tenant has {held} gateway requests in flight in this process, its "
-                f"limit (TOOLREF_GATEWAY_TENANT_REQUESTS_IN_FLIGHT={self.per_tenant}); let one "
-                f"end, or retry after {self.retry_after}s",
+                f"this tenant has {held} {self.what} in this process, its limit "
+                f"({self.tenant_setting}={self.per_tenant}); let one end, or retry after "
+                f"{self.retry_after}s",
                 retry_after=self.retry_after,
-                quota="gatewayRequestsInFlight",
+                quota=self.quota,
                 limit=self.per_tenant,
             )
         self.total += 1

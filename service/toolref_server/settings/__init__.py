@@ -98,6 +98,22 @@ class Settings(
             return None
         return self.tenant_inflated_share
 
+    @property
+    def tenant_requests_limit(self) -> int | None:
+        """Each tenant's registry requests in flight (`tenant_requests_share`), where
+        TOOLREF_API_KEYS names two tenants or more; None with one or none (as above)."""
+        if len(set(self.key_hashes.values())) < 2:
+            return None
+        return self.tenant_requests_share
+
+    @property
+    def tenant_channel_limit(self) -> int | None:
+        """Each tenant's channels open (`tenant_channels_share`), where TOOLREF_API_KEYS
+        names two tenants or more; None with one or none (as above)."""
+        if len(set(self.key_hashes.values())) < 2:
+            return None
+        return self.tenant_channels_share
+
     def check_context_summarizers(self) -> None:
         """Refuse a context editing policy whose summarizer this service does not offer
         (openai-compatible with no TOOLREF_LLM_BASE_URL)."""
@@ -141,7 +157,8 @@ class Settings(
     def _check_tenant_requests(self) -> Self:
         """Refuse a gateway where one tenant's requests in flight could take every slot of
         the process's, where TOOLREF_API_KEYS names two tenants or more: the others would
-        all be refused (503) while that tenant's requests last."""
+        all be refused (503) while that tenant's requests last. The same for a tenant's
+        share of the registry's requests in flight and of the connections (its channels)."""
         tenants = len(set(self.key_hashes.values()))
         own, every = self.gateway_tenant_requests_in_flight, self.gateway_max_requests_in_flight
         if tenants >= 2 and self.upstream_urls and own >= every:
@@ -152,6 +169,27 @@ class Settings(
                 f"process and the others would be refused; lower it below {every} (an eighth "
                 "of it is the default), or raise TOOLREF_GATEWAY_MAX_REQUESTS_IN_FLIGHT"
             )
+        for share, setting, whole, whole_setting in (
+            (
+                self.tenant_requests_in_flight,
+                "TOOLREF_TENANT_REQUESTS_IN_FLIGHT",
+                self.max_requests_in_flight,
+                "TOOLREF_MAX_REQUESTS_IN_FLIGHT",
+            ),
+            (
+                self.tenant_channels,
+                "TOOLREF_TENANT_CHANNELS",
+                self.max_connections,
+                "TOOLREF_MAX_CONNECTIONS",
+            ),
+        ):
+            if tenants >= 2 and share is not None and share >= whole:
+                raise ValueError(
+                    f"{setting} ({share}) is not below {whole_setting} ({whole}), so one of "
+                    f"the {tenants} tenants of TOOLREF_API_KEYS could hold all of them and "
+                    f"the others would be refused; lower it below {whole} (unset: a quarter "
+                    f"of it), or raise {whole_setting}"
+                )
         return self
 
     def check_exposure(self) -> None:

@@ -1,5 +1,6 @@
 """Settings of the HTTP layer (`toolref_server.http.connection`): what one connection may
-hold and for how long, and how many connections and requests a worker takes at once."""
+hold and for how long, and how many connections, channels and requests a worker takes at
+once, in all and of one tenant."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pydantic import BaseModel, Field
 
 class ConnectionSettings(BaseModel):
     """Deadlines of a connection's request head, body and answer; connections and requests
-    per worker."""
+    per worker, and each tenant's share of them."""
 
     header_timeout: float = Field(
         default=10.0,
@@ -51,3 +52,35 @@ class ConnectionSettings(BaseModel):
         description="Requests in flight per worker; past it, 503 `overloaded` with "
         "Retry-After before the body is read (`/healthz` always answered).",
     )
+    tenant_requests_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="Requests in flight of one tenant per worker, its share of "
+        "TOOLREF_MAX_REQUESTS_IN_FLIGHT (where TOOLREF_API_KEYS names two tenants or more; "
+        "requests without a known key share one); past it, 429 `quota-exceeded` (`quota: "
+        "requestsInFlight`) with Retry-After before the body is read, while the other "
+        "tenants are served. Unset: a quarter of TOOLREF_MAX_REQUESTS_IN_FLIGHT, at least 1.",
+    )
+    tenant_channels: int | None = Field(
+        default=None,
+        ge=1,
+        description="Channels (`/v1/channel`) one tenant keeps open per worker (where "
+        "TOOLREF_API_KEYS names two tenants or more): each holds a connection for as long as "
+        "its sender likes. Past it, the upgrade is 429 `quota-exceeded` (`quota: channels`) "
+        "and its sender sends its turns over HTTP. Unset: a quarter of "
+        "TOOLREF_MAX_CONNECTIONS, at least 1.",
+    )
+
+    @property
+    def tenant_requests_share(self) -> int:
+        """TOOLREF_TENANT_REQUESTS_IN_FLIGHT, or a quarter of the requests in flight."""
+        if self.tenant_requests_in_flight is not None:
+            return self.tenant_requests_in_flight
+        return max(self.max_requests_in_flight // 4, 1)
+
+    @property
+    def tenant_channels_share(self) -> int:
+        """TOOLREF_TENANT_CHANNELS, or a quarter of the connections."""
+        if self.tenant_channels is not None:
+            return self.tenant_channels
+        return max(self.max_connections // 4, 1)

@@ -27,6 +27,9 @@
  * `maxRecipes` recipes still kept are held, counted with the recipes in `maxBytes` (past
  * it the least recently used recipes go, as for a recipe kept), as editor.py holds them.
  *
+ * A request whose recipe would hold more entries than a receiver takes by default
+ * (`MAX_ENTRIES`, about 25,000 messages) is not made an edit: it goes as it came, never a 413.
+ *
  * A first attempt with no base whose edit would put more bytes on the wire than the request
  * as it came, and that no later turn could be sent as an edit of (no message of `RELATED_MIN`
  * bytes), is not worth an edit (`notWorthAnEdit`, editor.py's `not_worth_an_edit`): every
@@ -42,6 +45,10 @@ import type { BodyCut } from "./segments.js";
 import { MEDIA_TYPE, VERSION, encodeIsolated, encodeV1 } from "./wire.js";
 
 export const MAX_RESENDS = 3;
+/** Entries of a recipe a receiver takes by default (TOOLREF_MAX_EDIT_ENTRIES; past it, 413
+ * `too-many-items`, which no sender resends on): a request of more (about 25,000 messages)
+ * goes as it is (editor.py's `MAX_ENTRIES`). */
+export const MAX_ENTRIES = 50_000;
 const PROBLEM = "urn:toolref:problem:";
 export const MISSING_HISTORY = PROBLEM + "missing-history";
 export const MISSING_PIECES = PROBLEM + "missing-pieces";
@@ -176,7 +183,7 @@ export class Editor {
     const window = this.longWindow && this.version >= 3 && this.codec?.kind === ALONE;
     if (body != null && body.owners.length > 0 !== window) body = undefined; // cut again
     const made = await cut(headers, data, messagesKey, body, window);
-    if (made === null) return null;
+    if (made === null || made.entries.length > MAX_ENTRIES) return null; // as it is
     const match = this.recipes.bestBase(made.entries, made.segments, made.messages);
     if (match === null) return this.build(made, null, 0);
     this.recipes.touch(match.recipe.ref);
