@@ -16,7 +16,9 @@ each such integer as `{"$bigint": "<digits>"}` for JavaScript to rebuild as a `b
 (tests/js_answer_vectors.py). `endpoints` holds requests (method, path) and the LLM endpoint
 `toolref.wire.endpoints.endpoint` finds for each (JS's `endpoint` must find the same).
 `said` holds sequences of what receivers said and the edits version `toolref.sending.said.Said`
-writes after each (tests/js_said_vectors.py).
+writes after each (tests/js_said_vectors.py). `entries` holds sequences of 413
+`too-many-items` refusals and the entries limit `toolref.sending.entries.Entries` learns after
+each (tests/js_entries_vectors.py).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Container
 from pathlib import Path
 from typing import Any, Final
 
-from tests import js_answer_vectors, js_edit_vectors, js_said_vectors
+from tests import js_answer_vectors, js_edit_vectors, js_entries_vectors, js_said_vectors
 from toolref import formats
 from toolref.sending.rewrite import rewrite
 from toolref.wire.canonical import canonical_json, digest_of
@@ -600,6 +602,7 @@ def build() -> dict[str, Any]:
         "answers": js_answer_vectors.build(),
         "endpoints": endpoint_cases(),
         "said": js_said_vectors.build(),
+        "entries": js_entries_vectors.build(),
     }
 
 

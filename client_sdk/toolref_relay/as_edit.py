@@ -18,8 +18,13 @@ came too, and the relay relearns the version (`capabilities`); each answer's
 it: `STORE_DOWN`): it goes as it came at once, which the gateway forwards without its
 store, and so do the turns after it until `link.paused` is over (1 s, doubled while the
 store stays down, at most 30: `toolref.sending.pause`; turns in flight at once and refused
-together are one refusal, not one doubling each). A 413 (too large for the gateway
-or the provider) is the agent's to see, in its provider's error shape.
+together are one refusal, not one doubling each). Nor is a turn the gateway answers 413
+`too-many-items` (`TooMany`: its `TOOLREF_MAX_EDIT_ENTRIES` set below the default, which the
+edit's recipe is over): it goes as it came, and the gateway's limit is kept
+(`link.entries`, every sender's rule, `toolref.sending.entries`), said in one line: a turn
+of more entries goes as it came at once. Any other 413 (the body itself too large for the
+gateway or the provider: `decompressed-too-large`, say) is the agent's to see, in its
+provider's error shape.
 
 A request the edit would not shrink (header lines and body, counted alike on both sides),
 and too small for a later turn to be an edit of (no message of `RELATED_MIN` bytes: the
@@ -37,6 +42,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
@@ -44,6 +50,7 @@ import httpx
 
 from toolref.asgi.hops import Pairs, end_to_end, on_the_wire, without_toolref
 from toolref.asgi.workers import Workers
+from toolref.edits.wire import DEFAULT_MAX_ENTRIES
 from toolref.registry.bounded import aread_problem
 from toolref.sending.answers import (
     edits_said,
@@ -56,6 +63,7 @@ from toolref.sending.answers import (
 )
 from toolref.sending.editor import Edit, stands_alone
 from toolref.sending.editor import not_worth_an_edit as not_worth
+from toolref.sending.entries import too_many_items
 from toolref.sending.pause import UNREADABLE_FIRST, UNREADABLE_LONGEST
 from toolref.sending.said import RECENT
 from toolref.wire.endpoints import endpoint
@@ -73,6 +81,15 @@ UNSUPPORTED: Final = "unsupported"
 STORE_DOWN: Final = "store-unavailable"  # the gateway's 503 problem's slug
 UNREADABLE: Final = "unreadable"  # 400 malformed-body: a gateway reading an older version
 Declined = Literal["not-an-edit", "unsupported", "store-unavailable", "unreadable"]
+
+
+@dataclass(frozen=True, slots=True)
+class TooMany:
+    """The gateway refused an edit of `sent` entries 413 `too-many-items`, naming `limit`
+    (the problem's member, as it came): the turn goes as it came."""
+
+    sent: int
+    limit: object
 
 
 async def as_edit(
@@ -98,6 +115,7 @@ async def as_edit(
     if not link.paused.over(time.monotonic()) or not await link.takes_edits():
         return None
     seen = link.paused.begun  # turns refused together are one outage (`Pause.refused`)
+    most = link.entries.most(time.monotonic())  # the gateway's entries limit, as said
     version = client.editor.version = link.capabilities.version  # what the gateway reads
     extra = toolref_headers(config.key, moved, config.context_editing)
     plain = None  # a switched turn is rewritten by the gateway: an edit, whatever its size
@@ -129,7 +147,20 @@ async def as_edit(
         messages_key=found.messages_key,
         extensions=link.extensions(call, url),
         as_it_is=plain,
+        most=most,
     )
+    if isinstance(answer, TooMany):
+        learnt = link.entries.refused(answer.sent, answer.limit, time.monotonic())
+        if learnt is not None:  # said once, not each turn of a long conversation
+            link.report(
+                f"toolref relay: the gateway {config.gateway} refused an edit of "
+                f"{answer.sent} entries (413 too-many-items): it takes a limit of {learnt} "
+                "entries (its TOOLREF_MAX_EDIT_ENTRIES, 50000 by default); the turn goes as "
+                "it came, and so do turns of more entries (long conversations: about 2 "
+                "entries a message), whole, edits tried again in an hour; raise that "
+                "setting to send them as edits"
+            )
+        return None
     if answer == UNSUPPORTED:
         link.capabilities.refused()
         link.report(
@@ -185,10 +216,12 @@ async def send_edit(
     messages_key: str,
     extensions: dict[str, Any],
     as_it_is: Callable[[], httpx.Request] | None = None,
-) -> httpx.Response | Declined:
+    most: int = DEFAULT_MAX_ENTRIES,
+) -> httpx.Response | Declined | TooMany:
     """The gateway's answer to the turn sent as an edit (resends done); `extra`: the
     relay's own headers (`Toolref-Key`, `Toolref-Switched-From`); `as_it_is`: the request
-    as it came, sent instead when the edit is not worth it (`not_worth_an_edit`). The
+    as it came, sent instead when the edit is not worth it (`not_worth_an_edit`); `most`:
+    the entries an edit holds at most (`Editor.prepare`'s). The
     client's editor is used by one turn at a time (`Client.lock`), in a worker thread for a
     large body; the request's round trips hold no lock."""
     editor = client.editor
@@ -196,10 +229,11 @@ async def send_edit(
         work = editor.new_bytes(content, messages_key)  # what follows the body before
         edit: Edit | None
         if _WORKERS.here(work):  # in place: nothing to await, nothing to cancel midway
-            edit = editor.prepare(agent_headers(agent), content, messages_key)
+            edit = editor.prepare(agent_headers(agent), content, messages_key, most)
         else:
+            headers = agent_headers(agent)
             edit = await _to_its_end(
-                _WORKERS.run(work, editor.prepare, agent_headers(agent), content, messages_key)
+                _WORKERS.run(work, editor.prepare, headers, content, messages_key, most)
             )
     if edit is None:
         return NOT_AN_EDIT
@@ -227,11 +261,11 @@ async def send_edit(
 
 async def _answered(
     client: Client, edit: Edit, request: httpx.Request, response: httpx.Response, size: int
-) -> httpx.Response | Declined | Edit:
+) -> httpx.Response | Declined | TooMany | Edit:
     """What `send_edit` does with the gateway's `response` to `edit`: the answer (its
-    recipe confirmed), a refusal (`UNSUPPORTED`, `STORE_DOWN`), or the next attempt of a
-    miss (the response read and closed). `size`: the body's bytes (a worker thread past
-    `OFFLOAD_BYTES`)."""
+    recipe confirmed), a refusal (`UNSUPPORTED`, `STORE_DOWN`, `UNREADABLE`, `TooMany`),
+    or the next attempt of a miss (the response read and closed). `size`: the body's
+    bytes (a worker thread past `OFFLOAD_BYTES`)."""
     editor = client.editor
     if response.status_code == 415 and HISTORY_HEADER not in response.headers:
         await response.aclose()  # the gateway's (the provider's would name the recipe)
@@ -240,9 +274,14 @@ async def _answered(
         return STORE_DOWN
     if may_resend(response):
         await aread_problem(response)  # 64 KiB and `PROBLEM_READ_S`: else on as it comes
+        problem = problem_of(response)
+        if too_many_items(response.status_code, problem):  # `may_resend`: names no recipe
+            await response.aclose()
+            assert problem is not None
+            return TooMany(len(edit.cut.entries), problem.get("limit"))
         async with client.lock:
             following = await _to_its_end(
-                _WORKERS.run(size, editor.on_miss, edit, response.status_code, problem_of(response))
+                _WORKERS.run(size, editor.on_miss, edit, response.status_code, problem)
             )
         if following is not None:
             await response.aclose()

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from toolref.asgi.budget import Budget
+from toolref.sending.entries import Entries
 from toolref.sending.pause import Pause
 from toolref.wire.endpoints import CAPABILITIES
 from toolref.wire.shapes import ErrorReply, error_reply
@@ -39,6 +40,7 @@ class GatewayLink:
         self.report = report
         self.capabilities = Capabilities(config.edits)
         self.paused = Pause()  # edits, while the gateway's store is down (`as_edit`)
+        self.entries = Entries()  # the most entries an edit holds, as the gateway said
         self.switchboard = Switchboard(config.switch)
         self.budget = Budget(config.max_inflated_in_flight, setting="--max-inflated-in-flight")
         self.totals = Totals()

@@ -327,6 +327,7 @@ def create_app(
                         per_tenant_minute=settings.llm_calls_per_tenant_minute,
                         breaker_failures=settings.llm_breaker_failures,
                         breaker_seconds=settings.llm_breaker_seconds,
+                        per_tenant_in_flight=settings.llm_tenant_calls_limit,
                     ),
                     metrics=metrics,
                 ),

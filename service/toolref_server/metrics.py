@@ -109,7 +109,8 @@ class Metrics:
         self.summary_fallbacks = Counter(
             "toolref_summary_fallbacks",
             "Summaries a request wanted from a model and got extractive instead, by summarizer "
-            "and reason: failed, failed-recently, wait, request-cap, tenant-quota, breaker.",
+            "and reason: failed, failed-recently, wait, request-cap, tenant-quota, "
+            "tenant-in-flight, model-busy, breaker.",
             ["summarizer", "reason"],
             registry=r,
         )

@@ -3,7 +3,7 @@
 provider byte for byte through the Python SDK's `AsyncTransport` and the gateway, every turn.
 
 Before, the editor sent it as an edit, which the gateway refused 413 `too-many-items` before
-anything was built; no sender resends on a 413, so the app got it ("send a smaller request,
+anything was built; no sender resent on a 413 then, so the app got it ("send a smaller request,
 or the request whole"), every turn, though the request as it is was well within the
 gateway's body limit. Now a request whose recipe would be over the default is sent as it is.
 """

@@ -259,6 +259,8 @@ SAMPLES = {
     "tenant_inflated_in_flight": "a share in bytes (the default is derived: unset)",
     "tenant_requests_in_flight": "a share of requests (the default is derived: unset)",
     "tenant_channels": "a share of connections (the default is derived: unset)",
+    "llm_tenant_calls_in_flight": "a share of LLM connections (the default is derived: unset)",
+    "llm_pool_wait": "a quarter of llm_timeout (the default is derived: unset)",
 }
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from toolref.sending.entries import Entries
 from toolref.sending.pause import FIRST, Pause
 from toolref_relay import as_edit
 from toolref_relay.calls import Call
@@ -42,6 +43,7 @@ async def test_turns_refused_together_pause_edits_once(monkeypatch: pytest.Monke
     lines: list[str] = []
     link = Link(
         paused=Pause(),
+        entries=Entries(),
         capabilities=SimpleNamespace(version=5),
         config=SimpleNamespace(gateway="http://gateway", key=None, context_editing=None),
         report=lines.append,

@@ -147,6 +147,8 @@ APPLIED = {"toolref-history": "tb_" + "a" * 26, **READER}  # an edit applied: th
         (400, "application/problem+json", READER, True),  # dictionary-mismatch
         (415, "application/problem+json", {}, True),  # cannot apply now
         (415, "text/html", {}, True),  # a receiver that no longer reads edits
+        (413, "application/problem+json", READER, True),  # too-many-items: sent as it is
+        (413, "application/problem+json", APPLIED, False),  # the app's own
         (422, "application/problem+json", READER, False),  # a refusal not resent on
         (422, "application/json", {}, True),  # from a receiver that does not read edits
         (409, "application/json", APPLIED, False),  # the app's own, to an applied edit

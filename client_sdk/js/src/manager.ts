@@ -7,7 +7,9 @@
  * `Toolref-History` (a first one not worth an edit, `notWorthAnEdit`: smaller as it is, and no
  * later turn could be an edit of it, goes as it is with the offer, as Python's); a 409 missing-history / missing-pieces (or a 400 dictionary-mismatch) is
  * resent by the Editor (at most 3 times, the last everything inline) before the app sees any
- * answer; a 415 to an edit (the receiver cannot apply edits, or not now) sends the request as
+ * answer; a 413 `too-many-items` (a receiver whose TOOLREF_MAX_EDIT_ENTRIES is below the
+ * default) sends the request as it is, and the receiver's limit is kept (`entries`,
+ * edits/entries.ts, said once): a later request past it goes as it is at once; a 415 to an edit (the receiver cannot apply edits, or not now) sends the request as
  * it is, and the endpoint's requests as they are for a while (`pausedUntil`: 1 s, doubled
  * after each further 415, at most 30 s), offering edits. An answer to an edit that names neither
  * a recipe nor `Toolref-Edits` and is no toolref problem (a framework's own problem+json is
@@ -21,6 +23,7 @@
 
 import { tapFor } from "./edits/answer.js";
 import { Editor, asItCameBytes, notWorthAnEdit, type Edit } from "./edits/editor.js";
+import { Entries, tooManyItems, tooManySaid } from "./edits/entries.js";
 import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES } from "./edits/recipes.js";
 import { Said } from "./edits/said.js";
 import { MEDIA_TYPE, VERSION, WRITTEN } from "./edits/wire.js";
@@ -154,6 +157,8 @@ export class ToolReferenceManager {
   }
   /** The versions the receiver said (its `Toolref-Edits`, a refusal's), each with when. */
   private said = new Said();
+  /** The most entries an edit holds, from the receiver's 413 `too-many-items` (entries.ts). */
+  private readonly entries = new Entries();
   /** After a 415 to an edit (the receiver cannot apply one now), requests go as they are
    * until `pausedUntil` (`performance.now()` ms: a monotonic clock, so a wall clock set back
    * cannot stretch a pause): 1 s after a first 415, doubled after each further one,
@@ -251,7 +256,7 @@ export class ToolReferenceManager {
     const version = this.edits; // the bytes written for it: a refusal says the one below
     if (this.bare || version === 0 || performance.now() < this.pausedUntil) return plain();
     this.editor.version = version;
-    let edit = await this.editor.prepare(pairs, data, this.messagesKey, cut);
+    let edit = await this.editor.prepare(pairs, data, this.messagesKey, cut, this.entries.most(performance.now()));
     // Read again after the await: while the edit was made (hashing, compressing), another
     // request may have found the endpoint paused or reading no edits, or a refusal said a
     // version below the bytes this one is written in; it is not sent as an edit already known
@@ -295,7 +300,7 @@ export class ToolReferenceManager {
       // one the editor resends on, and a 4xx one from no toolref receiver, which tells
       // whether it is toolref's. A longer one is none of toolref's: handed on, every byte.
       let whole: Uint8Array | null = null;
-      if (mayResend(status, response.headers.get("content-type")) || (isProblem && !named && ((status >= 400 && status < 500 && !told) || status === 503))) {
+      if (mayResend(status, response.headers.get("content-type")) || (isProblem && !named && ((status >= 400 && status < 500 && !told) || status === 503 || status === 413))) {
         ({ whole, response } = await readProblem(response, signal));
       }
       const problem = whole === null ? null : parseObject(whole);
@@ -316,6 +321,13 @@ export class ToolReferenceManager {
           if (whole === null) await discard(response, signal);
           return plain();
         }
+      }
+      if (!named && tooManyItems(status, problem)) {
+        // More entries than the receiver's limit (set below the default): the request as it is,
+        // the limit kept for the next ones and said once (`entries`, as Python's `Sender`).
+        const learnt = this.entries.refused(edit.cut.entries.length, problem?.["limit"], performance.now());
+        if (learnt !== null) console.warn(tooManySaid(where, edit.cut.entries.length, learnt, response.headers.get("x-request-id")));
+        return plain();
       }
       if (status === 400 && !named && problem?.["type"] === MALFORMED_BODY) {
         // A receiver rolled back to a version that does not read the edit's bytes: the version

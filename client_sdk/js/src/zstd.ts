@@ -9,8 +9,9 @@
 
 /** The level of Python's `isolated.LEVEL`: segments are small, the frame's own bytes do the work. */
 export const ZSTD_LEVEL = 3;
-/** Larger inputs are compressed in libuv's thread pool, so the app's event loop never waits long. */
-const SYNC_BELOW = 64 << 10;
+/** Larger inputs are compressed in libuv's thread pool, so the app's event loop never waits long
+ * (zstd here, gzip in compression.ts). */
+export const SYNC_BELOW = 64 << 10;
 
 /** A zstd frame of `data`; with `dictionary`, compressed against it as raw content (what
  * Python's `ZstdCompressionDict(..., dict_type=DICT_TYPE_RAWCONTENT)` does): `withDictionary`

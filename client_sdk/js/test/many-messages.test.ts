@@ -1,6 +1,6 @@
 // A request whose recipe would hold more entries than a receiver takes by default
 // (TOOLREF_MAX_EDIT_ENTRIES, 50,000: about 25,000 messages, each two entries) is no edit: the
-// receiver would refuse it 413 `too-many-items`, which no sender resends on, so the app got a
+// receiver would refuse it 413 `too-many-items`, which no sender resent on then, so the app got a
 // 413 every turn for a request the provider takes as it is. `Editor.prepare` (as Python's)
 // gives null for it, and the sender sends it as the app wrote it.
 import { describe, expect, it } from "vitest";

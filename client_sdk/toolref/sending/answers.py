@@ -27,9 +27,10 @@ MALFORMED_BODY = PROBLEM_BASE + MalformedBodyError.slug
 
 def may_resend(response: httpx.Response) -> bool:
     """An answer the exchange may resend on (400 dictionary-mismatch, 409 missing-history or
-    missing-pieces, 400 malformed-body from a receiver rolled back: a problem; a 415 naming
-    no recipe, from a receiver that cannot apply edits now, or no longer reads them), sent
-    before any of the app's answer. A streaming driver reads these whole before the
+    missing-pieces, 400 malformed-body from a receiver rolled back: a problem; a 413 naming
+    no recipe, `too-many-items` from a receiver of a lower entries limit, `entries`; a 415
+    naming no recipe, from a receiver that cannot apply edits now, or no longer reads
+    them), sent before any of the app's answer. A streaming driver reads these whole before the
     exchange sees them (`to_read`), and hands every other answer back unread."""
     media = response.headers.get("content-type", "")
     status, headers = response.status_code, response.headers
@@ -37,7 +38,9 @@ def may_resend(response: httpx.Response) -> bool:
         return True  # a 415 to an edit not applied: the request goes again, this one read
     if 400 <= status < 500 and HISTORY_HEADER not in headers and EDITS_HEADER not in headers:
         return True  # from a receiver that does not read edits: it goes again as it is
-    return status in (400, 409) and media.startswith(PROBLEM_TYPE)
+    if status == 413 and HISTORY_HEADER in headers:
+        return False  # the app's own, to an edit applied
+    return status in (400, 409, 413) and media.startswith(PROBLEM_TYPE)
 
 
 def may_be_store_down(response: httpx.Response) -> bool:

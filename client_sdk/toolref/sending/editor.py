@@ -45,7 +45,8 @@ Per request:
   stays linear). Another conversation opening with the base's messages leaves it kept.
 
 A request whose recipe would hold more entries than a receiver takes by default
-(`MAX_ENTRIES`, about 25,000 messages) is not made an edit: it goes as it came, never a 413.
+(`MAX_ENTRIES`, about 25,000 messages), or than the limit its receiver said in a 413
+(`prepare`'s `most`: `toolref.sending.entries`), is not made an edit: it goes as it came.
 
 A first attempt with no base whose edit would put more bytes on the wire than the request
 as it came, and that no later turn could be sent as an edit of (no message of
@@ -90,8 +91,8 @@ MAX_RESENDS: Final = 3
 MIN_DICTIONARY: Final = 32 << 10
 MAX_DICTIONARY: Final = wire.MAX_DICTIONARY  # what a receiver reads
 # Entries of a recipe a receiver takes by default (TOOLREF_MAX_EDIT_ENTRIES; past it, 413
-# `too-many-items`, which no sender resends on): a request of more (about 25,000 messages)
-# goes as it is.
+# `too-many-items`): a request of more (about 25,000 messages) goes as it is. A receiver set
+# lower says so in its 413, which every sender resends as it is (`toolref.sending.entries`).
 MAX_ENTRIES: Final = wire.DEFAULT_MAX_ENTRIES
 DICTIONARY_PER_INLINE: Final = 32
 # A body cut on from a confirmed recipe's, sharing this much of its bytes with it at the same
@@ -201,14 +202,19 @@ class Editor:
         self.version = version  # the highest the gateway reads (its capabilities' `edits`)
 
     def prepare(
-        self, headers: Iterable[tuple[str, str]], body: bytes, messages_key: str | None
+        self,
+        headers: Iterable[tuple[str, str]],
+        body: bytes,
+        messages_key: str | None,
+        most: int = MAX_ENTRIES,
     ) -> Edit | None:
         """The first attempt of a request; None when its body is not one JSON object in
-        UTF-8, or its recipe would hold more than `MAX_ENTRIES` entries (send it as it is).
+        UTF-8, or its recipe would hold more than `most` entries (send it as it is: by
+        default `MAX_ENTRIES`, a receiver's; lower where one said less, `entries.Entries`).
         `headers`: the agent's end-to-end headers, toolref's own left out."""
         # The long window pays only where its pieces travel together (version 3's runs).
         made = cut(headers, body, messages_key, window=self._window)
-        if made is None or len(made.entries) > MAX_ENTRIES:
+        if made is None or len(made.entries) > min(most, MAX_ENTRIES):
             return None
         match = self._resumed(made) or self.recipes.best_base(
             made.entries, made.segments, made.messages

@@ -16,7 +16,10 @@ the request goes again as it is, and the version below them is said; each step i
 once per endpoint, a warning: were it no rollback, the sender's bug would be hidden), by
 every sender's rule (`toolref.sending.said`: replicas of 4 and 6 are both sent 4). A miss (409
 `missing-history`, `missing-pieces`, 400 `dictionary-mismatch`) is resent by the `Editor`
-(at most 3 times, the last with everything inline); a 415 (a receiver that cannot apply
+(at most 3 times, the last with everything inline); a 413 `too-many-items` (a receiver
+whose `TOOLREF_MAX_EDIT_ENTRIES` is below the default) sends the request as it is, and the
+endpoint's limit is kept (`toolref.sending.entries`, logged once): a later request past it
+goes as it is at once; a 415 (a receiver that cannot apply
 edits now), or a 503 `store-unavailable` (its store down: `answers.store_down`), sends the
 request as it is, and the endpoint's requests go as they are, offering edits, for a while
 (`toolref.sending.pause`). An answer to an edit that names neither a recipe nor
@@ -51,6 +54,7 @@ from toolref.kit.lru import LRU
 from toolref.registry.exchange import Exchange
 from toolref.sending.answers import edits_said, problem_of, read_answer, store_down, unreadable
 from toolref.sending.editor import Edit, Editor, as_it_came_bytes, not_worth_an_edit
+from toolref.sending.entries import Entries, too_many_items
 from toolref.sending.pause import UNREADABLE_FIRST, UNREADABLE_LONGEST, Pause
 from toolref.sending.said import Said
 from toolref.sending.savings import Savings
@@ -95,6 +99,7 @@ class Sender:
     savings: Savings = field(default_factory=Savings)
     reads: LRU[str, Said] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
     pauses: LRU[str, Pause] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
+    entries: LRU[str, Entries] = field(default_factory=lambda: LRU(MAX_ENDPOINTS))
     # (endpoint, edits version) whose refusal as unreadable was logged (`_warn_unreadable`)
     warned: LRU[tuple[str, int], bool] = field(
         default_factory=lambda: LRU(MAX_ENDPOINTS * len(wire.VERSIONS))
@@ -122,7 +127,7 @@ class Sender:
         seen = pause.begun if pause is not None else 0  # the pauses begun when it was sent
         if version is not None and (pause is None or pause.over(self.clock())):
             self.editor.version = version
-            edit = self.editor.prepare(_segment_headers(pairs), content, messages_key)
+            edit = self._prepared(target, pairs, content, messages_key)
         if edit is not None and not_worth_an_edit(edit, as_it_came_bytes(edit, (OFFER,))):
             edit = None  # a tiny first turn: smaller as it is, and no later turn's base
         if edit is None:
@@ -147,6 +152,10 @@ class Sender:
                 if response.status_code >= 400:  # refused as the body it could not read
                     return (yield from self._as_it_is(request, content, pairs, rebuild, target))
                 return response
+            if self._too_many(target, edit, response):
+                # more entries than the receiver's limit (set below the default): not applied,
+                # and the request as it is is forwarded; the limit kept for the next ones
+                return (yield from self._as_it_is(request, content, pairs, rebuild, target))
             if version is not None and unreadable(response):
                 # a receiver rolled back: it reads less than the edit's bytes (said, as the
                 # relay learns it); the request as it is, whose answer says what it reads
@@ -231,6 +240,43 @@ class Sender:
             after,
             "if the backend was not rolled back, report this with the request id",
         )
+
+    def _prepared(
+        self, target: str, pairs: list[tuple[str, str]], content: bytes, messages_key: str
+    ) -> Edit | None:
+        """The request's first attempt (`Editor.prepare`), of at most the entries the
+        endpoint takes (`toolref.sending.entries`: lower where its 413 said so)."""
+        limit = self.entries.get(target)
+        most = limit.most(self.clock()) if limit is not None else wire.DEFAULT_MAX_ENTRIES
+        return self.editor.prepare(_segment_headers(pairs), content, messages_key, most)
+
+    def _too_many(self, target: str, edit: Edit, response: httpx.Response) -> bool:
+        """Whether the endpoint refused `edit` 413 `too-many-items` (its problem read, no
+        recipe named); its limit kept then (`Entries`), and said once, a warning (its
+        requests of more entries go whole: savings lost, which raising its
+        `TOOLREF_MAX_EDIT_ENTRIES` brings back)."""
+        problem = problem_of(response) if HISTORY_HEADER not in response.headers else None
+        if problem is None or not too_many_items(response.status_code, problem):
+            return False
+        entries = self.entries.get(target)
+        if entries is None:
+            entries = Entries()
+            self.entries.put(target, entries)
+        learnt = entries.refused(len(edit.cut.entries), problem.get("limit"), self.clock())
+        if learnt is None:
+            return True
+        log.warning(
+            "toolref: %s refused an edit of %d entries (413 too-many-items; request id %s): "
+            "it takes a limit of %d entries (its TOOLREF_MAX_EDIT_ENTRIES, 50000 by "
+            "default), so the request went again as it is, and so do its requests of more "
+            "(long conversations: about 2 entries a message), whole, edits tried again in "
+            "an hour; raise that setting to send them as edits",
+            target,
+            len(edit.cut.entries),
+            printable(response.headers.get("x-request-id", "none given"), 200),
+            learnt,
+        )
+        return True
 
     def _told(self, target: str, response: httpx.Response) -> None:
         """Learn from an answer whether its endpoint reads edits, and of which version (each

@@ -2,7 +2,10 @@
 
 The id is the client's `X-Request-Id` when it is a plain token (so a chat backend can follow
 one request through its logs and ours), otherwise a fresh one; it is sent back in the same
-header and carried by every log line written while the request runs.
+header and carried by every log line written while the request runs. An answer that already
+names itself in that header (an upstream's, forwarded by the gateway: OpenAI's `req_...`, the
+id its support asks for) keeps its own: the access line logs it as `upstreamRequestId` next to
+ours, so either one finds the other.
 
 A request whose client hangs up before its answer starts is counted and logged with status
 499 (`CLIENT_CLOSED`), not 500: an agent cancelling a turn is no failure of the service.
@@ -64,6 +67,7 @@ class AccessMiddleware:
         started = time.perf_counter()
         status, received, sent = 500, 0, 0  # 500 unless an answer starts
         answered = gone = False
+        upstream_id: str | None = None  # the answer's own id (an upstream's), when it had one
 
         async def counted_receive() -> Message:
             nonlocal received, gone
@@ -75,12 +79,16 @@ class AccessMiddleware:
             return message
 
         async def tagged_send(message: Message) -> None:
-            nonlocal status, sent, answered
+            nonlocal status, sent, answered, upstream_id
             if message["type"] == "http.response.start":
                 status, answered = message["status"], True
-                headers = [(k, v) for k, v in message.get("headers", []) if k != _HEADER_KEY]
-                headers.append((_HEADER_KEY, request_id.encode()))
-                message = {**message, "headers": headers}
+                headers = list(message.get("headers", []))
+                own = [v for k, v in headers if k.lower() == _HEADER_KEY]
+                if own:  # an upstream's answer naming itself: its id kept, for its support
+                    upstream_id = own[0].decode("latin-1") if _TOKEN.fullmatch(own[0]) else None
+                else:
+                    headers.append((_HEADER_KEY, request_id.encode()))
+                    message = {**message, "headers": headers}
             elif message["type"] == "http.response.body":
                 sent += len(message.get("body", b""))
             await send(message)
@@ -119,6 +127,7 @@ class AccessMiddleware:
                     "durationMs": round(elapsed * 1000, 2),
                     "bytesIn": received,
                     "bytesOut": sent,
+                    **({"upstreamRequestId": upstream_id} if upstream_id else {}),
                 },
             )
             REQUEST_ID.reset(token)

@@ -2,9 +2,13 @@
 
 One call is `POST {base_url}/chat/completions`. Whatever the endpoint does:
 
-- **time**: the whole call (connecting, sending, the status line, every byte of the answer)
-  ends within `deadline` seconds. A per-read timeout alone is not a bound: a server that
-  sends one byte a second never trips it.
+- **time**: the whole call (waiting for a connection, connecting, sending, the status line,
+  every byte of the answer) ends within `deadline` seconds. A per-read timeout alone is not
+  a bound: a server that sends one byte a second never trips it.
+- **connections**: at most `connections` calls at once (every tenant's: one client per
+  process); a call waits for one of them at most `pool_wait` seconds (within `deadline`),
+  then is `CompletionBusy`: the endpoint was never asked, so that is no failure of it, and
+  a call it does answer too late had at least `deadline - pool_wait` seconds.
 - **bytes**: at most `max_bytes` of answer are read. An answer that declares more
   (`Content-Length`) is refused before its first byte; one that does not is refused one
   network read past the limit, and the connection is closed (never drained). The answer is
@@ -39,6 +43,10 @@ class CompletionError(Exception):
     chat completion, or no text in it."""
 
 
+class CompletionBusy(CompletionError):
+    """No connection to the endpoint came free within the pool wait: it was not asked."""
+
+
 class Completions:
     """A client for one OpenAI-compatible endpoint."""
 
@@ -49,22 +57,43 @@ class Completions:
         api_key: str | None,
         deadline: float,
         max_bytes: int,
+        connections: int = 100,
+        pool_wait: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.deadline = deadline
         self.max_bytes = max_bytes
+        self.pool_wait = min(pool_wait, deadline) if pool_wait is not None else deadline / 4
+        # Calls take a place here before httpx's pool (as large), so the wait for a
+        # connection is bounded, and told apart from the endpoint's own slowness.
+        self._places = asyncio.Semaphore(connections)
         self.limits = documents.BodyLimits(max_bytes, max_bytes, ANSWER_DEPTH)
         headers = {"Accept-Encoding": "identity"}
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
         # httpx's own timeouts (per connect, per read) stay as an inner bound.
-        self._http = httpx.AsyncClient(headers=headers, timeout=deadline, transport=transport)
+        idle = min(connections, 20)  # httpx's own default of connections kept open idle
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=idle)
+        self._http = httpx.AsyncClient(
+            headers=headers, timeout=deadline, limits=limits, transport=transport
+        )
 
     async def text(self, body: dict[str, Any]) -> str:
-        """The text of the completion `body` asks for (stripped, never empty)."""
+        """The text of the completion `body` asks for (stripped, never empty); a
+        `CompletionBusy` when no connection came free within `pool_wait`."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
-            async with asyncio.timeout(self.deadline):
+            async with asyncio.timeout(self.pool_wait):
+                await self._places.acquire()
+        except TimeoutError:
+            raise CompletionBusy(
+                f"no free connection to the model within {self.pool_wait}s (all "
+                "TOOLREF_LLM_MAX_CONNECTIONS in use; TOOLREF_LLM_POOL_WAIT)"
+            ) from None
+        try:
+            async with asyncio.timeout_at(started + self.deadline):
                 data = await self._answer(body)
         except TimeoutError:
             raise CompletionError(
@@ -74,6 +103,8 @@ class Completions:
         except httpx.HTTPError as exc:
             shown = redaction.urls_in(str(exc))  # httpx may name the URL, credentials and all
             raise CompletionError(f"{type(exc).__name__}: {shown}") from exc
+        finally:
+            self._places.release()
         return answer_text(data, self.limits)
 
     async def _answer(self, body: dict[str, Any]) -> bytes:

@@ -18,7 +18,7 @@ import httpx
 from toolref.asgi.workers import Workers
 from toolref.kit import extractive
 from toolref.kit.kinds import KindTable
-from toolref_server.registry.completions import CompletionError, Completions
+from toolref_server.registry.completions import CompletionBusy, CompletionError, Completions
 from toolref_server.settings import Settings
 
 # Versioned: the version is part of the summarizer id, so a new prompt never reuses old
@@ -45,6 +45,10 @@ DIALOGUE_PROMPTS: Final = {
 
 class SummarizerError(Exception):
     """A summarizer could not produce a summary (timeout, HTTP error, empty answer)."""
+
+
+class SummarizerBusy(SummarizerError):
+    """The model was not asked: no connection to it came free in time. Not its failure."""
 
 
 class Summarizer(Protocol):
@@ -79,7 +83,8 @@ class ExtractiveSummarizer:
 
 class OpenAICompatibleSummarizer:
     """`POST {base_url}/chat/completions` with a versioned prompt; each call bounded in
-    time (`timeout`, the whole call) and answer bytes (`max_answer_bytes`), see
+    time (`timeout`, the whole call), answer bytes (`max_answer_bytes`) and connections
+    (`connections`, waited for at most `pool_wait`), see
     `toolref_server.registry.completions`."""
 
     name = "openai-compatible"
@@ -94,6 +99,8 @@ class OpenAICompatibleSummarizer:
         timeout: float,
         input_chars: int,
         max_answer_bytes: int = 64 * 1024,
+        connections: int = 100,
+        pool_wait: float | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         workers: Workers | None = None,
     ) -> None:
@@ -112,6 +119,8 @@ class OpenAICompatibleSummarizer:
             api_key=api_key,
             deadline=timeout,
             max_bytes=max_answer_bytes,
+            connections=connections,
+            pool_wait=pool_wait,
             transport=transport,
         )
 
@@ -171,6 +180,8 @@ class OpenAICompatibleSummarizer:
     async def _complete(self, body: dict[str, Any], max_chars: int) -> str:
         try:
             text = await self._completions.text(body)
+        except CompletionBusy as exc:
+            raise SummarizerBusy(str(exc)) from exc
         except CompletionError as exc:
             raise SummarizerError(str(exc)) from exc
         return text if len(text) <= max_chars else text[: max_chars - 1] + "…"
@@ -196,6 +207,8 @@ def build_summarizers(
             timeout=settings.llm_timeout,
             input_chars=settings.llm_input_chars,
             max_answer_bytes=settings.llm_max_answer_bytes,
+            connections=settings.llm_max_connections,
+            pool_wait=settings.llm_pool_wait_seconds,
             transport=transport,
             workers=workers,
         )

@@ -16,7 +16,9 @@ kept under the failed summarizer's id. A failure mark is kept instead for
 `failure_seconds`, so the waiting requests fall back at once, and so do later ones until the
 mark expires (the model is not asked again for that result meanwhile). Error results are
 never sent to a model. Model calls are also held to the `ModelCallQuotas` (per request, per
-tenant per minute, a circuit breaker): a call a quota refuses is not made, and not a failure.
+tenant per minute, per tenant at once, a circuit breaker): a call a quota refuses is not
+made, and not a failure; nor is one that found no free connection to the model
+(`SummarizerBusy`: that is other calls' load, not the model's health).
 
 Summaries count in the tenant's stored-bytes quota (`toolref_server.storage.quotas`) like
 records. A summary that does not fit is still answered, computed and not kept (`cached`
@@ -42,6 +44,7 @@ from toolref_server.registry.single_flight import Create, SingleFlight, Skipped
 from toolref_server.registry.summarizers import (
     OpenAICompatibleSummarizer,
     Summarizer,
+    SummarizerBusy,
     SummarizerError,
 )
 from toolref_server.storage.summary_store import Slot, SummaryStore, well_formed
@@ -203,13 +206,29 @@ class SummaryCache:
             raise Skipped("breaker", f"{name} failed repeatedly; not asked during its cool-down")
 
         async def call() -> str:
-            if guarded:
+            if not guarded:
+                return await made()
+            if not self.quotas.enter(tenant):
+                raise Skipped(
+                    "tenant-in-flight",
+                    f"tenant {tenant!r} has {self.quotas.per_tenant_in_flight} model calls "
+                    "under way (TOOLREF_LLM_TENANT_CALLS_IN_FLIGHT)",
+                )
+            try:
                 await self._admit(tenant, name)
+                return await made()
+            finally:
+                self.quotas.leave(tenant)
+
+        async def made() -> str:
             try:
                 async with asyncio.timeout(self.compute_seconds):
                     # A lone surrogate (a model's `"\\ud800"`) would fail the store, leave
                     # the lock held and the request a 500, every time: U+FFFD instead.
                     text = well_formed(await compute())
+            except SummarizerBusy as exc:  # the model was not asked: no failure of it
+                log.warning("summarizer %s not asked for %s: %s", name, slot, exc)
+                raise Skipped("model-busy", str(exc)) from exc
             except Exception as exc:  # any failure of the summarizer is its failure
                 self._failed(name, guarded)
                 failure = exc if isinstance(exc, SummarizerError) else _failure(name, exc)

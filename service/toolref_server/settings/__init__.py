@@ -114,6 +114,14 @@ class Settings(
             return None
         return self.tenant_channels_share
 
+    @property
+    def llm_tenant_calls_limit(self) -> int | None:
+        """Each tenant's LLM calls under way (`llm_tenant_calls_share`), where
+        TOOLREF_API_KEYS names two tenants or more; None with one or none (as above)."""
+        if len(set(self.key_hashes.values())) < 2:
+            return None
+        return self.llm_tenant_calls_share
+
     def check_context_summarizers(self) -> None:
         """Refuse a context editing policy whose summarizer this service does not offer
         (openai-compatible with no TOOLREF_LLM_BASE_URL)."""
@@ -158,7 +166,8 @@ class Settings(
         """Refuse a gateway where one tenant's requests in flight could take every slot of
         the process's, where TOOLREF_API_KEYS names two tenants or more: the others would
         all be refused (503) while that tenant's requests last. The same for a tenant's
-        share of the registry's requests in flight and of the connections (its channels)."""
+        share of the registry's requests in flight, of the connections (its channels) and
+        of the LLM's connections (its model calls)."""
         tenants = len(set(self.key_hashes.values()))
         own, every = self.gateway_tenant_requests_in_flight, self.gateway_max_requests_in_flight
         if tenants >= 2 and self.upstream_urls and own >= every:
@@ -181,6 +190,12 @@ class Settings(
                 "TOOLREF_TENANT_CHANNELS",
                 self.max_connections,
                 "TOOLREF_MAX_CONNECTIONS",
+            ),
+            (
+                self.llm_tenant_calls_in_flight,
+                "TOOLREF_LLM_TENANT_CALLS_IN_FLIGHT",
+                self.llm_max_connections,
+                "TOOLREF_LLM_MAX_CONNECTIONS",
             ),
         ):
             if tenants >= 2 and share is not None and share >= whole:

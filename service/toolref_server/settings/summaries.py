@@ -1,5 +1,5 @@
 """Settings of summaries: the default summarizer and budget, tool kinds, and the LLM
-summarizer's endpoint, bounds, quotas, breaker and computation lock."""
+summarizer's endpoint, bounds, connections, quotas, breaker and computation lock."""
 
 from __future__ import annotations
 
@@ -67,6 +67,27 @@ class SummarySettings(BaseModel):
         ge=1,
         description="Most LLM calls one tenant's requests start per minute (all replicas, "
         "counted in Redis); past it, extractive.",
+    )
+    llm_tenant_calls_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        description="LLM calls one tenant's requests have under way at once, per worker "
+        "(where TOOLREF_API_KEYS names two tenants or more); past it, that tenant's further "
+        "summaries are extractive at once while the others are served. Unset: a quarter of "
+        "TOOLREF_LLM_MAX_CONNECTIONS, at least 1.",
+    )
+    llm_max_connections: int = Field(
+        default=100,
+        ge=1,
+        description="Connections to the LLM per worker, shared by every tenant: at most this "
+        "many LLM calls at once; the others wait for one, at most TOOLREF_LLM_POOL_WAIT.",
+    )
+    llm_pool_wait: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds an LLM call may wait for a free connection, within "
+        "TOOLREF_LLM_TIMEOUT; past it, extractive, and not counted as an LLM failure (the "
+        "LLM was not asked). Must be below TOOLREF_LLM_TIMEOUT. Unset: a quarter of it.",
     )
     llm_breaker_failures: int = Field(
         default=5,
@@ -137,6 +158,30 @@ class SummarySettings(BaseModel):
                 f"below {self.summary_lock_seconds - JOIN_MARGIN_SECONDS}"
             )
         return self
+
+    @model_validator(mode="after")
+    def _check_pool_wait(self) -> Self:
+        # A wait as long as the whole call would leave the LLM no time once connected.
+        if self.llm_pool_wait is not None and self.llm_pool_wait >= self.llm_timeout:
+            raise ValueError(
+                f"TOOLREF_LLM_POOL_WAIT ({self.llm_pool_wait}) is not below TOOLREF_LLM_TIMEOUT "
+                f"({self.llm_timeout}): the wait for a connection is part of the call's time, "
+                "so the LLM would have none left; lower it (unset: a quarter of the timeout)"
+            )
+        return self
+
+    @property
+    def llm_pool_wait_seconds(self) -> float:
+        """TOOLREF_LLM_POOL_WAIT, or a quarter of TOOLREF_LLM_TIMEOUT: a call the LLM is
+        blamed for (a timeout) had at least the rest of the timeout once connected."""
+        return self.llm_pool_wait if self.llm_pool_wait is not None else self.llm_timeout / 4
+
+    @property
+    def llm_tenant_calls_share(self) -> int:
+        """TOOLREF_LLM_TENANT_CALLS_IN_FLIGHT, or a quarter of the LLM connections."""
+        if self.llm_tenant_calls_in_flight is not None:
+            return self.llm_tenant_calls_in_flight
+        return max(self.llm_max_connections // 4, 1)
 
     @cached_property
     def kinds(self) -> KindTable:

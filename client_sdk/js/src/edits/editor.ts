@@ -28,7 +28,8 @@
  * it the least recently used recipes go, as for a recipe kept), as editor.py holds them.
  *
  * A request whose recipe would hold more entries than a receiver takes by default
- * (`MAX_ENTRIES`, about 25,000 messages) is not made an edit: it goes as it came, never a 413.
+ * (`MAX_ENTRIES`, about 25,000 messages), or than the limit its receiver said in a 413
+ * (`prepare`'s `most`: entries.ts), is not made an edit: it goes as it came.
  *
  * A first attempt with no base whose edit would put more bytes on the wire than the request
  * as it came, and that no later turn could be sent as an edit of (no message of `RELATED_MIN`
@@ -46,8 +47,9 @@ import { MEDIA_TYPE, VERSION, encodeIsolated, encodeV1 } from "./wire.js";
 
 export const MAX_RESENDS = 3;
 /** Entries of a recipe a receiver takes by default (TOOLREF_MAX_EDIT_ENTRIES; past it, 413
- * `too-many-items`, which no sender resends on): a request of more (about 25,000 messages)
- * goes as it is (editor.py's `MAX_ENTRIES`). */
+ * `too-many-items`): a request of more (about 25,000 messages) goes as it is (editor.py's
+ * `MAX_ENTRIES`). A receiver set lower says so in its 413, which every sender resends as it
+ * is (entries.ts). */
 export const MAX_ENTRIES = 50_000;
 const PROBLEM = "urn:toolref:problem:";
 export const MISSING_HISTORY = PROBLEM + "missing-history";
@@ -176,14 +178,16 @@ export class Editor {
   }
 
   /** The first attempt of a request; null when its body is not one JSON object in UTF-8
-   * (send it as it is). `headers`: the request's end-to-end headers, toolref's own left out;
-   * `body`: its cut, when the caller made it already. */
-  async prepare(headers: Iterable<readonly [string, string]>, data: Uint8Array, messagesKey: string | null, body?: BodyCut | null): Promise<Edit | null> {
+   * (send it as it is), or its recipe would hold more than `most` entries (by default
+   * `MAX_ENTRIES`, a receiver's; lower where one said less, entries.ts). `headers`: the
+   * request's end-to-end headers, toolref's own left out; `body`: its cut, when the caller
+   * made it already. */
+  async prepare(headers: Iterable<readonly [string, string]>, data: Uint8Array, messagesKey: string | null, body?: BodyCut | null, most = MAX_ENTRIES): Promise<Edit | null> {
     // The long window pays only where its pieces travel together (version 3's runs, zstd).
     const window = this.longWindow && this.version >= 3 && this.codec?.kind === ALONE;
     if (body != null && body.owners.length > 0 !== window) body = undefined; // cut again
     const made = await cut(headers, data, messagesKey, body, window);
-    if (made === null || made.entries.length > MAX_ENTRIES) return null; // as it is
+    if (made === null || made.entries.length > Math.min(most, MAX_ENTRIES)) return null; // as it is
     const match = this.recipes.bestBase(made.entries, made.segments, made.messages);
     if (match === null) return this.build(made, null, 0);
     this.recipes.touch(match.recipe.ref);

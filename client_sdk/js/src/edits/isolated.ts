@@ -82,7 +82,8 @@ export interface Codec {
   readonly compress: (data: Uint8Array) => Promise<Uint8Array>;
 }
 
-/** zstd where the platform's zlib has it (Node 22.15+, 24, 26), else gzip (CompressionStream). */
+/** zstd where the platform's zlib has it (Node 22.15+, 24, 26), else gzip (node:zlib in Node
+ * 20, CompressionStream in browsers: the same bytes, compression.ts). */
 export function platformCodec(): Codec {
   const zstd = platformZstd();
   return zstd !== null ? { kind: ALONE, compress: zstd } : { kind: GZIP, compress: gzip };
@@ -97,9 +98,16 @@ export interface Version3 {
   readonly runs?: readonly (readonly [number, number])[];
 }
 
+/** At most this many segments are compressed at once. A CompressionStream (browsers) holds a
+ * zlib state of about 256 KiB from its start to its end: an edit of 16,000 new segments (a
+ * resumed or imported conversation's first turn) started all at once held gigabytes and took
+ * seconds. In Node each call is synchronous below 64 KiB, so a bound costs nothing there. */
+export const CONCURRENCY = 8;
+
 /** The records of `segments`, each the smaller of its bytes as they are and its frame alone;
  * with `v3` (and zstd), those of `answered` also against the answer, and runs joined, when
- * smaller still (isolated.py's `pack`, byte for byte). */
+ * smaller still (isolated.py's `pack`, byte for byte). Each segment is compressed once, at
+ * most `CONCURRENCY` at a time: linear in the segments' bytes, bounded memory. */
 export async function pack(
   segments: readonly Uint8Array[],
   codec: Codec | null,
@@ -107,25 +115,76 @@ export async function pack(
   brotli: Brotli | null = null,
   splits: ReadonlyMap<number, readonly number[]> = new Map(),
 ): Promise<Uint8Array> {
-  const zstd = codec?.kind === ALONE ? platformZstd() : null;
-  const answer = zstd?.withDictionary && v3.answer?.length && v3.answered?.size ? v3.answer : null;
+  const alone = await aloneRecords(segments, codec, brotli, splits);
+  return against(segments, alone, codec, v3, brotli, splits);
+}
+
+/** `pack(segments, codec, {})` and `pack(segments, codec, v3)` of the same arguments, each
+ * segment compressed alone once for both (isolated.py's `pack_both`: what a sender weighs). */
+export async function packBoth(
+  segments: readonly Uint8Array[],
+  codec: Codec | null,
+  v3: Version3,
+  brotli: Brotli | null = null,
+  splits: ReadonlyMap<number, readonly number[]> = new Map(),
+): Promise<[Uint8Array, Uint8Array]> {
+  const alone = await aloneRecords(segments, codec, brotli, splits);
+  return [join(alone.records), await against(segments, alone, codec, v3, brotli, splits)];
+}
+
+/** Each segment's record alone (isolated.py's `_alone`), and the brotli budget left. */
+interface Alone {
+  readonly records: readonly Uint8Array[];
+  readonly left: number;
+}
+
+async function aloneRecords(
+  segments: readonly Uint8Array[],
+  codec: Codec | null,
+  brotli: Brotli | null,
+  splits: ReadonlyMap<number, readonly number[]>,
+): Promise<Alone> {
   let left = brotli === null || codec === null ? 0 : BROTLI_BUDGET;
   const tried = segments.map((data, index) => {
     if (data.length < MIN_COMPRESSED || data.length > left || splits.has(index)) return false;
     left -= data.length;
     return true;
   });
-  const records = await Promise.all(
-    segments.map(async (data, index) => {
-      const offsets = splits.get(index);
-      if (offsets !== undefined) return pieces(data, offsets, codec);
-      const best = await record(data, codec, tried[index] ? brotli : null);
-      if (answer === null || zstd === null || !v3.answered?.has(index) || data.length < MIN_COMPRESSED) return best;
-      const frame = await zstd(data, answer);
-      const against = join([Uint8Array.of(ANSWER), varint(frame.length), frame]);
-      return against.length < best.length ? against : best;
-    }),
-  );
+  const records = await bounded(segments, (data, index) => {
+    const offsets = splits.get(index);
+    return offsets !== undefined ? pieces(data, offsets, codec) : record(data, codec, tried[index] ? brotli : null);
+  });
+  return { records, left };
+}
+
+/** `alone`'s records joined, those of `v3.answered` against the answer where smaller (kind
+ * 3), `v3.runs` as one frame each where smaller (kind 4, or 6 within the budget left). */
+async function against(
+  segments: readonly Uint8Array[],
+  alone: Alone,
+  codec: Codec | null,
+  v3: Version3,
+  brotli: Brotli | null,
+  splits: ReadonlyMap<number, readonly number[]>,
+): Promise<Uint8Array> {
+  const zstd = codec?.kind === ALONE ? platformZstd() : null;
+  const answer = zstd?.withDictionary && v3.answer?.length && v3.answered?.size ? v3.answer : null;
+  let { left } = alone;
+  const records = [...alone.records];
+  if (answer !== null && zstd !== null) {
+    const chosen = [...v3.answered!].filter((index) => index < segments.length && !splits.has(index) && segments[index]!.length >= MIN_COMPRESSED);
+    const framed = await bounded(
+      chosen,
+      async (index) => {
+        const frame = await zstd(segments[index]!, answer);
+        return join([Uint8Array.of(ANSWER), varint(frame.length), frame]);
+      },
+      segments,
+    );
+    chosen.forEach((index, n) => {
+      if (framed[n]!.length < records[index]!.length) records[index] = framed[n]!;
+    });
+  }
   const joined = new Map<number, number>();
   if (zstd !== null) for (const [first, count] of apart(v3.runs ?? [], splits)) if (count > 1) joined.set(first, count);
   if (!joined.size) return join(records);
@@ -143,7 +202,7 @@ export async function pack(
           if (other.length < one.length) one = other;
         }
         let apart = 0;
-        for (const each of records.slice(index, index + count)) apart += each.length;
+        for (let n = index; n < index + count; n++) apart += records[n]!.length;
         if (one.length < apart) {
           out.push(one);
           index += count;
@@ -155,6 +214,52 @@ export async function pack(
     index += 1;
   }
   return join(out);
+}
+
+/** Segments (and their bytes) compressed between two turns of the event loop: Node's
+ * compressors are synchronous below 64 KiB, and an edit of 16,000 new segments would hold
+ * the loop for its whole pack (about 200 ms, Node 20), stalling every other request. */
+export const YIELD_EVERY = 256;
+export const YIELD_BYTES = 256 << 10;
+
+/** A turn of the event loop (a macrotask: timers and I/O run) where there is `setImmediate`
+ * (Node, Deno, Bun); elsewhere none (a browser's CompressionStream turns it itself, and its
+ * nested `setTimeout` waits 4 ms). */
+function turn(): Promise<void> | null {
+  const immediate = (globalThis as { setImmediate?: (done: () => void) => unknown }).setImmediate;
+  return typeof immediate === "function" ? new Promise((done) => void immediate(done)) : null;
+}
+
+/** `work` of each of `items` (segments' bytes, or the indices of `segments`), in order, at
+ * most `CONCURRENCY` at a time, the event loop turning every `YIELD_EVERY` items or
+ * `YIELD_BYTES` bytes. */
+async function bounded<T extends Uint8Array | number, R>(
+  items: readonly T[],
+  work: (item: T, index: number) => Promise<R>,
+  segments?: readonly Uint8Array[],
+): Promise<R[]> {
+  const out = new Array<R>(items.length);
+  let next = 0;
+  let count = 0;
+  let bytes = 0;
+  let pause: Promise<void> | null = null; // every worker waits for the loop's turn
+  const worker = async (): Promise<void> => {
+    while (next < items.length) {
+      const index = next++;
+      const item = items[index]!;
+      count += 1;
+      bytes += typeof item === "number" ? (segments?.[item]?.length ?? 0) : item.length;
+      if (count >= YIELD_EVERY || bytes >= YIELD_BYTES) {
+        count = 0;
+        bytes = 0;
+        pause = turn()?.then(() => void (pause = null)) ?? null;
+      }
+      if (pause !== null) await pause;
+      out[index] = await work(item, index);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(CONCURRENCY, items.length) }, worker));
+  return out;
 }
 
 /** A split segment's record (isolated.py's `_frames`): as it is, or a frame per piece of

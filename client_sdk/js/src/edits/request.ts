@@ -1,7 +1,8 @@
 /**
  * A request as a recipe: its segments (headers first), their entries and its ref
  * (client_sdk/toolref/edits/request.py's `cut`). Linear: one scan, one SHA-256 per segment
- * of more than 16 bytes (in parallel, through WebCrypto where there is one), one for the ref.
+ * of more than 16 bytes (in parallel, through WebCrypto where there is one from 1 KiB:
+ * digest.ts `SUBTLE_FROM`), one for the ref.
  */
 
 import { entryOf, recipeRef, type Entry } from "./recipe.js";

@@ -14,7 +14,7 @@
 
 import { answerId, ID_LENGTH } from "./answer.js";
 import { compactHeader } from "./compact.js";
-import { ALONE, join, pack, platformBrotli, type Codec } from "./isolated.js";
+import { ALONE, join, pack, packBoth, platformBrotli, type Codec } from "./isolated.js";
 import { pieceRef } from "./recipe.js";
 import type { Op } from "./edit.js";
 import { platformZstd } from "../zstd.js";
@@ -66,13 +66,18 @@ export async function encodeIsolated(
 ): Promise<Uint8Array> {
   const { head, blobs } = line(2, base, ops);
   const brotli = version >= 5 && codec !== null ? platformBrotli() : null;
-  let records = await pack(blobs, codec, {}, brotli, splits);
   const dictionaries = platformZstd()?.withDictionary === true; // else no record of kind 3
   const usable = dictionaries && answer !== null && answer.length && base !== null && answered.size ? answer : null;
   let named: string | null = null;
   let written = version >= 4 ? Math.min(version, WRITTEN) : 2;
-  if (codec?.kind === ALONE && (usable !== null || runs.length)) {
-    const made = await pack(blobs, codec, { answer: usable ?? undefined, answered, runs }, brotli, splits);
+  const weighed = codec?.kind === ALONE && (usable !== null || runs.length > 0);
+  // Each segment compressed alone once for both (packBoth), not once per pack.
+  const v3 = { answer: usable ?? undefined, answered, runs };
+  let records: Uint8Array;
+  let made: Uint8Array | null = null;
+  if (weighed) [records, made] = await packBoth(blobs, codec, v3, brotli, splits);
+  else records = await pack(blobs, codec, {}, brotli, splits);
+  if (made !== null) {
     const cost = usable === null ? 0 : version >= 4 ? ANSWER_BYTES : ',"a":""'.length + ID_LENGTH;
     if (made.length + cost < records.length) {
       records = made;
