@@ -57,7 +57,7 @@ from toolref.wire.shapes import ErrorReply, error_reply, provider_of
 
 from . import control, guard
 from .as_edit import OFFLOAD_BYTES, as_edit
-from .bodies import TOO_LARGE, declared_too_large, inflated, readable
+from .bodies import TOO_LARGE, Held, declared_too_large, off_the_loop, readable
 from .calls import UNREACHABLE, Call, Meter, encoding_of, failed, log_call
 from .clients import Client, Clients
 from .config import RelayConfig
@@ -84,7 +84,8 @@ from .ledger import (
 from .link import GatewayLink
 from .llm import recognise
 from .passthrough import pass_through
-from .preflight import Preflight, direct
+from .pool import Pool
+from .preflight import Preflight
 from .preflight import check as check_gateway
 from .problems import as_provider_error, not_a_gateway_reply, proxy_error
 from .replies import relay_answer, reply_error
@@ -121,7 +122,9 @@ class Relay:
         self.config = config
         self.preflight = preflight  # what the start found of the gateway (None: check then)
         self.report = report
-        pool = transport if transport is not None else direct()  # no proxy, as the check
+        http = None if transport else Pool(preflight.keep_alive if preflight else None)
+        pool = transport or http  # the relay's own (`Pool`): no proxy, as the check
+        assert pool is not None
         if transport is None and config.channel:  # a given transport is the caller's: kept
             llm_routes = config.gateway.rstrip("/") + "/llm/"  # the turns: to its LLM routes
             pool = ChannelTransport(
@@ -134,7 +137,7 @@ class Relay:
                 retry_seconds=min(FIRST_RETRY, config.channel_retry_max),
                 longest_retry_seconds=config.channel_retry_max,
             )
-        self.link = GatewayLink(config, pool, report)
+        self.link = GatewayLink(config, pool, report, http)
         # the link's parts, by their names (one object each)
         self.pool, self.totals, self.budget = pool, self.link.totals, self.link.budget
         self.switchboard, self.capabilities = self.link.switchboard, self.link.capabilities
@@ -265,6 +268,7 @@ class Relay:
             fallback=config.fallback,
             request_timeout=config.connect_timeout,
         )
+        self.link.keep_alive(self.preflight.keep_alive)
         return self.preflight.line
 
     # --- switching ------------------------------------------------------------------------
@@ -283,7 +287,7 @@ class Relay:
 
     async def _turn(self, call: Call, receive: Receive, send: Send) -> None:
         # The turn's body bytes, as sent and inflated, on the relay's budget of bodies in
-        # flight (--max-inflated-in-flight) until the turn ends.
+        # flight (--max-inflated-in-flight) until its answer began (`bodies.Held`).
         with self.budget.account() as account:
             await self._turn_within(call, receive, send, account)
 
@@ -311,7 +315,7 @@ class Relay:
         content, changed = raw, False
         if readable(encoding):
             try:
-                content = await _inflate(raw, encoding, limits.max_inflated_bytes, account)
+                content = await off_the_loop(raw, encoding, limits.max_inflated_bytes, account)
             except OverloadedError as exc:
                 await self._busy(call, send, exc, len(raw))
                 return
@@ -325,11 +329,11 @@ class Relay:
                 await self._refuse(call, send, bad, len(raw))
                 return
             changed = content is not raw
-        await while_connected(self._exchange(call, raw, content, changed, send), receive)
+        held = Held(raw, content, account)
+        del raw, content  # held by `held` alone, let go once the answer began
+        await while_connected(self._exchange(call, held, changed, send), receive)
 
-    async def _exchange(
-        self, call: Call, raw: bytes, content: bytes, changed: bool, send: Send
-    ) -> None:
+    async def _exchange(self, call: Call, held: Held, changed: bool, send: Send) -> None:
         upstream = self.switchboard.route(call.name)
         media = {
             "content-type": first(call.headers, "content-type") or "",
@@ -337,7 +341,7 @@ class Relay:
         }
         moved = None
         if self.config.switch:  # only switching needs the body read: off the loop if large
-            opening = await _PARSERS.run(len(content), _opening, call.path, media, content)
+            opening = await _PARSERS.run(held.inflated, _opening, call.path, media, held.content)
             if opening is not None:
                 conversation, count = opening
                 moved = self.switchboard.moved(conversation, upstream, count)
@@ -351,7 +355,7 @@ class Relay:
                 call,
                 client,
                 url=url,
-                body=content,
+                body=held.content,
                 as_sent=not changed,
                 moved=moved,
                 meter=meter,
@@ -361,7 +365,7 @@ class Relay:
                 answer = edited
             else:  # a gateway that takes no edits, or a body that is not one JSON object
                 answer = await self._as_it_is(
-                    call, url, content, changed=changed, moved=moved, meter=meter
+                    call, url, held.content, changed=changed, moved=moved, meter=meter
                 )
             if isinstance(answer, httpx.Response):  # the gateway's own refusal, told
                 gateway = self.config.gateway
@@ -374,15 +378,16 @@ class Relay:
             if isinstance(answer, httpx.Response) and found and found.reached and found.problem:
                 answer = await not_a_gateway_reply(answer, call, found.problem)
         except UNREACHABLE as exc:
-            answer, route = await self._unreachable(call, raw, exc, meter), "fallback"
+            answer, route = await self._unreachable(call, held.raw, exc, meter), "fallback"
         except httpx.HTTPError as exc:
             answer = failed(call, self.config.gateway, exc)
+        held.let_go()  # the answer began: nothing is resent, its stream holds no body
         if isinstance(answer, ErrorReply) and meter.sent == 0:
             route = "refused"  # nothing went out: the relay answered itself
         status = answer.status if isinstance(answer, ErrorReply) else answer.status_code
         told = answer.headers.get(CONTEXT_HEADER) if isinstance(answer, httpx.Response) else None
         upload = Upload(
-            _sent(call, len(raw)), len(content), meter.sent, route, status, context_of(told)
+            _sent(call, held.sent), held.inflated, meter.sent, route, status, context_of(told)
         )
         extra = [(SAVINGS_HEADER, savings_header(upload))]
         try:
@@ -476,8 +481,6 @@ def _sent(call: Call, body: int) -> int:
     return header_bytes(call.headers) + body
 
 
-# Any compressed body may become megabytes, however small it arrives: off the loop, always.
-_WORKERS: Final = Workers(None, 0)
 # Parsing a switched turn's body (about 10 ms a MiB for a conversation of small parts): in
 # a worker thread past the size an edit's cut goes there too.
 _PARSERS: Final = Workers(None, OFFLOAD_BYTES)
@@ -490,9 +493,3 @@ def _opening(path: str, media: dict[str, str], content: bytes) -> tuple[str | No
     if llm is None:
         return None
     return conversation_of(llm.body, llm.messages_key), len(llm.body[llm.messages_key])
-
-
-async def _inflate(raw: bytes, encoding: str | None, limit: int, account: Account) -> bytes:
-    if (encoding or "identity").strip().lower() not in ("", "identity"):
-        return await _WORKERS.run(len(raw), inflated, raw, encoding, limit, account)
-    return raw

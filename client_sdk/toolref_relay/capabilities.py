@@ -18,7 +18,9 @@ more once no lower version was said for `RECENT`. A 415 to an edit turns edits o
 capabilities are asked again `RECENT` seconds later; so does a capabilities answer that says
 no edits (a 4xx, a page that is no document: a proxy before the gateway, answering the
 question asked again after a `malformed-body`, no longer turns edits off for the whole run).
-At most one entry per version is kept: O(versions) a turn.
+At most one entry per version is kept: O(versions) a turn. The document's
+`limits.keep_alive_seconds` is kept too (`keep_alive`: how long the gateway keeps an idle
+connection; the relay's `pool` keeps one for less).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Capabilities:
         self._refused_at: float | None = None  # a 415's time: no edits until `RECENT` after
         self.clock: Callable[[], float] = time.monotonic
         self._lock = asyncio.Lock()
+        self.keep_alive: int | None = None  # the gateway's `keep_alive_seconds`, as said
 
     @property
     def known(self) -> bool | None:
@@ -97,7 +100,9 @@ class Capabilities:
                     return False
                 if response.status_code >= 500 or response.status_code == 429 or body is None:
                     return False  # a gateway rolling, an ingress in between: asked again
-                version = _edits_version(body) if response.status_code == 200 else None
+                document = _document(body) if response.status_code == 200 else {}
+                version = _edits_version(document)
+                self.keep_alive = _keep_alive(document)
                 self.said(version)
                 self._edits = version is not None
                 if not self._edits:  # none said (a proxy's 404 or page too): asked again later
@@ -110,13 +115,26 @@ class Capabilities:
         self._edits, self._refused_at = False, self.clock()
 
 
-def _edits_version(body: bytes) -> int | None:
-    """The highest edit version both read, from the capabilities document; None: none."""
+def _document(body: bytes) -> dict[str, object]:
+    """The capabilities document (empty: not a JSON object)."""
     try:
         document = json.loads(body)
     except ValueError:
-        return None
-    found = document.get("edits") if isinstance(document, dict) else None
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _edits_version(document: dict[str, object]) -> int | None:
+    """The highest edit version both read, from the capabilities document; None: none."""
+    found = document.get("edits")
     if type(found) is not int or found < min(VERSIONS):
         return None
     return min(found, EDITS_VERSION)
+
+
+def _keep_alive(document: dict[str, object]) -> int | None:
+    """The seconds the gateway keeps an idle connection (`keep_alive_seconds`); None: not
+    said."""
+    limits = document.get("limits")
+    found = limits.get("keep_alive_seconds") if isinstance(limits, dict) else None
+    return found if type(found) is int and found > 0 else None

@@ -165,8 +165,9 @@ def parser() -> argparse.ArgumentParser:
         "--max-inflated-in-flight",
         type=int,
         default=256 * MIB,
-        help="most bytes every LLM request in flight may hold at once, as sent and inflated; "
-        "past it a turn is answered 503 with Retry-After (256 MiB)",
+        help="most bytes the LLM requests whose answers have not begun may hold at once, as "
+        "sent and inflated (a streaming answer holds none); past it a turn is answered 503 "
+        "with Retry-After (256 MiB)",
     )
     relay.add_argument(
         "--send-timeout",

@@ -103,8 +103,9 @@ class RelayConfig:
     switch: upstream names the relay may switch between (the first is selected at start).
     max_body_bytes: the most an agent's LLM request may take on the wire.
     max_inflated_bytes: the most a gzip or zstd LLM request may inflate to.
-    max_inflated_in_flight: the most every LLM request in flight may hold at once, as sent
-        and inflated (`toolref.asgi.budget`); past it a turn is answered 503 with Retry-After.
+    max_inflated_in_flight: the most the LLM requests whose answers have not begun may hold
+        at once, as sent and inflated (`toolref.asgi.budget`, `bodies.Held`: a streaming
+        answer holds no body); past it a turn is answered 503 with Retry-After.
         At least the two limits above together, so any one turn within them can be served.
     connect_timeout / read_timeout: seconds to connect, and to wait between two pieces of
         an answer (a model may think for minutes before its first token).

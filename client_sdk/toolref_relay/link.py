@@ -26,6 +26,7 @@ from .calls import Call
 from .capabilities import Capabilities
 from .config import RelayConfig
 from .ledger import Tally, Totals, Upload, Who, turn_line
+from .pool import Pool
 from .switch import Switchboard
 
 
@@ -33,10 +34,15 @@ class GatewayLink:
     """See the module docstring. `report`: where the turn lines go."""
 
     def __init__(
-        self, config: RelayConfig, pool: httpx.AsyncBaseTransport, report: Callable[[str], None]
+        self,
+        config: RelayConfig,
+        pool: httpx.AsyncBaseTransport,
+        report: Callable[[str], None],
+        http: Pool | None = None,
     ) -> None:
         self.config = config
         self.pool = pool
+        self.http = http  # the relay's own HTTP pool, under `pool` (None: a test's given)
         self.report = report
         self.capabilities = Capabilities(config.edits)
         self.paused = Pause()  # edits, while the gateway's store is down (`as_edit`)
@@ -77,7 +83,15 @@ class GatewayLink:
             request = httpx.Request("GET", url, extensions=self.extensions())
             return await self.pool.handle_async_request(request)
 
-        return await self.capabilities.edits(ask)
+        edits = await self.capabilities.edits(ask)
+        self.keep_alive(self.capabilities.keep_alive)
+        return edits
+
+    def keep_alive(self, seconds: int | None) -> None:
+        """The gateway keeps an idle connection `seconds` (None: not said): the relay's
+        own pool keeps one for less (`pool`)."""
+        if self.http is not None:
+            self.http.learnt(seconds)
 
     def gateway_down(self, call: Call, error: httpx.HTTPError) -> ErrorReply:
         """The 502 a request gets while the gateway cannot be reached, saying what to do."""

@@ -53,6 +53,7 @@ class Preflight:
     problem: what would fail every turn, with the fix (None: nothing).
     line: the line to print about it.
     seconds: how long the check took.
+    keep_alive: the seconds it keeps an idle connection (None: not said).
     """
 
     gateway: str
@@ -65,6 +66,7 @@ class Preflight:
     problem: str | None = None
     line: str = ""
     seconds: float = 0.0
+    keep_alive: int | None = None
 
     def shown(self) -> dict[str, object]:
         """As JSON (`GET /toolref/check`, `toolref doctor`)."""
@@ -109,7 +111,15 @@ async def check(
             problem = not_a_gateway(gateway, answer, body, request_timeout)
             return Preflight(gateway, True, problem=problem, line=problem, seconds=_since(started))
         if caps.upstreams is not None:  # listed to anyone: no API keys there
-            found = Preflight(gateway, True, True, caps.version, tuple(caps.upstreams), False)
+            found = Preflight(
+                gateway,
+                True,
+                True,
+                caps.version,
+                tuple(caps.upstreams),
+                False,
+                keep_alive=caps.limits.keep_alive_seconds,
+            )
             return _finished(found, key, None, switch, started)
         if key:  # with the key: the names it may see
             headers = {**_ACCEPT, "authorization": f"Bearer {key}"}
@@ -129,7 +139,15 @@ async def check(
         await registry.aclose()
     # Unlisted without a key, yet accepted without one: an older gateway without keys.
     keys = True if key or refused is not None else None
-    found = Preflight(gateway, True, True, caps.version, upstreams, keys)
+    found = Preflight(
+        gateway,
+        True,
+        True,
+        caps.version,
+        upstreams,
+        keys,
+        keep_alive=caps.limits.keep_alive_seconds,
+    )
     return _finished(found, key, refused, switch, started)
 
 

@@ -15,7 +15,6 @@ for is itself too large) is not sent again: the request as it is would be refuse
 
 from __future__ import annotations
 
-import json
 import logging
 
 import httpx
@@ -23,6 +22,7 @@ import pytest
 from redis.asyncio import Redis
 
 from tests.integration.edit_client import AGENT_HEADERS
+from tests.integration.test_edits_many_messages import Recorded, body_of
 from tests.integration.test_gateway_edits import stack_of
 from tests.integration.test_relay_edits import TIMEOUT, assert_exact, post, relayed
 from toolref import AsyncTransport
@@ -35,33 +35,10 @@ LIMIT = 200  # the operator's TOOLREF_MAX_EDIT_ENTRIES, far below the default 50
 PATH = "/llm/up/v1/messages"
 
 
-def body_of(count: int, topic: str = "the repository") -> bytes:
-    first = {"role": "user", "content": f"read {topic}, then summarise it. " * 40}
-    tiny = (
-        json.dumps({"role": "user" if n % 2 else "assistant", "content": f"m{n}"}).encode()
-        for n in range(count)
-    )
-    listed = b",".join([json.dumps(first).encode(), *tiny])
-    return b'{"model":"claude","max_tokens":1024,"messages":[' + listed + b"]}"
-
-
 def entries_of(body: bytes) -> int:
     made = cut(AGENT_HEADERS, body, "messages")
     assert made is not None
     return len(made.entries)
-
-
-class Recorded(httpx.AsyncHTTPTransport):
-    """The real transport, noting each request's media type and its answer's status."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sent: list[tuple[str, int]] = []
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await super().handle_async_request(request)
-        self.sent.append((request.headers.get("content-type", ""), response.status_code))
-        return response
 
 
 @pytest.mark.parametrize("channel", [False, True], ids=["http", "channel"])
@@ -86,6 +63,14 @@ async def test_a_turn_past_a_lowered_entries_limit_goes_as_it_is_unseen_and_late
             answer = await http.post(PATH, content=small, headers=AGENT_HEADERS)
             assert answer.status_code == 200, answer.text[:300]
             assert stack.upstream.seen[-1][1] == small
+        async with httpx.AsyncClient(base_url=stack.gateways[0]) as plain:
+            metrics = (await plain.get("/metrics")).text
+        # One edit refused, the long turn's: the longer one went as it is at once (on the
+        # channel too, where the wire below is not recorded).
+        refused = 'toolref_edits_total{outcome="too-many-items"} '
+        assert [line for line in metrics.splitlines() if line.startswith(refused)] == [
+            refused + "1.0"
+        ]
         if not channel:  # over HTTP every attempt is on the recorded wire
             assert wire.sent[1:] == [
                 (MEDIA_TYPE, 413),  # the long turn's edit, refused

@@ -26,8 +26,9 @@ pytestmark = pytest.mark.engine
 MESSAGES = DEFAULT_MAX_ENTRIES // 2 + 1000  # two entries a message: past the bound
 
 
-def body_of(count: int) -> bytes:
-    first = {"role": "user", "content": "read the repository, then summarise it. " * 40}
+def body_of(count: int, topic: str = "the repository") -> bytes:
+    """A first message long enough to relate turns by, then `count` tiny ones."""
+    first = {"role": "user", "content": f"read {topic}, then summarise it. " * 40}
     tiny = (
         json.dumps({"role": "user" if n % 2 else "assistant", "content": f"m{n}"}).encode()
         for n in range(count)

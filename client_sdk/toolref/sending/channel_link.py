@@ -110,13 +110,14 @@ class Link:
                 self.cancel(stream)
                 error: Any = _broke(request)
                 raise error(str(exc), request=request) from None
-            answer = Answer(self, stream, state, timeout, request)
+            kept = _without_body(request)  # a stream lasting minutes holds no body
+            answer = Answer(self, stream, state, timeout, kept)
             raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]
             return _package(request).Response(
                 status,
                 headers=raw,
                 stream=answer,
-                request=request,
+                request=kept,
                 extensions={CARRIED: True, FRAMED: len(frame)},
             )
         except BaseException as exc:
@@ -333,6 +334,15 @@ class Answer(httpx.AsyncByteStream, AsyncByteStream2):
         if not self.ended:
             self.ended = True
             self.link.cancel(self.stream)
+
+
+def _without_body(request: Any) -> Any:
+    """`request` as its answer keeps it (its errors name it, its timeouts are read from it):
+    without its body, which went out in its frame (a sender's budget of bodies in flight,
+    the relay's, gives the body's account back once its answer began)."""
+    return _package(request).Request(
+        request.method, request.url, headers=request.headers, extensions=request.extensions
+    )
 
 
 def _package(request: Any) -> ModuleType:

@@ -47,6 +47,7 @@ import httpx
 
 from toolref.registry.bounded import aread_problem, is_read, read_problem
 from toolref.registry.packages import AsyncBaseTransport2, BaseTransport2, packages_of
+from toolref.sending import keepalive
 from toolref.sending.answers import adrive, drive, to_read
 from toolref.sending.backoff import LONGEST
 from toolref.sending.channels import Channels
@@ -276,10 +277,14 @@ def _plain_json(headers: Mapping[str, str]) -> bool:
 
 
 def _inner(inner: Any, request: Any, default: str) -> Any:
-    """The inner transport for `request`: the one given, or a new one of its httpx."""
+    """The inner transport for `request`: the one given, or a new one of its httpx, its
+    idle connections kept `keepalive.DEFAULT_SECONDS` (httpx keeps them 5 s, as long as
+    the gateway and uvicorn do: a request written as the receiver closes one would fail)."""
     [package] = packages_of(request) or {"httpx"}
-    if inner is None:
-        return getattr(importlib.import_module(package), default)()
+    if inner is None:  # idle connections kept for less than receivers keep them
+        module = importlib.import_module(package)
+        limits = module.Limits(keepalive_expiry=keepalive.DEFAULT_SECONDS)
+        return getattr(module, default)(limits=limits)
     made = packages_of(inner)
     if made and package not in made:
         other = made.pop()

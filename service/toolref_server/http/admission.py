@@ -10,7 +10,10 @@ tenant's share (TOOLREF_TENANT_REQUESTS_IN_FLIGHT, where TOOLREF_API_KEYS names 
 or more) a request is answered 429 `quota-exceeded` the same way: one tenant holding
 requests open (uploads sent slowly, summaries a slow model makes) never takes every slot.
 The tenant is the one whose key the request bears (`Authorization: Bearer`), read from its
-head (a hash and a compare per tenant); requests bearing no known key share one count.
+head (a hash and a compare per tenant); requests bearing no known key share one count,
+but the probes (`/readyz`, `/metrics`: no tenant's key) have a share of their own, `PROBES`:
+anyone who reaches the port can hold the keyless share (answers it leaves unread), and a
+readiness probe or a scrape refused for it would take the replica out of service.
 
 Each admitted request gets an account on the process's budget of body bytes in flight
 (`toolref.asgi.budget`, TOOLREF_MAX_INFLATED_IN_FLIGHT) in `scope[SCOPE_KEY]`, which the body
@@ -28,12 +31,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from toolref.asgi.budget import SCOPE_KEY, Budget
 from toolref.asgi.scope import header
+from toolref.wire import endpoints
 from toolref.wire.errors import OverloadedError, QuotaExceededError
 from toolref_server.http.auth import Authenticator
 from toolref_server.http.inflight import InFlight
 from toolref_server.http.problem import problem_response
 
 EXEMPT: Final = frozenset({"/healthz"})
+# The paths counted as the probes' own share (no tenant's name: `TENANT_RE` has no space).
+PROBE_PATHS: Final = frozenset({endpoints.READYZ, endpoints.METRICS})
+PROBES: Final = "(probes)"
 
 
 class AdmissionMiddleware:
@@ -67,7 +74,10 @@ class AdmissionMiddleware:
             return
         tenant = ""
         if self.auth is not None and self.in_flight.per_tenant is not None:
-            tenant = self.auth.known_tenant(header(scope, "authorization"))
+            if scope["path"] in PROBE_PATHS:
+                tenant = PROBES
+            else:
+                tenant = self.auth.known_tenant(header(scope, "authorization"))
         try:
             self.in_flight.take(tenant)
         except (OverloadedError, QuotaExceededError) as refusal:

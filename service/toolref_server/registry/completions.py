@@ -18,6 +18,9 @@ One call is `POST {base_url}/chat/completions`. Whatever the endpoint does:
   UTF-8, nesting depth `ANSWER_DEPTH`, containers counted before parsing) and must hold
   `choices[0].message.content` as text. Anything else (a deep nest, bad UTF-8, a number
   Python cannot read, the wrong shape) is a `CompletionError`, never another exception.
+- **refusals**: an answer saying the request was wrong (`REFUSED`: 400, 413, 422; a content
+  filter's 400, say) is `CompletionRefused`: the endpoint answered, about that input, so it
+  says nothing of the endpoint's health, which one tenant's inputs must not decide.
 
 The caller (a summarizer) turns a `CompletionError` into its fallback.
 """
@@ -41,6 +44,14 @@ ANSWER_DEPTH: Final = 32
 class CompletionError(Exception):
     """The endpoint gave no usable answer: an HTTP error, a timeout, too many bytes, not a
     chat completion, or no text in it."""
+
+
+# Statuses that say the request, not the endpoint, was wrong: an input it will not take.
+REFUSED: Final = frozenset({400, 413, 422})
+
+
+class CompletionRefused(CompletionError):
+    """The endpoint refused this request's input (`REFUSED`): no failure of the endpoint."""
 
 
 class CompletionBusy(CompletionError):
@@ -112,7 +123,9 @@ class Completions:
         network read."""
         async with self._http.stream("POST", self.url, json=body) as response:
             if not response.is_success:
-                raise CompletionError(f"HTTP {response.status_code} from {redaction.url(self.url)}")
+                said = f"HTTP {response.status_code} from {redaction.url(self.url)}"
+                refused = response.status_code in REFUSED
+                raise CompletionRefused(said) if refused else CompletionError(said)
             encoding = response.headers.get("content-encoding", "identity").strip().lower()
             if encoding not in ("", "identity"):
                 raise CompletionError(

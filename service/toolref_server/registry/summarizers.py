@@ -18,7 +18,12 @@ import httpx
 from toolref.asgi.workers import Workers
 from toolref.kit import extractive
 from toolref.kit.kinds import KindTable
-from toolref_server.registry.completions import CompletionBusy, CompletionError, Completions
+from toolref_server.registry.completions import (
+    CompletionBusy,
+    CompletionError,
+    CompletionRefused,
+    Completions,
+)
 from toolref_server.settings import Settings
 
 # Versioned: the version is part of the summarizer id, so a new prompt never reuses old
@@ -49,6 +54,11 @@ class SummarizerError(Exception):
 
 class SummarizerBusy(SummarizerError):
     """The model was not asked: no connection to it came free in time. Not its failure."""
+
+
+class SummarizerRefused(SummarizerError):
+    """The model refused this input (400, 413, 422: a content filter's, say): that summary
+    failed, and the model is no less healthy for it."""
 
 
 class Summarizer(Protocol):
@@ -182,6 +192,8 @@ class OpenAICompatibleSummarizer:
             text = await self._completions.text(body)
         except CompletionBusy as exc:
             raise SummarizerBusy(str(exc)) from exc
+        except CompletionRefused as exc:
+            raise SummarizerRefused(str(exc)) from exc
         except CompletionError as exc:
             raise SummarizerError(str(exc)) from exc
         return text if len(text) <= max_chars else text[: max_chars - 1] + "…"

@@ -18,7 +18,9 @@ mark expires (the model is not asked again for that result meanwhile). Error res
 never sent to a model. Model calls are also held to the `ModelCallQuotas` (per request, per
 tenant per minute, per tenant at once, a circuit breaker): a call a quota refuses is not
 made, and not a failure; nor is one that found no free connection to the model
-(`SummarizerBusy`: that is other calls' load, not the model's health).
+(`SummarizerBusy`: that is other calls' load, not the model's health). A call the model
+refuses as its input (`SummarizerRefused`: 400, 413, 422) fails that summary (its failure
+mark) without counting in the breaker: a tenant's inputs are not the model's health.
 
 Summaries count in the tenant's stored-bytes quota (`toolref_server.storage.quotas`) like
 records. A summary that does not fit is still answered, computed and not kept (`cached`
@@ -46,6 +48,7 @@ from toolref_server.registry.summarizers import (
     Summarizer,
     SummarizerBusy,
     SummarizerError,
+    SummarizerRefused,
 )
 from toolref_server.storage.summary_store import Slot, SummaryStore, well_formed
 
@@ -230,7 +233,9 @@ class SummaryCache:
                 log.warning("summarizer %s not asked for %s: %s", name, slot, exc)
                 raise Skipped("model-busy", str(exc)) from exc
             except Exception as exc:  # any failure of the summarizer is its failure
-                self._failed(name, guarded)
+                # but its refusal of this input (its slot's failure mark): one tenant's
+                # inputs never open the breaker every tenant's summaries share
+                self._failed(name, guarded and not isinstance(exc, SummarizerRefused))
                 failure = exc if isinstance(exc, SummarizerError) else _failure(name, exc)
                 log.warning(
                     "summarizer %s failed for %s, using extractive: %s", name, slot, failure

@@ -94,33 +94,30 @@ class Settings(
         """Each tenant's share of the bodies in flight (`tenant_inflated_share`), where
         TOOLREF_API_KEYS names two tenants or more; None with one or none: no other tenant
         to keep room for, the budget is all its."""
-        if len(set(self.key_hashes.values())) < 2:
-            return None
-        return self.tenant_inflated_share
+        return self._among_tenants(self.tenant_inflated_share)
 
     @property
     def tenant_requests_limit(self) -> int | None:
         """Each tenant's registry requests in flight (`tenant_requests_share`), where
         TOOLREF_API_KEYS names two tenants or more; None with one or none (as above)."""
-        if len(set(self.key_hashes.values())) < 2:
-            return None
-        return self.tenant_requests_share
+        return self._among_tenants(self.tenant_requests_share)
 
     @property
     def tenant_channel_limit(self) -> int | None:
         """Each tenant's channels open (`tenant_channels_share`), where TOOLREF_API_KEYS
         names two tenants or more; None with one or none (as above)."""
-        if len(set(self.key_hashes.values())) < 2:
-            return None
-        return self.tenant_channels_share
+        return self._among_tenants(self.tenant_channels_share)
 
     @property
     def llm_tenant_calls_limit(self) -> int | None:
         """Each tenant's LLM calls under way (`llm_tenant_calls_share`), where
         TOOLREF_API_KEYS names two tenants or more; None with one or none (as above)."""
-        if len(set(self.key_hashes.values())) < 2:
-            return None
-        return self.llm_tenant_calls_share
+        return self._among_tenants(self.llm_tenant_calls_share)
+
+    def _among_tenants(self, share: int) -> int | None:
+        """`share`, one tenant's of what the process has, where TOOLREF_API_KEYS names two
+        tenants or more (keys of one tenant count once); None with one or none."""
+        return share if len(set(self.key_hashes.values())) >= 2 else None
 
     def check_context_summarizers(self) -> None:
         """Refuse a context editing policy whose summarizer this service does not offer

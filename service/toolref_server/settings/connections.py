@@ -57,9 +57,10 @@ class ConnectionSettings(BaseModel):
         ge=1,
         description="Requests in flight of one tenant per worker, its share of "
         "TOOLREF_MAX_REQUESTS_IN_FLIGHT (where TOOLREF_API_KEYS names two tenants or more; "
-        "requests without a known key share one); past it, 429 `quota-exceeded` (`quota: "
-        "requestsInFlight`) with Retry-After before the body is read, while the other "
-        "tenants are served. Unset: a quarter of TOOLREF_MAX_REQUESTS_IN_FLIGHT, at least 1.",
+        "requests without a known key share one, /readyz and /metrics another); past it, 429 "
+        "`quota-exceeded` (`quota: requestsInFlight`) with Retry-After before the body is "
+        "read, while the other tenants are served. Unset: a quarter of "
+        "TOOLREF_MAX_REQUESTS_IN_FLIGHT, at least 1.",
     )
     tenant_channels: int | None = Field(
         default=None,
