@@ -35,6 +35,8 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 BEFORE: Final = "3160e1c"  # the last commit whose gateway called its own app over ASGI
 UPSTREAM_NAME: Final = "bench"  # the upstream's name at the gateway: /llm/bench/...
 KEY: Final = "bench-tenant-key"
+# The `PYTHONPATH` of this tree's code (`AFTER`): its own files, whatever is installed.
+THIS_TREE: Final = f"{ROOT / 'client_sdk'}{os.pathsep}{ROOT / 'service'}"
 
 
 def free_port() -> int:
@@ -46,8 +48,10 @@ def free_port() -> int:
 
 @dataclass(frozen=True)
 class Code:
-    """One version of toolref: its label, the `PYTHONPATH` that selects it (empty: the
-    installed package, this tree), where to run it, and how its modules are named."""
+    """One version of toolref: its label, the `PYTHONPATH` that selects it (empty: this
+    tree's `client_sdk` and `service`, `THIS_TREE`, ahead of any installed toolref: a clone
+    benched with another checkout's virtualenv, whose editable install maps toolref to that
+    checkout, still runs its own files), where to run it, and how its modules are named."""
 
     label: str
     pythonpath: str
@@ -57,15 +61,13 @@ class Code:
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLREF_")}
-        if self.pythonpath:
-            env["PYTHONPATH"] = self.pythonpath
-        else:
-            env.pop("PYTHONPATH", None)
+        env["PYTHONPATH"] = self.pythonpath or THIS_TREE
         return {**env, **extra}
 
     def check(self) -> str:
         """The files the gateway and the relay are imported from, as this code's processes
-        import them; refused when "before" would run the installed package instead."""
+        import them; refused when they are not the files under `cwd` (another tree's, the
+        installed package's)."""
         probe = (
             f"import {self.gateway_module} as g, {self.relay_module}.app as r; "
             "print(g.__file__); print(r.__file__)"
@@ -78,7 +80,7 @@ class Code:
             text=True,
             check=True,
         ).stdout.split()
-        if self.pythonpath and not all(f.startswith(str(self.cwd)) for f in found):
+        if not all(Path(f).is_relative_to(self.cwd) for f in found):
             raise RuntimeError(f"{self.label} imports {found}, not the tree at {self.cwd}")
         return ", ".join(found)
 

@@ -18,7 +18,8 @@ each such integer as `{"$bigint": "<digits>"}` for JavaScript to rebuild as a `b
 `said` holds sequences of what receivers said and the edits version `toolref.sending.said.Said`
 writes after each (tests/js_said_vectors.py). `entries` holds sequences of 413
 `too-many-items` refusals and the entries limit `toolref.sending.entries.Entries` learns after
-each (tests/js_entries_vectors.py).
+each (tests/js_entries_vectors.py). `printable` holds peers' texts and each as
+`toolref.wire.redaction.printable` shows it (tests/js_printable_vectors.py).
 """
 
 from __future__ import annotations
@@ -32,7 +33,13 @@ from collections.abc import Container
 from pathlib import Path
 from typing import Any, Final
 
-from tests import js_answer_vectors, js_edit_vectors, js_entries_vectors, js_said_vectors
+from tests import (
+    js_answer_vectors,
+    js_edit_vectors,
+    js_entries_vectors,
+    js_printable_vectors,
+    js_said_vectors,
+)
 from toolref import formats
 from toolref.sending.rewrite import rewrite
 from toolref.wire.canonical import canonical_json, digest_of
@@ -603,6 +610,7 @@ def build() -> dict[str, Any]:
         "endpoints": endpoint_cases(),
         "said": js_said_vectors.build(),
         "entries": js_entries_vectors.build(),
+        "printable": js_printable_vectors.build(),
     }
 
 

@@ -61,6 +61,8 @@ TABLE: dict[type[BaseModel], dict[str, tuple[str, Any, str]]] = {
         # review: tenant fairness (unset: a quarter of the two above)
         "TOOLREF_TENANT_REQUESTS_IN_FLIGHT": ("int | None", None, "ge=1"),
         "TOOLREF_TENANT_CHANNELS": ("int | None", None, "ge=1"),
+        # review: the channel receiver's idle close (above the sender's own 60 s)
+        "TOOLREF_CHANNEL_IDLE_SECONDS": ("float", 300.0, "gt=0"),
     },
     BodyLimits: {
         "TOOLREF_MAX_BODY_BYTES": ("int", 32 * MiB, "ge=1024"),

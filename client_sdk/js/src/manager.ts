@@ -31,6 +31,7 @@ import type { BodyCut } from "./edits/segments.js";
 import { UsageError } from "./errors.js";
 import { checkOptions, type Spec } from "./options.js";
 import { discard, readProblem } from "./refusals.js";
+import { endpointShown, printable } from "./shown.js";
 import { EDITS_HEADER, HISTORY_HEADER, PROBLEM_TYPE, TOOLREF_PREFIX, isToolrefProblem, mayResend, problemType } from "./protocol.js";
 
 const encoder = new TextEncoder();
@@ -276,7 +277,7 @@ export class ToolReferenceManager {
       }
       counted.wire += edit.body.length;
       const { status } = response;
-      const where = response.url || path || "this endpoint"; // before a problem read rebuilds it
+      const where = response.url ? endpointShown(response.url) : path || "this endpoint"; // before a problem read rebuilds it
       const named = response.headers.has(HISTORY_HEADER);
       this.learn(response);
       const told = response.headers.has(EDITS_HEADER);
@@ -413,14 +414,15 @@ export class ToolReferenceManager {
   /** An edit written for `version` was refused 400 `malformed-body` and the version stepped
    * down (to `written`; null: none lower, edits paused). A rollback explains it; else the
    * SDK wrote bytes its receiver cannot read, a bug the request sent again as it is hides
-   * from the app. Said once per version refused (Python's `Sender` logs it alike). */
+   * from the app. Said once per version refused (Python's `Sender` logs it alike); the
+   * receiver's `requestId` shown as `printable` shows a peer's text. */
   private unreadableSaid(where: string, version: number, written: number | null, requestId: string | null): void {
     if (this.unreadableWarned.has(version)) return;
     this.unreadableWarned.add(version);
     const after = written !== null ? `its requests are now written for version ${written}` : "no version is lower: edits paused for it a while, requests go as they are";
     console.warn(
       `toolref: ${where} refused an edit written for edits version ${version} as unreadable (400 malformed-body; request id ` +
-        `${requestId ?? "none given: note the time"}); ${after}. Expected only after its receiver was rolled back to an older ` +
+        `${printable(requestId ?? "none given: note the time")}); ${after}. Expected only after its receiver was rolled back to an older ` +
         "toolref: if the backend was not rolled back, report this with the request id",
     );
   }

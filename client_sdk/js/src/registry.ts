@@ -9,6 +9,7 @@
  */
 
 import { TooLargeError, readAll } from "./compression.js";
+import { printable } from "./shown.js";
 
 type Fetch = typeof globalThis.fetch;
 
@@ -73,7 +74,7 @@ export async function postBounded(
       void response.body?.cancel().catch(() => undefined);
       const location = response.headers.get("location");
       throw new RegistryUnavailable(
-        `the registry answered a redirect (${status}${location ? ` to ${location}` : ""}), which is not followed: ` +
+        `the registry answered a redirect (${status}${location ? ` to ${printable(location)}` : ""}), which is not followed: ` +
           "set options.registry to the registry's own URL",
       );
     }

@@ -12,16 +12,21 @@ most `frames.MAX_STREAMS` at once per channel (a further one is answered 503 at 
 going away cancels every turn still being served, as a client hanging up does; a frame
 that does not read closes the channel (1002), the close given up on after
 `driver.CLOSE_TIMEOUT` to a sender that reads nothing. A sender that asks for windows
-(`frames.WINDOW_HEADER`) gets them: each turn's pieces wait for its credit (`_Window`), and
-a turn left without credit for `send_timeout` seconds breaks off (`Unread`), as HTTP drops a
-client that reads nothing; the channel's other turns go on. Its server stopping
+(`frames.WINDOW_HEADER`) gets them: each turn's pieces wait for its credit (`Window`), and
+a turn left without credit for `send_timeout` seconds breaks off (`channel_turns.Unread`),
+as HTTP drops a client that reads nothing; the channel's other turns go on. Its server stopping
 (`STOP_EXTENSION`: a graceful stop) lets the turns in flight finish their answers, answers
 any turn sent meanwhile busy (the sender sends it over HTTP), then, as soon as those turns
 are answered (not the busy ones', nor the next turn its sender wrote), closes the channel
 (`frames.DRAINED`: 1012, saying every turn read was answered, so a turn the sender wrote
 meanwhile and got no answer to was never read, and the sender sends it over HTTP); the
 server's shutdown timeout bounds that wait, and a channel it cuts short is said in one
-warning (not as a crash, with a traceback).
+warning (not as a crash, with a traceback). A channel with no turn in flight and no frame
+received for `idle_seconds` (`IDLE_SECONDS` by default) is closed by the receiver, so one its
+sender left open and silent does not hold a connection for ever: `frames.DRAINED` too,
+which is as true of it (every turn read was answered) and which a sender takes as a clean
+close between turns (its next turn opens a new channel at once; one it wrote as the close
+went out was not read, and goes over HTTP).
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from toolref.asgi.scope import (
     header,
     with_headers,
 )
+from toolref.receiving.channel_turns import Turns, Window
 from toolref.websocket import channel as frames
 from toolref.websocket import driver
 from toolref.websocket.bridge import close_client
@@ -63,38 +69,10 @@ _POLICY_VIOLATION: Final = 1008
 # The scope extension marking a turn a channel carries (`on_channel`).
 TURN_EXTENSION: Final = "toolref.channel_turn"
 _MAX_TASKS: Final = 2 * frames.MAX_STREAMS
-_DRAIN_SECONDS: Final = 5.0  # the channel gone, its turns' cancellation awaited this long
-
-
-class Unread(ConnectionError):
-    """A turn's answer waited `send_timeout` seconds for its sender's credit: it breaks off,
-    raised to the app's `send` as a client gone (an `OSError`, as uvicorn's own)."""
-
-
-class _Window:
-    """Bytes of one turn's answer the receiver may still send (`frames`' windows): taken
-    as pieces go, given back by the sender's credit, never above the window granted."""
-
-    def __init__(self, size: int, wait: float) -> None:
-        self.size = self.left = size
-        self.wait = wait
-        self.more = asyncio.Event()
-
-    def grant(self, size: int) -> None:
-        self.left = min(self.left + size, self.size)
-        self.more.set()
-
-    async def take(self, want: int) -> int:
-        """Up to `want` bytes to send now, waiting for credit (`Unread` past `wait` s)."""
-        while self.left <= 0:
-            self.more.clear()
-            try:
-                await asyncio.wait_for(self.more.wait(), self.wait)
-            except TimeoutError:
-                raise Unread(f"its answer was left unread for {self.wait:g}s") from None
-        taken = min(want, self.left)
-        self.left -= taken
-        return taken
+# Seconds a channel with no turn in flight and no frame received is kept open by default:
+# well past the sender's own idle close (`toolref.sending.channel_transport.IDLE_SECONDS`,
+# 60 s), so a sender that closes idle channels itself never meets this close.
+IDLE_SECONDS: Final = 300.0
 
 
 async def serve_channel(
@@ -106,10 +84,12 @@ async def serve_channel(
     refuse: Refuse,
     serves: Serves = lambda scope: None,
     send_timeout: float = 30.0,
+    idle_seconds: float = IDLE_SECONDS,
 ) -> None:
     """Accept the WebSocket, then serve each request frame through `app` until the sender
-    closes it; with windows where the sender asks for them (`send_timeout`: how long a turn
-    waits for credit). A turn past `frames.MAX_STREAMS` in flight is answered
+    closes it, or until it sat `idle_seconds` with no turn in flight and no frame received;
+    with windows where the sender asks for them (`send_timeout`: how long a turn waits for
+    credit). A turn past `frames.MAX_STREAMS` in flight is answered
     `refuse(OverloadedError)`, one `serves` says is not served here `refuse(<its error>)`.
     An upgrade from a browser page (an `Origin` header: no sender of toolref's sends one,
     and a browser applies no CORS to WebSockets) is refused, so no page can drive the
@@ -120,7 +100,7 @@ async def serve_channel(
     reader = frames.Receiver()
     writing = asyncio.Lock()
     gone = asyncio.Event()
-    turns = _Turns(window, send_timeout)
+    turns = Turns(window, send_timeout)
     stopping, drained = _stop_told(scope, turns)
 
     async def out(data: bytes) -> None:
@@ -135,9 +115,9 @@ async def serve_channel(
 
     try:
         while True:
-            message = await _next(receive, drained)
-            if message is None:  # stopped, no turn left: the sender opens its next elsewhere
-                await close("its server stops", *frames.DRAINED)
+            message = await _waited(_next(receive, drained), turns, idle_seconds)
+            if isinstance(message, str):  # stopped or idle, no turn left: every turn read
+                await close(message, *frames.DRAINED)  # answered; the sender opens its next
                 return
             if message["type"] == "websocket.disconnect":
                 return
@@ -183,7 +163,7 @@ async def serve_channel(
         await turns.end()
 
 
-def _cut_by_stop(stopping: asyncio.Event, turns: _Turns) -> bool:
+def _cut_by_stop(stopping: asyncio.Event, turns: Turns) -> bool:
     """Whether a cancellation is its server's stop running out of time (its shutdown
     timeout, or a second stop signal): said in one warning, not raised as a crash."""
     if stopping.is_set():
@@ -237,7 +217,31 @@ async def _next(receive: Receive, drained: asyncio.Task[None] | None) -> Message
     return None
 
 
-def _stop_told(scope: Scope, turns: _Turns) -> tuple[asyncio.Event, asyncio.Task[None] | None]:
+async def _waited(
+    message: Coroutine[Any, Any, Message | None], turns: Turns, idle_seconds: float
+) -> Message | str:
+    """`message` (the sender's next, None once drained: `_next`), or why the channel is to
+    be closed (`DRAINED`): its server stops, or no turn was served for `idle_seconds`,
+    counted from now when none is, else from when the last of them ends (no turn starts
+    meanwhile: only a frame starts one). Giving the wait up takes nothing (a queue's get,
+    as in `_next`). O(1): a timer armed only while no turn is served."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(None) as idle:
+            turns.quiet = lambda: idle.reschedule(loop.time() + idle_seconds)
+            if not turns.served:
+                turns.quiet()
+            found = await message
+    except TimeoutError:
+        if idle.expired():
+            return f"idle {idle_seconds:g}s with no turn in flight"
+        raise
+    finally:
+        turns.quiet = None
+    return "its server stops" if found is None else found
+
+
+def _stop_told(scope: Scope, turns: Turns) -> tuple[asyncio.Event, asyncio.Task[None] | None]:
     """Set when the channel's server stops (`STOP_EXTENSION`), and the task that ends once it
     did and no turn is served (None: a server that closes the socket itself at its stop)."""
     stopping = asyncio.Event()
@@ -249,7 +253,7 @@ def _stop_told(scope: Scope, turns: _Turns) -> tuple[asyncio.Event, asyncio.Task
     return stopping, turns.drained
 
 
-async def _drained(stopping: asyncio.Event, turns: _Turns) -> None:
+async def _drained(stopping: asyncio.Event, turns: Turns) -> None:
     """Once `stopping` is set and every turn served has its answer ended (what a turn's app
     does after it, a write, is cancelled with the channel, as on any close). A turn answered
     busy is not waited for: nothing was done with it, and its sender sends it over HTTP
@@ -278,82 +282,6 @@ async def _closed(
         writing.release()
 
 
-class _Turns:
-    """The turns a channel serves: their tasks, their windows (where the sender keeps
-    them), and the bytes of their bodies held, each counted as it comes and goes (O(1) a
-    frame)."""
-
-    def __init__(self, window: int | None, send_timeout: float) -> None:
-        self.served: dict[int, asyncio.Task[None]] = {}
-        self.held: dict[int, int] = {}  # each served turn's body bytes, held until it ends
-        self.held_bytes = 0
-        self.size, self.send_timeout = window, send_timeout
-        self.windows: dict[int, _Window] = {}  # each served turn's, with windows
-        self.answering: set[int] = set()  # served turns (not busy) whose answer has not ended
-        self.empty = asyncio.Event()  # set as the last of them ends
-        self.drained: asyncio.Task[None] | None = None  # `_stop_told`'s, ended with them
-
-    def window(self, stream: int) -> _Window | None:
-        """A new turn's window (None: the channel keeps none)."""
-        if self.size is None:
-            return None
-        found = self.windows[stream] = _Window(self.size, self.send_timeout)
-        return found
-
-    def credit(self, credit: frames.Credit) -> None:
-        """Credit for a turn served (one that ended already: nothing to do)."""
-        if (found := self.windows.get(credit.stream)) is not None:
-            found.grant(credit.size)
-
-    def full(self, turn: frames.Turn) -> str | None:
-        return _full(len(self.served), self.held_bytes + len(turn.body))
-
-    def start(self, turn: frames.Turn, work: Coroutine[Any, Any, None], busy: bool) -> None:
-        self.served[turn.stream] = task = asyncio.create_task(work)
-        if not busy:  # a stop waits for its answer (`_drained`); a busy one, nothing done
-            self.answering.add(turn.stream)
-        self.held[turn.stream] = len(turn.body)
-        self.held_bytes += len(turn.body)
-        task.add_done_callback(partial(self._forget, turn.stream))
-
-    def cancel(self, stream: int) -> None:
-        if (left := self.served.get(stream)) is not None:
-            left.cancel()
-
-    def _forget(self, stream: int, _: object) -> None:
-        self.served.pop(stream, None)  # a stream is never reused while served: its task
-        self.held_bytes -= self.held.pop(stream, 0)
-        self.windows.pop(stream, None)
-        self.answered(stream)
-
-    def answered(self, stream: int) -> None:
-        """A turn's answer ended (its END sent), or its task did."""
-        self.answering.discard(stream)
-        if not self.answering:
-            self.empty.set()
-
-    async def end(self) -> None:
-        """Every turn cancelled, and awaited a while (an app's own cleanup): none is left
-        running past its channel."""
-        left = list(self.served.values())
-        if self.drained is not None:
-            self.drained.cancel()
-        for task in left:
-            task.cancel()
-        if left:
-            await asyncio.wait(left, timeout=_DRAIN_SECONDS)
-
-
-def _full(turns: int, body_bytes: int) -> str | None:
-    """Why the channel has no room for one more turn (None: it has): `frames.MAX_STREAMS`
-    turns served at once, or `frames.MAX_HELD_BYTES` of their bodies held."""
-    if turns >= frames.MAX_STREAMS:
-        return f"this channel serves {frames.MAX_STREAMS} turns at once"
-    if body_bytes > frames.MAX_HELD_BYTES:
-        return f"this channel holds {frames.MAX_HELD_BYTES} bytes of turns' bodies at once"
-    return None
-
-
 async def _served(
     channel: Scope,
     turn: frames.Turn,
@@ -364,7 +292,7 @@ async def _served(
     busy: str | None,
     refuse: Refuse,
     serves: Serves,
-    window: _Window | None,
+    window: Window | None,
     answered: Callable[[], None],
 ) -> None:
     """One turn through `app`, its answer as frames (`out`), its pieces within `window`

@@ -58,7 +58,7 @@ from toolref.asgi.scope import (
     with_body,
 )
 from toolref.edits import wire
-from toolref.receiving.channel_server import serve_channel
+from toolref.receiving.channel_server import IDLE_SECONDS, serve_channel
 from toolref.receiving.held import HeldRequests
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
 from toolref.receiving.middleware_options import check_app, check_middleware_options
@@ -118,6 +118,10 @@ class ToolRefMiddleware:
         `BaseHTTPMiddleware`, FastAPI's `@app.middleware("http")`) not even that. Under a
         mount point (`root_path`: a Starlette `Mount`, a proxy's prefix) the channel is
         served, and told of, below it.
+    channel_idle_seconds: a channel with no turn in flight and no frame received for this
+        long is closed (1012, `toolref: every turn read was answered`: its sender opens a
+        new one at its next turn, failing none), so one left open and silent holds no
+        connection for ever; well past the sender's own idle close (60 s).
     """
 
     def __init__(
@@ -135,6 +139,7 @@ class ToolRefMiddleware:
         budget: Budget | None = None,
         held_bytes: int = 64 * 2**20,
         channel_path: str | None = None,
+        channel_idle_seconds: float = IDLE_SECONDS,
     ) -> None:
         check_app(app)
         check_middleware_options(
@@ -145,6 +150,7 @@ class ToolRefMiddleware:
             max_body_bytes=max_body_bytes,
             held_bytes=held_bytes,
             channel_path=channel_path,
+            channel_idle_seconds=channel_idle_seconds,
             max_inflated_bytes=max_inflated_bytes,
             alter_answers=alter_answers,
             offload_bytes=offload_bytes,
@@ -152,6 +158,7 @@ class ToolRefMiddleware:
         )
         self.app = app
         self.channel_path = channel_path
+        self.channel_idle_seconds = float(channel_idle_seconds)
         self.registry = registry
         self.paths = paths
         self.max_body_bytes = max_body_bytes
@@ -183,8 +190,9 @@ class ToolRefMiddleware:
         if scope["type"] == "websocket" and self._is_channel(scope):
             # each turn back through here; only edits it restores ride it
             await serve_channel(
-                scope, receive, send, self, refuse=_refusal, serves=self._channel_turn
-            )
+                scope, receive, send, self, refuse=_refusal, serves=self._channel_turn,
+                idle_seconds=self.channel_idle_seconds,
+            )  # fmt: skip
             return
         if not self._handles(scope):
             await self.app(scope, receive, send)

@@ -4,6 +4,7 @@ its registry, messages keys, format, paths and limits, each with the fix in its 
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Collection, Iterable, Mapping
 
 from toolref import formats
@@ -47,6 +48,7 @@ def check_middleware_options(
     max_body_bytes: object,
     held_bytes: object = 0,
     channel_path: object = None,
+    channel_idle_seconds: object = 300.0,
     max_inflated_bytes: object = 1,
     alter_answers: object = True,
     offload_bytes: object = None,
@@ -126,4 +128,20 @@ def check_middleware_options(
             f"channel_path is the path of the channel's WebSocket (a str starting with /, of "
             f"URL path characters, at most 256; /v1/channel is where clients look) or None "
             f"for no channel, not {channel_path!r}"
+        )
+    _check_idle(channel_idle_seconds)
+
+
+def _check_idle(value: object) -> None:
+    """`channel_idle_seconds`: seconds above 0, finite (a channel left silent is closed)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"channel_idle_seconds must be a number of seconds, not {value!r}: give one such "
+            "as 300 (the default)"
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"channel_idle_seconds is {value!r}; give a number of seconds above 0, such as "
+            "300 (the default): how long a channel with no turn in flight and no frame is "
+            "kept open (a silent one would hold its connection for ever)"
         )

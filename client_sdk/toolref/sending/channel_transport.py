@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import ssl
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ import httpx
 from toolref.registry.packages import AsyncBaseTransport2
 from toolref.sending.backoff import LONGEST, Backoff
 from toolref.sending.channel_link import FRAMED, Link, Unsent
+from toolref.sending.refusals import slug_of, toolref_problem
 from toolref.websocket import channel as frames
 from toolref.websocket.driver import Refusal, Unreachable, connect
 from toolref.wire.endpoints import CHANNEL
@@ -60,6 +62,7 @@ IDLE_SECONDS: Final = 60.0
 CREDENTIALS: Final = ("authorization", "x-api-key", "api-key", "x-goog-api-key", "toolref-key")
 _UNHEARD: Final = "closed before any answer came on it"
 _HTTP_FOR: Final = "turns go over HTTP, the channel is tried again in"
+_TOKEN: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a problem's slug, a quota's name
 
 
 class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
@@ -205,6 +208,25 @@ def _whole(request: Any) -> bool:
 
 
 def _why(exc: BaseException) -> str:
+    """Why no channel was had, for the report line: a refused upgrade's status, and the
+    reason its toolref problem+json gives (its slug, and its `quota` where it names one:
+    a gateway's 429 past the tenant's channels says `quota-exceeded, quota channels`)."""
     if isinstance(exc, Refusal):
-        return f"the upgrade was answered {exc.status}"
+        return f"the upgrade was answered {exc.status}" + _reason(exc.body)
     return f"{type(exc).__name__}: {exc}"
+
+
+def _reason(body: bytes) -> str:
+    """`: <slug>[, quota <quota>]` of a refusal's body when it is a toolref problem, else
+    nothing. `body` is what the client kept of it (`client.MAX_REFUSAL` bytes at most): one
+    parse, linear in it. Only short tokens are told, so the receiver cannot write the
+    report line (a newline, a page of text)."""
+    problem = toolref_problem(body)
+    if problem is None:
+        return ""
+    slug, quota = slug_of(problem), problem.get("quota")
+    if not _TOKEN.fullmatch(slug):
+        return ""
+    if isinstance(quota, str) and _TOKEN.fullmatch(quota):
+        return f": {slug}, quota {quota}"
+    return f": {slug}"

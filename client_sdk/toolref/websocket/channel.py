@@ -65,7 +65,8 @@ MAX_FRAME_BYTES: Final = 8 << 20
 # flight): nothing was done with it, and the sender sends it over HTTP instead.
 BUSY: Final = (CHANNEL_HEADER, "busy")
 # The close a receiver sends once its server stops and every turn it read has its answer
-# ended (`toolref.receiving.channel_server`): a turn its sender wrote that has no answer
+# ended, or once the channel sat idle with no turn in flight
+# (`toolref.receiving.channel_server`): a turn its sender wrote that has no answer
 # frame at this close was never read, and goes over HTTP (nothing was done with it). Any
 # other close, uvicorn's own 1012 at a stop included, says nothing of what was read: a
 # turn unanswered at it fails, as on a connection dropped.

@@ -171,6 +171,7 @@ class Gateway:
             await serve_channel(
                 scope, received, send, self, refuse=_REFUSE,
                 send_timeout=self.settings.send_timeout,
+                idle_seconds=self.settings.channel_idle_seconds,
             )  # fmt: skip
         finally:
             self.admission.channels.give(tenant)

@@ -71,6 +71,16 @@ class ConnectionSettings(BaseModel):
         "and its sender sends its turns over HTTP. Unset: a quarter of "
         "TOOLREF_MAX_CONNECTIONS, at least 1.",
     )
+    channel_idle_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds a channel (`/v1/channel`) with no turn in flight and no frame "
+        "received is kept open; then the service closes it (1012, `toolref: every turn read "
+        "was answered`), and its sender opens a new one at its next turn, failing none. "
+        "Bounds how long a silent channel holds a connection (with one tenant, or none, "
+        "nothing else does). Above the sender's own idle close (60 s).",
+    )
 
     @property
     def tenant_requests_share(self) -> int:

@@ -20,6 +20,7 @@
  * O(1) a call, one limit a receiver.
  */
 
+import { printable } from "../shown.js";
 import { MAX_ENTRIES } from "./editor.js";
 
 /** How long a limit learnt holds: Python's `entries.KEPT` (seconds there). */
@@ -64,10 +65,11 @@ export class Entries {
 }
 
 /** What a sender says once a receiver refused an edit of `sent` entries and its limit `learnt`
- * is news (Python's `Sender` logs the same words). */
+ * is news (Python's `Sender` logs the same words); `requestId`, the receiver's, shown as
+ * `printable` shows a peer's text. */
 export function tooManySaid(where: string, sent: number, learnt: number, requestId: string | null): string {
   return (
-    `toolref: ${where} refused an edit of ${sent} entries (413 too-many-items; request id ${requestId ?? "none given"}): it takes a ` +
+    `toolref: ${where} refused an edit of ${sent} entries (413 too-many-items; request id ${printable(requestId ?? "none given")}): it takes a ` +
     `limit of ${learnt} entries (its TOOLREF_MAX_EDIT_ENTRIES, 50000 by default), so the request went again as it is, and so do ` +
     "its requests of more (long conversations: about 2 entries a message), whole, edits tried again in an hour; raise that " +
     "setting to send them as edits"
