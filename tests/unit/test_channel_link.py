@@ -93,7 +93,7 @@ async def test_a_receivers_text_message_drops_the_channel() -> None:
 
 async def test_a_turn_whose_channel_is_closing_is_not_written() -> None:
     """The close came and the reader has not yet ended the channel: the turn would go to
-    a socket that sends nothing, and fail; it is `_Unsent` (over HTTP) instead."""
+    a socket that sends nothing, and fail; it is `Unsent` (over HTTP) instead."""
     socket = Stub()
     socket.open = False
     channel = link(socket)

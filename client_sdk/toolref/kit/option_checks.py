@@ -12,6 +12,7 @@ names the value and the fix, instead of the mistake surfacing later as a silent 
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable, Mapping
 
 
@@ -21,6 +22,22 @@ def check_count(name: str, value: object, minimum: int, fix: str = "") -> None:
         raise TypeError(f"{name} is an int, not a {type(value).__name__} ({value!r})")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}" + (f"; {fix}" if fix else ""))
+
+
+def check_seconds(name: str, value: object, default: float, meaning: str) -> float:
+    """`value` is a finite number of seconds above 0 (not a bool), as a float; TypeError or
+    ValueError naming `name`, an example (`default`) and what the option does (`meaning`)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"{name} must be a number of seconds, not {value!r}: give one such as "
+            f"{default:g} (the default)"
+        )
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(
+            f"{name} is {value!r}; give a number of seconds above 0, such as {default:g} "
+            f"(the default): {meaning}"
+        )
+    return float(value)
 
 
 def check_key(name: str, value: object) -> None:

@@ -4,12 +4,11 @@ its registry, messages keys, format, paths and limits, each with the fix in its 
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Collection, Iterable, Mapping
 
 from toolref import formats
 from toolref.asgi.budget import Budget
-from toolref.kit.option_checks import check_count, check_key
+from toolref.kit.option_checks import check_count, check_key, check_seconds
 from toolref.registry.client import RegistryClient
 from toolref.wire.endpoints import CHANNEL_PATH
 
@@ -134,14 +133,10 @@ def check_middleware_options(
 
 def _check_idle(value: object) -> None:
     """`channel_idle_seconds`: seconds above 0, finite (a channel left silent is closed)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(
-            f"channel_idle_seconds must be a number of seconds, not {value!r}: give one such "
-            "as 300 (the default)"
-        )
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(
-            f"channel_idle_seconds is {value!r}; give a number of seconds above 0, such as "
-            "300 (the default): how long a channel with no turn in flight and no frame is "
-            "kept open (a silent one would hold its connection for ever)"
-        )
+    check_seconds(
+        "channel_idle_seconds",
+        value,
+        300,
+        "how long a channel with no turn in flight and no frame is kept open (a silent one "
+        "would hold its connection for ever)",
+    )

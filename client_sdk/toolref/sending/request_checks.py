@@ -5,10 +5,10 @@ names the value and the fix."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Final
 
+from toolref.kit.option_checks import check_seconds
 from toolref.registry.packages import PACKAGES
 from toolref.wire.errors import ValidationError
 
@@ -62,18 +62,13 @@ def check_shape_problems(value: object) -> bool:
 def check_channel_retry_max(value: object) -> float:
     """`AsyncTransport(channel_retry_max=...)`: seconds above 0, finite (the channel's
     back-off cap: `toolref.sending.backoff`)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            f"channel_retry_max must be a number of seconds, not {value!r}: give one such as "
-            "600 (the default)"
-        )
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(
-            f"channel_retry_max is {value!r}; give a number of seconds above 0, such as 600 "
-            "(the default): the most a sender waits, sending edits over HTTP, before trying "
-            "a receiver's channel again after failures in a row to have it"
-        )
-    return float(value)
+    return check_seconds(
+        "channel_retry_max",
+        value,
+        600,
+        "the most a sender waits, sending edits over HTTP, before trying a receiver's channel "
+        "again after failures in a row to have it",
+    )
 
 
 def check_inner(inner: object, *, sync: bool) -> None:
