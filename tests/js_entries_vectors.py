@@ -6,8 +6,11 @@ as JSON carries it, the clock), each with what `refused` returned and `most(now)
 clock readings after it. Readings are in seconds, Python's unit; JS's `Entries` takes
 milliseconds, so the JS test multiplies each by 1000 (every reading here is a multiple of
 1/4 s, exact in both). Relay, Python SDK and JS SDK must learn the same limit from the same
-refusals, or one of them sends a refused edit every turn. Written into vectors.json by
-`tests.js_vectors`.
+refusals, or one of them sends a refused edit every turn. `refusals` holds answers to an
+edit (status, problem read) and whether the pure rule `toolref.sending.entries.too_many_items`
+takes each as a receiver's too-many-items refusal: a gateway's 413, and a middleware's 415
+naming its registry's (`cause`), never any other 415 (which pauses edits): JS's
+`tooManyItems` must tell them apart alike. Written into vectors.json by `tests.js_vectors`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import random
 from typing import Any, Final
 
 from toolref.edits.wire import DEFAULT_MAX_ENTRIES
-from toolref.sending.entries import KEPT, LARGEST, Entries
+from toolref.sending.entries import KEPT, LARGEST, Entries, too_many_items
 
 # A refusal: the edit's entries, the problem's `limit` (any JSON value, None: absent), when.
 Refusal = tuple[int, Any, float]
@@ -60,6 +63,30 @@ CASES: Final[dict[str, list[Refusal]]] = {
 }
 
 
+_TOO_MANY = "urn:toolref:problem:too-many-items"
+_UNSUPPORTED = "urn:toolref:problem:unsupported-media-type"
+# An answer to an edit: its status and its problem (None: none read).
+REFUSALS: Final[list[tuple[int, Any]]] = [
+    (413, {"type": _TOO_MANY, "status": 413, "limit": 200}),
+    (413, {"type": _TOO_MANY}),
+    (413, {"type": "urn:toolref:problem:decompressed-too-large", "limit": 200}),
+    (413, {"type": _UNSUPPORTED, "cause": _TOO_MANY}),
+    (413, None),
+    (415, {"type": _UNSUPPORTED, "status": 415, "cause": _TOO_MANY, "limit": 200}),
+    (415, {"type": _UNSUPPORTED, "cause": _TOO_MANY}),
+    (415, {"type": _UNSUPPORTED, "cause": "urn:toolref:problem:registry-unreachable"}),
+    (415, {"type": _UNSUPPORTED, "cause": "urn:toolref:problem:overloaded"}),
+    (415, {"type": _UNSUPPORTED}),
+    (415, {"type": _TOO_MANY, "limit": 200}),
+    (415, {"type": "about:blank", "cause": _TOO_MANY}),
+    (415, {"type": _UNSUPPORTED, "cause": [_TOO_MANY]}),
+    (415, None),
+    (400, {"type": _UNSUPPORTED, "cause": _TOO_MANY}),
+    (503, {"type": _UNSUPPORTED, "cause": _TOO_MANY}),
+    (200, {"type": _TOO_MANY}),
+]
+
+
 def _readings(at: float) -> list[float]:
     return [at, at + 1.0, at + KEPT - 0.25, at + KEPT, at + 2 * KEPT]
 
@@ -91,4 +118,13 @@ def build() -> dict[str, Any]:
     cases = [{"name": name, "steps": _replay(events)} for name, events in CASES.items()]
     for n in range(4):
         cases.append({"name": f"random {n}", "steps": _replay(_random_refusals(rng, 40))})
-    return {"keptSeconds": KEPT, "defaultMost": DEFAULT_MAX_ENTRIES, "cases": cases}
+    refusals = [
+        {"status": status, "problem": problem, "tooMany": too_many_items(status, problem)}
+        for status, problem in REFUSALS
+    ]
+    return {
+        "keptSeconds": KEPT,
+        "defaultMost": DEFAULT_MAX_ENTRIES,
+        "cases": cases,
+        "refusals": refusals,
+    }

@@ -5,8 +5,10 @@ each character a terminal acts on as its escape, at most `most` characters kept 
 counted. Both SDKs show a receiver's request id and the like through it (Python's `Sender`
 at most 200 characters of each), so a hostile or broken peer writes no escape sequence and
 no megabytes into an app's log or error message, whichever SDK the app uses. Characters are
-code points in both (an astral one is one, a lone surrogate is one). Written into
-vectors.json by `tests.js_vectors`.
+code points in both (an astral one is one, a lone surrogate is one). `endpoints` holds URLs
+and the endpoint a warning names for each (`toolref.sending.sender.target_of`: origin and
+path, as JS's `endpointShown` writes it; before, Python wrote `https://host:/path`, an empty
+port, where JS wrote `https://host/path`). Written into vectors.json by `tests.js_vectors`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from __future__ import annotations
 import random
 from typing import Any, Final
 
+import httpx
+
+from toolref.sending.sender import target_of
 from toolref.wire.redaction import printable
 
 # (name, text, most): `most` is always given (Python's default is the relay's line length).
@@ -93,3 +98,27 @@ def build() -> list[dict[str, Any]]:
     for n in range(40):
         cases.append(_case(f"random {n}", _random_text(rng), rng.choice((0, 1, 7, 200, 300))))
     return cases
+
+
+# URLs an app sends its LLM requests to: the scheme's own port given or not, another port,
+# IPv6, an IDN host, upper case, credentials, a query and a fragment (never shown), dot
+# segments, characters a path percent-encodes, and one already encoded.
+URLS: Final = [
+    "https://llm.test/v1/chat/completions",
+    "https://llm.test:443/v1/chat/completions",
+    "http://llm.test:80/v1/chat/completions",
+    "http://127.0.0.1:8750/llm/openai/v1/chat/completions",
+    "https://Gateway.Example.COM:8443/v1/messages",
+    "http://[::1]:8080/v1/messages",
+    "https://münchen.example/v1/responses",
+    "https://user:secret@llm.test/v1/chat/completions",
+    "https://gw.test/v1beta/models/g:generateContent?key=AIzaSECRET#part",
+    "http://llm.test/a/../v1/./chat/completions",
+    "https://llm.test/api/a b/é/{x}`y|z^",
+    "https://llm.test/api/a%2Fb/%7Euser",
+    "https://llm.test",
+]
+
+
+def endpoints() -> list[dict[str, str]]:
+    return [{"url": url, "shown": target_of(httpx.URL(url))} for url in URLS]

@@ -6,6 +6,9 @@ at)` or `unreadable(version, at)` (with what `unreadable` returned), each follow
 takes milliseconds, so the JS test multiplies each by 1000 (every reading here is a multiple
 of 1/4 s, exact in both). Relay, Python SDK and JS SDK must pick the same version from the
 same answers, or replicas of 4 and 6 behind one address are sent edits one of them refuses.
+`warnings` holds the warning a sender logs on such a step down
+(`toolref.sending.said.unreadable_said`), for JS's `unreadableSaid` to write word for word:
+the receiver's detail and request id escaped and cut alike (before, JS left the detail out).
 Written into vectors.json by `tests.js_vectors`.
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 import random
 from typing import Any, Final
 
-from toolref.sending.said import RECENT, Said
+from toolref.sending.said import RECENT, Said, unreadable_said
 
 # Events: ("said" | "unreadable", version, at). Readings after each: the event's own time,
 # just inside RECENT after it, at RECENT after it (expired: `now - at < RECENT` is strict).
@@ -121,9 +124,43 @@ def _random_events(rng: random.Random, count: int) -> list[Event]:
     return events
 
 
+# (endpoint, version, written, detail: any JSON value, request id, status)
+WARNINGS: Final[list[tuple[str, int, int | None, Any, str | None, int]]] = [
+    ("https://llm.test/v1/chat/completions", 6, 4, "the edit could not be read", "req-1", 400),
+    ("https://llm.test/v1/chat/completions", 1, None, "unknown op", "req-2", 400),
+    ("/api/chat", 4, 3, None, None, 400),  # no detail, no request id
+    ("/api/chat", 5, 3, 42, "", 400),  # a detail that is no text; an empty id
+    ("/api/chat", 5, 4, {"why": "x"}, "r", 415),  # a middleware's 415 naming it
+    (
+        "https://gw.test/v1/messages",
+        6,
+        3,
+        "\x1b[2J\x1b[Hall clear" + "x" * 500,
+        "\u202e" * 300,
+        400,
+    ),
+    ("https://gw.test/v1/messages", 3, 2, "\U0001f600" * 250, "id\r\nforged", 400),
+]
+
+
+def _warning(case: tuple[str, int, int | None, Any, str | None, int]) -> dict[str, Any]:
+    endpoint, version, written, detail, request_id, status = case
+    said = unreadable_said(endpoint, version, written, detail, request_id, status=status)
+    return {
+        "endpoint": endpoint,
+        "version": version,
+        "written": written,
+        "detail": detail,
+        "requestId": request_id,
+        "status": status,
+        "said": said,
+    }
+
+
 def build() -> dict[str, Any]:
     rng = random.Random(57)
     cases = [{"name": name, "steps": _replay(events)} for name, events in CASES.items()]
     for n in range(4):
         cases.append({"name": f"random {n}", "steps": _replay(_random_events(rng, 40))})
-    return {"recentSeconds": RECENT, "cases": cases}
+    warnings = [_warning(case) for case in WARNINGS]
+    return {"recentSeconds": RECENT, "cases": cases, "warnings": warnings}

@@ -19,7 +19,10 @@ each such integer as `{"$bigint": "<digits>"}` for JavaScript to rebuild as a `b
 writes after each (tests/js_said_vectors.py). `entries` holds sequences of 413
 `too-many-items` refusals and the entries limit `toolref.sending.entries.Entries` learns after
 each (tests/js_entries_vectors.py). `printable` holds peers' texts and each as
-`toolref.wire.redaction.printable` shows it (tests/js_printable_vectors.py).
+`toolref.wire.redaction.printable` shows it, and `shownEndpoints` URLs and the endpoint a
+warning names for each (tests/js_printable_vectors.py). `stranger` holds, for each status of
+an answer to an edit from no receiver of edits, whether the request goes again as it is and
+how edits pause (tests/js_stranger_vectors.py).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from tests import (
     js_entries_vectors,
     js_printable_vectors,
     js_said_vectors,
+    js_stranger_vectors,
 )
 from toolref import formats
 from toolref.sending.rewrite import rewrite
@@ -611,6 +615,8 @@ def build() -> dict[str, Any]:
         "said": js_said_vectors.build(),
         "entries": js_entries_vectors.build(),
         "printable": js_printable_vectors.build(),
+        "shownEndpoints": js_printable_vectors.endpoints(),
+        "stranger": js_stranger_vectors.build(),
     }
 
 

@@ -24,7 +24,13 @@ edit's recipe is over): it goes as it came, and the gateway's limit is kept
 (`link.entries`, every sender's rule, `toolref.sending.entries`), said in one line: a turn
 of more entries goes as it came at once. Any other 413 (the body itself too large for the
 gateway or the provider: `decompressed-too-large`, say) is the agent's to see, in its
-provider's error shape.
+provider's error shape. A refusal from something in front of the gateway that does not speak
+toolref (no `Toolref-History`, no `Toolref-Edits`, no toolref problem: a proxy, a firewall;
+`Stranger`) follows every sender's rule (`toolref.sending.stranger`): refused unread (a 4xx
+but 429, a 500), the turn goes as it came, said in one line, and edits pause 5 minutes,
+doubled, at most an hour (`link.paused`); a proxy's 502-504 (which may have forwarded the
+edit: sent again, the provider would be called twice) or a 429 is the agent's, as it came,
+edits paused 1 s, doubled, at most 30 s.
 
 A request the edit would not shrink (header lines and body, counted alike on both sides),
 and too small for a later turn to be an edit of (no message of `RELATED_MIN` bytes: the
@@ -50,7 +56,7 @@ import httpx
 
 from toolref.asgi.hops import Pairs, end_to_end, on_the_wire, without_toolref
 from toolref.asgi.workers import Workers
-from toolref.edits.wire import DEFAULT_MAX_ENTRIES
+from toolref.edits.wire import DEFAULT_MAX_ENTRIES, MEDIA_TYPE
 from toolref.registry.bounded import aread_problem
 from toolref.sending.answers import (
     edits_said,
@@ -66,6 +72,7 @@ from toolref.sending.editor import not_worth_an_edit as not_worth
 from toolref.sending.entries import too_many_items
 from toolref.sending.pause import UNREADABLE_FIRST, UNREADABLE_LONGEST
 from toolref.sending.said import RECENT
+from toolref.sending.stranger import no_reader, resent, stranger_pause
 from toolref.wire.endpoints import endpoint
 from toolref.wire.headers import HISTORY_HEADER
 
@@ -90,6 +97,16 @@ class TooMany:
 
     sent: int
     limit: object
+
+
+@dataclass(frozen=True, slots=True)
+class Stranger:
+    """A refusal of `status` to an edit from something in front of the gateway that does
+    not speak toolref (`toolref.sending.stranger`): `answer` the agent's, as it came; None:
+    refused unread, the turn goes as it came."""
+
+    status: int
+    answer: httpx.Response | None
 
 
 async def as_edit(
@@ -192,6 +209,19 @@ async def as_edit(
             f"came for {link.paused.length:g} s, then as edits again"
         )
         return None
+    if isinstance(answer, Stranger):
+        pause = stranger_pause(answer.status)
+        if pause is not None:
+            link.paused.refused(time.monotonic(), seen, *pause)
+        if answer.answer is not None:  # a proxy's 502-504, a 429: the agent's to retry
+            return answer.answer
+        link.report(
+            f"toolref relay: something in front of the gateway {config.gateway} that does not "
+            f"speak toolref (a proxy, a firewall) refused an edit {answer.status}; the turn "
+            f"goes as it came, and so do turns for {link.paused.length:g} s; let "
+            f"{MEDIA_TYPE} through to the gateway to send edits"
+        )
+        return None
     if answer == NOT_AN_EDIT:
         return None
     link.capabilities.said(edits_said(answer))  # a replica of another version, rolled
@@ -217,7 +247,7 @@ async def send_edit(
     extensions: dict[str, Any],
     as_it_is: Callable[[], httpx.Request] | None = None,
     most: int = DEFAULT_MAX_ENTRIES,
-) -> httpx.Response | Declined | TooMany:
+) -> httpx.Response | Declined | TooMany | Stranger:
     """The gateway's answer to the turn sent as an edit (resends done); `extra`: the
     relay's own headers (`Toolref-Key`, `Toolref-Switched-From`); `as_it_is`: the request
     as it came, sent instead when the edit is not worth it (`not_worth_an_edit`); `most`:
@@ -261,9 +291,10 @@ async def send_edit(
 
 async def _answered(
     client: Client, edit: Edit, request: httpx.Request, response: httpx.Response, size: int
-) -> httpx.Response | Declined | TooMany | Edit:
+) -> httpx.Response | Declined | TooMany | Stranger | Edit:
     """What `send_edit` does with the gateway's `response` to `edit`: the answer (its
-    recipe confirmed), a refusal (`UNSUPPORTED`, `STORE_DOWN`, `UNREADABLE`, `TooMany`),
+    recipe confirmed), a refusal (`UNSUPPORTED`, `STORE_DOWN`, `UNREADABLE`, `TooMany`,
+    `Stranger`),
     or the next attempt of a miss (the response read and closed). `size`: the body's
     bytes (a worker thread past `OFFLOAD_BYTES`)."""
     editor = client.editor
@@ -289,6 +320,12 @@ async def _answered(
         if unreadable(response):
             await response.aclose()
             return UNREADABLE
+    status = response.status_code
+    if status >= 400 and no_reader(response):  # a proxy or firewall before the gateway
+        if not resent(status):
+            return Stranger(status, response)
+        await response.aclose()
+        return Stranger(status, None)
     async with client.lock:  # may wait for another turn's preparing: a cancel point
         kept = editor.confirm(edit, response.headers.get(HISTORY_HEADER))  # O(entries)
     if kept:

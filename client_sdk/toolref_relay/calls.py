@@ -59,7 +59,8 @@ class Meter(httpx.AsyncBaseTransport):
     """The shared connection pool, counting the requests sent through it as they go on the
     wire: over HTTP, header lines (`name: value` and its line end, each) and body; over the
     channel, the turn's frame (a WebSocket message: its bytes), as its answer tells
-    (`FRAMED`), and both when the channel's busy answer sent it over HTTP after all."""
+    (`FRAMED`), and both when the channel's busy answer, or its receiver's drained close
+    before reading the frame, sent it over HTTP after all."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner, self.sent = inner, 0

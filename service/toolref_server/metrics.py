@@ -109,8 +109,8 @@ class Metrics:
         self.summary_fallbacks = Counter(
             "toolref_summary_fallbacks",
             "Summaries a request wanted from a model and got extractive instead, by summarizer "
-            "and reason: failed, failed-recently, wait, request-cap, tenant-quota, "
-            "tenant-in-flight, model-busy, breaker.",
+            "and reason: failed, refused, empty, failed-recently, wait, request-cap, "
+            "tenant-quota, tenant-in-flight, model-busy, breaker.",
             ["summarizer", "reason"],
             registry=r,
         )

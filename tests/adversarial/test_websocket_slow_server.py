@@ -351,8 +351,9 @@ async def test_a_turn_timing_out_leaves_the_other_turns_on_a_silent_channel_thei
 ):
     """Two turns on one channel that hears nothing: the one with the shorter read timeout
     fails `ReadTimeout` as over HTTP, and the other keeps its own wait (a model reasoning in
-    silence answers later; over HTTP that request would not fail early either); the channel
-    is dropped when the last turn in flight times out with nothing heard."""
+    silence answers later; over HTTP that request would not fail early either), on a channel
+    that takes no new turn (retired: the next opens a new one); the channel is dropped when
+    the last turn in flight times out with nothing heard."""
 
     async def talk(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(accept(await reader.readuntil(b"\r\n\r\n")))
@@ -369,7 +370,8 @@ async def test_a_turn_timing_out_leaves_the_other_turns_on_a_silent_channel_thei
         got = [await short]
         link = transport._link
         assert link is not None
-        assert not link.closed  # the other turn still waits on it
+        assert link.retired  # the other turn still waits on it
+        assert not link.over
         got.append(await long)
         await transport.close_link()
     assert got == [httpx.ReadTimeout, httpx.ReadTimeout]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -25,6 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.support.servers import serve
+from toolref.wire.redaction import printable
 from toolref_relay import Relay, RelayConfig
 
 from .relay_gateway import KEY, gateway
@@ -138,6 +140,65 @@ async def test_an_answer_without_an_id_still_gets_the_gateways(redis: Redis) -> 
     assert refused.status_code == 404
     assert len(refused.headers.get_list("x-request-id")) == 1
     assert mine.headers.get_list("x-request-id") == ["my-own-id"]
+
+
+# An upstream's id that is no plain token: a space, a slash, a byte past ASCII, a quote,
+# and far past 128 characters (a proxy's trace header, say).
+ODD_ID = 'trace 0123/\xe9;"' + "x" * 300
+
+
+def naming(value: str) -> Starlette:
+    """A provider that names each answer `value` in `X-Request-Id`, as it sends it."""
+
+    async def answer(request: Request) -> Response:
+        await request.body()
+        answer = JSONResponse(COMPLETION)
+        answer.raw_headers.append((b"x-request-id", value.encode("latin-1")))
+        return answer
+
+    return Starlette(routes=[Route("/v1/chat/completions", answer, methods=["POST"])])
+
+
+async def test_an_upstreams_id_that_is_no_plain_token_is_logged_escaped_and_cut(
+    redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found in review (request ids): an upstream's `X-Request-Id` that was no plain token
+    was handed to the client, and ours was not sent, but the access line named only ours:
+    nothing tied the id the client holds to our logs. Now the client gets the upstream's
+    header untouched, and the access line logs it as `printable` shows a peer's text
+    (escaped, at most 128 characters, the rest counted) next to ours."""
+    caplog.set_level(logging.INFO, logger="toolref_server.access")
+    async with (
+        gateway(redis, {"openai": naming(ODD_ID)}) as recorded,
+        httpx.AsyncClient(base_url=recorded.url, timeout=TIMEOUT) as client,
+    ):
+        answer = await client.post(
+            "/llm/openai/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"toolref-key": KEY, "authorization": "Bearer sk-provider"},
+        )
+    assert answer.status_code == 200, answer.text
+    assert answer.headers.raw.count((b"x-request-id", ODD_ID.encode("latin-1"))) == 1
+    assert len(answer.headers.get_list("x-request-id")) == 1  # the upstream's, untouched
+    [line] = [vars(r) for r in caplog.records if r.name == "toolref_server.access"]
+    assert line["upstreamRequestId"] == printable(ODD_ID, 128)
+    assert line["upstreamRequestId"].endswith("... (186 more characters)")
+    assert re.fullmatch(r"[0-9a-f]{32}", line["request_id"])  # ours, in every line
+
+
+async def test_an_upstreams_empty_id_is_replaced_by_ours(redis: Redis) -> None:
+    """An empty `X-Request-Id` names nothing: the answer carries ours instead."""
+    async with (
+        gateway(redis, {"openai": naming("")}) as recorded,
+        httpx.AsyncClient(base_url=recorded.url, timeout=TIMEOUT) as client,
+    ):
+        answer = await client.post(
+            "/llm/openai/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"toolref-key": KEY, "x-request-id": "my-own-id"},
+        )
+    assert answer.status_code == 200, answer.text
+    assert answer.headers.get_list("x-request-id") == ["my-own-id"]
 
 
 @pytest.mark.parametrize("channel", [False, True], ids=["http", "channel"])

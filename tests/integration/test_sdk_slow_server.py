@@ -158,7 +158,7 @@ async def test_a_problem_from_a_receiver_of_edits_trickled_is_handed_on_past_the
 
 @pytest.mark.parametrize("how", TURNS)
 @pytest.mark.parametrize(
-    ("status", "kind"), [(415, PROBLEM), (400, "text/html"), (409, PROBLEM), (503, PROBLEM)]
+    ("status", "kind"), [(415, PROBLEM), (400, "text/html"), (409, PROBLEM), (500, PROBLEM)]
 )
 async def test_a_refusal_from_no_receiver_of_edits_trickled_is_dropped_and_sent_as_it_is(
     how: str, status: int, kind: str

@@ -187,3 +187,18 @@ def test_retry_in_counts_an_in_flight_probe(clock: FakeClock) -> None:
     clock.advance(4.0)
     assert not breaker.allow()
     assert breaker.retry_in() == pytest.approx(6.0)  # the probe's own timeout
+
+
+def test_an_abandoned_probe_lets_the_next_call_probe_at_once(clock: FakeClock) -> None:
+    """A probe that told nothing (never sent: no connection came free) must not hold the
+    breaker shut for another cool-down (review: summary model calls)."""
+    breaker = opened(clock)
+    clock.advance(10.0)
+    assert breaker.allow()  # the probe
+    assert not breaker.allow()  # one at a time
+    breaker.abandon()
+    assert state(breaker) is BreakerState.HALF_OPEN
+    assert breaker.allow()  # the next call probes, the clock unmoved
+    breaker.failure()
+    assert state(breaker) is BreakerState.OPEN  # its failure opens it again, as any probe's
+    assert breaker.retry_in() == 10.0

@@ -29,6 +29,7 @@ class Stub:
         self.incoming: asyncio.Queue[Message | Closed] = asyncio.Queue()
         self.dropped = asyncio.Event()
         self.accepted = Accepted((), None)  # an older receiver's answer: no windows
+        self.peer_closed: Closed | None = None  # a close read, not yet received
 
     async def send(self, data: str | bytes) -> None:
         self.sent.append(data)

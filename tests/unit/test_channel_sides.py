@@ -298,7 +298,7 @@ def over(link: object, inner: Recording) -> ChannelTransport:
 class Busy:
     """A link with a turn in flight (what `ChannelTransport.busy` reads)."""
 
-    closed = False
+    closed = over = False
     streams = {1: None}
 
     async def close(self) -> None:

@@ -180,6 +180,7 @@ class Granting:
         granted = () if window is None else ((frames.WINDOW_HEADER.encode(), str(window).encode()),)
         self.accepted = Accepted(granted, None)
         self.open = True
+        self.peer_closed: Closed | None = None
         self.sent: list[bytes] = []
         self.incoming: asyncio.Queue[Message | Closed] = asyncio.Queue()
 

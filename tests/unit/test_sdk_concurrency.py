@@ -315,7 +315,11 @@ async def test_one_outage_seen_by_edits_at_once_pauses_once() -> None:
             if len(arrived) == 4:
                 everyone.set()
             await everyone.wait()  # all four sent before the first refusal is read
-            return httpx.Response(415, json={"detail": "no registry"})
+            # a middleware's 415, its registry down (a framework's own would be a stranger's:
+            # `toolref.sending.stranger`)
+            refusal = {"type": "urn:toolref:problem:unsupported-media-type", "detail": "down"}
+            problem = {"content-type": "application/problem+json"}
+            return httpx.Response(415, content=json.dumps(refusal).encode(), headers=problem)
         return receiver.answer(request)
 
     manager = ToolReferenceManager()
@@ -338,7 +342,7 @@ async def test_one_outage_seen_by_edits_at_once_pauses_once() -> None:
         refusing, arrived[:] = True, []
         everyone.clear()
         assert await asyncio.gather(*(turn(name, 4) for name in "abcd")) == [200] * 4
-    pause = manager.sender.pauses.peek("https://llm.test:/v1/chat/completions")
+    pause = manager.sender.pauses.peek("https://llm.test/v1/chat/completions")
     assert pause is not None
     assert len(arrived) == 4
     assert pause.length == 1.0

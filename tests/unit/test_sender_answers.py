@@ -64,12 +64,13 @@ class Receiver:
         return httpx.Response(200, json={"id": "r"}, headers={**JSON, **READER})
 
 
-def test_a_5xx_to_an_edit_from_no_reader_is_closed_before_the_request_goes_as_it_is() -> None:
-    """A backend rolled back answers the edit 502 naming nothing of toolref's: the request
-    goes again as it is, and the 502 (never read) is closed, not left holding its pooled
-    connection until the client closes."""
-    stream = Watched(b"<html>bad gateway</html>")
-    receiver = Receiver(httpx.Response(502, headers={"content-type": "text/html"}, stream=stream))
+def test_a_500_to_an_edit_from_no_reader_is_closed_before_the_request_goes_as_it_is() -> None:
+    """A backend rolled back answers the edit 500 naming nothing of toolref's (its route's
+    `request.json()` threw): the request goes again as it is (`toolref.sending.stranger`),
+    and the 500 (never read) is closed, not left holding its pooled connection until the
+    client closes."""
+    stream = Watched(b"<html>internal server error</html>")
+    receiver = Receiver(httpx.Response(500, headers={"content-type": "text/html"}, stream=stream))
     with httpx.Client(transport=Transport(httpx.MockTransport(receiver))) as client:
         assert client.post(URL, content=body(1), headers=JSON).status_code == 200
         assert client.post(URL, content=body(2), headers=JSON).status_code == 200
@@ -79,8 +80,8 @@ def test_a_5xx_to_an_edit_from_no_reader_is_closed_before_the_request_goes_as_it
 
 
 async def test_the_async_transport_closes_an_answer_it_resent_past_too() -> None:
-    stream = Watched(b"<html>bad gateway</html>")
-    receiver = Receiver(httpx.Response(502, headers={"content-type": "text/html"}, stream=stream))
+    stream = Watched(b"<html>internal server error</html>")
+    receiver = Receiver(httpx.Response(500, headers={"content-type": "text/html"}, stream=stream))
     transport = AsyncTransport(httpx.MockTransport(receiver))
     async with httpx.AsyncClient(transport=transport) as client:
         assert (await client.post(URL, content=body(1), headers=JSON)).status_code == 200
@@ -90,8 +91,8 @@ async def test_the_async_transport_closes_an_answer_it_resent_past_too() -> None
 
 
 def test_the_managers_stream_closes_an_answer_it_resent_past() -> None:
-    stream = Watched(b"<html>bad gateway</html>")
-    receiver = Receiver(httpx.Response(502, headers={"content-type": "text/html"}, stream=stream))
+    stream = Watched(b"<html>internal server error</html>")
+    receiver = Receiver(httpx.Response(500, headers={"content-type": "text/html"}, stream=stream))
     manager = ToolReferenceManager()
     with httpx.Client(transport=httpx.MockTransport(receiver)) as client:
         for turn in (1, 2):

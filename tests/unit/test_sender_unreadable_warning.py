@@ -18,7 +18,7 @@ from toolref.sending.said import RECENT
 from toolref.sending.transport import Transport
 
 URL = "https://llm.test/v1/chat/completions"
-ENDPOINT = "https://llm.test:/v1/chat/completions"
+ENDPOINT = "https://llm.test/v1/chat/completions"  # as JS shows it: no empty port
 JSON = {"content-type": "application/json"}
 LOGGER = "toolref.sending.sender"
 ADVICE = "if the backend was not rolled back, report this with the request id"

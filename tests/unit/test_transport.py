@@ -187,7 +187,8 @@ class Refusing(Receiver):
         if self.down and request.headers.get("content-type") == MEDIA_TYPE:
             self.sent.append(request)
             problem = {"type": "urn:toolref:problem:unsupported-media-type", "status": 415}
-            return httpx.Response(415, json=problem)
+            headers = {"content-type": "application/problem+json"}  # as every receiver's
+            return httpx.Response(415, content=json.dumps(problem), headers=headers)
         return super().__call__(request)
 
 

@@ -49,8 +49,14 @@ export interface Context {
   readonly options: ToolRefBackendOptions;
   readonly limits: Record<Limit, number>;
   readonly registry: string;
-  /** The version of edits told to clients, once asked of the registry (`editsTold`). */
+  /** The version of edits told to clients, as last asked of the registry (`editsTold`). */
   told?: Promise<number>;
+  /** That version once known; the question asking it again (`askAgain`), while in flight. */
+  version?: number;
+  asking?: Promise<number>;
+  /** When (`performance.now()`) the registry was last asked; last asked after a refusal. */
+  askedAt?: number;
+  refusedAt?: number;
 }
 
 /** The client left: the handler is not called, and this answer reaches nobody. */

@@ -40,12 +40,14 @@
 
 import { TooLargeError, readAll } from "./compression.js";
 import { tapFor } from "./edits/answer.js";
+import { RECENT_MS } from "./edits/said.js";
 import { describesHop, headerLine, isSecret } from "./edits/segments.js";
 import { MEDIA_TYPE, VERSION } from "./edits/wire.js";
 import { UsageError } from "./errors.js";
 import { FORMATS } from "./formats/index.js";
 import { checkOptions, type Spec } from "./options.js";
 import { EDITS_HEADER, HISTORY_HEADER, PROBLEM_TYPE, PROTOCOL_HEADER, SAVINGS_HEADER, TOOLREF_PREFIX, problemType, savingsValue } from "./protocol.js";
+import { MAX_PROBLEM_BYTES } from "./refusals.js";
 import { ClientGone, postBounded, type RegistryAnswer } from "./registry.js";
 import { type Context, type Handler, LIMITS, type Limit, type ToolRefBackendOptions, UNAVAILABLE, exposed, gone, problem, withHeaders } from "./backend-parts.js";
 import { hydrated } from "./hydrated.js";
@@ -121,8 +123,9 @@ export function withToolRef(handler: Handler, options: ToolRefBackendOptions): (
   return async (request: Request): Promise<Response> => {
     if (request.method !== "POST") return handler(request);
     const media = (request.headers.get("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
-    if (media === MEDIA_TYPE) return exposed(request, await applied(context, request));
     const offered = request.headers.has(EDITS_HEADER);
+    if (media === MEDIA_TYPE || offered) raiseDue(context); // a registry rolled forward: asked again
+    if (media === MEDIA_TYPE) return exposed(request, await applied(context, request));
     const refs = speaksRefs(request.headers);
     if (!offered && !refs) return handler(request);
     const asked = offered ? withoutOffer(request) : request; // the offer is toolref's, not the app's
@@ -141,23 +144,76 @@ function speaksRefs(headers: Headers): boolean {
   return /^[0-9]{1,9}$/.test(text) && Number(text) >= 2;
 }
 
+/** The least time between two questions of the registry's version after it refused edits as
+ * unreadable (400 malformed-body: a registry rolled back), ms (Python's
+ * `registry_edits.RECHECK_SECONDS`). */
+export const RECHECK_MS = 30_000;
+/** The time between two questions while the version told is below this SDK's (a registry
+ * rolled forward), ms (Python's `registry_edits.RAISE_SECONDS`). */
+export const RAISE_MS = RECENT_MS;
+
 /** The version of edits this backend tells its clients: the lower of this SDK's and the
  * registry's (its capabilities' `edits`), so a sender writes only what the registry
- * applies; this SDK's when the registry does not say. Asked once per `withToolRef`. */
+ * applies; this SDK's when the registry does not say. Asked at the first request, and again
+ * while `withToolRef` runs (`askAgain`), as ToolRefMiddleware's `registry_edits`: when the
+ * registry refuses an edit as unreadable (`unreadableRefused`, before its 415: the answers
+ * after it tell the lower version, so every sender steps down), and while the version told is
+ * below this SDK's (`raiseDue`). One question in flight; one that fails keeps the version. */
 function editsTold(context: Context): Promise<number> {
-  context.told ??= askEdits(context);
+  if (context.told === undefined) {
+    context.askedAt = performance.now();
+    context.told = askEdits(context).then((found) => (context.version = found ?? VERSION));
+  }
   return context.told;
 }
 
-async function askEdits(context: Context): Promise<number> {
+/** The registry's version asked again: the question in flight, or a new one. */
+function askAgain(context: Context): Promise<number> {
+  if (context.asking !== undefined) return context.asking;
+  const was = editsTold(context);
+  context.askedAt = performance.now();
+  const asking = Promise.all([was, askEdits(context)]).then(([before, found]) => {
+    const version = found ?? before;
+    context.version = version;
+    context.told = Promise.resolve(version);
+    context.asking = undefined;
+    return version;
+  });
+  context.asking = asking;
+  return asking;
+}
+
+/** The registry refused an edit as unreadable (rolled back): its version asked again, at
+ * most once per RECHECK_MS (else the question in flight), and waited for. */
+async function unreadableRefused(context: Context): Promise<void> {
+  if (context.asking === undefined) {
+    const now = performance.now();
+    if (context.refusedAt !== undefined && now - context.refusedAt < RECHECK_MS) return;
+    context.refusedAt = now;
+  }
+  await askAgain(context);
+}
+
+/** Asked again in the background while the version told is below this SDK's, RAISE_MS after
+ * the last question: a registry rolled forward is told again within about that. */
+function raiseDue(context: Context): void {
+  const { version, askedAt } = context;
+  if (version === undefined || version >= VERSION || context.asking !== undefined) return;
+  if (askedAt === undefined || performance.now() - askedAt >= RAISE_MS) void askAgain(context);
+}
+
+/** The registry's version (the lower of it and this SDK's; this SDK's when its capabilities
+ * name none); null when it could not be asked (unreachable, slow, not 200). */
+async function askEdits(context: Context): Promise<number | null> {
   const bounds = { timeoutMs: context.limits.timeoutMs, maxAnswerBytes: CAPABILITIES_BYTES, signal: null, method: "GET" as const };
   try {
     const answer = await postBounded(context.options.fetch ?? globalThis.fetch, context.registry + "/v1/capabilities", {}, "", bounds);
-    const found: unknown = answer.status === 200 ? JSON.parse(decoder.decode(answer.bytes)) : null;
+    if (answer.status !== 200) return null;
+    const found: unknown = JSON.parse(decoder.decode(answer.bytes));
     const theirs = typeof found === "object" && found !== null ? (found as { edits?: unknown }).edits : undefined;
     return typeof theirs === "number" && Number.isInteger(theirs) ? Math.min(VERSION, theirs) : VERSION;
   } catch {
-    return VERSION; // unknown: an edit it cannot read costs that turn a 415 and a resend
+    return null; // unknown: an edit it cannot read costs that turn a 415 and a resend
   }
 }
 
@@ -206,12 +262,17 @@ async function applied(context: Context, request: Request): Promise<Response> {
     return cannotApply(error instanceof Error ? error.message : String(error));
   }
   const { status } = answer;
-  if (status >= 500 || UNAVAILABLE.has(status)) return cannotApply(`the registry answered ${status}`);
+  if (status >= 500 || UNAVAILABLE.has(status)) return cannotApply(`the registry answered ${status}`, causeOf(answer.bytes));
   if (status >= 400) {
     // A refusal the client resends on (409 missing-history / missing-pieces, 400
     // dictionary-mismatch), as it is; any other (an edit over a limit, of a version the
     // registry does not read) a 415, on which the client sends the request whole.
-    if (!resentOn(status, answer.bytes)) return cannotApply(`the registry refused the edit (${status})`);
+    if (!resentOn(status, answer.bytes)) {
+      const cause = causeOf(answer.bytes);
+      // unreadable: a registry rolled back to a version that does not read the edit's bytes
+      if (status === 400 && cause["cause"] === problemType("malformed-body")) await unreadableRefused(context);
+      return cannotApply(`the registry refused the edit (${status})`, cause);
+    }
     const type = answer.headers.get("content-type") ?? PROBLEM_TYPE;
     return new Response(answer.bytes as BodyInit, { status, headers: { "content-type": type, ...edits(await told) } });
   }
@@ -326,9 +387,29 @@ export function parseRequest(data: Uint8Array): { lines: [string, string | null]
 
 /** The edit is not applied here, and its client resends on no refusal of it (the registry
  * cannot be asked, refused it, a credential it names is missing): a 415, on which a toolref
- * client sends the request as it is (and pauses its edits to this endpoint for a while). */
-function cannotApply(reason: string): Response {
-  return problem(415, "unsupported-media-type", `this backend cannot apply edits now (${reason}); send the request as it is`);
+ * client sends the request as it is (and pauses its edits to this endpoint for a while).
+ * `cause`: the registry's refusal it stands for (`causeOf`), as ToolRefMiddleware names it: a
+ * 413 too-many-items with its `limit`, on which a client learns the limit instead of pausing
+ * (edits/entries.ts). */
+function cannotApply(reason: string, cause: Record<string, unknown> = {}): Response {
+  return problem(415, "unsupported-media-type", `this backend cannot apply edits now (${reason}); send the request as it is`, cause);
+}
+
+/** The registry's refusal a 415 names: `cause`, its toolref problem type, and a
+ * `too-many-items` one's `limit`; nothing for an answer that is no toolref problem (nor one
+ * past `MAX_PROBLEM_BYTES`: toolref's are under 2 KiB). */
+function causeOf(body: Uint8Array): Record<string, unknown> {
+  if (body.length > MAX_PROBLEM_BYTES) return {};
+  let found: unknown;
+  try {
+    found = JSON.parse(decoder.decode(body));
+  } catch {
+    return {};
+  }
+  const type = typeof found === "object" && found !== null ? (found as Record<string, unknown>)["type"] : undefined;
+  if (typeof type !== "string" || !type.startsWith(problemType(""))) return {};
+  const limit = (found as Record<string, unknown>)["limit"];
+  return type === problemType("too-many-items") && typeof limit === "number" ? { cause: type, limit } : { cause: type };
 }
 
 /** The limits in force: each option a whole number within its bounds, or its default. */

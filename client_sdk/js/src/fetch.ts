@@ -17,8 +17,12 @@
  * recipes it confirmed) is shared per endpoint (`shared.ts`), so the one-liner written inline
  * in a component, called again on every render, still sends edits. Everything else goes
  * through untouched. The answer is handed back unread: a streamed answer stays a stream.
+ * In Node, an edit to an endpoint whose receiver names a channel (`Toolref-Channel`) goes as
+ * a frame on it (`channel/`, issue 39), over HTTP whenever the channel cannot carry it.
  */
 
+import { told, viaChannel } from "./channel/channels.js";
+import { channelsHere, fetchDispatched } from "./channel/upgrade.js";
 import { cutBody, isSecret, type BodyCut } from "./edits/segments.js";
 import { MEDIA_TYPE } from "./edits/wire.js";
 import { endpoint } from "./endpoints.js";
@@ -63,10 +67,18 @@ export interface ToolrefFetchOptions extends ManagerOptions {
   manager?: ToolReferenceManager;
   /** Called once per LLM request, after its answer's headers arrived. */
   onExchange?: (info: ExchangeInfo) => void;
+  /** Send edits over one WebSocket per receiver where its answers tell of a channel
+   * (`Toolref-Channel`: the gateway, `ToolRefMiddleware(channel_path=...)`), a frame a turn
+   * instead of an HTTP request each (docs/js.md, "The channel"). Node only; it connects
+   * straight to the receiver's origin, past any dispatcher or proxy the `fetch` given
+   * uses: so by default (undefined) only where no `fetch` is given and the platform's is
+   * dispatched by no proxy of the app's (`setGlobalDispatcher`, `NODE_USE_ENV_PROXY`);
+   * `true` with any, `false` never. */
+  channel?: boolean;
 }
 
 /** toolrefFetch's options and what each holds. */
-const FETCH_OPTIONS = { ...MANAGER_OPTIONS, fetch: "function", manager: "object", onExchange: "function" } as const;
+const FETCH_OPTIONS = { ...MANAGER_OPTIONS, fetch: "function", manager: "object", onExchange: "function", channel: "boolean" } as const;
 
 const encoder = new TextEncoder();
 
@@ -134,6 +146,10 @@ export function toolrefFetch(options: ToolrefFetchOptions = {}): Fetch {
   }
   settle(managerOptions(options)); // a misused option fails here, not at the first request
   const send: Fetch = (input, init) => (options.fetch ?? globalThis.fetch)(input, init);
+  // Edits over the receiver's channel (channel/): Node only, and by default only with the
+  // platform's own fetch, dispatched by no proxy of the app's (the channel would go past it).
+  const channel = (options.channel ?? options.fetch === undefined) && channelsHere();
+  const direct = (): boolean => options.channel === true || !fetchDispatched();
 
   /** The manager and the body's cut of an LLM request; null to send it as it is. */
   const llm = (url: string, method: string, headers: Headers, data: Uint8Array): { manager: ToolReferenceManager; cut: BodyCut } | null => {
@@ -163,19 +179,23 @@ export function toolrefFetch(options: ToolrefFetchOptions = {}): Fetch {
     const url = input instanceof Request ? input.url : String(input);
     const found = llm(url, method, headers, data);
     if (found === null) return send(input, init);
+    const signal = init?.signal ?? (input instanceof Request ? input.signal : undefined);
     const sent = await found.manager.send(
       data,
-      (content, extra, edit) => {
+      async (content, extra, edit) => {
         const sending = edit ? besideAnEdit(headers) : new Headers(headers);
         sending.delete("content-length");
         for (const [name, value] of Object.entries(extra)) sending.set(name, value);
-        return send(input, { ...init, body: content as BodyInit, headers: sending });
+        const carried = channel && edit && direct() ? await viaChannel(url, sending, content, signal) : null;
+        const response = carried ?? (await send(input, { ...init, body: content as BodyInit, headers: sending }));
+        if (channel) told(url, response);
+        return response;
       },
       headers,
       found.manager.editor.longWindow ? found.cut : undefined,
       new URL(url, "http://x").pathname,
       crossOrigin(url),
-      init?.signal ?? (input instanceof Request ? input.signal : undefined),
+      signal,
     );
     const { response } = sent;
     options.onExchange?.({

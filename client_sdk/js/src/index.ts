@@ -25,6 +25,7 @@ export { toolrefFetch, type ExchangeInfo, type ToolrefFetchOptions } from "./fet
 export { SHARED_ENDPOINTS, forgetSharedState, sharedEndpoints } from "./shared.js";
 export { ENDPOINTS, endpoint, type Endpoint } from "./endpoints.js";
 export { platformZstd, type Zstd } from "./zstd.js";
+export { reportChannelsTo } from "./channel/channels.js";
 export * from "./edits/index.js";
 export { REQUEST_MEDIA_TYPE, parseRequest, withToolRef, type Handler, type ToolRefBackendOptions } from "./backend.js";
 export { memberSpans, type MemberSpan } from "./spans.js";

@@ -7,31 +7,31 @@
  * `Toolref-History` (a first one not worth an edit, `notWorthAnEdit`: smaller as it is, and no
  * later turn could be an edit of it, goes as it is with the offer, as Python's); a 409 missing-history / missing-pieces (or a 400 dictionary-mismatch) is
  * resent by the Editor (at most 3 times, the last everything inline) before the app sees any
- * answer; a 413 `too-many-items` (a receiver whose TOOLREF_MAX_EDIT_ENTRIES is below the
- * default) sends the request as it is, and the receiver's limit is kept (`entries`,
- * edits/entries.ts, said once): a later request past it goes as it is at once; a 415 to an edit (the receiver cannot apply edits, or not now) sends the request as
+ * answer; a 413 `too-many-items` (a receiver whose TOOLREF_MAX_EDIT_ENTRIES is below the default; a backend's 415 naming
+ * it) sends the request as it is, the limit kept (edits/entries.ts, said once), no pause: a later request past it goes as it is at
+ * once; any other 415 to an edit (the receiver cannot apply edits, or not now) sends the request as
  * it is, and the endpoint's requests as they are for a while (`pausedUntil`: 1 s, doubled
  * after each further 415, at most 30 s), offering edits. An answer to an edit that names neither
- * a recipe nor `Toolref-Edits` and is no toolref problem (a framework's own problem+json is
- * none) comes from no receiver of edits (a backend rolled back, a replica without the
- * middleware): the endpoint is forgotten (its requests go as they are, with the offer) and,
- * refused (4xx, 415 included, 5xx), the request is sent again as it is, as Python's `Sender`
- * does. The answer is handed back unread (streams stay streams), but for a problem it had to
+ * a recipe nor `Toolref-Edits` and is no toolref problem comes from no receiver of edits: what
+ * follows is stranger.ts's rule (Python's `toolref.sending.stranger`): forgotten, paused,
+ * sent again as it is when refused unread (a 4xx but 429, a 500), a proxy's 502-504 the app's.
+ * The answer is handed back unread (streams stay streams), but for a problem it had to
  * read to decide (at most `MAX_PROBLEM_BYTES` of it, as Python reads one, within
  * `PROBLEM_READ_MS`: refusals.ts; handed back byte for byte).
  */
 
 import { tapFor } from "./edits/answer.js";
 import { Editor, asItCameBytes, notWorthAnEdit, type Edit } from "./edits/editor.js";
-import { Entries, tooManyItems, tooManySaid } from "./edits/entries.js";
+import { Entries, tooManyItems, tooManyLearnt } from "./edits/entries.js";
 import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES } from "./edits/recipes.js";
-import { Said } from "./edits/said.js";
+import { Said, unreadableSaid } from "./edits/said.js";
 import { MEDIA_TYPE, VERSION, WRITTEN } from "./edits/wire.js";
 import type { BodyCut } from "./edits/segments.js";
 import { UsageError } from "./errors.js";
 import { checkOptions, type Spec } from "./options.js";
 import { discard, readProblem } from "./refusals.js";
-import { endpointShown, printable } from "./shown.js";
+import { endpointShown } from "./shown.js";
+import { FIRST_PAUSE_MS, LONGEST_PAUSE_MS, UNREADABLE_LONGEST_MS, UNREADABLE_PAUSE_MS, resent, strangerPause } from "./stranger.js";
 import { EDITS_HEADER, HISTORY_HEADER, PROBLEM_TYPE, TOOLREF_PREFIX, isToolrefProblem, mayResend, problemType } from "./protocol.js";
 
 const encoder = new TextEncoder();
@@ -123,16 +123,11 @@ export function segmentHeaders(headers: Headers): [string, string][] {
   return pairs;
 }
 
-const FIRST_PAUSE_MS = 1000;
-const LONGEST_PAUSE_MS = 30_000;
-/** An edit of the lowest version refused as unreadable (no rollback explains it): paused 5
- * minutes, doubled, at most an hour (Python's `pause.UNREADABLE_FIRST`, `UNREADABLE_LONGEST`). */
-const UNREADABLE_PAUSE_MS = 300_000;
-const UNREADABLE_LONGEST_MS = 3_600_000;
 /** Toolref's 503 when a receiver's store is down (Python's `answers.store_down`). */
 const STORE_DOWN = problemType("store-unavailable");
 /** Toolref's 400 to an edit whose bytes it cannot read (a receiver rolled back). */
 const MALFORMED_BODY = problemType("malformed-body");
+const UNSUPPORTED_MEDIA_TYPE = problemType("unsupported-media-type");
 
 export class ToolReferenceManager {
   readonly messagesKey: string;
@@ -287,14 +282,18 @@ export class ToolReferenceManager {
         // The edit not applied (an app's own 415 is marked with the recipe): this request as
         // it is, and the offer again; paused when a receiver of edits refused it (toolref's
         // problem, or `Toolref-Edits`: its registry down), forgotten too when none did (a
-        // framework's own 415: a backend rolled back), as Python's `Sender` does. The refusal
-        // is read to its end (a small problem; cancelled past `DISCARD_BYTES` or
-        // `PROBLEM_READ_MS`), not cancelled at once: a cancelled answer is a failed request to
-        // a browser's tools, and its connection is not reused.
+        // framework's own 415: a backend rolled back), as Python's `Sender` does; a backend's
+        // naming its registry's 413 too-many-items is that refusal (no pause). It is read to its
+        // end (cancelled past `DISCARD_BYTES` or `PROBLEM_READ_MS`), not cancelled at once: a
+        // cancelled answer is a failed request to a browser's tools, its connection not reused.
         const read = isProblem ? await readProblem(response, signal) : { whole: null, response };
         if (read.whole === null) await discard(read.response, signal);
-        if (!told && !isToolrefProblem(read.whole === null ? null : parseObject(read.whole))) this.forget();
-        this.refused(pauses);
+        const refusal = read.whole === null ? null : parseObject(read.whole);
+        if (tooManyItems(status, refusal)) return this.tooMany(edit, refusal, where, response, plain);
+        // a backend's naming its registry's 400 malformed-body (rolled back): that refusal, no pause
+        if (refusal?.["type"] === UNSUPPORTED_MEDIA_TYPE && refusal["cause"] === MALFORMED_BODY) return this.unreadable(version, pauses, where, refusal, response, plain);
+        if (!told && !isToolrefProblem(refusal)) this.stranger(status, pauses); // a framework's own 415
+        else this.refused(pauses);
         return plain();
       }
       // A problem is read (as Python's `may_resend` reads it, at most `MAX_PROBLEM_BYTES`):
@@ -312,36 +311,16 @@ export class ToolReferenceManager {
         return plain();
       }
       if (!named && !told && !isToolrefProblem(problem)) {
-        // No receiver of edits answered it (neither a recipe nor `Toolref-Edits`, no toolref
-        // problem: a backend rolled back, a replica without the middleware, an app that could
-        // not parse the edit, its framework's own problem+json included, as Spring's and
-        // ASP.NET's): forgotten, as Python's `Sender` forgets it; refused, the request goes
-        // again as it is, with the offer.
-        this.forget();
-        if (status >= 400) {
+        // No receiver of edits answered it (a backend rolled back, an app that could not parse
+        // the edit, a framework's own problem+json, a proxy in front): stranger.ts's rule.
+        if (this.stranger(status, pauses)) {
           if (whole === null) await discard(response, signal);
           return plain();
         }
+        if (status >= 400) return sent(whole === null ? response : new Response(whole as BodyInit, { status, statusText: response.statusText, headers: response.headers }), edit);
       }
-      if (!named && tooManyItems(status, problem)) {
-        // More entries than the receiver's limit (set below the default): the request as it is,
-        // the limit kept for the next ones and said once (`entries`, as Python's `Sender`).
-        const learnt = this.entries.refused(edit.cut.entries.length, problem?.["limit"], performance.now());
-        if (learnt !== null) console.warn(tooManySaid(where, edit.cut.entries.length, learnt, response.headers.get("x-request-id")));
-        return plain();
-      }
-      if (status === 400 && !named && problem?.["type"] === MALFORMED_BODY) {
-        // A receiver rolled back to a version that does not read the edit's bytes: the version
-        // below them said (no lower one: not a rollback, edits paused), and this request as
-        // it is, whose answer says what it reads (Python's `Sender`, the relay alike).
-        // An endpoint another turn forgot meanwhile stays forgotten (Python's `Sender` alike).
-        if (this.edits !== 0) {
-          const stepped = this.said.unreadable(version, performance.now());
-          if (!stepped) this.refused(pauses, UNREADABLE_PAUSE_MS, UNREADABLE_LONGEST_MS);
-          this.unreadableSaid(where, version, stepped ? this.edits : null, response.headers.get("x-request-id"));
-        }
-        return plain();
-      }
+      if (!named && tooManyItems(status, problem)) return this.tooMany(edit, problem, where, response, plain);
+      if (status === 400 && !named && problem?.["type"] === MALFORMED_BODY) return this.unreadable(version, pauses, where, problem, response, plain);
       if (problem !== null) {
         const following = await this.editor.onMiss(edit, status, problem);
         if (following !== null) {
@@ -411,20 +390,13 @@ export class ToolReferenceManager {
 
   private historyWarned = false;
 
-  /** An edit written for `version` was refused 400 `malformed-body` and the version stepped
-   * down (to `written`; null: none lower, edits paused). A rollback explains it; else the
-   * SDK wrote bytes its receiver cannot read, a bug the request sent again as it is hides
-   * from the app. Said once per version refused (Python's `Sender` logs it alike); the
-   * receiver's `requestId` shown as `printable` shows a peer's text. */
-  private unreadableSaid(where: string, version: number, written: number | null, requestId: string | null): void {
+  /** An edit written for `version` was refused as unreadable (`problem`, read from `response`)
+   * and the version stepped down (to `written`; null: none lower, edits paused): said once per
+   * version refused, in Python's `Sender`'s words (`unreadableSaid`, edits/said.ts). */
+  private unreadableSaid(where: string, version: number, written: number | null, problem: Record<string, unknown>, response: Response): void {
     if (this.unreadableWarned.has(version)) return;
     this.unreadableWarned.add(version);
-    const after = written !== null ? `its requests are now written for version ${written}` : "no version is lower: edits paused for it a while, requests go as they are";
-    console.warn(
-      `toolref: ${where} refused an edit written for edits version ${version} as unreadable (400 malformed-body; request id ` +
-        `${printable(requestId ?? "none given: note the time")}); ${after}. Expected only after its receiver was rolled back to an older ` +
-        "toolref: if the backend was not rolled back, report this with the request id",
-    );
+    console.warn(unreadableSaid(where, version, written, problem["detail"], response.headers.get("x-request-id"), response.status));
   }
 
   /** The versions whose refusal as unreadable was said (`unreadableSaid`): at most one each. */
@@ -432,6 +404,26 @@ export class ToolReferenceManager {
 
   /** Answers to an edit that went as the app wrote it instead (`guarded`): sent as it is. */
   private readonly bareAnswers = new WeakSet<Response>();
+
+  /** An edit written for `version` refused as unreadable (400 malformed-body; a backend's 415
+   * naming its registry's): a receiver rolled back to a version that does not read its bytes.
+   * The version below them said (no lower one: not a rollback, edits paused), and this request
+   * as it is, whose answer says what it reads (Python's `Sender`, the relay alike). An
+   * endpoint another turn forgot meanwhile stays forgotten (Python's `Sender` alike). */
+  private unreadable(version: number, pauses: number, where: string, problem: Record<string, unknown>, response: Response, plain: () => Promise<Sent>): Promise<Sent> {
+    if (this.edits !== 0) {
+      const stepped = this.said.unreadable(version, performance.now());
+      if (!stepped) this.refused(pauses, UNREADABLE_PAUSE_MS, UNREADABLE_LONGEST_MS);
+      this.unreadableSaid(where, version, stepped ? this.edits : null, problem, response);
+    }
+    return plain();
+  }
+
+  /** More entries than the receiver takes: as it is, the limit kept, said once (`entries`, as Python's `Sender`), no pause. */
+  private tooMany(edit: Edit, problem: Record<string, unknown> | null, where: string, response: Response, plain: () => Promise<Sent>): Promise<Sent> {
+    tooManyLearnt(this.entries, edit.cut.entries.length, problem, where, response);
+    return plain();
+  }
 
   /** An edit refused (415, or 503 store-unavailable): edits paused 1 s, doubled after each
    * further refusal, at most 30 s. `pauses`: the pauses begun when the edit was sent; one
@@ -449,6 +441,15 @@ export class ToolReferenceManager {
    * at least 1 (`4.0`, `0x4`, `+4`, `1e0` say nothing), as Python's `Sender._told` reads it. */
   private learn(response: Response): void {
     this.said.said(editsSaid(response), performance.now());
+  }
+
+  /** An answer to an edit from no receiver of edits (stranger.ts): the endpoint forgotten,
+   * edits paused as its status says; whether the request goes again as it is. */
+  private stranger(status: number, pauses: number): boolean {
+    this.forget();
+    const pause = strangerPause(status);
+    if (pause !== null) this.refused(pauses, ...pause);
+    return resent(status);
   }
 
   /** The endpoint forgotten: no receiver of edits answers there (its requests go as they are,

@@ -15,7 +15,7 @@
 
 /** The most bytes of a problem read to tell what it is (Python's `MAX_PROBLEM_BYTES`): one
  * toolref writes is < 2 KiB. */
-const MAX_PROBLEM_BYTES = 64 << 10;
+export const MAX_PROBLEM_BYTES = 64 << 10;
 
 /** The most bytes of a refused answer read before it is cancelled (a refusal is small). */
 const DISCARD_BYTES = 64 << 10;

@@ -16,6 +16,7 @@
  * offer, then as edits).
  */
 
+import { closeChannels } from "./channel/channels.js";
 import { MANAGER_OPTIONS, ToolReferenceManager, type ManagerOptions } from "./manager.js";
 import { LruMap } from "./memory.js";
 
@@ -73,5 +74,6 @@ export function sharedEndpoints(): number {
 
 /** Forget every endpoint's state (a user who logs out; tests): the next requests start over. */
 export function forgetSharedState(): void {
+  closeChannels();
   for (const [key] of managers.entries()) managers.delete(key);
 }

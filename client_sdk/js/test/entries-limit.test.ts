@@ -1,8 +1,11 @@
 // A gateway whose operator set TOOLREF_MAX_EDIT_ENTRIES below its default (50,000), against
 // the REAL Python service (`toolref-server serve`, an upstream here recording the bodies it
 // gets): it refuses an edit of more entries 413 `too-many-items`.
-// (A backend behind ToolRefMiddleware or withToolRef answers it 415, on which the manager
-// sends the request as it is already.)
+// Behind withToolRef (the second test) the registry's 413 is the backend's 415, which every
+// sender resends on; it now names the refusal (`cause` too-many-items, its `limit`), and the
+// manager applies the same rule to it. Before, that 415 paused the endpoint's edits (1 s,
+// doubled to 30 s) and taught no limit: each long turn after a pause cost a refused edit, and
+// a short conversation's turns during one went whole.
 // Before, the manager made an edit of every request within the default, and no sender resent
 // on a 413: every turn of a long conversation reached the app as a 413, though the request as
 // it is would have been forwarded. Now the edit refused is sent again as it is, unseen by the
@@ -11,7 +14,7 @@
 // `Sender` (tests/integration/test_edits_entries_limit.py).
 import { createServer, type Server } from "node:http";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { MEDIA_TYPE, cut, toolrefFetch, type ExchangeInfo } from "../src/index.js";
+import { MEDIA_TYPE, cut, toolrefFetch, withToolRef, type ExchangeInfo } from "../src/index.js";
 import { missingPython, registry } from "./services.js";
 
 const missing = missingPython();
@@ -99,5 +102,46 @@ describe.skipIf(missing !== null)("a gateway of a lowered entries limit (the rea
     expect(said).toHaveLength(1);
     expect(said[0]).toContain(`a limit of ${LIMIT} entries`);
     expect(said[0]).toContain("TOOLREF_MAX_EDIT_ENTRIES");
+  });
+
+  it("behind withToolRef: the backend's 415 naming too-many-items is learnt alike, no pause", async () => {
+    const [long, longer, small] = [body(150), body(160), body(10, "a page")];
+    const got: string[] = [];
+    const backend = withToolRef(
+      async (request) => {
+        got.push(await request.text());
+        return new Response(JSON.stringify({ type: "message", content: [] }), { headers: { "content-type": "application/json" } });
+      },
+      { registry: reg.service.url },
+    );
+    const sent: [string, number][] = [];
+    const problems: Record<string, unknown>[] = [];
+    const inProcess = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+      const response = await backend(new Request(input, init));
+      sent.push([new Headers(init?.headers).get("content-type") ?? "", response.status]);
+      if (response.status >= 400) problems.push((await response.clone().json()) as Record<string, unknown>);
+      return response;
+    };
+    const warned = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    const send = toolrefFetch({ fetch: inProcess });
+    for (const text of [body(10), long, longer, small]) {
+      const answer = await send("http://backend.test/v1/messages", { method: "POST", headers: HEADERS, body: text });
+      expect(answer.status, await answer.clone().text()).toBe(200);
+      await answer.text();
+    }
+    const said = warned.mock.calls.map((call) => String(call[0])).filter((line) => line.includes("too-many-items"));
+    warned.mockRestore();
+    expect(got).toEqual([body(10), long, longer, small]); // byte for byte, each once
+    // the 415 every sender resends on, naming the registry's refusal
+    expect(problems).toHaveLength(1);
+    expect(problems[0]).toMatchObject({ type: "urn:toolref:problem:unsupported-media-type", status: 415, cause: "urn:toolref:problem:too-many-items", limit: LIMIT });
+    expect(sent.slice(1)).toEqual([
+      [MEDIA_TYPE, 415], // the long turn's edit, refused by the registry behind it
+      ["application/json", 200], // sent again as it is
+      ["application/json", 200], // the longer turn: as it is at once
+      [MEDIA_TYPE, 200], // within the limit: an edit, no pause in the way
+    ]);
+    expect(said).toHaveLength(1);
+    expect(said[0]).toContain(`a limit of ${LIMIT} entries`);
   });
 });

@@ -4,7 +4,7 @@
 // each reading is multiplied by 1000 (the vectors' readings are multiples of 1/4 s, exact in both).
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { Entries, KEPT_MS } from "../src/index.js";
+import { Entries, KEPT_MS, tooManyItems } from "../src/index.js";
 import { MAX_ENTRIES } from "../src/edits/editor.js";
 
 interface Step {
@@ -19,6 +19,7 @@ interface EntriesVectors {
   keptSeconds: number;
   defaultMost: number;
   cases: { name: string; steps: Step[] }[];
+  refusals: { status: number; problem: Record<string, unknown> | null; tooMany: boolean }[];
 }
 
 const entries = (JSON.parse(readFileSync(new URL("./vectors.json", import.meta.url), "utf8")) as { entries: EntriesVectors }).entries;
@@ -46,4 +47,13 @@ describe("entries vectors: the limit a sender learns from a receiver's 413 too-m
       }
     });
   }
+});
+
+describe("entries vectors: which answers to an edit are a receiver's too-many-items", () => {
+  it("a gateway's 413 and a middleware's 415 naming it, as Python tells them", () => {
+    expect(entries.refusals.filter((item) => item.tooMany).map((item) => item.status)).toEqual([413, 413, 415, 415]);
+    for (const item of entries.refusals) {
+      expect(tooManyItems(item.status, item.problem), JSON.stringify(item)).toBe(item.tooMany);
+    }
+  });
 });

@@ -11,7 +11,7 @@ import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { MEDIA_TYPE, ToolReferenceManager, forgetSharedState, toolrefFetch } from "../src/index.js";
 import { RegistryUnavailable, postBounded } from "../src/registry.js";
-import { MOST_SHOWN, printable } from "../src/shown.js";
+import { MOST_SHOWN, endpointShown, printable } from "../src/shown.js";
 
 afterEach(() => {
   forgetSharedState();
@@ -110,7 +110,7 @@ describe("a receiver's request id in the SDK's warnings", () => {
   it("400 malformed-body: the warning shows it escaped and cut", async () => {
     const said = await warned(MALFORMED);
     escapedAndCut(said);
-    expect(said).toContain("refused an edit written for edits version 6 as unreadable (400 malformed-body; request id ");
+    expect(said).toContain("refused an edit written for edits version 6 as unreadable (400 malformed-body: no detail; request id ");
     expect(said).toContain("if the backend was not rolled back, report this with the request id");
   });
 
@@ -120,6 +120,23 @@ describe("a receiver's request id in the SDK's warnings", () => {
     expect(said).not.toContain("SECRET");
     expect(said).not.toContain("#part");
   });
+});
+
+// Found in review (small message defects): Python named an endpoint `https://host:/path` (an
+// empty port) where JS names `https://host/path`. Both now write the origin and the path alike.
+describe("an endpoint in a warning: as Python's target_of names it", () => {
+  const endpoints = (JSON.parse(readFileSync(new URL("./vectors.json", import.meta.url), "utf8")) as { shownEndpoints: { url: string; shown: string }[] }).shownEndpoints;
+
+  it("has them, the scheme's own port among them", () => {
+    expect(endpoints.length).toBeGreaterThan(10);
+    expect(endpoints.some((item) => item.url.includes(":443/"))).toBe(true);
+  });
+
+  for (const item of endpoints) {
+    it(item.url, () => {
+      expect(endpointShown(item.url)).toBe(item.shown);
+    });
+  }
 });
 
 describe("a registry's redirect in RegistryUnavailable", () => {

@@ -5,6 +5,7 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { RECENT_MS, Said } from "../src/index.js";
+import { unreadableSaid } from "../src/edits/said.js";
 
 interface Step {
   event: "said" | "unreadable";
@@ -44,6 +45,34 @@ describe("said vectors: the edits version written from what a receiver said", ()
         const found = step.versions.map(([now]) => [now, rule.version(now * MS)]);
         expect(found, where).toEqual(step.versions);
       }
+    });
+  }
+});
+
+interface Warning {
+  endpoint: string;
+  version: number;
+  written: number | null;
+  detail: unknown;
+  requestId: string | null;
+  status: number;
+  said: string;
+}
+
+// Found in review (request ids and small message defects): JS's warning on an edit refused as
+// unreadable left out the problem's `detail`, which Python's shows (escaped and cut): an app on
+// the JS SDK read less of what its receiver said. Now both write the same words.
+describe("the warning on an edit refused as unreadable: Python's words (unreadable_said)", () => {
+  const warnings = (said as SaidVectors & { warnings: Warning[] }).warnings;
+
+  it("has them, the receiver's detail among the words", () => {
+    expect(warnings.length).toBeGreaterThan(4);
+    expect(warnings[0]!.said).toContain("(400 malformed-body: the edit could not be read; request id req-1)");
+  });
+
+  for (const [index, item] of warnings.entries()) {
+    it(`warning ${index}: ${item.endpoint} ${item.version} -> ${String(item.written)}`, () => {
+      expect(unreadableSaid(item.endpoint, item.version, item.written, item.detail, item.requestId, item.status)).toBe(item.said);
     });
   }
 });

@@ -6,11 +6,13 @@ import copy
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Self
 
+from toolref.acp.bounds import FIELD_DEPTH, ITEM_DEPTH, MAX_VALUE_BYTES, Budget
 from toolref.acp.content import diff_content, location, terminal_content, text_content
 from toolref.acp.items import checked_content, checked_location
 from toolref.acp.kind import ToolKind, as_kind
 from toolref.acp.state import ToolCallState, ToolCallStatus
 from toolref.wire.canonical import canonical_json
+from toolref.wire.encoding import LONE_SURROGATE
 from toolref.wire.errors import AcpError, CanonicalizationError
 
 if TYPE_CHECKING:
@@ -18,10 +20,8 @@ if TYPE_CHECKING:
 
 Change = Callable[[ToolCallState], None]
 # Levels of objects and lists a content item or location may have, its `_meta` included:
-# serde_json's default recursion limit, which Rust ACP clients parse with (a deeper item
-# would not reach them), and well within what the copies made of it (`copy.deepcopy`,
-# Python's stack) take.
-MAX_ITEM_DEPTH: Final = 128
+# what puts its notification at serde_json's limit as a JSON-RPC line (`bounds`).
+MAX_ITEM_DEPTH: Final = ITEM_DEPTH
 
 
 class FieldChange:
@@ -38,48 +38,44 @@ class FieldChange:
         self.apply(state)
 
 
-def clean(item: Any) -> dict[str, Any]:
+def clean(item: Any, max_bytes: int = MAX_VALUE_BYTES) -> dict[str, Any]:
     """A deep copy of a content item or location without null members (v1 reads null as
     "no change", and an item's optional members are simply left out), but for what a
     `_meta` holds: opaque to ACP ("MUST NOT make assumptions about values"), so carried as
     given, nulls included. `AcpError` when any of it has no JSON form: taken, it would be
-    the call's state, and every later update of the call would fail. One walk and one
-    JSON check of the item: linear in its size."""
+    the call's state, and every later update of the call would fail; and past
+    `MAX_ITEM_DEPTH` levels or `max_bytes` of JSON (`bounds`). A walk that allocates
+    nothing checks those first (a value reused under many keys is refused before any copy
+    of it is made), then one copy and one JSON check: linear in the item's JSON, and the
+    walk stopped at `max_bytes`."""
     if not isinstance(item, Mapping):
         raise AcpError(
             f"a content item or location is a {type(item).__name__} ({item!r:.60}), not an "
             "object; make content items with text_content(...), diff_content(...) or "
             "terminal_content(...), locations with location(path, line) (toolref.acp)"
         )
-    out = _copied(item)  # its depth checked on the way
+    _checked_bounds(item, Budget("a content item or location", max_bytes, MAX_ITEM_DEPTH))
+    out = _copied(item)
     _json_form("a content item or location", out)
     return out
 
 
 def _copied(item: Mapping[Any, Any]) -> dict[str, Any]:
     """`item` copied (later changes by the caller do not leak), null members of its objects
-    left out but under a `_meta` (carried as given). A walk with a stack of its own, not
-    Python's: `AcpError` past `MAX_ITEM_DEPTH` levels of objects and lists (a value that
-    contains itself too), not RecursionError. O(the item's size)."""
+    left out but under a `_meta` (carried as given); a value reused in it is copied at
+    each use, as its JSON writes it. A walk with a stack of its own, not Python's, of an
+    item whose depth and size `_checked_bounds` has bounded: O(the item's JSON)."""
     top: dict[str, Any] = {}
-    stack: list[tuple[Any, Any, int, bool]] = [(item, top, 1, False)]  # from, to, depth, meta
+    stack: list[tuple[Any, Any, bool]] = [(item, top, False)]  # from, to, under a `_meta`
     while stack:
-        source, target, depth, meta = stack.pop()
+        source, target, meta = stack.pop()
         is_object = isinstance(source, Mapping)
         for key, value in source.items() if is_object else enumerate(source):
             if value is None and is_object and not meta:
                 continue
             if isinstance(value, Mapping | list | tuple):  # a tuple: the list it is sent as
-                if depth >= MAX_ITEM_DEPTH:
-                    raise AcpError(
-                        f"a content item or location is nested past {MAX_ITEM_DEPTH} levels "
-                        "of objects and lists (its `_meta` included), or contains itself; "
-                        "ACP clients parse no deeper: flatten it (a deep value as a JSON "
-                        "string, say)",
-                        limit=MAX_ITEM_DEPTH,
-                    )
                 held: Any = {} if isinstance(value, Mapping) else []
-                stack.append((value, held, depth + 1, meta or (is_object and key == "_meta")))
+                stack.append((value, held, meta or (is_object and key == "_meta")))
             else:
                 held = value
             if is_object:
@@ -109,13 +105,14 @@ def as_status(value: ToolCallStatus | str) -> ToolCallStatus:
         raise AcpError(f"tool call status {value!r} is not one of ACP v1's: {valid}") from None
 
 
-def checked_json(field: str, value: Any) -> Any:
+def checked_json(field: str, value: Any, max_bytes: int = MAX_VALUE_BYTES) -> Any:
     """`value` when it has a JSON form (what `rawInput` / `rawOutput` carry) within
-    `MAX_ITEM_DEPTH` levels; else `AcpError` naming the field. Checked where it is given:
-    found only when sent (or copied: `copy.deepcopy` is Python's stack, RecursionError at
-    about 500 levels), the value would already be the call's state, and every later update
-    of the call would fail. Two walks of the value: linear in its size."""
-    _checked_depth(field, value)
+    `FIELD_DEPTH` levels and `max_bytes` of JSON (`bounds`); else `AcpError` naming the
+    field. Checked where it is given: found only when sent (or copied: `copy.deepcopy` is
+    Python's stack, RecursionError at about 500 levels), the value would already be the
+    call's state, and every later update of the call would fail. Two walks of the value:
+    linear in its JSON, the first stopped at `max_bytes`."""
+    _checked_bounds(value, Budget(field, max_bytes, FIELD_DEPTH))
     return _json_form(field, value)
 
 
@@ -132,24 +129,45 @@ def _json_form(field: str, value: Any) -> Any:
     return value
 
 
-def _checked_depth(field: str, value: Any) -> None:
-    """`AcpError` when `value` has more than `MAX_ITEM_DEPTH` levels of objects and lists
-    (or contains itself). A walk with a stack of its own, stopped at the limit: O(size)."""
+def _checked_bounds(value: Any, budget: Budget) -> None:
+    """`AcpError` when `value` has more than the budget's levels of objects and lists (or
+    contains itself), or more of its bytes of JSON. A walk with a stack of its own that
+    allocates nothing per member, each use of a shared value walked as its JSON writes it:
+    O(its JSON), at most the budget. Mappings other than dicts, and tuples, are walked as
+    the objects and lists they stand for (an item is copied as those)."""
+    budget.spend(None, value)
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         node, depth = stack.pop()
-        if type(node) not in (dict, list, tuple):
+        is_object = isinstance(node, Mapping)
+        if not is_object and not isinstance(node, list | tuple):
             continue  # a scalar, or what has no JSON form (the JSON check names it)
-        if depth > MAX_ITEM_DEPTH:
-            raise AcpError(
-                f"{field} is nested past {MAX_ITEM_DEPTH} levels of objects and lists, or "
-                "contains itself; ACP clients parse no deeper, and the tracker copies it: "
-                "flatten it (a deep value as a JSON string, say)",
-                field=field,
-                limit=MAX_ITEM_DEPTH,
-            )
-        members = node.values() if type(node) is dict else node
-        stack.extend((member, depth + 1) for member in members)
+        if depth > budget.depth:
+            raise budget.too_deep(field=budget.label)
+        if is_object:
+            for key, member in node.items():
+                budget.spend(key, member)
+                stack.append((member, depth + 1))
+        else:
+            for member in node:
+                budget.spend(None, member)
+                stack.append((member, depth + 1))
+
+
+def checked_title(value: Any, where: str = "title") -> str:
+    """`value` when clients can show it as a title: a non-empty str that UTF-8 carries
+    (serde_json refuses a lone surrogate, and the whole notification with it)."""
+    if not isinstance(value, str) or not value:
+        raise AcpError(f"{where} {value!r:.80} must be a non-empty string; clients show it")
+    found = LONE_SURROGATE.search(value)
+    if found is not None:
+        raise AcpError(
+            f"{where} {value!r:.80} holds a lone UTF-16 surrogate "
+            f"({found.group().encode('unicode_escape').decode()}), which UTF-8 has no form "
+            "for and serde_json refuses (Rust ACP clients lose the whole notification); "
+            "pair it or replace it with U+FFFD"
+        )
+    return value
 
 
 def _not_null(field: str, value: Any) -> None:
@@ -169,6 +187,7 @@ class UpdateBuilder:
         self._tracker = tracker
         self._call_id = call_id
         self._changes: list[Change] = []
+        self._bytes = tracker.max_value_bytes  # JSON one value given here may take
 
     def _add(self, field: str, change: Change) -> Self:
         self._changes.append(FieldChange(field, change))
@@ -180,8 +199,7 @@ class UpdateBuilder:
 
     def title(self, value: str) -> Self:
         _not_null("title", value)
-        if not isinstance(value, str) or not value:
-            raise AcpError(f"title {value!r} must be a non-empty string; clients show it")
+        checked_title(value)
         return self._add("title", lambda state: setattr(state, "title", value))
 
     def kind(self, value: ToolKind | str) -> Self:
@@ -189,11 +207,13 @@ class UpdateBuilder:
         return self._add("kind", lambda state: setattr(state, "kind", kind))
 
     def add_content(self, *items: Mapping[str, Any]) -> Self:
-        added = [checked_content(clean(item)) for item in item_list("content", items)]
+        added = [checked_content(clean(item, self._bytes)) for item in item_list("content", items)]
         return self._add("content", lambda state: state.content.extend(copy.deepcopy(added)))
 
     def set_content(self, items: Iterable[Mapping[str, Any]]) -> Self:
-        replaced = [checked_content(clean(item)) for item in item_list("content", items)]
+        replaced = [
+            checked_content(clean(item, self._bytes)) for item in item_list("content", items)
+        ]
         return self._add(
             "content", lambda state: setattr(state, "content", copy.deepcopy(replaced))
         )
@@ -211,7 +231,9 @@ class UpdateBuilder:
         return self.add_content(terminal_content(terminal_id))
 
     def set_locations(self, items: Iterable[Mapping[str, Any]]) -> Self:
-        replaced = [checked_location(clean(item)) for item in item_list("locations", items)]
+        replaced = [
+            checked_location(clean(item, self._bytes)) for item in item_list("locations", items)
+        ]
         return self._add(
             "locations", lambda state: setattr(state, "locations", copy.deepcopy(replaced))
         )
@@ -225,12 +247,12 @@ class UpdateBuilder:
 
     def raw_input(self, value: Any) -> Self:
         _not_null("rawInput", value)
-        kept = copy.deepcopy(checked_json("rawInput", value))
+        kept = copy.deepcopy(checked_json("rawInput", value, self._bytes))
         return self._add("rawInput", lambda state: setattr(state, "raw_input", copy.deepcopy(kept)))
 
     def raw_output(self, value: Any) -> Self:
         _not_null("rawOutput", value)
-        kept = copy.deepcopy(checked_json("rawOutput", value))
+        kept = copy.deepcopy(checked_json("rawOutput", value, self._bytes))
         return self._add(
             "rawOutput", lambda state: setattr(state, "raw_output", copy.deepcopy(kept))
         )

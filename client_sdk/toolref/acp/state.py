@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from toolref.acp.kind import ToolKind
+from toolref.wire.canonical import canonical_json
 
 
 class ToolCallStatus(StrEnum):
@@ -16,6 +18,8 @@ class ToolCallStatus(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
 
+
+FINAL = frozenset((ToolCallStatus.COMPLETED, ToolCallStatus.FAILED))  # nothing after them
 
 # Python attribute -> ACP field name, in the order the wire shows them.
 FIELDS: dict[str, str] = {
@@ -65,3 +69,9 @@ class ToolCallState:
 
     def copy(self) -> ToolCallState:
         return copy.deepcopy(self)
+
+
+def digest(value: Any) -> bytes:
+    """What a field's value is compared by: a hash of its canonical JSON (an edit inside
+    one content item counts), linear in its JSON."""
+    return hashlib.blake2b(canonical_json(value), digest_size=16).digest()

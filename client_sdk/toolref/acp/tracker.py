@@ -3,38 +3,39 @@
 from __future__ import annotations
 
 import copy
-import dataclasses
-import hashlib
 import heapq
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from toolref.acp.builder import Change, UpdateBuilder, as_status, checked_json, clean, item_list
+from toolref.acp.bounds import MAX_VALUE_BYTES, checked_max_bytes
+from toolref.acp.builder import (
+    Change,
+    UpdateBuilder,
+    as_status,
+    checked_json,
+    checked_title,
+    clean,
+    item_list,
+)
 from toolref.acp.content import text_content
+from toolref.acp.finished import refuse_after_finish
 from toolref.acp.items import checked_content, checked_location
 from toolref.acp.kind import ToolKind, as_kind, checked_kinds, tool_kind
 from toolref.acp.plan import plan_entries
-from toolref.acp.state import ATTRIBUTES, FIELDS, ToolCallState, ToolCallStatus
+from toolref.acp.state import ATTRIBUTES, FIELDS, FINAL, ToolCallState, ToolCallStatus, digest
 from toolref.acp.title import locations_for, title_for
 from toolref.streaming.call import CallStatus, ToolCall
-from toolref.wire.canonical import canonical_json
-from toolref.wire.encoding import dumps_json
+from toolref.wire.encoding import LONE_SURROGATE, dumps_json, surrogates_escaped
 from toolref.wire.errors import AcpError, DuplicateToolCallError, UnknownToolCallError
 
 Notification = dict[str, Any]
-_FINAL = frozenset((ToolCallStatus.COMPLETED, ToolCallStatus.FAILED))
 _COLLECTIONS = frozenset(("content", "locations"))
 KEEP_FINISHED = 256  # finished calls whose state a tracker keeps, by default
 MAX_RUNNING = 1024  # calls a tracker holds running at once, by default
 _Held = tuple[float, int, str]  # (held since, hold number, call id): one entry of `_due`
-
-
-def _digest(value: Any) -> bytes:
-    return hashlib.blake2b(canonical_json(value), digest_size=16).digest()
 
 
 def _check_id(call_id: Any) -> None:
@@ -42,6 +43,13 @@ def _check_id(call_id: Any) -> None:
         raise AcpError(
             f"tool call id {call_id!r} must be a non-empty string: give the id of the call, "
             "as the model's tool call carries it"
+        )
+    if LONE_SURROGATE.search(call_id) is not None:
+        raise AcpError(
+            f"tool call id {call_id!r:.80} holds a lone UTF-16 surrogate, which serde_json "
+            "refuses (Rust ACP clients lose every notification of the call); give an id "
+            "UTF-8 carries",
+            toolCallId=call_id.encode("utf-8", "backslashreplace").decode(),
         )
 
 
@@ -51,7 +59,7 @@ def _size(update: Mapping[str, Any]) -> int:
 
 def _measure(name: str, value: Any) -> tuple[bytes, int]:
     """A field's digest, and its bytes as a member of a compact JSON object (`"k":v`)."""
-    return _digest(value), _size({name: value}) - 2
+    return digest(value), _size({name: value}) - 2
 
 
 def _object_size(members: Iterable[int]) -> int:
@@ -105,6 +113,11 @@ class ToolCallTracker:
     `kinds` (tool name -> ACP kind) overrides the kind table for `start_call`; each kind is
     checked here (`AcpError` listing ACP v1's kinds).
 
+    `max_value_bytes` bounds the JSON of each value given (a `rawInput` or `rawOutput`, a
+    content item, a location; 16 MiB by default): one reusing an object under many keys is
+    written out at each use, and past the bound `AcpError` names it where it is given
+    (`bounds`, with the depth bound: what a JSON-RPC line serde_json parses takes).
+
     A call is finished once `completed` or `failed` has gone out: v1 has no status after
     those, so a later update raises `AcpError`. The tracker then keeps only its state (for
     `state()`), and only of the last `keep_finished` finished calls: memory is bounded by
@@ -130,6 +143,7 @@ class ToolCallTracker:
         kinds: Mapping[str, ToolKind | str] | None = None,
         keep_finished: int = KEEP_FINISHED,
         max_running: int = MAX_RUNNING,
+        max_value_bytes: int = MAX_VALUE_BYTES,
     ) -> None:
         if isinstance(window, bool) or not isinstance(window, (int, float)):
             raise AcpError(
@@ -175,6 +189,7 @@ class ToolCallTracker:
         self._finished: OrderedDict[str, ToolCallState] = OrderedDict()
         self.keep_finished = keep_finished
         self.max_running = max_running
+        self.max_value_bytes = checked_max_bytes(max_value_bytes)
         # A heap of held updates by time held, checked against their call when popped
         # (stale once sent or finished); rebuilt when over 2 * running + 64 entries.
         self._due: list[_Held] = []
@@ -206,13 +221,9 @@ class ToolCallTracker:
                 "clients reset it (Zed clears its content), so send updates instead",
                 toolCallId=call_id,
             )
-        if not isinstance(title, str) or not title:
-            raise AcpError(
-                f"tool call {call_id!r} needs a non-empty title; clients show it as the label",
-                toolCallId=call_id,
-            )
+        checked_title(title, f"tool call {call_id!r}'s title")
         status = as_status(status)
-        if status not in _FINAL and len(self._calls) >= self.max_running:
+        if status not in FINAL and len(self._calls) >= self.max_running:
             raise AcpError(
                 f"tool call {call_id!r} would be running call {len(self._calls) + 1}, over "
                 f"max_running={self.max_running}: each call is kept until its completed or "
@@ -224,16 +235,19 @@ class ToolCallTracker:
                 running=len(self._calls),
                 maximum=self.max_running,
             )
+        most = self.max_value_bytes
         state = ToolCallState(
             id=call_id,
             title=title,
             kind=as_kind(kind),
             status=status,
-            content=[checked_content(clean(item)) for item in item_list("content", content)],
-            locations=[checked_location(clean(item)) for item in item_list("locations", locations)],
+            content=[checked_content(clean(item, most)) for item in item_list("content", content)],
+            locations=[
+                checked_location(clean(item, most)) for item in item_list("locations", locations)
+            ],
             # later changes by the caller must not leak
-            raw_input=copy.deepcopy(checked_json("rawInput", raw_input)),
-            raw_output=copy.deepcopy(checked_json("rawOutput", raw_output)),
+            raw_input=copy.deepcopy(checked_json("rawInput", raw_input, most)),
+            raw_output=copy.deepcopy(checked_json("rawOutput", raw_output, most)),
         )
         call = _Call(state)
         fields = state.fields()
@@ -253,25 +267,41 @@ class ToolCallTracker:
         except BaseException:
             del self._calls[call_id]  # the client never heard of it: the id stays free
             raise
-        if state.status in _FINAL:
+        if state.status in FINAL:
             self._retire(call)
         return [note]
 
     def start_call(self, call: ToolCall, *, title: str | None = None) -> list[Notification]:
         """Announce a streamed call (`toolref.streaming.ToolCall`): title and locations from
         its name and arguments, kind from the kind table, `rawInput` its arguments. Calls
-        that arrived invalid or incomplete are announced as `failed`, with the reason."""
+        that arrived invalid or incomplete are announced as `failed`, with the reason.
+
+        Whatever the model sent is announced: arguments `rawInput` cannot carry as JSON
+        (nested past the depth bound, or holding a lone surrogate, which serde_json
+        refuses) go as the text that arrived (a JSON string), and past `max_value_bytes`
+        even as text, not at all. A title shows a lone surrogate as U+FFFD."""
         arguments = call.arguments if call.arguments is not None else {}
         usable = call.status is CallStatus.COMPLETE
+        raw = surrogates_escaped(call.raw_arguments)
         return self.start(
             call.id,
             title or title_for(call.name, arguments),
             kind=tool_kind(call.name, arguments, overrides=self._kinds),
             status=ToolCallStatus.PENDING if usable else ToolCallStatus.FAILED,
             locations=locations_for(arguments),
-            raw_input=call.arguments if usable else {"INVALID_JSON": call.raw_arguments},
+            raw_input=self._carried(call.arguments if usable else {"INVALID_JSON": raw}, raw),
             content=() if usable else [text_content(f"not run: {call.error}")],
         )
+
+    def _carried(self, arguments: Any, raw: str) -> Any:
+        """A model's arguments as `rawInput` takes them: as given, else as their text, else
+        none (`None`). Each try linear in the arguments, and bounded."""
+        for value in (arguments, raw):
+            try:
+                return checked_json("rawInput", value, self.max_value_bytes)
+            except AcpError:
+                continue
+        return None
 
     def update(self, call_id: str) -> UpdateBuilder:
         """A builder for changes to `call_id`; finish it with `.send()`. Once the call is
@@ -286,7 +316,7 @@ class ToolCallTracker:
         """Apply builder changes to a call; the notifications sent now."""
         finished = self._finished.get(call_id)
         if finished is not None:
-            return self._refuse_after_finish(finished, changes)
+            return refuse_after_finish(finished, changes)
         call = self._call(call_id)
         state = call.current  # changed in place: a copy would cost the whole call each time
         for change in changes:
@@ -296,7 +326,7 @@ class ToolCallTracker:
             call.dirty.update((name,) if name in ATTRIBUTES else ATTRIBUTES)
             change(state)
         now = self._clock()
-        if state.status in _FINAL:
+        if state.status in FINAL:
             notes = self._send(call)
             self._retire(call)
             return notes
@@ -352,46 +382,15 @@ class ToolCallTracker:
         """Send a whole `plan` from `todo_write`-style arguments (`{"todos": [...]}`),
         `update_plan`'s `{"plan": [...]}`, or a list of entries; unchanged plans are dropped."""
         entries = plan_entries(source)
-        digest = _digest(entries)
-        if digest == self._plan:
+        entries_digest = digest(entries)
+        if entries_digest == self._plan:
             return []
         update = {"sessionUpdate": "plan", "entries": entries}
         note = self._emit(update, _size(update))  # a sink that raised leaves it unsent
-        self._plan = digest
+        self._plan = entries_digest
         return [note]
 
     # --- internals ---
-
-    def _refuse_after_finish(
-        self, finished: ToolCallState, changes: Iterable[Change]
-    ) -> list[Notification]:
-        """Nothing for a repeat of what a finished call shows; `AcpError` for a change.
-        Builder changes cost the fields they name (read and hashed, never copied deep):
-        they replace a field or extend a list, and that list is a fresh one here."""
-        changes = list(changes)
-        named = {getattr(change, "field", None) for change in changes}
-        names = {name for name in named if isinstance(name, str) and name in ATTRIBUTES}
-        if len(names) == len(named):
-            state = dataclasses.replace(finished)  # shares the values: O(1)
-            for name in names & _COLLECTIONS:
-                attr = ATTRIBUTES[name]
-                setattr(state, attr, list(getattr(finished, attr)))
-        else:  # a change of another kind may touch anything
-            state, names = finished.copy(), set(ATTRIBUTES)
-        for change in changes:
-            change(state)
-        changed = [
-            name for name in FIELDS.values() if name in names and _differs(finished, state, name)
-        ]
-        if not changed:
-            return []
-        raise AcpError(
-            f"tool call {finished.id!r} is already {finished.status.value}, and this update "
-            f"changes its {', '.join(changed)}: ACP v1 has no status after completed or "
-            "failed, and clients show the call as done; put everything in the update that "
-            "finishes it, or start a call with a new id",
-            toolCallId=finished.id,
-        )
 
     def _call(self, call_id: str) -> _Call:
         call = self._calls.get(call_id)
@@ -474,15 +473,6 @@ class ToolCallTracker:
         self.bytes_full += full_size
         self.notifications += 1
         return note
-
-
-def _differs(before: ToolCallState, after: ToolCallState, name: str) -> bool:
-    """Whether one field's value differs: by identity first, else by digest (a read)."""
-    old, new = (getattr(state, ATTRIBUTES[name]) for state in (before, after))
-    if old is new:
-        return False
-    old, new = (v.value if isinstance(v, StrEnum) else v for v in (old, new))
-    return _digest(old) != _digest(new)
 
 
 def jsonrpc(notification: Notification) -> dict[str, Any]:

@@ -3,7 +3,9 @@
 Closed: calls go through; `failure_threshold` failures in a row open it. Open: calls are
 refused at once (callers send full payloads instead) for `reset_timeout` seconds; then one
 call is let through as a probe (half-open). The probe's success closes the breaker; its
-failure opens it again for another `reset_timeout`.
+failure opens it again for another `reset_timeout`; a probe that told nothing of the
+callee's health (never sent: no connection came free) is `abandon`ed, and the next call
+probes.
 """
 
 from __future__ import annotations
@@ -76,6 +78,12 @@ class CircuitBreaker:
             return 0.0
         since = self._probe_started if self._probing else self._opened_at
         return max(0.0, self.reset_timeout - (self._clock() - since))
+
+    def abandon(self) -> None:
+        """The probe `allow` let through told nothing of the callee's health (it was never
+        sent: no connection came free; or its input was refused): the next call may probe
+        at once, not one `reset_timeout` later. Only the probe's caller calls it."""
+        self._probing = False
 
     def success(self) -> None:
         self._failures = 0

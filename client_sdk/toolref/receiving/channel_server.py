@@ -63,12 +63,14 @@ _PROTOCOL_ERROR: Final = 1002
 Refuse = Callable[[ToolrefError], ASGIApp]  # the receiver's own answer to a problem
 Serves = Callable[[Scope], ToolrefError | None]  # why a turn is not served here (None: it is)
 _POLICY_VIOLATION: Final = 1008
-# Turns at once on one channel, busy ones included, past which the channel is closed: a
-# sender sends at most `frames.MAX_STREAMS`, so one past twice that reads no answer (each
+# Turns unanswered at once on one channel, busy ones included (not those past their END,
+# their app's own work still running), past which the channel is closed (1008, `_PILED`):
+# a sender sends at most `frames.MAX_STREAMS`, so one past twice that reads no answer (each
 # busy turn waits to write its 503), and its tasks would only pile up.
+_MAX_TASKS: Final = 2 * frames.MAX_STREAMS
+_PILED: Final = f"toolref: {_MAX_TASKS} turns unanswered, their answers not read"
 # The scope extension marking a turn a channel carries (`on_channel`).
 TURN_EXTENSION: Final = "toolref.channel_turn"
-_MAX_TASKS: Final = 2 * frames.MAX_STREAMS
 # Seconds a channel with no turn in flight and no frame received is kept open by default:
 # well past the sender's own idle close (`toolref.sending.channel_transport.IDLE_SECONDS`,
 # 60 s), so a sender that closes idle channels itself never meets this close.
@@ -138,10 +140,8 @@ async def serve_channel(
             if turn.stream in turns.served:  # one turn a stream: reused, it escapes the bound
                 await close(f"stream {turn.stream} reused while served")
                 return
-            if len(turns.served) >= _MAX_TASKS:  # busy answers it does not read
-                # Not `close`: its lock may be held by a write the sender never reads. The
-                # turns are cancelled below; the server closes the socket as the app ends.
-                log.info("channel closed: %d turns unanswered, none read", len(turns.served))
+            if turns.unanswered >= _MAX_TASKS:  # busy answers it does not read
+                await _piled(turns, gone, close)
                 return
             full = "this receiver is stopping" if stopping.is_set() else turns.full(turn)
             if full is not None:  # answered busy, nothing done with it: its body not held
@@ -161,6 +161,18 @@ async def serve_channel(
     finally:
         gone.set()
         await turns.end()
+
+
+async def _piled(
+    turns: Turns, gone: asyncio.Event, close: Callable[[str, int, str], Awaitable[None]]
+) -> None:
+    """Close a channel whose turns unanswered reached `_MAX_TASKS` (1008, `_PILED`): its
+    turns cancelled first, so their writes, which its sender may never read, let go of the
+    socket for the close (its send bounded still: `_closed`)."""
+    unanswered = turns.unanswered
+    gone.set()
+    await turns.end()
+    await close(f"{unanswered} turns unanswered", _POLICY_VIOLATION, _PILED)
 
 
 def _cut_by_stop(stopping: asyncio.Event, turns: Turns) -> bool:

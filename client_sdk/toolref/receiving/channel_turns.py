@@ -62,6 +62,7 @@ class Turns:
         self.size, self.send_timeout = window, send_timeout
         self.windows: dict[int, Window] = {}  # each served turn's, with windows
         self.answering: set[int] = set()  # served turns (not busy) whose answer has not ended
+        self.past_end: set[int] = set()  # served turns, busy ones too, whose answer ended
         self.empty = asyncio.Event()  # set as the last of them ends
         self.drained: asyncio.Task[None] | None = None  # `_stop_told`'s, ended with them
         self.quiet: Callable[[], None] | None = None  # told as the last turn served ends
@@ -93,16 +94,25 @@ class Turns:
         if (left := self.served.get(stream)) is not None:
             left.cancel()
 
+    @property
+    def unanswered(self) -> int:
+        """Turns served, busy ones too, whose answer has not ended (a turn's task still
+        running after its END, its app's own work, is answered)."""
+        return len(self.served) - len(self.past_end)
+
     def _forget(self, stream: int, _: object) -> None:
         self.served.pop(stream, None)  # a stream is never reused while served: its task
         self.held_bytes -= self.held.pop(stream, 0)
         self.windows.pop(stream, None)
         self.answered(stream)
+        self.past_end.discard(stream)
         if not self.served and self.quiet is not None:
             self.quiet()
 
     def answered(self, stream: int) -> None:
         """A turn's answer ended (its END sent), or its task did."""
+        if stream in self.served:
+            self.past_end.add(stream)
         self.answering.discard(stream)
         if not self.answering:
             self.empty.set()

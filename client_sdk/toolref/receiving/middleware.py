@@ -62,6 +62,7 @@ from toolref.receiving.channel_server import IDLE_SECONDS, serve_channel
 from toolref.receiving.held import HeldRequests
 from toolref.receiving.hydrator import Hydrated, Hydrator, Outcome, PassThrough, retired
 from toolref.receiving.middleware_options import check_app, check_middleware_options
+from toolref.receiving.registry_edits import RegistryEdits
 from toolref.receiving.restoring import (
     exposing,
     is_edit,
@@ -72,7 +73,12 @@ from toolref.receiving.restoring import (
 from toolref.registry.client import AsyncRegistryClient
 from toolref.registry.port import Registry
 from toolref.wire.encoding import JSON_TYPE, PROBLEM_TYPE, loads_fast
-from toolref.wire.errors import ForbiddenError, InvalidProtocolError, ToolrefError
+from toolref.wire.errors import (
+    ForbiddenError,
+    InvalidProtocolError,
+    MalformedBodyError,
+    ToolrefError,
+)
 from toolref.wire.headers import PROTOCOL_HEADER, REFERENCES_HEADER
 from toolref.wire.models import FormatName
 from toolref.wire.protocol import PROTOCOL_REFS, negotiate
@@ -181,7 +187,9 @@ class ToolRefMiddleware:
         self.registry_problem: str | None = None  # what the start-up check found wrong
         self._verified: asyncio.Task[None] | None = None
         self.held = HeldRequests(held_bytes)  # restored requests: the next edits' bases
-        self.edits_version = wire.VERSION  # told on answers; the registry's, once checked
+        # the version of edits told on answers: the registry's, asked at start-up and again
+        # after it refused an edit as unreadable (rolled back) or rolled forward
+        self.registry_edits = RegistryEdits()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -198,6 +206,8 @@ class ToolRefMiddleware:
             await self.app(scope, receive, send)
             return
         send = exposing(scope, send)  # outermost: it sees every mark the answer gets
+        if offers_edits(scope) or is_edit(scope):  # a registry rolled forward: asked again
+            self.registry_edits.due(self.hydrator.registry)
         if offers_edits(scope):
             await self._verify_once()  # which version of edits the registry applies
             scope, send = told_edits(scope, send, self._told_channel(scope), self.edits_version)
@@ -216,6 +226,7 @@ class ToolRefMiddleware:
                     held=self.held,
                     channel=self._told_channel(scope),
                     version=max(self.edits_version, min(wire.VERSIONS)),
+                    refused=self._refused,
                 )
             return
         if not speaks_refs(scope):
@@ -260,7 +271,7 @@ class ToolRefMiddleware:
             problem = f"{registry.location} did not answer in time"
         self.registry_problem = problem
         if problem is None:
-            self.edits_version = await self._edits_version(registry)
+            await self.registry_edits.start(registry)
         if problem is not None:
             log.error(
                 "toolref registry check failed: %s. Until it is fixed, protocol-2 requests "
@@ -269,17 +280,16 @@ class ToolRefMiddleware:
                 problem,
             )
 
-    @staticmethod
-    async def _edits_version(registry: Registry) -> int:
-        """The version of edits this middleware tells its clients: the lower of its own
-        and the registry's (a sender then writes only what the registry applies); its own
-        when the registry does not say."""
-        try:
-            theirs = await asyncio.wait_for(registry.edits(), _VERIFY_SECONDS)
-        except (ToolrefError, TimeoutError) as exc:
-            log.warning("toolref registry's version of edits unknown: %s", exc)
-            return wire.VERSION
-        return min(wire.VERSION, theirs)
+    @property
+    def edits_version(self) -> int:
+        """The version of edits told to clients (`toolref.receiving.registry_edits`)."""
+        return self.registry_edits.version
+
+    async def _refused(self, error: ToolrefError) -> None:
+        """The registry refused an edit (answered 415): one it could not read (400
+        `malformed-body`: rolled back) has its version asked again before that answer."""
+        if isinstance(error, MalformedBodyError):
+            await self.registry_edits.unreadable(self.hydrator.registry)
 
     # --- the request --------------------------------------------------------------------
 

@@ -15,9 +15,19 @@ A refusal the client resends on (409 `missing-history` or `missing-pieces`, 400
 `dictionary-mismatch`) is answered to it as it is, and it resends by itself
 (`toolref.sending.editor`). Any other failure, the edit's own (over a limit, a version this
 registry does not read) or the registry's (it cannot be reached, refuses this backend's
-key, is over a quota, its store is down), is answered 415 (`unsupported-media-type`), on
-which the client sends the request as it is (and pauses its edits to this endpoint for a
-while: `toolref.sending.pause`): chatting never stops.
+key, is over a quota or busy, its store is down), is answered 415
+(`unsupported-media-type`), on which the client sends the request as it is (and pauses its
+edits to this endpoint for a while: `toolref.sending.pause`): chatting never stops. The 415
+names the refusal it stands for (`cause`, its problem type): for the registry's 413
+`too-many-items` (its `TOOLREF_MAX_EDIT_ENTRIES` below the default) with its `limit`, on
+which a sender applies the entries rule instead of the pause (`toolref.sending.entries`:
+the limit learnt, no pause), as to a gateway's 413; for its 400 `malformed-body` (an edit
+of a version it does not read: rolled back) the version below the edit's bytes, no pause
+(`toolref.sending.said`), as to a gateway's 400, the middleware asking the registry's
+version again before it answers (`refused`: `toolref.receiving.registry_edits`); a sender
+of stop 58 or older still gets the 415 it resends on (and pauses). Only this process's own budget
+refusing the restored body is a 503 `overloaded` (retried later, as the request as it is
+would be charged too).
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ from toolref.wire.errors import (
     MissingPiecesError,
     OverloadedError,
     ToolrefError,
+    TooManyItemsError,
     UnsupportedMediaTypeError,
 )
 from toolref.wire.headers import (
@@ -104,18 +115,21 @@ async def restore_edit(
     held: HeldRequests | None = None,
     channel: str | None = None,
     version: int = wire.VERSION,
+    refused: Callable[[ToolrefError], Awaitable[None]] | None = None,
 ) -> bool:
     """One edited request to `app` (see the module docstring); `problem` answers a refusal.
     False when the registry failed (the client was told to send the request as it is).
     `held`: the requests this process restored, each the base of its conversation's next
     edit (the registry then answers what changed). `channel`: the path of the channel
     served here, told on the answer (`Toolref-Channel`), as on the answer to an offer;
-    `version`: of edits, told on it (`Toolref-Edits`).
+    `version`: of edits, told on it (`Toolref-Edits`); `refused`: told each refusal of the
+    registry's that is answered 415, before it is (the middleware asks the registry's
+    version again after one it could not read: `toolref.receiving.registry_edits`).
     The restored body is charged to `account`, and refused past `max_restored_bytes`,
     before it is built."""
     try:
         data = await read(receive, max_body_bytes, account)  # this backend's own limits
-        reserve = reserved(account, max_restored_bytes)
+        reserve = Reserved(account, max_restored_bytes)
         try:
             if held is not None and held.max_bytes:
                 base = held.get(base_of(data))
@@ -125,8 +139,12 @@ async def restore_edit(
                 applied = await registry.apply_edit(data, reserve=reserve)
             restored = restored_scope(scope, applied, account)
         except ToolrefError as exc:
-            if isinstance(exc, RESENT_ON | OverloadedError):  # resent, or retried later
+            # resent; or this process's budget full, retried later (the registry's own 503
+            # `overloaded` is no more the app's than its outage: a 415, sent as it is)
+            if isinstance(exc, RESENT_ON) or exc is reserve.overloaded:
                 raise
+            if refused is not None:
+                await refused(exc)
             await problem(send, unapplied(registry, exc))  # sent as it is instead
             return False
     except Disconnected:
@@ -175,21 +193,28 @@ async def answered_always(
         raise
 
 
-def reserved(account: Account, limit: int) -> Callable[[int], None]:
+class Reserved:
     """What a restored body's bytes are told to before it is built: over `limit`,
     `BodyTooLargeError` (the client sends the request whole, for the app's own limits);
-    else charged to `account` (`OverloadedError` past the process's budget)."""
+    else charged to `account`, whose budget's `OverloadedError` (past the process's budget)
+    is kept in `overloaded`: this process's refusal, not the registry's."""
 
-    def reserve(size: int) -> None:
-        if size > limit:
+    def __init__(self, account: Account, limit: int) -> None:
+        self.account, self.limit = account, limit
+        self.overloaded: OverloadedError | None = None
+
+    def __call__(self, size: int) -> None:
+        if size > self.limit:
             raise BodyTooLargeError(
                 f"the edit restores a body of {size} bytes, over this backend's limit of "
-                f"{limit} (max_inflated_bytes); send the request whole",
-                limit=limit,
+                f"{self.limit} (max_inflated_bytes); send the request whole",
+                limit=self.limit,
             )
-        account.charge(size)
-
-    return reserve
+        try:
+            self.account.charge(size)
+        except OverloadedError as exc:
+            self.overloaded = exc
+            raise
 
 
 async def read(receive: Receive, limit: int, account: Account) -> bytes:
@@ -201,12 +226,18 @@ async def read(receive: Receive, limit: int, account: Account) -> bytes:
 
 def unapplied(registry: Registry, exc: ToolrefError) -> UnsupportedMediaTypeError:
     """The 415 an edit gets that is not applied here, its client resending on no refusal
-    of it (the registry down, refusing this backend, over a quota; the edit over a limit,
-    of a version the registry does not read, naming a credential the request lacks): the
-    client sends it as it is (and edits again once an answer says `Toolref-Edits`)."""
+    of it (the registry down, refusing this backend, over a quota, busy; the edit over a
+    limit, of a version the registry does not read, naming a credential the request lacks):
+    the client sends it as it is (and edits again once an answer says `Toolref-Edits`).
+    `cause` names the refusal (its problem type); a `too-many-items` one's `limit` with it,
+    from which a sender learns the entries the registry takes (`toolref.sending.entries`)."""
+    told: dict[str, object] = {"cause": exc.problem_type()}
+    if isinstance(exc, TooManyItemsError) and "limit" in exc.extra:
+        told["limit"] = exc.extra["limit"]
     return UnsupportedMediaTypeError(
         f"this backend cannot apply this edit ({registry.location}: {exc.detail}); send the "
-        f"request as it is (without Content-Type: {wire.MEDIA_TYPE})"
+        f"request as it is (without Content-Type: {wire.MEDIA_TYPE})",
+        **told,
     )
 
 

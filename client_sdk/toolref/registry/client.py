@@ -95,7 +95,11 @@ class RegistryClient(BaseRegistryClient[httpx.BaseTransport]):
             raise _unended(request, self.timeout)
         return response
 
-    def capabilities(self) -> Capabilities:
+    def capabilities(self, *, fresh: bool = False) -> Capabilities:
+        """The registry's capabilities, asked once and kept; `fresh`: asked again now (it
+        may have been rolled back or forward since), the new answer kept."""
+        if fresh:
+            return run_sync(self._capabilities_exchange(fresh=True), self._sent)
         return self._run(self._capabilities_exchange())
 
     def register(self, invocations: Iterable[InvocationLike]) -> list[RegisteredRef]:
@@ -178,7 +182,10 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
             raise _unended(request, self.timeout)
         return response
 
-    async def capabilities(self) -> Capabilities:
+    async def capabilities(self, *, fresh: bool = False) -> Capabilities:
+        """Async `RegistryClient.capabilities`."""
+        if fresh:
+            return await run_async(self._capabilities_exchange(fresh=True), self._sent)
         return await self._run(self._capabilities_exchange())
 
     async def register(self, invocations: Iterable[InvocationLike]) -> list[RegisteredRef]:

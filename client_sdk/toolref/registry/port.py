@@ -115,8 +115,11 @@ class Registry(Protocol):
         ...
 
     async def edits(self) -> int:
-        """The highest version of edits it applies (its capabilities' `edits`; 0: none);
-        a refusal raised as its error."""
+        """The highest version of edits it applies (its capabilities' `edits`; 0: none),
+        as it says now (asked again after the first call: a middleware asks once more when
+        the registry refuses an edit as unreadable, rolled back, and while it applies fewer
+        than the middleware: `toolref.receiving.registry_edits`); a refusal raised as its
+        error."""
         ...
 
 
@@ -125,6 +128,7 @@ class HttpRegistry:
 
     def __init__(self, client: AsyncRegistryClient) -> None:
         self.client = client
+        self._asked = False  # `edits` asked once: the next asks the registry again
 
     @property
     def location(self) -> str:
@@ -151,7 +155,9 @@ class HttpRegistry:
         return await self.client.verify()
 
     async def edits(self) -> int:
-        return (await self.client.capabilities()).edits
+        """The first time, what `verify` was answered; then asked again each time."""
+        fresh, self._asked = self._asked, True
+        return (await self.client.capabilities(fresh=fresh)).edits
 
 
 def registry_port(registry: Registry | AsyncRegistryClient) -> Registry:

@@ -109,8 +109,10 @@ class Session(Generic[TransportT_co]):
             return False
         return encoding.MSGPACK_TYPE in caps.encodings
 
-    def _capabilities_exchange(self) -> Exchange[Capabilities]:
-        if self._capabilities is None:
+    def _capabilities_exchange(self, fresh: bool = False) -> Exchange[Capabilities]:
+        """The server's capabilities: the answer kept, else asked (`fresh`: asked again,
+        the new answer kept: a registry rolled back or forward since)."""
+        if self._capabilities is None or fresh:
             request = httpx.Request(
                 "GET",
                 self._url(endpoints.CAPABILITIES),

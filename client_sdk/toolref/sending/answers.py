@@ -17,12 +17,18 @@ from toolref.registry.bounded import aread_problem, is_read, read_problem
 from toolref.registry.exchange import Exchange, run_async, run_sync
 from toolref.registry.packages import NOT_READ, AsyncByteStream2, SyncByteStream2
 from toolref.wire.encoding import PROBLEM_TYPE, media_type
-from toolref.wire.errors import PROBLEM_BASE, MalformedBodyError, StoreUnavailableError
+from toolref.wire.errors import (
+    PROBLEM_BASE,
+    MalformedBodyError,
+    StoreUnavailableError,
+    UnsupportedMediaTypeError,
+)
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER
 
 R = TypeVar("R")
 STORE_UNAVAILABLE = StoreUnavailableError.slug
 MALFORMED_BODY = PROBLEM_BASE + MalformedBodyError.slug
+UNSUPPORTED_MEDIA_TYPE = PROBLEM_BASE + UnsupportedMediaTypeError.slug
 
 
 def may_resend(response: httpx.Response) -> bool:
@@ -66,13 +72,19 @@ def store_down(response: httpx.Response) -> bool:
 
 def unreadable(response: httpx.Response) -> bool:
     """`response` (its problem read) is a receiver's 400 `malformed-body` to an edit: one
-    that does not read the version the edit's bytes are written in (rolled back). The edit
-    was not applied: the request goes as it is, and the version below is said
-    (`toolref.sending.said.Said.unreadable`)."""
-    if response.status_code != 400 or HISTORY_HEADER in response.headers:
+    that does not read the version the edit's bytes are written in (rolled back); or a chat
+    backend's middleware's 415 standing for its registry's (`cause`: a registry rolled
+    back). The edit was not applied: the request goes as it is, and the version below is
+    said (`toolref.sending.said.Said.unreadable`), no pause."""
+    status = response.status_code
+    if status not in (400, 415) or HISTORY_HEADER in response.headers:
         return False
     problem = problem_of(response)
-    return problem is not None and problem.get("type") == MALFORMED_BODY
+    if problem is None:
+        return False
+    if status == 400:
+        return problem.get("type") == MALFORMED_BODY
+    return problem.get("type") == UNSUPPORTED_MEDIA_TYPE and problem.get("cause") == MALFORMED_BODY
 
 
 def to_read(response: Any, request: Any) -> bool:

@@ -25,18 +25,20 @@ import httpx
 
 from toolref.registry.packages import AsyncByteStream2, packages_of
 from toolref.websocket import channel as frames
-from toolref.websocket.client import Closed
+from toolref.websocket.client import ABNORMAL, REASON_BYTES, Closed
 from toolref.websocket.driver import Socket
+from toolref.wire.redaction import printable
 
 log = logging.getLogger("toolref.channel")
 # An answer's extension: a channel carried it (no proxy in between answered it itself).
 CARRIED: Final = "toolref.channel"
 # An answer's extension: the bytes of the frame its request went as on the channel (a
 # WebSocket message: no header lines); on an answer over HTTP after the channel's busy
-# answer, that frame's bytes too (what a sender counting its wire adds: the relay's `Meter`).
+# answer, or after the channel's receiver stopped before reading the frame (`Unsent`, its
+# `framed`: the whole frame counted, even where its receiver stopped reading part way),
+# that frame's bytes too (what a sender counting its wire adds: the relay's `Meter`).
 FRAMED: Final = "toolref.channel.framed"
 _HOP: Final = frozenset({"host", "content-length", "transfer-encoding", "connection"})
-_GONE: Final = frames.Answered(-1, frames.BROKEN, b"the channel closed")
 # a turn's at a drained close (`frames.DRAINED`) with no answer frame come: never read
 _UNREAD: Final = frames.Answered(-1, frames.BROKEN, b"the channel closed before reading it")
 
@@ -77,10 +79,12 @@ class Link:
         self.next = 0
         self.closed = False
         self.heard, self.answered, self.broke = 0, 0, False  # frames; ENDs; a turn failed
-        self.waiting = 0  # turns waiting for a frame (`next_piece`)
         self.drained = False  # closed by its receiver's stop, every turn it read answered
         self.ours = False  # closed by its sender (idle, retired), not by a failure
+        self.retired = False  # takes no new turn; closed once its turns' answers ended
+        self.closing = False  # `settle` closes it
         self.over = False  # its turns in flight were told it ended (`_ended`)
+        self.said: Closed | None = None  # the close its receiver sent
         self.writing = asyncio.Lock()
         self.reader = asyncio.get_running_loop().create_task(self._read())
 
@@ -102,8 +106,11 @@ class Link:
                     sent = True  # written before the send's first wait: it goes out
                     await self._write(frame, request)
             except TimeoutError:
+                if self._told_drained():  # its receiver stopped reading it: never read
+                    self.drop()
+                    raise Unsent("the channel's receiver stopped before reading the turn") from None
                 raise self._stuck(request) from None
-            first = await self.next_piece(state.queue, request, timeout)
+            first = await self.next_piece(state, request, timeout)
             try:
                 status, pairs = first.head()
             except frames.FrameError as exc:  # as an answer that broke off: still served
@@ -121,7 +128,9 @@ class Link:
                 extensions={CARRIED: True, FRAMED: len(frame)},
             )
         except BaseException as exc:
-            self.streams.pop(stream, None)
+            self.forget(stream)
+            if isinstance(exc, Unsent) and sent:  # went on the wire, unread: it counts
+                exc.framed = len(frame)
             if sent and not isinstance(exc, _broke(request)):  # broken: its end came
                 self.cancel(stream)  # left before its answer: the receiver stops
             raise
@@ -134,31 +143,62 @@ class Link:
         failing = not self.answered or self.broke
         return self.closed and not self.ours and not self.drained and failing
 
-    async def next_piece(
-        self, queue: asyncio.Queue[frames.Answered], request: Any, wait: float | None
-    ) -> frames.Answered:
-        """A turn's next frame (`_next`); a read timeout with no frame come on the
-        channel meanwhile, for any turn, drops the channel when no other turn waits on it
-        (the next turn opens a new one, or goes over HTTP: `failed`), as HTTP drops a
-        connection a read timed out on (a hung receiver, a connection a NAT dropped in use).
-        Another turn waiting keeps its own wait (a model reasoning in silence answers later):
-        the last to time out drops it."""
+    async def next_piece(self, state: _Stream, request: Any, wait: float | None) -> frames.Answered:
+        """A turn's next frame (`_next`). A read timeout with no frame come on the channel
+        meanwhile, for any turn, ends that turn alone (its caller cancels it: `{"c":1}`) and
+        the channel's use: with no other turn's answer still coming it is dropped, as HTTP
+        drops a connection a read timed out on (a hung receiver, a connection a NAT dropped
+        in use; the next turn opens a new one, or goes over HTTP: `failed`); with one, it
+        is retired (`retire`): that answer, whose caller may be reading it on (a model
+        reasoning in silence, a caller that read no more for a while), goes on to its end,
+        and the next turn opens a new channel. O(turns in flight) at a timeout."""
         before = self.heard
-        self.waiting += 1
         try:
-            return await _next(queue, request, wait=wait)
+            return await _next(state.queue, request, wait=wait)
         except _package(request).ReadTimeout:
-            if self.heard == before and self.waiting == 1:
-                self.drop()
+            if self.heard == before and not self.over:
+                if any(s is not state and not s.done for s in self.streams.values()):
+                    self.retire()
+                else:
+                    self.drop()
             raise
-        finally:
-            self.waiting -= 1
 
     def drop(self) -> None:
         """Drop the connection at once; the channel is closed from now (no turn is written
         on it: the next opens a new one, or goes over HTTP)."""
         self.closed = True
         self.socket.abort()
+
+    def retire(self) -> None:
+        """Take no new turn (the next opens a new channel: not a failure) and close once
+        every turn in flight has its answer's end (`settle`)."""
+        self.closed = self.ours = self.retired = True
+        self.settle()
+
+    def forget(self, stream: int) -> None:
+        """A turn its caller is done with (read to its end, left, failed)."""
+        self.streams.pop(stream, None)
+        self.settle()
+
+    def settle(self) -> None:
+        """A retired channel whose turns all have their answer's end is closed (in the
+        background: the reader may be the one telling). O(turns in flight)."""
+        closing = self.retired and not self.over and not self.closing
+        if closing and all(s.done for s in self.streams.values()):
+            self.closing = True  # closed once
+            task = asyncio.get_running_loop().create_task(self.close())
+            self.later.add(task)
+            task.add_done_callback(self.later.discard)
+
+    def _told_drained(self) -> bool:
+        """Whether the close its receiver sent is the drained one (`frames.DRAINED`), read
+        already though the reader may not have ended the channel yet (it waits for what is
+        being written to go first, `CLOSE_TIMEOUT` at most); `drained` from then on (a turn
+        opening meanwhile takes the channel as closed cleanly, not as one that failed)."""
+        said = self.said or self.socket.peer_closed
+        if said is not None and (said.code, said.reason) == frames.DRAINED:
+            self.drained = True
+        return self.drained
 
     def _frame(self, stream: int, target: str, headers: frames.Pairs, body: bytes) -> bytes:
         """The turn's frame, the frames' memory moved on; `Unsent` when the channel closed
@@ -184,6 +224,8 @@ class Link:
         try:
             await self.socket.send(frame)
         except OSError as exc:  # the socket's own failure, as the request's package says it
+            if self._told_drained():  # its receiver stopped reading it: never read
+                raise Unsent("the channel's receiver stopped before reading the turn") from exc
             raise _package(request).WriteError(str(exc), request=request) from exc
 
     def cancel(self, stream: int) -> None:
@@ -203,7 +245,7 @@ class Link:
             state.read = 0
 
     def _later(self, frame: bytes) -> None:
-        if self.closed:
+        if self.over or not self.socket.open:  # a retired channel's turns still read on
             return
         task = asyncio.get_running_loop().create_task(self._send_later(frame))
         self.later.add(task)
@@ -221,7 +263,8 @@ class Link:
             while True:
                 message = await self.socket.receive()
                 if isinstance(message, Closed):
-                    self.drained = (message.code, message.reason) == frames.DRAINED
+                    self.said = None if message.by_us else message
+                    self._told_drained()
                     return
                 found = frames.answered(message.data)
                 self.used = self.clock()
@@ -235,6 +278,8 @@ class Link:
                 if found.kind == frames.PIECE and self.window is not None:
                     state.received(found, self.window)
                 state.queue.put_nowait(found)
+                if state.done:
+                    self.settle()
         except frames.FrameError as exc:  # a receiver that does not speak the channel
             log.warning("channel: closed, an answer frame does not read (%s)", exc)
             self.socket.abort()
@@ -254,12 +299,25 @@ class Link:
         self.broke = self.broke or any(
             not s.done and s not in unread for s in self.streams.values()
         )
+        gone = frames.Answered(-1, frames.BROKEN, self._gone().encode())
         for state in self.streams.values():
-            state.queue.put_nowait(_UNREAD if state in unread else _GONE)
+            state.queue.put_nowait(_UNREAD if state in unread else gone)
+
+    def _gone(self) -> str:
+        """Why a turn in flight failed as the channel ended: its receiver's close, where
+        it sent one (a cap of turns unanswered it passed, a protocol error it saw)."""
+        said = self.said
+        if said is None or said.code == ABNORMAL:
+            return "the channel closed"
+        reason = f" {printable(said.reason, REASON_BYTES)}" if said.reason else ""
+        return f"the channel closed ({said.code}{reason})"
 
     async def close(self) -> None:
         self.closed = self.ours = True
         self.reader.cancel()
+        # its receiver's drained close read while the reader waited on what was being
+        # written: the turns it never read go over HTTP, as the reader would have told them
+        self._told_drained()
         # a reader cancelled before it ever ran runs no `finally`: its turns are told here
         self._ended()
         with contextlib.suppress(OSError, ConnectionError):
@@ -274,7 +332,10 @@ def _broke(request: Any) -> type[Exception]:
 
 class Unsent(Exception):
     """The channel closed before a turn was written, or its receiver stopped before it read
-    the turn (`frames.DRAINED`): it goes over HTTP instead."""
+    the turn (`frames.DRAINED`): it goes over HTTP instead. `framed`: the bytes of its frame
+    when that went on the wire (None: nothing did)."""
+
+    framed: int | None = None
 
 
 def timeout_of(request: Any, kind: str) -> float | None:
@@ -315,7 +376,7 @@ class Answer(httpx.AsyncByteStream, AsyncByteStream2):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             while True:
-                found = await self.link.next_piece(self.state.queue, self.request, self.timeout)
+                found = await self.link.next_piece(self.state, self.request, self.timeout)
                 if found.kind == frames.END:
                     self.ended = True
                     return
@@ -325,12 +386,16 @@ class Answer(httpx.AsyncByteStream, AsyncByteStream2):
         except _broke(self.request):  # BROKEN came, or the channel closed
             self.ended = True
             raise
+        except _package(self.request).ReadTimeout:  # this turn alone ends (`next_piece`)
+            self.ended = True
+            self.link.cancel(self.stream)
+            raise
         finally:
-            self.link.streams.pop(self.stream, None)
+            self.link.forget(self.stream)
 
     async def aclose(self) -> None:
         """The caller is done with the answer: a turn still being answered is cancelled."""
-        self.link.streams.pop(self.stream, None)
+        self.link.forget(self.stream)
         if not self.ended:
             self.ended = True
             self.link.cancel(self.stream)

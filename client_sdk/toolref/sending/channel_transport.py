@@ -15,12 +15,15 @@ reached leaves the sender on HTTP for `retry_seconds`, then it tries again (each
 a row doubling the wait: `toolref.sending.backoff`); a channel that closes fails the turns
 in flight on it (as a broken connection would: the client retries), except at its receiver's
 graceful stop (`frames.DRAINED`: every turn it read was answered, so one with no answer yet
-was never read and goes over HTTP), and the next turn opens a new one, as does a turn after
-the channel sat idle `IDLE_SECONDS`; one that takes no frame within a turn's write timeout
-(a receiver that reads nothing) is dropped, the turn failing `WriteTimeout` as over HTTP,
-and so is one whose answer frame does not read (a text message included), and one on which a
-turn's read timeout passed with no frame come for any turn (`ReadTimeout`: a hung receiver,
-a connection a NAT dropped in use). A channel closed or dropped before any answer frame came
+was never read and goes over HTTP, a frame still being written at that close too), and the
+next turn opens a new one, as does a turn after the channel sat idle `IDLE_SECONDS`; one
+that takes no frame within a turn's write timeout (a receiver that reads nothing) is
+dropped, the turn failing `WriteTimeout` as over HTTP, and so is one whose answer frame does
+not read (a text message included), and one on which a turn's read timeout passed with no
+frame come for any turn (`ReadTimeout`: a hung receiver, a connection a NAT dropped in use)
+and no other turn's answer still coming; with one still coming, that turn alone fails (and
+is cancelled) and the channel takes no new turn, closing once that answer ended (the next
+turn opens a new one at once). A channel closed or dropped before any answer frame came
 (a proxy that passes the upgrade and drops what follows), or before it lived
 `backoff.healthy` seconds with no answer ended on it or a turn's unended (a receiver that
 answers a frame, or ends one answer, then breaks each channel; one restarted between turns,
@@ -99,6 +102,7 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         self.backoff = Backoff(retry_seconds, longest_retry_seconds, random=random)
         self.clock = clock
         self._link: Link | None = None
+        self._older: set[Link] = set()  # retired, their last turns' answers still coming
         self._opening = asyncio.Lock()
         self._retired = False  # closed by its owner: no channel is opened again
 
@@ -116,8 +120,11 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             return await self.inner.handle_async_request(request)
         try:
             answer = await link.send(request)
-        except Unsent:  # the channel closed before the turn went out, or its receiver
-            return await self.inner.handle_async_request(request)  # stopped before reading it
+        except Unsent as unsent:  # the channel closed before the turn went out, or its
+            answer = await self.inner.handle_async_request(request)  # receiver stopped
+            if unsent.framed is not None:  # before reading it: its frame went on the wire
+                answer.extensions[FRAMED] = unsent.framed
+            return answer
         if answer.status_code == 503 and answer.headers.get(frames.BUSY[0]) == frames.BUSY[1]:
             await answer.aclose()  # the receiver did nothing with it (its turns counted on)
             framed = answer.extensions.get(FRAMED)
@@ -134,13 +141,15 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
         """Close the channel for good, not the transport it wraps (its owner's): turns go
         over that one from then on."""
         self._retired = True
-        if self._link is not None:
-            await self._link.close()
+        for link in [*self._older, *([self._link] if self._link is not None else [])]:
+            await link.close()
 
     @property
     def busy(self) -> bool:
-        """Whether turns are in flight on its channel."""
-        return self._link is not None and not self._link.closed and bool(self._link.streams)
+        """Whether turns are in flight on its channel (or on one it retired, its last
+        answers still coming)."""
+        links = [*self._older, *([self._link] if self._link is not None else [])]
+        return any(not link.over and link.streams for link in links)
 
     async def _open(self, request: Any) -> Link | None:
         link = self._link
@@ -186,6 +195,9 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             if self._retired:  # closed while it connected: nothing would ever close this one
                 socket.abort()
                 return None
+            if (older := self._link) is not None and not older.over:  # retired: closes
+                self._older.add(older)  # itself once its turns' answers ended
+                older.reader.add_done_callback(lambda _: self._older.discard(older))
             self._link = Link(socket, self.clock)
             return self._link
 

@@ -11,6 +11,11 @@ edit held, else (a problem naming none) one below them. A later request whose re
 hold more (`most`) goes as it is at once, no refused edit first. A `limit` at or above the
 entries sent says the refusal was of something else (a JSON array's items): nothing learnt.
 
+Behind a chat backend's middleware (`ToolRefMiddleware`, `withToolRef`) the registry's 413
+is the middleware's 415 (`unsupported-media-type`, which every sender resends on), naming
+it: `cause` `too-many-items` and its `limit`. That is the same refusal (`too_many_items`):
+the same rule, and none of the pause a 415 begins (`toolref.sending.pause`).
+
 A limit learnt holds for `KEPT` seconds (an hour), then edits are tried again: a receiver
 whose limit was raised is sent edits again, at the cost of one refused edit an hour. The
 lowest limit said within it holds (replicas of two limits behind one address: the lower).
@@ -25,17 +30,28 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from toolref.edits.wire import DEFAULT_MAX_ENTRIES
-from toolref.wire.errors import TooManyItemsError
+from toolref.wire.errors import TooManyItemsError, UnsupportedMediaTypeError
 
 KEPT: Final = 3600.0  # seconds a limit learnt holds
 LARGEST: Final = (1 << 53) - 1  # a `limit` past it is none (JSON's exact integers, JS's too)
 TOO_MANY_ITEMS: Final = TooManyItemsError.problem_type()
+UNSUPPORTED_MEDIA_TYPE: Final = UnsupportedMediaTypeError.problem_type()
 
 
 def too_many_items(status: int, problem: Mapping[str, Any] | None) -> bool:
-    """The answer to an edit is the receiver's 413 `too-many-items` (`problem` read; the
-    caller checked it names no recipe): the edit not applied, the request goes as it is."""
-    return status == 413 and problem is not None and problem.get("type") == TOO_MANY_ITEMS
+    """The answer to an edit is the receiver's 413 `too-many-items`, or a middleware's 415
+    standing for its registry's (`cause`; module docstring): `problem` read, and the caller
+    checked it names no recipe. The edit not applied, the request goes as it is; the
+    problem's `limit` is the receiver's."""
+    if problem is None:
+        return False
+    if status == 413:
+        return problem.get("type") == TOO_MANY_ITEMS
+    return (
+        status == 415
+        and problem.get("type") == UNSUPPORTED_MEDIA_TYPE
+        and problem.get("cause") == TOO_MANY_ITEMS
+    )
 
 
 class Entries:

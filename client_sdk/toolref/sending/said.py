@@ -14,6 +14,9 @@ sender writes more once no lower version was said for `RECENT`.
 
 Pure: the caller passes its clock's reading (`now`, seconds, monotonic). At most one entry
 per version: O(versions) a call.
+
+`unreadable_said`: the warning a sender logs once it stepped down on such a refusal, in the
+words JS's `unreadableSaid` writes (shared vectors: tests/js_said_vectors.py).
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from __future__ import annotations
 from typing import Final
 
 from toolref.edits.wire import VERSIONS, WRITTEN
+from toolref.wire.redaction import printable
 
 RECENT: Final = 300.0  # seconds a version said (an answer's, a refusal's) is written to
 HIGHEST: Final = max(VERSIONS)  # the highest a sender of this SDK writes
 LOWEST: Final = min(VERSIONS)
+SHOWN: Final = 200  # characters of a peer's text (detail, request id) a warning shows
 
 
 class Said:
@@ -60,3 +65,33 @@ class Said:
             return max(self._at, key=self._at.__getitem__)
         lowest = min(recent)
         return lowest if lowest < WRITTEN else max(recent)
+
+
+def unreadable_said(
+    endpoint: str,
+    version: int,
+    written: int | None,
+    detail: object,
+    request_id: str | None,
+    *,
+    status: int = 400,
+) -> str:
+    """What a sender says once `endpoint` refused an edit written for `version` `status`
+    (400; a middleware's 415 naming it) `malformed-body` (the problem's `detail`, shown when
+    it is text) and the version stepped down to `written` (None: none lower, edits paused).
+    A rollback explains it; else the sender wrote bytes its receiver cannot read, a bug the
+    resend hides from the app. The receiver's text shown as `printable` shows a peer's
+    (escaped, at most `SHOWN` characters). Linear in the texts."""
+    after = (
+        f"its requests are now written for version {written}"
+        if written is not None
+        else "no version is lower: edits paused for it a while, requests go as they are"
+    )
+    said = printable(detail if isinstance(detail, str) else "no detail", SHOWN)
+    named = printable(request_id if request_id is not None else "none given: note the time", SHOWN)
+    return (
+        f"toolref: {endpoint} refused an edit written for edits version {version} as unreadable "
+        f"({status} malformed-body: {said}; request id {named}); {after}. Expected only after its "
+        "receiver was rolled back to an older toolref: if the backend was not rolled back, "
+        "report this with the request id"
+    )

@@ -11,24 +11,30 @@ no base (each segment inline, alone), later ones against the recipe the receiver
 (`Toolref-History`); a first one that is not worth an edit (smaller as it is, and no later
 turn could be an edit of it: `editor.not_worth_an_edit`, every sender's rule) goes as it
 is, with the offer. The version is relearnt from every answer, and from a refusal 400
-`malformed-body` (a receiver rolled back to a version that does not read the edit's bytes:
-the request goes again as it is, and the version below them is said; each step is logged
+`malformed-body` (a receiver rolled back to a version that does not read the edit's bytes;
+behind a middleware, its 415 naming one, its registry rolled back: the request goes again
+as it is, no pause, and the version below them is said; each step is logged
 once per endpoint, a warning: were it no rollback, the sender's bug would be hidden), by
 every sender's rule (`toolref.sending.said`: replicas of 4 and 6 are both sent 4). A miss (409
 `missing-history`, `missing-pieces`, 400 `dictionary-mismatch`) is resent by the `Editor`
 (at most 3 times, the last with everything inline); a 413 `too-many-items` (a receiver
-whose `TOOLREF_MAX_EDIT_ENTRIES` is below the default) sends the request as it is, and the
-endpoint's limit is kept (`toolref.sending.entries`, logged once): a later request past it
-goes as it is at once; a 415 (a receiver that cannot apply
+whose `TOOLREF_MAX_EDIT_ENTRIES` is below the default; behind a middleware, its 415 naming
+one) sends the request as it is, and the endpoint's limit is kept (`toolref.sending.entries`,
+logged once), no pause: a later request past it goes as it is at once; any other 415 (a
+receiver that cannot apply
 edits now), or a 503 `store-unavailable` (its store down: `answers.store_down`), sends the
 request as it is, and the endpoint's requests go as they are, offering edits, for a while
 (`toolref.sending.pause`). An answer to an edit that names neither a recipe nor
 `Toolref-Edits` and is no toolref problem (`urn:toolref:problem:`; a framework's own
 problem+json, Spring's `about:blank` or ASP.NET's RFC 9110 link, is none) comes from no
-receiver of edits (a backend rolled back): the endpoint is forgotten (its requests go as
-they are, with the offer) and, refused (4xx, 415 included, or 5xx), the request is sent again
-as it is, as the TypeScript manager does. The answer kept is handed back as it came: a
-stream stays a stream (only a problem the exchange resends on is read, by the driver).
+receiver of edits (a backend rolled back, a proxy or firewall in front): the endpoint is
+forgotten (its requests go as they are, with the offer) and edits to it paused; refused
+unread (a 4xx but 429, 415 included; a 500, 501), the request is sent again as it is;
+any other refusal (a proxy's 502-504, which may have forwarded the edit; a 429) is the
+app's, as it came, to retry as it would without toolref (`toolref.sending.stranger`, every
+sender's rule, as the TypeScript manager and the relay follow it). The answer kept is
+handed back as it came: a stream stays a stream (only a problem the exchange resends on is
+read, by the driver).
 
 Segment 0 holds the request's headers but credentials (name-only), hop headers and
 toolref's; an edit travels with its media type, the credentials and toolref's own headers
@@ -56,9 +62,9 @@ from toolref.sending.answers import edits_said, problem_of, read_answer, store_d
 from toolref.sending.editor import Edit, Editor, as_it_came_bytes, not_worth_an_edit
 from toolref.sending.entries import Entries, too_many_items
 from toolref.sending.pause import UNREADABLE_FIRST, UNREADABLE_LONGEST, Pause
-from toolref.sending.said import Said
+from toolref.sending.said import Said, unreadable_said
 from toolref.sending.savings import Savings
-from toolref.wire.errors import PROBLEM_BASE
+from toolref.sending.stranger import no_reader, resent, stranger_pause
 from toolref.wire.headers import EDITS_HEADER, HISTORY_HEADER, TOOLREF_PREFIX
 from toolref.wire.redaction import printable
 
@@ -83,8 +89,12 @@ def rebuilt(request: Any, content: bytes, headers: list[tuple[str, str]]) -> Any
 
 
 def target_of(url: Any) -> str:
-    """The endpoint a request's URL names: scheme, host, port and path (no query)."""
-    return f"{url.scheme}://{url.host}:{url.port or ''}{url.path}"
+    """The endpoint a request's URL names, as messages show it: origin (scheme, host as IDNA,
+    a port only when not the scheme's own) and path as sent (percent-encoded), no query nor
+    fragment (an API key's place) nor credentials: what JS's `endpointShown` writes (shared
+    vectors, tests/js_printable_vectors.py)."""
+    path = bytes(url.raw_path).partition(b"?")[0].decode("ascii", "backslashreplace")
+    return f"{url.scheme}://{bytes(url.netloc).decode('ascii', 'backslashreplace')}{path}"
 
 
 @dataclass
@@ -139,26 +149,15 @@ class Sender:
             )
             self._told(target, response)
             self.savings.sent(len(edit.body), resend=edit.resends > 0)
-            down = store_down(response)  # not applied either: the receiver's store down
-            if down or (response.status_code == 415 and HISTORY_HEADER not in response.headers):
-                # the edit not applied (an app's own 415 names its recipe): paused, and
-                # forgotten when no receiver of edits said so (a framework's own 415)
-                pause = self._paused(target, seen)
-                if not down and _no_reader(response):
-                    self.reads.pop(target)
-                return (yield from self._as_it_is(request, content, pairs, rebuild, target))
-            if _no_reader(response):  # the receiver no longer reads edits: forgotten
-                self.reads.pop(target)
-                if response.status_code >= 400:  # refused as the body it could not read
-                    return (yield from self._as_it_is(request, content, pairs, rebuild, target))
-                return response
             if self._too_many(target, edit, response):
-                # more entries than the receiver's limit (set below the default): not applied,
-                # and the request as it is is forwarded; the limit kept for the next ones
+                # more entries than the receiver's limit (set below the default; a
+                # middleware's 415 naming its registry's 413): not applied, and the request
+                # as it is is forwarded; the limit kept for the next ones, no pause
                 return (yield from self._as_it_is(request, content, pairs, rebuild, target))
             if version is not None and unreadable(response):
-                # a receiver rolled back: it reads less than the edit's bytes (said, as the
-                # relay learns it); the request as it is, whose answer says what it reads
+                # a receiver rolled back (or, a middleware's 415 naming it, its registry): it
+                # reads less than the edit's bytes (said, as the relay learns it), no pause;
+                # the request as it is, whose answer says what it reads
                 said = self.reads.peek(target)
                 stepped = said is not None and said.unreadable(version, self.clock())
                 if said is not None and not stepped:  # no lower version: not a rollback
@@ -166,6 +165,20 @@ class Sender:
                 if said is not None:  # a genuine sender bug would be hidden: logged
                     written = said.version(self.clock()) if stepped else None
                     self._warn_unreadable(target, version, written, response)
+                return (yield from self._as_it_is(request, content, pairs, rebuild, target))
+            down = store_down(response)  # not applied either: the receiver's store down
+            if not down and no_reader(response):  # no receiver of edits answered: forgotten
+                self.reads.pop(target)
+                status = response.status_code
+                paused = stranger_pause(status)  # `toolref.sending.stranger`
+                if paused is not None:
+                    pause = self._paused(target, seen, *paused)
+                if resent(status):  # refused unread (a 4xx, a 500): the request as it is
+                    return (yield from self._as_it_is(request, content, pairs, rebuild, target))
+                return response  # a proxy's 502-504 (forwarded, maybe), a 429: the app's
+            if down or (response.status_code == 415 and HISTORY_HEADER not in response.headers):
+                # the edit not applied (an app's own 415 names its recipe): paused
+                pause = self._paused(target, seen)
                 return (yield from self._as_it_is(request, content, pairs, rebuild, target))
             # the resend as its own endpoint reads edits: another endpoint's turn, prepared
             # while this one was sent, set the editor's version to what that one reads
@@ -217,28 +230,18 @@ class Sender:
         self, target: str, version: int, written: int | None, response: httpx.Response
     ) -> None:
         """Say, once per endpoint and version refused, that an edit was refused 400
-        `malformed-body` and the version stepped down (to `written`; None: none lower,
+        `malformed-body` (or a middleware's 415 naming its registry's) and the version
+        stepped down (to `written`; None: none lower,
         paused). A rollback explains it; else the sender wrote bytes its receiver cannot
         read (a bug, which the resend as it is would hide from the app)."""
         if (target, version) in self.warned:
             return
         self.warned.put((target, version), True)
-        after = (
-            f"its requests are now written for version {written}"
-            if written is not None
-            else "no version is lower: edits paused for it a while, requests go as they are"
-        )
         problem = problem_of(response) or {}
+        request_id = response.headers.get("x-request-id")
+        detail, status = problem.get("detail"), response.status_code
         log.warning(
-            "toolref: %s refused an edit written for edits version %d as unreadable (400 "
-            "malformed-body: %s; request id %s); %s. Expected only after its receiver "
-            "was rolled back to an older toolref: %s",
-            target,
-            version,
-            printable(str(problem.get("detail", "no detail")), 200),  # the peer's text
-            printable(response.headers.get("x-request-id", "none given: note the time"), 200),
-            after,
-            "if the backend was not rolled back, report this with the request id",
+            "%s", unreadable_said(target, version, written, detail, request_id, status=status)
         )
 
     def _prepared(
@@ -252,7 +255,8 @@ class Sender:
 
     def _too_many(self, target: str, edit: Edit, response: httpx.Response) -> bool:
         """Whether the endpoint refused `edit` 413 `too-many-items` (its problem read, no
-        recipe named); its limit kept then (`Entries`), and said once, a warning (its
+        recipe named; or a middleware's 415 naming it: `entries.too_many_items`); its limit
+        kept then (`Entries`), and said once, a warning (its
         requests of more entries go whole: savings lost, which raising its
         `TOOLREF_MAX_EDIT_ENTRIES` brings back)."""
         problem = problem_of(response) if HISTORY_HEADER not in response.headers else None
@@ -266,13 +270,14 @@ class Sender:
         if learnt is None:
             return True
         log.warning(
-            "toolref: %s refused an edit of %d entries (413 too-many-items; request id %s): "
+            "toolref: %s refused an edit of %d entries (%d too-many-items; request id %s): "
             "it takes a limit of %d entries (its TOOLREF_MAX_EDIT_ENTRIES, 50000 by "
             "default), so the request went again as it is, and so do its requests of more "
             "(long conversations: about 2 entries a message), whole, edits tried again in "
             "an hour; raise that setting to send them as edits",
             target,
             len(edit.cut.entries),
+            response.status_code,
             printable(response.headers.get("x-request-id", "none given"), 200),
             learnt,
         )
@@ -324,25 +329,3 @@ def _segment_headers(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
     """The request's headers as segment 0 holds them: end to end, none of toolref's (the cut
     leaves out those describing the hop: host, length, encoding)."""
     return [(k, v) for k, v in end_to_end(list(pairs)) if not k.lower().startswith(TOOLREF_PREFIX)]
-
-
-def _no_reader(response: httpx.Response) -> bool:
-    """An answer to an edit from a receiver that does not read edits (any more: a backend
-    rolled back, its middleware taken out): it names neither a recipe nor `Toolref-Edits`
-    (a receiver that does answers every edit so), and is no toolref problem (a framework's
-    own problem+json, as Spring's `about:blank` or ASP.NET's RFC 9110 link, is none)."""
-    headers = response.headers
-    return (
-        HISTORY_HEADER not in headers
-        and EDITS_HEADER not in headers
-        and _toolref_problem(response) is None
-    )
-
-
-def _toolref_problem(response: httpx.Response) -> dict[str, Any] | None:
-    """The toolref problem `response` holds (its `type` under `urn:toolref:problem:`, as
-    `refusals.toolref_problem` reads one), read; None for any other answer, and for a
-    problem not read (a streamed one past `MAX_PROBLEM_BYTES`)."""
-    problem = problem_of(response)
-    kind = None if problem is None else problem.get("type")
-    return problem if isinstance(kind, str) and kind.startswith(PROBLEM_BASE) else None

@@ -179,6 +179,14 @@ class Socket:
                 return event
 
     @property
+    def peer_closed(self) -> Closed | None:
+        """The close its peer sent, as soon as it is read (before `receive` returns it,
+        which first waits for what is written to go); None: none read, or the close was
+        this side's."""
+        closed = self.client.closed
+        return None if closed is None or closed.by_us else closed
+
+    @property
     def open(self) -> bool:
         """Whether a message sent now goes out (`send` drops it once the connection is
         closing: a close sent or received, or the transport closed)."""

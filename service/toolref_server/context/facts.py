@@ -83,9 +83,11 @@ class Call:
 class Result:
     """A tool result: its site in its message, the id of the call it answers, its tool's
     name where it says it, its JSON text's bytes, whether it is an error; once replaced,
-    what stands in for it (`stand_in`: by the summarizer's id, the JSON text), remembered;
-    `text`: for a result the agent returned as text, the arguments its text names ("" for
-    none; None: a result of the format's own).
+    what stands in for it (`stand_in`: by the summarizer's id, the JSON text) and where
+    its pin is kept in the store (`pins`), remembered: a cache of the store's pin, which
+    decides (`toolref_server.gateway.context_edits`); `text`: for a result the agent
+    returned as text, the arguments its text names ("" for none; None: a result of the
+    format's own).
     """
 
     site: Site
@@ -98,6 +100,9 @@ class Result:
     beside: tuple[str, ...] = ()  # members beside it that go with it (`BESIDE`), emptied
     # by the summarizer's id: none is made (its call unknown, or code's) and none was pinned
     unmade: set[str] = field(default_factory=set)
+    # by the summarizer's id: where its pin is (the store's `Slot`, opaque here: the
+    # context package names no storage)
+    pins: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)

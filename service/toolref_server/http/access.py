@@ -4,8 +4,10 @@ The id is the client's `X-Request-Id` when it is a plain token (so a chat backen
 one request through its logs and ours), otherwise a fresh one; it is sent back in the same
 header and carried by every log line written while the request runs. An answer that already
 names itself in that header (an upstream's, forwarded by the gateway: OpenAI's `req_...`, the
-id its support asks for) keeps its own: the access line logs it as `upstreamRequestId` next to
-ours, so either one finds the other.
+id its support asks for) keeps its own, untouched: the access line logs it as
+`upstreamRequestId` next to ours, so either one finds the other; one that is no plain token
+(a peer's text) as `redaction.printable` shows it, escaped and cut to `UPSTREAM_SHOWN`
+characters. An empty one names nothing: ours replaces it.
 
 A request whose client hangs up before its answer starts is counted and logged with status
 499 (`CLIENT_CLOSED`), not 500: an agent cancelling a turn is no failure of the service.
@@ -25,6 +27,7 @@ from typing import Final
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from toolref.wire.errors import ToolrefError
+from toolref.wire.redaction import printable
 from toolref_server.http.problem import problem_response
 from toolref_server.logs import REQUEST_ID
 from toolref_server.metrics import UNMATCHED, Metrics, method_label
@@ -35,6 +38,7 @@ REQUEST_ID_HEADER: Final = "X-Request-Id"
 CLIENT_CLOSED: Final = 499
 _HEADER_KEY: Final = REQUEST_ID_HEADER.lower().encode()
 _TOKEN: Final = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
+UPSTREAM_SHOWN: Final = 128  # characters of an upstream's id logged; the rest counted
 
 log = logging.getLogger("toolref_server.access")  # the name operators filter on: kept
 
@@ -44,6 +48,11 @@ def request_id_of(scope: Scope) -> str:
         if key == _HEADER_KEY and _TOKEN.fullmatch(value):
             return str(value.decode())
     return uuid.uuid4().hex
+
+
+def upstream_of(values: list[bytes]) -> bytes:
+    """The id an answer names itself by: its first `X-Request-Id` that is not empty."""
+    return next(value.strip() for value in values if value.strip())
 
 
 def route_of(scope: Scope) -> str:
@@ -84,11 +93,13 @@ class AccessMiddleware:
                 status, answered = message["status"], True
                 headers = list(message.get("headers", []))
                 own = [v for k, v in headers if k.lower() == _HEADER_KEY]
-                if own:  # an upstream's answer naming itself: its id kept, for its support
-                    upstream_id = own[0].decode("latin-1") if _TOKEN.fullmatch(own[0]) else None
-                else:
-                    headers.append((_HEADER_KEY, request_id.encode()))
-                    message = {**message, "headers": headers}
+                if any(value.strip() for value in own):
+                    # an upstream's answer naming itself: its id kept, for its support; logged
+                    # as a peer's text is (a plain token as it is)
+                    upstream_id = printable(upstream_of(own).decode("latin-1"), UPSTREAM_SHOWN)
+                else:  # none, or an empty one (naming nothing): ours
+                    kept = [(k, v) for k, v in headers if k.lower() != _HEADER_KEY]
+                    message = {**message, "headers": [*kept, (_HEADER_KEY, request_id.encode())]}
             elif message["type"] == "http.response.body":
                 sent += len(message.get("body", b""))
             await send(message)

@@ -3,18 +3,18 @@ body's limit and the process's budget of bodies in flight (`toolref.asgi.budget`
 
 Each chunk of output (at most `OUT_CHUNK` bytes) is counted against the limit and charged to
 the request's account before it is kept, so a bomb stops one chunk past the limit, and a
-request past the budget at once. Nothing here outlives the request: no object refers back to
-a decompressor (see `Kept`).
+request past the budget at once. A body that ends inside its gzip member or zstd frame is
+refused as truncated. Nothing here outlives the request: no object refers back to a
+decompressor (see `Kept`).
 """
 
 from __future__ import annotations
 
 import zlib
-from typing import IO, Any, Final, cast
-
-import zstandard
+from typing import Any, Final
 
 from toolref.asgi.budget import Account, charge
+from toolref.wire.compression import ZstdStream
 from toolref.wire.errors import MalformedBodyError
 
 OUT_CHUNK: Final = 64 * 1024
@@ -26,10 +26,10 @@ class TooLarge(Exception):
 
 class Kept:
     """Where inflated output goes: its chunks, counted against the body's limit and charged
-    to the request's account before each is kept. The sink of the zstd stream writer, so it
-    holds no reference to the writer or the `Inflater`: the C writer is not tracked by the
-    cyclic collector, and a cycle through it (writer -> sink -> writer) would never be freed
-    (every zstd body leaked whole before)."""
+    to the request's account before each is kept. It holds no reference to a decoder or the
+    `Inflater`: once, the sink of zstandard's stream writer, whose C object the cyclic
+    collector does not track, it made a cycle (writer -> sink -> writer) that was never
+    freed (every zstd body leaked whole)."""
 
     __slots__ = ("__weakref__", "account", "limit", "parts", "size")
 
@@ -38,10 +38,6 @@ class Kept:
         self.account = account
         self.parts: list[bytes] = []
         self.size = 0
-
-    def write(self, data: bytes) -> int:  # the zstd stream writer's sink
-        self.keep(data)
-        return len(data)
 
     def keep(self, data: bytes) -> None:
         self.size += len(data)
@@ -54,28 +50,27 @@ class Kept:
 class Inflater:
     """Incremental decompression that refuses to produce more than `limit` bytes, charging
     each chunk of output (at most 64 KiB) to `account` before keeping it. Nothing here
-    outlives the request: the decompressor is referenced by this object alone."""
+    outlives the request: the decompressor is referenced by this object alone. A zstd body
+    may hold at most `compression.MAX_FRAMES` frames, and must end where a frame does."""
 
     def __init__(self, encoding: str, limit: int, account: Account | None = None) -> None:
         self.kept = Kept(limit, account)
         self.encoding = encoding
         self._gzip: Any = None
-        self._zstd: Any = None
+        self._zstd: ZstdStream | None = None
         if encoding == "gzip":
             self._gzip = zlib.decompressobj(wbits=31)
         else:
-            sink = cast(IO[bytes], self.kept)  # duck-typed: the writer only calls write()
-            self._zstd = zstandard.ZstdDecompressor().stream_writer(
-                sink, write_size=OUT_CHUNK, write_return_read=True
-            )
+            # A frame declaring a window past 8 MiB (RFC 9659) fails before it is allocated.
+            self._zstd = ZstdStream()
 
     def feed(self, data: bytes) -> None:
+        if self._zstd is not None:
+            self._zstd.feed(data, self.kept.keep)  # MalformedBodyError when corrupt
+            return
         try:
-            if self._zstd is not None:
-                self._zstd.write(data)
-            else:
-                self._feed_gzip(data)
-        except (zlib.error, zstandard.ZstdError) as exc:
+            self._feed_gzip(data)
+        except zlib.error as exc:
             raise MalformedBodyError(
                 f"the {self.encoding} body is corrupt ({exc}); compress the whole body "
                 f"as one {self.encoding} stream, or send it uncompressed"
@@ -111,6 +106,6 @@ class Inflater:
                 "the gzip body ends before its stream does (truncated); send the whole body"
             )
         if self._zstd is not None:
-            self._zstd.flush()
+            self._zstd.finish()  # MalformedBodyError when cut mid-frame
         parts, self.kept.parts = self.kept.parts, []
         return b"".join(parts)

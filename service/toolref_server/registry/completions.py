@@ -21,6 +21,9 @@ One call is `POST {base_url}/chat/completions`. Whatever the endpoint does:
 - **refusals**: an answer saying the request was wrong (`REFUSED`: 400, 413, 422; a content
   filter's 400, say) is `CompletionRefused`: the endpoint answered, about that input, so it
   says nothing of the endpoint's health, which one tenant's inputs must not decide.
+- **no text**: a chat completion whose message holds no text (content empty, blank or null:
+  an output filter's, a model's refusal) is `CompletionEmpty`: the endpoint answered, so it
+  is healthy, and that answer is no summary.
 
 The caller (a summarizer) turns a `CompletionError` into its fallback.
 """
@@ -52,6 +55,11 @@ REFUSED: Final = frozenset({400, 413, 422})
 
 class CompletionRefused(CompletionError):
     """The endpoint refused this request's input (`REFUSED`): no failure of the endpoint."""
+
+
+class CompletionEmpty(CompletionError):
+    """The endpoint answered a chat completion whose message holds no text: it answered,
+    and the answer is no summary (an output filter's, say)."""
 
 
 class CompletionBusy(CompletionError):
@@ -156,7 +164,8 @@ class Completions:
 
 def answer_text(data: bytes, limits: documents.BodyLimits) -> str:
     """`choices[0].message.content` of a chat completion's bytes, stripped; a
-    `CompletionError` for anything else. Linear in `data` (at most `limits.max_body_bytes`,
+    `CompletionEmpty` when the message holds no text (content empty, blank, null or absent),
+    a `CompletionError` for anything else. Linear in `data` (at most `limits.max_body_bytes`,
     so small enough to parse on the event loop)."""
     try:
         value = documents.decode(data, "json", limits)
@@ -165,7 +174,14 @@ def answer_text(data: bytes, limits: documents.BodyLimits) -> str:
     choices = value.get("choices") if isinstance(value, dict) else None
     first = choices[0] if isinstance(choices, list) and choices else None
     message = first.get("message") if isinstance(first, dict) else None
-    text = message.get("content") if isinstance(message, dict) else None
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(message, dict):
+        raise CompletionError("the answer holds no message at choices[0].message")
+    text = message.get("content")
+    if text is None or (isinstance(text, str) and not text.strip()):
+        assert isinstance(first, dict)  # `message` came from it
+        finish = first.get("finish_reason")  # "content_filter", say; the peer's: cut
+        said = f" (finish_reason {finish[:40]!r})" if isinstance(finish, str) else ""
+        raise CompletionEmpty(f"the model answered no text at choices[0].message.content{said}")
+    if not isinstance(text, str):
         raise CompletionError("the answer holds no text at choices[0].message.content")
     return text.strip()

@@ -16,12 +16,17 @@ summarizer.
   one call probes. (Per process, so N replicas make at most N probes per cool-down.) It is
   the model's health, which every tenant shares, so it is not per tenant; what one tenant's
   load causes is no failure of the model: its calls past its share are not made, and a call
-  that found no free connection was not made either (`SummarizerBusy`).
+  that found no free connection was not made either (`SummarizerBusy`); a probe that was
+  not made, or was refused as its input, is abandoned (the next call probes). `clock`: the
+  breakers' (monotonic; a test drives it).
 
 Nothing here calls the model; `SummaryCache` asks before it does.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 from toolref.kit.breaker import CircuitBreaker
 from toolref_server.storage.counters import ModelCallCounters
@@ -37,8 +42,10 @@ class ModelCallQuotas:
         breaker_failures: int,
         breaker_seconds: float,
         per_tenant_in_flight: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.counters = counters
+        self.clock = clock  # the breakers' (a test drives it; read when one is made)
         self.per_tenant_in_flight = per_tenant_in_flight
         self._in_flight: dict[str, int] = {}  # tenant: its calls under way (none: no key)
         self.per_request = per_request
@@ -51,7 +58,7 @@ class ModelCallQuotas:
         found = self._breakers.get(summarizer)
         if found is None:
             found = self._breakers[summarizer] = CircuitBreaker(
-                self.breaker_failures, self.breaker_seconds
+                self.breaker_failures, self.breaker_seconds, self.clock
             )
         return found
 

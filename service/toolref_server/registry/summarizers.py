@@ -20,6 +20,7 @@ from toolref.kit import extractive
 from toolref.kit.kinds import KindTable
 from toolref_server.registry.completions import (
     CompletionBusy,
+    CompletionEmpty,
     CompletionError,
     CompletionRefused,
     Completions,
@@ -59,6 +60,15 @@ class SummarizerBusy(SummarizerError):
 class SummarizerRefused(SummarizerError):
     """The model refused this input (400, 413, 422: a content filter's, say): that summary
     failed, and the model is no less healthy for it."""
+
+    reason = "refused"  # its fallbacks' label
+
+
+class SummarizerEmpty(SummarizerError):
+    """The model answered with no text (an output filter's empty or null content): that
+    summary failed, and the model answered, so it is healthy."""
+
+    reason = "empty"
 
 
 class Summarizer(Protocol):
@@ -194,6 +204,8 @@ class OpenAICompatibleSummarizer:
             raise SummarizerBusy(str(exc)) from exc
         except CompletionRefused as exc:
             raise SummarizerRefused(str(exc)) from exc
+        except CompletionEmpty as exc:
+            raise SummarizerEmpty(str(exc)) from exc
         except CompletionError as exc:
             raise SummarizerError(str(exc)) from exc
         return text if len(text) <= max_chars else text[: max_chars - 1] + "…"

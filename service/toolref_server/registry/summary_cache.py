@@ -20,7 +20,11 @@ tenant per minute, per tenant at once, a circuit breaker): a call a quota refuse
 made, and not a failure; nor is one that found no free connection to the model
 (`SummarizerBusy`: that is other calls' load, not the model's health). A call the model
 refuses as its input (`SummarizerRefused`: 400, 413, 422) fails that summary (its failure
-mark) without counting in the breaker: a tenant's inputs are not the model's health.
+mark) without counting in the breaker: a tenant's inputs are not the model's health. One it
+answers with no text (`SummarizerEmpty`: an output filter's) fails that summary alike
+(never kept as its summary), and counts in the breaker as an answer: the model is up. A
+half-open breaker's probe that told it nothing (not sent, refused, cancelled) is abandoned:
+the next call probes, not one cool-down later.
 
 Summaries count in the tenant's stored-bytes quota (`toolref_server.storage.quotas`) like
 records. A summary that does not fit is still answered, computed and not kept (`cached`
@@ -47,6 +51,7 @@ from toolref_server.registry.summarizers import (
     OpenAICompatibleSummarizer,
     Summarizer,
     SummarizerBusy,
+    SummarizerEmpty,
     SummarizerError,
     SummarizerRefused,
 )
@@ -56,7 +61,7 @@ log = logging.getLogger(__name__)
 
 _CONCURRENCY: Final = 16
 
-__all__ = ["Skipped", "Summary", "SummaryCache"]
+__all__ = ["Skipped", "Slot", "Summary", "SummaryCache"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +215,7 @@ class SummaryCache:
 
         async def call() -> str:
             if not guarded:
-                return await made()
+                return await made(probe=False)
             if not self.quotas.enter(tenant):
                 raise Skipped(
                     "tenant-in-flight",
@@ -218,12 +223,13 @@ class SummaryCache:
                     "under way (TOOLREF_LLM_TENANT_CALLS_IN_FLIGHT)",
                 )
             try:
-                await self._admit(tenant, name)
-                return await made()
+                probe = await self._admit(tenant, name)
+                return await made(probe)
             finally:
                 self.quotas.leave(tenant)
 
-        async def made() -> str:
+        async def made(probe: bool) -> str:
+            heard = False  # the breaker told of this call; a probe it was not: abandoned
             try:
                 async with asyncio.timeout(self.compute_seconds):
                     # A lone surrogate (a model's `"\\ud800"`) would fail the store, leave
@@ -232,10 +238,20 @@ class SummaryCache:
             except SummarizerBusy as exc:  # the model was not asked: no failure of it
                 log.warning("summarizer %s not asked for %s: %s", name, slot, exc)
                 raise Skipped("model-busy", str(exc)) from exc
+            except SummarizerEmpty as exc:
+                # The model answered, with no text (an output filter): that summary fails
+                # (its failure mark, never kept), and the model answered: it is healthy.
+                self._failed(name, guarded=False)
+                if guarded:
+                    self.quotas.breaker(name).success()
+                    heard = True
+                log.warning("summarizer %s answered no text for %s: %s", name, slot, exc)
+                raise
             except Exception as exc:  # any failure of the summarizer is its failure
                 # but its refusal of this input (its slot's failure mark): one tenant's
                 # inputs never open the breaker every tenant's summaries share
-                self._failed(name, guarded and not isinstance(exc, SummarizerRefused))
+                heard = guarded and not isinstance(exc, SummarizerRefused)
+                self._failed(name, heard)
                 failure = exc if isinstance(exc, SummarizerError) else _failure(name, exc)
                 log.warning(
                     "summarizer %s failed for %s, using extractive: %s", name, slot, failure
@@ -243,24 +259,34 @@ class SummaryCache:
                 if failure is exc:
                     raise
                 raise failure from exc
-            if guarded:
-                self.quotas.breaker(name).success()
+            else:
+                if guarded:
+                    self.quotas.breaker(name).success()
+                    heard = True
+            finally:
+                if probe and not heard:  # not sent, refused or cancelled: the next call probes
+                    self.quotas.breaker(name).abandon()
             self.metrics.summarizer_calls.labels(name, "ok").inc()
             return text
 
         return await self.flight.get_or_create(slot, call)
 
-    async def _admit(self, tenant: str, name: str) -> None:
+    async def _admit(self, tenant: str, name: str) -> bool:
         """May the model be called now? The tenant's minute quota, then the breaker (whose
-        half-open state lets one probe through, so it is asked last)."""
+        half-open state lets one probe through, so it is asked last). True when this call
+        is the breaker's probe (its caller tells the breaker what came of it, or abandons
+        it)."""
         if not await self.quotas.take(tenant):
             raise Skipped(
                 "tenant-quota",
                 f"tenant {tenant!r} started {self.quotas.per_tenant_minute} model calls this "
                 "minute (TOOLREF_LLM_CALLS_PER_TENANT_MINUTE)",
             )
-        if not self.quotas.breaker(name).allow():
+        breaker = self.quotas.breaker(name)
+        probe = breaker.state is BreakerState.HALF_OPEN
+        if not breaker.allow():
             raise Skipped("breaker", f"{name} failed repeatedly; a probe is under way")
+        return probe
 
     def _failed(self, name: str, guarded: bool) -> None:
         if guarded:

@@ -1,7 +1,8 @@
 """Every ACP notification a test sees is checked against the official v1 schema
 (`../shared/acp/schema.v1.json`; required under CI=true, skipped only locally when absent),
-for keys outside the spec's field lists, for nulls, and for a lossless round trip through
-the `agent-client-protocol` package's pydantic models."""
+for keys outside the spec's field lists, for nulls, for a lossless round trip through
+the `agent-client-protocol` package's pydantic models, and for its nesting as a whole
+JSON-RPC line: what serde_json (Rust ACP clients) parses."""
 
 from __future__ import annotations
 
@@ -32,6 +33,9 @@ TOOL_CALL_FIELDS = frozenset(
         "_meta",
     }
 )
+# serde_json's default recursion limit: it parses 127 levels of arrays and objects in one
+# JSON text, and its 128th open bracket is "recursion limit exceeded".
+SERDE_JSON_DEPTH = 127
 ALLOWED = {
     "tool_call": TOOL_CALL_FIELDS,
     "tool_call_update": TOOL_CALL_FIELDS,
@@ -69,6 +73,29 @@ def _no_nulls(value: Any, where: str) -> None:
             _no_nulls(item, f"{where}[{n}]")
 
 
+def json_depth(text: str) -> int:
+    """The deepest nesting of arrays and objects in a JSON text, counted as serde_json
+    counts it (the outermost `{` is level 1)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
 def check(notification: dict[str, Any]) -> None:
     """Raise AssertionError unless `notification` (session/update params) conforms."""
     checker = validator()
@@ -84,4 +111,7 @@ def check(notification: dict[str, Any]) -> None:
     dumped = model.model_dump(mode="json", by_alias=True, exclude_unset=True)
     assert dumped == notification, (dumped, notification)
     json.dumps(notification)  # plain JSON, no enums or other Python objects
+    line = json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": notification})
+    depth = json_depth(line)
+    assert depth <= SERDE_JSON_DEPTH, f"the JSON-RPC line is {depth} levels deep"
     assert json.loads(json.dumps(notification)) == notification

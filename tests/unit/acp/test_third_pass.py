@@ -282,16 +282,17 @@ def test_an_item_nested_past_the_depth_limit_is_refused_with_the_limit(
 ) -> None:
     """Found in review: an item whose `_meta` (or any member) was nested 10,000 deep, or
     only 500, raised RecursionError from its copies, not `AcpError`; now the copy is an
-    iterative walk, and past 128 levels (serde_json's default limit: Rust ACP clients parse
-    no deeper) `AcpError` names the limit and the fix. Within it, the item is carried."""
+    iterative walk, and past 123 levels (4 more make a JSON-RPC line of serde_json's 127:
+    test_review_envelope) `AcpError` names the limit and the fix. Within it, the item is
+    carried."""
     tracker = make_tracker()
     tracker.start("c", "bash")
     text: dict[str, Any] = {"type": "text", "text": "x", where: _nested(10_000)}
     deep = {"type": "content", "content": text}
-    with pytest.raises(AcpError, match=r"nested past 128 levels.*flatten") as caught:
+    with pytest.raises(AcpError, match=r"nested past 123 levels.*flatten") as caught:
         tracker.update("c").add_content(deep).send()
-    assert caught.value.extra["limit"] == 128
-    with pytest.raises(AcpError, match="nested past 128 levels"):
+    assert caught.value.extra["limit"] == 123
+    with pytest.raises(AcpError, match="nested past 123 levels"):
         tracker.start("d", "bash", content=[deep])
     within = {"type": "content", "content": {"type": "text", "text": "y", "_meta": _nested(120)}}
     tracker.update("c").add_content(within).send()

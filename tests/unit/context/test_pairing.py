@@ -10,7 +10,7 @@ from typing import Any
 from toolref_server.context import facts as facts_module
 from toolref_server.context.batches import plan
 from toolref_server.context.facts import facts_of
-from toolref_server.gateway.context_edits import _invocations
+from toolref_server.gateway.stand_ins import invocations_of as _invocations
 from toolref_server.settings.context import Policy
 
 POLICY = Policy(mode="on", trigger_tokens=0, keep=1, clear_at_least=1, rewrite_weight=0.0)

@@ -16,7 +16,8 @@ from toolref.wire.canonical import invocation_digest
 from toolref.wire.endpoints import Endpoint
 from toolref_server.context import facts as facts_module
 from toolref_server.context.batches import plan
-from toolref_server.gateway.context_edits import _invocations, edit_context
+from toolref_server.gateway.context_edits import edit_context
+from toolref_server.gateway.stand_ins import invocations_of as _invocations
 from toolref_server.metrics import Metrics
 from toolref_server.registry.summary_cache import Summary
 from toolref_server.settings.context import Policy

@@ -15,8 +15,12 @@
  *
  * Pure: the caller passes its clock's reading (`now`, ms, monotonic: `performance.now()`). At
  * most one entry per version: O(versions) a call.
+ *
+ * `unreadableSaid`: the warning a sender says once it stepped down on such a refusal, in
+ * Python's words (`unreadable_said`; shared vectors: tests/js_said_vectors.py).
  */
 
+import { printable } from "../shown.js";
 import { VERSION, WRITTEN } from "./wire.js";
 
 /** How long a version said (an answer's, a refusal's) is written to: Python's `RECENT`. */
@@ -57,4 +61,19 @@ export class Said {
     const lowest = Math.min(...recent);
     return lowest < WRITTEN ? lowest : Math.max(...recent);
   }
+}
+
+/** What a sender says once `where` refused an edit written for `version` `status` (400; a
+ * middleware's 415 naming it) `malformed-body` (the problem's `detail`, shown when it is text)
+ * and the version stepped down to `written` (null: none lower, edits paused). A rollback
+ * explains it; else the SDK wrote bytes its receiver cannot read, a bug the resend hides from
+ * the app. The receiver's text shown as `printable` shows a peer's. Linear in the texts. */
+export function unreadableSaid(where: string, version: number, written: number | null, detail: unknown, requestId: string | null, status = 400): string {
+  const after = written !== null ? `its requests are now written for version ${written}` : "no version is lower: edits paused for it a while, requests go as they are";
+  const said = printable(typeof detail === "string" ? detail : "no detail");
+  return (
+    `toolref: ${where} refused an edit written for edits version ${version} as unreadable (${status} malformed-body: ${said}; request id ` +
+    `${printable(requestId ?? "none given: note the time")}); ${after}. Expected only after its receiver was rolled back to an older ` +
+    "toolref: if the backend was not rolled back, report this with the request id"
+  );
 }
