@@ -33,7 +33,9 @@ from starlette.routing import Route
 from tests.support.processes import Service
 from tests.support.servers import serve_all
 from toolref_server.app import create_app
+from toolref_server.context import facts as facts_module
 from toolref_server.embedded import free_port
+from toolref_server.gateway import stand_ins as stand_ins_module
 from toolref_server.settings import Settings
 
 from ..conftest import ON_CLUSTER
@@ -159,10 +161,14 @@ async def test_after_a_flush_every_replica_sends_the_same_stand_ins_turn_after_t
 
 
 async def test_a_remembered_stand_in_s_pin_lives_on_while_its_conversation_does(
-    redis: Redis,
+    redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A replica that remembers a conversation's stand-ins renews their pins' lifetimes on
-    each turn that sends them: a pin near its end is given its whole lifetime again."""
+    the turns that send them (once a quarter of the lifetime went by since it last did,
+    `stand_ins.RENEWED`): a pin near its end is given its whole lifetime again."""
+    now = [1_000.0]
+    monkeypatch.setattr(stand_ins_module, "clock", lambda: now[0])
+    facts_module.forget()  # facts another test of this process left, read on its clock
     provider = Provider()
     messages = conversation("openai-chat", 10)
     async with serve_all(provider.app()) as [url]:
@@ -182,6 +188,7 @@ async def test_a_remembered_stand_in_s_pin_lives_on_while_its_conversation_does(
             assert pins
             for key in pins:
                 await redis.expire(key, 30)
+            now[0] += 86_400  # the store's TTL later (the default: a day)
             await turn(7)
             lifetimes = [await redis.ttl(key) for key in pins]
     assert all(seconds > 30 for seconds in lifetimes), lifetimes

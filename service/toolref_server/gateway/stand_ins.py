@@ -10,6 +10,7 @@ the summary cache (one per result, ever). Context editing's step
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple, cast
 
@@ -26,6 +27,17 @@ from toolref_server.registry.summary_cache import Slot, SummaryCache
 from toolref_server.settings.context import Policy
 
 _MEDIA_NOTE: Final = "cleared"  # what a media block is named with in a summary
+# A pin held here is renewed (EXPIRE) once this share of the store's TTL went by since this
+# process last renewed or wrote it: a pin lives at least three quarters of its lifetime
+# past the last turn that sent it, and most turns renew none.
+RENEWED: Final = 0.25
+# The pins of a conversation whose stand-ins are all held here are read again once this
+# many seconds went by since they were (each turn of an agent minutes apart reads them;
+# turns back to back read them once a window): after a flush, replicas that remembered
+# other bytes than another pinned agree within it.
+READ_EVERY: Final = 10.0
+clock = time.monotonic  # seconds, for the renewals and reads (a test moves it)
+_Pin = tuple[Slot, float, float]  # a pin held: its slot, when renewed, when read
 
 
 def sid_of(policy: Policy) -> str:
@@ -51,17 +63,22 @@ async def stand_ins(
 
     The store decides: each result's stand-in is pinned the first time any replica makes
     one (`SummaryStore.pin`: first writer wins), and the pins of every result of `cleared`
-    are read on every request (their lifetimes renewed with it), those this process holds
-    too: what it holds is a cache of the pins' keys and bytes, which a pin read overrides.
+    are read on a request (their lifetimes renewed with it once a `RENEWED` share of the
+    store's TTL went by since this process last did; not read where this process holds
+    every one, read less than `READ_EVERY` before: turns back to back), those it holds too:
+    what it holds is a cache of the pins' keys and bytes, which a pin read overrides.
     So every replica sends the same bytes for a result, even where its summary was a
     model's (another text each call) or the extractive fallback of a model that failed;
     after a flush (or a pin's expiry) the first replica to pin a result again, from its
     memory or made anew, decides for all. Where the store cannot be read, what this process
     holds stands (the caller sends it: the degraded path).
 
-    Cost: one round trip on a request whose stand-ins are all pinned and held (GET and
-    EXPIRE of each pin, pipelined; with a stored-bytes quota one more to count them the
-    first time they are read in its window), O(cleared and their pins' bytes). A request
+    Cost: one round trip on a request whose stand-ins are all pinned and held (one MGET of
+    the pins, a GET each on a cluster; an EXPIRE of each pin due for renewal, pipelined,
+    with a stored-bytes quota one more to count them the first time they are read in its
+    window), O(cleared and their pins' bytes): an EXPIRE a pin a request was a command a
+    pin, which doubled the gateway's CPU on late turns (`python -m loadtests.context_bench`,
+    CPU growth 1.26 -> 1.74), a renewal every quarter lifetime costs nothing a turn. A request
     that makes or pins again adds the summaries of the missing (the summary cache: one per
     result, ever) and one write (`pin`), after the invocations of the results this process
     holds nothing of (each message parsed once, off the loop when large). A result whose
@@ -71,14 +88,21 @@ async def stand_ins(
     sid = sid_of(policy)
     store = summaries.store
     slots: dict[Cleared, Slot] = {}
+    renew: list[Slot] = []  # the pins held here whose lifetimes are renewed now
+    now = clock()
     wanted = []
+    fresh = True  # every pin held here read from the store within `READ_EVERY`
     for item in cleared:
         result = found.messages[item.message].results[item.result]
-        slot = cast("Slot | None", result.pins.get(sid))
-        if slot is not None:
-            slots[item] = slot
+        pin = cast("_Pin | None", result.pins.get(sid))
+        if pin is not None:
+            slots[item] = pin[0]
+            renew += [pin[0]] if now - pin[1] >= RENEWED * store.ttl else []
+            fresh = fresh and now - pin[2] < READ_EVERY
         elif sid not in result.unmade:
             wanted.append(item)
+    if fresh and not wanted and not renew:
+        return  # held, and read moments ago: no round trip
     invocations: dict[Cleared, Invoked] = {}
     if wanted:
         # each message parsed once; off the loop when the messages are large
@@ -86,9 +110,11 @@ async def stand_ins(
         invocations = await workers.run(size, invocations_of, found, wanted)
         for item, made in invocations.items():
             slots[item] = store.invocation(tenant, made.ref, PINNED + sid)
+            renew.append(slots[item])
     if not slots:
         return
-    pinned = await store.read(tenant, list(slots.values()))  # renews each pin's lifetime
+    pinned = await store.read(tenant, list(slots.values()), renew)
+    renewed = set(renew)
     lost: list[Cleared] = []  # held here, gone from the store: pinned again as held
     texts: list[str] = []
     missing: list[Cleared] = []  # held nowhere: made
@@ -96,7 +122,9 @@ async def stand_ins(
         result = found.messages[item.message].results[item.result]
         held = result.stand_in.get(sid)
         if text is not None:
-            _hold(result, item, sid=sid, slot=slots[item], text=text, changed=changed)
+            held_pin = cast("_Pin | None", result.pins.get(sid))
+            at = now if slots[item] in renewed or held_pin is None else held_pin[1]
+            _hold(result, item, sid=sid, pin=(slots[item], at, now), text=text, changed=changed)
         elif item not in invocations:
             if held is not None:  # (else a request beside this one dropped it meanwhile)
                 lost.append(item)
@@ -118,26 +146,50 @@ async def stand_ins(
     # its summary fell back (the provider's cache broken on each such turn): the result
     # waits, as it came, for a turn that can keep its stand-in.
     for item, text in zip(pinning, kept, strict=True):
-        result = found.messages[item.message].results[item.result]
-        if text is None:
-            if result.stand_in.pop(sid, None) is not None:
-                changed.add(item)  # held and sent before: now sent as it came
-            result.pins.pop(sid, None)
-        else:
-            if item in invocations:
-                changed.add(item)  # made at this request: no turn before sent it
-            _hold(result, item, sid=sid, slot=slots[item], text=text, changed=changed)
+        new = item in invocations
+        _kept(found, item, text, new, sid=sid, pin=(slots[item], now, now), changed=changed)
+
+
+def _kept(
+    found: Facts,
+    item: Cleared,
+    text: str | None,
+    made: bool,
+    *,
+    sid: str,
+    pin: _Pin,
+    changed: set[Cleared],
+) -> None:
+    """`item`'s stand-in as the store kept it when pinned (`text`; None: not kept), `made`
+    at this request or held here."""
+    result = found.messages[item.message].results[item.result]
+    if text is None:
+        if result.stand_in.pop(sid, None) is not None:
+            changed.add(item)  # held and sent before: now sent as it came
+        result.pins.pop(sid, None)
+    else:
+        if made:
+            changed.add(item)  # made at this request: no turn before sent it
+        _hold(result, item, sid=sid, pin=pin, text=text, changed=changed)
 
 
 def _hold(
-    result: Result, item: Cleared, *, sid: str, slot: Slot, text: str, changed: set[Cleared]
+    result: Result,
+    item: Cleared,
+    *,
+    sid: str,
+    pin: _Pin,
+    text: str,
+    changed: set[Cleared],
 ) -> None:
-    """`result`'s stand-in is `text`, pinned in `slot`: held; `item` is `changed` when
-    this process held other bytes (one it held none of was sent so by whoever pinned it)."""
+    """`result`'s stand-in is `text`, pinned in `pin`'s slot (its lifetime last renewed by
+    this process, and the pin last read, at `pin`'s times, `clock`'s): held; `item` is
+    `changed` when this process held other bytes (one it held none of was sent so by whoever
+    pinned it)."""
     if result.stand_in.get(sid, text) != text:
         changed.add(item)
     result.stand_in[sid] = text
-    result.pins[sid] = slot
+    result.pins[sid] = pin
 
 
 async def _made(

@@ -1,24 +1,19 @@
 """Redis access: tenant-namespaced records, batched reads, sliding lifetimes.
 
-Every method is one round trip to Redis whatever the batch size: a pipeline (on one node a
-`commands.Batch`), and for reads on one node a single script call that gets and touches the
-whole batch (on an engine without scripting an MGET plus EXPIREs; on a cluster a GET per key
-plus EXPIREs, one cluster pipeline per node: `slots`). Redis failures become
-`StoreUnavailableError`, which the service answers with 503 and Retry-After.
+Every method is one round trip to Redis whatever the batch size: a pipeline (a
+`commands.Batch` on one node), reads on one node one script call that gets and touches the
+batch (without scripting an MGET plus EXPIREs; on a cluster a GET per key, one pipeline per
+node: `slots`). Redis failures become `StoreUnavailableError` (503, Retry-After).
 
 A circuit breaker sits in front: after `failure_threshold` failures in a row, requests fail
-fast with 503 for `retry_after` seconds instead of each waiting out a socket timeout on a dead
-or frozen engine (so nothing piles up); then one request probes, and success closes it.
+fast (503) for `retry_after` seconds, not each waiting out a dead engine's timeout.
 
-At most `slots` operations (the pool's size) go to the engine at once; the others wait for a
-slot, at most `slot_wait` seconds, and ask the breaker only once they hold one. An operation
-records its outcome before it hands its slot on, so a request that waited while the engine
-froze fails fast instead of opening a new connection to it and waiting out another timeout.
-
-The other stores of this package (histories, summaries) keep values through `put` and read
-them through `get` and `read_and_touch`, so that every value kept is counted for the
-stored-bytes quota and passes the breaker (the summary locks and the model-call counters are
-commands on the engine directly: `summaries`, `counters`). Keys are spelled in `keys`.
+At most `slots` operations (the pool's size) go to the engine at once; the others wait
+`slot_wait` seconds at most, and ask the breaker once they hold one. An operation records
+its outcome before it hands its slot on (a request that waited while the engine froze fails
+fast). The other stores of this package keep values through `put` and read them through
+`get` and `read_and_touch` (each value kept counted for the stored-bytes quota; the summary
+locks and model-call counters are commands of their own). Keys are spelled in `keys`.
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
@@ -262,24 +257,29 @@ class Store:
             values = await self.read_and_touch(tenant, keys, "resolve")
         return await self._verified(tenant, refs, values, limit)
 
-    async def read_and_touch(self, tenant: str, keys: Sequence[str], action: str) -> list[Any]:
-        """The values under `keys` (None where absent), each lifetime extended: one round
-        trip, a GET per key on a cluster (`slots`; and one more to count them for the
-        stored-bytes quota, the first time they are read in its window: each key once)."""
+    async def read_and_touch(
+        self, tenant: str, keys: Sequence[str], action: str, touched: Collection[str] | None = None
+    ) -> list[Any]:
+        """The values under `keys` (None where absent), each lifetime extended (of `touched`
+        only, where given: an EXPIRE is a command each): one round trip, a GET per key on a
+        cluster (`slots`; one more to count the extended for the stored-bytes quota, the
+        first time they are read in its window: each key once)."""
         unique = list(dict.fromkeys(keys))  # PTTLs before EXPIREs: a copy would count again
+        extended = unique if touched is None else [k for k in unique if k in touched]
         async with self.guard(action):
             pipe = self.pipeline()
             reads = queue_reads(pipe, unique, self.cluster)
             if self.quota is not None:
-                for key in unique:
+                for key in extended:
                     pipe.pttl(key)
-            for key in unique:
+            for key in extended:
                 pipe.expire(key, self.ttl)
             replies: list[Any] = await pipe.execute()
         values = read_values(replies, self.cluster, len(unique))
-        if self.quota is not None:
-            lifetimes = replies[reads : reads + len(unique)]
-            await self._count(tenant, [len(v) if v else 0 for v in values], lifetimes)
+        if self.quota is not None and extended:
+            lifetimes = replies[reads : reads + len(extended)]
+            size = {k: len(v) if v else 0 for k, v in zip(unique, values, strict=True)}
+            await self._count(tenant, [size[k] for k in extended], lifetimes)
         return list(map(dict(zip(unique, values, strict=True)).__getitem__, keys))
 
     async def get_many(self, keys: Sequence[str], action: str) -> list[bytes | None]:

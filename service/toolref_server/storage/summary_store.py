@@ -116,12 +116,22 @@ class SummaryStore:
         """The slot of `summarizer_id`'s summary of a handoff dialogue's `transcript`."""
         return Slot(tenant, keys.dialogue_summary(tenant, transcript, summarizer_id))
 
-    async def read(self, tenant: str, slots: Sequence[Slot]) -> list[str | None]:
+    @property
+    def ttl(self) -> int:
+        """Seconds a summary or pin lives unread (the store's records' TTL)."""
+        return self.store.ttl
+
+    async def read(
+        self, tenant: str, slots: Sequence[Slot], renew: Sequence[Slot] | None = None
+    ) -> list[str | None]:
         """The summaries kept in `slots` (None where absent), each lifetime extended and
-        counted: one round trip (a GET per key on a cluster)."""
+        counted (only those of `renew`, where given): one round trip (a GET per key on a
+        cluster)."""
         if not slots:
             return []
-        values = await self.store.read_and_touch(tenant, [s.key for s in slots], "summary")
+        touched = None if renew is None else {s.key for s in renew}
+        keys = [s.key for s in slots]
+        values = await self.store.read_and_touch(tenant, keys, "summary", touched)
         return [None if value is None else _text(value) for value in values]
 
     async def keep(self, slot: Slot, token: str, text: str) -> bool:

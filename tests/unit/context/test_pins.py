@@ -8,9 +8,12 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pytest
+
 from toolref.asgi.workers import Workers
 from toolref.kit import extractive
 from toolref_server.context import facts as facts_module
+from toolref_server.gateway import stand_ins as stand_ins_module
 from toolref_server.gateway.context_edits import Outcome, edit_context
 from toolref_server.metrics import Metrics
 from toolref_server.registry.summary_cache import Summary
@@ -27,16 +30,22 @@ class Store:
     """A summary store in memory (pins kept, first writer wins) that counts its calls and
     may refuse to keep anything (`full`: the tenant past its stored-bytes quota)."""
 
+    ttl = 86_400  # seconds a pin lives unread
+
     def __init__(self) -> None:
         self.held: dict[Any, str] = {}
         self.calls: list[str] = []
+        self.renewed: list[list[Any]] = []  # each read: the pins whose lifetimes it renewed
         self.full = False
 
     def invocation(self, tenant: str, ref: str, summarizer: str) -> tuple[str, str, str]:
         return (tenant, ref, summarizer)
 
-    async def read(self, tenant: str, slots: Sequence[Any]) -> Sequence[Any]:
+    async def read(
+        self, tenant: str, slots: Sequence[Any], renew: Sequence[Any] | None = None
+    ) -> Sequence[Any]:
         self.calls.append("read")
+        self.renewed.append(list(slots if renew is None else renew))
         return [self.held.get(slot) for slot in slots]
 
     async def pin(self, tenant: str, slots: Sequence[Any], texts: Sequence[str]) -> list[Any]:
@@ -61,6 +70,19 @@ class Summaries:
             Summary(extractive.summarize(invocation, chars), name, False, False)
             for _, invocation in items
         ]
+
+
+@pytest.fixture(autouse=True)
+def _turns_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each turn comes `READ_EVERY` after the one before (an agent's turns minutes apart):
+    every turn reads the pins, as the tests below count."""
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += stand_ins_module.READ_EVERY
+        return now[0]
+
+    monkeypatch.setattr(stand_ins_module, "clock", clock)
 
 
 def body(turns: int) -> bytes:
@@ -167,3 +189,48 @@ async def test_a_process_that_held_nothing_sends_the_pins_and_says_no_rewrite() 
     assert summaries.store.calls == ["read"]
     assert summaries.made == made
     assert not outcome.plan.rewrote
+
+
+async def test_a_held_pin_is_renewed_once_a_quarter_of_its_lifetime_went_by(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pin's EXPIRE is a command a pin: a turn renews only the pins this process last
+    renewed a quarter of the store's TTL ago or more, so a late turn of a long conversation
+    costs one read, not a command per result replaced (gateway CPU growing each turn)."""
+    facts_module.forget()
+    now = [1_000.0]
+    monkeypatch.setattr(stand_ins_module, "clock", lambda: now[0])
+    summaries = Summaries()
+    await turns(summaries)  # made and pinned: their lifetimes are whole
+    summaries.store.renewed.clear()
+    now[0] += stand_ins_module.READ_EVERY
+    await edited(body(6), summaries)
+    assert summaries.store.renewed == [[]]  # read, none renewed
+    now[0] += stand_ins_module.RENEWED * Store.ttl
+    await edited(body(6), summaries)
+    [renewed] = summaries.store.renewed[1:]
+    assert len(renewed) == 4  # every pin held, renewed
+    now[0] += stand_ins_module.READ_EVERY
+    await edited(body(6), summaries)
+    assert summaries.store.renewed[2:] == [[]]  # and not again until another quarter
+
+
+async def test_turns_back_to_back_read_the_pins_held_once_a_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A turn whose stand-ins are all held here, their pins read less than `READ_EVERY`
+    ago, asks the store nothing (turns back to back: a subagent's, a replay); the first
+    turn after the window reads them again."""
+    facts_module.forget()
+    now = [1_000.0]
+    monkeypatch.setattr(stand_ins_module, "clock", lambda: now[0])
+    summaries = Summaries()
+    first = await turns(summaries)
+    summaries.store.calls.clear()
+    out, outcome = await edited(body(6), summaries)
+    assert summaries.store.calls == []
+    assert out.count(b"[toolref:") == len(outcome.plan.cleared) == 4
+    assert goes_on(first, out)
+    now[0] += stand_ins_module.READ_EVERY
+    await edited(body(6), summaries)
+    assert summaries.store.calls == ["read"]

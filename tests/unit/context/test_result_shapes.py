@@ -35,7 +35,11 @@ class Store:
     def invocation(self, tenant: str, ref: str, summarizer: str) -> tuple[str, str, str]:
         return (tenant, ref, summarizer)
 
-    async def read(self, tenant: str, slots: Sequence[Any]) -> Sequence[Any]:
+    ttl = 86_400  # seconds a pin lives unread
+
+    async def read(
+        self, tenant: str, slots: Sequence[Any], renew: Sequence[Any] | None = None
+    ) -> Sequence[Any]:
         return [self.held.get(slot) for slot in slots]
 
     async def pin(self, tenant: str, slots: Sequence[Any], texts: Sequence[str]) -> list[str]:

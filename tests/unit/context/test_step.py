@@ -40,6 +40,8 @@ class DownStore:
     def invocation(self, tenant: str, ref: str, summarizer: str) -> tuple[str, str, str]:
         return (tenant, ref, summarizer)
 
+    ttl = 86_400  # seconds a pin lives unread
+
     async def read(self, *args: Any) -> Sequence[Any]:
         raise StoreUnavailableError("the store is down")
 
@@ -82,7 +84,11 @@ class PinnedStore:
     def invocation(self, tenant: str, ref: str, summarizer: str) -> tuple[str, str, str]:
         return (tenant, ref, summarizer)
 
-    async def read(self, tenant: str, slots: Sequence[Any]) -> Sequence[Any]:
+    ttl = 86_400  # seconds a pin lives unread
+
+    async def read(
+        self, tenant: str, slots: Sequence[Any], renew: Sequence[Any] | None = None
+    ) -> Sequence[Any]:
         return ['"[stand-in]"' for _ in slots]
 
 
@@ -112,7 +118,11 @@ class LongerStore(PinnedStore):
     """A summary store whose pinned stand-ins are longer than the results they stand for
     (a summary of non-ASCII text, or a long call shown, beyond the plan's estimate)."""
 
-    async def read(self, tenant: str, slots: Sequence[Any]) -> Sequence[Any]:
+    ttl = 86_400  # seconds a pin lives unread
+
+    async def read(
+        self, tenant: str, slots: Sequence[Any], renew: Sequence[Any] | None = None
+    ) -> Sequence[Any]:
         return [json.dumps("[stand-in] " + "y" * 3100) for _ in slots]
 
 

@@ -71,7 +71,11 @@ class PinnedStore:
     def invocation(self, tenant: str, ref: str, summarizer: str) -> tuple[str, str, str]:
         return (tenant, ref, summarizer)
 
-    async def read(self, tenant: str, slots: Sequence[Any]) -> Sequence[Any]:
+    ttl = 86_400  # seconds a pin lives unread
+
+    async def read(
+        self, tenant: str, slots: Sequence[Any], renew: Sequence[Any] | None = None
+    ) -> Sequence[Any]:
         return ['"[stand-in]"' for _ in slots]
 
 
