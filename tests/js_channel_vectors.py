@@ -12,15 +12,13 @@ differently from a Python one's.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any, Final
 
+from tests.js_vectors import ROOT, written
 from toolref.websocket import channel as frames
 
-ROOT: Final = Path(__file__).resolve().parents[1]
 VECTORS: Final = ROOT / "client_sdk" / "js" / "test" / "channel-vectors.json"
 
 Turn = tuple[int, str, list[tuple[str, str]], bytes]
@@ -100,16 +98,7 @@ def render() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help=f"write {VECTORS.relative_to(ROOT)}")
-    text = render()
-    if parser.parse_args().write:
-        VECTORS.write_text(text)
-        print(f"wrote {VECTORS.relative_to(ROOT)} ({len(text)} bytes)")
-        return 0
-    current = VECTORS.exists() and VECTORS.read_text() == text
-    print(f"{VECTORS.relative_to(ROOT)} is {'current' if current else 'stale: run with --write'}")
-    return 0 if current else 1
+    return written(VECTORS, render(), __doc__)
 
 
 if __name__ == "__main__":

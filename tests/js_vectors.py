@@ -626,16 +626,20 @@ def render() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help=f"write {VECTORS.relative_to(ROOT)}")
-    options = parser.parse_args()
-    text = render()
-    if options.write:
-        VECTORS.write_text(text)
-        print(f"wrote {VECTORS.relative_to(ROOT)} ({len(text)} bytes)")
+    return written(VECTORS, render(), __doc__)
+
+
+def written(vectors: Path, text: str, doc: str | None) -> int:
+    """A vectors file's command: with `--write` `text` written to `vectors`; without, 0
+    where the file holds it, 1 where it is stale."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--write", action="store_true", help=f"write {vectors.relative_to(ROOT)}")
+    if parser.parse_args().write:
+        vectors.write_text(text)
+        print(f"wrote {vectors.relative_to(ROOT)} ({len(text)} bytes)")
         return 0
-    current = VECTORS.exists() and VECTORS.read_text() == text
-    print(f"{VECTORS.relative_to(ROOT)} is {'current' if current else 'stale: run with --write'}")
+    current = vectors.exists() and vectors.read_text() == text
+    print(f"{vectors.relative_to(ROOT)} is {'current' if current else 'stale: run with --write'}")
     return 0 if current else 1
 
 

@@ -11,6 +11,8 @@ firewall refusing the media type, every turn the relay sent as an edit failed, f
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -49,11 +51,14 @@ class InFront:
         await send({"type": "http.response.body", "body": page})
 
 
-async def test_a_firewalls_400_to_an_edit_sends_the_turn_as_it_came_and_pauses_edits(
-    redis: Redis,
-) -> None:
+@asynccontextmanager
+async def edited_twice(
+    redis: Redis, seed: int
+) -> AsyncIterator[tuple[Any, httpx.AsyncClient, str, Agent, InFront]]:
+    """Relay and gateway with `InFront` before the gateway, two turns of a conversation sent
+    (the second an edit): (stack, agent, url, conversation, the proxy)."""
     fronts: list[InFront] = []
-    conversation = Agent(31, marks=2)
+    conversation = Agent(seed, marks=2)
 
     def wrap(app: Any) -> InFront:
         fronts.append(InFront(app))
@@ -65,8 +70,15 @@ async def test_a_firewalls_400_to_an_edit_sends_the_turn_as_it_came_and_pauses_e
             conversation.step()
             answer = await agent.post(url, content=conversation.body(), headers=HEADERS)
             assert answer.status_code == 200, answer.text
+        yield stack, agent, url, conversation, fronts[0]
+
+
+async def test_a_firewalls_400_to_an_edit_sends_the_turn_as_it_came_and_pauses_edits(
+    redis: Redis,
+) -> None:
+    async with edited_twice(redis, 31) as (stack, agent, url, conversation, front):
         assert stack.balancer.requests[-1].headers["content-type"] == MEDIA_TYPE
-        fronts[0].edits = "400"
+        front.edits = "400"
         for turn in range(3):
             conversation.step()
             before = len(stack.balancer.requests)
@@ -81,20 +93,8 @@ async def test_a_firewalls_400_to_an_edit_sends_the_turn_as_it_came_and_pauses_e
 async def test_a_proxys_504_to_an_edit_is_the_agents_without_a_second_model_call(
     redis: Redis,
 ) -> None:
-    fronts: list[InFront] = []
-    conversation = Agent(32, marks=2)
-
-    def wrap(app: Any) -> InFront:
-        fronts.append(InFront(app))
-        return fronts[-1]
-
-    async with relayed(redis, wrap=wrap) as stack, httpx.AsyncClient(timeout=TIMEOUT) as agent:
-        url = stack.relay_url + "/llm/anthropic/v1/messages"
-        for _ in range(2):
-            conversation.step()
-            answer = await agent.post(url, content=conversation.body(), headers=HEADERS)
-            assert answer.status_code == 200, answer.text
-        fronts[0].edits = "504"
+    async with edited_twice(redis, 32) as (stack, agent, url, conversation, front):
+        front.edits = "504"
         conversation.step()
         calls = len(stack.provider.seen)
         answer = await agent.post(url, content=conversation.body(), headers=HEADERS)
