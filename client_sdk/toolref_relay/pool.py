@@ -1,6 +1,6 @@
 """`Pool`: the relay's HTTP connections to the gateway (and the fallback).
 
-Kept idle for less than the gateway keeps them (`toolref.sending.keepalive`): a turn written
+Kept idle for less than the gateway keeps them (`toolref.wire.keepalive`): a turn written
 on a connection the gateway closes at that moment for idleness would fail (a 502 for the
 agent; a POST that may have reached the gateway is never sent twice): 4 s (`DEFAULT_SECONDS`)
 until the gateway said its `keep_alive_seconds` (the start's check, `preflight`; its
@@ -12,6 +12,11 @@ A request whose body was read whole goes to httpcore with a stream that lets the
 once it was written (`_Once`): httpcore keeps the request until its answer ends, and the
 relay's turn gives its body's account back once its answer began (`app`), so a stream that
 lasts minutes holds no body.
+
+A request the gateway's close of an idle connection crossed (its keep-alive, a connection
+limit, a stop: any moment) failed before any byte of an answer came: it is sent once more on
+a new connection (`toolref.sending.kept` tells that failure apart), its body held until
+then.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from typing import Any, Final
 
 import httpx
 
-from toolref.sending import keepalive
+from toolref.sending import kept
+from toolref.wire import keepalive
 
 
 class Pool(httpx.AsyncBaseTransport):
@@ -52,7 +58,7 @@ class Pool(httpx.AsyncBaseTransport):
         pool = self._pool
         self._streaming[pool] += 1
         try:
-            response = await pool.handle_async_request(_let_go(request))
+            response = await _sent(pool, request)
         except BaseException:
             await self._ended(pool)
             raise
@@ -76,17 +82,34 @@ class Pool(httpx.AsyncBaseTransport):
 
 def _direct(keep: float) -> httpx.AsyncHTTPTransport:
     """A pool reaching its hosts directly (`preflight.direct`), idle connections kept
-    `keep` seconds."""
-    return httpx.AsyncHTTPTransport(limits=httpx.Limits(keepalive_expiry=keep))
+    `keep` seconds, counted for `kept`."""
+    return kept.counted(httpx.AsyncHTTPTransport(limits=httpx.Limits(keepalive_expiry=keep)))
 
 
-def _let_go(request: httpx.Request) -> httpx.Request:
-    """`request`, its body (when read whole) in a stream that lets it go once written."""
+async def _sent(pool: httpx.AsyncHTTPTransport, request: httpx.Request) -> httpx.Response:
+    """`request`'s answer from `pool`; a request whose body was read whole (or has none)
+    sent once more when a kept connection failed it before any byte of an answer came
+    (`toolref.sending.kept`: the gateway closed that idle connection). A streaming body
+    (a pass-through) went out as it came and is never sent twice."""
     try:
-        body = request.content
-    except httpx.RequestNotRead:  # streaming (a pass-through): nothing held whole
-        return request
-    if not body:
+        body: bytes | None = request.content
+    except httpx.RequestNotRead:  # streaming: nothing held whole
+        body = None
+    for last in (body is None, True):
+        heard, token = kept.begun()
+        try:
+            return await pool.handle_async_request(_let_go(request, body))
+        except kept.FAILURES:
+            if last or not heard.unanswered_on_kept():
+                raise
+        finally:
+            kept.ended(token)
+    raise AssertionError("not reached: the last attempt returns or raises")
+
+
+def _let_go(request: httpx.Request, body: bytes | None) -> httpx.Request:
+    """`request`, its `body` (when read whole) in a stream that lets it go once written."""
+    if not body:  # streaming (a pass-through), or none
         return request
     return httpx.Request(
         request.method,

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Final
+from typing import Any, Final
 
 import httpx
 
@@ -70,13 +70,26 @@ async def as_provider_error(
     problem = toolref_problem(response.content)
     if problem is None:  # problem+json, but not toolref's: the provider's own, forwarded
         return None
-    detail = str(problem.get("detail") or problem.get("title") or "")
     status = response.status_code
-    message = f"toolref gateway {gateway}: {detail}{_fix(status, call)}"
+    message = _said(problem, status, call, gateway)
     shown = status if status >= 500 or status in _KEPT else 400
     reply = error_reply(call.provider, shown, message, f"toolref_{slug_of(problem)}")
     wait = response.headers.get("retry-after")  # a quota's, an overload's: the agent waits
     return replace(reply, headers=(("retry-after", wait),)) if wait is not None else reply
+
+
+def gateway_said(status: int, content: bytes, call: Call, gateway: str) -> str | None:
+    """What the gateway's refusal `content` (a toolref problem, of `status`) says to the
+    agent, with the fix its text cannot name: the words of its answer over HTTP
+    (`as_provider_error`) and of its refusal of the relay's WebSocket
+    (`websocket_mode`); None when `content` is no toolref problem."""
+    problem = toolref_problem(content)
+    return None if problem is None else _said(problem, status, call, gateway)
+
+
+def _said(problem: dict[str, Any], status: int, call: Call, gateway: str) -> str:
+    detail = str(problem.get("detail") or problem.get("title") or "")
+    return f"toolref gateway {gateway}: {detail}{_fix(status, call)}"
 
 
 async def proxy_error(response: httpx.Response, call: Call, gateway: str) -> ErrorReply | None:

@@ -6,7 +6,10 @@ headers and credentials, `Toolref-Key`, `Toolref-Frames: 2`), and accepts the ag
 once the gateway accepted: a gateway that cannot (an upstream without WebSockets, an old
 gateway, one that does not answer, any refusal) makes the relay answer the upgrade with
 **426** at once, in the provider's error shape, so the agent goes on over HTTP after one
-attempt (Codex answered 403, 404 or 500 retries seven times, about 7 s, first).
+attempt (Codex answered 403, 404 or 500 retries seven times, about 7 s, first); a refusal
+that is a toolref problem (the tenant's requests in flight, a key it does not know) is told
+in that answer and the relay's line in the words the relay's HTTP answer gives it
+(`problems.gateway_said`).
 
 Then `toolref.websocket.bridge` joins them: each text message of the agent's travels as an
 edit of the one before it, its new segments each compressed alone
@@ -55,6 +58,7 @@ from . import guard
 from .calls import Call, log_call
 from .headers import decoded, first, to_agent, to_gateway
 from .ledger import Upload, who
+from .problems import gateway_said
 
 if TYPE_CHECKING:
     from .link import GatewayLink
@@ -139,7 +143,11 @@ async def _joined(
             connect_timeout=config.connect_timeout,
         )
     except (Refusal, Unreachable) as exc:
-        why = f"answered {exc.status}" if isinstance(exc, Refusal) else f"failed ({exc})"
+        if isinstance(exc, Refusal):  # a quota's, a key's: said as over HTTP
+            said = gateway_said(exc.status, exc.body, call, config.gateway)
+            why = f"answered {exc.status}" + ("" if said is None else f" ({said})")
+        else:
+            why = f"failed ({exc})"
         message = (
             f"toolref relay: the WebSocket to the gateway {config.gateway} {why}; "
             "use HTTP for this session (the agent falls back to it on this 426)"

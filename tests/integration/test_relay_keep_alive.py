@@ -22,8 +22,8 @@ import httpx
 import pytest
 import uvicorn
 
-from toolref.sending import keepalive
 from toolref.sending.transport import AsyncTransport, Transport
+from toolref.wire import keepalive
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.preflight import Preflight
 from toolref_server.settings import Settings

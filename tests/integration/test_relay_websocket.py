@@ -217,3 +217,25 @@ async def test_a_hash_in_the_agents_target_reaches_the_provider(redis: Redis) ->
             )
             agent.close()
     assert targets.seen == [("websocket", b"/v1/responses?a=1#x")]
+
+
+async def test_a_quota_refusing_the_gateways_socket_is_told_as_over_http(redis: Redis) -> None:
+    """The gateway refuses the relay's socket 429 (the tenant's requests in flight: an open
+    socket holds one): the agent's 426 and the relay's line say the gateway's own words, the
+    limit and its setting, as the relay's answer over HTTP does (`problems`). Before, both
+    said "answered 429" and nothing of why."""
+    fake, lines = FakeProvider(_model), list[str]()
+    async with gateway(redis, {"fake": fake.app}, gateway_tenant_requests_in_flight=1) as gw:
+        relay = Relay(RelayConfig(gw.url, key=KEY), report=lines.append)
+        async with serve(relay) as relay_url:
+            first = await agent_socket(relay_url)  # holds the tenant's one request in flight
+            with pytest.raises(Refusal) as refused:
+                await agent_socket(relay_url)
+            await first.close()
+    assert refused.value.status == 426  # the agent goes on over HTTP at once
+    error = json.loads(refused.value.body)["error"]
+    assert error["code"] == "toolref_no_websocket"
+    said = "TOOLREF_GATEWAY_TENANT_REQUESTS_IN_FLIGHT=1"
+    assert f"toolref gateway {gw.url}: " in error["message"]
+    assert said in error["message"]
+    assert any(said in line and "429" in line for line in lines), lines

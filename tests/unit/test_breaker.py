@@ -202,3 +202,20 @@ def test_an_abandoned_probe_lets_the_next_call_probe_at_once(clock: FakeClock) -
     breaker.failure()
     assert state(breaker) is BreakerState.OPEN  # its failure opens it again, as any probe's
     assert breaker.retry_in() == 10.0
+
+
+def test_an_old_probe_abandoned_leaves_a_newer_one_alone(clock: FakeClock) -> None:
+    """A probe outliving its cool-down lets a second probe out; the first one, abandoned
+    then, must not clear the second's place (before: a third call probed beside it)."""
+    breaker = opened(clock)
+    clock.advance(10.0)
+    assert breaker.allow()
+    first = breaker.probe
+    clock.advance(10.0)  # the first probe hangs past its own timeout
+    assert breaker.allow()  # a second probe
+    second = breaker.probe
+    assert second != first
+    breaker.abandon(first)  # the first one ends, never sent
+    assert not breaker.allow()  # the second still holds the one place
+    breaker.abandon(second)
+    assert breaker.allow()  # now the next call probes

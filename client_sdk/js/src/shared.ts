@@ -14,6 +14,11 @@
  * Bounded: at most {@link SHARED_ENDPOINTS} managers, least recently used dropped first
  * (a dropped endpoint starts again from nothing: its next request goes as it is, with the
  * offer, then as edits).
+ *
+ * A `fetch` option written inline is a new function each render, so each render's
+ * `toolrefFetch()` gets a new manager, and no request is ever an edit. Past
+ * {@link INLINE_FETCHES} new fetch functions for one endpoint and options, a console
+ * warning says so, once per process (until `forgetSharedState`), naming the fix.
  */
 
 import { closeChannels } from "./channel/channels.js";
@@ -22,11 +27,16 @@ import { LruMap } from "./memory.js";
 
 /** The most managers kept across all endpoints (each within its own memory bounds). */
 export const SHARED_ENDPOINTS = 16;
-
+/** New `fetch` functions for one endpoint and options past which the app is warned. */
+export const INLINE_FETCHES = 4;
 
 const managers = new LruMap<string, ToolReferenceManager>(SHARED_ENDPOINTS);
 const fetchIds = new WeakMap<object, number>();
 let nextFetchId = 1;
+/** Per endpoint and manager options: the newest fetch id a manager was made for, and how
+ * many new fetch functions made one (bounded as the managers are). */
+const fetchesSeen = new LruMap<string, { newest: number; count: number }>(SHARED_ENDPOINTS);
+let warnedInline = false;
 
 /** The manager options among `options` (the others are the fetch's own). */
 export function managerOptions(options: ManagerOptions): ManagerOptions {
@@ -60,11 +70,33 @@ function fetchId(send: object | undefined): number {
 /** The manager every `toolrefFetch` with these options uses for `endpoint`. */
 export function sharedManager(endpoint: string, options: ManagerOptions, send?: object): ToolReferenceManager {
   const picked = managerOptions(options);
-  const key = JSON.stringify([endpoint, fetchId(send), Object.entries(picked).sort(([a], [b]) => (a < b ? -1 : 1))]);
+  const listed = Object.entries(picked).sort(([a], [b]) => (a < b ? -1 : 1));
+  const key = JSON.stringify([endpoint, fetchId(send), listed]);
   let manager = managers.get(key);
-  if (manager === undefined) manager = new ToolReferenceManager(picked);
+  if (manager === undefined) {
+    manager = new ToolReferenceManager(picked);
+    if (send !== undefined) newFetch(endpoint, JSON.stringify([endpoint, listed]), fetchId(send));
+  }
   managers.set(key, manager); // now the most recently used
   return manager;
+}
+
+/** A manager was made for fetch `id`: past `INLINE_FETCHES` new ones for one endpoint and
+ * options (ids only grow: one evicted and made again for the same fetch is not new), the
+ * fetch is written inline: warned once. */
+function newFetch(endpoint: string, same: string, id: number): void {
+  const seen = fetchesSeen.get(same) ?? { newest: 0, count: 0 };
+  if (id > seen.newest) seen.count += 1;
+  seen.newest = Math.max(seen.newest, id);
+  fetchesSeen.set(same, seen);
+  if (seen.count <= INLINE_FETCHES || warnedInline) return;
+  warnedInline = true;
+  console.warn(
+    `toolref: toolrefFetch({ fetch }) for ${endpoint} was given a new \`fetch\` function ${seen.count} times: ` +
+      "each starts its state over, so requests sent through a new one each render are never edits. " +
+      "Define the fetch once, at module level, " +
+      'not inline (docs/js.md, "State shared per endpoint")',
+  );
 }
 
 /** How many endpoints have shared state now. */
@@ -76,4 +108,6 @@ export function sharedEndpoints(): number {
 export function forgetSharedState(): void {
   closeChannels();
   for (const [key] of managers.entries()) managers.delete(key);
+  for (const [key] of fetchesSeen.entries()) fetchesSeen.delete(key);
+  warnedInline = false;
 }

@@ -66,6 +66,46 @@ describe("toolrefFetch over a channel", () => {
     expect(sent).toEqual([{ edit: false }, { edit: true }]);
   });
 
+  it("cancels an edit's answer the app dropped unread, and fails an edit aborted while the channel connects", async () => {
+    const { setFlagsFromString } = await import("node:v8");
+    const { runInNewContext } = await import("node:vm");
+    setFlagsFromString("--expose-gc");
+    const gc = runInNewContext("gc") as () => void;
+    let upgrades = 0;
+    const server = await serve((key) => (upgrades++ ? "" : accepting()(key))); // the second never answered
+    const url = new URL(server.url).origin + "/v1/chat/completions";
+    const sent: string[] = [];
+    const wire = async (_input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+      sent.push(new Headers(init?.headers).get("content-type") ?? "");
+      return new Response("{}", { status: 200, headers: { "toolref-edits": "6", "toolref-channel": "/v1/channel" } });
+    };
+    const send = toolrefFetch({ fetch: wire, channel: true });
+    const headers = { "content-type": "application/json" };
+    await (await send(url, { method: "POST", body: body(1), headers })).text();
+    const peer = await (async () => {
+      const answering = send(url, { method: "POST", body: body(3), headers });
+      const peer = await server.peer;
+      const [stream] = readVarint((await peer.next()).payload, 0)!;
+      peer.socket.write(serverFrame(2, Buffer.concat([Buffer.from(varint(stream)), Buffer.of(0), Buffer.from(pythonJson({ s: 200, h: [["toolref-edits", "6"]] }))])));
+      peer.socket.write(serverFrame(2, Buffer.concat([Buffer.from(varint(stream)), Buffer.of(1), Buffer.from("unread")])));
+      expect((await answering).status).toBe(200); // its body never read
+      return peer;
+    })();
+    let cancelled = "";
+    const cancel = peer.next().then((frame) => (cancelled = frame.payload.subarray(2).toString()));
+    await expect.poll(() => (gc(), cancelled)).toBe('{"c":1}'); // collected: cancelled at the receiver
+    await cancel;
+
+    forgetSharedState(); // a new channel, whose upgrade is never answered
+    await (await send(url, { method: "POST", body: body(1), headers })).text();
+    const leaving = new AbortController();
+    const left = send(url, { method: "POST", body: body(3), headers, signal: leaving.signal });
+    await server.peerAt(1);
+    leaving.abort();
+    await expect(left).rejects.toMatchObject({ name: "AbortError" });
+    expect(sent).toEqual(["application/json", "application/json"]); // the aborted edit not sent over HTTP
+  });
+
   it("leaves the channel alone beside a fetch of the app's own unless asked", async () => {
     const server = await serve(accepting());
     const url = new URL(server.url).origin + "/v1/chat/completions";

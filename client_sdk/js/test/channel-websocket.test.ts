@@ -86,6 +86,60 @@ describe("the channel's WebSocket client", () => {
     expect(await client.send(Uint8Array.of(1))).toBe(false); // nothing goes out once closed
   });
 
+  it("fails 1002 on a close code no peer may send, 1007 on a reason that is no UTF-8", async () => {
+    const bad = [999, 1004, 1005, 1006, 1015, 1016, 2999, 5000, 65535].map((code) => [code, Buffer.alloc(0), 1002] as const);
+    for (const [code, reason, expected] of [...bad, [1000, Buffer.from([0x6f, 0xc3, 0x28]), 1007] as const]) {
+      const { url, peer } = await serve(accepting());
+      const client = await connect(url, [], options);
+      const { closed } = listening(client);
+      const { socket, next } = await peer;
+      socket.write(serverFrame(8, Buffer.concat([Buffer.from([code >> 8, code & 0xff]), reason])));
+      expect(await closed).toMatchObject({ code: expected, byUs: true });
+      const answer = await next();
+      expect([answer.opcode, answer.payload.readUInt16BE(0)]).toEqual([8, expected]);
+    }
+    for (const code of [1000, 1003, 1007, 1012, 1014, 3000, 4999]) {
+      const { url, peer } = await serve(accepting());
+      const client = await connect(url, [], options);
+      const { closed } = listening(client);
+      (await peer).socket.write(serverFrame(8, Buffer.concat([Buffer.from([code >> 8, code & 0xff]), Buffer.from("été")])));
+      expect(await closed).toEqual({ code, reason: "été", byUs: false });
+    }
+  });
+
+  it("cuts a long close reason between characters, so the peer reads it as UTF-8", async () => {
+    const { url, peer } = await serve(accepting());
+    const client = await connect(url, [], options);
+    listening(client);
+    client.close(1000, "é".repeat(70)); // 140 bytes: past the 123 a close frame carries
+    const frame = await (await peer).next();
+    expect(frame.opcode).toBe(8);
+    expect(new TextDecoder("utf-8", { fatal: true }).decode(frame.payload.subarray(2))).toBe("é".repeat(61));
+    client.abort();
+  });
+
+  it("sends its close frame after what it queued before failing the connection", async () => {
+    const { url, peer } = await serve(accepting());
+    const client = await connect(url, [], options);
+    const { closed } = listening(client);
+    const { socket, next } = await peer;
+    socket.pause(); // the receiver reads nothing for now: what the client sends queues
+    const big = new Uint8Array(24 << 20).fill(7);
+    const written = client.send(big);
+    socket.write(Buffer.from([0x82, 0x81, 1, 2, 3, 4, 5])); // a masked server frame: 1002
+    expect((await closed).code).toBe(1002);
+    const ended = new Promise<string>((resolve) => socket.once("close", () => setImmediate(() => resolve("the connection ended"))));
+    socket.resume();
+    const frames = [];
+    for (let at = 0; at < 2; at++) frames.push(await Promise.race([next(), ended])); // the close answers no more
+    expect(frames.map((frame) => (typeof frame === "string" ? frame : [frame.opcode, frame.payload.length]))).toEqual([
+      [2, big.length],
+      [8, 2 + "a reserved bit set, or a masked frame from the server".length],
+    ]); // its close frame not dropped with the socket before it left
+    expect(await written).toBe(true);
+    expect(await ended).toBe("the connection ended"); // and the connection then closed
+  });
+
   it("closes 1009 on a message over its limit, as its header says, before holding it", async () => {
     const { url, peer } = await serve(accepting());
     const client = await connect(url, [], { ...options, maxMessage: 1000 });

@@ -225,6 +225,24 @@ describe("state shared per endpoint", () => {
     expect(sharedEndpoints()).toBe(1);
   });
 
+  it("a fetch written inline (a new one each render) gets its own state each time: warned once, naming the fix", async () => {
+    const receiver = new Receiver();
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      for (let turn = 1; turn <= 3; turn++) await post(toolrefFetch({ fetch: receiver.fetch }), "http://app.test/api/chat", { messages: uiConversation(turn) });
+      await post(toolrefFetch({ fetch: receiver.fetch }), "http://other.test/api/chat", { messages: uiConversation(1) });
+      expect(warn).not.toHaveBeenCalled(); // one fetch, however many toolrefFetch(): shared state
+      for (let render = 1; render <= 12; render++) {
+        const send = toolrefFetch({ fetch: (input, init) => receiver.fetch(input, init) }); // a render
+        await post(send, "http://app.test/api/chat", { messages: uiConversation(render) });
+      }
+      expect(warn).toHaveBeenCalledTimes(1);
+      expect(String(warn.mock.calls[0]![0])).toMatch(/http:\/\/app\.test\/api\/chat.*new `fetch`.*module level/);
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
   it("endpoints and options have their own state, within SHARED_ENDPOINTS", async () => {
     const receiver = new Receiver();
     await post(toolrefFetch({ fetch: receiver.fetch }), "http://app.test/api/chat", { messages: uiConversation(1) });

@@ -6,7 +6,7 @@ import copy
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Self
 
-from toolref.acp.bounds import FIELD_DEPTH, ITEM_DEPTH, MAX_VALUE_BYTES, Budget
+from toolref.acp.bounds import FIELD_DEPTH, ITEM_DEPTH, MAX_VALUE_BYTES, Budget, shown
 from toolref.acp.content import diff_content, location, terminal_content, text_content
 from toolref.acp.items import checked_content, checked_location
 from toolref.acp.kind import ToolKind, as_kind
@@ -122,8 +122,8 @@ def _json_form(field: str, value: Any) -> Any:
         canonical_json(value)
     except CanonicalizationError as exc:
         raise AcpError(
-            f"{field} {value!r:.80} has no JSON form ({exc}); give JSON values: dicts with "
-            "str keys, lists, str, int, float, bool",
+            f"{field} {shown(value, 80)} has no JSON form ({exc}); give JSON values: dicts "
+            "with str keys, lists, str, int, float, bool",
             field=field,
         ) from None
     return value
@@ -131,10 +131,10 @@ def _json_form(field: str, value: Any) -> Any:
 
 def _checked_bounds(value: Any, budget: Budget) -> None:
     """`AcpError` when `value` has more than the budget's levels of objects and lists (or
-    contains itself), or more of its bytes of JSON. A walk with a stack of its own that
-    allocates nothing per member, each use of a shared value walked as its JSON writes it:
-    O(its JSON), at most the budget. Mappings other than dicts, and tuples, are walked as
-    the objects and lists they stand for (an item is copied as those)."""
+    contains itself), or more of its bytes of JSON. A walk with a stack of its own (a
+    string's bytes counted on a transient copy), each use of a shared value walked as its
+    JSON writes it: O(its JSON), at most the budget. Mappings other than dicts, and tuples,
+    are walked as the objects and lists they stand for (an item is copied as those)."""
     budget.spend(None, value)
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -144,14 +144,11 @@ def _checked_bounds(value: Any, budget: Budget) -> None:
             continue  # a scalar, or what has no JSON form (the JSON check names it)
         if depth > budget.depth:
             raise budget.too_deep(field=budget.label)
-        if is_object:
-            for key, member in node.items():
-                budget.spend(key, member)
-                stack.append((member, depth + 1))
-        else:
-            for member in node:
-                budget.spend(None, member)
-                stack.append((member, depth + 1))
+        comma = False  # before every member but the first
+        for key, member in node.items() if is_object else enumerate(node):
+            budget.spend(key if is_object else None, member, comma)
+            stack.append((member, depth + 1))
+            comma = True
 
 
 def checked_title(value: Any, where: str = "title") -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from toolref.acp.bounds import shown
 from toolref.acp.content import MAX_LINE, is_line
 from toolref.wire.errors import AcpError
 
@@ -119,7 +120,7 @@ def _value(value: Any, kind: str, label: str, path: str, fix: str) -> None:
         _block(value, label, f"{path}.", fix)
         return
     if not ok:
-        raise _fail(label, path, f"is {value!r:.60}, not a valid {kind}", fix)
+        raise _fail(label, path, f"is {shown(value, 60)}, not a valid {kind}", fix)
 
 
 def _block(value: Any, label: str, path: str, fix: str) -> None:

@@ -91,6 +91,12 @@ BROTLI_BUDGET: Final = 16 << 10
 # sizes the encoder's ring buffer to 4 MiB per stream, which costs its allocation).
 BROTLI_WINDOW: Final = 16
 CRC_BYTES: Final = 4
+# The most frames (gzip members) an edit's records hold beyond one a record: a split
+# segment's pieces (`splits`), one frame each. Each costs the reader a step of its own, so
+# the records of one edit share this bound (`unpack`), as one body does
+# (`compression.MAX_FRAMES`); a sender splits no more than it lets (`_alone`: the rest go
+# as they are). A message of more tool results than this is rare; so is a turn of several.
+MAX_SPLIT_FRAMES: Final = compression.MAX_FRAMES
 _THREAD: Final = threading.local()  # each thread's compressor (`_compressor`)
 _NONE: Final[Mapping[int, Sequence[int]]] = MappingProxyType({})  # no segment split
 
@@ -159,13 +165,18 @@ def _alone(
 ) -> tuple[list[bytes], int]:
     """Each segment's record: its bytes as they are or a frame of its own, the smaller,
     those that fit in `budget` (in order) tried as a brotli stream too; the budget left.
-    A segment of `splits`: as it is or a frame per piece, the smaller."""
+    A segment of `splits`: as it is or a frame per piece, the smaller, while the edit's
+    pieces beyond one a segment fit in `MAX_SPLIT_FRAMES` (in order); past it, as it is."""
     records = []
+    extra = MAX_SPLIT_FRAMES
     for index, data in enumerate(segments):
         best = bytes([RAW]) + data
         offsets = splits.get(index)
         if offsets is not None and len(data) >= MIN_COMPRESSED:
-            best = min(best, _record(ALONE, _frames(data, offsets, alone)), key=len)
+            pieces = _pieces(data, offsets)
+            if pieces - 1 <= extra:  # reserved whichever is smaller (JS's `aloneRecords`)
+                extra -= pieces - 1
+                best = min(best, _record(ALONE, _frames(data, offsets, alone)), key=len)
         elif len(data) >= MIN_COMPRESSED:
             best = min(best, _record(ALONE, alone.compress(data)), key=len)
             if len(data) <= budget:
@@ -173,6 +184,12 @@ def _alone(
                 best = min(best, bytes([BROTLI]) + _brotli_stream(data), key=len)
         records.append(best)
     return records, budget
+
+
+def _pieces(data: bytes, offsets: Sequence[int]) -> int:
+    """How many pieces (none empty) `data` cut at `offsets` is: the frames `_frames` makes."""
+    ends = (0, *offsets, len(data))
+    return sum(1 for a, b in pairwise(ends) if b > a)
 
 
 def _frames(data: bytes, offsets: Sequence[int], alone: zstandard.ZstdCompressor) -> bytes:
@@ -262,7 +279,7 @@ def _joined(  # noqa: PLR0917  (the reader's state, passed on)
     index: int,
     meter: Meter | None,
     found: list[bytes],
-    alone: zstandard.ZstdDecompressor,
+    using: tuple[zstandard.ZstdDecompressor, compression.Frames],
     mode: int = JOINED,
 ) -> int:
     """A run of kind 4 (or 6, `mode`) at `at` (after its kind): its segments added to
@@ -278,7 +295,10 @@ def _joined(  # noqa: PLR0917  (the reader's state, passed on)
     if mode == BROTLI_JOINED:
         data = _brotli_read(blob, at, size, sum(wanted), meter, f"the run at segment {index}")
     else:
-        data = compression.inflate(blob[at : at + size], sum(wanted), meter, using=alone)
+        alone, frames = using
+        data = compression.inflate(
+            blob[at : at + size], sum(wanted), meter, using=alone, frames=frames
+        )
     if len(data) != sum(wanted):
         raise _malformed(f"the run at segment {index} inflates to {len(data)} bytes")
     place = 0
@@ -339,6 +359,8 @@ def unpack(
     at = 0
     view = memoryview(blob)
     alone = compression.decompressor()  # one per edit: made per record, it costs the most
+    # One frame (member) a record, and MAX_SPLIT_FRAMES more among them: O(records) steps.
+    frames = compression.Frames(len(lengths) + MAX_SPLIT_FRAMES, _FEWER)
     against: zstandard.ZstdDecompressor | None = None  # made at the first record of kind 3
     for index, length in enumerate(lengths):
         if len(found) > index:
@@ -348,7 +370,7 @@ def unpack(
         mode = blob[at]
         at += 1
         if (mode == JOINED and runs) or (mode == BROTLI_JOINED and with_brotli):
-            at = _joined(blob, at, lengths, index, meter, found, alone, mode)
+            at = _joined(blob, at, lengths, index, meter, found, (alone, frames), mode)
             continue
         if mode == BROTLI and with_brotli:
             at = _brotli_alone(blob, at, index, length, meter, found)
@@ -370,9 +392,9 @@ def unpack(
             against = against or compression.decompressor(answer)
             data = compression.decompress(frame, answer, length, "the answer", meter, using=against)
         elif mode == ALONE:
-            data = compression.inflate(frame, length, meter, using=alone)
+            data = compression.inflate(frame, length, meter, using=alone, frames=frames)
         else:
-            data = compression.inflate_gzip(frame, length, meter)
+            data = compression.inflate_gzip(frame, length, meter, members=frames)
         at += size
         if len(data) != length:
             raise _malformed(f"segment {index} inflates to {len(data)} bytes, not its {length}")
@@ -380,6 +402,13 @@ def unpack(
     if at != len(blob):
         raise _malformed(f"{len(blob) - at} bytes follow the last segment")
     return found
+
+
+_FEWER: Final = (
+    f"an edit's records hold one frame (or gzip member) each, and at most {MAX_SPLIT_FRAMES} "
+    "more among them (split tool results); send them as toolref.edits.isolated.pack writes "
+    "them, or the request whole"
+)
 
 
 def _malformed(what: str) -> MalformedBodyError:

@@ -5,7 +5,8 @@ refused at once (callers send full payloads instead) for `reset_timeout` seconds
 call is let through as a probe (half-open). The probe's success closes the breaker; its
 failure opens it again for another `reset_timeout`; a probe that told nothing of the
 callee's health (never sent: no connection came free) is `abandon`ed, and the next call
-probes.
+probes. Each probe let out is numbered (`probe`): abandoning one that outlived its timeout,
+after a newer one went out, leaves the newer one's place held.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class CircuitBreaker:
         self._opened_at: float | None = None
         self._probing = False
         self._probe_started = 0.0
+        self.probe = 0  # the number of the last probe `allow` let out
 
     @property
     def state(self) -> BreakerState:
@@ -69,6 +71,7 @@ class CircuitBreaker:
         if not self._probing or now - self._probe_started >= self.reset_timeout:
             self._probing = True
             self._probe_started = now
+            self.probe += 1
             return True
         return False
 
@@ -79,11 +82,14 @@ class CircuitBreaker:
         since = self._probe_started if self._probing else self._opened_at
         return max(0.0, self.reset_timeout - (self._clock() - since))
 
-    def abandon(self) -> None:
+    def abandon(self, probe: int | None = None) -> None:
         """The probe `allow` let through told nothing of the callee's health (it was never
         sent: no connection came free; or its input was refused): the next call may probe
-        at once, not one `reset_timeout` later. Only the probe's caller calls it."""
-        self._probing = False
+        at once, not one `reset_timeout` later. Only the probe's caller calls it, with the
+        `probe` number it read after its `allow` (None: the last one): an older probe's
+        leaves a newer one's place held."""
+        if probe is None or probe == self.probe:
+            self._probing = False
 
     def success(self) -> None:
         self._failures = 0

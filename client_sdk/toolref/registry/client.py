@@ -30,6 +30,7 @@ from toolref.registry.exchange import Exchange, T, run_async, run_sync
 from toolref.registry.options import InvocationLike, WireEncoding
 from toolref.registry.plain_transport import MAX_ANSWER_BYTES, PlainTransport
 from toolref.registry.session import AnyTransport
+from toolref.wire import keepalive
 from toolref.wire.models import (
     Capabilities,
     FormatName,
@@ -48,6 +49,11 @@ __all__ = [
     "Resolved",
     "WireEncoding",
 ]
+
+
+# httpx's own pools (the sync client's, a proxy's, TLS): idle connections kept for less than
+# the registry keeps them (httpx's 5 s is the gateway's and uvicorn's own keep-alive).
+_LIMITS = httpx.Limits(keepalive_expiry=keepalive.DEFAULT_SECONDS)
 
 
 def _check_transport(transport: object, made: str, example: str) -> None:
@@ -75,7 +81,7 @@ class RegistryClient(BaseRegistryClient[httpx.BaseTransport]):
                 "async transport: use AsyncRegistryClient with it, or a sync transport "
                 "(httpx.HTTPTransport, httpx.MockTransport, httpx.WSGITransport)"
             )
-        self._http = httpx.Client(transport=transport, timeout=self.timeout)
+        self._http = httpx.Client(transport=transport, timeout=self.timeout, limits=_LIMITS)
         self._negotiation = threading.Lock()
 
     def _run(self, exchange: Exchange[T]) -> T:
@@ -164,7 +170,7 @@ class AsyncRegistryClient(BaseRegistryClient[httpx.AsyncBaseTransport]):
             )
         if transport is None and not _proxied(self.base_url):
             transport = PlainTransport()  # http:// on asyncio streams (TLS: httpx's own)
-        self._http = httpx.AsyncClient(transport=transport, timeout=self.timeout)
+        self._http = httpx.AsyncClient(transport=transport, timeout=self.timeout, limits=_LIMITS)
         self._negotiation = asyncio.Lock()
 
     async def _run(self, exchange: Exchange[T]) -> T:

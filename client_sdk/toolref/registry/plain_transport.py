@@ -34,8 +34,11 @@ from typing import Final
 import h11
 import httpx
 
+from toolref.wire import keepalive
+
 MAX_IDLE: Final = 16  # kept-alive connections per host
-KEEP_ALIVE: Final = 5.0  # seconds a connection is kept idle (httpx's default): below servers'
+# Seconds a connection is kept idle: below the receivers' (`toolref.wire.keepalive`).
+KEEP_ALIVE: Final = keepalive.DEFAULT_SECONDS
 
 # The most of one answer's body read (the JS client's `maxAnswerBytes`): a registry's answers
 # are bounded by its limits (32 MiB a body, 64 MiB inflated, by default), so this is twice
@@ -73,7 +76,10 @@ class PlainTransport(httpx.AsyncBaseTransport):
     """See the module docstring."""
 
     def __init__(self, fallback: httpx.AsyncBaseTransport | None = None) -> None:
-        self.fallback = fallback if fallback is not None else httpx.AsyncHTTPTransport()
+        limits = httpx.Limits(keepalive_expiry=KEEP_ALIVE)
+        self.fallback = (
+            fallback if fallback is not None else httpx.AsyncHTTPTransport(limits=limits)
+        )
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._closed = False
 

@@ -47,7 +47,6 @@ import httpx
 
 from toolref.registry.bounded import aread_problem, is_read, read_problem
 from toolref.registry.packages import AsyncBaseTransport2, BaseTransport2, packages_of
-from toolref.sending import keepalive
 from toolref.sending.answers import adrive, drive, to_read
 from toolref.sending.backoff import LONGEST
 from toolref.sending.channels import Channels
@@ -59,6 +58,7 @@ from toolref.sending.request_checks import (
     check_manager,
     check_shape_problems,
 )
+from toolref.wire import keepalive
 from toolref.wire.encoding import JSON_TYPE, media_type
 from toolref.wire.endpoints import Endpoint, endpoint
 from toolref.wire.headers import PROTOCOL_HEADER

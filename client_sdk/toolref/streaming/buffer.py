@@ -19,6 +19,7 @@ from toolref.streaming.arguments import (
 )
 from toolref.streaming.call import CallStatus, ToolCall
 from toolref.streaming.chunk import ABORTED, ArgPatch, ToolChunk
+from toolref.streaming.depth import MAX_DEPTH, TooDeepError, checked_depth, loads_arguments
 from toolref.streaming.event import (
     ArgumentsProgress,
     CallCompleted,
@@ -118,17 +119,6 @@ def _checked_limit(name: str, value: int) -> int:
     return value
 
 
-def _reject_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite(text: str) -> float:
-    number = float(text)
-    if math.isinf(number):
-        raise ValueError(f"{text} is too large for a double")
-    return number
-
-
 def _merge(into: MutableMapping[str, Any], extra: Mapping[str, Any]) -> None:
     for key, value in extra.items():
         current = into.get(key)
@@ -155,10 +145,14 @@ class ToolBuffer:
     arguments held for all of them (object arguments count as their JSON; a snapshot
     replaces what its call held). A chunk past either raises `ChunkSequenceError` naming the
     setting (`error.extra`: `limit`, `maximum`), and is not applied (so is a patch setting an
-    array element more than `max_array_gap`, an attribute, default 1024, past its end).
+    array element more than `max_array_gap`, an attribute, default 1024, past its end, and
+    an object snapshot or patch nesting the arguments past `max_depth`, an attribute,
+    default 256 levels: `depth`). Argument text nested past `max_depth` makes the call
+    `invalid`, its text kept, as any other text that is not a JSON object.
     """
 
     max_array_gap: int = MAX_ARRAY_GAP  # gaps are filled with nulls: bounded
+    max_depth: int = MAX_DEPTH  # levels of arrays and objects in one call's arguments
 
     def __init__(
         self,
@@ -266,6 +260,7 @@ class ToolBuffer:
         snapshot, patches, delta = chunk.args_snapshot, chunk.args_patch, chunk.args_delta
         if snapshot is None and not patches and delta is None:
             return None
+        checked_depth(chunk, self.max_depth, slot.name if slot is not None else None)
         held = 0 if slot is None else slot.length
         length = held
         if isinstance(snapshot, str):
@@ -453,9 +448,8 @@ class ToolBuffer:
         self._calls[(slot.turn, slot.index)] = call
         return CallCompleted(call) if status is CallStatus.COMPLETE else CallFailed(call)
 
-    @staticmethod
     def _parse(
-        slot: _Slot, error: str | None
+        self, slot: _Slot, error: str | None
     ) -> tuple[str, dict[str, Any] | None, CallStatus, str | None]:
         _joined(slot)
         raw = "".join(slot.parts) if slot.obj is None else json.dumps(slot.obj, **_COMPACT)
@@ -469,7 +463,9 @@ class ToolBuffer:
             value = {}  # many providers send "" for a tool without arguments
         else:
             try:
-                value = json.loads(raw, parse_constant=_reject_constant, parse_float=_finite)
+                value = loads_arguments(raw, self.max_depth)
+            except TooDeepError as exc:
+                return raw, None, CallStatus.INVALID, f"arguments are {exc} (max_depth)"
             except ValueError as exc:
                 return raw, None, CallStatus.INVALID, f"arguments are not valid JSON: {exc}"
         if not isinstance(value, dict):

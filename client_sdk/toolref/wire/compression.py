@@ -72,6 +72,31 @@ MAX_WINDOW: Final = 8 * 1024 * 1024
 # Encoders write one frame a body (the zstd CLI, Python's and Node's zstd), a few when
 # bodies are joined: 1024 frames in a body at the 64 MiB inflated limit are frames of 64 KiB.
 MAX_FRAMES: Final = 1024
+# The most gzip members a body may hold (RFC 1952 lets members follow one another), for the
+# same reason: each costs an inflater of its own (about 1 us: made, fed, freed), so 32 MiB
+# of empty 20-byte members took 1.7 s. Encoders write one member a body (gzip, zlib, a
+# browser's CompressionStream), a few when bodies are joined.
+MAX_MEMBERS: Final = MAX_FRAMES
+
+
+class Frames:
+    """How many more zstd frames or gzip members may come: `most` for one body, or for an
+    edit's records together (`toolref.edits.isolated.unpack`). Each frame or member takes
+    one before it is inflated; past `most`, `MalformedBodyError` naming `fix`."""
+
+    __slots__ = ("fix", "left", "most")
+
+    def __init__(self, most: int = MAX_FRAMES, fix: str = "") -> None:
+        self.most = self.left = most
+        self.fix = fix
+
+    def take(self, what: str, kind: str = "zstd frames") -> None:
+        """One more frame (`kind`: what it is) of `what`; past the bound, refused."""
+        self.left -= 1
+        if self.left < 0:
+            one = "frame" if kind.startswith("zstd") else "member"
+            fix = self.fix or f"compress it as one {one} (or a few), or send it uncompressed"
+            raise MalformedBodyError(f"{what} holds more than {self.most} {kind}; {fix}")
 
 
 def zstd_problem(exc: Exception, what: str = "the zstd body") -> str:
@@ -95,19 +120,25 @@ def _truncated(what: str) -> MalformedBodyError:
     )
 
 
-def whole_frames(body: bytes | memoryview, what: str = "the zstd body") -> int:
+def whole_frames(
+    body: bytes | memoryview, what: str = "the zstd body", frames: Frames | None = None
+) -> int:
     """How many zstd frames `body` is, once it is known to be whole frames back to back
     (RFC 8878: skippable ones too), none cut short: each frame's size read from its header
     and block headers (`get_frame_size`, in C: about 80 ns a frame), nothing inflated.
-    Linear in the body's frames and blocks; `MalformedBodyError` when cut short or not
-    frames."""
+    Linear in the body's frames and blocks, each taken from `frames` (by default
+    `MAX_FRAMES` for the body); `MalformedBodyError` when cut short, not frames, or more
+    than `frames` allows."""
     if not body:
         return 0
+    frames = Frames() if frames is None else frames
     try:
+        frames.take(what)
         at = stdzstd.get_frame_size(body)  # most bodies are one frame: no view made
         count = 1
         view = memoryview(body)
         while at < len(view):
+            frames.take(what)
             at += stdzstd.get_frame_size(view[at:])
             count += 1
     except stdzstd.ZstdError as exc:
@@ -289,14 +320,16 @@ def inflate(
     account: Meter | None = None,
     *,
     using: zstandard.ZstdDecompressor | None = None,
+    frames: Frames | None = None,
 ) -> bytes:
     """A plain zstd body (no dictionary), producing at most `limit` bytes, each chunk
     charged to `account` before it is kept. `using`: `decompressor()`, made once by the
     caller. Whole frames only (`whole_frames`, walked before any is inflated): a body cut
-    mid-frame is refused, not read as its prefix. Any number of frames (an edit's record
-    holds one a piece): the walk takes one Python step a frame, at least 8 bytes each (64
-    MiB of 10-byte frames: 1.35 s, the inflating 0.36 of it)."""
-    whole_frames(body)
+    mid-frame is refused, not read as its prefix. At most `frames` allows (by default
+    `MAX_FRAMES`; an edit's records share one bound, a split record holding a frame a
+    piece): the walk takes one Python step a frame (150 ns; before the bound, 64 MiB of
+    10-byte frames took 1.35 s)."""
+    whole_frames(body, frames=frames)
     reader = (using or decompressor()).stream_reader(body, read_across_frames=True)
     parts: list[bytes] = []
     size = 0
@@ -308,13 +341,18 @@ def inflate(
     return b"".join(parts)
 
 
-def inflate_gzip(body: bytes, limit: int, account: Meter | None = None) -> bytes:
-    """A gzip body (members back to back allowed, RFC 1952), producing at most `limit`
-    bytes: each step asks for at most what is left under the limit, so a bomb stops one
-    chunk past it. Each chunk is charged to `account` before it is kept. The body is
-    handed to the inflater 64 KiB at a time: given all of it, each step of bounded output
-    copied what was left of the input (`unconsumed_tail`: steps x input, half a second for
-    16 MiB of zeros then random bytes). Linear in the body and the output."""
+def inflate_gzip(
+    body: bytes, limit: int, account: Meter | None = None, *, members: Frames | None = None
+) -> bytes:
+    """A gzip body (members back to back allowed, RFC 1952: at most `members` allows, by
+    default `MAX_MEMBERS`), producing at most `limit` bytes: each step asks for at most
+    what is left under the limit, so a bomb stops one chunk past it. Each chunk is charged
+    to `account` before it is kept. The body is handed to the inflater 64 KiB at a time:
+    given all of it, each step of bounded output copied what was left of the input
+    (`unconsumed_tail`: steps x input, half a second for 16 MiB of zeros then random
+    bytes). Linear in the body and the output."""
+    members = Frames(MAX_MEMBERS) if members is None else members
+    members.take("the gzip body", "gzip members")
     inflater = zlib.decompressobj(wbits=31)
     view = memoryview(body)
     parts: list[bytes] = []
@@ -332,6 +370,7 @@ def inflate_gzip(body: bytes, limit: int, account: Meter | None = None) -> bytes
                 data = inflater.unused_data + data
                 if not data and given >= len(body):
                     break
+                members.take("the gzip body", "gzip members")
                 inflater = zlib.decompressobj(wbits=31)
             elif not data and not out and given >= len(body):
                 raise MalformedBodyError(

@@ -26,6 +26,7 @@ from starlette.types import Message, Send
 
 from toolref.asgi.hops import decoded
 from toolref.asgi.workers import Workers
+from toolref.kit.quieted import Quieted
 from toolref.wire.endpoints import Endpoint
 from toolref.wire.errors import ToolrefError
 from toolref.wire.headers import CONTEXT_HEADER
@@ -42,6 +43,7 @@ from toolref_server.settings.context import Policy
 from toolref_server.usage import Counts
 
 log = logging.getLogger(__name__)
+quiet = Quieted(log)  # a store down fails every request's read: said once a minute
 _CONTEXT: Final = CONTEXT_HEADER.lower().encode()
 
 
@@ -181,7 +183,7 @@ async def edit_context(
     except Exception as exc:  # the store, or a summarizer: the new batch waits
         if not isinstance(exc, ToolrefError | OSError):
             log.exception("context editing: the stand-ins of a request failed")
-        log.warning(
+        quiet.warning(
             "context editing: the stand-ins held here are sent, a new batch waits: the "
             "store or the summarizer failed (%s)",
             exc,

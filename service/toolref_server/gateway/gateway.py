@@ -55,9 +55,11 @@ from toolref_server.gateway.edited import forward_edit, is_edit
 from toolref_server.gateway.forwarder import ROUTE_KEY, Forwarder
 from toolref_server.gateway.gate import GatewayAdmission
 from toolref_server.gateway.inprocess import InProcessRegistry
+from toolref_server.gateway.own_answers import Answering, failed
 from toolref_server.gateway.sockets import Sockets, refuse
 from toolref_server.gateway.upstream_pool import Timeouts, UpstreamPool
 from toolref_server.gateway.upstreams import PREFIX
+from toolref_server.http.access import AccessMiddleware
 from toolref_server.http.problem import problem_response
 from toolref_server.metrics import Metrics
 from toolref_server.services import Services
@@ -142,10 +144,15 @@ class Gateway:
             self._service = scope.get("app")
         scope["route"] = Template()
         send = exposing(scope, send)  # a page on another origin reads the toolref headers
+        answering = Answering(scope, send)  # its own answers marked too (`own_answers`)
         try:
-            await self._forward(scope, receive, send)
+            await self._forward(scope, receive, answering)
         except ToolrefError as exc:
-            await problem_response(exc, for_llm_sdks=True)(scope, receive, send)
+            await problem_response(exc, for_llm_sdks=True)(scope, receive, answering)
+        except Exception:
+            if answering.started:
+                raise  # too late for a problem answer; the server cuts the connection
+            await problem_response(failed(), for_llm_sdks=True)(scope, receive, answering)
 
     async def _channel(self, scope: Scope, receive: Receive, send: Send) -> None:
         """A channel, once its key and its tenant's channels let it in (`gate`: 401, 429
@@ -168,8 +175,10 @@ class Gateway:
             return await receive()
 
         try:
+            # each turn through the access middleware: its own line and metrics, as over HTTP
+            turns = AccessMiddleware(self, self.metrics)
             await serve_channel(
-                scope, received, send, self, refuse=_REFUSE,
+                scope, received, send, turns, refuse=_REFUSE,
                 send_timeout=self.settings.send_timeout,
                 idle_seconds=self.settings.channel_idle_seconds,
             )  # fmt: skip

@@ -45,7 +45,11 @@ import httpx
 from anyio.streams.tls import TLSStream
 from httpcore2._utils import is_socket_readable
 
-_KEEP_ALIVE_SECONDS: Final = 5.0  # an idle connection is closed after this (httpx's default)
+from toolref.wire import keepalive
+
+# An idle connection is closed after this: below uvicorn's and Node's keep-alive (5 s; a
+# backend's), so a request never meets the upstream's close of it (`toolref.wire.keepalive`).
+_KEEP_ALIVE_SECONDS: Final = keepalive.DEFAULT_SECONDS
 
 
 @dataclass(frozen=True, slots=True)

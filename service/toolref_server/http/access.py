@@ -9,6 +9,10 @@ id its support asks for) keeps its own, untouched: the access line logs it as
 (a peer's text) as `redaction.printable` shows it, escaped and cut to `UPSTREAM_SHOWN`
 characters. An empty one names nothing: ours replaces it.
 
+A turn a channel carries (`toolref.receiving.channel_server`) gets its own line and metrics,
+as over HTTP, marked `channel: true`: the gateway serves each through this middleware too
+(this one, outside it, sees only the channel's upgrade).
+
 A request whose client hangs up before its answer starts is counted and logged with status
 499 (`CLIENT_CLOSED`), not 500: an agent cancelling a turn is no failure of the service.
 
@@ -26,6 +30,7 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from toolref.receiving.channel_server import on_channel
 from toolref.wire.errors import ToolrefError
 from toolref.wire.redaction import printable
 from toolref_server.http.problem import problem_response
@@ -41,6 +46,14 @@ _TOKEN: Final = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 UPSTREAM_SHOWN: Final = 128  # characters of an upstream's id logged; the rest counted
 
 log = logging.getLogger("toolref_server.access")  # the name operators filter on: kept
+
+
+def unexpected(request_id: str) -> ToolrefError:
+    """The 500 answered for an exception no handler caught, logged under `request_id`."""
+    return ToolrefError(
+        f"the service failed unexpectedly; the error is logged under request id "
+        f"{request_id}; retry later, and report the id if it persists"
+    )
 
 
 def request_id_of(scope: Scope) -> str:
@@ -110,11 +123,7 @@ class AccessMiddleware:
             if answered:
                 raise  # too late for a problem answer; the server closes the connection
             log.exception("unhandled error", extra={"request_id": request_id})
-            failure = ToolrefError(
-                f"the service failed unexpectedly; the error is logged under request id "
-                f"{request_id}; retry later, and report the id if it persists"
-            )
-            await problem_response(failure)(scope, counted_receive, tagged_send)
+            await problem_response(unexpected(request_id))(scope, counted_receive, tagged_send)
         finally:
             if gone and not answered:  # the client left first: no answer, and no fault of ours
                 status = CLIENT_CLOSED
@@ -139,6 +148,7 @@ class AccessMiddleware:
                     "bytesIn": received,
                     "bytesOut": sent,
                     **({"upstreamRequestId": upstream_id} if upstream_id else {}),
+                    **({"channel": True} if on_channel(scope) else {}),
                 },
             )
             REQUEST_ID.reset(token)

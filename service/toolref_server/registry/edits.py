@@ -38,6 +38,7 @@ from toolref.edits.answer import answer_id
 from toolref.edits.edit import EditError, Inline, Keep, Named, Op, dictionary_ranges
 from toolref.edits.recipe import LITERAL, PIECE, PIECE_MIN, piece_ref
 from toolref.edits.request import Restored, restore
+from toolref.kit.quieted import Quieted
 from toolref.wire.errors import (
     BadRequestError,
     DecompressedTooLargeError,
@@ -62,6 +63,7 @@ from toolref_server.storage.recipes import Recipes, piece_id
 
 _GAP: Final = Inline(b"")  # an inline op before its bytes are read (dictionary_ranges)
 log = logging.getLogger("toolref.edits")
+quiet = Quieted(log)  # a store down fails every turn's keep: said once a minute
 
 
 class Editing(Protocol):
@@ -162,7 +164,7 @@ async def kept(keeping: Keeping | None, ref: str) -> None:
     try:
         await asyncio.shield(keeping.task)  # a cancelled caller leaves it to finish
     except ToolrefError as exc:
-        log.warning("recipe %s not kept: %s", ref, exc.detail)
+        quiet.warning("recipe %s not kept: %s", ref, exc.detail)
     except Exception:  # the store's own failure: logged, the next turn resends
         log.exception("recipe %s not kept", ref)
 

@@ -42,6 +42,7 @@ from typing import Any, Final
 
 from toolref.kit import extractive
 from toolref.kit.breaker import BreakerState
+from toolref.kit.quieted import Quieted
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import ValidationError
 from toolref_server.metrics import Metrics
@@ -58,6 +59,8 @@ from toolref_server.registry.summarizers import (
 from toolref_server.storage.summary_store import Slot, SummaryStore, well_formed
 
 log = logging.getLogger(__name__)
+# a breaker open or a busy model refuses every summary asked: said once a minute
+quiet = Quieted(log)
 
 _CONCURRENCY: Final = 16
 
@@ -215,7 +218,7 @@ class SummaryCache:
 
         async def call() -> str:
             if not guarded:
-                return await made(probe=False)
+                return await made(probe=0)
             if not self.quotas.enter(tenant):
                 raise Skipped(
                     "tenant-in-flight",
@@ -228,7 +231,7 @@ class SummaryCache:
             finally:
                 self.quotas.leave(tenant)
 
-        async def made(probe: bool) -> str:
+        async def made(probe: int) -> str:  # the probe number, 0: no probe
             heard = False  # the breaker told of this call; a probe it was not: abandoned
             try:
                 async with asyncio.timeout(self.compute_seconds):
@@ -236,7 +239,7 @@ class SummaryCache:
                     # the lock held and the request a 500, every time: U+FFFD instead.
                     text = well_formed(await compute())
             except SummarizerBusy as exc:  # the model was not asked: no failure of it
-                log.warning("summarizer %s not asked for %s: %s", name, slot, exc)
+                quiet.warning("summarizer %s not asked for %s: %s", name, slot, exc)
                 raise Skipped("model-busy", str(exc)) from exc
             except SummarizerEmpty as exc:
                 # The model answered, with no text (an output filter): that summary fails
@@ -265,17 +268,17 @@ class SummaryCache:
                     heard = True
             finally:
                 if probe and not heard:  # not sent, refused or cancelled: the next call probes
-                    self.quotas.breaker(name).abandon()
+                    self.quotas.breaker(name).abandon(probe)
             self.metrics.summarizer_calls.labels(name, "ok").inc()
             return text
 
         return await self.flight.get_or_create(slot, call)
 
-    async def _admit(self, tenant: str, name: str) -> bool:
+    async def _admit(self, tenant: str, name: str) -> int:
         """May the model be called now? The tenant's minute quota, then the breaker (whose
-        half-open state lets one probe through, so it is asked last). True when this call
-        is the breaker's probe (its caller tells the breaker what came of it, or abandons
-        it)."""
+        half-open state lets one probe through, so it is asked last). The breaker's probe
+        number when this call is its probe (its caller tells the breaker what came of it,
+        or abandons it by that number), else 0."""
         if not await self.quotas.take(tenant):
             raise Skipped(
                 "tenant-quota",
@@ -286,7 +289,7 @@ class SummaryCache:
         probe = breaker.state is BreakerState.HALF_OPEN
         if not breaker.allow():
             raise Skipped("breaker", f"{name} failed repeatedly; a probe is under way")
-        return probe
+        return breaker.probe if probe else 0
 
     def _failed(self, name: str, guarded: bool) -> None:
         if guarded:

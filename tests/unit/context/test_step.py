@@ -5,16 +5,19 @@ a remembered one is read as from scratch, invalid or odd tails included."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from toolref.asgi.workers import Workers
+from toolref.kit.quieted import Quieted
 from toolref.wire.endpoints import Endpoint
 from toolref.wire.errors import StoreUnavailableError
 from toolref_server.context import facts as facts_module
 from toolref_server.context.facts import facts_of
+from toolref_server.gateway import context_edits
 from toolref_server.gateway.context_edits import edit_context
 from toolref_server.metrics import Metrics
 from toolref_server.settings.context import Policy
@@ -324,3 +327,23 @@ def test_a_body_of_more_arrays_and_objects_than_the_bound_is_not_read() -> None:
 )
 def test_the_arrays_and_objects_counted_are_those_outside_strings(text: bytes, count: int) -> None:
     assert facts_module.containers(text, 0) == count
+
+
+async def test_a_store_down_is_warned_once_an_interval_not_per_request(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every request that carries stand-ins while the store is down fails its read; one
+    warning says so, not one a request (before: a line a request, thousands a second
+    under load)."""
+    # a process of its own: no warning said by a test before
+    monkeypatch.setattr(context_edits, "quiet", Quieted(context_edits.log), raising=False)
+    facts_module.forget()
+    first = json.dumps({"model": "m", "messages": conversation(4)}).encode()
+    await edited(first, Pinned())
+    second = json.dumps({"model": "m", "messages": conversation(6)}).encode()
+    with caplog.at_level(logging.WARNING, logger="toolref_server.gateway.context_edits"):
+        for _ in range(20):
+            out, _outcome = await edited(second, Down())
+            assert out.count(b"[stand-in]") == 3
+    said = [r for r in caplog.records if "held here are sent" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]

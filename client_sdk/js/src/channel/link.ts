@@ -20,6 +20,11 @@
  * channel is suspect (a hung receiver, a connection a NAT dropped in use): with another
  * turn's answer still coming (its reader paused) it is retired, taking no new turn and
  * closing once that answer ended, else dropped (Python's `Link.next_piece`).
+ *
+ * An answer the app drops unread (its body collected: nothing can read it any more, as
+ * undici cancels a collected `Response`'s body) is cancelled at its receiver (`{"c":1}`),
+ * as its caller leaving is: it would otherwise wait at the receiver for ever, its window
+ * never granted back, and hold its slot on the channel (`MAX_STREAMS`) and the channel.
  */
 
 import { BROKEN, DRAINED, END, FrameError, FrameSender, HEAD, PIECE, WINDOW_HEADER, answered, headOf, windowKept, type Pairs } from "./frames.js";
@@ -44,9 +49,18 @@ class Stream {
   wake: (() => void) | null = null;
   unlisten: (() => void) | null = null; // the caller's signal no longer listened to
   constructor(
-    readonly head: (response: Response) => void,
-    readonly refuse: (error: unknown) => void,
+    private head: ((response: Response) => void) | null,
+    public refuse: (error: unknown) => void,
   ) {}
+
+  /** Its caller's promise resolved with `response`: its resolving functions are let go (they
+   * hold the promise, which holds the Response: the app's dropping it must let it go). */
+  answer(response: Response): void {
+    const head = this.head;
+    this.head = null;
+    this.refuse = () => undefined;
+    head?.(response);
+  }
 
   /** Something came for its body: a pull waiting is woken. */
   poke(): void {
@@ -59,6 +73,18 @@ class Stream {
 /** Milliseconds a turn waits for its next frame before it fails (undici's `headersTimeout` and
  * `bodyTimeout` for a request over HTTP): see the module docstring. */
 export const READ_TIMEOUT_MS = 300_000;
+
+/** A turn whose answer's body was collected unread: see the module docstring. */
+interface Unread {
+  readonly link: Link;
+  readonly stream: number;
+  readonly state: Stream;
+}
+
+/** Told of each answer's body collected before its turn ended (none where the runtime has
+ * no `FinalizationRegistry`). Each turn's entry is dropped when the turn ends (`finish`). */
+const collected =
+  typeof FinalizationRegistry === "function" ? new FinalizationRegistry<Unread>(({ link, stream, state }) => link.unread(stream, state)) : null;
 
 /** Statuses whose answer has no body (the Response constructor refuses one). */
 const BODILESS = new Set([204, 205, 304]);
@@ -199,7 +225,7 @@ export class Link {
       try {
         const response = this.response(frame.stream, state, headOf(frame));
         state.responded = true;
-        state.head(response);
+        state.answer(response);
       } catch (error) {
         this.cancel(frame.stream);
         this.finish(frame.stream, state, new TypeError("fetch failed", { cause: error }));
@@ -243,6 +269,7 @@ export class Link {
       { highWaterMark: 0 },
     );
     if (BODILESS.has(head.status)) return new Response(null, { status: head.status, headers }); // its end still comes
+    collected?.register(body, { link: this, stream, state }, state);
     return new Response(decoded(body, headers.get("content-encoding")), { status: head.status, headers });
   }
 
@@ -255,6 +282,11 @@ export class Link {
       void this.socket.send(FrameSender.credit(stream, state.read));
       state.read = 0;
     }
+  }
+
+  /** The turn's answer was collected unread (`collected`): the receiver is told. */
+  unread(stream: number, state: Stream): void {
+    this.leave(stream, state, null);
   }
 
   /** The caller left the turn (aborted, or cancelled its body): the receiver is told. */
@@ -274,6 +306,7 @@ export class Link {
     if (state.done) return;
     state.done = true;
     state.failure = failure;
+    collected?.unregister(state);
     this.wait(state, false);
     if (!state.responded) state.refuse(failure ?? new TypeError("fetch failed"));
     state.unlisten?.();

@@ -12,7 +12,9 @@
  * channel closed before it lived `HEALTHY_MS` with no answer ended on it, or failing a turn,
  * counts as a failure; one idle `IDLE_MS` is closed before the next turn (a NAT may have
  * dropped it without a word) and a new one opened, as is one a turn's read timeout retired
- * (`Link`: its last answers read on to their end meanwhile).
+ * (`Link`: its last answers read on to their end meanwhile). A turn whose caller leaves (its
+ * `signal`) while the channel connects fails at once with the signal's reason; once every turn
+ * waiting for that connection left, the connection is dropped (not a failure: no back-off).
  */
 
 import { BUSY, MAX_FRAME_BYTES, MAX_MESSAGE, MAX_STREAMS, WINDOW, WINDOW_HEADER, type Pairs } from "./frames.js";
@@ -68,11 +70,19 @@ export interface TransportOptions {
   readTimeoutMs?: number;
 }
 
+/** A connection being opened: the link it becomes, the turns waiting for it (`waitFor`), and
+ * the signal that drops it once they all left. */
+interface Opening {
+  link: Promise<Link | null>;
+  waiting: number;
+  readonly dropped: AbortController;
+}
+
 export class ChannelTransport {
   readonly url: string;
   private link: Link | null = null;
   private readonly older = new Set<Link>(); // retired (a turn's read timeout), answers still coming
-  private opening: Promise<Link | null> | null = null;
+  private opening: Opening | null = null;
   private retired = false;
   private readonly backoff: Backoff;
   private readonly clock: () => number;
@@ -98,7 +108,8 @@ export class ChannelTransport {
   /** The turn's answer over the channel, or null: send it over HTTP (nothing of it was done). */
   async send(target: string, headers: Pairs, body: Uint8Array, signal?: AbortSignal): Promise<Response | null> {
     if (body.length > MAX_FRAME_BYTES) return null;
-    const link = await this.open();
+    signal?.throwIfAborted();
+    const link = await this.open(signal);
     if (link === null || link.streams.size >= MAX_STREAMS) return null;
     let answer: Response;
     try {
@@ -122,7 +133,7 @@ export class ChannelTransport {
     this.older.clear();
   }
 
-  private async open(): Promise<Link | null> {
+  private async open(signal?: AbortSignal): Promise<Link | null> {
     const link = this.link;
     const lived = link !== null && link.heard ? link.used - link.opened : 0;
     this.backoff.lived(lived);
@@ -139,22 +150,60 @@ export class ChannelTransport {
       return this.link;
     }
     if (this.retired || !this.backoff.over(this.clock())) return null;
-    this.opening ??= this.connect().finally(() => (this.opening = null));
-    return this.opening; // one open at a time; those waiting see how it went
+    if (this.opening === null) {
+      const opening: Opening = { link: null!, waiting: 0, dropped: new AbortController() };
+      opening.link = this.connect(opening.dropped.signal).finally(() => {
+        if (this.opening === opening) this.opening = null;
+      });
+      this.opening = opening;
+    }
+    return this.waitFor(this.opening, signal); // one open at a time; those waiting see how it went
   }
 
-  private async connect(): Promise<Link | null> {
+  /** The link `opening` connects, or the reason of `signal` once it aborts; the connection is
+   * dropped once every turn waiting for it left (the next turn connects anew). */
+  private waitFor(opening: Opening, signal?: AbortSignal): Promise<Link | null> {
+    if (signal === undefined) {
+      opening.waiting += 1; // never leaves
+      return opening.link;
+    }
+    signal.throwIfAborted();
+    opening.waiting += 1;
+    return new Promise<Link | null>((resolve, reject) => {
+      const left = (): void => {
+        if (--opening.waiting === 0) {
+          if (this.opening === opening) this.opening = null;
+          opening.dropped.abort();
+        }
+        reject(signal.reason);
+      };
+      signal.addEventListener("abort", left, { once: true });
+      opening.link.then(
+        (link) => {
+          signal.removeEventListener("abort", left);
+          resolve(link);
+        },
+        (error: unknown) => {
+          signal.removeEventListener("abort", left);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  private async connect(dropped: AbortSignal): Promise<Link | null> {
     const headers: Pairs = [[WINDOW_HEADER, String(WINDOW)], ...this.upgrade];
     try {
-      const socket = await connect(this.url, headers, { maxMessage: MAX_MESSAGE, connectTimeoutMs: CONNECT_TIMEOUT_MS });
-      if (this.retired) {
-        socket.abort(); // retired while it connected
+      const socket = await connect(this.url, headers, { maxMessage: MAX_MESSAGE, connectTimeoutMs: CONNECT_TIMEOUT_MS, signal: dropped });
+      if (this.retired || dropped.aborted) {
+        socket.abort(); // retired while it connected, or every turn waiting for it left
         return null;
       }
       for (const link of this.older) if (link.over) this.older.delete(link);
       if (this.link !== null && this.link.retired && !this.link.over) this.older.add(this.link);
       return (this.link = new Link(socket, this.clock, this.options.readTimeoutMs));
     } catch (error) {
+      if (dropped.aborted) return null; // every turn waiting for it left: not the receiver's failure
       const wait = this.backoff.failed(this.clock());
       this.options.report(`toolref: no channel to ${this.origin} (${why(error)}); turns go over HTTP, the channel is tried again in ${Math.round(wait / 1000)}s`);
       return null;

@@ -70,6 +70,9 @@ export interface ConnectOptions {
   maxMessage: number;
   /** The connection, TLS and the 101 within this many milliseconds. */
   connectTimeoutMs: number;
+  /** Drops the connection (the socket destroyed, the promise rejected with its reason) while
+   * the upgrade is unanswered: every turn waiting for it left. */
+  signal?: AbortSignal;
 }
 
 /** Bytes as latin-1 text (a head, a chunk size line: bounded), a piece at a time. */
@@ -142,14 +145,18 @@ export function connect(url: string, headers: Pairs, options: ConnectOptions): P
     let settled = false;
     let received = new Uint8Array(0);
     let refused: { status: number; headers: Pairs; at: number; length: number; chunked: boolean } | null = null;
-    const fail = (error: Error): void => {
+    const fail = (error: unknown): void => {
       if (settled) return;
       settled = true;
       clearTimeout(timer);
+      options.signal?.removeEventListener("abort", dropped);
       socket.destroy();
       reject(error);
     };
     const timer = setTimeout(() => fail(refused !== null ? refusal() : new Unreachable(`no answer to the upgrade within ${options.connectTimeoutMs} ms`)), options.connectTimeoutMs);
+    const dropped = (): void => fail(options.signal!.reason);
+    if (options.signal?.aborted) dropped();
+    options.signal?.addEventListener("abort", dropped, { once: true });
     const refusal = (): Refusal => {
       const { status, headers: pairs, at, length, chunked } = refused!;
       const body = received.slice(at, at + Math.min(length, MAX_REFUSAL));
@@ -198,6 +205,7 @@ export function connect(url: string, headers: Pairs, options: ConnectOptions): P
       if (named(head.headers, "sec-websocket-extensions") !== null) return fail(new Unreachable("the 101 names an extension none was offered"));
       settled = true;
       clearTimeout(timer);
+      options.signal?.removeEventListener("abort", dropped);
       socket.off("data", onData);
       socket.off("close", onClose);
       socket.off("error", onError);

@@ -6,8 +6,10 @@
  * it), it hides the 101's headers (where a receiver grants the channel's window), and a
  * browser's sends `Origin`, which a receiver's channel refuses. So: no extension offered
  * (one answered is refused), binary messages, masked frames, pings answered (while the
- * socket's buffer has room: a peer that reads nothing cannot grow it), the close handshake,
- * and bounds checked as bytes arrive: the 101's head at `MAX_HEAD` bytes, a message at
+ * socket's buffer has room: a peer that reads nothing cannot grow it), the close handshake
+ * (a peer's close code checked, 1002 for one no peer may send, and its reason's UTF-8, 1007;
+ * the connection failed with its close frame sent after what was queued before it), and
+ * bounds checked as bytes arrive: the 101's head at `MAX_HEAD` bytes, a message at
  * `maxMessage` bytes and `MAX_FRAGMENTS` frames (past either the client closes 1009), a
  * refusal's body kept up to `MAX_REFUSAL`.
  * Every byte is copied at most once on its way in (linear in what arrives).
@@ -49,14 +51,34 @@ export const MAX_REFUSAL = 64 * 1024;
  * counts payload bytes, so without it endless empty continuation frames would each be held
  * (2 bytes on the wire, an object in memory). A receiver sends a message as one frame. */
 export const MAX_FRAGMENTS = 1024;
-/** Seconds the close handshake is waited for before the socket is dropped. */
+/** Milliseconds the close handshake is waited for before the socket is dropped. */
 const CLOSE_TIMEOUT_MS = 5000;
 /** Bytes queued on the socket past which a ping goes unanswered (RFC 6455 5.5.3: a later
  * pong answers earlier pings). */
 const PONG_ROOM = 1 << 20;
 export const ABNORMAL = 1006;
 export const PROTOCOL_ERROR = 1002;
+export const INVALID_DATA = 1007;
 export const TOO_LARGE = 1009;
+
+/** Whether a peer may send close code `code` (RFC 6455 7.4: 1000-1003 and 1007-1014, the
+ * ones IANA registered, and 3000-4999; 1005, 1006 and 1015 are never sent, nor an
+ * unassigned one). Another fails the connection 1002 (RFC 6455 7.4.1). */
+export function closeCodeValid(code: number): boolean {
+  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) || (code >= 3000 && code <= 4999);
+}
+
+/** `reason` as a close frame carries it: at most 123 bytes of UTF-8, cut between characters
+ * (a cut inside one would be invalid UTF-8, which the peer fails with 1007). */
+export function closeReason(reason: string): Uint8Array {
+  const said = new TextEncoder().encode(reason);
+  if (said.length <= 123) return said;
+  let end = 123;
+  while ((said[end]! & 0xc0) === 0x80) end--; // a continuation byte: back to its character's start
+  return said.subarray(0, end);
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
 /** A Node built-in module, or undefined where there is none (a browser, a worker). */
 export function builtin<T>(id: string): T | undefined {
@@ -106,6 +128,11 @@ class Incoming {
   private chunks: Uint8Array[] = [];
   private first = 0; // bytes of chunks[0] taken already
   size = 0;
+
+  clear(): void {
+    this.chunks = [];
+    this.first = this.size = 0;
+  }
 
   push(chunk: Uint8Array): void {
     this.chunks.push(chunk);
@@ -174,6 +201,7 @@ export class WebSocketClient {
   private messageText = false;
   private inMessage = false;
   private closing = false; // a close frame sent
+  private failed = false; // the connection failed: nothing more read
   private ours: Closed | null = null; // the close this side began (idle, a bad frame)
   private done: Closed | null = null; // how it ended, once it did
   private events: Events | null = null;
@@ -216,7 +244,7 @@ export class WebSocketClient {
     if (this.done !== null || this.closing) return;
     this.closing = true;
     this.ours = { code, reason, byUs: true };
-    const said = new TextEncoder().encode(reason).subarray(0, 123);
+    const said = closeReason(reason);
     const payload = new Uint8Array(2 + said.length);
     new DataView(payload.buffer).setUint16(0, code);
     payload.set(said, 2);
@@ -237,7 +265,8 @@ export class WebSocketClient {
 
   private feed(chunk: Uint8Array): void {
     this.incoming.push(chunk);
-    while (this.incoming.size >= this.need && !this.socket.destroyed) {
+    if (this.failed) return; // failed: what still comes is dropped, the close on its way
+    while (this.incoming.size >= this.need && !this.socket.destroyed && !this.failed) {
       const data = this.incoming.take(this.need);
       if (this.state === "head") this.head(data);
       else if (this.state === "length") this.lengthRead(data);
@@ -305,7 +334,13 @@ export class WebSocketClient {
     if (this.opcode === 10) return;
     if (data.length === 1) return this.fail("a close frame of one byte");
     const code = data.length >= 2 ? new DataView(data.buffer, data.byteOffset).getUint16(0) : 1005;
-    const reason = new TextDecoder().decode(data.subarray(2));
+    if (data.length >= 2 && !closeCodeValid(code)) return this.fail(`a close code of ${code}`);
+    let reason: string;
+    try {
+      reason = strictUtf8.decode(data.subarray(2));
+    } catch {
+      return this.fail("a close reason that is no UTF-8", INVALID_DATA);
+    }
     if (!this.closing) {
       this.closing = true;
       this.socket.write(clientFrame(8, data.subarray(0, 2))); // the close answered with its code
@@ -315,10 +350,15 @@ export class WebSocketClient {
     unrefTimer(setTimeout(() => this.socket.destroy(), CLOSE_TIMEOUT_MS));
   }
 
+  /** Fail the connection (RFC 6455 7.1.7): the close frame sent after what was queued
+   * before it (`end` flushes the socket, then closes it; it is destroyed `CLOSE_TIMEOUT_MS`
+   * later if the peer reads none of it), nothing more read. */
   private fail(reason: string, code = PROTOCOL_ERROR): void {
+    this.failed = true;
     this.close(code, reason);
     this.end({ code, reason, byUs: true });
-    this.socket.destroy();
+    this.incoming.clear();
+    this.socket.end();
   }
 
   /** Said once: the close this side began, else the peer's, else 1006. */

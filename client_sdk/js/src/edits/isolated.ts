@@ -40,6 +40,9 @@ export const BROTLI_QUALITY = 5;
 export const BROTLI_BUDGET = 16 << 10;
 /** isolated.py's BROTLI_WINDOW: the window's bits (64 KiB holds any stream the budget lets through). */
 export const BROTLI_WINDOW = 16;
+/** The most frames (gzip members) an edit's records hold beyond one a record (isolated.py's
+ * `MAX_SPLIT_FRAMES`): the receiver refuses more, so split segments past it go as they are. */
+export const MAX_SPLIT_FRAMES = 1024;
 
 /** A brotli stream of `data` at BROTLI_QUALITY and BROTLI_WINDOW (what Python's
  * `brotli.compress(data, quality=5, lgwin=16)` writes). */
@@ -150,9 +153,21 @@ async function aloneRecords(
     left -= data.length;
     return true;
   });
+  let extra = MAX_SPLIT_FRAMES; // reserved in order, whichever record is smaller (`_alone`)
+  const split = segments.map((data, index) => {
+    const offsets = splits.get(index);
+    if (offsets === undefined || codec === null || data.length < MIN_COMPRESSED) return false;
+    const ends = [0, ...offsets, data.length];
+    let count = 0;
+    for (let n = 1; n < ends.length; n++) if (ends[n]! > ends[n - 1]!) count++;
+    if (count - 1 > extra) return false;
+    extra -= count - 1;
+    return true;
+  });
   const records = await bounded(segments, (data, index) => {
     const offsets = splits.get(index);
-    return offsets !== undefined ? pieces(data, offsets, codec) : record(data, codec, tried[index] ? brotli : null);
+    if (offsets === undefined) return record(data, codec, tried[index] ? brotli : null);
+    return split[index] ? pieces(data, offsets, codec) : Promise.resolve(join([Uint8Array.of(RAW), data]));
   });
   return { records, left };
 }

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -10,6 +9,7 @@ from typing import Any, ClassVar
 
 from toolref.streaming.adapters.detect import misuse, provider_of, provider_of_sdk_event
 from toolref.streaming.chunk import ABORTED, TRUNCATED, ToolChunk
+from toolref.streaming.depth import EVENT_DEPTH, loads_within
 from toolref.wire.errors import ChunkSequenceError, StreamError
 from toolref.wire.numbers import whole_number
 
@@ -39,7 +39,7 @@ def as_event(event: Any) -> Mapping[str, Any] | None:
         if text == DONE_SENTINEL:
             return None
         try:
-            decoded = json.loads(text)
+            decoded = loads_within(text, EVENT_DEPTH)  # never RecursionError
         except ValueError as exc:
             raise ChunkSequenceError(
                 f"stream event is not JSON ({exc}): {text[:80]!r}; pass decoded events or "

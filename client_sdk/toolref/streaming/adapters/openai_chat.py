@@ -27,6 +27,7 @@ from toolref.streaming.adapters.base import StreamAdapter, as_int
 from toolref.streaming.adapters.chat_kinds import CUSTOM, cut_off, settled, spec
 from toolref.streaming.adapters.shape import Shape
 from toolref.streaming.chunk import ABORTED, FILTERED, TRUNCATED, ToolChunk
+from toolref.streaming.depth import EVENT_DEPTH, MAX_DEPTH, loads_within, value_too_deep
 from toolref.wire.errors import ChunkSequenceError
 
 _KNOWN = frozenset(("index", "id", "type", "function", "custom"))
@@ -47,7 +48,7 @@ def _carries(args: Any) -> bool:
 
 def _is_object(text: str) -> bool:
     try:
-        return isinstance(json.loads(text), dict)
+        return isinstance(loads_within(text, MAX_DEPTH), dict)
     except ValueError:
         return False
 
@@ -434,6 +435,9 @@ class OpenAIChatAdapter(StreamAdapter):
                 call.append(args)
                 delta = args
         elif isinstance(args, dict):
+            if value_too_deep(args, EVENT_DEPTH):  # json.dumps would raise RecursionError
+                what = f"call {call.index}'s arguments are nested past {EVENT_DEPTH} levels"
+                raise ChunkSequenceError(f"{what}: the stream is broken or hostile")
             call.is_object = True
             call.parts = [json.dumps(args)]
             snapshot = args
