@@ -82,6 +82,77 @@ Targets missed, what the profile showed, and before and after (same machine):
   time the first 20 did. Since 0.3 the client sends edits and the middleware restores them
   through the registry: judged in "Every client speaks edits" (CPU growth, bytes, the
   middleware's added time), which replaces the "Per-turn cost" section.
+- issue 39, the baseline over the relay's socket bytes: median 1.64, not 2.0. A turn's
+  bytes were 91% its new tool result compressed alone (the size guard); the baseline
+  compresses it against the previous body, which holds its vocabulary. Measured per
+  segment: zstd level 19 saves 3-4% over level 3, brotli at quality 5 8-12% at about four
+  times zstd's CPU (its built-in dictionary is public: the guard holds), quality 11 17% at
+  20-40 times. Edits of version 5 carry brotli records (quality 5, within 16 KiB an edit):
+  median 1.79, each trace at least 1.74. Then the zstd dictionary the package ships for
+  the store's records, public too: at level 3 it made segments larger than brotli's
+  streams (the earlier finding: 0-1%), at level 19 9-12% smaller than the smallest record
+  before, at about 120 us per KiB. Edits of version 7 carry such frames (record kind 7,
+  within 8 KiB an edit): median 1.92, each trace at least 1.79 ("Any conversation, any
+  replica"). What is left is the synthetic patterns' guard cost: their tool results are
+  random lines over a 72-word vocabulary (`loadtests/patterns.py`), which a segment alone
+  spells out each time; on the shared traces the median is 2.46. A turn of `one-mark` is
+  816 bytes: 733 its tool result (kind 7), 38 the header (16 of them the base's id, 8 the
+  answer's), 24 the model's message against the answer, 11 two small raw segments, 10
+  the channel's framing. Naming the base and the answer by a channel-local number (both
+  sides know them) would save about 22 of them: 1.92 to about 1.99.
+- issue 40, the time relay and gateway add to late turns: brotli records first added
+  about 0.8 ms of relay CPU a turn, ten times what they cost in one process. py-spy
+  (`python -m loadtests.gateway_profile --keep DIR`) put a fifth of the relay's samples in
+  `brotli.compress`; the cause was the allocator: a fixed mmap threshold had frozen glibc's
+  trim threshold at 128 KiB, so the encoder's tables (and every turn's body copies) were
+  handed back and faulted in again each turn. Keeping up to 16 MiB of heap top
+  (`toolref.kit.allocator`) took the profiled relay from 263 busy samples over the same
+  204 turns to 189, the gateway from 320 to 256 ("Gateway speed: agent turns"). Then the
+  relay's HTTP parser: uvicorn's h11 protocol (pure Python) against its httptools one
+  (llhttp, in C), each relay with a gateway of its own, the two alternating turn by turn
+  (`python -m loadtests.turns_ab`, at 08bf638 where the relay had `--http`, 6 rounds of the
+  165-turn trace): over the last 20 turns the relay's CPU 2.05 ms on h11, 1.94 on
+  httptools (0.95x), the time to the whole answer the same (4.33 and 4.34 ms); on small
+  requests relay + gateway 1.77 and 1.67 ms of CPU. Not kept: uvicorn's httptools protocol
+  forwards a chunked body's trailers as request headers (a trailer `x-api-key` reached the
+  provider), takes `Transfer-Encoding: gzip, chunked` and drops the `gzip`, loses the body
+  of an `Upgrade: h2c` request (and a request pipelined after it), queues pipelined
+  requests without bound, and keeps any head (h11: 16 KiB); matching h11 took a 235-line
+  subclass of uvicorn's internals, for 5% of the relay's CPU and no time. The relay now
+  names h11 (uvicorn's default would pick httptools wherever it is installed). The ASGI
+  server beside it: the gateway's app on granian (Rust) spent more CPU a small request than
+  on uvicorn (0.67 against 0.53 ms, protocol 1) for more throughput at 32 connections
+  (2,114 against 1,783 req/s: its I/O threads take a second core); the gateway stays on
+  uvicorn, whose protocol toolref extends (`toolref_server.http.connection`: deadlines, the
+  connection limit, problem+json refusals), and CPU per request is what the issue measures.
+  What remains of the late turn (timestamps in each process, the last 20 turns, about 2.9
+  ms a turn from the agent's first byte to the answer's end with the fake upstream): the
+  relay 1.0 ms (its edit 0.43), the gateway 0.8 ms before the body is sent on (the edit
+  applied 0.3, the body written 0.3), the upstream 0.4 ms, the answer back 0.5 ms, of which
+  the recipe's keep, run while the upstream answers, is still under way at the answer's end
+  for about 0.15 ms (a fast upstream answers before it is done). A channel's turn now ends
+  its answer without waiting for either keep (its next turn comes to the same process,
+  which waits there for a keep under way): within the host's noise here (`turns_ab
+  --revision`: 4.77 against 4.89 ms), but with the store a round trip away it is what the
+  late turn takes: `python -m loadtests.turns_ab --revision 07ab263~1 --rounds 4
+  --store-delay D` (each gateway's store one valkey-server behind `loadtests.delay_proxy`,
+  D ms each way) measured 5.29 against 7.57 ms a turn at D = 0.25 (0.5 ms round trips),
+  6.84 against 9.26 ms at D = 0.5, the machine loaded by other work (load average 2-2.7):
+  2.3 to 2.4 ms a turn saved, the end of each answer no longer behind two writes. The
+  late-turn time moves with the host more than with any of these: between runs an hour
+  apart the gateway's own CPU a turn (code unchanged) differed by a fifth. Stop 52's six
+  runs read 4.51-5.90 ms (4.51 written); stop 53's two read 5.08 and 5.22 (written:
+  FAIL), in runs where the code of 3160e1c beside it took 11-16% longer than in the run
+  written before. Then the keep of a channel's turn moved to the answer's end: it had
+  begun once the body went upstream, and with a fast upstream the answer reached the
+  gateway while the keep's work (deriving the recipe, encoding and compressing its node,
+  the store's batch: about 0.4 ms of the event loop) ran, and waited for it. With the
+  store's batches written by `storage.commands.Batch` (half redis-py 8.1's CPU a
+  pipeline), `turns_ab --revision` read 5.62 against 6.25 ms a late turn (4.48 against
+  4.88 in a quieter run), and the written run 4.78 ms (PASS). Two more runs of
+  `gateway_speed`, not written: 5.29 ms (FAIL) with the host about 5% slower (every
+  system's CPU with it, the before-code's too), and 4.57 ms (PASS) on the last commit of
+  stop 54: the point passes in two runs of three, at its target's edge.
 """
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from loadtests.rawhttp import Answer, Connection
+from toolref.edits.compact import MARKS
 from toolref.edits.wire import MEDIA_TYPE
 from toolref.kit.varints import read_varint
 
@@ -149,7 +150,8 @@ class CountingHop:
         def counted(size: int, payload: bytes) -> None:
             stream, meta, body = _turn(payload)
             target[0] = str(meta.get("p") or target[0])
-            edit = body.startswith((b'{"v":', b"\x04", b"\x05"))  # JSON, or compact (4, 5)
+            compact = tuple(bytes([mark]) for mark in MARKS)  # a compact header's first byte
+            edit = body.startswith((b'{"v":', *compact))
             media = MEDIA_TYPE if edit else "application/json"
             pending[stream] = len(self.sent)
             kind = "cancel" if meta.get("c") else media

@@ -1,7 +1,7 @@
 """The shipped zstd dictionaries: their neutral training corpus, training, and what they buy.
 
 `python -m loadtests.dictionaries train [--commit REV]` writes the next dictionaries into
-`service/toolref_server/dictionaries/`; `python -m loadtests.dictionaries measure` compares
+`client_sdk/toolref/wire/dictionaries/`; `python -m loadtests.dictionaries measure` compares
 them on the shared traces with no dictionary, with one per tenant, and with one trained on
 the traces themselves (an upper bound that can never ship).
 
@@ -37,15 +37,15 @@ from loadtests.traces import Trace, load
 from toolref import formats
 from toolref.formats import Format
 from toolref.formats.source import Payload
+from toolref.wire import dictionaries
 from toolref.wire.canonical import digest_of, invocation_digest
 from toolref.wire.encoding import dumps_json
-from toolref_server import dictionaries
 from toolref_server.embedded import EmbeddedEngine
 from toolref_server.settings import Settings
 from toolref_server.storage import record
 
 ROOT: Final = Path(__file__).resolve().parents[1]
-OUT: Final = ROOT / "service" / "toolref_server" / "dictionaries"
+OUT: Final = ROOT / "client_sdk" / "toolref" / "wire" / "dictionaries"
 # Our own files only. Left out: tests (some quote the shared traces) and the docs that
 # benchmarks regenerate from them.
 SOURCES: Final = ("client_sdk/", "service/", "loadtests/", "examples/", "deploy/")

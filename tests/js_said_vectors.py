@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 from typing import Any, Final
 
+from tests.js_edit_vectors import JS_VERSION
 from toolref.sending.said import RECENT, Said, unreadable_said
 
 # Events: ("said" | "unreadable", version, at). Readings after each: the event's own time,
@@ -96,7 +97,7 @@ def _readings(at: float) -> list[float]:
 
 
 def _replay(events: list[Event]) -> list[dict[str, Any]]:
-    said = Said()
+    said = Said(highest=JS_VERSION)
     steps: list[dict[str, Any]] = []
     for event, version, at in events:
         step: dict[str, Any] = {"event": event, "version": version, "at": at}

@@ -371,7 +371,8 @@ def not_worth_an_edit(
 # Cutting and diffing a body (a SHA-256 per piece, zstd against up to 1 MiB): about 14 ms a
 # MB measured; past this size of new bytes (what follows the prefix a body shares with one
 # cut before: `Editor.new_bytes`; a late turn of a long conversation costs its tail), in a
-# worker thread.
+# worker thread. Compressing new segments adds at most about 0.4 ms of brotli and 1 ms
+# against the shipped dictionary (their budgets, 16 and 8 KiB an edit: `isolated`, `shipped`).
 OFFLOAD_BYTES: Final = 256 << 10
 _WORKERS: Final = Workers(None, OFFLOAD_BYTES)
 

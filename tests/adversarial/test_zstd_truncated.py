@@ -25,7 +25,7 @@ from tests.conftest import snapshot
 from tests.integration.relay_gateway import KEY, Scripted, gateway
 from tests.support.servers import serve
 from toolref import AsyncRegistryClient, ToolRefMiddleware
-from toolref.edits import isolated, wire
+from toolref.edits import isolated, shipped, wire
 from toolref.kit.varints import read_varint, varint
 from toolref.sending.editor import Editor
 from toolref.wire import compression
@@ -234,7 +234,7 @@ async def test_a_chat_backends_middleware_refuses_a_cut_body(redis: Redis) -> No
 
 
 def _cut_first_zstd_record(edit: bytes, cut: int) -> bytes:
-    """`edit` with the frame of its first zstd record (kind 1 or 4) `cut` bytes short, its
+    """`edit` with the frame of its first zstd record (kind 1, 4 or 7) `cut` bytes short, its
     size (the varint before it) made to match: a record that reads, but for its frame."""
     header, blob = wire.read(edit, 1 << 30)
     start = len(edit) - len(blob)
@@ -249,11 +249,12 @@ def _cut_first_zstd_record(edit: bytes, cut: int) -> bytes:
         held = at
         size, at = read_varint(blob, at)
         assert size is not None
-        if mode in (isolated.ALONE, isolated.JOINED):
+        if mode in (isolated.ALONE, isolated.JOINED, shipped.KIND):
             framed = blob[at : at + size - cut]
             rest = blob[at + size :]
             return edit[:start] + blob[:held] + varint(len(framed)) + framed + rest
-        at += size + (isolated.CRC_BYTES if mode >= isolated.BROTLI else 0)
+        brotli = mode in (isolated.BROTLI, isolated.BROTLI_JOINED)
+        at += size + (isolated.CRC_BYTES if brotli else 0)
     raise AssertionError("the edit has no zstd record")
 
 

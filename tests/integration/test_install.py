@@ -129,14 +129,14 @@ def test_toolref_server_without_the_server_extra_says_how_to_install_it(
 def test_the_wheel_ships_the_zstd_dictionaries(base_install: Installed) -> None:
     """Records and history messages written with a shipped dictionary need it to be read:
     the wheel carries every one, and each loads from the installed package."""
-    from toolref_server import dictionaries
+    from toolref.wire import dictionaries
 
     with zipfile.ZipFile(base_install.wheel) as wheel:
         names = set(wheel.namelist())
     for shipped in dictionaries.SHIPPED:
-        assert f"toolref_server/dictionaries/{shipped.file}" in names, sorted(names)
+        assert f"toolref/wire/dictionaries/{shipped.file}" in names, sorted(names)
     check = (
-        "from toolref_server import dictionaries as d; "
+        "from toolref.wire import dictionaries as d; "
         "print(sorted(d.by_id(s.dict_id).dict_id() for s in d.SHIPPED))"
     )
     loaded = run([str(base_install.bin / "python"), "-c", check])

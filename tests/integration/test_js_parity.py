@@ -38,6 +38,7 @@ from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from tests.conftest import need
+from tests.js_edit_vectors import JS_VERSION
 from tests.support.processes import ROOT
 from tests.support.servers import serve, serve_all
 from toolref.edits import isolated, wire
@@ -48,6 +49,7 @@ from toolref.kit.varints import read_varint
 from toolref.sending.editor import Edit, Editor
 from toolref.sending.transport import AsyncTransport
 from toolref.wire.endpoints import endpoint
+from toolref.wire.headers import EDITS_HEADER
 from toolref_server.app import create_app
 from toolref_server.settings import Settings
 
@@ -325,7 +327,7 @@ def in_step(
     js_sizes = [attempt["bytes"] for attempt in attempts]
     if attempts[0]["contentType"] != wire.MEDIA_TYPE:  # as it is: before the receiver said
         assert [base64.b64decode(a["body"]) for a in attempts] == [body]
-        assert attempts[0]["offer"] == str(wire.VERSION)
+        assert attempts[0]["offer"] == str(JS_VERSION)
         compared.js.append(js_sizes)
         compared.python.append([len(body)])
         return
@@ -368,7 +370,7 @@ async def js_in_step(
     await gateway.redis.flushall()
     gateway.provider.state.provider.requests.clear()
     # Without zstd JS cuts no long window (its runs, records of kind 4, are zstd frames).
-    editor = Editor(long_window=replay.zstd)
+    editor = Editor(long_window=replay.zstd, version=JS_VERSION)
     compared = Compared([], [])
     for index, (path, body) in enumerate(zip(sent.paths, sent.bodies, strict=True)):
         if index == empty_before:
@@ -524,7 +526,11 @@ async def test_a_conversation_starting_with_a_tiny_body_costs_js_what_it_costs_p
 
     async def recorded(request: httpx2.Request) -> httpx2.Response:
         python.append((request.headers["content-type"], await request.aread()))
-        return await inner.handle_async_request(request)
+        answer = await inner.handle_async_request(request)
+        said = answer.headers.get(EDITS_HEADER)  # JS writes at most its own version
+        if said is not None and int(said) > JS_VERSION:
+            answer.headers[EDITS_HEADER] = str(JS_VERSION)
+        return answer
 
     inner = httpx2.AsyncHTTPTransport()
     transport = AsyncTransport(httpx2.MockTransport(recorded), channel=False)

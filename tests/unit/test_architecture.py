@@ -44,7 +44,7 @@ ALLOWED: Final[dict[str, frozenset[str]]] = {
     "receiving": frozenset({*SDK, "registry"}),
     "relay": frozenset({*SDK, "registry", "sending"}),  # a sender: never "receiving"
     # The service may use the SDK's kit, contract and receiving side, never its sending one.
-    "server.settings": frozenset({*SDK, "server.support"}),  # the shipped dictionaries
+    "server.settings": frozenset(SDK),
     "server.support": frozenset({*SDK, "receiving", "server.settings"}),
     "server.storage": frozenset({*SDK, "receiving", "server.settings", "server.support"}),
     # the registry's steps declare what they use (protocols), never the `Services` bag

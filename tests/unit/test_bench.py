@@ -145,7 +145,7 @@ def test_edit_uploads_send_each_message_about_once() -> None:
     assert len(bodies) == len(raw) == 4
     for body in bodies[1:]:
         header = wire.described(body)
-        assert header["v"] == wire.WRITTEN  # version 6 writes version 5's bytes
+        assert header["v"] == wire.WRITTEN  # the newest bytes (7: the shipped dictionary)
         assert header["b"].startswith("tb_")
         assert any(isinstance(op, list) for op in header["o"])  # the previous request kept
         assert len(body) < len(raw[-1])

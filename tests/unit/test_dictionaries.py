@@ -16,9 +16,9 @@ import pytest
 import zstandard
 
 from tests.support.records import encode_values
+from toolref.wire import dictionaries
 from toolref.wire.canonical import Ref, digest_of
 from toolref.wire.encoding import dumps_json
-from toolref_server import dictionaries
 from toolref_server.settings import Settings
 from toolref_server.storage import compressors, record
 
@@ -55,11 +55,11 @@ def test_every_shipped_dictionary_loads_from_the_package_with_its_id() -> None:
         assert 32_768 <= shipped.dict_id < 2**31  # zstd's private range
     # The wheel carries them: package data names the files.
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = config["tool"]["setuptools"]["package-data"]["toolref_server"]
-    folder = ROOT / "service" / "toolref_server"
+    patterns = config["tool"]["setuptools"]["package-data"]["toolref"]
+    folder = ROOT / "client_sdk" / "toolref"
     shipped_files = {p for pattern in patterns for p in folder.glob(pattern)}
     for shipped in dictionaries.SHIPPED:
-        assert folder / "dictionaries" / shipped.file in shipped_files
+        assert folder / "wire" / "dictionaries" / shipped.file in shipped_files
 
 
 def test_a_new_record_names_its_dictionary_and_decodes() -> None:

@@ -6,8 +6,11 @@ then checks the TypeScript SDK against the new ones."""
 from __future__ import annotations
 
 import json
+import re
 
 from tests import js_vectors
+from tests.js_edit_vectors import JS_VERSION
+from toolref.edits import wire
 
 
 def test_committed_vectors_are_current() -> None:
@@ -50,3 +53,15 @@ def test_vectors_cover_the_cases_the_contract_names() -> None:
         text = json.dumps(case["optimized"])
         assert case["toolReferences"]
         assert all(ref in text for ref in case["toolReferences"].values())
+
+
+def test_the_js_version_is_the_one_its_wire_writes() -> None:
+    """The vectors' Python side writes what the JS SDK writes (`JS_VERSION`): its wire.ts
+    says the same version, and its `WRITTEN` is the one whose bytes that version writes."""
+    wire_ts = (js_vectors.ROOT / "client_sdk" / "js" / "src" / "edits" / "wire.ts").read_text()
+    version = re.search(r"export const VERSION = (\d+);", wire_ts)
+    written = re.search(r"export const WRITTEN = (\d+);", wire_ts)
+    assert version is not None
+    assert written is not None
+    assert int(version[1]) == JS_VERSION
+    assert int(written[1]) == wire.written_as(JS_VERSION)

@@ -25,7 +25,7 @@ import { Editor, asItCameBytes, notWorthAnEdit, type Edit } from "./edits/editor
 import { Entries, tooManyItems, tooManyLearnt } from "./edits/entries.js";
 import { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES } from "./edits/recipes.js";
 import { Said, unreadableSaid } from "./edits/said.js";
-import { MEDIA_TYPE, VERSION, WRITTEN } from "./edits/wire.js";
+import { MEDIA_TYPE, VERSION, writtenAs } from "./edits/wire.js";
 import type { BodyCut } from "./edits/segments.js";
 import { UsageError } from "./errors.js";
 import { checkOptions, type Spec } from "./options.js";
@@ -258,7 +258,7 @@ export class ToolReferenceManager {
     // version below the bytes this one is written in; it is not sent as an edit already known
     // to be refused.
     const current = this.edits; // another turn may have lowered it meanwhile
-    if (edit === null || this.bare || current === 0 || Math.min(current, WRITTEN) < Math.min(version, WRITTEN) || performance.now() < this.pausedUntil) return plain();
+    if (edit === null || this.bare || current === 0 || writtenAs(current) < writtenAs(version) || performance.now() < this.pausedUntil) return plain();
     // A tiny first turn: smaller as it is, and no later turn's base (Python's `Sender` alike).
     if (notWorthAnEdit(edit, asItCameBytes(edit, [[EDITS_HEADER, String(VERSION)]]))) return plain();
     for (;;) {

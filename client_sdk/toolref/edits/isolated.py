@@ -25,6 +25,9 @@ Layout: one record per inline segment, in op order.
            endian): the segment alone (version 5 only)
     0x06 + varint(n) + varint(stream size) + a brotli stream of the next n segments joined +
            their CRC-32: kind 4 in brotli (version 5 only)
+    0x07 + varint(frames' size) + a zstd frame against the shipped dictionary (one frame
+           per piece of a split segment, as kind 1): the segment alone (version 7 only,
+           `toolref.edits.shipped`)
 
 A segment a message's tool results share (`toolref.edits.request.Cut.splits`: a user
 message carrying the results of parallel tool calls, Anthropic's `tool_result` blocks or
@@ -52,7 +55,7 @@ size must depend on their own bytes alone.
 
 A frame inflates to the op's length exactly (never past it: refused as it inflates), and
 carries a checksum (zstd's, gzip's CRC-32, the CRC-32 after a brotli stream). Other kinds
-are reserved (a shipped dictionary both sides hold whatever the conversation). Pure;
+are reserved. Pure;
 linear in the segments, with one zstd decompressor per edit (and one against the
 answer), not per record: making one costs more than inflating a small frame.
 """
@@ -69,6 +72,7 @@ from typing import Final
 import brotli
 import zstandard
 
+from toolref.edits import shipped
 from toolref.kit.varints import read_varint, varint
 from toolref.wire import compression
 from toolref.wire.compression import Meter
@@ -110,6 +114,7 @@ def pack(
     runs: Sequence[tuple[int, int]] = (),
     with_brotli: bool = False,
     splits: Mapping[int, Sequence[int]] = _NONE,
+    with_shipped: bool = False,
 ) -> bytes:
     """The records of `segments`, each the smaller of its bytes as they are and a zstd
     frame of its own (`compress` False: as they are, for a link where CPU costs more than
@@ -118,11 +123,14 @@ def pack(
     count) of segments of one message, which go as one frame (kind 4) when that is smaller
     than their records one by one. `with_brotli` (version 5): a brotli stream of its own
     (kinds 5, 6) where that is smaller still. `splits`: segment index -> the offsets in it
-    of a message's tool results (`Cut.splits`), whose pieces are compressed each alone."""
+    of a message's tool results (`Cut.splits`), whose pieces are compressed each alone.
+    `with_shipped` (version 7): a zstd frame against the shipped dictionary (kind 7) where
+    that is smaller still."""
     if not compress:
         return b"".join(bytes([RAW]) + data for data in segments)
     alone = _compressor()
-    records, left = _alone(segments, alone, BROTLI_BUDGET if with_brotli else 0, splits)
+    budgets = (BROTLI_BUDGET if with_brotli else 0, shipped.BUDGET if with_shipped else 0)
+    records, left = _alone(segments, alone, budgets, splits)
     dictionary = (answer, [index for index in answered if index not in splits])
     return _against(segments, records, dictionary, _apart(runs, splits), alone, left)
 
@@ -135,11 +143,13 @@ def pack_both(
     runs: Sequence[tuple[int, int]],
     with_brotli: bool = False,
     splits: Mapping[int, Sequence[int]] = _NONE,
+    with_shipped: bool = False,
 ) -> tuple[bytes, bytes]:
     """`pack(segments)` and `pack(segments, answer=..., answered=..., runs=...)`, each
     segment compressed alone once for both (what a sender weighs to choose one)."""
     alone = _compressor()
-    records, left = _alone(segments, alone, BROTLI_BUDGET if with_brotli else 0, splits)
+    budgets = (BROTLI_BUDGET if with_brotli else 0, shipped.BUDGET if with_shipped else 0)
+    records, left = _alone(segments, alone, budgets, splits)
     dictionary = (answer, [index for index in answered if index not in splits])
     made = _against(segments, records, dictionary, _apart(runs, splits), alone, left)
     return b"".join(records), made
@@ -160,15 +170,18 @@ def _compressor() -> zstandard.ZstdCompressor:
 def _alone(
     segments: Sequence[bytes],
     alone: zstandard.ZstdCompressor,
-    budget: int,
+    budgets: tuple[int, int],
     splits: Mapping[int, Sequence[int]],
 ) -> tuple[list[bytes], int]:
     """Each segment's record: its bytes as they are or a frame of its own, the smaller,
-    those that fit in `budget` (in order) tried as a brotli stream too; the budget left.
-    A segment of `splits`: as it is or a frame per piece, the smaller, while the edit's
-    pieces beyond one a segment fit in `MAX_SPLIT_FRAMES` (in order); past it, as it is."""
+    those that fit in `budgets` (brotli's, the shipped dictionary's; in order) tried as a
+    brotli stream and against the shipped dictionary too; brotli's budget left. A segment
+    of `splits`: as it is or a frame per piece (alone, or against the shipped dictionary
+    within its budget), the smallest, while the edit's pieces beyond one a segment fit in
+    `MAX_SPLIT_FRAMES` (in order); past it, as it is."""
     records = []
     extra = MAX_SPLIT_FRAMES
+    budget, words = budgets
     for index, data in enumerate(segments):
         best = bytes([RAW]) + data
         offsets = splits.get(index)
@@ -177,11 +190,19 @@ def _alone(
             if pieces - 1 <= extra:  # reserved whichever is smaller (JS's `aloneRecords`)
                 extra -= pieces - 1
                 best = min(best, _record(ALONE, _frames(data, offsets, alone)), key=len)
+                if len(data) <= words:
+                    words -= len(data)
+                    framed = _frames(data, offsets, shipped.compressor())
+                    best = min(best, _record(shipped.KIND, framed), key=len)
         elif len(data) >= MIN_COMPRESSED:
             best = min(best, _record(ALONE, alone.compress(data)), key=len)
             if len(data) <= budget:
                 budget -= len(data)
                 best = min(best, bytes([BROTLI]) + _brotli_stream(data), key=len)
+            if len(data) <= words:
+                words -= len(data)
+                framed = shipped.compressor().compress(data)
+                best = min(best, _record(shipped.KIND, framed), key=len)
         records.append(best)
     return records, budget
 
@@ -347,11 +368,13 @@ def unpack(
     *,
     runs: bool = False,
     with_brotli: bool = False,
+    with_shipped: bool = False,
 ) -> list[bytes]:
     """The segments `pack` made of them, `lengths` each segment's (from the edit's ops),
     `answer` the dictionary of kind 3 (None: the edit has none, and a record of kind 3 is
     malformed), `runs` whether records of kind 4 may come (version 3), `with_brotli`
-    whether records of kinds 5 and 6 may (version 5). Each frame is
+    whether records of kinds 5 and 6 may (version 5), `with_shipped` whether records of kind
+    7 may (version 7). Each frame is
     charged to `meter` as it is inflated, never past its length; `MalformedBodyError` for
     records that do not read, `DictionaryMismatchError` for a frame the answer does not
     inflate."""
@@ -382,9 +405,18 @@ def unpack(
             at += length
             continue
         size, at = read_varint(blob, at)
-        known = (ALONE, GZIP) if answer is None else (ALONE, GZIP, ANSWER)
+        known: tuple[int, ...] = (ALONE, GZIP) if answer is None else (ALONE, GZIP, ANSWER)
+        known += (shipped.KIND,) if with_shipped else ()
         if mode not in known or size is None or at + size > len(blob):
-            kinds = "0 to 6" if with_brotli else "0 to 4" if runs else "0, 1 or 2"
+            kinds = (
+                "0 to 7"
+                if with_shipped
+                else "0 to 6"
+                if with_brotli
+                else "0 to 4"
+                if runs
+                else "0, 1 or 2"
+            )
             raise _malformed(f"segment {index} has no record of a known kind ({kinds})")
         frame = bytes(view[at : at + size])
         if mode == ANSWER:
@@ -393,6 +425,9 @@ def unpack(
             data = compression.decompress(frame, answer, length, "the answer", meter, using=against)
         elif mode == ALONE:
             data = compression.inflate(frame, length, meter, using=alone, frames=frames)
+        elif mode == shipped.KIND:
+            words = shipped.decompressor()
+            data = compression.inflate(frame, length, meter, using=words, frames=frames)
         else:
             data = compression.inflate_gzip(frame, length, meter, members=frames)
         at += size

@@ -39,7 +39,7 @@ from typing import Any, Final
 
 import zstandard
 
-from toolref.edits import compact, isolated
+from toolref.edits import compact, isolated, shipped
 from toolref.edits.answer import ID_LENGTH, answer_id
 from toolref.edits.edit import Inline, Keep, Named, Op
 from toolref.edits.recipe import is_recipe_ref, parse_piece_ref, piece_ref
@@ -55,10 +55,11 @@ from toolref.wire.errors import (
 MEDIA_TYPE: Final = "application/vnd.toolref.edit"
 # The highest this version reads and writes (`compact`). 6: the receiver keeps the answers of
 # OpenAI Responses and Gemini too, so a sender taps them (`answer.SINCE`); its edits are
-# written as version 5's (the records the same).
-VERSION: Final = 6
-VERSIONS: Final = (1, 2, 3, 4, 5, 6)
-WRITTEN: Final = 5  # the highest version whose bytes an edit is written in (6 writes 5's)
+# written as version 5's (the records the same). 7: records may be zstd frames against the
+# shipped dictionary (`isolated`, kind 7; `shipped`).
+VERSION: Final = 7
+VERSIONS: Final = (1, 2, 3, 4, 5, 6, 7)
+WRITTEN: Final = 7  # the highest version whose bytes an edit is written in (`written_as`)
 JSON_VERSIONS: Final = (1, 2, 3)  # those written with a JSON header line (`compact`: 4, 5)
 MAX_HEADER: Final = 4 << 20  # bytes of the header line
 DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)
@@ -86,6 +87,12 @@ class Header:
         return [op for op in self.ops if type(op) is int]
 
 
+def written_as(version: int) -> int:
+    """The version whose bytes an edit for a receiver of `version` is written in: its own,
+    but 6, which writes 5's (the same records; 6 only promises answers kept)."""
+    return 5 if version == 6 else min(version, WRITTEN)
+
+
 def encode_isolated(
     base: str | None,
     ops: Sequence[Op],
@@ -103,10 +110,11 @@ def encode_isolated(
     0, are the model's), or `runs` ((first, count) of inline segments of one message), a
     version-3 edit when that makes it smaller. `version` 4: the same records after a
     compact header (`compact`), whatever they hold; 5: records may also be brotli streams
-    (`isolated`, kinds 5 and 6). `splits`: inline segment -> the offsets of a message's tool
+    (`isolated`, kinds 5 and 6); 7: also zstd frames against the shipped dictionary (kind
+    7). `splits`: inline segment -> the offsets of a message's tool
     results in it (`Cut.splits`), each piece compressed alone (`isolated.pack`)."""
     listed, blobs = _listed(ops)
-    with_brotli = version >= 5
+    with_brotli, with_shipped = version >= 5, version >= shipped.SINCE
     usable = answer if base is not None and answered else b""
     named: str | None = None
     if compress and (usable or runs):
@@ -117,6 +125,7 @@ def encode_isolated(
             runs=runs,
             with_brotli=with_brotli,
             splits=splits,
+            with_shipped=with_shipped,
         )
         named_cost = compact.ANSWER_BYTES if version >= 4 else len(',"a":""') + ID_LENGTH
         cost = named_cost if usable else 0
@@ -126,11 +135,17 @@ def encode_isolated(
         elif version < 4:
             version = 2
     else:
-        records = isolated.pack(blobs, compress=compress, with_brotli=with_brotli, splits=splits)
+        records = isolated.pack(
+            blobs,
+            compress=compress,
+            with_brotli=with_brotli,
+            splits=splits,
+            with_shipped=with_shipped,
+        )
         version = version if version >= 4 else 2
     if version >= 4:
         compact_ops = [_compact_op(op) for op in ops]
-        return compact.encode(base, compact_ops, named, min(version, WRITTEN)) + records
+        return compact.encode(base, compact_ops, named, written_as(version)) + records
     header: dict[str, Any] = {"v": version, "b": base, "o": listed, "n": sum(map(len, blobs))}
     if named is not None:
         header["a"] = named
@@ -351,6 +366,7 @@ def inline(
             named,
             runs=header.version >= 3,
             with_brotli=header.version >= 5,
+            with_shipped=header.version >= shipped.SINCE,
         )
     raw = header.dictionary is None
     data = blob if raw else _inflate(blob, dictionary, header.inline, meter)

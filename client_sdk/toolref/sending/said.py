@@ -6,11 +6,12 @@ A receiver says a version in each answer's `Toolref-Edits` (the relay also reads
 capabilities), and one that refuses an edit 400 `malformed-body` says, without a header, that
 it reads less than the bytes the edit was written in (`unreadable`: a receiver rolled back).
 The version written is the lowest said within `RECENT` seconds where that one does not read
-the bytes a sender of this version writes (below `WRITTEN`: versions 5 and 6 write version
+the bytes written for the highest said (`wire.written_as`: versions 5 and 6 write version
 5's), else the highest said within it, else the last said. So replicas of 4 and 6 behind one
 address are sent what both read, not a refused edit every other turn; replicas of 5 and 6
-(the same bytes) keep 6, each answer tapped by its own `Toolref-Edits`; rolled forward, a
-sender writes more once no lower version was said for `RECENT`.
+(the same bytes) keep 6, each answer tapped by its own `Toolref-Edits`; replicas of 6 and 7
+are sent 6 (5's bytes); rolled forward, a sender writes more once no lower version was said
+for `RECENT`.
 
 Pure: the caller passes its clock's reading (`now`, seconds, monotonic). At most one entry
 per version: O(versions) a call.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from toolref.edits.wire import VERSIONS, WRITTEN
+from toolref.edits.wire import VERSIONS, written_as
 from toolref.wire.redaction import printable
 
 RECENT: Final = 300.0  # seconds a version said (an answer's, a refusal's) is written to
@@ -35,22 +36,27 @@ SHOWN: Final = 200  # characters of a peer's text (detail, request id) a warning
 class Said:
     """The versions one receiver (an endpoint, a gateway) said, each with when it last did."""
 
-    __slots__ = ("_at",)
+    __slots__ = ("_at", "_highest")
 
-    def __init__(self) -> None:
+    def __init__(self, highest: int = HIGHEST) -> None:
+        """`highest`: the highest version this sender writes (a sender of an older SDK's
+        rule, as the JS SDK's tests replay it, passes its own)."""
+        if highest not in VERSIONS:
+            raise ValueError(f"a sender of edits version {highest}: there are {VERSIONS}")
         self._at: dict[int, float] = {}  # version -> when it was last said
+        self._highest = highest
 
     def said(self, version: int | None, now: float) -> None:
         """`version` said at `now` (an answer's `Toolref-Edits`; None, or below every
-        version of edits: nothing said). One above `HIGHEST` counts as `HIGHEST`."""
+        version of edits: nothing said). One above the highest written counts as it."""
         if version is not None and version >= LOWEST:
-            self._at[min(version, HIGHEST)] = now
+            self._at[min(version, self._highest)] = now
 
     def unreadable(self, version: int, now: float) -> bool:
         """An edit written for `version` was refused 400 `malformed-body`: the receiver
-        reads less than its bytes (`min(version, WRITTEN)`), so the version below them is
+        reads less than its bytes (`wire.written_as(version)`), so the version below them is
         said. False: there is none (the sender's own fault, not a rollback)."""
-        lower = min(version, WRITTEN) - 1
+        lower = written_as(min(version, self._highest)) - 1
         if lower < LOWEST:
             return False
         self.said(lower, now)
@@ -64,7 +70,8 @@ class Said:
         if not recent:
             return max(self._at, key=self._at.__getitem__)
         lowest = min(recent)
-        return lowest if lowest < WRITTEN else max(recent)
+        highest = max(recent)
+        return lowest if written_as(lowest) < written_as(highest) else highest
 
 
 def unreadable_said(

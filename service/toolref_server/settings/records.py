@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
-from toolref_server import dictionaries
-from toolref_server.dictionaries import Kind
+from toolref.wire import dictionaries
+from toolref.wire.dictionaries import Kind
 
 
 class RecordSettings(BaseModel):

@@ -21,8 +21,8 @@ from typing import Final
 
 import zstandard
 
-from toolref_server import dictionaries
-from toolref_server.dictionaries import Kind
+from toolref.wire import dictionaries
+from toolref.wire.dictionaries import Kind
 
 DEFAULT_LEVEL: Final = 3
 DEFAULT_DICTIONARY: Final = 1  # for records and history messages alike

@@ -7,7 +7,7 @@ reads 32 bytes (GETRANGE) instead of the whole payload.
 Version 3 (written now) is a msgpack array `[name, err, args, result, size, created]`, the
 arguments and the result as the JSON text the registering client wrote, so a marker is
 filled back with exactly those bytes (key order, `1.0`, `-0.0`), never a re-encoding. Its
-zstd frame may be compressed with a shipped dictionary (`toolref_server.dictionaries`); the
+zstd frame may be compressed with a shipped dictionary (`toolref.wire.dictionaries`); the
 frame names it by its id, so records written with any shipped dictionary stay readable, and
 one naming a dictionary this version lacks is corrupt (read as missing: the client resends).
 Still read: version 2, the same fields as a msgpack map (`{"name", "err", "args", "result",

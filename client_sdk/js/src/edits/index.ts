@@ -22,7 +22,7 @@ export {
 export { cut, type Cut } from "./request.js";
 export { diff, type Inline, type Keep, type Named, type Op } from "./edit.js";
 export { ALONE, GZIP, MIN_COMPRESSED, RAW, pack, platformCodec, varint, type Codec } from "./isolated.js";
-export { MEDIA_TYPE, VERSION, WRITTEN, encodeIsolated, encodeV1 } from "./wire.js";
+export { MEDIA_TYPE, VERSION, WRITTEN, encodeIsolated, encodeV1, writtenAs } from "./wire.js";
 export { RECENT_MS, Said } from "./said.js";
 export { Entries, KEPT_MS, TOO_MANY_ITEMS, tooManyItems } from "./entries.js";
 export { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, ENTRY_COST, RELATED_MIN, Recipes, type Match, type Recipe } from "./recipes.js";

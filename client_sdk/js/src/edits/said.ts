@@ -6,8 +6,8 @@
  * A receiver says a version in each answer's `Toolref-Edits`, and one that refuses an edit 400
  * `malformed-body` says, without a header, that it reads less than the bytes the edit was
  * written in (`unreadable`: a receiver rolled back). The version written is the lowest said
- * within `RECENT_MS` where that one does not read the bytes a sender of this version writes
- * (below `WRITTEN`: versions 5 and 6 write version 5's), else the highest said within it, else
+ * within `RECENT_MS` where that one does not read the bytes written for the highest said
+ * (`writtenAs`: versions 5 and 6 write version 5's), else the highest said within it, else
  * the last said. So replicas of 4 and 6 behind one address are sent what both read, not a
  * refused edit every other turn; replicas of 5 and 6 (the same bytes) keep 6, each answer
  * tapped by its own `Toolref-Edits`; rolled forward, a sender writes more once no lower version
@@ -21,7 +21,7 @@
  */
 
 import { printable } from "../shown.js";
-import { VERSION, WRITTEN } from "./wire.js";
+import { VERSION, writtenAs } from "./wire.js";
 
 /** How long a version said (an answer's, a refusal's) is written to: Python's `RECENT`. */
 export const RECENT_MS = 300_000;
@@ -38,10 +38,10 @@ export class Said {
   }
 
   /** An edit written for `version` was refused 400 `malformed-body`: the receiver reads less
-   * than its bytes (`min(version, WRITTEN)`), so the version below them is said. False: there
+   * than its bytes (`writtenAs`; one above `VERSION` counts as it), so the version below them is said. False: there
    * is none (the sender's own fault, not a rollback). */
   unreadable(version: number, now: number): boolean {
-    const lower = Math.min(version, WRITTEN) - 1;
+    const lower = writtenAs(Math.min(version, VERSION)) - 1;
     if (lower < LOWEST) return false;
     this.said(lower, now);
     return true;
@@ -59,7 +59,8 @@ export class Said {
     }
     if (recent.length === 0) return last;
     const lowest = Math.min(...recent);
-    return lowest < WRITTEN ? lowest : Math.max(...recent);
+    const highest = Math.max(...recent);
+    return writtenAs(lowest) < writtenAs(highest) ? lowest : highest;
   }
 }
 

@@ -26,8 +26,19 @@ export const MEDIA_TYPE = "application/vnd.toolref.edit";
  * isolated.ts; 4: a compact header, compact.ts; 3: the answer as dictionary and the long
  * window's runs, with zstd; a receiver of 2 gets version 2). */
 export const VERSION = 6;
-/** The highest version whose bytes an edit is written in (6 writes 5's): Python's `WRITTEN`. */
+/** The highest version whose bytes an edit is written in (6 writes 5's). Python writes
+ * version 7 too, whose records may be zstd frames against the shipped dictionary (kind 7,
+ * client_sdk/toolref/edits/shipped.py); Node's zlib loads a dictionary afresh for every
+ * frame (about 5 ms at its level 19, against microseconds with the tables computed once),
+ * so this SDK writes 6 until it can keep one (docs/js.md). */
 export const WRITTEN = 5;
+
+/** The version whose bytes an edit for a receiver of `version` is written in: its own, but
+ * 6, which writes 5's, and none above `WRITTEN` (Python's `wire.written_as`, for this SDK's
+ * versions). */
+export function writtenAs(version: number): number {
+  return version === 6 ? 5 : Math.min(version, WRITTEN);
+}
 
 const encoder = new TextEncoder();
 
@@ -69,7 +80,7 @@ export async function encodeIsolated(
   const dictionaries = platformZstd()?.withDictionary === true; // else no record of kind 3
   const usable = dictionaries && answer !== null && answer.length && base !== null && answered.size ? answer : null;
   let named: string | null = null;
-  let written = version >= 4 ? Math.min(version, WRITTEN) : 2;
+  let written = version >= 4 ? writtenAs(version) : 2;
   const weighed = codec?.kind === ALONE && (usable !== null || runs.length > 0);
   // Each segment compressed alone once for both (packBoth), not once per pack.
   const v3 = { answer: usable ?? undefined, answered, runs };
