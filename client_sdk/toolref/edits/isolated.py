@@ -26,8 +26,8 @@ Layout: one record per inline segment, in op order.
     0x06 + varint(n) + varint(stream size) + a brotli stream of the next n segments joined +
            their CRC-32: kind 4 in brotli (version 5 only)
     0x07 + varint(frames' size) + a zstd frame against the shipped dictionary (one frame
-           per piece of a split segment, as kind 1): the segment alone (version 7 only,
-           `toolref.edits.shipped`)
+           per piece of a split segment, as kind 1), each declaring its size and checksum
+           (`shipped.declared`): the segment alone (version 7 only, `toolref.edits.shipped`)
 
 A segment a message's tool results share (`toolref.edits.request.Cut.splits`: a user
 message carrying the results of parallel tool calls, Anthropic's `tool_result` blocks or
@@ -426,6 +426,7 @@ def unpack(
         elif mode == ALONE:
             data = compression.inflate(frame, length, meter, using=alone, frames=frames)
         elif mode == shipped.KIND:
+            shipped.declared(frame, length, frames.left, f"segment {index}")
             words = shipped.decompressor()
             data = compression.inflate(frame, length, meter, using=words, frames=frames)
         else:

@@ -151,3 +151,39 @@ def test_written_bytes_and_what_a_sender_steps_down_to() -> None:
     said = Said()
     assert said.unreadable(6, 0.0)  # 6 wrote 5's bytes: the one below is 4
     assert said.version(0.0) == 4
+
+
+def test_a_frame_of_kind_7_must_declare_its_size_and_checksum() -> None:
+    """A frame against another dictionary inflates without an error to other bytes: only
+    its checksum tells (exactness). So each frame of a kind-7 record declares its size and
+    checksum, as `shipped` writes them, and sizes that do not add up to the segment's
+    length are refused before a byte is inflated; a skippable frame is none `pack` writes."""
+    data = CODE * 4
+    words = dictionaries.by_id(shipped.DICTIONARY.dict_id)
+    other = zstandard.ZstdCompressionDict(
+        CODE[:200] + b"x" * 100, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+    )
+    unchecked = zstandard.ZstdCompressor(dict_data=other, write_checksum=False, write_dict_id=False)
+    streamed = zstandard.ZstdCompressor(dict_data=words, write_checksum=True, write_dict_id=False)
+    sizeless = streamed.compressobj()
+    skippable = b"\x50\x2a\x4d\x18" + (4).to_bytes(4, "little") + b"abcd"
+    cases = {
+        "no checksum": record(unchecked.compress(data)),
+        "no size": record(sizeless.compress(data) + sizeless.flush()),
+        "skippable": record(skippable + frame(data)),
+        "a split piece without checksum": record(
+            frame(data[:100])
+            + zstandard.ZstdCompressor(
+                dict_data=words, write_checksum=False, write_dict_id=False
+            ).compress(data[100:])
+        ),
+    }
+    for name, bad in cases.items():
+        with pytest.raises(MalformedBodyError, match="size and checksum"):  # noqa: PT012
+            isolated.unpack(bad, [len(data)], None, with_shipped=True)
+            pytest.fail(name)
+    too_big = record(frame(data) + frame(data))  # declares twice the op's length
+    with pytest.raises(DecompressedTooLargeError):
+        isolated.unpack(too_big, [len(data)], None, with_shipped=True)
+    split = record(frame(data[:100]) + frame(data[100:]))
+    assert isolated.unpack(split, [len(data)], None, with_shipped=True) == [data]
