@@ -11,7 +11,7 @@ goes back to the agent as it arrives. A body that is not one JSON object in UTF-
 sent as an edit (`NOT_AN_EDIT`), nor is anything for `RECENT` seconds after a gateway
 answers 415 to the media type (`UNSUPPORTED`; then the capabilities are asked again): the
 caller sends it as it came. An edit refused 400 `malformed-body`
-(`UNREADABLE`: a gateway rolled back to a version that does not read its bytes) goes as it
+(`Unreadable`: a gateway rolled back to a version that does not read its bytes) goes as it
 came too, and the relay relearns the version (`capabilities`); each answer's
 `Toolref-Edits` is learnt as well. Nor is a turn the gateway answers
 503 `store-unavailable` (its store down, the turn's base not held by the process that got
@@ -86,8 +86,17 @@ if TYPE_CHECKING:
 NOT_AN_EDIT: Final = "not-an-edit"
 UNSUPPORTED: Final = "unsupported"
 STORE_DOWN: Final = "store-unavailable"  # the gateway's 503 problem's slug
-UNREADABLE: Final = "unreadable"  # 400 malformed-body: a gateway reading an older version
-Declined = Literal["not-an-edit", "unsupported", "store-unavailable", "unreadable"]
+Declined = Literal["not-an-edit", "unsupported", "store-unavailable"]
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """The gateway refused an edit written for `version` 400 `malformed-body`: it reads an
+    older version (a rollback), or the edit was wrong. The version is the edit's own, read
+    under the client's lock as it was made: another turn may have changed what the relay
+    writes meanwhile."""
+
+    version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +142,6 @@ async def as_edit(
         return None
     seen = link.paused.begun  # turns refused together are one outage (`Pause.refused`)
     most = link.entries.most(time.monotonic())  # the gateway's entries limit, as said
-    version = client.editor.version = link.capabilities.version  # what the gateway reads
     extra = toolref_headers(config.key, moved, config.context_editing)
     plain = None  # a switched turn is rewritten by the gateway: an edit, whatever its size
     if as_sent and not moved:
@@ -165,6 +173,7 @@ async def as_edit(
         extensions=link.extensions(call, url),
         as_it_is=plain,
         most=most,
+        version=lambda: link.capabilities.version,  # what the gateway reads, read as made
     )
     if isinstance(answer, TooMany):
         learnt = link.entries.refused(answer.sent, answer.limit, time.monotonic())
@@ -185,7 +194,8 @@ async def as_edit(
             f"go as they came, and the relay asks the gateway again in {RECENT:g} s"
         )
         return None
-    if answer == UNREADABLE:
+    if isinstance(answer, Unreadable):
+        version = answer.version
         lower = link.capabilities.unreadable(version)
         if not lower:  # no older version to write: not a rollback, edits paused long
             link.paused.refused(time.monotonic(), seen, UNREADABLE_FIRST, UNREADABLE_LONGEST)
@@ -247,15 +257,20 @@ async def send_edit(
     extensions: dict[str, Any],
     as_it_is: Callable[[], httpx.Request] | None = None,
     most: int = DEFAULT_MAX_ENTRIES,
-) -> httpx.Response | Declined | TooMany | Stranger:
+    version: Callable[[], int] | None = None,
+) -> httpx.Response | Declined | TooMany | Stranger | Unreadable:
     """The gateway's answer to the turn sent as an edit (resends done); `extra`: the
     relay's own headers (`Toolref-Key`, `Toolref-Switched-From`); `as_it_is`: the request
     as it came, sent instead when the edit is not worth it (`not_worth_an_edit`); `most`:
-    the entries an edit holds at most (`Editor.prepare`'s). The
+    the entries an edit holds at most (`Editor.prepare`'s); `version`: the edits version to
+    write, read once the client's lock is held (a turn that waited for it writes what the
+    gateway reads by then; None: the editor's as it is). The
     client's editor is used by one turn at a time (`Client.lock`), in a worker thread for a
     large body; the request's round trips hold no lock."""
     editor = client.editor
     async with client.lock:
+        if version is not None:
+            editor.version = version()
         work = editor.new_bytes(content, messages_key)  # what follows the body before
         edit: Edit | None
         if _WORKERS.here(work):  # in place: nothing to await, nothing to cancel midway
@@ -291,9 +306,9 @@ async def send_edit(
 
 async def _answered(
     client: Client, edit: Edit, request: httpx.Request, response: httpx.Response, size: int
-) -> httpx.Response | Declined | TooMany | Stranger | Edit:
+) -> httpx.Response | Declined | TooMany | Stranger | Unreadable | Edit:
     """What `send_edit` does with the gateway's `response` to `edit`: the answer (its
-    recipe confirmed), a refusal (`UNSUPPORTED`, `STORE_DOWN`, `UNREADABLE`, `TooMany`,
+    recipe confirmed), a refusal (`UNSUPPORTED`, `STORE_DOWN`, `Unreadable`, `TooMany`,
     `Stranger`),
     or the next attempt of a miss (the response read and closed). `size`: the body's
     bytes (a worker thread past `OFFLOAD_BYTES`)."""
@@ -319,7 +334,7 @@ async def _answered(
             return following
         if unreadable(response):
             await response.aclose()
-            return UNREADABLE
+            return Unreadable(edit.version)
     status = response.status_code
     if status >= 400 and no_reader(response):  # a proxy or firewall before the gateway
         if not resent(status):

@@ -120,6 +120,7 @@ class Edit:
     unheld: frozenset[bytes] = frozenset()  # pieces the gateway said it lacks
     plain: bool = False  # no dictionary (after a mismatch)
     whole: bool = False  # no base, nothing named: every segment inline
+    version: int = wire.VERSION  # the edits version it is written for (`Editor.version`)
 
     @property
     def ref(self) -> str:
@@ -363,7 +364,9 @@ class Editor:
         ref = base.ref if base is not None else None
         body = self._encoded(ref, base, ops, inline, plain=plain, made=made)
         headers = (("Content-Type", wire.MEDIA_TYPE), *made.secrets)
-        return Edit(made, body, headers, ref, shared, inline, resends, unheld, plain, whole)
+        return Edit(
+            made, body, headers, ref, shared, inline, resends, unheld, plain, whole, self.version
+        )
 
     def _encoded(
         self,
