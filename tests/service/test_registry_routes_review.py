@@ -172,21 +172,30 @@ async def test_a_protocol_1_hydrate_reads_its_conversation_off_the_event_loop_wh
         assert threads == [threading.main_thread().name]
 
 
+@pytest.mark.parametrize("accept", ["application/msgpack", "application/json"])
 @pytest.mark.parametrize("large", [False, True], ids=["small-inline", "large-offloaded"])
-async def test_a_msgpack_resolve_parses_its_records_off_the_event_loop_when_large(
-    make_api: Api, monkeypatch: pytest.MonkeyPatch, large: bool
+async def test_a_resolve_answer_is_assembled_off_the_event_loop_when_large(
+    make_api: Api, monkeypatch: pytest.MonkeyPatch, large: bool, accept: str
 ) -> None:
     """Found in review: a msgpack client's resolve had every record parsed and packed on
     the event loop: about 1 s for records of 64 MB. That runs in a worker thread for
-    records of TOOLREF_OFFLOAD_BYTES or more."""
+    records of TOOLREF_OFFLOAD_BYTES or more. Found by the adversarial suite: a JSON
+    answer was built on the loop in five copies of its size (20 unread 4 MB answers made a
+    small request 25 times slower); it is assembled in a worker thread as well."""
     api = await make_api(offload_bytes=50_000)
     refs = await registered(api, 3, 20_000 if large else 2_000)
-    threads = threads_of(monkeypatch, invocation_routes, "as_msgpack")
+    step = "as_msgpack" if accept == "application/msgpack" else "as_json"
+    threads = threads_of(monkeypatch, invocation_routes, step)
+    missing = str(digest_of({"name": "read", "args": {"n": -1}, "result": ""}).ref)
     response = await api.post(
-        "/v1/invocations:resolve", json={"refs": refs}, headers={"Accept": "application/msgpack"}
+        "/v1/invocations:resolve", json={"refs": [*refs, missing]}, headers={"Accept": accept}
     )
     assert response.status_code == 200, response.text[:300]
-    assert sorted(msgpack.unpackb(response.content)["invocations"]) == sorted(refs)
+    answer = (
+        msgpack.unpackb(response.content) if accept == "application/msgpack" else response.json()
+    )
+    assert sorted(answer["invocations"]) == sorted(refs)
+    assert answer["missing"] == [missing]
     assert len(threads) == 1
     if large:
         assert threads[0].startswith("toolref-work"), threads

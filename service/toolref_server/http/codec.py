@@ -158,19 +158,26 @@ def render(
     value: Any,
     status: int = 200,
     headers: dict[str, str] | None = None,
-    encoded: dict[str, bytes] | None = None,
+    encoded: dict[str, bytes | list[bytes]] | None = None,
 ) -> Response:
     """Encode a response body as the client's Accept header prefers. `encoded` holds members
-    of `value` already encoded as compact JSON (big conversations measured for their stats):
-    a JSON answer reuses those bytes instead of encoding the members again."""
+    of `value` already encoded as compact JSON (big conversations measured for their stats),
+    each as bytes or as the pieces that joined make it: a JSON answer reuses those bytes
+    instead of encoding the members again."""
     if wants_msgpack(request):
         body, media = packb(value), MSGPACK_TYPE
     elif encoded:
         # One join: an encoded member (a conversation, megabytes) is copied once, into the body.
         pieces = [b"{"]
         for key, member in value.items():
-            text = encoded[key] if key in encoded else dumps_json(member)
-            pieces += (dumps_json(key), b":", text, b",")
+            pieces += (dumps_json(key), b":")
+            if key not in encoded:
+                pieces.append(dumps_json(member))
+            elif isinstance(member := encoded[key], bytes):
+                pieces.append(member)
+            else:
+                pieces += member
+            pieces.append(b",")
         pieces[-1] = b"}" if value else b"{}"
         body, media = b"".join(pieces), JSON_TYPE
     else:

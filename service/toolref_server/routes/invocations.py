@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -13,6 +12,7 @@ from toolref.formats.source import Payload
 from toolref.kit import spans
 from toolref.wire import endpoints
 from toolref.wire.canonical import Digest, Ref, canonical_json
+from toolref.wire.encoding import dumps_json
 from toolref.wire.errors import NotFoundError, RefCollisionError, ValidationError
 from toolref.wire.models import (
     MAX_SUMMARY_CHARS,
@@ -158,19 +158,32 @@ async def resolve(request: Request) -> Response:
         else:
             found[str(ref)] = rec
     # The answer's members through its model; the payloads, held as registered, are put in
-    # after it: spliced as their stored text (JSON), never re-encoded.
+    # after it. Large answers are assembled in a worker thread (4 MB of payloads is a few
+    # copies of 4 MB: milliseconds the loop's other requests would wait).
     answer = ResolveResponse(invocations={}, missing=missing).model_dump(by_alias=True)
-    if codec.wants_msgpack(request):  # payloads parsed and packed: off the loop when large
-        size = sum(len(rec.payload.args) + len(rec.payload.result) for rec in found.values())
-        return await services.workers.run(size, as_msgpack, request, answer, found)
-    held = ",".join(f"{json.dumps(ref)}:{rec.wire_text()}" for ref, rec in found.items())
-    return codec.render(request, answer, encoded={"invocations": ("{" + held + "}").encode()})
+    size = sum(len(rec.payload.args) + len(rec.payload.result) for rec in found.values())
+    render = as_msgpack if codec.wants_msgpack(request) else as_json
+    return await services.workers.run(size, render, request, answer, found)
 
 
 def as_msgpack(request: Request, answer: dict[str, Any], found: dict[str, Record]) -> Response:
     """`answer` with the invocations found, their payloads parsed, packed for msgpack."""
     answer["invocations"] = {ref: rec.invocation() for ref, rec in found.items()}
     return codec.render(request, answer)
+
+
+def as_json(request: Request, answer: dict[str, Any], found: dict[str, Record]) -> Response:
+    """`answer` with the invocations found spliced in as their stored text (never
+    re-encoded), their pieces copied once, into the body: time and memory linear in it."""
+    pieces: list[bytes] = []
+    for ref, rec in found.items():
+        pieces += (b",", dumps_json(ref), b":", rec.wire_text().encode())
+    if pieces:
+        pieces[0] = b"{"  # in place of the first comma
+        pieces.append(b"}")
+    else:
+        pieces = [b"{}"]
+    return codec.render(request, answer, encoded={"invocations": pieces})
 
 
 async def get_invocation(request: Request) -> Response:
