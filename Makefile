@@ -190,6 +190,15 @@ $(MAJORS)/dist/ai%/index.html: $(MAJORS)/ai%/node_modules/.package-lock.json $(J
 
 web-build: $(WEB)/dist/index.html $(foreach m,$(AI_MAJORS),$(MAJORS)/dist/ai$(m)/index.html)
 
+# One Debian package installed system-wide, from the package lists as they are or, failing
+# that, fresh ones. `make test` builds its needs four at a time (-j4), Chromium's and nginx's
+# among them: two apt-gets at once, the second refused dpkg's lock at once (E: Could not get
+# lock), so each waits for the other under one lock of its own (flock), and for any other
+# apt-get on the machine (DPkg::Lock::Timeout, 10 minutes).
+APT_GET = apt-get -o DPkg::Lock::Timeout=600
+APT_INSTALL = flock /tmp/toolref-apt-get.lock sh -c \
+	'$(APT_GET) install -y $(1) || ($(APT_GET) update && $(APT_GET) install -y $(1))'
+
 # Debian's Chromium for the browser tests, where it is missing: the one thing `make test`
 # installs system-wide (the README says so), announced before apt-get runs. NO_SYSTEM_INSTALL=1
 # refuses instead; CHROMIUM=/path/to/chromium uses a Chromium of your own (the tests read it).
@@ -199,7 +208,7 @@ chromium:
 			echo "make: no Chromium at $${CHROMIUM:-/usr/bin/chromium}: install Debian's chromium, or set CHROMIUM=/path/to/chromium"; exit 1; fi; \
 		echo "make: installing Debian's chromium system-wide (apt-get install -y chromium) for the browser tests;"; \
 		echo "      NO_SYSTEM_INSTALL=1 refuses; CHROMIUM=/path/to/chromium uses your own."; \
-		apt-get install -y chromium || (apt-get update && apt-get install -y chromium); }
+		$(call APT_INSTALL,chromium); }
 
 # Debian's nginx for tests/integration/test_nginx.py (the relay and the gateway behind a real
 # nginx, run by the tests as a foreground process of their own: the package's service is not
@@ -211,7 +220,7 @@ nginx:
 			echo "make: no nginx at $${NGINX:-/usr/sbin/nginx}: install Debian's nginx, or set NGINX=/path/to/nginx"; exit 1; fi; \
 		echo "make: installing Debian's nginx system-wide (apt-get install -y nginx) for the tests behind nginx;"; \
 		echo "      NO_SYSTEM_INSTALL=1 refuses; NGINX=/path/to/nginx uses your own."; \
-		apt-get install -y nginx || (apt-get update && apt-get install -y nginx); }
+		$(call APT_INSTALL,nginx); }
 
 # The demo in headless Chromium (playwright-core): 30 turns, a registry restart; `make test`
 # runs it too (tests/browser).
