@@ -23,6 +23,7 @@ from toolref.wire.errors import DecompressedTooLargeError, ValidationError
 from toolref_server import export
 from toolref_server.routes import hydration
 from toolref_server.routes import invocations as invocation_routes
+from toolref_server.routes import messages as message_routes
 from toolref_server.storage import store
 
 from ..conftest import Api
@@ -155,6 +156,9 @@ async def test_a_protocol_1_hydrate_reads_its_conversation_off_the_event_loop_wh
     thread for a body of TOOLREF_OFFLOAD_BYTES or more."""
     api = await make_api(offload_bytes=50_000)
     threads = threads_of(monkeypatch, hydration, "conversation_of_decoded")
+    # and its answer, the conversation spliced into its JSON (found by the adversarial
+    # suite's unread answers: megabytes joined on the loop)
+    rendered = threads_of(monkeypatch, message_routes, "as_json")
     size = 20_000 if large else 2_000
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
     for n in range(5):
@@ -165,11 +169,12 @@ async def test_a_protocol_1_hydrate_reads_its_conversation_off_the_event_loop_wh
     )
     assert response.status_code == 200, response.text[:300]
     assert response.json()["messages"] == messages
-    assert len(threads) == 1
+    assert len(threads) == len(rendered) == 1
     if large:
         assert threads[0].startswith("toolref-work"), threads
+        assert rendered[0].startswith("toolref-work"), rendered
     else:
-        assert threads == [threading.main_thread().name]
+        assert threads == rendered == [threading.main_thread().name]
 
 
 @pytest.mark.parametrize("accept", ["application/msgpack", "application/json"])

@@ -70,7 +70,7 @@ async def answer(
 ) -> Response:
     """The answer (`MessagesResponse`): its members written through `MessagesAnswer`, its
     messages spliced in as the JSON text made for them (parsed again and packed only for a
-    client that asked for msgpack: linear in them, in a worker thread when large)."""
+    client that asked for msgpack): linear in them, in a worker thread when large."""
     members = MessagesAnswer(
         format=fmt,
         tool_references=references,
@@ -78,9 +78,16 @@ async def answer(
     )
     written = members.model_dump(by_alias=True, exclude_none=True)
     body: dict[str, Any] = {"format": written.pop("format"), "messages": None, **written}
-    if codec.wants_msgpack(request):
-        workers = request_context.services(request).workers
-        return await workers.run(len(messages), as_msgpack, request, body, messages, headers)
+    workers = request_context.services(request).workers
+    render = as_msgpack if codec.wants_msgpack(request) else as_json
+    return await workers.run(len(messages), render, request, body, messages, headers)
+
+
+def as_json(
+    request: Request, body: dict[str, Any], messages: bytes, headers: dict[str, str] | None
+) -> Response:
+    """`body` with its messages spliced in as their JSON text, copied once, into the body
+    (megabytes: in a worker thread when large, as the resolve answer's are)."""
     return codec.render(request, body, headers=headers, encoded={"messages": messages})
 
 
