@@ -174,7 +174,8 @@ def as_msgpack(request: Request, answer: dict[str, Any], found: dict[str, Record
 
 def as_json(request: Request, answer: dict[str, Any], found: dict[str, Record]) -> Response:
     """`answer` with the invocations found spliced in as their stored text (never
-    re-encoded), their pieces copied once, into the body: time and memory linear in it."""
+    re-encoded): each record's text made and encoded, then all joined once into the body;
+    time and memory linear in it (about three times its size at the peak)."""
     pieces: list[bytes] = []
     for ref, rec in found.items():
         pieces += (b",", dumps_json(ref), b":", rec.wire_text().encode())
