@@ -49,9 +49,12 @@ async def test_a_repeated_session_costs_what_continuation_turns_cost(
     for repeat in repeats:
         assert len(repeat) == len(first)
         # every turn of a repeat within a continuation turn's cost (twice the dearest); its
-        # first carries the run's new session headers besides (segment 0, inline): within
-        # three (continuation turns cost less since the answer is their dictionary, issue 39,
-        # the first turn of a repeat the same), and far from what the first run's first cost
+        # first carries the run's new session headers besides (segment 0, inline; their old
+        # version lies outside the window it is compressed against, behind the previous run's
+        # later turns, which it removes): within four (continuation turns cost less since the
+        # answer is their dictionary, issue 39, and the shipped dictionary, version 7, the
+        # first turn of a repeat less so: Claude Code's 194 B and 647 B), and far from what
+        # the first run's first cost
         assert max(repeat[1:]) <= 2 * continuation, (runs, continuation)
-        assert repeat[0] <= 3 * continuation, (runs, continuation)
+        assert repeat[0] <= 4 * continuation, (runs, continuation)
         assert repeat[0] * 10 < first[0], runs
