@@ -173,10 +173,10 @@ def render(
             pieces += (dumps_json(key), b":")
             if key not in encoded:
                 pieces.append(dumps_json(member))
-            elif isinstance(member := encoded[key], bytes):
-                pieces.append(member)
+            elif isinstance(given := encoded[key], bytes):
+                pieces.append(given)
             else:
-                pieces += member
+                pieces += given
             pieces.append(b",")
         pieces[-1] = b"}" if value else b"{}"
         body, media = b"".join(pieces), JSON_TYPE

@@ -176,14 +176,10 @@ def as_json(request: Request, answer: dict[str, Any], found: dict[str, Record]) 
     """`answer` with the invocations found spliced in as their stored text (never
     re-encoded): each record's text made and encoded, then all joined once into the body;
     time and memory linear in it (about three times its size at the peak)."""
-    pieces: list[bytes] = []
+    pieces = [b"{"]
     for ref, rec in found.items():
-        pieces += (b",", dumps_json(ref), b":", rec.wire_text().encode())
-    if pieces:
-        pieces[0] = b"{"  # in place of the first comma
-        pieces.append(b"}")
-    else:
-        pieces = [b"{}"]
+        pieces += (dumps_json(ref), b":", rec.wire_text().encode(), b",")
+    pieces[-1] = b"}" if found else b"{}"
     return codec.render(request, answer, encoded={"invocations": pieces})
 
 
