@@ -66,7 +66,7 @@ def top(path: Path, count: int) -> str:
     own: collections.Counter[str] = collections.Counter()
     under: collections.Counter[str] = collections.Counter()
     total = idle = 0
-    for line in path.read_text().splitlines():
+    for line in path.read_text().split("\n"):  # not splitlines: a frame may hold \x1c-\x1e
         stack, _, samples = line.rpartition(" ")
         if not stack:
             continue
