@@ -65,6 +65,13 @@ _CHUNK: Final = 64 * 1024
 MAX_WINDOW: Final = 8 * 1024 * 1024
 
 
+# The smallest window a brotli stream may always declare (RFC 7932 9.1: WBITS 16; what the
+# senders write, `toolref.edits.isolated.BROTLI_WINDOW`); a larger one only as large as
+# twice the output read. The decoder fills its window before it hands out a byte, so a
+# 200-byte stream declaring 16 MiB (WBITS 24) of a 10-byte segment cost 41 ms, charged to
+# no budget and on the event loop (the work counted was the record's and the segment's).
+MIN_BROTLI_WINDOW: Final = 1 << 16
+
 # The most frames a zstd body arriving in pieces may hold (`ZstdStream`; RFC 8878 lets frames,
 # skippable ones too, follow one another). Each costs a decoder of its own (9 us measured:
 # made, fed, freed) and a copy of what is left of its 64 KiB piece: 1024 frames cost 9 ms
@@ -391,9 +398,17 @@ def inflate_brotli(stream: bytes, limit: int, account: Meter | None = None) -> b
     kept. The stream is handed to the decoder a chunk at a time: given all of it, the
     binding copies what it has not consumed at each step of bounded output (steps x input,
     seconds for a body of zeros then metadata). Bytes after the stream's end, or a stream
-    cut short, are malformed. Linear in the stream and the output; the decoder's window is
-    at most 16 MiB (24 bits without the large-window flag, which this decoder does not
-    set)."""
+    cut short, are malformed. Linear in the stream and the output: the decoder fills its
+    window before its first output, so a stream may declare at most `MIN_BROTLI_WINDOW`
+    or twice `limit` (and never past 16 MiB, 24 bits: this decoder sets no large-window
+    flag)."""
+    bits = brotli_window_bits(stream)
+    if bits is not None and 1 << bits > max(MIN_BROTLI_WINDOW, 2 * limit):
+        raise MalformedBodyError(
+            f"the brotli stream declares a window of 2^{bits} bytes for at most {limit} bytes "
+            f"of output; compress with a window of at most 2^16 (lgwin=16) or twice the "
+            "output's size"
+        )
     decoder = brotli.Decompressor()
     view = memoryview(stream)
     parts: list[bytes] = []
@@ -419,3 +434,20 @@ def inflate_brotli(stream: bytes, limit: int, account: Meter | None = None) -> b
             "bytes follow the brotli stream's end; send one whole stream per record"
         )
     return b"".join(parts)
+
+
+def brotli_window_bits(stream: bytes) -> int | None:
+    """The window a brotli stream declares, in bits (RFC 7932 9.1: its first 1, 4 or 7 bits,
+    least significant first); None where it declares none this decoder reads (an empty
+    stream; the large-window extension's mark), which the decoder refuses. O(1)."""
+    if not stream:
+        return None
+    first = stream[0]
+    if not first & 1:
+        return 16
+    if n := first >> 1 & 7:
+        return 17 + n
+    m = first >> 4 & 7
+    if m == 1:
+        return None
+    return 8 + m if m else 17

@@ -13,7 +13,7 @@ import pytest
 from toolref.edits import compact, isolated, wire
 from toolref.edits.edit import Inline, Keep, Op
 from toolref.kit.varints import varint
-from toolref.wire.compression import inflate_brotli
+from toolref.wire.compression import MIN_BROTLI_WINDOW, brotli_window_bits, inflate_brotli
 from toolref.wire.errors import DecompressedTooLargeError, MalformedBodyError
 
 WORDS = [
@@ -128,7 +128,7 @@ def test_an_edit_tries_brotli_on_its_segments_in_order_within_its_budget() -> No
 
 
 def brotli_record(data: bytes, *, crc: int | None = None, stream: bytes | None = None) -> bytes:
-    made = brotli.compress(data, quality=5) if stream is None else stream
+    made = brotli.compress(data, quality=5, lgwin=16) if stream is None else stream
     check = zlib.crc32(data) if crc is None else crc
     return bytes([isolated.BROTLI]) + varint(len(made)) + made + check.to_bytes(4, "big")
 
@@ -137,17 +137,20 @@ def test_bad_brotli_records_are_refused_before_more_is_read() -> None:
     data = text(6)
     good = brotli_record(data)
     assert isolated.unpack(good, [len(data)], None, with_brotli=True) == [data]
-    bomb = brotli_record(b"\x00" * (64 << 20))  # 64 MiB of zeros in a few bytes
-    assert len(bomb) < 200
+    bomb = brotli_record(b"\x00" * (64 << 20))  # 64 MiB of zeros in a few KiB (window 2^16)
+    assert len(bomb) < 8 << 10
     with pytest.raises(DecompressedTooLargeError):
         isolated.unpack(bomb, [len(data)], None, with_brotli=True)
+    stream = brotli.compress(data, lgwin=16)
     cases = {
         "crc": brotli_record(data, crc=zlib.crc32(data) ^ 1),
         "short": brotli_record(data)[:-1],
-        "truncated stream": brotli_record(data, stream=brotli.compress(data)[:-3]),
-        "bytes after the stream": brotli_record(data, stream=brotli.compress(data) + b"\x00"),
+        "truncated stream": brotli_record(data, stream=stream[:-3]),
+        "bytes after the stream": brotli_record(data, stream=stream + b"\x00"),
         "shorter than its op": brotli_record(data[:-1]),
         "not brotli": brotli_record(data, stream=b"\xff" * 12),
+        # a window past what the segment needs: the decoder fills it before any output
+        "window": brotli_record(data, stream=brotli.compress(data, quality=5, lgwin=24)),
     }
     for name, bad in cases.items():
         with pytest.raises(MalformedBodyError):  # noqa: PT012 (the case named if it passes)
@@ -163,13 +166,37 @@ def test_inflate_brotli_charges_each_chunk_and_stops_past_its_limit() -> None:
             charged.append(size)
 
     data = text(7, 3000)
-    assert inflate_brotli(brotli.compress(data), len(data), Meter()) == data
+    assert inflate_brotli(brotli.compress(data, lgwin=16), len(data), Meter()) == data
     assert sum(charged) == len(data)
     assert max(charged) <= 2 * (64 << 10)  # a step grows the output by one block at most past it
     with pytest.raises(DecompressedTooLargeError):
-        inflate_brotli(brotli.compress(b"\x00" * (64 << 20), quality=5), 1 << 20)
+        inflate_brotli(brotli.compress(b"\x00" * (64 << 20), quality=5, lgwin=16), 1 << 20)
     with pytest.raises(MalformedBodyError):
         inflate_brotli(b"", 10)
+
+
+@pytest.mark.parametrize("bits", range(10, 25))
+def test_a_brotli_stream_may_declare_a_window_as_large_as_twice_its_output(bits: int) -> None:
+    """The decoder fills its window before it hands out a byte: a 26-byte stream declaring
+    16 MiB of a 10-byte segment cost 41 ms, charged to nothing (the work counted, the
+    record's and the segment's bytes, kept it on the event loop). Its window is read from
+    its first bits (RFC 7932 9.1) and refused past `MIN_BROTLI_WINDOW` or twice the output,
+    before the decoder is made."""
+    data = text(bits, 8)
+    stream = brotli.compress(data, quality=5, lgwin=bits)
+    assert brotli_window_bits(stream) == bits
+    assert brotli_window_bits(brotli.compress(b"", lgwin=bits)) == bits
+    for limit in (len(data), 1 << 16, 1 << 23):
+        if 1 << bits <= max(MIN_BROTLI_WINDOW, 2 * limit):
+            assert inflate_brotli(stream, limit) == data
+        else:
+            with pytest.raises(MalformedBodyError, match=f"window of 2\\^{bits}.*lgwin=16"):
+                inflate_brotli(stream, limit)
+    zeros = brotli.compress(b"\x00" * (20 << 20), quality=5, lgwin=24)
+    with pytest.raises(MalformedBodyError, match="window"):
+        inflate_brotli(zeros, 10)
+    assert brotli_window_bits(b"") is None
+    assert brotli_window_bits(bytes([0b0010001])) is None  # the large-window mark
 
 
 def test_version_5_edits_have_a_header_byte_of_their_own() -> None:
@@ -204,7 +231,7 @@ def _metadata(size: int) -> bytes:
 def _zeros_then_metadata(zeros: int, skipped: int) -> bytes:
     """A valid stream of `zeros` zero bytes (a few KiB of input), then `skipped` MiB of
     metadata, then an empty last meta-block: output first, most of the input after it."""
-    made = brotli.Compressor(quality=5)
+    made = brotli.Compressor(quality=5, lgwin=16)
     head: bytes = made.process(b"\x00" * zeros) + made.flush()  # flush: byte aligned after
     return head + b"".join(_metadata(1 << 20) for _ in range(skipped)) + b"\x03"
 
