@@ -588,3 +588,49 @@ async def test_the_relay_counts_a_channel_turn_as_its_frame_and_a_busy_one_twice
     assert (await meter.handle_async_request(turn)).status_code == 200
     assert inner.sent == [turn]  # over HTTP after the busy answer
     assert meter.sent == 40 + wire_size(turn)
+
+
+@pytest.mark.parametrize(
+    ("target", "headers", "said"),
+    [
+        ("/v1/messages", [("x-api-key", "k\r\nx-injected: 1")], "x-api-key's value"),
+        ("/v1/messages", [("x-trace", "a\nb")], "x-trace's value"),
+        ("/v1/messages", [("x-trace", "\x00")], "x-trace's value"),
+        ("/v1/messages", [("x-trace", "caf\u00e9 \u2603")], "x-trace's value"),
+        ("/v1/messages", [("x-trace", " padded ")], "x-trace's value"),
+        ("/v1/messages", [("bad name", "v")], "'bad name' is not a token"),
+        ("/v1/messages", [("", "v")], "'' is not a token"),
+        ("/v1/mess ages", [], "target"),
+        ("/v1/\u2603", [], "target"),
+    ],
+)
+async def test_a_turn_no_http_request_could_carry_is_refused_400_before_the_app(
+    target: str, headers: list[tuple[str, str]], said: str
+) -> None:
+    """A frame's head is JSON, which can say what no HTTP/1.1 head can (a line break in a
+    value, a character past latin-1): served, it failed where it was written upstream, and
+    the gateway answered 502 upstream-unreachable with Retry-After, blaming the upstream for
+    a turn that can never succeed. Refused 400 now, as an HTTP server refuses such a head,
+    before the app sees it (nothing applied, nothing kept)."""
+    socket, seen = Socket(), list[Scope]()
+    task = await serving(socket, answering(seen))
+    socket.frame(frames.Sender().turn(0, target, [*HEADERS, *headers], b"{}"))
+    await settled(socket, 3)
+    socket.leave()
+    await task
+    assert seen == []
+    head, piece, end = socket.answers()
+    assert head.head()[0] == 400
+    assert end.kind == frames.END
+    problem = json.loads(piece.data)
+    assert problem["type"].endswith("malformed-request")
+    assert said in problem["detail"]
+    assert "visible latin-1" in problem["detail"]
+
+
+def test_what_http_carries_is_sendable() -> None:
+    ok = frames.Turn(
+        0, "/llm/a/v1/messages?x=%20&y=caf\u00e9", [("x-a", "a b\tc"), ("x-e", "")], b""
+    )
+    assert frames.unsendable(ok) is None
+    assert frames.unsendable(frames.Turn(0, "/", list(HEADERS), b"")) is None

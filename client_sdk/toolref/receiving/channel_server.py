@@ -54,7 +54,7 @@ from toolref.receiving.channel_turns import Turns, Window
 from toolref.websocket import channel as frames
 from toolref.websocket import driver
 from toolref.websocket.bridge import close_client
-from toolref.wire.errors import OverloadedError, ToolrefError
+from toolref.wire.errors import MalformedRequestError, OverloadedError, ToolrefError
 
 log = logging.getLogger("toolref.channel")
 _PROTOCOL_ERROR: Final = 1002
@@ -332,7 +332,8 @@ async def _served(
                 answered()
 
     try:
-        scope = _scope(channel, turn)
+        bad = frames.unsendable(turn)  # refused below, its scope made of the channel's alone
+        scope = _scope(channel, turn if bad is None else _bare(turn))
         sent = False
 
         async def receive() -> Message:
@@ -343,13 +344,12 @@ async def _served(
             await gone.wait()
             return {"type": "http.disconnect"}
 
-        if busy is not None:  # nothing done with it: the sender sends it over HTTP
-            busy_error = OverloadedError(f"{busy}; retry after 1s", retry_after=1)
-            await refuse(busy_error)(scope, receive, _marked_busy(send))
-        elif (why := serves(scope)) is not None:
-            await refuse(why)(scope, receive, send)
-        else:
+        why = _unserved(stream, bad, busy) or serves(scope)
+        if why is None:
             await app(scope, receive, send)
+        else:  # a busy turn: nothing done with it, its sender sends it over HTTP
+            marked = busy is not None and bad is None
+            await refuse(why)(scope, receive, _marked_busy(send) if marked else send)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # the answer broke off: the sender's request fails, as on HTTP
@@ -365,17 +365,36 @@ async def _served(
         await out(frames.broken(stream, "unfinished"))
 
 
+def _unserved(stream: int, bad: str | None, busy: str | None) -> ToolrefError | None:
+    """Why a turn is answered by the receiver itself: a head no HTTP request could carry
+    (`bad`, as an HTTP server refuses it), no room for it (`busy`); None: neither."""
+    if bad is not None:
+        return MalformedRequestError(
+            f"the channel's turn {stream} cannot be sent as an HTTP request: {bad}; send "
+            "each header as one line of visible latin-1 characters"
+        )
+    if busy is not None:
+        return OverloadedError(f"{busy}; retry after 1s", retry_after=1)
+    return None
+
+
 def _marked_busy(send: Send) -> Send:
     """`send`, its head saying the channel was too busy for the turn (`frames.BUSY`): the
     sender sends that turn over HTTP instead, where nothing was done with it."""
     return with_headers(send, [(frames.BUSY[0].lower().encode(), frames.BUSY[1].encode())])
 
 
+def _bare(turn: frames.Turn) -> frames.Turn:
+    """`turn` with no headers and the target `/`: what its refusal's scope is made of."""
+    return dataclasses.replace(turn, target="/", headers=[])
+
+
 def _scope(channel: Scope, turn: frames.Turn) -> Scope:
     """The HTTP scope of a turn: the frame's target (its path decoded, as a server decodes
     it) and headers, its body's length, the channel's connection. What a proxy in front
     sets (`Host`, `Forwarded`, `X-Forwarded-*`, `X-Real-IP`, `Via`) is the upgrade's, never the
-    frame's, which passed no proxy. `UnicodeEncodeError` for a header beyond latin-1."""
+    frame's, which passed no proxy. A turn `frames.unsendable` refuses is served as its
+    `_bare` self (a header beyond latin-1 would not encode)."""
     raw, _, query = turn.target.partition("?")
     headers = [
         (k.lower().encode("latin-1"), v.encode("latin-1"))

@@ -215,6 +215,38 @@ class Receiver:
         return Turn(stream, self.target, self.headers, frame[at + size :])
 
 
+# What an HTTP/1.1 head may carry (RFC 9110 5.1, 5.5, as h11 reads and writes it): a header's
+# name a token, its value visible latin-1 characters with single spaces or tabs between
+# them, a target visible characters. Over HTTP the server refuses any other head; a frame's
+# is JSON, which can say anything, so the receiver checks it (`unsendable`).
+_TOKEN: Final = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
+_VALUE: Final = re.compile(r"(?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?")
+_TARGET: Final = re.compile(r"/[\x21-\x7e\x80-\xff]*")
+
+
+def unsendable(turn: Turn) -> str | None:
+    """What in `turn`'s target or headers no HTTP/1.1 request could carry (a line break, a
+    control character, a character past latin-1, a name that is no token), in words, or
+    None. A receiver answers such a turn 400, as an HTTP server answers such a head: sent
+    on as it is, the head fails where it is written (h11 refuses it at the upstream), and
+    a character past latin-1 fails as the turn's scope is made. O(head)."""
+    if not _TARGET.fullmatch(turn.target):
+        return f"its target {_shown(turn.target)} holds a character no request line carries"
+    for name, value in turn.headers:
+        if not _TOKEN.fullmatch(name):
+            return f"its header name {_shown(name)} is not a token"
+        if not _VALUE.fullmatch(value):
+            return (
+                f"its header {name}'s value {_shown(value)} holds a line break, a control "
+                "character, a character past latin-1, or spaces at its ends"
+            )
+    return None
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
 def window_granted(asked: str | None) -> int | None:
     """The window a receiver keeps for a sender that asked for `asked` (the upgrade's
     `WINDOW_HEADER`; None: it asked for none, or not as a number of bytes)."""
