@@ -32,7 +32,7 @@ import toolref_server.storage.recipes
 from tests.unit.edits.test_edits import HEADERS
 from toolref.asgi.budget import Budget
 from toolref.edits import wire
-from toolref.edits.edit import Inline, diff
+from toolref.edits.edit import Inline, Keep, diff
 from toolref.edits.request import Cut, cut
 from toolref.wire.errors import BadRequestError
 from toolref_server.app import create_app
@@ -198,3 +198,28 @@ async def test_a_turn_sizes_the_segments_it_adds_or_drops_not_those_it_keeps(
     # A turn adds 4 entries and drops the one that closed the body before: a few each.
     assert max(per_turn[1:]) <= 16, per_turn
     assert max(per_turn[-20:]) <= max(per_turn[1:21]), per_turn
+
+
+async def test_an_edit_placing_the_empty_headers_segment_after_the_first_is_refused(
+    redis: Redis,
+) -> None:
+    """A base whose headers' segment is empty, kept after an inline first segment: the
+    recipe would hold an empty segment past the first, which the registry's answer as an
+    edit (`Accept: application/vnd.toolref.edit`) cannot say (`wire.read` refuses it), so
+    the turn worked or failed by which worker held its base. Refused 400 now, nothing
+    kept; the same keep as the first op stands."""
+    app = create_app(Settings(redis_url="unused"), redis=redis)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi " * 30}]})
+    async with app.router.lifespan_context(app):
+        services = app.state.services
+        with Budget(1 << 30).account() as account:
+            first = wire.encode(None, [Inline(b""), Inline(body.encode())], b"")
+            base = await apply_edit(services, LOCAL_TENANT, first, [], account)
+            before = await snapshot(redis)
+            moved = wire.encode(base.ref, [Inline(b"x-a: 1\r\n"), Keep(0, 2)], b"")
+            with pytest.raises(BadRequestError, match="op 1 keeps the base's empty headers"):
+                await apply_edit(services, LOCAL_TENANT, moved, [], account)
+            assert await snapshot(redis) == before
+            same = wire.encode(base.ref, [Keep(0, 2)], b"")
+            again = await apply_edit(services, LOCAL_TENANT, same, [], account)
+            assert again.request.body == body.encode()

@@ -369,9 +369,11 @@ def _size(base: Held | None, edit: StoredEdit, added: Sequence[bytes]) -> int:
     """Bytes of the body the edit stands for (its headers' segment aside), before any list
     of the recipe is built: the base's length less what the ranges leave out
     (`recipe_held.kept_bytes`: O(ops + entries not kept), C-speed sums); `EditError` as
-    `derive`."""
+    `derive`, and for a range that would place the base's empty headers' segment after the
+    first (the registry's answer as an edit could not say it: `wire.read` refuses an empty
+    segment but the first)."""
     length = len(base.segments) if base is not None else 0
-    for op in edit:
+    for index, op in enumerate(edit):
         if isinstance(op, tuple):
             start, end = op
             if base is None or not 0 <= start < end <= length:
@@ -379,6 +381,12 @@ def _size(base: Held | None, edit: StoredEdit, added: Sequence[bytes]) -> int:
                     f"the edit keeps entries {start} to {end} of a base of {length}; compute "
                     "the edit against the base it names (toolref.edits.edit.diff), or send "
                     "the request whole"
+                )
+            if index and not start and not base.segments[0]:  # only entry 0 may be empty
+                raise BadRequestError(
+                    f"the edit's op {index} keeps the base's empty headers' segment (entry 0) "
+                    "after its first: a request has no empty segment but its headers' (its "
+                    "first); keep base entries from 1 on, or send the request whole"
                 )
     total = kept_bytes(base, edit) + sum(map(len, added))
     first = edit[0] if edit else None
