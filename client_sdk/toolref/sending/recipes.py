@@ -256,6 +256,18 @@ class Recipes:
             return None
         return Match(found, best[0])
 
+    def rivalled(self, base: Recipe, entries: Sequence[Entry], start: int) -> bool:
+        """Whether another recipe may share more with a request of `entries` than `base`,
+        which holds entries 1 to `start` of it: one of its others (its headers' too) is held
+        by a recipe and not by `base`. Otherwise every recipe holds a part of what `base`
+        holds, and `best_base` would choose `base` (or one holding as much). O(entries from
+        `start`): what a resumed turn added."""
+        for entry in chain(entries[:1], entries[start:]):
+            key = _shared_key(entry)
+            if key is not None and key in self._holders and base.first(entry) is None:
+                return True
+        return False
+
     def _hold(self, line: _Line, entries: Iterable[Entry]) -> None:
         for entry in entries:
             key = _shared_key(entry)

@@ -6,6 +6,7 @@ compaction, regenerate), and conversations interleaved keep their own lines."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -17,7 +18,7 @@ from tests.unit.edits.oracle import Registry, send
 from tests.unit.edits.test_editor import ACTIONS, act
 from toolref.edits import bodycut
 from toolref.edits.recipe import is_piece, piece_of
-from toolref.sending.editor import RESUMED_SHARE, Edit, Editor
+from toolref.sending.editor import Edit, Editor
 from toolref.sending.recipes import ENTRY_COST
 
 
@@ -57,26 +58,21 @@ def test_a_resumed_turn_is_the_edit_of_the_whole_pass(
 
 
 def same_base(fast: Edit, slow: Edit) -> None:
-    """The resumed edit is the whole pass's, or (its base the body before's recipe,
-    sharing at least RESUMED_SHARE of the request) the pass found an older recipe sharing
-    a little more: taken for speed, as `Editor._resumed` says."""
+    """The resumed edit is the whole pass's, byte for byte (`Editor._resumed` takes the body
+    before's recipe only where no other recipe can share more)."""
     assert fast.ref == slow.ref
-    if fast.base == slow.base:
-        assert fast.body == slow.body
-        return
-    assert fast.base == fast.cut.resumed
-    assert fast.shared >= RESUMED_SHARE * fast.cut.size
-    assert fast.shared <= slow.shared
+    assert fast.base == slow.base
+    assert fast.body == slow.body
 
 
 @pytest.mark.parametrize("guard", [False, True])
-def test_an_older_recipe_sharing_a_little_more_does_not_stop_a_resumed_turn(guard: bool) -> None:
+def test_an_older_recipe_sharing_more_is_the_base_of_a_resumed_turn(guard: bool) -> None:
     """Four deletions leave a turn sharing no message with the recipe before it (no base:
     a line of its own), an insertion and a step follow; the step's body, cut on from the
     insertion's, shares a little more with the older recipe (it holds the message the moved
-    cache mark left as it is now). The resumed editor sends it against the body before's
-    recipe all the same (what it shares is over RESUMED_SHARE: a check of every other
-    recipe would cost each turn a look-up per message), and both edits restore the body."""
+    cache mark left as it is now). Before, the resumed editor sent it against the body
+    before's recipe (344 of 20,144 bytes less shared); that recipe lacks an entry the older
+    one holds (`Recipes.rivalled`), so the pass chooses, and both editors send one edit."""
     agent = Agent(0, "compact", 1, text_results=False)
     resumed, whole = Editor(size_guard=guard), Editor(size_guard=guard)
     registries = Registry(), Registry()
@@ -94,9 +90,45 @@ def test_an_older_recipe_sharing_a_little_more_does_not_stop_a_resumed_turn(guar
         for editor, registry in zip((resumed, whole), registries, strict=True):
             assert send(editor, registry, HEADERS, body).answer.body == body
     assert fast is not None
-    assert slow is not None
-    assert fast.base == fast.cut.resumed != slow.base  # the case this test holds
-    assert slow.shared - fast.shared < 0.02 * fast.cut.size  # 344 of 20,144 bytes here
+    assert fast.cut.resumed is not None
+    assert fast.base != fast.cut.resumed  # the case this test holds
+
+
+def _chat(*messages: dict[str, str]) -> bytes:
+    return json.dumps({"model": "m", "messages": list(messages)}).encode()
+
+
+@pytest.mark.parametrize("again", [False, True], ids=["branch-taken-again", "retried"])
+def test_a_turn_back_on_an_earlier_branch_is_sent_against_that_branch(again: bool) -> None:
+    """[A, B, C], then C edited to D, then back on C's branch ([A, B, C, E]) or C's request
+    again (a retry): the body before is D's, which the turn is cut on from, and its recipe
+    shares A and B; C's recipe shares C too. Found in review: the resumed path sent the turn
+    against D's recipe (170 bytes where the pass sends 94; 102 where a retry is 21), and the
+    JS SDK, with no resumed path, sent the pass's bytes. Now the two are one edit."""
+    a = {"role": "user", "content": "read this file:\n" + "def f(x):\n    return x + 1\n" * 150}
+    b = {"role": "assistant", "content": "I read it. " * 10}
+    c = {"role": "user", "content": "now explain the function in detail please " * 6}
+    d = {"role": "user", "content": "no, rewrite the function in rust instead " * 6}
+    e = {"role": "assistant", "content": "Sure, here it is." * 3}
+    turns = [_chat(a, b, c), _chat(a, b, d), _chat(a, b, c) if again else _chat(a, b, c, e)]
+    resumed, whole = Editor(), Editor()
+    registries = Registry(), Registry()
+    forget()
+    made: list[Edit] = []
+    for body in turns:
+        fast = resumed.prepare(HEADERS, body, "messages")
+        forget()
+        slow = whole.prepare(HEADERS, body, "messages")
+        assert fast is not None
+        assert slow is not None
+        same_base(fast, slow)
+        made.append(fast)
+        for editor, registry in zip((resumed, whole), registries, strict=True):
+            assert send(editor, registry, HEADERS, body).answer.body == body
+    first, second, third = made
+    assert third.cut.resumed == second.ref  # cut on from the body before
+    assert third.base == first.ref  # sent against the branch it goes back to
+    assert len(third.body) < len(second.body)
 
 
 def test_a_growing_conversation_takes_the_resumed_path_every_turn() -> None:
