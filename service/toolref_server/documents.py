@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import msgpack
 
+from toolref.asgi.workers import weight
 from toolref.kit import spans
 from toolref.wire.encoding import LONE_SURROGATE, ext_hook
 from toolref.wire.errors import (
@@ -47,7 +48,7 @@ class Decoded:
 
     value: Any
     texts: list[str] | None = None
-    size: int = 0  # bytes of the body: what work on it scales with
+    size: int = 0  # what work on the body costs, in bytes (`workers.weight`)
 
 
 def decode(data: bytes, decoder: str, limits: BodyLimits) -> Any:
@@ -91,7 +92,7 @@ def decode_document(
             "msgpack object, or fix the Content-Type if it is not msgpack"
         ) from None
     check_json_tree(value, max_depth)
-    return Decoded(value, None, len(data))
+    return Decoded(value, None, weight(data))
 
 
 def _too_many(what: str, limits: BodyLimits) -> TooManyItemsError:
@@ -214,7 +215,7 @@ def _json_document(data: bytes, limits: BodyLimits, messages_key: str | None) ->
             check_depth(value, max_depth, limits.max_items)
         else:
             _check_messages_depth(value, messages_key, texts, limits)
-    return Decoded(value, texts, len(data))
+    return Decoded(value, texts, weight(data))
 
 
 def _check_messages_depth(

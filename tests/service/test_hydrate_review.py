@@ -14,6 +14,7 @@ import msgpack
 import pytest
 from redis.asyncio import Redis
 
+from toolref.asgi.workers import weight
 from toolref.wire.canonical import digest_of
 from toolref_server.registry import compaction
 from toolref_server.routes import messages as messages_routes
@@ -114,15 +115,15 @@ async def test_summary_mode_works_off_the_event_loop_on_a_large_body(
     placeholders, the texts with them) ran on the event loop: 1.7 s on a 54 MB hydrate.
     It runs where the rest of a hydrate's work does: in a worker thread for a body of
     `TOOLREF_OFFLOAD_BYTES` or more, inline for a smaller one."""
-    api = await make_api(offload_bytes=50_000)
+    api = await make_api(offload_bytes=200_000)
     steps = ("older_results", "replacements", "apply_text")
     threads = {step: recording(monkeypatch, step) for step in steps}
-    size = 20_000 if large else 2_000
+    size = 40_000 if large else 2_000
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
     for n in range(5):
         messages += call(n, f"line {n}\n" * (size // 7))
     body = {"messages": messages, "mode": "summary", "keepRecent": 1}
-    assert (len(json.dumps(body)) >= 50_000) is large
+    assert (weight(json.dumps(body)) >= 200_000) is large  # its containers too
     response = await api.post("/v1/messages:hydrate", json=body)
     assert response.status_code == 200, response.text[:300]
     assert response.json()["optimizationStats"]["summarized"] == 4
@@ -143,7 +144,7 @@ async def test_a_msgpack_answer_is_made_off_the_event_loop_when_large(
     again and packed on the event loop (the JSON answer splices their text). That runs in a
     worker thread for answers of `TOOLREF_OFFLOAD_BYTES` or more, inline for smaller ones;
     the answer is the same either way."""
-    api = await make_api(offload_bytes=50_000)
+    api = await make_api(offload_bytes=200_000)
     threads: list[str] = []
     inner = messages_routes.as_msgpack
 
@@ -152,12 +153,12 @@ async def test_a_msgpack_answer_is_made_off_the_event_loop_when_large(
         return inner(*args)
 
     monkeypatch.setattr(messages_routes, "as_msgpack", wrapped)
-    size = 20_000 if large else 2_000
+    size = 40_000 if large else 2_000
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
     for n in range(5):
         messages += call(n, f"line {n}\n" * (size // 7))
     body = {"messages": messages}
-    assert (len(json.dumps(body)) >= 50_000) is large
+    assert (weight(json.dumps(body)) >= 200_000) is large  # its containers too
     response = await api.post(
         "/v1/messages:hydrate", json=body, headers={"Accept": "application/msgpack"}
     )

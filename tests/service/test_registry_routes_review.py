@@ -18,9 +18,11 @@ import pytest
 import zstandard
 
 from toolref import AsyncRegistryClient
+from toolref.asgi.workers import weight
 from toolref.wire.canonical import digest_of
 from toolref.wire.errors import DecompressedTooLargeError, ValidationError
 from toolref_server import export
+from toolref_server.registry import conversation as conversation_module
 from toolref_server.routes import hydration
 from toolref_server.routes import invocations as invocation_routes
 from toolref_server.routes import messages as message_routes
@@ -154,16 +156,16 @@ async def test_a_protocol_1_hydrate_reads_its_conversation_off_the_event_loop_wh
     and paired its conversation on the event loop: 3.7 s for a 33 MB body of tool calls,
     every other request of the worker waiting. It runs where protocol 2's does: in a worker
     thread for a body of TOOLREF_OFFLOAD_BYTES or more."""
-    api = await make_api(offload_bytes=50_000)
+    api = await make_api(offload_bytes=200_000)
     threads = threads_of(monkeypatch, hydration, "conversation_of_decoded")
     # and its answer, the conversation spliced into its JSON (found by the adversarial
     # suite's unread answers: megabytes joined on the loop)
     rendered = threads_of(monkeypatch, message_routes, "as_json")
-    size = 20_000 if large else 2_000
+    size = 40_000 if large else 2_000
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
     for n in range(5):
         messages += call(n, f"line {n}\n" * (size // 7))
-    assert (len(json.dumps({"messages": messages})) >= 50_000) is large
+    assert (weight(json.dumps({"messages": messages})) >= 200_000) is large  # its containers too
     response = await api.post(
         "/v1/messages:hydrate", json={"messages": messages}, headers={"Toolref-Protocol": "1"}
     )
@@ -260,3 +262,24 @@ def test_an_export_item_of_many_small_values_is_refused_before_it_is_built(shape
     assert "nothing was imported" in refused.value.detail
     good = export_file(msgpack.packb(["k", b"v", -1]))
     assert len(list(export._items(good, export.Limits()))) == 2
+
+
+async def test_a_small_body_of_many_tool_calls_is_worked_on_in_a_worker_thread(
+    make_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: work went to a thread by a body's bytes alone, and a hydrate makes
+    each tool call's record in Python (about 300 us each): 2,500 calls, 405 KB, under the
+    512 KiB threshold, held the event loop for 0.8 s. A body weighs its objects and arrays
+    too (`workers.weight`): 300 small calls (about 70 KB) are worked on in a thread at the
+    default threshold."""
+    api = await make_api()
+    threads = threads_of(monkeypatch, conversation_module, "_records")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for n in range(300):
+        messages += call(n, f"line {n}\n")
+    body = {"messages": messages}
+    assert len(json.dumps(body)) < 128 << 10 < 512 << 10 <= weight(json.dumps(body))
+    response = await api.post("/v1/messages:hydrate", json=body)
+    assert response.status_code == 200, response.text[:300]
+    assert response.json()["messages"] == messages
+    assert [t.split("_")[0] for t in threads] == ["toolref-work"]

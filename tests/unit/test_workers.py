@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from toolref.asgi.workers import Workers
+from toolref.asgi.workers import CONTAINER_BYTES, Workers, weight
 
 
 class Blob:
@@ -132,3 +132,15 @@ def test_small_work_runs_in_place_and_large_in_a_worker_thread() -> None:
     here, there = asyncio.run(main())
     assert here == threading.current_thread().name
     assert there.startswith("toolref-work")
+
+
+def test_a_json_text_weighs_its_bytes_and_its_containers() -> None:
+    """Work that steps through a JSON text item by item costs per object and array, not
+    only per byte: `weight` counts both, at C speed, for text and bytes alike."""
+    tiny = '{"messages":[' + ",".join('{"role":"user","content":"x"}' for _ in range(200)) + "]}"
+    assert weight(tiny) == len(tiny) + CONTAINER_BYTES * 202
+    assert weight(tiny.encode()) == weight(tiny)
+    assert weight(tiny) >= 512 << 10 > len(tiny)  # past the default threshold: a thread's
+    text = '"' + "a" * 600_000 + '"'
+    assert weight(text) == len(text)  # a long string: its bytes alone
+    assert weight("") == 0

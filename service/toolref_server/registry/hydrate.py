@@ -74,7 +74,13 @@ class Filled:
     held: dict[str, Record]
     registration: Registration
     texts: list[str]
-    size: int  # at most the characters of `texts`: what the work on them scales with
+    size: int  # at most the characters of `texts`
+
+    @property
+    def work(self) -> int:
+        """What work through the filled texts costs, in bytes (`workers.weight`): their
+        characters and the conversation's objects and arrays (a fill adds text only)."""
+        return self.conversation.work + self.size - self.conversation.size
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +109,9 @@ async def run(services: Hydrating, ask: Ask) -> Done:
     payloads = {ref: rec.payload for ref, rec in held.items()}
     size = bound(services, ask, conversation, payloads)  # before anything is registered
     registration = await register_read(services, ask.tenant, conversation)
+    work = conversation.work + size - conversation.size  # as `Filled.work` counts it
     texts = await services.workers.run(
-        size, source.fill, conversation.texts, conversation.scan, payloads
+        work, source.fill, conversation.texts, conversation.scan, payloads
     )
     filled = Filled(conversation, held, registration, texts, size)
     texts, summary = filled.texts, dict[str, int]()
@@ -198,14 +205,14 @@ async def summarize(
     figures. Summary mode always works on the whole conversation; its own work (which
     results, their placeholders, the texts with them) runs where the fill did."""
     body = ask.body
-    candidates = await services.workers.run(filled.size, _older, filled, body)
+    candidates = await services.workers.run(filled.work, _older, filled, body)
     max_chars = body.max_chars or services.settings.summary_max_chars
     summaries = await services.summaries.many(
         ask.tenant, [(Ref(c.ref), c.invocation) for c in candidates], summarizer, max_chars
     )
     texts = [s.text for s in summaries]
     condensed, replaced, size = await services.workers.run(
-        filled.size, _condensed, filled, candidates, texts
+        filled.work, _condensed, filled, candidates, texts
     )
     figures = {
         "summarized": replaced,

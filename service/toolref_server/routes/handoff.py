@@ -40,7 +40,7 @@ async def handoff_context(request: Request) -> Response:
         _bounded(services.settings.max_decompressed_bytes, conversation, held)
         # each record parsed once, and the fill: off the loop when large
         messages = await services.workers.run(
-            conversation.size + sum(len(r.payload.result) for r in held.values()),
+            conversation.work + sum(len(r.payload.result) for r in held.values()),
             _filled,
             messages,
             conversation.scan,
@@ -54,9 +54,9 @@ async def handoff_context(request: Request) -> Response:
     summary, source = None, "none"
     if body.summarize_text:
         budget = min(handoff.SUMMARY_CHARS, body.max_tool_context_chars // 4)
-        summary, source = await _text_summary(request, tenant, messages, budget, conversation.size)
+        summary, source = await _text_summary(request, tenant, messages, budget, conversation.work)
     result = await request_context.services(request).workers.run(
-        conversation.size,
+        conversation.work,
         handoff.build,
         messages,
         conversation.fmt,

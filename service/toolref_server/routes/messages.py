@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
+from toolref.asgi.workers import weight
 from toolref.formats import source
 from toolref.wire import endpoints
 from toolref.wire.models import (
@@ -80,7 +81,7 @@ async def answer(
     body: dict[str, Any] = {"format": written.pop("format"), "messages": None, **written}
     workers = request_context.services(request).workers
     render = as_msgpack if codec.wants_msgpack(request) else as_json
-    return await workers.run(len(messages), render, request, body, messages, headers)
+    return await workers.run(weight(messages), render, request, body, messages, headers)
 
 
 def as_json(
@@ -106,7 +107,7 @@ async def optimize(request: Request) -> Response:
     conversation, _ = await conversation_of(request, OptimizeRequest)
     registration = await register(services, tenant, conversation)
     optimized, _ = await services.workers.run(
-        conversation.size, source.replace, conversation.texts, conversation.scan, registration.refs
+        conversation.work, source.replace, conversation.texts, conversation.scan, registration.refs
     )
     used = dict.fromkeys([*conversation.scan.refs, *registration.refs.values()])
     answered = joined(optimized)

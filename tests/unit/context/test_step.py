@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -58,7 +59,7 @@ class Down:
         raise StoreUnavailableError("the store is down")
 
 
-async def edited(body: bytes, summaries: Any) -> tuple[bytes, Any]:
+async def edited(body: bytes, summaries: Any, workers: Workers | None = None) -> tuple[bytes, Any]:
     return await edit_context(
         body,
         tenant="t",
@@ -66,7 +67,7 @@ async def edited(body: bytes, summaries: Any) -> tuple[bytes, Any]:
         llm=CHAT,
         policy=POLICY,
         summaries=summaries,
-        workers=Workers(None, None),
+        workers=workers or Workers(None, None),
         metrics=Metrics(),
     )
 
@@ -347,3 +348,33 @@ async def test_a_store_down_is_warned_once_an_interval_not_per_request(
             assert out.count(b"[stand-in]") == 3
     said = [r for r in caplog.records if "held here are sent" in r.getMessage()]
     assert len(said) == 1, [r.getMessage() for r in said]
+
+
+@pytest.mark.parametrize("count", [3, 1000])
+async def test_a_body_of_many_small_messages_is_read_in_a_worker_thread(
+    monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    """Found in review: the step went to a worker thread by the body's bytes alone, and
+    reads a message at a time in Python (60-110 us each): 16,000 tiny messages, 520 KB,
+    under the 512 KiB threshold, held the event loop for a second. A body is weighed with
+    its objects and arrays (`workers.weight`): a few messages stay inline, a thousand
+    (32 KB) go to a thread."""
+    threads: list[str] = []
+    inner = context_edits._read
+
+    def recorded(*args: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        return inner(*args)
+
+    monkeypatch.setattr(context_edits, "_read", recorded)
+    facts_module.forget()
+    messages = [{"role": "user", "content": f"m{n}"} for n in range(count)]
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    assert len(body) < 64 << 10  # far under the threshold by its bytes
+    workers = Workers(1, 512 << 10)
+    try:
+        await edited(body, Down(), workers)
+    finally:
+        workers.close()
+    expected = "toolref-work" if count > 100 else threading.main_thread().name
+    assert [t.split("_")[0] for t in threads] == [expected]
