@@ -20,6 +20,7 @@ from toolref_server.registry import compaction
 from toolref_server.routes import messages as messages_routes
 
 from ..conftest import Api, snapshot
+from ..support.threads import threads_of
 from .test_messages import hydrate, optimize
 
 
@@ -94,19 +95,6 @@ async def test_a_hydrate_past_its_fill_bound_registers_nothing(make_api: Api, re
 # --- 4. summary mode's CPU work off the event loop for a large body -----------------------------
 
 
-def recording(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
-    """The threads `compaction.<name>` ran in, each time it ran."""
-    threads: list[str] = []
-    inner: Callable[..., Any] = getattr(compaction, name)
-
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        return inner(*args, **kwargs)
-
-    monkeypatch.setattr(compaction, name, wrapped)
-    return threads
-
-
 @pytest.mark.parametrize("large", [False, True], ids=["small-inline", "large-offloaded"])
 async def test_summary_mode_works_off_the_event_loop_on_a_large_body(
     make_api: Api, monkeypatch: pytest.MonkeyPatch, large: bool
@@ -117,7 +105,7 @@ async def test_summary_mode_works_off_the_event_loop_on_a_large_body(
     `TOOLREF_OFFLOAD_BYTES` or more, inline for a smaller one."""
     api = await make_api(offload_bytes=200_000)
     steps = ("older_results", "replacements", "apply_text")
-    threads = {step: recording(monkeypatch, step) for step in steps}
+    threads = {step: threads_of(monkeypatch, compaction, step) for step in steps}
     size = 40_000 if large else 2_000
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
     for n in range(5):
@@ -145,14 +133,7 @@ async def test_a_msgpack_answer_is_made_off_the_event_loop_when_large(
     worker thread for answers of `TOOLREF_OFFLOAD_BYTES` or more, inline for smaller ones;
     the answer is the same either way."""
     api = await make_api(offload_bytes=200_000)
-    threads: list[str] = []
-    inner = messages_routes.as_msgpack
-
-    def wrapped(*args: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        return inner(*args)
-
-    monkeypatch.setattr(messages_routes, "as_msgpack", wrapped)
+    threads = threads_of(monkeypatch, messages_routes, "as_msgpack")
     size = 40_000 if large else 2_000
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
     for n in range(5):

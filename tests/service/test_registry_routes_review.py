@@ -9,7 +9,6 @@ import io
 import json
 import threading
 import tracemalloc
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -29,6 +28,7 @@ from toolref_server.routes import messages as message_routes
 from toolref_server.storage import store
 
 from ..conftest import Api
+from ..support.threads import threads_of
 from .test_hydrate_review import call, marked
 from .test_messages import hydrate
 
@@ -133,19 +133,6 @@ async def test_a_hydrate_of_markers_past_the_limit_inflates_none_of_their_record
     handoff = await api.post("/v1/context:handoff", json={"messages": messages})
     assert handoff.status_code == 413, handoff.text[:300]
     assert counts == []
-
-
-def threads_of(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[str]:
-    """The threads `module.<name>` ran in, each time it ran."""
-    threads: list[str] = []
-    inner: Callable[..., Any] = getattr(module, name)
-
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        return inner(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, wrapped)
-    return threads
 
 
 @pytest.mark.parametrize("large", [False, True], ids=["small-inline", "large-offloaded"])

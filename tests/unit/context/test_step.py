@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.threads import threads_of
 from toolref.asgi.workers import Workers
 from toolref.kit.quieted import Quieted
 from toolref.wire.endpoints import Endpoint
@@ -359,14 +360,7 @@ async def test_a_body_of_many_small_messages_is_read_in_a_worker_thread(
     under the 512 KiB threshold, held the event loop for a second. A body is weighed with
     its objects and arrays (`workers.weight`): a few messages stay inline, a thousand
     (32 KB) go to a thread."""
-    threads: list[str] = []
-    inner = context_edits._read
-
-    def recorded(*args: Any) -> Any:
-        threads.append(threading.current_thread().name)
-        return inner(*args)
-
-    monkeypatch.setattr(context_edits, "_read", recorded)
+    threads = threads_of(monkeypatch, context_edits, "_read")
     facts_module.forget()
     messages = [{"role": "user", "content": f"m{n}"} for n in range(count)]
     body = json.dumps({"model": "m", "messages": messages}).encode()

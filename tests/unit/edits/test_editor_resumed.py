@@ -44,25 +44,26 @@ def test_a_resumed_turn_is_the_edit_of_the_whole_pass(
     forget()
     for action in ["step", "step", *actions]:
         act(agent, action)
-        body = agent.body()
-        fast = resumed.prepare(HEADERS, body, "messages")  # cut on from the body before
-        forget()
-        slow = whole.prepare(HEADERS, body, "messages")  # from scratch
-        assert fast is not None
-        assert slow is not None
-        assert slow.cut.same == 0
-        same_base(fast, slow)
-        for editor, registry in zip((resumed, whole), registries, strict=True):
-            turn = send(editor, registry, HEADERS, body)
-            assert turn.answer.body == body
+        both((resumed, whole), registries, agent.body())
 
 
-def same_base(fast: Edit, slow: Edit) -> None:
-    """The resumed edit is the whole pass's, byte for byte (`Editor._resumed` takes the body
-    before's recipe only where no other recipe can share more)."""
-    assert fast.ref == slow.ref
-    assert fast.base == slow.base
-    assert fast.body == slow.body
+def both(
+    editors: tuple[Editor, Editor], registries: tuple[Registry, Registry], body: bytes
+) -> Edit:
+    """`body` through the resumed editor (cut on from the body before) and the whole pass's
+    (from scratch): one edit, byte for byte (`Editor._resumed` takes the body before's
+    recipe only where no other recipe can share more), each restored by its registry; the
+    resumed one."""
+    fast = editors[0].prepare(HEADERS, body, "messages")
+    forget()
+    slow = editors[1].prepare(HEADERS, body, "messages")
+    assert fast is not None
+    assert slow is not None
+    assert slow.cut.same == 0
+    assert (fast.ref, fast.base, fast.body) == (slow.ref, slow.base, slow.body)
+    for editor, registry in zip(editors, registries, strict=True):
+        assert send(editor, registry, HEADERS, body).answer.body == body
+    return fast
 
 
 @pytest.mark.parametrize("guard", [False, True])
@@ -80,16 +81,7 @@ def test_an_older_recipe_sharing_more_is_the_base_of_a_resumed_turn(guard: bool)
     actions = ["compact", "step", "delete", "delete", "delete", "delete", "insert", "step"]
     for action in ["step", "step", *actions]:
         act(agent, action)
-        body = agent.body()
-        fast = resumed.prepare(HEADERS, body, "messages")
-        forget()
-        slow = whole.prepare(HEADERS, body, "messages")
-        assert fast is not None
-        assert slow is not None
-        same_base(fast, slow)
-        for editor, registry in zip((resumed, whole), registries, strict=True):
-            assert send(editor, registry, HEADERS, body).answer.body == body
-    assert fast is not None
+        fast = both((resumed, whole), registries, agent.body())
     assert fast.cut.resumed is not None
     assert fast.base != fast.cut.resumed  # the case this test holds
 
@@ -114,18 +106,7 @@ def test_a_turn_back_on_an_earlier_branch_is_sent_against_that_branch(again: boo
     resumed, whole = Editor(), Editor()
     registries = Registry(), Registry()
     forget()
-    made: list[Edit] = []
-    for body in turns:
-        fast = resumed.prepare(HEADERS, body, "messages")
-        forget()
-        slow = whole.prepare(HEADERS, body, "messages")
-        assert fast is not None
-        assert slow is not None
-        same_base(fast, slow)
-        made.append(fast)
-        for editor, registry in zip((resumed, whole), registries, strict=True):
-            assert send(editor, registry, HEADERS, body).answer.body == body
-    first, second, third = made
+    first, second, third = [both((resumed, whole), registries, body) for body in turns]
     assert third.cut.resumed == second.ref  # cut on from the body before
     assert third.base == first.ref  # sent against the branch it goes back to
     assert len(third.body) < len(second.body)
