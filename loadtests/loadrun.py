@@ -39,14 +39,19 @@ RESULTS = ROOT / "loadtests" / "results"
 DOCS = ROOT / "docs"
 HOSTILE_RATIO = 2.0
 # p95 thresholds in milliseconds, per locust request name: generous for one small machine,
-# tight enough to catch a path that went quadratic or a store round trip per item.
+# tight enough to catch a path that went quadratic or a store round trip per item. The
+# smoke (`make loadtest LOADTEST_TIME=15s`: 50 users, locust on the service's own 2 cores)
+# runs saturated, so a p95 is mostly queueing: on 2026-12-02 the same code (6d1ec2b, which
+# had passed at 500 and 300) read summary 520-1,100 ms and findMissing 230-330 ms over
+# six runs in a row (a summary a worker thread makes, sharing the GIL with a busy loop,
+# takes the tail). A path gone quadratic costs seconds here.
 THRESHOLDS: dict[str, float] = {
     "optimize": 1000,
     "hydrate": 1000,
     "register": 500,
-    "findMissing": 300,
+    "findMissing": 500,
     "resolve": 500,
-    "summary": 500,
+    "summary": 1500,
 }
 
 
