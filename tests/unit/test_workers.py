@@ -144,3 +144,31 @@ def test_a_json_text_weighs_its_bytes_and_its_containers() -> None:
     text = '"' + "a" * 600_000 + '"'
     assert weight(text) == len(text)  # a long string: its bytes alone
     assert weight("") == 0
+
+
+class Counted(str):
+    """A text that says when its braces are counted."""
+
+    counted = 0
+
+    def count(self, sub: str, *args: Any) -> int:
+        Counted.counted += 1
+        return super().count(sub, *args)
+
+
+def test_workers_weigh_texts_only_while_they_may_stay_under_the_threshold() -> None:
+    """`Workers.weigh` counts a text's braces only while the work may stay under the
+    threshold: a body as long as the threshold goes to a thread by its length, with nothing
+    counted on the loop (a 32 MiB body counted at each step took tens of ms of it)."""
+    workers = Workers(None, 1000)
+    small, large = Counted('{"a":[1]}'), Counted("x" * 1000)
+    expected = weight(small)
+    Counted.counted = 0
+    assert workers.weigh(small) == expected
+    assert Counted.counted == 2  # its braces and its brackets
+    Counted.counted = 0
+    assert workers.weigh(large, small) == 1000 + len(small)  # past it: lengths alone
+    assert Counted.counted == 0
+    assert workers.weigh(small, small) == weight(small) + len(small)  # the first reached it
+    assert Workers(None, None).weigh(small, large) == len(small) + len(large)  # never by size
+    assert not workers.here(workers.weigh(*[small] * 200))  # 200 small texts: a thread's

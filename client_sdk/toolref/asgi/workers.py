@@ -58,6 +58,19 @@ class Workers:
             if sys.getswitchinterval() > SWITCH_INTERVAL:
                 sys.setswitchinterval(SWITCH_INTERVAL)
 
+    def weigh(self, *texts: bytes | str) -> int:
+        """What work through the JSON `texts` costs (`weight`), counted only while it may
+        stay under the threshold: once their lengths reach it, no brace is counted (a 32
+        MiB body counted twice on the loop took tens of ms). O(min(their bytes, the
+        threshold)) at C speed, and a step a text."""
+        total = 0
+        for text in texts:
+            total += len(text)
+            if self.threshold is None or total >= self.threshold:
+                continue  # decided by size alone: nothing counted
+            total = weight(text) - len(text) + total
+        return total
+
     def here(self, size: int) -> bool:
         """Work of `size` bytes runs on the caller's thread (`run` calls it in place)."""
         return self.threshold is None or size < self.threshold

@@ -25,7 +25,7 @@ from typing import Final
 from starlette.types import Message, Send
 
 from toolref.asgi.hops import decoded
-from toolref.asgi.workers import Workers, weight
+from toolref.asgi.workers import Workers
 from toolref.kit.quieted import Quieted
 from toolref.wire.endpoints import Endpoint
 from toolref.wire.errors import ToolrefError
@@ -156,7 +156,9 @@ async def edit_context(
     trace: context editing never fails a request).
     O(the body) at C speed plus O(its new messages) in Python."""
     try:
-        read = await workers.run(weight(body), _read, body, tenant, llm, policy, max_containers)
+        read = await workers.run(
+            workers.weigh(body), _read, body, tenant, llm, policy, max_containers
+        )
     except Exception:  # a fault of this optional step: the request goes on as it came
         log.exception("context editing failed on a request; it was sent as it came")
         read = "failed"
@@ -203,7 +205,7 @@ async def edit_context(
         rewrote = chosen.rewrote and not set(chosen.cleared[chosen.newest :]).isdisjoint(kept)
         rewrote = rewrote or any(c in kept or _dropped(found, c, policy) for c in changed)
         chosen = dataclasses.replace(chosen, cleared=kept, rewrote=rewrote)
-        out = await workers.run(weight(body), _rewritten, found, chosen.cleared, policy)
+        out = await workers.run(workers.weigh(body), _rewritten, found, chosen.cleared, policy)
     except Exception:  # as above
         log.exception("context editing failed on a request; it was sent as it came")
         metrics.context_requests.labels("failed").inc()

@@ -38,7 +38,6 @@ from starlette.types import Message, Receive, Scope, Send
 from toolref.asgi.budget import SCOPE_KEY, Account, Budget
 from toolref.asgi.hops import decoded, encoded, savings_value
 from toolref.asgi.scope import Disconnected, header, read_body, replay, with_headers
-from toolref.asgi.workers import weight
 from toolref.edits.answer import AnswerTap, tap_for
 from toolref.edits.segments import is_secret
 from toolref.edits.wire import MEDIA_TYPE, VERSION
@@ -158,7 +157,7 @@ async def switched(
     `switch_body`, as for any request), off the loop when large."""
     if rewrite is None:
         return body
-    return await services.workers.run(weight(body), rewrite, body)
+    return await services.workers.run(services.workers.weigh(body), rewrite, body)
 
 
 def restored_scope(scope: Scope, applied: Applied, length: int, account: Account) -> Scope:

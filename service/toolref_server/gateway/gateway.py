@@ -29,7 +29,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from toolref.asgi.budget import Budget
 from toolref.asgi.hops import savings_value
 from toolref.asgi.scope import Disconnected, header, replay, with_body, with_headers
-from toolref.asgi.workers import weight
 from toolref.edits.wire import VERSION as EDITS_VERSION
 from toolref.handoff.switch import switched_text
 from toolref.receiving.channel_server import serve_channel
@@ -342,7 +341,7 @@ class Gateway:
                     llm: Endpoint = scope[_ENDPOINT_KEY]
                     # A parse and a handoff: linear, off the loop when large.
                     body = await self._services().workers.run(
-                        weight(body), switch_body, body, llm, at
+                        self._services().workers.weigh(body), switch_body, body, llm, at
                     )
                 if context is not None:
                     body = await context(body)

@@ -50,7 +50,7 @@ class InProcessRegistry:
         decoded = documents.Decoded(
             {"messages": values},
             list(texts if texts is not None else messages.texts()),
-            len(messages.text),
+            services.workers.weigh(messages.text),  # its objects and arrays too
         )
         options: dict[str, object] = {"messages": []}
         if format is not None:

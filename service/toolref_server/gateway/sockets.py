@@ -54,7 +54,7 @@ from starlette.types import Receive, Scope, Send
 from toolref.asgi.budget import Budget
 from toolref.asgi.hops import decoded, encoded, end_to_end, without_toolref
 from toolref.asgi.scope import header
-from toolref.asgi.workers import Workers, weight
+from toolref.asgi.workers import Workers
 from toolref.websocket.bridge import Limits, bridge
 from toolref.websocket.driver import Refusal, Unreachable, connect
 from toolref.websocket.frames import Decoder
@@ -191,7 +191,8 @@ class Sockets:
             restore = decoder.decode
 
             async def inbound(message: str | bytes) -> str | bytes:
-                return await self.workers().run(weight(message), restore, message)
+                workers = self.workers()
+                return await workers.run(workers.weigh(message), restore, message)
 
         counted = None
         if socket_turns(found.path):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, NamedTuple, cast
 
 from toolref import formats
-from toolref.asgi.workers import Workers, weight
+from toolref.asgi.workers import Workers
 from toolref.kit.payload import without_media
 from toolref.kit.pending import Pending
 from toolref.wire.canonical import Ref, invocation_digest
@@ -106,7 +106,7 @@ async def stand_ins(
     invocations: dict[Cleared, Invoked] = {}
     if wanted:
         # each message parsed once; off the loop when the messages are large
-        size = sum(weight(found.messages[c.message].text) for c in wanted)
+        size = workers.weigh(*(found.messages[c.message].text for c in wanted))
         invocations = await workers.run(size, invocations_of, found, wanted)
         for item, made in invocations.items():
             slots[item] = store.invocation(tenant, made.ref, PINNED + sid)

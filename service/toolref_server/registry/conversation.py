@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from toolref import formats
-from toolref.asgi.workers import Workers, weight
+from toolref.asgi.workers import Workers
 from toolref.formats import Detection, Format, Scan, source
 from toolref.wire.canonical import Ref, invocation_digest
 from toolref.wire.encoding import dumps_json
@@ -54,12 +54,6 @@ class Conversation:
     def size(self) -> int:
         """Characters of its text (what it fills and joins to)."""
         return sum(map(len, self.texts))
-
-    @property
-    def work(self) -> int:
-        """What work through it costs, in bytes (`workers.weight`: its characters and its
-        objects and arrays)."""
-        return sum(map(weight, self.texts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +135,8 @@ async def register(services: Records, tenant: str, conversation: Conversation) -
     """Store the complete invocations, payloads as written; a ref that collides is left
     out (sent in full)."""
     threshold = services.settings.compress_threshold
-    items, refs = await services.workers.run(conversation.work, _records, conversation, threshold)
+    work = services.workers.weigh(*conversation.texts)  # its objects and arrays too
+    items, refs = await services.workers.run(work, _records, conversation, threshold)
     outcomes = await services.store.register(tenant, list(items.values()))
     held = {
         str(item.ref)

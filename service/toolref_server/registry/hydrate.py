@@ -76,12 +76,6 @@ class Filled:
     texts: list[str]
     size: int  # at most the characters of `texts`
 
-    @property
-    def work(self) -> int:
-        """What work through the filled texts costs, in bytes (`workers.weight`): their
-        characters and the conversation's objects and arrays (a fill adds text only)."""
-        return self.conversation.work + self.size - self.conversation.size
-
 
 @dataclass(frozen=True, slots=True)
 class Done:
@@ -109,7 +103,7 @@ async def run(services: Hydrating, ask: Ask) -> Done:
     payloads = {ref: rec.payload for ref, rec in held.items()}
     size = bound(services, ask, conversation, payloads)  # before anything is registered
     registration = await register_read(services, ask.tenant, conversation)
-    work = conversation.work + size - conversation.size  # as `Filled.work` counts it
+    work = services.workers.weigh(*conversation.texts) + size - conversation.size  # + the fill
     texts = await services.workers.run(
         work, source.fill, conversation.texts, conversation.scan, payloads
     )
@@ -205,14 +199,15 @@ async def summarize(
     figures. Summary mode always works on the whole conversation; its own work (which
     results, their placeholders, the texts with them) runs where the fill did."""
     body = ask.body
-    candidates = await services.workers.run(filled.work, _older, filled, body)
+    work = services.workers.weigh(*filled.texts)  # their objects and arrays too
+    candidates = await services.workers.run(work, _older, filled, body)
     max_chars = body.max_chars or services.settings.summary_max_chars
     summaries = await services.summaries.many(
         ask.tenant, [(Ref(c.ref), c.invocation) for c in candidates], summarizer, max_chars
     )
     texts = [s.text for s in summaries]
     condensed, replaced, size = await services.workers.run(
-        filled.work, _condensed, filled, candidates, texts
+        work, _condensed, filled, candidates, texts
     )
     figures = {
         "summarized": replaced,

@@ -40,7 +40,8 @@ async def handoff_context(request: Request) -> Response:
         _bounded(services.settings.max_decompressed_bytes, conversation, held)
         # each record parsed once, and the fill: off the loop when large
         messages = await services.workers.run(
-            conversation.work + sum(len(r.payload.result) for r in held.values()),
+            services.workers.weigh(*conversation.texts)
+            + sum(len(r.payload.result) for r in held.values()),
             _filled,
             messages,
             conversation.scan,
@@ -51,12 +52,13 @@ async def handoff_context(request: Request) -> Response:
         formats.check_messages(body.request)
         target = formats.detect(body.request, body.request_format)
     settings = request_context.services(request).settings
+    work = request_context.services(request).workers.weigh(*conversation.texts)
     summary, source = None, "none"
     if body.summarize_text:
         budget = min(handoff.SUMMARY_CHARS, body.max_tool_context_chars // 4)
-        summary, source = await _text_summary(request, tenant, messages, budget, conversation.work)
+        summary, source = await _text_summary(request, tenant, messages, budget, work)
     result = await request_context.services(request).workers.run(
-        conversation.work,
+        work,
         handoff.build,
         messages,
         conversation.fmt,

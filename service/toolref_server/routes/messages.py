@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from toolref.asgi.workers import weight
 from toolref.formats import source
 from toolref.wire import endpoints
 from toolref.wire.models import (
@@ -81,7 +80,7 @@ async def answer(
     body: dict[str, Any] = {"format": written.pop("format"), "messages": None, **written}
     workers = request_context.services(request).workers
     render = as_msgpack if codec.wants_msgpack(request) else as_json
-    return await workers.run(weight(messages), render, request, body, messages, headers)
+    return await workers.run(workers.weigh(messages), render, request, body, messages, headers)
 
 
 def as_json(
@@ -107,7 +106,11 @@ async def optimize(request: Request) -> Response:
     conversation, _ = await conversation_of(request, OptimizeRequest)
     registration = await register(services, tenant, conversation)
     optimized, _ = await services.workers.run(
-        conversation.work, source.replace, conversation.texts, conversation.scan, registration.refs
+        services.workers.weigh(*conversation.texts),
+        source.replace,
+        conversation.texts,
+        conversation.scan,
+        registration.refs,
     )
     used = dict.fromkeys([*conversation.scan.refs, *registration.refs.values()])
     answered = joined(optimized)

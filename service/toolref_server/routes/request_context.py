@@ -9,7 +9,6 @@ import pydantic
 from starlette.requests import Request
 
 from toolref.asgi.budget import SCOPE_KEY, Account
-from toolref.asgi.workers import weight
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import (
     BatchTooLargeError,
@@ -72,7 +71,9 @@ async def document(request: Request, *, messages_key: str | None = "messages") -
     account: Account | None = request.scope.get(SCOPE_KEY)
     data = await codec.read_body(request, limits, workers=workers, account=account)
     echoed = messages_key is not None and decoder == "json"
-    return await workers.run(weight(data), _decoded, data, decoder, limits, messages_key, echoed)
+    return await workers.run(
+        workers.weigh(data), _decoded, data, decoder, limits, messages_key, echoed
+    )
 
 
 def _decoded(
