@@ -629,8 +629,9 @@ async def test_a_turn_no_http_request_could_carry_is_refused_400_before_the_app(
 
 
 def test_what_http_carries_is_sendable() -> None:
-    ok = frames.Turn(
-        0, "/llm/a/v1/messages?x=%20&y=caf\u00e9", [("x-a", "a b\tc"), ("x-e", "")], b""
-    )
+    """What h11 reads and writes passes: DEL and other controls but NUL and line breaks in a
+    value (h11's pattern is of bytes), latin-1, inner spaces and tabs, an empty value."""
+    pairs = [("x-a", "a b\tc"), ("x-e", ""), ("x-d", "a\x7fb\x01"), ("x-l", "caf\u00e9\xa0")]
+    ok = frames.Turn(0, "/llm/a/v1/messages?x=%20&y=caf\u00e9", pairs, b"")
     assert frames.unsendable(ok) is None
     assert frames.unsendable(frames.Turn(0, "/", list(HEADERS), b"")) is None

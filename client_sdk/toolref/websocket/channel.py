@@ -215,18 +215,21 @@ class Receiver:
         return Turn(stream, self.target, self.headers, frame[at + size :])
 
 
-# What an HTTP/1.1 head may carry (RFC 9110 5.1, 5.5, as h11 reads and writes it): a header's
-# name a token, its value visible latin-1 characters with single spaces or tabs between
-# them, a target visible characters. Over HTTP the server refuses any other head; a frame's
-# is JSON, which can say anything, so the receiver checks it (`unsendable`).
+# What an HTTP/1.1 head may carry, as h11 (the relay's server, the gateway's server and its
+# upstream client) reads and writes it: a header's name a token (RFC 9110 5.1), its value
+# latin-1 characters but NUL and whitespace, with single runs of spaces or tabs between
+# them (h11's `field_value`, a bytes pattern: DEL and other controls pass), a target the
+# same without spaces. Over HTTP the server refuses any other head; a frame's is JSON,
+# which can say anything, so the receiver checks it (`unsendable`).
+_CHAR: Final = r"[^\x00\t\n\x0b\x0c\r \u0100-\U0010ffff]"
 _TOKEN: Final = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
-_VALUE: Final = re.compile(r"(?:[\x21-\x7e\x80-\xff]+(?:[ \t]+[\x21-\x7e\x80-\xff]+)*)?")
-_TARGET: Final = re.compile(r"/[\x21-\x7e\x80-\xff]*")
+_VALUE: Final = re.compile(rf"(?:{_CHAR}+(?:[ \t]+{_CHAR}+)*)?")
+_TARGET: Final = re.compile(rf"/{_CHAR}*")
 
 
 def unsendable(turn: Turn) -> str | None:
-    """What in `turn`'s target or headers no HTTP/1.1 request could carry (a line break, a
-    control character, a character past latin-1, a name that is no token), in words, or
+    """What in `turn`'s target or headers no HTTP/1.1 request could carry (a NUL, a line
+    break, a character past latin-1, a name that is no token), in words, or
     None. A receiver answers such a turn 400, as an HTTP server answers such a head: sent
     on as it is, the head fails where it is written (h11 refuses it at the upstream), and
     a character past latin-1 fails as the turn's scope is made. O(head)."""
@@ -237,8 +240,8 @@ def unsendable(turn: Turn) -> str | None:
             return f"its header name {_shown(name)} is not a token"
         if not _VALUE.fullmatch(value):
             return (
-                f"its header {name}'s value {_shown(value)} holds a line break, a control "
-                "character, a character past latin-1, or spaces at its ends"
+                f"its header {name}'s value {_shown(value)} holds a NUL, a line break, "
+                "spaces at its ends or a character past latin-1"
             )
     return None
 
