@@ -7,11 +7,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 
-
-def threads_of(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> list[str]:
-    """The threads `module.<name>` ran in, each time it ran."""
+def threads_of(monkeypatch: Any, module: Any, name: str) -> list[str]:
+    """The threads `module.<name>` ran in, each time it ran (`monkeypatch`: pytest's
+    fixture, which undoes it; tests/support imports no pytest)."""
     threads: list[str] = []
     inner: Callable[..., Any] = getattr(module, name)
 
