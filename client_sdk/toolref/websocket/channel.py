@@ -225,29 +225,34 @@ _CHAR: Final = r"[^\x00\t\n\x0b\x0c\r \u0100-\U0010ffff]"
 _TOKEN: Final = re.compile(r"[-!#$%&'*+.^_`|~0-9A-Za-z]+")
 _VALUE: Final = re.compile(rf"(?:{_CHAR}+(?:[ \t]+{_CHAR}+)*)?")
 _TARGET: Final = re.compile(rf"/{_CHAR}*")
+_OFF_VALUE: Final = re.compile(r"[\x00\n\x0b\x0c\r\u0100-\U0010ffff]")  # never in a value
+_OFF: Final = re.compile(r"[\x00\t\n\x0b\x0c\r \u0100-\U0010ffff]")  # never in a target
 
 
 def unsendable(turn: Turn) -> str | None:
     """What in `turn`'s target or headers no HTTP/1.1 request could carry (a NUL, a line
-    break, a character past latin-1, a name that is no token), in words, or
-    None. A receiver answers such a turn 400, as an HTTP server answers such a head: sent
-    on as it is, the head fails where it is written (h11 refuses it at the upstream), and
-    a character past latin-1 fails as the turn's scope is made. O(head)."""
+    break, a character past latin-1, a name that is no token), in words, or None; a value
+    is never repeated (it may be a credential), only where it goes wrong. A receiver
+    answers such a turn 400, as an HTTP server answers such a head: sent on as it is, the
+    head fails where it is written (h11 refuses it at the upstream), and a character past
+    latin-1 fails as the turn's scope is made. O(head)."""
     if not _TARGET.fullmatch(turn.target):
-        return f"its target {_shown(turn.target)} holds a character no request line carries"
+        return f"its target {_where(turn.target, _OFF)}"
     for name, value in turn.headers:
         if not _TOKEN.fullmatch(name):
-            return f"its header name {_shown(name)} is not a token"
+            return f"its header name {name[:80]!r} is not a token"
         if not _VALUE.fullmatch(value):
-            return (
-                f"its header {name}'s value {_shown(value)} holds a NUL, a line break, "
-                "spaces at its ends or a character past latin-1"
-            )
+            return f"its header {name}'s value {_where(value, _OFF_VALUE)}"
     return None
 
 
-def _shown(text: str) -> str:
-    return repr(text if len(text) <= 80 else text[:77] + "...")
+def _where(text: str, off: re.Pattern[str]) -> str:
+    """Where `text` (a target, a header's value) holds a character `off` finds, or that it
+    breaks the rule at its ends."""
+    found = off.search(text)
+    if found is None:
+        return "has spaces or tabs at its ends"
+    return f"holds U+{ord(found.group()):04X} at character {found.start()}"
 
 
 def window_granted(asked: str | None) -> int | None:
