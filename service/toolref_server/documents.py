@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import msgpack
 
-from toolref.asgi.workers import weight
+from toolref.asgi.workers import CONTAINER_BYTES, weight
 from toolref.kit import spans
 from toolref.wire.encoding import LONE_SURROGATE, ext_hook
 from toolref.wire.errors import (
@@ -71,7 +71,7 @@ def decode_document(
         if decoder == "json":
             _check_containers(data, limits.max_containers)
             return _json_document(data, limits, messages_key)
-        value = _unpack(data, limits)
+        value, containers = _unpack(data, limits)
     except RecursionError:
         raise _too_deep(max_depth) from None
     except msgpack.StackError:
@@ -92,7 +92,7 @@ def decode_document(
             "msgpack object, or fix the Content-Type if it is not msgpack"
         ) from None
     check_json_tree(value, max_depth)
-    return Decoded(value, None, weight(data))
+    return Decoded(value, None, len(data) + CONTAINER_BYTES * containers)
 
 
 def _too_many(what: str, limits: BodyLimits) -> TooManyItemsError:
@@ -148,10 +148,10 @@ def _string_end(data: bytes, quote: int) -> int:
         at = close + 1
 
 
-def _unpack(data: bytes, limits: BodyLimits) -> Any:
+def _unpack(data: bytes, limits: BodyLimits) -> tuple[Any, int]:
     """msgpack with every limit checked while decoding: items per array or map (before it
     is allocated), arrays and maps in all, and string keys only, checked before a map is
-    built (so colliding keys never reach a dict)."""
+    built (so colliding keys never reach a dict). The value, and its arrays and maps."""
     count = 0
 
     def counted(value: Any) -> Any:
@@ -170,7 +170,7 @@ def _unpack(data: bytes, limits: BodyLimits) -> Any:
                 )
         return dict(items)
 
-    return msgpack.unpackb(
+    value = msgpack.unpackb(
         data,
         raw=False,
         strict_map_key=False,  # checked in `pairs`, before the dict exists
@@ -180,6 +180,7 @@ def _unpack(data: bytes, limits: BodyLimits) -> Any:
         max_array_len=limits.max_items,
         max_map_len=limits.max_items,
     )
+    return value, count
 
 
 def _json_document(data: bytes, limits: BodyLimits, messages_key: str | None) -> Decoded:

@@ -17,12 +17,12 @@ import pytest
 import zstandard
 
 from toolref import AsyncRegistryClient
-from toolref.asgi.workers import weight
+from toolref.asgi.workers import packed_weight, weight
 from toolref.wire.canonical import digest_of
 from toolref.wire.errors import DecompressedTooLargeError, ValidationError
 from toolref_server import export
 from toolref_server.registry import conversation as conversation_module
-from toolref_server.routes import hydration
+from toolref_server.routes import hydration, request_context
 from toolref_server.routes import invocations as invocation_routes
 from toolref_server.routes import messages as message_routes
 from toolref_server.storage import store
@@ -251,22 +251,34 @@ def test_an_export_item_of_many_small_values_is_refused_before_it_is_built(shape
     assert len(list(export._items(good, export.Limits()))) == 2
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["json", "msgpack"])
 async def test_a_small_body_of_many_tool_calls_is_worked_on_in_a_worker_thread(
-    make_api: Api, monkeypatch: pytest.MonkeyPatch
+    make_api: Api, monkeypatch: pytest.MonkeyPatch, packed: bool
 ) -> None:
     """Found in review: work went to a thread by a body's bytes alone, and a hydrate makes
     each tool call's record in Python (about 300 us each): 2,500 calls, 405 KB, under the
     512 KiB threshold, held the event loop for 0.8 s. A body weighs its objects and arrays
     too (`workers.weight`): 300 small calls (about 70 KB) are worked on in a thread at the
-    default threshold."""
+    default threshold. Found in the next review: a msgpack body has no braces, so the same
+    calls packed weighed their bytes alone and were decoded and worked on in the loop; it
+    weighs its maps and arrays (`workers.packed_weight`), decoded in a thread too."""
     api = await make_api()
     threads = threads_of(monkeypatch, conversation_module, "_records")
+    decoded = threads_of(monkeypatch, request_context, "_decoded")
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
     for n in range(300):
-        messages += call(n, f"line {n}\n")
+        use = {"type": "tool_use", "id": f"toolu_{n}", "name": "read", "input": {"n": f"{n}"}}
+        done = {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": f"line {n}"}
+        messages += [{"role": "assistant", "content": [use]}, {"role": "user", "content": [done]}]
     body = {"messages": messages}
-    assert len(json.dumps(body)) < 128 << 10 < 512 << 10 <= weight(json.dumps(body))
-    response = await api.post("/v1/messages:hydrate", json=body)
+    data = msgpack.packb(body) if packed else json.dumps(body).encode()
+    assert len(data) < 128 << 10 < 512 << 10 <= (packed_weight if packed else weight)(data)
+    assert not packed or weight(data) < 512 << 10  # packed: no braces to count
+    kind = "application/msgpack" if packed else "application/json"
+    response = await api.post(
+        "/v1/messages:hydrate", content=data, headers={"content-type": kind, "accept": kind}
+    )
     assert response.status_code == 200, response.text[:300]
-    assert response.json()["messages"] == messages
-    assert [t.split("_")[0] for t in threads] == ["toolref-work"]
+    answer = msgpack.unpackb(response.content) if packed else response.json()
+    assert answer["messages"] == messages
+    assert [t.split("_")[0] for t in threads + decoded] == ["toolref-work"] * 2

@@ -18,9 +18,10 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
 import pytest
 
-from toolref.asgi.workers import CONTAINER_BYTES, Workers, weight
+from toolref.asgi.workers import CONTAINER_BYTES, Workers, packed_weight, weight
 
 
 class Blob:
@@ -144,6 +145,20 @@ def test_a_json_text_weighs_its_bytes_and_its_containers() -> None:
     text = '"' + "a" * 600_000 + '"'
     assert weight(text) == len(text)  # a long string: its bytes alone
     assert weight("") == 0
+
+
+def test_a_msgpack_body_weighs_its_bytes_and_its_maps_and_arrays() -> None:
+    """A msgpack body has no braces: `packed_weight` counts the bytes that may open a map or
+    an array (fixmap, fixarray, 16- and 32-bit ones), never fewer than it holds."""
+    tiny = msgpack.packb({"messages": [{"role": "user", "content": "x"}] * 200})
+    assert weight(tiny) == len(tiny)  # no braces: by its bytes alone, as before
+    assert packed_weight(tiny) >= len(tiny) + CONTAINER_BYTES * 202
+    assert Workers(None, 512 << 10).weigh_packed(tiny) == packed_weight(tiny) >= 512 << 10
+    wide = msgpack.packb([[]] * 70_000 + [{}] * 70_000)  # array 32, maps and arrays in it
+    assert packed_weight(wide) == len(wide) + CONTAINER_BYTES * 140_001
+    text = msgpack.packb("a" * 600_000)
+    assert packed_weight(text) == len(text)  # a long string: its bytes alone
+    assert Workers(None, 1000).weigh_packed(text) == len(text)  # past it: counted not
 
 
 class Counted(str):

@@ -36,6 +36,13 @@ SWITCH_INTERVAL: Final = 0.001
 CONTAINER_BYTES: Final = 4096
 
 
+# Every byte but those that may open a msgpack map or array (fixmap 0x80-0x8f, fixarray
+# 0x90-0x9f, array 16/32 0xdc 0xdd, map 16/32 0xde 0xdf): what `packed_weight` deletes.
+_NOT_PACKED_CONTAINERS: Final = bytes(
+    b for b in range(256) if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF)
+)
+
+
 def weight(text: bytes | str) -> int:
     """The work a JSON text costs, in bytes (what `Workers.run` takes): its length, and
     `CONTAINER_BYTES` for each object or array it opens (braces and brackets counted at C
@@ -43,6 +50,14 @@ def weight(text: bytes | str) -> int:
     if isinstance(text, str):
         return len(text) + CONTAINER_BYTES * (text.count("{") + text.count("["))
     return len(text) + CONTAINER_BYTES * (text.count(b"{") + text.count(b"["))
+
+
+def packed_weight(data: bytes) -> int:
+    """`weight` of a msgpack body: its length, and `CONTAINER_BYTES` for each byte that may
+    open a map or an array (those inside strings and numbers too: more, never less; a
+    msgpack body has no braces to count, and 16,000 tiny maps are as much work to step
+    through as their JSON). O(len(data)) at C speed: one pass deleting every other byte."""
+    return len(data) + CONTAINER_BYTES * len(data.translate(None, _NOT_PACKED_CONTAINERS))
 
 
 class Workers:
@@ -70,6 +85,13 @@ class Workers:
                 continue  # decided by size alone: nothing counted
             total = weight(text) - len(text) + total
         return total
+
+    def weigh_packed(self, data: bytes) -> int:
+        """`weigh` of a msgpack body (`packed_weight`): its markers counted only while it
+        may stay under the threshold. O(min(len(data), the threshold)) at C speed."""
+        if self.threshold is None or len(data) >= self.threshold:
+            return len(data)
+        return packed_weight(data)
 
     def here(self, size: int) -> bool:
         """Work of `size` bytes runs on the caller's thread (`run` calls it in place)."""

@@ -71,9 +71,8 @@ async def document(request: Request, *, messages_key: str | None = "messages") -
     account: Account | None = request.scope.get(SCOPE_KEY)
     data = await codec.read_body(request, limits, workers=workers, account=account)
     echoed = messages_key is not None and decoder == "json"
-    return await workers.run(
-        workers.weigh(data), _decoded, data, decoder, limits, messages_key, echoed
-    )
+    work = workers.weigh(data) if decoder == "json" else workers.weigh_packed(data)
+    return await workers.run(work, _decoded, data, decoder, limits, messages_key, echoed)
 
 
 def _decoded(
