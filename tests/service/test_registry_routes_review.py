@@ -17,11 +17,12 @@ import pytest
 import zstandard
 
 from toolref import AsyncRegistryClient
-from toolref.asgi.workers import packed_weight, weight
+from toolref.asgi.workers import PARSE_CONTAINER_BYTES, packed_weight, weight
 from toolref.wire.canonical import digest_of
 from toolref.wire.errors import DecompressedTooLargeError, ValidationError
 from toolref_server import export
 from toolref_server.registry import conversation as conversation_module
+from toolref_server.registry import hydrate as hydrate_step
 from toolref_server.routes import hydration, request_context
 from toolref_server.routes import invocations as invocation_routes
 from toolref_server.routes import messages as message_routes
@@ -259,12 +260,10 @@ async def test_a_small_body_of_many_tool_calls_is_worked_on_in_a_worker_thread(
     each tool call's record in Python (about 300 us each): 2,500 calls, 405 KB, under the
     512 KiB threshold, held the event loop for 0.8 s. A body weighs its objects and arrays
     too (`workers.weight`): 300 small calls (about 70 KB) are worked on in a thread at the
-    default threshold. Found in the next review: a msgpack body has no braces, so the same
-    calls packed weighed their bytes alone and were decoded and worked on in the loop; it
-    weighs its maps and arrays (`workers.packed_weight`), decoded in a thread too."""
+    default threshold, sent as JSON or packed (a msgpack body weighs its maps and arrays
+    once it is parsed)."""
     api = await make_api()
     threads = threads_of(monkeypatch, conversation_module, "_records")
-    decoded = threads_of(monkeypatch, request_context, "_decoded")
     messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
     for n in range(300):
         use = {"type": "tool_use", "id": f"toolu_{n}", "name": "read", "input": {"n": f"{n}"}}
@@ -281,4 +280,58 @@ async def test_a_small_body_of_many_tool_calls_is_worked_on_in_a_worker_thread(
     assert response.status_code == 200, response.text[:300]
     answer = msgpack.unpackb(response.content) if packed else response.json()
     assert answer["messages"] == messages
-    assert [t.split("_")[0] for t in threads + decoded] == ["toolref-work"] * 2
+    assert [t.split("_")[0] for t in threads] == ["toolref-work"]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["json", "msgpack"])
+async def test_a_body_is_parsed_in_place_and_walked_in_a_thread_by_what_each_step_costs(
+    make_api: Api, monkeypatch: pytest.MonkeyPatch, packed: bool
+) -> None:
+    """Found in review: every object and array weighed what a step through messages costs
+    one (4 KiB), at the parse too, so a small conversation of many content blocks went to a
+    worker thread at the parse and again at each step after it (hydrate and optimize lost
+    13% of their throughput in the load smoke to the hops). The parse weighs a container
+    what parsing costs one (`PARSE_CONTAINER_BYTES`: 0.6-2.2 us), the walk through the
+    messages what that costs: this body is parsed in place and walked in a thread."""
+    api = await make_api()
+    decoded = threads_of(monkeypatch, request_context, "_decoded")
+    walked = threads_of(monkeypatch, hydrate_step, "conversation_of_decoded")
+    roles = ("user", "assistant") * 150
+    messages = [
+        {"role": role, "content": [{"type": "text", "text": f"hi {n}"}]}
+        for n, role in enumerate(roles)
+    ]
+    body = {"messages": messages}
+    data = msgpack.packb(body) if packed else json.dumps(body).encode()
+    weigh = packed_weight if packed else weight
+    assert weigh(data, PARSE_CONTAINER_BYTES) < 512 << 10 <= weigh(data)
+    kind = "application/msgpack" if packed else "application/json"
+    response = await api.post(
+        "/v1/messages:hydrate", content=data, headers={"content-type": kind, "accept": kind}
+    )
+    assert response.status_code == 200, response.text[:300]
+    answer = msgpack.unpackb(response.content) if packed else response.json()
+    assert answer["messages"] == messages
+    assert decoded == [threading.main_thread().name]
+    assert [t.split("_")[0] for t in walked] == ["toolref-work"]
+
+
+async def test_a_packed_body_of_many_tiny_maps_is_parsed_in_a_thread(
+    make_api: Api, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: a msgpack body has no braces, so 4,000 messages of a text block
+    packed (12,000 maps and arrays, 152 KB) weighed their bytes alone and were parsed on the
+    event loop, a Python hook called for each; a packed body weighs the bytes that may open
+    its maps and arrays (`workers.packed_weight`)."""
+    api = await make_api()
+    decoded = threads_of(monkeypatch, request_context, "_decoded")
+    messages = [{"role": "user", "content": [{"type": "text", "text": "x"}]}] * 4_000
+    data = msgpack.packb({"messages": messages})
+    assert weight(data) < 512 << 10 <= packed_weight(data, PARSE_CONTAINER_BYTES)
+    kind = "application/msgpack"
+    response = await api.post(
+        "/v1/messages:hydrate", content=data, headers={"content-type": kind, "accept": kind}
+    )
+    assert response.status_code == 200, response.text[:300]
+    assert msgpack.unpackb(response.content)["messages"] == messages
+    assert [t.split("_")[0] for t in decoded] == ["toolref-work"]

@@ -34,6 +34,11 @@ SWITCH_INTERVAL: Final = 0.001
 # work take about 15 ms (30 ns a byte). So a body of more than about 128 containers goes to
 # a worker thread whatever its bytes.
 CONTAINER_BYTES: Final = 4096
+# What one costs parsing a body (the C parser, the spans of its messages, the depth walk):
+# 0.6-2.2 us (a tool's schema, a tiny message), about 70 bytes at 30 ns a byte, rounded up.
+# Only the parse weighs this: a request of a hundred tools' schemas (2,000 containers, 84
+# KB) parses in about 1 ms, where the item-by-item steps after it walk its messages alone.
+PARSE_CONTAINER_BYTES: Final = 128
 
 
 # Every byte but those that may open a msgpack map or array (fixmap 0x80-0x8f, fixarray
@@ -43,21 +48,22 @@ _NOT_PACKED_CONTAINERS: Final = bytes(
 )
 
 
-def weight(text: bytes | str) -> int:
+def weight(text: bytes | str, per: int = CONTAINER_BYTES) -> int:
     """The work a JSON text costs, in bytes (what `Workers.run` takes): its length, and
-    `CONTAINER_BYTES` for each object or array it opens (braces and brackets counted at C
-    speed, those inside strings too: more, never less). O(len(text)) at C speed."""
+    `per` (the step's cost of one) for each object or array it opens (braces and brackets
+    counted at C speed, those inside strings too: more, never less). O(len(text)) at C
+    speed."""
     if isinstance(text, str):
-        return len(text) + CONTAINER_BYTES * (text.count("{") + text.count("["))
-    return len(text) + CONTAINER_BYTES * (text.count(b"{") + text.count(b"["))
+        return len(text) + per * (text.count("{") + text.count("["))
+    return len(text) + per * (text.count(b"{") + text.count(b"["))
 
 
-def packed_weight(data: bytes) -> int:
-    """`weight` of a msgpack body: its length, and `CONTAINER_BYTES` for each byte that may
-    open a map or an array (those inside strings and numbers too: more, never less; a
-    msgpack body has no braces to count, and 16,000 tiny maps are as much work to step
-    through as their JSON). O(len(data)) at C speed: one pass deleting every other byte."""
-    return len(data) + CONTAINER_BYTES * len(data.translate(None, _NOT_PACKED_CONTAINERS))
+def packed_weight(data: bytes, per: int = CONTAINER_BYTES) -> int:
+    """`weight` of a msgpack body: its length, and `per` for each byte that may open a map
+    or an array (those inside strings and numbers too: more, never less; a msgpack body has
+    no braces to count, and 16,000 tiny maps are as much work to step through as their
+    JSON). O(len(data)) at C speed: one pass deleting every other byte."""
+    return len(data) + per * len(data.translate(None, _NOT_PACKED_CONTAINERS))
 
 
 class Workers:
@@ -73,25 +79,25 @@ class Workers:
             if sys.getswitchinterval() > SWITCH_INTERVAL:
                 sys.setswitchinterval(SWITCH_INTERVAL)
 
-    def weigh(self, *texts: bytes | str) -> int:
-        """What work through the JSON `texts` costs (`weight`), counted only while it may
-        stay under the threshold: once their lengths reach it, no brace is counted (a 32
-        MiB body counted twice on the loop took tens of ms). O(min(their bytes, the
-        threshold)) at C speed, and a step a text."""
+    def weigh(self, *texts: bytes | str, per: int = CONTAINER_BYTES) -> int:
+        """What work through the JSON `texts` costs (`weight`, `per` container), counted
+        only while it may stay under the threshold: once their lengths reach it, no brace
+        is counted (a 32 MiB body counted twice on the loop took tens of ms).
+        O(min(their bytes, the threshold)) at C speed, and a step a text."""
         total = 0
         for text in texts:
             total += len(text)
             if self.threshold is None or total >= self.threshold:
                 continue  # decided by size alone: nothing counted
-            total = weight(text) - len(text) + total
+            total = weight(text, per) - len(text) + total
         return total
 
-    def weigh_packed(self, data: bytes) -> int:
+    def weigh_packed(self, data: bytes, per: int = CONTAINER_BYTES) -> int:
         """`weigh` of a msgpack body (`packed_weight`): its markers counted only while it
         may stay under the threshold. O(min(len(data), the threshold)) at C speed."""
         if self.threshold is None or len(data) >= self.threshold:
             return len(data)
-        return packed_weight(data)
+        return packed_weight(data, per)
 
     def here(self, size: int) -> bool:
         """Work of `size` bytes runs on the caller's thread (`run` calls it in place)."""
