@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 
 import httpx
 
-from toolref.asgi.workers import Workers
+from toolref.asgi.workers import CONTAINER_BYTES, Workers
 from toolref.kit import extractive
 from toolref.kit.kinds import KindTable
 from toolref_server.registry.completions import (
@@ -79,6 +79,40 @@ class Summarizer(Protocol):
     async def summarize(self, invocation: Mapping[str, Any], max_chars: int) -> str: ...
 
 
+# Values of an invocation `sized` looks at before it calls the invocation large: the look
+# runs on the event loop, so it is bounded, whatever the invocation holds.
+SIZED_VALUES: Final = 64
+
+
+def sized(invocation: Mapping[str, Any], threshold: int | None) -> int:
+    """The work of summarizing `invocation`, in `workers.weight`'s bytes: its strings'
+    lengths and `CONTAINER_BYTES` for each object or array, counted over at most
+    `SIZED_VALUES` values; the threshold (work for a thread) once past them, or past the
+    threshold. O(SIZED_VALUES)."""
+    if threshold is None:
+        return 0
+    total, pending = 0, [invocation]
+    for _ in range(SIZED_VALUES):
+        if not pending:
+            return total
+        value: Any = pending.pop()
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, Mapping | list):
+            total += CONTAINER_BYTES
+            if len(pending) + len(value) > SIZED_VALUES:
+                return threshold  # more values than it looks at: a thread's
+            if isinstance(value, Mapping):
+                total += sum(map(len, value))  # the keys: strings
+                value = value.values()
+            pending.extend(value)
+        else:
+            total += 8  # a number, a boolean, null
+        if total >= threshold:
+            return threshold
+    return threshold if pending else total
+
+
 class ExtractiveSummarizer:
     """`toolref.kit.extractive`: deterministic, no model."""
 
@@ -96,9 +130,13 @@ class ExtractiveSummarizer:
         return f"{self.name}:{extractive.VERSION}{table}:{max_chars}"
 
     async def summarize(self, invocation: Mapping[str, Any], max_chars: int) -> str:
+        """In place for a small invocation, in a worker thread for a large one (or one of
+        more than `SIZED_VALUES` values, whose size is not counted): a thread's hop cost a
+        small summary more than it took."""
         if self.workers is None:
             return extractive.summarize(invocation, max_chars, self.kinds)
-        return await self.workers.offload(extractive.summarize, invocation, max_chars, self.kinds)
+        size = sized(invocation, self.workers.threshold)
+        return await self.workers.run(size, extractive.summarize, invocation, max_chars, self.kinds)
 
 
 class OpenAICompatibleSummarizer:
