@@ -17,7 +17,7 @@ import pytest
 import zstandard
 
 from toolref import AsyncRegistryClient
-from toolref.asgi.workers import PARSE_CONTAINER_BYTES, packed_weight, weight
+from toolref.asgi.workers import packed_weight, parse_weight, weight
 from toolref.wire.canonical import digest_of
 from toolref.wire.errors import DecompressedTooLargeError, ValidationError
 from toolref_server import export
@@ -271,7 +271,7 @@ async def test_a_small_body_of_many_tool_calls_is_worked_on_in_a_worker_thread(
         messages += [{"role": "assistant", "content": [use]}, {"role": "user", "content": [done]}]
     body = {"messages": messages}
     data = msgpack.packb(body) if packed else json.dumps(body).encode()
-    assert len(data) < 128 << 10 < 512 << 10 <= (packed_weight if packed else weight)(data)
+    assert len(data) < 128 << 10 < 512 << 10 <= weight(json.dumps(body))  # as parsed
     assert not packed or weight(data) < 512 << 10  # packed: no braces to count
     kind = "application/msgpack" if packed else "application/json"
     response = await api.post(
@@ -290,9 +290,9 @@ async def test_a_body_is_parsed_in_place_and_walked_in_a_thread_by_what_each_ste
     """Found in review: every object and array weighed what a step through messages costs
     one (4 KiB), at the parse too, so a small conversation of many content blocks went to a
     worker thread at the parse and again at each step after it (hydrate and optimize lost
-    13% of their throughput in the load smoke to the hops). The parse weighs a container
-    what parsing costs one (`PARSE_CONTAINER_BYTES`: 0.6-2.2 us), the walk through the
-    messages what that costs: this body is parsed in place and walked in a thread."""
+    13% of their throughput in the load smoke to the hops). The parse weighs what parsing
+    costs (`workers.parse_weight`, `packed_weight`), the walk through the messages what that
+    costs: this body is parsed in place and walked in a thread."""
     api = await make_api()
     decoded = threads_of(monkeypatch, request_context, "_decoded")
     walked = threads_of(monkeypatch, hydrate_step, "conversation_of_decoded")
@@ -303,8 +303,8 @@ async def test_a_body_is_parsed_in_place_and_walked_in_a_thread_by_what_each_ste
     ]
     body = {"messages": messages}
     data = msgpack.packb(body) if packed else json.dumps(body).encode()
-    weigh = packed_weight if packed else weight
-    assert weigh(data, PARSE_CONTAINER_BYTES) < 512 << 10 <= weigh(data)
+    parsed = packed_weight if packed else parse_weight
+    assert parsed(data) < 512 << 10 <= weight(json.dumps(body))
     kind = "application/msgpack" if packed else "application/json"
     response = await api.post(
         "/v1/messages:hydrate", content=data, headers={"content-type": kind, "accept": kind}
@@ -327,7 +327,7 @@ async def test_a_packed_body_of_many_tiny_maps_is_parsed_in_a_thread(
     decoded = threads_of(monkeypatch, request_context, "_decoded")
     messages = [{"role": "user", "content": [{"type": "text", "text": "x"}]}] * 4_000
     data = msgpack.packb({"messages": messages})
-    assert weight(data) < 512 << 10 <= packed_weight(data, PARSE_CONTAINER_BYTES)
+    assert weight(data) < 512 << 10 <= packed_weight(data)
     kind = "application/msgpack"
     response = await api.post(
         "/v1/messages:hydrate", content=data, headers={"content-type": kind, "accept": kind}

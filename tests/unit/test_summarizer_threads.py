@@ -15,12 +15,19 @@ from tests.support.threads import threads_of
 from toolref.asgi.workers import CONTAINER_BYTES, Workers
 from toolref.kit import extractive
 from toolref.kit.kinds import KindTable
-from toolref_server.registry.summarizers import SIZED_VALUES, ExtractiveSummarizer, sized
+from toolref_server.registry.summarizers import (
+    LINE_BYTES,
+    SIZED_VALUES,
+    ExtractiveSummarizer,
+    sized,
+)
 
 THRESHOLD = 64 << 10
 SMALL = {"name": "read_file", "args": {"path": "a.py"}, "result": "line\n" * 200}
 LARGE = {"name": "read_file", "args": {"path": "a.py"}, "result": "line\n" * 20_000}
-WIDE = {"name": "ls", "args": {}, "result": [{"n": n} for n in range(SIZED_VALUES)]}
+WIDE = {"name": "ls", "args": {}, "result": [0] * SIZED_VALUES}  # small, but past the look
+LINES = {"name": "grep", "args": {}, "result": "x.py:1\n" * 9_000}  # 63 KB, 9,000 lines
+JSON = {"name": "ls", "args": {}, "result": "[" + "[]," * 400 + "[]]"}  # 1.2 KB of JSON
 DEEP: dict[str, Any] = {"name": "tree", "args": {}, "result": "leaf"}
 for _ in range(SIZED_VALUES):
     DEEP = {"name": "tree", "args": {}, "result": DEEP}
@@ -29,19 +36,22 @@ for _ in range(SIZED_VALUES):
 def test_sized_counts_strings_keys_and_containers_within_a_bounded_look() -> None:
     small = sized(SMALL, THRESHOLD)
     keys = len("name") + len("args") + len("result") + len("path")
-    assert (
-        small == len(SMALL["result"]) + len("read_file") + len("a.py") + keys + 2 * CONTAINER_BYTES
-    )
+    lines = 200 * LINE_BYTES
+    strings = len(SMALL["result"]) + len("read_file") + len("a.py") + keys
+    assert small == strings + lines + 2 * CONTAINER_BYTES
     assert sized(LARGE, THRESHOLD) == THRESHOLD  # past it: a thread's
     assert sized(WIDE, THRESHOLD) == THRESHOLD  # more values than it looks at
+    assert len(str(WIDE)) < THRESHOLD  # (counted whole, it is small)
+    assert len(LINES["result"]) < THRESHOLD <= sized(LINES, THRESHOLD)  # its lines too
+    assert len(JSON["result"]) < THRESHOLD <= sized(JSON, THRESHOLD)  # JSON as text too
     assert sized(DEEP, 1 << 40) == 1 << 40  # as many, one inside the other
     assert sized(SMALL, None) == 0  # no threshold: every size runs in place
 
 
 @pytest.mark.parametrize(
     ("invocation", "in_place"),
-    [(SMALL, True), (LARGE, False), (WIDE, False), (DEEP, False)],
-    ids=["small", "large", "wide", "deep"],
+    [(SMALL, True), (LARGE, False), (WIDE, False), (DEEP, False), (LINES, False), (JSON, False)],
+    ids=["small", "large", "wide", "deep", "lines", "json-as-text"],
 )
 def test_a_small_invocation_is_summarized_in_place_and_a_large_in_a_thread(
     monkeypatch: pytest.MonkeyPatch, invocation: dict[str, Any], in_place: bool

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures.thread as pool_thread
 import gc
+import json
 import threading
 import weakref
 from collections.abc import Iterator
@@ -21,7 +22,16 @@ from typing import Any
 import msgpack
 import pytest
 
-from toolref.asgi.workers import CONTAINER_BYTES, Workers, packed_weight, weight
+from toolref.asgi.workers import (
+    CONTAINER_BYTES,
+    PACKED_BYTE_COST,
+    PARSE_CONTAINER_BYTES,
+    PARSE_VALUE_BYTES,
+    Workers,
+    packed_weight,
+    parse_weight,
+    weight,
+)
 
 
 class Blob:
@@ -147,18 +157,48 @@ def test_a_json_text_weighs_its_bytes_and_its_containers() -> None:
     assert weight("") == 0
 
 
-def test_a_msgpack_body_weighs_its_bytes_and_its_maps_and_arrays() -> None:
-    """A msgpack body has no braces: `packed_weight` counts the bytes that may open a map or
-    an array (fixmap, fixarray, 16- and 32-bit ones), never fewer than it holds."""
+def test_a_msgpack_body_weighs_what_parsing_it_costs() -> None:
+    """A msgpack body has no braces: `packed_weight` counts each byte (a value may be one),
+    and the bytes that may open a map or an array, or an ext value, never fewer than it
+    holds."""
     tiny = msgpack.packb({"messages": [{"role": "user", "content": "x"}] * 200})
-    assert weight(tiny) == len(tiny)  # no braces: by its bytes alone, as before
-    assert packed_weight(tiny) >= len(tiny) + CONTAINER_BYTES * 202
-    assert Workers(None, 512 << 10).weigh_packed(tiny) == packed_weight(tiny) >= 512 << 10
+    assert weight(tiny) == len(tiny)  # no braces: by its bytes alone
+    assert packed_weight(tiny) >= PACKED_BYTE_COST * len(tiny) + PARSE_CONTAINER_BYTES * 202
     wide = msgpack.packb([[]] * 70_000 + [{}] * 70_000)  # array 32, maps and arrays in it
-    assert packed_weight(wide) == len(wide) + CONTAINER_BYTES * 140_001
+    assert packed_weight(wide) == PACKED_BYTE_COST * len(wide) + PARSE_CONTAINER_BYTES * 140_001
+    big = msgpack.packb([msgpack.ExtType(1, b"7")] * 1000)  # fixext 1: 0xd4 each
+    assert packed_weight(big) >= PACKED_BYTE_COST * len(big) + PARSE_VALUE_BYTES * 1000
     text = msgpack.packb("a" * 600_000)
-    assert packed_weight(text) == len(text)  # a long string: its bytes alone
-    assert Workers(None, 1000).weigh_packed(text) == len(text)  # past it: counted not
+    assert packed_weight(text) == PACKED_BYTE_COST * len(text)  # a long string: its bytes
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        json.dumps({"messages": [0] * 99_000}),  # 198 KB: each message's span in Python
+        json.dumps({"v": [1.5] * 99_000}),  # a float hook each
+        json.dumps({"v": [""] * 100_000 + ["\ud83d\ude00"]}),  # each string's text checked
+    ],
+    ids=["zeros-as-messages", "floats", "empty-strings"],
+)
+def test_a_body_of_many_small_values_weighs_its_parse_past_the_threshold(body: str) -> None:
+    """Found in review: the parse weighed a body's bytes and containers, not its values,
+    and these bodies (under 512 KiB by bytes) took 17-110 ms of the loop to parse; each
+    value (`PARSE_VALUE_BYTES`, by the commas) weighs what its parse costs."""
+    data = body.encode()
+    assert len(data) < 512 << 10 <= parse_weight(data)
+    assert Workers(None, 512 << 10).weigh_parse(data, packed=False) == parse_weight(data)
+
+
+def test_a_packed_body_of_many_keys_weighs_its_parse_past_the_threshold() -> None:
+    """12 maps of 4,096 keys each (491 KB: each key checked in Python, about 0.5 us) and
+    their values walked: every byte weighs `PACKED_BYTE_COST`."""
+    keys = [[f"{n:08x}" for n in range(4096 * m, 4096 * (m + 1))] for m in range(12)]
+    data = msgpack.packb([dict.fromkeys(names, 0) for names in keys])
+    assert len(data) < 512 << 10 <= packed_weight(data)
+    workers = Workers(None, 512 << 10)
+    assert workers.weigh_parse(data, packed=True) == packed_weight(data)
+    assert workers.weigh_parse(b"x" * (512 << 10), packed=True) == 512 << 10  # by length
 
 
 class Counted(str):

@@ -34,36 +34,59 @@ SWITCH_INTERVAL: Final = 0.001
 # work take about 15 ms (30 ns a byte). So a body of more than about 128 containers goes to
 # a worker thread whatever its bytes.
 CONTAINER_BYTES: Final = 4096
-# What one costs parsing a body (the C parser, the spans of its messages, the depth walk):
-# 0.6-2.2 us (a tool's schema, a tiny message), about 70 bytes at 30 ns a byte, rounded up.
-# Only the parse weighs this: a request of a hundred tools' schemas (2,000 containers, 84
-# KB) parses in about 1 ms, where the item-by-item steps after it walk its messages alone.
+# What parsing a body costs (the C parser, the spans of its messages, the depth walk, the
+# check of its text), in the same bytes: an object or array 0.6-2.2 us (a tool's schema, a
+# tiny message), a value 0.1-1.7 us (a float's hook, a message's span: counted by the
+# commas that part them); a msgpack body's bytes each up to 150 ns (a map of short keys:
+# each checked in Python, on a loaded machine), an ext value up to 0.6 us. Measured in
+# review: a JSON body of 99,000 zeros as its messages (198 KB) parsed in 110 ms, weighed
+# its bytes alone. Bodies of those shapes weighed just under the threshold parse in 2-15
+# ms (JSON) and 1-20 ms (msgpack) with the test suite running beside them (the shapes:
+# tests/unit/test_workers.py).
 PARSE_CONTAINER_BYTES: Final = 128
+PARSE_VALUE_BYTES: Final = 64
+PACKED_BYTE_COST: Final = 6
 
 
 # Every byte but those that may open a msgpack map or array (fixmap 0x80-0x8f, fixarray
-# 0x90-0x9f, array 16/32 0xdc 0xdd, map 16/32 0xde 0xdf): what `packed_weight` deletes.
+# 0x90-0x9f, array 16/32 0xdc 0xdd, map 16/32 0xde 0xdf): what `packed_weight` deletes;
+# and every byte but those that may open an ext value (0xc7-0xc9, 0xd4-0xd8).
 _NOT_PACKED_CONTAINERS: Final = bytes(
     b for b in range(256) if not (0x80 <= b <= 0x9F or 0xDC <= b <= 0xDF)
 )
+_NOT_PACKED_EXTS: Final = bytes(
+    b for b in range(256) if not (0xC7 <= b <= 0xC9 or 0xD4 <= b <= 0xD8)
+)
 
 
-def weight(text: bytes | str, per: int = CONTAINER_BYTES) -> int:
+def weight(text: bytes | str) -> int:
     """The work a JSON text costs, in bytes (what `Workers.run` takes): its length, and
-    `per` (the step's cost of one) for each object or array it opens (braces and brackets
-    counted at C speed, those inside strings too: more, never less). O(len(text)) at C
-    speed."""
+    `CONTAINER_BYTES` for each object or array it opens (braces and brackets counted at C
+    speed, those inside strings too: more, never less). O(len(text)) at C speed."""
     if isinstance(text, str):
-        return len(text) + per * (text.count("{") + text.count("["))
-    return len(text) + per * (text.count(b"{") + text.count(b"["))
+        return len(text) + CONTAINER_BYTES * (text.count("{") + text.count("["))
+    return len(text) + CONTAINER_BYTES * (text.count(b"{") + text.count(b"["))
 
 
-def packed_weight(data: bytes, per: int = CONTAINER_BYTES) -> int:
-    """`weight` of a msgpack body: its length, and `per` for each byte that may open a map
-    or an array (those inside strings and numbers too: more, never less; a msgpack body has
-    no braces to count, and 16,000 tiny maps are as much work to step through as their
-    JSON). O(len(data)) at C speed: one pass deleting every other byte."""
-    return len(data) + per * len(data.translate(None, _NOT_PACKED_CONTAINERS))
+def parse_weight(data: bytes) -> int:
+    """What parsing a JSON body costs, in bytes: its length, `PARSE_CONTAINER_BYTES` for
+    each object or array it opens and `PARSE_VALUE_BYTES` for each comma (those inside
+    strings too: more, never less). O(len(data)) at C speed."""
+    containers = data.count(b"{") + data.count(b"[")
+    return len(data) + PARSE_CONTAINER_BYTES * containers + PARSE_VALUE_BYTES * data.count(b",")
+
+
+def packed_weight(data: bytes) -> int:
+    """What parsing a msgpack body costs, in bytes: `PACKED_BYTE_COST` for each byte (a
+    value may be one), `PARSE_CONTAINER_BYTES` for each byte that may open a map or an
+    array and `PARSE_VALUE_BYTES` for each that may open an ext value (those inside strings
+    and numbers too: more, never less; a msgpack body has no braces or commas to count).
+    O(len(data)) at C speed: a pass deleting every other byte, for each."""
+    containers = len(data.translate(None, _NOT_PACKED_CONTAINERS))
+    exts = len(data.translate(None, _NOT_PACKED_EXTS))
+    return (
+        PACKED_BYTE_COST * len(data) + PARSE_CONTAINER_BYTES * containers + PARSE_VALUE_BYTES * exts
+    )
 
 
 class Workers:
@@ -79,25 +102,26 @@ class Workers:
             if sys.getswitchinterval() > SWITCH_INTERVAL:
                 sys.setswitchinterval(SWITCH_INTERVAL)
 
-    def weigh(self, *texts: bytes | str, per: int = CONTAINER_BYTES) -> int:
-        """What work through the JSON `texts` costs (`weight`, `per` container), counted
-        only while it may stay under the threshold: once their lengths reach it, no brace
-        is counted (a 32 MiB body counted twice on the loop took tens of ms).
-        O(min(their bytes, the threshold)) at C speed, and a step a text."""
+    def weigh(self, *texts: bytes | str) -> int:
+        """What work through the JSON `texts` costs (`weight`), counted only while it may
+        stay under the threshold: once their lengths reach it, no brace is counted (a 32
+        MiB body counted twice on the loop took tens of ms). O(min(their bytes, the
+        threshold)) at C speed, and a step a text."""
         total = 0
         for text in texts:
             total += len(text)
             if self.threshold is None or total >= self.threshold:
                 continue  # decided by size alone: nothing counted
-            total = weight(text, per) - len(text) + total
+            total = weight(text) - len(text) + total
         return total
 
-    def weigh_packed(self, data: bytes, per: int = CONTAINER_BYTES) -> int:
-        """`weigh` of a msgpack body (`packed_weight`): its markers counted only while it
-        may stay under the threshold. O(min(len(data), the threshold)) at C speed."""
+    def weigh_parse(self, data: bytes, *, packed: bool) -> int:
+        """What parsing a JSON (`parse_weight`) or msgpack (`packed_weight`) body costs,
+        counted only while it may stay under the threshold. O(min(len(data), the
+        threshold)) at C speed."""
         if self.threshold is None or len(data) >= self.threshold:
             return len(data)
-        return packed_weight(data, per)
+        return packed_weight(data) if packed else parse_weight(data)
 
     def here(self, size: int) -> bool:
         """Work of `size` bytes runs on the caller's thread (`run` calls it in place)."""

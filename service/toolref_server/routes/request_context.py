@@ -9,7 +9,6 @@ import pydantic
 from starlette.requests import Request
 
 from toolref.asgi.budget import SCOPE_KEY, Account
-from toolref.asgi.workers import PARSE_CONTAINER_BYTES
 from toolref.wire.canonical import Ref
 from toolref.wire.errors import (
     BatchTooLargeError,
@@ -72,8 +71,7 @@ async def document(request: Request, *, messages_key: str | None = "messages") -
     account: Account | None = request.scope.get(SCOPE_KEY)
     data = await codec.read_body(request, limits, workers=workers, account=account)
     echoed = messages_key is not None and decoder == "json"
-    per = PARSE_CONTAINER_BYTES  # the parse's cost of one: the steps after it weigh theirs
-    work = workers.weigh(data, per=per) if decoder == "json" else workers.weigh_packed(data, per)
+    work = workers.weigh_parse(data, packed=decoder != "json")  # the steps after: theirs
     return await workers.run(work, _decoded, data, decoder, limits, messages_key, echoed)
 
 
