@@ -317,7 +317,7 @@ class Editor:
                 break
         else:
             return None
-        if self.recipes.rivalled(base, made.entries, end):
+        if self.recipes.rivalled(base, made.entries, end, made.segments, made.messages):
             return None  # an older recipe holds what it added: the pass over it decides
         return Match(base, shared)
 

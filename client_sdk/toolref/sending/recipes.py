@@ -256,15 +256,34 @@ class Recipes:
             return None
         return Match(found, best[0])
 
-    def rivalled(self, base: Recipe, entries: Sequence[Entry], start: int) -> bool:
+    def rivalled(
+        self,
+        base: Recipe,
+        entries: Sequence[Entry],
+        start: int,
+        segments: Sequence[bytes],
+        messages: Sequence[int],
+    ) -> bool:
         """Whether another recipe may share more with a request of `entries` than `base`,
         which holds entries 1 to `start` of it: one of its others (its headers' too) is held
-        by a recipe and not by `base`. Otherwise every recipe holds a part of what `base`
-        holds, and `best_base` would choose `base` (or one holding as much). O(entries from
-        `start`): what a resumed turn added."""
+        by a line that `best_base` would look at (one holding a message of the request of
+        `RELATED_MIN` bytes or more) and not by `base`. Otherwise every recipe it would
+        weigh holds a part of what `base` holds, and it would choose `base` (or one holding
+        as much). A piece only an unrelated line holds (another conversation read the same
+        large file) rivals nothing: before, it sent the turn to the pass over the request.
+        O(entries from `start`): what a resumed turn added; and O(messages) where one of
+        them is held elsewhere."""
+        rivals: set[_Line] = set()
         for entry in chain(entries[:1], entries[start:]):
             key = _shared_key(entry)
             if key is not None and key in self._holders and base.first(entry) is None:
+                rivals.update(self._holders[key])
+        if not rivals:
+            return False
+        for index in messages:
+            key = _shared_key(entries[index]) if len(segments[index]) >= RELATED_MIN else None
+            holders = self._holders.get(key) if key is not None else None
+            if holders is not None and not rivals.isdisjoint(holders):
                 return True
         return False
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -155,3 +156,64 @@ def test_interleaved_conversations_each_go_on_from_their_own_body() -> None:
         assert send(editor, registry, HEADERS, body).answer.body == body
         refs[which].add(edit.ref)
     assert own >= 80 - 3 * len(agents)  # all but the first turns (a cut of another's envelope)
+
+
+def _read(task: str, results: list[tuple[str, str]], system: str) -> bytes:
+    """A conversation of `task` whose tool calls (`id`, `text` read) were answered, its
+    system prompt after its messages (as Claude Code writes a body)."""
+    messages: list[dict[str, object]] = [{"role": "user", "content": task}]
+    for call, text in results:
+        use = {"type": "tool_use", "id": call, "name": "read", "input": {"path": "a.py"}}
+        done = {"type": "tool_result", "tool_use_id": call, "content": text}
+        messages += [{"role": "assistant", "content": [use]}, {"role": "user", "content": [done]}]
+    body = {"model": "m", "max_tokens": 10, "messages": messages, "system": system}
+    return json.dumps(body).encode()
+
+
+def test_an_entry_only_an_unrelated_conversation_holds_leaves_the_turn_resumed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two conversations (subagents of one agent) whose system prompt changes (a new
+    date, a new status line) after their messages: the second's turn brings the prompt the
+    first already sent, which the first's line holds, and no message of the turn relates
+    the two, so the pass would choose the body before's recipe all the same. Found in
+    review: `Recipes.rivalled` counted any line holding an added entry, and sent such a turn
+    through the pass over the whole request (its CPU, none of its bytes); now only lines the
+    pass would weigh (holding one of the request's messages) rival the base."""
+    old = "You are a coding agent. Today is day 1 of the job; follow the rules.\n" * 40
+    new = old.replace("day 1", "day 2")
+    mine = [(f"toolu_b{n}", f"prior {n} " * 900) for n in range(3)]
+    theirs = [(f"toolu_a{n}", f"other {n} " * 900) for n in range(2)]
+    a = "Task alpha: fix the parser's failing test, and say what was wrong with it."
+    b = "Task beta: document the cache module, its settings and its failure modes."
+    step = ("toolu_b4", "more " * 100)
+    turns = [
+        _read(a, theirs, old),
+        _read(a, [*theirs, ("toolu_a4", "less " * 100)], new),
+        _read(b, mine, old),
+        _read(b, [*mine, step], new),
+    ]
+    resumed, whole = Editor(), Editor()
+    registries = Registry(), Registry()
+    forget()
+    edits = [both((resumed, whole), registries, body) for body in turns[:-1]]
+    passes: list[int] = []
+    inner = resumed.recipes.best_base
+
+    def counted(*args: Any) -> Any:
+        passes.append(1)
+        return inner(*args)
+
+    monkeypatch.setattr(resumed.recipes, "best_base", counted)
+    fast = resumed.prepare(HEADERS, turns[-1], "messages")
+    assert passes == []  # no pass over the request to find its base
+    monkeypatch.undo()
+    forget()
+    slow = whole.prepare(HEADERS, turns[-1], "messages")
+    assert fast is not None
+    assert slow is not None
+    assert (fast.ref, fast.base, fast.body) == (slow.ref, slow.base, slow.body)
+    assert fast.cut.resumed == edits[-1].ref
+    assert fast.base == fast.cut.resumed  # the body before's recipe, as the pass chose
+    for editor, registry in zip((resumed, whole), registries, strict=True):
+        assert send(editor, registry, HEADERS, turns[-1]).answer.body == turns[-1]
