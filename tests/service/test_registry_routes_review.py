@@ -252,6 +252,16 @@ def test_an_export_item_of_many_small_values_is_refused_before_it_is_built(shape
     assert len(list(export._items(good, export.Limits()))) == 2
 
 
+async def hydrated(api: httpx.AsyncClient, data: bytes, *, packed: bool) -> Any:
+    """The messages `messages:hydrate` answers for `data`, JSON or msgpack both ways."""
+    kind = "application/msgpack" if packed else "application/json"
+    response = await api.post(
+        "/v1/messages:hydrate", content=data, headers={"content-type": kind, "accept": kind}
+    )
+    assert response.status_code == 200, response.text[:300]
+    return (msgpack.unpackb(response.content) if packed else response.json())["messages"]
+
+
 @pytest.mark.parametrize("packed", [False, True], ids=["json", "msgpack"])
 async def test_a_small_body_of_many_tool_calls_is_worked_on_in_a_worker_thread(
     make_api: Api, monkeypatch: pytest.MonkeyPatch, packed: bool
@@ -273,13 +283,7 @@ async def test_a_small_body_of_many_tool_calls_is_worked_on_in_a_worker_thread(
     data = msgpack.packb(body) if packed else json.dumps(body).encode()
     assert len(data) < 128 << 10 < 512 << 10 <= weight(json.dumps(body))  # as parsed
     assert not packed or weight(data) < 512 << 10  # packed: no braces to count
-    kind = "application/msgpack" if packed else "application/json"
-    response = await api.post(
-        "/v1/messages:hydrate", content=data, headers={"content-type": kind, "accept": kind}
-    )
-    assert response.status_code == 200, response.text[:300]
-    answer = msgpack.unpackb(response.content) if packed else response.json()
-    assert answer["messages"] == messages
+    assert await hydrated(api, data, packed=packed) == messages
     assert [t.split("_")[0] for t in threads] == ["toolref-work"]
 
 
@@ -305,13 +309,7 @@ async def test_a_body_is_parsed_in_place_and_walked_in_a_thread_by_what_each_ste
     data = msgpack.packb(body) if packed else json.dumps(body).encode()
     parsed = packed_weight if packed else parse_weight
     assert parsed(data) < 512 << 10 <= weight(json.dumps(body))
-    kind = "application/msgpack" if packed else "application/json"
-    response = await api.post(
-        "/v1/messages:hydrate", content=data, headers={"content-type": kind, "accept": kind}
-    )
-    assert response.status_code == 200, response.text[:300]
-    answer = msgpack.unpackb(response.content) if packed else response.json()
-    assert answer["messages"] == messages
+    assert await hydrated(api, data, packed=packed) == messages
     assert decoded == [threading.main_thread().name]
     assert [t.split("_")[0] for t in walked] == ["toolref-work"]
 
@@ -328,10 +326,5 @@ async def test_a_packed_body_of_many_tiny_maps_is_parsed_in_a_thread(
     messages = [{"role": "user", "content": [{"type": "text", "text": "x"}]}] * 4_000
     data = msgpack.packb({"messages": messages})
     assert weight(data) < 512 << 10 <= packed_weight(data)
-    kind = "application/msgpack"
-    response = await api.post(
-        "/v1/messages:hydrate", content=data, headers={"content-type": kind, "accept": kind}
-    )
-    assert response.status_code == 200, response.text[:300]
-    assert msgpack.unpackb(response.content)["messages"] == messages
+    assert await hydrated(api, data, packed=True) == messages
     assert [t.split("_")[0] for t in decoded] == ["toolref-work"]
