@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 
 import httpx
 
-from toolref.asgi.workers import CONTAINER_BYTES, Workers
+from toolref.asgi.workers import CONTAINER_BYTES, Workers, weight
 from toolref.kit import extractive
 from toolref.kit.kinds import KindTable
 from toolref_server.registry.completions import (
@@ -118,11 +118,10 @@ def sized(invocation: Mapping[str, Any], threshold: int | None) -> int:
 
 
 def _string(text: str) -> int:
-    """What summarizing a string costs: its length, `LINE_BYTES` a line (outlined in Python:
-    half a million newlines took 22-53 ms) and `CONTAINER_BYTES` for each `{` and `[` (a
-    result that is JSON as text is parsed and outlined, about 0.4 us a container)."""
-    brackets = text.count("{") + text.count("[")
-    return len(text) + LINE_BYTES * text.count("\n") + CONTAINER_BYTES * brackets
+    """What summarizing a string costs: its `weight` (a result that is JSON as text is
+    parsed and outlined, about 0.4 us a container) and `LINE_BYTES` a line (outlined in
+    Python: half a million newlines took 22-53 ms)."""
+    return weight(text) + LINE_BYTES * text.count("\n")
 
 
 class ExtractiveSummarizer:
