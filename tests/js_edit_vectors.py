@@ -437,7 +437,7 @@ def _attempt(edit: Edit | None) -> dict[str, Any] | None:
     return {
         "ref": edit.ref,
         "base": edit.base,
-        "shared": edit.shared,
+        "kept": edit.kept,
         "inline": edit.inline,
         "resends": edit.resends,
         "headers": [list(pair) for pair in edit.headers],

@@ -16,7 +16,7 @@ interface Bytes {
 interface Attempt {
   ref: string;
   base: string | null;
-  shared: number;
+  kept: number;
   inline: number;
   resends: number;
   headers: [string, string][];
@@ -81,9 +81,9 @@ function expectBytes(data: Uint8Array, expected: Bytes): void {
 function expectAttempt(edit: Edit | null, expected: Attempt | null): void {
   if (expected === null) return void expect(edit).toBeNull();
   expect(edit).not.toBeNull();
-  const { ref, base, shared, inline, resends, headers } = edit!;
+  const { ref, base, kept, inline, resends, headers } = edit!;
   const { bytes, ...rest } = expected;
-  expect({ ref, base, shared, inline, resends, headers }).toEqual(rest);
+  expect({ ref, base, kept, inline, resends, headers }).toEqual(rest);
   expectBytes(edit!.body, bytes);
 }
 

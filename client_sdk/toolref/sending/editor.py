@@ -74,7 +74,7 @@ from typing import Any, Final
 
 from toolref.edits import wire
 from toolref.edits.bodycut import unshared
-from toolref.edits.edit import Inline, Keep, Op, dictionary, dictionary_order, diff
+from toolref.edits.edit import Inline, Keep, Named, Op, dictionary, dictionary_order, diff
 from toolref.edits.recipe import parse_piece_ref
 from toolref.edits.request import Cut, cut
 from toolref.sending.recipes import (
@@ -114,7 +114,7 @@ class Edit:
     body: bytes
     headers: tuple[tuple[str, str], ...]
     base: str | None
-    shared: int  # piece bytes the base shares with the request
+    kept: int  # the request's bytes its base's entries give (`Keep` ops; `Recipes.continues`)
     inline: int  # inline bytes, before compression
     resends: int = 0
     unheld: frozenset[bytes] = frozenset()  # pieces the gateway said it lacks
@@ -221,9 +221,9 @@ class Editor:
             made.entries, made.segments, made.messages
         )
         if match is None:
-            return self._build(made, None, 0)
+            return self._build(made, None)
         self.recipes.touch(match.recipe.ref)
-        return self._build(made, match.recipe, match.shared)
+        return self._build(made, match.recipe)
 
     def new_bytes(self, body: bytes, messages_key: str | None) -> int:
         """What `prepare` would work on in Python: the bytes of `body` after the prefix it
@@ -253,7 +253,7 @@ class Editor:
             kept
             and base is not None
             and base.ref != made.ref
-            and self.recipes.continues(made.ref, base, edit.shared)
+            and self.recipes.continues(made.ref, base, edit.kept)
         ):
             self.recipes.drop(base.ref)
         self._trim_answers()
@@ -328,11 +328,11 @@ class Editor:
         if edit.resends >= MAX_RESENDS or kind is None:
             return None
         base = self.recipes.get(edit.base) if edit.base is not None else None
-        shared, unheld, plain = edit.shared, edit.unheld, edit.plain
+        unheld, plain = edit.unheld, edit.plain
         if status == 409 and kind == MISSING_HISTORY:
             if base is not None:
                 self.recipes.drop(base.ref)
-            base, shared = None, 0
+            base = None
         elif status == 409 and kind == MISSING_PIECES:
             listed = problem.get("missingPieces") if problem is not None else None
             lacking = [parse_piece_ref(ref) for ref in listed] if isinstance(listed, list) else []
@@ -346,16 +346,13 @@ class Editor:
             return None
         resends = edit.resends + 1
         if resends == MAX_RESENDS:
-            return self._build(edit.cut, None, 0, resends=resends, whole=True)
-        if base is None:
-            shared = 0
-        return self._build(edit.cut, base, shared, resends=resends, unheld=unheld, plain=plain)
+            return self._build(edit.cut, None, resends=resends, whole=True)
+        return self._build(edit.cut, base, resends=resends, unheld=unheld, plain=plain)
 
     def _build(
         self,
         made: Cut,
         base: Recipe | None,
-        shared: int,
         *,
         resends: int = 0,
         unheld: frozenset[bytes] = frozenset(),
@@ -368,11 +365,13 @@ class Editor:
         same = (1, 1 + made.same) if base is not None and base.ref == made.resumed else (0, 0)
         ops = diff(entries, made.entries, made.segments, held, first=first, same=same)
         inline = sum(len(op.data) for op in ops if isinstance(op, Inline))
+        named = sum(len(self.recipes.piece(op.piece)) for op in ops if isinstance(op, Named))
         ref = base.ref if base is not None else None
         body = self._encoded(ref, base, ops, inline, plain=plain, made=made)
         headers = (("Content-Type", wire.MEDIA_TYPE), *made.secrets)
+        kept = made.size - inline - named  # every entry is kept, named or inline: O(ops)
         return Edit(
-            made, body, headers, ref, shared, inline, resends, unheld, plain, whole, self.version
+            made, body, headers, ref, kept, inline, resends, unheld, plain, whole, self.version
         )
 
     def _encoded(

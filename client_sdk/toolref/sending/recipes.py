@@ -186,16 +186,18 @@ class Recipes:
         if found is not None:
             self._release(found)
 
-    def continues(self, ref: str, base: Recipe, shared: int) -> bool:
-        """Recipe `ref` continues `base`'s conversation, so the base is past (dropped): it
-        shares at least half the base's bytes and holds the base's last message (its largest
+    def continues(self, ref: str, base: Recipe, kept: int) -> bool:
+        """Recipe `ref` continues `base`'s conversation, so the base is past (dropped): its
+        edit kept at least half the base's bytes (`kept`: `Edit.kept`, the bytes of its
+        `Keep` ops, the same whichever way the base was found, so the fast path, the pass
+        and the JS SDK drop alike) and it holds the base's last message (its largest
         segment; where that is too short to be looked up, the bytes alone decide). Another
         conversation opening with the base's first messages (a long system prompt, the same
         task) shares their bytes but not the base's last message: were the base dropped,
         its own next turn would find no base of its conversation (interleaved conversations
         evicted each other's, each turn sent nearly whole). O(1)."""
         recipe = self._recipes.peek(ref)
-        if recipe is None or 2 * shared < base.size:
+        if recipe is None or 2 * kept < base.size:
             return False
         tail = base.tail
         return tail is None or len(tail) <= RUN_MIN or recipe.first(tail) is not None

@@ -61,9 +61,15 @@ def both(
     assert fast is not None
     assert slow is not None
     assert slow.cut.same == 0
-    assert (fast.ref, fast.base, fast.body) == (slow.ref, slow.base, slow.body)
+    assert (fast.ref, fast.base, fast.body, fast.kept) == (
+        slow.ref,
+        slow.base,
+        slow.body,
+        slow.kept,
+    )
     for editor, registry in zip(editors, registries, strict=True):
         assert send(editor, registry, HEADERS, body).answer.body == body
+    assert list(editors[0].recipes) == list(editors[1].recipes)  # the same bases dropped
     return fast
 
 
@@ -111,6 +117,27 @@ def test_a_turn_back_on_an_earlier_branch_is_sent_against_that_branch(again: boo
     assert third.cut.resumed == second.ref  # cut on from the body before
     assert third.base == first.ref  # sent against the branch it goes back to
     assert len(third.body) < len(second.body)
+
+
+def test_a_conversation_repeating_itself_drops_the_same_bases_either_way() -> None:
+    """A message said again and again (a user pasting the same text each turn): the bytes
+    at the same places count it each time, the pass over the request once per distinct
+    entry. Both now weigh what the edit kept of its base (`Edit.kept`), so the fast path
+    drops the base exactly where the pass does (before: the fast path dropped it, the
+    pass kept it, and the next turns went against different bases)."""
+    said = "please run the whole test suite again and tell me what failed " * 8
+    messages: list[dict[str, object]] = []
+    resumed, whole = Editor(), Editor()
+    registries = Registry(), Registry()
+    forget()
+    for turn in range(12):
+        messages += [{"role": "user", "content": said}]
+        body = json.dumps({"model": "m", "max_tokens": 9, "messages": messages}).encode()
+        edit = both((resumed, whole), registries, body)
+        if turn >= 2:
+            assert edit.cut.same > 0  # the fast path
+        messages += [{"role": "assistant", "content": f"ran it, {turn} failed"}]
+    assert len(resumed.recipes) == 1  # each turn continued its base: dropped
 
 
 def test_a_growing_conversation_takes_the_resumed_path_every_turn() -> None:

@@ -64,8 +64,9 @@ export interface Edit {
   readonly headers: readonly [string, string][];
   readonly ref: string;
   readonly base: string | null;
-  /** Bytes the base shares with the request. */
-  readonly shared: number;
+  /** The request's bytes its base's entries give (its `keep` ops: `Recipes.continues`), the
+   * same in Python, whichever way its base was found. */
+  readonly kept: number;
   /** Inline bytes, before compression. */
   readonly inline: number;
   readonly ops: readonly Op[];
@@ -189,9 +190,9 @@ export class Editor {
     const made = await cut(headers, data, messagesKey, body, window);
     if (made === null || made.entries.length > Math.min(most, MAX_ENTRIES)) return null; // as it is
     const match = this.recipes.bestBase(made.entries, made.segments, made.messages);
-    if (match === null) return this.build(made, null, 0);
+    if (match === null) return this.build(made, null);
     this.recipes.touch(match.recipe.ref);
-    return this.build(made, match.recipe, match.shared);
+    return this.build(made, match.recipe);
   }
 
   /** Keep the recipe `edit` made when the answer names it (`Toolref-History`); whether it did. */
@@ -202,7 +203,7 @@ export class Editor {
     const kept = this.recipes.keep(made.ref, made.entries, made.segments, last === undefined ? undefined : made.entries[last]);
     if (kept) this.rendered.set(made.ref, made.messages.length);
     const base = edit.base !== null ? this.recipes.get(edit.base) : undefined;
-    if (kept && base !== undefined && base.ref !== made.ref && this.recipes.continues(made.ref, base, edit.shared)) this.recipes.drop(base.ref);
+    if (kept && base !== undefined && base.ref !== made.ref && this.recipes.continues(made.ref, base, edit.kept)) this.recipes.drop(base.ref);
     this.trimAnswers();
     return kept;
   }
@@ -213,11 +214,10 @@ export class Editor {
     const kind = problem?.["type"];
     if (edit.resends >= MAX_RESENDS || kind === undefined || kind === null) return null;
     let base = edit.base !== null ? this.recipes.get(edit.base) : undefined;
-    let { shared, unheld, plain } = edit;
+    let { unheld, plain } = edit;
     if (status === 409 && kind === MISSING_HISTORY) {
       if (base !== undefined) this.recipes.drop(base.ref);
       base = undefined;
-      shared = 0;
     } else if (status === 409 && kind === MISSING_PIECES) {
       const listed = problem?.["missingPieces"];
       const found = (Array.isArray(listed) ? listed.map(parsePieceRef) : []).filter((piece): piece is Uint8Array => piece !== null);
@@ -230,24 +230,31 @@ export class Editor {
       return null;
     }
     const resends = edit.resends + 1;
-    if (resends === MAX_RESENDS) return this.build(edit.cut, null, 0, { resends, whole: true });
-    if (base === undefined) shared = 0;
-    return this.build(edit.cut, base ?? null, shared, { resends, unheld, plain });
+    if (resends === MAX_RESENDS) return this.build(edit.cut, null, { resends, whole: true });
+    return this.build(edit.cut, base ?? null, { resends, unheld, plain });
   }
 
-  private async build(made: Cut, base: Recipe | null, shared: number, how: Built = {}): Promise<Edit> {
+  private async build(made: Cut, base: Recipe | null, how: Built = {}): Promise<Edit> {
     const { resends = 0, unheld = new Set<string>(), plain = false, whole = false } = how;
     const held = whole ? () => false : (piece: Uint8Array) => this.recipes.holds(piece) && !unheld.has(pieceEntry(piece).key);
     const ops = diff(base?.entries ?? [], made.entries, made.segments, held);
     let inline = 0;
-    for (const op of ops) if (op.op === "inline") inline += op.data.length;
+    let kept = 0;
+    let at = 0; // the entry of `made` the op starts at
+    for (const op of ops) {
+      if (op.op === "keep") for (const end = at + op.end - op.start; at < end; at++) kept += made.segments[at]!.length;
+      else {
+        if (op.op === "inline") inline += op.data.length;
+        at++;
+      }
+    }
     const ref = base?.ref ?? null;
     // Version 2 (size-guarded), or 1 for a receiver that reads no more: as they are (one frame
     // of them all would put the turn's new segments, a fetched page and a secret, in one
     // compression context: sizes are signals).
     const body = this.version >= 2 ? await this.isolated(made, ref, ops, plain) : await encodeV1(ref, ops, null);
     const headers: [string, string][] = [["Content-Type", MEDIA_TYPE], ...made.secrets];
-    return { cut: made, body, headers, ref: made.ref, base: ref, shared, inline, ops, resends, unheld, plain, whole };
+    return { cut: made, body, headers, ref: made.ref, base: ref, kept, inline, ops, resends, unheld, plain, whole };
   }
 
   /** Version 2, or 3 where the receiver reads it and the answer or the long window's runs

@@ -120,13 +120,13 @@ export class Recipes {
     return true;
   }
 
-  /** Recipe `ref` continues `base`'s conversation, so the base is past (dropped): it shares at
-   * least half the base's bytes and holds the base's last message (its largest segment; where
+  /** Recipe `ref` continues `base`'s conversation, so the base is past (dropped): its edit kept
+   * at least half the base's bytes (`kept`: `Edit.kept`, Python's alike) and holds the base's last message (its largest segment; where
    * that is too short to be looked up, the bytes alone decide). Another conversation opening
    * with the base's first messages (a long system prompt) shares their bytes, not the base's
    * last message: dropping the base left that one's next turn no base of its own. O(1). */
-  continues(ref: string, base: Recipe, shared: number): boolean {
-    if (!this.recipes.has(ref) || 2 * shared < base.size) return false;
+  continues(ref: string, base: Recipe, kept: number): boolean {
+    if (!this.recipes.has(ref) || 2 * kept < base.size) return false;
     const tail = base.tail;
     if (tail === undefined || tail.bytes.length <= RUN_MIN) return true;
     return this.holders.get(tail.key)?.has(ref) === true;
