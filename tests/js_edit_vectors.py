@@ -472,8 +472,8 @@ Step = dict[str, Any]
 def forget_cuts() -> None:
     """No body is cut on from one before (`toolref.edits.bodycut`) nor sent against the
     recipe of one (`Editor._resumed`): JS makes the pass over the whole request every turn,
-    and its edits are the same (`tests/unit/edits/test_editor_resumed.py`); the base's
-    `shared` bytes, which JS counts as that pass does, are this pass's."""
+    and its edits are the same (`tests/unit/edits/test_editor_resumed.py`), their `kept`
+    bytes too."""
     bodycut.forget()
 
 
@@ -606,6 +606,24 @@ def editor_cases() -> list[dict[str, Any]]:
                     {"miss": (409, _missing("missing-history"))},
                     {"miss": (429, {"type": "urn:toolref:problem:rate-limited"})},
                     {"miss": (409, _missing("missing-history")), "confirm": True},
+                ],
+            )
+        )
+        said = [("please run the whole test suite again and tell me what failed ", 8)]
+        shown = [_message("system", [("You test. ", 9)])]
+        repeated: list[Spec] = []
+        for turn in range(8):
+            shown.append(_message("user", said))
+            repeated.append(_chat(list(shown)))
+            shown.append(_message("assistant", [(f"ran it, {turn} failed ", 2)]))
+        undone = _chat([*shown[:6], _message("user", [("no, run only the slow ones ", 3)])])
+        cases.append(
+            _scenario(
+                "a message said again each turn, then an undo",
+                Editor(long_window=False, version=JS_VERSION),
+                [
+                    *({"send": body, "confirm": True} for body in repeated),
+                    {"send": undone, "confirm": True},
                 ],
             )
         )

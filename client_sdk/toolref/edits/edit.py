@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from toolref.edits.recipe import RUN_MIN, Entry, entry_of, is_piece, piece_of
 
@@ -157,10 +158,9 @@ def dictionary_order(base_length: int, ops: Sequence[Op]) -> list[int]:
     return [i for start, end in dictionary_ranges(base_length, ops) for i in range(start, end)]
 
 
-def dictionary_ranges(base_length: int, ops: Sequence[Op]) -> list[tuple[int, int]]:
-    """`dictionary_order` as ranges of base entries (start, end excluded), in that order:
-    O(ops log ops), whatever the base's length (a holder of the base's segments joins each
-    range at C speed)."""
+def kept_ranges(base_length: int, ops: Sequence[Op]) -> list[tuple[int, int]]:
+    """The base entries the `Keep` ops keep, as ranges (start, end excluded) in base order,
+    each entry once however many ops keep it: O(ops log ops)."""
     spans = sorted(
         (max(op.start, 0), min(op.end, base_length))
         for op in ops
@@ -172,6 +172,42 @@ def dictionary_ranges(base_length: int, ops: Sequence[Op]) -> list[tuple[int, in
             kept[-1] = (kept[-1][0], max(kept[-1][1], end))
         else:
             kept.append((start, end))
+    return kept
+
+
+def kept_bytes(
+    base: Sequence[Entry],
+    ops: Sequence[Op],
+    size: Callable[[Entry], int],
+    segments: Sequence[bytes],
+    *,
+    same: tuple[int, int] = (0, 0),
+    same_bytes: int = 0,
+) -> int:
+    """The bytes of `base` the `Keep` ops keep, each of its entries once however often the
+    request repeats it (so at most the base's bytes): what a sender weighs to tell whether
+    a request continues its base (`Recipes.continues`), the same whichever way the base was
+    found. `size(entry)`: the bytes of a base entry; `segments`: the request's. Base entries
+    `same[0]` to `same[1]`, which the request holds at the same places (`same_bytes` bytes,
+    `diff`'s `same`), count as those bytes less the request's own segments there that no op
+    keeps; the others one by one. O(ops log ops) and the entries kept outside `same`."""
+    low, high = same
+    outside = unkept = 0
+    at = low  # the part of `same` before `at` is counted
+    for start, end in kept_ranges(len(base), ops):
+        for index in chain(range(start, min(end, low)), range(max(start, high), end)):
+            outside += size(base[index])
+        unkept += sum(len(segments[i]) for i in range(max(at, low), min(start, high)))
+        at = max(at, end)
+    unkept += sum(len(segments[i]) for i in range(max(at, low), high))
+    return outside + (same_bytes - unkept if high > low else 0)
+
+
+def dictionary_ranges(base_length: int, ops: Sequence[Op]) -> list[tuple[int, int]]:
+    """`dictionary_order` as ranges of base entries (start, end excluded), in that order:
+    O(ops log ops), whatever the base's length (a holder of the base's segments joins each
+    range at C speed)."""
+    kept = kept_ranges(base_length, ops)
     removed: list[tuple[int, int]] = []
     at = 0
     for start, end in kept:

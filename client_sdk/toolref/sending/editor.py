@@ -74,7 +74,7 @@ from typing import Any, Final
 
 from toolref.edits import wire
 from toolref.edits.bodycut import unshared
-from toolref.edits.edit import Inline, Keep, Named, Op, dictionary, dictionary_order, diff
+from toolref.edits.edit import Inline, Keep, Op, dictionary, dictionary_order, diff, kept_bytes
 from toolref.edits.recipe import parse_piece_ref
 from toolref.edits.request import Cut, cut
 from toolref.sending.recipes import (
@@ -114,7 +114,7 @@ class Edit:
     body: bytes
     headers: tuple[tuple[str, str], ...]
     base: str | None
-    kept: int  # the request's bytes its base's entries give (`Keep` ops; `Recipes.continues`)
+    kept: int  # the base's bytes its `Keep` ops keep, each entry once (`Recipes.continues`)
     inline: int  # inline bytes, before compression
     resends: int = 0
     unheld: frozenset[bytes] = frozenset()  # pieces the gateway said it lacks
@@ -365,11 +365,13 @@ class Editor:
         same = (1, 1 + made.same) if base is not None and base.ref == made.resumed else (0, 0)
         ops = diff(entries, made.entries, made.segments, held, first=first, same=same)
         inline = sum(len(op.data) for op in ops if isinstance(op, Inline))
-        named = sum(len(self.recipes.piece(op.piece)) for op in ops if isinstance(op, Named))
         ref = base.ref if base is not None else None
         body = self._encoded(ref, base, ops, inline, plain=plain, made=made)
         headers = (("Content-Type", wire.MEDIA_TYPE), *made.secrets)
-        kept = made.size - inline - named  # every entry is kept, named or inline: O(ops)
+        kept = 0  # what `Recipes.continues` weighs
+        if base is not None:
+            size, segments = self.recipes.entry_size, made.segments
+            kept = kept_bytes(entries, ops, size, segments, same=same, same_bytes=made.same_bytes)
         return Edit(
             made, body, headers, ref, kept, inline, resends, unheld, plain, whole, self.version
         )

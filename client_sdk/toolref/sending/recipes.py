@@ -123,6 +123,10 @@ class Recipes:
     def get(self, ref: str) -> Recipe | None:
         return self._recipes.peek(ref)
 
+    def entry_size(self, entry: Entry) -> int:
+        """The bytes of the segment `entry` (of a kept recipe) stands for. O(1)."""
+        return len(self._pieces[piece_of(entry)]) if is_piece(entry) else len(entry) - 1
+
     def segment(self, recipe: Recipe, index: int) -> bytes:
         """The bytes of `recipe`'s entry `index`."""
         entry = recipe.entries[index]
@@ -188,9 +192,9 @@ class Recipes:
 
     def continues(self, ref: str, base: Recipe, kept: int) -> bool:
         """Recipe `ref` continues `base`'s conversation, so the base is past (dropped): its
-        edit kept at least half the base's bytes (`kept`: `Edit.kept`, the bytes of its
-        `Keep` ops, the same whichever way the base was found, so the fast path, the pass
-        and the JS SDK drop alike) and it holds the base's last message (its largest
+        edit kept at least half the base's bytes (`kept`: `Edit.kept`, each base entry
+        once, the same whichever way the base was found, so the fast path, the pass and the
+        JS SDK drop alike) and it holds the base's last message (its largest
         segment; where that is too short to be looked up, the bytes alone decide). Another
         conversation opening with the base's first messages (a long system prompt, the same
         task) shares their bytes but not the base's last message: were the base dropped,

@@ -23,7 +23,7 @@ from toolref.edits.edit import (
 )
 from toolref.edits.recipe import is_piece, literal_of, piece_of, piece_ref, recipe_ref
 from toolref.edits.request import restore
-from toolref.sending.editor import Editor
+from toolref.sending.editor import Edit, Editor
 from toolref.wire.errors import (
     DictionaryMismatchError,
     MissingHistoryError,
@@ -143,6 +143,12 @@ def send(
     (`key`: the body's messages key)."""
     edit = editor.prepare(headers, body, key)
     assert edit is not None
+    return deliver(editor, registry, edit)
+
+
+def deliver(editor: Editor, registry: Registry, edit: Edit) -> Turn:
+    """`edit` (its first attempt, made by `editor`) to `registry`, resends included, each
+    answer told to `editor` as the relay tells it."""
     sent: list[int] = []
     while True:
         sent.append(len(edit.body))

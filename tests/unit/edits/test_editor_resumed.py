@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.edits.agents import HEADERS, STYLES, Agent
-from tests.unit.edits.oracle import Registry, send
+from tests.unit.edits.oracle import Registry, deliver, send
 from tests.unit.edits.test_editor import ACTIONS, act
 from toolref.edits import bodycut
 from toolref.edits.recipe import is_piece, piece_of
-from toolref.sending.editor import Edit, Editor
+from toolref.sending.editor import RESUMED_SHARE, Edit, Editor
 from toolref.sending.recipes import ENTRY_COST
 
 
@@ -67,8 +67,8 @@ def both(
         slow.body,
         slow.kept,
     )
-    for editor, registry in zip(editors, registries, strict=True):
-        assert send(editor, registry, HEADERS, body).answer.body == body
+    for editor, registry, edit in zip(editors, registries, (fast, slow), strict=True):
+        assert deliver(editor, registry, edit).answer.body == body  # confirmed as it was made
     assert list(editors[0].recipes) == list(editors[1].recipes)  # the same bases dropped
     return fast
 
@@ -133,9 +133,16 @@ def test_a_conversation_repeating_itself_drops_the_same_bases_either_way() -> No
     for turn in range(12):
         messages += [{"role": "user", "content": said}]
         body = json.dumps({"model": "m", "max_tokens": 9, "messages": messages}).encode()
+        sizes = {
+            ref: recipe.size for ref in resumed.recipes if (recipe := resumed.recipes.get(ref))
+        }
         edit = both((resumed, whole), registries, body)
-        if turn >= 2:
-            assert edit.cut.same > 0  # the fast path
+        if turn >= 1:  # the base kept, each entry once (its closing glue aside): not more
+            assert edit.base is not None
+            assert sizes[edit.base] - 8 <= edit.kept <= sizes[edit.base]
+        if turn >= 5:  # the fast path: what the body before's recipe holds is most of it
+            assert edit.cut.same_bytes >= RESUMED_SHARE * edit.cut.size
+            assert edit.base == edit.cut.resumed
         messages += [{"role": "assistant", "content": f"ran it, {turn} failed"}]
     assert len(resumed.recipes) == 1  # each turn continued its base: dropped
 
@@ -244,3 +251,36 @@ def test_an_entry_only_an_unrelated_conversation_holds_leaves_the_turn_resumed(
     assert fast.base == fast.cut.resumed  # the body before's recipe, as the pass chose
     for editor, registry in zip((resumed, whole), registries, strict=True):
         assert send(editor, registry, HEADERS, turns[-1]).answer.body == turns[-1]
+
+
+def test_a_request_repeating_the_base_s_last_message_keeps_its_bytes_once() -> None:
+    """Another conversation saying the base's last message again and again (a status line
+    pasted each turn) keeps those bytes of the base once: it continues no conversation, the
+    base stays, and the base's own next turn goes against it. Counted on the request's side,
+    the repeats made the other request "keep" more than half the base, which was dropped
+    and its next turn sent its long answer again (a review's case)."""
+    task = {"role": "user", "content": "task: summarise the failing tests in this repo " * 4}
+    answer = "".join(f"line {i} of a long distinct answer\n" for i in range(900))
+    long = {"role": "assistant", "content": answer}
+    last = {"role": "user", "content": "status: 3 failed, 41 passed, see the log for it " * 10}
+    editor, registry = Editor(), Registry()
+
+    def body(messages: list[dict[str, str]]) -> bytes:
+        return json.dumps({"model": "m", "max_tokens": 9, "messages": messages}).encode()
+
+    forget()
+    send(editor, registry, HEADERS, body([task, long, last]))
+    [base] = editor.recipes
+    recipe = editor.recipes.get(base)
+    assert recipe is not None
+    size = recipe.size
+    noted = {"role": "assistant", "content": "noted"}
+    other = editor.prepare(HEADERS, body([task, *[last, noted] * 32]), "messages")
+    assert other is not None
+    assert other.base == base
+    assert other.kept < size / 2  # the task and the status line, once
+    assert deliver(editor, registry, other).kept
+    assert base in editor.recipes  # not dropped
+    question = {"role": "user", "content": "and now fix them, one by one, carefully " * 3}
+    nxt = body([task, long, last, {"role": "assistant", "content": "ok"}, question])
+    assert sum(send(editor, registry, HEADERS, nxt).sent) < len(answer) // 8

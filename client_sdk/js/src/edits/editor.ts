@@ -13,8 +13,9 @@
  * sharing one of its messages (`Recipes.bestBase`: a conversation is only ever sent against
  * its own past); the ops are `diff` against it, every piece of a confirmed recipe named; each
  * inline segment travels as it is or compressed alone (version 2, `isolated.ts`). Once
- * confirmed, a recipe is kept and its base dropped when it holds at least half of the base's
- * bytes (the conversation moved on).
+ * confirmed, a recipe is kept and its base dropped when its edit kept at least half of the
+ * base's bytes, each entry once, and it holds the base's last message (the conversation moved
+ * on).
  *
  * Version 3, with zstd, against a receiver that reads it: the answer a confirmed recipe's
  * request streamed (`answered`, from the caller's `AnswerTap`) is the dictionary of the
@@ -64,8 +65,8 @@ export interface Edit {
   readonly headers: readonly [string, string][];
   readonly ref: string;
   readonly base: string | null;
-  /** The request's bytes its base's entries give (its `keep` ops: `Recipes.continues`), the
-   * same in Python, whichever way its base was found. */
+  /** The base's bytes its keep ops keep, each entry once (`Recipes.continues`), the same in
+   * Python, whichever way its base was found. */
   readonly kept: number;
   /** Inline bytes, before compression. */
   readonly inline: number;
@@ -234,20 +235,30 @@ export class Editor {
     return this.build(edit.cut, base ?? null, { resends, unheld, plain });
   }
 
+  /** The bytes of `base` the keep ops keep, each of its entries once however often the
+   * request repeats it (so at most `base.size`): what `Recipes.continues` weighs. Python's
+   * `edit.kept_bytes`, alike. O(the entries kept). */
+  private keptBytes(base: Recipe, ops: readonly Op[]): number {
+    const kept = new Uint8Array(base.entries.length);
+    let bytes = 0;
+    for (const op of ops) {
+      if (op.op !== "keep") continue;
+      for (let at = Math.max(op.start, 0); at < Math.min(op.end, kept.length); at++) {
+        if (kept[at] === 1) continue;
+        kept[at] = 1;
+        bytes += this.recipes.segment(base, at).length;
+      }
+    }
+    return bytes;
+  }
+
   private async build(made: Cut, base: Recipe | null, how: Built = {}): Promise<Edit> {
     const { resends = 0, unheld = new Set<string>(), plain = false, whole = false } = how;
     const held = whole ? () => false : (piece: Uint8Array) => this.recipes.holds(piece) && !unheld.has(pieceEntry(piece).key);
     const ops = diff(base?.entries ?? [], made.entries, made.segments, held);
     let inline = 0;
-    let kept = 0;
-    let at = 0; // the entry of `made` the op starts at
-    for (const op of ops) {
-      if (op.op === "keep") for (const end = at + op.end - op.start; at < end; at++) kept += made.segments[at]!.length;
-      else {
-        if (op.op === "inline") inline += op.data.length;
-        at++;
-      }
-    }
+    for (const op of ops) if (op.op === "inline") inline += op.data.length;
+    const kept = base === null ? 0 : this.keptBytes(base, ops);
     const ref = base?.ref ?? null;
     // Version 2 (size-guarded), or 1 for a receiver that reads no more: as they are (one frame
     // of them all would put the turn's new segments, a fetched page and a secret, in one

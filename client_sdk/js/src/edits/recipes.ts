@@ -121,7 +121,8 @@ export class Recipes {
   }
 
   /** Recipe `ref` continues `base`'s conversation, so the base is past (dropped): its edit kept
-   * at least half the base's bytes (`kept`: `Edit.kept`, Python's alike) and holds the base's last message (its largest segment; where
+   * at least half the base's bytes (`kept`: `Edit.kept`, each base entry once, Python's alike)
+   * and holds the base's last message (its largest segment; where
    * that is too short to be looked up, the bytes alone decide). Another conversation opening
    * with the base's first messages (a long system prompt) shares their bytes, not the base's
    * last message: dropping the base left that one's next turn no base of its own. O(1). */
