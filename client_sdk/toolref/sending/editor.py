@@ -81,7 +81,6 @@ from toolref.sending.recipes import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_RECIPES,
     RELATED_MIN,
-    Match,
     Recipe,
     Recipes,
 )
@@ -217,13 +216,13 @@ class Editor:
         made = cut(headers, body, messages_key, window=self._window)
         if made is None or len(made.entries) > min(most, MAX_ENTRIES):
             return None
-        match = self._resumed(made) or self.recipes.best_base(
+        base = self._resumed(made) or self.recipes.best_base(
             made.entries, made.segments, made.messages
         )
-        if match is None:
+        if base is None:
             return self._build(made, None)
-        self.recipes.touch(match.recipe.ref)
-        return self._build(made, match.recipe)
+        self.recipes.touch(base.ref)
+        return self._build(made, base)
 
     def new_bytes(self, body: bytes, messages_key: str | None) -> int:
         """What `prepare` would work on in Python: the bytes of `body` after the prefix it
@@ -288,7 +287,7 @@ class Editor:
         ):
             held -= len(self.answers.popitem(last=False)[1])
 
-    def _resumed(self, made: Cut) -> Match | None:
+    def _resumed(self, made: Cut) -> Recipe | None:
         """A base found without a pass over the request: the recipe of the body this one
         was cut on from (`Cut.resumed`), when it is confirmed, the segments both hold at
         the same places are at least `RESUMED_SHARE` of the request's bytes, and they hold
@@ -307,8 +306,7 @@ class Editor:
         if base is None:
             return None
         end = 1 + made.same
-        shared = made.same_bytes
-        if shared < RESUMED_SHARE * made.size:
+        if made.same_bytes < RESUMED_SHARE * made.size:
             return None
         for index in made.messages:
             if index >= end:
@@ -319,7 +317,7 @@ class Editor:
             return None
         if self.recipes.rivalled(base, made.entries, end, made.segments, made.messages):
             return None  # an older recipe holds what it added: the pass over it decides
-        return Match(base, shared)
+        return base
 
     def on_miss(self, edit: Edit, status: int, problem: Mapping[str, Any] | None) -> Edit | None:
         """The next attempt after a problem the editor resends on; None for any other

@@ -74,14 +74,6 @@ class Recipe:
         return at
 
 
-@dataclass(frozen=True, slots=True)
-class Match:
-    """The base chosen for a request: the recipe, and the bytes both hold."""
-
-    recipe: Recipe
-    shared: int
-
-
 class Recipes:
     """See the module docstring. Not thread-safe (one event loop, or a lock around it)."""
 
@@ -220,7 +212,7 @@ class Recipes:
 
     def best_base(
         self, entries: Sequence[Entry], segments: Sequence[bytes], messages: Sequence[int]
-    ) -> Match | None:
+    ) -> Recipe | None:
         """The confirmed recipe sharing the most bytes (pieces, long literals) with a request
         (ties: the most recently used), among those sharing one of its messages of
         `RELATED_MIN` bytes or more (the same conversation: an unrelated one is never a
@@ -258,9 +250,7 @@ class Recipes:
             score = (sum(size for size, _ in mine), recency[ref])
             if best is None or score > best:
                 best, found = score, recipe
-        if best is None or found is None:
-            return None
-        return Match(found, best[0])
+        return found
 
     def rivalled(
         self,

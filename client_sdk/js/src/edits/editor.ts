@@ -190,10 +190,10 @@ export class Editor {
     if (body != null && body.owners.length > 0 !== window) body = undefined; // cut again
     const made = await cut(headers, data, messagesKey, body, window);
     if (made === null || made.entries.length > Math.min(most, MAX_ENTRIES)) return null; // as it is
-    const match = this.recipes.bestBase(made.entries, made.segments, made.messages);
-    if (match === null) return this.build(made, null);
-    this.recipes.touch(match.recipe.ref);
-    return this.build(made, match.recipe);
+    const base = this.recipes.bestBase(made.entries, made.segments, made.messages);
+    if (base === null) return this.build(made, null);
+    this.recipes.touch(base.ref);
+    return this.build(made, base);
   }
 
   /** Keep the recipe `edit` made when the answer names it (`Toolref-History`); whether it did. */

@@ -25,7 +25,7 @@ export { ALONE, GZIP, MIN_COMPRESSED, RAW, pack, platformCodec, varint, type Cod
 export { MEDIA_TYPE, VERSION, WRITTEN, encodeIsolated, encodeV1, writtenAs } from "./wire.js";
 export { RECENT_MS, Said } from "./said.js";
 export { Entries, KEPT_MS, TOO_MANY_ITEMS, tooManyItems } from "./entries.js";
-export { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, ENTRY_COST, RELATED_MIN, Recipes, type Match, type Recipe } from "./recipes.js";
+export { DEFAULT_MAX_BYTES, DEFAULT_MAX_RECIPES, ENTRY_COST, RELATED_MIN, Recipes, type Recipe } from "./recipes.js";
 export { ANSWER_FORMATS, AnswerTap, ID_LENGTH, MAX_ANSWER, MAX_STREAM, answerId, tapFor } from "./answer.js";
 export {
   DICTIONARY_MISMATCH,

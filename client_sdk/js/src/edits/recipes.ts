@@ -28,12 +28,6 @@ export interface Recipe {
   readonly tail?: Entry | undefined;
 }
 
-/** The base chosen for a request: the recipe, and the bytes both hold. */
-export interface Match {
-  readonly recipe: Recipe;
-  readonly shared: number;
-}
-
 /** What identifies an entry across recipes: a piece, or a literal longer than `RUN_MIN` bytes. */
 function sharedKey(entry: Entry): string | null {
   return isPiece(entry) || entry.bytes.length > RUN_MIN ? entry.key : null;
@@ -169,7 +163,7 @@ export class Recipes {
   /** The confirmed recipe sharing the most bytes (pieces, long literals) with a request (ties:
    * the most recently used), among those sharing one of its messages of `RELATED_MIN` bytes or
    * more (the same conversation: an unrelated one is never a base); null when none does. */
-  bestBase(entries: readonly Entry[], segments: readonly Uint8Array[], messages: readonly number[]): Match | null {
+  bestBase(entries: readonly Entry[], segments: readonly Uint8Array[], messages: readonly number[]): Recipe | null {
     const shared = new Map<string, number>();
     const related = new Set<string>();
     const isMessage = new Set(messages);
@@ -190,6 +184,6 @@ export class Recipes {
       // least recently used first: on a tie, the later (more recently used) one wins
       if (related.has(ref) && (best === null || shared.get(ref)! >= shared.get(best)!)) best = ref;
     }
-    return best === null ? null : { recipe: this.recipes.get(best)!, shared: shared.get(best)! };
+    return best === null ? null : this.recipes.get(best)!;
   }
 }
