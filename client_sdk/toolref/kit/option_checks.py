@@ -1,8 +1,9 @@
 """Checks of the options a caller gives toolref's classes: the shared ones (counts, keys,
 the name a misspelt one most likely meant).
 
-The manager's are in `toolref.sending.checks`, the middleware's in
-`toolref.receiving.checks`.
+The manager's are in `toolref.sending.manager` and `toolref.sending.request_checks`, the
+middleware's in `toolref.receiving.middleware_options`, the relay's in
+`toolref_relay.config`, the service's settings' in `toolref_server.settings`.
 
 Each raises where the mistake is made (the constructor, or the call), with a message that
 names the value and the fix, instead of the mistake surfacing later as a silent no-op, a

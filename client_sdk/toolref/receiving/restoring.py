@@ -88,7 +88,7 @@ _FRAMING: Final = frozenset(
 _CLIENT_DEFAULTS: Final = frozenset({"user-agent", "accept", "accept-encoding", "accept-language"})
 _PATH_SAFE: Final = "/!$&'()*+,;=:@~"  # what a URL path keeps unquoted (RFC 3986)
 log = logging.getLogger("toolref.edits")
-# The refusals of an edit its client resends on (`toolref.sending.editor.on_miss`: the
+# The refusals of an edit its client resends on (`toolref.sending.editor.Editor.on_miss`: the
 # base or pieces not held, inline bytes against another dictionary), answered as they are.
 # Any other (an edit over a limit, one this registry does not read) is answered 415: the
 # client sends the request as it is, which the app takes, rather than fail every turn.
