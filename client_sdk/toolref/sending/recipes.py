@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Final
 
-from toolref.edits.recipe import PIECE, RUN_MIN, Entry, is_piece, literal_of, piece_of
+from toolref.edits.recipe import LITERAL, PIECE, RUN_MIN, Entry, is_piece, literal_of, piece_of
 from toolref.kit.lru import LRU
 from toolref.kit.option_checks import check_count
 
@@ -117,7 +117,7 @@ class Recipes:
 
     def entry_size(self, entry: Entry) -> int:
         """The bytes of the segment `entry` (of a kept recipe) stands for. O(1)."""
-        return len(self._pieces[piece_of(entry)]) if is_piece(entry) else len(entry) - 1
+        return len(self._pieces[piece_of(entry)]) if is_piece(entry) else len(entry) - len(LITERAL)
 
     def segment(self, recipe: Recipe, index: int) -> bytes:
         """The bytes of `recipe`'s entry `index`."""
