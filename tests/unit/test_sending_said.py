@@ -48,5 +48,6 @@ def test_a_sender_of_a_lower_version_counts_higher_ones_as_its_own() -> None:
     assert said.unreadable(7, 1)  # written as 6, so as 5's bytes: 4 is said
     assert said.version(1) == 4
     assert Said().unreadable(7, 0)
-    with pytest.raises(ValueError, match="edits version 8"):
-        Said(highest=8)
+    assert Said().unreadable(8, 0)  # a rolled-back receiver of 7: 7 is said
+    with pytest.raises(ValueError, match="edits version 9"):
+        Said(highest=9)

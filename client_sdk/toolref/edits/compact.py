@@ -1,7 +1,7 @@
-"""The compact header of an edit of version 4, 5 or 7: what the JSON header line of versions
+"""The compact header of an edit of version 4, 5, 7 or 8: what the JSON header line of versions
 1-3 says, in bytes (a continuation turn's header went from about 110 bytes to about 30).
 
-    0x04, 0x05 or 0x07         the version (a JSON header starts with `{`, 0x7B)
+    0x04, 0x05, 0x07 or 0x08   the version (a JSON header starts with `{`, 0x7B)
     flags                      bit 0: a base follows; bit 1: an answer id follows
     [16 bytes]                 the base recipe's id (`tb_` + base32 of them)
     [8 bytes]                  the answer's id (`answer.answer_id`: 16 hex digits as bytes)
@@ -11,7 +11,8 @@
         varint(2) + 16 bytes             a piece the registry holds, by its id
     <records>                  the inline segments, as versions 2 and 3 carry them
                                (`isolated`: kinds 0 to 4; version 5 also 5 and 6, brotli;
-                               version 7 also 7, the shipped dictionary)
+                               version 7 also 7, the shipped dictionary; version 8
+                               also 8, copies of the answer)
 
 Inline bytes in all are the sum of the lengths (no `n`). Every rule of the JSON header
 holds: a base for keeps and for an answer, the headers' segment first, no empty inline
@@ -29,8 +30,9 @@ from toolref.edits.recipe import ID_BYTES, parse_recipe_ref, recipe_ref_of
 from toolref.kit.varints import read_varint, varint
 
 VERSION: Final = 4
-# 5: the records may be brotli streams (`isolated`); 7: also against the shipped dictionary
-VERSIONS: Final = (4, 5, 7)
+# 5: the records may be brotli streams (`isolated`); 7: also against the shipped dictionary;
+# 8: also copies of the answer
+VERSIONS: Final = (4, 5, 7, 8)
 MARKS: Final = frozenset(VERSIONS)  # the first byte of a compact header
 MARK: Final = bytes([VERSION])
 ANSWER_BYTES: Final = 8
@@ -47,7 +49,7 @@ def encode(
     """The compact header of an edit of `base` (a `tb_` ref, or None) with `ops` (an int:
     the length of the next inline segment) whose model's segments went against `answer`
     (its id, or None), of `version` (4; 5 when its records may be brotli streams; 7 when
-    also frames against the shipped dictionary)."""
+    also frames against the shipped dictionary; 8 when also copies of the answer)."""
     if version not in VERSIONS:
         raise ValueError(f"a compact header of version {version}: there are {VERSIONS}")
     flags = (_BASE if base is not None else 0) | (_ANSWER if answer is not None else 0)
@@ -87,7 +89,7 @@ def decode(data: bytes, max_ops: int) -> tuple[str | None, list[Op], str | None,
     the offset after it (its version is its first byte); `Unreadable` for anything else.
     At most `max_ops` ops are read (past them: `TooManyOps`, before any is built)."""
     if len(data) < 2 or data[0] not in MARKS:
-        raise Unreadable("it does not start with the version byte (4, 5 or 7) and its flags")
+        raise Unreadable("it does not start with the version byte (4, 5, 7 or 8) and its flags")
     flags, at = data[1], 2
     if flags & ~(_BASE | _ANSWER):
         raise Unreadable(f"its flags {flags:#04x} name more than a base and an answer")

@@ -28,6 +28,8 @@ Layout: one record per inline segment, in op order.
     0x07 + varint(frames' size) + a zstd frame against the shipped dictionary (one frame
            per piece of a split segment, as kind 1), each declaring its size and checksum
            (`shipped.declared`): the segment alone (version 7 only, `toolref.edits.shipped`)
+    0x08 + varint(size) + copies of the answer and bytes as they are: a model's segment
+           (version 8 only, `toolref.edits.copies`)
 
 A segment a message's tool results share (`toolref.edits.request.Cut.splits`: a user
 message carrying the results of parallel tool calls, Anthropic's `tool_result` blocks or
@@ -47,7 +49,7 @@ sender tries it on the edit's segments in order, then its runs, while their byte
 is mostly smaller, and the rest go as zstd frames), and keeps whichever record is smaller. A
 brotli stream carries no checksum of its own; the CRC-32 after it is checked as zstd's is.
 
-Kind 3 is for the assistant segments of a version-3 edit: the answer the base's request
+Kinds 3 and 8 are for the assistant segments of a version-3 edit: the answer the base's request
 streamed (`toolref.edits.answer`), which the agent writes back, is its raw-content
 dictionary. Its size then tells how the segment differs from the model's own answer, the
 bytes of both the gateway sent and holds: never a tool result's or a user's text, whose
@@ -72,7 +74,7 @@ from typing import Final
 import brotli
 import zstandard
 
-from toolref.edits import shipped
+from toolref.edits import copies, shipped
 from toolref.kit.varints import read_varint, varint
 from toolref.wire import compression
 from toolref.wire.compression import Meter
@@ -115,6 +117,7 @@ def pack(
     with_brotli: bool = False,
     splits: Mapping[int, Sequence[int]] = _NONE,
     with_shipped: bool = False,
+    with_copies: bool = False,
 ) -> bytes:
     """The records of `segments`, each the smaller of its bytes as they are and a zstd
     frame of its own (`compress` False: as they are, for a link where CPU costs more than
@@ -125,14 +128,15 @@ def pack(
     (kinds 5, 6) where that is smaller still. `splits`: segment index -> the offsets in it
     of a message's tool results (`Cut.splits`), whose pieces are compressed each alone.
     `with_shipped` (version 7): a zstd frame against the shipped dictionary (kind 7) where
-    that is smaller still."""
+    that is smaller still. `with_copies` (version 8): the model's segments also as copies of
+    `answer` (kind 8, `copies`) where that is smaller still."""
     if not compress:
         return b"".join(bytes([RAW]) + data for data in segments)
     alone = _compressor()
     budgets = (BROTLI_BUDGET if with_brotli else 0, shipped.BUDGET if with_shipped else 0)
     records, left = _alone(segments, alone, budgets, splits)
     dictionary = (answer, [index for index in answered if index not in splits])
-    return _against(segments, records, dictionary, _apart(runs, splits), alone, left)
+    return _against(segments, records, dictionary, _apart(runs, splits), alone, left, with_copies)
 
 
 def pack_both(
@@ -144,6 +148,7 @@ def pack_both(
     with_brotli: bool = False,
     splits: Mapping[int, Sequence[int]] = _NONE,
     with_shipped: bool = False,
+    with_copies: bool = False,
 ) -> tuple[bytes, bytes]:
     """`pack(segments)` and `pack(segments, answer=..., answered=..., runs=...)`, each
     segment compressed alone once for both (what a sender weighs to choose one)."""
@@ -151,7 +156,7 @@ def pack_both(
     budgets = (BROTLI_BUDGET if with_brotli else 0, shipped.BUDGET if with_shipped else 0)
     records, left = _alone(segments, alone, budgets, splits)
     dictionary = (answer, [index for index in answered if index not in splits])
-    made = _against(segments, records, dictionary, _apart(runs, splits), alone, left)
+    made = _against(segments, records, dictionary, _apart(runs, splits), alone, left, with_copies)
     return b"".join(records), made
 
 
@@ -251,19 +256,27 @@ def _against(  # noqa: PLR0917  (the records and what may improve them)
     runs: Sequence[tuple[int, int]],
     alone: zstandard.ZstdCompressor,
     budget: int,
+    with_copies: bool = False,
 ) -> bytes:
-    """`records` joined, those at `answered` against `answer` where smaller (kind 3), the
-    `runs` as one frame each where smaller (kind 4, or 6 for runs that fit in `budget`, in
-    order). `dictionary`: the answer and the indices of `answered`."""
+    """`records` joined, those at `answered` against `answer` where smaller (kind 3, or
+    kind 8 `with_copies`), the `runs` as one frame each where smaller (kind 4, or 6 for runs
+    that fit in `budget`, in order). `dictionary`: the answer and the indices of
+    `answered`."""
     answer, answered = dictionary
     if answer and answered:
         words = zstandard.ZstdCompressionDict(answer, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
         against = zstandard.ZstdCompressor(level=LEVEL, dict_data=words, write_checksum=True)
         records = list(records)
         for index in sorted(answered):
-            if index < len(segments) and len(segments[index]) >= MIN_COMPRESSED:
-                framed = _record(ANSWER, against.compress(segments[index]))
+            if index >= len(segments):
+                continue
+            segment = segments[index]
+            if len(segment) >= MIN_COMPRESSED:
+                framed = _record(ANSWER, against.compress(segment))
                 records[index] = min(records[index], framed, key=len)
+            copied = copies.encode(segment, answer) if with_copies else None
+            if copied is not None:
+                records[index] = min(records[index], copied, key=len)
     joined = {first: count for first, count in runs if count > 1}
     if not joined:
         return b"".join(records)
@@ -369,22 +382,22 @@ def unpack(
     runs: bool = False,
     with_brotli: bool = False,
     with_shipped: bool = False,
+    with_copies: bool = False,
 ) -> list[bytes]:
     """The segments `pack` made of them, `lengths` each segment's (from the edit's ops),
     `answer` the dictionary of kind 3 (None: the edit has none, and a record of kind 3 is
     malformed), `runs` whether records of kind 4 may come (version 3), `with_brotli`
     whether records of kinds 5 and 6 may (version 5), `with_shipped` whether records of kind
-    7 may (version 7). Each frame is
+    7 may (version 7), `with_copies` whether records of kind 8 may (version 8, with an
+    `answer`). Each frame is
     charged to `meter` as it is inflated, never past its length; `MalformedBodyError` for
     records that do not read, `DictionaryMismatchError` for a frame the answer does not
     inflate."""
     found: list[bytes] = []
     at = 0
     view = memoryview(blob)
-    alone = compression.decompressor()  # one per edit: made per record, it costs the most
-    # One frame (member) a record, and MAX_SPLIT_FRAMES more among them: O(records) steps.
-    frames = compression.Frames(len(lengths) + MAX_SPLIT_FRAMES, _FEWER)
-    against: zstandard.ZstdDecompressor | None = None  # made at the first record of kind 3
+    readers = _Readers(answer, len(lengths))
+    alone, frames = readers.alone, readers.frames
     for index, length in enumerate(lengths):
         if len(found) > index:
             continue  # read with a run before it (kind 4)
@@ -407,30 +420,11 @@ def unpack(
         size, at = read_varint(blob, at)
         known: tuple[int, ...] = (ALONE, GZIP) if answer is None else (ALONE, GZIP, ANSWER)
         known += (shipped.KIND,) if with_shipped else ()
+        known += (copies.KIND,) if with_copies and answer is not None else ()
         if mode not in known or size is None or at + size > len(blob):
-            kinds = (
-                "0 to 7"
-                if with_shipped
-                else "0 to 6"
-                if with_brotli
-                else "0 to 4"
-                if runs
-                else "0, 1 or 2"
-            )
+            kinds = _kinds(runs, with_brotli, with_shipped, with_copies)
             raise _malformed(f"segment {index} has no record of a known kind ({kinds})")
-        frame = bytes(view[at : at + size])
-        if mode == ANSWER:
-            assert answer is not None
-            against = against or compression.decompressor(answer)
-            data = compression.decompress(frame, answer, length, "the answer", meter, using=against)
-        elif mode == ALONE:
-            data = compression.inflate(frame, length, meter, using=alone, frames=frames)
-        elif mode == shipped.KIND:
-            shipped.declared(frame, length, frames.left, f"segment {index}")
-            words = shipped.decompressor()
-            data = compression.inflate(frame, length, meter, using=words, frames=frames)
-        else:
-            data = compression.inflate_gzip(frame, length, meter, members=frames)
+        data = readers.read(mode, bytes(view[at : at + size]), length, index, meter)
         at += size
         if len(data) != length:
             raise _malformed(f"segment {index} inflates to {len(data)} bytes, not its {length}")
@@ -438,6 +432,44 @@ def unpack(
     if at != len(blob):
         raise _malformed(f"{len(blob) - at} bytes follow the last segment")
     return found
+
+
+class _Readers:
+    """What reads one edit's framed records: one zstd decompressor for frames alone (made
+    per record, it costs the most), one against the answer (made at the first record of
+    kind 3), and the frames (gzip members) the edit may hold: one a record, and
+    `MAX_SPLIT_FRAMES` more among them (O(records) steps)."""
+
+    def __init__(self, answer: bytes | None, records: int) -> None:
+        self.answer = answer
+        self.alone = compression.decompressor()
+        self.frames = compression.Frames(records + MAX_SPLIT_FRAMES, _FEWER)
+        self.against: zstandard.ZstdDecompressor | None = None
+
+    def read(self, mode: int, frame: bytes, length: int, index: int, meter: Meter | None) -> bytes:
+        """The segment the record of kind `mode` (a known one) holds in `frame`."""
+        answer, frames = self.answer, self.frames
+        if mode == copies.KIND:
+            assert answer is not None
+            return copies.decode(frame, answer, length, meter, f"segment {index}")
+        if mode == ANSWER:
+            assert answer is not None
+            self.against = self.against or compression.decompressor(answer)
+            using = self.against
+            return compression.decompress(frame, answer, length, "the answer", meter, using=using)
+        if mode == ALONE:
+            return compression.inflate(frame, length, meter, using=self.alone, frames=frames)
+        if mode == shipped.KIND:
+            shipped.declared(frame, length, frames.left, f"segment {index}")
+            words = shipped.decompressor()
+            return compression.inflate(frame, length, meter, using=words, frames=frames)
+        return compression.inflate_gzip(frame, length, meter, members=frames)
+
+
+def _kinds(runs: bool, with_brotli: bool, with_shipped: bool, with_copies: bool) -> str:
+    """The record kinds an edit of these versions' rules reads, in words."""
+    highest = 8 if with_copies else 7 if with_shipped else 6 if with_brotli else 4 if runs else 0
+    return f"0 to {highest}" if highest else "0, 1 or 2"
 
 
 _FEWER: Final = (

@@ -39,7 +39,7 @@ from typing import Any, Final
 
 import zstandard
 
-from toolref.edits import compact, isolated, shipped
+from toolref.edits import compact, copies, isolated, shipped
 from toolref.edits.answer import ID_LENGTH, answer_id
 from toolref.edits.edit import Inline, Keep, Named, Op
 from toolref.edits.recipe import is_recipe_ref, parse_piece_ref, piece_ref
@@ -56,10 +56,11 @@ MEDIA_TYPE: Final = "application/vnd.toolref.edit"
 # The highest this version reads and writes (`compact`). 6: the receiver keeps the answers of
 # OpenAI Responses and Gemini too, so a sender taps them (`answer.SINCE`); its edits are
 # written as version 5's (the records the same). 7: records may be zstd frames against the
-# shipped dictionary (`isolated`, kind 7; `shipped`).
-VERSION: Final = 7
-VERSIONS: Final = (1, 2, 3, 4, 5, 6, 7)
-WRITTEN: Final = 7  # the highest version whose bytes an edit is written in (`written_as`)
+# shipped dictionary (`isolated`, kind 7; `shipped`). 8: the model's segments may be copies
+# of the answer (kind 8; `copies`).
+VERSION: Final = 8
+VERSIONS: Final = (1, 2, 3, 4, 5, 6, 7, 8)
+WRITTEN: Final = 8  # the highest version whose bytes an edit is written in (`written_as`)
 JSON_VERSIONS: Final = (1, 2, 3)  # those written with a JSON header line (`compact`: 4, 5)
 MAX_HEADER: Final = 4 << 20  # bytes of the header line
 DEFAULT_MAX_ENTRIES: Final = 50_000  # entries of the recipe an edit makes (a setting's default)
@@ -111,10 +112,12 @@ def encode_isolated(
     version-3 edit when that makes it smaller. `version` 4: the same records after a
     compact header (`compact`), whatever they hold; 5: records may also be brotli streams
     (`isolated`, kinds 5 and 6); 7: also zstd frames against the shipped dictionary (kind
-    7). `splits`: inline segment -> the offsets of a message's tool
-    results in it (`Cut.splits`), each piece compressed alone (`isolated.pack`)."""
+    7); 8: also the model's segments as copies of the answer (kind 8). `splits`: inline
+    segment -> the offsets of a message's tool results in it (`Cut.splits`), each piece
+    compressed alone (`isolated.pack`)."""
     listed, blobs = _listed(ops)
     with_brotli, with_shipped = version >= 5, version >= shipped.SINCE
+    with_copies = version >= copies.SINCE
     usable = answer if base is not None and answered else b""
     named: str | None = None
     if compress and (usable or runs):
@@ -126,6 +129,7 @@ def encode_isolated(
             with_brotli=with_brotli,
             splits=splits,
             with_shipped=with_shipped,
+            with_copies=with_copies,
         )
         named_cost = compact.ANSWER_BYTES if version >= 4 else len(',"a":""') + ID_LENGTH
         cost = named_cost if usable else 0
@@ -367,6 +371,7 @@ def inline(
             runs=header.version >= 3,
             with_brotli=header.version >= 5,
             with_shipped=header.version >= shipped.SINCE,
+            with_copies=header.version >= copies.SINCE,
         )
     raw = header.dictionary is None
     data = blob if raw else _inflate(blob, dictionary, header.inline, meter)

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from tests.unit.edits.oracle import Answer, Registry
 from tests.unit.json_texts import NUMBERS, J, write
-from toolref.edits import isolated, wire
+from toolref.edits import copies, isolated, wire
 from toolref.edits.answer import tap_for
 from toolref.edits.edit import Keep, Named
 from toolref.kit.varints import read_varint
@@ -217,7 +217,7 @@ def send(editor: Editor, registry: Registry, body: bytes, key: str) -> list[Sent
 
 def against_answer(body: bytes) -> tuple[wire.Header, list[int]]:
     """The edit's header, and the segments of the request (by index) its records of kind 3
-    carry: the records walked, kind by kind (`isolated`'s layout)."""
+    or 8 (against the answer) carry: the records walked, kind by kind (`isolated`'s layout)."""
     header, blob = wire.read(body, 1 << 30)
     lengths = header.lengths
     inline: list[int] = []
@@ -237,7 +237,7 @@ def against_answer(body: bytes) -> tuple[wire.Header, list[int]]:
         assert size is not None
         crc = mode in (isolated.BROTLI, isolated.BROTLI_JOINED)
         at += size + (isolated.CRC_BYTES if crc else 0)
-        if mode == isolated.ANSWER:
+        if mode in (isolated.ANSWER, copies.KIND):
             inline.append(index)
         index += count
     assert at == len(blob)
