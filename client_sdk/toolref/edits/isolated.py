@@ -271,10 +271,12 @@ def _against(  # noqa: PLR0917  (the records and what may improve them)
             if index >= len(segments):
                 continue
             segment = segments[index]
+            framed = b""
             if len(segment) >= MIN_COMPRESSED:
                 framed = _record(ANSWER, against.compress(segment))
                 records[index] = min(records[index], framed, key=len)
-            copied = copies.encode(segment, answer) if with_copies else None
+            worth = with_copies and len(framed) <= copies.FRAMED  # mostly the answer's bytes
+            copied = copies.encode(segment, answer) if worth else None
             if copied is not None:
                 records[index] = min(records[index], copied, key=len)
     joined = {first: count for first, count in runs if count > 1}

@@ -148,3 +148,21 @@ def test_what_copies_make_is_charged_before_it_is_made() -> None:
     assert charged == [len(ANSWER) * 50]
     assert copies.decode(copy(20, 0), ANSWER, 20, Meter(), "segment 1") == ANSWER[:20]
     assert charged[-1] == 20
+
+
+def test_a_segment_far_from_the_answer_is_not_scanned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Copies win only by the frame's own bytes: where kind 3's record is long (the segment
+    mostly its own bytes), the sender does not scan for them (their cost, O(segment)
+    dictionary steps in Python, buys nothing there)."""
+    scanned: list[bytes] = []
+    real = copies.encode
+
+    def counted(segment: bytes, answer: bytes) -> bytes | None:
+        scanned.append(segment)
+        return real(segment, answer)
+
+    monkeypatch.setattr(copies, "encode", counted)
+    own = bytes(range(256)) * 4  # incompressible, nothing of the answer
+    packed = isolated.pack([b"", own, ANSWER], answer=ANSWER, answered=[1, 2], with_copies=True)
+    assert scanned == [ANSWER]
+    assert record_kinds(packed, [0, len(own), len(ANSWER)])[2] == copies.KIND
