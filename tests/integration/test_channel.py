@@ -26,6 +26,8 @@ from tests.integration.test_answer_dictionary import Provider, replies, result, 
 from tests.support.servers import serve, serve_all
 from tests.unit.edits.agents import HEADERS
 from toolref.asgi.scope import ASGIApp, Message, Receive, Scope, Send
+from toolref.edits import compact
+from toolref.websocket import channel as frames
 from toolref_relay import Relay, RelayConfig
 from toolref_relay.ledger import size
 from toolref_server.app import create_app
@@ -47,6 +49,7 @@ class Seen:
     http: list[str] = field(default_factory=list)
     sockets: int = 0
     frames: list[int] = field(default_factory=list)  # the bytes of each channel message
+    messages: list[bytes] = field(default_factory=list)  # and the messages themselves
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
@@ -65,6 +68,7 @@ class Seen:
             message = await receive()
             if message["type"] == "websocket.receive":
                 self.frames.append(len(message.get("bytes") or b""))
+                self.messages.append(message.get("bytes") or b"")
             return message
 
         return framed
@@ -112,6 +116,24 @@ async def test_every_turn_rides_the_channel_exactly(redis: Redis) -> None:
     assert provider.seen == bodies
     assert seen.sockets == 1  # one channel for the whole conversation
     assert seen.http == []  # no turn went over HTTP
+
+
+async def test_a_turn_names_its_base_by_the_stream_that_made_it(redis: Redis) -> None:
+    """Bases by stream (`toolref.websocket.bases`): each continuation turn's edit names the
+    recipe its turn before made by one byte, not its 16-byte id, and the gateway writes the
+    id back: every body still reaches the provider byte for byte."""
+    provider = Provider(replies(6, 3))
+    async with relayed(redis, provider) as (relay_url, seen, _):
+        bodies = await converse(relay_url, provider, 6)
+    assert provider.seen == bodies
+    assert seen.http == []
+    reader = frames.Receiver()  # the channel's memory of targets and headers, no bases
+    read = [reader.turn(message) for message in seen.messages]
+    turns = [turn for turn in read if isinstance(turn, frames.Turn)]
+    assert len(turns) == 6
+    named = [compact.named_back(turn.body) for turn in turns]
+    assert named[0] is None  # the first: the whole request
+    assert all(found is not None and found[0] == 1 for found in named[1:])  # the one before
 
 
 async def test_turns_at_once_are_answered_each_on_its_own_stream(redis: Redis) -> None:

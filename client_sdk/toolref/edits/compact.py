@@ -38,6 +38,10 @@ MARK: Final = bytes([VERSION])
 ANSWER_BYTES: Final = 8
 _BASE: Final = 1
 _ANSWER: Final = 2
+# Within a channel frame only (`toolref.websocket.bases`): the base named by how many
+# streams back the turn that made it went, a varint where the 16-byte id stands. A channel's
+# receiver writes the id back before the edit is read; anywhere else it is unreadable.
+_STREAM: Final = 4
 _INLINE, _KEEP, _NAMED = 0, 1, 2
 
 Op = Keep | Named | int
@@ -91,6 +95,11 @@ def decode(data: bytes, max_ops: int) -> tuple[str | None, list[Op], str | None,
     if len(data) < 2 or data[0] not in MARKS:
         raise Unreadable("it does not start with the version byte (4, 5, 7 or 8) and its flags")
     flags, at = data[1], 2
+    if flags & _STREAM:
+        raise Unreadable(
+            "its base is named by a channel's stream (flags bit 2), which only that channel's "
+            "receiver reads: name it by its id"
+        )
     if flags & ~(_BASE | _ANSWER):
         raise Unreadable(f"its flags {flags:#04x} name more than a base and an answer")
     base = answer = None
@@ -124,3 +133,35 @@ def decode(data: bytes, max_ops: int) -> tuple[str | None, list[Op], str | None,
         else:
             raise Unreadable(f"op {index} is of no known kind (0 inline, 1 keep, 2 a piece)")
     return base, ops, answer, at
+
+
+def base_of(data: bytes) -> bytes | None:
+    """The 16-byte id of the base the compact edit `data` names, or None (no compact header,
+    no base, or one named by stream). O(1)."""
+    if len(data) < 2 + ID_BYTES or data[0] not in MARKS or data[1] & (_BASE | _STREAM) != _BASE:
+        return None
+    return data[2 : 2 + ID_BYTES]
+
+
+def by_stream(data: bytes, back: int) -> bytes:
+    """The compact edit `data` (whose base `base_of` reads) with its base named `back` (at
+    least 1) streams back instead of by its id. O(len(data))."""
+    flags = data[1] & ~_BASE | _STREAM
+    return bytes([data[0], flags]) + varint(back) + data[2 + ID_BYTES :]
+
+
+def named_back(data: bytes) -> tuple[int, int] | None:
+    """How many streams back the compact edit `data` names its base, and the offset after
+    that varint; None where it names none so (its bytes then go on as they are, and read as
+    they are: a stray bit 2 is refused by `decode`). O(1)."""
+    if len(data) < 3 or data[0] not in MARKS or data[1] & (_BASE | _STREAM) != _STREAM:
+        return None
+    back, at = read_varint(data, 2)
+    return None if back is None or back == 0 else (back, at)
+
+
+def with_base(data: bytes, base: bytes, at: int) -> bytes:
+    """The compact edit `data` (`named_back` read up to `at`) with its base named by its
+    16-byte id `base` again. O(len(data))."""
+    flags = data[1] & ~_STREAM | _BASE
+    return bytes([data[0], flags]) + base + data[at:]

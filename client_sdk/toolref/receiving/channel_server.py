@@ -51,8 +51,9 @@ from toolref.asgi.scope import (
     with_headers,
 )
 from toolref.receiving.channel_turns import Turns, Window
+from toolref.websocket import bases, driver
 from toolref.websocket import channel as frames
-from toolref.websocket import driver
+from toolref.websocket.bases import ReceiverBases
 from toolref.websocket.bridge import close_client
 from toolref.wire.errors import MalformedRequestError, OverloadedError, ToolrefError
 
@@ -69,6 +70,9 @@ _POLICY_VIOLATION: Final = 1008
 # busy turn waits to write its 503), and its tasks would only pile up.
 _MAX_TASKS: Final = 2 * frames.MAX_STREAMS
 _PILED: Final = f"toolref: {_MAX_TASKS} turns unanswered, their answers not read"
+# Why a turn whose edit names its base by a stream this channel forgot is answered busy (its
+# sender sends it over HTTP, the base named by its id: `toolref.websocket.bases`).
+_UNHELD: Final = "the stream that made the edit's base is past what this channel remembers"
 # The scope extension marking a turn a channel carries (`on_channel`).
 TURN_EXTENSION: Final = "toolref.channel_turn"
 # Seconds a channel with no turn in flight and no frame received is kept open by default:
@@ -98,8 +102,8 @@ async def serve_channel(
     channel of a local service."""
     if not await _admitted(scope, receive, send):
         return
-    window = await _accepted(scope, send)
-    reader = frames.Receiver()
+    window, named = await _accepted(scope, send)
+    reader = frames.Receiver(ReceiverBases() if named else None)
     writing = asyncio.Lock()
     gone = asyncio.Event()
     turns = Turns(window, send_timeout)
@@ -143,7 +147,7 @@ async def serve_channel(
             if turns.unanswered >= _MAX_TASKS:  # busy answers it does not read
                 await _piled(turns, gone, close)
                 return
-            full = "this receiver is stopping" if stopping.is_set() else turns.full(turn)
+            full = _busy(turn, turns, stopping)
             if full is not None:  # answered busy, nothing done with it: its body not held
                 turn = dataclasses.replace(turn, body=b"")
             turns.start(
@@ -152,6 +156,7 @@ async def serve_channel(
                     scope, turn, app=app, out=out, gone=gone, busy=full, refuse=refuse,
                     serves=serves, window=turns.window(turn.stream),
                     answered=partial(turns.answered, turn.stream),
+                    made=partial(reader.made, turn.stream),
                 ),
                 busy=full is not None,
             )  # fmt: skip
@@ -197,16 +202,18 @@ async def _admitted(scope: Scope, receive: Receive, send: Send) -> bool:
     return True
 
 
-async def _accepted(scope: Scope, send: Send) -> int | None:
+async def _accepted(scope: Scope, send: Send) -> tuple[int | None, bool]:
     """Accept the upgrade, granting the window the sender asked for (None: it asked for
-    none: no windows on this channel)."""
+    none: no windows on this channel) and bases named by stream where it asked for them."""
     window = frames.window_granted(header(scope, frames.WINDOW_HEADER))
-    if window is None:
-        await send({"type": "websocket.accept"})
-    else:
-        granted = [(frames.WINDOW_HEADER.encode(), str(window).encode())]
+    named = bases.granted(header(scope, bases.HEADER))
+    granted = [] if window is None else [(frames.WINDOW_HEADER.encode(), str(window).encode())]
+    granted += [(bases.HEADER.encode(), bases.OFFER.encode())] if named else []
+    if granted:
         await send({"type": "websocket.accept", "headers": granted})
-    return window
+    else:
+        await send({"type": "websocket.accept"})
+    return window, named
 
 
 async def _next(receive: Receive, drained: asyncio.Task[None] | None) -> Message | None:
@@ -306,6 +313,7 @@ async def _served(
     serves: Serves,
     window: Window | None,
     answered: Callable[[], None],
+    made: Callable[[int, frames.Pairs], None],
 ) -> None:
     """One turn through `app`, its answer as frames (`out`), its pieces within `window`
     where there is one; a turn that cannot be served (its scope not made, the app ending
@@ -318,6 +326,7 @@ async def _served(
         if message["type"] == "http.response.start":
             given = message.get("headers", [])  # optional in ASGI
             pairs = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in given]
+            made(message["status"], pairs)  # before the sender can read it
             await out(frames.head(stream, message["status"], pairs))
         elif message["type"] == "http.response.body":
             body = message.get("body", b"")
@@ -363,6 +372,15 @@ async def _served(
     if not ended:  # the app returned without a whole answer: as a connection dropped
         log.warning("channel turn %d broke off: the app ended without a whole answer", stream)
         await out(frames.broken(stream, "unfinished"))
+
+
+def _busy(turn: frames.Turn, turns: Turns, stopping: asyncio.Event) -> str | None:
+    """Why `turn` is answered busy, nothing done with it (its sender sends it over HTTP):
+    this receiver stopping, no room for it, or its edit's base named by a stream this
+    channel forgot; None: it is served."""
+    if stopping.is_set():
+        return "this receiver is stopping"
+    return turns.full(turn) or (_UNHELD if turn.unheld else None)
 
 
 def _unserved(stream: int, bad: str | None, busy: str | None) -> ToolrefError | None:

@@ -24,7 +24,9 @@ from typing import Any, Final
 import httpx
 
 from toolref.registry.packages import AsyncByteStream2, packages_of
+from toolref.websocket import bases
 from toolref.websocket import channel as frames
+from toolref.websocket.bases import SenderBases
 from toolref.websocket.client import ABNORMAL, REASON_BYTES, Closed
 from toolref.websocket.driver import Socket
 from toolref.wire.redaction import printable
@@ -72,7 +74,8 @@ class Link:
         self.socket = socket
         self.clock = clock
         self.used = self.opened = clock()  # used: a turn last went out, or a frame came
-        self.sender = frames.Sender()
+        named = bases.kept(socket.accepted.headers)  # False: an older receiver
+        self.sender = frames.Sender(SenderBases() if named else None)
         self.window = frames.window_kept(socket.accepted.headers)  # None: an older receiver
         self.later: set[asyncio.Task[None]] = set()  # cancel and credit frames on their way
         self.streams: dict[int, _Stream] = {}
@@ -117,6 +120,7 @@ class Link:
                 self.cancel(stream)
                 error: Any = _broke(request)
                 raise error(str(exc), request=request) from None
+            self.sender.made(stream, status, pairs)
             kept = _without_body(request)  # a stream lasting minutes holds no body
             answer = Answer(self, stream, state, timeout, kept)
             raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in pairs]

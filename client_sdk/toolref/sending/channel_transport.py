@@ -50,6 +50,7 @@ from toolref.registry.packages import AsyncBaseTransport2
 from toolref.sending.backoff import LONGEST, Backoff
 from toolref.sending.channel_link import FRAMED, Link, Unsent
 from toolref.sending.refusals import slug_of, toolref_problem
+from toolref.websocket import bases
 from toolref.websocket import channel as frames
 from toolref.websocket.driver import Refusal, Unreachable, connect
 from toolref.wire.endpoints import CHANNEL
@@ -174,6 +175,7 @@ class ChannelTransport(httpx.AsyncBaseTransport, AsyncBaseTransport2):
             if self._retired or not self.backoff.over(self.clock()):
                 return None
             headers = [(frames.WINDOW_HEADER, str(frames.WINDOW))]  # windows, asked for
+            headers += [(bases.HEADER, bases.OFFER)]  # and bases named by stream
             headers += [(KEY_HEADER, self.key)] if self.key else []
             headers += [
                 (name, value) for name in self.credentials if (value := request.headers.get(name))

@@ -15,7 +15,9 @@ changed since the channel's previous request (`Sender`, `Receiver` keep it): emp
 target and the headers are the same, else a JSON object with `"p"` (the request's path and
 query) and/or `"h"` (its headers as `[name, value]` pairs, in order, framing aside). `body`
 is the request's body. So a turn of a conversation costs its edit and a few bytes: the
-stream id, a zero, the WebSocket frame's own head.
+stream id, a zero, the WebSocket frame's own head. Where both sides name bases by stream
+(`toolref.websocket.bases`, asked for and granted on the upgrade), an edit's base in
+`body` is one byte, how many streams back the turn that made it went, not its 16-byte id.
 
 The receiver's, for a stream, in order:
 
@@ -47,6 +49,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from toolref.kit.varints import read_varint, varint
+from toolref.websocket.bases import ReceiverBases, SenderBases
 from toolref.wire.headers import CHANNEL_HEADER
 
 MAX_STREAMS: Final = 64  # turns served at once on one channel (a sender sends no more)
@@ -97,6 +100,7 @@ class Turn:
     target: str  # path and query
     headers: Pairs
     body: bytes
+    unheld: bool = False  # its edit names a base by a stream this side forgot (`bases`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,11 +147,18 @@ class Answered:
 
 
 class Sender:
-    """The sender's side: a request as a frame, only what changed since the last one sent."""
+    """The sender's side: a request as a frame, only what changed since the last one sent;
+    with `bases`, an edit's base named by the stream that made it (`toolref.websocket.bases`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, bases: SenderBases | None = None) -> None:
         self.target: str | None = None
         self.headers: Pairs | None = None
+        self.bases = bases
+
+    def made(self, stream: int, status: int, headers: Pairs) -> None:
+        """Stream `stream`'s answer head came (`bases` remembers the recipe it names)."""
+        if self.bases is not None:
+            self.bases.made(stream, status, headers)
 
     def turn(
         self, stream: int, target: str, headers: Sequence[tuple[str, str]], body: bytes
@@ -160,6 +171,8 @@ class Sender:
             self.headers = listed
             meta["h"] = [[k, v] for k, v in listed]
         said = json.dumps(meta, separators=(",", ":")).encode() if meta else b""
+        if self.bases is not None:
+            body = self.bases.written(stream, listed, body)
         return varint(stream) + varint(len(said)) + said + body
 
     @staticmethod
@@ -173,11 +186,18 @@ class Sender:
 
 
 class Receiver:
-    """The receiver's side: frames read back into requests, with the channel's memory."""
+    """The receiver's side: frames read back into requests, with the channel's memory;
+    with `bases`, an edit's base named by stream named by its id again."""
 
-    def __init__(self) -> None:
+    def __init__(self, bases: ReceiverBases | None = None) -> None:
         self.target: str | None = None
         self.headers: Pairs | None = None
+        self.bases = bases
+
+    def made(self, stream: int, status: int, headers: Pairs) -> None:
+        """Stream `stream`'s answer head went out (`bases` remembers the recipe it names)."""
+        if self.bases is not None:
+            self.bases.made(stream, status, headers)
 
     def turn(self, frame: bytes) -> Turn | Cancel | Credit:
         stream, at = read_varint(frame, 0)
@@ -212,7 +232,13 @@ class Receiver:
             self.target = target
         if self.target is None or self.headers is None:
             raise FrameError("the channel's first request frame names no target and headers")
-        return Turn(stream, self.target, self.headers, frame[at + size :])
+        body = frame[at + size :]
+        if self.bases is not None:
+            read = self.bases.read(stream, self.headers, body)
+            if read is None:
+                return Turn(stream, self.target, self.headers, b"", unheld=True)
+            body = read
+        return Turn(stream, self.target, self.headers, body)
 
 
 # What an HTTP/1.1 head may carry, as h11 (the relay's server, the gateway's server and its
