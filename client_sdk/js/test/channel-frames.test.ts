@@ -4,6 +4,7 @@
 // same reading of answer frames, the same windows.
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
+import { BASES_HEADER, BASES_OFFER, SenderBases, basesKept } from "../src/channel/bases.js";
 import { FrameError, FrameSender, HEAD, answered, headOf, pythonJson, readVarint, varint, windowGranted, windowKept } from "../src/channel/frames.js";
 
 interface Vectors {
@@ -15,6 +16,8 @@ interface Vectors {
   windowGranted: [string, number | null][];
   windowKept: [string, number | null][];
   drained: [number, string];
+  bases: ({ head: [number, number, [string, string][]] } | { turn: [number, [string, string][], string]; frame: string })[];
+  basesHeader: [string, string];
 }
 
 const vectors = JSON.parse(readFileSync(new URL("./channel-vectors.json", import.meta.url), "utf8")) as Vectors;
@@ -27,6 +30,25 @@ describe("channel frames (Python's vectors)", () => {
     for (const turn of vectors.turns) {
       expect(hex(sender.turn(turn.stream, turn.target, turn.headers, bytes(turn.body)))).toBe(turn.frame);
     }
+  });
+
+  it("names an edit's base by the stream that made it where Python's sender does", () => {
+    const sender = new FrameSender(new SenderBases());
+    let named = 0;
+    for (const event of vectors.bases) {
+      if ("head" in event) {
+        sender.made(...event.head);
+        continue;
+      }
+      const [stream, headers, body] = event.turn;
+      const frame = hex(sender.turn(stream, "/v1/messages", headers, bytes(body)));
+      expect(frame).toBe(event.frame);
+      if (!frame.endsWith(body)) named += 1;
+    }
+    expect(named).toBeGreaterThanOrEqual(3); // not every turn as it is
+    expect([BASES_HEADER, BASES_OFFER]).toEqual(vectors.basesHeader);
+    expect(basesKept([["toolref-channel-bases", "1"]])).toBe(true);
+    expect(basesKept([["toolref-channel-window", "65536"]])).toBe(false);
   });
 
   it("writes cancel and credit frames as Python does", () => {

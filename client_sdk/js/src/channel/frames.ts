@@ -18,6 +18,7 @@
  * linear in its frame (bounded by the WebSocket's message limit).
  */
 
+import type { SenderBases } from "./bases.js";
 import { CHANNEL_HEADER } from "./paths.js";
 
 /** Turns served at once on one channel (a sender sends no more: past them, HTTP). */
@@ -96,10 +97,18 @@ function joined(...parts: Uint8Array[]): Uint8Array {
   return out;
 }
 
-/** The sender's side: a request as a frame, only what changed since the last one sent. */
+/** The sender's side: a request as a frame, only what changed since the last one sent;
+ * with `bases`, an edit's base named by the stream that made it (`bases.ts`). */
 export class FrameSender {
   private target: string | null = null;
   private headers: string | null = null; // the last headers sent, as their JSON
+
+  constructor(private readonly bases: SenderBases | null = null) {}
+
+  /** Stream `stream`'s answer head came (`bases` remembers the recipe it names). */
+  made(stream: number, status: number, headers: Pairs): void {
+    this.bases?.made(stream, status, headers);
+  }
 
   turn(stream: number, target: string, headers: Pairs, body: Uint8Array): Uint8Array {
     const meta: { p?: string; h?: Pairs } = {};
@@ -110,7 +119,8 @@ export class FrameSender {
       meta.h = headers;
     }
     const said = meta.p === undefined && meta.h === undefined ? new Uint8Array(0) : encoder.encode(pythonJson(meta));
-    return joined(varint(stream), varint(said.length), said, body);
+    const carried = this.bases === null ? body : this.bases.written(stream, headers, body);
+    return joined(varint(stream), varint(said.length), said, carried);
   }
 
   static cancel(stream: number): Uint8Array {

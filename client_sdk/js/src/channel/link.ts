@@ -27,6 +27,7 @@
  * never granted back, and hold its slot on the channel (`MAX_STREAMS`) and the channel.
  */
 
+import { SenderBases, basesKept } from "./bases.js";
 import { BROKEN, DRAINED, END, FrameError, FrameSender, HEAD, PIECE, WINDOW_HEADER, answered, headOf, windowKept, type Pairs } from "./frames.js";
 import { unrefTimer, type Closed, type WebSocketClient } from "./websocket.js";
 
@@ -104,7 +105,7 @@ export class Link {
   closed = false;
   over = false; // its turns were told it ended
   private next = 0;
-  private readonly sender = new FrameSender();
+  private readonly sender: FrameSender;
   private waits = 0; // turns waiting for a frame: their head, or a piece their reader asked for
   private watchdog: ReturnType<typeof setInterval> | null = null;
 
@@ -115,6 +116,7 @@ export class Link {
   ) {
     this.used = this.opened = clock();
     this.window = windowKept(socket.accepted.find(([name]) => name === WINDOW_HEADER)?.[1] ?? null);
+    this.sender = new FrameSender(basesKept(socket.accepted) ? new SenderBases() : null);
     socket.hold(false); // an idle channel keeps no process alive
     socket.listen({ message: (data, text) => this.received(data, text), closed: (closed) => this.ended(closed) });
   }
@@ -223,7 +225,9 @@ export class Link {
     if (first) {
       if (frame.kind === BROKEN) return this.finish(frame.stream, state, brokeOff(frame.data));
       try {
-        const response = this.response(frame.stream, state, headOf(frame));
+        const head = headOf(frame);
+        this.sender.made(frame.stream, head.status, head.headers);
+        const response = this.response(frame.stream, state, head);
         state.responded = true;
         state.answer(response);
       } catch (error) {

@@ -17,6 +17,7 @@
  * waiting for that connection left, the connection is dropped (not a failure: no back-off).
  */
 
+import { BASES_HEADER, BASES_OFFER } from "./bases.js";
 import { BUSY, MAX_FRAME_BYTES, MAX_MESSAGE, MAX_STREAMS, WINDOW, WINDOW_HEADER, type Pairs } from "./frames.js";
 import { Link, Unsent } from "./link.js";
 import { connect } from "./upgrade.js";
@@ -192,7 +193,7 @@ export class ChannelTransport {
   }
 
   private async connect(dropped: AbortSignal): Promise<Link | null> {
-    const headers: Pairs = [[WINDOW_HEADER, String(WINDOW)], ...this.upgrade];
+    const headers: Pairs = [[WINDOW_HEADER, String(WINDOW)], [BASES_HEADER, BASES_OFFER], ...this.upgrade];
     try {
       const socket = await connect(this.url, headers, { maxMessage: MAX_MESSAGE, connectTimeoutMs: CONNECT_TIMEOUT_MS, signal: dropped });
       if (this.retired || dropped.aborted) {
