@@ -30,8 +30,6 @@ Layout: one record per inline segment, in op order.
            (`shipped.declared`): the segment alone (version 7 only, `toolref.edits.shipped`)
     0x08 + varint(size) + copies of the answer and bytes as they are: a model's segment
            (version 8 only, `toolref.edits.copies`)
-    0x09 + varint(frame size) + kind 7's frame (one, unsplit) without its 4-byte magic
-           number, which the kind says (version 8 only)
 
 A segment a message's tool results share (`toolref.edits.request.Cut.splits`: a user
 message carrying the results of parallel tool calls, Anthropic's `tool_result` blocks or
@@ -120,7 +118,6 @@ def pack(
     splits: Mapping[int, Sequence[int]] = _NONE,
     with_shipped: bool = False,
     with_copies: bool = False,
-    with_bare: bool = False,
 ) -> bytes:
     """The records of `segments`, each the smaller of its bytes as they are and a zstd
     frame of its own (`compress` False: as they are, for a link where CPU costs more than
@@ -132,13 +129,12 @@ def pack(
     of a message's tool results (`Cut.splits`), whose pieces are compressed each alone.
     `with_shipped` (version 7): a zstd frame against the shipped dictionary (kind 7) where
     that is smaller still. `with_copies` (version 8): the model's segments also as copies of
-    `answer` (kind 8, `copies`) where that is smaller still. `with_bare` (version 8): a
-    segment's frame against the shipped dictionary without its magic number (kind 9)."""
+    `answer` (kind 8, `copies`) where that is smaller still."""
     if not compress:
         return b"".join(bytes([RAW]) + data for data in segments)
     alone = _compressor()
     budgets = (BROTLI_BUDGET if with_brotli else 0, shipped.BUDGET if with_shipped else 0)
-    records, left = _alone(segments, alone, budgets, splits, bare=with_bare)
+    records, left = _alone(segments, alone, budgets, splits)
     dictionary = (answer, [index for index in answered if index not in splits])
     return _against(segments, records, dictionary, _apart(runs, splits), alone, left, with_copies)
 
@@ -153,13 +149,12 @@ def pack_both(
     splits: Mapping[int, Sequence[int]] = _NONE,
     with_shipped: bool = False,
     with_copies: bool = False,
-    with_bare: bool = False,
 ) -> tuple[bytes, bytes]:
     """`pack(segments)` and `pack(segments, answer=..., answered=..., runs=...)`, each
     segment compressed alone once for both (what a sender weighs to choose one)."""
     alone = _compressor()
     budgets = (BROTLI_BUDGET if with_brotli else 0, shipped.BUDGET if with_shipped else 0)
-    records, left = _alone(segments, alone, budgets, splits, bare=with_bare)
+    records, left = _alone(segments, alone, budgets, splits)
     dictionary = (answer, [index for index in answered if index not in splits])
     made = _against(segments, records, dictionary, _apart(runs, splits), alone, left, with_copies)
     return b"".join(records), made
@@ -182,13 +177,10 @@ def _alone(
     alone: zstandard.ZstdCompressor,
     budgets: tuple[int, int],
     splits: Mapping[int, Sequence[int]],
-    *,
-    bare: bool = False,
 ) -> tuple[list[bytes], int]:
     """Each segment's record: its bytes as they are or a frame of its own, the smaller,
     those that fit in `budgets` (brotli's, the shipped dictionary's; in order) tried as a
-    brotli stream and against the shipped dictionary too (`bare`: its frame without its
-    magic, kind 9); brotli's budget left. A segment
+    brotli stream and against the shipped dictionary too; brotli's budget left. A segment
     of `splits`: as it is or a frame per piece (alone, or against the shipped dictionary
     within its budget), the smallest, while the edit's pieces beyond one a segment fit in
     `MAX_SPLIT_FRAMES` (in order); past it, as it is."""
@@ -215,8 +207,7 @@ def _alone(
             if len(data) <= words:
                 words -= len(data)
                 framed = shipped.compressor().compress(data)
-                record = _record(shipped.BARE, shipped.bare(framed)) if bare else None
-                best = min(best, record or _record(shipped.KIND, framed), key=len)
+                best = min(best, _record(shipped.KIND, framed), key=len)
         records.append(best)
     return records, budget
 
@@ -394,14 +385,13 @@ def unpack(
     with_brotli: bool = False,
     with_shipped: bool = False,
     with_copies: bool = False,
-    with_bare: bool = False,
 ) -> list[bytes]:
     """The segments `pack` made of them, `lengths` each segment's (from the edit's ops),
     `answer` the dictionary of kind 3 (None: the edit has none, and a record of kind 3 is
     malformed), `runs` whether records of kind 4 may come (version 3), `with_brotli`
     whether records of kinds 5 and 6 may (version 5), `with_shipped` whether records of kind
     7 may (version 7), `with_copies` whether records of kind 8 may (version 8, with an
-    `answer`), `with_bare` whether records of kind 9 may (version 8). Each frame is
+    `answer`). Each frame is
     charged to `meter` as it is inflated, never past its length; `MalformedBodyError` for
     records that do not read, `DictionaryMismatchError` for a frame the answer does not
     inflate."""
@@ -433,9 +423,8 @@ def unpack(
         known: tuple[int, ...] = (ALONE, GZIP) if answer is None else (ALONE, GZIP, ANSWER)
         known += (shipped.KIND,) if with_shipped else ()
         known += (copies.KIND,) if with_copies and answer is not None else ()
-        known += (shipped.BARE,) if with_bare else ()
         if mode not in known or size is None or at + size > len(blob):
-            kinds = _kinds(runs, with_brotli, with_shipped, with_copies or with_bare)
+            kinds = _kinds(runs, with_brotli, with_shipped, with_copies)
             raise _malformed(f"segment {index} has no record of a known kind ({kinds})")
         data = readers.read(mode, bytes(view[at : at + size]), length, index, meter)
         at += size
@@ -472,17 +461,16 @@ class _Readers:
             return compression.decompress(frame, answer, length, "the answer", meter, using=using)
         if mode == ALONE:
             return compression.inflate(frame, length, meter, using=self.alone, frames=frames)
-        if mode in (shipped.KIND, shipped.BARE):
-            frame = shipped.dressed(frame) if mode == shipped.BARE else frame
+        if mode == shipped.KIND:
             shipped.declared(frame, length, frames.left, f"segment {index}")
             words = shipped.decompressor()
             return compression.inflate(frame, length, meter, using=words, frames=frames)
         return compression.inflate_gzip(frame, length, meter, members=frames)
 
 
-def _kinds(runs: bool, with_brotli: bool, with_shipped: bool, eight: bool) -> str:
+def _kinds(runs: bool, with_brotli: bool, with_shipped: bool, with_copies: bool) -> str:
     """The record kinds an edit of these versions' rules reads, in words."""
-    highest = 9 if eight else 7 if with_shipped else 6 if with_brotli else 4 if runs else 0
+    highest = 8 if with_copies else 7 if with_shipped else 6 if with_brotli else 4 if runs else 0
     return f"0 to {highest}" if highest else "0, 1 or 2"
 
 

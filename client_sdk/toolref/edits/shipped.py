@@ -41,10 +41,6 @@ else:  # the same module, backported (a dependency before 3.14)
     from backports import zstd as stdzstd
 
 KIND: Final = 0x07
-# Kind 7's frame of a segment alone without zstd's 4-byte magic number (the kind says what
-# the bytes are), in edits of version 8: `bare`, `dressed`.
-BARE: Final = 0x09
-_MAGIC: Final = zstandard.FRAME_HEADER
 SINCE: Final = 7  # the edits version whose records may be of this kind
 DICTIONARY: Final = dictionaries.Shipped("messages", 1)
 LEVEL: Final = 19  # 12: 3% larger at a third of the CPU; 7: 5% larger at a sixth
@@ -90,17 +86,6 @@ def decompressor() -> zstandard.ZstdDecompressor:
             dict_data=_dictionary(), max_window_size=MAX_WINDOW
         )
     return made
-
-
-def bare(frame: bytes) -> bytes:
-    """`frame` (one zstd frame, as `compressor` writes it) without its magic number."""
-    assert frame.startswith(_MAGIC)
-    return frame[len(_MAGIC) :]
-
-
-def dressed(record: bytes) -> bytes:
-    """The zstd frame a record of kind 9 holds: its magic number before its bytes. O(n)."""
-    return _MAGIC + record
 
 
 def declared(record: bytes, length: int, most: int, what: str) -> None:

@@ -112,8 +112,7 @@ def encode_isolated(
     version-3 edit when that makes it smaller. `version` 4: the same records after a
     compact header (`compact`), whatever they hold; 5: records may also be brotli streams
     (`isolated`, kinds 5 and 6); 7: also zstd frames against the shipped dictionary (kind
-    7); 8: also the model's segments as copies of the answer (kind 8), and kind 7's frames
-    without their magic number (kind 9). `splits`: inline
+    7); 8: also the model's segments as copies of the answer (kind 8). `splits`: inline
     segment -> the offsets of a message's tool results in it (`Cut.splits`), each piece
     compressed alone (`isolated.pack`)."""
     listed, blobs = _listed(ops)
@@ -131,7 +130,6 @@ def encode_isolated(
             splits=splits,
             with_shipped=with_shipped,
             with_copies=with_copies,
-            with_bare=with_copies,
         )
         named_cost = compact.ANSWER_BYTES if version >= 4 else len(',"a":""') + ID_LENGTH
         cost = named_cost if usable else 0
@@ -147,7 +145,6 @@ def encode_isolated(
             with_brotli=with_brotli,
             splits=splits,
             with_shipped=with_shipped,
-            with_bare=with_copies,
         )
         version = version if version >= 4 else 2
     if version >= 4:
@@ -375,7 +372,6 @@ def inline(
             with_brotli=header.version >= 5,
             with_shipped=header.version >= shipped.SINCE,
             with_copies=header.version >= copies.SINCE,
-            with_bare=header.version >= copies.SINCE,
         )
     raw = header.dictionary is None
     data = blob if raw else _inflate(blob, dictionary, header.inline, meter)

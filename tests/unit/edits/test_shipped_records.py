@@ -187,26 +187,3 @@ def test_a_frame_of_kind_7_must_declare_its_size_and_checksum() -> None:
         isolated.unpack(too_big, [len(data)], None, with_shipped=True)
     split = record(frame(data[:100]) + frame(data[100:]))
     assert isolated.unpack(split, [len(data)], None, with_shipped=True) == [data]
-
-
-def test_version_8_sends_the_shipped_frame_without_its_magic_number() -> None:
-    """Kind 9: kind 7's frame of a segment alone less zstd's 4-byte magic, which the kind
-    says; read back only where the version is 8, as kind 7's (size and checksum declared)."""
-    data = CODE * 5
-    seven = isolated.pack([data], with_brotli=True, with_shipped=True)
-    nine = isolated.pack([data], with_brotli=True, with_shipped=True, with_bare=True)
-    assert record_kinds(seven, [len(data)]) == [shipped.KIND]
-    assert record_kinds(nine, [len(data)]) == [shipped.BARE]
-    assert len(nine) == len(seven) - 4
-    assert nine[2:] == seven[2 + 4 :]  # the same frame, its magic left out
-    read = isolated.unpack(nine, [len(data)], None, with_shipped=True, with_bare=True)
-    assert read == [data]
-    with pytest.raises(MalformedBodyError, match="known kind"):
-        isolated.unpack(nine, [len(data)], None, with_brotli=True, with_shipped=True)  # 7
-    bad = bytes([shipped.BARE]) + varint(12) + b"\x00" * 12  # no frame behind the magic
-    with pytest.raises(MalformedBodyError):
-        isolated.unpack(bad, [len(data)], None, with_shipped=True, with_bare=True)
-    made = wire.encode_isolated(None, [Inline(b""), Inline(data)], version=8)
-    header, blob = wire.read(made, 1 << 20)
-    assert record_kinds(blob, header.lengths)[-1] == shipped.BARE
-    assert wire.inline(header, blob, b"", None) == [b"", data]
